@@ -1,0 +1,1 @@
+"""`fastverifyctl profile set|current`: switch through the daemon (placeholder until the daemon lands)."""

@@ -1,0 +1,75 @@
+"""`fastverifyctl`: the operator's command line, a thin client of the daemon's control API.
+
+Every sub-command lives in a module under `fastverify.cli` and is imported only when
+it is invoked, so `fastverifyctl status` never pays for rich, prometheus-client or
+jinja2 (the CLI start-up budget is tens of milliseconds). Heavy imports (torch,
+sglang) never happen on this path at all.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# command name -> "module:attribute" (a click command or group)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "profile": ("fastverify.cli.profile_cmds:profile", "List, show, validate, diff, create and set profiles."),
+    "doctor": ("fastverify.cli.doctor_cmd:doctor", "Find everything else that changes what NCCL sees."),
+    "status": ("fastverify.cli.daemon_cmds:status", "Daemon and engine state."),
+    "mode": ("fastverify.cli.daemon_cmds:mode", "Get or set the decoding mode (baseline|eagle3)."),
+    "restart": ("fastverify.cli.daemon_cmds:restart", "Restart the engine with the active profile."),
+    "logs": ("fastverify.cli.daemon_cmds:logs", "Show (or follow) the daemon's and engine's log; parse log files."),
+    "history": ("fastverify.cli.daemon_cmds:history", "Switch journal."),
+    "server": ("fastverify.cli.daemon_cmds:server", "Server argv: show and check with SGLang's parser."),
+    "trace": ("fastverify.cli.trace_cmds:trace", "Capture and analyze profiler traces (verify time, all-reduces)."),
+    "render": ("fastverify.cli.render_cmd:render", "Render systemd units and the compose file for this host."),
+    "bench": ("fastverify.cli.experiment_cmds:bench", "Closed-loop load against the running server."),
+    "sweep": ("fastverify.cli.experiment_cmds:sweep", "Baseline-first profile sweep with statistics."),
+    "preflight": ("fastverify.cli.experiment_cmds:preflight", "NCCL all-reduce + CUDA-graph check per profile, no model."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose sub-commands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target[0].split(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Help text comes from the table above, so `--help` imports nothing.
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup)
+@click.option(
+    "--socket",
+    "socket_path",
+    envvar="FASTVERIFY_SOCKET",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Daemon control socket (default: /run/fastverify/control.sock as root, "
+    "else $XDG_RUNTIME_DIR/fastverify/control.sock).",
+)
+@click.version_option(package_name="fastverify")
+@click.pass_context
+def cli(ctx: click.Context, socket_path: str | None) -> None:
+    """fastverify: NCCL tuning profiles for SGLang, switched, verified and observed."""
+    ctx.obj = {"socket": socket_path}
+
+
+def main() -> None:
+    cli(prog_name="fastverifyctl")
+
+
+if __name__ == "__main__":
+    main()
