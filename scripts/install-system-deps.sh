@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install the Debian packages the test suite needs (listed one per line in
+# scripts/debian-packages.txt). Idempotent: installs only what is missing.
+# Needs root (CI runs as root); as a normal user it only reports what is missing.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+mapfile -t wanted < <(grep -Ev '^\s*(#|$)' "$here/debian-packages.txt" | sort -u)
+missing=()
+for pkg in "${wanted[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "system packages: all ${#wanted[@]} present"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "system packages missing (run as root to install): ${missing[*]}" >&2
+  exit 0
+fi
+echo "installing system packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# Debian's prometheus and docker.io start services on install when an init runs;
+# policy-rc.d keeps the package scripts from starting anything on this machine.
+policy=/usr/sbin/policy-rc.d
+created_policy=0
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' > "$policy"
+  chmod +x "$policy"
+  created_policy=1
+fi
+trap '[ "$created_policy" = 1 ] && rm -f "$policy"' EXIT
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
