@@ -36,9 +36,9 @@ fi
 
 echo "setup-container-tests: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
+apt-get -o DPkg::Lock::Timeout=600 update -q
 # --no-install-recommends: no services we did not ask for (the tests start their own).
-apt-get install -y -q --no-install-recommends "${missing[@]}"
+apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}"
 # Debian's postinst may start services on machines with a running init; the tests start
 # their own private instances, so stop the packaged ones only if this script's install
 # started them (policy-rc.d-less containers usually start nothing).

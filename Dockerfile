@@ -1,0 +1,64 @@
+# fastverify image: the SGLang server image + fastverify (supervisor daemon, exporter, CLI)
+# with the NCCL profiles baked in as env files under /etc/fastverify/profiles.
+#
+#   docker build -t fastverify:0.1.0 .
+#   docker build --build-arg BASE_IMAGE=my/base:tag --build-arg PIP_OPTIONS="--no-index
+#       --find-links /src/.whl" -t fastverify:test .      # offline build on another base
+#
+# The base must provide python3 (>= 3.11) with pip importable; the lmsysorg/sglang images
+# do. fastverify goes into its own virtual environment that sees the base's
+# site-packages (so the daemon's interpreter can import sglang) without changing any
+# package the base installed. No sitecustomize.py: the daemon sets NCCL_* per start.
+ARG BASE_IMAGE=lmsysorg/sglang:v0.5.23-cu129
+
+FROM ${BASE_IMAGE} AS build
+# Extra pip options, e.g. an offline wheelhouse inside the build context (tests use this).
+ARG PIP_OPTIONS=""
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
+COPY . /src
+# Build the wheel (hatchling, in an isolated build environment), then install it with its
+# dependencies into the venv that the runtime stage copies.
+# hadolint ignore=SC2086
+RUN python3 -m pip wheel ${PIP_OPTIONS} --no-deps --wheel-dir /dist /src \
+ && python3 -m venv --system-site-packages --without-pip /opt/fastverify \
+ && /opt/fastverify/bin/python -m pip install ${PIP_OPTIONS} /dist/fastverify-*.whl \
+ && /opt/fastverify/bin/fastverifyctl --version
+
+FROM ${BASE_IMAGE}
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="fastverify" \
+      org.opencontainers.image.description="SGLang server supervised by fastverifyd: NCCL tuning profiles, verified switches with rollback, Prometheus exporter" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/fastverify/fastverify" \
+      org.opencontainers.image.documentation="docs/deployment.md"
+
+COPY --from=build /opt/fastverify /opt/fastverify
+COPY compose/fastverifyd.container.toml /etc/fastverify/fastverifyd.toml
+
+ENV PATH=/opt/fastverify/bin:${PATH} \
+    FASTVERIFY_CONFIG=/etc/fastverify/fastverifyd.toml \
+    FASTVERIFY_SOCKET=/run/fastverify/control.sock \
+    PYTHONUNBUFFERED=1
+
+# /run/fastverify is bind-mounted from the host so that the host's fastverifyctl reaches
+# the control socket; /var/lib/fastverify holds state.json and the switch journal.
+# The shipped profiles (env files inside the package) are baked at /etc/fastverify/profiles;
+# the host's override directory is mounted at /etc/fastverify/profiles.d.
+RUN mkdir -p /run/fastverify /var/lib/fastverify /etc/fastverify/profiles.d \
+ && ln -s "$(/opt/fastverify/bin/python -c 'from fastverify import paths; print(paths.shipped_profile_dir())')" \
+      /etc/fastverify/profiles \
+ && ls /etc/fastverify/profiles/*.env
+VOLUME ["/var/lib/fastverify"]
+
+# 30000: SGLang HTTP API and its /metrics; 9464: fastverify exporter.
+EXPOSE 30000 9464
+STOPSIGNAL SIGTERM
+# Healthy while the daemon answers and serves (or is switching); a failed daemon is not.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30m --retries=3 \
+  CMD ["/opt/fastverify/bin/python", "-c", "import sys; from fastverify.client import ControlClient as C; s = C(timeout=4).get('/v1/status'); sys.exit(0 if s.get('state') == 'READY' or s.get('switch_in_flight') else 1)"]
+
+ENTRYPOINT ["/opt/fastverify/bin/fastverifyd"]
+CMD ["--config", "/etc/fastverify/fastverifyd.toml"]
