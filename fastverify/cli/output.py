@@ -1,0 +1,90 @@
+"""Shared output helpers for `fastverifyctl` commands: JSON, tables, exit codes.
+
+Every command that prints data offers `--json`; these helpers keep the two forms
+consistent and keep heavy imports off the start-up path:
+
+- `emit_json(obj)`: one JSON document on stdout (sorted keys off, 2-space indent,
+  non-ASCII kept), paths and other objects converted with `str`.
+- `table(columns, rows, title=None)`: a rich table printed to stdout; rich is
+  imported only inside this function.
+- `fail(message, code=EXIT_PROBLEMS)`: print `message` to stderr and exit with `code`.
+- Exit codes: `EXIT_OK` (0), `EXIT_PROBLEMS` (1: validation problems, failed
+  checks, daemon reported failure), `EXIT_USAGE` (2: bad arguments, unknown names;
+  the same code click uses for usage errors), `EXIT_UNAVAILABLE` (3: the daemon
+  could not be reached).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn
+
+import click
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 3
+
+
+def _default(obj: Any) -> Any:
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if isinstance(obj, set | frozenset | tuple):
+        return list(obj)
+    return str(obj)
+
+
+def to_json(obj: Any) -> str:
+    """Serialise `obj` the way every command prints JSON (Paths and sets become str/list)."""
+    return json.dumps(obj, indent=2, ensure_ascii=False, default=_default)
+
+
+def emit_json(obj: Any) -> None:
+    """Print `obj` as one JSON document on stdout."""
+    click.echo(to_json(obj))
+
+
+def table(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    title: str | None = None,
+    *,
+    no_wrap: Sequence[str] = (),
+) -> None:
+    """Print a rich table (rich imported lazily); cells are converted with `str`.
+
+    Falls back to plain tab-separated text when stdout is not a terminal so that
+    pipes (`| grep`, `| awk`) see one line per row.
+    """
+    rows = [[("" if c is None else str(c)) for c in row] for row in rows]
+    if not sys.stdout.isatty():
+        if title:
+            click.echo(f"# {title}")
+        click.echo("\t".join(columns))
+        for row in rows:
+            click.echo("\t".join(row))
+        return
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title=title, show_edge=False, header_style="bold")
+    for col in columns:
+        t.add_column(col, no_wrap=col in no_wrap, overflow="fold")
+    for row in rows:
+        t.add_row(*(Text(c) for c in row))  # Text: no markup parsing
+    Console(highlight=False).print(t)
+
+
+def warn(message: str) -> None:
+    """Print a warning line to stderr."""
+    click.echo(message, err=True)
+
+
+def fail(message: str, code: int = EXIT_PROBLEMS) -> NoReturn:
+    """Print `message` to stderr and exit with `code` (see the EXIT_* constants)."""
+    click.echo(message, err=True)
+    sys.exit(code)

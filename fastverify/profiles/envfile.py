@@ -1,0 +1,226 @@
+"""Strict parser for profile env files: the subset that systemd `EnvironmentFile=`
+and docker compose `env_file:` read identically.
+
+Accepted, per line:
+- an empty line;
+- a comment: `#` in column 0 (metadata lives in the leading comment block as
+  `# key: value`, keys `description`, `requires`, `extends`, `tags`);
+- an assignment `NAME=value`: NAME matches `[A-Za-z_][A-Za-z0-9_]*`, value is
+  non-empty printable ASCII without quotes, `$`, backslashes, backticks,
+  whitespace or `#`.
+
+Everything else is refused with `path:line: what is wrong (what would be right)`:
+NUL bytes, invalid UTF-8, CRLF, `export`, leading whitespace, spaces around `=`,
+quotes, `$`, backslashes, inline comments, `;` comments (systemd only), lines
+without `=`, empty values, duplicate keys. The parser never raises on any input;
+every problem carries a line number in 1..number-of-lines (0 only for an empty path).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastverify.profiles.model import Problem
+
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+META_KEYS = ("description", "requires", "extends", "tags")
+_META_RE = re.compile(r"#\s*([A-Za-z][A-Za-z0-9_-]*)\s*:\s?(.*)")
+_VALUE_FORBIDDEN = {
+    '"': "a double quote",
+    "'": "a single quote",
+    "$": "'$' (variable expansion differs between systemd and compose)",
+    "\\": "a backslash (escapes differ between systemd and compose)",
+    "`": "a backtick (a shell-ism neither reader executes)",
+}
+
+
+@dataclass(frozen=True)
+class Assignment:
+    line: int
+    key: str
+    value: str
+
+
+@dataclass
+class ParsedFile:
+    """The result of `parse_bytes`: assignments in file order, metadata, problems."""
+
+    path: str
+    assignments: list[Assignment] = field(default_factory=list)
+    meta: dict[str, tuple[int, str]] = field(default_factory=dict)  # key -> (line, raw value)
+    problems: list[Problem] = field(default_factory=list)
+    line_count: int = 0
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {a.key: a.value for a in self.assignments}
+
+    def error(self, line: int, message: str) -> None:
+        self.problems.append(Problem(self.path, line, message, "error"))
+
+    def warning(self, line: int, message: str) -> None:
+        self.problems.append(Problem(self.path, line, message, "warning"))
+
+
+def _split_lines(data: bytes) -> list[bytes]:
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # trailing newline ends the last line; it does not start another
+    return lines
+
+
+def parse_bytes(data: bytes, path: str = "<profile>") -> ParsedFile:
+    """Parse env-file bytes; never raises. Problems are in `result.problems`."""
+    out = ParsedFile(path)
+    lines = _split_lines(data)
+    out.line_count = len(lines)
+    seen: dict[str, int] = {}
+    in_header = True
+    for number, raw in enumerate(lines, start=1):
+        if b"\x00" in raw:
+            out.error(number, "NUL byte in line (env files are text; remove it)")
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            out.error(
+                number, f"invalid UTF-8 at byte {exc.start} of the line (save the file as UTF-8)"
+            )
+            continue
+        if text.endswith("\r"):
+            out.error(number, "CRLF line ending (use LF only: compose keeps the \\r in the value)")
+            text = text[:-1]
+        if text == "":
+            continue
+        if text.startswith("#"):
+            _comment(out, number, text, in_header)
+            continue
+        in_header = False
+        _assignment(out, number, text, seen)
+    return out
+
+
+def _comment(out: ParsedFile, number: int, text: str, in_header: bool) -> None:
+    m = _META_RE.fullmatch(text)
+    if not m:
+        return
+    key, value = m.group(1).lower(), m.group(2).strip()
+    if key not in META_KEYS:
+        if in_header and difflib.get_close_matches(key, META_KEYS, n=1, cutoff=0.7):
+            out.warning(
+                number,
+                f"unknown metadata key {key!r} (known: {', '.join(META_KEYS)}); "
+                "treated as a plain comment",
+            )
+        return
+    if not in_header:
+        out.warning(
+            number,
+            f"'# {key}:' after the first variable is ignored "
+            "(move it to the leading comment block)",
+        )
+        return
+    if key in out.meta:
+        out.error(number, f"duplicate '# {key}:' (first on line {out.meta[key][0]}; keep one)")
+        return
+    if not value:
+        out.error(number, f"empty '# {key}:' (give a value or remove the line)")
+        return
+    out.meta[key] = (number, value)
+
+
+def _assignment(out: ParsedFile, number: int, text: str, seen: dict[str, int]) -> None:
+    if text[0] in " \t":
+        out.error(number, "leading whitespace (start the line with NAME=value or '#')")
+        return
+    if text.startswith(";"):
+        out.error(number, "';' comment (systemd reads it as a comment, compose does not; use '#')")
+        return
+    if text.startswith("export ") or text.startswith("export\t"):
+        out.error(number, "'export' prefix (write NAME=value; env files are not shell scripts)")
+        return
+    if "=" not in text:
+        out.error(number, f"no '=' in {_clip(text)!r} (write NAME=value, or '#' for a comment)")
+        return
+    key, value = text.split("=", 1)
+    if key != key.rstrip() or (value and value[0] in " \t"):
+        out.error(
+            number,
+            f"whitespace around '=' in {_clip(text)!r} (write {key.strip()}={value.strip()})",
+        )
+        return
+    if not NAME_RE.fullmatch(key):
+        out.error(number, f"invalid variable name {_clip(key)!r} (use [A-Za-z_][A-Za-z0-9_]*)")
+        return
+    problem = value_problem(value)
+    if problem:
+        out.error(number, f"{key}: {problem}")
+        return
+    if key in seen:
+        out.error(number, f"duplicate {key} (first set on line {seen[key]}; keep one)")
+        return
+    seen[key] = number
+    out.assignments.append(Assignment(number, key, value))
+
+
+def value_problem(value: str) -> str | None:
+    """Why `value` is not in the portable subset, or None when it is."""
+    if value == "":
+        return "empty value (remove the line to leave the variable unset)"
+    for ch in value:
+        if ch in _VALUE_FORBIDDEN:
+            return f"value contains {_VALUE_FORBIDDEN[ch]} (write the value bare: no quoting)"
+        if ch == "#":
+            return (
+                "'#' in value (inline comments differ between readers; "
+                "put comments on their own line)"
+            )
+        if ch in " \t":
+            return "whitespace in value (the readers trim and split differently; remove it)"
+        if ord(ch) < 0x20 or ord(ch) == 0x7F:
+            return f"control character {ch!r} in value (remove it)"
+    return None
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def parse_file(path: Path) -> ParsedFile:
+    """Read and parse `path`; an unreadable file gives one problem at line 0."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        out = ParsedFile(str(path))
+        out.error(0, f"cannot read file: {exc.strerror or exc}")
+        return out
+    return parse_bytes(data, str(path))
+
+
+def render(
+    env: dict[str, str],
+    *,
+    description: str = "",
+    requires: dict[str, str] | None = None,
+    extends: str | None = None,
+    tags: tuple[str, ...] | list[str] = (),
+    comments: list[str] | None = None,
+) -> str:
+    """Write a profile in the accepted format (metadata first, then one line per variable)."""
+    lines: list[str] = []
+    if description:
+        lines.append(f"# description: {' '.join(description.split())}")
+    if extends:
+        lines.append(f"# extends: {extends}")
+    if requires:
+        lines.append("# requires: " + ", ".join(f"{k}={v}" for k, v in requires.items()))
+    if tags:
+        lines.append("# tags: " + ", ".join(tags))
+    for c in comments or []:
+        for part in c.splitlines() or [""]:
+            lines.append(f"# {part}".rstrip())
+    lines.extend(f"{k}={v}" for k, v in env.items())
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,297 @@
+"""Profile lookup and loading: user directories first, then the shipped profiles.
+
+`ProfileStore(user_dirs, shipped_dir).load("ring-ll")` finds `ring-ll.env` in the
+first user directory that has it, else in the shipped directory; a user profile
+with a shipped name wins and records the shipped file in `Profile.shadows`.
+`# extends: NAME` is resolved at load time (base first, the file's own
+assignments override); `# extends:` naming the profile's own name means "the
+same name further down the search path" (a user file refining the shipped one).
+Cycles are reported with the chain. `load()` also accepts a path to a `.env` file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastverify import paths
+from fastverify.profiles import envfile
+from fastverify.profiles.model import Problem, Profile, ProfileError
+from fastverify.profiles.validate import (
+    PROFILE_NAME_RE,
+    Topology,
+    parse_requires,
+    validate,
+)
+
+SUFFIX = ".env"
+MAX_EXTENDS_DEPTH = 16
+_SHELL_META = re.compile(r"[;&|$`<>(){}\[\]*?!~'\"\\\s]")
+
+TopologySource = Topology | Callable[[], Topology] | None
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` is not a valid profile name, or None."""
+    if name == "":
+        return "empty profile name (use letters, digits, '.', '_', '-')"
+    if len(name) > 64:
+        return f"profile name is {len(name)} characters long (at most 64)"
+    if name.startswith("/"):
+        return (
+            f"{name!r} is an absolute path, not a profile name "
+            "(give a NAME, or a path ending in .env)"
+        )
+    if "/" in name or name in (".", ".."):
+        return f"{name!r} is a path, not a profile name (names cannot contain '/' or be '.'/'..')"
+    if _SHELL_META.search(name):
+        return (
+            f"{name!r} contains shell metacharacters or spaces (use letters, digits, '.', '_', '-')"
+        )
+    if not PROFILE_NAME_RE.fullmatch(name):
+        return (
+            f"{name!r} is not a profile name "
+            "(start with a letter or digit; then letters, digits, '.', '_', '-')"
+        )
+    if name.endswith(SUFFIX):
+        return f"{name!r}: give the name without '.env' (or a path such as ./{name})"
+    return None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One profile file found in the search path (not yet loaded)."""
+
+    name: str
+    path: Path
+    source: str  # "user" | "shipped"
+    shadows: Path | None = None
+
+
+class ProfileStore:
+    """Profiles from `user_dirs` (searched in order) and then `shipped_dir`."""
+
+    def __init__(
+        self,
+        user_dirs: Sequence[str | Path] | None = None,
+        shipped_dir: str | Path | None = None,
+        topology: TopologySource = None,
+    ):
+        self.user_dirs = (
+            [Path(d) for d in user_dirs] if user_dirs is not None else paths.user_profile_dirs()
+        )
+        self.shipped_dir = Path(shipped_dir) if shipped_dir else paths.shipped_profile_dir()
+        if topology is None:
+            from fastverify.profiles import topology as topo
+
+            topology = topo.detect_cached
+        self.topology = topology
+
+    # --- lookup
+    def search_path(self) -> list[tuple[Path, str]]:
+        return [(d, "user") for d in self.user_dirs] + [(self.shipped_dir, "shipped")]
+
+    def _candidates(self, name: str) -> list[Entry]:
+        found = []
+        for d, source in self.search_path():
+            p = d / f"{name}{SUFFIX}"
+            if p.is_file():
+                found.append(Entry(name, p, source))
+        return found
+
+    def find(self, name: str) -> Entry | None:
+        """Where `name` would be loaded from (the first hit), or None."""
+        cands = self._candidates(name)
+        if not cands:
+            return None
+        first = cands[0]
+        shipped = next((c.path for c in cands[1:] if c.source == "shipped"), None)
+        return Entry(
+            first.name, first.path, first.source, shipped if first.source == "user" else None
+        )
+
+    def entries(self) -> list[Entry]:
+        """Every profile name in the search path, sorted, each with the file that wins."""
+        names: set[str] = set()
+        for d, _ in self.search_path():
+            try:
+                files = list(d.iterdir())
+            except OSError:
+                continue
+            for f in files:
+                stem = f.name[: -len(SUFFIX)]
+                if f.name.endswith(SUFFIX) and name_problem(stem) is None and f.is_file():
+                    names.add(stem)
+        return [e for e in (self.find(n) for n in sorted(names)) if e is not None]
+
+    def list(self) -> list[Profile]:
+        """Every loadable profile (invalid ones are skipped; see `list_entries`)."""
+        out = []
+        for e in self.entries():
+            try:
+                out.append(self._load_entry(e, force=False))
+            except ProfileError:
+                continue
+        return out
+
+    def list_entries(self) -> list[tuple[Entry, Profile | None, list[Problem]]]:
+        """Every profile file with its loaded Profile (or None) and its problems."""
+        out: list[tuple[Entry, Profile | None, list[Problem]]] = []
+        for e in self.entries():
+            try:
+                p = self._load_entry(e, force=False)
+                out.append((e, p, list(p.warnings)))
+            except ProfileError as exc:
+                out.append((e, None, exc.problems))
+        return out
+
+    # --- loading
+    @staticmethod
+    def looks_like_path(arg: str) -> bool:
+        return arg.endswith(SUFFIX) and ("/" in arg or Path(arg).is_file())
+
+    def load(
+        self, name_or_path: str | Path, force: bool = False, allow_path: bool = True
+    ) -> Profile:
+        """Load, resolve `extends`, validate; raises ProfileError listing every problem."""
+        arg = str(name_or_path)
+        if allow_path and (isinstance(name_or_path, Path) or self.looks_like_path(arg)):
+            p = Path(arg)
+            if not p.is_file():
+                raise ProfileError([Problem(arg, 0, "no such profile file (check the path)")])
+            name = p.name[: -len(SUFFIX)] if p.name.endswith(SUFFIX) else p.name
+            source = "file"
+            for d, src in self.search_path():
+                try:
+                    if p.resolve().parent == d.resolve():
+                        source = src
+                except OSError:
+                    pass
+            return self._load_entry(Entry(name, p, source), force=force)
+        problem = name_problem(arg)
+        if problem:
+            raise ProfileError([Problem(arg, 0, problem)])
+        entry = self.find(arg)
+        if entry is None:
+            where = ", ".join(str(d) for d, _ in self.search_path())
+            known = [e.name for e in self.entries()]
+            import difflib
+
+            close = difflib.get_close_matches(arg, known, n=3)
+            hint = (
+                f"did you mean {' or '.join(close)}?"
+                if close
+                else "see `fastverifyctl profile list`"
+            )
+            raise ProfileError([Problem(arg, 0, f"no profile named {arg!r} in {where} ({hint})")])
+        return self._load_entry(entry, force=force)
+
+    def _topology(self) -> Topology:
+        t = self.topology
+        return t() if callable(t) else t  # type: ignore[return-value]
+
+    def _load_entry(self, entry: Entry, force: bool) -> Profile:
+        chain: list[Path] = []
+        return self._resolve(entry, force, chain)
+
+    def _resolve(self, entry: Entry, force: bool, chain: list[Path]) -> Profile:
+        path = entry.path
+        real = path.resolve() if path.exists() else path
+        if real in chain:
+            names = " -> ".join(p.name for p in [*chain, real])
+            raise ProfileError([Problem(str(path), 0, f"extends cycle: {names} (break the cycle)")])
+        if len(chain) >= MAX_EXTENDS_DEPTH:
+            raise ProfileError(
+                [
+                    Problem(
+                        str(path), 0, f"extends chain deeper than {MAX_EXTENDS_DEPTH} (flatten it)"
+                    )
+                ]
+            )
+        chain = [*chain, real]
+        parsed = envfile.parse_file(path)
+        base: Profile | None = None
+        base_problems: list[Problem] = []
+        extends = parsed.meta.get("extends")
+        if extends and PROFILE_NAME_RE.fullmatch(extends[1]):
+            line, base_name = extends
+            base_entry = self._find_base(base_name, entry)
+            if base_entry is None:
+                base_problems.append(
+                    Problem(
+                        str(path),
+                        line,
+                        f"extends: no profile named {base_name!r} "
+                        "(see `fastverifyctl profile list`)",
+                    )
+                )
+            else:
+                try:
+                    base = self._resolve(base_entry, force, chain)
+                except ProfileError as exc:
+                    if any("extends cycle" in p.message for p in exc.problems):
+                        raise
+                    base_problems.append(
+                        Problem(str(path), line, f"extends: base profile {base_name!r} is invalid")
+                    )
+                    base_problems.extend(exc.problems)
+        env: dict[str, str] = dict(base.env) if base else {}
+        sources: dict[str, str] = dict(base.env_sources) if base else {}
+        own = parsed.env
+        for k, v in own.items():
+            env[k] = v
+            sources[k] = entry.name
+        lines = {a.key: a.line for a in parsed.assignments}
+        ext_line = extends[0] if extends else 0
+        full_lines = {k: lines.get(k, ext_line) for k in env}
+        problems = validate(parsed, topology=self._topology, force=force, env=env, lines=full_lines)
+        problems = base_problems + problems
+        errors = [p for p in problems if p.severity == "error"]
+        if errors:
+            raise ProfileError(problems)
+        requires = dict(base.requires) if base else {}
+        if "requires" in parsed.meta:
+            requires.update(parse_requires(parsed.meta["requires"][1]))
+        tags = ()
+        if "tags" in parsed.meta:
+            tags = tuple(t.strip() for t in parsed.meta["tags"][1].split(",") if t.strip())
+        warnings = list(base.warnings) if base else []
+        warnings += [p for p in problems if p.severity == "warning"]
+        return Profile(
+            name=entry.name,
+            path=path,
+            source=entry.source,  # type: ignore[arg-type]
+            description=parsed.meta.get("description", (0, ""))[1],
+            requires=requires,
+            extends=extends[1] if extends else None,
+            tags=tags,
+            env=env,
+            own_env=own,
+            shadows=entry.shadows,
+            warnings=tuple(warnings),
+            env_sources=sources,
+            lines=lines,
+        )
+
+    def _find_base(self, base_name: str, child: Entry) -> Entry | None:
+        cands = self._candidates(base_name)
+        if base_name != child.name:
+            if cands:
+                return cands[0]
+            # a file loaded by path may extend a sibling file in its own directory
+            sib = child.path.parent / f"{base_name}{SUFFIX}"
+            return Entry(base_name, sib, "file") if sib.is_file() else None
+        # same name: the next one down the search path after the child's own file
+        try:
+            child_real = child.path.resolve()
+        except OSError:
+            child_real = child.path
+        after = False
+        for c in cands:
+            if after:
+                return c
+            if c.path.resolve() == child_real:
+                after = True
+        return None
