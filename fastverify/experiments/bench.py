@@ -1,0 +1,447 @@
+"""Closed-loop load against a running SGLang-compatible server (`fastverifyctl bench`).
+
+`concurrency` clients each send one streaming `POST /generate` request after another
+(closed loop) until `duration` seconds have passed or `requests` requests have been
+sent. Prompts are fixed token-id sequences drawn from a seeded RNG (`input_ids`, so the
+input length is exact without a tokenizer), and `ignore_eos` pins the output length.
+
+Timing, from the streamed chunks (SGLang sends cumulative `meta_info.completion_tokens`):
+- TTFT: request start to the first chunk that carries a token.
+- ITL: gap between chunks divided by the tokens that chunk added (a speculative step
+  delivers several tokens at once), one value per token, as `sglang.bench_serving` does.
+- Output tok/s: tokens received inside the measurement window / window length. With
+  `duration` the window ends at the deadline and requests still in flight are cancelled
+  (their tokens up to the deadline count, they do not count as completed); with
+  `requests` it ends when the last request finishes.
+- Per-request tok/s: mean over completed requests of (tokens - 1) / (latency - TTFT),
+  the decode rate one sequence sees (what a break-even accept length is measured against).
+- Accept length: `internal_states[0].avg_spec_accept_length` of `/get_server_info`
+  (`/server_info` on newer SGLang) after the run; None for a baseline server.
+
+`run_sglang_bench` runs `python -m sglang.bench_serving` instead, when it is installed,
+and maps the JSONL line it appends to `--output-file` onto the same result fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastverify.experiments.stats import mean, percentile
+
+ProgressFn = Callable[[int, float], None]  # (completed requests, elapsed seconds)
+
+
+class BenchError(RuntimeError):
+    """The benchmark could not produce a measurement (server unreachable, every request failed)."""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    url: str = "http://127.0.0.1:30000"
+    concurrency: int = 1
+    duration: float | None = 30.0  # seconds; None when `requests` bounds the run
+    requests: int | None = None
+    input_len: int = 128
+    output_len: int = 256
+    seed: int = 0
+    warmup: int = 1  # requests per client, sent and discarded before measuring
+    timeout: float = 600.0  # per request
+
+    def validate(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError("--concurrency must be at least 1")
+        if self.duration is None and self.requests is None:
+            raise ValueError("give --duration or --requests")
+        if self.duration is not None and self.duration <= 0:
+            raise ValueError("--duration must be positive")
+        if self.requests is not None and self.requests < 1:
+            raise ValueError("--requests must be at least 1")
+        if self.input_len < 1 or self.output_len < 1:
+            raise ValueError("--input-len and --output-len must be at least 1")
+        if self.warmup < 0:
+            raise ValueError("--warmup must be 0 or more")
+
+
+@dataclass
+class RequestRecord:
+    start: float
+    ttft: float | None = None
+    latency: float | None = None
+    tokens: int = 0
+    chunk_times: list[float] = field(default_factory=list)  # absolute perf_counter times
+    chunk_tokens: list[int] = field(default_factory=list)  # tokens added by each chunk
+    error: str | None = None
+    completed: bool = False
+    cancelled: bool = False  # in flight at the deadline (not a failure)
+
+
+@dataclass
+class BenchResult:
+    source: str  # "fastverify" | "sglang.bench_serving"
+    url: str
+    config: dict[str, Any]
+    duration_s: float
+    completed: int
+    failed: int
+    output_tokens: int
+    output_tokens_per_second: float
+    request_rate: float
+    per_request_tokens_per_second: float | None
+    ttft_ms: dict[str, float | None]
+    itl_ms: dict[str, float | None]
+    accept_length: float | None
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_prompts(n: int, input_len: int, seed: int) -> list[list[int]]:
+    """`n` fixed prompts of `input_len` token ids, reproducible from `seed`.
+
+    Ids stay in 1000..29999, inside any modern vocabulary and clear of special tokens.
+    """
+    rng = random.Random(seed)
+    return [[rng.randrange(1000, 30000) for _ in range(input_len)] for _ in range(n)]
+
+
+def _summary(values: list[float]) -> dict[str, float | None]:
+    def ms(v: float | None) -> float | None:
+        return None if v is None else v * 1000.0
+
+    return {
+        "mean": ms(mean(values)) if values else None,
+        "p50": ms(percentile(values, 50)),
+        "p90": ms(percentile(values, 90)),
+        "p99": ms(percentile(values, 99)),
+    }
+
+
+async def _one_request(
+    client: Any, url: str, prompt: list[int], cfg: BenchConfig, rec: RequestRecord
+) -> None:
+    """Stream one request into `rec` (mutated in place, so a cancelled request keeps what it
+    received)."""
+    payload = {
+        "input_ids": prompt,
+        "sampling_params": {
+            "temperature": 0.0,
+            "max_new_tokens": cfg.output_len,
+            "ignore_eos": True,
+        },
+        "stream": True,
+    }
+    rec.start = time.perf_counter()
+    try:
+        async with client.stream("POST", f"{url}/generate", json=payload) as resp:
+            if resp.status_code != 200:
+                body = (await resp.aread()).decode(errors="replace")[:200]
+                rec.error = f"HTTP {resp.status_code}: {body}"
+                return
+            async for line in resp.aiter_lines():
+                line = line.strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    rec.error = str(chunk["error"])[:200]
+                    return
+                done = int((chunk.get("meta_info") or {}).get("completion_tokens", rec.tokens))
+                if done <= rec.tokens:
+                    continue
+                now = time.perf_counter()
+                if rec.ttft is None:
+                    rec.ttft = now - rec.start
+                rec.chunk_times.append(now)
+                rec.chunk_tokens.append(done - rec.tokens)
+                rec.tokens = done
+    except Exception as exc:  # network errors, bad JSON: recorded, the run goes on
+        rec.error = f"{type(exc).__name__}: {exc}"[:200]
+        return
+    rec.latency = time.perf_counter() - rec.start
+    rec.completed = rec.tokens > 0
+    if not rec.completed:
+        rec.error = "stream ended without tokens"
+
+
+async def _measure(
+    cfg: BenchConfig, progress: ProgressFn | None
+) -> tuple[list[RequestRecord], float, float, float | None]:
+    import httpx
+
+    url = cfg.url.rstrip("/")
+    n_prompts = max(64, cfg.concurrency * 4) if cfg.requests is None else cfg.requests
+    prompts = make_prompts(n_prompts, cfg.input_len, cfg.seed)
+    limits = httpx.Limits(max_connections=cfg.concurrency + 4)
+    timeout = httpx.Timeout(cfg.timeout, connect=10.0)
+    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+        try:
+            await client.get(f"{url}/health", timeout=10.0)
+        except httpx.HTTPError as exc:
+            raise BenchError(
+                f"server not reachable at {url} ({type(exc).__name__}: {exc})"
+            ) from None
+        if cfg.warmup:
+            warm = [RequestRecord(start=0.0) for _ in range(cfg.warmup * cfg.concurrency)]
+            await asyncio.gather(
+                *[
+                    _one_request(client, url, prompts[i % len(prompts)], cfg, rec)
+                    for i, rec in enumerate(warm)
+                ]
+            )
+            if all(r.error for r in warm):
+                raise BenchError(f"every warm-up request failed: {warm[0].error}")
+
+        records: list[RequestRecord] = []
+        state = {"next": 0, "done": 0}
+        t0 = time.perf_counter()
+        deadline = None if cfg.duration is None else t0 + cfg.duration
+
+        async def client_loop() -> None:
+            while True:
+                i = state["next"]
+                if cfg.requests is not None and i >= cfg.requests:
+                    return
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return
+                state["next"] = i + 1
+                rec = RequestRecord(start=time.perf_counter())
+                records.append(rec)
+                coro = _one_request(client, url, prompts[i % len(prompts)], cfg, rec)
+                if deadline is None:
+                    await coro
+                else:
+                    try:
+                        await asyncio.wait_for(coro, max(0.001, deadline - time.perf_counter()))
+                    except TimeoutError:
+                        rec.cancelled = True  # keeps the chunks it streamed before the deadline
+                        return
+                state["done"] += 1
+                if progress:
+                    progress(state["done"], time.perf_counter() - t0)
+
+        await asyncio.gather(*[client_loop() for _ in range(cfg.concurrency)])
+        t_end = deadline if deadline is not None else time.perf_counter()
+        accept = await _accept_length(client, url)
+        return records, t0, t_end, accept
+
+
+async def _accept_length(client: Any, url: str) -> float | None:
+    """avg_spec_accept_length of TP0 from /get_server_info (or /server_info); None if absent."""
+    for path in ("/get_server_info", "/server_info"):
+        try:
+            resp = await client.get(f"{url}{path}", timeout=10.0)
+        except Exception:
+            continue
+        if resp.status_code != 200:
+            continue
+        try:
+            info = resp.json()
+        except ValueError:
+            continue
+        return accept_length_from_server_info(info)
+    return None
+
+
+def accept_length_from_server_info(info: dict[str, Any]) -> float | None:
+    """`internal_states[0].avg_spec_accept_length` (older SGLang: top-level), or None."""
+    states = info.get("internal_states")
+    candidates = []
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        candidates.append(states[0].get("avg_spec_accept_length"))
+    candidates.append(info.get("avg_spec_accept_length"))
+    for value in candidates:
+        if isinstance(value, int | float) and value > 0:
+            return float(value)
+    return None
+
+
+def summarize(
+    records: list[RequestRecord],
+    t0: float,
+    t_end: float,
+    cfg: BenchConfig,
+    accept_length: float | None,
+) -> BenchResult:
+    """Turn per-request records into the result (see the module docstring for definitions)."""
+    window = max(t_end - t0, 1e-9)
+    completed = [r for r in records if r.completed]
+    failed = [r for r in records if r.error and not r.cancelled]
+    if not completed and not any(r.chunk_times for r in records):
+        first = failed[0].error if failed else "no request finished inside the window"
+        raise BenchError(f"no tokens received from {cfg.url}: {first}")
+    tokens_in_window = sum(
+        n for r in records for t, n in zip(r.chunk_times, r.chunk_tokens, strict=True) if t <= t_end
+    )
+    ttfts = [r.ttft for r in records if r.ttft is not None]
+    itls: list[float] = []
+    for r in records:
+        for k in range(1, len(r.chunk_times)):
+            gap = (r.chunk_times[k] - r.chunk_times[k - 1]) / r.chunk_tokens[k]
+            itls.extend([gap] * r.chunk_tokens[k])
+    per_req = [
+        (r.tokens - 1) / (r.latency - r.ttft)
+        for r in completed
+        if r.tokens > 1 and r.latency is not None and r.ttft is not None and r.latency > r.ttft
+    ]
+    errors = sorted({r.error for r in failed if r.error})[:5]
+    return BenchResult(
+        source="fastverify",
+        url=cfg.url,
+        config=asdict(cfg),
+        duration_s=window,
+        completed=len(completed),
+        failed=len(failed),
+        output_tokens=tokens_in_window,
+        output_tokens_per_second=tokens_in_window / window,
+        request_rate=len(completed) / window,
+        per_request_tokens_per_second=mean(per_req) if per_req else None,
+        ttft_ms=_summary(ttfts),
+        itl_ms=_summary(itls),
+        accept_length=accept_length,
+        errors=errors,
+    )
+
+
+def run_bench(cfg: BenchConfig, progress: ProgressFn | None = None) -> BenchResult:
+    """Run the closed loop described in the module docstring and summarise it."""
+    cfg.validate()
+    records, t0, t_end, accept = asyncio.run(_measure(cfg, progress))
+    return summarize(records, t0, t_end, cfg, accept)
+
+
+# ---------------------------------------------------------------- sglang.bench_serving
+
+
+def sglang_bench_available(python: str | None = None) -> bool:
+    """Whether `sglang.bench_serving` can be imported (in this interpreter, or `python`)."""
+    if python is None or python == sys.executable:
+        return importlib.util.find_spec("sglang") is not None
+    probe = subprocess.run(
+        [
+            python,
+            "-c",
+            "import importlib.util,sys; sys.exit(importlib.util.find_spec('sglang') is None)",
+        ],
+        capture_output=True,
+        check=False,
+    )
+    return probe.returncode == 0
+
+
+def sglang_bench_argv(cfg: BenchConfig, output_file: str, python: str | None = None) -> list[str]:
+    """The `python -m sglang.bench_serving` command for `cfg` (fixed lengths, closed loop)."""
+    if cfg.requests is None:
+        raise ValueError(
+            "--use-sglang-bench needs --requests (sglang.bench_serving has no duration)"
+        )
+    return [
+        python or sys.executable,
+        "-m",
+        "sglang.bench_serving",
+        "--backend",
+        "sglang",
+        "--base-url",
+        cfg.url.rstrip("/"),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(cfg.input_len),
+        "--random-output-len",
+        str(cfg.output_len),
+        "--random-range-ratio",
+        "1.0",
+        "--num-prompts",
+        str(cfg.requests),
+        "--max-concurrency",
+        str(cfg.concurrency),
+        "--request-rate",
+        "inf",
+        "--seed",
+        str(cfg.seed),
+        "--warmup-requests",
+        str(cfg.warmup),
+        "--output-file",
+        output_file,
+        "--disable-tqdm",
+    ]
+
+
+def result_from_sglang_jsonl(line: dict[str, Any], cfg: BenchConfig) -> BenchResult:
+    """Map one `sglang.bench_serving` JSONL record onto a BenchResult.
+
+    Keys used (python/sglang/bench_serving.py): duration, completed, total_output_tokens,
+    output_throughput, request_throughput, mean/median/p99_ttft_ms, mean/median/p95/p99_itl_ms,
+    mean_tpot_ms, accept_length. bench_serving reports no p90; p95 is not substituted.
+    """
+
+    def f(key: str) -> float | None:
+        value = line.get(key)
+        return float(value) if isinstance(value, int | float) else None
+
+    tpot = f("mean_tpot_ms")
+    num_prompts = int(line.get("completed") or 0)
+    requested = cfg.requests or num_prompts
+    return BenchResult(
+        source="sglang.bench_serving",
+        url=cfg.url,
+        config=asdict(cfg),
+        duration_s=f("duration") or 0.0,
+        completed=num_prompts,
+        failed=max(0, requested - num_prompts),
+        output_tokens=int(line.get("total_output_tokens") or 0),
+        output_tokens_per_second=f("output_throughput") or 0.0,
+        request_rate=f("request_throughput") or 0.0,
+        per_request_tokens_per_second=(1000.0 / tpot) if tpot else None,
+        ttft_ms={
+            "mean": f("mean_ttft_ms"),
+            "p50": f("median_ttft_ms"),
+            "p90": None,
+            "p99": f("p99_ttft_ms"),
+        },
+        itl_ms={
+            "mean": f("mean_itl_ms"),
+            "p50": f("median_itl_ms"),
+            "p90": None,
+            "p99": f("p99_itl_ms"),
+        },
+        accept_length=f("accept_length"),
+    )
+
+
+def run_sglang_bench(cfg: BenchConfig, python: str | None = None) -> BenchResult:
+    """Run `sglang.bench_serving` and read the JSONL line it appends to its output file."""
+    cfg.validate()
+    if not sglang_bench_available(python):
+        raise BenchError(
+            "--use-sglang-bench: sglang is not installed in "
+            f"{python or sys.executable} (install sglang, or drop --use-sglang-bench)"
+        )
+    with tempfile.TemporaryDirectory(prefix="fastverify-bench-") as tmp:
+        out = Path(tmp) / "bench.jsonl"
+        argv = sglang_bench_argv(cfg, str(out), python)
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+            raise BenchError(f"sglang.bench_serving exited {proc.returncode}: " + " | ".join(tail))
+        lines = [ln for ln in out.read_text().splitlines() if ln.strip()] if out.exists() else []
+        if not lines:
+            raise BenchError("sglang.bench_serving wrote no result line to its --output-file")
+        with contextlib.suppress(ValueError):
+            return result_from_sglang_jsonl(json.loads(lines[-1]), cfg)
+        raise BenchError("sglang.bench_serving's result line is not JSON")

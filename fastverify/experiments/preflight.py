@@ -1,0 +1,500 @@
+"""`fastverifyctl preflight`: check NCCL profiles on the GPUs in seconds, without loading a model.
+
+For each profile a fresh group of N rank processes (`preflight_worker.py`, one per GPU)
+is started with exactly the environment the daemon would give the server
+(`fastverify.profiles.effective.effective_env`), plus the rendezvous variables
+(MASTER_ADDR=127.0.0.1, a free MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK) and
+NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING, NCCL_DEBUG_FILE=<per-rank file>, from
+which the algorithm/protocol NCCL chose per message size (TUNING lines) and the variables
+it confirmed ("... set by environment to ...") are read back.
+
+The ranks report per message size (hidden_size x tokens, bf16): eager p50/p99 latency,
+algbw/busbw, CUDA-graph capture and replay, and whether the sums were exact. This module
+never imports torch: it only checks that the workers' interpreter can (`find_spec`).
+
+Verdict per profile: "ok"; "unsafe-cuda-graph" (eager works but capture or replay fails:
+a CUDA-graph server would die after its model load; a profile that declares
+`requires: cuda-graph=off` stays "ok"); "failed" (init failure, wrong sums, timeout).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastverify.experiments.stats import percentile
+
+WORKER = Path(__file__).with_name("preflight_worker.py")
+DEFAULT_TOKENS = (1, 2, 3, 4, 8, 16, 32, 64)
+DEFAULT_HIDDEN = 7168
+ONE_RANK_NOTE = (
+    "one rank: NCCL launches no all-reduce kernel with a single rank, so latency and "
+    "bandwidth here are not multi-GPU figures (those need 2+ GPUs); init, eager calls, "
+    "CUDA-graph capture/replay and the result check still ran"
+)
+NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"}
+
+EventFn = Callable[[str], None]
+RANK_KEYS = (
+    "rank",
+    "status",
+    "error",
+    "returncode",
+    "init_s",
+    "wall_s",
+    "gpu",
+    "torch",
+    "nccl_version",
+    "teardown_error",
+)
+
+
+class PreflightError(RuntimeError):
+    """Preflight cannot run at all (no torch, no GPU, unknown profile)."""
+
+
+class TorchMissing(PreflightError):
+    """The workers' interpreter has no torch."""
+
+
+@dataclass(frozen=True)
+class PreflightConfig:
+    nproc: int | None = None  # None: every visible GPU (gloo: 2)
+    hidden_size: int = DEFAULT_HIDDEN
+    tokens: tuple[int, ...] = DEFAULT_TOKENS
+    sizes_bytes: tuple[int, ...] = ()  # explicit message sizes instead of hidden x tokens
+    iters: int = 50
+    warmup: int = 5
+    backend: str = "nccl"  # "gloo" is for testing the orchestration on CPUs
+    timeout_s: float = 180.0  # per profile
+    python: str = ""  # workers' interpreter ("" = this one)
+    extra_env: Mapping[str, str] = field(default_factory=dict)  # on top of the profile
+    logs_dir: str = ""  # keep per-rank JSON and NCCL logs here ("" = temporary)
+
+
+# ------------------------------------------------------------------ environment checks
+
+
+def torch_available(python: str = "") -> bool:
+    """Whether `python` (default: this interpreter) can import torch, without importing it."""
+    if not python or os.path.realpath(python) == os.path.realpath(sys.executable):
+        return importlib.util.find_spec("torch") is not None
+    code = "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)"
+    return subprocess.run([python, "-c", code], capture_output=True, check=False).returncode == 0
+
+
+def visible_gpus() -> int:
+    """GPUs a worker would see: CUDA_VISIBLE_DEVICES when set, else `nvidia-smi -L`."""
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None:
+        return len([d for d in cvd.split(",") if d.strip() and d.strip() != "-1"])
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------ NCCL debug logs
+
+_TUNING = re.compile(r"(\w+): (\d+) Bytes -> Algo (\S+) proto (\S+)")
+_SET_BY_ENV = re.compile(r"(NCCL_\w+) set by environment to (.*?)\.?$")
+_VERSION = re.compile(r"NCCL version (\S+)")
+
+
+def parse_nccl_log(text: str) -> dict[str, Any]:
+    """Read NCCL INFO output: version, variables NCCL confirmed, AllReduce algo/proto by size,
+    and WARN lines."""
+    version = None
+    confirmed: dict[str, str] = {}
+    choices: dict[int, Counter[tuple[str, str]]] = {}
+    warnings: list[str] = []
+    for line in text.splitlines():
+        _, sep, msg = line.partition(" NCCL ")
+        if not sep:
+            continue
+        level, _, body = msg.partition(" ")
+        if level == "WARN":
+            warnings.append(body.strip()[:300])
+            continue
+        if level != "INFO":
+            continue
+        body = body.strip()
+        if m := _VERSION.match(body):
+            version = m.group(1)
+        elif m := _SET_BY_ENV.search(body):
+            confirmed[m.group(1)] = m.group(2).strip()
+        elif (m := _TUNING.match(body)) and m.group(1) == "AllReduce":
+            choices.setdefault(int(m.group(2)), Counter())[(m.group(3), m.group(4))] += 1
+    tuning = {
+        nbytes: {"algo": c.most_common(1)[0][0][0], "proto": c.most_common(1)[0][0][1]}
+        for nbytes, c in sorted(choices.items())
+    }
+    return {"version": version, "confirmed": confirmed, "tuning": tuning, "warnings": warnings[:20]}
+
+
+# ------------------------------------------------------------------ one profile
+
+
+def _merge_timing(parts: list[dict[str, Any] | None], world: int, nbytes: int) -> dict[str, Any]:
+    """Collective latency = the slowest rank's; bandwidth from that p50."""
+    parts = [p for p in parts if p and p.get("p50_us") is not None]
+    if not parts:
+        return {}
+    p50 = max(p["p50_us"] for p in parts)
+    p99 = max(p["p99_us"] for p in parts)
+    algbw = nbytes / (p50 * 1e-6) / 1e9 if p50 > 0 else None
+    return {
+        "p50_us": p50,
+        "p99_us": p99,
+        "algbw_gbs": algbw,
+        "busbw_gbs": None if algbw is None else algbw * 2.0 * (world - 1) / world,
+    }
+
+
+def _merge_sizes(ranks: list[dict[str, Any]], world: int, tuning: dict[int, Any]) -> list[dict]:
+    rows = []
+    by_rank = [r.get("sizes", []) for r in ranks]
+    for i, base in enumerate(by_rank[0] if by_rank else []):
+        per = [sizes[i] for sizes in by_rank if i < len(sizes)]
+        nbytes = base["bytes"]
+        eager_errors = [p["eager"].get("error") for p in per if p["eager"].get("status") != "ok"]
+        graphs = [p.get("graph", {}) for p in per]
+        capture = _worst([g.get("capture") for g in graphs])
+        replay = _worst([g.get("replay") for g in graphs])
+        graph_err = next((g.get("error") for g in graphs if g.get("error")), None)
+        graph: dict[str, Any] = {"capture": capture, "replay": replay}
+        if graph_err:
+            graph["error"] = graph_err
+        if capture == "skipped":
+            graph["reason"] = next((g.get("reason") for g in graphs if g.get("reason")), None)
+        graph.update(_merge_timing(graphs if replay == "ok" else [], world, nbytes))
+        eager: dict[str, Any] = {"status": "ok" if not eager_errors else "failed"}
+        if eager_errors:
+            eager["error"] = eager_errors[0]
+        eager.update(_merge_timing([p["eager"] for p in per], world, nbytes))
+        choice = tuning.get(nbytes)
+        rows.append(
+            {
+                "tokens": base["tokens"],
+                "bytes": nbytes,
+                "correct": len(per) == len(by_rank) and all(p.get("correct") for p in per),
+                "eager": eager,
+                "graph": graph,
+                "nccl_algo": choice["algo"] if choice else None,
+                "nccl_proto": choice["proto"] if choice else None,
+            }
+        )
+    return rows
+
+
+def _worst(states: list[str | None]) -> str:
+    for s in ("failed", "not run", "skipped"):
+        if s in states:
+            return s
+    return "ok" if states and all(s == "ok" for s in states) else "not run"
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the session we started for this rank (never anything else)."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+def _requires_graph_off(requires: Mapping[str, str]) -> bool:
+    return str(requires.get("cuda-graph", "")).lower() in ("off", "false", "0", "no", "disabled")
+
+
+def run_profile(
+    name: str,
+    env: Mapping[str, str],
+    cfg: PreflightConfig,
+    world: int,
+    workdir: Path,
+    requires: Mapping[str, str] | None = None,
+    on_event: EventFn | None = None,
+) -> dict[str, Any]:
+    """Start `world` ranks with `env` (+ rendezvous + NCCL debug), wait, merge their reports."""
+    python = cfg.python or sys.executable
+    port = free_port()
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    elem = 2 if cfg.backend == "nccl" else 4  # bf16 on NCCL, float32 on gloo
+    procs: list[subprocess.Popen] = []
+    outs: list[Path] = []
+    t0 = time.perf_counter()
+    for rank in range(world):
+        out = workdir / f"{safe}.rank{rank}.json"
+        log = workdir / f"{safe}.rank{rank}.nccl.log"
+        for stale in (out, log):
+            stale.unlink(missing_ok=True)
+        rank_env = dict(env)
+        rank_env.update(NCCL_DEBUG_ENV)
+        rank_env.update(
+            NCCL_DEBUG_FILE=str(log),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE=str(world),
+            PYTHONUNBUFFERED="1",
+        )
+        argv = [
+            python, str(WORKER), "--backend", cfg.backend,
+            "--hidden-size", str(cfg.hidden_size),
+            "--tokens", ",".join(str(t) for t in cfg.tokens),
+            "--numels", ",".join(str(max(1, b // elem)) for b in cfg.sizes_bytes),
+            "--iters", str(cfg.iters), "--warmup", str(cfg.warmup), "--out", str(out),
+        ]  # fmt: skip
+        stdio = open(workdir / f"{safe}.rank{rank}.stdout", "wb")  # noqa: SIM115
+        try:
+            procs.append(
+                subprocess.Popen(
+                    argv,
+                    env=rank_env,
+                    stdout=stdio,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        finally:
+            stdio.close()
+        outs.append(out)
+
+    timed_out = False
+    deadline = t0 + cfg.timeout_s
+    first_exit: float | None = None
+    last_note = t0
+    while any(p.poll() is None for p in procs):
+        now = time.perf_counter()
+        exited_bad = [p for p in procs if p.poll() not in (None, 0, 1)]
+        if exited_bad and first_exit is None:
+            first_exit = now
+        # A rank that died in init leaves its peers waiting in the rendezvous: give them a
+        # moment to report, then stop them.
+        if now > deadline or (first_exit is not None and now - first_exit > 10.0):
+            timed_out = now > deadline
+            for p in procs:
+                _kill_group(p)
+            break
+        if on_event and now - last_note > 15.0:
+            on_event(f"  {name}: still running ({now - t0:.0f} s)")
+            last_note = now
+        time.sleep(0.05)
+    wall = time.perf_counter() - t0
+
+    ranks: list[dict[str, Any]] = []
+    for rank, (proc, out) in enumerate(zip(procs, outs, strict=True)):
+        try:
+            doc = json.loads(out.read_text())
+        except (OSError, ValueError):
+            tail = ""
+            with contextlib.suppress(OSError):
+                tail = (workdir / f"{safe}.rank{rank}.stdout").read_text(errors="replace")
+            doc = {
+                "rank": rank,
+                "status": "failed",
+                "sizes": [],
+                "error": _last_error(tail) or f"rank exited with {proc.returncode}",
+            }
+        doc["returncode"] = proc.returncode
+        ranks.append(doc)
+
+    nccl_logs = []
+    for rank in range(world):
+        log = workdir / f"{safe}.rank{rank}.nccl.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        nccl_logs.append(parse_nccl_log(text))
+    nccl0 = nccl_logs[0] if nccl_logs else parse_nccl_log("")
+    sizes = _merge_sizes([r for r in ranks if r.get("sizes")] or ranks, world, nccl0["tuning"])
+
+    init_errors = [r.get("error") for r in ranks if r.get("error")]
+    result: dict[str, Any] = {
+        "profile": name,
+        "world_size": world,
+        "wall_s": wall,
+        "init_s": max((r.get("init_s") or 0.0) for r in ranks) if ranks else None,
+        "nccl": {
+            "version": nccl0["version"],
+            "confirmed": nccl0["confirmed"],
+            "warnings": sorted({w for n in nccl_logs for w in n["warnings"]})[:10],
+        },
+        "sizes": sizes,
+        "ranks": [{k: r.get(k) for k in RANK_KEYS if r.get(k) is not None} for r in ranks],
+    }
+    graph_failed = [s for s in sizes if "failed" in (s["graph"]["capture"], s["graph"]["replay"])]
+    if timed_out:
+        result["status"], result["error"] = "failed", f"timed out after {cfg.timeout_s:.0f} s"
+    elif init_errors and not sizes:
+        result["status"], result["error"] = "failed", init_errors[0]
+    elif not sizes or any(not s["correct"] or s["eager"]["status"] != "ok" for s in sizes):
+        bad = next((s for s in sizes if not s["correct"] or s["eager"]["status"] != "ok"), None)
+        result["status"] = "failed"
+        result["error"] = (
+            (bad["eager"].get("error") or f"wrong all-reduce result at {bad['bytes']} bytes")
+            if bad else (init_errors[0] if init_errors else "no sizes were measured")
+        )  # fmt: skip
+    elif graph_failed:
+        err = graph_failed[0]["graph"].get("error") or "capture/replay failed"
+        if _requires_graph_off(requires or {}):
+            result["status"] = "ok"
+            result["note"] = (
+                f"CUDA-graph capture fails ({err}); the profile requires cuda-graph=off"
+            )
+        else:
+            result["status"] = "unsafe-cuda-graph"
+            result["error"] = err
+    else:
+        result["status"] = "ok"
+    return result
+
+
+def _last_error(text: str) -> str | None:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "error" in line:
+            return line[:300]
+    return lines[-1][:300] if lines else None
+
+
+# ------------------------------------------------------------------ the whole run
+
+
+def _profile_env(profile: Any, extra: Mapping[str, str]) -> dict[str, str]:
+    from fastverify.profiles.effective import effective_env
+
+    return effective_env(profile, extra=dict(extra) or None)
+
+
+def load_profiles(names: Sequence[str]) -> list[Any]:
+    """Profiles by name or path (every shipped/user profile when `names` is empty)."""
+    from fastverify.profiles.model import ProfileError
+    from fastverify.profiles.store import ProfileStore
+
+    store = ProfileStore()
+    if not names:
+        profiles = store.list()
+        if not profiles:
+            raise PreflightError("no profiles found (shipped or user)")
+        return profiles
+    out = []
+    for name in names:
+        try:
+            out.append(store.load(name, force=True))
+        except ProfileError as exc:
+            problems = "; ".join(str(p) for p in getattr(exc, "problems", [])) or str(exc)
+            raise PreflightError(f"profile {name!r}: {problems}") from None
+    return out
+
+
+def run_preflight(
+    profiles: Sequence[Any],
+    cfg: PreflightConfig,
+    on_event: EventFn | None = None,
+    env_for: Callable[[Any], dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """Preflight every profile in turn; returns the report (see docs/experiments.md)."""
+    if cfg.backend not in ("nccl", "gloo"):
+        raise PreflightError(f"unknown backend {cfg.backend!r} (nccl, or gloo for tests)")
+    if not torch_available(cfg.python):
+        raise TorchMissing(
+            f"preflight needs PyTorch in {cfg.python or sys.executable}: "
+            "pip install 'fastverify[preflight]' (or torch>=2.3 with CUDA for your driver)"
+        )
+    world = cfg.nproc
+    if world is None:
+        world = visible_gpus() if cfg.backend == "nccl" else 2
+    if world < 1:
+        raise PreflightError("no GPU visible (nvidia-smi -L lists none); pass --nproc N")
+    if cfg.backend == "nccl" and cfg.nproc is None and world == 0:
+        raise PreflightError("no GPU visible")
+    env_for = env_for or (lambda p: _profile_env(p, cfg.extra_env))
+
+    with contextlib.ExitStack() as stack:
+        if cfg.logs_dir:
+            workdir = Path(cfg.logs_dir)
+            workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="preflight-")))
+        t0 = time.perf_counter()
+        results = []
+        for i, profile in enumerate(profiles, 1):
+            name = getattr(profile, "name", str(profile))
+            if on_event:
+                on_event(f"[{i}/{len(profiles)}] {name}: {world} rank(s) ...")
+            env = env_for(profile)
+            res = run_profile(
+                name,
+                env,
+                cfg,
+                world,
+                workdir,
+                requires=getattr(profile, "requires", {}),
+                on_event=on_event,
+            )
+            res["profile_env"] = {k: v for k, v in getattr(profile, "env", {}).items()}
+            if cfg.extra_env:
+                res["extra_env"] = dict(cfg.extra_env)
+            results.append(res)
+            if on_event:
+                detail = res.get("error") or res.get("note") or ""
+                on_event(
+                    f"[{i}/{len(profiles)}] {name}: {res['status']} in {res['wall_s']:.1f} s"
+                    + (f" ({detail})" if detail else "")
+                )
+        total = time.perf_counter() - t0
+
+    ranks = [rk for r in results for rk in r["ranks"]]
+    walls = [r["wall_s"] for r in results]
+    report: dict[str, Any] = {
+        "tool": "fastverifyctl preflight",
+        "backend": cfg.backend,
+        "world_size": world,
+        "hidden_size": cfg.hidden_size,
+        "tokens": None if cfg.sizes_bytes else list(cfg.tokens),
+        "sizes_bytes": list(cfg.sizes_bytes) or None,
+        "iters": cfg.iters,
+        "dtype": "bfloat16" if cfg.backend == "nccl" else "float32",
+        "gpu": next((rk["gpu"] for rk in ranks if rk.get("gpu")), None),
+        "torch": next((rk["torch"] for rk in ranks if rk.get("torch")), None),
+        "nccl_version": next((rk["nccl_version"] for rk in ranks if rk.get("nccl_version")), None),
+        "total_wall_s": total,
+        "wall_s_per_profile": {
+            "median": percentile(walls, 50) if walls else None,
+            "max": max(walls) if walls else None,
+        },
+        "profiles": results,
+        "summary": {
+            s: sorted(r["profile"] for r in results if r["status"] == s)
+            for s in ("ok", "unsafe-cuda-graph", "failed")
+        },
+    }
+    if world == 1:
+        report["note"] = ONE_RANK_NOTE
+    return report

@@ -1,0 +1,304 @@
+"""One rank of `fastverifyctl preflight`: NCCL all-reduce, eager and CUDA-graph, at model sizes.
+
+Run by `fastverify.experiments.preflight` as a plain script (`python preflight_worker.py`),
+one process per GPU, with exactly the profile's environment plus RANK, WORLD_SIZE,
+LOCAL_RANK, MASTER_ADDR and MASTER_PORT. It imports only torch and the standard library
+(it never imports fastverify, so the profile environment needs no PYTHONPATH).
+
+For each token count T the message is hidden_size x T elements (bf16 on NCCL, float32 on
+the gloo testing backend):
+1. correctness: rank r contributes (r + 1) * pattern with small integer pattern values,
+   so the sum (pattern * n(n+1)/2) is exact in bf16; the result is compared bit for bit;
+2. eager timing: `iters` in-place all-reduces, each between two CUDA events (the input is
+   restored outside the timed region), after `warmup` untimed ones -> p50/p99;
+3. CUDA graph: warm-up on a side stream, capture one all-reduce, replay, check the result,
+   then time `iters` replays with events; a capture or replay failure is recorded with
+   its error text and the remaining sizes skip the graph step (the CUDA context may be
+   unusable after a failed capture).
+algbw = bytes / time, busbw = algbw * 2(n-1)/n (nccl-tests' definition), in GB/s (1e9).
+
+Output: one JSON document written atomically to --out (and a one-line summary on stdout).
+Exit status 0 when every check passed, 1 when some check failed (JSON still written),
+2 when the process group could not be set up (JSON written when possible).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from typing import Any
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    data = sorted(values)
+    pos = (len(data) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def _bw(nbytes: int, seconds: float | None, world: int) -> tuple[float | None, float | None]:
+    if not seconds or seconds <= 0:
+        return None, None
+    algbw = nbytes / seconds / 1e9
+    return algbw, algbw * (2.0 * (world - 1) / world)
+
+
+def _timing(samples_s: list[float], nbytes: int, world: int) -> dict[str, Any]:
+    p50 = _percentile(samples_s, 50)
+    algbw, busbw = _bw(nbytes, p50, world)
+    return {
+        "p50_us": None if p50 is None else p50 * 1e6,
+        "p99_us": None if not samples_s else _percentile(samples_s, 99) * 1e6,
+        "min_us": None if not samples_s else min(samples_s) * 1e6,
+        "algbw_gbs": algbw,
+        "busbw_gbs": busbw,
+        "samples": len(samples_s),
+    }
+
+
+def _err(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0][:500] if text else type(exc).__name__
+
+
+class Rank:
+    def __init__(self, args: argparse.Namespace):
+        import torch
+        import torch.distributed as dist
+
+        self.torch = torch
+        self.dist = dist
+        self.args = args
+        self.rank = int(os.environ["RANK"])
+        self.world = int(os.environ["WORLD_SIZE"])
+        self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
+        self.cuda = args.backend == "nccl"
+        if self.cuda:
+            if not torch.cuda.is_available():
+                raise RuntimeError("the nccl backend needs CUDA, and torch sees no GPU")
+            torch.cuda.set_device(self.local_rank)
+            self.device = torch.device("cuda", self.local_rank)
+            self.dtype = torch.bfloat16
+        else:
+            self.device = torch.device("cpu")
+            self.dtype = torch.float32
+
+    def init(self) -> float:
+        t0 = time.perf_counter()
+        kwargs: dict[str, Any] = {
+            "backend": self.args.backend,
+            "rank": self.rank,
+            "world_size": self.world,
+        }
+        if self.cuda:
+            kwargs["device_id"] = self.device  # eager NCCL communicator init
+        self.dist.init_process_group(**kwargs)
+        # One tiny all-reduce so that lazy communicator setup is inside init time.
+        t = self.torch.ones(1, device=self.device, dtype=self.dtype)
+        self.dist.all_reduce(t)
+        self.sync()
+        return time.perf_counter() - t0
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def inputs(self, numel: int) -> tuple[Any, Any]:
+        torch = self.torch
+        pattern = (torch.arange(numel, device=self.device) % 4 + 1).to(self.dtype)
+        src = pattern * (self.rank + 1)
+        expected = pattern * (self.world * (self.world + 1) // 2)
+        return src, expected
+
+    def time_eager(self, buf: Any, src: Any) -> list[float]:
+        torch, dist = self.torch, self.dist
+        for _ in range(self.args.warmup):
+            buf.copy_(src)
+            dist.all_reduce(buf)
+        self.sync()
+        samples: list[float] = []
+        if self.cuda:
+            pairs = []
+            for _ in range(self.args.iters):
+                buf.copy_(src)
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                dist.all_reduce(buf)
+                end.record()
+                pairs.append((start, end))
+            self.sync()
+            samples = [s.elapsed_time(e) / 1e3 for s, e in pairs]
+        else:
+            for _ in range(self.args.iters):
+                buf.copy_(src)
+                t0 = time.perf_counter()
+                dist.all_reduce(buf)
+                samples.append(time.perf_counter() - t0)
+        return samples
+
+    def graph(self, buf: Any, src: Any, expected: Any) -> dict[str, Any]:
+        torch, dist = self.torch, self.dist
+        out: dict[str, Any] = {"capture": "failed", "replay": "not run", "correct": None}
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                buf.copy_(src)
+                dist.all_reduce(buf)
+        torch.cuda.current_stream().wait_stream(stream)
+        self.sync()
+        graph = torch.cuda.CUDAGraph()
+        t0 = time.perf_counter()
+        with torch.cuda.graph(graph):
+            dist.all_reduce(buf)
+        self.sync()
+        out["capture"] = "ok"
+        out["capture_ms"] = (time.perf_counter() - t0) * 1e3
+        out["replay"] = "failed"
+        buf.copy_(src)
+        graph.replay()
+        self.sync()
+        out["correct"] = bool(torch.equal(buf, expected))
+        samples: list[float] = []
+        pairs = []
+        for _ in range(self.args.iters):
+            buf.copy_(src)
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            pairs.append((start, end))
+        self.sync()
+        samples = [s.elapsed_time(e) / 1e3 for s, e in pairs]
+        out["replay"] = "ok"
+        out.update(_timing(samples, buf.numel() * buf.element_size(), self.world))
+        del graph
+        return out
+
+    def run_size(
+        self, tokens: int | None, graph_ok: bool, numel: int | None = None
+    ) -> tuple[dict[str, Any], bool]:
+        numel = numel if numel is not None else self.args.hidden_size * (tokens or 1)
+        src, expected = self.inputs(numel)
+        buf = src.clone()
+        nbytes = numel * buf.element_size()
+        row: dict[str, Any] = {"tokens": tokens, "numel": numel, "bytes": nbytes}
+        try:
+            self.dist.all_reduce(buf)
+            self.sync()
+            row["correct"] = bool(self.torch.equal(buf, expected))
+            row["eager"] = _timing(self.time_eager(buf, src), nbytes, self.world)
+            row["eager"]["status"] = "ok"
+        except Exception as exc:
+            row["correct"] = False
+            row["eager"] = {"status": "failed", "error": _err(exc)}
+        if not self.cuda:
+            row["graph"] = {
+                "capture": "skipped",
+                "replay": "skipped",
+                "reason": "CUDA graphs need the nccl backend",
+            }
+        elif not graph_ok:
+            row["graph"] = {
+                "capture": "skipped",
+                "replay": "skipped",
+                "reason": "an earlier capture failed in this process",
+            }
+        else:
+            try:
+                row["graph"] = self.graph(buf, src, expected)
+            except Exception as exc:
+                row["graph"] = {"capture": "failed", "replay": "not run", "error": _err(exc)}
+                graph_ok = False
+            else:
+                if row["graph"].get("correct") is False:
+                    row["correct"] = False
+        return row, graph_ok
+
+
+def _write(path: str, doc: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
+    p.add_argument("--hidden-size", type=int, default=7168)
+    p.add_argument("--tokens", default="1,2,3,4,8,16,32,64")
+    p.add_argument("--numels", default="", help="element counts instead of hidden x tokens")
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
+    numels = [int(n) for n in args.numels.split(",") if n.strip()]
+
+    doc: dict[str, Any] = {
+        "rank": int(os.environ.get("RANK", "0")),
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "backend": args.backend,
+        "hidden_size": args.hidden_size,
+        "status": "failed",
+        "sizes": [],
+    }
+    t_start = time.perf_counter()
+    try:
+        import torch
+
+        doc["torch"] = torch.__version__
+        rank = Rank(args)
+        if rank.cuda:
+            doc["gpu"] = torch.cuda.get_device_name(rank.device)
+            doc["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        doc["dtype"] = str(rank.dtype).removeprefix("torch.")
+        doc["init_s"] = rank.init()
+    except Exception as exc:
+        doc["error"] = f"process group init failed: {_err(exc)}"
+        doc["traceback"] = traceback.format_exc()[-2000:]
+        doc["wall_s"] = time.perf_counter() - t_start
+        _write(args.out, doc)
+        print(json.dumps({"rank": doc["rank"], "status": "failed", "error": doc["error"]}))
+        return 2
+
+    graph_ok = True
+    for t in numels or tokens:
+        row, graph_ok = rank.run_size(None if numels else t, graph_ok, numel=t if numels else None)
+        doc["sizes"].append(row)
+    failed = [
+        r
+        for r in doc["sizes"]
+        if not r.get("correct")
+        or r["eager"].get("status") != "ok"
+        or r["graph"].get("capture") == "failed"
+        or r["graph"].get("replay") == "failed"
+    ]
+    doc["status"] = "ok" if not failed else "failed"
+    try:
+        rank.dist.destroy_process_group()
+    except Exception as exc:  # teardown trouble is reported, not fatal
+        doc["teardown_error"] = _err(exc)
+    doc["wall_s"] = time.perf_counter() - t_start
+    _write(args.out, doc)
+    print(json.dumps({"rank": doc["rank"], "status": doc["status"], "sizes": len(doc["sizes"])}))
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
