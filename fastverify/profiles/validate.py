@@ -225,7 +225,7 @@ def check_name(name: str) -> tuple[str, str] | None:
             hint = (
                 f"did you mean {' or '.join(close)}?"
                 if close
-                else "see `fastverifyctl profile validate --list-vars`"
+                else "see `fastverifyctl profile vars`"
             )
             return "error", f"unknown NCCL variable {name} ({hint})"
         if var.status == "removed":

@@ -1,0 +1,610 @@
+"""`fastverifyctl profile ...`: the offline profile commands (list, show, validate, diff,
+new, import-sitecustomize, vars), plus `set`/`current` from `fastverify.cli.profile_switch`
+when that module provides them (they talk to the daemon).
+
+Exit codes (fastverify.cli.output): 0 ok, 1 validation problems (or `diff`: profiles
+differ), 2 usage errors (unknown profile, bad arguments).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fastverify.cli.output import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, emit_json, fail, table, warn
+
+TOPOLOGY_CHOICES = ("auto", "nvlink", "pcie", "unknown")
+
+
+def _topology(choice: str) -> Any:
+    from fastverify.profiles.validate import Topology
+
+    if choice == "nvlink":
+        return Topology(has_nvlink=True, source="--topology nvlink")
+    if choice == "pcie":
+        return Topology(has_nvlink=False, source="--topology pcie")
+    if choice == "unknown":
+        return Topology(has_nvlink=None, source="--topology unknown")
+    return None  # auto: the store detects lazily, only when a check needs it
+
+
+def user_dirs(ctx: click.Context) -> list[Path]:
+    """User profile dirs: --dir, else the daemon config's profile_dirs, else paths' default."""
+    obj = ctx.find_root().obj or {}
+    given = (ctx.obj or {}).get("profile_dirs") or obj.get("profile_dirs")
+    if given:
+        return [Path(d) for d in given]
+    if os.environ.get("FASTVERIFY_PROFILE_DIRS"):
+        from fastverify import paths
+
+        return paths.user_profile_dirs()
+    try:
+        from fastverify import config
+
+        return config.load(None).profile_dirs
+    except Exception:  # a broken config must not break offline profile commands
+        from fastverify import paths
+
+        return paths.user_profile_dirs()
+
+
+def make_store(ctx: click.Context, topology: str = "auto") -> Any:
+    from fastverify.profiles.store import ProfileStore
+
+    obj = ctx.obj or {}
+    return ProfileStore(user_dirs(ctx), obj.get("shipped_dir"), topology=_topology(topology))
+
+
+def _load_or_exit(store: Any, name: str, force: bool = False) -> Any:
+    from fastverify.profiles.model import ProfileError
+
+    try:
+        return store.load(name, force=force)
+    except ProfileError as exc:
+        for p in exc.problems:
+            warn(str(p))
+        missing = any(p.line == 0 and "no profile named" in p.message for p in exc.problems)
+        bad_name = any(p.line == 0 and p.path == name for p in exc.problems)
+        sys.exit(EXIT_USAGE if missing or bad_name else EXIT_PROBLEMS)
+
+
+def _socket(ctx: click.Context) -> str | None:
+    root = ctx.find_root().obj or {}
+    return root.get("socket")
+
+
+@click.group()
+@click.option(
+    "--dir",
+    "profile_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="User profile directory (repeatable; searched before the shipped profiles). "
+    "Default: $FASTVERIFY_PROFILE_DIRS, the daemon config's profile_dirs, "
+    "/etc/fastverify/profiles as root.",
+)
+@click.option("--shipped-dir", type=click.Path(file_okay=False), hidden=True)
+@click.pass_context
+def profile(ctx: click.Context, profile_dirs: tuple[str, ...], shipped_dir: str | None) -> None:
+    """List, show, validate, diff, create and set NCCL profiles."""
+    parent = ctx.find_root().obj if ctx.parent is not None else None
+    ctx.obj = {
+        "socket": (parent or {}).get("socket"),
+        "profile_dirs": list(profile_dirs),
+        "shipped_dir": shipped_dir,
+    }
+
+
+@profile.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.pass_context
+def list_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Profiles with their description and source; the active one marked when the daemon answers."""
+    from fastverify.client import try_status
+
+    store = make_store(ctx)
+    status = try_status(_socket(ctx))
+    active = status.get("profile") if isinstance(status, dict) else None
+    rows: list[dict[str, Any]] = []
+    for entry, prof, problems in store.list_entries():
+        errors = [p for p in problems if p.severity == "error"]
+        desc = prof.description if prof else _raw_description(entry.path)
+        row: dict[str, Any] = {
+            "name": entry.name,
+            "description": desc,
+            "source": entry.source,
+            "path": str(entry.path),
+            "overrides_shipped": entry.shadows is not None,
+            "shadows": str(entry.shadows) if entry.shadows else None,
+            "valid": not errors,
+            "problems": [p.to_dict() for p in problems],
+            "tags": list(prof.tags) if prof else [],
+            "requires": dict(prof.requires) if prof else {},
+            "extends": prof.extends if prof else None,
+        }
+        if status is not None:
+            row["active"] = entry.name == active
+        rows.append(row)
+    if as_json:
+        emit_json(rows)
+        return
+    out_rows = []
+    for r in rows:
+        source = r["source"] + (" (overrides shipped)" if r["overrides_shipped"] else "")
+        desc = r["description"] if r["valid"] else "INVALID: " + _first_error(r["problems"])
+        mark = "*" if r.get("active") else ""
+        out_rows.append([mark, r["name"], source, desc])
+    title = None
+    if status is None:
+        title = "daemon not reachable: active profile unknown"
+    table(["", "NAME", "SOURCE", "DESCRIPTION"], out_rows, title=title, no_wrap=("NAME",))
+
+
+def _first_error(problems: list[dict[str, Any]]) -> str:
+    for p in problems:
+        if p["severity"] == "error":
+            return f"{p['message']} (line {p['line']})"
+    return ""
+
+
+def _raw_description(path: Path) -> str:
+    from fastverify.profiles import envfile
+
+    return envfile.parse_file(path).meta.get("description", (0, ""))[1]
+
+
+@profile.command("show")
+@click.argument("name")
+@click.option("--effective", is_flag=True, help="What NCCL will see: extends + NCCL config files.")
+@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Home directory whose .nccl.conf the server reads (default: $HOME).",
+)
+@click.option(
+    "--etc-conf",
+    type=click.Path(dir_okay=False),
+    default="/etc/nccl.conf",
+    show_default=True,
+    help="System NCCL config file.",
+)
+@click.option("--force", is_flag=True, help="Accept LL128 without NVLink.")
+@click.pass_context
+def show_cmd(
+    ctx: click.Context,
+    name: str,
+    effective: bool,
+    as_json: bool,
+    home: str | None,
+    etc_conf: str,
+    force: bool,
+) -> None:
+    """Show a profile's variables (with --effective: each marked with its source)."""
+    from fastverify.profiles import effective as eff
+
+    store = make_store(ctx)
+    prof = _load_or_exit(store, name, force=force)
+    data = prof.to_dict()
+    if effective:
+        base = dict(os.environ)
+        if home is not None:
+            base["HOME"] = home
+        view = eff.effective_view(prof, base_env=base, etc_conf=Path(etc_conf))
+        data["effective"] = [v.to_dict() for v in view]
+        data["conf_files"] = [
+            {"label": c.label, "path": str(c.path), "exists": c.path.is_file()}
+            for c in eff.conf_files(eff.effective_env(prof, base), Path(etc_conf))
+        ]
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(f"{prof.name}  ({prof.source}: {prof.path})")
+    if prof.shadows:
+        click.echo(f"  overrides shipped {prof.shadows}")
+    if prof.description:
+        click.echo(f"  {prof.description}")
+    if prof.extends:
+        click.echo(f"  extends: {prof.extends}")
+    if prof.requires:
+        click.echo("  requires: " + ", ".join(f"{k}={v}" for k, v in prof.requires.items()))
+    if prof.tags:
+        click.echo("  tags: " + ", ".join(prof.tags))
+    for w in prof.warnings:
+        warn(str(w))
+    if effective:
+        rows = []
+        for v in data["effective"]:
+            where = v["source"]
+            if v["path"] and v["source"] != "profile":
+                where = f"{v['source']} ({v['path']}:{v['line']})"
+            rows.append([v["name"], v["value"], where])
+        if not rows:
+            click.echo("  (no NCCL variables: NCCL decides everything)")
+        else:
+            table(["VARIABLE", "VALUE", "SOURCE"], rows, no_wrap=("VARIABLE",))
+        read = [c for c in data["conf_files"] if c["exists"]]
+        click.echo(
+            "  NCCL config files read: "
+            + (", ".join(f"{c['path']}" for c in read) if read else "none present")
+        )
+        return
+    if not prof.env:
+        click.echo("  (no variables: NCCL decides everything)")
+        return
+    rows = []
+    for k, v in prof.env.items():
+        setter = prof.env_sources.get(k, prof.name)
+        rows.append([k, v, "profile" if setter == prof.name else f"extends:{setter}"])
+    table(["VARIABLE", "VALUE", "SOURCE"], rows, no_wrap=("VARIABLE",))
+
+
+@profile.command("validate")
+@click.argument("targets", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Validate every profile in the search path.")
+@click.option(
+    "--force", is_flag=True, help="Accept LL128 without NVLink (a warning, not an error)."
+)
+@click.option(
+    "--topology",
+    type=click.Choice(TOPOLOGY_CHOICES),
+    default="auto",
+    show_default=True,
+    help="GPU links to validate against (auto: nvidia-smi when present, else unknown).",
+)
+@click.option("--strict", is_flag=True, help="Treat warnings as problems (exit 1).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def validate_cmd(
+    ctx: click.Context,
+    targets: tuple[str, ...],
+    all_: bool,
+    force: bool,
+    topology: str,
+    strict: bool,
+    as_json: bool,
+) -> None:
+    """Validate profiles given by NAME or path to a .env file; every problem as path:line."""
+    from fastverify.profiles.model import ProfileError
+
+    store = make_store(ctx, topology)
+    names = list(targets)
+    if all_:
+        names += [e.name for e in store.entries()]
+    if not names:
+        fail("give at least one profile NAME or PATH (or --all)", EXIT_USAGE)
+    results: list[dict[str, Any]] = []
+    bad = False
+    for target in names:
+        try:
+            prof = store.load(target, force=force)
+            problems = list(prof.warnings)
+            path = str(prof.path)
+            ok = not (strict and problems)
+        except ProfileError as exc:
+            problems = exc.problems
+            path = problems[0].path if problems else target
+            ok = False
+        bad |= not ok
+        results.append(
+            {
+                "target": target,
+                "path": path,
+                "valid": ok,
+                "problems": [p.to_dict() for p in problems],
+            }
+        )
+        if not as_json:
+            for p in problems:
+                click.echo(str(p), err=True)
+            if ok:
+                click.echo(f"{path}: ok" + (f" ({len(problems)} warning(s))" if problems else ""))
+    if as_json:
+        emit_json(results)
+    sys.exit(EXIT_PROBLEMS if bad else EXIT_OK)
+
+
+@profile.command("diff")
+@click.argument("a")
+@click.argument("b")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def diff_cmd(ctx: click.Context, a: str, b: str, as_json: bool) -> None:
+    """Compare two profiles after extends (exit 0 identical, 1 different, like diff(1))."""
+    from fastverify.profiles.diff import diff_profiles, unified
+
+    store = make_store(ctx)
+    pa, pb = _load_or_exit(store, a, force=True), _load_or_exit(store, b, force=True)
+    rows = diff_profiles(pa, pb)
+    if as_json:
+        emit_json({"a": pa.name, "b": pb.name, "identical": not rows, "changes": rows})
+    elif rows:
+        click.echo(unified(pa, pb, rows))
+    else:
+        click.echo(f"{pa.name} and {pb.name} are identical")
+    sys.exit(EXIT_PROBLEMS if rows else EXIT_OK)
+
+
+def _parse_sets(sets: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in sets:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            fail(f"--set {item!r}: expected KEY=VALUE (e.g. NCCL_ALGO=Ring)", EXIT_USAGE)
+        out[key] = value
+    return out
+
+
+def write_atomic(path: Path, text: str, overwrite: bool) -> None:
+    """Write `text` to `path` via a temp file, fsync and rename (link when not overwriting,
+    so an existing file is never clobbered, even by a concurrent writer)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # FileExistsError when it exists
+            os.unlink(tmp)
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _check_and_write(
+    ctx: click.Context,
+    name: str,
+    text: str,
+    dest: Path | None,
+    force: bool,
+    force_ll128: bool,
+) -> Path | None:
+    """Validate `text` as profile `name`; write it to dest (None: stdout). Exits on problems."""
+    from fastverify.profiles import envfile
+    from fastverify.profiles.store import name_problem
+    from fastverify.profiles.validate import validate
+
+    label = str(dest) if dest else f"<{name}>"
+    parsed = envfile.parse_bytes(text.encode(), label)
+    store = make_store(ctx)
+    problems = validate(parsed, topology=store._topology, force=force_ll128)
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        for p in problems:
+            warn(str(p))
+        fail(f"not written: {len(errors)} problem(s)", EXIT_PROBLEMS)
+    for p in problems:
+        warn(str(p))
+    if dest is None:
+        click.echo(text, nl=False)
+        return None
+    np_ = name_problem(name)
+    if np_:
+        fail(np_, EXIT_USAGE)
+    if dest.exists() and not force:
+        fail(f"{dest} exists (pass --force to overwrite)", EXIT_USAGE)
+    try:
+        write_atomic(dest, text, overwrite=force)
+    except FileExistsError:
+        fail(f"{dest} exists (pass --force to overwrite)", EXIT_USAGE)
+    except OSError as exc:
+        fail(f"{dest}: cannot write ({exc.strerror or exc}); use --dir DIR", EXIT_PROBLEMS)
+    return dest
+
+
+def _dest(ctx: click.Context, name: str, out_dir: str | None) -> Path:
+    from fastverify.profiles.store import name_problem
+
+    problem = name_problem(name)
+    if problem:
+        fail(problem, EXIT_USAGE)
+    if out_dir:
+        return Path(out_dir) / f"{name}.env"
+    dirs = user_dirs(ctx)
+    if not dirs:
+        fail("no user profile directory configured (pass --dir DIR)", EXIT_USAGE)
+    return dirs[0] / f"{name}.env"
+
+
+@profile.command("new")
+@click.argument("name")
+@click.option("--from", "base", default=None, help="Start from this profile (resolved).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a variable.")
+@click.option("--unset", "unsets", multiple=True, metavar="KEY", help="Drop a variable.")
+@click.option("--description", default=None)
+@click.option(
+    "--require",
+    "requires",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Add a requirement, e.g. cuda-graph=off.",
+)
+@click.option(
+    "--dir",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Write here instead of the first user profile directory.",
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing profile.")
+@click.option("--force-ll128", is_flag=True, help="Accept LL128 without NVLink.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def new_cmd(
+    ctx: click.Context,
+    name: str,
+    base: str | None,
+    sets: tuple[str, ...],
+    unsets: tuple[str, ...],
+    description: str | None,
+    requires: tuple[str, ...],
+    out_dir: str | None,
+    force: bool,
+    force_ll128: bool,
+    as_json: bool,
+) -> None:
+    """Create a profile from BASE with --set/--unset changes; validated, written atomically."""
+    from fastverify.profiles import envfile
+
+    dest = _dest(ctx, name, out_dir)
+    env: dict[str, str] = {}
+    req: dict[str, str] = {}
+    tags: tuple[str, ...] = ()
+    if base:
+        bp = _load_or_exit(make_store(ctx), base, force=True)
+        env, req, tags = dict(bp.env), dict(bp.requires), bp.tags
+    for k in unsets:
+        if k not in env:
+            fail(f"--unset {k}: {base or 'the new profile'} does not set it", EXIT_USAGE)
+        env.pop(k)
+    env.update(_parse_sets(sets))
+    req.update(_parse_sets(requires))
+    if description is None:
+        changes = [f"{k}={v}" for k, v in _parse_sets(sets).items()] + [f"-{k}" for k in unsets]
+        description = f"{base or 'empty'}" + (f" with {', '.join(changes)}" if changes else "")
+    comments = [f"created by fastverifyctl profile new from {base}"] if base else []
+    text = envfile.render(env, description=description, requires=req, tags=tags, comments=comments)
+    written = _check_and_write(ctx, name, text, dest, force, force_ll128)
+    if as_json:
+        emit_json({"name": name, "path": str(written), "env": env, "requires": req})
+    else:
+        click.echo(f"wrote {written}")
+
+
+@profile.command("import-sitecustomize")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--name", required=True, help="Name of the new profile.")
+@click.option(
+    "--output",
+    "output",
+    default=None,
+    metavar="FILE|-",
+    help="Write here ('-' for stdout); default: the first user profile directory.",
+)
+@click.option("--description", default=None)
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+@click.option("--force-ll128", is_flag=True, help="Accept LL128 without NVLink.")
+@click.option("--json", "as_json", is_flag=True, help="Print the translation report as JSON.")
+@click.pass_context
+def import_cmd(
+    ctx: click.Context,
+    path: str,
+    name: str,
+    output: str | None,
+    description: str | None,
+    force: bool,
+    force_ll128: bool,
+    as_json: bool,
+) -> None:
+    """Turn the NCCL variables a legacy sitecustomize.py sets into a profile (never runs it)."""
+    from fastverify.profiles import envfile
+    from fastverify.profiles.sitecustomize import SEMANTIC_NOTE, import_sitecustomize
+    from fastverify.profiles.store import name_problem
+
+    problem = name_problem(name)
+    if problem:
+        fail(problem, EXIT_USAGE)
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"{path}: cannot read ({exc})", EXIT_USAGE)
+    result = import_sitecustomize(source, path)
+    for line, why in result.untranslated:
+        warn(f"{path}:{line}: not translated: {why}")
+    for line, why in result.skipped:
+        warn(f"{path}:{line}: skipped: {why}")
+    for line, note in result.notes:
+        warn(f"{path}:{line}: note: {note}")
+    if not result.variables:
+        fail(f"{path}: no NCCL variables found to import", EXIT_PROBLEMS)
+    cond = sorted(k for k, v in result.variables.items() if v.conditional)
+    if cond:
+        warn(SEMANTIC_NOTE)
+    comments = [f"imported from {path} by fastverifyctl profile import-sitecustomize"]
+    if cond:
+        comments.append("the old file set these only when unset: " + ", ".join(cond))
+    text = envfile.render(
+        result.env,
+        description=description or f"imported from {Path(path).name}",
+        comments=comments,
+    )
+    if output == "-":
+        dest: Path | None = None
+    elif output:
+        dest = Path(output)
+    else:
+        dest = _dest(ctx, name, None)
+    written = _check_and_write(ctx, name, text, dest, force, force_ll128)
+    if as_json:
+        report = result.to_dict()
+        report["written"] = str(written) if written else None
+        emit_json(report)
+    elif written:
+        click.echo(f"wrote {written}")
+
+
+@profile.command("vars")
+@click.option("--json", "as_json", is_flag=True)
+def vars_cmd(as_json: bool) -> None:
+    """Known NCCL variables: kind, allowed values, first NCCL version, status."""
+    from fastverify.profiles import nccl_vars
+
+    rows = sorted(nccl_vars.KNOWN.values(), key=lambda v: v.name)
+    if as_json:
+        emit_json(
+            [
+                {
+                    "name": v.name,
+                    "kind": v.kind,
+                    "values": v.describe_values(),
+                    "since": v.since,
+                    "status": v.status or "current",
+                    "replacement": v.replacement or None,
+                }
+                for v in rows
+            ]
+        )
+        return
+    table(
+        ["VARIABLE", "VALUES", "SINCE", "STATUS"],
+        [
+            [
+                v.name,
+                v.describe_values(),
+                v.since,
+                (v.status + f" -> {v.replacement}").strip() if v.status else "",
+            ]
+            for v in rows
+        ],
+    )
+
+
+def _add_switch_commands() -> None:
+    """`set` and `current` live in profile_switch (the daemon side); add them when present."""
+    try:
+        from fastverify.cli import profile_switch
+    except ImportError:
+        return
+    for attr, cmd_name in (("set_cmd", "set"), ("current_cmd", "current")):
+        cmd = getattr(profile_switch, attr, None)
+        if isinstance(cmd, click.Command):
+            profile.add_command(cmd, cmd_name)
+
+
+_add_switch_commands()
