@@ -1,0 +1,95 @@
+"""Follow growing text files line by line, surviving rotation and truncation (`tail -F`).
+
+`FileFollower(path, from_end=False).read_lines()` returns the complete lines appended since
+the last call (a partial last line waits for its newline). Rotation (the path now names a
+different inode: logrotate's create mode) drains the old file, then continues at the start
+of the new one; truncation (size below our offset: copytruncate) restarts at offset 0; a
+missing file is waited for. Non-UTF-8 bytes are replaced, never fatal.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import BinaryIO
+
+_MAX_PARTIAL = 1 << 20  # a "line" longer than this is emitted as is
+
+
+class FileFollower:
+    """See the module docstring. Not thread-safe: one reader per follower."""
+
+    def __init__(self, path: str | Path, *, from_end: bool = False) -> None:
+        self.path = Path(path)
+        self._fh: BinaryIO | None = None
+        self._ino: tuple[int, int] | None = None
+        self._partial = b""
+        self._from_end = from_end
+        self.rotations = 0
+        self.truncations = 0
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def _open(self, seek_end: bool) -> bool:
+        try:
+            fh = open(self.path, "rb")  # noqa: SIM115
+        except OSError:
+            return False
+        st = os.fstat(fh.fileno())
+        self._fh = fh
+        self._ino = (st.st_dev, st.st_ino)
+        if seek_end:
+            fh.seek(0, os.SEEK_END)
+        return True
+
+    def _drain(self) -> bytes:
+        assert self._fh is not None
+        chunks = []
+        while True:
+            data = self._fh.read(1 << 20)
+            if not data:
+                break
+            chunks.append(data)
+        return b"".join(chunks)
+
+    def read_lines(self) -> list[str]:
+        data = b""
+        if self._fh is None:
+            if not self._open(seek_end=self._from_end):
+                return []
+            self._from_end = False  # only the first open skips existing content
+        try:
+            st = os.stat(self.path)
+            current = (st.st_dev, st.st_ino)
+        except OSError:
+            current = None
+        if current is not None and current != self._ino:
+            data = self._drain()  # what the old file got before it was rotated away
+            self.close()
+            self.rotations += 1
+            if self._open(seek_end=False):
+                data += self._drain()
+        else:
+            assert self._fh is not None
+            pos = self._fh.tell()
+            size = os.fstat(self._fh.fileno()).st_size
+            if size < pos:
+                self.truncations += 1
+                self._partial = b""
+                self._fh.seek(0)
+            data = self._drain()
+        return self._split(data)
+
+    def _split(self, data: bytes) -> list[str]:
+        if not data:
+            return []
+        buf = self._partial + data
+        parts = buf.split(b"\n")
+        self._partial = parts.pop()
+        if len(self._partial) > _MAX_PARTIAL:
+            parts.append(self._partial)
+            self._partial = b""
+        return [p.rstrip(b"\r").decode("utf-8", "replace") for p in parts]

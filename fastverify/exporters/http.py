@@ -1,0 +1,246 @@
+"""Serve /metrics (Prometheus text format 0.0.4) on a TCP listen address, fast.
+
+`MetricsServer(hub, "127.0.0.1:9464").start()` binds (port 0 = any free port; see `.port`),
+serves in daemon threads, `.stop()` closes the socket and joins. Default bind: loopback.
+
+Speed comes from two things: the exposition is rendered from the hub's prepared state by
+the custom collector and cached per (hub version, wall-clock second), so concurrent scrapes
+of an unchanged hub cost a dictionary lookup; and the HTTP layer is a minimal HTTP/1.1
+keep-alive loop over raw sockets (one thread per connection) instead of wsgiref. Gzip is
+served when the scraper asks for it (Prometheus does), compressed once per render.
+
+Paths: `/metrics`, `/healthz` (200 "ok"), `/` (a pointer to /metrics); others 404.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import socket
+import threading
+from collections.abc import Callable
+
+from fastverify.exporters.hub import MetricsHub
+
+CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+_MAX_HEADER = 16384
+
+
+def parse_listen(listen: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
+    """`HOST:PORT`, `:PORT` or `PORT` -> (host, port); IPv6 as `[::1]:9464`."""
+    listen = listen.strip()
+    if not listen:
+        raise ValueError("empty listen address (expected HOST:PORT)")
+    host, sep, port = listen.rpartition(":")
+    if not sep:
+        host, port = "", listen
+    host = host.strip("[]") or default_host
+    try:
+        num = int(port)
+    except ValueError:
+        raise ValueError(f"bad listen address {listen!r}: port {port!r} is not a number") from None
+    if not 0 <= num <= 65535:
+        raise ValueError(f"bad listen address {listen!r}: port out of range")
+    return host, num
+
+
+class Renderer:
+    """Exposition bytes for a hub, cached per (hub.version, whole second of wall clock)."""
+
+    def __init__(self, hub: MetricsHub) -> None:
+        from prometheus_client import CollectorRegistry
+
+        from fastverify.exporters.collector import HubCollector
+
+        self.hub = hub
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(HubCollector(hub))
+        self._lock = threading.Lock()
+        self._key: tuple[int, int] | None = None
+        self._plain = b""
+        self._gzip: bytes | None = None
+
+    def render(self, want_gzip: bool = False) -> bytes:
+        from prometheus_client.exposition import generate_latest
+
+        key = (self.hub.version, int(self.hub.now()))
+        with self._lock:
+            if key != self._key:
+                self._plain = generate_latest(self.registry)
+                self._gzip = None
+                self._key = key
+            if not want_gzip:
+                return self._plain
+            if self._gzip is None:
+                self._gzip = gzip.compress(self._plain, compresslevel=1)
+            return self._gzip
+
+
+class MetricsServer:
+    """A small threaded HTTP/1.1 server for /metrics (see module docstring)."""
+
+    def __init__(
+        self,
+        hub: MetricsHub,
+        listen: str = "127.0.0.1:9464",
+        *,
+        renderer: Callable[[bool], bytes] | None = None,
+    ) -> None:
+        self.host, self._requested_port = parse_listen(listen)
+        self._render = renderer or Renderer(hub).render
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        self.port = self._requested_port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def start(self) -> MetricsServer:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self._requested_port))
+        except OSError as exc:
+            sock.close()
+            raise OSError(
+                exc.errno,
+                f"cannot listen on {self.host}:{self._requested_port} for /metrics: "
+                f"{exc.strerror} (pick another --metrics-listen / --listen address)",
+            ) from None
+        sock.listen(256)
+        self._sock = sock
+        self.port = sock.getsockname()[1]
+        self._thread = threading.Thread(
+            target=self._accept_loop, name="fastverify-metrics-http", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+            self._sock.close()
+        with self._conns_lock:
+            conns = list(self._conns)
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _accept_loop(self) -> None:
+        assert self._sock is not None
+        while not self._stopping.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._conns_lock:
+                self._conns.add(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        buf = b""
+        try:
+            conn.settimeout(60)
+            while not self._stopping.is_set():
+                end = buf.find(b"\r\n\r\n")
+                while end < 0:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    buf += chunk
+                    if len(buf) > _MAX_HEADER:
+                        conn.sendall(_response(431, b"text/plain", b"headers too large\n", False))
+                        return
+                    end = buf.find(b"\r\n\r\n")
+                head, buf = buf[:end], buf[end + 4 :]
+                keep_alive = self._handle(conn, head)
+                if not keep_alive:
+                    return
+        except OSError:
+            return
+        finally:
+            with self._conns_lock:
+                self._conns.discard(conn)
+            conn.close()
+
+    def _handle(self, conn: socket.socket, head: bytes) -> bool:
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ")
+        if len(parts) != 3:
+            conn.sendall(_response(400, b"text/plain", b"bad request\n", False))
+            return False
+        method, target, version = parts
+        headers = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(b":")
+            headers[k.strip().lower()] = v.strip().lower()
+        conn_hdr = headers.get(b"connection", b"")
+        keep = (version == b"HTTP/1.1" and conn_hdr != b"close") or conn_hdr == b"keep-alive"
+        if b"content-length" in headers and headers[b"content-length"] != b"0":
+            conn.sendall(_response(400, b"text/plain", b"request bodies are not accepted\n", False))
+            return False
+        path = target.split(b"?", 1)[0]
+        if method not in (b"GET", b"HEAD"):
+            conn.sendall(
+                _response(
+                    405, b"text/plain", b"method not allowed\n", keep, extra=b"Allow: GET, HEAD\r\n"
+                )
+            )
+            return keep
+        if path == b"/metrics":
+            gz = b"gzip" in headers.get(b"accept-encoding", b"")
+            try:
+                body = self._render(gz)
+            except Exception as exc:  # a bug in a collector must not kill the server
+                msg = f"error rendering metrics: {exc!r}\n".encode()
+                conn.sendall(_response(500, b"text/plain", msg, keep))
+                return keep
+            extra = b"Content-Encoding: gzip\r\n" if gz else b""
+            conn.sendall(
+                _response(200, CONTENT_TYPE, body, keep, extra=extra, head_only=method == b"HEAD")
+            )
+        elif path == b"/healthz":
+            conn.sendall(_response(200, b"text/plain", b"ok\n", keep))
+        elif path == b"/":
+            body = b"fastverify exporter: see /metrics\n"
+            conn.sendall(_response(200, b"text/plain", body, keep))
+        else:
+            conn.sendall(_response(404, b"text/plain", b"not found (try /metrics)\n", keep))
+        return keep
+
+
+_REASONS = {
+    200: b"OK",
+    400: b"Bad Request",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    431: b"Request Header Fields Too Large",
+    500: b"Internal Server Error",
+}
+
+
+def _response(
+    status: int,
+    ctype: bytes,
+    body: bytes,
+    keep: bool,
+    *,
+    extra: bytes = b"",
+    head_only: bool = False,
+) -> bytes:
+    head = (
+        b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%sConnection: %s\r\n\r\n"
+        % (status, _REASONS[status], ctype, len(body), extra, b"keep-alive" if keep else b"close")
+    )
+    return head if head_only else head + body

@@ -1,0 +1,436 @@
+"""MetricsHub: the exporter's thread-safe prepared state, fed by the daemon and the sources.
+
+Owns every figure the collector publishes. Writers (the daemon's feed calls, the log
+stream, the SGLang /metrics poller, profile-window analysis, the NCCL inspector reader)
+update it under one lock and bump `version`; the collector takes `snapshot()` per scrape
+and does no I/O. Gauges describe the active (profile, mode) only and are cleared when
+either changes; counters and the verify-cycle histogram are kept per (profile, mode) for
+the life of the process so that `rate()` stays correct across switches.
+
+Derived figures (DESIGN.md, issue 4):
+- spec cycle seconds = running_reqs * accept_len / gen_throughput, all three taken from
+  one observation (one decode log line, or one poll of SGLang's /metrics);
+- break-even accept length = spec cycle seconds * baseline tokens/s per request;
+- speedup estimate = current tokens/s / baseline tokens/s of the same profile;
+  the last two exist only in EAGLE-3 mode with a recorded baseline (absent, not zero).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastverify.exporters import logparse
+from fastverify.exporters.baseline import breakeven_accept_length, spec_cycle_seconds
+
+# Verify passes on the field box took ~30 ms; resolve 1-100 ms with detail around 20-40 ms.
+VERIFY_BUCKETS: tuple[float, ...] = (
+    0.001,
+    0.002,
+    0.005,
+    0.0075,
+    0.01,
+    0.0125,
+    0.015,
+    0.0175,
+    0.02,
+    0.025,
+    0.03,
+    0.035,
+    0.04,
+    0.05,
+    0.06,
+    0.075,
+    0.1,
+)
+SWITCH_RESULTS = ("ok", "rolled_back", "failed")
+MAX_TUNING_ROWS = 64
+_SECRET_MARKERS = ("TOKEN", "_KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+
+
+def is_secret_name(name: str) -> bool:
+    """True for variable names that may hold a secret (never exported as a label)."""
+    upper = name.upper()
+    return upper.endswith("_KEY") or upper == "KEY" or any(m in upper for m in _SECRET_MARKERS)
+
+
+@dataclass
+class Histogram:
+    """Cumulative-on-export histogram state: per-bucket counts (non-cumulative), sum, count."""
+
+    buckets: tuple[float, ...] = VERIFY_BUCKETS
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.buckets) + 1)
+
+    def observe(self, value: float) -> None:
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                self.counts[i] += 1
+                break
+        else:
+            self.counts[-1] += 1
+        self.total += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        out, acc = [], 0
+        for bound, n in zip((*self.buckets, float("inf")), self.counts, strict=True):
+            acc += n
+            out.append(("+Inf" if bound == float("inf") else repr(bound), acc))
+        return out
+
+    def copy(self) -> Histogram:
+        return Histogram(self.buckets, list(self.counts), self.total, self.count)
+
+
+@dataclass
+class Observation:
+    """One consistent reading of the decode loop (a decode log line or one /metrics poll)."""
+
+    at: float
+    source: str  # "log" | "sglang_metrics"
+    gen_throughput: float | None = None
+    running_reqs: float | None = None
+    queue_reqs: float | None = None
+    accept_len: float | None = None
+    accept_rate: float | None = None
+    token_usage: float | None = None
+    cuda_graph: bool | None = None
+
+
+@dataclass
+class Baseline:
+    profile: str
+    tokens_per_second: float
+    per_request_tokens_per_second: float
+    measured_at: float
+
+
+class MetricsHub:
+    """Prepared exporter state. Every public method is safe to call from any thread."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        rate_window_s: float = 10.0,
+        observation_ttl_s: float = 120.0,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._clock = clock
+        self.rate_window_s = rate_window_s
+        self.observation_ttl_s = observation_ttl_s
+        self.version = 0
+        # engine identity
+        self._engine_up: bool | None = None
+        self._poll_ok: bool | None = None
+        self._profile: str | None = None
+        self._mode: str | None = None
+        self._settings: dict[str, str] = {}
+        self._engine: str | None = None
+        self._url: str | None = None
+        self._engine_start_seconds: float | None = None
+        # counters (process lifetime)
+        self._restarts: Counter[str] = Counter()
+        self._switches: Counter[str] = Counter()
+        self._allreduce_calls: Counter[tuple[str, str, str]] = Counter()  # (profile, mode, src)
+        self._verify_hist: dict[tuple[str, str], Histogram] = {}
+        self._nccl_warnings = 0
+        self._log_lines = 0
+        self._trace_windows: Counter[str] = Counter()
+        # gauges of the active (profile, mode)
+        self._obs_log: Observation | None = None
+        self._obs_metrics: Observation | None = None
+        self._gen_tokens: deque[tuple[float, float]] = deque()  # (t, sglang counter)
+        self._gen_tokens_total: float | None = None
+        self._gen_tokens_raw: float | None = None
+        self._gen_tokens_offset: float = 0.0
+        self._trace: dict[str, Any] | None = None
+        self._inspector: dict[str, Any] | None = None
+        self._nccl_version: str | None = None
+        self._nccl_env: dict[str, str] = {}
+        self._nccl_tuning: dict[tuple[str, int], tuple[str, str, str]] = {}
+        self._ready_seen = False
+        # baselines by profile (persisted by the daemon; the hub only holds them)
+        self._baselines: dict[str, Baseline] = {}
+
+    def now(self) -> float:
+        """The hub's clock (unix seconds)."""
+        return self._clock()
+
+    # ----------------------------------------------------------------- feed API
+    def set_engine(
+        self,
+        up: bool,
+        profile: str | None,
+        mode: str | None,
+        settings: Mapping[str, str] | None = None,
+        engine: str | None = None,
+        url: str | None = None,
+    ) -> None:
+        """The daemon's view of the engine: whether it serves, and which profile/mode it runs."""
+        with self._lock:
+            if (profile, mode) != (self._profile, self._mode):
+                self._reset_live()
+            self._engine_up = bool(up)
+            self._profile = profile
+            self._mode = mode
+            self._settings = dict(settings or {})
+            self._engine = engine
+            self._url = url
+            self.version += 1
+
+    def on_log_line(self, line: str) -> dict[str, Any] | None:
+        """Feed one line of the engine's output; returns the parsed record (or None)."""
+        rec = logparse.parse_line(line)
+        with self._lock:
+            self._log_lines += 1
+            if rec is not None:
+                self._apply_record(rec)
+                self.version += 1
+        return rec
+
+    def on_switch(self, result: str) -> None:
+        """Count a profile switch outcome: ok | rolled_back | failed."""
+        if result not in SWITCH_RESULTS:
+            raise ValueError(f"switch result {result!r} is not one of {SWITCH_RESULTS}")
+        with self._lock:
+            self._switches[result] += 1
+            self.version += 1
+
+    def on_restart(self, reason: str) -> None:
+        """Count an engine restart (crash, switch, mode, manual, ...)."""
+        with self._lock:
+            self._restarts[str(reason)] += 1
+            self.version += 1
+
+    def set_engine_start_seconds(self, seconds: float) -> None:
+        """Last time-to-ready of the engine (spawn to serving)."""
+        with self._lock:
+            self._engine_start_seconds = float(seconds)
+            self.version += 1
+
+    def set_baseline(
+        self,
+        profile: str,
+        tokens_per_second: float,
+        per_request_tokens_per_second: float,
+        measured_at: float,
+    ) -> None:
+        """Record the last baseline-mode measurement of `profile` (time: unix seconds)."""
+        if tokens_per_second <= 0 or per_request_tokens_per_second <= 0:
+            raise ValueError("baseline figures must be positive tokens per second")
+        with self._lock:
+            self._baselines[profile] = Baseline(
+                profile,
+                float(tokens_per_second),
+                float(per_request_tokens_per_second),
+                float(measured_at),
+            )
+            self.version += 1
+
+    def on_trace_analysis(self, analysis: Mapping[str, Any]) -> None:
+        """Feed the result of one profile window (`traces.analyze_*(...)` dict)."""
+        ranks = [r for r in analysis.get("ranks", []) if r.get("verify_passes")]
+        with self._lock:
+            if not ranks:
+                self._trace_windows["empty"] += 1
+                self.version += 1
+                return
+            ref = min(ranks, key=lambda r: r.get("rank", 0))
+            key = (self._profile or "", self._mode or "")
+            hist = self._verify_hist.setdefault(key, Histogram())
+            samples = ref.get("verify_ms_samples")
+            if samples:
+                for ms in samples:
+                    hist.observe(ms / 1000.0)
+            calls = ref.get("allreduce_calls")
+            if calls is None:
+                calls = round(ref["allreduce_per_verify"] * ref["verify_passes"])
+            self._allreduce_calls[(*key, "trace")] += int(calls)
+            self._trace = {
+                "at": float(analysis.get("captured_at") or self._clock()),
+                "rank": ref.get("rank", 0),
+                "verify_passes": ref["verify_passes"],
+                "verify_seconds_p50": ref["verify_ms_p50"] / 1000.0,
+                "verify_seconds_p90": ref["verify_ms_p90"] / 1000.0,
+                "allreduce_per_verify": ref["allreduce_per_verify"],
+                "allreduce_seconds_per_verify": ref["allreduce_ms_per_verify"] / 1000.0,
+                "allreduce_share": ref["allreduce_share"],
+                "ranks": [
+                    (
+                        r.get("rank", 0),
+                        r["allreduce_ms_per_verify"] / 1000.0,
+                        r["verify_ms_p50"] / 1000.0,
+                    )
+                    for r in ranks
+                ],
+            }
+            self._trace_windows["ok"] += 1
+            self.version += 1
+
+    def on_trace_failure(self) -> None:
+        """Count a profile window that produced no analysis."""
+        with self._lock:
+            self._trace_windows["failed"] += 1
+            self.version += 1
+
+    def on_sglang_metrics(self, values: Mapping[str, float] | None) -> None:
+        """One poll of SGLang's /metrics, reduced by `sglang_metrics.reduce` (None: poll failed)."""
+        now = self._clock()
+        with self._lock:
+            self._poll_ok = values is not None
+            if values is not None:
+                obs = Observation(at=now, source="sglang_metrics")
+                obs.gen_throughput = values.get("gen_throughput")
+                obs.running_reqs = values.get("num_running_reqs")
+                obs.queue_reqs = values.get("num_queue_reqs")
+                obs.accept_len = values.get("spec_accept_length")
+                obs.accept_rate = values.get("spec_accept_rate")
+                obs.token_usage = values.get("token_usage")
+                self._obs_metrics = obs
+                total = values.get("generation_tokens_total")
+                if total is not None:
+                    self._add_gen_tokens(now, float(total))
+            self.version += 1
+
+    def on_inspector(self, summary: Mapping[str, Any]) -> None:
+        """A window of NCCL inspector records, reduced by `inspector.summarize`."""
+        with self._lock:
+            key = (self._profile or "", self._mode or "")
+            self._allreduce_calls[(*key, "inspector")] += int(summary.get("allreduce_calls", 0))
+            self._inspector = dict(summary)
+            self.version += 1
+
+    # ------------------------------------------------------------------ helpers
+    def _reset_live(self) -> None:
+        self._obs_log = None
+        self._obs_metrics = None
+        self._gen_tokens.clear()
+        self._trace = None
+        self._inspector = None
+        self._nccl_env = {}
+        self._nccl_tuning = {}
+        self._ready_seen = False
+
+    def _add_gen_tokens(self, now: float, raw: float) -> None:
+        # SGLang's counter restarts with the engine; keep ours monotonic across restarts.
+        if self._gen_tokens_raw is not None and raw < self._gen_tokens_raw:
+            self._gen_tokens_offset += self._gen_tokens_raw
+            self._gen_tokens.clear()
+        self._gen_tokens_raw = raw
+        self._gen_tokens_total = raw + self._gen_tokens_offset
+        self._gen_tokens.append((now, self._gen_tokens_total))
+        horizon = now - self.rate_window_s
+        while len(self._gen_tokens) > 2 and self._gen_tokens[1][0] <= horizon:
+            self._gen_tokens.popleft()
+
+    def _apply_record(self, rec: dict[str, Any]) -> None:
+        kind = rec["kind"]
+        if kind == "decode":
+            self._obs_log = Observation(
+                at=self._clock(),
+                source="log",
+                gen_throughput=rec.get("gen_throughput"),
+                running_reqs=rec.get("running_reqs"),
+                queue_reqs=rec.get("queue_reqs"),
+                accept_len=rec.get("accept_len"),
+                accept_rate=rec.get("accept_rate"),
+                token_usage=rec.get("token_usage"),
+                cuda_graph=rec.get("cuda_graph"),
+            )
+        elif kind == "nccl_env":
+            self._nccl_env[rec["var"]] = rec["value"]
+        elif kind == "nccl_version":
+            self._nccl_version = rec["version"]
+        elif kind == "nccl_tuning":
+            key = (rec["collective"], rec["bytes"])
+            if key in self._nccl_tuning or len(self._nccl_tuning) < MAX_TUNING_ROWS:
+                lo, hi = rec.get("channel_lo"), rec.get("channel_hi")
+                channels = "" if lo is None else str(hi - lo + 1)
+                self._nccl_tuning[key] = (rec["algo"], rec["proto"], channels)
+        elif kind == "nccl_warn":
+            self._nccl_warnings += 1
+        elif kind == "ready":
+            self._ready_seen = True
+
+    def _latest_observation(self, now: float) -> Observation | None:
+        cands = [
+            o
+            for o in (self._obs_log, self._obs_metrics)
+            if o is not None and now - o.at <= self.observation_ttl_s
+        ]
+        return max(cands, key=lambda o: o.at) if cands else None
+
+    def _tokens_per_second(self, now: float, obs: Observation | None) -> float | None:
+        pts = self._gen_tokens
+        if len(pts) >= 2 and now - pts[-1][0] <= self.observation_ttl_s:
+            (t0, c0), (t1, c1) = pts[0], pts[-1]
+            if t1 - t0 >= 0.5:
+                return (c1 - c0) / (t1 - t0)
+        if obs is not None and obs.gen_throughput is not None:
+            return obs.gen_throughput
+        return None
+
+    # ---------------------------------------------------------------- snapshot
+    def snapshot(self) -> dict[str, Any]:
+        """A consistent copy of everything the collector publishes, with derived figures."""
+        now = self._clock()
+        with self._lock:
+            obs = self._latest_observation(now)
+            tps = self._tokens_per_second(now, obs)
+            eagle = self._mode == "eagle3" or (
+                self._mode is None and obs is not None and bool(obs.accept_len)
+            )
+            cycle = None
+            if eagle and obs is not None:
+                cycle = spec_cycle_seconds(obs.running_reqs, obs.accept_len, obs.gen_throughput)
+            baseline = self._baselines.get(self._profile or "")
+            breakeven = speedup = None
+            if eagle and baseline is not None:
+                if cycle is not None:
+                    breakeven = breakeven_accept_length(
+                        cycle, baseline.per_request_tokens_per_second
+                    )
+                if tps is not None:
+                    speedup = tps / baseline.tokens_per_second
+            up = self._engine_up if self._engine_up is not None else bool(self._poll_ok)
+            return {
+                "now": now,
+                "version": self.version,
+                "up": up,
+                "profile": self._profile or "",
+                "mode": self._mode or "",
+                "engine": self._engine or "",
+                "settings": dict(self._settings),
+                "engine_start_seconds": self._engine_start_seconds,
+                "restarts": dict(self._restarts),
+                "switches": {r: self._switches.get(r, 0) for r in SWITCH_RESULTS},
+                "allreduce_calls": dict(self._allreduce_calls),
+                "verify_hist": {k: h.copy() for k, h in self._verify_hist.items()},
+                "nccl_warnings": self._nccl_warnings,
+                "log_lines": self._log_lines,
+                "trace_windows": dict(self._trace_windows),
+                "observation": obs,
+                "tokens_per_second": tps,
+                "generation_tokens_total": self._gen_tokens_total,
+                "spec_cycle_seconds": cycle,
+                "breakeven_accept_length": breakeven,
+                "speedup_estimate": speedup,
+                "baselines": dict(self._baselines),
+                "trace": dict(self._trace) if self._trace else None,
+                "inspector": dict(self._inspector) if self._inspector else None,
+                "nccl_version": self._nccl_version,
+                "nccl_env": dict(self._nccl_env),
+                "nccl_tuning": dict(self._nccl_tuning),
+                "eagle": eagle,
+            }

@@ -1,0 +1,171 @@
+"""Poll SGLang's own /metrics (`--enable-metrics`) and reduce it to the figures the hub needs.
+
+`fetch(url)` GETs `{url}/metrics`; `reduce(text)` parses it with prometheus-client's text
+parser and returns `{"gen_throughput", "num_running_reqs", "num_queue_reqs",
+"spec_accept_length", "spec_accept_rate", "token_usage", "generation_tokens_total", ...}`.
+SGLang labels scheduler series by `tp_rank` (and `dp_rank`/`pp_rank`): only the lowest
+tp_rank is read (the ranks of one TP group report the same batch), and gauges that are
+per-scheduler sums (throughput, requests, tokens) are summed over the remaining groups.
+`SGLangPoller(hub, url, interval_s)` runs this in a daemon thread and feeds
+`hub.on_sglang_metrics(values | None)`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import urllib.parse
+from collections import defaultdict
+from collections.abc import Callable
+
+from fastverify.exporters.hub import MetricsHub
+
+# sglang metric (without the `sglang:` prefix and without `_total`) -> (our key, how to combine)
+_WANTED: dict[str, tuple[str, str]] = {
+    "gen_throughput": ("gen_throughput", "sum"),
+    "num_running_reqs": ("num_running_reqs", "sum"),
+    "num_queue_reqs": ("num_queue_reqs", "sum"),
+    "token_usage": ("token_usage", "max"),
+    "spec_accept_length": ("spec_accept_length", "mean"),
+    "spec_accept_rate": ("spec_accept_rate", "mean"),
+    "cache_hit_rate": ("cache_hit_rate", "mean"),
+    "generation_tokens": ("generation_tokens_total", "sum"),
+    "prompt_tokens": ("prompt_tokens_total", "sum"),
+    "num_requests": ("num_requests_total", "sum"),
+}
+
+
+class MetricsFetchError(RuntimeError):
+    """SGLang's /metrics could not be read (connection, status or format)."""
+
+
+def fetch(url: str, timeout: float = 2.0) -> str:
+    """GET `{url}/metrics` and return the body text."""
+    parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+    if parts.scheme not in ("http", "https"):
+        raise MetricsFetchError(f"{url}: only http(s) URLs are supported")
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
+    path = (parts.path.rstrip("/") or "") + "/metrics"
+    try:
+        conn.request("GET", path, headers={"Accept": "text/plain"})
+        resp = conn.getresponse()
+        body = resp.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise MetricsFetchError(f"GET {url}{path}: {exc}") from None
+    finally:
+        conn.close()
+    if resp.status != 200:
+        raise MetricsFetchError(
+            f"GET {url}{path}: HTTP {resp.status} (was the server started with --enable-metrics?)"
+        )
+    return body.decode("utf-8", "replace")
+
+
+def reduce(text: str) -> dict[str, float]:
+    """SGLang exposition text -> our figures (absent keys: SGLang did not publish them)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    # key -> group labels (without tp_rank) -> (tp_rank, value) with the lowest tp_rank
+    groups: dict[str, dict[tuple, tuple[int, float]]] = defaultdict(dict)
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as exc:
+        raise MetricsFetchError(f"unparseable /metrics text: {exc}") from None
+    for fam in families:
+        if not fam.name.startswith("sglang:"):
+            continue
+        base = fam.name[7:]
+        spec = _WANTED.get(base)
+        if spec is None:
+            continue
+        for sample in fam.samples:
+            if sample.name not in (fam.name, fam.name + "_total"):
+                continue  # _created etc.
+            labels = dict(sample.labels)
+            try:
+                tp = int(labels.pop("tp_rank", "0"))
+            except ValueError:
+                tp = 0
+            key = tuple(sorted(labels.items()))
+            prev = groups[base].get(key)
+            if prev is None or tp < prev[0]:
+                groups[base][key] = (tp, float(sample.value))
+    out: dict[str, float] = {}
+    for base, per_group in groups.items():
+        ours, how = _WANTED[base]
+        values = [v for _, v in per_group.values()]
+        if not values:
+            continue
+        if how == "sum":
+            out[ours] = sum(values)
+        elif how == "max":
+            out[ours] = max(values)
+        else:
+            out[ours] = sum(values) / len(values)
+    return out
+
+
+class SGLangPoller:
+    """Background thread: every `interval_s`, fetch + reduce + `hub.on_sglang_metrics`."""
+
+    def __init__(
+        self,
+        hub: MetricsHub,
+        url: str | None,
+        interval_s: float = 1.0,
+        *,
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
+        self.hub = hub
+        self._url = url
+        self.interval_s = interval_s
+        self._on_error = on_error
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_error: str | None = None
+        self.polls = 0
+
+    def set_url(self, url: str | None) -> None:
+        self._url = url
+        self._wake.set()
+
+    def poll_once(self) -> dict[str, float] | None:
+        url = self._url
+        if not url:
+            return None
+        try:
+            values = reduce(fetch(url, timeout=max(0.5, self.interval_s * 2)))
+        except MetricsFetchError as exc:
+            msg = str(exc)
+            if msg != self.last_error and self._on_error is not None:
+                self._on_error(msg)
+            self.last_error = msg
+            if self._url == url:
+                self.hub.on_sglang_metrics(None)
+            return None
+        self.last_error = None
+        self.polls += 1
+        if self._url == url:
+            self.hub.on_sglang_metrics(values)
+        return values
+
+    def start(self) -> SGLangPoller:
+        self._thread = threading.Thread(
+            target=self._run, name="fastverify-sglang-poll", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.poll_once()
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

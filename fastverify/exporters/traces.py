@@ -1,0 +1,496 @@
+"""Kineto (torch.profiler chrome trace) analysis: verify passes and their all-reduces.
+
+What is measured, per rank (one trace file per TP rank, `*-TP-{rank}.trace.json[.gz]`):
+- verify spans: GPU-side annotations (`cat: gpu_user_annotation`) whose name contains
+  `TARGET_VERIFY` (`span=`); when a trace has no GPU annotation at all, CPU-side
+  `user_annotation` ranges are used instead and kernels are attributed to them through the
+  launch that enqueued them (kernel `args.correlation` == a `cuda_runtime`/`cuda_driver`
+  launch whose start lies inside the CPU range);
+- all-reduce kernels: names starting `ncclDevKernel_AllReduce`, `ncclKernel_AllReduce` or
+  `cross_device_reduce_` (SGLang's custom all-reduce); counted for a verify span when they
+  start inside it on the same device (`args.device`, else `pid`). Kernels of draft, draft
+  extend or plain decode forwards are outside every verify span and are not counted.
+- result: verify passes, verify ms p50/p90 (linear interpolation between closest ranks),
+  all-reduces per verify, their GPU ms per verify and share of the verify time.
+
+Speed and memory: the fast path never materialises the trace. It inflates `.gz` in
+bounded chunks, finds candidate events with `bytes.find` on fixed needles (the annotation
+categories and the all-reduce kernel name prefixes), cuts out just those events by brace
+matching, and parses each with orjson. Anything it cannot cut unambiguously raises
+`_Ambiguous`, and the file is re-read by the straightforward parser (`exact_events`), so
+the answer is exact either way; tests compare both paths.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import re
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+
+ALLREDUCE_PREFIXES: tuple[str, ...] = (
+    "ncclDevKernel_AllReduce",
+    "ncclKernel_AllReduce",
+    "cross_device_reduce_",
+)
+DEFAULT_SPAN = "TARGET_VERIFY"
+_LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+_RANK_IN_NAME = re.compile(r"-TP-(\d+)(?:-|\.)")
+_DIST_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
+_BRACE = re.compile(rb"[{}]")
+_CHUNK_IN = 1 << 20  # compressed bytes read per step
+_CHUNK_OUT = 8 << 20  # inflated bytes processed per step
+_TAIL = 4096  # bytes kept across chunks so that no needle or event head is split
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be read (not JSON, truncated gzip, no traceEvents)."""
+
+
+class _Ambiguous(Exception):
+    """The fast scanner met something it cannot cut exactly; use the exact parser."""
+
+
+@dataclass
+class Span:
+    device: Any
+    ts: float
+    dur: float
+    name: str
+    gpu: bool
+    pid: Any = None
+    tid: Any = None
+
+
+@dataclass
+class Kernel:
+    device: Any
+    ts: float
+    dur: float
+    name: str
+    correlation: Any = None
+
+
+@dataclass
+class Launch:
+    pid: Any
+    tid: Any
+    ts: float
+    correlation: Any
+
+
+@dataclass
+class Extract:
+    """The events of one trace that the analysis needs (everything else is skipped)."""
+
+    spans: list[Span] = field(default_factory=list)
+    kernels: list[Kernel] = field(default_factory=list)  # all-reduce kernels only
+    launches: list[Launch] = field(default_factory=list)  # only when asked for (CPU fallback)
+    rank: int | None = None
+    bytes_read: int = 0
+    exact: bool = False  # True when the straightforward parser produced it
+
+
+def is_allreduce_kernel(name: str) -> bool:
+    return name.startswith(ALLREDUCE_PREFIXES)
+
+
+def rank_from_name(path: str | Path) -> int | None:
+    m = _RANK_IN_NAME.search(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+# ------------------------------------------------------------------ classification
+def _device(ev: dict[str, Any]) -> Any:
+    args = ev.get("args")
+    if isinstance(args, dict) and "device" in args:
+        return args["device"]
+    return ev.get("pid")
+
+
+def _classify(ev: dict[str, Any], out: Extract, want_launches: bool) -> None:
+    """Add one decoded event to `out` when it matters (shared by both parsers)."""
+    if ev.get("ph") != "X":
+        return
+    cat = ev.get("cat")
+    name = ev.get("name")
+    if not isinstance(name, str):
+        return
+    if cat == "kernel":
+        if is_allreduce_kernel(name):
+            args = ev.get("args") or {}
+            out.kernels.append(
+                Kernel(
+                    _device(ev),
+                    float(ev["ts"]),
+                    float(ev.get("dur", 0.0)),
+                    name,
+                    args.get("correlation"),
+                )
+            )
+    elif cat == "gpu_user_annotation":
+        out.spans.append(
+            Span(
+                _device(ev),
+                float(ev["ts"]),
+                float(ev.get("dur", 0.0)),
+                name,
+                True,
+                ev.get("pid"),
+                ev.get("tid"),
+            )
+        )
+    elif cat == "user_annotation":
+        out.spans.append(
+            Span(
+                None,
+                float(ev["ts"]),
+                float(ev.get("dur", 0.0)),
+                name,
+                False,
+                ev.get("pid"),
+                ev.get("tid"),
+            )
+        )
+    elif want_launches and cat in _LAUNCH_CATS:
+        args = ev.get("args") or {}
+        if "correlation" in args:
+            out.launches.append(
+                Launch(ev.get("pid"), ev.get("tid"), float(ev["ts"]), args["correlation"])
+            )
+
+
+# ------------------------------------------------------------------ exact (reference) path
+def _open(path: Path) -> BinaryIO:
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+def exact_events(path: str | Path, want_launches: bool = True) -> Extract:
+    """The straightforward parser: load the whole document, loop over traceEvents."""
+    path = Path(path)
+    try:
+        with _open(path) as fh:
+            raw = fh.read()
+        doc = orjson.loads(raw)
+    except (OSError, EOFError, zlib.error, orjson.JSONDecodeError) as exc:
+        raise TraceError(f"{path}: not a readable chrome trace ({exc})") from None
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        raise TraceError(f"{path}: no traceEvents array (is this a torch.profiler trace?)")
+    out = Extract(exact=True, bytes_read=len(raw))
+    for ev in events:
+        if isinstance(ev, dict):
+            _classify(ev, out, want_launches)
+    if isinstance(doc, dict):
+        dist = doc.get("distributedInfo")
+        if isinstance(dist, dict) and isinstance(dist.get("rank"), int):
+            out.rank = dist["rank"]
+    return out
+
+
+# ------------------------------------------------------------------ fast path
+def _chunks(path: Path) -> Iterator[bytes]:
+    """Inflated (or plain) bytes of `path` in pieces of at most ~_CHUNK_OUT."""
+    with open(path, "rb") as fh:
+        head = fh.read(2)
+        fh.seek(0)
+        if head != b"\x1f\x8b":
+            while True:
+                block = fh.read(_CHUNK_OUT)
+                if not block:
+                    return
+                yield block
+        d = zlib.decompressobj(wbits=47)  # gzip or zlib header, auto-detected
+        while True:
+            data = fh.read(_CHUNK_IN)
+            if not data:
+                tail = d.flush()
+                if tail:
+                    yield tail
+                if not d.eof:
+                    raise TraceError(
+                        f"{path}: truncated gzip stream (is the file still being written?)"
+                    )
+                return
+            while data:
+                out = d.decompress(data, _CHUNK_OUT)
+                if out:
+                    yield out
+                data = d.unconsumed_tail
+                if d.eof:
+                    if d.unused_data.strip(b"\x00"):
+                        # concatenated gzip members: start another inflater
+                        data = d.unused_data
+                        d = zlib.decompressobj(wbits=47)
+                    else:
+                        return
+
+
+def _needles(want_launches: bool) -> tuple[bytes, ...]:
+    base = (b'user_annotation"', *(b'"' + p.encode() for p in ALLREDUCE_PREFIXES))
+    return (*base, b'"cuda_runtime"', b'"cuda_driver"') if want_launches else base
+
+
+def _event_end(buf: bytes, start: int) -> int:
+    """Index just past the object that opens at `start`, or -1 when buf ends first."""
+    depth = 0
+    for m in _BRACE.finditer(buf, start):
+        if buf[m.start()] == 0x7B:  # {
+            depth += 1
+        else:
+            depth -= 1
+            if depth == 0:
+                return m.end()
+    return -1
+
+
+def scan_events(path: str | Path, want_launches: bool = False) -> Extract:
+    """The fast path (see module docstring). Raises _Ambiguous when it cannot be exact."""
+    path = Path(path)
+    out = Extract()
+    needles = _needles(want_launches)
+    buf = b""
+    base = 0  # absolute offset of buf[0]
+    done = 0  # absolute end of the last event consumed
+    first = True
+    total = 0
+    chunks = _chunks(path)
+    final = False
+    while not final:
+        try:
+            piece = next(chunks)
+        except StopIteration:
+            piece = b""
+            final = True
+        total += len(piece)
+        buf = buf + piece if buf else piece
+        if first and buf:
+            first = False
+            m = _DIST_RANK.search(buf, 0, min(len(buf), 1 << 16))
+            if m:
+                out.rank = int(m.group(1))
+            if buf.lstrip()[:1] not in (b"{", b"["):
+                raise TraceError(f"{path}: not a chrome trace (does not start with JSON)")
+        limit = len(buf) if final else len(buf) - 64
+        hits: list[int] = []
+        for needle in needles:
+            pos = buf.find(needle, max(0, done - base))
+            while 0 <= pos < limit:
+                hits.append(pos)
+                pos = buf.find(needle, pos + 1)
+        hits.sort()
+        carry_from = None
+        for p in hits:
+            if p + base < done:
+                continue  # inside an event already consumed
+            lo = max(0, done - base)
+            s = buf.rfind(b"{", lo, p)
+            if s < 0:
+                raise _Ambiguous(f"no event start before offset {p + base}")
+            e = _event_end(buf, s)
+            if e < 0:
+                if final:
+                    raise TraceError(f"{path}: trace ends inside an event (truncated?)")
+                carry_from = s
+                break
+            if e <= p:
+                raise _Ambiguous(f"event at {s + base} closes before its own field")
+            try:
+                ev = orjson.loads(buf[s:e])
+            except orjson.JSONDecodeError:
+                raise _Ambiguous(f"cannot cut the event at offset {s + base}") from None
+            if not isinstance(ev, dict) or "ph" not in ev or "cat" not in ev:
+                raise _Ambiguous(f"the object at {s + base} is not a whole trace event")
+            _classify(ev, out, want_launches)
+            done = base + e
+        if final:
+            break
+        if carry_from is None:
+            carry_from = max(done - base, len(buf) - _TAIL, 0)
+        base += carry_from
+        buf = buf[carry_from:]
+    if total == 0:
+        raise TraceError(f"{path}: empty file")
+    out.bytes_read = total
+    return out
+
+
+def extract(path: str | Path, want_launches: bool = False) -> Extract:
+    """Fast path, falling back to the exact parser when the fast path cannot be sure."""
+    try:
+        return scan_events(path, want_launches)
+    except _Ambiguous:
+        return exact_events(path, want_launches)
+
+
+# ------------------------------------------------------------------ analysis
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default); q in [0, 1]."""
+    if not values:
+        return 0.0
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _assign_by_time(spans: list[Span], kernels: list[Kernel]) -> list[list[Kernel]]:
+    """Kernels starting inside each span on the same device. If spans of a device nest, a
+    kernel goes to the span that started last before it and still contains it."""
+    per: list[list[Kernel]] = [[] for _ in spans]
+    index: dict[Any, tuple[list[int], list[float], list[float]]] = {}
+    for i, sp in enumerate(spans):
+        index.setdefault(sp.device, ([], [], []))[0].append(i)
+    for idx, starts, maxend in index.values():
+        idx.sort(key=lambda i: spans[i].ts)
+        reach = float("-inf")
+        for i in idx:
+            starts.append(spans[i].ts)
+            reach = max(reach, spans[i].ts + spans[i].dur)
+            maxend.append(reach)  # the furthest end of any span up to here
+    for k in kernels:
+        entry = index.get(k.device)
+        if entry is None:
+            continue
+        idx, starts, maxend = entry
+        j = bisect.bisect_right(starts, k.ts) - 1
+        while j >= 0 and maxend[j] > k.ts:
+            sp = spans[idx[j]]
+            if k.ts < sp.ts + sp.dur:
+                per[idx[j]].append(k)
+                break
+            j -= 1
+    return per
+
+
+def _assign_by_launch(
+    spans: list[Span], kernels: list[Kernel], launches: list[Launch]
+) -> list[list[Kernel]]:
+    """CPU-range fallback: kernel -> its launch (correlation) -> the CPU span holding it."""
+    per: list[list[Kernel]] = [[] for _ in spans]
+    by_thread: dict[tuple[Any, Any], list[int]] = {}
+    for i, sp in enumerate(spans):
+        by_thread.setdefault((sp.pid, sp.tid), []).append(i)
+    for idx in by_thread.values():
+        idx.sort(key=lambda i: spans[i].ts)
+    span_of_corr: dict[Any, int] = {}
+    for ln in launches:
+        idx = by_thread.get((ln.pid, ln.tid))
+        if not idx:
+            continue
+        tss = [spans[i].ts for i in idx]
+        j = bisect.bisect_right(tss, ln.ts) - 1
+        if j >= 0 and ln.ts < spans[idx[j]].ts + spans[idx[j]].dur:
+            span_of_corr[ln.correlation] = idx[j]
+    for k in kernels:
+        i = span_of_corr.get(k.correlation)
+        if i is not None:
+            per[i].append(k)
+    return per
+
+
+def analyze_extract(ex: Extract, rank: int, span: str = DEFAULT_SPAN) -> dict[str, Any]:
+    """Per-rank figures from extracted events (see module docstring)."""
+    gpu_spans = [s for s in ex.spans if s.gpu]
+    source = "gpu" if gpu_spans else "cpu"
+    if gpu_spans:
+        verify = [s for s in gpu_spans if span in s.name]
+        per = _assign_by_time(verify, ex.kernels)
+    else:
+        verify = [s for s in ex.spans if span in s.name]
+        per = _assign_by_launch(verify, ex.kernels, ex.launches)
+    n = len(verify)
+    verify_ms = [s.dur / 1000.0 for s in verify]
+    ar_count = sum(len(k) for k in per)
+    ar_us = sum(k.dur for ks in per for k in ks)
+    verify_us = sum(s.dur for s in verify)
+    return {
+        "rank": rank,
+        "verify_passes": n,
+        "verify_ms_p50": percentile(verify_ms, 0.5),
+        "verify_ms_p90": percentile(verify_ms, 0.9),
+        "allreduce_per_verify": ar_count / n if n else 0.0,
+        "allreduce_ms_per_verify": ar_us / 1000.0 / n if n else 0.0,
+        "allreduce_share": ar_us / verify_us if verify_us > 0 else 0.0,
+        # beyond the issue's JSON shape (the CLI prints only the keys above)
+        "verify_ms_samples": verify_ms,
+        "allreduce_calls": len(ex.kernels),
+        "allreduce_calls_in_verify": ar_count,
+        "span_source": source,
+        "exact_parser": ex.exact,
+        "bytes": ex.bytes_read,
+    }
+
+
+def analyze_file(
+    path: str | Path, span: str = DEFAULT_SPAN, rank: int | None = None
+) -> dict[str, Any]:
+    """Analyze one trace file (plain or gzipped JSON)."""
+    path = Path(path)
+    ex = extract(path)
+    if not any(s.gpu for s in ex.spans) and any(span in s.name for s in ex.spans):
+        ex = extract(path, want_launches=True)  # CPU fallback needs the launches
+    if rank is None:
+        rank = rank_from_name(path)
+    if rank is None:
+        rank = ex.rank if ex.rank is not None else 0
+    result = analyze_extract(ex, rank, span)
+    result["file"] = str(path)
+    return result
+
+
+def trace_files(path: str | Path) -> list[Path]:
+    """The trace files of a directory (`*.trace.json.gz`, `*.trace.json`, `*.json[.gz]`)."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise TraceError(f"{path}: no such file or directory")
+    files = sorted(
+        p
+        for p in path.iterdir()
+        if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
+    )
+    return files
+
+
+def analyze_path(
+    path: str | Path, span: str = DEFAULT_SPAN, files: Iterable[Path] | None = None
+) -> dict[str, Any]:
+    """A trace file or a directory of per-rank traces -> `{"ranks": [...]}` sorted by rank."""
+    chosen = list(files) if files is not None else trace_files(path)
+    if not chosen:
+        raise TraceError(f"{path}: no trace files (*.trace.json.gz) found")
+    ranks = []
+    for i, f in enumerate(chosen):
+        r = rank_from_name(f)
+        ranks.append(
+            analyze_file(f, span, r if r is not None else (i if len(chosen) > 1 else None))
+        )
+    ranks.sort(key=lambda r: r["rank"])
+    return {"ranks": ranks, "span": span, "path": str(path)}
+
+
+ISSUE_KEYS = (
+    "rank",
+    "verify_passes",
+    "verify_ms_p50",
+    "verify_ms_p90",
+    "allreduce_per_verify",
+    "allreduce_ms_per_verify",
+    "allreduce_share",
+)
+
+
+def public_view(analysis: dict[str, Any]) -> dict[str, Any]:
+    """The issue's JSON shape: `{"ranks": [{rank, verify_passes, ...}]}` and nothing else."""
+    return {"ranks": [{k: r[k] for k in ISSUE_KEYS} for r in analysis.get("ranks", [])]}
