@@ -1,0 +1,110 @@
+"""`fastverifyctl doctor`: everything besides the profile that changes what NCCL sees,
+with a fix for each finding, plus the GPU topology and recommended profiles.
+
+Exit codes: 0 nothing to fix (info only), 1 warnings or errors found, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from fastverify.cli.output import EXIT_OK, EXIT_PROBLEMS, emit_json, table
+
+_SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
+@click.option(
+    "--python",
+    "pythons",
+    multiple=True,
+    help="Also check this interpreter's site paths (the server's; repeatable). "
+    "Default: the daemon config's server.python when set.",
+)
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Home directory to check for .nccl.conf (default: $HOME).",
+)
+@click.option(
+    "--etc",
+    "etc_dir",
+    type=click.Path(file_okay=False),
+    default="/etc",
+    show_default=True,
+    help="Root of nccl.conf and environment.",
+)
+@click.option(
+    "--systemd-dir",
+    "systemd_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Unit directories to scan (repeatable; default: the standard ones).",
+)
+@click.option(
+    "--site-dir",
+    "site_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Scan these site directories instead of asking the interpreters.",
+)
+@click.option("--no-topology", is_flag=True, help="Skip nvidia-smi.")
+@click.pass_context
+def doctor(
+    ctx: click.Context,
+    as_json: bool,
+    pythons: tuple[str, ...],
+    home: str | None,
+    etc_dir: str,
+    systemd_dirs: tuple[str, ...],
+    site_dirs: tuple[str, ...],
+    no_topology: bool,
+) -> None:
+    """Find every source that changes what a profile means, and recommend profiles."""
+    from fastverify.cli.profile_cmds import make_store
+    from fastverify.profiles import doctor as doc
+
+    interpreters = list(pythons)
+    if not interpreters:
+        try:
+            from fastverify import config
+
+            server_python = config.load(None).server.python
+            if server_python:
+                interpreters.append(server_python)
+        except Exception:  # doctor must run even with a broken config
+            pass
+    inputs = doc.DoctorInputs(
+        env=dict(os.environ),
+        home=Path(home) if home else None,
+        etc_dir=Path(etc_dir),
+        interpreters=interpreters,
+        site_dirs=[Path(d) for d in site_dirs] if site_dirs else None,
+        check_topology=not no_topology,
+    )
+    if systemd_dirs:
+        inputs.systemd_dirs = [Path(d) for d in systemd_dirs]
+    ctx.obj = {**(ctx.obj or {}), "profile_dirs": [], "shipped_dir": None}
+    report = doc.run(inputs, make_store(ctx))
+    findings = sorted(report.findings, key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        if findings:
+            table(
+                ["SEVERITY", "WHAT", "WHERE", "FIX"],
+                [[f.severity, f.what, f.where, f.fix] for f in findings],
+                title="fastverify doctor",
+            )
+        if report.recommendations:
+            click.echo("Recommended profiles (try in this order):")
+            for i, r in enumerate(report.recommendations, start=1):
+                click.echo(f"  {i}. {r.profile}: {r.reason}")
+        click.echo(f"status: {report.worst}")
+    sys.exit(EXIT_PROBLEMS if report.worst in ("error", "warning") else EXIT_OK)
