@@ -1,0 +1,385 @@
+"""`fastverifyctl bench`, `sweep` and `preflight`: measurement commands.
+
+Imports stay light: the experiment modules are imported inside each command, httpx only
+inside the bench run, rich only for progress bars/tables on a terminal, matplotlib only
+when the sweep draws its plot, and torch never (preflight's rank workers import it in
+their own processes).
+
+Exit codes: 0 ok; 1 a measurement or check failed (a profile failed preflight, a sweep
+had failures, every bench request failed); 2 usage; 3 daemon unreachable;
+4 a missing optional dependency (torch for preflight, sglang for --use-sglang-bench).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fastverify.cli.output import (
+    EXIT_PROBLEMS,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    emit_json,
+    fail,
+    table,
+)
+
+EXIT_MISSING_DEPENDENCY = 4
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _int_list(text: str, what: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.replace(" ", "").split(",") if v)
+    except ValueError:
+        raise click.BadParameter(
+            f"{what}: expected comma-separated integers, got {text!r}"
+        ) from None
+    if not values or any(v < 1 for v in values):
+        raise click.BadParameter(f"{what}: expected positive integers, got {text!r}")
+    return values
+
+
+class _Progress:
+    """A rich progress bar on a terminal, plain lines on stderr otherwise (or nothing)."""
+
+    def __init__(self, description: str, total: float | None, enabled: bool = True):
+        self.description = description
+        self.total = total
+        self.enabled = enabled
+        self.tty = enabled and sys.stderr.isatty()
+        self._bar: Any = None
+        self._task: Any = None
+        self._last_line = 0.0
+
+    def __enter__(self) -> _Progress:
+        if self.tty:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self.description, total=self.total, info="")
+        return self
+
+    def update(self, completed: float, info: str = "") -> None:
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.update(self._task, completed=completed, info=info)
+            return
+        now = time.monotonic()
+        if now - self._last_line >= 5.0:
+            self._last_line = now
+            total = f"/{self.total:g}" if self.total else ""
+            click.echo(f"{self.description}: {completed:g}{total} {info}".rstrip(), err=True)
+
+    def note(self, line: str) -> None:
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.console.print(line, highlight=False, markup=False)
+        else:
+            click.echo(line, err=True)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+
+
+# ----------------------------------------------------------------------------- bench
+
+
+def _bench_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    ttft, itl = result["ttft_ms"], result["itl_ms"]
+    return [
+        ("output tok/s", _fmt(result["output_tokens_per_second"])),
+        ("per-request tok/s", _fmt(result["per_request_tokens_per_second"])),
+        ("requests/s", _fmt(result["request_rate"], 2)),
+        ("completed / failed", f"{result['completed']} / {result['failed']}"),
+        ("TTFT p50/p90/p99 ms", " / ".join(_fmt(ttft[k]) for k in ("p50", "p90", "p99"))),
+        ("ITL p50/p90/p99 ms", " / ".join(_fmt(itl[k], 2) for k in ("p50", "p90", "p99"))),
+        ("accept length", _fmt(result["accept_length"], 2)),
+        ("window s", _fmt(result["duration_s"], 1)),
+        ("source", result["source"]),
+    ]
+
+
+def _server_url(ctx: click.Context, url: str | None) -> str:
+    if url:
+        return url
+    from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+
+    try:
+        status = ControlClient(ctx.obj.get("socket") if ctx.obj else None).get("/v1/status")
+    except DaemonUnavailable as exc:
+        fail(f"{exc}\n(or pass --url http://HOST:PORT of the server)", EXIT_UNAVAILABLE)
+    except ApiError as exc:
+        fail(f"daemon: {exc}", EXIT_PROBLEMS)
+    engine_url = (status.get("engine") or {}).get("url")
+    if not engine_url:
+        fail(f"the daemon reports no serving engine (state {status.get('state')}); pass --url")
+    return engine_url
+
+
+@click.command()
+@click.option("--url", default=None, help="Server base URL (default: the daemon's engine URL).")
+@click.option("--concurrency", "-c", default=1, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--duration",
+    "-d",
+    default=None,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds to measure (default 30 unless --requests is given).",
+)
+@click.option(
+    "--requests",
+    "-n",
+    "n_requests",
+    default=None,
+    type=click.IntRange(1),
+    help="Number of requests instead of a duration.",
+)
+@click.option("--input-len", default=128, show_default=True, type=click.IntRange(1))
+@click.option("--output-len", default=256, show_default=True, type=click.IntRange(1))
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--warmup",
+    default=1,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Warm-up requests per client, discarded.",
+)
+@click.option(
+    "--use-sglang-bench",
+    is_flag=True,
+    help="Run python -m sglang.bench_serving (needs sglang) and read its JSONL.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def bench(
+    ctx: click.Context,
+    url: str | None,
+    concurrency: int,
+    duration: float | None,
+    n_requests: int | None,
+    input_len: int,
+    output_len: int,
+    seed: int,
+    warmup: int,
+    use_sglang_bench: bool,
+    as_json: bool,
+) -> None:
+    """Closed-loop load against the running server: tok/s, TTFT, ITL, accept length."""
+    from fastverify.experiments.bench import BenchConfig, BenchError, run_bench, run_sglang_bench
+
+    if duration is None and n_requests is None:
+        duration = 30.0
+    cfg = BenchConfig(
+        url=_server_url(ctx, url), concurrency=concurrency, duration=duration,
+        requests=n_requests, input_len=input_len, output_len=output_len, seed=seed,
+        warmup=warmup,
+    )  # fmt: skip
+    try:
+        cfg.validate()
+        if use_sglang_bench:
+            if n_requests is None:
+                fail("--use-sglang-bench needs --requests (sglang.bench_serving has no "
+                     "duration)", EXIT_USAGE)  # fmt: skip
+            click.echo(f"running sglang.bench_serving against {cfg.url} ...", err=True)
+            result = run_sglang_bench(cfg)
+        else:
+            total = n_requests if n_requests else duration
+            what = "requests" if n_requests else "seconds"
+            with _Progress(f"bench {cfg.url}", total) as bar:
+
+                def progress(done: int, elapsed: float) -> None:
+                    bar.update(
+                        done if n_requests else min(elapsed, duration or 0.0),
+                        f"{done} requests" if not n_requests else "",
+                    )
+
+                bar.note(
+                    f"bench: {concurrency} client(s), {total:g} {what}, "
+                    f"input {input_len} / output {output_len} tokens"
+                )
+                result = run_bench(cfg, progress)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except BenchError as exc:
+        code = EXIT_MISSING_DEPENDENCY if "not installed" in str(exc) else EXIT_PROBLEMS
+        fail(f"bench: {exc}", code)
+    data = result.to_dict()
+    if as_json:
+        emit_json(data)
+    else:
+        table(("metric", "value"), _bench_rows(data), title=f"bench {cfg.url}")
+    if result.completed == 0:
+        sys.exit(EXIT_PROBLEMS)
+
+
+# ----------------------------------------------------------------------------- preflight
+
+
+def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"--env expects KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+def _print_preflight(report: dict[str, Any]) -> None:
+    for prof in report["profiles"]:
+        rows = []
+        for s in prof["sizes"]:
+            e, g = s["eager"], s["graph"]
+            graph_state = g["capture"] if g["capture"] != "ok" else f"ok/{g['replay']}"
+            rows.append((
+                _fmt(s["tokens"]), s["bytes"], _fmt(e.get("p50_us")), _fmt(e.get("p99_us")),
+                _fmt(e.get("busbw_gbs"), 2), graph_state, _fmt(g.get("p50_us")),
+                f"{s['nccl_algo'] or '-'}/{s['nccl_proto'] or '-'}",
+                "yes" if s["correct"] else "NO",
+            ))  # fmt: skip
+        title = f"{prof['profile']}: {prof['status']} ({prof['wall_s']:.1f} s)"
+        if not rows:
+            click.echo(f"# {title}")
+        else:
+            table(("tokens", "bytes", "eager p50 us", "p99 us", "busbw GB/s", "graph",
+                   "graph p50 us", "algo/proto", "correct"), rows, title=title)  # fmt: skip
+        if prof.get("error") or prof.get("note"):
+            click.echo(f"  {prof.get('error') or prof.get('note')}")
+    summary = [
+        (p["profile"], p["status"], _fmt(p["wall_s"]), _fmt(p.get("init_s"), 2),
+         ", ".join(f"{k}={v}" for k, v in p["nccl"]["confirmed"].items()) or "-")
+        for p in report["profiles"]
+    ]  # fmt: skip
+    table(
+        ("profile", "verdict", "wall s", "init s", "NCCL confirmed"),
+        summary,
+        title=f"preflight: {report['world_size']} rank(s), {report['total_wall_s']:.1f} s total",
+    )
+    if report.get("note"):
+        click.echo(f"note: {report['note']}")
+
+
+@click.command()
+@click.argument("profiles", nargs=-1)
+@click.option(
+    "--nproc",
+    type=click.IntRange(1),
+    default=None,
+    help="Ranks (one per GPU). Default: every visible GPU.",
+)
+@click.option("--hidden-size", default=7168, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--tokens",
+    default="1,2,3,4,8,16,32,64",
+    show_default=True,
+    help="Tokens per forward; message = hidden size x tokens x 2 bytes.",
+)
+@click.option("--sizes", default=None, help="Explicit message sizes in bytes instead of --tokens.")
+@click.option("--iters", default=50, show_default=True, type=click.IntRange(1))
+@click.option("--warmup", default=5, show_default=True, type=click.IntRange(0))
+@click.option(
+    "--timeout",
+    "timeout_s",
+    default=180.0,
+    show_default=True,
+    type=float,
+    help="Seconds per profile before its ranks are killed.",
+)
+@click.option(
+    "--env",
+    "extra_env",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Extra variable on top of every profile (e.g. NCCL_NVLS_ENABLE=0).",
+)
+@click.option("--python", default="", help="Interpreter for the rank processes (needs torch).")
+@click.option(
+    "--backend",
+    type=click.Choice(["nccl", "gloo"]),
+    default="nccl",
+    hidden=True,
+    help="gloo: CPU-only testing of the orchestration.",
+)
+@click.option(
+    "--logs",
+    "logs_dir",
+    default="",
+    type=click.Path(file_okay=False),
+    help="Keep per-rank JSON and NCCL debug logs in this directory.",
+)
+@click.option(
+    "--output",
+    "-o",
+    "output",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Also write the JSON report to this file.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def preflight(
+    profiles: tuple[str, ...],
+    nproc: int | None,
+    hidden_size: int,
+    tokens: str,
+    sizes: str | None,
+    iters: int,
+    warmup: int,
+    timeout_s: float,
+    extra_env: tuple[str, ...],
+    python: str,
+    backend: str,
+    logs_dir: str,
+    output: str | None,
+    as_json: bool,
+) -> None:
+    """NCCL all-reduce + CUDA-graph check per profile on the GPUs, without a model."""
+    from fastverify.experiments import preflight as pf
+
+    cfg = pf.PreflightConfig(
+        nproc=nproc, hidden_size=hidden_size, tokens=_int_list(tokens, "--tokens"),
+        sizes_bytes=_int_list(sizes, "--sizes") if sizes else (), iters=iters, warmup=warmup,
+        backend=backend, timeout_s=timeout_s, python=python, extra_env=_env_pairs(extra_env),
+        logs_dir=logs_dir,
+    )  # fmt: skip
+    try:
+        loaded = pf.load_profiles(profiles)
+        report = pf.run_preflight(loaded, cfg, on_event=lambda line: click.echo(line, err=True))
+    except pf.TorchMissing as exc:
+        fail(str(exc), EXIT_MISSING_DEPENDENCY)
+    except pf.PreflightError as exc:
+        fail(f"preflight: {exc}", EXIT_USAGE if "profile" in str(exc) else EXIT_PROBLEMS)
+    if output:
+        from fastverify.cli.output import to_json
+
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(to_json(report) + "\n", encoding="utf-8")
+    if as_json:
+        emit_json(report)
+    else:
+        _print_preflight(report)
+    if any(p["status"] != "ok" for p in report["profiles"]):
+        sys.exit(EXIT_PROBLEMS)
