@@ -1,0 +1,154 @@
+"""Command line of the sim engine: SGLang's `launch_server` flag names, plus `--sim-*`.
+
+Accepts the flags the daemon's SGLang adapter emits (both CUDA-graph flag generations:
+`--disable-cuda-graph` and `--cuda-graph-backend-decode disabled` /
+`--disable-decode-cuda-graph`), and a handful of common SGLang flags that do not change
+the simulation. Anything else is an argparse error (exit status 2), like SGLang.
+Prefixes of long flags are accepted as argparse does (`--tp 8`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+SPEC_ALGOS = ("EAGLE", "EAGLE3")
+
+
+@dataclass(frozen=True)
+class SimArgs:
+    model_path: str
+    served_model_name: str
+    tp_size: int
+    host: str
+    port: int
+    enable_metrics: bool
+    mode: str  # baseline | eagle3
+    speculative_algorithm: str | None
+    draft_model_path: str | None
+    num_steps: int
+    topk: int
+    num_draft_tokens: int
+    cuda_graph: bool
+    decode_log_interval: int
+    disable_custom_all_reduce: bool
+    log_level: str
+    load_seconds: float
+    accept_length: float | None
+    seed: int
+    argv: tuple[str, ...]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m fastverify.engines.sim",
+        description="fastverify sim engine: an SGLang-compatible SIMULATION (no GPU). "
+        "Timings come from a cost model, not from hardware.",
+    )
+    p.add_argument("--model-path", "--model", required=True, help="model name or path")
+    p.add_argument("--tokenizer-path", default=None)
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--tp-size", "--tensor-parallel-size", type=int, default=1)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--speculative-algorithm", default=None)
+    p.add_argument("--speculative-draft-model-path", "--speculative-draft-model", default=None)
+    p.add_argument("--speculative-num-steps", type=int, default=None)
+    p.add_argument("--speculative-eagle-topk", type=int, default=None)
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument(
+        "--disable-cuda-graph",
+        action="store_true",
+        help="older SGLang flag (deprecated in new releases)",
+    )
+    p.add_argument(
+        "--disable-decode-cuda-graph", "--decode-disable-cuda-graph", action="store_true"
+    )
+    p.add_argument(
+        "--cuda-graph-backend-decode",
+        default=None,
+        help="newer SGLang flag; 'disabled' turns decode CUDA graphs off",
+    )
+    p.add_argument("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", type=int, default=None)
+    p.add_argument("--decode-log-interval", type=int, default=40)
+    p.add_argument("--disable-custom-all-reduce", action="store_true")
+    p.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"]
+    )
+    p.add_argument("--mem-fraction-static", type=float, default=None)
+    p.add_argument("--context-length", type=int, default=None)
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--random-seed", type=int, default=None)
+    p.add_argument(
+        "--sim-load-seconds",
+        type=float,
+        default=3.0,
+        help="simulated weight load + CUDA-graph capture time (default 3)",
+    )
+    p.add_argument(
+        "--sim-accept-length",
+        type=float,
+        default=None,
+        help="EAGLE-3 accept length incl. the bonus token (default 2.0)",
+    )
+    p.add_argument("--sim-seed", type=int, default=0, help="seed of the per-request phases")
+    return p
+
+
+def parse(argv: Sequence[str]) -> SimArgs:
+    """Parse argv; exits with status 2 and an argparse message on bad flags."""
+    parser = build_parser()
+    ns = parser.parse_args(list(argv))
+    if ns.tp_size < 1 or ns.tp_size > 64:
+        parser.error(f"--tp-size must be in 1..64, got {ns.tp_size}")
+    if not 0 < ns.port < 65536:
+        parser.error(f"--port must be in 1..65535, got {ns.port}")
+    if ns.sim_load_seconds < 0:
+        parser.error("--sim-load-seconds must be >= 0")
+    if ns.decode_log_interval < 1:
+        parser.error("--decode-log-interval must be >= 1")
+    algo = ns.speculative_algorithm.upper() if ns.speculative_algorithm else None
+    if algo is not None and algo not in SPEC_ALGOS:
+        parser.error(
+            f"--speculative-algorithm {ns.speculative_algorithm}: the sim engine "
+            f"simulates {', '.join(SPEC_ALGOS)} only"
+        )
+    if algo is not None and not ns.speculative_draft_model_path:
+        parser.error(f"--speculative-algorithm {algo} needs --speculative-draft-model-path")
+    steps = ns.speculative_num_steps if ns.speculative_num_steps is not None else 3
+    topk = ns.speculative_eagle_topk if ns.speculative_eagle_topk is not None else 1
+    ndt = ns.speculative_num_draft_tokens
+    if ndt is None:
+        ndt = steps * topk + 1 if topk > 1 else steps + 1
+    if steps < 1 or topk < 1 or ndt < 2:
+        parser.error("speculative num-steps/eagle-topk must be >= 1 and num-draft-tokens >= 2")
+    if ns.sim_accept_length is not None and not 1.0 <= ns.sim_accept_length <= ndt:
+        parser.error(f"--sim-accept-length must be in 1..{ndt} (num draft tokens)")
+    backend = (ns.cuda_graph_backend_decode or "").strip().lower()
+    cuda_graph = not (
+        ns.disable_cuda_graph or ns.disable_decode_cuda_graph or backend == "disabled"
+    )
+    return SimArgs(
+        model_path=ns.model_path,
+        served_model_name=ns.served_model_name or ns.model_path,
+        tp_size=ns.tp_size,
+        host=ns.host,
+        port=ns.port,
+        enable_metrics=ns.enable_metrics,
+        mode="eagle3" if algo else "baseline",
+        speculative_algorithm=algo,
+        draft_model_path=ns.speculative_draft_model_path,
+        num_steps=steps,
+        topk=topk,
+        num_draft_tokens=ndt,
+        cuda_graph=cuda_graph,
+        decode_log_interval=ns.decode_log_interval,
+        disable_custom_all_reduce=ns.disable_custom_all_reduce,
+        log_level=ns.log_level,
+        load_seconds=ns.sim_load_seconds,
+        accept_length=ns.sim_accept_length,
+        seed=ns.sim_seed,
+        argv=tuple(argv),
+    )

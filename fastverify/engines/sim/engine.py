@@ -1,0 +1,431 @@
+"""Lifecycle of one sim engine process (TP0): start-up like SGLang, serve, shut down.
+
+Order, as SGLang does it: banner and server_args -> fork TP workers (before any
+thread) -> NCCL communicator init (NCCL INFO lines per rank when NCCL_DEBUG=INFO) ->
+weight loading with progress lines -> CUDA-graph capture (fails for NCCL_ALGO=Tree,
+after the full load) -> HTTP server up (uvicorn lines) -> warm-up generation ->
+`The server is fired up and ready to roll!`. SIGTERM/SIGINT at any point stop the
+workers and exit 0; failures exit 1 after logging SGLang's error text.
+A missing absolute --model-path fails immediately like SGLang (config not found).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from fastverify.engines.sim import cli_args, costmodel, ncclenv, sglang_logs
+from fastverify.engines.sim.metrics import SimMetrics
+from fastverify.engines.sim.profiler import Profiler, write_cycles
+from fastverify.engines.sim.scheduler import Request, Scheduler
+from fastverify.engines.sim.server import App, SimHTTPServer
+from fastverify.engines.sim.workers import WorkerPool
+
+SIM_VERSION = "0.5.23-fastverify-sim"
+SHARDS = 64
+BANNER = (
+    "fastverify sim engine: this is a SIMULATION of an SGLang server (no GPU, no model). "
+    "Timings come from a documented cost model (docs/sim.md) and are not measurements "
+    "of real hardware."
+)
+
+
+class _Stop(Exception):
+    """SIGTERM/SIGINT arrived during start-up."""
+
+
+def _tuning_rows(settings: ncclenv.NcclSettings, args: cli_args.SimArgs) -> list[tuple]:
+    """(bytes, ALGO, PROTO, channels) for the all-reduce sizes this server captures."""
+    sizes = {1}
+    if args.mode == "eagle3":
+        sizes |= {args.topk, args.num_draft_tokens}
+    rows = []
+    for tokens in sorted(sizes):
+        ar = costmodel.allreduce_cost(settings, tokens * costmodel.HIDDEN * 2, args.tp_size, tokens)
+        rows.append((ar.nbytes, ar.algo_name, ar.proto_name, ar.nchannels))
+    return rows
+
+
+def _worker_handler(log: sglang_logs.LogWriter):
+    def handle(rank: int, msg: dict[str, Any]) -> dict[str, Any] | None:
+        cmd = msg.get("cmd")
+        if cmd == "log":
+            log.log(msg["msg"], rank, msg.get("level", "info"))
+        elif cmd == "nccl":
+            lines = sglang_logs.nccl_init_lines(
+                os.environ, rank, msg["tp_size"], ncclenv.resolve(os.environ), []
+            )
+            if sglang_logs.nccl_enabled(os.environ):
+                sglang_logs.write_nccl_lines(os.environ, lines, log)
+        elif cmd == "trace":
+            path = write_cycles(
+                msg["path"], rank, msg["tp_size"], msg["cycles"], dict(os.environ), msg["args"]
+            )
+            return {"ok": True, "path": str(path)}
+        return None
+
+    return handle
+
+
+class SimEngine:
+    def __init__(self, args: cli_args.SimArgs):
+        self.args = args
+        self.log = sglang_logs.LogWriter(sys.stdout, args.log_level)
+        self.stop_event = threading.Event()
+        self.workers: WorkerPool | None = None
+        self.settings = ncclenv.resolve(os.environ)
+        self.started = time.time()
+
+    # --------------------------------------------------------------- helpers
+    def _sleep(self, seconds: float) -> None:
+        if seconds > 0 and self.stop_event.wait(seconds):
+            raise _Stop
+
+    def _all_ranks(self, msg: str, level: str = "info") -> None:
+        self.log.log(msg, 0, level)
+        if self.workers:
+            self.workers.broadcast({"cmd": "log", "msg": msg, "level": level})
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.stop_event.set()
+
+    def server_args_repr(self) -> str:
+        a = self.args
+        return (
+            f"server_args=ServerArgs(model_path='{a.model_path}', tp_size={a.tp_size}, "
+            f"host='{a.host}', port={a.port}, enable_metrics={a.enable_metrics}, "
+            f"speculative_algorithm={a.speculative_algorithm!r}, "
+            f"speculative_draft_model_path={a.draft_model_path!r}, "
+            f"speculative_num_steps={a.num_steps if a.mode == 'eagle3' else None}, "
+            f"speculative_eagle_topk={a.topk if a.mode == 'eagle3' else None}, "
+            f"speculative_num_draft_tokens="
+            f"{a.num_draft_tokens if a.mode == 'eagle3' else None}, "
+            f"disable_cuda_graph={not a.cuda_graph}, "
+            f"decode_log_interval={a.decode_log_interval}, "
+            f"disable_custom_all_reduce={a.disable_custom_all_reduce}, "
+            f"log_level='{a.log_level}', simulated=True)"
+        )
+
+    # --------------------------------------------------------------- phases
+    def _check_paths(self) -> int | None:
+        for path in (self.args.model_path, self.args.draft_model_path):
+            if path and os.path.isabs(path) and not os.path.exists(path):
+                self.log.log(
+                    f"Failed to load model config from {path}: no such directory", None, "error"
+                )
+                self.log.raw(sglang_logs.missing_model_traceback(path))
+                return 1
+        return None
+
+    def _nccl_init(self) -> None:
+        a = self.args
+        self._all_ranks("Init torch distributed begin.")
+        if sglang_logs.nccl_enabled(os.environ) or self.settings.errors:
+            lines = sglang_logs.nccl_init_lines(
+                os.environ,
+                0,
+                a.tp_size,
+                self.settings,
+                _tuning_rows(self.settings, a) if not a.cuda_graph else [],
+            )
+            if sglang_logs.nccl_enabled(os.environ):
+                sglang_logs.write_nccl_lines(os.environ, lines, self.log)
+            elif os.environ.get("NCCL_DEBUG", "").upper() == "WARN":
+                sglang_logs.write_nccl_lines(
+                    os.environ, [ln for ln in lines if " NCCL WARN " in ln], self.log
+                )
+            if self.workers:
+                self.workers.broadcast({"cmd": "nccl", "tp_size": a.tp_size})
+        if self.settings.errors:
+            self.log.log(
+                "Scheduler hit an exception: Traceback (most recent call last):\n"
+                '  File "/sgl-workspace/sglang/python/sglang/srt/distributed/'
+                'device_communicators/pynccl.py", line 99, in __init__\n'
+                "    self.comm: ncclComm_t = self.nccl.ncclCommInitRank(\n"
+                "RuntimeError: NCCL error: invalid argument (run with NCCL_DEBUG=WARN "
+                "for details)",
+                0,
+                "error",
+            )
+            raise RuntimeError("nccl init failed")
+        if a.tp_size > 2 and not a.disable_custom_all_reduce:
+            self.log.log(
+                "Custom allreduce is disabled because it's not supported on more than "
+                "two PCIe-only GPUs.",
+                0,
+                "warning",
+            )
+        self._all_ranks("Init torch distributed ends. mem usage=0.53 GB")
+
+    def _load(self) -> None:
+        a = self.args
+        weights_s = a.load_seconds * (0.8 if a.cuda_graph else 1.0)
+        self._all_ranks("Load weight begin. avail mem=78.52 GB")
+        tic = time.monotonic()
+        steps = 16
+        for k in range(1, steps + 1):
+            self._sleep(weights_s * 0.95 / steps)
+            done = SHARDS * k // steps
+            self.log.raw(sglang_logs.shard_progress(done, SHARDS, time.monotonic() - tic))
+        self.log.raw("")
+        self._all_ranks(
+            f"Load weight end. elapsed={time.monotonic() - tic:.2f} s, "
+            "type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=14.31 GB, "
+            "mem usage=64.21 GB."
+        )
+        if a.mode == "eagle3":
+            self._all_ranks("Load weight begin. avail mem=14.31 GB")
+            self._sleep(weights_s * 0.05)
+            self._all_ranks(
+                "Load weight end. elapsed=0.31 s, type=LlamaForCausalLMEagle3, "
+                "dtype=torch.bfloat16, avail mem=13.21 GB, mem usage=1.10 GB."
+            )
+        self._all_ranks("KV Cache is allocated. #tokens: 1048576, KV size: 4.50 GB")
+        self._all_ranks("Memory pool end. avail mem=8.12 GB")
+
+    def _capture(self) -> None:
+        a = self.args
+        if not a.cuda_graph:
+            return
+        tic = time.monotonic()
+        self._all_ranks(
+            "Capture cuda graph begin. This can take up to several minutes. avail mem=8.12 GB"
+        )
+        self._all_ranks(f"Capture cuda graph bs {[1, 2, 4, 8, 16, 24, 32]}")
+        if sglang_logs.nccl_enabled(os.environ):
+            host_rows = _tuning_rows(self.settings, a)
+            lines = (
+                sglang_logs.nccl_init_lines(
+                    {**os.environ, "NCCL_DEBUG_SUBSYS": "TUNING"},
+                    0,
+                    a.tp_size,
+                    self.settings,
+                    host_rows,
+                )
+                if "TUNING" in sglang_logs.nccl_subsys(os.environ)
+                or "ALL" in sglang_logs.nccl_subsys(os.environ)
+                else []
+            )
+            sglang_logs.write_nccl_lines(
+                os.environ, [ln for ln in lines if "Bytes -> Algo" in ln], self.log
+            )
+        self._sleep(a.load_seconds * 0.2)
+        if a.tp_size > 1 and self.settings.tree_only:
+            err = costmodel.TREE_CAPTURE_ERROR
+            if os.environ.get("NCCL_DEBUG", "").upper() in ("WARN", "INFO", "TRACE"):
+                import socket as _s
+
+                pid = os.getpid()
+                sglang_logs.write_nccl_lines(
+                    os.environ,
+                    [
+                        f"{_s.gethostname().split('.')[0]}:{pid}:{pid} [0] NCCL WARN "
+                        "Tree algorithm cannot be captured in a CUDA graph on this topology "
+                        "(NCCL_ALGO=Tree, PCIe): operation not permitted when stream is capturing"
+                    ],
+                    self.log,
+                )
+            self.log.log(sglang_logs.capture_failure_traceback(err), 0, "error")
+            raise RuntimeError("capture failed")
+        self._all_ranks(
+            f"Capture cuda graph end. Time elapsed: {time.monotonic() - tic:.2f} s. "
+            "mem usage=0.38 GB. avail mem=7.74 GB."
+        )
+
+    def server_info(self) -> dict[str, Any]:
+        a = self.args
+        sched = self.scheduler
+        pred = sched.predict(max(1, sched.counts()[0]))
+        running, queued = sched.counts()
+        return {
+            "model_path": a.model_path,
+            "served_model_name": a.served_model_name,
+            "tp_size": a.tp_size,
+            "host": a.host,
+            "port": a.port,
+            "enable_metrics": a.enable_metrics,
+            "speculative_algorithm": a.speculative_algorithm,
+            "speculative_draft_model_path": a.draft_model_path,
+            "speculative_num_steps": a.num_steps if a.mode == "eagle3" else None,
+            "speculative_eagle_topk": a.topk if a.mode == "eagle3" else None,
+            "speculative_num_draft_tokens": a.num_draft_tokens if a.mode == "eagle3" else None,
+            "disable_cuda_graph": not a.cuda_graph,
+            "decode_log_interval": a.decode_log_interval,
+            "version": SIM_VERSION,
+            "simulated": True,
+            "engine": "fastverify-sim",
+            "note": BANNER,
+            "internal_states": [
+                {
+                    "avg_spec_accept_length": sched.avg_spec_accept_length
+                    if a.mode == "eagle3"
+                    else None,
+                    "last_gen_throughput": sched.last_gen_throughput,
+                    "num_running_reqs": running,
+                    "num_queue_reqs": queued,
+                    "memory_usage": {"weight": 64.21, "kvcache": 4.5, "graph": 0.38},
+                }
+            ],
+            "sim": {
+                "pids": [os.getpid(), *(self.workers.pids if self.workers else [])],
+                "nccl": {
+                    "algo": pred.algo,
+                    "proto": pred.proto,
+                    "nchannels": pred.nchannels,
+                    "p2p": self.settings.p2p,
+                },
+                "cost_model": {
+                    "cycle_seconds": pred.cycle_seconds,
+                    "verify_seconds": pred.verify_seconds,
+                    "allreduce_per_verify": pred.allreduce_count,
+                    "allreduce_seconds_per_verify": pred.allreduce_seconds,
+                    "tokens_per_second_bs1": sched.predict(1).tokens_per_second,
+                },
+            },
+        }
+
+    def model_info(self) -> dict[str, Any]:
+        return {
+            "model_path": self.args.model_path,
+            "tokenizer_path": self.args.model_path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "kimi_k2",
+            "architectures": ["DeepseekV3ForCausalLM"],
+            "simulated": True,
+            "engine": "fastverify-sim",
+            "note": BANNER,
+        }
+
+    # --------------------------------------------------------------- run
+    def run(self) -> int:
+        a = self.args
+        self.log.log(BANNER, None, "warning")
+        self.log.log(self.server_args_repr(), None)
+        rc = self._check_paths()
+        if rc is not None:
+            return rc
+        sys.stdout.flush()
+        if a.tp_size > 1:
+            self.workers = WorkerPool.fork(a.tp_size - 1, _worker_handler(self.log))
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        httpd: SimHTTPServer | None = None
+        try:
+            self._nccl_init()
+            self._load()
+            self._capture()
+            self.metrics = SimMetrics(a.served_model_name) if a.enable_metrics else None
+            self.profiler = Profiler(
+                tp_size=a.tp_size,
+                workers=self.workers,
+                log=self.log,
+                trace_args={
+                    "mode": a.mode,
+                    "cuda_graph": a.cuda_graph,
+                    "accept_length": a.accept_length,
+                    "num_steps": a.num_steps,
+                    "topk": a.topk,
+                    "num_draft_tokens": a.num_draft_tokens,
+                },
+            )
+            self.scheduler = Scheduler(
+                env=os.environ,
+                mode=a.mode,
+                tp_size=a.tp_size,
+                cuda_graph=a.cuda_graph,
+                accept_length=a.accept_length,
+                num_steps=a.num_steps,
+                topk=a.topk,
+                num_draft_tokens=a.num_draft_tokens,
+                decode_log_interval=a.decode_log_interval,
+                log=self.log,
+                metrics=self.metrics,
+                seed=a.seed,
+                on_cycle=self.profiler.on_cycle,
+            )
+            app = App(
+                scheduler=self.scheduler,
+                metrics=self.metrics,
+                profiler=self.profiler,
+                model_info=self.model_info(),
+                server_info=self.server_info,
+                served_model_name=a.served_model_name,
+                log=self.log,
+                access_log=a.log_level == "debug",
+            )
+            self.log.log(
+                "max_total_num_tokens=1048576, chunked_prefill_size=8192, "
+                "max_prefill_tokens=16384, max_running_requests=256, "
+                "context_len=262144, available_gpu_mem=7.74 GB"
+            )
+            try:
+                httpd = SimHTTPServer((a.host, a.port), app)
+            except OSError as exc:
+                self.log.log(
+                    f"ERROR:    [Errno {exc.errno}] error while attempting to bind on "
+                    f"address ('{a.host}', {a.port}): {exc.strerror.lower()}"
+                    if exc.strerror
+                    else f"ERROR:    {exc}",
+                    None,
+                    "error",
+                )
+                return 1
+            self.scheduler.start()
+            threading.Thread(
+                target=httpd.serve_forever,
+                kwargs={"poll_interval": 0.5},
+                name="sim-http",
+                daemon=True,
+            ).start()
+            self.log.log(f"INFO:     Started server process [{os.getpid()}]", None)
+            self.log.log("INFO:     Waiting for application startup.", None)
+            self.log.log("INFO:     Application startup complete.", None)
+            self.log.log(
+                f"INFO:     Uvicorn running on http://{a.host}:{a.port} (Press CTRL+C to quit)",
+                None,
+            )
+            warm = Request(prompt_tokens=6, max_new_tokens=1)
+            self.scheduler.submit(warm)
+            while not warm.done.wait(0.05):
+                self._sleep(0)
+                if self.stop_event.is_set():
+                    raise _Stop
+            app.ready.set()
+            self.log.log(sglang_logs.READY_LINE, None)
+            self.stop_event.wait()
+            return 0
+        except _Stop:
+            return 0
+        except RuntimeError:
+            self.log.log(
+                "Received sigquit from a child process. It usually means the child failed.",
+                None,
+                "error",
+            )
+            return 1
+        finally:
+            if httpd is not None:
+                httpd.shutdown()
+                httpd.server_close()
+            sched = getattr(self, "scheduler", None)
+            if sched is not None:
+                sched.stop()
+            prof = getattr(self, "profiler", None)
+            if prof is not None:
+                prof.cancel()
+            if self.workers is not None:
+                self.workers.terminate()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = cli_args.parse(sys.argv[1:] if argv is None else argv)
+    return SimEngine(args).run()

@@ -1,0 +1,303 @@
+"""The sim engine's decode loop: a scheduler thread that runs batches in real time.
+
+Each iteration either prefills newly arrived requests or runs one decode cycle for
+every running request. A cycle lasts exactly the cost model's cycle time for the
+current batch size (sleep until an absolute deadline, so timing error does not
+accumulate and an idle engine uses no CPU). Per cycle, each running request gains
+1 token (baseline) or its accept length (EAGLE-3; a deterministic per-request credit
+accumulator so that the long-run mean is exactly `accept_length`, with a seeded
+phase). Every `decode_log_interval` cycles TP0 logs SGLang's decode line with the
+real tokens/s over the interval, and the Prometheus gauges are updated.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from fastverify.engines.sim import costmodel, sglang_logs
+from fastverify.engines.sim.metrics import SimMetrics
+
+MAX_RUNNING = 256
+MAX_TOTAL_TOKENS = 1_048_576  # KV-cache capacity used for "token usage"
+
+_ids = itertools.count(1)
+
+
+@dataclass
+class Request:
+    """One generation request, shared between an HTTP handler thread and the scheduler."""
+
+    prompt_tokens: int
+    max_new_tokens: int
+    stream: bool = False
+    rid: str = field(default_factory=lambda: f"{next(_ids):032x}")
+    created: float = field(default_factory=time.perf_counter)
+    generated: int = 0
+    verify_ct: int = 0
+    accepted_total: int = 0
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    finished_at: float | None = None
+    credit: float = 0.0
+    done: threading.Event = field(default_factory=threading.Event)
+    updates: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # new-token counts
+
+    @property
+    def e2e_latency(self) -> float:
+        return (self.finished_at or time.perf_counter()) - self.created
+
+    def _emit(self, n: int) -> None:
+        if self.stream:
+            self.updates.put(n)
+
+
+class Scheduler(threading.Thread):
+    """Runs the simulated batches; `submit()` is thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str],
+        mode: str,
+        tp_size: int,
+        cuda_graph: bool,
+        accept_length: float | None,
+        num_steps: int,
+        topk: int,
+        num_draft_tokens: int,
+        decode_log_interval: int,
+        log: sglang_logs.LogWriter,
+        metrics: SimMetrics | None,
+        seed: int = 0,
+        on_cycle: Callable[[int, int], None] | None = None,
+    ):
+        super().__init__(name="sim-scheduler", daemon=True)
+        self.env = dict(env)
+        self.mode = mode
+        self.tp_size = tp_size
+        self.cuda_graph = cuda_graph
+        self.accept_length = accept_length
+        self.num_steps = num_steps
+        self.topk = topk
+        self.num_draft_tokens = num_draft_tokens
+        self.decode_log_interval = max(1, decode_log_interval)
+        self.log = log
+        self.metrics = metrics
+        self.on_cycle = on_cycle
+        self._rng = random.Random(seed)
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self._pred_cache: dict[int, costmodel.Prediction] = {}
+        # stats
+        self.forward_ct = 0
+        self.last_gen_throughput = 0.0
+        self.avg_spec_accept_length = 0.0
+        self._interval_tokens = 0
+        self._interval_accepted = 0
+        self._interval_verify = 0
+        self._interval_tic = time.perf_counter()
+
+    # ------------------------------------------------------------------ public
+    def predict(self, bs: int) -> costmodel.Prediction:
+        pred = self._pred_cache.get(bs)
+        if pred is None:
+            pred = costmodel.predict(
+                self.env,
+                self.mode,
+                self.tp_size,
+                bs,
+                self.cuda_graph,
+                self.accept_length,
+                num_steps=self.num_steps,
+                topk=self.topk,
+                num_draft_tokens=self.num_draft_tokens,
+            )
+            self._pred_cache[bs] = pred
+        return pred
+
+    def submit(self, req: Request) -> None:
+        with self._cond:
+            self.waiting.append(req)
+            self._cond.notify()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def counts(self) -> tuple[int, int]:
+        with self._cond:
+            return len(self.running), len(self.waiting)
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> None:
+        deadline = time.monotonic()
+        while not self._stop.is_set():
+            with self._cond:
+                while not self.waiting and not self.running and not self._stop.is_set():
+                    self._update_gauges_locked()
+                    self._cond.wait()
+                if self._stop.is_set():
+                    return
+                new: list[Request] = []
+                while self.waiting and len(self.running) + len(new) < MAX_RUNNING:
+                    new.append(self.waiting.popleft())
+            if new:
+                self._prefill(new)
+                deadline = time.monotonic()
+                continue
+            bs = len(self.running)
+            pred = self.predict(bs)
+            now = time.monotonic()
+            if now - deadline > pred.cycle_seconds:  # idle or late: restart the clock
+                deadline = now
+            start_ns = time.time_ns()
+            deadline += pred.cycle_seconds
+            delay = deadline - time.monotonic()
+            if delay > 0 and self._stop.wait(delay):
+                return
+            self._decode_cycle(pred)
+            if self.on_cycle is not None:
+                self.on_cycle(start_ns, bs)
+
+    def _prefill(self, new: list[Request]) -> None:
+        tokens = sum(r.prompt_tokens for r in new)
+        dur = costmodel.prefill_seconds(self.env, self.tp_size, tokens, self.cuda_graph, self.mode)
+        if self._stop.wait(dur):
+            return
+        now = time.perf_counter()
+        with self._cond:
+            running_before = len(self.running)
+            queue_len = len(self.waiting)
+            usage = self._token_usage_locked(extra=new)
+        self.log.log(
+            sglang_logs.prefill_line(
+                len(new), tokens, usage, running_before, queue_len, tokens / dur if dur > 0 else 0.0
+            )
+        )
+        finished = []
+        for r in new:
+            r.generated = 1  # prefill samples the first token
+            r.credit = self._rng.random()
+            r.first_token_at = r.last_token_at = now
+            if self.metrics:
+                self.metrics.ttft.observe(now - r.created)
+            r._emit(1)
+            if r.generated >= r.max_new_tokens:
+                finished.append(r)
+        self._account(len(new), 0, 0)
+        with self._cond:
+            self.running.extend(r for r in new if r not in finished)
+        for r in finished:
+            self._finish(r, now)
+
+    def _decode_cycle(self, pred: costmodel.Prediction) -> None:
+        now = time.perf_counter()
+        eagle = self.mode == "eagle3"
+        produced = accepted = 0
+        with self._cond:
+            running = list(self.running)
+        finished = []
+        for r in running:
+            if eagle:
+                r.credit += pred.accept_length
+                n = max(1, min(int(r.credit), self.num_draft_tokens))
+                r.credit -= n
+                r.verify_ct += 1
+                r.accepted_total += n
+                accepted += n
+            else:
+                n = 1
+            n = min(n, r.max_new_tokens - r.generated)
+            r.generated += n
+            produced += n
+            if self.metrics and r.last_token_at is not None and n:
+                self.metrics.itl.observe((now - r.last_token_at) / n)
+            r.last_token_at = now
+            r._emit(n)
+            if r.generated >= r.max_new_tokens:
+                finished.append(r)
+        if finished:
+            with self._cond:
+                gone = set(map(id, finished))
+                self.running = [r for r in self.running if id(r) not in gone]
+            for r in finished:
+                self._finish(r, now)
+        self.forward_ct += 1
+        self._account(produced, accepted, len(running) if eagle else 0)
+        if self.forward_ct % self.decode_log_interval == 0:
+            self._log_decode(len(running))
+
+    def _finish(self, r: Request, now: float) -> None:
+        r.finished_at = now
+        if self.metrics:
+            self.metrics.e2e.observe(now - r.created)
+            self.metrics.num_requests.inc()
+            self.metrics.prompt_tokens.inc(r.prompt_tokens)
+        r._emit(0)
+        r.updates.put(None)
+        r.done.set()
+
+    def _account(self, produced: int, accepted: int, verifies: int) -> None:
+        self._interval_tokens += produced
+        self._interval_accepted += accepted
+        self._interval_verify += verifies
+        if self.metrics and produced:
+            self.metrics.generation_tokens.inc(produced)
+
+    def _log_decode(self, running: int) -> None:
+        now = time.perf_counter()
+        gap = now - self._interval_tic
+        self._interval_tic = now
+        self.last_gen_throughput = self._interval_tokens / gap if gap > 0 else 0.0
+        self._interval_tokens = 0
+        accept_len = accept_rate = None
+        if self.mode == "eagle3" and self._interval_verify:
+            accept_len = self._interval_accepted / self._interval_verify
+            accept_rate = (accept_len - 1) / max(1, self.num_draft_tokens - 1)
+            self.avg_spec_accept_length = accept_len
+        self._interval_accepted = self._interval_verify = 0
+        with self._cond:
+            tokens = sum(r.prompt_tokens + r.generated for r in self.running)
+            usage = self._token_usage_locked()
+            queue_len = len(self.waiting)
+        self.log.log(
+            sglang_logs.decode_line(
+                running,
+                tokens,
+                usage,
+                self.last_gen_throughput,
+                queue_len,
+                self.cuda_graph,
+                accept_len,
+                accept_rate,
+            )
+        )
+        if self.metrics:
+            self.metrics.gen_throughput.set(self.last_gen_throughput)
+            self.metrics.num_running_reqs.set(running)
+            self.metrics.num_queue_reqs.set(queue_len)
+            self.metrics.token_usage.set(usage)
+            if accept_len is not None:
+                self.metrics.spec_accept_length.set(accept_len)
+                self.metrics.spec_accept_rate.set(accept_rate or 0.0)
+
+    def _token_usage_locked(self, extra: list[Request] | None = None) -> float:
+        used = sum(r.prompt_tokens + r.generated for r in self.running)
+        used += sum(r.prompt_tokens for r in extra or [])
+        return used / MAX_TOTAL_TOKENS
+
+    def _update_gauges_locked(self) -> None:
+        if self.metrics:
+            self.metrics.num_running_reqs.set(len(self.running))
+            self.metrics.num_queue_reqs.set(len(self.waiting))
+            self.metrics.token_usage.set(self._token_usage_locked())
