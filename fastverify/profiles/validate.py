@@ -102,8 +102,8 @@ def parse_list_spec(value: str, elems: tuple[str, ...]) -> dict[str, dict[str, i
                 raise ListSpecError(f"empty item in {elem_list!r} (remove the extra ',')")
             if tok.startswith("^"):
                 raise ListSpecError(
-                    f"'^' inside a list ({tok!r}): it applies to the whole list "
-                    f"(write ^{elem_list.replace('^', '')})"
+                    f"'^' inside a list ({tok!r}): NCCL accepts '^' only at the start, where "
+                    f"it excludes the whole list (list the ones to use, or write ^{tok[1:]})"
                 )
             if tok.lower() not in lower:
                 raise ListSpecError(
