@@ -12,6 +12,9 @@ File layout (every key optional; see `docs/config.example.toml`):
     sglang_flags = "auto"              # "auto" (ask the installed SGLang) | "new" | "old"
     extra_args = ["--mem-fraction-static", "0.85"]
     mode = "baseline"                  # or "eagle3"
+    env_passthrough = ["HF_TOKEN"]     # daemon env vars handed to the engine (values masked)
+    [server.env]                       # extra variables for the engine (not NCCL_*: use profiles)
+    SGLANG_TORCH_PROFILER_DIR = "/var/lib/fastverify/traces"
     [server.eagle3]
     num_steps = 3
     topk = 1
@@ -77,6 +80,8 @@ class ServerConfig:
     extra_args: tuple[str, ...] = ()
     mode: str = "baseline"
     eagle3: Eagle3Params = field(default_factory=Eagle3Params)
+    env: dict[str, str] = field(default_factory=dict)
+    env_passthrough: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -146,6 +151,12 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
 
 
 def _coerce(value: Any, default: Any, where: str) -> Any:
+    if isinstance(default, dict):
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise ConfigError(f"{where}: expected a table of string values, got {value!r}")
+        return dict(value)
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: expected true or false, got {value!r}")
@@ -171,10 +182,20 @@ def _check(cfg: Config, where: str) -> Config:
     if cfg.server.mode not in MODES:
         raise ConfigError(f"{where}: server.mode: {cfg.server.mode!r} (expected one of {MODES})")
     if cfg.daemon.engine not in ENGINES:
-        raise ConfigError(f"{where}: daemon.engine: {cfg.daemon.engine!r} (expected one of {ENGINES})")
+        raise ConfigError(
+            f"{where}: daemon.engine: {cfg.daemon.engine!r} (expected one of {ENGINES})"
+        )
     if cfg.daemon.tcp_listen and not cfg.daemon.token_file:
-        raise ConfigError(f"{where}: daemon.tcp_listen is set but daemon.token_file is empty "
-                          "(TCP control needs a token)")
+        raise ConfigError(
+            f"{where}: daemon.tcp_listen is set but daemon.token_file is empty "
+            "(TCP control needs a token)"
+        )
+    nccl = sorted(k for k in cfg.server.env if k.startswith("NCCL_"))
+    if nccl:
+        raise ConfigError(
+            f"{where}: server.env sets {', '.join(nccl)}: NCCL settings belong in "
+            "profiles (the profile is the whole truth about NCCL)"
+        )
     if not 1 <= cfg.server.tp_size <= 64:
         raise ConfigError(f"{where}: server.tp_size: {cfg.server.tp_size} (expected 1..64)")
     return cfg
@@ -200,7 +221,9 @@ def load(path: Path | None, overrides: dict[str, dict[str, Any]] | None = None) 
         table.update({k: v for k, v in values.items() if v is not None})
     unknown = set(data) - {"server", "daemon"}
     if unknown:
-        raise ConfigError(f"{source or path}: unknown table(s) {sorted(unknown)} (expected [server], [daemon])")
+        raise ConfigError(
+            f"{source or path}: unknown table(s) {sorted(unknown)} (expected [server], [daemon])"
+        )
     where = source or "config"
     cfg = Config(
         server=_build(ServerConfig, data.get("server", {}), f"{where}: server"),

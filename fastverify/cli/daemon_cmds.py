@@ -1,0 +1,255 @@
+"""`fastverifyctl status | mode | restart | logs | history | server`: daemon commands.
+
+All of them talk to fastverifyd's control API only. Exit codes: 0 ok, 1 the daemon
+reported a failure (or `server check` rejected the argv), 2 usage / invalid value,
+3 daemon unreachable, 4 busy (another operation in flight), 5 connection lost.
+`status` exits 0 whenever the daemon answered (read `state` for health).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import click
+
+from fastverify.cli.output import emit_json
+from fastverify.cli.profile_switch import (
+    EXIT_FAILED,
+    EXIT_UNAVAILABLE,
+    api_error_exit,
+    client_for,
+    run_operation,
+)
+
+
+def _get(ctx: click.Context, path: str, as_json: bool, timeout: float | None = 30.0) -> Any:
+    from fastverify.client import ApiError, DaemonUnavailable
+
+    try:
+        return client_for(ctx, timeout=timeout).get(path)
+    except DaemonUnavailable as exc:
+        if as_json:
+            emit_json({"error": str(exc), "reachable": False})
+        else:
+            click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+    except ApiError as exc:
+        sys.exit(api_error_exit(exc, as_json))
+
+
+def _ago(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    d = max(0.0, time.time() - ts)
+    if d < 120:
+        return f"{d:.0f}s ago"
+    if d < 7200:
+        return f"{d / 60:.0f}m ago"
+    return f"{d / 3600:.1f}h ago"
+
+
+def _clock(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print the daemon's status as JSON.")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Daemon and engine state."""
+    st = _get(ctx, "/v1/status", as_json, timeout=5.0)
+    if as_json:
+        emit_json(st)
+        return
+    eng = st.get("engine") or {}
+    sim = " (simulated)" if eng.get("simulated") else ""
+    lines = [
+        f"state:      {st.get('state')} since {_clock(st.get('since'))} ({_ago(st.get('since'))})",
+        f"profile:    {st.get('profile')} ({st.get('mode')})",
+        f"last good:  {st.get('last_good') or '-'}"
+        + (f" ({st.get('last_good_mode')})" if st.get("last_good_mode") else ""),
+        f"engine:     {eng.get('name')}{sim} pid {eng.get('pid') or '-'} {eng.get('url') or ''}",
+        f"            {eng.get('reason')}",
+    ]
+    if eng.get("start_seconds"):
+        lines.append(f"ready in:   {eng['start_seconds']:.2f} s")
+    if st.get("tokens_per_second"):
+        lines.append(f"throughput: {st['tokens_per_second']:.1f} tok/s")
+    if eng.get("log"):
+        lines.append(f"log:        {eng['log']}")
+    flight = st.get("switch_in_flight")
+    if flight:
+        lines.append(
+            f"in flight:  {flight.get('kind')} {flight.get('profile')}/{flight.get('mode')} "
+            f"({flight.get('elapsed_s', 0):.1f} s)"
+        )
+    fail_ = st.get("last_failure")
+    if fail_:
+        lines.append(f"last failure: {fail_.get('reason')}: {fail_.get('message')}")
+        if fail_.get("log"):
+            lines.append(f"              log: {fail_['log']}")
+    restarts = st.get("restarts") or {}
+    if restarts.get("total"):
+        by = ", ".join(f"{k}={v}" for k, v in sorted((restarts.get("by_reason") or {}).items()))
+        lines.append(f"restarts:   {restarts['total']} ({by})")
+    cfg = st.get("config") or {}
+    if cfg.get("error"):
+        lines.append(f"config:     {cfg['error']}")
+    for finding in st.get("findings") or []:
+        lines.append(f"note:       {finding}")
+    click.echo("\n".join(lines))
+
+
+@click.group("mode", invoke_without_command=True)
+@click.pass_context
+def mode(ctx: click.Context) -> None:
+    """Get or set the decoding mode (baseline|eagle3)."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(mode_get)
+
+
+@mode.command("get")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def mode_get(ctx: click.Context, as_json: bool = False) -> None:
+    """Print the active mode."""
+    st = _get(ctx, "/v1/status", as_json, timeout=5.0)
+    if as_json:
+        emit_json({"mode": st.get("mode"), "profile": st.get("profile"), "state": st.get("state")})
+    else:
+        click.echo(st.get("mode"))
+
+
+@mode.command("set")
+@click.argument("value", type=click.Choice(["baseline", "eagle3"]))
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None)
+@click.option("--no-wait", is_flag=True)
+@click.option("--queue", is_flag=True, help="Wait for an operation in flight instead of failing.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def mode_set(
+    ctx: click.Context,
+    value: str,
+    timeout_s: float | None,
+    no_wait: bool,
+    queue: bool,
+    as_json: bool,
+) -> None:
+    """Restart the engine in mode VALUE with the active profile (rolls back on failure)."""
+    body: dict[str, Any] = {"mode": value, "queue": queue}
+    if timeout_s:
+        body["timeout_s"] = timeout_s
+    sys.exit(run_operation(ctx, "/v1/mode", body, as_json=as_json, no_wait=no_wait))
+
+
+@click.command("restart")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None)
+@click.option("--no-wait", is_flag=True)
+@click.option("--queue", is_flag=True, help="Wait for an operation in flight instead of failing.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def restart(
+    ctx: click.Context, timeout_s: float | None, no_wait: bool, queue: bool, as_json: bool
+) -> None:
+    """Restart the engine with the active profile and mode."""
+    body: dict[str, Any] = {"queue": queue}
+    if timeout_s:
+        body["timeout_s"] = timeout_s
+    sys.exit(run_operation(ctx, "/v1/restart", body, as_json=as_json, no_wait=no_wait))
+
+
+@click.group("logs", invoke_without_command=True)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+@click.option("-n", "lines", type=click.IntRange(min=0), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_context
+def logs(ctx: click.Context, follow: bool, lines: int, as_json: bool) -> None:
+    """Show (or follow) the daemon's and engine's log."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import json
+
+    from fastverify.client import ApiError, DaemonUnavailable
+
+    path = f"/v1/logs?n={lines}&follow={1 if follow else 0}"
+    try:
+        for ev in client_for(ctx, timeout=None).stream("GET", path):
+            if as_json:
+                click.echo(json.dumps(ev))
+            else:
+                mark = "*" if ev.get("source") == "daemon" else "|"
+                stamp = time.strftime("%H:%M:%S", time.localtime(ev.get("ts", 0)))
+                click.echo(f"{stamp} {mark} {ev.get('line')}")
+    except DaemonUnavailable as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+    except ApiError as exc:
+        sys.exit(api_error_exit(exc, as_json))
+    except KeyboardInterrupt:
+        pass
+
+
+@click.command("history")
+@click.option("-n", "limit", type=click.IntRange(min=0), default=0, help="Only the last N records.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def history(ctx: click.Context, limit: int, as_json: bool) -> None:
+    """Switch journal: every start, switch, rollback and crash restart."""
+    from fastverify.cli.output import table
+
+    records = _get(ctx, f"/v1/history?n={limit}", as_json)
+    if as_json:
+        emit_json(records)
+        return
+    rows = [
+        (
+            _clock(r.get("started_at")),
+            r.get("kind"),
+            f"{r.get('profile')}/{r.get('mode')}",
+            r.get("result"),
+            r.get("reason") or "",
+            f"{r.get('duration_s', 0):.2f}s",
+            r.get("log") or "",
+        )
+        for r in records
+    ]
+    table(["started", "kind", "profile/mode", "result", "reason", "took", "log"], rows)
+
+
+@click.group("server")
+def server() -> None:
+    """Server argv: show and check with SGLang's parser."""
+
+
+@server.command("check")
+@click.option("--profile", default=None, help="Profile (default: the active one).")
+@click.option("--mode", type=click.Choice(["baseline", "eagle3"]), default=None)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def server_check(ctx: click.Context, profile: str | None, mode: str | None, as_json: bool) -> None:
+    """Print the server argv the daemon would run and the engine parser's verdict.
+
+    Exit 0 when accepted (or when no parser is available to check), 1 when rejected.
+    """
+    import shlex
+    from urllib.parse import urlencode
+
+    q = {"check": "1"}
+    if profile:
+        q["profile"] = profile
+    if mode:
+        q["mode"] = mode
+    out = _get(ctx, f"/v1/server/argv?{urlencode(q)}", as_json, timeout=600)
+    check = out.get("check") or {}
+    if as_json:
+        emit_json(out)
+    else:
+        click.echo(f"engine:  {out.get('engine')}{' (simulated)' if out.get('simulated') else ''}")
+        click.echo(f"profile: {out.get('profile')} ({out.get('mode')})")
+        click.echo("argv:    " + shlex.join(out.get("argv") or []))
+        verdict = {True: "ok", False: "REJECTED", None: "not checked"}[check.get("ok")]
+        click.echo(f"check:   {verdict}: {check.get('message')}")
+    if check.get("ok") is False:
+        sys.exit(EXIT_FAILED)

@@ -1,0 +1,456 @@
+"""The control API: HTTP/1.0 + JSON over a Unix socket (optional TCP with a bearer token).
+
+Paths are versioned (`/v1/...`, see docs/api.md). The Unix socket is created with mode
+0660 and handed to group `fastverify` when that group exists. TCP listens only when
+configured and then requires `Authorization: Bearer <token>` (compared with
+hmac.compare_digest). Requests larger than MAX_BODY are refused (413); malformed JSON,
+wrong types, missing fields, unknown paths and wrong methods get a 4xx JSON error that
+says what to send instead. Operation requests can stream NDJSON events (`stream: true`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import hmac
+import json
+import logging
+import os
+import socket
+import socketserver
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from fastverify.daemon.logs import mask_argv
+from fastverify.daemon.supervisor import Operation, RequestError, Supervisor
+
+log = logging.getLogger("fastverifyd.api")
+
+MAX_BODY = 64 * 1024
+API_VERSION = "v1"
+
+# path -> allowed methods
+ROUTES: dict[str, tuple[str, ...]] = {
+    "/v1/status": ("GET",),
+    "/v1/history": ("GET",),
+    "/v1/logs": ("GET",),
+    "/v1/server/argv": ("GET",),
+    "/v1/profile": ("POST",),
+    "/v1/mode": ("POST",),
+    "/v1/restart": ("POST",),
+    "/v1/baselines": ("GET", "POST"),
+    "/v1/trace/capture": ("POST",),
+}
+
+# field -> (types, required)
+_BOOL = (bool,)
+_NUM = (int, float)
+SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
+    "/v1/profile": {
+        "name": ((str,), True),
+        "mode": ((str,), False),
+        "wait": (_BOOL, False),
+        "stream": (_BOOL, False),
+        "force": (_BOOL, False),
+        "queue": (_BOOL, False),
+        "timeout_s": (_NUM, False),
+    },
+    "/v1/mode": {
+        "mode": ((str,), True),
+        "wait": (_BOOL, False),
+        "stream": (_BOOL, False),
+        "queue": (_BOOL, False),
+        "timeout_s": (_NUM, False),
+    },
+    "/v1/restart": {
+        "wait": (_BOOL, False),
+        "stream": (_BOOL, False),
+        "queue": (_BOOL, False),
+        "timeout_s": (_NUM, False),
+    },
+    "/v1/baselines": {
+        "profile": ((str,), True),
+        "tokens_per_second": (_NUM, True),
+        "per_request_tokens_per_second": (_NUM, True),
+        "measured_at": (_NUM, False),
+    },
+    "/v1/trace/capture": {"steps": ((int,), False)},
+}
+
+
+def validate_body(path: str, body: Any) -> dict[str, Any]:
+    """Check a request body against SCHEMAS[path]; RequestError(400/422) says what is wrong."""
+    schema = SCHEMAS.get(path, {})
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise RequestError(400, f"request body must be a JSON object, got {type(body).__name__}")
+    unknown = sorted(set(body) - set(schema))
+    if unknown:
+        raise RequestError(
+            422, f"unknown field(s) {', '.join(unknown)} (accepted: {', '.join(schema) or 'none'})"
+        )
+    for name, (types, required) in schema.items():
+        if name not in body or body[name] is None:
+            if required:
+                raise RequestError(422, f"missing field {name!r}")
+            continue
+        value = body[name]
+        ok = isinstance(value, types) and not (bool not in types and isinstance(value, bool))
+        if not ok:
+            want = " or ".join(
+                "number" if t in (int, float) and len(types) > 1 else t.__name__ for t in types
+            )
+            raise RequestError(422, f"field {name!r} must be {want}, got {json.dumps(value)}")
+    if "timeout_s" in body and body["timeout_s"] is not None and body["timeout_s"] <= 0:
+        raise RequestError(422, "field 'timeout_s' must be > 0")
+    return body
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: ApiServer  # type: ignore[assignment]
+    protocol_version = "HTTP/1.0"
+    server_version = "fastverifyd/1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("api: " + format, *args)
+
+    # --------------------------------------------------------------- plumbing
+    def _send_json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
+        payload = (json.dumps(data, default=str) + "\n").encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.wfile.write(payload)
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+
+    def _write_line(self, obj: Any) -> bool:
+        try:
+            self.wfile.write((json.dumps(obj, default=str) + "\n").encode())
+            self.wfile.flush()
+            return True
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return False
+
+    def _authorised(self) -> bool:
+        token = self.server.token
+        if token is None:
+            return True
+        got = self.headers.get("Authorization", "")
+        if got.startswith("Bearer "):
+            return hmac.compare_digest(got[7:].strip().encode(), token.encode())
+        return False
+
+    def _read_body(self) -> Any:
+        length_h = self.headers.get("Content-Length")
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            raise RequestError(411, "chunked request bodies are not supported; send Content-Length")
+        if not length_h:
+            return None
+        try:
+            length = int(length_h)
+        except ValueError:
+            raise RequestError(400, f"bad Content-Length {length_h!r}") from None
+        if length < 0:
+            raise RequestError(400, f"bad Content-Length {length_h!r}")
+        if length > MAX_BODY:
+            raise RequestError(
+                413, f"request body of {length} bytes exceeds the {MAX_BODY}-byte limit"
+            )
+        raw = self.rfile.read(length) if length else b""
+        if not raw.strip():
+            return None
+        try:
+            return json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise RequestError(400, f"malformed JSON body: {exc}") from None
+
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        path = url.path.rstrip("/") or "/"
+        try:
+            if not self._authorised():
+                raise RequestError(
+                    401, "missing or wrong bearer token (Authorization: Bearer <token>)"
+                )
+            methods = ROUTES.get(path)
+            if methods is None:
+                raise RequestError(
+                    404, f"unknown path {path} (see docs/api.md; known: {', '.join(ROUTES)})"
+                )
+            if method not in methods:
+                self._send_json(
+                    405,
+                    {"error": f"{method} not allowed on {path} (use {', '.join(methods)})"},
+                    {"Allow": ", ".join(methods)},
+                )
+                return
+            body = self._read_body() if method == "POST" else None
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            getattr(self, "h_" + path[len("/v1/") :].replace("/", "_"))(method, body, query)
+        except RequestError as exc:
+            self._send_json(exc.status, exc.body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        except Exception as exc:
+            log.exception("API handler failed for %s %s", method, path)
+            with contextlib.suppress(Exception):
+                self._send_json(500, {"error": f"internal error: {exc}"})
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    # --------------------------------------------------------------- handlers
+    @property
+    def sup(self) -> Supervisor:
+        return self.server.supervisor
+
+    def h_status(self, method: str, body: Any, query: dict[str, str]) -> None:
+        self._send_json(200, self.sup.status())
+
+    def h_history(self, method: str, body: Any, query: dict[str, str]) -> None:
+        records = self.sup.history()
+        n = _int_query(query, "n", 0)
+        self._send_json(200, records[-n:] if n > 0 else records)
+
+    def h_logs(self, method: str, body: Any, query: dict[str, str]) -> None:
+        n = _int_query(query, "n", 100)
+        follow = query.get("follow", "0") in ("1", "true", "yes")
+        ring = self.sup.ring
+        entries = ring.tail(n)
+        self._start_stream()
+        last = entries[-1]["seq"] if entries else ring.seq
+        for e in entries:
+            if not self._write_line({"event": "log", **e}):
+                return
+        while follow and not self.server.closing.is_set():
+            batch = ring.since(last, timeout=1.0)
+            if not batch:
+                continue
+            for e in batch:
+                last = e["seq"]
+                if not self._write_line({"event": "log", **e}):
+                    return
+
+    def h_server_argv(self, method: str, body: Any, query: dict[str, str]) -> None:
+        sup = self.sup
+        name = query.get("profile") or sup.active.get("profile") or sup.cfg.daemon.default_profile
+        mode = query.get("mode") or sup.active.get("mode") or sup.cfg.server.mode
+        _, argv = sup.resolve(name, mode)
+        out: dict[str, Any] = {
+            "engine": sup.engine.name,
+            "simulated": sup.engine.simulated,
+            "profile": name,
+            "mode": mode,
+            "argv": mask_argv(argv),
+            "check": None,
+        }
+        if query.get("check", "0") in ("1", "true", "yes"):
+            out["check"] = sup.check_argv(argv).to_dict()
+        self._send_json(200, out)
+
+    def _operation(
+        self, kind: str, body: dict[str, Any], name: str | None, mode: str | None
+    ) -> None:
+        op = self.sup.request(
+            kind,
+            name,
+            mode,
+            force=bool(body.get("force", False)),
+            queue=bool(body.get("queue", False)),
+            timeout_s=body.get("timeout_s"),
+        )
+        self._answer(op, wait=body.get("wait", True), stream=body.get("stream", False))
+
+    def _answer(self, op: Operation, wait: bool, stream: bool) -> None:
+        if stream:
+            self._start_stream()
+            for ev in op.iter_events():
+                if not self._write_line(ev):
+                    return  # the caller went away; the operation goes on
+            return
+        if not wait:
+            self._send_json(202, {"accepted": True, "op": op.describe()})
+            return
+        result = op.wait()
+        assert result is not None
+        self._send_json(200 if result["result"] == "ok" else 502, result)
+
+    def h_profile(self, method: str, body: Any, query: dict[str, str]) -> None:
+        body = validate_body("/v1/profile", body)
+        self._operation("switch", body, body["name"], body.get("mode"))
+
+    def h_mode(self, method: str, body: Any, query: dict[str, str]) -> None:
+        body = validate_body("/v1/mode", body)
+        self._operation("mode", body, None, body["mode"])
+
+    def h_restart(self, method: str, body: Any, query: dict[str, str]) -> None:
+        body = validate_body("/v1/restart", body)
+        self._operation("restart", body, None, None)
+
+    def h_baselines(self, method: str, body: Any, query: dict[str, str]) -> None:
+        if method == "GET":
+            self._send_json(200, self.sup.baselines())
+            return
+        body = validate_body("/v1/baselines", body)
+        if body["tokens_per_second"] <= 0 or body["per_request_tokens_per_second"] <= 0:
+            raise RequestError(422, "baseline figures must be positive tokens per second")
+        self._send_json(200, self.sup.set_baseline(body))
+
+    def h_trace_capture(self, method: str, body: Any, query: dict[str, str]) -> None:
+        body = validate_body("/v1/trace/capture", body)
+        runtime = self.sup.runtime
+        if runtime is None:
+            raise RequestError(409, "the exporter is off (start fastverifyd with --metrics-listen)")
+        steps = body.get("steps") or self.sup.cfg.daemon.trace_steps
+        if not 1 <= steps <= 1000:
+            raise RequestError(422, "field 'steps' must be in 1..1000")
+        try:
+            analysis = runtime.capture(steps)
+        except Exception as exc:
+            raise RequestError(502, f"trace capture failed: {exc}") from None
+        self._send_json(200, analysis)
+
+
+def _int_query(query: dict[str, str], name: str, default: int) -> int:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise RequestError(400, f"query parameter {name}={raw!r} must be an integer") from None
+
+
+class ApiServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
+    """Threaded HTTP server on an already-bound listening socket (Unix or TCP)."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, sock: socket.socket, supervisor: Supervisor, token: str | None):
+        self.socket = sock
+        self.supervisor = supervisor
+        self.token = token
+        self.closing = threading.Event()
+        super().__init__(sock.getsockname(), Handler)
+
+    def fileno(self) -> int:
+        return self.socket.fileno()
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        conn, addr = self.socket.accept()
+        return conn, addr or ("local", 0)
+
+    def server_close(self) -> None:
+        self.closing.set()
+        with contextlib.suppress(OSError):
+            self.socket.close()
+
+    def shutdown_request(self, request: Any) -> None:
+        with contextlib.suppress(OSError):
+            request.shutdown(socket.SHUT_WR)
+        request.close()
+
+
+def bind_unix(path: Path, group: str | None) -> socket.socket:
+    """Bind the control socket (mode 0660, chgrp `group` when it exists); refuse when another
+    daemon already answers on it, replace a stale socket file otherwise."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() or path.is_symlink():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(0.5)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # stale: nobody listens
+        else:
+            raise RuntimeError(f"another fastverifyd is listening on {path}")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o117)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o660)
+    if group:
+        try:
+            gid = grp.getgrnam(group).gr_gid
+        except KeyError:
+            gid = None
+        if gid is not None:
+            try:
+                os.chown(path, -1, gid)
+            except PermissionError as exc:
+                log.warning("cannot chgrp %s to %s: %s", path, group, exc)
+    sock.listen(64)
+    return sock
+
+
+def bind_tcp(listen: str) -> socket.socket:
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, int(port)))
+    sock.listen(64)
+    return sock
+
+
+def read_token(path: str) -> str:
+    p = Path(path)
+    st = p.stat()
+    if st.st_mode & 0o077:
+        log.warning("token file %s is readable by group/others (chmod 600 it)", p)
+    token = p.read_text(encoding="utf-8").strip()
+    if len(token) < 16:
+        raise ValueError(f"token in {p} is shorter than 16 characters")
+    return token
+
+
+def serve_in_thread(server: ApiServer) -> threading.Thread:
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+    t.start()
+    return t
+
+
+def stop(server: ApiServer, timeout: float = 2.0) -> None:
+    server.closing.set()
+    done = threading.Event()
+
+    def _shutdown() -> None:
+        server.shutdown()
+        done.set()
+
+    threading.Thread(target=_shutdown, daemon=True).start()
+    done.wait(timeout)
+    server.server_close()
+    time.sleep(0)

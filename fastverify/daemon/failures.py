@@ -1,0 +1,142 @@
+"""Classify why an engine start failed, from its log, quoting the line that says so.
+
+Reasons (stable strings; used in the journal, status, HTTP results and as the
+`reason` label of `fastverify_engine_restarts_total`):
+
+cuda_graph_capture  SGLang: "Capture cuda graph failed" (e.g. NCCL_ALGO=Tree + CUDA graphs)
+cuda_oom            "CUDA out of memory" / torch.OutOfMemoryError / cudaErrorMemoryAllocation
+nccl_error          "NCCL WARN", "NCCL error", ncclUnhandledCudaError, ... (NCCL itself failed)
+port_in_use         "Address already in use" / errno 98
+model_path_missing  the model path does not exist / is not a HF repo / no config.json
+import_error        ModuleNotFoundError / ImportError (broken environment)
+argv_rejected       SGLang's argument parser refused the argv ("unrecognized arguments", ...)
+readiness_timeout   no ready signal within the readiness timeout
+env_mismatch        the processes' environment (or NCCL's own report) differs from the profile
+exited(CODE)        the engine exited for a reason none of the above recognised; negative
+                    CODE = killed by that signal (exited(-9) = SIGKILL)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# Most specific first: a CUDA-graph capture failure caused by OOM is reported as OOM's
+# consequence by SGLang ("Capture cuda graph failed: CUDA out of memory"), so OOM wins there.
+PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    (
+        "cuda_oom",
+        re.compile(
+            r"CUDA out of memory|torch\.(cuda\.)?OutOfMemoryError|cudaErrorMemoryAllocation"
+            r"|CUDA error: out of memory|Not enough memory\. Please try to increase "
+            r"--mem-fraction-static",
+            re.I,
+        ),
+    ),
+    (
+        "cuda_graph_capture",
+        re.compile(r"Capture cuda graph failed|CUDA graph capture failed", re.I),
+    ),
+    ("port_in_use", re.compile(r"Address already in use|\[Errno 98\]|EADDRINUSE", re.I)),
+    (
+        "model_path_missing",
+        re.compile(
+            r"(model path|model_path).*(does not exist|not found|not exist)"
+            r"|Repo id must be in the form|is not a valid model identifier"
+            r"|HFValidationError|does not appear to have a file named config\.json"
+            r"|No such file or directory: .*(config\.json|/models?/)"
+            r"|Can't load the configuration of",
+            re.I,
+        ),
+    ),
+    ("import_error", re.compile(r"ModuleNotFoundError|ImportError|No module named ", re.I)),
+    (
+        "argv_rejected",
+        re.compile(r"error: unrecognized arguments|error: argument --|error: the following arg"),
+    ),
+    (
+        "nccl_error",
+        re.compile(
+            r"NCCL WARN|NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError"
+            r"|ncclInvalidUsage|ncclInvalidArgument|ncclRemoteError|NCCL failure",
+            re.I,
+        ),
+    ),
+]
+
+REASONS = (
+    "cuda_graph_capture",
+    "cuda_oom",
+    "nccl_error",
+    "port_in_use",
+    "model_path_missing",
+    "import_error",
+    "argv_rejected",
+    "readiness_timeout",
+    "env_mismatch",
+)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a start failed: `reason` (see module doc), a one-line `message`, the quoted log
+    `line` that matched (None when nothing matched) and the `log` file path."""
+
+    reason: str
+    message: str
+    line: str | None = None
+    log: str | None = None
+    exit_code: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _signal_name(code: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def classify_lines(lines: Iterable[str]) -> tuple[str, str] | None:
+    """(reason, line) for the highest-priority pattern found in `lines`, else None."""
+    found: dict[str, str] = {}
+    for line in lines:
+        for reason, pattern in PATTERNS:
+            if reason not in found and pattern.search(line):
+                found[reason] = line.rstrip()
+    for reason, _ in PATTERNS:
+        if reason in found:
+            return reason, found[reason]
+    return None
+
+
+def classify(
+    lines: Iterable[str],
+    *,
+    exit_code: int | None,
+    log: str | None = None,
+    timed_out: bool = False,
+    timeout_s: float | None = None,
+) -> Failure:
+    """Classify a failed start from the engine's log lines and exit status."""
+    match = classify_lines(lines)
+    if match:
+        reason, line = match
+        where = f" (exit code {exit_code})" if exit_code is not None else ""
+        return Failure(reason, f"{reason}{where}: {line.strip()}", line, log, exit_code)
+    if timed_out:
+        msg = f"engine not ready within {timeout_s:.0f} s" if timeout_s else "engine not ready"
+        return Failure("readiness_timeout", msg, None, log, exit_code)
+    if exit_code is None:
+        return Failure("exited(?)", "engine disappeared", None, log, None)
+    if exit_code < 0:
+        msg = f"engine killed by {_signal_name(exit_code)}"
+    else:
+        msg = f"engine exited with code {exit_code}"
+    return Failure(f"exited({exit_code})", msg, None, log, exit_code)

@@ -1,0 +1,266 @@
+"""`fastverifyd`: the supervisor daemon's entry point (flags, config, signals, main loop).
+
+    fastverifyd [--config FILE] [--engine auto|sglang|sim] [--state-dir DIR] [--socket PATH]
+                [--metrics-listen HOST:PORT] [--sim-load-seconds S] [--log-level LEVEL]
+
+Flags override the config file (fastverify.config). The first log line names the engine
+chosen and why. Signals: SIGTERM/SIGINT stop the engine group and exit 0 (STOPPING=1 is
+sent first); SIGHUP re-reads the config file, keeping the old configuration (and saying
+why) when the new one is invalid. The main loop sends WATCHDOG=1 when systemd asks for it.
+
+Exit codes: 0 clean shutdown, 2 configuration/usage error, 1 could not start (socket in
+use by another daemon, state dir locked, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from fastverify import __version__ as VERSION
+from fastverify import config as configmod
+
+log = logging.getLogger("fastverifyd")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="fastverifyd", description="fastverify supervisor daemon")
+    p.add_argument("--config", type=Path, default=None, help="TOML config file")
+    p.add_argument("--engine", choices=configmod.ENGINES, default=None)
+    p.add_argument("--state-dir", default=None)
+    p.add_argument("--socket", default=None, help="control socket path")
+    p.add_argument("--metrics-listen", default=None, help='HOST:PORT for /metrics ("" = off)')
+    p.add_argument("--sim-load-seconds", type=float, default=None)
+    p.add_argument(
+        "--tcp-listen", default=None, help="HOST:PORT for the control API (needs a token)"
+    )
+    p.add_argument("--token-file", default=None)
+    p.add_argument("--log-level", default=None, choices=("debug", "info", "warning", "error"))
+    p.add_argument("--version", action="version", version=f"fastverifyd {VERSION}")
+    return p.parse_args(argv)
+
+
+def overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    return {
+        "daemon": {
+            "engine": ns.engine,
+            "state_dir": ns.state_dir,
+            "socket": ns.socket,
+            "metrics_listen": ns.metrics_listen,
+            "sim_load_seconds": ns.sim_load_seconds,
+            "tcp_listen": ns.tcp_listen,
+            "token_file": ns.token_file,
+            "log_level": ns.log_level,
+        }
+    }
+
+
+def make_engine(name: str, cfg: configmod.Config) -> Any:
+    if name == "sim":
+        from fastverify.engines.sim_adapter import SimEngine
+
+        return SimEngine(cfg.server.python, cfg.daemon.sim_load_seconds)
+    from fastverify.engines.sglang import SGLangEngine
+
+    return SGLangEngine(cfg.server.python, cfg.server.sglang_flags)
+
+
+def _lock_state_dir(state_dir: Path) -> int:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(state_dir / "daemon.lock", os.O_RDWR | os.O_CREAT, 0o640)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RuntimeError(f"another fastverifyd holds {state_dir}/daemon.lock") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _start_exporter(sup: Any, cfg: configmod.Config, engine: Any) -> Any:
+    listen = cfg.daemon.metrics_listen
+    try:
+        from fastverify.exporters.runtime import ExporterRuntime
+    except ImportError as exc:
+        log.warning("exporter unavailable (%s); /metrics is off", exc)
+        return None
+    period = cfg.daemon.trace_period_s
+    if period is None:
+        period = 60.0 if engine.simulated else 0.0
+    runtime = ExporterRuntime(
+        sup.hub,
+        listen,
+        None,
+        str(Path(cfg.state_dir) / "traces"),
+        period,
+        cfg.daemon.trace_steps,
+        expected_ranks=cfg.server.tp_size,
+    )
+    runtime.start()
+    log.info("metrics on http://%s/metrics", listen)
+    return runtime
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = parse_args(argv)
+    try:
+        cfg = configmod.load(ns.config, overrides(ns))
+    except configmod.ConfigError as exc:
+        print(f"fastverifyd: configuration error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=getattr(logging, cfg.daemon.log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from fastverify.engines.detect import choose_engine
+
+    engine_name, reason = choose_engine(cfg.daemon.engine, cfg.server.python or None)
+    log.info("fastverifyd %s: engine %s (%s)", VERSION, engine_name, reason)
+    return Daemon(ns, cfg, engine_name, reason).run()
+
+
+class Daemon:
+    """Owns the pieces for one run: state lock, supervisor, API servers, exporter, signals."""
+
+    def __init__(
+        self, ns: argparse.Namespace, cfg: configmod.Config, engine_name: str, reason: str
+    ):
+        self.ns = ns
+        self.cfg = cfg
+        self.engine_name = engine_name
+        self.reason = reason
+        self.stop_event = threading.Event()
+        self.reload_event = threading.Event()
+
+    def _signal(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGHUP:
+            self.reload_event.set()
+        else:
+            self.stop_event.set()
+
+    def run(self) -> int:
+        from fastverify.daemon import api
+        from fastverify.daemon.notify import Notifier
+        from fastverify.daemon.statestore import StateStore
+        from fastverify.daemon.supervisor import Supervisor
+
+        cfg = self.cfg
+        notifier = Notifier.from_env()
+        try:
+            lock_fd = _lock_state_dir(cfg.state_dir)
+        except (RuntimeError, OSError) as exc:
+            log.error("%s", exc)
+            return 1
+        store = StateStore(cfg.state_dir)
+        engine = make_engine(self.engine_name, cfg)
+        hub = None
+        if cfg.daemon.metrics_listen:
+            try:
+                from fastverify.exporters.hub import MetricsHub
+
+                hub = MetricsHub()
+            except ImportError as exc:
+                log.warning("exporter hub unavailable (%s)", exc)
+        try:
+            sup = Supervisor(cfg, engine, self.reason, store, notifier, hub)
+        except Exception as exc:
+            log.error("cannot set up the supervisor: %s", exc)
+            return 1
+        servers = []
+        try:
+            sock = api.bind_unix(cfg.socket_path, cfg.daemon.socket_group)
+            servers.append(api.ApiServer(sock, sup, None))
+            if cfg.daemon.tcp_listen:
+                token = api.read_token(cfg.daemon.token_file)
+                servers.append(api.ApiServer(api.bind_tcp(cfg.daemon.tcp_listen), sup, token))
+        except (RuntimeError, OSError, ValueError) as exc:
+            log.error("cannot open the control API: %s", exc)
+            return 1
+        for s in servers:
+            api.serve_in_thread(s)
+        log.info("control API on %s%s", cfg.socket_path,
+                 f" and tcp {cfg.daemon.tcp_listen}" if cfg.daemon.tcp_listen else "")  # fmt: skip
+        if hub is not None:
+            try:
+                sup.runtime = _start_exporter(sup, cfg, engine)
+            except Exception as exc:
+                log.error("exporter failed to start on %s: %s", cfg.daemon.metrics_listen, exc)
+                sup.runtime = None
+            if sup.runtime is not None:
+                sup.on_state_change.append(
+                    lambda st: sup.runtime.set_server_url(
+                        sup.current.url if (sup.current and str(st) == "READY") else None
+                    )
+                )
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._signal)
+        sup.startup()
+        code = self._loop(sup, notifier)
+        notifier.stopping("stopping: engine group and control API")
+        log.info("shutting down")
+        for s in servers:
+            api.stop(s)
+        sup.shutdown()
+        if sup.runtime is not None:
+            with contextlib.suppress(Exception):
+                sup.runtime.stop()
+        with contextlib.suppress(OSError):
+            cfg.socket_path.unlink()
+        notifier.close()
+        os.close(lock_fd)
+        log.info("stopped")
+        return code
+
+    def _loop(self, sup: Any, notifier: Any) -> int:
+        wd = notifier.watchdog_interval_s
+        tick = min(1.0, wd) if wd else 1.0
+        last_status = 0.0
+        while not self.stop_event.wait(tick):
+            if wd:
+                notifier.watchdog()
+            if self.reload_event.is_set():
+                self.reload_event.clear()
+                self._reload(sup, notifier)
+            now = time.monotonic()
+            if now - last_status >= 10:
+                notifier.status(sup.status_line())
+                last_status = now
+        return 0
+
+    def _reload(self, sup: Any, notifier: Any) -> None:
+        notifier.reloading()
+        try:
+            new = configmod.load(self.ns.config, overrides(self.ns))
+        except configmod.ConfigError as exc:
+            sup.config_error = f"reload refused, keeping the previous configuration: {exc}"
+            sup.daemon_log(f"SIGHUP: {sup.config_error}", logging.ERROR)
+        else:
+            moved = [
+                name
+                for name in ("state_dir", "socket", "tcp_listen", "metrics_listen", "engine")
+                if getattr(new.daemon, name) != getattr(self.cfg.daemon, name)
+            ]
+            self.cfg = new
+            sup.cfg = new
+            sup.config_error = None
+            note = f" ({', '.join(moved)} change only on restart)" if moved else ""
+            sup.daemon_log(
+                f"SIGHUP: configuration reloaded from {new.source or 'defaults'}; server settings "
+                f"apply at the next engine start{note}"
+            )
+        notifier.ready(sup.status_line())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""Durable daemon state under `state_dir`: state.json, journal.jsonl, engine.pid, baselines.json.
+
+- `state.json`: active profile + mode, last good profile + mode. Written atomically
+  (temp file in the same directory, fsync, rename, fsync of the directory) so a crash
+  leaves either the old or the new file, never a torn one.
+- `journal.jsonl`: append-only, one JSON object per line, fsync'd per record: state
+  transitions (`{"type": "transition", ...}`) and switch records (`{"type": "switch", ...}`).
+- `engine.pid`: the running engine's identity (pid, pgid, process start time, command
+  line, a per-start random id that is also in the engine's environment) so a daemon
+  restarted after kill -9 can find its engine and never mistake someone else's process
+  for it.
+- `baselines.json`: measured baseline throughputs (POST /v1/baselines).
+
+Tolerance: a corrupted or truncated state.json is reported (kept as state.json.corrupt-N)
+and rebuilt from the last good switch record of the journal; unreadable journal lines
+(e.g. a torn final line after a power cut) are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("fastverifyd.state")
+
+STATE_VERSION = 1
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Write `data` as JSON to `path` atomically (temp + fsync + rename + dir fsync)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+class StateStore:
+    """Load/save the daemon's durable state; thread-safe."""
+
+    def __init__(self, state_dir: Path):
+        self.dir = Path(state_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.state_path = self.dir / "state.json"
+        self.journal_path = self.dir / "journal.jsonl"
+        self.pid_path = self.dir / "engine.pid"
+        self.baselines_path = self.dir / "baselines.json"
+        self.logs_dir = self.dir / "logs"
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self.findings: list[str] = []  # what load() found wrong, for status and the log
+
+    # -- state.json ---------------------------------------------------------------------
+    def load_state(self) -> dict[str, Any]:
+        """The saved state, or one rebuilt from the journal when the file is unusable."""
+        try:
+            raw = self.state_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return self._from_journal(reason=None)
+        except OSError as exc:
+            return self._from_journal(reason=f"cannot read {self.state_path}: {exc}")
+        try:
+            data = json.loads(raw)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            if data.get("profile") is not None and not isinstance(data.get("profile"), str):
+                raise ValueError("'profile' is not a string")
+        except ValueError as exc:
+            kept = self._keep_corrupt(self.state_path)
+            return self._from_journal(
+                reason=f"{self.state_path} is corrupted ({exc}); kept as {kept.name}"
+            )
+        return data
+
+    def _keep_corrupt(self, path: Path) -> Path:
+        n = 1
+        while (target := path.with_name(f"{path.name}.corrupt-{n}")).exists():
+            n += 1
+        os.replace(path, target)
+        return target
+
+    def _from_journal(self, reason: str | None) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        last_ok = None
+        for rec in self.read_journal():
+            if rec.get("type") == "switch" and rec.get("result") in ("ok", "rolled_back"):
+                last_ok = rec
+        if last_ok is not None:
+            served = last_ok.get("serving") or {
+                "profile": last_ok.get("profile"),
+                "mode": last_ok.get("mode"),
+            }
+            state = {
+                "profile": served.get("profile"),
+                "mode": served.get("mode"),
+                "last_good": dict(served),
+            }
+        if reason:
+            how = (
+                f"recovered profile {state['profile']}/{state['mode']} from the journal"
+                if state
+                else "no usable journal record; starting from defaults"
+            )
+            self.findings.append(f"{reason}: {how}")
+            log.warning("%s: %s", reason, how)
+        return state
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        data = dict(state, version=STATE_VERSION, updated_at=time.time())
+        with self._lock:
+            atomic_write_json(self.state_path, data)
+
+    # -- journal.jsonl ------------------------------------------------------------------
+    def append_journal(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, sort_keys=True, default=str) + "\n"
+        with self._lock:
+            fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            try:
+                # A torn last line (crash mid-write) must not glue onto the next record.
+                if os.fstat(fd).st_size > 0:
+                    with open(self.journal_path, "rb") as fh:
+                        fh.seek(-1, os.SEEK_END)
+                        if fh.read(1) != b"\n":
+                            line = "\n" + line
+                os.write(fd, line.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def read_journal(self) -> list[dict[str, Any]]:
+        """Every readable record; unreadable lines are skipped and reported once."""
+        try:
+            raw = self.journal_path.read_bytes()
+        except FileNotFoundError:
+            return []
+        out: list[dict[str, Any]] = []
+        bad = 0
+        for line in raw.splitlines():
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+            else:
+                bad += 1
+        if bad:
+            msg = f"{self.journal_path}: skipped {bad} unreadable line(s)"
+            if msg not in self.findings:
+                self.findings.append(msg)
+                log.warning(msg)
+        return out
+
+    def history(self) -> list[dict[str, Any]]:
+        return [r for r in self.read_journal() if r.get("type") == "switch"]
+
+    # -- engine.pid ---------------------------------------------------------------------
+    def write_pid(self, info: dict[str, Any]) -> None:
+        with self._lock:
+            atomic_write_json(self.pid_path, info)
+
+    def read_pid(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.pid_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            msg = f"{self.pid_path} is unreadable ({exc}); ignoring it (nothing is killed)"
+            self.findings.append(msg)
+            log.warning(msg)
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
+            self.findings.append(f"{self.pid_path} has no pid; ignoring it")
+            return None
+        return data
+
+    def clear_pid(self) -> None:
+        with self._lock, contextlib.suppress(FileNotFoundError):
+            self.pid_path.unlink()
+
+    # -- baselines.json -----------------------------------------------------------------
+    def load_baselines(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.baselines_path.read_text(encoding="utf-8"))
+            return data if isinstance(data, dict) else {}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            self.findings.append(f"{self.baselines_path} is unreadable ({exc}); ignored")
+            return {}
+
+    def save_baselines(self, data: dict[str, Any]) -> None:
+        with self._lock:
+            atomic_write_json(self.baselines_path, data)

@@ -1,0 +1,69 @@
+"""What every engine adapter provides: argv for a (server config, mode, profile requires),
+a way to check that argv before anything running is stopped, and its identity.
+
+The supervisor only talks to engines through this interface (see docs/CONTRACTS.md).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fastverify.config import ServerConfig
+
+# `requires:` keys a profile may use, and the values each understands.
+KNOWN_REQUIRES: dict[str, tuple[str, ...]] = {
+    "cuda-graph": ("on", "off"),
+    "custom-all-reduce": ("on", "off"),
+}
+
+
+class EngineArgError(ValueError):
+    """The argv cannot be built (missing model path, unknown `requires:`...); message says why."""
+
+
+@dataclass(frozen=True)
+class ArgvCheck:
+    """Verdict of an engine's own argument parser: ok True/False, or None = cannot check here."""
+
+    ok: bool | None
+    message: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"ok": self.ok, "message": self.message}
+
+
+def check_requires(requires: Mapping[str, str]) -> None:
+    for key, value in requires.items():
+        if key not in KNOWN_REQUIRES:
+            raise EngineArgError(
+                f"profile requires {key}={value}: unknown requirement "
+                f"(known: {', '.join(sorted(KNOWN_REQUIRES))})"
+            )
+        if value not in KNOWN_REQUIRES[key]:
+            raise EngineArgError(
+                f"profile requires {key}={value}: expected one of {', '.join(KNOWN_REQUIRES[key])}"
+            )
+
+
+class Engine(ABC):
+    """An engine adapter. `name` ("sglang" | "sim"), `simulated` (True for the sim)."""
+
+    name: str = ""
+    simulated: bool = False
+
+    @abstractmethod
+    def build_argv(self, server: ServerConfig, mode: str, requires: Mapping[str, str]) -> list[str]:
+        """The full argv (interpreter first) to launch the server for `mode` (baseline|eagle3)."""
+
+    @abstractmethod
+    def check_argv(self, argv: list[str]) -> ArgvCheck:
+        """Ask the engine's own parser whether `argv` is valid (None verdict: cannot check)."""
+
+    def extra_env(self) -> dict[str, str]:
+        """Variables the engine needs beyond the clean base (e.g. the sim's PYTHONPATH)."""
+        return {}
+
+    def health_path(self) -> str:
+        return "/health"

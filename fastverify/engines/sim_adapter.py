@@ -1,0 +1,66 @@
+"""The `sim` engine adapter: `python -m fastverify.engines.sim` with SGLang's own argv
+(the same flags the sglang adapter builds, pinned flag generation unless configured)
+plus the sim-only `--sim-load-seconds`.
+
+The sim is a stand-in for demos and tests (see fastverify/engines/sim); `simulated`
+is True and `status` says so.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from fastverify.config import ServerConfig
+from fastverify.engines.base import ArgvCheck, Engine
+from fastverify.engines.sglang import _strip_module, server_args
+
+SIM_MODEL = "sim/kimi-k2.5-61L-moe"
+SIM_DRAFT = "sim/kimi-k2.5-eagle3"
+
+
+class SimEngine(Engine):
+    name = "sim"
+    simulated = True
+
+    def __init__(self, python: str = "", load_seconds: float = 3.0):
+        self.python = python or sys.executable
+        self.load_seconds = load_seconds
+
+    def build_argv(self, server: ServerConfig, mode: str, requires: Mapping[str, str]) -> list[str]:
+        generation = server.sglang_flags if server.sglang_flags in ("new", "old") else "new"
+        argv = [self.python, "-m", "fastverify.engines.sim"]
+        argv += server_args(
+            server,
+            mode,
+            requires,
+            generation,
+            server.model_path or SIM_MODEL,
+            server.draft_model_path or SIM_DRAFT,
+        )
+        argv += ["--sim-load-seconds", f"{self.load_seconds:g}"]
+        return argv
+
+    def check_argv(self, argv: list[str]) -> ArgvCheck:
+        """Run the sim's own parser (in-process: it is part of this package and light)."""
+        import contextlib
+        import io
+
+        try:
+            from fastverify.engines.sim.cli_args import parse
+        except ImportError as exc:
+            return ArgvCheck(None, f"the sim's parser is not importable: {exc}")
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                parse(_strip_module(argv))
+        except SystemExit:
+            lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+            return ArgvCheck(False, f"rejected by the sim's parser: {lines[-1] if lines else '?'}")
+        return ArgvCheck(True, "accepted by the sim's parser (SGLang-compatible argv)")
+
+    def extra_env(self) -> dict[str, str]:
+        # The sim is part of this package: make it importable from a source checkout too.
+        root = str(Path(__file__).resolve().parent.parent.parent)
+        return {"PYTHONPATH": root}
