@@ -8,7 +8,8 @@ What is measured, per rank (one trace file per TP rank, `*-TP-{rank}.trace.json[
   launch whose start lies inside the CPU range);
 - all-reduce kernels: names starting `ncclDevKernel_AllReduce`, `ncclKernel_AllReduce` or
   `cross_device_reduce_` (SGLang's custom all-reduce); counted for a verify span when they
-  start inside it on the same device (`args.device`, else `pid`). Kernels of draft, draft
+  start inside it on the same device (the GPU event's `pid`, kineto's device index, which
+  equals `args.device`). Kernels of draft, draft
   extend or plain decode forwards are outside every verify span and are not counted.
 - result: verify passes, verify ms p50/p90 (linear interpolation between closest ranks),
   all-reduces per verify, their GPU ms per verify and share of the verify time.
@@ -30,7 +31,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import orjson
 
@@ -57,8 +58,7 @@ class _Ambiguous(Exception):
     """The fast scanner met something it cannot cut exactly; use the exact parser."""
 
 
-@dataclass
-class Span:
+class Span(NamedTuple):
     device: Any
     ts: float
     dur: float
@@ -68,8 +68,7 @@ class Span:
     tid: Any = None
 
 
-@dataclass
-class Kernel:
+class Kernel(NamedTuple):
     device: Any
     ts: float
     dur: float
@@ -77,8 +76,7 @@ class Kernel:
     correlation: Any = None
 
 
-@dataclass
-class Launch:
+class Launch(NamedTuple):
     pid: Any
     tid: Any
     ts: float
@@ -107,37 +105,27 @@ def rank_from_name(path: str | Path) -> int | None:
 
 
 # ------------------------------------------------------------------ classification
-def _device(ev: dict[str, Any]) -> Any:
-    args = ev.get("args")
-    if isinstance(args, dict) and "device" in args:
-        return args["device"]
-    return ev.get("pid")
-
-
 def _classify(ev: dict[str, Any], out: Extract, want_launches: bool) -> None:
     """Add one decoded event to `out` when it matters (shared by both parsers)."""
+    cat = ev.get("cat")
+    if cat == "kernel":  # the hot case: checked first, with as few lookups as possible
+        name = ev.get("name")
+        if isinstance(name, str) and name.startswith(ALLREDUCE_PREFIXES) and ev.get("ph") == "X":
+            args = ev.get("args")
+            corr = args.get("correlation") if isinstance(args, dict) else None
+            out.kernels.append(
+                Kernel(ev.get("pid"), float(ev["ts"]), float(ev.get("dur", 0.0)), name, corr)
+            )
+        return
     if ev.get("ph") != "X":
         return
-    cat = ev.get("cat")
     name = ev.get("name")
     if not isinstance(name, str):
         return
-    if cat == "kernel":
-        if is_allreduce_kernel(name):
-            args = ev.get("args") or {}
-            out.kernels.append(
-                Kernel(
-                    _device(ev),
-                    float(ev["ts"]),
-                    float(ev.get("dur", 0.0)),
-                    name,
-                    args.get("correlation"),
-                )
-            )
-    elif cat == "gpu_user_annotation":
+    if cat == "gpu_user_annotation":
         out.spans.append(
             Span(
-                _device(ev),
+                ev.get("pid"),
                 float(ev["ts"]),
                 float(ev.get("dur", 0.0)),
                 name,
@@ -235,12 +223,13 @@ def _chunks(path: Path) -> Iterator[bytes]:
 
 
 def _needles(want_launches: bool) -> tuple[bytes, ...]:
-    base = (b'user_annotation"', *(b'"' + p.encode() for p in ALLREDUCE_PREFIXES))
+    # `Kernel_AllReduce` covers both NCCL families (ncclDevKernel_/ncclKernel_) in one pass;
+    # the parsed name is checked against ALLREDUCE_PREFIXES afterwards.
+    base = (b'user_annotation"', b"Kernel_AllReduce", b'"cross_device_reduce_')
     return (*base, b'"cuda_runtime"', b'"cuda_driver"') if want_launches else base
 
 
-def _event_end(buf: bytes, start: int) -> int:
-    """Index just past the object that opens at `start`, or -1 when buf ends first."""
+def _event_end_slow(buf: bytes, start: int) -> int:
     depth = 0
     for m in _BRACE.finditer(buf, start):
         if buf[m.start()] == 0x7B:  # {
@@ -250,6 +239,26 @@ def _event_end(buf: bytes, start: int) -> int:
             if depth == 0:
                 return m.end()
     return -1
+
+
+def _event_end(buf: bytes, start: int) -> int:
+    """Index just past the object that opens at `start`, or -1 when buf ends first.
+
+    Trace events hold at most one nested object (`args`), so three `find`s usually settle
+    it; deeper nesting takes the brace-counting path. Braces inside strings can mislead
+    both, which the caller's orjson parse of the cut then rejects (-> exact parser)."""
+    close = buf.find(b"}", start)
+    if close < 0:
+        return -1
+    opened = buf.find(b"{", start + 1, close)
+    if opened < 0:
+        return close + 1
+    close2 = buf.find(b"}", close + 1)
+    if close2 < 0:
+        return -1
+    if buf.find(b"{", opened + 1, close) < 0 and buf.find(b"{", close + 1, close2) < 0:
+        return close2 + 1
+    return _event_end_slow(buf, start)
 
 
 def scan_events(path: str | Path, want_launches: bool = False) -> Extract:
@@ -288,13 +297,30 @@ def scan_events(path: str | Path, want_launches: bool = False) -> Extract:
                 pos = buf.find(needle, pos + 1)
         hits.sort()
         carry_from = None
+        done_rel = max(0, done - base)
+        loads, classify = orjson.loads, _classify
         for p in hits:
-            if p + base < done:
+            if p < done_rel:
                 continue  # inside an event already consumed
-            lo = max(0, done - base)
-            s = buf.rfind(b"{", lo, p)
+            s = buf.rfind(b"{", done_rel, p)
             if s < 0:
                 raise _Ambiguous(f"no event start before offset {p + base}")
+            if not want_launches and buf[p] != 0x75:  # a kernel-name hit (not `user_...`)
+                # Kineto writes ph, cat, name, pid, tid, ts, dur before args: parse only that
+                # head (args hold nothing we need here). No `}` between name and `"args"`
+                # proves both belong to this event; otherwise take the general path.
+                a = buf.find(b'"args"', p, p + 8192)
+                if a > 0 and buf.find(b"}", p, a) < 0:
+                    head = buf[s:a].rstrip()
+                    if head.endswith(b","):
+                        try:
+                            ev = loads(head[:-1] + b"}")
+                        except orjson.JSONDecodeError:
+                            raise _Ambiguous(f"cannot cut the event at {s + base}") from None
+                        if ev.get("cat") == "kernel" and "ts" in ev:
+                            classify(ev, out, False)
+                            done_rel = a
+                            continue
             e = _event_end(buf, s)
             if e < 0:
                 if final:
@@ -304,13 +330,14 @@ def scan_events(path: str | Path, want_launches: bool = False) -> Extract:
             if e <= p:
                 raise _Ambiguous(f"event at {s + base} closes before its own field")
             try:
-                ev = orjson.loads(buf[s:e])
+                ev = loads(buf[s:e])
             except orjson.JSONDecodeError:
                 raise _Ambiguous(f"cannot cut the event at offset {s + base}") from None
             if not isinstance(ev, dict) or "ph" not in ev or "cat" not in ev:
                 raise _Ambiguous(f"the object at {s + base} is not a whole trace event")
-            _classify(ev, out, want_launches)
-            done = base + e
+            classify(ev, out, want_launches)
+            done_rel = e
+        done = base + done_rel
         if final:
             break
         if carry_from is None:
