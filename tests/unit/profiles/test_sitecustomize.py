@@ -10,7 +10,7 @@ from fastverify.profiles.envfile import parse_bytes, render
 from fastverify.profiles.sitecustomize import import_sitecustomize
 from fastverify.profiles.validate import validate
 
-FIELD = (DATA / "sitecustomize-field.py").read_text()  # the pattern seen in the field
+FIELD = (DATA / "sitecustomize-field.py.txt").read_text()  # the pattern seen in the field
 
 
 def test_field_pattern() -> None:
