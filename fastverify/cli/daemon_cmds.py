@@ -253,3 +253,9 @@ def server_check(ctx: click.Context, profile: str | None, mode: str | None, as_j
         click.echo(f"check:   {verdict}: {check.get('message')}")
     if check.get("ok") is False:
         sys.exit(EXIT_FAILED)
+
+
+# `fastverifyctl logs parse FILE`: offline log parsing (owned by the exporter's logparse_cmd).
+from fastverify.cli.logparse_cmd import parse as _logs_parse  # noqa: E402
+
+logs.add_command(_logs_parse)

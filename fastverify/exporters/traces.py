@@ -476,7 +476,8 @@ def analyze_file(
 
 
 def trace_files(path: str | Path) -> list[Path]:
-    """The trace files of a directory (`*.trace.json.gz`, `*.trace.json`, `*.json[.gz]`)."""
+    """The trace files of a directory: its `*-TP-{rank}.trace.json[.gz]` files when it has
+    any, else every `*.json` / `*.json.gz`; a file is returned as is."""
     path = Path(path)
     if path.is_file():
         return [path]
@@ -487,7 +488,8 @@ def trace_files(path: str | Path) -> list[Path]:
         for p in path.iterdir()
         if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
     )
-    return files
+    ranked = [p for p in files if rank_from_name(p) is not None]
+    return ranked or files
 
 
 def analyze_path(
@@ -496,13 +498,23 @@ def analyze_path(
     """A trace file or a directory of per-rank traces -> `{"ranks": [...]}` sorted by rank."""
     chosen = list(files) if files is not None else trace_files(path)
     if not chosen:
-        raise TraceError(f"{path}: no trace files (*.trace.json.gz) found")
+        raise TraceError(f"{path}: no trace files (*-TP-<rank>.trace.json.gz) found")
+    seen: dict[int, Path] = {}
+    for f in chosen:
+        r = rank_from_name(f)
+        if r is not None and r in seen:
+            raise TraceError(
+                f"{path}: two traces for TP rank {r} ({seen[r].name}, {f.name}); "
+                "pass one profile window's files or directory"
+            )
+        if r is not None:
+            seen[r] = f
     ranks = []
     for i, f in enumerate(chosen):
         r = rank_from_name(f)
-        ranks.append(
-            analyze_file(f, span, r if r is not None else (i if len(chosen) > 1 else None))
-        )
+        if r is None and len(chosen) > 1:
+            r = i
+        ranks.append(analyze_file(f, span, r))
     ranks.sort(key=lambda r: r["rank"])
     return {"ranks": ranks, "span": span, "path": str(path)}
 

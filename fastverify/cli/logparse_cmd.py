@@ -1,0 +1,69 @@
+"""`fastverifyctl logs parse FILE [--json] [--kind K ...]`: typed records from a server log.
+
+Reads an SGLang / NCCL log offline (no daemon; `-` reads stdin) and prints one record per
+recognised line (`fastverify.exporters.logparse`): `kind` is decode, prefill, ready,
+load_progress, capture_progress, nccl_env, nccl_version, nccl_tuning or nccl_warn, plus
+`line` (1-based) and the typed fields (decode: running_reqs, token_count, token_usage,
+accept_len (null when absent), accept_rate, cuda_graph, gen_throughput, queue_reqs;
+nccl_env: var, value). `--json` prints one JSON object per line (JSON Lines).
+
+Exit codes: 0 (also when nothing was recognised: the summary on stderr says so),
+1 the file cannot be read, 2 usage.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from typing import Any
+
+import click
+
+from fastverify.cli.output import EXIT_PROBLEMS
+
+KINDS = (
+    "decode", "prefill", "ready", "load_progress", "capture_progress", "nccl_env",
+    "nccl_version", "nccl_tuning", "nccl_warn",
+)  # fmt: skip
+
+
+def _human(rec: dict[str, Any]) -> str:
+    fields = " ".join(
+        f"{k}={v}" for k, v in rec.items() if k not in ("kind", "line") and v is not None
+    )
+    return f"{rec['line']:>7}  {rec['kind']:<16} {fields}"
+
+
+@click.command("parse")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per recognised line.")
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS),
+              help="Only these record kinds (repeatable).")  # fmt: skip
+def parse(file: str, as_json: bool, kinds: tuple[str, ...]) -> None:
+    """Parse a server log into typed records (decode/prefill lines, NCCL settings, ...)."""
+    from fastverify.exporters.logparse import iter_records
+
+    try:
+        fh = (
+            sys.stdin if file == "-" else open(file, encoding="utf-8", errors="replace")  # noqa: SIM115
+        )
+    except OSError as exc:
+        click.echo(f"error: cannot read {file}: {exc.strerror}", err=True)
+        sys.exit(EXIT_PROBLEMS)
+    counts: Counter[str] = Counter()
+    out = sys.stdout
+    try:
+        for rec in iter_records(line.rstrip("\n") for line in fh):
+            if kinds and rec["kind"] not in kinds:
+                continue
+            counts[rec["kind"]] += 1
+            out.write((json.dumps(rec) if as_json else _human(rec)) + "\n")
+    except BrokenPipeError:  # `| head`
+        sys.stderr.close()
+        return
+    finally:
+        if fh is not sys.stdin:
+            fh.close()
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no recognised line"
+    click.echo(f"{file}: {summary}", err=True)

@@ -1,0 +1,147 @@
+"""`fastverifyctl trace capture|analyze`: profile windows and their diagnosis.
+
+- `capture [--steps N] [--json]`: the daemon profiles the live server for N forward steps
+  (POST /v1/trace/capture), analyzes every TP rank's trace and feeds the exporter.
+- `analyze PATH [--json] [--span TEXT]`: a trace file or a directory of per-rank traces
+  (`*-TP-{rank}.trace.json.gz`), analyzed locally, no daemon needed.
+
+`--json` prints exactly `{"ranks": [{"rank", "verify_passes", "verify_ms_p50",
+"verify_ms_p90", "allreduce_per_verify", "allreduce_ms_per_verify", "allreduce_share"}]}`.
+The human form is a per-rank table plus the field diagnosis in one line, e.g.
+"verify 30.1 ms p50, 122 all-reduces/verify, 24.6 ms (82%) in all-reduce".
+
+Exit codes: 0 ok; 1 no verify pass found, an unreadable trace, or the daemon's capture
+failed; 2 usage; 3 daemon unreachable; 4 busy (another window in flight).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from fastverify.cli.output import EXIT_PROBLEMS, emit_json, table
+
+
+def diagnosis(rank: dict[str, Any]) -> str:
+    """One rank in the words of the field diagnosis."""
+    if not rank.get("verify_passes"):
+        return f"rank {rank.get('rank')}: no verify pass"
+    per = rank["allreduce_per_verify"]
+    per_txt = f"{per:.0f}" if abs(per - round(per)) < 0.05 else f"{per:.1f}"
+    return (
+        f"verify {rank['verify_ms_p50']:.1f} ms p50 (p90 {rank['verify_ms_p90']:.1f}), "
+        f"{per_txt} all-reduces/verify, {rank['allreduce_ms_per_verify']:.1f} ms "
+        f"({rank['allreduce_share'] * 100:.0f}%) in all-reduce"
+    )
+
+
+def print_analysis(analysis: dict[str, Any], where: str) -> None:
+    ranks = analysis.get("ranks", [])
+    rows = [
+        (
+            r["rank"],
+            r["verify_passes"],
+            f"{r['verify_ms_p50']:.2f}",
+            f"{r['verify_ms_p90']:.2f}",
+            f"{r['allreduce_per_verify']:.1f}",
+            f"{r['allreduce_ms_per_verify']:.2f}",
+            f"{r['allreduce_share'] * 100:.1f}%",
+        )
+        for r in ranks
+    ]
+    table(
+        ["rank", "verify passes", "verify ms p50", "p90", "all-reduces/verify",
+         "all-reduce ms/verify", "share"],
+        rows,
+        title=f"verify passes and their all-reduces: {where}",
+    )  # fmt: skip
+    with_passes = [r for r in ranks if r.get("verify_passes")]
+    if not with_passes:
+        return
+    ref = with_passes[0]
+    line = f"rank {ref['rank']}: {diagnosis(ref)}"
+    spread = [r["allreduce_ms_per_verify"] for r in with_passes]
+    if len(with_passes) > 1 and max(spread) - min(spread) > 0.05 * max(spread):
+        ar = [r["allreduce_ms_per_verify"] for r in with_passes]
+        slow = max(with_passes, key=lambda r: r["allreduce_ms_per_verify"])
+        line += (
+            f"; across {len(with_passes)} ranks all-reduce ms/verify spans "
+            f"{min(ar):.1f}-{max(ar):.1f} (slowest: rank {slow['rank']})"
+        )
+    click.echo(line)
+
+
+def _no_passes_message(analysis: dict[str, Any], span: str) -> str | None:
+    if any(r.get("verify_passes") for r in analysis.get("ranks", [])):
+        return None
+    return (
+        f"no verify pass found (no GPU or CPU range whose name contains {span!r}); "
+        "was the server decoding in EAGLE-3 mode while it was profiled? "
+        "(--span picks another range name)"
+    )
+
+
+@click.group("trace")
+def trace() -> None:
+    """Capture and analyze profiler traces (verify time, all-reduces per verify)."""
+
+
+@trace.command("analyze")
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--span", default="TARGET_VERIFY", show_default=True,
+              help="Ranges whose name contains this text are the verify passes.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print the issue's JSON shape.")
+def analyze(path: str, span: str, as_json: bool) -> None:
+    """Analyze a trace file or a directory of per-rank traces (*-TP-{rank}.trace.json.gz)."""
+    from fastverify.exporters import traces
+
+    try:
+        analysis = traces.analyze_path(path, span=span)
+    except traces.TraceError as exc:
+        if as_json:
+            emit_json({"error": str(exc)})
+        else:
+            click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_PROBLEMS)
+    if as_json:
+        emit_json(traces.public_view(analysis))
+    else:
+        print_analysis(analysis, path)
+    problem = _no_passes_message(analysis, span)
+    if problem:
+        click.echo(f"warning: {problem}", err=True)
+        sys.exit(EXIT_PROBLEMS)
+
+
+@trace.command("capture")
+@click.option("--steps", type=click.IntRange(1, 1000), default=None,
+              help="Forward steps to profile (default: the daemon's trace_steps).")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print the issue's JSON shape.")
+@click.pass_context
+def capture(ctx: click.Context, steps: int | None, as_json: bool) -> None:
+    """Profile the live server through the daemon, analyze every rank, feed the exporter."""
+    from fastverify.cli.profile_switch import EXIT_UNAVAILABLE, api_error_exit, client_for
+    from fastverify.client import ApiError, DaemonUnavailable
+    from fastverify.exporters.traces import public_view
+
+    body = {"steps": steps} if steps else {}
+    try:
+        analysis = client_for(ctx, timeout=600.0).post("/v1/trace/capture", body)
+    except DaemonUnavailable as exc:
+        if as_json:
+            emit_json({"error": str(exc), "reachable": False})
+        else:
+            click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+    except ApiError as exc:
+        sys.exit(api_error_exit(exc, as_json))
+    if as_json:
+        emit_json(public_view(analysis))
+    else:
+        print_analysis(analysis, analysis.get("window") or "live server")
+    problem = _no_passes_message(analysis, analysis.get("span") or "TARGET_VERIFY")
+    if problem:
+        click.echo(f"warning: {problem}", err=True)
+        sys.exit(EXIT_PROBLEMS)
