@@ -255,9 +255,11 @@ def _print_preflight(report: dict[str, Any]) -> None:
         for s in prof["sizes"]:
             e, g = s["eager"], s["graph"]
             graph_state = g["capture"] if g["capture"] != "ok" else f"ok/{g['replay']}"
+            eb, gb = e.get("batch") or {}, g.get("batch") or {}
             rows.append((
                 _fmt(s["tokens"]), s["bytes"], _fmt(e.get("p50_us")), _fmt(e.get("p99_us")),
-                _fmt(e.get("busbw_gbs"), 2), graph_state, _fmt(g.get("p50_us")),
+                _fmt(eb.get("per_op_mean_us")), _fmt(eb.get("busbw_gbs"), 2), graph_state,
+                _fmt(g.get("p50_us")), _fmt(gb.get("per_op_p50_us")),
                 f"{s['nccl_algo'] or '-'}/{s['nccl_proto'] or '-'}",
                 "yes" if s["correct"] else "NO",
             ))  # fmt: skip
@@ -265,8 +267,9 @@ def _print_preflight(report: dict[str, Any]) -> None:
         if not rows:
             click.echo(f"# {title}")
         else:
-            table(("tokens", "bytes", "eager p50 us", "p99 us", "busbw GB/s", "graph",
-                   "graph p50 us", "algo/proto", "correct"), rows, title=title)  # fmt: skip
+            table(("tokens", "bytes", "eager p50 us", "p99 us", "b2b us", "busbw GB/s", "graph",
+                   "replay p50 us", "in-graph us", "algo/proto", "correct"), rows,
+                  title=title)  # fmt: skip
         if prof.get("error") or prof.get("note"):
             click.echo(f"  {prof.get('error') or prof.get('note')}")
     summary = [
@@ -348,6 +351,7 @@ def preflight(
     sizes: str | None,
     iters: int,
     warmup: int,
+    graph_ops: int,
     timeout_s: float,
     extra_env: tuple[str, ...],
     python: str,
@@ -362,8 +366,8 @@ def preflight(
     cfg = pf.PreflightConfig(
         nproc=nproc, hidden_size=hidden_size, tokens=_int_list(tokens, "--tokens"),
         sizes_bytes=_int_list(sizes, "--sizes") if sizes else (), iters=iters, warmup=warmup,
-        backend=backend, timeout_s=timeout_s, python=python, extra_env=_env_pairs(extra_env),
-        logs_dir=logs_dir,
+        graph_ops=graph_ops, backend=backend, timeout_s=timeout_s, python=python,
+        extra_env=_env_pairs(extra_env), logs_dir=logs_dir,
     )  # fmt: skip
     try:
         loaded = pf.load_profiles(profiles)

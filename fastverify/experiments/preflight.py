@@ -80,6 +80,7 @@ class PreflightConfig:
     sizes_bytes: tuple[int, ...] = ()  # explicit message sizes instead of hidden x tokens
     iters: int = 50
     warmup: int = 5
+    graph_ops: int = 20  # all-reduces per batch graph (0: skip the batch graph)
     backend: str = "nccl"  # "gloo" is for testing the orchestration on CPUs
     timeout_s: float = 180.0  # per profile
     python: str = ""  # workers' interpreter ("" = this one)
@@ -176,6 +177,21 @@ def _merge_timing(parts: list[dict[str, Any] | None], world: int, nbytes: int) -
     }
 
 
+def _merge_batch(parts: list[dict[str, Any]], key: str, world: int, nbytes: int) -> dict:
+    """Batched per-op time: the slowest rank's."""
+    us = max(p[key] for p in parts)
+    algbw = nbytes / (us * 1e-6) / 1e9 if us > 0 else None
+    merged = {k: v for k, v in parts[0].items() if k in ("ops", "ops_per_graph", "replays")}
+    merged.update(
+        {
+            key: us,
+            "algbw_gbs": algbw,
+            "busbw_gbs": None if algbw is None else algbw * 2.0 * (world - 1) / world,
+        }
+    )
+    return merged
+
+
 def _merge_sizes(ranks: list[dict[str, Any]], world: int, tuning: dict[int, Any]) -> list[dict]:
     rows = []
     by_rank = [r.get("sizes", []) for r in ranks]
@@ -193,10 +209,16 @@ def _merge_sizes(ranks: list[dict[str, Any]], world: int, tuning: dict[int, Any]
         if capture == "skipped":
             graph["reason"] = next((g.get("reason") for g in graphs if g.get("reason")), None)
         graph.update(_merge_timing(graphs if replay == "ok" else [], world, nbytes))
+        batches = [g["batch"] for g in graphs if g.get("batch")]
+        if batches and len(batches) == len(graphs):
+            graph["batch"] = _merge_batch(batches, "per_op_p50_us", world, nbytes)
         eager: dict[str, Any] = {"status": "ok" if not eager_errors else "failed"}
         if eager_errors:
             eager["error"] = eager_errors[0]
         eager.update(_merge_timing([p["eager"] for p in per], world, nbytes))
+        ebatches = [p["eager"]["batch"] for p in per if p["eager"].get("batch")]
+        if ebatches and len(ebatches) == len(per):
+            eager["batch"] = _merge_batch(ebatches, "per_op_mean_us", world, nbytes)
         choice = tuning.get(nbytes)
         rows.append(
             {
@@ -271,6 +293,7 @@ def run_profile(
             "--tokens", ",".join(str(t) for t in cfg.tokens),
             "--numels", ",".join(str(max(1, b // elem)) for b in cfg.sizes_bytes),
             "--iters", str(cfg.iters), "--warmup", str(cfg.warmup), "--out", str(out),
+            "--graph-ops", str(cfg.graph_ops),
         ]  # fmt: skip
         stdio = open(workdir / f"{safe}.rank{rank}.stdout", "wb")  # noqa: SIM115
         try:

@@ -14,7 +14,10 @@ the gloo testing backend):
 3. CUDA graph: warm-up on a side stream, capture one all-reduce, replay, check the result,
    then time `iters` replays with events; a capture or replay failure is recorded with
    its error text and the remaining sizes skip the graph step (the CUDA context may be
-   unusable after a failed capture).
+   unusable after a failed capture);
+4. batched, as nccl-tests times: `iters` back-to-back eager all-reduces between one event
+   pair (mean per op), and a graph of `graph_ops` all-reduces replayed `graph_replays`
+   times (per-op p50); these run on zero buffers so repeated sums cannot overflow.
 algbw = bytes / time, busbw = algbw * 2(n-1)/n (nccl-tests' definition), in GB/s (1e9).
 
 Output: one JSON document written atomically to --out (and a one-line summary on stdout).
@@ -145,6 +148,72 @@ class Rank:
                 samples.append(time.perf_counter() - t0)
         return samples
 
+    def batch_eager(self, numel: int) -> float:
+        """Mean time of `iters` back-to-back all-reduces between one pair of events (how
+        nccl-tests times): host overhead overlaps the GPU work, as in a real forward pass.
+        Runs on a zero buffer so repeated in-place sums cannot overflow."""
+        torch, dist = self.torch, self.dist
+        zbuf = torch.zeros(numel, device=self.device, dtype=self.dtype)
+        for _ in range(self.args.warmup):
+            dist.all_reduce(zbuf)
+        self.sync()
+        if not self.cuda:
+            t0 = time.perf_counter()
+            for _ in range(self.args.iters):
+                dist.all_reduce(zbuf)
+            return (time.perf_counter() - t0) / self.args.iters
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(self.args.iters):
+            dist.all_reduce(zbuf)
+        end.record()
+        self.sync()
+        return start.elapsed_time(end) / 1e3 / self.args.iters
+
+    def batch_graph(self, numel: int) -> dict[str, Any]:
+        """`graph_ops` all-reduces captured in one graph (SGLang captures a whole forward,
+        122 all-reduces, per graph), replayed `graph_replays` times; per-op time is the
+        replay time / graph_ops (nccl-tests -G does the same)."""
+        torch, dist = self.torch, self.dist
+        ops = self.args.graph_ops
+        zbuf = torch.zeros(numel, device=self.device, dtype=self.dtype)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                dist.all_reduce(zbuf)
+        torch.cuda.current_stream().wait_stream(stream)
+        self.sync()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(ops):
+                dist.all_reduce(zbuf)
+        self.sync()
+        graph.replay()
+        self.sync()
+        pairs = []
+        for _ in range(self.args.graph_replays):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            pairs.append((start, end))
+        self.sync()
+        per_op = [s.elapsed_time(e) / 1e3 / ops for s, e in pairs]
+        del graph
+        p50 = _percentile(per_op, 50)
+        algbw, busbw = _bw(numel * zbuf.element_size(), p50, self.world)
+        return {
+            "ops_per_graph": ops,
+            "replays": len(per_op),
+            "per_op_p50_us": p50 * 1e6,
+            "per_op_p99_us": _percentile(per_op, 99) * 1e6,
+            "algbw_gbs": algbw,
+            "busbw_gbs": busbw,
+        }
+
     def graph(self, buf: Any, src: Any, expected: Any) -> dict[str, Any]:
         torch, dist = self.torch, self.dist
         out: dict[str, Any] = {"capture": "failed", "replay": "not run", "correct": None}
@@ -199,6 +268,14 @@ class Rank:
             row["correct"] = bool(self.torch.equal(buf, expected))
             row["eager"] = _timing(self.time_eager(buf, src), nbytes, self.world)
             row["eager"]["status"] = "ok"
+            batch = self.batch_eager(numel)
+            algbw, busbw = _bw(nbytes, batch, self.world)
+            row["eager"]["batch"] = {
+                "ops": self.args.iters,
+                "per_op_mean_us": batch * 1e6,
+                "algbw_gbs": algbw,
+                "busbw_gbs": busbw,
+            }
         except Exception as exc:
             row["correct"] = False
             row["eager"] = {"status": "failed", "error": _err(exc)}
@@ -217,6 +294,8 @@ class Rank:
         else:
             try:
                 row["graph"] = self.graph(buf, src, expected)
+                if self.args.graph_ops > 0:
+                    row["graph"]["batch"] = self.batch_graph(numel)
             except Exception as exc:
                 row["graph"] = {"capture": "failed", "replay": "not run", "error": _err(exc)}
                 graph_ok = False
@@ -243,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--numels", default="", help="element counts instead of hidden x tokens")
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--graph-ops", type=int, default=20, help="all-reduces per batch graph")
+    p.add_argument("--graph-replays", type=int, default=20)
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
