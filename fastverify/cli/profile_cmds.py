@@ -105,11 +105,9 @@ def profile(ctx: click.Context, profile_dirs: tuple[str, ...], shipped_dir: str 
 @click.pass_context
 def list_cmd(ctx: click.Context, as_json: bool) -> None:
     """Profiles with their description and source; the active one marked when the daemon answers."""
-    from fastverify.client import try_status
-
     store = make_store(ctx)
-    status = try_status(_socket(ctx))
-    active = status.get("profile") if isinstance(status, dict) else None
+    status = _daemon_status(ctx)
+    active = status.get("profile") if status else None
     rows: list[dict[str, Any]] = []
     for entry, prof, problems in store.list_entries():
         errors = [p for p in problems if p.severity == "error"]
@@ -143,6 +141,20 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
     if status is None:
         title = "daemon not reachable: active profile unknown"
     table(["", "NAME", "SOURCE", "DESCRIPTION"], out_rows, title=title, no_wrap=("NAME",))
+
+
+def _daemon_status(ctx: click.Context) -> dict[str, Any] | None:
+    """/v1/status when a daemon answers; the client (http.client) is imported only when the
+    socket exists, so offline listing stays fast."""
+    from fastverify import paths
+
+    sock = _socket(ctx) or str(paths.socket_path())
+    if not Path(sock).exists():
+        return None
+    from fastverify.client import try_status
+
+    status = try_status(sock)
+    return status if isinstance(status, dict) else None
 
 
 def _first_error(problems: list[dict[str, Any]]) -> str:

@@ -18,7 +18,6 @@ every problem carries a line number in 1..number-of-lines (0 only for an empty p
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +108,8 @@ def _comment(out: ParsedFile, number: int, text: str, in_header: bool) -> None:
         return
     key, value = m.group(1).lower(), m.group(2).strip()
     if key not in META_KEYS:
+        import difflib  # only on this rare path: keeps start-up light
+
         if in_header and difflib.get_close_matches(key, META_KEYS, n=1, cutoff=0.7):
             out.warning(
                 number,
