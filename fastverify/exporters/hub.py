@@ -189,15 +189,34 @@ class MetricsHub:
             self._url = url
             self.version += 1
 
-    def on_log_line(self, line: str) -> dict[str, Any] | None:
-        """Feed one line of the engine's output; returns the parsed record (or None)."""
+    def on_log_line(self, line: str, live: bool = True) -> dict[str, Any] | None:
+        """Feed one line of the engine's output; returns the parsed record (or None).
+
+        `live=False` (catching up on an old log) keeps NCCL facts but not decode figures,
+        which would otherwise be published as current."""
         rec = logparse.parse_line(line)
         with self._lock:
             self._log_lines += 1
-            if rec is not None:
+            if rec is not None and (live or rec["kind"] != "decode"):
                 self._apply_record(rec)
                 self.version += 1
         return rec
+
+    def set_labels(
+        self,
+        profile: str | None,
+        mode: str | None,
+        settings: Mapping[str, str] | None = None,
+        engine: str | None = None,
+    ) -> None:
+        """Identity labels without an opinion on `up` (the standalone exporter: up = polls)."""
+        with self._lock:
+            if (profile, mode) != (self._profile, self._mode):
+                self._reset_live()
+            self._profile, self._mode = profile, mode
+            self._settings = dict(settings or {})
+            self._engine = engine
+            self.version += 1
 
     def on_switch(self, result: str) -> None:
         """Count a profile switch outcome: ok | rolled_back | failed."""

@@ -73,9 +73,7 @@ class ExporterRuntime:
         self.listen = listen or ""
         self._server_url = server_url
         self._own_trace_dir = trace_dir is None
-        self.trace_dir = (
-            Path(trace_dir) if trace_dir else Path(tempfile.mkdtemp(prefix="fv-traces-"))
-        )
+        self._trace_dir = Path(trace_dir) if trace_dir else None
         self.trace_period_s = float(trace_period_s or 0.0)
         self.trace_steps = int(trace_steps)
         self.poll_interval_s = poll_interval_s
@@ -92,6 +90,13 @@ class ExporterRuntime:
         self.last_capture_error: str | None = None
 
     # ----------------------------------------------------------------- lifecycle
+    @property
+    def trace_dir(self) -> Path:
+        """Where windows go (a private temp dir, made on first use, when none was given)."""
+        if self._trace_dir is None:
+            self._trace_dir = Path(tempfile.mkdtemp(prefix="fastverify-traces-"))
+        return self._trace_dir
+
     @property
     def metrics_url(self) -> str | None:
         return self.server.url if self.server is not None else None
@@ -130,8 +135,8 @@ class ExporterRuntime:
             self._trace_thread.join(timeout=self.capture_timeout_s + 5)
         if self.server is not None:
             self.server.stop()
-        if self._own_trace_dir:
-            shutil.rmtree(self.trace_dir, ignore_errors=True)
+        if self._own_trace_dir and self._trace_dir is not None:
+            shutil.rmtree(self._trace_dir, ignore_errors=True)
 
     def set_server_url(self, url: str | None) -> None:
         """Point the poller and profile windows at a new engine URL (None: engine down)."""

@@ -1,0 +1,143 @@
+"""`fastverify-exporter`: the exporter without the daemon, for people who run SGLang themselves.
+
+    fastverify-exporter --sglang-url http://127.0.0.1:30000 [--log-file server.log]
+        [--trace-dir DIR [--trace-period 60] [--trace-steps 5]] [--inspector-dir DIR]
+        [--listen 127.0.0.1:9464] [--profile NAME] [--mode baseline|eagle3]
+        [--profile-env FILE]
+
+Polls SGLang's /metrics, follows the server's log file (like `tail -F`: survives rotation
+and truncation; the existing content is read once for NCCL facts, decode figures only
+from new lines), runs profile windows into `--trace-dir` when given, tails NCCL inspector
+dumps, and serves /metrics on `--listen` (loopback by default). `--profile`/`--mode` label
+the series; `--profile-env` (a profile .env file) fills fastverify_profile_info's settings.
+Stops cleanly on SIGTERM/SIGINT. Exit codes: 0 stopped, 2 bad arguments, 1 cannot listen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from fastverify.exporters.hub import MetricsHub
+
+log = logging.getLogger("fastverify.exporter")
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines of a profile env file (comments and blanks skipped)."""
+    env: dict[str, str] = {}
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        env[key.strip()] = value.strip()
+    return env
+
+
+class LogFollowerThread:
+    """Feed a growing log file to the hub every `interval_s` (see follow.FileFollower)."""
+
+    def __init__(self, hub: MetricsHub, path: Path, interval_s: float = 0.2) -> None:
+        from fastverify.exporters.follow import FileFollower
+
+        self.hub = hub
+        self.follower = FileFollower(path)
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fastverify-log", daemon=True)
+
+    def start(self) -> LogFollowerThread:
+        for line in self.follower.read_lines():  # catch up: NCCL facts only
+            self.hub.on_log_line(line, live=False)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            for line in self.follower.read_lines():
+                self.hub.on_log_line(line)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self.follower.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fastverify-exporter",
+        description="Prometheus exporter for an SGLang server (tok/s, accept length, "
+        "verify-cycle time, all-reduces per verify) without fastverifyd.",
+    )
+    p.add_argument("--sglang-url", required=True, help="SGLang server, e.g. http://127.0.0.1:30000")
+    p.add_argument("--log-file", type=Path, help="the server's log file to follow")
+    p.add_argument("--trace-dir", type=Path, help="where profile windows are written")
+    p.add_argument("--trace-period", type=float, default=None,
+                   help="seconds between profile windows (default 60 with --trace-dir; 0 = off)")  # fmt: skip
+    p.add_argument("--trace-steps", type=int, default=5, help="forward steps per window")
+    p.add_argument("--inspector-dir", type=Path, help="NCCL_INSPECTOR_DUMP_DIR to tail")
+    p.add_argument("--listen", default="127.0.0.1:9464", help="HOST:PORT for /metrics")
+    p.add_argument("--poll-interval", type=float, default=1.0, help="SGLang /metrics poll period")
+    p.add_argument("--profile", help="profile name label")
+    p.add_argument("--mode", choices=("baseline", "eagle3"), help="decoding mode label")
+    p.add_argument("--profile-env", type=Path, help="profile .env file for the info labels")
+    p.add_argument("--log-level", default="info")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    from fastverify.exporters.http import parse_listen
+    from fastverify.exporters.runtime import ExporterRuntime
+
+    try:
+        parse_listen(args.listen)
+    except ValueError as exc:
+        print(f"fastverify-exporter: {exc}", file=sys.stderr)
+        return 2
+    settings: dict[str, str] = {}
+    if args.profile_env:
+        try:
+            settings = read_env_file(args.profile_env)
+        except OSError as exc:
+            print(f"fastverify-exporter: --profile-env {args.profile_env}: {exc.strerror}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+    period = args.trace_period
+    if period is None:
+        period = 60.0 if args.trace_dir else 0.0
+    hub = MetricsHub()
+    if args.profile or args.mode or settings:
+        hub.set_labels(args.profile or "", args.mode, settings, "sglang")
+    runtime = ExporterRuntime(hub, args.listen, args.sglang_url, args.trace_dir, period,
+                              args.trace_steps, poll_interval_s=args.poll_interval,
+                              inspector_dir=args.inspector_dir)  # fmt: skip
+    try:
+        runtime.start()
+    except OSError as exc:
+        print(f"fastverify-exporter: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    follower = LogFollowerThread(hub, args.log_file).start() if args.log_file else None
+    print(f"fastverify-exporter: serving {runtime.metrics_url} for {args.sglang_url}",
+          file=sys.stderr, flush=True)  # fmt: skip
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    while not done.wait(1.0):
+        pass
+    if follower is not None:
+        follower.stop()
+    runtime.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
