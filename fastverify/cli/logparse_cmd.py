@@ -23,9 +23,16 @@ import click
 from fastverify.cli.output import EXIT_PROBLEMS
 
 KINDS = (
-    "decode", "prefill", "ready", "load_progress", "capture_progress", "nccl_env",
-    "nccl_version", "nccl_tuning", "nccl_warn",
-)  # fmt: skip
+    "decode",
+    "prefill",
+    "ready",
+    "load_progress",
+    "capture_progress",
+    "nccl_env",
+    "nccl_version",
+    "nccl_tuning",
+    "nccl_warn",
+)
 
 
 def _human(rec: dict[str, Any]) -> str:
@@ -38,8 +45,13 @@ def _human(rec: dict[str, Any]) -> str:
 @click.command("parse")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per recognised line.")
-@click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS),
-              help="Only these record kinds (repeatable).")  # fmt: skip
+@click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    type=click.Choice(KINDS),
+    help="Only these record kinds (repeatable).",
+)
 def parse(file: str, as_json: bool, kinds: tuple[str, ...]) -> None:
     """Parse a server log into typed records (decode/prefill lines, NCCL settings, ...)."""
     from fastverify.exporters.logparse import iter_records

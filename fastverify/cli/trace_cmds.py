@@ -52,11 +52,18 @@ def print_analysis(analysis: dict[str, Any], where: str) -> None:
         for r in ranks
     ]
     table(
-        ["rank", "verify passes", "verify ms p50", "p90", "all-reduces/verify",
-         "all-reduce ms/verify", "share"],
+        [
+            "rank",
+            "verify passes",
+            "verify ms p50",
+            "p90",
+            "all-reduces/verify",
+            "all-reduce ms/verify",
+            "share",
+        ],
         rows,
         title=f"verify passes and their all-reduces: {where}",
-    )  # fmt: skip
+    )
     with_passes = [r for r in ranks if r.get("verify_passes")]
     if not with_passes:
         return
@@ -90,8 +97,12 @@ def trace() -> None:
 
 @trace.command("analyze")
 @click.argument("path", type=click.Path(exists=True))
-@click.option("--span", default="TARGET_VERIFY", show_default=True,
-              help="Ranges whose name contains this text are the verify passes.")  # fmt: skip
+@click.option(
+    "--span",
+    default="TARGET_VERIFY",
+    show_default=True,
+    help="Ranges whose name contains this text are the verify passes.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the issue's JSON shape.")
 def analyze(path: str, span: str, as_json: bool) -> None:
     """Analyze a trace file or a directory of per-rank traces (*-TP-{rank}.trace.json.gz)."""
@@ -116,8 +127,12 @@ def analyze(path: str, span: str, as_json: bool) -> None:
 
 
 @trace.command("capture")
-@click.option("--steps", type=click.IntRange(1, 1000), default=None,
-              help="Forward steps to profile (default: the daemon's trace_steps).")  # fmt: skip
+@click.option(
+    "--steps",
+    type=click.IntRange(1, 1000),
+    default=None,
+    help="Forward steps to profile (default: the daemon's trace_steps).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the issue's JSON shape.")
 @click.pass_context
 def capture(ctx: click.Context, steps: int | None, as_json: bool) -> None:

@@ -78,8 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sglang-url", required=True, help="SGLang server, e.g. http://127.0.0.1:30000")
     p.add_argument("--log-file", type=Path, help="the server's log file to follow")
     p.add_argument("--trace-dir", type=Path, help="where profile windows are written")
-    p.add_argument("--trace-period", type=float, default=None,
-                   help="seconds between profile windows (default 60 with --trace-dir; 0 = off)")  # fmt: skip
+    p.add_argument(
+        "--trace-period",
+        type=float,
+        default=None,
+        help="seconds between profile windows (default 60 with --trace-dir; 0 = off)",
+    )
     p.add_argument("--trace-steps", type=int, default=5, help="forward steps per window")
     p.add_argument("--inspector-dir", type=Path, help="NCCL_INSPECTOR_DUMP_DIR to tail")
     p.add_argument("--listen", default="127.0.0.1:9464", help="HOST:PORT for /metrics")
@@ -93,8 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     from fastverify.exporters.http import parse_listen
     from fastverify.exporters.runtime import ExporterRuntime
 
@@ -108,8 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             settings = read_env_file(args.profile_env)
         except OSError as exc:
-            print(f"fastverify-exporter: --profile-env {args.profile_env}: {exc.strerror}",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"fastverify-exporter: --profile-env {args.profile_env}: {exc.strerror}",
+                file=sys.stderr,
+            )
             return 2
     period = args.trace_period
     if period is None:
@@ -117,17 +125,27 @@ def main(argv: list[str] | None = None) -> int:
     hub = MetricsHub()
     if args.profile or args.mode or settings:
         hub.set_labels(args.profile or "", args.mode, settings, "sglang")
-    runtime = ExporterRuntime(hub, args.listen, args.sglang_url, args.trace_dir, period,
-                              args.trace_steps, poll_interval_s=args.poll_interval,
-                              inspector_dir=args.inspector_dir)  # fmt: skip
+    runtime = ExporterRuntime(
+        hub,
+        args.listen,
+        args.sglang_url,
+        args.trace_dir,
+        period,
+        args.trace_steps,
+        poll_interval_s=args.poll_interval,
+        inspector_dir=args.inspector_dir,
+    )
     try:
         runtime.start()
     except OSError as exc:
         print(f"fastverify-exporter: {exc.strerror or exc}", file=sys.stderr)
         return 1
     follower = LogFollowerThread(hub, args.log_file).start() if args.log_file else None
-    print(f"fastverify-exporter: serving {runtime.metrics_url} for {args.sglang_url}",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"fastverify-exporter: serving {runtime.metrics_url} for {args.sglang_url}",
+        file=sys.stderr,
+        flush=True,
+    )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
