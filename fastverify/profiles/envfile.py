@@ -89,6 +89,9 @@ def parse_bytes(data: bytes, path: str = "<profile>") -> ParsedFile:
                 number, f"invalid UTF-8 at byte {exc.start} of the line (save the file as UTF-8)"
             )
             continue
+        if number == 1 and text.startswith("\ufeff"):
+            out.error(number, "UTF-8 byte-order mark at the start (save the file without a BOM)")
+            text = text[1:]
         if text.endswith("\r"):
             out.error(number, "CRLF line ending (use LF only: compose keeps the \\r in the value)")
             text = text[:-1]

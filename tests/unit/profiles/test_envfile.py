@@ -56,6 +56,11 @@ def test_duplicate_key_names_first_line() -> None:
     assert errs == [(4, "duplicate NCCL_ALGO (first set on line 2; keep one)")]
 
 
+def test_bom_refused_on_line_1() -> None:
+    errs = errors("\ufeffNCCL_ALGO=Ring\n".encode())
+    assert errs == [(1, "UTF-8 byte-order mark at the start (save the file without a BOM)")]
+
+
 def test_crlf_reported_on_every_line() -> None:
     errs = errors(b"# description: d\r\nNCCL_ALGO=Ring\r\n")
     assert [ln for ln, _ in errs] == [1, 2]
