@@ -58,10 +58,9 @@ def _worker_handler(log: sglang_logs.LogWriter):
             log.log(msg["msg"], rank, msg.get("level", "info"))
         elif cmd == "nccl":
             lines = sglang_logs.nccl_init_lines(
-                os.environ, rank, msg["tp_size"], ncclenv.resolve(os.environ), []
+                os.environ, rank, msg["tp_size"], ncclenv.resolve(os.environ)
             )
-            if sglang_logs.nccl_enabled(os.environ):
-                sglang_logs.write_nccl_lines(os.environ, lines, log)
+            sglang_logs.write_nccl_lines(os.environ, lines, log)
         elif cmd == "trace":
             path = write_cycles(
                 msg["path"], rank, msg["tp_size"], msg["cycles"], dict(os.environ), msg["args"]
@@ -125,30 +124,21 @@ class SimEngine:
     def _nccl_init(self) -> None:
         a = self.args
         self._all_ranks("Init torch distributed begin.")
-        if sglang_logs.nccl_enabled(os.environ) or self.settings.errors:
-            lines = sglang_logs.nccl_init_lines(
-                os.environ,
-                0,
-                a.tp_size,
-                self.settings,
-                _tuning_rows(self.settings, a) if not a.cuda_graph else [],
-            )
-            if sglang_logs.nccl_enabled(os.environ):
-                sglang_logs.write_nccl_lines(os.environ, lines, self.log)
-            elif os.environ.get("NCCL_DEBUG", "").upper() == "WARN":
-                sglang_logs.write_nccl_lines(
-                    os.environ, [ln for ln in lines if " NCCL WARN " in ln], self.log
-                )
-            if self.workers:
-                self.workers.broadcast({"cmd": "nccl", "tp_size": a.tp_size})
+        lines = sglang_logs.nccl_init_lines(os.environ, 0, a.tp_size, self.settings)
+        sglang_logs.write_nccl_lines(os.environ, lines, self.log)
+        if self.workers:
+            self.workers.broadcast({"cmd": "nccl", "tp_size": a.tp_size})
         if self.settings.errors:
             self.log.log(
                 "Scheduler hit an exception: Traceback (most recent call last):\n"
-                '  File "/sgl-workspace/sglang/python/sglang/srt/distributed/'
-                'device_communicators/pynccl.py", line 99, in __init__\n'
-                "    self.comm: ncclComm_t = self.nccl.ncclCommInitRank(\n"
-                "RuntimeError: NCCL error: invalid argument (run with NCCL_DEBUG=WARN "
-                "for details)",
+                '  File "/usr/local/lib/python3.12/dist-packages/torch/distributed/'
+                'distributed_c10d.py", line 4851, in barrier\n'
+                "    work = group.barrier(opts=opts)\n"
+                "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/"
+                "distributed/c10d/ProcessGroupNCCL.cpp:3690, invalid argument (run with "
+                "NCCL_DEBUG=WARN for details), NCCL version 2.28.9\n"
+                "ncclInvalidArgument: Invalid value for an argument.\n"
+                "Last error:\n" + "\n".join(self.settings.errors),
                 0,
                 "error",
             )
@@ -197,39 +187,17 @@ class SimEngine:
             "Capture cuda graph begin. This can take up to several minutes. avail mem=8.12 GB"
         )
         self._all_ranks(f"Capture cuda graph bs {[1, 2, 4, 8, 16, 24, 32]}")
-        if sglang_logs.nccl_enabled(os.environ):
-            host_rows = _tuning_rows(self.settings, a)
-            lines = (
-                sglang_logs.nccl_init_lines(
-                    {**os.environ, "NCCL_DEBUG_SUBSYS": "TUNING"},
-                    0,
-                    a.tp_size,
-                    self.settings,
-                    host_rows,
-                )
-                if "TUNING" in sglang_logs.nccl_subsys(os.environ)
-                or "ALL" in sglang_logs.nccl_subsys(os.environ)
-                else []
-            )
-            sglang_logs.write_nccl_lines(
-                os.environ, [ln for ln in lines if "Bytes -> Algo" in ln], self.log
-            )
+        tuning = sglang_logs.nccl_tuning_lines(os.environ, 0, _tuning_rows(self.settings, a))
+        sglang_logs.write_nccl_lines(os.environ, tuning, self.log)
         self._sleep(a.load_seconds * 0.2)
         if a.tp_size > 1 and self.settings.tree_only:
             err = costmodel.TREE_CAPTURE_ERROR
-            if os.environ.get("NCCL_DEBUG", "").upper() in ("WARN", "INFO", "TRACE"):
-                import socket as _s
-
-                pid = os.getpid()
-                sglang_logs.write_nccl_lines(
-                    os.environ,
-                    [
-                        f"{_s.gethostname().split('.')[0]}:{pid}:{pid} [0] NCCL WARN "
-                        "Tree algorithm cannot be captured in a CUDA graph on this topology "
-                        "(NCCL_ALGO=Tree, PCIe): operation not permitted when stream is capturing"
-                    ],
-                    self.log,
-                )
+            warn = sglang_logs.nccl_warn_line(
+                0,
+                "Tree algorithm cannot be captured in a CUDA graph on this topology "
+                "(NCCL_ALGO=Tree, PCIe): operation not permitted when stream is capturing",
+            )
+            sglang_logs.write_nccl_lines(os.environ, [warn], self.log)
             self.log.log(sglang_logs.capture_failure_traceback(err), 0, "error")
             raise RuntimeError("capture failed")
         self._all_ranks(
@@ -319,7 +287,30 @@ class SimEngine:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         httpd: SimHTTPServer | None = None
+        app = App(
+            model_info=self.model_info(),
+            served_model_name=a.served_model_name,
+            log=self.log,
+            access_log=a.log_level == "debug",
+        )
         try:
+            try:
+                httpd = SimHTTPServer((a.host, a.port), app)
+            except OSError as exc:
+                reason = (exc.strerror or str(exc)).lower()
+                self.log.log(
+                    f"ERROR:    [Errno {exc.errno}] error while attempting to bind on "
+                    f"address ('{a.host}', {a.port}): {reason}",
+                    None,
+                    "error",
+                )
+                return 1
+            threading.Thread(
+                target=httpd.serve_forever,
+                kwargs={"poll_interval": 0.5},
+                name="sim-http",
+                daemon=True,
+            ).start()
             self._nccl_init()
             self._load()
             self._capture()
@@ -352,40 +343,13 @@ class SimEngine:
                 seed=a.seed,
                 on_cycle=self.profiler.on_cycle,
             )
-            app = App(
-                scheduler=self.scheduler,
-                metrics=self.metrics,
-                profiler=self.profiler,
-                model_info=self.model_info(),
-                server_info=self.server_info,
-                served_model_name=a.served_model_name,
-                log=self.log,
-                access_log=a.log_level == "debug",
-            )
             self.log.log(
                 "max_total_num_tokens=1048576, chunked_prefill_size=8192, "
                 "max_prefill_tokens=16384, max_running_requests=256, "
                 "context_len=262144, available_gpu_mem=7.74 GB"
             )
-            try:
-                httpd = SimHTTPServer((a.host, a.port), app)
-            except OSError as exc:
-                self.log.log(
-                    f"ERROR:    [Errno {exc.errno}] error while attempting to bind on "
-                    f"address ('{a.host}', {a.port}): {exc.strerror.lower()}"
-                    if exc.strerror
-                    else f"ERROR:    {exc}",
-                    None,
-                    "error",
-                )
-                return 1
             self.scheduler.start()
-            threading.Thread(
-                target=httpd.serve_forever,
-                kwargs={"poll_interval": 0.5},
-                name="sim-http",
-                daemon=True,
-            ).start()
+            app.attach(self.scheduler, self.metrics, self.profiler, self.server_info)
             self.log.log(f"INFO:     Started server process [{os.getpid()}]", None)
             self.log.log("INFO:     Waiting for application startup.", None)
             self.log.log("INFO:     Application startup complete.", None)
@@ -393,6 +357,10 @@ class SimEngine:
                 f"INFO:     Uvicorn running on http://{a.host}:{a.port} (Press CTRL+C to quit)",
                 None,
             )
+            if not a.cuda_graph:  # eager: NCCL tunes at the first collective call
+                rows = _tuning_rows(self.settings, a)
+                tuning = sglang_logs.nccl_tuning_lines(os.environ, 0, rows)
+                sglang_logs.write_nccl_lines(os.environ, tuning, self.log)
             warm = Request(prompt_tokens=6, max_new_tokens=1)
             self.scheduler.submit(warm)
             while not warm.done.wait(0.05):

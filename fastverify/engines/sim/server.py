@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from fastverify.engines.sim import cli_args
 from fastverify.engines.sim.metrics import SimMetrics
 from fastverify.engines.sim.profiler import ProfileError, Profiler
 from fastverify.engines.sim.scheduler import Request, Scheduler
@@ -67,29 +68,43 @@ class SimHTTPServer(ThreadingHTTPServer):
 
 
 class App:
-    """State the handlers need: readiness, scheduler, metrics, profiler, static info."""
+    """State the handlers need: readiness, scheduler, metrics, profiler, static info.
+
+    The server is bound before loading starts (so a port conflict fails fast and health
+    checks get 503 rather than a refused connection); `scheduler`, `metrics` and
+    `profiler` are attached once the simulated load is done.
+    """
 
     def __init__(
         self,
         *,
-        scheduler: Scheduler,
-        metrics: SimMetrics | None,
-        profiler: Profiler,
         model_info: dict[str, Any],
-        server_info: Callable[[], dict[str, Any]],
         served_model_name: str,
         log: LogWriter,
         access_log: bool = False,
     ):
-        self.scheduler = scheduler
-        self.metrics = metrics
-        self.profiler = profiler
         self.model_info = model_info
-        self.server_info = server_info
         self.served_model_name = served_model_name
         self.log = log
         self.access_log = access_log
+        self.scheduler: Scheduler | None = None
+        self.metrics: SimMetrics | None = None
+        self.metrics_enabled = False
+        self.profiler: Profiler | None = None
+        self.server_info: Callable[[], dict[str, Any]] | None = None
         self.ready = threading.Event()
+
+    def attach(
+        self,
+        scheduler: Scheduler,
+        metrics: SimMetrics | None,
+        profiler: Profiler,
+        server_info: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.metrics = metrics
+        self.profiler = profiler
+        self.server_info = server_info
+        self.scheduler = scheduler  # last: handlers test it to know they can serve
 
 
 class _BadRequest(Exception):
@@ -177,6 +192,18 @@ class Handler(BaseHTTPRequestHandler):
         if route is None:
             self._json(404, {"detail": "Not Found"})
             return
+        if path not in STATIC_ROUTES and self.server.app.scheduler is None:
+            self._json(
+                503,
+                {
+                    "error": {
+                        "message": "The server is starting up (loading weights "
+                        "/ capturing CUDA graphs); retry when /health answers 200.",
+                        "code": 503,
+                    }
+                },
+            )
+            return
         try:
             route(self)
         except _BadRequest as exc:
@@ -192,7 +219,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def health_generate(self) -> None:
         app = self.server.app
-        if not app.ready.is_set():
+        if not app.ready.is_set() or app.scheduler is None:
             self._send(503, b"", "text/plain")
             return
         req = Request(prompt_tokens=1, max_new_tokens=1)
@@ -203,7 +230,9 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, self.server.app.model_info)
 
     def server_info(self) -> None:
-        self._json(200, self.server.app.server_info())
+        info = self.server.app.server_info
+        assert info is not None
+        self._json(200, info())
 
     def models(self) -> None:
         app = self.server.app
@@ -226,7 +255,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def metrics(self) -> None:
         m = self.server.app.metrics
-        if m is None:
+        if m is None:  # started without --enable-metrics
             self._json(404, {"detail": "Not Found"})
             return
         self._send(200, m.render(), m.content_type)
@@ -242,6 +271,7 @@ class Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------- profiling
     def start_profile(self) -> None:
         prof = self.server.app.profiler
+        assert prof is not None
         try:
             window = prof.start(self._body())
         except ProfileError as exc:
@@ -256,7 +286,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def stop_profile(self) -> None:
         try:
-            window = self.server.app.profiler.stop()
+            window = self.server.app.profiler.stop()  # type: ignore[union-attr]
         except ProfileError as exc:
             self._text(400, str(exc) + "\n")
             return
@@ -274,7 +304,7 @@ class Handler(BaseHTTPRequestHandler):
         if max_new_i < 1:
             raise _BadRequest("max_new_tokens must be >= 1")
         req = Request(prompt_tokens=prompt_tokens, max_new_tokens=max_new_i, stream=stream)
-        self.server.app.scheduler.submit(req)
+        self.server.app.scheduler.submit(req)  # type: ignore[union-attr]
         return req
 
     def _meta(self, req: Request) -> dict[str, Any]:
@@ -288,7 +318,8 @@ class Handler(BaseHTTPRequestHandler):
             "cached_tokens": 0,
             "e2e_latency": round(req.e2e_latency, 6),
         }
-        if self.server.app.scheduler.mode == "eagle3":
+        sched = self.server.app.scheduler
+        if sched is not None and sched.mode == "eagle3":
             meta["spec_verify_ct"] = req.verify_ct
             meta["spec_accept_length"] = (
                 round(req.accepted_total / req.verify_ct, 4) if req.verify_ct else 0.0
@@ -477,3 +508,13 @@ ROUTES: dict[str, Callable[[Handler], None]] = {
     "/v1/completions": Handler.completions,
     "/v1/chat/completions": Handler.chat_completions,
 }
+
+# Answered while the server is still loading.
+STATIC_ROUTES = frozenset(
+    {"/health", "/health_generate", "/get_model_info", "/model_info", "/v1/models"}
+)
+
+
+def parse_args(argv: list[str]) -> cli_args.SimArgs:
+    """The sim's argv parser (exit 2 on bad flags), for callers that check argv."""
+    return cli_args.parse(argv)

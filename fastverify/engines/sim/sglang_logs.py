@@ -244,9 +244,8 @@ def nccl_init_lines(
     rank: int,
     nranks: int,
     settings: ncclenv.NcclSettings,
-    tuning: list[tuple[int, str, str, int]],
 ) -> list[str]:
-    """One rank's NCCL INFO/WARN lines for communicator init (+ TUNING on rank 0)."""
+    """One rank's NCCL INFO/WARN lines for communicator init (subsystems INIT, ENV)."""
     subsys = nccl_subsys(env)
 
     def on(name: str) -> bool:
@@ -295,17 +294,46 @@ def nccl_init_lines(
             f"{rank} nvmlDev {rank} busId {(rank + 1) * 0x10:x}000 commId 0x5ee0fa57 "
             "- Init COMPLETE"
         )
-    if rank == 0 and on("TUNING"):
-        for nbytes, algo, proto, channels in tuning:
-            out.append(
-                pre + f"AllReduce: {nbytes} Bytes -> Algo {algo} proto {proto} "
-                f"channel{{Lo..Hi}}={{0..{channels - 1}}}"
-            )
     return out
 
 
+def _prefix(rank: int, kind: str = "INFO") -> str:
+    host = socket.gethostname().split(".")[0]
+    pid = os.getpid()
+    return f"{host}:{pid}:{threading.get_native_id()} [{rank}] NCCL {kind} "
+
+
+def nccl_tuning_lines(
+    env: Mapping[str, str], rank: int, rows: list[tuple[int, str, str, int]]
+) -> list[str]:
+    """TUNING lines `AllReduce: N Bytes -> Algo RING proto LL channel{Lo..Hi}={0..15}`.
+
+    NCCL prints them on rank 0 only, when a collective is enqueued: at CUDA-graph capture,
+    or at the first eager call.
+    """
+    subsys = nccl_subsys(env)
+    if rank != 0 or not ("ALL" in subsys or "TUNING" in subsys):
+        return []
+    pre = _prefix(rank)
+    return [
+        pre + f"AllReduce: {nbytes} Bytes -> Algo {algo} proto {proto} "
+        f"channel{{Lo..Hi}}={{0..{channels - 1}}}"
+        for nbytes, algo, proto, channels in rows
+    ]
+
+
+def nccl_warn_line(rank: int, msg: str) -> str:
+    return _prefix(rank, "WARN") + msg
+
+
 def write_nccl_lines(env: Mapping[str, str], lines: list[str], log: LogWriter) -> None:
-    """Send NCCL lines where NCCL would: NCCL_DEBUG_FILE (expanded) else stdout."""
+    """Send NCCL lines where NCCL would (NCCL_DEBUG_FILE, expanded, else stdout), filtered by
+    NCCL_DEBUG: INFO/TRACE print everything, WARN only WARN lines, unset/VERSION nothing."""
+    level = env.get("NCCL_DEBUG", "").strip().upper()
+    if level == "WARN":
+        lines = [ln for ln in lines if " NCCL WARN " in ln]
+    elif level not in ("INFO", "TRACE"):
+        return
     if not lines:
         return
     path = nccl_debug_file(env, os.getpid())

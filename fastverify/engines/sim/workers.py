@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +67,11 @@ def _child(rank: int, sock: socket.socket, parent_pid: int, handler: Handler) ->
             reply = handler(rank, msg)
         except Exception as exc:  # keep the worker alive; report to the parent
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            print(
+                f"[TP{rank}] sim worker: command {msg.get('cmd')!r} failed: {reply['error']}",
+                file=sys.stderr,
+                flush=True,
+            )
         if msg.get("reply"):
             payload = json.dumps(reply or {"ok": True}) + "\n"
             try:

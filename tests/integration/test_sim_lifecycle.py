@@ -1,0 +1,183 @@
+"""The sim engine fails, starts and stops like SGLang: argv errors, a missing model path,
+Tree with CUDA graphs, a busy port, both CUDA-graph flag generations, 503 while loading,
+and TP workers that never outlive the server (SIGTERM and SIGKILL)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from test_sim_support import (
+    READY,
+    RING_LL,
+    SimProcess,
+    children_of,
+    clean_env,
+    free_port,
+    group_members,
+    wait_gone,
+)
+
+TREE_LL = dict(RING_LL, NCCL_ALGO="Tree")
+
+
+def test_unknown_flag_is_an_argparse_error() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "fastverify.engines.sim", "--model-path", "m", "--bogus-flag"],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=30,
+        check=False,
+    )
+    assert out.returncode == 2
+    assert "unrecognized arguments: --bogus-flag" in out.stderr
+    assert out.stderr.startswith("usage: ")
+
+
+def test_missing_absolute_model_path_fails_like_sglang(tmp_path) -> None:
+    missing = tmp_path / "models" / "Kimi-K2.5"
+    with SimProcess(tp=2, eagle3=False, model=str(missing), load=5.0) as sim:
+        rc = sim.wait_exit(15)
+        text = sim.text()
+    assert rc == 1
+    assert f"OSError: Can't load the configuration of '{missing}'" in text
+    assert READY not in text and "Load weight begin" not in text
+    assert time.monotonic() - sim.started_at < 5.0  # fails before the load
+
+
+def test_tree_with_cuda_graphs_fails_during_capture_after_load() -> None:
+    load = 0.6
+    with SimProcess(tp=4, eagle3=True, load=load, env=TREE_LL) as sim:
+        sim.wait_line("Init torch distributed begin.")
+        workers = children_of(sim.pid)
+        rc = sim.wait_exit(20)
+        elapsed = time.monotonic() - sim.started_at
+        text = sim.text()
+    assert rc != 0
+    assert elapsed >= load
+    assert len(workers) == 3 and wait_gone(workers, 3.0) == []
+    assert text.index("TP0] Load weight end.") < text.index("Capture cuda graph begin")
+    assert "Capture cuda graph failed: NCCL error: invalid usage" in text
+    assert "Possible solutions:" in text
+    assert "disable CUDA graph by --cuda-graph-backend-decode=disabled" in text
+    assert "Traceback (most recent call last):" in text
+    assert READY not in text and "Capture cuda graph end" not in text
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--disable-cuda-graph"],
+        ["--cuda-graph-backend-decode", "disabled"],
+        ["--disable-decode-cuda-graph"],
+    ],
+)
+def test_tree_serves_in_eager_mode_with_either_flag_generation(flags: list[str]) -> None:
+    with SimProcess(
+        tp=2, eagle3=True, load=0.2, env=TREE_LL, extra=[*flags, "--decode-log-interval", "2"]
+    ) as sim:
+        sim.wait_ready()
+        out = sim.post_json("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 9}})
+        assert out["meta_info"]["completion_tokens"] == 9
+        info = sim.get_json("/get_server_info")
+        assert info["disable_cuda_graph"] is True
+        assert info["sim"]["nccl"]["algo"] == "tree"
+        line = sim.wait_line("Decode batch, ")
+        assert "cuda graph: False" in line
+        assert "Capture cuda graph begin" not in sim.text()
+
+
+def test_invalid_nccl_algo_token_fails_at_init() -> None:
+    env = dict(RING_LL, NCCL_ALGO="Treee", NCCL_DEBUG="WARN")
+    with SimProcess(tp=2, eagle3=False, load=0.2, env=env) as sim:
+        rc = sim.wait_exit(15)
+        text = sim.text()
+    assert rc != 0
+    assert re.search(r"\S+:\d+:\d+ \[0\] NCCL WARN Invalid NCCL_ALGO token\(s\) treee", text)
+    assert "invalid argument (run with NCCL_DEBUG=WARN for details)" in text
+    assert "Last error:\nInvalid NCCL_ALGO token(s) treee in 'Treee'" in text
+    assert READY not in text and "Load weight begin" not in text
+
+
+def test_busy_port_fails_fast_with_uvicorn_message() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with SimProcess(tp=2, eagle3=False, load=5.0, port=port) as sim:
+            rc = sim.wait_exit(15)
+            text = sim.text()
+    assert rc == 1
+    assert re.search(
+        rf"error while attempting to bind on address \('127.0.0.1', {port}\): "
+        r"address already in use",
+        text,
+    )
+
+
+def test_health_is_503_while_loading_then_200() -> None:
+    with SimProcess(tp=2, eagle3=False, load=1.5) as sim:
+        sim.wait_line("Load weight begin")
+        assert sim.request("GET", "/health")[0] == 503
+        assert sim.request("GET", "/health_generate")[0] == 503
+        assert sim.request("POST", "/generate", {"text": "x"})[0] == 503
+        assert sim.request("GET", "/get_model_info")[0] == 200
+        assert READY not in sim.text()
+        sim.wait_ready()
+        assert sim.request("GET", "/health")[0] == 200
+
+
+def test_sigterm_stops_server_and_workers() -> None:
+    sim = SimProcess(tp=4, eagle3=False, load=0.2)
+    try:
+        sim.wait_ready()
+        workers = children_of(sim.pid)
+        assert len(workers) == 3
+        sim.proc.send_signal(signal.SIGTERM)  # the server only, as a plain `kill` would
+        assert sim.wait_exit(5) == 0
+        assert wait_gone(workers, 3.0) == []
+        assert group_members(sim.pid) == []
+    finally:
+        sim.stop()
+
+
+def test_sigkill_of_server_takes_workers_down() -> None:
+    sim = SimProcess(tp=4, eagle3=False, load=0.2)
+    try:
+        sim.wait_ready()
+        workers = children_of(sim.pid)
+        assert len(workers) == 3
+        sim.proc.kill()  # SIGKILL to the server only; workers learn via PR_SET_PDEATHSIG
+        sim.wait_exit(5)
+        assert wait_gone(workers, 3.0) == []
+    finally:
+        sim.stop()
+
+
+def test_sigterm_during_load_exits_cleanly() -> None:
+    sim = SimProcess(tp=3, eagle3=False, load=10.0)
+    try:
+        sim.wait_line("Load weight begin")
+        workers = children_of(sim.pid)
+        t0 = time.monotonic()
+        sim.proc.send_signal(signal.SIGTERM)
+        assert sim.wait_exit(5) == 0
+        assert time.monotonic() - t0 < 3.0
+        assert wait_gone(workers, 3.0) == []
+    finally:
+        sim.stop()
+
+
+def test_port_is_free_again_after_exit() -> None:
+    port = free_port()
+    with SimProcess(tp=1, eagle3=False, load=0.1, port=port) as sim:
+        sim.wait_ready()
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))

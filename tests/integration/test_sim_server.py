@@ -1,0 +1,396 @@
+"""The sim engine as a real SGLang stand-in: start-up, endpoints, metrics, logs, TP workers,
+NCCL debug files, profile traces and throughput, against one shared EAGLE-3 server (TP 4)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from test_sim_support import (
+    READY,
+    RING_LL,
+    SimProcess,
+    children_of,
+    cpu_seconds,
+    environ_of,
+    group_members,
+)
+
+from fastverify.engines.sim import costmodel
+
+TP = 4
+DECODE_RE = re.compile(
+    r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] Decode batch, #running-req: (\d+), #token: (\d+), "
+    r"token usage: (\d+\.\d\d), accept len: (\d+\.\d\d), accept rate: (\d+\.\d\d), "
+    r"cuda graph: (True|False), gen throughput \(token/s\): (\d+\.\d\d), #queue-req: (\d+)$"
+)
+PREFILL_RE = re.compile(
+    r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] Prefill batch, #new-seq: \d+, #new-token: \d+, "
+    r"#cached-token: \d+, token usage: \d+\.\d\d, #running-req: \d+, #queue-req: \d+"
+)
+
+
+@pytest.fixture(scope="module")
+def nccl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("nccl")
+
+
+@pytest.fixture(scope="module")
+def sim(nccl_dir: Path):
+    env = dict(
+        RING_LL,
+        NCCL_DEBUG="INFO",
+        NCCL_DEBUG_SUBSYS="INIT,ENV,TUNING",
+        NCCL_DEBUG_FILE=str(nccl_dir / "nccl-%h-%p.log"),
+    )
+    proc = SimProcess(tp=TP, eagle3=True, load=0.3, env=env, extra=["--decode-log-interval", "10"])
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()
+
+
+def test_startup_lines_in_sglang_order(sim: SimProcess) -> None:
+    text = sim.text()
+    order = [
+        "SIMULATION",
+        "TP0] Load weight begin. avail mem=",
+        "Loading safetensors checkpoint shards: 100% Completed | 64/64",
+        "TP0] Load weight end. elapsed=",
+        "TP0] Capture cuda graph begin. This can take up to several minutes.",
+        "TP0] Capture cuda graph end. Time elapsed:",
+        "INFO:     Uvicorn running on http://127.0.0.1:",
+        READY,
+    ]
+    positions = [text.find(s) for s in order]
+    assert all(p >= 0 for p in positions), dict(zip(order, positions, strict=True))
+    assert positions == sorted(positions)
+    ready = [line for _, line in sim.lines if READY in line]
+    assert len(ready) == 1
+    assert re.fullmatch(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] " + READY, ready[0])
+    # every TP rank logs its own load lines
+    for rank in range(TP):
+        assert f"TP{rank}] Load weight begin." in text
+
+
+def test_info_endpoints_say_simulation(sim: SimProcess) -> None:
+    model = sim.get_json("/get_model_info")
+    assert model["simulated"] is True and model["model_path"] == "sim/kimi-k2.5"
+    assert model["is_generation"] is True
+    for path in ("/get_server_info", "/server_info"):
+        info = sim.get_json(path)
+        assert info["simulated"] is True and "SIMULATION" in info["note"]
+        state = info["internal_states"][0]
+        assert {"avg_spec_accept_length", "last_gen_throughput"} <= set(state)
+        assert info["tp_size"] == TP and info["speculative_algorithm"] == "EAGLE3"
+    models = sim.get_json("/v1/models")
+    assert models["object"] == "list" and models["data"][0]["id"] == "sim/kimi-k2.5"
+    status, _, _ = sim.request("GET", "/no/such/endpoint")
+    assert status == 404
+    status, _, body = sim.request("POST", "/flush_cache")
+    assert status == 200 and body.startswith(b"Cache flushed")
+    assert sim.request("GET", "/health")[0] == 200
+    assert sim.request("GET", "/health_generate")[0] == 200
+
+
+def test_generate_non_streaming_and_streaming(sim: SimProcess) -> None:
+    out = sim.post_json(
+        "/generate",
+        {
+            "text": "Say something long enough to count tokens.",
+            "sampling_params": {"max_new_tokens": 20},
+        },
+    )
+    meta = out["meta_info"]
+    assert meta["completion_tokens"] == 20 and meta["prompt_tokens"] >= 1
+    # accept length 2.0: the first token comes from prefill, then 2 per verify cycle
+    assert meta["spec_verify_ct"] in (10, 11)
+    assert isinstance(out["text"], str) and out["text"]
+
+    chunks = [
+        c
+        for _, c in sim.stream(
+            "/generate",
+            {
+                "input_ids": [1, 2, 3, 4, 5],
+                "sampling_params": {"max_new_tokens": 12},
+                "stream": True,
+            },
+        )
+    ]
+    assert chunks[-1] is None  # data: [DONE]
+    last = chunks[-2]
+    assert last["meta_info"]["completion_tokens"] == 12
+    assert last["meta_info"]["prompt_tokens"] == 5
+    counts = [c["meta_info"]["completion_tokens"] for c in chunks[:-1]]
+    assert counts == sorted(counts) and len(counts) >= 5
+
+
+def test_openai_endpoints(sim: SimProcess) -> None:
+    out = sim.post_json("/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 7})
+    assert out["object"] == "text_completion"
+    assert out["usage"] == {
+        "prompt_tokens": out["usage"]["prompt_tokens"],
+        "completion_tokens": 7,
+        "total_tokens": out["usage"]["prompt_tokens"] + 7,
+    }
+    assert out["choices"][0]["finish_reason"] == "length"
+
+    chunks = [
+        c
+        for _, c in sim.stream(
+            "/v1/completions",
+            {
+                "prompt": "hi",
+                "max_tokens": 9,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        )
+    ]
+    assert chunks[-1] is None
+    assert chunks[-2]["usage"]["completion_tokens"] == 9
+    assert all(c["object"] == "text_completion" for c in chunks[:-1])
+
+    chat = sim.post_json(
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 5},
+    )
+    assert chat["object"] == "chat.completion"
+    assert chat["choices"][0]["message"]["role"] == "assistant"
+    assert chat["usage"]["completion_tokens"] == 5
+
+    chunks = [
+        c
+        for _, c in sim.stream(
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 6, "stream": True},
+        )
+    ]
+    assert chunks[-1] is None
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks[:-1])
+    assert text and chunks[-2]["choices"][0]["finish_reason"] == "length"
+
+
+def test_bad_requests_are_400(sim: SimProcess) -> None:
+    assert sim.request("POST", "/generate", {"sampling_params": {}})[0] == 400
+    assert sim.request("POST", "/v1/chat/completions", {"messages": []})[0] == 400
+    status, _, body = sim.request(
+        "POST", "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 0}}
+    )
+    assert status == 400 and b"max_new_tokens" in body
+
+
+def _metrics(sim: SimProcess) -> dict[str, list]:
+    status, headers, body = sim.request("GET", "/metrics")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    return {f.name: f.samples for f in text_string_to_metric_families(body.decode())}
+
+
+def test_metrics_have_sglang_names_and_labels(sim: SimProcess) -> None:
+    before = _metrics(sim)
+    sim.post_json("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 10}})
+    after = _metrics(sim)
+    names = {
+        "sglang:gen_throughput",
+        "sglang:spec_accept_length",
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:token_usage",
+        "sglang:generation_tokens",
+        "sglang:prompt_tokens",
+        "sglang:num_requests",
+        "sglang:time_to_first_token_seconds",
+        "sglang:inter_token_latency_seconds",
+        "sglang:e2e_request_latency_seconds",
+    }
+    assert names <= set(after)
+    for name in names:
+        for sample in after[name]:
+            assert set(sample.labels) - {"le"} == {
+                "model_name",
+                "engine_type",
+                "tp_rank",
+                "pp_rank",
+            }
+
+    def value(fams: dict, sample_name: str) -> float:
+        return sum(s.value for f in fams.values() for s in f if s.name == sample_name)
+
+    assert (
+        value(after, "sglang:generation_tokens_total")
+        - value(before, "sglang:generation_tokens_total")
+        >= 10
+    )
+    assert (
+        value(after, "sglang:num_requests_total") - value(before, "sglang:num_requests_total") >= 1
+    )
+    assert value(after, "sglang:e2e_request_latency_seconds_count") > 0
+
+
+def test_tp_workers_share_environment_and_process_group(sim: SimProcess) -> None:
+    workers = children_of(sim.pid)
+    assert len(workers) == TP - 1
+    assert sorted(group_members(sim.pid)) == sorted([sim.pid, *workers])  # group kept
+    parent_env = environ_of(sim.pid)
+    nccl = {k: v for k, v in parent_env.items() if k.startswith("NCCL_")}
+    assert {k: nccl[k] for k in RING_LL} == RING_LL
+    for pid in workers:
+        env = environ_of(pid)
+        assert {k: v for k, v in env.items() if k.startswith("NCCL_")} == nccl
+    info = sim.get_json("/get_server_info")
+    assert info["sim"]["pids"] == [sim.pid, *workers]
+
+
+def test_nccl_debug_file_one_per_rank_in_nccl_format(sim: SimProcess, nccl_dir: Path) -> None:
+    pids = [sim.pid, *children_of(sim.pid)]
+    host = socket.gethostname()
+    for rank, pid in enumerate(pids):
+        path = nccl_dir / f"nccl-{host}-{pid}.log"
+        lines = path.read_text().splitlines()
+        assert lines, path
+        prefix = re.compile(rf"^{re.escape(host.split('.')[0])}:{pid}:\d+ \[{rank}\] NCCL INFO ")
+        assert all(prefix.match(ln) for ln in lines), lines[:3]
+        body = [prefix.sub("", ln) for ln in lines]
+        assert "NCCL version 2.28.9+cuda13.0" in body
+        assert "NCCL_BUFFSIZE set by environment to 16777216." in body
+        assert "NCCL_P2P_LEVEL set by environment to SYS" in body
+        assert "NCCL_ALGO set by environment to Ring" in body
+        tuning = [b for b in body if " Bytes -> Algo " in b]
+        if rank == 0:  # NCCL prints TUNING lines on rank 0 only
+            assert "AllReduce: 14336 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..15}" in tuning
+        else:
+            assert tuning == []
+
+
+def test_profile_window_writes_per_rank_traces(sim: SimProcess, tmp_path: Path) -> None:
+    bg = threading.Thread(
+        target=sim.post_json,
+        args=("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 60}}),
+        daemon=True,
+    )
+    bg.start()
+    time.sleep(0.1)
+    status, _, body = sim.request(
+        "POST",
+        "/start_profile",
+        {
+            "output_dir": str(tmp_path),
+            "num_steps": 5,
+            "profile_prefix": "fv",
+            "activities": ["CPU", "GPU"],
+            "record_shapes": False,
+            "with_stack": False,
+            "profile_by_stage": False,
+        },
+        timeout=30,
+    )
+    assert status == 200, body
+    bg.join(30)
+    files = sorted(tmp_path.glob("*.trace.json.gz"))
+    assert len(files) == TP
+    ids = {re.fullmatch(r"fv-(\d+\.\d+)-TP-(\d+)\.trace\.json\.gz", f.name).group(1) for f in files}
+    assert len(ids) == 1
+    profile_id = ids.pop()
+    pids = [sim.pid, *children_of(sim.pid)]
+    for rank in range(TP):
+        path = tmp_path / f"fv-{profile_id}-TP-{rank}.trace.json.gz"
+        trace = json.loads(gzip.decompress(path.read_bytes()))
+        assert trace["schemaVersion"] == 1 and trace["distributedInfo"]["rank"] == rank
+        events = trace["traceEvents"]
+        verify = [
+            e
+            for e in events
+            if e.get("cat") == "gpu_user_annotation" and e["name"] == "step[TARGET_VERIFY bs=1]"
+        ]
+        assert len(verify) == 5
+        cpu = {e["pid"] for e in events if e.get("cat") == "user_annotation"}
+        assert cpu == {pids[rank]}
+        kernels = [e for e in events if e.get("cat") == "kernel"]
+        for v in verify:
+            inside = [
+                k
+                for k in kernels
+                if v["ts"] <= k["ts"] < v["ts"] + v["dur"] and k["pid"] == v["pid"]
+            ]
+            ar = [k for k in inside if k["name"].startswith("ncclDevKernel_AllReduce")]
+            assert len(ar) == 122
+        drafts = [
+            e
+            for e in events
+            if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("draft step[")
+        ]
+        assert len(drafts) == 5 * 4  # 3 draft steps + 1 draft extend per cycle
+
+
+def test_decode_lines_and_client_throughput_match_cost_model(sim: SimProcess) -> None:
+    pred = costmodel.predict(RING_LL, "eagle3", TP, 1, True, 2.0)
+    start = len(sim.lines)
+    arrivals = []
+    for t, chunk in sim.stream(
+        "/generate", {"text": "go", "stream": True, "sampling_params": {"max_new_tokens": 162}}
+    ):
+        if chunk is not None:
+            arrivals.append((t, chunk["meta_info"]["completion_tokens"]))
+    (t0, n0), (t1, n1) = arrivals[1], arrivals[-1]
+    client_tps = (n1 - n0) / (t1 - t0)
+    assert client_tps == pytest.approx(pred.tokens_per_second, rel=0.03)
+    decode = [m for _, line in sim.lines[start:] if (m := DECODE_RE.match(line))]
+    assert len(decode) >= 6
+    steady = [float(m.group(7)) for m in decode[1:-1]]  # drop the partial first/last interval
+    for tps in steady:
+        assert tps == pytest.approx(client_tps, rel=0.02)
+    assert all(m.group(4) == "2.00" and m.group(5) == "0.33" for m in decode)
+    assert all(m.group(6) == "True" for m in decode)
+    assert any(PREFILL_RE.match(line) for _, line in sim.lines[start:])
+    info = sim.get_json("/server_info")["internal_states"][0]
+    assert info["avg_spec_accept_length"] == pytest.approx(2.0)
+    assert info["last_gen_throughput"] == pytest.approx(client_tps, rel=0.05)
+
+
+def test_64_concurrent_streams_and_cpu_budget(sim: SimProcess) -> None:
+    pids = [sim.pid, *children_of(sim.pid)]
+    idle0 = cpu_seconds(pids)
+    time.sleep(1.0)
+    assert cpu_seconds(pids) - idle0 < 0.05  # idle: no busy loop
+    results: list[int] = []
+    errors: list[BaseException] = []
+
+    def client(i: int) -> None:
+        try:
+            chunks = [
+                c
+                for _, c in sim.stream(
+                    "/v1/chat/completions",
+                    {
+                        "messages": [{"role": "user", "content": f"req {i}"}],
+                        "max_tokens": 16,
+                        "stream": True,
+                        "stream_options": {"include_usage": True},
+                    },
+                )
+            ]
+            assert chunks[-1] is None
+            results.append(chunks[-2]["usage"]["completion_tokens"])
+        except BaseException as exc:
+            errors.append(exc)
+
+    c0, w0 = cpu_seconds(pids), time.monotonic()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    busy = (cpu_seconds(pids) - c0) / (time.monotonic() - w0)
+    assert not errors, errors[:3]
+    assert results == [16] * 64
+    assert busy < 0.5  # a fraction of one core while serving 64 streams
