@@ -1,0 +1,205 @@
+"""fastverifyd under faults: engine crashes, crash loops, daemon kill -9, stale pid files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.harness import DaemonHarness
+
+
+def engines_on_port(port: int) -> dict[int, list[int]]:
+    """Process groups of every process started with `--port PORT` (our engine), by pgid."""
+    groups: dict[int, list[int]] = {}
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        try:
+            ours = "--port" in cmd and cmd[cmd.index("--port") + 1] == str(port)
+            if ours and p.status() != psutil.STATUS_ZOMBIE:
+                groups.setdefault(os.getpgid(p.pid), []).append(p.pid)
+        except (psutil.Error, ProcessLookupError, IndexError):
+            continue
+    return groups
+
+
+def test_engine_kill9_is_restarted_with_reason(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path) as d:
+        st = d.status()
+        old = st["engine"]["pid"]
+        os.kill(old, signal.SIGKILL)
+        seen = d.wait_state(["BACKOFF", "STARTING", "VERIFYING"], timeout=10)
+        assert seen["restarts"]["by_reason"] == {"exited(-9)": 1}
+        st = d.wait_state("READY", timeout=15)
+        assert st["engine"]["pid"] != old
+        assert st["restarts"]["total"] == 1
+        assert st["last_failure"]["reason"] == "exited(-9)"
+        assert "SIGKILL" in st["last_failure"]["message"]
+        hist = d.client.get("/v1/history")
+        assert hist[-1]["kind"] == "crash_restart" and hist[-1]["result"] == "ok"
+        assert not psutil.pid_exists(old) or psutil.Process(old).status() == psutil.STATUS_ZOMBIE
+        assert list(engines_on_port(int(d.server_url.rsplit(":", 1)[1]))) == [st["engine"]["pgid"]]
+
+
+def test_crash_loop_fails_keeps_api_and_recovers_on_switch(tmp_path: Path) -> None:
+    cfg = {"daemon": {"restart_burst": 1, "restart_backoff_s": [0.05, 0.1]}}
+    with DaemonHarness(tmp_path, config=cfg, metrics=False) as d:
+        os.kill(d.engine_pid(), signal.SIGKILL)
+        d.wait_for(lambda: d.status()["restarts"]["total"] == 1, 10, "first restart")
+        st = d.wait_state("READY", timeout=15)
+        os.kill(st["engine"]["pid"], signal.SIGKILL)
+        st = d.wait_state("FAILED", timeout=15)
+        assert st["last_failure"]["reason"] == "exited(-9)"
+        assert "burst limit 1" in st["last_failure"]["message"]
+        assert st["engine"]["pid"] is None
+        r = d.ctl("status")
+        assert r.returncode == 0 and "FAILED" in r.stdout
+        r = d.ctl("profile", "set", "ring-ll", "-q")
+        assert r.returncode == 0, r.stdout + r.stderr
+        st = d.status()
+        assert (st["state"], st["profile"]) == ("READY", "ring-ll")
+
+
+def test_daemon_kill9_during_start_then_restart_gives_one_engine(tmp_path: Path) -> None:
+    d = DaemonHarness(tmp_path, sim_load_seconds=1.5, metrics=False, start=False)
+    try:
+        d.start(wait_ready=False)
+        loading = d.wait_for(
+            lambda: (s := d.status())["state"] == "STARTING" and s["engine"]["pid"] and s,
+            15,
+            "start",
+        )
+        d.kill9()
+        port = int(d.server_url.rsplit(":", 1)[1])
+        assert len(engines_on_port(port)) == 1  # the orphaned engine is still loading
+        d.restart_daemon(wait_ready=True, timeout=30)
+        st = d.status()
+        groups = engines_on_port(port)
+        assert list(groups) == [st["engine"]["pgid"]], groups
+        assert len(groups[st["engine"]["pgid"]]) == 2  # server + 1 TP worker (tp_size=2)
+        # Ours, alive and loading the same argv: followed to READY instead of restarted.
+        assert st["engine"]["adopted"] is True
+        assert st["engine"]["pid"] == loading["engine"]["pid"]
+        assert d.client.get("/v1/history")[-1]["kind"] == "adopt"
+        saved = json.loads((d.state_dir / "state.json").read_text())
+        assert (saved["profile"], saved["mode"]) == (st["profile"], st["mode"])
+        pidfile = json.loads((d.state_dir / "engine.pid").read_text())
+        assert pidfile["pid"] == st["engine"]["pid"]
+    finally:
+        d.close()
+
+
+def test_stale_pid_file_never_kills_a_foreign_process(tmp_path: Path) -> None:
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        state = tmp_path / "state"
+        state.mkdir()
+        (state / "engine.pid").write_text(
+            json.dumps(
+                {
+                    "pid": sleeper.pid,
+                    "pgid": sleeper.pid,
+                    "create_time": psutil.Process(sleeper.pid).create_time(),
+                    "engine_id": "0123456789abcdef",
+                    "argv": ["sleep", "60"],
+                    "profile": "ring-ll",
+                    "mode": "baseline",
+                }
+            )
+        )
+        with DaemonHarness(tmp_path, metrics=False) as d:
+            st = d.status()
+            assert sleeper.poll() is None, "the daemon killed a process it did not start"
+            assert any(str(sleeper.pid) in f and "leaving it alone" in f for f in st["findings"])
+            assert st["engine"]["pid"] != sleeper.pid
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_state_restored_and_corruption_recovered(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        assert d.ctl("profile", "set", "ring-ll", "--mode", "eagle3", "-q").returncode == 0
+        assert d.stop() == 0
+        d._closed = False
+        d.restart_daemon()
+        st = d.status()
+        assert (st["profile"], st["mode"], st["last_good"]) == ("ring-ll", "eagle3", "ring-ll")
+        assert d.stop() == 0
+        # A torn state.json and a torn last journal line (power cut mid-write).
+        (d.state_dir / "state.json").write_text('{"profile": "ring-')
+        with open(d.state_dir / "journal.jsonl", "a") as fh:
+            fh.write('{"type": "switch", "profile": "tre')
+        d.restart_daemon()
+        st = d.status()
+        assert (st["profile"], st["mode"]) == ("ring-ll", "eagle3")
+        assert any("corrupted" in f for f in st["findings"]), st["findings"]
+        assert any("unreadable line" in f for f in st["findings"]), st["findings"]
+        assert list(d.state_dir.glob("state.json.corrupt-*"))
+        json.loads((d.state_dir / "state.json").read_text())  # rewritten whole
+        for line in (d.state_dir / "journal.jsonl").read_text().splitlines()[-3:]:
+            json.loads(line)  # new records start on their own line
+
+
+def test_engine_env_has_secrets_but_nothing_prints_them(tmp_path: Path) -> None:
+    secret = "hf_s3cr3t_value_1234567890"
+    key = "k3y-value-0987654321"
+    cfg = {"server": {"env_passthrough": ["HF_TOKEN"], "env": {"MY_API_KEY": key}}}
+    with DaemonHarness(tmp_path, env={"HF_TOKEN": secret, "AWS_SECRET": "x" * 20}, config=cfg) as d:
+        env = psutil.Process(d.engine_pid()).environ()
+        assert env["HF_TOKEN"] == secret and env["MY_API_KEY"] == key
+        assert "AWS_SECRET" not in env  # only what the engine needs
+        outputs = [
+            d.ctl("status", "--json").stdout,
+            d.ctl("history", "--json").stdout,
+            d.ctl("logs", "-n", "1000").stdout,
+            d.ctl("server", "check", "--json").stdout,
+            d.log_text(),
+            (d.state_dir / "engine.pid").read_text(),
+            (d.state_dir / "state.json").read_text(),
+        ]
+        for out in outputs:
+            assert secret not in out and key not in out
+
+
+def test_sigterm_stops_engine_group_within_grace(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False, config={"daemon": {"stop_grace_s": 3}}) as d:
+        pgid = d.status()["engine"]["pgid"]
+        t0 = time.monotonic()
+        assert d.stop() == 0
+        assert time.monotonic() - t0 < 3 + 2
+        alive = [
+            p.pid
+            for p in psutil.process_iter()
+            if _pgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE
+        ]
+        assert alive == []
+        assert not d.socket.exists()
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def test_sighup_with_broken_config_keeps_old_one(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        good = d.config_path.read_text()
+        d.config_path.write_text(good + "\n[daemon\nbroken = \n")
+        os.kill(d.pid, signal.SIGHUP)
+        st = d.wait_for(lambda: (s := d.status())["config"]["error"] and s, 10, "reload error")
+        assert "keeping the previous configuration" in st["config"]["error"]
+        assert st["state"] == "READY"
+        assert "SIGHUP" in d.log_text() and str(d.config_path) in st["config"]["error"]
+        d.config_path.write_text(good.replace("stop_grace_s = 5", "stop_grace_s = 4"))
+        os.kill(d.pid, signal.SIGHUP)
+        d.wait_for(lambda: d.status()["config"]["error"] is None, 10, "reload ok")
+        assert "configuration reloaded" in d.log_text()
