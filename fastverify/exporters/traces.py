@@ -7,7 +7,7 @@ What is measured, per rank (one trace file per TP rank, `*-TP-{rank}.trace.json[
   launch that enqueued them (kernel `args.correlation` == a `cuda_runtime`/`cuda_driver`
   launch whose start lies inside the CPU range);
 - all-reduce kernels: names starting `ncclDevKernel_AllReduce`, `ncclKernel_AllReduce` or
-  `cross_device_reduce_` (SGLang's custom all-reduce); counted for a verify span when they
+  `cross_device_reduce_` (SGLang's custom all-reduce), after an optional `void `; counted for a verify span when they
   start inside it on the same device (the GPU event's `pid`, kineto's device index, which
   equals `args.device`). Kernels of draft, draft
   extend or plain decode forwards are outside every verify span and are not counted.
@@ -96,7 +96,10 @@ class Extract:
 
 
 def is_allreduce_kernel(name: str) -> bool:
-    return name.startswith(ALLREDUCE_PREFIXES)
+    """NCCL or SGLang custom all-reduce kernel (demangled template names start `void `)."""
+    return name.startswith(ALLREDUCE_PREFIXES) or (
+        name.startswith("void ") and name[5:].startswith(ALLREDUCE_PREFIXES)
+    )
 
 
 def rank_from_name(path: str | Path) -> int | None:
@@ -110,7 +113,7 @@ def _classify(ev: dict[str, Any], out: Extract, want_launches: bool) -> None:
     cat = ev.get("cat")
     if cat == "kernel":  # the hot case: checked first, with as few lookups as possible
         name = ev.get("name")
-        if isinstance(name, str) and name.startswith(ALLREDUCE_PREFIXES) and ev.get("ph") == "X":
+        if isinstance(name, str) and is_allreduce_kernel(name) and ev.get("ph") == "X":
             args = ev.get("args")
             corr = args.get("correlation") if isinstance(args, dict) else None
             out.kernels.append(
@@ -225,7 +228,7 @@ def _chunks(path: Path) -> Iterator[bytes]:
 def _needles(want_launches: bool) -> tuple[bytes, ...]:
     # `Kernel_AllReduce` covers both NCCL families (ncclDevKernel_/ncclKernel_) in one pass;
     # the parsed name is checked against ALLREDUCE_PREFIXES afterwards.
-    base = (b'user_annotation"', b"Kernel_AllReduce", b'"cross_device_reduce_')
+    base = (b'user_annotation"', b"Kernel_AllReduce", b"cross_device_reduce_")
     return (*base, b'"cuda_runtime"', b'"cuda_driver"') if want_launches else base
 
 
@@ -425,6 +428,14 @@ def _assign_by_launch(
     return per
 
 
+def _calls_on_devices(ex: Extract, gpu_spans: list[Span]) -> int:
+    """All-reduce kernels on this rank's GPU(s): the devices its GPU ranges ran on."""
+    devices = {s.device for s in gpu_spans}
+    if not devices:
+        return len(ex.kernels)
+    return sum(1 for k in ex.kernels if k.device in devices)
+
+
 def analyze_extract(ex: Extract, rank: int, span: str = DEFAULT_SPAN) -> dict[str, Any]:
     """Per-rank figures from extracted events (see module docstring)."""
     gpu_spans = [s for s in ex.spans if s.gpu]
@@ -450,7 +461,7 @@ def analyze_extract(ex: Extract, rank: int, span: str = DEFAULT_SPAN) -> dict[st
         "allreduce_share": ar_us / verify_us if verify_us > 0 else 0.0,
         # beyond the issue's JSON shape (the CLI prints only the keys above)
         "verify_ms_samples": verify_ms,
-        "allreduce_calls": len(ex.kernels),
+        "allreduce_calls": _calls_on_devices(ex, gpu_spans),
         "allreduce_calls_in_verify": ar_count,
         "span_source": source,
         "exact_parser": ex.exact,
