@@ -386,8 +386,10 @@ def _check_and_write(
     dest: Path | None,
     force: bool,
     force_ll128: bool,
+    echo: bool = True,
 ) -> Path | None:
-    """Validate `text` as profile `name`; write it to dest (None: stdout). Exits on problems."""
+    """Validate `text` as profile `name`; write it to dest (None: stdout unless `echo` is
+    False, for --json). Exits on problems."""
     from fastverify.profiles import envfile
     from fastverify.profiles.store import name_problem
     from fastverify.profiles.validate import validate
@@ -404,7 +406,8 @@ def _check_and_write(
     for p in problems:
         warn(str(p))
     if dest is None:
-        click.echo(text, nl=False)
+        if echo:
+            click.echo(text, nl=False)
         return None
     np_ = name_problem(name)
     if np_:
@@ -562,10 +565,11 @@ def import_cmd(
         dest = Path(output)
     else:
         dest = _dest(ctx, name, None)
-    written = _check_and_write(ctx, name, text, dest, force, force_ll128)
+    written = _check_and_write(ctx, name, text, dest, force, force_ll128, echo=not as_json)
     if as_json:
         report = result.to_dict()
         report["written"] = str(written) if written else None
+        report["profile"] = text
         emit_json(report)
     elif written:
         click.echo(f"wrote {written}")

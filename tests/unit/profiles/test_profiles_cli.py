@@ -159,6 +159,13 @@ def test_import_sitecustomize(run, tmp_path: Path, user_dir: Path) -> None:
     assert res.exit_code == 0 and (user_dir / "legacy.env").is_file()
     assert run("validate", "legacy").exit_code == 0
     assert run("import-sitecustomize", str(src), "--name", "legacy").exit_code == 2  # exists
+    res = run("import-sitecustomize", str(src), "--name", "l2", "--output", "-", "--json")
+    report = json.loads(res.stdout)
+    assert report["env"]["NCCL_ALGO"] == "Tree" and report["written"] is None
+    assert report["untranslated"] == [
+        {"line": 7, "reason": "not an environment assignment: print(1)"}
+    ]
+    assert "NCCL_PROTO=LL\n" in report["profile"]
     empty = write(tmp_path / "empty.py", "import os\n")
     assert run("import-sitecustomize", str(empty), "--name", "e", "--output", "-").exit_code == 1
 
