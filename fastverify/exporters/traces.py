@@ -7,10 +7,10 @@ What is measured, per rank (one trace file per TP rank, `*-TP-{rank}.trace.json[
   launch that enqueued them (kernel `args.correlation` == a `cuda_runtime`/`cuda_driver`
   launch whose start lies inside the CPU range);
 - all-reduce kernels: names starting `ncclDevKernel_AllReduce`, `ncclKernel_AllReduce` or
-  `cross_device_reduce_` (SGLang's custom all-reduce), after an optional `void `; counted for a verify span when they
-  start inside it on the same device (the GPU event's `pid`, kineto's device index, which
-  equals `args.device`). Kernels of draft, draft
-  extend or plain decode forwards are outside every verify span and are not counted.
+  `cross_device_reduce_` (SGLang's custom all-reduce), after an optional `void `; counted
+  for a verify span when they start inside it on the same device (the GPU event's `pid`,
+  kineto's device index, which equals `args.device`). Kernels of draft, draft extend or
+  plain decode forwards are outside every verify span and are not counted.
 - result: verify passes, verify ms p50/p90 (linear interpolation between closest ranks),
   all-reduces per verify, their GPU ms per verify and share of the verify time.
 

@@ -192,9 +192,7 @@ def test_sim_written_traces_two_ranks(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- the CLI
 def test_cli_analyze_json_shape_and_exit_codes(tmp_path: Path) -> None:
-    doc, truth = tracegen.build_rank(
-        0, verify_us=[30_000.0] * 3, ar_per_verify=122, ar_dur_us=200.0
-    )
+    doc, _ = tracegen.build_rank(0, verify_us=[30_000.0] * 3, ar_per_verify=122, ar_dur_us=200.0)
     tracegen.write(tmp_path / "p-TP-0.trace.json.gz", doc)
     run = subprocess.run(
         [sys.executable, "-m", "fastverify.ctl", "trace", "analyze", "--json", str(tmp_path)],
