@@ -351,10 +351,6 @@ def run(inputs: DoctorInputs, store: Any | None = None) -> DoctorReport:
             report.interpreters[python] = dirs
             report.findings += check_site_dirs([Path(d) for d in dirs], python)
     report.findings += check_systemd(inputs.systemd_dirs)
-    available: set[str] = set()
-    if store is not None:
-        report.findings += check_profiles(store)
-        available = {e.name for e in store.entries()}
     if inputs.check_topology:
         path_env = inputs.path_env if inputs.path_env is not None else inputs.env.get("PATH")
         report.topology = topo_mod.detect(path_env)
@@ -372,5 +368,12 @@ def run(inputs: DoctorInputs, store: Any | None = None) -> DoctorReport:
             report.findings.append(
                 Finding("info", report.topology.summary(), "nvidia-smi topo -m", "", "topology")
             )
+    available: set[str] = set()
+    if store is not None:
+        if report.topology is not None:
+            store.topology = report.topology.to_topology()  # validate against this host's links
+        report.findings += check_profiles(store)
+        available = {e.name for e in store.entries()}
+    if inputs.check_topology:
         report.recommendations = topo_mod.recommend(report.topology, available)
     return report

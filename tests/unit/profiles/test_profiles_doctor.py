@@ -143,3 +143,20 @@ def test_server_interpreter_site_dirs_without_running_its_sitecustomize(tmp_path
     hits = [f for f in report.findings if f.check == "python-site"]
     assert [f.where for f in hits] == [f"{(site / 'sitecustomize.py').resolve()}:3"]
     assert str(wrapper) in report.interpreters
+
+
+def test_profiles_validated_against_detected_topology(
+    host: dict[str, Path], tmp_path: Path
+) -> None:
+    fake_nvidia_smi(host["bin"], DATA / "topo-8gpu-pcie.txt")
+    user = tmp_path / "user"
+    user.mkdir()
+    write(user / "ll128.env", "# description: x\nNCCL_PROTO=LL128\n")
+    store = ProfileStore([user], SHIPPED, topology=None)  # would detect via the real PATH
+    report = doctor.run(inputs(host), store)
+    errors = [f for f in report.findings if f.severity == "error"]
+    assert [f.where for f in errors] == [f"{user / 'll128.env'}:2"]
+    assert "no NVLink" in errors[0].what
+    fake_nvidia_smi(host["bin"], DATA / "topo-8gpu-nv18.txt")
+    report = doctor.run(inputs(host), ProfileStore([user], SHIPPED, topology=None))
+    assert [f for f in report.findings if f.severity == "error"] == []
