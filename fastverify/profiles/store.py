@@ -45,7 +45,10 @@ def name_problem(name: str) -> str | None:
             "(give a NAME, or a path ending in .env)"
         )
     if "/" in name or name in (".", ".."):
-        return f"{name!r} is a path, not a profile name (names cannot contain '/' or be '.'/'..')"
+        return (
+            f"{name!r} is a path, not a profile name "
+            "(names cannot contain '/' or be '.'/'..'; a profile file's path ends in .env)"
+        )
     if _SHELL_META.search(name):
         return (
             f"{name!r} contains shell metacharacters or spaces (use letters, digits, '.', '_', '-')"
