@@ -275,6 +275,7 @@ def validate(
         lines = {a.key: a.line for a in parsed.assignments}
     _cross_checks(path, full, lines, problems)
     _ll128_check(path, full, lines, topology, force, problems)
+    problems.sort(key=lambda p: p.line)  # stable: file order, parse problems first per line
     return problems
 
 
