@@ -1,0 +1,43 @@
+"""Request body validation of the control API."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastverify.daemon.api import ROUTES, SCHEMAS, validate_body
+from fastverify.daemon.supervisor import RequestError
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "words"),
+    [
+        ("/v1/profile", [], 400, "JSON object"),
+        ("/v1/profile", {}, 422, "missing field 'name'"),
+        ("/v1/profile", {"name": True}, 422, "'name' must be str"),
+        ("/v1/profile", {"name": "a", "force": 1}, 422, "'force' must be bool"),
+        ("/v1/profile", {"name": "a", "timeout_s": "5"}, 422, "'timeout_s' must be"),
+        ("/v1/profile", {"name": "a", "timeout_s": True}, 422, "'timeout_s' must be"),
+        ("/v1/profile", {"name": "a", "timeout_s": -1}, 422, "> 0"),
+        ("/v1/profile", {"name": "a", "nam": "b"}, 422, "unknown field(s) nam"),
+        ("/v1/mode", {"mode": None}, 422, "missing field 'mode'"),
+        ("/v1/baselines", {"profile": "a", "tokens_per_second": 1}, 422, "per_request"),
+        ("/v1/trace/capture", {"steps": 2.5}, 422, "'steps' must be int"),
+    ],
+)
+def test_rejects(path: str, body: object, status: int, words: str) -> None:
+    with pytest.raises(RequestError) as exc:
+        validate_body(path, body)
+    assert exc.value.status == status
+    assert words in exc.value.body["error"]
+
+
+def test_accepts() -> None:
+    body = {"name": "ring-ll", "mode": "eagle3", "wait": False, "stream": True, "timeout_s": 2}
+    assert validate_body("/v1/profile", body) == body
+    assert validate_body("/v1/restart", None) == {}
+
+
+def test_every_post_route_has_a_schema() -> None:
+    for path, methods in ROUTES.items():
+        if "POST" in methods:
+            assert path in SCHEMAS, path

@@ -1,0 +1,87 @@
+"""Environment verification against real processes and NCCL's own confirmations."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fastverify.daemon.verify import (
+    check_nccl_debug,
+    check_process_env,
+    compare_env,
+    parse_set_by_env,
+)
+
+EXPECTED = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}
+
+# Real NCCL 2.28.9 INFO output (H200, one rank), as in the shared fixtures.
+NCCL_LOG = """\
+vm:442:442 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to SYS
+vm:442:442 [0] NCCL INFO NCCL_MAX_NCHANNELS set by environment to 16.
+vm:442:442 [0] NCCL INFO NCCL_BUFFSIZE set by environment to 16777216.
+vm:442:442 [0] NCCL INFO NCCL_NTHREADS set by environment to 512.
+vm:442:442 [0] NCCL INFO ENV/Plugin: Could not find: libnccl-env.so
+vm:442:442 [0] NCCL INFO NCCL version 2.28.9+cuda13.0
+"""
+RING_LL = {
+    "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16",
+    "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512",
+}  # fmt: skip
+
+
+def test_compare_env() -> None:
+    assert compare_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "PATH": "/bin"}, EXPECTED).ok
+    c = compare_env({"NCCL_ALGO": "Tree", "NCCL_DEBUG": "WARN", "NCCL_VERSION": "2.28.3"}, EXPECTED)
+    assert c.missing == ["NCCL_PROTO"]
+    assert c.different == {"NCCL_ALGO": ["Ring", "Tree"]}
+    assert c.unexpected == {"NCCL_DEBUG": "WARN"}  # NCCL_VERSION is metadata, not tuning
+
+
+def _tree(env: dict[str, str]) -> subprocess.Popen:
+    code = "import os,subprocess,sys,time; subprocess.Popen(['sleep','30']); time.sleep(30)"
+    return subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
+
+
+def test_check_process_env_covers_children(tmp_path: Path) -> None:
+    base = {"PATH": os.environ["PATH"]}
+    good = _tree({**base, **EXPECTED})
+    bad = _tree({**base, **EXPECTED, "NCCL_ALGO": "Tree"})
+    try:
+        import psutil
+
+        for p in (good, bad):
+            for _ in range(200):
+                if psutil.Process(p.pid).children():
+                    break
+                import time
+
+                time.sleep(0.01)
+        ok = check_process_env(good.pid, EXPECTED)
+        assert ok.ok and len(ok.processes) == 2, ok.message
+        no = check_process_env(bad.pid, EXPECTED)
+        assert not no.ok and "NCCL_ALGO=Tree (profile: Ring)" in no.message
+        assert all(not p.ok for p in no.processes)
+    finally:
+        for p in (good, bad):
+            os.killpg(p.pid, 9)
+            p.wait()
+
+
+def test_nccl_confirmations_from_real_log(tmp_path: Path) -> None:
+    assert parse_set_by_env(NCCL_LOG.splitlines()) == {
+        "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216",
+        "NCCL_NTHREADS": "512",
+    }  # fmt: skip
+    f = tmp_path / "vm.442.log"
+    f.write_text(NCCL_LOG)
+    rep = check_nccl_debug([f], RING_LL)
+    assert rep["ok"] is True and rep["mismatched"] == {}
+    rep = check_nccl_debug([f], dict(RING_LL, NCCL_NTHREADS="256"))
+    assert rep["ok"] is False and rep["mismatched"] == {"NCCL_NTHREADS": ["256", "512"]}
+    rep = check_nccl_debug([f], {"NCCL_ALGO": "Ring"})
+    assert rep["ok"] is True and "NCCL_BUFFSIZE" in rep["not_in_profile"]  # from an nccl.conf
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    assert check_nccl_debug([empty], RING_LL)["ok"] is None
