@@ -1,0 +1,252 @@
+"""MetricsHub + HubCollector: what a scrape shows for a given feed (parsed back with
+prometheus-client's own text parser), derived figures, absence rules, label hygiene."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from fastverify.exporters.collector import HubCollector
+from fastverify.exporters.hub import MetricsHub
+
+DECODE = (
+    "[2025-06-13 10:30:17 TP0] Decode batch, #running-req: {r}, #token: 148, token usage: 0.10, "
+    "accept len: {a}, accept rate: 0.34, cuda graph: True, gen throughput (token/s): {g}, "
+    "#queue-req: 2"
+)
+
+
+class Clock:
+    def __init__(self, t: float = 1_800_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def scrape(hub: MetricsHub) -> dict[tuple[str, tuple], float]:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(HubCollector(hub))
+    text = generate_latest(reg).decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(samples: dict, name: str, **labels: str) -> float | None:
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+def names(samples: dict) -> set[str]:
+    return {k[0] for k in samples}
+
+
+@pytest.fixture
+def hub() -> MetricsHub:
+    h = MetricsHub(clock=Clock())
+    h.set_engine(True, "ring-ll", "eagle3", {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}, "sim",
+                 "http://127.0.0.1:1")  # fmt: skip
+    return h
+
+
+def test_spec_cycle_breakeven_and_speedup(hub: MetricsHub) -> None:
+    # field numbers: 1 request, accept 2.0, 66.7 tok/s => cycle 30 ms; baseline 82 tok/s
+    hub.on_log_line(DECODE.format(r=1, a="2.00", g="66.67"))
+    s = scrape(hub)
+    pm = {"profile": "ring-ll", "mode": "eagle3"}
+    assert value(s, "fastverify_spec_cycle_seconds", **pm) == pytest.approx(2.0 / 66.67)
+    assert value(s, "fastverify_spec_accept_length", **pm) == 2.0
+    assert value(s, "fastverify_generation_tokens_per_second", **pm) == 66.67
+    # without a baseline both comparisons are absent, not zero
+    assert "fastverify_spec_breakeven_accept_length" not in names(s)
+    assert "fastverify_spec_speedup_estimate" not in names(s)
+    hub.set_baseline("ring-ll", 82.0, 82.0, hub.now() - 30)
+    s = scrape(hub)
+    assert value(s, "fastverify_spec_breakeven_accept_length", **pm) == pytest.approx(
+        2.0 / 66.67 * 82.0
+    )
+    assert value(s, "fastverify_spec_speedup_estimate", **pm) == pytest.approx(66.67 / 82.0)
+    assert value(s, "fastverify_baseline_age_seconds", profile="ring-ll") == 30.0
+    # a baseline of another profile does not apply
+    hub.set_engine(True, "tree-ll", "eagle3", {}, "sim", None)
+    hub.on_log_line(DECODE.format(r=4, a="2.50", g="200.00"))
+    s = scrape(hub)
+    assert value(s, "fastverify_spec_cycle_seconds", profile="tree-ll", mode="eagle3") == (
+        pytest.approx(4 * 2.5 / 200.0)
+    )
+    assert "fastverify_spec_breakeven_accept_length" not in names(s)
+
+
+def test_baseline_mode_has_no_spec_figures(hub: MetricsHub) -> None:
+    hub.set_engine(True, "ring-ll", "baseline", {}, "sim", None)
+    hub.on_log_line(
+        "Decode batch, #running-req: 2, #token: 10, token usage: 0.00, cuda graph: True, "
+        "gen throughput (token/s): 160.00, #queue-req: 0"
+    )
+    hub.set_baseline("ring-ll", 160.0, 80.0, hub.now())
+    s = scrape(hub)
+    assert value(s, "fastverify_generation_tokens_per_second", profile="ring-ll",
+                 mode="baseline") == 160.0  # fmt: skip
+    for absent in (
+        "fastverify_spec_cycle_seconds",
+        "fastverify_spec_accept_length",
+        "fastverify_spec_breakeven_accept_length",
+        "fastverify_spec_speedup_estimate",
+    ):
+        assert absent not in names(s)  # fmt: skip
+
+
+def test_profile_info_labels_switch_and_hide_secrets() -> None:
+    hub = MetricsHub(clock=Clock())
+    env = {
+        "NCCL_ALGO": "Ring",
+        "NCCL_PROTO": "LL",
+        "NCCL_P2P_LEVEL": "SYS",
+        "HF_TOKEN": "hf_x",
+        "WANDB_API_KEY": "k",
+        "MY_SECRET": "s",
+        "DB_PASSWORD": "p",
+        "AWS_SECRET_ACCESS_KEY": "a",
+    }
+    hub.set_engine(True, "ring-ll", "eagle3", env, "sim", None)
+    s = scrape(hub)
+    infos = [k for k in s if k[0] == "fastverify_profile_info"]
+    assert len(infos) == 1
+    labels = dict(infos[0][1])
+    assert labels == {
+        "profile": "ring-ll",
+        "mode": "eagle3",
+        "engine": "sim",
+        "nccl_algo": "Ring",
+        "nccl_proto": "LL",
+        "nccl_p2p_level": "SYS",
+    }
+    text = str(s)
+    for secret in ("hf_x", "HF_TOKEN", "hf_token", "wandb", "password", "aws"):
+        assert secret not in text.lower()
+    hub.set_engine(True, "tree-ll", "eagle3", {"NCCL_ALGO": "Tree"}, "sim", None)
+    s = scrape(hub)
+    infos = [dict(k[1]) for k in s if k[0] == "fastverify_profile_info"]
+    assert infos == [{"profile": "tree-ll", "mode": "eagle3", "engine": "sim",
+                      "nccl_algo": "Tree", "nccl_proto": "unset"}]  # fmt: skip
+
+
+def test_switch_clears_gauges_but_keeps_counters(hub: MetricsHub) -> None:
+    hub.on_log_line(DECODE.format(r=1, a="2.00", g="80.00"))
+    hub.on_trace_analysis({"ranks": [{"rank": 0, "verify_passes": 2, "verify_ms_p50": 30.0,
+                                      "verify_ms_p90": 31.0, "allreduce_per_verify": 122.0,
+                                      "allreduce_ms_per_verify": 24.6, "allreduce_share": 0.82,
+                                      "verify_ms_samples": [30.0, 31.0],
+                                      "allreduce_calls": 300}]})  # fmt: skip
+    hub.on_switch("ok")
+    hub.on_restart("switch")
+    hub.set_engine(True, "tree-ll", "eagle3", {}, "sim", None)
+    s = scrape(hub)
+    assert "fastverify_generation_tokens_per_second" not in names(s)
+    assert "fastverify_allreduce_per_verify" not in names(s)
+    old = {"profile": "ring-ll", "mode": "eagle3"}
+    assert value(s, "fastverify_allreduce_calls_total", source="trace", **old) == 300
+    assert value(s, "fastverify_verify_cycle_seconds_count", **old) == 2
+    assert value(s, "fastverify_profile_switches_total", result="ok") == 1
+    assert value(s, "fastverify_profile_switches_total", result="rolled_back") == 0
+    assert value(s, "fastverify_engine_restarts_total", reason="switch") == 1
+    with pytest.raises(ValueError):
+        hub.on_switch("maybe")
+
+
+def test_trace_window_gauges_and_histogram(hub: MetricsHub) -> None:
+    samples = [9.0, 24.0, 30.0, 30.5, 120.0]
+    hub.on_trace_analysis({"ranks": [
+        {"rank": 1, "verify_passes": 5, "verify_ms_p50": 30.0, "verify_ms_p90": 84.0,
+         "allreduce_per_verify": 122.0, "allreduce_ms_per_verify": 20.0, "allreduce_share": 0.5,
+         "verify_ms_samples": samples, "allreduce_calls": 700},
+        {"rank": 0, "verify_passes": 5, "verify_ms_p50": 30.0, "verify_ms_p90": 84.0,
+         "allreduce_per_verify": 122.0, "allreduce_ms_per_verify": 24.6, "allreduce_share": 0.82,
+         "verify_ms_samples": samples, "allreduce_calls": 650},
+    ]})  # fmt: skip
+    s = scrape(hub)
+    pm = {"profile": "ring-ll", "mode": "eagle3"}
+    assert value(s, "fastverify_allreduce_per_verify", **pm) == 122
+    assert value(s, "fastverify_allreduce_seconds_per_verify", **pm) == pytest.approx(0.0246)
+    assert value(s, "fastverify_allreduce_calls_total", source="trace", **pm) == 650  # rank 0
+    assert value(s, "fastverify_rank_allreduce_seconds_per_verify", rank="1", **pm) == 0.02
+    buckets = {le: value(s, "fastverify_verify_cycle_seconds_bucket", le=le, **pm)
+               for le in ("0.01", "0.025", "0.03", "0.035", "0.1", "+Inf")}  # fmt: skip
+    assert buckets == {"0.01": 1, "0.025": 2, "0.03": 3, "0.035": 4, "0.1": 4, "+Inf": 5}
+    assert value(s, "fastverify_verify_cycle_seconds_sum", **pm) == pytest.approx(0.2135)
+
+
+def test_counter_rate_is_the_published_throughput() -> None:
+    clock = Clock()
+    hub = MetricsHub(clock=clock, rate_window_s=10.0)
+    hub.set_engine(True, "ring-ll", "eagle3", {}, "sim", None)
+    total = 1000.0
+    for _ in range(20):  # 100 tokens per second, polled each second
+        hub.on_sglang_metrics({"generation_tokens_total": total, "gen_throughput": 55.0,
+                               "num_running_reqs": 2.0, "spec_accept_length": 2.2})  # fmt: skip
+        clock.t += 1.0
+        total += 100.0
+    clock.t -= 1.0
+    s = scrape(hub)
+    pm = {"profile": "ring-ll", "mode": "eagle3"}
+    assert value(s, "fastverify_generation_tokens_per_second", **pm) == pytest.approx(100.0)
+    # the engine restarted: SGLang's counter starts over, ours stays monotonic
+    hub.on_sglang_metrics({"generation_tokens_total": 50.0})
+    s = scrape(hub)
+    assert value(s, "fastverify_generation_tokens_total", **pm) == pytest.approx(2900.0 + 50.0)
+    # spec cycle from the poll: 2 requests x 2.2 / 55 tok/s (SGLang's own interval figure)
+    hub.on_sglang_metrics({"generation_tokens_total": 150.0, "gen_throughput": 55.0,
+                           "num_running_reqs": 2.0, "spec_accept_length": 2.2})  # fmt: skip
+    s = scrape(hub)
+    assert value(s, "fastverify_spec_cycle_seconds", **pm) == pytest.approx(2 * 2.2 / 55.0)
+
+
+def test_up_follows_daemon_else_polls() -> None:
+    hub = MetricsHub(clock=Clock())
+    assert value(scrape(hub), "fastverify_up") == 0
+    hub.on_sglang_metrics({"gen_throughput": 1.0})
+    assert value(scrape(hub), "fastverify_up") == 1
+    hub.on_sglang_metrics(None)
+    assert value(scrape(hub), "fastverify_up") == 0
+    hub.set_engine(False, "p", "baseline", {}, "sim", None)
+    hub.on_sglang_metrics({"gen_throughput": 1.0})
+    assert value(scrape(hub), "fastverify_up") == 0  # the daemon's word wins
+
+
+def test_nccl_facts_from_logs(hub: MetricsHub) -> None:
+    for line in (
+        "h:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0",
+        "h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL",
+        "h:1:1 [0] NCCL INFO AllReduce: 16384 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}",
+        "h:1:1 [0] NCCL WARN NET/Socket : no interface found",
+        "h:1:1 [0] NCCL WARN again",
+    ):
+        hub.on_log_line(line)
+    s = scrape(hub)
+    assert value(s, "fastverify_nccl_info", version="2.28.9+cuda13.0") == 1
+    assert value(s, "fastverify_nccl_env_info", var="NCCL_PROTO", value="LL") == 1
+    assert value(s, "fastverify_nccl_tuning_info", collective="AllReduce", bytes="16384",
+                 algo="RING", proto="LL", channels="2") == 1  # fmt: skip
+    assert value(s, "fastverify_nccl_warnings_total") == 2
+    assert value(s, "fastverify_log_lines_total") == 5
+    # catching up on an old log keeps NCCL facts but publishes no stale decode figures
+    hub.on_log_line(DECODE.format(r=1, a="2.00", g="80.00"), live=False)
+    assert "fastverify_generation_tokens_per_second" not in names(scrape(hub))
+
+
+def test_inspector_summary_counts(hub: MetricsHub) -> None:
+    hub.on_inspector(
+        {
+            "allreduce_calls": 244,
+            "mean_exec_seconds": 45e-6,
+            "mean_busbw_bytes_per_second": 2.5e9,
+            "mean_message_bytes": 43008.0,
+        }
+    )
+    hub.on_inspector({"allreduce_calls": 122})
+    s = scrape(hub)
+    pm = {"profile": "ring-ll", "mode": "eagle3"}
+    assert value(s, "fastverify_allreduce_calls_total", source="inspector", **pm) == 366
