@@ -34,7 +34,7 @@ def test_parse_listen() -> None:
 
 
 def test_scrape_keepalive_gzip_head_and_errors(served) -> None:
-    hub, server = served
+    _, server = served
     assert server.port != 0 and server.url.endswith("/metrics")
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
     conn.request("GET", "/metrics")
@@ -129,7 +129,7 @@ def test_listen_conflict_is_actionable() -> None:
     hub = MetricsHub()
     first = MetricsServer(hub, "127.0.0.1:0").start()
     try:
-        with pytest.raises(OSError, match="cannot listen on 127.0.0.1"):
+        with pytest.raises(OSError, match=r"cannot listen on 127\.0\.0\.1"):
             MetricsServer(hub, f"127.0.0.1:{first.port}").start()
     finally:
         first.stop()
