@@ -24,6 +24,7 @@ from typing import Any
 READY_LINE = "The server is fired up and ready to roll!"
 
 _SHARDS = re.compile(r"Loading \S+ checkpoint shards:\s*(\d+)%")
+_RANK = re.compile(r"\sTP(\d+)\]")
 _THROUGHPUT = re.compile(r"gen throughput \(token/s\):\s*([0-9.]+)")
 
 SECRET_NAME = re.compile(r"(TOKEN|_KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
@@ -72,7 +73,12 @@ def mask_argv(argv: list[str]) -> list[str]:
 
 
 def parse_progress(line: str) -> tuple[str, float, str] | None:
-    """(phase, percent 0..100, message) for SGLang's startup milestones, else None."""
+    """(phase, percent 0..100, message) for SGLang's startup milestones, else None.
+
+    Lines of TP ranks other than 0 are ignored (every rank prints the same milestones)."""
+    m = _RANK.search(line)
+    if m and m.group(1) != "0":
+        return None
     if READY_LINE in line:
         return "ready", 100.0, "server is ready"
     m = _SHARDS.search(line)

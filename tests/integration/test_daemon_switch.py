@@ -210,3 +210,20 @@ def test_cli_busy_exit_code_and_mode_switch(tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
         assert out["check"]["ok"] is True and "--speculative-draft-model-path" in out["argv"]
+
+
+def test_nccl_debug_confirmations_and_auto_engine(tmp_path: Path) -> None:
+    cfg = {"daemon": {"nccl_debug": True}}
+    with DaemonHarness(tmp_path, engine="auto", config=cfg, metrics=False) as d:
+        first = d.log_text().splitlines()[0]
+        assert "engine sim (auto: " in first and "SGLang is not importable" in first
+        st = d.status()
+        assert st["engine"]["simulated"] is True and st["engine"]["reason"].startswith("auto: ")
+        res = d.client.post("/v1/profile", {"name": "ring-ll"})
+        assert res["result"] == "ok"
+        nccl = res["verify"]["nccl"]
+        assert nccl["ok"] is True and nccl["files"], nccl
+        assert nccl["confirmed"]["NCCL_BUFFSIZE"] == "16777216"
+        env = psutil.Process(d.engine_pid()).environ()
+        assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_DEBUG_SUBSYS"] == "INIT,ENV,TUNING"
+        assert env["NCCL_DEBUG_FILE"].endswith("%h.%p.log")

@@ -33,6 +33,7 @@ def test_progress_from_sglang_lines() -> None:
     assert parse_progress("[.. TP0] Capture cuda graph end. Time elapsed: 2.13 s.")[1] == 95.0
     assert parse_progress("[..] The server is fired up and ready to roll!")[:2] == ("ready", 100.0)
     assert parse_progress("Prefill batch, #new-seq: 1") is None
+    assert parse_progress("[2025-06-13 10:30:17 TP3] Load weight begin. avail mem=78.52 GB") is None
 
 
 def test_throughput() -> None:
