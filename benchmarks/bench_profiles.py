@@ -108,6 +108,7 @@ def main() -> None:
             "python": platform.python_version(),
             "machine": platform.machine(),
             "cpus": os.cpu_count(),
+            "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
         },
         "command": " ".join(base),
         "cli_wall": figures,
