@@ -87,7 +87,7 @@ def nccl_int(value: str) -> int:
     """Parse like NCCL's strtoll(value, NULL, 0): leading integer (0x.. ok), else 0."""
     text = value.strip()
     sign = 1
-    if text[:1] in "+-":
+    if text and text[0] in "+-":
         sign = -1 if text[0] == "-" else 1
         text = text[1:]
     base, digits = 10, "0123456789"

@@ -208,6 +208,7 @@ def _forward_events(
             )
             cpu_t = cpu_launch + 3.1
         ts = round(t, 3)
+        dur_r = round(dur, 3)
         events.append(
             {
                 "ph": "f",
@@ -228,11 +229,11 @@ def _forward_events(
                 "pid": rank,
                 "tid": STREAM,
                 "ts": ts,
-                "dur": round(dur, 3),
+                "dur": dur_r,
                 "args": _kernel_args(rank, corr, is_ar),
             }
         )
-        t += dur
+        t = ts + dur_r
     gpu_end = t
     events.insert(
         0,
