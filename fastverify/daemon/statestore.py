@@ -130,6 +130,26 @@ class StateStore:
         with self._lock:
             atomic_write_json(self.state_path, data)
 
+    def check_writable(self, reserve: int = 1 << 20) -> str | None:
+        """Why the state dir cannot take an operation's writes (state, pid file, journal,
+        engine log), or None: writes and fsyncs `reserve` bytes to a probe file, removes it."""
+        probe = self.dir / ".write-probe"
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                left = reserve
+                while left > 0:
+                    left -= os.write(fd, b"\0" * min(left, 65536))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            return f"state dir {self.dir} is not writable ({exc.strerror or exc})"
+        finally:
+            with contextlib.suppress(OSError):
+                probe.unlink()
+        return None
+
     # -- journal.jsonl ------------------------------------------------------------------
     def append_journal(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, sort_keys=True, default=str) + "\n"

@@ -434,6 +434,9 @@ class Supervisor:
             raise RequestError(
                 422, f"argv rejected for {name}/{mode}: {verdict.message}", argv=argv
             )
+        problem = self.store.check_writable()
+        if problem:
+            raise RequestError(507, f"{problem}; {kind} refused, nothing was stopped or changed")
         if not self._acquire(queue):
             self._refuse_if_busy()
             raise RequestError(409, "another operation is in flight")
