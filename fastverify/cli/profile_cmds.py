@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -356,6 +355,8 @@ def _parse_sets(sets: tuple[str, ...]) -> dict[str, str]:
 def write_atomic(path: Path, text: str, overwrite: bool) -> None:
     """Write `text` to `path` via a temp file, fsync and rename (link when not overwriting,
     so an existing file is never clobbered, even by a concurrent writer)."""
+    import tempfile
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -33,6 +33,13 @@ _SHELL_META = re.compile(r"[;&|$`<>(){}\[\]*?!~'\"\\\s]")
 TopologySource = Topology | Callable[[], Topology] | None
 
 
+def _detect_topology() -> Topology:
+    """nvidia-smi, once per process; imported here so plain loads never pay for it."""
+    from fastverify.profiles.topology import detect_cached
+
+    return detect_cached()
+
+
 def name_problem(name: str) -> str | None:
     """Why `name` is not a valid profile name, or None."""
     if name == "":
@@ -86,11 +93,7 @@ class ProfileStore:
             [Path(d) for d in user_dirs] if user_dirs is not None else paths.user_profile_dirs()
         )
         self.shipped_dir = Path(shipped_dir) if shipped_dir else paths.shipped_profile_dir()
-        if topology is None:
-            from fastverify.profiles import topology as topo
-
-            topology = topo.detect_cached
-        self.topology = topology
+        self.topology = topology if topology is not None else _detect_topology
 
     # --- lookup
     def search_path(self) -> list[tuple[Path, str]]:
