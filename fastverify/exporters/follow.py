@@ -3,7 +3,8 @@
 `FileFollower(path, from_end=False).read_lines()` returns the complete lines appended since
 the last call (a partial last line waits for its newline). Rotation (the path now names a
 different inode: logrotate's create mode) drains the old file, then continues at the start
-of the new one; truncation (size below our offset: copytruncate) restarts at offset 0; a
+of the new one; truncation (size below our offset, or different first bytes: copytruncate) restarts at
+offset 0; a
 missing file is waited for. Non-UTF-8 bytes are replaced, never fatal.
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 _MAX_PARTIAL = 1 << 20  # a "line" longer than this is emitted as is
+_HEAD = 64  # first bytes remembered to notice a truncate-and-rewrite between two reads
 
 
 class FileFollower:
@@ -24,6 +26,7 @@ class FileFollower:
         self._fh: BinaryIO | None = None
         self._ino: tuple[int, int] | None = None
         self._partial = b""
+        self._head = b""
         self._from_end = from_end
         self.rotations = 0
         self.truncations = 0
@@ -40,6 +43,7 @@ class FileFollower:
             return False
         st = os.fstat(fh.fileno())
         self._fh = fh
+        self._head = b""
         self._ino = (st.st_dev, st.st_ino)
         if seek_end:
             fh.seek(0, os.SEEK_END)
@@ -76,12 +80,24 @@ class FileFollower:
             assert self._fh is not None
             pos = self._fh.tell()
             size = os.fstat(self._fh.fileno()).st_size
-            if size < pos:
+            if size < pos or (pos and self._head_changed()):
                 self.truncations += 1
                 self._partial = b""
                 self._fh.seek(0)
             data = self._drain()
+        self._remember_head()
         return self._split(data)
+
+    def _head_changed(self) -> bool:
+        """Truncated and rewritten past our offset between two reads: the first bytes differ."""
+        assert self._fh is not None
+        if not self._head:
+            return False
+        return os.pread(self._fh.fileno(), len(self._head), 0) != self._head
+
+    def _remember_head(self) -> None:
+        if self._fh is not None and len(self._head) < _HEAD:
+            self._head = os.pread(self._fh.fileno(), _HEAD, 0)
 
     def _split(self, data: bytes) -> list[str]:
         if not data:

@@ -1,0 +1,111 @@
+"""ExporterRuntime against a real HTTP SGLang stand-in: /metrics polling, profile windows
+(start_profile -> wait for complete per-rank files -> analysis -> hub), pruning, errors."""
+
+from __future__ import annotations
+
+import http.client
+import time
+from pathlib import Path
+
+import pytest
+
+from fastverify.exporters import sglang_metrics
+from fastverify.exporters.hub import MetricsHub
+from fastverify.exporters.runtime import CaptureError, ExporterRuntime
+from tests.fixtures.sglang_stub import SGLangStub
+
+
+@pytest.fixture
+def stub():
+    s = SGLangStub(tp_size=2).start()
+    yield s
+    s.stop()
+
+
+def _get(url: str) -> str:
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=5)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    return text
+
+
+def test_reduce_reads_lowest_tp_rank_and_sums_counters(stub: SGLangStub) -> None:
+    stub.values.update(gen_throughput=82.5, num_running_reqs=3, spec_accept_length=2.1,
+                       generation_tokens_total=1234)  # fmt: skip
+    values = sglang_metrics.reduce(sglang_metrics.fetch(stub.url))
+    assert values["gen_throughput"] == 82.5  # TP0's, not the sum over 2 ranks
+    assert values["num_running_reqs"] == 3
+    assert values["spec_accept_length"] == 2.1
+    assert values["generation_tokens_total"] == 1234
+    with pytest.raises(sglang_metrics.MetricsFetchError, match="HTTP 404"):
+        sglang_metrics.fetch(stub.url + "/nope")
+
+
+def test_fetch_errors_are_actionable() -> None:
+    with pytest.raises(sglang_metrics.MetricsFetchError, match="127.0.0.1:1/metrics"):
+        sglang_metrics.fetch("http://127.0.0.1:1", timeout=1)
+
+
+def test_capture_window_end_to_end(stub: SGLangStub, tmp_path: Path) -> None:
+    hub = MetricsHub()
+    hub.set_engine(True, "ring-ll", "eagle3", {}, "sim", stub.url)
+    rt = ExporterRuntime(hub, "127.0.0.1:0", stub.url, tmp_path / "traces", 0, 5,
+                         keep_windows=2, expected_ranks=2, capture_timeout_s=20)  # fmt: skip
+    rt.start()
+    try:
+        t0 = time.monotonic()
+        analysis = rt.capture(7)
+        assert time.monotonic() - t0 >= 0.5  # waited for the slowly written files
+        assert stub.profile_requests[-1]["num_steps"] == 7
+        assert Path(stub.profile_requests[-1]["output_dir"]).parent == tmp_path / "traces"
+        assert [r["rank"] for r in analysis["ranks"]] == [0, 1]
+        assert all(r["allreduce_per_verify"] == 122 for r in analysis["ranks"])
+        assert analysis["steps"] == 7
+        text = _get(rt.metrics_url)
+        assert 'fastverify_allreduce_per_verify{mode="eagle3",profile="ring-ll"} 122.0' in text
+        assert "fastverify_verify_cycle_seconds_count" in text
+        for _ in range(2):
+            rt.capture(3)
+        windows = sorted(p.name for p in (tmp_path / "traces").iterdir())
+        assert len(windows) == 2  # older windows deleted
+    finally:
+        rt.stop()
+    assert (tmp_path / "traces").exists()  # a given trace dir is not ours to delete
+
+
+def test_capture_failures(stub: SGLangStub, tmp_path: Path) -> None:
+    hub = MetricsHub()
+    rt = ExporterRuntime(hub, "", None, tmp_path, 0, 5, capture_timeout_s=1.0)
+    with pytest.raises(CaptureError, match="no engine is serving"):
+        rt.capture(5)
+    rt.set_server_url(stub.url)
+    stub.profile_status = 503
+    with pytest.raises(CaptureError, match="HTTP 503"):
+        rt.capture(5)
+    stub.profile_status = 200
+    stub.write_traces = False
+    with pytest.raises(CaptureError, match="is it receiving requests"):
+        rt.capture(5)
+    text = "".join(f"{k}={v}" for k, v in hub.snapshot()["trace_windows"].items())
+    assert text == "failed=2"  # the empty-URL refusal is not a window
+
+
+def test_poller_feeds_hub_and_survives_engine_down(stub: SGLangStub) -> None:
+    hub = MetricsHub()
+    rt = ExporterRuntime(hub, "", stub.url, None, 0, 5, poll_interval_s=0.1)
+    rt.start()
+    try:
+        stub.values.update(gen_throughput=50.0, generation_tokens_total=100)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and hub.snapshot()["generation_tokens_total"] != 100:
+            time.sleep(0.05)
+        assert hub.snapshot()["up"] is True
+        rt.set_server_url("http://127.0.0.1:1")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and hub.snapshot()["up"]:
+            time.sleep(0.05)
+        assert hub.snapshot()["up"] is False
+    finally:
+        rt.stop()
