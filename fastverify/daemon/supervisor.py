@@ -47,6 +47,10 @@ from fastverify.engines.base import ArgvCheck, Engine, EngineArgError
 log = logging.getLogger("fastverifyd.supervisor")
 
 
+# Operations counted as profile switches by the exporter (start-up and crash restarts are not).
+SWITCH_KINDS = ("switch", "mode")
+
+
 class RequestError(Exception):
     """A request the API answers with an HTTP error: `status`, `body`."""
 
@@ -762,7 +766,7 @@ class Supervisor:
         self.store.write_pid(dict(h.pid_info(), verified=True))
         self._set_state(State.READY, f"{h.profile}/{h.mode} verified")
         self._hub("set_engine_start_seconds", h.ready_s or 0.0)
-        if op.kind in ("switch", "mode", "restart", "start", "adopt"):
+        if op.kind in SWITCH_KINDS:
             self._hub("on_switch", "ok")
         if not self.notifier.ready_sent:
             self.notifier.ready(self.status_line())
@@ -811,7 +815,8 @@ class Supervisor:
                     f"{op.profile}/{op.mode} failed: {failure.reason}; rolled back to "
                     f"{target['profile']}/{target['mode']} (log: {failure.log})"
                 )
-                self._hub("on_switch", "rolled_back")
+                if op.kind in SWITCH_KINDS:
+                    self._hub("on_switch", "rolled_back")
                 self._journal_op(op, result)
                 return result
             base["rollback_failure"] = rb.to_dict()
@@ -824,7 +829,8 @@ class Supervisor:
         result["message"] = f"{op.profile}/{op.mode} failed: {failure.reason} (log: {failure.log})"
         if "rollback_failure" in base:
             result["message"] += f"; rollback failed too: {base['rollback_failure']['reason']}"
-        self._hub("on_switch", "failed")
+        if op.kind in SWITCH_KINDS:
+            self._hub("on_switch", "failed")
         self._journal_op(op, result)
         return result
 
