@@ -3,9 +3,9 @@
 `FileFollower(path, from_end=False).read_lines()` returns the complete lines appended since
 the last call (a partial last line waits for its newline). Rotation (the path now names a
 different inode: logrotate's create mode) drains the old file, then continues at the start
-of the new one; truncation (size below our offset, or different first bytes: copytruncate) restarts at
-offset 0; a
-missing file is waited for. Non-UTF-8 bytes are replaced, never fatal.
+of the new one; truncation (copytruncate: the size fell below our offset, or the first bytes
+changed because the file was truncated and rewritten past our offset between two reads)
+restarts at offset 0; a missing file is waited for. Non-UTF-8 bytes are replaced.
 """
 
 from __future__ import annotations

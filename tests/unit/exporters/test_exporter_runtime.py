@@ -44,7 +44,7 @@ def test_reduce_reads_lowest_tp_rank_and_sums_counters(stub: SGLangStub) -> None
 
 
 def test_fetch_errors_are_actionable() -> None:
-    with pytest.raises(sglang_metrics.MetricsFetchError, match="127.0.0.1:1/metrics"):
+    with pytest.raises(sglang_metrics.MetricsFetchError, match=r"127\.0\.0\.1:1/metrics"):
         sglang_metrics.fetch("http://127.0.0.1:1", timeout=1)
 
 
