@@ -119,16 +119,11 @@ def check_conf_files(inputs: DoctorInputs, home: Path | None) -> list[Finding]:
     for label, path in files:
         for cl in read_nccl_conf(path):
             severity = "warning" if is_nccl_tuning_var(cl.name) else "info"
-            note = (
-                ""
-                if label != "~/.nccl.conf" or not conf_env
-                else " (not read: NCCL_CONF_FILE is set)"
-            )
             out.append(
                 Finding(
                     severity,
                     f"{label} sets {cl.name}={cl.value}: NCCL applies it to every process that "
-                    f"leaves {cl.name} unset{note}",
+                    f"leaves {cl.name} unset",
                     f"{path}:{cl.line}",
                     f"move {cl.name} into a profile and delete the line (or set it explicitly "
                     "in every profile)",
@@ -350,7 +345,10 @@ def run(inputs: DoctorInputs, store: Any | None = None) -> DoctorReport:
                 continue
             report.interpreters[python] = dirs
             report.findings += check_site_dirs([Path(d) for d in dirs], python)
-    report.findings += check_systemd(inputs.systemd_dirs)
+    systemd_dirs = list(inputs.systemd_dirs)
+    if home is not None:
+        systemd_dirs.append(home / ".config" / "systemd" / "user")
+    report.findings += check_systemd(systemd_dirs)
     if inputs.check_topology:
         path_env = inputs.path_env if inputs.path_env is not None else inputs.env.get("PATH")
         report.topology = topo_mod.detect(path_env)

@@ -294,10 +294,9 @@ class ProfileStore:
             child_real = child.path.resolve()
         except OSError:
             child_real = child.path
-        after = False
-        for c in cands:
-            if after:
-                return c
-            if c.path.resolve() == child_real:
-                after = True
-        return None
+        paths_real = [c.path.resolve() for c in cands]
+        if child_real not in paths_real:
+            # a file outside the search path refines the profile of the same name
+            return cands[0] if cands else None
+        idx = paths_real.index(child_real)
+        return cands[idx + 1] if idx + 1 < len(cands) else None

@@ -59,6 +59,9 @@ def test_every_source_found_with_file_and_line(host: dict[str, Path]) -> None:
     )
     write(host["site"] / "usercustomize.py", "print('no nccl here')\n")
     write(host["site"] / "zz-nccl.pth", "import os; os.environ['NCCL_PROTO'] = 'LL'\n")
+    user_units = host["home"] / ".config" / "systemd" / "user" / "sglang.service.d"
+    user_units.mkdir(parents=True)
+    write(user_units / "override.conf", '[Service]\nEnvironment="NCCL_DEBUG=INFO"\n')
     dropin = host["systemd"] / "sglang.service.d"
     dropin.mkdir()
     write(dropin / "nccl.conf", "[Service]\nEnvironment=NCCL_P2P_LEVEL=SYS NCCL_ALGO=Ring\n")
@@ -77,6 +80,7 @@ def test_every_source_found_with_file_and_line(host: dict[str, Path]) -> None:
         ("python-site", f"{(host['site'] / 'zz-nccl.pth').resolve()}:1"),
         ("systemd", f"{dropin / 'nccl.conf'}:2"),
         ("systemd", f"{host['systemd'] / 'sglang.service'}:2"),
+        ("systemd", f"{user_units / 'override.conf'}:2"),
     }
     assert report.worst == "warning"
     site = next(f for f in report.findings if f.where.endswith("sitecustomize.py:3"))

@@ -171,3 +171,10 @@ def test_list_entries_reports_invalid_files(store: ProfileStore, user_dir: Path)
     assert rows["broken"][1][0].line == 2
     assert "not a name" not in rows
     assert "broken" not in {p.name for p in store.list()}
+
+
+def test_path_profile_extending_its_own_name_refines_the_stored_one(
+    store: ProfileStore, tmp_path: Path
+) -> None:
+    f = write(tmp_path / "ring-ll.env", "# description: m\n# extends: ring-ll\nNCCL_NTHREADS=256\n")
+    assert store.load(str(f)).env == {**RING_LL, "NCCL_NTHREADS": "256"}
