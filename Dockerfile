@@ -32,7 +32,6 @@ LABEL org.opencontainers.image.title="fastverify" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.source="https://github.com/fastverify/fastverify" \
       org.opencontainers.image.documentation="docs/deployment.md"
 
 COPY --from=build /opt/fastverify /opt/fastverify

