@@ -268,6 +268,7 @@ def run_profile(
     port = free_port()
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
     elem = 2 if cfg.backend == "nccl" else 4  # bf16 on NCCL, float32 on gloo
+    rank_env_base = {**env, **NCCL_DEBUG_ENV}
     procs: list[subprocess.Popen] = []
     outs: list[Path] = []
     t0 = time.perf_counter()
@@ -276,8 +277,7 @@ def run_profile(
         log = workdir / f"{safe}.rank{rank}.nccl.log"
         for stale in (out, log):
             stale.unlink(missing_ok=True)
-        rank_env = dict(env)
-        rank_env.update(NCCL_DEBUG_ENV)
+        rank_env = dict(rank_env_base)
         rank_env.update(
             NCCL_DEBUG_FILE=str(log),
             MASTER_ADDR="127.0.0.1",
@@ -358,6 +358,16 @@ def run_profile(
     sizes = _merge_sizes([r for r in ranks if r.get("sizes")] or ranks, world, nccl0["tuning"])
 
     init_errors = [r.get("error") for r in ranks if r.get("error")]
+    want = {k: v for k, v in rank_env_base.items() if k.startswith("NCCL_")}
+    got = [
+        {k: v for k, v in r["nccl_env"].items() if k != "NCCL_DEBUG_FILE"}
+        for r in ranks
+        if r.get("nccl_env") is not None
+    ]
+    env_mismatch = sorted(
+        {k for g in got for k in set(g) ^ set(want)}
+        | {k for g in got for k in set(g) & set(want) if g[k] != want[k]}
+    )
     result: dict[str, Any] = {
         "profile": name,
         "world_size": world,
@@ -368,11 +378,16 @@ def run_profile(
             "confirmed": nccl0["confirmed"],
             "warnings": sorted({w for n in nccl_logs for w in n["warnings"]})[:10],
         },
+        "env_verified": bool(got) and len(got) == len(ranks) and not env_mismatch,
+        "env_mismatch": env_mismatch,
         "sizes": sizes,
         "ranks": [{k: r.get(k) for k in RANK_KEYS if r.get(k) is not None} for r in ranks],
     }
     graph_failed = [s for s in sizes if "failed" in (s["graph"]["capture"], s["graph"]["replay"])]
-    if timed_out:
+    if env_mismatch:
+        result["status"] = "failed"
+        result["error"] = f"environment not delivered as resolved: {', '.join(env_mismatch)}"
+    elif timed_out:
         result["status"], result["error"] = "failed", f"timed out after {cfg.timeout_s:.0f} s"
     elif init_errors and not sizes:
         result["status"], result["error"] = "failed", init_errors[0]

@@ -338,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         "hidden_size": args.hidden_size,
         "status": "failed",
         "sizes": [],
+        # What this process really received, to prove the profile arrived intact.
+        "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
     }
     t_start = time.perf_counter()
     try:

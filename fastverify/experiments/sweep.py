@@ -1,0 +1,487 @@
+"""Baseline-first profile sweep through the daemon (`fastverifyctl sweep`).
+
+The field method: rank NCCL profiles on the baseline server (no drafter), then re-run
+the best few in EAGLE-3 mode and compare each against its own baseline.
+
+For each (profile, mode): switch through the daemon's control API (`POST /v1/profile`
+with wait; the daemon validates, restarts, verifies, or rolls back), then run `bench`
+`repeats` times against the engine URL the daemon reports. Every measurement and every
+failure is appended to `DIR/results.jsonl` (one JSON object per line, flushed and
+fsync'ed) as soon as it ends, so an interrupted sweep loses at most the measurement in
+flight, and `resume=True` skips what the file already holds (a failed profile is not
+retried; delete its line to retry it). A profile the daemon cannot start is recorded
+with the daemon's reason and message, and the sweep goes on.
+
+Record types in results.jsonl:
+- `{"type": "sweep", "started_at", "config"}`: one per (re)start;
+- `{"type": "measurement", "profile", "mode", "repeat", "tokens_per_second",
+  "per_request_tokens_per_second", "accept_length", "ttft_ms", "itl_ms", ...}`;
+- `{"type": "failure", "profile", "mode", "stage": "switch"|"bench", "reason", "message"}`.
+
+Statistics (`summarize`): per (profile, mode) mean tok/s with a Student-t 95% CI;
+speedup against the reference (the `reference` profile, else the first profile measured
+in that mode) and whether the difference is significant (Welch, alpha 0.05); the rank
+within the mode and whether a profile is statistically tied with the best. EAGLE-3 rows
+also get the same profile's baseline, the real speedup (EAGLE-3 / baseline) and the
+break-even accept length (`stats.break_even_accept_length`, from per-request rates).
+
+After the baseline phase, each profile's baseline figures are posted to
+`POST /v1/baselines`, where the exporter turns them into break-even gauges.
+At the end, `apply_best` switches to the winner; otherwise the profile and mode that were
+active before the sweep are restored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from fastverify.experiments import stats
+from fastverify.experiments.bench import BenchConfig, BenchError, run_bench
+
+EventFn = Callable[[str], None]
+RESULTS_FILE = "results.jsonl"
+PLOT_FILE = "sweep.png"
+
+
+class SweepError(RuntimeError):
+    """The sweep cannot start or continue (existing results without --resume, no daemon)."""
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    profiles: tuple[str, ...]
+    output_dir: Path
+    mode: str = "baseline"
+    repeats: int = 3
+    bench: BenchConfig = field(default_factory=lambda: BenchConfig(duration=20.0))
+    resume: bool = False
+    then_eagle3: int = 0
+    apply_best: bool = False
+    reference: str | None = None
+    switch_timeout_s: float = 1800.0
+    plot: bool = True
+    alpha: float = 0.05
+
+    def validate(self) -> None:
+        if not self.profiles:
+            raise ValueError("name at least one profile")
+        if len(set(self.profiles)) != len(self.profiles):
+            raise ValueError("a profile is named twice")
+        if self.mode not in ("baseline", "eagle3"):
+            raise ValueError(f"--mode must be baseline or eagle3, got {self.mode!r}")
+        if self.repeats < 1:
+            raise ValueError("--repeats must be at least 1")
+        if self.then_eagle3 < 0:
+            raise ValueError("--then-eagle3 must be 0 or more")
+        if self.then_eagle3 and self.mode != "baseline":
+            raise ValueError("--then-eagle3 follows a baseline sweep (use --mode baseline)")
+        if self.reference and self.reference not in self.profiles:
+            raise ValueError(f"--reference {self.reference!r} is not among the swept profiles")
+        self.bench.validate()
+
+    def describe(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["output_dir"] = str(self.output_dir)
+        return d
+
+
+# ------------------------------------------------------------------ results file
+
+
+def append_record(path: Path, record: dict[str, Any]) -> None:
+    """Append one JSON line and make it durable before returning."""
+    line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def load_records(path: Path) -> list[dict[str, Any]]:
+    """Every complete record of `path` (a torn last line from a crash is ignored)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+# ------------------------------------------------------------------ statistics
+
+
+def _mean_of(values: list[float | None]) -> float | None:
+    vals = [v for v in values if isinstance(v, int | float)]
+    return stats.mean(vals) if vals else None
+
+
+def summarize(
+    records: Sequence[dict[str, Any]], reference: str | None = None, alpha: float = 0.05
+) -> list[dict[str, Any]]:
+    """One row per (profile, mode) in first-seen order, with the statistics described above."""
+    order: list[tuple[str, str]] = []
+    meas: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    fails: dict[tuple[str, str], dict[str, Any]] = {}
+    for rec in records:
+        kind = rec.get("type")
+        if kind not in ("measurement", "failure"):
+            continue
+        key = (rec["profile"], rec["mode"])
+        if key not in order:
+            order.append(key)
+        if kind == "measurement":
+            meas.setdefault(key, []).append(rec)
+        else:
+            fails[key] = rec
+
+    rows: list[dict[str, Any]] = []
+    for key in order:
+        profile, mode = key
+        ms = meas.get(key, [])
+        row: dict[str, Any] = {"profile": profile, "mode": mode}
+        if ms:
+            tps = [m["tokens_per_second"] for m in ms]
+            ci = stats.mean_ci(tps)
+            row.update(
+                status="ok",
+                reason=None,
+                message=None,
+                n=len(ms),
+                samples=tps,
+                tokens_per_second_mean=ci.mean,
+                tokens_per_second_stdev=ci.stdev,
+                ci95=None if ci.lo is None else [ci.lo, ci.hi],
+                per_request_tokens_per_second_mean=_mean_of(
+                    [m.get("per_request_tokens_per_second") for m in ms]
+                ),
+                accept_length_mean=_mean_of([m.get("accept_length") for m in ms]),
+                ttft_p50_ms_mean=_mean_of([(m.get("ttft_ms") or {}).get("p50") for m in ms]),
+                itl_p50_ms_mean=_mean_of([(m.get("itl_ms") or {}).get("p50") for m in ms]),
+            )
+            if key in fails:  # e.g. a later repeat could not run
+                row["note"] = f"{fails[key].get('stage')}: {fails[key].get('reason')}"
+        else:
+            f = fails.get(key, {})
+            row.update(
+                status="failed",
+                reason=f.get("reason"),
+                message=f.get("message"),
+                stage=f.get("stage"),
+                n=0,
+                samples=[],
+                tokens_per_second_mean=None,
+                ci95=None,
+            )
+        rows.append(row)
+
+    for mode in ("baseline", "eagle3"):
+        ok = [r for r in rows if r["mode"] == mode and r["status"] == "ok"]
+        if not ok:
+            continue
+        ref = next((r for r in ok if r["profile"] == reference), None) or ok[0]
+        best = max(ok, key=lambda r: r["tokens_per_second_mean"])
+        ranked = sorted(ok, key=lambda r: -r["tokens_per_second_mean"])
+        for i, r in enumerate(ranked, 1):
+            r["rank"] = i
+            r["reference"] = ref["profile"]
+            r["speedup_vs_reference"] = r["tokens_per_second_mean"] / ref["tokens_per_second_mean"]
+            r["vs_reference"] = (
+                "reference" if r is ref else stats.compare(r["samples"], ref["samples"], alpha)
+            )
+            r["vs_best"] = (
+                "best" if r is best
+                else ("not significant" if stats.compare(best["samples"], r["samples"], alpha)
+                      == "not significant" else "slower")
+            )  # fmt: skip
+
+    baseline = {r["profile"]: r for r in rows if r["mode"] == "baseline" and r["status"] == "ok"}
+    for r in rows:
+        if r["mode"] != "eagle3" or r["status"] != "ok":
+            continue
+        base = baseline.get(r["profile"])
+        if base is None:
+            continue
+        r["baseline_tokens_per_second"] = base["tokens_per_second_mean"]
+        r["real_speedup"] = r["tokens_per_second_mean"] / base["tokens_per_second_mean"]
+        r["speedup_significance"] = stats.compare(r["samples"], base["samples"], alpha)
+        spec = r.get("per_request_tokens_per_second_mean") or r["tokens_per_second_mean"]
+        b = base.get("per_request_tokens_per_second_mean") or base["tokens_per_second_mean"]
+        accept = r.get("accept_length_mean")
+        if accept and spec and b:
+            r["break_even_accept_length"] = stats.break_even_accept_length(accept, spec, b)
+    return rows
+
+
+def best_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The fastest ok row over every mode (the --apply-best winner)."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    return max(ok, key=lambda r: r["tokens_per_second_mean"]) if ok else None
+
+
+# ------------------------------------------------------------------ plot
+
+
+def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
+    """Bar chart of mean tok/s per (profile, mode) with 95% CI error bars (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels, heights, lo_err, hi_err, colors = [], [], [], [], []
+    palette = {"baseline": "#4C72B0", "eagle3": "#DD8452"}
+    for r in rows:
+        labels.append(f"{r['profile']}\n{r['mode']}")
+        mean = r.get("tokens_per_second_mean") or 0.0
+        heights.append(mean)
+        ci = r.get("ci95")
+        lo_err.append(mean - ci[0] if ci else 0.0)
+        hi_err.append(ci[1] - mean if ci else 0.0)
+        colors.append(palette.get(r["mode"], "#888888") if r["status"] == "ok" else "#BBBBBB")
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(rows) + 2), 4.5))
+    xs = range(len(rows))
+    ax.bar(xs, heights, yerr=[lo_err, hi_err], capsize=4, color=colors, edgecolor="black")
+    top = max(heights) if heights else 1.0
+    for x, r in zip(xs, rows, strict=True):
+        if r["status"] != "ok":
+            ax.text(x, top * 0.02, "failed", ha="center", va="bottom", rotation=90, fontsize=9)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("output tokens/s (mean, 95% CI)")
+    ax.set_title(title or "fastverify sweep")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ------------------------------------------------------------------ the sweep
+
+
+class Sweep:
+    """Runs a sweep against a daemon `client` (fastverify.client.ControlClient)."""
+
+    def __init__(
+        self,
+        client: Any,
+        cfg: SweepConfig,
+        on_event: EventFn | None = None,
+        on_bench_progress: Callable[[int, float], None] | None = None,
+    ):
+        cfg.validate()
+        self.client = client
+        self.cfg = cfg
+        self.emit = on_event or (lambda _line: None)
+        self.on_bench_progress = on_bench_progress
+        self.results = Path(cfg.output_dir) / RESULTS_FILE
+        self.records: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
+
+    # -- daemon calls
+    def _status(self) -> dict[str, Any]:
+        return self.client.get("/v1/status")
+
+    def _switch(self, profile: str, mode: str) -> dict[str, Any]:
+        """Switch and wait; returns the daemon's result (ok, rolled_back or failed)."""
+        from fastverify.client import ApiError
+
+        body = {"name": profile, "mode": mode, "wait": True}
+        for attempt in range(5):
+            try:
+                return self.client.post("/v1/profile", body, timeout=self.cfg.switch_timeout_s)
+            except ApiError as exc:
+                if exc.status == 409 and attempt < 4:  # another switch in flight: wait it out
+                    self.emit(f"  daemon busy ({exc}); retrying in 2 s")
+                    time.sleep(2.0)
+                    continue
+                data = dict(exc.body)
+                data.setdefault("result", "failed")
+                if exc.status == 422:
+                    data.setdefault("reason", "invalid_profile")
+                    problems = data.get("problems")
+                    if problems and not data.get("message"):
+                        data["message"] = "; ".join(str(p) for p in problems)
+                data.setdefault("reason", f"http_{exc.status}")
+                data.setdefault("message", str(exc))
+                return data
+        raise AssertionError("unreachable")
+
+    def _engine_url(self) -> str:
+        url = ((self._status().get("engine") or {}).get("url")) or self.cfg.bench.url
+        if not url:
+            raise SweepError("the daemon reports no engine URL")
+        return url
+
+    # -- bookkeeping
+    def _done(self, profile: str, mode: str) -> tuple[int, bool]:
+        n = sum(
+            1 for r in self.records
+            if r.get("type") == "measurement" and r["profile"] == profile and r["mode"] == mode
+        )  # fmt: skip
+        failed = any(
+            r.get("type") == "failure" and r["profile"] == profile and r["mode"] == mode
+            for r in self.records
+        )
+        return n, failed
+
+    def _record(self, rec: dict[str, Any]) -> None:
+        rec.setdefault("measured_at", time.time())
+        append_record(self.results, rec)
+        self.records.append(rec)
+
+    # -- one (profile, mode)
+    def measure(self, profile: str, mode: str, index: str) -> None:
+        have, failed = self._done(profile, mode)
+        if failed or have >= self.cfg.repeats:
+            why = "failed earlier" if failed else f"{have} measurement(s) on file"
+            self.emit(f"{index} {profile}/{mode}: skipped ({why})")
+            return
+        self.emit(f"{index} {profile}/{mode}: switching ...")
+        res = self._switch(profile, mode)
+        if res.get("result") != "ok":
+            reason, message = res.get("reason") or res.get("result"), res.get("message") or ""
+            self._record({"type": "failure", "profile": profile, "mode": mode, "stage": "switch",
+                          "reason": reason, "message": message, "result": res.get("result"),
+                          "daemon": {k: res.get(k) for k in ("id", "duration_s", "line",
+                                                             "serving")}})  # fmt: skip
+            self.emit(f"{index} {profile}/{mode}: FAILED ({reason}: {message})".rstrip())
+            return
+        self.emit(f"{index} {profile}/{mode}: ready in {res.get('duration_s', 0):.1f} s")
+        url = self._engine_url()
+        for rep in range(have, self.cfg.repeats):
+            bcfg = replace(
+                self.cfg.bench, url=url, warmup=self.cfg.bench.warmup if rep == have else 0
+            )
+            try:
+                result = run_bench(bcfg, self.on_bench_progress)
+            except BenchError as exc:
+                self._record({"type": "failure", "profile": profile, "mode": mode,
+                              "stage": "bench", "reason": "bench_failed", "message": str(exc),
+                              "repeat": rep})  # fmt: skip
+                self.emit(f"{index} {profile}/{mode}: bench failed ({exc})")
+                return
+            rec = {"type": "measurement", "profile": profile, "mode": mode, "repeat": rep}
+            rec.update({k: v for k, v in result.to_dict().items() if k not in ("config", "source")})
+            rec["tokens_per_second"] = rec.pop("output_tokens_per_second")
+            self._record(rec)
+            self.emit(f"{index} {profile}/{mode}: run {rep + 1}/{self.cfg.repeats} "
+                      f"{result.output_tokens_per_second:.1f} tok/s")  # fmt: skip
+
+    def _post_baselines(self, rows: list[dict[str, Any]]) -> list[str]:
+        from fastverify.client import ApiError
+
+        posted = []
+        for r in rows:
+            if r["mode"] != "baseline" or r["status"] != "ok":
+                continue
+            body = {
+                "profile": r["profile"],
+                "tokens_per_second": r["tokens_per_second_mean"],
+                "per_request_tokens_per_second": r.get("per_request_tokens_per_second_mean")
+                or r["tokens_per_second_mean"],
+                "measured_at": time.time(),
+            }
+            try:
+                self.client.post("/v1/baselines", body)
+                posted.append(r["profile"])
+            except (ApiError, OSError) as exc:
+                self.warnings.append(f"could not record the baseline of {r['profile']}: {exc}")
+        return posted
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        out_dir = Path(cfg.output_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        existing = load_records(self.results)
+        if existing and not cfg.resume:
+            raise SweepError(
+                f"{self.results} already holds {len(existing)} record(s): pass --resume to "
+                "continue that sweep, or choose another --output"
+            )
+        self.records = existing
+        status = self._status()  # DaemonUnavailable propagates: nothing to do without it
+        original = (status.get("profile"), status.get("mode"))
+        self._record({"type": "sweep", "started_at": time.time(), "config": cfg.describe(),
+                      "resumed": bool(existing)})  # fmt: skip
+
+        plan = [(p, cfg.mode) for p in cfg.profiles]
+        for i, (p, m) in enumerate(plan, 1):
+            self.measure(p, m, f"[{i}/{len(plan)}]")
+        rows = summarize(self.records, cfg.reference, cfg.alpha)
+        posted = self._post_baselines(rows) if cfg.mode == "baseline" else []
+
+        if cfg.then_eagle3:
+            ranked = sorted(
+                (r for r in rows if r["mode"] == "baseline" and r["status"] == "ok"
+                 and r["profile"] in cfg.profiles),
+                key=lambda r: -r["tokens_per_second_mean"],
+            )[: cfg.then_eagle3]  # fmt: skip
+            self.emit(f"EAGLE-3 phase: {', '.join(r['profile'] for r in ranked) or 'nothing'}")
+            for i, r in enumerate(ranked, 1):
+                self.measure(r["profile"], "eagle3", f"[eagle3 {i}/{len(ranked)}]")
+            rows = summarize(self.records, cfg.reference, cfg.alpha)
+
+        swept = {(p, m) for p, m in plan} | {
+            (r["profile"], "eagle3") for r in rows if r["mode"] == "eagle3"
+        }
+        rows = [r for r in rows if (r["profile"], r["mode"]) in swept]
+        best = best_row(rows)
+        final = self._finish(best, original)
+        plot_path = None
+        if cfg.plot and rows:
+            try:
+                plot_path = str(
+                    plot(
+                        rows,
+                        out_dir / PLOT_FILE,
+                        title=f"sweep ({cfg.bench.concurrency} client(s))",
+                    )
+                )
+            except ImportError:
+                self.warnings.append("no plot: matplotlib is not installed "
+                                     "(pip install 'fastverify[plot]')")  # fmt: skip
+        return {
+            "results": rows,
+            "best": None if best is None else {k: best[k] for k in
+                                               ("profile", "mode", "tokens_per_second_mean")},
+            "baselines_posted": posted,
+            "final": final,
+            "output_dir": str(out_dir),
+            "results_file": str(self.results),
+            "plot": plot_path,
+            "warnings": self.warnings,
+        }  # fmt: skip
+
+    def _finish(self, best: dict[str, Any] | None, original: tuple[Any, Any]) -> dict[str, Any]:
+        """--apply-best: switch to the winner; else restore what was active before."""
+        if self.cfg.apply_best and best is not None:
+            target, why = (best["profile"], best["mode"]), "applied best"
+        elif original[0]:
+            target, why = original, "restored"
+        else:
+            return {"action": "none"}
+        status = self._status()
+        if (status.get("profile"), status.get("mode")) == target:
+            return {"action": why, "profile": target[0], "mode": target[1], "switched": False}
+        self.emit(f"{why}: {target[0]}/{target[1]} ...")
+        res = self._switch(target[0], target[1])
+        out = {"action": why, "profile": target[0], "mode": target[1], "switched": True,
+               "result": res.get("result")}  # fmt: skip
+        if res.get("result") != "ok":
+            self.warnings.append(f"{why} {target[0]}/{target[1]} failed: {res.get('message')}")
+        return out
