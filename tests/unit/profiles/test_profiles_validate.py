@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from profiles_helpers import NVLINK, PCIE, SHIPPED, UNKNOWN
 
 from fastverify.profiles.envfile import parse_bytes
@@ -300,3 +302,33 @@ def test_table_knows_every_variable_named_in_the_issue() -> None:
     assert [n for n in ISSUE_NAMES if n not in nccl_vars.KNOWN] == []
     for v in nccl_vars.KNOWN.values():
         assert v.since and v.since[0] == "2", v
+
+
+_spec_alphabet = st.sampled_from(
+    [
+        "ring",
+        "Tree",
+        "LL",
+        "ll128",
+        "Simple",
+        "nvls",
+        "allreduce",
+        "AllGather",
+        "^",
+        ",",
+        ";",
+        ":",
+        "x",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_LEVEL", "NCCL_NTHREADS", "NCCL_DEBUG"]),
+    st.lists(_spec_alphabet, min_size=1, max_size=12).map("".join),
+)
+def test_random_values_never_crash_and_point_at_their_line(name: str, value: str) -> None:
+    data = f"# description: fuzz\n{name}={value}\n".encode()
+    for p in validate(parse_bytes(data, "fuzz.env"), topology=UNKNOWN):
+        assert p.line == 2, p
