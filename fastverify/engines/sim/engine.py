@@ -369,7 +369,10 @@ class SimEngine:
                     raise _Stop
             app.ready.set()
             self.log.log(sglang_logs.READY_LINE, None)
-            self.stop_event.wait()
+            # A timed wait: SIGTERM may land on another thread, which would not wake an
+            # untimed lock wait in the main thread (the handler would never run).
+            while not self.stop_event.wait(0.2):
+                pass
             return 0
         except _Stop:
             return 0
