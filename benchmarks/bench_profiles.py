@@ -25,7 +25,9 @@ RESULTS = REPO / "benchmarks" / "results" / "profiles.json"
 
 
 def ctl() -> list[str]:
-    exe = shutil.which("fastverifyctl")
+    # the console script of this interpreter (not a pyenv/asdf shim in front of it)
+    local = Path(sys.executable).parent / "fastverifyctl"
+    exe = str(local) if local.is_file() else shutil.which("fastverifyctl")
     return [exe] if exe else [sys.executable, "-m", "fastverify.ctl"]
 
 

@@ -182,7 +182,9 @@ def test_doctor_json(run, tmp_path: Path) -> None:
 
 
 def _ctl() -> list[str]:
-    exe = shutil.which("fastverifyctl")
+    # the console script of this interpreter (not a pyenv/asdf shim in front of it)
+    local = Path(sys.executable).parent / "fastverifyctl"
+    exe = str(local) if local.is_file() else shutil.which("fastverifyctl")
     return [exe] if exe else [sys.executable, "-m", "fastverify.ctl"]
 
 
