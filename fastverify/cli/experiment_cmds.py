@@ -305,6 +305,13 @@ def _print_preflight(report: dict[str, Any]) -> None:
 @click.option("--iters", default=50, show_default=True, type=click.IntRange(1))
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(0))
 @click.option(
+    "--graph-ops",
+    default=20,
+    show_default=True,
+    type=click.IntRange(0),
+    help="All-reduces captured in one graph for the in-graph per-op time (0: skip).",
+)
+@click.option(
     "--timeout",
     "timeout_s",
     default=180.0,
@@ -386,4 +393,170 @@ def preflight(
     else:
         _print_preflight(report)
     if any(p["status"] != "ok" for p in report["profiles"]):
+        sys.exit(EXIT_PROBLEMS)
+
+
+# ----------------------------------------------------------------------------- sweep
+
+
+def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    out = []
+    order = sorted(
+        rows,
+        key=lambda r: (r["mode"] != "baseline", r["status"] != "ok", r.get("rank") or 0),
+    )
+    for r in order:
+        ci = r.get("ci95")
+        sig = r.get("vs_reference") or ""
+        if r.get("vs_best") == "not significant":
+            sig = f"{sig}; tied with best" if sig else "tied with best"
+        note = r.get("message") or r.get("reason") or r.get("note") or ""
+        if r["mode"] == "eagle3" and r.get("real_speedup") is not None:
+            note = (
+                f"x{r['real_speedup']:.2f} vs own baseline ({r.get('speedup_significance')}); "
+                f"break-even accept {_fmt(r.get('break_even_accept_length'), 2)}"
+            )
+        out.append((
+            _fmt(r.get("rank")), r["profile"], r["mode"], r["status"],
+            _fmt(r.get("tokens_per_second_mean")),
+            "-" if not ci else f"{ci[0]:.1f}..{ci[1]:.1f}", _fmt(r.get("n")),
+            "-" if r.get("speedup_vs_reference") is None else f"x{r['speedup_vs_reference']:.3f}",
+            sig or "-", _fmt(r.get("accept_length_mean"), 2), note[:120],
+        ))  # fmt: skip
+    return out
+
+
+@click.command()
+@click.argument("profiles", nargs=-1, required=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["baseline", "eagle3"]),
+    default="baseline",
+    show_default=True,
+    help="Mode of the first phase.",
+)
+@click.option(
+    "--then-eagle3",
+    "then_eagle3",
+    default=0,
+    type=click.IntRange(0),
+    metavar="K",
+    help="Re-run the best K baseline profiles in EAGLE-3 mode.",
+)
+@click.option("--repeats", "-r", default=3, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--duration",
+    "-d",
+    default=20.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds per measurement.",
+)
+@click.option("--concurrency", "-c", default=1, show_default=True, type=click.IntRange(1))
+@click.option("--input-len", default=128, show_default=True, type=click.IntRange(1))
+@click.option("--output-len", default=256, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--warmup",
+    default=1,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Warm-up requests per client after each switch.",
+)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--output",
+    "-o",
+    "output_dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Results directory (default: ./sweep-YYYYmmdd-HHMMSS).",
+)
+@click.option(
+    "--resume", is_flag=True, help="Continue the sweep in --output, skipping what is done."
+)
+@click.option("--apply-best", is_flag=True, help="Leave the winning profile/mode active.")
+@click.option("--reference", default=None, help="Profile the speedups are measured against.")
+@click.option(
+    "--switch-timeout",
+    default=1800.0,
+    show_default=True,
+    type=float,
+    help="Seconds to wait for one profile switch (model load included).",
+)
+@click.option("--no-plot", is_flag=True, help="Do not draw DIR/sweep.png.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.pass_context
+def sweep(
+    ctx: click.Context,
+    profiles: tuple[str, ...],
+    mode: str,
+    then_eagle3: int,
+    repeats: int,
+    duration: float,
+    concurrency: int,
+    input_len: int,
+    output_len: int,
+    warmup: int,
+    seed: int,
+    output_dir: str | None,
+    resume: bool,
+    apply_best: bool,
+    reference: str | None,
+    switch_timeout: float,
+    no_plot: bool,
+    as_json: bool,
+) -> None:
+    """Baseline-first profile sweep through the daemon, with 95% confidence intervals."""
+    from fastverify.client import ControlClient, DaemonUnavailable
+    from fastverify.experiments.bench import BenchConfig
+    from fastverify.experiments.sweep import Sweep, SweepConfig, SweepError
+
+    if resume and not output_dir:
+        fail("--resume needs --output DIR (the sweep to continue)", EXIT_USAGE)
+    out = Path(output_dir or time.strftime("sweep-%Y%m%d-%H%M%S"))
+    cfg = SweepConfig(
+        profiles=profiles, output_dir=out, mode=mode, repeats=repeats,
+        bench=BenchConfig(url="", concurrency=concurrency, duration=duration,
+                          input_len=input_len, output_len=output_len, seed=seed, warmup=warmup),
+        resume=resume, then_eagle3=then_eagle3, apply_best=apply_best, reference=reference,
+        switch_timeout_s=switch_timeout, plot=not no_plot,
+    )  # fmt: skip
+    client = ControlClient(ctx.obj.get("socket") if ctx.obj else None, timeout=switch_timeout)
+    planned = len(profiles) * repeats + then_eagle3 * repeats
+    with _Progress("sweep", planned) as bar:
+        done = {"n": 0}
+
+        def event(line: str) -> None:
+            if ": run " in line:
+                done["n"] += 1
+                bar.update(done["n"], line.split(": run ")[0].split("] ")[-1])
+            bar.note(line)
+
+        try:
+            sw = Sweep(client, cfg, on_event=event)
+            report = sw.run()
+        except ValueError as exc:
+            fail(str(exc), EXIT_USAGE)
+        except DaemonUnavailable as exc:
+            fail(f"{exc}\nresults so far are in {out}; continue with --resume", EXIT_UNAVAILABLE)
+        except SweepError as exc:
+            fail(f"sweep: {exc}", EXIT_USAGE)
+    if as_json:
+        emit_json(report)
+    else:
+        table(("rank", "profile", "mode", "status", "tok/s", "95% CI", "n", "speedup",
+               "significance", "accept", "note"), _sweep_rows(report["results"]),
+              title=f"sweep: {report['results_file']}")  # fmt: skip
+        best = report.get("best")
+        if best:
+            click.echo(f"best: {best['profile']}/{best['mode']} "
+                       f"{best['tokens_per_second_mean']:.1f} tok/s")  # fmt: skip
+        final = report.get("final") or {}
+        if final.get("action") not in (None, "none"):
+            click.echo(f"{final['action']}: {final.get('profile')}/{final.get('mode')}")
+        if report.get("plot"):
+            click.echo(f"plot: {report['plot']}")
+        for w in report.get("warnings", []):
+            click.echo(f"warning: {w}", err=True)
+    if any(r["status"] != "ok" for r in report["results"]):
         sys.exit(EXIT_PROBLEMS)
