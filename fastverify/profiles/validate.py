@@ -275,6 +275,7 @@ def validate(
         lines = {a.key: a.line for a in parsed.assignments}
     _cross_checks(path, full, lines, problems)
     _ll128_check(path, full, lines, topology, force, problems)
+    _pcie_checks(path, full, lines, topology, problems)
     problems.sort(key=lambda p: p.line)  # stable: file order, parse problems first per line
     return problems
 
@@ -422,3 +423,55 @@ def _ll128_check(
             "(exclude it with ^LL128, or pass --force)",
         )
     )
+
+
+def _pcie_checks(
+    path: str,
+    env: dict[str, str],
+    lines: dict[str, int],
+    topology_source: Topology | Callable[[], Topology] | None,
+    problems: list[Problem],
+) -> None:
+    """Settings that silently do nothing, or switch P2P off, on GPUs without NVLink."""
+    level = env.get("NCCL_P2P_LEVEL")
+    algo = env.get("NCCL_ALGO", "")
+    wants_nvls = False
+    if algo:
+        try:
+            parse_list_spec(algo, nccl_vars.ALGORITHMS)
+        except ListSpecError:
+            algo = ""  # reported elsewhere
+    for entry in algo.split(";") if algo else []:
+        elems = entry.split(":")[-1]
+        if not elems.startswith("^") and {t.lower() for t in elems.split(",")} & {
+            "nvls",
+            "nvlstree",
+        }:
+            wants_nvls = True
+    if level not in ("LOC", "NVL", "0") and not wants_nvls:
+        return  # nothing topology-dependent: do not ask for the topology
+    topology = topology_source() if callable(topology_source) else topology_source
+    if topology is None or topology.has_nvlink is not False:
+        return
+    if level in ("LOC", "NVL", "0"):
+        problems.append(
+            Problem(
+                path,
+                lines.get("NCCL_P2P_LEVEL", 0),
+                f"NCCL_P2P_LEVEL={level} turns GPU peer-to-peer off between these GPUs "
+                f"({topology.source}); traffic goes through host memory "
+                "(use PIX/PXB/PHB/SYS to allow P2P over PCIe)",
+                "warning",
+            )
+        )
+    if wants_nvls:
+        problems.append(
+            Problem(
+                path,
+                lines.get("NCCL_ALGO", 0),
+                f"NCCL_ALGO asks for NVLS/NVLSTree, which need NVLink SHARP (NVSwitch); these "
+                f"GPUs have no NVLink ({topology.source}), so NCCL cannot use them "
+                "(use Ring or Tree)",
+                "warning",
+            )
+        )

@@ -332,3 +332,21 @@ def test_random_values_never_crash_and_point_at_their_line(name: str, value: str
     data = f"# description: fuzz\n{name}={value}\n".encode()
     for p in validate(parse_bytes(data, "fuzz.env"), topology=UNKNOWN):
         assert p.line == 2, p
+
+
+def test_p2p_level_nvl_on_pcie_warns() -> None:
+    out = check("NCCL_P2P_LEVEL=NVL", topology=PCIE)
+    assert [(ln, sev) for ln, sev, _ in out] == [(2, "warning")]
+    assert "peer-to-peer off" in out[0][2]
+    assert check("NCCL_P2P_LEVEL=NVL", topology=NVLINK) == []
+    assert check("NCCL_P2P_LEVEL=SYS", topology=PCIE) == []
+
+
+def test_nvls_on_pcie_warns() -> None:
+    out = check("NCCL_ALGO=NVLS,Ring", topology=PCIE)
+    assert [(ln, sev) for ln, sev, _ in out] == [(2, "warning")] and "NVSwitch" in out[0][2]
+    assert check("NCCL_ALGO=^NVLS", topology=PCIE) == []
+    assert [sev for _, sev, _ in check("NCCL_ALGO=ring;allreduce:^tree", topology=PCIE)] == [
+        "warning"  # only the 2.24+ syntax note: excluding Tree does not ask for NVLS
+    ]
+    assert check("NCCL_ALGO=NVLS", topology=NVLINK) == []
