@@ -93,7 +93,10 @@ def parse_bytes(data: bytes, path: str = "<profile>") -> ParsedFile:
             out.error(number, "UTF-8 byte-order mark at the start (save the file without a BOM)")
             text = text[1:]
         if text.endswith("\r"):
-            out.error(number, "CRLF line ending (save with LF endings; readers differ on the trailing \\r)")
+            out.error(
+                number,
+                "CRLF line ending (save with LF endings; readers differ on the trailing \\r)",
+            )
             text = text[:-1]
         if text == "":
             continue
