@@ -1,0 +1,144 @@
+"""`fastverifyctl bench` against a real sim server process (baseline and EAGLE-3, TP 8).
+
+The sim's timings come from its documented cost model, so the figures bench measures can be
+checked against `costmodel.predict`: per-request decode rate and inter-token latency.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fastverify.engines.sim import costmodel
+
+REPO = Path(__file__).resolve().parents[2]
+TP = 8
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def sim_server(tmp: Path, *extra: str) -> Iterator[str]:
+    """Start the sim in its own session with no NCCL_* variables; stop exactly that group."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    log = open(tmp / f"sim-{port}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastverify.engines.sim", "--model-path", "sim/x",
+         "--tp-size", str(TP), "--host", "127.0.0.1", "--port", str(port), "--enable-metrics",
+         "--sim-load-seconds", "0.3", *extra],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp / f"sim-{port}.log").read_text()
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("sim did not become ready")
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def bench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "fastverify.ctl", "bench", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def baseline_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with sim_server(tmp_path_factory.mktemp("sim")) as url:
+        yield url
+
+
+def test_requests_mode_counts_and_decode_rate_match_the_model(baseline_url: str) -> None:
+    r = bench("--url", baseline_url, "-n", "4", "-c", "1", "--output-len", "40", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert (res["completed"], res["failed"]) == (4, 0)
+    assert res["output_tokens"] == 4 * 40  # ignore_eos pins the length; all inside the window
+    pred = costmodel.predict({}, "baseline", TP, 1, True)
+    assert res["per_request_tokens_per_second"] == pytest.approx(pred.tokens_per_second, rel=0.10)
+    assert res["itl_ms"]["p50"] == pytest.approx(pred.cycle_seconds * 1e3, rel=0.15)
+    # Throughput over the window includes prefill and request gaps: below the decode rate.
+    assert res["output_tokens_per_second"] < res["per_request_tokens_per_second"]
+    assert res["ttft_ms"]["p50"] > 0 and res["ttft_ms"]["p99"] >= res["ttft_ms"]["p50"]
+    assert res["accept_length"] is None  # baseline server
+
+
+def test_duration_mode_window_and_concurrency(baseline_url: str) -> None:
+    r = bench("--url", baseline_url, "-d", "1.0", "-c", "3", "--output-len", "200", "--warmup",
+              "0", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["duration_s"] == pytest.approx(1.0)
+    # 200-token requests cannot finish in 1 s: tokens still count up to the deadline,
+    # and cancelled requests are neither completed nor failed.
+    assert res["completed"] == 0 and res["failed"] == 0
+    pred = costmodel.predict({}, "baseline", TP, 3, True)
+    assert res["output_tokens_per_second"] == pytest.approx(res["output_tokens"] / 1.0)
+    assert res["output_tokens_per_second"] == pytest.approx(pred.tokens_per_second, rel=0.25)
+
+
+def test_eagle3_accept_length_from_server_info(tmp_path: Path) -> None:
+    extra = ("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "sim/d",
+             "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+             "--speculative-num-draft-tokens", "4", "--sim-accept-length", "2.5")  # fmt: skip
+    with sim_server(tmp_path, *extra) as url:
+        r = bench("--url", url, "-n", "3", "--output-len", "60", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["accept_length"] == pytest.approx(2.5, abs=0.15)
+    pred = costmodel.predict({}, "eagle3", TP, 1, True, 2.5)
+    assert res["per_request_tokens_per_second"] == pytest.approx(pred.tokens_per_second, rel=0.15)
+
+
+def test_unreachable_server_is_a_clear_failure() -> None:
+    r = bench("--url", f"http://127.0.0.1:{_free_port()}", "-n", "1")
+    assert r.returncode == 1
+    assert "not reachable" in r.stderr
+
+
+def test_bad_arguments_are_usage_errors(baseline_url: str) -> None:
+    r = bench("--url", baseline_url, "--concurrency", "0")
+    assert r.returncode == 2
+    r = bench("--url", baseline_url, "--use-sglang-bench", "-d", "5")
+    assert r.returncode == 2 and "--requests" in r.stderr
+
+
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("sglang") is not None, reason="sglang is installed"
+)
+def test_use_sglang_bench_without_sglang_says_what_to_install(baseline_url: str) -> None:
+    r = bench("--url", baseline_url, "--use-sglang-bench", "-n", "2")
+    assert r.returncode == 4
+    assert "sglang is not installed" in r.stderr
