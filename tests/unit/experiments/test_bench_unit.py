@@ -1,0 +1,106 @@
+"""bench's arithmetic on hand-built request records, and the sglang.bench_serving mapping."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastverify.experiments import bench
+from fastverify.experiments.bench import BenchConfig, RequestRecord
+
+
+def _rec(start: float, chunks: list[tuple[float, int]], done: bool = True) -> RequestRecord:
+    r = RequestRecord(start=start)
+    total = 0
+    for t, n in chunks:
+        r.chunk_times.append(t)
+        r.chunk_tokens.append(n)
+        total += n
+    r.tokens = total
+    r.ttft = chunks[0][0] - start
+    if done:
+        r.latency = chunks[-1][0] - start
+        r.completed = True
+    return r
+
+
+def test_summarize_hand_computed() -> None:
+    cfg = BenchConfig(url="http://x", duration=2.0)
+    # Request A: starts at 0.0, first token at 0.1, then 2 tokens at 0.3 (spec step),
+    # then 1 token at 0.4. Request B: starts 0.5, tokens at 0.6, 0.7; a chunk at 2.5 lies
+    # after the window end (2.0) and does not count.
+    a = _rec(0.0, [(0.1, 1), (0.3, 2), (0.4, 1)])
+    b = _rec(0.5, [(0.6, 1), (0.7, 1), (2.5, 1)], done=False)
+    b.cancelled = True
+    res = bench.summarize([a, b], 0.0, 2.0, cfg, accept_length=None)
+    assert res.output_tokens == 4 + 2
+    assert res.output_tokens_per_second == pytest.approx(3.0)
+    assert res.completed == 1 and res.failed == 0
+    assert res.request_rate == pytest.approx(0.5)
+    # TTFTs 0.1 and 0.1 s
+    assert res.ttft_ms["p50"] == pytest.approx(100.0)
+    # ITLs: A: (0.2/2) x2, 0.1; B: 0.1, (1.8/1): per-token values 0.1,0.1,0.1,0.1,1.8
+    assert res.itl_ms["p50"] == pytest.approx(100.0)
+    assert res.itl_ms["mean"] == pytest.approx((0.1 * 4 + 1.8) / 5 * 1000)
+    # Per-request decode rate: A only: (4 - 1) / (0.4 - 0.1) = 10 tok/s
+    assert res.per_request_tokens_per_second == pytest.approx(10.0)
+
+
+def test_summarize_all_failed_raises() -> None:
+    r = RequestRecord(start=0.0, error="HTTP 500: boom")
+    with pytest.raises(bench.BenchError, match="HTTP 500"):
+        bench.summarize([r], 0.0, 1.0, BenchConfig(url="http://x"), None)
+
+
+def test_prompts_are_reproducible() -> None:
+    assert bench.make_prompts(3, 16, seed=7) == bench.make_prompts(3, 16, seed=7)
+    assert bench.make_prompts(3, 16, seed=7) != bench.make_prompts(3, 16, seed=8)
+    assert all(len(p) == 16 for p in bench.make_prompts(3, 16, seed=0))
+
+
+def test_accept_length_from_server_info_shapes() -> None:
+    new = {"internal_states": [{"avg_spec_accept_length": 2.31, "last_gen_throughput": 80}]}
+    assert bench.accept_length_from_server_info(new) == 2.31
+    assert bench.accept_length_from_server_info({"avg_spec_accept_length": 1.9}) == 1.9
+    assert bench.accept_length_from_server_info({"internal_states": [{}]}) is None
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError):
+        BenchConfig(duration=None, requests=None).validate()
+    with pytest.raises(ValueError):
+        BenchConfig(concurrency=0).validate()
+
+
+def test_sglang_bench_argv_uses_upstream_flags() -> None:
+    # Flag names as defined by the argparse parser of python/sglang/bench_serving.py.
+    cfg = BenchConfig(url="http://h:1/", concurrency=4, duration=None, requests=100,
+                      input_len=64, output_len=32, seed=3, warmup=2)  # fmt: skip
+    argv = bench.sglang_bench_argv(cfg, "/tmp/o.jsonl", python="py")
+    assert argv[:3] == ["py", "-m", "sglang.bench_serving"]
+    pairs = dict(zip(argv[3::2], argv[4::2], strict=False))
+    assert pairs["--backend"] == "sglang"
+    assert pairs["--base-url"] == "http://h:1"
+    assert pairs["--dataset-name"] == "random"
+    assert pairs["--random-input-len"] == "64" and pairs["--random-output-len"] == "32"
+    assert pairs["--num-prompts"] == "100" and pairs["--max-concurrency"] == "4"
+    assert pairs["--output-file"] == "/tmp/o.jsonl" and pairs["--warmup-requests"] == "2"
+    with pytest.raises(ValueError, match="--requests"):
+        bench.sglang_bench_argv(BenchConfig(duration=5.0), "/tmp/o.jsonl")
+
+
+def test_result_from_sglang_jsonl_maps_keys() -> None:
+    # Keys of the result dict bench_serving appends to --output-file.
+    line = {
+        "backend": "sglang", "duration": 12.5, "completed": 98, "total_input_tokens": 6272,
+        "total_output_tokens": 3136, "request_throughput": 7.84, "output_throughput": 250.9,
+        "mean_ttft_ms": 40.0, "median_ttft_ms": 35.0, "p99_ttft_ms": 90.0,
+        "mean_tpot_ms": 12.5, "mean_itl_ms": 12.0, "median_itl_ms": 11.0, "p95_itl_ms": 20.0,
+        "p99_itl_ms": 30.0, "accept_length": 2.4,
+    }  # fmt: skip
+    res = bench.result_from_sglang_jsonl(line, BenchConfig(url="http://h", requests=100))
+    assert res.source == "sglang.bench_serving"
+    assert res.output_tokens_per_second == 250.9 and res.request_rate == 7.84
+    assert (res.completed, res.failed) == (98, 2)
+    assert res.per_request_tokens_per_second == pytest.approx(80.0)  # 1000 / 12.5 ms
+    assert res.ttft_ms == {"mean": 40.0, "p50": 35.0, "p90": None, "p99": 90.0}
+    assert res.itl_ms["p99"] == 30.0 and res.accept_length == 2.4

@@ -1,0 +1,99 @@
+"""Sweep statistics and the results file, on hand-built records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fastverify.experiments import sweep
+
+
+def _m(profile: str, mode: str, tps: float, per_req: float | None = None,
+       accept: float | None = None) -> dict:  # fmt: skip
+    return {"type": "measurement", "profile": profile, "mode": mode, "tokens_per_second": tps,
+            "per_request_tokens_per_second": per_req or tps, "accept_length": accept}  # fmt: skip
+
+
+RECORDS = [
+    {"type": "sweep", "config": {}},
+    _m("a", "baseline", 80.0), _m("a", "baseline", 82.0), _m("a", "baseline", 84.0),
+    _m("b", "baseline", 90.0), _m("b", "baseline", 91.0), _m("b", "baseline", 92.0),
+    _m("c", "baseline", 81.0), _m("c", "baseline", 84.0), _m("c", "baseline", 84.0),
+    {"type": "failure", "profile": "t", "mode": "baseline", "stage": "switch",
+     "reason": "cuda_graph_capture", "message": "rolled back"},
+    _m("b", "eagle3", 70.0, 70.0, 2.0), _m("b", "eagle3", 72.0, 72.0, 2.0),
+]  # fmt: skip
+
+
+def test_summarize_ci_speedup_and_significance() -> None:
+    rows = {(r["profile"], r["mode"]): r for r in sweep.summarize(RECORDS)}
+    a, b, c = rows["a", "baseline"], rows["b", "baseline"], rows["c", "baseline"]
+    # a: mean 82, s = 2, n = 3: half-width 4.303 * 2 / sqrt(3) = 4.969
+    assert a["tokens_per_second_mean"] == 82.0
+    assert a["ci95"] == pytest.approx([82.0 - 4.969, 82.0 + 4.969], abs=1e-3)
+    assert a["vs_reference"] == "reference" and a["speedup_vs_reference"] == 1.0
+    assert b["rank"] == 1 and b["vs_best"] == "best"
+    assert b["speedup_vs_reference"] == pytest.approx(91.0 / 82.0)
+    assert b["vs_reference"] == "faster"
+    assert c["vs_reference"] == "not significant"  # 83 vs 82 with this spread
+    assert c["vs_best"] == "slower"
+    t = rows["t", "baseline"]
+    assert t["status"] == "failed" and t["reason"] == "cuda_graph_capture"
+    assert t["tokens_per_second_mean"] is None and "rank" not in t
+
+
+def test_summarize_eagle3_against_own_baseline() -> None:
+    e = {(r["profile"], r["mode"]): r for r in sweep.summarize(RECORDS)}["b", "eagle3"]
+    assert e["baseline_tokens_per_second"] == 91.0
+    assert e["real_speedup"] == pytest.approx(71.0 / 91.0)
+    assert e["speedup_significance"] == "slower"
+    # break-even = accept * baseline / spec = 2.0 * 91 / 71
+    assert e["break_even_accept_length"] == pytest.approx(2.0 * 91.0 / 71.0)
+
+
+def test_reference_option_and_best_row() -> None:
+    rows = sweep.summarize(RECORDS, reference="b")
+    a = next(r for r in rows if r["profile"] == "a" and r["mode"] == "baseline")
+    assert a["reference"] == "b" and a["vs_reference"] == "slower"
+    assert sweep.best_row(rows)["profile"] == "b"
+    assert sweep.best_row(rows)["mode"] == "baseline"
+
+
+def test_single_run_has_no_interval_and_no_verdict() -> None:
+    rows = sweep.summarize([_m("x", "baseline", 50.0), _m("y", "baseline", 60.0)])
+    assert rows[0]["ci95"] is None and rows[1]["vs_reference"] == "not significant"
+
+
+def test_results_file_append_and_torn_line(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    sweep.append_record(path, {"type": "measurement", "x": 1})
+    sweep.append_record(path, {"type": "failure", "x": 2})
+    with open(path, "a") as fh:
+        fh.write('{"type": "measurement", "x": 3')  # a crash mid-write
+    recs = sweep.load_records(path)
+    assert [r["x"] for r in recs] == [1, 2]
+    assert all(json.loads(line) for line in path.read_text().splitlines()[:2])
+
+
+def test_config_validation(tmp_path: Path) -> None:
+    ok = sweep.SweepConfig(profiles=("a",), output_dir=tmp_path)
+    ok.validate()
+    bad = [
+        dict(profiles=()), dict(profiles=("a", "a")), dict(profiles=("a",), repeats=0),
+        dict(profiles=("a",), mode="eagle3", then_eagle3=1),
+        dict(profiles=("a",), reference="z"),
+    ]  # fmt: skip
+    for kw in bad:
+        with pytest.raises(ValueError):
+            sweep.SweepConfig(output_dir=tmp_path, **kw).validate()
+
+
+def test_plot_writes_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib (the plot extra) is not installed")
+    rows = sweep.summarize(RECORDS)
+    out = sweep.plot(rows, tmp_path / "p.png")
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 5_000
