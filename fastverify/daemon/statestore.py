@@ -74,7 +74,7 @@ class StateStore:
     def load_state(self) -> dict[str, Any]:
         """The saved state, or one rebuilt from the journal when the file is unusable."""
         try:
-            raw = self.state_path.read_text(encoding="utf-8")
+            raw = self.state_path.read_bytes()  # bad UTF-8 is corruption, not a crash
         except FileNotFoundError:
             return self._from_journal(reason=None)
         except OSError as exc:
