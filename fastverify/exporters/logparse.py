@@ -29,9 +29,12 @@ Record = dict[str, Any]
 
 READY_TEXT = "The server is fired up and ready to roll"
 
-# `[2025-06-13 10:30:17 TP0] ` or `[2025-06-13 10:30:17 DP0 TP3] ` prefix (optional).
-_PREFIX = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[^\]]*?\bTP(\d+))?[^\]]*\] ")
-_KV = re.compile(r"\s*([^:,]+?): ([^,]*)")
+# the common shapes of both generations in one pass; anything else takes the generic path
+_DECODE_FAST = re.compile(
+    r" #running-req: (\d+), #token: (\d+), token usage: ([\d.]+), "
+    r"(?:accept len: ([\d.]+), )?(?:accept rate: ([\d.]+), )?(?:cuda graph: (True|False), )?"
+    r"gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+)(?:, )?$"
+)
 _NCCL_HEAD = re.compile(r"(?:^|\s)(\S+):(\d+):(\d+) \[(\d+)\] NCCL (INFO|WARN) ")
 _NCCL_ENV = re.compile(r"(NCCL_[A-Z0-9_]+) set by environment to (.*)$")
 _NCCL_VERSION = re.compile(r"NCCL version (\S+)")
@@ -67,43 +70,73 @@ _PREFILL_FIELDS: dict[str, tuple[str, type]] = {
 
 
 def _convert(raw: str, kind: type) -> Any:
-    raw = raw.strip()
     if kind is bool:
         return raw == "True"
-    if raw.endswith("%"):
-        raw = raw[:-1]
     try:
         return kind(raw)
     except ValueError:
+        raw = raw.rstrip("%")
         try:
-            return kind(float(raw))
+            return kind(raw) if kind is float else int(float(raw))
         except ValueError:
             return None
 
 
 def _fields(body: str, table: dict[str, tuple[str, type]], rec: Record) -> None:
-    extra: dict[str, str] = {}
-    for key, raw in _KV.findall(body):
+    """`key: value, key: value, ` -> typed fields; unknown keys kept as text in `extra`."""
+    extra: dict[str, str] | None = None
+    for part in body.split(", "):
+        key, sep, raw = part.partition(": ")
+        if not sep:
+            continue
+        key = key.strip()
+        raw = raw.strip().rstrip(",")
         spec = table.get(key)
-        if spec is None:
-            if raw.strip():
-                extra[key] = raw.strip()
-        else:
+        if spec is not None:
             rec[spec[0]] = _convert(raw, spec[1])
+        elif raw:
+            if extra is None:
+                extra = {}
+            extra[key] = raw
     if extra:
         rec["extra"] = extra
 
 
-def _prefix(line: str, rec: Record) -> None:
-    m = _PREFIX.search(line)
-    if m:
-        rec["time"] = m.group(1)
-        if m.group(2) is not None:
-            rec["tp_rank"] = int(m.group(2))
+def _prefix(head: str, rec: Record) -> None:
+    """`[2025-06-13 10:30:17 TP0] ` / `[... DP0 TP3 EP0] ` -> time and tp_rank (if any)."""
+    i = head.find("[")
+    j = head.find("]", i + 1)
+    if i < 0 or j < 0:
+        return
+    parts = head[i + 1 : j].split(" ")
+    if len(parts) < 2 or len(parts[0]) != 10 or parts[0][4:5] != "-":
+        return
+    rec["time"] = f"{parts[0]} {parts[1]}"
+    for part in parts[2:]:
+        if part.startswith("TP") and part[2:].isdigit():
+            rec["tp_rank"] = int(part[2:])
+            return
 
 
 def _decode(line: str, start: int) -> Record:
-    rec: Record = {
+    m = _DECODE_FAST.match(line, start + 13)
+    if m is not None:
+        r, tok, use, alen, arate, graph, gen, queue = m.groups()
+        rec: Record = {
+            "kind": "decode",
+            "running_reqs": int(r),
+            "token_count": int(tok),
+            "token_usage": float(use),
+            "accept_len": float(alen) if alen is not None else None,
+            "accept_rate": float(arate) if arate is not None else None,
+            "cuda_graph": (graph == "True") if graph is not None else None,
+            "gen_throughput": float(gen),
+            "queue_reqs": int(queue),
+        }
+        if start:
+            _prefix(line[:start], rec)
+        return rec
+    rec = {
         "kind": "decode",
         "running_reqs": None,
         "token_count": None,
@@ -115,7 +148,8 @@ def _decode(line: str, start: int) -> Record:
         "queue_reqs": None,
     }
     _fields(line[start + 13 :], _DECODE_FIELDS, rec)
-    _prefix(line[:start], rec)
+    if start:
+        _prefix(line[:start], rec)
     return rec
 
 
@@ -209,8 +243,8 @@ def parse_line(line: str) -> Record | None:
     """Return the record for one log line, or None when the line is not one we know."""
     if "NCCL" in line:
         rec = _nccl(line)
-        if rec is not None:
-            return rec
+        if rec is not None or " NCCL INFO " in line:
+            return rec  # an NCCL INFO line is never also a decode/prefill/ready line
     pos = line.find("Decode batch")
     if pos >= 0 and line[pos + 12 : pos + 13] in ",.":
         return _decode(line, pos)
