@@ -90,6 +90,7 @@ class StateStore:
             return self._from_journal(
                 reason=f"{self.state_path} is corrupted ({exc}); kept as {kept.name}"
             )
+        self.read_journal()  # report unreadable journal lines at start-up too
         return data
 
     def _keep_corrupt(self, path: Path) -> Path:
