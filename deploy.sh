@@ -256,23 +256,29 @@ render_unit() {
   else
     args+=(--compose-dir /etc/fastverify/compose)
   fi
-  if [ -x "$venv/bin/fastverifyctl" ]; then
-    "$venv/bin/fastverifyctl" "${args[@]}" 2> /dev/null
-  else # --dry-run before the venv exists: render from the checkout
-    PYTHONPATH="$here" python3 -m fastverify.ctl "${args[@]}" 2> /dev/null
+  if [ ! -x "$venv/bin/fastverifyctl" ]; then # --dry-run on a fresh host: no CLI yet
+    echo "would run: fastverifyctl ${args[*]} && install it as $unitdir/$unit"
+    return 0
   fi
+  "$venv/bin/fastverifyctl" "${args[@]}" 2> /dev/null
   install_file "$tmp/$unit" "$unitdir/$unit" 0644 generated
 }
 
 render_compose() {
-  local ctlbin=("$venv/bin/fastverifyctl")
-  [ -x "$venv/bin/fastverifyctl" ] || ctlbin=(env "PYTHONPATH=$here" python3 -m fastverify.ctl)
-  "${ctlbin[@]}" render compose --output-dir "$tmp/compose" --image "$image" 2> /dev/null
+  if [ ! -x "$venv/bin/fastverifyctl" ]; then # --dry-run on a fresh host: no CLI yet
+    echo "would run: fastverifyctl render compose --output-dir $etc/compose --image $image"
+    return 0
+  fi
+  "$venv/bin/fastverifyctl" render compose --output-dir "$tmp/compose" --image "$image" 2> /dev/null
   ensure_dir "$etc/compose" 0755
-  local f rel
+  local f rel d
   while IFS= read -r -d '' f; do
     rel=${f#"$tmp/compose/"}
-    ensure_dir "$(dirname "$etc/compose/$rel")" 0755
+    d=$(dirname "$etc/compose/$rel")
+    while [ "$d" != "$etc/compose" ]; do # every directory we create goes in the manifest
+      ensure_dir "$d" 0755
+      d=$(dirname "$d")
+    done
     install_file "$f" "$etc/compose/$rel" 0644 generated
   done < <(find "$tmp/compose" -type f -print0 | sort -z)
 }
@@ -328,14 +334,15 @@ do_install() {
       install -m 0644 "$tmp/manifest" "$manifest"
     fi
   fi
-  if [ "$changed" = 1 ]; then live_systemctl daemon-reload; fi
+  local files_changed=$changed
+  if [ "$files_changed" = 1 ]; then live_systemctl daemon-reload; fi
   if ! systemctl_is_enabled; then systemctl_ enable "$unit"; fi
   if [ "$start" = 1 ]; then
     # Type=notify (host mode): `start` returns once the daemon sent READY=1.
     live_systemctl start "$unit"
     if [ "$wait_ready" = 1 ] && [ "$dry_run" = 0 ]; then wait_for_ready; fi
   fi
-  if [ "$changed" = 0 ]; then echo "fastverify: already installed, nothing changed"; fi
+  if [ "$files_changed" = 0 ]; then echo "fastverify: already installed, nothing changed"; fi
 }
 
 systemctl_is_enabled() {
