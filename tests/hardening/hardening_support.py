@@ -1,0 +1,120 @@
+"""Shared helpers for tests/hardening (faults, concurrency, bad input, security).
+
+Knobs (environment):
+  FASTVERIFY_FULL=1          long variants (100+ kill -9 iterations, more hypothesis examples)
+  FASTVERIFY_KILL9_ITERS=N   override the number of kill -9 iterations
+  FASTVERIFY_SEED=N          seed of the random kill points (default 20261129)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+SHIPPED = REPO / "profiles"
+FULL = os.environ.get("FASTVERIFY_FULL", "") not in ("", "0")
+SEED = int(os.environ.get("FASTVERIFY_SEED", "20261129"))
+
+
+def engine_port(d: Any) -> int:
+    return int(d.server_url.rsplit(":", 1)[1])
+
+
+def engines_on_port(port: int) -> dict[int, list[int]]:
+    """Live processes started with `--port PORT` (our engines: server and TP workers), by pgid."""
+    groups: dict[int, list[int]] = {}
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        try:
+            ours = "--port" in cmd and cmd[cmd.index("--port") + 1] == str(port)
+            if ours and p.status() != psutil.STATUS_ZOMBIE:
+                groups.setdefault(os.getpgid(p.pid), []).append(p.pid)
+        except (psutil.Error, ProcessLookupError, IndexError):
+            continue
+    return groups
+
+
+def strict_journal(state_dir: Path) -> list[dict[str, Any]]:
+    """Every line of journal.jsonl parsed as a JSON object (AssertionError naming the line)."""
+    path = state_dir / "journal.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for n, line in enumerate(path.read_bytes().splitlines(), 1):
+        try:
+            rec = json.loads(line)
+        except ValueError as exc:
+            raise AssertionError(
+                f"{path}:{n}: unparsable journal line {line[:200]!r}: {exc}"
+            ) from None
+        assert isinstance(rec, dict), f"{path}:{n}: not an object: {line[:200]!r}"
+        out.append(rec)
+    return out
+
+
+def read_profile_env(name: str, dirs: list[Path] | None = None) -> dict[str, str]:
+    """NCCL env a profile file defines, read independently of fastverify.profiles: KEY=VALUE
+    lines, `# extends: base` resolved (base first), user dirs searched before shipped."""
+    for d in [*(dirs or []), SHIPPED]:
+        path = d / f"{name}.env"
+        if path.exists():
+            break
+    else:
+        raise FileNotFoundError(name)
+    env: dict[str, str] = {}
+    own: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("# extends:"):
+            env.update(read_profile_env(line.split(":", 1)[1].strip(), dirs))
+        elif line and not line.startswith("#") and "=" in line:
+            k, v = line.split("=", 1)
+            own[k] = v
+    env.update(own)
+    return env
+
+
+def nccl_env(pid: int) -> dict[str, str]:
+    env = psutil.Process(pid).environ()
+    return {k: v for k, v in env.items() if k.startswith("NCCL_")}
+
+
+def group_pids(pgid: int) -> list[int]:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (psutil.Error, ProcessLookupError):
+            continue
+    return out
+
+
+def mount_tmpfs(where: Path, size: str) -> bool:
+    """Mount a small tmpfs at `where` (root only); False when that is not possible here."""
+    if os.geteuid() != 0:
+        return False
+    where.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(where)],
+        capture_output=True,
+        check=False,
+    )
+    return r.returncode == 0
+
+
+def remount(where: Path, opts: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{opts}", str(where)], check=True)
+
+
+def umount(where: Path) -> None:
+    subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)

@@ -1,0 +1,382 @@
+"""Faults against a real fastverifyd on the sim engine: kill -9 at random points of switches,
+engine crash loops, a full or read-only state dir, corrupted state, signals during a load."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from hardening_support import (
+    FULL,
+    SEED,
+    engine_port,
+    engines_on_port,
+    group_pids,
+    mount_tmpfs,
+    nccl_env,
+    read_profile_env,
+    strict_journal,
+    umount,
+)
+
+from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+from tests.harness import DaemonHarness
+
+TARGETS = [
+    ("ring-ll", "baseline"),
+    ("ring-simple", "eagle3"),
+    ("ring-ll-8ch", "baseline"),
+    ("tree-ll", "baseline"),  # fails CUDA-graph capture after the load: a rollback
+    ("tree-ll-eager", "eagle3"),
+    ("nccl-default", "eagle3"),
+]
+
+
+def settle(d: DaemonHarness, timeout: float = 40.0) -> dict:
+    """Wait until the daemon is READY or FAILED with no operation in flight."""
+
+    def stable() -> dict | None:
+        if d.proc is not None and d.proc.poll() is not None:
+            raise AssertionError(
+                f"fastverifyd exited ({d.proc.returncode}):\n{d.log_text()[-3000:]}"
+            )
+        try:
+            st = d.status()
+        except (DaemonUnavailable, ApiError, OSError, ValueError):
+            return None
+        return st if st["state"] in ("READY", "FAILED") and not st["switch_in_flight"] else None
+
+    return d.wait_for(stable, timeout, "a settled state (READY/FAILED, nothing in flight)")
+
+
+def check_consistent(d: DaemonHarness, st: dict, what: str) -> None:
+    """Exactly the engine the state says, the files parse, nothing else of ours runs."""
+    port = engine_port(d)
+    journal = strict_journal(d.state_dir)  # every line parses
+    groups = engines_on_port(port)
+    assert st["state"] == "READY", f"{what}: daemon came back {st['state']}: {st['last_failure']}"
+    saved = json.loads((d.state_dir / "state.json").read_text())
+    assert (saved["profile"], saved["mode"]) == (st["profile"], st["mode"]), what
+    pidfile = json.loads((d.state_dir / "engine.pid").read_text())
+    eng = st["engine"]
+    assert pidfile["pid"] == eng["pid"] and pidfile["pgid"] == eng["pgid"], what
+    assert list(groups) == [eng["pgid"]], f"{what}: engine groups on the port: {groups}"
+    members = groups[eng["pgid"]]
+    assert len(members) == 2, f"{what}: server + 1 TP worker expected, got {members}"
+    want = read_profile_env(st["profile"], [d.profile_dir])
+    for pid in members:
+        env = psutil.Process(pid).environ()
+        assert env.get("FASTVERIFY_ENGINE_ID") == pidfile["engine_id"], what
+        assert nccl_env(pid) == want, f"{what}: pid {pid} runs {nccl_env(pid)}, wants {want}"
+    eagle = "--speculative-algorithm" in psutil.Process(eng["pid"]).cmdline()
+    assert eagle == (st["mode"] == "eagle3"), what
+    served = [
+        r.get("serving")
+        for r in journal
+        if r.get("type") == "switch" and r.get("result") in ("ok", "rolled_back")
+    ]
+    assert served, f"{what}: no successful operation in the journal"
+    assert served[-1] == {"profile": st["profile"], "mode": st["mode"]}, what
+
+
+def test_kill9_at_random_points_of_switches(tmp_path: Path) -> None:
+    iters = int(os.environ.get("FASTVERIFY_KILL9_ITERS") or (120 if FULL else 10))
+    rng = random.Random(SEED)
+    d = DaemonHarness(tmp_path, sim_load_seconds=0.3, metrics=False, start=False)
+    port = engine_port(d)
+    try:
+        d.start()
+        for i in range(iters):
+            name, mode = rng.choice(TARGETS)
+            delay = rng.uniform(0.0, 2.5)
+            what = (
+                f"iteration {i} (FASTVERIFY_SEED={SEED}): {name}/{mode}, kill -9 at {delay:.3f} s"
+            )
+            with contextlib.suppress(ApiError):
+                d.client.post("/v1/profile", {"name": name, "mode": mode, "wait": False})
+            time.sleep(delay)
+            d.kill9()
+            d.restart_daemon(wait_ready=False)
+            st = settle(d)
+            check_consistent(d, st, what)
+        assert d.stop() == 0
+        assert engines_on_port(port) == {}, "an engine survived the final SIGTERM"
+    finally:
+        d.close()
+
+
+def backoff_delays(log_text: str) -> list[float]:
+    """The announced restart delays, in order ("restarting P/M in X s (crash n/burst)")."""
+    return [float(x) for x in re.findall(r"restarting \S+ in ([0-9.]+) s \(crash", log_text)]
+
+
+def test_crash_loop_backoff_burst_failed_then_recovers(tmp_path: Path) -> None:
+    burst, b0, bmax = 3, 0.2, 0.5
+    cfg = {
+        "daemon": {
+            "restart_burst": burst,
+            "restart_backoff_s": [b0, bmax],
+            "restart_window_s": 120,
+        }
+    }
+    with DaemonHarness(tmp_path, config=cfg, metrics=False) as d:
+        flaky = d.profile_dir / "flaky.env"
+        flaky.write_text("# description: Ring/LL, later broken\nNCCL_ALGO=Ring\nNCCL_PROTO=LL\n")
+        r = d.ctl("profile", "set", "flaky", "-q")
+        assert r.returncode == 0, r.stdout + r.stderr
+        # The cause: the profile now says Tree, which the engine cannot capture CUDA graphs with.
+        flaky.write_text("# description: Ring/LL, later broken\nNCCL_ALGO=Tree\nNCCL_PROTO=LL\n")
+        answered, errors, states = 0, [], set()
+        stop = threading.Event()
+
+        def poll() -> None:
+            nonlocal answered
+            c = ControlClient(d.socket, timeout=5)
+            while not stop.is_set():
+                try:
+                    states.add(c.get("/v1/status")["state"])
+                    answered += 1
+                except Exception as exc:  # any failure to answer is a finding
+                    errors.append(repr(exc))
+                time.sleep(0.02)
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        try:
+            os.kill(d.engine_pid(), signal.SIGKILL)
+            st = d.wait_for(
+                lambda: (s := d.status())["state"] == "FAILED" and not s["switch_in_flight"] and s,
+                40,
+                "FAILED after the burst",
+            )
+        finally:
+            stop.set()
+            poller.join(10)
+        assert errors == [] and answered > 10, (errors, answered)
+        assert {"BACKOFF", "STARTING", "FAILED"} <= states, states
+        lf = st["last_failure"]
+        assert lf["reason"] == "cuda_graph_capture" and lf.get("crash_loop") is True, lf
+        assert f"burst limit {burst}" in lf["message"], lf
+        assert st["restarts"]["by_reason"] == {"exited(-9)": 1, "cuda_graph_capture": burst}
+        assert st["engine"]["pid"] is None
+        assert engines_on_port(engine_port(d)) == {}, "a failed engine was left running"
+        journal = strict_journal(d.state_dir)
+        delays = backoff_delays(d.log_text())
+        assert delays == [min(b0 * 2**k, bmax) for k in range(burst)], delays
+        # Each restart waited out its delay: BACKOFF -> STARTING no sooner than announced.
+        trans = [r for r in journal if r.get("type") == "transition"]
+        waits = [
+            b["ts"] - a["ts"]
+            for a, b in itertools.pairwise(trans)
+            if a["to"] == "BACKOFF" and b["to"] == "STARTING"
+        ]
+        assert len(waits) == burst, trans
+        for waited, announced in zip(waits, delays, strict=True):
+            assert waited >= announced * 0.9, (waits, delays)
+        assert len([r for r in journal if r.get("type") == "crash"]) == burst + 1
+        r = d.ctl("status")
+        assert r.returncode == 0 and "FAILED" in r.stdout, r.stdout + r.stderr
+        hist = d.client.get("/v1/history")
+        assert hist[-1]["kind"] == "crash_restart" and hist[-1]["result"] == "failed"
+        # The cause goes away: the next restart serves again.
+        flaky.write_text("# description: Ring/LL, fixed\nNCCL_ALGO=Ring\nNCCL_PROTO=LL\n")
+        r = d.ctl("restart")
+        assert r.returncode == 0, r.stdout + r.stderr
+        st = d.status()
+        assert (st["state"], st["profile"]) == ("READY", "flaky")
+        assert nccl_env(st["engine"]["pid"]) == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}
+
+
+def _fill(path: Path) -> None:
+    with open(path, "wb") as fh:
+        chunk = b"\0" * 65536
+        with contextlib.suppress(OSError):
+            while True:
+                fh.write(chunk)
+                fh.flush()
+
+
+@pytest.mark.parametrize("fault", ["full", "read-only"])
+def test_unwritable_state_dir_refuses_switch_and_keeps_serving(
+    tmp_path: Path, fault: str, record_property
+) -> None:
+    state = tmp_path / "state"
+    method = None
+    if mount_tmpfs(state, "16m"):
+        method = "tmpfs 16 MiB" + (" + chattr +i" if fault == "read-only" else " filled")
+    elif fault == "read-only" and os.geteuid() != 0:
+        method = "permissions (chmod 0555)"
+    elif fault == "read-only":
+        method = "chattr +i"
+    else:
+        pytest.skip("a full file system needs a small tmpfs (mount as root); none available")
+    record_property("fault_method", method)
+    print(f"state dir {fault}: simulated with {method}")
+    try:
+        with DaemonHarness(tmp_path, metrics=False) as d:
+            before = d.status()
+            pid = before["engine"]["pid"]
+            saved = (d.state_dir / "state.json").read_bytes()
+            journal = (d.state_dir / "journal.jsonl").read_bytes()
+            filler = state / "filler"
+            if fault == "full":
+                _fill(filler)
+                expect = "No space left"
+            elif method.startswith("permissions"):
+                state.chmod(0o555)
+                expect = "Permission denied"
+            else:
+                subprocess.run(["chattr", "+i", str(state)], check=True)
+                expect = "Operation not permitted"
+            try:
+                for path, body in (
+                    ("/v1/profile", {"name": "ring-ll"}),
+                    ("/v1/mode", {"mode": "eagle3"}),
+                    ("/v1/restart", {}),
+                ):
+                    with pytest.raises(ApiError) as err:
+                        d.client.post(path, body)
+                    assert err.value.status == 507, (path, err.value.body)
+                    msg = err.value.body["error"]
+                    assert str(state) in msg and expect in msg and "refused" in msg, msg
+                r = d.ctl("profile", "set", "ring-ll")
+                assert r.returncode != 0 and "not writable" in r.stderr, r.stdout + r.stderr
+                after = d.status()
+                assert (after["state"], after["profile"]) == ("READY", before["profile"])
+                assert after["engine"]["pid"] == pid and psutil.pid_exists(pid)
+                assert (d.state_dir / "state.json").read_bytes() == saved
+                assert (d.state_dir / "journal.jsonl").read_bytes() == journal
+            finally:
+                if fault == "read-only" and method.startswith("permissions"):
+                    state.chmod(0o755)
+                elif fault == "read-only":
+                    subprocess.run(["chattr", "-i", str(state)], check=False)
+                with contextlib.suppress(FileNotFoundError):
+                    filler.unlink()
+            # The cause goes away: the same switch now goes through.
+            r = d.ctl("profile", "set", "ring-ll", "-q")
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert d.status()["profile"] == "ring-ll"
+    finally:
+        if method and method.startswith("tmpfs"):
+            umount(state)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "state-truncated",
+        "state-garbage",
+        "state-wrong-type",
+        "journal-torn",
+        "journal-binary",
+        "both",
+        "state-empty-journal-gone",
+    ],
+)
+def test_corrupted_state_or_journal_recovered(tmp_path: Path, damage: str) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        assert d.ctl("profile", "set", "ring-simple", "--mode", "eagle3", "-q").returncode == 0
+        assert d.stop() == 0
+        sp, jp = d.state_dir / "state.json", d.state_dir / "journal.jsonl"
+        good = sp.read_bytes()
+        if damage in ("state-truncated", "both"):
+            sp.write_bytes(good[: len(good) // 2])
+        if damage == "state-garbage":
+            sp.write_bytes(b"\xff\xfe\x00garbage\x00")
+        if damage == "state-wrong-type":
+            sp.write_text('{"profile": 42, "mode": ["x"]}')
+        if damage in ("journal-torn", "both"):
+            with open(jp, "ab") as fh:
+                fh.write(b'{"type": "switch", "profile": "tre')
+        if damage == "journal-binary":
+            with open(jp, "ab") as fh:
+                fh.write(os.urandom(300).replace(b"\n", b"") + b"\n")
+        if damage == "state-empty-journal-gone":
+            sp.write_bytes(b"")
+            jp.unlink()
+        d._closed = False
+        d.restart_daemon()
+        st = d.status()
+        found = " | ".join(st["findings"])
+        if damage.startswith("state") or damage == "both":
+            assert "corrupted" in found and "state.json" in found, found
+            assert list(d.state_dir.glob("state.json.corrupt-*")), "the damaged file is kept"
+        if damage.startswith("journal") or damage == "both":
+            assert "unreadable line" in found, found
+        if damage == "state-empty-journal-gone":
+            assert "starting from defaults" in found, found
+            assert (st["state"], st["profile"]) == ("READY", "nccl-default")
+        else:
+            assert (st["state"], st["profile"], st["mode"]) == ("READY", "ring-simple", "eagle3")
+        assert "state.json" in d.log_text() or damage.startswith("journal")
+        json.loads(sp.read_text())  # rewritten whole
+        # New records start on their own line after a torn one.
+        r = d.ctl("profile", "set", "ring-ll", "-q")
+        assert r.returncode == 0, r.stdout + r.stderr
+        tail = jp.read_bytes().splitlines()[-3:]
+        for line in tail:
+            json.loads(line)
+
+
+def test_sigterm_during_model_load_stops_group_and_exits_0(tmp_path: Path) -> None:
+    d = DaemonHarness(tmp_path, sim_load_seconds=3.0, metrics=False, start=False)
+    try:
+        d.start(wait_ready=False)
+        st = d.wait_for(
+            lambda: (s := d.status())["state"] == "STARTING" and s["engine"]["pgid"] and s,
+            15,
+            "the engine loading",
+        )
+        pgid = st["engine"]["pgid"]
+        d.wait_for(lambda: len(group_pids(pgid)) == 2, 10, "server + TP worker")
+        time.sleep(0.5)  # inside the 3 s load
+        assert d.status()["state"] == "STARTING"
+        assert d.stop(timeout=20) == 0
+        assert group_pids(pgid) == [], "engine group survived SIGTERM during the load"
+        assert not d.socket.exists()
+        assert not (d.state_dir / "engine.pid").exists()
+        trans = [r for r in strict_journal(d.state_dir) if r.get("type") == "transition"]
+        assert trans[-1]["to"] in ("STOPPED", "FAILED"), trans[-3:]
+    finally:
+        d.close()
+
+
+def test_sighup_with_broken_config_keeps_old_one_says_why(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        pid = d.engine_pid()
+        good = d.config_path.read_text()
+        for broken, words in (
+            (good + "\n[daemon\n", str(d.config_path)),
+            (good.replace("restart_burst = 5", 'restart_burst = "many"'), "restart_burst"),
+            (good + '\n[server.env]\nNCCL_ALGO = "Tree"\n', "NCCL_ALGO"),
+            (good + "\n[bogus]\nx = 1\n", "bogus"),
+        ):
+            d.config_path.write_text(broken)
+            os.kill(d.pid, signal.SIGHUP)
+            st = d.wait_for(
+                lambda w=words: (
+                    (s := d.status())["config"]["error"] and w in s["config"]["error"] and s
+                ),
+                10,
+                f"reload refused naming {words}",
+            )
+            assert "keeping the previous configuration" in st["config"]["error"]
+            assert st["state"] == "READY" and st["engine"]["pid"] == pid
+            assert words in d.log_text()
+        # The old configuration is still in force: a switch works with it.
+        d.config_path.write_text(good)
+        os.kill(d.pid, signal.SIGHUP)
+        d.wait_for(lambda: d.status()["config"]["error"] is None, 10, "reload ok")
+        assert d.ctl("profile", "set", "ring-ll", "-q").returncode == 0
