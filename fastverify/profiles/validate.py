@@ -137,7 +137,9 @@ def check_value(var: nccl_vars.NcclVar, value: str) -> tuple[str, str] | None:
     if k in ("int", "switch", "bytes", "nthreads"):
         if not _INT_RE.fullmatch(value):
             hint = ""
-            if re.fullmatch(r"0[0-7]+", value):
+            if len(value) > 24:  # no numeric hint (str() of a huge int raises)
+                hint = f" ({len(value)} characters)"
+            elif re.fullmatch(r"0[0-7]+", value):
                 hint = f"; NCCL reads {value} as octal {int(value, 8)}"
             elif re.fullmatch(r"0[xX][0-9a-fA-F]+", value):
                 hint = f"; write {int(value, 16)}"
@@ -148,6 +150,11 @@ def check_value(var: nccl_vars.NcclVar, value: str) -> tuple[str, str] | None:
             return (
                 "error",
                 f"{value!r} is not a plain integer{hint} (expected {var.describe_values()})",
+            )
+        if len(value.lstrip("+-")) > 19:  # NCCL reads int64; int() refuses >4300 digits
+            return (
+                "error",
+                f"{value[:24]}... is {len(value)} digits long (NCCL reads 64-bit integers)",
             )
         n = int(value)
         if k == "switch" and value not in ("0", "1"):
