@@ -54,8 +54,9 @@ def _int_list(text: str, what: str) -> tuple[int, ...]:
 class _Progress:
     """A rich progress bar on a terminal, plain lines on stderr otherwise (or nothing)."""
 
-    def __init__(self, description: str, total: float | None, enabled: bool = True):
+    def __init__(self, description: str, total: float | None, enabled: bool = True, unit: str = ""):
         self.description = description
+        self.unit = unit
         self.total = total
         self.enabled = enabled
         self.tty = enabled and sys.stderr.isatty()
@@ -90,7 +91,8 @@ class _Progress:
         if now - self._last_line >= 5.0:
             self._last_line = now
             total = f"/{self.total:g}" if self.total else ""
-            click.echo(f"{self.description}: {completed:g}{total} {info}".rstrip(), err=True)
+            line = f"{self.description}: {completed:.0f}{total} {self.unit} {info}"
+            click.echo(" ".join(line.split()), err=True)
 
     def note(self, line: str) -> None:
         if not self.enabled:
@@ -209,12 +211,12 @@ def bench(
         else:
             total = n_requests if n_requests else duration
             what = "requests" if n_requests else "seconds"
-            with _Progress(f"bench {cfg.url}", total) as bar:
+            with _Progress(f"bench {cfg.url}", total, unit=what) as bar:
 
                 def progress(done: int, elapsed: float) -> None:
                     bar.update(
                         done if n_requests else min(elapsed, duration or 0.0),
-                        f"{done} requests" if not n_requests else "",
+                        f"({done} requests done)" if not n_requests else "",
                     )
 
                 bar.note(
@@ -521,7 +523,7 @@ def sweep(
     )  # fmt: skip
     client = ControlClient(ctx.obj.get("socket") if ctx.obj else None, timeout=switch_timeout)
     planned = len(profiles) * repeats + then_eagle3 * repeats
-    with _Progress("sweep", planned) as bar:
+    with _Progress("sweep", planned, unit="measurements") as bar:
         done = {"n": 0}
 
         def event(line: str) -> None:

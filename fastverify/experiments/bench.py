@@ -235,7 +235,19 @@ async def _measure(
                 if progress:
                     progress(state["done"], time.perf_counter() - t0)
 
-        await asyncio.gather(*[client_loop() for _ in range(cfg.concurrency)])
+        async def ticker() -> None:
+            # Duration runs: move the progress bar while long requests stream.
+            while True:
+                await asyncio.sleep(0.5)
+                if progress:
+                    progress(state["done"], time.perf_counter() - t0)
+
+        tick = asyncio.ensure_future(ticker()) if progress and deadline is not None else None
+        try:
+            await asyncio.gather(*[client_loop() for _ in range(cfg.concurrency)])
+        finally:
+            if tick is not None:
+                tick.cancel()
         t_end = deadline if deadline is not None else time.perf_counter()
         accept = await _accept_length(client, url)
         return records, t0, t_end, accept
