@@ -119,6 +119,14 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("api: " + format, *args)
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Errors http.server raises itself (bad request line, header too long, unknown method)
+        are JSON like every other error; an unknown method is 405 (the API has GET and POST)."""
+        self.close_connection = True
+        if code == 501:
+            code, message = 405, f"{message or 'unsupported method'} (use GET or POST)"
+        self._send_json(code, {"error": message or self.responses.get(code, ("error",))[0]})
+
     # --------------------------------------------------------------- plumbing
     def _send_json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
         payload = (json.dumps(data, default=str) + "\n").encode()
