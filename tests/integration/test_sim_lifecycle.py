@@ -4,11 +4,14 @@ and TP workers that never outlive the server (SIGTERM and SIGKILL)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -181,3 +184,43 @@ def test_port_is_free_again_after_exit() -> None:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))
+
+
+def test_worker_death_fails_the_server_like_sglang() -> None:
+    sim = SimProcess(tp=3, eagle3=False, load=0.2)
+    try:
+        sim.wait_ready()
+        workers = children_of(sim.pid)
+        assert len(workers) == 2
+        os.kill(workers[1], signal.SIGKILL)
+        assert sim.wait_exit(5) == 1
+        assert "Received sigquit from a child process" in sim.text()
+        assert wait_gone(workers, 3.0) == []
+    finally:
+        sim.stop()
+
+
+def _drain(sim: SimProcess) -> None:
+    with contextlib.suppress(Exception):  # the server goes away mid-stream
+        for _ in sim.stream(
+            "/generate", {"text": "x", "stream": True, "sampling_params": {"max_new_tokens": 400}}
+        ):
+            pass
+
+
+def test_sigterm_is_never_missed_under_load() -> None:
+    """SIGTERM may be delivered to any thread; the server must still stop promptly."""
+    for _ in range(6):
+        sim = SimProcess(tp=2, eagle3=True, load=0.05, extra=["--decode-log-interval", "2"])
+        try:
+            sim.wait_ready()
+            clients = [threading.Thread(target=_drain, args=(sim,), daemon=True) for _ in range(4)]
+            for c in clients:
+                c.start()
+            sim.wait_line("Decode batch, ")
+            t0 = time.monotonic()
+            sim.proc.send_signal(signal.SIGTERM)
+            assert sim.wait_exit(3) == 0
+            assert time.monotonic() - t0 < 2.0
+        finally:
+            sim.stop()

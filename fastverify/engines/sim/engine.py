@@ -24,6 +24,7 @@ from fastverify.engines.sim.metrics import SimMetrics
 from fastverify.engines.sim.profiler import Profiler, write_cycles
 from fastverify.engines.sim.scheduler import Request, Scheduler
 from fastverify.engines.sim.server import App, SimHTTPServer
+from fastverify.engines.sim.wakeup import StopFlag
 from fastverify.engines.sim.workers import WorkerPool
 
 SIM_VERSION = "0.5.23-fastverify-sim"
@@ -75,12 +76,19 @@ class SimEngine:
     def __init__(self, args: cli_args.SimArgs):
         self.args = args
         self.log = sglang_logs.LogWriter(sys.stdout, args.log_level)
-        self.stop_event = threading.Event()
+        self._stop_flag: StopFlag | None = None  # created in run(), after forking
         self.workers: WorkerPool | None = None
         self.settings = ncclenv.resolve(os.environ)
         self.started = time.time()
+        self.failure: str | None = None
 
     # --------------------------------------------------------------- helpers
+    @property
+    def stop_event(self) -> StopFlag:
+        if self._stop_flag is None:
+            raise RuntimeError("stop flag used before run()")
+        return self._stop_flag
+
     def _sleep(self, seconds: float) -> None:
         if seconds > 0 and self.stop_event.wait(seconds):
             raise _Stop
@@ -91,6 +99,24 @@ class SimEngine:
             self.workers.broadcast({"cmd": "log", "msg": msg, "level": level})
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        self.stop_event.set()
+
+    def _on_child(self, signum: int, frame: Any) -> None:
+        """A TP worker exited: unless we are stopping, the server fails (as SGLang does)."""
+        if self.stop_event.is_set() or self.workers is None:
+            return
+        for pid in self.workers.pids:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                self.failure = f"TP worker (pid {pid}) exited"
+                self.stop_event.set()
+                return
+
+    def _on_crash(self) -> None:
+        self.failure = "scheduler crashed"
         self.stop_event.set()
 
     def server_args_repr(self) -> str:
@@ -273,6 +299,17 @@ class SimEngine:
             "note": BANNER,
         }
 
+    def _exit_status(self) -> int:
+        if self.failure is None:
+            return 0
+        self.log.log(
+            f"Received sigquit from a child process. It usually means the child failed. "
+            f"({self.failure})",
+            None,
+            "error",
+        )
+        return 1
+
     # --------------------------------------------------------------- run
     def run(self) -> int:
         a = self.args
@@ -284,8 +321,10 @@ class SimEngine:
         sys.stdout.flush()
         if a.tp_size > 1:
             self.workers = WorkerPool.fork(a.tp_size - 1, _worker_handler(self.log))
+        self._stop_flag = StopFlag()
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGCHLD, self._on_child)
         httpd: SimHTTPServer | None = None
         app = App(
             model_info=self.model_info(),
@@ -342,6 +381,7 @@ class SimEngine:
                 metrics=self.metrics,
                 seed=a.seed,
                 on_cycle=self.profiler.on_cycle,
+                on_crash=self._on_crash,
             )
             self.log.log(
                 "max_total_num_tokens=1048576, chunked_prefill_size=8192, "
@@ -369,13 +409,11 @@ class SimEngine:
                     raise _Stop
             app.ready.set()
             self.log.log(sglang_logs.READY_LINE, None)
-            # A timed wait: SIGTERM may land on another thread, which would not wake an
-            # untimed lock wait in the main thread (the handler would never run).
-            while not self.stop_event.wait(0.2):
-                pass
-            return 0
+            # StopFlag wakes this wait even when SIGTERM lands on another thread (see wakeup.py)
+            self.stop_event.wait()
+            return self._exit_status()
         except _Stop:
-            return 0
+            return self._exit_status()
         except RuntimeError:
             self.log.log(
                 "Received sigquit from a child process. It usually means the child failed.",
@@ -384,6 +422,7 @@ class SimEngine:
             )
             return 1
         finally:
+            self.stop_event.set()  # from here on, worker exits are expected
             if httpd is not None:
                 httpd.shutdown()
                 httpd.server_close()

@@ -17,6 +17,7 @@ import queue
 import random
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -77,6 +78,7 @@ class Scheduler(threading.Thread):
         metrics: SimMetrics | None,
         seed: int = 0,
         on_cycle: Callable[[int, int], None] | None = None,
+        on_crash: Callable[[], None] | None = None,
     ):
         super().__init__(name="sim-scheduler", daemon=True)
         self.env = dict(env)
@@ -91,6 +93,8 @@ class Scheduler(threading.Thread):
         self.log = log
         self.metrics = metrics
         self.on_cycle = on_cycle
+        self.on_crash = on_crash
+        self.crashed = False
         self._rng = random.Random(seed)
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -140,6 +144,17 @@ class Scheduler(threading.Thread):
 
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
+        try:
+            self._loop()
+        except Exception:
+            self.log.log(
+                "Scheduler hit an exception: " + traceback.format_exc().rstrip(), 0, "error"
+            )
+            self.crashed = True
+            if self.on_crash is not None:
+                self.on_crash()
+
+    def _loop(self) -> None:
         deadline = time.monotonic()
         while not self._stop.is_set():
             with self._cond:
