@@ -124,11 +124,13 @@ class MetricsHub:
         clock: Callable[[], float] = time.time,
         rate_window_s: float = 10.0,
         observation_ttl_s: float = 120.0,
+        log_fresh_s: float = 30.0,
     ) -> None:
         self._lock = threading.Lock()
         self._clock = clock
         self.rate_window_s = rate_window_s
         self.observation_ttl_s = observation_ttl_s
+        self.log_fresh_s = log_fresh_s
         self.version = 0
         # engine identity
         self._engine_up: bool | None = None
@@ -383,10 +385,14 @@ class MetricsHub:
             self._ready_seen = True
 
     def _latest_observation(self, now: float) -> Observation | None:
+        """The decode log line while one arrived within `log_fresh_s` (one line is one
+        consistent reading of requests, accept length and throughput), else the newest
+        /metrics poll, else nothing (older than `observation_ttl_s`)."""
+        log_obs, met = self._obs_log, self._obs_metrics
+        if log_obs is not None and now - log_obs.at <= self.log_fresh_s:
+            return log_obs
         cands = [
-            o
-            for o in (self._obs_log, self._obs_metrics)
-            if o is not None and now - o.at <= self.observation_ttl_s
+            o for o in (log_obs, met) if o is not None and now - o.at <= self.observation_ttl_s
         ]
         return max(cands, key=lambda o: o.at) if cands else None
 

@@ -250,3 +250,18 @@ def test_inspector_summary_counts(hub: MetricsHub) -> None:
     s = scrape(hub)
     pm = {"profile": "ring-ll", "mode": "eagle3"}
     assert value(s, "fastverify_allreduce_calls_total", source="inspector", **pm) == 366
+
+
+def test_fresh_decode_line_wins_over_polls_then_polls_take_over() -> None:
+    clock = Clock()
+    hub = MetricsHub(clock=clock, log_fresh_s=30.0)
+    hub.set_engine(True, "ring-ll", "eagle3", {}, "sim", None)
+    pm = {"profile": "ring-ll", "mode": "eagle3"}
+    hub.on_log_line(DECODE.format(r=1, a="2.00", g="80.00"))
+    clock.t += 1
+    hub.on_sglang_metrics({"spec_accept_length": 0.0, "num_running_reqs": 0.0})  # idle poll
+    assert value(scrape(hub), "fastverify_spec_accept_length", **pm) == 2.0
+    clock.t += 31  # no decode line for 30 s: the server went idle
+    hub.on_sglang_metrics({"spec_accept_length": 1.5, "num_running_reqs": 0.0})
+    assert value(scrape(hub), "fastverify_spec_accept_length", **pm) == 1.5
+    assert value(scrape(hub), "fastverify_running_requests", **pm) == 0.0
