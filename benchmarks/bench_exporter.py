@@ -287,21 +287,25 @@ def trace_child(method: str, path: str) -> None:
         ex = traces.exact_events(path)
         r = traces.analyze_extract(ex, 0)
         result = (r["verify_passes"], r["allreduce_per_verify"])
-    else:  # naive: stdlib json.load + a loop over every event
+    else:  # naive: stdlib json.load + a Python loop over every event; same analysis after
+        from fastverify.exporters import traces
+
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt") as fh:
             doc = json.load(fh)
-        spans, kernels = [], []
+        ex = traces.Extract()
         for ev in doc["traceEvents"]:
             if ev.get("ph") != "X":
                 continue
-            if ev.get("cat") == "gpu_user_annotation" and "TARGET_VERIFY" in ev["name"]:
-                spans.append((ev["pid"], ev["ts"], ev["ts"] + ev["dur"]))
-            elif ev.get("cat") == "kernel" and ev["name"].startswith("ncclDevKernel_AllReduce"):
-                kernels.append((ev["pid"], ev["ts"]))
-        n = sum(1 for d, ts in kernels for (sd, a, b) in spans if d == sd and a <= ts < b) \
-            if len(spans) * len(kernels) < 5e7 else -1  # fmt: skip
-        result = (len(spans), n / len(spans) if spans else 0)
+            cat = ev.get("cat")
+            if cat == "gpu_user_annotation":
+                ex.spans.append(traces.Span(ev["pid"], ev["ts"], ev["dur"], ev["name"], True))
+            elif cat == "user_annotation":
+                ex.spans.append(traces.Span(None, ev["ts"], ev["dur"], ev["name"], False))
+            elif cat == "kernel" and traces.is_allreduce_kernel(ev["name"]):
+                ex.kernels.append(traces.Kernel(ev["pid"], ev["ts"], ev["dur"], ev["name"]))
+        r = traces.analyze_extract(ex, 0)
+        result = (r["verify_passes"], r["allreduce_per_verify"])
     dt = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"seconds": dt, "max_rss_bytes": rss, "result": result}))
