@@ -1,0 +1,234 @@
+"""The host-mode unit under real systemd: a Debian bookworm container booted with
+systemd-nspawn, where `deploy.sh install --mode host` installs fastverify from wheels (its own
+venv), renders and installs fastverifyd.service, and systemd runs fastverifyd on the sim
+engine. Checked: active only after READY=1, the STATUS= line in `systemctl status`, the
+watchdog fed, a kill -9 of the daemon restarted by systemd, `systemctl stop` leaves no engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import need_root_tools, run, unavailable
+
+pytestmark = [pytest.mark.container, pytest.mark.slow]
+
+ENV = ["env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+       "LANG=C.UTF-8", "HOME=/root"]  # fmt: skip
+WATCHDOG_S = 4
+
+
+class Machine:
+    """A booted nspawn container; `sh()` runs a command inside all its namespaces."""
+
+    def __init__(self, root: Path, proc: subprocess.Popen, log: Path):
+        self.root, self.proc, self.log = root, proc, log
+        self.leader = 0
+
+    def find_leader(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+            with contextlib.suppress(FileNotFoundError):
+                pids = children.read_text().split()
+                if pids:
+                    self.leader = int(pids[0])
+                    return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        unavailable(f"systemd-nspawn did not boot: {self.log.read_text()[-2000:]}")
+
+    def sh(self, script: str, *, check: bool = True, timeout: float = 120):
+        cmd = ["nsenter", "-t", str(self.leader), "-a", *ENV, "/bin/sh", "-c", script]
+        return run(cmd, check=check, timeout=timeout)
+
+    def show(self, *props: str) -> dict[str, str]:
+        args = " ".join(f"-p {p}" for p in props)
+        out = self.sh(f"systemctl show {args} fastverifyd.service").stdout
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    def daemon_status(self) -> dict:
+        proc = self.sh("fastverifyctl status --json", check=False, timeout=20)
+        try:
+            return json.loads(proc.stdout) if proc.returncode == 0 else {}
+        except ValueError:
+            return {}
+
+    def poweroff(self) -> None:
+        if self.proc.poll() is None and self.leader:
+            self.sh("systemctl poweroff", check=False, timeout=30)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=30)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # nspawn: clean shutdown of the container
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.25):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def machine(bookworm_rootfs: Path, repo_snapshot: Path, wheelhouse: Path) -> Iterator[Machine]:
+    need_root_tools("systemd-nspawn", "nsenter", "mount")
+    work = Path(f"/tmp/fvnspawn-{os.getpid()}")
+    upper, lower_work, merged = work / "upper", work / "work", work / "root"
+    for d in (upper, lower_work, merged):
+        d.mkdir(parents=True)
+    opts = f"lowerdir={bookworm_rootfs},upperdir={upper},workdir={lower_work}"
+    mounted = run(["mount", "-t", "overlay", "overlay", "-o", opts, str(merged)], check=False)
+    if mounted.returncode != 0:
+        shutil.rmtree(work, ignore_errors=True)
+        unavailable(f"overlay mount failed: {mounted.stderr.strip()}")
+    machine = None
+    try:
+        shutil.copytree(repo_snapshot, merged / "opt/src", ignore=shutil.ignore_patterns(".whl"))
+        shutil.copytree(wheelhouse, merged / "opt/wheels")
+        for d in ("models/model", "models/draft"):
+            (merged / d).mkdir(parents=True)
+        log = work / "nspawn.log"
+        with open(log, "w") as fh:
+            proc = subprocess.Popen(
+                ["systemd-nspawn", "--register=no", "--keep-unit", "--quiet",
+                 "--console=passive", "-D", str(merged), "-b"],
+                stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        machine = Machine(merged, proc, log)
+        deadline = time.monotonic() + 90
+        state = ""
+        while state not in ("running", "degraded"):
+            # The first child may still be nspawn's own until systemd has exec'd: re-find it.
+            machine.find_leader()
+            booted = machine.sh("systemctl is-system-running --wait", check=False, timeout=90)
+            state = booted.stdout.strip()
+            if time.monotonic() > deadline:
+                raise AssertionError(f"machine did not boot: {state} {booted.stderr}")
+            time.sleep(0.2)
+        yield machine
+    finally:
+        if machine is not None:
+            machine.poweroff()
+        run(["umount", str(merged)], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def installed(machine: Machine) -> Machine:
+    """deploy.sh install --mode host inside the machine; started by the tests themselves."""
+    machine.sh(
+        "/opt/src/deploy.sh install --mode host --engine auto --no-start "
+        "--pip-options '--no-index --find-links /opt/wheels'",
+        timeout=400,
+    )
+    # Test tuning in a drop-in (the operator's way): a short watchdog and a visible load.
+    machine.sh(
+        "mkdir -p /etc/systemd/system/fastverifyd.service.d && "
+        "printf '[Service]\\nWatchdogSec=%ss\\nExecStart=\\nExecStart=%s\\n' "
+        f"{WATCHDOG_S} '/opt/fastverify/bin/fastverifyd --config "
+        "/etc/fastverify/fastverifyd.toml --sim-load-seconds 3' "
+        "> /etc/systemd/system/fastverifyd.service.d/test.conf && systemctl daemon-reload"
+    )
+    return machine
+
+
+def test_unit_is_active_only_after_ready(installed: Machine) -> None:
+    m = installed
+    assert m.show("UnitFileState")["UnitFileState"] == "enabled"
+    m.sh("systemctl start --no-block fastverifyd.service")
+    samples: list[tuple[str, str]] = []
+
+    def sample() -> bool:
+        active = m.show("ActiveState")["ActiveState"]
+        state = m.daemon_status().get("state", "")
+        samples.append((active, state))
+        return active == "active" or active == "failed"
+
+    wait_until(sample, 90, "fastverifyd.service active", interval=0.1)
+    assert samples[-1][0] == "active", samples
+    assert ("activating", "STARTING") in samples or ("activating", "") in samples, samples
+    assert all(state == "READY" for active, state in samples if active == "active"), samples
+
+    # deploy.sh again: idempotent, and it waits for READY and prints the status.
+    out = m.sh(
+        "/opt/src/deploy.sh install --mode host --engine auto --wait-timeout 60 "
+        "--pip-options '--no-index --find-links /opt/wheels'",
+        timeout=300,
+    ).stdout
+    assert "nothing changed" in out and "state:      READY" in out
+
+
+def test_status_line_shows_in_systemctl_status(installed: Machine) -> None:
+    m = installed
+    wait_until(lambda: m.daemon_status().get("state") == "READY", 60, "READY")
+    text = wait_until(lambda: m.show("StatusText")["StatusText"], 20, "a STATUS= line")
+    assert "nccl-default" in text
+    out = m.sh("systemctl status --no-pager fastverifyd.service", check=False).stdout
+    assert f'Status: "{text}' in out
+
+
+def test_watchdog_is_fed(installed: Machine) -> None:
+    m = installed
+    before = m.show("MainPID", "NRestarts", "WatchdogUSec", "WatchdogTimestampMonotonic")
+    assert before["WatchdogUSec"] == f"{WATCHDOG_S}s"
+    time.sleep(WATCHDOG_S * 2.5)  # a starved watchdog would have killed it by now
+    after = m.show("ActiveState", "MainPID", "NRestarts", "WatchdogTimestampMonotonic")
+    assert after["ActiveState"] == "active"
+    assert after["MainPID"] == before["MainPID"] and after["NRestarts"] == before["NRestarts"]
+    assert int(after["WatchdogTimestampMonotonic"]) > int(before["WatchdogTimestampMonotonic"])
+
+
+def test_kill_9_of_the_daemon_is_restarted_by_systemd(installed: Machine) -> None:
+    m = installed
+    before = m.show("MainPID", "NRestarts")
+    old_engine = m.daemon_status()["engine"]["pid"]
+    m.sh(f"kill -9 {before['MainPID']}")
+    wait_until(
+        lambda: (s := m.show("ActiveState", "MainPID", "NRestarts"))["ActiveState"] == "active"
+        and s["MainPID"] != before["MainPID"],
+        60, "restart after kill -9",
+    )  # fmt: skip
+    after = m.show("MainPID", "NRestarts")
+    assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1
+    status = wait_until(
+        lambda: (s := m.daemon_status()).get("state") == "READY" and s, 60, "READY again"
+    )
+    assert status["engine"]["pid"] != old_engine
+    alive = m.sh(f"kill -0 {old_engine} 2>/dev/null && echo alive || echo gone").stdout.strip()
+    assert alive == "gone", "the killed daemon's engine was left running"
+
+
+def test_stop_leaves_no_engine_process(installed: Machine) -> None:
+    m = installed
+    engine = m.daemon_status()["engine"]["pid"]
+    # ('[f]' keeps grep and the shell running it out of the match)
+    assert m.sh("ps -eo pid,args | grep -c '[f]astverify.engines.sim'").stdout.strip() != "0"
+    m.sh("systemctl stop fastverifyd.service", timeout=150)
+    assert m.show("ActiveState")["ActiveState"] == "inactive"
+    left = m.sh("ps -eo pid,args | grep '[f]astverify' || true").stdout.strip()
+    assert left == "", left
+    assert m.sh(f"kill -0 {engine} 2>/dev/null && echo alive || echo gone").stdout.strip() == "gone"
+    assert (
+        m.sh("test -e /run/fastverify/control.sock && echo yes || echo no").stdout.strip() == "no"
+    )
