@@ -144,7 +144,7 @@ class LogTail:
         *,
         secrets: Iterable[str] = (),
         offset: int = 0,
-        interval: float = 0.05,
+        interval: float = 0.02,
     ):
         self.path = Path(path)
         self.on_line = on_line

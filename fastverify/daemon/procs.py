@@ -160,7 +160,7 @@ def _wait_gone(pgid: int, timeout: float, proc: subprocess.Popen | None) -> bool
         if time.monotonic() >= deadline:
             return False
         time.sleep(delay)
-        delay = min(delay * 1.5, 0.1)
+        delay = min(delay * 1.5, 0.02)
 
 
 def descendants(pid: int) -> list[psutil.Process]:

@@ -83,6 +83,7 @@ class Operation:
         self.result: dict[str, Any] | None = None
         self.cancel = threading.Event()
         self.verify: dict[str, Any] | None = None
+        self.phases: dict[str, float] = {}  # seconds per pipeline phase
         self._cond = threading.Condition()
 
     def describe(self) -> dict[str, Any]:
@@ -152,6 +153,7 @@ class EngineHandle:
     expected_exit: bool = False
     exit_code: int | None = None
     exited: threading.Event = field(default_factory=threading.Event)
+    wake: threading.Event = field(default_factory=threading.Event)  # ready line or exit
     progress: dict[str, Any] = field(default_factory=dict)
     nccl_debug_dir: Path | None = None
     ready_s: float | None = None
@@ -432,8 +434,10 @@ class Supervisor:
         mode = mode or self.active.get("mode") or self.cfg.server.mode
         if not queue:
             self._refuse_if_busy()
+        t0 = time.monotonic()
         profile, argv = self.resolve(name, mode, force)
         verdict = self.check_argv(argv)
+        validate_s = time.monotonic() - t0
         if verdict.ok is False:
             raise RequestError(
                 422, f"argv rejected for {name}/{mode}: {verdict.message}", argv=argv
@@ -445,6 +449,7 @@ class Supervisor:
             self._refuse_if_busy()
             raise RequestError(409, "another operation is in flight")
         op = Operation(kind, name, mode)
+        op.phases["validate"] = round(validate_s, 4)
         with self._lock:
             self.op = op
         op.emit("accepted", op=op.describe(), argv=logs.mask_argv(argv), check=verdict.to_dict())
@@ -453,6 +458,8 @@ class Supervisor:
 
     def _refuse_if_busy(self) -> None:
         op = self.op
+        if op is not None and op.result is None and self.state == State.READY:
+            op.wait(2.0)  # READY already: the operation is only writing its record
         if op is not None and op.result is None:
             raise RequestError(
                 409,
@@ -526,7 +533,9 @@ class Supervisor:
         )
         if op.kind in ("switch", "mode", "restart"):
             self._hub("on_restart", op.kind)
+        t0 = time.monotonic()
         self._stop_current(op, why=f"{op.kind} to {op.profile}/{op.mode}")
+        op.phases["stop"] = round(time.monotonic() - t0, 4)
         self._set_state(State.STARTING, f"{op.kind} {op.profile}/{op.mode}")
         with self._lock:
             self.active = {"profile": op.profile, "mode": op.mode}
@@ -644,6 +653,7 @@ class Supervisor:
                     psutil.Process(h.pid).wait()
             h.exit_code = code
             h.exited.set()
+            h.wake.set()
             self._on_exit(h)
 
         threading.Thread(target=run, name=f"watch-{h.pid}", daemon=True).start()
@@ -658,6 +668,7 @@ class Supervisor:
             h.progress = {"phase": phase, "percent": pct, "message": msg}
             if phase == "ready":
                 h.ready_line = True
+                h.wake.set()
             if op is not None and op.result is None:
                 op.emit("progress", phase=phase, percent=pct, message=msg)
         tps = logs.parse_throughput(line)
@@ -677,6 +688,7 @@ class Supervisor:
         deadline = h.started_mono + timeout_s
         last_extend = time.monotonic()
         while True:
+            h.wake.clear()
             if op.cancel.is_set() or self.shutting_down.is_set():
                 return Failure(
                     "cancelled", "operation cancelled (daemon shutting down)", log=str(h.log_path)
@@ -704,7 +716,7 @@ class Supervisor:
             if now - last_extend > 10:
                 self.notifier.extend_timeout(self.extend_seconds())
                 last_extend = now
-            h.exited.wait(0.02 if h.ready_line else 0.05)
+            h.wake.wait(0.02 if h.ready_line else 0.1)
 
     def _verify(self, op: Operation, h: EngineHandle) -> tuple[Failure | None, dict[str, Any]]:
         report = verify.check_process_env(h.pid, h.expected_nccl)
@@ -743,8 +755,11 @@ class Supervisor:
         failure = self._await_ready(op, h, timeout)
         details: dict[str, Any] = {}
         if failure is None:
+            op.phases.setdefault("engine_ready", round(h.ready_s or 0.0, 4))
             self._set_state(State.VERIFYING, f"engine ready after {h.ready_s:.2f} s")
+            t0 = time.monotonic()
             failure, details = self._verify(op, h)
+            op.phases.setdefault("verify", round(time.monotonic() - t0, 4))
         if failure is None:
             op.verify = details
             return h
@@ -756,6 +771,7 @@ class Supervisor:
         return failure
 
     def _succeeded(self, op: Operation, h: EngineHandle, prev: dict[str, Any]) -> dict[str, Any]:
+        t0 = time.monotonic()
         h.serving = True
         with self._lock:
             self.active = {"profile": h.profile, "mode": h.mode}
@@ -779,6 +795,8 @@ class Supervisor:
             pid=h.pid,
             previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
         )
+        op.phases["persist"] = round(time.monotonic() - t0, 4)
+        result["phases"] = dict(op.phases)
         result["message"] = (
             f"{h.profile}/{h.mode} is serving (ready in {h.ready_s:.2f} s, verified)"
         )
