@@ -242,7 +242,14 @@ install_image() {
 write_config() {
   local src="$here/systemd/fastverifyd.host.toml"
   if [ "$mode" = container ]; then src="$here/compose/fastverifyd.container.toml"; fi
-  sed "s/^engine = \"sglang\"/engine = \"$engine\"/" "$src" > "$tmp/fastverifyd.toml"
+  local gid=""
+  if [ "$mode" = container ]; then
+    # The group exists on the host only: the daemon in the container gets its number.
+    gid=$(awk -F: '$1 == "fastverify" { print $3 }' "$prefix/etc/group" 2> /dev/null || true)
+  fi
+  sed -e "s/^engine = \"sglang\"/engine = \"$engine\"/" \
+    -e "s/^socket_group = \"fastverify\"/socket_group = \"${gid:-fastverify}\"/" \
+    "$src" > "$tmp/fastverifyd.toml"
   install_file "$tmp/fastverifyd.toml" "$etc/fastverifyd.toml" 0644 config
   install_file "$here/systemd/fastverify.env" "$etc/fastverify.env" 0640 config
 }

@@ -107,7 +107,12 @@ def test_container_mode_install_is_idempotent_and_uninstall_reverts(deploy: Depl
     ).read_bytes()
     assert "FASTVERIFY_IMAGE=fastverify:0.1.0" in (compose / ".env").read_text()
     assert (compose / "grafana/dashboards/fastverify-overview.json").is_file()
-    assert 'engine = "sglang"' in (p / "etc/fastverify/fastverifyd.toml").read_text()
+    config = (p / "etc/fastverify/fastverifyd.toml").read_text()
+    assert 'engine = "sglang"' in config
+    group = next(
+        g for g in (p / "etc/group").read_text().splitlines() if g.startswith("fastverify:")
+    )
+    assert f'socket_group = "{group.split(":")[2]}"' in config  # the host's gid, by number
     assert (p / "etc/fastverify/fastverify.env").stat().st_mode & 0o777 == 0o640
     assert (p / "etc/fastverify/profiles").is_dir()
     assert (p / "var/lib/fastverify").is_dir()
