@@ -97,13 +97,14 @@ def build_families(s: dict[str, Any]) -> list[Metric]:
             pm,
         )
     )
-    if s["generation_tokens_total"] is not None:
+    if s["generation_tokens_total"]:
         c = CounterMetricFamily(
             "fastverify_generation_tokens",
-            "Generated tokens (SGLang's counter, kept monotonic across engine restarts)",
+            "Generated tokens per profile and mode (from SGLang's counter, across restarts)",
             labels=pm_keys,
         )
-        c.add_metric(pm, s["generation_tokens_total"])
+        for (profile, mode), total in sorted(s["generation_tokens_total"].items()):
+            c.add_metric([profile, mode], total)
         out.append(c)
     if obs is not None:
         if s["eagle"] and obs.accept_len is not None:

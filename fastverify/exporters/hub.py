@@ -153,15 +153,13 @@ class MetricsHub:
         self._obs_log: Observation | None = None
         self._obs_metrics: Observation | None = None
         self._gen_tokens: deque[tuple[float, float]] = deque()  # (t, sglang counter)
-        self._gen_tokens_total: float | None = None
         self._gen_tokens_raw: float | None = None
-        self._gen_tokens_offset: float = 0.0
+        self._gen_tokens_totals: dict[tuple[str, str], float] = {}
         self._trace: dict[str, Any] | None = None
         self._inspector: dict[str, Any] | None = None
         self._nccl_version: str | None = None
         self._nccl_env: dict[str, str] = {}
         self._nccl_tuning: dict[tuple[str, int], tuple[str, str, str]] = {}
-        self._ready_seen = False
         # baselines by profile (persisted by the daemon; the hub only holds them)
         self._baselines: dict[str, Baseline] = {}
 
@@ -183,6 +181,10 @@ class MetricsHub:
         with self._lock:
             if (profile, mode) != (self._profile, self._mode):
                 self._reset_live()
+            if self._engine_up and not up:
+                # the engine went down: what NCCL said was about that process. The next
+                # engine prints its own lines while STARTING, before it is labelled READY.
+                self._reset_nccl()
             self._engine_up = bool(up)
             self._profile = profile
             self._mode = mode
@@ -339,18 +341,22 @@ class MetricsHub:
         self._gen_tokens.clear()
         self._trace = None
         self._inspector = None
+
+    def _reset_nccl(self) -> None:
+        self._nccl_version = None
         self._nccl_env = {}
         self._nccl_tuning = {}
-        self._ready_seen = False
 
     def _add_gen_tokens(self, now: float, raw: float) -> None:
-        # SGLang's counter restarts with the engine; keep ours monotonic across restarts.
-        if self._gen_tokens_raw is not None and raw < self._gen_tokens_raw:
-            self._gen_tokens_offset += self._gen_tokens_raw
-            self._gen_tokens.clear()
+        """Turn SGLang's counter into ours, per (profile, mode): deltas between polls (the
+        whole value after an engine restart, when SGLang's counter starts over)."""
+        prev = self._gen_tokens_raw
+        delta = raw if prev is None or raw < prev else raw - prev
         self._gen_tokens_raw = raw
-        self._gen_tokens_total = raw + self._gen_tokens_offset
-        self._gen_tokens.append((now, self._gen_tokens_total))
+        key = (self._profile or "", self._mode or "")
+        total = self._gen_tokens_totals.get(key, 0.0) + delta
+        self._gen_tokens_totals[key] = total
+        self._gen_tokens.append((now, total))
         horizon = now - self.rate_window_s
         while len(self._gen_tokens) > 2 and self._gen_tokens[1][0] <= horizon:
             self._gen_tokens.popleft()
@@ -381,8 +387,6 @@ class MetricsHub:
                 self._nccl_tuning[key] = (rec["algo"], rec["proto"], channels)
         elif kind == "nccl_warn":
             self._nccl_warnings += 1
-        elif kind == "ready":
-            self._ready_seen = True
 
     def _latest_observation(self, now: float) -> Observation | None:
         """The decode log line while one arrived within `log_fresh_s` (one line is one
@@ -447,7 +451,7 @@ class MetricsHub:
                 "trace_windows": dict(self._trace_windows),
                 "observation": obs,
                 "tokens_per_second": tps,
-                "generation_tokens_total": self._gen_tokens_total,
+                "generation_tokens_total": dict(self._gen_tokens_totals),
                 "spec_cycle_seconds": cycle,
                 "breakeven_accept_length": breakeven,
                 "speedup_estimate": speedup,

@@ -197,6 +197,13 @@ def test_counter_rate_is_the_published_throughput() -> None:
     hub.on_sglang_metrics({"generation_tokens_total": 50.0})
     s = scrape(hub)
     assert value(s, "fastverify_generation_tokens_total", **pm) == pytest.approx(2900.0 + 50.0)
+    # a new profile counts its own tokens from zero; the old series keeps its total
+    hub.set_engine(True, "tree-ll", "eagle3", {}, "sim", None)
+    hub.on_sglang_metrics({"generation_tokens_total": 80.0})
+    s = scrape(hub)
+    assert value(s, "fastverify_generation_tokens_total", **pm) == pytest.approx(2950.0)
+    assert value(s, "fastverify_generation_tokens_total", profile="tree-ll", mode="eagle3") == 30
+    hub.set_engine(True, "ring-ll", "eagle3", {}, "sim", None)
     # spec cycle from the poll: 2 requests x 2.2 / 55 tok/s (SGLang's own interval figure)
     hub.on_sglang_metrics({"generation_tokens_total": 150.0, "gen_throughput": 55.0,
                            "num_running_reqs": 2.0, "spec_accept_length": 2.2})  # fmt: skip
@@ -265,3 +272,17 @@ def test_fresh_decode_line_wins_over_polls_then_polls_take_over() -> None:
     hub.on_sglang_metrics({"spec_accept_length": 1.5, "num_running_reqs": 0.0})
     assert value(scrape(hub), "fastverify_spec_accept_length", **pm) == 1.5
     assert value(scrape(hub), "fastverify_running_requests", **pm) == 0.0
+
+
+def test_nccl_facts_survive_the_relabel_at_ready_and_go_with_the_engine() -> None:
+    hub = MetricsHub(clock=Clock())
+    hub.set_engine(True, "ring-ll", "eagle3", {}, "sim", None)
+    hub.on_log_line("h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL")
+    # the daemon's switch: STOPPING/STARTING still under the old label, engine down
+    hub.set_engine(False, "ring-ll", "eagle3", {}, "sim", None)
+    assert "fastverify_nccl_env_info" not in names(scrape(hub))  # the old process is gone
+    hub.on_log_line("h:2:2 [0] NCCL INFO NCCL_PROTO set by environment to Simple")  # new one
+    hub.set_engine(True, "ring-simple", "eagle3", {}, "sim", None)  # READY, new label
+    s = scrape(hub)
+    assert value(s, "fastverify_nccl_env_info", var="NCCL_PROTO", value="Simple") == 1
+    assert value(s, "fastverify_nccl_env_info", var="NCCL_PROTO", value="LL") is None
