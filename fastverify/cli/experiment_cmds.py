@@ -7,7 +7,8 @@ their own processes).
 
 Exit codes: 0 ok; 1 a measurement or check failed (a profile failed preflight, a sweep
 had failures, every bench request failed); 2 usage; 3 daemon unreachable;
-4 a missing optional dependency (torch for preflight, sglang for --use-sglang-bench).
+4 a missing optional dependency (torch for preflight, sglang for --use-sglang-bench);
+130 interrupted (Ctrl-C; a sweep keeps what it measured, preflight stops its ranks).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from fastverify.cli.output import (
 )
 
 EXIT_MISSING_DEPENDENCY = 4
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -226,6 +228,8 @@ def bench(
                 result = run_bench(cfg, progress)
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
+    except KeyboardInterrupt:
+        fail("bench: interrupted", EXIT_INTERRUPTED)
     except BenchError as exc:
         code = EXIT_MISSING_DEPENDENCY if "not installed" in str(exc) else EXIT_PROBLEMS
         fail(f"bench: {exc}", code)
@@ -379,6 +383,8 @@ def preflight(
     try:
         loaded = pf.load_profiles(profiles)
         report = pf.run_preflight(loaded, cfg, on_event=lambda line: click.echo(line, err=True))
+    except KeyboardInterrupt:
+        fail("preflight: interrupted (every rank started was stopped)", EXIT_INTERRUPTED)
     except pf.TorchMissing as exc:
         fail(str(exc), EXIT_MISSING_DEPENDENCY)
     except pf.PreflightError as exc:
@@ -541,6 +547,9 @@ def sweep(
             fail(f"{exc}\nresults so far are in {out}; continue with --resume", EXIT_UNAVAILABLE)
         except SweepError as exc:
             fail(f"sweep: {exc}", EXIT_USAGE)
+        except KeyboardInterrupt:
+            fail(f"sweep: interrupted; results so far are in {out}/results.jsonl "
+                 f"(continue with --resume --output {out})", EXIT_INTERRUPTED)  # fmt: skip
     if as_json:
         emit_json(report)
     else:

@@ -271,65 +271,71 @@ def run_profile(
     rank_env_base = {**env, **NCCL_DEBUG_ENV}
     procs: list[subprocess.Popen] = []
     outs: list[Path] = []
-    t0 = time.perf_counter()
-    for rank in range(world):
-        out = workdir / f"{safe}.rank{rank}.json"
-        log = workdir / f"{safe}.rank{rank}.nccl.log"
-        for stale in (out, log):
-            stale.unlink(missing_ok=True)
-        rank_env = dict(rank_env_base)
-        rank_env.update(
-            NCCL_DEBUG_FILE=str(log),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE=str(world),
-            PYTHONUNBUFFERED="1",
-        )
-        argv = [
-            python, str(WORKER), "--backend", cfg.backend,
-            "--hidden-size", str(cfg.hidden_size),
-            "--tokens", ",".join(str(t) for t in cfg.tokens),
-            "--numels", ",".join(str(max(1, b // elem)) for b in cfg.sizes_bytes),
-            "--iters", str(cfg.iters), "--warmup", str(cfg.warmup), "--out", str(out),
-            "--graph-ops", str(cfg.graph_ops),
-        ]  # fmt: skip
-        stdio = open(workdir / f"{safe}.rank{rank}.stdout", "wb")  # noqa: SIM115
-        try:
-            procs.append(
-                subprocess.Popen(
-                    argv,
-                    env=rank_env,
-                    stdout=stdio,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+    try:
+        t0 = time.perf_counter()
+        for rank in range(world):
+            out = workdir / f"{safe}.rank{rank}.json"
+            log = workdir / f"{safe}.rank{rank}.nccl.log"
+            for stale in (out, log):
+                stale.unlink(missing_ok=True)
+            rank_env = dict(rank_env_base)
+            rank_env.update(
+                NCCL_DEBUG_FILE=str(log),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE=str(world),
+                PYTHONUNBUFFERED="1",
             )
-        finally:
-            stdio.close()
-        outs.append(out)
+            argv = [
+                python, str(WORKER), "--backend", cfg.backend,
+                "--hidden-size", str(cfg.hidden_size),
+                "--tokens", ",".join(str(t) for t in cfg.tokens),
+                "--numels", ",".join(str(max(1, b // elem)) for b in cfg.sizes_bytes),
+                "--iters", str(cfg.iters), "--warmup", str(cfg.warmup), "--out", str(out),
+                "--graph-ops", str(cfg.graph_ops),
+            ]  # fmt: skip
+            stdio = open(workdir / f"{safe}.rank{rank}.stdout", "wb")  # noqa: SIM115
+            try:
+                procs.append(
+                    subprocess.Popen(
+                        argv,
+                        env=rank_env,
+                        stdout=stdio,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+            finally:
+                stdio.close()
+            outs.append(out)
 
-    timed_out = False
-    deadline = t0 + cfg.timeout_s
-    first_exit: float | None = None
-    last_note = t0
-    while any(p.poll() is None for p in procs):
-        now = time.perf_counter()
-        exited_bad = [p for p in procs if p.poll() not in (None, 0, 1)]
-        if exited_bad and first_exit is None:
-            first_exit = now
-        # A rank that died in init leaves its peers waiting in the rendezvous: give them a
-        # moment to report, then stop them.
-        if now > deadline or (first_exit is not None and now - first_exit > 10.0):
-            timed_out = now > deadline
-            for p in procs:
-                _kill_group(p)
-            break
-        if on_event and now - last_note > 15.0:
-            on_event(f"  {name}: still running ({now - t0:.0f} s)")
-            last_note = now
-        time.sleep(0.05)
+        timed_out = False
+        deadline = t0 + cfg.timeout_s
+        first_exit: float | None = None
+        last_note = t0
+        while any(p.poll() is None for p in procs):
+            now = time.perf_counter()
+            exited_bad = [p for p in procs if p.poll() not in (None, 0, 1)]
+            if exited_bad and first_exit is None:
+                first_exit = now
+            # A rank that died in init leaves its peers waiting in the rendezvous: give them a
+            # moment to report, then stop them.
+            if now > deadline or (first_exit is not None and now - first_exit > 10.0):
+                timed_out = now > deadline
+                for p in procs:
+                    _kill_group(p)
+                break
+            if on_event and now - last_note > 15.0:
+                on_event(f"  {name}: still running ({now - t0:.0f} s)")
+                last_note = now
+            time.sleep(0.05)
+    except BaseException:
+        # Interrupted (Ctrl-C) or a rank could not start: stop every rank we started.
+        for p in procs:
+            _kill_group(p)
+        raise
     wall = time.perf_counter() - t0
 
     ranks: list[dict[str, Any]] = []
@@ -470,8 +476,11 @@ def run_preflight(
         world = visible_gpus() if cfg.backend == "nccl" else 2
     if world < 1:
         raise PreflightError("no GPU visible (nvidia-smi -L lists none); pass --nproc N")
-    if cfg.backend == "nccl" and cfg.nproc is None and world == 0:
-        raise PreflightError("no GPU visible")
+    if cfg.backend == "nccl" and cfg.nproc is not None:
+        gpus = visible_gpus()
+        if 0 < gpus < world:
+            raise PreflightError(f"--nproc {world} but only {gpus} GPU(s) are visible "
+                                 "(one rank per GPU)")  # fmt: skip
     env_for = env_for or (lambda p: _profile_env(p, cfg.extra_env))
 
     with contextlib.ExitStack() as stack:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -117,6 +118,7 @@ def test_timeout_kills_the_ranks_it_started(tmp_path: Path, user_profiles: dict)
     leftovers = [
         p.pid for p in psutil.process_iter(["cmdline"])
         if any(str(logs) in part for part in (p.info["cmdline"] or []))
+        and any("preflight_worker" in part for part in (p.info["cmdline"] or []))
     ]  # fmt: skip
     assert leftovers == []
 
@@ -158,3 +160,33 @@ def test_cli_import_path_stays_light() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, check=True)  # fmt: skip
     assert out.stdout.strip() == "[]"
+
+
+@needs_torch
+def test_ctrl_c_stops_the_ranks(tmp_path: Path, user_profiles: dict) -> None:
+    logs = tmp_path / "int-logs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastverify.ctl", "preflight", "pf-test", "--backend", "gloo",
+         "--nproc", "2", "--hidden-size", "256", "--tokens", "64", "--iters", "1000000",
+         "--logs", str(logs)],
+        cwd=REPO, env={**os.environ, **user_profiles}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+    def ranks() -> list[int]:
+        return [
+            p.pid for p in psutil.process_iter(["cmdline"])
+            if any(str(logs) in part for part in (p.info["cmdline"] or []))
+            and any("preflight_worker" in part for part in (p.info["cmdline"] or []))
+        ]  # fmt: skip
+
+    deadline = time.monotonic() + 30
+    while len(ranks()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(ranks()) == 2
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "interrupted" in err
+    assert ranks() == []
