@@ -15,6 +15,7 @@ import grp
 import hmac
 import json
 import logging
+import math
 import os
 import socket
 import socketserver
@@ -106,6 +107,10 @@ def validate_body(path: str, body: Any) -> dict[str, Any]:
                 "number" if t in (int, float) and len(types) > 1 else t.__name__ for t in types
             )
             raise RequestError(422, f"field {name!r} must be {want}, got {json.dumps(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise RequestError(422, f"field {name!r} must be a finite number, got {value}")
+        if required and isinstance(value, str) and not value.strip():
+            raise RequestError(422, f"field {name!r} is empty")
     if "timeout_s" in body and body["timeout_s"] is not None and body["timeout_s"] <= 0:
         raise RequestError(422, "field 'timeout_s' must be > 0")
     return body
@@ -130,13 +135,13 @@ class Handler(BaseHTTPRequestHandler):
     # --------------------------------------------------------------- plumbing
     def _send_json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
         payload = (json.dumps(data, default=str) + "\n").encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the caller left
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
             self.wfile.write(payload)
 
     def _start_stream(self) -> None:
