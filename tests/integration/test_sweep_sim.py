@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ from fastverify.profiles.store import ProfileStore
 from tests.harness import DaemonHarness
 
 PROFILES = ["nccl-default", "ring-ll", "ring-ll-8ch", "ring-simple", "tree-ll"]
+REPO = Path(__file__).resolve().parents[2]
 TP = 8
 REPEATS = 2
 # Predicted differences below this are treated as within the noise of 1.5 s measurements.
@@ -155,3 +160,37 @@ def test_resume_skips_what_is_done_and_no_silent_overwrite(swept: Any) -> None:
     again = swept["again"]
     assert again.returncode == 2
     assert "--resume" in again.stderr
+
+
+def test_interrupted_sweep_loses_nothing_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "int"
+    with DaemonHarness(tmp_path, config={"daemon": {"trace_period_s": 0}}) as d:
+        args = ["sweep", "nccl-default", "ring-ll", "--repeats", "2", "--duration", "1.0",
+                "--output-len", "32", "--output", str(out), "--no-plot", "--json"]  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), *args],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        results = out / "results.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if results.exists() and '"measurement"' in results.read_text():
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert "--resume" in err
+        kept = [json.loads(line) for line in results.read_text().splitlines()]
+        measured = [r for r in kept if r["type"] == "measurement"]
+        assert 1 <= len(measured) < 4
+        resumed = d.ctl(*args, "--resume", timeout=120)
+        assert resumed.returncode == 0, resumed.stderr
+        final = [json.loads(line) for line in results.read_text().splitlines()]
+        # The measurements taken before the interrupt are kept as they were, not redone.
+        assert final[: len(kept)] == kept
+        per_profile = {
+            p: sum(1 for r in final if r["type"] == "measurement" and r["profile"] == p)
+            for p in ("nccl-default", "ring-ll")
+        }
+        assert per_profile == {"nccl-default": 2, "ring-ll": 2}
