@@ -199,9 +199,7 @@ class DaemonHarness:
             start_new_session=True,
             cwd=str(self.tmp),
         )
-        self.wait_for(
-            lambda: self.socket.exists() or self.proc.poll() is not None, timeout, "socket"
-        )
+        self.wait_for(self._answers, timeout, "the control socket to answer")
         if self.proc.poll() is not None:
             raise AssertionError(
                 f"fastverifyd exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}"
@@ -209,6 +207,15 @@ class DaemonHarness:
         if wait_ready:
             self.wait_state("READY", timeout)
         return self
+
+    def _answers(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            return True  # exited: reported by the caller
+        try:
+            self.status(timeout=2.0)
+            return True
+        except (DaemonUnavailable, ApiError, OSError, ValueError):
+            return False
 
     def __enter__(self) -> DaemonHarness:
         if self._autostart and self.proc is None:

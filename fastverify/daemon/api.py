@@ -406,13 +406,18 @@ def bind_unix(path: Path, group: str | None) -> socket.socket:
             raise RuntimeError(f"another fastverifyd is listening on {path}")
         finally:
             probe.close()
+    # Bind under a temporary name and rename into place once listening, so the path only
+    # ever names a socket that accepts connections.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o117)
     try:
-        sock.bind(str(path))
+        sock.bind(str(tmp))
     finally:
         os.umask(old)
-    os.chmod(path, 0o660)
+    os.chmod(tmp, 0o660)
     if group:
         try:
             gid = grp.getgrnam(group).gr_gid
@@ -420,10 +425,11 @@ def bind_unix(path: Path, group: str | None) -> socket.socket:
             gid = None
         if gid is not None:
             try:
-                os.chown(path, -1, gid)
+                os.chown(tmp, -1, gid)
             except PermissionError as exc:
                 log.warning("cannot chgrp %s to %s: %s", path, group, exc)
     sock.listen(64)
+    os.replace(tmp, path)
     return sock
 
 

@@ -156,6 +156,9 @@ class Daemon:
         from fastverify.daemon.supervisor import Supervisor
 
         cfg = self.cfg
+        # Handlers first: a SIGTERM during start-up must still mean "stop cleanly".
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._signal)
         notifier = Notifier.from_env()
         try:
             lock_fd = _lock_state_dir(cfg.state_dir)
@@ -203,9 +206,8 @@ class Daemon:
                         sup.current.url if (sup.current and str(st) == "READY") else None
                     )
                 )
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, self._signal)
-        sup.startup()
+        if not self.stop_event.is_set():
+            sup.startup()
         code = self._loop(sup, notifier)
         notifier.stopping("stopping: engine group and control API")
         log.info("shutting down")
