@@ -224,3 +224,43 @@ def test_sigterm_is_never_missed_under_load() -> None:
             assert time.monotonic() - t0 < 2.0
         finally:
             sim.stop()
+
+
+def test_baseline_batch_of_four_runs_at_the_modelled_rate() -> None:
+    from fastverify.engines.sim import costmodel
+
+    pred = costmodel.predict(RING_LL, "baseline", 4, 4, True)
+    with SimProcess(
+        tp=4, eagle3=False, load=0.05, env=RING_LL, extra=["--decode-log-interval", "10"]
+    ) as sim:
+        sim.wait_ready()
+        start = len(sim.lines)
+        body = {"text": "x", "sampling_params": {"max_new_tokens": 120}}
+        outs: list[dict] = []
+        clients = [
+            threading.Thread(target=lambda: outs.append(sim.post_json("/generate", body)))
+            for _ in range(4)
+        ]
+        for c in clients:
+            c.start()
+        for c in clients:
+            c.join(30)
+        assert [o["meta_info"]["completion_tokens"] for o in outs] == [120] * 4
+        assert all("spec_verify_ct" not in o["meta_info"] for o in outs)
+        lines = [ln for _, ln in sim.lines[start:] if "Decode batch, #running-req: 4," in ln]
+        rates = [
+            float(re.search(r"gen throughput \(token/s\): ([\d.]+)", ln).group(1))
+            for ln in lines[1:]
+        ]
+        assert len(rates) >= 5 and "accept len" not in lines[0]
+        assert sum(rates) / len(rates) == pytest.approx(pred.tokens_per_second, rel=0.03)
+
+
+def test_injected_oom_fails_during_load() -> None:
+    with SimProcess(tp=2, eagle3=False, load=0.4, extra=["--sim-fail", "oom"]) as sim:
+        rc = sim.wait_exit(15)
+        text = sim.text()
+    assert rc == 1
+    assert "torch.OutOfMemoryError: CUDA out of memory." in text
+    assert text.index("Load weight begin") < text.index("CUDA out of memory")
+    assert READY not in text and "Load weight end" not in text

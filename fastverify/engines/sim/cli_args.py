@@ -38,6 +38,7 @@ class SimArgs:
     accept_length: float | None
     seed: int
     argv: tuple[str, ...]
+    fail: str | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="EAGLE-3 accept length incl. the bonus token (default 2.0)",
     )
     p.add_argument("--sim-seed", type=int, default=0, help="seed of the per-request phases")
+    p.add_argument(
+        "--sim-fail",
+        choices=["oom"],
+        default=None,
+        help="inject a failure for tests: 'oom' = CUDA out of memory while loading weights",
+    )
     return p
 
 
@@ -151,4 +158,5 @@ def parse(argv: Sequence[str]) -> SimArgs:
         accept_length=ns.sim_accept_length,
         seed=ns.sim_seed,
         argv=tuple(argv),
+        fail=ns.sim_fail,
     )

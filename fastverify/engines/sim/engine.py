@@ -188,6 +188,9 @@ class SimEngine:
             self._sleep(weights_s * 0.95 / steps)
             done = SHARDS * k // steps
             self.log.raw(sglang_logs.shard_progress(done, SHARDS, time.monotonic() - tic))
+            if a.fail == "oom" and k == steps * 5 // 8:
+                self.log.log(sglang_logs.oom_traceback(), 0, "error")
+                raise RuntimeError("injected OOM")
         self.log.raw("")
         self._all_ranks(
             f"Load weight end. elapsed={time.monotonic() - tic:.2f} s, "

@@ -165,6 +165,24 @@ def missing_model_traceback(path: str) -> str:
     )
 
 
+def oom_traceback() -> str:
+    """What a CUDA out-of-memory during weight loading looks like in SGLang's log."""
+    return (
+        "Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/sgl-workspace/sglang/python/sglang/srt/model_loader/loader.py", line 612,'
+        " in load_model\n"
+        "    model = _initialize_model(model_config, self.load_config)\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        "total capacity of 139.81 GiB of which 1.23 GiB is free. Including non-PyTorch "
+        "memory, this process has 138.57 GiB memory in use. Of the allocated memory 136.02 "
+        "GiB is allocated by PyTorch, and 1.21 GiB is reserved by PyTorch but unallocated. "
+        "If reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+        "documentation for Memory Management  "
+        "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    )
+
+
 # ---------------------------------------------------------------- NCCL debug output
 
 
