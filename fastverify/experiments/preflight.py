@@ -389,34 +389,52 @@ def run_profile(
         "sizes": sizes,
         "ranks": [{k: r.get(k) for k in RANK_KEYS if r.get(k) is not None} for r in ranks],
     }
-    graph_failed = [s for s in sizes if "failed" in (s["graph"]["capture"], s["graph"]["replay"])]
-    if env_mismatch:
-        result["status"] = "failed"
-        result["error"] = f"environment not delivered as resolved: {', '.join(env_mismatch)}"
-    elif timed_out:
-        result["status"], result["error"] = "failed", f"timed out after {cfg.timeout_s:.0f} s"
-    elif init_errors and not sizes:
-        result["status"], result["error"] = "failed", init_errors[0]
-    elif not sizes or any(not s["correct"] or s["eager"]["status"] != "ok" for s in sizes):
-        bad = next((s for s in sizes if not s["correct"] or s["eager"]["status"] != "ok"), None)
-        result["status"] = "failed"
-        result["error"] = (
-            (bad["eager"].get("error") or f"wrong all-reduce result at {bad['bytes']} bytes")
-            if bad else (init_errors[0] if init_errors else "no sizes were measured")
-        )  # fmt: skip
-    elif graph_failed:
-        err = graph_failed[0]["graph"].get("error") or "capture/replay failed"
-        if _requires_graph_off(requires or {}):
-            result["status"] = "ok"
-            result["note"] = (
-                f"CUDA-graph capture fails ({err}); the profile requires cuda-graph=off"
-            )
-        else:
-            result["status"] = "unsafe-cuda-graph"
-            result["error"] = err
-    else:
-        result["status"] = "ok"
+    result.update(
+        verdict(sizes, init_errors, timed_out, env_mismatch, requires or {}, cfg.timeout_s)
+    )
     return result
+
+
+def verdict(
+    sizes: list[dict[str, Any]],
+    init_errors: list[str],
+    timed_out: bool,
+    env_mismatch: list[str],
+    requires: Mapping[str, str],
+    timeout_s: float,
+) -> dict[str, str]:
+    """`{"status", "error"|"note"}` for one profile from its merged per-size results."""
+    if env_mismatch:
+        return {
+            "status": "failed",
+            "error": f"environment not delivered as resolved: {', '.join(env_mismatch)}",
+        }
+    if timed_out:
+        return {"status": "failed", "error": f"timed out after {timeout_s:.0f} s"}
+    if init_errors and not sizes:
+        return {"status": "failed", "error": init_errors[0]}
+    bad = next((s for s in sizes if not s["correct"] or s["eager"]["status"] != "ok"), None)
+    if bad is not None:
+        return {
+            "status": "failed",
+            "error": bad["eager"].get("error")
+            or f"wrong all-reduce result at {bad['bytes']} bytes",
+        }
+    if not sizes:
+        return {
+            "status": "failed",
+            "error": init_errors[0] if init_errors else "no sizes were measured",
+        }
+    graph_failed = [s for s in sizes if "failed" in (s["graph"]["capture"], s["graph"]["replay"])]
+    if graph_failed:
+        err = graph_failed[0]["graph"].get("error") or "capture/replay failed"
+        if _requires_graph_off(requires):
+            return {
+                "status": "ok",
+                "note": f"CUDA-graph capture fails ({err}); the profile requires cuda-graph=off",
+            }
+        return {"status": "unsafe-cuda-graph", "error": err}
+    return {"status": "ok"}  # fmt: skip
 
 
 def _last_error(text: str) -> str | None:
