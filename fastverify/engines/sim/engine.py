@@ -5,8 +5,11 @@ thread) -> NCCL communicator init (NCCL INFO lines per rank when NCCL_DEBUG=INFO
 weight loading with progress lines -> CUDA-graph capture (fails for NCCL_ALGO=Tree,
 after the full load) -> HTTP server up (uvicorn lines) -> warm-up generation ->
 `The server is fired up and ready to roll!`. SIGTERM/SIGINT at any point stop the
-workers and exit 0; failures exit 1 after logging SGLang's error text.
-A missing absolute --model-path fails immediately like SGLang (config not found).
+workers and exit 0. Failures exit 1 after logging SGLang's error text: invalid NCCL
+values at communicator init, Tree with CUDA graphs at capture, an injected OOM
+(`--sim-fail oom`) while loading, a busy port, a TP worker that dies, a crashed
+scheduler. A missing absolute --model-path fails immediately like SGLang (config not
+found), before any worker is forked.
 """
 
 from __future__ import annotations
@@ -73,13 +76,14 @@ def _worker_handler(log: sglang_logs.LogWriter):
 
 
 class SimEngine:
+    """One run of the sim server: `SimEngine(args).run()` returns the exit status."""
+
     def __init__(self, args: cli_args.SimArgs):
         self.args = args
         self.log = sglang_logs.LogWriter(sys.stdout, args.log_level)
         self._stop_flag: StopFlag | None = None  # created in run(), after forking
         self.workers: WorkerPool | None = None
         self.settings = ncclenv.resolve(os.environ)
-        self.started = time.time()
         self.failure: str | None = None
 
     # --------------------------------------------------------------- helpers

@@ -397,8 +397,8 @@ class Handler(BaseHTTPRequestHandler):
         max_new = body.get("max_completion_tokens") if chat else None
         if max_new is None:
             max_new = body.get("max_tokens")
-        if max_new is None:
-            max_new = 128 if not chat else 2048
+        if max_new is None:  # OpenAI's default for completions; chat: a long answer
+            max_new = 16 if not chat else 2048
         stream = bool(body.get("stream"))
         req = self._new_request(prompt_tokens, max_new, stream)
         cid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
