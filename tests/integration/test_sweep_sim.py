@@ -17,7 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from fastverify.engines.sim import costmodel
 from fastverify.profiles.effective import effective_env
@@ -52,12 +54,13 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> Any:
         first = d.ctl(*args, timeout=240)
         status_after = d.status()
         baselines = d.client.get("/v1/baselines")
+        metrics = httpx.get(d.metrics_url, timeout=10).text
         lines_before = (out / "results.jsonl").read_text().splitlines()
         resumed = d.ctl(*[a for a in args if a != "--apply-best"], "--resume", timeout=120)
         again = d.ctl(*args, timeout=60)
         yield {
             "first": first, "report": json.loads(first.stdout), "status": status_after,
-            "baselines": baselines, "out": out, "lines_before": lines_before,
+            "baselines": baselines, "metrics": metrics, "out": out, "lines_before": lines_before,
             "resumed": resumed, "again": again,
         }  # fmt: skip
 
@@ -141,6 +144,11 @@ def test_results_file_baselines_apply_best_and_plot(swept: Any) -> None:
             base[p]["per_request_tokens_per_second_mean"]
         )
     assert "tree-ll" not in swept["baselines"]
+    # ... and reached the exporter, which publishes them for its break-even gauges.
+    families = {f.name: f for f in text_string_to_metric_families(swept["metrics"])}
+    family = families["fastverify_baseline_tokens_per_second"]
+    published = {s.labels["profile"]: s.value for s in family.samples}
+    assert published["ring-ll"] == pytest.approx(base["ring-ll"]["tokens_per_second_mean"])
     best = swept["report"]["best"]
     assert (swept["status"]["profile"], swept["status"]["mode"]) == (best["profile"], best["mode"])
     png = out / "sweep.png"
