@@ -270,3 +270,5 @@ def fastverify_image(
         yield tag
     finally:
         dockerd("image", "rm", "--force", tag, check=False)
+        # The build stage's image is left dangling by the legacy builder: ours to remove.
+        dockerd("image", "prune", "--force", check=False)
