@@ -10,6 +10,8 @@ keep-alive loop over raw sockets (one thread per connection) instead of wsgiref.
 served when the scraper asks for it (Prometheus does), compressed once per render.
 
 Paths: `/metrics`, `/healthz` (200 "ok"), `/` (a pointer to /metrics); others 404.
+At most `max_connections` (256) connections at once (more get 503 and are closed); an idle
+keep-alive connection is closed after `idle_timeout_s` (60 s).
 """
 
 from __future__ import annotations
@@ -85,8 +87,12 @@ class MetricsServer:
         listen: str = "127.0.0.1:9464",
         *,
         renderer: Callable[[bool], bytes] | None = None,
+        max_connections: int = 256,
+        idle_timeout_s: float = 60.0,
     ) -> None:
         self.host, self._requested_port = parse_listen(listen)
+        self.max_connections = max_connections
+        self.idle_timeout_s = idle_timeout_s
         self._render = renderer or Renderer(hub).render
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -143,15 +149,22 @@ class MetricsServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._conns_lock:
-                self._conns.add(conn)
+                full = len(self._conns) >= self.max_connections
+                if not full:
+                    self._conns.add(conn)
+            if full:  # a thread per connection, so the number of connections is capped
+                with contextlib.suppress(OSError):
+                    conn.sendall(_response(503, b"text/plain", b"too many connections\n", False))
+                conn.close()
+                continue
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
         buf = b""
         try:
-            conn.settimeout(60)
+            conn.settimeout(self.idle_timeout_s)
             while not self._stopping.is_set():
                 end = buf.find(b"\r\n\r\n")
                 while end < 0:
@@ -221,6 +234,7 @@ class MetricsServer:
 
 
 _REASONS = {
+    503: b"Service Unavailable",
     200: b"OK",
     400: b"Bad Request",
     404: b"Not Found",

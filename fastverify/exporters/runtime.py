@@ -144,6 +144,21 @@ class ExporterRuntime:
         if self._poller is not None:
             self._poller.set_url(url)
 
+    def set_inspector_dir(self, directory: str | Path | None) -> None:
+        """Tail NCCL inspector dumps in `directory` (a profile's NCCL_INSPECTOR_DUMP_DIR when
+        it enables the plugin), or stop tailing (None)."""
+        from fastverify.exporters.inspector import InspectorFollower
+
+        new = Path(directory) if directory else None
+        if new == self.inspector_dir and (new is None or self._inspector is not None):
+            return
+        if self._inspector is not None:
+            self._inspector.stop()
+            self._inspector = None
+        self.inspector_dir = new
+        if new is not None and self._poller is not None:  # started: follow now
+            self._inspector = InspectorFollower(self.hub, new).start()
+
     # ----------------------------------------------------------------- windows
     def _trace_loop(self) -> None:
         # first window after one period, so that a fresh engine has warmed up

@@ -96,3 +96,24 @@ def test_inspector_follower_feeds_hub(tmp_path: Path) -> None:
     follower.stop()
     calls = hub.snapshot()["allreduce_calls"]
     assert calls == {("ring-ll", "eagle3", "inspector"): 123}
+
+
+def test_runtime_switches_inspector_dir(tmp_path: Path) -> None:
+    from fastverify.exporters.runtime import ExporterRuntime
+
+    hub = MetricsHub()
+    hub.set_engine(True, "insp", "baseline", {}, "sglang", None)
+    rt = ExporterRuntime(hub, "", None, tmp_path / "t", 0, 5).start()
+    try:
+        d = tmp_path / "dump"
+        d.mkdir()
+        (d / "h-pid1.log").write_text(_rec(0, 1, 45.0) + "\n")
+        rt.set_inspector_dir(d)
+        summary = rt._inspector.poll_once()  # the follower's own thread first polls after 2 s
+        assert summary is not None and summary["allreduce_calls"] == 1
+        calls = hub.snapshot()["allreduce_calls"]
+        assert calls == {("insp", "baseline", "inspector"): 1}
+        rt.set_inspector_dir(None)
+        assert rt._inspector is None
+    finally:
+        rt.stop()

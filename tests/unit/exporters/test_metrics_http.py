@@ -7,6 +7,7 @@ import gzip
 import http.client
 import socket
 import threading
+import time
 
 import pytest
 
@@ -133,3 +134,33 @@ def test_listen_conflict_is_actionable() -> None:
             MetricsServer(hub, f"127.0.0.1:{first.port}").start()
     finally:
         first.stop()
+
+
+def test_connection_cap_answers_503() -> None:
+    hub = MetricsHub()
+    server = MetricsServer(hub, "127.0.0.1:0", max_connections=2).start()
+    try:
+        held = []
+        for _ in range(2):
+            c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+            c.request("GET", "/healthz")
+            assert c.getresponse().read() == b"ok\n"
+            held.append(c)
+        extra = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        extra.request("GET", "/metrics")
+        r = extra.getresponse()
+        assert r.status == 503 and b"too many connections" in r.read()
+        held[0].close()
+        deadline = time.monotonic() + 5
+        while True:  # the freed slot is reused
+            c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+            c.request("GET", "/metrics")
+            r = c.getresponse()
+            r.read()
+            c.close()
+            if r.status == 200 or time.monotonic() > deadline:
+                break
+        assert r.status == 200
+        held[1].close()
+    finally:
+        server.stop()
