@@ -399,3 +399,34 @@ def test_64_concurrent_streams_and_cpu_budget(sim: SimProcess) -> None:
     assert not errors, errors[:3]
     assert results == [16] * 64
     assert busy < 0.5  # a fraction of one core while serving 64 streams
+
+
+def test_keep_alive_connection_survives_errors(sim: SimProcess) -> None:
+    """Unread bodies never corrupt the next request on a kept-alive connection."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=10)
+    try:
+        for path, body, want in [
+            ("/nope", b'{"x": 1}', 404),
+            ("/generate", b"{not json", 400),
+            ("/generate", b'{"text": "x", "sampling_params": {"max_new_tokens": 2}}', 200),
+            ("/v1/completions", b"[1, 2]", 400),
+            ("/get_model_info", b"", 200),
+        ]:
+            conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            assert resp.status == want, (path, resp.status)
+    finally:
+        conn.close()
+    conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=10)
+    try:
+        conn.putrequest("POST", "/generate")
+        conn.putheader("Content-Length", "abc")
+        conn.endheaders()
+        resp = conn.getresponse()
+        assert resp.status == 400 and b"Content-Length" in resp.read()
+    finally:
+        conn.close()
+    assert sim.request("GET", "/health")[0] == 200

@@ -9,7 +9,9 @@ streaming clients are fine); generation itself happens in the scheduler thread.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 import threading
 import time
 import uuid
@@ -66,6 +68,13 @@ class SimHTTPServer(ThreadingHTTPServer):
         self.app = app
         super().__init__(addr, Handler)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients that hang up mid-response are normal; anything else is logged once."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            return
+        self.app.log.log(f"HTTP error from {client_address}: {exc!r}", None, "error")
+
 
 class App:
     """State the handlers need: readiness, scheduler, metrics, profiler, static info.
@@ -116,6 +125,7 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "uvicorn"
     sys_version = ""
     server: SimHTTPServer
+    _raw_body: bytes = b""
 
     # ------------------------------------------------------------- plumbing
     def log_message(self, format: str, *args: Any) -> None:
@@ -146,9 +156,21 @@ class Handler(BaseHTTPRequestHandler):
     def _text(self, code: int, text: str) -> None:
         self._send(code, text.encode(), "text/plain; charset=utf-8")
 
+    def _read_body(self) -> bytes:
+        """Read the whole request body up front, so every reply leaves the connection clean."""
+        raw_len = self.headers.get("Content-Length")
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            raise _BadRequest("chunked request bodies are not supported; send Content-Length")
+        try:
+            length = int(raw_len) if raw_len else 0
+        except ValueError:
+            raise _BadRequest(f"invalid Content-Length {raw_len!r}") from None
+        if length < 0:
+            raise _BadRequest(f"invalid Content-Length {raw_len!r}")
+        return self.rfile.read(length) if length else b""
+
     def _body(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        raw = self._raw_body
         if not raw.strip():
             return {}
         try:
@@ -187,6 +209,14 @@ class Handler(BaseHTTPRequestHandler):
         self._dispatch()
 
     def _dispatch(self) -> None:
+        try:
+            self._raw_body = self._read_body()
+        except _BadRequest as exc:
+            self.close_connection = True
+            self._json(
+                400, {"error": {"message": str(exc), "type": "BadRequestError", "code": 400}}
+            )
+            return
         path = urlsplit(self.path).path.rstrip("/") or "/"
         route = ROUTES.get(path)
         if route is None:
@@ -212,6 +242,13 @@ class Handler(BaseHTTPRequestHandler):
             )
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        except Exception as exc:  # a bug: answer 500 and say so once in the log
+            self.close_connection = True
+            self.server.app.log.log(
+                f"Error handling {self.command} {path}: {type(exc).__name__}: {exc}", None, "error"
+            )
+            with contextlib.suppress(OSError):
+                self._json(500, {"error": {"message": f"internal error: {exc}", "code": 500}})
 
     # ------------------------------------------------------------- health/info
     def health(self) -> None:
