@@ -241,3 +241,13 @@ def test_cli_analyze_json_shape_and_exit_codes(tmp_path: Path) -> None:
         timeout=60,
     )
     assert none.returncode == 1 and "no verify pass" in none.stderr
+
+
+def test_cli_capture_without_daemon_exits_3(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "fastverify.ctl", "--socket", str(tmp_path / "none.sock"),
+         "trace", "capture", "--steps", "2", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 3
+    assert json.loads(run.stdout)["reachable"] is False
