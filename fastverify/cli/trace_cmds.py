@@ -23,6 +23,8 @@ import click
 
 from fastverify.cli.output import EXIT_PROBLEMS, emit_json, table
 
+JSON_HELP = 'Print {"ranks": [{rank, verify_passes, verify_ms_p50, ...}]} as JSON.'
+
 
 def diagnosis(rank: dict[str, Any]) -> str:
     """One rank in the words of the field diagnosis."""
@@ -103,7 +105,7 @@ def trace() -> None:
     show_default=True,
     help="Ranges whose name contains this text are the verify passes.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the issue's JSON shape.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def analyze(path: str, span: str, as_json: bool) -> None:
     """Analyze a trace file or a directory of per-rank traces (*-TP-{rank}.trace.json.gz)."""
     from fastverify.exporters import traces
@@ -133,7 +135,7 @@ def analyze(path: str, span: str, as_json: bool) -> None:
     default=None,
     help="Forward steps to profile (default: the daemon's trace_steps).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the issue's JSON shape.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
 def capture(ctx: click.Context, steps: int | None, as_json: bool) -> None:
     """Profile the live server through the daemon, analyze every rank, feed the exporter."""
