@@ -29,6 +29,9 @@
 #   --no-wait              start, but do not wait for READY
 #   --wait-timeout SEC     how long to wait for READY (default 1800: model loads are slow)
 #   --purge                uninstall: also remove state (/var/lib/fastverify)
+#
+# With --prefix, commands for the running service manager (daemon-reload, start, stop) are
+# skipped unless FASTVERIFY_DEPLOY_LIVE=1; enable/disable use `systemctl --root=DIR`.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
