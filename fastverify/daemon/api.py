@@ -32,6 +32,7 @@ from fastverify.daemon.supervisor import Operation, RequestError, Supervisor
 log = logging.getLogger("fastverifyd.api")
 
 MAX_BODY = 64 * 1024
+MAX_CONNECTIONS = 128
 API_VERSION = "v1"
 
 # path -> allowed methods
@@ -120,6 +121,7 @@ class Handler(BaseHTTPRequestHandler):
     server: ApiServer  # type: ignore[assignment]
     protocol_version = "HTTP/1.0"
     server_version = "fastverifyd/1"
+    timeout = 60  # seconds a client may take to send its request (slow clients hold a thread)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("api: " + format, *args)
@@ -371,6 +373,7 @@ class ApiServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
         self.supervisor = supervisor
         self.token = token
         self.closing = threading.Event()
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         super().__init__(sock.getsockname(), Handler)
 
     def fileno(self) -> int:
@@ -379,6 +382,24 @@ class ApiServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
     def get_request(self) -> tuple[socket.socket, Any]:
         conn, addr = self.socket.accept()
         return conn, addr or ("local", 0)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # Bounded concurrency: followers and waiters hold a thread each.
+        if not self.slots.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.sendall(
+                    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n\r\n"
+                    b'{"error": "too many concurrent API connections; retry"}\n'
+                )
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
     def server_close(self) -> None:
         self.closing.set()
