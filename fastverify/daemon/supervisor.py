@@ -45,6 +45,7 @@ from fastverify.daemon.statestore import StateStore
 from fastverify.engines.base import ArgvCheck, Engine, EngineArgError
 
 log = logging.getLogger("fastverifyd.supervisor")
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 # Operations counted as profile switches by the exporter (start-up and crash restarts are not).
@@ -679,7 +680,8 @@ class Supervisor:
 
     def _probe(self, url: str, timeout: float = 1.0) -> bool:
         try:
-            with urllib.request.urlopen(url + self.engine.health_path(), timeout=timeout) as r:
+            # Never through an http_proxy from the daemon's environment: the engine is local.
+            with _DIRECT.open(url + self.engine.health_path(), timeout=timeout) as r:
                 return r.status == 200
         except (urllib.error.URLError, OSError, ValueError):
             return False
@@ -858,6 +860,7 @@ class Supervisor:
         try:
             profile, argv = self.resolve(target["profile"], target["mode"])
         except RequestError as exc:
+            self._set_state(State.FAILED, "last good profile no longer loads")
             return Failure("invalid_profile", f"last good profile no longer loads: {exc}")
         with self._lock:
             self.active = {"profile": target["profile"], "mode": target["mode"]}
@@ -1102,6 +1105,14 @@ class Supervisor:
             try:
                 self._set_state(State.STARTING, f"adopting engine {h.pid}")
                 outcome = self._start_and_verify(op, profile_obj, h.argv, None, adopt=h)
+                if not isinstance(outcome, EngineHandle) and not self.shutting_down.is_set():
+                    # The adopted engine was lost (e.g. the killed daemon was stopping it):
+                    # start the same profile afresh instead of ending FAILED with nothing.
+                    self.daemon_log(f"adopted engine lost ({outcome.reason}); starting afresh")
+                    if self.state != State.STARTING:
+                        self._set_state(State.FAILED, outcome.reason)
+                    self._set_state(State.STARTING, f"fresh start of {h.profile}/{h.mode}")
+                    outcome = self._start_and_verify(op, profile_obj, h.argv, None)
                 if isinstance(outcome, EngineHandle):
                     result = self._succeeded(op, outcome, dict(self.active))
                 else:

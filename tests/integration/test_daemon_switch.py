@@ -227,3 +227,20 @@ def test_nccl_debug_confirmations_and_auto_engine(tmp_path: Path) -> None:
         env = psutil.Process(d.engine_pid()).environ()
         assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_DEBUG_SUBSYS"] == "INIT,ENV,TUNING"
         assert env["NCCL_DEBUG_FILE"].endswith("%h.%p.log")
+
+
+def test_failed_switch_without_a_loadable_last_good_ends_failed_not_stuck(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        (d.profile_dir / "mine.env").write_text("NCCL_ALGO=Ring\nNCCL_PROTO=LL\n")
+        assert d.ctl("profile", "set", "mine", "-q").returncode == 0
+        (d.profile_dir / "mine.env").write_text("NCCL_ALGO=Ringg\n")  # broken since
+        r = d.ctl("profile", "set", "tree-ll", "--json")
+        assert r.returncode == 1
+        res = json.loads(r.stdout)
+        assert res["result"] == "failed" and res["reason"] == "cuda_graph_capture"
+        assert res["rollback_failure"]["reason"] == "invalid_profile"
+        st = d.status()
+        assert st["state"] == "FAILED" and st["engine"]["pid"] is None
+        assert d.client.get("/v1/history")[-1]["result"] == "failed"
+        assert d.ctl("profile", "set", "ring-ll", "-q").returncode == 0
+        assert d.status()["state"] == "READY"
