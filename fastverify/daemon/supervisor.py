@@ -721,7 +721,7 @@ class Supervisor:
             h.wake.wait(0.02 if h.ready_line else 0.1)
 
     def _verify(self, op: Operation, h: EngineHandle) -> tuple[Failure | None, dict[str, Any]]:
-        report = verify.check_process_env(h.pid, h.expected_nccl)
+        report = verify.check_process_env(h.pid, h.expected_nccl, self.engine.engine_owned_nccl)
         details: dict[str, Any] = {"env": report.to_dict()}
         op.emit("verify", ok=report.ok, message=report.message)
         self.daemon_log(f"verify: {report.message}")

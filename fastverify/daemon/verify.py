@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ class ProcessCheck:
     missing: list[str] = field(default_factory=list)
     different: dict[str, list[str]] = field(default_factory=dict)  # name -> [expected, actual]
     unexpected: dict[str, str] = field(default_factory=dict)
+    engine_set: dict[str, str] = field(default_factory=dict)  # set by the engine itself
     error: str | None = None
 
 
@@ -58,8 +59,17 @@ class VerifyReport:
         return asdict(self)
 
 
-def compare_env(actual: dict[str, str], expected: dict[str, str]) -> ProcessCheck:
-    """Compare one process's environment with the expected NCCL variables."""
+def compare_env(
+    actual: dict[str, str],
+    expected: dict[str, str],
+    engine_owned: Collection[str] = (),
+) -> ProcessCheck:
+    """Compare one process's environment with the expected NCCL variables.
+
+    `engine_owned`: variables the engine sets for its own workers (SGLang sets
+    NCCL_CUMEM_ENABLE and NCCL_NVLS_ENABLE before spawning its schedulers). Present without
+    the profile asking for them, they are recorded in `engine_set` and accepted; a profile
+    value the engine overrode is still a mismatch (the profile did not take effect)."""
     chk = ProcessCheck(pid=0, name="", ok=True)
     for key, value in expected.items():
         if key not in actual:
@@ -68,13 +78,19 @@ def compare_env(actual: dict[str, str], expected: dict[str, str]) -> ProcessChec
             chk.different[key] = [value, actual[key]]
     for key, value in actual.items():
         if key.startswith("NCCL_") and key not in expected and _is_tuning(key):
-            chk.unexpected[key] = value
+            if key in engine_owned:
+                chk.engine_set[key] = value
+            else:
+                chk.unexpected[key] = value
     chk.ok = not (chk.missing or chk.different or chk.unexpected)
     return chk
 
 
-def check_process_env(pid: int, expected: dict[str, str]) -> VerifyReport:
-    """Compare the server `pid` and all its descendants with `expected` NCCL variables."""
+def check_process_env(
+    pid: int, expected: dict[str, str], engine_owned: Collection[str] = ()
+) -> VerifyReport:
+    """Compare the server `pid` and all its descendants with `expected` NCCL variables
+    (`engine_owned`: see compare_env; only accepted in descendants, never in the server)."""
     checks: list[ProcessCheck] = []
     for proc in procs.descendants(pid):
         try:
@@ -85,7 +101,7 @@ def check_process_env(pid: int, expected: dict[str, str]) -> VerifyReport:
         except (psutil.AccessDenied, OSError) as exc:
             checks.append(ProcessCheck(proc.pid, "?", False, error=f"cannot read environ: {exc}"))
             continue
-        chk = compare_env(env, expected)
+        chk = compare_env(env, expected, engine_owned if proc.pid != pid else ())
         chk.pid, chk.name = proc.pid, name
         checks.append(chk)
     if not checks:
@@ -99,7 +115,8 @@ def check_process_env(pid: int, expected: dict[str, str]) -> VerifyReport:
         if first.missing:
             parts.append(f"missing {', '.join(first.missing)}")
         for k, (want, got) in first.different.items():
-            parts.append(f"{k}={got} (profile: {want})")
+            hint = " (the engine sets it for its workers)" if k in engine_owned else ""
+            parts.append(f"{k}={got} (profile: {want}){hint}")
         for k, v in first.unexpected.items():
             parts.append(f"{k}={v} not in the profile")
         msg = f"{len(bad)} of {len(checks)} process(es) differ; pid {first.pid}: " + "; ".join(
@@ -107,7 +124,13 @@ def check_process_env(pid: int, expected: dict[str, str]) -> VerifyReport:
         )
         return VerifyReport(False, msg, checks)
     nccl = ", ".join(f"{k}={v}" for k, v in sorted(expected.items())) or "no NCCL variables"
-    return VerifyReport(True, f"{len(checks)} process(es) hold exactly {nccl}", checks)
+    report = VerifyReport(True, f"{len(checks)} process(es) hold exactly {nccl}", checks)
+    own = {k: v for c in checks for k, v in c.engine_set.items()}
+    if own:
+        set_by = ", ".join(f"{k}={v}" for k, v in sorted(own.items()))
+        report.warnings.append(f"the engine itself sets {set_by} in its workers")
+        report.message += f" (plus, set by the engine for its workers: {set_by})"
+    return report
 
 
 def _normalise(value: str) -> str:

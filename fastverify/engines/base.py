@@ -52,6 +52,9 @@ class Engine(ABC):
 
     name: str = ""
     simulated: bool = False
+    # NCCL variables the engine sets itself for its worker processes; verification accepts
+    # them in workers when the profile does not set them (and reports them).
+    engine_owned_nccl: frozenset[str] = frozenset()
 
     @abstractmethod
     def build_argv(self, server: ServerConfig, mode: str, requires: Mapping[str, str]) -> list[str]:

@@ -76,6 +76,9 @@ def installed_version(python: str) -> str | None:
 class SGLangEngine(Engine):
     name = "sglang"
     simulated = False
+    # SGLang's _set_envs_and_config() sets these in the server before spawning schedulers:
+    # NCCL_CUMEM_ENABLE (from --enable-symm-mem) and NCCL_NVLS_ENABLE (--enable-nccl-nvls).
+    engine_owned_nccl = frozenset({"NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"})
 
     def __init__(self, python: str = "", flags: str = "auto"):
         self.python = python or sys.executable

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from fastverify.daemon.verify import (
@@ -85,3 +86,36 @@ def test_nccl_confirmations_from_real_log(tmp_path: Path) -> None:
     empty = tmp_path / "empty.log"
     empty.write_text("")
     assert check_nccl_debug([empty], RING_LL)["ok"] is None
+
+
+def test_engine_owned_variables_in_workers() -> None:
+    owned = {"NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"}
+    worker = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_CUMEM_ENABLE": "0"}
+    c = compare_env(worker, EXPECTED, owned)
+    assert c.ok and c.engine_set == {"NCCL_CUMEM_ENABLE": "0"}
+    # A profile value the engine overrode did not take effect: still a mismatch.
+    c = compare_env(worker, dict(EXPECTED, NCCL_CUMEM_ENABLE="1"), owned)
+    assert not c.ok and c.different == {"NCCL_CUMEM_ENABLE": ["1", "0"]}
+
+
+def test_engine_owned_is_accepted_in_workers_only(tmp_path: Path) -> None:
+    base = {"PATH": os.environ["PATH"], **EXPECTED}
+    code = (
+        "import os,subprocess,time; "
+        "subprocess.Popen(['sleep','30'], env=dict(os.environ, NCCL_NVLS_ENABLE='0')); "
+        "time.sleep(30)"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], env=base, start_new_session=True)
+    try:
+        import psutil
+
+        for _ in range(300):
+            if psutil.Process(p.pid).children():
+                break
+            time.sleep(0.01)
+        rep = check_process_env(p.pid, EXPECTED, {"NCCL_NVLS_ENABLE"})
+        assert rep.ok and "NCCL_NVLS_ENABLE=0" in rep.message, rep.message
+        assert not check_process_env(p.pid, EXPECTED).ok  # an engine that does not own it
+    finally:
+        os.killpg(p.pid, 9)
+        p.wait()
