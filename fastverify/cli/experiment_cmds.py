@@ -413,21 +413,21 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     )
     for r in order:
         ci = r.get("ci95")
-        sig = r.get("vs_reference") or ""
+        if r["status"] != "ok":
+            out.append(("-", r["profile"], r["mode"], "FAILED", "-", "-", "-", "-", "-", "-",
+                        "-", r.get("reason") or "-"))  # fmt: skip
+            continue
+        sig = r.get("vs_reference") or "-"
         if r.get("vs_best") == "not significant":
-            sig = f"{sig}; tied with best" if sig else "tied with best"
-        note = r.get("message") or r.get("reason") or r.get("note") or ""
-        if r["mode"] == "eagle3" and r.get("real_speedup") is not None:
-            note = (
-                f"x{r['real_speedup']:.2f} vs own baseline ({r.get('speedup_significance')}); "
-                f"break-even accept {_fmt(r.get('break_even_accept_length'), 2)}"
-            )
+            sig = f"{sig}, tied w/ best"
+        own = "-"
+        if r.get("real_speedup") is not None:
+            own = f"x{r['real_speedup']:.2f} ({r.get('speedup_significance')})"
         out.append((
-            _fmt(r.get("rank")), r["profile"], r["mode"], r["status"],
-            _fmt(r.get("tokens_per_second_mean")),
-            "-" if not ci else f"{ci[0]:.1f}..{ci[1]:.1f}", _fmt(r.get("n")),
-            "-" if r.get("speedup_vs_reference") is None else f"x{r['speedup_vs_reference']:.3f}",
-            sig or "-", _fmt(r.get("accept_length_mean"), 2), note[:120],
+            _fmt(r.get("rank")), r["profile"], r["mode"], _fmt(r.get("tokens_per_second_mean")),
+            "-" if not ci else f"{ci[0]:.1f}-{ci[1]:.1f}", _fmt(r.get("n")),
+            f"x{r['speedup_vs_reference']:.3f}", sig, _fmt(r.get("accept_length_mean"), 2),
+            _fmt(r.get("break_even_accept_length"), 2), own, r.get("note") or "",
         ))  # fmt: skip
     return out
 
@@ -553,9 +553,28 @@ def sweep(
     if as_json:
         emit_json(report)
     else:
-        table(("rank", "profile", "mode", "status", "tok/s", "95% CI", "n", "speedup",
-               "significance", "accept", "note"), _sweep_rows(report["results"]),
-              title=f"sweep: {report['results_file']}")  # fmt: skip
+        table(
+            (
+                "rank",
+                "profile",
+                "mode",
+                "tok/s",
+                "95% CI",
+                "n",
+                "speedup",
+                "vs reference",
+                "accept",
+                "break-even",
+                "vs own baseline",
+                "note",
+            ),
+            _sweep_rows(report["results"]),
+            title=f"sweep: {report['results_file']}",
+        )
+        for r in report["results"]:
+            if r["status"] != "ok":
+                click.echo(f"{r['profile']}/{r['mode']} failed ({r.get('reason')}): "
+                           f"{r.get('message') or ''}".rstrip())  # fmt: skip
         best = report.get("best")
         if best:
             click.echo(f"best: {best['profile']}/{best['mode']} "
