@@ -1,0 +1,185 @@
+"""CLI start-up figures, side by side in one run (figures, never asserts).
+
+Wall time of real subprocesses, interleaved round-robin so that drift and noise hit every
+command alike, median of N (first round dropped as page-cache warm-up):
+
+- `fastverifyctl status` against a running fastverifyd (sim engine) on its Unix socket;
+- `fastverifyctl profile list` against the same daemon (marks the active profile);
+- `supervisorctl status` against its own supervisord (temp config, Unix socket, one dummy
+  program), the field's reference for "ask a supervisor daemon over a socket";
+- `python -c 'import click'` and an eager `import click, rich.console, rich.table,
+  prometheus_client` (what the CLI would cost if its imports were not lazy);
+- `python -c pass` (the interpreter floor).
+
+Goal: `fastverifyctl status` under 60 ms. Writes benchmarks/results/cli.json.
+
+    python benchmarks/bench_cli.py [--runs 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+RESULTS = REPO / "benchmarks" / "results" / "cli.json"
+GOAL_MS = 60.0
+
+
+def script(name: str, module: str) -> list[str]:
+    exe = shutil.which(name)
+    return [exe] if exe else [sys.executable, "-m", module]
+
+
+def supervisord(tmp: Path) -> tuple[subprocess.Popen, Path]:
+    sock = tmp / "supervisor.sock"
+    conf = tmp / "supervisord.conf"
+    conf.write_text(
+        f"""[unix_http_server]
+file={sock}
+chmod=0700
+
+[supervisord]
+nodaemon=true
+logfile={tmp}/supervisord.log
+pidfile={tmp}/supervisord.pid
+childlogdir={tmp}
+
+[rpcinterface:supervisor]
+supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
+
+[supervisorctl]
+serverurl=unix://{sock}
+
+[program:dummy]
+command={sys.executable} -c "import time; time.sleep(3600)"
+autostart=true
+startsecs=0
+stopsignal=TERM
+"""
+    )
+    exe = shutil.which("supervisord")
+    argv = [exe] if exe else [sys.executable, "-m", "supervisor.supervisord"]
+    proc = subprocess.Popen(
+        [*argv, "-c", str(conf)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 20
+    while not sock.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"supervisord did not start (exit {proc.poll()})")
+        time.sleep(0.05)
+    return proc, conf
+
+
+def stop_supervisord(proc: subprocess.Popen) -> None:
+    """SIGTERM the supervisord we started (it stops its dummy program itself)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    s = sorted(samples)
+    return {
+        "runs": len(s),
+        "median_ms": round(statistics.median(s), 2),
+        "p90_ms": round(s[min(len(s) - 1, int(0.9 * len(s)))], 2),
+        "min_ms": round(s[0], 2),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=20)
+    args = ap.parse_args()
+    from tests.harness import DaemonHarness
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTVERIFY_")}
+    with tempfile.TemporaryDirectory(prefix="fv-bench-cli-") as tmpd:
+        tmp = Path(tmpd)
+        sup, conf = supervisord(tmp)
+        d = DaemonHarness(tmp / "fv", metrics=False, start=False)
+        try:
+            d.start()
+            ctl = script("fastverifyctl", "fastverify.ctl")
+            supctl = script("supervisorctl", "supervisor.supervisorctl")
+            cmds = {
+                "fastverifyctl status": [*ctl, "--socket", str(d.socket), "status"],
+                "fastverifyctl profile list": [*ctl, "--socket", str(d.socket), "profile", "list"],
+                "supervisorctl status": [*supctl, "-c", str(conf), "status"],
+                "python -c 'import click'": [sys.executable, "-c", "import click"],
+                "python -c eager click+rich+prometheus_client": [
+                    sys.executable,
+                    "-c",
+                    "import click, rich.console, rich.table, prometheus_client",
+                ],
+                "python -c pass (interpreter floor)": [sys.executable, "-c", "pass"],
+            }
+            samples: dict[str, list[float]] = {k: [] for k in cmds}
+            for rnd in range(args.runs + 1):
+                for name, argv in cmds.items():
+                    t0 = time.perf_counter()
+                    r = subprocess.run(argv, capture_output=True, env=env, check=False)
+                    dt = (time.perf_counter() - t0) * 1000
+                    if r.returncode != 0:
+                        raise SystemExit(
+                            f"{name} exited {r.returncode}: {r.stderr.decode()[-500:]}"
+                        )
+                    if rnd:
+                        samples[name].append(dt)
+            out_status = subprocess.run(
+                cmds["fastverifyctl status"], capture_output=True, text=True, env=env
+            ).stdout
+            sup_status = subprocess.run(
+                cmds["supervisorctl status"], capture_output=True, text=True, env=env
+            ).stdout
+        finally:
+            d.close(check_leaks=False)
+            stop_supervisord(sup)
+    figures = {k: summary(v) for k, v in samples.items()}
+    ours = figures["fastverifyctl status"]["median_ms"]
+    peer = figures["supervisorctl status"]["median_ms"]
+    result = {
+        "what": "CLI wall time per invocation (subprocess, median of interleaved runs)",
+        "goal": f"fastverifyctl status < {GOAL_MS:.0f} ms",
+        "goal_ms": GOAL_MS,
+        "status_median_ms": ours,
+        "status_vs_goal": round(ours / GOAL_MS, 3),
+        "status_vs_supervisorctl": round(ours / peer, 3),
+        "profile_list_median_ms": figures["fastverifyctl profile list"]["median_ms"],
+        "commands": figures,
+        "sample_output": {"fastverifyctl status": out_status, "supervisorctl status": sup_status},
+        "host": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{'command':48} {'median ms':>10} {'p90 ms':>10} {'min ms':>10}")
+    for name, s in figures.items():
+        print(f"{name:48} {s['median_ms']:>10.1f} {s['p90_ms']:>10.1f} {s['min_ms']:>10.1f}")
+    print(f"\nfastverifyctl status: {ours:.1f} ms (goal < {GOAL_MS:.0f} ms), "
+          f"{ours / peer:.2f}x supervisorctl status")  # fmt: skip
+    print(f"wrote {RESULTS.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
