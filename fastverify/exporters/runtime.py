@@ -197,26 +197,41 @@ class ExporterRuntime:
             self.trace_dir / f"window-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}"
         )
         window.mkdir()
-        body = {"output_dir": str(window), "num_steps": steps}
-        try:
-            status, text = post_json(url, "/start_profile", body, timeout=self.capture_timeout_s)
-        except OSError as exc:
-            raise CaptureError(f"POST {url}/start_profile failed: {exc}") from None
+        # no Python stacks or shapes: smaller traces, less profiling overhead (newer SGLang
+        # defaults with_stack to true); releases that reject the fields get the bare body
+        body: dict[str, Any] = {"output_dir": str(window), "num_steps": steps,
+                                "activities": ["CPU", "GPU"], "with_stack": False,
+                                "record_shapes": False}  # fmt: skip
+        status, text = self._start_profile(url, body)
+        if 400 <= status < 500:
+            status, text = self._start_profile(url, {"output_dir": str(window), "num_steps": steps})
         if status >= 400:
             raise CaptureError(
                 f"POST {url}/start_profile answered HTTP {status}: "
                 f"{text.decode('utf-8', 'replace').strip()[:300]}"
             )
-        files = self._wait_for_files(window, steps)
-        try:
-            analysis = traces.analyze_path(window, files=files)
-        except traces.TraceError as exc:
-            raise CaptureError(str(exc)) from None
+        deadline = time.monotonic() + self.capture_timeout_s
+        while True:
+            files = self._wait_for_files(window, steps)
+            try:
+                analysis = traces.analyze_path(window, files=files)
+                break
+            except traces.TraceError as exc:
+                # SGLang may rewrite a trace after writing it (kernel attribution): retry
+                if time.monotonic() > deadline:
+                    raise CaptureError(str(exc)) from None
+                time.sleep(0.5)
         analysis.update({"window": str(window), "steps": steps, "captured_at": time.time()})
         self.hub.on_trace_analysis(analysis)
         self._prune()
         self.last_capture_error = None
         return analysis
+
+    def _start_profile(self, url: str, body: dict[str, Any]) -> tuple[int, bytes]:
+        try:
+            return post_json(url, "/start_profile", body, timeout=self.capture_timeout_s)
+        except OSError as exc:
+            raise CaptureError(f"POST {url}/start_profile failed: {exc}") from None
 
     def _wait_for_files(self, window: Path, steps: int) -> list[Path]:
         """Per-rank files, once none is growing and every gzip stream is complete."""

@@ -42,7 +42,10 @@ ALLREDUCE_PREFIXES: tuple[str, ...] = (
 )
 DEFAULT_SPAN = "TARGET_VERIFY"
 _LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
-_RANK_IN_NAME = re.compile(r"-TP-(\d+)(?:-|\.)")
+# SGLang: `[{prefix}-]{id}-TP-{r}[-DP-{d}][-PP-{p}][-EP-{e}][-{stage}].trace.json.gz`
+_RANK_IN_NAME = re.compile(
+    r"-TP-(\d+)((?:-(?:DP|PP|EP)-\d+)*)(?:-([A-Za-z_]+))?(?:\.trace)?\.json(?:\.gz)?$"
+)
 _DIST_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
 _BRACE = re.compile(rb"[{}]")
 _CHUNK_IN = 1 << 20  # compressed bytes read per step
@@ -103,8 +106,17 @@ def is_allreduce_kernel(name: str) -> bool:
 
 
 def rank_from_name(path: str | Path) -> int | None:
+    """The TP rank in SGLang's trace file name, or None."""
+    key = rank_key(path)
+    return key[0] if key else None
+
+
+def rank_key(path: str | Path) -> tuple[int, str, str] | None:
+    """(TP rank, other parallel ranks like "DP-1-EP-0" or "", stage like "decode" or "")."""
     m = _RANK_IN_NAME.search(Path(path).name)
-    return int(m.group(1)) if m else None
+    if m is None:
+        return None
+    return int(m.group(1)), (m.group(2) or "").lstrip("-"), m.group(3) or ""
 
 
 # ------------------------------------------------------------------ classification
@@ -469,14 +481,20 @@ def analyze_extract(ex: Extract, rank: int, span: str = DEFAULT_SPAN) -> dict[st
     }
 
 
+def extract_for_analysis(path: str | Path, span: str = DEFAULT_SPAN) -> Extract:
+    """The events of one file, with launches too when only CPU ranges can mark verify."""
+    ex = extract(path)
+    if not any(s.gpu for s in ex.spans) and any(span in s.name for s in ex.spans):
+        ex = extract(path, want_launches=True)  # CPU fallback needs the launches
+    return ex
+
+
 def analyze_file(
     path: str | Path, span: str = DEFAULT_SPAN, rank: int | None = None
 ) -> dict[str, Any]:
     """Analyze one trace file (plain or gzipped JSON)."""
     path = Path(path)
-    ex = extract(path)
-    if not any(s.gpu for s in ex.spans) and any(span in s.name for s in ex.spans):
-        ex = extract(path, want_launches=True)  # CPU fallback needs the launches
+    ex = extract_for_analysis(path, span)
     if rank is None:
         rank = rank_from_name(path)
     if rank is None:
@@ -484,6 +502,17 @@ def analyze_file(
     result = analyze_extract(ex, rank, span)
     result["file"] = str(path)
     return result
+
+
+def _merged(extracts: list[Extract]) -> Extract:
+    out = Extract(exact=any(e.exact for e in extracts))
+    for e in extracts:
+        out.spans += e.spans
+        out.kernels += e.kernels
+        out.launches += e.launches
+        out.bytes_read += e.bytes_read
+        out.rank = e.rank if out.rank is None else out.rank
+    return out
 
 
 def trace_files(path: str | Path) -> list[Path]:
@@ -506,27 +535,41 @@ def trace_files(path: str | Path) -> list[Path]:
 def analyze_path(
     path: str | Path, span: str = DEFAULT_SPAN, files: Iterable[Path] | None = None
 ) -> dict[str, Any]:
-    """A trace file or a directory of per-rank traces -> `{"ranks": [...]}` sorted by rank."""
+    """A trace file or a directory of per-rank traces -> `{"ranks": [...]}` sorted by rank.
+
+    Files of one rank that differ only by stage (SGLang's profile_by_stage writes
+    `-TP-0-prefill` and `-TP-0-decode`) are analysed together; other parallel ranks
+    (`-DP-1`, `-EP-0`, ...) are separate entries with `rank_id` set."""
     chosen = list(files) if files is not None else trace_files(path)
     if not chosen:
         raise TraceError(f"{path}: no trace files (*-TP-<rank>.trace.json.gz) found")
-    seen: dict[int, Path] = {}
+    groups: dict[tuple[int, str], dict[str, Path]] = {}
+    unranked: list[Path] = []
     for f in chosen:
-        r = rank_from_name(f)
-        if r is not None and r in seen:
+        key = rank_key(f)
+        if key is None:
+            unranked.append(f)
+            continue
+        tp, extra, stage = key
+        stages = groups.setdefault((tp, extra), {})
+        if stage in stages:
             raise TraceError(
-                f"{path}: two traces for TP rank {r} ({seen[r].name}, {f.name}); "
-                "pass one profile window's files or directory"
+                f"{path}: two traces for TP rank {tp}{'-' + extra if extra else ''} "
+                f"({stages[stage].name}, {f.name}); pass one profile window's files or directory"
             )
-        if r is not None:
-            seen[r] = f
+        stages[stage] = f
     ranks = []
-    for i, f in enumerate(chosen):
-        r = rank_from_name(f)
-        if r is None and len(chosen) > 1:
-            r = i
-        ranks.append(analyze_file(f, span, r))
-    ranks.sort(key=lambda r: r["rank"])
+    for (tp, extra), stages in sorted(groups.items()):
+        paths = [stages[k] for k in sorted(stages)]
+        ex = _merged([extract_for_analysis(p, span) for p in paths])
+        result = analyze_extract(ex, tp, span)
+        if extra:
+            result["rank_id"] = f"TP-{tp}-{extra}"
+        result["file"] = str(paths[0]) if len(paths) == 1 else [str(p) for p in paths]
+        ranks.append(result)
+    for i, f in enumerate(unranked):
+        ranks.append(analyze_file(f, span, i if len(chosen) > 1 else None))
+    ranks.sort(key=lambda r: (r["rank"], r.get("rank_id", "")))
     return {"ranks": ranks, "span": span, "path": str(path)}
 
 

@@ -59,6 +59,7 @@ def test_capture_window_end_to_end(stub: SGLangStub, tmp_path: Path) -> None:
         analysis = rt.capture(7)
         assert time.monotonic() - t0 >= 0.5  # waited for the slowly written files
         assert stub.profile_requests[-1]["num_steps"] == 7
+        assert stub.profile_requests[-1]["with_stack"] is False  # small traces, low overhead
         assert Path(stub.profile_requests[-1]["output_dir"]).parent == tmp_path / "traces"
         assert [r["rank"] for r in analysis["ranks"]] == [0, 1]
         assert all(r["allreduce_per_verify"] == 122 for r in analysis["ranks"])
@@ -111,3 +112,18 @@ def test_poller_feeds_hub_and_survives_engine_down(stub: SGLangStub) -> None:
         assert hub.snapshot()["up"] is False
     finally:
         rt.stop()
+
+
+def test_capture_falls_back_to_the_bare_body_on_old_releases(
+    stub: SGLangStub, tmp_path: Path
+) -> None:
+    stub.reject_extended = True
+    hub = MetricsHub()
+    rt = ExporterRuntime(hub, "", stub.url, tmp_path, 0, 4, expected_ranks=2,
+                         capture_timeout_s=20)  # fmt: skip
+    analysis = rt.capture()
+    assert [sorted(b) for b in stub.profile_requests] == [
+        ["activities", "num_steps", "output_dir", "record_shapes", "with_stack"],
+        ["num_steps", "output_dir"],
+    ]
+    assert analysis["steps"] == 4 and len(analysis["ranks"]) == 2

@@ -251,3 +251,28 @@ def test_cli_capture_without_daemon_exits_3(tmp_path: Path) -> None:
     )  # fmt: skip
     assert run.returncode == 3
     assert json.loads(run.stdout)["reachable"] is False
+
+
+def test_stage_files_merge_and_other_parallel_ranks_stay_apart(tmp_path: Path) -> None:
+    # SGLang's profile_by_stage: one file per stage and rank; EP ranks add `-EP-n`
+    decode, truth = tracegen.build_rank(0, verify_us=[30_000.0] * 3, ar_per_verify=122)
+    prefill, _ = tracegen.build_rank(0, verify_us=[30_000.0] * 2, ar_per_verify=122)
+    for ev in prefill["traceEvents"]:
+        if ev.get("name") == "step[TARGET_VERIFY bs=1]":
+            ev["name"] = "step[EXTEND bs=1]"  # prefill forwards are no verify passes
+        if "ts" in ev:
+            ev["ts"] -= 10_000_000.0  # the prefill stage was recorded before the decode stage
+    tracegen.write(tmp_path / "p7-TP-0-EP-0-decode.trace.json.gz", decode)
+    tracegen.write(tmp_path / "p7-TP-0-EP-0-prefill.trace.json.gz", prefill)
+    other, _ = tracegen.build_rank(1, verify_us=[30_000.0] * 3, ar_per_verify=122)
+    tracegen.write(tmp_path / "p7-TP-1-EP-1-decode.trace.json.gz", other)
+    analysis = traces.analyze_path(tmp_path)
+    assert [(r["rank"], r["rank_id"]) for r in analysis["ranks"]] == [
+        (0, "TP-0-EP-0"), (1, "TP-1-EP-1"),
+    ]  # fmt: skip
+    r0 = analysis["ranks"][0]
+    _check(r0, truth)
+    assert len(r0["file"]) == 2
+    assert traces.rank_key("x-TP-3-DP-1.trace.json.gz") == (3, "DP-1", "")
+    assert traces.rank_key("x-TP-3-decode.trace.json") == (3, "", "decode")
+    assert traces.rank_key("x-TP-3.txt") is None
