@@ -43,7 +43,7 @@ def print_analysis(analysis: dict[str, Any], where: str) -> None:
     ranks = analysis.get("ranks", [])
     rows = [
         (
-            r["rank"],
+            r.get("rank_id") or r["rank"],
             r["verify_passes"],
             f"{r['verify_ms_p50']:.2f}",
             f"{r['verify_ms_p90']:.2f}",
