@@ -132,7 +132,7 @@ class ExporterRuntime:
         if self._inspector is not None:
             self._inspector.stop()
         if self._trace_thread is not None:
-            self._trace_thread.join(timeout=self.capture_timeout_s + 5)
+            self._trace_thread.join(timeout=5)  # a window stuck in HTTP is abandoned
         if self.server is not None:
             self.server.stop()
         if self._own_trace_dir and self._trace_dir is not None:
