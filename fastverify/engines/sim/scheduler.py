@@ -255,7 +255,8 @@ class Scheduler(threading.Thread):
         self.forward_ct += 1
         self._account(produced, accepted, len(running) if eagle else 0)
         if self.forward_ct % self.decode_log_interval == 0:
-            self._log_decode(len(running))
+            batch_tokens = sum(r.prompt_tokens + r.generated for r in running)
+            self._log_decode(len(running), batch_tokens)
 
     def _finish(self, r: Request, now: float) -> None:
         r.finished_at = now
@@ -263,7 +264,6 @@ class Scheduler(threading.Thread):
             self.metrics.e2e.observe(now - r.created)
             self.metrics.num_requests.inc()
             self.metrics.prompt_tokens.inc(r.prompt_tokens)
-        r._emit(0)
         r.updates.put(None)
         r.done.set()
 
@@ -274,7 +274,8 @@ class Scheduler(threading.Thread):
         if self.metrics and produced:
             self.metrics.generation_tokens.inc(produced)
 
-    def _log_decode(self, running: int) -> None:
+    def _log_decode(self, running: int, tokens: int) -> None:
+        """SGLang's decode line for the batch that just ran (`tokens`: its KV tokens)."""
         now = time.perf_counter()
         gap = now - self._interval_tic
         self._interval_tic = now
@@ -286,9 +287,8 @@ class Scheduler(threading.Thread):
             accept_rate = (accept_len - 1) / max(1, self.num_draft_tokens - 1)
             self.avg_spec_accept_length = accept_len
         self._interval_accepted = self._interval_verify = 0
+        usage = tokens / MAX_TOTAL_TOKENS
         with self._cond:
-            tokens = sum(r.prompt_tokens + r.generated for r in self.running)
-            usage = self._token_usage_locked()
             queue_len = len(self.waiting)
         self.log.log(
             sglang_logs.decode_line(
