@@ -3,13 +3,14 @@
     fastverify-exporter --sglang-url http://127.0.0.1:30000 [--log-file server.log]
         [--trace-dir DIR [--trace-period 60] [--trace-steps 5]] [--inspector-dir DIR]
         [--listen 127.0.0.1:9464] [--profile NAME] [--mode baseline|eagle3]
-        [--profile-env FILE]
+        [--profile-env FILE] [--baseline-tps TOK_S [--baseline-request-tps TOK_S]]
 
 Polls SGLang's /metrics, follows the server's log file (like `tail -F`: survives rotation
 and truncation; the existing content is read once for NCCL facts, decode figures only
 from new lines), runs profile windows into `--trace-dir` when given, tails NCCL inspector
 dumps, and serves /metrics on `--listen` (loopback by default). `--profile`/`--mode` label
-the series; `--profile-env` (a profile .env file) fills fastverify_profile_info's settings.
+the series; `--profile-env` (a profile .env file) fills fastverify_profile_info's settings;
+`--baseline-tps` records a baseline for that profile (break-even and speedup gauges).
 Stops cleanly on SIGTERM/SIGINT. Exit codes: 0 stopped, 2 bad arguments, 1 cannot listen.
 """
 
@@ -20,6 +21,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from fastverify.exporters.hub import MetricsHub
@@ -91,6 +93,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", help="profile name label")
     p.add_argument("--mode", choices=("baseline", "eagle3"), help="decoding mode label")
     p.add_argument("--profile-env", type=Path, help="profile .env file for the info labels")
+    p.add_argument(
+        "--baseline-tps",
+        type=float,
+        metavar="TOK_S",
+        help="baseline-mode tokens/s measured for --profile (enables the speedup "
+        "and break-even gauges in EAGLE-3 mode)",
+    )
+    p.add_argument(
+        "--baseline-request-tps",
+        type=float,
+        metavar="TOK_S",
+        help="baseline-mode tokens/s per request (default: --baseline-tps)",
+    )
     p.add_argument("--log-level", default="info")
     return p
 
@@ -125,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     hub = MetricsHub()
     if args.profile or args.mode or settings:
         hub.set_labels(args.profile or "", args.mode, settings, "sglang")
+    if args.baseline_tps is not None:
+        per_request = args.baseline_request_tps or args.baseline_tps
+        if args.baseline_tps <= 0 or per_request <= 0:
+            print("fastverify-exporter: baseline figures must be positive", file=sys.stderr)
+            return 2
+        hub.set_baseline(args.profile or "", args.baseline_tps, per_request, time.time())
     runtime = ExporterRuntime(
         hub,
         args.listen,

@@ -30,6 +30,13 @@ def _scrape(url: str) -> str:
         return r.read().decode()
 
 
+def _value(text: str, series: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split(" ")[-1])
+    raise AssertionError(f"{series} not in /metrics")
+
+
 def _wait(url: str, needle: str, timeout: float = 15.0) -> str:
     deadline = time.monotonic() + timeout
     text = ""
@@ -62,7 +69,8 @@ def test_standalone_exporter(tmp_path: Path, stub: SGLangStub) -> None:
         [sys.executable, "-m", "fastverify.exporters.standalone", "--sglang-url", stub.url,
          "--log-file", str(log), "--trace-dir", str(tmp_path / "traces"), "--trace-period", "1",
          "--trace-steps", "3", "--listen", f"127.0.0.1:{port}", "--profile", "ring-ll",
-         "--mode", "eagle3", "--profile-env", str(env_file), "--poll-interval", "0.2"],
+         "--mode", "eagle3", "--profile-env", str(env_file), "--poll-interval", "0.2",
+         "--baseline-tps", "82", "--baseline-request-tps", "41"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:
@@ -73,7 +81,11 @@ def test_standalone_exporter(tmp_path: Path, stub: SGLangStub) -> None:
         assert "9.99" not in text  # the old decode line is history, not a current figure
         with open(log, "a") as fh:
             fh.write(DECODE.format(a="2.50"))
-        _wait(url, 'fastverify_spec_accept_length{mode="eagle3",profile="ring-ll"} 2.5')
+        text = _wait(url, 'fastverify_spec_accept_length{mode="eagle3",profile="ring-ll"} 2.5')
+        # the line says 4 requests x 2.5 / 200 tok/s = 50 ms per cycle; 41 tok/s per request
+        # in baseline => 0.05 x 41 = 2.05 accepted tokens needed to break even
+        assert _value(text, 'fastverify_spec_breakeven_accept_length{mode="eagle3",'
+                      'profile="ring-ll"}') == pytest.approx(2.05)  # fmt: skip
         # the poller's counter turns into a rate
         for total in (300.0, 500.0, 700.0):
             time.sleep(0.5)
