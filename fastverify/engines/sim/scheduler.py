@@ -191,7 +191,7 @@ class Scheduler(threading.Thread):
 
     def _prefill(self, new: list[Request]) -> None:
         tokens = sum(r.prompt_tokens for r in new)
-        dur = costmodel.prefill_seconds(self.env, self.tp_size, tokens, self.cuda_graph, self.mode)
+        dur = costmodel.prefill_seconds(self.env, self.tp_size, tokens, self.mode)
         if self._stop.wait(dur):
             return
         now = time.perf_counter()

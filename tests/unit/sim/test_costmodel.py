@@ -174,3 +174,14 @@ def test_bad_arguments_raise() -> None:
         costmodel.predict(RING_LL, "turbo", 8, 1, True)
     with pytest.raises(ValueError):
         costmodel.predict(RING_LL, "baseline", 0, 1, True)
+
+
+def test_prefill_grows_with_prompt_and_eagle3_adds_draft_extend() -> None:
+    short = costmodel.prefill_seconds(RING_LL, 8, 16, "baseline")
+    long = costmodel.prefill_seconds(RING_LL, 8, 4096, "baseline")
+    assert 0 < short < long
+    assert costmodel.prefill_seconds(RING_LL, 8, 16, "eagle3") > short
+    # forced LL pays for big prefill messages; letting NCCL pick Simple is cheaper
+    auto = dict(RING_LL)
+    del auto["NCCL_PROTO"]
+    assert costmodel.prefill_seconds(auto, 8, 4096, "baseline") < long
