@@ -430,3 +430,29 @@ def test_keep_alive_connection_survives_errors(sim: SimProcess) -> None:
     finally:
         conn.close()
     assert sim.request("GET", "/health")[0] == 200
+
+
+def test_client_disconnect_aborts_the_request(sim: SimProcess) -> None:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", sim.port, timeout=10)
+    conn.request(
+        "POST",
+        "/generate",
+        body=json.dumps(
+            {"text": "x", "stream": True, "sampling_params": {"max_new_tokens": 100000}}
+        ),
+        headers={"Content-Type": "application/json"},
+    )
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.readline().startswith(b"data: ")  # it is running
+    deadline = time.monotonic() + 5
+    while sim.get_json("/get_server_info")["internal_states"][0]["num_running_reqs"] < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    deadline = time.monotonic() + 5
+    while sim.get_json("/get_server_info")["internal_states"][0]["num_running_reqs"] != 0:
+        assert time.monotonic() < deadline, "request kept running after its client left"
+        time.sleep(0.05)

@@ -33,7 +33,7 @@ MAX_CATCH_UP_S = 0.5  # how far behind its deadlines the decode loop may catch u
 _ids = itertools.count(1)
 
 
-@dataclass
+@dataclass(eq=False)  # identity semantics: requests are compared by object
 class Request:
     """One generation request, shared between an HTTP handler thread and the scheduler."""
 
@@ -49,6 +49,7 @@ class Request:
     last_token_at: float | None = None
     finished_at: float | None = None
     credit: float = 0.0
+    aborted: bool = False
     done: threading.Event = field(default_factory=threading.Event)
     updates: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # new-token counts
 
@@ -140,6 +141,16 @@ class Scheduler(threading.Thread):
         with self._cond:
             self._cond.notify_all()
 
+    def abort(self, req: Request) -> None:
+        """Drop a request whose client went away (it finishes with what it has)."""
+        with self._cond:
+            req.aborted = True  # the decode loop skips it from now on
+            if req in self.waiting:
+                self.waiting.remove(req)
+            elif req in self.running:
+                self.running.remove(req)
+        self._finish(req, time.perf_counter())
+
     def counts(self) -> tuple[int, int]:
         with self._cond:
             return len(self.running), len(self.waiting)
@@ -228,6 +239,8 @@ class Scheduler(threading.Thread):
             running = list(self.running)
         finished = []
         for r in running:
+            if r.aborted:
+                continue
             if eagle:
                 r.credit += pred.accept_length
                 n = max(1, min(int(r.credit), self.num_draft_tokens))
@@ -259,8 +272,11 @@ class Scheduler(threading.Thread):
             self._log_decode(len(running), batch_tokens)
 
     def _finish(self, r: Request, now: float) -> None:
-        r.finished_at = now
-        if self.metrics:
+        with self._cond:  # an abort and the last cycle may race: finish exactly once
+            if r.finished_at is not None:
+                return
+            r.finished_at = now
+        if self.metrics and not r.aborted:
             self.metrics.e2e.observe(now - r.created)
             self.metrics.num_requests.inc()
             self.metrics.prompt_tokens.inc(r.prompt_tokens)

@@ -181,7 +181,8 @@ class Handler(BaseHTTPRequestHandler):
             raise _BadRequest("JSON body must be an object")
         return obj
 
-    def _sse(self, chunks: Iterator[Any]) -> None:
+    def _sse(self, chunks: Iterator[Any], req: Request | None = None) -> None:
+        """Stream `chunks` as SSE; if the client goes away, abort `req` (as SGLang does)."""
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -198,6 +199,8 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+            if req is not None and self.server.app.scheduler is not None:
+                self.server.app.scheduler.abort(req)
 
     def do_HEAD(self) -> None:
         self.do_GET()
@@ -402,7 +405,7 @@ class Handler(BaseHTTPRequestHandler):
                 yield {"text": filler_text(0, req.generated), "meta_info": self._meta(req)}
                 yield None
 
-            self._sse(chunks())
+            self._sse(chunks(), req)
             return
         out = []
         for r in reqs:
@@ -520,7 +523,7 @@ class Handler(BaseHTTPRequestHandler):
             yield final
             yield None
 
-        self._sse(chunks())
+        self._sse(chunks(), req)
 
     def completions(self) -> None:
         self._openai(chat=False)
