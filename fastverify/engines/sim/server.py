@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import sys
 import threading
 import time
@@ -66,6 +67,8 @@ class SimHTTPServer(ThreadingHTTPServer):
 
     def __init__(self, addr: tuple[str, int], app: App):
         self.app = app
+        if ":" in addr[0]:  # an IPv6 literal such as ::1 or ::
+            self.address_family = socket.AF_INET6
         super().__init__(addr, Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
