@@ -298,7 +298,13 @@ def _print_preflight(report: dict[str, Any]) -> None:
     default=None,
     help="Ranks (one per GPU). Default: every visible GPU.",
 )
-@click.option("--hidden-size", default=7168, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--hidden-size",
+    default=7168,
+    show_default=True,
+    type=click.IntRange(1),
+    help="The model's hidden size (7168 for DeepSeek-V3/Kimi-K2 class models).",
+)
 @click.option(
     "--tokens",
     default="1,2,3,4,8,16,32,64",
@@ -306,8 +312,20 @@ def _print_preflight(report: dict[str, Any]) -> None:
     help="Tokens per forward; message = hidden size x tokens x 2 bytes.",
 )
 @click.option("--sizes", default=None, help="Explicit message sizes in bytes instead of --tokens.")
-@click.option("--iters", default=50, show_default=True, type=click.IntRange(1))
-@click.option("--warmup", default=5, show_default=True, type=click.IntRange(0))
+@click.option(
+    "--iters",
+    default=50,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Timed all-reduces (and graph replays) per size.",
+)
+@click.option(
+    "--warmup",
+    default=5,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Untimed all-reduces per size first.",
+)
 @click.option(
     "--graph-ops",
     default=20,
@@ -544,7 +562,10 @@ def sweep(
         except ValueError as exc:
             fail(str(exc), EXIT_USAGE)
         except DaemonUnavailable as exc:
-            fail(f"{exc}\nresults so far are in {out}; continue with --resume", EXIT_UNAVAILABLE)
+            hint = ""
+            if (out / "results.jsonl").exists():
+                hint = f"\nresults so far are in {out}/results.jsonl; continue with --resume"
+            fail(f"{exc}{hint}", EXIT_UNAVAILABLE)
         except SweepError as exc:
             fail(f"sweep: {exc}", EXIT_USAGE)
         except KeyboardInterrupt:

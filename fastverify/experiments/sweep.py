@@ -405,6 +405,7 @@ class Sweep:
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
+        status = self._status()  # DaemonUnavailable propagates: nothing to do without it
         out_dir = Path(cfg.output_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         existing = load_records(self.results)
@@ -414,7 +415,6 @@ class Sweep:
                 "continue that sweep, or choose another --output"
             )
         self.records = existing
-        status = self._status()  # DaemonUnavailable propagates: nothing to do without it
         original = (status.get("profile"), status.get("mode"))
         self._record({"type": "sweep", "started_at": time.time(), "config": cfg.describe(),
                       "resumed": bool(existing)})  # fmt: skip
