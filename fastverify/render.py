@@ -47,11 +47,21 @@ class UnitOptions:
         return f"{self.compose_dir}/docker-compose.yml"
 
 
+def default_image() -> str:
+    """`fastverify:<installed version>`, the tag deploy.sh builds."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"fastverify:{version('fastverify')}"
+    except PackageNotFoundError:
+        return "fastverify:latest"
+
+
 @dataclass(frozen=True)
 class ComposeOptions:
     """Host-specific values of the compose stack, written to its `.env`."""
 
-    image: str = "fastverify:0.1.0"
+    image: str = field(default_factory=default_image)
     env_file: str = "/etc/fastverify/fastverify.env"
     config_file: str = "/etc/fastverify/fastverifyd.toml"
     model_dir: str = "/models"

@@ -107,7 +107,7 @@ def systemd_cmd(mode: str, output: str, **options: object) -> None:
     help="Write docker-compose.yml, prometheus.yml, grafana/ and .env here; "
     "without it, print the .env.",
 )
-@click.option("--image", default="fastverify:0.1.0", show_default=True)
+@click.option("--image", default=None, help="Image tag (default: fastverify:<version>).")
 @click.option("--env-file", default="/etc/fastverify/fastverify.env", show_default=True)
 @click.option(
     "--config", "config_file", default="/etc/fastverify/fastverifyd.toml", show_default=True
@@ -137,6 +137,8 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
     from fastverify import render as lib
 
     try:
+        if options["image"] is None:
+            options["image"] = lib.default_image()
         opts = lib.ComposeOptions(**options)  # type: ignore[arg-type]
         if output_dir is None:
             _emit(lib.render_compose_env(opts), "-")

@@ -61,6 +61,7 @@ def test_host_unit_is_valid_and_a_notify_service(tmp_path: Path) -> None:
     assert svc["RuntimeDirectory"] == "fastverify" and svc["StateDirectory"] == "fastverify"
     assert svc["EnvironmentFile"] == "-/etc/fastverify/fastverify.env"
     assert svc["LimitMEMLOCK"] == "infinity"
+    assert svc["ProtectSystem"] == "full" and svc["NoNewPrivileges"] == "yes"
     assert "StartLimitIntervalSec" in u["Unit"] and "StartLimitBurst" in u["Unit"]
     assert "StartLimitBurst" not in svc
 
