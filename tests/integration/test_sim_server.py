@@ -184,6 +184,12 @@ def test_openai_endpoints(sim: SimProcess) -> None:
 def test_bad_requests_are_400(sim: SimProcess) -> None:
     assert sim.request("POST", "/generate", {"sampling_params": {}})[0] == 400
     assert sim.request("POST", "/v1/chat/completions", {"messages": []})[0] == 400
+    assert sim.request("POST", "/generate", {"input_ids": "1 2 3"})[0] == 400
+    assert sim.request("POST", "/generate", {"input_ids": [[1, 2], 3]})[0] == 400
+    batch = sim.post_json(
+        "/generate", {"input_ids": [[1, 2], [3, 4, 5]], "sampling_params": {"max_new_tokens": 3}}
+    )
+    assert [b["meta_info"]["prompt_tokens"] for b in batch] == [2, 3]
     status, _, body = sim.request(
         "POST", "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 0}}
     )

@@ -391,8 +391,13 @@ class Handler(BaseHTTPRequestHandler):
             batch = isinstance(text, list)
             prompts = [estimate_tokens(str(t)) for t in (text if batch else [text])]
         elif ids is not None:
+            if not isinstance(ids, list):
+                raise _BadRequest("input_ids must be a list of token ids (or a list of lists)")
             batch = bool(ids) and isinstance(ids[0], list)
-            prompts = [max(1, len(x)) for x in (ids if batch else [ids])]
+            seqs = ids if batch else [ids]
+            if not all(isinstance(x, list) for x in seqs):
+                raise _BadRequest("input_ids must be a list of token ids (or a list of lists)")
+            prompts = [max(1, len(x)) for x in seqs]
         else:
             raise _BadRequest("Either text or input_ids should be provided.")
         if stream and batch:
@@ -413,11 +418,7 @@ class Handler(BaseHTTPRequestHandler):
         out = []
         for r in reqs:
             r.done.wait()
-            out.append(
-                {"text": filler_text(0, r.generated), "output_ids": [], "meta_info": self._meta(r)}
-            )
-        for o in out:
-            o.pop("output_ids")
+            out.append({"text": filler_text(0, r.generated), "meta_info": self._meta(r)})
         self._json(200, out if batch else out[0])
 
     def _openai(self, chat: bool) -> None:
