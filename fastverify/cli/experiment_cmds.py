@@ -350,6 +350,14 @@ def _print_preflight(report: dict[str, Any]) -> None:
 )
 @click.option("--python", default="", help="Interpreter for the rank processes (needs torch).")
 @click.option(
+    "--config",
+    "config_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="fastverifyd config whose [server] env / env_passthrough the ranks also get "
+    "(default: the daemon's default config file, when it exists).",
+)
+@click.option(
     "--backend",
     type=click.Choice(["nccl", "gloo"]),
     default="nccl",
@@ -384,6 +392,7 @@ def preflight(
     timeout_s: float,
     extra_env: tuple[str, ...],
     python: str,
+    config_path: str | None,
     backend: str,
     logs_dir: str,
     output: str | None,
@@ -392,11 +401,15 @@ def preflight(
     """NCCL all-reduce + CUDA-graph check per profile on the GPUs, without a model."""
     from fastverify.experiments import preflight as pf
 
+    try:
+        daemon_env = pf.daemon_extra_env(config_path)
+    except pf.PreflightError as exc:
+        fail(f"preflight: {exc}", EXIT_USAGE)
     cfg = pf.PreflightConfig(
         nproc=nproc, hidden_size=hidden_size, tokens=_int_list(tokens, "--tokens"),
         sizes_bytes=_int_list(sizes, "--sizes") if sizes else (), iters=iters, warmup=warmup,
         graph_ops=graph_ops, backend=backend, timeout_s=timeout_s, python=python,
-        extra_env=_env_pairs(extra_env), logs_dir=logs_dir,
+        extra_env={**daemon_env, **_env_pairs(extra_env)}, logs_dir=logs_dir,
     )  # fmt: skip
     try:
         loaded = pf.load_profiles(profiles)

@@ -448,6 +448,28 @@ def _last_error(text: str) -> str | None:
 # ------------------------------------------------------------------ the whole run
 
 
+def _masked(env: Mapping[str, str]) -> dict[str, str]:
+    """Values of secret-looking names (the daemon's rule) replaced by "***" for reports."""
+    from fastverify.daemon.logs import is_secret_name
+
+    return {k: ("***" if is_secret_name(k) else v) for k, v in env.items()}
+
+
+def daemon_extra_env(config_path: str | None = None) -> dict[str, str]:
+    """The non-profile variables the daemon adds to the engine's environment, from its config
+    (`[server] env_passthrough` names taken from this environment, then `[server] env`), so
+    preflight ranks see what the server would. Missing default config file: nothing."""
+    from fastverify import config as config_mod
+
+    try:
+        cfg = config_mod.load(Path(config_path) if config_path else None)
+    except config_mod.ConfigError as exc:
+        raise PreflightError(f"config: {exc}") from None
+    extra = {n: os.environ[n] for n in cfg.server.env_passthrough if n in os.environ}
+    extra.update(cfg.server.env)
+    return extra
+
+
 def _profile_env(profile: Any, extra: Mapping[str, str]) -> dict[str, str]:
     from fastverify.profiles.effective import effective_env
 
@@ -525,7 +547,7 @@ def run_preflight(
             )
             res["profile_env"] = {k: v for k, v in getattr(profile, "env", {}).items()}
             if cfg.extra_env:
-                res["extra_env"] = dict(cfg.extra_env)
+                res["extra_env"] = _masked(cfg.extra_env)
             results.append(res)
             if on_event:
                 detail = res.get("error") or res.get("note") or ""

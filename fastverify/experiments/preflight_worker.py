@@ -340,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         "sizes": [],
         # What this process really received, to prove the profile arrived intact.
         "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
+        "env_names": sorted(os.environ),  # names only: values may be secrets
     }
     t_start = time.perf_counter()
     try:

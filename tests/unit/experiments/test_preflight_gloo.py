@@ -190,3 +190,31 @@ def test_ctrl_c_stops_the_ranks(tmp_path: Path, user_profiles: dict) -> None:
     assert proc.returncode == 130
     assert "interrupted" in err
     assert ranks() == []
+
+
+@needs_torch
+def test_daemon_config_env_reaches_the_ranks_and_secrets_stay_masked(
+    tmp_path: Path, user_profiles: dict
+) -> None:
+    cfg = tmp_path / "fastverifyd.toml"
+    cfg.write_text(
+        '[server]\nenv = {CUDA_DEVICE_MAX_CONNECTIONS = "1"}\nenv_passthrough = ["HF_TOKEN"]\n'
+    )
+    logs = tmp_path / "cfg-logs"
+    r = ctl("pf-test", "--backend", "gloo", "--nproc", "1", "--hidden-size", "32",
+            "--tokens", "1", "--iters", "2", "--config", str(cfg), "--logs", str(logs),
+            "--json", env={**user_profiles, "HF_TOKEN": "hf_secret_value"})  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rank = json.loads((logs / "pf-test.rank0.json").read_text())
+    assert {"CUDA_DEVICE_MAX_CONNECTIONS", "HF_TOKEN"} <= set(rank["env_names"])
+    prof = json.loads(r.stdout)["profiles"][0]
+    assert prof["extra_env"] == {"HF_TOKEN": "***", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert "hf_secret_value" not in r.stdout + r.stderr
+
+
+def test_bad_config_is_a_usage_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[server]\nno_such_key = 1\n")
+    r = ctl("nccl-default", "--config", str(cfg), "--nproc", "1")
+    assert r.returncode == 2
+    assert "no_such_key" in r.stderr
