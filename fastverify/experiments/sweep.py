@@ -415,6 +415,7 @@ class Sweep:
                 "continue that sweep, or choose another --output"
             )
         self.records = existing
+        self._check_resumed_config(existing)
         original = (status.get("profile"), status.get("mode"))
         self._record({"type": "sweep", "started_at": time.time(), "config": cfg.describe(),
                       "resumed": bool(existing)})  # fmt: skip
@@ -466,6 +467,22 @@ class Sweep:
             "plot": plot_path,
             "warnings": self.warnings,
         }  # fmt: skip
+
+    def _check_resumed_config(self, existing: list[dict[str, Any]]) -> None:
+        """Warn when a resumed sweep measures differently from the one it continues."""
+        headers = [r for r in existing if r.get("type") == "sweep"]
+        if not headers:
+            return
+        before = (headers[-1].get("config") or {}).get("bench") or {}
+        now = asdict(self.cfg.bench)
+        keys = ("concurrency", "duration", "requests", "input_len", "output_len", "seed")
+        changed = [f"{k} {before[k]} -> {now[k]}" for k in keys
+                   if k in before and before[k] != now[k]]  # fmt: skip
+        if changed:
+            msg = ("resumed with different bench settings (" + ", ".join(changed)
+                   + "): old and new measurements are not comparable")  # fmt: skip
+            self.warnings.append(msg)
+            self.emit(f"warning: {msg}")
 
     def _finish(self, best: dict[str, Any] | None, original: tuple[Any, Any]) -> dict[str, Any]:
         """--apply-best: switch to the winner; else restore what was active before."""

@@ -97,3 +97,37 @@ def test_plot_writes_png(tmp_path: Path) -> None:
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 5_000
+
+
+class _FakeDaemon:
+    """Answers /v1/status only; enough for a sweep whose work is all on file."""
+
+    def get(self, path: str, **_: object) -> dict:
+        assert path == "/v1/status"
+        return {"profile": "a", "mode": "baseline", "engine": {"url": "http://127.0.0.1:9"}}
+
+    def post(self, path: str, body: object = None, **_: object) -> dict:
+        assert path == "/v1/baselines"
+        return {}
+
+
+def test_resume_with_other_bench_settings_warns(tmp_path: Path) -> None:
+    from fastverify.experiments.bench import BenchConfig
+
+    path = tmp_path / sweep.RESULTS_FILE
+    sweep.append_record(
+        path, {"type": "sweep", "config": {"bench": {"duration": 20.0, "output_len": 256}}}
+    )
+    for rep in range(2):
+        sweep.append_record(path, {**_m("a", "baseline", 80.0 + rep), "repeat": rep})
+    cfg = sweep.SweepConfig(
+        profiles=("a",),
+        output_dir=tmp_path,
+        repeats=2,
+        resume=True,
+        bench=BenchConfig(duration=5.0, output_len=256),
+        plot=False,
+    )
+    report = sweep.Sweep(_FakeDaemon(), cfg).run()
+    assert any("duration 20.0 -> 5.0" in w for w in report["warnings"])
+    assert report["results"][0]["n"] == 2  # nothing re-measured
