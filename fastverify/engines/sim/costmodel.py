@@ -30,7 +30,8 @@ One all-reduce of B bytes over n ranks costs (microseconds):
                                                waiting for the slowest rank; grows with
                                                tokens per forward and saturates
 Transport: P2P when NCCL_P2P_LEVEL allows the box's SYS path and NCCL_P2P_DISABLE != 1,
-else SHM through host memory (per-hop latency x SHM_HOP_FACTOR, bandwidth x SHM_BW_FACTOR).
+else SHM through host memory (per-hop latency x SHM_HOP_FACTOR, bandwidth x SHM_BW_FACTOR),
+else (NCCL_SHM_DISABLE=1 too) NCCL's socket transport (x NET_HOP_FACTOR, x NET_BW_FACTOR).
 Algorithm/protocol: when several are allowed the model picks the cheapest for each
 message size, as NCCL's tuner does; LL128 is only considered when NCCL_PROTO asks for it
 (NCCL does not enable it over PCIe).
@@ -93,6 +94,14 @@ PROTO_BW_EFF = {"ll": 0.5, "ll128": 0.92, "simple": 1.0}
 TREE_BW_EFF = 0.9  # a chain pipelines slightly worse than a ring on one node
 SHM_HOP_FACTOR = 1.8
 SHM_BW_FACTOR = 0.5
+NET_HOP_FACTOR = 6.0  # NCCL's socket transport over loopback: proxy thread + kernel TCP
+NET_BW_FACTOR = 0.25
+# transport -> (per-hop latency factor, bandwidth factor)
+TRANSPORT_FACTORS = {
+    "p2p": (1.0, 1.0),
+    "shm": (SHM_HOP_FACTOR, SHM_BW_FACTOR),
+    "net": (NET_HOP_FACTOR, NET_BW_FACTOR),
+}
 CHANNEL_US = 1.2
 NCCL_STEPS = 8  # buffer slots per channel; BUFFSIZE/NCCL_STEPS bytes per step
 
@@ -200,14 +209,11 @@ def allreduce_cost(
     best: AllReduceCost | None = None
     for algo in sorted(settings.algos):
         for proto in sorted(settings.protos):
-            lat = BASE_LAT_US[(algo, proto)] + hops * HOP_LAT_US[(algo, proto)] * (
-                1.0 if settings.p2p else SHM_HOP_FACTOR
-            )
-            bw = PCIE_BW_BYTES_PER_US * PROTO_BW_EFF[proto]
+            hop_factor, bw_factor = TRANSPORT_FACTORS[settings.transport]
+            lat = BASE_LAT_US[(algo, proto)] + hops * HOP_LAT_US[(algo, proto)] * hop_factor
+            bw = PCIE_BW_BYTES_PER_US * PROTO_BW_EFF[proto] * bw_factor
             if algo == "tree":
                 bw *= TREE_BW_EFF
-            if not settings.p2p:
-                bw *= SHM_BW_FACTOR
             data = wire / bw * (512.0 / settings.nthreads) ** 0.5
             step_bytes = max(1, nch * settings.buffsize // NCCL_STEPS)
             extra_steps = max(0, math.ceil(nbytes / step_bytes) - 1)

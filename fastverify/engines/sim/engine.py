@@ -279,6 +279,7 @@ class SimEngine:
                     "proto": pred.proto,
                     "nchannels": pred.nchannels,
                     "p2p": self.settings.p2p,
+                    "transport": self.settings.transport,
                 },
                 "cost_model": {
                     "cycle_seconds": pred.cycle_seconds,

@@ -12,7 +12,8 @@ peer-to-peer), following NCCL 2.28's rules closely enough to be useful:
 - P2P between GPUs of the simulated box (8 PCIe GPUs spread over two CPU sockets, so
   the worst GPU pair is path type SYS) is used only when NCCL_P2P_DISABLE is not 1 and
   NCCL_P2P_LEVEL allows SYS; NCCL's default level (PXB) does not, so transport falls
-  back to shared memory through the host (SHM).
+  back to shared memory through the host (SHM), or to the socket network transport when
+  NCCL_SHM_DISABLE=1 too.
 """
 
 from __future__ import annotations
@@ -144,9 +145,18 @@ class NcclSettings:
     nthreads: int
     buffsize: int
     p2p: bool
+    shm: bool  # host shared memory usable (NCCL_SHM_DISABLE != 1)
     algo_forced: bool
     proto_forced: bool
     errors: tuple[str, ...] = field(default=())
+
+    @property
+    def transport(self) -> str:
+        """How neighbouring GPUs exchange data: "p2p", "shm" (through host memory) or
+        "net" (NCCL's socket transport, when P2P and SHM are both unavailable)."""
+        if self.p2p:
+            return "p2p"
+        return "shm" if self.shm else "net"
 
     @property
     def tree_only(self) -> bool:
@@ -210,6 +220,7 @@ def resolve(env: Mapping[str, str]) -> NcclSettings:
         # unknown strings are silently ignored, as NCCL does
     p2p_disabled = num("NCCL_P2P_DISABLE", 0) == 1
     p2p = not p2p_disabled and p2p_level >= TOPOLOGY_PATH_LEVEL
+    shm = num("NCCL_SHM_DISABLE", 0) != 1
 
     return NcclSettings(
         algos=frozenset(algos),
@@ -219,6 +230,7 @@ def resolve(env: Mapping[str, str]) -> NcclSettings:
         nthreads=nthreads,
         buffsize=buffsize,
         p2p=p2p,
+        shm=shm,
         algo_forced=algo_forced,
         proto_forced=proto_forced,
         errors=tuple(errors),

@@ -298,7 +298,9 @@ def nccl_init_lines(
         ring = " ".join(str((rank + i) % nranks) for i in range(nranks))
         for c in range(nch):
             out.append(pre + f"Channel {c:02d}/{nch:02d} : {ring}")
-        transport = "P2P/CUMEM/read" if settings.p2p else "SHM/direct/direct"
+        transport = {"p2p": "P2P/CUMEM/read", "shm": "SHM/direct/direct", "net": "NET/Socket/0"}[
+            settings.transport
+        ]
         nxt = (rank + 1) % nranks
         for c in range(min(nch, 2)):
             out.append(pre + f"Channel {c:02d}/0 : {rank}[{rank}] -> {nxt}[{nxt}] via {transport}")

@@ -102,6 +102,7 @@ def test_eager_mode_costs_launch_overhead() -> None:
         ({"NCCL_PROTO": "LL128"}, True),
         ({"NCCL_P2P_LEVEL": "PHB"}, True),  # below SYS: SHM transport
         ({"NCCL_P2P_DISABLE": "1"}, True),
+        ({"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}, True),
         ({"NCCL_P2P_LEVEL": "4"}, False),  # legacy integer for SYS
         ({"NCCL_MAX_NCHANNELS": "32"}, True),
         ({"NCCL_MAX_NCHANNELS": "4"}, False),
@@ -185,3 +186,12 @@ def test_prefill_grows_with_prompt_and_eagle3_adds_draft_extend() -> None:
     auto = dict(RING_LL)
     del auto["NCCL_PROTO"]
     assert costmodel.prefill_seconds(auto, 8, 4096, "baseline") < long
+
+
+def test_transport_fallbacks_order() -> None:
+    p2p = costmodel.predict(RING_LL, "baseline", 8, 1, True).allreduce_each_seconds
+    shm = costmodel.predict(dict(RING_LL, NCCL_P2P_DISABLE="1"), "baseline", 8, 1, True)
+    net = costmodel.predict(
+        dict(RING_LL, NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1"), "baseline", 8, 1, True
+    )
+    assert p2p < shm.allreduce_each_seconds < net.allreduce_each_seconds

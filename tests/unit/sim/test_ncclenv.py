@@ -77,3 +77,16 @@ def test_numeric_fallbacks() -> None:
 )
 def test_p2p_transport(env: dict[str, str], p2p: bool) -> None:
     assert ncclenv.resolve(env).p2p is p2p
+
+
+@pytest.mark.parametrize(
+    ("env", "transport"),
+    [
+        ({"NCCL_P2P_LEVEL": "SYS"}, "p2p"),
+        ({}, "shm"),
+        ({"NCCL_SHM_DISABLE": "1"}, "net"),
+        ({"NCCL_P2P_LEVEL": "SYS", "NCCL_SHM_DISABLE": "1"}, "p2p"),
+    ],
+)
+def test_transport(env: dict[str, str], transport: str) -> None:
+    assert ncclenv.resolve(env).transport == transport
