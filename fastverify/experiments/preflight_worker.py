@@ -352,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             doc["gpu"] = torch.cuda.get_device_name(rank.device)
             doc["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
         doc["dtype"] = str(rank.dtype).removeprefix("torch.")
+        doc["import_s"] = time.perf_counter() - t_start  # import torch + CUDA context
         doc["init_s"] = rank.init()
     except Exception as exc:
         doc["error"] = f"process group init failed: {_err(exc)}"
@@ -362,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     graph_ok = True
+    t_measure = time.perf_counter()
     for t in numels or tokens:
         row, graph_ok = rank.run_size(None if numels else t, graph_ok, numel=t if numels else None)
         doc["sizes"].append(row)
@@ -374,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         or r["graph"].get("replay") == "failed"
     ]
     doc["status"] = "ok" if not failed else "failed"
+    doc["measure_s"] = time.perf_counter() - t_measure
     try:
         rank.dist.destroy_process_group()
     except Exception as exc:  # teardown trouble is reported, not fatal
