@@ -12,6 +12,7 @@ import_error        ModuleNotFoundError / ImportError (broken environment)
 argv_rejected       SGLang's argument parser refused the argv ("unrecognized arguments", ...)
 readiness_timeout   no ready signal within the readiness timeout
 env_mismatch        the processes' environment (or NCCL's own report) differs from the profile
+worker_exited       (crash restarts) a TP worker verified at READY died while the server lived
 exited(CODE)        the engine exited for a reason none of the above recognised; negative
                     CODE = killed by that signal (exited(-9) = SIGKILL)
 """
@@ -76,6 +77,7 @@ REASONS = (
     "argv_rejected",
     "readiness_timeout",
     "env_mismatch",
+    "worker_exited",
 )
 
 

@@ -234,6 +234,10 @@ class Daemon:
             if self.reload_event.is_set():
                 self.reload_event.clear()
                 self._reload(sup, notifier)
+            try:
+                sup.tick()
+            except Exception:
+                log.exception("supervisor tick failed")
             now = time.monotonic()
             if now - last_status >= 10:
                 notifier.status(sup.status_line())

@@ -69,6 +69,13 @@ def _now() -> float:
     return time.time()
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 # --------------------------------------------------------------------------- operations
 class Operation:
     """One in-flight operation: its identity, an append-only event list, and its result."""
@@ -159,6 +166,7 @@ class EngineHandle:
     nccl_debug_dir: Path | None = None
     ready_s: float | None = None
     adopted: bool = False
+    worker_pids: tuple[int, ...] = ()  # descendants verified at READY (the TP workers)
 
     def alive(self) -> bool:
         return not self.exited.is_set()
@@ -764,6 +772,9 @@ class Supervisor:
             op.phases.setdefault("verify", round(time.monotonic() - t0, 4))
         if failure is None:
             op.verify = details
+            h.worker_pids = tuple(
+                c["pid"] for c in details["env"]["processes"] if c["pid"] != h.pid
+            )
             return h
         self.daemon_log(
             f"{op.kind} {h.profile}/{h.mode} failed: {failure.message} (log: {h.log_path})",
@@ -907,6 +918,24 @@ class Supervisor:
             log.error("cannot append to the journal: %s", exc)
 
     # ------------------------------------------------------------------ crashes
+    def tick(self) -> None:
+        """Called from the main loop (~1/s): a serving engine whose leader is alive but lost
+        one of the workers verified at READY is broken; treat it as a crash."""
+        h = self.current
+        if h is None or not h.serving or h.expected_exit or not h.alive() or not h.worker_pids:
+            return
+        gone = [pid for pid in h.worker_pids if not _pid_alive(pid)]
+        if not gone or not h.serving:
+            return
+        h.serving = False
+        failure = Failure(
+            "worker_exited",
+            f"engine worker process(es) {gone} exited while the server (pid {h.pid}) kept running",
+            log=str(h.log_path),
+        )
+        self.daemon_log(f"engine pid {h.pid}: {failure.message}", logging.WARNING)
+        self._crashed(h, failure)
+
     def _on_exit(self, h: EngineHandle) -> None:
         if h.expected_exit or self.shutting_down.is_set():
             return
@@ -919,11 +948,39 @@ class Supervisor:
             list(h.tail.recent) if h.tail else [], exit_code=h.exit_code, log=str(h.log_path)
         )
         self.daemon_log(f"engine pid {h.pid} died: {failure.message}", logging.WARNING)
+        self._crashed(h, failure)
+
+    def _crashed(self, h: EngineHandle, failure: Failure) -> None:
+        # Leave READY at once (status must never show READY without a serving engine), then
+        # restart from a thread that takes the operation lock.
+        with self._lock:
+            if self.state == State.READY and self.current is h:
+                self._record_failure(failure, Operation("crash_restart", h.profile, h.mode))
+                self._count_crash(failure)
+                self._set_state(State.BACKOFF, f"engine crashed: {failure.reason}")
         self._spawn_thread(self._crash_restart, h, failure)
+
+    def _count_crash(self, failure: Failure) -> int:
+        """Count a crash (status, exporter, journal); returns crashes within the window."""
+        d = self.cfg.daemon
+        with self._lock:
+            self.restarts[failure.reason] += 1
+            now = time.monotonic()
+            self.crash_times.append(now)
+            while self.crash_times and now - self.crash_times[0] > d.restart_window_s:
+                self.crash_times.popleft()
+            n = len(self.crash_times)
+        self._hub("on_restart", failure.reason)
+        with contextlib.suppress(OSError):
+            self.store.append_journal({"type": "crash", "ts": _now(), **failure.to_dict()})
+        return n
 
     def _crash_restart(self, h: EngineHandle, failure: Failure) -> None:
         if not self._op_lock.acquire(timeout=5):
             return  # an explicit operation owns the engine now
+        if self.current is not h or self.state != State.BACKOFF or self.shutting_down.is_set():
+            self._op_lock.release()  # an operation replaced or stopped this engine meanwhile
+            return
         op = Operation("crash_restart", h.profile, h.mode)
         with self._lock:
             self.op = op
@@ -939,28 +996,17 @@ class Supervisor:
 
     def _crash_loop(self, op: Operation, h: EngineHandle, failure: Failure) -> dict[str, Any]:
         d = self.cfg.daemon
+        counted = self.state == State.BACKOFF  # _crashed counted the first one already
         while True:
             self._stop_handle(h)  # leftover TP workers of the dead group
             self._record_failure(failure, op)
-            with self._lock:
-                self.restarts[failure.reason] += 1
-                now = time.monotonic()
-                self.crash_times.append(now)
-                while self.crash_times and now - self.crash_times[0] > d.restart_window_s:
-                    self.crash_times.popleft()
+            if counted:
                 n = len(self.crash_times)
-            self._hub("on_restart", failure.reason)
+                counted = False
+            else:
+                n = self._count_crash(failure)
             if self.state == State.READY:
                 self._set_state(State.BACKOFF, f"engine crashed: {failure.reason}")
-            self.store.append_journal(
-                {
-                    "type": "crash",
-                    "ts": _now(),
-                    "profile": h.profile,
-                    "mode": h.mode,
-                    **failure.to_dict(),
-                }
-            )
             if n > d.restart_burst:
                 msg = (
                     f"{n} crashes within {d.restart_window_s:.0f} s"

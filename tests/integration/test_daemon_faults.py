@@ -203,3 +203,24 @@ def test_sighup_with_broken_config_keeps_old_one(tmp_path: Path) -> None:
         os.kill(d.pid, signal.SIGHUP)
         d.wait_for(lambda: d.status()["config"]["error"] is None, 10, "reload ok")
         assert "configuration reloaded" in d.log_text()
+
+
+def test_tp_worker_death_is_a_crash(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False, tp_size=3) as d:
+        st = d.status()
+        leader = psutil.Process(st["engine"]["pid"])
+        worker = leader.children(recursive=True)[0]
+        os.kill(worker.pid, signal.SIGKILL)
+        st = d.wait_for(
+            lambda: (
+                (s := d.status())["state"] == "READY" and s["engine"]["pid"] != leader.pid and s
+            ),
+            20,
+            "a restarted engine",
+        )
+        assert st["engine"]["pid"] is not None  # READY always has a serving engine
+        reason = st["last_failure"]["reason"]
+        assert reason == "worker_exited" or reason.startswith("exited("), st["last_failure"]
+        assert st["restarts"]["total"] == 1
+        assert not leader.is_running() or leader.status() == psutil.STATUS_ZOMBIE
+        assert len(psutil.Process(st["engine"]["pid"]).children(recursive=True)) == 2
