@@ -1,0 +1,500 @@
+"""Run every benchmarks/bench_*.py and write benchmarks/RESULTS.md from benchmarks/results/*.json.
+
+Each benchmark runs as its own subprocess (one at a time, so they do not compete for the
+CPU), with the arguments in ARGS that keep the whole suite to a few minutes. Every
+benchmark writes its figures to benchmarks/results/NAME.json; this runner then describes
+the machine (CPU model, cores, RAM, kernel, Python), lists each figure with its goal and
+the ratio to it, and keeps every other results file in a list. Figures, never asserts: a
+missed goal is reported, not failed.
+
+    python benchmarks/run.py                 # run everything, then write RESULTS.md
+    python benchmarks/run.py --only cli daemon
+    python benchmarks/run.py --report-only   # just re-render RESULTS.md from the JSON files
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+RESULTS_DIR = BENCH / "results"
+REPORT = BENCH / "RESULTS.md"
+RUNS_FILE = RESULTS_DIR / "runner.json"
+
+# Arguments per benchmark that keep the suite to a few minutes on a 2-core machine.
+ARGS: dict[str, list[str]] = {
+    "cli": ["--runs", "20"],
+    "daemon": ["--seconds", "10", "--idle-seconds", "10"],
+    "exporter": ["--quick"],
+    "profiles": ["--runs", "20"],
+    "switch": ["--switches", "6"],
+}
+TIMEOUT_S = 600
+
+
+# ---------------------------------------------------------------------------- machine
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    ram = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram = int(line.split()[1]) * 1024
+                break
+    except OSError:
+        pass
+    os_name = platform.platform()
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                os_name = line.split("=", 1)[1].strip('"')
+    except OSError:
+        pass
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except AttributeError:
+        allowed = os.cpu_count()
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return {
+        "cpu_model": cpu,
+        "logical_cpus": os.cpu_count(),
+        "cpus_available": allowed,
+        "ram_gib": round(ram / 2**30, 1) if ram else None,
+        "kernel": platform.release(),
+        "os": os_name,
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "commit": commit or None,
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+# ---------------------------------------------------------------------------- running
+def discover() -> list[str]:
+    return sorted(p.stem.removeprefix("bench_") for p in BENCH.glob("bench_*.py"))
+
+
+def run_one(name: str, timeout: float) -> dict[str, Any]:
+    argv = [sys.executable, str(BENCH / f"bench_{name}.py"), *ARGS.get(name, [])]
+    print(f"== {name}: {' '.join(argv[1:])}", flush=True)
+    t0 = time.monotonic()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTVERIFY_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    try:
+        proc = subprocess.run(
+            argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        code, out = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, out = "timeout", f"{exc.stdout or ''}{exc.stderr or ''}"
+        if isinstance(out, bytes):
+            out = out.decode(errors="replace")
+    wall = time.monotonic() - t0
+    print(out.rstrip()[-3000:], flush=True)
+    print(f"== {name}: exit {code} in {wall:.1f} s\n", flush=True)
+    return {"bench": name, "argv": argv[1:], "exit": code, "wall_s": round(wall, 1)}
+
+
+# ---------------------------------------------------------------------------- figures
+Figure = dict[str, Any]  # name, value (str), goal (str), ratio (float|None), met (bool|None)
+
+
+def _get(d: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, dict) or key not in d:
+            return None
+        d = d[key]
+    return d
+
+
+def fig(
+    name: str, value: str, goal: str = "", ratio: float | None = None, met: bool | None = None
+) -> Figure:
+    return {"name": name, "value": value, "goal": goal, "ratio": ratio, "met": met}
+
+
+def figures_cli(d: dict) -> list[Figure]:
+    cmds = d.get("commands", {})
+    goal = d.get("goal_ms", 60.0)
+    out = []
+    st = _get(cmds, "fastverifyctl status", "median_ms")
+    sup = _get(cmds, "supervisorctl status", "median_ms")
+    floor = _get(cmds, "python -c pass (interpreter floor)", "median_ms")
+    if st is not None:
+        out.append(
+            fig(
+                "`fastverifyctl status` wall time (median)",
+                f"{st:.1f} ms",
+                f"< {goal:.0f} ms",
+                st / goal,
+                st < goal,
+            )
+        )
+    if st is not None and sup is not None:
+        out.append(
+            fig(
+                "`fastverifyctl status` vs `supervisorctl status` (same run)",
+                f"{st:.1f} vs {sup:.1f} ms",
+                "faster than supervisorctl",
+                st / sup,
+                st < sup,
+            )
+        )
+    pl = _get(cmds, "fastverifyctl profile list", "median_ms")
+    if pl is not None:
+        out.append(
+            fig(
+                "`fastverifyctl profile list` wall time (median)",
+                f"{pl:.1f} ms",
+                f"< {goal:.0f} ms",
+                pl / goal,
+                pl < goal,
+            )
+        )
+    for label in ("python -c 'import click'", "python -c eager click+rich+prometheus_client"):
+        v = _get(cmds, label, "median_ms")
+        if v is not None and st is not None:
+            out.append(
+                fig(
+                    f"`{label.removeprefix('python -c ')}` (reference)",
+                    f"{v:.1f} ms",
+                    "",
+                    st / v,
+                    None,
+                )
+            )
+    if floor is not None:
+        out.append(fig("`python -c pass` (interpreter floor, reference)", f"{floor:.1f} ms"))
+        if st is not None:
+            out.append(
+                fig("`fastverifyctl status` above the interpreter floor", f"{st - floor:.1f} ms")
+            )
+    return out
+
+
+def figures_daemon(d: dict) -> list[Figure]:
+    out = []
+    idle = d.get("idle", {})
+    secs = idle.get("seconds")
+    for key, label in (
+        ("daemon", "fastverifyd alone"),
+        ("engine_group", "sim engine group"),
+        ("daemon_plus_engine", "fastverifyd + sim"),
+    ):
+        part = idle.get(key)
+        if part:
+            out.append(
+                fig(f"{label}: RSS / USS at idle", f"{part['rss_mib']} / {part['uss_mib']} MiB")
+            )
+            out.append(
+                fig(f"{label}: idle CPU over {secs} s", f"{part['cpu_percent']:.2f} % of one core")
+            )
+    goal = d.get("goal_ratio", 0.99)
+    served = d.get("served", {})
+    base = _get(served, "A_no_exporter", "mean_tokens_per_second")
+    for key, label in (
+        ("B_exporter", "with the exporter (scraped every 1 s)"),
+        ("C_exporter_and_trace_windows", "with exporter + trace windows every 5 s"),
+    ):
+        v = _get(served, key, "mean_tokens_per_second")
+        if v is not None and base:
+            r = v / base
+            out.append(
+                fig(
+                    f"served tok/s {label} vs without (sim, EAGLE-3)",
+                    f"{v:.1f} vs {base:.1f} tok/s",
+                    f">= {goal:.0%}",
+                    r,
+                    r >= goal,
+                )
+            )
+    return out
+
+
+def figures_switch(d: dict) -> list[Figure]:
+    out = []
+    goal = d.get("goal_fraction", 0.05)
+    ready = _get(d, "engine_time_to_ready_s", "median")
+    own = d.get("daemon_own_work_fraction_of_engine_start")
+    if own is not None:
+        out.append(
+            fig(
+                "switch: daemon's own work / engine time-to-ready (sim)",
+                f"{d.get('daemon_own_work_s', 0) * 1000:.0f} ms of {ready or 0:.2f} s",
+                f"<= {goal:.0%} (ratio <= {1 + goal:.2f})",
+                1 + own,
+                own <= goal,
+            )
+        )
+    paired = d.get("overhead_fraction_of_engine_start")
+    if paired is not None:
+        out.append(
+            fig(
+                "switch: wall time minus engine ready+stop, / engine time-to-ready",
+                f"{d.get('overhead_s', 0) * 1000:.0f} ms",
+                f"<= {goal:.0%}",
+                1 + paired,
+                paired <= goal,
+            )
+        )
+    wall = _get(d, "switch_wall_s", "median")
+    if wall is not None:
+        out.append(fig("switch wall time (median, client side)", f"{wall:.2f} s"))
+    return out
+
+
+def figures_exporter(d: dict) -> list[Figure]:
+    out = []
+    ours1 = _get(d, "metrics", "ours", "one_scraper")
+    plain1 = _get(d, "metrics", "plain", "one_scraper")
+    if ours1:
+        p99 = ours1["p99_ms"]
+        out.append(
+            fig(
+                "/metrics p50 / p99, one scraper",
+                f"{ours1['p50_ms']:.2f} / {p99:.2f} ms",
+                "p99 < 2 ms",
+                p99 / 2.0,
+                p99 < 2.0,
+            )
+        )
+    if plain1:
+        out.append(
+            fig(
+                "plain prometheus-client exporter p50 / p99 (same run)",
+                f"{plain1['p50_ms']:.2f} / {plain1['p99_ms']:.2f} ms",
+            )
+        )
+    o50 = _get(d, "metrics", "ours", "fifty_connections", "per_second")
+    p50 = _get(d, "metrics", "plain", "fifty_connections", "per_second")
+    if o50 and p50:
+        r = o50 / p50
+        out.append(
+            fig(
+                "/metrics throughput, 50 connections, vs plain exporter",
+                f"{o50:.0f} vs {p50:.0f} scrapes/s",
+                ">= 75% of plain",
+                r,
+                r >= 0.75,
+            )
+        )
+    lps = _get(d, "logs", "mixed", "lines_per_second")
+    if lps:
+        out.append(
+            fig(
+                "log lines/s (mixed lines)",
+                f"{lps:,.0f}",
+                ">= 300k/s",
+                lps / 300_000,
+                lps >= 300_000,
+            )
+        )
+    traces = d.get("traces", {})
+    naive = _get(traces, "naive_json", "mb_per_second")
+    for key, label in (("fast_json", "plain JSON"), ("fast_gz", "gzipped")):
+        v = _get(traces, key, "mb_per_second")
+        if v:
+            out.append(
+                fig(
+                    f"trace analysis MB/s ({label})",
+                    f"{v:.0f} MB/s",
+                    ">= 150 MB/s",
+                    v / 150,
+                    v >= 150,
+                )
+            )
+            if naive:
+                out.append(
+                    fig(
+                        f"trace analysis ({label}) vs naive json.load + loop",
+                        f"{v:.0f} vs {naive:.0f} MB/s",
+                        "faster than naive",
+                        v / naive,
+                        v > naive,
+                    )
+                )
+    return out
+
+
+def figures_profiles(d: dict) -> list[Figure]:
+    out = []
+    for name, s in (d.get("cli_wall") or {}).items():
+        cmd = name if name.startswith("python") else f"fastverifyctl {name}"
+        out.append(fig(f"`{cmd}` wall time (median)", f"{s['median_ms']:.1f} ms"))
+    per = d.get("validator_per_file") or {}
+    if per:
+        worst = max(v["load_with_extends_median_ms"] for v in per.values())
+        out.append(
+            fig(
+                "profile validation, slowest shipped file (load + extends + validate)",
+                f"{worst:.3f} ms",
+                "< 50 ms",
+                worst / 50,
+                worst < 50,
+            )
+        )
+    return out
+
+
+EXTRACTORS: dict[str, Callable[[dict], list[Figure]]] = {
+    "cli": figures_cli,
+    "daemon": figures_daemon,
+    "switch": figures_switch,
+    "exporter": figures_exporter,
+    "profiles": figures_profiles,
+}
+TITLES = {
+    "cli": "CLI start-up (bench_cli.py)",
+    "daemon": "Daemon footprint and the cost of observing (bench_daemon.py)",
+    "switch": "Switch overhead (bench_switch.py)",
+    "exporter": "Exporter (bench_exporter.py)",
+    "profiles": "Profiles (bench_profiles.py)",
+}
+
+
+# ---------------------------------------------------------------------------- report
+def _fmt_ratio(r: float | None) -> str:
+    return "" if r is None else f"{r:.3f}"
+
+
+def _verdict(met: bool | None) -> str:
+    return "" if met is None else ("met" if met else "**missed**")
+
+
+def render(mach: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Written by `python benchmarks/run.py` on {now}"
+        f" at commit `{mach.get('commit')}`. Figures, never asserts: a missed goal is reported",
+        "here, not failed. Figures on the sim engine come from its cost model and this host's",
+        "CPU, never from GPUs; they show what fastverify itself costs, not what a GPU server does.",
+        "",
+        "## Machine",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| CPU | {mach['cpu_model']} |",
+        f"| cores | {mach['logical_cpus']} logical, {mach['cpus_available']} available to us |",
+        f"| RAM | {mach['ram_gib']} GiB |",
+        f"| kernel | {mach['kernel']} |",
+        f"| OS | {mach['os']} |",
+        f"| Python | {mach['python']} |",
+        f"| load average at the end (1/5/15 min) | {' / '.join(map(str, mach['loadavg']))} |",
+        "",
+    ]
+    if runs:
+        lines += ["## Runs", "", "| benchmark | arguments | exit | wall s |", "|---|---|---|---|"]
+        for r in runs:
+            args = " ".join(r["argv"][1:]) or "(defaults)"
+            lines.append(f"| bench_{r['bench']}.py | `{args}` | {r['exit']} | {r['wall_s']} |")
+        lines.append("")
+    lines += ["## Figures", ""]
+    known = set()
+    summary: list[tuple[str, Figure]] = []
+    for name, extract in EXTRACTORS.items():
+        path = RESULTS_DIR / f"{name}.json"
+        if not path.exists():
+            continue
+        known.add(path.name)
+        try:
+            data = json.loads(path.read_text())
+            figs = extract(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            lines += [f"### {TITLES[name]}", "", f"(could not read {path.name}: {exc})", ""]
+            continue
+        when = data.get("when") or data.get("measured_at") or "?"
+        lines += [
+            f"### {TITLES[name]}",
+            "",
+            f"`results/{path.name}`, measured {when}.",
+            "",
+            "| figure | value | goal | ratio | |",
+            "|---|---|---|---|---|",
+        ]
+        for f in figs:
+            lines.append(
+                f"| {f['name']} | {f['value']} | {f['goal']} | {_fmt_ratio(f['ratio'])} "
+                f"| {_verdict(f['met'])} |"
+            )
+            if f["met"] is not None:
+                summary.append((name, f))
+        lines.append("")
+    if summary:
+        met = sum(1 for _, f in summary if f["met"])
+        lines[lines.index("## Figures") + 1 : lines.index("## Figures") + 1] = [
+            "",
+            f"{met} of {len(summary)} goals met. Ratio = value / goal (for goals of the form",
+            "'at least', >= 1 is met; for 'at most', <= 1 is met); comparisons name both sides.",
+        ]
+    others = sorted(p for p in RESULTS_DIR.glob("*") if p.is_file() and p.name not in known)
+    others = [p for p in others if p.name != RUNS_FILE.name]
+    if others:
+        lines += [
+            "## Other result files",
+            "",
+            "Kept as measured (GPU runs and the like; not re-run by this runner):",
+            "",
+        ]
+        for p in others:
+            what = ""
+            if p.suffix == ".json":
+                try:
+                    data = json.loads(p.read_text())
+                    what = data.get("what") or data.get("description") or ""
+                    if not what and isinstance(data, dict):
+                        what = "keys: " + ", ".join(list(data)[:8])
+                except (ValueError, AttributeError):
+                    what = "(unreadable JSON)"
+            lines.append(f"- `results/{p.name}`" + (f": {what}" if what else ""))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", help="benchmark names (cli, daemon, ...)")
+    ap.add_argument("--skip", nargs="*", default=[], help="benchmark names to leave out")
+    ap.add_argument("--report-only", action="store_true", help="only re-render RESULTS.md")
+    ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help="per benchmark, seconds")
+    args = ap.parse_args()
+    runs: list[dict[str, Any]] = []
+    if not args.report_only:
+        names = [n for n in discover() if (not args.only or n in args.only) and n not in args.skip]
+        t0 = time.monotonic()
+        for name in names:
+            runs.append(run_one(name, args.timeout))
+        print(f"all benchmarks: {time.monotonic() - t0:.0f} s")
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        RUNS_FILE.write_text(json.dumps({"runs": runs, "when": time.time()}, indent=2) + "\n")
+    elif RUNS_FILE.exists():
+        runs = json.loads(RUNS_FILE.read_text()).get("runs", [])
+    REPORT.write_text(render(machine(), runs) + "\n")
+    print(f"wrote {REPORT.relative_to(REPO)}")
+    return 1 if any(r["exit"] != 0 for r in runs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
