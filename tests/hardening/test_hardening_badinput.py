@@ -396,3 +396,56 @@ def test_daemon_survived_everything(daemon: DaemonHarness) -> None:
     r = daemon.ctl("status")
     assert r.returncode == 0 and "READY" in r.stdout
     assert "Traceback" not in daemon.log_text()
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=40)
+    | st.sampled_from(["ring-ll", "eagle3", "baseline", "../x", ""]),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+FIELDS = ["name", "mode", "wait", "stream", "force", "queue", "timeout_s", "steps", "profile",
+          "tokens_per_second", "per_request_tokens_per_second", "measured_at"]  # fmt: skip
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    path=st.sampled_from(
+        ["/v1/profile", "/v1/mode", "/v1/restart", "/v1/baselines", "/v1/trace/capture"]
+    ),
+    body=st.one_of(
+        st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=10), JSON_VALUES, max_size=6),
+        JSON_VALUES,
+    ),
+)
+def test_random_json_bodies_never_500(daemon: DaemonHarness, path: str, body: object) -> None:
+    if isinstance(body, dict) and path in ("/v1/profile", "/v1/mode", "/v1/restart"):
+        body = {**body, "wait": False}  # an accepted operation must not hold up the fuzzing
+    payload = json.dumps(body, allow_nan=True).encode()
+    head = f"POST {path} HTTP/1.1\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
+    status, answer = parse_response(raw_http(daemon.socket, head + payload))
+    assert status is not None and status < 500, (path, body, status, answer)
+    if status >= 400:
+        assert isinstance(answer.get("error"), str) and answer["error"], answer
+    else:
+        assert status in (200, 202), (status, answer)
+
+
+def test_after_fuzzing_the_daemon_settles_ready(daemon: DaemonHarness) -> None:
+    st_ = daemon.wait_for(
+        lambda: (
+            (s := daemon.status())["state"] in ("READY", "FAILED")
+            and not s["switch_in_flight"]
+            and s
+        ),
+        60,
+        "settled",
+    )
+    assert st_["state"] == "READY", st_
+    assert daemon.proc.poll() is None
