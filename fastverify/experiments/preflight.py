@@ -548,6 +548,9 @@ def run_preflight(
                 on_event=on_event,
             )
             res["profile_env"] = {k: v for k, v in getattr(profile, "env", {}).items()}
+            warnings = [str(w) for w in getattr(profile, "warnings", None) or []]
+            if warnings:  # e.g. LL128 without NVLink: loaded with force, checked all the same
+                res["profile_warnings"] = warnings
             if cfg.extra_env:
                 res["extra_env"] = _masked(cfg.extra_env)
             results.append(res)
