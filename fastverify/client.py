@@ -71,9 +71,9 @@ class ControlClient:
             return http.client.HTTPConnection(host, int(port), timeout=timeout)
         return _UnixConnection(self.socket_path, timeout)
 
-    def _send(self, method: str, path: str, body: Any, timeout: float | None) -> tuple[
-        http.client.HTTPConnection, http.client.HTTPResponse
-    ]:
+    def _send(
+        self, method: str, path: str, body: Any, timeout: float | None
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         headers = {"Accept": "application/json"}
         payload = None
         if body is not None:
@@ -98,7 +98,9 @@ class ControlClient:
                 f"permission denied on {self.socket_path}: join the 'fastverify' group or use sudo"
             ) from None
 
-    def request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
+    def request(
+        self, method: str, path: str, body: Any = None, timeout: float | None = None
+    ) -> Any:
         conn, resp = self._send(method, path, body, timeout or self.timeout)
         try:
             raw = resp.read()
@@ -109,14 +111,18 @@ class ControlClient:
             raise ApiError(resp.status, data if isinstance(data, dict) else {"error": str(data)})
         return data
 
-    def stream(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Iterator[dict[str, Any]]:
+    def stream(
+        self, method: str, path: str, body: Any = None, timeout: float | None = None
+    ) -> Iterator[dict[str, Any]]:
         """Yield one dict per NDJSON line of a streaming response (operation events)."""
         conn, resp = self._send(method, path, body, timeout)
         try:
             if resp.status >= 400:
                 raw = resp.read()
                 data = json.loads(raw) if raw else {}
-                raise ApiError(resp.status, data if isinstance(data, dict) else {"error": str(data)})
+                raise ApiError(
+                    resp.status, data if isinstance(data, dict) else {"error": str(data)}
+                )
             for line in resp:
                 line = line.strip()
                 if line:
@@ -131,7 +137,9 @@ class ControlClient:
         return self.request("POST", path, body, **kw)
 
 
-def try_status(socket_path: str | os.PathLike[str] | None = None, timeout: float = 0.5) -> dict[str, Any] | None:
+def try_status(
+    socket_path: str | os.PathLike[str] | None = None, timeout: float = 0.5
+) -> dict[str, Any] | None:
     """The daemon's /v1/status, or None when no daemon answers quickly (for `profile list`)."""
     if not Path(str(socket_path or paths.socket_path())).exists():
         return None

@@ -14,19 +14,49 @@ import click
 
 # command name -> "module:attribute" (a click command or group)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "profile": ("fastverify.cli.profile_cmds:profile", "List, show, validate, diff, create and set profiles."),
-    "doctor": ("fastverify.cli.doctor_cmd:doctor", "Find everything else that changes what NCCL sees."),
+    "profile": (
+        "fastverify.cli.profile_cmds:profile",
+        "List, show, validate, diff, create and set profiles.",
+    ),
+    "doctor": (
+        "fastverify.cli.doctor_cmd:doctor",
+        "Find everything else that changes what NCCL sees.",
+    ),
     "status": ("fastverify.cli.daemon_cmds:status", "Daemon and engine state."),
     "mode": ("fastverify.cli.daemon_cmds:mode", "Get or set the decoding mode (baseline|eagle3)."),
-    "restart": ("fastverify.cli.daemon_cmds:restart", "Restart the engine with the active profile."),
-    "logs": ("fastverify.cli.daemon_cmds:logs", "Show (or follow) the daemon's and engine's log; parse log files."),
+    "restart": (
+        "fastverify.cli.daemon_cmds:restart",
+        "Restart the engine with the active profile.",
+    ),
+    "logs": (
+        "fastverify.cli.daemon_cmds:logs",
+        "Show (or follow) the daemon's and engine's log; parse log files.",
+    ),
     "history": ("fastverify.cli.daemon_cmds:history", "Switch journal."),
-    "server": ("fastverify.cli.daemon_cmds:server", "Server argv: show and check with SGLang's parser."),
-    "trace": ("fastverify.cli.trace_cmds:trace", "Capture and analyze profiler traces (verify time, all-reduces)."),
-    "render": ("fastverify.cli.render_cmd:render", "Render systemd units and the compose file for this host."),
-    "bench": ("fastverify.cli.experiment_cmds:bench", "Closed-loop load against the running server."),
-    "sweep": ("fastverify.cli.experiment_cmds:sweep", "Baseline-first profile sweep with statistics."),
-    "preflight": ("fastverify.cli.experiment_cmds:preflight", "NCCL all-reduce + CUDA-graph check per profile, no model."),
+    "server": (
+        "fastverify.cli.daemon_cmds:server",
+        "Server argv: show and check with SGLang's parser.",
+    ),
+    "trace": (
+        "fastverify.cli.trace_cmds:trace",
+        "Capture and analyze profiler traces (verify time, all-reduces).",
+    ),
+    "render": (
+        "fastverify.cli.render_cmd:render",
+        "Render systemd units and the compose file for this host.",
+    ),
+    "bench": (
+        "fastverify.cli.experiment_cmds:bench",
+        "Closed-loop load against the running server.",
+    ),
+    "sweep": (
+        "fastverify.cli.experiment_cmds:sweep",
+        "Baseline-first profile sweep with statistics.",
+    ),
+    "preflight": (
+        "fastverify.cli.experiment_cmds:preflight",
+        "NCCL all-reduce + CUDA-graph check per profile, no model.",
+    ),
 }
 
 

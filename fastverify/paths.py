@@ -23,7 +23,9 @@ def _xdg(var: str, fallback: str) -> Path:
 
 
 def config_dir() -> Path:
-    return Path("/etc/fastverify") if _is_root() else _xdg("XDG_CONFIG_HOME", ".config") / "fastverify"
+    return (
+        Path("/etc/fastverify") if _is_root() else _xdg("XDG_CONFIG_HOME", ".config") / "fastverify"
+    )
 
 
 def state_dir() -> Path:
