@@ -31,8 +31,7 @@ LABEL org.opencontainers.image.title="fastverify" \
       org.opencontainers.image.description="SGLang server supervised by fastverifyd: NCCL tuning profiles, verified switches with rollback, Prometheus exporter" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.documentation="docs/deployment.md"
+      org.opencontainers.image.licenses="Apache-2.0"
 
 COPY --from=build /opt/fastverify /opt/fastverify
 COPY compose/fastverifyd.container.toml /etc/fastverify/fastverifyd.toml
