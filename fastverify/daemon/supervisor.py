@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -621,6 +622,9 @@ class Supervisor:
         env = self._engine_env(profile, engine_id, debug_dir)
         expected = verify.nccl_part({k: v for k, v in env.items() if k != procs.ENGINE_ID_VAR})
         secrets_ = logs.secret_values(env)
+        # Name the engine before it exists: a daemon killed between the spawn and the pid
+        # file below finds the unrecorded group by this id at its next start.
+        self.store.write_pid({"engine_id": engine_id, "pending": True, "argv": argv})
         proc = procs.spawn(argv, env, log_path)
         h = EngineHandle(
             engine_id=engine_id,
@@ -1093,7 +1097,30 @@ class Supervisor:
             self._set_state(State.STARTING, "start-up")
             self._set_state(State.FAILED, "invalid_profile")
 
+    def _reap_pending(self) -> None:
+        """Stop an engine group that a killed daemon spawned but never recorded."""
+        try:
+            data = json.loads(self.store.pid_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if not isinstance(data, dict) or not data.get("pending") or not data.get("engine_id"):
+            return
+        groups = set()
+        for p in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, OSError):
+                if procs.engine_id_of(p.pid) == data["engine_id"]:
+                    groups.add(os.getpgid(p.pid))
+        for pgid in sorted(groups):
+            res = procs.stop_group(pgid, self.cfg.daemon.stop_grace_s)
+            self.daemon_log(
+                f"stopped engine group {pgid}, started by a daemon that died before recording"
+                f" it ({res.signal_used})",
+                logging.WARNING,
+            )
+        self.store.clear_pid()
+
     def _reconcile(self) -> Operation | None:
+        self._reap_pending()
         info = self.store.read_pid()
         if info is None:
             return None
