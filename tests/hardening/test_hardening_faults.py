@@ -11,6 +11,7 @@ import random
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ import psutil
 import pytest
 from hardening_support import (
     FULL,
+    REPO,
     SEED,
     engine_port,
     engines_on_port,
@@ -33,6 +35,7 @@ from hardening_support import (
 from fastverify.client import ApiError, ControlClient, DaemonUnavailable
 from tests.harness import DaemonHarness
 
+FULL_ONLY = pytest.mark.skipif(not FULL, reason="long variant: set FASTVERIFY_FULL=1")
 TARGETS = [
     ("ring-ll", "baseline"),
     ("ring-simple", "eagle3"),
@@ -278,9 +281,9 @@ def test_unwritable_state_dir_refuses_switch_and_keeps_serving(
     [
         "state-truncated",
         "state-garbage",
-        "state-wrong-type",
+        pytest.param("state-wrong-type", marks=FULL_ONLY),
         "journal-torn",
-        "journal-binary",
+        pytest.param("journal-binary", marks=FULL_ONLY),
         "both",
         "state-empty-journal-gone",
     ],
@@ -380,3 +383,34 @@ def test_sighup_with_broken_config_keeps_old_one_says_why(tmp_path: Path) -> Non
         os.kill(d.pid, signal.SIGHUP)
         d.wait_for(lambda: d.status()["config"]["error"] is None, 10, "reload ok")
         assert d.ctl("profile", "set", "ring-ll", "-q").returncode == 0
+
+
+def test_engine_spawned_but_unrecorded_is_reaped(tmp_path: Path) -> None:
+    """A daemon killed between spawning an engine and writing engine.pid leaves only the
+    pending record (the engine id it gave the child); the next daemon stops that group."""
+    d = DaemonHarness(tmp_path, metrics=False, start=False)
+    port = engine_port(d)
+    engine_id = "feedfacecafebeef"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "FASTVERIFY_"))}
+    env.update({"FASTVERIFY_ENGINE_ID": engine_id, "PYTHONPATH": str(REPO)})
+    argv = [sys.executable, "-m", "fastverify.engines.sim", "--model-path", "sim/m",
+            "--tp-size", "2", "--port", str(port), "--sim-load-seconds", "0.3"]  # fmt: skip
+    orphan = subprocess.Popen(
+        argv, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        d.state_dir.mkdir(parents=True)
+        (d.state_dir / "engine.pid").write_text(
+            json.dumps({"engine_id": engine_id, "pending": True, "argv": argv})
+        )
+        d.wait_for(lambda: len(group_pids(orphan.pid)) == 2, 10, "orphan server + worker")
+        d.start()
+        st = d.status()
+        assert orphan.wait(10) is not None and group_pids(orphan.pid) == []
+        assert list(engines_on_port(port)) == [st["engine"]["pgid"]]
+        assert str(orphan.pid) in d.log_text() and "before recording" in d.log_text()
+    finally:
+        if orphan.poll() is None:
+            os.killpg(orphan.pid, signal.SIGKILL)
+            orphan.wait()
+        d.close()
