@@ -116,7 +116,12 @@ def test_kill9_at_random_points_of_switches(tmp_path: Path) -> None:
         assert d.stop() == 0
         assert engines_on_port(port) == {}, "an engine survived the final SIGTERM"
     finally:
-        d.close()
+        try:
+            d.close()
+        finally:  # an engine no daemon recorded is still ours (our port): never leave it
+            for pgid in engines_on_port(port):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGKILL)
 
 
 def backoff_delays(log_text: str) -> list[float]:
