@@ -219,7 +219,11 @@ class DaemonHarness:
 
     def __enter__(self) -> DaemonHarness:
         if self._autostart and self.proc is None:
-            self.start()
+            try:
+                self.start()
+            except BaseException:  # __exit__ does not run when __enter__ raises
+                self.close(check_leaks=False)
+                raise
         return self
 
     def __exit__(self, *exc: Any) -> None:
