@@ -51,13 +51,13 @@ def _secret(tag: str) -> str:
 
 
 def test_socket_never_world_accessible_even_with_umask_0(tmp_path: Path) -> None:
-    old = os.umask(0)
+    d = DaemonHarness(tmp_path, metrics=False, start=False)
     try:
-        d = DaemonHarness(tmp_path, metrics=False, start=False)
-        d.start()
-    finally:
-        os.umask(old)
-    try:
+        old = os.umask(0)
+        try:
+            d.start()
+        finally:
+            os.umask(old)
         st = os.stat(d.socket)
         assert stat.S_ISSOCK(st.st_mode)
         assert st.st_mode & 0o007 == 0, oct(st.st_mode)
