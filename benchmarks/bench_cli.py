@@ -134,6 +134,15 @@ def main() -> int:
                 ],
                 "python -c pass (interpreter floor)": [sys.executable, "-c", "pass"],
             }
+            # What fastverifyctl status imports, timed inside the process (no interpreter
+            # start-up, no site .pth files): the part of the CLI's cost that is our code.
+            import_probe = [
+                sys.executable,
+                "-c",
+                "import time; t = time.perf_counter(); import fastverify.ctl, fastverify.client;"
+                " print((time.perf_counter() - t) * 1000)",
+            ]
+            import_ms: list[float] = []
             samples: dict[str, list[float]] = {k: [] for k in cmds}
             cpu: dict[str, list[float]] = {k: [] for k in cmds}
             for rnd in range(args.runs + 1):
@@ -146,6 +155,9 @@ def main() -> int:
                     used = (c1.ru_utime - c0.ru_utime + c1.ru_stime - c0.ru_stime) * 1000
                     if rnd:
                         cpu[name].append(used)
+                probe = subprocess.run(import_probe, capture_output=True, text=True, env=env)
+                if rnd and probe.returncode == 0:
+                    import_ms.append(float(probe.stdout.strip()))
                     if r.returncode != 0:
                         raise SystemExit(
                             f"{name} exited {r.returncode}: {r.stderr.decode()[-500:]}"
@@ -174,6 +186,7 @@ def main() -> int:
         "status_vs_goal": round(ours / GOAL_MS, 3),
         "status_vs_supervisorctl": round(ours / peer, 3),
         "profile_list_median_ms": figures["fastverifyctl profile list"]["median_ms"],
+        "status_imports_in_process_median_ms": round(statistics.median(import_ms), 2),
         "commands": figures,
         "sample_output": {"fastverifyctl status": out_status, "supervisorctl status": sup_status},
         "host": {"python": platform.python_version(), "cpus": os.cpu_count()},
@@ -189,6 +202,8 @@ def main() -> int:
         )
     print(f"\nfastverifyctl status: {ours:.1f} ms (goal < {GOAL_MS:.0f} ms), "
           f"{ours / peer:.2f}x supervisorctl status")  # fmt: skip
+    imp = result["status_imports_in_process_median_ms"]
+    print(f"imports of fastverifyctl status, in-process: {imp:.1f} ms")
     print(f"wrote {RESULTS.relative_to(REPO)}")
     return 0
 

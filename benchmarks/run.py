@@ -184,6 +184,14 @@ def figures_cli(d: dict) -> list[Figure]:
                     None,
                 )
             )
+    imp = d.get("status_imports_in_process_median_ms")
+    if imp is not None:
+        out.append(
+            fig(
+                "imports of `fastverifyctl status` (fastverify.ctl + client), in-process",
+                f"{imp:.1f} ms",
+            )
+        )
     if floor is not None:
         out.append(fig("`python -c pass` (interpreter floor, reference)", f"{floor:.1f} ms"))
         if st is not None:
