@@ -153,17 +153,16 @@ def main() -> int:
                     dt = (time.perf_counter() - t0) * 1000
                     c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
                     used = (c1.ru_utime - c0.ru_utime + c1.ru_stime - c0.ru_stime) * 1000
-                    if rnd:
-                        cpu[name].append(used)
-                probe = subprocess.run(import_probe, capture_output=True, text=True, env=env)
-                if rnd and probe.returncode == 0:
-                    import_ms.append(float(probe.stdout.strip()))
                     if r.returncode != 0:
                         raise SystemExit(
                             f"{name} exited {r.returncode}: {r.stderr.decode()[-500:]}"
                         )
                     if rnd:
                         samples[name].append(dt)
+                        cpu[name].append(used)
+                probe = subprocess.run(import_probe, capture_output=True, text=True, env=env)
+                if rnd and probe.returncode == 0:
+                    import_ms.append(float(probe.stdout.strip()))
             out_status = subprocess.run(
                 cmds["fastverifyctl status"], capture_output=True, text=True, env=env
             ).stdout
