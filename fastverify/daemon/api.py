@@ -440,8 +440,9 @@ def bind_unix(path: Path, group: str | None) -> socket.socket:
         os.umask(old)
     os.chmod(tmp, 0o660)
     if group:
+        # A number is a gid (the container gets the host group's gid, with no such group inside).
         try:
-            gid = grp.getgrnam(group).gr_gid
+            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
         except KeyError:
             gid = None
         if gid is not None:
