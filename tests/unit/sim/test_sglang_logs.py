@@ -10,9 +10,7 @@ from pathlib import Path
 
 from fastverify.engines.sim import ncclenv, sglang_logs
 
-FIXTURES = Path("/work/shared/fixtures/nccl-2.28.9-h200-1rank")
-if not FIXTURES.is_dir():
-    FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / FIXTURES.name
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nccl-2.28.9-h200-1rank"
 RING_LL = {
     "NCCL_PROTO": "LL",
     "NCCL_ALGO": "Ring",

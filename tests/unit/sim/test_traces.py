@@ -13,17 +13,12 @@ import pytest
 
 from fastverify.engines.sim import costmodel, traces
 
-FIXTURE = Path(
-    "/work/shared/fixtures/nccl-2.28.9-h200-1rank/torch-trace-cudagraph-3-verify-passes.json.gz"
+FIXTURE = (
+    Path(__file__).resolve().parents[2]
+    / "fixtures"
+    / "nccl-2.28.9-h200-1rank"
+    / "torch-trace-cudagraph-3-verify-passes.json.gz"
 )
-if not FIXTURE.exists():
-    FIXTURE = (
-        Path(__file__).resolve().parents[3]
-        / "shared"
-        / "fixtures"
-        / FIXTURE.parent.name
-        / FIXTURE.name
-    )
 RING_LL = {
     "NCCL_PROTO": "LL",
     "NCCL_ALGO": "Ring",
