@@ -32,7 +32,7 @@ from fastverify.daemon.supervisor import Operation, RequestError, Supervisor
 log = logging.getLogger("fastverifyd.api")
 
 MAX_BODY = 64 * 1024
-MAX_CONNECTIONS = 128
+MAX_CONNECTIONS = 1024  # threads; idle clients are cut after Handler.timeout
 API_VERSION = "v1"
 
 # path -> allowed methods
@@ -121,7 +121,7 @@ class Handler(BaseHTTPRequestHandler):
     server: ApiServer  # type: ignore[assignment]
     protocol_version = "HTTP/1.0"
     server_version = "fastverifyd/1"
-    timeout = 60  # seconds a client may take to send its request (slow clients hold a thread)
+    timeout = 30  # seconds a client may stall while sending its request (then it is cut)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("api: " + format, *args)
