@@ -2,7 +2,8 @@
 
 1. Footprint at idle, over 10 s of a READY daemon (exporter on, default trace period):
    RSS/USS and CPU of fastverifyd alone, of the sim engine group (server + TP workers),
-   and of both together.
+   and of both together. Then 50 concurrent /metrics scrapers while the daemon switches
+   4 times (one a rollback): latency p50/p99/max and errors.
 2. Served tokens/s with and without observation, side by side in one run: the same
    closed-loop load (`fastverify.experiments.bench`, streaming /generate) against
    A. fastverifyd without the exporter (metrics off, no trace windows),
@@ -22,6 +23,7 @@ Writes benchmarks/results/daemon.json.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -101,6 +103,50 @@ def footprint(tmp: Path, seconds: float) -> dict:
     }
 
 
+def scrapers_during_switches(tmp: Path, scrapers: int = 50) -> dict:
+    """`scrapers` threads scraping /metrics back to back while the daemon switches 4 times."""
+    from tests.harness import DaemonHarness
+
+    with DaemonHarness(tmp / "scrape", sim_load_seconds=0.3) as d:
+        stop = threading.Event()
+        lat: list[float] = []
+        errors = [0]
+
+        def scrape() -> None:
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                try:
+                    with urllib.request.urlopen(d.metrics_url, timeout=10) as r:
+                        r.read()
+                    lat.append(time.perf_counter() - t0)
+                except OSError:
+                    errors[0] += 1
+
+        threads = [threading.Thread(target=scrape, daemon=True) for _ in range(scrapers)]
+        for t in threads:
+            t.start()
+        t0 = time.monotonic()
+        for name in ("ring-ll", "tree-ll", "ring-simple", "nccl-default"):  # tree-ll rolls back
+            d.ctl("profile", "set", name, "-q")
+        wall = time.monotonic() - t0
+        stop.set()
+        for t in threads:
+            t.join(15)
+    lat.sort()
+    ms = [x * 1000 for x in lat]
+    return {
+        "scrapers": scrapers,
+        "switches": 4,
+        "seconds": round(wall, 2),
+        "scrapes": len(ms),
+        "errors": errors[0],
+        "per_second": round(len(ms) / wall, 1),
+        "p50_ms": round(statistics.median(ms), 2),
+        "p99_ms": round(ms[int(0.99 * (len(ms) - 1))], 2),
+        "max_ms": round(ms[-1], 2),
+    }
+
+
 EAGLE3 = {"server": {"mode": "eagle3"}}  # verify passes are what the trace windows analyse
 CONFIGS = {
     "A_no_exporter": {"metrics": False, "config": {**EAGLE3}},
@@ -144,6 +190,7 @@ def served(tmp: Path, key: str, seconds: float, concurrency: int) -> dict:
             seed=1,
             warmup=0,
         )
+        run_bench(dataclasses.replace(cfg, duration=1.5))  # warm the fresh engine, discarded
         res = run_bench(cfg)
         stop.set()
         windows = None
@@ -172,6 +219,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fv-bench-daemon-") as tmpd:
         tmp = Path(tmpd)
         idle = footprint(tmp, args.idle_seconds)
+        scrape = scrapers_during_switches(tmp)
         order = ["A_no_exporter", "B_exporter", "C_exporter_and_trace_windows"]
         runs: dict[str, list[dict]] = {k: [] for k in order}
         for key in [*order, *reversed(order)]:
@@ -184,6 +232,7 @@ def main() -> int:
         "goal": f"tok/s with exporter (and trace windows) >= {GOAL_RATIO:.0%} of without",
         "goal_ratio": GOAL_RATIO,
         "idle": idle,
+        "scrapers_during_switches": scrape,
         "load": {
             "seconds_per_run": args.seconds,
             "concurrency": args.concurrency,

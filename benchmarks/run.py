@@ -218,6 +218,19 @@ def figures_daemon(d: dict) -> list[Figure]:
             out.append(
                 fig(f"{label}: idle CPU over {secs} s", f"{part['cpu_percent']:.2f} % of one core")
             )
+    sc = d.get("scrapers_during_switches")
+    if sc:
+        out.append(
+            fig(
+                f"/metrics with {sc['scrapers']} concurrent scrapers during {sc['switches']} "
+                "switches: p50 / p99 / max",
+                f"{sc['p50_ms']:.1f} / {sc['p99_ms']:.1f} / {sc['max_ms']:.1f} ms "
+                f"({sc['scrapes']} scrapes, {sc['errors']} errors)",
+                "no errors, max < 2 s",
+                sc["max_ms"] / 2000,
+                sc["errors"] == 0 and sc["max_ms"] < 2000,
+            )
+        )
     goal = d.get("goal_ratio", 0.99)
     served = d.get("served", {})
     base = _get(served, "A_no_exporter", "mean_tokens_per_second")
