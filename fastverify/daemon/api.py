@@ -342,7 +342,9 @@ class Handler(BaseHTTPRequestHandler):
         runtime = self.sup.runtime
         if runtime is None:
             raise RequestError(409, "the exporter is off (start fastverifyd with --metrics-listen)")
-        steps = body.get("steps") or self.sup.cfg.daemon.trace_steps
+        steps = body.get("steps")
+        if steps is None:
+            steps = self.sup.cfg.daemon.trace_steps
         if not 1 <= steps <= 1000:
             raise RequestError(422, "field 'steps' must be in 1..1000")
         try:

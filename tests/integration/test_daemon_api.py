@@ -124,3 +124,42 @@ def test_unreachable_daemon_exit_code(tmp_path: Path) -> None:
         )  # fmt: skip
         assert r.returncode == 3, (args, r.stdout, r.stderr)
         assert "not reachable" in (r.stderr + r.stdout)
+
+
+def test_trace_capture_and_throughput_under_traffic(tmp_path: Path) -> None:
+    import threading
+
+    with DaemonHarness(tmp_path, config={"daemon": {"trace_period_s": 0}}) as d:
+        stop = threading.Event()
+
+        def load() -> None:
+            body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 32}}).encode()
+            while not stop.is_set():
+                req = urllib.request.Request(
+                    d.server_url + "/generate",
+                    data=body,
+                    headers={"Content-Type": "application/json"},
+                )
+                urllib.request.urlopen(req, timeout=10).read()
+
+        t = threading.Thread(target=load)
+        t.start()
+        try:
+            res = d.client.post("/v1/trace/capture", {"steps": 3}, timeout=60)
+            assert res["steps"] == 3 and len(res["ranks"]) == 2  # one trace per TP rank
+            assert all(
+                Path(r["file"]).name.endswith(f"-TP-{r['rank']}.trace.json.gz")
+                for r in res["ranks"]
+            )
+            st = d.wait_for(
+                lambda: (s := d.status())["tokens_per_second"] and s, 10, "decode lines"
+            )
+            assert st["status_line"] == (
+                f"serving nccl-default/baseline {st['tokens_per_second']:.1f} tok/s (simulated)"
+            )
+        finally:
+            stop.set()
+            t.join(15)
+        with pytest.raises(ApiError) as exc:
+            d.client.post("/v1/trace/capture", {"steps": 0})
+        assert exc.value.status == 422
