@@ -224,3 +224,53 @@ def test_tp_worker_death_is_a_crash(tmp_path: Path) -> None:
         assert st["restarts"]["total"] == 1
         assert not leader.is_running() or leader.status() == psutil.STATUS_ZOMBIE
         assert len(psutil.Process(st["engine"]["pid"]).children(recursive=True)) == 2
+
+
+def test_sigterm_during_a_switch_answers_the_caller_and_leaves_nothing(tmp_path: Path) -> None:
+    import threading
+
+    from fastverify.client import ApiError, ControlClient
+
+    with DaemonHarness(tmp_path, metrics=False, sim_load_seconds=1.0) as d:
+        answers: list = []
+
+        def switch() -> None:
+            try:
+                answers.append(
+                    ControlClient(d.socket, timeout=30).post(
+                        "/v1/profile", {"name": "ring-ll", "timeout_s": 60}
+                    )
+                )
+            except ApiError as exc:
+                answers.append(exc.body)
+            except OSError as exc:
+                answers.append(repr(exc))
+
+        # The sim loads for 1 s: stop the daemon mid-load.
+        t = threading.Thread(target=switch)
+        t.start()
+        d.wait_for(lambda: d.status()["state"] == "STARTING", 10, "the switch to start")
+        pgid = d.status()["engine"]["pgid"]
+        assert d.stop() == 0
+        t.join(30)
+        assert len(answers) == 1
+        ans = answers[0]
+        assert (
+            isinstance(ans, dict) and ans.get("result") == "failed" and ans["reason"] == "cancelled"
+        )
+        assert _pgid_members(pgid) == []
+        last = [json.loads(x) for x in (d.state_dir / "journal.jsonl").read_text().splitlines()
+                if '"type": "switch"' in x][-1]  # fmt: skip
+        assert (last["profile"], last["result"], last["reason"]) == (
+            "ring-ll",
+            "failed",
+            "cancelled",
+        )
+
+
+def _pgid_members(pgid: int) -> list[int]:
+    return [
+        p.pid
+        for p in psutil.process_iter()
+        if _pgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE
+    ]
