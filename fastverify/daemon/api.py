@@ -452,7 +452,7 @@ def bind_unix(path: Path, group: str | None) -> socket.socket:
                 os.chown(tmp, -1, gid)
             except PermissionError as exc:
                 log.warning("cannot chgrp %s to %s: %s", path, group, exc)
-    sock.listen(64)
+    sock.listen(socket.SOMAXCONN)  # bursts of clients must queue, not get EAGAIN
     os.replace(tmp, path)
     return sock
 
@@ -464,7 +464,7 @@ def bind_tcp(listen: str) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, int(port)))
-    sock.listen(64)
+    sock.listen(socket.SOMAXCONN)  # bursts of clients must queue, not get EAGAIN
     return sock
 
 
