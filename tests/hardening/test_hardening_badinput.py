@@ -4,6 +4,7 @@ a clear error, nothing crashes, nothing changes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.request as urllib_request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -449,3 +451,54 @@ def test_after_fuzzing_the_daemon_settles_ready(daemon: DaemonHarness) -> None:
     )
     assert st_["state"] == "READY", st_
     assert daemon.proc.poll() is None
+
+
+def _tcp_exchange(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        with contextlib.suppress(OSError):
+            s.shutdown(socket.SHUT_WR)
+        out = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := s.recv(65536):
+                out += chunk
+        return out
+
+
+def test_exporter_survives_malformed_http_and_idle_connections(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, sim_load_seconds=0.3) as d:
+        port = int(d.metrics_url.split(":")[2].split("/")[0])
+        rng = random.Random(SEED)
+        cases = [
+            (b"HELLO\r\n\r\n", b"400"),
+            (b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 200_000 + b"\r\n\r\n", b"431"),
+            (b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc", b"400"),
+            (b"DELETE /metrics HTTP/1.1\r\nConnection: close\r\n\r\n", b"405"),
+            (b"GET /../../etc/passwd HTTP/1.1\r\nConnection: close\r\n\r\n", b"404"),
+            (b"GET /metrics HTTP/1.1\r\nHost\r\nConnection: close\r\n\r\n", b"200"),
+            (b"\x00\xff\xfe" * 100 + b"\r\n\r\n", b"400"),
+            (rng.randbytes(5000) + b"\r\n\r\n", b""),
+            (b"GET /metrics HTTP/1.1\r\n\r\n" * 50 + b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n",
+             b"200"),
+        ]  # fmt: skip
+        for data, code in cases:
+            out = _tcp_exchange(port, data)
+            if code:
+                assert out.startswith(b"HTTP/1.1 " + code), (data[:60], out[:200])
+        # Idle and half-sent connections, then they all go away: scrapes work again.
+        idle = []
+        try:
+            for i in range(120):
+                s = socket.create_connection(("127.0.0.1", port), timeout=10)
+                if i % 2:
+                    s.sendall(b"GET /metr")
+                idle.append(s)
+            with urllib_request.urlopen(d.metrics_url, timeout=10) as r:
+                assert r.status == 200 and b"fastverify_up" in r.read()
+        finally:
+            for s in idle:
+                s.close()
+        with urllib_request.urlopen(d.metrics_url, timeout=10) as r:
+            assert r.status == 200
+        assert d.status()["state"] == "READY"
+        assert "Traceback" not in d.log_text()
