@@ -31,6 +31,16 @@ from typing import Any
 log = logging.getLogger("fastverifyd.state")
 
 STATE_VERSION = 1
+JOURNAL_MAX_BYTES = 16 * 1024 * 1024
+KEEP_START_LOGS = 50
+
+
+def _fsync_dir(path: Path) -> None:
+    dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
@@ -48,11 +58,7 @@ def atomic_write_json(path: Path, data: Any) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    _fsync_dir(path.parent)
 
 
 class StateStore:
@@ -63,6 +69,8 @@ class StateStore:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.state_path = self.dir / "state.json"
         self.journal_path = self.dir / "journal.jsonl"
+        self.journal_old_path = self.dir / "journal.1.jsonl"
+        self.journal_max_bytes = JOURNAL_MAX_BYTES
         self.pid_path = self.dir / "engine.pid"
         self.baselines_path = self.dir / "baselines.json"
         self.logs_dir = self.dir / "logs"
@@ -155,6 +163,7 @@ class StateStore:
     def append_journal(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, sort_keys=True, default=str) + "\n"
         with self._lock:
+            self._rotate_if_large()
             fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
             try:
                 # A torn last line (crash mid-write) must not glue onto the next record.
@@ -168,11 +177,28 @@ class StateStore:
             finally:
                 os.close(fd)
 
-    def read_journal(self) -> list[dict[str, Any]]:
-        """Every readable record; unreadable lines are skipped and reported once."""
+    def _rotate_if_large(self) -> None:
+        """Keep the journal bounded: past JOURNAL_MAX_BYTES the file becomes journal.1.jsonl
+        (replacing the previous one) and a new journal starts; readers see both."""
         try:
-            raw = self.journal_path.read_bytes()
+            size = self.journal_path.stat().st_size
         except FileNotFoundError:
+            return
+        if size > self.journal_max_bytes:
+            os.replace(self.journal_path, self.journal_old_path)
+            _fsync_dir(self.dir)
+
+    def read_journal(self) -> list[dict[str, Any]]:
+        """Every readable record (rotated part first); unreadable lines are skipped and
+        reported once."""
+        raw = b""
+        for path in (self.journal_old_path, self.journal_path):
+            try:
+                chunk = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            raw += chunk if chunk.endswith(b"\n") or not chunk else chunk + b"\n"
+        if not raw:
             return []
         out: list[dict[str, Any]] = []
         bad = 0
@@ -221,6 +247,24 @@ class StateStore:
     def clear_pid(self) -> None:
         with self._lock, contextlib.suppress(FileNotFoundError):
             self.pid_path.unlink()
+
+    # -- logs/ -------------------------------------------------------------------------
+    def prune_logs(self, keep: int = KEEP_START_LOGS, protect: tuple[Path, ...] = ()) -> int:
+        """Delete all but the newest `keep` per-start logs (and their NCCL debug dirs)."""
+        logs = sorted(self.logs_dir.glob("*.log"), key=lambda p: p.stat().st_mtime)
+        removed = 0
+        for path in logs[:-keep] if keep > 0 else logs:
+            if path in protect:
+                continue
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed += 1
+            debug = path.with_suffix(".nccl")
+            if debug.is_dir():
+                import shutil
+
+                shutil.rmtree(debug, ignore_errors=True)
+        return removed
 
     # -- baselines.json -----------------------------------------------------------------
     def load_baselines(self) -> dict[str, Any]:

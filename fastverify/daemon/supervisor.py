@@ -626,6 +626,8 @@ class Supervisor:
         # file below finds the unrecorded group by this id at its next start.
         self.store.write_pid({"engine_id": engine_id, "pending": True, "argv": argv})
         proc = procs.spawn(argv, env, log_path)
+        with contextlib.suppress(OSError):
+            self.store.prune_logs(protect=(log_path,))
         h = EngineHandle(
             engine_id=engine_id,
             pid=proc.pid,

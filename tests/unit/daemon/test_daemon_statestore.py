@@ -77,3 +77,27 @@ def test_journal_is_fsynced_append_only(tmp_path: Path) -> None:
     lines = (tmp_path / "journal.jsonl").read_text().splitlines()
     assert [json.loads(x)["n"] for x in lines] == list(range(5))
     assert oct(os.stat(tmp_path / "journal.jsonl").st_mode & 0o777) == "0o640"
+
+
+def test_journal_rotates_and_history_spans_both_files(tmp_path: Path) -> None:
+    s = StateStore(tmp_path)
+    s.journal_max_bytes = 300
+    for i in range(20):
+        s.append_journal({"type": "switch", "profile": f"p{i}", "result": "ok"})
+    assert (tmp_path / "journal.1.jsonl").exists()
+    assert (tmp_path / "journal.jsonl").stat().st_size <= 300 + 100
+    names = [r["profile"] for r in s.history()]
+    assert names == [f"p{i}" for i in range(20 - len(names), 20)]  # newest kept, in order
+    assert len(names) >= 4
+
+
+def test_prune_logs_keeps_the_newest(tmp_path: Path) -> None:
+    s = StateStore(tmp_path)
+    for i in range(6):
+        p = s.logs_dir / f"{i}.log"
+        p.write_text("x")
+        os.utime(p, (1000 + i, 1000 + i))
+        if i == 0:
+            (s.logs_dir / "0.nccl").mkdir()
+    assert s.prune_logs(keep=3) == 3
+    assert sorted(p.name for p in s.logs_dir.iterdir()) == ["3.log", "4.log", "5.log"]
