@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -108,6 +109,16 @@ def test_invalid_profiles_are_refused_without_touching_the_server(tmp_path: Path
         assert d.client.get("/v1/history")[-1]["kind"] == "start"  # nothing was attempted
 
 
+def _has_group(name: str) -> bool:
+    import grp
+
+    try:
+        grp.getgrnam(name)
+        return True
+    except KeyError:
+        return False
+
+
 def raw_http(sock_path: Path, request: bytes) -> tuple[int, dict]:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(10)
@@ -129,7 +140,13 @@ def post(path: str, body: bytes, extra: str = "") -> bytes:
 
 
 def test_api_answers_bad_requests_with_clear_4xx(tmp_path: Path) -> None:
-    with DaemonHarness(tmp_path, metrics=False) as d:
+    import grp
+
+    group = next((g for g in ("daemon", "adm", "users") if _has_group(g)), None)
+    cfg = {"daemon": {"socket_group": group or "fastverify-no-such-group"}}
+    with DaemonHarness(tmp_path, metrics=False, config=cfg) as d:
+        if group is not None and os.geteuid() == 0:
+            assert d.socket.stat().st_gid == grp.getgrnam(group).gr_gid
         pid = d.engine_pid()
         cases = [
             (post("/v1/profile", b"{not json"), 400, "malformed JSON"),
