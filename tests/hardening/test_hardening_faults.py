@@ -104,11 +104,15 @@ def test_kill9_at_random_points_of_switches(tmp_path: Path) -> None:
         for i in range(iters):
             name, mode = rng.choice(TARGETS)
             delay = rng.uniform(0.0, 2.5)
-            what = (
-                f"iteration {i} (FASTVERIFY_SEED={SEED}): {name}/{mode}, kill -9 at {delay:.3f} s"
-            )
-            with contextlib.suppress(ApiError):
-                d.client.post("/v1/profile", {"name": name, "mode": mode, "wait": False})
+            crash = rng.random() < 0.15  # else a switch: the engine dies, a crash restart runs
+            action = "engine SIGKILL" if crash else f"switch to {name}/{mode}"
+            what = f"iteration {i} (FASTVERIFY_SEED={SEED}): {action}, kill -9 at {delay:.3f} s"
+            if crash:
+                with contextlib.suppress(ProcessLookupError, TypeError):
+                    os.kill(d.status()["engine"]["pid"], signal.SIGKILL)
+            else:
+                with contextlib.suppress(ApiError):
+                    d.client.post("/v1/profile", {"name": name, "mode": mode, "wait": False})
             time.sleep(delay)
             d.kill9()
             d.restart_daemon(wait_ready=False)
