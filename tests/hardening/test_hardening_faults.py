@@ -253,7 +253,9 @@ def test_unwritable_state_dir_refuses_switch_and_keeps_serving(
                 state.chmod(0o555)
                 expect = "Permission denied"
             else:
-                subprocess.run(["chattr", "+i", str(state)], check=True)
+                r = subprocess.run(["chattr", "+i", str(state)], capture_output=True, text=True)
+                if r.returncode != 0:  # e.g. overlayfs in a container
+                    pytest.skip(f"chattr +i is not supported here: {r.stderr.strip()}")
                 expect = "Operation not permitted"
             try:
                 for path, body in (
