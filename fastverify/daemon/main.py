@@ -258,7 +258,7 @@ class Daemon:
                 if getattr(new.daemon, name) != getattr(self.cfg.daemon, name)
             ]
             self.cfg = new
-            sup.cfg = new
+            sup.reconfigure(new, make_engine(self.engine_name, new))
             sup.config_error = None
             note = f" ({', '.join(moved)} change only on restart)" if moved else ""
             sup.daemon_log(

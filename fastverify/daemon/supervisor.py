@@ -357,6 +357,18 @@ class Supervisor:
     def history(self) -> list[dict[str, Any]]:
         return self.store.history()
 
+    def reconfigure(self, cfg: Config, engine: Engine) -> None:
+        """Adopt a re-read configuration (SIGHUP): profile dirs, engine settings (used from
+        the next start on), restart and timeout policy."""
+        from fastverify.profiles.store import ProfileStore
+
+        with self._lock:
+            self.cfg = cfg
+            if engine.name == self.engine.name:
+                self.engine = engine
+            self.profiles = ProfileStore(user_dirs=cfg.profile_dirs)
+            self._argv_checks.clear()
+
     # ------------------------------------------------------------------ baselines
     def baselines(self) -> dict[str, Any]:
         return self.store.load_baselines()

@@ -199,10 +199,15 @@ def test_sighup_with_broken_config_keeps_old_one(tmp_path: Path) -> None:
         assert "keeping the previous configuration" in st["config"]["error"]
         assert st["state"] == "READY"
         assert "SIGHUP" in d.log_text() and str(d.config_path) in st["config"]["error"]
-        d.config_path.write_text(good.replace("stop_grace_s = 5", "stop_grace_s = 4"))
+        # A valid config applies: a new profile directory is searched from now on.
+        extra = tmp_path / "more-profiles"
+        extra.mkdir()
+        (extra / "fresh.env").write_text("NCCL_ALGO=Ring\n")
+        d.config_path.write_text(good.replace(str(d.profile_dir), str(extra)))
         os.kill(d.pid, signal.SIGHUP)
         d.wait_for(lambda: d.status()["config"]["error"] is None, 10, "reload ok")
         assert "configuration reloaded" in d.log_text()
+        assert d.ctl("profile", "set", "fresh", "-q").returncode == 0
 
 
 def test_tp_worker_death_is_a_crash(tmp_path: Path) -> None:
