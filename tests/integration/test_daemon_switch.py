@@ -69,6 +69,11 @@ def test_switch_delivers_env_rolls_back_and_runs_eager(tmp_path: Path) -> None:
         for p in engine_tree(st["engine"]["pid"]):
             assert nccl_env(p) == RING_LL
 
+        cur = json.loads(d.ctl("profile", "current", "--json").stdout)
+        assert cur == {"profile": "ring-ll", "mode": "baseline", "state": "READY",
+                       "last_good": "ring-ll", "last_good_mode": "baseline"}  # fmt: skip
+        assert d.ctl("profile", "current").stdout.split() == ["ring-ll", "(baseline)", "READY"]
+
         r = d.ctl("profile", "set", "tree-ll-eager", "--json")
         assert r.returncode == 0, r.stdout + r.stderr
         assert json.loads(r.stdout)["result"] == "ok"
