@@ -59,6 +59,7 @@ class RequestError(Exception):
     def __init__(self, status: int, message: str, **extra: Any):
         self.status = status
         self.body = {"error": message, **extra}
+        self.reason: str = extra.get("reason") or "invalid_request"
         super().__init__(message)
 
 
@@ -411,7 +412,9 @@ class Supervisor:
         from fastverify.profiles.model import ProfileError
 
         if mode not in MODES:
-            raise RequestError(422, f"mode {mode!r}: expected one of {', '.join(MODES)}")
+            raise RequestError(
+                422, f"mode {mode!r}: expected one of {', '.join(MODES)}", reason="invalid_mode"
+            )
         try:
             profile = self.profiles.load(name, force=force, allow_path=False)
         except ProfileError as exc:
@@ -420,12 +423,13 @@ class Supervisor:
                 422,
                 f"invalid profile {name!r}: {problems[0] if problems else exc}",
                 problems=problems,
+                reason="invalid_profile",
             ) from None
         try:
             argv = self.engine.build_argv(self.cfg.server, mode, profile.requires)
         except EngineArgError as exc:
             raise RequestError(
-                422, f"cannot build the server argv for {name}/{mode}: {exc}"
+                422, f"cannot build the server argv for {name}/{mode}: {exc}", reason="config_error"
             ) from None
         return profile, argv
 
@@ -462,7 +466,10 @@ class Supervisor:
         validate_s = time.monotonic() - t0
         if verdict.ok is False:
             raise RequestError(
-                422, f"argv rejected for {name}/{mode}: {verdict.message}", argv=argv
+                422,
+                f"argv rejected for {name}/{mode}: {verdict.message}",
+                argv=logs.mask_argv(argv),
+                reason="argv_rejected",
             )
         problem = self.store.check_writable()
         if problem:
@@ -1103,13 +1110,13 @@ class Supervisor:
                     exc = exc2
             with self._lock:
                 self.last_failure = {
-                    "reason": "invalid_profile",
+                    "reason": exc.reason,
                     "message": str(exc),
                     "log": None,
                     "at": _now(),
                 }
             self._set_state(State.STARTING, "start-up")
-            self._set_state(State.FAILED, "invalid_profile")
+            self._set_state(State.FAILED, exc.reason)
 
     def _reap_pending(self) -> None:
         """Stop an engine group that a killed daemon spawned but never recorded."""

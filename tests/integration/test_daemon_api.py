@@ -163,3 +163,14 @@ def test_trace_capture_and_throughput_under_traffic(tmp_path: Path) -> None:
         with pytest.raises(ApiError) as exc:
             d.client.post("/v1/trace/capture", {"steps": 0})
         assert exc.value.status == 422
+
+
+def test_sglang_engine_without_model_path_fails_clearly_and_keeps_answering(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, engine="sglang", metrics=False, start=False) as d:
+        d.start(wait_ready=False)
+        st = d.wait_state("FAILED", timeout=20)
+        assert st["last_failure"]["reason"] == "config_error"
+        assert "server.model_path is not set" in st["last_failure"]["message"]
+        assert st["engine"]["name"] == "sglang" and st["engine"]["simulated"] is False
+        r = d.ctl("server", "check", "--json")
+        assert r.returncode == 2 and "model_path" in r.stdout
