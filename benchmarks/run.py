@@ -35,7 +35,7 @@ RUNS_FILE = RESULTS_DIR / "runner.json"
 ARGS: dict[str, list[str]] = {
     "cli": ["--runs", "20"],
     "daemon": ["--seconds", "10", "--idle-seconds", "10"],
-    "exporter": ["--quick"],
+    "exporter": [],
     "profiles": ["--runs", "20"],
     "switch": ["--switches", "6"],
 }
