@@ -429,3 +429,50 @@ def test_engine_spawned_but_unrecorded_is_reaped(tmp_path: Path) -> None:
             os.killpg(orphan.pid, signal.SIGKILL)
             orphan.wait()
         d.close()
+
+
+def test_sigterm_with_followers_and_a_streaming_switch_exits_promptly(tmp_path: Path) -> None:
+    """Clients that hold connections open (logs --follow, a streaming switch) do not keep
+    the daemon from stopping; they end when it does."""
+    d = DaemonHarness(tmp_path, sim_load_seconds=2.0, metrics=False, start=False)
+    followers: list[subprocess.Popen] = []
+    try:
+        d.start()
+        pgid = d.status()["engine"]["pgid"]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        for _ in range(5):
+            followers.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "fastverify.ctl",
+                        "--socket",
+                        str(d.socket),
+                        "logs",
+                        "--follow",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    env=env,
+                )
+            )
+        switch = subprocess.Popen(
+            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket),
+             "profile", "set", "ring-ll"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+        )  # fmt: skip
+        followers.append(switch)
+        d.wait_for(lambda: d.status()["state"] == "STARTING", 15, "the switch loading")
+        new_pgid = d.status()["engine"]["pgid"]
+        assert d.stop(timeout=20) == 0
+        for p in followers:
+            p.wait(15)  # every client ends when the daemon goes
+        assert switch.returncode != 0, "a switch cut short by shutdown must not report success"
+        assert group_pids(pgid) == [] and group_pids(new_pgid) == []
+    finally:
+        for p in followers:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        d.close()
