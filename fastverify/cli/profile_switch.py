@@ -158,6 +158,7 @@ def _fmt_event(ev: dict[str, Any], t0: float) -> str | None:
 
 def _follow_plain(events: Any, quiet: bool) -> dict[str, Any] | None:
     t0 = None
+    shown: tuple[str, int] = ("", -1)  # (phase, tens of percent) last printed
     for ev in events:
         if t0 is None:
             t0 = ev.get("ts", time.time())
@@ -165,6 +166,12 @@ def _follow_plain(events: Any, quiet: bool) -> dict[str, Any] | None:
             return ev
         if quiet and ev.get("event") == "log":
             continue
+        if ev.get("event") == "progress":
+            # Plain output is for logs and pipes: one line per phase and per 10 %.
+            step = (str(ev.get("phase")), int(ev.get("percent", 0)) // 10)
+            if step == shown:
+                continue
+            shown = step
         line = _fmt_event(ev, t0)
         if line:
             click.echo(line)

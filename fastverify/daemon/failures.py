@@ -131,7 +131,7 @@ def classify(
     if match:
         reason, line = match
         where = f" (exit code {exit_code})" if exit_code is not None else ""
-        return Failure(reason, f"{reason}{where}: {line.strip()}", line, log, exit_code)
+        return Failure(reason, f"{line.strip()}{where}", line, log, exit_code)
     if timed_out:
         msg = f"engine not ready within {timeout_s:.0f} s" if timeout_s else "engine not ready"
         return Failure("readiness_timeout", msg, None, log, exit_code)
