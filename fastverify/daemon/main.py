@@ -162,8 +162,11 @@ class Daemon:
         notifier = Notifier.from_env()
         try:
             lock_fd = _lock_state_dir(cfg.state_dir)
-        except (RuntimeError, OSError) as exc:
+        except RuntimeError as exc:
             log.error("%s", exc)
+            return 1
+        except OSError as exc:  # e.g. ENOSPC/EROFS: say where, not just the errno
+            log.error("cannot use the state dir %s: %s", cfg.state_dir, exc.strerror or exc)
             return 1
         store = StateStore(cfg.state_dir)
         engine = make_engine(self.engine_name, cfg)

@@ -473,7 +473,11 @@ class Supervisor:
             )
         problem = self.store.check_writable()
         if problem:
-            raise RequestError(507, f"{problem}; {kind} refused, nothing was stopped or changed")
+            raise RequestError(
+                507,
+                f"{problem}; {kind} refused, nothing was stopped or changed",
+                reason="state_dir_unwritable",
+            )
         if not self._acquire(queue):
             self._refuse_if_busy()
             raise RequestError(409, "another operation is in flight")
