@@ -476,3 +476,27 @@ def test_sigterm_with_followers_and_a_streaming_switch_exits_promptly(tmp_path: 
                 p.kill()
                 p.wait()
         d.close()
+
+
+def test_daemon_start_on_a_full_state_dir_says_where(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    if not mount_tmpfs(state, "2m"):
+        pytest.skip("needs a small tmpfs (mount as root)")
+    try:
+        _fill(state / "filler")
+        d = DaemonHarness(tmp_path, metrics=False, start=False)
+        try:
+            with pytest.raises(AssertionError, match="exited with 1"):
+                d.start()
+            assert f"cannot use the state dir {state}: No space left on device" in d.log_text()
+        finally:
+            d.close(check_leaks=False)
+        (state / "filler").unlink()  # the cause goes away: the daemon starts and serves
+        d = DaemonHarness(tmp_path, metrics=False, start=False)
+        try:
+            d.start()
+            assert d.status()["state"] == "READY"
+        finally:
+            d.close()
+    finally:
+        umount(state)
