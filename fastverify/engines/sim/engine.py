@@ -354,7 +354,7 @@ class SimEngine:
                 return 1
             threading.Thread(
                 target=httpd.serve_forever,
-                kwargs={"poll_interval": 0.5},
+                kwargs={"poll_interval": 0.05},
                 name="sim-http",
                 daemon=True,
             ).start()
