@@ -388,6 +388,15 @@ EXTRACTORS: dict[str, Callable[[dict], list[Figure]]] = {
     "exporter": figures_exporter,
     "profiles": figures_profiles,
 }
+NOTES = {
+    "cli": "Wall time includes interpreter start-up, which varies with the host and its load;"
+    " the same-run comparisons (supervisorctl, eager imports, `python -c pass`) and the"
+    " in-process import figure are the ones to read across machines.",
+    "daemon": "Served tok/s is closed-loop streaming load on the sim (EAGLE-3 mode), runs in the"
+    " order A B C C B A, each on a fresh daemon; the sim's step times come from its cost"
+    " model, so the ratios show CPU taken from the server by the daemon and exporter.",
+    "switch": "Sim engine; see bench_switch.py for the two ways the overhead is computed.",
+}
 TITLES = {
     "cli": "CLI start-up (bench_cli.py)",
     "daemon": "Daemon footprint and the cost of observing (bench_daemon.py)",
@@ -466,6 +475,8 @@ def render(mach: dict[str, Any], runs: list[dict[str, Any]]) -> str:
             if f["met"] is not None:
                 summary.append((name, f))
         lines.append("")
+        if name in NOTES:
+            lines += [NOTES[name], ""]
     if summary:
         met = sum(1 for _, f in summary if f["met"])
         lines[lines.index("## Figures") + 1 : lines.index("## Figures") + 1] = [
