@@ -58,6 +58,16 @@ CORPUS: dict[str, tuple[bytes, int, str]] = {
         2,
         "no-such",
     ),
+    "extends-traversal": (
+        b"# description: x\n# extends: ../../../../etc/hostname\nNCCL_ALGO=Ring\n",
+        2,
+        "not a profile name",
+    ),
+    "extends-absolute": (
+        b"# description: x\n# extends: /etc/passwd\nNCCL_ALGO=Ring\n",
+        2,
+        "not a profile name",
+    ),
     "extends-self": (b"# description: x\n# extends: corpus-extends-self\n", 2, "extends"),
 }
 
