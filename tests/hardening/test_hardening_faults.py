@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -500,3 +501,37 @@ def test_daemon_start_on_a_full_state_dir_says_where(tmp_path: Path) -> None:
             d.close()
     finally:
         umount(state)
+
+
+def test_daemon_kill9_while_ready_adopts_without_restarting_the_engine(tmp_path: Path) -> None:
+    d = DaemonHarness(tmp_path, metrics=False, config={"server": {"mode": "eagle3"}}, start=False)
+    try:
+        d.start()
+        before = d.status()
+        pid = before["engine"]["pid"]
+        d.kill9()
+        # With the daemon gone, the engine keeps serving.
+        with urllib.request.urlopen(d.server_url + "/health", timeout=5) as r:
+            assert r.status == 200
+        d.restart_daemon()
+        st = d.status()
+        assert st["engine"]["pid"] == pid and st["engine"]["adopted"] is True
+        assert (st["profile"], st["mode"]) == (before["profile"], "eagle3")
+        assert psutil.Process(pid).create_time() == pytest.approx(
+            before["engine"]["started_at"], abs=2
+        )
+        # A config that builds another argv: the adopted engine is replaced, not kept.
+        d.kill9()
+        text = d.config_path.read_text().replace(
+            "[server]", "[server.eagle3]\nnum_steps = 5\n\n[server]", 1
+        )
+        d.config_path.write_text(text)
+        d.restart_daemon()
+        st = d.status()
+        assert st["engine"]["pid"] != pid
+        assert group_pids(before["engine"]["pgid"]) == [], "the old engine group was kept"
+        cmd = psutil.Process(st["engine"]["pid"]).cmdline()
+        assert cmd[cmd.index("--speculative-num-steps") + 1] == "5"
+        assert list(engines_on_port(engine_port(d))) == [st["engine"]["pgid"]]
+    finally:
+        d.close()
