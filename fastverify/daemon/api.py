@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import select
 import socket
 import socketserver
 import threading
@@ -266,6 +267,8 @@ class Handler(BaseHTTPRequestHandler):
         while follow and not self.server.closing.is_set():
             batch = ring.since(last, timeout=1.0)
             if not batch:
+                if _peer_closed(self.connection):  # an idle daemon writes nothing to notice
+                    return
                 continue
             for e in batch:
                 last = e["seq"]
@@ -352,6 +355,15 @@ class Handler(BaseHTTPRequestHandler):
         except Exception as exc:
             raise RequestError(502, f"trace capture failed: {exc}") from None
         self._send_json(200, analysis)
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """True when the client has closed its end of `sock` (readable, and EOF on peek)."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
 
 
 def _int_query(query: dict[str, str], name: str, default: int) -> int:
