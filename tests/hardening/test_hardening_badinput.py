@@ -512,3 +512,36 @@ def test_exporter_survives_malformed_http_and_idle_connections(tmp_path: Path) -
             assert r.status == 200
         assert d.status()["state"] == "READY"
         assert "Traceback" not in d.log_text()
+
+
+def test_abandoned_log_followers_do_not_pile_up(daemon: DaemonHarness) -> None:
+    """`logs --follow` clients that go away free their connection even on an idle daemon
+    (connections are capped: leftovers would end up refusing the API to everyone)."""
+    import psutil
+
+    proc = psutil.Process(daemon.pid)
+    base = proc.num_threads()
+    live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    live.connect(str(daemon.socket))
+    live.sendall(b"GET /v1/logs?n=0&follow=1 HTTP/1.1\r\n\r\n")
+    gone = []
+    for _ in range(60):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(str(daemon.socket))
+        s.sendall(b"GET /v1/logs?n=1&follow=1 HTTP/1.1\r\n\r\n")
+        gone.append(s)
+    daemon.wait_for(lambda: proc.num_threads() >= base + 60, 10, "followers connected")
+    for s in gone:
+        s.close()
+    daemon.wait_for(lambda: proc.num_threads() <= base + 3, 15, "abandoned followers gone")
+    # The follower still connected keeps receiving: an operation logs, it sees the lines.
+    try:
+        live.settimeout(30)
+        daemon.client.post("/v1/restart", {})
+        got = b""
+        while b'"event": "log"' not in got:
+            chunk = live.recv(65536)
+            assert chunk, "the live follower was disconnected"
+            got += chunk
+    finally:
+        live.close()
