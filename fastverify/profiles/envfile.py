@@ -196,13 +196,21 @@ def _clip(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+MAX_FILE_BYTES = 1 << 20  # a profile is a few hundred bytes; never read a huge file whole
+
+
 def parse_file(path: Path) -> ParsedFile:
-    """Read and parse `path`; an unreadable file gives one problem at line 0."""
+    """Read and parse `path`; an unreadable or oversized file gives one problem at line 0."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         out = ParsedFile(str(path))
         out.error(0, f"cannot read file: {exc.strerror or exc}")
+        return out
+    if len(data) > MAX_FILE_BYTES:
+        out = ParsedFile(str(path))
+        out.error(0, f"file is larger than {MAX_FILE_BYTES} bytes (a profile is a short text file)")
         return out
     return parse_bytes(data, str(path))
 
