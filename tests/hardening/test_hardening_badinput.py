@@ -49,7 +49,12 @@ CORPUS: dict[str, tuple[bytes, int, str]] = {
     "long-name": (HDR + b"NCCL_" + b"X" * 50_000 + b"=1\n", 2, "unknown NCCL variable"),
     "huge-file": (
         HDR + b"# padding padding padding padding\n" * 150_000 + b"NCCL_ALGOS=Ring\n",
-        150_002,
+        0,  # the whole file: refused by size before parsing
+        "larger than",
+    ),
+    "big-but-allowed": (
+        HDR + b"# padding padding padding padding\n" * 20_000 + b"NCCL_ALGOS=Ring\n",
+        20_002,
         "NCCL_ALGOS",
     ),
     "random-bytes": (random.Random(SEED).randbytes(4096), 0, ""),
@@ -100,7 +105,7 @@ def test_profile_file_corpus_cli_validate(tmp_path: Path, case: str) -> None:
     assert r.returncode == 1, (r.returncode, out[:2000])
     locs = [(m["path"], int(m["line"])) for m in LOC.finditer(out)]
     assert locs and all(p == str(path) for p, _ in locs), out[:2000]
-    if line:
+    if words:
         errors = [ln for ln in out.splitlines() if ln.startswith(f"{path}:{line}: ")]
         hits = [ln for ln in errors if words in ln and ": warning:" not in ln]
         assert hits, f"no error naming line {line} with {words!r}:\n{out[:2000]}"
@@ -138,7 +143,7 @@ def test_profile_file_corpus_refused_by_daemon(daemon: DaemonHarness, case: str)
         assert err.value.status == 422, err.value.body
         problems = err.value.body["problems"]
         assert all(LOC.match(p) for p in problems), problems[:5]
-        if line:
+        if words:
             assert any(p.startswith(f"{path}:{line}: ") and words in p for p in problems), problems
         r = daemon.ctl("profile", "set", name)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
@@ -545,3 +550,11 @@ def test_abandoned_log_followers_do_not_pile_up(daemon: DaemonHarness) -> None:
             got += chunk
     finally:
         live.close()
+
+
+def test_sparse_10g_profile_is_refused_without_reading_it(tmp_path: Path) -> None:
+    path = tmp_path / "sparse.env"
+    with open(path, "wb") as fh:
+        fh.truncate(10 * 2**30)  # sparse: no disk used, 10 GiB if read whole
+    r = _ctl("profile", "validate", str(path))
+    assert r.returncode == 1 and f"{path}:0: file is larger than" in r.stdout + r.stderr
