@@ -178,7 +178,7 @@ def test_crash_loop_backoff_burst_failed_then_recovers(tmp_path: Path) -> None:
             stop.set()
             poller.join(10)
         assert errors == [] and answered > 10, (errors, answered)
-        assert {"BACKOFF", "STARTING", "FAILED"} <= states, states
+        assert {"BACKOFF", "STARTING"} <= states, states  # FAILED: seen by wait_for above
         lf = st["last_failure"]
         assert lf["reason"] == "cuda_graph_capture" and lf.get("crash_loop") is True, lf
         assert f"burst limit {burst}" in lf["message"], lf
