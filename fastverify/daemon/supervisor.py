@@ -106,6 +106,11 @@ class Operation:
             "elapsed_s": round(time.monotonic() - self.t0, 3),
         }
 
+    def moved(self) -> bool:
+        """True once the operation has changed the daemon's state (it is past its start)."""
+        with self._cond:
+            return any(e["event"] == "state" for e in self.events)
+
     def emit(self, event: str, **data: Any) -> None:
         with self._cond:
             self.events.append({"event": event, "ts": _now(), **data})
@@ -478,10 +483,11 @@ class Supervisor:
                 f"{problem}; {kind} refused, nothing was stopped or changed",
                 reason="state_dir_unwritable",
             )
-        if not self._acquire(queue):
+        op = Operation(kind, name, mode)
+        if not self._acquire(queue, op):
             self._refuse_if_busy()
             raise RequestError(409, "another operation is in flight")
-        op = Operation(kind, name, mode)
+        op.started_at, op.t0 = _now(), time.monotonic()  # it starts now (a queued one waited)
         op.phases["validate"] = round(validate_s, 4)
         with self._lock:
             self.op = op
@@ -491,8 +497,8 @@ class Supervisor:
 
     def _refuse_if_busy(self) -> None:
         op = self.op
-        if op is not None and op.result is None and self.state == State.READY:
-            op.wait(2.0)  # READY already: the operation is only writing its record
+        if op is not None and op.result is None and self.state == State.READY and op.moved():
+            op.wait(2.0)  # READY again: the operation is only writing its record
         if op is not None and op.result is None:
             raise RequestError(
                 409,
@@ -501,7 +507,7 @@ class Supervisor:
                 in_flight=op.describe(),
             )
 
-    def _acquire(self, queue: bool) -> bool:
+    def _acquire(self, queue: bool, claimant: Operation) -> bool:
         op = self.op
         # A crash restart waiting out its backoff (or failed) yields to an explicit request.
         if (
@@ -516,8 +522,19 @@ class Supervisor:
                 if self._op_lock.acquire(timeout=0.5):
                     return True
             return False
-        # The previous operation may have answered a moment before releasing the lock.
-        return self._op_lock.acquire(timeout=1.0)
+        # Not queued: the lock is taken only when free, or when its holder has already answered
+        # and is about to release it. Taking and publishing happen under one lock, so of two
+        # requests arriving together exactly one runs; the other sees it in flight (409).
+        deadline = time.monotonic() + 1.0
+        while True:
+            with self._lock:
+                if self._op_lock.acquire(blocking=False):
+                    self.op = claimant
+                    return True
+                holder = self.op
+            if holder is None or holder.result is None or time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
 
     def _spawn_thread(self, target: Callable[..., None], *args: Any) -> None:
         t = threading.Thread(target=target, args=args, name=f"op-{target.__name__}", daemon=True)
