@@ -19,24 +19,14 @@ from fastverify.cli.profile_switch import (
     EXIT_FAILED,
     EXIT_UNAVAILABLE,
     api_error_exit,
+    call_daemon,
     client_for,
     run_operation,
 )
 
 
 def _get(ctx: click.Context, path: str, as_json: bool, timeout: float | None = 30.0) -> Any:
-    from fastverify.client import ApiError, DaemonUnavailable
-
-    try:
-        return client_for(ctx, timeout=timeout).get(path)
-    except DaemonUnavailable as exc:
-        if as_json:
-            emit_json({"error": str(exc), "reachable": False})
-        else:
-            click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_UNAVAILABLE)
-    except ApiError as exc:
-        sys.exit(api_error_exit(exc, as_json))
+    return call_daemon(ctx, "GET", path, as_json=as_json, timeout=timeout)
 
 
 def _ago(ts: float | None) -> str:

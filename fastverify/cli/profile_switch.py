@@ -36,6 +36,30 @@ def client_for(ctx: click.Context, timeout: float | None = 30.0) -> Any:
     return ControlClient(obj.get("socket"), timeout=timeout)
 
 
+def call_daemon(
+    ctx: click.Context,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    as_json: bool,
+    timeout: float | None = 30.0,
+) -> Any:
+    """One API call; an unreachable daemon or an API error is printed and exits the CLI."""
+    from fastverify.client import ApiError, DaemonUnavailable
+
+    try:
+        return client_for(ctx, timeout=timeout).request(method, path, body)
+    except DaemonUnavailable as exc:
+        if as_json:
+            emit_json({"error": str(exc), "reachable": False})
+        else:
+            click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+    except ApiError as exc:
+        sys.exit(api_error_exit(exc, as_json))
+
+
 def api_error_exit(exc: Any, as_json: bool) -> int:
     """Print an ApiError's body and return the matching exit code."""
     status = exc.status

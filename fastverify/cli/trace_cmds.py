@@ -139,21 +139,11 @@ def analyze(path: str, span: str, as_json: bool) -> None:
 @click.pass_context
 def capture(ctx: click.Context, steps: int | None, as_json: bool) -> None:
     """Profile the live server through the daemon, analyze every rank, feed the exporter."""
-    from fastverify.cli.profile_switch import EXIT_UNAVAILABLE, api_error_exit, client_for
-    from fastverify.client import ApiError, DaemonUnavailable
+    from fastverify.cli.profile_switch import call_daemon
     from fastverify.exporters.traces import public_view
 
     body = {"steps": steps} if steps else {}
-    try:
-        analysis = client_for(ctx, timeout=600.0).post("/v1/trace/capture", body)
-    except DaemonUnavailable as exc:
-        if as_json:
-            emit_json({"error": str(exc), "reachable": False})
-        else:
-            click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_UNAVAILABLE)
-    except ApiError as exc:
-        sys.exit(api_error_exit(exc, as_json))
+    analysis = call_daemon(ctx, "POST", "/v1/trace/capture", body, as_json=as_json, timeout=600.0)
     if as_json:
         emit_json(public_view(analysis))
     else:
