@@ -13,16 +13,8 @@ import psutil
 import pytest
 
 from fastverify.client import ApiError, ControlClient
+from tests.field import RING_LL
 from tests.harness import DaemonHarness
-
-RING_LL = {
-    "NCCL_PROTO": "LL",
-    "NCCL_ALGO": "Ring",
-    "NCCL_P2P_LEVEL": "SYS",
-    "NCCL_MAX_NCHANNELS": "16",
-    "NCCL_BUFFSIZE": "16777216",
-    "NCCL_NTHREADS": "512",
-}
 
 
 def engine_tree(pid: int) -> list[psutil.Process]:

@@ -22,15 +22,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 READY = "The server is fired up and ready to roll!"
 
-RING_LL = {
-    "NCCL_PROTO": "LL",
-    "NCCL_ALGO": "Ring",
-    "NCCL_P2P_LEVEL": "SYS",
-    "NCCL_MAX_NCHANNELS": "16",
-    "NCCL_BUFFSIZE": "16777216",
-    "NCCL_NTHREADS": "512",
-}
-
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -14,6 +14,7 @@ from fastverify.daemon.verify import (
     compare_env,
     parse_set_by_env,
 )
+from tests.field import RING_LL
 
 EXPECTED = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}
 
@@ -26,10 +27,6 @@ vm:442:442 [0] NCCL INFO NCCL_NTHREADS set by environment to 512.
 vm:442:442 [0] NCCL INFO ENV/Plugin: Could not find: libnccl-env.so
 vm:442:442 [0] NCCL INFO NCCL version 2.28.9+cuda13.0
 """
-RING_LL = {
-    "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16",
-    "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512",
-}  # fmt: skip
 
 
 def test_compare_env() -> None:

@@ -9,15 +9,7 @@ from profiles_helpers import PCIE, SHIPPED, write
 
 from fastverify.profiles.model import ProfileError
 from fastverify.profiles.store import ProfileStore
-
-RING_LL = {
-    "NCCL_PROTO": "LL",
-    "NCCL_ALGO": "Ring",
-    "NCCL_P2P_LEVEL": "SYS",
-    "NCCL_MAX_NCHANNELS": "16",
-    "NCCL_BUFFSIZE": "16777216",
-    "NCCL_NTHREADS": "512",
-}
+from tests.field import RING_LL
 
 
 def test_shipped_profiles_from_the_issue(store: ProfileStore) -> None:

@@ -6,15 +6,7 @@ import pytest
 
 from fastverify.engines.sim import costmodel
 from fastverify.profiles.store import ProfileStore
-
-RING_LL = {
-    "NCCL_PROTO": "LL",
-    "NCCL_ALGO": "Ring",
-    "NCCL_P2P_LEVEL": "SYS",
-    "NCCL_MAX_NCHANNELS": "16",
-    "NCCL_BUFFSIZE": "16777216",
-    "NCCL_NTHREADS": "512",
-}
+from tests.field import RING_LL
 
 
 def shipped() -> dict[str, tuple[dict[str, str], bool]]:

@@ -9,16 +9,9 @@ import socket
 from pathlib import Path
 
 from fastverify.engines.sim import ncclenv, sglang_logs
+from tests.field import RING_LL
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nccl-2.28.9-h200-1rank"
-RING_LL = {
-    "NCCL_PROTO": "LL",
-    "NCCL_ALGO": "Ring",
-    "NCCL_P2P_LEVEL": "SYS",
-    "NCCL_MAX_NCHANNELS": "16",
-    "NCCL_BUFFSIZE": "16777216",
-    "NCCL_NTHREADS": "512",
-}
 
 
 def test_decode_line_reference_example_exactly() -> None:

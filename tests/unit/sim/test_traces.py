@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fastverify.engines.sim import costmodel, traces
+from tests.field import RING_LL
 
 FIXTURE = (
     Path(__file__).resolve().parents[2]
@@ -19,14 +20,6 @@ FIXTURE = (
     / "nccl-2.28.9-h200-1rank"
     / "torch-trace-cudagraph-3-verify-passes.json.gz"
 )
-RING_LL = {
-    "NCCL_PROTO": "LL",
-    "NCCL_ALGO": "Ring",
-    "NCCL_P2P_LEVEL": "SYS",
-    "NCCL_MAX_NCHANNELS": "16",
-    "NCCL_BUFFSIZE": "16777216",
-    "NCCL_NTHREADS": "512",
-}
 AR = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
 
