@@ -17,7 +17,6 @@ import time
 import pytest
 from test_sim_support import (
     READY,
-    RING_LL,
     SimProcess,
     children_of,
     clean_env,
@@ -25,6 +24,8 @@ from test_sim_support import (
     group_members,
     wait_gone,
 )
+
+from tests.field import RING_LL
 
 TREE_LL = dict(RING_LL, NCCL_ALGO="Tree")
 

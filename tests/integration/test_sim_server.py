@@ -15,7 +15,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from test_sim_support import (
     READY,
-    RING_LL,
     SimProcess,
     children_of,
     cpu_seconds,
@@ -24,6 +23,7 @@ from test_sim_support import (
 )
 
 from fastverify.engines.sim import costmodel
+from tests.field import RING_LL
 
 TP = 4
 DECODE_RE = re.compile(
