@@ -282,6 +282,14 @@ def figures_switch(d: dict) -> list[Figure]:
                 paired <= goal,
             )
         )
+    lag = d.get("readiness_detection_lag_s")
+    if lag is not None:
+        out.append(
+            fig(
+                "switch: readiness detection lag (engine ready -> daemon notices)",
+                f"{lag * 1000:.0f} ms",
+            )
+        )
     wall = _get(d, "switch_wall_s", "median")
     if wall is not None:
         out.append(fig("switch wall time (median, client side)", f"{wall:.2f} s"))
