@@ -39,7 +39,10 @@ GOAL_MS = 60.0
 
 
 def script(name: str, module: str) -> list[str]:
-    exe = shutil.which(name)
+    """The console script installed beside this interpreter (a venv's bin/), as users run it;
+    PATH may hold a version-manager shim (pyenv) that would add its own start-up cost."""
+    beside = Path(sys.executable).parent / name
+    exe = str(beside) if beside.exists() else shutil.which(name)
     return [exe] if exe else [sys.executable, "-m", module]
 
 
