@@ -399,3 +399,19 @@ class DaemonHarness:
             problems.append(f"engine process leaked (killed now): {leaks}")
         if problems and check_leaks:
             raise AssertionError("; ".join(problems) + f"\n{self.log_text()[-2000:]}")
+
+
+def engines_on_port(port: int) -> dict[int, list[int]]:
+    """Live processes started with `--port PORT` (our engines: server and TP workers), by pgid."""
+    import psutil
+
+    groups: dict[int, list[int]] = {}
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        try:
+            ours = "--port" in cmd and cmd[cmd.index("--port") + 1] == str(port)
+            if ours and p.status() != psutil.STATUS_ZOMBIE:
+                groups.setdefault(os.getpgid(p.pid), []).append(p.pid)
+        except (psutil.Error, ProcessLookupError, IndexError):
+            continue
+    return groups

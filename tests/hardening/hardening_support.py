@@ -30,20 +30,6 @@ def engine_port(d: Any) -> int:
     return int(d.server_url.rsplit(":", 1)[1])
 
 
-def engines_on_port(port: int) -> dict[int, list[int]]:
-    """Live processes started with `--port PORT` (our engines: server and TP workers), by pgid."""
-    groups: dict[int, list[int]] = {}
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = p.info["cmdline"] or []
-        try:
-            ours = "--port" in cmd and cmd[cmd.index("--port") + 1] == str(port)
-            if ours and p.status() != psutil.STATUS_ZOMBIE:
-                groups.setdefault(os.getpgid(p.pid), []).append(p.pid)
-        except (psutil.Error, ProcessLookupError, IndexError):
-            continue
-    return groups
-
-
 def strict_journal(state_dir: Path) -> list[dict[str, Any]]:
     """Every line of journal.jsonl parsed as a JSON object (AssertionError naming the line)."""
     path = state_dir / "journal.jsonl"

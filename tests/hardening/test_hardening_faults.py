@@ -25,7 +25,6 @@ from hardening_support import (
     REPO,
     SEED,
     engine_port,
-    engines_on_port,
     group_pids,
     mount_tmpfs,
     nccl_env,
@@ -35,7 +34,7 @@ from hardening_support import (
 )
 
 from fastverify.client import ApiError, ControlClient, DaemonUnavailable
-from tests.harness import DaemonHarness
+from tests.harness import DaemonHarness, engines_on_port
 
 FULL_ONLY = pytest.mark.skipif(not FULL, reason="long variant: set FASTVERIFY_FULL=1")
 TARGETS = [

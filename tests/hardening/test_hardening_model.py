@@ -18,7 +18,6 @@ import psutil
 from hardening_support import (
     FULL,
     engine_port,
-    engines_on_port,
     nccl_env,
     read_profile_env,
     strict_journal,
@@ -28,7 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from fastverify.client import ApiError
-from tests.harness import DaemonHarness
+from tests.harness import DaemonHarness, engines_on_port
 
 GOOD = ["ring-ll", "ring-simple", "ring-ll-8ch", "nccl-default", "tree-ll-eager"]
 MODES = ["baseline", "eagle3"]

@@ -11,21 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.harness import DaemonHarness
-
-
-def engines_on_port(port: int) -> dict[int, list[int]]:
-    """Process groups of every process started with `--port PORT` (our engine), by pgid."""
-    groups: dict[int, list[int]] = {}
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = p.info["cmdline"] or []
-        try:
-            ours = "--port" in cmd and cmd[cmd.index("--port") + 1] == str(port)
-            if ours and p.status() != psutil.STATUS_ZOMBIE:
-                groups.setdefault(os.getpgid(p.pid), []).append(p.pid)
-        except (psutil.Error, ProcessLookupError, IndexError):
-            continue
-    return groups
+from tests.harness import DaemonHarness, engines_on_port
 
 
 def test_engine_kill9_is_restarted_with_reason(tmp_path: Path) -> None:
