@@ -23,10 +23,13 @@ from typing import Any, NoReturn
 
 import click
 
+# Exit codes every command shares (scripts rely on them; README lists them).
 EXIT_OK = 0
-EXIT_PROBLEMS = 1
-EXIT_USAGE = 2
-EXIT_UNAVAILABLE = 3
+EXIT_PROBLEMS = 1  # validation problems, a failed or rolled-back switch, a failed check
+EXIT_USAGE = 2  # bad arguments, unknown or invalid profile
+EXIT_UNAVAILABLE = 3  # the daemon is not reachable
+EXIT_BUSY = 4  # another operation is in flight (HTTP 409)
+EXIT_LOST = 5  # the connection to the daemon broke before a result arrived
 
 
 def _default(obj: Any) -> Any:

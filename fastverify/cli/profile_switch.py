@@ -19,14 +19,16 @@ from typing import Any
 
 import click
 
-from fastverify.cli.output import emit_json, fail
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_INVALID = 2
-EXIT_UNAVAILABLE = 3
-EXIT_BUSY = 4
-EXIT_LOST = 5
+from fastverify.cli.output import (
+    EXIT_BUSY,
+    EXIT_LOST,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    emit_json,
+    fail,
+)
+from fastverify.cli.output import EXIT_PROBLEMS as EXIT_FAILED
+from fastverify.cli.output import EXIT_USAGE as EXIT_INVALID
 
 
 def client_for(ctx: click.Context, timeout: float | None = 30.0) -> Any:
