@@ -242,11 +242,9 @@ class DaemonHarness:
         self._remember_pidfile()
 
     def _remember_pidfile(self) -> None:
-        try:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             info = json.loads((self.state_dir / "engine.pid").read_text())
             self._seen_groups[int(info.get("pgid", info["pid"]))] = info.get("engine_id", "")
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
 
     def engine_pid(self) -> int | None:
         return (self.status().get("engine") or {}).get("pid")

@@ -20,6 +20,7 @@ health per target), `.stop()`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -118,12 +119,12 @@ class Prometheus:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise PromError(f"prometheus exited with {self.proc.returncode}: {self.log()}")
-            try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        return self
-            except (urllib.error.URLError, OSError):
-                pass
+            with (
+                contextlib.suppress(urllib.error.URLError, OSError),
+                urllib.request.urlopen(self.url + "/-/ready", timeout=1) as r,
+            ):
+                if r.status == 200:
+                    return self
             time.sleep(0.1)
         self.stop()
         raise PromError(f"prometheus not ready after {timeout}s: {self.log()}")

@@ -4,6 +4,7 @@ and stops cleanly on SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -41,12 +42,10 @@ def _wait(url: str, needle: str, timeout: float = 15.0) -> str:
     deadline = time.monotonic() + timeout
     text = ""
     while time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(OSError):
             text = _scrape(url)
             if needle in text:
                 return text
-        except OSError:
-            pass
         time.sleep(0.1)
     raise AssertionError(f"{needle!r} not in /metrics after {timeout}s:\n{text[-3000:]}")
 

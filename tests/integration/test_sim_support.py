@@ -37,8 +37,8 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def group_members(pgid: int) -> list[int]:
-    """PIDs (still alive, not zombies) whose process group is `pgid`."""
+def _live_procs() -> list[tuple[int, int, int]]:
+    """(pid, ppid, pgid) of every live, non-zombie process, read from /proc."""
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -48,24 +48,18 @@ def group_members(pgid: int) -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(entry))
+        if fields[0] != "Z":
+            out.append((int(entry), int(fields[1]), int(fields[2])))
     return out
 
 
+def group_members(pgid: int) -> list[int]:
+    """PIDs (still alive, not zombies) whose process group is `pgid`."""
+    return [pid for pid, _, group in _live_procs() if group == pgid]
+
+
 def children_of(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] != "Z" and int(fields[1]) == pid:
-            out.append(int(entry))
-    return sorted(out)
+    return sorted(child for child, parent, _ in _live_procs() if parent == pid)
 
 
 def environ_of(pid: int) -> dict[str, str]:
