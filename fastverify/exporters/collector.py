@@ -22,7 +22,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from fastverify.exporters.hub import MetricsHub, is_secret_name
+from fastverify.exporters.hub import MetricsHub
+from fastverify.redact import is_secret_name
 
 _LABEL_BAD = re.compile(r"[^a-z0-9_]")
 _RESERVED = {"profile", "mode", "engine"}

@@ -49,13 +49,6 @@ VERIFY_BUCKETS: tuple[float, ...] = (
 )
 SWITCH_RESULTS = ("ok", "rolled_back", "failed")
 MAX_TUNING_ROWS = 64
-_SECRET_MARKERS = ("TOKEN", "_KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
-
-
-def is_secret_name(name: str) -> bool:
-    """True for variable names that may hold a secret (never exported as a label)."""
-    upper = name.upper()
-    return upper.endswith("_KEY") or upper == "KEY" or any(m in upper for m in _SECRET_MARKERS)
 
 
 @dataclass
@@ -199,12 +192,17 @@ class MetricsHub:
         `live=False` (catching up on an old log) keeps NCCL facts but not decode figures,
         which would otherwise be published as current."""
         rec = logparse.parse_line(line)
+        self.on_record(rec, live=live)
+        return rec
+
+    def on_record(self, rec: Mapping[str, Any] | None, live: bool = True) -> None:
+        """Feed one engine log line already parsed (`logparse.parse_line`; None: a line
+        with no record): the daemon parses each line once and hands the record on."""
         with self._lock:
             self._log_lines += 1
             if rec is not None and (live or rec["kind"] != "decode"):
-                self._apply_record(rec)
+                self._apply_record(dict(rec))
                 self.version += 1
-        return rec
 
     def set_labels(
         self,
