@@ -144,9 +144,7 @@ class Controller:
         op.finish(outcome)
         if journal:
             self.bus.publish(
-                ev.OperationFinished(
-                    op.id, op.kind, outcome.result, op.result or {}, op.started_at
-                )  # fmt: skip
+                ev.OperationFinished(op.id, op.kind, outcome.result, op.result or {}, op.started_at)
             )
         self.slot.release(op)
 
@@ -320,7 +318,7 @@ class Controller:
         self.bus.publish(
             ev.EngineStarting(
                 h.profile, h.mode, self.engine.name, self._settings(h), h.pid, str(h.log_path)
-            )  # fmt: skip
+            )
         )
         beat = lambda: self.bus.publish(ev.EngineWaiting(h.profile, h.mode))  # noqa: E731
         failure = self.launcher.await_ready(h, timeout, cancel, heartbeat=beat)
@@ -337,8 +335,9 @@ class Controller:
                 op.verify = details
                 return h
         level = logging.INFO if failure.reason == "cancelled" else logging.WARNING
-        self.say(f"{op.kind} {h.profile}/{h.mode} failed: {failure.message} (log: {h.log_path})",
-                 level)  # fmt: skip
+        self.say(
+            f"{op.kind} {h.profile}/{h.mode} failed: {failure.message} (log: {h.log_path})", level
+        )
         self.stop_engine(h, "failed")
         return failure
 
@@ -361,7 +360,7 @@ class Controller:
                 h.engine_id,
                 h.ready_s or 0.0,
                 h.adopted,
-            )  # fmt: skip
+            )
         )
 
     def _succeeded(self, op: Operation, h: EngineHandle, prev: dict[str, Any]) -> OpResult:
@@ -509,7 +508,7 @@ class Controller:
                 failure.log,
                 failure.line,
                 failure.exit_code,
-            )  # fmt: skip
+            )
         )
         return decision
 
@@ -519,14 +518,13 @@ class Controller:
         decision: Decision | None = None
         with self._lock:
             if self.state == State.READY and self.current is h:
-                self.record_failure(failure, None, profile=h.profile, mode=h.mode,
-                                    op="crash_restart")  # fmt: skip
+                self.record_failure(
+                    failure, None, profile=h.profile, mode=h.mode, op="crash_restart"
+                )
                 decision = self._count_crash(h, failure)
                 self.set_state(State.BACKOFF, f"engine crashed: {failure.reason}")
                 self.bus.publish(
-                    ev.EngineDown(
-                        h.profile, h.mode, self.engine.name, self._settings(h), "crashed"
-                    )  # fmt: skip
+                    ev.EngineDown(h.profile, h.mode, self.engine.name, self._settings(h), "crashed")
                 )
         if decision is not None:
             self._spawn_thread(self._crash_restart, h, failure, decision)
@@ -559,8 +557,9 @@ class Controller:
                 if self.state != State.FAILED:
                     self.set_state(State.FAILED, "crash loop")
                 self.say(f"giving up restarting: {msg}", logging.ERROR)
-                out = self._result(op, "failed", reason=failure.reason, message=msg,
-                                   log=failure.log)  # fmt: skip
+                out = self._result(
+                    op, "failed", reason=failure.reason, message=msg, log=failure.log
+                )
                 return out, True
             self.set_state(State.BACKOFF, f"{failure.reason}; {decision.message}")
             self.say(f"restarting {h.profile}/{h.mode}: {decision.message}")

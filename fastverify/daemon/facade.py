@@ -60,8 +60,9 @@ class ControlFacade:
             pct = h.progress.get("percent") if h else None
             what = f" {pct:.0f}%" if pct is not None else ""
             verb = "rolling back to" if st == State.ROLLING_BACK else "starting"
-            target = c.active if st == State.ROLLING_BACK else {"profile": op.profile,
-                                                                 "mode": op.mode}  # fmt: skip
+            target = (
+                c.active if st == State.ROLLING_BACK else {"profile": op.profile, "mode": op.mode}
+            )
             return f"{verb} {target['profile']}/{target['mode']}{what}"
         if st == State.FAILED and c.last_failure:
             return f"failed: {c.last_failure.get('reason')} ({prof}/{mode})"
@@ -144,8 +145,9 @@ class ControlFacade:
         timeout_s: float | None = None,
         withdrawn: Callable[[], bool] | None = None,
     ) -> Operation:
-        return self.ctl.request(kind, name, mode, force=force, queue=queue, timeout_s=timeout_s,
-                                withdrawn=withdrawn)  # fmt: skip
+        return self.ctl.request(
+            kind, name, mode, force=force, queue=queue, timeout_s=timeout_s, withdrawn=withdrawn
+        )
 
     def cancel(self) -> Operation | None:
         return self.ctl.cancel()
@@ -168,9 +170,13 @@ class ControlFacade:
             data[rec["profile"]] = rec
             store.save_baselines(data)
         self.ctl.bus.publish(
-            ev.BaselineRecorded(rec["profile"], rec["tokens_per_second"],
-                                rec["per_request_tokens_per_second"], rec["measured_at"])
-        )  # fmt: skip
+            ev.BaselineRecorded(
+                rec["profile"],
+                rec["tokens_per_second"],
+                rec["per_request_tokens_per_second"],
+                rec["measured_at"],
+            )
+        )
         return rec
 
     # ------------------------------------------------------------------ traces

@@ -195,8 +195,11 @@ class Daemon:
             return 1
         for s in servers:
             api.serve_in_thread(s)
-        log.info("control API on %s%s", cfg.socket_path,
-                 f" and tcp {cfg.daemon.tcp_listen}" if cfg.daemon.tcp_listen else "")  # fmt: skip
+        log.info(
+            "control API on %s%s",
+            cfg.socket_path,
+            f" and tcp {cfg.daemon.tcp_listen}" if cfg.daemon.tcp_listen else "",
+        )
         if hub is not None:
             try:
                 sup.attach_runtime(_start_exporter(sup, cfg, engine))

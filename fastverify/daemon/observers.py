@@ -48,8 +48,15 @@ class Journal:
             if e.op_id:
                 rec["op"] = e.op_id
         elif isinstance(e, ev.Crashed):
-            rec = {"type": "crash", "ts": e.ts, "reason": e.reason, "message": e.message,
-                   "line": e.line, "log": e.log, "exit_code": e.exit_code}  # fmt: skip
+            rec = {
+                "type": "crash",
+                "ts": e.ts,
+                "reason": e.reason,
+                "message": e.message,
+                "line": e.line,
+                "log": e.log,
+                "exit_code": e.exit_code,
+            }
         elif isinstance(e, ev.OperationFinished):
             rec = {
                 "type": "switch",
@@ -123,8 +130,9 @@ class ExporterFeed:
             if e.kind in SWITCH_KINDS:
                 hub.on_switch(e.result)
         elif isinstance(e, ev.BaselineRecorded):
-            hub.set_baseline(e.profile, e.tokens_per_second, e.per_request_tokens_per_second,
-                             e.measured_at)  # fmt: skip
+            hub.set_baseline(
+                e.profile, e.tokens_per_second, e.per_request_tokens_per_second, e.measured_at
+            )
 
 
 class LiveFigures:

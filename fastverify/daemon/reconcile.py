@@ -63,8 +63,12 @@ def start_up(ctl: Controller) -> None:
                 return
             except RequestError as exc2:
                 exc = exc2
-        ctl.last_failure = {"reason": exc.reason, "message": str(exc), "log": None,
-                            "at": time.time()}  # fmt: skip
+        ctl.last_failure = {
+            "reason": exc.reason,
+            "message": str(exc),
+            "log": None,
+            "at": time.time(),
+        }
         ctl.set_state(State.FAILED, exc.reason)
 
 
@@ -111,8 +115,9 @@ def adopt(ctl: Controller) -> Operation | None:
     except RequestError:
         profile_obj, same_argv = None, False
     if profile_obj is None or not same_argv:
-        ctl.say(f"previous engine group {pgid} runs an argv this config would not build;"
-                " stopping it")  # fmt: skip
+        ctl.say(
+            f"previous engine group {pgid} runs an argv this config would not build; stopping it"
+        )
         res = ctl.launcher.stop_group(pgid)
         ctl.say(f"stopped previous engine group {pgid} ({res.signal_used})")
         ctl.store.clear_pid()

@@ -23,8 +23,11 @@ class RestartPolicy:
     @classmethod
     def from_config(cls, daemon_cfg: Any) -> RestartPolicy:
         first, cap = daemon_cfg.restart_backoff_s
-        return cls(float(daemon_cfg.restart_window_s), (float(first), float(cap)),
-                   int(daemon_cfg.restart_burst))  # fmt: skip
+        return cls(
+            float(daemon_cfg.restart_window_s),
+            (float(first), float(cap)),
+            int(daemon_cfg.restart_burst),
+        )
 
     def delay(self, n: int) -> float:
         """Seconds to wait before restart number `n` (1-based)."""

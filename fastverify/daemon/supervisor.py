@@ -49,8 +49,7 @@ class Supervisor:
         self.ring = LogRing()
         self.resolver = Resolver(cfg, engine, profile_store)
         self.launcher = Launcher(cfg, engine, store)
-        self.ctl = Controller(cfg, engine, self.launcher, self.resolver, store, self.bus,
-                              self.ring)  # fmt: skip
+        self.ctl = Controller(cfg, engine, self.launcher, self.resolver, store, self.bus, self.ring)
         self.launcher.say = self.ctl.say
         self.figures = LiveFigures()
         self.feed = ExporterFeed(hub) if hub is not None else None
@@ -92,10 +91,13 @@ class Supervisor:
         for rec in self.store.load_baselines().values():
             with contextlib.suppress(KeyError, TypeError, ValueError):
                 self.bus.publish(
-                    BaselineRecorded(rec["profile"], float(rec["tokens_per_second"]),
-                                     float(rec["per_request_tokens_per_second"]),
-                                     float(rec["measured_at"]))
-                )  # fmt: skip
+                    BaselineRecorded(
+                        rec["profile"],
+                        float(rec["tokens_per_second"]),
+                        float(rec["per_request_tokens_per_second"]),
+                        float(rec["measured_at"]),
+                    )
+                )
         start_up(self.ctl)
 
     def tick(self) -> None:
