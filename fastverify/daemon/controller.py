@@ -141,11 +141,13 @@ class Controller:
         )
 
     def _finish(self, op: Operation, outcome: OpResult, journal: bool = True) -> None:
-        op.finish(outcome)
+        """Announce the result (journal, exporter) before the client sees it, then let go."""
         if journal:
+            record = outcome.to_dict()
             self.bus.publish(
-                ev.OperationFinished(op.id, op.kind, outcome.result, op.result or {}, op.started_at)
+                ev.OperationFinished(op.id, op.kind, outcome.result, record, op.started_at)
             )
+        op.finish(outcome)
         self.slot.release(op)
 
     def save_state(self) -> None:
@@ -161,11 +163,11 @@ class Controller:
         except OSError as exc:
             self.say(f"cannot save state: {exc}", logging.ERROR)
 
-    def record_failure(self, failure: Failure, op: Operation | None, **extra: Any) -> None:
+    def record_failure(self, failure: Failure, during: Operation | None, **extra: Any) -> None:
         with self._lock:
             self.last_failure = dict(failure.to_dict(), at=_now(), **extra)
-            if op is not None:
-                self.last_failure.update(profile=op.profile, mode=op.mode, op=op.kind)
+            if during is not None:
+                self.last_failure.update(profile=during.profile, mode=during.mode, op=during.kind)
 
     # ------------------------------------------------------------------ requests
     def request(
@@ -267,8 +269,6 @@ class Controller:
         op.phases["stop"] = round(time.monotonic() - t0, 4)
         if op.cancel.is_set():
             failure = Failure("cancelled", "cancelled before the new engine started")
-            if self.state == State.STOPPING:
-                self.set_state(State.STOPPED, "cancelled")
             return self._failed(op, failure, prev)
         self.set_state(State.STARTING, f"{op.kind} {op.profile}/{op.mode}")
         with self._lock:
@@ -394,8 +394,9 @@ class Controller:
         }
         if not cancelled:
             self.record_failure(failure, op)
-        if self.state not in (State.FAILED, State.STOPPED):
             self.set_state(State.FAILED, failure.reason)
+        elif self.state not in (State.STARTING, State.VERIFYING, State.STOPPING, State.FAILED):
+            self.set_state(State.FAILED, "cancelled")  # nothing to roll back from
         if self.shutting_down.is_set() or (failure.reason == "cancelled" and not cancelled):
             return self._result(op, "failed", **base)
         if cancelled:
@@ -562,7 +563,11 @@ class Controller:
                 )
                 return out, True
             self.set_state(State.BACKOFF, f"{failure.reason}; {decision.message}")
-            self.say(f"restarting {h.profile}/{h.mode}: {decision.message}")
+            burst = self.crashes.policy.burst
+            self.say(
+                f"restarting {h.profile}/{h.mode} in {decision.delay_s:.2f} s"
+                f" (crash {decision.n}/{burst})"
+            )
             self.slot_preemptible(op, True)
             op.cancel.wait(decision.delay_s)
             self.slot_preemptible(op, False)

@@ -27,7 +27,8 @@ STARTING     -> VERIFYING (ready), FAILED (start failed), STOPPING (shutdown),
                 ROLLING_BACK (cancelled: the previous profile is put back)
 VERIFYING    -> READY, FAILED, STOPPING, ROLLING_BACK (cancelled)
 READY        -> STOPPING (switch, restart, shutdown), BACKOFF (engine crashed)
-STOPPING     -> STOPPED, STARTING (switch: start the new profile), FAILED
+STOPPING     -> STOPPED, STARTING (switch: start the new profile), FAILED,
+                ROLLING_BACK (cancelled before the new profile started)
 FAILED       -> ROLLING_BACK, STARTING (next switch/restart), STOPPING, BACKOFF, STOPPED
 ROLLING_BACK -> VERIFYING, FAILED, STOPPING
 BACKOFF      -> STARTING (restart), FAILED (burst exceeded), STOPPING (switch/shutdown)
@@ -54,7 +55,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.STARTING: frozenset({State.VERIFYING, State.FAILED, State.STOPPING, State.ROLLING_BACK}),
     State.VERIFYING: frozenset({State.READY, State.FAILED, State.STOPPING, State.ROLLING_BACK}),
     State.READY: frozenset({State.STOPPING, State.BACKOFF}),
-    State.STOPPING: frozenset({State.STOPPED, State.STARTING, State.FAILED}),
+    State.STOPPING: frozenset({State.STOPPED, State.STARTING, State.FAILED, State.ROLLING_BACK}),
     State.FAILED: frozenset(
         {State.ROLLING_BACK, State.STARTING, State.STOPPING, State.BACKOFF, State.STOPPED}
     ),
