@@ -201,8 +201,15 @@ def trace_families(s: dict[str, Any]) -> list[Metric | None]:
         for rank, ar_s, _v in tr["ranks"]:
             rk.add_metric([*pm, str(rank)], ar_s)
         out += [q, rk]
-        out.append(_gauge("fastverify_trace_window_timestamp_seconds",
-                          "Unix time of the last analysed profile window", tr["at"], [], []))  # fmt: skip
+        out.append(
+            _gauge(
+                "fastverify_trace_window_timestamp_seconds",
+                "Unix time of the last analysed profile window",
+                tr["at"],
+                [],
+                [],
+            )
+        )
     if s["allreduce_calls"]:
         c = CounterMetricFamily(
             "fastverify_allreduce_calls",

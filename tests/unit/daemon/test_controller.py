@@ -28,7 +28,7 @@ def serve(ctl, profile: str = "ring") -> dict:
 
 
 def test_switch_publishes_typed_events_and_serves(tmp_path: Path) -> None:
-    ctl, launcher, seen = build(tmp_path)
+    ctl, _launcher, seen = build(tmp_path)
     serve(ctl, "ring")
     seen.clear()
     result = ctl.request("switch", "tree", None).wait(10)
@@ -139,7 +139,7 @@ def test_crash_restarts_with_backoff_then_gives_up_after_the_burst(tmp_path: Pat
 
 
 def test_a_switch_preempts_a_restart_waiting_out_its_backoff(tmp_path: Path) -> None:
-    ctl, launcher, seen = build(tmp_path, backoff=(3600.0, 3600.0))
+    ctl, launcher, _seen = build(tmp_path, backoff=(3600.0, 3600.0))
     serve(ctl, "ring")
     h = launcher.started[-1]
     launcher.crash(h)
