@@ -18,11 +18,13 @@ variables, mode, per-rank capture/replay state and the first error text.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -46,6 +48,7 @@ def _rank(rank: int, a: argparse.Namespace, port: int, tmp: str) -> None:
     def save() -> None:
         path.write_text(json.dumps(res), encoding="utf-8")
 
+    graph = None
     try:
         cuda = a.backend == "nccl"
         if cuda:
@@ -74,47 +77,45 @@ def _rank(rank: int, a: argparse.Namespace, port: int, tmp: str) -> None:
                 b.copy_(p * (rank + 1))
             res["stage"] = "done"
             res["capture"] = "skipped (gloo)"
-            save()
-            dist.destroy_process_group()
-            return
-        res["stage"] = "capture"
-        save()
-        graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        t0 = time.perf_counter()
-        with torch.cuda.graph(graph, stream=side):
-            for b in bufs:
-                for _ in range(a.ops):
-                    dist.all_reduce(b)
-        torch.cuda.synchronize()
-        res["capture"] = "ok"
-        res["capture_ms"] = (time.perf_counter() - t0) * 1e3
-        res["stage"] = "replay"
-        save()
-        for b, p in zip(bufs, pats, strict=True):
-            b.copy_(p * (rank + 1))
-        torch.cuda.synchronize()
-        if a.mix:
-            other = torch.cuda.Stream()
-            extra = torch.ones(1024, device=dev, dtype=dtype)
-            graph.replay()
-            with torch.cuda.stream(other):
-                dist.all_reduce(extra)
-            torch.cuda.synchronize()
-            res["mix_extra_ok"] = bool(torch.all(extra == a.nproc))
         else:
-            graph.replay()
+            res["stage"] = "capture"
+            save()
+            graph = torch.cuda.CUDAGraph()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            t0 = time.perf_counter()
+            with torch.cuda.graph(graph, stream=side):
+                for b in bufs:
+                    for _ in range(a.ops):
+                        dist.all_reduce(b)
             torch.cuda.synchronize()
-        n = a.nproc * (a.nproc + 1) // 2
-        # after `ops` in-place sums: (r+1) * pattern summed -> pattern * n, then x nproc each
-        res["correct"] = all(
-            bool(torch.equal(b, w * (a.nproc ** (a.ops - 1))))
-            for b, w in zip(bufs, want, strict=True)
-        )
-        res["replay"] = "ok"
-        res["stage"] = "done"
-        res["expected_factor"] = n * a.nproc ** (a.ops - 1)
+            res["capture"] = "ok"
+            res["capture_ms"] = (time.perf_counter() - t0) * 1e3
+            res["stage"] = "replay"
+            save()
+            for b, p in zip(bufs, pats, strict=True):
+                b.copy_(p * (rank + 1))
+            torch.cuda.synchronize()
+            if a.mix:
+                other = torch.cuda.Stream()
+                extra = torch.ones(1024, device=dev, dtype=dtype)
+                graph.replay()
+                with torch.cuda.stream(other):
+                    dist.all_reduce(extra)
+                torch.cuda.synchronize()
+                res["mix_extra_ok"] = bool(torch.all(extra == a.nproc))
+            else:
+                graph.replay()
+                torch.cuda.synchronize()
+            n = a.nproc * (a.nproc + 1) // 2
+            # after `ops` in-place sums: (r+1) * pattern summed -> pattern * n, then x nproc each
+            res["correct"] = all(
+                bool(torch.equal(b, w * (a.nproc ** (a.ops - 1))))
+                for b, w in zip(bufs, want, strict=True)
+            )
+            res["replay"] = "ok"
+            res["stage"] = "done"
+            res["expected_factor"] = n * a.nproc ** (a.ops - 1)
     except Exception as exc:
         res["error"] = _err(exc)
         res["traceback"] = traceback.format_exc()[-1500:]
@@ -123,11 +124,24 @@ def _rank(rank: int, a: argparse.Namespace, port: int, tmp: str) -> None:
         elif res["stage"] == "replay":
             res["replay"] = "failed"
     save()
-    try:
+    # Release the graph before the communicator (a first 2-GPU run that kept it alive never
+    # exited); time the teardown, and leave without it when it does not return.
+    del graph
+    if a.backend == "nccl":
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize()
+    th = threading.Thread(target=_destroy, args=(dist,), daemon=True)
+    t0 = time.perf_counter()
+    th.start()
+    th.join(a.teardown_s)
+    res["teardown_s"] = None if th.is_alive() else time.perf_counter() - t0
+    save()
+    os._exit(0)
+
+
+def _destroy(dist: Any) -> None:
+    with contextlib.suppress(Exception):
         dist.destroy_process_group()
-    except Exception as exc:
-        res["teardown_error"] = _err(exc)
-        save()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ops", type=int, default=2, help="all-reduces per size in the graph")
     p.add_argument("--cold", action="store_true", help="no eager all-reduce before capture")
     p.add_argument("--mix", action="store_true", help="eager all-reduce beside the replay")
+    p.add_argument("--teardown-s", type=float, default=10.0)
+    p.add_argument("--timeout", type=float, default=40.0, help="seconds for the whole run")
     a = p.parse_args(argv)
     import torch.multiprocessing as mp
 
@@ -156,10 +172,20 @@ def main(argv: list[str] | None = None) -> int:
     }
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
+        ctx = mp.spawn(_rank, args=(a, port, tmp), nprocs=a.nproc, join=False)
+        deadline = time.monotonic() + a.timeout
+        finished = False
         try:
-            mp.spawn(_rank, args=(a, port, tmp), nprocs=a.nproc, join=True)
+            while not finished and time.monotonic() < deadline:
+                finished = ctx.join(timeout=1.0)
         except Exception as exc:  # a rank died (signal, NCCL abort)
             line["spawn_error"] = _err(exc)
+            finished = True
+        if not finished:
+            line["timed_out_s"] = a.timeout
+            for proc in ctx.processes:  # only the ranks this program started
+                if proc.is_alive():
+                    proc.kill()
         ranks = []
         for r in range(a.nproc):
             f = Path(tmp) / f"rank{r}.json"
@@ -168,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     line["ranks"] = ranks
     states = {str(r.get("capture")) for r in ranks} | {str(r.get("replay")) for r in ranks}
     line["outcome"] = (
-        "capture failed" if any(r.get("capture") == "failed" for r in ranks)
+        "timed out" if line.get("timed_out_s") and not any(
+            r.get("capture") == "failed" for r in ranks)
+        else "capture failed" if any(r.get("capture") == "failed" for r in ranks)
         else "replay failed" if any(r.get("replay") == "failed" for r in ranks)
         else "wrong sums" if any(r.get("correct") is False for r in ranks)
         else "ok" if all(r.get("stage") == "done" for r in ranks)

@@ -198,8 +198,31 @@ def _rank_main(rank: int, a: argparse.Namespace, port: int) -> None:
     if cuda:
         info["gpu"] = torch.cuda.get_device_name(dev)
         info["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+    # Graphs that captured NCCL calls are released before the communicator goes: on the
+    # first 2-GPU run this program (which kept them alive) never exited after writing its
+    # traces. The teardown is timed and recorded; a rank that cannot leave is ended.
+    runs.clear()
+    del prof
+    if cuda:
+        torch.cuda.synchronize()
+    info["teardown_s"] = teardown(dist, a.teardown_s)
     (out / f"rank{rank}.json").write_text(json.dumps(info), encoding="utf-8")
-    dist.barrier()
+    os._exit(0)
+
+
+def teardown(dist: Any, limit_s: float) -> float | None:
+    """destroy_process_group() in a helper thread; its duration, or None when it did not
+    return within `limit_s`."""
+    import threading
+
+    t0 = time.perf_counter()
+    th = threading.Thread(target=_destroy, args=(dist,), daemon=True)
+    th.start()
+    th.join(limit_s)
+    return None if th.is_alive() else time.perf_counter() - t0
+
+
+def _destroy(dist: Any) -> None:
     with contextlib.suppress(Exception):
         dist.destroy_process_group()
 
@@ -219,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cycles", type=int, default=3)
     p.add_argument("--decode-steps", type=int, default=2)
     p.add_argument("--prefill-tokens", type=int, default=64)
+    p.add_argument("--teardown-s", type=float, default=10.0)
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds for the whole run")
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -227,11 +252,22 @@ def main(argv: list[str] | None = None) -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_rank_main, args=(a, port), nprocs=a.nproc, join=True)
+    ctx = mp.spawn(_rank_main, args=(a, port), nprocs=a.nproc, join=False)
+    deadline = time.monotonic() + a.timeout
+    finished = False
+    while not finished and time.monotonic() < deadline:
+        finished = ctx.join(timeout=1.0)
+    if not finished:
+        for proc in ctx.processes:  # only the ranks this program started
+            if proc.is_alive():
+                proc.kill()
     meta = expected(a)
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(a.nproc)]
+    ranks = []
     for r in range(a.nproc):
-        (out / f"rank{r}.json").unlink()
+        f = out / f"rank{r}.json"
+        ranks.append(json.loads(f.read_text()) if f.exists() else {"rank": r, "missing": True})
+        f.unlink(missing_ok=True)
+    meta["finished"] = finished
     meta["ranks"] = ranks
     meta["command"] = "python benchmarks/gpu/eagle3_trace.py " + " ".join(argv or sys.argv[1:])
     (out / "expected.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
