@@ -110,7 +110,7 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
     rows: list[dict[str, Any]] = []
     for entry, prof, problems in store.list_entries():
         errors = [p for p in problems if p.severity == "error"]
-        desc = prof.description if prof else _raw_description(entry.path)
+        desc = prof.description if prof else _raw_description(entry)
         row: dict[str, Any] = {
             "name": entry.name,
             "description": desc,
@@ -163,10 +163,10 @@ def _first_error(problems: list[dict[str, Any]]) -> str:
     return ""
 
 
-def _raw_description(path: Path) -> str:
+def _raw_description(entry: Any) -> str:
     from fastverify.profiles import envfile
 
-    return envfile.parse_file(path).meta.get("description", (0, ""))[1]
+    return envfile.parse_file(entry.path, entry.root).meta.get("description", (0, ""))[1]
 
 
 @profile.command("show")
@@ -438,6 +438,25 @@ def _dest(ctx: click.Context, name: str, out_dir: str | None) -> Path:
     return dirs[0] / f"{name}.env"
 
 
+def _warn_if_shadowing(ctx: click.Context, name: str, dest: Path) -> None:
+    """A user profile named like a shipped one replaces it for every profile extending it."""
+    store = make_store(ctx)
+    shipped = store.shipped_dir / f"{name}.env"
+    if not shipped.exists() or dest.parent.resolve() == store.shipped_dir.resolve():
+        return
+    users = store.extenders(name)
+    also = (
+        f"; {', '.join(users)} extend{'s' if len(users) == 1 else ''} it and now inherit "
+        "from this file"
+        if users
+        else ""
+    )
+    warn(
+        f"warning: {dest} shadows the shipped profile {name} ({shipped}){also} "
+        f"(pick another name, or put `# extends: {name}` in the file to refine the shipped one)"
+    )
+
+
 @profile.command("new")
 @click.argument("name")
 @click.option("--from", "base", default=None, help="Start from this profile (resolved).")
@@ -497,6 +516,7 @@ def new_cmd(
     comments = [f"created by fastverifyctl profile new from {base}"] if base else []
     text = envfile.render(env, description=description, requires=req, tags=tags, comments=comments)
     written = _check_and_write(ctx, name, text, dest, force, force_ll128)
+    _warn_if_shadowing(ctx, name, dest)
     if as_json:
         emit_json({"name": name, "path": str(written), "env": env, "requires": req})
     else:

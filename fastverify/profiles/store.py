@@ -12,6 +12,7 @@ Cycles are reported with the chain. `load()` also accepts a path to a `.env` fil
 from __future__ import annotations
 
 import re
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,8 +77,27 @@ class Entry:
 
     name: str
     path: Path
-    source: str  # "user" | "shipped"
+    source: str  # "user" | "shipped" | "file"
     shadows: Path | None = None
+    root: Path | None = None  # the directory links may not leave (None: a path given by hand)
+
+
+def _present(path: Path) -> bool:
+    """Something other than a directory is at `path` (a link, a FIFO, ... included: loading
+    refuses those with a reason instead of pretending the profile does not exist)."""
+    try:
+        return not stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _closes_cycle(path: Path, chain: list[Path]) -> Path | None:
+    """The resolved `path` when it is already in the extends `chain`, else None."""
+    try:
+        real = path.resolve()
+    except OSError:
+        return None
+    return real if real in chain else None
 
 
 class ProfileStore:
@@ -103,8 +123,8 @@ class ProfileStore:
         found = []
         for d, source in self.search_path():
             p = d / f"{name}{SUFFIX}"
-            if p.is_file():
-                found.append(Entry(name, p, source))
+            if _present(p):
+                found.append(Entry(name, p, source, root=d))
         return found
 
     def find(self, name: str) -> Entry | None:
@@ -115,7 +135,11 @@ class ProfileStore:
         first = cands[0]
         shipped = next((c.path for c in cands[1:] if c.source == "shipped"), None)
         return Entry(
-            first.name, first.path, first.source, shipped if first.source == "user" else None
+            first.name,
+            first.path,
+            first.source,
+            shipped if first.source == "user" else None,
+            root=first.root,
         )
 
     def entries(self) -> list[Entry]:
@@ -128,7 +152,7 @@ class ProfileStore:
                 continue
             for f in files:
                 stem = f.name[: -len(SUFFIX)]
-                if f.name.endswith(SUFFIX) and name_problem(stem) is None and f.is_file():
+                if f.name.endswith(SUFFIX) and name_problem(stem) is None and _present(f):
                     names.add(stem)
         return [e for e in (self.find(n) for n in sorted(names)) if e is not None]
 
@@ -153,10 +177,25 @@ class ProfileStore:
                 out.append((e, None, exc.problems))
         return out
 
+    def extenders(self, name: str) -> list[str]:
+        """Profiles whose `# extends:` chain reaches `name` (direct and indirect), sorted."""
+        parents: dict[str, str] = {}
+        for e in self.entries():
+            meta = envfile.parse_file(e.path, e.root).meta
+            if "extends" in meta and meta["extends"][1] != e.name:
+                parents[e.name] = meta["extends"][1]
+        found: set[str] = set()
+        frontier = {name}
+        while frontier:
+            frontier = {child for child, base in parents.items() if base in frontier} - found
+            found |= frontier
+        found.discard(name)
+        return sorted(found)
+
     # --- loading
     @staticmethod
     def looks_like_path(arg: str) -> bool:
-        return arg.endswith(SUFFIX) and ("/" in arg or Path(arg).is_file())
+        return arg.endswith(SUFFIX) and ("/" in arg or _present(Path(arg)))
 
     def load(
         self, name_or_path: str | Path, force: bool = False, allow_path: bool = True
@@ -165,7 +204,7 @@ class ProfileStore:
         arg = str(name_or_path)
         if allow_path and (isinstance(name_or_path, Path) or self.looks_like_path(arg)):
             p = Path(arg)
-            if not p.is_file():
+            if not _present(p):
                 raise ProfileError([Problem(arg, 0, "no such profile file (check the path)")])
             name = p.name[: -len(SUFFIX)] if p.name.endswith(SUFFIX) else p.name
             source = "file"
@@ -217,7 +256,7 @@ class ProfileStore:
                 ]
             )
         chain = [*chain, real]
-        parsed = envfile.parse_file(path)
+        parsed = envfile.parse_file(path, entry.root)
         base: Profile | None = None
         base_problems: list[Problem] = []
         extends = parsed.meta.get("extends")
@@ -232,6 +271,11 @@ class ProfileStore:
                         f"extends: no profile named {base_name!r} "
                         "(see `fastverifyctl profile list`)",
                     )
+                )
+            elif (cycle := _closes_cycle(base_entry.path, chain)) is not None:
+                names = " -> ".join(p.name for p in [*chain, cycle])
+                raise ProfileError(
+                    [Problem(str(path), line, f"extends cycle: {names} (break the cycle)")]
                 )
             else:
                 try:
@@ -288,7 +332,7 @@ class ProfileStore:
                 return cands[0]
             # a file loaded by path may extend a sibling file in its own directory
             sib = child.path.parent / f"{base_name}{SUFFIX}"
-            return Entry(base_name, sib, "file") if sib.is_file() else None
+            return Entry(base_name, sib, "file", root=child.path.parent) if _present(sib) else None
         # same name: the next one down the search path after the child's own file
         try:
             child_real = child.path.resolve()
