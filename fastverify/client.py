@@ -19,7 +19,14 @@ from fastverify import paths
 
 
 class DaemonUnavailable(ConnectionError):
-    """The control socket does not exist or nobody answers on it."""
+    """Nobody answers on the control socket: it does not exist, the daemon is stopped or
+    overloaded (timeout, HTTP 503), or it closed the connection before answering. The message
+    is one sentence for the operator (the CLI exits 3 with it)."""
+
+
+class ConnectionLost(ConnectionError):
+    """The daemon answered, then the connection broke before the response was complete
+    (an operation may still be running: see `fastverifyctl status`)."""
 
 
 class ApiError(RuntimeError):
@@ -111,6 +118,29 @@ class ControlClient:
             return socket.create_connection((host, int(port)), timeout=timeout)
         return _connect_unix(self.socket_path, timeout)
 
+    def _where(self) -> str:
+        return self.tcp or self.socket_path
+
+    def _no_answer(self, exc: BaseException, timeout: float | None) -> DaemonUnavailable:
+        """One sentence for a daemon that took the connection but did not answer."""
+        where = self._where()
+        if isinstance(exc, TimeoutError | socket.timeout):
+            return DaemonUnavailable(
+                f"fastverifyd at {where} did not answer within {timeout or 0:g} s: it is stopped "
+                "(SIGSTOP, a debugger) or overloaded; check `systemctl status fastverifyd` "
+                "or its process state"
+            )
+        if isinstance(exc, BlockingIOError):
+            return DaemonUnavailable(
+                f"fastverifyd at {where} is not accepting connections (its queue is full: "
+                "stopped or overloaded); retry in a moment"
+            )
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        return DaemonUnavailable(
+            f"fastverifyd at {where} closed the connection without answering ({reason}); "
+            "it may be overloaded or restarting: retry in a moment"
+        )
+
     def _send(self, method: str, path: str, body: Any, timeout: float | None) -> _Response:
         payload = b"" if body is None else json.dumps(body).encode()
         head = [f"{method} {path} HTTP/1.1", "Host: localhost", "Connection: close",
@@ -131,50 +161,109 @@ class ControlClient:
             raise DaemonUnavailable(
                 f"permission denied on {self.socket_path}: join the 'fastverify' group or use sudo"
             ) from None
+        except OSError as exc:  # EAGAIN (full accept queue), timeout, reset, ...
+            raise self._no_answer(exc, timeout) from None
         try:
             sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload)
-            return _Response(sock)
+            resp = _Response(sock)
+        except OSError as exc:  # TimeoutError, ConnectionResetError, BrokenPipeError, ...
+            sock.close()
+            raise self._no_answer(exc, timeout) from None
         except BaseException:
             sock.close()
             raise
+        if resp.status == 503:  # too many connections, or shutting down: nothing was done
+            try:
+                data = _decode(resp.read())
+            except OSError:
+                data = {}
+            finally:
+                resp.close()
+            why = data.get("error") if isinstance(data, dict) else None
+            raise DaemonUnavailable(
+                f"fastverifyd at {self._where()} is busy or shutting down "
+                f"(HTTP 503: {why or 'service unavailable'}); nothing was done, retry in a moment"
+            )
+        return resp
 
     def request(
         self, method: str, path: str, body: Any = None, timeout: float | None = None
     ) -> Any:
-        resp = self._send(method, path, body, timeout or self.timeout)
+        timeout = timeout or self.timeout
+        resp = self._send(method, path, body, timeout)
         try:
             raw = resp.read()
+        except OSError as exc:
+            raise self._no_answer(exc, timeout) from None
         finally:
             resp.close()
-        data = json.loads(raw) if raw else {}
+        try:
+            data = _decode(raw)
+        except ValueError:
+            raise DaemonUnavailable(
+                f"fastverifyd at {self._where()} sent an answer that is not JSON "
+                f"(HTTP {resp.status}); is another program listening there?"
+            ) from None
         if resp.status >= 400:
             raise ApiError(resp.status, data if isinstance(data, dict) else {"error": str(data)})
         return data
 
     def stream(
-        self, method: str, path: str, body: Any = None, timeout: float | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float | None = None,
+        answer_timeout: float | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """Yield one dict per NDJSON line of a streaming response (operation events)."""
-        resp = self._send(method, path, body, timeout)
+        """Yield one dict per NDJSON line of a streaming response (operation events).
+
+        `answer_timeout` bounds the wait for the response to start (a stopped daemon is then
+        DaemonUnavailable); `timeout` bounds each later read (None: events may be minutes
+        apart). A connection that breaks mid-stream raises ConnectionLost.
+        """
+        resp = self._send(method, path, body, answer_timeout or timeout)
         try:
+            self_sock = resp._sock
+            self_sock.settimeout(timeout)
             if resp.status >= 400:
-                raw = resp.read()
-                data = json.loads(raw) if raw else {}
+                try:
+                    data = _decode(resp.read())
+                except (OSError, ValueError):
+                    data = {}
                 raise ApiError(
                     resp.status, data if isinstance(data, dict) else {"error": str(data)}
                 )
-            for line in resp:
-                line = line.strip()
-                if line:
-                    yield json.loads(line)
+            try:
+                for line in resp:
+                    line = line.strip()
+                    if line:
+                        yield json.loads(line)
+            except OSError as exc:
+                raise ConnectionLost(
+                    f"the connection to fastverifyd broke before the result "
+                    f"({getattr(exc, 'strerror', None) or exc or type(exc).__name__})"
+                ) from None
+            except ValueError:
+                raise ConnectionLost("fastverifyd sent a malformed event line") from None
         finally:
             resp.close()
+
+    def cancel(self, timeout: float | None = 30.0) -> Any:
+        """POST /v1/cancel: stop the operation in flight (the daemon puts the previous profile
+        back). 200 `{"result": "cancelled", "operation": {...}}`; ApiError 404 when nothing
+        is in flight."""
+        return self.request("POST", "/v1/cancel", {}, timeout=timeout)
 
     def get(self, path: str, **kw: Any) -> Any:
         return self.request("GET", path, **kw)
 
     def post(self, path: str, body: Any = None, **kw: Any) -> Any:
         return self.request("POST", path, body, **kw)
+
+
+def _decode(raw: bytes) -> Any:
+    return json.loads(raw) if raw.strip() else {}
 
 
 def try_status(

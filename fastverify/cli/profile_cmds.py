@@ -67,9 +67,17 @@ def _load_or_exit(store: Any, name: str, force: bool = False) -> Any:
     except ProfileError as exc:
         for p in exc.problems:
             warn(str(p))
-        missing = any(p.line == 0 and "no profile named" in p.message for p in exc.problems)
-        bad_name = any(p.line == 0 and p.path == name for p in exc.problems)
-        sys.exit(EXIT_USAGE if missing or bad_name else EXIT_PROBLEMS)
+        sys.exit(EXIT_USAGE if not_found(exc, name) else EXIT_PROBLEMS)
+
+
+def not_found(exc: Any, target: str) -> bool:
+    """The ProfileError says `target` names nothing (unknown name, missing file, not a name):
+    a usage error (exit 2), unlike a profile that exists and has problems (exit 1)."""
+    return any(
+        p.line == 0
+        and (p.path == target or "no profile named" in p.message or "no such profile" in p.message)
+        for p in exc.problems
+    )
 
 
 def _socket(ctx: click.Context) -> str | None:
@@ -281,7 +289,11 @@ def validate_cmd(
     strict: bool,
     as_json: bool,
 ) -> None:
-    """Validate profiles given by NAME or path to a .env file; every problem as path:line."""
+    """Validate profiles given by NAME or path to a .env file; every problem as path:line.
+
+    Exit 0 all valid, 1 problems found (or warnings with --strict), 2 a NAME or file that
+    does not exist.
+    """
     from fastverify.profiles.model import ProfileError
 
     store = make_store(ctx, topology)
@@ -291,7 +303,7 @@ def validate_cmd(
     if not names:
         fail("give at least one profile NAME or PATH (or --all)", EXIT_USAGE)
     results: list[dict[str, Any]] = []
-    bad = False
+    bad = missing = False
     for target in names:
         try:
             prof = store.load(target, force=force)
@@ -302,6 +314,7 @@ def validate_cmd(
             problems = exc.problems
             path = problems[0].path if problems else target
             ok = False
+            missing |= not_found(exc, target)
         bad |= not ok
         results.append(
             {
@@ -318,7 +331,8 @@ def validate_cmd(
                 click.echo(f"{path}: ok" + (f" ({len(problems)} warning(s))" if problems else ""))
     if as_json:
         emit_json(results)
-    sys.exit(EXIT_PROBLEMS if bad else EXIT_OK)
+    # 2: a target names nothing (usage); 1: problems found; 0: every target is valid
+    sys.exit(EXIT_USAGE if missing else EXIT_PROBLEMS if bad else EXIT_OK)
 
 
 @profile.command("diff")

@@ -41,22 +41,30 @@ def _detect_topology() -> Topology:
     return detect_cached()
 
 
-def name_problem(name: str) -> str | None:
-    """Why `name` is not a valid profile name, or None."""
+def name_problem(name: str, paths_allowed: bool = False) -> str | None:
+    """Why `name` is not a valid profile name, or None.
+
+    `paths_allowed`: the caller also loads `.env` files by path (offline CLI commands), so the
+    hint may suggest one; the daemon loads profiles by name only and must not suggest it.
+    """
     if name == "":
         return "empty profile name (use letters, digits, '.', '_', '-')"
     if len(name) > 64:
         return f"profile name is {len(name)} characters long (at most 64)"
+    by_name = (
+        "the daemon loads profiles by NAME from its profile directories; copy the file into "
+        "one of them (see `fastverifyctl profile list`) and give its name"
+    )
     if name.startswith("/"):
-        return (
-            f"{name!r} is an absolute path, not a profile name "
-            "(give a NAME, or a path ending in .env)"
-        )
+        hint = "give a NAME, or a path ending in .env" if paths_allowed else by_name
+        return f"{name!r} is an absolute path, not a profile name ({hint})"
     if "/" in name or name in (".", ".."):
-        return (
-            f"{name!r} is a path, not a profile name "
-            "(names cannot contain '/' or be '.'/'..'; a profile file's path ends in .env)"
+        hint = (
+            "names cannot contain '/' or be '.'/'..'; a profile file's path ends in .env"
+            if paths_allowed
+            else by_name
         )
+        return f"{name!r} is a path, not a profile name ({hint})"
     if _SHELL_META.search(name):
         return (
             f"{name!r} contains shell metacharacters or spaces (use letters, digits, '.', '_', '-')"
@@ -67,7 +75,9 @@ def name_problem(name: str) -> str | None:
             "(start with a letter or digit; then letters, digits, '.', '_', '-')"
         )
     if name.endswith(SUFFIX):
-        return f"{name!r}: give the name without '.env' (or a path such as ./{name})"
+        if paths_allowed:
+            return f"{name!r}: give the name without '.env' (or a path such as ./{name})"
+        return f"{name!r}: give the name without '.env' ({name[: -len(SUFFIX)]})"
     return None
 
 
@@ -215,7 +225,7 @@ class ProfileStore:
                 except OSError:
                     pass
             return self._load_entry(Entry(name, p, source), force=force)
-        problem = name_problem(arg)
+        problem = name_problem(arg, paths_allowed=allow_path)
         if problem:
             raise ProfileError([Problem(arg, 0, problem)])
         entry = self.find(arg)

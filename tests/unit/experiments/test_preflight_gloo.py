@@ -141,7 +141,7 @@ def test_missing_torch_is_a_distinct_exit_code(tmp_path: Path) -> None:
     fake.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
     fake.chmod(0o755)
     r = ctl("nccl-default", "--python", str(fake), "--nproc", "1")
-    assert r.returncode == 4
+    assert r.returncode == 6  # EXIT_MISSING_DEPENDENCY
     assert "pip install 'fastverify[preflight]'" in r.stderr
 
 
