@@ -73,9 +73,16 @@ def _load_or_exit(store: Any, name: str, force: bool = False) -> Any:
 def not_found(exc: Any, target: str) -> bool:
     """The ProfileError says `target` names nothing (unknown name, missing file, not a name):
     a usage error (exit 2), unlike a profile that exists and has problems (exit 1)."""
+    from fastverify.profiles.store import name_problem
+
+    bad_name = name_problem(target, paths_allowed=True)
     return any(
         p.line == 0
-        and (p.path == target or "no profile named" in p.message or "no such profile" in p.message)
+        and (
+            "no profile named" in p.message
+            or "no such profile file" in p.message
+            or (bad_name is not None and p.message == bad_name)
+        )
         for p in exc.problems
     )
 

@@ -420,3 +420,17 @@ def test_queue_says_what_it_waits_for(tmp_path: Path) -> None:
         assert r.returncode == 0, r.stdout + r.stderr
         assert "waiting for the switch ring-ll/" in r.stderr, r.stderr
         assert d.status()["profile"] == "ring-simple"
+
+
+def test_sweep_checks_every_name_before_switching(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        pid, records = d.status()["engine"]["pid"], len(d.client.get("/v1/history"))
+        out = tmp_path / "sweep"
+        r = d.ctl("sweep", "ring-ll", "nccl-defualt", "tree-lll", "--repeats", "1",
+                  "--duration", "0.5", "--output", str(out), "--no-plot", timeout=300)  # fmt: skip
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "nccl-defualt" in r.stderr and "tree-lll" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+        assert d.status()["engine"]["pid"] == pid  # nothing was switched
+        assert len(d.client.get("/v1/history")) == records
+        assert not (out / "results.jsonl").exists()
