@@ -2,20 +2,19 @@
 
 The CLI talks to the daemon only through this module. It speaks the little HTTP it needs
 straight over the socket: `http.client` alone (email parser, ssl) costs ~30 ms of import,
-half of `fastverifyctl status`'s start-up budget.
+half of `fastverifyctl status`'s start-up budget; for the Unix socket it uses the C module
+`_socket` with its own small reader (the `socket` module pulls in selectors, array and
+enum classes), and it does not import pathlib. `socket` is imported only for TCP.
 """
 
 from __future__ import annotations
 
+import _socket
 import json
 import os
-import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-from fastverify import paths
 
 
 class DaemonUnavailable(ConnectionError):
@@ -38,13 +37,52 @@ class ApiError(RuntimeError):
         super().__init__(body.get("error") or body.get("message") or f"HTTP {status}")
 
 
+class _Reader:
+    """Buffered reads off a raw socket: `readline(limit)`, `read(n | None)`, line iteration."""
+
+    def __init__(self, sock: Any):
+        self._sock = sock
+        self._buf = b""
+        self._eof = False
+
+    def _fill(self) -> bool:
+        if self._eof:
+            return False
+        chunk = self._sock.recv(65536)
+        if not chunk:
+            self._eof = True
+            return False
+        self._buf += chunk
+        return True
+
+    def readline(self, limit: int = 65537) -> bytes:
+        while b"\n" not in self._buf and len(self._buf) < limit and self._fill():
+            pass
+        end = self._buf.find(b"\n")
+        end = min(limit, len(self._buf)) if end < 0 else min(limit, end + 1)
+        line, self._buf = self._buf[:end], self._buf[end:]
+        return line
+
+    def read(self, n: int | None = None) -> bytes:
+        while (n is None or len(self._buf) < n) and self._fill():
+            pass
+        if n is None:
+            n = len(self._buf)
+        data, self._buf = self._buf[:n], self._buf[n:]
+        return data
+
+    def __iter__(self) -> Iterator[bytes]:
+        while line := self.readline(1 << 20):
+            yield line
+
+
 class _Response:
     """One HTTP response read straight off the socket (the daemon speaks HTTP/1.0: the body is
     Content-Length delimited, or runs until the connection closes for streams)."""
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: Any):
         self._sock = sock
-        self._file = sock.makefile("rb")
+        self._file = _Reader(sock)
         status_line = self._file.readline(65537).decode("latin-1")
         parts = status_line.split(None, 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
@@ -69,16 +107,15 @@ class _Response:
         yield from self._file
 
     def close(self) -> None:
-        self._file.close()
         self._sock.close()
 
 
-def _connect_unix(path: str, timeout: float | None) -> socket.socket:
+def _connect_unix(path: str, timeout: float | None) -> Any:
     # A Unix socket with a timeout is non-blocking: a full accept queue answers EAGAIN at
     # once instead of waiting. Retry within the timeout, as a blocking connect would wait.
     deadline = time.monotonic() + (timeout if timeout is not None else 30.0)
     while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:
             sock.connect(path)
@@ -107,13 +144,19 @@ class ControlClient:
         token: str | None = None,
         timeout: float | None = 30.0,
     ):
-        self.socket_path = str(socket_path or paths.socket_path())
+        if not socket_path:
+            from fastverify import paths  # pathlib: only when no socket was given
+
+            socket_path = paths.socket_path()
+        self.socket_path = str(socket_path)
         self.tcp = tcp
         self.token = token
         self.timeout = timeout
 
-    def _connect(self, timeout: float | None) -> socket.socket:
+    def _connect(self, timeout: float | None) -> Any:
         if self.tcp:
+            import socket
+
             host, _, port = self.tcp.rpartition(":")
             return socket.create_connection((host, int(port)), timeout=timeout)
         return _connect_unix(self.socket_path, timeout)
@@ -124,7 +167,7 @@ class ControlClient:
     def _no_answer(self, exc: BaseException, timeout: float | None) -> DaemonUnavailable:
         """One sentence for a daemon that took the connection but did not answer."""
         where = self._where()
-        if isinstance(exc, TimeoutError | socket.timeout):
+        if isinstance(exc, TimeoutError):
             return DaemonUnavailable(
                 f"fastverifyd at {where} did not answer within {timeout or 0:g} s: it is stopped "
                 "(SIGSTOP, a debugger) or overloaded; check `systemctl status fastverifyd` "
@@ -270,7 +313,11 @@ def try_status(
     socket_path: str | os.PathLike[str] | None = None, timeout: float = 0.5
 ) -> dict[str, Any] | None:
     """The daemon's /v1/status, or None when no daemon answers quickly (for `profile list`)."""
-    if not Path(str(socket_path or paths.socket_path())).exists():
+    if not socket_path:
+        from fastverify import paths
+
+        socket_path = paths.socket_path()
+    if not os.path.exists(socket_path):
         return None
     try:
         return ControlClient(socket_path, timeout=timeout).get("/v1/status")

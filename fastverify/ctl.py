@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fastverify.cli.doctor_cmd:doctor",
         "Find everything else that changes what NCCL sees.",
     ),
-    "status": ("fastverify.cli.daemon_cmds:status", "Daemon and engine state."),
+    "status": ("fastverify.cli.status_cmd:status", "Daemon and engine state."),
     "mode": ("fastverify.cli.daemon_cmds:mode", "Get or set the decoding mode (baseline|eagle3)."),
     "restart": (
         "fastverify.cli.daemon_cmds:restart",

@@ -38,17 +38,15 @@ def user_dirs(ctx: click.Context) -> list[Path]:
     given = (ctx.obj or {}).get("profile_dirs") or obj.get("profile_dirs")
     if given:
         return [Path(d) for d in given]
-    if os.environ.get("FASTVERIFY_PROFILE_DIRS"):
-        from fastverify import paths
+    from fastverify import paths
 
-        return paths.user_profile_dirs()
+    if os.environ.get("FASTVERIFY_PROFILE_DIRS") or not paths.config_file().exists():
+        return paths.user_profile_dirs()  # no config file to read (and no TOML parser to load)
     try:
         from fastverify import config
 
         return config.load(None).profile_dirs
     except Exception:  # a broken config must not break offline profile commands
-        from fastverify import paths
-
         return paths.user_profile_dirs()
 
 
@@ -92,7 +90,24 @@ def _socket(ctx: click.Context) -> str | None:
     return root.get("socket")
 
 
-@click.group()
+class _ProfileGroup(click.Group):
+    """`profile set` / `profile current` (fastverify.cli.profile_switch: the daemon side) are
+    imported only when invoked, so offline commands such as `profile list` stay light."""
+
+    LAZY = {"set": "set_cmd", "current": "current_cmd"}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.LAZY})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.LAZY:
+            from fastverify.cli import profile_switch
+
+            return getattr(profile_switch, self.LAZY[cmd_name])
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_ProfileGroup)
 @click.option(
     "--dir",
     "profile_dirs",
@@ -651,18 +666,3 @@ def vars_cmd(as_json: bool) -> None:
             for v in rows
         ],
     )
-
-
-def _add_switch_commands() -> None:
-    """`set` and `current` live in profile_switch (the daemon side); add them when present."""
-    try:
-        from fastverify.cli import profile_switch
-    except ImportError:
-        return
-    for attr, cmd_name in (("set_cmd", "set"), ("current_cmd", "current")):
-        cmd = getattr(profile_switch, attr, None)
-        if isinstance(cmd, click.Command):
-            profile.add_command(cmd, cmd_name)
-
-
-_add_switch_commands()
