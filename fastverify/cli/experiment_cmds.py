@@ -7,7 +7,7 @@ their own processes).
 
 Exit codes: 0 ok; 1 a measurement or check failed (a profile failed preflight, a sweep
 had failures, every bench request failed); 2 usage; 3 daemon unreachable;
-4 a missing optional dependency (torch for preflight, sglang for --use-sglang-bench);
+6 a missing optional dependency (torch for preflight, sglang for --use-sglang-bench);
 130 interrupted (Ctrl-C; a sweep keeps what it measured, preflight stops its ranks).
 """
 
@@ -21,6 +21,8 @@ from typing import Any
 import click
 
 from fastverify.cli.output import (
+    EXIT_INTERRUPTED,
+    EXIT_MISSING_DEPENDENCY,
     EXIT_PROBLEMS,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
@@ -28,9 +30,6 @@ from fastverify.cli.output import (
     fail,
     table,
 )
-
-EXIT_MISSING_DEPENDENCY = 4
-EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
