@@ -107,7 +107,7 @@ def _canon(token: str, names: tuple[str, ...]) -> str | None:
     return next((n for n in names if n.lower() == low), None)
 
 
-def _opt_int(token: str, hi: int, word: str) -> int | None | str:
+def _opt_int(token: str, hi: int, word: str) -> int | str | None:
     """None for -1/word, the integer when 1..hi, else an error string."""
     if token == "-1" or token.lower() == word:
         return None
@@ -183,7 +183,7 @@ class TableCheck:
 def parse_text(
     text: str,
     path: str = "<table>",
-    has_nvlink: bool | None | Callable[[], bool | None] = None,
+    has_nvlink: bool | Callable[[], bool | None] | None = None,
     force: bool = False,
 ) -> TableCheck:
     """Check a whole table; never raises. `has_nvlink` (or a callable giving it) decides
@@ -234,7 +234,7 @@ def parse_text(
 def _host_checks(
     path: str,
     rows: list[TableRow],
-    has_nvlink: bool | None | Callable[[], bool | None],
+    has_nvlink: bool | Callable[[], bool | None] | None,
     force: bool,
     problems: list[Problem],
 ) -> None:
@@ -283,7 +283,7 @@ def _host_checks(
 
 def check_table(
     path: Path,
-    has_nvlink: bool | None | Callable[[], bool | None] = None,
+    has_nvlink: bool | Callable[[], bool | None] | None = None,
     force: bool = False,
 ) -> TableCheck:
     """Read and check the table file at `path` (unreadable: one problem at line 0)."""

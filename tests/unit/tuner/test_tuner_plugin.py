@@ -123,7 +123,7 @@ def test_unavailable_choice_keeps_nccls(lib: ctypes.CDLL, tmp_path: Path, monkey
 
 
 @pytest.mark.parametrize("version,struct", [(4, V4), (3, V3)])
-def test_v4_and_v3_apply_the_same_rows(lib, table, version, struct) -> None:  # noqa: ANN001
+def test_v4_and_v3_apply_the_same_rows(lib, table, version, struct) -> None:
     s = symbol(lib, f"ncclTunerPlugin_v{version}", struct)
     logs = Logs()
     ctx = ctypes.c_void_p()
@@ -135,7 +135,7 @@ def test_v4_and_v3_apply_the_same_rows(lib, table, version, struct) -> None:  # 
     assert s.destroy(ctx) == 0
 
 
-def test_numalgo_beyond_this_ncclx_is_left_alone(lib, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_numalgo_beyond_this_ncclx_is_left_alone(lib, tmp_path, monkeypatch) -> None:
     """NCCL 2.22 passes numAlgo=6 (no PAT): a PAT row must not write past the table."""
     p = tmp_path / "pat.csv"
     p.write_text("AllGather,0,100,PAT,Simple,-1,2,1\n")
@@ -157,7 +157,7 @@ def test_numalgo_beyond_this_ncclx_is_left_alone(lib, tmp_path, monkeypatch) -> 
     assert any("tuner ABI mismatch" in m for m in logs.warns()), logs.lines
 
 
-def test_v2_and_v1_refuse_with_a_warning_and_change_nothing(lib, table) -> None:  # noqa: ANN001
+def test_v2_and_v1_refuse_with_a_warning_and_change_nothing(lib, table) -> None:
     s = symbol(lib, "ncclTunerPlugin_v2", V2)
     logs = Logs()
     ctx = ctypes.c_void_p()
@@ -189,7 +189,7 @@ BAD_TABLES = [
 
 @pytest.mark.parametrize("text,line,needle", BAD_TABLES)
 def test_bad_tables_refused_whole_by_plugin_and_validator(
-    lib, tmp_path, monkeypatch, text, line, needle  # noqa: ANN001
+    lib, tmp_path, monkeypatch, text, line, needle
 ) -> None:
     p = tmp_path / "bad.csv"
     p.write_text(text)
@@ -214,7 +214,7 @@ GOOD_TABLES = [
 
 
 @pytest.mark.parametrize("text,rows", GOOD_TABLES)
-def test_good_tables_agree(lib, tmp_path, monkeypatch, text, rows) -> None:  # noqa: ANN001
+def test_good_tables_agree(lib, tmp_path, monkeypatch, text, rows) -> None:
     p = tmp_path / "good.csv"
     p.write_text(text)
     monkeypatch.setenv("FASTVERIFY_TUNER_TABLE", str(p))
@@ -227,7 +227,7 @@ def test_good_tables_agree(lib, tmp_path, monkeypatch, text, rows) -> None:  # n
     s.finalize(ctx)
 
 
-def test_missing_table_variable_warns_and_keeps_ncclx(lib, monkeypatch) -> None:  # noqa: ANN001
+def test_missing_table_variable_warns_and_keeps_ncclx(lib, monkeypatch) -> None:
     monkeypatch.delenv("FASTVERIFY_TUNER_TABLE", raising=False)
     s, ctx, logs = v5_session(lib)
     assert any("FASTVERIFY_TUNER_TABLE is not set" in w for w in logs.warns())
@@ -238,7 +238,7 @@ def test_missing_table_variable_warns_and_keeps_ncclx(lib, monkeypatch) -> None:
     s.finalize(ctx)
 
 
-def test_force_overrides_rows_until_turned_off(lib, table) -> None:  # noqa: ANN001
+def test_force_overrides_rows_until_turned_off(lib, table) -> None:
     plugin = Plugin(lib._name)
     s, ctx, _ = v5_session(lib)
     try:

@@ -101,7 +101,7 @@ class Logs:
         self.lines: list[tuple[int, str]] = []
         self.cb = LOGGER(self._log)
 
-    def _log(self, level, flags, file, line, fmt, msg):  # noqa: ANN001
+    def _log(self, level, flags, file, line, fmt, msg):
         self.lines.append((level, (msg or b"").decode()))
 
     def warns(self) -> list[str]:
@@ -112,12 +112,12 @@ class Logs:
 
 
 @contextmanager
-def table_env(monkeypatch, path) -> Iterator[None]:  # noqa: ANN001
+def table_env(monkeypatch, path) -> Iterator[None]:
     monkeypatch.setenv("FASTVERIFY_TUNER_TABLE", str(path))
     yield
 
 
-def symbol(lib: ctypes.CDLL, name: str, struct):  # noqa: ANN001
+def symbol(lib: ctypes.CDLL, name: str, struct):
     return struct.in_dll(lib, name)
 
 
@@ -131,7 +131,7 @@ def v5_session(lib: ctypes.CDLL, nranks: int = 2, nnodes: int = 1):
     return s, ctx, logs
 
 
-def call(s, ctx, nbytes: int, arr, coll: int = ALLREDUCE, version: int = 5) -> int:  # noqa: ANN001
+def call(s, ctx, nbytes: int, arr, coll: int = ALLREDUCE, version: int = 5) -> int:
     """getCollInfo with the cost table `arr`; returns the nChannels it left (0: NCCL's)."""
     nch = ctypes.c_int(0)
     tbl = ctypes.cast(arr, FPP)
