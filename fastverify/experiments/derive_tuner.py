@@ -238,9 +238,7 @@ def run_ranks(
                 LOCAL_RANK=str(rank),
                 WORLD_SIZE=str(cfg.world),
                 PYTHONUNBUFFERED="1",
-                PYTHONPATH=os.pathsep.join(
-                    [pkg_root, *filter(None, [env.get("PYTHONPATH", "")])]
-                ),
+                PYTHONPATH=os.pathsep.join([pkg_root, *filter(None, [env.get("PYTHONPATH", "")])]),
             )
             argv = [
                 python, str(WORKER), "--backend", cfg.backend,
@@ -253,9 +251,12 @@ def run_ranks(
             with open(workdir / f"{tag}.rank{rank}.stdout", "wb") as stdio:
                 procs.append(
                     subprocess.Popen(
-                        argv, env=rank_env, stdout=stdio, stderr=subprocess.STDOUT,
+                        argv,
+                        env=rank_env,
+                        stdout=stdio,
+                        stderr=subprocess.STDOUT,
                         start_new_session=True,
-                    )  # fmt: skip
+                    )
                 )
             outs.append(out)
             logs.append(log)
@@ -460,4 +461,3 @@ def write_outputs(
 
 def sizes_from_tokens(tokens: Sequence[int], hidden: int = HIDDEN, elem: int = 2) -> tuple:
     return tuple(hidden * t * elem for t in tokens)
-

@@ -239,7 +239,7 @@ class Worker:
             entry["rounds_us"] = []
             captured[cand] = {"graph": graph, "entry": entry}
         for _ in range(args.rounds):
-            for cand, c in captured.items():
+            for c in captured.values():
                 c["entry"]["rounds_us"].append(self.time_replays(c["graph"], ops, replays))
         for c in captured.values():
             del c["graph"]

@@ -23,7 +23,9 @@ from fastverify.tuner.table import ALGORITHMS, PROTOCOLS
 LIB_NAME = "libnccl-tuner-fastverify.so"
 SO_ENV = "FASTVERIFY_TUNER_SO"
 TABLE_ENV = "FASTVERIFY_TUNER_TABLE"  # read by the plugin at communicator init
-PLUGIN_NAME = "fastverify"  # ncclTunerPlugin_vN.name: NCCL logs "TUNER/Plugin: Using fastverify (vN)"
+PLUGIN_NAME = (
+    "fastverify"  # ncclTunerPlugin_vN.name: NCCL logs "TUNER/Plugin: Using fastverify (vN)"
+)
 IMAGE_PATH = Path("/usr/local/lib/fastverify") / LIB_NAME
 ABI_VERSIONS = {
     5: "NCCL 2.28 and newer (2.30.7 ships with torch 2.14.1, SGLang 0.5.23's pin)",

@@ -80,7 +80,7 @@ def check_profile_tuner(
     path: str,
     own_env: Mapping[str, str],
     lines: Mapping[str, int],
-    has_nvlink: bool | None | Callable[[], bool | None],
+    has_nvlink: bool | Callable[[], bool | None] | None,
     force: bool,
 ) -> list[Problem]:
     """Problems of a profile file that sets the table variable itself."""
@@ -112,11 +112,10 @@ def check_profile_tuner(
             )
     if not own_env.get(PLUGIN_ENV) and plugin_mod.find_plugin() is None:
         problems.append(Problem(path, line, f"{TABLE_ENV}: {plugin_mod.not_found_message()}"))
-    elif so := own_env.get(PLUGIN_ENV):
-        if so.startswith("/") and not Path(so).is_file():
-            problems.append(
-                Problem(path, lines.get(PLUGIN_ENV, line), f"{PLUGIN_ENV}: no file at {so}")
-            )
+    elif (so := own_env.get(PLUGIN_ENV)) and so.startswith("/") and not Path(so).is_file():
+        problems.append(
+            Problem(path, lines.get(PLUGIN_ENV, line), f"{PLUGIN_ENV}: no file at {so}")
+        )
     return problems
 
 

@@ -140,7 +140,9 @@ def parse_row(text: str, line: int) -> TableRow | str:
         return f"min_bytes {lo} is above max_bytes {hi}"
     algo = None if fields[3].lower() == "default" else _canon(fields[3], ALGORITHMS)
     if algo is None and fields[3].lower() != "default":
-        return f"unknown algorithm {fields[3]!r} (expected one of {', '.join(ALGORITHMS)} or default)"
+        return (
+            f"unknown algorithm {fields[3]!r} (expected one of {', '.join(ALGORITHMS)} or default)"
+        )
     proto = None if fields[4].lower() == "default" else _canon(fields[4], PROTOCOLS)
     if proto is None and fields[4].lower() != "default":
         return f"unknown protocol {fields[4]!r} (expected one of {', '.join(PROTOCOLS)} or default)"
@@ -268,7 +270,9 @@ def _host_checks(
             )
         elif force:
             problems.append(
-                Problem(path, r.line, "LL128 without NVLink, accepted because of --force", "warning")
+                Problem(
+                    path, r.line, "LL128 without NVLink, accepted because of --force", "warning"
+                )
             )
         else:
             problems.append(
@@ -292,11 +296,15 @@ def check_table(
             data = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         return TableCheck(
-            str(path), [], [Problem(str(path), 0, f"cannot read tuner table: {exc.strerror or exc}")]
+            str(path),
+            [],
+            [Problem(str(path), 0, f"cannot read tuner table: {exc.strerror or exc}")],
         )
     if len(data) > MAX_FILE_BYTES:
         return TableCheck(
-            str(path), [], [Problem(str(path), 0, f"tuner table larger than {MAX_FILE_BYTES} bytes")]
+            str(path),
+            [],
+            [Problem(str(path), 0, f"tuner table larger than {MAX_FILE_BYTES} bytes")],
         )
     try:
         text = data.decode("utf-8")

@@ -88,3 +88,24 @@ def test_resume_measures_only_missing_sizes(tmp_path: Path, fake: str) -> None:
     assert any("resuming: 2 of 3" in e for e in events), events
     assert any("measuring 1 sizes" in e for e in events), events
     assert [d["bytes"] for d in rep["decisions"]] == [14336, 917504, 64 * MiB]
+
+
+def test_cli_derive_tuner_on_gloo(tmp_path: Path, fake: str, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from fastverify.ctl import cli
+
+    monkeypatch.setenv("FASTVERIFY_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("FASTVERIFY_PROFILE_DIRS", str(tmp_path / "profiles"))
+    args = ["preflight", "--derive-tuner", "mine", "--backend", "gloo", "--fake-costs", fake,
+            "--nproc", "2", "--tokens", "1,64,4096", "--json"]  # fmt: skip
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert [row["choice"] for row in doc["rows"]] == ["RING/LL", "RING/SIMPLE"]
+    assert (tmp_path / "profiles" / "mine.tuner.csv").is_file()
+    assert "[3/3]" in r.stderr
+    r = CliRunner().invoke(cli, args)
+    assert "resuming: 3 of 3" in r.stderr, r.stderr
+    r = CliRunner().invoke(cli, ["preflight", "--derive-tuner", "bad/name", "--backend", "gloo"])
+    assert r.exit_code == 2 and "not a profile name" in r.output

@@ -22,8 +22,11 @@ ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ROOT / "profiles"
 PCIE = Topology(has_nvlink=False, source="test: PCIe only")
 NVLINK = Topology(has_nvlink=True, source="test: NVLink")
-GOOD = "collective,min_bytes,max_bytes,algorithm,protocol,channels,nranks,nnodes\n" \
-       "AllReduce,0,327679,Ring,LL,-1,2,1\nAllReduce,327680,134217728,Ring,Simple,-1,2,1\n"  # fmt: skip
+GOOD = (
+    "collective,min_bytes,max_bytes,algorithm,protocol,channels,nranks,nnodes\n"
+    "AllReduce,0,327679,Ring,LL,-1,2,1\n"
+    "AllReduce,327680,134217728,Ring,Simple,-1,2,1\n"
+)
 PROFILE = "# description: test tuner\n# extends: nccl-default\nFASTVERIFY_TUNER_TABLE=t.tuner.csv\n"
 
 
@@ -39,7 +42,7 @@ def _store(d: Path, topo: Topology = PCIE) -> ProfileStore:
     return ProfileStore([d], SHIPPED, topology=topo)
 
 
-def test_tuner_profile_loads_and_engine_env_has_absolute_paths(user_dir, plugin_so) -> None:  # noqa: ANN001
+def test_tuner_profile_loads_and_engine_env_has_absolute_paths(user_dir, plugin_so) -> None:
     (user_dir / "t.tuner.csv").write_text(GOOD)
     (user_dir / "t.env").write_text(PROFILE)
     prof = _store(user_dir).load("t")
@@ -51,10 +54,12 @@ def test_tuner_profile_loads_and_engine_env_has_absolute_paths(user_dir, plugin_
     assert view["FASTVERIFY_TUNER_TABLE"].value.startswith("/")
 
 
-def test_inherited_table_resolves_beside_the_base(user_dir, tmp_path) -> None:  # noqa: ANN001
+def test_inherited_table_resolves_beside_the_base(user_dir, tmp_path) -> None:
     (user_dir / "t.tuner.csv").write_text(GOOD)
     (user_dir / "t.env").write_text(PROFILE)
-    (user_dir / "child.env").write_text("# description: child\n# extends: t\nNCCL_BUFFSIZE=8388608\n")
+    (user_dir / "child.env").write_text(
+        "# description: child\n# extends: t\nNCCL_BUFFSIZE=8388608\n"
+    )
     env = effective_env(_store(user_dir).load("child"), base_env={})
     assert env["FASTVERIFY_TUNER_TABLE"] == str((user_dir / "t.tuner.csv").resolve())
 
@@ -67,7 +72,7 @@ def test_inherited_table_resolves_beside_the_base(user_dir, tmp_path) -> None:  
         ("AllReduce,0,100,Rng,LL,-1,2,1\n", 1, "unknown algorithm 'Rng'"),
     ],
 )
-def test_bad_table_fails_validation_with_file_line(user_dir, table, line, needle) -> None:  # noqa: ANN001
+def test_bad_table_fails_validation_with_file_line(user_dir, table, line, needle) -> None:
     (user_dir / "t.tuner.csv").write_text(table)
     (user_dir / "t.env").write_text(PROFILE)
     with pytest.raises(ProfileError) as exc:
@@ -76,7 +81,7 @@ def test_bad_table_fails_validation_with_file_line(user_dir, table, line, needle
     assert any(f"t.tuner.csv:{line}: " in m and needle in m for m in msgs), msgs
 
 
-def test_ll128_accepted_with_nvlink_or_force(user_dir) -> None:  # noqa: ANN001
+def test_ll128_accepted_with_nvlink_or_force(user_dir) -> None:
     (user_dir / "t.tuner.csv").write_text("AllReduce,0,100,Ring,LL128,-1,2,1\n")
     (user_dir / "t.env").write_text(PROFILE)
     _store(user_dir, NVLINK).load("t")
@@ -84,7 +89,7 @@ def test_ll128_accepted_with_nvlink_or_force(user_dir) -> None:  # noqa: ANN001
     assert any("accepted because of --force" in str(w) for w in prof.warnings)
 
 
-def test_missing_table_and_missing_plugin_are_errors(user_dir, monkeypatch, tmp_path) -> None:  # noqa: ANN001
+def test_missing_table_and_missing_plugin_are_errors(user_dir, monkeypatch, tmp_path) -> None:
     (user_dir / "t.env").write_text(PROFILE)
     with pytest.raises(ProfileError) as exc:
         _store(user_dir).load("t")
@@ -97,7 +102,7 @@ def test_missing_table_and_missing_plugin_are_errors(user_dir, monkeypatch, tmp_
     assert any("tuner plugin is not built" in p.message for p in exc.value.errors)
 
 
-def test_profile_show_effective_prints_the_table(user_dir, monkeypatch) -> None:  # noqa: ANN001
+def test_profile_show_effective_prints_the_table(user_dir, monkeypatch) -> None:
     from fastverify.ctl import cli as main
 
     (user_dir / "t.tuner.csv").write_text(GOOD)
@@ -122,7 +127,13 @@ def test_doctor_warns_about_tuner_plugin_set_elsewhere(tmp_path: Path) -> None:
     assert wheres == [f"{home / '.nccl.conf'}:1", "environment"]
     assert all("outside the profiles" in f.what for f in found)
     report = doctor_run(
-        DoctorInputs(env=env, home=home, etc_dir=tmp_path, systemd_dirs=(), site_dirs=[],
-                     check_topology=False)  # fmt: skip
+        DoctorInputs(
+            env=env,
+            home=home,
+            etc_dir=tmp_path,
+            systemd_dirs=(),
+            site_dirs=[],
+            check_topology=False,
+        )
     )
     assert any(f.check == "tuner" and f.severity == "warning" for f in report.findings)

@@ -15,7 +15,12 @@ from contextlib import contextmanager
 
 RESULT = ctypes.c_int
 LOGGER = ctypes.CFUNCTYPE(
-    None, ctypes.c_int, ctypes.c_ulong, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+    None,
+    ctypes.c_int,
+    ctypes.c_ulong,
+    ctypes.c_char_p,
+    ctypes.c_int,
+    ctypes.c_char_p,
     ctypes.c_char_p,
 )  # fmt: skip  (the plugin always logs with fmt "%s" and one string)
 VP = ctypes.c_void_p
