@@ -75,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--path", required=True, help="label of the link path (nvlink, p2p-off)")
     p.add_argument("--out", required=True)
     p.add_argument("--env", action="append", default=[], help="NAME=VALUE for every run")
+    p.add_argument(
+        "--base-env",
+        action="append",
+        default=[],
+        help="NAME=VALUE for the tuned profile's base only (knobs the tuner ABI cannot set, "
+        "e.g. NCCL_NTHREADS); the fixed profiles stay as shipped",
+    )
     p.add_argument("--profiles", default=",".join(FIXED))
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
@@ -84,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", default="", help="derivation sizes as token counts")
     args = p.parse_args(argv)
     extra = dict(e.split("=", 1) for e in args.env)
+    base_extra = dict(e.split("=", 1) for e in args.base_env)
     plugin = find_plugin()
     if plugin is None:
         print("no plugin built", file=sys.stderr)
@@ -103,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         fake_costs=args.fake_costs,
         **kw,
     )
-    env0 = effective_env(base, extra=extra)
+    env0 = effective_env(base, extra={**extra, **base_extra})
     report = dt.derive(env0, cfg, plugin, on_event=lambda m: print(m, flush=True))
     table, _profile = dt.write_outputs(report, "tuned", workdir, "nccl-default")
     print(table.read_text(), flush=True)
@@ -154,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         "world_size": args.nproc,
         "path": args.path,
         "env": extra,
+        "tuned_base": {"profile": "nccl-default", "extra_env": base_extra},
         "gpu": report["head"].get("gpu"),
         "nccl_version": report["head"].get("nccl_version"),
         "torch": report["head"].get("torch"),
