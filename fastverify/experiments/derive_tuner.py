@@ -7,13 +7,14 @@ NCCL_TUNER_PLUGIN=<the fastverify plugin>; inside it the plugin's override force
 candidate in turn (see the worker's docstring), so no communicator is re-created and
 the whole derivation costs one process start plus the measurements.
 
-Choosing (`choose`): per size, the fastest available candidate that passed the result
-check wins; NCCL's own choice (`default`) is kept whenever it is within noise of the
-winner, where noise = max(`noise_floor`, the spread of the winner's and the default's
-per-round medians). Sizes where NCCL is kept get no row, so NCCL decides there. Each
-measured size s_i covers the bytes from the geometric midpoint with its lower neighbour
-to the midpoint with its upper one (the first row starts at 0, the last ends at the
-largest measured size); neighbouring rows with the same choice are merged.
+Choosing (`decide`, then `rows_from`): per size, the fastest available candidate that
+passed the result check wins; NCCL's own choice (`default`) is kept whenever it is
+within noise of the winner, where noise = max(`noise_floor`, the spread of the winner's
+and the default's per-round medians). Sizes where NCCL is kept get no row, so NCCL
+decides there. Each measured size s_i covers the bytes from the geometric midpoint with
+its lower neighbour to the midpoint with its upper one (the first row starts at 0, the
+last ends at the largest measured size); neighbouring rows with the same choice are
+merged.
 
 Resumable: with a work directory, each finished size is recorded in
 `derive-state.json` (with a fingerprint of the settings); a later run with the same

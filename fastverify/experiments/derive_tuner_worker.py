@@ -16,8 +16,9 @@ candidate NCCL marks unavailable (cost -1) was not applied and is reported as su
 Then `rounds` rounds interleave the candidates' replays (so drift hits all alike);
 per-op time = replay time / ops, median of `replays` replays per round.
 
-Candidate `default` is NCCL's own choice (no override); in `--measure-only` mode it is
-the only one, so the same worker times a fixed or tuned profile as a server would run.
+Candidate `default` is NCCL's own choice (no override); with `--candidates default` it
+is the only one, so the same worker times a fixed or tuned profile as a server would run
+(derive_tuner_compare does that).
 On gloo (CPU, for tests) there is no graph, no plugin and the timing source is a fake
 cost function given by `--fake-costs` (a JSON file), so the orchestration is tested
 without a GPU.
