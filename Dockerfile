@@ -11,6 +11,20 @@
 # package the base installed. No sitecustomize.py: the daemon sets NCCL_* per start.
 ARG BASE_IMAGE=lmsysorg/sglang:v0.5.23-cu129
 
+# The NCCL tuner plugin (native/tuner): plain C, built with the base image's system
+# compiler so it links against the same glibc the runtime has; no CUDA or NCCL headers.
+# The lmsysorg/sglang images have gcc; a base without a C compiler gets an image without
+# the plugin (said loudly here; `fastverifyctl doctor` and tuner-profile validation say so).
+FROM ${BASE_IMAGE} AS tuner
+COPY native/tuner /src/native/tuner
+COPY scripts/build-tuner.sh /src/scripts/build-tuner.sh
+RUN mkdir -p /out \
+ && if command -v cc >/dev/null 2>&1; then \
+      /src/scripts/build-tuner.sh --out /out/libnccl-tuner-fastverify.so; \
+    else \
+      echo "WARNING: no C compiler (cc) in the base image: no NCCL tuner plugin in this image" >&2; \
+    fi
+
 FROM ${BASE_IMAGE} AS build
 # Extra pip options, e.g. an offline wheelhouse inside the build context (tests use this).
 ARG PIP_OPTIONS=""
@@ -34,6 +48,8 @@ LABEL org.opencontainers.image.title="fastverify" \
       org.opencontainers.image.licenses="Apache-2.0"
 
 COPY --from=build /opt/fastverify /opt/fastverify
+# fastverify.tuner.plugin.find_plugin() looks here; tuner profiles set NCCL_TUNER_PLUGIN to it.
+COPY --from=tuner /out/ /usr/local/lib/fastverify/
 COPY compose/fastverifyd.container.toml /etc/fastverify/fastverifyd.toml
 
 ENV PATH=/opt/fastverify/bin:${PATH} \

@@ -392,6 +392,22 @@ def _print_preflight(report: dict[str, Any]) -> None:
     type=click.Path(dir_okay=False),
     help="Also write the JSON report to this file.",
 )
+@click.option(
+    "--derive-tuner",
+    "derive_tuner",
+    default=None,
+    metavar="NAME",
+    help="Measure every algorithm/protocol per size and write NAME.tuner.csv + NAME.env "
+    "(a tuner profile; see docs/tuner.md). PROFILES: at most one, the base (nccl-default).",
+)
+@click.option(
+    "--tuner-dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="With --derive-tuner: where to write (default: the user profile dir).",
+)
+@click.option("--fresh", is_flag=True, help="With --derive-tuner: ignore saved measurements.")
+@click.option("--fake-costs", default="", hidden=True, help="gloo testing only.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def preflight(
     profiles: tuple[str, ...],
@@ -409,10 +425,20 @@ def preflight(
     backend: str,
     logs_dir: str,
     output: str | None,
+    derive_tuner: str | None,
+    tuner_dir: str | None,
+    fresh: bool,
+    fake_costs: str,
     as_json: bool,
 ) -> None:
     """NCCL all-reduce + CUDA-graph check per profile on the GPUs, without a model."""
     from fastverify.experiments import preflight as pf
+
+    if derive_tuner is not None:
+        _derive_tuner(derive_tuner, profiles, nproc, hidden_size, tokens, sizes, extra_env,
+                      tuner_dir, fresh, backend, python, timeout_s, fake_costs, output,
+                      as_json)  # fmt: skip
+        return
 
     try:
         daemon_env = pf.daemon_extra_env(config_path)
@@ -444,6 +470,54 @@ def preflight(
         _print_preflight(report)
     if any(p["status"] != "ok" for p in report["profiles"]):
         sys.exit(EXIT_PROBLEMS)
+
+
+def _derive_tuner(
+    name: str, profiles: tuple[str, ...], nproc: int | None, hidden_size: int, tokens: str,
+    sizes: str | None, extra_env: tuple[str, ...], tuner_dir: str | None, fresh: bool,
+    backend: str, python: str, timeout_s: float, fake_costs: str, output: str | None,
+    as_json: bool,
+) -> None:  # fmt: skip
+    """`preflight --derive-tuner NAME` (fastverify.experiments.derive_tuner_cmd)."""
+    from fastverify.experiments import derive_tuner as dt
+    from fastverify.experiments import derive_tuner_cmd as cmd
+    from fastverify.experiments import preflight as pf
+
+    if len(profiles) > 1:
+        fail("preflight --derive-tuner: give at most one base profile", EXIT_USAGE)
+    ctx = click.get_current_context()
+    if sizes:
+        size_list = _int_list(sizes, "--sizes")
+    elif ctx.get_parameter_source("tokens") == click.core.ParameterSource.DEFAULT:
+        size_list = dt.sizes_from_tokens(dt.DEFAULT_TOKENS, hidden_size)
+    else:
+        size_list = dt.sizes_from_tokens(_int_list(tokens, "--tokens"), hidden_size)
+    try:
+        report, lines = cmd.run_cli(
+            name, base=profiles[0] if profiles else "nccl-default", nproc=nproc,
+            sizes=size_list, rounds=3, channels=dt.DEFAULT_CHANNELS,
+            extra_env=_env_pairs(extra_env), tuner_dir=tuner_dir, fresh=fresh,
+            backend=backend, python=python, timeout_s=max(timeout_s, 300.0),
+            fake_costs=fake_costs, echo=lambda line: click.echo(line, err=True),
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        fail("preflight: interrupted (every rank started was stopped; run again to resume)",
+             EXIT_INTERRUPTED)  # fmt: skip
+    except pf.TorchMissing as exc:
+        fail(str(exc), EXIT_MISSING_DEPENDENCY)
+    except pf.PreflightError as exc:
+        fail(f"preflight: {exc}", EXIT_USAGE)
+    except dt.DeriveError as exc:
+        fail(f"preflight --derive-tuner: {exc}", EXIT_PROBLEMS)
+    if output:
+        from fastverify.cli.output import to_json
+
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(to_json(report) + "\n", encoding="utf-8")
+    if as_json:
+        emit_json(report)
+    else:
+        click.echo("\n".join(lines))
 
 
 # ----------------------------------------------------------------------------- sweep

@@ -243,6 +243,10 @@ def show_cmd(
             {"label": c.label, "path": str(c.path), "exists": c.path.is_file()}
             for c in eff.conf_files(eff.effective_env(prof, base), Path(etc_conf))
         ]
+        from fastverify.tuner.profile import tuner_view
+
+        if (tuner := tuner_view(prof)) is not None:
+            data["tuner"] = tuner
     if as_json:
         emit_json(data)
         return
@@ -270,6 +274,10 @@ def show_cmd(
             click.echo("  (no NCCL variables: NCCL decides everything)")
         else:
             table(["VARIABLE", "VALUE", "SOURCE"], rows, no_wrap=("VARIABLE",))
+        if "tuner" in data:
+            from fastverify.tuner.profile import tuner_lines
+
+            click.echo("\n".join(tuner_lines(data["tuner"])))
         read = [c for c in data["conf_files"] if c["exists"]]
         click.echo(
             "  NCCL config files read: "

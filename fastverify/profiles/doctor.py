@@ -10,7 +10,9 @@ Checks (all roots are parameters, so tests use real files in temporary directori
 - systemd units and drop-ins with `Environment=...NCCL_` or `EnvironmentFile=`
   pointing at a file that sets NCCL_*;
 - the profiles themselves (invalid files, user profiles shadowing shipped ones);
-- the GPU topology (`nvidia-smi topo -m` on PATH) and recommended profiles.
+- the GPU topology (`nvidia-smi topo -m` on PATH) and recommended profiles;
+- tuner plugins: NCCL_TUNER_PLUGIN set outside the profiles, fastverify's plugin built
+  or not (fastverify.tuner.doctor_checks).
 
 A finding has severity (error | warning | info), what, where (file:line) and fix.
 """
@@ -332,6 +334,9 @@ def run(inputs: DoctorInputs, store: Any | None = None) -> DoctorReport:
     home = inputs.home or (Path(home_str) if home_str else None)
     report.findings += check_conf_files(inputs, home)
     report.findings += check_environment(inputs.env, inputs.etc_dir)
+    from fastverify.tuner.doctor_checks import check_tuner
+
+    report.findings += check_tuner(inputs.env, home, inputs.etc_dir, Finding)
     if inputs.site_dirs is not None:
         report.interpreters["(given)"] = [str(d) for d in inputs.site_dirs]
         report.findings += check_site_dirs(list(inputs.site_dirs), "site path")

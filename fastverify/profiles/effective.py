@@ -4,7 +4,9 @@
 engine with: a clean base (only the names in `BASE_NAMES` / `BASE_PREFIXES`, from
 `base_env` or os.environ) + the profile's resolved env + `extra` (the daemon's own
 additions, e.g. NCCL_DEBUG when configured). Every inherited `NCCL_*` tuning variable
-is removed first, so the profile is the whole truth about NCCL.
+is removed first, so the profile is the whole truth about NCCL. A tuner profile
+(FASTVERIFY_TUNER_TABLE) gets the table as an absolute path and NCCL_TUNER_PLUGIN=<the
+built plugin> (fastverify.tuner.profile.tuner_env).
 
 NCCL itself still fills variables left unset from config files (src/misc/param.cc):
 `$NCCL_CONF_FILE` when set and non-empty, else `$HOME/.nccl.conf`, then
@@ -64,6 +66,10 @@ def effective_env(
     """Clean base + profile env + extra (the environment to exec the engine with)."""
     env = clean_base(base_env)
     env.update(profile.env)
+    if profile.env.get("FASTVERIFY_TUNER_TABLE"):  # a tuner profile: absolute paths
+        from fastverify.tuner.profile import tuner_env
+
+        env.update(tuner_env(profile))
     if extra:
         env.update(extra)
     return env
@@ -169,14 +175,22 @@ def effective_view(
         for k, v in clean_base(base_env).items():
             if k not in profile.env and not (extra and k in extra):
                 rows.append(EffectiveVar(k, v, "base"))
+    tuner = {}
+    if profile.env.get("FASTVERIFY_TUNER_TABLE"):
+        from fastverify.tuner.profile import tuner_env
+
+        tuner = tuner_env(profile)
     for k, v in profile.env.items():
-        if extra and k in extra:
+        if (extra and k in extra) or k in tuner:
             continue
         setter = profile.env_sources.get(k, profile.name)
         if setter == profile.name:
             rows.append(EffectiveVar(k, v, "profile", str(profile.path), profile.lines.get(k)))
         else:
             rows.append(EffectiveVar(k, v, f"extends:{setter}"))
+    for k, v in tuner.items():
+        if not (extra and k in extra):
+            rows.append(EffectiveVar(k, v, "tuner"))
     for k, v in (extra or {}).items():
         rows.append(EffectiveVar(k, v, "daemon"))
     rows.extend(conf_file_values(env, etc_conf))

@@ -11,7 +11,9 @@ warnings) for one `ParsedFile`. Checks:
 - cross-variable: MIN > MAX channel/CTA counts, P2P_DISABLE with P2P_LEVEL;
 - LL128 forced by NCCL_PROTO without NVLink: an error unless `force`; a warning when
   the topology is unknown;
-- metadata: `requires:` keys/values, `extends:` and `tags:` syntax, a description.
+- metadata: `requires:` keys/values, `extends:` and `tags:` syntax, a description;
+- a tuner table named by FASTVERIFY_TUNER_TABLE: the table's own checks (file:line)
+  and that the plugin is built (fastverify.tuner.profile).
 """
 
 from __future__ import annotations
@@ -283,6 +285,7 @@ def validate(
     _cross_checks(path, full, lines, problems)
     _ll128_check(path, full, lines, topology, force, problems)
     _pcie_checks(path, full, lines, topology, problems)
+    _tuner_checks(parsed, topology, force, problems)
     problems.sort(key=lambda p: p.line)  # stable: file order, parse problems first per line
     return problems
 
@@ -482,3 +485,23 @@ def _pcie_checks(
                 "warning",
             )
         )
+
+
+def _tuner_checks(
+    parsed: ParsedFile,
+    topology_source: Topology | Callable[[], Topology] | None,
+    force: bool,
+    problems: list[Problem],
+) -> None:
+    """The tuner table this file names (only files that set the variable themselves)."""
+    own = parsed.env
+    if "FASTVERIFY_TUNER_TABLE" not in own:
+        return
+    from fastverify.tuner.profile import check_profile_tuner
+
+    def has_nvlink() -> bool | None:
+        topo = topology_source() if callable(topology_source) else topology_source
+        return (topo or UNKNOWN_TOPOLOGY).has_nvlink
+
+    lines = {a.key: a.line for a in parsed.assignments}
+    problems.extend(check_profile_tuner(parsed.path, own, lines, has_nvlink, force))

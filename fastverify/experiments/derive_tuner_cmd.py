@@ -1,0 +1,82 @@
+"""The `--derive-tuner NAME` path of `fastverifyctl preflight`: options in, table and
+profile out, progress on stderr, `--json` report on stdout, exit codes as preflight's.
+
+Writes NAME.tuner.csv and NAME.env (extends the base profile, names the table) into the
+first user profile directory unless `--tuner-dir` says otherwise, so `fastverifyctl
+profile set NAME` applies it like any other profile. Measurements are kept in
+`<state dir>/derive-tuner/NAME/` so an interrupted run resumes (`--fresh` starts over).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fastverify.experiments import derive_tuner as dt
+
+
+def run_cli(
+    name: str,
+    *,
+    base: str,
+    nproc: int | None,
+    sizes: Sequence[int],
+    rounds: int,
+    channels: Sequence[int],
+    extra_env: Mapping[str, str],
+    tuner_dir: str | None,
+    fresh: bool,
+    backend: str,
+    python: str,
+    timeout_s: float,
+    fake_costs: str,
+    echo: Callable[[str], None],
+) -> tuple[dict[str, Any], list[str]]:
+    """Run the derivation; returns (JSON-able report, human summary lines).
+    Raises dt.DeriveError / preflight.PreflightError for the caller to map to exits."""
+    from fastverify import paths
+    from fastverify.experiments import preflight as pf
+    from fastverify.profiles.effective import effective_env
+    from fastverify.profiles.store import name_problem
+    from fastverify.tuner.plugin import find_plugin
+
+    if problem := name_problem(name):
+        raise pf.PreflightError(f"profile {name!r}: {problem}")
+    if backend == "nccl" and not pf.torch_available(python):
+        raise pf.TorchMissing("--derive-tuner needs PyTorch with CUDA in the ranks' interpreter")
+    world = nproc or (pf.visible_gpus() if backend == "nccl" else 2)
+    if world < 2:
+        raise dt.DeriveError(
+            f"{world} GPU(s) visible: a tuner is derived with the rank count it will serve "
+            "(2 or more; pass --nproc)"
+        )
+    base_profile = pf.load_profiles([base])[0]
+    env = effective_env(base_profile, extra=dict(extra_env) or None)
+    workdir = paths.state_dir() / "derive-tuner" / name
+    if fresh and workdir.exists():
+        shutil.rmtree(workdir)
+    cfg = dt.DeriveConfig(
+        world=world, sizes=tuple(sizes), rounds=rounds, channels=tuple(channels),
+        backend=backend, python=python, timeout_s=timeout_s, workdir=str(workdir),
+        fake_costs=fake_costs,
+    )  # fmt: skip
+    report = dt.derive(env, cfg, find_plugin() if backend == "nccl" else None, echo)
+    out_dir = Path(tuner_dir) if tuner_dir else paths.user_profile_dirs()[0]
+    table, profile = dt.write_outputs(report, name, out_dir, base_profile.name)
+    doc = {k: v for k, v in report.items() if k != "table_rows"}
+    doc.update(table=str(table), profile=str(profile), workdir=str(workdir))
+    lines = [f"tuner table: {table} ({len(report['rows'])} rows)", f"profile:     {profile}"]
+    for d in report["decisions"]:
+        best, dflt = d.get("best_us"), d.get("default_us")
+        lines.append(
+            f"  {d['bytes']:>10} B  NCCL {d.get('nccl_default') or '?':<12} "
+            + (f"{dflt:8.1f} us" if dflt is not None else "     n/a   ")
+            + f"  best {d.get('best') or '-':<16} "
+            + (f"{best:8.1f} us" if best is not None else "     n/a")
+            + ("  (NCCL kept)" if d.get("keep_default") else "  -> row")
+        )
+    lines.append(f"apply with: fastverifyctl profile set {name}")
+    return json.loads(json.dumps(doc, default=str)), lines
