@@ -84,9 +84,7 @@ class ModelSpec:
         return self.n_routed_experts > 0
 
     def is_moe_layer(self, i: int) -> bool:
-        return (
-            self.moe and i >= self.first_k_dense_replace and i % max(1, self.moe_layer_freq) == 0
-        )
+        return self.moe and i >= self.first_k_dense_replace and i % max(1, self.moe_layer_freq) == 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -122,6 +120,7 @@ def spec_from_dict(cfg: dict[str, Any], where: str = "config.json", name: str = 
     hidden = _positive(text, "hidden_size", where)
     heads = _positive(text, "num_attention_heads", where)
     eagle3 = any("Eagle3" in str(a) for a in archs) or bool(text.get("draft_vocab_size"))
+    default_head_dim = hidden // heads if hidden % heads == 0 else None
     spec = dict(
         name=name,
         model_type=str(text.get("model_type") or outer_type or "unknown"),
@@ -129,10 +128,10 @@ def spec_from_dict(cfg: dict[str, Any], where: str = "config.json", name: str = 
         num_layers=_positive(text, "num_hidden_layers", where),
         num_heads=heads,
         num_kv_heads=_positive(text, "num_key_value_heads", where, heads),
-        head_dim=_positive(text, "head_dim", where, hidden // heads if hidden % heads == 0 else None),
+        head_dim=_positive(text, "head_dim", where, default_head_dim),
         intermediate_size=_positive(text, "intermediate_size", where),
         vocab_size=_positive(text, "vocab_size", where),
-    )  # fmt: skip
+    )
     if text.get("kv_lora_rank"):
         spec.update(
             kv_lora_rank=_positive(text, "kv_lora_rank", where),

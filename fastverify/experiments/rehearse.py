@@ -117,8 +117,12 @@ def throughputs(
     """Tokens/s of the baseline and (at `accept_length`) of EAGLE-3, for `batch` sequences."""
     base = batch * 1000.0 / decode_ms
     if accept_length is None:
-        return {"baseline_tokens_per_s": base, "eagle3_tokens_per_s": None,
-                "speculation_pays": None, "speedup": None}  # fmt: skip
+        return {
+            "baseline_tokens_per_s": base,
+            "eagle3_tokens_per_s": None,
+            "speculation_pays": None,
+            "speedup": None,
+        }
     spec = batch * accept_length * 1000.0 / cycle_ms
     return {
         "baseline_tokens_per_s": base,
@@ -222,16 +226,30 @@ def _start_ranks(
                 stale.unlink(missing_ok=True)
             rank_env = {**env, **NCCL_DEBUG_ENV}
             rank_env.update(
-                NCCL_DEBUG_FILE=str(log), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                NCCL_DEBUG_FILE=str(log),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE=str(world),
                 PYTHONUNBUFFERED="1",
-            )  # fmt: skip
+            )
             argv = [python, str(WORKER), "--job", str(job_path), "--out", str(out)]
-            argv += ["--trace", str(workdir / f"{tag}-traces" / f"rehearse-TP-{rank}.trace.json.gz")]
+            argv += [
+                "--trace",
+                str(workdir / f"{tag}-traces" / f"rehearse-TP-{rank}.trace.json.gz"),
+            ]
             stdio = open(workdir / f"{tag}.rank{rank}.stdout", "wb")  # noqa: SIM115
             try:
-                procs.append(subprocess.Popen(argv, env=rank_env, stdout=stdio,
-                                              stderr=subprocess.STDOUT, start_new_session=True))  # fmt: skip
+                procs.append(
+                    subprocess.Popen(
+                        argv,
+                        env=rank_env,
+                        stdout=stdio,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
             finally:
                 stdio.close()
             outs.append(out)
@@ -242,8 +260,9 @@ def _start_ranks(
     return procs, outs
 
 
-def _wait(procs: list[subprocess.Popen], timeout_s: float, label: str,
-          on_event: EventFn | None) -> bool:  # fmt: skip
+def _wait(
+    procs: list[subprocess.Popen], timeout_s: float, label: str, on_event: EventFn | None
+) -> bool:
     """Wait for every rank; a rank that died leaves its peers 10 s to report. True: timed out."""
     t0 = time.perf_counter()
     first_bad: float | None = None
@@ -301,8 +320,11 @@ def run_profile(
             tail = ""
             with contextlib.suppress(OSError):
                 tail = (workdir / f"{tag}.rank{rank}.stdout").read_text(errors="replace")
-            doc = {"rank": rank, "status": "failed",
-                   "error": _last_error(tail) or f"rank exited with {proc.returncode}"}  # fmt: skip
+            doc = {
+                "rank": rank,
+                "status": "failed",
+                "error": _last_error(tail) or f"rank exited with {proc.returncode}",
+            }
         doc["returncode"] = proc.returncode
         ranks.append(doc)
     logs = []
@@ -311,10 +333,15 @@ def run_profile(
         logs.append(parse_nccl_log(log.read_text(errors="replace") if log.exists() else ""))
 
     want = {k: v for k, v in {**env, **NCCL_DEBUG_ENV}.items() if k.startswith("NCCL_")}
-    got = [{k: v for k, v in r["nccl_env"].items() if k != "NCCL_DEBUG_FILE"}
-           for r in ranks if r.get("nccl_env") is not None]  # fmt: skip
-    mismatch = sorted({k for g in got for k in set(g) ^ set(want)}
-                      | {k for g in got for k in set(g) & set(want) if g[k] != want[k]})  # fmt: skip
+    got = [
+        {k: v for k, v in r["nccl_env"].items() if k != "NCCL_DEBUG_FILE"}
+        for r in ranks
+        if r.get("nccl_env") is not None
+    ]
+    mismatch = sorted(
+        {k for g in got for k in set(g) ^ set(want)}
+        | {k for g in got for k in set(g) & set(want) if g[k] != want[k]}
+    )
     result: dict[str, Any] = {
         "profile": name,
         "path": path,
@@ -329,15 +356,35 @@ def run_profile(
             "warnings": sorted({w for lg in logs for w in lg["warnings"]})[:10],
         },
         "ranks": [
-            {k: r.get(k) for k in ("rank", "status", "error", "returncode", "gpu", "init_s",
-                                    "import_s", "wall_s", "max_memory_gb", "graphs", "build",
-                                    "timings", "collectives_per_forward") if r.get(k) is not None}
+            {
+                k: r.get(k)
+                for k in (
+                    "rank",
+                    "status",
+                    "error",
+                    "returncode",
+                    "gpu",
+                    "init_s",
+                    "import_s",
+                    "wall_s",
+                    "max_memory_gb",
+                    "graphs",
+                    "build",
+                    "timings",
+                    "collectives_per_forward",
+                )
+                if r.get(k) is not None
+            }
             for r in ranks
         ],
-    }  # fmt: skip
+    }
     errors = [r.get("error") for r in ranks if r.get("error")]
-    errors += [f"{ph}: {g['error']}" for r in ranks for ph, g in (r.get("graphs") or {}).items()
-               if g.get("error")]  # fmt: skip
+    errors += [
+        f"{ph}: {g['error']}"
+        for r in ranks
+        for ph, g in (r.get("graphs") or {}).items()
+        if g.get("error")
+    ]
     if mismatch:
         errors.insert(0, f"environment not delivered as resolved: {', '.join(mismatch)}")
     if timed_out:
@@ -347,20 +394,26 @@ def run_profile(
         result["error"] = errors[0] if errors else "a rank failed"
         return result
 
-    k, b = job["draft_tokens"], job["batch"]
+    k = job["draft_tokens"]
     decode, verify = _max(ranks, "decode"), _max(ranks, "verify")
     compute = _max(ranks, "verify_compute")
     draft, extend = _max(ranks, "draft"), _max(ranks, "draft_extend")
     drafter = k * draft + extend
     expected = job["target"]["allreduce_per_forward"]
     result.update(
-        decode_ms=decode, verify_ms=verify, compute_ms=compute,
-        exposed_comm_ms=verify - compute, draft_ms=draft, draft_extend_ms=extend,
-        drafter_ms=drafter, cycle_ms=drafter + verify,
-        verify_ms_p90=_max(ranks, "verify", "p90_ms"), decode_ms_p90=_max(ranks, "decode", "p90_ms"),
+        decode_ms=decode,
+        verify_ms=verify,
+        compute_ms=compute,
+        exposed_comm_ms=verify - compute,
+        draft_ms=draft,
+        draft_extend_ms=extend,
+        drafter_ms=drafter,
+        cycle_ms=drafter + verify,
+        verify_ms_p90=_max(ranks, "verify", "p90_ms"),
+        decode_ms_p90=_max(ranks, "decode", "p90_ms"),
         breakeven_accept_length=breakeven_accept_length(drafter, verify, decode),
         allreduce_expected=expected,
-    )  # fmt: skip
+    )
     calls = ranks[0]["collectives_per_forward"]["verify"]["allreduce"]
     trace_dir = workdir / f"{tag}-traces"
     try:
@@ -379,9 +432,11 @@ def run_profile(
             "allreduce_share": [r["allreduce_share"] for r in vranks],
             "allreduce_per_decode": [r["allreduce_per_verify"] for r in window["decode"]["ranks"]],
             "span_kind": [r.get("span_source") for r in vranks],
-        }  # fmt: skip
-    if job["backend"] == "nccl" and window is not None and all(
-        r["verify_passes"] for r in window["verify"]["ranks"]
+        }
+    if (
+        job["backend"] == "nccl"
+        and window is not None
+        and all(r["verify_passes"] for r in window["verify"]["ranks"])
     ):
         vranks = window["verify"]["ranks"]
         per = [r["allreduce_per_verify"] for r in vranks]
@@ -412,7 +467,7 @@ def run_profile(
 
 
 def detect_path_label() -> str:
-    """"nvlink" when nvidia-smi shows NVLink between the GPUs, "p2p" for PCIe, else "default"."""
+    """ "nvlink" when nvidia-smi shows NVLink between the GPUs, "p2p" for PCIe, else "default"."""
     from fastverify.profiles import topology
 
     topo = topology.detect()
@@ -495,14 +550,19 @@ def run_rehearsal(
             if path == "p2p-off":
                 env = {**env, **P2P_OFF}
             res = run_profile(name, label, env, job, world, workdir, cfg, on_event)
-            res.update(throughputs(res["decode_ms"], res["cycle_ms"], cfg.batch,
-                                   cfg.accept_length) if res["status"] == "ok" else {})  # fmt: skip
+            res.update(
+                throughputs(res["decode_ms"], res["cycle_ms"], cfg.batch, cfg.accept_length)
+                if res["status"] == "ok"
+                else {}
+            )
             results.append(res)
             if on_event:
                 if res["status"] == "ok":
-                    on_event(f"[{i}/{len(runs)}] {name} ({label}): decode {res['decode_ms']:.2f} "
-                             f"ms, verify {res['verify_ms']:.2f} ms, break-even accept length "
-                             f"{res['breakeven_accept_length']:.2f} ({res['wall_s']:.1f} s)")  # fmt: skip
+                    on_event(
+                        f"[{i}/{len(runs)}] {name} ({label}): decode {res['decode_ms']:.2f} "
+                        f"ms, verify {res['verify_ms']:.2f} ms, break-even accept length "
+                        f"{res['breakeven_accept_length']:.2f} ({res['wall_s']:.1f} s)"
+                    )
                 else:
                     on_event(f"[{i}/{len(runs)}] {name} ({label}): failed: {res.get('error')}")
         total = time.perf_counter() - t0
@@ -587,18 +647,46 @@ def plot(report: dict[str, Any], path: Path) -> Path:
         x = 2.5 * i
         ar = r.get("allreduce_ms_per_verify") or r["exposed_comm_ms"]
         compute = max(0.0, r["verify_ms"] - ar)
-        ax.bar(x, r["decode_ms"], color="#4C72B0", edgecolor="black",
-               label="decode step" if i == 0 else None)
-        ax.bar(x + 1, compute, color="#DD8452", edgecolor="black",
-               label="verify: compute" if i == 0 else None)
-        ax.bar(x + 1, ar, bottom=compute, color="#C44E52", edgecolor="black",
-               label="verify: all-reduce" if i == 0 else None)
-        ax.bar(x + 1, r["drafter_ms"], bottom=r["verify_ms"], color="#8172B2", edgecolor="black",
-               label="drafter" if i == 0 else None)  # fmt: skip
+        ax.bar(
+            x,
+            r["decode_ms"],
+            color="#4C72B0",
+            edgecolor="black",
+            label="decode step" if i == 0 else None,
+        )
+        ax.bar(
+            x + 1,
+            compute,
+            color="#DD8452",
+            edgecolor="black",
+            label="verify: compute" if i == 0 else None,
+        )
+        ax.bar(
+            x + 1,
+            ar,
+            bottom=compute,
+            color="#C44E52",
+            edgecolor="black",
+            label="verify: all-reduce" if i == 0 else None,
+        )
+        ax.bar(
+            x + 1,
+            r["drafter_ms"],
+            bottom=r["verify_ms"],
+            color="#8172B2",
+            edgecolor="black",
+            label="drafter" if i == 0 else None,
+        )
         height = r["verify_ms"] + r["drafter_ms"]
         top = max(top, height, r["decode_ms"])
-        ax.text(x + 0.5, height * 1.02, f"break-even\n{r['breakeven_accept_length']:.2f}",
-                ha="center", va="bottom", fontsize=8)  # fmt: skip
+        ax.text(
+            x + 0.5,
+            height * 1.02,
+            f"break-even\n{r['breakeven_accept_length']:.2f}",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
         labels.append((x + 0.5, f"{r['profile']}\n{r['path']}"))
     ax.set_xticks([x for x, _ in labels])
     ax.set_xticklabels([t for _, t in labels], fontsize=8)
@@ -606,8 +694,10 @@ def plot(report: dict[str, Any], path: Path) -> Path:
     ax.set_ylabel("ms (p50 of graph replays)")
     accept = report.get("accept_length")
     note = f", accept length {accept:.2f}" if accept else ""
-    ax.set_title(f"fastverify rehearse: {report['model']}, TP={report['world_size']}, "
-                 f"K={report['draft_tokens']}{note}")  # fmt: skip
+    ax.set_title(
+        f"fastverify rehearse: {report['model']}, TP={report['world_size']}, "
+        f"K={report['draft_tokens']}{note}"
+    )
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
@@ -621,8 +711,8 @@ __all__ = [
     "RehearseError",
     "TorchMissing",
     "breakeven_accept_length",
-    "load_profiles",
     "daemon_extra_env",
-    "run_rehearsal",
+    "load_profiles",
     "plot",
+    "run_rehearsal",
 ]

@@ -161,8 +161,12 @@ class Model:
         if self.attn["type"] == "mla":
             cache_shape = (self.batch, 1, self.context, self.attn["cache_dim"])
         else:
-            cache_shape = (self.batch, self.attn["kv_heads_per_rank"], self.context,
-                           self.attn["head_dim"])  # fmt: skip
+            cache_shape = (
+                self.batch,
+                self.attn["kv_heads_per_rank"],
+                self.context,
+                self.attn["head_dim"],
+            )
         self.k_cache = [self._w(*cache_shape, scale=1.0) for _ in range(n_layers)]
         self.v_cache = (
             [self._w(*cache_shape, scale=1.0) for _ in range(n_layers)]
@@ -240,10 +244,7 @@ class Model:
         if a["type"] == "mla":
             hn = self.plan["heads_per_rank"]
             qkv = x @ s["qkv_a"]
-            if a["q_lora_rank"]:
-                q_in = self._rms(qkv[:, : a["q_lora_rank"]])
-            else:
-                q_in = x
+            q_in = self._rms(qkv[:, : a["q_lora_rank"]]) if a["q_lora_rank"] else x
             q = (q_in @ s["q_b"]).view(T, hn, a["nope_dim"] + a["rope_dim"])
             q_nope = q[:, :, : a["nope_dim"]].transpose(0, 1)  # [H, T, nope]
             q_lat = torch.bmm(q_nope, s["w_kc"])  # [H, T, kv_lora]
@@ -363,10 +364,20 @@ class Rank:
         pool = int(job["pool_gb"] * (1 << 30))
         base = {"batch": b, "context": job["context"], "seed": job["seed"] + 1000 * self.rank}
         t0 = time.perf_counter()
-        self.target = Model(torch, job["target"], self.device, self.dtype,
-                            {**base, "pool_bytes": pool, "tokens_per_seq": [1, k + 1]})
-        self.drafter = Model(torch, job["drafter"], self.device, self.dtype,
-                             {**base, "pool_bytes": 0, "tokens_per_seq": [1, k + 1]})  # fmt: skip
+        self.target = Model(
+            torch,
+            job["target"],
+            self.device,
+            self.dtype,
+            {**base, "pool_bytes": pool, "tokens_per_seq": [1, k + 1]},
+        )
+        self.drafter = Model(
+            torch,
+            job["drafter"],
+            self.device,
+            self.dtype,
+            {**base, "pool_bytes": 0, "tokens_per_seq": [1, k + 1]},
+        )
         self.sync()
         info = {
             "build_s": time.perf_counter() - t0,
