@@ -260,22 +260,39 @@ def _start_ranks(
     return procs, outs
 
 
+REPORT_GRACE_S = 10.0  # a rank that wrote its report may linger this long in teardown
+
+
 def _wait(
-    procs: list[subprocess.Popen], timeout_s: float, label: str, on_event: EventFn | None
-) -> bool:
-    """Wait for every rank; a rank that died leaves its peers 10 s to report. True: timed out."""
+    procs: list[subprocess.Popen],
+    outs: list[Path],
+    timeout_s: float,
+    label: str,
+    on_event: EventFn | None,
+    grace_s: float = REPORT_GRACE_S,
+) -> dict[str, Any]:
+    """Wait for every rank. A rank that died leaves its peers 10 s to report; ranks that all
+    wrote their reports get `grace_s` to exit, then are stopped (NCCL teardown can block).
+    Returns {"timed_out": bool, "stopped_after_report": bool}."""
     t0 = time.perf_counter()
     first_bad: float | None = None
+    reported_at: float | None = None
     last_note = t0
     try:
         while any(p.poll() is None for p in procs):
             now = time.perf_counter()
             if first_bad is None and any(p.poll() not in (None, 0, 1) for p in procs):
                 first_bad = now
+            if reported_at is None and all(o.exists() for o in outs):
+                reported_at = now
+            if reported_at is not None and now - reported_at > grace_s:
+                for p in procs:
+                    _kill_group(p)
+                return {"timed_out": False, "stopped_after_report": True}
             if now - t0 > timeout_s or (first_bad is not None and now - first_bad > 10.0):
                 for p in procs:
                     _kill_group(p)
-                return now - t0 > timeout_s
+                return {"timed_out": now - t0 > timeout_s, "stopped_after_report": False}
             if on_event and now - last_note > 15.0:
                 on_event(f"  {label}: still running ({now - t0:.0f} s)")
                 last_note = now
@@ -284,7 +301,7 @@ def _wait(
         for p in procs:
             _kill_group(p)
         raise
-    return False
+    return {"timed_out": False, "stopped_after_report": False}
 
 
 def _max(ranks: list[dict[str, Any]], phase: str, key: str = "p50_ms") -> float | None:
@@ -309,7 +326,8 @@ def run_profile(
     (workdir / f"{tag}-traces").mkdir(exist_ok=True)
     t0 = time.perf_counter()
     procs, outs = _start_ranks(env, world, workdir, tag, job_path, cfg.python or sys.executable)
-    timed_out = _wait(procs, cfg.timeout_s, f"{name} ({path})", on_event)
+    waited = _wait(procs, outs, cfg.timeout_s, f"{name} ({path})", on_event)
+    timed_out = waited["timed_out"]
     wall = time.perf_counter() - t0
 
     ranks: list[dict[str, Any]] = []
@@ -327,6 +345,7 @@ def run_profile(
             }
         doc["returncode"] = proc.returncode
         ranks.append(doc)
+    wall_reported = max((r.get("wall_s") or 0.0) for r in ranks)
     logs = []
     for rank in range(world):
         log = workdir / f"{tag}.rank{rank}.nccl.log"
@@ -347,6 +366,8 @@ def run_profile(
         "path": path,
         "status": "ok",
         "wall_s": wall,
+        "rank_wall_s": wall_reported,  # process start to report, the slowest rank
+        "stopped_after_report": waited["stopped_after_report"],
         "init_s": max((r.get("init_s") or 0.0) for r in ranks),
         "env_verified": bool(got) and len(got) == len(ranks) and not mismatch,
         "nccl": {

@@ -31,7 +31,8 @@ profiler window are annotated with SGLang 0.5.23's span names (`step[DECODE bs=N
 `step[VERIFY bs=N]`, `step[DRAFT bs=N]`).
 
 Exit status 0 when every phase ran, 1 when one failed (JSON still written), 2 when the
-process group could not be set up.
+process group could not be set up. The JSON is written before teardown; on NCCL the rank then
+exits without destroying the process group (see the end of `main`).
 """
 
 from __future__ import annotations
@@ -578,13 +579,27 @@ def main(argv: list[str] | None = None) -> int:
     if rank.cuda:
         with contextlib.suppress(Exception):
             doc["max_memory_gb"] = torch.cuda.max_memory_allocated(rank.device) / 2**30
+    doc["wall_s"] = time.perf_counter() - t_start
+    # The report goes out before teardown: on 2 x H200 (torch 2.11, NCCL 2.28.9) a rank that
+    # had replayed graphs holding NCCL kernels did not return from teardown within a minute.
+    _write(args.out, doc)
+    code = 1 if failed else 0
+    if rank.cuda:
+        # Drop the graphs, then leave without destroy_process_group and without atexit
+        # handlers: the process exit releases the communicators and the CUDA context. The
+        # parent also stops a rank that has reported and lingers (rehearse.REPORT_GRACE_S).
+        with contextlib.suppress(Exception):
+            getattr(rank, "graphs", {}).clear()
+            torch.cuda.synchronize()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     try:
         rank.dist.destroy_process_group()
     except Exception as exc:
         doc["teardown_error"] = _err(exc)
-    doc["wall_s"] = time.perf_counter() - t_start
-    _write(args.out, doc)
-    return 1 if failed else 0
+        _write(args.out, doc)
+    return code
 
 
 if __name__ == "__main__":
