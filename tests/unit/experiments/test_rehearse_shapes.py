@@ -181,3 +181,35 @@ def test_ranking_by_tokens_per_second_then_failures_last() -> None:
     assert [r.get("rank") for r in ranked] == [1, 2, None]
     by_cycle = rehearse.rank_results([dict(r) for r in rows], accept_length=None)
     assert [r["profile"] for r in by_cycle] == ["a", "c", "b"]
+
+
+def test_accept_length_from_a_live_exporter() -> None:
+    import http.server
+    import threading
+
+    bodies = {
+        "/metrics": b"# TYPE fastverify_spec_accept_length gauge\n"
+        b'fastverify_spec_accept_length{profile="ring-ll"} 2.31\n',
+        "/empty/metrics": b"fastverify_up 1\n",
+    }
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = bodies.get(self.path, b"")
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:  # keep test output clean
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        assert rehearse.accept_length_from_metrics(base) == pytest.approx(2.31)
+        assert rehearse.accept_length_from_metrics(f"{base}/empty") is None
+    finally:
+        server.shutdown()
+        server.server_close()
