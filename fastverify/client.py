@@ -176,6 +176,17 @@ class ControlClient:
     def post(self, path: str, body: Any = None, **kw: Any) -> Any:
         return self.request("POST", path, body, **kw)
 
+    def cancel(self) -> dict[str, Any] | None:
+        """Cancel the switch in flight (POST /v1/cancel): `{"result": "cancelled",
+        "operation": {...}}` once the daemon accepted it, None when nothing was in flight;
+        the previous profile is put back by the daemon (see the operation's result)."""
+        try:
+            return self.post("/v1/cancel", {})
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
 
 def try_status(
     socket_path: str | os.PathLike[str] | None = None, timeout: float = 0.5

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from fastverify.daemon.logs import mask_argv
-from fastverify.daemon.supervisor import Operation, RequestError, Supervisor
+from fastverify.daemon.facade import ControlFacade
+from fastverify.daemon.operations import Operation
+from fastverify.daemon.resolve import RequestError
 
 log = logging.getLogger("fastverifyd.api")
 
@@ -45,6 +46,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/v1/profile": ("POST",),
     "/v1/mode": ("POST",),
     "/v1/restart": ("POST",),
+    "/v1/cancel": ("POST",),
     "/v1/baselines": ("GET", "POST"),
     "/v1/trace/capture": ("POST",),
 }
@@ -75,6 +77,7 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "queue": (_BOOL, False),
         "timeout_s": (_NUM, False),
     },
+    "/v1/cancel": {},
     "/v1/baselines": {
         "profile": ((str,), True),
         "tokens_per_second": (_NUM, True),
@@ -243,29 +246,28 @@ class Handler(BaseHTTPRequestHandler):
 
     # --------------------------------------------------------------- handlers
     @property
-    def sup(self) -> Supervisor:
-        return self.server.supervisor
+    def api(self) -> ControlFacade:
+        return self.server.facade
 
     def h_status(self, method: str, body: Any, query: dict[str, str]) -> None:
-        self._send_json(200, self.sup.status())
+        self._send_json(200, self.api.status())
 
     def h_history(self, method: str, body: Any, query: dict[str, str]) -> None:
-        records = self.sup.history()
+        records = self.api.history()
         n = _int_query(query, "n", 0)
         self._send_json(200, records[-n:] if n > 0 else records)
 
     def h_logs(self, method: str, body: Any, query: dict[str, str]) -> None:
         n = _int_query(query, "n", 100)
         follow = query.get("follow", "0") in ("1", "true", "yes")
-        ring = self.sup.ring
-        entries = ring.tail(n)
+        entries = self.api.log_tail(n)
         self._start_stream()
-        last = entries[-1]["seq"] if entries else ring.seq
+        last = entries[-1]["seq"] if entries else self.api.log_seq()
         for e in entries:
             if not self._write_line({"event": "log", **e}):
                 return
         while follow and not self.server.closing.is_set():
-            batch = ring.since(last, timeout=1.0)
+            batch = self.api.log_since(last, timeout=1.0)
             if not batch:
                 if _peer_closed(self.connection):  # an idle daemon writes nothing to notice
                     return
@@ -276,32 +278,20 @@ class Handler(BaseHTTPRequestHandler):
                     return
 
     def h_server_argv(self, method: str, body: Any, query: dict[str, str]) -> None:
-        sup = self.sup
-        name = query.get("profile") or sup.active.get("profile") or sup.cfg.daemon.default_profile
-        mode = query.get("mode") or sup.active.get("mode") or sup.cfg.server.mode
-        _, argv = sup.resolve(name, mode)
-        out: dict[str, Any] = {
-            "engine": sup.engine.name,
-            "simulated": sup.engine.simulated,
-            "profile": name,
-            "mode": mode,
-            "argv": mask_argv(argv),
-            "check": None,
-        }
-        if query.get("check", "0") in ("1", "true", "yes"):
-            out["check"] = sup.check_argv(argv).to_dict()
-        self._send_json(200, out)
+        check = query.get("check", "0") in ("1", "true", "yes")
+        self._send_json(200, self.api.server_argv(query.get("profile"), query.get("mode"), check))
 
     def _operation(
         self, kind: str, body: dict[str, Any], name: str | None, mode: str | None
     ) -> None:
-        op = self.sup.request(
+        op = self.api.operate(
             kind,
             name,
             mode,
             force=bool(body.get("force", False)),
             queue=bool(body.get("queue", False)),
             timeout_s=body.get("timeout_s"),
+            withdrawn=lambda: _peer_closed(self.connection),
         )
         self._answer(op, wait=body.get("wait", True), stream=body.get("stream", False))
 
@@ -331,30 +321,25 @@ class Handler(BaseHTTPRequestHandler):
         body = validate_body("/v1/restart", body)
         self._operation("restart", body, None, None)
 
+    def h_cancel(self, method: str, body: Any, query: dict[str, str]) -> None:
+        validate_body("/v1/cancel", body)
+        op = self.api.cancel()
+        if op is None:
+            raise RequestError(404, "no operation in flight")
+        self._send_json(200, {"result": "cancelled", "operation": op.describe()})
+
     def h_baselines(self, method: str, body: Any, query: dict[str, str]) -> None:
         if method == "GET":
-            self._send_json(200, self.sup.baselines())
+            self._send_json(200, self.api.baselines())
             return
         body = validate_body("/v1/baselines", body)
         if body["tokens_per_second"] <= 0 or body["per_request_tokens_per_second"] <= 0:
             raise RequestError(422, "baseline figures must be positive tokens per second")
-        self._send_json(200, self.sup.set_baseline(body))
+        self._send_json(200, self.api.set_baseline(body))
 
     def h_trace_capture(self, method: str, body: Any, query: dict[str, str]) -> None:
         body = validate_body("/v1/trace/capture", body)
-        runtime = self.sup.runtime
-        if runtime is None:
-            raise RequestError(409, "the exporter is off (start fastverifyd with --metrics-listen)")
-        steps = body.get("steps")
-        if steps is None:
-            steps = self.sup.cfg.daemon.trace_steps
-        if not 1 <= steps <= 1000:
-            raise RequestError(422, "field 'steps' must be in 1..1000")
-        try:
-            analysis = runtime.capture(steps)
-        except Exception as exc:
-            raise RequestError(502, f"trace capture failed: {exc}") from None
-        self._send_json(200, analysis)
+        self._send_json(200, self.api.capture_trace(body.get("steps")))
 
 
 def _peer_closed(sock: socket.socket) -> bool:
@@ -382,9 +367,9 @@ class ApiServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, sock: socket.socket, supervisor: Supervisor, token: str | None):
+    def __init__(self, sock: socket.socket, facade: ControlFacade, token: str | None):
         self.socket = sock
-        self.supervisor = supervisor
+        self.facade = facade
         self.token = token
         self.closing = threading.Event()
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)

@@ -1,10 +1,11 @@
-"""Engine log handling: tail the per-start log file, keep an in-memory ring, parse progress.
+"""Engine log handling: tail the per-start log file, keep an in-memory ring, parse once.
 
 The engine writes its stdout/stderr straight into `state_dir/logs/<start>.log` (so it
-survives a daemon crash). `LogTail` follows that file from a thread and hands every
-complete line, with secret values masked, to its subscribers: the ring (for
-`fastverifyctl logs`), the exporter hub (`hub.on_log_line`), the startup progress parser
-and the operation's event stream.
+survives a daemon crash). `LogTail` follows that file (the project's one tailer,
+exporters/follow.Tail, which survives rotation and truncation) and hands every complete
+line, with secrets masked (fastverify.redact), to its subscriber. `parse(line)` turns a
+line into `LineFacts`: the exporter's record (exporters/logparse, parsed here once and
+handed on in the EngineLine event) and the start-up progress milestone.
 
 `parse_progress(line)` turns SGLang's startup lines into `(phase, percent, message)`:
 weights loading (including "Loading safetensors checkpoint shards: 50% Completed"),
@@ -17,59 +18,57 @@ import collections
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from fastverify.exporters import logparse
+from fastverify.exporters.follow import Tail
+from fastverify.redact import is_secret_name, mask_argv, mask_env, mask_text, secret_values
+
+__all__ = [
+    "READY_LINE",
+    "LineFacts",
+    "LogRing",
+    "LogTail",
+    "is_secret_name",
+    "mask",
+    "mask_argv",
+    "mask_env",
+    "parse",
+    "parse_progress",
+    "parse_throughput",
+    "secret_values",
+]
 
 READY_LINE = "The server is fired up and ready to roll!"
 
 _SHARDS = re.compile(r"Loading \S+ checkpoint shards:\s*(\d+)%")
 _RANK = re.compile(r"\sTP(\d+)\]")
-_THROUGHPUT = re.compile(r"gen throughput \(token/s\):\s*([0-9.]+)")
-
-SECRET_NAME = re.compile(r"(TOKEN|_KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
-
-
-def is_secret_name(name: str) -> bool:
-    """Names whose values are never shown: *_TOKEN, *_KEY, *_SECRET, *PASSWORD*, HF_TOKEN..."""
-    return bool(SECRET_NAME.search(name))
-
-
-def secret_values(env: dict[str, str]) -> list[str]:
-    return sorted(
-        (v for k, v in env.items() if is_secret_name(k) and len(v) >= 4), key=len, reverse=True
-    )
 
 
 def mask(text: str, secrets: Iterable[str]) -> str:
-    for value in secrets:
-        if value in text:
-            text = text.replace(value, "***")
-    return text
+    """`text` with known secret values and secret flag/assignment values masked."""
+    return mask_text(text, secrets)
 
 
-def mask_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: ("***" if is_secret_name(k) else v) for k, v in env.items()}
+@dataclass(frozen=True)
+class LineFacts:
+    record: Mapping[str, Any] | None
+    progress: tuple[str, float, str] | None
+
+    @property
+    def throughput(self) -> float | None:
+        r = self.record
+        if r is not None and r.get("kind") == "decode":
+            return r.get("gen_throughput")
+        return None
 
 
-def mask_argv(argv: list[str]) -> list[str]:
-    """Hide the values of secret-looking flags (`--api-key X`, `--hf-token=X`)."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        if arg.startswith("--"):
-            flag, eq, _ = arg.partition("=")
-            if is_secret_name(flag[2:].replace("-", "_")):
-                if eq:
-                    out.append(f"{flag}=***")
-                    continue
-                hide_next = True
-        out.append(arg)
-    return out
+def parse(line: str) -> LineFacts:
+    """Everything the daemon and the exporter read from one line, parsed once."""
+    return LineFacts(logparse.parse_line(line), parse_progress(line))
 
 
 def parse_progress(line: str) -> tuple[str, float, str] | None:
@@ -97,8 +96,8 @@ def parse_progress(line: str) -> tuple[str, float, str] | None:
 
 
 def parse_throughput(line: str) -> float | None:
-    m = _THROUGHPUT.search(line)
-    return float(m.group(1)) if m else None
+    """Decode throughput (tokens/s) of a decode batch line, else None."""
+    return parse(line).throughput
 
 
 class LogRing:
@@ -134,8 +133,8 @@ class LogRing:
             return [e for e in self._lines if e["seq"] > seq]
 
 
-class LogTail:
-    """Follow a growing log file from `offset`, calling `on_line(line)` per complete line."""
+class LogTail(Tail):
+    """Follow an engine log, calling `on_line(masked line)` per complete line."""
 
     def __init__(
         self,
@@ -143,67 +142,11 @@ class LogTail:
         on_line: Callable[[str], None],
         *,
         secrets: Iterable[str] = (),
-        offset: int = 0,
         interval: float = 0.02,
     ):
-        self.path = Path(path)
-        self.on_line = on_line
-        self.secrets = list(secrets)
-        self.offset = offset
-        self.interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"logtail-{self.path.name}", daemon=True
+        known = list(secrets)
+        super().__init__(
+            path, on_line, interval_s=interval, transform=lambda line: mask_text(line, known)
         )
-        self.recent: collections.deque[str] = collections.deque(maxlen=400)
-
-    def start(self) -> LogTail:
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        buf = b""
-        fh = None
-        while True:
-            stopping = self._stop.is_set()
-            if fh is None:
-                try:
-                    fh = open(self.path, "rb")  # noqa: SIM115 - held open while following
-                    fh.seek(self.offset)
-                except FileNotFoundError:
-                    fh = None
-            if fh is not None:
-                chunk = fh.read(1 << 16)
-                while chunk:
-                    buf += chunk
-                    *lines, buf = buf.split(b"\n")
-                    for raw in lines:
-                        self._emit(raw)
-                    chunk = fh.read(1 << 16)
-            if stopping:
-                if buf:
-                    self._emit(buf)
-                if fh is not None:
-                    fh.close()
-                return
-            self._stop.wait(self.interval)
-
-    def _emit(self, raw: bytes) -> None:
-        line = raw.decode("utf-8", "replace").rstrip("\r")
-        # tqdm progress bars redraw with \r: keep the last frame.
-        if "\r" in line:
-            line = line.rsplit("\r", 1)[-1]
-        line = mask(line, self.secrets)
-        self.recent.append(line)
-        try:
-            self.on_line(line)
-        except Exception:  # a subscriber's bug must not stop the tail
-            import logging
-
-            logging.getLogger("fastverifyd.logs").exception("log subscriber failed")
-
-    def stop(self, timeout: float = 2.0) -> None:
-        """Read what remains, then stop."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        self.path = Path(path)
+        self.secrets = known

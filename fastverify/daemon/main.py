@@ -186,29 +186,25 @@ class Daemon:
         servers = []
         try:
             sock = api.bind_unix(cfg.socket_path, cfg.daemon.socket_group)
-            servers.append(api.ApiServer(sock, sup, None))
+            servers.append(api.ApiServer(sock, sup.api, None))
             if cfg.daemon.tcp_listen:
                 token = api.read_token(cfg.daemon.token_file)
-                servers.append(api.ApiServer(api.bind_tcp(cfg.daemon.tcp_listen), sup, token))
+                servers.append(api.ApiServer(api.bind_tcp(cfg.daemon.tcp_listen), sup.api, token))
         except (RuntimeError, OSError, ValueError) as exc:
             log.error("cannot open the control API: %s", exc)
             return 1
         for s in servers:
             api.serve_in_thread(s)
-        log.info("control API on %s%s", cfg.socket_path,
-                 f" and tcp {cfg.daemon.tcp_listen}" if cfg.daemon.tcp_listen else "")  # fmt: skip
+        log.info(
+            "control API on %s%s",
+            cfg.socket_path,
+            f" and tcp {cfg.daemon.tcp_listen}" if cfg.daemon.tcp_listen else "",
+        )
         if hub is not None:
             try:
-                sup.runtime = _start_exporter(sup, cfg, engine)
+                sup.attach_runtime(_start_exporter(sup, cfg, engine))
             except Exception as exc:
                 log.error("exporter failed to start on %s: %s", cfg.daemon.metrics_listen, exc)
-                sup.runtime = None
-            if sup.runtime is not None:
-                sup.on_state_change.append(
-                    lambda st: sup.runtime.set_server_url(
-                        sup.current.url if (sup.current and str(st) == "READY") else None
-                    )
-                )
         if not self.stop_event.is_set():
             sup.startup()
         code = self._loop(sup, notifier)

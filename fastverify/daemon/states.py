@@ -1,7 +1,7 @@
 """The supervisor's states and the only transitions allowed between them.
 
 This module is the single source of truth for the daemon's state machine; the
-supervisor calls `check_transition` on every change, so an illegal jump is a bug
+controller calls `check_transition` on every change, so an illegal jump is a bug
 that fails loudly instead of a silent inconsistency.
 
 States
@@ -20,12 +20,15 @@ BACKOFF       the engine crashed after READY; waiting (exponential backoff) befo
 
 Transitions (old -> allowed new)
 --------------------------------
-STOPPED      -> STARTING (start, switch), VERIFYING (adopting a live engine after a daemon
-                crash), STOPPING (shutdown with a leftover group)
-STARTING     -> VERIFYING (ready), FAILED (start failed), STOPPING (cancelled/shutdown)
-VERIFYING    -> READY, FAILED, STOPPING
+STOPPED      -> STARTING (start, switch, adopting a live engine after a daemon crash: it is
+                followed to readiness like a fresh start), STOPPING (shutdown with a
+                leftover group), FAILED (nothing could be started at all)
+STARTING     -> VERIFYING (ready), FAILED (start failed), STOPPING (shutdown),
+                ROLLING_BACK (cancelled: the previous profile is put back)
+VERIFYING    -> READY, FAILED, STOPPING, ROLLING_BACK (cancelled)
 READY        -> STOPPING (switch, restart, shutdown), BACKOFF (engine crashed)
-STOPPING     -> STOPPED, STARTING (switch: start the new profile), FAILED
+STOPPING     -> STOPPED, STARTING (switch: start the new profile), FAILED,
+                ROLLING_BACK (cancelled before the new profile started)
 FAILED       -> ROLLING_BACK, STARTING (next switch/restart), STOPPING, BACKOFF, STOPPED
 ROLLING_BACK -> VERIFYING, FAILED, STOPPING
 BACKOFF      -> STARTING (restart), FAILED (burst exceeded), STOPPING (switch/shutdown)
@@ -48,22 +51,17 @@ class State(StrEnum):
 
 
 TRANSITIONS: dict[State, frozenset[State]] = {
-    State.STOPPED: frozenset({State.STARTING, State.VERIFYING, State.STOPPING}),
-    State.STARTING: frozenset({State.VERIFYING, State.FAILED, State.STOPPING}),
-    State.VERIFYING: frozenset({State.READY, State.FAILED, State.STOPPING}),
+    State.STOPPED: frozenset({State.STARTING, State.STOPPING, State.FAILED}),
+    State.STARTING: frozenset({State.VERIFYING, State.FAILED, State.STOPPING, State.ROLLING_BACK}),
+    State.VERIFYING: frozenset({State.READY, State.FAILED, State.STOPPING, State.ROLLING_BACK}),
     State.READY: frozenset({State.STOPPING, State.BACKOFF}),
-    State.STOPPING: frozenset({State.STOPPED, State.STARTING, State.FAILED}),
+    State.STOPPING: frozenset({State.STOPPED, State.STARTING, State.FAILED, State.ROLLING_BACK}),
     State.FAILED: frozenset(
         {State.ROLLING_BACK, State.STARTING, State.STOPPING, State.BACKOFF, State.STOPPED}
     ),
     State.ROLLING_BACK: frozenset({State.VERIFYING, State.FAILED, State.STOPPING}),
     State.BACKOFF: frozenset({State.STARTING, State.FAILED, State.STOPPING}),
 }
-
-# States in which an engine process may be running and should be stopped on shutdown.
-ENGINE_MAY_RUN = frozenset(
-    {State.STARTING, State.VERIFYING, State.READY, State.ROLLING_BACK, State.STOPPING}
-)
 
 
 class IllegalTransition(RuntimeError):

@@ -1,10 +1,24 @@
-"""HubCollector: one prometheus-client custom collector that builds fresh metric families
-from a `MetricsHub.snapshot()` on every collect. No I/O, no parsing: state is prepared by
-the hub's writers.
+"""HubCollector: builds fresh metric families from one `MetricsHub.snapshot()` per scrape,
+one builder per source. No I/O, no parsing: state is prepared by the hub's writers.
+
+Sources and what each publishes
+-------------------------------
+engine          fastverify_up, fastverify_profile_info (identity + the profile's settings)
+sglang_metrics  decode figures from SGLang's /metrics poll or decode log lines: tokens/s,
+                generated tokens, accept length/rate, running/queued requests, KV usage,
+                spec cycle, break-even accept length, speedup estimate; baselines
+logs            NCCL's own view (version, "set by environment", TUNING choices, WARN count),
+                log lines read
+traces          verify-cycle histogram and per-window gauges, all-reduce calls, windows
+inspector       NCCL inspector all-reduce time, bandwidth, message size
+daemon          engine restarts, profile switches, engine start seconds
+(every source)  fastverify_source_up{source} (1: its last attempt worked) and
+                fastverify_source_last_success_timestamp_seconds{source}
 
 Naming: base units (seconds, bytes), `_total` counters, `_info` metadata; labels `profile`
 and `mode` on every figure of the running engine so Grafana can compare profiles. Series
-without data are absent, never zero (e.g. the break-even gauges without a baseline).
+without fresh data are absent, never zero: a fresh idle EAGLE-3 engine has no accept
+length, and a dead engine's live figures go with it.
 """
 
 from __future__ import annotations
@@ -22,10 +36,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from fastverify.exporters.hub import MetricsHub, is_secret_name
+from fastverify.exporters.hub import MetricsHub
+from fastverify.redact import is_secret_name
 
 _LABEL_BAD = re.compile(r"[^a-z0-9_]")
 _RESERVED = {"profile", "mode", "engine"}
+PM = ["profile", "mode"]
 
 
 def profile_labels(
@@ -56,206 +72,135 @@ def _gauge(
     return g
 
 
-class HubCollector(Collector):
-    """Publishes a MetricsHub. Register it on a CollectorRegistry(auto_describe=False)."""
-
-    def __init__(self, hub: MetricsHub) -> None:
-        self.hub = hub
-
-    def describe(self) -> list[Metric]:
-        return []  # names vary with state; skip the registry's duplicate check
-
-    def collect(self) -> Iterator[Metric]:
-        yield from build_families(self.hub.snapshot())
+def _counter(name: str, doc: str, label: str, values: dict[str, float]) -> Metric:
+    c = CounterMetricFamily(name, doc, labels=[label])
+    for key, n in sorted(values.items()):
+        c.add_metric([key], n)
+    return c
 
 
-def build_families(s: dict[str, Any]) -> list[Metric]:
-    """Every metric family for one snapshot (see the module docstring for conventions)."""
-    out: list[Metric | None] = []
-    pm_keys = ["profile", "mode"]
-    pm = [s["profile"], s["mode"]]
-
+def engine_families(s: dict[str, Any]) -> list[Metric | None]:
     up = GaugeMetricFamily("fastverify_up", "1 when the engine answers, else 0")
     up.add_metric([], 1.0 if s["up"] else 0.0)
-    out.append(up)
-
+    out: list[Metric | None] = [up]
     if s["profile"] or s["mode"]:
         info = InfoMetricFamily(
             "fastverify_profile", "Active NCCL profile, decoding mode and the profile's settings"
         )
         info.add_metric([], profile_labels(s["profile"], s["mode"], s["engine"], s["settings"]))
         out.append(info)
+    return out
 
-    obs = s["observation"]
-    out.append(
-        _gauge(
-            "fastverify_generation_tokens_per_second",
-            "Decode throughput (tokens/s), from SGLang's generation token counter "
-            "over the rate window, else its last reported gen throughput",
-            s["tokens_per_second"],
-            pm_keys,
-            pm,
-        )
-    )
+
+def decode_families(s: dict[str, Any]) -> list[Metric | None]:
+    pm = [s["profile"], s["mode"]]
+    req = s["requests"]
+    out: list[Metric | None] = [
+        _gauge("fastverify_generation_tokens_per_second",
+               "Decode throughput (tokens/s), from SGLang's generation token counter "
+               "over the rate window, else its last reported gen throughput",
+               s["tokens_per_second"], PM, pm),
+        _gauge("fastverify_spec_accept_length",
+               "Accepted tokens per verify pass, bonus token included",
+               s["spec_accept_length"], PM, pm),
+        _gauge("fastverify_spec_accept_rate", "Accepted share of drafted tokens",
+               s["spec_accept_rate"], PM, pm),
+    ]  # fmt: skip
     if s["generation_tokens_total"]:
         c = CounterMetricFamily(
             "fastverify_generation_tokens",
             "Generated tokens per profile and mode (from SGLang's counter, across restarts)",
-            labels=pm_keys,
+            labels=PM,
         )
         for (profile, mode), total in sorted(s["generation_tokens_total"].items()):
             c.add_metric([profile, mode], total)
         out.append(c)
-    if obs is not None:
-        if s["eagle"] and obs.accept_len is not None:
-            out.append(
-                _gauge(
-                    "fastverify_spec_accept_length",
-                    "Accepted tokens per verify pass, bonus token included",
-                    obs.accept_len,
-                    pm_keys,
-                    pm,
-                )
-            )
-            out.append(
-                _gauge(
-                    "fastverify_spec_accept_rate",
-                    "Accepted share of drafted tokens",
-                    obs.accept_rate,
-                    pm_keys,
-                    pm,
-                )
-            )
-        out.append(
-            _gauge(
-                "fastverify_running_requests", "Requests decoding", obs.running_reqs, pm_keys, pm
-            )
-        )
-        out.append(
-            _gauge("fastverify_queued_requests", "Requests waiting", obs.queue_reqs, pm_keys, pm)
-        )
-        out.append(
-            _gauge(
-                "fastverify_kv_token_usage_ratio",
-                "KV cache token usage (0-1)",
-                obs.token_usage,
-                pm_keys,
-                pm,
-            )
-        )
-    out.append(
-        _gauge(
-            "fastverify_spec_cycle_seconds",
-            "Whole draft+verify cycle = running_reqs * accept_len / gen_throughput",
-            s["spec_cycle_seconds"],
-            pm_keys,
-            pm,
-        )
-    )
-    out.append(
-        _gauge(
-            "fastverify_spec_breakeven_accept_length",
-            "Accept length at which EAGLE-3 matches the profile's recorded baseline "
-            "= spec cycle seconds x baseline tokens/s per request",
-            s["breakeven_accept_length"],
-            pm_keys,
-            pm,
-        )
-    )
-    out.append(
-        _gauge(
-            "fastverify_spec_speedup_estimate",
-            "EAGLE-3 tokens/s over the recorded baseline tokens/s of the same profile",
-            s["speedup_estimate"],
-            pm_keys,
-            pm,
-        )
-    )
+    if req is not None:
+        out += [
+            _gauge("fastverify_running_requests", "Requests decoding", req.running_reqs, PM, pm),
+            _gauge("fastverify_queued_requests", "Requests waiting", req.queue_reqs, PM, pm),
+            _gauge("fastverify_kv_token_usage_ratio", "KV cache token usage (0-1)",
+                   req.token_usage, PM, pm),
+        ]  # fmt: skip
+    out += [
+        _gauge("fastverify_spec_cycle_seconds",
+               "Whole draft+verify cycle = running_reqs * accept_len / gen_throughput",
+               s["spec_cycle_seconds"], PM, pm),
+        _gauge("fastverify_spec_breakeven_accept_length",
+               "Accept length at which EAGLE-3 matches the profile's recorded baseline "
+               "= spec cycle seconds x baseline tokens/s per request",
+               s["breakeven_accept_length"], PM, pm),
+        _gauge("fastverify_spec_speedup_estimate",
+               "EAGLE-3 tokens/s over the recorded baseline tokens/s of the same profile",
+               s["speedup_estimate"], PM, pm),
+    ]  # fmt: skip
+    return out + baseline_families(s)
 
-    if s["baselines"]:
-        now = s["now"]
-        tps = GaugeMetricFamily(
-            "fastverify_baseline_tokens_per_second",
-            "Last recorded baseline-mode throughput of each profile",
-            labels=["profile"],
-        )
-        per = GaugeMetricFamily(
-            "fastverify_baseline_request_tokens_per_second",
-            "Last recorded baseline-mode tokens/s per request of each profile",
-            labels=["profile"],
-        )
-        age = GaugeMetricFamily(
-            "fastverify_baseline_age_seconds",
-            "Age of the recorded baseline of each profile",
-            labels=["profile"],
-        )
-        when = GaugeMetricFamily(
-            "fastverify_baseline_timestamp_seconds",
-            "Unix time of the recorded baseline of each profile",
-            labels=["profile"],
-        )
-        for name, b in sorted(s["baselines"].items()):
-            tps.add_metric([name], b.tokens_per_second)
-            per.add_metric([name], b.per_request_tokens_per_second)
-            age.add_metric([name], max(0.0, float(int(now - b.measured_at))))
-            when.add_metric([name], b.measured_at)
-        out += [tps, per, age, when]
 
-    # profile windows (traces)
-    hist = HistogramMetricFamily(
-        "fastverify_verify_cycle_seconds",
-        "One TARGET_VERIFY forward on the GPU, from profile windows",
-        labels=pm_keys,
-    )
-    for (profile, mode), h in sorted(s["verify_hist"].items()):
-        hist.add_metric([profile, mode], h.cumulative(), h.total)
+def baseline_families(s: dict[str, Any]) -> list[Metric | None]:
+    if not s["baselines"]:
+        return []
+    now = s["now"]
+    fams = [
+        GaugeMetricFamily(name, doc, labels=["profile"])
+        for name, doc in (
+            ("fastverify_baseline_tokens_per_second",
+             "Last recorded baseline-mode throughput of each profile"),
+            ("fastverify_baseline_request_tokens_per_second",
+             "Last recorded baseline-mode tokens/s per request of each profile"),
+            ("fastverify_baseline_age_seconds", "Age of the recorded baseline of each profile"),
+            ("fastverify_baseline_timestamp_seconds",
+             "Unix time of the recorded baseline of each profile"),
+        )
+    ]  # fmt: skip
+    for name, b in sorted(s["baselines"].items()):
+        age = max(0.0, float(int(now - b.measured_at)))
+        for fam, v in zip(fams, (b.tokens_per_second, b.per_request_tokens_per_second, age,
+                                 b.measured_at), strict=True):  # fmt: skip
+            fam.add_metric([name], v)
+    return list(fams)
+
+
+def trace_families(s: dict[str, Any]) -> list[Metric | None]:
+    pm = [s["profile"], s["mode"]]
+    out: list[Metric | None] = []
     if s["verify_hist"]:
+        hist = HistogramMetricFamily(
+            "fastverify_verify_cycle_seconds",
+            "One TARGET_VERIFY forward on the GPU, from profile windows",
+            labels=PM,
+        )
+        for (profile, mode), h in sorted(s["verify_hist"].items()):
+            hist.add_metric([profile, mode], h.cumulative(), h.total)
         out.append(hist)
     tr = s["trace"]
     if tr is not None:
-        out.append(
-            _gauge(
-                "fastverify_allreduce_per_verify",
-                "All-reduce kernels in one verify pass (GPU kernel records)",
-                tr["allreduce_per_verify"],
-                pm_keys,
-                pm,
-            )
-        )
-        out.append(
-            _gauge(
-                "fastverify_allreduce_seconds_per_verify",
-                "GPU time of those all-reduce kernels per verify pass",
-                tr["allreduce_seconds_per_verify"],
-                pm_keys,
-                pm,
-            )
-        )
-        out.append(
-            _gauge(
-                "fastverify_allreduce_verify_share_ratio",
-                "Share of verify time spent in all-reduce kernels (0-1)",
-                tr["allreduce_share"],
-                pm_keys,
-                pm,
-            )
-        )
+        out += [
+            _gauge("fastverify_allreduce_per_verify",
+                   "All-reduce kernels in one verify pass (GPU kernel records)",
+                   tr["allreduce_per_verify"], PM, pm),
+            _gauge("fastverify_allreduce_seconds_per_verify",
+                   "GPU time of those all-reduce kernels per verify pass",
+                   tr["allreduce_seconds_per_verify"], PM, pm),
+            _gauge("fastverify_allreduce_verify_share_ratio",
+                   "Share of verify time spent in all-reduce kernels (0-1)",
+                   tr["allreduce_share"], PM, pm),
+        ]  # fmt: skip
         q = GaugeMetricFamily(
             "fastverify_verify_seconds",
             "Verify pass time quantiles of the last profile window",
-            labels=[*pm_keys, "quantile"],
+            labels=[*PM, "quantile"],
         )
         q.add_metric([*pm, "0.5"], tr["verify_seconds_p50"])
         q.add_metric([*pm, "0.9"], tr["verify_seconds_p90"])
-        out.append(q)
         rk = GaugeMetricFamily(
             "fastverify_rank_allreduce_seconds_per_verify",
             "All-reduce GPU time per verify pass on each TP rank",
-            labels=[*pm_keys, "rank"],
+            labels=[*PM, "rank"],
         )
         for rank, ar_s, _v in tr["ranks"]:
             rk.add_metric([*pm, str(rank)], ar_s)
-        out.append(rk)
+        out += [q, rk]
         out.append(
             _gauge(
                 "fastverify_trace_window_timestamp_seconds",
@@ -270,72 +215,48 @@ def build_families(s: dict[str, Any]) -> list[Metric]:
             "fastverify_allreduce_calls",
             "All-reduces observed on the GPU (trace kernels of rank 0, or "
             "NCCL inspector records); never from host-side NCCL logs",
-            labels=[*pm_keys, "source"],
+            labels=[*PM, "source"],
         )
         for (profile, mode, src), n in sorted(s["allreduce_calls"].items()):
             c.add_metric([profile, mode, src], n)
         out.append(c)
     if s["trace_windows"]:
-        c = CounterMetricFamily(
-            "fastverify_trace_windows", "Profile windows by result", labels=["result"]
-        )
-        for result, n in sorted(s["trace_windows"].items()):
-            c.add_metric([result], n)
-        out.append(c)
+        out.append(_counter("fastverify_trace_windows", "Profile windows by result", "result",
+                            s["trace_windows"]))  # fmt: skip
+    return out
+
+
+def inspector_families(s: dict[str, Any]) -> list[Metric | None]:
     ins = s["inspector"]
-    if ins is not None:
-        out.append(
-            _gauge(
-                "fastverify_inspector_allreduce_seconds",
-                "Mean all-reduce execution time (NCCL inspector, GPU-timed)",
-                ins.get("mean_exec_seconds"),
-                pm_keys,
-                pm,
-            )
-        )
-        out.append(
-            _gauge(
-                "fastverify_inspector_allreduce_bus_bandwidth_bytes_per_second",
-                "Mean all-reduce bus bandwidth (NCCL inspector)",
-                ins.get("mean_busbw_bytes_per_second"),
-                pm_keys,
-                pm,
-            )
-        )
-        out.append(
-            _gauge(
-                "fastverify_inspector_allreduce_message_bytes",
-                "Mean all-reduce message size (NCCL inspector)",
-                ins.get("mean_message_bytes"),
-                pm_keys,
-                pm,
-            )
-        )
+    if ins is None:
+        return []
+    pm = [s["profile"], s["mode"]]
+    return [
+        _gauge("fastverify_inspector_allreduce_seconds",
+               "Mean all-reduce execution time (NCCL inspector, GPU-timed)",
+               ins.get("mean_exec_seconds"), PM, pm),
+        _gauge("fastverify_inspector_allreduce_bus_bandwidth_bytes_per_second",
+               "Mean all-reduce bus bandwidth (NCCL inspector)",
+               ins.get("mean_busbw_bytes_per_second"), PM, pm),
+        _gauge("fastverify_inspector_allreduce_message_bytes",
+               "Mean all-reduce message size (NCCL inspector)",
+               ins.get("mean_message_bytes"), PM, pm),
+    ]  # fmt: skip
 
-    # daemon
-    c = CounterMetricFamily(
-        "fastverify_engine_restarts", "Engine restarts by reason", labels=["reason"]
-    )
-    for reason, n in sorted(s["restarts"].items()):
-        c.add_metric([reason], n)
-    out.append(c)
-    c = CounterMetricFamily(
-        "fastverify_profile_switches", "Profile switches by result", labels=["result"]
-    )
-    for result, n in s["switches"].items():
-        c.add_metric([result], n)
-    out.append(c)
-    out.append(
-        _gauge(
-            "fastverify_engine_start_seconds",
-            "Last engine time-to-ready",
-            s["engine_start_seconds"],
-            [],
-            [],
-        )
-    )
 
-    # NCCL's own view (log lines)
+def daemon_families(s: dict[str, Any]) -> list[Metric | None]:
+    return [
+        _counter("fastverify_engine_restarts", "Engine restarts by reason", "reason",
+                 s["restarts"]),
+        _counter("fastverify_profile_switches", "Profile switches by result", "result",
+                 s["switches"]),
+        _gauge("fastverify_engine_start_seconds", "Last engine time-to-ready",
+               s["engine_start_seconds"], [], []),
+    ]  # fmt: skip
+
+
+def log_families(s: dict[str, Any]) -> list[Metric | None]:
+    out: list[Metric | None] = []
     if s["nccl_version"]:
         i = InfoMetricFamily("fastverify_nccl", "NCCL version reported by the engine")
         i.add_metric([], {"version": s["nccl_version"]})
@@ -365,4 +286,54 @@ def build_families(s: dict[str, Any]) -> list[Metric]:
     c = CounterMetricFamily("fastverify_log_lines", "Engine log lines read")
     c.add_metric([], s["log_lines"])
     out.append(c)
-    return [m for m in out if m is not None]
+    return out
+
+
+def source_families(s: dict[str, Any]) -> list[Metric | None]:
+    if not s["sources"]:
+        return []
+    up = GaugeMetricFamily(
+        "fastverify_source_up",
+        "1 when the source's last attempt worked (poll answered, window analysed, line "
+        "read, daemon feed), else 0; absent for a source never used",
+        labels=["source"],
+    )
+    last = GaugeMetricFamily(
+        "fastverify_source_last_success_timestamp_seconds",
+        "Unix time the source last delivered data",
+        labels=["source"],
+    )
+    for src, (ok, at) in sorted(s["sources"].items()):
+        up.add_metric([src], 1.0 if ok else 0.0)
+        if at is not None:
+            last.add_metric([src], at)
+    return [up, last]
+
+
+BUILDERS = (
+    engine_families,
+    decode_families,
+    trace_families,
+    inspector_families,
+    daemon_families,
+    log_families,
+    source_families,
+)
+
+
+def build_families(s: dict[str, Any]) -> list[Metric]:
+    """Every metric family for one snapshot, source by source."""
+    return [m for build in BUILDERS for m in build(s) if m is not None]
+
+
+class HubCollector(Collector):
+    """Publishes a MetricsHub. Register it on a CollectorRegistry(auto_describe=False)."""
+
+    def __init__(self, hub: MetricsHub) -> None:
+        self.hub = hub
+
+    def describe(self) -> list[Metric]:
+        return []  # names vary with state; skip the registry's duplicate check
+
+    def collect(self) -> Iterator[Metric]:
+        yield from build_families(self.hub.snapshot())

@@ -6,13 +6,21 @@ different inode: logrotate's create mode) drains the old file, then continues at
 of the new one; truncation (copytruncate: the size fell below our offset, or the first bytes
 changed because the file was truncated and rewritten past our offset between two reads)
 restarts at offset 0; a missing file is waited for. Non-UTF-8 bytes are replaced.
+
+`Tail(path, on_line)` runs a follower in a thread and calls `on_line` per line.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
+
+log = logging.getLogger("fastverify.follow")
 
 _MAX_PARTIAL = 1 << 20  # a "line" longer than this is emitted as is
 _HEAD = 64  # first bytes remembered to notice a truncate-and-rewrite between two reads
@@ -88,6 +96,13 @@ class FileFollower:
         self._remember_head()
         return self._split(data)
 
+    def take_partial(self) -> str | None:
+        """The incomplete last line, handed over once (a writer that died mid-line)."""
+        if not self._partial:
+            return None
+        raw, self._partial = self._partial, b""
+        return raw.rstrip(b"\r").decode("utf-8", "replace")
+
     def _head_changed(self) -> bool:
         """Truncated and rewritten past our offset between two reads: the first bytes differ."""
         assert self._fh is not None
@@ -109,3 +124,73 @@ class FileFollower:
             parts.append(self._partial)
             self._partial = b""
         return [p.rstrip(b"\r").decode("utf-8", "replace") for p in parts]
+
+
+class Tail:
+    """A thread that follows `path` with a FileFollower and calls `on_line(line)` for every
+    complete line (tqdm's `\\r` redraws keep their last frame); `recent` holds the last
+    `keep` lines. `stop()` reads what remains, then ends. The one tailer of the project:
+    the daemon's engine log, the standalone exporter's `--log-file`."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        on_line: Callable[[str], None],
+        *,
+        interval_s: float = 0.02,
+        keep: int = 400,
+        transform: Callable[[str], str] | None = None,
+    ) -> None:
+        self.follower = FileFollower(path)
+        self.on_line = on_line
+        self.interval_s = interval_s
+        self.transform = transform
+        self.recent: deque[str] = deque(maxlen=keep)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"tail-{Path(path).name}", daemon=True
+        )
+
+    def start(self) -> Tail:
+        self._thread.start()
+        return self
+
+    def read_now(self) -> list[str]:
+        """Read and deliver what is there now (before `start`: a catch-up on the caller's
+        thread)."""
+        lines = []
+        for raw in self.follower.read_lines():
+            lines.append(raw)
+        return self._deliver(lines)
+
+    def _deliver(self, raws: list[str]) -> list[str]:
+        lines = []
+        for raw in raws:
+            line = raw.rsplit("\r", 1)[-1] if "\r" in raw else raw
+            if self.transform is not None:
+                line = self.transform(line)
+            self.recent.append(line)
+            lines.append(line)
+            try:
+                self.on_line(line)
+            except Exception:  # a subscriber's bug must not stop the tail
+                log.exception("log subscriber failed")
+        return lines
+
+    def _run(self) -> None:
+        while True:
+            stopping = self._stop.is_set()
+            self.read_now()
+            if stopping:
+                rest = self.follower.take_partial()
+                if rest:
+                    self._deliver([rest])
+                self.follower.close()
+                return
+            self._stop.wait(self.interval_s)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Read what remains, then stop."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)

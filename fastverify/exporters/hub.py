@@ -47,15 +47,10 @@ VERIFY_BUCKETS: tuple[float, ...] = (
     0.075,
     0.1,
 )
-SWITCH_RESULTS = ("ok", "rolled_back", "failed")
+SWITCH_RESULTS = ("ok", "rolled_back", "failed", "cancelled")
+# Sources of the exporter, each with its own success and freshness series.
+SOURCES = ("daemon", "sglang_metrics", "logs", "traces", "inspector")
 MAX_TUNING_ROWS = 64
-_SECRET_MARKERS = ("TOKEN", "_KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
-
-
-def is_secret_name(name: str) -> bool:
-    """True for variable names that may hold a secret (never exported as a label)."""
-    upper = name.upper()
-    return upper.endswith("_KEY") or upper == "KEY" or any(m in upper for m in _SECRET_MARKERS)
 
 
 @dataclass
@@ -135,6 +130,9 @@ class MetricsHub:
         # engine identity
         self._engine_up: bool | None = None
         self._poll_ok: bool | None = None
+        # per source: did its last attempt succeed, and when did it last succeed
+        self._source_up: dict[str, bool] = {}
+        self._source_last: dict[str, float] = {}
         self._profile: str | None = None
         self._mode: str | None = None
         self._settings: dict[str, str] = {}
@@ -182,10 +180,15 @@ class MetricsHub:
             if (profile, mode) != (self._profile, self._mode):
                 self._reset_live()
             if self._engine_up and not up:
-                # the engine went down: what NCCL said was about that process. The next
-                # engine prints its own lines while STARTING, before it is labelled READY.
+                # the engine went down: what NCCL said was about that process (the next
+                # engine prints its own lines while STARTING, before it is labelled READY),
+                # and its live figures go with it.
                 self._reset_nccl()
+                self._reset_live()
             self._engine_up = bool(up)
+            self._mark("daemon", True)
+            if not up:
+                self._source_up.pop("logs", None)
             self._profile = profile
             self._mode = mode
             self._settings = dict(settings or {})
@@ -199,12 +202,18 @@ class MetricsHub:
         `live=False` (catching up on an old log) keeps NCCL facts but not decode figures,
         which would otherwise be published as current."""
         rec = logparse.parse_line(line)
+        self.on_record(rec, live=live)
+        return rec
+
+    def on_record(self, rec: Mapping[str, Any] | None, live: bool = True) -> None:
+        """Feed one engine log line already parsed (`logparse.parse_line`; None: a line
+        with no record): the daemon parses each line once and hands the record on."""
         with self._lock:
             self._log_lines += 1
+            self._mark("logs", True)
             if rec is not None and (live or rec["kind"] != "decode"):
-                self._apply_record(rec)
+                self._apply_record(dict(rec))
                 self.version += 1
-        return rec
 
     def set_labels(
         self,
@@ -267,6 +276,7 @@ class MetricsHub:
         with self._lock:
             if not ranks:
                 self._trace_windows["empty"] += 1
+                self._mark("traces", False)
                 self.version += 1
                 return
             ref = min(ranks, key=lambda r: r.get("rank", 0))
@@ -299,12 +309,14 @@ class MetricsHub:
                 ],
             }
             self._trace_windows["ok"] += 1
+            self._mark("traces", True)
             self.version += 1
 
     def on_trace_failure(self) -> None:
         """Count a profile window that produced no analysis."""
         with self._lock:
             self._trace_windows["failed"] += 1
+            self._mark("traces", False)
             self.version += 1
 
     def on_sglang_metrics(self, values: Mapping[str, float] | None) -> None:
@@ -312,7 +324,12 @@ class MetricsHub:
         now = self._clock()
         with self._lock:
             self._poll_ok = values is not None
-            if values is not None:
+            self._mark("sglang_metrics", values is not None)
+            if values is None:
+                # no answer: nothing SGLang said earlier is current any more
+                self._obs_metrics = None
+                self._gen_tokens.clear()
+            else:
                 obs = Observation(at=now, source="sglang_metrics")
                 obs.gen_throughput = values.get("gen_throughput")
                 obs.running_reqs = values.get("num_running_reqs")
@@ -332,9 +349,16 @@ class MetricsHub:
             key = (self._profile or "", self._mode or "")
             self._allreduce_calls[(*key, "inspector")] += int(summary.get("allreduce_calls", 0))
             self._inspector = dict(summary)
+            self._mark("inspector", True)
             self.version += 1
 
     # ------------------------------------------------------------------ helpers
+    def _mark(self, source: str, ok: bool) -> None:
+        """Record an attempt of `source` (under the lock): up or not, and when it last worked."""
+        self._source_up[source] = ok
+        if ok:
+            self._source_last[source] = self._clock()
+
     def _reset_live(self) -> None:
         self._obs_log = None
         self._obs_metrics = None
@@ -400,6 +424,16 @@ class MetricsHub:
         ]
         return max(cands, key=lambda o: o.at) if cands else None
 
+    def _newest_observation(self, now: float) -> Observation | None:
+        """The newest reading of either source (within `observation_ttl_s`): request counts
+        and KV usage follow SGLang's own gauge once it is newer than the last decode line."""
+        cands = [
+            o
+            for o in (self._obs_log, self._obs_metrics)
+            if o is not None and now - o.at <= self.observation_ttl_s
+        ]
+        return max(cands, key=lambda o: o.at) if cands else None
+
     def _tokens_per_second(self, now: float, obs: Observation | None) -> float | None:
         pts = self._gen_tokens
         if len(pts) >= 2 and now - pts[-1][0] <= self.observation_ttl_s:
@@ -430,8 +464,12 @@ class MetricsHub:
                     breakeven = breakeven_accept_length(
                         cycle, baseline.per_request_tokens_per_second
                     )
-                if tps is not None:
+                if tps:  # an idle engine (0 tok/s) has no speedup to estimate
                     speedup = tps / baseline.tokens_per_second
+            accept_len = accept_rate = None
+            if eagle and obs is not None and obs.accept_len:
+                # an accept length is never 0: SGLang's 0 means "no verify pass yet"
+                accept_len, accept_rate = obs.accept_len, obs.accept_rate
             up = self._engine_up if self._engine_up is not None else bool(self._poll_ok)
             return {
                 "now": now,
@@ -450,6 +488,14 @@ class MetricsHub:
                 "log_lines": self._log_lines,
                 "trace_windows": dict(self._trace_windows),
                 "observation": obs,
+                "requests": self._newest_observation(now),
+                "spec_accept_length": accept_len,
+                "spec_accept_rate": accept_rate,
+                "sources": {
+                    src: (self._source_up[src], self._source_last.get(src))
+                    for src in SOURCES
+                    if src in self._source_up
+                },
                 "tokens_per_second": tps,
                 "generation_tokens_total": dict(self._gen_tokens_totals),
                 "spec_cycle_seconds": cycle,

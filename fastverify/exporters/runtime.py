@@ -199,9 +199,13 @@ class ExporterRuntime:
         window.mkdir()
         # no Python stacks or shapes: smaller traces, less profiling overhead (newer SGLang
         # defaults with_stack to true); releases that reject the fields get the bare body
-        body: dict[str, Any] = {"output_dir": str(window), "num_steps": steps,
-                                "activities": ["CPU", "GPU"], "with_stack": False,
-                                "record_shapes": False}  # fmt: skip
+        body: dict[str, Any] = {
+            "output_dir": str(window),
+            "num_steps": steps,
+            "activities": ["CPU", "GPU"],
+            "with_stack": False,
+            "record_shapes": False,
+        }
         status, text = self._start_profile(url, body)
         if 400 <= status < 500:
             status, text = self._start_profile(url, {"output_dir": str(window), "num_steps": steps})

@@ -30,45 +30,39 @@ log = logging.getLogger("fastverify.exporter")
 
 
 def read_env_file(path: Path) -> dict[str, str]:
-    """KEY=VALUE lines of a profile env file (comments and blanks skipped)."""
-    env: dict[str, str] = {}
-    for raw in path.read_text(encoding="utf-8").splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        env[key.strip()] = value.strip()
-    return env
+    """KEY=VALUE settings of a profile env file, read by the profiles' own parser (the
+    project's one env-file reader); OSError when it cannot be read."""
+    from fastverify.profiles.envfile import parse_file
+
+    parsed = parse_file(path)
+    unreadable = [p for p in parsed.problems if p.line == 0]
+    if unreadable:
+        raise OSError(0, unreadable[0].message)
+    return parsed.env
 
 
 class LogFollowerThread:
-    """Feed a growing log file to the hub every `interval_s` (see follow.FileFollower)."""
+    """Feed a growing log file to the hub (follow.Tail: survives rotation and truncation);
+    what the file held before the start is read once for NCCL facts only."""
 
     def __init__(self, hub: MetricsHub, path: Path, interval_s: float = 0.2) -> None:
-        from fastverify.exporters.follow import FileFollower
+        from fastverify.exporters.follow import Tail
 
         self.hub = hub
-        self.follower = FileFollower(path)
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fastverify-log", daemon=True)
+        self._live = False
+        self.tail = Tail(path, self._line, interval_s=interval_s)
+
+    def _line(self, line: str) -> None:
+        self.hub.on_log_line(line, live=self._live)
 
     def start(self) -> LogFollowerThread:
-        for line in self.follower.read_lines():  # catch up: NCCL facts only
-            self.hub.on_log_line(line, live=False)
-        self._thread.start()
+        self.tail.read_now()  # catch up: NCCL facts only
+        self._live = True
+        self.tail.start()
         return self
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            for line in self.follower.read_lines():
-                self.hub.on_log_line(line)
-
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-        self.follower.close()
+        self.tail.stop(timeout=5)
 
 
 def build_parser() -> argparse.ArgumentParser:

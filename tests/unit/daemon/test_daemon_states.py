@@ -34,7 +34,9 @@ def test_every_state_has_a_row_and_targets_are_states() -> None:
         ("BACKOFF", "STARTING"),
         ("BACKOFF", "FAILED"),  # burst exceeded
         ("FAILED", "STARTING"),  # next switch recovers
-        ("STOPPED", "VERIFYING"),  # adoption of a live engine
+        ("STOPPED", "STARTING"),  # adoption: followed to readiness like a fresh start
+        ("STOPPED", "FAILED"),  # nothing could be started at all
+        ("STARTING", "ROLLING_BACK"),  # cancelled: the previous profile is put back
     ],
 )
 def test_allowed(old: str, new: str) -> None:
@@ -51,6 +53,7 @@ def test_allowed(old: str, new: str) -> None:
         ("ROLLING_BACK", "READY"),  # rollback is verified too
         ("BACKOFF", "READY"),
         ("STOPPED", "ROLLING_BACK"),
+        ("STOPPED", "VERIFYING"),  # adoption goes through STARTING (it may still load)
     ],
 )
 def test_refused(old: str, new: str) -> None:

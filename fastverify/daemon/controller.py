@@ -1,0 +1,512 @@
+"""The controller: the daemon's state machine and the switch / rollback / cancel / crash steps.
+
+It owns the state (states.py), the active and last good (profile, mode), the engine handle
+and the last failure, and runs one operation at a time through the `Slot`
+(operations.py). Engine I/O is the launcher's (launcher.py); the restart policy is
+restart.py's; what the daemon persists, journals, notifies and exports is done by
+observers of the typed events it publishes (events.py, observers.py).
+
+Steps
+-----
+switch/mode/restart: stop the engine -> STARTING -> ready -> VERIFYING -> READY; on failure
+  FAILED -> ROLLING_BACK to the last good (profile, mode) -> READY (or FAILED).
+cancel (POST /v1/cancel): the operation in flight stops where it is (a model load in
+  STARTING: the new engine's group is stopped) and the previous (profile, mode) is put
+  back; the result is `cancelled`.
+crash: the engine died (or lost a verified worker) after READY -> BACKOFF (restart policy)
+  -> STARTING ... READY; too many crashes in the window -> FAILED. An explicit operation
+  pre-empts a crash restart waiting out its backoff.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastverify.daemon import events as ev
+from fastverify.daemon.crashes import CrashSteps
+from fastverify.daemon.failures import Failure
+from fastverify.daemon.launcher import EngineHandle, Launcher
+from fastverify.daemon.logs import LineFacts, LogRing
+from fastverify.daemon.operations import Claim, Operation, OpResult, Slot
+from fastverify.daemon.resolve import RequestError, Resolver
+from fastverify.daemon.restart import CrashWindow, RestartPolicy
+from fastverify.daemon.states import State, check_transition
+from fastverify.daemon.statestore import StateStore
+from fastverify.redact import mask_argv
+
+log = logging.getLogger("fastverifyd.controller")
+
+# Operations counted as profile switches by the exporter (start-up and crash restarts are not).
+SWITCH_KINDS = ("switch", "mode")
+# Operations a client may cancel.
+CANCELLABLE = ("switch", "mode", "restart", "start")
+
+
+def _now() -> float:
+    return time.time()
+
+
+class Controller(CrashSteps):
+    """See the module docstring. Public methods are thread-safe."""
+
+    def __init__(
+        self,
+        cfg: Any,
+        engine: Any,
+        launcher: Launcher,
+        resolver: Resolver,
+        store: StateStore,
+        bus: ev.EventBus,
+        ring: LogRing | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cfg = cfg
+        self.engine = engine
+        self.launcher = launcher
+        self.resolver = resolver
+        self.store = store
+        self.bus = bus
+        self.ring = ring or LogRing()
+        self.clock = clock
+        self.slot = Slot()
+        self.crashes = CrashWindow(RestartPolicy.from_config(cfg.daemon))
+        self._lock = threading.RLock()
+        self.state = State.STOPPED
+        self.since = _now()
+        self.current: EngineHandle | None = None
+        self.active: dict[str, str | None] = {"profile": None, "mode": None}
+        self.last_good: dict[str, str] | None = None
+        self.last_failure: dict[str, Any] | None = None
+        self.restarts: collections.Counter[str] = collections.Counter()
+        self.shutting_down = threading.Event()
+        self._threads: list[threading.Thread] = []
+        launcher.on_line = self._on_line
+        launcher.on_exit = self._on_exit
+
+    # ------------------------------------------------------------------ plumbing
+    @property
+    def op(self) -> Operation | None:
+        """The operation in flight (not yet answered), else None."""
+        return self.slot.in_flight()
+
+    def say(self, message: str, level: int = logging.INFO) -> None:
+        """A daemon message: the log, the ring (`fastverifyctl logs`), the operation's stream."""
+        log.log(level, message)
+        self.ring.add(message, source="daemon")
+        op = self.op
+        if op is not None:
+            op.emit("log", line=message, source="daemon")
+
+    def set_state(self, new: State, why: str = "") -> None:
+        with self._lock:
+            old = self.state
+            check_transition(old, new)
+            if old == new:
+                return
+            self.state = new
+            self.since = _now()
+        op = self.op
+        if op is not None:
+            op.emit("state", state=str(new), previous=str(old), why=why)
+        log.info("state %s -> %s%s", old, new, f" ({why})" if why else "")
+        self.bus.publish(ev.StateChanged(old, new, why, op.id if op else None))
+
+    def _spawn_thread(self, target: Callable[..., None], *args: Any) -> None:
+        t = threading.Thread(target=target, args=args, name=f"op-{target.__name__}", daemon=True)
+        self._threads = [x for x in self._threads if x.is_alive()]
+        self._threads.append(t)
+        t.start()
+
+    def _settings(self, h: EngineHandle | None) -> dict[str, str]:
+        return dict(h.expected_nccl) if h is not None else {}
+
+    def _result(self, op: Operation, result: str, **kw: Any) -> OpResult:
+        fields = {k: kw.pop(k) for k in ("reason", "message", "log", "line") if k in kw}
+        return OpResult(
+            id=op.id,
+            kind=op.kind,
+            result=result,
+            profile=op.profile,
+            mode=op.mode,
+            duration_s=op.elapsed(),
+            serving={"profile": self.active.get("profile"), "mode": self.active.get("mode")},
+            extra=kw,
+            **fields,
+        )
+
+    def _finish(self, op: Operation, outcome: OpResult, journal: bool = True) -> None:
+        """Announce the result (journal, exporter) before the client sees it, then let go."""
+        if journal:
+            record = outcome.to_dict()
+            self.bus.publish(
+                ev.OperationFinished(op.id, op.kind, outcome.result, record, op.started_at)
+            )
+        op.finish(outcome)
+        self.slot.release(op)
+
+    def save_state(self) -> None:
+        with self._lock:
+            data = {
+                "profile": self.active.get("profile"),
+                "mode": self.active.get("mode"),
+                "last_good": dict(self.last_good) if self.last_good else None,
+                "last_failure": self.last_failure,
+            }
+        try:
+            self.store.save_state(data)
+        except OSError as exc:
+            self.say(f"cannot save state: {exc}", logging.ERROR)
+
+    def record_failure(self, failure: Failure, during: Operation | None, **extra: Any) -> None:
+        with self._lock:
+            self.last_failure = dict(failure.to_dict(), at=_now(), **extra)
+            if during is not None:
+                self.last_failure.update(profile=during.profile, mode=during.mode, op=during.kind)
+
+    # ------------------------------------------------------------------ requests
+    def request(
+        self,
+        kind: str,
+        name: str | None,
+        mode: str | None,
+        *,
+        force: bool = False,
+        queue: bool = False,
+        timeout_s: float | None = None,
+        withdrawn: Callable[[], bool] | None = None,
+    ) -> Operation:
+        """Validate, take the slot (or queue for it), start the operation thread.
+        Raises RequestError: 409 busy, 422 invalid, 503 shutting down, 507 state dir."""
+        if self.shutting_down.is_set():
+            raise RequestError(503, "fastverifyd is shutting down")
+        name, mode = self.resolver.defaults(name, mode, self.active)
+        if not queue:
+            self._refuse_if_busy()
+        t0 = time.monotonic()
+        profile, argv = self.resolver.resolve(name, mode, force)
+        verdict = self.resolver.check_argv(argv)
+        validate_s = time.monotonic() - t0
+        if verdict.ok is False:
+            raise RequestError(
+                422,
+                f"argv rejected for {name}/{mode}: {verdict.message}",
+                argv=mask_argv(argv),
+                reason="argv_rejected",
+            )
+        problem = self.store.check_writable()
+        if problem:
+            raise RequestError(
+                507,
+                f"{problem}; {kind} refused, nothing was stopped or changed",
+                reason="state_dir_unwritable",
+            )
+        op = Operation(kind, name, mode)
+        if queue:
+            claim = self.slot.wait_claim(op, withdrawn=withdrawn, stopping=self.shutting_down)
+        else:
+            claim = self.slot.claim(op)
+        if claim is Claim.STOPPING:
+            raise RequestError(503, "fastverifyd is shutting down")
+        if claim is Claim.WITHDRAWN:
+            log.info("queued %s to %s/%s withdrawn: the client went away", kind, name, mode)
+            raise RequestError(499, "queued request withdrawn", reason="withdrawn")
+        if claim is Claim.BUSY:
+            self._refuse_if_busy()
+            raise RequestError(409, "another operation is in flight")
+        op.restart_clock()
+        op.phases["validate"] = round(validate_s, 4)
+        op.emit("accepted", op=op.describe(), argv=mask_argv(argv), check=verdict.to_dict())
+        self.bus.publish(ev.OperationStarted(op.id, kind, name, mode))
+        self._spawn_thread(self._run_op, op, profile, argv, timeout_s)
+        return op
+
+    def _refuse_if_busy(self) -> None:
+        op = self.op
+        if op is not None and self.state == State.READY and op.moved():
+            op.wait(2.0)  # READY again: the operation is only writing its record
+        op = self.op
+        if op is not None and not op.preemptible:
+            raise RequestError(
+                409,
+                f"a {op.kind} to {op.profile}/{op.mode} is in flight "
+                f"(started {time.monotonic() - op.t0:.1f} s ago); retry later or ask to queue",
+                in_flight=op.describe(),
+            )
+
+    def cancel(self) -> Operation | None:
+        """Cancel the operation in flight (None when there is none that can be cancelled)."""
+        op = self.op
+        if op is None or op.kind not in CANCELLABLE:
+            return None
+        self.say(f"cancel requested: {op.kind} to {op.profile}/{op.mode}")
+        op.request_cancel("cancelled")
+        return op
+
+    def _run_op(
+        self, op: Operation, profile: Any, argv: list[str], timeout_s: float | None
+    ) -> None:
+        try:
+            outcome = self._switch(op, profile, argv, timeout_s)
+        except Exception as exc:  # never leave a caller without an answer
+            log.exception("operation %s failed unexpectedly", op.id)
+            outcome = self._result(op, "failed", reason="internal_error", message=str(exc))
+        self._finish(op, outcome)
+
+    # ------------------------------------------------------------------ the switch
+    def _switch(
+        self, op: Operation, profile: Any, argv: list[str], timeout_s: float | None
+    ) -> OpResult:
+        prev = dict(self.active)
+        self.say(f"{op.kind}: {prev.get('profile')}/{prev.get('mode')} -> {op.profile}/{op.mode}")
+        t0 = time.monotonic()
+        self._stop_current(f"{op.kind} to {op.profile}/{op.mode}")
+        op.phases["stop"] = round(time.monotonic() - t0, 4)
+        if op.cancel.is_set():
+            failure = Failure("cancelled", "cancelled before the new engine started")
+            return self._failed(op, failure, prev)
+        self.set_state(State.STARTING, f"{op.kind} {op.profile}/{op.mode}")
+        with self._lock:
+            self.active = {"profile": op.profile, "mode": op.mode}
+        outcome = self._start(op, profile, argv, timeout_s, op.cancel)
+        if isinstance(outcome, EngineHandle):
+            return self._succeeded(op, outcome, prev)
+        return self._failed(op, outcome, prev)
+
+    def _stop_current(self, why: str) -> None:
+        h = self.current
+        if h is None:
+            return
+        if h.alive():
+            self.set_state(State.STOPPING, why)
+        self.stop_engine(h, "stopped")
+
+    def stop_engine(self, h: EngineHandle, why: str) -> None:
+        mine = self.current is h
+        self.launcher.stop(h, forget=mine)
+        if mine:
+            self.bus.publish(
+                ev.EngineDown(h.profile, h.mode, self.engine.name, self._settings(h), why)
+            )
+
+    def _start(
+        self,
+        op: Operation,
+        profile: Any,
+        argv: list[str],
+        timeout_s: float | None,
+        cancel: threading.Event,
+        adopt: EngineHandle | None = None,
+    ) -> EngineHandle | Failure:
+        """Spawn (or adopt), wait for readiness, verify. The engine is stopped on failure."""
+        timeout = timeout_s or self.cfg.daemon.readiness_timeout_s
+        if adopt is None:
+            try:
+                h = self.launcher.spawn(profile, op.mode, argv)
+            except OSError as exc:
+                return Failure("spawn_failed", f"cannot start the engine: {exc}")
+        else:
+            h = adopt
+        with self._lock:
+            self.current = h
+        op.emit("engine", pid=h.pid, log=str(h.log_path), argv=mask_argv(h.argv))
+        self.bus.publish(
+            ev.EngineStarting(
+                h.profile, h.mode, self.engine.name, self._settings(h), h.pid, str(h.log_path)
+            )
+        )
+        beat = lambda: self.bus.publish(ev.EngineWaiting(h.profile, h.mode))  # noqa: E731
+        failure = self.launcher.await_ready(h, timeout, cancel, heartbeat=beat)
+        if failure is None:
+            op.phases.setdefault("engine_ready", round(h.ready_s or 0.0, 4))
+            self.set_state(State.VERIFYING, f"engine ready after {h.ready_s or 0.0:.2f} s")
+            t0 = time.monotonic()
+            failure, details = self.launcher.verify(h)
+            op.emit("verify", ok=failure is None, message=details["env"].get("message", ""))
+            op.phases.setdefault("verify", round(time.monotonic() - t0, 4))
+            if failure is None and cancel.is_set():
+                failure = Failure("cancelled", "operation cancelled", log=str(h.log_path))
+            if failure is None:
+                op.verify = details
+                return h
+        level = logging.INFO if failure.reason == "cancelled" else logging.WARNING
+        self.say(
+            f"{op.kind} {h.profile}/{h.mode} failed: {failure.message} (log: {h.log_path})", level
+        )
+        self.stop_engine(h, "failed")
+        return failure
+
+    def _serving(self, h: EngineHandle, why: str) -> None:
+        h.serving = True
+        with self._lock:
+            self.active = {"profile": h.profile, "mode": h.mode}
+            self.last_good = {"profile": h.profile, "mode": h.mode}
+        self.save_state()
+        self.launcher.mark_verified(h)
+        self.set_state(State.READY, why)
+        self.bus.publish(
+            ev.EngineUp(
+                h.profile,
+                h.mode,
+                self.engine.name,
+                h.url,
+                self._settings(h),
+                h.pid,
+                h.engine_id,
+                h.ready_s or 0.0,
+                h.adopted,
+            )
+        )
+
+    def _succeeded(self, op: Operation, h: EngineHandle, prev: dict[str, Any]) -> OpResult:
+        t0 = time.monotonic()
+        if op.kind != "crash_restart":
+            self.crashes.clear()
+        self._serving(h, f"{h.profile}/{h.mode} verified")
+        op.phases["persist"] = round(time.monotonic() - t0, 4)
+        message = f"{h.profile}/{h.mode} is serving (ready in {h.ready_s or 0.0:.2f} s, verified)"
+        self.say(message)
+        return self._result(
+            op,
+            "ok",
+            log=str(h.log_path),
+            message=message,
+            engine_ready_s=round(h.ready_s or 0.0, 3),
+            verify=op.verify,
+            pid=h.pid,
+            previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
+            phases=dict(op.phases),
+        )
+
+    def _failed(self, op: Operation, failure: Failure, prev: dict[str, Any]) -> OpResult:
+        cancelled = op.cancel_reason == "cancelled" and not self.shutting_down.is_set()
+        base: dict[str, Any] = {
+            "reason": failure.reason,
+            "message": failure.message,
+            "log": failure.log,
+            "line": failure.line,
+            "previous": {"profile": prev.get("profile"), "mode": prev.get("mode")},
+        }
+        if not cancelled:
+            self.record_failure(failure, op)
+            self.set_state(State.FAILED, failure.reason)
+        elif self.state not in (State.STARTING, State.VERIFYING, State.STOPPING, State.FAILED):
+            self.set_state(State.FAILED, "cancelled")  # nothing to roll back from
+        if self.shutting_down.is_set() or (failure.reason == "cancelled" and not cancelled):
+            return self._result(op, "failed", **base)
+        if cancelled:
+            target = prev if prev.get("profile") and prev.get("mode") else self.last_good
+        else:
+            target = self.last_good
+        if target and (cancelled or (target["profile"], target["mode"]) != (op.profile, op.mode)):
+            rb = self._rollback(op, {"profile": target["profile"], "mode": target["mode"]})
+            if isinstance(rb, EngineHandle):
+                back = {"profile": target["profile"], "mode": target["mode"]}
+                if cancelled:
+                    base["message"] = (
+                        f"{op.kind} to {op.profile}/{op.mode} cancelled; "
+                        f"{back['profile']}/{back['mode']} is serving again"
+                    )
+                    return self._result(op, "cancelled", rolled_back_to=back, **base)
+                base["message"] = (
+                    f"{op.profile}/{op.mode} failed: {failure.reason}; rolled back to "
+                    f"{back['profile']}/{back['mode']} (log: {failure.log})"
+                )
+                return self._result(op, "rolled_back", rolled_back_to=back, **base)
+            base["rollback_failure"] = rb.to_dict()
+        with self._lock:
+            if self.current is not None and not self.current.alive():
+                self.current = None
+        self.save_state()
+        if cancelled:
+            msg = f"{op.kind} to {op.profile}/{op.mode} cancelled"
+            if "rollback_failure" in base:
+                msg += f"; putting the previous profile back failed: {base['rollback_failure']['reason']}"  # noqa: E501
+            base["message"] = msg
+            return self._result(op, "cancelled", **base)
+        msg = f"{op.profile}/{op.mode} failed: {failure.reason} (log: {failure.log})"
+        if "rollback_failure" in base:
+            msg += f"; rollback failed too: {base['rollback_failure']['reason']}"
+        base["message"] = msg
+        return self._result(op, "failed", **base)
+
+    def _rollback(self, op: Operation, target: dict[str, str]) -> EngineHandle | Failure:
+        self.set_state(State.ROLLING_BACK, f"to {target['profile']}/{target['mode']}")
+        self.say(f"rolling back to {target['profile']}/{target['mode']}")
+        try:
+            profile, argv = self.resolver.resolve(target["profile"], target["mode"])
+        except RequestError as exc:
+            self.set_state(State.FAILED, "last good profile no longer loads")
+            return Failure("invalid_profile", f"last good profile no longer loads: {exc}")
+        with self._lock:
+            self.active = dict(target)
+        step = _Step(op, target["profile"], target["mode"])
+        # Only shutdown stops a rollback: the operation's own cancel flag may be what led here.
+        outcome = self._start(step, profile, argv, None, self.shutting_down)  # type: ignore[arg-type]
+        if isinstance(outcome, EngineHandle):
+            self._serving(outcome, f"rolled back to {target['profile']}/{target['mode']}")
+            self.say(f"rolled back: {target['profile']}/{target['mode']} is serving")
+            return outcome
+        self.set_state(State.FAILED, f"rollback failed: {outcome.reason}")
+        return outcome
+
+    # ------------------------------------------------------------------ crashes
+    def _on_line(self, h: EngineHandle, line: str, facts: LineFacts) -> None:
+        self.ring.add(line)
+        self.bus.publish(ev.EngineLine(line, facts.record))
+        op = self.op
+        if op is None:
+            return
+        if facts.progress is not None and self.current is h:
+            phase, pct, msg = facts.progress
+            op.emit("progress", phase=phase, percent=pct, message=msg)
+        if self.current is h:
+            op.emit("log", line=line, source="engine")
+
+    # ------------------------------------------------------------------ shutdown
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Cancel any operation, stop the engine group, wait for operation threads."""
+        self.shutting_down.set()
+        op = self.op
+        if op is not None:
+            op.request_cancel("shutdown")
+        holder = self.slot.holder
+        if holder is not None:
+            holder.request_cancel("shutdown")
+        budget = timeout if timeout is not None else self.cfg.daemon.stop_grace_s + 15
+        deadline = time.monotonic() + budget
+        self.slot.wait_idle(max(0.1, budget / 2))
+        h = self.current
+        if h is not None:
+            if self.state not in (State.STOPPING, State.STOPPED):
+                with contextlib.suppress(Exception):
+                    self.set_state(State.STOPPING, "shutdown")
+            self.stop_engine(h, "stopped")
+            self.store.clear_pid()
+        with contextlib.suppress(Exception):
+            if self.state == State.STOPPING:
+                self.set_state(State.STOPPED, "shutdown")
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
+class _Step:
+    """A step of an operation under another (profile, mode) that streams into the same
+    operation (a rollback inside a switch)."""
+
+    def __init__(self, op: Operation, profile: str, mode: str) -> None:
+        self.parent = op
+        self.kind = "rollback"
+        self.profile = profile
+        self.mode = mode
+        self.phases: dict[str, float] = {}
+        self.verify: dict[str, Any] | None = None
+
+    def emit(self, event: str, **data: Any) -> None:
+        self.parent.emit(event, **data)

@@ -1,0 +1,157 @@
+"""The controller's crash steps: a serving engine died (or lost a worker) -> BACKOFF ->
+restart per the restart policy (restart.py) -> READY, or FAILED after the burst.
+
+A mixin of `Controller` (controller.py): it uses the controller's state, slot, launcher
+and events. The first crash is counted and READY left at once, on the launcher's watch
+thread; the restart runs as a `crash_restart` operation that holds the slot and is
+`preemptible` while it waits out its backoff (an explicit switch cancels the wait).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from fastverify.daemon import events as ev
+from fastverify.daemon.failures import Failure
+from fastverify.daemon.launcher import EngineHandle
+from fastverify.daemon.operations import Claim, Operation, OpResult
+from fastverify.daemon.resolve import RequestError
+from fastverify.daemon.restart import Decision
+from fastverify.daemon.states import State
+
+log = logging.getLogger("fastverifyd.controller")
+
+if TYPE_CHECKING:
+    from fastverify.daemon.controller import Controller
+
+    _Base = Controller
+else:
+    _Base = object
+
+
+class CrashSteps(_Base):
+    def _on_exit(self, h: EngineHandle) -> None:
+        if h.expected_exit or self.shutting_down.is_set():
+            return
+        if self.current is not h or not h.serving:
+            return  # a start in progress: the readiness loop sees it
+        h.serving = False
+        failure = self.launcher.exit_failure(h)
+        self.say(f"engine pid {h.pid} died: {failure.message}", logging.WARNING)
+        self._crashed(h, failure)
+
+    def tick(self) -> None:
+        """Called from the main loop (~1/s): a serving engine whose leader is alive but lost
+        one of the workers verified at READY is broken; treat it as a crash."""
+        h = self.current
+        if h is None or not h.serving or h.expected_exit or not h.alive() or not h.worker_pids:
+            return
+        gone = self.launcher.lost_workers(h)
+        if not gone or not h.serving:
+            return
+        h.serving = False
+        failure = Failure(
+            "worker_exited",
+            f"engine worker process(es) {gone} exited while the server (pid {h.pid}) kept running",
+            log=str(h.log_path),
+        )
+        self.say(f"engine pid {h.pid}: {failure.message}", logging.WARNING)
+        self._crashed(h, failure)
+
+    def _count_crash(self, h: EngineHandle, failure: Failure) -> Decision:
+        with self._lock:
+            self.restarts[failure.reason] += 1
+            decision = self.crashes.record(self.clock())
+        self.bus.publish(
+            ev.Crashed(
+                failure.reason,
+                failure.message,
+                h.profile,
+                h.mode,
+                failure.log,
+                failure.line,
+                failure.exit_code,
+            )
+        )
+        return decision
+
+    def _crashed(self, h: EngineHandle, failure: Failure) -> None:
+        # Leave READY at once (status must never show READY without a serving engine), then
+        # restart from a thread that takes the slot.
+        decision: Decision | None = None
+        with self._lock:
+            if self.state == State.READY and self.current is h:
+                self.record_failure(
+                    failure, None, profile=h.profile, mode=h.mode, op="crash_restart"
+                )
+                decision = self._count_crash(h, failure)
+                self.set_state(State.BACKOFF, f"engine crashed: {failure.reason}")
+                self.bus.publish(
+                    ev.EngineDown(h.profile, h.mode, self.engine.name, self._settings(h), "crashed")
+                )
+        if decision is not None:
+            self._spawn_thread(self._crash_restart, h, failure, decision)
+
+    def _crash_restart(self, h: EngineHandle, failure: Failure, decision: Decision) -> None:
+        op = Operation("crash_restart", h.profile, h.mode)
+        if self.slot.claim(op, settle_s=5.0) is not Claim.TAKEN:
+            return  # an explicit operation owns the engine now
+        if self.current is not h or self.state != State.BACKOFF or self.shutting_down.is_set():
+            self.slot.release(op)  # an operation replaced or stopped this engine meanwhile
+            return
+        try:
+            outcome, journal = self._crash_loop(op, h, failure, decision)
+        except Exception as exc:
+            log.exception("crash restart failed unexpectedly")
+            outcome = self._result(op, "failed", reason="internal_error", message=str(exc))
+            journal = True
+        self._finish(op, outcome, journal)
+
+    def _crash_loop(
+        self, op: Operation, h: EngineHandle, failure: Failure, decision: Decision
+    ) -> tuple[OpResult, bool]:
+        while True:
+            self.launcher.stop(h, forget=self.current is h)  # leftover TP workers of the group
+            self.record_failure(failure, op)
+            if decision.give_up:
+                msg = f"{decision.message}; last: {failure.message}"
+                with self._lock:
+                    self.last_failure = dict(self.last_failure or {}, message=msg, crash_loop=True)
+                if self.state != State.FAILED:
+                    self.set_state(State.FAILED, "crash loop")
+                self.say(f"giving up restarting: {msg}", logging.ERROR)
+                out = self._result(
+                    op, "failed", reason=failure.reason, message=msg, log=failure.log
+                )
+                return out, True
+            self.set_state(State.BACKOFF, f"{failure.reason}; {decision.message}")
+            burst = self.crashes.policy.burst
+            self.say(
+                f"restarting {h.profile}/{h.mode} in {decision.delay_s:.2f} s"
+                f" (crash {decision.n}/{burst})"
+            )
+            self.slot_preemptible(op, True)
+            op.cancel.wait(decision.delay_s)
+            self.slot_preemptible(op, False)
+            if op.cancel.is_set() or self.shutting_down.is_set():
+                out = self._result(op, "failed", reason="cancelled", message="restart pre-empted")
+                return out, False
+            try:
+                profile, argv = self.resolver.resolve(h.profile, h.mode)
+            except RequestError as exc:
+                self.set_state(State.FAILED, "profile no longer loads")
+                return self._result(op, "failed", reason="invalid_profile", message=str(exc)), True
+            self.set_state(State.STARTING, f"crash restart {decision.n}")
+            outcome = self._start(op, profile, argv, None, op.cancel)
+            if isinstance(outcome, EngineHandle):
+                return self._succeeded(op, outcome, {"profile": h.profile, "mode": h.mode}), True
+            self.set_state(State.FAILED, outcome.reason)
+            failure = outcome
+            h = self.current or h
+            decision = self._count_crash(h, failure)
+
+    def slot_preemptible(self, op: Operation, flag: bool) -> None:
+        """Let an explicit request pre-empt `op` (a crash restart waiting out its backoff)."""
+        with self.slot._cond:
+            op.preemptible = flag

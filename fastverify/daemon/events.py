@@ -1,0 +1,172 @@
+"""Typed events the controller publishes, and the bus that hands them to observers.
+
+Observers (journal, sd_notify, exporter feed, status; see daemon/observers.py) subscribe
+with `EventBus.subscribe(fn)`; `publish(event)` calls each one in order on the publishing
+thread. An observer that raises is logged and skipped: it never stops the controller.
+
+Events
+------
+StateChanged       old -> new state, why, the operation in flight (id) if any.
+EngineStarting     a new engine process was spawned for (profile, mode): pid, log path.
+EngineWaiting      still waiting for the starting engine (every ~10 s of a long load).
+EngineUp           the engine is verified and serving: url, identity, profile settings.
+EngineDown         the engine stopped serving (stopped, crashed, failed to start).
+EngineLine         one masked line of the engine's output with its parsed record (parsed
+                   once, by the launcher; observers never parse the line again).
+Crashed            the engine died (or lost a worker) after READY; counted by reason.
+OperationStarted   an operation (switch, mode, restart, ...) took the slot.
+OperationFinished  an operation ended: its result record (as answered to the client).
+BaselineRecorded   a baseline measurement was stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastverify.daemon.states import State
+
+log = logging.getLogger("fastverifyd.events")
+
+
+def _now() -> float:
+    return time.time()
+
+
+@dataclass(frozen=True)
+class StateChanged:
+    old: State
+    new: State
+    why: str = ""
+    op_id: str | None = None
+    ts: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True)
+class EngineStarting:
+    profile: str
+    mode: str
+    engine: str
+    settings: Mapping[str, str]
+    pid: int
+    log: str
+    ts: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True)
+class EngineWaiting:
+    """Still waiting for a starting engine (published every ~10 s of a long load)."""
+
+    profile: str
+    mode: str
+    ts: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True)
+class EngineUp:
+    profile: str
+    mode: str
+    engine: str
+    url: str
+    settings: Mapping[str, str]
+    pid: int
+    engine_id: str
+    start_seconds: float
+    adopted: bool = False
+    ts: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True)
+class EngineDown:
+    profile: str | None
+    mode: str | None
+    engine: str
+    settings: Mapping[str, str]
+    why: str  # "stopped" | "crashed" | "failed"
+    ts: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True)
+class EngineLine:
+    line: str
+    record: Mapping[str, Any] | None
+    live: bool = True
+    ts: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True)
+class Crashed:
+    reason: str
+    message: str
+    profile: str
+    mode: str
+    log: str | None = None
+    line: str | None = None
+    exit_code: int | None = None
+    ts: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True)
+class OperationStarted:
+    op_id: str
+    kind: str
+    profile: str
+    mode: str
+    ts: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True)
+class OperationFinished:
+    op_id: str
+    kind: str
+    result: str  # "ok" | "rolled_back" | "failed" | "cancelled"
+    record: Mapping[str, Any]
+    started_at: float
+    ts: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True)
+class BaselineRecorded:
+    profile: str
+    tokens_per_second: float
+    per_request_tokens_per_second: float
+    measured_at: float
+
+
+Event = (
+    StateChanged
+    | EngineStarting
+    | EngineWaiting
+    | EngineUp
+    | EngineDown
+    | EngineLine
+    | Crashed
+    | OperationStarted
+    | OperationFinished
+    | BaselineRecorded
+)
+
+
+class EventBus:
+    """Synchronous publish/subscribe; safe to publish from any thread."""
+
+    def __init__(self) -> None:
+        self._subs: list[Callable[[Event], None]] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, fn: Callable[[Event], None]) -> None:
+        with self._lock:
+            self._subs.append(fn)
+
+    def publish(self, event: Event) -> None:
+        with self._lock:
+            subs = list(self._subs)
+        for fn in subs:
+            try:
+                fn(event)
+            except Exception:
+                log.exception("event observer %r failed on %s", fn, type(event).__name__)

@@ -1,0 +1,194 @@
+"""The control API's one door into the daemon: `ControlFacade`.
+
+The HTTP layer (api.py) calls only these methods; it never reads the configuration, the
+controller's fields, the log ring or the exporter runtime itself.
+
+    status() -> dict                      history() -> list[dict]
+    status_line() -> str                  log_tail(n) / log_since(seq, timeout) / log_seq()
+    server_argv(profile, mode, check) -> dict
+    operate(kind, name, mode, *, force, queue, timeout_s, withdrawn) -> Operation
+    cancel() -> Operation | None
+    baselines() -> dict                   set_baseline(body) -> dict
+    capture_trace(steps | None) -> dict
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastverify.daemon import events as ev
+from fastverify.daemon.controller import Controller
+from fastverify.daemon.observers import ExporterFeed, LiveFigures
+from fastverify.daemon.operations import Operation
+from fastverify.daemon.resolve import RequestError
+from fastverify.daemon.states import State
+from fastverify.redact import mask_argv
+
+
+class ControlFacade:
+    def __init__(
+        self,
+        ctl: Controller,
+        engine_reason: str,
+        figures: LiveFigures,
+        feed: ExporterFeed | None = None,
+    ) -> None:
+        self.ctl = ctl
+        self.engine_reason = engine_reason
+        self.figures = figures
+        self.feed = feed
+        self.config_error: str | None = None
+
+    # ------------------------------------------------------------------ status
+    def status_line(self) -> str:
+        """One-line summary for systemd's STATUS= (e.g. "serving tree-ll/eagle3 82.4 tok/s")."""
+        c = self.ctl
+        prof = c.active.get("profile") or "-"
+        mode = c.active.get("mode") or "-"
+        st = c.state
+        if st == State.READY:
+            tps = self.figures.tokens_per_second()
+            rate = f" {tps:.1f} tok/s" if tps else ""
+            sim = " (simulated)" if c.engine.simulated else ""
+            return f"serving {prof}/{mode}{rate}{sim}"
+        op = c.op
+        if st in (State.STARTING, State.ROLLING_BACK) and op is not None:
+            h = c.current
+            pct = h.progress.get("percent") if h else None
+            what = f" {pct:.0f}%" if pct is not None else ""
+            verb = "rolling back to" if st == State.ROLLING_BACK else "starting"
+            target = (
+                c.active if st == State.ROLLING_BACK else {"profile": op.profile, "mode": op.mode}
+            )
+            return f"{verb} {target['profile']}/{target['mode']}{what}"
+        if st == State.FAILED and c.last_failure:
+            return f"failed: {c.last_failure.get('reason')} ({prof}/{mode})"
+        return f"{st.lower()} {prof}/{mode}"
+
+    def status(self) -> dict[str, Any]:
+        c = self.ctl
+        with c._lock:
+            h = c.current
+            op = c.op
+            alive = h is not None and h.alive()
+            engine: dict[str, Any] = {
+                "name": c.engine.name,
+                "pid": h.pid if alive else None,
+                "pgid": h.pgid if alive else None,
+                "url": h.url if h is not None else c.cfg.server.url,
+                "simulated": c.engine.simulated,
+                "reason": self.engine_reason,
+                "log": str(h.log_path) if h is not None else None,
+                "started_at": h.started_at if h is not None else None,
+                "start_seconds": h.ready_s if h is not None else None,
+                "progress": dict(h.progress) if h is not None else None,
+                "adopted": h.adopted if h is not None else False,
+            }
+            return {
+                "state": str(c.state),
+                "since": c.since,
+                "profile": c.active.get("profile"),
+                "mode": c.active.get("mode"),
+                "engine": engine,
+                "last_good": c.last_good["profile"] if c.last_good else None,
+                "last_good_mode": c.last_good["mode"] if c.last_good else None,
+                "last_failure": dict(c.last_failure) if c.last_failure else None,
+                "switch_in_flight": op.describe() if op is not None else None,
+                "queued": len(c.slot.queued()),
+                "restarts": {"total": sum(c.restarts.values()), "by_reason": dict(c.restarts)},
+                "tokens_per_second": self.figures.tokens_per_second(),
+                "status_line": self.status_line(),
+                "config": {"source": c.cfg.source, "error": self.config_error},
+                "findings": list(c.store.findings),
+                "daemon": {"pid": os.getpid(), "state_dir": str(c.store.dir)},
+            }
+
+    def history(self) -> list[dict[str, Any]]:
+        return self.ctl.store.history()
+
+    # ------------------------------------------------------------------ logs
+    def log_tail(self, n: int) -> list[dict[str, Any]]:
+        return self.ctl.ring.tail(n)
+
+    def log_since(self, seq: int, timeout: float) -> list[dict[str, Any]]:
+        return self.ctl.ring.since(seq, timeout)
+
+    def log_seq(self) -> int:
+        return self.ctl.ring.seq
+
+    # ------------------------------------------------------------------ argv
+    def server_argv(self, profile: str | None, mode: str | None, check: bool) -> dict[str, Any]:
+        c = self.ctl
+        name, mode = c.resolver.defaults(profile, mode, c.active)
+        _, argv = c.resolver.resolve(name, mode)
+        return {
+            "engine": c.engine.name,
+            "simulated": c.engine.simulated,
+            "profile": name,
+            "mode": mode,
+            "argv": mask_argv(argv),
+            "check": c.resolver.check_argv(argv).to_dict() if check else None,
+        }
+
+    # ------------------------------------------------------------------ operations
+    def operate(
+        self,
+        kind: str,
+        name: str | None,
+        mode: str | None,
+        *,
+        force: bool = False,
+        queue: bool = False,
+        timeout_s: float | None = None,
+        withdrawn: Callable[[], bool] | None = None,
+    ) -> Operation:
+        return self.ctl.request(
+            kind, name, mode, force=force, queue=queue, timeout_s=timeout_s, withdrawn=withdrawn
+        )
+
+    def cancel(self) -> Operation | None:
+        return self.ctl.cancel()
+
+    # ------------------------------------------------------------------ baselines
+    def baselines(self) -> dict[str, Any]:
+        return self.ctl.store.load_baselines()
+
+    def set_baseline(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Persist a baseline measurement (baselines.json) and announce it."""
+        rec = {
+            "profile": body["profile"],
+            "tokens_per_second": float(body["tokens_per_second"]),
+            "per_request_tokens_per_second": float(body["per_request_tokens_per_second"]),
+            "measured_at": float(body.get("measured_at") or time.time()),
+        }
+        store = self.ctl.store
+        with self.ctl._lock:
+            data = store.load_baselines()
+            data[rec["profile"]] = rec
+            store.save_baselines(data)
+        self.ctl.bus.publish(
+            ev.BaselineRecorded(
+                rec["profile"],
+                rec["tokens_per_second"],
+                rec["per_request_tokens_per_second"],
+                rec["measured_at"],
+            )
+        )
+        return rec
+
+    # ------------------------------------------------------------------ traces
+    def capture_trace(self, steps: int | None) -> dict[str, Any]:
+        runtime = self.feed.runtime if self.feed is not None else None
+        if runtime is None:
+            raise RequestError(409, "the exporter is off (start fastverifyd with --metrics-listen)")
+        if steps is None:
+            steps = self.ctl.cfg.daemon.trace_steps
+        if not 1 <= steps <= 1000:
+            raise RequestError(422, "field 'steps' must be in 1..1000")
+        try:
+            return runtime.capture(steps)
+        except Exception as exc:
+            raise RequestError(502, f"trace capture failed: {exc}") from None

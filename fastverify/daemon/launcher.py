@@ -1,0 +1,348 @@
+"""The engine launcher: environment, spawn, watch, log tail, readiness, verification, stop.
+
+`Launcher` turns a (profile, mode, argv) into a running engine and back; it knows no
+daemon states. `spawn` returns an `EngineHandle` (or raises OSError); `await_ready`,
+`verify` and `stop` return a typed `Failure` (daemon/failures.py) or None; `adopt` follows
+an engine group left by a previous daemon. The launcher reports through two callbacks set
+by the controller: `on_line(handle, line, facts)` for every (masked, parsed-once) log line
+and `on_exit(handle)` when the engine's leader process exits.
+
+Engine bookkeeping on disk (engine.pid) is written here: a `pending` record names the
+engine id before the spawn (a daemon killed in between finds the group by that id), the
+full record after it, `verified` once the controller says READY.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from fastverify.daemon import failures, logs, procs, verify
+from fastverify.daemon.failures import Failure
+from fastverify.daemon.statestore import StateStore
+from fastverify.redact import mask_argv, secret_values
+
+log = logging.getLogger("fastverifyd.launcher")
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _now() -> float:
+    return time.time()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@dataclass
+class EngineHandle:
+    engine_id: str
+    pid: int
+    pgid: int
+    create_time: float | None
+    argv: list[str]
+    log_path: Path
+    profile: str
+    mode: str
+    url: str
+    expected_nccl: dict[str, str]
+    proc: Any = None  # subprocess.Popen when we spawned it, None when adopted
+    tail: logs.LogTail | None = None
+    started_mono: float = field(default_factory=time.monotonic)
+    started_at: float = field(default_factory=_now)
+    ready_line: bool = False
+    serving: bool = False
+    expected_exit: bool = False
+    exit_code: int | None = None
+    exited: threading.Event = field(default_factory=threading.Event)
+    wake: threading.Event = field(default_factory=threading.Event)  # ready line or exit
+    progress: dict[str, Any] = field(default_factory=dict)
+    nccl_debug_dir: Path | None = None
+    ready_s: float | None = None
+    adopted: bool = False
+    worker_pids: tuple[int, ...] = ()  # descendants verified at READY (the TP workers)
+
+    def alive(self) -> bool:
+        return not self.exited.is_set()
+
+    def recent_lines(self) -> list[str]:
+        return list(self.tail.recent) if self.tail is not None else []
+
+    def pid_info(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "pgid": self.pgid,
+            "create_time": self.create_time,
+            "engine_id": self.engine_id,
+            "argv": self.argv,
+            "log": str(self.log_path),
+            "profile": self.profile,
+            "mode": self.mode,
+            "url": self.url,
+            "expected_nccl": self.expected_nccl,
+            "nccl_debug_dir": str(self.nccl_debug_dir) if self.nccl_debug_dir else None,
+            "started_at": self.started_at,
+            "daemon_pid": os.getpid(),
+        }
+
+
+OnLine = Callable[[EngineHandle, str, logs.LineFacts], None]
+OnExit = Callable[[EngineHandle], None]
+
+
+class Launcher:
+    """See the module docstring. `cfg` is read at each start (a SIGHUP swaps it)."""
+
+    def __init__(
+        self,
+        cfg: Any,
+        engine: Any,
+        store: StateStore,
+        *,
+        say: Callable[..., None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.engine = engine
+        self.store = store
+        self.say = say or (lambda msg, level=logging.INFO: log.log(level, msg))
+        self.on_line: OnLine = lambda h, line, facts: None
+        self.on_exit: OnExit = lambda h: None
+
+    # ------------------------------------------------------------------ environment
+    def url(self) -> str:
+        s = self.cfg.server
+        host = "127.0.0.1" if s.host in ("0.0.0.0", "", "::") else s.host
+        return f"http://{host}:{s.port}"
+
+    def engine_env(self, profile: Any, engine_id: str, debug_dir: Path | None) -> dict[str, str]:
+        from fastverify.profiles.effective import effective_env
+
+        extra: dict[str, str] = {}
+        extra.update(self.engine.extra_env())
+        for name in self.cfg.server.env_passthrough:
+            if name in os.environ:
+                extra[name] = os.environ[name]
+        extra.update(self.cfg.server.env)
+        if debug_dir is not None:
+            extra.update(
+                {
+                    "NCCL_DEBUG": "INFO",
+                    "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING",
+                    "NCCL_DEBUG_FILE": str(debug_dir / "%h.%p.log"),
+                }
+            )
+        extra[procs.ENGINE_ID_VAR] = engine_id
+        return effective_env(profile, base_env=os.environ, extra=extra)
+
+    # ------------------------------------------------------------------ spawn / adopt
+    def spawn(self, profile: Any, mode: str, argv: list[str]) -> EngineHandle:
+        """Start the engine group (its own session) with the profile's clean environment."""
+        engine_id = secrets.token_hex(8)
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        base = f"{stamp}-{profile.name}-{mode}-{engine_id[:6]}"
+        log_path = self.store.logs_dir / f"{base}.log"
+        debug_dir = None
+        if self.cfg.daemon.nccl_debug:
+            debug_dir = self.store.logs_dir / f"{base}.nccl"
+            debug_dir.mkdir(parents=True, exist_ok=True)
+        env = self.engine_env(profile, engine_id, debug_dir)
+        expected = verify.nccl_part({k: v for k, v in env.items() if k != procs.ENGINE_ID_VAR})
+        hidden = secret_values(env, argv)
+        # Name the engine before it exists: a daemon killed between the spawn and the pid
+        # file below finds the unrecorded group by this id at its next start.
+        self.store.write_pid({"engine_id": engine_id, "pending": True, "argv": argv})
+        proc = procs.spawn(argv, env, log_path)
+        with contextlib.suppress(OSError):
+            self.store.prune_logs(protect=(log_path,))
+        h = EngineHandle(
+            engine_id=engine_id,
+            pid=proc.pid,
+            pgid=proc.pid,
+            create_time=procs.create_time(proc.pid),
+            argv=argv,
+            log_path=log_path,
+            profile=profile.name,
+            mode=mode,
+            url=self.url(),
+            expected_nccl=expected,
+            proc=proc,
+            nccl_debug_dir=debug_dir,
+        )
+        self.store.write_pid(h.pid_info())
+        self._follow(h, hidden)
+        self.say(f"engine started: pid {h.pid}, log {log_path}")
+        return h
+
+    def adopt(self, info: dict[str, Any]) -> EngineHandle:
+        """A handle on a live engine group recorded in engine.pid (already proven ours)."""
+        h = EngineHandle(
+            engine_id=info["engine_id"],
+            pid=int(info["pid"]),
+            pgid=int(info.get("pgid", info["pid"])),
+            create_time=info.get("create_time"),
+            argv=list(info.get("argv", [])),
+            log_path=Path(info.get("log", "")),
+            profile=info["profile"],
+            mode=info["mode"],
+            url=info.get("url") or self.url(),
+            expected_nccl=dict(info.get("expected_nccl") or {}),
+            adopted=True,
+            nccl_debug_dir=Path(info["nccl_debug_dir"]) if info.get("nccl_debug_dir") else None,
+        )
+        h.started_at = float(info.get("started_at") or _now())
+        self._follow(h, secret_values({}, h.argv))
+        return h
+
+    def _follow(self, h: EngineHandle, hidden: list[str]) -> None:
+        def on_line(line: str) -> None:
+            facts = logs.parse(line)
+            if facts.progress is not None:
+                phase, pct, msg = facts.progress
+                h.progress = {"phase": phase, "percent": pct, "message": msg}
+                if phase == "ready":
+                    h.ready_line = True
+                    h.wake.set()
+            self.on_line(h, line, facts)
+
+        h.tail = logs.LogTail(h.log_path, on_line, secrets=hidden).start()
+        threading.Thread(target=self._watch, args=(h,), name=f"watch-{h.pid}", daemon=True).start()
+
+    def _watch(self, h: EngineHandle) -> None:
+        code: int | None = None
+        if h.proc is not None:
+            code = h.proc.wait()
+        else:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(h.pid).wait()
+        h.exit_code = code
+        h.exited.set()
+        h.wake.set()
+        self.on_exit(h)
+
+    # ------------------------------------------------------------------ readiness
+    def probe(self, url: str, timeout: float = 1.0) -> bool:
+        try:
+            # Never through an http_proxy from the daemon's environment: the engine is local.
+            with _DIRECT.open(url + self.engine.health_path(), timeout=timeout) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def exit_failure(self, h: EngineHandle) -> Failure:
+        """Why the engine's leader exited (from the last log lines and the exit code)."""
+        if h.tail is not None:
+            h.tail.stop()
+        return failures.classify(h.recent_lines(), exit_code=h.exit_code, log=str(h.log_path))
+
+    def await_ready(
+        self,
+        h: EngineHandle,
+        timeout_s: float,
+        cancel: threading.Event,
+        *,
+        heartbeat: Callable[[], None] | None = None,
+    ) -> Failure | None:
+        """None once the engine printed its ready line and answers its health check (an
+        adopted engine: the health check alone); else why not (exit, timeout, cancel)."""
+        deadline = h.started_mono + timeout_s
+        last_beat = time.monotonic()
+        while True:
+            h.wake.clear()
+            if cancel.is_set():
+                return Failure("cancelled", "operation cancelled", log=str(h.log_path))
+            if h.exited.is_set():
+                return self.exit_failure(h)
+            if (h.ready_line or h.adopted) and self.probe(h.url):
+                h.ready_s = time.monotonic() - h.started_mono
+                return None
+            now = time.monotonic()
+            if now >= deadline:
+                return failures.classify(
+                    h.recent_lines(),
+                    exit_code=None,
+                    log=str(h.log_path),
+                    timed_out=True,
+                    timeout_s=timeout_s,
+                )
+            if heartbeat is not None and now - last_beat > 10:
+                heartbeat()
+                last_beat = now
+            # cancel.wait would miss h.wake; both are short
+            h.wake.wait(0.02 if h.ready_line else 0.1)
+
+    # ------------------------------------------------------------------ verification
+    def verify(self, h: EngineHandle) -> tuple[Failure | None, dict[str, Any]]:
+        """/proc/PID/environ of the server and its workers (and NCCL's own lines) against
+        the profile; on success `h.worker_pids` names the workers to watch."""
+        report = verify.check_process_env(h.pid, h.expected_nccl, self.engine.engine_owned_nccl)
+        details: dict[str, Any] = {"env": report.to_dict()}
+        self.say(f"verify: {report.message}")
+        if not report.ok:
+            return Failure("env_mismatch", report.message, log=str(h.log_path)), details
+        if h.nccl_debug_dir is not None:
+            nccl = verify.check_nccl_debug(sorted(h.nccl_debug_dir.glob("*")), h.expected_nccl)
+            details["nccl"] = nccl
+            if nccl["ok"] is False:
+                diffs = "; ".join(
+                    f"{k}={got} (profile: {want})" for k, (want, got) in nccl["mismatched"].items()
+                )
+                return Failure("env_mismatch", f"NCCL reports {diffs}", log=str(h.log_path)), (
+                    details
+                )
+            if nccl["ok"] is None:
+                self.say("verify: NCCL printed no 'set by environment' lines (yet)")
+            else:
+                self.say(f"verify: NCCL confirms {len(nccl['confirmed'])} variable(s)")
+        h.worker_pids = tuple(c["pid"] for c in details["env"]["processes"] if c["pid"] != h.pid)
+        return None, details
+
+    def mark_verified(self, h: EngineHandle) -> None:
+        self.store.write_pid(dict(h.pid_info(), verified=True))
+
+    def lost_workers(self, h: EngineHandle) -> list[int]:
+        """Workers verified at READY that have exited while the leader lives."""
+        return [pid for pid in h.worker_pids if not pid_alive(pid)]
+
+    # ------------------------------------------------------------------ stop
+    def stop(self, h: EngineHandle, *, forget: bool = True) -> procs.StopResult:
+        """Stop the engine group (TERM, grace, KILL), wait for its GPU memory, stop the tail;
+        `forget` clears engine.pid."""
+        h.expected_exit = True
+        h.serving = False
+        alive_pids = [p.pid for p in procs.group_members(h.pgid)]
+        res = procs.stop_group(h.pgid, self.cfg.daemon.stop_grace_s, proc=h.proc)
+        if res.signal_used != "none":
+            self.say(
+                f"stopped engine group {h.pgid} ({res.signal_used}, {res.duration_s:.2f} s)"
+                + (f"; still present: {res.leftover}" if res.leftover else "")
+            )
+        released, how = procs.wait_gpu_release(alive_pids, self.cfg.daemon.gpu_release_timeout_s)
+        if not released:
+            self.say(f"GPU memory not released: {how}", logging.WARNING)
+        if h.tail is not None:
+            h.tail.stop()
+        if forget:
+            self.store.clear_pid()
+        return res
+
+    def stop_group(self, pgid: int) -> procs.StopResult:
+        """Stop an engine group we have no handle for (reconcile)."""
+        return procs.stop_group(pgid, self.cfg.daemon.stop_grace_s)
+
+    def masked_argv(self, argv: list[str]) -> list[str]:
+        return mask_argv(argv)

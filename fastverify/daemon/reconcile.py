@@ -1,0 +1,155 @@
+"""Start-up: restore the saved state, adopt (or stop) the engine a previous daemon left, start.
+
+`start_up(ctl)`:
+1. restore active / last good / last failure from state.json;
+2. stop an engine group a killed daemon spawned but never recorded (engine.pid `pending`);
+3. adopt the group engine.pid names when it is provably ours (procs.is_ours) and runs the
+   argv this configuration would build: STOPPED -> STARTING (followed to readiness) ->
+   VERIFYING -> READY, as for a fresh start; a group that is ours but runs another argv is
+   stopped; one that is not ours is left alone with a finding;
+4. otherwise start the saved profile (or the default), falling back to the last good one;
+   when nothing can even be started the daemon goes STOPPED -> FAILED with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from typing import Any
+
+import psutil
+
+from fastverify.config import MODES
+from fastverify.daemon import procs
+from fastverify.daemon.controller import Controller
+from fastverify.daemon.launcher import EngineHandle
+from fastverify.daemon.operations import Claim, Operation
+from fastverify.daemon.resolve import RequestError
+from fastverify.daemon.states import State
+
+log = logging.getLogger("fastverifyd.reconcile")
+
+
+def start_up(ctl: Controller) -> None:
+    """See the module docstring."""
+    cfg = ctl.cfg
+    saved = ctl.store.load_state()
+    lg = saved.get("last_good")
+    if isinstance(lg, dict) and lg.get("profile"):
+        ctl.last_good = {"profile": lg["profile"], "mode": lg.get("mode") or cfg.server.mode}
+    if isinstance(saved.get("last_failure"), dict):
+        ctl.last_failure = saved["last_failure"]
+    profile = saved.get("profile") or cfg.daemon.default_profile
+    mode = saved.get("mode") or cfg.server.mode
+    if mode not in MODES:
+        mode = cfg.server.mode
+    ctl.active = {"profile": profile, "mode": mode}
+    if adopt(ctl) is not None:
+        return
+    try:
+        ctl.request("start", profile, mode)
+    except RequestError as exc:
+        ctl.say(f"cannot start {profile}/{mode}: {exc}", logging.ERROR)
+        fallback = ctl.last_good
+        if fallback and fallback["profile"] != profile:
+            ctl.say(
+                f"starting the last good profile {fallback['profile']}/{fallback['mode']} instead"
+            )
+            try:
+                ctl.request("start", fallback["profile"], fallback["mode"])
+                return
+            except RequestError as exc2:
+                exc = exc2
+        ctl.last_failure = {
+            "reason": exc.reason,
+            "message": str(exc),
+            "log": None,
+            "at": time.time(),
+        }
+        ctl.set_state(State.FAILED, exc.reason)
+
+
+def reap_pending(ctl: Controller) -> None:
+    """Stop an engine group that a killed daemon spawned but never recorded."""
+    try:
+        data = json.loads(ctl.store.pid_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(data, dict) or not data.get("pending") or not data.get("engine_id"):
+        return
+    groups = set()
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if procs.engine_id_of(p.pid) == data["engine_id"]:
+                groups.add(os.getpgid(p.pid))
+    for pgid in sorted(groups):
+        res = ctl.launcher.stop_group(pgid)
+        ctl.say(
+            f"stopped engine group {pgid}, started by a daemon that died before recording"
+            f" it ({res.signal_used})",
+            logging.WARNING,
+        )
+    ctl.store.clear_pid()
+
+
+def adopt(ctl: Controller) -> Operation | None:
+    """Adopt the previous engine group (see the module docstring); the adopt operation."""
+    reap_pending(ctl)
+    info = ctl.store.read_pid()
+    if info is None:
+        return None
+    ours, why = procs.is_ours(info)
+    if not ours:
+        msg = f"engine.pid names pid {info.get('pid')}: {why}; leaving it alone (nothing killed)"
+        ctl.say(msg, logging.WARNING)
+        ctl.store.findings.append(msg)
+        ctl.store.clear_pid()
+        return None
+    pgid = int(info.get("pgid", info["pid"]))
+    try:
+        profile_obj, argv = ctl.resolver.resolve(info.get("profile", ""), info.get("mode", ""))
+        same_argv = list(argv) == list(info.get("argv", []))
+    except RequestError:
+        profile_obj, same_argv = None, False
+    if profile_obj is None or not same_argv:
+        ctl.say(
+            f"previous engine group {pgid} runs an argv this config would not build; stopping it"
+        )
+        res = ctl.launcher.stop_group(pgid)
+        ctl.say(f"stopped previous engine group {pgid} ({res.signal_used})")
+        ctl.store.clear_pid()
+        return None
+    op = Operation("adopt", info["profile"], info["mode"])
+    if ctl.slot.claim(op, settle_s=0) is not Claim.TAKEN:
+        return None
+    h = ctl.launcher.adopt(info)
+    ctl.active = {"profile": h.profile, "mode": h.mode}
+    ctl.say(f"adopting the previous engine group {pgid} ({h.profile}/{h.mode}): {why}")
+    ctl._spawn_thread(_follow_adopted, ctl, op, h, profile_obj)
+    return op
+
+
+def _follow_adopted(ctl: Controller, op: Operation, h: EngineHandle, profile_obj: Any) -> None:
+    try:
+        ctl.set_state(State.STARTING, f"adopting engine {h.pid}")
+        outcome = ctl._start(op, profile_obj, h.argv, None, op.cancel, adopt=h)
+        if not isinstance(outcome, EngineHandle) and not ctl.shutting_down.is_set():
+            # The adopted engine was lost (e.g. the killed daemon was stopping it): start
+            # the same profile afresh instead of ending FAILED with nothing.
+            ctl.say(f"adopted engine lost ({outcome.reason}); starting afresh")
+            if ctl.state != State.STARTING:
+                ctl.set_state(State.FAILED, outcome.reason)
+            ctl.set_state(State.STARTING, f"fresh start of {h.profile}/{h.mode}")
+            outcome = ctl._start(op, profile_obj, h.argv, None, op.cancel)
+        prev = dict(ctl.active)
+        if isinstance(outcome, EngineHandle):
+            result = ctl._succeeded(op, outcome, prev)
+        else:
+            result = ctl._failed(op, outcome, prev)
+    except Exception as exc:
+        log.exception("adoption failed")
+        result = ctl._result(op, "failed", reason="internal_error", message=str(exc))
+    ctl._finish(op, result)

@@ -1,0 +1,96 @@
+"""Request validation before anything running is touched: profile, argv, the engine's parser.
+
+`RequestError(status, message, **extra)` is every refusal the API answers with an HTTP error.
+`Resolver(cfg, engine, profiles)` loads a profile and builds its argv (`resolve`), asks the
+engine's own argument parser about an argv once per distinct argv (`check_argv`, cached),
+and applies the one defaulting rule for a request's profile and mode (`defaults`).
+Messages from the engine's parser are masked (fastverify.redact): an argparse error quoting
+`--api-key sk-...` comes back with `***`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastverify.config import MODES
+from fastverify.engines.base import ArgvCheck, EngineArgError
+from fastverify.redact import mask_text, secret_values
+
+
+class RequestError(Exception):
+    """A request the API answers with an HTTP error: `status`, `body`."""
+
+    def __init__(self, status: int, message: str, **extra: Any):
+        self.status = status
+        self.body = {"error": message, **extra}
+        self.reason: str = extra.get("reason") or "invalid_request"
+        super().__init__(message)
+
+
+class Resolver:
+    def __init__(self, cfg: Any, engine: Any, profiles: Any = None) -> None:
+        if profiles is None:
+            from fastverify.profiles.store import ProfileStore
+
+            profiles = ProfileStore(user_dirs=cfg.profile_dirs)
+        self.cfg = cfg
+        self.engine = engine
+        self.profiles = profiles
+        self._argv_checks: dict[tuple[str, ...], ArgvCheck] = {}
+
+    def reconfigure(self, cfg: Any, engine: Any) -> None:
+        from fastverify.profiles.store import ProfileStore
+
+        self.cfg = cfg
+        if engine.name == self.engine.name:
+            self.engine = engine
+        self.profiles = ProfileStore(user_dirs=cfg.profile_dirs)
+        self._argv_checks.clear()
+
+    def defaults(
+        self, name: str | None, mode: str | None, active: dict[str, str | None]
+    ) -> tuple[str, str]:
+        """A request's (profile, mode): as given, else the active one, else the defaults."""
+        return (
+            name or active.get("profile") or self.cfg.daemon.default_profile,
+            mode or active.get("mode") or self.cfg.server.mode,
+        )
+
+    def resolve(self, name: str, mode: str, force: bool = False) -> tuple[Any, list[str]]:
+        """Load the profile and build the argv; RequestError(422) when invalid."""
+        from fastverify.profiles.model import ProfileError
+
+        if mode not in MODES:
+            raise RequestError(
+                422, f"mode {mode!r}: expected one of {', '.join(MODES)}", reason="invalid_mode"
+            )
+        try:
+            profile = self.profiles.load(name, force=force, allow_path=False)
+        except ProfileError as exc:
+            problems = [str(p) for p in exc.problems]
+            raise RequestError(
+                422,
+                f"invalid profile {name!r}: {problems[0] if problems else exc}",
+                problems=problems,
+                reason="invalid_profile",
+            ) from None
+        try:
+            argv = self.engine.build_argv(self.cfg.server, mode, profile.requires)
+        except EngineArgError as exc:
+            raise RequestError(
+                422,
+                f"cannot build the server argv for {name}/{mode}: {mask_text(str(exc))}",
+                reason="config_error",
+            ) from None
+        return profile, argv
+
+    def check_argv(self, argv: list[str]) -> ArgvCheck:
+        """The engine parser's verdict on `argv` (message masked), cached per argv."""
+        key = tuple(argv)
+        hit = self._argv_checks.get(key)
+        if hit is None:
+            raw = self.engine.check_argv(argv)
+            hit = ArgvCheck(raw.ok, mask_text(raw.message, secret_values({}, argv)))
+            if hit.ok is not None:
+                self._argv_checks[key] = hit
+        return hit

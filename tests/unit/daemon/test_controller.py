@@ -1,0 +1,198 @@
+"""The controller driven by a fake launcher: switch, rollback, cancel, crash restart, queue.
+
+No processes, no sockets: each test runs in milliseconds and waits on the operation's
+result or on an event, never on a clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fastverify.daemon import events as ev
+from fastverify.daemon.operations import Claim, Operation
+from fastverify.daemon.resolve import RequestError
+from fastverify.daemon.states import State
+from tests.unit.daemon.fakes import build
+
+
+def states(seen: list) -> list[str]:
+    return [str(e.new) for e in seen if isinstance(e, ev.StateChanged)]
+
+
+def serve(ctl, profile: str = "ring") -> dict:
+    op = ctl.request("start", profile, "baseline")
+    result = op.wait(10)
+    assert result is not None and result["result"] == "ok", result
+    return result
+
+
+def test_switch_publishes_typed_events_and_serves(tmp_path: Path) -> None:
+    ctl, _launcher, seen = build(tmp_path)
+    serve(ctl, "ring")
+    seen.clear()
+    result = ctl.request("switch", "tree", None).wait(10)
+    assert result["result"] == "ok"
+    assert result["previous"] == {"profile": "ring", "mode": "baseline"}
+    assert states(seen) == ["STOPPING", "STARTING", "VERIFYING", "READY"]
+    up = [e for e in seen if isinstance(e, ev.EngineUp)]
+    assert len(up) == 1
+    assert (up[0].profile, up[0].mode, up[0].url) == ("tree", "baseline", "http://127.0.0.1:1")
+    assert up[0].settings == {"NCCL_ALGO": "TREE"}
+    down = [e for e in seen if isinstance(e, ev.EngineDown)]
+    assert [(d.profile, d.why, dict(d.settings)) for d in down] == [
+        ("ring", "stopped", {"NCCL_ALGO": "RING"})
+    ]
+    fin = [e for e in seen if isinstance(e, ev.OperationFinished)]
+    assert [(f.kind, f.result) for f in fin] == [("switch", "ok")]
+    assert ctl.active == {"profile": "tree", "mode": "baseline"}
+    assert ctl.slot.holder is None
+
+
+def test_failed_switch_rolls_back_to_the_last_good(tmp_path: Path) -> None:
+    ctl, launcher, seen = build(tmp_path)
+    serve(ctl, "ring")
+    launcher.plan["bad"] = "cuda_oom"
+    seen.clear()
+    result = ctl.request("switch", "bad", None).wait(10)
+    assert result["result"] == "rolled_back"
+    assert result["reason"] == "cuda_oom"
+    assert result["rolled_back_to"] == {"profile": "ring", "mode": "baseline"}
+    assert states(seen) == [
+        "STOPPING", "STARTING", "FAILED", "ROLLING_BACK", "VERIFYING", "READY"
+    ]  # fmt: skip
+    assert ctl.state == State.READY
+    assert ctl.last_failure["reason"] == "cuda_oom"
+    assert ctl.store.history()[-1]["result"] == "rolled_back"
+
+
+def test_cancel_stops_a_long_load_and_puts_the_previous_profile_back(tmp_path: Path) -> None:
+    ctl, launcher, seen = build(tmp_path)
+    serve(ctl, "ring")
+    launcher.plan["slow"] = "hang"
+    op = ctl.request("switch", "slow", None)
+    assert launcher.waiting.wait(10)  # the new engine is "loading" (STARTING)
+    assert ctl.state == State.STARTING
+    seen.clear()
+    assert ctl.cancel() is op
+    result = op.wait(10)
+    assert result["result"] == "cancelled"
+    assert result["rolled_back_to"] == {"profile": "ring", "mode": "baseline"}
+    slow = [h for h in launcher.started if h.profile == "slow"]
+    assert slow and slow[0] in launcher.stopped  # the loading engine's group was stopped
+    assert states(seen) == ["ROLLING_BACK", "VERIFYING", "READY"]
+    assert ctl.active == {"profile": "ring", "mode": "baseline"}
+    assert ctl.store.history()[-1]["result"] == "cancelled"
+    assert ctl.last_failure is None  # a cancel is not a failure
+
+
+def test_cancel_without_an_operation_is_none(tmp_path: Path) -> None:
+    ctl, _launcher, _seen = build(tmp_path)
+    assert ctl.cancel() is None
+    serve(ctl)
+    assert ctl.cancel() is None
+
+
+def test_a_second_request_while_busy_is_409_and_queue_waits(tmp_path: Path) -> None:
+    ctl, launcher, _seen = build(tmp_path)
+    serve(ctl, "ring")
+    launcher.plan["slow"] = "hang"
+    op = ctl.request("switch", "slow", None)
+    assert launcher.waiting.wait(10)
+    with pytest.raises(RequestError) as err:
+        ctl.request("switch", "tree", None)
+    assert err.value.status == 409
+    assert err.value.body["in_flight"]["profile"] == "slow"
+    # a queued request whose client went away is withdrawn and never runs
+    with pytest.raises(RequestError) as err:
+        ctl.request("switch", "tree", None, queue=True, withdrawn=lambda: True)
+    assert err.value.reason == "withdrawn"
+    ctl.cancel()
+    assert op.wait(10)["result"] == "cancelled"
+    assert not [h for h in launcher.started if h.profile == "tree"]
+
+
+def test_crash_restarts_with_backoff_then_gives_up_after_the_burst(tmp_path: Path) -> None:
+    ctl, launcher, seen = build(tmp_path, burst=1)
+    serve(ctl, "ring")
+    seen.clear()
+    first = launcher.started[-1]
+    first.serving = True
+    launcher.crash(first)
+    # crash 1 -> BACKOFF -> restart -> READY
+    seen.wait_for(lambda e: isinstance(e, ev.OperationFinished))
+    done = [e for e in seen if isinstance(e, ev.OperationFinished)]
+    assert [(d.kind, d.result) for d in done] == [("crash_restart", "ok")]
+    assert ctl.state == State.READY
+    crashes = [e for e in seen if isinstance(e, ev.Crashed)]
+    assert [c.reason for c in crashes] == ["cuda_oom"]
+    # crash 2 within the window exceeds the burst of 1: FAILED, nothing restarted
+    n = len(launcher.started)
+    second = launcher.started[-1]
+    seen.clear()
+    launcher.crash(second)
+    seen.wait_for(lambda e: isinstance(e, ev.OperationFinished))
+    assert ctl.state == State.FAILED
+    assert ctl.last_failure["crash_loop"] is True
+    assert len(launcher.started) == n
+    assert ctl.restarts["cuda_oom"] == 2
+
+
+def test_a_switch_preempts_a_restart_waiting_out_its_backoff(tmp_path: Path) -> None:
+    ctl, launcher, _seen = build(tmp_path, backoff=(3600.0, 3600.0))
+    serve(ctl, "ring")
+    h = launcher.started[-1]
+    launcher.crash(h)
+    # the restart holds the slot and waits out its backoff ("restarting ring/baseline in ...")
+    seq = 0
+    while not any("restarting ring/baseline" in e["line"] for e in ctl.ring.tail(50)):
+        batch = ctl.ring.since(seq, timeout=10)
+        assert batch, "the crash restart never started its backoff"
+        seq = batch[-1]["seq"]
+    assert ctl.state == State.BACKOFF
+    result = ctl.request("switch", "tree", None).wait(10)
+    assert result["result"] == "ok"
+    assert ctl.active["profile"] == "tree"
+
+
+def test_status_figures_vanish_when_the_engine_is_not_ready() -> None:
+    from fastverify.daemon.observers import LiveFigures
+
+    clock = [0.0]
+    figs = LiveFigures(fresh_s=30.0, clock=lambda: clock[0])
+    decode = {"kind": "decode", "gen_throughput": 82.5}
+    figs(ev.EngineLine("x", decode))
+    assert figs.tokens_per_second() is None  # not READY yet
+    figs(ev.StateChanged(State.VERIFYING, State.READY))
+    figs(ev.EngineLine("x", decode))
+    assert figs.tokens_per_second() == 82.5
+    clock[0] = 31.0
+    assert figs.tokens_per_second() is None  # stale
+    figs(ev.EngineLine("x", decode))
+    figs(ev.StateChanged(State.READY, State.BACKOFF))
+    assert figs.tokens_per_second() is None
+    figs(ev.StateChanged(State.BACKOFF, State.STARTING))
+    figs(ev.EngineLine("x", decode))
+    assert figs.tokens_per_second() is None
+
+
+def test_slot_two_claims_at_once_exactly_one_wins() -> None:
+    import threading
+
+    from fastverify.daemon.operations import Slot
+
+    slot = Slot()
+    ops = [Operation("switch", f"p{i}", "baseline") for i in range(8)]
+    claims: list[Claim] = []
+    barrier = threading.Barrier(len(ops))
+
+    def go(op: Operation) -> None:
+        barrier.wait()
+        claims.append(slot.claim(op, settle_s=0))
+
+    threads = [threading.Thread(target=go, args=(op,)) for op in ops]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(c.value for c in claims) == ["busy"] * 7 + ["taken"]
