@@ -1,0 +1,739 @@
+"""`fastverifyctl rehearse`: does speculation pay with this NCCL profile here? No model load.
+
+For each profile (and transport path: as detected, and/or with NCCL_P2P_DISABLE=1) a fresh
+group of N rank processes (`rehearse_worker.py`, one per GPU) runs with exactly the
+environment the daemon would give the server (`profiles.effective.effective_env` plus the
+daemon config's extra variables, as preflight does), the rendezvous variables and
+NCCL_DEBUG=INFO to a per-rank file. The ranks build the model's real per-rank GEMM shapes
+(`modelconfig.plan`) with random weights, capture the decode step, the verify pass, the
+drafter forward and its extend pass in CUDA graphs, time replays with CUDA events and take
+one torch.profiler window, which the project's own trace analyzer
+(`fastverify.exporters.traces`) reads, so `allreduce_ms_per_verify` comes from GPU kernel
+records as the exporter reports it live. The all-reduce count per verify is checked against
+the layer arithmetic (2 x layers + 1 for the vocab-parallel embedding).
+
+Per profile: decode ms, verify ms, verify compute ms (the same pass captured without
+collectives), all-reduces and their ms per verify, drafter ms per cycle (K draft forwards +
+one draft-extend forward) and the break-even accept length
+`(drafter_ms + verify_ms) / decode_ms`: EAGLE-3 beats the baseline when its accept length
+(accepted tokens per verify, bonus included) is above it.
+
+This module never imports torch (the workers do, in their own processes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastverify.experiments import modelconfig
+from fastverify.experiments.preflight import (
+    NCCL_DEBUG_ENV,
+    PreflightError,
+    TorchMissing,
+    daemon_extra_env,
+    free_port,
+    load_profiles,
+    parse_nccl_log,
+    torch_available,
+    visible_gpus,
+)
+
+WORKER = Path(__file__).with_name("rehearse_worker.py")
+EventFn = Callable[[str], None]
+P2P_OFF = {"NCCL_P2P_DISABLE": "1"}
+APPROXIMATIONS = (
+    "random weights with the real per-rank GEMM shapes, bf16 (a checkpoint with INT4/FP8 "
+    "experts moves fewer bytes per expert)",
+    "layer weights from a pool (default 8 GB per rank, far beyond the 50 MB L2 of an H200) "
+    "used round-robin over the layers",
+    "MoE: experts drawn uniformly per token (top-k distinct), fixed per layer and pass; the "
+    "router GEMM, routing weights and expert-load imbalance are left out",
+    "attention: plain matmul/softmax over a KV cache of --context random tokens per sequence "
+    "(MLA absorbed on the latent cache); no RoPE, no causal mask between draft tokens, new "
+    "tokens not written",
+    "kernels are PyTorch's (no fused MoE/FlashMLA/fused norms): compute time is indicative; "
+    "all-reduce counts, sizes and placement follow SGLang's TP layers",
+    "NCCL all-reduce for every TP collective (SGLang would use its custom all-reduce on "
+    "<= 2 PCIe or NVLink GPUs unless --disable-custom-all-reduce)",
+    "drafter per cycle = K draft forwards (1 token per sequence, topk 1) + one draft-extend "
+    "forward over K+1 tokens; sampling, tree building and scheduler overhead excluded",
+)
+
+
+class RehearseError(PreflightError):
+    """The rehearsal cannot run at all (bad config, no torch, no GPU, unknown profile)."""
+
+
+@dataclass(frozen=True)
+class RehearseConfig:
+    model_config: str
+    draft_config: str | None = None
+    draft_tokens: int = 3  # K: drafted tokens; the verify pass runs K+1 per sequence
+    steps: int = 30  # timed replays per phase
+    warmup: int = 3
+    batch: int = 1
+    context: int = 1024  # KV-cache tokens per sequence
+    nproc: int | None = None  # None: every visible GPU (gloo: 2)
+    backend: str = "nccl"
+    pool_gb: float = 8.0
+    profile_cycles: int = 3
+    paths: tuple[str, ...] = ("default",)  # "default" and/or "p2p-off"
+    timeout_s: float = 300.0  # per profile and path
+    python: str = ""
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    logs_dir: str = ""
+    seed: int = 0
+    accept_length: float | None = None
+    accept_length_source: str | None = None
+
+
+# ------------------------------------------------------------------ maths
+
+
+def breakeven_accept_length(drafter_ms: float, verify_ms: float, decode_ms: float) -> float:
+    """Accept length (tokens per verify, bonus included) at which an EAGLE-3 cycle makes
+    tokens as fast as plain decoding: baseline 1 token per decode_ms, speculation A tokens
+    per (drafter_ms + verify_ms)."""
+    if decode_ms <= 0:
+        raise ValueError(f"decode_ms must be > 0, got {decode_ms}")
+    return (drafter_ms + verify_ms) / decode_ms
+
+
+def throughputs(
+    decode_ms: float, cycle_ms: float, batch: int, accept_length: float | None
+) -> dict[str, float | bool | None]:
+    """Tokens/s of the baseline and (at `accept_length`) of EAGLE-3, for `batch` sequences."""
+    base = batch * 1000.0 / decode_ms
+    if accept_length is None:
+        return {
+            "baseline_tokens_per_s": base,
+            "eagle3_tokens_per_s": None,
+            "speculation_pays": None,
+            "speedup": None,
+        }
+    spec = batch * accept_length * 1000.0 / cycle_ms
+    return {
+        "baseline_tokens_per_s": base,
+        "eagle3_tokens_per_s": spec,
+        "speculation_pays": spec > base,
+        "speedup": spec / base,
+    }
+
+
+def rank_results(results: list[dict[str, Any]], accept_length: float | None) -> list[dict]:
+    """Measured rows first, best first: by the better of baseline and EAGLE-3 tokens/s at the
+    given accept length; without one, by the verify cycle (drafter + verify) time."""
+    ok = [r for r in results if r.get("status") == "ok"]
+    bad = [r for r in results if r.get("status") != "ok"]
+    if accept_length is not None:
+        ok.sort(key=lambda r: -max(r["baseline_tokens_per_s"], r["eagle3_tokens_per_s"] or 0.0))
+    else:
+        ok.sort(key=lambda r: r["cycle_ms"])
+    for i, r in enumerate(ok, 1):
+        r["rank"] = i
+    return ok + bad
+
+
+# ------------------------------------------------------------------ job + trace analysis
+
+
+def build_job(
+    target: modelconfig.ModelSpec,
+    drafter: modelconfig.ModelSpec,
+    cfg: RehearseConfig,
+    world: int,
+) -> dict[str, Any]:
+    """What every rank receives (--job): the per-rank plans and the run's knobs."""
+    return {
+        "backend": cfg.backend,
+        "target": modelconfig.plan(target, world),
+        "drafter": modelconfig.plan(drafter, world),
+        "draft_tokens": cfg.draft_tokens,
+        "batch": cfg.batch,
+        "context": cfg.context,
+        "steps": cfg.steps,
+        "warmup": cfg.warmup,
+        "pool_gb": cfg.pool_gb,
+        "profile_cycles": cfg.profile_cycles,
+        "seed": cfg.seed,
+    }
+
+
+VERIFY_SPAN = "step[VERIFY"  # SGLang 0.5.23's target verify range, `step[VERIFY bs=N]`
+DECODE_SPAN = "step[DECODE"
+
+
+def analyze_window(trace_dir: Path) -> dict[str, Any]:
+    """Run the exporter's analyzer on the window's per-rank traces.
+
+    The analyzer's default span is what the live exporter matches; when it finds no verify
+    pass (an analyzer that only knows the pre-0.5.2x `TARGET_VERIFY` name), the 0.5.23 name
+    is passed explicitly through the same public API."""
+    from fastverify.exporters import traces
+
+    analysis = traces.analyze_path(trace_dir)
+    source = "analyzer default span"
+    if not any(r["verify_passes"] for r in analysis["ranks"]):
+        analysis = traces.analyze_path(trace_dir, span=VERIFY_SPAN)
+        source = f"analyzer span={VERIFY_SPAN!r}"
+    decode = traces.analyze_path(trace_dir, span=DECODE_SPAN)
+    return {"verify": analysis, "decode": decode, "span_source": source}
+
+
+# ------------------------------------------------------------------ one profile
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the session started for this rank (never anything else)."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+def _last_error(text: str) -> str | None:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "error" in line:
+            return line[:300]
+    return lines[-1][:300] if lines else None
+
+
+def _start_ranks(
+    env: Mapping[str, str], world: int, workdir: Path, tag: str, job_path: Path, python: str
+) -> tuple[list[subprocess.Popen], list[Path]]:
+    port = free_port()
+    procs: list[subprocess.Popen] = []
+    outs: list[Path] = []
+    try:
+        for rank in range(world):
+            out = workdir / f"{tag}.rank{rank}.json"
+            log = workdir / f"{tag}.rank{rank}.nccl.log"
+            for stale in (out, log):
+                stale.unlink(missing_ok=True)
+            rank_env = {**env, **NCCL_DEBUG_ENV}
+            rank_env.update(
+                NCCL_DEBUG_FILE=str(log),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE=str(world),
+                PYTHONUNBUFFERED="1",
+            )
+            argv = [python, str(WORKER), "--job", str(job_path), "--out", str(out)]
+            argv += [
+                "--trace",
+                str(workdir / f"{tag}-traces" / f"rehearse-TP-{rank}.trace.json.gz"),
+            ]
+            stdio = open(workdir / f"{tag}.rank{rank}.stdout", "wb")  # noqa: SIM115
+            try:
+                procs.append(
+                    subprocess.Popen(
+                        argv,
+                        env=rank_env,
+                        stdout=stdio,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+            finally:
+                stdio.close()
+            outs.append(out)
+    except BaseException:
+        for p in procs:
+            _kill_group(p)
+        raise
+    return procs, outs
+
+
+REPORT_GRACE_S = 10.0  # a rank that wrote its report may linger this long in teardown
+
+
+def _wait(
+    procs: list[subprocess.Popen],
+    outs: list[Path],
+    timeout_s: float,
+    label: str,
+    on_event: EventFn | None,
+    grace_s: float = REPORT_GRACE_S,
+) -> dict[str, Any]:
+    """Wait for every rank. A rank that died leaves its peers 10 s to report; ranks that all
+    wrote their reports get `grace_s` to exit, then are stopped (NCCL teardown can block).
+    Returns {"timed_out": bool, "stopped_after_report": bool}."""
+    t0 = time.perf_counter()
+    first_bad: float | None = None
+    reported_at: float | None = None
+    last_note = t0
+    try:
+        while any(p.poll() is None for p in procs):
+            now = time.perf_counter()
+            if first_bad is None and any(p.poll() not in (None, 0, 1) for p in procs):
+                first_bad = now
+            if reported_at is None and all(o.exists() for o in outs):
+                reported_at = now
+            if reported_at is not None and now - reported_at > grace_s:
+                for p in procs:
+                    _kill_group(p)
+                return {"timed_out": False, "stopped_after_report": True}
+            if now - t0 > timeout_s or (first_bad is not None and now - first_bad > 10.0):
+                for p in procs:
+                    _kill_group(p)
+                return {"timed_out": now - t0 > timeout_s, "stopped_after_report": False}
+            if on_event and now - last_note > 15.0:
+                on_event(f"  {label}: still running ({now - t0:.0f} s)")
+                last_note = now
+            time.sleep(0.05)
+    except BaseException:
+        for p in procs:
+            _kill_group(p)
+        raise
+    return {"timed_out": False, "stopped_after_report": False}
+
+
+def _max(ranks: list[dict[str, Any]], phase: str, key: str = "p50_ms") -> float | None:
+    vals = [r["timings"][phase][key] for r in ranks if r.get("timings")]
+    return max(vals) if vals else None
+
+
+def run_profile(
+    name: str,
+    path: str,
+    env: Mapping[str, str],
+    job: dict[str, Any],
+    world: int,
+    workdir: Path,
+    cfg: RehearseConfig,
+    on_event: EventFn | None = None,
+) -> dict[str, Any]:
+    """One profile on one transport path: start the ranks, wait, merge, analyze the trace."""
+    tag = re.sub(r"[^A-Za-z0-9._-]", "_", f"{name}.{path}")
+    job_path = workdir / f"{tag}.job.json"
+    job_path.write_text(json.dumps(job), encoding="utf-8")
+    (workdir / f"{tag}-traces").mkdir(exist_ok=True)
+    t0 = time.perf_counter()
+    procs, outs = _start_ranks(env, world, workdir, tag, job_path, cfg.python or sys.executable)
+    waited = _wait(procs, outs, cfg.timeout_s, f"{name} ({path})", on_event)
+    timed_out = waited["timed_out"]
+    wall = time.perf_counter() - t0
+
+    ranks: list[dict[str, Any]] = []
+    for rank, (proc, out) in enumerate(zip(procs, outs, strict=True)):
+        try:
+            doc = json.loads(out.read_text())
+        except (OSError, ValueError):
+            tail = ""
+            with contextlib.suppress(OSError):
+                tail = (workdir / f"{tag}.rank{rank}.stdout").read_text(errors="replace")
+            doc = {
+                "rank": rank,
+                "status": "failed",
+                "error": _last_error(tail) or f"rank exited with {proc.returncode}",
+            }
+        doc["returncode"] = proc.returncode
+        ranks.append(doc)
+    wall_reported = max((r.get("wall_s") or 0.0) for r in ranks)
+    logs = []
+    for rank in range(world):
+        log = workdir / f"{tag}.rank{rank}.nccl.log"
+        logs.append(parse_nccl_log(log.read_text(errors="replace") if log.exists() else ""))
+
+    want = {k: v for k, v in {**env, **NCCL_DEBUG_ENV}.items() if k.startswith("NCCL_")}
+    got = [
+        {k: v for k, v in r["nccl_env"].items() if k != "NCCL_DEBUG_FILE"}
+        for r in ranks
+        if r.get("nccl_env") is not None
+    ]
+    mismatch = sorted(
+        {k for g in got for k in set(g) ^ set(want)}
+        | {k for g in got for k in set(g) & set(want) if g[k] != want[k]}
+    )
+    result: dict[str, Any] = {
+        "profile": name,
+        "path": path,
+        "status": "ok",
+        "wall_s": wall,
+        "rank_wall_s": wall_reported,  # process start to report, the slowest rank
+        "stopped_after_report": waited["stopped_after_report"],
+        "init_s": max((r.get("init_s") or 0.0) for r in ranks),
+        "env_verified": bool(got) and len(got) == len(ranks) and not mismatch,
+        "nccl": {
+            "version": logs[0]["version"],
+            "confirmed": logs[0]["confirmed"],
+            "tuning": {str(k): v for k, v in logs[0]["tuning"].items()},
+            "warnings": sorted({w for lg in logs for w in lg["warnings"]})[:10],
+        },
+        "ranks": [
+            {
+                k: r.get(k)
+                for k in (
+                    "rank",
+                    "status",
+                    "error",
+                    "returncode",
+                    "gpu",
+                    "init_s",
+                    "import_s",
+                    "wall_s",
+                    "max_memory_gb",
+                    "graphs",
+                    "build",
+                    "timings",
+                    "collectives_per_forward",
+                )
+                if r.get(k) is not None
+            }
+            for r in ranks
+        ],
+    }
+    errors = [r.get("error") for r in ranks if r.get("error")]
+    errors += [
+        f"{ph}: {g['error']}"
+        for r in ranks
+        for ph, g in (r.get("graphs") or {}).items()
+        if g.get("error")
+    ]
+    if mismatch:
+        errors.insert(0, f"environment not delivered as resolved: {', '.join(mismatch)}")
+    if timed_out:
+        errors.insert(0, f"timed out after {cfg.timeout_s:.0f} s")
+    if errors or any(r.get("status") != "ok" for r in ranks):
+        result["status"] = "failed"
+        result["error"] = errors[0] if errors else "a rank failed"
+        return result
+
+    k = job["draft_tokens"]
+    decode, verify = _max(ranks, "decode"), _max(ranks, "verify")
+    compute = _max(ranks, "verify_compute")
+    draft, extend = _max(ranks, "draft"), _max(ranks, "draft_extend")
+    drafter = k * draft + extend
+    expected = job["target"]["allreduce_per_forward"]
+    result.update(
+        decode_ms=decode,
+        verify_ms=verify,
+        compute_ms=compute,
+        exposed_comm_ms=verify - compute,
+        draft_ms=draft,
+        draft_extend_ms=extend,
+        drafter_ms=drafter,
+        cycle_ms=drafter + verify,
+        verify_ms_p90=_max(ranks, "verify", "p90_ms"),
+        decode_ms_p90=_max(ranks, "decode", "p90_ms"),
+        breakeven_accept_length=breakeven_accept_length(drafter, verify, decode),
+        allreduce_expected=expected,
+    )
+    calls = ranks[0]["collectives_per_forward"]["verify"]["allreduce"]
+    trace_dir = workdir / f"{tag}-traces"
+    try:
+        window = analyze_window(trace_dir)
+    except Exception as exc:  # the analyzer's own errors (TraceError, ...) are reported
+        window = None
+        result["trace_error"] = f"{type(exc).__name__}: {exc}"
+    if window is not None:
+        vranks = window["verify"]["ranks"]
+        result["trace"] = {
+            "span_source": window["span_source"],
+            "verify_passes": [r["verify_passes"] for r in vranks],
+            "verify_ms_p50": [r["verify_ms_p50"] for r in vranks],
+            "allreduce_per_verify": [r["allreduce_per_verify"] for r in vranks],
+            "allreduce_ms_per_verify": [r["allreduce_ms_per_verify"] for r in vranks],
+            "allreduce_share": [r["allreduce_share"] for r in vranks],
+            "allreduce_per_decode": [r["allreduce_per_verify"] for r in window["decode"]["ranks"]],
+            "span_kind": [r.get("span_source") for r in vranks],
+        }
+    if (
+        job["backend"] == "nccl"
+        and window is not None
+        and all(r["verify_passes"] for r in window["verify"]["ranks"])
+    ):
+        vranks = window["verify"]["ranks"]
+        per = [r["allreduce_per_verify"] for r in vranks]
+        result["allreduce_per_verify"] = max(per)
+        result["allreduce_ms_per_verify"] = max(r["allreduce_ms_per_verify"] for r in vranks)
+        result["allreduce_share"] = max(r["allreduce_share"] for r in vranks)
+        result["allreduce_source"] = "GPU kernel records in the profiler window (traces.py)"
+    else:
+        result["allreduce_per_verify"] = calls
+        result["allreduce_ms_per_verify"] = None
+        result["allreduce_share"] = None
+        result["allreduce_source"] = (
+            "collective calls per forward (gloo runs no GPU kernels)"
+            if job["backend"] != "nccl"
+            else "collective calls per forward (no verify span in the trace)"
+        )
+    result["allreduce_check"] = result["allreduce_per_verify"] == expected
+    if not result["allreduce_check"]:
+        result["status"] = "failed"
+        result["error"] = (
+            f"all-reduces per verify: measured {result['allreduce_per_verify']}, the layer "
+            f"arithmetic says {expected} (2 x {job['target']['num_layers']} layers + 1)"
+        )
+    return result
+
+
+# ------------------------------------------------------------------ the whole run
+
+
+def detect_path_label() -> str:
+    """ "nvlink" when nvidia-smi shows NVLink between the GPUs, "p2p" for PCIe, else "default"."""
+    from fastverify.profiles import topology
+
+    topo = topology.detect()
+    if topo is None or not topo.gpus:
+        return "default"
+    return "nvlink" if topo.has_nvlink else "p2p"
+
+
+def load_models(cfg: RehearseConfig) -> tuple[modelconfig.ModelSpec, modelconfig.ModelSpec, bool]:
+    """(target, drafter, drafter_estimated); ModelConfigError for a bad file."""
+    target = modelconfig.load_spec(cfg.model_config)
+    if target.eagle3:
+        raise modelconfig.ModelConfigError(
+            f"{cfg.model_config}: this is an EAGLE-3 drafter config; pass the target's "
+            "config.json to --model-config and this one to --draft-config"
+        )
+    if cfg.draft_config:
+        return target, modelconfig.load_spec(cfg.draft_config), False
+    return target, modelconfig.estimated_drafter(target), True
+
+
+def run_rehearsal(
+    profiles: Sequence[Any],
+    cfg: RehearseConfig,
+    on_event: EventFn | None = None,
+    env_for: Callable[[Any], dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """Rehearse every profile on every path in turn; returns the report (docs/rehearse.md)."""
+    if cfg.backend not in ("nccl", "gloo"):
+        raise RehearseError(f"unknown backend {cfg.backend!r} (nccl, or gloo for tests)")
+    if cfg.draft_tokens < 1 or cfg.batch < 1 or cfg.steps < 1:
+        raise RehearseError("--draft-tokens, --batch and --steps must be >= 1")
+    bad_paths = [p for p in cfg.paths if p not in ("default", "p2p-off")]
+    if bad_paths or not cfg.paths:
+        raise RehearseError(f"unknown path {bad_paths or cfg.paths!r} (default, p2p-off)")
+    try:
+        target, drafter, estimated = load_models(cfg)
+    except modelconfig.ModelConfigError as exc:
+        raise RehearseError(str(exc)) from None
+    if not torch_available(cfg.python):
+        raise TorchMissing(
+            f"rehearse needs PyTorch in {cfg.python or sys.executable}: "
+            "pip install 'fastverify[preflight]' (or torch>=2.3 with CUDA for your driver)"
+        )
+    world = cfg.nproc
+    if world is None:
+        world = visible_gpus() if cfg.backend == "nccl" else 2
+    if world < 1:
+        raise RehearseError("no GPU visible (nvidia-smi -L lists none); pass --nproc N")
+    if cfg.backend == "nccl":
+        gpus = visible_gpus()
+        if 0 < gpus < world:
+            raise RehearseError(f"--nproc {world} but only {gpus} GPU(s) are visible")
+    try:
+        job = build_job(target, drafter, cfg, world)
+    except modelconfig.ModelConfigError as exc:
+        raise RehearseError(str(exc)) from None
+    if env_for is None:
+        from fastverify.profiles.effective import effective_env
+
+        def env_for(p: Any) -> dict[str, str]:
+            return effective_env(p, extra=dict(cfg.extra_env) or None)
+
+    default_label = detect_path_label() if cfg.backend == "nccl" else "default"
+    runs = [(p, path) for p in profiles for path in cfg.paths]
+    with contextlib.ExitStack() as stack:
+        if cfg.logs_dir:
+            workdir = Path(cfg.logs_dir)
+            workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rehearse-")))
+        t0 = time.perf_counter()
+        results = []
+        for i, (profile, path) in enumerate(runs, 1):
+            name = getattr(profile, "name", str(profile))
+            label = "p2p-off" if path == "p2p-off" else default_label
+            if on_event:
+                on_event(f"[{i}/{len(runs)}] {name} ({label}): {world} rank(s) ...")
+            env = env_for(profile)
+            if path == "p2p-off":
+                env = {**env, **P2P_OFF}
+            res = run_profile(name, label, env, job, world, workdir, cfg, on_event)
+            res.update(
+                throughputs(res["decode_ms"], res["cycle_ms"], cfg.batch, cfg.accept_length)
+                if res["status"] == "ok"
+                else {}
+            )
+            results.append(res)
+            if on_event:
+                if res["status"] == "ok":
+                    on_event(
+                        f"[{i}/{len(runs)}] {name} ({label}): decode {res['decode_ms']:.2f} "
+                        f"ms, verify {res['verify_ms']:.2f} ms, break-even accept length "
+                        f"{res['breakeven_accept_length']:.2f} ({res['wall_s']:.1f} s)"
+                    )
+                else:
+                    on_event(f"[{i}/{len(runs)}] {name} ({label}): failed: {res.get('error')}")
+        total = time.perf_counter() - t0
+
+    ranks = [rk for r in results for rk in r["ranks"]]
+    report: dict[str, Any] = {
+        "tool": "fastverifyctl rehearse",
+        "backend": cfg.backend,
+        "world_size": world,
+        "model": target.name or target.model_type,
+        "model_config": str(cfg.model_config),
+        "drafter": drafter.name,
+        "drafter_estimated": estimated,
+        "draft_tokens": cfg.draft_tokens,
+        "verify_tokens_per_sequence": cfg.draft_tokens + 1,
+        "batch": cfg.batch,
+        "context": cfg.context,
+        "steps": cfg.steps,
+        "pool_gb": cfg.pool_gb,
+        "dtype": "bfloat16" if cfg.backend == "nccl" else "float32",
+        "gpu": next((rk["gpu"] for rk in ranks if rk.get("gpu")), None),
+        "nccl_version": next((r["nccl"]["version"] for r in results if r["nccl"]["version"]), None),
+        "accept_length": cfg.accept_length,
+        "accept_length_source": cfg.accept_length_source,
+        "allreduce_expected_per_verify": job["target"]["allreduce_per_forward"],
+        "shapes": {"target": job["target"], "drafter": job["drafter"]},
+        "profiles": rank_results(results, cfg.accept_length),
+        "wall_s": total,
+        "wall_s_per_profile": max((r["wall_s"] for r in results), default=None),
+        "approximations": list(APPROXIMATIONS),
+    }
+    if estimated:
+        report["drafter_note"] = (
+            "no --draft-config: the drafter is an estimate (one Llama layer with the target's "
+            "hidden size, heads of 128, the target's intermediate_size and vocabulary)"
+        )
+    return report
+
+
+def config_dict(cfg: RehearseConfig) -> dict[str, Any]:
+    return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in asdict(cfg).items()}
+
+
+# ------------------------------------------------------------------ live accept length
+
+
+_ACCEPT = re.compile(r"^fastverify_spec_accept_length(?:\{[^}]*\})?\s+(\S+)", re.M)
+
+
+def accept_length_from_metrics(url: str, timeout: float = 5.0) -> float | None:
+    """`fastverify_spec_accept_length` from the exporter's /metrics text, or None."""
+    import httpx
+
+    if not url.rstrip("/").endswith("/metrics"):
+        url = url.rstrip("/") + "/metrics"
+    try:
+        text = httpx.get(url, timeout=timeout).text
+    except httpx.HTTPError:
+        return None
+    values = [float(m.group(1)) for m in _ACCEPT.finditer(text)]
+    values = [v for v in values if v == v and v > 0]  # drop NaN and the 0 of "not yet seen"
+    return max(values) if values else None
+
+
+# ------------------------------------------------------------------ plot
+
+
+def plot(report: dict[str, Any], path: Path) -> Path:
+    """Per profile and path: the decode step beside the speculative cycle (verify compute,
+    verify all-reduce, drafter), the break-even accept length written above each pair
+    (matplotlib, Agg; the sweep's plot style)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in report["profiles"] if r.get("status") == "ok"]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(rows) + 2), 4.5))
+    labels = []
+    top = 0.0
+    for i, r in enumerate(rows):
+        x = 2.5 * i
+        ar = r.get("allreduce_ms_per_verify") or r["exposed_comm_ms"]
+        compute = max(0.0, r["verify_ms"] - ar)
+        ax.bar(
+            x,
+            r["decode_ms"],
+            color="#4C72B0",
+            edgecolor="black",
+            label="decode step" if i == 0 else None,
+        )
+        ax.bar(
+            x + 1,
+            compute,
+            color="#DD8452",
+            edgecolor="black",
+            label="verify: compute" if i == 0 else None,
+        )
+        ax.bar(
+            x + 1,
+            ar,
+            bottom=compute,
+            color="#C44E52",
+            edgecolor="black",
+            label="verify: all-reduce" if i == 0 else None,
+        )
+        ax.bar(
+            x + 1,
+            r["drafter_ms"],
+            bottom=r["verify_ms"],
+            color="#8172B2",
+            edgecolor="black",
+            label="drafter" if i == 0 else None,
+        )
+        height = r["verify_ms"] + r["drafter_ms"]
+        top = max(top, height, r["decode_ms"])
+        ax.text(
+            x + 0.5,
+            height * 1.02,
+            f"break-even\n{r['breakeven_accept_length']:.2f}",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+        labels.append((x + 0.5, f"{r['profile']}\n{r['path']}"))
+    ax.set_xticks([x for x, _ in labels])
+    ax.set_xticklabels([t for _, t in labels], fontsize=8)
+    ax.set_ylim(0, top * 1.25 if top else 1.0)
+    ax.set_ylabel("ms (p50 of graph replays)")
+    accept = report.get("accept_length")
+    note = f", accept length {accept:.2f}" if accept else ""
+    ax.set_title(
+        f"fastverify rehearse: {report['model']}, TP={report['world_size']}, "
+        f"K={report['draft_tokens']}{note}"
+    )
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+__all__ = [
+    "RehearseConfig",
+    "RehearseError",
+    "TorchMissing",
+    "breakeven_accept_length",
+    "daemon_extra_env",
+    "load_profiles",
+    "plot",
+    "run_rehearsal",
+]
