@@ -85,6 +85,8 @@ class Controller(CrashSteps):
         self.last_good: dict[str, str] | None = None
         self.last_failure: dict[str, Any] | None = None
         self.restarts: collections.Counter[str] = collections.Counter()
+        # Findings that hold while their cause does (status `findings`), by key.
+        self.findings: dict[str, str] = {}
         self.shutting_down = threading.Event()
         self._threads: list[threading.Thread] = []
         launcher.on_line = self._on_line
@@ -163,6 +165,15 @@ class Controller(CrashSteps):
             self.store.save_state(data)
         except OSError as exc:
             self.say(f"cannot save state: {exc}", logging.ERROR)
+
+    def set_finding(self, key: str, message: str) -> None:
+        """A finding shown by status until `clear_finding(key)` (its cause went away)."""
+        with self._lock:
+            self.findings[key] = message
+
+    def clear_finding(self, key: str) -> None:
+        with self._lock:
+            self.findings.pop(key, None)
 
     def record_failure(self, failure: Failure, during: Operation | None, **extra: Any) -> None:
         with self._lock:

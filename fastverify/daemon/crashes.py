@@ -9,6 +9,7 @@ thread; the restart runs as a `crash_restart` operation that holds the slot and 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -106,6 +107,10 @@ class CrashSteps(_Base):
             log.exception("crash restart failed unexpectedly")
             outcome = self._result(op, "failed", reason="internal_error", message=str(exc))
             journal = True
+            with contextlib.suppress(Exception):  # never stay in BACKOFF with nobody retrying
+                self.record_failure(Failure("internal_error", str(exc)), op)
+                if self.state != State.FAILED:
+                    self.set_state(State.FAILED, "crash restart failed unexpectedly")
         self._finish(op, outcome, journal)
 
     def _crash_loop(
@@ -134,7 +139,7 @@ class CrashSteps(_Base):
             self.slot_preemptible(op, True)
             op.cancel.wait(decision.delay_s)
             self.slot_preemptible(op, False)
-            if op.cancel.is_set() or self.shutting_down.is_set():
+            if op.cancel.is_set() or self.shutting_down.is_set() or not self._state_dir_ok(op, h):
                 out = self._result(op, "failed", reason="cancelled", message="restart pre-empted")
                 return out, False
             try:
@@ -150,6 +155,33 @@ class CrashSteps(_Base):
             failure = outcome
             h = self.current or h
             decision = self._count_crash(h, failure)
+
+    def _state_dir_ok(self, op: Operation, h: EngineHandle) -> bool:
+        """Before a crash restart: the state dir must take the engine's pid file and log.
+        While it does not, stay in BACKOFF with a finding and retry (the wait grows to the
+        policy's cap); recover by itself once the dir works again. False when cancelled."""
+        attempt = 0
+        try:
+            while (problem := self.store.check_writable()) is not None:
+                attempt += 1
+                delay = self.crashes.policy.delay(attempt)
+                msg = (
+                    f"crash restart of {h.profile}/{h.mode} waits for the state dir: {problem};"
+                    f" retrying in {delay:.1f} s"
+                )
+                self.set_finding("state_dir", msg)
+                self.record_failure(Failure("state_dir_unwritable", msg), op)
+                self.say(msg, logging.ERROR if attempt == 1 else logging.WARNING)
+                self.slot_preemptible(op, True)
+                op.cancel.wait(delay)
+                self.slot_preemptible(op, False)
+                if op.cancel.is_set() or self.shutting_down.is_set():
+                    return False
+            if attempt:
+                self.say(f"state dir {self.store.dir} is writable again; restarting")
+            return True
+        finally:
+            self.clear_finding("state_dir")
 
     def slot_preemptible(self, op: Operation, flag: bool) -> None:
         """Let an explicit request pre-empt `op` (a crash restart waiting out its backoff)."""

@@ -102,7 +102,7 @@ class ControlFacade:
                 "tokens_per_second": self.figures.tokens_per_second(),
                 "status_line": self.status_line(),
                 "config": {"source": c.cfg.source, "error": self.config_error},
-                "findings": list(c.store.findings),
+                "findings": [*c.store.findings, *c.findings.values()],
                 "daemon": {"pid": os.getpid(), "state_dir": str(c.store.dir)},
             }
 

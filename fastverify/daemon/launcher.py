@@ -312,7 +312,10 @@ class Launcher:
         return None, details
 
     def mark_verified(self, h: EngineHandle) -> None:
-        self.store.write_pid(dict(h.pid_info(), verified=True))
+        try:
+            self.store.write_pid(dict(h.pid_info(), verified=True))
+        except OSError as exc:  # the engine serves anyway; adoption reads the first record
+            self.say(f"cannot record the verified engine in engine.pid: {exc}", logging.WARNING)
 
     def lost_workers(self, h: EngineHandle) -> list[int]:
         """Workers verified at READY that have exited while the leader lives."""

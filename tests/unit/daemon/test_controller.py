@@ -196,3 +196,35 @@ def test_slot_two_claims_at_once_exactly_one_wins() -> None:
     for t in threads:
         t.join()
     assert sorted(c.value for c in claims) == ["busy"] * 7 + ["taken"]
+
+
+def test_crash_restart_waits_in_backoff_while_the_state_dir_is_unwritable(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    ctl, launcher, seen = build(tmp_path)
+    serve(ctl, "ring")
+    fixed = threading.Event()
+    probes: list[str] = []
+
+    def check_writable() -> str | None:
+        if fixed.is_set():
+            return None
+        probes.append("refused")
+        if len(probes) == 3:
+            # the finding is up while the restart waits; then the operator fixes the dir
+            assert any("waits for the state dir" in f for f in ctl.findings.values())
+            assert ctl.state == State.BACKOFF
+            fixed.set()
+        return f"state dir {ctl.store.dir} is not writable (Read-only file system)"
+
+    ctl.store.check_writable = check_writable  # type: ignore[method-assign]
+    n = len(launcher.started)
+    seen.clear()
+    launcher.crash(launcher.started[-1])
+    done = seen.wait_for(lambda e: isinstance(e, ev.OperationFinished))
+    assert (done.kind, done.result) == ("crash_restart", "ok")
+    assert len(probes) == 3 and len(launcher.started) == n + 1  # no spawn while refused
+    assert ctl.state == State.READY and ctl.findings == {}
+    assert "FAILED" not in states(seen)
