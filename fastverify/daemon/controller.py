@@ -379,6 +379,8 @@ class Controller(CrashSteps):
         t0 = time.monotonic()
         if op.kind != "crash_restart":
             self.crashes.clear()
+        if op.kind == "switch":
+            self.clear_finding("profile_fallback")  # the operator chose a profile
         self._serving(h, f"{h.profile}/{h.mode} verified")
         op.phases["persist"] = round(time.monotonic() - t0, 4)
         message = f"{h.profile}/{h.mode} is serving (ready in {h.ready_s or 0.0:.2f} s, verified)"

@@ -58,3 +58,31 @@ def test_crash_restart_waits_for_an_unwritable_state_dir_and_recovers(tmp_path: 
         hist = d.client.get("/v1/history")
         assert hist[-1]["kind"] == "crash_restart" and hist[-1]["result"] == "ok"
         assert "Traceback" not in d.log_text()
+
+
+def test_deleted_active_profile_falls_back_to_the_default_with_a_finding(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        mine = d.profile_dir / "mine.env"
+        mine.write_text("# description: mine\nNCCL_ALGO=Ring\nNCCL_PROTO=LL\n")
+        r = d.ctl("profile", "set", "mine", "--mode", "eagle3")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert d.stop() == 0
+        mine.unlink()
+        d.restart_daemon()
+        st = d.status()
+        assert (st["state"], st["profile"], st["mode"]) == ("READY", "nccl-default", "eagle3")
+        found = [f for f in st["findings"] if "mine/eagle3" in f]
+        assert found and "nccl-default/eagle3 instead" in found[0], st["findings"]
+        hist = d.client.get("/v1/history")
+        refused = [h for h in hist if h["kind"] == "start" and h["result"] == "failed"]
+        assert [(h["profile"], h["reason"]) for h in refused] == [("mine", "invalid_profile")]
+        assert refused[0]["fallback_to"] == {"profile": "nccl-default", "mode": "eagle3"}
+        assert (hist[-1]["kind"], hist[-1]["result"], hist[-1]["profile"]) == (
+            "start",
+            "ok",
+            "nccl-default",
+        )
+        # choosing a profile clears the finding
+        r = d.ctl("profile", "set", "ring-ll", "-q")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert not [f for f in d.status()["findings"] if "mine/eagle3" in f]
