@@ -8,8 +8,10 @@ Each test is the regression test of an issue-12 item and fails on the code befor
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -86,3 +88,58 @@ def test_deleted_active_profile_falls_back_to_the_default_with_a_finding(tmp_pat
         r = d.ctl("profile", "set", "ring-ll", "-q")
         assert r.returncode == 0, r.stdout + r.stderr
         assert not [f for f in d.status()["findings"] if "mine/eagle3" in f]
+
+
+def _hold(port: int) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", port))
+    s.listen(1)
+    return s
+
+
+def test_metrics_port_taken_when_asked_for_explicitly_is_a_start_failure(tmp_path: Path) -> None:
+    d = DaemonHarness(tmp_path, start=False)
+    holder = _hold(d.metrics_port)
+    try:
+        with pytest.raises(AssertionError, match="exited with 1"):
+            d.start()
+        text = d.log_text()
+        assert f"cannot listen on 127.0.0.1:{d.metrics_port}" in text, text
+        assert "Address already in use" in text and "not starting" in text, text
+        assert "Traceback" not in text
+        assert not d.socket.exists()  # nothing left behind
+        assert not (d.state_dir / "engine.pid").exists()  # no engine was started
+    finally:
+        holder.close()
+        d.close(check_leaks=False)  # it exited 1, as asserted above
+
+
+class _DefaultMetrics(DaemonHarness):
+    """fastverifyd with no --metrics-listen flag and no metrics_listen key: the default."""
+
+    def argv(self) -> list[str]:
+        argv = super().argv()
+        i = argv.index("--metrics-listen")
+        return argv[:i] + argv[i + 2 :]
+
+
+def test_default_metrics_port_taken_is_a_finding_and_the_daemon_serves(tmp_path: Path) -> None:
+    from fastverify.config import DaemonConfig
+
+    host, port = DaemonConfig().metrics_listen.rsplit(":", 1)
+    try:
+        holder = _hold(int(port))
+    except OSError as exc:  # taken already: the daemon cannot bind it either
+        assert exc.errno == errno.EADDRINUSE, exc
+        holder = None
+    try:
+        with _DefaultMetrics(tmp_path, metrics=False) as d:
+            st = d.status()
+            assert st["state"] == "READY"
+            found = [f for f in st["findings"] if f"cannot listen on {host}:{port}" in f]
+            assert found and "metrics_listen" in found[0], st["findings"]
+            r = d.ctl("status")
+            assert r.returncode == 0 and f"{host}:{port}" in r.stdout, r.stdout + r.stderr
+    finally:
+        if holder is not None:
+            holder.close()
