@@ -14,6 +14,7 @@ controller's fields, the log ring or the exporter runtime itself.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -157,12 +158,24 @@ class ControlFacade:
         return self.ctl.store.load_baselines()
 
     def set_baseline(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Persist a baseline measurement (baselines.json) and announce it."""
+        """Validate, persist (baselines.json) and announce a baseline measurement.
+        RequestError(422) names every bad field (`fields`: field -> what is wrong)."""
+        now = time.time()
+        problems = check_baseline(body, self._profile_problem, now)
+        if problems:
+            raise RequestError(
+                422,
+                "; ".join(f"field {k!r}: {v}" for k, v in problems.items()),
+                fields=problems,
+                reason="invalid_baseline",
+            )
         rec = {
             "profile": body["profile"],
             "tokens_per_second": float(body["tokens_per_second"]),
             "per_request_tokens_per_second": float(body["per_request_tokens_per_second"]),
-            "measured_at": float(body.get("measured_at") or time.time()),
+            "measured_at": float(
+                body["measured_at"] if body.get("measured_at") is not None else now
+            ),
         }
         store = self.ctl.store
         with self.ctl._lock:
@@ -179,6 +192,16 @@ class ControlFacade:
         )
         return rec
 
+    def _profile_problem(self, name: str) -> str | None:
+        from fastverify.profiles.store import name_problem
+
+        problem = name_problem(name)
+        if problem is not None:
+            return problem
+        if self.ctl.resolver.profiles.find(name) is None:
+            return f"no profile named {name!r} (see `fastverifyctl profile list`)"
+        return None
+
     # ------------------------------------------------------------------ traces
     def capture_trace(self, steps: int | None) -> dict[str, Any]:
         runtime = self.feed.runtime if self.feed is not None else None
@@ -192,3 +215,36 @@ class ControlFacade:
             return runtime.capture(steps)
         except Exception as exc:
             raise RequestError(502, f"trace capture failed: {exc}") from None
+
+
+# Baselines measured before this are not from fastverify (2020-01-01T00:00:00Z).
+EARLIEST_MEASUREMENT = 1577836800.0
+# Clocks of the measuring host and the daemon may differ this much.
+CLOCK_SKEW_S = 60.0
+
+
+def check_baseline(
+    body: dict[str, Any], profile_problem: Callable[[str], str | None], now: float
+) -> dict[str, str]:
+    """What is wrong with a baseline body, field -> message (empty: nothing)."""
+    out: dict[str, str] = {}
+    problem = profile_problem(str(body.get("profile", "")))
+    if problem is not None:
+        out["profile"] = problem
+    for key in ("tokens_per_second", "per_request_tokens_per_second"):
+        v = body.get(key)
+        if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
+            out[key] = f"must be a finite number of tokens per second, got {v!r}"
+        elif v <= 0:
+            out[key] = f"must be > 0 tokens per second, got {v!r}"
+    at = body.get("measured_at")
+    if at is not None:
+        if not isinstance(at, int | float) or isinstance(at, bool) or not math.isfinite(at):
+            out["measured_at"] = f"must be a finite unix time in seconds, got {at!r}"
+        elif at < EARLIEST_MEASUREMENT:
+            out["measured_at"] = f"{at!r} is before 2020-01-01 (expected unix seconds)"
+        elif at > now + CLOCK_SKEW_S:
+            out["measured_at"] = (
+                f"{at!r} is {at - now:.0f} s in the future (at most {CLOCK_SKEW_S:.0f} s ahead)"
+            )
+    return out

@@ -17,7 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from fastverify.client import ApiError
 from tests.harness import DaemonHarness
+
+
+@pytest.fixture(scope="module")
+def daemon_once(tmp_path_factory: pytest.TempPathFactory):
+    """One daemon for the tests that only send requests (each leaves it as it found it)."""
+    with DaemonHarness(tmp_path_factory.mktemp("doors"), metrics=False) as d:
+        yield d
 
 
 @contextlib.contextmanager
@@ -143,3 +151,33 @@ def test_default_metrics_port_taken_is_a_finding_and_the_daemon_serves(tmp_path:
     finally:
         if holder is not None:
             holder.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        ({"profile": "no-such-profile"}, "profile", "no profile named"),
+        ({"profile": "../etc/passwd"}, "profile", "profile"),
+        ({"measured_at": -1e18}, "measured_at", "before 2020"),
+        ({"measured_at": 1e12}, "measured_at", "in the future"),
+        ({"tokens_per_second": -5}, "tokens_per_second", "> 0"),
+        ({"per_request_tokens_per_second": 0}, "per_request_tokens_per_second", "> 0"),
+        ({"tokens_per_second": float("inf")}, "tokens_per_second", "finite"),
+        ({"measured_at": float("nan")}, "measured_at", "finite"),
+    ],
+)
+def test_bad_baselines_are_422_naming_the_field_and_change_nothing(
+    daemon_once: DaemonHarness, change: dict, field: str, words: str
+) -> None:
+    d = daemon_once
+    good = {"profile": "ring-ll", "tokens_per_second": 80.0, "per_request_tokens_per_second": 9.5}
+    before = d.client.get("/v1/baselines")
+    with pytest.raises(ApiError) as err:
+        d.client.post("/v1/baselines", {**good, **change})
+    assert err.value.status == 422, err.value.body
+    msg = err.value.body["error"]
+    assert repr(field) in msg and words in msg, msg
+    assert d.client.get("/v1/baselines") == before
+    rec = d.client.post("/v1/baselines", good)  # the same body without the fault is taken
+    assert rec["profile"] == "ring-ll" and rec["tokens_per_second"] == 80.0
+    assert d.client.get("/v1/baselines")["ring-ll"]["tokens_per_second"] == 80.0
