@@ -87,7 +87,7 @@ def api_error_exit(exc: Any, as_json: bool) -> int:
 
 
 def result_exit(result: dict[str, Any]) -> int:
-    return EXIT_OK if result.get("result") == "ok" else EXIT_FAILED
+    return EXIT_OK if result.get("result") in ("ok", "unchanged") else EXIT_FAILED
 
 
 def describe_result(result: dict[str, Any]) -> str:
@@ -156,7 +156,7 @@ def run_operation(
         )
         return EXIT_LOST
     out = describe_result(result)
-    click.echo(out, err=result.get("result") != "ok")
+    click.echo(out, err=result.get("result") not in ("ok", "unchanged"))
     return result_exit(result)
 
 

@@ -63,6 +63,7 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "force": (_BOOL, False),
         "queue": (_BOOL, False),
         "timeout_s": (_NUM, False),
+        "restart": (_BOOL, False),
     },
     "/v1/mode": {
         "mode": ((str,), True),
@@ -70,6 +71,7 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "stream": (_BOOL, False),
         "queue": (_BOOL, False),
         "timeout_s": (_NUM, False),
+        "restart": (_BOOL, False),
     },
     "/v1/restart": {
         "wait": (_BOOL, False),
@@ -292,6 +294,7 @@ class Handler(BaseHTTPRequestHandler):
             queue=bool(body.get("queue", False)),
             timeout_s=body.get("timeout_s"),
             withdrawn=lambda: _peer_closed(self.connection),
+            restart=bool(body.get("restart", False)),
         )
         self._answer(op, wait=body.get("wait", True), stream=body.get("stream", False))
 
@@ -307,7 +310,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         result = op.wait()
         assert result is not None
-        self._send_json(200 if result["result"] == "ok" else 502, result)
+        self._send_json(200 if result["result"] in ("ok", "unchanged") else 502, result)
 
     def h_profile(self, method: str, body: Any, query: dict[str, str]) -> None:
         body = validate_body("/v1/profile", body)

@@ -44,6 +44,8 @@ log = logging.getLogger("fastverifyd.controller")
 
 # Operations counted as profile switches by the exporter (start-up and crash restarts are not).
 SWITCH_KINDS = ("switch", "mode")
+# Operations answered `unchanged` when they ask for what already serves (unless restart).
+NOOP_KINDS = ("switch", "mode")
 # Operations a client may cancel.
 CANCELLABLE = ("switch", "mode", "restart", "start")
 
@@ -192,8 +194,12 @@ class Controller(CrashSteps):
         queue: bool = False,
         timeout_s: float | None = None,
         withdrawn: Callable[[], bool] | None = None,
+        restart: bool = False,
     ) -> Operation:
         """Validate, take the slot (or queue for it), start the operation thread.
+        A switch/mode to what is already serving (same profile, mode, argv and NCCL
+        settings, READY, nothing in flight) is answered `unchanged` at once without
+        touching the engine, unless `restart`.
         Raises RequestError: 409 busy, 422 invalid, 503 shutting down, 507 state dir."""
         if self.shutting_down.is_set():
             raise RequestError(503, "fastverifyd is shutting down")
@@ -211,6 +217,10 @@ class Controller(CrashSteps):
                 argv=mask_argv(argv),
                 reason="argv_rejected",
             )
+        if kind in NOOP_KINDS and not restart:
+            same = self._unchanged(kind, name, mode, profile, argv)
+            if same is not None:
+                return same
         problem = self.store.check_writable()
         if problem:
             raise RequestError(
@@ -236,6 +246,29 @@ class Controller(CrashSteps):
         op.emit("accepted", op=op.describe(), argv=mask_argv(argv), check=verdict.to_dict())
         self.bus.publish(ev.OperationStarted(op.id, kind, name, mode))
         self._spawn_thread(self._run_op, op, profile, argv, timeout_s)
+        return op
+
+    def _unchanged(
+        self, kind: str, name: str, mode: str, profile: Any, argv: list[str]
+    ) -> Operation | None:
+        """An answered operation (`unchanged`) when the request asks for what serves now."""
+        with self._lock:
+            h = self.current
+            serving = (
+                self.state == State.READY
+                and self.op is None
+                and h is not None
+                and h.serving
+                and (self.active.get("profile"), self.active.get("mode")) == (name, mode)
+            )
+        if not serving or h is None or not self.launcher.same_engine(h, profile, argv):
+            return None
+        op = Operation(kind, name, mode)
+        message = (
+            f"{name}/{mode} is already serving (engine pid {h.pid}); nothing changed"
+            " (ask with restart to restart it)"
+        )
+        op.finish(self._result(op, "unchanged", message=message, pid=h.pid))
         return op
 
     def _refuse_if_busy(self) -> None:

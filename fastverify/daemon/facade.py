@@ -6,7 +6,7 @@ controller's fields, the log ring or the exporter runtime itself.
     status() -> dict                      history() -> list[dict]
     status_line() -> str                  log_tail(n) / log_since(seq, timeout) / log_seq()
     server_argv(profile, mode, check) -> dict
-    operate(kind, name, mode, *, force, queue, timeout_s, withdrawn) -> Operation
+    operate(kind, name, mode, *, force, queue, timeout_s, withdrawn, restart) -> Operation
     cancel() -> Operation | None
     baselines() -> dict                   set_baseline(body) -> dict
     capture_trace(steps | None) -> dict
@@ -145,9 +145,17 @@ class ControlFacade:
         queue: bool = False,
         timeout_s: float | None = None,
         withdrawn: Callable[[], bool] | None = None,
+        restart: bool = False,
     ) -> Operation:
         return self.ctl.request(
-            kind, name, mode, force=force, queue=queue, timeout_s=timeout_s, withdrawn=withdrawn
+            kind,
+            name,
+            mode,
+            force=force,
+            queue=queue,
+            timeout_s=timeout_s,
+            withdrawn=withdrawn,
+            restart=restart,
         )
 
     def cancel(self) -> Operation | None:

@@ -26,7 +26,7 @@ def _now() -> float:
     return time.time()
 
 
-RESULTS = ("ok", "rolled_back", "failed", "cancelled")
+RESULTS = ("ok", "rolled_back", "failed", "cancelled", "unchanged")
 
 
 @dataclass

@@ -181,3 +181,31 @@ def test_bad_baselines_are_422_naming_the_field_and_change_nothing(
     rec = d.client.post("/v1/baselines", good)  # the same body without the fault is taken
     assert rec["profile"] == "ring-ll" and rec["tokens_per_second"] == 80.0
     assert d.client.get("/v1/baselines")["ring-ll"]["tokens_per_second"] == 80.0
+
+
+def test_profile_set_of_what_serves_is_a_no_op_unless_restart(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        st = d.status()
+        pid, name, mode = st["engine"]["pid"], st["profile"], st["mode"]
+        hist = d.client.get("/v1/history")
+        res = d.client.post("/v1/profile", {"name": name, "mode": mode})
+        assert res["result"] == "unchanged" and "already serving" in res["message"], res
+        res = d.client.post("/v1/mode", {"mode": mode, "stream": True})
+        assert res["result"] == "unchanged", res
+        r = d.ctl("profile", "set", name)
+        assert r.returncode == 0 and "unchanged" in r.stdout, r.stdout + r.stderr
+        after = d.status()
+        assert (after["state"], after["engine"]["pid"]) == ("READY", pid)
+        assert d.client.get("/v1/history") == hist  # nothing happened, nothing recorded
+        # an edited profile file is not "what serves": the same name restarts with it
+        edited = d.profile_dir / f"{name}.env"
+        edited.write_text("# description: edited\nNCCL_ALGO=Ring\n")
+        res = d.client.post("/v1/profile", {"name": name, "mode": mode})
+        assert res["result"] == "ok" and d.status()["engine"]["pid"] != pid
+        pid = d.status()["engine"]["pid"]
+        res = d.client.post("/v1/profile", {"name": name, "mode": mode, "restart": True})
+        assert res["result"] == "ok" and res["kind"] == "switch"
+        assert d.status()["engine"]["pid"] != pid
+        with pytest.raises(ApiError) as err:
+            d.client.post("/v1/profile", {"name": name, "restart": "yes"})
+        assert err.value.status == 422 and "'restart'" in err.value.body["error"]

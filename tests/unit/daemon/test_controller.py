@@ -228,3 +228,19 @@ def test_crash_restart_waits_in_backoff_while_the_state_dir_is_unwritable(
     assert len(probes) == 3 and len(launcher.started) == n + 1  # no spawn while refused
     assert ctl.state == State.READY and ctl.findings == {}
     assert "FAILED" not in states(seen)
+
+
+def test_asking_for_what_already_serves_is_unchanged_unless_restart(tmp_path: Path) -> None:
+    ctl, launcher, seen = build(tmp_path)
+    serve(ctl, "ring")
+    n = len(launcher.started)
+    seen.clear()
+    for kind, name, mode in (("switch", "ring", None), ("mode", None, "baseline")):
+        result = ctl.request(kind, name, mode).wait(10)
+        assert result["result"] == "unchanged" and "already serving" in result["message"]
+    assert len(launcher.started) == n and seen == []  # nothing stopped, started or journalled
+    assert ctl.store.history()[-1]["kind"] == "start"
+    result = ctl.request("switch", "ring", None, restart=True).wait(10)
+    assert result["result"] == "ok" and len(launcher.started) == n + 1
+    # another mode of the same profile is a real switch
+    assert ctl.request("mode", None, "eagle3").wait(10)["result"] == "ok"
