@@ -340,7 +340,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def h_trace_capture(self, method: str, body: Any, query: dict[str, str]) -> None:
         body = validate_body("/v1/trace/capture", body)
-        self._send_json(200, self.api.capture_trace(body.get("steps")))
+        cancelled = lambda: _peer_closed(self.connection)  # noqa: E731
+        self._send_json(200, self.api.capture_trace(body.get("steps"), cancelled))
 
 
 def _peer_closed(sock: socket.socket) -> bool:

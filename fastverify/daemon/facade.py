@@ -211,7 +211,14 @@ class ControlFacade:
         return None
 
     # ------------------------------------------------------------------ traces
-    def capture_trace(self, steps: int | None) -> dict[str, Any]:
+    def capture_trace(
+        self, steps: int | None, cancelled: Callable[[], bool] | None = None
+    ) -> dict[str, Any]:
+        """One profile window now: 409 when the exporter is off, the engine is idle or
+        another window runs (nothing started); 502 when the window failed (it was stopped
+        on the server and removed); `cancelled()` (the client went away) stops it."""
+        from fastverify.exporters.runtime import CaptureRefused
+
         runtime = self.feed.runtime if self.feed is not None else None
         if runtime is None:
             raise RequestError(409, "the exporter is off (start fastverifyd with --metrics-listen)")
@@ -219,8 +226,14 @@ class ControlFacade:
             steps = self.ctl.cfg.daemon.trace_steps
         if not 1 <= steps <= 1000:
             raise RequestError(422, "field 'steps' must be in 1..1000")
+        if self.ctl.state != State.READY:
+            raise RequestError(
+                409, f"no engine is serving (state {self.ctl.state}): nothing to profile"
+            )
         try:
-            return runtime.capture(steps)
+            return runtime.capture(steps, cancelled)
+        except CaptureRefused as exc:
+            raise RequestError(409, str(exc), reason="capture_refused") from None
         except Exception as exc:
             raise RequestError(502, f"trace capture failed: {exc}") from None
 
