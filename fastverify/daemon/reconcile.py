@@ -15,15 +15,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import secrets
 import time
 from typing import Any
-
-import psutil
 
 from fastverify.config import MODES
 from fastverify.daemon import events as ev
@@ -136,11 +132,7 @@ def reap_pending(ctl: Controller) -> None:
         return
     if not isinstance(data, dict) or not data.get("pending") or not data.get("engine_id"):
         return
-    groups = set()
-    for p in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, OSError):
-            if procs.engine_id_of(p.pid) == data["engine_id"]:
-                groups.add(os.getpgid(p.pid))
+    groups = {p.pgid for p in procs.processes() if procs.engine_id_of(p.pid) == data["engine_id"]}
     for pgid in sorted(groups):
         res = ctl.launcher.stop_group(pgid)
         ctl.say(
