@@ -140,9 +140,16 @@ def test_default_metrics_port_taken_is_a_finding_and_the_daemon_serves(tmp_path:
     except OSError as exc:  # taken already: the daemon cannot bind it either
         assert exc.errno == errno.EADDRINUSE, exc
         holder = None
+    d = _DefaultMetrics(tmp_path, metrics=False, start=False)
     try:
-        with _DefaultMetrics(tmp_path, metrics=False) as d:
-            st = d.status()
+        with d:
+            # the exporter is started before the control API answers: hold the shared
+            # default port only that long (other test files may run in parallel)
+            d.start(wait_ready=False)
+            if holder is not None:
+                holder.close()
+                holder = None
+            st = d.wait_state("READY", timeout=30)
             assert st["state"] == "READY"
             found = [f for f in st["findings"] if f"cannot listen on {host}:{port}" in f]
             assert found and "metrics_listen" in found[0], st["findings"]

@@ -15,6 +15,7 @@ import signal
 from pathlib import Path
 
 import psutil
+import pytest
 from hardening_support import (
     FULL,
     engine_port,
@@ -33,6 +34,7 @@ GOOD = ["ring-ll", "ring-simple", "ring-ll-8ch", "nccl-default", "tree-ll-eager"
 MODES = ["baseline", "eagle3"]
 
 
+@pytest.mark.slow  # long (a fault or load loop); ./scripts/test still runs it
 def test_random_operation_sequences_match_the_model(tmp_path: Path) -> None:
     # Crash-loop limits are another test's business: here every crash is restarted.
     cfg = {"daemon": {"restart_burst": 1000}}
