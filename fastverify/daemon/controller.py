@@ -285,12 +285,21 @@ class Controller(CrashSteps):
             )
 
     def cancel(self) -> Operation | None:
-        """Cancel the operation in flight (None when there is none that can be cancelled)."""
-        op = self.op
-        if op is None or op.kind not in CANCELLABLE:
-            return None
+        """Cancel the operation in flight (None when there is none that can be cancelled;
+        RequestError 409 when it has already succeeded and is only being recorded)."""
+        with self._lock:
+            op = self.op
+            if op is None or op.kind not in CANCELLABLE:
+                return None
+            if op.committed:
+                raise RequestError(
+                    409,
+                    f"the {op.kind} to {op.profile}/{op.mode} has already succeeded and is"
+                    " being recorded; nothing was cancelled (switch back to undo it)",
+                    reason="already_finished",
+                )
+            op.request_cancel("cancelled")
         self.say(f"cancel requested: {op.kind} to {op.profile}/{op.mode}")
-        op.request_cancel("cancelled")
         return op
 
     def _run_op(
@@ -320,7 +329,15 @@ class Controller(CrashSteps):
             self.active = {"profile": op.profile, "mode": op.mode}
         outcome = self._start(op, profile, argv, timeout_s, op.cancel)
         if isinstance(outcome, EngineHandle):
-            return self._succeeded(op, outcome, prev)
+            # The point of no return: a cancel accepted until now is honoured, a later one
+            # is refused (409) instead of being acknowledged and ignored.
+            with self._lock:
+                late = op.cancel.is_set()
+                op.committed = not late
+            if not late:
+                return self._succeeded(op, outcome, prev)
+            self.stop_engine(outcome, "failed")
+            outcome = Failure("cancelled", "operation cancelled", log=str(outcome.log_path))
         return self._failed(op, outcome, prev)
 
     def _stop_current(self, why: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastverify.daemon import events as ev
 from fastverify.daemon.failures import Failure
@@ -145,8 +145,13 @@ class CrashSteps(_Base):
             try:
                 profile, argv = self.resolver.resolve(h.profile, h.mode)
             except RequestError as exc:
-                self.set_state(State.FAILED, "profile no longer loads")
-                return self._result(op, "failed", reason="invalid_profile", message=str(exc)), True
+                fallback = self._fallback(h.profile, h.mode, exc)
+                if fallback is None:
+                    self.set_state(State.FAILED, "profile no longer loads")
+                    out = self._result(op, "failed", reason="invalid_profile", message=str(exc))
+                    return out, True
+                profile, argv = fallback
+                op.profile = profile.name  # what this restart starts (and its record says)
             self.set_state(State.STARTING, f"crash restart {decision.n}")
             outcome = self._start(op, profile, argv, None, op.cancel)
             if isinstance(outcome, EngineHandle):
@@ -155,6 +160,24 @@ class CrashSteps(_Base):
             failure = outcome
             h = self.current or h
             decision = self._count_crash(h, failure)
+
+    def _fallback(self, name: str, mode: str, exc: RequestError) -> tuple[Any, list[str]] | None:
+        """The crashed engine's profile no longer loads (deleted, broken): the configured
+        default profile in the same mode, with a finding; None when that fails too."""
+        default = self.cfg.daemon.default_profile
+        if default == name:
+            return None
+        try:
+            resolved = self.resolver.resolve(default, mode)
+        except RequestError:
+            return None
+        msg = (
+            f"profile {name}/{mode} no longer loads ({exc}); the crash restart started"
+            f" {default}/{mode} instead (switch with `fastverifyctl profile set`)"
+        )
+        self.set_finding("profile_fallback", msg)
+        self.say(msg, logging.WARNING)
+        return resolved
 
     def _state_dir_ok(self, op: Operation, h: EngineHandle) -> bool:
         """Before a crash restart: the state dir must take the engine's pid file and log.

@@ -216,3 +216,27 @@ def test_profile_set_of_what_serves_is_a_no_op_unless_restart(tmp_path: Path) ->
         with pytest.raises(ApiError) as err:
             d.client.post("/v1/profile", {"name": name, "restart": "yes"})
         assert err.value.status == 422 and "'restart'" in err.value.body["error"]
+
+
+def test_crash_restart_of_a_deleted_profile_falls_back_to_the_default(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        mine = d.profile_dir / "mine.env"
+        mine.write_text("# description: mine\nNCCL_ALGO=Ring\n")
+        assert d.ctl("profile", "set", "mine", "-q").returncode == 0
+        mine.unlink()
+        old = d.status()["engine"]["pid"]
+        os.kill(old, signal.SIGKILL)
+        st = d.wait_for(
+            lambda: (s := d.status())["state"] == "READY" and s["engine"]["pid"] != old and s,
+            30,
+            "the crash restart",
+        )
+        assert (st["profile"], st["mode"]) == ("nccl-default", "baseline")
+        found = [f for f in st["findings"] if "mine/baseline no longer loads" in f]
+        assert found and "nccl-default/baseline instead" in found[0], st["findings"]
+        last = d.client.get("/v1/history")[-1]
+        assert (last["kind"], last["result"], last["profile"]) == (
+            "crash_restart",
+            "ok",
+            "nccl-default",
+        )

@@ -244,3 +244,38 @@ def test_asking_for_what_already_serves_is_unchanged_unless_restart(tmp_path: Pa
     assert result["result"] == "ok" and len(launcher.started) == n + 1
     # another mode of the same profile is a real switch
     assert ctl.request("mode", None, "eagle3").wait(10)["result"] == "ok"
+
+
+def test_a_cancel_after_the_switch_succeeded_is_refused_not_ignored(tmp_path: Path) -> None:
+    ctl, launcher, _seen = build(tmp_path)
+    serve(ctl, "ring")
+    answers: list = []
+
+    def cancel_late(h) -> None:  # the switch is serving; it is only being recorded
+        try:
+            answers.append(ctl.cancel())
+        except RequestError as exc:
+            answers.append(exc)
+
+    launcher.mark_verified = cancel_late  # type: ignore[method-assign]
+    result = ctl.request("switch", "tree", None).wait(10)
+    assert result["result"] == "ok" and ctl.active["profile"] == "tree"
+    assert len(answers) == 1 and isinstance(answers[0], RequestError), answers
+    assert answers[0].status == 409 and "nothing was cancelled" in str(answers[0])
+
+
+def test_a_cancel_that_lands_while_verifying_is_honoured(tmp_path: Path) -> None:
+    ctl, launcher, _seen = build(tmp_path)
+    serve(ctl, "ring")
+    verify = launcher.verify
+
+    def verify_then_cancel(h):
+        out = verify(h)
+        assert ctl.cancel() is not None  # accepted: the switch has not succeeded yet
+        return out
+
+    launcher.verify = verify_then_cancel  # type: ignore[method-assign]
+    result = ctl.request("switch", "tree", None).wait(10)
+    assert result["result"] == "cancelled"
+    assert result["rolled_back_to"] == {"profile": "ring", "mode": "baseline"}
+    assert ctl.active["profile"] == "ring" and ctl.state == State.READY
