@@ -11,9 +11,13 @@ command alike, median of N (first round dropped as page-cache warm-up):
   prometheus_client` (what the CLI would cost if its imports were not lazy);
 - `python -c pass` (the interpreter floor).
 
-Goal: `fastverifyctl status` under 60 ms. Writes benchmarks/results/cli.json.
+Goals (issue 13): `fastverifyctl status` and `fastverifyctl profile list` at most 1.3x
+`python -c 'import click'` measured side by side in the same run (the CLI's own work on top
+of click is small), as the ratio of the medians of wall time (and, less sensitive to a busy
+host, of child CPU time). The older absolute goal (`status` under 60 ms) is still reported.
+Writes benchmarks/results/cli.json.
 
-    python benchmarks/bench_cli.py [--runs 20]
+    python benchmarks/bench_cli.py [--runs 40]
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 RESULTS = REPO / "benchmarks" / "results" / "cli.json"
 GOAL_MS = 60.0
+GOAL_RATIO = 1.3  # of `python -c 'import click'`, same run
 
 
 def script(name: str, module: str) -> list[str]:
@@ -112,7 +117,7 @@ def summary(samples: list[float]) -> dict[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--runs", type=int, default=40)
     args = ap.parse_args()
     from tests.harness import DaemonHarness
 
@@ -180,9 +185,20 @@ def main() -> int:
         figures[k]["cpu_median_ms"] = round(statistics.median(v), 2)
     ours = figures["fastverifyctl status"]["median_ms"]
     peer = figures["supervisorctl status"]["median_ms"]
+    click_fig = figures["python -c 'import click'"]
+    ratios = {
+        name: {
+            "wall": round(figures[name]["median_ms"] / click_fig["median_ms"], 3),
+            "cpu": round(figures[name]["cpu_median_ms"] / click_fig["cpu_median_ms"], 3),
+        }
+        for name in ("fastverifyctl status", "fastverifyctl profile list")
+    }
     result = {
         "what": "CLI wall time per invocation (subprocess, median of interleaved runs)",
-        "goal": f"fastverifyctl status < {GOAL_MS:.0f} ms",
+        "goal": f"status and profile list <= {GOAL_RATIO}x `python -c 'import click'` "
+        f"(same run); formerly fastverifyctl status < {GOAL_MS:.0f} ms",
+        "goal_ratio_to_import_click": GOAL_RATIO,
+        "ratio_to_import_click": ratios,
         "goal_ms": GOAL_MS,
         "status_median_ms": ours,
         "status_vs_goal": round(ours / GOAL_MS, 3),
@@ -204,6 +220,9 @@ def main() -> int:
         )
     print(f"\nfastverifyctl status: {ours:.1f} ms (goal < {GOAL_MS:.0f} ms), "
           f"{ours / peer:.2f}x supervisorctl status")  # fmt: skip
+    for name, r in ratios.items():
+        print(f"{name}: {r['wall']:.2f}x import click (wall), {r['cpu']:.2f}x (cpu); "
+              f"goal <= {GOAL_RATIO}x")  # fmt: skip
     imp = result["status_imports_in_process_median_ms"]
     print(f"imports of fastverifyctl status, in-process: {imp:.1f} ms")
     print(f"wrote {RESULTS.relative_to(REPO)}")

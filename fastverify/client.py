@@ -2,24 +2,30 @@
 
 The CLI talks to the daemon only through this module. It speaks the little HTTP it needs
 straight over the socket: `http.client` alone (email parser, ssl) costs ~30 ms of import,
-half of `fastverifyctl status`'s start-up budget.
+half of `fastverifyctl status`'s start-up budget; for the Unix socket it uses the C module
+`_socket` with its own small reader (the `socket` module pulls in selectors, array and
+enum classes), and it does not import pathlib. `socket` is imported only for TCP.
 """
 
 from __future__ import annotations
 
+import _socket
 import json
 import os
-import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-from fastverify import paths
 
 
 class DaemonUnavailable(ConnectionError):
-    """The control socket does not exist or nobody answers on it."""
+    """Nobody answers on the control socket: it does not exist, the daemon is stopped or
+    overloaded (timeout, HTTP 503), or it closed the connection before answering. The message
+    is one sentence for the operator (the CLI exits 3 with it)."""
+
+
+class ConnectionLost(ConnectionError):
+    """The daemon answered, then the connection broke before the response was complete
+    (an operation may still be running: see `fastverifyctl status`)."""
 
 
 class ApiError(RuntimeError):
@@ -31,13 +37,52 @@ class ApiError(RuntimeError):
         super().__init__(body.get("error") or body.get("message") or f"HTTP {status}")
 
 
+class _Reader:
+    """Buffered reads off a raw socket: `readline(limit)`, `read(n | None)`, line iteration."""
+
+    def __init__(self, sock: Any):
+        self._sock = sock
+        self._buf = b""
+        self._eof = False
+
+    def _fill(self) -> bool:
+        if self._eof:
+            return False
+        chunk = self._sock.recv(65536)
+        if not chunk:
+            self._eof = True
+            return False
+        self._buf += chunk
+        return True
+
+    def readline(self, limit: int = 65537) -> bytes:
+        while b"\n" not in self._buf and len(self._buf) < limit and self._fill():
+            pass
+        end = self._buf.find(b"\n")
+        end = min(limit, len(self._buf)) if end < 0 else min(limit, end + 1)
+        line, self._buf = self._buf[:end], self._buf[end:]
+        return line
+
+    def read(self, n: int | None = None) -> bytes:
+        while (n is None or len(self._buf) < n) and self._fill():
+            pass
+        if n is None:
+            n = len(self._buf)
+        data, self._buf = self._buf[:n], self._buf[n:]
+        return data
+
+    def __iter__(self) -> Iterator[bytes]:
+        while line := self.readline(1 << 20):
+            yield line
+
+
 class _Response:
     """One HTTP response read straight off the socket (the daemon speaks HTTP/1.0: the body is
     Content-Length delimited, or runs until the connection closes for streams)."""
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: Any):
         self._sock = sock
-        self._file = sock.makefile("rb")
+        self._file = _Reader(sock)
         status_line = self._file.readline(65537).decode("latin-1")
         parts = status_line.split(None, 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
@@ -62,16 +107,15 @@ class _Response:
         yield from self._file
 
     def close(self) -> None:
-        self._file.close()
         self._sock.close()
 
 
-def _connect_unix(path: str, timeout: float | None) -> socket.socket:
+def _connect_unix(path: str, timeout: float | None) -> Any:
     # A Unix socket with a timeout is non-blocking: a full accept queue answers EAGAIN at
     # once instead of waiting. Retry within the timeout, as a blocking connect would wait.
     deadline = time.monotonic() + (timeout if timeout is not None else 30.0)
     while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:
             sock.connect(path)
@@ -100,16 +144,45 @@ class ControlClient:
         token: str | None = None,
         timeout: float | None = 30.0,
     ):
-        self.socket_path = str(socket_path or paths.socket_path())
+        if not socket_path:
+            from fastverify import paths  # pathlib: only when no socket was given
+
+            socket_path = paths.socket_path()
+        self.socket_path = str(socket_path)
         self.tcp = tcp
         self.token = token
         self.timeout = timeout
 
-    def _connect(self, timeout: float | None) -> socket.socket:
+    def _connect(self, timeout: float | None) -> Any:
         if self.tcp:
+            import socket
+
             host, _, port = self.tcp.rpartition(":")
             return socket.create_connection((host, int(port)), timeout=timeout)
         return _connect_unix(self.socket_path, timeout)
+
+    def _where(self) -> str:
+        return self.tcp or self.socket_path
+
+    def _no_answer(self, exc: BaseException, timeout: float | None) -> DaemonUnavailable:
+        """One sentence for a daemon that took the connection but did not answer."""
+        where = self._where()
+        if isinstance(exc, TimeoutError):
+            return DaemonUnavailable(
+                f"fastverifyd at {where} did not answer within {timeout or 0:g} s: it is stopped "
+                "(SIGSTOP, a debugger) or overloaded; check `systemctl status fastverifyd` "
+                "or its process state"
+            )
+        if isinstance(exc, BlockingIOError):
+            return DaemonUnavailable(
+                f"fastverifyd at {where} is not accepting connections (its queue is full: "
+                "stopped or overloaded); retry in a moment"
+            )
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        return DaemonUnavailable(
+            f"fastverifyd at {where} closed the connection without answering ({reason}); "
+            "it may be overloaded or restarting: retry in a moment"
+        )
 
     def _send(self, method: str, path: str, body: Any, timeout: float | None) -> _Response:
         payload = b"" if body is None else json.dumps(body).encode()
@@ -131,42 +204,91 @@ class ControlClient:
             raise DaemonUnavailable(
                 f"permission denied on {self.socket_path}: join the 'fastverify' group or use sudo"
             ) from None
+        except OSError as exc:  # EAGAIN (full accept queue), timeout, reset, ...
+            raise self._no_answer(exc, timeout) from None
         try:
             sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload)
-            return _Response(sock)
+            resp = _Response(sock)
+        except OSError as exc:  # TimeoutError, ConnectionResetError, BrokenPipeError, ...
+            sock.close()
+            raise self._no_answer(exc, timeout) from None
         except BaseException:
             sock.close()
             raise
+        if resp.status == 503:  # too many connections, or shutting down: nothing was done
+            try:
+                data = _decode(resp.read())
+            except OSError:
+                data = {}
+            finally:
+                resp.close()
+            why = data.get("error") if isinstance(data, dict) else None
+            raise DaemonUnavailable(
+                f"fastverifyd at {self._where()} is busy or shutting down "
+                f"(HTTP 503: {why or 'service unavailable'}); nothing was done, retry in a moment"
+            )
+        return resp
 
     def request(
         self, method: str, path: str, body: Any = None, timeout: float | None = None
     ) -> Any:
-        resp = self._send(method, path, body, timeout or self.timeout)
+        timeout = timeout or self.timeout
+        resp = self._send(method, path, body, timeout)
         try:
             raw = resp.read()
+        except OSError as exc:
+            raise self._no_answer(exc, timeout) from None
         finally:
             resp.close()
-        data = json.loads(raw) if raw else {}
+        try:
+            data = _decode(raw)
+        except ValueError:
+            raise DaemonUnavailable(
+                f"fastverifyd at {self._where()} sent an answer that is not JSON "
+                f"(HTTP {resp.status}); is another program listening there?"
+            ) from None
         if resp.status >= 400:
             raise ApiError(resp.status, data if isinstance(data, dict) else {"error": str(data)})
         return data
 
     def stream(
-        self, method: str, path: str, body: Any = None, timeout: float | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float | None = None,
+        answer_timeout: float | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """Yield one dict per NDJSON line of a streaming response (operation events)."""
-        resp = self._send(method, path, body, timeout)
+        """Yield one dict per NDJSON line of a streaming response (operation events).
+
+        `answer_timeout` bounds the wait for the response to start (a stopped daemon is then
+        DaemonUnavailable); `timeout` bounds each later read (None: events may be minutes
+        apart). A connection that breaks mid-stream raises ConnectionLost.
+        """
+        resp = self._send(method, path, body, answer_timeout or timeout)
         try:
+            self_sock = resp._sock
+            self_sock.settimeout(timeout)
             if resp.status >= 400:
-                raw = resp.read()
-                data = json.loads(raw) if raw else {}
+                try:
+                    data = _decode(resp.read())
+                except (OSError, ValueError):
+                    data = {}
                 raise ApiError(
                     resp.status, data if isinstance(data, dict) else {"error": str(data)}
                 )
-            for line in resp:
-                line = line.strip()
-                if line:
-                    yield json.loads(line)
+            try:
+                for line in resp:
+                    line = line.strip()
+                    if line:
+                        yield json.loads(line)
+            except OSError as exc:
+                raise ConnectionLost(
+                    f"the connection to fastverifyd broke before the result "
+                    f"({getattr(exc, 'strerror', None) or exc or type(exc).__name__})"
+                ) from None
+            except ValueError:
+                raise ConnectionLost("fastverifyd sent a malformed event line") from None
         finally:
             resp.close()
 
@@ -188,11 +310,19 @@ class ControlClient:
             raise
 
 
+def _decode(raw: bytes) -> Any:
+    return json.loads(raw) if raw.strip() else {}
+
+
 def try_status(
     socket_path: str | os.PathLike[str] | None = None, timeout: float = 0.5
 ) -> dict[str, Any] | None:
     """The daemon's /v1/status, or None when no daemon answers quickly (for `profile list`)."""
-    if not Path(str(socket_path or paths.socket_path())).exists():
+    if not socket_path:
+        from fastverify import paths
+
+        socket_path = paths.socket_path()
+    if not os.path.exists(socket_path):
         return None
     try:
         return ControlClient(socket_path, timeout=timeout).get("/v1/status")

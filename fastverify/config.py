@@ -46,7 +46,10 @@ File layout (every key optional; see `docs/config.example.toml`):
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,10 +58,11 @@ from fastverify import paths
 
 MODES = ("baseline", "eagle3")
 ENGINES = ("auto", "sglang", "sim")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class ConfigError(ValueError):
-    """A configuration problem, phrased as `file: key: what is wrong (what would be right)`."""
+    """Configuration problems, one per line: `file:line: key: what is wrong (expected ...)`."""
 
 
 @dataclass(frozen=True)
@@ -133,101 +137,376 @@ class Config:
         return paths.user_profile_dirs()
 
 
-def _build(cls: type, data: dict[str, Any], where: str) -> Any:
-    """Instantiate a config dataclass from a TOML table, refusing unknown keys and bad types."""
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in known:
-            raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(known))})")
-        default = getattr(cls(), key)
-        if dataclasses.is_dataclass(default):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{where}.{key}: expected a table")
-            kwargs[key] = _build(type(default), value, f"{where}.{key}")
-            continue
-        kwargs[key] = _coerce(value, default, f"{where}.{key}")
-    return cls(**kwargs)
+def _show(value: Any) -> str:
+    """A value as the operator wrote it (TOML/JSON-ish), kept short."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = '"' + value + '"'
+    elif isinstance(value, list | tuple):
+        text = "[" + ", ".join(_show(v) for v in value) + "]"
+    elif isinstance(value, dict):
+        text = "a table"
+    else:
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _coerce(value: Any, default: Any, where: str) -> Any:
-    if isinstance(default, dict):
-        if not isinstance(value, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-        ):
-            raise ConfigError(f"{where}: expected a table of string values, got {value!r}")
-        return dict(value)
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
-        return value
-    if isinstance(default, tuple):
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        return tuple(value)
-    if isinstance(default, float) or default is None:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if isinstance(default, int):
+Check = Callable[[Any], "str | None"]  # a value -> what is wrong (expected ...), or None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _number(lo: float, *, lo_open: bool = False, what: str = "seconds") -> Check:
+    bound = f"> {lo:g}" if lo_open else f">= {lo:g}"
+
+    def check(value: Any) -> str | None:
+        if not _is_number(value) or not math.isfinite(value):
+            return f"{_show(value)} is not a finite number (expected a number of {what} {bound})"
+        if value < lo or (lo_open and value == lo):
+            return f"{_show(value)} is out of range (expected a number of {what} {bound})"
+        return None
+
+    return check
+
+
+def _integer(lo: int, hi: int | None = None) -> Check:
+    expected = f"an integer in {lo}..{hi}" if hi is not None else f"an integer >= {lo}"
+
+    def check(value: Any) -> str | None:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if not isinstance(value, str):
-        raise ConfigError(f"{where}: expected a string, got {value!r}")
-    return value
+            return f"{_show(value)} is not an integer (expected {expected})"
+        if value < lo or (hi is not None and value > hi):
+            return f"{value} is out of range (expected {expected})"
+        return None
+
+    return check
 
 
-def _check(cfg: Config, where: str) -> Config:
-    if cfg.server.mode not in MODES:
-        raise ConfigError(f"{where}: server.mode: {cfg.server.mode!r} (expected one of {MODES})")
-    if cfg.daemon.engine not in ENGINES:
-        raise ConfigError(
-            f"{where}: daemon.engine: {cfg.daemon.engine!r} (expected one of {ENGINES})"
+def _choice(choices: tuple[str, ...]) -> Check:
+    def check(value: Any) -> str | None:
+        if value not in choices or not isinstance(value, str):
+            return f"{_show(value)} is not allowed (expected one of {', '.join(choices)})"
+        return None
+
+    return check
+
+
+def _string(*, nonempty: bool = False, what: str = "a string") -> Check:
+    def check(value: Any) -> str | None:
+        if not isinstance(value, str):
+            return f"{_show(value)} is not a string (expected {what})"
+        if nonempty and not value.strip():
+            return f"empty (expected {what})"
+        return None
+
+    return check
+
+
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"{_show(value)} (expected true or false)"
+
+
+def _listen(*, lowest_port: int) -> Check:
+    expected = f'"HOST:PORT" with PORT in {lowest_port}..65535, or "" for off'
+
+    def check(value: Any) -> str | None:
+        if not isinstance(value, str):
+            return f"{_show(value)} is not a string (expected {expected})"
+        if value == "":
+            return None
+        _, sep, port = value.strip().rpartition(":")
+        port = port if sep else value.strip()
+        if not port.isdigit() or not lowest_port <= int(port) <= 65535:
+            return f"{_show(value)} is not a listen address (expected {expected})"
+        return None
+
+    return check
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _str_list(item: Check | None = None, what: str = "a list of strings") -> Check:
+    def check(value: Any) -> str | None:
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            return f"{_show(value)} (expected {what})"
+        for v in value:
+            if item is not None and (why := item(v)):
+                return why
+        return None
+
+    return check
+
+
+def _passthrough_name(name: str) -> str | None:
+    if not _ENV_NAME.fullmatch(name):
+        return f"{_show(name)} is not a variable name (expected names like HF_TOKEN)"
+    if name.startswith("NCCL_"):
+        return (
+            f"{name}: NCCL settings are not passed through (expected non-NCCL names; "
+            "NCCL settings belong in profiles)"
         )
-    if cfg.daemon.tcp_listen and not cfg.daemon.token_file:
-        raise ConfigError(
-            f"{where}: daemon.tcp_listen is set but daemon.token_file is empty "
-            "(TCP control needs a token)"
-        )
-    nccl = sorted(k for k in cfg.server.env if k.startswith("NCCL_"))
+    return None
+
+
+def _env_table(value: Any) -> str | None:
+    expected = 'a table of string values, e.g. SGLANG_X = "1"'
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        return f"{_show(value)} (expected {expected})"
+    for k in value:
+        if not _ENV_NAME.fullmatch(k):
+            return f"{_show(k)} is not a variable name (expected {expected})"
+    nccl = sorted(k for k in value if k.startswith("NCCL_"))
     if nccl:
-        raise ConfigError(
-            f"{where}: server.env sets {', '.join(nccl)}: NCCL settings belong in "
-            "profiles (the profile is the whole truth about NCCL)"
+        return (
+            f"sets {', '.join(nccl)}: NCCL settings belong in profiles "
+            "(the profile is the whole truth about NCCL; expected non-NCCL names)"
         )
-    if not 1 <= cfg.server.tp_size <= 64:
-        raise ConfigError(f"{where}: server.tp_size: {cfg.server.tp_size} (expected 1..64)")
-    return cfg
+    return None
+
+
+def _backoff(value: Any) -> str | None:
+    expected = "[initial, max] seconds with 0 < initial <= max, e.g. [1, 60]"
+    if (
+        not isinstance(value, list | tuple)
+        or len(value) != 2
+        or not all(_is_number(v) and math.isfinite(v) for v in value)
+    ):
+        return f"{_show(value)} (expected {expected})"
+    if not 0 < value[0] <= value[1]:
+        return f"{_show(value)} is out of order or not positive (expected {expected})"
+    return None
+
+
+def _profile_name(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return f"{_show(value)} is not a string (expected a profile name such as nccl-default)"
+    from fastverify.profiles.store import name_problem  # only when the key is set
+
+    why = name_problem(value)
+    return f"{why} (expected a profile name such as nccl-default)" if why else None
+
+
+# Every configuration key and its check: the one validation the config loader and the
+# daemon API share (the API calls `validate_fields` for request fields that mirror a key).
+FIELDS: dict[str, Check] = {
+    "server.model_path": _string(),
+    "server.draft_model_path": _string(),
+    "server.tp_size": _integer(1, 64),
+    "server.host": _string(nonempty=True, what="a host name or address"),
+    "server.port": _integer(1, 65535),
+    "server.python": _string(what='a path to a Python interpreter, or ""'),
+    "server.sglang_flags": _choice(("auto", "new", "old")),
+    "server.extra_args": _str_list(),
+    "server.mode": _choice(MODES),
+    "server.eagle3.num_steps": _integer(1, 64),
+    "server.eagle3.topk": _integer(1, 64),
+    "server.eagle3.num_draft_tokens": _integer(1, 1024),
+    "server.env": _env_table,
+    "server.env_passthrough": _str_list(_passthrough_name, "a list of variable names"),
+    "daemon.engine": _choice(ENGINES),
+    "daemon.state_dir": _string(),
+    "daemon.socket": _string(),
+    "daemon.socket_group": _string(what="a group name or numeric gid"),
+    "daemon.tcp_listen": _listen(lowest_port=1),
+    "daemon.token_file": _string(),
+    "daemon.metrics_listen": _listen(lowest_port=0),
+    "daemon.profile_dirs": _str_list(what="a list of directory paths"),
+    "daemon.default_profile": _profile_name,
+    "daemon.readiness_timeout_s": _number(0, lo_open=True),
+    "daemon.stop_grace_s": _number(0, lo_open=True),
+    "daemon.gpu_release_timeout_s": _number(0),
+    "daemon.nccl_debug": _boolean,
+    "daemon.sim_load_seconds": _number(0),
+    "daemon.trace_period_s": _number(0),
+    "daemon.trace_steps": _integer(1, 1000),
+    "daemon.restart_backoff_s": _backoff,
+    "daemon.restart_burst": _integer(0),
+    "daemon.restart_window_s": _number(0, lo_open=True),
+    "daemon.log_level": _choice(LOG_LEVELS),
+}
+TABLES = ("server", "server.eagle3", "daemon")
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One bad configuration value: `str()` is `path:line: key: what is wrong (expected ...)`
+    (`path: key: ...` when the line is unknown, e.g. a command-line flag or an API field)."""
+
+    path: str
+    line: int
+    key: str
+    message: str  # "key: what is wrong (expected ...)"
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return f"{where}: {self.message}" if where else self.message
+
+
+def validate_fields(
+    values: Mapping[str, Any],
+    *,
+    section: str | None = None,
+    path: str = "",
+    lines: Mapping[str, int] | None = None,
+) -> list[FieldProblem]:
+    """Check raw values (TOML or JSON types) of configuration keys; every problem, in order.
+
+    Keys are dotted (`"daemon.readiness_timeout_s"`), or bare with `section="daemon"`.
+    Unknown keys are problems. `path`/`lines` (key -> line) only say where each came from.
+    The daemon API uses it for request fields that mirror a key, e.g.
+    `validate_fields({"daemon.readiness_timeout_s": body["timeout_s"]})`, and reports
+    `problem.message`.
+    """
+    out: list[FieldProblem] = []
+    for raw_key, value in values.items():
+        key = f"{section}.{raw_key}" if section else raw_key
+        line = (lines or {}).get(key, 0)
+        check = FIELDS.get(key)
+        if check is None:
+            table, _, name = key.rpartition(".")
+            if key in TABLES:
+                msg = f"{key}: {_show(value)} (expected a table [{key}])"
+            else:
+                known = sorted(
+                    k.rpartition(".")[2] for k in FIELDS if k.rpartition(".")[0] == table
+                )
+                hint = (
+                    f"known: {', '.join(known)}"
+                    if known
+                    else "known tables: " + ", ".join(f"[{t}]" for t in TABLES)
+                )
+                msg = f"{key}: unknown key {name!r} ({hint})"
+            out.append(FieldProblem(path, line, key, msg))
+            continue
+        why = check(value)
+        if why:
+            out.append(FieldProblem(path, line, key, f"{key}: {why}"))
+    return out
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """`{"daemon.log_level": 12, "daemon": 9, ...}`: where each key of a plain TOML file is.
+    (Dotted keys and inline tables are not tracked; their problems carry no line.)"""
+    out: dict[str, int] = {}
+    table = ""
+    for number, line in enumerate(text.splitlines(), start=1):
+        s = line.strip()
+        if m := re.fullmatch(r"\[\s*([A-Za-z0-9_.\-]+)\s*\](\s*#.*)?", s):
+            table = m.group(1)
+            out.setdefault(table, number)
+        elif m := re.match(r"([A-Za-z0-9_\-]+)\s*=", s):
+            out.setdefault(f"{table}.{m.group(1)}" if table else m.group(1), number)
+    return out
+
+
+def _flatten(data: Mapping[str, Any]) -> dict[str, Any]:
+    """{"server": {"eagle3": {...}, "env": {...}}} -> {"server.eagle3.num_steps": ..., ...}
+    (`server.env` stays one value: its keys are the operator's variable names)."""
+    flat: dict[str, Any] = {}
+    for name, value in data.items():
+        if name in TABLES and isinstance(value, dict):
+            for k, v in value.items():
+                sub = f"{name}.{k}"
+                if sub in TABLES and isinstance(v, dict):
+                    flat.update({f"{sub}.{kk}": vv for kk, vv in v.items()})
+                else:
+                    flat[sub] = v
+        else:
+            flat[name] = value
+    return flat
+
+
+def _cross_problems(
+    flat: Mapping[str, Any], path: str, lines: Mapping[str, int]
+) -> list[FieldProblem]:
+    out = []
+    if flat.get("daemon.tcp_listen") and not flat.get("daemon.token_file"):
+        key = "daemon.tcp_listen"
+        out.append(
+            FieldProblem(
+                path,
+                lines.get(key, 0),
+                key,
+                f"{key} is set but daemon.token_file is empty "
+                "(expected a token_file: TCP control needs a token)",
+            )
+        )
+    return out
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    """Instantiate a config dataclass from an already validated TOML table."""
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        default = getattr(cls(), f.name)
+        if dataclasses.is_dataclass(default):
+            kwargs[f.name] = _build(type(default), value)
+        elif isinstance(default, tuple):
+            kwargs[f.name] = tuple(value)
+        elif isinstance(default, float) or default is None:
+            kwargs[f.name] = float(value)
+        elif isinstance(default, dict):
+            kwargs[f.name] = dict(value)
+        else:
+            kwargs[f.name] = value
+    return cls(**kwargs)
 
 
 def load(path: Path | None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:
     """Load `path` (missing default file = defaults), apply `{"server": {...}, "daemon": {...}}`
-    overrides (command-line flags; None values ignored), validate, and return a Config."""
+    overrides (command-line flags; None values ignored), validate every key (all problems at
+    once, each with file:line and key), and return a Config; ConfigError otherwise."""
     data: dict[str, Any] = {}
     source = ""
+    text = ""
     explicit = path is not None
     path = path or paths.config_file()
     if path.exists():
         source = str(path)
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
+            data = tomllib.loads(text)
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
     elif explicit:
         raise ConfigError(f"{path}: no such config file")
-    for section, values in (overrides or {}).items():
-        table = data.setdefault(section, {})
-        table.update({k: v for k, v in values.items() if v is not None})
-    unknown = set(data) - {"server", "daemon"}
-    if unknown:
-        raise ConfigError(
-            f"{source or path}: unknown table(s) {sorted(unknown)} (expected [server], [daemon])"
-        )
-    where = source or "config"
-    cfg = Config(
-        server=_build(ServerConfig, data.get("server", {}), f"{where}: server"),
-        daemon=_build(DaemonConfig, data.get("daemon", {}), f"{where}: daemon"),
+    where = source or str(path)
+    lines = _key_lines(text)
+    flat = _flatten(data)
+    problems = validate_fields(flat, path=where, lines=lines)
+    flags = {
+        f"{section}.{k}": v
+        for section, values in (overrides or {}).items()
+        for k, v in values.items()
+        if v is not None
+    }
+    problems += validate_fields(flags, path="command line (fastverifyd flag)")
+    merged = {**flat, **flags}
+    problems += _cross_problems(merged, where, lines)
+    if problems:
+        raise ConfigError("\n".join(str(p) for p in problems))
+    nested: dict[str, dict[str, Any]] = {"server": {"eagle3": {}}, "daemon": {}}
+    for key, value in merged.items():
+        parts = key.split(".")
+        table = nested[parts[0]]
+        for part in parts[1:-1]:
+            table = table.setdefault(part, {})
+        table[parts[-1]] = value
+    if not nested["server"]["eagle3"]:
+        del nested["server"]["eagle3"]
+    return Config(
+        server=_build(ServerConfig, nested["server"]),
+        daemon=_build(DaemonConfig, nested["daemon"]),
         source=source,
     )
-    return _check(cfg, where)

@@ -9,6 +9,7 @@ sglang) never happen on this path at all.
 from __future__ import annotations
 
 import importlib
+import sys
 
 import click
 
@@ -22,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fastverify.cli.doctor_cmd:doctor",
         "Find everything else that changes what NCCL sees.",
     ),
-    "status": ("fastverify.cli.daemon_cmds:status", "Daemon and engine state."),
+    "status": ("fastverify.cli.status_cmd:status", "Daemon and engine state."),
     "mode": ("fastverify.cli.daemon_cmds:mode", "Get or set the decoding mode (baseline|eagle3)."),
     "restart": (
         "fastverify.cli.daemon_cmds:restart",
@@ -33,6 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Show (or follow) the daemon's and engine's log; parse log files.",
     ),
     "history": ("fastverify.cli.daemon_cmds:history", "Switch journal."),
+    "cancel": (
+        "fastverify.cli.daemon_cmds:cancel",
+        "Stop the switch in flight and put the previous profile back.",
+    ),
     "server": (
         "fastverify.cli.daemon_cmds:server",
         "Server argv: show and check with SGLang's parser.",
@@ -98,7 +103,18 @@ def cli(ctx: click.Context, socket_path: str | None) -> None:
 
 
 def main() -> None:
-    cli(prog_name="fastverifyctl")
+    try:
+        cli(prog_name="fastverifyctl")
+    except (ConnectionError, TimeoutError) as exc:
+        # The safety net behind every command's own handling: a daemon that is stopped,
+        # overloaded or resets the connection is "unreachable" (exit 3), never a traceback.
+        from fastverify.cli.output import EXIT_UNAVAILABLE
+
+        msg = str(exc) or type(exc).__name__
+        if not msg.startswith("fastverifyd") and "fastverifyd" not in msg:
+            msg = f"lost the connection to fastverifyd ({msg}); see `fastverifyctl status`"
+        click.echo(f"error: {msg}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
 
 
 if __name__ == "__main__":

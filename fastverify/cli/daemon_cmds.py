@@ -1,8 +1,9 @@
 """`fastverifyctl status | mode | restart | logs | history | server`: daemon commands.
 
-All of them talk to fastverifyd's control API only. Exit codes: 0 ok, 1 the daemon
-reported a failure (or `server check` rejected the argv), 2 usage / invalid value,
-3 daemon unreachable, 4 busy (another operation in flight), 5 connection lost.
+All of them talk to fastverifyd's control API only. Exit codes (fastverify.cli.output):
+0 ok, 1 the daemon reported a failure (or `server check` rejected the argv, or `cancel`
+found nothing in flight), 2 usage / invalid value, 3 daemon unreachable, 4 busy (another
+operation in flight), 5 connection lost, 7 cancelled, 130 interrupted.
 `status` exits 0 whenever the daemon answered (read `state` for health).
 """
 
@@ -17,79 +18,19 @@ import click
 from fastverify.cli.output import emit_json
 from fastverify.cli.profile_switch import (
     EXIT_FAILED,
-    EXIT_UNAVAILABLE,
+    STATUS_TIMEOUT_S,
+    _cancel,
     api_error_exit,
     call_daemon,
     client_for,
     run_operation,
+    unavailable_exit,
 )
+from fastverify.cli.status_cmd import _clock
 
 
 def _get(ctx: click.Context, path: str, as_json: bool, timeout: float | None = 30.0) -> Any:
     return call_daemon(ctx, "GET", path, as_json=as_json, timeout=timeout)
-
-
-def _ago(ts: float | None) -> str:
-    if not ts:
-        return "-"
-    d = max(0.0, time.time() - ts)
-    if d < 120:
-        return f"{d:.0f}s ago"
-    if d < 7200:
-        return f"{d / 60:.0f}m ago"
-    return f"{d / 3600:.1f}h ago"
-
-
-def _clock(ts: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
-
-
-@click.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Print the daemon's status as JSON.")
-@click.pass_context
-def status(ctx: click.Context, as_json: bool) -> None:
-    """Daemon and engine state."""
-    st = _get(ctx, "/v1/status", as_json, timeout=5.0)
-    if as_json:
-        emit_json(st)
-        return
-    eng = st.get("engine") or {}
-    sim = " (simulated)" if eng.get("simulated") else ""
-    lines = [
-        f"state:      {st.get('state')} since {_clock(st.get('since'))} ({_ago(st.get('since'))})",
-        f"profile:    {st.get('profile')} ({st.get('mode')})",
-        f"last good:  {st.get('last_good') or '-'}"
-        + (f" ({st.get('last_good_mode')})" if st.get("last_good_mode") else ""),
-        f"engine:     {eng.get('name')}{sim} pid {eng.get('pid') or '-'} {eng.get('url') or ''}",
-        f"            {eng.get('reason')}",
-    ]
-    if eng.get("start_seconds"):
-        lines.append(f"ready in:   {eng['start_seconds']:.2f} s")
-    if st.get("tokens_per_second"):
-        lines.append(f"throughput: {st['tokens_per_second']:.1f} tok/s")
-    if eng.get("log"):
-        lines.append(f"log:        {eng['log']}")
-    flight = st.get("switch_in_flight")
-    if flight:
-        lines.append(
-            f"in flight:  {flight.get('kind')} {flight.get('profile')}/{flight.get('mode')} "
-            f"({flight.get('elapsed_s', 0):.1f} s)"
-        )
-    fail_ = st.get("last_failure")
-    if fail_:
-        lines.append(f"last failure: {fail_.get('reason')}: {fail_.get('message')}")
-        if fail_.get("log"):
-            lines.append(f"              log: {fail_['log']}")
-    restarts = st.get("restarts") or {}
-    if restarts.get("total"):
-        by = ", ".join(f"{k}={v}" for k, v in sorted((restarts.get("by_reason") or {}).items()))
-        lines.append(f"restarts:   {restarts['total']} ({by})")
-    cfg = st.get("config") or {}
-    if cfg.get("error"):
-        lines.append(f"config:     {cfg['error']}")
-    for finding in st.get("findings") or []:
-        lines.append(f"note:       {finding}")
-    click.echo("\n".join(lines))
 
 
 @click.group("mode", invoke_without_command=True)
@@ -105,19 +46,25 @@ def mode(ctx: click.Context) -> None:
 @click.pass_context
 def mode_get(ctx: click.Context, as_json: bool = False) -> None:
     """Print the active mode."""
-    st = _get(ctx, "/v1/status", as_json, timeout=5.0)
+    st = _get(ctx, "/v1/status", as_json, timeout=STATUS_TIMEOUT_S)
     if as_json:
         emit_json({"mode": st.get("mode"), "profile": st.get("profile"), "state": st.get("state")})
     else:
         click.echo(st.get("mode"))
 
 
+_TIMEOUT_HELP = "Readiness timeout for this start in seconds (then roll back)."
+
+
 @mode.command("set")
 @click.argument("value", type=click.Choice(["baseline", "eagle3"]))
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None)
-@click.option("--no-wait", is_flag=True)
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help=_TIMEOUT_HELP)  # fmt: skip
+@click.option("--no-wait", is_flag=True, help="Return once the daemon accepted the change.")
 @click.option("--queue", is_flag=True, help="Wait for an operation in flight instead of failing.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--quiet", "-q", is_flag=True, help="Print only the result.")
+@click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines.")
+@click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
 @click.pass_context
 def mode_set(
     ctx: click.Context,
@@ -125,29 +72,71 @@ def mode_set(
     timeout_s: float | None,
     no_wait: bool,
     queue: bool,
+    quiet: bool,
+    verbose: bool,
     as_json: bool,
 ) -> None:
     """Restart the engine in mode VALUE with the active profile (rolls back on failure)."""
     body: dict[str, Any] = {"mode": value, "queue": queue}
     if timeout_s:
         body["timeout_s"] = timeout_s
-    sys.exit(run_operation(ctx, "/v1/mode", body, as_json=as_json, no_wait=no_wait))
+    sys.exit(
+        run_operation(
+            ctx,
+            "/v1/mode",
+            body,
+            as_json=as_json,
+            no_wait=no_wait,
+            quiet=quiet,
+            verbose=verbose,
+        )
+    )
 
 
 @click.command("restart")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None)
-@click.option("--no-wait", is_flag=True)
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help=_TIMEOUT_HELP)  # fmt: skip
+@click.option("--no-wait", is_flag=True, help="Return once the daemon accepted the restart.")
 @click.option("--queue", is_flag=True, help="Wait for an operation in flight instead of failing.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--quiet", "-q", is_flag=True, help="Print only the result.")
+@click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines.")
+@click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
 @click.pass_context
 def restart(
-    ctx: click.Context, timeout_s: float | None, no_wait: bool, queue: bool, as_json: bool
+    ctx: click.Context,
+    timeout_s: float | None,
+    no_wait: bool,
+    queue: bool,
+    quiet: bool,
+    verbose: bool,
+    as_json: bool,
 ) -> None:
     """Restart the engine with the active profile and mode."""
     body: dict[str, Any] = {"queue": queue}
     if timeout_s:
         body["timeout_s"] = timeout_s
-    sys.exit(run_operation(ctx, "/v1/restart", body, as_json=as_json, no_wait=no_wait))
+    sys.exit(
+        run_operation(
+            ctx,
+            "/v1/restart",
+            body,
+            as_json=as_json,
+            no_wait=no_wait,
+            quiet=quiet,
+            verbose=verbose,
+        )
+    )
+
+
+@click.command("cancel")
+@click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as JSON.")
+@click.pass_context
+def cancel(ctx: click.Context, as_json: bool) -> None:
+    """Stop the switch (or mode change, restart) in flight; the previous profile is put back.
+
+    Exit 0 cancelled, 1 nothing in flight, 3 daemon unreachable.
+    """
+    sys.exit(_cancel(client_for(ctx), as_json))
 
 
 @click.group("logs", invoke_without_command=True)
@@ -165,7 +154,8 @@ def logs(ctx: click.Context, follow: bool, lines: int, as_json: bool) -> None:
 
     path = f"/v1/logs?n={lines}&follow={1 if follow else 0}"
     try:
-        for ev in client_for(ctx, timeout=None).stream("GET", path):
+        events = client_for(ctx, timeout=None).stream("GET", path, answer_timeout=STATUS_TIMEOUT_S)
+        for ev in events:
             if as_json:
                 click.echo(json.dumps(ev))
             else:
@@ -173,8 +163,7 @@ def logs(ctx: click.Context, follow: bool, lines: int, as_json: bool) -> None:
                 stamp = time.strftime("%H:%M:%S", time.localtime(ev.get("ts", 0)))
                 click.echo(f"{stamp} {mark} {ev.get('line')}")
     except DaemonUnavailable as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_UNAVAILABLE)
+        sys.exit(unavailable_exit(exc, as_json))
     except ApiError as exc:
         sys.exit(api_error_exit(exc, as_json))
     except KeyboardInterrupt:

@@ -7,7 +7,7 @@ their own processes).
 
 Exit codes: 0 ok; 1 a measurement or check failed (a profile failed preflight, a sweep
 had failures, every bench request failed); 2 usage; 3 daemon unreachable;
-4 a missing optional dependency (torch for preflight, sglang for --use-sglang-bench);
+6 a missing optional dependency (torch for preflight, sglang for --use-sglang-bench);
 130 interrupted (Ctrl-C; a sweep keeps what it measured, preflight stops its ranks).
 """
 
@@ -21,6 +21,8 @@ from typing import Any
 import click
 
 from fastverify.cli.output import (
+    EXIT_INTERRUPTED,
+    EXIT_MISSING_DEPENDENCY,
     EXIT_PROBLEMS,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
@@ -28,9 +30,6 @@ from fastverify.cli.output import (
     fail,
     table,
 )
-
-EXIT_MISSING_DEPENDENCY = 4
-EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -281,6 +280,19 @@ def _print_preflight(report: dict[str, Any]) -> None:
          ", ".join(f"{k}={v}" for k, v in p["nccl"]["confirmed"].items()) or "-")
         for p in report["profiles"]
     ]  # fmt: skip
+    if len(report["profiles"]) > 1 and report.get("winners"):
+        table(
+            ("tokens", "bytes", "fastest in-graph", "us", "x next", "fastest b2b", "us", "x next"),
+            [
+                (_fmt(w["tokens"]), w["bytes"], w.get("graph_winner") or "-",
+                 _fmt((w.get("graph_us") or {}).get(w.get("graph_winner"))),
+                 _fmt(w.get("graph_margin"), 2), w.get("eager_winner") or "-",
+                 _fmt((w.get("eager_us") or {}).get(w.get("eager_winner"))),
+                 _fmt(w.get("eager_margin"), 2))
+                for w in report["winners"]
+            ],
+            title="fastest profile per message size",
+        )  # fmt: skip
     table(
         ("profile", "verdict", "wall s", "init s", "NCCL confirmed"),
         summary,
@@ -307,9 +319,10 @@ def _print_preflight(report: dict[str, Any]) -> None:
 )
 @click.option(
     "--tokens",
-    default="1,2,3,4,8,16,32,64",
+    default="1,2,3,4,8,16,32,64,128,512,2048,8192",
     show_default=True,
-    help="Tokens per forward; message = hidden size x tokens x 2 bytes.",
+    help="Tokens per forward; message = hidden size x tokens x 2 bytes (decode/verify sizes "
+    "1-64, prefill sizes 128-8192).",
 )
 @click.option("--sizes", default=None, help="Explicit message sizes in bytes instead of --tokens.")
 @click.option(

@@ -8,10 +8,14 @@ consistent and keep heavy imports off the start-up path:
 - `table(columns, rows, title=None)`: a rich table printed to stdout; rich is
   imported only inside this function.
 - `fail(message, code=EXIT_PROBLEMS)`: print `message` to stderr and exit with `code`.
-- Exit codes: `EXIT_OK` (0), `EXIT_PROBLEMS` (1: validation problems, failed
-  checks, daemon reported failure), `EXIT_USAGE` (2: bad arguments, unknown names;
-  the same code click uses for usage errors), `EXIT_UNAVAILABLE` (3: the daemon
-  could not be reached).
+- Exit codes, each with one meaning, defined here only (README and docs/api.md list them):
+  `EXIT_OK` 0, `EXIT_PROBLEMS` 1 (validation problems, a failed or rolled-back operation,
+  a failed check), `EXIT_USAGE` 2 (bad arguments, unknown or invalid profile; click's own
+  code for usage errors), `EXIT_UNAVAILABLE` 3 (the daemon is not reachable, stopped,
+  overloaded or reset the connection), `EXIT_BUSY` 4 (another operation in flight),
+  `EXIT_LOST` 5 (the connection broke after the daemon accepted an operation),
+  `EXIT_MISSING_DEPENDENCY` 6 (an optional dependency is not installed), `EXIT_CANCELLED` 7
+  (the operation was cancelled), `EXIT_INTERRUPTED` 130 (Ctrl-C, as shells report SIGINT).
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ EXIT_USAGE = 2  # bad arguments, unknown or invalid profile
 EXIT_UNAVAILABLE = 3  # the daemon is not reachable
 EXIT_BUSY = 4  # another operation is in flight (HTTP 409)
 EXIT_LOST = 5  # the connection to the daemon broke before a result arrived
+EXIT_MISSING_DEPENDENCY = 6  # an optional dependency (torch, sglang) is not installed
+EXIT_CANCELLED = 7  # the operation was cancelled (`fastverifyctl cancel`)
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 
 def _default(obj: Any) -> Any:

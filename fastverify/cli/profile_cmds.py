@@ -38,17 +38,15 @@ def user_dirs(ctx: click.Context) -> list[Path]:
     given = (ctx.obj or {}).get("profile_dirs") or obj.get("profile_dirs")
     if given:
         return [Path(d) for d in given]
-    if os.environ.get("FASTVERIFY_PROFILE_DIRS"):
-        from fastverify import paths
+    from fastverify import paths
 
-        return paths.user_profile_dirs()
+    if os.environ.get("FASTVERIFY_PROFILE_DIRS") or not paths.config_file().exists():
+        return paths.user_profile_dirs()  # no config file to read (and no TOML parser to load)
     try:
         from fastverify import config
 
         return config.load(None).profile_dirs
     except Exception:  # a broken config must not break offline profile commands
-        from fastverify import paths
-
         return paths.user_profile_dirs()
 
 
@@ -67,9 +65,24 @@ def _load_or_exit(store: Any, name: str, force: bool = False) -> Any:
     except ProfileError as exc:
         for p in exc.problems:
             warn(str(p))
-        missing = any(p.line == 0 and "no profile named" in p.message for p in exc.problems)
-        bad_name = any(p.line == 0 and p.path == name for p in exc.problems)
-        sys.exit(EXIT_USAGE if missing or bad_name else EXIT_PROBLEMS)
+        sys.exit(EXIT_USAGE if not_found(exc, name) else EXIT_PROBLEMS)
+
+
+def not_found(exc: Any, target: str) -> bool:
+    """The ProfileError says `target` names nothing (unknown name, missing file, not a name):
+    a usage error (exit 2), unlike a profile that exists and has problems (exit 1)."""
+    from fastverify.profiles.store import name_problem
+
+    bad_name = name_problem(target, paths_allowed=True)
+    return any(
+        p.line == 0
+        and (
+            "no profile named" in p.message
+            or "no such profile file" in p.message
+            or (bad_name is not None and p.message == bad_name)
+        )
+        for p in exc.problems
+    )
 
 
 def _socket(ctx: click.Context) -> str | None:
@@ -77,7 +90,24 @@ def _socket(ctx: click.Context) -> str | None:
     return root.get("socket")
 
 
-@click.group()
+class _ProfileGroup(click.Group):
+    """`profile set` / `profile current` (fastverify.cli.profile_switch: the daemon side) are
+    imported only when invoked, so offline commands such as `profile list` stay light."""
+
+    LAZY = {"set": "set_cmd", "current": "current_cmd"}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.LAZY})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.LAZY:
+            from fastverify.cli import profile_switch
+
+            return getattr(profile_switch, self.LAZY[cmd_name])
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_ProfileGroup)
 @click.option(
     "--dir",
     "profile_dirs",
@@ -110,7 +140,7 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
     rows: list[dict[str, Any]] = []
     for entry, prof, problems in store.list_entries():
         errors = [p for p in problems if p.severity == "error"]
-        desc = prof.description if prof else _raw_description(entry.path)
+        desc = prof.description if prof else _raw_description(entry)
         row: dict[str, Any] = {
             "name": entry.name,
             "description": desc,
@@ -163,10 +193,10 @@ def _first_error(problems: list[dict[str, Any]]) -> str:
     return ""
 
 
-def _raw_description(path: Path) -> str:
+def _raw_description(entry: Any) -> str:
     from fastverify.profiles import envfile
 
-    return envfile.parse_file(path).meta.get("description", (0, ""))[1]
+    return envfile.parse_file(entry.path, entry.root).meta.get("description", (0, ""))[1]
 
 
 @profile.command("show")
@@ -281,7 +311,11 @@ def validate_cmd(
     strict: bool,
     as_json: bool,
 ) -> None:
-    """Validate profiles given by NAME or path to a .env file; every problem as path:line."""
+    """Validate profiles given by NAME or path to a .env file; every problem as path:line.
+
+    Exit 0 all valid, 1 problems found (or warnings with --strict), 2 a NAME or file that
+    does not exist.
+    """
     from fastverify.profiles.model import ProfileError
 
     store = make_store(ctx, topology)
@@ -291,7 +325,7 @@ def validate_cmd(
     if not names:
         fail("give at least one profile NAME or PATH (or --all)", EXIT_USAGE)
     results: list[dict[str, Any]] = []
-    bad = False
+    bad = missing = False
     for target in names:
         try:
             prof = store.load(target, force=force)
@@ -302,6 +336,7 @@ def validate_cmd(
             problems = exc.problems
             path = problems[0].path if problems else target
             ok = False
+            missing |= not_found(exc, target)
         bad |= not ok
         results.append(
             {
@@ -318,7 +353,8 @@ def validate_cmd(
                 click.echo(f"{path}: ok" + (f" ({len(problems)} warning(s))" if problems else ""))
     if as_json:
         emit_json(results)
-    sys.exit(EXIT_PROBLEMS if bad else EXIT_OK)
+    # 2: a target names nothing (usage); 1: problems found; 0: every target is valid
+    sys.exit(EXIT_USAGE if missing else EXIT_PROBLEMS if bad else EXIT_OK)
 
 
 @profile.command("diff")
@@ -438,6 +474,25 @@ def _dest(ctx: click.Context, name: str, out_dir: str | None) -> Path:
     return dirs[0] / f"{name}.env"
 
 
+def _warn_if_shadowing(ctx: click.Context, name: str, dest: Path) -> None:
+    """A user profile named like a shipped one replaces it for every profile extending it."""
+    store = make_store(ctx)
+    shipped = store.shipped_dir / f"{name}.env"
+    if not shipped.exists() or dest.parent.resolve() == store.shipped_dir.resolve():
+        return
+    users = store.extenders(name)
+    also = (
+        f"; {', '.join(users)} extend{'s' if len(users) == 1 else ''} it and now inherit "
+        "from this file"
+        if users
+        else ""
+    )
+    warn(
+        f"warning: {dest} shadows the shipped profile {name} ({shipped}){also} "
+        f"(pick another name, or put `# extends: {name}` in the file to refine the shipped one)"
+    )
+
+
 @profile.command("new")
 @click.argument("name")
 @click.option("--from", "base", default=None, help="Start from this profile (resolved).")
@@ -497,6 +552,7 @@ def new_cmd(
     comments = [f"created by fastverifyctl profile new from {base}"] if base else []
     text = envfile.render(env, description=description, requires=req, tags=tags, comments=comments)
     written = _check_and_write(ctx, name, text, dest, force, force_ll128)
+    _warn_if_shadowing(ctx, name, dest)
     if as_json:
         emit_json({"name": name, "path": str(written), "env": env, "requires": req})
     else:
@@ -610,18 +666,3 @@ def vars_cmd(as_json: bool) -> None:
             for v in rows
         ],
     )
-
-
-def _add_switch_commands() -> None:
-    """`set` and `current` live in profile_switch (the daemon side); add them when present."""
-    try:
-        from fastverify.cli import profile_switch
-    except ImportError:
-        return
-    for attr, cmd_name in (("set_cmd", "set"), ("current_cmd", "current")):
-        cmd = getattr(profile_switch, attr, None)
-        if isinstance(cmd, click.Command):
-            profile.add_command(cmd, cmd_name)
-
-
-_add_switch_commands()

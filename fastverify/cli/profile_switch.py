@@ -1,93 +1,56 @@
 """`fastverifyctl profile set|current`, and the operation runner shared with `mode set` and
-`restart`: POST to the daemon, stream its events (rich progress bar on a terminal, plain
-lines otherwise), and turn the result into an exit code.
+`restart`: POST to the daemon, follow its events (a progress bar on a terminal, one line per
+phase otherwise), and turn the result into an exit code.
 
-Exit codes (also in docs/api.md):
-  0  the new profile is READY and verified
-  1  the switch failed (rolled back to the last good profile, or failed outright)
-  2  usage error or invalid profile/mode (HTTP 422/400)
-  3  the daemon is unreachable
-  4  another switch is in flight (HTTP 409; pass --queue to wait for it)
-  5  the connection ended before the daemon sent a result (check `fastverifyctl status`)
+Engine log lines are shown only with `-v`, or as an excerpt when the operation fails. The
+progress never goes backwards within one start (an EAGLE-3 start loads the drafter's weights
+after the model's: that is a phase of its own, not a restart of the bar). Ctrl-C while an
+operation runs asks whether to cancel it (on a terminal) or leaves it running and says how
+to cancel it (`fastverifyctl cancel`).
+
+Exit codes (fastverify.cli.output; docs/api.md): 0 READY and verified (or nothing to do),
+1 failed or rolled back, 2 usage or invalid profile/mode, 3 daemon unreachable, 4 another
+operation in flight (pass --queue to wait), 5 connection lost after the daemon accepted,
+7 cancelled, 130 interrupted (the operation goes on in the daemon).
 """
 
 from __future__ import annotations
 
+import collections
 import sys
 import time
 from typing import Any
 
 import click
 
+from fastverify.cli.daemon_call import (
+    STATUS_TIMEOUT_S,
+    api_error_exit,
+    call_daemon,
+    client_for,
+    describe_op,
+    unavailable_exit,
+)
 from fastverify.cli.output import (
-    EXIT_BUSY,
+    EXIT_CANCELLED,
+    EXIT_INTERRUPTED,
     EXIT_LOST,
     EXIT_OK,
-    EXIT_UNAVAILABLE,
     emit_json,
     fail,
 )
 from fastverify.cli.output import EXIT_PROBLEMS as EXIT_FAILED
 from fastverify.cli.output import EXIT_USAGE as EXIT_INVALID
 
-
-def client_for(ctx: click.Context, timeout: float | None = 30.0) -> Any:
-    from fastverify.client import ControlClient
-
-    obj = ctx.find_root().obj or {}
-    return ControlClient(obj.get("socket"), timeout=timeout)
-
-
-def call_daemon(
-    ctx: click.Context,
-    method: str,
-    path: str,
-    body: Any = None,
-    *,
-    as_json: bool,
-    timeout: float | None = 30.0,
-) -> Any:
-    """One API call; an unreachable daemon or an API error is printed and exits the CLI."""
-    from fastverify.client import ApiError, DaemonUnavailable
-
-    try:
-        return client_for(ctx, timeout=timeout).request(method, path, body)
-    except DaemonUnavailable as exc:
-        if as_json:
-            emit_json({"error": str(exc), "reachable": False})
-        else:
-            click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_UNAVAILABLE)
-    except ApiError as exc:
-        sys.exit(api_error_exit(exc, as_json))
-
-
-def api_error_exit(exc: Any, as_json: bool) -> int:
-    """Print an ApiError's body and return the matching exit code."""
-    status = exc.status
-    body = exc.body
-    if as_json:
-        emit_json(dict(body, http_status=status))
-    else:
-        click.echo(f"error: {body.get('error') or exc}", err=True)
-        for problem in body.get("problems", [])[1:]:
-            click.echo(f"  {problem}", err=True)
-        if status == 409 and body.get("in_flight"):
-            f = body["in_flight"]
-            click.echo(
-                f"  in flight: {f.get('kind')} {f.get('profile')}/{f.get('mode')} "
-                f"(id {f.get('id')}, {f.get('elapsed_s', 0):.1f} s)",
-                err=True,
-            )
-    if status == 409:
-        return EXIT_BUSY
-    if status in (400, 422):
-        return EXIT_INVALID
-    return EXIT_FAILED
+ANSWER_TIMEOUT_S = 300.0  # validation (SGLang's argv parser) before the event stream starts
+EXCERPT_LINES = 12  # engine log lines shown with a failure (all of them with -v)
 
 
 def result_exit(result: dict[str, Any]) -> int:
-    return EXIT_OK if result.get("result") in ("ok", "unchanged") else EXIT_FAILED
+    outcome = result.get("result")
+    if outcome in ("ok", "unchanged"):  # unchanged: it already served (no restart)
+        return EXIT_OK
+    return EXIT_CANCELLED if outcome == "cancelled" else EXIT_FAILED
 
 
 def describe_result(result: dict[str, Any]) -> str:
@@ -101,6 +64,147 @@ def describe_result(result: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+class Follower:
+    """What to print for each event of one operation: one line per phase, engine log lines
+    only when verbose (the last few are kept for a failure's excerpt), and a progress that
+    never goes backwards within one start."""
+
+    def __init__(self, verbose: bool = False) -> None:
+        self.verbose = verbose
+        self.t0: float | None = None
+        self.accepted: dict[str, Any] | None = None
+        self.percent = 0.0
+        self.description = "waiting"
+        self.stage: tuple[str, int] | None = None  # (phase, sub-load) last announced
+        self.loads = 0  # weight loads seen in this start (2 for EAGLE-3: model, drafter)
+        self.excerpt: collections.deque[str] = collections.deque(maxlen=EXCERPT_LINES)
+
+    def _at(self, ev: dict[str, Any]) -> str:
+        if self.t0 is None:
+            self.t0 = ev.get("ts", time.time())
+        return f"[{ev.get('ts', time.time()) - self.t0:7.2f}s]"
+
+    def lines(self, ev: dict[str, Any]) -> list[str]:
+        """The lines to print for `ev` (possibly none); updates percent/description."""
+        at = self._at(ev)
+        kind = ev.get("event")
+        if kind == "accepted":
+            self.accepted = ev.get("op") or {}
+            return [f"{at} {describe_op({**self.accepted, 'elapsed_s': None})} accepted"]
+        if kind == "state":
+            state = str(ev.get("state", ""))
+            if state in ("STARTING", "ROLLING_BACK"):  # a new start: the bar begins again
+                self.percent, self.stage, self.loads = 0.0, None, 0
+            self.description = state.lower()
+            why = f" ({ev['why']})" if ev.get("why") else ""
+            return [f"{at} state {state}{why}"]
+        if kind == "progress":
+            return self._progress(ev, at)
+        if kind == "engine":
+            return [f"{at} engine pid {ev.get('pid')}, log {ev.get('log')}"]
+        if kind == "verify":
+            return [f"{at} verify: {ev.get('message')}"]
+        if kind == "log":
+            if ev.get("source") == "engine":
+                self.excerpt.append(str(ev.get("line")))
+                return [f"  | {ev.get('line')}"] if self.verbose else []
+            return [f"  * {ev.get('line')}"]
+        return []
+
+    def _progress(self, ev: dict[str, Any], at: str) -> list[str]:
+        phase = str(ev.get("phase") or "")
+        pct = float(ev.get("percent") or 0.0)
+        message = str(ev.get("message") or phase)
+        if phase == "weights" and (self.loads == 0 or pct < self.percent):
+            self.loads += 1  # the first load, or a later one (the EAGLE-3 drafter's)
+        if phase == "weights" and self.loads > 1:
+            message = message.replace("weights", "draft model weights", 1)
+        self.percent = max(self.percent, pct)
+        self.description = message
+        stage = (phase, self.loads if phase == "weights" else 0)
+        if stage == self.stage:
+            return []
+        self.stage = stage
+        return [f"{at} {message} ({self.percent:.0f}%)"]
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def _on_interrupt(client: Any, follower: Follower, as_json: bool) -> int:
+    """Ctrl-C while following an operation: ask whether to cancel it (terminal), else detach
+    and say how to cancel. Returns the exit code."""
+    op = follower.accepted
+    if op is None:
+        click.echo(
+            "\ninterrupted before the daemon reported the operation started; it may still run "
+            "(a queued one when the one in flight ends): check `fastverifyctl status`, "
+            "cancel it with `fastverifyctl cancel`",
+            err=True,
+        )
+        return EXIT_INTERRUPTED
+    what = describe_op({**op, "elapsed_s": None})
+    if not as_json and _interactive():
+        try:
+            answer = click.confirm(f"\ncancel the {what}?", default=False, err=True)
+        except (click.Abort, EOFError, KeyboardInterrupt):
+            answer = False
+        if answer:
+            return _cancel(client, as_json=False)
+    click.echo(
+        f"\ndetached: the {what} goes on in the daemon; follow it with `fastverifyctl status`, "
+        "cancel it with `fastverifyctl cancel`",
+        err=True,
+    )
+    return EXIT_INTERRUPTED
+
+
+def _cancel(client: Any, as_json: bool) -> int:
+    """POST /v1/cancel and report; shared by `fastverifyctl cancel` and the Ctrl-C prompt."""
+    from fastverify.client import ApiError, DaemonUnavailable
+
+    try:
+        resp = client.cancel()
+    except DaemonUnavailable as exc:
+        return unavailable_exit(exc, as_json)
+    except ApiError as exc:
+        return api_error_exit(exc, as_json)
+    if resp is None:  # 404: nothing in flight
+        if as_json:
+            emit_json(
+                {
+                    "error": "no operation in flight",
+                    "http_status": 404,
+                    "result": "nothing_in_flight",
+                }
+            )
+        else:
+            click.echo("nothing to cancel: no operation is in flight", err=True)
+        return EXIT_FAILED
+    if as_json:
+        emit_json(resp)
+    else:
+        op = resp.get("operation") or {}
+        click.echo(
+            f"cancelled: {describe_op(op)}; the previous profile is being put back "
+            "(follow with `fastverifyctl status`)"
+        )
+    return EXIT_OK
+
+
+def _status_or_exit(client: Any, as_json: bool) -> dict[str, Any] | int:
+    """/v1/status within STATUS_TIMEOUT_S, or the exit code after printing why not."""
+    from fastverify.client import ApiError, DaemonUnavailable
+
+    try:
+        return client.request("GET", "/v1/status", timeout=STATUS_TIMEOUT_S)
+    except DaemonUnavailable as exc:
+        return unavailable_exit(exc, as_json)
+    except ApiError as exc:
+        return api_error_exit(exc, as_json)
+
+
 def run_operation(
     ctx: click.Context,
     path: str,
@@ -109,22 +213,50 @@ def run_operation(
     as_json: bool,
     no_wait: bool,
     quiet: bool = False,
+    verbose: bool = False,
+    unchanged: Any = None,
 ) -> int:
-    """POST an operation and follow it to its result; returns the exit code."""
-    from fastverify.client import ApiError, DaemonUnavailable
+    """POST an operation and follow it to its result; returns the exit code.
+
+    `unchanged(status) -> str | None`: a message when the daemon already serves what the
+    operation asks for (then nothing is sent and the exit code is 0).
+    """
+    from fastverify.client import ApiError, ConnectionLost, DaemonUnavailable
 
     client = client_for(ctx, timeout=None)
+    status = _status_or_exit(client, as_json)
+    if isinstance(status, int):
+        return status
+    if unchanged is not None and (same := unchanged(status)):
+        if as_json:
+            emit_json(
+                {
+                    "result": "ok",
+                    "changed": False,
+                    "profile": status.get("profile"),
+                    "mode": status.get("mode"),
+                    "message": same,
+                }
+            )
+        else:
+            click.echo(f"ok: {same}")
+        return EXIT_OK
+    flight = status.get("switch_in_flight")
+    if body.get("queue") and flight and not as_json and not quiet:
+        click.echo(
+            f"waiting for the {describe_op(flight)} in flight to finish "
+            "(queued; Ctrl-C stops waiting)",
+            err=True,
+        )
+    answer_timeout = None if body.get("queue") else ANSWER_TIMEOUT_S
+    follower = Follower(verbose=verbose)
     try:
         if no_wait:
-            resp = client.post(path, dict(body, wait=False), timeout=60)
+            resp = client.request("POST", path, dict(body, wait=False), timeout=answer_timeout)
             if as_json:
                 emit_json(resp)
             else:
-                op = resp.get("op", {})
-                click.echo(
-                    f"accepted: {op.get('kind')} {op.get('profile')}/{op.get('mode')}"
-                    f" (id {op.get('id')})"
-                )
+                click.echo(f"accepted: {describe_op({**resp.get('op', {}), 'elapsed_s': None})}")
             return EXIT_OK
         if as_json:
             try:
@@ -132,22 +264,29 @@ def run_operation(
             except ApiError as exc:
                 if exc.status == 502 and "result" in exc.body:
                     emit_json(exc.body)
-                    return EXIT_FAILED
+                    return result_exit(exc.body)
                 raise
             emit_json(result)
             return result_exit(result)
-        events = client.stream("POST", path, dict(body, wait=True, stream=True))
+        events = client.stream(
+            "POST", path, dict(body, wait=True, stream=True), answer_timeout=answer_timeout
+        )
         if sys.stdout.isatty() and not quiet:
-            result = _follow_rich(events)
+            result = _follow_rich(events, follower)
         else:
-            result = _follow_plain(events, quiet)
+            result = _follow_plain(events, follower, quiet)
+    except KeyboardInterrupt:
+        return _on_interrupt(client, follower, as_json)
     except DaemonUnavailable as exc:
-        click.echo(f"error: {exc}", err=True)
-        return EXIT_UNAVAILABLE
+        return unavailable_exit(exc, as_json)
     except ApiError as exc:
         return api_error_exit(exc, as_json)
-    except (ConnectionError, OSError) as exc:
-        click.echo(f"error: lost the connection to fastverifyd: {exc}", err=True)
+    except (ConnectionLost, OSError) as exc:
+        click.echo(
+            f"error: lost the connection to fastverifyd: {exc}; the operation may still be "
+            "running: see `fastverifyctl status`",
+            err=True,
+        )
         return EXIT_LOST
     if result is None:
         click.echo(
@@ -155,61 +294,31 @@ def run_operation(
             err=True,
         )
         return EXIT_LOST
-    out = describe_result(result)
-    click.echo(out, err=result.get("result") not in ("ok", "unchanged"))
+    ok = result.get("result") in ("ok", "unchanged")
+    if not ok and not verbose and follower.excerpt:
+        click.echo("last engine log lines:", err=True)
+        for line in follower.excerpt:
+            click.echo(f"  | {line}", err=True)
+    click.echo(describe_result(result), err=not ok)
     return result_exit(result)
 
 
-def _fmt_event(ev: dict[str, Any], t0: float) -> str | None:
-    at = f"[{ev.get('ts', time.time()) - t0:7.2f}s]"
-    kind = ev.get("event")
-    if kind == "accepted":
-        op = ev.get("op", {})
-        what = f"{op.get('kind')} {op.get('profile')}/{op.get('mode')}"
-        return f"{at} {what} accepted (id {op.get('id')})"
-    if kind == "state":
-        why = f" ({ev['why']})" if ev.get("why") else ""
-        return f"{at} state {ev.get('state')}{why}"
-    if kind == "progress":
-        return f"{at} {ev.get('message')} ({ev.get('percent', 0):.0f}%)"
-    if kind == "engine":
-        return f"{at} engine pid {ev.get('pid')}, log {ev.get('log')}"
-    if kind == "verify":
-        return f"{at} verify: {ev.get('message')}"
-    if kind == "log":
-        prefix = "  |" if ev.get("source") == "engine" else "  *"
-        return f"{prefix} {ev.get('line')}"
-    return None
-
-
-def _follow_plain(events: Any, quiet: bool) -> dict[str, Any] | None:
-    t0 = None
-    shown: tuple[str, int] = ("", -1)  # (phase, tens of percent) last printed
+def _follow_plain(events: Any, follower: Follower, quiet: bool) -> dict[str, Any] | None:
     for ev in events:
-        if t0 is None:
-            t0 = ev.get("ts", time.time())
         if ev.get("event") == "result":
             return ev
-        if quiet and ev.get("event") == "log":
-            continue
-        if ev.get("event") == "progress":
-            # Plain output is for logs and pipes: one line per phase and per 10 %.
-            step = (str(ev.get("phase")), int(ev.get("percent", 0)) // 10)
-            if step == shown:
-                continue
-            shown = step
-        line = _fmt_event(ev, t0)
-        if line:
-            click.echo(line)
+        lines = follower.lines(ev)
+        if not quiet:
+            for line in lines:
+                click.echo(line)
     return None
 
 
-def _follow_rich(events: Any) -> dict[str, Any] | None:
+def _follow_rich(events: Any, follower: Follower) -> dict[str, Any] | None:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(highlight=False)
-    t0 = None
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -220,21 +329,34 @@ def _follow_rich(events: Any) -> dict[str, Any] | None:
     ) as bar:
         task = bar.add_task("waiting", total=100)
         for ev in events:
-            if t0 is None:
-                t0 = ev.get("ts", time.time())
-            kind = ev.get("event")
-            if kind == "result":
+            if ev.get("event") == "result":
                 bar.update(task, completed=100)
                 return ev
-            if kind == "progress":
-                bar.update(task, completed=ev.get("percent", 0), description=ev.get("message", ""))
-            elif kind == "state":
-                bar.update(task, description=str(ev.get("state", "")).lower())
-                if ev.get("state") in ("STARTING", "ROLLING_BACK"):
-                    bar.update(task, completed=0)
-            line = _fmt_event(ev, t0)
-            if line:
+            for line in follower.lines(ev):
                 bar.console.print(line, markup=False)
+            bar.update(task, completed=follower.percent, description=follower.description)
+    return None
+
+
+def _same_profile(name: str, mode: str | None) -> Any:
+    def check(status: dict[str, Any]) -> str | None:
+        serving = status.get("state") == "READY" and not status.get("switch_in_flight")
+        if serving and status.get("profile") == name and mode in (None, status.get("mode")):
+            return (
+                f"{name}/{status.get('mode')} is already serving; nothing to do "
+                "(pass --restart to restart it, e.g. after editing the profile file)"
+            )
+        return None
+
+    return check
+
+
+def _path_refusal(name: str) -> str | None:
+    """`profile set ./x.env`: the daemon loads profiles by name only; say what to do."""
+    if "/" in name or name.endswith(".env"):
+        from fastverify.profiles.store import name_problem
+
+        return name_problem(name, paths_allowed=False)
     return None
 
 
@@ -249,7 +371,11 @@ def _follow_rich(events: Any) -> dict[str, Any] | None:
     "--force", is_flag=True, help="Accept profiles refused without it (e.g. LL128 over PCIe)."
 )
 @click.option("--queue", is_flag=True, help="Wait for a switch in flight instead of failing (409).")
-@click.option("--quiet", "-q", is_flag=True, help="Do not stream the engine's log lines.")
+@click.option(
+    "--restart", is_flag=True, help="Restart even when NAME (and the mode) is already serving."
+)
+@click.option("--quiet", "-q", is_flag=True, help="Print only the result.")
+@click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
 @click.pass_context
 def set_cmd(
@@ -260,20 +386,40 @@ def set_cmd(
     no_wait: bool,
     force: bool,
     queue: bool,
+    restart: bool,
     quiet: bool,
+    verbose: bool,
     as_json: bool,
 ) -> None:
     """Switch the daemon to profile NAME; exit 0 only when READY and verified.
 
-    Exit codes: 0 ok, 1 failed/rolled back, 2 invalid profile or usage, 3 daemon unreachable,
-    4 another switch in flight, 5 connection lost before the result.
+    NAME and mode already serving: nothing is done (exit 0) unless --restart. Exit codes:
+    0 ok, 1 failed/rolled back, 2 invalid profile or usage, 3 daemon unreachable, 4 another
+    switch in flight, 5 connection lost, 7 cancelled, 130 interrupted.
     """
+    refusal = _path_refusal(name)
+    if refusal:
+        fail(f"error: {refusal}", EXIT_INVALID)
     body: dict[str, Any] = {"name": name, "force": force, "queue": queue}
     if mode:
         body["mode"] = mode
     if timeout_s:
         body["timeout_s"] = timeout_s
-    sys.exit(run_operation(ctx, "/v1/profile", body, as_json=as_json, no_wait=no_wait, quiet=quiet))
+    if restart:
+        body["restart"] = True  # the daemon also answers "unchanged" without it
+    unchanged = None if restart else _same_profile(name, mode)
+    sys.exit(
+        run_operation(
+            ctx,
+            "/v1/profile",
+            body,
+            as_json=as_json,
+            no_wait=no_wait,
+            quiet=quiet,
+            verbose=verbose,
+            unchanged=unchanged,
+        )
+    )
 
 
 @click.command("current")
@@ -281,14 +427,7 @@ def set_cmd(
 @click.pass_context
 def current_cmd(ctx: click.Context, as_json: bool) -> None:
     """The daemon's active profile and mode (and its state)."""
-    from fastverify.client import ApiError, DaemonUnavailable
-
-    try:
-        st = client_for(ctx).get("/v1/status")
-    except DaemonUnavailable as exc:
-        fail(f"error: {exc}", EXIT_UNAVAILABLE)
-    except ApiError as exc:
-        sys.exit(api_error_exit(exc, as_json))
+    st = call_daemon(ctx, "GET", "/v1/status", as_json=as_json, timeout=STATUS_TIMEOUT_S)
     if as_json:
         emit_json(
             {k: st.get(k) for k in ("profile", "mode", "state", "last_good", "last_good_mode")}

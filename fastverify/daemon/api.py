@@ -111,7 +111,10 @@ def validate_body(path: str, body: Any) -> dict[str, Any]:
         ok = isinstance(value, types) and not (bool not in types and isinstance(value, bool))
         if not ok:
             want = " or ".join(
-                "number" if t in (int, float) and len(types) > 1 else t.__name__ for t in types
+                dict.fromkeys(  # (int, float) is one word: "a number", not "number or number"
+                    "a number" if t in (int, float) and len(types) > 1 else t.__name__
+                    for t in types
+                )
             )
             raise RequestError(422, f"field {name!r} must be {want}, got {json.dumps(value)}")
         if isinstance(value, float) and not math.isfinite(value):

@@ -133,7 +133,7 @@ def classify(
         where = f" (exit code {exit_code})" if exit_code is not None else ""
         return Failure(reason, f"{line.strip()}{where}", line, log, exit_code)
     if timed_out:
-        msg = f"engine not ready within {timeout_s:.0f} s" if timeout_s else "engine not ready"
+        msg = f"engine not ready within {timeout_s:g} s" if timeout_s else "engine not ready"
         return Failure("readiness_timeout", msg, None, log, exit_code)
     if exit_code is None:
         return Failure("exited(?)", "engine disappeared", None, log, None)

@@ -13,8 +13,14 @@ in-place time (preflight reduces in place), preflight's batched graph per-op p50
 the `-G` in-place time, and the ratio preflight / nccl-tests. Preflight's per-call p50s
 (an event pair around each call, so host overhead shows when the GPU waits) are listed too.
 
-Command line: `python -m fastverify.experiments.nccltests PREFLIGHT.json NCCLTESTS.txt
-[--profile NAME]` prints the comparison as JSON.
+`matrix(pairs)` builds the whole side-by-side record of several runs (profiles x paths such
+as NVLink and P2P off): one row per (profile, size, mode, path) with a numeric `ratio`, and
+a summary per (profile, path, mode) with the ratio range and the sizes outside 10%.
+
+Command lines: `python -m fastverify.experiments.nccltests PREFLIGHT.json NCCLTESTS.txt
+[--profile NAME]` prints the comparison of one profile as JSON;
+`python -m fastverify.experiments.nccltests matrix OUT.json
+PATH:PROFILE:PREFLIGHT.json:NCCLTESTS.txt ...` writes the matrix.
 """
 
 from __future__ import annotations
@@ -128,7 +134,135 @@ def compare(profile: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[st
     return out
 
 
+MODES = {
+    # mode: (preflight figure, nccl-tests graph launches > 0, what is compared)
+    "eager": ("preflight_eager_batch_us", False, "back-to-back eager mean per op vs "
+              "nccl-tests eager in-place time"),
+    "graph": ("preflight_graph_batch_us", True, "per op inside one CUDA graph vs "
+              "nccl-tests -G in-place time"),
+}  # fmt: skip
+
+
+def matrix_rows(
+    profile: dict[str, Any], rows: list[dict[str, Any]], path: str
+) -> list[dict[str, Any]]:
+    """One row per (size, mode) of one preflight profile against one nccl-tests run."""
+    out = []
+    algo = {s["bytes"]: (s.get("nccl_algo"), s.get("nccl_proto")) for s in profile["sizes"]}
+    counts = {s["bytes"]: s.get("counts") for s in profile["sizes"]}
+    for c in compare(profile, rows):
+        for mode, (key, graphed, _) in MODES.items():
+            nt = c["nccl_tests_graph_in_place_us" if graphed else "nccl_tests_eager_in_place_us"]
+            pf = c[key]
+            ratio = _ratio(pf, nt)
+            out.append(
+                {
+                    "profile": profile["profile"],
+                    "path": path,
+                    "mode": mode,
+                    "tokens": c["tokens"],
+                    "bytes": c["bytes"],
+                    "preflight_us": pf,
+                    "nccl_tests_us": nt,
+                    "ratio": ratio,
+                    "within_10pct": None if ratio is None else abs(ratio - 1.0) <= 0.10,
+                    "preflight_minus_nccl_tests_us": None if pf is None or nt is None
+                    else pf - nt,
+                    "nccl_tests_out_of_place_us": c[
+                        "nccl_tests_graph_out_of_place_us" if graphed
+                        else "nccl_tests_eager_out_of_place_us"
+                    ],
+                    "preflight_per_call_p50_us": c[
+                        "preflight_graph_per_replay_p50_us" if graphed
+                        else "preflight_eager_per_call_p50_us"
+                    ],
+                    "nccl_algo": algo[c["bytes"]][0],
+                    "nccl_proto": algo[c["bytes"]][1],
+                    "preflight_counts": counts[c["bytes"]],
+                }
+            )  # fmt: skip
+    return out
+
+
+def matrix(pairs: list[tuple[str, str, dict[str, Any], str]]) -> dict[str, Any]:
+    """`pairs`: (path label, profile name, preflight report, nccl-tests output text)."""
+    rows: list[dict[str, Any]] = []
+    meta: dict[str, Any] = {}
+    for path, name, report, text in pairs:
+        prof = next((p for p in report["profiles"] if p["profile"] == name), None)
+        if prof is None:
+            raise ValueError(f"no profile {name!r} in the preflight report for {path}")
+        parsed = parse(text)
+        if not parsed["rows"]:
+            raise ValueError(f"no all_reduce_perf rows in the nccl-tests output for {path}/{name}")
+        meta.setdefault("world_size", report.get("world_size"))
+        meta.setdefault("gpu", report.get("gpu"))
+        meta.setdefault("nccl_version", report.get("nccl_version"))
+        meta.setdefault("torch", report.get("torch"))
+        meta.setdefault("nccl_tests", parsed["version"])
+        rows.extend(matrix_rows(prof, parsed["rows"], path))
+    summary = []
+    for key in sorted({(r["profile"], r["path"], r["mode"]) for r in rows}):
+        group = [r for r in rows if (r["profile"], r["path"], r["mode"]) == key]
+        ratios = [r["ratio"] for r in group if r["ratio"] is not None]
+        summary.append(
+            {
+                "profile": key[0],
+                "path": key[1],
+                "mode": key[2],
+                "sizes": len(group),
+                "ratio_min": min(ratios) if ratios else None,
+                "ratio_max": max(ratios) if ratios else None,
+                "all_within_10pct": bool(ratios) and len(ratios) == len(group)
+                and all(r["within_10pct"] for r in group),
+                "outside_10pct_bytes": [r["bytes"] for r in group if r["within_10pct"] is False],
+                "missing_bytes": [r["bytes"] for r in group if r["ratio"] is None],
+            }
+        )  # fmt: skip
+    return {
+        **meta,
+        "ratio": "preflight / nccl-tests (in-place times)",
+        "modes": {m: v[2] for m, v in MODES.items()},
+        "rows": rows,
+        "summary": summary,
+    }
+
+
+def main_matrix(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description="preflight vs nccl-tests, every profile and path")
+    p.add_argument("out")
+    p.add_argument("pairs", nargs="+", metavar="PATH:PROFILE:PREFLIGHT.json:NCCLTESTS.txt")
+    args = p.parse_args(argv)
+    pairs = []
+    for item in args.pairs:
+        parts = item.split(":", 3)
+        if len(parts) != 4:
+            p.error(f"expected PATH:PROFILE:PREFLIGHT.json:NCCLTESTS.txt, got {item!r}")
+        path, name, pf, nt = parts
+        try:
+            with open(pf, encoding="utf-8") as fh:
+                report = json.load(fh)
+            with open(nt, encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, ValueError) as exc:
+            print(f"{item}: {exc}", file=sys.stderr)
+            return 2
+        pairs.append((path, name, report, text))
+    try:
+        doc = matrix(pairs)
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    with open(args.out, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)
+        fh.write("\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "matrix":
+        return main_matrix(argv[1:])
     p = argparse.ArgumentParser(description="preflight vs nccl-tests, side by side (JSON)")
     p.add_argument("preflight_json")
     p.add_argument("nccl_tests_output")

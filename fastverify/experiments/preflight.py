@@ -9,7 +9,11 @@ which the algorithm/protocol NCCL chose per message size (TUNING lines) and the 
 it confirmed ("... set by environment to ...") are read back.
 
 The ranks report per message size (hidden_size x tokens, bf16): eager p50/p99 latency,
-algbw/busbw, CUDA-graph capture and replay, and whether the sums were exact. This module
+algbw/busbw, CUDA-graph capture and replay, and whether the sums were exact. The default
+sizes are decode/verify sizes (1-64 tokens: 14 KiB to 896 KiB at hidden 7168) and prefill
+sizes (128-8192 tokens: 1.75 MiB to 112 MiB, a factor 4 apart); above 1 MiB the workers
+run proportionally fewer iterations. `winners()` names the fastest profile per size. This
+module
 never imports torch: it only checks that the workers' interpreter can (`find_spec`).
 
 Verdict per profile: "ok"; "unsafe-cuda-graph" (eager works but capture or replay fails:
@@ -40,7 +44,10 @@ from typing import Any
 from fastverify.experiments.stats import percentile
 
 WORKER = Path(__file__).with_name("preflight_worker.py")
-DEFAULT_TOKENS = (1, 2, 3, 4, 8, 16, 32, 64)
+DECODE_TOKENS = (1, 2, 3, 4, 8, 16, 32, 64)  # a decode / verify forward
+PREFILL_TOKENS = (128, 512, 2048, 8192)  # a prefill chunk: 1.75 MiB .. 112 MiB at 7168
+DEFAULT_TOKENS = DECODE_TOKENS + PREFILL_TOKENS
+SCALE_BYTES = 1 << 20  # above this, workers run proportionally fewer iterations
 DEFAULT_HIDDEN = 7168
 ONE_RANK_NOTE = (
     "one rank: NCCL launches no all-reduce kernel with a single rank, so latency and "
@@ -83,6 +90,7 @@ class PreflightConfig:
     iters: int = 50
     warmup: int = 5
     graph_ops: int = 20  # all-reduces per batch graph (0: skip the batch graph)
+    scale_bytes: int = SCALE_BYTES  # fewer iterations above this message size (0: never)
     backend: str = "nccl"  # "gloo" is for testing the orchestration on CPUs
     timeout_s: float = 180.0  # per profile
     python: str = ""  # workers' interpreter ("" = this one)
@@ -226,6 +234,7 @@ def _merge_sizes(ranks: list[dict[str, Any]], world: int, tuning: dict[int, Any]
             {
                 "tokens": base["tokens"],
                 "bytes": nbytes,
+                "counts": base.get("counts"),
                 "correct": len(per) == len(by_rank) and all(p.get("correct") for p in per),
                 "eager": eager,
                 "graph": graph,
@@ -234,6 +243,58 @@ def _merge_sizes(ranks: list[dict[str, Any]], world: int, tuning: dict[int, Any]
             }
         )
     return rows
+
+
+WINNER_FIGURES = {
+    "graph": ("graph", "batch", "per_op_p50_us"),  # in-graph per op: what a CUDA-graph server sees
+    "eager": ("eager", "batch", "per_op_mean_us"),  # back to back: an eager (prefill) forward
+}
+
+
+def _figure(size: dict[str, Any], path: tuple[str, str, str]) -> float | None:
+    value = ((size.get(path[0]) or {}).get(path[1]) or {}).get(path[2])
+    return value if isinstance(value, (int, float)) and value > 0 else None
+
+
+def winners(profiles: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per message size: the fastest profile in-graph and back to back, among profiles whose
+    sums were exact (a failed or unsafe profile still competes where it measured), with the
+    runner-up's ratio and every profile's figure."""
+    by_size: dict[int, dict[str, Any]] = {}
+    for prof in profiles:
+        for size in prof.get("sizes", []):
+            if not size.get("correct"):
+                continue
+            entry = by_size.setdefault(
+                size["bytes"], {"bytes": size["bytes"], "tokens": size.get("tokens")}
+            )
+            for mode, path in WINNER_FIGURES.items():
+                value = _figure(size, path)
+                if value is not None:
+                    entry.setdefault(f"{mode}_us", {})[prof["profile"]] = value
+    out = []
+    for nbytes in sorted(by_size):
+        entry = by_size[nbytes]
+        for mode in WINNER_FIGURES:
+            figures = entry.get(f"{mode}_us") or {}
+            ranked = sorted(figures.items(), key=lambda kv: kv[1])
+            if ranked:
+                entry[f"{mode}_winner"] = ranked[0][0]
+                entry[f"{mode}_second"] = ranked[1][0] if len(ranked) > 1 else None
+                entry[f"{mode}_margin"] = ranked[1][1] / ranked[0][1] if len(ranked) > 1 else None
+                algo = next(
+                    (
+                        f"{s['nccl_algo']}/{s['nccl_proto']}"
+                        for p in profiles
+                        if p["profile"] == ranked[0][0]
+                        for s in p.get("sizes", [])
+                        if s["bytes"] == nbytes and s.get("nccl_algo")
+                    ),
+                    None,
+                )
+                entry[f"{mode}_winner_algo_proto"] = algo
+        out.append(entry)
+    return out
 
 
 def _worst(states: list[str | None]) -> str:
@@ -296,7 +357,7 @@ def run_profile(
                 "--tokens", ",".join(str(t) for t in cfg.tokens),
                 "--numels", ",".join(str(max(1, b // elem)) for b in cfg.sizes_bytes),
                 "--iters", str(cfg.iters), "--warmup", str(cfg.warmup), "--out", str(out),
-                "--graph-ops", str(cfg.graph_ops),
+                "--graph-ops", str(cfg.graph_ops), "--scale-bytes", str(cfg.scale_bytes),
             ]  # fmt: skip
             stdio = open(workdir / f"{safe}.rank{rank}.stdout", "wb")  # noqa: SIM115
             try:
@@ -582,6 +643,7 @@ def run_preflight(
             "max": max(walls) if walls else None,
         },
         "profiles": results,
+        "winners": winners(results),
         "summary": {
             s: sorted(r["profile"] for r in results if r["status"] == s)
             for s in ("ok", "unsafe-cuda-graph", "failed")

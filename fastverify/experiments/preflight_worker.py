@@ -18,6 +18,11 @@ the gloo testing backend):
 4. batched, as nccl-tests times: `iters` back-to-back eager all-reduces between one event
    pair (mean per op), and a graph of `graph_ops` all-reduces replayed `graph_replays`
    times (per-op p50); these run on zero buffers so repeated sums cannot overflow.
+
+Above --scale-bytes (default 1 MiB) the counts shrink in proportion to the message size
+(`scaled()`: iterations and replays to no fewer than 5 and 3, graph ops to no fewer than
+2, warm-up to no more than the iterations), so that a 112 MiB prefill all-reduce through
+host memory does not cost a profile tens of seconds; each row records the counts it used.
 algbw = bytes / time, busbw = algbw * 2(n-1)/n (nccl-tests' definition), in GB/s (1e9).
 
 Output: one JSON document written atomically to --out (and a one-line summary on stdout).
@@ -67,6 +72,14 @@ def _timing(samples_s: list[float], nbytes: int, world: int) -> dict[str, Any]:
     }
 
 
+def scaled(count: int, nbytes: int, scale_bytes: int, floor: int) -> int:
+    """`count` for messages up to `scale_bytes`; above, count x scale_bytes / nbytes, but
+    never below `floor` (nor above `count`)."""
+    if scale_bytes <= 0 or nbytes <= scale_bytes or count <= floor:
+        return count
+    return max(floor, min(count, round(count * scale_bytes / nbytes)))
+
+
 def _err(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}".strip()
     return text.splitlines()[0][:500] if text else type(exc).__name__
@@ -84,6 +97,7 @@ class Rank:
         self.world = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
         self.cuda = args.backend == "nccl"
+        self.set_counts(0)
         if self.cuda:
             if not torch.cuda.is_available():
                 raise RuntimeError("the nccl backend needs CUDA, and torch sees no GPU")
@@ -93,6 +107,20 @@ class Rank:
         else:
             self.device = torch.device("cpu")
             self.dtype = torch.float32
+
+    def set_counts(self, nbytes: int) -> dict[str, int]:
+        """Iterations, warm-up, graph ops and replays for a message of `nbytes`."""
+        a = self.args
+        self.iters = scaled(a.iters, nbytes, a.scale_bytes, 5)
+        self.warmup = min(a.warmup, self.iters)
+        self.graph_ops = scaled(a.graph_ops, nbytes, a.scale_bytes, 2)
+        self.graph_replays = scaled(a.graph_replays, nbytes, a.scale_bytes, 3)
+        return {
+            "iters": self.iters,
+            "warmup": self.warmup,
+            "graph_ops": self.graph_ops,
+            "graph_replays": self.graph_replays,
+        }
 
     def init(self) -> float:
         t0 = time.perf_counter()
@@ -123,14 +151,14 @@ class Rank:
 
     def time_eager(self, buf: Any, src: Any) -> list[float]:
         torch, dist = self.torch, self.dist
-        for _ in range(self.args.warmup):
+        for _ in range(self.warmup):
             buf.copy_(src)
             dist.all_reduce(buf)
         self.sync()
         samples: list[float] = []
         if self.cuda:
             pairs = []
-            for _ in range(self.args.iters):
+            for _ in range(self.iters):
                 buf.copy_(src)
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
@@ -141,7 +169,7 @@ class Rank:
             self.sync()
             samples = [s.elapsed_time(e) / 1e3 for s, e in pairs]
         else:
-            for _ in range(self.args.iters):
+            for _ in range(self.iters):
                 buf.copy_(src)
                 t0 = time.perf_counter()
                 dist.all_reduce(buf)
@@ -154,29 +182,29 @@ class Rank:
         Runs on a zero buffer so repeated in-place sums cannot overflow."""
         torch, dist = self.torch, self.dist
         zbuf = torch.zeros(numel, device=self.device, dtype=self.dtype)
-        for _ in range(self.args.warmup):
+        for _ in range(self.warmup):
             dist.all_reduce(zbuf)
         self.sync()
         if not self.cuda:
             t0 = time.perf_counter()
-            for _ in range(self.args.iters):
+            for _ in range(self.iters):
                 dist.all_reduce(zbuf)
-            return (time.perf_counter() - t0) / self.args.iters
+            return (time.perf_counter() - t0) / self.iters
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(self.args.iters):
+        for _ in range(self.iters):
             dist.all_reduce(zbuf)
         end.record()
         self.sync()
-        return start.elapsed_time(end) / 1e3 / self.args.iters
+        return start.elapsed_time(end) / 1e3 / self.iters
 
     def batch_graph(self, numel: int) -> dict[str, Any]:
         """`graph_ops` all-reduces captured in one graph (SGLang captures a whole forward,
         122 all-reduces, per graph), replayed `graph_replays` times; per-op time is the
         replay time / graph_ops (nccl-tests -G does the same)."""
         torch, dist = self.torch, self.dist
-        ops = self.args.graph_ops
+        ops = self.graph_ops
         zbuf = torch.zeros(numel, device=self.device, dtype=self.dtype)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -193,7 +221,7 @@ class Rank:
         graph.replay()
         self.sync()
         pairs = []
-        for _ in range(self.args.graph_replays):
+        for _ in range(self.graph_replays):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
@@ -239,7 +267,7 @@ class Rank:
         out["correct"] = bool(torch.equal(buf, expected))
         samples: list[float] = []
         pairs = []
-        for _ in range(self.args.iters):
+        for _ in range(self.iters):
             buf.copy_(src)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
@@ -262,6 +290,7 @@ class Rank:
         buf = src.clone()
         nbytes = numel * buf.element_size()
         row: dict[str, Any] = {"tokens": tokens, "numel": numel, "bytes": nbytes}
+        row["counts"] = self.set_counts(nbytes)
         try:
             self.dist.all_reduce(buf)
             self.sync()
@@ -271,7 +300,7 @@ class Rank:
             batch = self.batch_eager(numel)
             algbw, busbw = _bw(nbytes, batch, self.world)
             row["eager"]["batch"] = {
-                "ops": self.args.iters,
+                "ops": self.iters,
                 "per_op_mean_us": batch * 1e6,
                 "algbw_gbs": algbw,
                 "busbw_gbs": busbw,
@@ -294,7 +323,7 @@ class Rank:
         else:
             try:
                 row["graph"] = self.graph(buf, src, expected)
-                if self.args.graph_ops > 0:
+                if self.graph_ops > 0:
                     row["graph"]["batch"] = self.batch_graph(numel)
             except Exception as exc:
                 row["graph"] = {"capture": "failed", "replay": "not run", "error": _err(exc)}
@@ -324,6 +353,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--graph-ops", type=int, default=20, help="all-reduces per batch graph")
     p.add_argument("--graph-replays", type=int, default=20)
+    p.add_argument(
+        "--scale-bytes",
+        type=int,
+        default=1 << 20,
+        help="above this message size the counts shrink in proportion (0: never)",
+    )
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     tokens = [int(t) for t in args.tokens.split(",") if t.strip()]

@@ -403,9 +403,33 @@ class Sweep:
                 self.warnings.append(f"could not record the baseline of {r['profile']}: {exc}")
         return posted
 
+    def check_names(self) -> None:
+        """Ask the daemon to resolve every profile before the first switch (a read-only call:
+        `GET /v1/server/argv`); SweepError naming every one it refuses, so a typo in the last
+        name is found before an hour of measurements, not after."""
+        from urllib.parse import urlencode
+
+        from fastverify.client import ApiError
+
+        bad: list[str] = []
+        for name in self.cfg.profiles:
+            query = urlencode({"profile": name, "mode": self.cfg.mode})
+            try:
+                self.client.get(f"/v1/server/argv?{query}")
+            except ApiError as exc:
+                if exc.status not in (400, 404, 422):
+                    raise
+                bad.append(f"  {name}: {exc.body.get('error') or exc}")
+        if bad:
+            raise SweepError(
+                f"{len(bad)} of {len(self.cfg.profiles)} profile(s) cannot be used; nothing "
+                "was switched or measured:\n" + "\n".join(bad)
+            )
+
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
         status = self._status()  # DaemonUnavailable propagates: nothing to do without it
+        self.check_names()
         out_dir = Path(cfg.output_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         existing = load_records(self.results)

@@ -27,14 +27,17 @@ from fastverify.profiles.model import Profile
 from fastverify.profiles.nccl_vars import METADATA_ONLY
 
 # Inherited from the daemon's environment into the engine's; everything else is dropped.
+# Hugging Face settings (HF_TOKEN, HF_HOME, HF_ENDPOINT, ...) are not here: they carry
+# secrets or redirect downloads, so only those the configuration names in
+# `[server] env_passthrough` reach the engine (the daemon adds them as `extra`).
 BASE_NAMES: tuple[str, ...] = (
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME", "CUDA_PATH",
     "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "LD_LIBRARY_PATH",
     "VIRTUAL_ENV", "CONDA_PREFIX", "XDG_RUNTIME_DIR", "XDG_CACHE_HOME",
-    "HUGGING_FACE_HUB_TOKEN", "TRANSFORMERS_CACHE", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
 )  # fmt: skip
-BASE_PREFIXES: tuple[str, ...] = ("LC_", "HF_")
+BASE_PREFIXES: tuple[str, ...] = ("LC_",)
 ETC_NCCL_CONF = Path("/etc/nccl.conf")
 
 

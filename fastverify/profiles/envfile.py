@@ -18,7 +18,9 @@ every problem carries a line number in 1..number-of-lines (0 only for an empty p
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -149,18 +151,19 @@ def _assignment(out: ParsedFile, number: int, text: str, seen: dict[str, int]) -
     if text.startswith("export ") or text.startswith("export\t"):
         out.error(number, "'export' prefix (write NAME=value; env files are not shell scripts)")
         return
+    # Problems name the line and at most the offending token, never the rest of the line:
+    # a file that is not a profile at all may hold secrets (a password hash, a token).
     if "=" not in text:
-        out.error(number, f"no '=' in {_clip(text)!r} (write NAME=value, or '#' for a comment)")
+        out.error(number, "not an assignment: no '=' (write NAME=value, or '#' for a comment)")
         return
     key, value = text.split("=", 1)
     if key != key.rstrip() or (value and value[0] in " \t"):
-        out.error(
-            number,
-            f"whitespace around '=' in {_clip(text)!r} (write {key.strip()}={value.strip()})",
-        )
+        name = key.strip()
+        shown = name if NAME_RE.fullmatch(name) else "NAME"
+        out.error(number, f"whitespace around '=' (write {shown}=VALUE with no spaces)")
         return
     if not NAME_RE.fullmatch(key):
-        out.error(number, f"invalid variable name {_clip(key)!r} (use [A-Za-z_][A-Za-z0-9_]*)")
+        out.error(number, f"invalid variable name {_clip(key, 40)!r} (use [A-Za-z_][A-Za-z0-9_]*)")
         return
     problem = value_problem(value)
     if problem:
@@ -199,11 +202,58 @@ def _clip(text: str, limit: int = 60) -> str:
 MAX_FILE_BYTES = 1 << 20  # a profile is a few hundred bytes; never read a huge file whole
 
 
-def parse_file(path: Path) -> ParsedFile:
-    """Read and parse `path`; an unreadable or oversized file gives one problem at line 0."""
+class UnsafeFile(OSError):
+    """A profile file that must not be read (a link leaving its directory, not a regular file)."""
+
+
+def _inside(real: str, root: Path) -> bool:
+    root_real = os.path.realpath(root)
+    return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
+
+
+def read_checked(path: Path, root: Path | None = None) -> bytes:
+    """The bytes of the regular file `path` (at most MAX_FILE_BYTES + 1).
+
+    With `root` (the profile directory the file was found in), a symbolic link is followed
+    only when its target resolves inside `root`: a link in a root daemon's profile directory
+    must never make it read (and quote) a file the link's author could not. FIFOs, devices,
+    sockets and directories are refused without being opened for reading (a FIFO would block).
+    Raises UnsafeFile for a refused file, OSError when it cannot be read.
+    """
+    target = str(path)
+    if root is not None and os.path.islink(path):
+        target = os.path.realpath(path)
+        if not _inside(target, root):
+            raise UnsafeFile(
+                f"is a symbolic link to a file outside {root} (refused: profiles are read "
+                "only from inside their directory; copy the file in instead of linking it)"
+            )
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if root is not None:
+        flags |= getattr(os, "O_NOFOLLOW", 0)  # the target checked above, not a swapped link
+    fd = os.open(target, flags)
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafeFile("is not a regular file (a profile is a plain text file)")
+        chunks = []
+        left = MAX_FILE_BYTES + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 65536))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def parse_file(path: Path, root: Path | None = None) -> ParsedFile:
+    """Read and parse `path`; an unreadable, refused or oversized file gives one problem at
+    line 0 that never quotes the file (see `read_checked` for what `root` refuses)."""
+    try:
+        data = read_checked(path, root)
+    except UnsafeFile as exc:
+        out = ParsedFile(str(path))
+        out.error(0, str(exc))
+        return out
     except OSError as exc:
         out = ParsedFile(str(path))
         out.error(0, f"cannot read file: {exc.strerror or exc}")

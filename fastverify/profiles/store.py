@@ -12,6 +12,7 @@ Cycles are reported with the chain. `load()` also accepts a path to a `.env` fil
 from __future__ import annotations
 
 import re
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,22 +41,30 @@ def _detect_topology() -> Topology:
     return detect_cached()
 
 
-def name_problem(name: str) -> str | None:
-    """Why `name` is not a valid profile name, or None."""
+def name_problem(name: str, paths_allowed: bool = False) -> str | None:
+    """Why `name` is not a valid profile name, or None.
+
+    `paths_allowed`: the caller also loads `.env` files by path (offline CLI commands), so the
+    hint may suggest one; the daemon loads profiles by name only and must not suggest it.
+    """
     if name == "":
         return "empty profile name (use letters, digits, '.', '_', '-')"
     if len(name) > 64:
         return f"profile name is {len(name)} characters long (at most 64)"
+    by_name = (
+        "the daemon loads profiles by NAME from its profile directories; copy the file into "
+        "one of them (see `fastverifyctl profile list`) and give its name"
+    )
     if name.startswith("/"):
-        return (
-            f"{name!r} is an absolute path, not a profile name "
-            "(give a NAME, or a path ending in .env)"
-        )
+        hint = "give a NAME, or a path ending in .env" if paths_allowed else by_name
+        return f"{name!r} is an absolute path, not a profile name ({hint})"
     if "/" in name or name in (".", ".."):
-        return (
-            f"{name!r} is a path, not a profile name "
-            "(names cannot contain '/' or be '.'/'..'; a profile file's path ends in .env)"
+        hint = (
+            "names cannot contain '/' or be '.'/'..'; a profile file's path ends in .env"
+            if paths_allowed
+            else by_name
         )
+        return f"{name!r} is a path, not a profile name ({hint})"
     if _SHELL_META.search(name):
         return (
             f"{name!r} contains shell metacharacters or spaces (use letters, digits, '.', '_', '-')"
@@ -66,7 +75,9 @@ def name_problem(name: str) -> str | None:
             "(start with a letter or digit; then letters, digits, '.', '_', '-')"
         )
     if name.endswith(SUFFIX):
-        return f"{name!r}: give the name without '.env' (or a path such as ./{name})"
+        if paths_allowed:
+            return f"{name!r}: give the name without '.env' (or a path such as ./{name})"
+        return f"{name!r}: give the name without '.env' ({name[: -len(SUFFIX)]})"
     return None
 
 
@@ -76,8 +87,27 @@ class Entry:
 
     name: str
     path: Path
-    source: str  # "user" | "shipped"
+    source: str  # "user" | "shipped" | "file"
     shadows: Path | None = None
+    root: Path | None = None  # the directory links may not leave (None: a path given by hand)
+
+
+def _present(path: Path) -> bool:
+    """Something other than a directory is at `path` (a link, a FIFO, ... included: loading
+    refuses those with a reason instead of pretending the profile does not exist)."""
+    try:
+        return not stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _closes_cycle(path: Path, chain: list[Path]) -> Path | None:
+    """The resolved `path` when it is already in the extends `chain`, else None."""
+    try:
+        real = path.resolve()
+    except OSError:
+        return None
+    return real if real in chain else None
 
 
 class ProfileStore:
@@ -103,8 +133,8 @@ class ProfileStore:
         found = []
         for d, source in self.search_path():
             p = d / f"{name}{SUFFIX}"
-            if p.is_file():
-                found.append(Entry(name, p, source))
+            if _present(p):
+                found.append(Entry(name, p, source, root=d))
         return found
 
     def find(self, name: str) -> Entry | None:
@@ -115,7 +145,11 @@ class ProfileStore:
         first = cands[0]
         shipped = next((c.path for c in cands[1:] if c.source == "shipped"), None)
         return Entry(
-            first.name, first.path, first.source, shipped if first.source == "user" else None
+            first.name,
+            first.path,
+            first.source,
+            shipped if first.source == "user" else None,
+            root=first.root,
         )
 
     def entries(self) -> list[Entry]:
@@ -128,7 +162,7 @@ class ProfileStore:
                 continue
             for f in files:
                 stem = f.name[: -len(SUFFIX)]
-                if f.name.endswith(SUFFIX) and name_problem(stem) is None and f.is_file():
+                if f.name.endswith(SUFFIX) and name_problem(stem) is None and _present(f):
                     names.add(stem)
         return [e for e in (self.find(n) for n in sorted(names)) if e is not None]
 
@@ -153,10 +187,25 @@ class ProfileStore:
                 out.append((e, None, exc.problems))
         return out
 
+    def extenders(self, name: str) -> list[str]:
+        """Profiles whose `# extends:` chain reaches `name` (direct and indirect), sorted."""
+        parents: dict[str, str] = {}
+        for e in self.entries():
+            meta = envfile.parse_file(e.path, e.root).meta
+            if "extends" in meta and meta["extends"][1] != e.name:
+                parents[e.name] = meta["extends"][1]
+        found: set[str] = set()
+        frontier = {name}
+        while frontier:
+            frontier = {child for child, base in parents.items() if base in frontier} - found
+            found |= frontier
+        found.discard(name)
+        return sorted(found)
+
     # --- loading
     @staticmethod
     def looks_like_path(arg: str) -> bool:
-        return arg.endswith(SUFFIX) and ("/" in arg or Path(arg).is_file())
+        return arg.endswith(SUFFIX) and ("/" in arg or _present(Path(arg)))
 
     def load(
         self, name_or_path: str | Path, force: bool = False, allow_path: bool = True
@@ -165,7 +214,7 @@ class ProfileStore:
         arg = str(name_or_path)
         if allow_path and (isinstance(name_or_path, Path) or self.looks_like_path(arg)):
             p = Path(arg)
-            if not p.is_file():
+            if not _present(p):
                 raise ProfileError([Problem(arg, 0, "no such profile file (check the path)")])
             name = p.name[: -len(SUFFIX)] if p.name.endswith(SUFFIX) else p.name
             source = "file"
@@ -176,7 +225,7 @@ class ProfileStore:
                 except OSError:
                     pass
             return self._load_entry(Entry(name, p, source), force=force)
-        problem = name_problem(arg)
+        problem = name_problem(arg, paths_allowed=allow_path)
         if problem:
             raise ProfileError([Problem(arg, 0, problem)])
         entry = self.find(arg)
@@ -217,7 +266,7 @@ class ProfileStore:
                 ]
             )
         chain = [*chain, real]
-        parsed = envfile.parse_file(path)
+        parsed = envfile.parse_file(path, entry.root)
         base: Profile | None = None
         base_problems: list[Problem] = []
         extends = parsed.meta.get("extends")
@@ -232,6 +281,11 @@ class ProfileStore:
                         f"extends: no profile named {base_name!r} "
                         "(see `fastverifyctl profile list`)",
                     )
+                )
+            elif (cycle := _closes_cycle(base_entry.path, chain)) is not None:
+                names = " -> ".join(p.name for p in [*chain, cycle])
+                raise ProfileError(
+                    [Problem(str(path), line, f"extends cycle: {names} (break the cycle)")]
                 )
             else:
                 try:
@@ -288,7 +342,7 @@ class ProfileStore:
                 return cands[0]
             # a file loaded by path may extend a sibling file in its own directory
             sib = child.path.parent / f"{base_name}{SUFFIX}"
-            return Entry(base_name, sib, "file") if sib.is_file() else None
+            return Entry(base_name, sib, "file", root=child.path.parent) if _present(sib) else None
         # same name: the next one down the search path after the child's own file
         try:
             child_real = child.path.resolve()

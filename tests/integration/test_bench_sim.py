@@ -140,5 +140,5 @@ def test_bad_arguments_are_usage_errors(baseline_url: str) -> None:
 )
 def test_use_sglang_bench_without_sglang_says_what_to_install(baseline_url: str) -> None:
     r = bench("--url", baseline_url, "--use-sglang-bench", "-n", "2")
-    assert r.returncode == 4
+    assert r.returncode == 6  # EXIT_MISSING_DEPENDENCY
     assert "sglang is not installed" in r.stderr

@@ -1,0 +1,77 @@
+"""The light part of talking to fastverifyd for every command: one call with its errors
+turned into exit codes (`call_daemon`), and the shared wording. Imported on the start-up path
+of `fastverifyctl status`, so it holds no click commands and imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from fastverify.cli.output import EXIT_BUSY, EXIT_PROBLEMS, EXIT_UNAVAILABLE, EXIT_USAGE, emit_json
+
+STATUS_TIMEOUT_S = 5.0  # a daemon that does not answer /v1/status in this long is unreachable
+
+
+def client_for(ctx: click.Context, timeout: float | None = 30.0) -> Any:
+    from fastverify.client import ControlClient
+
+    obj = ctx.find_root().obj or {}
+    return ControlClient(obj.get("socket"), timeout=timeout)
+
+
+def unavailable_exit(exc: Exception, as_json: bool) -> int:
+    """Print why the daemon cannot be reached (one sentence) and return exit code 3."""
+    if as_json:
+        emit_json({"error": str(exc), "reachable": False})
+    else:
+        click.echo(f"error: {exc}", err=True)
+    return EXIT_UNAVAILABLE
+
+
+def call_daemon(
+    ctx: click.Context,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    as_json: bool,
+    timeout: float | None = 30.0,
+) -> Any:
+    """One API call; an unreachable daemon or an API error is printed and exits the CLI."""
+    from fastverify.client import ApiError, DaemonUnavailable
+
+    try:
+        return client_for(ctx, timeout=timeout).request(method, path, body)
+    except DaemonUnavailable as exc:
+        sys.exit(unavailable_exit(exc, as_json))
+    except ApiError as exc:
+        sys.exit(api_error_exit(exc, as_json))
+
+
+def api_error_exit(exc: Any, as_json: bool) -> int:
+    """Print an ApiError's body and return the matching exit code."""
+    status = exc.status
+    body = exc.body
+    if as_json:
+        emit_json(dict(body, http_status=status))
+    else:
+        click.echo(f"error: {body.get('error') or exc}", err=True)
+        for problem in body.get("problems", [])[1:]:
+            click.echo(f"  {problem}", err=True)
+        if status == 409 and body.get("in_flight"):
+            click.echo(f"  in flight: {describe_op(body['in_flight'])}", err=True)
+    if status == 409:
+        return EXIT_BUSY
+    if status in (400, 422):
+        return EXIT_USAGE
+    return EXIT_PROBLEMS
+
+
+def describe_op(op: dict[str, Any]) -> str:
+    """`switch ring-ll/baseline (id 3f2a, running 12.3 s)`."""
+    elapsed = op.get("elapsed_s")
+    running = f", running {elapsed:.1f} s" if isinstance(elapsed, int | float) else ""
+    return f"{op.get('kind')} {op.get('profile')}/{op.get('mode')} (id {op.get('id')}{running})"

@@ -1,0 +1,85 @@
+"""`fastverifyctl status`: the daemon's and the engine's state, in words or as JSON.
+
+Kept apart from the other daemon commands so that this most-run command imports only click,
+the output helpers and the client (start-up time: see benchmarks/bench_cli.py). Exit 0
+whenever the daemon answered (read `state` for health), 3 when it cannot be reached.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from fastverify.cli.daemon_call import STATUS_TIMEOUT_S, call_daemon, describe_op
+from fastverify.cli.output import emit_json
+
+
+def _get(ctx: click.Context, path: str, as_json: bool, timeout: float | None = 30.0) -> Any:
+    return call_daemon(ctx, "GET", path, as_json=as_json, timeout=timeout)
+
+
+def _ago(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    d = max(0.0, time.time() - ts)
+    if d < 120:
+        return f"{d:.0f}s ago"
+    if d < 7200:
+        return f"{d / 60:.0f}m ago"
+    return f"{d / 3600:.1f}h ago"
+
+
+def _clock(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print the daemon's status as JSON.")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Daemon and engine state."""
+    st = _get(ctx, "/v1/status", as_json, timeout=STATUS_TIMEOUT_S)
+    if as_json:
+        emit_json(st)
+        return
+    eng = st.get("engine") or {}
+    sim = " (simulated)" if eng.get("simulated") else ""
+    lines = [
+        f"state:      {st.get('state')} since {_clock(st.get('since'))} ({_ago(st.get('since'))})",
+        f"profile:    {st.get('profile')} ({st.get('mode')})",
+        f"last good:  {st.get('last_good') or '-'}"
+        + (f" ({st.get('last_good_mode')})" if st.get("last_good_mode") else ""),
+        f"engine:     {eng.get('name')}{sim} pid {eng.get('pid') or '-'} {eng.get('url') or ''}",
+        f"            {eng.get('reason')}",
+    ]
+    if eng.get("start_seconds"):
+        lines.append(f"ready in:   {eng['start_seconds']:.2f} s")
+    if st.get("tokens_per_second"):
+        lines.append(f"throughput: {st['tokens_per_second']:.1f} tok/s")
+    if eng.get("log"):
+        lines.append(f"log:        {eng['log']}")
+    flight = st.get("switch_in_flight")
+    if flight:
+        lines.append(f"in flight:  {describe_op(flight)}")
+    prog = eng.get("progress") or {}
+    if st.get("state") not in ("READY", "STOPPED", "FAILED") and prog.get("phase"):
+        pct = prog.get("percent")
+        pct_s = f" {pct:.0f}%" if isinstance(pct, int | float) else ""
+        lines.append(f"progress:   {prog['phase']}{pct_s}: {prog.get('message') or ''}".rstrip())
+    fail_ = st.get("last_failure")
+    if fail_:
+        lines.append(f"last failure: {fail_.get('reason')}: {fail_.get('message')}")
+        if fail_.get("log"):
+            lines.append(f"              log: {fail_['log']}")
+    restarts = st.get("restarts") or {}
+    if restarts.get("total"):
+        by = ", ".join(f"{k}={v}" for k, v in sorted((restarts.get("by_reason") or {}).items()))
+        lines.append(f"restarts:   {restarts['total']} ({by})")
+    cfg = st.get("config") or {}
+    if cfg.get("error"):
+        lines.append(f"config:     {cfg['error']}")
+    for finding in st.get("findings") or []:
+        lines.append(f"note:       {finding}")
+    click.echo("\n".join(lines))

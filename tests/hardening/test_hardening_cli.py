@@ -1,0 +1,436 @@
+"""Issue 12, operator doors against real processes: the engine's environment, profile
+directories seen through the daemon, CLI exits when the daemon is stopped or resets the
+connection, README promises (validate exit code, piped output, progress), cancel."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+
+from tests.harness import REPO, DaemonHarness, _scrubbed_env
+
+SECRET = "s3cr3t-hash-9f8e7d"
+
+
+def test_engine_gets_only_the_hf_variables_the_config_names(tmp_path: Path) -> None:
+    daemon_env = {
+        "HF_ENDPOINT": "http://mirror.invalid",
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_TOKEN": "hf_" + "t" * 24,
+    }
+    cfg = {"server": {"env_passthrough": ["HF_TOKEN"]}}
+    with DaemonHarness(tmp_path, env=daemon_env, config=cfg, metrics=False) as d:
+        env = psutil.Process(d.engine_pid()).environ()
+        assert env.get("HF_TOKEN") == daemon_env["HF_TOKEN"]
+        assert "HF_ENDPOINT" not in env and "HF_HOME" not in env
+
+
+def test_link_to_a_foreign_file_is_not_quoted_over_the_api(tmp_path: Path) -> None:
+    outside = tmp_path / "root-only"
+    outside.write_text(f"root:$6${SECRET}:19000:0:99999:7:::\n")
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        (tmp_path / "profiles" / "leak.env").symlink_to(outside)
+        res = d.ctl("profile", "set", "leak", "--json")
+        assert res.returncode == 2, res.stdout + res.stderr
+        body = json.loads(res.stdout)
+        assert "symbolic link" in json.dumps(body)
+        assert SECRET not in res.stdout + res.stderr + d.log_text()
+
+
+# --------------------------------------------------------------------------- helpers
+
+PCT = re.compile(r"\((\d+)%\)")
+
+
+def ctl(sock: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = _scrubbed_env()
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "fastverify.ctl", "--socket", str(sock), *args],
+        capture_output=True, text=True, timeout=timeout, env=env, check=False,
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def fake_daemon(path: Path, answer: Callable[[socket.socket], None]) -> Iterator[None]:
+    """A Unix socket server that handles every connection with `answer` (a real socket the
+    real CLI connects to: a daemon that resets, answers 503, or speaks something else)."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    srv.listen(16)
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with contextlib.suppress(OSError):
+                answer(conn)
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        srv.close()
+        t.join(5)
+
+
+def reset(conn: socket.socket) -> None:
+    conn.recv(1)  # the request started arriving; leave the rest unread -> RST on close
+    conn.close()
+
+
+def answer_503(conn: socket.socket) -> None:
+    conn.sendall(
+        b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n\r\n"
+        b'{"error": "too many concurrent API connections; retry"}\n'
+    )
+    conn.close()
+
+
+def not_http(conn: socket.socket) -> None:
+    conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+    conn.close()
+
+
+def http_json(status: int, body: dict) -> Callable[[socket.socket], None]:
+    def answer(conn: socket.socket) -> None:
+        conn.recv(65536)
+        data = json.dumps(body).encode()
+        conn.sendall(
+            f"HTTP/1.0 {status} X\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        conn.close()
+
+    return answer
+
+
+DAEMON_COMMANDS = [
+    ("status",),
+    ("status", "--json"),
+    ("profile", "set", "ring-ll"),
+    ("profile", "set", "ring-ll", "--json"),
+    ("profile", "current"),
+    ("mode", "get"),
+    ("mode", "set", "eagle3", "-q"),
+    ("restart",),
+    ("history",),
+    ("logs", "-n", "5"),
+    ("server", "check"),
+    ("cancel",),
+    ("cancel", "--json"),
+]
+
+
+def _assert_unreachable(res: subprocess.CompletedProcess[str], args: tuple[str, ...]) -> None:
+    out = res.stdout + res.stderr
+    assert res.returncode == 3, (args, res.returncode, out)
+    assert "Traceback" not in out, (args, out)
+    assert "fastverifyd" in out, (args, out)
+    if "--json" in args:
+        assert json.loads(res.stdout)["reachable"] is False, (args, res.stdout)
+
+
+# --------------------------------------------------------------------------- exits
+
+
+def test_stopped_daemon_is_exit_3_with_a_sentence(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        os.kill(d.pid, signal.SIGSTOP)
+        try:
+            for args in (("status",), ("status", "--json"), ("profile", "set", "ring-ll"),
+                         ("mode", "get"), ("logs", "-n", "5")):  # fmt: skip
+                res = d.ctl(*args, timeout=120)
+                _assert_unreachable(res, args)
+                assert "did not answer" in res.stdout + res.stderr, res.stderr
+        finally:
+            os.kill(d.pid, signal.SIGCONT)
+        assert d.ctl("status").returncode == 0  # and it answers again once continued
+
+
+def test_daemon_that_resets_the_connection_is_exit_3(tmp_path: Path) -> None:
+    sock = Path(f"/tmp/fv-reset-{os.getpid()}.sock")
+    with fake_daemon(sock, reset):
+        try:
+            for args in DAEMON_COMMANDS:
+                _assert_unreachable(ctl(sock, *args), args)
+        finally:
+            sock.unlink()
+
+
+def test_daemon_answering_503_is_exit_3(tmp_path: Path) -> None:
+    sock = Path(f"/tmp/fv-503-{os.getpid()}.sock")
+    with fake_daemon(sock, answer_503):
+        try:
+            for args in DAEMON_COMMANDS:
+                res = ctl(sock, *args)
+                _assert_unreachable(res, args)
+                assert "503" in res.stdout + res.stderr, (args, res.stderr)
+        finally:
+            sock.unlink()
+
+
+def test_something_else_on_the_socket_is_exit_3(tmp_path: Path) -> None:
+    sock = Path(f"/tmp/fv-ssh-{os.getpid()}.sock")
+    with fake_daemon(sock, not_http):
+        try:
+            for args in (("status",), ("profile", "set", "ring-ll"), ("cancel",)):
+                _assert_unreachable(ctl(sock, *args), args)
+        finally:
+            sock.unlink()
+
+
+def test_exit_codes_are_defined_once_and_unique() -> None:
+    from fastverify.cli import output
+
+    codes = {k: v for k, v in vars(output).items() if k.startswith("EXIT_")}
+    assert len(set(codes.values())) == len(codes), codes
+    for path in (REPO / "fastverify" / "cli").glob("*.py"):
+        if path.name == "output.py":
+            continue
+        text = path.read_text()
+        assert not re.search(r"^EXIT_\w+\s*=", text, re.M), f"{path} defines its own exit code"
+    readme = (REPO / "README.md").read_text()
+    for value in codes.values():
+        assert re.search(rf"^\| {value} \|", readme, re.M), f"README does not list exit {value}"
+
+
+# --------------------------------------------------------------------------- cancel (CLI side)
+
+
+def test_cancel_reports_the_daemon_answer(tmp_path: Path) -> None:
+    sock = Path(f"/tmp/fv-cancel-{os.getpid()}.sock")
+    op = {"id": "ab12", "kind": "switch", "profile": "tree-ll", "mode": "baseline"}
+    with fake_daemon(sock, http_json(200, {"result": "cancelled", "operation": op})):
+        try:
+            res = ctl(sock, "cancel")
+            assert res.returncode == 0, res.stderr
+            assert "cancelled" in res.stdout and "tree-ll/baseline" in res.stdout
+            res = ctl(sock, "cancel", "--json")
+            assert res.returncode == 0 and json.loads(res.stdout)["operation"] == op
+        finally:
+            sock.unlink()
+    with fake_daemon(sock, http_json(404, {"error": "no operation in flight"})):
+        try:
+            res = ctl(sock, "cancel")
+            assert res.returncode == 1 and "nothing to cancel" in res.stderr, res.stderr
+            res = ctl(sock, "cancel", "--json")
+            assert res.returncode == 1
+            assert json.loads(res.stdout)["result"] == "nothing_in_flight"
+        finally:
+            sock.unlink()
+
+
+# --------------------------------------------------------------------------- README promises
+
+
+def test_readme_profile_validate_example_is_what_happens(tmp_path: Path) -> None:
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("$ fastverifyctl profile validate bad.env", 1)[1].split("\n$ ", 1)[0]
+    lines = [ln for ln in block.splitlines()[1:] if ln.strip()]
+    promised_exit = int(next(ln for ln in lines if ln.startswith("exit ")).split()[1])
+    promised = [ln for ln in lines if ln.startswith("bad.env:")]
+    # the file those lines describe
+    (tmp_path / "bad.env").write_text(
+        '# description: bad\nNCCL_ALGOS=Ring\nNCCL_PROTO="LL"\nNCCL_NTHREADS=500\n'
+        "NCCL_P2P_LEVEL=sys\n"
+    )
+    env = {**_scrubbed_env(), "PYTHONPATH": str(REPO),
+           "FASTVERIFY_PROFILE_DIRS": str(tmp_path / "none")}  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-m", "fastverify.ctl", "profile", "validate", "bad.env"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert res.returncode == promised_exit == 1
+    assert res.stderr.splitlines() == promised
+    missing = subprocess.run(
+        [sys.executable, "-m", "fastverify.ctl", "profile", "validate", "./nope.env"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert missing.returncode == 2, missing.stderr
+
+
+def _progress_of(stdout: str) -> list[int]:
+    return [int(m.group(1)) for m in PCT.finditer(stdout)]
+
+
+def test_piped_profile_set_prints_one_line_per_phase(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        r = d.ctl("profile", "set", "ring-ll")
+        assert r.returncode == 0, r.stdout + r.stderr
+        out = r.stdout.splitlines()
+        assert not [ln for ln in out if ln.startswith("  |")], r.stdout  # no engine lines
+        progress = [ln for ln in out if PCT.search(ln)]
+        phases = [ln.split("] ", 1)[1].rsplit(" (", 1)[0] for ln in progress]
+        assert len(phases) == len(set(phases)), r.stdout  # each phase once
+        assert len(out) < 20, r.stdout
+        v = d.ctl("profile", "set", "ring-simple", "-v")
+        assert v.returncode == 0 and any(ln.startswith("  |") for ln in v.stdout.splitlines())
+
+
+def test_failed_switch_shows_an_engine_log_excerpt(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        r = d.ctl("profile", "set", "tree-ll")
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "last engine log lines:" in r.stderr
+        excerpt = r.stderr.split("last engine log lines:", 1)[1]
+        assert "  | " in excerpt and "cuda graph" in excerpt.lower(), r.stderr
+
+
+def test_eagle3_progress_never_goes_back(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        r = d.ctl("profile", "set", "ring-ll", "--mode", "eagle3")
+        assert r.returncode == 0, r.stdout + r.stderr
+        start = r.stdout.index("state STARTING")
+        seen = _progress_of(r.stdout[start:])
+        assert seen and seen == sorted(seen), r.stdout
+        assert "draft model weights" in r.stdout, r.stdout
+
+
+def test_human_status_shows_phase_and_percent_while_loading(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False, sim_load_seconds=4) as d:
+        assert d.ctl("profile", "set", "ring-ll", "--no-wait").returncode == 0
+
+        def progress_line() -> str | None:
+            out = d.ctl("status").stdout
+            m = re.search(r"^progress:\s+(weights|cuda_graph)\s+\d+%", out, re.M)
+            return out if m else None
+
+        d.wait_for(progress_line, 60, "human status showing the load's phase and percent")
+        d.wait_state("READY", 60)
+
+
+def test_fractional_timeout_is_shown_as_given(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False, sim_load_seconds=2) as d:
+        r = d.ctl("profile", "set", "ring-ll", "--timeout", "0.3", "--json")
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert json.loads(r.stdout)["reason"] == "readiness_timeout"
+        failure = d.status()["last_failure"]
+        assert "within 0.3 s" in failure["message"], failure
+        assert "within 0.3 s" in d.ctl("status").stdout
+
+
+def test_set_of_the_serving_profile_is_a_no_op_unless_restart(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        st = d.status()
+        pid, records = st["engine"]["pid"], len(d.client.get("/v1/history"))
+        r = d.ctl("profile", "set", st["profile"])
+        assert r.returncode == 0 and "already serving" in r.stdout, r.stdout + r.stderr
+        r = d.ctl("profile", "set", st["profile"], "--mode", st["mode"], "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["changed"] is False
+        assert d.status()["engine"]["pid"] == pid
+        assert len(d.client.get("/v1/history")) == records
+        r = d.ctl("profile", "set", st["profile"], "--restart", "-q")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert d.status()["engine"]["pid"] != pid
+
+
+def test_mode_set_quiet_prints_only_the_result(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        r = d.ctl("mode", "set", "eagle3", "-q")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.splitlines() == [ln for ln in r.stdout.splitlines() if ln.startswith("ok")]
+        assert d.status()["mode"] == "eagle3"
+
+
+def test_paths_are_refused_without_promising_they_work(tmp_path: Path) -> None:
+    prof = tmp_path / "mine.env"
+    prof.write_text("# description: m\nNCCL_ALGO=Ring\n")
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        for arg in (str(prof), "./mine.env", "mine.env"):
+            r = d.ctl("profile", "set", arg)
+            assert r.returncode == 2, (arg, r.stdout + r.stderr)
+            assert (
+                "path ending in .env" not in r.stderr
+                and "./mine.env" not in r.stderr.split("error:", 1)[1].split("(", 1)[1]
+            ), r.stderr
+        from fastverify.client import ApiError
+
+        for name in (str(prof), "mine.env", "a/b"):
+            try:
+                d.client.post("/v1/profile", {"name": name})
+            except ApiError as exc:
+                assert exc.status == 422 and "path ending in .env" not in exc.body["error"]
+                assert "a path such as" not in exc.body["error"], exc.body
+            else:
+                raise AssertionError(f"{name!r} accepted")
+
+
+def test_api_type_errors_name_one_type(tmp_path: Path) -> None:
+    from fastverify.client import ApiError
+
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        try:
+            d.client.post("/v1/profile", {"name": "ring-ll", "timeout_s": "soon"})
+        except ApiError as exc:
+            assert exc.status == 422
+            assert "must be a number" in exc.body["error"], exc.body
+            assert "number or number" not in exc.body["error"], exc.body
+        else:
+            raise AssertionError("accepted")
+
+
+def test_ctrl_c_on_a_piped_switch_detaches_and_says_how_to_cancel(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False, sim_load_seconds=3) as d:
+        env = {**_scrubbed_env(), "PYTHONPATH": str(REPO)}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket),
+             "profile", "set", "ring-ll"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=env,
+        )  # fmt: skip
+        try:
+            d.wait_for(lambda: d.status()["state"] == "STARTING", 60, "the switch loading")
+            # the CLI has seen the operation accepted once its first line is out
+            first = proc.stdout.readline()
+            assert "accepted" in first, first
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 130, (out, err)
+        assert "fastverifyctl cancel" in err and "Traceback" not in err, err
+        d.wait_for(lambda: d.status()["profile"] == "ring-ll", 60, "the switch going on")
+        assert d.wait_state("READY", 60)["profile"] == "ring-ll"
+
+
+def test_queue_says_what_it_waits_for(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False, sim_load_seconds=3) as d:
+        assert d.ctl("profile", "set", "ring-ll", "--no-wait").returncode == 0
+        d.wait_for(lambda: d.status()["switch_in_flight"], 30, "a switch in flight")
+        r = d.ctl("profile", "set", "ring-simple", "--queue")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "waiting for the switch ring-ll/" in r.stderr, r.stderr
+        assert d.status()["profile"] == "ring-simple"
+
+
+def test_sweep_checks_every_name_before_switching(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        pid, records = d.status()["engine"]["pid"], len(d.client.get("/v1/history"))
+        out = tmp_path / "sweep"
+        r = d.ctl("sweep", "ring-ll", "nccl-defualt", "tree-lll", "--repeats", "1",
+                  "--duration", "0.5", "--output", str(out), "--no-plot", timeout=300)  # fmt: skip
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "nccl-defualt" in r.stderr and "tree-lll" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+        assert d.status()["engine"]["pid"] == pid  # nothing was switched
+        assert len(d.client.get("/v1/history")) == records
+        assert not (out / "results.jsonl").exists()

@@ -1,0 +1,164 @@
+"""Configuration range checks (issue 12): one validation (`config.validate_fields`) for the
+config loader and the daemon API; every problem names the key, the file and line, what is
+wrong and what would be right; and a bad file stops `fastverifyd` at start."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fastverify import config
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "fastverifyd.toml"
+    p.write_text(text)
+    return p
+
+
+BAD = [
+    ("daemon", "readiness_timeout_s", "-1"),
+    ("daemon", "readiness_timeout_s", "nan"),
+    ("daemon", "readiness_timeout_s", "inf"),
+    ("daemon", "log_level", '"loud"'),
+    ("daemon", "restart_backoff_s", "[60, 1]"),
+    ("daemon", "restart_backoff_s", "[1]"),
+    ("daemon", "restart_backoff_s", '[1, "x"]'),
+    ("daemon", "restart_burst", "-1"),
+    ("daemon", "stop_grace_s", "0"),
+    ("daemon", "restart_window_s", "0"),
+    ("daemon", "gpu_release_timeout_s", "-5"),
+    ("daemon", "sim_load_seconds", "-0.5"),
+    ("daemon", "trace_period_s", "-1"),
+    ("daemon", "trace_steps", "0"),
+    ("daemon", "metrics_listen", '"localhost"'),
+    ("daemon", "metrics_listen", '"127.0.0.1:99999"'),
+    ("daemon", "tcp_listen", '"127.0.0.1:x"'),
+    ("daemon", "default_profile", '"../etc/passwd"'),
+    ("daemon", "profile_dirs", "[1, 2]"),
+    ("server", "port", "0"),
+    ("server", "port", "70000"),
+    ("server", "host", '""'),
+    ("server", "sglang_flags", '"newest"'),
+    ("server", "extra_args", "[1]"),
+    ("server", "env_passthrough", '["HF TOKEN"]'),
+    ("server", "env_passthrough", '["NCCL_ALGO"]'),
+]
+
+
+@pytest.mark.parametrize(("section", "key", "value"), BAD)
+def test_bad_value_refused_with_key_file_and_line(
+    tmp_path: Path, section: str, key: str, value: str
+) -> None:
+    text = f"# a comment\n[{section}]\n# another\n{key} = {value}\n"
+    if section == "daemon" and key == "tcp_listen":
+        text += 'token_file = "/nonexistent"\n'
+    p = _write(tmp_path, text)
+    with pytest.raises(config.ConfigError) as exc:
+        config.load(p)
+    msg = str(exc.value)
+    assert f"{p}:4:" in msg, msg  # the line of the key
+    assert f"{section}.{key}" in msg, msg
+    assert "expected" in msg, msg  # what would be right
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path,
+        '[daemon]\nreadiness_timeout_s = -1\nlog_level = "loud"\nrestart_burst = -1\n',
+    )
+    with pytest.raises(config.ConfigError) as exc:
+        config.load(p)
+    msg = str(exc.value)
+    for n, key in ((2, "readiness_timeout_s"), (3, "log_level"), (4, "restart_burst")):
+        assert f"{p}:{n}: daemon.{key}" in msg, msg
+
+
+def test_eagle3_table_lines(tmp_path: Path) -> None:
+    p = _write(tmp_path, "[server]\ntp_size = 2\n\n[server.eagle3]\nnum_steps = 0\n")
+    with pytest.raises(config.ConfigError) as exc:
+        config.load(p)
+    assert f"{p}:5: server.eagle3.num_steps" in str(exc.value)
+
+
+def test_good_values_accepted(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path,
+        "[daemon]\nreadiness_timeout_s = 0.5\nrestart_backoff_s = [0.1, 0.1]\n"
+        'restart_burst = 0\nlog_level = "warning"\nmetrics_listen = "[::1]:0"\n'
+        "trace_period_s = 0\n[server]\nport = 1\n",
+    )
+    cfg = config.load(p)
+    assert cfg.daemon.restart_backoff_s == (0.1, 0.1) and cfg.daemon.restart_burst == 0
+    assert cfg.daemon.metrics_listen == "[::1]:0" and cfg.server.port == 1
+
+
+def test_validate_fields_is_the_shared_entry_point() -> None:
+    """What the daemon API calls for request fields that mirror config keys (e.g. a switch's
+    timeout_s is a readiness_timeout_s): raw JSON values in, Problems out."""
+    ok = config.validate_fields({"daemon.readiness_timeout_s": 12})
+    assert ok == []
+    for bad in (0, -1, math.nan, math.inf, True, "10"):
+        [p] = config.validate_fields({"daemon.readiness_timeout_s": bad})
+        assert p.message.startswith("daemon.readiness_timeout_s: ") and "expected" in p.message
+    [p] = config.validate_fields({"readiness_timeout_s": -1}, section="daemon")
+    assert "daemon.readiness_timeout_s" in p.message
+    [p] = config.validate_fields({"daemon.nope": 1})
+    assert "unknown key" in p.message
+
+
+def test_command_line_overrides_are_checked_and_named(tmp_path: Path) -> None:
+    with pytest.raises(config.ConfigError) as exc:
+        config.load(None, {"daemon": {"sim_load_seconds": -1.0}})
+    assert "daemon.sim_load_seconds" in str(exc.value)
+    assert "command line" in str(exc.value)
+
+
+def test_fastverifyd_refuses_to_start_naming_the_key(tmp_path: Path) -> None:
+    p = _write(tmp_path, "[daemon]\nstop_grace_s = 0\n")
+    res = subprocess.run(
+        [sys.executable, "-m", "fastverify.daemon.main", "--config", str(p),
+         "--state-dir", str(tmp_path / "state"), "--socket", str(tmp_path / "s.sock")],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert f"{p}:2: daemon.stop_grace_s" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "s.sock").exists()
+
+
+def test_example_config_is_valid_and_the_defaults() -> None:
+    cfg = config.load(REPO / "docs" / "config.example.toml")
+    assert cfg.daemon == config.Config().daemon and cfg.server == config.Config().server
+
+
+def test_every_config_field_has_a_check() -> None:
+    import dataclasses
+
+    def keys(cls: type, prefix: str) -> set[str]:
+        out = set()
+        for f in dataclasses.fields(cls):
+            default = getattr(cls(), f.name)
+            if dataclasses.is_dataclass(default):
+                out |= keys(type(default), f"{prefix}.{f.name}")
+            else:
+                out.add(f"{prefix}.{f.name}")
+        return out
+
+    declared = keys(config.ServerConfig, "server") | keys(config.DaemonConfig, "daemon")
+    assert declared == set(config.FIELDS)
+    # and every default passes its own check
+    defaults = {
+        **{f"server.{k}": v for k, v in dataclasses.asdict(config.ServerConfig()).items()},
+        **{f"daemon.{k}": v for k, v in dataclasses.asdict(config.DaemonConfig()).items()},
+    }
+    eagle = defaults.pop("server.eagle3")
+    defaults.update({f"server.eagle3.{k}": v for k, v in eagle.items()})
+    defaults.pop("daemon.trace_period_s")  # None = engine default, only settable as a number
+    assert config.validate_fields(defaults) == []
