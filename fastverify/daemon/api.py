@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from fastverify import config as configmod
 from fastverify.daemon.facade import ControlFacade
 from fastverify.daemon.operations import Operation
 from fastverify.daemon.resolve import RequestError
@@ -90,6 +91,15 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
 }
 
 
+# Request fields that are per-request values of a configuration key: checked by the same
+# function as the configuration file (fastverify.config.validate_fields).
+MIRRORS: dict[str, str] = {
+    "timeout_s": "daemon.readiness_timeout_s",
+    "steps": "daemon.trace_steps",
+    "mode": "server.mode",
+}
+
+
 def validate_body(path: str, body: Any) -> dict[str, Any]:
     """Check a request body against SCHEMAS[path]; RequestError(400/422) says what is wrong."""
     schema = SCHEMAS.get(path, {})
@@ -121,8 +131,12 @@ def validate_body(path: str, body: Any) -> dict[str, Any]:
             raise RequestError(422, f"field {name!r} must be a finite number, got {value}")
         if required and isinstance(value, str) and not value.strip():
             raise RequestError(422, f"field {name!r} is empty")
-    if "timeout_s" in body and body["timeout_s"] is not None and body["timeout_s"] <= 0:
-        raise RequestError(422, "field 'timeout_s' must be > 0")
+    for name, key in MIRRORS.items():
+        if name in schema and body.get(name) is not None:
+            problems = configmod.validate_fields({key: body[name]})
+            if problems:  # "daemon.readiness_timeout_s: -1 is out of range (expected ...)"
+                why = problems[0].message.partition(": ")[2]
+                raise RequestError(422, f"field {name!r} (like {key} in the config): {why}")
     return body
 
 
