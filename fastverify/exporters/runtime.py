@@ -56,6 +56,7 @@ class _StartProfile:
         self.steps = steps
         self.timeout_s = timeout_s
         self.done = threading.Event()
+        self.sent = threading.Event()  # the request is on the wire (or could not be sent)
         self.status: int | None = None
         self.text = b""
         self.error: str | None = None
@@ -69,13 +70,15 @@ class _StartProfile:
         # defaults with_stack to true)
         bare: dict[str, Any] = {"output_dir": str(self.window), "num_steps": self.steps}
         body = dict(bare, activities=["CPU", "GPU"], with_stack=False, record_shapes=False)
+        url, timeout, sent = self.url, self.timeout_s, self.sent
         try:
-            self.status, self.text = post_json(self.url, "/start_profile", body, self.timeout_s)
+            self.status, self.text = post_json(url, "/start_profile", body, timeout, sent=sent)
             if 400 <= self.status < 500:
-                self.status, self.text = post_json(self.url, "/start_profile", bare, self.timeout_s)
+                self.status, self.text = post_json(url, "/start_profile", bare, timeout, sent=sent)
         except OSError as exc:
             self.error = str(exc)
         finally:
+            self.sent.set()
             self.done.set()
 
     def accepted_or_pending(self) -> bool:
@@ -94,7 +97,15 @@ class _StartProfile:
             )
 
 
-def post_json(url: str, path: str, body: dict[str, Any], timeout: float) -> tuple[int, bytes]:
+def post_json(
+    url: str,
+    path: str,
+    body: dict[str, Any],
+    timeout: float,
+    *,
+    sent: threading.Event | None = None,
+) -> tuple[int, bytes]:
+    """POST JSON; `sent` is set once the request is written (before the answer)."""
     parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
     try:
@@ -104,6 +115,8 @@ def post_json(url: str, path: str, body: dict[str, Any], timeout: float) -> tupl
             body=json.dumps(body).encode(),
             headers={"Content-Type": "application/json"},
         )
+        if sent is not None:
+            sent.set()
         resp = conn.getresponse()
         return resp.status, resp.read()
     finally:
@@ -313,7 +326,7 @@ class ExporterRuntime:
         except CaptureError as exc:
             note = ""
             if call.accepted_or_pending():
-                note = "; " + self._stop_profile(url)
+                note = "; " + self._stop_started(url, call)
             shutil.rmtree(window, ignore_errors=True)
             raise CaptureError(f"{exc}{note}; window {window.name} removed") from None
         analysis.update({"window": str(window), "steps": steps, "captured_at": time.time()})
@@ -322,17 +335,29 @@ class ExporterRuntime:
         self.last_capture_error = None
         return analysis
 
-    def _stop_profile(self, url: str) -> str:
-        """Stop the window we started (POST /stop_profile); what happened, for the message."""
+    def _stop_started(self, url: str, call: _StartProfile) -> str:
+        """Stop the window we asked for; what happened, for the message. A stop that
+        arrives before the server registered our start ("not in progress") is repeated
+        until the start is answered, so the server is never left profiling."""
+        call.sent.wait(10.0)
+        deadline = time.monotonic() + 10.0
+        while True:
+            ok, note = self._stop_profile(url)
+            if ok or call.done.is_set() or time.monotonic() > deadline:
+                return note
+            time.sleep(0.1)
+
+    def _stop_profile(self, url: str) -> tuple[bool, str]:
+        """POST /stop_profile once: (stopped, what happened)."""
         try:
             status, text = post_json(url, "/stop_profile", {}, timeout=30.0)
         except OSError as exc:
             log.warning("POST %s/stop_profile failed: %s", url, exc)
-            return f"POST /stop_profile failed ({exc}): the server may still be profiling"
+            return False, f"POST /stop_profile failed ({exc}): the server may still be profiling"
         if status >= 400:  # e.g. the window ended meanwhile: nothing to stop
             body = text.decode("utf-8", "replace").strip()[:200]
-            return f"stop_profile answered HTTP {status} ({body})"
-        return "profiling stopped on the server"
+            return False, f"stop_profile answered HTTP {status} ({body})"
+        return True, "profiling stopped on the server"
 
     def _wait_for_files(
         self,

@@ -41,6 +41,16 @@ def immutable(path: Path):
         subprocess.run(["chattr", "-i", str(path)], check=False)
 
 
+def last_record(d: DaemonHarness, kind: str) -> list[dict]:
+    """History once its last record is a finished `kind` (READY comes before the record of
+    the operation that reached it is written)."""
+    return d.wait_for(
+        lambda: (h := d.client.get("/v1/history")) and h[-1]["kind"] == kind and h,
+        10,
+        f"a {kind} record",
+    )
+
+
 def test_crash_restart_waits_for_an_unwritable_state_dir_and_recovers(tmp_path: Path) -> None:
     with DaemonHarness(tmp_path, metrics=False) as d:
         old = d.status()["engine"]["pid"]
@@ -65,8 +75,8 @@ def test_crash_restart_waits_for_an_unwritable_state_dir_and_recovers(tmp_path: 
         st = d.wait_state("READY", timeout=30)
         assert st["engine"]["pid"] not in (None, old)
         assert not [f for f in st["findings"] if "not writable" in f]
-        hist = d.client.get("/v1/history")
-        assert hist[-1]["kind"] == "crash_restart" and hist[-1]["result"] == "ok"
+        hist = last_record(d, "crash_restart")
+        assert hist[-1]["result"] == "ok"
         assert "Traceback" not in d.log_text()
 
 
@@ -83,7 +93,12 @@ def test_deleted_active_profile_falls_back_to_the_default_with_a_finding(tmp_pat
         assert (st["state"], st["profile"], st["mode"]) == ("READY", "nccl-default", "eagle3")
         found = [f for f in st["findings"] if "mine/eagle3" in f]
         assert found and "nccl-default/eagle3 instead" in found[0], st["findings"]
-        hist = d.client.get("/v1/history")
+        # READY comes before the start's record is written: wait for the record
+        hist = d.wait_for(
+            lambda: (h := d.client.get("/v1/history")) and h[-1]["result"] == "ok" and h,
+            10,
+            "the start record",
+        )
         refused = [h for h in hist if h["kind"] == "start" and h["result"] == "failed"]
         assert [(h["profile"], h["reason"]) for h in refused] == [("mine", "invalid_profile")]
         assert refused[0]["fallback_to"] == {"profile": "nccl-default", "mode": "eagle3"}
@@ -194,13 +209,13 @@ def test_profile_set_of_what_serves_is_a_no_op_unless_restart(tmp_path: Path) ->
     with DaemonHarness(tmp_path, metrics=False) as d:
         st = d.status()
         pid, name, mode = st["engine"]["pid"], st["profile"], st["mode"]
-        hist = d.client.get("/v1/history")
+        hist = last_record(d, "start")
         res = d.client.post("/v1/profile", {"name": name, "mode": mode})
         assert res["result"] == "unchanged" and "already serving" in res["message"], res
         res = d.client.post("/v1/mode", {"mode": mode, "stream": True})
         assert res["result"] == "unchanged", res
         r = d.ctl("profile", "set", name)
-        assert r.returncode == 0 and "unchanged" in r.stdout, r.stdout + r.stderr
+        assert r.returncode == 0 and "already serving" in r.stdout, r.stdout + r.stderr
         after = d.status()
         assert (after["state"], after["engine"]["pid"]) == ("READY", pid)
         assert d.client.get("/v1/history") == hist  # nothing happened, nothing recorded
@@ -212,6 +227,10 @@ def test_profile_set_of_what_serves_is_a_no_op_unless_restart(tmp_path: Path) ->
         pid = d.status()["engine"]["pid"]
         res = d.client.post("/v1/profile", {"name": name, "mode": mode, "restart": True})
         assert res["result"] == "ok" and res["kind"] == "switch"
+        assert d.status()["engine"]["pid"] != pid
+        pid = d.status()["engine"]["pid"]
+        r = d.ctl("profile", "set", name, "--restart", "-q")  # sends restart: true
+        assert r.returncode == 0, r.stdout + r.stderr
         assert d.status()["engine"]["pid"] != pid
         with pytest.raises(ApiError) as err:
             d.client.post("/v1/profile", {"name": name, "restart": "yes"})
@@ -234,7 +253,7 @@ def test_crash_restart_of_a_deleted_profile_falls_back_to_the_default(tmp_path: 
         assert (st["profile"], st["mode"]) == ("nccl-default", "baseline")
         found = [f for f in st["findings"] if "mine/baseline no longer loads" in f]
         assert found and "nccl-default/baseline instead" in found[0], st["findings"]
-        last = d.client.get("/v1/history")[-1]
+        last = last_record(d, "crash_restart")[-1]
         assert (last["kind"], last["result"], last["profile"]) == (
             "crash_restart",
             "ok",
