@@ -48,7 +48,7 @@ EXCERPT_LINES = 12  # engine log lines shown with a failure (all of them with -v
 
 def result_exit(result: dict[str, Any]) -> int:
     outcome = result.get("result")
-    if outcome == "ok":
+    if outcome in ("ok", "unchanged"):  # unchanged: it already served (no restart)
         return EXIT_OK
     return EXIT_CANCELLED if outcome == "cancelled" else EXIT_FAILED
 
@@ -294,7 +294,7 @@ def run_operation(
             err=True,
         )
         return EXIT_LOST
-    ok = result.get("result") == "ok"
+    ok = result.get("result") in ("ok", "unchanged")
     if not ok and not verbose and follower.excerpt:
         click.echo("last engine log lines:", err=True)
         for line in follower.excerpt:
@@ -405,6 +405,8 @@ def set_cmd(
         body["mode"] = mode
     if timeout_s:
         body["timeout_s"] = timeout_s
+    if restart:
+        body["restart"] = True  # the daemon also answers "unchanged" without it
     unchanged = None if restart else _same_profile(name, mode)
     sys.exit(
         run_operation(

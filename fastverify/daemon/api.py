@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from fastverify import config as configmod
 from fastverify.daemon.facade import ControlFacade
 from fastverify.daemon.operations import Operation
 from fastverify.daemon.resolve import RequestError
@@ -63,6 +64,7 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "force": (_BOOL, False),
         "queue": (_BOOL, False),
         "timeout_s": (_NUM, False),
+        "restart": (_BOOL, False),
     },
     "/v1/mode": {
         "mode": ((str,), True),
@@ -70,6 +72,7 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "stream": (_BOOL, False),
         "queue": (_BOOL, False),
         "timeout_s": (_NUM, False),
+        "restart": (_BOOL, False),
     },
     "/v1/restart": {
         "wait": (_BOOL, False),
@@ -85,6 +88,15 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "measured_at": (_NUM, False),
     },
     "/v1/trace/capture": {"steps": ((int,), False)},
+}
+
+
+# Request fields that are per-request values of a configuration key: checked by the same
+# function as the configuration file (fastverify.config.validate_fields).
+MIRRORS: dict[str, str] = {
+    "timeout_s": "daemon.readiness_timeout_s",
+    "steps": "daemon.trace_steps",
+    "mode": "server.mode",
 }
 
 
@@ -119,8 +131,12 @@ def validate_body(path: str, body: Any) -> dict[str, Any]:
             raise RequestError(422, f"field {name!r} must be a finite number, got {value}")
         if required and isinstance(value, str) and not value.strip():
             raise RequestError(422, f"field {name!r} is empty")
-    if "timeout_s" in body and body["timeout_s"] is not None and body["timeout_s"] <= 0:
-        raise RequestError(422, "field 'timeout_s' must be > 0")
+    for name, key in MIRRORS.items():
+        if name in schema and body.get(name) is not None:
+            problems = configmod.validate_fields({key: body[name]})
+            if problems:  # "daemon.readiness_timeout_s: -1 is out of range (expected ...)"
+                why = problems[0].message.partition(": ")[2]
+                raise RequestError(422, f"field {name!r} (like {key} in the config): {why}")
     return body
 
 
@@ -295,6 +311,7 @@ class Handler(BaseHTTPRequestHandler):
             queue=bool(body.get("queue", False)),
             timeout_s=body.get("timeout_s"),
             withdrawn=lambda: _peer_closed(self.connection),
+            restart=bool(body.get("restart", False)),
         )
         self._answer(op, wait=body.get("wait", True), stream=body.get("stream", False))
 
@@ -310,7 +327,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         result = op.wait()
         assert result is not None
-        self._send_json(200 if result["result"] == "ok" else 502, result)
+        self._send_json(200 if result["result"] in ("ok", "unchanged") else 502, result)
 
     def h_profile(self, method: str, body: Any, query: dict[str, str]) -> None:
         body = validate_body("/v1/profile", body)
@@ -335,14 +352,13 @@ class Handler(BaseHTTPRequestHandler):
         if method == "GET":
             self._send_json(200, self.api.baselines())
             return
-        body = validate_body("/v1/baselines", body)
-        if body["tokens_per_second"] <= 0 or body["per_request_tokens_per_second"] <= 0:
-            raise RequestError(422, "baseline figures must be positive tokens per second")
+        body = validate_body("/v1/baselines", body)  # types; the facade checks values
         self._send_json(200, self.api.set_baseline(body))
 
     def h_trace_capture(self, method: str, body: Any, query: dict[str, str]) -> None:
         body = validate_body("/v1/trace/capture", body)
-        self._send_json(200, self.api.capture_trace(body.get("steps")))
+        cancelled = lambda: _peer_closed(self.connection)  # noqa: E731
+        self._send_json(200, self.api.capture_trace(body.get("steps"), cancelled))
 
 
 def _peer_closed(sock: socket.socket) -> bool:

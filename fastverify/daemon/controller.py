@@ -44,6 +44,8 @@ log = logging.getLogger("fastverifyd.controller")
 
 # Operations counted as profile switches by the exporter (start-up and crash restarts are not).
 SWITCH_KINDS = ("switch", "mode")
+# Operations answered `unchanged` when they ask for what already serves (unless restart).
+NOOP_KINDS = ("switch", "mode")
 # Operations a client may cancel.
 CANCELLABLE = ("switch", "mode", "restart", "start")
 
@@ -85,6 +87,8 @@ class Controller(CrashSteps):
         self.last_good: dict[str, str] | None = None
         self.last_failure: dict[str, Any] | None = None
         self.restarts: collections.Counter[str] = collections.Counter()
+        # Findings that hold while their cause does (status `findings`), by key.
+        self.findings: dict[str, str] = {}
         self.shutting_down = threading.Event()
         self._threads: list[threading.Thread] = []
         launcher.on_line = self._on_line
@@ -164,6 +168,15 @@ class Controller(CrashSteps):
         except OSError as exc:
             self.say(f"cannot save state: {exc}", logging.ERROR)
 
+    def set_finding(self, key: str, message: str) -> None:
+        """A finding shown by status until `clear_finding(key)` (its cause went away)."""
+        with self._lock:
+            self.findings[key] = message
+
+    def clear_finding(self, key: str) -> None:
+        with self._lock:
+            self.findings.pop(key, None)
+
     def record_failure(self, failure: Failure, during: Operation | None, **extra: Any) -> None:
         with self._lock:
             self.last_failure = dict(failure.to_dict(), at=_now(), **extra)
@@ -181,8 +194,12 @@ class Controller(CrashSteps):
         queue: bool = False,
         timeout_s: float | None = None,
         withdrawn: Callable[[], bool] | None = None,
+        restart: bool = False,
     ) -> Operation:
         """Validate, take the slot (or queue for it), start the operation thread.
+        A switch/mode to what is already serving (same profile, mode, argv and NCCL
+        settings, READY, nothing in flight) is answered `unchanged` at once without
+        touching the engine, unless `restart`.
         Raises RequestError: 409 busy, 422 invalid, 503 shutting down, 507 state dir."""
         if self.shutting_down.is_set():
             raise RequestError(503, "fastverifyd is shutting down")
@@ -200,6 +217,10 @@ class Controller(CrashSteps):
                 argv=mask_argv(argv),
                 reason="argv_rejected",
             )
+        if kind in NOOP_KINDS and not restart:
+            same = self._unchanged(kind, name, mode, profile, argv)
+            if same is not None:
+                return same
         problem = self.store.check_writable()
         if problem:
             raise RequestError(
@@ -227,6 +248,29 @@ class Controller(CrashSteps):
         self._spawn_thread(self._run_op, op, profile, argv, timeout_s)
         return op
 
+    def _unchanged(
+        self, kind: str, name: str, mode: str, profile: Any, argv: list[str]
+    ) -> Operation | None:
+        """An answered operation (`unchanged`) when the request asks for what serves now."""
+        with self._lock:
+            h = self.current
+            serving = (
+                self.state == State.READY
+                and self.op is None
+                and h is not None
+                and h.serving
+                and (self.active.get("profile"), self.active.get("mode")) == (name, mode)
+            )
+        if not serving or h is None or not self.launcher.same_engine(h, profile, argv):
+            return None
+        op = Operation(kind, name, mode)
+        message = (
+            f"{name}/{mode} is already serving (engine pid {h.pid}); nothing changed"
+            " (ask with restart to restart it)"
+        )
+        op.finish(self._result(op, "unchanged", message=message, pid=h.pid))
+        return op
+
     def _refuse_if_busy(self) -> None:
         op = self.op
         if op is not None and self.state == State.READY and op.moved():
@@ -241,12 +285,21 @@ class Controller(CrashSteps):
             )
 
     def cancel(self) -> Operation | None:
-        """Cancel the operation in flight (None when there is none that can be cancelled)."""
-        op = self.op
-        if op is None or op.kind not in CANCELLABLE:
-            return None
+        """Cancel the operation in flight (None when there is none that can be cancelled;
+        RequestError 409 when it has already succeeded and is only being recorded)."""
+        with self._lock:
+            op = self.op
+            if op is None or op.kind not in CANCELLABLE:
+                return None
+            if op.committed:
+                raise RequestError(
+                    409,
+                    f"the {op.kind} to {op.profile}/{op.mode} has already succeeded and is"
+                    " being recorded; nothing was cancelled (switch back to undo it)",
+                    reason="already_finished",
+                )
+            op.request_cancel("cancelled")
         self.say(f"cancel requested: {op.kind} to {op.profile}/{op.mode}")
-        op.request_cancel("cancelled")
         return op
 
     def _run_op(
@@ -276,7 +329,15 @@ class Controller(CrashSteps):
             self.active = {"profile": op.profile, "mode": op.mode}
         outcome = self._start(op, profile, argv, timeout_s, op.cancel)
         if isinstance(outcome, EngineHandle):
-            return self._succeeded(op, outcome, prev)
+            # The point of no return: a cancel accepted until now is honoured, a later one
+            # is refused (409) instead of being acknowledged and ignored.
+            with self._lock:
+                late = op.cancel.is_set()
+                op.committed = not late
+            if not late:
+                return self._succeeded(op, outcome, prev)
+            self.stop_engine(outcome, "failed")
+            outcome = Failure("cancelled", "operation cancelled", log=str(outcome.log_path))
         return self._failed(op, outcome, prev)
 
     def _stop_current(self, why: str) -> None:
@@ -368,6 +429,8 @@ class Controller(CrashSteps):
         t0 = time.monotonic()
         if op.kind != "crash_restart":
             self.crashes.clear()
+        if op.kind == "switch":
+            self.clear_finding("profile_fallback")  # the operator chose a profile
         self._serving(h, f"{h.profile}/{h.mode} verified")
         op.phases["persist"] = round(time.monotonic() - t0, 4)
         message = f"{h.profile}/{h.mode} is serving (ready in {h.ready_s or 0.0:.2f} s, verified)"

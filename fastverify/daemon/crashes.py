@@ -9,8 +9,9 @@ thread; the restart runs as a `crash_restart` operation that holds the slot and 
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastverify.daemon import events as ev
 from fastverify.daemon.failures import Failure
@@ -106,6 +107,10 @@ class CrashSteps(_Base):
             log.exception("crash restart failed unexpectedly")
             outcome = self._result(op, "failed", reason="internal_error", message=str(exc))
             journal = True
+            with contextlib.suppress(Exception):  # never stay in BACKOFF with nobody retrying
+                self.record_failure(Failure("internal_error", str(exc)), op)
+                if self.state != State.FAILED:
+                    self.set_state(State.FAILED, "crash restart failed unexpectedly")
         self._finish(op, outcome, journal)
 
     def _crash_loop(
@@ -134,14 +139,19 @@ class CrashSteps(_Base):
             self.slot_preemptible(op, True)
             op.cancel.wait(decision.delay_s)
             self.slot_preemptible(op, False)
-            if op.cancel.is_set() or self.shutting_down.is_set():
+            if op.cancel.is_set() or self.shutting_down.is_set() or not self._state_dir_ok(op, h):
                 out = self._result(op, "failed", reason="cancelled", message="restart pre-empted")
                 return out, False
             try:
                 profile, argv = self.resolver.resolve(h.profile, h.mode)
             except RequestError as exc:
-                self.set_state(State.FAILED, "profile no longer loads")
-                return self._result(op, "failed", reason="invalid_profile", message=str(exc)), True
+                fallback = self._fallback(h.profile, h.mode, exc)
+                if fallback is None:
+                    self.set_state(State.FAILED, "profile no longer loads")
+                    out = self._result(op, "failed", reason="invalid_profile", message=str(exc))
+                    return out, True
+                profile, argv = fallback
+                op.profile = profile.name  # what this restart starts (and its record says)
             self.set_state(State.STARTING, f"crash restart {decision.n}")
             outcome = self._start(op, profile, argv, None, op.cancel)
             if isinstance(outcome, EngineHandle):
@@ -150,6 +160,51 @@ class CrashSteps(_Base):
             failure = outcome
             h = self.current or h
             decision = self._count_crash(h, failure)
+
+    def _fallback(self, name: str, mode: str, exc: RequestError) -> tuple[Any, list[str]] | None:
+        """The crashed engine's profile no longer loads (deleted, broken): the configured
+        default profile in the same mode, with a finding; None when that fails too."""
+        default = self.cfg.daemon.default_profile
+        if default == name:
+            return None
+        try:
+            resolved = self.resolver.resolve(default, mode)
+        except RequestError:
+            return None
+        msg = (
+            f"profile {name}/{mode} no longer loads ({exc}); the crash restart started"
+            f" {default}/{mode} instead (switch with `fastverifyctl profile set`)"
+        )
+        self.set_finding("profile_fallback", msg)
+        self.say(msg, logging.WARNING)
+        return resolved
+
+    def _state_dir_ok(self, op: Operation, h: EngineHandle) -> bool:
+        """Before a crash restart: the state dir must take the engine's pid file and log.
+        While it does not, stay in BACKOFF with a finding and retry (the wait grows to the
+        policy's cap); recover by itself once the dir works again. False when cancelled."""
+        attempt = 0
+        try:
+            while (problem := self.store.check_writable()) is not None:
+                attempt += 1
+                delay = self.crashes.policy.delay(attempt)
+                msg = (
+                    f"crash restart of {h.profile}/{h.mode} waits for the state dir: {problem};"
+                    f" retrying in {delay:.1f} s"
+                )
+                self.set_finding("state_dir", msg)
+                self.record_failure(Failure("state_dir_unwritable", msg), op)
+                self.say(msg, logging.ERROR if attempt == 1 else logging.WARNING)
+                self.slot_preemptible(op, True)
+                op.cancel.wait(delay)
+                self.slot_preemptible(op, False)
+                if op.cancel.is_set() or self.shutting_down.is_set():
+                    return False
+            if attempt:
+                self.say(f"state dir {self.store.dir} is writable again; restarting")
+            return True
+        finally:
+            self.clear_finding("state_dir")
 
     def slot_preemptible(self, op: Operation, flag: bool) -> None:
         """Let an explicit request pre-empt `op` (a crash restart waiting out its backoff)."""

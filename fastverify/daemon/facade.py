@@ -6,7 +6,7 @@ controller's fields, the log ring or the exporter runtime itself.
     status() -> dict                      history() -> list[dict]
     status_line() -> str                  log_tail(n) / log_since(seq, timeout) / log_seq()
     server_argv(profile, mode, check) -> dict
-    operate(kind, name, mode, *, force, queue, timeout_s, withdrawn) -> Operation
+    operate(kind, name, mode, *, force, queue, timeout_s, withdrawn, restart) -> Operation
     cancel() -> Operation | None
     baselines() -> dict                   set_baseline(body) -> dict
     capture_trace(steps | None) -> dict
@@ -14,6 +14,7 @@ controller's fields, the log ring or the exporter runtime itself.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -102,7 +103,7 @@ class ControlFacade:
                 "tokens_per_second": self.figures.tokens_per_second(),
                 "status_line": self.status_line(),
                 "config": {"source": c.cfg.source, "error": self.config_error},
-                "findings": list(c.store.findings),
+                "findings": [*c.store.findings, *c.findings.values()],
                 "daemon": {"pid": os.getpid(), "state_dir": str(c.store.dir)},
             }
 
@@ -144,9 +145,17 @@ class ControlFacade:
         queue: bool = False,
         timeout_s: float | None = None,
         withdrawn: Callable[[], bool] | None = None,
+        restart: bool = False,
     ) -> Operation:
         return self.ctl.request(
-            kind, name, mode, force=force, queue=queue, timeout_s=timeout_s, withdrawn=withdrawn
+            kind,
+            name,
+            mode,
+            force=force,
+            queue=queue,
+            timeout_s=timeout_s,
+            withdrawn=withdrawn,
+            restart=restart,
         )
 
     def cancel(self) -> Operation | None:
@@ -157,12 +166,24 @@ class ControlFacade:
         return self.ctl.store.load_baselines()
 
     def set_baseline(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Persist a baseline measurement (baselines.json) and announce it."""
+        """Validate, persist (baselines.json) and announce a baseline measurement.
+        RequestError(422) names every bad field (`fields`: field -> what is wrong)."""
+        now = time.time()
+        problems = check_baseline(body, self._profile_problem, now)
+        if problems:
+            raise RequestError(
+                422,
+                "; ".join(f"field {k!r}: {v}" for k, v in problems.items()),
+                fields=problems,
+                reason="invalid_baseline",
+            )
         rec = {
             "profile": body["profile"],
             "tokens_per_second": float(body["tokens_per_second"]),
             "per_request_tokens_per_second": float(body["per_request_tokens_per_second"]),
-            "measured_at": float(body.get("measured_at") or time.time()),
+            "measured_at": float(
+                body["measured_at"] if body.get("measured_at") is not None else now
+            ),
         }
         store = self.ctl.store
         with self.ctl._lock:
@@ -179,16 +200,70 @@ class ControlFacade:
         )
         return rec
 
+    def _profile_problem(self, name: str) -> str | None:
+        from fastverify.profiles.store import name_problem
+
+        problem = name_problem(name)
+        if problem is not None:
+            return problem
+        if self.ctl.resolver.profiles.find(name) is None:
+            return f"no profile named {name!r} (see `fastverifyctl profile list`)"
+        return None
+
     # ------------------------------------------------------------------ traces
-    def capture_trace(self, steps: int | None) -> dict[str, Any]:
+    def capture_trace(
+        self, steps: int | None, cancelled: Callable[[], bool] | None = None
+    ) -> dict[str, Any]:
+        """One profile window now: 409 when the exporter is off, the engine is idle or
+        another window runs (nothing started); 502 when the window failed (it was stopped
+        on the server and removed); `cancelled()` (the client went away) stops it."""
+        from fastverify.exporters.runtime import CaptureRefused
+
         runtime = self.feed.runtime if self.feed is not None else None
         if runtime is None:
             raise RequestError(409, "the exporter is off (start fastverifyd with --metrics-listen)")
         if steps is None:
-            steps = self.ctl.cfg.daemon.trace_steps
-        if not 1 <= steps <= 1000:
-            raise RequestError(422, "field 'steps' must be in 1..1000")
+            steps = self.ctl.cfg.daemon.trace_steps  # range: api.MIRRORS (config's check)
+        if self.ctl.state != State.READY:
+            raise RequestError(
+                409, f"no engine is serving (state {self.ctl.state}): nothing to profile"
+            )
         try:
-            return runtime.capture(steps)
+            return runtime.capture(steps, cancelled)
+        except CaptureRefused as exc:
+            raise RequestError(409, str(exc), reason="capture_refused") from None
         except Exception as exc:
             raise RequestError(502, f"trace capture failed: {exc}") from None
+
+
+# Baselines measured before this are not from fastverify (2020-01-01T00:00:00Z).
+EARLIEST_MEASUREMENT = 1577836800.0
+# Clocks of the measuring host and the daemon may differ this much.
+CLOCK_SKEW_S = 60.0
+
+
+def check_baseline(
+    body: dict[str, Any], profile_problem: Callable[[str], str | None], now: float
+) -> dict[str, str]:
+    """What is wrong with a baseline body, field -> message (empty: nothing)."""
+    out: dict[str, str] = {}
+    problem = profile_problem(str(body.get("profile", "")))
+    if problem is not None:
+        out["profile"] = problem
+    for key in ("tokens_per_second", "per_request_tokens_per_second"):
+        v = body.get(key)
+        if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
+            out[key] = f"must be a finite number of tokens per second, got {v!r}"
+        elif v <= 0:
+            out[key] = f"must be > 0 tokens per second, got {v!r}"
+    at = body.get("measured_at")
+    if at is not None:
+        if not isinstance(at, int | float) or isinstance(at, bool) or not math.isfinite(at):
+            out["measured_at"] = f"must be a finite unix time in seconds, got {at!r}"
+        elif at < EARLIEST_MEASUREMENT:
+            out["measured_at"] = f"{at!r} is before 2020-01-01 (expected unix seconds)"
+        elif at > now + CLOCK_SKEW_S:
+            out["measured_at"] = (
+                f"{at!r} is {at - now:.0f} s in the future (at most {CLOCK_SKEW_S:.0f} s ahead)"
+            )
+    return out

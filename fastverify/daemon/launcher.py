@@ -35,6 +35,7 @@ from fastverify.daemon.statestore import StateStore
 from fastverify.redact import mask_argv, secret_values
 
 log = logging.getLogger("fastverifyd.launcher")
+DEBUG_VARS = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -148,6 +149,17 @@ class Launcher:
             )
         extra[procs.ENGINE_ID_VAR] = engine_id
         return effective_env(profile, base_env=os.environ, extra=extra)
+
+    def settings(self, profile: Any) -> dict[str, str]:
+        """The NCCL variables an engine of `profile` would get now (without the per-start
+        NCCL_DEBUG* that `nccl_debug` adds): compared with a running engine's."""
+        env = self.engine_env(profile, "-", None)
+        return verify.nccl_part({k: v for k, v in env.items() if k != procs.ENGINE_ID_VAR})
+
+    def same_engine(self, h: EngineHandle, profile: Any, argv: list[str]) -> bool:
+        """Would starting `profile` with `argv` give what `h` already runs?"""
+        running = {k: v for k, v in h.expected_nccl.items() if k not in DEBUG_VARS}
+        return list(argv) == list(h.argv) and self.settings(profile) == running
 
     # ------------------------------------------------------------------ spawn / adopt
     def spawn(self, profile: Any, mode: str, argv: list[str]) -> EngineHandle:
@@ -312,7 +324,10 @@ class Launcher:
         return None, details
 
     def mark_verified(self, h: EngineHandle) -> None:
-        self.store.write_pid(dict(h.pid_info(), verified=True))
+        try:
+            self.store.write_pid(dict(h.pid_info(), verified=True))
+        except OSError as exc:  # the engine serves anyway; adoption reads the first record
+            self.say(f"cannot record the verified engine in engine.pid: {exc}", logging.WARNING)
 
     def lost_workers(self, h: EngineHandle) -> list[int]:
         """Workers verified at READY that have exited while the leader lives."""

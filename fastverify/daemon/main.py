@@ -9,7 +9,9 @@ sent first); SIGHUP re-reads the config file, keeping the old configuration (and
 why) when the new one is invalid. The main loop sends WATCHDOG=1 when systemd asks for it.
 
 Exit codes: 0 clean shutdown, 2 configuration/usage error, 1 could not start (socket in
-use by another daemon, state dir locked, ...).
+use by another daemon, state dir locked, an exporter asked for with --metrics-listen or
+daemon.metrics_listen that cannot listen, ...). The default exporter address that cannot
+listen is a status finding instead: the daemon runs without /metrics.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +114,21 @@ def _start_exporter(sup: Any, cfg: configmod.Config, engine: Any) -> Any:
     return runtime
 
 
+def _metrics_explicit(ns: argparse.Namespace, cfg: configmod.Config) -> bool:
+    """Was the exporter asked for (flag or config key), rather than on by default?"""
+    if ns.metrics_listen is not None:
+        return True
+    if not cfg.source:
+        return False
+    try:
+        with open(cfg.source, "rb") as fh:
+            data = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+    daemon = data.get("daemon")
+    return isinstance(daemon, dict) and "metrics_listen" in daemon
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = parse_args(argv)
     try:
@@ -142,6 +160,20 @@ class Daemon:
         self.reason = reason
         self.stop_event = threading.Event()
         self.reload_event = threading.Event()
+
+    def _exporter(self, sup: Any, cfg: configmod.Config, engine: Any) -> tuple[Any, str | None]:
+        """Start the exporter: (runtime, None), or (None, why it cannot serve /metrics)."""
+        listen = cfg.daemon.metrics_listen
+        try:
+            return _start_exporter(sup, cfg, engine), None
+        except (OSError, ValueError) as exc:
+            errno_ = exc.errno if isinstance(exc, OSError) else None
+            why = os.strerror(errno_) if errno_ else str(exc)
+        return None, (
+            f"the exporter cannot listen on {listen} ({why}): /metrics is off; free the port,"
+            ' choose another daemon.metrics_listen (--metrics-listen), or set it to ""'
+            " to run without the exporter"
+        )
 
     def _signal(self, signum: int, frame: Any) -> None:
         if signum == signal.SIGHUP:
@@ -183,6 +215,15 @@ class Daemon:
         except Exception as exc:
             log.error("cannot set up the supervisor: %s", exc)
             return 1
+        if hub is not None:
+            runtime, problem = self._exporter(sup, cfg, engine)
+            if problem is not None and _metrics_explicit(self.ns, cfg):
+                log.error("%s; fastverifyd is not starting", problem)
+                return 1
+            if problem is not None:
+                log.error("%s", problem)
+                sup.add_finding("metrics", problem)
+            sup.attach_runtime(runtime)
         servers = []
         try:
             sock = api.bind_unix(cfg.socket_path, cfg.daemon.socket_group)
@@ -200,11 +241,6 @@ class Daemon:
             cfg.socket_path,
             f" and tcp {cfg.daemon.tcp_listen}" if cfg.daemon.tcp_listen else "",
         )
-        if hub is not None:
-            try:
-                sup.attach_runtime(_start_exporter(sup, cfg, engine))
-            except Exception as exc:
-                log.error("exporter failed to start on %s: %s", cfg.daemon.metrics_listen, exc)
         if not self.stop_event.is_set():
             sup.startup()
         code = self._loop(sup, notifier)

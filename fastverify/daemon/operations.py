@@ -26,7 +26,7 @@ def _now() -> float:
     return time.time()
 
 
-RESULTS = ("ok", "rolled_back", "failed", "cancelled")
+RESULTS = ("ok", "rolled_back", "failed", "cancelled", "unchanged")
 
 
 @dataclass
@@ -80,6 +80,7 @@ class Operation:
         self.cancel = threading.Event()
         self.cancel_reason: str | None = None  # "cancelled" (client) | "preempted" | "shutdown"
         self.preemptible = False
+        self.committed = False  # past the point where a cancel can still undo it
         self.verify: dict[str, Any] | None = None
         self.phases: dict[str, float] = {}
         self._cond = threading.Condition()

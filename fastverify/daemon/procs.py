@@ -5,6 +5,10 @@ Only processes we started are ever signalled: the engine is spawned with
 `FASTVERIFY_ENGINE_ID` in its environment; `is_ours()` checks that marker (and the
 recorded start time) before anything is killed, so a stale pid file that now names
 somebody else's process is ignored, never acted on. Nothing here kills by name.
+
+Process facts come from a proc root (`proc_root`, default /proc) read directly: stat
+(pid, ppid, pgid, state, start time), environ and /proc/stat's btime. Tests point it at a
+checked-in tree (tests/fixtures/proc/) instead of spawning processes.
 """
 
 from __future__ import annotations
@@ -49,41 +53,116 @@ def spawn(
         )
 
 
-def create_time(pid: int) -> float | None:
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """One process as /proc/PID/stat describes it (a snapshot; `environ()` reads now)."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    state: str  # R, S, D, Z (zombie), X (dead), ...
+    comm: str
+    starttime: int  # clock ticks after boot
+    proc_root: Path = PROC
+
+    @property
+    def alive(self) -> bool:
+        return self.state not in ("Z", "X", "x")
+
+    def name(self) -> str:
+        return self.comm
+
+    def environ(self) -> dict[str, str]:
+        """/proc/PID/environ; psutil.NoSuchProcess when it is gone, AccessDenied when not
+        ours to read (verify.py handles psutil's exceptions)."""
+        return environ(self.pid, self.proc_root)
+
+
+def read_stat(pid: int, proc_root: Path = PROC) -> ProcInfo | None:
+    """Parse /proc/PID/stat (comm may hold spaces and parentheses), None when gone."""
     try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        raw = (proc_root / str(pid) / "stat").read_bytes().decode("utf-8", "replace")
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
+        return None
+    head, _, tail = raw.rpartition(")")
+    comm = head.partition("(")[2]
+    fields = tail.split()
+    try:
+        # fields after comm: state ppid pgrp session tty tpgid flags minflt cminflt majflt
+        # cmajflt utime stime cutime cstime priority nice num_threads itrealvalue starttime
+        return ProcInfo(
+            pid, int(fields[1]), int(fields[2]), fields[0], comm, int(fields[19]), proc_root
+        )
+    except (IndexError, ValueError):
         return None
 
 
-def _alive(p: psutil.Process) -> bool:
+def processes(proc_root: Path = PROC) -> list[ProcInfo]:
+    """Every live (non-zombie) process under `proc_root`."""
     try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def group_members(pgid: int) -> list[psutil.Process]:
-    """Live (non-zombie) processes whose process group is `pgid`."""
+        names = os.listdir(proc_root)
+    except OSError:
+        return []
     out = []
-    for p in psutil.process_iter():
-        try:
-            if os.getpgid(p.pid) == pgid and _alive(p):
-                out.append(p)
-        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
-            continue
+    for pid in sorted(int(n) for n in names if n.isdigit()):
+        if (info := read_stat(pid, proc_root)) is not None and info.alive:
+            out.append(info)
     return out
 
 
-def engine_id_of(pid: int) -> str | None:
+def environ(pid: int, proc_root: Path = PROC) -> dict[str, str]:
+    """/proc/PID/environ as a dict (see ProcInfo.environ for the exceptions)."""
+    try:
+        raw = (proc_root / str(pid) / "environ").read_bytes()
+    except (FileNotFoundError, ProcessLookupError) as exc:
+        raise psutil.NoSuchProcess(pid) from exc
+    except PermissionError as exc:
+        raise psutil.AccessDenied(pid) from exc
+    out: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.decode("utf-8", "surrogateescape").partition("=")
+        if sep and key:
+            out[key] = value
+    return out
+
+
+def boot_time(proc_root: Path = PROC) -> float | None:
+    """`btime` of /proc/stat (seconds since the epoch)."""
+    try:
+        for line in (proc_root / "stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def create_time(pid: int, proc_root: Path = PROC) -> float | None:
+    """When `pid` started (epoch seconds, as psutil reports it), None when gone."""
+    info = read_stat(pid, proc_root)
+    btime = boot_time(proc_root)
+    if info is None or btime is None:
+        return None
+    return btime + info.starttime / os.sysconf("SC_CLK_TCK")
+
+
+def group_members(pgid: int, proc_root: Path = PROC) -> list[ProcInfo]:
+    """Live (non-zombie) processes whose process group is `pgid`."""
+    return [p for p in processes(proc_root) if p.pgid == pgid]
+
+
+def engine_id_of(pid: int, proc_root: Path = PROC) -> str | None:
     """The FASTVERIFY_ENGINE_ID in /proc/PID/environ, None when absent or unreadable."""
     try:
-        return psutil.Process(pid).environ().get(ENGINE_ID_VAR)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return environ(pid, proc_root).get(ENGINE_ID_VAR)
+    except (psutil.Error, OSError):
         return None
 
 
-def is_ours(info: dict[str, Any]) -> tuple[bool, str]:
+def is_ours(info: dict[str, Any], proc_root: Path = PROC) -> tuple[bool, str]:
     """Decide whether the process group recorded in a pid file (`info`) is still our engine.
 
     Ours when some live member of the recorded group carries the recorded engine id in its
@@ -94,17 +173,15 @@ def is_ours(info: dict[str, Any]) -> tuple[bool, str]:
     engine_id = info.get("engine_id")
     if pid <= 1 or pgid <= 1 or not engine_id:
         return False, "pid file lacks pid/pgid/engine_id"
-    members = group_members(pgid)
+    members = group_members(pgid, proc_root)
     if not members:
         return False, f"no process is left in group {pgid}"
-    for p in members:
-        if engine_id_of(p.pid) != engine_id:
-            continue
-        if p.pid == pid:
-            recorded = info.get("create_time")
-            actual = create_time(pid)
-            if recorded is not None and actual is not None and abs(actual - recorded) > 1.0:
-                return False, f"pid {pid} was started at another time (not our engine)"
+    if any(p.pid == pid for p in members):
+        recorded = info.get("create_time")
+        actual = create_time(pid, proc_root)
+        if recorded is not None and actual is not None and abs(actual - recorded) > 1.0:
+            return False, f"pid {pid} was started at another time (not our engine)"
+    if any(engine_id_of(p.pid, proc_root) == engine_id for p in members):
         return True, f"group {pgid}: {len(members)} process(es) carry our engine id"
     return False, f"group {pgid} exists but none of its processes carries engine id {engine_id}"
 
@@ -122,7 +199,12 @@ def _send_group(pgid: int, sig: int) -> None:
 
 
 def stop_group(
-    pgid: int, grace_s: float, *, proc: subprocess.Popen | None = None, kill_wait_s: float = 10.0
+    pgid: int,
+    grace_s: float,
+    *,
+    proc: subprocess.Popen | None = None,
+    kill_wait_s: float = 10.0,
+    proc_root: Path = PROC,
 ) -> StopResult:
     """SIGTERM the group, wait up to grace_s for it to be gone, then SIGKILL and wait again.
 
@@ -130,32 +212,37 @@ def stop_group(
     zombie. Returns which signal was needed and any PIDs still present at the end.
     """
     t0 = time.monotonic()
-    if not group_members(pgid):
+    if not group_members(pgid, proc_root):
         if proc is not None:
             with contextlib.suppress(Exception):
                 proc.wait(timeout=0.1)
         return StopResult("none", 0.0, [])
     _send_group(pgid, signal.SIGTERM)
     used = "SIGTERM"
-    if not _wait_gone(pgid, grace_s, proc):
+    if not _wait_gone(pgid, grace_s, proc, proc_root):
         log.warning(
             "engine group %d still alive %.1f s after SIGTERM; sending SIGKILL", pgid, grace_s
         )
         _send_group(pgid, signal.SIGKILL)
         used = "SIGKILL"
-        _wait_gone(pgid, kill_wait_s, proc)
-    leftover = [p.pid for p in group_members(pgid)]
+        _wait_gone(pgid, kill_wait_s, proc, proc_root)
+    leftover = [p.pid for p in group_members(pgid, proc_root)]
+    if proc is not None and not leftover:  # a zombie leader counts as gone: reap it
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=kill_wait_s)
     return StopResult(used, time.monotonic() - t0, leftover)
 
 
-def _wait_gone(pgid: int, timeout: float, proc: subprocess.Popen | None) -> bool:
+def _wait_gone(
+    pgid: int, timeout: float, proc: subprocess.Popen | None, proc_root: Path = PROC
+) -> bool:
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
         if proc is not None:
             with contextlib.suppress(Exception):
                 proc.poll()
-        if not group_members(pgid):
+        if not group_members(pgid, proc_root):
             return True
         if time.monotonic() >= deadline:
             return False
@@ -163,14 +250,20 @@ def _wait_gone(pgid: int, timeout: float, proc: subprocess.Popen | None) -> bool
         delay = min(delay * 1.5, 0.02)
 
 
-def descendants(pid: int) -> list[psutil.Process]:
+def descendants(pid: int, proc_root: Path = PROC) -> list[ProcInfo]:
     """The process and all its live descendants (the server and its TP workers)."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
+    table = processes(proc_root)
+    if not any(p.pid == pid for p in table):
         return []
-    return [p for p in procs if _alive(p)]
+    children: dict[int, list[ProcInfo]] = {}
+    for p in table:
+        children.setdefault(p.ppid, []).append(p)
+    out = [p for p in table if p.pid == pid]
+    i = 0
+    while i < len(out):
+        out.extend(sorted(children.get(out[i].pid, []), key=lambda p: p.pid))
+        i += 1
+    return out
 
 
 def wait_gpu_release(pids: Sequence[int], timeout_s: float) -> tuple[bool, str]:

@@ -7,22 +7,22 @@
    argv this configuration would build: STOPPED -> STARTING (followed to readiness) ->
    VERIFYING -> READY, as for a fresh start; a group that is ours but runs another argv is
    stopped; one that is not ours is left alone with a finding;
-4. otherwise start the saved profile (or the default), falling back to the last good one;
+4. otherwise start the saved profile, falling back to the last good one and then to
+   `default_profile` when a profile is refused (deleted, invalid): each refusal is a
+   history record (`start`, `failed`, `fallback_to`) and the fallback a status finding;
    when nothing can even be started the daemon goes STOPPED -> FAILED with the reason.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
+import secrets
 import time
 from typing import Any
 
-import psutil
-
 from fastverify.config import MODES
+from fastverify.daemon import events as ev
 from fastverify.daemon import procs
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.launcher import EngineHandle
@@ -49,27 +49,79 @@ def start_up(ctl: Controller) -> None:
     ctl.active = {"profile": profile, "mode": mode}
     if adopt(ctl) is not None:
         return
-    try:
-        ctl.request("start", profile, mode)
-    except RequestError as exc:
-        ctl.say(f"cannot start {profile}/{mode}: {exc}", logging.ERROR)
-        fallback = ctl.last_good
-        if fallback and fallback["profile"] != profile:
-            ctl.say(
-                f"starting the last good profile {fallback['profile']}/{fallback['mode']} instead"
-            )
-            try:
-                ctl.request("start", fallback["profile"], fallback["mode"])
-                return
-            except RequestError as exc2:
-                exc = exc2
-        ctl.last_failure = {
-            "reason": exc.reason,
-            "message": str(exc),
-            "log": None,
-            "at": time.time(),
-        }
-        ctl.set_state(State.FAILED, exc.reason)
+    # The saved profile, else the last good one, else the configured default: a profile
+    # deleted while the daemon was down must not leave nothing serving.
+    candidates: list[tuple[str, str]] = [(profile, mode)]
+    if ctl.last_good:
+        candidates.append((ctl.last_good["profile"], ctl.last_good["mode"]))
+    candidates.append((cfg.daemon.default_profile, mode))
+    refused: list[tuple[str, str, RequestError]] = []
+    for name, m in dict.fromkeys(candidates):
+        if refused:
+            first = refused[0]
+            ctl.say(f"starting {name}/{m} instead of {first[0]}/{first[1]}", logging.WARNING)
+        try:
+            ctl.request("start", name, m)
+        except RequestError as exc:
+            ctl.say(f"cannot start {name}/{m}: {exc}", logging.ERROR)
+            refused.append((name, m, exc))
+            if exc.reason not in FALL_BACK_ON:
+                break  # not the profile's fault (e.g. state dir): another would fail too
+            continue
+        if refused:
+            _record_fallback(ctl, refused, (name, m))
+        return
+    exc = refused[-1][2]
+    for name, m, why in refused:
+        _record_refused(ctl, name, m, why, None)
+    ctl.last_failure = {
+        "reason": exc.reason,
+        "message": str(exc),
+        "log": None,
+        "at": time.time(),
+    }
+    ctl.set_state(State.FAILED, exc.reason)
+
+
+# Refusals that another profile may not share (the profile itself is missing or broken).
+FALL_BACK_ON = ("invalid_profile", "argv_rejected", "invalid_mode")
+
+
+def _record_refused(
+    ctl: Controller, name: str, mode: str, exc: RequestError, instead: tuple[str, str] | None
+) -> None:
+    """A history record (kind `start`, result `failed`) for a start refused before anything
+    ran, naming what was started instead."""
+    now = time.time()
+    record: dict[str, Any] = {
+        "id": secrets.token_hex(4),
+        "kind": "start",
+        "result": "failed",
+        "profile": name,
+        "mode": mode,
+        "reason": exc.reason,
+        "message": str(exc),
+        "log": None,
+        "line": None,
+        "duration_s": 0.0,
+        "serving": {"profile": None, "mode": None},
+    }
+    if instead is not None:
+        record["fallback_to"] = {"profile": instead[0], "mode": instead[1]}
+    ctl.bus.publish(ev.OperationFinished(record["id"], "start", "failed", record, now))
+
+
+def _record_fallback(
+    ctl: Controller, refused: list[tuple[str, str, RequestError]], started: tuple[str, str]
+) -> None:
+    for name, m, why in refused:
+        _record_refused(ctl, name, m, why, started)
+    name, m, why = refused[0]
+    ctl.set_finding(
+        "profile_fallback",
+        f"profile {name}/{m} (active before this start) cannot be started: {why}; "
+        f"started {started[0]}/{started[1]} instead (switch with `fastverifyctl profile set`)",
+    )
 
 
 def reap_pending(ctl: Controller) -> None:
@@ -80,11 +132,7 @@ def reap_pending(ctl: Controller) -> None:
         return
     if not isinstance(data, dict) or not data.get("pending") or not data.get("engine_id"):
         return
-    groups = set()
-    for p in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, OSError):
-            if procs.engine_id_of(p.pid) == data["engine_id"]:
-                groups.add(os.getpgid(p.pid))
+    groups = {p.pgid for p in procs.processes() if procs.engine_id_of(p.pid) == data["engine_id"]}
     for pgid in sorted(groups):
         res = ctl.launcher.stop_group(pgid)
         ctl.say(

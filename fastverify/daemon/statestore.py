@@ -244,9 +244,19 @@ class StateStore:
             return None
         return data
 
-    def clear_pid(self) -> None:
-        with self._lock, contextlib.suppress(FileNotFoundError):
-            self.pid_path.unlink()
+    def clear_pid(self) -> str | None:
+        """Remove engine.pid; why it could not be removed (e.g. a read-only state dir), or
+        None. A leftover record is harmless: the next start checks it is still ours."""
+        with self._lock:
+            try:
+                self.pid_path.unlink()
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                msg = f"cannot remove {self.pid_path} ({exc.strerror or exc})"
+                log.warning("%s", msg)
+                return msg
+        return None
 
     # -- logs/ -------------------------------------------------------------------------
     def prune_logs(self, keep: int = KEEP_START_LOGS, protect: tuple[Path, ...] = ()) -> int:

@@ -77,6 +77,10 @@ class Supervisor:
     def config_error(self, value: str | None) -> None:
         self.api.config_error = value
 
+    def add_finding(self, key: str, message: str) -> None:
+        """A finding status shows for this run (e.g. the exporter could not listen)."""
+        self.ctl.set_finding(key, message)
+
     def daemon_log(self, message: str, level: int = logging.INFO) -> None:
         self.ctl.say(message, level)
 

@@ -87,12 +87,15 @@ def compare_env(
 
 
 def check_process_env(
-    pid: int, expected: dict[str, str], engine_owned: Collection[str] = ()
+    pid: int,
+    expected: dict[str, str],
+    engine_owned: Collection[str] = (),
+    proc_root: Path = Path("/proc"),
 ) -> VerifyReport:
     """Compare the server `pid` and all its descendants with `expected` NCCL variables
     (`engine_owned`: see compare_env; only accepted in descendants, never in the server)."""
     checks: list[ProcessCheck] = []
-    for proc in procs.descendants(pid):
+    for proc in procs.descendants(pid, proc_root):
         try:
             env = proc.environ()
             name = proc.name()

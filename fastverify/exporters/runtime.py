@@ -8,9 +8,13 @@
   hub, delete all but the newest `keep_windows` window directories;
 - optionally an NCCL inspector directory follower (`inspector.InspectorFollower`).
 
-`capture(steps)` runs one window now (also used by the daemon's POST /v1/trace/capture) and
-returns the analysis dict (`{"ranks": [...], "window": dir, "steps": N, "captured_at": t}`);
-it raises `CaptureError` with an operator-facing message when the window fails.
+`capture(steps, cancelled)` runs one window now (also used by the daemon's POST
+/v1/trace/capture) and returns the analysis dict (`{"ranks": [...], "window": dir, "steps": N,
+"captured_at": t}`). It raises `CaptureRefused` (nothing started) when the engine is idle
+(SGLang's gauges: no running or queued request) or another window runs, and `CaptureError`
+with an operator-facing message when the window fails; a failed, timed-out or cancelled
+window is stopped on the server (POST /stop_profile) and its directory removed. Background
+windows are skipped while the engine is idle.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +40,72 @@ class CaptureError(RuntimeError):
     """A profile window could not be captured or analyzed."""
 
 
-def post_json(url: str, path: str, body: dict[str, Any], timeout: float) -> tuple[int, bytes]:
+class CaptureRefused(CaptureError):
+    """Nothing was started: the engine is idle, or another window is running (HTTP 409)."""
+
+
+class _StartProfile:
+    """POST {url}/start_profile in a thread: SGLang answers a window with `num_steps` only
+    once the steps ran and every rank wrote its trace, so the caller waits on files, its
+    cancel flag and its timeout instead. Old releases that refuse the extra fields (4xx)
+    get the bare body."""
+
+    def __init__(self, url: str, window: Path, steps: int, timeout_s: float) -> None:
+        self.url = url
+        self.window = window
+        self.steps = steps
+        self.timeout_s = timeout_s
+        self.done = threading.Event()
+        self.sent = threading.Event()  # the request is on the wire (or could not be sent)
+        self.status: int | None = None
+        self.text = b""
+        self.error: str | None = None
+
+    def start(self) -> _StartProfile:
+        threading.Thread(target=self._run, daemon=True, name="fastverify-start-profile").start()
+        return self
+
+    def _run(self) -> None:
+        # no Python stacks or shapes: smaller traces, less profiling overhead (newer SGLang
+        # defaults with_stack to true)
+        bare: dict[str, Any] = {"output_dir": str(self.window), "num_steps": self.steps}
+        body = dict(bare, activities=["CPU", "GPU"], with_stack=False, record_shapes=False)
+        url, timeout, sent = self.url, self.timeout_s, self.sent
+        try:
+            self.status, self.text = post_json(url, "/start_profile", body, timeout, sent=sent)
+            if 400 <= self.status < 500:
+                self.status, self.text = post_json(url, "/start_profile", bare, timeout, sent=sent)
+        except OSError as exc:
+            self.error = str(exc)
+        finally:
+            self.sent.set()
+            self.done.set()
+
+    def accepted_or_pending(self) -> bool:
+        """May the server be profiling for us (no answer yet, or it said yes)?"""
+        return not self.done.is_set() or (self.status is not None and self.status < 400)
+
+    def raise_if_refused(self) -> None:
+        if not self.done.is_set():
+            return
+        if self.error is not None:
+            raise CaptureError(f"POST {self.url}/start_profile failed: {self.error}")
+        if self.status is not None and self.status >= 400:
+            raise CaptureError(
+                f"POST {self.url}/start_profile answered HTTP {self.status}: "
+                f"{self.text.decode('utf-8', 'replace').strip()[:300]}"
+            )
+
+
+def post_json(
+    url: str,
+    path: str,
+    body: dict[str, Any],
+    timeout: float,
+    *,
+    sent: threading.Event | None = None,
+) -> tuple[int, bytes]:
+    """POST JSON; `sent` is set once the request is written (before the answer)."""
     parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
     try:
@@ -45,6 +115,8 @@ def post_json(url: str, path: str, body: dict[str, Any], timeout: float) -> tupl
             body=json.dumps(body).encode(),
             headers={"Content-Type": "application/json"},
         )
+        if sent is not None:
+            sent.set()
         resp = conn.getresponse()
         return resp.status, resp.read()
     finally:
@@ -118,6 +190,7 @@ class ExporterRuntime:
             from fastverify.exporters.inspector import InspectorFollower
 
             self._inspector = InspectorFollower(self.hub, self.inspector_dir).start()
+        self._remove_empty_windows()
         if self.trace_period_s > 0:
             self._trace_thread = threading.Thread(
                 target=self._trace_loop, daemon=True, name="fastverify-trace-windows"
@@ -167,29 +240,69 @@ class ExporterRuntime:
                 continue
             try:
                 self.capture(self.trace_steps)
+            except CaptureRefused as exc:  # idle engine or a capture running: no window
+                log.debug("profile window skipped: %s", exc)
             except CaptureError as exc:
                 self.last_capture_error = str(exc)
                 log.warning("profile window failed: %s", exc)
 
-    def capture(self, steps: int | None = None) -> dict[str, Any]:
-        """Profile the live server for `steps` forward steps, analyze every rank, feed the hub."""
+    def capture(
+        self,
+        steps: int | None = None,
+        cancelled: Callable[[], bool] | None = None,
+        *,
+        require_traffic: bool = True,
+    ) -> dict[str, Any]:
+        """Profile the live server for `steps` forward steps, analyze every rank, feed the hub.
+
+        Refused up front (`CaptureRefused`, nothing started) when another window is running
+        or the engine reports no running or queued request: forward steps only happen under
+        load. A window that fails, times out or is `cancelled()` is stopped on the server
+        (POST /stop_profile, when the server had accepted it) and its directory removed."""
         steps = int(steps or self.trace_steps)
         if steps < 1:
             raise CaptureError("steps must be at least 1")
         url = self._server_url
         if not url:
             raise CaptureError("no engine is serving (no server URL): nothing to profile")
-        if not self._capture_lock.acquire(timeout=self.capture_timeout_s):
-            raise CaptureError("another profile window is still running")
+        if not self._capture_lock.acquire(blocking=False):
+            raise CaptureRefused(
+                "another profile window is running (a background window or another capture);"
+                " retry when it has finished"
+            )
         try:
-            return self._capture(url, steps)
-        except CaptureError:
-            self.hub.on_trace_failure()
-            raise
+            if require_traffic:
+                self._require_traffic(url, steps)
+            try:
+                return self._capture(url, steps, cancelled)
+            except CaptureError:
+                self.hub.on_trace_failure()
+                raise
         finally:
             self._capture_lock.release()
 
-    def _capture(self, url: str, steps: int) -> dict[str, Any]:
+    def _require_traffic(self, url: str, steps: int) -> None:
+        """CaptureRefused when SGLang's own gauges say nothing is running or queued (a
+        server without --enable-metrics is not refused: the window's timeout applies)."""
+        from fastverify.exporters import sglang_metrics
+
+        try:
+            values = sglang_metrics.reduce(sglang_metrics.fetch(url, timeout=5.0))
+        except Exception as exc:  # unknown: try the window
+            log.debug("traffic check skipped: %s", exc)
+            return
+        running = values.get("num_running_reqs")
+        queued = values.get("num_queue_reqs") or 0.0
+        if running is not None and running + queued <= 0:
+            raise CaptureRefused(
+                f"the engine is idle (0 running and 0 queued requests): a trace records {steps}"
+                " forward steps, which only happen while it serves requests; send traffic"
+                " (e.g. `fastverifyctl bench`) and capture while it runs"
+            )
+
+    def _capture(
+        self, url: str, steps: int, cancelled: Callable[[], bool] | None
+    ) -> dict[str, Any]:
         from fastverify.exporters import traces
 
         self.trace_dir.mkdir(parents=True, exist_ok=True)
@@ -197,47 +310,62 @@ class ExporterRuntime:
             self.trace_dir / f"window-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}"
         )
         window.mkdir()
-        # no Python stacks or shapes: smaller traces, less profiling overhead (newer SGLang
-        # defaults with_stack to true); releases that reject the fields get the bare body
-        body: dict[str, Any] = {
-            "output_dir": str(window),
-            "num_steps": steps,
-            "activities": ["CPU", "GPU"],
-            "with_stack": False,
-            "record_shapes": False,
-        }
-        status, text = self._start_profile(url, body)
-        if 400 <= status < 500:
-            status, text = self._start_profile(url, {"output_dir": str(window), "num_steps": steps})
-        if status >= 400:
-            raise CaptureError(
-                f"POST {url}/start_profile answered HTTP {status}: "
-                f"{text.decode('utf-8', 'replace').strip()[:300]}"
-            )
-        deadline = time.monotonic() + self.capture_timeout_s
-        while True:
-            files = self._wait_for_files(window, steps)
-            try:
-                analysis = traces.analyze_path(window, files=files)
-                break
-            except traces.TraceError as exc:
-                # SGLang may rewrite a trace after writing it (kernel attribution): retry
-                if time.monotonic() > deadline:
-                    raise CaptureError(str(exc)) from None
-                time.sleep(0.5)
+        call = _StartProfile(url, window, steps, self.capture_timeout_s + 30.0).start()
+        try:
+            deadline = time.monotonic() + self.capture_timeout_s
+            while True:
+                files = self._wait_for_files(window, steps, call, cancelled)
+                try:
+                    analysis = traces.analyze_path(window, files=files)
+                    break
+                except traces.TraceError as exc:
+                    # SGLang may rewrite a trace after writing it (kernel attribution): retry
+                    if time.monotonic() > deadline:
+                        raise CaptureError(str(exc)) from None
+                    time.sleep(0.5)
+        except CaptureError as exc:
+            note = ""
+            if call.accepted_or_pending():
+                note = "; " + self._stop_started(url, call)
+            shutil.rmtree(window, ignore_errors=True)
+            raise CaptureError(f"{exc}{note}; window {window.name} removed") from None
         analysis.update({"window": str(window), "steps": steps, "captured_at": time.time()})
         self.hub.on_trace_analysis(analysis)
         self._prune()
         self.last_capture_error = None
         return analysis
 
-    def _start_profile(self, url: str, body: dict[str, Any]) -> tuple[int, bytes]:
-        try:
-            return post_json(url, "/start_profile", body, timeout=self.capture_timeout_s)
-        except OSError as exc:
-            raise CaptureError(f"POST {url}/start_profile failed: {exc}") from None
+    def _stop_started(self, url: str, call: _StartProfile) -> str:
+        """Stop the window we asked for; what happened, for the message. A stop that
+        arrives before the server registered our start ("not in progress") is repeated
+        until the start is answered, so the server is never left profiling."""
+        call.sent.wait(10.0)
+        deadline = time.monotonic() + 10.0
+        while True:
+            ok, note = self._stop_profile(url)
+            if ok or call.done.is_set() or time.monotonic() > deadline:
+                return note
+            time.sleep(0.1)
 
-    def _wait_for_files(self, window: Path, steps: int) -> list[Path]:
+    def _stop_profile(self, url: str) -> tuple[bool, str]:
+        """POST /stop_profile once: (stopped, what happened)."""
+        try:
+            status, text = post_json(url, "/stop_profile", {}, timeout=30.0)
+        except OSError as exc:
+            log.warning("POST %s/stop_profile failed: %s", url, exc)
+            return False, f"POST /stop_profile failed ({exc}): the server may still be profiling"
+        if status >= 400:  # e.g. the window ended meanwhile: nothing to stop
+            body = text.decode("utf-8", "replace").strip()[:200]
+            return False, f"stop_profile answered HTTP {status} ({body})"
+        return True, "profiling stopped on the server"
+
+    def _wait_for_files(
+        self,
+        window: Path,
+        steps: int,
+        call: _StartProfile,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> list[Path]:
         """Per-rank files, once none is growing and every gzip stream is complete."""
         deadline = time.monotonic() + self.capture_timeout_s
         last: dict[Path, int] = {}
@@ -245,6 +373,9 @@ class ExporterRuntime:
         while time.monotonic() < deadline:
             if self._stop.is_set():
                 raise CaptureError("exporter stopping")
+            if cancelled is not None and cancelled():
+                raise CaptureError("capture cancelled")
+            call.raise_if_refused()
             files = sorted(p for p in window.rglob("*") if p.is_file() and _is_trace(p.name))
             sizes = {p: p.stat().st_size for p in files}
             enough = files and (self.expected_ranks is None or len(files) >= self.expected_ranks)
@@ -261,6 +392,14 @@ class ExporterRuntime:
             f"no complete trace after {self.capture_timeout_s:.0f}s in {window} ({have} file(s)); "
             f"the server writes traces only after {steps} forward steps: is it receiving requests?"
         )
+
+    def _remove_empty_windows(self) -> None:
+        """Window directories without a trace file (left by an older version) go."""
+        if self._trace_dir is None or not self._trace_dir.is_dir():
+            return
+        for window in self._trace_dir.glob("window-*"):
+            if window.is_dir() and not any(p.is_file() for p in window.rglob("*")):
+                shutil.rmtree(window, ignore_errors=True)
 
     def _prune(self) -> None:
         windows = sorted(p for p in self.trace_dir.glob("window-*") if p.is_dir())

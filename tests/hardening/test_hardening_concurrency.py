@@ -11,6 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from hardening_support import SEED, strict_journal
 
 from fastverify.client import ApiError, ControlClient
@@ -19,6 +20,7 @@ from tests.harness import DaemonHarness
 NAMES = ["ring-ll", "ring-simple", "ring-ll-8ch", "nccl-default", "tree-ll-eager"]
 
 
+@pytest.mark.slow  # long (a fault or load loop); ./scripts/test still runs it
 def test_100_concurrent_profile_sets(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     n = 100
@@ -52,7 +54,11 @@ def test_100_concurrent_profile_sets(tmp_path: Path) -> None:
         oks = [a[1] for a in answers.values() if a[0] == 200]
         busy = [a[1] for a in answers.values() if a[0] == 409]
         assert oks and busy, (len(oks), len(busy))
-        assert all(r["result"] == "ok" for r in oks)
+        assert all(r["result"] in ("ok", "unchanged") for r in oks)
+        # asking for what already served at that moment is answered without a switch
+        same = [r for r in oks if r["result"] == "unchanged"]
+        assert all(r["serving"]["profile"] == r["profile"] for r in same), same
+        oks = [r for r in oks if r["result"] == "ok"]
 
         history = [h for h in d.client.get("/v1/history") if h["started_at"] >= t_start - 1]
         switches = [h for h in history if h["kind"] == "switch"]
@@ -84,6 +90,7 @@ def test_100_concurrent_profile_sets(tmp_path: Path) -> None:
         print(f"100 concurrent profile set: {len(oks)} switched, {len(busy)} refused (409)")
 
 
+@pytest.mark.slow  # long (a fault or load loop); ./scripts/test still runs it
 def test_50_scrapers_during_switches(tmp_path: Path, record_property) -> None:
     with DaemonHarness(tmp_path, sim_load_seconds=0.3) as d:
         url = d.metrics_url

@@ -94,6 +94,7 @@ def check_consistent(d: DaemonHarness, st: dict, what: str) -> None:
     assert served[-1] == {"profile": st["profile"], "mode": st["mode"]}, what
 
 
+@pytest.mark.slow  # long (a fault or load loop); ./scripts/test still runs it
 def test_kill9_at_random_points_of_switches(tmp_path: Path) -> None:
     iters = int(os.environ.get("FASTVERIFY_KILL9_ITERS") or (120 if FULL else 10))
     rng = random.Random(SEED)
@@ -134,6 +135,7 @@ def backoff_delays(log_text: str) -> list[float]:
     return [float(x) for x in re.findall(r"restarting \S+ in ([0-9.]+) s \(crash", log_text)]
 
 
+@pytest.mark.slow  # long (a fault or load loop); ./scripts/test still runs it
 def test_crash_loop_backoff_burst_failed_then_recovers(tmp_path: Path) -> None:
     burst, b0, bmax = 3, 0.2, 0.5
     cfg = {

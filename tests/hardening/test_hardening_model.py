@@ -15,6 +15,7 @@ import signal
 from pathlib import Path
 
 import psutil
+import pytest
 from hardening_support import (
     FULL,
     engine_port,
@@ -33,6 +34,7 @@ GOOD = ["ring-ll", "ring-simple", "ring-ll-8ch", "nccl-default", "tree-ll-eager"
 MODES = ["baseline", "eagle3"]
 
 
+@pytest.mark.slow  # long (a fault or load loop); ./scripts/test still runs it
 def test_random_operation_sequences_match_the_model(tmp_path: Path) -> None:
     # Crash-loop limits are another test's business: here every crash is restarted.
     cfg = {"daemon": {"restart_burst": 1000}}
@@ -60,8 +62,9 @@ def test_random_operation_sequences_match_the_model(tmp_path: Path) -> None:
         @rule(name=st.sampled_from([*GOOD, "tree-ll"]), mode=st.sampled_from(MODES))
         def switch(self, name: str, mode: str) -> None:
             try:
+                same = (name, mode) == self.expected  # what serves: a no-op
                 r = d.client.post("/v1/profile", {"name": name, "mode": mode})
-                assert r["result"] == "ok", r
+                assert r["result"] == ("unchanged" if same else "ok"), r
                 self.expected = (name, mode)
             except ApiError as exc:
                 assert name == "tree-ll" and exc.status == 502, exc.body
@@ -71,7 +74,7 @@ def test_random_operation_sequences_match_the_model(tmp_path: Path) -> None:
         @rule(mode=st.sampled_from(MODES))
         def mode(self, mode: str) -> None:
             r = d.client.post("/v1/mode", {"mode": mode})
-            assert r["result"] == "ok", r
+            assert r["result"] == ("unchanged" if mode == self.expected[1] else "ok"), r
             self.expected = (self.expected[0], mode)
 
         @rule()

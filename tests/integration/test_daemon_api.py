@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fastverify.client import ApiError, ControlClient
+from fastverify.exporters import sglang_metrics
 from tests.harness import REPO, DaemonHarness, free_port
 
 
@@ -145,6 +146,14 @@ def test_trace_capture_and_throughput_under_traffic(tmp_path: Path) -> None:
         t = threading.Thread(target=load)
         t.start()
         try:
+            # a capture needs a running request (an idle engine is refused with 409)
+            d.wait_for(
+                lambda: sglang_metrics.reduce(sglang_metrics.fetch(d.server_url))[
+                    "num_running_reqs"
+                ],
+                20,
+                "a running request",
+            )
             res = d.client.post("/v1/trace/capture", {"steps": 3}, timeout=60)
             assert res["steps"] == 3 and len(res["ranks"]) == 2  # one trace per TP rank
             assert all(

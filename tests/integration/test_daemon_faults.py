@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 
+from fastverify.daemon import procs
 from tests.harness import DaemonHarness, engines_on_port
 
 
@@ -159,20 +160,8 @@ def test_sigterm_stops_engine_group_within_grace(tmp_path: Path) -> None:
         assert d.stop() == 0
         # within the grace: SIGTERM was enough (the time it took: benchmarks/bench_stop.py)
         assert f"stopped engine group {pgid} (SIGTERM" in d.log_text()
-        alive = [
-            p.pid
-            for p in psutil.process_iter()
-            if _pgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE
-        ]
-        assert alive == []
+        assert _pgid_members(pgid) == []
         assert not d.socket.exists()
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError):
-        return None
 
 
 def test_sighup_with_broken_config_keeps_old_one(tmp_path: Path) -> None:
@@ -259,8 +248,5 @@ def test_sigterm_during_a_switch_answers_the_caller_and_leaves_nothing(tmp_path:
 
 
 def _pgid_members(pgid: int) -> list[int]:
-    return [
-        p.pid
-        for p in psutil.process_iter()
-        if _pgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE
-    ]
+    """Live members of `pgid` (processes of parallel tests come and go: never raises)."""
+    return [p.pid for p in procs.group_members(pgid)]

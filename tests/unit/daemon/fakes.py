@@ -84,6 +84,9 @@ class FakeLauncher:
     def verify(self, h: EngineHandle) -> tuple[Failure | None, dict[str, Any]]:
         return None, {"env": {"ok": True, "message": "env ok", "processes": []}}
 
+    def same_engine(self, h: EngineHandle, profile: Any, argv: list[str]) -> bool:
+        return list(argv) == h.argv and h.expected_nccl == {"NCCL_ALGO": profile.name.upper()}
+
     def mark_verified(self, h: EngineHandle) -> None:
         pass
 

@@ -196,3 +196,86 @@ def test_slot_two_claims_at_once_exactly_one_wins() -> None:
     for t in threads:
         t.join()
     assert sorted(c.value for c in claims) == ["busy"] * 7 + ["taken"]
+
+
+def test_crash_restart_waits_in_backoff_while_the_state_dir_is_unwritable(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    ctl, launcher, seen = build(tmp_path)
+    serve(ctl, "ring")
+    fixed = threading.Event()
+    probes: list[str] = []
+
+    def check_writable() -> str | None:
+        if fixed.is_set():
+            return None
+        probes.append("refused")
+        if len(probes) == 3:
+            # the finding is up while the restart waits; then the operator fixes the dir
+            assert any("waits for the state dir" in f for f in ctl.findings.values())
+            assert ctl.state == State.BACKOFF
+            fixed.set()
+        return f"state dir {ctl.store.dir} is not writable (Read-only file system)"
+
+    ctl.store.check_writable = check_writable  # type: ignore[method-assign]
+    n = len(launcher.started)
+    seen.clear()
+    launcher.crash(launcher.started[-1])
+    done = seen.wait_for(lambda e: isinstance(e, ev.OperationFinished))
+    assert (done.kind, done.result) == ("crash_restart", "ok")
+    assert len(probes) == 3 and len(launcher.started) == n + 1  # no spawn while refused
+    assert ctl.state == State.READY and ctl.findings == {}
+    assert "FAILED" not in states(seen)
+
+
+def test_asking_for_what_already_serves_is_unchanged_unless_restart(tmp_path: Path) -> None:
+    ctl, launcher, seen = build(tmp_path)
+    serve(ctl, "ring")
+    n = len(launcher.started)
+    seen.clear()
+    for kind, name, mode in (("switch", "ring", None), ("mode", None, "baseline")):
+        result = ctl.request(kind, name, mode).wait(10)
+        assert result["result"] == "unchanged" and "already serving" in result["message"]
+    assert len(launcher.started) == n and seen == []  # nothing stopped, started or journalled
+    assert ctl.store.history()[-1]["kind"] == "start"
+    result = ctl.request("switch", "ring", None, restart=True).wait(10)
+    assert result["result"] == "ok" and len(launcher.started) == n + 1
+    # another mode of the same profile is a real switch
+    assert ctl.request("mode", None, "eagle3").wait(10)["result"] == "ok"
+
+
+def test_a_cancel_after_the_switch_succeeded_is_refused_not_ignored(tmp_path: Path) -> None:
+    ctl, launcher, _seen = build(tmp_path)
+    serve(ctl, "ring")
+    answers: list = []
+
+    def cancel_late(h) -> None:  # the switch is serving; it is only being recorded
+        try:
+            answers.append(ctl.cancel())
+        except RequestError as exc:
+            answers.append(exc)
+
+    launcher.mark_verified = cancel_late  # type: ignore[method-assign]
+    result = ctl.request("switch", "tree", None).wait(10)
+    assert result["result"] == "ok" and ctl.active["profile"] == "tree"
+    assert len(answers) == 1 and isinstance(answers[0], RequestError), answers
+    assert answers[0].status == 409 and "nothing was cancelled" in str(answers[0])
+
+
+def test_a_cancel_that_lands_while_verifying_is_honoured(tmp_path: Path) -> None:
+    ctl, launcher, _seen = build(tmp_path)
+    serve(ctl, "ring")
+    verify = launcher.verify
+
+    def verify_then_cancel(h):
+        out = verify(h)
+        assert ctl.cancel() is not None  # accepted: the switch has not succeeded yet
+        return out
+
+    launcher.verify = verify_then_cancel  # type: ignore[method-assign]
+    result = ctl.request("switch", "tree", None).wait(10)
+    assert result["result"] == "cancelled"
+    assert result["rolled_back_to"] == {"profile": "ring", "mode": "baseline"}
+    assert ctl.active["profile"] == "ring" and ctl.state == State.READY

@@ -41,3 +41,31 @@ def test_every_post_route_has_a_schema() -> None:
     for path, methods in ROUTES.items():
         if "POST" in methods:
             assert path in SCHEMAS, path
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "value"),
+    [
+        ("/v1/profile", "timeout_s", -1),
+        ("/v1/profile", "timeout_s", 0),
+        ("/v1/restart", "timeout_s", 0.0),
+        ("/v1/mode", "mode", "turbo"),
+        ("/v1/trace/capture", "steps", 0),
+        ("/v1/trace/capture", "steps", 1001),
+    ],
+)
+def test_fields_that_mirror_config_keys_get_the_config_files_verdict(
+    path: str, field: str, value: object
+) -> None:
+    from fastverify import config
+    from fastverify.daemon.api import MIRRORS
+
+    body = {"name": "a"} if path == "/v1/profile" else {"mode": "baseline"}
+    body = {**(body if path in ("/v1/profile", "/v1/mode") else {}), field: value}
+    with pytest.raises(RequestError) as err:
+        validate_body(path, body)
+    assert err.value.status == 422
+    # the same words as a configuration file with that value would get
+    (problem,) = config.validate_fields({MIRRORS[field]: value})
+    assert problem.message.partition(": ")[2] in err.value.body["error"]
+    assert repr(field) in err.value.body["error"]

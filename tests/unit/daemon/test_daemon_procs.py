@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,25 +57,49 @@ def test_stop_group_sigterm_is_enough_for_polite_ones(tmp_path: Path) -> None:
     assert procs.stop_group(p.pid, grace_s=1).signal_used == "none"
 
 
-def test_is_ours_checks_engine_id_and_start_time(tmp_path: Path) -> None:
-    env = dict(os.environ, **{procs.ENGINE_ID_VAR: "e1"})
-    ours = procs.spawn(["sleep", "30"], env, tmp_path / "l.log")
-    foreign = subprocess.Popen(["sleep", "30"], start_new_session=True)
-    try:
-        _wait_members(ours.pid, 1)
-        info = {"pid": ours.pid, "pgid": ours.pid, "engine_id": "e1",
-                "create_time": psutil.Process(ours.pid).create_time()}  # fmt: skip
-        assert procs.is_ours(info)[0] is True
-        assert procs.is_ours(dict(info, engine_id="e2"))[0] is False
-        assert procs.is_ours(dict(info, create_time=1.0))[0] is False
-        assert (
-            procs.is_ours({"pid": foreign.pid, "pgid": foreign.pid, "engine_id": "e1"})[0] is False
-        )
-        assert procs.is_ours({"pid": 1, "pgid": 1, "engine_id": "e1"})[0] is False
-    finally:
-        for p in (ours, foreign):
-            p.kill()
-            p.wait()
+FAKE = Path(__file__).resolve().parents[2] / "fixtures" / "proc"
+BTIME = 1764460800  # tests/fixtures/proc/stat
+
+
+def started(ticks: int) -> float:
+    return BTIME + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def test_proc_tree_groups_and_descendants_skip_zombies() -> None:
+    assert [p.pid for p in procs.group_members(4242, FAKE)] == [4242, 4243, 4245]
+    assert procs.group_members(7000, FAKE) == []  # its only member is a zombie
+    assert [p.pid for p in procs.descendants(4242, FAKE)] == [4242, 4243, 4245]
+    assert procs.descendants(4244, FAKE) == [] and procs.descendants(99999, FAKE) == []
+    worker = procs.read_stat(4243, FAKE)
+    assert worker is not None
+    assert (worker.comm, worker.ppid, worker.pgid) == ("tp) worker (1", 4242, 4242)
+    assert procs.engine_id_of(4243, FAKE) == "e1"
+    assert procs.engine_id_of(6000, FAKE) is None and procs.engine_id_of(99999, FAKE) is None
+    assert procs.create_time(4242, FAKE) == started(123456)
+
+
+def test_is_ours_checks_engine_id_and_start_time() -> None:
+    info = {"pid": 4242, "pgid": 4242, "engine_id": "e1", "create_time": started(123456)}
+    assert procs.is_ours(info, FAKE) == (True, "group 4242: 3 process(es) carry our engine id")
+    ok, why = procs.is_ours(dict(info, engine_id="e2"), FAKE)
+    assert not ok and "none of its processes carries engine id e2" in why
+    ok, why = procs.is_ours(dict(info, create_time=started(123456) + 5), FAKE)
+    assert not ok and "started at another time" in why
+    ok, why = procs.is_ours({"pid": 6000, "pgid": 6000, "engine_id": "e1"}, FAKE)
+    assert not ok  # a foreign process that reused the pid
+    ok, why = procs.is_ours({"pid": 7000, "pgid": 7000, "engine_id": "e3"}, FAKE)
+    assert not ok and "no process is left" in why
+    assert procs.is_ours({"pid": 1, "pgid": 1, "engine_id": "e1"}, FAKE)[0] is False
+
+
+def test_the_proc_reader_agrees_with_psutil_on_the_real_proc() -> None:
+    me = psutil.Process()
+    info = procs.read_stat(me.pid)
+    assert info is not None
+    assert (info.ppid, info.pgid) == (me.ppid(), os.getpgid(0))
+    assert abs(procs.create_time(me.pid) - me.create_time()) < 0.05
+    assert procs.environ(me.pid) == me.environ()
+    assert me.pid in [p.pid for p in procs.group_members(os.getpgid(0))]
 
 
 def test_gpu_release_without_nvml_says_so() -> None:

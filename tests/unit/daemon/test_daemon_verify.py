@@ -116,3 +116,19 @@ def test_engine_owned_is_accepted_in_workers_only(tmp_path: Path) -> None:
     finally:
         os.killpg(p.pid, 9)
         p.wait()
+
+
+FAKE = Path(__file__).resolve().parents[2] / "fixtures" / "proc"
+
+
+def test_check_process_env_on_a_proc_tree() -> None:
+    ok = check_process_env(4242, EXPECTED, ("NCCL_CUMEM_ENABLE",), proc_root=FAKE)
+    assert ok.ok, ok.message
+    assert [c.pid for c in ok.processes] == [4242, 4243, 4245]  # the zombie is not checked
+    assert "NCCL_CUMEM_ENABLE=0" in ok.message  # set by the engine for its workers
+    strict = check_process_env(4242, EXPECTED, proc_root=FAKE)
+    assert not strict.ok and "pid 4243" in strict.message
+    bad = check_process_env(5000, EXPECTED, proc_root=FAKE)
+    assert not bad.ok and "NCCL_ALGO=Tree (profile: Ring)" in bad.message
+    gone = check_process_env(99999, EXPECTED, proc_root=FAKE)
+    assert not gone.ok and "is gone" in gone.message

@@ -11,13 +11,14 @@ import pytest
 
 from fastverify.exporters import sglang_metrics
 from fastverify.exporters.hub import MetricsHub
-from fastverify.exporters.runtime import CaptureError, ExporterRuntime
+from fastverify.exporters.runtime import CaptureError, CaptureRefused, ExporterRuntime
 from tests.fixtures.sglang_stub import SGLangStub
 
 
 @pytest.fixture
 def stub():
     s = SGLangStub(tp_size=2).start()
+    s.values["num_running_reqs"] = 3.0  # serving: a window has steps to record
     yield s
     s.stop()
 
@@ -127,3 +128,31 @@ def test_capture_falls_back_to_the_bare_body_on_old_releases(
         ["num_steps", "output_dir"],
     ]
     assert analysis["steps"] == 4 and len(analysis["ranks"]) == 2
+
+
+def test_capture_on_an_idle_engine_is_refused_before_anything_starts(
+    stub: SGLangStub, tmp_path: Path
+) -> None:
+    stub.values["num_running_reqs"] = 0.0
+    hub = MetricsHub()
+    rt = ExporterRuntime(hub, "", stub.url, tmp_path, 0, 5, capture_timeout_s=30)
+    with pytest.raises(CaptureRefused, match=r"idle .*send traffic"):
+        rt.capture(5)
+    assert stub.profile_requests == [] and list(tmp_path.iterdir()) == []
+    assert hub.snapshot()["trace_windows"] == {}  # not a failed window
+    stub.values["num_queue_reqs"] = 2.0  # queued requests will run: not idle
+    assert rt.capture(5)["steps"] == 5
+
+
+def test_a_failed_window_leaves_no_directory(stub: SGLangStub, tmp_path: Path) -> None:
+    stub.write_traces = False
+    (tmp_path / "window-old-empty").mkdir()  # left by an older version
+    rt = ExporterRuntime(MetricsHub(), "", stub.url, tmp_path, 0, 5, capture_timeout_s=0.5)
+    rt.start()
+    try:
+        assert list(tmp_path.iterdir()) == []  # start-up removed the empty window
+        with pytest.raises(CaptureError, match="removed"):
+            rt.capture(5)
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        rt.stop()
