@@ -10,6 +10,8 @@ File layout (every key optional; see `docs/config.example.toml`):
     port = 30000
     python = "/usr/bin/python3"        # the server's interpreter
     sglang_flags = "auto"              # "auto" (ask the installed SGLang) | "new" | "old"
+    load_format = "auto"               # SGLang --load-format; "dummy" = trial mode (random
+                                       # weights: timings real, accept length meaningless)
     extra_args = ["--mem-fraction-static", "0.85"]
     mode = "baseline"                  # or "eagle3"
     env_passthrough = ["HF_TOKEN"]     # daemon env vars handed to the engine (values masked)
@@ -55,6 +57,26 @@ from fastverify import paths
 
 MODES = ("baseline", "eagle3")
 ENGINES = ("auto", "sglang", "sim")
+# SGLang 0.5.23's `--load-format` choices (sglang/srt/arg_groups/choices.py
+# LOAD_FORMAT_CHOICES; tests/contract checks them against the real package).
+LOAD_FORMATS = (
+    "auto", "pt", "safetensors", "instanttensor", "npcache", "dummy", "sharded_state",
+    "presharded", "gguf", "expert_pack", "bitsandbytes", "mistral", "layered", "flash_rl",
+    "remote", "remote_instance", "fastsafetensors", "private", "runai_streamer",
+)  # fmt: skip
+TRIAL_LOAD_FORMAT = "dummy"  # random weights: a timing trial, never production numbers
+
+
+def weights_label(load_format: str | None) -> str:
+    """ "dummy" for a trial server (`--load-format dummy`), "real" for every other format."""
+    return "dummy" if load_format == TRIAL_LOAD_FORMAT else "real"
+
+
+def load_format_problem(value: object) -> str | None:
+    """Why `value` is not a load format SGLang 0.5.23 accepts (None when it is one)."""
+    if isinstance(value, str) and value in LOAD_FORMATS:
+        return None
+    return f"load_format {value!r}: expected one of {', '.join(LOAD_FORMATS)}"
 
 
 class ConfigError(ValueError):
@@ -77,6 +99,7 @@ class ServerConfig:
     port: int = 30000
     python: str = ""  # "" = the daemon's own interpreter
     sglang_flags: str = "auto"
+    load_format: str = "auto"  # SGLang --load-format ("dummy": trial mode)
     extra_args: tuple[str, ...] = ()
     mode: str = "baseline"
     eagle3: Eagle3Params = field(default_factory=Eagle3Params)
@@ -181,6 +204,9 @@ def _coerce(value: Any, default: Any, where: str) -> Any:
 def _check(cfg: Config, where: str) -> Config:
     if cfg.server.mode not in MODES:
         raise ConfigError(f"{where}: server.mode: {cfg.server.mode!r} (expected one of {MODES})")
+    problem = load_format_problem(cfg.server.load_format)
+    if problem:
+        raise ConfigError(f"{where}: server.{problem}")
     if cfg.daemon.engine not in ENGINES:
         raise ConfigError(
             f"{where}: daemon.engine: {cfg.daemon.engine!r} (expected one of {ENGINES})"

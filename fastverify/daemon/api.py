@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from fastverify.config import load_format_problem
 from fastverify.daemon.facade import ControlFacade
 from fastverify.daemon.operations import Operation
 from fastverify.daemon.resolve import RequestError
@@ -63,6 +64,7 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "force": (_BOOL, False),
         "queue": (_BOOL, False),
         "timeout_s": (_NUM, False),
+        "load_format": ((str,), False),  # SGLang --load-format; "dummy" = trial
     },
     "/v1/mode": {
         "mode": ((str,), True),
@@ -83,6 +85,7 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "tokens_per_second": (_NUM, True),
         "per_request_tokens_per_second": (_NUM, True),
         "measured_at": (_NUM, False),
+        "accept_length": (_NUM, False),  # EAGLE-3, real weights (read by trial sweeps)
     },
     "/v1/trace/capture": {"steps": ((int,), False)},
 }
@@ -118,6 +121,8 @@ def validate_body(path: str, body: Any) -> dict[str, Any]:
             raise RequestError(422, f"field {name!r} is empty")
     if "timeout_s" in body and body["timeout_s"] is not None and body["timeout_s"] <= 0:
         raise RequestError(422, "field 'timeout_s' must be > 0")
+    if body.get("load_format") is not None and load_format_problem(body["load_format"]):
+        raise RequestError(422, f"field {load_format_problem(body['load_format'])}")
     return body
 
 
@@ -292,6 +297,7 @@ class Handler(BaseHTTPRequestHandler):
             queue=bool(body.get("queue", False)),
             timeout_s=body.get("timeout_s"),
             withdrawn=lambda: _peer_closed(self.connection),
+            **({"load_format": body["load_format"]} if body.get("load_format") else {}),
         )
         self._answer(op, wait=body.get("wait", True), stream=body.get("stream", False))
 
@@ -335,6 +341,8 @@ class Handler(BaseHTTPRequestHandler):
         body = validate_body("/v1/baselines", body)
         if body["tokens_per_second"] <= 0 or body["per_request_tokens_per_second"] <= 0:
             raise RequestError(422, "baseline figures must be positive tokens per second")
+        if body.get("accept_length") is not None and body["accept_length"] < 1:
+            raise RequestError(422, "field 'accept_length' must be >= 1 (bonus token included)")
         self._send_json(200, self.api.set_baseline(body))
 
     def h_trace_capture(self, method: str, body: Any, query: dict[str, str]) -> None:

@@ -19,12 +19,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fastverify.config import weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.observers import ExporterFeed, LiveFigures
 from fastverify.daemon.operations import Operation
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.states import State
+from fastverify.engines.sglang import load_format_of
 from fastverify.redact import mask_argv
 
 
@@ -86,6 +88,7 @@ class ControlFacade:
                 "start_seconds": h.ready_s if h is not None else None,
                 "progress": dict(h.progress) if h is not None else None,
                 "adopted": h.adopted if h is not None else False,
+                "weights": weights_label(load_format_of(h.argv)) if h is not None else None,
             }
             return {
                 "state": str(c.state),
@@ -99,6 +102,7 @@ class ControlFacade:
                 "switch_in_flight": op.describe() if op is not None else None,
                 "queued": len(c.slot.queued()),
                 "restarts": {"total": sum(c.restarts.values()), "by_reason": dict(c.restarts)},
+                "trial": engine["weights"] == "dummy",  # --load-format dummy: a timing trial
                 "tokens_per_second": self.figures.tokens_per_second(),
                 "status_line": self.status_line(),
                 "config": {"source": c.cfg.source, "error": self.config_error},
@@ -144,10 +148,12 @@ class ControlFacade:
         queue: bool = False,
         timeout_s: float | None = None,
         withdrawn: Callable[[], bool] | None = None,
+        load_format: str | None = None,
     ) -> Operation:
         return self.ctl.request(
-            kind, name, mode, force=force, queue=queue, timeout_s=timeout_s, withdrawn=withdrawn
-        )
+            kind, name, mode, force=force, queue=queue, timeout_s=timeout_s, withdrawn=withdrawn,
+            load_format=load_format,
+        )  # fmt: skip
 
     def cancel(self) -> Operation | None:
         return self.ctl.cancel()
@@ -164,6 +170,8 @@ class ControlFacade:
             "per_request_tokens_per_second": float(body["per_request_tokens_per_second"]),
             "measured_at": float(body.get("measured_at") or time.time()),
         }
+        if body.get("accept_length") is not None:  # EAGLE-3 with real weights (trial sweeps)
+            rec["accept_length"] = float(body["accept_length"])
         store = self.ctl.store
         with self.ctl._lock:
             data = store.load_baselines()
