@@ -249,6 +249,9 @@ def _follow_rich(events: Any) -> dict[str, Any] | None:
     "--force", is_flag=True, help="Accept profiles refused without it (e.g. LL128 over PCIe)."
 )
 @click.option("--queue", is_flag=True, help="Wait for a switch in flight instead of failing (409).")
+@click.option("--trial", is_flag=True,
+              help="Timing trial: SGLang --load-format dummy (random weights, fast load; "
+              "everything it serves is labelled weights=dummy).")  # fmt: skip
 @click.option("--quiet", "-q", is_flag=True, help="Do not stream the engine's log lines.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
 @click.pass_context
@@ -260,6 +263,7 @@ def set_cmd(
     no_wait: bool,
     force: bool,
     queue: bool,
+    trial: bool,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -273,6 +277,8 @@ def set_cmd(
         body["mode"] = mode
     if timeout_s:
         body["timeout_s"] = timeout_s
+    if trial:
+        body["load_format"] = "dummy"
     sys.exit(run_operation(ctx, "/v1/profile", body, as_json=as_json, no_wait=no_wait, quiet=quiet))
 
 
@@ -294,4 +300,5 @@ def current_cmd(ctx: click.Context, as_json: bool) -> None:
             {k: st.get(k) for k in ("profile", "mode", "state", "last_good", "last_good_mode")}
         )
         return
-    click.echo(f"{st.get('profile')} ({st.get('mode')}) {st.get('state')}")
+    trial = " [trial: dummy weights]" if st.get("trial") else ""
+    click.echo(f"{st.get('profile')} ({st.get('mode')}) {st.get('state')}{trial}")
