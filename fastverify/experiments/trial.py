@@ -66,6 +66,17 @@ def reference_accept_length(
     return None, "none"
 
 
+def _per_request_rate(row: Mapping[str, Any]) -> float | None:
+    """Tokens/s one sequence sees: from completed requests, else from the inter-token
+    latency (a slow trial server may finish no request inside a short window; every
+    streamed token still times a step)."""
+    rate = row.get("per_request_tokens_per_second_mean")
+    if _positive(rate):
+        return float(rate)
+    itl = row.get("itl_p50_ms_mean")
+    return 1000.0 / itl if _positive(itl) else None
+
+
 def _positive(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and v > 0
 
@@ -108,7 +119,7 @@ def annotate(
             r["trace"] = t
         if r["status"] != "ok":
             continue
-        per_req = r.get("per_request_tokens_per_second_mean")
+        per_req = _per_request_rate(r)
         if r["mode"] == "baseline":
             if per_req:
                 r["decode_step_ms"] = 1000.0 / per_req
@@ -125,7 +136,7 @@ def annotate(
         b = base.get(r["profile"])
         b_rate, b_src = None, None
         if b is not None:
-            b_rate = b.get("per_request_tokens_per_second_mean") or b["tokens_per_second_mean"]
+            b_rate = _per_request_rate(b) or b["tokens_per_second_mean"]
             b_src = "trial baseline"
         elif isinstance(recorded.get(r["profile"]), Mapping):
             b_rate = recorded[r["profile"]].get("per_request_tokens_per_second")
