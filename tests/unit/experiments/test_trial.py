@@ -168,7 +168,7 @@ def test_only_real_weights_become_recorded_baselines(tmp_path: Path) -> None:
          "tokens_per_second_mean": 30.0, "accept_length_mean": 1.0},
     ]  # fmt: skip
     assert sw._post_baselines(rows) == ["b"]
-    (path, body), = client.posts
+    ((path, body),) = client.posts
     assert path == "/v1/baselines" and body["profile"] == "b"
     assert body["accept_length"] == 2.1  # the real EAGLE-3 accept length goes with it
 
