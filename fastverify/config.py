@@ -10,6 +10,8 @@ File layout (every key optional; see `docs/config.example.toml`):
     port = 30000
     python = "/usr/bin/python3"        # the server's interpreter
     sglang_flags = "auto"              # "auto" (ask the installed SGLang) | "new" | "old"
+    load_format = "auto"               # SGLang --load-format; "dummy" = trial mode (random
+                                       # weights: timings real, accept length meaningless)
     extra_args = ["--mem-fraction-static", "0.85"]
     mode = "baseline"                  # or "eagle3"
     env_passthrough = ["HF_TOKEN"]     # daemon env vars handed to the engine (values masked)
@@ -59,6 +61,26 @@ from fastverify import paths
 MODES = ("baseline", "eagle3")
 ENGINES = ("auto", "sglang", "sim")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# SGLang 0.5.23's `--load-format` choices (sglang/srt/arg_groups/choices.py
+# LOAD_FORMAT_CHOICES; tests/contract checks them against the real package).
+LOAD_FORMATS = (
+    "auto", "pt", "safetensors", "instanttensor", "npcache", "dummy", "sharded_state",
+    "presharded", "gguf", "expert_pack", "bitsandbytes", "mistral", "layered", "flash_rl",
+    "remote", "remote_instance", "fastsafetensors", "private", "runai_streamer",
+)  # fmt: skip
+TRIAL_LOAD_FORMAT = "dummy"  # random weights: a timing trial, never production numbers
+
+
+def weights_label(load_format: str | None) -> str:
+    """ "dummy" for a trial server (`--load-format dummy`), "real" for every other format."""
+    return "dummy" if load_format == TRIAL_LOAD_FORMAT else "real"
+
+
+def load_format_problem(value: object) -> str | None:
+    """Why `value` is not a load format SGLang 0.5.23 accepts (None when it is one)."""
+    if isinstance(value, str) and value in LOAD_FORMATS:
+        return None
+    return f"load_format {value!r}: expected one of {', '.join(LOAD_FORMATS)}"
 
 
 class ConfigError(ValueError):
@@ -81,6 +103,7 @@ class ServerConfig:
     port: int = 30000
     python: str = ""  # "" = the daemon's own interpreter
     sglang_flags: str = "auto"
+    load_format: str = "auto"  # SGLang --load-format ("dummy": trial mode)
     extra_args: tuple[str, ...] = ()
     mode: str = "baseline"
     eagle3: Eagle3Params = field(default_factory=Eagle3Params)
@@ -304,6 +327,7 @@ FIELDS: dict[str, Check] = {
     "server.sglang_flags": _choice(("auto", "new", "old")),
     "server.extra_args": _str_list(),
     "server.mode": _choice(MODES),
+    "server.load_format": _choice(LOAD_FORMATS),
     "server.eagle3.num_steps": _integer(1, 64),
     "server.eagle3.topk": _integer(1, 64),
     "server.eagle3.num_draft_tokens": _integer(1, 1024),

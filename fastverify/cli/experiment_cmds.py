@@ -120,10 +120,14 @@ def _bench_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         ("completed / failed", f"{result['completed']} / {result['failed']}"),
         ("TTFT p50/p90/p99 ms", " / ".join(_fmt(ttft[k]) for k in ("p50", "p90", "p99"))),
         ("ITL p50/p90/p99 ms", " / ".join(_fmt(itl[k], 2) for k in ("p50", "p90", "p99"))),
-        ("accept length", _fmt(result["accept_length"], 2)),
+        ("accept length", _fmt(result["accept_length"], 2)
+         + (" (dummy weights: not a real accept length)"
+            if result.get("weights") == "dummy" and result["accept_length"] else "")),
         ("window s", _fmt(result["duration_s"], 1)),
+        ("weights", {"dummy": "dummy (trial)", "real": "real"}.get(result.get("weights") or "",
+                                                                   "not reported")),
         ("source", result["source"]),
-    ]
+    ]  # fmt: skip
 
 
 def _server_url(ctx: click.Context, url: str | None) -> str:
@@ -176,6 +180,15 @@ def _server_url(ctx: click.Context, url: str | None) -> str:
     is_flag=True,
     help="Run python -m sglang.bench_serving (needs sglang) and read its JSONL.",
 )
+@click.option(
+    "--load-format",
+    type=click.Choice(["auto", "dummy"]),
+    default="auto",
+    show_default=True,
+    help="dummy: a timing trial. Through the daemon, the active profile is restarted with "
+    "random weights first (unless it already runs so); with --url the server must report "
+    "load_format dummy.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def bench(
@@ -189,6 +202,7 @@ def bench(
     seed: int,
     warmup: int,
     use_sglang_bench: bool,
+    load_format: str,
     as_json: bool,
 ) -> None:
     """Closed-loop load against the running server: tok/s, TTFT, ITL, accept length."""
@@ -196,6 +210,8 @@ def bench(
 
     if duration is None and n_requests is None:
         duration = 30.0
+    if load_format == "dummy" and not url:
+        _ensure_trial_engine(ctx)
     cfg = BenchConfig(
         url=_server_url(ctx, url), concurrency=concurrency, duration=duration,
         requests=n_requests, input_len=input_len, output_len=output_len, seed=seed,
@@ -233,10 +249,40 @@ def bench(
         code = EXIT_MISSING_DEPENDENCY if "not installed" in str(exc) else EXIT_PROBLEMS
         fail(f"bench: {exc}", code)
     data = result.to_dict()
+    if load_format == "dummy" and data.get("weights") != "dummy":
+        fail(f"bench: --load-format dummy, but the server at {cfg.url} does not report "
+             f"load_format dummy (weights: {data.get('weights') or 'not reported'}); start it "
+             "with --load-format dummy, or use the daemon (fastverifyctl profile set --trial)",
+             EXIT_PROBLEMS)  # fmt: skip
     if as_json:
         emit_json(data)
     else:
-        table(("metric", "value"), _bench_rows(data), title=f"bench {cfg.url}")
+        trial = " [trial: dummy weights]" if data.get("weights") == "dummy" else ""
+        table(("metric", "value"), _bench_rows(data), title=f"bench {cfg.url}{trial}")
+
+
+def _ensure_trial_engine(ctx: click.Context) -> None:
+    """bench --load-format dummy through the daemon: restart the active profile/mode with
+    dummy weights unless the daemon already serves a trial."""
+    from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+
+    client = ControlClient(ctx.obj.get("socket") if ctx.obj else None, timeout=1800)
+    try:
+        status = client.get("/v1/status")
+        if status.get("trial"):
+            return
+        if not status.get("profile"):
+            fail("bench --load-format dummy: the daemon has no active profile to restart")
+        click.echo(f"restarting {status['profile']}/{status['mode']} with dummy weights "
+                   "(trial) ...", err=True)  # fmt: skip
+        body = {"name": status["profile"], "mode": status["mode"], "wait": True,
+                "load_format": "dummy"}  # fmt: skip
+        client.post("/v1/profile", body, timeout=1800)
+    except DaemonUnavailable as exc:
+        fail(f"{exc}\n(or pass --url of a server started with --load-format dummy)",
+             EXIT_UNAVAILABLE)  # fmt: skip
+    except ApiError as exc:
+        fail(f"bench: the trial restart failed: {exc.body.get('message') or exc}", EXIT_PROBLEMS)
 
 
 # ----------------------------------------------------------------------------- preflight
@@ -527,12 +573,16 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     out = []
     order = sorted(
         rows,
-        key=lambda r: (r["mode"] != "baseline", r["status"] != "ok", r.get("rank") or 0),
-    )
+        key=lambda r: (r.get("weights") == "real" and bool(r.get("confirmed")),
+                       r["mode"] != "baseline", r["status"] != "ok", r.get("rank") or 0),
+    )  # fmt: skip
     for r in order:
         ci = r.get("ci95")
+        mode = r["mode"] + (" (trial)" if r.get("weights") == "dummy" else "")
+        if r.get("confirmed"):
+            mode += " (confirmed)"
         if r["status"] != "ok":
-            out.append(("-", r["profile"], r["mode"], "FAILED", "-", "-", "-", "-", "-", "-",
+            out.append(("-", r["profile"], mode, "FAILED", "-", "-", "-", "-", "-", "-",
                         "-", r.get("reason") or "-"))  # fmt: skip
             continue
         sig = r.get("vs_reference") or "-"
@@ -542,12 +592,47 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         if r.get("real_speedup") is not None:
             own = f"x{r['real_speedup']:.2f} ({r.get('speedup_significance')})"
         out.append((
-            _fmt(r.get("rank")), r["profile"], r["mode"], _fmt(r.get("tokens_per_second_mean")),
+            _fmt(r.get("rank")), r["profile"], mode, _fmt(r.get("tokens_per_second_mean")),
             "-" if not ci else f"{ci[0]:.1f}-{ci[1]:.1f}", _fmt(r.get("n")),
             f"x{r['speedup_vs_reference']:.3f}", sig, _fmt(r.get("accept_length_mean"), 2),
             _fmt(r.get("break_even_accept_length"), 2), own, r.get("note") or "",
         ))  # fmt: skip
     return out
+
+
+def _trial_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What dummy weights measure truthfully, per trial row."""
+    out = []
+    for r in rows:
+        if r.get("weights") != "dummy":
+            continue
+        t = r.get("trace") or {}
+        if r["status"] != "ok":
+            out.append((r["profile"], r["mode"], f"FAILED ({r.get('reason')})", "-", "-", "-",
+                        "-", "-", "-"))  # fmt: skip
+            continue
+        step = r.get("decode_step_ms") if r["mode"] == "baseline" else r.get("spec_cycle_ms")
+        accept = r.get("accept_length_reference")
+        out.append((
+            r["profile"], r["mode"], _fmt(r.get("tokens_per_second_mean")), _fmt(step, 2),
+            _fmt(t.get("step_ms_p50"), 2), _fmt(t.get("allreduce_per_step"), 0),
+            _fmt(t.get("allreduce_ms_per_step"), 2), _fmt(r.get("break_even_accept_length"), 2),
+            "-" if accept is None else f"{accept:.2f}: {r.get('eagle3_verdict') or '-'}",
+        ))  # fmt: skip
+    return out
+
+
+def _print_timing(timing: dict[str, Any]) -> None:
+    t, real = timing.get("trial") or {}, timing.get("real") or {}
+    click.echo(
+        f"time: trial {t.get('total_s', 0):.1f} s ({t.get('loads', 0)} loads, "
+        f"{t.get('load_s', 0):.1f} s loading); real weights {real.get('total_s', 0):.1f} s "
+        f"({real.get('loads', 0)} loads, {real.get('load_s', 0):.1f} s loading)"
+    )
+    if t.get("load_s_saved") is not None:
+        click.echo(f"the {t['loads']} trial loads took {t['load_s']:.1f} s; with real weights "
+                   f"about {t['same_loads_with_real_weights_s']:.1f} s "
+                   f"({t['load_s_saved']:.1f} s saved)")  # fmt: skip
 
 
 @click.command()
@@ -608,6 +693,36 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     help="Seconds to wait for one profile switch (model load included).",
 )
 @click.option("--no-plot", is_flag=True, help="Do not draw DIR/sweep.png.")
+@click.option(
+    "--load-format",
+    type=click.Choice(["auto", "dummy"]),
+    default="auto",
+    show_default=True,
+    help="dummy: timing trial on random weights (fast loads; accept lengths meaningless).",
+)
+@click.option(
+    "--accept-length",
+    type=click.FloatRange(min=1.0),
+    default=None,
+    help="Real EAGLE-3 accept length a trial's break-even is judged by (default: one "
+    "recorded with real weights by an earlier sweep's --then-eagle3).",
+)
+@click.option(
+    "--then-confirm",
+    "then_confirm",
+    default=0,
+    type=click.IntRange(0),
+    metavar="N",
+    help="After a trial, reload the best N with real weights and measure them.",
+)
+@click.option(
+    "--trace-steps",
+    default=5,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Steps of the profile window captured per trial profile.",
+)
+@click.option("--no-traces", is_flag=True, help="No profile window per trial profile.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_context
 def sweep(
@@ -628,9 +743,18 @@ def sweep(
     reference: str | None,
     switch_timeout: float,
     no_plot: bool,
+    load_format: str,
+    accept_length: float | None,
+    then_confirm: int,
+    trace_steps: int,
+    no_traces: bool,
     as_json: bool,
 ) -> None:
-    """Baseline-first profile sweep through the daemon, with 95% confidence intervals."""
+    """Baseline-first profile sweep through the daemon, with 95% confidence intervals.
+
+    With --load-format dummy it is a timing trial (random weights, minutes less per load,
+    every result labelled weights=dummy); --then-confirm N reloads the best N with real
+    weights and measures them."""
     from fastverify.client import ControlClient, DaemonUnavailable
     from fastverify.experiments.bench import BenchConfig
     from fastverify.experiments.sweep import Sweep, SweepConfig, SweepError
@@ -643,10 +767,12 @@ def sweep(
         bench=BenchConfig(url="", concurrency=concurrency, duration=duration,
                           input_len=input_len, output_len=output_len, seed=seed, warmup=warmup),
         resume=resume, then_eagle3=then_eagle3, apply_best=apply_best, reference=reference,
-        switch_timeout_s=switch_timeout, plot=not no_plot,
+        switch_timeout_s=switch_timeout, plot=not no_plot, load_format=load_format,
+        accept_length=accept_length, then_confirm=then_confirm, traces=not no_traces,
+        trace_steps=trace_steps,
     )  # fmt: skip
     client = ControlClient(ctx.obj.get("socket") if ctx.obj else None, timeout=switch_timeout)
-    planned = len(profiles) * repeats + then_eagle3 * repeats
+    planned = (len(profiles) + then_eagle3 + then_confirm) * repeats
     with _Progress("sweep", planned, unit="measurements") as bar:
         done = {"n": 0}
 
@@ -678,7 +804,7 @@ def sweep(
             (
                 "rank",
                 "profile",
-                "mode",
+                "mode / weights",
                 "tok/s",
                 "95% CI",
                 "n",
@@ -692,14 +818,22 @@ def sweep(
             _sweep_rows(report["results"]),
             title=f"sweep: {report['results_file']}",
         )
+        if report.get("trial"):
+            heads = ("profile", "mode", "tok/s", "step/cycle ms", "trace ms/step",
+                     "all-reduces/step", "all-reduce ms/step", "break-even",
+                     "real accept: EAGLE-3")  # fmt: skip
+            title = "trial on dummy weights: timings (accept lengths not measured)"
+            table(heads, _trial_rows(report["results"]), title=title)
+            _print_timing(report.get("timing") or {})
         for r in report["results"]:
             if r["status"] != "ok":
                 click.echo(f"{r['profile']}/{r['mode']} failed ({r.get('reason')}): "
                            f"{r.get('message') or ''}".rstrip())  # fmt: skip
         best = report.get("best")
         if best:
+            trial_tag = " (trial, dummy weights)" if best.get("weights") == "dummy" else ""
             click.echo(f"best: {best['profile']}/{best['mode']} "
-                       f"{best['tokens_per_second_mean']:.1f} tok/s")  # fmt: skip
+                       f"{best['tokens_per_second_mean']:.1f} tok/s{trial_tag}")  # fmt: skip
         final = report.get("final") or {}
         if final.get("action") not in (None, "none"):
             click.echo(f"{final['action']}: {final.get('profile')}/{final.get('mode')}")

@@ -214,33 +214,14 @@ def run_operation(
     no_wait: bool,
     quiet: bool = False,
     verbose: bool = False,
-    unchanged: Any = None,
 ) -> int:
-    """POST an operation and follow it to its result; returns the exit code.
-
-    `unchanged(status) -> str | None`: a message when the daemon already serves what the
-    operation asks for (then nothing is sent and the exit code is 0).
-    """
+    """POST an operation and follow it to its result; returns the exit code."""
     from fastverify.client import ApiError, ConnectionLost, DaemonUnavailable
 
     client = client_for(ctx, timeout=None)
     status = _status_or_exit(client, as_json)
     if isinstance(status, int):
         return status
-    if unchanged is not None and (same := unchanged(status)):
-        if as_json:
-            emit_json(
-                {
-                    "result": "ok",
-                    "changed": False,
-                    "profile": status.get("profile"),
-                    "mode": status.get("mode"),
-                    "message": same,
-                }
-            )
-        else:
-            click.echo(f"ok: {same}")
-        return EXIT_OK
     flight = status.get("switch_in_flight")
     if body.get("queue") and flight and not as_json and not quiet:
         click.echo(
@@ -338,19 +319,6 @@ def _follow_rich(events: Any, follower: Follower) -> dict[str, Any] | None:
     return None
 
 
-def _same_profile(name: str, mode: str | None) -> Any:
-    def check(status: dict[str, Any]) -> str | None:
-        serving = status.get("state") == "READY" and not status.get("switch_in_flight")
-        if serving and status.get("profile") == name and mode in (None, status.get("mode")):
-            return (
-                f"{name}/{status.get('mode')} is already serving; nothing to do "
-                "(pass --restart to restart it, e.g. after editing the profile file)"
-            )
-        return None
-
-    return check
-
-
 def _path_refusal(name: str) -> str | None:
     """`profile set ./x.env`: the daemon loads profiles by name only; say what to do."""
     if "/" in name or name.endswith(".env"):
@@ -374,6 +342,9 @@ def _path_refusal(name: str) -> str | None:
 @click.option(
     "--restart", is_flag=True, help="Restart even when NAME (and the mode) is already serving."
 )
+@click.option("--trial", is_flag=True,
+              help="Timing trial: SGLang --load-format dummy (random weights, fast load; "
+              "everything it serves is labelled weights=dummy).")  # fmt: skip
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result.")
 @click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
@@ -387,6 +358,7 @@ def set_cmd(
     force: bool,
     queue: bool,
     restart: bool,
+    trial: bool,
     quiet: bool,
     verbose: bool,
     as_json: bool,
@@ -405,9 +377,10 @@ def set_cmd(
         body["mode"] = mode
     if timeout_s:
         body["timeout_s"] = timeout_s
+    if trial:
+        body["load_format"] = "dummy"
     if restart:
-        body["restart"] = True  # the daemon also answers "unchanged" without it
-    unchanged = None if restart else _same_profile(name, mode)
+        body["restart"] = True  # else the daemon answers "unchanged" when it already serves
     sys.exit(
         run_operation(
             ctx,
@@ -417,7 +390,6 @@ def set_cmd(
             no_wait=no_wait,
             quiet=quiet,
             verbose=verbose,
-            unchanged=unchanged,
         )
     )
 
@@ -433,4 +405,5 @@ def current_cmd(ctx: click.Context, as_json: bool) -> None:
             {k: st.get(k) for k in ("profile", "mode", "state", "last_good", "last_good_mode")}
         )
         return
-    click.echo(f"{st.get('profile')} ({st.get('mode')}) {st.get('state')}")
+    trial = " [trial: dummy weights]" if st.get("trial") else ""
+    click.echo(f"{st.get('profile')} ({st.get('mode')}) {st.get('state')}{trial}")

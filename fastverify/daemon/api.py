@@ -65,6 +65,7 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "queue": (_BOOL, False),
         "timeout_s": (_NUM, False),
         "restart": (_BOOL, False),
+        "load_format": ((str,), False),  # SGLang --load-format; "dummy" = trial
     },
     "/v1/mode": {
         "mode": ((str,), True),
@@ -86,6 +87,7 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "tokens_per_second": (_NUM, True),
         "per_request_tokens_per_second": (_NUM, True),
         "measured_at": (_NUM, False),
+        "accept_length": (_NUM, False),  # EAGLE-3, real weights (read by trial sweeps)
     },
     "/v1/trace/capture": {"steps": ((int,), False)},
 }
@@ -137,6 +139,8 @@ def validate_body(path: str, body: Any) -> dict[str, Any]:
             if problems:  # "daemon.readiness_timeout_s: -1 is out of range (expected ...)"
                 why = problems[0].message.partition(": ")[2]
                 raise RequestError(422, f"field {name!r} (like {key} in the config): {why}")
+    if body.get("load_format") is not None and configmod.load_format_problem(body["load_format"]):
+        raise RequestError(422, f"field {configmod.load_format_problem(body['load_format'])}")
     return body
 
 
@@ -312,6 +316,7 @@ class Handler(BaseHTTPRequestHandler):
             timeout_s=body.get("timeout_s"),
             withdrawn=lambda: _peer_closed(self.connection),
             restart=bool(body.get("restart", False)),
+            **({"load_format": body["load_format"]} if body.get("load_format") else {}),
         )
         self._answer(op, wait=body.get("wait", True), stream=body.get("stream", False))
 
@@ -353,6 +358,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(200, self.api.baselines())
             return
         body = validate_body("/v1/baselines", body)  # types; the facade checks values
+        if body.get("accept_length") is not None and body["accept_length"] < 1:
+            raise RequestError(422, "field 'accept_length' must be >= 1 (bonus token included)")
         self._send_json(200, self.api.set_baseline(body))
 
     def h_trace_capture(self, method: str, body: Any, query: dict[str, str]) -> None:

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fastverify.config import weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.crashes import CrashSteps
 from fastverify.daemon.failures import Failure
@@ -38,6 +39,7 @@ from fastverify.daemon.resolve import RequestError, Resolver
 from fastverify.daemon.restart import CrashWindow, RestartPolicy
 from fastverify.daemon.states import State, check_transition
 from fastverify.daemon.statestore import StateStore
+from fastverify.engines.sglang import load_format_of
 from fastverify.redact import mask_argv
 
 log = logging.getLogger("fastverifyd.controller")
@@ -129,7 +131,17 @@ class Controller(CrashSteps):
         t.start()
 
     def _settings(self, h: EngineHandle | None) -> dict[str, str]:
-        return dict(h.expected_nccl) if h is not None else {}
+        """The profile's settings + `weights` ("dummy" for a trial, read from the argv)."""
+        if h is None:
+            return {}
+        return dict(h.expected_nccl, weights=weights_label(load_format_of(h.argv)))
+
+    def _op_weights(self, op: Operation) -> str:
+        """ "dummy" when the operation runs a trial (--load-format dummy), else "real"."""
+        fmt = getattr(op, "load_format", None)
+        return weights_label(
+            fmt if fmt is not None else getattr(self.cfg.server, "load_format", None)
+        )
 
     def _result(self, op: Operation, result: str, **kw: Any) -> OpResult:
         fields = {k: kw.pop(k) for k in ("reason", "message", "log", "line") if k in kw}
@@ -141,7 +153,7 @@ class Controller(CrashSteps):
             mode=op.mode,
             duration_s=op.elapsed(),
             serving={"profile": self.active.get("profile"), "mode": self.active.get("mode")},
-            extra=kw,
+            extra={"weights": self._op_weights(op), **kw},
             **fields,
         )
 
@@ -195,11 +207,14 @@ class Controller(CrashSteps):
         timeout_s: float | None = None,
         withdrawn: Callable[[], bool] | None = None,
         restart: bool = False,
+        load_format: str | None = None,
     ) -> Operation:
         """Validate, take the slot (or queue for it), start the operation thread.
         A switch/mode to what is already serving (same profile, mode, argv and NCCL
         settings, READY, nothing in flight) is answered `unchanged` at once without
         touching the engine, unless `restart`.
+        `load_format` (SGLang --load-format; "dummy" = a trial) holds for this operation and
+        its rollback; None = the config's `[server] load_format`.
         Raises RequestError: 409 busy, 422 invalid, 503 shutting down, 507 state dir."""
         if self.shutting_down.is_set():
             raise RequestError(503, "fastverifyd is shutting down")
@@ -207,7 +222,7 @@ class Controller(CrashSteps):
         if not queue:
             self._refuse_if_busy()
         t0 = time.monotonic()
-        profile, argv = self.resolver.resolve(name, mode, force)
+        profile, argv = self.resolver.resolve(name, mode, force, load_format=load_format)
         verdict = self.resolver.check_argv(argv)
         validate_s = time.monotonic() - t0
         if verdict.ok is False:
@@ -229,6 +244,7 @@ class Controller(CrashSteps):
                 reason="state_dir_unwritable",
             )
         op = Operation(kind, name, mode)
+        op.load_format = load_format  # type: ignore[attr-defined]  # trial: rollback too
         if queue:
             claim = self.slot.wait_claim(op, withdrawn=withdrawn, stopping=self.shutting_down)
         else:
@@ -503,7 +519,9 @@ class Controller(CrashSteps):
         self.set_state(State.ROLLING_BACK, f"to {target['profile']}/{target['mode']}")
         self.say(f"rolling back to {target['profile']}/{target['mode']}")
         try:
-            profile, argv = self.resolver.resolve(target["profile"], target["mode"])
+            profile, argv = self.resolver.resolve(
+                target["profile"], target["mode"], load_format=getattr(op, "load_format", None)
+            )
         except RequestError as exc:
             self.set_state(State.FAILED, "last good profile no longer loads")
             return Failure("invalid_profile", f"last good profile no longer loads: {exc}")

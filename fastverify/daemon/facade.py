@@ -20,12 +20,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fastverify.config import weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.observers import ExporterFeed, LiveFigures
 from fastverify.daemon.operations import Operation
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.states import State
+from fastverify.engines.sglang import load_format_of
 from fastverify.redact import mask_argv
 
 
@@ -87,6 +89,7 @@ class ControlFacade:
                 "start_seconds": h.ready_s if h is not None else None,
                 "progress": dict(h.progress) if h is not None else None,
                 "adopted": h.adopted if h is not None else False,
+                "weights": weights_label(load_format_of(h.argv)) if h is not None else None,
             }
             return {
                 "state": str(c.state),
@@ -100,6 +103,7 @@ class ControlFacade:
                 "switch_in_flight": op.describe() if op is not None else None,
                 "queued": len(c.slot.queued()),
                 "restarts": {"total": sum(c.restarts.values()), "by_reason": dict(c.restarts)},
+                "trial": engine["weights"] == "dummy",  # --load-format dummy: a timing trial
                 "tokens_per_second": self.figures.tokens_per_second(),
                 "status_line": self.status_line(),
                 "config": {"source": c.cfg.source, "error": self.config_error},
@@ -146,6 +150,7 @@ class ControlFacade:
         timeout_s: float | None = None,
         withdrawn: Callable[[], bool] | None = None,
         restart: bool = False,
+        load_format: str | None = None,
     ) -> Operation:
         return self.ctl.request(
             kind,
@@ -156,6 +161,7 @@ class ControlFacade:
             timeout_s=timeout_s,
             withdrawn=withdrawn,
             restart=restart,
+            load_format=load_format,
         )
 
     def cancel(self) -> Operation | None:
@@ -185,6 +191,8 @@ class ControlFacade:
                 body["measured_at"] if body.get("measured_at") is not None else now
             ),
         }
+        if body.get("accept_length") is not None:  # EAGLE-3 with real weights (trial sweeps)
+            rec["accept_length"] = float(body["accept_length"])
         store = self.ctl.store
         with self.ctl._lock:
             data = store.load_baselines()

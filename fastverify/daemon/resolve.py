@@ -10,6 +10,7 @@ Messages from the engine's parser are masked (fastverify.redact): an argparse er
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from fastverify.config import MODES
@@ -56,8 +57,11 @@ class Resolver:
             mode or active.get("mode") or self.cfg.server.mode,
         )
 
-    def resolve(self, name: str, mode: str, force: bool = False) -> tuple[Any, list[str]]:
-        """Load the profile and build the argv; RequestError(422) when invalid."""
+    def resolve(
+        self, name: str, mode: str, force: bool = False, load_format: str | None = None
+    ) -> tuple[Any, list[str]]:
+        """Load the profile and build the argv; RequestError(422) when invalid.
+        `load_format` (SGLang --load-format, "dummy" = trial) overrides the config's."""
         from fastverify.profiles.model import ProfileError
 
         if mode not in MODES:
@@ -75,7 +79,10 @@ class Resolver:
                 reason="invalid_profile",
             ) from None
         try:
-            argv = self.engine.build_argv(self.cfg.server, mode, profile.requires)
+            server = self.cfg.server
+            if load_format is not None:
+                server = dataclasses.replace(server, load_format=load_format)
+            argv = self.engine.build_argv(server, mode, profile.requires)
         except EngineArgError as exc:
             raise RequestError(
                 422,

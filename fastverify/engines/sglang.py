@@ -7,7 +7,8 @@ Pinned version: the image ships SGLang 0.5.23 (PINNED_VERSION). Flag generations
   `--cuda-graph-backend-decode disabled` (the old flag is a deprecated alias there).
 - "old" (0.5.20 and earlier): `--disable-cuda-graph`.
 
-Both generations: `--disable-custom-all-reduce`, `--enable-metrics`,
+Both generations: `--load-format X` (only when `server.load_format` is not "auto"; "dummy"
+is the trial mode), `--disable-custom-all-reduce`, `--enable-metrics`,
 `--decode-log-interval`, and the EAGLE-3 flags `--speculative-algorithm EAGLE3
 --speculative-draft-model-path P --speculative-num-steps S --speculative-eagle-topk K
 --speculative-num-draft-tokens T`. `server.sglang_flags = "auto"` asks the server's
@@ -178,5 +179,19 @@ def server_args(
             argv += ["--disable-cuda-graph"]
     if requires.get("custom-all-reduce") == "off":
         argv += ["--disable-custom-all-reduce"]
+    if server.load_format != "auto":  # trial mode: --load-format dummy (random weights)
+        argv += ["--load-format", server.load_format]
     argv += list(server.extra_args)
     return argv
+
+
+def load_format_of(argv: list[str]) -> str:
+    """The `--load-format` an argv launches with ("auto" when absent): how a running or
+    adopted engine is labelled (weights "dummy" vs "real") from what it was started with."""
+    value = "auto"
+    for i, arg in enumerate(argv):
+        if arg == "--load-format" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--load-format="):
+            value = arg.split("=", 1)[1]
+    return value

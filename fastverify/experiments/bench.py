@@ -17,6 +17,9 @@ Timing, from the streamed chunks (SGLang sends cumulative `meta_info.completion_
   the decode rate one sequence sees (what a break-even accept length is measured against).
 - Accept length: `internal_states[0].avg_spec_accept_length` of `/get_server_info`
   (`/server_info` on newer SGLang) after the run; None for a baseline server.
+- Weights: "dummy" when the server info's `load_format` (SGLang reports its server args
+  there) is `dummy` (a timing trial: its accept length is not a real one), "real" for any
+  other load format, None when the server does not say.
 
 `run_sglang_bench` runs `python -m sglang.bench_serving` instead, when it is installed,
 and maps the JSONL line it appends to `--output-file` onto the same result fields.
@@ -38,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastverify.config import weights_label
 from fastverify.experiments.stats import mean, percentile
 
 ProgressFn = Callable[[int, float], None]  # (completed requests, elapsed seconds)
@@ -103,6 +107,7 @@ class BenchResult:
     itl_ms: dict[str, float | None]
     accept_length: float | None
     errors: list[str] = field(default_factory=list)
+    weights: str | None = None  # "dummy" (trial server) | "real" | None (not reported)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -249,12 +254,12 @@ async def _measure(
             if tick is not None:
                 tick.cancel()
         t_end = deadline if deadline is not None else time.perf_counter()
-        accept = await _accept_length(client, url)
-        return records, t0, t_end, accept
+        info = await _server_info(client, url)
+        return records, t0, t_end, info
 
 
-async def _accept_length(client: Any, url: str) -> float | None:
-    """avg_spec_accept_length of TP0 from /get_server_info (or /server_info); None if absent."""
+async def _server_info(client: Any, url: str) -> dict[str, Any] | None:
+    """/get_server_info (or /server_info) after the run; None when neither answers JSON."""
     for path in ("/get_server_info", "/server_info"):
         try:
             resp = await client.get(f"{url}{path}", timeout=10.0)
@@ -266,8 +271,15 @@ async def _accept_length(client: Any, url: str) -> float | None:
             info = resp.json()
         except ValueError:
             continue
-        return accept_length_from_server_info(info)
+        if isinstance(info, dict):
+            return info
     return None
+
+
+def weights_from_server_info(info: dict[str, Any] | None) -> str | None:
+    """Weights "dummy" / "real" from the server's reported `load_format`; None when absent."""
+    fmt = (info or {}).get("load_format")
+    return weights_label(fmt) if isinstance(fmt, str) else None
 
 
 def accept_length_from_server_info(info: dict[str, Any]) -> float | None:
@@ -333,8 +345,10 @@ def summarize(
 def run_bench(cfg: BenchConfig, progress: ProgressFn | None = None) -> BenchResult:
     """Run the closed loop described in the module docstring and summarise it."""
     cfg.validate()
-    records, t0, t_end, accept = asyncio.run(_measure(cfg, progress))
-    return summarize(records, t0, t_end, cfg, accept)
+    records, t0, t_end, info = asyncio.run(_measure(cfg, progress))
+    result = summarize(records, t0, t_end, cfg, accept_length_from_server_info(info or {}))
+    result.weights = weights_from_server_info(info)
+    return result
 
 
 # ---------------------------------------------------------------- sglang.bench_serving

@@ -26,7 +26,16 @@ also get the same profile's baseline, the real speedup (EAGLE-3 / baseline) and 
 break-even accept length (`stats.break_even_accept_length`, from per-request rates).
 
 After the baseline phase, each profile's baseline figures are posted to
-`POST /v1/baselines`, where the exporter turns them into break-even gauges.
+`POST /v1/baselines`, where the exporter turns them into break-even gauges (real weights
+only; an EAGLE-3 phase adds the profile's real accept length, which trials compare with).
+
+Trial mode (`load_format="dummy"`, see `fastverify.experiments.trial`): every switch asks
+the daemon for `--load-format dummy` (random weights: minutes less per load), every record
+carries `weights: "dummy"`, a profile window is captured per profile for step/verify and
+all-reduce figures, EAGLE-3 rows get a break-even accept length compared with a real one,
+and `then_confirm=N` reloads the best N with real weights and measures them as usual (their
+own rows, `weights: "real"`, with CI95). Extra record types: `switch` (seconds per load)
+and `trace` (a profile window's figures).
 At the end, `apply_best` switches to the winner; otherwise the profile and mode that were
 active before the sweep are restored.
 """
@@ -35,13 +44,15 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from fastverify.experiments import stats
+from fastverify.config import LOAD_FORMATS, TRIAL_LOAD_FORMAT
+from fastverify.experiments import stats, trial
 from fastverify.experiments.bench import BenchConfig, BenchError, run_bench
 
 EventFn = Callable[[str], None]
@@ -67,6 +78,16 @@ class SweepConfig:
     switch_timeout_s: float = 1800.0
     plot: bool = True
     alpha: float = 0.05
+    # trial mode (fastverify.experiments.trial)
+    load_format: str = "auto"  # "dummy": timing trial on random weights
+    accept_length: float | None = None  # real accept length the trial break-even is judged by
+    then_confirm: int = 0  # reload the best N with real weights and measure them
+    traces: bool = True  # capture a profile window per profile in a trial
+    trace_steps: int = 5
+
+    @property
+    def trial(self) -> bool:
+        return self.load_format == TRIAL_LOAD_FORMAT
 
     def validate(self) -> None:
         if not self.profiles:
@@ -83,7 +104,22 @@ class SweepConfig:
             raise ValueError("--then-eagle3 follows a baseline sweep (use --mode baseline)")
         if self.reference and self.reference not in self.profiles:
             raise ValueError(f"--reference {self.reference!r} is not among the swept profiles")
+        self._validate_trial()
         self.bench.validate()
+
+    def _validate_trial(self) -> None:
+        if self.load_format not in LOAD_FORMATS:
+            raise ValueError(
+                f"--load-format {self.load_format!r}: expected one of {', '.join(LOAD_FORMATS)}"
+            )
+        if self.then_confirm < 0:
+            raise ValueError("--then-confirm must be 0 or more")
+        if self.then_confirm and not self.trial:
+            raise ValueError("--then-confirm follows a trial (add --load-format dummy)")
+        if self.accept_length is not None and self.accept_length < 1.0:
+            raise ValueError("--accept-length counts the bonus token: 1.0 or more")
+        if self.trace_steps < 1:
+            raise ValueError("--trace-steps must be at least 1")
 
     def describe(self) -> dict[str, Any]:
         d = asdict(self)
@@ -232,6 +268,21 @@ def best_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return max(ok, key=lambda r: r["tokens_per_second_mean"]) if ok else None
 
 
+def _fmt_ms(value: Any) -> str:
+    return "-" if not isinstance(value, int | float) else f"{value:.2f}"
+
+
+def _decode_analysis(analysis: dict[str, Any]) -> dict[str, Any] | None:
+    """A baseline window's DECODE steps, analysed from its files (None when unreadable)."""
+    from fastverify.exporters import traces
+
+    try:
+        out = traces.analyze_path(analysis["window"], span="DECODE")
+    except (OSError, traces.TraceError):
+        return None
+    return out if any(r.get("verify_passes") for r in out.get("ranks", [])) else None
+
+
 # ------------------------------------------------------------------ plot
 
 
@@ -245,13 +296,15 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
     labels, heights, lo_err, hi_err, colors = [], [], [], [], []
     palette = {"baseline": "#4C72B0", "eagle3": "#DD8452"}
     for r in rows:
-        labels.append(f"{r['profile']}\n{r['mode']}")
+        labels.append(f"{r['profile']}\n{r['mode']}"
+                      + ("\ntrial" if r.get("weights") == trial.DUMMY else ""))  # fmt: skip
         mean = r.get("tokens_per_second_mean") or 0.0
         heights.append(mean)
         ci = r.get("ci95")
         lo_err.append(mean - ci[0] if ci else 0.0)
         hi_err.append(ci[1] - mean if ci else 0.0)
-        colors.append(palette.get(r["mode"], "#888888") if r["status"] == "ok" else "#BBBBBB")
+        color = palette.get(r["mode"], "#888888") if r["status"] == "ok" else "#BBBBBB"
+        colors.append(color + ("66" if r.get("weights") == trial.DUMMY else ""))  # faded
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(rows) + 2), 4.5))
     xs = range(len(rows))
     ax.bar(xs, heights, yerr=[lo_err, hi_err], capsize=4, color=colors, edgecolor="black")
@@ -291,16 +344,21 @@ class Sweep:
         self.results = Path(cfg.output_dir) / RESULTS_FILE
         self.records: list[dict[str, Any]] = []
         self.warnings: list[str] = []
+        self._original_trial = False
 
     # -- daemon calls
     def _status(self) -> dict[str, Any]:
         return self.client.get("/v1/status")
 
-    def _switch(self, profile: str, mode: str) -> dict[str, Any]:
-        """Switch and wait; returns the daemon's result (ok, rolled_back or failed)."""
+    def _switch(self, profile: str, mode: str, weights: str = trial.REAL) -> dict[str, Any]:
+        """Switch and wait; returns the daemon's result (ok, rolled_back or failed).
+        `weights="dummy"` asks for a trial server (`load_format: "dummy"`); real weights
+        use the daemon's configured load format."""
         from fastverify.client import ApiError
 
-        body = {"name": profile, "mode": mode, "wait": True}
+        body: dict[str, Any] = {"name": profile, "mode": mode, "wait": True}
+        if weights == trial.DUMMY:
+            body["load_format"] = TRIAL_LOAD_FORMAT
         for attempt in range(5):
             try:
                 return self.client.post("/v1/profile", body, timeout=self.cfg.switch_timeout_s)
@@ -328,15 +386,11 @@ class Sweep:
         return url
 
     # -- bookkeeping
-    def _done(self, profile: str, mode: str) -> tuple[int, bool]:
-        n = sum(
-            1 for r in self.records
-            if r.get("type") == "measurement" and r["profile"] == profile and r["mode"] == mode
-        )  # fmt: skip
-        failed = any(
-            r.get("type") == "failure" and r["profile"] == profile and r["mode"] == mode
-            for r in self.records
-        )
+    def _done(self, profile: str, mode: str, weights: str = trial.REAL) -> tuple[int, bool]:
+        mine = [r for r in self.records if r.get("profile") == profile and r.get("mode") == mode
+                and trial.weights_of(r) == weights]  # fmt: skip
+        n = sum(1 for r in mine if r.get("type") == "measurement")
+        failed = any(r.get("type") == "failure" for r in mine)
         return n, failed
 
     def _record(self, rec: dict[str, Any]) -> None:
@@ -345,49 +399,123 @@ class Sweep:
         self.records.append(rec)
 
     # -- one (profile, mode)
-    def measure(self, profile: str, mode: str, index: str) -> None:
-        have, failed = self._done(profile, mode)
+    def measure(self, profile: str, mode: str, index: str, weights: str = trial.REAL) -> None:
+        have, failed = self._done(profile, mode, weights)
+        tag = f"{profile}/{mode}" + (" [trial: dummy weights]" if weights == trial.DUMMY else "")
         if failed or have >= self.cfg.repeats:
             why = "failed earlier" if failed else f"{have} measurement(s) on file"
-            self.emit(f"{index} {profile}/{mode}: skipped ({why})")
+            self.emit(f"{index} {tag}: skipped ({why})")
             return
-        self.emit(f"{index} {profile}/{mode}: switching ...")
-        res = self._switch(profile, mode)
+        self.emit(f"{index} {tag}: switching ...")
+        t0 = time.monotonic()
+        res = self._switch(profile, mode, weights)
+        got = res.get("weights")
+        if res.get("result") == "ok" and got is not None and got != weights:
+            res = dict(res, result="failed", reason="wrong_weights", message=(
+                f"asked for {weights} weights, the daemon serves {got} weights (its [server] "
+                "load_format decides when a switch names none)"))  # fmt: skip
         if res.get("result") != "ok":
             reason, message = res.get("reason") or res.get("result"), res.get("message") or ""
             self._record({"type": "failure", "profile": profile, "mode": mode, "stage": "switch",
                           "reason": reason, "message": message, "result": res.get("result"),
+                          "weights": weights,
                           "daemon": {k: res.get(k) for k in ("id", "duration_s", "line",
                                                              "serving")}})  # fmt: skip
-            self.emit(f"{index} {profile}/{mode}: FAILED ({reason}: {message})".rstrip())
+            self.emit(f"{index} {tag}: FAILED ({reason}: {message})".rstrip())
             return
-        self.emit(f"{index} {profile}/{mode}: ready in {res.get('duration_s', 0):.1f} s")
+        load_s = time.monotonic() - t0
+        self._record({"type": "switch", "profile": profile, "mode": mode, "weights": weights,
+                      "seconds": load_s, "engine_ready_s": res.get("engine_ready_s")})  # fmt: skip
+        self.emit(f"{index} {tag}: ready in {res.get('duration_s', 0):.1f} s")
         url = self._engine_url()
         for rep in range(have, self.cfg.repeats):
             bcfg = replace(
                 self.cfg.bench, url=url, warmup=self.cfg.bench.warmup if rep == have else 0
             )
+            t0 = time.monotonic()
             try:
                 result = run_bench(bcfg, self.on_bench_progress)
             except BenchError as exc:
                 self._record({"type": "failure", "profile": profile, "mode": mode,
                               "stage": "bench", "reason": "bench_failed", "message": str(exc),
-                              "repeat": rep})  # fmt: skip
-                self.emit(f"{index} {profile}/{mode}: bench failed ({exc})")
+                              "repeat": rep, "weights": weights})  # fmt: skip
+                self.emit(f"{index} {tag}: bench failed ({exc})")
+                return
+            if result.weights is not None and result.weights != weights:
+                msg = f"asked for {weights} weights, the server reports {result.weights} weights"
+                self._record({"type": "failure", "profile": profile, "mode": mode,
+                              "stage": "bench", "reason": "wrong_weights", "message": msg,
+                              "repeat": rep, "weights": weights})  # fmt: skip
+                self.emit(f"{index} {tag}: {msg}")
                 return
             rec = {"type": "measurement", "profile": profile, "mode": mode, "repeat": rep}
             rec.update({k: v for k, v in result.to_dict().items() if k not in ("config", "source")})
+            rec["weights"] = weights
             rec["tokens_per_second"] = rec.pop("output_tokens_per_second")
+            rec["wall_s"] = time.monotonic() - t0
             self._record(rec)
-            self.emit(f"{index} {profile}/{mode}: run {rep + 1}/{self.cfg.repeats} "
+            self.emit(f"{index} {tag}: run {rep + 1}/{self.cfg.repeats} "
                       f"{result.output_tokens_per_second:.1f} tok/s")  # fmt: skip
+        if weights == trial.DUMMY and self.cfg.traces:
+            self._capture_trace(profile, mode, url, index)
 
-    def _post_baselines(self, rows: list[dict[str, Any]]) -> list[str]:
+    def _capture_trace(self, profile: str, mode: str, url: str, index: str) -> None:
+        """A profile window (POST /v1/trace/capture) under load: step/verify time and
+        all-reduces per step. Baseline windows have no verify pass: their DECODE steps are
+        analysed from the window's files when this host can read them."""
         from fastverify.client import ApiError
 
+        got: dict[str, Any] = {}
+        steps = self.cfg.trace_steps
+
+        def capture() -> None:
+            try:
+                got["analysis"] = self.client.post(
+                    "/v1/trace/capture", {"steps": steps}, timeout=180
+                )
+            except (ApiError, OSError) as exc:
+                got["error"] = str(exc)
+
+        t0 = time.monotonic()
+        worker = threading.Thread(target=capture, name="sweep-trace", daemon=True)
+        worker.start()
+        load = replace(self.cfg.bench, url=url, duration=0.5, requests=None, warmup=0)
+        while worker.is_alive() and time.monotonic() - t0 < 180:  # the window needs traffic
+            try:
+                run_bench(load)
+            except BenchError:
+                worker.join(0.5)
+        worker.join(5.0)
+        analysis = got.get("analysis")
+        if mode == "baseline" and isinstance(analysis, dict) and analysis.get("window"):
+            analysis = _decode_analysis(analysis) or analysis
+        figures = trial.trace_figures(analysis) if isinstance(analysis, dict) else None
+        rec: dict[str, Any] = {"type": "trace", "profile": profile, "mode": mode,
+                               "weights": trial.DUMMY, "steps": steps,
+                               "wall_s": time.monotonic() - t0, "figures": figures}  # fmt: skip
+        if figures is None:
+            rec["error"] = got.get("error") or "the profile window had no step to analyse"
+            self.warnings.append(f"no trace for {profile}/{mode}: {rec['error']}")
+        self._record(rec)
+        if figures:
+            self.emit(f"{index} {profile}/{mode}: trace {figures['span']} "
+                      f"{_fmt_ms(figures['step_ms_p50'])} ms/step, "
+                      f"{figures['allreduce_per_step'] or 0:.0f} all-reduces "
+                      f"({_fmt_ms(figures['allreduce_ms_per_step'])} ms)")  # fmt: skip
+
+    def _post_baselines(self, rows: list[dict[str, Any]]) -> list[str]:
+        """Record each real-weights baseline row (and the same profile's real EAGLE-3
+        accept length, when measured) with the daemon. Trial rows are never posted."""
+        from fastverify.client import ApiError
+
+        accept = {r["profile"]: r.get("accept_length_mean") for r in rows
+                  if r["mode"] == "eagle3" and r["status"] == "ok"
+                  and r.get("weights", trial.REAL) == trial.REAL}  # fmt: skip
         posted = []
         for r in rows:
             if r["mode"] != "baseline" or r["status"] != "ok":
+                continue
+            if r.get("weights", trial.REAL) != trial.REAL:
                 continue
             body = {
                 "profile": r["profile"],
@@ -396,6 +524,8 @@ class Sweep:
                 or r["tokens_per_second_mean"],
                 "measured_at": time.time(),
             }
+            if accept.get(r["profile"]):
+                body["accept_length"] = accept[r["profile"]]
             try:
                 self.client.post("/v1/baselines", body)
                 posted.append(r["profile"])
@@ -426,6 +556,19 @@ class Sweep:
                 "was switched or measured:\n" + "\n".join(bad)
             )
 
+    def _rows(self, weights: str, keep: Any = None) -> list[dict[str, Any]]:
+        """summarize() over one kind of weights; `keep(record)` narrows the records."""
+        recs = trial.split_by_weights(self.records, weights)
+        if keep is not None:
+            recs = [r for r in recs if r.get("type") == "sweep" or keep(r)]
+        reference = self.cfg.reference
+        if reference and not any(r.get("profile") == reference for r in recs):
+            reference = None
+        rows = summarize(recs, reference, self.cfg.alpha)
+        for r in rows:
+            r["weights"] = weights
+        return rows
+
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
         status = self._status()  # DaemonUnavailable propagates: nothing to do without it
@@ -441,14 +584,19 @@ class Sweep:
         self.records = existing
         self._check_resumed_config(existing)
         original = (status.get("profile"), status.get("mode"))
+        self._original_trial = bool(status.get("trial"))
         self._record({"type": "sweep", "started_at": time.time(), "config": cfg.describe(),
                       "resumed": bool(existing)})  # fmt: skip
 
+        weights = trial.DUMMY if cfg.trial else trial.REAL
+        if cfg.trial:
+            self.emit("trial: dummy weights (--load-format dummy); timings are real, accept "
+                      "lengths are not")  # fmt: skip
         plan = [(p, cfg.mode) for p in cfg.profiles]
         for i, (p, m) in enumerate(plan, 1):
-            self.measure(p, m, f"[{i}/{len(plan)}]")
-        rows = summarize(self.records, cfg.reference, cfg.alpha)
-        posted = self._post_baselines(rows) if cfg.mode == "baseline" else []
+            self.measure(p, m, f"[{i}/{len(plan)}]", weights)
+        rows = self._rows(weights)
+        posted = self._post_baselines(rows) if cfg.mode == "baseline" and not cfg.trial else []
 
         if cfg.then_eagle3:
             ranked = sorted(
@@ -458,32 +606,47 @@ class Sweep:
             )[: cfg.then_eagle3]  # fmt: skip
             self.emit(f"EAGLE-3 phase: {', '.join(r['profile'] for r in ranked) or 'nothing'}")
             for i, r in enumerate(ranked, 1):
-                self.measure(r["profile"], "eagle3", f"[eagle3 {i}/{len(ranked)}]")
-            rows = summarize(self.records, cfg.reference, cfg.alpha)
+                self.measure(r["profile"], "eagle3", f"[eagle3 {i}/{len(ranked)}]", weights)
+            rows = self._rows(weights)
+            if not cfg.trial and cfg.mode == "baseline":
+                posted = self._post_baselines(rows)  # now with the real accept lengths
 
         swept = {(p, m) for p, m in plan} | {
             (r["profile"], "eagle3") for r in rows if r["mode"] == "eagle3"
         }
         rows = [r for r in rows if (r["profile"], r["mode"]) in swept]
-        best = best_row(rows)
+        confirmed: list[dict[str, Any]] = []
+        if cfg.trial:
+            rows = self._trial_rows(rows)
+            if cfg.then_confirm:
+                confirmed = self._confirm(rows)
+                posted = self._post_baselines(confirmed) if cfg.mode == "baseline" else []
+        if cfg.trial:  # a trial's winner is a timing winner: among the rows it ranked truthfully
+            pool = confirmed or [r for r in rows if r["mode"] == cfg.mode]
+            best = best_row(pool) if cfg.mode == "baseline" or confirmed else None
+        else:
+            best = best_row(rows)
         final = self._finish(best, original)
+        all_rows = rows + confirmed
         plot_path = None
-        if cfg.plot and rows:
+        if cfg.plot and all_rows:
             try:
                 plot_path = str(
                     plot(
-                        rows,
+                        all_rows,
                         out_dir / PLOT_FILE,
-                        title=f"sweep ({cfg.bench.concurrency} client(s))",
+                        title=f"sweep ({cfg.bench.concurrency} client(s))"
+                        + (" - trial on dummy weights" if cfg.trial else ""),
                     )
                 )
             except ImportError:
                 self.warnings.append("no plot: matplotlib is not installed "
                                      "(pip install 'fastverify[plot]')")  # fmt: skip
-        return {
-            "results": rows,
-            "best": None if best is None else {k: best[k] for k in
-                                               ("profile", "mode", "tokens_per_second_mean")},
+        out = {
+            "results": all_rows,
+            "best": None if best is None else {k: best.get(k) for k in
+                                               ("profile", "mode", "tokens_per_second_mean",
+                                                "weights")},
             "baselines_posted": posted,
             "final": final,
             "output_dir": str(out_dir),
@@ -491,6 +654,54 @@ class Sweep:
             "plot": plot_path,
             "warnings": self.warnings,
         }  # fmt: skip
+        if cfg.trial:
+            out["trial"] = True
+            out["confirmed"] = [r["profile"] for r in confirmed]
+            out["timing"] = trial.timing(self.records)
+        return out
+
+    def _trial_rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Dummy-weights rows with their trace figures and the real-accept-length verdicts."""
+        from fastverify.client import ApiError
+
+        try:
+            recorded = self.client.get("/v1/baselines") or {}
+        except (ApiError, OSError) as exc:
+            recorded = {}
+            self.warnings.append(f"could not read the recorded baselines: {exc}")
+        traces = {(r["profile"], r["mode"]): r["figures"] for r in self.records
+                  if r.get("type") == "trace" and r.get("figures")}  # fmt: skip
+        rows = trial.annotate(
+            rows, traces, lambda p: trial.reference_accept_length(self.cfg.accept_length,
+                                                                  recorded, p), recorded
+        )  # fmt: skip
+        eagle = [r for r in rows if r["mode"] == "eagle3" and r["status"] == "ok"]
+        if eagle and not any(r.get("accept_length_reference") for r in eagle):
+            self.warnings.append(
+                "no real accept length to judge the trial's break-even accept lengths by: pass "
+                "--accept-length A, or record one with a real-weights sweep's --then-eagle3"
+            )
+        return rows
+
+    def _confirm(self, trial_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Reload the trial's best `then_confirm` profiles with real weights and measure them
+        as a normal sweep does (own rows, CI95, Welch against the best)."""
+        cfg = self.cfg
+        ranked = sorted(
+            (r for r in trial_rows if r["mode"] == cfg.mode and r["status"] == "ok"),
+            key=lambda r: -r["tokens_per_second_mean"],
+        )[: cfg.then_confirm]  # fmt: skip
+        names = [r["profile"] for r in ranked]
+        self.emit(f"confirm with real weights: {', '.join(names) or 'nothing'}")
+        for i, name in enumerate(names, 1):
+            self.measure(name, cfg.mode, f"[confirm {i}/{len(names)}]", trial.REAL)
+        rows = self._rows(trial.REAL, keep=lambda r: r.get("profile") in names
+                          and r.get("mode") == cfg.mode)  # fmt: skip
+        trial_rank = {r["profile"]: r.get("rank") for r in ranked}
+        for r in rows:
+            r["confirmed"] = True
+            r["trial_rank"] = trial_rank.get(r["profile"])
+        return rows
 
     def _check_resumed_config(self, existing: list[dict[str, Any]]) -> None:
         """Warn when a resumed sweep measures differently from the one it continues."""
@@ -516,13 +727,18 @@ class Sweep:
             target, why = original, "restored"
         else:
             return {"action": "none"}
+        # The winner is put in place with real weights; a restore puts back what ran before
+        # (a trial server only if the sweep started on one).
+        weights = trial.DUMMY if why == "restored" and self._original_trial else trial.REAL
         status = self._status()
-        if (status.get("profile"), status.get("mode")) == target:
-            return {"action": why, "profile": target[0], "mode": target[1], "switched": False}
-        self.emit(f"{why}: {target[0]}/{target[1]} ...")
-        res = self._switch(target[0], target[1])
+        now = trial.DUMMY if status.get("trial") else trial.REAL
+        if (status.get("profile"), status.get("mode")) == target and now == weights:
+            return {"action": why, "profile": target[0], "mode": target[1], "switched": False,
+                    "weights": weights}  # fmt: skip
+        self.emit(f"{why}: {target[0]}/{target[1]} ({weights} weights) ...")
+        res = self._switch(target[0], target[1], weights)
         out = {"action": why, "profile": target[0], "mode": target[1], "switched": True,
-               "result": res.get("result")}  # fmt: skip
+               "result": res.get("result"), "weights": weights}  # fmt: skip
         if res.get("result") != "ok":
             self.warnings.append(f"{why} {target[0]}/{target[1]} failed: {res.get('message')}")
         return out

@@ -3,7 +3,8 @@ one builder per source. No I/O, no parsing: state is prepared by the hub's write
 
 Sources and what each publishes
 -------------------------------
-engine          fastverify_up, fastverify_profile_info (identity + the profile's settings)
+engine          fastverify_up, fastverify_profile_info (identity + the profile's settings +
+                `weights`: "dummy" for a trial server (--load-format dummy), else "real")
 sglang_metrics  decode figures from SGLang's /metrics poll or decode log lines: tokens/s,
                 generated tokens, accept length/rate, running/queued requests, KV usage,
                 spec cycle, break-even accept length, speedup estimate; baselines
@@ -48,7 +49,9 @@ def profile_labels(
     profile: str, mode: str, engine: str, settings: dict[str, str]
 ) -> dict[str, str]:
     """Labels of fastverify_profile_info: identity + every non-secret profile setting,
-    lower-cased (`NCCL_ALGO` -> `nccl_algo`); algo/proto always present ("unset")."""
+    lower-cased (`NCCL_ALGO` -> `nccl_algo`); algo/proto always present ("unset");
+    `weights` always present: "dummy" when the settings say so (a trial server, whose
+    figures must not be read as production ones), else "real"."""
     labels = {"profile": profile, "mode": mode, "engine": engine}
     for name, value in settings.items():
         if is_secret_name(name):
@@ -59,6 +62,7 @@ def profile_labels(
         labels[label] = str(value)
     labels.setdefault("nccl_algo", "unset")
     labels.setdefault("nccl_proto", "unset")
+    labels["weights"] = "dummy" if labels.get("weights") == "dummy" else "real"
     return labels
 
 

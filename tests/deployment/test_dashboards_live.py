@@ -35,6 +35,7 @@ GRAFANA_VARS = {
     "$__range": "5m",
     "$profile": ".*",
     "$mode": ".*",
+    "$weights": ".*",
 }
 
 

@@ -13,7 +13,13 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fastverify.config import LOAD_FORMATS, TRIAL_LOAD_FORMAT
+
 SPEC_ALGOS = ("EAGLE", "EAGLE3")
+# `--load-format dummy` (SGLang: random weights): the sim skips most of its simulated weight
+# load and its drafter guesses at random, so the accept length sits at its floor (the
+# bonus token only) unless --sim-accept-length says otherwise.
+DUMMY_ACCEPT_LENGTH = 1.0
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class SimArgs:
     seed: int
     argv: tuple[str, ...]
     fail: str | None = None
+    load_format: str = "auto"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context-length", type=int, default=None)
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--random-seed", type=int, default=None)
+    p.add_argument("--load-format", default="auto", choices=LOAD_FORMATS)
     p.add_argument(
         "--sim-load-seconds",
         type=float,
@@ -133,6 +141,9 @@ def parse(argv: Sequence[str]) -> SimArgs:
         parser.error("speculative num-steps/eagle-topk must be >= 1 and num-draft-tokens >= 2")
     if ns.sim_accept_length is not None and not 1.0 <= ns.sim_accept_length <= ndt:
         parser.error(f"--sim-accept-length must be in 1..{ndt} (num draft tokens)")
+    accept_length = ns.sim_accept_length
+    if accept_length is None and ns.load_format == TRIAL_LOAD_FORMAT:
+        accept_length = DUMMY_ACCEPT_LENGTH
     backend = (ns.cuda_graph_backend_decode or "").strip().lower()
     cuda_graph = not (
         ns.disable_cuda_graph or ns.disable_decode_cuda_graph or backend == "disabled"
@@ -155,8 +166,9 @@ def parse(argv: Sequence[str]) -> SimArgs:
         disable_custom_all_reduce=ns.disable_custom_all_reduce,
         log_level=ns.log_level,
         load_seconds=ns.sim_load_seconds,
-        accept_length=ns.sim_accept_length,
+        accept_length=accept_length,
         seed=ns.sim_seed,
         argv=tuple(argv),
         fail=ns.sim_fail,
+        load_format=ns.load_format,
     )

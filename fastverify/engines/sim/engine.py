@@ -32,6 +32,10 @@ from fastverify.engines.sim.workers import WorkerPool
 
 SIM_VERSION = "0.5.23-fastverify-sim"
 SHARDS = 64
+# `--load-format dummy`: SGLang initialises random weights instead of reading the
+# checkpoint; the sim keeps this share of its simulated weight-load time (graph capture
+# and NCCL init are unchanged, as on real hardware).
+DUMMY_LOAD_SHARE = 0.05
 BANNER = (
     "fastverify sim engine: this is a SIMULATION of an SGLang server (no GPU, no model). "
     "Timings come from a documented cost model (docs/sim.md) and are not measurements "
@@ -188,6 +192,13 @@ class SimEngine:
         self._all_ranks("Load weight begin. avail mem=78.52 GB")
         tic = time.monotonic()
         steps = 16
+        if a.load_format == "dummy":  # random init, no checkpoint read (no shard progress)
+            weights_s *= DUMMY_LOAD_SHARE
+            steps = 0
+            self._sleep(weights_s * 0.95)
+            if a.fail == "oom":  # random weights take the same memory
+                self.log.log(sglang_logs.oom_traceback(), 0, "error")
+                raise RuntimeError("injected OOM")
         for k in range(1, steps + 1):
             self._sleep(weights_s * 0.95 / steps)
             done = SHARDS * k // steps
@@ -257,6 +268,7 @@ class SimEngine:
             "speculative_num_draft_tokens": a.num_draft_tokens if a.mode == "eagle3" else None,
             "disable_cuda_graph": not a.cuda_graph,
             "decode_log_interval": a.decode_log_interval,
+            "load_format": a.load_format,
             "version": SIM_VERSION,
             "simulated": True,
             "engine": "fastverify-sim",

@@ -119,10 +119,15 @@ class FakeResolver:
     def defaults(self, name: str | None, mode: str | None, active: dict) -> tuple[str, str]:
         return (name or active.get("profile") or "ring", mode or active.get("mode") or "baseline")
 
-    def resolve(self, name: str, mode: str, force: bool = False) -> tuple[Any, list[str]]:
+    def resolve(
+        self, name: str, mode: str, force: bool = False, load_format: str | None = None
+    ) -> tuple[Any, list[str]]:
         if name not in self.known:
             raise RequestError(422, f"invalid profile {name!r}", reason="invalid_profile")
-        return SimpleNamespace(name=name), ["engine", "--profile", name, "--mode", mode]
+        argv = ["engine", "--profile", name, "--mode", mode]
+        return SimpleNamespace(name=name), argv + (
+            ["--load-format", load_format] * bool(load_format)
+        )
 
     def check_argv(self, argv: list[str]) -> ArgvCheck:
         return ArgvCheck(True, "ok")

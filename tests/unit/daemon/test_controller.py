@@ -38,10 +38,10 @@ def test_switch_publishes_typed_events_and_serves(tmp_path: Path) -> None:
     up = [e for e in seen if isinstance(e, ev.EngineUp)]
     assert len(up) == 1
     assert (up[0].profile, up[0].mode, up[0].url) == ("tree", "baseline", "http://127.0.0.1:1")
-    assert up[0].settings == {"NCCL_ALGO": "TREE"}
+    assert up[0].settings == {"NCCL_ALGO": "TREE", "weights": "real"}
     down = [e for e in seen if isinstance(e, ev.EngineDown)]
     assert [(d.profile, d.why, dict(d.settings)) for d in down] == [
-        ("ring", "stopped", {"NCCL_ALGO": "RING"})
+        ("ring", "stopped", {"NCCL_ALGO": "RING", "weights": "real"})
     ]
     fin = [e for e in seen if isinstance(e, ev.OperationFinished)]
     assert [(f.kind, f.result) for f in fin] == [("switch", "ok")]

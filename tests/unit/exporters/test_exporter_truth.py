@@ -56,7 +56,7 @@ def test_a_dead_engine_takes_its_figures_along_and_keeps_its_profile_labels() ->
         assert gone not in names(s), gone
     info = [dict(k[1]) for k in s if k[0] == "fastverify_profile_info"]
     assert info == [{"profile": "ring-ll", "mode": "eagle3", "engine": "sglang",
-                     "nccl_algo": "Ring", "nccl_proto": "LL"}]  # fmt: skip
+                     "nccl_algo": "Ring", "nccl_proto": "LL", "weights": "real"}]  # fmt: skip
 
 
 def test_running_requests_follow_sglangs_gauge_not_a_stale_log_line() -> None:

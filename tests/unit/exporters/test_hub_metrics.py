@@ -123,6 +123,7 @@ def test_profile_info_labels_switch_and_hide_secrets() -> None:
         "nccl_algo": "Ring",
         "nccl_proto": "LL",
         "nccl_p2p_level": "SYS",
+        "weights": "real",
     }
     text = str(s)
     for secret in ("hf_x", "HF_TOKEN", "hf_token", "wandb", "password", "aws"):
@@ -131,7 +132,7 @@ def test_profile_info_labels_switch_and_hide_secrets() -> None:
     s = scrape(hub)
     infos = [dict(k[1]) for k in s if k[0] == "fastverify_profile_info"]
     assert infos == [{"profile": "tree-ll", "mode": "eagle3", "engine": "sim",
-                      "nccl_algo": "Tree", "nccl_proto": "unset"}]  # fmt: skip
+                      "nccl_algo": "Tree", "nccl_proto": "unset", "weights": "real"}]  # fmt: skip
 
 
 def test_switch_clears_gauges_but_keeps_counters(hub: MetricsHub) -> None:

@@ -1,0 +1,225 @@
+"""Trial mode end to end on the sim: `sweep --load-format dummy --then-confirm 2` over every
+shipped profile through a real fastverifyd and the real CLI, and a manual trial
+(`profile set --trial`, `bench --load-format dummy`) labelled in status, history and
+/metrics.
+
+The sim honours `--load-format dummy` as SGLang does (docs/sim.md): a fast load and a random
+drafter (accept length at its floor, 1.0); the cost model (`costmodel.predict`) is the
+reference for what the timings should be.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from fastverify.client import ApiError
+from fastverify.engines.sim import costmodel
+from fastverify.profiles.effective import effective_env
+from fastverify.profiles.store import ProfileStore
+from tests.harness import DaemonHarness
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.env"))
+TP = 8
+REPEATS = 2
+NOISE = 0.08  # predicted differences below this are within the noise of 1 s measurements
+LOAD_S = 2.0  # the sim's simulated real-weights load (+ capture): trial loads skip most of it
+RECORDED_ACCEPT = 2.0  # "measured earlier with real weights", posted before the trial
+
+
+def _predicted(profile: str, mode: str, accept: float | None = None) -> costmodel.Prediction:
+    prof = ProfileStore().load(profile)
+    graphs = prof.requires.get("cuda-graph", "on") != "off"
+    return costmodel.predict(effective_env(prof), mode, TP, 1, graphs, accept)
+
+
+def _families(text: str) -> dict[str, Any]:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+@pytest.fixture(scope="module")
+def trial(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("trial")
+    out = tmp / "out"
+    config = {"daemon": {"trace_period_s": 0}}
+    with DaemonHarness(tmp, tp_size=TP, sim_load_seconds=LOAD_S, config=config) as d:
+        d.client.post("/v1/baselines", {"profile": "nccl-default", "tokens_per_second": 70.0,
+                                        "per_request_tokens_per_second": 71.0,
+                                        "accept_length": RECORDED_ACCEPT})  # fmt: skip
+        args = [
+            "sweep", *PROFILES, "--load-format", "dummy", "--repeats", str(REPEATS),
+            "--duration", "1.0", "--output-len", "48", "--input-len", "64",
+            "--then-eagle3", "2", "--then-confirm", "2", "--trace-steps", "3",
+            "--output", str(out), "--no-plot", "--json",
+        ]  # fmt: skip
+        proc = d.ctl(*args, timeout=600)
+        yield {
+            "proc": proc,
+            "report": json.loads(proc.stdout),
+            "status": d.status(),
+            "history": d.client.get("/v1/history"),
+            "baselines": d.client.get("/v1/baselines"),
+            "metrics": httpx.get(d.metrics_url, timeout=10).text,
+            "records": [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()],
+        }
+
+
+def _rows(report: dict[str, Any], mode: str, weights: str) -> dict[str, dict[str, Any]]:
+    return {
+        r["profile"]: r for r in report["results"] if r["mode"] == mode and r["weights"] == weights
+    }
+
+
+def test_every_trial_row_and_record_is_labelled_dummy(trial: Any) -> None:
+    assert trial["proc"].returncode == 1, trial["proc"].stderr  # tree-ll cannot capture
+    report = trial["report"]
+    assert report["trial"] is True
+    trial_rows = [r for r in report["results"] if r["weights"] == "dummy"]
+    assert {r["profile"] for r in trial_rows if r["mode"] == "baseline"} == set(PROFILES)
+    assert all(r["trial"] is True for r in trial_rows)
+    kinds = {"measurement", "failure", "switch", "trace"}
+    for rec in trial["records"]:
+        if rec["type"] in kinds:
+            assert rec["weights"] in ("dummy", "real"), rec
+    dummy_meas = [r for r in trial["records"]
+                  if r["type"] == "measurement" and r["weights"] == "dummy"]  # fmt: skip
+    assert len(dummy_meas) == (len(PROFILES) - 1 + 2) * REPEATS  # tree-ll failed; 2 EAGLE-3
+    # The daemon's history says which switches were trials.
+    switches = [h for h in trial["history"] if h["kind"] == "switch"]
+    assert sum(1 for h in switches if h["weights"] == "dummy") == len(PROFILES) + 2
+    assert sum(1 for h in switches if h["weights"] == "real") >= 2  # confirms (+ restore)
+
+
+def test_capture_failure_still_shows_on_dummy_weights(trial: Any) -> None:
+    tree = _rows(trial["report"], "baseline", "dummy")["tree-ll"]
+    assert _predicted("tree-ll", "baseline").error
+    assert tree["status"] == "failed" and "cuda_graph" in tree["reason"]
+
+
+def test_trial_ranking_matches_the_cost_model(trial: Any) -> None:
+    rows = _rows(trial["report"], "baseline", "dummy")
+    ok = [p for p in PROFILES if rows[p]["status"] == "ok"]
+    predicted = {p: _predicted(p, "baseline").tokens_per_second for p in ok}
+    checked = 0
+    for a, b in itertools.permutations(ok, 2):
+        if predicted[a] > predicted[b] * (1 + NOISE):
+            checked += 1
+            assert rows[a]["tokens_per_second_mean"] > rows[b]["tokens_per_second_mean"], (a, b)
+    assert checked >= 4
+    for p in ok:  # the decode step the trial reports is the model's step
+        step_ms = 1000.0 / _predicted(p, "baseline").tokens_per_second
+        assert rows[p]["decode_step_ms"] == pytest.approx(step_ms, rel=0.15)
+        trace = rows[p]["trace"]
+        assert trace["span"] == "DECODE" and trace["allreduce_per_step"] == 122
+        assert trace["step_ms_p50"] == pytest.approx(step_ms, rel=0.25)
+
+
+def test_eagle3_trial_break_even_against_the_recorded_real_accept_length(trial: Any) -> None:
+    base = _rows(trial["report"], "baseline", "dummy")
+    eagle = _rows(trial["report"], "eagle3", "dummy")
+    top2 = sorted((p for p in base if base[p]["status"] == "ok"),
+                  key=lambda p: -base[p]["tokens_per_second_mean"])[:2]  # fmt: skip
+    assert sorted(eagle) == sorted(top2)
+    for p, row in eagle.items():
+        # the random drafter: accept length at its floor, and never used for a verdict
+        assert row["dummy_accept_length"] == pytest.approx(1.0, abs=0.1)
+        assert "accept_length_mean" not in row and "real_speedup" not in row
+        assert row["accept_length_reference"] == RECORDED_ACCEPT
+        assert "recorded with real weights" in row["accept_length_source"]
+        pred_b, pred_e = _predicted(p, "baseline"), _predicted(p, "eagle3", RECORDED_ACCEPT)
+        expected = pred_e.cycle_seconds * pred_b.tokens_per_second
+        assert row["break_even_accept_length"] == pytest.approx(expected, rel=0.15)
+        assert row["spec_cycle_ms"] == pytest.approx(pred_e.cycle_seconds * 1000, rel=0.15)
+        # The model says EAGLE-3 loses at 2.0 on this box; the trial says so without a
+        # single real-weights EAGLE-3 load.
+        assert pred_e.tokens_per_second < pred_b.tokens_per_second
+        assert row["eagle3_verdict"].startswith("loses")
+        trace = row["trace"]
+        assert trace["span"] == "TARGET_VERIFY" and trace["allreduce_per_step"] == 122
+        assert trace["step_ms_p50"] == pytest.approx(pred_e.verify_seconds * 1000, rel=0.25)
+
+
+def test_confirm_reloads_the_best_two_with_real_weights_and_ci95(trial: Any) -> None:
+    report = trial["report"]
+    base = _rows(report, "baseline", "dummy")
+    top2 = sorted((p for p in base if base[p]["status"] == "ok"),
+                  key=lambda p: -base[p]["tokens_per_second_mean"])[:2]  # fmt: skip
+    assert report["confirmed"] == top2
+    real = _rows(report, "baseline", "real")
+    assert sorted(real) == sorted(top2)
+    for p, row in real.items():
+        assert row["confirmed"] is True and row["n"] == REPEATS
+        lo, hi = row["ci95"]
+        assert lo <= row["tokens_per_second_mean"] <= hi
+        assert row["trial_rank"] == base[p]["rank"]
+    first, second = top2
+    if _predicted(first, "baseline").tokens_per_second > (
+        _predicted(second, "baseline").tokens_per_second * (1 + NOISE)
+    ):
+        assert real[first]["rank"] == 1
+    assert report["best"]["weights"] == "real"
+    assert report["best"]["profile"] == min(real, key=lambda p: real[p]["rank"])
+    # Only real-weights figures become recorded baselines.
+    posted = set(report["baselines_posted"])
+    assert posted == set(top2)
+    for p in top2:
+        got = trial["baselines"][p]
+        assert got["tokens_per_second"] == pytest.approx(real[p]["tokens_per_second_mean"])
+    assert set(trial["baselines"]) == set(top2) | {"nccl-default"}
+
+
+def test_trial_time_vs_real_time_is_reported(trial: Any) -> None:
+    t = trial["report"]["timing"]
+    assert t["trial"]["loads"] == len(PROFILES) - 1 + 2
+    assert t["real"]["loads"] == 2
+    # a trial load skips the simulated weight read: well under a real one
+    assert t["trial"]["load_s_mean"] < 0.7 * t["real"]["load_s_mean"]
+    assert t["trial"]["load_s_saved"] > 0
+
+
+def test_sweep_ends_on_real_weights(trial: Any) -> None:
+    st = trial["status"]
+    assert st["trial"] is False and st["engine"]["weights"] == "real"
+    assert (st["profile"], st["mode"]) == ("nccl-default", "baseline")  # restored
+    info = _families(trial["metrics"])["fastverify_profile_info"]
+    assert [s.labels["weights"] for s in info.samples] == ["real"]
+
+
+def test_manual_trial_is_labelled_in_status_history_metrics_and_bench(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, config={"daemon": {"trace_period_s": 0}}) as d:
+        r = d.ctl("profile", "set", "ring-ll", "--trial", "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["weights"] == "dummy"
+        st = d.status()
+        assert st["trial"] is True and st["engine"]["weights"] == "dummy"
+        info = httpx.get(f"{d.server_url}/get_server_info", timeout=10).json()
+        assert info["load_format"] == "dummy"
+        labels = [s.labels for s in _families(httpx.get(d.metrics_url).text)
+                  ["fastverify_profile_info"].samples]  # fmt: skip
+        assert [(x["profile"], x["weights"]) for x in labels] == [("ring-ll", "dummy")]
+        assert d.client.get("/v1/history")[-1]["weights"] == "dummy"
+        b = d.ctl("bench", "--load-format", "dummy", "-n", "2", "--output-len", "16", "--json")
+        assert b.returncode == 0, b.stderr
+        assert json.loads(b.stdout)["weights"] == "dummy"
+        # back to real weights: every label follows
+        assert d.ctl("profile", "set", "ring-ll").returncode == 0
+        st = d.status()
+        assert st["trial"] is False and st["engine"]["weights"] == "real"
+        labels = [s.labels for s in _families(httpx.get(d.metrics_url).text)
+                  ["fastverify_profile_info"].samples]  # fmt: skip
+        assert [x["weights"] for x in labels] == ["real"]
+        bad = d.ctl("bench", "--url", d.server_url, "--load-format", "dummy", "-n", "1",
+                    "--output-len", "8")  # fmt: skip
+        assert bad.returncode == 1 and "load_format dummy" in bad.stderr
+        pid = d.engine_pid()
+        with pytest.raises(ApiError) as exc:
+            d.client.post("/v1/profile", {"name": "ring-ll", "load_format": "random"})
+        assert exc.value.status == 422 and "dummy" in str(exc.value.body)
+        assert d.engine_pid() == pid  # a bad load format changes nothing
