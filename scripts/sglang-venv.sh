@@ -54,6 +54,9 @@ DEPS=(
     prometheus-client
     psutil
     requests
+    orjson
+    pybase64
+    dill
 )
 # Every module the contract suite, tests/sglang_launcher.py and `server check` import.
 IMPORTS="import sglang.srt.server_args, sglang.srt.arg_groups.pipeline, \
@@ -75,15 +78,19 @@ if [[ -f "$STAMP" && -x "$VENV/bin/python" ]] && [[ "$(cat "$STAMP")" == "$(stam
     exit 0
 fi
 
+# pip, quiet, without the find-links notices of this machine's pip configuration
+pip_q() {
+    "$VENV/bin/python" -m pip install -q "$@" 2>&1 | { grep -v 'is ignored: it is neither' || true; } >&2
+}
+
 log "building $VENV (sglang $SGLANG_VERSION, torch $TORCH_VERSION); takes a few minutes once"
-rm -rf "$VENV"
 mkdir -p "$CACHE_ROOT"
-python3 -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --upgrade pip >&2
+rm -f "$STAMP"
+[[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
 log "installing dependencies: ${DEPS[*]}"
-"$VENV/bin/python" -m pip install -q "${DEPS[@]}" >&2
+pip_q "${DEPS[@]}"
 log "installing sglang==$SGLANG_VERSION without its dependency tree"
-"$VENV/bin/python" -m pip install -q --no-deps "sglang==$SGLANG_VERSION" >&2
+pip_q --no-deps "sglang==$SGLANG_VERSION"
 "$VENV/bin/python" -W ignore -c "$IMPORTS" >&2
 stamp_text > "$STAMP"
 log "ready: $VENV"

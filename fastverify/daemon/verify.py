@@ -214,9 +214,7 @@ def check_nccl_debug(
         for k, v in confirmed.items()
         if k in overrides and expected.get(k) != v and final[k] == v
     }
-    engine_added = {
-        k: v for k, v in confirmed.items() if k not in expected and final.get(k) == v
-    }
+    engine_added = {k: v for k, v in confirmed.items() if k not in expected and final.get(k) == v}
     not_in_profile = {
         k: v for k, v in confirmed.items() if k not in expected and k not in engine_added
     }

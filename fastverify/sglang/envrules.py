@@ -80,9 +80,7 @@ class EngineEnv:
         """One line: `SGLang 0.5.23 will add NCCL_GRAPH_REGISTER=0 (...)`, or ''."""
         parts = []
         if self.added:
-            parts.append(
-                "will add " + ", ".join(f"{k}={v}" for k, v in sorted(self.added.items()))
-            )
+            parts.append("will add " + ", ".join(f"{k}={v}" for k, v in sorted(self.added.items())))
         if self.overrides:
             parts.append(
                 "will override "

@@ -127,10 +127,13 @@ class LaunchArgs:
                 num_draft_tokens=_int(known.get("--speculative-num-draft-tokens"), 4),
                 algorithm=known.get("--speculative-algorithm") or "EAGLE3",
             )
+        per_phase = {f: v for f, v, _ in pairs if f.startswith("--cuda-graph-backend-")}
         graph_off = "--disable-cuda-graph" in known or (
-            known.get("--cuda-graph-backend-decode") == "disabled"
-            and known.get("--cuda-graph-backend-prefill") == "disabled"
+            per_phase.get("--cuda-graph-backend-decode") == "disabled"
+            and per_phase.get("--cuda-graph-backend-prefill") == "disabled"
         )
+        if graph_off and "--disable-cuda-graph" not in known:
+            extra = _drop(extra, CUDA_GRAPH_OFF["new"])
         return cls(
             model_path=known.get("--model-path") or "",
             tp_size=_int(known.get("--tp-size") or known.get("--tensor-parallel-size"), 1),
@@ -169,9 +172,26 @@ _READ_BACK = _SWITCHES | {
     "--model-path", "--tp-size", "--tensor-parallel-size", "--host", "--port",
     "--decode-log-interval", "--load-format", "--speculative-algorithm",
     "--speculative-draft-model-path", "--speculative-num-steps", "--speculative-eagle-topk",
-    "--speculative-num-draft-tokens", "--cuda-graph-backend-decode",
-    "--cuda-graph-backend-prefill",
+    "--speculative-num-draft-tokens",
 }  # fmt: skip
+
+
+def _drop(tokens: list[str], pairs: tuple[str, ...]) -> list[str]:
+    """`tokens` without the flag/value pairs in `pairs` (either spelling)."""
+    drop = {f"{pairs[i]}={pairs[i + 1]}" for i in range(0, len(pairs), 2)}
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok in drop:
+            i += 1
+            continue
+        if i + 1 < len(tokens) and f"{tok}={tokens[i + 1]}" in drop:
+            i += 2
+            continue
+        out.append(tok)
+        i += 1
+    return out
 
 
 def _split(argv: Sequence[str]) -> list[tuple[str, str | None, list[str]]]:

@@ -209,7 +209,6 @@ def _progress(line: str) -> Record | None:
     return rec
 
 
-
 _CAPTURE = re.compile(
     r"Capture (target|draft) (decode|verify|prefill) (?:CUDA|CPU|NPU|XPU|\w+) graph "
     r"(begin|end)\. ?(.*)$"
@@ -310,7 +309,9 @@ def format_prefill(
     )
 
 
-def format_capture_begin(role: str, phase: str, backend: str, avail_gb: float, bs: list[int]) -> str:
+def format_capture_begin(
+    role: str, phase: str, backend: str, avail_gb: float, bs: list[int]
+) -> str:
     """`Capture target decode CUDA graph begin. backend=full, ...` (cuda_graph_setup.py)."""
     if phase == "prefill":
         return (
