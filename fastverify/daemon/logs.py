@@ -27,7 +27,8 @@ _SHARDS = re.compile(r"Loading \S+ checkpoint shards:\s*(\d+)%")
 _RANK = re.compile(r"\sTP(\d+)\]")
 _THROUGHPUT = re.compile(r"gen throughput \(token/s\):\s*([0-9.]+)")
 
-SECRET_NAME = re.compile(r"(TOKEN|_KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
+# TOKEN but not TOKENS: counts such as --speculative-num-draft-tokens are not secrets
+SECRET_NAME = re.compile(r"(TOKEN(?!S)|_KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
 
 
 def is_secret_name(name: str) -> bool:

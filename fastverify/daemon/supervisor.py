@@ -333,6 +333,7 @@ class Supervisor:
                 "url": h.url if h is not None else self.cfg.server.url,
                 "simulated": self.engine.simulated,
                 "reason": self.engine_reason,
+                "engine_env": getattr(self, "engine_rules", None),  # [sglang] added vars
                 "log": str(h.log_path) if h is not None else None,
                 "started_at": h.started_at if h is not None else None,
                 "start_seconds": h.ready_s if h is not None else None,
@@ -775,21 +776,27 @@ class Supervisor:
             h.wake.wait(0.02 if h.ready_line else 0.1)
 
     def _verify(self, op: Operation, h: EngineHandle) -> tuple[Failure | None, dict[str, Any]]:
-        report = verify.check_process_env(h.pid, h.expected_nccl, self.engine.engine_owned_nccl)
+        rules = self.engine.engine_env(h.argv, h.expected_nccl)  # [sglang] engine-added vars
+        self.engine_rules = rules.to_dict() if rules is not None else None  # [sglang] status
+        report = verify.check_process_env(
+            h.pid, h.expected_nccl, self.engine.engine_owned_nccl, engine_env=rules
+        )
         details: dict[str, Any] = {"env": report.to_dict()}
         op.emit("verify", ok=report.ok, message=report.message)
         self.daemon_log(f"verify: {report.message}")
         if not report.ok:
-            return Failure("env_mismatch", report.message, log=str(h.log_path)), details
+            reason = report.reason or "env_mismatch"
+            return Failure(reason, report.message, log=str(h.log_path)), details
         if h.nccl_debug_dir is not None:
-            nccl = verify.check_nccl_debug(sorted(h.nccl_debug_dir.glob("*")), h.expected_nccl)
+            nccl = verify.check_nccl_debug(
+                sorted(h.nccl_debug_dir.glob("*")), h.expected_nccl, engine_env=rules
+            )
             details["nccl"] = nccl
             if nccl["ok"] is False:
-                diffs = "; ".join(
-                    f"{k}={got} (profile: {want})" for k, (want, got) in nccl["mismatched"].items()
-                )
+                bad = {**nccl["mismatched"], **nccl["overridden"]}
+                diffs = "; ".join(f"{k}={got} (profile: {want})" for k, (want, got) in bad.items())
                 return Failure(
-                    "env_mismatch", f"NCCL reports {diffs}", log=str(h.log_path)
+                    nccl["reason"] or "env_mismatch", f"NCCL reports {diffs}", log=str(h.log_path)
                 ), details
             if nccl["ok"] is None:
                 self.daemon_log("verify: NCCL printed no 'set by environment' lines (yet)")
