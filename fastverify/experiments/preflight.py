@@ -123,6 +123,7 @@ def free_port() -> int:
 
 # ------------------------------------------------------------------ NCCL debug logs
 
+
 def parse_nccl_log(text: str) -> dict[str, Any]:
     """Read NCCL INFO output (fastverify.nccl.loglines.summarise): version, variables NCCL
     confirmed, AllReduce algo/proto by size, tuner plugin events and WARN lines."""
