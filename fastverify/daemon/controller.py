@@ -438,6 +438,7 @@ class Controller(CrashSteps):
                 h.engine_id,
                 h.ready_s or 0.0,
                 h.adopted,
+                h.engine_env,
             )
         )
 

@@ -77,6 +77,7 @@ class EngineUp:
     engine_id: str
     start_seconds: float
     adopted: bool = False
+    engine_env: Mapping[str, Any] | None = None  # variables the engine adds (EngineEnv.to_dict)
     ts: float = field(default_factory=_now)
 
 

@@ -84,6 +84,7 @@ class ControlFacade:
                 "url": h.url if h is not None else c.cfg.server.url,
                 "simulated": c.engine.simulated,
                 "reason": self.engine_reason,
+                "engine_env": h.engine_env if h is not None else None,
                 "log": str(h.log_path) if h is not None else None,
                 "started_at": h.started_at if h is not None else None,
                 "start_seconds": h.ready_s if h is not None else None,

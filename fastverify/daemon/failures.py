@@ -3,15 +3,21 @@
 Reasons (stable strings; used in the journal, status, HTTP results and as the
 `reason` label of `fastverify_engine_restarts_total`):
 
-cuda_graph_capture  SGLang: "Capture cuda graph failed" (e.g. NCCL_ALGO=Tree + CUDA graphs)
+cuda_graph_capture  SGLang: "Capture cuda graph failed" (decode/draft runners) or "Fail when
+                    using backend: breakable for prefill runner" (0.5.23 breakable prefill
+                    capture), e.g. NCCL_ALGO=Tree + CUDA graphs
 cuda_oom            "CUDA out of memory" / torch.OutOfMemoryError / cudaErrorMemoryAllocation
 nccl_error          "NCCL WARN", "NCCL error", ncclUnhandledCudaError, ... (NCCL itself failed)
 port_in_use         "Address already in use" / errno 98
 model_path_missing  the model path does not exist / is not a HF repo / no config.json
 import_error        ModuleNotFoundError / ImportError (broken environment)
-argv_rejected       SGLang's argument parser refused the argv ("unrecognized arguments", ...)
+argv_rejected       SGLang's argument parser refused the argv ("unrecognized arguments",
+                    "ambiguous option", ...)
 readiness_timeout   no ready signal within the readiness timeout
 env_mismatch        the processes' environment (or NCCL's own report) differs from the profile
+engine_override     the engine replaced a profile variable by its own rules (SGLang's
+                    deterministic inference sets NCCL_ALGO), or keeps it under protest
+                    (a profile NCCL_GRAPH_REGISTER=1 with TP > 1 and CUDA graphs)
 worker_exited       (crash restarts) a TP worker verified at READY died while the server lived
 exited(CODE)        the engine exited for a reason none of the above recognised; negative
                     CODE = killed by that signal (exited(-9) = SIGKILL)
@@ -38,7 +44,11 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ),
     (
         "cuda_graph_capture",
-        re.compile(r"Capture cuda graph failed|CUDA graph capture failed", re.I),
+        re.compile(
+            r"Capture cuda graph failed|CUDA graph capture failed"
+            r"|Fail when using backend: \w+ for prefill runner",
+            re.I,
+        ),
     ),
     ("port_in_use", re.compile(r"Address already in use|\[Errno 98\]|EADDRINUSE", re.I)),
     (
@@ -55,7 +65,10 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("import_error", re.compile(r"ModuleNotFoundError|ImportError|No module named ", re.I)),
     (
         "argv_rejected",
-        re.compile(r"error: unrecognized arguments|error: argument --|error: the following arg"),
+        re.compile(
+            r"error: unrecognized arguments|error: argument --|error: the following arg"
+            r"|error: ambiguous option"
+        ),
     ),
     (
         "nccl_error",
@@ -77,6 +90,7 @@ REASONS = (
     "argv_rejected",
     "readiness_timeout",
     "env_mismatch",
+    "engine_override",
     "worker_exited",
 )
 

@@ -77,6 +77,7 @@ class EngineHandle:
     ready_s: float | None = None
     adopted: bool = False
     worker_pids: tuple[int, ...] = ()  # descendants verified at READY (the TP workers)
+    engine_env: dict[str, Any] | None = None  # the engine's own NCCL rules (EngineEnv.to_dict)
 
     def alive(self) -> bool:
         return not self.exited.is_set()
@@ -301,21 +302,28 @@ class Launcher:
     def verify(self, h: EngineHandle) -> tuple[Failure | None, dict[str, Any]]:
         """/proc/PID/environ of the server and its workers (and NCCL's own lines) against
         the profile; on success `h.worker_pids` names the workers to watch."""
-        report = verify.check_process_env(h.pid, h.expected_nccl, self.engine.engine_owned_nccl)
+        rules = self.engine.engine_env(h.argv, h.expected_nccl)  # what the engine adds itself
+        h.engine_env = rules.to_dict() if rules is not None else None
+        report = verify.check_process_env(
+            h.pid, h.expected_nccl, self.engine.engine_owned_nccl, engine_env=rules
+        )
         details: dict[str, Any] = {"env": report.to_dict()}
+        if h.engine_env is not None:
+            details["engine_env"] = h.engine_env
         self.say(f"verify: {report.message}")
         if not report.ok:
-            return Failure("env_mismatch", report.message, log=str(h.log_path)), details
+            reason = report.reason or "env_mismatch"
+            return Failure(reason, report.message, log=str(h.log_path)), details
         if h.nccl_debug_dir is not None:
-            nccl = verify.check_nccl_debug(sorted(h.nccl_debug_dir.glob("*")), h.expected_nccl)
+            nccl = verify.check_nccl_debug(
+                sorted(h.nccl_debug_dir.glob("*")), h.expected_nccl, engine_env=rules
+            )
             details["nccl"] = nccl
             if nccl["ok"] is False:
-                diffs = "; ".join(
-                    f"{k}={got} (profile: {want})" for k, (want, got) in nccl["mismatched"].items()
-                )
-                return Failure("env_mismatch", f"NCCL reports {diffs}", log=str(h.log_path)), (
-                    details
-                )
+                bad = {**nccl["mismatched"], **nccl.get("overridden", {})}
+                diffs = "; ".join(f"{k}={got} (profile: {want})" for k, (want, got) in bad.items())
+                reason = nccl.get("reason") or "env_mismatch"
+                return Failure(reason, f"NCCL reports {diffs}", log=str(h.log_path)), details
             if nccl["ok"] is None:
                 self.say("verify: NCCL printed no 'set by environment' lines (yet)")
             else:

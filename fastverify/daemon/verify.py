@@ -1,9 +1,14 @@
 """Prove a start's settings arrived: process environments and NCCL's own confirmations.
 
-1. `check_process_env(pid, expected)`: read /proc/PID/environ of the server and every
-   live descendant (its TP workers, schedulers, ...) and compare the NCCL variables with
-   `expected` (the NCCL_* part of the environment the engine was spawned with): every
-   expected variable present with the same value, and no other NCCL tuning variable.
+1. `check_process_env(pid, expected, engine_env=...)`: read /proc/PID/environ of the server
+   and every live descendant (its TP workers, schedulers, ...) and compare the NCCL
+   variables with `expected` (the NCCL_* part of the environment the engine was spawned
+   with): every expected variable present with the same value, and no other NCCL tuning
+   variable, except those the engine adds by its own rules (`fastverify.sglang.envrules`:
+   SGLang 0.5.23 adds NCCL_GRAPH_REGISTER=0 with TP > 1, ...), which workers may hold and
+   the report shows (`engine_added`). A profile variable the engine replaces (deterministic
+   inference's NCCL_ALGO) or keeps under protest (NCCL_GRAPH_REGISTER=1) fails with reason
+   `engine_override`, not `env_mismatch`.
 2. `check_nccl_debug(files, expected)`: when the start ran with NCCL_DEBUG=INFO and a
    per-start NCCL_DEBUG_FILE, compare NCCL's `NCCL_X set by environment to Y` lines with
    the profile. A value NCCL confirms that differs from the profile is a mismatch; a
@@ -12,7 +17,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,8 +25,8 @@ from typing import Any
 import psutil
 
 from fastverify.daemon import procs
-
-_SET_BY_ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to (.*?)\s*$")
+from fastverify.nccl.loglines import set_by_env
+from fastverify.sglang.envrules import EngineEnv
 
 
 def nccl_part(env: dict[str, str]) -> dict[str, str]:
@@ -44,6 +48,7 @@ class ProcessCheck:
     different: dict[str, list[str]] = field(default_factory=dict)  # name -> [expected, actual]
     unexpected: dict[str, str] = field(default_factory=dict)
     engine_set: dict[str, str] = field(default_factory=dict)  # set by the engine itself
+    overridden: dict[str, list[str]] = field(default_factory=dict)  # [profile, engine]
     error: str | None = None
 
 
@@ -54,6 +59,9 @@ class VerifyReport:
     processes: list[ProcessCheck] = field(default_factory=list)
     nccl: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    reason: str | None = None  # None when ok; env_mismatch | engine_override
+    engine_added: dict[str, str] = field(default_factory=dict)
+    engine_rules: dict[str, Any] | None = None  # EngineEnv.to_dict() the check used
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,26 +71,33 @@ def compare_env(
     actual: dict[str, str],
     expected: dict[str, str],
     engine_owned: Collection[str] = (),
+    engine_env: EngineEnv | None = None,
 ) -> ProcessCheck:
     """Compare one process's environment with the expected NCCL variables.
 
-    `engine_owned`: variables the engine sets for its own workers (SGLang sets
-    NCCL_CUMEM_ENABLE and NCCL_NVLS_ENABLE before spawning its schedulers). Present without
-    the profile asking for them, they are recorded in `engine_set` and accepted; a profile
-    value the engine overrode is still a mismatch (the profile did not take effect)."""
+    `engine_env`: what the engine's rules add or override in its workers. Added (or
+    possibly added) variables present without the profile asking for them are recorded in
+    `engine_set` and accepted; a profile value the rules say the engine replaces lands in
+    `overridden`. `engine_owned`: names accepted in workers whatever their value (for
+    engines without rules)."""
     chk = ProcessCheck(pid=0, name="", ok=True)
+    allowed = engine_env.allowed_extra() if engine_env is not None else {}
+    overrides = engine_env.overrides if engine_env is not None else {}
     for key, value in expected.items():
         if key not in actual:
             chk.missing.append(key)
         elif actual[key] != value:
-            chk.different[key] = [value, actual[key]]
+            if key in overrides and actual[key] == overrides[key][1]:
+                chk.overridden[key] = [value, actual[key]]
+            else:
+                chk.different[key] = [value, actual[key]]
     for key, value in actual.items():
         if key.startswith("NCCL_") and key not in expected and _is_tuning(key):
-            if key in engine_owned:
+            if key in allowed or key in engine_owned:
                 chk.engine_set[key] = value
             else:
                 chk.unexpected[key] = value
-    chk.ok = not (chk.missing or chk.different or chk.unexpected)
+    chk.ok = not (chk.missing or chk.different or chk.unexpected or chk.overridden)
     return chk
 
 
@@ -91,9 +106,11 @@ def check_process_env(
     expected: dict[str, str],
     engine_owned: Collection[str] = (),
     proc_root: Path = Path("/proc"),
+    engine_env: EngineEnv | None = None,
 ) -> VerifyReport:
-    """Compare the server `pid` and all its descendants with `expected` NCCL variables
-    (`engine_owned`: see compare_env; only accepted in descendants, never in the server)."""
+    """Compare the server `pid` and all its descendants with `expected` NCCL variables.
+    `engine_owned` / `engine_env`: see compare_env; only applied to descendants: the
+    server's own /proc environ is the one it was started with."""
     checks: list[ProcessCheck] = []
     for proc in procs.descendants(pid, proc_root):
         try:
@@ -104,13 +121,21 @@ def check_process_env(
         except (psutil.AccessDenied, OSError) as exc:
             checks.append(ProcessCheck(proc.pid, "?", False, error=f"cannot read environ: {exc}"))
             continue
-        chk = compare_env(env, expected, engine_owned if proc.pid != pid else ())
+        worker = proc.pid != pid
+        chk = compare_env(
+            env, expected, engine_owned if worker else (), engine_env if worker else None
+        )
         chk.pid, chk.name = proc.pid, name
         checks.append(chk)
+    rules = engine_env.to_dict() if engine_env is not None else None
     if not checks:
-        return VerifyReport(False, f"server process {pid} is gone; nothing to verify")
+        return VerifyReport(
+            False, f"server process {pid} is gone; nothing to verify", reason="env_mismatch"
+        )
+    overridden = {k: v for c in checks for k, v in c.overridden.items()}
+    conflicts = engine_env.conflicts if engine_env is not None else {}
     bad = [c for c in checks if not c.ok]
-    if bad:
+    if bad and not overridden:
         first = bad[0]
         parts = []
         if first.error:
@@ -125,37 +150,50 @@ def check_process_env(
         msg = f"{len(bad)} of {len(checks)} process(es) differ; pid {first.pid}: " + "; ".join(
             parts
         )
-        return VerifyReport(False, msg, checks)
+        return VerifyReport(False, msg, checks, reason="env_mismatch", engine_rules=rules)
+    if overridden or conflicts:
+        version = engine_env.version if engine_env is not None else "?"
+        parts = [
+            f"SGLang {version} replaced the profile's {k}={want} with {got}"
+            for k, (want, got) in sorted(overridden.items())
+        ]
+        parts += [conflicts[k] for k in sorted(conflicts)]
+        msg = "engine override: " + "; ".join(parts)
+        return VerifyReport(False, msg, checks, reason="engine_override", engine_rules=rules)
     nccl = ", ".join(f"{k}={v}" for k, v in sorted(expected.items())) or "no NCCL variables"
     report = VerifyReport(True, f"{len(checks)} process(es) hold exactly {nccl}", checks)
+    report.engine_rules = rules
     own = {k: v for c in checks for k, v in c.engine_set.items()}
+    report.engine_added = own
     if own:
         set_by = ", ".join(f"{k}={v}" for k, v in sorted(own.items()))
-        report.warnings.append(f"the engine itself sets {set_by} in its workers")
-        report.message += f" (plus, set by the engine for its workers: {set_by})"
+        who = f"SGLang {engine_env.version}" if engine_env is not None else "the engine"
+        report.warnings.append(f"{who} adds {set_by} in its workers")
+        report.message += f" (plus, added by {who} by its own rules: {set_by})"
+    if engine_env is not None:
+        workers = [c for c in checks if c.pid != pid]
+        absent = sorted(k for k in engine_env.added if workers and k not in own)
+        if absent:
+            report.warnings.append(
+                f"SGLang {engine_env.version} should have added {', '.join(absent)} "
+                "in its workers; they do not hold it"
+            )
     return report
 
 
-def _normalise(value: str) -> str:
-    # NCCL prints numbers with a trailing period: "set by environment to 16777216."
-    if value.endswith(".") and value[:-1].lstrip("-").isdigit():
-        return value[:-1]
-    return value
-
-
 def parse_set_by_env(lines: Iterable[str]) -> dict[str, str]:
-    """NCCL's `NCCL_X set by environment to Y` confirmations -> {NCCL_X: Y}."""
-    out: dict[str, str] = {}
-    for line in lines:
-        m = _SET_BY_ENV.search(line)
-        if m:
-            out[m.group(1)] = _normalise(m.group(2))
-    return out
+    """NCCL's `NCCL_X set by environment to Y` confirmations -> {NCCL_X: Y}
+    (fastverify.nccl.loglines.set_by_env)."""
+    return set_by_env(lines)
 
 
-def check_nccl_debug(files: Iterable[Path], expected: dict[str, str]) -> dict[str, Any]:
+def check_nccl_debug(
+    files: Iterable[Path], expected: dict[str, str], engine_env: EngineEnv | None = None
+) -> dict[str, Any]:
     """Compare NCCL's confirmations in `files` with `expected`; returns a report dict with
-    `ok` (None when NCCL confirmed nothing), `confirmed`, `mismatched`, `not_in_profile`."""
+    `ok` (None when NCCL confirmed nothing), `confirmed`, `mismatched`, `not_in_profile`,
+    `engine_added` (confirmed values the engine's rules add) and `overridden` (profile
+    values the engine's rules replace: `reason` engine_override)."""
     confirmed: dict[str, str] = {}
     read = []
     for path in files:
@@ -165,15 +203,35 @@ def check_nccl_debug(files: Iterable[Path], expected: dict[str, str]) -> dict[st
             read.append(str(path))
         except OSError:
             continue
+    final = engine_env.final(expected) if engine_env is not None else dict(expected)
+    overrides = engine_env.overrides if engine_env is not None else {}
     mismatched = {
-        k: [expected[k], v] for k, v in confirmed.items() if k in expected and expected[k] != v
+        k: [expected[k], v]
+        for k, v in confirmed.items()
+        if k in expected and expected[k] != v and not (k in overrides and final[k] == v)
     }
-    not_in_profile = {k: v for k, v in confirmed.items() if k not in expected}
-    ok: bool | None = None if not confirmed else not mismatched
+    overridden = {
+        k: [expected[k], v]
+        for k, v in confirmed.items()
+        if k in overrides and expected.get(k) != v and final[k] == v
+    }
+    engine_added = {k: v for k, v in confirmed.items() if k not in expected and final.get(k) == v}
+    not_in_profile = {
+        k: v for k, v in confirmed.items() if k not in expected and k not in engine_added
+    }
+    ok: bool | None = None if not confirmed else not (mismatched or overridden)
+    reason = None
+    if mismatched:
+        reason = "env_mismatch"
+    elif overridden:
+        reason = "engine_override"
     return {
         "ok": ok,
+        "reason": reason,
         "files": read,
         "confirmed": confirmed,
         "mismatched": mismatched,
+        "overridden": overridden,
+        "engine_added": engine_added,
         "not_in_profile": not_in_profile,
     }

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastverify.sglang.envrules import EngineEnv
 
 from fastverify.config import ServerConfig
 
@@ -29,9 +33,24 @@ class ArgvCheck:
 
     ok: bool | None
     message: str
+    # per step (import, parse, resolve): {"step", "ok", "message"}; SGLang's version; the
+    # NCCL variables its resolution set; the CUDA-graph backend per phase it resolved
+    steps: tuple[dict[str, Any], ...] = ()
+    version: str | None = None
+    env_added: dict[str, str] = field(default_factory=dict)
+    cuda_graph: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {"ok": self.ok, "message": self.message}
+        out: dict[str, object] = {"ok": self.ok, "message": self.message}
+        if self.steps:
+            out["steps"] = list(self.steps)
+        if self.version:
+            out["version"] = self.version
+        if self.env_added:
+            out["env_added"] = dict(self.env_added)
+        if self.cuda_graph is not None:
+            out["cuda_graph"] = self.cuda_graph
+        return out
 
 
 def check_requires(requires: Mapping[str, str]) -> None:
@@ -63,6 +82,11 @@ class Engine(ABC):
     @abstractmethod
     def check_argv(self, argv: list[str]) -> ArgvCheck:
         """Ask the engine's own parser whether `argv` is valid (None verdict: cannot check)."""
+
+    def engine_env(self, argv: list[str], env: Mapping[str, str]) -> EngineEnv | None:
+        """The NCCL variables the engine adds to / overrides in its workers for this argv
+        and start environment (None: the engine has no such rules)."""
+        return None
 
     def extra_env(self) -> dict[str, str]:
         """Variables the engine needs beyond the clean base (e.g. the sim's PYTHONPATH)."""

@@ -1,60 +1,63 @@
-"""The `sglang` engine: `python -m sglang.launch_server` argv for SGLang 0.5.x, checked with
-SGLang's own parser.
+"""The `sglang` engine: `python -m sglang.launch_server` argv, checked with SGLang's own
+parser and resolution in the server's interpreter.
 
-Pinned version: the image ships SGLang 0.5.23 (PINNED_VERSION). Flag generations:
+SGLang facts (flags per generation, the NCCL variables it adds, log lines, ...) live in
+`fastverify.sglang`; this adapter maps the daemon's config onto them:
 
-- "new" (0.5.21 and later, the pinned one): CUDA graphs off with
-  `--cuda-graph-backend-decode disabled` (the old flag is a deprecated alias there).
-- "old" (0.5.20 and earlier): `--disable-cuda-graph`.
-
-Both generations: `--load-format X` (only when `server.load_format` is not "auto"; "dummy"
-is the trial mode), `--disable-custom-all-reduce`, `--enable-metrics`,
-`--decode-log-interval`, and the EAGLE-3 flags `--speculative-algorithm EAGLE3
---speculative-draft-model-path P --speculative-num-steps S --speculative-eagle-topk K
---speculative-num-draft-tokens T`. `server.sglang_flags = "auto"` asks the server's
-interpreter which SGLang is installed (package metadata only, no import).
-
-`check_argv` runs `sglang.srt.server_args.prepare_server_args(argv)` in a subprocess of
-the server's interpreter (argparse, no GPU needed), before any running server is stopped.
+- `build_argv`: `ServerConfig` + mode + profile `requires:` -> `LaunchArgs.to_argv(gen)`;
+  `server.sglang_flags = "auto"` asks the server's interpreter which SGLang is installed
+  (package metadata only, no import).
+- `check_argv`: runs `fastverify.engines.sglang_check` in the server's interpreter:
+  `prepare_server_args(argv)`, then `ServerArgs.resolve_once()`, each step reported as
+  accepted, rejected or not runnable here (with the step and the reason), before any
+  running server is stopped.
+- `engine_env(argv, env)`: what SGLang will add to (or override in) its schedulers'
+  NCCL environment (`fastverify.sglang.envrules`), for verification and status.
+- Trial mode: `server.load_format` other than "auto" adds `--load-format X` ("dummy":
+  random weights, real shapes and kernels).
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import os
 import subprocess
 import sys
 from collections.abc import Mapping
 
 from fastverify.config import ServerConfig
 from fastverify.engines.base import ArgvCheck, Engine, EngineArgError, check_requires
-
-PINNED_VERSION = "0.5.23"
-NEW_FLAGS_SINCE = (0, 5, 21)
-FLAG_GENERATIONS = ("new", "old")
-DECODE_LOG_INTERVAL = 40
-
-CHECK_SNIPPET = (
-    "import sys\n"
-    "from sglang.srt.server_args import prepare_server_args\n"
-    "args = prepare_server_args(sys.argv[1:])\n"
-    "print('ok: model_path=%s tp_size=%s' % (args.model_path, args.tp_size))\n"
+from fastverify.sglang.envrules import EngineEnv, engine_env
+from fastverify.sglang.launch import (
+    DECODE_LOG_INTERVAL,
+    LAUNCH_MODULE,
+    LaunchArgs,
+    LaunchArgsError,
+    Speculative,
+)
+from fastverify.sglang.versions import (
+    FLAG_GENERATIONS,
+    NEW_FLAGS_SINCE,
+    PINNED_VERSION,
+    generation_for,
+    parse_version,
 )
 
+__all__ = [
+    "DECODE_LOG_INTERVAL",
+    "FLAG_GENERATIONS",
+    "NEW_FLAGS_SINCE",
+    "PINNED_VERSION",
+    "SGLangEngine",
+    "generation_for",
+    "installed_version",
+    "launch_args",
+    "parse_version",
+    "server_args",
+]
 
-def parse_version(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.strip().split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
-def generation_for(version: str) -> str:
-    """'new' or 'old' flag generation for an SGLang version string."""
-    v = parse_version(version)
-    return "new" if v and v >= NEW_FLAGS_SINCE else "old"
+CHECK_TIMEOUT_S = 300
 
 
 @functools.lru_cache(maxsize=8)
@@ -77,13 +80,14 @@ def installed_version(python: str) -> str | None:
 class SGLangEngine(Engine):
     name = "sglang"
     simulated = False
-    # SGLang's _set_envs_and_config() sets these in the server before spawning schedulers:
-    # NCCL_CUMEM_ENABLE (from --enable-symm-mem) and NCCL_NVLS_ENABLE (--enable-nccl-nvls).
-    engine_owned_nccl = frozenset({"NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"})
 
     def __init__(self, python: str = "", flags: str = "auto"):
         self.python = python or sys.executable
         self.flags = flags
+
+    def version(self) -> str:
+        """The installed SGLang's version, else the pinned one."""
+        return installed_version(self.python) or PINNED_VERSION
 
     def flag_generation(self, server: ServerConfig | None = None) -> str:
         flags = server.sglang_flags if server is not None else self.flags
@@ -91,11 +95,10 @@ class SGLangEngine(Engine):
             return flags
         if flags != "auto":
             raise EngineArgError(f"server.sglang_flags = {flags!r}: expected auto, new or old")
-        version = installed_version(self.python)
-        return generation_for(version) if version else generation_for(PINNED_VERSION)
+        return generation_for(self.version())
 
     def module_argv(self) -> list[str]:
-        return [self.python, "-m", "sglang.launch_server"]
+        return [self.python, "-m", LAUNCH_MODULE]
 
     def build_argv(self, server: ServerConfig, mode: str, requires: Mapping[str, str]) -> list[str]:
         if not server.model_path:
@@ -104,30 +107,65 @@ class SGLangEngine(Engine):
             server, mode, requires, self.flag_generation(server), server.model_path
         )
 
+    def engine_env(self, argv: list[str], env: Mapping[str, str]) -> EngineEnv:
+        return engine_env(LaunchArgs.from_argv(_strip_module(argv)), env, self.version())
+
     def check_argv(self, argv: list[str]) -> ArgvCheck:
+        from fastverify.engines.sglang_check import SOURCE
+
         args = _strip_module(argv)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
         try:
             out = subprocess.run(
-                [self.python, "-c", CHECK_SNIPPET, *args],
+                [self.python, "-c", SOURCE, *args],
                 capture_output=True,
                 text=True,
-                timeout=300,
+                timeout=CHECK_TIMEOUT_S,
                 check=False,
+                env=env,
             )
         except FileNotFoundError:
             return ArgvCheck(None, f"server interpreter {self.python} not found")
         except subprocess.TimeoutExpired:
-            return ArgvCheck(None, "SGLang's parser did not answer within 300 s")
-        text = (out.stdout + out.stderr).strip()
-        if out.returncode == 0:
-            return ArgvCheck(True, f"accepted by SGLang's parser ({text.splitlines()[-1]})")
-        if "No module named 'sglang'" in text or "No module named sglang" in text:
-            return ArgvCheck(None, f"SGLang is not installed for {self.python}; argv not checked")
-        lines = [ln for ln in text.splitlines() if ln.strip()]
-        error = next(
-            (ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else ""
-        )
-        return ArgvCheck(False, f"rejected by SGLang's parser: {error}")
+            return ArgvCheck(None, f"SGLang's check did not answer within {CHECK_TIMEOUT_S} s")
+        return verdict_from_output(out.stdout, out.stderr, out.returncode, self.python)
+
+
+def verdict_from_output(stdout: str, stderr: str, returncode: int, python: str) -> ArgvCheck:
+    """The ArgvCheck for the JSON the check program printed (see sglang_check)."""
+    last = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    try:
+        result = json.loads(last)
+    except json.JSONDecodeError:
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
+        return ArgvCheck(None, f"the check program failed in {python} (exit {returncode}): {tail}")
+    steps = result.get("steps") or []
+    version = result.get("version")
+    first = steps[0] if steps else {"step": "import", "ok": None, "message": "no step ran"}
+    if first["step"] == "import":
+        msg = first["message"]
+        if "No module named 'sglang'" in msg or "No module named sglang" in msg:
+            msg = f"SGLang is not installed for {python}; argv not checked"
+        return ArgvCheck(None, msg, steps=tuple(steps), version=version)
+    ok: bool | None = True
+    for s in steps:
+        if s["ok"] is False:
+            ok = False
+            break
+    parts = [f"{s['step']}: {_word(s['ok'])}: {s['message']}" for s in steps]
+    prefix = f"SGLang {version}: " if version else ""
+    return ArgvCheck(
+        ok,
+        prefix + "; ".join(parts),
+        steps=tuple(steps),
+        version=version,
+        env_added=dict(result.get("env_added") or {}),
+        cuda_graph=result.get("cuda_graph"),
+    )
+
+
+def _word(ok: bool | None) -> str:
+    return {True: "ok", False: "rejected", None: "not run"}[ok]
 
 
 def _strip_module(argv: list[str]) -> list[str]:
@@ -136,6 +174,38 @@ def _strip_module(argv: list[str]) -> list[str]:
         i = argv.index("-m")
         return argv[i + 2 :]
     return argv[1:]
+
+
+def launch_args(
+    server: ServerConfig,
+    mode: str,
+    requires: Mapping[str, str],
+    model_path: str,
+    draft_model_path: str | None = None,
+) -> LaunchArgs:
+    """The LaunchArgs for a daemon config, a mode and a profile's `requires:`."""
+    if mode not in ("baseline", "eagle3"):
+        raise EngineArgError(f"mode {mode!r}: expected baseline or eagle3")
+    check_requires(requires)
+    spec = None
+    if mode == "eagle3":
+        draft = draft_model_path if draft_model_path is not None else server.draft_model_path
+        if not draft:
+            raise EngineArgError("mode eagle3 needs server.draft_model_path (the EAGLE-3 drafter)")
+        e = server.eagle3
+        spec = Speculative(draft, e.num_steps, e.topk, e.num_draft_tokens)
+    return LaunchArgs(
+        model_path=model_path,
+        tp_size=server.tp_size,
+        host=server.host,
+        port=server.port,
+        speculative=spec,
+        cuda_graph=requires.get("cuda-graph") != "off",
+        custom_all_reduce=requires.get("custom-all-reduce") != "off",
+        # trial mode: --load-format dummy (random weights); "auto" is SGLang's default
+        load_format=server.load_format if server.load_format != "auto" else None,
+        extra_args=tuple(server.extra_args),
+    )
 
 
 def server_args(
@@ -147,42 +217,13 @@ def server_args(
     draft_model_path: str | None = None,
 ) -> list[str]:
     """SGLang's argv (without interpreter/module) for a mode and a profile's `requires`."""
-    if mode not in ("baseline", "eagle3"):
-        raise EngineArgError(f"mode {mode!r}: expected baseline or eagle3")
     if generation not in FLAG_GENERATIONS:
         raise EngineArgError(f"flag generation {generation!r}: expected new or old")
-    check_requires(requires)
-    argv = [
-        "--model-path", model_path,
-        "--tp-size", str(server.tp_size),
-        "--host", server.host,
-        "--port", str(server.port),
-        "--enable-metrics",
-        "--decode-log-interval", str(DECODE_LOG_INTERVAL),
-    ]  # fmt: skip
-    if mode == "eagle3":
-        draft = draft_model_path if draft_model_path is not None else server.draft_model_path
-        if not draft:
-            raise EngineArgError("mode eagle3 needs server.draft_model_path (the EAGLE-3 drafter)")
-        e = server.eagle3
-        argv += [
-            "--speculative-algorithm", "EAGLE3",
-            "--speculative-draft-model-path", draft,
-            "--speculative-num-steps", str(e.num_steps),
-            "--speculative-eagle-topk", str(e.topk),
-            "--speculative-num-draft-tokens", str(e.num_draft_tokens),
-        ]  # fmt: skip
-    if requires.get("cuda-graph") == "off":
-        if generation == "new":
-            argv += ["--cuda-graph-backend-decode", "disabled"]
-        else:
-            argv += ["--disable-cuda-graph"]
-    if requires.get("custom-all-reduce") == "off":
-        argv += ["--disable-custom-all-reduce"]
-    if server.load_format != "auto":  # trial mode: --load-format dummy (random weights)
-        argv += ["--load-format", server.load_format]
-    argv += list(server.extra_args)
-    return argv
+    args = launch_args(server, mode, requires, model_path, draft_model_path)
+    try:
+        return args.to_argv(generation)
+    except LaunchArgsError as exc:
+        raise EngineArgError(str(exc)) from None
 
 
 def load_format_of(argv: list[str]) -> str:

@@ -35,7 +35,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,40 +131,13 @@ def free_port() -> int:
 
 # ------------------------------------------------------------------ NCCL debug logs
 
-_TUNING = re.compile(r"(\w+): (\d+) Bytes -> Algo (\S+) proto (\S+)")
-_SET_BY_ENV = re.compile(r"(NCCL_\w+) set by environment to (.*?)\.?$")
-_VERSION = re.compile(r"NCCL version (\S+)")
-
 
 def parse_nccl_log(text: str) -> dict[str, Any]:
-    """Read NCCL INFO output: version, variables NCCL confirmed, AllReduce algo/proto by size,
-    and WARN lines."""
-    version = None
-    confirmed: dict[str, str] = {}
-    choices: dict[int, Counter[tuple[str, str]]] = {}
-    warnings: list[str] = []
-    for line in text.splitlines():
-        _, sep, msg = line.partition(" NCCL ")
-        if not sep:
-            continue
-        level, _, body = msg.partition(" ")
-        if level == "WARN":
-            warnings.append(body.strip()[:300])
-            continue
-        if level != "INFO":
-            continue
-        body = body.strip()
-        if m := _VERSION.match(body):
-            version = m.group(1)
-        elif m := _SET_BY_ENV.search(body):
-            confirmed[m.group(1)] = m.group(2).strip()
-        elif (m := _TUNING.match(body)) and m.group(1) == "AllReduce":
-            choices.setdefault(int(m.group(2)), Counter())[(m.group(3), m.group(4))] += 1
-    tuning = {
-        nbytes: {"algo": c.most_common(1)[0][0][0], "proto": c.most_common(1)[0][0][1]}
-        for nbytes, c in sorted(choices.items())
-    }
-    return {"version": version, "confirmed": confirmed, "tuning": tuning, "warnings": warnings[:20]}
+    """Read NCCL INFO output (fastverify.nccl.loglines.summarise): version, variables NCCL
+    confirmed, AllReduce algo/proto by size, tuner plugin events and WARN lines."""
+    from fastverify.nccl.loglines import summarise
+
+    return summarise(text)
 
 
 # ------------------------------------------------------------------ one profile

@@ -40,7 +40,29 @@ ALLREDUCE_PREFIXES: tuple[str, ...] = (
     "ncclKernel_AllReduce",
     "cross_device_reduce_",
 )
-DEFAULT_SPAN = "TARGET_VERIFY"
+DEFAULT_SPAN = "VERIFY"  # either naming: step[VERIFY ...] (0.5.23) or step[TARGET_VERIFY ...]
+
+
+def span_matches(name: str, span: str = DEFAULT_SPAN) -> bool:
+    """Whether a range named `name` is a `span` forward. VERIFY or TARGET_VERIFY select the
+    target verify forward in both namings (fastverify.sglang.spans); drafter forwards
+    (`step[DRAFT ...]`, or any range a draft runner names `draft ...`) never match."""
+    from fastverify.sglang import spans
+
+    if name.lstrip().lower().startswith("draft"):
+        return False
+    step = spans.parse_step_span(name)
+    if step is not None:
+        if step.is_draft:
+            return False
+        # a span given as the range's own prefix ("step[VERIFY") names its stage
+        stage = span.removeprefix("step[").split(" ")[0].rstrip("]") if span else span
+        if stage in spans.VERIFY_STAGES:
+            return step.is_verify
+        return step.stage == stage
+    return span in name
+
+
 _LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 # SGLang: `[{prefix}-]{id}-TP-{r}[-DP-{d}][-PP-{p}][-EP-{e}][-{stage}].trace.json.gz`
 _RANK_IN_NAME = re.compile(
@@ -453,10 +475,10 @@ def analyze_extract(ex: Extract, rank: int, span: str = DEFAULT_SPAN) -> dict[st
     gpu_spans = [s for s in ex.spans if s.gpu]
     source = "gpu" if gpu_spans else "cpu"
     if gpu_spans:
-        verify = [s for s in gpu_spans if span in s.name]
+        verify = [s for s in gpu_spans if span_matches(s.name, span)]
         per = _assign_by_time(verify, ex.kernels)
     else:
-        verify = [s for s in ex.spans if span in s.name]
+        verify = [s for s in ex.spans if span_matches(s.name, span)]
         per = _assign_by_launch(verify, ex.kernels, ex.launches)
     n = len(verify)
     verify_ms = [s.dur / 1000.0 for s in verify]
@@ -484,7 +506,7 @@ def analyze_extract(ex: Extract, rank: int, span: str = DEFAULT_SPAN) -> dict[st
 def extract_for_analysis(path: str | Path, span: str = DEFAULT_SPAN) -> Extract:
     """The events of one file, with launches too when only CPU ranges can mark verify."""
     ex = extract(path)
-    if not any(s.gpu for s in ex.spans) and any(span in s.name for s in ex.spans):
+    if not any(s.gpu for s in ex.spans) and any(span_matches(s.name, span) for s in ex.spans):
         ex = extract(path, want_launches=True)  # CPU fallback needs the launches
     return ex
 

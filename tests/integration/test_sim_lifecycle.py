@@ -78,8 +78,8 @@ def test_tree_with_cuda_graphs_fails_during_capture_after_load() -> None:
     "flags",
     [
         ["--disable-cuda-graph"],
-        ["--cuda-graph-backend-decode", "disabled"],
-        ["--disable-decode-cuda-graph"],
+        ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"],
+        ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"],
     ],
 )
 def test_tree_serves_in_eager_mode_with_either_flag_generation(flags: list[str]) -> None:

@@ -316,7 +316,7 @@ def test_profile_window_writes_per_rank_traces(sim: SimProcess, tmp_path: Path) 
         verify = [
             e
             for e in events
-            if e.get("cat") == "gpu_user_annotation" and e["name"] == "step[TARGET_VERIFY bs=1]"
+            if e.get("cat") == "gpu_user_annotation" and e["name"] == "step[VERIFY bs=1]"
         ]
         assert len(verify) == 5
         cpu = {e["pid"] for e in events if e.get("cat") == "user_annotation"}
@@ -333,7 +333,7 @@ def test_profile_window_writes_per_rank_traces(sim: SimProcess, tmp_path: Path) 
         drafts = [
             e
             for e in events
-            if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("draft step[")
+            if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("step[DRAFT ")
         ]
         assert len(drafts) == 5 * 4  # 3 draft steps + 1 draft extend per cycle
 

@@ -79,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="newer SGLang flag; 'disabled' turns decode CUDA graphs off",
     )
+    p.add_argument(
+        "--cuda-graph-backend-prefill",
+        default=None,
+        help="SGLang 0.5.23: the prefill phase captures too (breakable) unless 'disabled'",
+    )
+    p.add_argument("--disable-prefill-cuda-graph", action="store_true")
     p.add_argument("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", type=int, default=None)
     p.add_argument("--decode-log-interval", type=int, default=40)
     p.add_argument("--disable-custom-all-reduce", action="store_true")
@@ -144,10 +150,13 @@ def parse(argv: Sequence[str]) -> SimArgs:
     accept_length = ns.sim_accept_length
     if accept_length is None and ns.load_format == TRIAL_LOAD_FORMAT:
         accept_length = DUMMY_ACCEPT_LENGTH
-    backend = (ns.cuda_graph_backend_decode or "").strip().lower()
-    cuda_graph = not (
-        ns.disable_cuda_graph or ns.disable_decode_cuda_graph or backend == "disabled"
-    )
+    # As SGLang 0.5.23 on CUDA: graphs are off only when every phase is off (prefill
+    # captures with the breakable backend by default).
+    decode_off = (ns.cuda_graph_backend_decode or "").strip().lower() == "disabled"
+    prefill_off = (ns.cuda_graph_backend_prefill or "").strip().lower() == "disabled"
+    decode_off = decode_off or ns.disable_decode_cuda_graph
+    prefill_off = prefill_off or ns.disable_prefill_cuda_graph
+    cuda_graph = not (ns.disable_cuda_graph or (decode_off and prefill_off))
     return SimArgs(
         model_path=ns.model_path,
         served_model_name=ns.served_model_name or ns.model_path,

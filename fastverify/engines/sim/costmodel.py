@@ -55,6 +55,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fastverify.engines.sim import ncclenv
+from fastverify.sglang import spans
 
 # --- model shape (Kimi-K2.5-like MoE, bf16) ---
 N_LAYERS = 61
@@ -329,9 +330,9 @@ def predict(
                 layers=DRAFT_LAYERS,
                 compute_seconds=DRAFT_COMPUTE_S + DRAFT_COMPUTE_PER_TOKEN_S * draft_tokens,
             )
-            forwards.append((f"draft step[DECODE bs={bs}]", d))
+            forwards.append((spans.step_span_name(spans.DRAFT, bs), d))
         main = forward(settings, tp_size, bs * num_draft_tokens, cuda_graph)
-        forwards.append((f"step[TARGET_VERIFY bs={bs}]", main))
+        forwards.append((spans.step_span_name(spans.VERIFY, bs), main))
         ext_tokens = bs * num_draft_tokens
         ext = forward(
             settings,
@@ -341,8 +342,8 @@ def predict(
             layers=DRAFT_LAYERS,
             compute_seconds=DRAFT_COMPUTE_S + DRAFT_COMPUTE_PER_TOKEN_S * ext_tokens,
         )
-        forwards.append((f"draft step[DRAFT_EXTEND bs={bs}]", ext))
-        draft_s = sum(f.seconds for kind, f in forwards if kind.startswith("draft"))
+        forwards.append((spans.step_span_name(spans.DRAFT, bs), ext))
+        draft_s = sum(f.seconds for kind, f in forwards if _is_draft(kind))
     cycle = sum(f.seconds for _, f in forwards) + SCHED_OVERHEAD_S
     tps = 0.0 if error else bs * accept / cycle
     return Prediction(
@@ -364,3 +365,9 @@ def predict(
         forwards=tuple(forwards),
         error=error,
     )
+
+
+def _is_draft(name: str) -> bool:
+    """A drafter forward (0.5.23 `step[DRAFT ...]`)."""
+    step = spans.parse_step_span(name)
+    return step is not None and step.is_draft

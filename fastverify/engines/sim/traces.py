@@ -5,7 +5,8 @@ Schema follows the real torch.profiler output in the shared fixtures
 `deviceProperties`, `distributedInfo`, `displayTimeUnit`, `baseTimeNanoseconds`,
 `traceEvents`; `ts`/`dur` in microseconds since `baseTimeNanoseconds`. Per forward:
 - CPU `user_annotation` (pid = the rank's OS pid, tid = pid) named like SGLang's
-  ModelRunner ranges: `step[TARGET_VERIFY bs=N]`, `step[DECODE bs=N]`, and draft forwards
+  ModelRunner ranges as SGLang 0.5.23 names them: `step[VERIFY bs=N]`, `step[DECODE bs=N]`,
+  every drafter forward `step[DRAFT bs=N]` (fastverify.sglang.spans); formerly
   `draft step[DECODE bs=N]` / `draft step[DRAFT_EXTEND bs=N]`;
 - `cuda_runtime` `cudaGraphLaunch` (CUDA graphs) or one `cudaLaunchKernel` per kernel
   (eager), linked to kernels with `ac2g` flow events (`s` on the CPU, `f` on the GPU);
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fastverify.engines.sim import costmodel
+from fastverify.sglang import spans
 
 try:
     import orjson
@@ -414,7 +416,7 @@ class _Template:
         events: list[dict[str, Any]] = []
         cpu = gpu = 0.0
         for name, fwd in pred.forwards:
-            layers = costmodel.DRAFT_LAYERS if name.startswith("draft") else costmodel.N_LAYERS
+            layers = costmodel.DRAFT_LAYERS if _is_draft(name) else costmodel.N_LAYERS
             evs, cpu, gpu = _forward_events(name, fwd, layers, rank, pid, cpu, gpu, cuda_graph, ids)
             cpu += 5.0
             events.extend(evs)
@@ -637,3 +639,9 @@ def trace_filename(profile_id: str, rank: int, prefix: str | None = None) -> str
 
 def hostname() -> str:
     return socket.gethostname()
+
+
+def _is_draft(name: str) -> bool:
+    """A drafter forward (0.5.23 `step[DRAFT ...]`)."""
+    step = spans.parse_step_span(name)
+    return step is not None and step.is_draft

@@ -32,7 +32,12 @@ EAGLE = [
     "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
     "--speculative-num-draft-tokens", "4",
 ]  # fmt: skip
-GRAPH_OFF = {"new": ["--cuda-graph-backend-decode", "disabled"], "old": ["--disable-cuda-graph"]}
+# every phase off (0.5.23 captures prefill graphs by default on CUDA); the real parser's
+# reading of these is tests/contract/test_sglang_contract.py
+GRAPH_OFF = {
+    "new": ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"],
+    "old": ["--disable-cuda-graph"],
+}
 
 
 @pytest.mark.parametrize("generation", ["new", "old"])

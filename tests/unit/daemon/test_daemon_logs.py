@@ -84,3 +84,10 @@ def test_ring_followers_see_new_lines() -> None:
     threading.Timer(0.05, ring.add, args=("late", "daemon")).start()
     new = ring.since(seq, timeout=2)
     assert [(e["line"], e["source"]) for e in new] == [("late", "daemon")]
+
+
+def test_draft_token_count_is_not_a_secret() -> None:
+    from fastverify.daemon.logs import mask_argv
+
+    argv = ["python", "--speculative-num-draft-tokens", "4", "--hf-token", "hf_abcdef"]
+    assert mask_argv(argv) == ["python", "--speculative-num-draft-tokens", "4", "--hf-token", "***"]

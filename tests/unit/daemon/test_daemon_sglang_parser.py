@@ -1,5 +1,6 @@
-"""SGLangEngine against a stand-in `sglang` package on disk: the parser subprocess, its
-verdicts, and `sglang_flags = "auto"` reading the installed version from package metadata."""
+"""SGLangEngine against a stand-in `sglang` package on disk: the check subprocess's mechanics,
+its verdicts, and `sglang_flags = "auto"` reading the installed version from package
+metadata. The real parser's facts are tests/contract/ (the real sglang 0.5.23)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from fastverify.engines.sglang import SGLangEngine
 
 SERVER_ARGS = """
 import argparse
+BACKENDS = ["full", "breakable", "disabled"]
 
 def prepare_server_args(argv):
     p = argparse.ArgumentParser(prog="launch_server.py")
@@ -26,7 +28,8 @@ def prepare_server_args(argv):
     for flag in ("--enable-metrics", "--disable-custom-all-reduce"):
         p.add_argument(flag, action="store_true")
     if GENERATION == "new":
-        p.add_argument("--cuda-graph-backend-decode", choices=["full", "breakable", "disabled"])
+        for phase in ("decode", "prefill"):
+            p.add_argument(f"--cuda-graph-backend-{phase}", choices=BACKENDS)
     else:
         p.add_argument("--disable-cuda-graph", action="store_true")
     return p.parse_args(argv)

@@ -57,13 +57,22 @@ def test_eagle3_flags() -> None:
     "flags",
     [
         ["--disable-cuda-graph"],
-        ["--cuda-graph-backend-decode", "disabled"],
-        ["--cuda-graph-backend-decode=disabled"],
-        ["--disable-decode-cuda-graph"],
+        ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"],
+        ["--cuda-graph-backend-decode=disabled", "--cuda-graph-backend-prefill=disabled"],
+        ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"],
     ],
 )
 def test_cuda_graph_off_both_generations(flags: list[str]) -> None:
     assert cli_args.parse([*BASE, *flags]).cuda_graph is False
+
+
+@pytest.mark.parametrize(
+    "flags", [["--cuda-graph-backend-decode", "disabled"], ["--disable-decode-cuda-graph"]]
+)
+def test_decode_off_alone_leaves_prefill_graphs_on(flags: list[str]) -> None:
+    # SGLang 0.5.23 on CUDA captures prefill graphs (breakable) unless that phase is off too
+    # (tests/contract checks this against the real parser)
+    assert cli_args.parse([*BASE, *flags]).cuda_graph is True
 
 
 def test_other_sglang_flags_and_prefix() -> None:

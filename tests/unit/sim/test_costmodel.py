@@ -153,9 +153,9 @@ def test_deterministic_and_pure() -> None:
 def test_forward_anatomy_names() -> None:
     spec = costmodel.predict(RING_LL, "eagle3", 8, 2, True, num_steps=3)
     names = [n for n, _ in spec.forwards]
-    assert names == ["draft step[DECODE bs=2]"] * 3 + [
-        "step[TARGET_VERIFY bs=2]",
-        "draft step[DRAFT_EXTEND bs=2]",
+    assert names == ["step[DRAFT bs=2]"] * 3 + [
+        "step[VERIFY bs=2]",
+        "step[DRAFT bs=2]",
     ]
     assert [f.allreduce_count for _, f in spec.forwards] == [2, 2, 2, 122, 2]
     base = costmodel.predict(RING_LL, "baseline", 8, 5, True)

@@ -99,7 +99,7 @@ def test_pid_tid_conventions(eagle_trace: dict) -> None:
 
 def test_122_allreduces_per_verify_and_drafts_outside(eagle_trace: dict) -> None:
     ev = eagle_trace["traceEvents"]
-    verify = spans(ev, "step[TARGET_VERIFY bs=1]")
+    verify = spans(ev, "step[VERIFY bs=1]")
     assert len(verify) == 6
     pred = costmodel.predict(RING_LL, "eagle3", 8, 1, True)
     for v in verify:
@@ -111,7 +111,7 @@ def test_122_allreduces_per_verify_and_drafts_outside(eagle_trace: dict) -> None
         assert v["dur"] == pytest.approx(
             (pred.verify_seconds - costmodel.GRAPH_LAUNCH_US * 1e-6) * 1e6, rel=1e-3
         )
-    drafts = spans(ev, "draft step[")
+    drafts = spans(ev, "step[DRAFT ")
     assert len(drafts) == 6 * 4
     for d in drafts:
         assert len([k for k in inside(ev, d) if k["name"] == AR]) == 2
@@ -125,7 +125,7 @@ def test_122_allreduces_per_verify_and_drafts_outside(eagle_trace: dict) -> None
 
 
 def test_cycles_are_spaced_by_the_model(eagle_trace: dict) -> None:
-    verify = spans(eagle_trace["traceEvents"], "step[TARGET_VERIFY")
+    verify = spans(eagle_trace["traceEvents"], "step[VERIFY")
     pred = costmodel.predict(RING_LL, "eagle3", 8, 1, True)
     gaps = [b["ts"] - a["ts"] for a, b in itertools.pairwise(verify)]
     assert all(g == pytest.approx(pred.cycle_seconds * 1e6, rel=1e-3) for g in gaps)
@@ -178,4 +178,4 @@ def test_file_names_like_sglang() -> None:
 
 def test_large_trace_streams_quickly(tmp_path: Path) -> None:
     path = traces.write_trace(tmp_path / "big.trace.json.gz", steps=50)
-    assert len(spans(load(path)["traceEvents"], "step[TARGET_VERIFY")) == 50
+    assert len(spans(load(path)["traceEvents"], "step[VERIFY")) == 50

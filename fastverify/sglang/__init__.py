@@ -1,0 +1,20 @@
+"""Every fact fastverify relies on about SGLang, in one place, per version generation.
+
+- `versions`: the pinned version, the supported range and flag generations.
+- `launch`: `LaunchArgs` (a typed launch-args object) and its `to_argv(generation)`.
+- `envrules`: the NCCL variables SGLang adds to its own environment (and its schedulers')
+  as a function of the launch args, per version.
+- `loglines`: the grammar of SGLang's log lines (decode, prefill, ready, load/capture
+  progress, capture failures, argv errors).
+- `spans`: profiler step-span names (`step[VERIFY bs=N]`, `step[DRAFT bs=N]`, older
+  `step[TARGET_VERIFY bs=N]`).
+- `metrics`: `sglang:*` metric names and their label names.
+- `client`: the one HTTP client of a running SGLang server (daemon, exporter, bench).
+
+Each fact is checked against the real `sglang` package by tests/contract/.
+The daemon, the exporter and the sim import these; nothing else spells an SGLang string.
+"""
+
+from fastverify.sglang.versions import PINNED_VERSION, SUPPORTED_VERSIONS
+
+__all__ = ["PINNED_VERSION", "SUPPORTED_VERSIONS"]

@@ -1,0 +1,178 @@
+"""The NCCL variables SGLang sets in its own environment, as a function of the launch args.
+
+SGLang's schedulers (one per TP rank) are started with the `spawn` method after argument
+resolution and `_set_envs_and_config`, so they hold these variables on top of the profile.
+Rules of 0.5.23 (sources under `sglang/srt/`; tests/contract/ runs or reads each one):
+
+1. `arg_groups/attention_hook.py` (`--enable-deterministic-inference`, TP > 1, CUDA):
+   `NCCL_ALGO=allreduce:tree`, `NCCL_MIN_NCHANNELS` = `NCCL_MAX_NCHANNELS` =
+   `$SGLANG_DETERMINISTIC_NCCL_NCHANNELS` (8): assigned, so they override a profile.
+2. `arg_groups/moe_hook.py` (`--moe-a2a-backend deepep_v2`): `NCCL_CUMEM_ENABLE=1` if unset.
+3. `arg_groups/parallel_hook.py` (max(TP, EP, DP) > 1 and a CUDA-graph phase may capture;
+   on CUDA the prefill phase captures unless disabled): `NCCL_GRAPH_REGISTER=0` if unset;
+   an explicit other value is kept and SGLang warns that graph replay can hang.
+4. `entrypoints/engine.py` `_set_envs_and_config`: multi-node on an MNNVL fabric:
+   `NCCL_CUMEM_ENABLE=1`, `NCCL_MNNVL_ENABLE=1` if unset (hardware-dependent: reported as
+   possible); `NCCL_CUMEM_ENABLE` = int(symm-mem) when unset or `--enable-symm-mem`;
+   `NCCL_NVLS_ENABLE` = int(nccl-nvls or symm-mem) when unset or either flag is given;
+   `NCCL_GRAPH_MIXING_SUPPORT=0` with `--dcp-size` > 1 when unset or symm-mem.
+
+Not modelled: the KV-shard symmetric scratch (`--enable-kv-cache-sharding` with
+SGLANG_ENABLE_KV_SHARD_ZERO_SM_GATHER) that also turns NCCL_CUMEM_ENABLE to 1; it is
+reported as possible when that flag is present.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fastverify.sglang.launch import LaunchArgs
+from fastverify.sglang.versions import PINNED_VERSION, generation_for
+
+DETERMINISTIC_NCHANNELS_VAR = "SGLANG_DETERMINISTIC_NCCL_NCHANNELS"
+DETERMINISTIC_NCHANNELS_DEFAULT = "8"
+GRAPH_REGISTER_WARNING = "was set explicitly; graph replay of captured cross-rank"
+# Every NCCL variable any rule may write (verification accepts nothing else from SGLang).
+RULE_VARS = frozenset(
+    {
+        "NCCL_ALGO",
+        "NCCL_MIN_NCHANNELS",
+        "NCCL_MAX_NCHANNELS",
+        "NCCL_CUMEM_ENABLE",
+        "NCCL_GRAPH_REGISTER",
+        "NCCL_MNNVL_ENABLE",
+        "NCCL_NVLS_ENABLE",
+        "NCCL_GRAPH_MIXING_SUPPORT",
+    }
+)
+
+
+@dataclass
+class EngineEnv:
+    """What SGLang `version` does to the NCCL environment it was started with.
+
+    `added`: variables it sets that the profile leaves unset; `overrides`: profile
+    variables it replaces (name -> [profile value, SGLang value]); `conflicts`: profile
+    values it keeps but warns about (name -> why); `possible`: variables it may add
+    depending on hardware fastverify cannot see (name -> value); `why`: rule per name."""
+
+    version: str
+    added: dict[str, str] = field(default_factory=dict)
+    overrides: dict[str, list[str]] = field(default_factory=dict)
+    conflicts: dict[str, str] = field(default_factory=dict)
+    possible: dict[str, str] = field(default_factory=dict)
+    why: dict[str, str] = field(default_factory=dict)
+
+    def final(self, env: Mapping[str, str]) -> dict[str, str]:
+        """`env` as SGLang's schedulers hold it."""
+        out = dict(env)
+        out.update(self.added)
+        out.update({k: v[1] for k, v in self.overrides.items()})
+        return out
+
+    def allowed_extra(self) -> dict[str, str]:
+        """Variables a scheduler may hold beyond the profile: added + possible."""
+        return {**self.possible, **self.added}
+
+    def summary(self) -> str:
+        """One line: `SGLang 0.5.23 will add NCCL_GRAPH_REGISTER=0 (...)`, or ''."""
+        parts = []
+        if self.added:
+            parts.append("will add " + ", ".join(f"{k}={v}" for k, v in sorted(self.added.items())))
+        if self.overrides:
+            parts.append(
+                "will override "
+                + ", ".join(f"{k}={v[1]} (profile: {v[0]})" for k, v in self.overrides.items())
+            )
+        if self.conflicts:
+            parts.append("warns about " + ", ".join(sorted(self.conflicts)))
+        if self.possible:
+            parts.append(
+                "may add " + ", ".join(f"{k}={v}" for k, v in sorted(self.possible.items()))
+            )
+        return f"SGLang {self.version} " + "; ".join(parts) if parts else ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["summary"] = self.summary()
+        return d
+
+
+def engine_env(
+    args: LaunchArgs,
+    env: Mapping[str, str],
+    version: str = PINNED_VERSION,
+) -> EngineEnv:
+    """Apply SGLang `version`'s rules to `env` (the environment the server starts with)."""
+    out = EngineEnv(version=version)
+    cur = {k: v for k, v in env.items() if k.startswith("NCCL_")}
+    profile = dict(cur)
+
+    def assign(name: str, value: str, why: str) -> None:
+        cur[name] = value
+        out.why[name] = why
+
+    def setdefault(name: str, value: str, why: str) -> None:
+        if name not in cur:
+            assign(name, value, why)
+
+    new = generation_for(version) == "new"
+    tp = args.tp_size
+    if new:
+        if args.flag("--enable-deterministic-inference") is not None and tp > 1:
+            n = env.get(DETERMINISTIC_NCHANNELS_VAR, DETERMINISTIC_NCHANNELS_DEFAULT)
+            why = "deterministic inference with TP > 1 (attention_hook)"
+            assign("NCCL_ALGO", "allreduce:tree", why)
+            assign("NCCL_MIN_NCHANNELS", n, why)
+            assign("NCCL_MAX_NCHANNELS", n, why)
+        if args.flag("--moe-a2a-backend") == "deepep_v2":
+            setdefault("NCCL_CUMEM_ENABLE", "1", "DeepEP v2 all-to-all needs cuMem (moe_hook)")
+        ep = _int(args.flag("--ep-size", "--expert-parallel-size", "--ep"), 1)
+        dp = _int(args.flag("--dp-size", "--data-parallel-size"), 1)
+        if max(tp, ep, dp) > 1 and not all(args.phases_off().values()):
+            why = "TP/EP/DP > 1 and a CUDA-graph phase may capture collectives (parallel_hook)"
+            if "NCCL_GRAPH_REGISTER" not in cur:
+                assign("NCCL_GRAPH_REGISTER", "0", why)
+            elif cur["NCCL_GRAPH_REGISTER"] != "0":
+                out.conflicts["NCCL_GRAPH_REGISTER"] = (
+                    f"SGLang {version} keeps NCCL_GRAPH_REGISTER={cur['NCCL_GRAPH_REGISTER']} "
+                    "but warns that graph replay of captured cross-rank collectives can hang "
+                    "with registered buffers; it sets 0 when the variable is unset"
+                )
+    nnodes = _int(args.flag("--nnodes"), 1)
+    symm = args.flag("--enable-symm-mem") is not None
+    nvls = args.flag("--enable-nccl-nvls") is not None
+    if new and nnodes > 1:
+        for name in ("NCCL_CUMEM_ENABLE", "NCCL_MNNVL_ENABLE"):
+            if name not in cur:
+                out.possible[name] = "1"
+                out.why[name] = "multi-node on an MNNVL fabric (engine.py)"
+    if "NCCL_CUMEM_ENABLE" not in cur or symm:
+        assign("NCCL_CUMEM_ENABLE", str(int(symm)), "unset, or --enable-symm-mem (engine.py)")
+        if new and args.flag("--enable-kv-cache-sharding") is not None and not symm:
+            out.possible["NCCL_CUMEM_ENABLE"] = "1"
+    if "NCCL_NVLS_ENABLE" not in cur or nvls or symm:
+        assign(
+            "NCCL_NVLS_ENABLE",
+            str(int(nvls or symm)),
+            "unset, or --enable-nccl-nvls / --enable-symm-mem (engine.py)",
+        )
+    if ("NCCL_GRAPH_MIXING_SUPPORT" not in cur or symm) and _int(args.flag("--dcp-size"), 1) > 1:
+        assign("NCCL_GRAPH_MIXING_SUPPORT", "0", "--dcp-size > 1 (engine.py)")
+    for name, value in cur.items():
+        if name not in profile:
+            out.added[name] = value
+        elif profile[name] != value:
+            out.overrides[name] = [profile[name], value]
+    out.why = {k: v for k, v in out.why.items() if k in out.added or k in out.overrides
+               or k in out.possible or k in out.conflicts}  # fmt: skip
+    return out
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return int(value) if value else default
+    except ValueError:
+        return default

@@ -1,0 +1,368 @@
+"""The grammar of SGLang's own log lines (0.5.23 and the older forms), as typed records.
+
+Kinds (plain dicts with `kind`):
+
+- `decode`: `Decode batch, #running-req: 1, #token: 148, token usage: 0.00, accept len: 2.01,
+  accept rate: 0.34, cuda graph: True, gen throughput (token/s): 82.31, #queue-req: 0`;
+  `Decode batch [N], ...` (SGLANG_LOG_FORWARD_ITERS, `iter` field); hybrid-SWA/SSM pools
+  (`#full token: N, full token usage: U, #swa token: ..., swa token usage: ...`: token_count
+  and token_usage from the full pool, the rest under `extra`); the older `Decode batch. ...,`;
+  unknown suffixes (`fwd occupancy: ...`) kept under `extra`.
+- `prefill`: `Prefill batch[ [N]][(mixed #running-req: N)][.,] #new-seq: ..., #new-token: ...`.
+- `ready`: `The server is fired up and ready to roll!`.
+- `load_progress` / `capture_progress`: tqdm bars of weight loading and CUDA-graph capture,
+  and 0.5.23's `Capture target decode CUDA graph begin. backend=full, ...` / `... end.`
+  milestones (`phase`: decode | verify | prefill, `role`: target | draft, `event`:
+  begin | end, `backend`).
+- `capture_failed`: `Capture cuda graph failed: ...` (decode/draft) and `Fail when using
+  backend: breakable for prefill runner.` (breakable prefill).
+- `argv_error`: argparse's `error: ...` line (`sglang serve: error: ambiguous option: ...`).
+
+`format_*` functions build the lines the way SGLang does, for the sim; tests/contract/
+builds the same lines with SGLang's own code where it can run on CPU.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+Record = dict[str, Any]
+
+READY_TEXT = "The server is fired up and ready to roll"
+
+# the common shapes of both generations in one pass; anything else takes the generic path
+_DECODE_FAST = re.compile(
+    r" #running-req: (\d+), #token: (\d+), token usage: ([\d.]+), "
+    r"(?:accept len: ([\d.]+), )?(?:accept rate: ([\d.]+), )?(?:cuda graph: (True|False), )?"
+    r"gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+)(?:, )?$"
+)
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_TQDM = re.compile(r"(\d+)%\s*(?:Completed\s*)?\|(?:[^|]*\|)?\s*(\d+)/(\d+)")
+_CAPTURE_BS = re.compile(r"bs=(\d+)")
+
+# SGLang key -> (our field, type)
+_DECODE_FIELDS: dict[str, tuple[str, type]] = {
+    "#running-req": ("running_reqs", int),
+    "#token": ("token_count", int),
+    "token usage": ("token_usage", float),
+    "#full token": ("token_count", int),  # hybrid SWA / SSM pools: the full-attention pool
+    "full token usage": ("token_usage", float),
+    "accept len": ("accept_len", float),
+    "accept rate": ("accept_rate", float),
+    "cuda graph": ("cuda_graph", bool),
+    "gen throughput (token/s)": ("gen_throughput", float),
+    "#queue-req": ("queue_reqs", int),
+}
+_PREFILL_FIELDS: dict[str, tuple[str, type]] = {
+    "#new-seq": ("new_seqs", int),
+    "#new-token": ("new_tokens", int),
+    "#cached-token": ("cached_tokens", int),
+    "token usage": ("token_usage", float),
+    "full token usage": ("token_usage", float),
+    "#running-req": ("running_reqs", int),
+    "#queue-req": ("queue_reqs", int),
+    "cuda graph": ("cuda_graph", bool),
+    "input throughput (token/s)": ("input_throughput", float),
+    "cache hit rate": ("cache_hit_rate", float),
+}
+
+
+def _convert(raw: str, kind: type) -> Any:
+    if kind is bool:
+        return raw == "True"
+    try:
+        return kind(raw)
+    except ValueError:
+        raw = raw.rstrip("%")
+        try:
+            return kind(raw) if kind is float else int(float(raw))
+        except ValueError:
+            return None
+
+
+def _fields(body: str, table: dict[str, tuple[str, type]], rec: Record) -> None:
+    """`key: value, key: value, ` -> typed fields; unknown keys kept as text in `extra`."""
+    extra: dict[str, str] | None = None
+    for part in body.split(", "):
+        key, sep, raw = part.partition(": ")
+        if not sep:
+            continue
+        key = key.strip()
+        raw = raw.strip().rstrip(",")
+        spec = table.get(key)
+        if spec is not None:
+            rec[spec[0]] = _convert(raw, spec[1])
+        elif raw:
+            if extra is None:
+                extra = {}
+            extra[key] = raw
+    if extra:
+        rec["extra"] = extra
+
+
+def _prefix(head: str, rec: Record) -> None:
+    """`[2025-06-13 10:30:17 TP0] ` / `[... DP0 TP3 EP0] ` -> time and tp_rank (if any)."""
+    i = head.find("[")
+    j = head.find("]", i + 1)
+    if i < 0 or j < 0:
+        return
+    parts = head[i + 1 : j].split(" ")
+    if len(parts) < 2 or len(parts[0]) != 10 or parts[0][4:5] != "-":
+        return
+    rec["time"] = f"{parts[0]} {parts[1]}"
+    for part in parts[2:]:
+        if part.startswith("TP") and part[2:].isdigit():
+            rec["tp_rank"] = int(part[2:])
+            return
+
+
+def _after_head(line: str, start: int, head_len: int) -> tuple[int, int | None]:
+    """Position after `Decode batch`/`Prefill batch` and its ` [N]` iteration, if any."""
+    pos = start + head_len
+    if line.startswith(" [", pos):
+        m = ITER_PREFIX.match(line, pos)
+        if m:
+            return m.end() + 1, int(m.group(1))
+    return pos + 1, None
+
+
+def _decode(line: str, start: int) -> Record:
+    body_at, iteration = _after_head(line, start, 12)
+    rec = _decode_body(line, start, body_at)
+    if iteration is not None:
+        rec["iter"] = iteration
+    return rec
+
+
+def _decode_body(line: str, start: int, body_at: int) -> Record:
+    m = _DECODE_FAST.match(line, body_at)
+    if m is not None:
+        r, tok, use, alen, arate, graph, gen, queue = m.groups()
+        rec: Record = {
+            "kind": "decode",
+            "running_reqs": int(r),
+            "token_count": int(tok),
+            "token_usage": float(use),
+            "accept_len": float(alen) if alen is not None else None,
+            "accept_rate": float(arate) if arate is not None else None,
+            "cuda_graph": (graph == "True") if graph is not None else None,
+            "gen_throughput": float(gen),
+            "queue_reqs": int(queue),
+        }
+        if start:
+            _prefix(line[:start], rec)
+        return rec
+    rec = {
+        "kind": "decode",
+        "running_reqs": None,
+        "token_count": None,
+        "token_usage": None,
+        "accept_len": None,
+        "accept_rate": None,
+        "cuda_graph": None,
+        "gen_throughput": None,
+        "queue_reqs": None,
+    }
+    _fields(line[body_at:], _DECODE_FIELDS, rec)
+    if start:
+        _prefix(line[:start], rec)
+    return rec
+
+
+def _prefill(line: str, start: int) -> Record:
+    rec: Record = {"kind": "prefill"}
+    body_at, iteration = _after_head(line, start, 13)
+    if iteration is not None:
+        rec["iter"] = iteration
+    body = line[body_at - 1 :]
+    if body.startswith("(mixed"):
+        close = body.find(")")
+        m = _NUMBER.search(body, 0, close)
+        if m:
+            rec["mixed_running_reqs"] = int(m.group(0))
+        body = body[close + 1 :]
+    _fields(body.lstrip(".,"), _PREFILL_FIELDS, rec)
+    _prefix(line[:start], rec)
+    return rec
+
+
+def _progress(line: str) -> Record | None:
+    seg = line
+    if "\r" in seg:  # tqdm redraws with carriage returns; the last drawn state wins
+        parts = [p for p in seg.split("\r") if p.strip()]
+        if not parts:
+            return None
+        seg = parts[-1]
+    m = _TQDM.search(seg)
+    if m is None:
+        return None
+    if "Capturing batches" in seg:
+        rec: Record = {"kind": "capture_progress"}
+        bs = _CAPTURE_BS.search(seg)
+        rec["bs"] = int(bs.group(1)) if bs else None
+    else:
+        rec = {"kind": "load_progress"}
+    rec["percent"] = int(m.group(1))
+    rec["current"] = int(m.group(2))
+    rec["total"] = int(m.group(3))
+    return rec
+
+
+_CAPTURE = re.compile(
+    r"Capture (target|draft) (decode|verify|prefill) (?:CUDA|CPU|NPU|XPU|\w+) graph "
+    r"(begin|end)\. ?(.*)$"
+)
+_BACKEND = re.compile(r"backend=(\w+)")
+_ELAPSED = re.compile(r"elapsed=([\d.]+) s")
+CAPTURE_FAILED_TEXT = "Capture cuda graph failed"
+PREFILL_CAPTURE_FAILED = re.compile(r"Fail when using backend: (\w+) for prefill runner")
+ARGV_ERROR = re.compile(r"^(?:usage: .*\n)?(\S[^:]*): error: (.+)$")
+AMBIGUOUS_OPTION = "error: ambiguous option"
+MODULE_FORM_WARNING = "'python -m sglang.launch_server' is still supported"
+ITER_PREFIX = re.compile(r" \[(\d+)\]")
+
+
+def capture_record(line: str) -> Record | None:
+    pos = line.find("Capture ")
+    m = _CAPTURE.search(line, pos if pos >= 0 else 0)
+    if m is None:
+        return None
+    rest = m.group(4)
+    rec: Record = {
+        "kind": "capture_progress",
+        "role": m.group(1),
+        "phase": m.group(2),
+        "event": m.group(3),
+        "percent": 0 if m.group(3) == "begin" else 100,
+    }
+    b = _BACKEND.search(rest)
+    if b:
+        rec["backend"] = b.group(1)
+    e = _ELAPSED.search(rest)
+    if e:
+        rec["elapsed_s"] = float(e.group(1))
+    return rec
+
+
+def capture_failed_record(line: str) -> Record | None:
+    if CAPTURE_FAILED_TEXT in line:
+        return {"kind": "capture_failed", "phase": "decode", "message": line.strip()}
+    m = PREFILL_CAPTURE_FAILED.search(line)
+    if m:
+        return {"kind": "capture_failed", "phase": "prefill", "backend": m.group(1),
+                "message": line.strip()}  # fmt: skip
+    return None
+
+
+def argv_error_record(line: str) -> Record | None:
+    if ": error: " not in line:
+        return None
+    m = ARGV_ERROR.match(line.strip())
+    if m is None:
+        return None
+    return {"kind": "argv_error", "prog": m.group(1), "message": m.group(2)}
+
+
+def format_decode(
+    *,
+    running_reqs: int,
+    token_count: int,
+    token_usage: float,
+    gen_throughput: float,
+    queue_reqs: int,
+    accept_len: float | None = None,
+    accept_rate: float | None = None,
+    cuda_graph: bool = True,
+    iteration: int | None = None,
+) -> str:
+    """A decode line as 0.5.23 writes it (`metrics_reporter.report_decode_stats`)."""
+    it = f" [{iteration}]" if iteration is not None else ""
+    msg = f"Decode batch{it}, #running-req: {running_reqs}, "
+    msg += f"#token: {token_count}, token usage: {token_usage:.2f}, "
+    if accept_len is not None:
+        msg += f"accept len: {accept_len:.2f}, accept rate: {accept_rate or 0.0:.2f}, "
+    msg += (
+        f"cuda graph: {cuda_graph}, gen throughput (token/s): {gen_throughput:.2f}, "
+        f"#queue-req: {queue_reqs}"
+    )
+    return msg
+
+
+def format_prefill(
+    *,
+    new_seqs: int,
+    new_tokens: int,
+    cached_tokens: int,
+    token_usage: float,
+    running_reqs: int,
+    queue_reqs: int,
+    input_throughput: float,
+    cuda_graph: bool = False,
+) -> str:
+    """A prefill line as 0.5.23 writes it (`report_prefill_stats`, no disaggregation)."""
+    return (
+        f"Prefill batch, #new-seq: {new_seqs}, #new-token: {new_tokens}, "
+        f"#cached-token: {cached_tokens}, token usage: {token_usage:.2f}, "
+        f"#running-req: {running_reqs}, #queue-req: {queue_reqs}, #pending-token: 0, "
+        f"cuda graph: {cuda_graph}, input throughput (token/s): {input_throughput:.2f}"
+    )
+
+
+def format_capture_begin(
+    role: str, phase: str, backend: str, avail_gb: float, bs: list[int]
+) -> str:
+    """`Capture target decode CUDA graph begin. backend=full, ...` (cuda_graph_setup.py)."""
+    if phase == "prefill":
+        return (
+            f"Capture {role} prefill CUDA graph begin. backend={backend}, "
+            f"num_tokens={bs}, avail mem={avail_gb:.2f} GB"
+        )
+    return (
+        f"Capture {role} {phase} CUDA graph begin. backend={backend}, "
+        f"num_tokens_per_req=1, avail mem={avail_gb:.2f} GB"
+    )
+
+
+def format_capture_end(
+    role: str, phase: str, elapsed_s: float, mem_gb: float, avail_gb: float, bs: list[int]
+) -> str:
+    if phase == "prefill":
+        return (
+            f"Capture {role} prefill CUDA graph end. elapsed={elapsed_s:.2f} s, "
+            f"mem usage={mem_gb:.2f} GB, avail mem={avail_gb:.2f} GB."
+        )
+    return (
+        f"Capture {role} {phase} CUDA graph end. bs={bs}, elapsed={elapsed_s:.2f} s, "
+        f"mem usage={mem_gb:.2f} GB, avail mem={avail_gb:.2f} GB."
+    )
+
+
+def format_prefill_capture_failed(backend: str) -> str:
+    return f"Fail when using backend: {backend} for prefill runner."
+
+
+def parse_sglang_line(line: str) -> Record | None:
+    """The record for one SGLang log line, or None."""
+    pos = line.find("Decode batch")
+    if pos >= 0 and line[pos + 12 : pos + 13] in ",. ":
+        return _decode(line, pos)
+    pos = line.find("Prefill batch")
+    if pos >= 0:
+        return _prefill(line, pos)
+    if READY_TEXT in line:
+        rec: Record = {"kind": "ready"}
+        _prefix(line, rec)
+        return rec
+    if "Capture " in line and " graph " in line:
+        rec = capture_record(line)
+        if rec is not None:
+            _prefix(line, rec)
+            return rec
+    if "|" in line and ("Loading" in line or "Capturing batches" in line):
+        return _progress(line)
+    if "raph failed" in line or "Fail when using backend" in line:
+        return capture_failed_record(line)
+    if ": error: " in line:
+        return argv_error_record(line)
+    return None

@@ -1,0 +1,275 @@
+"""Runs inside the real-SGLang venv (scripts/sglang-venv.sh), never in the project's venv:
+reads a JSON request on stdin, answers every question with SGLang's own code (or, where that
+code needs a GPU, with the installed source text), prints one JSON object on stdout.
+
+Imports nothing from fastverify: the facts fastverify holds are compared in the tests.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import io
+import json
+import os
+import sys
+import types
+import warnings
+
+warnings.filterwarnings("ignore")
+
+
+def _text(path: str) -> str:
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def _nccl_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
+
+
+@contextlib.contextmanager
+def _environ(env: dict[str, str]):
+    saved = dict(os.environ)
+    for k in list(os.environ):
+        if k.startswith("NCCL_") or k.startswith("SGLANG_DETERMINISTIC"):
+            del os.environ[k]
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _cuda_platform(on: bool):
+    """SGLang's `is_cuda()` answering as on a CUDA machine (its defaults depend on it)."""
+    import sglang.srt.utils as su
+
+    real = su.is_cuda
+    su.is_cuda = (lambda: True) if on else real
+    try:
+        yield
+    finally:
+        su.is_cuda = real
+
+
+def argv_facts(argv: list[str], profile_env: dict[str, str]) -> dict:
+    """Parse (prepare_server_args), then the CUDA-graph resolution step, the parallel hook
+    that sets NCCL_GRAPH_REGISTER and `_set_envs_and_config`, as on a CUDA machine."""
+    from sglang.srt.arg_groups import parallel_hook
+    from sglang.srt.arg_groups.cuda_graph_hook import parse_cuda_graph_config
+    from sglang.srt.arg_groups.overrides import resolving_view
+    from sglang.srt.entrypoints.engine import _set_envs_and_config
+    from sglang.srt.server_args import prepare_server_args
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = prepare_server_args(argv)
+    except SystemExit:
+        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+        return {"parsed": False, "error": lines[-1] if lines else ""}
+    out: dict = {"parsed": True, "tp_size": args.tp_size, "model_path": args.model_path}
+    out["speculative_num_draft_tokens"] = args.speculative_num_draft_tokens
+    out["load_format"] = args.load_format
+    args._input_frozen = True
+    with _cuda_platform(True), _environ(profile_env):
+        parse_cuda_graph_config(args)
+        cfg = resolving_view(args).cuda_graph_config
+        out["cuda_graph"] = {"decode": cfg.decode.backend, "prefill": cfg.prefill.backend}
+        may = parallel_hook._graph_may_capture_collectives(args)
+        out["graph_may_capture"] = may
+        if may:
+            parallel_hook._disable_nccl_graph_buffer_registration("contract probe")
+        with contextlib.redirect_stderr(io.StringIO()):
+            _set_envs_and_config(args)
+        out["env"] = _nccl_env()
+    return out
+
+
+def span_names() -> dict:
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.utils.profile_utils import build_step_span_name
+
+    def batch(mode, bs, toks=None):
+        return types.SimpleNamespace(forward_mode=mode, batch_size=bs, extend_num_tokens=toks)
+
+    F = ForwardMode
+    cases = {
+        "verify": build_step_span_name(batch(F.TARGET_VERIFY, 4), False),
+        "draft_decode": build_step_span_name(batch(F.DECODE, 4), False, is_draft_worker=True),
+        "draft_borrowing_verify": build_step_span_name(
+            batch(F.TARGET_VERIFY, 4), False, is_draft_worker=True
+        ),
+        "draft_extend": build_step_span_name(
+            batch(F.DRAFT_EXTEND_V2, 4), False, is_draft_worker=True
+        ),
+        "decode": build_step_span_name(batch(F.DECODE, 32), False),
+        "extend": build_step_span_name(batch(F.EXTEND, 1, 17), False),
+        "mode_name_target_verify": F.TARGET_VERIFY.name,
+    }
+    return cases
+
+
+def metric_facts() -> dict:
+    from prometheus_client import REGISTRY
+    from sglang.srt.observability import metrics_collector as mc
+    from sglang.srt.server_args import prepare_server_args
+
+    args = prepare_server_args(["--model-path", "/nonexistent", "--enable-metrics"])
+    sched_labels = {"model_name": "m", "engine_type": "unified", "tp_rank": 0, "pp_rank": 0,
+                    "moe_ep_rank": 0}  # fmt: skip
+    errors = []
+    # Every metric object registers itself when built; the scheduler collector's tail needs
+    # a published runtime config (a running server), so what precedes it is what we read.
+    for build in (
+        lambda: mc.SchedulerMetricsCollector(sched_labels, args),
+        lambda: mc.TokenizerMetricsCollector(args, {"model_name": "m", "engine_type": "unified"}),
+    ):
+        try:
+            build()
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+    series = {}
+    for collector in list(REGISTRY._collector_to_names):
+        name = getattr(collector, "_name", None)
+        if name and name.startswith("sglang:"):
+            full = name + ("_total" if collector._type == "counter" else "")
+            series[full] = {"type": collector._type, "labels": list(collector._labelnames)}
+    src = inspect.getsource(mc)
+    return {
+        "errors": errors,
+        "series": series,
+        "scheduler_label_source": _dict_keys_in(src, '"moe_ep_rank": parallel.moe_ep_rank'),
+        "tokenizer_labels_source": inspect.getsource(_find(mc, "tokenizer_metric_labels"))
+        if _find(mc, "tokenizer_metric_labels")
+        else "",
+        "dp_rank_added": 'labels["dp_rank"] = parallel.dp_rank' in src,
+        "cuda_graph_modes": sorted(
+            set(__import__("re").findall(r'"((?:decode|prefill)_(?:cuda_graph|none))"', src))
+        ),
+    }
+
+
+def _find(mod, name):
+    obj = getattr(mod, name, None)
+    if obj is not None:
+        return obj
+    import sglang.srt.observability.utils as u  # where 0.5.23 keeps helpers
+
+    return getattr(u, name, None)
+
+
+def _dict_keys_in(src: str, marker: str) -> list[str]:
+    """Keys of the dict literal that contains `marker` in `src`."""
+    tree = ast.parse(src)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict) and marker in (ast.get_source_segment(src, node) or ""):
+            return [k.value for k in node.keys if isinstance(k, ast.Constant)]
+    return []
+
+
+def fstring_skeletons(path: str, marker: str, func: str | None = None) -> list[list[str]]:
+    """The constant pieces of every f-string (or implicit concatenation of them) in `path`
+    (inside function `func` when given) whose text contains `marker`; `{}` marks a value."""
+    src = _text(path)
+    tree = ast.parse(src)
+    scope = tree
+    if func:
+        scope = next(
+            n for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func
+        )  # fmt: skip
+    out = []
+    for node in ast.walk(scope):
+        if isinstance(node, ast.JoinedStr):
+            pieces = []
+            for v in node.values:
+                if isinstance(v, ast.Constant):
+                    pieces.append(v.value)
+                else:
+                    pieces.append("{}")
+            text = "".join(pieces)
+            if marker in text:
+                out.append(pieces)
+    return out
+
+
+def log_facts() -> dict:
+    import sglang
+
+    root = os.path.dirname(sglang.__file__)
+    p = lambda rel: os.path.join(root, rel)  # noqa: E731
+    from sglang.srt.managers.scheduler_components.pool_stats_observer import PoolStats
+    from sglang.srt.model_executor.runner_backend_utils import (
+        PREFILL_CUDA_GRAPH_CAPTURE_FAILED_MSG,
+    )
+
+    plain = PoolStats(full_num_used=148, full_token_usage=0.0, full_available_size=1,
+                      full_evictable_size=0, full_capacity=100)  # fmt: skip
+    swa = PoolStats(full_num_used=148, full_token_usage=0.01, full_available_size=1,
+                    full_evictable_size=0, is_hybrid_swa=True, full_capacity=100,
+                    swa_capacity=50, swa_num_used=20, swa_token_usage=0.4,
+                    swa_available_size=1, swa_evictable_size=0)  # fmt: skip
+    reporter = p("srt/managers/scheduler_components/metrics_reporter.py")
+    setup = p("srt/model_executor/model_runner_components/cuda_graph_setup.py")
+    return {
+        "decode_parts_plain": plain.get_decode_usage_msg_parts(),
+        "decode_parts_swa": swa.get_decode_usage_msg_parts(),
+        "prefill_parts_plain": plain.get_prefill_usage_msg_parts(),
+        "decode_skeletons": fstring_skeletons(reporter, "", "report_decode_stats"),
+        "prefill_skeletons": fstring_skeletons(reporter, "", "report_prefill_stats"),
+        "capture_skeletons": fstring_skeletons(setup, "Capture "),
+        "capture_failed_skeletons": fstring_skeletons(
+            p("srt/model_executor/runner/decode_cuda_graph_runner.py"), "Capture cuda graph"
+        ),
+        "prefill_failed": PREFILL_CUDA_GRAPH_CAPTURE_FAILED_MSG.format(
+            backend="breakable", suggestions=""
+        ),
+        "ready_in_source": "The server is fired up and ready to roll!"
+        in _text(p("srt/entrypoints/http_server.py")),
+        "graph_label_default": '"cuda graph"' in _text(reporter),
+        "module_warning_source": _text(p("launch_server.py")),
+    }
+
+
+def source_facts() -> dict:
+    import sglang
+
+    root = os.path.dirname(sglang.__file__)
+
+    def read(rel: str) -> str:
+        return _text(os.path.join(root, rel))
+
+    from sglang.srt.environ import envs
+
+    return {
+        "attention_hook": read("srt/arg_groups/attention_hook.py"),
+        "moe_hook": read("srt/arg_groups/moe_hook.py"),
+        "engine": read("srt/entrypoints/engine.py"),
+        "http_server": read("srt/entrypoints/http_server.py"),
+        "deterministic_nchannels": str(envs.SGLANG_DETERMINISTIC_NCCL_NCHANNELS.get()),
+        "scheduler_start_method": read("srt/entrypoints/engine.py").count('get_context("spawn")')
+        + read("srt/entrypoints/engine.py").count('set_start_method("spawn"'),
+    }
+
+
+def main() -> None:
+    req = json.load(sys.stdin)
+    import importlib.metadata as md
+
+    out = {"version": md.version("sglang"), "argvs": []}
+    for item in req["argvs"]:
+        out["argvs"].append(argv_facts(item["argv"], item.get("env", {})))
+    out["spans"] = span_names()
+    out["metrics"] = metric_facts()
+    out["logs"] = log_facts()
+    out["source"] = source_facts()
+    sys.stdout.write("\n" + json.dumps(out) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""fastverify's SGLang facts (fastverify.sglang, the engine adapter, verification's rules,
+the log grammar, the failure classifier) against the real sglang==0.5.23 package.
+
+One probe run (conftest.run_probe) answers everything with SGLang's own code; where that
+code needs a GPU or a running server the probe reads the installed source. A fact that
+drifts in a new SGLang release fails here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fastverify.config import Eagle3Params, ServerConfig
+from fastverify.daemon import failures
+from fastverify.engines.sglang import SGLangEngine, launch_args
+from fastverify.exporters.logparse import parse_line
+from fastverify.profiles.store import ProfileStore
+from fastverify.sglang import loglines, metrics, spans
+from fastverify.sglang.envrules import engine_env
+from fastverify.sglang.launch import LaunchArgs
+from fastverify.sglang.versions import PINNED_VERSION
+from tests.contract.conftest import run_probe
+
+MODEL = "/models/kimi"
+DRAFT = "/models/kimi-eagle3"
+SHIPPED = Path(__file__).resolve().parents[2] / "profiles"
+
+
+def daemon_argvs() -> list[dict[str, Any]]:
+    """Every argv the daemon can build from the shipped profiles (both modes, TP 1 and 2),
+    each with the profile's env, plus the scenarios the env rules distinguish."""
+    store = ProfileStore(user_dirs=[], shipped_dir=SHIPPED)
+    eng = SGLangEngine("python-not-used", flags="new")
+    cases = []
+    for profile in store.list():
+        for mode in ("baseline", "eagle3"):
+            for tp in (1, 2):
+                server = ServerConfig(
+                    model_path=MODEL, draft_model_path=DRAFT, tp_size=tp,
+                    eagle3=Eagle3Params(3, 1, 4), sglang_flags="new",
+                )  # fmt: skip
+                argv = eng.build_argv(server, mode, profile.requires)[3:]
+                env = {k: v for k, v in profile.env.items() if k.startswith("NCCL_")}
+                cases.append({"name": f"{profile.name}/{mode}/tp{tp}", "argv": argv, "env": env,
+                              "requires": dict(profile.requires)})  # fmt: skip
+    base = LaunchArgs(model_path=MODEL, tp_size=2)
+    extra = {
+        "graph-register-1": (base, {"NCCL_GRAPH_REGISTER": "1"}),
+        "nvls-flag-over-profile": (base.with_(extra_args=("--enable-nccl-nvls",)),
+                                   {"NCCL_NVLS_ENABLE": "0"}),
+        "symm-mem": (base.with_(extra_args=("--enable-symm-mem",)), {"NCCL_CUMEM_ENABLE": "0"}),
+        "dcp-2": (base.with_(extra_args=("--dcp-size", "2")), {}),
+        "tp1-graphs-on": (base.with_(tp_size=1), {}),
+        "decode-only-off": (base.with_(extra_args=("--cuda-graph-backend-decode", "disabled")),
+                            {}),
+        "load-format-dummy": (base.with_(load_format="dummy"), {"NCCL_ALGO": "Ring"}),
+        "ep-2-tp-1": (base.with_(tp_size=1, extra_args=("--ep-size", "2")), {}),
+    }  # fmt: skip
+    for name, (args, env) in extra.items():
+        cases.append({"name": name, "argv": args.to_argv("new"), "env": env})
+    cases.append({"name": "old-generation-off",
+                  "argv": base.with_(cuda_graph=False).to_argv("old"), "env": {}})  # fmt: skip
+    cases.append({"name": "ambiguous", "argv": [*base.to_argv("new"), "--cuda-graph-max-bs", "8"],
+                  "env": {}})  # fmt: skip
+    return cases
+
+
+CASES = daemon_argvs()
+
+
+@pytest.fixture(scope="module")
+def probe(sglang_python: Path) -> dict[str, Any]:
+    out = run_probe(sglang_python, {"argvs": [{"argv": c["argv"], "env": c["env"]} for c in CASES]})
+    out["by_name"] = {c["name"]: r for c, r in zip(CASES, out["argvs"], strict=True)}
+    return out
+
+
+def test_the_venv_holds_the_pinned_version(probe: dict[str, Any]) -> None:
+    assert probe["version"] == PINNED_VERSION
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["name"] != "ambiguous"],
+                         ids=lambda c: c["name"])  # fmt: skip
+def test_every_daemon_argv_parses_and_env_rules_match_the_real_hooks(
+    probe: dict[str, Any], case: dict[str, Any]
+) -> None:
+    real = probe["by_name"][case["name"]]
+    assert real["parsed"], real.get("error")
+    ours = LaunchArgs.from_argv(case["argv"])
+    assert real["tp_size"] == ours.tp_size and real["model_path"] == ours.model_path
+    # cuda-graph=off means every phase the real parser knows is disabled
+    phases_off = {ph: backend == "disabled" for ph, backend in real["cuda_graph"].items()}
+    assert phases_off == ours.phases_off(), real["cuda_graph"]
+    if case.get("requires", {}).get("cuda-graph") == "off":
+        assert set(real["cuda_graph"].values()) == {"disabled"}
+    # the NCCL environment SGLang's schedulers inherit == our rules' prediction
+    predicted = engine_env(ours, case["env"], PINNED_VERSION)
+    assert real["env"] == predicted.final(case["env"]), predicted.to_dict()
+    if "--speculative-num-draft-tokens" in case["argv"]:
+        assert real["speculative_num_draft_tokens"] == 4
+
+
+def test_tp2_graph_register_is_added_and_conflict_detected(probe: dict[str, Any]) -> None:
+    tp2 = probe["by_name"]["nccl-default/baseline/tp2"]
+    assert tp2["graph_may_capture"] and tp2["env"]["NCCL_GRAPH_REGISTER"] == "0"
+    eager = probe["by_name"]["tree-ll-eager/baseline/tp2"]
+    assert not eager["graph_may_capture"] and "NCCL_GRAPH_REGISTER" not in eager["env"]
+    # decode off alone leaves prefill capturing on CUDA (breakable by default)
+    assert probe["by_name"]["decode-only-off"]["cuda_graph"]["prefill"] == "breakable"
+    kept = probe["by_name"]["graph-register-1"]["env"]["NCCL_GRAPH_REGISTER"]
+    rules = engine_env(LaunchArgs(model_path=MODEL, tp_size=2), {"NCCL_GRAPH_REGISTER": "1"})
+    assert kept == "1" and "NCCL_GRAPH_REGISTER" in rules.conflicts
+
+
+def test_argparse_errors_are_classified(probe: dict[str, Any]) -> None:
+    real = probe["by_name"]["ambiguous"]
+    assert not real["parsed"] and "ambiguous option" in real["error"]
+    assert failures.classify([real["error"]], exit_code=2).reason == "argv_rejected"
+    rec = parse_line(real["error"])
+    assert rec is not None and rec["kind"] == "argv_error"
+
+
+def test_load_format_dummy_reaches_sglang(probe: dict[str, Any]) -> None:
+    assert probe["by_name"]["load-format-dummy"]["load_format"] == "dummy"
+
+
+def test_env_rules_that_need_a_gpu_match_the_installed_source(probe: dict[str, Any]) -> None:
+    src = probe["source"]
+    assert 'os.environ["NCCL_ALGO"] = "allreduce:tree"' in src["attention_hook"]
+    assert 'os.environ["NCCL_MIN_NCHANNELS"] = nchannels' in src["attention_hook"]
+    assert 'os.environ["NCCL_MAX_NCHANNELS"] = nchannels' in src["attention_hook"]
+    assert re.search(r'a2a_backend == "deepep_v2":[\s\S]{0,200}os\.environ\.setdefault\('
+                     r'"NCCL_CUMEM_ENABLE", "1"\)', src["moe_hook"])  # fmt: skip
+    assert 'os.environ.setdefault("NCCL_MNNVL_ENABLE", "1")' in src["engine"]
+    rules = engine_env(
+        LaunchArgs(model_path=MODEL, tp_size=2,
+                   extra_args=("--enable-deterministic-inference",)),
+        {"NCCL_ALGO": "Ring"},
+    )  # fmt: skip
+    assert rules.overrides["NCCL_ALGO"] == ["Ring", "allreduce:tree"]
+    assert rules.added["NCCL_MIN_NCHANNELS"] == src["deterministic_nchannels"]
+
+
+def test_span_names_from_the_real_profile_utils(probe: dict[str, Any]) -> None:
+    s = probe["spans"]
+    assert s["verify"] == spans.step_span_name(spans.VERIFY, 4)
+    for key in ("draft_decode", "draft_borrowing_verify", "draft_extend"):
+        assert s[key] == spans.step_span_name(spans.DRAFT, 4)
+        assert spans.parse_step_span(s[key]).is_draft
+    assert s["extend"] == spans.step_span_name("EXTEND", 1, 17)
+    assert s["mode_name_target_verify"] == spans.TARGET_VERIFY
+    assert spans.is_verify_span(s["verify"]) and not spans.is_verify_span(s["decode"])
+
+
+def test_metric_names_and_labels_from_the_real_collector(probe: dict[str, Any]) -> None:
+    m = probe["metrics"]
+    series = m["series"]
+    checked = (*metrics.SCHEDULER_GAUGES[:1], metrics.IS_CUDA_GRAPH,
+               metrics.WEIGHT_LOAD_DURATION_SECONDS, metrics.CUDA_GRAPH_PASSES_TOTAL,
+               metrics.STARTUP_CUDA_GRAPH_TIME_SECONDS, metrics.GENERATION_TOKENS_TOTAL,
+               metrics.SPEC_VERIFY_CALLS_TOTAL)  # fmt: skip
+    for name in checked:
+        assert name in series, name
+        assert tuple(series[name]["labels"]) == metrics.label_names(name), name
+    assert tuple(m["scheduler_label_source"]) == metrics.SCHEDULER_LABELS
+    assert m["dp_rank_added"]
+    assert tuple(m["cuda_graph_modes"]) == tuple(sorted(metrics.CUDA_GRAPH_PASS_MODES))
+
+
+def _skeleton_regex(pieces: list[str]) -> re.Pattern[str]:
+    return re.compile("".join(".*?" if p == "{}" else re.escape(p) for p in pieces))
+
+
+def test_decode_lines_built_from_real_parts_parse(probe: dict[str, Any]) -> None:
+    logs = probe["logs"]
+    heads = [s for s in logs["decode_skeletons"] if s and s[0] == "Decode batch"]
+    assert heads == [["Decode batch", "{}", ", #running-req: ", "{}", ", ", "{}"]]
+    assert [" [", "{}", "]"] in logs["decode_skeletons"]  # SGLANG_LOG_FORWARD_ITERS
+    assert ["accept len: ", "{}", ", accept rate: ", "{}", ", "] in logs["decode_skeletons"]
+    assert logs["graph_label_default"]
+    tail = "cuda graph: True, gen throughput (token/s): 81.50, #queue-req: 0"
+    assert any(_skeleton_regex(s).fullmatch(tail) for s in logs["decode_skeletons"])
+    for parts, count in ((logs["decode_parts_plain"], 148), (logs["decode_parts_swa"], 148)):
+        line = (f"[2026-11-30 10:00:00 TP0] Decode batch [77], #running-req: 2, "
+                f"{', '.join(parts)}, accept len: 2.50, accept rate: 0.50, {tail}")  # fmt: skip
+        rec = parse_line(line)
+        assert rec["kind"] == "decode" and rec["iter"] == 77 and rec["tp_rank"] == 0
+        assert rec["token_count"] == count and rec["accept_len"] == 2.5
+        assert rec["gen_throughput"] == 81.5 and rec["cuda_graph"] is True
+    ours = loglines.format_decode(running_reqs=2, token_count=148, token_usage=0.0,
+                                  gen_throughput=81.5, queue_reqs=0, accept_len=2.5,
+                                  accept_rate=0.5)  # fmt: skip
+    assert ours.startswith("Decode batch, #running-req: 2, " + logs["decode_parts_plain"][0])
+
+
+def test_capture_lines_and_failures(probe: dict[str, Any]) -> None:
+    logs = probe["logs"]
+    regexes = [_skeleton_regex(s) for s in logs["capture_skeletons"]]
+    ours = [
+        loglines.format_capture_begin("target", "decode", "full", 70.0, [1, 2, 4]),
+        loglines.format_capture_end("target", "decode", 1.5, 0.5, 69.5, [1, 2, 4]),
+        loglines.format_capture_begin("target", "prefill", "breakable", 70.0, [8, 16]),
+        loglines.format_capture_end("target", "prefill", 1.5, 0.5, 69.5, [8, 16]),
+    ]
+    for line in ours:
+        assert any(r.fullmatch(line) for r in regexes), line
+        rec = parse_line(line)
+        assert rec["kind"] == "capture_progress", line
+    failed = logs["prefill_failed"].splitlines()[0]
+    assert failed == loglines.format_prefill_capture_failed("breakable")
+    assert failures.classify([failed], exit_code=1).reason == "cuda_graph_capture"
+    decode_fail = "".join("boom" if p == "{}" else p for p in logs["capture_failed_skeletons"][0])
+    assert failures.classify(decode_fail.splitlines(), exit_code=1).reason == "cuda_graph_capture"
+    assert logs["ready_in_source"]
+    assert loglines.MODULE_FORM_WARNING in logs["module_warning_source"]
+
+
+def test_endpoints_in_the_real_http_server(probe: dict[str, Any]) -> None:
+    from fastverify.sglang import client
+
+    src = probe["source"]["http_server"]
+    assert f'@app.get("{client.SERVER_INFO}")' in src
+    assert f'@app.get("{client.SERVER_INFO_DEPRECATED}")' in src
+    assert f'"{client.START_PROFILE}", methods=["GET", "POST"]' in src
+    # errors are not caught in the handler: the framework answers 500 (unhandled exception)
+    handler = src[src.index(client.START_PROFILE) :]
+    handler = handler[: handler.index("@app.", 10)]
+    assert "status_code=200" in handler and "try:" not in handler
+
+
+def test_server_check_runs_the_real_parser_and_resolution(sglang_python: Path) -> None:
+    eng = SGLangEngine(str(sglang_python), flags="auto")
+    server = ServerConfig(model_path=MODEL, tp_size=2, sglang_flags="auto")
+    assert eng.flag_generation(server) == "new"
+    verdict = eng.check_argv(eng.build_argv(server, "baseline", {}))
+    steps = {s["step"]: s for s in verdict.steps}
+    assert verdict.ok is True and steps["parse"]["ok"] is True, verdict.message
+    # resolution runs on this GPU-less machine until a step needs an accelerator: named
+    assert steps["resolve"]["ok"] is None
+    assert "could not run here" in steps["resolve"]["message"]
+    assert re.search(r"\(sglang/srt/arg_groups/\w+\.py:\d+\)", steps["resolve"]["message"])
+    bad = eng.check_argv([*eng.build_argv(server, "baseline", {}), "--cuda-graph-max-bs", "8"])
+    assert bad.ok is False and "ambiguous option" in bad.message
+
+
+def test_launch_args_cover_the_mode_mapping() -> None:
+    server = ServerConfig(model_path=MODEL, draft_model_path=DRAFT, tp_size=2)
+    args = launch_args(server, "eagle3", {"cuda-graph": "off"}, MODEL)
+    assert args.speculative is not None and not args.cuda_graph
+    assert LaunchArgs.from_argv(args.to_argv("new")) == args
