@@ -4,7 +4,7 @@ Imports stay light: the experiment module is imported inside the command, matplo
 for --plot, httpx only for --metrics-url, and torch never (the rank workers import it).
 
 Exit codes: 0 every profile rehearsed; 1 a profile failed (init, capture, all-reduce count
-check); 2 usage (bad config.json, unknown profile); 4 torch missing; 130 interrupted.
+check); 2 usage (bad config.json, unknown profile); 6 torch missing; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -15,10 +15,16 @@ from typing import Any
 
 import click
 
-from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, emit_json, fail, table, to_json
-
-EXIT_MISSING_DEPENDENCY = 4
-EXIT_INTERRUPTED = 130
+from fastverify.cli.output import (
+    EXIT_INTERRUPTED,
+    EXIT_MISSING_DEPENDENCY,
+    EXIT_PROBLEMS,
+    EXIT_USAGE,
+    emit_json,
+    fail,
+    table,
+    to_json,
+)
 
 
 def _fmt(value: Any, digits: int = 2) -> str:

@@ -334,7 +334,7 @@ def test_set_of_the_serving_profile_is_a_no_op_unless_restart(tmp_path: Path) ->
         r = d.ctl("profile", "set", st["profile"])
         assert r.returncode == 0 and "already serving" in r.stdout, r.stdout + r.stderr
         r = d.ctl("profile", "set", st["profile"], "--mode", st["mode"], "--json")
-        assert r.returncode == 0 and json.loads(r.stdout)["changed"] is False
+        assert r.returncode == 0 and json.loads(r.stdout)["result"] == "unchanged", r.stdout
         assert d.status()["engine"]["pid"] == pid
         assert len(d.client.get("/v1/history")) == records
         r = d.ctl("profile", "set", st["profile"], "--restart", "-q")

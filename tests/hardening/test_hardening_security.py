@@ -21,16 +21,17 @@ from fastverify.client import ApiError, ControlClient
 from tests.harness import DaemonHarness, free_port
 
 # What an engine needs from the daemon's environment (the policy, stated independently of
-# fastverify.profiles.effective): system basics, CUDA/NVIDIA device selection, caches and
-# Hugging Face settings (HF_* is how SGLang finds models and tokens).
+# fastverify.profiles.effective): system basics, CUDA/NVIDIA device selection and build
+# caches. Hugging Face settings and tokens (HF_*) reach it only when `env_passthrough`
+# names them (issue 12: an HF_ENDPOINT pointing anywhere must not leak through).
 ENGINE_BASE = {
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME", "CUDA_PATH",
     "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "LD_LIBRARY_PATH",
     "VIRTUAL_ENV", "CONDA_PREFIX", "XDG_RUNTIME_DIR", "XDG_CACHE_HOME",
-    "HUGGING_FACE_HUB_TOKEN", "TRANSFORMERS_CACHE", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
 }  # fmt: skip
-ENGINE_PREFIXES = ("LC_", "HF_")
+ENGINE_PREFIXES = ("LC_",)
 
 POLLUTION = {
     "LD_PRELOAD": "",  # empty: harmless for the daemon itself, must still not be inherited

@@ -100,9 +100,12 @@ def test_plot_writes_png(tmp_path: Path) -> None:
 
 
 class _FakeDaemon:
-    """Answers /v1/status only; enough for a sweep whose work is all on file."""
+    """Answers /v1/status and the name check (/v1/server/argv); enough for a sweep whose
+    work is all on file."""
 
     def get(self, path: str, **_: object) -> dict:
+        if path.startswith("/v1/server/argv?"):
+            return {"argv": ["python", "-m", "sglang.launch_server"]}
         assert path == "/v1/status"
         return {"profile": "a", "mode": "baseline", "engine": {"url": "http://127.0.0.1:9"}}
 
