@@ -469,13 +469,25 @@ class Sweep:
         steps = self.cfg.trace_steps
 
         def capture() -> None:
-            try:
-                got["analysis"] = self.client.post(
-                    "/v1/trace/capture", {"steps": steps}, timeout=180
-                )
-            except (ApiError, OSError) as exc:
-                got["error"] = str(exc)
+            # the load below starts with this thread: a refusal because the engine is
+            # still idle (409) is asked again once the load's requests are running
+            while True:
+                try:
+                    got["analysis"] = self.client.post(
+                        "/v1/trace/capture", {"steps": steps}, timeout=180
+                    )
+                    return
+                except ApiError as exc:
+                    idle = exc.status == 409 and "idle" in str(exc)
+                    if not idle or stop.is_set() or time.monotonic() - t0 > 60:
+                        got["error"] = str(exc)
+                        return
+                    stop.wait(0.2)
+                except OSError as exc:
+                    got["error"] = str(exc)
+                    return
 
+        stop = threading.Event()
         t0 = time.monotonic()
         worker = threading.Thread(target=capture, name="sweep-trace", daemon=True)
         worker.start()
@@ -485,6 +497,7 @@ class Sweep:
                 run_bench(load)
             except BenchError:
                 worker.join(0.5)
+        stop.set()
         worker.join(5.0)
         analysis = got.get("analysis")
         if mode == "baseline" and isinstance(analysis, dict) and analysis.get("window"):

@@ -88,7 +88,7 @@ def trace_figures(analysis: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None
     r = next((x for x in ranks if x.get("rank") == 0), ranks[0])
     return {
-        "span": (analysis or {}).get("span", "TARGET_VERIFY"),
+        "span": (analysis or {}).get("span", "VERIFY"),
         "passes": r.get("verify_passes"),
         "step_ms_p50": r.get("verify_ms_p50"),
         "step_ms_p90": r.get("verify_ms_p90"),

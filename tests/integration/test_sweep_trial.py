@@ -142,7 +142,7 @@ def test_eagle3_trial_break_even_against_the_recorded_real_accept_length(trial: 
         assert pred_e.tokens_per_second < pred_b.tokens_per_second
         assert row["eagle3_verdict"].startswith("loses")
         trace = row["trace"]
-        assert trace["span"] == "TARGET_VERIFY" and trace["allreduce_per_step"] == 122
+        assert trace["span"] == "VERIFY" and trace["allreduce_per_step"] == 122
         assert trace["step_ms_p50"] == pytest.approx(pred_e.verify_seconds * 1000, rel=0.25)
 
 
@@ -223,3 +223,4 @@ def test_manual_trial_is_labelled_in_status_history_metrics_and_bench(tmp_path: 
             d.client.post("/v1/profile", {"name": "ring-ll", "load_format": "random"})
         assert exc.value.status == 422 and "dummy" in str(exc.value.body)
         assert d.engine_pid() == pid  # a bad load format changes nothing
+
