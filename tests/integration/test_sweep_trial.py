@@ -223,4 +223,3 @@ def test_manual_trial_is_labelled_in_status_history_metrics_and_bench(tmp_path: 
             d.client.post("/v1/profile", {"name": "ring-ll", "load_format": "random"})
         assert exc.value.status == 422 and "dummy" in str(exc.value.body)
         assert d.engine_pid() == pid  # a bad load format changes nothing
-
