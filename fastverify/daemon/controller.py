@@ -459,6 +459,7 @@ class Controller(CrashSteps):
             message=message,
             engine_ready_s=round(h.ready_s or 0.0, 3),
             verify=op.verify,
+            engine_env=h.engine_env,  # what the engine added to its workers' NCCL env
             pid=h.pid,
             previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
             phases=dict(op.phases),
