@@ -6,8 +6,10 @@ peer-to-peer), following NCCL 2.28's rules closely enough to be useful:
 
 - NCCL_ALGO / NCCL_PROTO: case-insensitive comma lists; a leading `^` excludes; from
   2.24 per-collective sections `ring;allreduce:tree,ring` (a section without `coll:`
-  is the default for every collective). Unknown tokens make communicator init fail
-  (NCCL 2.24+ behaviour), reported in `NcclSettings.errors`.
+  is the default for every collective), read with the profiles' strict grammar
+  (`fastverify.profiles.validate.parse_list_spec`: a section without `coll:` only first,
+  `^` only at the start, no empty items). Unknown tokens or a malformed list make
+  communicator init fail (NCCL 2.24+ behaviour), reported in `NcclSettings.errors`.
 - Numeric params parse like NCCL's `strtoll`: non-numeric text becomes 0 silently.
 - P2P between GPUs of the simulated box (8 PCIe GPUs spread over two CPU sockets, so
   the worst GPU pair is path type SYS) is used only when NCCL_P2P_DISABLE is not 1 and
@@ -18,6 +20,7 @@ peer-to-peer), following NCCL 2.28's rules closely enough to be useful:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -105,33 +108,25 @@ def nccl_int(value: str) -> int:
 
 
 def _parse_list(
-    value: str, known: tuple[str, ...], coll: str = "allreduce"
+    value: str, known: tuple[str, ...], coll: str = "AllReduce"
 ) -> tuple[set[str], list[str]]:
-    """Return (allowed tokens for `coll`, errors) for an NCCL_ALGO/NCCL_PROTO value."""
-    errors: list[str] = []
-    default_section: str | None = None
-    coll_section: str | None = None
-    for section in value.split(";"):
-        section = section.strip()
-        if not section:
-            continue
-        if ":" in section:
-            name, _, rest = section.partition(":")
-            if name.strip().lower() == coll:
-                coll_section = rest
-        else:
-            default_section = section
-    chosen = coll_section if coll_section is not None else default_section
-    if chosen is None:
-        return set(known), errors
-    chosen = chosen.strip()
-    exclude = chosen.startswith("^")
-    tokens = [t.strip().lower() for t in chosen.lstrip("^").split(",") if t.strip()]
-    for tok in tokens:
-        if tok not in known:
-            errors.append(tok)
-    picked = {t for t in tokens if t in known}
-    return (set(known) - picked if exclude else picked), errors
+    """Return (allowed tokens for `coll`, errors) for an NCCL_ALGO/NCCL_PROTO value, read
+    with the profiles' strict grammar (`profiles.validate.parse_list_spec`, NCCL's
+    parseList): anything NCCL refuses is an error and allows nothing."""
+    from fastverify.profiles import nccl_vars, validate
+
+    elems = nccl_vars.PROTOCOLS if known == PROTOS else nccl_vars.ALGORITHMS
+    try:
+        spec = validate.parse_list_spec(value, elems)
+    except validate.ListSpecError as exc:
+        words = {e.lower() for e in elems} | {c.lower() for c in nccl_vars.COLLECTIVES}
+        bad = [w for w in (x.strip().lower() for x in re.split(r"[;:,^]", value)) if w]
+        bad = [w for w in bad if w not in words]
+        return set(), bad or [str(exc)]
+    table = spec.get(coll)
+    if table is None:  # the value names other collectives only
+        return set(known), []
+    return {e.lower() for e, on in table.items() if on}, []
 
 
 @dataclass(frozen=True)
