@@ -15,6 +15,9 @@ from pathlib import Path
 from fastverify.config import ServerConfig
 from fastverify.engines.base import ArgvCheck, Engine
 from fastverify.engines.sglang import _strip_module, server_args
+from fastverify.sglang.envrules import EngineEnv, engine_env
+from fastverify.sglang.launch import LaunchArgs
+from fastverify.sglang.versions import PINNED_VERSION
 
 SIM_MODEL = "sim/kimi-k2.5-61L-moe"
 SIM_DRAFT = "sim/kimi-k2.5-eagle3"
@@ -59,6 +62,11 @@ class SimEngine(Engine):
             lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
             return ArgvCheck(False, f"rejected by the sim's parser: {lines[-1] if lines else '?'}")
         return ArgvCheck(True, "accepted by the sim's parser (SGLang-compatible argv)")
+
+    def engine_env(self, argv: list[str], env: Mapping[str, str]) -> EngineEnv:
+        """The sim follows the pinned SGLang: its main process applies the same rules
+        before its workers start (fastverify.engines.sim.engine.apply_engine_env)."""
+        return engine_env(LaunchArgs.from_argv(_strip_module(argv)), env, PINNED_VERSION)
 
     def extra_env(self) -> dict[str, str]:
         # The sim is part of this package: make it importable from a source checkout too.

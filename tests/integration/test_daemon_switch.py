@@ -26,6 +26,15 @@ def nccl_env(proc: psutil.Process) -> dict[str, str]:
     return {k: v for k, v in proc.environ().items() if k.startswith("NCCL_")}
 
 
+def held(st: dict, proc: psutil.Process, profile: dict[str, str]) -> dict[str, str]:
+    """What `proc` of the serving engine must hold: the profile exactly in the server;
+    in its TP workers also what the pinned SGLang adds by its own rules (the sim applies
+    them before starting its workers; status names them)."""
+    if proc.pid == st["engine"]["pid"]:
+        return profile
+    return {**profile, **st["engine"]["engine_env"]["added"]}
+
+
 def test_switch_delivers_env_rolls_back_and_runs_eager(tmp_path: Path) -> None:
     polluted = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple", "NCCL_DEBUG": "WARN"}
     with DaemonHarness(tmp_path, env=polluted, tp_size=4) as d:
@@ -37,8 +46,10 @@ def test_switch_delivers_env_rolls_back_and_runs_eager(tmp_path: Path) -> None:
         assert (st["state"], st["profile"], st["mode"]) == ("READY", "ring-ll", "baseline")
         procs = engine_tree(st["engine"]["pid"])
         assert len(procs) == 4  # server + 3 TP workers
+        assert st["engine"]["engine_env"]["added"]["NCCL_GRAPH_REGISTER"] == "0"
         for p in procs:
-            assert nccl_env(p) == RING_LL, f"pid {p.pid} {p.cmdline()}"
+            assert nccl_env(p) == held(st, p, RING_LL), f"pid {p.pid} {p.cmdline()}"
+        assert nccl_env(procs[-1])["NCCL_GRAPH_REGISTER"] == "0"
 
         r = d.ctl("profile", "set", "tree-ll")
         assert r.returncode == 1, r.stdout + r.stderr
@@ -59,7 +70,7 @@ def test_switch_delivers_env_rolls_back_and_runs_eager(tmp_path: Path) -> None:
             for j in journal
         )
         for p in engine_tree(st["engine"]["pid"]):
-            assert nccl_env(p) == RING_LL
+            assert nccl_env(p) == held(st, p, RING_LL)
 
         cur = json.loads(d.ctl("profile", "current", "--json").stdout)
         assert cur == {"profile": "ring-ll", "mode": "baseline", "state": "READY",
@@ -72,8 +83,9 @@ def test_switch_delivers_env_rolls_back_and_runs_eager(tmp_path: Path) -> None:
         st = d.status()
         cmdline = psutil.Process(st["engine"]["pid"]).cmdline()
         assert cmdline[cmdline.index("--cuda-graph-backend-decode") + 1] == "disabled"
+        assert "NCCL_GRAPH_REGISTER" not in st["engine"]["engine_env"]["added"]  # no graphs
         for p in engine_tree(st["engine"]["pid"]):
-            assert nccl_env(p) == dict(RING_LL, NCCL_ALGO="Tree")
+            assert nccl_env(p) == held(st, p, dict(RING_LL, NCCL_ALGO="Tree"))
 
         hist = json.loads(d.ctl("history", "--json").stdout)
         assert [(h["profile"], h["result"]) for h in hist] == [

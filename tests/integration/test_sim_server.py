@@ -23,6 +23,8 @@ from test_sim_support import (
 )
 
 from fastverify.engines.sim import costmodel
+from fastverify.sglang import envrules
+from fastverify.sglang.launch import LaunchArgs
 from tests.field import RING_LL
 
 TP = 4
@@ -250,9 +252,16 @@ def test_tp_workers_share_environment_and_process_group(sim: SimProcess) -> None
     parent_env = environ_of(sim.pid)
     nccl = {k: v for k, v in parent_env.items() if k.startswith("NCCL_")}
     assert {k: nccl[k] for k in RING_LL} == RING_LL
+    # the workers hold the environment plus what SGLang 0.5.23 adds by its own rules for
+    # this argv (TP > 1 with CUDA graphs: NCCL_GRAPH_REGISTER=0; tests/contract checks
+    # the rules against the real package); the server's own environ stays as started
+    assert "NCCL_GRAPH_REGISTER" not in nccl
+    sim_argv = sim.argv[sim.argv.index("fastverify.engines.sim") + 1 :]
+    added = envrules.engine_env(LaunchArgs.from_argv(sim_argv), parent_env).added
+    assert added["NCCL_GRAPH_REGISTER"] == "0"
     for pid in workers:
         env = environ_of(pid)
-        assert {k: v for k, v in env.items() if k.startswith("NCCL_")} == nccl
+        assert {k: v for k, v in env.items() if k.startswith("NCCL_")} == {**nccl, **added}
     info = sim.get_json("/get_server_info")
     assert info["sim"]["pids"] == [sim.pid, *workers]
 

@@ -1,7 +1,9 @@
 """Lifecycle of one sim engine process (TP0): start-up like SGLang, serve, shut down.
 
-Order, as SGLang does it: banner and server_args -> fork TP workers (before any
-thread) -> NCCL communicator init (NCCL INFO lines per rank when NCCL_DEBUG=INFO) ->
+Order, as SGLang does it: SGLang's own NCCL variables (`apply_engine_env`, e.g.
+NCCL_GRAPH_REGISTER=0 with TP > 1) -> banner and server_args -> TP workers (forked before
+any thread, then exec'd as SGLang spawns its schedulers) -> NCCL communicator init
+(NCCL INFO lines per rank when NCCL_DEBUG=INFO) ->
 weight loading with progress lines -> CUDA-graph capture (fails for NCCL_ALGO=Tree,
 after the full load) -> HTTP server up (uvicorn lines) -> warm-up generation ->
 `The server is fired up and ready to roll!`. SIGTERM/SIGINT at any point stop the
@@ -340,7 +342,11 @@ class SimEngine:
             return rc
         sys.stdout.flush()
         if a.tp_size > 1:
-            self.workers = WorkerPool.fork(a.tp_size - 1, _worker_handler(self.log))
+            self.workers = WorkerPool.fork(
+                a.tp_size - 1,
+                _worker_handler(self.log),
+                [sys.executable, "-u", "-m", "fastverify.engines.sim.worker_main", a.log_level],
+            )
         self._stop_flag = StopFlag()
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
@@ -456,6 +462,21 @@ class SimEngine:
                 self.workers.terminate()
 
 
+def apply_engine_env(argv: Sequence[str]) -> dict[str, str]:
+    """What SGLang (the pinned version) sets in its own environment for this argv before
+    it starts its schedulers (`fastverify.sglang.envrules`), applied to this process so
+    that the workers inherit it as SGLang's schedulers do. Returns what changed."""
+    from fastverify.sglang.envrules import engine_env
+    from fastverify.sglang.launch import LaunchArgs
+
+    final = engine_env(LaunchArgs.from_argv(list(argv)), os.environ).final(os.environ)
+    changed = {k: v for k, v in final.items() if os.environ.get(k) != v}
+    os.environ.update(changed)
+    return changed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = cli_args.parse(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = cli_args.parse(argv)
+    apply_engine_env(argv)
     return SimEngine(args).run()

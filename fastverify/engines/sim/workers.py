@@ -8,6 +8,11 @@ main process starts any thread, inherit its environment unchanged (the daemon ch
   socket and a parent-pid check right after fork (closes the fork/death race);
 - it receives SIGTERM (default action) - the main process sends it on shutdown.
 
+With `exec_argv` (the engine uses it) each worker execs itself right after the fork
+(`python -m fastverify.engines.sim.worker_main`), as SGLang spawns its schedulers, so its
+/proc/PID/environ holds the variables the main process set after it started (SGLang's
+own NCCL rules, `fastverify.sglang.envrules`).
+
 Each worker blocks on its socket (no polling, ~0% CPU). Commands are JSON lines:
   {"cmd": "log", "msg": str}                  log `msg` with this rank's TP prefix
   {"cmd": "nccl_init", "tuning": [...]}       print this rank's NCCL init lines
@@ -24,7 +29,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,8 +94,14 @@ class WorkerPool:
         self._lock = threading.Lock()
 
     @classmethod
-    def fork(cls, count: int, handler: Handler) -> WorkerPool:
-        """Fork `count` workers (ranks 1..count). Call before starting any thread."""
+    def fork(
+        cls, count: int, handler: Handler, exec_argv: Sequence[str] | None = None
+    ) -> WorkerPool:
+        """Fork `count` workers (ranks 1..count). Call before starting any thread.
+        `exec_argv`: each child execs `[*exec_argv, rank, fd, parent_pid]` right after the
+        fork, as SGLang spawns its schedulers: its /proc/PID/environ is then the main
+        process's environment as it is now (with what the engine set), not as it was
+        exec'd; the program runs `_child` with the inherited socket (`worker_main`)."""
         parent_pid = os.getpid()
         workers: list[Worker] = []
         for i in range(count):
@@ -102,6 +113,10 @@ class WorkerPool:
                 for w in workers:
                     w.sock.close()
                 try:
+                    if exec_argv is not None:
+                        os.set_inheritable(child_end.fileno(), True)
+                        args = [*exec_argv, str(rank), str(child_end.fileno()), str(parent_pid)]
+                        os.execv(args[0], args)
                     _child(rank, child_end, parent_pid, handler)
                 finally:
                     os._exit(0)
