@@ -66,12 +66,13 @@ def test_tree_with_cuda_graphs_fails_during_capture_after_load() -> None:
     assert rc != 0
     assert elapsed >= load
     assert len(workers) == 3 and wait_gone(workers, 3.0) == []
-    assert text.index("TP0] Load weight end.") < text.index("Capture cuda graph begin")
+    load_end = text.index("TP0] Load weight end.")
+    assert load_end < text.index("Capture target decode CUDA graph begin")
     assert "Capture cuda graph failed: NCCL error: invalid usage" in text
     assert "Possible solutions:" in text
     assert "disable CUDA graph by --cuda-graph-backend-decode=disabled" in text
     assert "Traceback (most recent call last):" in text
-    assert READY not in text and "Capture cuda graph end" not in text
+    assert READY not in text and "Capture target decode CUDA graph end" not in text
 
 
 @pytest.mark.parametrize(
@@ -94,7 +95,7 @@ def test_tree_serves_in_eager_mode_with_either_flag_generation(flags: list[str])
         assert info["sim"]["nccl"]["algo"] == "tree"
         line = sim.wait_line("Decode batch, ")
         assert "cuda graph: False" in line
-        assert "Capture cuda graph begin" not in sim.text()
+        assert "CUDA graph begin" not in sim.text()
 
 
 def test_invalid_nccl_algo_token_fails_at_init() -> None:

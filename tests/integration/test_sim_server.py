@@ -24,6 +24,7 @@ from test_sim_support import (
 
 from fastverify.engines.sim import costmodel
 from fastverify.sglang import envrules
+from fastverify.sglang import metrics as m
 from fastverify.sglang.launch import LaunchArgs
 from tests.field import RING_LL
 
@@ -67,8 +68,10 @@ def test_startup_lines_in_sglang_order(sim: SimProcess) -> None:
         "TP0] Load weight begin. avail mem=",
         "Loading safetensors checkpoint shards: 100% Completed | 64/64",
         "TP0] Load weight end. elapsed=",
-        "TP0] Capture cuda graph begin. This can take up to several minutes.",
-        "TP0] Capture cuda graph end. Time elapsed:",
+        "TP0] Capture target decode CUDA graph begin. backend=full,",
+        "TP0] Capture target decode CUDA graph end. bs=",
+        "TP0] Capture target prefill CUDA graph begin. backend=breakable,",
+        "TP0] Capture target prefill CUDA graph end.",
         "INFO:     Uvicorn running on http://127.0.0.1:",
         READY,
     ]
@@ -209,27 +212,41 @@ def test_metrics_have_sglang_names_and_labels(sim: SimProcess) -> None:
     sim.post_json("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 10}})
     after = _metrics(sim)
     names = {
-        "sglang:gen_throughput",
-        "sglang:spec_accept_length",
-        "sglang:num_running_reqs",
-        "sglang:num_queue_reqs",
-        "sglang:token_usage",
-        "sglang:generation_tokens",
-        "sglang:prompt_tokens",
-        "sglang:num_requests",
-        "sglang:time_to_first_token_seconds",
-        "sglang:inter_token_latency_seconds",
-        "sglang:e2e_request_latency_seconds",
+        m.GEN_THROUGHPUT,
+        m.SPEC_ACCEPT_LENGTH,
+        m.NUM_RUNNING_REQS,
+        m.NUM_QUEUE_REQS,
+        m.TOKEN_USAGE,
+        m.IS_CUDA_GRAPH,
+        m.CUDA_GRAPH_PASSES_TOTAL,
+        m.SPEC_VERIFY_CALLS_TOTAL,
+        m.STARTUP_CUDA_GRAPH_TIME_SECONDS,
+        m.GENERATION_TOKENS_TOTAL,
+        m.PROMPT_TOKENS_TOTAL,
+        m.NUM_REQUESTS_TOTAL,
+        m.TIME_TO_FIRST_TOKEN_SECONDS,
+        m.INTER_TOKEN_LATENCY_SECONDS,
+        m.E2E_REQUEST_LATENCY_SECONDS,
     }
-    assert names <= set(after)
-    for name in names:
-        for sample in after[name]:
-            assert set(sample.labels) - {"le"} == {
-                "model_name",
-                "engine_type",
-                "tp_rank",
-                "pp_rank",
-            }
+    # the parser names a counter family without its _total suffix
+    fams = {k if k in after else k.removesuffix("_total"): k for k in names}
+    assert set(fams) <= set(after), set(fams) - set(after)
+    for fam, name in fams.items():
+        assert after[fam], name
+        for sample in after[fam]:
+            # SGLang 0.5.23's label names (tests/contract checks them on the real package)
+            assert set(sample.labels) - {"le"} == set(m.label_names(name)), name
+    assert {s.labels["mode"] for s in after["sglang:cuda_graph_passes"]} >= {
+        "decode_cuda_graph",
+        "prefill_cuda_graph",
+    }
+    assert {s.labels["phase"] for s in after[m.STARTUP_CUDA_GRAPH_TIME_SECONDS]} == {
+        "decode",
+        "prefill",
+    }
+    assert [s.value for s in after[m.IS_CUDA_GRAPH]] == [1.0]
+    assert m.WEIGHT_LOAD_DURATION_SECONDS in after  # declared; SGLang sets it on updates
+    assert after[m.WEIGHT_LOAD_DURATION_SECONDS] == []
 
     def value(fams: dict, sample_name: str) -> float:
         return sum(s.value for f in fams.values() for s in f if s.name == sample_name)

@@ -46,6 +46,8 @@ class SimArgs:
     argv: tuple[str, ...]
     fail: str | None = None
     load_format: str = "auto"
+    decode_cuda_graph: bool = True  # the decode phase captures (backend full)
+    prefill_cuda_graph: bool = True  # the prefill phase captures (backend breakable)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -171,6 +173,8 @@ def parse(argv: Sequence[str]) -> SimArgs:
         topk=topk,
         num_draft_tokens=ndt,
         cuda_graph=cuda_graph,
+        decode_cuda_graph=cuda_graph and not decode_off,
+        prefill_cuda_graph=cuda_graph and not prefill_off,
         decode_log_interval=ns.decode_log_interval,
         disable_custom_all_reduce=ns.disable_custom_all_reduce,
         log_level=ns.log_level,

@@ -31,6 +31,7 @@ from fastverify.engines.sim.scheduler import Request, Scheduler
 from fastverify.engines.sim.server import App, SimHTTPServer
 from fastverify.engines.sim.wakeup import StopFlag
 from fastverify.engines.sim.workers import WorkerPool
+from fastverify.sglang import loglines
 
 SIM_VERSION = "0.5.23-fastverify-sim"
 SHARDS = 64
@@ -225,31 +226,46 @@ class SimEngine:
         self._all_ranks("Memory pool end. avail mem=8.12 GB")
 
     def _capture(self) -> None:
+        """SGLang 0.5.23's capture milestones per phase that captures (decode: backend
+        full, prefill: breakable), lines from `fastverify.sglang.loglines`."""
         a = self.args
+        self.capture_seconds: dict[str, float] = {}
         if not a.cuda_graph:
             return
-        tic = time.monotonic()
-        self._all_ranks(
-            "Capture cuda graph begin. This can take up to several minutes. avail mem=8.12 GB"
-        )
-        self._all_ranks(f"Capture cuda graph bs {[1, 2, 4, 8, 16, 24, 32]}")
-        tuning = sglang_logs.nccl_tuning_lines(os.environ, 0, _tuning_rows(self.settings, a))
-        sglang_logs.write_nccl_lines(os.environ, tuning, self.log)
-        self._sleep(a.load_seconds * 0.2)
-        if a.tp_size > 1 and self.settings.tree_only:
-            err = costmodel.TREE_CAPTURE_ERROR
-            warn = sglang_logs.nccl_warn_line(
-                0,
-                "Tree algorithm cannot be captured in a CUDA graph on this topology "
-                "(NCCL_ALGO=Tree, PCIe): operation not permitted when stream is capturing",
+        bs = [1, 2, 4, 8, 16, 24, 32]
+        if a.decode_cuda_graph:
+            tic = time.monotonic()
+            self._all_ranks(loglines.format_capture_begin("target", "decode", "full", 8.12, bs))
+            tuning = sglang_logs.nccl_tuning_lines(os.environ, 0, _tuning_rows(self.settings, a))
+            sglang_logs.write_nccl_lines(os.environ, tuning, self.log)
+            self._sleep(a.load_seconds * 0.2)
+            if a.tp_size > 1 and self.settings.tree_only:
+                err = costmodel.TREE_CAPTURE_ERROR
+                warn = sglang_logs.nccl_warn_line(
+                    0,
+                    "Tree algorithm cannot be captured in a CUDA graph on this topology "
+                    "(NCCL_ALGO=Tree, PCIe): operation not permitted when stream is capturing",
+                )
+                sglang_logs.write_nccl_lines(os.environ, [warn], self.log)
+                self.log.log(sglang_logs.capture_failure_traceback(err), 0, "error")
+                raise RuntimeError("capture failed")
+            self.capture_seconds["decode"] = time.monotonic() - tic
+            self._all_ranks(
+                loglines.format_capture_end(
+                    "target", "decode", self.capture_seconds["decode"], 0.38, 7.74, bs
+                )
             )
-            sglang_logs.write_nccl_lines(os.environ, [warn], self.log)
-            self.log.log(sglang_logs.capture_failure_traceback(err), 0, "error")
-            raise RuntimeError("capture failed")
-        self._all_ranks(
-            f"Capture cuda graph end. Time elapsed: {time.monotonic() - tic:.2f} s. "
-            "mem usage=0.38 GB. avail mem=7.74 GB."
-        )
+        if a.prefill_cuda_graph:
+            tic = time.monotonic()
+            self._all_ranks(
+                loglines.format_capture_begin("target", "prefill", "breakable", 7.74, bs)
+            )
+            self.capture_seconds["prefill"] = time.monotonic() - tic
+            self._all_ranks(
+                loglines.format_capture_end(
+                    "target", "prefill", self.capture_seconds["prefill"], 0.05, 7.69, bs
+                )
+            )
 
     def server_info(self) -> dict[str, Any]:
         a = self.args
@@ -347,6 +363,8 @@ class SimEngine:
                 _worker_handler(self.log),
                 [sys.executable, "-u", "-m", "fastverify.engines.sim.worker_main", a.log_level],
             )
+            # like SGLang waiting for its schedulers: every worker answers once it runs
+            self.workers.request_each(lambda rank: {"cmd": "ping"}, timeout=120.0)
         self._stop_flag = StopFlag()
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
@@ -379,7 +397,14 @@ class SimEngine:
             self._nccl_init()
             self._load()
             self._capture()
-            self.metrics = SimMetrics(a.served_model_name) if a.enable_metrics else None
+            self.metrics = (
+                SimMetrics(a.served_model_name, a.decode_cuda_graph, a.prefill_cuda_graph)
+                if a.enable_metrics
+                else None
+            )
+            for phase, seconds in getattr(self, "capture_seconds", {}).items():
+                if self.metrics is not None:
+                    self.metrics.startup_cuda_graph(phase, seconds)
             self.profiler = Profiler(
                 tp_size=a.tp_size,
                 workers=self.workers,

@@ -1,13 +1,17 @@
 """SGLang-named Prometheus metrics of the sim engine (`--enable-metrics`, on the HTTP port).
 
-Names, types and labels follow SGLang's metrics collector (scheduler gauges and
-tokenizer-manager counters/histograms, labelled model_name, engine_type, tp_rank,
-pp_rank): `sglang:gen_throughput`, `sglang:spec_accept_length`, `sglang:num_running_reqs`,
-`sglang:generation_tokens_total`, `sglang:time_to_first_token_seconds`, ...
+Names, types and labels are SGLang 0.5.23's (`fastverify.sglang.metrics`, contract-tested):
+scheduler gauges/counters labelled model_name, engine_type, tp_rank, pp_rank, moe_ep_rank;
+tokenizer counters/histograms model_name, engine_type (+ is_streaming where SGLang has it).
+Also `sglang:cuda_graph_passes_total{mode}`, `sglang:spec_verify_calls_total`,
+`sglang:is_cuda_graph`, `sglang:startup_cuda_graph_time_seconds{phase}` and (declared,
+set only by weight updates in SGLang) `sglang:weight_load_duration_seconds{source}`.
 Uses a private registry, so only these series are exposed.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -19,7 +23,8 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank")
+from fastverify.sglang import metrics as m
+
 TTFT_BUCKETS = (
     0.1,
     0.2,
@@ -91,57 +96,128 @@ E2E_BUCKETS = (
 
 
 class SimMetrics:
-    """The metric objects, pre-labelled for TP0 (the scheduler that reports)."""
+    """The metric objects, labelled as SGLang 0.5.23 labels them (`fastverify.sglang.metrics`:
+    scheduler series for TP0, the scheduler that reports; tokenizer series without tp/pp).
+    Per-request series take the request's `is_streaming` ("true"/"false")."""
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, model_name: str):
+    def __init__(
+        self, model_name: str, decode_graph: bool = True, prefill_graph: bool = True
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        lv = {"model_name": model_name, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0"}
+        self.decode_graph = decode_graph
+        self.prefill_graph = prefill_graph
+        base = {"model_name": model_name, "engine_type": m.ENGINE_TYPE_UNIFIED}
+        sched = {**base, "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
+
+        def values(name: str) -> dict[str, str]:
+            names = m.label_names(name)
+            own = sched if "tp_rank" in names else base
+            return {k: own[k] for k in names if k in own}
 
         def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, LABELS, registry=r, multiprocess_mode="mostrecent").labels(**lv)
+            g = Gauge(name, doc, m.label_names(name), registry=r, multiprocess_mode="mostrecent")
+            return g.labels(**values(name))
 
-        def counter(name: str, doc: str) -> Counter:
-            return Counter(name, doc, LABELS, registry=r).labels(**lv)
+        def family(kind: type, name: str, doc: str, **kw: object) -> tuple[object, dict]:
+            return kind(name, doc, m.label_names(name), registry=r, **kw), values(name)
 
-        def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(name, doc, LABELS, buckets=buckets, registry=r).labels(**lv)
-
-        self.num_running_reqs = gauge("sglang:num_running_reqs", "The number of running requests.")
+        self.num_running_reqs = gauge(m.NUM_RUNNING_REQS, "The number of running requests.")
         self.num_queue_reqs = gauge(
-            "sglang:num_queue_reqs", "The number of requests in the waiting queue."
+            m.NUM_QUEUE_REQS, "The number of requests in the waiting queue."
         )
-        self.gen_throughput = gauge("sglang:gen_throughput", "The generation throughput (token/s).")
-        self.token_usage = gauge("sglang:token_usage", "The token usage.")
-        self.cache_hit_rate = gauge("sglang:cache_hit_rate", "The prefix cache hit rate.")
+        self.gen_throughput = gauge(m.GEN_THROUGHPUT, "The generation throughput (token/s).")
+        self.token_usage = gauge(m.TOKEN_USAGE, "The token usage.")
+        self.cache_hit_rate = gauge(m.CACHE_HIT_RATE, "The prefix cache hit rate.")
         self.spec_accept_length = gauge(
-            "sglang:spec_accept_length", "The average acceptance length of speculative decoding."
+            m.SPEC_ACCEPT_LENGTH, "The average acceptance length of speculative decoding."
         )
         self.spec_accept_rate = gauge(
-            "sglang:spec_accept_rate", "The average acceptance rate of speculative decoding."
+            m.SPEC_ACCEPT_RATE, "The average acceptance rate of speculative decoding."
         )
-        self.prompt_tokens = counter("sglang:prompt_tokens", "Number of prefill tokens processed.")
-        self.generation_tokens = counter(
-            "sglang:generation_tokens", "Number of generation tokens processed."
+        self.is_cuda_graph = gauge(m.IS_CUDA_GRAPH, "Whether the batch is using CUDA graph.")
+        # edge-triggered in SGLang (weight updates only): declared, no sample at start-up
+        self._weight_load = family(
+            Gauge,
+            m.WEIGHT_LOAD_DURATION_SECONDS,
+            "Duration of the last weight load/update in seconds.",
+            multiprocess_mode="mostrecent",
         )
-        self.num_requests = counter("sglang:num_requests", "Number of requests processed.")
-        self.ttft = hist(
-            "sglang:time_to_first_token_seconds",
+        self._passes = family(
+            Counter, m.CUDA_GRAPH_PASSES_TOTAL, "Forward passes by phase and CUDA-graph use."
+        )
+        self._startup_graph = family(
+            Gauge,
+            m.STARTUP_CUDA_GRAPH_TIME_SECONDS,
+            "CUDA graph capture duration by phase in seconds.",
+            multiprocess_mode="mostrecent",
+        )
+        self._prompt = family(Counter, m.PROMPT_TOKENS_TOTAL, "Number of prefill tokens processed.")
+        self._generation = family(
+            Counter, m.GENERATION_TOKENS_TOTAL, "Number of generation tokens processed."
+        )
+        self._requests = family(Counter, m.NUM_REQUESTS_TOTAL, "Number of requests processed.")
+        spec = family(
+            Counter, m.SPEC_VERIFY_CALLS_TOTAL, "Number of speculative decoding verification calls."
+        )
+        self.spec_verify_calls = spec[0].labels(**spec[1])  # type: ignore[attr-defined]
+        self._ttft = family(
+            Histogram,
+            m.TIME_TO_FIRST_TOKEN_SECONDS,
             "Histogram of time to first token in seconds.",
-            TTFT_BUCKETS,
+            buckets=TTFT_BUCKETS,
         )
-        self.itl = hist(
-            "sglang:inter_token_latency_seconds",
+        itl = family(
+            Histogram,
+            m.INTER_TOKEN_LATENCY_SECONDS,
             "Histogram of inter-token latency in seconds.",
-            ITL_BUCKETS,
+            buckets=ITL_BUCKETS,
         )
-        self.e2e = hist(
-            "sglang:e2e_request_latency_seconds",
+        self.itl = itl[0].labels(**itl[1])  # type: ignore[attr-defined]
+        e2e = family(
+            Histogram,
+            m.E2E_REQUEST_LATENCY_SECONDS,
             "Histogram of End-to-end request latency in seconds",
-            E2E_BUCKETS,
+            buckets=E2E_BUCKETS,
         )
+        self.e2e = e2e[0].labels(**e2e[1])  # type: ignore[attr-defined]
+
+    @staticmethod
+    def _child(fam: tuple[object, dict], **extra: str) -> Any:
+        metric, labels = fam
+        return metric.labels(**{**labels, **extra})  # type: ignore[attr-defined]
+
+    # per-request series (is_streaming)
+    def prompt_tokens(self, stream: bool) -> Any:
+        return self._child(self._prompt, is_streaming=_flag(stream))
+
+    def generation_tokens(self, stream: bool) -> Any:
+        return self._child(self._generation, is_streaming=_flag(stream))
+
+    def num_requests(self, stream: bool) -> Any:
+        return self._child(self._requests, is_streaming=_flag(stream))
+
+    def ttft(self, stream: bool) -> Any:
+        return self._child(self._ttft, is_streaming=_flag(stream))
+
+    # forward passes and start-up
+    def decode_pass(self) -> None:
+        mode = "decode_cuda_graph" if self.decode_graph else "decode_none"
+        self._child(self._passes, mode=mode).inc()
+        self.is_cuda_graph.set(1 if self.decode_graph else 0)
+
+    def prefill_pass(self) -> None:
+        mode = "prefill_cuda_graph" if self.prefill_graph else "prefill_none"
+        self._child(self._passes, mode=mode).inc()
+
+    def startup_cuda_graph(self, phase: str, seconds: float) -> None:
+        self._child(self._startup_graph, phase=phase).set(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"

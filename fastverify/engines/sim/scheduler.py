@@ -221,10 +221,14 @@ class Scheduler(threading.Thread):
             r.credit = self._rng.random()
             r.first_token_at = r.last_token_at = now
             if self.metrics:
-                self.metrics.ttft.observe(now - r.created)
+                self.metrics.ttft(r.stream).observe(now - r.created)
             r._emit(1)
             if r.generated >= r.max_new_tokens:
                 finished.append(r)
+        if self.metrics:
+            self.metrics.prefill_pass()
+            for r in new:
+                self.metrics.generation_tokens(r.stream).inc(1)
         self._account(len(new), 0, 0)
         with self._cond:
             self.running.extend(r for r in new if r not in finished)
@@ -256,6 +260,8 @@ class Scheduler(threading.Thread):
             if self.metrics and r.last_token_at is not None and n:
                 self.metrics.itl.observe((now - r.last_token_at) / n)
             r.last_token_at = now
+            if self.metrics and n:
+                self.metrics.generation_tokens(r.stream).inc(n)
             r._emit(n)
             if r.generated >= r.max_new_tokens:
                 finished.append(r)
@@ -266,6 +272,10 @@ class Scheduler(threading.Thread):
             for r in finished:
                 self._finish(r, now)
         self.forward_ct += 1
+        if self.metrics:
+            self.metrics.decode_pass()
+            if eagle and running:
+                self.metrics.spec_verify_calls.inc(len(running))
         self._account(produced, accepted, len(running) if eagle else 0)
         if self.forward_ct % self.decode_log_interval == 0:
             batch_tokens = sum(r.prompt_tokens + r.generated for r in running)
@@ -278,8 +288,8 @@ class Scheduler(threading.Thread):
             r.finished_at = now
         if self.metrics and not r.aborted:
             self.metrics.e2e.observe(now - r.created)
-            self.metrics.num_requests.inc()
-            self.metrics.prompt_tokens.inc(r.prompt_tokens)
+            self.metrics.num_requests(r.stream).inc()
+            self.metrics.prompt_tokens(r.stream).inc(r.prompt_tokens)
         r.updates.put(None)
         r.done.set()
 
@@ -287,8 +297,6 @@ class Scheduler(threading.Thread):
         self._interval_tokens += produced
         self._interval_accepted += accepted
         self._interval_verify += verifies
-        if self.metrics and produced:
-            self.metrics.generation_tokens.inc(produced)
 
     def _log_decode(self, running: int, tokens: int) -> None:
         """SGLang's decode line for the batch that just ran (`tokens`: its KV tokens)."""
