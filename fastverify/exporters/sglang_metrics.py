@@ -2,7 +2,11 @@
 
 `fetch(url)` GETs `{url}/metrics`; `reduce(text)` parses it with prometheus-client's text
 parser and returns `{"gen_throughput", "num_running_reqs", "num_queue_reqs",
-"spec_accept_length", "spec_accept_rate", "token_usage", "generation_tokens_total", ...}`.
+"spec_accept_length", "spec_accept_rate", "token_usage", "generation_tokens_total", ...}`;
+from 0.5.23 also `spec_verify_calls_total`, `is_cuda_graph` (min over schedulers),
+`startup_cuda_graph_seconds` (sum over phases), `weight_load_duration_seconds` and
+`cuda_graph_passes_total_<mode>` (`decode_cuda_graph`, `decode_none`, `prefill_...`).
+Other labels (`moe_ep_rank`, `is_streaming`, ...) split groups that are then combined.
 SGLang labels scheduler series by `tp_rank` (and `dp_rank`/`pp_rank`): only the lowest
 tp_rank is read (the ranks of one TP group report the same batch), and gauges that are
 per-scheduler sums (throughput, requests, tokens) are summed over the remaining groups.
@@ -32,7 +36,15 @@ _WANTED: dict[str, tuple[str, str]] = {
     "generation_tokens": ("generation_tokens_total", "sum"),
     "prompt_tokens": ("prompt_tokens_total", "sum"),
     "num_requests": ("num_requests_total", "sum"),
+    # 0.5.23 series (fastverify.sglang.metrics)
+    "spec_verify_calls": ("spec_verify_calls_total", "sum"),
+    "is_cuda_graph": ("is_cuda_graph", "min"),
+    "startup_cuda_graph_time_seconds": ("startup_cuda_graph_seconds", "sum"),
+    "weight_load_duration_seconds": ("weight_load_duration_seconds", "max"),
+    # one key per `mode` label: cuda_graph_passes_total_decode_cuda_graph, ..._decode_none
+    "cuda_graph_passes": ("cuda_graph_passes_total", "sum"),
 }
+_SPLIT_BY = {"cuda_graph_passes": "mode"}  # series reported per value of one label
 
 
 class MetricsFetchError(RuntimeError):
@@ -88,12 +100,17 @@ def reduce(text: str) -> dict[str, float]:
             except ValueError:
                 tp = 0
             key = tuple(sorted(labels.items()))
-            prev = groups[base].get(key)
+            split = _SPLIT_BY.get(base)
+            slot = f"{base}:{labels.get(split, '')}" if split else base
+            prev = groups[slot].get(key)
             if prev is None or tp < prev[0]:
-                groups[base][key] = (tp, float(sample.value))
+                groups[slot][key] = (tp, float(sample.value))
     out: dict[str, float] = {}
-    for base, per_group in groups.items():
+    for slot, per_group in groups.items():
+        base, _, part = slot.partition(":")
         ours, how = _WANTED[base]
+        if part:
+            ours = f"{ours}_{part}"
         values = [v for _, v in per_group.values()]
         if not values:
             continue
@@ -101,6 +118,8 @@ def reduce(text: str) -> dict[str, float]:
             out[ours] = sum(values)
         elif how == "max":
             out[ours] = max(values)
+        elif how == "min":
+            out[ours] = min(values)
         else:
             out[ours] = sum(values) / len(values)
     return out
