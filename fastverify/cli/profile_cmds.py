@@ -217,6 +217,13 @@ def _raw_description(entry: Any) -> str:
     help="System NCCL config file.",
 )
 @click.option("--force", is_flag=True, help="Accept LL128 without NVLink.")
+@click.option(
+    "--tp-size",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="With --effective: the TP size SGLang's own NCCL rules are applied for.",
+)
 @click.pass_context
 def show_cmd(
     ctx: click.Context,
@@ -226,6 +233,7 @@ def show_cmd(
     home: str | None,
     etc_conf: str,
     force: bool,
+    tp_size: int,
 ) -> None:
     """Show a profile's variables (with --effective: each marked with its source)."""
     from fastverify.profiles import effective as eff
@@ -243,6 +251,17 @@ def show_cmd(
             {"label": c.label, "path": str(c.path), "exists": c.path.is_file()}
             for c in eff.conf_files(eff.effective_env(prof, base), Path(etc_conf))
         ]
+        from fastverify.sglang.envrules import engine_env
+        from fastverify.sglang.launch import LaunchArgs
+
+        launch = LaunchArgs(
+            model_path="model",
+            tp_size=tp_size,
+            cuda_graph=prof.requires.get("cuda-graph") != "off",
+            custom_all_reduce=prof.requires.get("custom-all-reduce") != "off",
+        )
+        rules = engine_env(launch, eff.effective_env(prof, base))
+        data["engine_env"] = {**rules.to_dict(), "tp_size": tp_size, "lines": rules.lines()}
         from fastverify.tuner.profile import tuner_view
 
         if (tuner := tuner_view(prof)) is not None:
@@ -278,6 +297,8 @@ def show_cmd(
             from fastverify.tuner.profile import tuner_lines
 
             click.echo("\n".join(tuner_lines(data["tuner"])))
+        for line in data["engine_env"]["lines"]:
+            click.echo(f"  {line} (TP {tp_size})")
         read = [c for c in data["conf_files"] if c["exists"]]
         click.echo(
             "  NCCL config files read: "

@@ -94,6 +94,25 @@ class EngineEnv:
             )
         return f"SGLang {self.version} " + "; ".join(parts) if parts else ""
 
+    def lines(self) -> list[str]:
+        """One line per variable with its reason: `SGLang 0.5.23 will add
+        NCCL_GRAPH_REGISTER=0 (TP/EP/DP > 1 and a CUDA-graph phase may capture ...)`."""
+        who = f"SGLang {self.version}"
+        out = [
+            f"{who} will add {k}={v} ({self.why.get(k, 'its own rule')})"
+            for k, v in sorted(self.added.items())
+        ]
+        out += [
+            f"{who} will override {k}={got} (profile: {want}; {self.why.get(k, 'its own rule')})"
+            for k, (want, got) in sorted(self.overrides.items())
+        ]
+        out += [f"{who}: {msg}" for _, msg in sorted(self.conflicts.items())]
+        out += [
+            f"{who} may add {k}={v} ({self.why.get(k, 'hardware-dependent')})"
+            for k, v in sorted(self.possible.items())
+        ]
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["summary"] = self.summary()

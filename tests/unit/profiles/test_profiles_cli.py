@@ -201,3 +201,24 @@ def test_real_subprocess_validate_exit_codes(tmp_path: Path) -> None:
     usage = subprocess.run([*_ctl(), "profile", "validate"],
                            capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
     assert usage.returncode == 2
+
+
+def test_show_effective_names_what_sglang_adds(run, tmp_path: Path) -> None:
+    """--effective applies SGLang 0.5.23's own NCCL rules (checked against the real package
+    by tests/contract, the real parallel hook included) for the TP size asked."""
+    etc = str(tmp_path / "no-etc.conf")
+
+    def rules(name: str, tp: int) -> dict:
+        res = run("show", name, "--effective", "--etc-conf", etc, "--tp-size", str(tp), "--json")
+        assert res.exit_code == 0, res.output
+        return json.loads(res.stdout)["engine_env"]
+
+    tp2 = rules("ring-ll", 2)
+    assert tp2["added"]["NCCL_GRAPH_REGISTER"] == "0" and tp2["tp_size"] == 2
+    assert any(
+        x.startswith("SGLang 0.5.23 will add NCCL_GRAPH_REGISTER=0 (TP") for x in tp2["lines"]
+    )
+    assert "NCCL_GRAPH_REGISTER" not in rules("ring-ll", 1)["added"]  # one rank: no collectives
+    assert "NCCL_GRAPH_REGISTER" not in rules("tree-ll-eager", 2)["added"]  # nothing captures
+    text = run("show", "ring-ll", "--effective", "--etc-conf", etc, "--tp-size", "2").stdout
+    assert "SGLang 0.5.23 will add NCCL_GRAPH_REGISTER=0 (TP/EP/DP > 1" in text
