@@ -138,10 +138,8 @@ class Controller(CrashSteps):
 
     def _op_weights(self, op: Operation) -> str:
         """ "dummy" when the operation runs a trial (--load-format dummy), else "real"."""
-        fmt = getattr(op, "load_format", None)
-        return weights_label(
-            fmt if fmt is not None else getattr(self.cfg.server, "load_format", None)
-        )
+        fmt = op.load_format
+        return weights_label(fmt if fmt is not None else self.cfg.server.load_format)
 
     def _result(self, op: Operation, result: str, **kw: Any) -> OpResult:
         fields = {k: kw.pop(k) for k in ("reason", "message", "log", "line") if k in kw}
@@ -244,7 +242,7 @@ class Controller(CrashSteps):
                 reason="state_dir_unwritable",
             )
         op = Operation(kind, name, mode)
-        op.load_format = load_format  # type: ignore[attr-defined]  # trial: rollback too
+        op.load_format = load_format  # a trial rolls back on dummy weights too
         if queue:
             claim = self.slot.wait_claim(op, withdrawn=withdrawn, stopping=self.shutting_down)
         else:
@@ -520,7 +518,7 @@ class Controller(CrashSteps):
         self.say(f"rolling back to {target['profile']}/{target['mode']}")
         try:
             profile, argv = self.resolver.resolve(
-                target["profile"], target["mode"], load_format=getattr(op, "load_format", None)
+                target["profile"], target["mode"], load_format=op.load_format
             )
         except RequestError as exc:
             self.set_state(State.FAILED, "last good profile no longer loads")
