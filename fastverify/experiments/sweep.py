@@ -467,25 +467,40 @@ class Sweep:
 
         got: dict[str, Any] = {}
         steps = self.cfg.trace_steps
+        done = threading.Event()
+        load = replace(self.cfg.bench, url=url, duration=0.5, requests=None, warmup=0)
 
-        def capture() -> None:
-            try:
-                got["analysis"] = self.client.post(
-                    "/v1/trace/capture", {"steps": steps}, timeout=180
-                )
-            except (ApiError, OSError) as exc:
-                got["error"] = str(exc)
+        def keep_busy() -> None:  # the window records forward steps: they need traffic
+            while not done.is_set():
+                try:
+                    run_bench(load)
+                except BenchError:
+                    done.wait(0.5)
 
         t0 = time.monotonic()
-        worker = threading.Thread(target=capture, name="sweep-trace", daemon=True)
-        worker.start()
-        load = replace(self.cfg.bench, url=url, duration=0.5, requests=None, warmup=0)
-        while worker.is_alive() and time.monotonic() - t0 < 180:  # the window needs traffic
-            try:
-                run_bench(load)
-            except BenchError:
-                worker.join(0.5)
-        worker.join(5.0)
+        loader = threading.Thread(target=keep_busy, name="sweep-trace-load", daemon=True)
+        loader.start()
+        try:
+            while time.monotonic() - t0 < 180:
+                try:
+                    got["analysis"] = self.client.post(
+                        "/v1/trace/capture", {"steps": steps}, timeout=180
+                    )
+                    break
+                except ApiError as exc:
+                    # refused while the daemon has not yet seen the load's first request
+                    if exc.status == 409 and exc.body.get("reason") == "capture_refused":
+                        got["error"] = str(exc)
+                        done.wait(0.2)
+                        continue
+                    got["error"] = str(exc)
+                    break
+                except OSError as exc:
+                    got["error"] = str(exc)
+                    break
+        finally:
+            done.set()
+            loader.join(5.0)
         analysis = got.get("analysis")
         if mode == "baseline" and isinstance(analysis, dict) and analysis.get("window"):
             analysis = _decode_analysis(analysis) or analysis
