@@ -27,11 +27,13 @@ def engine(tmp_path: Path) -> Iterator[Callable[[dict[str, str]], int]]:
 
     def start(env: dict[str, str]) -> int:
         p = subprocess.Popen(
-            [sys.executable, "-c", "import sys; sys.stdin.read()"],
+            [sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
             stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             env={"PATH": "/usr/bin:/bin", **env},
         )
         procs.append(p)
+        assert p.stdout is not None and p.stdout.readline() == b"up\n"  # exec'd: environ is env
         return p.pid
 
     yield start
@@ -39,6 +41,7 @@ def engine(tmp_path: Path) -> Iterator[Callable[[dict[str, str]], int]]:
         assert p.stdin is not None
         p.stdin.close()
         p.wait()
+        p.stdout.close()
 
 
 def _debug_dir(tmp_path: Path, *texts: str) -> Path:
