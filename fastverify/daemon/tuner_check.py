@@ -29,6 +29,7 @@ from fastverify.tuner.loaded import REASON_NO_LOG, REASON_NOT_LOADED, check_tune
 
 TABLE_ENV = plugin_mod.TABLE_ENV
 PLUGIN_ENV = "NCCL_TUNER_PLUGIN"
+_COMM_INIT = " NCCL INFO ncclCommInitRank"  # NCCL 2.28: "ncclCommInitRank[Config] comm 0x.."
 REASONS = TUNER_REASONS  # the same strings as fastverify.tuner.loaded's REASON_*
 
 
@@ -67,7 +68,10 @@ def check_engine_tuner(
             texts.append(f.read_text(encoding="utf-8", errors="replace"))
         except OSError:
             continue
-    st = check_tuner_loaded(texts, plugin_mod.PLUGIN_NAME)
+    # NCCL loads the tuner at communicator init: a process that printed NCCL lines without
+    # creating a communicator (e.g. only ncclGetUniqueId) has nothing to show.
+    with_comm = [t for t in texts if _COMM_INIT in t]
+    st = check_tuner_loaded(with_comm or texts, plugin_mod.PLUGIN_NAME)
     where = f" (NCCL output: {debug_dir})"
     if st.reason is not None:
         detail = st.detail

@@ -79,8 +79,12 @@ def test_tuner_profile_is_confirmed_and_a_bad_plugin_rolls_back(
             assert env["NCCL_DEBUG"] == "INFO" and "INIT" in env["NCCL_DEBUG_SUBSYS"]
             assert env["NCCL_TUNER_PLUGIN"] == str(plugin_so.resolve())
         debug_dir = Path(env["NCCL_DEBUG_FILE"]).parent
-        logs = sorted(debug_dir.glob("*.log"))
-        assert len(logs) == 2  # one per TP rank
+
+        def both_ranks() -> list[Path] | None:  # rank 1 writes its own, maybe a moment later
+            found = sorted(debug_dir.glob("*.log"))
+            return found if len(found) == 2 else None
+
+        logs = d.wait_for(both_ranks, 30, "both ranks' NCCL debug files")
         for f in logs:
             assert "TUNER/Plugin: Using fastverify (v5)" in f.read_text()
 

@@ -93,6 +93,15 @@ def test_one_rank_without_the_plugin_fails_the_start(tmp_path, engine) -> None:
     assert f"NCCL_TUNER_PLUGIN={REAL_SO}" in failure.message
 
 
+def test_a_process_without_a_communicator_is_not_asked_for_the_tuner(tmp_path, engine) -> None:
+    pid = engine({"FASTVERIFY_TUNER_TABLE": "/p/t.tuner.csv", "NCCL_TUNER_PLUGIN": REAL_SO})
+    real = (FIX / "tuned-nvlink.rank0.nccl.log").read_text().splitlines(keepends=True)
+    no_comm = "".join(real[:5])  # the first lines of the real log, before communicator init
+    assert "ncclCommInitRank" not in no_comm and "NCCL version" in no_comm
+    failure, tuner = check_engine_tuner(pid, _debug_dir(tmp_path, "".join(real), no_comm))
+    assert failure is None and tuner is not None and tuner["name"] == "fastverify"
+
+
 def test_no_nccl_output_cannot_confirm(tmp_path, engine) -> None:
     pid = engine({"FASTVERIFY_TUNER_TABLE": "/p/t.tuner.csv", "NCCL_TUNER_PLUGIN": REAL_SO})
     failure, _ = check_engine_tuner(pid, _debug_dir(tmp_path, "SGLang says hello\n"))
