@@ -456,6 +456,7 @@ class Controller(CrashSteps):
             message=message,
             engine_ready_s=round(h.ready_s or 0.0, 3),
             verify=op.verify,
+            tuner=h.tuner,  # what NCCL's INFO output confirmed (None: no tuner profile)
             pid=h.pid,
             previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
             phases=dict(op.phases),
