@@ -14,12 +14,11 @@ from __future__ import annotations
 import re
 import stat
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from fastverify import paths
 from fastverify.profiles import envfile
-from fastverify.profiles.model import Problem, Profile, ProfileError
+from fastverify.profiles.model import Problem, Profile, ProfileError, Record
 from fastverify.profiles.validate import (
     PROFILE_NAME_RE,
     Topology,
@@ -81,15 +80,25 @@ def name_problem(name: str, paths_allowed: bool = False) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(Record):
     """One profile file found in the search path (not yet loaded)."""
 
+    _fields = ("name", "path", "source", "shadows", "root")
     name: str
     path: Path
     source: str  # "user" | "shipped" | "file"
-    shadows: Path | None = None
-    root: Path | None = None  # the directory links may not leave (None: a path given by hand)
+    shadows: Path | None
+    root: Path | None  # the directory links may not leave (None: a path given by hand)
+
+    def __init__(
+        self,
+        name: str,
+        path: Path,
+        source: str,
+        shadows: Path | None = None,
+        root: Path | None = None,
+    ):
+        self._set(name=name, path=path, source=source, shadows=shadows, root=root)
 
 
 def _present(path: Path) -> bool:
