@@ -82,27 +82,32 @@ def user_dirs(ctx: click.Context) -> list[Any]:
     default."""
     from pathlib import Path
 
+    return [Path(d) for d in user_dir_strs(ctx)]
+
+
+def user_dir_strs(ctx: click.Context) -> list[str]:
+    """`user_dirs` as strings (no pathlib: the store takes either)."""
+    from fastverify import paths
+
     obj = ctx.find_root().obj or {}
     given = (ctx.obj or {}).get("profile_dirs") or obj.get("profile_dirs")
     if given:
-        return [Path(d) for d in given]
-    from fastverify import paths
-
-    if os.environ.get("FASTVERIFY_PROFILE_DIRS") or not paths.config_file().exists():
-        return paths.user_profile_dirs()  # no config file to read (and no TOML parser to load)
+        return [paths.normalize(d) for d in given]
+    if os.environ.get("FASTVERIFY_PROFILE_DIRS") or not os.path.exists(paths.config_file_str()):
+        return paths.user_profile_dirs_str()  # no config file to read (nor a TOML parser)
     try:
         from fastverify import config
 
-        return config.load(None).profile_dirs
+        return [paths.normalize(d) for d in config.load(None).profile_dirs]
     except Exception:  # a broken config must not break offline profile commands
-        return paths.user_profile_dirs()
+        return paths.user_profile_dirs_str()
 
 
 def make_store(ctx: click.Context, topology: str = "auto") -> Any:
     from fastverify.profiles.store import ProfileStore
 
     obj = ctx.obj or {}
-    return ProfileStore(user_dirs(ctx), obj.get("shipped_dir"), topology=_topology(topology))
+    return ProfileStore(user_dir_strs(ctx), obj.get("shipped_dir"), topology=_topology(topology))
 
 
 def socket_of(ctx: click.Context) -> str | None:

@@ -32,9 +32,9 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
             "name": entry.name,
             "description": desc,
             "source": entry.source,
-            "path": str(entry.path),
-            "overrides_shipped": entry.shadows is not None,
-            "shadows": str(entry.shadows) if entry.shadows else None,
+            "path": entry.file,
+            "overrides_shipped": entry.shadows_file is not None,
+            "shadows": entry.shadows_file,
             "valid": not errors,
             "problems": [p.to_dict() for p in problems],
             "tags": list(prof.tags) if prof else [],
@@ -66,7 +66,7 @@ def _daemon_status(ctx: click.Context) -> dict[str, Any] | None:
     if sock is None:
         from fastverify import paths
 
-        sock = str(paths.socket_path())
+        sock = paths.socket_path_str()
     if not os.path.exists(sock):
         return None
     from fastverify.client import try_status
@@ -85,4 +85,4 @@ def _first_error(problems: list[dict[str, Any]]) -> str:
 def _raw_description(entry: Any) -> str:
     from fastverify.profiles import envfile
 
-    return envfile.parse_file(entry.path, entry.root).meta.get("description", (0, ""))[1]
+    return envfile.parse_file(entry.file, entry.root_dir).meta.get("description", (0, ""))[1]

@@ -11,7 +11,10 @@ costs about a millisecond at import, and `fastverifyctl profile list` imports al
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from fastverify.paths import normalize
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -94,7 +97,8 @@ class Profile(Record):
     `env` is the resolved environment after `# extends:` (base first, this file's
     assignments override, in file order); `own_env` is what this file itself sets;
     `env_sources` names, for each key of `env`, the profile whose file set it;
-    `lines` maps each key to its line in this file.
+    `lines` maps each key to its line in this file. `path` and `shadows` are Paths built on
+    access from the strings `file` and `shadows_file` (listing never needs pathlib).
     """
 
     _fields = (
@@ -113,7 +117,7 @@ class Profile(Record):
         "lines",
     )
     name: str
-    path: Path
+    file: str
     source: Literal["shipped", "user", "file"]
     description: str
     requires: dict[str, str]
@@ -121,7 +125,7 @@ class Profile(Record):
     tags: tuple[str, ...]
     env: dict[str, str]
     own_env: dict[str, str]
-    shadows: Path | None
+    shadows_file: str | None
     warnings: tuple[Problem, ...]
     env_sources: dict[str, str]
     lines: dict[str, int]
@@ -129,7 +133,7 @@ class Profile(Record):
     def __init__(
         self,
         name: str,
-        path: Path,
+        path: str | os.PathLike[str],
         source: Literal["shipped", "user", "file"],
         description: str = "",
         requires: dict[str, str] | None = None,
@@ -137,14 +141,14 @@ class Profile(Record):
         tags: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
         own_env: dict[str, str] | None = None,
-        shadows: Path | None = None,
+        shadows: str | os.PathLike[str] | None = None,
         warnings: tuple[Problem, ...] = (),
         env_sources: dict[str, str] | None = None,
         lines: dict[str, int] | None = None,
     ):
         self._set(
             name=name,
-            path=path,
+            file=None if path is None else normalize(path),
             source=source,
             description=description,
             requires={} if requires is None else requires,
@@ -152,16 +156,32 @@ class Profile(Record):
             tags=tags,
             env={} if env is None else env,
             own_env={} if own_env is None else own_env,
-            shadows=shadows,
+            shadows_file=None if shadows is None else normalize(shadows),
             warnings=warnings,
             env_sources={} if env_sources is None else env_sources,
             lines={} if lines is None else lines,
         )
 
+    @property
+    def path(self) -> Path:
+        if self.file is None:
+            return None  # type: ignore[return-value]  # a Profile built by hand, no file
+        from pathlib import Path
+
+        return Path(self.file)
+
+    @property
+    def shadows(self) -> Path | None:
+        if self.shadows_file is None:
+            return None
+        from pathlib import Path
+
+        return Path(self.shadows_file)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "path": str(self.path),
+            "path": str(self.file),
             "source": self.source,
             "description": self.description,
             "requires": dict(self.requires),
@@ -169,6 +189,6 @@ class Profile(Record):
             "tags": list(self.tags),
             "env": dict(self.env),
             "own_env": dict(self.own_env),
-            "shadows": str(self.shadows) if self.shadows else None,
+            "shadows": self.shadows_file,
             "warnings": [w.to_dict() for w in self.warnings],
         }
