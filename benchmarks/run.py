@@ -165,6 +165,25 @@ def figures_cli(d: dict) -> list[Figure]:
                     r <= goal_ratio if held else None,
                 )
             )
+    for before in sorted(RESULTS_DIR.glob("cli-before-*.json")):
+        # an earlier same-bench run kept for comparison (e.g. before a start-up change)
+        try:
+            b = json.loads(before.read_text())
+        except ValueError:
+            continue
+        rb = b.get("ratio_to_import_click") or {}
+        parts = [
+            f"{n.removeprefix('fastverifyctl ')} {r['wall']:.2f}x / {r['cpu']:.2f}x"
+            for n, r in rb.items()
+        ]
+        if parts:
+            out.append(
+                fig(
+                    f"before: `{before.name}` ({b.get('when', '?')}), ratio to `import click`"
+                    " wall / CPU",
+                    "; ".join(parts),
+                )
+            )
     mins = [(n, _get(cmds, n, "min_ms")) for n in (*ratios, CLICK)]
     mins = [(n, v) for n, v in mins if v is not None]
     if mins:
@@ -556,6 +575,11 @@ def main() -> int:
             runs.append(run_one(name, args.timeout))
         print(f"all benchmarks: {time.monotonic() - t0:.0f} s")
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        # --only/--skip: keep the earlier runs of the benchmarks not re-run this time
+        earlier = json.loads(RUNS_FILE.read_text()).get("runs", []) if RUNS_FILE.exists() else []
+        fresh = {r["bench"] for r in runs}
+        runs = [r for r in earlier if r["bench"] not in fresh] + runs
+        runs.sort(key=lambda r: r["bench"])
         RUNS_FILE.write_text(json.dumps({"runs": runs, "when": time.time()}, indent=2) + "\n")
     elif RUNS_FILE.exists():
         runs = json.loads(RUNS_FILE.read_text()).get("runs", [])
