@@ -16,7 +16,7 @@ import click
 # command name -> "module:attribute" (a click command or group)
 COMMANDS: dict[str, tuple[str, str]] = {
     "profile": (
-        "fastverify.cli.profile_cmds:profile",
+        "fastverify.cli.profile_group:profile",
         "List, show, validate, diff, create and set profiles.",
     ),
     "doctor": (

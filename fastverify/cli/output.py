@@ -20,7 +20,6 @@ consistent and keep heavy imports off the start-up path:
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
@@ -49,6 +48,8 @@ def _default(obj: Any) -> Any:
 
 def to_json(obj: Any) -> str:
     """Serialise `obj` the way every command prints JSON (Paths and sets become str/list)."""
+    import json  # only commands that print JSON pay for it
+
     return json.dumps(obj, indent=2, ensure_ascii=False, default=_default)
 
 

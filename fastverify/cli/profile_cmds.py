@@ -1,6 +1,7 @@
-"""`fastverifyctl profile ...`: the offline profile commands (list, show, validate, diff,
-new, import-sitecustomize, vars), plus `set`/`current` from `fastverify.cli.profile_switch`
-when that module provides them (they talk to the daemon).
+"""`fastverifyctl profile ...`: the offline profile commands show, validate, diff, new,
+import-sitecustomize and vars, registered on the group in `fastverify.cli.profile_group`
+(which imports this module only when one of them runs; `list` lives in
+`fastverify.cli.profile_list`, `set`/`current` in `fastverify.cli.profile_switch`).
 
 Exit codes (fastverify.cli.output): 0 ok, 1 validation problems (or `diff`: profiles
 differ), 2 usage errors (unknown profile, bad arguments).
@@ -16,45 +17,9 @@ from typing import Any
 import click
 
 from fastverify.cli.output import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, emit_json, fail, table, warn
+from fastverify.cli.profile_group import make_store, profile, user_dirs
 
 TOPOLOGY_CHOICES = ("auto", "nvlink", "pcie", "unknown")
-
-
-def _topology(choice: str) -> Any:
-    from fastverify.profiles.validate import Topology
-
-    if choice == "nvlink":
-        return Topology(has_nvlink=True, source="--topology nvlink")
-    if choice == "pcie":
-        return Topology(has_nvlink=False, source="--topology pcie")
-    if choice == "unknown":
-        return Topology(has_nvlink=None, source="--topology unknown")
-    return None  # auto: the store detects lazily, only when a check needs it
-
-
-def user_dirs(ctx: click.Context) -> list[Path]:
-    """User profile dirs: --dir, else the daemon config's profile_dirs, else paths' default."""
-    obj = ctx.find_root().obj or {}
-    given = (ctx.obj or {}).get("profile_dirs") or obj.get("profile_dirs")
-    if given:
-        return [Path(d) for d in given]
-    from fastverify import paths
-
-    if os.environ.get("FASTVERIFY_PROFILE_DIRS") or not paths.config_file().exists():
-        return paths.user_profile_dirs()  # no config file to read (and no TOML parser to load)
-    try:
-        from fastverify import config
-
-        return config.load(None).profile_dirs
-    except Exception:  # a broken config must not break offline profile commands
-        return paths.user_profile_dirs()
-
-
-def make_store(ctx: click.Context, topology: str = "auto") -> Any:
-    from fastverify.profiles.store import ProfileStore
-
-    obj = ctx.obj or {}
-    return ProfileStore(user_dirs(ctx), obj.get("shipped_dir"), topology=_topology(topology))
 
 
 def _load_or_exit(store: Any, name: str, force: bool = False) -> Any:
@@ -83,120 +48,6 @@ def not_found(exc: Any, target: str) -> bool:
         )
         for p in exc.problems
     )
-
-
-def _socket(ctx: click.Context) -> str | None:
-    root = ctx.find_root().obj or {}
-    return root.get("socket")
-
-
-class _ProfileGroup(click.Group):
-    """`profile set` / `profile current` (fastverify.cli.profile_switch: the daemon side) are
-    imported only when invoked, so offline commands such as `profile list` stay light."""
-
-    LAZY = {"set": "set_cmd", "current": "current_cmd"}
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.LAZY})
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self.LAZY:
-            from fastverify.cli import profile_switch
-
-            return getattr(profile_switch, self.LAZY[cmd_name])
-        return super().get_command(ctx, cmd_name)
-
-
-@click.group(cls=_ProfileGroup)
-@click.option(
-    "--dir",
-    "profile_dirs",
-    multiple=True,
-    type=click.Path(file_okay=False),
-    help="User profile directory (repeatable; searched before the shipped profiles). "
-    "Default: $FASTVERIFY_PROFILE_DIRS, the daemon config's profile_dirs, "
-    "/etc/fastverify/profiles as root.",
-)
-@click.option("--shipped-dir", type=click.Path(file_okay=False), hidden=True)
-@click.pass_context
-def profile(ctx: click.Context, profile_dirs: tuple[str, ...], shipped_dir: str | None) -> None:
-    """List, show, validate, diff, create and set NCCL profiles."""
-    parent = ctx.find_root().obj if ctx.parent is not None else None
-    ctx.obj = {
-        "socket": (parent or {}).get("socket"),
-        "profile_dirs": list(profile_dirs),
-        "shipped_dir": shipped_dir,
-    }
-
-
-@profile.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
-@click.pass_context
-def list_cmd(ctx: click.Context, as_json: bool) -> None:
-    """Profiles with their description and source; the active one marked when the daemon answers."""
-    store = make_store(ctx)
-    status = _daemon_status(ctx)
-    active = status.get("profile") if status else None
-    rows: list[dict[str, Any]] = []
-    for entry, prof, problems in store.list_entries():
-        errors = [p for p in problems if p.severity == "error"]
-        desc = prof.description if prof else _raw_description(entry)
-        row: dict[str, Any] = {
-            "name": entry.name,
-            "description": desc,
-            "source": entry.source,
-            "path": str(entry.path),
-            "overrides_shipped": entry.shadows is not None,
-            "shadows": str(entry.shadows) if entry.shadows else None,
-            "valid": not errors,
-            "problems": [p.to_dict() for p in problems],
-            "tags": list(prof.tags) if prof else [],
-            "requires": dict(prof.requires) if prof else {},
-            "extends": prof.extends if prof else None,
-        }
-        if status is not None:
-            row["active"] = entry.name == active
-        rows.append(row)
-    if as_json:
-        emit_json(rows)
-        return
-    out_rows = []
-    for r in rows:
-        source = r["source"] + (" (overrides shipped)" if r["overrides_shipped"] else "")
-        desc = r["description"] if r["valid"] else "INVALID: " + _first_error(r["problems"])
-        mark = "*" if r.get("active") else ""
-        out_rows.append([mark, r["name"], source, desc])
-    title = None
-    if status is None:
-        title = "daemon not reachable: active profile unknown"
-    table(["", "NAME", "SOURCE", "DESCRIPTION"], out_rows, title=title, no_wrap=("NAME",))
-
-
-def _daemon_status(ctx: click.Context) -> dict[str, Any] | None:
-    """/v1/status when a daemon answers; the client (http.client) is imported only when the
-    socket exists, so offline listing stays fast."""
-    from fastverify import paths
-
-    sock = _socket(ctx) or str(paths.socket_path())
-    if not Path(sock).exists():
-        return None
-    from fastverify.client import try_status
-
-    status = try_status(sock)
-    return status if isinstance(status, dict) else None
-
-
-def _first_error(problems: list[dict[str, Any]]) -> str:
-    for p in problems:
-        if p["severity"] == "error":
-            return f"{p['message']} (line {p['line']})"
-    return ""
-
-
-def _raw_description(entry: Any) -> str:
-    from fastverify.profiles import envfile
-
-    return envfile.parse_file(entry.path, entry.root).meta.get("description", (0, ""))[1]
 
 
 @profile.command("show")

@@ -138,10 +138,8 @@ class Controller(CrashSteps):
 
     def _op_weights(self, op: Operation) -> str:
         """ "dummy" when the operation runs a trial (--load-format dummy), else "real"."""
-        fmt = getattr(op, "load_format", None)
-        return weights_label(
-            fmt if fmt is not None else getattr(self.cfg.server, "load_format", None)
-        )
+        fmt = op.load_format
+        return weights_label(fmt if fmt is not None else self.cfg.server.load_format)
 
     def _result(self, op: Operation, result: str, **kw: Any) -> OpResult:
         fields = {k: kw.pop(k) for k in ("reason", "message", "log", "line") if k in kw}
@@ -244,7 +242,7 @@ class Controller(CrashSteps):
                 reason="state_dir_unwritable",
             )
         op = Operation(kind, name, mode)
-        op.load_format = load_format  # type: ignore[attr-defined]  # trial: rollback too
+        op.load_format = load_format  # a trial rolls back on dummy weights too
         if queue:
             claim = self.slot.wait_claim(op, withdrawn=withdrawn, stopping=self.shutting_down)
         else:
@@ -460,6 +458,7 @@ class Controller(CrashSteps):
             engine_ready_s=round(h.ready_s or 0.0, 3),
             verify=op.verify,
             engine_env=h.engine_env,  # what the engine added to its workers' NCCL env
+            tuner=h.tuner,  # what NCCL's INFO output confirmed (None: no tuner profile)
             pid=h.pid,
             previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
             phases=dict(op.phases),
@@ -522,7 +521,7 @@ class Controller(CrashSteps):
         self.say(f"rolling back to {target['profile']}/{target['mode']}")
         try:
             profile, argv = self.resolver.resolve(
-                target["profile"], target["mode"], load_format=getattr(op, "load_format", None)
+                target["profile"], target["mode"], load_format=op.load_format
             )
         except RequestError as exc:
             self.set_state(State.FAILED, "last good profile no longer loads")

@@ -91,6 +91,7 @@ class ControlFacade:
                 "progress": dict(h.progress) if h is not None else None,
                 "adopted": h.adopted if h is not None else False,
                 "weights": weights_label(load_format_of(h.argv)) if h is not None else None,
+                "tuner": h.tuner if h is not None else None,  # confirmed at verify
             }
             return {
                 "state": str(c.state),

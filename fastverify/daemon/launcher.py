@@ -29,7 +29,7 @@ from typing import Any
 
 import psutil
 
-from fastverify.daemon import failures, logs, procs, verify
+from fastverify.daemon import failures, logs, procs, tuner_check, verify
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.statestore import StateStore
 from fastverify.redact import mask_argv, secret_values
@@ -78,6 +78,7 @@ class EngineHandle:
     adopted: bool = False
     worker_pids: tuple[int, ...] = ()  # descendants verified at READY (the TP workers)
     engine_env: dict[str, Any] | None = None  # the engine's own NCCL rules (EngineEnv.to_dict)
+    tuner: dict[str, Any] | None = None  # NCCL's tuner load, confirmed at verify (tuner_check)
 
     def alive(self) -> bool:
         return not self.exited.is_set()
@@ -170,7 +171,7 @@ class Launcher:
         base = f"{stamp}-{profile.name}-{mode}-{engine_id[:6]}"
         log_path = self.store.logs_dir / f"{base}.log"
         debug_dir = None
-        if self.cfg.daemon.nccl_debug:
+        if self.cfg.daemon.nccl_debug or tuner_check.wants_nccl_debug(profile):
             debug_dir = self.store.logs_dir / f"{base}.nccl"
             debug_dir.mkdir(parents=True, exist_ok=True)
         env = self.engine_env(profile, engine_id, debug_dir)
@@ -328,6 +329,13 @@ class Launcher:
                 self.say("verify: NCCL printed no 'set by environment' lines (yet)")
             else:
                 self.say(f"verify: NCCL confirms {len(nccl['confirmed'])} variable(s)")
+        log_path = str(h.log_path)
+        tuner_failure, tuner = tuner_check.check_engine_tuner(h.pid, h.nccl_debug_dir, log_path)
+        if tuner_failure is not None:
+            return tuner_failure, details
+        if tuner is not None:
+            details["tuner"] = h.tuner = tuner
+            self.say(tuner_check.summary(tuner))
         h.worker_pids = tuple(c["pid"] for c in details["env"]["processes"] if c["pid"] != h.pid)
         return None, details
 

@@ -83,6 +83,7 @@ class Operation:
         self.committed = False  # past the point where a cancel can still undo it
         self.verify: dict[str, Any] | None = None
         self.phases: dict[str, float] = {}
+        self.load_format: str | None = None  # SGLang --load-format for it and its rollback
         self._cond = threading.Condition()
 
     def restart_clock(self) -> None:

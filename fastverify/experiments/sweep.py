@@ -410,6 +410,8 @@ class Sweep:
         t0 = time.monotonic()
         res = self._switch(profile, mode, weights)
         got = res.get("weights")
+        if res.get("result") == "unchanged":  # it already served exactly this: as good as ok
+            res = dict(res, result="ok")
         if res.get("result") == "ok" and got is not None and got != weights:
             res = dict(res, result="failed", reason="wrong_weights", message=(
                 f"asked for {weights} weights, the daemon serves {got} weights (its [server] "
@@ -467,38 +469,40 @@ class Sweep:
 
         got: dict[str, Any] = {}
         steps = self.cfg.trace_steps
+        done = threading.Event()
+        load = replace(self.cfg.bench, url=url, duration=0.5, requests=None, warmup=0)
 
-        def capture() -> None:
-            # the load below starts with this thread: a refusal because the engine is
-            # still idle (409) is asked again once the load's requests are running
-            while True:
+        def keep_busy() -> None:  # the window records forward steps: they need traffic
+            while not done.is_set():
+                try:
+                    run_bench(load)
+                except BenchError:
+                    done.wait(0.5)
+
+        t0 = time.monotonic()
+        loader = threading.Thread(target=keep_busy, name="sweep-trace-load", daemon=True)
+        loader.start()
+        try:
+            while time.monotonic() - t0 < 180:
                 try:
                     got["analysis"] = self.client.post(
                         "/v1/trace/capture", {"steps": steps}, timeout=180
                     )
-                    return
+                    break
                 except ApiError as exc:
-                    idle = exc.status == 409 and "idle" in str(exc)
-                    if not idle or stop.is_set() or time.monotonic() - t0 > 60:
+                    # refused while the daemon has not yet seen the load's first request
+                    if exc.status == 409 and exc.body.get("reason") == "capture_refused":
                         got["error"] = str(exc)
-                        return
-                    stop.wait(0.2)
+                        done.wait(0.2)
+                        continue
+                    got["error"] = str(exc)
+                    break
                 except OSError as exc:
                     got["error"] = str(exc)
-                    return
-
-        stop = threading.Event()
-        t0 = time.monotonic()
-        worker = threading.Thread(target=capture, name="sweep-trace", daemon=True)
-        worker.start()
-        load = replace(self.cfg.bench, url=url, duration=0.5, requests=None, warmup=0)
-        while worker.is_alive() and time.monotonic() - t0 < 180:  # the window needs traffic
-            try:
-                run_bench(load)
-            except BenchError:
-                worker.join(0.5)
-        stop.set()
-        worker.join(5.0)
+                    break
+        finally:
+            done.set()
+            loader.join(5.0)
         analysis = got.get("analysis")
         if mode == "baseline" and isinstance(analysis, dict) and analysis.get("window"):
             analysis = _decode_analysis(analysis) or analysis

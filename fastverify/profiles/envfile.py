@@ -21,10 +21,12 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fastverify.profiles.model import Problem
+from fastverify.profiles.model import Problem, Record
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 META_KEYS = ("description", "requires", "extends", "tags")
@@ -38,22 +40,47 @@ _VALUE_FORBIDDEN = {
 }
 
 
-@dataclass(frozen=True)
-class Assignment:
+class Assignment(Record):
+    """`key=value` on `line`."""
+
+    _fields = ("line", "key", "value")
     line: int
     key: str
     value: str
 
+    def __init__(self, line: int, key: str, value: str):
+        self._set(line=line, key=key, value=value)
 
-@dataclass
+
 class ParsedFile:
     """The result of `parse_bytes`: assignments in file order, metadata, problems."""
 
-    path: str
-    assignments: list[Assignment] = field(default_factory=list)
-    meta: dict[str, tuple[int, str]] = field(default_factory=dict)  # key -> (line, raw value)
-    problems: list[Problem] = field(default_factory=list)
-    line_count: int = 0
+    _fields = ("path", "assignments", "meta", "problems", "line_count")
+
+    def __init__(
+        self,
+        path: str,
+        assignments: list[Assignment] | None = None,
+        meta: dict[str, tuple[int, str]] | None = None,
+        problems: list[Problem] | None = None,
+        line_count: int = 0,
+    ):
+        self.path = path
+        self.assignments: list[Assignment] = [] if assignments is None else assignments
+        self.meta: dict[str, tuple[int, str]] = {} if meta is None else meta  # key -> (line, raw)
+        self.problems: list[Problem] = [] if problems is None else problems
+        self.line_count = line_count
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in self._fields)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a non-frozen dataclass
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
+        return f"ParsedFile({inner})"
 
     @property
     def env(self) -> dict[str, str]:

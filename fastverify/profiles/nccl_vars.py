@@ -22,7 +22,7 @@ or "removed" (NCCL ignores it; an error with the replacement).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from fastverify.profiles.model import Record
 
 # Collectives NCCL accepts as per-collective prefixes in NCCL_ALGO/NCCL_PROTO (ncclFuncStr).
 COLLECTIVES = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
@@ -40,18 +40,57 @@ DEBUG_SUBSYS = (
 METADATA_ONLY = {"NCCL_VERSION"}
 
 
-@dataclass(frozen=True)
-class NcclVar:
+class NcclVar(Record):
+    """One NCCL variable: its value kind and bounds, first version, status."""
+
+    _fields = (
+        "name",
+        "kind",
+        "since",
+        "lo",
+        "hi",
+        "choices",
+        "ci",
+        "status",
+        "replacement",
+        "note",
+    )
     name: str
     kind: str
     since: str
-    lo: int | None = None
-    hi: int | None = None
-    choices: tuple[str, ...] = ()
-    ci: bool = False
-    status: str = ""
-    replacement: str = ""
-    note: str = ""
+    lo: int | None
+    hi: int | None
+    choices: tuple[str, ...]
+    ci: bool
+    status: str
+    replacement: str
+    note: str
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        since: str,
+        lo: int | None = None,
+        hi: int | None = None,
+        choices: tuple[str, ...] = (),
+        ci: bool = False,
+        status: str = "",
+        replacement: str = "",
+        note: str = "",
+    ):
+        self._set(
+            name=name,
+            kind=kind,
+            since=since,
+            lo=lo,
+            hi=hi,
+            choices=choices,
+            ci=ci,
+            status=status,
+            replacement=replacement,
+            note=note,
+        )
 
     def describe_values(self) -> str:
         """Human text for what a valid value looks like (used in error messages)."""

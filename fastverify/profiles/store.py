@@ -7,25 +7,32 @@ with a shipped name wins and records the shipped file in `Profile.shadows`.
 assignments override); `# extends:` naming the profile's own name means "the
 same name further down the search path" (a user file refining the shipped one).
 Cycles are reported with the chain. `load()` also accepts a path to a `.env` file.
+
+Paths are handled as strings with os.path inside (normalized as `str(Path(...))` would be);
+`Entry.path`, `Profile.path`, `user_dirs` and `shipped_dir` give Paths on access, so
+listing profiles never imports pathlib.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fastverify import paths
 from fastverify.profiles import envfile
-from fastverify.profiles.model import Problem, Profile, ProfileError
+from fastverify.profiles.model import Problem, Profile, ProfileError, Record
 from fastverify.profiles.validate import (
     PROFILE_NAME_RE,
     Topology,
     parse_requires,
     validate,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 SUFFIX = ".env"
 MAX_EXTENDS_DEPTH = 16
@@ -81,30 +88,84 @@ def name_problem(name: str, paths_allowed: bool = False) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One profile file found in the search path (not yet loaded)."""
+def _join(directory: str, name: str) -> str:
+    """`str(Path(directory) / name)` for a normalized `directory` and a plain file name."""
+    return name if directory == "." else os.path.join(directory, name)
 
+
+def _opt(path: str | os.PathLike[str] | None) -> str | None:
+    return None if path is None else paths.normalize(path)
+
+
+def _as_path(text: str | None) -> Path | None:
+    if text is None:
+        return None
+    from pathlib import Path
+
+    return Path(text)
+
+
+class Entry(Record):
+    """One profile file found in the search path (not yet loaded).
+
+    `file`, `shadows_file` and `root_dir` are the strings; `path`, `shadows` and `root` the
+    same as Paths. `root` is the directory links may not leave (None: a path given by hand).
+    """
+
+    _fields = ("name", "path", "source", "shadows", "root")
     name: str
-    path: Path
     source: str  # "user" | "shipped" | "file"
-    shadows: Path | None = None
-    root: Path | None = None  # the directory links may not leave (None: a path given by hand)
+    file: str
+    shadows_file: str | None
+    root_dir: str | None
+
+    def __init__(
+        self,
+        name: str,
+        path: str | os.PathLike[str],
+        source: str,
+        shadows: str | os.PathLike[str] | None = None,
+        root: str | os.PathLike[str] | None = None,
+    ):
+        self._set(
+            name=name,
+            file=paths.normalize(path),
+            source=source,
+            shadows_file=_opt(shadows),
+            root_dir=_opt(root),
+        )
+
+    @property
+    def path(self) -> Path:
+        return _as_path(self.file)  # type: ignore[return-value]
+
+    @property
+    def shadows(self) -> Path | None:
+        return _as_path(self.shadows_file)
+
+    @property
+    def root(self) -> Path | None:
+        return _as_path(self.root_dir)
 
 
-def _present(path: Path) -> bool:
+def _present(path: str) -> bool:
     """Something other than a directory is at `path` (a link, a FIFO, ... included: loading
     refuses those with a reason instead of pretending the profile does not exist)."""
     try:
-        return not stat.S_ISDIR(path.lstat().st_mode)
-    except OSError:
+        return not stat.S_ISDIR(os.lstat(path).st_mode)
+    except (OSError, ValueError):
         return False
 
 
-def _closes_cycle(path: Path, chain: list[Path]) -> Path | None:
+def _real(path: str) -> str:
+    """`str(Path(path).resolve())`."""
+    return os.path.realpath(path)
+
+
+def _closes_cycle(path: str, chain: list[str]) -> str | None:
     """The resolved `path` when it is already in the extends `chain`, else None."""
     try:
-        real = path.resolve()
+        real = _real(path)
     except OSError:
         return None
     return real if real in chain else None
@@ -119,20 +180,35 @@ class ProfileStore:
         shipped_dir: str | Path | None = None,
         topology: TopologySource = None,
     ):
-        self.user_dirs = (
-            [Path(d) for d in user_dirs] if user_dirs is not None else paths.user_profile_dirs()
+        self.user_dir_strs = (
+            [paths.normalize(d) for d in user_dirs]
+            if user_dirs is not None
+            else paths.user_profile_dirs_str()
         )
-        self.shipped_dir = Path(shipped_dir) if shipped_dir else paths.shipped_profile_dir()
+        self.shipped_dir_str = (
+            paths.normalize(shipped_dir) if shipped_dir else paths.shipped_profile_dir_str()
+        )
         self.topology = topology if topology is not None else _detect_topology
+
+    @property
+    def user_dirs(self) -> list[Path]:
+        return [_as_path(d) for d in self.user_dir_strs]  # type: ignore[misc]
+
+    @property
+    def shipped_dir(self) -> Path:
+        return _as_path(self.shipped_dir_str)  # type: ignore[return-value]
 
     # --- lookup
     def search_path(self) -> list[tuple[Path, str]]:
-        return [(d, "user") for d in self.user_dirs] + [(self.shipped_dir, "shipped")]
+        return [(_as_path(d), source) for d, source in self._search()]  # type: ignore[misc]
+
+    def _search(self) -> list[tuple[str, str]]:
+        return [(d, "user") for d in self.user_dir_strs] + [(self.shipped_dir_str, "shipped")]
 
     def _candidates(self, name: str) -> list[Entry]:
         found = []
-        for d, source in self.search_path():
-            p = d / f"{name}{SUFFIX}"
+        for d, source in self._search():
+            p = _join(d, f"{name}{SUFFIX}")
             if _present(p):
                 found.append(Entry(name, p, source, root=d))
         return found
@@ -143,26 +219,26 @@ class ProfileStore:
         if not cands:
             return None
         first = cands[0]
-        shipped = next((c.path for c in cands[1:] if c.source == "shipped"), None)
+        shipped = next((c.file for c in cands[1:] if c.source == "shipped"), None)
         return Entry(
             first.name,
-            first.path,
+            first.file,
             first.source,
             shipped if first.source == "user" else None,
-            root=first.root,
+            root=first.root_dir,
         )
 
     def entries(self) -> list[Entry]:
         """Every profile name in the search path, sorted, each with the file that wins."""
         names: set[str] = set()
-        for d, _ in self.search_path():
+        for d, _ in self._search():
             try:
-                files = list(d.iterdir())
-            except OSError:
+                files = os.listdir(d)
+            except (OSError, ValueError):
                 continue
             for f in files:
-                stem = f.name[: -len(SUFFIX)]
-                if f.name.endswith(SUFFIX) and name_problem(stem) is None and _present(f):
+                stem = f[: -len(SUFFIX)]
+                if f.endswith(SUFFIX) and name_problem(stem) is None and _present(_join(d, f)):
                     names.add(stem)
         return [e for e in (self.find(n) for n in sorted(names)) if e is not None]
 
@@ -191,7 +267,7 @@ class ProfileStore:
         """Profiles whose `# extends:` chain reaches `name` (direct and indirect), sorted."""
         parents: dict[str, str] = {}
         for e in self.entries():
-            meta = envfile.parse_file(e.path, e.root).meta
+            meta = envfile.parse_file(e.file, e.root_dir).meta
             if "extends" in meta and meta["extends"][1] != e.name:
                 parents[e.name] = meta["extends"][1]
         found: set[str] = set()
@@ -205,22 +281,23 @@ class ProfileStore:
     # --- loading
     @staticmethod
     def looks_like_path(arg: str) -> bool:
-        return arg.endswith(SUFFIX) and ("/" in arg or _present(Path(arg)))
+        return arg.endswith(SUFFIX) and ("/" in arg or _present(arg))
 
     def load(
         self, name_or_path: str | Path, force: bool = False, allow_path: bool = True
     ) -> Profile:
         """Load, resolve `extends`, validate; raises ProfileError listing every problem."""
         arg = str(name_or_path)
-        if allow_path and (isinstance(name_or_path, Path) or self.looks_like_path(arg)):
-            p = Path(arg)
+        if allow_path and (isinstance(name_or_path, os.PathLike) or self.looks_like_path(arg)):
+            p = paths.normalize(arg)
             if not _present(p):
                 raise ProfileError([Problem(arg, 0, "no such profile file (check the path)")])
-            name = p.name[: -len(SUFFIX)] if p.name.endswith(SUFFIX) else p.name
+            base = os.path.basename(p)
+            name = base[: -len(SUFFIX)] if base.endswith(SUFFIX) else base
             source = "file"
-            for d, src in self.search_path():
+            for d, src in self._search():
                 try:
-                    if p.resolve().parent == d.resolve():
+                    if os.path.dirname(_real(p)) == _real(d):
                         source = src
                 except OSError:
                     pass
@@ -230,7 +307,7 @@ class ProfileStore:
             raise ProfileError([Problem(arg, 0, problem)])
         entry = self.find(arg)
         if entry is None:
-            where = ", ".join(str(d) for d, _ in self.search_path())
+            where = ", ".join(d for d, _ in self._search())
             known = [e.name for e in self.entries()]
             import difflib
 
@@ -248,25 +325,21 @@ class ProfileStore:
         return t() if callable(t) else t  # type: ignore[return-value]
 
     def _load_entry(self, entry: Entry, force: bool) -> Profile:
-        chain: list[Path] = []
+        chain: list[str] = []
         return self._resolve(entry, force, chain)
 
-    def _resolve(self, entry: Entry, force: bool, chain: list[Path]) -> Profile:
-        path = entry.path
-        real = path.resolve() if path.exists() else path
+    def _resolve(self, entry: Entry, force: bool, chain: list[str]) -> Profile:
+        path = entry.file
+        real = _real(path) if os.path.exists(path) else path
         if real in chain:
-            names = " -> ".join(p.name for p in [*chain, real])
-            raise ProfileError([Problem(str(path), 0, f"extends cycle: {names} (break the cycle)")])
+            names = " -> ".join(os.path.basename(p) for p in [*chain, real])
+            raise ProfileError([Problem(path, 0, f"extends cycle: {names} (break the cycle)")])
         if len(chain) >= MAX_EXTENDS_DEPTH:
             raise ProfileError(
-                [
-                    Problem(
-                        str(path), 0, f"extends chain deeper than {MAX_EXTENDS_DEPTH} (flatten it)"
-                    )
-                ]
+                [Problem(path, 0, f"extends chain deeper than {MAX_EXTENDS_DEPTH} (flatten it)")]
             )
         chain = [*chain, real]
-        parsed = envfile.parse_file(path, entry.root)
+        parsed = envfile.parse_file(path, entry.root_dir)
         base: Profile | None = None
         base_problems: list[Problem] = []
         extends = parsed.meta.get("extends")
@@ -282,8 +355,8 @@ class ProfileStore:
                         "(see `fastverifyctl profile list`)",
                     )
                 )
-            elif (cycle := _closes_cycle(base_entry.path, chain)) is not None:
-                names = " -> ".join(p.name for p in [*chain, cycle])
+            elif (cycle := _closes_cycle(base_entry.file, chain)) is not None:
+                names = " -> ".join(os.path.basename(p) for p in [*chain, cycle])
                 raise ProfileError(
                     [Problem(str(path), line, f"extends cycle: {names} (break the cycle)")]
                 )
@@ -329,7 +402,7 @@ class ProfileStore:
             tags=tags,
             env=env,
             own_env=own,
-            shadows=entry.shadows,
+            shadows=entry.shadows_file,
             warnings=tuple(warnings),
             env_sources=sources,
             lines=lines,
@@ -341,14 +414,15 @@ class ProfileStore:
             if cands:
                 return cands[0]
             # a file loaded by path may extend a sibling file in its own directory
-            sib = child.path.parent / f"{base_name}{SUFFIX}"
-            return Entry(base_name, sib, "file", root=child.path.parent) if _present(sib) else None
+            parent = os.path.dirname(child.file) or "."
+            sib = _join(parent, f"{base_name}{SUFFIX}")
+            return Entry(base_name, sib, "file", root=parent) if _present(sib) else None
         # same name: the next one down the search path after the child's own file
         try:
-            child_real = child.path.resolve()
+            child_real = _real(child.file)
         except OSError:
-            child_real = child.path
-        paths_real = [c.path.resolve() for c in cands]
+            child_real = child.file
+        paths_real = [_real(c.file) for c in cands]
         if child_real not in paths_real:
             # a file outside the search path refines the profile of the same name
             return cands[0] if cands else None

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from fastverify.profiles import nccl_vars
 from fastverify.profiles.envfile import ParsedFile
-from fastverify.profiles.model import Problem
+from fastverify.profiles.model import Problem, Record
 
 # What the daemon can turn into server flags.
 REQUIRES: dict[str, tuple[str, ...]] = {
@@ -36,12 +35,15 @@ TAG_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
 _INT_RE = re.compile(r"-?(0|[1-9][0-9]*)")
 
 
-@dataclass(frozen=True)
-class Topology:
+class Topology(Record):
     """What validation needs to know about the GPUs: NVLink present? (None: unknown)."""
 
-    has_nvlink: bool | None = None
-    source: str = "unknown"
+    _fields = ("has_nvlink", "source")
+    has_nvlink: bool | None
+    source: str
+
+    def __init__(self, has_nvlink: bool | None = None, source: str = "unknown"):
+        self._set(has_nvlink=has_nvlink, source=source)
 
 
 UNKNOWN_TOPOLOGY = Topology()

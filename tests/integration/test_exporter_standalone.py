@@ -53,6 +53,7 @@ def _wait(url: str, needle: str, timeout: float = 15.0) -> str:
 @pytest.fixture
 def stub():
     s = SGLangStub(tp_size=2, profile_delay_s=0.05).start()
+    s.values["num_running_reqs"] = 4.0  # serving: background windows skip an idle engine
     yield s
     s.stop()
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import TextIO
 
-from fastverify.engines.sim import ncclenv
+from fastverify.engines.sim import ncclenv, tunerload
 
 READY_LINE = "The server is fired up and ready to roll!"
 NCCL_VERSION = "2.28.9+cuda13.0"
@@ -250,6 +250,8 @@ def nccl_env_lines(env: Mapping[str, str]) -> list[str]:
         if not name.startswith("NCCL_"):
             continue
         value = env[name]
+        if name == "NCCL_TUNER_PLUGIN":
+            continue  # printed where NCCL loads the tuner (tunerload)
         if name in ncclenv.INT_PARAMS:
             lines.append(f"{name} set by environment to {ncclenv.nccl_int(value)}.")
         elif name in ncclenv.STR_PARAMS:
@@ -304,6 +306,8 @@ def nccl_init_lines(
         nxt = (rank + 1) % nranks
         for c in range(min(nch, 2)):
             out.append(pre + f"Channel {c:02d}/0 : {rank}[{rank}] -> {nxt}[{nxt}] via {transport}")
+    out += tunerload.nccl_lines(env, rank, nranks, pre, on)  # where NCCL loads its tuner
+    if on("INIT"):
         out.append(
             pre + f"{nch} coll channels, {nch} collnet channels, 0 nvls channels, "
             f"{nch} p2p channels, {max(1, nch // nranks)} p2p channels per peer"
