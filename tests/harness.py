@@ -400,7 +400,8 @@ class DaemonHarness:
 
 
 def engines_on_port(port: int) -> dict[int, list[int]]:
-    """Live processes started with `--port PORT` (our engines: server and TP workers), by pgid."""
+    """Live processes started with `--port PORT` (our engines' servers) and their
+    descendants (TP workers), by pgid."""
     import psutil
 
     groups: dict[int, list[int]] = {}
@@ -409,7 +410,13 @@ def engines_on_port(port: int) -> dict[int, list[int]]:
         try:
             ours = "--port" in cmd and cmd[cmd.index("--port") + 1] == str(port)
             if ours and p.status() != psutil.STATUS_ZOMBIE:
-                groups.setdefault(os.getpgid(p.pid), []).append(p.pid)
+                pids = groups.setdefault(os.getpgid(p.pid), [])
+                pids.append(p.pid)
+                # workers exec'd like SGLang's spawned schedulers carry no --port
+                for c in p.children(recursive=True):
+                    cmd_c = c.cmdline()
+                    if "--port" not in cmd_c and c.status() != psutil.STATUS_ZOMBIE:
+                        pids.append(c.pid)
         except (psutil.Error, ProcessLookupError, IndexError):
             continue
     return groups
