@@ -55,6 +55,12 @@ _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
     help="Scan these site directories instead of asking the interpreters.",
 )
 @click.option("--no-topology", is_flag=True, help="Skip nvidia-smi.")
+@click.option(
+    "--tp-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="TP size for SGLang's own NCCL additions (default: the daemon config's server.tp_size).",
+)
 @click.pass_context
 def doctor(
     ctx: click.Context,
@@ -65,21 +71,25 @@ def doctor(
     systemd_dirs: tuple[str, ...],
     site_dirs: tuple[str, ...],
     no_topology: bool,
+    tp_size: int | None,
 ) -> None:
     """Find every source that changes what a profile means, and recommend profiles."""
     from fastverify.cli.profile_cmds import make_store
     from fastverify.profiles import doctor as doc
 
     interpreters = list(pythons)
-    if not interpreters:
-        try:
-            from fastverify import config
+    sglang_args: tuple[str, ...] = ()
+    try:
+        from fastverify import config
 
-            server_python = config.load(None).server.python
-            if server_python:
-                interpreters.append(server_python)
-        except Exception:  # doctor must run even with a broken config
-            pass
+        server = config.load(None).server
+        if not interpreters and server.python:
+            interpreters.append(server.python)
+        if tp_size is None:
+            tp_size = server.tp_size
+        sglang_args = tuple(server.extra_args)
+    except Exception:  # doctor must run even with a broken config
+        pass
     inputs = doc.DoctorInputs(
         env=dict(os.environ),
         home=Path(home) if home else None,
@@ -87,6 +97,8 @@ def doctor(
         interpreters=interpreters,
         site_dirs=[Path(d) for d in site_dirs] if site_dirs else None,
         check_topology=not no_topology,
+        tp_size=tp_size,
+        sglang_args=sglang_args,
     )
     if systemd_dirs:
         inputs.systemd_dirs = [Path(d) for d in systemd_dirs]
@@ -106,5 +118,13 @@ def doctor(
             click.echo("Recommended profiles (try in this order):")
             for i, r in enumerate(report.recommendations, start=1):
                 click.echo(f"  {i}. {r.profile}: {r.reason}")
+        if report.engine_env is not None:
+            tp = report.engine_env["tp_size"]
+            lines = report.engine_env["lines"] or [
+                f"SGLang {report.engine_env['version']} adds nothing to NCCL's environment"
+            ]
+            click.echo(f"SGLang's own NCCL settings at TP {tp} (on this environment's NCCL_*):")
+            for line in lines:
+                click.echo(f"  {line}")
         click.echo(f"status: {report.worst}")
     sys.exit(EXIT_PROBLEMS if report.worst in ("error", "warning") else EXIT_OK)

@@ -102,17 +102,12 @@ def show_cmd(
             {"label": c.label, "path": str(c.path), "exists": c.path.is_file()}
             for c in eff.conf_files(eff.effective_env(prof, base), Path(etc_conf))
         ]
-        from fastverify.sglang.envrules import engine_env
-        from fastverify.sglang.launch import LaunchArgs
-
-        launch = LaunchArgs(
-            model_path="model",
-            tp_size=tp_size,
+        data["engine_env"] = eff.engine_env_view(
+            eff.effective_env(prof, base),
+            tp_size,
             cuda_graph=prof.requires.get("cuda-graph") != "off",
             custom_all_reduce=prof.requires.get("custom-all-reduce") != "off",
         )
-        rules = engine_env(launch, eff.effective_env(prof, base))
-        data["engine_env"] = {**rules.to_dict(), "tp_size": tp_size, "lines": rules.lines()}
         from fastverify.tuner.profile import tuner_view
 
         if (tuner := tuner_view(prof)) is not None:

@@ -20,8 +20,6 @@ import os
 import secrets
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,10 +31,10 @@ from fastverify.daemon import failures, logs, procs, tuner_check, verify
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.statestore import StateStore
 from fastverify.redact import mask_argv, secret_values
+from fastverify.sglang import client as engine_client
 
 log = logging.getLogger("fastverifyd.launcher")
 DEBUG_VARS = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _now() -> float:
@@ -250,11 +248,9 @@ class Launcher:
 
     # ------------------------------------------------------------------ readiness
     def probe(self, url: str, timeout: float = 1.0) -> bool:
-        try:
-            # Never through an http_proxy from the daemon's environment: the engine is local.
-            with _DIRECT.open(url + self.engine.health_path(), timeout=timeout) as r:
-                return r.status == 200
-        except (urllib.error.URLError, OSError, ValueError):
+        try:  # fastverify.sglang.client never goes through an http_proxy: the engine is local
+            return engine_client.health(url, self.engine.health_path(), timeout=timeout) == 200
+        except (OSError, ValueError):
             return False
 
     def exit_failure(self, h: EngineHandle) -> Failure:

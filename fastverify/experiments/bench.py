@@ -15,8 +15,9 @@ Timing, from the streamed chunks (SGLang sends cumulative `meta_info.completion_
   `requests` it ends when the last request finishes.
 - Per-request tok/s: mean over completed requests of (tokens - 1) / (latency - TTFT),
   the decode rate one sequence sees (what a break-even accept length is measured against).
-- Accept length: `internal_states[0].avg_spec_accept_length` of `/get_server_info`
-  (`/server_info` on newer SGLang) after the run; None for a baseline server.
+- Accept length: `internal_states[0].avg_spec_accept_length` of `/server_info`
+  (`/get_server_info` on older SGLang) after the run; None for a baseline server.
+  Health and server info go through `fastverify.sglang.client`; httpx carries the load.
 - Weights: "dummy" when the server info's `load_format` (SGLang reports its server args
   there) is `dummy` (a timing trial: its accept length is not a real one), "real" for any
   other load format, None when the server does not say.
@@ -43,6 +44,7 @@ from typing import Any
 
 from fastverify.config import weights_label
 from fastverify.experiments.stats import mean, percentile
+from fastverify.sglang import client as engine_client
 
 ProgressFn = Callable[[int, float], None]  # (completed requests, elapsed seconds)
 
@@ -194,13 +196,11 @@ async def _measure(
     prompts = make_prompts(n_prompts, cfg.input_len, cfg.seed)
     limits = httpx.Limits(max_connections=cfg.concurrency + 4)
     timeout = httpx.Timeout(cfg.timeout, connect=10.0)
+    try:
+        await asyncio.to_thread(engine_client.health, url, timeout=10.0)
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"server not reachable at {url} ({type(exc).__name__}: {exc})") from None
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-        try:
-            await client.get(f"{url}/health", timeout=10.0)
-        except httpx.HTTPError as exc:
-            raise BenchError(
-                f"server not reachable at {url} ({type(exc).__name__}: {exc})"
-            ) from None
         if cfg.warmup:
             warm = [RequestRecord(start=0.0) for _ in range(cfg.warmup * cfg.concurrency)]
             await asyncio.gather(
@@ -254,26 +254,17 @@ async def _measure(
             if tick is not None:
                 tick.cancel()
         t_end = deadline if deadline is not None else time.perf_counter()
-        info = await _server_info(client, url)
-        return records, t0, t_end, info
+    info = await asyncio.to_thread(server_info_or_none, url)
+    return records, t0, t_end, info
 
 
-async def _server_info(client: Any, url: str) -> dict[str, Any] | None:
-    """/get_server_info (or /server_info) after the run; None when neither answers JSON."""
-    for path in ("/get_server_info", "/server_info"):
-        try:
-            resp = await client.get(f"{url}{path}", timeout=10.0)
-        except Exception:
-            continue
-        if resp.status_code != 200:
-            continue
-        try:
-            info = resp.json()
-        except ValueError:
-            continue
-        if isinstance(info, dict):
-            return info
-    return None
+def server_info_or_none(url: str) -> dict[str, Any] | None:
+    """The server info after the run (`fastverify.sglang.client.server_info`: `/server_info`,
+    `/get_server_info` on older servers); None when the server does not give it."""
+    try:
+        return engine_client.server_info(url, timeout=10.0)
+    except (OSError, ValueError, engine_client.EngineHTTPError):
+        return None
 
 
 def weights_from_server_info(info: dict[str, Any] | None) -> str | None:

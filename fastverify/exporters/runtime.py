@@ -19,19 +19,17 @@ windows are skipped while the engine is idle.
 
 from __future__ import annotations
 
-import http.client
-import json
 import logging
 import shutil
 import tempfile
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fastverify.exporters.hub import MetricsHub
+from fastverify.sglang import client
 
 log = logging.getLogger("fastverify.exporter")
 
@@ -58,7 +56,7 @@ class _StartProfile:
         self.done = threading.Event()
         self.sent = threading.Event()  # the request is on the wire (or could not be sent)
         self.status: int | None = None
-        self.text = b""
+        self.text = ""  # the server's message
         self.error: str | None = None
 
     def start(self) -> _StartProfile:
@@ -72,10 +70,10 @@ class _StartProfile:
         body = dict(bare, activities=["CPU", "GPU"], with_stack=False, record_shapes=False)
         url, timeout, sent = self.url, self.timeout_s, self.sent
         try:
-            self.status, self.text = post_json(url, "/start_profile", body, timeout, sent=sent)
+            self.status, self.text = client.start_profile(url, body, timeout, sent=sent)
             if 400 <= self.status < 500:
-                self.status, self.text = post_json(url, "/start_profile", bare, timeout, sent=sent)
-        except OSError as exc:
+                self.status, self.text = client.start_profile(url, bare, timeout, sent=sent)
+        except (OSError, ValueError) as exc:
             self.error = str(exc)
         finally:
             self.sent.set()
@@ -92,35 +90,8 @@ class _StartProfile:
             raise CaptureError(f"POST {self.url}/start_profile failed: {self.error}")
         if self.status is not None and self.status >= 400:
             raise CaptureError(
-                f"POST {self.url}/start_profile answered HTTP {self.status}: "
-                f"{self.text.decode('utf-8', 'replace').strip()[:300]}"
+                f"POST {self.url}/start_profile answered HTTP {self.status}: {self.text[:300]}"
             )
-
-
-def post_json(
-    url: str,
-    path: str,
-    body: dict[str, Any],
-    timeout: float,
-    *,
-    sent: threading.Event | None = None,
-) -> tuple[int, bytes]:
-    """POST JSON; `sent` is set once the request is written (before the answer)."""
-    parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
-    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
-    try:
-        conn.request(
-            "POST",
-            parts.path.rstrip("/") + path,
-            body=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        if sent is not None:
-            sent.set()
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
 
 
 class ExporterRuntime:
@@ -350,13 +321,12 @@ class ExporterRuntime:
     def _stop_profile(self, url: str) -> tuple[bool, str]:
         """POST /stop_profile once: (stopped, what happened)."""
         try:
-            status, text = post_json(url, "/stop_profile", {}, timeout=30.0)
-        except OSError as exc:
+            status, text = client.stop_profile(url, timeout=30.0)
+        except (OSError, ValueError) as exc:
             log.warning("POST %s/stop_profile failed: %s", url, exc)
             return False, f"POST /stop_profile failed ({exc}): the server may still be profiling"
         if status >= 400:  # e.g. the window ended meanwhile: nothing to stop
-            body = text.decode("utf-8", "replace").strip()[:200]
-            return False, f"stop_profile answered HTTP {status} ({body})"
+            return False, f"stop_profile answered HTTP {status} ({text[:200]})"
         return True, "profiling stopped on the server"
 
     def _wait_for_files(

@@ -16,13 +16,12 @@ per-scheduler sums (throughput, requests, tokens) are summed over the remaining 
 
 from __future__ import annotations
 
-import http.client
 import threading
-import urllib.parse
 from collections import defaultdict
 from collections.abc import Callable
 
 from fastverify.exporters.hub import MetricsHub
+from fastverify.sglang import client
 
 # sglang metric (without the `sglang:` prefix and without `_total`) -> (our key, how to combine)
 _WANTED: dict[str, tuple[str, str]] = {
@@ -52,26 +51,16 @@ class MetricsFetchError(RuntimeError):
 
 
 def fetch(url: str, timeout: float = 2.0) -> str:
-    """GET `{url}/metrics` and return the body text."""
-    parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
-    if parts.scheme not in ("http", "https"):
-        raise MetricsFetchError(f"{url}: only http(s) URLs are supported")
-    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
-    path = (parts.path.rstrip("/") or "") + "/metrics"
+    """GET `{url}/metrics` (through `fastverify.sglang.client`) and return the body text."""
+    where = f"GET {url.rstrip('/')}{client.METRICS}"
     try:
-        conn.request("GET", path, headers={"Accept": "text/plain"})
-        resp = conn.getresponse()
-        body = resp.read()
-    except (OSError, http.client.HTTPException) as exc:
-        raise MetricsFetchError(f"GET {url}{path}: {exc}") from None
-    finally:
-        conn.close()
-    if resp.status != 200:
+        return client.metrics_text(url, timeout=timeout)
+    except client.EngineHTTPError as exc:
         raise MetricsFetchError(
-            f"GET {url}{path}: HTTP {resp.status} (was the server started with --enable-metrics?)"
-        )
-    return body.decode("utf-8", "replace")
+            f"{where}: HTTP {exc.status} (was the server started with --enable-metrics?)"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise MetricsFetchError(f"{where}: {exc}") from None
 
 
 def reduce(text: str) -> dict[str, float]:

@@ -12,7 +12,10 @@ Checks (all roots are parameters, so tests use real files in temporary directori
 - the profiles themselves (invalid files, user profiles shadowing shipped ones);
 - the GPU topology (`nvidia-smi topo -m` on PATH) and recommended profiles;
 - tuner plugins: NCCL_TUNER_PLUGIN set outside the profiles, fastverify's plugin built
-  or not (fastverify.tuner.doctor_checks).
+  or not (fastverify.tuner.doctor_checks);
+- SGLang itself: what the pinned SGLang adds to the NCCL environment for the configured TP
+  size (`DoctorInputs.tp_size`, `sglang_args`), by `fastverify.sglang.envrules` applied to
+  this environment's variables (`report.engine_env`, the `profile show --effective` view).
 
 A finding has severity (error | warning | info), what, where (file:line) and fix.
 """
@@ -74,6 +77,8 @@ class DoctorInputs:
     site_dirs: Sequence[Path] | None = None  # override interpreter discovery (tests)
     path_env: str | None = None  # PATH used to find nvidia-smi (default env's PATH)
     check_topology: bool = True
+    tp_size: int | None = None  # the server's TP size; None: SGLang's rules are not shown
+    sglang_args: tuple[str, ...] = ()  # the server's extra SGLang args (daemon config)
 
 
 @dataclass
@@ -82,6 +87,7 @@ class DoctorReport:
     topology: topo_mod.GpuTopology | None = None
     recommendations: list[topo_mod.Recommendation] = field(default_factory=list)
     interpreters: dict[str, list[str]] = field(default_factory=dict)
+    engine_env: dict[str, Any] | None = None  # effective.engine_env_view for the TP size
 
     @property
     def worst(self) -> str:
@@ -95,6 +101,7 @@ class DoctorReport:
             "topology": self.topology.to_dict() if self.topology else None,
             "recommendations": [r.to_dict() for r in self.recommendations],
             "interpreters": self.interpreters,
+            "engine_env": self.engine_env,
         }
 
 
@@ -377,6 +384,12 @@ def run(inputs: DoctorInputs, store: Any | None = None) -> DoctorReport:
             store.topology = report.topology.to_topology()  # validate against this host's links
         report.findings += check_profiles(store)
         available = {e.name for e in store.entries()}
+    if inputs.tp_size is not None:
+        from fastverify.profiles.effective import engine_env_view
+
+        report.engine_env = engine_env_view(
+            inputs.env, inputs.tp_size, extra_args=tuple(inputs.sglang_args)
+        )
     if inputs.check_topology:
         report.recommendations = topo_mod.recommend(report.topology, available)
     return report

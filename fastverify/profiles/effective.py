@@ -195,3 +195,26 @@ def effective_view(
         rows.append(EffectiveVar(k, v, "daemon"))
     rows.extend(conf_file_values(env, etc_conf))
     return rows
+
+
+def engine_env_view(
+    env: Mapping[str, str],
+    tp_size: int,
+    *,
+    cuda_graph: bool = True,
+    custom_all_reduce: bool = True,
+    extra_args: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """What SGLang's own NCCL rules (`fastverify.sglang.envrules`, pinned version) do to
+    `env` for a server at TP `tp_size`: `EngineEnv.to_dict()` plus `tp_size` and `lines`
+    (one line per variable, with its reason). Used by `profile show --effective` and doctor."""
+    from fastverify.sglang.envrules import engine_env
+    from fastverify.sglang.launch import LaunchArgs
+
+    launch = LaunchArgs(model_path="model", tp_size=tp_size, extra_args=tuple(extra_args))
+    launch = launch.with_(
+        cuda_graph=cuda_graph and launch.flag("--disable-cuda-graph") is None,
+        custom_all_reduce=custom_all_reduce and launch.flag("--disable-custom-all-reduce") is None,
+    )
+    rules = engine_env(launch, env)
+    return {**rules.to_dict(), "tp_size": tp_size, "lines": rules.lines()}

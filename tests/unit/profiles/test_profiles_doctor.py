@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -164,3 +165,60 @@ def test_profiles_validated_against_detected_topology(
     fake_nvidia_smi(host["bin"], DATA / "topo-8gpu-nv18.txt")
     report = doctor.run(inputs(host), ProfileStore([user], SHIPPED, topology=None))
     assert [f for f in report.findings if f.severity == "error"] == []
+
+
+GRAPH_REGISTER_ADDED = "will add NCCL_GRAPH_REGISTER=0"
+
+
+def test_sglang_engine_env_for_tp_size(host: dict[str, Path]) -> None:
+    """SGLang's parallel_hook rule (checked against the real package by tests/contract):
+    TP > 1 with CUDA graphs adds NCCL_GRAPH_REGISTER=0; TP 1 does not."""
+    tp2 = doctor.run(inputs(host, tp_size=2, check_topology=False)).engine_env
+    tp1 = doctor.run(inputs(host, tp_size=1, check_topology=False)).engine_env
+    assert tp2 is not None and tp1 is not None
+    assert any(GRAPH_REGISTER_ADDED in line for line in tp2["lines"])
+    assert tp2["added"]["NCCL_GRAPH_REGISTER"] == "0"
+    assert not any("NCCL_GRAPH_REGISTER" in line for line in tp1["lines"])
+    assert "NCCL_GRAPH_REGISTER" not in tp1["added"]
+    # a value already in the environment is kept (SGLang only warns): nothing added
+    kept = doctor.run(
+        inputs(host, {"NCCL_GRAPH_REGISTER": "1"}, tp_size=2, check_topology=False)
+    ).engine_env
+    assert kept is not None and "NCCL_GRAPH_REGISTER" not in kept["added"]
+    assert "NCCL_GRAPH_REGISTER" in kept["conflicts"]
+    # graphs off (the server's extra args): nothing captured, no rule
+    off = doctor.run(
+        inputs(host, tp_size=2, sglang_args=("--disable-cuda-graph",), check_topology=False)
+    ).engine_env
+    assert off is not None and "NCCL_GRAPH_REGISTER" not in off["added"]
+    assert doctor.run(inputs(host, check_topology=False)).engine_env is None
+
+
+def test_doctor_cli_shows_sglang_additions(host: dict[str, Path], tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from fastverify.ctl import cli
+
+    conf = write(tmp_path / "fastverifyd.toml", "[server]\ntp_size = 2\n")
+    env = {
+        "FASTVERIFY_CONFIG": str(conf),
+        "FASTVERIFY_SOCKET": str(tmp_path / "no-daemon.sock"),
+        "HOME": str(host["home"]),
+        "NCCL_GRAPH_REGISTER": None,  # unset for the command
+    }
+    base = ["doctor", "--no-topology", "--etc", str(host["etc"]), "--home", str(host["home"]),
+            "--systemd-dir", str(host["systemd"]), "--site-dir", str(host["site"])]  # fmt: skip
+
+    def run(*extra: str):
+        return CliRunner().invoke(cli, [*base, *extra], env=env, catch_exceptions=False)
+
+    text = run().output  # TP 2 from the daemon config
+    assert "at TP 2" in text and GRAPH_REGISTER_ADDED in text
+    data = json.loads(run("--json").stdout)
+    assert data["engine_env"]["tp_size"] == 2
+    assert any(GRAPH_REGISTER_ADDED in line for line in data["engine_env"]["lines"])
+    one = run("--tp-size", "1")  # the option wins over the config
+    assert "at TP 1" in one.output and "NCCL_GRAPH_REGISTER" not in one.output
+    data1 = json.loads(run("--json", "--tp-size", "1").stdout)
+    assert data1["engine_env"]["tp_size"] == 1
+    assert not any("NCCL_GRAPH_REGISTER" in line for line in data1["engine_env"]["lines"])
