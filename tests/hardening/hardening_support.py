@@ -74,6 +74,16 @@ def nccl_env(pid: int) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith("NCCL_")}
 
 
+def held_env(st: dict, pid: int, profile_env: dict[str, str]) -> dict[str, str]:
+    """What process `pid` of the serving engine must hold: the profile exactly in the server;
+    in its TP workers also what the pinned SGLang adds by its own rules (the sim applies them
+    before starting its workers, as SGLang does before spawning schedulers; status names
+    them; tests/contract checks those rules against the real package)."""
+    if pid == st["engine"]["pid"]:
+        return dict(profile_env)
+    return {**profile_env, **((st["engine"].get("engine_env") or {}).get("added") or {})}
+
+
 def group_pids(pgid: int) -> list[int]:
     out = []
     for p in psutil.process_iter():

@@ -26,6 +26,7 @@ from hardening_support import (
     SEED,
     engine_port,
     group_pids,
+    held_env,
     mount_tmpfs,
     nccl_env,
     read_profile_env,
@@ -82,7 +83,8 @@ def check_consistent(d: DaemonHarness, st: dict, what: str) -> None:
     for pid in members:
         env = psutil.Process(pid).environ()
         assert env.get("FASTVERIFY_ENGINE_ID") == pidfile["engine_id"], what
-        assert nccl_env(pid) == want, f"{what}: pid {pid} runs {nccl_env(pid)}, wants {want}"
+        held = held_env(st, pid, want)
+        assert nccl_env(pid) == held, f"{what}: pid {pid} runs {nccl_env(pid)}, wants {held}"
     eagle = "--speculative-algorithm" in psutil.Process(eng["pid"]).cmdline()
     assert eagle == (st["mode"] == "eagle3"), what
     served = [

@@ -19,6 +19,7 @@ import pytest
 from hardening_support import (
     FULL,
     engine_port,
+    held_env,
     nccl_env,
     read_profile_env,
     strict_journal,
@@ -113,7 +114,7 @@ def test_random_operation_sequences_match_the_model(tmp_path: Path) -> None:
             assert list(groups) == [st_["engine"]["pgid"]], groups
             want = read_profile_env(self.expected[0])
             for p in groups[st_["engine"]["pgid"]]:
-                assert nccl_env(p) == want, (p, nccl_env(p), want)
+                assert nccl_env(p) == held_env(st_, p, want), (p, nccl_env(p), want)
             eagle = "--speculative-algorithm" in psutil.Process(pid).cmdline()
             assert eagle == (self.expected[1] == "eagle3")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from hardening_support import REPO, engine_port, read_profile_env
+from hardening_support import REPO, engine_port, held_env, read_profile_env
 
 from fastverify.client import ApiError, ControlClient
 from tests.harness import DaemonHarness, free_port
@@ -231,10 +231,11 @@ def test_secrets_never_printed_and_engine_env_is_minimal(tmp_path: Path) -> None
             env = p.environ()
             engine_id = env.pop("FASTVERIFY_ENGINE_ID")
             assert len(engine_id) >= 16
-            assert env == want, {
-                "extra": sorted(set(env) - set(want)),
-                "missing": sorted(set(want) - set(env)),
-                "different": sorted(k for k in set(env) & set(want) if env[k] != want[k]),
+            held = {**want, **held_env(st, p.pid, {})}
+            assert env == held, {
+                "extra": sorted(set(env) - set(held)),
+                "missing": sorted(set(held) - set(env)),
+                "different": sorted(k for k in set(env) & set(held) if env[k] != held[k]),
             }
         for leak in ("GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "SOME_SECRET", *POLLUTION):
             assert leak not in env or leak in want, leak

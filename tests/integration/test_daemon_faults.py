@@ -26,8 +26,13 @@ def test_engine_kill9_is_restarted_with_reason(tmp_path: Path) -> None:
         assert st["restarts"]["total"] == 1
         assert st["last_failure"]["reason"] == "exited(-9)"
         assert "SIGKILL" in st["last_failure"]["message"]
-        hist = d.client.get("/v1/history")
-        assert hist[-1]["kind"] == "crash_restart" and hist[-1]["result"] == "ok"
+        # READY is published before the operation's record is appended: wait for the record
+        d.wait_for(
+            lambda: d.client.get("/v1/history")[-1].get("kind") == "crash_restart",
+            15,
+            "the crash restart's history record",
+        )
+        assert d.client.get("/v1/history")[-1]["result"] == "ok"
         assert not psutil.pid_exists(old) or psutil.Process(old).status() == psutil.STATUS_ZOMBIE
         assert list(engines_on_port(int(d.server_url.rsplit(":", 1)[1]))) == [st["engine"]["pgid"]]
 

@@ -179,9 +179,15 @@ def test_trial_time_vs_real_time_is_reported(trial: Any) -> None:
     t = trial["report"]["timing"]
     assert t["trial"]["loads"] == len(PROFILES) - 1 + 2
     assert t["real"]["loads"] == 2
-    # a trial load skips the simulated weight read: well under a real one
-    assert t["trial"]["load_s_mean"] < 0.7 * t["real"]["load_s_mean"]
-    assert t["trial"]["load_s_saved"] > 0
+    # what the same loads would have cost on real weights, from the real loads measured in
+    # this run (how much shorter a dummy load is, is a figure: README, not a timed assert)
+    real_mean = t["real"]["load_s"] / 2
+    assert t["trial"]["same_loads_with_real_weights_s"] == pytest.approx(
+        t["trial"]["loads"] * real_mean
+    )
+    assert t["trial"]["load_s_saved"] == pytest.approx(
+        t["trial"]["same_loads_with_real_weights_s"] - t["trial"]["load_s"]
+    )
 
 
 def test_sweep_ends_on_real_weights(trial: Any) -> None:
