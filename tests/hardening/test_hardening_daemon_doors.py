@@ -245,11 +245,13 @@ def test_crash_restart_of_a_deleted_profile_falls_back_to_the_default(tmp_path: 
         mine.unlink()
         old = d.status()["engine"]["pid"]
         os.kill(old, signal.SIGKILL)
-        st = d.wait_for(
-            lambda: (s := d.status())["state"] == "READY" and s["engine"]["pid"] != old and s,
+        d.wait_for(
+            lambda: d.client.get("/v1/history")[-1]["kind"] == "crash_restart",
             30,
-            "the crash restart",
+            "the crash restart's record",
         )
+        st = d.wait_state("READY", timeout=30)
+        assert st["engine"]["pid"] not in (None, old)
         assert (st["profile"], st["mode"]) == ("nccl-default", "baseline")
         found = [f for f in st["findings"] if "mine/baseline no longer loads" in f]
         assert found and "nccl-default/baseline instead" in found[0], st["findings"]
