@@ -216,7 +216,8 @@ def run_ranks(
     """Start the ranks, stream finished sizes (merged) to `on_size`, return
     {head, sizes, logs, wall_s}. Ranks are started in their own sessions and only they
     are stopped on timeout or interrupt."""
-    from fastverify.experiments.preflight import _kill_group, free_port
+    from fastverify.experiments.preflight import free_port
+    from fastverify.experiments.ranks import kill_rank, start_rank
 
     python = cfg.python or sys.executable
     port = free_port()
@@ -249,16 +250,7 @@ def run_ranks(
             ]  # fmt: skip
             if cfg.fake_costs:
                 argv += ["--fake-costs", cfg.fake_costs]
-            with open(workdir / f"{tag}.rank{rank}.stdout", "wb") as stdio:
-                procs.append(
-                    subprocess.Popen(
-                        argv,
-                        env=rank_env,
-                        stdout=stdio,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
+            procs.append(start_rank(argv, rank_env, workdir / f"{tag}.rank{rank}.stdout"))
             outs.append(out)
             logs.append(log)
         reported = 0
@@ -285,11 +277,11 @@ def run_ranks(
                 time.sleep(2.0)  # let the peers notice and report
                 if any(p.poll() is None for p in procs):
                     for p in procs:
-                        _kill_group(p)
+                        kill_rank(p)
             time.sleep(0.05)
     except BaseException:
         for p in procs:
-            _kill_group(p)
+            kill_rank(p)
         raise
     errors = [h.get("error") for h in heads if h.get("error")]
     if errors or len(merged) < len(sizes):

@@ -29,7 +29,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastverify.experiments.ranks import kill_rank, start_rank
 from fastverify.experiments.stats import percentile
 
 WORKER = Path(__file__).with_name("preflight_worker.py")
@@ -276,15 +276,6 @@ def _worst(states: list[str | None]) -> str:
     return "ok" if states and all(s == "ok" for s in states) else "not run"
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the session we started for this rank (never anything else)."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-
-
 def _requires_graph_off(requires: Mapping[str, str]) -> bool:
     return str(requires.get("cuda-graph", "")).lower() in ("off", "false", "0", "no", "disabled")
 
@@ -331,19 +322,7 @@ def run_profile(
                 "--iters", str(cfg.iters), "--warmup", str(cfg.warmup), "--out", str(out),
                 "--graph-ops", str(cfg.graph_ops), "--scale-bytes", str(cfg.scale_bytes),
             ]  # fmt: skip
-            stdio = open(workdir / f"{safe}.rank{rank}.stdout", "wb")  # noqa: SIM115
-            try:
-                procs.append(
-                    subprocess.Popen(
-                        argv,
-                        env=rank_env,
-                        stdout=stdio,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
-            finally:
-                stdio.close()
+            procs.append(start_rank(argv, rank_env, workdir / f"{safe}.rank{rank}.stdout"))
             outs.append(out)
 
         timed_out = False
@@ -360,7 +339,7 @@ def run_profile(
             if now > deadline or (first_exit is not None and now - first_exit > 10.0):
                 timed_out = now > deadline
                 for p in procs:
-                    _kill_group(p)
+                    kill_rank(p)
                 break
             if on_event and now - last_note > 15.0:
                 on_event(f"  {name}: still running ({now - t0:.0f} s)")
@@ -369,7 +348,7 @@ def run_profile(
     except BaseException:
         # Interrupted (Ctrl-C) or a rank could not start: stop every rank we started.
         for p in procs:
-            _kill_group(p)
+            kill_rank(p)
         raise
     wall = time.perf_counter() - t0
 

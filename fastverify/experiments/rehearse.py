@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -49,6 +47,7 @@ from fastverify.experiments.preflight import (
     torch_available,
     visible_gpus,
 )
+from fastverify.experiments.ranks import kill_rank, start_rank
 
 WORKER = Path(__file__).with_name("rehearse_worker.py")
 EventFn = Callable[[str], None]
@@ -195,15 +194,6 @@ def analyze_window(trace_dir: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------ one profile
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the session started for this rank (never anything else)."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-
-
 def _last_error(text: str) -> str | None:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for line in reversed(lines):
@@ -239,23 +229,11 @@ def _start_ranks(
                 "--trace",
                 str(workdir / f"{tag}-traces" / f"rehearse-TP-{rank}.trace.json.gz"),
             ]
-            stdio = open(workdir / f"{tag}.rank{rank}.stdout", "wb")  # noqa: SIM115
-            try:
-                procs.append(
-                    subprocess.Popen(
-                        argv,
-                        env=rank_env,
-                        stdout=stdio,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
-            finally:
-                stdio.close()
+            procs.append(start_rank(argv, rank_env, workdir / f"{tag}.rank{rank}.stdout"))
             outs.append(out)
     except BaseException:
         for p in procs:
-            _kill_group(p)
+            kill_rank(p)
         raise
     return procs, outs
 
@@ -287,11 +265,11 @@ def _wait(
                 reported_at = now
             if reported_at is not None and now - reported_at > grace_s:
                 for p in procs:
-                    _kill_group(p)
+                    kill_rank(p)
                 return {"timed_out": False, "stopped_after_report": True}
             if now - t0 > timeout_s or (first_bad is not None and now - first_bad > 10.0):
                 for p in procs:
-                    _kill_group(p)
+                    kill_rank(p)
                 return {"timed_out": now - t0 > timeout_s, "stopped_after_report": False}
             if on_event and now - last_note > 15.0:
                 on_event(f"  {label}: still running ({now - t0:.0f} s)")
@@ -299,7 +277,7 @@ def _wait(
             time.sleep(0.05)
     except BaseException:
         for p in procs:
-            _kill_group(p)
+            kill_rank(p)
         raise
     return {"timed_out": False, "stopped_after_report": False}
 

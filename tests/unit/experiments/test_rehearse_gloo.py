@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from fastverify.experiments import preflight
+from fastverify.experiments.ranks import kill_rank
 
 REPO = Path(__file__).resolve().parents[3]
 CONFIGS = REPO / "examples" / "model-configs"
@@ -145,7 +146,7 @@ def test_ranks_that_reported_but_linger_in_teardown_are_stopped(tmp_path: Path) 
         waited = rehearse._wait(procs, outs, timeout_s=300, label="t", on_event=None, grace_s=0.2)
     finally:
         for p in procs:
-            rehearse._kill_group(p)
+            kill_rank(p)
     assert waited == {"timed_out": False, "stopped_after_report": True}
     assert all(p.returncode == -9 for p in procs)
 
@@ -159,6 +160,6 @@ def test_ranks_that_never_report_time_out(tmp_path: Path) -> None:
     try:
         waited = rehearse._wait([proc], outs, timeout_s=0.5, label="t", on_event=None)
     finally:
-        rehearse._kill_group(proc)
+        kill_rank(proc)
     assert waited == {"timed_out": True, "stopped_after_report": False}
     assert proc.returncode == -9
