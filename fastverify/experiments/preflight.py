@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -39,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastverify.experiments.ranks import kill_rank, start_rank
+from fastverify.experiments.ranks import kill_rank, rank_reports, start_rank
 from fastverify.experiments.stats import percentile
 
 WORKER = Path(__file__).with_name("preflight_worker.py")
@@ -352,22 +351,7 @@ def run_profile(
         raise
     wall = time.perf_counter() - t0
 
-    ranks: list[dict[str, Any]] = []
-    for rank, (proc, out) in enumerate(zip(procs, outs, strict=True)):
-        try:
-            doc = json.loads(out.read_text())
-        except (OSError, ValueError):
-            tail = ""
-            with contextlib.suppress(OSError):
-                tail = (workdir / f"{safe}.rank{rank}.stdout").read_text(errors="replace")
-            doc = {
-                "rank": rank,
-                "status": "failed",
-                "sizes": [],
-                "error": _last_error(tail) or f"rank exited with {proc.returncode}",
-            }
-        doc["returncode"] = proc.returncode
-        ranks.append(doc)
+    ranks = rank_reports(procs, outs, lambda r: workdir / f"{safe}.rank{r}.stdout", sizes=[])
 
     nccl_logs = []
     for rank in range(world):
@@ -449,14 +433,6 @@ def verdict(
             }
         return {"status": "unsafe-cuda-graph", "error": err}
     return {"status": "ok"}  # fmt: skip
-
-
-def _last_error(text: str) -> str | None:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for line in reversed(lines):
-        if "Error" in line or "error" in line:
-            return line[:300]
-    return lines[-1][:300] if lines else None
 
 
 # ------------------------------------------------------------------ the whole run

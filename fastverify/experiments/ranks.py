@@ -1,14 +1,16 @@
 """Rank processes of the GPU experiments (preflight, derive-tuner, rehearse): start one in a
-session of its own with its output in a file, and stop exactly that session."""
+session of its own with its output in a file, stop exactly that session, read its report."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def start_rank(argv: Sequence[str], env: Mapping[str, str], log: Path) -> subprocess.Popen:
@@ -31,3 +33,36 @@ def kill_rank(proc: subprocess.Popen) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
+
+
+def rank_reports(
+    procs: Sequence[subprocess.Popen],
+    outs: Sequence[Path],
+    log_of: Callable[[int], Path],
+    **failed: Any,
+) -> list[dict[str, Any]]:
+    """Each rank's JSON report (its `--out` file); a rank that wrote none is reported
+    `failed` with the last error line of its log (and the `failed` fields). Every report gets
+    the rank's exit code."""
+    reports: list[dict[str, Any]] = []
+    for rank, (proc, out) in enumerate(zip(procs, outs, strict=True)):
+        try:
+            doc = json.loads(out.read_text())
+        except (OSError, ValueError):
+            tail = ""
+            with contextlib.suppress(OSError):
+                tail = log_of(rank).read_text(errors="replace")
+            doc = {"rank": rank, "status": "failed", **failed}
+            doc["error"] = last_error(tail) or f"rank exited with {proc.returncode}"
+        doc["returncode"] = proc.returncode
+        reports.append(doc)
+    return reports
+
+
+def last_error(text: str) -> str | None:
+    """The last line of a rank's output that mentions an error, else its last line."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "error" in line:
+            return line[:300]
+    return lines[-1][:300] if lines else None

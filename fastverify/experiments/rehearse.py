@@ -47,7 +47,7 @@ from fastverify.experiments.preflight import (
     torch_available,
     visible_gpus,
 )
-from fastverify.experiments.ranks import kill_rank, start_rank
+from fastverify.experiments.ranks import kill_rank, rank_reports, start_rank
 
 WORKER = Path(__file__).with_name("rehearse_worker.py")
 EventFn = Callable[[str], None]
@@ -194,14 +194,6 @@ def analyze_window(trace_dir: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------ one profile
 
 
-def _last_error(text: str) -> str | None:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for line in reversed(lines):
-        if "Error" in line or "error" in line:
-            return line[:300]
-    return lines[-1][:300] if lines else None
-
-
 def _start_ranks(
     env: Mapping[str, str], world: int, workdir: Path, tag: str, job_path: Path, python: str
 ) -> tuple[list[subprocess.Popen], list[Path]]:
@@ -308,21 +300,7 @@ def run_profile(
     timed_out = waited["timed_out"]
     wall = time.perf_counter() - t0
 
-    ranks: list[dict[str, Any]] = []
-    for rank, (proc, out) in enumerate(zip(procs, outs, strict=True)):
-        try:
-            doc = json.loads(out.read_text())
-        except (OSError, ValueError):
-            tail = ""
-            with contextlib.suppress(OSError):
-                tail = (workdir / f"{tag}.rank{rank}.stdout").read_text(errors="replace")
-            doc = {
-                "rank": rank,
-                "status": "failed",
-                "error": _last_error(tail) or f"rank exited with {proc.returncode}",
-            }
-        doc["returncode"] = proc.returncode
-        ranks.append(doc)
+    ranks = rank_reports(procs, outs, lambda r: workdir / f"{tag}.rank{r}.stdout")
     wall_reported = max((r.get("wall_s") or 0.0) for r in ranks)
     logs = []
     for rank in range(world):
