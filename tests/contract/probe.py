@@ -244,9 +244,11 @@ def source_facts() -> dict:
     def read(rel: str) -> str:
         return _text(os.path.join(root, rel))
 
+    from sglang.srt.arg_groups.choices import LOAD_FORMAT_CHOICES
     from sglang.srt.environ import envs
 
     return {
+        "load_format_choices": list(LOAD_FORMAT_CHOICES),
         "attention_hook": read("srt/arg_groups/attention_hook.py"),
         "moe_hook": read("srt/arg_groups/moe_hook.py"),
         "engine": read("srt/entrypoints/engine.py"),

@@ -47,6 +47,13 @@ def daemon_argvs() -> list[dict[str, Any]]:
                 env = {k: v for k, v in profile.env.items() if k.startswith("NCCL_")}
                 cases.append({"name": f"{profile.name}/{mode}/tp{tp}", "argv": argv, "env": env,
                               "requires": dict(profile.requires)})  # fmt: skip
+            trial = ServerConfig(
+                model_path=MODEL, draft_model_path=DRAFT, tp_size=2,
+                eagle3=Eagle3Params(3, 1, 4), sglang_flags="new", load_format="dummy",
+            )  # fmt: skip
+            cases.append({"name": f"{profile.name}/{mode}/trial",
+                          "argv": eng.build_argv(trial, mode, profile.requires)[3:],
+                          "env": {}})  # fmt: skip
     base = LaunchArgs(model_path=MODEL, tp_size=2)
     extra = {
         "graph-register-1": (base, {"NCCL_GRAPH_REGISTER": "1"}),
@@ -126,6 +133,15 @@ def test_argparse_errors_are_classified(probe: dict[str, Any]) -> None:
 
 def test_load_format_dummy_reaches_sglang(probe: dict[str, Any]) -> None:
     assert probe["by_name"]["load-format-dummy"]["load_format"] == "dummy"
+    for mode in ("baseline", "eagle3"):  # the daemon's trial argv, both modes, every profile
+        trials = [v for k, v in probe["by_name"].items() if k.endswith(f"/{mode}/trial")]
+        assert trials and all(t["parsed"] and t["load_format"] == "dummy" for t in trials)
+
+
+def test_load_format_choices_are_sglangs(probe: dict[str, Any]) -> None:
+    from fastverify.config import LOAD_FORMATS
+
+    assert list(LOAD_FORMATS) == probe["source"]["load_format_choices"]
 
 
 def test_env_rules_that_need_a_gpu_match_the_installed_source(probe: dict[str, Any]) -> None:
