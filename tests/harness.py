@@ -206,6 +206,8 @@ class DaemonHarness:
             )
         if wait_ready:
             self.wait_state("READY", timeout)
+            # READY is published just before the start's record is appended to history
+            self.wait_for(lambda: self.client.get("/v1/history"), timeout, "a history record")
         return self
 
     def _answers(self) -> bool:

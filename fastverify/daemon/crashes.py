@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from fastverify.daemon import events as ev
+from fastverify.daemon import procs
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.operations import Claim, Operation, OpResult
@@ -51,6 +52,9 @@ class CrashSteps(_Base):
         gone = self.launcher.lost_workers(h)
         if not gone or not h.serving:
             return
+        leader = procs.read_stat(h.pid)
+        if leader is None or not leader.alive:
+            return  # the server itself died (its workers follow it): _on_exit says why
         h.serving = False
         failure = Failure(
             "worker_exited",
