@@ -112,7 +112,13 @@ def test_every_dashboard_expression_returns_data(tmp_path: Path) -> None:
                                                 "tokens_per_second": 82.0,
                                                 "per_request_tokens_per_second": 82.0})  # fmt: skip
                 # Several profile windows and a rate window of steady load.
-                p.wait_for("fastverify_verify_cycle_seconds_count", timeout=30)
+                # profile windows of the profile now serving (ring-ll's series exist from
+                # before the switches): at least two, so a rate over them has data
+                p.wait_for(
+                    'fastverify_verify_cycle_seconds_count{profile="ring-simple"}',
+                    lambda rows: any(float(r["value"][1]) >= 6 for r in rows),
+                    timeout=90,
+                )
                 time.sleep(12)
                 missing = {}
                 deadline = time.monotonic() + 30
