@@ -75,9 +75,10 @@ def test_standalone_exporter(tmp_path: Path, stub: SGLangStub) -> None:
     )  # fmt: skip
     try:
         stub.values.update(generation_tokens_total=100.0, gen_throughput=200.0)
-        text = _wait(url, "fastverify_up 1.0")
+        _wait(url, "fastverify_up 1.0")
+        # the log follower starts after the poller: wait until it has read the history
+        text = _wait(url, 'fastverify_nccl_env_info{value="LL",var="NCCL_PROTO"} 1.0')
         assert 'nccl_algo="Ring"' in text and "hf_secret" not in text and "hf_token" not in text
-        assert 'fastverify_nccl_env_info{value="LL",var="NCCL_PROTO"} 1.0' in text
         assert "9.99" not in text  # the old decode line is history, not a current figure
         with open(log, "a") as fh:
             fh.write(DECODE.format(a="2.50"))
