@@ -88,7 +88,7 @@ class FakeLauncher:
         return list(argv) == h.argv and h.expected_nccl == {"NCCL_ALGO": profile.name.upper()}
 
     def mark_verified(self, h: EngineHandle) -> None:
-        pass
+        """Nothing to record: the fake keeps no engine.pid file."""
 
     def exit_failure(self, h: EngineHandle) -> Failure:
         return Failure("cuda_oom", "engine died", log=str(h.log_path))
