@@ -38,7 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastverify.experiments.ranks import (
+    env_mismatch as differing_nccl_vars,
+)
 from fastverify.experiments.ranks import kill_rank, rank_reports, start_rank
+from fastverify.experiments.ranks import rank_env as make_rank_env
 from fastverify.experiments.stats import percentile
 
 WORKER = Path(__file__).with_name("preflight_worker.py")
@@ -303,16 +307,7 @@ def run_profile(
             log = workdir / f"{safe}.rank{rank}.nccl.log"
             for stale in (out, log):
                 stale.unlink(missing_ok=True)
-            rank_env = dict(rank_env_base)
-            rank_env.update(
-                NCCL_DEBUG_FILE=str(log),
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port),
-                RANK=str(rank),
-                LOCAL_RANK=str(rank),
-                WORLD_SIZE=str(world),
-                PYTHONUNBUFFERED="1",
-            )
+            rank_env = make_rank_env(rank_env_base, rank, world, port, log)
             argv = [
                 python, str(WORKER), "--backend", cfg.backend,
                 "--hidden-size", str(cfg.hidden_size),
@@ -363,15 +358,7 @@ def run_profile(
 
     init_errors = [r.get("error") for r in ranks if r.get("error")]
     want = {k: v for k, v in rank_env_base.items() if k.startswith("NCCL_")}
-    got = [
-        {k: v for k, v in r["nccl_env"].items() if k != "NCCL_DEBUG_FILE"}
-        for r in ranks
-        if r.get("nccl_env") is not None
-    ]
-    env_mismatch = sorted(
-        {k for g in got for k in set(g) ^ set(want)}
-        | {k for g in got for k in set(g) & set(want) if g[k] != want[k]}
-    )
+    env_mismatch = differing_nccl_vars(ranks, want)
     result: dict[str, Any] = {
         "profile": name,
         "world_size": world,
@@ -382,7 +369,9 @@ def run_profile(
             "confirmed": nccl0["confirmed"],
             "warnings": sorted({w for n in nccl_logs for w in n["warnings"]})[:10],
         },
-        "env_verified": bool(got) and len(got) == len(ranks) and not env_mismatch,
+        "env_verified": bool(ranks)
+        and all(r.get("nccl_env") is not None for r in ranks)
+        and not env_mismatch,
         "env_mismatch": env_mismatch,
         "sizes": sizes,
         "ranks": [{k: r.get(k) for k in RANK_KEYS if r.get(k) is not None} for r in ranks],

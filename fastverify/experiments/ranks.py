@@ -66,3 +66,34 @@ def last_error(text: str) -> str | None:
         if "Error" in line or "error" in line:
             return line[:300]
     return lines[-1][:300] if lines else None
+
+
+def rank_env(
+    base: Mapping[str, str], rank: int, world: int, port: int, nccl_log: Path
+) -> dict[str, str]:
+    """`base` plus what one torch.distributed rank needs (its NCCL debug file, rendezvous)."""
+    env = dict(base)
+    env.update(
+        NCCL_DEBUG_FILE=str(nccl_log),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def env_mismatch(reports: Sequence[dict[str, Any]], want: Mapping[str, str]) -> list[str]:
+    """NCCL variables that differ between `want` and what any rank reported it ran with
+    (`nccl_env`; the per-rank NCCL_DEBUG_FILE aside)."""
+    got = [
+        {k: v for k, v in r["nccl_env"].items() if k != "NCCL_DEBUG_FILE"}
+        for r in reports
+        if r.get("nccl_env") is not None
+    ]
+    return sorted(
+        {k for g in got for k in set(g) ^ set(want)}
+        | {k for g in got for k in set(g) & set(want) if g[k] != want[k]}
+    )

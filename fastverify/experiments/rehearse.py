@@ -47,7 +47,11 @@ from fastverify.experiments.preflight import (
     torch_available,
     visible_gpus,
 )
+from fastverify.experiments.ranks import (
+    env_mismatch as differing_nccl_vars,
+)
 from fastverify.experiments.ranks import kill_rank, rank_reports, start_rank
+from fastverify.experiments.ranks import rank_env as make_rank_env
 
 WORKER = Path(__file__).with_name("rehearse_worker.py")
 EventFn = Callable[[str], None]
@@ -206,16 +210,7 @@ def _start_ranks(
             log = workdir / f"{tag}.rank{rank}.nccl.log"
             for stale in (out, log):
                 stale.unlink(missing_ok=True)
-            rank_env = {**env, **NCCL_DEBUG_ENV}
-            rank_env.update(
-                NCCL_DEBUG_FILE=str(log),
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port),
-                RANK=str(rank),
-                LOCAL_RANK=str(rank),
-                WORLD_SIZE=str(world),
-                PYTHONUNBUFFERED="1",
-            )
+            rank_env = make_rank_env({**env, **NCCL_DEBUG_ENV}, rank, world, port, log)
             argv = [python, str(WORKER), "--job", str(job_path), "--out", str(out)]
             argv += [
                 "--trace",
@@ -308,15 +303,7 @@ def run_profile(
         logs.append(parse_nccl_log(log.read_text(errors="replace") if log.exists() else ""))
 
     want = {k: v for k, v in {**env, **NCCL_DEBUG_ENV}.items() if k.startswith("NCCL_")}
-    got = [
-        {k: v for k, v in r["nccl_env"].items() if k != "NCCL_DEBUG_FILE"}
-        for r in ranks
-        if r.get("nccl_env") is not None
-    ]
-    mismatch = sorted(
-        {k for g in got for k in set(g) ^ set(want)}
-        | {k for g in got for k in set(g) & set(want) if g[k] != want[k]}
-    )
+    mismatch = differing_nccl_vars(ranks, want)
     result: dict[str, Any] = {
         "profile": name,
         "path": path,
@@ -325,7 +312,9 @@ def run_profile(
         "rank_wall_s": wall_reported,  # process start to report, the slowest rank
         "stopped_after_report": waited["stopped_after_report"],
         "init_s": max((r.get("init_s") or 0.0) for r in ranks),
-        "env_verified": bool(got) and len(got) == len(ranks) and not mismatch,
+        "env_verified": bool(ranks)
+        and all(r.get("nccl_env") is not None for r in ranks)
+        and not mismatch,
         "nccl": {
             "version": logs[0]["version"],
             "confirmed": logs[0]["confirmed"],
