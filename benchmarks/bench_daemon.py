@@ -5,7 +5,7 @@
    and of both together. Then 50 concurrent /metrics scrapers while the daemon switches
    4 times (one a rollback): latency p50/p99/max and errors.
 2. Served tokens/s with and without observation, side by side in one run: the same
-   closed-loop load (`fastverify.experiments.bench`, streaming /generate) against
+   closed-loop load (`fastverify.experiments.bench.load`, streaming /generate) against
    A. fastverifyd without the exporter (metrics off, no trace windows),
    B. fastverifyd with the exporter (engine polled every second, /metrics scraped every
       second like an eager Prometheus),
@@ -159,7 +159,7 @@ CONFIGS = {
 
 
 def served(tmp: Path, key: str, seconds: float, concurrency: int) -> dict:
-    from fastverify.experiments.bench import BenchConfig, run_bench
+    from fastverify.experiments.bench.load import BenchConfig, run_bench
     from tests.harness import DaemonHarness
 
     spec = CONFIGS[key]

@@ -206,7 +206,12 @@ def bench(
     as_json: bool,
 ) -> None:
     """Closed-loop load against the running server: tok/s, TTFT, ITL, accept length."""
-    from fastverify.experiments.bench import BenchConfig, BenchError, run_bench, run_sglang_bench
+    from fastverify.experiments.bench.load import (
+        BenchConfig,
+        BenchError,
+        run_bench,
+        run_sglang_bench,
+    )
 
     if duration is None and n_requests is None:
         duration = 30.0
@@ -478,7 +483,7 @@ def preflight(
     as_json: bool,
 ) -> None:
     """NCCL all-reduce + CUDA-graph check per profile on the GPUs, without a model."""
-    from fastverify.experiments import preflight as pf
+    from fastverify.experiments.preflight import run as pf
 
     if derive_tuner is not None:
         _derive_tuner(derive_tuner, profiles, nproc, hidden_size, tokens, sizes, extra_env,
@@ -524,10 +529,10 @@ def _derive_tuner(
     backend: str, python: str, timeout_s: float, fake_costs: str, output: str | None,
     as_json: bool,
 ) -> None:  # fmt: skip
-    """`preflight --derive-tuner NAME` (fastverify.experiments.derive_tuner_cmd)."""
-    from fastverify.experiments import derive_tuner as dt
-    from fastverify.experiments import derive_tuner_cmd as cmd
-    from fastverify.experiments import preflight as pf
+    """`preflight --derive-tuner NAME` (fastverify.experiments.derive_tuner.cmd)."""
+    from fastverify.experiments.derive_tuner import cmd
+    from fastverify.experiments.derive_tuner import derive as dt
+    from fastverify.experiments.preflight import run as pf
 
     if len(profiles) > 1:
         fail("preflight --derive-tuner: give at most one base profile", EXIT_USAGE)
@@ -756,8 +761,8 @@ def sweep(
     every result labelled weights=dummy); --then-confirm N reloads the best N with real
     weights and measures them."""
     from fastverify.client import ControlClient, DaemonUnavailable
-    from fastverify.experiments.bench import BenchConfig
-    from fastverify.experiments.sweep import Sweep, SweepConfig, SweepError
+    from fastverify.experiments.bench.load import BenchConfig
+    from fastverify.experiments.sweep.run import Sweep, SweepConfig, SweepError
 
     if resume and not output_dir:
         fail("--resume needs --output DIR (the sweep to continue)", EXIT_USAGE)

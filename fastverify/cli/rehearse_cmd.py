@@ -282,7 +282,7 @@ def rehearse(
     """Rehearse the model's decode step and EAGLE-3 verify cycle per NCCL profile, in CUDA
     graphs on this host's GPUs, with random weights of the real shapes; report the
     break-even accept length above which speculation beats the baseline."""
-    from fastverify.experiments import rehearse as rh
+    from fastverify.experiments.rehearse import run as rh
 
     source = "--accept-length" if accept_length is not None else None
     if accept_length is None and metrics_url:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fastverify.experiments import bench
-from fastverify.experiments.bench import BenchConfig, RequestRecord
+from fastverify.experiments.bench import load as bench
+from fastverify.experiments.bench.load import BenchConfig, RequestRecord
 
 
 def _rec(start: float, chunks: list[tuple[float, int]], done: bool = True) -> RequestRecord:

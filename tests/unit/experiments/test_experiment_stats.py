@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from fastverify.experiments import stats
+from fastverify.experiments.common import stats
 
 # Two-sided 95% (p = 0.975), 99% (p = 0.995) and one-sided 95% critical values from a
 # standard Student t table.

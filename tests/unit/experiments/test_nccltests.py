@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.experiments import nccltests
+from fastverify.experiments.preflight import nccltests
 
 DATA = Path(__file__).parent / "data" / "all_reduce_perf-h200-1gpu.txt"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.experiments import preflight
-from fastverify.experiments.preflight_worker import scaled
+from fastverify.experiments.preflight import run as preflight
+from fastverify.experiments.preflight.worker import scaled
 from fastverify.exporters import logparse
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "nccl-2.28.9-h200x2-2rank"

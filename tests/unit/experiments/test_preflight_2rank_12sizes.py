@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.experiments import preflight
+from fastverify.experiments.preflight import run as preflight
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "nccl-2.28.9-h200x2-2rank"
 LOGS = FIX / "logs-12sizes"

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fastverify.experiments import preflight
+from fastverify.experiments.preflight import run as preflight
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "tests" / "fixtures" / "nccl-2.28.9-h200-1rank" / "nccl-info-ring-ll.log"
@@ -27,6 +27,8 @@ needs_torch = pytest.mark.skipif(
     reason="TORCH IS NOT INSTALLED: preflight's rank processes need it "
     "(pip install torch==2.13.0, the CPU build); these tests did NOT run",
 )
+
+WORKER_TAIL = os.path.join("preflight", "worker.py")
 
 
 def ctl(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
@@ -118,7 +120,7 @@ def test_timeout_kills_the_ranks_it_started(tmp_path: Path, user_profiles: dict)
     leftovers = [
         p.pid for p in psutil.process_iter(["cmdline"])
         if any(str(logs) in part for part in (p.info["cmdline"] or []))
-        and any("preflight_worker" in part for part in (p.info["cmdline"] or []))
+        and any(part.endswith(WORKER_TAIL) for part in (p.info["cmdline"] or []))
     ]  # fmt: skip
     assert leftovers == []
 
@@ -153,8 +155,8 @@ def test_unknown_profile_is_a_usage_error() -> None:
 
 def test_cli_import_path_stays_light() -> None:
     code = (
-        "import sys, fastverify.cli.experiment_cmds, fastverify.experiments.preflight, "
-        "fastverify.experiments.sweep, fastverify.experiments.bench; "
+        "import sys, fastverify.cli.experiment_cmds, fastverify.experiments.preflight.run, "
+        "fastverify.experiments.sweep.run, fastverify.experiments.bench.load; "
         "print(sorted(m for m in ('torch', 'httpx', 'rich', 'matplotlib') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
@@ -177,7 +179,7 @@ def test_ctrl_c_stops_the_ranks(tmp_path: Path, user_profiles: dict) -> None:
         return [
             p.pid for p in psutil.process_iter(["cmdline"])
             if any(str(logs) in part for part in (p.info["cmdline"] or []))
-            and any("preflight_worker" in part for part in (p.info["cmdline"] or []))
+            and any(part.endswith(WORKER_TAIL) for part in (p.info["cmdline"] or []))
         ]  # fmt: skip
 
     def torch_loaded(pid: int) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastverify.experiments import preflight
+from fastverify.experiments.preflight import run as preflight
 
 OK_GRAPH = {"capture": "ok", "replay": "ok", "correct": True, "p50_us": 10.0, "p99_us": 12.0}
 CAPTURE_FAIL = {"capture": "failed", "replay": "not run",

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.experiments import preflight
-from fastverify.experiments.ranks import kill_rank
+from fastverify.experiments.common.ranks import kill_rank
+from fastverify.experiments.preflight import run as preflight
 
 REPO = Path(__file__).resolve().parents[3]
 CONFIGS = REPO / "examples" / "model-configs"
@@ -135,7 +135,7 @@ def test_rehearse_is_registered_and_imports_no_torch() -> None:
 
 def test_ranks_that_reported_but_linger_in_teardown_are_stopped(tmp_path: Path) -> None:
     # As seen on 2 x H200: both ranks wrote their report, then NCCL teardown never returned.
-    from fastverify.experiments import rehearse
+    from fastverify.experiments.rehearse import run as rehearse
 
     outs = [tmp_path / f"rank{r}.json" for r in (0, 1)]
     code = "import pathlib, sys, time; pathlib.Path(sys.argv[1]).write_text('{}'); time.sleep(600)"
@@ -152,7 +152,7 @@ def test_ranks_that_reported_but_linger_in_teardown_are_stopped(tmp_path: Path) 
 
 
 def test_ranks_that_never_report_time_out(tmp_path: Path) -> None:
-    from fastverify.experiments import rehearse
+    from fastverify.experiments.rehearse import run as rehearse
 
     outs = [tmp_path / "rank0.json"]
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],

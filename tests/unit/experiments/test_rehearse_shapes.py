@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.experiments import modelconfig, rehearse
+from fastverify.experiments.rehearse import modelconfig
+from fastverify.experiments.rehearse import run as rehearse
 
 REPO = Path(__file__).resolve().parents[3]
 CONFIGS = REPO / "examples" / "model-configs"

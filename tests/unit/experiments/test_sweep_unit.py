@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.experiments import sweep
+from fastverify.experiments.sweep import run as sweep
 
 
 def _m(profile: str, mode: str, tps: float, per_req: float | None = None,
@@ -115,7 +115,7 @@ class _FakeDaemon:
 
 
 def test_resume_with_other_bench_settings_warns(tmp_path: Path) -> None:
-    from fastverify.experiments.bench import BenchConfig
+    from fastverify.experiments.bench.load import BenchConfig
 
     path = tmp_path / sweep.RESULTS_FILE
     sweep.append_record(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.experiments import derive_tuner as dt
+from fastverify.experiments.derive_tuner import derive as dt
 from fastverify.tuner.table import check_table, lookup
 
 pytest.importorskip("torch")

@@ -1,6 +1,6 @@
 """Evidence for a derived tuner: tuned profile vs the fixed profiles, in-graph per-op time.
 
-    python -m fastverify.experiments.derive_tuner_compare --path nvlink --out result.json \
+    python -m fastverify.experiments.derive_tuner.compare --path nvlink --out result.json \
         [--env NCCL_P2P_DISABLE=1] [--profiles nccl-default,ring-ll,...] [--logs DIR]
 
 1. derives a table over `nccl-default` (+ --env) with `derive_tuner.derive`;
@@ -27,14 +27,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastverify.experiments import derive_tuner as dt
+from fastverify.experiments.derive_tuner import derive as dt
 
 FIXED = ("nccl-default", "ring-ll", "ring-simple", "tree-ll", "ring-ll-8ch")
 TOKENS = (1, 2, 3, 4, 8, 12, 16, 32, 48, 64, 128, 256, 512, 768, 1024, 2048, 4096, 8192)
 
 
 def _tuning_by_size(text: str) -> dict[int, str]:
-    from fastverify.experiments.preflight import parse_nccl_log
+    from fastverify.experiments.preflight.run import parse_nccl_log
 
     return {n: f"{c['algo']}/{c['proto']}" for n, c in parse_nccl_log(text)["tuning"].items()}
 
@@ -66,7 +66,7 @@ def measure(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fastverify.experiments.preflight import load_profiles
+    from fastverify.experiments.preflight.run import load_profiles
     from fastverify.profiles.effective import effective_env
     from fastverify.tuner.loaded import check_tuner_loaded
     from fastverify.tuner.plugin import find_plugin

@@ -1,6 +1,6 @@
 """`fastverifyctl preflight`: check NCCL profiles on the GPUs in seconds, without loading a model.
 
-For each profile a fresh group of N rank processes (`preflight_worker.py`, one per GPU)
+For each profile a fresh group of N rank processes (`worker.py` beside it, one per GPU)
 is started with exactly the environment the daemon would give the server
 (`fastverify.profiles.effective.effective_env`), plus the rendezvous variables
 (MASTER_ADDR=127.0.0.1, a free MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK) and
@@ -38,14 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastverify.experiments.ranks import (
+from fastverify.experiments.common.ranks import (
     env_mismatch as differing_nccl_vars,
 )
-from fastverify.experiments.ranks import kill_rank, rank_reports, start_rank
-from fastverify.experiments.ranks import rank_env as make_rank_env
-from fastverify.experiments.stats import percentile
+from fastverify.experiments.common.ranks import kill_rank, rank_reports, start_rank
+from fastverify.experiments.common.ranks import rank_env as make_rank_env
+from fastverify.experiments.common.stats import percentile
 
-WORKER = Path(__file__).with_name("preflight_worker.py")
+WORKER = Path(__file__).with_name("worker.py")
 DECODE_TOKENS = (1, 2, 3, 4, 8, 16, 32, 64)  # a decode / verify forward
 PREFILL_TOKENS = (128, 512, 2048, 8192)  # a prefill chunk: 1.75 MiB .. 112 MiB at 7168
 DEFAULT_TOKENS = DECODE_TOKENS + PREFILL_TOKENS

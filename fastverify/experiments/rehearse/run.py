@@ -1,7 +1,7 @@
 """`fastverifyctl rehearse`: does speculation pay with this NCCL profile here? No model load.
 
 For each profile (and transport path: as detected, and/or with NCCL_P2P_DISABLE=1) a fresh
-group of N rank processes (`rehearse_worker.py`, one per GPU) runs with exactly the
+group of N rank processes (`worker.py` beside it, one per GPU) runs with exactly the
 environment the daemon would give the server (`profiles.effective.effective_env` plus the
 daemon config's extra variables, as preflight does), the rendezvous variables and
 NCCL_DEBUG=INFO to a per-rank file. The ranks build the model's real per-rank GEMM shapes
@@ -35,8 +35,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastverify.experiments import modelconfig
-from fastverify.experiments.preflight import (
+from fastverify.experiments.common.ranks import (
+    env_mismatch as differing_nccl_vars,
+)
+from fastverify.experiments.common.ranks import kill_rank, rank_reports, start_rank
+from fastverify.experiments.common.ranks import rank_env as make_rank_env
+from fastverify.experiments.preflight.run import (
     NCCL_DEBUG_ENV,
     PreflightError,
     TorchMissing,
@@ -47,13 +51,9 @@ from fastverify.experiments.preflight import (
     torch_available,
     visible_gpus,
 )
-from fastverify.experiments.ranks import (
-    env_mismatch as differing_nccl_vars,
-)
-from fastverify.experiments.ranks import kill_rank, rank_reports, start_rank
-from fastverify.experiments.ranks import rank_env as make_rank_env
+from fastverify.experiments.rehearse import modelconfig
 
-WORKER = Path(__file__).with_name("rehearse_worker.py")
+WORKER = Path(__file__).with_name("worker.py")
 EventFn = Callable[[str], None]
 P2P_OFF = {"NCCL_P2P_DISABLE": "1"}
 APPROXIMATIONS = (

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fastverify.experiments import derive_tuner as dt
+from fastverify.experiments.derive_tuner import derive as dt
 
 
 def run_cli(
@@ -38,7 +38,7 @@ def run_cli(
     """Run the derivation; returns (JSON-able report, human summary lines).
     Raises dt.DeriveError / preflight.PreflightError for the caller to map to exits."""
     from fastverify import paths
-    from fastverify.experiments import preflight as pf
+    from fastverify.experiments.preflight import run as pf
     from fastverify.profiles.effective import effective_env
     from fastverify.profiles.store import name_problem
     from fastverify.tuner.plugin import find_plugin

@@ -1,7 +1,7 @@
 """`fastverifyctl preflight --derive-tuner NAME`: measure every NCCL candidate per message
 size on this host's GPUs and write a tuner table + a profile that uses it.
 
-One group of `world` rank processes (`derive_tuner_worker.py`, one per GPU) runs with the
+One group of `world` rank processes (`worker.py` beside it, one per GPU) runs with the
 base profile's environment (what the daemon would give the server) plus
 NCCL_TUNER_PLUGIN=<the fastverify plugin>; inside it the plugin's override forces each
 candidate in turn (see the worker's docstring), so no communicator is re-created and
@@ -39,7 +39,7 @@ from typing import Any
 
 from fastverify.tuner.table import TableRow, render
 
-WORKER = Path(__file__).with_name("derive_tuner_worker.py")
+WORKER = Path(__file__).with_name("worker.py")
 HIDDEN = 7168
 DEFAULT_TOKENS = tuple(2**i for i in range(14))  # 1 .. 8192 tokens: 14 KB .. 117 MB (bf16)
 DEFAULT_CANDIDATES = (
@@ -216,8 +216,8 @@ def run_ranks(
     """Start the ranks, stream finished sizes (merged) to `on_size`, return
     {head, sizes, logs, wall_s}. Ranks are started in their own sessions and only they
     are stopped on timeout or interrupt."""
-    from fastverify.experiments.preflight import free_port
-    from fastverify.experiments.ranks import kill_rank, start_rank
+    from fastverify.experiments.common.ranks import kill_rank, start_rank
+    from fastverify.experiments.preflight.run import free_port
 
     python = cfg.python or sys.executable
     port = free_port()

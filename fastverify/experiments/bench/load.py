@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.config import weights_label
-from fastverify.experiments.stats import mean, percentile
+from fastverify.experiments.common.stats import mean, percentile
 from fastverify.sglang import client as engine_client
 
 ProgressFn = Callable[[int, float], None]  # (completed requests, elapsed seconds)

@@ -29,7 +29,7 @@ After the baseline phase, each profile's baseline figures are posted to
 `POST /v1/baselines`, where the exporter turns them into break-even gauges (real weights
 only; an EAGLE-3 phase adds the profile's real accept length, which trials compare with).
 
-Trial mode (`load_format="dummy"`, see `fastverify.experiments.trial`): every switch asks
+Trial mode (`load_format="dummy"`, see `fastverify.experiments.sweep.trial`): every switch asks
 the daemon for `--load-format dummy` (random weights: minutes less per load), every record
 carries `weights: "dummy"`, a profile window is captured per profile for step/verify and
 all-reduce figures, EAGLE-3 rows get a break-even accept length compared with a real one,
@@ -52,8 +52,9 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.config import LOAD_FORMATS, TRIAL_LOAD_FORMAT
-from fastverify.experiments import stats, trial
-from fastverify.experiments.bench import BenchConfig, BenchError, run_bench
+from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
+from fastverify.experiments.common import stats
+from fastverify.experiments.sweep import trial
 
 EventFn = Callable[[str], None]
 RESULTS_FILE = "results.jsonl"
@@ -78,7 +79,7 @@ class SweepConfig:
     switch_timeout_s: float = 1800.0
     plot: bool = True
     alpha: float = 0.05
-    # trial mode (fastverify.experiments.trial)
+    # trial mode (fastverify.experiments.sweep.trial)
     load_format: str = "auto"  # "dummy": timing trial on random weights
     accept_length: float | None = None  # real accept length the trial break-even is judged by
     then_confirm: int = 0  # reload the best N with real weights and measure them

@@ -1,7 +1,7 @@
 """One rank of `fastverifyctl preflight --derive-tuner`: in-graph all-reduce time per
 candidate (algorithm x protocol [x channels]) and message size, in ONE process.
 
-Run by `fastverify.experiments.derive_tuner` as a plain script, one process per GPU, with
+Run by `fastverify.experiments.derive_tuner.derive` as a plain script, one process per GPU, with
 the base profile's environment plus NCCL_TUNER_PLUGIN=<the fastverify plugin>, RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT and PYTHONPATH (it imports
 `fastverify.tuner.plugin`, which is light: ctypes + the table module).
@@ -18,7 +18,7 @@ per-op time = replay time / ops, median of `replays` replays per round.
 
 Candidate `default` is NCCL's own choice (no override); with `--candidates default` it
 is the only one, so the same worker times a fixed or tuned profile as a server would run
-(derive_tuner_compare does that).
+(compare.py does that).
 On gloo (CPU, for tests) there is no graph, no plugin and the timing source is a fake
 cost function given by `--fake-costs` (a JSON file), so the orchestration is tested
 without a GPU.

@@ -1,9 +1,9 @@
 """One rank of `fastverifyctl rehearse`: a model's decode step and verify pass, random weights.
 
-Run by `fastverify.experiments.rehearse` as a plain script, one process per GPU, with exactly
+Run by `fastverify.experiments.rehearse.run` as a plain script, one process per GPU, with exactly
 the profile's environment plus RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT. It
 imports only torch and the standard library (never fastverify). Input: a JSON job (--job)
-holding the per-rank shapes computed by `fastverify.experiments.modelconfig.plan` for the
+holding the per-rank shapes computed by `fastverify.experiments.rehearse.modelconfig.plan` for the
 target and the drafter; output: one JSON document (--out) and, when asked, one
 torch.profiler chrome trace (--trace).
 

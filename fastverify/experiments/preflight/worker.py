@@ -1,6 +1,6 @@
 """One rank of `fastverifyctl preflight`: NCCL all-reduce, eager and CUDA-graph, at model sizes.
 
-Run by `fastverify.experiments.preflight` as a plain script (`python preflight_worker.py`),
+Run by `fastverify.experiments.preflight.run` as a plain script (`python worker.py`),
 one process per GPU, with exactly the profile's environment plus RANK, WORLD_SIZE,
 LOCAL_RANK, MASTER_ADDR and MASTER_PORT. It imports only torch and the standard library
 (it never imports fastverify, so the profile environment needs no PYTHONPATH).

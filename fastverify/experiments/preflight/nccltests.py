@@ -17,9 +17,9 @@ the `-G` in-place time, and the ratio preflight / nccl-tests. Preflight's per-ca
 as NVLink and P2P off): one row per (profile, size, mode, path) with a numeric `ratio`, and
 a summary per (profile, path, mode) with the ratio range and the sizes outside 10%.
 
-Command lines: `python -m fastverify.experiments.nccltests PREFLIGHT.json NCCLTESTS.txt
+Command lines: `python -m fastverify.experiments.preflight.nccltests PREFLIGHT.json NCCLTESTS.txt
 [--profile NAME]` prints the comparison of one profile as JSON;
-`python -m fastverify.experiments.nccltests matrix OUT.json
+`python -m fastverify.experiments.preflight.nccltests matrix OUT.json
 PATH:PROFILE:PREFLIGHT.json:NCCLTESTS.txt ...` writes the matrix.
 """
 
