@@ -429,6 +429,14 @@ def _print_preflight(report: dict[str, Any]) -> None:
     help="gloo: CPU-only testing of the orchestration.",
 )
 @click.option(
+    "--call",
+    type=click.Choice(["pynccl", "torch"]),
+    default="pynccl",
+    show_default=True,
+    help="How ranks call NCCL: pynccl = ncclAllReduce on the current stream, as SGLang "
+    "0.5.23 does; torch = torch.distributed.all_reduce (adds its own stream hops).",
+)
+@click.option(
     "--logs",
     "logs_dir",
     default="",
@@ -474,6 +482,7 @@ def preflight(
     python: str,
     config_path: str | None,
     backend: str,
+    call: str,
     logs_dir: str,
     output: str | None,
     derive_tuner: str | None,
@@ -498,7 +507,7 @@ def preflight(
     cfg = pf.PreflightConfig(
         nproc=nproc, hidden_size=hidden_size, tokens=_int_list(tokens, "--tokens"),
         sizes_bytes=_int_list(sizes, "--sizes") if sizes else (), iters=iters, warmup=warmup,
-        graph_ops=graph_ops, backend=backend, timeout_s=timeout_s, python=python,
+        graph_ops=graph_ops, backend=backend, call=call, timeout_s=timeout_s, python=python,
         extra_env={**daemon_env, **_env_pairs(extra_env)}, logs_dir=logs_dir,
     )  # fmt: skip
     try:

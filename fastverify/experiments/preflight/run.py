@@ -94,6 +94,7 @@ class PreflightConfig:
     graph_ops: int = 20  # all-reduces per batch graph (0: skip the batch graph)
     scale_bytes: int = SCALE_BYTES  # fewer iterations above this message size (0: never)
     backend: str = "nccl"  # "gloo" is for testing the orchestration on CPUs
+    call: str = "pynccl"  # nccl backend: "pynccl" (SGLang's call path) or "torch" (distributed)
     timeout_s: float = 180.0  # per profile
     python: str = ""  # workers' interpreter ("" = this one)
     extra_env: Mapping[str, str] = field(default_factory=dict)  # on top of the profile
@@ -309,7 +310,7 @@ def run_profile(
                 stale.unlink(missing_ok=True)
             rank_env = make_rank_env(rank_env_base, rank, world, port, log)
             argv = [
-                python, str(WORKER), "--backend", cfg.backend,
+                python, str(WORKER), "--backend", cfg.backend, "--call", cfg.call,
                 "--hidden-size", str(cfg.hidden_size),
                 "--tokens", ",".join(str(t) for t in cfg.tokens),
                 "--numels", ",".join(str(max(1, b // elem)) for b in cfg.sizes_bytes),
@@ -485,6 +486,8 @@ def run_preflight(
     """Preflight every profile in turn; returns the report (see docs/experiments.md)."""
     if cfg.backend not in ("nccl", "gloo"):
         raise PreflightError(f"unknown backend {cfg.backend!r} (nccl, or gloo for tests)")
+    if cfg.call not in ("pynccl", "torch"):
+        raise PreflightError(f"unknown call path {cfg.call!r} (pynccl or torch)")
     if not torch_available(cfg.python):
         raise TorchMissing(
             f"preflight needs PyTorch in {cfg.python or sys.executable}: "
@@ -544,6 +547,7 @@ def run_preflight(
     report: dict[str, Any] = {
         "tool": "fastverifyctl preflight",
         "backend": cfg.backend,
+        "call": cfg.call if cfg.backend == "nccl" else "torch",
         "world_size": world,
         "hidden_size": cfg.hidden_size,
         "tokens": None if cfg.sizes_bytes else list(cfg.tokens),

@@ -6,7 +6,14 @@ LOCAL_RANK, MASTER_ADDR and MASTER_PORT. It imports only torch and the standard 
 (it never imports fastverify, so the profile environment needs no PYTHONPATH).
 
 For each token count T the message is hidden_size x T elements (bf16 on NCCL, float32 on
-the gloo testing backend):
+the gloo testing backend).
+
+How NCCL is called (`--call`): `pynccl` (the default with the nccl backend) is SGLang
+0.5.23's own path, `ncclAllReduce` through ctypes on the current stream
+(`fastverify/nccl/pynccl.py`, loaded by path: still no fastverify import), with a gloo
+process group only to hand rank 0's unique id to the others, as SGLang's CPU group does;
+`torch` calls `torch.distributed.all_reduce`, whose graph path adds stream hops of its own.
+The gloo testing backend always uses `torch`. Steps:
 1. correctness: rank r contributes (r + 1) * pattern with small integer pattern values,
    so the sum (pattern * n(n+1)/2) is exact in bf16; the result is compared bit for bit;
 2. eager timing: `iters` in-place all-reduces, each between two CUDA events (the input is
@@ -80,6 +87,18 @@ def scaled(count: int, nbytes: int, scale_bytes: int, floor: int) -> int:
     return max(floor, min(count, round(count * scale_bytes / nbytes)))
 
 
+def load_pynccl() -> Any:
+    """fastverify/nccl/pynccl.py by path (this script never imports the package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "nccl" / "pynccl.py"
+    spec = importlib.util.spec_from_file_location("fastverify_pynccl", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
 def _err(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}".strip()
     return text.splitlines()[0][:500] if text else type(exc).__name__
@@ -97,6 +116,8 @@ class Rank:
         self.world = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
         self.cuda = args.backend == "nccl"
+        self.call = args.call if self.cuda else "torch"
+        self.comm: Any = None
         self.set_counts(0)
         if self.cuda:
             if not torch.cuda.is_available():
@@ -122,19 +143,32 @@ class Rank:
             "graph_replays": self.graph_replays,
         }
 
+    def all_reduce(self, tensor: Any) -> None:
+        """In-place sum over the group, through the call path this rank measures."""
+        if self.comm is not None:
+            self.pynccl.torch_all_reduce(self.comm, tensor, self.torch)
+        else:
+            self.dist.all_reduce(tensor)
+
     def init(self) -> float:
         t0 = time.perf_counter()
         kwargs: dict[str, Any] = {
-            "backend": self.args.backend,
+            "backend": "gloo" if self.call == "pynccl" else self.args.backend,
             "rank": self.rank,
             "world_size": self.world,
         }
-        if self.cuda:
+        if self.cuda and self.call == "torch":
             kwargs["device_id"] = self.device  # eager NCCL communicator init
         self.dist.init_process_group(**kwargs)
+        if self.call == "pynccl":
+            self.pynccl = load_pynccl()
+            nccl = self.pynccl.NcclLibrary()
+            uid = [nccl.unique_id() if self.rank == 0 else None]
+            self.dist.broadcast_object_list(uid, src=0)
+            self.comm = nccl.communicator(self.world, self.rank, uid[0])
         # One tiny all-reduce so that lazy communicator setup is inside init time.
         t = self.torch.ones(1, device=self.device, dtype=self.dtype)
-        self.dist.all_reduce(t)
+        self.all_reduce(t)
         self.sync()
         return time.perf_counter() - t0
 
@@ -150,10 +184,10 @@ class Rank:
         return src, expected
 
     def time_eager(self, buf: Any, src: Any) -> list[float]:
-        torch, dist = self.torch, self.dist
+        torch = self.torch
         for _ in range(self.warmup):
             buf.copy_(src)
-            dist.all_reduce(buf)
+            self.all_reduce(buf)
         self.sync()
         samples: list[float] = []
         if self.cuda:
@@ -163,7 +197,7 @@ class Rank:
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 start.record()
-                dist.all_reduce(buf)
+                self.all_reduce(buf)
                 end.record()
                 pairs.append((start, end))
             self.sync()
@@ -172,7 +206,7 @@ class Rank:
             for _ in range(self.iters):
                 buf.copy_(src)
                 t0 = time.perf_counter()
-                dist.all_reduce(buf)
+                self.all_reduce(buf)
                 samples.append(time.perf_counter() - t0)
         return samples
 
@@ -180,21 +214,21 @@ class Rank:
         """Mean time of `iters` back-to-back all-reduces between one pair of events (how
         nccl-tests times): host overhead overlaps the GPU work, as in a real forward pass.
         Runs on a zero buffer so repeated in-place sums cannot overflow."""
-        torch, dist = self.torch, self.dist
+        torch = self.torch
         zbuf = torch.zeros(numel, device=self.device, dtype=self.dtype)
         for _ in range(self.warmup):
-            dist.all_reduce(zbuf)
+            self.all_reduce(zbuf)
         self.sync()
         if not self.cuda:
             t0 = time.perf_counter()
             for _ in range(self.iters):
-                dist.all_reduce(zbuf)
+                self.all_reduce(zbuf)
             return (time.perf_counter() - t0) / self.iters
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(self.iters):
-            dist.all_reduce(zbuf)
+            self.all_reduce(zbuf)
         end.record()
         self.sync()
         return start.elapsed_time(end) / 1e3 / self.iters
@@ -203,20 +237,20 @@ class Rank:
         """`graph_ops` all-reduces captured in one graph (SGLang captures a whole forward,
         122 all-reduces, per graph), replayed `graph_replays` times; per-op time is the
         replay time / graph_ops (nccl-tests -G does the same)."""
-        torch, dist = self.torch, self.dist
+        torch = self.torch
         ops = self.graph_ops
         zbuf = torch.zeros(numel, device=self.device, dtype=self.dtype)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(3):
-                dist.all_reduce(zbuf)
+                self.all_reduce(zbuf)
         torch.cuda.current_stream().wait_stream(stream)
         self.sync()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             for _ in range(ops):
-                dist.all_reduce(zbuf)
+                self.all_reduce(zbuf)
         self.sync()
         graph.replay()
         self.sync()
@@ -243,20 +277,20 @@ class Rank:
         }
 
     def graph(self, buf: Any, src: Any, expected: Any) -> dict[str, Any]:
-        torch, dist = self.torch, self.dist
+        torch = self.torch
         out: dict[str, Any] = {"capture": "failed", "replay": "not run", "correct": None}
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(3):
                 buf.copy_(src)
-                dist.all_reduce(buf)
+                self.all_reduce(buf)
         torch.cuda.current_stream().wait_stream(stream)
         self.sync()
         graph = torch.cuda.CUDAGraph()
         t0 = time.perf_counter()
         with torch.cuda.graph(graph):
-            dist.all_reduce(buf)
+            self.all_reduce(buf)
         self.sync()
         out["capture"] = "ok"
         out["capture_ms"] = (time.perf_counter() - t0) * 1e3
@@ -292,7 +326,7 @@ class Rank:
         row: dict[str, Any] = {"tokens": tokens, "numel": numel, "bytes": nbytes}
         row["counts"] = self.set_counts(nbytes)
         try:
-            self.dist.all_reduce(buf)
+            self.all_reduce(buf)
             self.sync()
             row["correct"] = bool(self.torch.equal(buf, expected))
             row["eager"] = _timing(self.time_eager(buf, src), nbytes, self.world)
@@ -346,6 +380,13 @@ def _write(path: str, doc: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
+    p.add_argument(
+        "--call",
+        choices=("pynccl", "torch"),
+        default="pynccl",
+        help="pynccl: ncclAllReduce on the current stream as SGLang calls it; "
+        "torch: torch.distributed.all_reduce (nccl backend only)",
+    )
     p.add_argument("--hidden-size", type=int, default=7168)
     p.add_argument("--tokens", default="1,2,3,4,8,16,32,64")
     p.add_argument("--numels", default="", help="element counts instead of hidden x tokens")
@@ -370,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "backend": args.backend,
+        "call": args.call if args.backend == "nccl" else "torch",
         "hidden_size": args.hidden_size,
         "status": "failed",
         "sizes": [],
@@ -386,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         if rank.cuda:
             doc["gpu"] = torch.cuda.get_device_name(rank.device)
             doc["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+            if rank.call == "pynccl":
+                doc["nccl_library"] = load_pynccl().find_library()
         doc["dtype"] = str(rank.dtype).removeprefix("torch.")
         doc["import_s"] = time.perf_counter() - t_start  # import torch + CUDA context
         doc["init_s"] = rank.init()
@@ -413,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     doc["status"] = "ok" if not failed else "failed"
     doc["measure_s"] = time.perf_counter() - t_measure
     try:
+        if rank.comm is not None:
+            rank.comm.destroy()
         rank.dist.destroy_process_group()
     except Exception as exc:  # teardown trouble is reported, not fatal
         doc["teardown_error"] = _err(exc)
