@@ -5,11 +5,13 @@
 
 1. derives a table over `nccl-default` (+ --env) with `derive_tuner.derive`;
 2. runs the measure-only worker (candidate `default`: whatever NCCL does in that
-   environment, as a server would run) once per fixed profile and once for the tuned
-   profile (nccl-default + the plugin + the table), each a fresh process group with the
-   profile's effective environment (+ --env), at the same sizes plus off-grid sizes
+   environment, as a server would run) for every fixed profile and for the tuned profile
+   (nccl-default + the plugin + the table), each in `--groups` fresh process groups
+   (default 3) started in interleaved order (all profiles once, then all again, ...), with
+   the profile's effective environment (+ --env), at the same sizes plus off-grid sizes
    between the derivation's points, so the table's ranges are tested, not only its
-   measured points;
+   measured points. Two process groups of one profile can differ by ~10% at small sizes
+   over NVLink (seen on 2 x H200), so a profile's value is the median over its groups;
 3. writes `{"world_size", "path", "rows": [{bytes, tuned_us, best_fixed_us,
    best_fixed_profile, tuned_choice, ratio, <profile>_us...}], "goal": {...}}`.
 
@@ -65,6 +67,23 @@ def measure(
     return out
 
 
+def combine_groups(groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """One profile's value per size from its process groups: the median of the groups'
+    medians; every group's value is kept (`groups_us`) so the spread can be read."""
+    out: dict[str, Any] = {"wall_s": sum(g["wall_s"] for g in groups), "sizes": {}}
+    for b in groups[0]["sizes"]:
+        rows = [g["sizes"][b] for g in groups if b in g["sizes"]]
+        values = [r["us"] for r in rows if r["us"] is not None]
+        out["sizes"][b] = {
+            "us": dt._median(values) if values else None,
+            "groups_us": [r["us"] for r in rows],
+            "correct": all(r.get("correct") for r in rows),
+            "choice": rows[0].get("choice"),
+            "spread": dt._spread(values),
+        }
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from fastverify.experiments.preflight.run import load_profiles
     from fastverify.profiles.effective import effective_env
@@ -85,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profiles", default=",".join(FIXED))
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--groups",
+        type=int,
+        default=3,
+        help="fresh process groups per profile, started interleaved; medians compared",
+    )
     p.add_argument("--logs", default="")
     p.add_argument("--backend", default="nccl", help="gloo: a CPU dry run of the script")
     p.add_argument("--fake-costs", default="", help="gloo only")
@@ -120,14 +145,19 @@ def main(argv: list[str] | None = None) -> int:
     sizes = sorted(set(dt.sizes_from_tokens(TOKENS)) | set(cfg.sizes))
     if args.tokens:
         sizes = sorted(cfg.sizes)
-    runs: dict[str, dict[str, Any]] = {}
-    for prof in load_profiles([s for s in args.profiles.split(",") if s]):
-        env = dt.base_env(effective_env(prof, extra=extra), None, None)
-        runs[prof.name] = measure(prof.name, env, cfg, sizes, workdir)
-        print(f"{prof.name}: {runs[prof.name]['wall_s']:.1f} s", flush=True)
-    tuned_env = dt.base_env(env0, plugin, table)
-    runs["tuned"] = measure("tuned", tuned_env, cfg, sizes, workdir)
-    tuned_logs = [_read(workdir / f"tuned.rank{r}.nccl.log") for r in range(args.nproc)]
+    envs = {
+        prof.name: dt.base_env(effective_env(prof, extra=extra), None, None)
+        for prof in load_profiles([s for s in args.profiles.split(",") if s])
+    }
+    envs["tuned"] = dt.base_env(env0, plugin, table)
+    groups: dict[str, list[dict[str, Any]]] = {name: [] for name in envs}
+    for g in range(max(1, args.groups)):
+        for name, env in envs.items():
+            groups[name].append(measure(f"{name}.g{g}", env, cfg, sizes, workdir))
+            print(f"{name} group {g + 1}/{args.groups}: {groups[name][-1]['wall_s']:.1f} s",
+                  flush=True)  # fmt: skip
+    runs = {name: combine_groups(gs) for name, gs in groups.items()}
+    tuned_logs = [_read(workdir / f"tuned.g0.rank{r}.nccl.log") for r in range(args.nproc)]
     loaded = check_tuner_loaded(tuned_logs)
 
     rows = []
@@ -145,11 +175,13 @@ def main(argv: list[str] | None = None) -> int:
             "best_fixed_profile": best,
             "tuned_choice": t.get("choice"),
             "tuned_correct": t.get("correct"),
+            "tuned_groups_us": t.get("groups_us"),
         }
         if row["tuned_us"] and row["best_fixed_us"]:
             row["ratio"] = row["tuned_us"] / row["best_fixed_us"]
         for n, v in fixed.items():
             row[f"{n}_us"] = v["us"]
+            row[f"{n}_groups_us"] = v["groups_us"]
             row[f"{n}_choice"] = v["choice"]
         rows.append(row)
     ratios = [r["ratio"] for r in rows if r.get("ratio")]
@@ -160,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
 
     doc = {
         "world_size": args.nproc,
+        "groups_per_profile": max(1, args.groups),
         "path": args.path,
         "env": extra,
         "tuned_base": {"profile": "nccl-default", "extra_env": base_extra},
@@ -168,9 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         "torch": report["head"].get("torch"),
         "method": (
             "in-graph per-op time: N all-reduces (bf16) captured in one CUDA graph, replayed; "
-            "per round the median replay / N, slowest rank; value = median of rounds. "
-            "Each profile (and the tuned one) in its own fresh process group, one after "
-            "another in this one invocation."
+            "per round the median replay / N, slowest rank; a group's value = median of "
+            "rounds; a profile's value = median over its process groups, which were started "
+            "interleaved with the other profiles' in this one invocation."
         ),
         "table": table.read_text(),
         "derivation": {
