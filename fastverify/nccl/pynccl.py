@@ -199,6 +199,16 @@ class Communicator:
             self.handle = ctypes.c_void_p()
 
 
+def torch_communicator(dist, nccl: NcclLibrary | None = None) -> Communicator:  # type: ignore[no-untyped-def]
+    """SGLang's bootstrap: rank 0's unique id handed to every rank over the process group
+    already set up (gloo, on the CPU), then one NCCL communicator per rank."""
+    nccl = nccl or NcclLibrary()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    uid = [nccl.unique_id() if rank == 0 else None]
+    dist.broadcast_object_list(uid, src=0)
+    return nccl.communicator(world, rank, uid[0])
+
+
 def torch_all_reduce(comm: Communicator, tensor, torch) -> None:  # type: ignore[no-untyped-def]
     """In-place sum of a contiguous CUDA tensor on torch's current stream (SGLang's path)."""
     name = str(tensor.dtype).removeprefix("torch.")

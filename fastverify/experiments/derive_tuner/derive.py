@@ -66,6 +66,7 @@ class DeriveConfig:
     rounds: int = 3
     noise_floor: float = NOISE_FLOOR
     backend: str = "nccl"
+    call: str = "pynccl"  # nccl backend: "pynccl" (SGLang's call path) or "torch"
     python: str = ""
     timeout_s: float = 300.0
     workdir: str = ""  # keep state + logs here (resume); "" = temporary
@@ -221,7 +222,7 @@ def run_ranks(
 
     python = cfg.python or sys.executable
     port = free_port()
-    pkg_root = str(Path(__file__).resolve().parents[2])
+    pkg_root = str(Path(__file__).resolve().parents[3])  # the folder holding fastverify/
     procs: list[subprocess.Popen] = []
     outs, logs = [], []
     t0 = time.perf_counter()
@@ -243,7 +244,7 @@ def run_ranks(
                 PYTHONPATH=os.pathsep.join([pkg_root, *filter(None, [env.get("PYTHONPATH", "")])]),
             )
             argv = [
-                python, str(WORKER), "--backend", cfg.backend,
+                python, str(WORKER), "--backend", cfg.backend, "--call", cfg.call,
                 "--sizes", ",".join(str(s) for s in sizes),
                 "--candidates", ",".join(candidates),
                 "--rounds", str(cfg.rounds), "--out", str(out),

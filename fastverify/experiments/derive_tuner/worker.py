@@ -39,6 +39,8 @@ import time
 import traceback
 from typing import Any
 
+from fastverify.nccl import pynccl
+
 
 def _median(values: list[float]) -> float:
     data = sorted(values)
@@ -76,6 +78,8 @@ class Worker:
         self.world = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
         self.cuda = args.backend == "nccl"
+        self.call = args.call if self.cuda else "torch"
+        self.comm: Any = None
         self.plugin = None
         self.fake: dict[str, Any] | None = None
         if self.cuda:
@@ -89,15 +93,25 @@ class Worker:
                 with open(args.fake_costs, encoding="utf-8") as fh:
                     self.fake = json.load(fh)
 
+    def all_reduce(self, tensor: Any) -> None:
+        """In-place sum through the call path measured (pynccl: SGLang's; torch.distributed)."""
+        if self.comm is not None:
+            pynccl.torch_all_reduce(self.comm, tensor, self.torch)
+        else:
+            self.dist.all_reduce(tensor)
+
     def init(self) -> float:
         t0 = time.perf_counter()
-        kwargs: dict[str, Any] = {"backend": self.args.backend, "rank": self.rank,
+        backend = "gloo" if self.call == "pynccl" else self.args.backend
+        kwargs: dict[str, Any] = {"backend": backend, "rank": self.rank,
                                   "world_size": self.world}  # fmt: skip
-        if self.cuda:
+        if self.cuda and self.call == "torch":
             kwargs["device_id"] = self.device
         self.dist.init_process_group(**kwargs)
+        if self.call == "pynccl":
+            self.comm = pynccl.torch_communicator(self.dist)
         t = self.torch.ones(1, device=self.device, dtype=self.dtype)
-        self.dist.all_reduce(t)
+        self.all_reduce(t)
         self.sync()
         so = os.environ.get("NCCL_TUNER_PLUGIN", "")
         if self.cuda and so.startswith("/"):
@@ -113,7 +127,7 @@ class Worker:
     # ---- one candidate at one size
     def capture(self, cand: str, buf: Any, ops: int) -> dict[str, Any]:
         """Force `cand`, warm up, capture `ops` all-reduces; returns graph + what NCCL did."""
-        torch, dist = self.torch, self.dist
+        torch = self.torch
         algo, proto, ch = parse_candidate(cand)
         info: dict[str, Any] = {"candidate": cand}
         if self.plugin is not None:
@@ -128,7 +142,7 @@ class Worker:
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(2):
-                    dist.all_reduce(buf)
+                    self.all_reduce(buf)
             torch.cuda.current_stream().wait_stream(stream)
             self.sync()
             if self.plugin is not None:
@@ -136,7 +150,7 @@ class Worker:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 for _ in range(ops):
-                    dist.all_reduce(buf)
+                    self.all_reduce(buf)
         finally:
             if self.plugin is not None:
                 self.plugin.force(None, None, None)
@@ -265,6 +279,8 @@ def _emit(path: str, doc: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
+    p.add_argument("--call", choices=("pynccl", "torch"), default="pynccl",
+                   help="pynccl: ncclAllReduce on the current stream (SGLang's path)")  # fmt: skip
     p.add_argument("--sizes", required=True, help="message sizes in bytes, comma-separated")
     p.add_argument("--candidates", default="default", help="default,Ring/LL,Ring/Simple/8,...")
     p.add_argument("--channel-sizes-from", type=int, default=1 << 20,
@@ -276,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     cands = [c for c in args.candidates.split(",") if c.strip()]
     head: dict[str, Any] = {"rank": int(os.environ.get("RANK", "0")), "pid": os.getpid(),
-                            "host": socket.gethostname(), "backend": args.backend}  # fmt: skip
+                            "host": socket.gethostname(), "backend": args.backend,
+                            "call": args.call if args.backend == "nccl" else "torch"}  # fmt: skip
     t0 = time.perf_counter()
     try:
         import torch
@@ -306,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         _emit(args.out, {"size": row})
         print(json.dumps({"rank": worker.rank, "bytes": nbytes}), flush=True)
     try:
+        if worker.comm is not None:
+            worker.comm.destroy()
         worker.dist.destroy_process_group()
     except Exception as exc:  # teardown trouble is reported, not fatal
         head["teardown_error"] = _err(exc)

@@ -162,10 +162,7 @@ class Rank:
         self.dist.init_process_group(**kwargs)
         if self.call == "pynccl":
             self.pynccl = load_pynccl()
-            nccl = self.pynccl.NcclLibrary()
-            uid = [nccl.unique_id() if self.rank == 0 else None]
-            self.dist.broadcast_object_list(uid, src=0)
-            self.comm = nccl.communicator(self.world, self.rank, uid[0])
+            self.comm = self.pynccl.torch_communicator(self.dist)
         # One tiny all-reduce so that lazy communicator setup is inside init time.
         t = self.torch.ones(1, device=self.device, dtype=self.dtype)
         self.all_reduce(t)
