@@ -181,6 +181,14 @@ def _print(report: dict[str, Any]) -> None:
     help="gloo: CPU-only run of the orchestration (tiny configs, no graphs).",
 )
 @click.option(
+    "--call",
+    type=click.Choice(["pynccl", "torch"]),
+    default="pynccl",
+    show_default=True,
+    help="How ranks call NCCL: pynccl = ncclAllReduce on the current stream, as SGLang "
+    "0.5.23 does; torch = torch.distributed (adds its own stream hops).",
+)
+@click.option(
     "--p2p-off",
     "p2p",
     flag_value="p2p-off",
@@ -266,6 +274,7 @@ def rehearse(
     context: int,
     nproc: int | None,
     backend: str,
+    call: str,
     p2p: str | None,
     accept_length: float | None,
     metrics_url: str | None,
@@ -308,6 +317,7 @@ def rehearse(
         context=context,
         nproc=nproc,
         backend=backend,
+        call=call,
         pool_gb=pool_gb,
         paths=paths,
         timeout_s=timeout_s,

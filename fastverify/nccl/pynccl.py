@@ -116,6 +116,14 @@ class NcclLibrary:
             ctypes.c_void_p,
             ctypes.c_void_p,
         ]
+        lib.ncclAllGather.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+        ]
         lib.ncclCommDestroy.argtypes = [ctypes.c_void_p]
 
     def check(self, result: int, call: str) -> None:
@@ -193,6 +201,22 @@ class Communicator:
             "ncclAllReduce",
         )
 
+    def all_gather(self, send_ptr: int, recv_ptr: int, count: int, dtype: str, stream: int) -> None:
+        """`ncclAllGather`: `count` elements from every rank, rank order, into `recv_ptr`."""
+        if dtype not in DTYPES:
+            raise NcclError(f"dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
+        self.nccl.check(
+            self.nccl.lib.ncclAllGather(
+                ctypes.c_void_p(send_ptr),
+                ctypes.c_void_p(recv_ptr),
+                count,
+                DTYPES[dtype],
+                self.handle,
+                ctypes.c_void_p(stream),
+            ),
+            "ncclAllGather",
+        )
+
     def destroy(self) -> None:
         if self.handle:
             self.nccl.check(self.nccl.lib.ncclCommDestroy(self.handle), "ncclCommDestroy")
@@ -209,13 +233,17 @@ def torch_communicator(dist, nccl: NcclLibrary | None = None) -> Communicator:  
     return nccl.communicator(world, rank, uid[0])
 
 
+def _dtype(tensor) -> str:  # type: ignore[no-untyped-def]
+    return str(tensor.dtype).removeprefix("torch.")
+
+
 def torch_all_reduce(comm: Communicator, tensor, torch) -> None:  # type: ignore[no-untyped-def]
     """In-place sum of a contiguous CUDA tensor on torch's current stream (SGLang's path)."""
-    name = str(tensor.dtype).removeprefix("torch.")
-    comm.all_reduce(
-        tensor.data_ptr(),
-        tensor.data_ptr(),
-        tensor.numel(),
-        name,
-        torch.cuda.current_stream().cuda_stream,
-    )
+    stream = torch.cuda.current_stream().cuda_stream
+    comm.all_reduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), _dtype(tensor), stream)
+
+
+def torch_all_gather(comm: Communicator, out, tensor, torch) -> None:  # type: ignore[no-untyped-def]
+    """Every rank's contiguous `tensor` into `out` (world x its size), on the current stream."""
+    stream = torch.cuda.current_stream().cuda_stream
+    comm.all_gather(tensor.data_ptr(), out.data_ptr(), tensor.numel(), _dtype(tensor), stream)

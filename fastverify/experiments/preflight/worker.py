@@ -88,15 +88,14 @@ def scaled(count: int, nbytes: int, scale_bytes: int, floor: int) -> int:
 
 
 def load_pynccl() -> Any:
-    """fastverify/nccl/pynccl.py by path (this script never imports the package)."""
-    import importlib.util
+    """fastverify/nccl/pynccl.py (standard library only) from beside the package, without
+    importing fastverify: the profile environment has no PYTHONPATH."""
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "nccl" / "pynccl.py"
-    spec = importlib.util.spec_from_file_location("fastverify_pynccl", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "nccl"))
+    import pynccl  # type: ignore[import-not-found]
+
+    return pynccl
 
 
 def _err(exc: BaseException) -> str:

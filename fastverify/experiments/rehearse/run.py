@@ -90,6 +90,7 @@ class RehearseConfig:
     context: int = 1024  # KV-cache tokens per sequence
     nproc: int | None = None  # None: every visible GPU (gloo: 2)
     backend: str = "nccl"
+    call: str = "pynccl"  # nccl backend: "pynccl" (SGLang's call path) or "torch"
     pool_gb: float = 8.0
     profile_cycles: int = 3
     paths: tuple[str, ...] = ("default",)  # "default" and/or "p2p-off"
@@ -161,6 +162,7 @@ def build_job(
     """What every rank receives (--job): the per-rank plans and the run's knobs."""
     return {
         "backend": cfg.backend,
+        "call": cfg.call,
         "target": modelconfig.plan(target, world),
         "drafter": modelconfig.plan(drafter, world),
         "draft_tokens": cfg.draft_tokens,

@@ -64,6 +64,17 @@ def _percentile(values: list[float], q: float) -> float | None:
     return data[lo] + (data[hi] - data[lo]) * (pos - lo)
 
 
+def load_pynccl() -> Any:
+    """fastverify/nccl/pynccl.py (standard library only) from beside the package, without
+    importing fastverify: the profile environment has no PYTHONPATH."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "nccl"))
+    import pynccl  # type: ignore[import-not-found]
+
+    return pynccl
+
+
 def _err(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}".strip()
     return text.splitlines()[0][:500] if text else type(exc).__name__
@@ -72,24 +83,30 @@ def _err(exc: BaseException) -> str:
 class Comm:
     """The TP collectives of one forward; counts calls so CPU runs can check the arithmetic."""
 
-    def __init__(self, dist: Any, world: int, cuda: bool, enabled: bool = True):
+    def __init__(self, dist: Any, world: int, cuda: bool, enabled: bool = True, nccl: Any = None):
         self.dist = dist
         self.world = world
         self.cuda = cuda
+        self.nccl = nccl  # (pynccl module, communicator) on SGLang's call path, else None
         self.enabled = enabled and world > 1
         self.allreduce_calls = 0
         self.allgather_calls = 0
 
     def all_reduce(self, t: Any) -> Any:
         if self.enabled:
-            self.dist.all_reduce(t)
+            if self.nccl is not None:
+                self.nccl[0].torch_all_reduce(self.nccl[1], t, self.nccl[2])
+            else:
+                self.dist.all_reduce(t)
             self.allreduce_calls += 1
         return t
 
     def all_gather(self, t: Any, out: Any) -> Any:
         if not self.enabled:
             return t
-        if self.cuda:
+        if self.nccl is not None:
+            self.nccl[0].torch_all_gather(self.nccl[1], out, t, self.nccl[2])
+        elif self.cuda:
             self.dist.all_gather_into_tensor(out, t)
         else:
             self.dist.all_gather(list(out.chunk(self.world)), t)
@@ -329,6 +346,8 @@ class Rank:
         self.world = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
         self.cuda = job["backend"] == "nccl"
+        self.call = job.get("call", "pynccl") if self.cuda else "torch"
+        self.nccl: Any = None  # (pynccl, communicator, torch) with call == "pynccl"
         if self.cuda:
             if not torch.cuda.is_available():
                 raise RuntimeError("the nccl backend needs CUDA, and torch sees no GPU")
@@ -343,15 +362,18 @@ class Rank:
     def init(self) -> float:
         t0 = time.perf_counter()
         kwargs: dict[str, Any] = {
-            "backend": self.job["backend"],
+            "backend": "gloo" if self.call == "pynccl" else self.job["backend"],
             "rank": self.rank,
             "world_size": self.world,
         }
-        if self.cuda:
+        if self.cuda and self.call == "torch":
             kwargs["device_id"] = self.device
         self.dist.init_process_group(**kwargs)
+        if self.call == "pynccl":
+            pynccl = load_pynccl()
+            self.nccl = (pynccl, pynccl.torch_communicator(self.dist), self.torch)
         t = self.torch.ones(1, device=self.device, dtype=self.dtype)
-        self.dist.all_reduce(t)
+        Comm(self.dist, self.world, self.cuda, nccl=self.nccl).all_reduce(t)
         self.sync()
         return time.perf_counter() - t0
 
@@ -405,7 +427,9 @@ class Rank:
                 if model is self.drafter
                 else None
             )
-            comm = Comm(self.dist, self.world, self.cuda, enabled=phase != "verify_compute")
+            comm = Comm(
+                self.dist, self.world, self.cuda, enabled=phase != "verify_compute", nccl=self.nccl
+            )
             self.inputs[phase] = (model, ids, t, hidden, phase == "draft_extend", comm)
         return info
 
@@ -521,6 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
         "pid": os.getpid(),
         "backend": job["backend"],
+        "call": job.get("call", "pynccl") if job["backend"] == "nccl" else "torch",
         "status": "failed",
         "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
     }
