@@ -10,8 +10,8 @@
 4. otherwise start the saved profile (declarative mode: the configured one, never a
    fallback; a group serving another profile is not adopted), falling back to the last
    good one and then to `default_profile` when a profile is refused (deleted, invalid):
-   each refusal is a history record (`start`, `failed`, `fallback_to`) and the fallback a status finding;
-   when nothing can even be started the daemon goes STOPPED -> FAILED with the reason.
+   each refusal is a history record (`start`, `failed`, `fallback_to`) and the fallback a
+   status finding; when nothing can even be started the daemon goes STOPPED -> FAILED with the reason.
 """
 
 from __future__ import annotations
