@@ -62,8 +62,11 @@ _TIMEOUT_HELP = "Readiness timeout for this start in seconds (then roll back)."
               help=_TIMEOUT_HELP)  # fmt: skip
 @click.option("--no-wait", is_flag=True, help="Return once the daemon accepted the change.")
 @click.option("--queue", is_flag=True, help="Wait for an operation in flight instead of failing.")
-@click.option("--canary", is_flag=True,
-              help="Declarative daemon (Kubernetes pod): leave the manifest's mode on purpose.")
+@click.option(
+    "--canary",
+    is_flag=True,
+    help="Declarative daemon (Kubernetes pod): leave the manifest's mode on purpose.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result.")
 @click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")

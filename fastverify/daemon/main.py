@@ -44,9 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--state-dir", default=None)
     p.add_argument("--socket", default=None, help="control socket path")
     p.add_argument("--metrics-listen", default=None, help='HOST:PORT for /metrics ("" = off)')
-    p.add_argument(
-        "--health-listen", default=None, help="HOST:PORT for /livez /readyz /startupz"
-    )
+    p.add_argument("--health-listen", default=None, help="HOST:PORT for /livez /readyz /startupz")
     p.add_argument(
         "--declarative",
         action="store_const",

@@ -11,7 +11,8 @@
    fallback; a group serving another profile is not adopted), falling back to the last
    good one and then to `default_profile` when a profile is refused (deleted, invalid):
    each refusal is a history record (`start`, `failed`, `fallback_to`) and the fallback a
-   status finding; when nothing can even be started the daemon goes STOPPED -> FAILED with the reason.
+   status finding; when nothing can even be started the daemon goes STOPPED -> FAILED
+   with the reason.
 """
 
 from __future__ import annotations
