@@ -242,9 +242,9 @@ def test_deployment_rolls_one_pod_at_a_time(rendered: dict[str, list[dict[str, A
     }
     start = dep["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
     # a roll-out is declared stalled only after a new pod had its whole start-up window
-    assert dep["spec"]["progressDeadlineSeconds"] > start["periodSeconds"] * start[
-        "failureThreshold"
-    ]
+    assert (
+        dep["spec"]["progressDeadlineSeconds"] > start["periodSeconds"] * start["failureThreshold"]
+    )
     pdb = one(rendered["ring-ll"], "PodDisruptionBudget")
     assert pdb["spec"]["maxUnavailable"] == 1
     labels = dep["spec"]["template"]["metadata"]["labels"]
@@ -366,8 +366,9 @@ def test_pod_template_changes_with_the_profile_and_its_content(tmp_path: Path) -
     # the mode is part of the template too (through the daemon configuration)
     out = tmp_path / "mode"
     render(out, "--profile", "child", "--mode", "eagle3", *args)
-    assert template_of(out)["metadata"]["annotations"]["fastverify/config-checksum"] != (
-        again["metadata"]["annotations"]["fastverify/config-checksum"]
+    assert (
+        template_of(out)["metadata"]["annotations"]["fastverify/config-checksum"]
+        != (again["metadata"]["annotations"]["fastverify/config-checksum"])
     )
 
 
@@ -446,7 +447,7 @@ def test_decision_and_profile_flag_must_agree(tmp_path: Path) -> None:
 )
 def test_bad_options_are_refused(tmp_path: Path, args: tuple[str, ...], says: str) -> None:
     empty = tmp_path / "empty.toml"
-    empty.write_text("[server]\nmodel_path = \"/models/m\"\n")
+    empty.write_text('[server]\nmodel_path = "/models/m"\n')
     argv = [a.replace("{empty}", str(empty)) for a in args]
     r = ctl("render", "kubernetes", "--output-dir", str(tmp_path / "o"), *argv)
     assert r.returncode == 2, r.stdout + r.stderr

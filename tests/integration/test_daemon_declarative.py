@@ -9,6 +9,7 @@ verification never becomes Ready (no fallback to another profile either), and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import urllib.error
@@ -58,10 +59,8 @@ def test_profile_failing_verification_never_becomes_ready(tmp_path: Path) -> Non
 
     def watch() -> None:  # every /readyz answer from start-up to FAILED
         while not done.is_set():
-            try:
+            with contextlib.suppress(OSError, ValueError):  # not listening yet
                 seen.append(probe(base + "/readyz")[0])
-            except (OSError, ValueError):
-                pass  # not listening yet
 
     with d:
         d.start(wait_ready=False)
