@@ -223,6 +223,20 @@ def _chain(store: Any, name: str) -> list[Any]:
     return out
 
 
+def _texts(files: Mapping[str, bytes], where: str) -> dict[str, str]:
+    """ConfigMap `data` values are text: every file must be UTF-8 (profiles are)."""
+    out = {}
+    for key, content in files.items():
+        try:
+            out[key] = content.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise RenderError(
+                f"{where}: {key}: byte {exc.start} is not UTF-8 (a profile is plain text; "
+                "fix or remove the file)"
+            ) from None
+    return out
+
+
 def _checksum(parts: Mapping[str, bytes]) -> str:
     h = hashlib.sha256()
     for key in sorted(parts):
@@ -460,8 +474,8 @@ def render(options: KubeOptions) -> Bundle:
         "gpus": gpus,
         "tp_size": gpus * options.nodes,
         "workload": workload,
-        "shipped": {k: v.decode("utf-8") for k, v in shipped.items()},
-        "user": {k: v.decode("utf-8") for k, v in user.items()},
+        "shipped": _texts(shipped, shipped_dir),
+        "user": _texts(user, ", ".join(user_dirs)),
         "config_text": config_text,
         "dashboards": dashboards,
         "profile_checksum": profile_checksum,
@@ -519,7 +533,7 @@ def _reparse(text: str, nodes: int) -> None:
 
 def _yaml_text(value: str, indent: int) -> str:
     """`value` as a YAML scalar that reads back byte for byte: a literal block (`|`) when
-    the text allows it, else a double-quoted JSON string (JSON strings are YAML)."""
+    the text allows it, else a double-quoted string with YAML's escapes."""
     lines = value.split("\n")
     plain = (
         value.endswith("\n")
@@ -532,10 +546,32 @@ def _yaml_text(value: str, indent: int) -> str:
         and "\ufeff" not in value
     )
     if not plain:
-        return json.dumps(value)
+        return _yaml_quoted(value)
     pad = " " * indent
     body = "\n".join(pad + line if line else "" for line in lines[:-1])
     return "|\n" + body
+
+
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _yaml_quoted(value: str) -> str:
+    """A YAML double-quoted scalar: printable characters as they are (UTF-8), everything
+    else as a YAML escape (\\xXX, \\uXXXX, \\UXXXXXXXX: one code point each, never a
+    surrogate pair, which YAML readers decode as two broken halves)."""
+    out = []
+    for ch in value:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) <= 0xFF:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) <= 0xFFFF:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return '"' + "".join(out) + '"'
 
 
 def _environment() -> Any:

@@ -452,3 +452,13 @@ def test_bad_options_are_refused(tmp_path: Path, args: tuple[str, ...], says: st
     r = ctl("render", "kubernetes", "--output-dir", str(tmp_path / "o"), *argv)
     assert r.returncode == 2, r.stdout + r.stderr
     assert says in r.stderr, r.stderr
+
+
+def test_a_profile_directory_with_a_binary_file_is_refused(tmp_path: Path) -> None:
+    user = tmp_path / "profiles"
+    user.mkdir()
+    (user / "latin1.env").write_bytes(b"# caf\xe9\nNCCL_ALGO=Ring\n")
+    out = tmp_path / "out"
+    r = ctl("render", "kubernetes", "--output-dir", str(out), "--profile-dir", str(user))
+    assert r.returncode == 2 and "latin1.env: byte 5 is not UTF-8" in r.stderr, r.stderr
+    assert not out.exists()
