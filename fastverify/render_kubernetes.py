@@ -33,6 +33,7 @@ from fastverify.render import RenderError, default_image
 # Where things live inside the pod (the image's layout: Dockerfile, DESIGN.md).
 CONFIG_DIR = "/etc/fastverify/k8s"
 CONFIG_NAME = "fastverifyd.toml"
+DECLARED_PROFILE = "/etc/fastverify/profiles.d/declared"  # the rendered profile's files
 USER_PROFILES = "/etc/fastverify/profiles.d/user"
 SHIPPED_PROFILES = "/etc/fastverify/profiles.d/shipped"
 STATE_DIR = "/var/lib/fastverify"
@@ -52,6 +53,7 @@ ANNOTATION = "fastverify"  # annotation prefix: fastverify/profile-checksum, ...
 POD_PATHS = {
     "config_dir": CONFIG_DIR,
     "config": f"{CONFIG_DIR}/{CONFIG_NAME}",
+    "declared": DECLARED_PROFILE,
     "user": USER_PROFILES,
     "shipped": SHIPPED_PROFILES,
     "state": STATE_DIR,
@@ -312,7 +314,7 @@ def pod_config(cfg: Any, profile: str, mode: str, nodes: int, gpus: int) -> Any:
         health_listen=f"0.0.0.0:{HEALTH_PORT}",
         declarative=True,
         default_profile=profile,
-        profile_dirs=(USER_PROFILES, SHIPPED_PROFILES),
+        profile_dirs=(DECLARED_PROFILE, USER_PROFILES, SHIPPED_PROFILES),
     )
     return dataclasses.replace(cfg, server=server, daemon=daemon)
 
@@ -435,16 +437,22 @@ def render(options: KubeOptions) -> Bundle:
                 f"the {label} profiles hold {size} bytes, more than one ConfigMap takes "
                 f"({CONFIGMAP_LIMIT}); remove unused profiles from {user_dirs or shipped_dir}"
             )
-    chain = _chain(store, loaded.name)
-    profile_parts: dict[str, bytes] = {}
-    for entry in chain:
+    # The declared profile's own files (it and its extends chain, as the store resolved
+    # them here), in a ConfigMap named by their content: the pod searches it first.
+    snapshot: dict[str, bytes] = {}
+    for entry in _chain(store, loaded.name):
         files = user if entry.source == "user" else shipped
         key = os.path.basename(entry.file)
-        profile_parts[f"{entry.source}/{key}"] = files[key]
+        if key in snapshot:
+            raise RenderError(
+                f"{entry.file}: {loaded.name}'s extends chain names {key} twice (a profile "
+                "extending another of the same name); give one of them another name"
+            )
+        snapshot[key] = files[key]
         table = _tuner_table(files[key])
         if entry.source == "user" and table in user:
-            profile_parts[f"user/{table}"] = user[table]
-    profile_checksum = _checksum(profile_parts)
+            snapshot[table] = user[table]
+    profile_checksum = _checksum(snapshot)
     config_checksum = hashlib.sha256(config_text.encode()).hexdigest()
 
     dashboards_dir = paths.template_dir("compose") / "grafana" / "dashboards"
@@ -486,6 +494,15 @@ def render(options: KubeOptions) -> Bundle:
         "startup_window": startup_window,
         "progress_deadline": options.progress_deadline_s or startup_window + 1200,
         "model_pvc": options.model_pvc or f"{options.name}-models",
+        # content-addressed: a pod template names the exact ConfigMaps it was rendered with
+        # (the profile directories are stable objects: editing another profile rolls no pod)
+        "cm": {
+            "config": f"{options.name}-config-{config_checksum[:10]}",
+            "declared": f"{options.name}-profile-{profile_checksum[:10]}",
+            "user": f"{options.name}-profiles-user",
+            "shipped": f"{options.name}-profiles-shipped",
+        },
+        "declared": _texts(snapshot, loaded.name),
         "paths": POD_PATHS,
         "ports": POD_PORTS,
         "grace_s": int(cfg.daemon.stop_grace_s + cfg.daemon.gpu_release_timeout_s + 30),

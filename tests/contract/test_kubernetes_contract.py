@@ -36,9 +36,8 @@ def pod_argvs(tmp_path: Path, nodes: int) -> dict[str, list[str]]:
     """SGLang's argv (without interpreter) per pod role, built as the pod's daemon does."""
     bundle = render(KubeOptions(profile="ring-ll", nodes=nodes, image="fastverify:test"))
     objs = [d for text in bundle.files.values() for d in yaml.safe_load_all(text) if d]
-    config_text = next(
-        d for d in objs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fastverify-config"
-    )["data"]["fastverifyd.toml"]
+    (config,) = [d for d in objs if d["metadata"]["labels"].get("fastverify/configmap") == "config"]
+    config_text = config["data"]["fastverifyd.toml"]
     config_path = tmp_path / "fastverifyd.toml"
     config_path.write_text(config_text, encoding="utf-8")
     roles: dict[str, dict[str, Any]] = {}

@@ -66,6 +66,14 @@ def docs(out: Path) -> list[dict[str, Any]]:
     return found
 
 
+def configmap(objs: list[dict[str, Any]], role: str) -> dict[str, Any]:
+    """The ConfigMap labelled fastverify/configmap=ROLE (config, profiles-user, ...)."""
+    hits = [d for d in by_kind(objs, "ConfigMap")
+            if d["metadata"]["labels"].get("fastverify/configmap") == role]  # fmt: skip
+    assert len(hits) == 1, hits
+    return hits[0]
+
+
 def by_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in objs if d["kind"] == kind]
 
@@ -195,7 +203,7 @@ def test_pods_ask_for_the_tp_gpus_and_probe_the_daemon(
     rendered: dict[str, list[dict[str, Any]]], key: str
 ) -> None:
     objs = rendered[key]
-    config = one(objs, "ConfigMap", "fastverify-config")["data"]["fastverifyd.toml"]
+    config = configmap(objs, "config")["data"]["fastverifyd.toml"]
     image_cfg = configmod.load(REPO / "compose" / "fastverifyd.container.toml")
     assert image_cfg.server.tp_size == 8
     templates = pod_templates(objs)
@@ -278,7 +286,7 @@ def test_two_nodes_give_a_leaderworkerset(rendered: dict[str, list[dict[str, Any
     assert svc["spec"]["selector"]["fastverify/role"] == "leader"
     assert templates["leader"]["metadata"]["labels"]["fastverify/role"] == "leader"
     # the pod configuration: TP over both nodes' GPUs, nnodes 2 (node rank from the flags)
-    text = one(objs, "ConfigMap", "fastverify-config")["data"]["fastverifyd.toml"]
+    text = configmap(objs, "config")["data"]["fastverifyd.toml"]
     assert "tp_size = 16" in text and "nnodes = 2" in text
 
 
@@ -293,11 +301,11 @@ def test_profiles_travel_byte_for_byte(tmp_path: Path) -> None:
     out = tmp_path / "out"
     render(out, "--profile", "mine", "--profile-dir", str(user))
     objs = docs(out)
-    shipped = one(objs, "ConfigMap", "fastverify-profiles-shipped")["data"]
+    shipped = configmap(objs, "profiles-shipped")["data"]
     assert set(shipped) == {p.name for p in SHIPPED.glob("*.env")}
     for name, text in shipped.items():
         assert text.encode("utf-8") == (SHIPPED / name).read_bytes(), name
-    mine = one(objs, "ConfigMap", "fastverify-profiles-user")["data"]
+    mine = configmap(objs, "profiles-user")["data"]
     assert set(mine) == {"awkward.env", "mine.env"}
     assert mine["awkward.env"].encode() == awkward
     assert mine["mine.env"].encode() == (user / "mine.env").read_bytes()
@@ -317,7 +325,7 @@ def test_configmap_volume_layout_loads_in_the_daemon(tmp_path: Path) -> None:
     and this layout stays inside."""
     out = tmp_path / "out"
     render(out, "--profile", "ring-ll")
-    data = one(docs(out), "ConfigMap", "fastverify-profiles-shipped")["data"]
+    data = configmap(docs(out), "profiles-shipped")["data"]
     vol = tmp_path / "vol"
     stamp = vol / "..2026_12_01_07_00_00.000000001"
     stamp.mkdir(parents=True)
@@ -376,13 +384,14 @@ def test_pod_configuration_is_declarative_and_loads(tmp_path: Path) -> None:
     out = tmp_path / "out"
     info = render(out, "--profile", "ring-ll", "--mode", "eagle3")
     assert (info["profile"], info["mode"], info["workload"]) == ("ring-ll", "eagle3", "Deployment")
-    text = one(docs(out), "ConfigMap", "fastverify-config")["data"]["fastverifyd.toml"]
+    text = configmap(docs(out), "config")["data"]["fastverifyd.toml"]
     path = tmp_path / "fastverifyd.toml"
     path.write_text(text)
     cfg = configmod.load(path)
     assert cfg.daemon.declarative is True
     assert (cfg.daemon.default_profile, cfg.server.mode) == ("ring-ll", "eagle3")
     assert cfg.daemon.profile_dirs == (
+        "/etc/fastverify/profiles.d/declared",
         "/etc/fastverify/profiles.d/user",
         "/etc/fastverify/profiles.d/shipped",
     )
@@ -462,3 +471,25 @@ def test_a_profile_directory_with_a_binary_file_is_refused(tmp_path: Path) -> No
     r = ctl("render", "kubernetes", "--output-dir", str(out), "--profile-dir", str(user))
     assert r.returncode == 2 and "latin1.env: byte 5 is not UTF-8" in r.stderr, r.stderr
     assert not out.exists()
+
+
+def test_pod_templates_name_their_own_configmaps(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """`kubectl rollout undo` restores a pod template; it must find the configuration it
+    was rendered with, not the one applied since: ConfigMap names carry their content."""
+    names = {}
+    for key, objs in rendered.items():
+        present = {d["metadata"]["name"] for d in by_kind(objs, "ConfigMap")}
+        for template in pod_templates(objs).values():
+            refs = {v["configMap"]["name"] for v in template["spec"]["volumes"] if "configMap" in v}
+            assert len(refs) == 4 and refs <= present, (refs, present)
+        names[key] = configmap(objs, "config")["metadata"]["name"]
+    assert len(set(names.values())) == 3, names  # three configurations, three names
+    declared = {
+        k: configmap(o, "profile-declared")["metadata"]["name"] for k, o in rendered.items()
+    }
+    assert declared["ring-ll"] == declared["ring-ll-2-nodes"] != declared["nccl-default"]
+    assert configmap(rendered["ring-ll"], "profile-declared")["data"] == {
+        "ring-ll.env": (SHIPPED / "ring-ll.env").read_text()
+    }
