@@ -319,24 +319,43 @@ def test_profiles_travel_byte_for_byte(tmp_path: Path) -> None:
     assert "uid: fastverify-prometheus" in datasource["data"]["fastverify-datasource.yaml"]
 
 
-def test_configmap_volume_layout_loads_in_the_daemon(tmp_path: Path) -> None:
-    """The kubelet writes a ConfigMap volume as `..<timestamp>/` files, a `..data` link to
-    it and one link per key: the daemon's store follows links only inside the directory,
-    and this layout stays inside."""
-    out = tmp_path / "out"
-    render(out, "--profile", "ring-ll")
-    data = configmap(docs(out), "profiles-shipped")["data"]
-    vol = tmp_path / "vol"
-    stamp = vol / "..2026_12_01_07_00_00.000000001"
+def kubelet_volume(root: Path, data: dict[str, str]) -> Path:
+    """A ConfigMap volume as the kubelet writes it: the files in `..<timestamp>/`, a
+    `..data` link to that directory and one link per key through `..data`."""
+    stamp = root / "..2026_12_01_07_00_00.000000001"
     stamp.mkdir(parents=True)
     for key, text in data.items():
         (stamp / key).write_text(text, encoding="utf-8")
-        os.symlink(f"..data/{key}", vol / key)
-    os.symlink(stamp.name, vol / "..data")
-    store = ProfileStore(user_dirs=[vol], shipped_dir=tmp_path / "no-shipped")
-    assert {p.name for p in store.list()} == {p.stem for p in SHIPPED.glob("*.env")}
-    real = ProfileStore(user_dirs=[], shipped_dir=SHIPPED)
-    assert store.load("ring-ll").env == real.load("ring-ll").env
+        os.symlink(f"..data/{key}", root / key)
+    os.symlink(stamp.name, root / "..data")
+    return root
+
+
+def test_configmap_volumes_load_in_the_daemons_store(tmp_path: Path) -> None:
+    """The pod's search path (declared profile, user profiles, shipped profiles) built from
+    the rendered ConfigMaps as the kubelet mounts them resolves every profile as this host
+    does; the store follows the kubelet's links (they stay inside each directory)."""
+    user = tmp_path / "profiles"
+    user.mkdir()
+    (user / "mine.env").write_text("# extends: ring-ll\nNCCL_MAX_NCHANNELS=4\n")
+    out = tmp_path / "out"
+    render(out, "--profile", "mine", "--profile-dir", str(user))
+    objs = docs(out)
+    dirs = [
+        kubelet_volume(tmp_path / role, configmap(objs, role)["data"])
+        for role in ("profile-declared", "profiles-user", "profiles-shipped")
+    ]
+    declared = configmap(objs, "profile-declared")["data"]
+    assert {k: v.encode() for k, v in declared.items()} == {
+        "mine.env": (user / "mine.env").read_bytes(),
+        "ring-ll.env": (SHIPPED / "ring-ll.env").read_bytes(),
+    }
+    pod = ProfileStore(user_dirs=dirs, shipped_dir=tmp_path / "image-has-none")
+    host = ProfileStore(user_dirs=[user], shipped_dir=SHIPPED)
+    assert {p.name for p in pod.list()} == {p.name for p in host.list()}
+    for name in ("mine", "ring-ll", "nccl-default"):
+        assert pod.load(name).env == host.load(name).env, name
+    assert pod.find("mine").file.startswith(str(dirs[0]))  # the declared copy wins
 
 
 def template_of(out: Path) -> dict[str, Any]:
