@@ -209,19 +209,34 @@ def _tuner_table(content: bytes) -> str | None:
 
 
 def _chain(store: Any, name: str) -> list[Any]:
-    """The profile and every profile its `# extends:` chain names (entries, in order)."""
+    """The profile and every profile its `# extends:` chain names, as the store resolves
+    them (a base of the profile's own name is the next file of that name down the search
+    path); a missing base ends it (the store has refused such a profile already)."""
     from fastverify.profiles import envfile
+    from fastverify.profiles.store import SUFFIX, Entry
 
+    search = [(paths.normalize(d), src) for d, src in store.search_path()]
     out = []
-    seen: set[str] = set()
-    while name and name not in seen:
-        seen.add(name)
-        entry = store.find(name)
-        if entry is None:
-            break
+    entry = store.find(name)
+    while entry is not None and len(out) <= 32:
         out.append(entry)
         meta = envfile.parse_file(entry.file, entry.root_dir).meta
-        name = meta["extends"][1] if "extends" in meta else ""
+        if "extends" not in meta:
+            break
+        base = meta["extends"][1]
+        if base != entry.name:
+            entry = store.find(base)
+            continue
+        dirs = [d for d, _ in search]
+        after = search[dirs.index(entry.root_dir) + 1 :] if entry.root_dir in dirs else []
+        entry = next(
+            (
+                Entry(base, os.path.join(d, base + SUFFIX), src, root=d)
+                for d, src in after
+                if os.path.isfile(os.path.join(d, base + SUFFIX))
+            ),
+            None,
+        )
     return out
 
 
@@ -369,6 +384,7 @@ def render(options: KubeOptions) -> Bundle:
     from fastverify.config import MODES
     from fastverify.engines.base import EngineArgError
     from fastverify.engines.sglang import server_args
+    from fastverify.profiles import envfile
     from fastverify.profiles.model import ProfileError
     from fastverify.profiles.store import ProfileStore
     from fastverify.profiles.validate import Topology
@@ -440,19 +456,23 @@ def render(options: KubeOptions) -> Bundle:
     # The declared profile's own files (it and its extends chain, as the store resolved
     # them here), in a ConfigMap named by their content: the pod searches it first.
     snapshot: dict[str, bytes] = {}
+    checked: dict[str, bytes] = {}  # what the checksum covers: the snapshot and any base
     for entry in _chain(store, loaded.name):
-        files = user if entry.source == "user" else shipped
+        content = envfile.read_checked(Path(entry.file), Path(entry.root_dir))
         key = os.path.basename(entry.file)
-        if key in snapshot:
-            raise RenderError(
-                f"{entry.file}: {loaded.name}'s extends chain names {key} twice (a profile "
-                "extending another of the same name); give one of them another name"
+        checked[f"{len(checked)}:{key}"] = content
+        if key in snapshot:  # a user profile refining the shipped one of the same name
+            notes.append(
+                f"{loaded.name} extends {key[: -len('.env')]} of the same name: the pod finds "
+                "that base in the profiles ConfigMaps (a rollout undo restores the file, not "
+                "its base)"
             )
-        snapshot[key] = files[key]
-        table = _tuner_table(files[key])
+            continue
+        snapshot[key] = content
+        table = _tuner_table(content)
         if entry.source == "user" and table in user:
-            snapshot[table] = user[table]
-    profile_checksum = _checksum(snapshot)
+            snapshot[table] = checked[f"{len(checked)}:{table}"] = user[table]
+    profile_checksum = _checksum(checked)
     config_checksum = hashlib.sha256(config_text.encode()).hexdigest()
 
     dashboards_dir = paths.template_dir("compose") / "grafana" / "dashboards"

@@ -512,3 +512,27 @@ def test_pod_templates_name_their_own_configmaps(
     assert configmap(rendered["ring-ll"], "profile-declared")["data"] == {
         "ring-ll.env": (SHIPPED / "ring-ll.env").read_text()
     }
+
+
+def test_a_user_profile_refining_the_shipped_one_of_its_name(tmp_path: Path) -> None:
+    """`# extends: ring-ll` in a user ring-ll.env means the shipped ring-ll: both files are
+    in the checksum (an edit of either rolls), the pod finds the base further down."""
+    user = tmp_path / "profiles"
+    user.mkdir()
+    (user / "ring-ll.env").write_text("# extends: ring-ll\nNCCL_MAX_NCHANNELS=4\n")
+    out = tmp_path / "out"
+    r = ctl("render", "kubernetes", "--output-dir", str(out), "--profile", "ring-ll",
+            "--profile-dir", str(user), "--image", "fastverify:test")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "extends ring-ll of the same name" in r.stderr
+    objs = docs(out)
+    declared = configmap(objs, "profile-declared")["data"]
+    assert declared == {"ring-ll.env": (user / "ring-ll.env").read_text()}
+    dirs = [
+        kubelet_volume(tmp_path / role, configmap(objs, role)["data"])
+        for role in ("profile-declared", "profiles-user", "profiles-shipped")
+    ]
+    pod = ProfileStore(user_dirs=dirs, shipped_dir=tmp_path / "none").load("ring-ll")
+    host = ProfileStore(user_dirs=[user], shipped_dir=SHIPPED).load("ring-ll")
+    assert pod.env == host.env and host.env["NCCL_MAX_NCHANNELS"] == "4"
+    assert host.env["NCCL_ALGO"] == "Ring"  # from the shipped base
