@@ -122,7 +122,8 @@ def _start_exporter(sup: Any, cfg: configmod.Config, engine: Any) -> Any:
         str(Path(cfg.state_dir) / "traces"),
         period,
         cfg.daemon.trace_steps,
-        expected_ranks=cfg.server.tp_size,
+        # the TP ranks on this node (a multi-node server's other ranks trace on theirs)
+        expected_ranks=cfg.server.tp_size // max(1, cfg.server.nnodes),
     )
     runtime.start()
     log.info("metrics on http://%s/metrics", listen)
