@@ -97,6 +97,8 @@ def test_declared_profile_is_ready_and_profile_set_needs_canary(tmp_path: Path) 
         assert probe(base + "/startupz")[0] == 200 and probe(base + "/livez")[0] == 200
         assert probe(base + "/v1/status")[0] == 404  # nothing but the probes on this port
         pid = d.engine_pid()
+        # a status line that says so, and --json with the declared state
+        assert "declared:   ring-ll (baseline)" in d.ctl("status").stdout
 
         r = d.ctl("profile", "set", "nccl-default")
         assert r.returncode == 1, r.stdout + r.stderr  # README: 1 = an operation refused
@@ -112,6 +114,12 @@ def test_declared_profile_is_ready_and_profile_set_needs_canary(tmp_path: Path) 
             pid,
             None,
         )
+
+        r = d.ctl("mode", "set", "eagle3")  # the mode is the manifest's too
+        assert r.returncode == 1 and "declarative" in r.stderr, r.stdout + r.stderr
+        r = d.ctl("restart")  # restarting what is declared is fine
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert d.status()["profile"] == "ring-ll"
 
         r = d.ctl("profile", "set", "nccl-default", "--canary")
         assert r.returncode == 0, r.stdout + r.stderr
