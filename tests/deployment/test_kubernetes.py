@@ -536,3 +536,74 @@ def test_a_user_profile_refining_the_shipped_one_of_its_name(tmp_path: Path) -> 
     host = ProfileStore(user_dirs=[user], shipped_dir=SHIPPED).load("ring-ll")
     assert pod.env == host.env and host.env["NCCL_MAX_NCHANNELS"] == "4"
     assert host.env["NCCL_ALGO"] == "Ring"  # from the shipped base
+
+
+def pod_daemon(tmp_path: Path, profile: str) -> tuple[Any, str]:
+    """The real fastverifyd (sim engine) run with a rendered pod's configuration and its
+    ConfigMaps mounted as the kubelet does; only what the sim cannot have is changed: the
+    engine (flag), ports and directories on this machine."""
+    import tomllib
+
+    from tests.harness import DaemonHarness, free_port
+
+    user = tmp_path / "profiles"
+    user.mkdir(parents=True)
+    (user / "t.tuner.csv").write_text(
+        "collective,min_bytes,max_bytes,algorithm,protocol,channels,nranks,nnodes\n"
+        "AllReduce,0,1024,Ring,LL,-1,2,1\n"
+    )
+    # starts, answers /health, then fails verification: NCCL cannot find this tuner plugin
+    (user / "unverifiable.env").write_text(
+        "# extends: nccl-default\nFASTVERIFY_TUNER_TABLE=t.tuner.csv\n"
+        "NCCL_TUNER_PLUGIN=fastverify-missing\n"
+    )
+    out = tmp_path / "out"
+    render(out, "--profile", profile, "--profile-dir", str(user), "--gpus-per-node", "2")
+    objs = docs(out)
+    cfg = tomllib.loads(configmap(objs, "config")["data"]["fastverifyd.toml"])
+    cfg["daemon"]["profile_dirs"] = [
+        str(kubelet_volume(tmp_path / "vol" / role, configmap(objs, role)["data"]))
+        for role in ("profile-declared", "profiles-user", "profiles-shipped")
+    ]
+    health = free_port()
+    cfg["daemon"]["health_listen"] = f"127.0.0.1:{health}"
+    for key in ("state_dir", "socket", "metrics_listen"):
+        del cfg["daemon"][key]  # the harness's (flags)
+    del cfg["server"]["port"]
+    cfg["server"]["host"] = "127.0.0.1"
+    cfg["server"]["model_path"] = cfg["server"]["draft_model_path"] = ""  # the sim's own
+    assert cfg["daemon"]["declarative"] is True and cfg["server"]["tp_size"] == 2
+    return DaemonHarness(tmp_path / "d", config=cfg, start=False), f"http://127.0.0.1:{health}"
+
+
+def http_get(url: str) -> tuple[int, dict[str, Any]]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_rendered_pod_serves_its_profile_and_a_failing_one_is_never_ready(
+    tmp_path: Path,
+) -> None:
+    d, health = pod_daemon(tmp_path / "good", "ring-ll")
+    with d:
+        d.start(wait_ready=True, timeout=60)
+        code, body = http_get(health + "/readyz")
+        assert (code, body["profile"], body["mode"]) == (200, "ring-ll", "baseline"), body
+        assert d.status()["declarative"]["profile"] == "ring-ll"
+
+    d, health = pod_daemon(tmp_path / "bad", "unverifiable")
+    with d:
+        d.start(wait_ready=False, timeout=60)
+        st = d.wait_state("FAILED", timeout=90)
+        assert st["last_failure"]["reason"] == "tuner_not_loaded", st["last_failure"]
+        code, body = http_get(health + "/readyz")
+        assert code == 503 and "tuner_not_loaded" in body["why"], body
+        assert http_get(health + "/startupz")[0] == 200  # settled: liveness takes over
+        assert http_get(health + "/livez")[0] == 200  # the daemon is fine: no restart loop
+        assert all(r["result"] != "ok" for r in d.client.get("/v1/history"))
