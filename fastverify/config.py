@@ -14,6 +14,9 @@ File layout (every key optional; see `docs/config.example.toml`):
                                        # weights: timings real, accept length meaningless)
     extra_args = ["--mem-fraction-static", "0.85"]
     mode = "baseline"                  # or "eagle3"
+    nnodes = 1                         # >1: one server over several nodes (SGLang --nnodes)
+    node_rank = 0                      # this node's rank (SGLang/fastverifyd --node-rank)
+    dist_init_addr = ""                # "HOST:PORT" of node 0 (SGLang --dist-init-addr)
     env_passthrough = ["HF_TOKEN"]     # daemon env vars handed to the engine (values masked)
     [server.env]                       # extra variables for the engine (not NCCL_*: use profiles)
     SGLANG_TORCH_PROFILER_DIR = "/var/lib/fastverify/traces"
@@ -30,6 +33,10 @@ File layout (every key optional; see `docs/config.example.toml`):
     tcp_listen = ""                    # "" = off; "127.0.0.1:7070" needs token_file
     token_file = ""
     metrics_listen = "127.0.0.1:9464"  # "" = exporter off
+    health_listen = ""                 # "HOST:PORT" for /livez /readyz /startupz ("" = off)
+    declarative = false                # profile and mode come from this file (a Kubernetes
+                                       # manifest): state.json is not restored and
+                                       # `profile set` is refused unless it is a --canary
     profile_dirs = ["/etc/fastverify/profiles"]
     default_profile = "nccl-default"
     readiness_timeout_s = 1800
@@ -109,6 +116,9 @@ class ServerConfig:
     eagle3: Eagle3Params = field(default_factory=Eagle3Params)
     env: dict[str, str] = field(default_factory=dict)
     env_passthrough: tuple[str, ...] = ()
+    nnodes: int = 1  # one server over nnodes nodes (SGLang --nnodes); tp_size is the total
+    node_rank: int = 0
+    dist_init_addr: str = ""  # HOST:PORT of node 0's torch.distributed rendezvous
 
     @property
     def url(self) -> str:
@@ -124,6 +134,8 @@ class DaemonConfig:
     tcp_listen: str = ""
     token_file: str = ""
     metrics_listen: str = "127.0.0.1:9464"
+    health_listen: str = ""  # HTTP /livez /readyz /startupz for an orchestrator ("" = off)
+    declarative: bool = False  # profile/mode from the configuration (Kubernetes), not the API
     profile_dirs: tuple[str, ...] = ()
     default_profile: str = "nccl-default"
     readiness_timeout_s: float = 1800.0
@@ -333,6 +345,9 @@ FIELDS: dict[str, Check] = {
     "server.eagle3.num_draft_tokens": _integer(1, 1024),
     "server.env": _env_table,
     "server.env_passthrough": _str_list(_passthrough_name, "a list of variable names"),
+    "server.nnodes": _integer(1, 64),
+    "server.node_rank": _integer(0, 63),
+    "server.dist_init_addr": _string(what='"HOST:PORT" of node 0, or ""'),
     "daemon.engine": _choice(ENGINES),
     "daemon.state_dir": _string(),
     "daemon.socket": _string(),
@@ -340,6 +355,8 @@ FIELDS: dict[str, Check] = {
     "daemon.tcp_listen": _listen(lowest_port=1),
     "daemon.token_file": _string(),
     "daemon.metrics_listen": _listen(lowest_port=0),
+    "daemon.health_listen": _listen(lowest_port=0),
+    "daemon.declarative": _boolean,
     "daemon.profile_dirs": _str_list(what="a list of directory paths"),
     "daemon.default_profile": _profile_name,
     "daemon.readiness_timeout_s": _number(0, lo_open=True),
@@ -461,6 +478,31 @@ def _cross_problems(
                 "(expected a token_file: TCP control needs a token)",
             )
         )
+    nnodes = flat.get("server.nnodes", 1)
+    rank = flat.get("server.node_rank", 0)
+    if isinstance(nnodes, int) and isinstance(rank, int) and not isinstance(rank, bool):
+        if rank >= nnodes:
+            key = "server.node_rank"
+            out.append(
+                FieldProblem(
+                    path,
+                    lines.get(key, 0),
+                    key,
+                    f"{key} = {rank} with server.nnodes = {nnodes} "
+                    f"(expected a rank in 0..{nnodes - 1})",
+                )
+            )
+        if nnodes > 1 and not flat.get("server.dist_init_addr"):
+            key = "server.nnodes"
+            out.append(
+                FieldProblem(
+                    path,
+                    lines.get(key, 0),
+                    key,
+                    f"{key} = {nnodes} but server.dist_init_addr is empty "
+                    '(expected "HOST:PORT" of node 0, e.g. fastverifyd --dist-init-addr)',
+                )
+            )
     return out
 
 

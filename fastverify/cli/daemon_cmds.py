@@ -62,6 +62,11 @@ _TIMEOUT_HELP = "Readiness timeout for this start in seconds (then roll back)."
               help=_TIMEOUT_HELP)  # fmt: skip
 @click.option("--no-wait", is_flag=True, help="Return once the daemon accepted the change.")
 @click.option("--queue", is_flag=True, help="Wait for an operation in flight instead of failing.")
+@click.option(
+    "--canary",
+    is_flag=True,
+    help="Declarative daemon (Kubernetes pod): leave the manifest's mode on purpose.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result.")
 @click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
@@ -72,12 +77,15 @@ def mode_set(
     timeout_s: float | None,
     no_wait: bool,
     queue: bool,
+    canary: bool,
     quiet: bool,
     verbose: bool,
     as_json: bool,
 ) -> None:
     """Restart the engine in mode VALUE with the active profile (rolls back on failure)."""
     body: dict[str, Any] = {"mode": value, "queue": queue}
+    if canary:
+        body["canary"] = True
     if timeout_s:
         body["timeout_s"] = timeout_s
     sys.exit(

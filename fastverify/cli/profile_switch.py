@@ -345,6 +345,9 @@ def _path_refusal(name: str) -> str | None:
 @click.option("--trial", is_flag=True,
               help="Timing trial: SGLang --load-format dummy (random weights, fast load; "
               "everything it serves is labelled weights=dummy).")  # fmt: skip
+@click.option("--canary", is_flag=True,
+              help="Declarative daemon (Kubernetes pod): leave the manifest's profile on this "
+              "pod on purpose (status shows the canary).")  # fmt: skip
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result.")
 @click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
@@ -359,6 +362,7 @@ def set_cmd(
     queue: bool,
     restart: bool,
     trial: bool,
+    canary: bool,
     quiet: bool,
     verbose: bool,
     as_json: bool,
@@ -381,6 +385,8 @@ def set_cmd(
         body["load_format"] = "dummy"
     if restart:
         body["restart"] = True  # else the daemon answers "unchanged" when it already serves
+    if canary:
+        body["canary"] = True  # a declarative daemon refuses the switch without it (403)
     sys.exit(
         run_operation(
             ctx,

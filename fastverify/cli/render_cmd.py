@@ -1,4 +1,5 @@
-"""`fastverifyctl render systemd|compose`: write this host's unit or compose files.
+"""`fastverifyctl render systemd|compose|kubernetes`: write this host's unit or compose files,
+or a fleet's Kubernetes manifests.
 
 jinja2 is imported only here (through fastverify.render), never on the CLI's common path.
 """
@@ -25,7 +26,7 @@ def _emit(text: str, output: str) -> None:
 
 @click.group()
 def render() -> None:
-    """Render systemd units and the compose stack for this host."""
+    """Render systemd units, the compose stack, or Kubernetes manifests."""
 
 
 @render.command("systemd")
@@ -147,3 +148,164 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
             click.echo(f"wrote {path}", err=True)
     except lib.RenderError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+@render.command("kubernetes")
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False),
+    required=True,
+    help="Write the manifests here (one file per kind; `kubectl apply -f DIR`).",
+)
+@click.option(
+    "--profile",
+    default=None,
+    help="Profile every pod serves (default: the decision's, else default_profile).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["baseline", "eagle3"]),
+    default=None,
+    help="Decoding mode (default: the decision's, else server.mode).",
+)
+@click.option(
+    "--nodes",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Pods per server: > 1 is one model over several nodes (LeaderWorkerSet).",
+)
+@click.option(
+    "--replicas",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Servers (pods, or LeaderWorkerSet groups).",
+)
+@click.option("--namespace", default="fastverify", show_default=True)
+@click.option("--name", default="fastverify", show_default=True, help="Prefix of every object.")
+@click.option("--image", default=None, help="Image (default: fastverify:<version>).")
+@click.option(
+    "--from-decision",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="tune's decision record: its decision.profile and decision.mode.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Daemon configuration to start from (default: the image's).",
+)
+@click.option(
+    "--profile-dir",
+    "profile_dirs",
+    multiple=True,
+    help="Operator profile directory (repeatable; default: the config's profile_dirs).",
+)
+@click.option(
+    "--gpus-per-node",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="GPUs per pod (default: the config's tp_size; SGLang's TP = nodes x this).",
+)
+@click.option("--gpu-resource", default="nvidia.com/gpu", show_default=True)
+@click.option("--cpu", default="32", show_default=True, help="CPU request = limit per pod.")
+@click.option(
+    "--memory",
+    default="480Gi",
+    show_default=True,
+    help="Memory request = limit per pod (includes /dev/shm).",
+)
+@click.option("--shm-size", default="64Gi", show_default=True, help="In-memory /dev/shm size.")
+@click.option(
+    "--model-pvc",
+    default=None,
+    help="PersistentVolumeClaim with the models, mounted at /models (default: <name>-models).",
+)
+@click.option("--model-host-path", default=None, help="Host directory instead of a PVC.")
+@click.option(
+    "--cache-pvc",
+    default=None,
+    help="PVC for the NCCL/FlashInfer/Triton caches (default: an emptyDir per pod).",
+)
+@click.option(
+    "--run-as-user",
+    type=click.IntRange(1),
+    default=1000,
+    show_default=True,
+    help="Non-root user (and group) the pod runs as.",
+)
+@click.option(
+    "--run-as-root",
+    is_flag=True,
+    help="Run as the image's user (root) when the engine image needs it.",
+)
+@click.option(
+    "--startup-seconds",
+    "startup_s",
+    type=int,
+    default=2400,
+    show_default=True,
+    help="Startup probe window (>= 1800: a 30-minute load plus verification).",
+)
+@click.option(
+    "--progress-deadline-seconds",
+    "progress_deadline_s",
+    type=click.IntRange(60),
+    default=None,
+    help="Deployment progressDeadlineSeconds (default: startup + 1200).",
+)
+@click.option(
+    "--prometheus-url",
+    default="http://prometheus-operated.monitoring.svc:9090",
+    show_default=True,
+    help="Prometheus for the Grafana datasource ConfigMap.",
+)
+@click.option("--hf-token-secret", default=None, help="Secret whose key HF_TOKEN the pod gets.")
+@click.option("--force", is_flag=True, help="Accept profiles refused without it (LL128).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
+def kubernetes_cmd(output_dir: str, run_as_root: bool, as_json: bool, **options: object) -> None:
+    """Render the fleet's Kubernetes manifests (docs/kubernetes.md).
+
+    Exit codes: 0 written, 2 bad options, profile, decision record or configuration."""
+    from fastverify import render as base
+    from fastverify import render_kubernetes as lib
+    from fastverify.cli.output import EXIT_USAGE, emit_json, fail
+
+    if options["image"] is None:
+        options["image"] = base.default_image()
+    options["profile_dirs"] = tuple(options["profile_dirs"]) or None  # type: ignore[arg-type]
+    if run_as_root:
+        options["run_as_user"] = None
+    try:
+        bundle = lib.render(lib.KubeOptions(**options))  # type: ignore[arg-type]
+        written = lib.write_bundle(Path(output_dir), bundle)
+    except base.RenderError as exc:
+        fail(f"error: {exc}", EXIT_USAGE)
+    except OSError as exc:
+        fail(f"error: cannot write {output_dir}: {exc.strerror or exc}", EXIT_USAGE)
+    for note in bundle.notes:
+        click.echo(f"note: {note}", err=True)
+    if as_json:
+        emit_json(
+            {
+                "files": [str(p) for p in written],
+                "profile": bundle.profile,
+                "mode": bundle.mode,
+                "workload": bundle.workload,
+                "gpus_per_node": bundle.gpus_per_node,
+                "tp_size": bundle.tp_size,
+                "profile_checksum": bundle.profile_checksum,
+                "config_checksum": bundle.config_checksum,
+                "notes": bundle.notes,
+            }
+        )
+        return
+    for path in written:
+        click.echo(f"wrote {path}", err=True)
+    click.echo(
+        f"{bundle.workload}: {bundle.profile}/{bundle.mode}, {bundle.gpus_per_node} GPUs per pod"
+        f" (SGLang TP {bundle.tp_size}); next: kubectl apply --dry-run=server -f {output_dir}"
+    )

@@ -77,6 +77,17 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if restarts.get("total"):
         by = ", ".join(f"{k}={v}" for k, v in sorted((restarts.get("by_reason") or {}).items()))
         lines.append(f"restarts:   {restarts['total']} ({by})")
+    decl = st.get("declarative")
+    if decl:
+        lines.append(
+            f"declared:   {decl.get('profile')} ({decl.get('mode')}) by {decl.get('source') or '-'}"
+        )
+        if decl.get("canary"):
+            can = decl["canary"]
+            lines.append(
+                f"canary:     {can.get('profile')} ({can.get('mode')}) since "
+                f"{_clock(can.get('since'))}: this pod differs from its manifest on purpose"
+            )
     cfg = st.get("config") or {}
     if cfg.get("error"):
         lines.append(f"config:     {cfg['error']}")

@@ -66,6 +66,7 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "timeout_s": (_NUM, False),
         "restart": (_BOOL, False),
         "load_format": ((str,), False),  # SGLang --load-format; "dummy" = trial
+        "canary": (_BOOL, False),  # declarative mode: leave the declared profile on purpose
     },
     "/v1/mode": {
         "mode": ((str,), True),
@@ -74,6 +75,7 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "queue": (_BOOL, False),
         "timeout_s": (_NUM, False),
         "restart": (_BOOL, False),
+        "canary": (_BOOL, False),
     },
     "/v1/restart": {
         "wait": (_BOOL, False),
@@ -316,6 +318,7 @@ class Handler(BaseHTTPRequestHandler):
             timeout_s=body.get("timeout_s"),
             withdrawn=lambda: _peer_closed(self.connection),
             restart=bool(body.get("restart", False)),
+            canary=bool(body.get("canary", False)),
             **({"load_format": body["load_format"]} if body.get("load_format") else {}),
         )
         self._answer(op, wait=body.get("wait", True), stream=body.get("stream", False))

@@ -44,6 +44,7 @@ class ControlFacade:
         self.figures = figures
         self.feed = feed
         self.config_error: str | None = None
+        self.canary: dict[str, Any] | None = None  # declarative mode: an explicit --canary
 
     # ------------------------------------------------------------------ status
     def status_line(self) -> str:
@@ -109,9 +110,47 @@ class ControlFacade:
                 "tokens_per_second": self.figures.tokens_per_second(),
                 "status_line": self.status_line(),
                 "config": {"source": c.cfg.source, "error": self.config_error},
+                "declarative": self._declarative(),
                 "findings": [*c.store.findings, *c.findings.values()],
                 "daemon": {"pid": os.getpid(), "state_dir": str(c.store.dir)},
             }
+
+    def _declarative(self) -> dict[str, Any] | None:
+        """Declarative mode (Kubernetes): what the manifest declares, and a canary if any."""
+        cfg = self.ctl.cfg
+        if not cfg.daemon.declarative:
+            return None
+        return {
+            "profile": cfg.daemon.default_profile,
+            "mode": cfg.server.mode,
+            "source": cfg.source,
+            "canary": dict(self.canary) if self.canary else None,
+        }
+
+    def _check_declarative(
+        self, kind: str, name: str | None, mode: str | None, canary: bool
+    ) -> dict[str, str] | None:
+        """Declarative mode: a switch away from the declared profile/mode needs `canary`."""
+        cfg = self.ctl.cfg
+        if not cfg.daemon.declarative or kind not in ("switch", "mode"):
+            return None
+        target = self.ctl.resolver.defaults(name, mode, self.ctl.active)
+        declared = (cfg.daemon.default_profile, cfg.server.mode)
+        if target == declared:
+            return None  # back to the declared state: always allowed, ends a canary
+        if not canary:
+            raise RequestError(
+                403,
+                f"this daemon is declarative: its profile and mode come from its configuration"
+                f" ({cfg.source or 'defaults'}: {declared[0]}/{declared[1]}), e.g. a Kubernetes"
+                f" manifest; switching to {target[0]}/{target[1]} here would make the cluster's"
+                " desired state and the daemon disagree. Change the manifest and roll it out"
+                " (docs/kubernetes.md), or try it on this pod only with --canary (status shows"
+                " it)",
+                reason="declarative",
+                declared={"profile": declared[0], "mode": declared[1]},
+            )
+        return {"profile": target[0], "mode": target[1]}
 
     def history(self) -> list[dict[str, Any]]:
         return self.ctl.store.history()
@@ -153,8 +192,10 @@ class ControlFacade:
         withdrawn: Callable[[], bool] | None = None,
         restart: bool = False,
         load_format: str | None = None,
+        canary: bool = False,
     ) -> Operation:
-        return self.ctl.request(
+        target = self._check_declarative(kind, name, mode, canary)
+        op = self.ctl.request(
             kind,
             name,
             mode,
@@ -165,6 +206,9 @@ class ControlFacade:
             restart=restart,
             load_format=load_format,
         )
+        if self.ctl.cfg.daemon.declarative and kind in ("switch", "mode"):
+            self.canary = None if target is None else {**target, "since": time.time(), "op": op.id}
+        return op
 
     def cancel(self) -> Operation | None:
         return self.ctl.cancel()

@@ -65,6 +65,7 @@ class EngineHandle:
     started_mono: float = field(default_factory=time.monotonic)
     started_at: float = field(default_factory=_now)
     ready_line: bool = False
+    follower: bool = False  # a multi-node follower: ready when its health check answers
     serving: bool = False
     expected_exit: bool = False
     exit_code: int | None = None
@@ -194,6 +195,7 @@ class Launcher:
             expected_nccl=expected,
             proc=proc,
             nccl_debug_dir=debug_dir,
+            follower=self.engine.follower(argv),
         )
         self.store.write_pid(h.pid_info())
         self._follow(h, hidden)
@@ -277,7 +279,7 @@ class Launcher:
                 return Failure("cancelled", "operation cancelled", log=str(h.log_path))
             if h.exited.is_set():
                 return self.exit_failure(h)
-            if (h.ready_line or h.adopted) and self.probe(h.url):
+            if (h.ready_line or h.adopted or h.follower) and self.probe(h.url):
                 h.ready_s = time.monotonic() - h.started_mono
                 return None
             now = time.monotonic()

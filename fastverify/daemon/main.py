@@ -1,7 +1,9 @@
 """`fastverifyd`: the supervisor daemon's entry point (flags, config, signals, main loop).
 
     fastverifyd [--config FILE] [--engine auto|sglang|sim] [--state-dir DIR] [--socket PATH]
-                [--metrics-listen HOST:PORT] [--sim-load-seconds S] [--log-level LEVEL]
+                [--metrics-listen HOST:PORT] [--health-listen HOST:PORT] [--declarative]
+                [--node-rank N] [--dist-init-addr HOST:PORT] [--sim-load-seconds S]
+                [--log-level LEVEL]
 
 Flags override the config file (fastverify.config). The first log line names the engine
 chosen and why. Signals: SIGTERM/SIGINT stop the engine group and exit 0 (STOPPING=1 is
@@ -42,6 +44,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--state-dir", default=None)
     p.add_argument("--socket", default=None, help="control socket path")
     p.add_argument("--metrics-listen", default=None, help='HOST:PORT for /metrics ("" = off)')
+    p.add_argument("--health-listen", default=None, help="HOST:PORT for /livez /readyz /startupz")
+    p.add_argument(
+        "--declarative",
+        action="store_const",
+        const=True,
+        default=None,
+        help="profile and mode come from the configuration (Kubernetes); refuse profile set",
+    )
+    p.add_argument("--node-rank", type=int, default=None, help="multi-node: this node's rank")
+    p.add_argument("--dist-init-addr", default=None, help="multi-node: HOST:PORT of node 0")
     p.add_argument("--sim-load-seconds", type=float, default=None)
     p.add_argument(
         "--tcp-listen", default=None, help="HOST:PORT for the control API (needs a token)"
@@ -63,7 +75,10 @@ def overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
             "tcp_listen": ns.tcp_listen,
             "token_file": ns.token_file,
             "log_level": ns.log_level,
-        }
+            "health_listen": ns.health_listen,
+            "declarative": ns.declarative,
+        },
+        "server": {"node_rank": ns.node_rank, "dist_init_addr": ns.dist_init_addr},
     }
 
 
@@ -107,7 +122,8 @@ def _start_exporter(sup: Any, cfg: configmod.Config, engine: Any) -> Any:
         str(Path(cfg.state_dir) / "traces"),
         period,
         cfg.daemon.trace_steps,
-        expected_ranks=cfg.server.tp_size,
+        # the TP ranks on this node (a multi-node server's other ranks trace on theirs)
+        expected_ranks=cfg.server.tp_size // max(1, cfg.server.nnodes),
     )
     runtime.start()
     log.info("metrics on http://%s/metrics", listen)
@@ -236,6 +252,24 @@ class Daemon:
             return 1
         for s in servers:
             api.serve_in_thread(s)
+        self.health = None
+        if cfg.daemon.health_listen:
+            from fastverify.daemon.health import Health, HealthServer
+
+            self.health = Health(sup.status)
+            try:
+                health_server = HealthServer(cfg.daemon.health_listen, self.health)
+            except OSError as exc:
+                log.error(
+                    "cannot listen for health checks on %s: %s; fastverifyd is not starting",
+                    cfg.daemon.health_listen,
+                    exc.strerror or exc,
+                )
+                for s in servers:
+                    api.stop(s)
+                return 1
+            health_server.start()
+            log.info("health checks on %s/readyz (also /livez, /startupz)", health_server.url)
         log.info(
             "control API on %s%s",
             cfg.socket_path,
@@ -248,6 +282,8 @@ class Daemon:
         log.info("shutting down")
         for s in servers:
             api.stop(s)
+        if self.health is not None:
+            health_server.stop()
         sup.shutdown()
         if sup.runtime is not None:
             with contextlib.suppress(Exception):
@@ -266,6 +302,8 @@ class Daemon:
         while not self.stop_event.wait(tick):
             if wd:
                 notifier.watchdog()
+            if self.health is not None:
+                self.health.beat()
             if self.reload_event.is_set():
                 self.reload_event.clear()
                 self._reload(sup, notifier)

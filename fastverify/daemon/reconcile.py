@@ -7,10 +7,12 @@
    argv this configuration would build: STOPPED -> STARTING (followed to readiness) ->
    VERIFYING -> READY, as for a fresh start; a group that is ours but runs another argv is
    stopped; one that is not ours is left alone with a finding;
-4. otherwise start the saved profile, falling back to the last good one and then to
-   `default_profile` when a profile is refused (deleted, invalid): each refusal is a
-   history record (`start`, `failed`, `fallback_to`) and the fallback a status finding;
-   when nothing can even be started the daemon goes STOPPED -> FAILED with the reason.
+4. otherwise start the saved profile (declarative mode: the configured one, never a
+   fallback; a group serving another profile is not adopted), falling back to the last
+   good one and then to `default_profile` when a profile is refused (deleted, invalid):
+   each refusal is a history record (`start`, `failed`, `fallback_to`) and the fallback a
+   status finding; when nothing can even be started the daemon goes STOPPED -> FAILED
+   with the reason.
 """
 
 from __future__ import annotations
@@ -46,13 +48,16 @@ def start_up(ctl: Controller) -> None:
     mode = saved.get("mode") or cfg.server.mode
     if mode not in MODES:
         mode = cfg.server.mode
+    if cfg.daemon.declarative:
+        # The manifest is the desired state: what it declares, or nothing Ready.
+        profile, mode = cfg.daemon.default_profile, cfg.server.mode
     ctl.active = {"profile": profile, "mode": mode}
     if adopt(ctl) is not None:
         return
     # The saved profile, else the last good one, else the configured default: a profile
     # deleted while the daemon was down must not leave nothing serving.
     candidates: list[tuple[str, str]] = [(profile, mode)]
-    if ctl.last_good:
+    if ctl.last_good and not cfg.daemon.declarative:
         candidates.append((ctl.last_good["profile"], ctl.last_good["mode"]))
     candidates.append((cfg.daemon.default_profile, mode))
     refused: list[tuple[str, str, RequestError]] = []
@@ -157,6 +162,16 @@ def adopt(ctl: Controller) -> Operation | None:
         ctl.store.clear_pid()
         return None
     pgid = int(info.get("pgid", info["pid"]))
+    declared = (ctl.cfg.daemon.default_profile, ctl.cfg.server.mode)
+    if ctl.cfg.daemon.declarative and (info.get("profile"), info.get("mode")) != declared:
+        ctl.say(
+            f"previous engine group {pgid} serves {info.get('profile')}/{info.get('mode')}, "
+            f"not the declared {declared[0]}/{declared[1]}; stopping it"
+        )
+        res = ctl.launcher.stop_group(pgid)
+        ctl.say(f"stopped previous engine group {pgid} ({res.signal_used})")
+        ctl.store.clear_pid()
+        return None
     try:
         profile_obj, argv = ctl.resolver.resolve(info.get("profile", ""), info.get("mode", ""))
         same_argv = list(argv) == list(info.get("argv", []))

@@ -94,3 +94,8 @@ class Engine(ABC):
 
     def health_path(self) -> str:
         return "/health"
+
+    def follower(self, argv: list[str]) -> bool:
+        """Does `argv` start a follower node of a multi-node server (ready when its health
+        check answers: it prints no ready line)? Engines without multi-node: never."""
+        return False

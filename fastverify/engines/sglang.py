@@ -107,6 +107,11 @@ class SGLangEngine(Engine):
             server, mode, requires, self.flag_generation(server), server.model_path
         )
 
+    def follower(self, argv: list[str]) -> bool:
+        """SGLang's node_rank >= 1 of a multi-node server: schedulers and a health-only
+        HTTP server (sglang.srt.utils.common.launch_dummy_health_check_server)."""
+        return LaunchArgs.from_argv(_strip_module(argv)).follower
+
     def engine_env(self, argv: list[str], env: Mapping[str, str]) -> EngineEnv:
         return engine_env(LaunchArgs.from_argv(_strip_module(argv)), env, self.version())
 
@@ -204,6 +209,9 @@ def launch_args(
         custom_all_reduce=requires.get("custom-all-reduce") != "off",
         # trial mode: --load-format dummy (random weights); "auto" is SGLang's default
         load_format=server.load_format if server.load_format != "auto" else None,
+        nnodes=server.nnodes,
+        node_rank=server.node_rank,
+        dist_init_addr=server.dist_init_addr,
         extra_args=tuple(server.extra_args),
     )
 

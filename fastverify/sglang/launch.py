@@ -64,6 +64,11 @@ class LaunchArgs:
     cuda_graph: bool = True
     custom_all_reduce: bool = True
     load_format: str | None = None
+    # one server over several nodes: SGLang's --dist-init-addr (node 0's HOST:PORT),
+    # --nnodes, --node-rank; tp_size is the total over all nodes
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str = ""
     extra_args: tuple[str, ...] = field(default=())
 
     def with_(self, **changes: object) -> LaunchArgs:
@@ -103,6 +108,26 @@ class LaunchArgs:
             argv += list(CUDA_GRAPH_OFF[generation])
         if not self.custom_all_reduce:
             argv.append("--disable-custom-all-reduce")
+        if self.nnodes > 1:
+            if not self.dist_init_addr:
+                raise LaunchArgsError(
+                    f"nnodes {self.nnodes} needs dist_init_addr (HOST:PORT of node 0)"
+                )
+            if not 0 <= self.node_rank < self.nnodes:
+                raise LaunchArgsError(
+                    f"node_rank {self.node_rank}: expected 0..{self.nnodes - 1} for "
+                    f"nnodes {self.nnodes}"
+                )
+            if self.tp_size % self.nnodes:
+                raise LaunchArgsError(
+                    f"tp_size {self.tp_size} over {self.nnodes} nodes: expected a multiple "
+                    "of nnodes (the same number of GPUs on every node)"
+                )
+            argv += [
+                "--dist-init-addr", self.dist_init_addr,
+                "--nnodes", str(self.nnodes),
+                "--node-rank", str(self.node_rank),
+            ]  # fmt: skip
         argv += list(self.extra_args)
         return argv
 
@@ -145,8 +170,17 @@ class LaunchArgs:
             cuda_graph=not graph_off,
             custom_all_reduce="--disable-custom-all-reduce" not in known,
             load_format=known.get("--load-format"),
+            nnodes=_int(known.get("--nnodes"), 1),
+            node_rank=_int(known.get("--node-rank"), 0),
+            dist_init_addr=known.get("--dist-init-addr") or "",
             extra_args=tuple(extra),
         )
+
+    @property
+    def follower(self) -> bool:
+        """A node of a multi-node server other than node 0: SGLang runs its schedulers and
+        a health-only HTTP server there (no tokenizer, no ready line)."""
+        return self.nnodes > 1 and self.node_rank >= 1
 
     def flag(self, *names: str) -> str | None:
         """The value of a flag among `extra_args` ("" for a bare switch, None if absent)."""
@@ -172,7 +206,7 @@ _READ_BACK = _SWITCHES | {
     "--model-path", "--tp-size", "--tensor-parallel-size", "--host", "--port",
     "--decode-log-interval", "--load-format", "--speculative-algorithm",
     "--speculative-draft-model-path", "--speculative-num-steps", "--speculative-eagle-topk",
-    "--speculative-num-draft-tokens",
+    "--speculative-num-draft-tokens", "--nnodes", "--node-rank", "--dist-init-addr",
 }  # fmt: skip
 
 

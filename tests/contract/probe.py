@@ -75,6 +75,11 @@ def argv_facts(argv: list[str], profile_env: dict[str, str]) -> dict:
     out: dict = {"parsed": True, "tp_size": args.tp_size, "model_path": args.model_path}
     out["speculative_num_draft_tokens"] = args.speculative_num_draft_tokens
     out["load_format"] = args.load_format
+    # multi-node (one server over several pods: docs/kubernetes.md)
+    out["nnodes"] = args.nnodes
+    out["node_rank"] = args.node_rank
+    out["dist_init_addr"] = args.dist_init_addr
+    out["host"], out["port"] = args.host, args.port
     args._input_frozen = True
     with _cuda_platform(True), _environ(profile_env):
         parse_cuda_graph_config(args)

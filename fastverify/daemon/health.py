@@ -1,0 +1,156 @@
+"""The daemon's health endpoints over plain HTTP, for an orchestrator's probes (Kubernetes).
+
+    GET /livez     200 while the daemon itself is healthy: its main loop ticked recently
+                   and the supervisor answers (the engine's state does not matter: a
+                   FAILED profile is not cured by restarting the daemon)
+    GET /readyz    200 only in READY (reached only through verification), and in
+                   declarative mode only while serving the configured profile and mode (or
+                   the --canary an operator asked for); else 503 with the reason. A
+                   fallback to another profile is never Ready; SGLang's /health alone
+                   never makes a pod Ready.
+    GET /startupz  200 once the first start has settled (READY or FAILED, or BACKOFF after
+                   a crash), however long the model took to load; 503 while it loads
+
+Bodies are small JSON objects (`{"ok", "state", "profile", "mode", "why"}`); nothing else is
+served (no control operations: those stay on the control socket). Off unless
+`daemon.health_listen` (fastverifyd --health-listen) names an address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+log = logging.getLogger("fastverifyd.health")
+
+PATHS = ("/livez", "/readyz", "/startupz")
+# States in which the first start has settled (the load is over, one way or the other).
+SETTLED = ("READY", "FAILED", "BACKOFF")
+
+
+class Health:
+    """The verdicts, from the facade's status and the main loop's heartbeat."""
+
+    def __init__(self, status: Callable[[], dict[str, Any]], stale_after_s: float = 30.0):
+        self._status = status
+        self.stale_after_s = stale_after_s
+        self._beat = time.monotonic()
+        self._settled = False
+
+    def beat(self) -> None:
+        """The main loop calls this every tick."""
+        self._beat = time.monotonic()
+
+    def livez(self) -> tuple[bool, dict[str, Any]]:
+        age = time.monotonic() - self._beat
+        if age > self.stale_after_s:
+            return False, {"why": f"main loop has not ticked for {age:.0f} s"}
+        st = self._status()
+        return True, _brief(st, "daemon answers")
+
+    def readyz(self) -> tuple[bool, dict[str, Any]]:
+        st = self._status()
+        if st.get("state") != "READY":
+            why = f"state {st.get('state')}"
+            failure = st.get("last_failure") or {}
+            if st.get("state") == "FAILED" and failure.get("reason"):
+                why += f": {failure.get('reason')} ({failure.get('message', '')})"
+            return False, _brief(st, why)
+        declared = st.get("declarative")
+        if declared:
+            serving = (st.get("profile"), st.get("mode"))
+            allowed = [(declared.get("profile"), declared.get("mode"))]
+            canary = declared.get("canary")
+            if canary:
+                allowed.append((canary.get("profile"), canary.get("mode")))
+            if serving not in allowed:
+                return False, _brief(
+                    st,
+                    f"serving {serving[0]}/{serving[1]}, but the manifest declares "
+                    f"{allowed[0][0]}/{allowed[0][1]}"
+                    + (f" (canary {allowed[1][0]}/{allowed[1][1]})" if canary else ""),
+                )
+        return True, _brief(st, "READY and verified")
+
+    def startupz(self) -> tuple[bool, dict[str, Any]]:
+        st = self._status()
+        if st.get("state") in SETTLED:
+            self._settled = True  # latched: later switches do not re-enter start-up
+        if self._settled:
+            return True, _brief(st, "first start settled")
+        progress = (st.get("engine") or {}).get("progress") or {}
+        pct = progress.get("percent")
+        loading = f" ({progress.get('phase')} {pct:.0f}%)" if isinstance(pct, int | float) else ""
+        return False, _brief(st, f"starting: state {st.get('state')}{loading}")
+
+
+def _brief(st: dict[str, Any], why: str) -> dict[str, Any]:
+    return {"state": st.get("state"), "profile": st.get("profile"), "mode": st.get("mode"),
+            "why": why}  # fmt: skip
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: HealthServer  # type: ignore[assignment]
+    protocol_version = "HTTP/1.0"
+    server_version = "fastverifyd-health/1"
+    timeout = 10
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("health: " + format, *args)
+
+    def _send(self, status: int, data: dict[str, Any]) -> None:
+        payload = (json.dumps(data) + "\n").encode()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(payload)
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path not in PATHS:
+            self._send(404, {"error": f"unknown path {path or '/'} (known: {', '.join(PATHS)})"})
+            return
+        try:
+            ok, body = getattr(self.server.health, path[1:])()
+        except Exception as exc:  # a probe must answer, never hang or crash the thread
+            log.exception("health check %s failed", path)
+            ok, body = False, {"why": f"internal error: {exc}"}
+        self._send(200 if ok else 503, {"ok": ok, **body})
+
+
+class HealthServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, listen: str, health: Health):
+        host, _, port = listen.rpartition(":")
+        host = host.strip("[]") or "127.0.0.1"
+        if ":" in host:
+            import socket
+
+            self.address_family = socket.AF_INET6
+        self.health = health
+        super().__init__((host, int(port)), _Handler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> threading.Thread:
+        t = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+        t.start()
+        return t
+
+    def stop(self) -> None:
+        self.shutdown()  # waits for serve_forever (started by start()) to return
+        self.server_close()

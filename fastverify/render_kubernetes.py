@@ -1,0 +1,643 @@
+"""Render the Kubernetes manifests of a fleet from the daemon configuration (jinja2 templates
+under kubernetes/, beside the systemd and compose ones).
+
+One server per pod (a Deployment, `maxUnavailable: 1`, `maxSurge: 0`) or, with `nodes` > 1,
+one server over several pods (a LeaderWorkerSet whose daemons add SGLang's multi-node
+arguments from LWS's variables). Every pod runs fastverifyd in declarative mode: the profile
+and mode are the manifest's; readiness is the daemon's verified READY (/readyz on its health
+listener); a checksum of the profile's content and of the daemon configuration in the pod
+template makes another profile, or an edited one, a roll-out.
+
+`render(KubeOptions) -> Bundle` is pure apart from reading the profile directories, the
+config file, the dashboards and a decision record; `write_bundle(dir, bundle)` writes the
+files. `RenderError` (from fastverify.render) says what is wrong and what would be right.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastverify import paths
+from fastverify.render import RenderError, default_image
+
+# Where things live inside the pod (the image's layout: Dockerfile, DESIGN.md).
+CONFIG_DIR = "/etc/fastverify/k8s"
+CONFIG_NAME = "fastverifyd.toml"
+DECLARED_PROFILE = "/etc/fastverify/profiles.d/declared"  # the rendered profile's files
+USER_PROFILES = "/etc/fastverify/profiles.d/user"
+SHIPPED_PROFILES = "/etc/fastverify/profiles.d/shipped"
+STATE_DIR = "/var/lib/fastverify"
+SOCKET = "/run/fastverify/control.sock"
+CACHE_DIR = "/var/cache/fastverify"
+MODEL_DIR = "/models"
+SGLANG_PORT = 30000
+METRICS_PORT = 9464
+HEALTH_PORT = 8081
+DIST_PORT = 20000  # SGLang's torch.distributed rendezvous on the leader (--dist-init-addr)
+PROBE_PERIOD_S = 10
+CONFIGMAP_LIMIT = 1024 * 1024  # bytes of data one ConfigMap may hold (etcd's object limit)
+NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+QUANTITY_RE = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?")
+KEY_RE = re.compile(r"[-._a-zA-Z0-9]+")
+ANNOTATION = "fastverify"  # annotation prefix: fastverify/profile-checksum, ...
+POD_PATHS = {
+    "config_dir": CONFIG_DIR,
+    "config": f"{CONFIG_DIR}/{CONFIG_NAME}",
+    "declared": DECLARED_PROFILE,
+    "user": USER_PROFILES,
+    "shipped": SHIPPED_PROFILES,
+    "state": STATE_DIR,
+    "socket_dir": os.path.dirname(SOCKET),
+    "socket": SOCKET,
+    "cache": CACHE_DIR,
+    "models": MODEL_DIR,
+}
+POD_PORTS = {
+    "sglang": SGLANG_PORT,
+    "metrics": METRICS_PORT,
+    "health": HEALTH_PORT,
+    "dist": DIST_PORT,
+    "period": PROBE_PERIOD_S,
+}
+FILES = {
+    "configmaps": "00-configmaps.yaml",
+    "deployment": "10-deployment.yaml",
+    "leaderworkerset": "10-leaderworkerset.yaml",
+    "service": "20-service.yaml",
+    "pdb": "30-poddisruptionbudget.yaml",
+    "podmonitor": "40-podmonitor.yaml",
+    "grafana": "50-grafana.yaml",
+}
+
+
+@dataclass(frozen=True)
+class KubeOptions:
+    """What `fastverifyctl render kubernetes` takes; defaults are the production layout."""
+
+    profile: str | None = None  # None: decision record's, else the config's default_profile
+    mode: str | None = None  # None: decision record's, else the config's server.mode
+    nodes: int = 1
+    replicas: int = 1
+    namespace: str = "fastverify"
+    name: str = "fastverify"
+    image: str = field(default_factory=default_image)
+    config_file: str | None = None  # None: the image's own configuration
+    profile_dirs: tuple[str, ...] | None = None  # None: the configuration's profile_dirs
+    from_decision: str | None = None
+    gpus_per_node: int | None = None  # None: the configuration's server.tp_size
+    gpu_resource: str = "nvidia.com/gpu"
+    cpu: str = "32"
+    memory: str = "480Gi"
+    shm_size: str = "64Gi"
+    model_pvc: str | None = None  # None: "<name>-models"
+    model_host_path: str | None = None  # instead of a PVC
+    cache_pvc: str | None = None  # None: an emptyDir per pod
+    run_as_user: int | None = 1000  # None: as the image says (root for lmsysorg/sglang)
+    startup_s: int = 2400  # startup probe window: >= a 30-minute load + verification
+    progress_deadline_s: int | None = None  # None: startup window + 20 minutes
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    hf_token_secret: str | None = None  # a Secret with key HF_TOKEN
+    force: bool = False  # profiles refused without --force (LL128 without NVLink)
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """Rendered files (name -> text) and what the tests and the CLI report."""
+
+    files: dict[str, str]
+    profile: str
+    mode: str
+    workload: str  # "Deployment" | "LeaderWorkerSet"
+    gpus_per_node: int
+    tp_size: int
+    profile_checksum: str
+    config_checksum: str
+    config_text: str
+    notes: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------- inputs
+def read_decision(path: str) -> tuple[str, str, dict[str, Any]]:
+    """`decision.profile` and `decision.mode` of tune's decision record (and the decision)."""
+    from fastverify.config import MODES
+
+    expected = (
+        'expected tune\'s decision record: {"decision": {"profile": "ring-ll", '
+        '"mode": "baseline"|"eagle3", ...}, "stages": [...]}'
+    )
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise RenderError(f"{path}: cannot read the decision record ({why})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RenderError(f"{path}: not JSON ({exc}; {expected})") from None
+    decision = data.get("decision") if isinstance(data, dict) else None
+    if not isinstance(decision, dict):
+        raise RenderError(f'{path}: no "decision" object ({expected})')
+    profile, mode = decision.get("profile"), decision.get("mode")
+    if not isinstance(profile, str) or not profile:
+        raise RenderError(f"{path}: decision.profile is missing or not a string ({expected})")
+    if mode not in MODES:
+        raise RenderError(
+            f"{path}: decision.mode is {json.dumps(mode)} (expected one of {', '.join(MODES)})"
+        )
+    return profile, mode, decision
+
+
+def _load_config(options: KubeOptions) -> Any:
+    from fastverify import config as configmod
+
+    path = Path(options.config_file) if options.config_file else image_config()
+    try:
+        return configmod.load(path)
+    except configmod.ConfigError as exc:
+        raise RenderError(str(exc)) from None
+
+
+def image_config() -> Path:
+    """The configuration the image ships (compose/fastverifyd.container.toml)."""
+    return paths.template_dir("compose") / "fastverifyd.container.toml"
+
+
+def _profile_files(directory: str, *, user: bool) -> dict[str, bytes]:
+    """`NAME.env` files of one profile directory, byte for byte (symbolic links only inside
+    it, as the daemon reads them), plus the tuner tables user profiles name beside them."""
+    from fastverify.profiles import envfile
+    from fastverify.profiles.store import SUFFIX, name_problem
+
+    root = Path(directory)
+    out: dict[str, bytes] = {}
+    try:
+        names = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return out
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise RenderError(f"{root}: cannot list the profile directory ({why})") from None
+    for name in names:
+        if not name.endswith(SUFFIX) or name_problem(name[: -len(SUFFIX)]) is not None:
+            continue
+        path = root / name
+        try:
+            out[name] = envfile.read_checked(path, root)
+        except (envfile.UnsafeFile, OSError) as exc:
+            raise RenderError(f"{path}: {exc}") from None
+        if user:
+            table = _tuner_table(out[name])
+            if table and "/" not in table and KEY_RE.fullmatch(table) and (root / table).is_file():
+                out[table] = envfile.read_checked(root / table, root)
+    return out
+
+
+def _tuner_table(content: bytes) -> str | None:
+    for line in content.decode("utf-8", "replace").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "FASTVERIFY_TUNER_TABLE":
+            return value.strip()
+    return None
+
+
+def _chain(store: Any, name: str) -> list[Any]:
+    """The profile and every profile its `# extends:` chain names, as the store resolves
+    them (a base of the profile's own name is the next file of that name down the search
+    path); a missing base ends it (the store has refused such a profile already)."""
+    from fastverify.profiles import envfile
+    from fastverify.profiles.store import SUFFIX, Entry
+
+    search = [(paths.normalize(d), src) for d, src in store.search_path()]
+    out = []
+    entry = store.find(name)
+    while entry is not None and len(out) <= 32:
+        out.append(entry)
+        meta = envfile.parse_file(entry.file, entry.root_dir).meta
+        if "extends" not in meta:
+            break
+        base = meta["extends"][1]
+        if base != entry.name:
+            entry = store.find(base)
+            continue
+        dirs = [d for d, _ in search]
+        after = search[dirs.index(entry.root_dir) + 1 :] if entry.root_dir in dirs else []
+        entry = next(
+            (
+                Entry(base, os.path.join(d, base + SUFFIX), src, root=d)
+                for d, src in after
+                if os.path.isfile(os.path.join(d, base + SUFFIX))
+            ),
+            None,
+        )
+    return out
+
+
+def _texts(files: Mapping[str, bytes], where: str) -> dict[str, str]:
+    """ConfigMap `data` values are text: every file must be UTF-8 (profiles are)."""
+    out = {}
+    for key, content in files.items():
+        try:
+            out[key] = content.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise RenderError(
+                f"{where}: {key}: byte {exc.start} is not UTF-8 (a profile is plain text; "
+                "fix or remove the file)"
+            ) from None
+    return out
+
+
+def _checksum(parts: Mapping[str, bytes]) -> str:
+    h = hashlib.sha256()
+    for key in sorted(parts):
+        h.update(key.encode() + b"\0" + hashlib.sha256(parts[key]).digest())
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------------- config text
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string (same escapes)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML spelling for {value!r}")
+
+
+def daemon_config_text(cfg: Any, source: str) -> str:
+    """The pod's fastverifyd.toml: every key of `cfg`, spelled out (None values omitted)."""
+    server = dataclasses.asdict(cfg.server)
+    eagle3 = server.pop("eagle3")
+    env = server.pop("env")
+    daemon = dataclasses.asdict(cfg.daemon)
+    lines = [
+        "# fastverifyd configuration of a Kubernetes pod, rendered by `fastverifyctl render",
+        f"# kubernetes` from {source}. Declarative: the profile and mode below are the",
+        "# manifest's (docs/kubernetes.md); change them by rendering and applying again.",
+        "",
+        "[server]",
+    ]
+    lines += [f"{k} = {_toml_value(v)}" for k, v in server.items() if v is not None]
+    lines += ["", "[server.eagle3]"]
+    lines += [f"{k} = {_toml_value(v)}" for k, v in eagle3.items()]
+    lines += ["", "[server.env]"]
+    lines += [f"{k} = {_toml_value(v)}" for k, v in sorted(env.items())]
+    lines += ["", "[daemon]"]
+    lines += [f"{k} = {_toml_value(v)}" for k, v in daemon.items() if v is not None]
+    return "\n".join(lines) + "\n"
+
+
+def pod_config(cfg: Any, profile: str, mode: str, nodes: int, gpus: int) -> Any:
+    """The daemon configuration a pod runs: the operator's server settings, with the pod's
+    paths, listeners, declared profile/mode and (multi-node) the total TP size."""
+    env = dict(cfg.server.env)
+    # SGLang points Triton, Inductor, CUDA and FlashInfer JIT caches under SGLANG_CACHE_DIR
+    # (sglang/srt/environ.py third_party_cache_defaults); FlashInfer's PCIe-IPC all-reduce
+    # persists its tactics under FLASHINFER_AUTOTUNE_DIR: all on the cache volume.
+    env.setdefault("SGLANG_CACHE_DIR", f"{CACHE_DIR}/sglang")
+    env.setdefault("FLASHINFER_WORKSPACE_BASE", f"{CACHE_DIR}/sglang")
+    env.setdefault("FLASHINFER_AUTOTUNE_DIR", f"{CACHE_DIR}/flashinfer-autotune")
+    server = dataclasses.replace(
+        cfg.server,
+        host="0.0.0.0",
+        port=SGLANG_PORT,
+        mode=mode,
+        tp_size=gpus * nodes,
+        nnodes=nodes,
+        node_rank=0,
+        dist_init_addr="",  # each pod's fastverifyd gets it from LWS (--dist-init-addr)
+        env=env,
+    )
+    daemon = dataclasses.replace(
+        cfg.daemon,
+        state_dir=STATE_DIR,
+        socket=SOCKET,
+        socket_group="",  # the pod's user owns the socket (mode 0660); kubectl exec is it
+        tcp_listen="",
+        token_file="",
+        metrics_listen=f"0.0.0.0:{METRICS_PORT}",
+        health_listen=f"0.0.0.0:{HEALTH_PORT}",
+        declarative=True,
+        default_profile=profile,
+        profile_dirs=(DECLARED_PROFILE, USER_PROFILES, SHIPPED_PROFILES),
+    )
+    return dataclasses.replace(cfg, server=server, daemon=daemon)
+
+
+# ------------------------------------------------------------------------- checks
+def _check(options: KubeOptions) -> None:
+    if not NAME_RE.fullmatch(options.name) or len(options.name) > 40:
+        raise RenderError(
+            f"--name {options.name!r}: expected a DNS label of at most 40 characters "
+            "(lower case letters, digits, '-'; the objects get suffixes)"
+        )
+    if not NAME_RE.fullmatch(options.namespace) or len(options.namespace) > 63:
+        raise RenderError(f"--namespace {options.namespace!r}: expected a DNS label")
+    if not 1 <= options.nodes <= 64:
+        raise RenderError(f"--nodes {options.nodes}: expected 1..64")
+    if not 0 <= options.replicas <= 1000:
+        raise RenderError(f"--replicas {options.replicas}: expected 0..1000")
+    for flag, value in (("--cpu", options.cpu), ("--memory", options.memory),
+                        ("--shm-size", options.shm_size)):  # fmt: skip
+        if not QUANTITY_RE.fullmatch(value):
+            raise RenderError(f"{flag} {value!r}: expected a Kubernetes quantity like 32 or 64Gi")
+    if options.startup_s < 1800:
+        raise RenderError(
+            f"--startup-seconds {options.startup_s}: expected at least 1800 (a model load "
+            "may take 30 minutes before verification)"
+        )
+    if not options.image or any(ch.isspace() for ch in options.image):
+        raise RenderError(f"--image {options.image!r}: expected an image reference")
+    if options.model_pvc and options.model_host_path:
+        raise RenderError("--model-pvc and --model-host-path: give one of them")
+    if options.model_host_path and not options.model_host_path.startswith("/"):
+        raise RenderError(
+            f"--model-host-path {options.model_host_path!r}: expected an absolute path"
+        )
+    for flag, value in (("--model-pvc", options.model_pvc), ("--cache-pvc", options.cache_pvc),
+                        ("--hf-token-secret", options.hf_token_secret)):  # fmt: skip
+        if value is not None and not NAME_RE.fullmatch(value):
+            raise RenderError(f"{flag} {value!r}: expected the name of an object (a DNS label)")
+
+
+def _quantity_bytes(q: str) -> float:
+    units = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
+             "Ti": 2**40, "m": 1e-3, "": 1}  # fmt: skip
+    m = QUANTITY_RE.fullmatch(q)
+    assert m is not None
+    return float(q[: len(q) - len(m.group(2) or "")]) * units[m.group(2) or ""]
+
+
+# ------------------------------------------------------------------------- render
+def render(options: KubeOptions) -> Bundle:
+    """Every manifest for `options` (see the module docstring); RenderError when invalid."""
+    from fastverify.config import MODES
+    from fastverify.engines.base import EngineArgError
+    from fastverify.engines.sglang import server_args
+    from fastverify.profiles import envfile
+    from fastverify.profiles.model import ProfileError
+    from fastverify.profiles.store import ProfileStore
+    from fastverify.profiles.validate import Topology
+    from fastverify.sglang.versions import PINNED_VERSION, generation_for
+
+    _check(options)
+    notes: list[str] = []
+    cfg = _load_config(options)
+    profile, mode = options.profile, options.mode
+    decision: dict[str, Any] | None = None
+    if options.from_decision:
+        d_profile, d_mode, decision = read_decision(options.from_decision)
+        for flag, given, recorded in (("--profile", profile, d_profile), ("--mode", mode, d_mode)):
+            if given is not None and given != recorded:
+                raise RenderError(
+                    f"{flag} {given} contradicts {options.from_decision}: the decision is "
+                    f"{recorded} (drop {flag}, or render without --from-decision)"
+                )
+        profile, mode = d_profile, d_mode
+        if decision.get("applied") is False:
+            notes.append(
+                f"{options.from_decision}: tune did not apply {d_profile}/{d_mode} on its host"
+                f" ({decision.get('why') or 'no reason recorded'}); rendering it as decided"
+            )
+    profile = profile or cfg.daemon.default_profile
+    mode = mode or cfg.server.mode
+    if mode not in MODES:
+        raise RenderError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
+
+    user_dirs = list(options.profile_dirs if options.profile_dirs is not None else
+                     (str(d) for d in cfg.profile_dirs))  # fmt: skip
+    shipped_dir = str(paths.shipped_profile_dir())
+    # The render host's GPUs say nothing about the cluster's: LL128 needs --force here.
+    store = ProfileStore(user_dirs=user_dirs, shipped_dir=shipped_dir,
+                         topology=Topology(None, "unknown: rendering for a cluster"))  # fmt: skip
+    try:
+        loaded = store.load(profile, force=options.force, allow_path=False)
+    except ProfileError as exc:
+        problems = "\n".join(str(p) for p in exc.problems)
+        raise RenderError(f"profile {profile!r} cannot be rendered:\n{problems}") from None
+
+    gpus = options.gpus_per_node or cfg.server.tp_size
+    pod_cfg = pod_config(cfg, loaded.name, mode, options.nodes, gpus)
+    generation = (
+        cfg.server.sglang_flags if cfg.server.sglang_flags != "auto"
+        else generation_for(PINNED_VERSION)
+    )  # fmt: skip
+    try:  # the argv node 0 will build: eagle3 without a drafter, bad requires, ... fail here
+        probe = dataclasses.replace(pod_cfg.server, dist_init_addr="leader:1")
+        server_args(probe, mode, loaded.requires, generation, probe.model_path or "/models/model")
+    except EngineArgError as exc:
+        raise RenderError(f"{loaded.name}/{mode}: {exc}") from None
+    source = os.path.basename(cfg.source) if cfg.source else "the built-in defaults"
+    config_text = daemon_config_text(pod_cfg, source)
+    _reparse(config_text, options.nodes)
+
+    shipped = _profile_files(shipped_dir, user=False)
+    user: dict[str, bytes] = {}
+    for d in user_dirs:  # the first directory wins, as in the daemon's search
+        for key, content in _profile_files(d, user=True).items():
+            user.setdefault(key, content)
+    for label, files in (("shipped", shipped), ("user", user)):
+        size = sum(len(v) for v in files.values())
+        if size > CONFIGMAP_LIMIT:
+            raise RenderError(
+                f"the {label} profiles hold {size} bytes, more than one ConfigMap takes "
+                f"({CONFIGMAP_LIMIT}); remove unused profiles from {user_dirs or shipped_dir}"
+            )
+    # The declared profile's own files (it and its extends chain, as the store resolved
+    # them here), in a ConfigMap named by their content: the pod searches it first.
+    snapshot: dict[str, bytes] = {}
+    checked: dict[str, bytes] = {}  # what the checksum covers: the snapshot and any base
+    for entry in _chain(store, loaded.name):
+        content = envfile.read_checked(Path(entry.file), Path(entry.root_dir))
+        key = os.path.basename(entry.file)
+        checked[f"{len(checked)}:{key}"] = content
+        if key in snapshot:  # a user profile refining the shipped one of the same name
+            notes.append(
+                f"{loaded.name} extends {key[: -len('.env')]} of the same name: the pod finds "
+                "that base in the profiles ConfigMaps (a rollout undo restores the file, not "
+                "its base)"
+            )
+            continue
+        snapshot[key] = content
+        table = _tuner_table(content)
+        if entry.source == "user" and table in user:
+            snapshot[table] = checked[f"{len(checked)}:{table}"] = user[table]
+    profile_checksum = _checksum(checked)
+    config_checksum = hashlib.sha256(config_text.encode()).hexdigest()
+
+    dashboards_dir = paths.template_dir("compose") / "grafana" / "dashboards"
+    dashboards = {
+        p.name: p.read_text(encoding="utf-8") for p in sorted(dashboards_dir.glob("*.json"))
+    }
+
+    startup_failures = math.ceil(
+        max(options.startup_s, cfg.daemon.readiness_timeout_s + 300) / PROBE_PERIOD_S
+    )
+    startup_window = startup_failures * PROBE_PERIOD_S
+    shm = _quantity_bytes(options.shm_size)
+    if shm >= _quantity_bytes(options.memory):
+        raise RenderError(
+            f"--shm-size {options.shm_size} must be below --memory {options.memory}: the "
+            "in-memory /dev/shm counts against the container's memory limit"
+        )
+    workload = "LeaderWorkerSet" if options.nodes > 1 else "Deployment"
+    context = {
+        "o": options,
+        "name": options.name,
+        "namespace": options.namespace,
+        "profile": loaded.name,
+        "profile_source": loaded.source,
+        "mode": mode,
+        "nodes": options.nodes,
+        "gpus": gpus,
+        "tp_size": gpus * options.nodes,
+        "workload": workload,
+        "shipped": _texts(shipped, shipped_dir),
+        "user": _texts(user, ", ".join(user_dirs)),
+        "config_text": config_text,
+        "dashboards": dashboards,
+        "profile_checksum": profile_checksum,
+        "config_checksum": config_checksum,
+        "decision": decision,
+        "decision_file": os.path.basename(options.from_decision) if options.from_decision else None,
+        "startup_failures": startup_failures,
+        "startup_window": startup_window,
+        "progress_deadline": options.progress_deadline_s or startup_window + 1200,
+        "model_pvc": options.model_pvc or f"{options.name}-models",
+        # content-addressed: a pod template names the exact ConfigMaps it was rendered with
+        # (the profile directories are stable objects: editing another profile rolls no pod)
+        "cm": {
+            "config": f"{options.name}-config-{config_checksum[:10]}",
+            "declared": f"{options.name}-profile-{profile_checksum[:10]}",
+            "user": f"{options.name}-profiles-user",
+            "shipped": f"{options.name}-profiles-shipped",
+        },
+        "declared": _texts(snapshot, loaded.name),
+        "paths": POD_PATHS,
+        "ports": POD_PORTS,
+        "grace_s": int(cfg.daemon.stop_grace_s + cfg.daemon.gpu_release_timeout_s + 30),
+        "annotation": ANNOTATION,
+    }
+    env = _environment()
+    files = {}
+    for key, out in FILES.items():
+        if key == "deployment" and workload != "Deployment":
+            continue
+        if key == "leaderworkerset" and workload != "LeaderWorkerSet":
+            continue
+        files[out] = env.get_template(f"{key}.yaml.j2").render(**context)
+    return Bundle(
+        files=files,
+        profile=loaded.name,
+        mode=mode,
+        workload=workload,
+        gpus_per_node=gpus,
+        tp_size=gpus * options.nodes,
+        profile_checksum=profile_checksum,
+        config_checksum=config_checksum,
+        config_text=config_text,
+        notes=notes,
+    )
+
+
+def _reparse(text: str, nodes: int) -> None:
+    """The rendered configuration must load in the daemon as the pods run it (every key
+    checked; multi-node with the flags a leader's container passes)."""
+    import tempfile
+
+    from fastverify import config as configmod
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / CONFIG_NAME
+        path.write_text(text, encoding="utf-8")
+        try:
+            tomllib.loads(text)
+            flags = {"server": {"node_rank": 0, "dist_init_addr": f"leader:{DIST_PORT}"}}
+            configmod.load(path, flags if nodes > 1 else None)
+        except (tomllib.TOMLDecodeError, configmod.ConfigError) as exc:  # a renderer bug
+            raise RenderError(f"rendered configuration does not load: {exc}") from None
+
+
+def _yaml_text(value: str, indent: int) -> str:
+    """`value` as a YAML scalar that reads back byte for byte: a literal block (`|`) when
+    the text allows it, else a double-quoted string with YAML's escapes."""
+    lines = value.split("\n")
+    plain = (
+        value.endswith("\n")
+        and not value.endswith("\n\n")
+        and "\r" not in value
+        and "\t" not in value
+        and all(line == line.rstrip() for line in lines)
+        and not value.startswith((" ", "\n"))
+        and all(ch.isprintable() for ch in value.replace("\n", ""))
+        and "\ufeff" not in value
+    )
+    if not plain:
+        return _yaml_quoted(value)
+    pad = " " * indent
+    body = "\n".join(pad + line if line else "" for line in lines[:-1])
+    return "|\n" + body
+
+
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _yaml_quoted(value: str) -> str:
+    """A YAML double-quoted scalar: printable characters as they are (UTF-8), everything
+    else as a YAML escape (\\xXX, \\uXXXX, \\UXXXXXXXX: one code point each, never a
+    surrogate pair, which YAML readers decode as two broken halves)."""
+    out = []
+    for ch in value:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) <= 0xFF:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) <= 0xFFFF:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return '"' + "".join(out) + '"'
+
+
+def _environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(paths.template_dir("kubernetes"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["yaml_text"] = _yaml_text
+    env.filters["json"] = json.dumps
+    return env
+
+
+def write_bundle(output_dir: Path, bundle: Bundle) -> list[Path]:
+    """Write the bundle's files (each replaced atomically); the paths written."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in bundle.files.items():
+        path = output_dir / name
+        tmp = path.with_name(f".{name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+        written.append(path)
+    for stale in ("10-deployment.yaml", "10-leaderworkerset.yaml"):  # the other workload
+        if stale not in bundle.files and (output_dir / stale).exists():
+            (output_dir / stale).unlink()
+    return written
