@@ -16,7 +16,7 @@ from fastverify.profiles.effective import effective_env, effective_view
 from fastverify.profiles.model import ProfileError
 from fastverify.profiles.store import ProfileStore
 from fastverify.profiles.validate import Topology
-from fastverify.tuner.doctor_checks import check_tuner
+from fastverify.profiles.doctor_tuner import check_tuner
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ROOT / "profiles"
