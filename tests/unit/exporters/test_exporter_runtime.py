@@ -186,3 +186,31 @@ def test_a_failed_window_leaves_no_directory(stub: SGLangStub, tmp_path: Path) -
         assert list(tmp_path.iterdir()) == []
     finally:
         rt.stop()
+
+
+def test_a_capture_waits_for_a_window_in_progress_when_asked(tmp_path: Path) -> None:
+    """The daemon's API capture waits (`wait_s`) for a background window instead of refusing;
+    without `wait_s` a second window at once is refused and nothing of it starts."""
+    import threading
+
+    stub = SGLangStub(tp_size=2, profile_delay_s=1.5).start()
+    try:
+        stub.values["num_running_reqs"] = 2.0
+        rt = ExporterRuntime(MetricsHub(), "", stub.url, tmp_path, 0, 3, capture_timeout_s=30,
+                             expected_ranks=2)  # fmt: skip
+        first: dict = {}
+        t = threading.Thread(target=lambda: first.update(rt.capture(3)))
+        t.start()
+        deadline = time.monotonic() + 20
+        while not stub.profile_requests and time.monotonic() < deadline:  # window 1 runs
+            time.sleep(0.05)
+        assert len(stub.profile_requests) == 1
+        with pytest.raises(CaptureRefused, match="another profile window"):
+            rt.capture(3)
+        assert len(stub.profile_requests) == 1  # the refused one started nothing
+        second = rt.capture(3, wait_s=30)
+        t.join(30)
+        assert first["steps"] == 3 and second["steps"] == 3
+        assert len(stub.profile_requests) == 2 and first["window"] != second["window"]
+    finally:
+        stub.stop()
