@@ -436,7 +436,8 @@ EXTRACTORS: dict[str, Callable[[dict], list[Figure]]] = {
 NOTES = {
     "cli": "Every command runs as a real subprocess, interleaved round-robin with the others"
     " (first round dropped), `status` and `profile list` against a running fastverifyd (sim);"
-    " child CPU is user + system time from getrusage. Wall time includes interpreter start-up"
+    " child CPU is user + system time from getrusage; fastverify's bytecode is compiled first,"
+    " as an install has it (click's is, in the venv). Wall time includes interpreter start-up"
     " and, on a shared host, time spent waiting for a CPU: the same-run ratios to"
     " `import click`, the CPU ratios above all, are the figures to read across machines"
     " and loads.",

@@ -108,7 +108,7 @@ def show_cmd(
             cuda_graph=prof.requires.get("cuda-graph") != "off",
             custom_all_reduce=prof.requires.get("custom-all-reduce") != "off",
         )
-        from fastverify.tuner.profile import tuner_view
+        from fastverify.profiles.tuner import tuner_view
 
         if (tuner := tuner_view(prof)) is not None:
             data["tuner"] = tuner
@@ -140,7 +140,7 @@ def show_cmd(
         else:
             table(["VARIABLE", "VALUE", "SOURCE"], rows, no_wrap=("VARIABLE",))
         if "tuner" in data:
-            from fastverify.tuner.profile import tuner_lines
+            from fastverify.profiles.tuner import tuner_lines
 
             click.echo("\n".join(tuner_lines(data["tuner"])))
         for line in data["engine_env"]["lines"]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastverify.daemon import events as ev
 from fastverify.daemon import procs
@@ -24,15 +24,38 @@ from fastverify.daemon.states import State
 
 log = logging.getLogger("fastverifyd.controller")
 
-if TYPE_CHECKING:
-    from fastverify.daemon.controller import Controller
 
-    _Base = Controller
-else:
-    _Base = object
+class CrashSteps:
+    """Mixed into `Controller`, whose state it uses (it never imports controller.py: the
+    dependency runs one way, controller -> crashes). What it relies on:"""
 
+    current: EngineHandle | None
+    launcher: Any
+    slot: Any
+    state: State
+    shutting_down: Any
+    crashes: Any
+    restarts: Any
+    bus: Any
+    store: Any
+    resolver: Any
+    engine: Any
+    cfg: Any
+    clock: Any
+    last_failure: Any
+    _lock: Any
+    say: Any
+    set_state: Any
+    record_failure: Any
+    set_finding: Any
+    clear_finding: Any
+    _result: Any
+    _succeeded: Any
+    _start: Any
+    _spawn_thread: Any
+    _settings: Any
+    _finish: Any
 
-class CrashSteps(_Base):
     def _on_exit(self, h: EngineHandle) -> None:
         if h.expected_exit or self.shutting_down.is_set():
             return

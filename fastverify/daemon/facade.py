@@ -269,8 +269,9 @@ class ControlFacade:
         self, steps: int | None, cancelled: Callable[[], bool] | None = None
     ) -> dict[str, Any]:
         """One profile window now: 409 when the exporter is off, the engine is idle or
-        another window runs (nothing started); 502 when the window failed (it was stopped
-        on the server and removed); `cancelled()` (the client went away) stops it."""
+        another window still runs after the capture timeout (nothing started); 502 when the
+        window failed (it was stopped on the server and removed); `cancelled()` (the client
+        went away) stops it."""
         from fastverify.exporters.runtime import CaptureRefused
 
         runtime = self.feed.runtime if self.feed is not None else None
@@ -282,8 +283,8 @@ class ControlFacade:
             raise RequestError(
                 409, f"no engine is serving (state {self.ctl.state}): nothing to profile"
             )
-        try:
-            return runtime.capture(steps, cancelled)
+        try:  # a background window in progress is waited for, not a refusal
+            return runtime.capture(steps, cancelled, wait_s=runtime.capture_timeout_s)
         except CaptureRefused as exc:
             raise RequestError(409, str(exc), reason="capture_refused") from None
         except Exception as exc:

@@ -35,6 +35,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from fastverify.nccl import loglines as nccl_lines
+
 # Most specific first: a CUDA-graph capture failure caused by OOM is reported as OOM's
 # consequence by SGLang ("Capture cuda graph failed: CUDA out of memory"), so OOM wins there.
 PATTERNS: list[tuple[str, re.Pattern[str]]] = [
@@ -75,14 +77,7 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"|error: ambiguous option"
         ),
     ),
-    (
-        "nccl_error",
-        re.compile(
-            r"NCCL WARN|NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError"
-            r"|ncclInvalidUsage|ncclInvalidArgument|ncclRemoteError|NCCL failure",
-            re.I,
-        ),
-    ),
+    ("nccl_error", nccl_lines.FAILURE),  # NCCL's own failure text (fastverify.nccl)
 ]
 
 TUNER_REASONS = (

@@ -25,21 +25,17 @@ from typing import Any
 
 from fastverify.exporters import logparse
 from fastverify.exporters.follow import Tail
-from fastverify.redact import is_secret_name, mask_argv, mask_env, mask_text, secret_values
+from fastverify.redact import mask_text
 
 __all__ = [
     "READY_LINE",
     "LineFacts",
     "LogRing",
     "LogTail",
-    "is_secret_name",
     "mask",
-    "mask_argv",
-    "mask_env",
     "parse",
     "parse_progress",
     "parse_throughput",
-    "secret_values",
 ]
 
 READY_LINE = "The server is fired up and ready to roll!"

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastverify.daemon import events as ev
+from fastverify.daemon.failures import REASONS
 from fastverify.daemon.notify import Notifier
 from fastverify.daemon.states import State
 from fastverify.daemon.statestore import StateStore
@@ -32,6 +33,10 @@ log = logging.getLogger("fastverifyd.observers")
 SWITCH_KINDS = ("switch", "mode")
 # Operations counted as engine restarts by their kind.
 RESTART_KINDS = ("switch", "mode", "restart")
+# `reason` values of fastverify_engine_restarts_total known in advance: the operations that
+# restart the engine, and the crash reasons of failures.py (an unrecognised exit is
+# `exited(CODE)`, which cannot be known before it happens)
+RESTART_REASONS = (*RESTART_KINDS, *REASONS)
 EXTEND_S = 30.0
 
 
@@ -93,6 +98,8 @@ class ExporterFeed:
 
     def __init__(self, hub: Any) -> None:
         self.hub = hub
+        # every restart reason the daemon can report, at 0 before the first restart
+        hub.declare_restart_reasons(RESTART_REASONS)
         self.runtime: Any = None  # ExporterRuntime once started
         self._url: str | None = None
 

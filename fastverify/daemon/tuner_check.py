@@ -24,12 +24,12 @@ from typing import Any
 import psutil
 
 from fastverify.daemon.failures import TUNER_REASONS, Failure
+from fastverify.nccl.loglines import has_comm_init
 from fastverify.tuner import plugin as plugin_mod
 from fastverify.tuner.loaded import REASON_NO_LOG, REASON_NOT_LOADED, check_tuner_loaded
 
 TABLE_ENV = plugin_mod.TABLE_ENV
 PLUGIN_ENV = "NCCL_TUNER_PLUGIN"
-_COMM_INIT = " NCCL INFO ncclCommInitRank"  # NCCL 2.28: "ncclCommInitRank[Config] comm 0x.."
 REASONS = TUNER_REASONS  # the same strings as fastverify.tuner.loaded's REASON_*
 
 
@@ -70,7 +70,7 @@ def check_engine_tuner(
             continue
     # NCCL loads the tuner at communicator init: a process that printed NCCL lines without
     # creating a communicator (e.g. only ncclGetUniqueId) has nothing to show.
-    with_comm = [t for t in texts if _COMM_INIT in t]
+    with_comm = [t for t in texts if has_comm_init(t)]
     st = check_tuner_loaded(with_comm or texts, plugin_mod.PLUGIN_NAME)
     where = f" (NCCL output: {debug_dir})"
     if st.reason is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,6 +141,7 @@ class MetricsHub:
         self._engine_start_seconds: float | None = None
         # counters (process lifetime)
         self._restarts: Counter[str] = Counter()
+        self._restart_reasons: tuple[str, ...] = ()  # published at 0 before any restart
         self._switches: Counter[str] = Counter()
         self._allreduce_calls: Counter[tuple[str, str, str]] = Counter()  # (profile, mode, src)
         self._verify_hist: dict[tuple[str, str], Histogram] = {}
@@ -237,6 +238,15 @@ class MetricsHub:
             raise ValueError(f"switch result {result!r} is not one of {SWITCH_RESULTS}")
         with self._lock:
             self._switches[result] += 1
+            self.version += 1
+
+    def declare_restart_reasons(self, reasons: Iterable[str]) -> None:
+        """The `reason` values of fastverify_engine_restarts_total known in advance: each is
+        published at 0 from now on, so the first restart of a reason is an increase that
+        Prometheus' increase()/offset see (a series born at 1 looks like 1 -> 1; Prometheus'
+        guidance: initialise the label sets you know). Switch results are always published."""
+        with self._lock:
+            self._restart_reasons = tuple(dict.fromkeys([*self._restart_reasons, *reasons]))
             self.version += 1
 
     def on_restart(self, reason: str) -> None:
@@ -480,7 +490,7 @@ class MetricsHub:
                 "engine": self._engine or "",
                 "settings": dict(self._settings),
                 "engine_start_seconds": self._engine_start_seconds,
-                "restarts": dict(self._restarts),
+                "restarts": {**dict.fromkeys(self._restart_reasons, 0), **self._restarts},
                 "switches": {r: self._switches.get(r, 0) for r in SWITCH_RESULTS},
                 "allreduce_calls": dict(self._allreduce_calls),
                 "verify_hist": {k: h.copy() for k, h in self._verify_hist.items()},

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from fastverify.nccl.loglines import parse_nccl_line
+from fastverify.nccl.loglines import is_info_line, parse_nccl_line
 from fastverify.sglang.loglines import READY_TEXT, parse_sglang_line
 
 Record = dict[str, Any]
@@ -27,7 +27,7 @@ def parse_line(line: str) -> Record | None:
     """Return the record for one log line, or None when the line is not one we know."""
     if "NCCL" in line:
         rec = parse_nccl_line(line)
-        if rec is not None or " NCCL INFO " in line:
+        if rec is not None or is_info_line(line):
             return rec  # an NCCL INFO line is never also a decode/prefill/ready line
     return parse_sglang_line(line)
 

@@ -8,13 +8,22 @@
   hub, delete all but the newest `keep_windows` window directories;
 - optionally an NCCL inspector directory follower (`inspector.InspectorFollower`).
 
-`capture(steps, cancelled)` runs one window now (also used by the daemon's POST
-/v1/trace/capture) and returns the analysis dict (`{"ranks": [...], "window": dir, "steps": N,
-"captured_at": t}`). It raises `CaptureRefused` (nothing started) when the engine is idle
-(SGLang's gauges: no running or queued request) or another window runs, and `CaptureError`
-with an operator-facing message when the window fails; a failed, timed-out or cancelled
-window is stopped on the server (POST /stop_profile) and its directory removed. Background
-windows are skipped while the engine is idle.
+`capture(steps, cancelled, wait_s=0)` runs one window now (also used by the daemon's POST
+/v1/trace/capture, which waits up to the capture timeout for a window already running) and
+returns the analysis dict (`{"ranks": [...], "window": dir, "steps": N, "captured_at": t}`).
+It raises `CaptureRefused` (nothing started) when the engine is idle or another window runs
+past `wait_s`, and `CaptureError` with an operator-facing message when the window fails; a
+failed, timed-out or cancelled window is stopped on the server (POST /stop_profile) and its
+directory removed. Background windows are skipped while the engine is idle.
+
+Idle means evidence that nothing is served, never one sample of a gauge (SGLang refreshes
+`num_running_reqs` at log intervals; one read between batches says 0 under load): over
+`traffic_window_s` (3 s) SGLang's /metrics is read every `traffic_poll_s`, and the window
+starts as soon as a read shows a running or queued request or any activity counter
+(forward passes, generated/prompt tokens, finished requests:
+`fastverify.sglang.metrics.ACTIVITY_COUNTERS`) has moved since the first read. Refused only
+when none did; a server whose /metrics cannot be read or has none of those counters is not
+refused (the window's own timeout applies).
 """
 
 from __future__ import annotations
@@ -111,6 +120,8 @@ class ExporterRuntime:
         keep_windows: int = 3,
         capture_timeout_s: float = 120.0,
         expected_ranks: int | None = None,
+        traffic_window_s: float = 3.0,
+        traffic_poll_s: float = 0.25,
     ) -> None:
         self.hub = hub
         self.listen = listen or ""
@@ -124,6 +135,8 @@ class ExporterRuntime:
         self.keep_windows = max(1, keep_windows)
         self.capture_timeout_s = capture_timeout_s
         self.expected_ranks = expected_ranks
+        self.traffic_window_s = traffic_window_s
+        self.traffic_poll_s = traffic_poll_s
         self.server = None
         self._poller = None
         self._inspector = None
@@ -223,27 +236,29 @@ class ExporterRuntime:
         cancelled: Callable[[], bool] | None = None,
         *,
         require_traffic: bool = True,
+        wait_s: float = 0.0,
     ) -> dict[str, Any]:
         """Profile the live server for `steps` forward steps, analyze every rank, feed the hub.
 
-        Refused up front (`CaptureRefused`, nothing started) when another window is running
-        or the engine reports no running or queued request: forward steps only happen under
-        load. A window that fails, times out or is `cancelled()` is stopped on the server
-        (POST /stop_profile, when the server had accepted it) and its directory removed."""
+        Refused up front (`CaptureRefused`, nothing started) when the engine is idle (see the
+        module docstring: forward steps only happen under load) or another window is still
+        running after `wait_s` seconds. A window that fails, times out or is `cancelled()` is
+        stopped on the server (POST /stop_profile, when the server had accepted it) and its
+        directory removed."""
         steps = int(steps or self.trace_steps)
         if steps < 1:
             raise CaptureError("steps must be at least 1")
         url = self._server_url
         if not url:
             raise CaptureError("no engine is serving (no server URL): nothing to profile")
-        if not self._capture_lock.acquire(blocking=False):
+        if require_traffic:  # outside the lock: an idle check never blocks a capture
+            self._require_traffic(url, steps, cancelled)
+        if not self._acquire(wait_s, cancelled):
             raise CaptureRefused(
                 "another profile window is running (a background window or another capture);"
                 " retry when it has finished"
             )
         try:
-            if require_traffic:
-                self._require_traffic(url, steps)
             try:
                 return self._capture(url, steps, cancelled)
             except CaptureError:
@@ -252,24 +267,60 @@ class ExporterRuntime:
         finally:
             self._capture_lock.release()
 
-    def _require_traffic(self, url: str, steps: int) -> None:
-        """CaptureRefused when SGLang's own gauges say nothing is running or queued (a
-        server without --enable-metrics is not refused: the window's timeout applies)."""
+    def _acquire(self, wait_s: float, cancelled: Callable[[], bool] | None) -> bool:
+        """Take the one-window lock, waiting up to `wait_s` for a window in progress."""
+        if self._capture_lock.acquire(blocking=False):
+            return True
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and not self._stop.is_set():
+            if cancelled is not None and cancelled():
+                raise CaptureError("capture cancelled")
+            if self._capture_lock.acquire(timeout=0.2):
+                return True
+        return False
+
+    def _require_traffic(
+        self, url: str, steps: int, cancelled: Callable[[], bool] | None = None
+    ) -> None:
+        """CaptureRefused when nothing is served over the traffic window (module docstring);
+        returns at the first evidence of traffic, or when there can be no evidence."""
         from fastverify.exporters import sglang_metrics
 
-        try:
-            values = sglang_metrics.reduce(sglang_metrics.fetch(url, timeout=5.0))
-        except Exception as exc:  # unknown: try the window
-            log.debug("traffic check skipped: %s", exc)
-            return
-        running = values.get("num_running_reqs")
-        queued = values.get("num_queue_reqs") or 0.0
-        if running is not None and running + queued <= 0:
-            raise CaptureRefused(
-                f"the engine is idle (0 running and 0 queued requests): a trace records {steps}"
-                " forward steps, which only happen while it serves requests; send traffic"
-                " (e.g. `fastverifyctl bench`) and capture while it runs"
-            )
+        deadline = time.monotonic() + self.traffic_window_s
+        first: dict[str, float] | None = None
+        reads = 0
+        while True:
+            try:
+                values = sglang_metrics.reduce(sglang_metrics.fetch(url, timeout=5.0))
+            except Exception as exc:  # unknown: try the window
+                log.debug("traffic check skipped: %s", exc)
+                return
+            reads += 1
+            running = values.get("num_running_reqs") or 0.0
+            queued = values.get("num_queue_reqs") or 0.0
+            if running + queued > 0:
+                return  # requests in the batch or waiting for it
+            counters = sglang_metrics.activity(values)
+            if not counters:
+                log.debug("traffic check: no activity counter on %s/metrics", url)
+                return  # no evidence either way: the window's timeout applies
+            if first is None:
+                first = counters
+            elif any(v > first.get(k, 0.0) for k, v in counters.items()):
+                return  # forward passes, tokens or finished requests since the first read
+            if time.monotonic() >= deadline and reads >= 2:
+                break
+            if self._stop.is_set():
+                raise CaptureError("exporter stopping")
+            if cancelled is not None and cancelled():
+                raise CaptureError("capture cancelled")
+            time.sleep(self.traffic_poll_s)
+        raise CaptureRefused(
+            f"the engine is idle (0 running and 0 queued requests, and no forward pass, token"
+            f" or finished request counted in {self.traffic_window_s:g} s): a trace records"
+            f" {steps} forward steps, which only happen while it serves requests; send traffic"
+            " (e.g. `fastverifyctl bench`) and capture while it runs"
+        )
 
     def _capture(
         self, url: str, steps: int, cancelled: Callable[[], bool] | None

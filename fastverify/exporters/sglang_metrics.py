@@ -10,6 +10,8 @@ Other labels (`moe_ep_rank`, `is_streaming`, ...) split groups that are then com
 SGLang labels scheduler series by `tp_rank` (and `dp_rank`/`pp_rank`): only the lowest
 tp_rank is read (the ranks of one TP group report the same batch), and gauges that are
 per-scheduler sums (throughput, requests, tokens) are summed over the remaining groups.
+`activity(values)` keeps the counters that move only while the server serves
+(`fastverify.sglang.metrics.ACTIVITY_COUNTERS`: forward passes, tokens, finished requests).
 `SGLangPoller(hub, url, interval_s)` runs this in a daemon thread and feeds
 `hub.on_sglang_metrics(values | None)`.
 """
@@ -18,10 +20,11 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from fastverify.exporters.hub import MetricsHub
 from fastverify.sglang import client
+from fastverify.sglang import metrics as sglang_names
 
 # sglang metric (without the `sglang:` prefix and without `_total`) -> (our key, how to combine)
 _WANTED: dict[str, tuple[str, str]] = {
@@ -112,6 +115,22 @@ def reduce(text: str) -> dict[str, float]:
         else:
             out[ours] = sum(values) / len(values)
     return out
+
+
+def _activity_keys() -> tuple[str, ...]:
+    keys = []
+    for name in sglang_names.ACTIVITY_COUNTERS:
+        base = name.removeprefix(sglang_names.PREFIX).removesuffix("_total")
+        keys.append(_WANTED[base][0])  # per-mode series get a suffix: a prefix test
+    return tuple(keys)
+
+
+_ACTIVITY_KEYS = _activity_keys()
+
+
+def activity(values: Mapping[str, float]) -> dict[str, float]:
+    """The counters among `reduce()`'s figures that move only while requests are served."""
+    return {k: v for k, v in values.items() if k.startswith(_ACTIVITY_KEYS)}
 
 
 class SGLangPoller:

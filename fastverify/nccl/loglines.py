@@ -7,12 +7,23 @@ banner of NCCL_DEBUG=VERSION). Messages read here (NCCL 2.28.9, see tests/fixtur
 - `NCCL_ALGO set by environment to Tree`, `NCCL_BUFFSIZE set by environment to 16777216.`
   (numbers may end with a period, dropped here)               -> kind `nccl_env`
 - `AllReduce: 16384 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}` -> `nccl_tuning`
-- tuner plugin: `TUNER/Plugin: Using NAME (v4)`, `Successfully loaded external tuner plugin
-  PATH`, `TUNER/Plugin: Could not find: libnccl-tuner.so`      -> kind `nccl_tuner`
+- tuner plugin (src/plugin/tuner.cc, plugin_open.cc): `TUNER/Plugin: Using NAME (v4)`,
+  `Successfully loaded external tuner plugin PATH`, `TUNER/Plugin: Could not find: NAME`,
+  `TUNER/Plugin: NAME: <dlerror>`, `External tuner plugin NAME is unsupported`, and the
+  lines fastverify's own plugin prints through NCCL's logger (`fastverify tuner: 3 of 3
+  rows from PATH apply`, `fastverify tuner: PATH has 4 rows, none for ...`)
+                                                              -> kind `nccl_tuner`
 - any `NCCL WARN` line                                        -> kind `nccl_warn`
+- `ncclCommInitRank` (a communicator was created: `has_comm_init`)
 
-Users: the daemon's verification (`set_by_env`), the exporter's log parser
-(`parse_nccl_line`) and preflight (`summarise`).
+`split_line(line)` -> `(level, message)` for any NCCL INFO/WARN line (also those no record
+is made of); `FAILURE` matches the text of NCCL failing (WARN lines, `NCCL error`,
+ncclUnhandledCudaError and the other ncclResult_t names).
+
+Users: the daemon's verification (`set_by_env`), failure classification (`FAILURE`) and
+tuner check (`has_comm_init`), the exporter's log parser (`parse_nccl_line`), preflight
+(`summarise`) and the tuner-load check (`fastverify.tuner.loaded`, via `split_line` and
+`parse_message`). No other module reads NCCL's lines (tests/unit/test_nccl_lines_home.py).
 """
 
 from __future__ import annotations
@@ -33,6 +44,16 @@ _TUNING = re.compile(
 _TUNER_USING = re.compile(r"TUNER/Plugin: Using (.+?) \(v(\d+)\)")
 _TUNER_LOADED = re.compile(r"Successfully loaded external tuner plugin (\S+)")
 _TUNER_MISSING = re.compile(r"TUNER/Plugin: Could not find: (\S+)")
+_TUNER_OPEN_FAILED = re.compile(r"TUNER/Plugin: (\S+): (.*)")  # NAME: <dlerror>
+_TUNER_UNSUPPORTED = re.compile(r"External tuner plugin (\S+) is unsupported")
+_TUNER_ROWS = re.compile(r"fastverify tuner: (\d+) of (\d+) rows from (\S+) apply")
+_TUNER_NO_ROWS = re.compile(r"fastverify tuner: (\S+) has (\d+) rows, none for")
+_COMM_INIT = " NCCL INFO ncclCommInitRank"  # 2.28: "ncclCommInitRank[Config] comm 0x.."
+FAILURE = re.compile(
+    r"NCCL WARN|NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError"
+    r"|ncclInvalidUsage|ncclInvalidArgument|ncclRemoteError|NCCL failure",
+    re.I,
+)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
@@ -42,6 +63,25 @@ def normalise_value(value: str) -> str:
     if value.endswith(".") and _NUMBER.fullmatch(value[:-1]):
         return value[:-1]
     return value
+
+
+def split_line(line: str) -> tuple[str, str] | None:
+    """`("INFO" | "WARN", message)` for an NCCL INFO/WARN line, else None."""
+    for level in ("WARN", "INFO"):
+        pos = line.find(f" NCCL {level} ")
+        if pos >= 0:
+            return level, line[pos + len(level) + 7 :].strip()
+    return None
+
+
+def is_info_line(line: str) -> bool:
+    """An NCCL INFO line (whether or not a record is made of it)."""
+    return " NCCL INFO " in line
+
+
+def has_comm_init(text: str) -> bool:
+    """Did this process's NCCL output create a communicator (`ncclCommInitRank`)?"""
+    return _COMM_INIT in text
 
 
 def parse_nccl_line(line: str) -> Record | None:
@@ -87,7 +127,7 @@ def parse_message(msg: str) -> Record | None:
     if msg.startswith("NCCL version "):
         m = _VERSION.match(msg)
         return {"kind": "nccl_version", "version": m.group(1)} if m else None
-    if "uner" in msg:
+    if "uner" in msg or "UNER" in msg:  # "tuner", "TUNER/Plugin"
         if m := _TUNER_USING.search(msg):
             return {"kind": "nccl_tuner", "event": "using", "name": m.group(1),
                     "api": int(m.group(2))}  # fmt: skip
@@ -95,6 +135,17 @@ def parse_message(msg: str) -> Record | None:
             return {"kind": "nccl_tuner", "event": "loaded", "path": m.group(1)}
         if m := _TUNER_MISSING.search(msg):
             return {"kind": "nccl_tuner", "event": "not_found", "path": m.group(1)}
+        if m := _TUNER_UNSUPPORTED.search(msg):
+            return {"kind": "nccl_tuner", "event": "unsupported", "path": m.group(1)}
+        if m := _TUNER_ROWS.search(msg):
+            return {"kind": "nccl_tuner", "event": "rows", "applied": int(m.group(1)),
+                    "total": int(m.group(2)), "path": m.group(3)}  # fmt: skip
+        if m := _TUNER_NO_ROWS.search(msg):
+            return {"kind": "nccl_tuner", "event": "no_rows", "total": int(m.group(2)),
+                    "path": m.group(1)}  # fmt: skip
+        if m := _TUNER_OPEN_FAILED.search(msg):
+            return {"kind": "nccl_tuner", "event": "open_failed", "path": m.group(1),
+                    "error": m.group(2)}  # fmt: skip
     return None
 
 

@@ -12,7 +12,7 @@ Checks (all roots are parameters, so tests use real files in temporary directori
 - the profiles themselves (invalid files, user profiles shadowing shipped ones);
 - the GPU topology (`nvidia-smi topo -m` on PATH) and recommended profiles;
 - tuner plugins: NCCL_TUNER_PLUGIN set outside the profiles, fastverify's plugin built
-  or not (fastverify.tuner.doctor_checks);
+  or not (fastverify.profiles.doctor_tuner);
 - SGLang itself: what the pinned SGLang adds to the NCCL environment for the configured TP
   size (`DoctorInputs.tp_size`, `sglang_args`), by `fastverify.sglang.envrules` applied to
   this environment's variables (`report.engine_env`, the `profile show --effective` view).
@@ -341,7 +341,7 @@ def run(inputs: DoctorInputs, store: Any | None = None) -> DoctorReport:
     home = inputs.home or (Path(home_str) if home_str else None)
     report.findings += check_conf_files(inputs, home)
     report.findings += check_environment(inputs.env, inputs.etc_dir)
-    from fastverify.tuner.doctor_checks import check_tuner
+    from fastverify.profiles.doctor_tuner import check_tuner
 
     report.findings += check_tuner(inputs.env, home, inputs.etc_dir, Finding)
     if inputs.site_dirs is not None:

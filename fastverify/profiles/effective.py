@@ -6,7 +6,7 @@ engine with: a clean base (only the names in `BASE_NAMES` / `BASE_PREFIXES`, fro
 additions, e.g. NCCL_DEBUG when configured). Every inherited `NCCL_*` tuning variable
 is removed first, so the profile is the whole truth about NCCL. A tuner profile
 (FASTVERIFY_TUNER_TABLE) gets the table as an absolute path and NCCL_TUNER_PLUGIN=<the
-built plugin> (fastverify.tuner.profile.tuner_env).
+built plugin> (fastverify.profiles.tuner.tuner_env).
 
 NCCL itself still fills variables left unset from config files (src/misc/param.cc):
 `$NCCL_CONF_FILE` when set and non-empty, else `$HOME/.nccl.conf`, then
@@ -67,7 +67,7 @@ def effective_env(
     env = clean_base(base_env)
     env.update(profile.env)
     if profile.env.get("FASTVERIFY_TUNER_TABLE"):  # a tuner profile: absolute paths
-        from fastverify.tuner.profile import tuner_env
+        from fastverify.profiles.tuner import tuner_env
 
         env.update(tuner_env(profile))
     if extra:
@@ -177,7 +177,7 @@ def effective_view(
                 rows.append(EffectiveVar(k, v, "base"))
     tuner = {}
     if profile.env.get("FASTVERIFY_TUNER_TABLE"):
-        from fastverify.tuner.profile import tuner_env
+        from fastverify.profiles.tuner import tuner_env
 
         tuner = tuner_env(profile)
     for k, v in profile.env.items():

@@ -19,7 +19,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastverify import paths
 from fastverify.profiles import envfile
@@ -189,6 +189,9 @@ class ProfileStore:
             paths.normalize(shipped_dir) if shipped_dir else paths.shipped_profile_dir_str()
         )
         self.topology = topology if topology is not None else _detect_topology
+        # resolved profiles by (real path, force), kept only while one listing runs: a base
+        # that several profiles extend is parsed and validated once per `list_entries`
+        self._memo: dict[tuple[Any, ...], Profile] | None = None
 
     @property
     def user_dirs(self) -> list[Path]:
@@ -244,23 +247,21 @@ class ProfileStore:
 
     def list(self) -> list[Profile]:
         """Every loadable profile (invalid ones are skipped; see `list_entries`)."""
-        out = []
-        for e in self.entries():
-            try:
-                out.append(self._load_entry(e, force=False))
-            except ProfileError:
-                continue
-        return out
+        return [p for _e, p, _problems in self.list_entries() if p is not None]
 
     def list_entries(self) -> list[tuple[Entry, Profile | None, list[Problem]]]:
         """Every profile file with its loaded Profile (or None) and its problems."""
         out: list[tuple[Entry, Profile | None, list[Problem]]] = []
-        for e in self.entries():
-            try:
-                p = self._load_entry(e, force=False)
-                out.append((e, p, list(p.warnings)))
-            except ProfileError as exc:
-                out.append((e, None, exc.problems))
+        self._memo = {}
+        try:
+            for e in self.entries():
+                try:
+                    p = self._load_entry(e, force=False)
+                    out.append((e, p, list(p.warnings)))
+                except ProfileError as exc:
+                    out.append((e, None, exc.problems))
+        finally:
+            self._memo = None
         return out
 
     def extenders(self, name: str) -> list[str]:
@@ -339,6 +340,20 @@ class ProfileStore:
                 [Problem(path, 0, f"extends chain deeper than {MAX_EXTENDS_DEPTH} (flatten it)")]
             )
         chain = [*chain, real]
+        memo = self._memo
+        # the entry's strings (hashing an Entry itself would build Paths)
+        key = (real, force, entry.name, entry.file, entry.source, entry.shadows_file)
+        if memo is not None and key in memo:
+            # resolved without error before (so without a cycle through it): the same
+            # files give the same profile
+            return memo[key]
+        profile = self._resolve_file(entry, force, chain)
+        if memo is not None:
+            memo[key] = profile
+        return profile
+
+    def _resolve_file(self, entry: Entry, force: bool, chain: list[str]) -> Profile:
+        path = entry.file
         parsed = envfile.parse_file(path, entry.root_dir)
         base: Profile | None = None
         base_problems: list[Problem] = []

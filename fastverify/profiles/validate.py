@@ -13,7 +13,7 @@ warnings) for one `ParsedFile`. Checks:
   the topology is unknown;
 - metadata: `requires:` keys/values, `extends:` and `tags:` syntax, a description;
 - a tuner table named by FASTVERIFY_TUNER_TABLE: the table's own checks (file:line)
-  and that the plugin is built (fastverify.tuner.profile).
+  and that the plugin is built (fastverify.profiles.tuner).
 """
 
 from __future__ import annotations
@@ -499,7 +499,7 @@ def _tuner_checks(
     own = parsed.env
     if "FASTVERIFY_TUNER_TABLE" not in own:
         return
-    from fastverify.tuner.profile import check_profile_tuner
+    from fastverify.profiles.tuner import check_profile_tuner
 
     def has_nvlink() -> bool | None:
         topo = topology_source() if callable(topology_source) else topology_source

@@ -69,6 +69,18 @@ EXTRA_LABELS: dict[str, tuple[str, ...]] = {
     NUM_REQUESTS_TOTAL: ("is_streaming",),
     TIME_TO_FIRST_TOKEN_SECONDS: ("is_streaming",),
 }
+# Counters that move only while the server serves requests, read twice by the trace-capture
+# traffic check (gauges are refreshed at log intervals and one sample can miss a batch).
+# 0.5.23: cuda_graph_passes_total{mode} +1 per decode batch (batch_result_processor) and per
+# prefill batch (metrics_reporter); the tokenizer's token/request counters and
+# spec_verify_calls_total move when a request finishes (observe_one_finished_request).
+ACTIVITY_COUNTERS = (
+    CUDA_GRAPH_PASSES_TOTAL,
+    GENERATION_TOKENS_TOTAL,
+    PROMPT_TOKENS_TOTAL,
+    NUM_REQUESTS_TOTAL,
+    SPEC_VERIFY_CALLS_TOTAL,
+)
 # values of `mode` on sglang:cuda_graph_passes_total
 CUDA_GRAPH_PASS_MODES = ("decode_cuda_graph", "decode_none", "prefill_cuda_graph", "prefill_none")
 

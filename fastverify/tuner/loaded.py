@@ -10,7 +10,9 @@ INIT or TUNING subsystem:
 and on failure `TUNER/Plugin: Could not find: NAME ...`, `TUNER/Plugin: NAME: <dlerror>`
 or `External tuner plugin NAME is unsupported`. The plugin adds its own lines
 (`fastverify tuner: 3 of 3 rows from PATH apply (... tuner ABI v5)` at INFO; a refused
-table or ABI at WARN). See tests/fixtures/nccl-2.28.9-tuner/ for real output.
+table or ABI at WARN). See tests/fixtures/nccl-2.28.9-tuner/ for real output. The lines
+are read by `fastverify.nccl.loglines`, the one parser of NCCL's output; this module
+only decides what they mean for the tuner.
 
 `tuner_load_status(text)` returns a `TunerLoad`: loaded or not, the plugin's name and
 ABI version, the path NCCL opened, the rows the plugin kept, and the reason when not
@@ -20,25 +22,17 @@ loaded (`reason` is one of the REASON_* strings, for the daemon's failure reason
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from fastverify.nccl import loglines
 
 REASON_NOT_LOADED = "tuner_not_loaded"  # no load line (plugin missing, wrong path, no INFO)
 REASON_UNSUPPORTED = "tuner_unsupported"  # NCCL found no tuner symbol it knows
 REASON_WRONG_PLUGIN = "tuner_wrong_plugin"  # another plugin's name
 REASON_REFUSED = "tuner_refused"  # the plugin loaded but refused its table or the ABI
 REASON_NO_LOG = "tuner_no_nccl_log"  # no NCCL INFO lines at all: cannot tell
-
-_LINE = re.compile(r" NCCL (INFO|WARN) (.*)$")
-_LOADED = re.compile(r"Successfully loaded external tuner plugin (\S+)")
-_USING = re.compile(r"TUNER/Plugin: Using (\S+) \(v(\d+)\)")
-_UNSUPPORTED = re.compile(r"External tuner plugin (\S+) is unsupported")
-_NOT_FOUND = re.compile(r"TUNER/Plugin: (Could not find:.*|\S+: .*)")
-_ROWS = re.compile(r"fastverify tuner: (\d+) of (\d+) rows from (\S+) apply")
-_NONE_FOR = re.compile(r"fastverify tuner: (\S+) has (\d+) rows, none for")
-_ENV = re.compile(r"NCCL_TUNER_PLUGIN set by environment to (\S+)")
 
 
 @dataclass
@@ -65,30 +59,38 @@ def tuner_load_status(text: str, expect_name: str | None = "fastverify") -> Tune
     failure = ""
     unsupported = False
     for line in text.splitlines():
-        m = _LINE.search(line)
-        if not m:
+        parts = loglines.split_line(line)
+        if parts is None:
             continue
         seen_nccl = True
-        level, body = m.group(1), m.group(2).strip()
+        level, body = parts
         if level == "WARN":
             if "fastverify tuner" in body or "tuner" in body.lower():
                 st.warnings.append(body[:300])
             continue
-        if mm := _ENV.search(body):
-            st.requested = mm.group(1)
-        elif mm := _LOADED.search(body):
-            st.path = mm.group(1)
-        elif mm := _USING.search(body):
-            st.name, st.abi_version = mm.group(1), int(mm.group(2))
-        elif mm := _UNSUPPORTED.search(body):
+        rec = loglines.parse_message(body)
+        if rec is None:
+            continue
+        if rec["kind"] == "nccl_env":
+            if rec["var"] == "NCCL_TUNER_PLUGIN":
+                st.requested = (rec["value"].split() or [None])[0]
+            continue
+        if rec["kind"] != "nccl_tuner":
+            continue
+        event = rec["event"]
+        if event == "loaded":
+            st.path = rec["path"]
+        elif event == "using":
+            st.name, st.abi_version = rec["name"], rec["api"]
+        elif event == "unsupported":
             unsupported = True
             failure = body
-        elif mm := _ROWS.search(body):
-            st.rows_applied = max(st.rows_applied or 0, int(mm.group(1)))
-            st.rows_total = int(mm.group(2))
-        elif mm := _NONE_FOR.search(body):
-            st.rows_applied, st.rows_total = 0, int(mm.group(2))
-        elif (mm := _NOT_FOUND.search(body)) and not failure:
+        elif event == "rows":
+            st.rows_applied = max(st.rows_applied or 0, rec["applied"])
+            st.rows_total = rec["total"]
+        elif event == "no_rows":
+            st.rows_applied, st.rows_total = 0, rec["total"]
+        elif event in ("not_found", "open_failed") and not failure:
             failure = body
     if st.name is not None and (st.path is not None or st.requested is not None):
         st.loaded = True

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastverify.profiles.model import Problem
+from fastverify.problems import Problem
 
 HEADER = "collective,min_bytes,max_bytes,algorithm,protocol,channels,nranks,nnodes"
 COLLECTIVES = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")

@@ -153,6 +153,11 @@ def metric_facts() -> dict:
         if _find(mc, "tokenizer_metric_labels")
         else "",
         "dp_rank_added": 'labels["dp_rank"] = parallel.dp_rank' in src,
+        # counters declared in the collectors' source (some are built after the part that
+        # needs a running server, so the registry alone does not hold them)
+        "counters_in_source": sorted(
+            set(__import__("re").findall(r'Counter\(\s*name="(sglang:\w+)"', src))
+        ),
         "cuda_graph_modes": sorted(
             set(__import__("re").findall(r'"((?:decode|prefill)_(?:cuda_graph|none))"', src))
         ),

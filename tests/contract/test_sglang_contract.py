@@ -187,6 +187,18 @@ def test_metric_names_and_labels_from_the_real_collector(probe: dict[str, Any]) 
     assert tuple(m["cuda_graph_modes"]) == tuple(sorted(metrics.CUDA_GRAPH_PASS_MODES))
 
 
+def test_activity_counters_are_counters_of_the_real_collector(probe: dict[str, Any]) -> None:
+    """The trace-capture traffic check reads these twice: each must be a real counter."""
+    series = probe["metrics"]["series"]
+    declared = set(probe["metrics"]["counters_in_source"])
+    assert metrics.GENERATION_TOKENS_TOTAL in declared  # the source reading works
+    for name in metrics.ACTIVITY_COUNTERS:
+        if name in series:
+            assert series[name]["type"] == "counter", (name, series[name])
+        else:
+            assert name in declared, name
+
+
 def _skeleton_regex(pieces: list[str]) -> re.Pattern[str]:
     return re.compile("".join(".*?" if p == "{}" else re.escape(p) for p in pieces))
 

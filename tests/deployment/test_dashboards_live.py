@@ -3,7 +3,13 @@ Grafana's variables substituted as Grafana would, evaluated against a real Prome
 (Debian's) that scraped fastverifyd's exporter and the engine's own /metrics while the sim
 engine served load in EAGLE-3 mode, after a rolled-back switch, a good switch and a recorded
 baseline. Each must return data (finite values): a panel that can never show anything, a
-misspelt metric or label, or a wrong unit conversion base fails here."""
+misspelt metric or label, or a wrong unit conversion base fails here.
+
+Every step waits for an event, never for a wall-clock window: the switch and restart
+counters exist at 0 before the switches (the exporter publishes the label sets it knows) and
+Prometheus has scraped that 0; the annotations' 1-minute expressions are evaluated at the
+scrape that first saw each increment (plus 2 s), whatever the load did to the rest of the
+test; the other panels are polled until their rate windows have data."""
 
 from __future__ import annotations
 
@@ -79,6 +85,40 @@ class Load:
             t.join(35)
 
 
+# Counters that exist at 0 from the daemon's start (their label sets are known in advance).
+ZERO_BEFORE = (
+    'fastverify_profile_switches_total{result="ok"}',
+    'fastverify_profile_switches_total{result="rolled_back"}',
+    'fastverify_engine_restarts_total{reason="switch"}',
+)
+# event -> (series, the value it reaches): a rolled-back and a good switch, two restarts
+EVENTS = {
+    "switches": ('fastverify_profile_switches_total{result="ok"}', 1),
+    "restarts": ('fastverify_engine_restarts_total{reason="switch"}', 2),
+}
+
+
+def first_seen(p: prom.Prometheus, series: str, at_least: float, since: float) -> float:
+    """Timestamp of the first scrape at which `series` had reached `at_least` (waits for
+    Prometheus to have one)."""
+    p.wait_for(f"{series} >= {at_least}", timeout=120)
+    for r in p.query_range(series, since - 5, time.time() + 1, step=0.5):
+        for t, v in r["values"]:
+            if float(v) >= at_least:
+                return float(t)
+    raise AssertionError(f"{series} >= {at_least} now but not in its range: {since}")
+
+
+def event_time(expr: str, seen: dict[str, float]) -> float | None:
+    """Where an expression is about an event (the switch/restart annotations and stats),
+    evaluate it 2 s after Prometheus first saw that event (or now, if sooner); else now."""
+    for metric, event in (("fastverify_engine_restarts_total", "restarts"),
+                          ("fastverify_profile_switches_total", "switches")):  # fmt: skip
+        if metric in expr:
+            return min(seen[event] + 2, time.time())
+    return None
+
+
 def has_data(rows: list[dict]) -> bool:
     return any(math.isfinite(float(r["value"][1])) for r in rows)
 
@@ -104,6 +144,11 @@ def test_every_dashboard_expression_returns_data(tmp_path: Path) -> None:
             load = Load(d.server_url)
             try:
                 p.wait_for("fastverify_up == 1", timeout=20)
+                # The counters the annotations read exist at 0 before anything happens, and
+                # Prometheus has scraped that 0: the increments below are increases it sees.
+                for series in ZERO_BEFORE:
+                    p.wait_for(f"{series} == 0", timeout=30)
+                t_switches = time.time()
                 rolled = d.ctl("profile", "set", "tree-ll", timeout=60)
                 assert rolled.returncode != 0  # Tree + CUDA graphs: rolled back
                 ok = d.ctl("profile", "set", "ring-simple", timeout=60)
@@ -111,7 +156,11 @@ def test_every_dashboard_expression_returns_data(tmp_path: Path) -> None:
                 d.client.post("/v1/baselines", {"profile": "ring-simple",
                                                 "tokens_per_second": 82.0,
                                                 "per_request_tokens_per_second": 82.0})  # fmt: skip
-                # Several profile windows and a rate window of steady load.
+                # When Prometheus first saw each event (a scrape's own timestamp): the
+                # annotations (1-minute windows) are evaluated just after it, however long
+                # the rest of the test takes on a busy machine.
+                seen = {what: first_seen(p, series, at_least, t_switches)
+                        for what, (series, at_least) in EVENTS.items()}  # fmt: skip
                 # profile windows of the profile now serving (ring-ll's series exist from
                 # before the switches): at least two, so a rate over them has data
                 p.wait_for(
@@ -119,18 +168,20 @@ def test_every_dashboard_expression_returns_data(tmp_path: Path) -> None:
                     lambda rows: any(float(r["value"][1]) >= 6 for r in rows),
                     timeout=90,
                 )
-                time.sleep(12)
-                missing = {}
-                deadline = time.monotonic() + 30
+                missing: dict[str, object] = {}
                 pending = list(exprs)
+                # until every panel has data (rate windows fill as scrapes arrive)
+                deadline = time.monotonic() + 120
                 while pending and time.monotonic() < deadline:
                     for expr in list(pending):
-                        rows = p.query(substitute(expr))
+                        at = event_time(expr, seen)
+                        rows = p.query(substitute(expr), at=at)
                         if has_data(rows):
                             pending.remove(expr)
                         else:
-                            missing[expr] = rows
-                    time.sleep(1)
+                            missing[expr] = {"at": at, "rows": rows}
+                    if pending:
+                        time.sleep(0.5)  # between polls
                 assert load.done > 0
             finally:
                 load.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -99,3 +100,72 @@ def test_an_abandoned_window_is_stopped_on_the_server_and_removed(tmp_path: Path
             analysis = rt.capture(3)
         assert len(analysis["ranks"]) == 2
         assert "already in progress" not in d.log_text()
+
+
+class PacedLoad:
+    """`clients` closed-loop clients, each holding about `tokens_per_s` (a request of
+    `max_new_tokens`, then the rest of its time slot idle): the engine's batch empties
+    between requests, so one sample of SGLang's running-requests gauge often reads 0 while
+    traffic flows (the issue 21 scene: 100 tok/s at concurrency 2)."""
+
+    def __init__(self, url: str, clients: int = 2, tokens_per_s: float = 50.0,
+                 max_new_tokens: int = 32) -> None:  # fmt: skip
+        self.url = url
+        self.slot_s = max_new_tokens / tokens_per_s
+        params = {"max_new_tokens": max_new_tokens}
+        self.body = json.dumps({"text": "steady load", "sampling_params": params}).encode()
+        self.done = 0
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
+        for t in self.threads:
+            t.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+            req = urllib.request.Request(self.url + "/generate", data=self.body,
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+            urllib.request.urlopen(req, timeout=60).read()
+            self.done += 1
+            self.stop.wait(max(0.0, self.slot_s - (time.monotonic() - t0)))  # pacing
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+
+
+@pytest.mark.slow
+def test_capture_under_steady_load_is_accepted_every_time_and_refused_when_idle(
+    tmp_path: Path,
+) -> None:
+    """Sim at TP 8 in EAGLE-3 mode, background windows on (the sim's default period): five
+    captures during paced load at concurrency 2 are all accepted (through the API and
+    `fastverifyctl trace capture`), whatever the running-requests gauge read at the moment;
+    the same engine idle, before and after the load, is refused."""
+    with DaemonHarness(tmp_path, tp_size=8, config={"server": {"mode": "eagle3"}}) as d:
+        d.wait_for(lambda: running(d) == 0, 60, "an idle engine")
+        with pytest.raises(ApiError) as err:
+            d.client.post("/v1/trace/capture", {"steps": 5}, timeout=120)
+        assert err.value.status == 409 and "idle" in err.value.body["error"], err.value.body
+        load = PacedLoad(d.server_url)
+        try:
+            d.wait_for(lambda: load.done >= 4, 120, "four finished requests")
+            accepted = []
+            for i in range(5):
+                if i % 2:
+                    r = d.ctl("trace", "capture", "--steps", "5", "--json", timeout=300)
+                    assert r.returncode == 0, r.stdout + r.stderr
+                    res = json.loads(r.stdout)  # the public view: ranks only
+                else:
+                    res = d.client.post("/v1/trace/capture", {"steps": 5}, timeout=300)
+                    assert res["steps"] == 5, res
+                assert len(res["ranks"]) == 8, res
+                accepted.append(res)
+            assert len(accepted) == 5
+        finally:
+            load.close()
+        d.wait_for(lambda: running(d) == 0, 60, "the engine idle again")
+        with pytest.raises(ApiError) as err:
+            d.client.post("/v1/trace/capture", {"steps": 5}, timeout=120)
+        assert err.value.status == 409 and "idle" in err.value.body["error"], err.value.body

@@ -8,7 +8,10 @@ on a condition and uses no CPU). Per cycle, each running request gains
 1 token (baseline) or its accept length (EAGLE-3; a deterministic per-request credit
 accumulator so that the long-run mean is exactly `accept_length`, with a seeded
 phase). Every `decode_log_interval` cycles TP0 logs SGLang's decode line with the
-real tokens/s over the interval, and the Prometheus gauges are updated.
+real tokens/s over the interval, and the Prometheus gauges are updated. The request gauges
+(`sglang:num_running_reqs`, `sglang:num_queue_reqs`) also follow the batch itself: set
+whenever a request joins the queue, enters the running batch or leaves it (SGLang refreshes
+them at its log intervals; the sim's are never staler than that).
 """
 
 from __future__ import annotations
@@ -134,6 +137,7 @@ class Scheduler(threading.Thread):
     def submit(self, req: Request) -> None:
         with self._cond:
             self.waiting.append(req)
+            self._request_gauges_locked()
             self._cond.notify()
 
     def stop(self) -> None:
@@ -149,6 +153,7 @@ class Scheduler(threading.Thread):
                 self.waiting.remove(req)
             elif req in self.running:
                 self.running.remove(req)
+            self._request_gauges_locked()
         self._finish(req, time.perf_counter())
 
     def counts(self) -> tuple[int, int]:
@@ -179,6 +184,8 @@ class Scheduler(threading.Thread):
                 new: list[Request] = []
                 while self.waiting and len(self.running) + len(new) < MAX_RUNNING:
                     new.append(self.waiting.popleft())
+                if new:  # prefilling: part of the running batch from now on
+                    self._request_gauges_locked(prefilling=len(new))
             if new:
                 self._prefill(new)
                 deadline = time.monotonic()
@@ -232,6 +239,7 @@ class Scheduler(threading.Thread):
         self._account(len(new), 0, 0)
         with self._cond:
             self.running.extend(r for r in new if r not in finished)
+            self._request_gauges_locked()
         for r in finished:
             self._finish(r, now)
 
@@ -269,6 +277,7 @@ class Scheduler(threading.Thread):
             with self._cond:
                 gone = set(map(id, finished))
                 self.running = [r for r in self.running if id(r) not in gone]
+                self._request_gauges_locked()
             for r in finished:
                 self._finish(r, now)
         self.forward_ct += 1
@@ -339,6 +348,12 @@ class Scheduler(threading.Thread):
         used = sum(r.prompt_tokens + r.generated for r in self.running)
         used += sum(r.prompt_tokens for r in extra or [])
         return used / MAX_TOTAL_TOKENS
+
+    def _request_gauges_locked(self, prefilling: int = 0) -> None:
+        """Running and queued requests as they are now (the caller holds `_cond`)."""
+        if self.metrics:
+            self.metrics.num_running_reqs.set(len(self.running) + prefilling)
+            self.metrics.num_queue_reqs.set(len(self.waiting))
 
     def _update_gauges_locked(self) -> None:
         if self.metrics:

@@ -429,10 +429,11 @@ def verdict(
 
 
 def _masked(env: Mapping[str, str]) -> dict[str, str]:
-    """Values of secret-looking names (the daemon's rule) replaced by "***" for reports."""
-    from fastverify.daemon.logs import is_secret_name
+    """Values of secret-looking names replaced by "***" for reports (fastverify.redact, the
+    one home of the secret rule)."""
+    from fastverify.redact import mask_env
 
-    return {k: ("***" if is_secret_name(k) else v) for k, v in env.items()}
+    return mask_env(env)
 
 
 def daemon_extra_env(config_path: str | None = None) -> dict[str, str]:

@@ -6,16 +6,8 @@ import threading
 import time
 from pathlib import Path
 
-from fastverify.daemon.logs import (
-    LogRing,
-    LogTail,
-    is_secret_name,
-    mask,
-    mask_env,
-    parse_progress,
-    parse_throughput,
-    secret_values,
-)
+from fastverify.daemon.logs import LogRing, LogTail, mask, parse_progress, parse_throughput
+from fastverify.redact import is_secret_name, mask_env, secret_values
 
 
 def test_progress_from_sglang_lines() -> None:
@@ -87,7 +79,7 @@ def test_ring_followers_see_new_lines() -> None:
 
 
 def test_draft_token_count_is_not_a_secret() -> None:
-    from fastverify.daemon.logs import mask_argv
+    from fastverify.redact import mask_argv
 
     argv = ["python", "--speculative-num-draft-tokens", "4", "--hf-token", "hf_abcdef"]
     assert mask_argv(argv) == ["python", "--speculative-num-draft-tokens", "4", "--hf-token", "***"]

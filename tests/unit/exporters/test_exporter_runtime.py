@@ -135,13 +135,43 @@ def test_capture_on_an_idle_engine_is_refused_before_anything_starts(
 ) -> None:
     stub.values["num_running_reqs"] = 0.0
     hub = MetricsHub()
-    rt = ExporterRuntime(hub, "", stub.url, tmp_path, 0, 5, capture_timeout_s=30)
-    with pytest.raises(CaptureRefused, match=r"idle .*send traffic"):
+    rt = ExporterRuntime(hub, "", stub.url, tmp_path, 0, 5, capture_timeout_s=30,
+                         traffic_window_s=1.0, traffic_poll_s=0.1)  # fmt: skip
+    with pytest.raises(CaptureRefused, match=r"idle .*no forward pass.*send traffic"):
         rt.capture(5)
+    assert stub.metrics_requests >= 2  # evidence read over the window, not one sample
     assert stub.profile_requests == [] and list(tmp_path.iterdir()) == []
     assert hub.snapshot()["trace_windows"] == {}  # not a failed window
     stub.values["num_queue_reqs"] = 2.0  # queued requests will run: not idle
     assert rt.capture(5)["steps"] == 5
+
+
+def test_counters_that_move_are_traffic_though_the_gauges_read_zero(
+    stub: SGLangStub, tmp_path: Path
+) -> None:
+    """Between two batches SGLang's gauges read 0 (refreshed at log intervals); tokens that
+    keep being counted are traffic: the window starts."""
+    stub.values["num_running_reqs"] = 0.0
+
+    def serve(s: SGLangStub) -> None:  # a request finishes between two reads
+        s.values["generation_tokens_total"] += 32
+
+    stub.on_metrics = serve
+    rt = ExporterRuntime(MetricsHub(), "", stub.url, tmp_path, 0, 5, capture_timeout_s=30,
+                         expected_ranks=2, traffic_window_s=30.0, traffic_poll_s=0.1)  # fmt: skip
+    assert rt.capture(5)["steps"] == 5
+    assert stub.metrics_requests >= 2 and len(stub.profile_requests) == 1
+
+
+def test_no_activity_counter_means_no_refusal(stub: SGLangStub, tmp_path: Path) -> None:
+    """A server that publishes no counter to watch gives no evidence of idleness: the window
+    is tried (its own timeout applies), never refused on the gauges alone."""
+    stub.values["num_running_reqs"] = 0.0
+    stub.counters = False
+    rt = ExporterRuntime(MetricsHub(), "", stub.url, tmp_path, 0, 5, capture_timeout_s=30,
+                         expected_ranks=2, traffic_window_s=30.0, traffic_poll_s=0.1)  # fmt: skip
+    assert rt.capture(5)["steps"] == 5
+    assert stub.metrics_requests == 1
 
 
 def test_a_failed_window_leaves_no_directory(stub: SGLangStub, tmp_path: Path) -> None:
@@ -156,3 +186,31 @@ def test_a_failed_window_leaves_no_directory(stub: SGLangStub, tmp_path: Path) -
         assert list(tmp_path.iterdir()) == []
     finally:
         rt.stop()
+
+
+def test_a_capture_waits_for_a_window_in_progress_when_asked(tmp_path: Path) -> None:
+    """The daemon's API capture waits (`wait_s`) for a background window instead of refusing;
+    without `wait_s` a second window at once is refused and nothing of it starts."""
+    import threading
+
+    stub = SGLangStub(tp_size=2, profile_delay_s=1.5).start()
+    try:
+        stub.values["num_running_reqs"] = 2.0
+        rt = ExporterRuntime(MetricsHub(), "", stub.url, tmp_path, 0, 3, capture_timeout_s=30,
+                             expected_ranks=2)  # fmt: skip
+        first: dict = {}
+        t = threading.Thread(target=lambda: first.update(rt.capture(3)))
+        t.start()
+        deadline = time.monotonic() + 20
+        while not stub.profile_requests and time.monotonic() < deadline:  # window 1 runs
+            time.sleep(0.05)
+        assert len(stub.profile_requests) == 1
+        with pytest.raises(CaptureRefused, match="another profile window"):
+            rt.capture(3)
+        assert len(stub.profile_requests) == 1  # the refused one started nothing
+        second = rt.capture(3, wait_s=30)
+        t.join(30)
+        assert first["steps"] == 3 and second["steps"] == 3
+        assert len(stub.profile_requests) == 2 and first["window"] != second["window"]
+    finally:
+        stub.stop()

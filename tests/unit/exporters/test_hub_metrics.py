@@ -287,3 +287,32 @@ def test_nccl_facts_survive_the_relabel_at_ready_and_go_with_the_engine() -> Non
     s = scrape(hub)
     assert value(s, "fastverify_nccl_env_info", var="NCCL_PROTO", value="Simple") == 1
     assert value(s, "fastverify_nccl_env_info", var="NCCL_PROTO", value="LL") is None
+
+
+def test_switch_and_restart_series_exist_at_zero_before_any_switch() -> None:
+    """A counter whose label set appears at its first increment is invisible to
+    Prometheus' increase() (1 -> 1) and to the dashboards' `offset` restarts expression: the
+    daemon's feed publishes every switch result and every restart reason it knows at 0 from
+    the first scrape (issue 21)."""
+    from fastverify.daemon import events as ev
+    from fastverify.daemon.failures import REASONS
+    from fastverify.daemon.observers import ExporterFeed
+    from fastverify.exporters.hub import SWITCH_RESULTS
+
+    hub = MetricsHub(clock=Clock())
+    feed = ExporterFeed(hub)
+    s = scrape(hub)
+    for result in ("ok", "rolled_back", "failed", "cancelled"):
+        assert value(s, "fastverify_profile_switches_total", result=result) == 0, result
+    assert set(SWITCH_RESULTS) == {"ok", "rolled_back", "failed", "cancelled"}
+    for reason in ("switch", "mode", "restart", "cuda_graph_capture", "worker_exited", *REASONS):
+        assert value(s, "fastverify_engine_restarts_total", reason=reason) == 0, reason
+    feed(ev.OperationStarted("op1", "switch", "tree-ll", "eagle3"))  # the restart of a switch
+    feed(ev.Crashed("nccl_error", "NCCL WARN", "tree-ll", "eagle3"))
+    s = scrape(hub)
+    assert value(s, "fastverify_engine_restarts_total", reason="switch") == 1
+    assert value(s, "fastverify_engine_restarts_total", reason="nccl_error") == 1
+    assert value(s, "fastverify_engine_restarts_total", reason="mode") == 0
+    # a reason nobody could know in advance appears at its first restart
+    feed(ev.Crashed("exited(-9)", "killed", "tree-ll", "eagle3"))
+    assert value(scrape(hub), "fastverify_engine_restarts_total", reason="exited(-9)") == 1

@@ -1,0 +1,184 @@
+"""The import graph of every fastverify module, read with `ast` (module-level imports and
+the lazy ones inside functions alike, `if TYPE_CHECKING:` included: a lazy import hides a
+dependency, it does not remove it). No cycle between modules, none between subpackages
+(`fastverify.X` as the node; top-level modules are nodes of their own), and the layer rules
+of DESIGN.md that can be read from imports."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "fastverify"
+
+# (importer subpackage, imported subpackage): never
+FORBIDDEN = {
+    # the experiments reach the daemon only through its API (fastverify.client)
+    ("fastverify.experiments", "fastverify.daemon"),
+}
+
+Edge = tuple[str, str, str]  # (importer, imported, "path:line")
+
+
+def module_files(root: Path = PACKAGE) -> dict[str, Path]:
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _known(name: str, modules: Mapping[str, Path]) -> str | None:
+    """The module `name` runs: itself, or the nearest package above it that exists."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports_of(name: str, path: Path, modules: Mapping[str, Path]) -> list[Edge]:
+    """Every fastverify module that `name` (at `path`) imports, anywhere in the file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    rel = path.relative_to(PACKAGE.parent) if path.is_relative_to(PACKAGE.parent) else path
+    out: list[Edge] = []
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            # `from pkg import sub` imports the submodule; `from mod import name` the module
+            targets = [
+                f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else mod for a in node.names
+            ]
+        for target in targets:
+            if target != "fastverify" and not target.startswith("fastverify."):
+                continue
+            known = _known(target, modules)
+            if known is not None and known != name:
+                out.append((name, known, f"{rel}:{node.lineno}"))
+    return out
+
+
+def module_edges(modules: Mapping[str, Path] | None = None) -> list[Edge]:
+    modules = modules if modules is not None else module_files()
+    return [e for name, path in modules.items() for e in imports_of(name, path, modules)]
+
+
+def subpackage(module: str) -> str:
+    """`fastverify.X` for anything under fastverify/X/ (or the top-level module X)."""
+    return ".".join(module.split(".")[:2])
+
+
+def subpackage_edges(edges: Iterable[Edge]) -> list[Edge]:
+    return [
+        (subpackage(a), subpackage(b), where)
+        for a, b, where in edges
+        if subpackage(a) != subpackage(b)
+    ]
+
+
+def find_cycle(edges: Iterable[Edge]) -> list[Edge] | None:
+    """One cycle of the directed graph as its edges in order, or None."""
+    graph: dict[str, list[Edge]] = {}
+    for e in edges:
+        graph.setdefault(e[0], []).append(e)
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[Edge] = []
+
+    def visit(node: str) -> list[Edge] | None:
+        state[node] = 1
+        for edge in graph.get(node, ()):
+            nxt = edge[1]
+            if state.get(nxt) == 1:
+                start = next((i for i, e in enumerate(path) if e[0] == nxt), len(path))
+                return [*path[start:], edge]
+            if nxt not in state:
+                path.append(edge)
+                found = visit(nxt)
+                if found:
+                    return found
+                path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def describe(cycle: list[Edge]) -> str:
+    chain = " -> ".join([cycle[0][0], *(b for _a, b, _w in cycle)])
+    lines = "\n".join(f"  {a} imports {b} at {where}" for a, b, where in cycle)
+    return f"import cycle: {chain}\n{lines}"
+
+
+# ----------------------------------------------------------------- the checker itself
+
+
+def test_the_checker_finds_a_lazy_import_cycle_and_names_the_lines(tmp_path: Path) -> None:
+    pkg = tmp_path / "fastverify"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "b").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a" / "__init__.py").write_text("")
+    (pkg / "b" / "__init__.py").write_text("")
+    (pkg / "a" / "x.py").write_text("from fastverify.b import y\n")
+    (pkg / "b" / "y.py").write_text("def f():\n    from ..a.x import g\n    return g\n")
+    (pkg / "b" / "z.py").write_text("import fastverify.a\n")
+    mods = module_files(pkg)
+    edges = [e for name, path in mods.items() for e in imports_of(name, path, mods)]
+    assert ("fastverify.b.y", "fastverify.a.x") in {(a, b) for a, b, _ in edges}
+    cycle = find_cycle(edges)
+    assert cycle is not None
+    text = describe(cycle)
+    assert "fastverify.a.x -> fastverify.b.y -> fastverify.a.x" in text, text
+    assert "y.py:2" in text and "x.py:1" in text, text
+    sub = find_cycle(subpackage_edges(edges))
+    assert sub is not None and {e[0] for e in sub} == {"fastverify.a", "fastverify.b"}
+    assert find_cycle([("p", "q", ""), ("q", "r", ""), ("p", "r", "")]) is None
+
+
+# ----------------------------------------------------------------- the tree
+
+
+@pytest.fixture(scope="module")
+def edges() -> list[Edge]:
+    found = module_edges()
+    assert len(found) > 200, "the graph reader found too few imports to be reading the tree"
+    return found
+
+
+def test_no_import_cycle_between_modules(edges: list[Edge]) -> None:
+    cycle = find_cycle(edges)
+    assert cycle is None, describe(cycle or [])
+
+
+def test_no_import_cycle_between_subpackages(edges: list[Edge]) -> None:
+    cycle = find_cycle(subpackage_edges(edges))
+    assert cycle is None, describe(cycle or [])
+
+
+def test_profiles_and_tuner_run_one_way(edges: list[Edge]) -> None:
+    """The profile layer uses the tuner (a profile names a table); never the other way."""
+    back = [
+        e for e in subpackage_edges(edges) if e[:2] == ("fastverify.tuner", "fastverify.profiles")
+    ]
+    assert back == [], back
+
+
+def test_layer_rules(edges: list[Edge]) -> None:
+    broken = [e for e in subpackage_edges(edges) if e[:2] in FORBIDDEN]
+    assert broken == [], "\n".join(f"{a} imports {b} at {w}" for a, b, w in broken)
