@@ -110,7 +110,8 @@ def test_every_dashboard_expression_returns_data(tmp_path: Path) -> None:
                 assert ok.returncode == 0, ok.stderr
                 d.client.post("/v1/baselines", {"profile": "ring-simple",
                                                 "tokens_per_second": 82.0,
-                                                "per_request_tokens_per_second": 82.0})  # fmt: skip
+                                                "per_request_tokens_per_second": 82.0,
+                                                "concurrency": 4})  # the Load's 4 clients
                 # Several profile windows and a rate window of steady load.
                 # profile windows of the profile now serving (ring-ll's series exist from
                 # before the switches): at least two, so a rate over them has data

@@ -26,7 +26,8 @@ also get the same profile's baseline, the real speedup (EAGLE-3 / baseline) and 
 break-even accept length (`stats.break_even_accept_length`, from per-request rates).
 
 After the baseline phase, each profile's baseline figures are posted to
-`POST /v1/baselines`, where the exporter turns them into break-even gauges (real weights
+`POST /v1/baselines` with the bench concurrency they were measured at, where the exporter
+turns them into break-even gauges while the server runs that many requests (real weights
 only; an EAGLE-3 phase adds the profile's real accept length, which trials compare with).
 
 Trial mode (`load_format="dummy"`, see `fastverify.experiments.sweep.trial`): every switch asks
@@ -535,11 +536,19 @@ class Sweep:
                 continue
             if r.get("weights", trial.REAL) != trial.REAL:
                 continue
+            per_request = r.get("per_request_tokens_per_second_mean")
+            if not per_request:
+                self.warnings.append(
+                    f"the baseline of {r['profile']} was not recorded: no request completed "
+                    "inside a measurement window, so there is no per-request rate to compare "
+                    "EAGLE-3 with (use a longer --duration or a shorter --output-len)"
+                )
+                continue
             body = {
                 "profile": r["profile"],
                 "tokens_per_second": r["tokens_per_second_mean"],
-                "per_request_tokens_per_second": r.get("per_request_tokens_per_second_mean")
-                or r["tokens_per_second_mean"],
+                "per_request_tokens_per_second": per_request,
+                "concurrency": self.cfg.bench.concurrency,  # verdicts match on it
                 "measured_at": time.time(),
             }
             if accept.get(r["profile"]):
