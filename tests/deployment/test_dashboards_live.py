@@ -108,10 +108,15 @@ def test_every_dashboard_expression_returns_data(tmp_path: Path) -> None:
                 assert rolled.returncode != 0  # Tree + CUDA graphs: rolled back
                 ok = d.ctl("profile", "set", "ring-simple", timeout=60)
                 assert ok.returncode == 0, ok.stderr
-                d.client.post("/v1/baselines", {"profile": "ring-simple",
-                                                "tokens_per_second": 82.0,
-                                                "per_request_tokens_per_second": 82.0,
-                                                "concurrency": 4})  # the Load's 4 clients
+                d.client.post(
+                    "/v1/baselines",
+                    {
+                        "profile": "ring-simple",
+                        "tokens_per_second": 82.0,
+                        "per_request_tokens_per_second": 82.0,
+                        "concurrency": 4,
+                    },
+                )  # the Load's 4 clients
                 # Several profile windows and a rate window of steady load.
                 # profile windows of the profile now serving (ring-ll's series exist from
                 # before the switches): at least two, so a rate over them has data

@@ -197,8 +197,12 @@ def test_bad_baselines_are_422_naming_the_field_and_change_nothing(
     daemon_once: DaemonHarness, change: dict, field: str, words: str
 ) -> None:
     d = daemon_once
-    good = {"profile": "ring-ll", "tokens_per_second": 80.0, "per_request_tokens_per_second": 9.5,
-            "concurrency": 1}
+    good = {
+        "profile": "ring-ll",
+        "tokens_per_second": 80.0,
+        "per_request_tokens_per_second": 9.5,
+        "concurrency": 1,
+    }
     before = d.client.get("/v1/baselines")
     with pytest.raises(ApiError) as err:
         d.client.post("/v1/baselines", {**good, **change})
