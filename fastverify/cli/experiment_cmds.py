@@ -6,7 +6,8 @@ when the sweep draws its plot, and torch never (preflight's rank workers import 
 their own processes).
 
 Exit codes: 0 ok; 1 a measurement or check failed (a profile failed preflight, a sweep
-had failures, every bench request failed); 2 usage; 3 daemon unreachable;
+had failures, every bench request failed, a bench window completed no request); 2 usage;
+3 daemon unreachable;
 6 a missing optional dependency (torch for preflight, sglang for --use-sglang-bench);
 130 interrupted (Ctrl-C; a sweep keeps what it measured, preflight stops its ranks).
 """
@@ -245,7 +246,7 @@ def bench(
                     f"bench: {concurrency} client(s), {total:g} {what}, "
                     f"input {input_len} / output {output_len} tokens"
                 )
-                result = run_bench(cfg, progress)
+                result = run_bench(cfg, progress, lambda line: bar.note(f"bench: {line}"))
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
@@ -264,6 +265,8 @@ def bench(
     else:
         trial = " [trial: dummy weights]" if data.get("weights") == "dummy" else ""
         table(("metric", "value"), _bench_rows(data), title=f"bench {cfg.url}{trial}")
+    if data.get("incomplete"):  # a measurement without its per-request rate is a failed one
+        fail(f"bench: {data['incomplete']}", EXIT_PROBLEMS)
 
 
 def _ensure_trial_engine(ctx: click.Context) -> None:
