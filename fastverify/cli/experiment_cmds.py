@@ -608,6 +608,20 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return out
 
 
+def verdict_note(rows: list[dict[str, Any]]) -> str | None:
+    """The line under the sweep table when a row has no verdict for want of runs."""
+    few = [r for r in rows if "too few runs" in
+           (r.get("vs_reference"), r.get("vs_best"), r.get("speedup_significance"))]  # fmt: skip
+    if not few:
+        return None
+    from fastverify.experiments.common.stats import MIN_RUNS
+
+    least = min(r.get("n") or 0 for r in few)
+    return (f"note: \"too few runs\": a faster/slower verdict needs at least {MIN_RUNS} runs "
+            f"per side (here n={least}; pass --repeats {MIN_RUNS}); those rows are ranked by "
+            "their mean alone")  # fmt: skip
+
+
 def _trial_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """What dummy weights measure truthfully, per trial row."""
     out = []
@@ -833,6 +847,9 @@ def sweep(
             title = "trial on dummy weights: timings (accept lengths not measured)"
             table(heads, _trial_rows(report["results"]), title=title)
             _print_timing(report.get("timing") or {})
+        note = verdict_note(report["results"])
+        if note:
+            click.echo(note)
         for r in report["results"]:
             if r["status"] != "ok":
                 click.echo(f"{r['profile']}/{r['mode']} failed ({r.get('reason')}): "

@@ -20,7 +20,8 @@ Record types in results.jsonl:
 
 Statistics (`summarize`): per (profile, mode) mean tok/s with a Student-t 95% CI;
 speedup against the reference (the `reference` profile, else the first profile measured
-in that mode) and whether the difference is significant (Welch, alpha 0.05); the rank
+in that mode) and whether the difference is significant (Welch, alpha 0.05; "too few runs"
+below `stats.MIN_RUNS` = 3 runs on either side); the rank
 within the mode and whether a profile is statistically tied with the best. EAGLE-3 rows
 also get the same profile's baseline, the real speedup (EAGLE-3 / baseline) and the
 break-even accept length (`stats.break_even_accept_length`, from per-request rates).
@@ -240,10 +241,11 @@ def summarize(
             r["vs_reference"] = (
                 "reference" if r is ref else stats.compare(r["samples"], ref["samples"], alpha)
             )
+            vs_best = stats.compare(best["samples"], r["samples"], alpha)
             r["vs_best"] = (
                 "best" if r is best
-                else ("not significant" if stats.compare(best["samples"], r["samples"], alpha)
-                      == "not significant" else "slower")
+                else vs_best if vs_best in ("not significant", stats.TOO_FEW)
+                else "slower"
             )  # fmt: skip
 
     baseline = {r["profile"]: r for r in rows if r["mode"] == "baseline" and r["status"] == "ok"}
