@@ -64,7 +64,8 @@ def _check_agreement(m: dict, seen: list[dict[str, Any]]) -> None:
 
 
 def test_baseline_at_one_request_eagle3_at_two(tmp_path: Path) -> None:
-    with DaemonHarness(tmp_path, tp_size=2) as d:
+    # no profile windows: the verdict comes from decode readings, never from a trace
+    with DaemonHarness(tmp_path, tp_size=2, config={"daemon": {"trace_period_s": 0}}) as d:
         base1 = _bench(d, 1, 3.0)
         base2 = _bench(d, 2, 3.0)
         _post(d, base1, 1)
