@@ -34,6 +34,8 @@ FLOAT32 = 4
 HOST_OVERHEAD_BYTES = int(0.6 * GIB)
 GPU_OVERHEAD_BYTES = int(1.5 * GIB)
 MARGIN = 0.10  # activations, CUDA-graph pools, allocator slack: on top of the tensors
+# One line per GPU: "0, 143156, 143771" (index, free MiB, total MiB) on an H200.
+GPU_QUERY = ("--query-gpu=index,memory.free,memory.total", "--format=csv,noheader,nounits")
 
 
 def _numel(shape: list[int]) -> int:
@@ -136,17 +138,17 @@ def gpu_free_bytes(world: int) -> list[int] | None:
         return None
     try:
         out = subprocess.run(
-            [smi, "--query-gpu=index,memory.free", "--format=csv,noheader,nounits"],
+            [smi, *GPU_QUERY],
             capture_output=True, text=True, timeout=20, check=False,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
         return None
     free: dict[str, int] = {}
     for line in out.stdout.splitlines():
-        idx, _, mib = line.partition(",")
+        fields = [f.strip() for f in line.split(",")]
         try:
-            free[idx.strip()] = int(float(mib.strip()) * (1 << 20))
-        except ValueError:
+            free[fields[0]] = int(float(fields[1]) * (1 << 20))  # MiB (nounits)
+        except (ValueError, IndexError):
             continue
     if out.returncode != 0 or not free:
         return None

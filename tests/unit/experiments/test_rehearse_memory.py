@@ -174,3 +174,42 @@ def test_a_rank_killed_by_sigkill_is_reported_as_probably_out_of_memory(
     assert "failed: rank 1 was killed by SIGKILL" in err
     # rank 0, which rehearse stopped after its peer died, is not blamed
     assert "rank 0 was killed" not in row["error"]
+
+
+@pytest.mark.parametrize("recorded", ["rehearse-2gpu.json", "rehearse-h200-tp1.json"])
+def test_the_estimate_matches_recorded_h200_runs(recorded: str) -> None:
+    # real rehearse reports from H200s (bf16 on nccl): rehearse-h200-tp1.json is one rank
+    # with the whole model (TP 1, 2026-12-01), rehearse-2gpu.json two ranks (TP 2)
+    rec = json.loads((REPO / "benchmarks/results" / recorded).read_text())
+    target = modelconfig.load_spec(REPO / rec["model_config"])
+    drafter = modelconfig.load_spec(CONFIGS / "kimi-k2.5-eagle3.json")
+    cfg = rehearse.RehearseConfig(model_config="k", backend="nccl", batch=rec["batch"],
+                                  context=rec["context"], pool_gb=rec["pool_gb"],
+                                  draft_tokens=rec["draft_tokens"])  # fmt: skip
+    world = rec["world_size"]
+    est = memory.estimate(rehearse.build_job(target, drafter, cfg, world), world)
+    ranks = [rk for p in rec["profiles"] for rk in p["ranks"]]
+    assert ranks
+    for rk in ranks:
+        b = rk["build"]
+        assert est.tensors_per_rank == b["target_weight_bytes"] + b["drafter_weight_bytes"]
+        assert rk["max_memory_gb"] * memory.GIB <= est.per_rank
+
+
+def test_free_gpu_memory_is_read_from_nvidia_smi(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # nvidia-smi's real output on an H200 (tests/fixtures/nvidia-smi/README.md), printed by a
+    # stand-in only for exactly the query rehearse makes
+    fixture = REPO / "tests/fixtures/nvidia-smi/h200-query-gpu-index-free-total.csv"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(
+        f'#!/bin/sh\n[ "$*" = "{" ".join(memory.GPU_QUERY)}" ] || exit 9\ncat {fixture}\n'
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert memory.gpu_free_bytes(1) == [143156 << 20]
+    assert memory.gpu_free_bytes(2) is None  # one GPU: no reading for a second rank
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert memory.gpu_free_bytes(1) == [143156 << 20]
