@@ -34,8 +34,9 @@ def _one(m: dict, name: str) -> tuple[dict[str, str], float] | None:
     return rows[0] if rows else None
 
 
-def _bench(d: DaemonHarness, concurrency: int, duration: float) -> dict[str, Any]:
-    r = d.ctl("bench", "-c", str(concurrency), "--duration", str(duration), *BENCH, timeout=180)
+def _bench(d: DaemonHarness, concurrency: int, duration: float, *extra: str) -> dict[str, Any]:
+    r = d.ctl("bench", "-c", str(concurrency), "--duration", str(duration), *BENCH, *extra,
+              timeout=180)  # fmt: skip
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -66,11 +67,16 @@ def _check_agreement(m: dict, seen: list[dict[str, Any]]) -> None:
 def test_baseline_at_one_request_eagle3_at_two(tmp_path: Path) -> None:
     # no profile windows: the verdict comes from decode readings, never from a trace
     with DaemonHarness(tmp_path, tp_size=2, config={"daemon": {"trace_period_s": 0}}) as d:
-        base1 = _bench(d, 1, 3.0)
-        base2 = _bench(d, 2, 3.0)
-        _post(d, base1, 1)
+        base1 = _bench(d, 1, 3.0, "--record-baseline")  # what a user types
+        rec = d.client.get("/v1/baselines")["nccl-default"]
+        assert rec["concurrency"] == 1
+        assert rec["per_request_tokens_per_second"] == base1["per_request_tokens_per_second"]
+        base2 = _bench(d, 2, 3.0)  # measured now, recorded later
         r = d.ctl("mode", "set", "eagle3", "-q", timeout=60)
         assert r.returncode == 0, r.stderr
+        # an EAGLE-3 run is no baseline: refused before any load
+        r = d.ctl("bench", "-c", "2", "--duration", "1", "--record-baseline", timeout=60)
+        assert r.returncode == 2 and "baseline mode with real weights" in r.stderr, r.stderr
 
         done: list[Any] = []
         load = threading.Thread(target=lambda: done.append(_bench(d, 2, 25.0)), daemon=True)
