@@ -6,7 +6,8 @@ when the sweep draws its plot, and torch never (preflight's rank workers import 
 their own processes).
 
 Exit codes: 0 ok; 1 a measurement or check failed (a profile failed preflight, a sweep
-had failures, every bench request failed); 2 usage; 3 daemon unreachable;
+had failures, every bench request failed, a bench window completed no request); 2 usage;
+3 daemon unreachable;
 6 a missing optional dependency (torch for preflight, sglang for --use-sglang-bench);
 130 interrupted (Ctrl-C; a sweep keeps what it measured, preflight stops its ranks).
 """
@@ -189,6 +190,13 @@ def _server_url(ctx: click.Context, url: str | None) -> str:
     "random weights first (unless it already runs so); with --url the server must report "
     "load_format dummy.",
 )
+@click.option(
+    "--record-baseline",
+    is_flag=True,
+    help="Through the daemon, on a baseline-mode server with real weights: record the result "
+    "as the active profile's baseline at this --concurrency (POST /v1/baselines), which the "
+    "exporter's break-even and speedup gauges compare EAGLE-3 with at that concurrency.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def bench(
@@ -203,6 +211,7 @@ def bench(
     warmup: int,
     use_sglang_bench: bool,
     load_format: str,
+    record_baseline: bool,
     as_json: bool,
 ) -> None:
     """Closed-loop load against the running server: tok/s, TTFT, ITL, accept length."""
@@ -215,6 +224,10 @@ def bench(
 
     if duration is None and n_requests is None:
         duration = 30.0
+    if record_baseline and (url or load_format == "dummy"):
+        fail("bench --record-baseline: records through the daemon, for the profile it serves "
+             "with real weights (drop --url / --load-format dummy)", EXIT_USAGE)  # fmt: skip
+    active = _baseline_target(ctx) if record_baseline else None
     if load_format == "dummy" and not url:
         _ensure_trial_engine(ctx)
     cfg = BenchConfig(
@@ -245,7 +258,7 @@ def bench(
                     f"bench: {concurrency} client(s), {total:g} {what}, "
                     f"input {input_len} / output {output_len} tokens"
                 )
-                result = run_bench(cfg, progress)
+                result = run_bench(cfg, progress, lambda line: bar.note(f"bench: {line}"))
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
@@ -264,6 +277,49 @@ def bench(
     else:
         trial = " [trial: dummy weights]" if data.get("weights") == "dummy" else ""
         table(("metric", "value"), _bench_rows(data), title=f"bench {cfg.url}{trial}")
+    if data.get("incomplete"):  # a measurement without its per-request rate is a failed one
+        fail(f"bench: {data['incomplete']}", EXIT_PROBLEMS)
+    if active is not None:
+        _record_baseline(ctx, active, data, concurrency)
+
+
+def _baseline_target(ctx: click.Context) -> str:
+    """The profile a --record-baseline run measures: the daemon's, in baseline mode with real
+    weights (checked before the load, so nothing is measured for nothing)."""
+    from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+
+    try:
+        status = ControlClient(ctx.obj.get("socket") if ctx.obj else None).get("/v1/status")
+    except DaemonUnavailable as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
+    except ApiError as exc:
+        fail(f"daemon: {exc}", EXIT_PROBLEMS)
+    if status.get("mode") != "baseline" or status.get("trial") or not status.get("profile"):
+        fail(f"bench --record-baseline: the daemon serves {status.get('profile')}/"
+             f"{status.get('mode')}{' (trial, dummy weights)' if status.get('trial') else ''};"
+             " a baseline is measured in baseline mode with real weights "
+             "(fastverifyctl mode set baseline)", EXIT_USAGE)  # fmt: skip
+    return str(status["profile"])
+
+
+def _record_baseline(
+    ctx: click.Context, profile: str, data: dict[str, Any], concurrency: int
+) -> None:
+    from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+
+    body = {"profile": profile, "concurrency": concurrency,
+            "tokens_per_second": data["output_tokens_per_second"],
+            "per_request_tokens_per_second": data["per_request_tokens_per_second"]}  # fmt: skip
+    try:
+        ControlClient(ctx.obj.get("socket") if ctx.obj else None).post("/v1/baselines", body)
+    except DaemonUnavailable as exc:
+        fail(f"bench: the baseline was not recorded: {exc}", EXIT_UNAVAILABLE)
+    except ApiError as exc:
+        fail(f"bench: the baseline was not recorded: {exc.body.get('error') or exc}",
+             EXIT_PROBLEMS)  # fmt: skip
+    click.echo(f"bench: recorded as the baseline of {profile} at {concurrency} concurrent "
+               f"request(s) ({data['per_request_tokens_per_second']:.1f} tok/s per request)",
+               err=True)  # fmt: skip
 
 
 def _ensure_trial_engine(ctx: click.Context) -> None:
@@ -614,6 +670,20 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return out
 
 
+def verdict_note(rows: list[dict[str, Any]]) -> str | None:
+    """The line under the sweep table when a row has no verdict for want of runs."""
+    few = [r for r in rows if "too few runs" in
+           (r.get("vs_reference"), r.get("vs_best"), r.get("speedup_significance"))]  # fmt: skip
+    if not few:
+        return None
+    from fastverify.experiments.common.stats import MIN_RUNS
+
+    least = min(r.get("n") or 0 for r in few)
+    return (f"note: \"too few runs\": a faster/slower verdict needs at least {MIN_RUNS} runs "
+            f"per side (here n={least}; pass --repeats {MIN_RUNS}); those rows are ranked by "
+            "their mean alone")  # fmt: skip
+
+
 def _trial_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """What dummy weights measure truthfully, per trial row."""
     out = []
@@ -839,6 +909,9 @@ def sweep(
             title = "trial on dummy weights: timings (accept lengths not measured)"
             table(heads, _trial_rows(report["results"]), title=title)
             _print_timing(report.get("timing") or {})
+        note = verdict_note(report["results"])
+        if note:
+            click.echo(note)
         for r in report["results"]:
             if r["status"] != "ok":
                 click.echo(f"{r['profile']}/{r['mode']} failed ({r.get('reason')}): "

@@ -90,6 +90,8 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "per_request_tokens_per_second": (_NUM, True),
         "measured_at": (_NUM, False),
         "accept_length": (_NUM, False),  # EAGLE-3, real weights (read by trial sweeps)
+        # concurrent requests it was measured at; required (the facade says why when absent)
+        "concurrency": ((int,), False),
     },
     "/v1/trace/capture": {"steps": ((int,), False)},
 }

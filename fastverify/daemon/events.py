@@ -136,6 +136,7 @@ class BaselineRecorded:
     tokens_per_second: float
     per_request_tokens_per_second: float
     measured_at: float
+    concurrency: int | None = None  # concurrent requests it was measured at
 
 
 Event = (

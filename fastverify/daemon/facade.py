@@ -237,12 +237,13 @@ class ControlFacade:
                 body["measured_at"] if body.get("measured_at") is not None else now
             ),
         }
+        rec["concurrency"] = int(body["concurrency"])
         if body.get("accept_length") is not None:  # EAGLE-3 with real weights (trial sweeps)
             rec["accept_length"] = float(body["accept_length"])
         store = self.ctl.store
         with self.ctl._lock:
             data = store.load_baselines()
-            data[rec["profile"]] = rec
+            data[rec["profile"]] = with_concurrency(data.get(rec["profile"]), rec)
             store.save_baselines(data)
         self.ctl.bus.publish(
             ev.BaselineRecorded(
@@ -250,6 +251,7 @@ class ControlFacade:
                 rec["tokens_per_second"],
                 rec["per_request_tokens_per_second"],
                 rec["measured_at"],
+                rec["concurrency"],
             )
         )
         return rec
@@ -305,6 +307,14 @@ def check_baseline(
     problem = profile_problem(str(body.get("profile", "")))
     if problem is not None:
         out["profile"] = problem
+    conc = body.get("concurrency")
+    if conc is None:
+        out["concurrency"] = (
+            "required: the number of concurrent requests the baseline was measured at "
+            "(bench --concurrency); a verdict compares only figures of the same concurrency"
+        )
+    elif not isinstance(conc, int) or isinstance(conc, bool) or conc < 1:
+        out["concurrency"] = f"must be a whole number of requests >= 1, got {conc!r}"
     for key in ("tokens_per_second", "per_request_tokens_per_second"):
         v = body.get(key)
         if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
@@ -321,4 +331,34 @@ def check_baseline(
             out["measured_at"] = (
                 f"{at!r} is {at - now:.0f} s in the future (at most {CLOCK_SKEW_S:.0f} s ahead)"
             )
+    return out
+
+
+def with_concurrency(old: Any, rec: dict[str, Any]) -> dict[str, Any]:
+    """A profile's baselines.json entry after recording `rec`: the newest record at the top
+    (what GET /v1/baselines readers of one record per profile use) and every concurrency's
+    last record under `by_concurrency` ("N" -> record)."""
+    by: dict[str, Any] = {}
+    if isinstance(old, dict):
+        prev = old.get("by_concurrency")
+        if isinstance(prev, dict):
+            by.update({k: v for k, v in prev.items() if isinstance(v, dict)})
+    by[str(rec["concurrency"])] = dict(rec)
+    return {**rec, "by_concurrency": by}
+
+
+def baseline_records(data: Any) -> list[dict[str, Any]]:
+    """Every stored baseline record of baselines.json (one per profile and concurrency; a
+    record written before concurrencies were recorded stands alone, without one)."""
+    out: list[dict[str, Any]] = []
+    if not isinstance(data, dict):
+        return out
+    for entry in data.values():
+        if not isinstance(entry, dict):
+            continue
+        by = entry.get("by_concurrency")
+        if isinstance(by, dict) and by:
+            out.extend(v for v in by.values() if isinstance(v, dict))
+        else:
+            out.append(entry)
     return out

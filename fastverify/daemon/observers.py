@@ -138,7 +138,11 @@ class ExporterFeed:
                 hub.on_switch(e.result)
         elif isinstance(e, ev.BaselineRecorded):
             hub.set_baseline(
-                e.profile, e.tokens_per_second, e.per_request_tokens_per_second, e.measured_at
+                e.profile,
+                e.tokens_per_second,
+                e.per_request_tokens_per_second,
+                e.measured_at,
+                e.concurrency,
             )
 
 

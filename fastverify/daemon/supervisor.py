@@ -17,7 +17,7 @@ from typing import Any
 
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.events import BaselineRecorded, EventBus
-from fastverify.daemon.facade import ControlFacade
+from fastverify.daemon.facade import ControlFacade, baseline_records
 from fastverify.daemon.launcher import Launcher
 from fastverify.daemon.logs import LogRing
 from fastverify.daemon.notify import Notifier
@@ -92,14 +92,16 @@ class Supervisor:
 
     def startup(self) -> None:
         """Baselines to the exporter, then restore, reconcile and start (reconcile.py)."""
-        for rec in self.store.load_baselines().values():
+        for rec in baseline_records(self.store.load_baselines()):
             with contextlib.suppress(KeyError, TypeError, ValueError):
+                conc = rec.get("concurrency")
                 self.bus.publish(
                     BaselineRecorded(
                         rec["profile"],
                         float(rec["tokens_per_second"]),
                         float(rec["per_request_tokens_per_second"]),
                         float(rec["measured_at"]),
+                        int(conc) if isinstance(conc, int) and not isinstance(conc, bool) else None,
                     )
                 )
         start_up(self.ctl)

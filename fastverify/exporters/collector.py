@@ -130,14 +130,20 @@ def decode_families(s: dict[str, Any]) -> list[Metric | None]:
         _gauge("fastverify_spec_cycle_seconds",
                "Whole draft+verify cycle = running_reqs * accept_len / gen_throughput",
                s["spec_cycle_seconds"], PM, pm),
-        _gauge("fastverify_spec_breakeven_accept_length",
-               "Accept length at which EAGLE-3 matches the profile's recorded baseline "
-               "= spec cycle seconds x baseline tokens/s per request",
-               s["breakeven_accept_length"], PM, pm),
-        _gauge("fastverify_spec_speedup_estimate",
-               "EAGLE-3 tokens/s over the recorded baseline tokens/s of the same profile",
-               s["speedup_estimate"], PM, pm),
     ]  # fmt: skip
+    v = s["verdict"]
+    if v is not None:  # only against a baseline of this profile at the reading's concurrency
+        vk, vv = [*PM, "concurrency"], [*pm, str(v.concurrency)]
+        out += [
+            _gauge("fastverify_spec_breakeven_accept_length",
+                   "Accept length at which EAGLE-3 matches the profile's baseline recorded at "
+                   "the same concurrency = spec cycle seconds x baseline tokens/s per request",
+                   v.breakeven_accept_length, vk, vv),
+            _gauge("fastverify_spec_speedup_estimate",
+                   "EAGLE-3 tokens/s per request over the profile's baseline at the same "
+                   "concurrency = accept length / break-even (> 1: speculation pays)",
+                   v.speedup_estimate, vk, vv),
+        ]  # fmt: skip
     return out + baseline_families(s)
 
 
@@ -146,22 +152,25 @@ def baseline_families(s: dict[str, Any]) -> list[Metric | None]:
         return []
     now = s["now"]
     fams = [
-        GaugeMetricFamily(name, doc, labels=["profile"])
+        GaugeMetricFamily(name, doc, labels=["profile", "concurrency"])
         for name, doc in (
             ("fastverify_baseline_tokens_per_second",
-             "Last recorded baseline-mode throughput of each profile"),
+             "Last recorded baseline-mode throughput of each profile and concurrency"),
             ("fastverify_baseline_request_tokens_per_second",
-             "Last recorded baseline-mode tokens/s per request of each profile"),
-            ("fastverify_baseline_age_seconds", "Age of the recorded baseline of each profile"),
+             "Last recorded baseline-mode tokens/s per request of each profile and concurrency"),
+            ("fastverify_baseline_age_seconds",
+             "Age of the recorded baseline of each profile and concurrency"),
             ("fastverify_baseline_timestamp_seconds",
-             "Unix time of the recorded baseline of each profile"),
+             "Unix time of the recorded baseline of each profile and concurrency"),
         )
     ]  # fmt: skip
-    for name, b in sorted(s["baselines"].items()):
+    order = sorted(s["baselines"].values(), key=lambda b: (b.profile, b.concurrency or 0))
+    for b in order:
         age = max(0.0, float(int(now - b.measured_at)))
+        conc = "unknown" if b.concurrency is None else str(b.concurrency)
         for fam, v in zip(fams, (b.tokens_per_second, b.per_request_tokens_per_second, age,
                                  b.measured_at), strict=True):  # fmt: skip
-            fam.add_metric([name], v)
+            fam.add_metric([b.profile, conc], v)
     return list(fams)
 
 

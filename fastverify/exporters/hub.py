@@ -10,9 +10,11 @@ the life of the process so that `rate()` stays correct across switches.
 Derived figures (DESIGN.md, issue 4):
 - spec cycle seconds = running_reqs * accept_len / gen_throughput, all three taken from
   one observation (one decode log line, or one poll of SGLang's /metrics);
-- break-even accept length = spec cycle seconds * baseline tokens/s per request;
-- speedup estimate = current tokens/s / baseline tokens/s of the same profile;
-  the last two exist only in EAGLE-3 mode with a recorded baseline (absent, not zero).
+- break-even accept length = spec cycle seconds * baseline tokens/s per request, and
+  speedup estimate = accept length / break-even, from the same reading and the baseline of
+  the same profile measured at that reading's concurrency (`exporters.baseline.verdict`);
+  both exist only in EAGLE-3 mode with a baseline of matching concurrency (absent, not
+  zero, otherwise: no verdict rather than one against another batch size).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastverify.exporters import logparse
-from fastverify.exporters.baseline import breakeven_accept_length, spec_cycle_seconds
+from fastverify.exporters.baseline import spec_cycle_seconds, verdict
 
 # Verify passes on the field box took ~30 ms; resolve 1-100 ms with detail around 20-40 ms.
 VERIFY_BUCKETS: tuple[float, ...] = (
@@ -108,6 +110,7 @@ class Baseline:
     tokens_per_second: float
     per_request_tokens_per_second: float
     measured_at: float
+    concurrency: int | None = None  # None: recorded without one (never matched)
 
 
 class MetricsHub:
@@ -159,8 +162,8 @@ class MetricsHub:
         self._nccl_version: str | None = None
         self._nccl_env: dict[str, str] = {}
         self._nccl_tuning: dict[tuple[str, int], tuple[str, str, str]] = {}
-        # baselines by profile (persisted by the daemon; the hub only holds them)
-        self._baselines: dict[str, Baseline] = {}
+        # baselines by (profile, concurrency) (persisted by the daemon; the hub only holds them)
+        self._baselines: dict[tuple[str, int | None], Baseline] = {}
 
     def now(self) -> float:
         """The hub's clock (unix seconds)."""
@@ -267,16 +270,23 @@ class MetricsHub:
         tokens_per_second: float,
         per_request_tokens_per_second: float,
         measured_at: float,
+        concurrency: int | None = None,
     ) -> None:
-        """Record the last baseline-mode measurement of `profile` (time: unix seconds)."""
+        """Record the last baseline-mode measurement of `profile` at `concurrency`
+        concurrent requests (time: unix seconds). A baseline without a concurrency is
+        published but never compared with (nothing says which batch size it matches)."""
         if tokens_per_second <= 0 or per_request_tokens_per_second <= 0:
             raise ValueError("baseline figures must be positive tokens per second")
+        if concurrency is not None and (isinstance(concurrency, bool) or int(concurrency) < 1):
+            raise ValueError("a baseline's concurrency must be a positive number of requests")
+        conc = None if concurrency is None else int(concurrency)
         with self._lock:
-            self._baselines[profile] = Baseline(
+            self._baselines[(profile, conc)] = Baseline(
                 profile,
                 float(tokens_per_second),
                 float(per_request_tokens_per_second),
                 float(measured_at),
+                conc,
             )
             self.version += 1
 
@@ -465,17 +475,15 @@ class MetricsHub:
                 self._mode is None and obs is not None and bool(obs.accept_len)
             )
             cycle = None
+            spec = None
             if eagle and obs is not None:
                 cycle = spec_cycle_seconds(obs.running_reqs, obs.accept_len, obs.gen_throughput)
-            baseline = self._baselines.get(self._profile or "")
-            breakeven = speedup = None
-            if eagle and baseline is not None:
-                if cycle is not None:
-                    breakeven = breakeven_accept_length(
-                        cycle, baseline.per_request_tokens_per_second
-                    )
-                if tps:  # an idle engine (0 tok/s) has no speedup to estimate
-                    speedup = tps / baseline.tokens_per_second
+                rates = {
+                    b.concurrency: b.per_request_tokens_per_second
+                    for (name, conc), b in self._baselines.items()
+                    if name == (self._profile or "") and conc is not None
+                }
+                spec = verdict(obs.running_reqs, obs.accept_len, obs.gen_throughput, rates)
             accept_len = accept_rate = None
             if eagle and obs is not None and obs.accept_len:
                 # an accept length is never 0: SGLang's 0 means "no verify pass yet"
@@ -509,8 +517,9 @@ class MetricsHub:
                 "tokens_per_second": tps,
                 "generation_tokens_total": dict(self._gen_tokens_totals),
                 "spec_cycle_seconds": cycle,
-                "breakeven_accept_length": breakeven,
-                "speedup_estimate": speedup,
+                "verdict": spec,
+                "breakeven_accept_length": None if spec is None else spec.breakeven_accept_length,
+                "speedup_estimate": None if spec is None else spec.speedup_estimate,
                 "baselines": dict(self._baselines),
                 "trace": dict(self._trace) if self._trace else None,
                 "inspector": dict(self._inspector) if self._inspector else None,

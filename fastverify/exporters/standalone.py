@@ -3,14 +3,16 @@
     fastverify-exporter --sglang-url http://127.0.0.1:30000 [--log-file server.log]
         [--trace-dir DIR [--trace-period 60] [--trace-steps 5]] [--inspector-dir DIR]
         [--listen 127.0.0.1:9464] [--profile NAME] [--mode baseline|eagle3]
-        [--profile-env FILE] [--baseline-tps TOK_S [--baseline-request-tps TOK_S]]
+        [--profile-env FILE] [--baseline-tps TOK_S [--baseline-request-tps TOK_S]
+        [--baseline-concurrency N]]
 
 Polls SGLang's /metrics, follows the server's log file (like `tail -F`: survives rotation
 and truncation; the existing content is read once for NCCL facts, decode figures only
 from new lines), runs profile windows into `--trace-dir` when given, tails NCCL inspector
 dumps, and serves /metrics on `--listen` (loopback by default). `--profile`/`--mode` label
 the series; `--profile-env` (a profile .env file) fills fastverify_profile_info's settings;
-`--baseline-tps` records a baseline for that profile (break-even and speedup gauges).
+`--baseline-tps` records a baseline for that profile, measured at `--baseline-concurrency`
+concurrent requests (break-even and speedup gauges while SGLang runs that many requests).
 Stops cleanly on SIGTERM/SIGINT. Exit codes: 0 stopped, 2 bad arguments, 1 cannot listen.
 """
 
@@ -98,7 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline-request-tps",
         type=float,
         metavar="TOK_S",
-        help="baseline-mode tokens/s per request (default: --baseline-tps)",
+        help="baseline-mode tokens/s per request (default: --baseline-tps / "
+        "--baseline-concurrency)",
+    )
+    p.add_argument(
+        "--baseline-concurrency",
+        type=int,
+        default=1,
+        metavar="N",
+        help="concurrent requests the baseline was measured at (default 1); the verdict "
+        "gauges appear only while SGLang reports that many running requests",
     )
     p.add_argument("--log-level", default="info")
     return p
@@ -135,11 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile or args.mode or settings:
         hub.set_labels(args.profile or "", args.mode, settings, "sglang")
     if args.baseline_tps is not None:
-        per_request = args.baseline_request_tps or args.baseline_tps
+        if args.baseline_concurrency < 1:
+            print("fastverify-exporter: --baseline-concurrency must be at least 1 request",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        per_request = args.baseline_request_tps or args.baseline_tps / args.baseline_concurrency
         if args.baseline_tps <= 0 or per_request <= 0:
             print("fastverify-exporter: baseline figures must be positive", file=sys.stderr)
             return 2
-        hub.set_baseline(args.profile or "", args.baseline_tps, per_request, time.time())
+        hub.set_baseline(
+            args.profile or "", args.baseline_tps, per_request, time.time(),
+            args.baseline_concurrency,
+        )  # fmt: skip
     runtime = ExporterRuntime(
         hub,
         args.listen,

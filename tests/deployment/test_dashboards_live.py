@@ -153,9 +153,15 @@ def test_every_dashboard_expression_returns_data(tmp_path: Path) -> None:
                 assert rolled.returncode != 0  # Tree + CUDA graphs: rolled back
                 ok = d.ctl("profile", "set", "ring-simple", timeout=60)
                 assert ok.returncode == 0, ok.stderr
-                d.client.post("/v1/baselines", {"profile": "ring-simple",
-                                                "tokens_per_second": 82.0,
-                                                "per_request_tokens_per_second": 82.0})  # fmt: skip
+                d.client.post(
+                    "/v1/baselines",
+                    {
+                        "profile": "ring-simple",
+                        "tokens_per_second": 82.0,
+                        "per_request_tokens_per_second": 82.0,
+                        "concurrency": 4,
+                    },
+                )  # concurrency 4: the Load's clients
                 # When Prometheus first saw each event (a scrape's own timestamp): the
                 # annotations (1-minute windows) are evaluated just after it, however long
                 # the rest of the test takes on a busy machine.

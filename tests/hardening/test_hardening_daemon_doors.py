@@ -186,13 +186,23 @@ def test_default_metrics_port_taken_is_a_finding_and_the_daemon_serves(tmp_path:
         ({"per_request_tokens_per_second": 0}, "per_request_tokens_per_second", "> 0"),
         ({"tokens_per_second": float("inf")}, "tokens_per_second", "finite"),
         ({"measured_at": float("nan")}, "measured_at", "finite"),
+        # a baseline says which batch size it was measured at (issue 26: like for like)
+        ({"concurrency": None}, "concurrency", "concurrent requests"),
+        ({"concurrency": 0}, "concurrency", ">= 1"),
+        ({"concurrency": 1.5}, "concurrency", "must be int"),
+        ({"concurrency": True}, "concurrency", "must be int"),
     ],
 )
 def test_bad_baselines_are_422_naming_the_field_and_change_nothing(
     daemon_once: DaemonHarness, change: dict, field: str, words: str
 ) -> None:
     d = daemon_once
-    good = {"profile": "ring-ll", "tokens_per_second": 80.0, "per_request_tokens_per_second": 9.5}
+    good = {
+        "profile": "ring-ll",
+        "tokens_per_second": 80.0,
+        "per_request_tokens_per_second": 9.5,
+        "concurrency": 1,
+    }
     before = d.client.get("/v1/baselines")
     with pytest.raises(ApiError) as err:
         d.client.post("/v1/baselines", {**good, **change})

@@ -33,6 +33,7 @@ def test_exporter_is_fed_switches_restarts_start_time_and_baselines(tmp_path: Pa
             "profile": "ring-ll",
             "tokens_per_second": 82.4,
             "per_request_tokens_per_second": 80,
+            "concurrency": 1,
         }
         rec = d.client.post("/v1/baselines", body)
         assert rec["tokens_per_second"] == 82.4
@@ -42,7 +43,7 @@ def test_exporter_is_fed_switches_restarts_start_time_and_baselines(tmp_path: Pa
         assert m['fastverify_engine_restarts_total{reason="switch"}'] == 2
         assert m["fastverify_up"] == 1
         assert 0 < m["fastverify_engine_start_seconds"] < 10
-        assert m['fastverify_baseline_tokens_per_second{profile="ring-ll"}'] == 82.4
+        assert m['fastverify_baseline_tokens_per_second{concurrency="1",profile="ring-ll"}'] == 82.4
         assert any(k.startswith("fastverify_profile_info{") and 'profile="ring-ll"' in k for k in m)
         # Baselines survive a daemon restart (state_dir/baselines.json) and reach the hub again.
         assert d.stop() == 0
@@ -50,7 +51,7 @@ def test_exporter_is_fed_switches_restarts_start_time_and_baselines(tmp_path: Pa
         d.restart_daemon()
         assert d.client.get("/v1/baselines")["ring-ll"]["per_request_tokens_per_second"] == 80
         m = scrape(d.metrics_url)
-        assert m['fastverify_baseline_tokens_per_second{profile="ring-ll"}'] == 82.4
+        assert m['fastverify_baseline_tokens_per_second{concurrency="1",profile="ring-ll"}'] == 82.4
 
 
 def test_tcp_needs_the_token(tmp_path: Path) -> None:

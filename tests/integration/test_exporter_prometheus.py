@@ -149,10 +149,13 @@ def _run_checks(d: DaemonHarness, p: prom.Prometheus, load: StreamingLoad) -> No
     assert client > 0
     assert abs(gauge - client) / client < 0.02, (gauge, client, lag)
 
-    # with a baseline for this profile the comparisons appear
-    d.client.post("/v1/baselines", {"profile": "ring-ll", "tokens_per_second": 82.0,
-                                    "per_request_tokens_per_second": 82.0})  # fmt: skip
+    # with a baseline for this profile at the load's concurrency the comparisons appear
+    # (the load's 6 requests never finish: SGLang runs 6 at every reading)
+    d.client.post("/v1/baselines", {"profile": "ring-ll", "tokens_per_second": 6 * 82.0,
+                                    "per_request_tokens_per_second": 82.0,
+                                    "concurrency": 6})  # fmt: skip
     breakeven = p.wait_for("fastverify_spec_breakeven_accept_length", timeout=10)
+    assert breakeven[0]["metric"]["concurrency"] == "6"
     cycle = p.value("fastverify_spec_cycle_seconds")
     assert float(breakeven[0]["value"][1]) == pytest.approx(cycle * 82.0, rel=0.2)
     assert p.wait_for("fastverify_spec_speedup_estimate", timeout=10)

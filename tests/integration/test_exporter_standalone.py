@@ -70,7 +70,8 @@ def test_standalone_exporter(tmp_path: Path, stub: SGLangStub) -> None:
          "--log-file", str(log), "--trace-dir", str(tmp_path / "traces"), "--trace-period", "1",
          "--trace-steps", "3", "--listen", f"127.0.0.1:{port}", "--profile", "ring-ll",
          "--mode", "eagle3", "--profile-env", str(env_file), "--poll-interval", "0.2",
-         "--baseline-tps", "82", "--baseline-request-tps", "41"],
+         "--baseline-tps", "82", "--baseline-request-tps", "41",
+         "--baseline-concurrency", "4"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:
@@ -85,8 +86,11 @@ def test_standalone_exporter(tmp_path: Path, stub: SGLangStub) -> None:
         text = _wait(url, 'fastverify_spec_accept_length{mode="eagle3",profile="ring-ll"} 2.5')
         # the line says 4 requests x 2.5 / 200 tok/s = 50 ms per cycle; 41 tok/s per request
         # in baseline => 0.05 x 41 = 2.05 accepted tokens needed to break even
-        assert _value(text, 'fastverify_spec_breakeven_accept_length{mode="eagle3",'
-                      'profile="ring-ll"}') == pytest.approx(2.05)  # fmt: skip
+        # (the baseline was measured at 4 concurrent requests, as the line's 4 running)
+        assert _value(text, 'fastverify_spec_breakeven_accept_length{concurrency="4",'
+                      'mode="eagle3",profile="ring-ll"}') == pytest.approx(2.05)  # fmt: skip
+        assert _value(text, 'fastverify_spec_speedup_estimate{concurrency="4",'
+                      'mode="eagle3",profile="ring-ll"}') == pytest.approx(2.5 / 2.05)  # fmt: skip
         # the poller's counter turns into a rate
         for total in (300.0, 500.0, 700.0):
             time.sleep(0.5)

@@ -143,6 +143,7 @@ def test_results_file_baselines_apply_best_and_plot(swept: Any) -> None:
         assert got["per_request_tokens_per_second"] == pytest.approx(
             base[p]["per_request_tokens_per_second_mean"]
         )
+        assert got["concurrency"] == 1  # the bench's: verdicts compare only that batch size
     assert "tree-ll" not in swept["baselines"]
     # ... and reached the exporter, which publishes them for its break-even gauges.
     families = {f.name: f for f in text_string_to_metric_families(swept["metrics"])}

@@ -52,6 +52,7 @@ def trial(tmp_path_factory: pytest.TempPathFactory) -> Any:
     with DaemonHarness(tmp, tp_size=TP, sim_load_seconds=LOAD_S, config=config) as d:
         d.client.post("/v1/baselines", {"profile": "nccl-default", "tokens_per_second": 70.0,
                                         "per_request_tokens_per_second": 71.0,
+                                        "concurrency": 1,
                                         "accept_length": RECORDED_ACCEPT})  # fmt: skip
         args = [
             "sweep", *PROFILES, "--load-format", "dummy", "--repeats", str(REPEATS),

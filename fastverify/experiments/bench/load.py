@@ -15,6 +15,10 @@ Timing, from the streamed chunks (SGLang sends cumulative `meta_info.completion_
   `requests` it ends when the last request finishes.
 - Per-request tok/s: mean over completed requests of (tokens - 1) / (latency - TTFT),
   the decode rate one sequence sees (what a break-even accept length is measured against).
+  A window in which no request completed has none: `incomplete` then says why and what to
+  change (a longer `duration`, a shorter `output_len`), and the CLI exits 1.
+- Phases: `run_bench(..., phase=fn)` hears a line when the warm-up starts, every few
+  seconds while it runs, when it ends, and when the window starts (the CLI prints them).
 - Accept length: `internal_states[0].avg_spec_accept_length` of `/server_info`
   (`/get_server_info` on older SGLang) after the run; None for a baseline server.
   Server info goes through `fastverify.sglang.client`; httpx carries the load (and the
@@ -48,6 +52,9 @@ from fastverify.experiments.common.stats import mean, percentile
 from fastverify.sglang import client as engine_client
 
 ProgressFn = Callable[[int, float], None]  # (completed requests, elapsed seconds)
+PhaseFn = Callable[[str], None]  # one line about the phase the run is in (warm-up, window)
+# While the warm-up runs, a line every this many seconds (a slow server can take long).
+WARMUP_NOTE_EVERY_S = 5.0
 
 
 class BenchError(RuntimeError):
@@ -111,6 +118,8 @@ class BenchResult:
     accept_length: float | None
     errors: list[str] = field(default_factory=list)
     weights: str | None = None  # "dummy" (trial server) | "real" | None (not reported)
+    # why the window measured no per-request rate, and what to change (None: it did)
+    incomplete: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -188,7 +197,7 @@ async def _one_request(
 
 
 async def _measure(
-    cfg: BenchConfig, progress: ProgressFn | None
+    cfg: BenchConfig, progress: ProgressFn | None, phase: PhaseFn | None = None
 ) -> tuple[list[RequestRecord], float, float, float | None]:
     import httpx
 
@@ -208,17 +217,39 @@ async def _measure(
             ) from None
         if cfg.warmup:
             warm = [RequestRecord(start=0.0) for _ in range(cfg.warmup * cfg.concurrency)]
-            await asyncio.gather(
+            w0 = time.perf_counter()
+            if phase:
+                phase(f"warm-up: {len(warm)} request(s) of {cfg.output_len} tokens, "
+                      "discarded (--warmup 0 skips it) ...")  # fmt: skip
+            jobs = asyncio.gather(
                 *[
                     _one_request(client, url, prompts[i % len(prompts)], cfg, rec)
                     for i, rec in enumerate(warm)
                 ]
             )
+            while True:
+                try:
+                    await asyncio.wait_for(asyncio.shield(jobs), WARMUP_NOTE_EVERY_S)
+                    break
+                except TimeoutError:
+                    if phase:
+                        done = sum(1 for r in warm if r.completed or r.error)
+                        got = sum(r.tokens for r in warm)
+                        phase(f"warm-up: {done}/{len(warm)} done, {got} tokens so far "
+                              f"({time.perf_counter() - w0:.0f} s)")  # fmt: skip
             if all(r.error for r in warm):
                 raise BenchError(f"every warm-up request failed: {warm[0].error}")
+            if phase:
+                phase(f"warm-up done in {time.perf_counter() - w0:.1f} s")
 
         records: list[RequestRecord] = []
         state = {"next": 0, "done": 0}
+        if phase:
+            phase(
+                f"measuring: {cfg.concurrency} client(s) for {cfg.duration:g} s ..."
+                if cfg.duration is not None
+                else f"measuring: {cfg.concurrency} client(s), {cfg.requests} request(s) ..."
+            )
         t0 = time.perf_counter()
         deadline = None if cfg.duration is None else t0 + cfg.duration
 
@@ -338,12 +369,51 @@ def summarize(
     )
 
 
-def run_bench(cfg: BenchConfig, progress: ProgressFn | None = None) -> BenchResult:
-    """Run the closed loop described in the module docstring and summarise it."""
+def incomplete_reason(result: BenchResult, cfg: BenchConfig) -> str | None:
+    """Why a window measured no per-request rate and what to change, or None when it did.
+
+    With `duration`, requests still streaming at the deadline do not complete; when none
+    completes, there is no (tokens - 1) / (latency - TTFT) to average. The time one request
+    needs is estimated from what the window saw: TTFT + output_len x the inter-token
+    latency (ITL p50)."""
+    if result.per_request_tokens_per_second is not None:
+        return None
+    if result.completed:
+        return (
+            f"the {result.completed} completed request(s) streamed at most one token each, so "
+            "there is no per-request rate: use a longer --output-len"
+        )
+    window = cfg.duration if cfg.duration is not None else result.duration_s
+    itl = result.itl_ms.get("p50")
+    ttft = result.ttft_ms.get("p50") or 0.0
+    why = (
+        f"no request completed inside the {window:g} s window (each streams {cfg.output_len} tokens"
+    )
+    if itl:
+        need_s = (ttft + cfg.output_len * itl) / 1000.0
+        fits = max(1, int((window * 1000.0 - ttft) / itl * 0.8))
+        why += (
+            f"; at the {itl:.1f} ms per token seen here one takes about {need_s:.1f} s), so "
+            f"there is no per-request rate: use --duration {max(need_s * 2, window * 2):.0f} "
+            f"or more, or --output-len {min(fits, cfg.output_len - 1)} or less"
+        )
+    else:
+        why += (
+            "), so there is no per-request rate: use a longer --duration or a shorter --output-len"
+        )
+    return why
+
+
+def run_bench(
+    cfg: BenchConfig, progress: ProgressFn | None = None, phase: PhaseFn | None = None
+) -> BenchResult:
+    """Run the closed loop described in the module docstring and summarise it; `phase`
+    hears one line per phase (warm-up, its progress every few seconds, the window)."""
     cfg.validate()
-    records, t0, t_end, info = asyncio.run(_measure(cfg, progress))
+    records, t0, t_end, info = asyncio.run(_measure(cfg, progress, phase))
     result = summarize(records, t0, t_end, cfg, accept_length_from_server_info(info or {}))
     result.weights = weights_from_server_info(info)
+    result.incomplete = incomplete_reason(result, cfg)
     return result
 
 

@@ -5,7 +5,9 @@
   the regularized incomplete beta function (continued fraction, modified Lentz).
 - `mean_ci(values, level=0.95)`: mean and its two-sided Student-t confidence interval.
 - `welch(a, b)`: Welch's unequal-variance t test -> `WelchResult(t, df, p)`.
-- `compare(a, b, alpha)`: "faster" / "slower" / "not significant" for two samples.
+- `compare(a, b, alpha)`: "faster" / "slower" / "not significant" for two samples, or
+  "too few runs" below `MIN_RUNS` (3) on either side: two runs of a closed-loop load on a
+  quiet server often give identical figures, a zero-width CI and a t of infinity.
 - `break_even_accept_length(...)`: the speculative accept length at which EAGLE-3 would
   only match the baseline, given the measured cycle (see the function's docstring).
 """
@@ -18,6 +20,9 @@ from dataclasses import dataclass
 
 _EPS = 1e-15
 _TINY = 1e-300
+# Fewest runs per side for a "faster"/"slower" verdict (and for "tied with best").
+MIN_RUNS = 3
+TOO_FEW = "too few runs"
 
 
 def mean(values: Sequence[float]) -> float:
@@ -183,14 +188,17 @@ def welch(a: Sequence[float], b: Sequence[float]) -> WelchResult:
     return WelchResult(t, df, min(1.0, max(0.0, p)))
 
 
-def compare(a: Sequence[float], b: Sequence[float], alpha: float = 0.05) -> str:
+def compare(
+    a: Sequence[float], b: Sequence[float], alpha: float = 0.05, min_runs: int = MIN_RUNS
+) -> str:
     """Whether sample `a` is "faster", "slower" or "not significant" against `b`.
 
-    Welch's test at `alpha` when both sides have 2+ values; with a single run on
-    either side nothing can be said, so the answer is "not significant".
+    Welch's test at `alpha` when both sides have `min_runs`+ values; with fewer on either
+    side the answer is "too few runs" (two identical runs per side would otherwise be
+    "significant" with a zero-width interval).
     """
-    if len(a) < 2 or len(b) < 2:
-        return "not significant"
+    if len(a) < max(2, min_runs) or len(b) < max(2, min_runs):
+        return TOO_FEW
     result = welch(a, b)
     if result.p >= alpha:
         return "not significant"

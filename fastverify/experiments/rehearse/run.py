@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,7 +52,7 @@ from fastverify.experiments.preflight.run import (
     torch_available,
     visible_gpus,
 )
-from fastverify.experiments.rehearse import modelconfig
+from fastverify.experiments.rehearse import memory, modelconfig
 
 WORKER = Path(__file__).with_name("worker.py")
 EventFn = Callable[[str], None]
@@ -240,11 +241,19 @@ def _wait(
 ) -> dict[str, Any]:
     """Wait for every rank. A rank that died leaves its peers 10 s to report; ranks that all
     wrote their reports get `grace_s` to exit, then are stopped (NCCL teardown can block).
-    Returns {"timed_out": bool, "stopped_after_report": bool}."""
+    Returns {"timed_out": bool, "stopped_after_report": bool, "stopped": [rank indices this
+    function SIGKILLed]} (a SIGKILL of any other rank came from outside, e.g. the OOM killer)."""
     t0 = time.perf_counter()
     first_bad: float | None = None
     reported_at: float | None = None
     last_note = t0
+
+    def stop_all() -> list[int]:
+        running = [i for i, p in enumerate(procs) if p.poll() is None]
+        for p in procs:
+            kill_rank(p)
+        return running
+
     try:
         while any(p.poll() is None for p in procs):
             now = time.perf_counter()
@@ -253,13 +262,11 @@ def _wait(
             if reported_at is None and all(o.exists() for o in outs):
                 reported_at = now
             if reported_at is not None and now - reported_at > grace_s:
-                for p in procs:
-                    kill_rank(p)
-                return {"timed_out": False, "stopped_after_report": True}
+                return {"timed_out": False, "stopped_after_report": True, "stopped": stop_all()}
             if now - t0 > timeout_s or (first_bad is not None and now - first_bad > 10.0):
-                for p in procs:
-                    kill_rank(p)
-                return {"timed_out": now - t0 > timeout_s, "stopped_after_report": False}
+                stopped = stop_all()
+                return {"timed_out": now - t0 > timeout_s, "stopped_after_report": False,
+                        "stopped": stopped}  # fmt: skip
             if on_event and now - last_note > 15.0:
                 on_event(f"  {label}: still running ({now - t0:.0f} s)")
                 last_note = now
@@ -268,7 +275,25 @@ def _wait(
         for p in procs:
             kill_rank(p)
         raise
-    return {"timed_out": False, "stopped_after_report": False}
+    return {"timed_out": False, "stopped_after_report": False, "stopped": []}
+
+
+def killed_from_outside(
+    ranks: list[dict[str, Any]], stopped: Sequence[int], per_rank_gb: float | None = None
+) -> list[str]:
+    """One sentence per rank that died by SIGKILL which rehearse did not send: on a host
+    that ran short of memory that is the kernel's OOM killer, and the peers' errors
+    ("Connection closed by peer") are only its consequence."""
+    out = []
+    for r in ranks:
+        if r.get("returncode") == -signal.SIGKILL and r.get("rank") not in stopped:
+            need = f" (the estimate was {per_rank_gb:.1f} GiB per rank)" if per_rank_gb else ""
+            out.append(
+                f"rank {r.get('rank')} was killed by SIGKILL (exit -9): probably out of "
+                f"memory, killed by the kernel's OOM killer (see `dmesg`){need}; lower "
+                "--pool-gb, --context or --batch"
+            )
+    return out
 
 
 def _max(ranks: list[dict[str, Any]], phase: str, key: str = "p50_ms") -> float | None:
@@ -298,6 +323,8 @@ def run_profile(
     wall = time.perf_counter() - t0
 
     ranks = rank_reports(procs, outs, lambda r: workdir / f"{tag}.rank{r}.stdout")
+    for i, r in enumerate(ranks):
+        r.setdefault("rank", i)
     wall_reported = max((r.get("wall_s") or 0.0) for r in ranks)
     logs = []
     for rank in range(world):
@@ -336,6 +363,7 @@ def run_profile(
                     "import_s",
                     "wall_s",
                     "max_memory_gb",
+                    "max_rss_gb",
                     "graphs",
                     "build",
                     "timings",
@@ -357,6 +385,8 @@ def run_profile(
         errors.insert(0, f"environment not delivered as resolved: {', '.join(mismatch)}")
     if timed_out:
         errors.insert(0, f"timed out after {cfg.timeout_s:.0f} s")
+    # the rank that died first, not its peers' "Connection closed by peer"
+    errors[:0] = killed_from_outside(ranks, waited["stopped"], job.get("memory_per_rank_gb"))
     if errors or any(r.get("status") != "ok" for r in ranks):
         result["status"] = "failed"
         result["error"] = errors[0] if errors else "a rank failed"
@@ -493,6 +523,21 @@ def run_rehearsal(
         job = build_job(target, drafter, cfg, world)
     except modelconfig.ModelConfigError as exc:
         raise RehearseError(str(exc)) from None
+    need = memory.estimate(job, world)
+    host = memory.host_available_bytes() if cfg.backend != "nccl" else None
+    gpus = memory.gpu_free_bytes(world) if cfg.backend == "nccl" else None
+    problem = memory.fit_problem(need, host, gpus)
+    if problem:  # refused before any rank starts: nothing to kill, nothing half-written
+        raise RehearseError(problem)
+    job["memory_per_rank_gb"] = need.per_rank / memory.GIB
+    checked = (
+        f"host MemAvailable {host / memory.GIB:.1f} GiB" if host is not None
+        else f"GPU free {min(gpus) / memory.GIB:.1f} GiB" if gpus
+        else "not checked (no MemAvailable / nvidia-smi reading)"
+    )  # fmt: skip
+    if on_event:
+        on_event(f"memory: about {need.per_rank / memory.GIB:.1f} GiB per rank x {world} "
+                 f"({checked})")  # fmt: skip
     if env_for is None:
         from fastverify.profiles.effective import effective_env
 
@@ -550,6 +595,7 @@ def run_rehearsal(
         "context": cfg.context,
         "steps": cfg.steps,
         "pool_gb": cfg.pool_gb,
+        "memory_estimate": {**need.to_dict(), "checked_against": checked},
         "dtype": "bfloat16" if cfg.backend == "nccl" else "float32",
         "gpu": next((rk["gpu"] for rk in ranks if rk.get("gpu")), None),
         "nccl_version": next((r["nccl"]["version"] for r in results if r["nccl"]["version"]), None),

@@ -43,6 +43,7 @@ import gzip
 import json
 import os
 import random
+import resource
 import shutil
 import sys
 import time
@@ -604,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
     if rank.cuda:
         with contextlib.suppress(Exception):
             doc["max_memory_gb"] = torch.cuda.max_memory_allocated(rank.device) / 2**30
+    with contextlib.suppress(Exception):  # peak resident memory of this process (Linux: KiB)
+        doc["max_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     doc["wall_s"] = time.perf_counter() - t_start
     # The report goes out before teardown: on 2 x H200 (torch 2.11, NCCL 2.28.9) a rank that
     # had replayed graphs holding NCCL kernels did not return from teardown within a minute.

@@ -20,13 +20,15 @@ Record types in results.jsonl:
 
 Statistics (`summarize`): per (profile, mode) mean tok/s with a Student-t 95% CI;
 speedup against the reference (the `reference` profile, else the first profile measured
-in that mode) and whether the difference is significant (Welch, alpha 0.05); the rank
+in that mode) and whether the difference is significant (Welch, alpha 0.05; "too few runs"
+below `stats.MIN_RUNS` = 3 runs on either side); the rank
 within the mode and whether a profile is statistically tied with the best. EAGLE-3 rows
 also get the same profile's baseline, the real speedup (EAGLE-3 / baseline) and the
 break-even accept length (`stats.break_even_accept_length`, from per-request rates).
 
 After the baseline phase, each profile's baseline figures are posted to
-`POST /v1/baselines`, where the exporter turns them into break-even gauges (real weights
+`POST /v1/baselines` with the bench concurrency they were measured at, where the exporter
+turns them into break-even gauges while the server runs that many requests (real weights
 only; an EAGLE-3 phase adds the profile's real accept length, which trials compare with).
 
 Trial mode (`load_format="dummy"`, see `fastverify.experiments.sweep.trial`): every switch asks
@@ -239,10 +241,11 @@ def summarize(
             r["vs_reference"] = (
                 "reference" if r is ref else stats.compare(r["samples"], ref["samples"], alpha)
             )
+            vs_best = stats.compare(best["samples"], r["samples"], alpha)
             r["vs_best"] = (
                 "best" if r is best
-                else ("not significant" if stats.compare(best["samples"], r["samples"], alpha)
-                      == "not significant" else "slower")
+                else vs_best if vs_best in ("not significant", stats.TOO_FEW)
+                else "slower"
             )  # fmt: skip
 
     baseline = {r["profile"]: r for r in rows if r["mode"] == "baseline" and r["status"] == "ok"}
@@ -535,11 +538,19 @@ class Sweep:
                 continue
             if r.get("weights", trial.REAL) != trial.REAL:
                 continue
+            per_request = r.get("per_request_tokens_per_second_mean")
+            if not per_request:
+                self.warnings.append(
+                    f"the baseline of {r['profile']} was not recorded: no request completed "
+                    "inside a measurement window, so there is no per-request rate to compare "
+                    "EAGLE-3 with (use a longer --duration or a shorter --output-len)"
+                )
+                continue
             body = {
                 "profile": r["profile"],
                 "tokens_per_second": r["tokens_per_second_mean"],
-                "per_request_tokens_per_second": r.get("per_request_tokens_per_second_mean")
-                or r["tokens_per_second_mean"],
+                "per_request_tokens_per_second": per_request,
+                "concurrency": self.cfg.bench.concurrency,  # verdicts match on it
                 "measured_at": time.time(),
             }
             if accept.get(r["profile"]):

@@ -74,7 +74,17 @@ def test_welch_textbook_example() -> None:
 
 def test_compare_overlapping_samples_not_significant() -> None:
     assert stats.compare([100.0, 102.0, 98.0], [101.0, 99.0, 100.5]) == "not significant"
-    assert stats.compare([100.0], [50.0, 51.0]) == "not significant"
+    assert stats.compare([100.0], [50.0, 51.0]) == "too few runs"
+
+
+def test_compare_needs_three_runs_per_side() -> None:
+    assert stats.MIN_RUNS == 3
+    # two constant runs per side: Welch says t = inf, p = 0; no verdict is given on that
+    assert stats.welch([88.2, 88.2], [76.0, 76.0]).p == 0.0
+    assert stats.compare([88.2, 88.2], [76.0, 76.0]) == "too few runs"
+    assert stats.compare([88.2, 88.2, 88.2], [76.0, 76.0]) == "too few runs"
+    assert stats.compare([88.2, 88.2, 88.3], [76.0, 76.0, 76.1]) == "faster"
+    assert stats.compare([88.2, 88.2], [76.0, 76.0], min_runs=2) == "faster"
 
 
 def test_welch_constant_samples() -> None:

@@ -147,7 +147,7 @@ def test_ranks_that_reported_but_linger_in_teardown_are_stopped(tmp_path: Path) 
     finally:
         for p in procs:
             kill_rank(p)
-    assert waited == {"timed_out": False, "stopped_after_report": True}
+    assert waited == {"timed_out": False, "stopped_after_report": True, "stopped": [0, 1]}
     assert all(p.returncode == -9 for p in procs)
 
 
@@ -161,5 +161,5 @@ def test_ranks_that_never_report_time_out(tmp_path: Path) -> None:
         waited = rehearse._wait([proc], outs, timeout_s=0.5, label="t", on_event=None)
     finally:
         kill_rank(proc)
-    assert waited == {"timed_out": True, "stopped_after_report": False}
+    assert waited == {"timed_out": True, "stopped_after_report": False, "stopped": [0]}
     assert proc.returncode == -9

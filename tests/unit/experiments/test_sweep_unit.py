@@ -24,6 +24,7 @@ RECORDS = [
     {"type": "failure", "profile": "t", "mode": "baseline", "stage": "switch",
      "reason": "cuda_graph_capture", "message": "rolled back"},
     _m("b", "eagle3", 70.0, 70.0, 2.0), _m("b", "eagle3", 72.0, 72.0, 2.0),
+    _m("b", "eagle3", 71.0, 71.0, 2.0),
 ]  # fmt: skip
 
 
@@ -63,7 +64,40 @@ def test_reference_option_and_best_row() -> None:
 
 def test_single_run_has_no_interval_and_no_verdict() -> None:
     rows = sweep.summarize([_m("x", "baseline", 50.0), _m("y", "baseline", 60.0)])
-    assert rows[0]["ci95"] is None and rows[1]["vs_reference"] == "not significant"
+    assert rows[0]["ci95"] is None and rows[1]["vs_reference"] == "too few runs"
+
+
+def test_two_runs_per_side_give_no_verdict() -> None:
+    # issue 26: `88.2-88.2`, n=2 was ranked "faster" on a zero-width interval
+    recs = [_m("x", "baseline", 88.2), _m("x", "baseline", 88.2),
+            _m("y", "baseline", 76.0), _m("y", "baseline", 76.0),
+            _m("x", "eagle3", 60.0), _m("x", "eagle3", 60.0)]  # fmt: skip
+    rows = {(r["profile"], r["mode"]): r for r in sweep.summarize(recs)}
+    x, y, e = rows["x", "baseline"], rows["y", "baseline"], rows["x", "eagle3"]
+    assert x["ci95"] == [88.2, 88.2] and x["n"] == 2
+    assert y["vs_reference"] == "too few runs" and y["vs_best"] == "too few runs"
+    assert e["speedup_significance"] == "too few runs"
+    assert x["rank"] == 1 and y["rank"] == 2  # ranked by the mean, without a verdict
+    # a third run on each side gives the test what it needs
+    recs += [_m("x", "baseline", 88.3), _m("y", "baseline", 76.1)]
+    rows = {(r["profile"], r["mode"]): r for r in sweep.summarize(recs)}
+    assert rows["y", "baseline"]["vs_reference"] == "slower"
+    assert rows["y", "baseline"]["vs_best"] == "slower"
+
+
+def test_the_sweep_table_says_why_a_row_has_no_verdict() -> None:
+    from fastverify.cli.experiment_cmds import _sweep_rows, verdict_note
+
+    recs = [_m("x", "baseline", 88.2), _m("x", "baseline", 88.2),
+            _m("y", "baseline", 76.0), _m("y", "baseline", 76.0)]  # fmt: skip
+    rows = sweep.summarize(recs)
+    table = {r[1]: r for r in _sweep_rows(rows)}
+    assert table["y"][7] == "too few runs"  # the "vs reference" column
+    assert table["x"][4] == "88.2-88.2"
+    note = verdict_note(rows)
+    assert note is not None and "at least 3 runs per side (here n=2" in note
+    assert "--repeats 3" in note
+    assert verdict_note(sweep.summarize(RECORDS)) is None
 
 
 def test_results_file_append_and_torn_line(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ def test_fresh_idle_eagle3_engine_has_no_spec_figures() -> None:
     clock = Clock()
     hub = MetricsHub(clock=clock)
     hub.set_engine(True, "ring-ll", "eagle3", SETTINGS, "sglang", "http://127.0.0.1:1")
-    hub.set_baseline("ring-ll", 64.0, 40.0, clock.t - 10)
+    hub.set_baseline("ring-ll", 64.0, 40.0, clock.t - 10, concurrency=1)
     for _ in range(3):
         hub.on_sglang_metrics(IDLE_POLL)
         clock.t += 1.0
@@ -118,7 +118,8 @@ def golden_feed() -> MetricsHub:
     hub.set_engine_start_seconds(12.5)
     hub.on_restart("switch")
     hub.on_switch("ok")
-    hub.set_baseline("ring-ll", 64.0, 40.0, clock.t - 100.0)
+    hub.set_baseline("ring-ll", 160.0, 40.0, clock.t - 100.0, concurrency=4)
+    hub.set_baseline("ring-ll", 64.0, 64.0, clock.t - 50.0, concurrency=1)  # not this batch
     hub.on_record({"kind": "nccl_version", "version": "2.28.9+cuda13.0"})
     hub.on_record({"kind": "nccl_env", "var": "NCCL_PROTO", "value": "LL"})
     hub.on_record({"kind": "nccl_warn"})
@@ -137,8 +138,11 @@ def test_golden_exposition() -> None:
     and checked by hand (values derived in its comments' spirit below):
     - tokens/s: one counter point only -> SGLang's gen throughput 80 (no rate yet);
     - spec cycle = 4 running x 2.5 accepted / 80 tok/s = 0.125 s;
-    - break-even = 0.125 s x 40 tok/s per request = 5.0; speedup = 80 / 64 = 1.25;
-    - baseline age = 102 s (recorded at t-100, scraped 2 s later);
+    - break-even = 0.125 s x 40 tok/s per request of the baseline at 4 requests (the
+      reading's 4 running; the 1-request baseline is not compared with) = 5.0;
+      speedup = 2.5 accepted / 5.0 = 0.5 (= 80 / 4 = 20 tok/s per request vs 40: it loses,
+      as the break-even above the accept length says);
+    - baseline ages = 102 s and 52 s (recorded at t-100 and t-50, scraped 2 s later);
     - HF_TOKEN never appears; nccl_algo/proto come from the profile."""
     reg = CollectorRegistry(auto_describe=False)
     reg.register(HubCollector(golden_feed()))

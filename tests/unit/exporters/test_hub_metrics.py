@@ -63,13 +63,14 @@ def test_spec_cycle_breakeven_and_speedup(hub: MetricsHub) -> None:
     # without a baseline both comparisons are absent, not zero
     assert "fastverify_spec_breakeven_accept_length" not in names(s)
     assert "fastverify_spec_speedup_estimate" not in names(s)
-    hub.set_baseline("ring-ll", 82.0, 82.0, hub.now() - 30)
+    hub.set_baseline("ring-ll", 82.0, 82.0, hub.now() - 30, concurrency=1)
     s = scrape(hub)
-    assert value(s, "fastverify_spec_breakeven_accept_length", **pm) == pytest.approx(
+    pmc = {**pm, "concurrency": "1"}  # the reading's 1 running request matches the baseline's
+    assert value(s, "fastverify_spec_breakeven_accept_length", **pmc) == pytest.approx(
         2.0 / 66.67 * 82.0
     )
-    assert value(s, "fastverify_spec_speedup_estimate", **pm) == pytest.approx(66.67 / 82.0)
-    assert value(s, "fastverify_baseline_age_seconds", profile="ring-ll") == 30.0
+    assert value(s, "fastverify_spec_speedup_estimate", **pmc) == pytest.approx(66.67 / 82.0)
+    assert value(s, "fastverify_baseline_age_seconds", profile="ring-ll", concurrency="1") == 30.0
     # a baseline of another profile does not apply
     hub.set_engine(True, "tree-ll", "eagle3", {}, "sim", None)
     hub.on_log_line(DECODE.format(r=4, a="2.50", g="200.00"))
@@ -86,7 +87,7 @@ def test_baseline_mode_has_no_spec_figures(hub: MetricsHub) -> None:
         "Decode batch, #running-req: 2, #token: 10, token usage: 0.00, cuda graph: True, "
         "gen throughput (token/s): 160.00, #queue-req: 0"
     )
-    hub.set_baseline("ring-ll", 160.0, 80.0, hub.now())
+    hub.set_baseline("ring-ll", 160.0, 80.0, hub.now(), concurrency=2)
     s = scrape(hub)
     assert value(s, "fastverify_generation_tokens_per_second", profile="ring-ll",
                  mode="baseline") == 160.0  # fmt: skip
