@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from fastverify.engines.sim import cli_args, costmodel, ncclenv, sglang_logs
+from fastverify.engines.sim import allreduce_sim, cli_args, costmodel, ncclenv, sglang_logs
 from fastverify.engines.sim.metrics import SimMetrics
 from fastverify.engines.sim.profiler import Profiler, write_cycles
 from fastverify.engines.sim.scheduler import Request, Scheduler
@@ -92,6 +92,7 @@ class SimEngine:
         self.workers: WorkerPool | None = None
         self.settings = ncclenv.resolve(os.environ)
         self.failure: str | None = None
+        self.pcie_ipc_max_bytes: int | None = None  # what FlashInfer's kernels serve
 
     # --------------------------------------------------------------- helpers
     @property
@@ -144,6 +145,7 @@ class SimEngine:
             f"disable_cuda_graph={not a.cuda_graph}, "
             f"decode_log_interval={a.decode_log_interval}, "
             f"disable_custom_all_reduce={a.disable_custom_all_reduce}, "
+            f"dtype='{a.dtype}', enable_deterministic_inference={a.deterministic}, "
             f"log_level='{a.log_level}', simulated=True)"
         )
 
@@ -180,11 +182,15 @@ class SimEngine:
                 "error",
             )
             raise RuntimeError("nccl init failed")
+        # GroupCoordinator for the TP group: PCIe-IPC first (pcie_ipc_ar.eligible_group),
+        # then custom all-reduce (custom_all_reduce_utils), on every rank
+        for level, msg in allreduce_sim.group_lines(os.environ, a):
+            self._all_ranks(msg, level)
         if a.tp_size > 2 and not a.disable_custom_all_reduce:
-            self.log.log(
-                "Custom allreduce is disabled because it's not supported on more than "
-                "two PCIe-only GPUs.",
-                0,
+            self._all_ranks(
+                "CustomAllreduce is disabled because it's not supported on more than two "
+                "PCIe-only GPUs. To silence this warning, specify "
+                "disable_custom_all_reduce=True explicitly.",
                 "warning",
             )
         self._all_ranks("Init torch distributed ends. mem usage=0.53 GB")
@@ -224,6 +230,10 @@ class SimEngine:
             )
         self._all_ranks("KV Cache is allocated. #tokens: 1048576, KV size: 4.50 GB")
         self._all_ranks("Memory pool end. avail mem=8.12 GB")
+        # base_runner._pre_initialize_pcie_ipc_workspace: before graph capture
+        self.pcie_ipc_max_bytes = allreduce_sim.Workspace(os.environ, a).prepare(
+            lambda level, msg: self._all_ranks(msg, level), self._sleep
+        )
 
     def _capture(self) -> None:
         """SGLang 0.5.23's capture milestones per phase that captures (decode: backend
@@ -304,6 +314,10 @@ class SimEngine:
             ],
             "sim": {
                 "pids": [os.getpid(), *(self.workers.pids if self.workers else [])],
+                "allreduce": {
+                    "backend": "pcie_ipc" if self.pcie_ipc_max_bytes else "nccl",
+                    "pcie_ipc_max_bytes": self.pcie_ipc_max_bytes,
+                },
                 "nccl": {
                     "algo": pred.algo,
                     "proto": pred.proto,
@@ -416,6 +430,7 @@ class SimEngine:
                     "num_steps": a.num_steps,
                     "topk": a.topk,
                     "num_draft_tokens": a.num_draft_tokens,
+                    "pcie_ipc_max_bytes": self.pcie_ipc_max_bytes,
                 },
             )
             self.scheduler = Scheduler(
@@ -433,6 +448,7 @@ class SimEngine:
                 seed=a.seed,
                 on_cycle=self.profiler.on_cycle,
                 on_crash=self._on_crash,
+                pcie_ipc_max_bytes=self.pcie_ipc_max_bytes,
             )
             self.log.log(
                 "max_total_num_tokens=1048576, chunked_prefill_size=8192, "
