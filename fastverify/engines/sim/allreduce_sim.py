@@ -122,9 +122,7 @@ class Workspace:
                 self._write_cache(path, rows)
             say(
                 "info",
-                allreduce.AUTOTUNED_FORMAT.format(
-                    n=len(rows), hidden=costmodel.HIDDEN, rows=rows
-                ),
+                allreduce.AUTOTUNED_FORMAT.format(n=len(rows), hidden=costmodel.HIDDEN, rows=rows),
             )
         dtype = self.args.dtype
         if dtype not in ("auto", "bfloat16"):
