@@ -82,7 +82,6 @@ def env_facts() -> dict:
 def pcie_facts() -> dict:
     import torch
     import torch.distributed as dist
-
     from sglang.srt.distributed.device_communicators import pcie_ipc_ar as m
 
     cap = Capture()
@@ -190,7 +189,6 @@ def pcie_facts() -> dict:
 
 def dispatch_facts() -> dict:
     import torch
-
     from sglang.srt.distributed import parallel_state as ps
 
     gc = ps.GroupCoordinator
@@ -231,7 +229,6 @@ def dispatch_facts() -> dict:
 
 def custom_facts() -> dict:
     import torch
-
     from sglang.srt.arg_groups import serving_hook
     from sglang.srt.distributed.device_communicators import custom_all_reduce as ca
     from sglang.srt.distributed.device_communicators import custom_all_reduce_utils as cu
