@@ -20,7 +20,9 @@ What runs (bf16 on NCCL, float32 on the gloo testing backend):
   on the 576-wide latent; GQA: grouped heads), plain matmul/softmax kernels; new tokens are
   not written to the cache, no causal mask between draft tokens, no RoPE;
 - collectives: all-reduce after the vocab-parallel embedding, after attention and after
-  the MLP/MoE of every layer; an all-gather of the LM head's logits;
+  the MLP/MoE of every layer; an all-gather of the LM head's logits; a `pcie_ipc` job
+  (the profile sets SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1) hands the all-reduces within its
+  bound to FlashInfer's PCIe-IPC workspace, as SGLang 0.5.23 does (`PcieIpc`);
 - phases: DECODE (target, 1 token per sequence), VERIFY (target, K+1 tokens per sequence),
   DRAFT (drafter, 1 token per sequence, run K times per cycle) and DRAFT_EXTEND (drafter
   over the K+1 verified tokens, with the EAGLE-3 fc projection); a compute-only VERIFY
@@ -69,21 +71,94 @@ def _err(exc: BaseException) -> str:
     return text.splitlines()[0][:500] if text else type(exc).__name__
 
 
-class Comm:
-    """The TP collectives of one forward; counts calls so CPU runs can check the arithmetic."""
+class PcieIpc:
+    """FlashInfer's PCIe-IPC all-reduce (flashinfer-python 0.7.2), driven as SGLang 0.5.23's
+    `PcieIpcCommunicator` drives it: one workspace on the NCCL group sized `max_numel`
+    bf16 elements, tuned once on a gloo group for the row counts SGLang tunes (powers of two
+    up to the bound, plus the bound) and persisted to FlashInfer's cache, rebound when the
+    calling stream changes (capture, then replay); a tensor goes to it only when bf16,
+    contiguous, 2-D or more, within the bound and supported by the kernels."""
 
-    def __init__(self, dist: Any, world: int, cuda: bool, enabled: bool = True):
+    ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+    def __init__(self, torch: Any, dist: Any, world: int, max_numel: int, hidden: int):
+        from flashinfer.comm import PcieIpcAllReduceWorkspace
+
+        try:
+            from flashinfer.comm.pcie_ipc_tuning import default_cache_path
+
+            cache: str | None = str(default_cache_path(world))
+        except (ImportError, AttributeError):
+            cache = None
+        rows = max(1, max_numel // hidden)
+        batches = [r for r in self.ROWS if r <= rows]
+        if rows not in batches:
+            batches.append(rows)
+        self.torch = torch
+        self.max_numel = max_numel
+        self.cache = cache
+        self.cache_existed = bool(cache) and os.path.exists(cache)
+        self.ws = PcieIpcAllReduceWorkspace(
+            group=dist.group.WORLD,
+            max_numel=max_numel,
+            dtype=torch.bfloat16,
+            tune_batches=tuple(batches),
+            tune_cache=cache,
+        )
+        self.tuned = self.ws.tune(
+            [hidden], dtype=torch.bfloat16, tune_group=dist.new_group(backend="gloo")
+        )
+        self._stream: Any = None
+        self.calls = 0
+
+    def wants(self, t: Any) -> bool:
+        return (
+            t.dtype is self.torch.bfloat16
+            and t.is_contiguous()
+            and t.dim() >= 2
+            and t.numel() <= self.max_numel
+            and bool(self.ws.supports(t))
+        )
+
+    def all_reduce(self, t: Any) -> Any:
+        stream = self.torch.cuda.current_stream()
+        if self._stream is None or stream != self._stream:
+            self.ws.rebind_stream()
+            self._stream = stream
+        self.calls += 1
+        return self.ws.all_reduce(t)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "backend": "pcie_ipc",
+            "max_numel": self.max_numel,
+            "tuned_shapes": len(self.tuned or ()),
+            "cache": self.cache,
+            "cache_reused": self.cache_existed,
+            "calls": self.calls,
+        }
+
+
+class Comm:
+    """The TP collectives of one forward; counts calls so CPU runs can check the arithmetic.
+    With `pcie` (a PcieIpc), all-reduces it takes run on FlashInfer's kernels, the rest on
+    NCCL, as SGLang 0.5.23 dispatches them."""
+
+    def __init__(self, dist: Any, world: int, cuda: bool, enabled: bool = True, pcie: Any = None):
         self.dist = dist
         self.world = world
         self.cuda = cuda
         self.enabled = enabled and world > 1
+        self.pcie = pcie
         self.allreduce_calls = 0
         self.allgather_calls = 0
 
     def all_reduce(self, t: Any) -> Any:
         if self.enabled:
-            self.dist.all_reduce(t)
             self.allreduce_calls += 1
+            if self.pcie is not None and self.pcie.wants(t):
+                return self.pcie.all_reduce(t)
+            self.dist.all_reduce(t)
         return t
 
     def all_gather(self, t: Any, out: Any) -> Any:
@@ -390,6 +465,13 @@ class Rank:
                 str(t): [r["n"] for r in rs if r] for t, rs in self.target.routes.items()
             },
         }
+        self.pcie = None
+        ar = job.get("allreduce") or {}
+        if ar.get("backend") == "pcie_ipc" and self.cuda:
+            self.pcie = PcieIpc(
+                torch, self.dist, self.world, int(ar["max_numel"]), job["target"]["hidden"]
+            )
+            info["allreduce"] = self.pcie.info()
         # static inputs per phase
         self.inputs: dict[str, tuple[Any, Any, int, Any, bool, Any]] = {}
         vt = job["target"]["vocab_per_rank"]
@@ -405,7 +487,13 @@ class Rank:
                 if model is self.drafter
                 else None
             )
-            comm = Comm(self.dist, self.world, self.cuda, enabled=phase != "verify_compute")
+            comm = Comm(
+                self.dist,
+                self.world,
+                self.cuda,
+                enabled=phase != "verify_compute",
+                pcie=self.pcie,
+            )
             self.inputs[phase] = (model, ids, t, hidden, phase == "draft_extend", comm)
         return info
 
@@ -554,7 +642,10 @@ def main(argv: list[str] | None = None) -> int:
             calls[phase] = {"allreduce": comm.allreduce_calls, "allgather": comm.allgather_calls}
         rank.sync()
         doc["collectives_per_forward"] = calls
-        if rank.cuda:
+        if rank.pcie is not None:
+            doc["allreduce"] = (
+                rank.pcie.info()
+            )  # calls so far: the eager forwards        if rank.cuda:
             doc["graphs"] = rank.capture()
             failed = any(g.get("capture") != "ok" for g in doc["graphs"].values())
             failed = failed or len(doc["graphs"]) < len(PHASES)
