@@ -76,3 +76,25 @@ def test_rehearse_reports_the_candidate_skipped_and_measures_the_rest(tmp_path: 
     assert "decode_ms" not in skipped and skipped["ranks"] == []  # nothing was measured
     assert "pcie-ipc (default): skipped: FlashInfer" not in res.stderr
     assert "pcie-ipc (default): skipped: " in res.stderr
+
+
+@pytest.mark.skipif(not preflight.torch_available(), reason="TORCH IS NOT INSTALLED: not run")
+def test_preflight_reports_the_candidate_skipped_and_measures_the_rest(tmp_path: Path) -> None:
+    d = tmp_path / "profiles"
+    d.mkdir()
+    (d / "pf-nccl.env").write_text("# description: t\nNCCL_PROTO=LL\n")
+    res = subprocess.run(
+        [sys.executable, "-m", "fastverify.ctl", "preflight", "--backend", "gloo",
+         "--tokens", "1,2", "--iters", "3", "--json", "pf-nccl", "pcie-ipc"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "FASTVERIFY_PROFILE_DIRS": str(d)},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    rows = {r["profile"]: r for r in report["profiles"]}
+    assert rows["pf-nccl"]["status"] == "ok" and rows["pf-nccl"]["allreduce_backend"] == "nccl"
+    assert all(s["backend"] == "nccl" for s in rows["pf-nccl"]["sizes"])
+    skipped = rows["pcie-ipc"]
+    assert (skipped["status"], skipped["sizes"]) == ("skipped", [])
+    assert "gloo test backend" in skipped["reason"]
+    assert report["summary"]["skipped"] == ["pcie-ipc"]
