@@ -245,7 +245,9 @@ def allreduce_cost(
     if tp_size <= 1:
         return AllReduceCost(nbytes, "ring", "ll", 0, 0.0)
     if pcie_ipc_max_bytes is not None and nbytes <= pcie_ipc_max_bytes:
-        return AllReduceCost(nbytes, "pcie_ipc", "", 0, pcie_ipc_seconds(nbytes, tp_size))
+        # the kernel's own time, plus waiting for the slowest rank (any backend waits)
+        secs = pcie_ipc_seconds(nbytes, tp_size) + _skew_us(tokens) * 1e-6
+        return AllReduceCost(nbytes, "pcie_ipc", "", 0, secs)
     hops = 2 * (tp_size - 1)
     wire = nbytes * 2 * (tp_size - 1) / tp_size
     nch = max(settings.min_nchannels, settings.max_nchannels)
