@@ -110,3 +110,15 @@ def test_sim_traces_with_pcie_ipc_two_ranks(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     ranks = json.loads(out.stdout)["ranks"]
     assert [r["allreduce_per_verify"] for r in ranks] == [122.0, 122.0]
+
+
+def test_cli_names_the_backend(tmp_path: Path) -> None:
+    doc, _ = tracegen.build_rank(0, verify_us=[30_000.0] * 2, ar_per_verify=122,
+                                 ar_dur_us=12.0, family="pcie_ipc", naming="0.5.23")  # fmt: skip
+    tracegen.write(tmp_path / "c-TP-0.trace.json.gz", doc)
+    out = subprocess.run(
+        [sys.executable, "-m", "fastverify.ctl", "trace", "analyze", str(tmp_path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "rank 0: per verify by backend: FlashInfer PCIe-IPC 122.0 (1.46 ms)" in out.stdout
