@@ -8,10 +8,13 @@ SGLang's own all-reduce lines as the engine prints them (`on_record`, records of
 - asked for PCIe-IPC (`SGLANG_ENABLE_PCIE_IPC_ALLREDUCE` true): every rank must log
   `FlashInfer PCIe-IPC all-reduce enabled (world=N, ...)` and `... workspace built (world=,
   max_numel=, hidden=)`; a fallback warning (no `pcie_ipc_comm`, workspace failure,
-  deterministic inference, non-bf16 dtype) ends the start at once (`fallback_failure`:
+  deterministic inference, a non-bf16 `--dtype`) ends the start at once (`fallback_failure`:
   no point in loading weights for a server that will not serve as asked), and ranks
   that never confirm fail verification; both with reason `allreduce_backend_fallback`,
   quoting SGLang's warning (or naming the ranks that said nothing);
+- SGLang's once-per-dtype warning on a server whose `--dtype` is bfloat16 or auto is kept as
+  a note (`details()["notes"]`): that dtype's reductions stay on NCCL, the bf16 ones are
+  PCIe-IPC's (with `auto` and a float16 model every reduction is float16: the note says so);
 - otherwise the backend is what the dispatch says (NCCL, or custom all-reduce where the
   topology allows it), reported, not confirmed (SGLang logs no line for it).
 
@@ -49,6 +52,11 @@ class AllreduceWatch:
         self.built: dict[int, dict[str, Any]] = {}
         self.autotuned: set[int] = set()
         self.fallback: dict[str, Any] | None = None
+        self.notes: list[str] = []
+
+    def _bf16_server(self) -> bool:
+        """--dtype bfloat16, or auto (the model's dtype, which fastverify cannot see)."""
+        return self.args.dtype in ("auto", "bfloat16")
 
     @property
     def wants_pcie_ipc(self) -> bool:
@@ -65,6 +73,10 @@ class AllreduceWatch:
                 self.built[rank] = dict(rec)
             elif event == "autotuned":
                 self.autotuned.add(rank)
+            elif event == "fallback" and rec.get("why") == "dtype" and self._bf16_server():
+                # a bf16 server's odd non-bf16 reduction (SGLang warns once per dtype): that
+                # dtype stays on NCCL, the bf16 all-reduces are PCIe-IPC's; noted, not fatal
+                self.notes.append(str(rec.get("message") or line.strip()))
             elif event == "fallback" and self.fallback is None:
                 self.fallback = {**rec, "rank": rank, "line": line.strip()}
                 return self.wants_pcie_ipc
@@ -152,6 +164,7 @@ class AllreduceWatch:
             "autotuned_ranks": autotuned if self.wants_pcie_ipc else None,
             "description": description,
             "fallback": dict(self.fallback) if self.fallback else None,
+            "notes": sorted(set(self.notes)),
         }
 
 

@@ -98,3 +98,13 @@ def test_dispatch_descriptions() -> None:
     assert ar.dispatch(env={}, args=ar.ServerArgs(tp_size=8)).describe() == (
         "all all-reduces: NCCL"
     )
+
+
+def test_dtype_warning_fails_an_explicit_fp16_server_and_is_a_note_otherwise() -> None:
+    w = AllreduceWatch(ON, [*ARGV, "--dtype", "half"])
+    assert feed(w, ar.DTYPE_FORMAT.format(dtype="torch.float16"), 0) is True
+    assert w.fallback_failure(None) is not None
+    w = AllreduceWatch(ON, ARGV)  # --dtype auto: an fp32 reduction of a bf16 model
+    assert feed(w, ar.DTYPE_FORMAT.format(dtype="torch.float32"), 1) is False
+    assert w.fallback_failure(None) is None
+    assert w.details()["notes"] == [ar.DTYPE_FORMAT.format(dtype="torch.float32")]
