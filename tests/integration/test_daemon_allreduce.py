@@ -52,6 +52,8 @@ def test_pcie_ipc_is_confirmed_on_every_rank_and_published(tmp_path: Path) -> No
             assert (ar["max_numel"], ar["hidden"], ar["max_bytes"]) == (MAX_NUMEL, 7168, MAX_BYTES)
             assert ar["confirmed_ranks"] == 8
             assert "FlashInfer PCIe-IPC; above: NCCL" in ar["description"]
+            text = d.ctl("status").stdout
+            assert "all-reduce: all-reduces up to 1.8 MiB (decode and verify" in text, text
             rec = d.client.get("/v1/history")[-1]
             assert (rec["profile"], rec["result"]) == (name, "ok")
             assert rec["allreduce"]["backend"] == "pcie_ipc"
