@@ -208,6 +208,26 @@ def possible_backends(
     return out
 
 
+def serving_backend(
+    env: Mapping[str, str],
+    argv: Sequence[str],
+    *,
+    has_nvlink: bool | None = False,
+    p2p: bool | None = True,
+    flashinfer_pcie_ipc: bool | None = True,
+) -> str:
+    """The backend SGLang 0.5.23 serves decode/verify-sized TP all-reduces with for this
+    environment and server argv on this topology: "custom", "pcie_ipc", "nccl" (or "none"
+    at TP 1). A label for a candidate; `dispatch` has the whole picture."""
+    return dispatch(
+        env=env,
+        args=ServerArgs.from_argv(list(argv)),
+        has_nvlink=has_nvlink,
+        p2p=p2p,
+        flashinfer_pcie_ipc=flashinfer_pcie_ipc,
+    ).serving
+
+
 # ----------------------------------------------------------------- server args
 @dataclass(frozen=True)
 class ServerArgs:
@@ -431,18 +451,19 @@ def dispatch(
 def _pcie_ipc_blocked(
     env: Mapping[str, str], args: ServerArgs, flashinfer_pcie_ipc: bool | None
 ) -> str | None:
-    """Why SGLang will not serve with PCIe-IPC although the variable asks for it."""
-    if args.tp_size not in PCIE_IPC_WORLD_SIZES:
-        return (
-            f"world size {args.tp_size}: the kernels build IPC channels for "
-            f"{'/'.join(map(str, PCIE_IPC_WORLD_SIZES))} ranks only"
-        )
+    """Why SGLang will not serve with PCIe-IPC although the variable asks for it, in the
+    order SGLang checks (eligible_group, then the communicator, then each tensor)."""
     if deterministic_collectives(env, args):
         return (
             f"{ONE_STAGE_VAR}={env[ONE_STAGE_VAR]}"
             if ONE_STAGE_VAR in env
             else "--enable-deterministic-inference"
         ) + f": SGLang logs '{DETERMINISTIC_TEXT}'"
+    if args.tp_size not in PCIE_IPC_WORLD_SIZES:
+        return (
+            f"world size {args.tp_size}: the kernels build IPC channels for "
+            f"{'/'.join(map(str, PCIE_IPC_WORLD_SIZES))} ranks only"
+        )
     if flashinfer_pcie_ipc is False:
         return f"FlashInfer without pcie_ipc_comm: SGLang logs '{NO_COMM_TEXT}'"
     if args.dtype not in ("auto", "bfloat16"):

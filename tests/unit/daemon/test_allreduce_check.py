@@ -108,3 +108,12 @@ def test_dtype_warning_fails_an_explicit_fp16_server_and_is_a_note_otherwise() -
     assert feed(w, ar.DTYPE_FORMAT.format(dtype="torch.float32"), 1) is False
     assert w.fallback_failure(None) is None
     assert w.details()["notes"] == [ar.DTYPE_FORMAT.format(dtype="torch.float32")]
+
+
+def test_serving_backend_labels() -> None:
+    tp8 = ["--model-path", "m", "--tp-size", "8"]
+    assert ar.serving_backend(ON, tp8) == "pcie_ipc"
+    assert ar.serving_backend(ON, [*tp8, "--enable-deterministic-inference"]) == "nccl"
+    assert ar.serving_backend({}, tp8, has_nvlink=True) == "custom"
+    assert ar.serving_backend(ON, ["--model-path", "m"]) == "none"
+    assert ar.serving_backend(ON, tp8, flashinfer_pcie_ipc=False) == "nccl"
