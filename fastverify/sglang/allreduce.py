@@ -425,6 +425,8 @@ def dispatch(
             d.rows, note = pcie_ipc_rows(args)
             d.max_numel = d.rows * hidden if (d.rows and hidden) else None
             note = f"decode and verify: {note}"
+        if args.enable_mscclpp:  # asked before PCIe-IPC for the sizes it has tuned
+            note += "; MSCCL++ first where it has a tuned config (--enable-mscclpp)"
         max_bytes = d.max_numel * BF16_BYTES if d.max_numel else None
         if custom_ok and bands and max_bytes is not None and max_bytes <= bands[0].max_bytes:
             d.fallbacks.append(

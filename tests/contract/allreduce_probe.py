@@ -210,6 +210,18 @@ def dispatch_facts() -> dict:
             pynccl_comm=None,
         )
         order[label] = gc._resolve_outplace_all_reduce_method(fake, inp, False)
+    # MSCCL++ (when it has a tuned config for the size) is asked before PCIe-IPC; torch
+    # symmetric memory after it
+    fake = types.SimpleNamespace(
+        ca_comm=None,
+        pcie_ipc_comm=comm(True, "should_pcie_ipc_ar"),
+        qr_comm=None,
+        pymscclpp_comm=types.SimpleNamespace(disabled=False),
+        torch_symm_mem_comm=comm(True, "should_torch_symm_mem_allreduce"),
+        pynccl_comm=None,
+    )
+    order["mscclpp_wants"] = gc._resolve_outplace_all_reduce_method(fake, inp, True)
+    order["symm_mem_too"] = gc._resolve_outplace_all_reduce_method(fake, inp, False)
     det = {}
     for one, d in ((None, "0"), (None, "1"), ("0", "1"), ("1", "0")):
         with environ(SGLANG_USE_1STAGE_ALLREDUCE=one, SGLANG_ENABLE_DETERMINISTIC_INFERENCE=d):

@@ -169,7 +169,17 @@ def test_log_lines_as_sglang_emits_them(facts: dict[str, Any]) -> None:
 # ------------------------------------------------------------------ dispatch order
 def test_dispatch_order_and_determinism(facts: dict[str, Any]) -> None:
     d = facts["dispatch"]
-    assert d["order"] == {"both": "ca", "ipc_only": "pcie_ipc", "none": None}
+    assert d["order"] == {
+        "both": "ca",
+        "ipc_only": "pcie_ipc",
+        "none": None,
+        "mscclpp_wants": "pymscclpp",
+        "symm_mem_too": "pcie_ipc",
+    }
+    mscclpp = ar.dispatch(
+        env={ar.ENABLE_VAR: "1"}, args=ar.ServerArgs(tp_size=8, enable_mscclpp=True)
+    )
+    assert "MSCCL++" in mscclpp.bands[0].note and mscclpp.serving == "pcie_ipc"
     assert d["symm_before_dispatch"] and d["pcie_built_before_custom"]
     base = ar.ServerArgs(tp_size=8)
     for key, want in d["deterministic"].items():
