@@ -256,11 +256,35 @@ def custom_facts() -> dict:
         for nbytes in (16, ca.CustomAllreduce._MAX_CAR_SIZE, ca.CustomAllreduce._MAX_CAR_SIZE + 16):
             inp = torch.empty(nbytes // 2, dtype=torch.bfloat16)
             rows.append([ws, nvlink, nbytes, bool(ca.CustomAllreduce.should_custom_ar(fake, inp))])
+    # its PCIe warning, from the real check on a faked 4-GPU PCIe-only group
+    cap = Capture()
+    cu.logger.addHandler(cap)
+    saved = (cu.dist, cu.in_the_same_node_as, cu.is_full_nvlink)
+    fake_dist = types.SimpleNamespace(
+        get_backend=lambda group: "gloo",
+        get_rank=lambda group=None: 0,
+        get_world_size=lambda group=None: 4,
+        all_gather=lambda out, t, group=None: [o.copy_(t) for o in out],
+        Backend=types.SimpleNamespace(NCCL="nccl"),
+    )
+    cu.dist = fake_dist
+    cu.in_the_same_node_as = lambda group, source_rank=0: [True] * 4
+    cu.is_full_nvlink = lambda ids, n: False
+    try:
+        with environ():
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0,1,2,3"
+            got = cu.can_use_custom_all_reduce_with_nvlink(
+                group=None, device=torch.device("cuda", 0), supported_world_size=[2, 4, 6, 8],
+                cls_name="CustomAllreduce",
+            )  # fmt: skip
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    finally:
+        cu.dist, cu.in_the_same_node_as, cu.is_full_nvlink = saved
     return {
+        "pcie_warning": {"result": got, "log": list(cap.records)},
         "world_sizes": list(ca.CustomAllreduce._SUPPORTED_WORLD_SIZES),
         "max_size": ca.CustomAllreduce._MAX_CAR_SIZE,
         "should": rows,
-        "utils_source": inspect.getsource(cu.can_use_custom_all_reduce_with_nvlink),
         "serving_hook_sets_deterministic": "SGLANG_ENABLE_DETERMINISTIC_INFERENCE.set("
         in inspect.getsource(serving_hook.handle_environment_variables),
     }

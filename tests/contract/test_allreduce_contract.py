@@ -201,7 +201,15 @@ def test_custom_all_reduce_rule(facts: dict[str, Any]) -> None:
     c = facts["custom"]
     assert tuple(c["world_sizes"]) == ar.CUSTOM_WORLD_SIZES
     assert c["max_size"] == ar.CUSTOM_MAX_BYTES
-    assert ar.CUSTOM_PCIE_TEXT in c["utils_source"].replace('"\n', "").replace('            "', "")
+    warn = c["pcie_warning"]
+    assert warn["result"] is None  # more than two PCIe-only GPUs: no custom all-reduce
+    assert warn["log"] == [
+        [
+            "warning",
+            f"CustomAllreduce {ar.CUSTOM_PCIE_TEXT} To silence this warning, specify "
+            "disable_custom_all_reduce=True explicitly.",
+        ]
+    ]
     for ws, nvlink, nbytes, ok in c["should"]:
         # the legacy class's rule (2 GPUs over PCIe, or full NVLink; up to its max size)
         assert ok == ((ws == 2 or nvlink) and nbytes <= ar.CUSTOM_MAX_BYTES), (ws, nvlink)

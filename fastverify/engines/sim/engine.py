@@ -31,7 +31,7 @@ from fastverify.engines.sim.scheduler import Request, Scheduler
 from fastverify.engines.sim.server import App, SimHTTPServer
 from fastverify.engines.sim.wakeup import StopFlag
 from fastverify.engines.sim.workers import WorkerPool
-from fastverify.sglang import loglines
+from fastverify.sglang import allreduce, loglines
 
 SIM_VERSION = "0.5.23-fastverify-sim"
 SHARDS = 64
@@ -187,12 +187,14 @@ class SimEngine:
         for level, msg in allreduce_sim.group_lines(os.environ, a):
             self._all_ranks(msg, level)
         if a.tp_size > 2 and not a.disable_custom_all_reduce:
-            self._all_ranks(
-                "CustomAllreduce is disabled because it's not supported on more than two "
-                "PCIe-only GPUs. To silence this warning, specify "
-                "disable_custom_all_reduce=True explicitly.",
-                "warning",
-            )
+            # dispatch_custom_allreduce tries the v2 class first, then the legacy one: both
+            # run custom_all_reduce_utils' check and warn (fastverify.sglang.allreduce)
+            for cls_name in ("CustomAllReduceV2", "CustomAllreduce"):
+                self._all_ranks(
+                    f"{cls_name} {allreduce.CUSTOM_PCIE_TEXT} To silence this warning, "
+                    "specify disable_custom_all_reduce=True explicitly.",
+                    "warning",
+                )
         self._all_ranks("Init torch distributed ends. mem usage=0.53 GB")
 
     def _load(self) -> None:
