@@ -69,6 +69,15 @@ def test_pcie_ipc_is_confirmed_on_every_rank_and_published(tmp_path: Path) -> No
         cache = d.state_dir / "flashinfer" / "autotune" / "pcie_ipc_all_reduce_ws8.json"
         assert json.loads(cache.read_text())["world_size"] == 8
 
+        # a daemon killed and restarted adopts the engine and still names its backend
+        d.kill9()
+        d.restart_daemon(wait_ready=True, timeout=60)
+        st = d.wait_for(
+            lambda: (s := d.status())["engine"].get("allreduce") and s, 30, "adopted backend"
+        )
+        assert st["engine"]["adopted"] is True and st["profile"] == "plain"
+        assert st["engine"]["allreduce"]["backend"] == "pcie_ipc"
+
         # a profile without the variable: NCCL, reported as such
         r = d.ctl("profile", "set", "nccl-default")
         assert r.returncode == 0, r.stdout + r.stderr
