@@ -58,7 +58,10 @@ ENV PATH=/opt/fastverify/bin:${PATH} \
     PYTHONUNBUFFERED=1
 
 # /run/fastverify is bind-mounted from the host so that the host's fastverifyctl reaches
-# the control socket; /var/lib/fastverify holds state.json and the switch journal.
+# the control socket; /var/lib/fastverify holds state.json and the switch journal, and
+# FlashInfer's PCIe-IPC autotune cache and JIT workspace (the daemon points
+# FLASHINFER_AUTOTUNE_DIR and FLASHINFER_WORKSPACE_BASE at flashinfer/ in it), so the
+# tactics measured at the first start survive the container.
 # The shipped profiles (env files inside the package) are baked at /etc/fastverify/profiles;
 # the host's override directory is mounted at /etc/fastverify/profiles.d.
 RUN mkdir -p /run/fastverify /var/lib/fastverify /etc/fastverify/profiles.d \

@@ -12,6 +12,10 @@ set -euo pipefail
 
 SGLANG_VERSION="${SGLANG_VERSION:-0.5.23}"
 TORCH_VERSION="${TORCH_VERSION:-2.14.1}"
+# The FlashInfer that sglang 0.5.23 pins: its PCIe-IPC all-reduce sources (kernel names,
+# autotune cache path) are read by tests/contract/test_allreduce_contract.py. Unpacked,
+# not installed, so SGLang's imports in the venv stay as they are.
+FLASHINFER_VERSION="${FLASHINFER_VERSION:-0.7.2}"
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/fastverify"
 VENV="$CACHE_ROOT/sglang-$SGLANG_VERSION"
 
@@ -66,6 +70,7 @@ sglang.srt.model_executor.model_runner_components.cuda_graph_setup"
 
 stamp_text() {
     printf 'sglang==%s\n' "$SGLANG_VERSION"
+    printf 'flashinfer-python==%s (sources unpacked to share/)\n' "$FLASHINFER_VERSION"
     printf '%s\n' "${DEPS[@]}" "$IMPORTS"
 }
 
@@ -92,6 +97,26 @@ pip_q "${DEPS[@]}"
 log "installing sglang==$SGLANG_VERSION without its dependency tree"
 pip_q --no-deps "sglang==$SGLANG_VERSION"
 "$VENV/bin/python" -W ignore -c "$IMPORTS" >&2
+FI_DIR="$VENV/share/flashinfer-python-$FLASHINFER_VERSION"
+log "unpacking flashinfer-python==$FLASHINFER_VERSION's PCIe-IPC sources into $FI_DIR"
+rm -rf "$FI_DIR" "$VENV/share/wheels"
+"$VENV/bin/python" -m pip download -q --no-deps "flashinfer-python==$FLASHINFER_VERSION" \
+    -d "$VENV/share/wheels" 2>&1 | { grep -v 'is ignored: it is neither' || true; } >&2
+"$VENV/bin/python" - "$VENV/share/wheels" "$FI_DIR" <<'PY'
+import pathlib, re, sys, zipfile
+wheels, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+keep = re.compile(
+    r"flashinfer/(comm/pcie_ipc_[^/]*\.py|comm/__init__\.py|jit/env\.py"
+    r"|data/include/flashinfer/comm/pcie_ipc_[^/]*)$"
+    r"|flashinfer_python-[^/]*\.dist-info/METADATA$"
+)
+(whl,) = wheels.glob("flashinfer_python-*.whl")
+with zipfile.ZipFile(whl) as z:
+    names = [n for n in z.namelist() if keep.search(n)]
+    z.extractall(out, names)
+print(f"{len(names)} files from {whl.name}", file=sys.stderr)
+PY
+rm -rf "$VENV/share/wheels"
 stamp_text > "$STAMP"
 log "ready: $VENV"
 printf '%s\n' "$VENV/bin/python"

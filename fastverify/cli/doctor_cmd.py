@@ -126,5 +126,9 @@ def doctor(
             click.echo(f"SGLang's own NCCL settings at TP {tp} (on this environment's NCCL_*):")
             for line in lines:
                 click.echo(f"  {line}")
+        if report.allreduce is not None:
+            tp = report.allreduce["tp_size"]
+            click.echo(f"TP all-reduce backend at TP {tp} (this environment, SGLang 0.5.23):")
+            click.echo(f"  {report.allreduce['description']}")
         click.echo(f"status: {report.worst}")
     sys.exit(EXIT_PROBLEMS if report.worst in ("error", "warning") else EXIT_OK)

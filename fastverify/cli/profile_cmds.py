@@ -75,6 +75,26 @@ def not_found(exc: Any, target: str) -> bool:
     show_default=True,
     help="With --effective: the TP size SGLang's own NCCL rules are applied for.",
 )
+@click.option(
+    "--hidden-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --effective: the model's hidden size, to give the all-reduce backend's size "
+    "bound in bytes (default: in rows).",
+)
+@click.option(
+    "--decode-max-bs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --effective: the server's --cuda-graph-max-bs-decode (default: SGLang's choice).",
+)
+@click.option(
+    "--draft-tokens",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="With --effective: EAGLE-3 draft tokens per request (rows per verify).",
+)
 @click.pass_context
 def show_cmd(
     ctx: click.Context,
@@ -85,6 +105,9 @@ def show_cmd(
     etc_conf: str,
     force: bool,
     tp_size: int,
+    hidden_size: int | None,
+    decode_max_bs: int | None,
+    draft_tokens: int,
 ) -> None:
     """Show a profile's variables (with --effective: each marked with its source)."""
     from fastverify.profiles import effective as eff
@@ -107,6 +130,17 @@ def show_cmd(
             tp_size,
             cuda_graph=prof.requires.get("cuda-graph") != "off",
             custom_all_reduce=prof.requires.get("custom-all-reduce") != "off",
+        )
+        from fastverify.profiles.topology import detect_cached
+
+        data["allreduce"] = eff.allreduce_view(
+            eff.effective_env(prof, base),
+            tp_size,
+            custom_all_reduce=prof.requires.get("custom-all-reduce") != "off",
+            has_nvlink=detect_cached().has_nvlink,
+            hidden=hidden_size,
+            decode_max_bs=decode_max_bs,
+            draft_tokens=draft_tokens,
         )
         from fastverify.profiles.tuner import tuner_view
 
@@ -145,6 +179,10 @@ def show_cmd(
             click.echo("\n".join(tuner_lines(data["tuner"])))
         for line in data["engine_env"]["lines"]:
             click.echo(f"  {line} (TP {tp_size})")
+        ar = data["allreduce"]
+        click.echo(f"  all-reduce backend (TP {tp_size}): {ar['description']}")
+        if ar["serving"] == "pcie_ipc":
+            click.echo("  (the profile's NCCL variables apply only to the all-reduces above that)")
         read = [c for c in data["conf_files"] if c["exists"]]
         click.echo(
             "  NCCL config files read: "

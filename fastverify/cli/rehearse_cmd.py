@@ -3,8 +3,10 @@
 Imports stay light: the experiment module is imported inside the command, matplotlib only
 for --plot, httpx only for --metrics-url, and torch never (the rank workers import it).
 
-Exit codes: 0 every profile rehearsed; 1 a profile failed (init, capture, all-reduce count
-check); 2 usage (bad config.json, unknown profile); 6 torch missing; 130 interrupted.
+Exit codes: 0 every profile rehearsed or skipped (a `pcie-ipc` candidate where FlashInfer's
+PCIe-IPC all-reduce does not import: reported with the reason, never measured); 1 a profile
+failed (init, capture, all-reduce count check); 2 usage (bad config.json, unknown profile);
+6 torch missing; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def _print(report: dict[str, Any]) -> None:
                     r.get("rank", "-"),
                     r["profile"],
                     r["path"],
-                    "failed",
+                    r["status"],
                     *["-"] * 8,
                     (r.get("error") or "")[:80],
                 )
@@ -348,5 +350,5 @@ def rehearse(
         _print(report)
         if report.get("plot"):
             click.echo(f"plot: {report['plot']}")
-    if any(p["status"] != "ok" for p in report["profiles"]):
+    if any(p["status"] == "failed" for p in report["profiles"]):
         sys.exit(EXIT_PROBLEMS)

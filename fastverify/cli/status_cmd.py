@@ -58,6 +58,9 @@ def status(ctx: click.Context, as_json: bool) -> None:
         lines.append(f"ready in:   {eng['start_seconds']:.2f} s")
     if st.get("tokens_per_second"):
         lines.append(f"throughput: {st['tokens_per_second']:.1f} tok/s")
+    ar = eng.get("allreduce") or {}
+    if ar.get("description") and eng.get("pid"):  # confirmed at verify (TP all-reduces)
+        lines.append(f"all-reduce: {ar['description']}")
     if eng.get("log"):
         lines.append(f"log:        {eng['log']}")
     flight = st.get("switch_in_flight")

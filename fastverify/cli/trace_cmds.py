@@ -8,7 +8,9 @@
 `--json` prints exactly `{"ranks": [{"rank", "verify_passes", "verify_ms_p50",
 "verify_ms_p90", "allreduce_per_verify", "allreduce_ms_per_verify", "allreduce_share"}]}`.
 The human form is a per-rank table plus the field diagnosis in one line, e.g.
-"verify 30.1 ms p50, 122 all-reduces/verify, 24.6 ms (82%) in all-reduce".
+"verify 30.1 ms p50, 122 all-reduces/verify, 24.6 ms (82%) in all-reduce", and, when
+other backends than NCCL served (FlashInfer PCIe-IPC, SGLang's custom all-reduce), the
+count and time per verify of each.
 
 Exit codes: 0 ok; 1 no verify pass found, an unreadable trace, or the daemon's capture
 failed; 2 usage; 3 daemon unreachable; 4 busy (another window in flight).
@@ -80,6 +82,21 @@ def print_analysis(analysis: dict[str, Any], where: str) -> None:
             f"{min(ar):.1f}-{max(ar):.1f} (slowest: rank {slow['rank']})"
         )
     click.echo(line)
+    backends = ref.get("allreduce_backends") or {}
+    if set(backends) - {"nccl"}:  # say which backend served (NCCL-only traces: as before)
+        click.echo(f"rank {ref['rank']}: per verify by backend: {backend_line(backends)}")
+
+
+BACKEND_NAMES = {"nccl": "NCCL", "custom": "SGLang custom all-reduce",
+                 "pcie_ipc": "FlashInfer PCIe-IPC"}  # fmt: skip
+
+
+def backend_line(backends: dict[str, dict[str, float]]) -> str:
+    """`FlashInfer PCIe-IPC 122 (1.46 ms), NCCL 2 (0.40 ms)`."""
+    return ", ".join(
+        f"{BACKEND_NAMES.get(name, name)} {b['per_verify']:.1f} ({b['ms_per_verify']:.2f} ms)"
+        for name, b in sorted(backends.items(), key=lambda kv: -kv[1]["per_verify"])
+    )
 
 
 def _no_passes_message(analysis: dict[str, Any], span: str) -> str | None:

@@ -437,6 +437,7 @@ class Controller(CrashSteps):
                 h.ready_s or 0.0,
                 h.adopted,
                 h.engine_env,
+                h.allreduce,
             )
         )
 
@@ -459,6 +460,7 @@ class Controller(CrashSteps):
             verify=op.verify,
             engine_env=h.engine_env,  # what the engine added to its workers' NCCL env
             tuner=h.tuner,  # what NCCL's INFO output confirmed (None: no tuner profile)
+            allreduce=h.allreduce,  # the TP all-reduce backend SGLang confirmed per rank
             pid=h.pid,
             previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
             phases=dict(op.phases),

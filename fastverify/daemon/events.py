@@ -78,6 +78,7 @@ class EngineUp:
     start_seconds: float
     adopted: bool = False
     engine_env: Mapping[str, Any] | None = None  # variables the engine adds (EngineEnv.to_dict)
+    allreduce: Mapping[str, Any] | None = None  # serving backend (allreduce_check.details)
     ts: float = field(default_factory=_now)
 
 

@@ -93,6 +93,7 @@ class ControlFacade:
                 "adopted": h.adopted if h is not None else False,
                 "weights": weights_label(load_format_of(h.argv)) if h is not None else None,
                 "tuner": h.tuner if h is not None else None,  # confirmed at verify
+                "allreduce": h.allreduce if h is not None else None,  # confirmed at verify
             }
             return {
                 "state": str(c.state),

@@ -27,10 +27,11 @@ from typing import Any
 
 import psutil
 
-from fastverify.daemon import failures, logs, procs, tuner_check, verify
+from fastverify.daemon import allreduce_check, failures, logs, procs, tuner_check, verify
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.statestore import StateStore
 from fastverify.redact import mask_argv, secret_values
+from fastverify.sglang import allreduce
 from fastverify.sglang import client as engine_client
 
 log = logging.getLogger("fastverifyd.launcher")
@@ -78,6 +79,8 @@ class EngineHandle:
     worker_pids: tuple[int, ...] = ()  # descendants verified at READY (the TP workers)
     engine_env: dict[str, Any] | None = None  # the engine's own NCCL rules (EngineEnv.to_dict)
     tuner: dict[str, Any] | None = None  # NCCL's tuner load, confirmed at verify (tuner_check)
+    allreduce_watch: Any = None  # allreduce_check.AllreduceWatch (None: adopted)
+    allreduce: dict[str, Any] | None = None  # the serving backend, confirmed at verify
 
     def alive(self) -> bool:
         return not self.exited.is_set()
@@ -134,7 +137,13 @@ class Launcher:
     def engine_env(self, profile: Any, engine_id: str, debug_dir: Path | None) -> dict[str, str]:
         from fastverify.profiles.effective import effective_env
 
-        extra: dict[str, str] = {}
+        # FlashInfer's autotune cache and JIT workspace in the state dir (a volume in the
+        # image): the tactics measured at the first start are reused by the next ones
+        fi = self.store.dir / "flashinfer"
+        extra: dict[str, str] = {
+            allreduce.AUTOTUNE_DIR_VAR: str(fi / "autotune"),
+            allreduce.WORKSPACE_BASE_VAR: str(fi),
+        }
         extra.update(self.engine.extra_env())
         for name in self.cfg.server.env_passthrough:
             if name in os.environ:
@@ -197,10 +206,20 @@ class Launcher:
             nccl_debug_dir=debug_dir,
             follower=self.engine.follower(argv),
         )
+        h.allreduce_watch = allreduce_check.AllreduceWatch(env, argv, self._has_nvlink())
         self.store.write_pid(h.pid_info())
         self._follow(h, hidden)
         self.say(f"engine started: pid {h.pid}, log {log_path}")
+        if h.allreduce_watch.wants_pcie_ipc:
+            self.say(allreduce_check.cache_note(env, h.allreduce_watch.tp_size))
         return h
+
+    def _has_nvlink(self) -> bool | None:
+        if self.engine.simulated:
+            return False  # the sim is a PCIe-only box
+        from fastverify.profiles.topology import detect_cached
+
+        return detect_cached().has_nvlink
 
     def adopt(self, info: dict[str, Any]) -> EngineHandle:
         """A handle on a live engine group recorded in engine.pid (already proven ours)."""
@@ -219,12 +238,23 @@ class Launcher:
             nccl_debug_dir=Path(info["nccl_debug_dir"]) if info.get("nccl_debug_dir") else None,
         )
         h.started_at = float(info.get("started_at") or _now())
+        try:  # the all-reduce backend it asked for: its own environment (its log is replayed)
+            h.allreduce_watch = allreduce_check.AllreduceWatch(
+                psutil.Process(h.pid).environ(), h.argv, self._has_nvlink()
+            )
+        except (psutil.Error, OSError):
+            h.allreduce_watch = None
         self._follow(h, secret_values({}, h.argv))
         return h
 
     def _follow(self, h: EngineHandle, hidden: list[str]) -> None:
         def on_line(line: str) -> None:
             facts = logs.parse(line)
+            rec = facts.record
+            watch = h.allreduce_watch
+            is_ar = rec is not None and rec.get("kind") == "allreduce"
+            if is_ar and watch is not None and watch.on_record(rec, line):
+                h.wake.set()  # a fallback the start fails on
             if facts.progress is not None:
                 phase, pct, msg = facts.progress
                 h.progress = {"phase": phase, "percent": pct, "message": msg}
@@ -279,6 +309,10 @@ class Launcher:
                 return Failure("cancelled", "operation cancelled", log=str(h.log_path))
             if h.exited.is_set():
                 return self.exit_failure(h)
+            if h.allreduce_watch is not None:
+                failure = h.allreduce_watch.fallback_failure(str(h.log_path))
+                if failure is not None:
+                    return failure
             if (h.ready_line or h.adopted or h.follower) and self.probe(h.url):
                 h.ready_s = time.monotonic() - h.started_mono
                 return None
@@ -334,6 +368,14 @@ class Launcher:
         if tuner is not None:
             details["tuner"] = h.tuner = tuner
             self.say(tuner_check.summary(tuner))
+        if h.allreduce_watch is not None:
+            # an adopted engine was verified by the daemon that started it: its log is still
+            # being replayed, so missing confirmations are not held against it
+            ar_failure = h.allreduce_watch.verify(log_path, strict=not h.adopted)
+            details["allreduce"] = h.allreduce = h.allreduce_watch.details()
+            if ar_failure is not None:
+                return ar_failure, details
+            self.say(f"verify: all-reduce backend: {h.allreduce['description']}")
         h.worker_pids = tuple(c["pid"] for c in details["env"]["processes"] if c["pid"] != h.pid)
         return None, details
 

@@ -26,6 +26,7 @@ from typing import Any
 from fastverify.exporters import logparse
 from fastverify.exporters.follow import Tail
 from fastverify.redact import mask_text
+from fastverify.sglang import allreduce
 
 __all__ = [
     "READY_LINE",
@@ -84,6 +85,17 @@ def parse_progress(line: str) -> tuple[str, float, str] | None:
         return "weights", 5.0, "loading weights"
     if "Load weight end" in line:
         return "weights", 80.0, "weights loaded"
+    if allreduce.BUILT_TEXT in line:
+        return (
+            "autotune",
+            81.0,
+            (
+                "FlashInfer PCIe-IPC workspace built; tuning its all-reduce tactics "
+                "(measured at the first start, read from the cache after)"
+            ),
+        )
+    if allreduce.AUTOTUNED_TEXT in line:
+        return "autotune", 82.0, "FlashInfer PCIe-IPC all-reduce tactics ready"
     if "Capture cuda graph begin" in line:
         return "cuda_graph", 82.0, "capturing CUDA graphs"
     if "Capture cuda graph end" in line:

@@ -123,6 +123,8 @@ class ExporterFeed:
             hub.set_engine(False, e.profile, e.mode, e.settings, e.engine, None)
         elif isinstance(e, ev.EngineUp):
             hub.set_engine(True, e.profile, e.mode, e.settings, e.engine, e.url)
+            ar = e.allreduce or {}
+            hub.set_allreduce(ar.get("backend"), ar.get("max_bytes"))
             hub.set_engine_start_seconds(e.start_seconds)
             self._set_url(e.url)
         elif isinstance(e, ev.EngineDown):

@@ -93,6 +93,24 @@ def engine_families(s: dict[str, Any]) -> list[Metric | None]:
         )
         info.add_metric([], profile_labels(s["profile"], s["mode"], s["engine"], s["settings"]))
         out.append(info)
+    ar = s.get("allreduce")
+    if ar and s["up"]:
+        backend = InfoMetricFamily(
+            "fastverify_allreduce_backend",
+            "TP all-reduce backend SGLang serves decode/verify sizes with (confirmed from its "
+            "log at verify) and its size bound in bytes (empty: unbounded)",
+        )
+        bound = ar.get("max_bytes")
+        backend.add_metric(
+            [],
+            {
+                "profile": s["profile"],
+                "mode": s["mode"],
+                "backend": str(ar["backend"]),
+                "max_bytes": "" if bound is None else str(int(bound)),
+            },
+        )
+        out.append(backend)
     return out
 
 

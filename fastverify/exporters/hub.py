@@ -139,6 +139,7 @@ class MetricsHub:
         self._profile: str | None = None
         self._mode: str | None = None
         self._settings: dict[str, str] = {}
+        self._allreduce: dict[str, Any] | None = None  # serving TP all-reduce backend
         self._engine: str | None = None
         self._url: str | None = None
         self._engine_start_seconds: float | None = None
@@ -193,11 +194,21 @@ class MetricsHub:
             self._mark("daemon", True)
             if not up:
                 self._source_up.pop("logs", None)
+                self._allreduce = None
             self._profile = profile
             self._mode = mode
             self._settings = dict(settings or {})
             self._engine = engine
             self._url = url
+            self.version += 1
+
+    def set_allreduce(self, backend: str | None, max_bytes: int | None = None) -> None:
+        """The TP all-reduce backend the engine serves with (confirmed at verify) and its
+        size bound in bytes (None: unbounded); `backend` None clears it."""
+        with self._lock:
+            self._allreduce = (
+                None if backend is None else {"backend": backend, "max_bytes": max_bytes}
+            )
             self.version += 1
 
     def on_log_line(self, line: str, live: bool = True) -> dict[str, Any] | None:
@@ -497,6 +508,7 @@ class MetricsHub:
                 "mode": self._mode or "",
                 "engine": self._engine or "",
                 "settings": dict(self._settings),
+                "allreduce": dict(self._allreduce) if self._allreduce else None,
                 "engine_start_seconds": self._engine_start_seconds,
                 "restarts": {**dict.fromkeys(self._restart_reasons, 0), **self._restarts},
                 "switches": {r: self._switches.get(r, 0) for r in SWITCH_RESULTS},

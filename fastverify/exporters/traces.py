@@ -6,8 +6,12 @@ What is measured, per rank (one trace file per TP rank, `*-TP-{rank}.trace.json[
   `user_annotation` ranges are used instead and kernels are attributed to them through the
   launch that enqueued them (kernel `args.correlation` == a `cuda_runtime`/`cuda_driver`
   launch whose start lies inside the CPU range);
-- all-reduce kernels: names starting `ncclDevKernel_AllReduce`, `ncclKernel_AllReduce` or
-  `cross_device_reduce_` (SGLang's custom all-reduce), after an optional `void `; counted
+- all-reduce kernels: names starting `ncclDevKernel_AllReduce`, `ncclKernel_AllReduce`
+  (NCCL) or `cross_device_reduce_` (SGLang's custom all-reduce), after an optional `void `,
+  and FlashInfer's PCIe-IPC all-reduce kernels (SGLang 0.5.23 with
+  SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1) as kineto demangles them, `void
+  flashinfer::comm::pcie_ipc::ipc_*_kernel<...>(...)` (`fastverify.sglang.allreduce`);
+  each kernel's backend (nccl | custom | pcie_ipc) is reported per verify too; counted
   for a verify span when they start inside it on the same device (the GPU event's `pid`,
   kineto's device index, which equals `args.device`). Kernels of draft, draft extend or
   plain decode forwards are outside every verify span and are not counted.
@@ -35,11 +39,14 @@ from typing import Any, BinaryIO, NamedTuple
 
 import orjson
 
+from fastverify.sglang import allreduce
+
 ALLREDUCE_PREFIXES: tuple[str, ...] = (
     "ncclDevKernel_AllReduce",
     "ncclKernel_AllReduce",
     "cross_device_reduce_",
 )
+_PCIE_IPC_NS = allreduce.KERNEL_NAMESPACE
 DEFAULT_SPAN = "VERIFY"  # either naming: step[VERIFY ...] (0.5.23) or step[TARGET_VERIFY ...]
 
 
@@ -121,10 +128,22 @@ class Extract:
 
 
 def is_allreduce_kernel(name: str) -> bool:
-    """NCCL or SGLang custom all-reduce kernel (demangled template names start `void `)."""
-    return name.startswith(ALLREDUCE_PREFIXES) or (
-        name.startswith("void ") and name[5:].startswith(ALLREDUCE_PREFIXES)
+    """NCCL, SGLang custom all-reduce or FlashInfer PCIe-IPC all-reduce kernel (demangled
+    template names start `void `)."""
+    return (
+        name.startswith(ALLREDUCE_PREFIXES)
+        or (name.startswith("void ") and name[5:].startswith(ALLREDUCE_PREFIXES))
+        or (_PCIE_IPC_NS in name and allreduce.is_pcie_ipc_kernel(name))
     )
+
+
+def allreduce_backend(name: str) -> str:
+    """`nccl`, `custom` (SGLang's cross_device_reduce_*) or `pcie_ipc` for an all-reduce
+    kernel name."""
+    if _PCIE_IPC_NS in name:
+        return allreduce.PCIE_IPC
+    bare = name[5:] if name.startswith("void ") else name
+    return allreduce.CUSTOM if bare.startswith("cross_device_reduce_") else allreduce.NCCL
 
 
 def rank_from_name(path: str | Path) -> int | None:
@@ -262,7 +281,12 @@ def _chunks(path: Path) -> Iterator[bytes]:
 def _needles(want_launches: bool) -> tuple[bytes, ...]:
     # `Kernel_AllReduce` covers both NCCL families (ncclDevKernel_/ncclKernel_) in one pass;
     # the parsed name is checked against ALLREDUCE_PREFIXES afterwards.
-    base = (b'user_annotation"', b"Kernel_AllReduce", b"cross_device_reduce_")
+    base = (
+        b'user_annotation"',
+        b"Kernel_AllReduce",
+        b"cross_device_reduce_",
+        _PCIE_IPC_NS.encode(),
+    )
     return (*base, b'"cuda_runtime"', b'"cuda_driver"') if want_launches else base
 
 
@@ -485,6 +509,19 @@ def analyze_extract(ex: Extract, rank: int, span: str = DEFAULT_SPAN) -> dict[st
     ar_count = sum(len(k) for k in per)
     ar_us = sum(k.dur for ks in per for k in ks)
     verify_us = sum(s.dur for s in verify)
+    backends: dict[str, dict[str, float]] = {}
+    for ks in per:
+        for k in ks:
+            b = backends.setdefault(allreduce_backend(k.name), {"count": 0, "us": 0.0})
+            b["count"] += 1
+            b["us"] += k.dur
+    by_backend = {
+        name: {
+            "per_verify": b["count"] / n if n else 0.0,
+            "ms_per_verify": b["us"] / 1000.0 / n if n else 0.0,
+        }
+        for name, b in sorted(backends.items())
+    }
     return {
         "rank": rank,
         "verify_passes": n,
@@ -497,6 +534,7 @@ def analyze_extract(ex: Extract, rank: int, span: str = DEFAULT_SPAN) -> dict[st
         "verify_ms_samples": verify_ms,
         "allreduce_calls": _calls_on_devices(ex, gpu_spans),
         "allreduce_calls_in_verify": ar_count,
+        "allreduce_backends": by_backend,  # backend -> per_verify, ms_per_verify
         "span_source": source,
         "exact_parser": ex.exact,
         "bytes": ex.bytes_read,

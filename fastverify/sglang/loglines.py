@@ -17,6 +17,8 @@ Kinds (plain dicts with `kind`):
 - `capture_failed`: `Capture cuda graph failed: ...` (decode/draft) and `Fail when using
   backend: breakable for prefill runner.` (breakable prefill).
 - `argv_error`: argparse's `error: ...` line (`sglang serve: error: ambiguous option: ...`).
+- `allreduce`: the FlashInfer PCIe-IPC backend's lines (`fastverify.sglang.allreduce.
+  parse_line`: `event` enabled | built | autotuned | fallback | seed_policy, per `tp_rank`).
 
 `format_*` functions build the lines the way SGLang does, for the sim; tests/contract/
 builds the same lines with SGLang's own code where it can run on CPU.
@@ -26,6 +28,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from fastverify.sglang import allreduce
 
 Record = dict[str, Any]
 
@@ -365,4 +369,9 @@ def parse_sglang_line(line: str) -> Record | None:
         return capture_failed_record(line)
     if ": error: " in line:
         return argv_error_record(line)
+    if "PCIe-IPC" in line or "pcie_ipc" in line:
+        rec = allreduce.parse_line(line)
+        if rec is not None:
+            _prefix(line, rec)
+        return rec
     return None

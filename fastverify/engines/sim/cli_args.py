@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fastverify.config import LOAD_FORMATS, TRIAL_LOAD_FORMAT
+from fastverify.sglang import allreduce
 
 SPEC_ALGOS = ("EAGLE", "EAGLE3")
+FLASHINFER_BUILDS = ("pcie-ipc", "no-pcie-ipc-comm", "workspace-fail")
 # `--load-format dummy` (SGLang: random weights): the sim skips most of its simulated weight
 # load and its drafter guesses at random, so the accept length sits at its floor (the
 # bonus token only) unless --sim-accept-length says otherwise.
@@ -48,6 +50,10 @@ class SimArgs:
     load_format: str = "auto"
     decode_cuda_graph: bool = True  # the decode phase captures (backend full)
     prefill_cuda_graph: bool = True  # the prefill phase captures (backend breakable)
+    dtype: str = "auto"
+    deterministic: bool = False
+    disable_flashinfer_autotune: bool = False
+    flashinfer: str = "pcie-ipc"  # what the simulated FlashInfer build offers
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,6 +96,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", type=int, default=None)
     p.add_argument("--decode-log-interval", type=int, default=40)
     p.add_argument("--disable-custom-all-reduce", action="store_true")
+    # SGLang 0.5.23's other all-reduce and determinism flags (fastverify.sglang.allreduce)
+    p.add_argument("--dtype", default="auto", choices=allreduce.DTYPES)
+    p.add_argument("--enable-deterministic-inference", action="store_true")
+    p.add_argument("--enable-symm-mem", action="store_true")
+    p.add_argument("--enable-mscclpp", action="store_true")
+    p.add_argument("--enable-torch-symm-mem", action="store_true")
+    p.add_argument("--enable-nccl-nvls", action="store_true")
+    p.add_argument("--disable-flashinfer-autotune", action="store_true")
+    p.add_argument(
+        "--sim-flashinfer",
+        choices=FLASHINFER_BUILDS,
+        default="pcie-ipc",
+        help="the simulated FlashInfer: 'pcie-ipc' (0.7.2, has pcie_ipc_comm), "
+        "'no-pcie-ipc-comm' (an older build), 'workspace-fail' (its workspace cannot be built)",
+    )
     p.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"]
     )
@@ -184,4 +205,8 @@ def parse(argv: Sequence[str]) -> SimArgs:
         argv=tuple(argv),
         fail=ns.sim_fail,
         load_format=ns.load_format,
+        dtype=ns.dtype,
+        deterministic=ns.enable_deterministic_inference,
+        disable_flashinfer_autotune=ns.disable_flashinfer_autotune,
+        flashinfer=ns.sim_flashinfer,
     )

@@ -50,6 +50,7 @@ The model is deterministic: `predict` is a pure function of its arguments.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -121,6 +122,19 @@ DEFAULT_NUM_STEPS = 3
 DEFAULT_TOPK = 1
 DEFAULT_NUM_DRAFT_TOKENS = 4
 
+# FlashInfer PCIe-IPC all-reduce (SGLang 0.5.23 `SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1`): the
+# figures published in sglang/srt/distributed/device_communicators/pcie_ipc_ar.py, one
+# 8x SM120 host (NUMA halves 0-3/4-7), hidden 6144 bf16, message bytes -> microseconds,
+# beside NCCL's 205.1 / 584.9 / 1169.3 / 50400 us there. Interpolated log-log between
+# points; other world sizes scale the 8-rank figure by their hop count (2(n-1) / 14).
+PCIE_IPC_POINTS_US = (
+    (12 * 1024, 5.3),
+    (96 * 1024, 15.3),
+    (384 * 1024, 34.6),
+    (100 * 1024 * 1024, 8500.0),
+)
+PCIE_IPC_LAUNCH_US = 6.0  # per eager launch (a custom kernel: no NCCL host path)
+
 TREE_CAPTURE_ERROR = "NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)"
 
 
@@ -129,7 +143,7 @@ class AllReduceCost:
     """One all-reduce of `nbytes`: chosen algorithm/protocol and its time in seconds."""
 
     nbytes: int
-    algo: str  # "ring" | "tree"
+    algo: str  # "ring" | "tree" | "pcie_ipc" (FlashInfer's kernels, not NCCL)
     proto: str  # "ll" | "ll128" | "simple"
     nchannels: int
     seconds: float
@@ -198,12 +212,42 @@ def _skew_us(tokens: int) -> float:
     return SKEW_MAX_US * extra / (extra + SKEW_HALF_TOKENS)
 
 
+def pcie_ipc_seconds(nbytes: int, tp_size: int) -> float:
+    """One FlashInfer PCIe-IPC all-reduce, from the published 8-rank figures: the 12 KiB
+    time below 12 KiB (latency-bound), log-log interpolation between the points,
+    linear in bytes above 100 MiB."""
+    pts = PCIE_IPC_POINTS_US
+    if nbytes <= pts[0][0]:
+        us = pts[0][1]
+    elif nbytes >= pts[-1][0]:
+        us = pts[-1][1] * nbytes / pts[-1][0]
+    else:
+        us = pts[-1][1]
+        for (b0, t0), (b1, t1) in itertools.pairwise(pts):
+            if b0 <= nbytes <= b1:
+                f = math.log(nbytes / b0) / math.log(b1 / b0)
+                us = t0 * (t1 / t0) ** f
+                break
+    return us * (2 * (tp_size - 1)) / 14.0 * 1e-6
+
+
 def allreduce_cost(
-    settings: ncclenv.NcclSettings, nbytes: int, tp_size: int, tokens: int
+    settings: ncclenv.NcclSettings,
+    nbytes: int,
+    tp_size: int,
+    tokens: int,
+    *,
+    pcie_ipc_max_bytes: int | None = None,
 ) -> AllReduceCost:
-    """Cheapest allowed (algo, proto) for an all-reduce of `nbytes` on `tp_size` GPUs."""
+    """Cheapest allowed (algo, proto) for an all-reduce of `nbytes` on `tp_size` GPUs;
+    FlashInfer's PCIe-IPC kernels when SGLang hands it this size (`pcie_ipc_max_bytes`:
+    the workspace bound SGLang would use, None: PCIe-IPC off)."""
     if tp_size <= 1:
         return AllReduceCost(nbytes, "ring", "ll", 0, 0.0)
+    if pcie_ipc_max_bytes is not None and nbytes <= pcie_ipc_max_bytes:
+        # the kernel's own time, plus waiting for the slowest rank (any backend waits)
+        secs = pcie_ipc_seconds(nbytes, tp_size) + _skew_us(tokens) * 1e-6
+        return AllReduceCost(nbytes, "pcie_ipc", "", 0, secs)
     hops = 2 * (tp_size - 1)
     wire = nbytes * 2 * (tp_size - 1) / tp_size
     nch = max(settings.min_nchannels, settings.max_nchannels)
@@ -236,22 +280,35 @@ def forward(
     *,
     layers: int = N_LAYERS,
     compute_seconds: float | None = None,
+    pcie_ipc_max_bytes: int | None = None,
 ) -> Forward:
     """Cost of one forward over `tokens` tokens through `layers` TP-sharded layers."""
     if compute_seconds is None:
         compute_seconds = COMPUTE_BASE_S + COMPUTE_PER_TOKEN_S * tokens
     n_ar = layers * ALLREDUCES_PER_LAYER if tp_size > 1 else 0
-    ar = allreduce_cost(settings, tokens * HIDDEN * BYTES_PER_ELEM, tp_size, tokens)
+    ar = allreduce_cost(
+        settings,
+        tokens * HIDDEN * BYTES_PER_ELEM,
+        tp_size,
+        tokens,
+        pcie_ipc_max_bytes=pcie_ipc_max_bytes,
+    )
     if cuda_graph:
         launch = GRAPH_LAUNCH_US * 1e-6
     else:
-        launch = (
-            layers * COMPUTE_KERNELS_PER_LAYER * EAGER_LAUNCH_US + n_ar * EAGER_NCCL_HOST_US
-        ) * 1e-6
+        host = PCIE_IPC_LAUNCH_US if ar.algo == "pcie_ipc" else EAGER_NCCL_HOST_US
+        launch = (layers * COMPUTE_KERNELS_PER_LAYER * EAGER_LAUNCH_US + n_ar * host) * 1e-6
     return Forward(tokens, compute_seconds, ar, n_ar, launch)
 
 
-def prefill_seconds(env: Mapping[str, str], tp_size: int, prompt_tokens: int, mode: str) -> float:
+def prefill_seconds(
+    env: Mapping[str, str],
+    tp_size: int,
+    prompt_tokens: int,
+    mode: str,
+    *,
+    pcie_ipc_max_bytes: int | None = None,
+) -> float:
     """Time of one prefill forward over `prompt_tokens` tokens (eagle3 adds a draft extend).
 
     Prefill runs without CUDA graphs in SGLang (graphs cover decode), so no launch term.
@@ -264,6 +321,7 @@ def prefill_seconds(env: Mapping[str, str], tp_size: int, prompt_tokens: int, mo
         tokens,
         False,
         compute_seconds=COMPUTE_BASE_S + PREFILL_PER_TOKEN_S * tokens,
+        pcie_ipc_max_bytes=pcie_ipc_max_bytes,
     )
     total = fwd.compute_seconds + fwd.allreduce_seconds + SCHED_OVERHEAD_S
     if mode == "eagle3":
@@ -274,6 +332,7 @@ def prefill_seconds(env: Mapping[str, str], tp_size: int, prompt_tokens: int, mo
             False,
             layers=DRAFT_LAYERS,
             compute_seconds=DRAFT_COMPUTE_S + PREFILL_PER_TOKEN_S * tokens / 8,
+            pcie_ipc_max_bytes=pcie_ipc_max_bytes,
         )
         total += draft.compute_seconds + draft.allreduce_seconds
     return total
@@ -290,14 +349,17 @@ def predict(
     num_steps: int = DEFAULT_NUM_STEPS,
     topk: int = DEFAULT_TOPK,
     num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS,
+    pcie_ipc_max_bytes: int | None = None,
 ) -> Prediction:
     """Predict decode throughput and cycle anatomy for `env`'s NCCL settings.
 
     mode: "baseline" (one DECODE forward per step, 1 token per request) or "eagle3"
     (num_steps draft forwards, one TARGET_VERIFY forward over batch x num_draft_tokens
     tokens, one draft extend; accept_length tokens per request per cycle, clamped to
-    1..num_draft_tokens). Returns a Prediction whose `error` is set when the
-    configuration cannot run (invalid NCCL values, Tree with CUDA graphs).
+    1..num_draft_tokens). `pcie_ipc_max_bytes`: all-reduces up to this size run on
+    FlashInfer's PCIe-IPC kernels (SGLang's bound; None: every all-reduce is NCCL).
+    Returns a Prediction whose `error` is set when the configuration cannot run
+    (invalid NCCL values, Tree with CUDA graphs).
     """
     if mode not in ("baseline", "eagle3"):
         raise ValueError(f"mode must be 'baseline' or 'eagle3', got {mode!r}")
@@ -314,7 +376,7 @@ def predict(
     forwards: list[tuple[str, Forward]] = []
     if mode == "baseline":
         accept = 1.0
-        main = forward(settings, tp_size, bs, cuda_graph)
+        main = forward(settings, tp_size, bs, cuda_graph, pcie_ipc_max_bytes=pcie_ipc_max_bytes)
         forwards.append((f"step[DECODE bs={bs}]", main))
         draft_s = 0.0
     else:
@@ -329,9 +391,16 @@ def predict(
                 cuda_graph,
                 layers=DRAFT_LAYERS,
                 compute_seconds=DRAFT_COMPUTE_S + DRAFT_COMPUTE_PER_TOKEN_S * draft_tokens,
+                pcie_ipc_max_bytes=pcie_ipc_max_bytes,
             )
             forwards.append((spans.step_span_name(spans.DRAFT, bs), d))
-        main = forward(settings, tp_size, bs * num_draft_tokens, cuda_graph)
+        main = forward(
+            settings,
+            tp_size,
+            bs * num_draft_tokens,
+            cuda_graph,
+            pcie_ipc_max_bytes=pcie_ipc_max_bytes,
+        )
         forwards.append((spans.step_span_name(spans.VERIFY, bs), main))
         ext_tokens = bs * num_draft_tokens
         ext = forward(
@@ -341,6 +410,7 @@ def predict(
             cuda_graph,
             layers=DRAFT_LAYERS,
             compute_seconds=DRAFT_COMPUTE_S + DRAFT_COMPUTE_PER_TOKEN_S * ext_tokens,
+            pcie_ipc_max_bytes=pcie_ipc_max_bytes,
         )
         forwards.append((spans.step_span_name(spans.DRAFT, bs), ext))
         draft_s = sum(f.seconds for kind, f in forwards if _is_draft(kind))

@@ -24,14 +24,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from fastverify.engines.sim import cli_args, costmodel, ncclenv, sglang_logs
+from fastverify.engines.sim import allreduce_sim, cli_args, costmodel, ncclenv, sglang_logs
 from fastverify.engines.sim.metrics import SimMetrics
 from fastverify.engines.sim.profiler import Profiler, write_cycles
 from fastverify.engines.sim.scheduler import Request, Scheduler
 from fastverify.engines.sim.server import App, SimHTTPServer
 from fastverify.engines.sim.wakeup import StopFlag
 from fastverify.engines.sim.workers import WorkerPool
-from fastverify.sglang import loglines
+from fastverify.sglang import allreduce, loglines
 
 SIM_VERSION = "0.5.23-fastverify-sim"
 SHARDS = 64
@@ -92,6 +92,7 @@ class SimEngine:
         self.workers: WorkerPool | None = None
         self.settings = ncclenv.resolve(os.environ)
         self.failure: str | None = None
+        self.pcie_ipc_max_bytes: int | None = None  # what FlashInfer's kernels serve
 
     # --------------------------------------------------------------- helpers
     @property
@@ -144,6 +145,7 @@ class SimEngine:
             f"disable_cuda_graph={not a.cuda_graph}, "
             f"decode_log_interval={a.decode_log_interval}, "
             f"disable_custom_all_reduce={a.disable_custom_all_reduce}, "
+            f"dtype='{a.dtype}', enable_deterministic_inference={a.deterministic}, "
             f"log_level='{a.log_level}', simulated=True)"
         )
 
@@ -180,13 +182,19 @@ class SimEngine:
                 "error",
             )
             raise RuntimeError("nccl init failed")
+        # GroupCoordinator for the TP group: PCIe-IPC first (pcie_ipc_ar.eligible_group),
+        # then custom all-reduce (custom_all_reduce_utils), on every rank
+        for level, msg in allreduce_sim.group_lines(os.environ, a):
+            self._all_ranks(msg, level)
         if a.tp_size > 2 and not a.disable_custom_all_reduce:
-            self.log.log(
-                "Custom allreduce is disabled because it's not supported on more than "
-                "two PCIe-only GPUs.",
-                0,
-                "warning",
-            )
+            # dispatch_custom_allreduce tries the v2 class first, then the legacy one: both
+            # run custom_all_reduce_utils' check and warn (fastverify.sglang.allreduce)
+            for cls_name in ("CustomAllReduceV2", "CustomAllreduce"):
+                self._all_ranks(
+                    f"{cls_name} {allreduce.CUSTOM_PCIE_TEXT} To silence this warning, "
+                    "specify disable_custom_all_reduce=True explicitly.",
+                    "warning",
+                )
         self._all_ranks("Init torch distributed ends. mem usage=0.53 GB")
 
     def _load(self) -> None:
@@ -224,6 +232,10 @@ class SimEngine:
             )
         self._all_ranks("KV Cache is allocated. #tokens: 1048576, KV size: 4.50 GB")
         self._all_ranks("Memory pool end. avail mem=8.12 GB")
+        # base_runner._pre_initialize_pcie_ipc_workspace: before graph capture
+        self.pcie_ipc_max_bytes = allreduce_sim.Workspace(os.environ, a).prepare(
+            lambda level, msg: self._all_ranks(msg, level), self._sleep
+        )
 
     def _capture(self) -> None:
         """SGLang 0.5.23's capture milestones per phase that captures (decode: backend
@@ -304,6 +316,10 @@ class SimEngine:
             ],
             "sim": {
                 "pids": [os.getpid(), *(self.workers.pids if self.workers else [])],
+                "allreduce": {
+                    "backend": "pcie_ipc" if self.pcie_ipc_max_bytes else "nccl",
+                    "pcie_ipc_max_bytes": self.pcie_ipc_max_bytes,
+                },
                 "nccl": {
                     "algo": pred.algo,
                     "proto": pred.proto,
@@ -416,6 +432,7 @@ class SimEngine:
                     "num_steps": a.num_steps,
                     "topk": a.topk,
                     "num_draft_tokens": a.num_draft_tokens,
+                    "pcie_ipc_max_bytes": self.pcie_ipc_max_bytes,
                 },
             )
             self.scheduler = Scheduler(
@@ -433,6 +450,7 @@ class SimEngine:
                 seed=a.seed,
                 on_cycle=self.profiler.on_cycle,
                 on_crash=self._on_crash,
+                pcie_ipc_max_bytes=self.pcie_ipc_max_bytes,
             )
             self.log.log(
                 "max_total_num_tokens=1048576, chunked_prefill_size=8192, "

@@ -188,4 +188,5 @@ def write_cycles(
         topk=int(args["topk"]),
         num_draft_tokens=int(args["num_draft_tokens"]),
         activities=tuple(args.get("activities") or ("CPU", "GPU")),
+        pcie_ipc_max_bytes=args.get("pcie_ipc_max_bytes"),
     )

@@ -85,9 +85,11 @@ class Scheduler(threading.Thread):
         seed: int = 0,
         on_cycle: Callable[[int, int], None] | None = None,
         on_crash: Callable[[], None] | None = None,
+        pcie_ipc_max_bytes: int | None = None,
     ):
         super().__init__(name="sim-scheduler", daemon=True)
         self.env = dict(env)
+        self.pcie_ipc_max_bytes = pcie_ipc_max_bytes
         self.mode = mode
         self.tp_size = tp_size
         self.cuda_graph = cuda_graph
@@ -130,6 +132,7 @@ class Scheduler(threading.Thread):
                 num_steps=self.num_steps,
                 topk=self.topk,
                 num_draft_tokens=self.num_draft_tokens,
+                pcie_ipc_max_bytes=self.pcie_ipc_max_bytes,
             )
             self._pred_cache[bs] = pred
         return pred
@@ -209,7 +212,9 @@ class Scheduler(threading.Thread):
 
     def _prefill(self, new: list[Request]) -> None:
         tokens = sum(r.prompt_tokens for r in new)
-        dur = costmodel.prefill_seconds(self.env, self.tp_size, tokens, self.mode)
+        dur = costmodel.prefill_seconds(
+            self.env, self.tp_size, tokens, self.mode, pcie_ipc_max_bytes=self.pcie_ipc_max_bytes
+        )
         if self._stop.wait(dur):
             return
         now = time.perf_counter()

@@ -13,7 +13,10 @@ Schema follows the real torch.profiler output in the shared fixtures
 - GPU `gpu_user_annotation` with the same name (pid = device index, tid = stream 7)
   spanning the forward, and every `kernel` inside it: 6 compute kernels and 2
   `ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)` per layer
-  (61 layers -> 122 all-reduces per target forward; 1 layer -> 2 per draft forward).
+  (61 layers -> 122 all-reduces per target forward; 1 layer -> 2 per draft forward);
+  with SGLang's PCIe-IPC backend on, the all-reduces within its size bound are FlashInfer's
+  kernels as kineto demangles them (`void flashinfer::comm::pcie_ipc::
+  ipc_topo_rsag8_push_param_kernel<__nv_bfloat16, false>(...)` at 8 ranks).
 Kernel durations come from the cost model. Events are streamed to the file, so
 `write_trace` can make very large traces for benchmarks with bounded memory.
 """
@@ -30,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fastverify.engines.sim import costmodel
-from fastverify.sglang import spans
+from fastverify.sglang import allreduce, spans
 
 try:
     import orjson
@@ -126,13 +129,17 @@ def _forward_events(
     gpu_us: float,
     cuda_graph: bool,
     ids: _Ids,
+    tp_size: int = 8,
 ) -> tuple[list[dict[str, Any]], float, float]:
     """Events of one forward; returns (events, cpu end us, gpu end us)."""
     events: list[dict[str, Any]] = []
     ext = ids.next_ext()
     per_layer = fwd.compute_seconds * 1e6 / max(1, layers)
     ar_us = fwd.allreduce.seconds * 1e6
-    ar_name = ALLREDUCE_KERNEL.get(fwd.allreduce.algo, ALLREDUCE_KERNEL["ring"])
+    if fwd.allreduce.algo == "pcie_ipc":  # FlashInfer's kernel for this world size
+        ar_name = allreduce.kernel_name(tp_size)
+    else:
+        ar_name = ALLREDUCE_KERNEL.get(fwd.allreduce.algo, ALLREDUCE_KERNEL["ring"])
     n_ar_per_layer = fwd.allreduce_count // max(1, layers)
     launch_gap = costmodel.EAGER_LAUNCH_US if not cuda_graph else 0.0
     ar_gap = costmodel.EAGER_NCCL_HOST_US if not cuda_graph else 0.0
@@ -417,7 +424,9 @@ class _Template:
         cpu = gpu = 0.0
         for name, fwd in pred.forwards:
             layers = costmodel.DRAFT_LAYERS if _is_draft(name) else costmodel.N_LAYERS
-            evs, cpu, gpu = _forward_events(name, fwd, layers, rank, pid, cpu, gpu, cuda_graph, ids)
+            evs, cpu, gpu = _forward_events(
+                name, fwd, layers, rank, pid, cpu, gpu, cuda_graph, ids, pred.tp_size
+            )
             cpu += 5.0
             events.extend(evs)
         self.events = events
@@ -508,8 +517,10 @@ def write_rank_trace(
     num_draft_tokens: int = costmodel.DEFAULT_NUM_DRAFT_TOKENS,
     pid: int | None = None,
     activities: Sequence[str] = ("CPU", "GPU"),
+    pcie_ipc_max_bytes: int | None = None,
 ) -> Path:
-    """Write one rank's trace of `cycles` (gzip when the name ends in .gz); return the path."""
+    """Write one rank's trace of `cycles` (gzip when the name ends in .gz); return the path.
+    All-reduces up to `pcie_ipc_max_bytes` carry FlashInfer's PCIe-IPC kernel names."""
     path = Path(path)
     pid = os.getpid() if pid is None else pid
     cache: dict[int, costmodel.Prediction] = {}
@@ -526,6 +537,7 @@ def write_rank_trace(
                 num_steps=num_steps,
                 topk=topk,
                 num_draft_tokens=num_draft_tokens,
+                pcie_ipc_max_bytes=pcie_ipc_max_bytes,
             )
         return cache[bs]
 
@@ -597,6 +609,7 @@ def write_trace(
     accept_length: float | None = None,
     start_ns: int = 1_790_000_000_000_000_000,
     pid: int = 4242,
+    pcie_ipc_max_bytes: int | None = None,
 ) -> Path:
     """Make a synthetic per-rank trace of `steps` back-to-back cycles (for benchmarks/tests).
 
@@ -615,7 +628,15 @@ def write_trace(
             "NCCL_NTHREADS": "512",
         }
     )
-    pred = costmodel.predict(env, mode, tp_size, batch_size, cuda_graph, accept_length)
+    pred = costmodel.predict(
+        env,
+        mode,
+        tp_size,
+        batch_size,
+        cuda_graph,
+        accept_length,
+        pcie_ipc_max_bytes=pcie_ipc_max_bytes,
+    )
     step_ns = int(pred.cycle_seconds * 1e9)
     cycles = [Cycle(start_ns + i * step_ns, batch_size) for i in range(steps)]
     return write_rank_trace(
@@ -628,6 +649,7 @@ def write_trace(
         cuda_graph=cuda_graph,
         accept_length=accept_length,
         pid=pid,
+        pcie_ipc_max_bytes=pcie_ipc_max_bytes,
     )
 
 

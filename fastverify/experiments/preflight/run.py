@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastverify.experiments.common import allreduce as allreduce_candidate
 from fastverify.experiments.common.ranks import (
     env_mismatch as differing_nccl_vars,
 )
@@ -210,6 +211,7 @@ def _merge_sizes(ranks: list[dict[str, Any]], world: int, tuning: dict[int, Any]
             {
                 "tokens": base["tokens"],
                 "bytes": nbytes,
+                "backend": base.get("backend", "nccl"),  # pcie_ipc: FlashInfer's kernels
                 "counts": base.get("counts"),
                 "correct": len(per) == len(by_rank) and all(p.get("correct") for p in per),
                 "eager": eager,
@@ -292,8 +294,10 @@ def run_profile(
     workdir: Path,
     requires: Mapping[str, str] | None = None,
     on_event: EventFn | None = None,
+    pcie_ipc_max_numel: int = 0,
 ) -> dict[str, Any]:
-    """Start `world` ranks with `env` (+ rendezvous + NCCL debug), wait, merge their reports."""
+    """Start `world` ranks with `env` (+ rendezvous + NCCL debug), wait, merge their reports.
+    `pcie_ipc_max_numel` > 0: a pcie_ipc candidate (FlashInfer's kernels up to that size)."""
     python = cfg.python or sys.executable
     port = free_port()
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
@@ -316,6 +320,7 @@ def run_profile(
                 "--numels", ",".join(str(max(1, b // elem)) for b in cfg.sizes_bytes),
                 "--iters", str(cfg.iters), "--warmup", str(cfg.warmup), "--out", str(out),
                 "--graph-ops", str(cfg.graph_ops), "--scale-bytes", str(cfg.scale_bytes),
+                "--pcie-ipc-max-numel", str(pcie_ipc_max_numel),
             ]  # fmt: skip
             procs.append(start_rank(argv, rank_env, workdir / f"{safe}.rank{rank}.stdout"))
             outs.append(out)
@@ -478,6 +483,32 @@ def load_profiles(names: Sequence[str]) -> list[Any]:
     return out
 
 
+def pcie_ipc_bound(cfg: PreflightConfig) -> int:
+    """Elements a pcie_ipc candidate hands to FlashInfer's kernels: SGLang 0.5.23's own bound
+    when it has no decode config, 64 rows x hidden (`pcie_ipc_ar._FALLBACK_DECODE_WIDTH`):
+    the decode/verify sizes; prefill sizes stay on NCCL. A profile's
+    SGLANG_PCIE_IPC_MAX_NUMEL wins (plan() prefers it)."""
+    from fastverify.sglang.allreduce import FALLBACK_DECODE_WIDTH
+
+    return FALLBACK_DECODE_WIDTH * cfg.hidden_size
+
+
+def skipped(name: str, cand: allreduce_candidate.Candidate) -> dict[str, Any]:
+    """The entry of a candidate that cannot be measured here (its reason, no figures)."""
+    return {
+        "profile": name,
+        "status": "skipped",
+        "allreduce_backend": cand.backend,
+        "error": cand.skip,
+        "reason": cand.skip,
+        "wall_s": 0.0,
+        "init_s": None,
+        "nccl": {"version": None, "confirmed": {}, "warnings": []},
+        "sizes": [],
+        "ranks": [],
+    }
+
+
 def run_preflight(
     profiles: Sequence[Any],
     cfg: PreflightConfig,
@@ -519,6 +550,14 @@ def run_preflight(
             if on_event:
                 on_event(f"[{i}/{len(profiles)}] {name}: {world} rank(s) ...")
             env = env_for(profile)
+            cand = allreduce_candidate.plan(
+                env, world, cfg.backend, cfg.python, max_numel=pcie_ipc_bound(cfg)
+            )
+            if cand.skip is not None:  # never a measurement: said why, and moved on
+                results.append(skipped(name, cand))
+                if on_event:
+                    on_event(f"[{i}/{len(profiles)}] {name}: skipped: {cand.skip}")
+                continue
             res = run_profile(
                 name,
                 env,
@@ -527,7 +566,9 @@ def run_preflight(
                 workdir,
                 requires=getattr(profile, "requires", {}),
                 on_event=on_event,
+                pcie_ipc_max_numel=int(cand.job["max_numel"]) if cand.job else 0,
             )
+            res["allreduce_backend"] = cand.backend
             res["profile_env"] = {k: v for k, v in getattr(profile, "env", {}).items()}
             warnings = [str(w) for w in getattr(profile, "warnings", None) or []]
             if warnings:  # e.g. LL128 without NVLink: loaded with force, checked all the same
@@ -567,7 +608,7 @@ def run_preflight(
         "winners": winners(results),
         "summary": {
             s: sorted(r["profile"] for r in results if r["status"] == s)
-            for s in ("ok", "unsafe-cuda-graph", "failed")
+            for s in ("ok", "unsafe-cuda-graph", "failed", "skipped")
         },
     }
     if world == 1:

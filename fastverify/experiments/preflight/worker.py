@@ -6,7 +6,10 @@ LOCAL_RANK, MASTER_ADDR and MASTER_PORT. It imports only torch and the standard 
 (it never imports fastverify, so the profile environment needs no PYTHONPATH).
 
 For each token count T the message is hidden_size x T elements (bf16 on NCCL, float32 on
-the gloo testing backend).
+the gloo testing backend). A pcie_ipc candidate (`--pcie-ipc-max-numel N`, the profile sets
+SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1) sends the messages FlashInfer's PCIe-IPC kernels take
+(up to N elements, bf16) to them, as SGLang 0.5.23 does, and the rest to NCCL; each row
+names its `backend`.
 
 How NCCL is called (`--call`): `pynccl` (the default with the nccl backend) is SGLang
 0.5.23's own path, `ncclAllReduce` through ctypes on the current stream
@@ -117,6 +120,8 @@ class Rank:
         self.cuda = args.backend == "nccl"
         self.call = args.call if self.cuda else "torch"
         self.comm: Any = None
+        self.pcie: Any = None  # a PcieIpc for a pcie_ipc candidate
+        self._outs: dict[tuple[int, int], Any] = {}
         self.set_counts(0)
         if self.cuda:
             if not torch.cuda.is_available():
@@ -142,8 +147,8 @@ class Rank:
             "graph_replays": self.graph_replays,
         }
 
-    def all_reduce(self, tensor: Any) -> None:
-        """In-place sum over the group, through the call path this rank measures."""
+    def nccl_all_reduce(self, tensor: Any) -> None:
+        """In-place sum over the group on NCCL, through the call path measured (`--call`)."""
         if self.comm is not None:
             self.pynccl.torch_all_reduce(self.comm, tensor, self.torch)
         else:
@@ -164,13 +169,52 @@ class Rank:
             self.comm = self.pynccl.torch_communicator(self.dist)
         # One tiny all-reduce so that lazy communicator setup is inside init time.
         t = self.torch.ones(1, device=self.device, dtype=self.dtype)
-        self.all_reduce(t)
+        self.nccl_all_reduce(t)
         self.sync()
         return time.perf_counter() - t0
 
     def sync(self) -> None:
         if self.cuda:
             self.torch.cuda.synchronize()
+
+    def setup_pcie_ipc(self, max_numel: int) -> dict[str, Any]:
+        """A pcie_ipc candidate: FlashInfer's workspace for messages up to `max_numel`."""
+        import importlib.util
+        from pathlib import Path
+
+        path = Path(__file__).resolve().parents[1] / "common" / "pcie_ipc_worker.py"
+        spec = importlib.util.spec_from_file_location("fastverify_pcie_ipc_worker", path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        self.pcie = mod.PcieIpc(self.torch, self.dist, self.world, max_numel, self.args.hidden_size)
+        return self.pcie.info()
+
+    def _ar(self, buf: Any) -> Any:
+        """One all-reduce of `buf` as SGLang dispatches it: FlashInfer's PCIe-IPC kernels
+        (out of place, into a buffer kept per size so a graph captures fixed addresses)
+        when this is a pcie_ipc candidate and they take the message, else NCCL in place.
+        Returns the tensor holding the sum."""
+        pcie = self.pcie
+        if pcie is not None:
+            hidden = self.args.hidden_size
+            view = buf.view(-1, hidden) if buf.numel() % hidden == 0 else buf.view(1, -1)
+            if pcie.wants(view):
+                key = (buf.data_ptr(), buf.numel())
+                out = self._outs.get(key)
+                if out is None:
+                    out = self._outs[key] = self.torch.empty_like(view)
+                return pcie.all_reduce(view, out=out).view_as(buf)
+        self.nccl_all_reduce(buf)
+        return buf
+
+    def backend_of(self, numel: int) -> str:
+        if self.pcie is None:
+            return "nccl"
+        probe = self.torch.empty(numel, device=self.device, dtype=self.dtype)
+        hidden = self.args.hidden_size
+        view = probe.view(-1, hidden) if numel % hidden == 0 else probe.view(1, -1)
+        return "pcie_ipc" if self.pcie.wants(view) else "nccl"
 
     def inputs(self, numel: int) -> tuple[Any, Any]:
         torch = self.torch
@@ -180,10 +224,10 @@ class Rank:
         return src, expected
 
     def time_eager(self, buf: Any, src: Any) -> list[float]:
-        torch = self.torch
+        torch = self.torch  # every all-reduce goes through _ar
         for _ in range(self.warmup):
             buf.copy_(src)
-            self.all_reduce(buf)
+            self._ar(buf)
         self.sync()
         samples: list[float] = []
         if self.cuda:
@@ -193,7 +237,7 @@ class Rank:
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 start.record()
-                self.all_reduce(buf)
+                self._ar(buf)
                 end.record()
                 pairs.append((start, end))
             self.sync()
@@ -202,7 +246,7 @@ class Rank:
             for _ in range(self.iters):
                 buf.copy_(src)
                 t0 = time.perf_counter()
-                self.all_reduce(buf)
+                self._ar(buf)
                 samples.append(time.perf_counter() - t0)
         return samples
 
@@ -213,18 +257,18 @@ class Rank:
         torch = self.torch
         zbuf = torch.zeros(numel, device=self.device, dtype=self.dtype)
         for _ in range(self.warmup):
-            self.all_reduce(zbuf)
+            self._ar(zbuf)
         self.sync()
         if not self.cuda:
             t0 = time.perf_counter()
             for _ in range(self.iters):
-                self.all_reduce(zbuf)
+                self._ar(zbuf)
             return (time.perf_counter() - t0) / self.iters
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(self.iters):
-            self.all_reduce(zbuf)
+            self._ar(zbuf)
         end.record()
         self.sync()
         return start.elapsed_time(end) / 1e3 / self.iters
@@ -240,13 +284,13 @@ class Rank:
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(3):
-                self.all_reduce(zbuf)
+                self._ar(zbuf)
         torch.cuda.current_stream().wait_stream(stream)
         self.sync()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             for _ in range(ops):
-                self.all_reduce(zbuf)
+                self._ar(zbuf)
         self.sync()
         graph.replay()
         self.sync()
@@ -280,13 +324,13 @@ class Rank:
         with torch.cuda.stream(stream):
             for _ in range(3):
                 buf.copy_(src)
-                self.all_reduce(buf)
+                self._ar(buf)
         torch.cuda.current_stream().wait_stream(stream)
         self.sync()
         graph = torch.cuda.CUDAGraph()
         t0 = time.perf_counter()
         with torch.cuda.graph(graph):
-            self.all_reduce(buf)
+            result = self._ar(buf)
         self.sync()
         out["capture"] = "ok"
         out["capture_ms"] = (time.perf_counter() - t0) * 1e3
@@ -294,7 +338,7 @@ class Rank:
         buf.copy_(src)
         graph.replay()
         self.sync()
-        out["correct"] = bool(torch.equal(buf, expected))
+        out["correct"] = bool(torch.equal(result, expected))
         samples: list[float] = []
         pairs = []
         for _ in range(self.iters):
@@ -321,10 +365,11 @@ class Rank:
         nbytes = numel * buf.element_size()
         row: dict[str, Any] = {"tokens": tokens, "numel": numel, "bytes": nbytes}
         row["counts"] = self.set_counts(nbytes)
+        row["backend"] = self.backend_of(numel)
         try:
-            self.all_reduce(buf)
+            result = self._ar(buf)
             self.sync()
-            row["correct"] = bool(self.torch.equal(buf, expected))
+            row["correct"] = bool(self.torch.equal(result, expected))
             row["eager"] = _timing(self.time_eager(buf, src), nbytes, self.world)
             row["eager"]["status"] = "ok"
             batch = self.batch_eager(numel)
@@ -396,6 +441,12 @@ def main(argv: list[str] | None = None) -> int:
         default=1 << 20,
         help="above this message size the counts shrink in proportion (0: never)",
     )
+    p.add_argument(
+        "--pcie-ipc-max-numel",
+        type=int,
+        default=0,
+        help="a pcie_ipc candidate: FlashInfer's PCIe-IPC all-reduce up to this many elements",
+    )
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
@@ -429,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         doc["dtype"] = str(rank.dtype).removeprefix("torch.")
         doc["import_s"] = time.perf_counter() - t_start  # import torch + CUDA context
         doc["init_s"] = rank.init()
+        if args.pcie_ipc_max_numel > 0:
+            doc["allreduce"] = rank.setup_pcie_ipc(args.pcie_ipc_max_numel)
     except Exception as exc:
         doc["error"] = f"process group init failed: {_err(exc)}"
         doc["traceback"] = traceback.format_exc()[-2000:]

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastverify.experiments.common import allreduce as allreduce_candidate
 from fastverify.experiments.common.ranks import (
     env_mismatch as differing_nccl_vars,
 )
@@ -368,6 +369,7 @@ def run_profile(
                     "build",
                     "timings",
                     "collectives_per_forward",
+                    "allreduce",
                 )
                 if r.get(k) is not None
             }
@@ -462,6 +464,21 @@ def run_profile(
 
 
 # ------------------------------------------------------------------ the whole run
+
+
+def skipped(name: str, path: str, cand: allreduce_candidate.Candidate) -> dict[str, Any]:
+    """The row of a candidate that cannot be measured here (its reason, no figures)."""
+    return {
+        "profile": name,
+        "path": path,
+        "status": "skipped",
+        "allreduce_backend": cand.backend,
+        "error": cand.skip,
+        "reason": cand.skip,
+        "wall_s": 0.0,
+        "ranks": [],
+        "nccl": {"version": None},
+    }
 
 
 def detect_path_label() -> str:
@@ -562,7 +579,21 @@ def run_rehearsal(
             env = env_for(profile)
             if path == "p2p-off":
                 env = {**env, **P2P_OFF}
-            res = run_profile(name, label, env, job, world, workdir, cfg, on_event)
+            cand = allreduce_candidate.plan(
+                env,
+                world,
+                cfg.backend,
+                cfg.python,
+                max_numel=cfg.batch * (cfg.draft_tokens + 1) * target.hidden_size,
+            )
+            if cand.skip is not None:  # never a measurement: said why, and moved on
+                results.append(skipped(name, label, cand))
+                if on_event:
+                    on_event(f"[{i}/{len(runs)}] {name} ({label}): skipped: {cand.skip}")
+                continue
+            run_job = {**job, "allreduce": dict(cand.job)} if cand.job else job
+            res = run_profile(name, label, env, run_job, world, workdir, cfg, on_event)
+            res["allreduce_backend"] = cand.backend
             res.update(
                 throughputs(res["decode_ms"], res["cycle_ms"], cfg.batch, cfg.accept_length)
                 if res["status"] == "ok"

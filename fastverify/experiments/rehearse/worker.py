@@ -20,7 +20,9 @@ What runs (bf16 on NCCL, float32 on the gloo testing backend):
   on the 576-wide latent; GQA: grouped heads), plain matmul/softmax kernels; new tokens are
   not written to the cache, no causal mask between draft tokens, no RoPE;
 - collectives: all-reduce after the vocab-parallel embedding, after attention and after
-  the MLP/MoE of every layer; an all-gather of the LM head's logits;
+  the MLP/MoE of every layer; an all-gather of the LM head's logits; a `pcie_ipc` job
+  (the profile sets SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1) hands the all-reduces within its
+  bound to FlashInfer's PCIe-IPC workspace, as SGLang 0.5.23 does (`PcieIpc`);
 - phases: DECODE (target, 1 token per sequence), VERIFY (target, K+1 tokens per sequence),
   DRAFT (drafter, 1 token per sequence, run K times per cycle) and DRAFT_EXTEND (drafter
   over the K+1 verified tokens, with the EAGLE-3 fc projection); a compute-only VERIFY
@@ -81,25 +83,52 @@ def _err(exc: BaseException) -> str:
     return text.splitlines()[0][:500] if text else type(exc).__name__
 
 
-class Comm:
-    """The TP collectives of one forward; counts calls so CPU runs can check the arithmetic."""
+def _pcie_ipc_module() -> Any:
+    """experiments/common/pcie_ipc_worker.py, loaded by path (this script runs without
+    fastverify on its import path)."""
+    import importlib.util
+    from pathlib import Path
 
-    def __init__(self, dist: Any, world: int, cuda: bool, enabled: bool = True, nccl: Any = None):
+    path = Path(__file__).resolve().parents[1] / "common" / "pcie_ipc_worker.py"
+    spec = importlib.util.spec_from_file_location("fastverify_pcie_ipc_worker", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Comm:
+    """The TP collectives of one forward; counts calls so CPU runs can check the arithmetic.
+    With `pcie` (a PcieIpc), all-reduces it takes run on FlashInfer's kernels, the rest on
+    NCCL, as SGLang 0.5.23 dispatches them."""
+
+    def __init__(
+        self,
+        dist: Any,
+        world: int,
+        cuda: bool,
+        enabled: bool = True,
+        pcie: Any = None,
+        nccl: Any = None,
+    ):
         self.dist = dist
         self.world = world
         self.cuda = cuda
         self.nccl = nccl  # (pynccl module, communicator) on SGLang's call path, else None
         self.enabled = enabled and world > 1
+        self.pcie = pcie
         self.allreduce_calls = 0
         self.allgather_calls = 0
 
     def all_reduce(self, t: Any) -> Any:
         if self.enabled:
+            self.allreduce_calls += 1
+            if self.pcie is not None and self.pcie.wants(t):
+                return self.pcie.all_reduce(t)
             if self.nccl is not None:
                 self.nccl[0].torch_all_reduce(self.nccl[1], t, self.nccl[2])
             else:
                 self.dist.all_reduce(t)
-            self.allreduce_calls += 1
         return t
 
     def all_gather(self, t: Any, out: Any) -> Any:
@@ -413,6 +442,13 @@ class Rank:
                 str(t): [r["n"] for r in rs if r] for t, rs in self.target.routes.items()
             },
         }
+        self.pcie = None
+        ar = job.get("allreduce") or {}
+        if ar.get("backend") == "pcie_ipc" and self.cuda:
+            self.pcie = _pcie_ipc_module().PcieIpc(
+                torch, self.dist, self.world, int(ar["max_numel"]), job["target"]["hidden"]
+            )
+            info["allreduce"] = self.pcie.info()
         # static inputs per phase
         self.inputs: dict[str, tuple[Any, Any, int, Any, bool, Any]] = {}
         vt = job["target"]["vocab_per_rank"]
@@ -429,7 +465,12 @@ class Rank:
                 else None
             )
             comm = Comm(
-                self.dist, self.world, self.cuda, enabled=phase != "verify_compute", nccl=self.nccl
+                self.dist,
+                self.world,
+                self.cuda,
+                enabled=phase != "verify_compute",
+                pcie=self.pcie,
+                nccl=self.nccl,
             )
             self.inputs[phase] = (model, ids, t, hidden, phase == "draft_extend", comm)
         return info
@@ -580,7 +621,10 @@ def main(argv: list[str] | None = None) -> int:
             calls[phase] = {"allreduce": comm.allreduce_calls, "allgather": comm.allgather_calls}
         rank.sync()
         doc["collectives_per_forward"] = calls
-        if rank.cuda:
+        if rank.pcie is not None:
+            doc["allreduce"] = (
+                rank.pcie.info()
+            )  # calls so far: the eager forwards        if rank.cuda:
             doc["graphs"] = rank.capture()
             failed = any(g.get("capture") != "ok" for g in doc["graphs"].values())
             failed = failed or len(doc["graphs"]) < len(PHASES)

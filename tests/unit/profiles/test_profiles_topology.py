@@ -56,6 +56,13 @@ def test_recommend_pcie() -> None:
     assert "NCCL_P2P_LEVEL=SYS" in recs[0].reason  # GPUs span NUMA nodes
 
 
+def test_recommend_pcie_puts_the_allreduce_backend_first() -> None:
+    t = parse_topo_matrix((DATA / "topo-8gpu-pcie.txt").read_text())
+    recs = recommend(t, ALL | {"pcie-ipc"})
+    assert [r.profile for r in recs][:2] == ["pcie-ipc", "ring-ll"]
+    assert "PCIe-IPC" in recs[0].reason and "for what stays on NCCL" in recs[1].reason
+
+
 def test_recommend_nvlink() -> None:
     t = parse_topo_matrix((DATA / "topo-8gpu-nv18.txt").read_text())
     assert [r.profile for r in recommend(t, ALL)] == ["nccl-default"]

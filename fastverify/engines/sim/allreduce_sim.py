@@ -1,0 +1,160 @@
+"""The sim's TP all-reduce backend, as SGLang 0.5.23 picks it (`fastverify.sglang.allreduce`).
+
+`plan(args, env)` is SGLang's dispatch for the sim's argv and environment (PCIe-only, no
+NVLink; FlashInfer with `pcie_ipc_comm` unless `--sim-flashinfer no-pcie-ipc-comm`).
+`group_lines(plan, args)`: what each rank logs when its TP group is built
+(`GroupCoordinator.__init__` -> `pcie_ipc_ar.eligible_group` / `PcieIpcCommunicator`):
+the deterministic-inference warning, the missing-`pcie_ipc_comm` warning, or `... enabled
+(world=N, ...)`; nothing at world size 1 or an unsupported world size (SGLang logs that at
+debug level). `Workspace.prepare(...)` is `_pre_initialize_pcie_ipc_workspace` before
+graph capture: `workspace built (world=, max_numel=, hidden=)` (or `--sim-flashinfer
+workspace-fail`: SGLang's build-failure warning) and the autotune, which measures for a
+while at the first start and writes FlashInfer's cache file
+`$FLASHINFER_AUTOTUNE_DIR/pcie_ipc_all_reduce_ws{N}.json`, and reads it back at the next
+(FlashInfer logs nothing of its own; SGLang logs `autotuned N shape(s)` both times). A
+non-bf16 `--dtype` logs SGLang's once-per-dtype warning at the first reduction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from fastverify.engines.sim import cli_args, costmodel
+from fastverify.sglang import allreduce
+
+SIM_DECODE_MAX_BS = 32  # the sim captures decode graphs for bs 1..32
+TORCH_DTYPES = {"half": "torch.float16", "float16": "torch.float16", "float": "torch.float32",
+                "float32": "torch.float32"}  # fmt: skip
+
+
+def plan(args: cli_args.SimArgs, env: Mapping[str, str]) -> allreduce.Dispatch:
+    sa = allreduce.ServerArgs.from_argv(list(args.argv))
+    if sa.decode_max_bs is None:
+        sa = replace(sa, decode_max_bs=SIM_DECODE_MAX_BS)
+    return allreduce.dispatch(
+        env=env,
+        args=sa,
+        has_nvlink=False,
+        p2p=True,
+        hidden=costmodel.HIDDEN,
+        flashinfer_pcie_ipc=args.flashinfer != "no-pcie-ipc-comm",
+    )
+
+
+def asked(env: Mapping[str, str], args: cli_args.SimArgs) -> bool:
+    """SGLang builds a PCIe-IPC communicator at all (eligible_group passes the variable)."""
+    return allreduce.requested_backend(env) == allreduce.PCIE_IPC and args.tp_size > 1
+
+
+def group_lines(env: Mapping[str, str], args: cli_args.SimArgs) -> list[tuple[str, str]]:
+    """(level, message) each rank logs when its TP group is built."""
+    if not asked(env, args):
+        return []
+    sa = allreduce.ServerArgs.from_argv(list(args.argv))
+    if allreduce.deterministic_collectives(env, sa):
+        return [("warning", allreduce.DETERMINISTIC_FORMAT)]
+    if args.tp_size not in allreduce.PCIE_IPC_WORLD_SIZES:
+        return [("debug", f"FlashInfer PCIe-IPC all-reduce skipped: unsupported world size "
+                          f"{args.tp_size}")]  # fmt: skip
+    if args.flashinfer == "no-pcie-ipc-comm":
+        return [("warning", allreduce.NO_COMM_FORMAT)]
+    return [("info", allreduce.ENABLED_FORMAT.format(world=args.tp_size))]
+
+
+def enabled(env: Mapping[str, str], args: cli_args.SimArgs) -> bool:
+    return any(level == "info" for level, _ in group_lines(env, args))
+
+
+class Workspace:
+    """The sim's PCIe-IPC workspace: built before capture, then autotuned (cached)."""
+
+    def __init__(self, env: Mapping[str, str], args: cli_args.SimArgs):
+        self.env = env
+        self.args = args
+        self.max_bytes: int | None = None
+
+    def cache_path(self) -> Path:
+        base = self.env.get(allreduce.AUTOTUNE_DIR_VAR)
+        if base:
+            root = Path(base)
+        else:
+            home = self.env.get(allreduce.WORKSPACE_BASE_VAR) or str(Path.home())
+            root = Path(home) / ".cache" / "flashinfer" / "0.7.2" / "120" / "autotune"
+        return root / allreduce.CACHE_FILE.format(world=self.args.tp_size)
+
+    def prepare(
+        self,
+        say: Callable[[str, str], None],
+        sleep: Callable[[float], None],
+    ) -> int | None:
+        """Build and tune; returns the byte bound PCIe-IPC serves (None: it does not)."""
+        if not enabled(self.env, self.args):
+            return None
+        d = plan(self.args, self.env)
+        numel = d.max_numel or allreduce.FALLBACK_DECODE_WIDTH * costmodel.HIDDEN
+        if self.args.flashinfer == "workspace-fail":
+            say(
+                "warning",
+                allreduce.BUILD_FAILED_FORMAT.format(
+                    max_numel=numel,
+                    error="CUDA error: peer access is not supported between these two devices",
+                ),
+            )
+            return None
+        say(
+            "info",
+            allreduce.BUILT_FORMAT.format(
+                world=self.args.tp_size, max_numel=numel, hidden=costmodel.HIDDEN
+            ),
+        )
+        rows = allreduce_rows(numel // costmodel.HIDDEN)
+        if self.args.disable_flashinfer_autotune:
+            say("info", "FlashInfer PCIe-IPC all-reduce: " + allreduce.AUTOTUNE_OFF_TEXT)
+        else:
+            path = self.cache_path()
+            if not path.is_file():  # the first start measures; FlashInfer persists the result
+                sleep(self.args.load_seconds * 0.1)
+                self._write_cache(path, rows)
+            say(
+                "info",
+                allreduce.AUTOTUNED_FORMAT.format(n=len(rows), hidden=costmodel.HIDDEN, rows=rows),
+            )
+        dtype = self.args.dtype
+        if dtype not in ("auto", "bfloat16"):
+            say("warning", allreduce.DTYPE_FORMAT.format(dtype=TORCH_DTYPES.get(dtype, dtype)))
+            return None
+        self.max_bytes = numel * allreduce.BF16_BYTES
+        return self.max_bytes
+
+    def _write_cache(self, path: Path, rows: tuple[int, ...]) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+            tmp.write_text(
+                json.dumps(
+                    {
+                        "simulated": True,
+                        "note": "fastverify sim: no tactics were measured",
+                        "world_size": self.args.tp_size,
+                        "hidden": costmodel.HIDDEN,
+                        "rows": list(rows),
+                        "written_at": time.time(),
+                    }
+                )
+            )
+            os.replace(tmp, path)
+        except OSError:
+            pass  # FlashInfer keeps its tactics in memory when it cannot write the cache
+
+
+def allreduce_rows(max_rows: int) -> tuple[int, ...]:
+    """`pcie_ipc_ar._tune_batches`: powers of two up to the bound, plus the bound."""
+    rows = [r for r in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if r <= max_rows]
+    if max_rows >= 1 and max_rows not in rows:
+        rows.append(max_rows)
+    return tuple(rows)

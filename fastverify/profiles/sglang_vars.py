@@ -1,0 +1,78 @@
+"""The `SGLANG_*` variables a profile may set: names and values as SGLang 0.5.23 reads them.
+
+Names come from `fastverify.sglang.envnames` (every variable `srt/environ.py` declares); a
+name close to one of them that is not one is a typo (an error with a did-you-mean), any
+other unknown `SGLANG_*` name a warning (SGLang may read it elsewhere, but not through its
+`envs` table). Values by SGLang's parsers (`EnvBool`: 1/0, true/false, yes/no, y/n in any
+case; `EnvInt`: a Python int); SGLang itself warns and falls back to the default on a bad
+value, fastverify refuses it. The all-reduce variables get their own checks
+(`fastverify.sglang.allreduce`).
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from fastverify.sglang import allreduce
+from fastverify.sglang.envnames import KINDS, VERSION
+
+# SGLang overwrites these from its server flags (srt/arg_groups/serving_hook.py)
+FLAG_OWNED = {
+    allreduce.DETERMINISTIC_VAR: "--enable-deterministic-inference",
+    "SGLANG_ENABLE_TORCH_COMPILE": "--enable-torch-compile",
+}
+_BOOLS = "1/0, true/false, yes/no or y/n"
+
+
+def suggest(name: str) -> list[str]:
+    return difflib.get_close_matches(name, KINDS, n=2, cutoff=0.85)
+
+
+def check_name(name: str) -> tuple[str, str] | None:
+    """(severity, message) for an `SGLANG_*` name, or None when SGLang declares it."""
+    if name in KINDS:
+        return None
+    upper = name.upper()
+    if upper != name and upper in KINDS:
+        return "error", f"{name}: names are case-sensitive; SGLang reads {upper} (write that)"
+    close = suggest(name)
+    if close:
+        return "error", (f"unknown SGLang variable {name} (did you mean {' or '.join(close)}?)")
+    return "warning", (
+        f"SGLang {VERSION} declares no variable {name} in srt/environ.py "
+        "(check the spelling; it is passed to the server as is)"
+    )
+
+
+def check_value(name: str, value: str) -> tuple[str, str] | None:
+    """(severity, message) for a bad value of a declared `SGLANG_*` variable, or None."""
+    kind = KINDS.get(name)
+    if kind is None:
+        return None
+    if kind == "bool" and allreduce.env_bool(value) is None:
+        return "error", (
+            f"{value!r} is not a boolean SGLang reads (write {_BOOLS}; SGLang would warn "
+            "and use the default)"
+        )
+    if kind == "int":
+        n = allreduce.env_int(value)
+        if n is None or value.strip() != value or "_" in value:
+            return "error", f"{value!r} is not an integer (write a plain number, e.g. 0)"
+        if name == allreduce.MAX_NUMEL_VAR and n < 0:
+            return "error", (
+                f"{n} elements: expected 0 (size the workspace from the decode width) "
+                "or a positive element count"
+            )
+        if name == allreduce.CUSTOM_V2_MAX_KB_VAR and n <= 0:
+            return "error", f"{n} KiB: expected a positive size in KiB"
+    if kind == "float":
+        try:
+            float(value)
+        except ValueError:
+            return "error", f"{value!r} is not a number"
+    if name in FLAG_OWNED:
+        return "warning", (
+            f"SGLang sets {name} from {FLAG_OWNED[name]} at start-up, so the profile's "
+            f"value is overwritten (pass {FLAG_OWNED[name]} in the server's extra args)"
+        )
+    return None

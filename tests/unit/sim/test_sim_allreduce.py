@@ -1,0 +1,109 @@
+"""The sim's TP all-reduce backend: SGLang 0.5.23's lines per fallback case, the FlashInfer
+autotune cache, the cost model's published figures and the bound in its traces.
+
+The log texts come from `fastverify.sglang.allreduce`, which tests/contract/ pins to the
+installed SGLang; here the sim is checked to say them in the cases SGLang does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fastverify.engines.sim import allreduce_sim, cli_args, costmodel
+from fastverify.sglang import allreduce as ar
+
+REPO = Path(__file__).resolve().parents[3]
+ON = {ar.ENABLE_VAR: "1"}
+EAGLE = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d"]
+
+
+def args(*extra: str, tp: int = 8) -> cli_args.SimArgs:
+    return cli_args.parse(["--model-path", "m", "--tp-size", str(tp), *EAGLE, *extra])
+
+
+@pytest.mark.parametrize(
+    ("env", "extra", "tp", "want"),
+    [
+        (ON, (), 8, ("info", ar.ENABLED_FORMAT.format(world=8))),
+        (ON, ("--enable-deterministic-inference",), 8, ("warning", ar.DETERMINISTIC_FORMAT)),
+        ({**ON, ar.ONE_STAGE_VAR: "1"}, (), 8, ("warning", ar.DETERMINISTIC_FORMAT)),
+        (ON, ("--sim-flashinfer", "no-pcie-ipc-comm"), 8, ("warning", ar.NO_COMM_FORMAT)),
+        (ON, (), 6, ("debug", "FlashInfer PCIe-IPC all-reduce skipped: unsupported world size 6")),
+        (ON, (), 1, None),
+        ({}, (), 8, None),
+        ({ar.ENABLE_VAR: "on"}, (), 8, None),  # SGLang's EnvBool: invalid -> default False
+    ],
+)
+def test_group_lines_per_case(env: dict, extra: tuple, tp: int, want: tuple | None) -> None:
+    lines = allreduce_sim.group_lines(env, args(*extra, tp=tp))
+    assert lines == ([want] if want else [])
+
+
+def test_workspace_built_autotune_cached_and_dtype_fallback(tmp_path: Path) -> None:
+    env = {**ON, ar.AUTOTUNE_DIR_VAR: str(tmp_path / "at")}
+    said: list[tuple[str, str]] = []
+    slept: list[float] = []
+    ws = allreduce_sim.Workspace(env, args("--sim-load-seconds", "1"))
+    bound = ws.prepare(lambda lvl, msg: said.append((lvl, msg)), slept.append)
+    numel = 32 * 4 * 7168
+    assert bound == numel * 2
+    assert said[0] == ("info", ar.BUILT_FORMAT.format(world=8, max_numel=numel, hidden=7168))
+    rows = (1, 2, 4, 8, 16, 32, 64, 128)
+    assert said[1] == ("info", ar.AUTOTUNED_FORMAT.format(n=8, hidden=7168, rows=rows))
+    cache = tmp_path / "at" / "pcie_ipc_all_reduce_ws8.json"
+    assert json.loads(cache.read_text())["rows"] == list(rows) and slept == [0.1]
+    slept.clear()
+    allreduce_sim.Workspace(env, args()).prepare(lambda *_: None, slept.append)
+    assert slept == []  # the second start reads the cache: no measurement
+    said.clear()
+    half = allreduce_sim.Workspace(env, args("--dtype", "half"))
+    assert half.prepare(lambda lvl, msg: said.append((lvl, msg)), slept.append) is None
+    assert said[-1] == ("warning", ar.DTYPE_FORMAT.format(dtype="torch.float16"))
+    said.clear()
+    failed = allreduce_sim.Workspace(env, args("--sim-flashinfer", "workspace-fail"))
+    assert failed.prepare(lambda lvl, msg: said.append((lvl, msg)), slept.append) is None
+    assert said[-1][0] == "warning" and ar.BUILD_FAILED_TAIL in said[-1][1]
+    assert allreduce_sim.Workspace({}, args()).prepare(lambda *_: None, slept.append) is None
+
+
+def test_override_and_no_decode_graph_bounds() -> None:
+    d = allreduce_sim.plan(args(), {**ON, ar.MAX_NUMEL_VAR: "65536"})
+    assert d.max_numel == 65536
+    eager = args("--cuda-graph-backend-decode", "disabled")
+    assert allreduce_sim.plan(eager, ON).rows == ar.FALLBACK_DECODE_WIDTH
+
+
+def test_cost_model_uses_the_published_figures() -> None:
+    # at 8 ranks the kernel time is the published one at its sizes, plus nothing else for
+    # a one-token forward (no skew)
+    for nbytes, us in ((12 * 1024, 5.3), (96 * 1024, 15.3), (384 * 1024, 34.6)):
+        assert costmodel.pcie_ipc_seconds(nbytes, 8) * 1e6 == pytest.approx(us)
+    bound = 32 * 4 * 7168 * 2
+    nccl = costmodel.predict({}, "baseline", 8, 1, True)
+    ipc = costmodel.predict({}, "baseline", 8, 1, True, pcie_ipc_max_bytes=bound)
+    assert (nccl.algo, ipc.algo) == ("ring", "pcie_ipc")
+    assert ipc.allreduce_each_seconds * 1e6 == pytest.approx(
+        costmodel.pcie_ipc_seconds(7168 * 2, 8) * 1e6
+    )
+    assert ipc.tokens_per_second > 2 * nccl.tokens_per_second
+    # a prefill of 8000 tokens is far above the bound: NCCL either way
+    assert costmodel.prefill_seconds({}, 8, 8000, "baseline") == costmodel.prefill_seconds(
+        {}, 8, 8000, "baseline", pcie_ipc_max_bytes=bound
+    )
+
+
+def test_sim_server_accepts_the_flags_sglang_has() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "fastverify.engines.sim", "--model-path", "m", "--dtype", "bf16"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert out.returncode == 2 and "invalid choice: 'bf16'" in out.stderr
+    a = args("--enable-deterministic-inference", "--enable-symm-mem", "--dtype", "bfloat16")
+    assert a.deterministic and a.dtype == "bfloat16"
