@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from fastverify.cli.daemon_call import socket_option
 from fastverify.cli.output import (
     EXIT_INTERRUPTED,
     EXIT_MISSING_DEPENDENCY,
@@ -190,6 +191,7 @@ def _server_url(ctx: click.Context, url: str | None) -> str:
     "load_format dummy.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@socket_option
 @click.pass_context
 def bench(
     ctx: click.Context,
@@ -215,8 +217,7 @@ def bench(
 
     if duration is None and n_requests is None:
         duration = 30.0
-    if load_format == "dummy" and not url:
-        _ensure_trial_engine(ctx)
+    trial_left = _ensure_trial_engine(ctx) if load_format == "dummy" and not url else None
     cfg = BenchConfig(
         url=_server_url(ctx, url), concurrency=concurrency, duration=duration,
         requests=n_requests, input_len=input_len, output_len=output_len, seed=seed,
@@ -264,18 +265,30 @@ def bench(
     else:
         trial = " [trial: dummy weights]" if data.get("weights") == "dummy" else ""
         table(("metric", "value"), _bench_rows(data), title=f"bench {cfg.url}{trial}")
+    if trial_left:
+        click.echo(trial_left_note(trial_left), err=True)
 
 
-def _ensure_trial_engine(ctx: click.Context) -> None:
+def trial_left_note(status: dict[str, Any]) -> str:
+    """What `bench --load-format dummy` leaves behind in the daemon, and the way back."""
+    what = f"{status.get('profile')}/{status.get('mode')}"
+    return (
+        f"note: the daemon is left serving {what} on dummy weights (a trial: random output, "
+        f"timings only); `fastverifyctl profile set {status.get('profile')}` loads the real "
+        "weights again"
+    )
+
+
+def _ensure_trial_engine(ctx: click.Context) -> dict[str, Any]:
     """bench --load-format dummy through the daemon: restart the active profile/mode with
-    dummy weights unless the daemon already serves a trial."""
+    dummy weights unless the daemon already serves a trial; returns the daemon's status."""
     from fastverify.client import ApiError, ControlClient, DaemonUnavailable
 
     client = ControlClient(ctx.obj.get("socket") if ctx.obj else None, timeout=1800)
     try:
         status = client.get("/v1/status")
         if status.get("trial"):
-            return
+            return status
         if not status.get("profile"):
             fail("bench --load-format dummy: the daemon has no active profile to restart")
         click.echo(f"restarting {status['profile']}/{status['mode']} with dummy weights "
@@ -283,6 +296,7 @@ def _ensure_trial_engine(ctx: click.Context) -> None:
         body = {"name": status["profile"], "mode": status["mode"], "wait": True,
                 "load_format": "dummy"}  # fmt: skip
         client.post("/v1/profile", body, timeout=1800)
+        return status
     except DaemonUnavailable as exc:
         fail(f"{exc}\n(or pass --url of a server started with --load-format dummy)",
              EXIT_UNAVAILABLE)  # fmt: skip
@@ -605,6 +619,17 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return out
 
 
+def failure_line(r: dict[str, Any]) -> str:
+    """`tree-ll/baseline failed: cuda_graph_capture; rolled back to ...`: what failed, once
+    (the daemon's message often already names the profile and the reason)."""
+    what = f"{r['profile']}/{r['mode']}"
+    reason, message = str(r.get("reason") or ""), str(r.get("message") or "").strip()
+    if message.startswith(f"{what} failed"):
+        return message if reason in message else f"{message} ({reason})"
+    head = f"{what} failed" + (f" ({reason})" if reason and reason not in message else "")
+    return f"{head}: {message}" if message else head
+
+
 def _trial_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """What dummy weights measure truthfully, per trial row."""
     out = []
@@ -729,6 +754,7 @@ def _print_timing(timing: dict[str, Any]) -> None:
 )
 @click.option("--no-traces", is_flag=True, help="No profile window per trial profile.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@socket_option
 @click.pass_context
 def sweep(
     ctx: click.Context,
@@ -832,8 +858,7 @@ def sweep(
             _print_timing(report.get("timing") or {})
         for r in report["results"]:
             if r["status"] != "ok":
-                click.echo(f"{r['profile']}/{r['mode']} failed ({r.get('reason')}): "
-                           f"{r.get('message') or ''}".rstrip())  # fmt: skip
+                click.echo(failure_line(r))
         best = report.get("best")
         if best:
             trial_tag = " (trial, dummy weights)" if best.get("weights") == "dummy" else ""

@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from fastverify.cli.daemon_call import socket_option
 from fastverify.cli.output import EXIT_PROBLEMS, emit_json, table
 
 JSON_HELP = 'Print {"ranks": [{rank, verify_passes, verify_ms_p50, ...}]} as JSON.'
@@ -136,6 +137,7 @@ def analyze(path: str, span: str, as_json: bool) -> None:
     help="Forward steps to profile (default: the daemon's trace_steps).",
 )
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@socket_option
 @click.pass_context
 def capture(ctx: click.Context, steps: int | None, as_json: bool) -> None:
     """Profile the live server through the daemon, analyze every rank, feed the exporter."""
