@@ -93,8 +93,8 @@ def api_error_exit(exc: Any, as_json: bool) -> int:
             click.echo(f"  {problem}", err=True)
         if status == 409 and body.get("in_flight"):
             click.echo(f"  in flight: {describe_op(body['in_flight'])}", err=True)
-    if status == 409:
-        return EXIT_BUSY
+    if status == 409:  # busy, unless the daemon says nothing else is in flight
+        return EXIT_PROBLEMS if body.get("busy") is False else EXIT_BUSY
     if status in (400, 422):
         return EXIT_USAGE
     return EXIT_PROBLEMS

@@ -56,11 +56,19 @@ def _int_list(text: str, what: str) -> tuple[int, ...]:
 class _Progress:
     """A rich progress bar on a terminal, plain lines on stderr otherwise (or nothing)."""
 
-    def __init__(self, description: str, total: float | None, enabled: bool = True, unit: str = ""):
+    def __init__(
+        self,
+        description: str,
+        total: float | None,
+        enabled: bool = True,
+        unit: str = "",
+        plain_lines: bool = True,
+    ):
         self.description = description
         self.unit = unit
         self.total = total
         self.enabled = enabled
+        self.plain_lines = plain_lines  # False: piped, the notes alone tell the progress
         self.tty = enabled and sys.stderr.isatty()
         self._bar: Any = None
         self._task: Any = None
@@ -83,11 +91,15 @@ class _Progress:
             self._task = self._bar.add_task(self.description, total=self.total, info="")
         return self
 
-    def update(self, completed: float, info: str = "") -> None:
+    def update(self, completed: float, info: str = "", total: float | None = None) -> None:
         if not self.enabled:
             return
+        if total is not None:
+            self.total = total
         if self._bar is not None:
-            self._bar.update(self._task, completed=completed, info=info)
+            self._bar.update(self._task, completed=completed, info=info, total=self.total)
+            return
+        if not self.plain_lines:
             return
         now = time.monotonic()
         if now - self._last_line >= 5.0:
@@ -522,8 +534,9 @@ def preflight(
         fail("preflight: interrupted (every rank started was stopped)", EXIT_INTERRUPTED)
     except pf.TorchMissing as exc:
         fail(str(exc), EXIT_MISSING_DEPENDENCY)
-    except pf.PreflightError as exc:
-        fail(f"preflight: {exc}", EXIT_USAGE if "profile" in str(exc) else EXIT_PROBLEMS)
+    except pf.PreflightError as exc:  # no GPU for nccl, unknown profile: usage, as rehearse
+        usage = isinstance(exc, pf.NoGpu) or "profile" in str(exc)
+        fail(f"preflight: {exc}", EXIT_USAGE if usage else EXIT_PROBLEMS)
     if output:
         from fastverify.cli.output import to_json
 
@@ -804,17 +817,15 @@ def sweep(
     )  # fmt: skip
     client = ControlClient(ctx.obj.get("socket") if ctx.obj else None, timeout=switch_timeout)
     planned = (len(profiles) + then_eagle3 + then_confirm) * repeats
-    with _Progress("sweep", planned, unit="measurements") as bar:
-        done = {"n": 0}
+    # One count: the sweep's `[done/total]` measurements, on the bar (terminal) and at the
+    # start of every line; the total shrinks when a profile fails, so it reaches its end.
+    with _Progress("sweep", planned, unit="measurements", plain_lines=False) as bar:
 
-        def event(line: str) -> None:
-            if ": run " in line:
-                done["n"] += 1
-                bar.update(done["n"], line.split(": run ")[0].split("] ")[-1])
-            bar.note(line)
+        def progress(done: int, total: int) -> None:
+            bar.update(done, f"{done}/{total} measurements", total=total)
 
         try:
-            sw = Sweep(client, cfg, on_event=event)
+            sw = Sweep(client, cfg, on_event=bar.note, on_progress=progress)
             report = sw.run()
         except ValueError as exc:
             fail(str(exc), EXIT_USAGE)

@@ -10,8 +10,10 @@
 The human form is a per-rank table plus the field diagnosis in one line, e.g.
 "verify 30.1 ms p50, 122 all-reduces/verify, 24.6 ms (82%) in all-reduce".
 
-Exit codes: 0 ok; 1 no verify pass found, an unreadable trace, or the daemon's capture
-failed; 2 usage; 3 daemon unreachable; 4 busy (another window in flight).
+Exit codes: 0 ok; 1 no verify pass found (a baseline server has none: `capture` refuses it
+up front), an unreadable trace, an idle engine (nothing to record) or the daemon's capture
+failed; 2 usage or a missing PATH; 3 daemon unreachable; 4 busy (another window or operation
+in flight).
 """
 
 from __future__ import annotations
@@ -40,7 +42,14 @@ def diagnosis(rank: dict[str, Any]) -> str:
     )
 
 
-def print_analysis(analysis: dict[str, Any], where: str) -> None:
+def _span_label(span: str) -> tuple[str, str]:
+    """(what one row counts, its short name): verify passes, or the ranges named by --span."""
+    if span == "TARGET_VERIFY":
+        return "verify passes", "verify"
+    return f"{span} ranges", span
+
+
+def print_analysis(analysis: dict[str, Any], where: str, span: str = "TARGET_VERIFY") -> None:
     ranks = analysis.get("ranks", [])
     rows = [
         (
@@ -54,18 +63,19 @@ def print_analysis(analysis: dict[str, Any], where: str) -> None:
         )
         for r in ranks
     ]
+    passes, short = _span_label(span)
     table(
         [
             "rank",
-            "verify passes",
-            "verify ms p50",
+            passes,
+            f"{short} ms p50",
             "p90",
-            "all-reduces/verify",
-            "all-reduce ms/verify",
+            f"all-reduces/{short}",
+            f"all-reduce ms/{short}",
             "share",
         ],
         rows,
-        title=f"verify passes and their all-reduces: {where}",
+        title=f"{passes} and their all-reduces: {where}",
     )
     with_passes = [r for r in ranks if r.get("verify_passes")]
     if not with_passes:
@@ -80,17 +90,29 @@ def print_analysis(analysis: dict[str, Any], where: str) -> None:
             f"; across {len(with_passes)} ranks all-reduce ms/verify spans "
             f"{min(ar):.1f}-{max(ar):.1f} (slowest: rank {slow['rank']})"
         )
-    click.echo(line)
+    click.echo(line if short == "verify" else line.replace("verify", short))
 
 
-def _no_passes_message(analysis: dict[str, Any], span: str) -> str | None:
+def _no_passes_message(analysis: dict[str, Any], span: str, *, span_option: bool) -> str | None:
     if any(r.get("verify_passes") for r in analysis.get("ranks", [])):
         return None
-    return (
-        f"no verify pass found (no GPU or CPU range whose name contains {span!r}); "
-        "was the server decoding in EAGLE-3 mode while it was profiled? "
-        "(--span picks another range name)"
+    what = "verify pass" if span == "TARGET_VERIFY" else f"{span} range"
+    hint = (
+        " (--span picks another range name, e.g. --span DECODE for a baseline server)"
+        if span_option
+        else ""
     )
+    return (
+        f"no {what} found (no GPU or CPU range whose name contains {span!r}); "
+        "was the server decoding in EAGLE-3 mode while it was profiled?" + hint
+    )
+
+
+BASELINE_REFUSAL = (
+    "{profile}/baseline decodes without speculation: a baseline server runs no verify "
+    "passes, so a capture has nothing to measure (nothing was captured); switch to EAGLE-3 "
+    "(`fastverifyctl mode set eagle3`) and capture while it serves requests"
+)
 
 
 @click.group("trace")
@@ -104,7 +126,8 @@ def trace() -> None:
     "--span",
     default="TARGET_VERIFY",
     show_default=True,
-    help="Ranges whose name contains this text are the verify passes.",
+    help="Ranges whose name contains this text are the rows counted (TARGET_VERIFY: EAGLE-3 "
+    "verify passes; DECODE: a baseline server's decode steps).",
 )
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def analyze(path: str, span: str, as_json: bool) -> None:
@@ -122,8 +145,8 @@ def analyze(path: str, span: str, as_json: bool) -> None:
     if as_json:
         emit_json(traces.public_view(analysis))
     else:
-        print_analysis(analysis, path)
-    problem = _no_passes_message(analysis, span)
+        print_analysis(analysis, path, span)
+    problem = _no_passes_message(analysis, span, span_option=True)
     if problem:
         click.echo(f"warning: {problem}", err=True)
         sys.exit(EXIT_PROBLEMS)
@@ -141,16 +164,26 @@ def analyze(path: str, span: str, as_json: bool) -> None:
 @click.pass_context
 def capture(ctx: click.Context, steps: int | None, as_json: bool) -> None:
     """Profile the live server through the daemon, analyze every rank, feed the exporter."""
-    from fastverify.cli.profile_switch import call_daemon
+    from fastverify.cli.profile_switch import STATUS_TIMEOUT_S, call_daemon
     from fastverify.exporters.traces import public_view
 
+    status = call_daemon(ctx, "GET", "/v1/status", as_json=as_json, timeout=STATUS_TIMEOUT_S)
+    if status.get("mode") == "baseline":
+        message = BASELINE_REFUSAL.format(profile=status.get("profile"))
+        if as_json:
+            emit_json({"error": message, "reason": "baseline_mode", "ranks": []})
+        else:
+            click.echo(f"error: {message}", err=True)
+        sys.exit(EXIT_PROBLEMS)
     body = {"steps": steps} if steps else {}
     analysis = call_daemon(ctx, "POST", "/v1/trace/capture", body, as_json=as_json, timeout=600.0)
     if as_json:
         emit_json(public_view(analysis))
     else:
         print_analysis(analysis, analysis.get("window") or "live server")
-    problem = _no_passes_message(analysis, analysis.get("span") or "TARGET_VERIFY")
+    problem = _no_passes_message(
+        analysis, analysis.get("span") or "TARGET_VERIFY", span_option=False
+    )
     if problem:
         click.echo(f"warning: {problem}", err=True)
         sys.exit(EXIT_PROBLEMS)

@@ -42,6 +42,11 @@ class CaptureRefused(CaptureError):
     """Nothing was started: the engine is idle, or another window is running (HTTP 409)."""
 
 
+class EngineIdle(CaptureRefused):
+    """Refused because the engine serves no request: nothing is busy, there is nothing to
+    record (the CLI exits 1, not 4)."""
+
+
 class _StartProfile:
     """POST {url}/start_profile in a thread: SGLang answers a window with `num_steps` only
     once the steps ran and every rank wrote its trace, so the caller waits on files, its
@@ -265,7 +270,7 @@ class ExporterRuntime:
         running = values.get("num_running_reqs")
         queued = values.get("num_queue_reqs") or 0.0
         if running is not None and running + queued <= 0:
-            raise CaptureRefused(
+            raise EngineIdle(
                 f"the engine is idle (0 running and 0 queued requests): a trace records {steps}"
                 " forward steps, which only happen while it serves requests; send traffic"
                 " (e.g. `fastverifyctl bench`) and capture while it runs"
