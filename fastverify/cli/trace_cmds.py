@@ -96,14 +96,14 @@ def print_analysis(analysis: dict[str, Any], where: str, span: str = "TARGET_VER
 def _no_passes_message(analysis: dict[str, Any], span: str, *, span_option: bool) -> str | None:
     if any(r.get("verify_passes") for r in analysis.get("ranks", [])):
         return None
-    what = "verify pass" if span == "TARGET_VERIFY" else f"{span} range"
-    hint = (
-        " (--span picks another range name, e.g. --span DECODE for a baseline server)"
-        if span_option
-        else ""
-    )
+    if span != "TARGET_VERIFY":
+        return (
+            f"no {span} range found (no GPU or CPU range whose name contains {span!r}); "
+            "--span TARGET_VERIFY counts EAGLE-3 verify passes, --span DECODE decode steps"
+        )
+    hint = " (--span DECODE counts a baseline server's decode steps)" if span_option else ""
     return (
-        f"no {what} found (no GPU or CPU range whose name contains {span!r}); "
+        f"no verify pass found (no GPU or CPU range whose name contains {span!r}); "
         "was the server decoding in EAGLE-3 mode while it was profiled?" + hint
     )
 

@@ -36,6 +36,11 @@ log = logging.getLogger("fastverifyd")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """fastverifyd's flags, each with its help (`fastverifyd --help`)."""
     p = argparse.ArgumentParser(
         prog="fastverifyd",
         description="fastverify supervisor daemon: runs the SGLang server (or the sim) with "
@@ -94,7 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the daemon's own log level (default: info)",
     )
     p.add_argument("--version", action="version", version=f"fastverifyd {VERSION}")
-    return p.parse_args(argv)
+    return p
 
 
 def overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
