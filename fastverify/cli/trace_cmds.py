@@ -10,10 +10,10 @@
 The human form is a per-rank table plus the field diagnosis in one line, e.g.
 "verify 30.1 ms p50, 122 all-reduces/verify, 24.6 ms (82%) in all-reduce".
 
-Exit codes: 0 ok; 1 no verify pass found (a baseline server has none: `capture` refuses it
-up front), an unreadable trace, an idle engine (nothing to record) or the daemon's capture
-failed; 2 usage or a missing PATH; 3 daemon unreachable; 4 busy (another window or operation
-in flight).
+Exit codes: 0 ok; 1 no verify pass found (a baseline server has none: `capture` says so
+instead of printing a table of zeros), an unreadable trace, an idle engine (nothing to
+record) or the daemon's capture failed; 2 usage or a missing PATH; 3 daemon unreachable;
+4 busy (another window or operation in flight).
 """
 
 from __future__ import annotations
@@ -108,10 +108,11 @@ def _no_passes_message(analysis: dict[str, Any], span: str, *, span_option: bool
     )
 
 
-BASELINE_REFUSAL = (
+BASELINE_NO_PASSES = (
     "{profile}/baseline decodes without speculation: a baseline server runs no verify "
-    "passes, so a capture has nothing to measure (nothing was captured); switch to EAGLE-3 "
-    "(`fastverifyctl mode set eagle3`) and capture while it serves requests"
+    "passes, so this capture has nothing to measure (its decode steps are in {window}: "
+    "`fastverifyctl trace analyze --span DECODE {window}`); for verify passes switch to "
+    "EAGLE-3 (`fastverifyctl mode set eagle3`) and capture while it serves requests"
 )
 
 
@@ -168,15 +169,18 @@ def capture(ctx: click.Context, steps: int | None, as_json: bool) -> None:
     from fastverify.exporters.traces import public_view
 
     status = call_daemon(ctx, "GET", "/v1/status", as_json=as_json, timeout=STATUS_TIMEOUT_S)
-    if status.get("mode") == "baseline":
-        message = BASELINE_REFUSAL.format(profile=status.get("profile"))
+    body = {"steps": steps} if steps else {}
+    analysis = call_daemon(ctx, "POST", "/v1/trace/capture", body, as_json=as_json, timeout=600.0)
+    baseline = status.get("mode") == "baseline"
+    if baseline and not any(r.get("verify_passes") for r in analysis.get("ranks", [])):
+        message = BASELINE_NO_PASSES.format(
+            profile=status.get("profile"), window=analysis.get("window") or "the window"
+        )
         if as_json:
             emit_json({"error": message, "reason": "baseline_mode", "ranks": []})
         else:
             click.echo(f"error: {message}", err=True)
         sys.exit(EXIT_PROBLEMS)
-    body = {"steps": steps} if steps else {}
-    analysis = call_daemon(ctx, "POST", "/v1/trace/capture", body, as_json=as_json, timeout=600.0)
     if as_json:
         emit_json(public_view(analysis))
     else:

@@ -12,6 +12,8 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any
 import pytest
 
 from fastverify.cli import output
+from fastverify.exporters import sglang_metrics
 from tests.harness import REPO, DaemonHarness, _scrubbed_env
 
 TINY_MODEL = REPO / "examples" / "model-configs" / "tiny-dense.json"
@@ -151,6 +154,33 @@ def _interrupted(tmp: Path, d: DaemonHarness) -> Result:
     return r
 
 
+def _trace_baseline(tmp: Path, d: DaemonHarness) -> Result:
+    """A baseline server under load: the window records decode steps, no verify pass."""
+    stop = threading.Event()
+    body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 64}}).encode()
+
+    def load() -> None:
+        while not stop.is_set():
+            req = urllib.request.Request(
+                d.server_url + "/generate", data=body, headers={"Content-Type": "application/json"}
+            )
+            urllib.request.urlopen(req, timeout=30).read()
+
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    try:
+        d.wait_for(lambda: running(d) > 0, 30, "a running request")
+        return ctl("trace", "capture", "--steps", "2", sock=d.socket)
+    finally:
+        stop.set()
+        t.join(30)
+
+
+def running(d: DaemonHarness) -> float:
+    values = sglang_metrics.reduce(sglang_metrics.fetch(d.server_url))
+    return values["num_running_reqs"] + values["num_queue_reqs"]
+
+
 def _trace_idle(tmp: Path, d: DaemonHarness) -> Result:
     assert ctl("mode", "set", "eagle3", "-q", sock=d.socket).returncode == 0
     return ctl("trace", "capture", "--steps", "2", sock=d.socket)
@@ -181,8 +211,13 @@ def _no_gpu_check(r: Result) -> None:
 
 
 def _baseline_check(r: Result) -> None:
-    assert "no verify passes" in r.stderr and "--span" not in r.stderr, r.stderr
-    assert "verify passes" not in r.stdout, r.stdout  # no table of zeros
+    assert "runs no verify passes" in r.stderr and "mode set eagle3" in r.stderr, r.stderr
+    assert "(--span picks" not in r.stderr, r.stderr  # capture has no --span to suggest
+    assert r.stdout == "", r.stdout  # no table of zeros
+
+
+def _idle_check(r: Result) -> None:
+    assert "idle" in r.stderr and "traffic" in r.stderr, r.stderr
 
 
 CASES = [
@@ -215,15 +250,15 @@ CASES = [
          lambda t, d: ctl("profile", "set", "tree-ll", "-q", sock=d.socket), daemon=True),
     Case("switch-unknown-profile", 2, "unknown profile name",
          lambda t, d: ctl("profile", "set", "no-such-profile", sock=d.socket), daemon=True),
-    Case("trace-capture-baseline", 1, "a baseline server: no verify passes",
-         lambda t, d: ctl("trace", "capture", "--steps", "2", sock=d.socket), daemon=True,
-         check=_baseline_check),
+    Case("trace-capture-baseline", 1, "a baseline server: no verify passes", _trace_baseline,
+         daemon=True, check=_baseline_check),
     Case("busy", 4, "another operation is in flight", _busy, daemon=True),
     Case("lost", 5, "the connection broke after the daemon accepted the operation", _lost,
          daemon=True),
     Case("cancelled", 7, "the operation was cancelled", _cancelled, daemon=True),
     Case("interrupted", 130, "interrupted (Ctrl-C)", _interrupted, daemon=True),
-    Case("trace-capture-idle", 1, "an idle engine", _trace_idle, daemon=True),
+    Case("trace-capture-idle", 1, "an idle engine", _trace_idle, daemon=True,
+         check=_idle_check),
 ]  # fmt: skip
 
 
@@ -265,9 +300,8 @@ def test_exit_code(case: Case, tmp_path: Path, request: pytest.FixtureRequest) -
         case.check(r)
 
 
-def test_json_of_a_baseline_capture_says_why(tmp_path: Path, daemon: DaemonHarness) -> None:
-    assert ctl("mode", "set", "baseline", "-q", sock=daemon.socket).returncode == 0
+def test_json_of_an_idle_capture_says_it_is_not_busy(tmp_path: Path, daemon: DaemonHarness) -> None:
     r = ctl("trace", "capture", "--json", sock=daemon.socket)
-    assert r.returncode == 1
+    assert r.returncode == 1, r.stdout + r.stderr
     body = json.loads(r.stdout)
-    assert body["reason"] == "baseline_mode" and body["ranks"] == [], body
+    assert body["http_status"] == 409 and body["busy"] is False, body
