@@ -204,6 +204,8 @@ def test_sweep_progress_is_one_count_that_reaches_its_total(tmp_path: Path) -> N
         assert labels[0] == ("0", "10"), labels
         assert labels[-1] == ("8", "8"), labels
         assert not re.search(r"^sweep: \d+/\d+ measurements", r.stderr, re.M), r.stderr
+        failed_line = [ln for ln in r.stderr.splitlines() if "tree-ll/baseline: FAILED" in ln]
+        assert len(failed_line) == 1 and failed_line[0].count("cuda_graph_capture") == 1, r.stderr
         failures = [ln for ln in r.stdout.splitlines() if "tree-ll/baseline failed" in ln]
         assert failures and all(ln.count("failed") == 1 for ln in failures), r.stdout
         assert all(ln.count("cuda_graph_capture") == 1 for ln in failures), r.stdout

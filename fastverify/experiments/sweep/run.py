@@ -454,7 +454,8 @@ class Sweep:
                           "weights": weights,
                           "daemon": {k: res.get(k) for k in ("id", "duration_s", "line",
                                                              "serving")}})  # fmt: skip
-            self.emit(f"{index} {tag}: FAILED ({reason}: {message})".rstrip())
+            said = f"{reason}: {message}" if reason not in message else message  # once
+            self.emit(f"{index} {tag}: FAILED ({said.strip()})")
             return taken
         load_s = time.monotonic() - t0
         self._record({"type": "switch", "profile": profile, "mode": mode, "weights": weights,
