@@ -214,6 +214,15 @@ def _baseline_check(r: Result) -> None:
     assert "runs no verify passes" in r.stderr and "mode set eagle3" in r.stderr, r.stderr
     assert "(--span picks" not in r.stderr, r.stderr  # capture has no --span to suggest
     assert r.stdout == "", r.stdout  # no table of zeros
+    # the command it suggests works, and labels its rows by the span, not "verify passes"
+    m = re.search(r"`fastverifyctl (trace analyze --span DECODE (\S+))`", r.stderr)
+    assert m and Path(m.group(2)).is_dir(), r.stderr
+    decode = ctl(*m.group(1).split())
+    assert decode.returncode == 0, decode.stdout + decode.stderr
+    head = decode.stdout.splitlines()
+    assert head[0] == f"# DECODE ranges and their all-reduces: {m.group(2)}", decode.stdout
+    assert head[1].split("\t")[:3] == ["rank", "DECODE ranges", "DECODE ms p50"], head[1]
+    assert "verify" not in decode.stdout, decode.stdout
 
 
 def _idle_check(r: Result) -> None:
