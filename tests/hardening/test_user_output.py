@@ -227,6 +227,9 @@ def test_a_trial_is_labelled_in_profile_set_status_and_history(tmp_path: Path) -
         last_switch(d, "ring-ll")
         h = d.ctl("history")
         head, *rows = h.stdout.splitlines()
+        readme = (REPO / "README.md").read_text(encoding="utf-8")
+        tour = readme[readme.index("$ fastverifyctl history\n") :].splitlines()[1]
+        assert head == tour, (head, tour)  # the README's tour shows the same columns
         col = head.split("\t").index("weights")
         by_profile = {row.split("\t")[2]: row.split("\t")[col] for row in rows}
         assert by_profile["ring-ll/baseline"] == "dummy (trial)", h.stdout
