@@ -87,7 +87,7 @@ def test_failed_switch_excerpt_is_the_failed_engines_own_log(tmp_path: Path) -> 
 
 
 def test_cancelled_switch_excerpt_is_the_cancelled_engines_log(tmp_path: Path) -> None:
-    with DaemonHarness(tmp_path, sim_load_seconds=3.0, metrics=False) as d:
+    with DaemonHarness(tmp_path, sim_load_seconds=6.0, metrics=False) as d:
         before = d.status()["engine"]["log"]
         switch = subprocess.Popen(
             [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket),
@@ -143,7 +143,7 @@ def test_piped_profile_set_says_each_thing_once(tmp_path: Path) -> None:
 
 
 def test_messages_name_the_options_that_exist(tmp_path: Path) -> None:
-    with DaemonHarness(tmp_path, sim_load_seconds=3.0, metrics=False) as d:
+    with DaemonHarness(tmp_path, sim_load_seconds=6.0, metrics=False) as d:
         same = d.ctl("profile", "set", "nccl-default")
         assert same.returncode == 0, same.stdout + same.stderr
         assert "--restart" in same.stdout and "ask with restart" not in same.stdout, same.stdout
