@@ -198,7 +198,8 @@ class ControlClient:
             where = self.tcp or self.socket_path
             raise DaemonUnavailable(
                 f"fastverifyd is not reachable at {where} ({exc.strerror or exc}); "
-                "is it running? (start it with `fastverifyd`, or pass --socket)"
+                "is it running? (start it with `fastverifyd`; another socket: pass --socket PATH "
+                "or set FASTVERIFY_SOCKET)"
             ) from None
         except PermissionError:
             raise DaemonUnavailable(

@@ -96,7 +96,9 @@ class LazyGroup(click.Group):
     envvar="FASTVERIFY_SOCKET",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Daemon control socket (default: /run/fastverify/control.sock as root, "
+    show_envvar=True,
+    help="Daemon control socket, for every command that talks to fastverifyd (each of them "
+    "also takes --socket; default: /run/fastverify/control.sock as root, "
     "else $XDG_RUNTIME_DIR/fastverify/control.sock).",
 )
 @click.version_option(package_name="fastverify")

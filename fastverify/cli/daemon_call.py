@@ -15,6 +15,36 @@ from fastverify.cli.output import EXIT_BUSY, EXIT_PROBLEMS, EXIT_UNAVAILABLE, EX
 STATUS_TIMEOUT_S = 5.0  # a daemon that does not answer /v1/status in this long is unreachable
 
 
+SOCKET_HELP = (
+    "Daemon control socket (also `fastverifyctl --socket PATH CMD` or $FASTVERIFY_SOCKET; "
+    "default: /run/fastverify/control.sock as root, else "
+    "$XDG_RUNTIME_DIR/fastverify/control.sock)."
+)
+
+
+def _set_socket(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:  # the sub-command's --socket wins over the group's and the variable
+        root = ctx.find_root()  # where client_for and every other command reads it
+        if not isinstance(root.obj, dict):
+            root.obj = {}
+        root.obj["socket"] = value
+        if ctx.obj is None:
+            ctx.obj = root.obj
+
+
+def socket_option(f: Any) -> Any:
+    """`--socket PATH` on a command that talks to the daemon, as well as on `fastverifyctl`
+    itself (`fastverifyctl status --socket X` and `fastverifyctl --socket X status` agree)."""
+    return click.option(
+        "--socket",
+        type=click.Path(dir_okay=False),
+        default=None,
+        expose_value=False,
+        callback=_set_socket,
+        help=SOCKET_HELP,
+    )(f)
+
+
 def client_for(ctx: click.Context, timeout: float | None = 30.0) -> Any:
     from fastverify.client import ControlClient
 
@@ -63,8 +93,8 @@ def api_error_exit(exc: Any, as_json: bool) -> int:
             click.echo(f"  {problem}", err=True)
         if status == 409 and body.get("in_flight"):
             click.echo(f"  in flight: {describe_op(body['in_flight'])}", err=True)
-    if status == 409:
-        return EXIT_BUSY
+    if status == 409:  # busy, unless the daemon says nothing else is in flight
+        return EXIT_PROBLEMS if body.get("busy") is False else EXIT_BUSY
     if status in (400, 422):
         return EXIT_USAGE
     return EXIT_PROBLEMS

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from fastverify.cli.daemon_call import socket_option
 from fastverify.cli.output import emit_json
 from fastverify.cli.profile_switch import (
     EXIT_FAILED,
@@ -34,6 +35,7 @@ def _get(ctx: click.Context, path: str, as_json: bool, timeout: float | None = 3
 
 
 @click.group("mode", invoke_without_command=True)
+@socket_option
 @click.pass_context
 def mode(ctx: click.Context) -> None:
     """Get or set the decoding mode (baseline|eagle3)."""
@@ -43,6 +45,7 @@ def mode(ctx: click.Context) -> None:
 
 @mode.command("get")
 @click.option("--json", "as_json", is_flag=True)
+@socket_option
 @click.pass_context
 def mode_get(ctx: click.Context, as_json: bool = False) -> None:
     """Print the active mode."""
@@ -70,6 +73,7 @@ _TIMEOUT_HELP = "Readiness timeout for this start in seconds (then roll back)."
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result.")
 @click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
+@socket_option
 @click.pass_context
 def mode_set(
     ctx: click.Context,
@@ -109,6 +113,7 @@ def mode_set(
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result.")
 @click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
+@socket_option
 @click.pass_context
 def restart(
     ctx: click.Context,
@@ -138,6 +143,7 @@ def restart(
 
 @click.command("cancel")
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as JSON.")
+@socket_option
 @click.pass_context
 def cancel(ctx: click.Context, as_json: bool) -> None:
     """Stop the switch (or mode change, restart) in flight; the previous profile is put back.
@@ -151,6 +157,7 @@ def cancel(ctx: click.Context, as_json: bool) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
 @click.option("-n", "lines", type=click.IntRange(min=0), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@socket_option
 @click.pass_context
 def logs(ctx: click.Context, follow: bool, lines: int, as_json: bool) -> None:
     """Show (or follow) the daemon's and engine's log."""
@@ -181,6 +188,7 @@ def logs(ctx: click.Context, follow: bool, lines: int, as_json: bool) -> None:
 @click.command("history")
 @click.option("-n", "limit", type=click.IntRange(min=0), default=0, help="Only the last N records.")
 @click.option("--json", "as_json", is_flag=True)
+@socket_option
 @click.pass_context
 def history(ctx: click.Context, limit: int, as_json: bool) -> None:
     """Switch journal: every start, switch, rollback and crash restart."""
@@ -195,6 +203,7 @@ def history(ctx: click.Context, limit: int, as_json: bool) -> None:
             _clock(r.get("started_at")),
             r.get("kind"),
             f"{r.get('profile')}/{r.get('mode')}",
+            "dummy (trial)" if r.get("weights") == "dummy" else (r.get("weights") or ""),
             r.get("result"),
             r.get("reason") or "",
             f"{r.get('duration_s', 0):.2f}s",
@@ -202,7 +211,7 @@ def history(ctx: click.Context, limit: int, as_json: bool) -> None:
         )
         for r in records
     ]
-    table(["started", "kind", "profile/mode", "result", "reason", "took", "log"], rows)
+    table(["started", "kind", "profile/mode", "weights", "result", "reason", "took", "log"], rows)
 
 
 @click.group("server")
@@ -214,6 +223,7 @@ def server() -> None:
 @click.option("--profile", default=None, help="Profile (default: the active one).")
 @click.option("--mode", type=click.Choice(["baseline", "eagle3"]), default=None)
 @click.option("--json", "as_json", is_flag=True)
+@socket_option
 @click.pass_context
 def server_check(ctx: click.Context, profile: str | None, mode: str | None, as_json: bool) -> None:
     """Print the server argv the daemon would run and the engine parser's verdict.

@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from fastverify.cli.daemon_call import socket_option
 from fastverify.cli.output import (
     EXIT_INTERRUPTED,
     EXIT_MISSING_DEPENDENCY,
@@ -56,11 +57,19 @@ def _int_list(text: str, what: str) -> tuple[int, ...]:
 class _Progress:
     """A rich progress bar on a terminal, plain lines on stderr otherwise (or nothing)."""
 
-    def __init__(self, description: str, total: float | None, enabled: bool = True, unit: str = ""):
+    def __init__(
+        self,
+        description: str,
+        total: float | None,
+        enabled: bool = True,
+        unit: str = "",
+        plain_lines: bool = True,
+    ):
         self.description = description
         self.unit = unit
         self.total = total
         self.enabled = enabled
+        self.plain_lines = plain_lines  # False: piped, the notes alone tell the progress
         self.tty = enabled and sys.stderr.isatty()
         self._bar: Any = None
         self._task: Any = None
@@ -83,11 +92,15 @@ class _Progress:
             self._task = self._bar.add_task(self.description, total=self.total, info="")
         return self
 
-    def update(self, completed: float, info: str = "") -> None:
+    def update(self, completed: float, info: str = "", total: float | None = None) -> None:
         if not self.enabled:
             return
+        if total is not None:
+            self.total = total
         if self._bar is not None:
-            self._bar.update(self._task, completed=completed, info=info)
+            self._bar.update(self._task, completed=completed, info=info, total=self.total)
+            return
+        if not self.plain_lines:
             return
         now = time.monotonic()
         if now - self._last_line >= 5.0:
@@ -198,6 +211,7 @@ def _server_url(ctx: click.Context, url: str | None) -> str:
     "exporter's break-even and speedup gauges compare EAGLE-3 with at that concurrency.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@socket_option
 @click.pass_context
 def bench(
     ctx: click.Context,
@@ -228,8 +242,7 @@ def bench(
         fail("bench --record-baseline: records through the daemon, for the profile it serves "
              "with real weights (drop --url / --load-format dummy)", EXIT_USAGE)  # fmt: skip
     active = _baseline_target(ctx) if record_baseline else None
-    if load_format == "dummy" and not url:
-        _ensure_trial_engine(ctx)
+    trial_left = _ensure_trial_engine(ctx) if load_format == "dummy" and not url else None
     cfg = BenchConfig(
         url=_server_url(ctx, url), concurrency=concurrency, duration=duration,
         requests=n_requests, input_len=input_len, output_len=output_len, seed=seed,
@@ -277,6 +290,8 @@ def bench(
     else:
         trial = " [trial: dummy weights]" if data.get("weights") == "dummy" else ""
         table(("metric", "value"), _bench_rows(data), title=f"bench {cfg.url}{trial}")
+    if trial_left:
+        click.echo(trial_left_note(trial_left), err=True)
     if data.get("incomplete"):  # a measurement without its per-request rate is a failed one
         fail(f"bench: {data['incomplete']}", EXIT_PROBLEMS)
     if active is not None:
@@ -322,16 +337,26 @@ def _record_baseline(
                err=True)  # fmt: skip
 
 
-def _ensure_trial_engine(ctx: click.Context) -> None:
+def trial_left_note(status: dict[str, Any]) -> str:
+    """What `bench --load-format dummy` leaves behind in the daemon, and the way back."""
+    what = f"{status.get('profile')}/{status.get('mode')}"
+    return (
+        f"note: the daemon is left serving {what} on dummy weights (a trial: random output, "
+        f"timings only); `fastverifyctl profile set {status.get('profile')}` loads the real "
+        "weights again"
+    )
+
+
+def _ensure_trial_engine(ctx: click.Context) -> dict[str, Any]:
     """bench --load-format dummy through the daemon: restart the active profile/mode with
-    dummy weights unless the daemon already serves a trial."""
+    dummy weights unless the daemon already serves a trial; returns the daemon's status."""
     from fastverify.client import ApiError, ControlClient, DaemonUnavailable
 
     client = ControlClient(ctx.obj.get("socket") if ctx.obj else None, timeout=1800)
     try:
         status = client.get("/v1/status")
         if status.get("trial"):
-            return
+            return status
         if not status.get("profile"):
             fail("bench --load-format dummy: the daemon has no active profile to restart")
         click.echo(f"restarting {status['profile']}/{status['mode']} with dummy weights "
@@ -339,6 +364,7 @@ def _ensure_trial_engine(ctx: click.Context) -> None:
         body = {"name": status["profile"], "mode": status["mode"], "wait": True,
                 "load_format": "dummy"}  # fmt: skip
         client.post("/v1/profile", body, timeout=1800)
+        return status
     except DaemonUnavailable as exc:
         fail(f"{exc}\n(or pass --url of a server started with --load-format dummy)",
              EXIT_UNAVAILABLE)  # fmt: skip
@@ -574,8 +600,9 @@ def preflight(
         fail("preflight: interrupted (every rank started was stopped)", EXIT_INTERRUPTED)
     except pf.TorchMissing as exc:
         fail(str(exc), EXIT_MISSING_DEPENDENCY)
-    except pf.PreflightError as exc:
-        fail(f"preflight: {exc}", EXIT_USAGE if "profile" in str(exc) else EXIT_PROBLEMS)
+    except pf.PreflightError as exc:  # no GPU for nccl, unknown profile: usage, as rehearse
+        usage = isinstance(exc, pf.NoGpu) or "profile" in str(exc)
+        fail(f"preflight: {exc}", EXIT_USAGE if usage else EXIT_PROBLEMS)
     if output:
         from fastverify.cli.output import to_json
 
@@ -684,6 +711,17 @@ def verdict_note(rows: list[dict[str, Any]]) -> str | None:
     return (f"note: \"too few runs\": a faster/slower verdict needs at least {MIN_RUNS} runs "
             f"per side (here n={least}; pass --repeats {MIN_RUNS}); those rows are ranked by "
             "their mean alone")  # fmt: skip
+
+
+def failure_line(r: dict[str, Any]) -> str:
+    """`tree-ll/baseline failed: cuda_graph_capture; rolled back to ...`: what failed, once
+    (the daemon's message often already names the profile and the reason)."""
+    what = f"{r['profile']}/{r['mode']}"
+    reason, message = str(r.get("reason") or ""), str(r.get("message") or "").strip()
+    if message.startswith(f"{what} failed"):
+        return message if reason in message else f"{message} ({reason})"
+    head = f"{what} failed" + (f" ({reason})" if reason and reason not in message else "")
+    return f"{head}: {message}" if message else head
 
 
 def _trial_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -810,6 +848,7 @@ def _print_timing(timing: dict[str, Any]) -> None:
 )
 @click.option("--no-traces", is_flag=True, help="No profile window per trial profile.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@socket_option
 @click.pass_context
 def sweep(
     ctx: click.Context,
@@ -859,17 +898,15 @@ def sweep(
     )  # fmt: skip
     client = ControlClient(ctx.obj.get("socket") if ctx.obj else None, timeout=switch_timeout)
     planned = (len(profiles) + then_eagle3 + then_confirm) * repeats
-    with _Progress("sweep", planned, unit="measurements") as bar:
-        done = {"n": 0}
+    # One count: the sweep's `[done/total]` measurements, on the bar (terminal) and at the
+    # start of every line; the total shrinks when a profile fails, so it reaches its end.
+    with _Progress("sweep", planned, unit="measurements", plain_lines=False) as bar:
 
-        def event(line: str) -> None:
-            if ": run " in line:
-                done["n"] += 1
-                bar.update(done["n"], line.split(": run ")[0].split("] ")[-1])
-            bar.note(line)
+        def progress(done: int, total: int) -> None:
+            bar.update(done, f"{done}/{total} measurements", total=total)
 
         try:
-            sw = Sweep(client, cfg, on_event=event)
+            sw = Sweep(client, cfg, on_event=bar.note, on_progress=progress)
             report = sw.run()
         except ValueError as exc:
             fail(str(exc), EXIT_USAGE)
@@ -916,8 +953,7 @@ def sweep(
             click.echo(note)
         for r in report["results"]:
             if r["status"] != "ok":
-                click.echo(f"{r['profile']}/{r['mode']} failed ({r.get('reason')}): "
-                           f"{r.get('message') or ''}".rstrip())  # fmt: skip
+                click.echo(failure_line(r))
         best = report.get("best")
         if best:
             trial_tag = " (trial, dummy weights)" if best.get("weights") == "dummy" else ""

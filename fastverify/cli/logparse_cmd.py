@@ -8,7 +8,7 @@ accept_len (null when absent), accept_rate, cuda_graph, gen_throughput, queue_re
 nccl_env: var, value). `--json` prints one JSON object per line (JSON Lines).
 
 Exit codes: 0 (also when nothing was recognised: the summary on stderr says so),
-1 the file cannot be read, 2 usage.
+1 the file exists but cannot be read, 2 usage (also: the file does not exist).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from fastverify.cli.output import EXIT_PROBLEMS
+from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE
 
 KINDS = (
     "decode",
@@ -60,6 +60,9 @@ def parse(file: str, as_json: bool, kinds: tuple[str, ...]) -> None:
         fh = (
             sys.stdin if file == "-" else open(file, encoding="utf-8", errors="replace")  # noqa: SIM115
         )
+    except FileNotFoundError:  # a missing input file is a usage error, as for `trace analyze`
+        click.echo(f"error: {file}: no such file (give the path of a server log, or -)", err=True)
+        sys.exit(EXIT_USAGE)
     except OSError as exc:
         click.echo(f"error: cannot read {file}: {exc.strerror}", err=True)
         sys.exit(EXIT_PROBLEMS)

@@ -12,12 +12,14 @@ from typing import Any
 
 import click
 
+from fastverify.cli.daemon_call import socket_option
 from fastverify.cli.output import emit_json, table
 from fastverify.cli.profile_group import make_store, profile, socket_of
 
 
 @profile.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@socket_option
 @click.pass_context
 def list_cmd(ctx: click.Context, as_json: bool) -> None:
     """Profiles with their description and source; the active one marked when the daemon answers."""

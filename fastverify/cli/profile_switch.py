@@ -2,7 +2,8 @@
 `restart`: POST to the daemon, follow its events (a progress bar on a terminal, one line per
 phase otherwise), and turn the result into an exit code.
 
-Engine log lines are shown only with `-v`, or as an excerpt when the operation fails. The
+Engine log lines are shown only with `-v`, or as an excerpt of the failed engine's own log
+(the result's `log_tail`) when the operation fails; `-q` prints the result alone. The
 progress never goes backwards within one start (an EAGLE-3 start loads the drafter's weights
 after the model's: that is a phase of its own, not a restart of the bar). Ctrl-C while an
 operation runs asks whether to cancel it (on a terminal) or leaves it running and says how
@@ -16,7 +17,6 @@ operation in flight (pass --queue to wait), 5 connection lost after the daemon a
 
 from __future__ import annotations
 
-import collections
 import sys
 import time
 from typing import Any
@@ -29,6 +29,7 @@ from fastverify.cli.daemon_call import (
     call_daemon,
     client_for,
     describe_op,
+    socket_option,
     unavailable_exit,
 )
 from fastverify.cli.output import (
@@ -43,7 +44,6 @@ from fastverify.cli.output import EXIT_PROBLEMS as EXIT_FAILED
 from fastverify.cli.output import EXIT_USAGE as EXIT_INVALID
 
 ANSWER_TIMEOUT_S = 300.0  # validation (SGLang's argv parser) before the event stream starts
-EXCERPT_LINES = 12  # engine log lines shown with a failure (all of them with -v)
 
 
 def result_exit(result: dict[str, Any]) -> int:
@@ -66,8 +66,7 @@ def describe_result(result: dict[str, Any]) -> str:
 
 class Follower:
     """What to print for each event of one operation: one line per phase, engine log lines
-    only when verbose (the last few are kept for a failure's excerpt), and a progress that
-    never goes backwards within one start."""
+    only when verbose, and a progress that never goes backwards within one start."""
 
     def __init__(self, verbose: bool = False) -> None:
         self.verbose = verbose
@@ -77,7 +76,6 @@ class Follower:
         self.description = "waiting"
         self.stage: tuple[str, int] | None = None  # (phase, sub-load) last announced
         self.loads = 0  # weight loads seen in this start (2 for EAGLE-3: model, drafter)
-        self.excerpt: collections.deque[str] = collections.deque(maxlen=EXCERPT_LINES)
 
     def _at(self, ev: dict[str, Any]) -> str:
         if self.t0 is None:
@@ -106,7 +104,6 @@ class Follower:
             return [f"{at} verify: {ev.get('message')}"]
         if kind == "log":
             if ev.get("source") == "engine":
-                self.excerpt.append(str(ev.get("line")))
                 return [f"  | {ev.get('line')}"] if self.verbose else []
             return [f"  * {ev.get('line')}"]
         return []
@@ -276,12 +273,22 @@ def run_operation(
         )
         return EXIT_LOST
     ok = result.get("result") in ("ok", "unchanged")
-    if not ok and not verbose and follower.excerpt:
-        click.echo("last engine log lines:", err=True)
-        for line in follower.excerpt:
-            click.echo(f"  | {line}", err=True)
+    if not ok and not verbose and not quiet:
+        for line in failed_engine_excerpt(result):
+            click.echo(line, err=True)
     click.echo(describe_result(result), err=not ok)
     return result_exit(result)
+
+
+def failed_engine_excerpt(result: dict[str, Any]) -> list[str]:
+    """The failed (or cancelled) engine's own last log lines, as the daemon read them from
+    that engine's log file (`log_tail`); never the rollback server's start-up."""
+    tail = result.get("log_tail") or []
+    if not tail:
+        return []
+    what = f"{result.get('profile')}/{result.get('mode')}"
+    where = f", {result['log']}" if result.get("log") else ""
+    return [f"last engine log lines ({what}{where}):", *(f"  | {line}" for line in tail)]
 
 
 def _follow_plain(events: Any, follower: Follower, quiet: bool) -> dict[str, Any] | None:
@@ -351,6 +358,7 @@ def _path_refusal(name: str) -> str | None:
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result.")
 @click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
+@socket_option
 @click.pass_context
 def set_cmd(
     ctx: click.Context,
@@ -402,6 +410,7 @@ def set_cmd(
 
 @click.command("current")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@socket_option
 @click.pass_context
 def current_cmd(ctx: click.Context, as_json: bool) -> None:
     """The daemon's active profile and mode (and its state)."""

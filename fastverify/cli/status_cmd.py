@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from fastverify.cli.daemon_call import STATUS_TIMEOUT_S, call_daemon, describe_op
+from fastverify.cli.daemon_call import STATUS_TIMEOUT_S, call_daemon, describe_op, socket_option
 from fastverify.cli.output import emit_json
 
 
@@ -37,6 +37,7 @@ def _clock(ts: float | None) -> str:
 
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's status as JSON.")
+@socket_option
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
     """Daemon and engine state."""
@@ -49,6 +50,14 @@ def status(ctx: click.Context, as_json: bool) -> None:
     lines = [
         f"state:      {st.get('state')} since {_clock(st.get('since'))} ({_ago(st.get('since'))})",
         f"profile:    {st.get('profile')} ({st.get('mode')})",
+        *(
+            [
+                "weights:    dummy (a trial: random output, timings only; "
+                f"`fastverifyctl profile set {st.get('profile')}` loads the real weights)"
+            ]
+            if st.get("trial")
+            else []
+        ),
         f"last good:  {st.get('last_good') or '-'}"
         + (f" ({st.get('last_good_mode')})" if st.get("last_good_mode") else ""),
         f"engine:     {eng.get('name')}{sim} pid {eng.get('pid') or '-'} {eng.get('url') or ''}",

@@ -12,8 +12,10 @@ The human form is a per-rank table plus the field diagnosis in one line, e.g.
 other backends than NCCL served (FlashInfer PCIe-IPC, SGLang's custom all-reduce), the
 count and time per verify of each.
 
-Exit codes: 0 ok; 1 no verify pass found, an unreadable trace, or the daemon's capture
-failed; 2 usage; 3 daemon unreachable; 4 busy (another window in flight).
+Exit codes: 0 ok; 1 no verify pass found (a baseline server has none: `capture` says so
+instead of printing a table of zeros), an unreadable trace, an idle engine (nothing to
+record) or the daemon's capture failed; 2 usage or a missing PATH; 3 daemon unreachable;
+4 busy (another window or operation in flight).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 import click
 
+from fastverify.cli.daemon_call import socket_option
 from fastverify.cli.output import EXIT_PROBLEMS, emit_json, table
 
 JSON_HELP = 'Print {"ranks": [{rank, verify_passes, verify_ms_p50, ...}]} as JSON.'
@@ -41,7 +44,14 @@ def diagnosis(rank: dict[str, Any]) -> str:
     )
 
 
-def print_analysis(analysis: dict[str, Any], where: str) -> None:
+def _span_label(span: str) -> tuple[str, str]:
+    """(what one row counts, its short name): verify passes, or the ranges named by --span."""
+    if span == "TARGET_VERIFY":
+        return "verify passes", "verify"
+    return f"{span} ranges", span
+
+
+def print_analysis(analysis: dict[str, Any], where: str, span: str = "TARGET_VERIFY") -> None:
     ranks = analysis.get("ranks", [])
     rows = [
         (
@@ -55,18 +65,19 @@ def print_analysis(analysis: dict[str, Any], where: str) -> None:
         )
         for r in ranks
     ]
+    passes, short = _span_label(span)
     table(
         [
             "rank",
-            "verify passes",
-            "verify ms p50",
+            passes,
+            f"{short} ms p50",
             "p90",
-            "all-reduces/verify",
-            "all-reduce ms/verify",
+            f"all-reduces/{short}",
+            f"all-reduce ms/{short}",
             "share",
         ],
         rows,
-        title=f"verify passes and their all-reduces: {where}",
+        title=f"{passes} and their all-reduces: {where}",
     )
     with_passes = [r for r in ranks if r.get("verify_passes")]
     if not with_passes:
@@ -81,7 +92,7 @@ def print_analysis(analysis: dict[str, Any], where: str) -> None:
             f"; across {len(with_passes)} ranks all-reduce ms/verify spans "
             f"{min(ar):.1f}-{max(ar):.1f} (slowest: rank {slow['rank']})"
         )
-    click.echo(line)
+    click.echo(line if short == "verify" else line.replace("verify", short))
     backends = ref.get("allreduce_backends") or {}
     if set(backends) - {"nccl"}:  # say which backend served (NCCL-only traces: as before)
         click.echo(f"rank {ref['rank']}: per verify by backend: {backend_line(backends)}")
@@ -99,14 +110,27 @@ def backend_line(backends: dict[str, dict[str, float]]) -> str:
     )
 
 
-def _no_passes_message(analysis: dict[str, Any], span: str) -> str | None:
+def _no_passes_message(analysis: dict[str, Any], span: str, *, span_option: bool) -> str | None:
     if any(r.get("verify_passes") for r in analysis.get("ranks", [])):
         return None
+    if span != "TARGET_VERIFY":
+        return (
+            f"no {span} range found (no GPU or CPU range whose name contains {span!r}); "
+            "--span TARGET_VERIFY counts EAGLE-3 verify passes, --span DECODE decode steps"
+        )
+    hint = " (--span DECODE counts a baseline server's decode steps)" if span_option else ""
     return (
         f"no verify pass found (no GPU or CPU range whose name contains {span!r}); "
-        "was the server decoding in EAGLE-3 mode while it was profiled? "
-        "(--span picks another range name)"
+        "was the server decoding in EAGLE-3 mode while it was profiled?" + hint
     )
+
+
+BASELINE_NO_PASSES = (
+    "{profile}/baseline decodes without speculation: a baseline server runs no verify "
+    "passes, so this capture has nothing to measure (its decode steps are in {window}: "
+    "`fastverifyctl trace analyze --span DECODE {window}`); for verify passes switch to "
+    "EAGLE-3 (`fastverifyctl mode set eagle3`) and capture while it serves requests"
+)
 
 
 @click.group("trace")
@@ -120,7 +144,8 @@ def trace() -> None:
     "--span",
     default="TARGET_VERIFY",
     show_default=True,
-    help="Ranges whose name contains this text are the verify passes.",
+    help="Ranges whose name contains this text are the rows counted (TARGET_VERIFY: EAGLE-3 "
+    "verify passes; DECODE: a baseline server's decode steps).",
 )
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def analyze(path: str, span: str, as_json: bool) -> None:
@@ -138,8 +163,8 @@ def analyze(path: str, span: str, as_json: bool) -> None:
     if as_json:
         emit_json(traces.public_view(analysis))
     else:
-        print_analysis(analysis, path)
-    problem = _no_passes_message(analysis, span)
+        print_analysis(analysis, path, span)
+    problem = _no_passes_message(analysis, span, span_option=True)
     if problem:
         click.echo(f"warning: {problem}", err=True)
         sys.exit(EXIT_PROBLEMS)
@@ -153,19 +178,33 @@ def analyze(path: str, span: str, as_json: bool) -> None:
     help="Forward steps to profile (default: the daemon's trace_steps).",
 )
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@socket_option
 @click.pass_context
 def capture(ctx: click.Context, steps: int | None, as_json: bool) -> None:
     """Profile the live server through the daemon, analyze every rank, feed the exporter."""
-    from fastverify.cli.profile_switch import call_daemon
+    from fastverify.cli.profile_switch import STATUS_TIMEOUT_S, call_daemon
     from fastverify.exporters.traces import public_view
 
+    status = call_daemon(ctx, "GET", "/v1/status", as_json=as_json, timeout=STATUS_TIMEOUT_S)
     body = {"steps": steps} if steps else {}
     analysis = call_daemon(ctx, "POST", "/v1/trace/capture", body, as_json=as_json, timeout=600.0)
+    baseline = status.get("mode") == "baseline"
+    if baseline and not any(r.get("verify_passes") for r in analysis.get("ranks", [])):
+        message = BASELINE_NO_PASSES.format(
+            profile=status.get("profile"), window=analysis.get("window") or "the window"
+        )
+        if as_json:
+            emit_json({"error": message, "reason": "baseline_mode", "ranks": []})
+        else:
+            click.echo(f"error: {message}", err=True)
+        sys.exit(EXIT_PROBLEMS)
     if as_json:
         emit_json(public_view(analysis))
     else:
         print_analysis(analysis, analysis.get("window") or "live server")
-    problem = _no_passes_message(analysis, analysis.get("span") or "TARGET_VERIFY")
+    problem = _no_passes_message(
+        analysis, analysis.get("span") or "TARGET_VERIFY", span_option=False
+    )
     if problem:
         click.echo(f"warning: {problem}", err=True)
         sys.exit(EXIT_PROBLEMS)

@@ -50,6 +50,7 @@ SWITCH_KINDS = ("switch", "mode")
 NOOP_KINDS = ("switch", "mode")
 # Operations a client may cancel.
 CANCELLABLE = ("switch", "mode", "restart", "start")
+FAILED_TAIL_LINES = 12  # a failed engine's last log lines in the result (`log_tail`)
 
 
 def _now() -> float:
@@ -102,12 +103,13 @@ class Controller(CrashSteps):
         """The operation in flight (not yet answered), else None."""
         return self.slot.in_flight()
 
-    def say(self, message: str, level: int = logging.INFO) -> None:
-        """A daemon message: the log, the ring (`fastverifyctl logs`), the operation's stream."""
+    def say(self, message: str, level: int = logging.INFO, *, stream: bool = True) -> None:
+        """A daemon message: the log, the ring (`fastverifyctl logs`), the operation's stream
+        (not with `stream=False`: a structured event or the result already says it)."""
         log.log(level, message)
         self.ring.add(message, source="daemon")
         op = self.op
-        if op is not None:
+        if op is not None and stream:
             op.emit("log", line=message, source="daemon")
 
     def set_state(self, new: State, why: str = "") -> None:
@@ -280,7 +282,7 @@ class Controller(CrashSteps):
         op = Operation(kind, name, mode)
         message = (
             f"{name}/{mode} is already serving (engine pid {h.pid}); nothing changed"
-            " (ask with restart to restart it)"
+            " (to restart it anyway: `profile set --restart`, or `fastverifyctl restart`)"
         )
         op.finish(self._result(op, "unchanged", message=message, pid=h.pid))
         return op
@@ -294,7 +296,8 @@ class Controller(CrashSteps):
             raise RequestError(
                 409,
                 f"a {op.kind} to {op.profile}/{op.mode} is in flight "
-                f"(started {time.monotonic() - op.t0:.1f} s ago); retry later or ask to queue",
+                f"(started {time.monotonic() - op.t0:.1f} s ago); retry later, or pass --queue "
+                "(API `queue: true`) to wait for it",
                 in_flight=op.describe(),
             )
 
@@ -351,6 +354,7 @@ class Controller(CrashSteps):
             if not late:
                 return self._succeeded(op, outcome, prev)
             self.stop_engine(outcome, "failed")
+            self._keep_failed_tail(op, outcome)
             outcome = Failure("cancelled", "operation cancelled", log=str(outcome.log_path))
         return self._failed(op, outcome, prev)
 
@@ -414,8 +418,18 @@ class Controller(CrashSteps):
         self.say(
             f"{op.kind} {h.profile}/{h.mode} failed: {failure.message} (log: {h.log_path})", level
         )
-        self.stop_engine(h, "failed")
+        self.stop_engine(h, "failed")  # stops its tail: every line it wrote has been read
+        self._keep_failed_tail(op, h)
         return failure
+
+    def _keep_failed_tail(self, op: Operation, h: EngineHandle) -> None:
+        """The first engine of `op` that failed: its log file and last lines (masked), for
+        the result's excerpt. A rollback's start (a `_Step`) never replaces it."""
+        if isinstance(op, Operation) and op.failed_engine is None:
+            op.failed_engine = {
+                "log": str(h.log_path),
+                "lines": h.recent_lines()[-FAILED_TAIL_LINES:],
+            }
 
     def _serving(self, h: EngineHandle, why: str) -> None:
         h.serving = True
@@ -449,8 +463,13 @@ class Controller(CrashSteps):
             self.clear_finding("profile_fallback")  # the operator chose a profile
         self._serving(h, f"{h.profile}/{h.mode} verified")
         op.phases["persist"] = round(time.monotonic() - t0, 4)
-        message = f"{h.profile}/{h.mode} is serving (ready in {h.ready_s or 0.0:.2f} s, verified)"
-        self.say(message)
+        trial = weights_label(load_format_of(h.argv)) == "dummy"
+        message = (
+            f"{h.profile}/{h.mode} is serving"
+            + (" on dummy weights (a trial: random output, timings only)" if trial else "")
+            + f" (ready in {h.ready_s or 0.0:.2f} s, verified)"
+        )
+        self.say(message, stream=False)  # the result says it
         return self._result(
             op,
             "ok",
@@ -475,6 +494,8 @@ class Controller(CrashSteps):
             "line": failure.line,
             "previous": {"profile": prev.get("profile"), "mode": prev.get("mode")},
         }
+        if op.failed_engine is not None:  # the failed (or cancelled) engine's own last lines
+            base["log_tail"] = list(op.failed_engine["lines"])
         if not cancelled:
             self.record_failure(failure, op)
             self.set_state(State.FAILED, failure.reason)
@@ -535,7 +556,8 @@ class Controller(CrashSteps):
         outcome = self._start(step, profile, argv, None, self.shutting_down)  # type: ignore[arg-type]
         if isinstance(outcome, EngineHandle):
             self._serving(outcome, f"rolled back to {target['profile']}/{target['mode']}")
-            self.say(f"rolled back: {target['profile']}/{target['mode']} is serving")
+            # the READY state event and the result say it
+            self.say(f"rolled back: {target['profile']}/{target['mode']} is serving", stream=False)
             return outcome
         self.set_state(State.FAILED, f"rollback failed: {outcome.reason}")
         return outcome

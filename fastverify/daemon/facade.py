@@ -275,19 +275,30 @@ class ControlFacade:
         another window still runs after the capture timeout (nothing started); 502 when the
         window failed (it was stopped on the server and removed); `cancelled()` (the client
         went away) stops it."""
-        from fastverify.exporters.runtime import CaptureRefused
+        from fastverify.exporters.runtime import CaptureRefused, EngineIdle
 
+        # `busy: false` on a 409: nothing else is in flight, the capture cannot be done now
+        # (the CLI exits 1 for these, 4 only when another operation or window is in flight).
         runtime = self.feed.runtime if self.feed is not None else None
         if runtime is None:
-            raise RequestError(409, "the exporter is off (start fastverifyd with --metrics-listen)")
+            raise RequestError(
+                409,
+                "the exporter is off (start fastverifyd with --metrics-listen)",
+                reason="exporter_off",
+                busy=False,
+            )
         if steps is None:
             steps = self.ctl.cfg.daemon.trace_steps  # range: api.MIRRORS (config's check)
         if self.ctl.state != State.READY:
             raise RequestError(
-                409, f"no engine is serving (state {self.ctl.state}): nothing to profile"
+                409,
+                f"no engine is serving (state {self.ctl.state}): nothing to profile",
+                busy=self.ctl.op is not None,
             )
         try:  # a background window in progress is waited for, not a refusal
             return runtime.capture(steps, cancelled, wait_s=runtime.capture_timeout_s)
+        except EngineIdle as exc:
+            raise RequestError(409, str(exc), reason="capture_refused", busy=False) from None
         except CaptureRefused as exc:
             raise RequestError(409, str(exc), reason="capture_refused") from None
         except Exception as exc:

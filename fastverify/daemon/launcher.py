@@ -124,7 +124,9 @@ class Launcher:
         self.cfg = cfg
         self.engine = engine
         self.store = store
-        self.say = say or (lambda msg, level=logging.INFO: log.log(level, msg))
+        # say(message, level, stream=True): stream=False keeps a message out of the operation's
+        # event stream when a structured event (engine, verify) already tells the client.
+        self.say = say or (lambda msg, level=logging.INFO, **_: log.log(level, msg))
         self.on_line: OnLine = lambda h, line, facts: None
         self.on_exit: OnExit = lambda h: None
 
@@ -209,7 +211,7 @@ class Launcher:
         h.allreduce_watch = allreduce_check.AllreduceWatch(env, argv, self._has_nvlink())
         self.store.write_pid(h.pid_info())
         self._follow(h, hidden)
-        self.say(f"engine started: pid {h.pid}, log {log_path}")
+                self.say(f"engine started: pid {h.pid}, log {log_path}", stream=False)  # the `engine` event
         if h.allreduce_watch.wants_pcie_ipc:
             self.say(allreduce_check.cache_note(env, h.allreduce_watch.tp_size))
         return h
@@ -343,7 +345,7 @@ class Launcher:
         details: dict[str, Any] = {"env": report.to_dict()}
         if h.engine_env is not None:
             details["engine_env"] = h.engine_env
-        self.say(f"verify: {report.message}")
+        self.say(f"verify: {report.message}", stream=False)  # the `verify` event carries it
         if not report.ok:
             reason = report.reason or "env_mismatch"
             return Failure(reason, report.message, log=str(h.log_path)), details

@@ -38,30 +38,85 @@ log = logging.getLogger("fastverifyd")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="fastverifyd", description="fastverify supervisor daemon")
-    p.add_argument("--config", type=Path, default=None, help="TOML config file")
-    p.add_argument("--engine", choices=configmod.ENGINES, default=None)
-    p.add_argument("--state-dir", default=None)
-    p.add_argument("--socket", default=None, help="control socket path")
-    p.add_argument("--metrics-listen", default=None, help='HOST:PORT for /metrics ("" = off)')
-    p.add_argument("--health-listen", default=None, help="HOST:PORT for /livez /readyz /startupz")
+    return build_parser().parse_args(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """fastverifyd's flags, each with its help (`fastverifyd --help`)."""
+    p = argparse.ArgumentParser(
+        prog="fastverifyd",
+        description="fastverify supervisor daemon: runs the SGLang server (or the sim) with "
+        "one NCCL profile, switches, verifies and rolls back on request, serves /metrics.",
+        epilog="Every flag overrides the same key of the config file (docs/config.example.toml).",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="TOML config file (default: $FASTVERIFY_CONFIG, else fastverifyd.toml in "
+        "/etc/fastverify as root or $XDG_CONFIG_HOME/fastverify)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=configmod.ENGINES,
+        default=None,
+        help="what serves: sglang, the embedded sim, or auto (sglang when SGLang and a GPU "
+        "are present, else sim)",
+    )
+    p.add_argument(
+        "--state-dir",
+        default=None,
+        help="durable state, journal and engine logs (default: $FASTVERIFY_STATE_DIR, else "
+        "/var/lib/fastverify as root or $XDG_STATE_HOME/fastverify)",
+    )
+    p.add_argument(
+        "--socket",
+        default=None,
+        help="control socket path (default: $FASTVERIFY_SOCKET, else "
+        "/run/fastverify/control.sock as root or $XDG_RUNTIME_DIR/fastverify/control.sock)",
+    )
+    p.add_argument(
+        "--metrics-listen",
+        default=None,
+        help='HOST:PORT for /metrics ("" = off; default 127.0.0.1:9464)',
+    )
+    p.add_argument(
+        "--health-listen",
+        default=None,
+        help='HOST:PORT for the probes /livez /readyz /startupz ("" = off; Kubernetes)',
+    )
     p.add_argument(
         "--declarative",
         action="store_const",
         const=True,
         default=None,
-        help="profile and mode come from the configuration (Kubernetes); refuse profile set",
+        help="profile and mode come from the configuration (Kubernetes); refuse profile set "
+        "unless --canary",
     )
     p.add_argument("--node-rank", type=int, default=None, help="multi-node: this node's rank")
     p.add_argument("--dist-init-addr", default=None, help="multi-node: HOST:PORT of node 0")
-    p.add_argument("--sim-load-seconds", type=float, default=None)
+    p.add_argument(
+        "--sim-load-seconds",
+        type=float,
+        default=None,
+        help="sim engine only: seconds its simulated weight load takes",
+    )
     p.add_argument(
         "--tcp-listen", default=None, help="HOST:PORT for the control API (needs a token)"
     )
-    p.add_argument("--token-file", default=None)
-    p.add_argument("--log-level", default=None, choices=("debug", "info", "warning", "error"))
+    p.add_argument(
+        "--token-file",
+        default=None,
+        help="file holding the bearer token for --tcp-listen (chmod 600, 16+ characters)",
+    )
+    p.add_argument(
+        "--log-level",
+        default=None,
+        choices=("debug", "info", "warning", "error"),
+        help="the daemon's own log level (default: info)",
+    )
     p.add_argument("--version", action="version", version=f"fastverifyd {VERSION}")
-    return p.parse_args(argv)
+    return p
 
 
 def overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:

@@ -65,7 +65,7 @@ class Journal:
         elif isinstance(e, ev.OperationFinished):
             rec = {
                 "type": "switch",
-                **{k: v for k, v in e.record.items() if k != "verify"},
+                **{k: v for k, v in e.record.items() if k not in ("verify", "log_tail")},
                 "started_at": e.started_at,
                 "finished_at": e.ts,
             }

@@ -84,6 +84,9 @@ class Operation:
         self.verify: dict[str, Any] | None = None
         self.phases: dict[str, float] = {}
         self.load_format: str | None = None  # SGLang --load-format for it and its rollback
+        # The engine this operation started and that failed: its own log file and last lines
+        # (a failure's excerpt; never the rollback server's start-up).
+        self.failed_engine: dict[str, Any] | None = None
         self._cond = threading.Condition()
 
     def restart_clock(self) -> None:

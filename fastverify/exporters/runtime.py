@@ -51,6 +51,11 @@ class CaptureRefused(CaptureError):
     """Nothing was started: the engine is idle, or another window is running (HTTP 409)."""
 
 
+class EngineIdle(CaptureRefused):
+    """Refused because the engine serves no request: nothing is busy, there is nothing to
+    record (the CLI exits 1, not 4)."""
+
+
 class _StartProfile:
     """POST {url}/start_profile in a thread: SGLang answers a window with `num_steps` only
     once the steps ran and every rank wrote its trace, so the caller waits on files, its
@@ -315,7 +320,7 @@ class ExporterRuntime:
             if cancelled is not None and cancelled():
                 raise CaptureError("capture cancelled")
             time.sleep(self.traffic_poll_s)
-        raise CaptureRefused(
+        raise EngineIdle(
             f"the engine is idle (0 running and 0 queued requests, and no forward pass, token"
             f" or finished request counted in {self.traffic_window_s:g} s): a trace records"
             f" {steps} forward steps, which only happen while it serves requests; send traffic"

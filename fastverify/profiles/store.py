@@ -303,6 +303,12 @@ class ProfileStore:
                 except OSError:
                     pass
             return self._load_entry(Entry(name, p, source), force=force)
+        if allow_path and arg.endswith(SUFFIX) and self.find(arg[: -len(SUFFIX)]) is None:
+            # `nosuch.env`: neither a file here nor the name of a profile
+            raise ProfileError([Problem(arg, 0, (
+                f"no such profile file: {arg} does not exist here, and no profile is named "
+                f"{arg[: -len(SUFFIX)]!r} (check the path, or see `fastverifyctl profile list`)"
+            ))])  # fmt: skip
         problem = name_problem(arg, paths_allowed=allow_path)
         if problem:
             raise ProfileError([Problem(arg, 0, problem)])

@@ -289,9 +289,11 @@ def test_failed_switch_shows_an_engine_log_excerpt(tmp_path: Path) -> None:
     with DaemonHarness(tmp_path, metrics=False) as d:
         r = d.ctl("profile", "set", "tree-ll")
         assert r.returncode == 1, r.stdout + r.stderr
-        assert "last engine log lines:" in r.stderr
-        excerpt = r.stderr.split("last engine log lines:", 1)[1]
-        assert "  | " in excerpt and "cuda graph" in excerpt.lower(), r.stderr
+        assert "last engine log lines (tree-ll/baseline, " in r.stderr
+        excerpt = r.stderr.split("last engine log lines (", 1)[1]
+        assert "  | " in excerpt and "capture cuda graph failed" in excerpt.lower(), r.stderr
+        # the failed engine's own lines (issue 26): not the rollback server's start-up
+        assert "fired up and ready to roll" not in excerpt, r.stderr
 
 
 def test_eagle3_progress_never_goes_back(tmp_path: Path) -> None:

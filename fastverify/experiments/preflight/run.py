@@ -80,6 +80,25 @@ class PreflightError(RuntimeError):
     """Preflight cannot run at all (no torch, no GPU, unknown profile)."""
 
 
+class NoGpu(PreflightError):
+    """The nccl backend was asked for on a host where no GPU is visible (a usage error:
+    exit 2 for preflight and rehearse alike)."""
+
+
+def no_gpu_problem(backend: str, world: int | None) -> str | None:
+    """Why `backend` cannot run `world` ranks here (None: it can, as far as we can tell)."""
+    if backend != "nccl":
+        return None if world is None or world >= 1 else "--nproc must be at least 1"
+    if visible_gpus() >= 1:
+        return None
+    return (
+        "no GPU visible (nvidia-smi -L lists none and CUDA_VISIBLE_DEVICES names none): the "
+        "nccl backend needs one GPU per rank. On a host without GPUs pass --backend gloo "
+        "(CPU ranks: the same steps, no NCCL and no CUDA graphs); on a GPU host whose "
+        "nvidia-smi cannot list them, set CUDA_VISIBLE_DEVICES"
+    )
+
+
 class TorchMissing(PreflightError):
     """The workers' interpreter has no torch."""
 
@@ -525,11 +544,12 @@ def run_preflight(
             f"preflight needs PyTorch in {cfg.python or sys.executable}: "
             "pip install 'fastverify[preflight]' (or torch>=2.3 with CUDA for your driver)"
         )
+    problem = no_gpu_problem(cfg.backend, cfg.nproc)
+    if problem:
+        raise NoGpu(problem)
     world = cfg.nproc
     if world is None:
         world = visible_gpus() if cfg.backend == "nccl" else 2
-    if world < 1:
-        raise PreflightError("no GPU visible (nvidia-smi -L lists none); pass --nproc N")
     if cfg.backend == "nccl" and cfg.nproc is not None:
         gpus = visible_gpus()
         if 0 < gpus < world:

@@ -44,11 +44,13 @@ from fastverify.experiments.common.ranks import kill_rank, rank_reports, start_r
 from fastverify.experiments.common.ranks import rank_env as make_rank_env
 from fastverify.experiments.preflight.run import (
     NCCL_DEBUG_ENV,
+    NoGpu,
     PreflightError,
     TorchMissing,
     daemon_extra_env,
     free_port,
     load_profiles,
+    no_gpu_problem,
     parse_nccl_log,
     torch_available,
     visible_gpus,
@@ -527,11 +529,12 @@ def run_rehearsal(
             f"rehearse needs PyTorch in {cfg.python or sys.executable}: "
             "pip install 'fastverify[preflight]' (or torch>=2.3 with CUDA for your driver)"
         )
+    problem = no_gpu_problem(cfg.backend, cfg.nproc)
+    if problem:
+        raise NoGpu(problem)
     world = cfg.nproc
     if world is None:
         world = visible_gpus() if cfg.backend == "nccl" else 2
-    if world < 1:
-        raise RehearseError("no GPU visible (nvidia-smi -L lists none); pass --nproc N")
     if cfg.backend == "nccl":
         gpus = visible_gpus()
         if 0 < gpus < world:

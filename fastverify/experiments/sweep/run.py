@@ -339,12 +339,19 @@ class Sweep:
         cfg: SweepConfig,
         on_event: EventFn | None = None,
         on_bench_progress: Callable[[int, float], None] | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
     ):
         cfg.validate()
         self.client = client
         self.cfg = cfg
         self.emit = on_event or (lambda _line: None)
         self.on_bench_progress = on_bench_progress
+        # One progress count, in measurements (bench runs): every event line starts with
+        # `[done/total]`; `total` shrinks when a profile fails or a later phase has fewer
+        # profiles than asked for, so the count reaches its total when the sweep ends.
+        self.on_progress = on_progress or (lambda _done, _total: None)
+        self.done = 0
+        self.total = (len(cfg.profiles) + cfg.then_eagle3 + cfg.then_confirm) * cfg.repeats
         self.results = Path(cfg.output_dir) / RESULTS_FILE
         self.records: list[dict[str, Any]] = []
         self.warnings: list[str] = []
@@ -402,14 +409,37 @@ class Sweep:
         append_record(self.results, rec)
         self.records.append(rec)
 
+    # -- progress
+    def _label(self, phase: str = "") -> str:
+        return f"[{self.done}/{self.total}{' ' + phase if phase else ''}]"
+
+    def _count(self, done: int = 0, dropped: int = 0) -> None:
+        """`done` measurements taken (or found on file), `dropped` no longer planned."""
+        self.done += done
+        self.total = max(self.done, self.total - dropped)
+        self.on_progress(self.done, self.total)
+
     # -- one (profile, mode)
-    def measure(self, profile: str, mode: str, index: str, weights: str = trial.REAL) -> None:
+    def measure(self, profile: str, mode: str, phase: str = "", weights: str = trial.REAL) -> None:
+        """Switch to (profile, mode) and take the missing repeats; every one of the profile's
+        `repeats` slots ends counted: measured, on file, or dropped (failed)."""
         have, failed = self._done(profile, mode, weights)
+        have = min(have, self.cfg.repeats)
+        self._count(done=have)
+        taken = self._measure(profile, mode, phase, weights, have, failed)
+        self._count(dropped=self.cfg.repeats - have - taken)
+
+    def _measure(
+        self, profile: str, mode: str, phase: str, weights: str, have: int, failed: bool
+    ) -> int:
+        """The missing repeats of one (profile, mode); returns how many were taken."""
+        taken = 0
+        index = self._label(phase)
         tag = f"{profile}/{mode}" + (" [trial: dummy weights]" if weights == trial.DUMMY else "")
         if failed or have >= self.cfg.repeats:
             why = "failed earlier" if failed else f"{have} measurement(s) on file"
             self.emit(f"{index} {tag}: skipped ({why})")
-            return
+            return taken
         self.emit(f"{index} {tag}: switching ...")
         t0 = time.monotonic()
         res = self._switch(profile, mode, weights)
@@ -427,8 +457,9 @@ class Sweep:
                           "weights": weights,
                           "daemon": {k: res.get(k) for k in ("id", "duration_s", "line",
                                                              "serving")}})  # fmt: skip
-            self.emit(f"{index} {tag}: FAILED ({reason}: {message})".rstrip())
-            return
+            said = f"{reason}: {message}" if reason not in message else message  # once
+            self.emit(f"{index} {tag}: FAILED ({said.strip()})")
+            return taken
         load_s = time.monotonic() - t0
         self._record({"type": "switch", "profile": profile, "mode": mode, "weights": weights,
                       "seconds": load_s, "engine_ready_s": res.get("engine_ready_s")})  # fmt: skip
@@ -445,25 +476,28 @@ class Sweep:
                 self._record({"type": "failure", "profile": profile, "mode": mode,
                               "stage": "bench", "reason": "bench_failed", "message": str(exc),
                               "repeat": rep, "weights": weights})  # fmt: skip
-                self.emit(f"{index} {tag}: bench failed ({exc})")
-                return
+                self.emit(f"{self._label(phase)} {tag}: bench failed ({exc})")
+                return taken
             if result.weights is not None and result.weights != weights:
                 msg = f"asked for {weights} weights, the server reports {result.weights} weights"
                 self._record({"type": "failure", "profile": profile, "mode": mode,
                               "stage": "bench", "reason": "wrong_weights", "message": msg,
                               "repeat": rep, "weights": weights})  # fmt: skip
-                self.emit(f"{index} {tag}: {msg}")
-                return
+                self.emit(f"{self._label(phase)} {tag}: {msg}")
+                return taken
             rec = {"type": "measurement", "profile": profile, "mode": mode, "repeat": rep}
             rec.update({k: v for k, v in result.to_dict().items() if k not in ("config", "source")})
             rec["weights"] = weights
             rec["tokens_per_second"] = rec.pop("output_tokens_per_second")
             rec["wall_s"] = time.monotonic() - t0
             self._record(rec)
-            self.emit(f"{index} {tag}: run {rep + 1}/{self.cfg.repeats} "
+            taken += 1
+            self._count(done=1)
+            self.emit(f"{self._label(phase)} {tag}: run {rep + 1}/{self.cfg.repeats} "
                       f"{result.output_tokens_per_second:.1f} tok/s")  # fmt: skip
         if weights == trial.DUMMY and self.cfg.traces:
-            self._capture_trace(profile, mode, url, index)
+            self._capture_trace(profile, mode, url, self._label(phase))
+        return taken
 
     def _capture_trace(self, profile: str, mode: str, url: str, index: str) -> None:
         """A profile window (POST /v1/trace/capture) under load: step/verify time and
@@ -622,8 +656,9 @@ class Sweep:
             self.emit("trial: dummy weights (--load-format dummy); timings are real, accept "
                       "lengths are not")  # fmt: skip
         plan = [(p, cfg.mode) for p in cfg.profiles]
-        for i, (p, m) in enumerate(plan, 1):
-            self.measure(p, m, f"[{i}/{len(plan)}]", weights)
+        self.on_progress(self.done, self.total)
+        for p, m in plan:
+            self.measure(p, m, "", weights)
         rows = self._rows(weights)
         posted = self._post_baselines(rows) if cfg.mode == "baseline" and not cfg.trial else []
 
@@ -633,9 +668,11 @@ class Sweep:
                  and r["profile"] in cfg.profiles),
                 key=lambda r: -r["tokens_per_second_mean"],
             )[: cfg.then_eagle3]  # fmt: skip
-            self.emit(f"EAGLE-3 phase: {', '.join(r['profile'] for r in ranked) or 'nothing'}")
-            for i, r in enumerate(ranked, 1):
-                self.measure(r["profile"], "eagle3", f"[eagle3 {i}/{len(ranked)}]", weights)
+            self._count(dropped=(cfg.then_eagle3 - len(ranked)) * cfg.repeats)
+            self.emit(f"{self._label()} EAGLE-3 phase: "
+                      f"{', '.join(r['profile'] for r in ranked) or 'nothing'}")  # fmt: skip
+            for r in ranked:
+                self.measure(r["profile"], "eagle3", "eagle3", weights)
             rows = self._rows(weights)
             if not cfg.trial and cfg.mode == "baseline":
                 posted = self._post_baselines(rows)  # now with the real accept lengths
@@ -721,9 +758,10 @@ class Sweep:
             key=lambda r: -r["tokens_per_second_mean"],
         )[: cfg.then_confirm]  # fmt: skip
         names = [r["profile"] for r in ranked]
-        self.emit(f"confirm with real weights: {', '.join(names) or 'nothing'}")
-        for i, name in enumerate(names, 1):
-            self.measure(name, cfg.mode, f"[confirm {i}/{len(names)}]", trial.REAL)
+        self._count(dropped=(cfg.then_confirm - len(names)) * cfg.repeats)
+        self.emit(f"{self._label()} confirm with real weights: {', '.join(names) or 'nothing'}")
+        for name in names:
+            self.measure(name, cfg.mode, "confirm", trial.REAL)
         rows = self._rows(trial.REAL, keep=lambda r: r.get("profile") in names
                           and r.get("mode") == cfg.mode)  # fmt: skip
         trial_rank = {r["profile"]: r.get("rank") for r in ranked}

@@ -51,7 +51,7 @@ class FakeLauncher:
         self.waiting = threading.Event()  # set while an engine "loads" (plan "hang")
         self.on_line = lambda h, line, facts: None
         self.on_exit = lambda h: None
-        self.say = lambda msg, level=0: None
+        self.say = lambda msg, level=0, **_: None
         self._pid = 1000
 
     def url(self) -> str:

@@ -130,7 +130,9 @@ def test_rank_init_failure_is_reported() -> None:
     # The nccl backend on a machine where torch sees no GPU: init fails in the rank.
     if preflight.visible_gpus() > 0 or os.path.exists("/dev/nvidia0"):
         pytest.skip("this machine has a GPU")
-    r = ctl("nccl-default", "--nproc", "1", "--tokens", "1", "--iters", "2", "--json")
+    # CUDA_VISIBLE_DEVICES names a GPU torch cannot see: past the up-front no-GPU check
+    r = ctl("nccl-default", "--nproc", "1", "--tokens", "1", "--iters", "2", "--json",
+            env={"CUDA_VISIBLE_DEVICES": "0"})  # fmt: skip
     assert r.returncode == 1
     prof = json.loads(r.stdout)["profiles"][0]
     assert prof["status"] == "failed"

@@ -240,7 +240,7 @@ def test_cli_analyze_json_shape_and_exit_codes(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert none.returncode == 1 and "no verify pass" in none.stderr
+    assert none.returncode == 1 and "no NO_SUCH range found" in none.stderr, none.stderr
 
 
 def test_cli_capture_without_daemon_exits_3(tmp_path: Path) -> None:
