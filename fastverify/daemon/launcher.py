@@ -211,7 +211,8 @@ class Launcher:
         h.allreduce_watch = allreduce_check.AllreduceWatch(env, argv, self._has_nvlink())
         self.store.write_pid(h.pid_info())
         self._follow(h, hidden)
-                self.say(f"engine started: pid {h.pid}, log {log_path}", stream=False)  # the `engine` event
+        # stream=False: the `engine` event already tells a follower
+        self.say(f"engine started: pid {h.pid}, log {log_path}", stream=False)
         if h.allreduce_watch.wants_pcie_ipc:
             self.say(allreduce_check.cache_note(env, h.allreduce_watch.tp_size))
         return h
