@@ -17,6 +17,7 @@ Crashed            the engine died (or lost a worker) after READY; counted by re
 OperationStarted   an operation (switch, mode, restart, ...) took the slot.
 OperationFinished  an operation ended: its result record (as answered to the client).
 BaselineRecorded   a baseline measurement was stored.
+DecisionRecorded   a tuning decision was stored (fastverifyctl tune).
 """
 
 from __future__ import annotations
@@ -138,6 +139,14 @@ class BaselineRecorded:
     measured_at: float
 
 
+@dataclass(frozen=True)
+class DecisionRecorded:
+    profile: str
+    mode: str
+    backend: str
+    applied: bool
+
+
 Event = (
     StateChanged
     | EngineStarting
@@ -149,6 +158,7 @@ Event = (
     | OperationStarted
     | OperationFinished
     | BaselineRecorded
+    | DecisionRecorded
 )
 
 

@@ -133,6 +133,8 @@ class ExporterFeed:
             hub.set_baseline(
                 e.profile, e.tokens_per_second, e.per_request_tokens_per_second, e.measured_at
             )
+        elif isinstance(e, ev.DecisionRecorded):
+            hub.set_decision(e.profile, e.mode, e.backend, e.applied)
 
 
 class LiveFigures:

@@ -160,6 +160,8 @@ class MetricsHub:
         self._nccl_tuning: dict[tuple[str, int], tuple[str, str, str]] = {}
         # baselines by profile (persisted by the daemon; the hub only holds them)
         self._baselines: dict[str, Baseline] = {}
+        # the last tuning decision (fastverifyctl tune; persisted by the daemon)
+        self._decision: dict[str, str] | None = None
 
     def now(self) -> float:
         """The hub's clock (unix seconds)."""
@@ -268,6 +270,13 @@ class MetricsHub:
                 float(per_request_tokens_per_second),
                 float(measured_at),
             )
+            self.version += 1
+
+    def set_decision(self, profile: str, mode: str, backend: str, applied: bool) -> None:
+        """The newest tuning decision (`fastverify_decision_info`)."""
+        with self._lock:
+            self._decision = {"profile": profile, "mode": mode, "backend": backend,
+                              "applied": "true" if applied else "false"}  # fmt: skip
             self.version += 1
 
     def on_trace_analysis(self, analysis: Mapping[str, Any]) -> None:
@@ -502,6 +511,7 @@ class MetricsHub:
                 "breakeven_accept_length": breakeven,
                 "speedup_estimate": speedup,
                 "baselines": dict(self._baselines),
+                "decision": dict(self._decision) if self._decision else None,
                 "trace": dict(self._trace) if self._trace else None,
                 "inspector": dict(self._inspector) if self._inspector else None,
                 "nccl_version": self._nccl_version,
