@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ def tune_dir(status: dict[str, Any]) -> Path:
     return paths.state_dir() / "tune"
 
 
-def _plan(ctx: Ctx, done: list[str]) -> dict[str, Any]:
+def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> dict[str, Any]:
     cfg = ctx.cfg
     n = (
         len(cfg.profiles)
@@ -88,6 +89,7 @@ def _plan(ctx: Ctx, done: list[str]) -> dict[str, Any]:
         history=ctx.client.get("/v1/history"),
         times=ctx.journal.times(),
         done=done,
+        fixed=fixed,
     )
     return plan.make_plan(facts)
 
@@ -119,6 +121,7 @@ def run(
             raise TuneError(
                 f"unknown profile(s): {', '.join(bad)} (see fastverifyctl profile list)"
             )
+        cfg = replace(cfg, output_dir=str(Path(cfg.output_dir).resolve()))  # resume anywhere
         out = Path(cfg.output_dir)
         if any((out / sub).exists() for sub in ("trial", "confirm", "decision.json")):
             raise TuneError(
@@ -162,7 +165,13 @@ def run(
     )
     for name, rec in jr.finished().items():
         ctx.results[name] = StageResult(rec["status"], rec.get("reason"), rec.get("data") or {})
-    ctx.plan = _plan(ctx, list(ctx.results))
+    first = next((r["plan"] for r in jr.records if r.get("event") == "plan"), None)
+    if first is not None:  # a resumed tune keeps the finalists and trials it planned
+        fixed = (first["finalists"], first["trial_candidates"])
+        ctx.plan = dict(_plan(ctx, list(ctx.results), fixed), budget_note=first["budget_note"])
+    else:
+        ctx.plan = _plan(ctx, list(ctx.results))
+    shown_plan = first or ctx.plan
     jr.append({"event": "plan", "plan": ctx.plan, "resumed": resume})
     emit_event(
         {
@@ -186,6 +195,11 @@ def run(
                 }
             )
             continue
+        if name in ("trial", "confirm", "decide"):  # fresher load times for the ETA
+            fixed = (ctx.plan["finalists"], ctx.plan["trial_candidates"])
+            ctx.plan = dict(
+                _plan(ctx, list(ctx.results), fixed), budget_note=ctx.plan.get("budget_note")
+            )
         current.update(stage=name, t0=time.monotonic())
         jr.append({"event": "stage_started", "name": name})
         emit_event(
@@ -227,13 +241,15 @@ def run(
         )
         if res.status == "failed" and name not in OPTIONAL:
             break
-    result = _result(ctx, jr, start, out)
+    result = _result(ctx, jr, start, out, shown_plan)
     if all(n in ctx.results and ctx.results[n].status != "failed" for n, _ in STAGES):
         jr.append({"event": "end", "decision": result["decision"]})
     return result
 
 
-def _result(ctx: Ctx, jr: journal.Journal, start: dict[str, Any], out: Path) -> dict[str, Any]:
+def _result(
+    ctx: Ctx, jr: journal.Journal, start: dict[str, Any], out: Path, shown_plan: dict[str, Any]
+) -> dict[str, Any]:
     stages = []
     for name, _ in STAGES:
         rec = jr.last_of(name)
@@ -266,5 +282,5 @@ def _result(ctx: Ctx, jr: journal.Journal, start: dict[str, Any], out: Path) -> 
         "report": str(out / "report.md"),
     }
     data = {name: r.data for name, r in ctx.results.items()}
-    report.write(out, result, data, ctx.plan)
+    report.write(out, result, data, shown_plan)
     return result

@@ -47,6 +47,7 @@ class PlanFacts:
     history: Sequence[Mapping[str, Any]] = ()  # GET /v1/history
     times: Mapping[str, Any] = field(default_factory=dict)  # the journal's times.json
     done: Sequence[str] = ()  # stages already finished (resume)
+    fixed: tuple[int, int] | None = None  # (finalists, trials) decided earlier: re-estimate only
 
 
 def load_times(history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, str]]:
@@ -153,10 +154,12 @@ def make_plan(f: PlanFacts) -> dict[str, Any]:
     finalists = max(1, f.finalists)
     trials = max(f.candidates, 1)
     finalists = min(finalists, trials)
+    if f.fixed is not None:
+        finalists, trials = f.fixed
     rows = _estimates(f, finalists, trials)
     total = sum(r["estimate_s"] for r in rows)
     note = None
-    if f.budget_s is not None and total > f.budget_s:
+    if f.fixed is None and f.budget_s is not None and total > f.budget_s:
         asked = (finalists, trials)
         while total > f.budget_s and finalists > 1:
             finalists -= 1
