@@ -49,9 +49,8 @@ def _predicted_tps(profile: str, mode: str, accept: float | None = None) -> floa
 
 
 def _decision_samples(metrics: str) -> list[dict[str, str]]:
-    fams = {f.name: f for f in text_string_to_metric_families(metrics)}
-    fam = fams.get("fastverify_decision")
-    return [s.labels for s in fam.samples if s.value == 1.0] if fam else []
+    return [s.labels for f in text_string_to_metric_families(metrics) for s in f.samples
+            if s.name == "fastverify_decision_info" and s.value == 1.0]  # fmt: skip
 
 
 def _journal(d: DaemonHarness) -> list[dict[str, Any]]:
@@ -174,12 +173,16 @@ def test_a_bad_decision_is_refused_and_changes_nothing(
     daemon: DaemonHarness, tuned: dict[str, Any]
 ) -> None:
     before = daemon.client.get("/v1/decision")
-    bad = {"profile": "no-such", "mode": "turbo", "backend": "NCCL!", "applied": True,
+    bad = {"profile": "no-such", "mode": "eagle3", "backend": "NCCL!", "applied": True,
            "why": "x"}  # fmt: skip
     with pytest.raises(ApiError) as err:
         daemon.client.post("/v1/decision", bad)
     assert err.value.status == 422
-    assert set(err.value.body["fields"]) == {"profile", "mode", "backend"}
+    assert set(err.value.body["fields"]) == {"profile", "backend"}
+    with pytest.raises(ApiError) as err:  # the mode is checked as the config's server.mode
+        daemon.client.post("/v1/decision", dict(bad, profile="nccl-default", backend="nccl",
+                                                mode="turbo"))  # fmt: skip
+    assert err.value.status == 422 and "mode" in str(err.value)
     assert daemon.client.get("/v1/decision") == before
     assert before["profile"] == tuned["result"]["decision"]["profile"]
 
@@ -211,6 +214,7 @@ def test_decision_within_3_percent_of_an_exhaustive_real_weights_sweep(
 def test_the_decision_survives_a_daemon_restart(
     daemon: DaemonHarness, tuned: dict[str, Any]
 ) -> None:
+    daemon.kill9()  # the engine keeps serving; the new daemon adopts it
     daemon.restart_daemon()
     metrics = httpx.get(daemon.metrics_url, timeout=10).text
     dec = tuned["result"]["decision"]
