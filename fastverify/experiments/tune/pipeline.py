@@ -78,9 +78,10 @@ def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> di
         or len(_all_profiles())
     )
     accept, _ = confirm.accept_length(ctx, None)
+    skips = gpu.host_skips(cfg)
     facts = plan.PlanFacts(
         candidates=n,
-        skips=gpu.host_skips(cfg),
+        skips=skips,
         finalists=cfg.finalists,
         budget_s=cfg.budget_min * 60 if cfg.budget_min else None,
         repeats=cfg.repeats,
@@ -90,6 +91,7 @@ def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> di
         times=ctx.journal.times(),
         done=done,
         fixed=fixed,
+        ranked="preflight" not in skips or "rehearse" not in skips,
     )
     return plan.make_plan(facts)
 

@@ -5,6 +5,8 @@ daemon's history (`duration_s` of switches that came up, per kind of weights), s
 times per unit from earlier tunes (`times.json` in the tune journal's directory). Where
 there is nothing recorded, a default is used and the plan says `default`.
 
+Trial candidates: every candidate when nothing ranks them before the trial (no GPU here);
+the best `finalists + RANKED_EXTRA` when preflight or rehearse will rank them.
 `budget_s` lowers the number of finalists (real-weights loads) first, then the number of
 trial candidates (dummy loads), rather than overrun; when even one finalist and one
 trial do not fit, the plan says by how much it is over.
@@ -31,6 +33,7 @@ DEFAULTS = {
     "trace": 5.0,  # one profile window per trial row
     "bench_overhead": 2.0,  # per measurement: warm-up request, switch bookkeeping
 }
+RANKED_EXTRA = 2  # trial candidates beyond the finalists when preflight/rehearse ranked them
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class PlanFacts:
     times: Mapping[str, Any] = field(default_factory=dict)  # the journal's times.json
     done: Sequence[str] = ()  # stages already finished (resume)
     fixed: tuple[int, int] | None = None  # (finalists, trials) decided earlier: re-estimate only
+    ranked: bool = False  # preflight or rehearse will rank the candidates before the trial
 
 
 def load_times(history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, str]]:
@@ -153,6 +157,8 @@ def make_plan(f: PlanFacts) -> dict[str, Any]:
     """The plan (JSON-able): stages with estimates, totals, and what the budget changed."""
     finalists = max(1, f.finalists)
     trials = max(f.candidates, 1)
+    if f.ranked:  # a GPU stage ranked them: the trial takes the best few (RANKED_EXTRA more)
+        trials = min(trials, finalists + RANKED_EXTRA)
     finalists = min(finalists, trials)
     if f.fixed is not None:
         finalists, trials = f.fixed

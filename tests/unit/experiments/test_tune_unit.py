@@ -242,3 +242,9 @@ def test_possible_backends_from_topology() -> None:
     assert pcie["pcie_ipc"]["possible"] is True and pcie["custom"]["possible"] is False
     nvl = {b["backend"]: b for b in inventory.possible_backends(_topo("nv18"), 8, 8)}
     assert nvl["custom"]["possible"] is True and nvl["pcie_ipc"]["possible"] is False
+
+
+def test_a_ranked_funnel_trials_only_the_best_few() -> None:
+    p = plan.make_plan(_facts(ranked=True, finalists=2))
+    assert (p["finalists"], p["trial_candidates"]) == (2, 2 + plan.RANKED_EXTRA)
+    assert plan.make_plan(_facts(ranked=False, finalists=2))["trial_candidates"] == 7
