@@ -96,7 +96,9 @@ class Progress:
         kind = e["event"]
         if kind == "plan":
             if e.get("resumed"):
-                self._note(f"resuming the tune in {e['journal']}")
+                self._note(
+                    f"resuming the tune in {e['journal']} (with the options it started with)"
+                )
             for line in plan_lines(e["plan"]):
                 self._note(line)
             self._note(f"journal: {e['journal']}; output: {e['output']}")
@@ -119,7 +121,7 @@ class Progress:
         else:
             text = f"{self.stage}: {e['text']}"
             if self._live is None:
-                click.echo(f"{text} ({eta})", err=True)
+                click.echo(f"{text} ({eta})" if e.get("eta_s") is not None else text, err=True)
         if self._live is not None:
             self._live.update(self._task, description=f"tune {self.stage} - {eta}")
 

@@ -96,6 +96,27 @@ def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> di
     return plan.make_plan(facts)
 
 
+def _wait_idle(client: Any, timeout_s: float, emit: Callable[[Event], None]) -> dict[str, Any]:
+    """The daemon's status once no operation is in flight (e.g. the switch a killed tune
+    left running), so the first switch of a resumed stage is not refused as busy."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = client.get("/v1/status")
+        op = status.get("switch_in_flight")
+        if not op or time.monotonic() > deadline:
+            return status
+        emit(
+            {
+                "event": "line",
+                "stage": None,
+                "eta_s": None,
+                "text": f"waiting for the daemon's {op.get('kind')} of {op.get('profile')}/"
+                f"{op.get('mode')} to finish ({op.get('elapsed_s') or 0:.0f} s)",
+            }
+        )
+        time.sleep(1.0)
+
+
 def _all_profiles() -> list[str]:
     from fastverify.profiles.store import ProfileStore
 
@@ -111,7 +132,7 @@ def run(
 ) -> dict[str, Any]:
     """Run (or resume) the tune; returns the `--json` document (also DIR/decision.json)."""
     emit_event = on_event or (lambda _e: None)
-    status = client.get("/v1/status")
+    status = _wait_idle(client, cfg.switch_timeout_s, emit_event)
     jr = journal.Journal(tune_dir(status))
     if resume:
         start = jr.start_record()
