@@ -308,3 +308,30 @@ def test_a_small_budget_lowers_finalists_and_no_apply_restores(tmp_path: Path) -
     assert dec["applied"] is False and dec["profile"] in names.split(",")
     assert (st["profile"], st["mode"], st["trial"]) == (before["profile"], before["mode"], False)
     assert [h["result"] for h in history if h["kind"] == "decision"] == ["recorded"]
+
+
+def test_resume_after_the_daemon_was_killed_mid_trial(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with DaemonHarness(tmp_path, tp_size=TP, sim_load_seconds=1.0, config=CONFIG) as d:
+        proc = _popen_tune(d, "--profiles", "ring-ll,ring-ll-8ch", "--finalists", "1",
+                           "--accept-length", "2.0", "--output", str(out), *MEASURE)  # fmt: skip
+        results = out / "trial" / "results.jsonl"
+        try:
+            d.wait_for(lambda: results.exists() and '"measurement"' in results.read_text(),
+                       timeout=600, what="the tune's trial to measure once")  # fmt: skip
+            d.kill9()  # the daemon dies; its engine keeps running
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 3, err[-2000:]  # daemon unreachable: the journal is kept
+        assert "--resume" in err
+        d.restart_daemon()  # adopts the engine
+        again = d.ctl("tune", "--resume", "--json", timeout=900)
+        assert again.returncode == 0, again.stderr[-3000:]
+        res = json.loads(again.stdout)
+        st = d.status()
+    assert res["decision"]["applied"]
+    assert (st["profile"], st["mode"]) == (res["decision"]["profile"], res["decision"]["mode"])
+    assert res["decision"]["profile"] == "ring-ll-8ch"  # the cost model's faster of the two

@@ -18,7 +18,7 @@ def candidate_backend(profile: Any) -> str:
     return "pcie_ipc" if env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE") == "1" else "nccl"
 
 
-def _row(profile: Any, source: str) -> dict[str, Any]:
+def candidate_row(profile: Any, source: str) -> dict[str, Any]:
     requires = dict(getattr(profile, "requires", {}) or {})
     return {
         "name": profile.name,
@@ -50,7 +50,7 @@ def run(ctx: Ctx) -> StageResult:
         if profile is None:
             rejected.append({"name": entry.name, "problems": [str(p) for p in problems]})
             continue
-        rows.append(_row(profile, entry.source))
+        rows.append(candidate_row(profile, entry.source))
     if wanted:  # the order given on the command line
         rows.sort(key=lambda r: wanted.index(r["name"]))
     if not rows:

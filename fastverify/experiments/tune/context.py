@@ -51,6 +51,8 @@ class Ctx:
     plan: dict[str, Any] = field(default_factory=dict)
     serving_before: dict[str, Any] = field(default_factory=dict)  # {profile, mode} at start
     results: dict[str, StageResult] = field(default_factory=dict)  # finished stages
+    stage: str | None = None  # the stage running now (for progress and its ETA)
+    stage_t0: float = 0.0  # when it started (time.monotonic)
 
     def data(self, name: str) -> dict[str, Any]:
         r = self.results.get(name)

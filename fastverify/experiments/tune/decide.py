@@ -49,6 +49,7 @@ def options(confirm: Mapping[str, Any], trial_rows: Sequence[Mapping[str, Any]])
                 "ci95": r.get("ci95"),
                 "samples": r.get("samples") or [],
                 "break_even": be.get(r["profile"]),
+                "per_request": r.get("per_request_tokens_per_second_mean"),
             }
         )
         if measured and measured.get("profile") == r["profile"]:
@@ -222,7 +223,8 @@ def run(ctx: Ctx) -> StageResult:
                     {
                         "profile": win["profile"],
                         "tokens_per_second": base["tokens_per_second"],
-                        "per_request_tokens_per_second": base["tokens_per_second"],
+                        "per_request_tokens_per_second": base.get("per_request")
+                        or base["tokens_per_second"],
                         "accept_length": accept,
                     },
                 )

@@ -89,10 +89,12 @@ def derive_tuner(ctx: Ctx) -> StageResult:
         return StageResult("failed", f"tuner derivation: {exc}")
     ctx.journal.record_time("derive_tuner", time.monotonic() - t0)
     profile = _load([name])[0]
-    from fastverify.experiments.tune.candidates import _row
+    from fastverify.experiments.tune.candidates import candidate_row
 
     return StageResult(
-        "done", None, {"candidate": _row(profile, "derived"), "report": report, "lines": lines}
+        "done",
+        None,
+        {"candidate": candidate_row(profile, "derived"), "report": report, "lines": lines},
     )
 
 

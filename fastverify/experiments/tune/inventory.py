@@ -42,6 +42,23 @@ def package_versions(python: str) -> dict[str, str | None] | str:
         return f"cannot ask {python or sys.executable}: {exc}"
 
 
+_TORCH_NCCL = (
+    "import json, torch\n"
+    "v = torch.cuda.nccl.version() if torch.cuda.is_available() else None\n"
+    "print(json.dumps('.'.join(map(str, v)) if isinstance(v, tuple) else v))\n"
+)
+
+
+def torch_nccl_version(python: str) -> str | None:
+    """The NCCL torch was built with, asked in a subprocess (torch is never imported here)."""
+    try:
+        proc = subprocess.run([python or sys.executable, "-c", _TORCH_NCCL], capture_output=True,
+                              text=True, timeout=90, check=False)  # fmt: skip
+        return json.loads(proc.stdout) if proc.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+
+
 def possible_backends(topology: Any, gpus: int, tp_size: int) -> list[dict[str, Any]]:
     """The TP all-reduce backends SGLang 0.5.23 could use here (REFERENCE.md), as far as
     topology and GPU count tell.
@@ -133,6 +150,8 @@ def run(ctx: Ctx) -> StageResult:
     )
     gpus = visible_gpus()
     versions = package_versions(python)
+    if isinstance(versions, dict) and versions.get("torch") and gpus:
+        versions["nccl (torch)"] = torch_nccl_version(python)
     topo = report.topology
     data = {
         "engine": {
@@ -156,7 +175,7 @@ def run(ctx: Ctx) -> StageResult:
         "backends": possible_backends(topo, gpus, tp),
     }
     ver = versions if isinstance(versions, dict) else {}
-    nccl = ver.get("nvidia-nccl-cu13") or ver.get("nvidia-nccl-cu12")
+    nccl = ver.get("nccl (torch)") or ver.get("nvidia-nccl-cu13") or ver.get("nvidia-nccl-cu12")
     ctx.emit(
         f"inventory: engine {engine.get('name')} TP {tp}, {gpus} GPU(s), "
         f"topology {data['topology_summary']}, doctor {report.worst}, sglang "

@@ -131,8 +131,38 @@ def run(
     on_event: Callable[[Event], None] | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) the tune; returns the `--json` document (also DIR/decision.json)."""
-    emit_event = on_event or (lambda _e: None)
-    status = _wait_idle(client, cfg.switch_timeout_s, emit_event)
+    emit = on_event or (lambda _e: None)
+    status = _wait_idle(client, cfg.switch_timeout_s, emit)
+    jr, cfg, start = _open(status, cfg, resume)
+    ctx, shown_plan = _context(client, cfg, jr, start, emit)
+    emit(
+        {
+            "event": "plan",
+            "plan": ctx.plan,
+            "resumed": resume,
+            "journal": str(jr.path),
+            "output": str(ctx.out),
+        }
+    )
+    for index, (name, fn) in enumerate(STAGES, 1):
+        where = {"event": "stage", "name": name, "index": index, "total": len(STAGES)}
+        if name in ctx.results:
+            emit({**where, "status": "finished earlier"})
+            continue
+        res = _run_stage(ctx, name, fn, where, emit)
+        if res.status == "failed" and name not in OPTIONAL:
+            break
+    result = _result(ctx, jr, start, ctx.out, shown_plan)
+    if all(n in ctx.results and ctx.results[n].status != "failed" for n, _ in STAGES):
+        jr.append({"event": "end", "decision": result["decision"]})
+    return result
+
+
+def _open(
+    status: dict[str, Any], cfg: TuneConfig, resume: bool
+) -> tuple[journal.Journal, TuneConfig, dict[str, Any]]:
+    """The journal, the options and the start record (with what served before the tune):
+    the unfinished tune's when resuming, else a new tune's (checked first)."""
     jr = journal.Journal(tune_dir(status))
     if resume:
         start = jr.start_record()
@@ -160,114 +190,90 @@ def run(
         )
         start = jr.start_record()
     assert start is not None
-    serving_rec = next((r for r in jr.records if r.get("event") == "serving"), {})
-    start = dict(start, serving=serving_rec.get("serving"))
+    serving = next((r for r in jr.records if r.get("event") == "serving"), {})
+    return jr, cfg, dict(start, serving=serving.get("serving"))
+
+
+def _context(
+    client: Any,
+    cfg: TuneConfig,
+    jr: journal.Journal,
+    start: dict[str, Any],
+    emit: Callable[[Event], None],
+) -> tuple[Ctx, dict[str, Any]]:
+    """The stages' context with the finished stages restored and the plan made (a resumed
+    tune keeps the finalists and trials it planned); also the plan the report shows."""
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    current: dict[str, Any] = {"stage": None, "t0": time.monotonic()}
-
-    def line(text: str) -> None:
-        emit_event(
-            {
-                "event": "line",
-                "stage": current["stage"],
-                "text": text,
-                "eta_s": plan.remaining_s(
-                    ctx.plan, current["stage"], time.monotonic() - current["t0"]
-                ),
-            }
-        )
-
     ctx = Ctx(
         cfg=cfg,
         client=client,
         journal=jr,
         out=out,
-        emit=line,
+        emit=lambda _t: None,
         serving_before=start.get("serving") or {},
     )
+
+    def line(text: str) -> None:
+        elapsed = time.monotonic() - ctx.stage_t0
+        emit(
+            {
+                "event": "line",
+                "stage": ctx.stage,
+                "text": text,
+                "eta_s": plan.remaining_s(ctx.plan, ctx.stage, elapsed),
+            }
+        )
+
+    ctx.emit = line
     for name, rec in jr.finished().items():
         ctx.results[name] = StageResult(rec["status"], rec.get("reason"), rec.get("data") or {})
     first = next((r["plan"] for r in jr.records if r.get("event") == "plan"), None)
-    if first is not None:  # a resumed tune keeps the finalists and trials it planned
+    if first is not None:
         fixed = (first["finalists"], first["trial_candidates"])
         ctx.plan = dict(_plan(ctx, list(ctx.results), fixed), budget_note=first["budget_note"])
     else:
         ctx.plan = _plan(ctx, list(ctx.results))
-    shown_plan = first or ctx.plan
-    jr.append({"event": "plan", "plan": ctx.plan, "resumed": resume})
-    emit_event(
+    jr.append({"event": "plan", "plan": ctx.plan, "resumed": first is not None})
+    return ctx, first or ctx.plan
+
+
+def _run_stage(
+    ctx: Ctx, name: str, fn: StageFn, where: dict[str, Any], emit: Callable[[Event], None]
+) -> StageResult:
+    """One stage, journaled before and after (a kill in between re-runs it on resume)."""
+    if name in ("trial", "confirm", "decide"):  # fresher load times for the ETA
+        fixed = (ctx.plan["finalists"], ctx.plan["trial_candidates"])
+        note = ctx.plan.get("budget_note")
+        ctx.plan = dict(_plan(ctx, list(ctx.results), fixed), budget_note=note)
+    ctx.stage, ctx.stage_t0 = name, time.monotonic()
+    ctx.journal.append({"event": "stage_started", "name": name})
+    emit({**where, "status": "started", "eta_s": plan.remaining_s(ctx.plan, name, 0.0)})
+    res = fn(ctx)
+    wall = time.monotonic() - ctx.stage_t0
+    if name in ("inventory", "candidates"):
+        ctx.journal.record_time(name, wall)
+    ctx.journal.append(
         {
-            "event": "plan",
-            "plan": ctx.plan,
-            "resumed": resume,
-            "journal": str(jr.path),
-            "output": str(out),
+            "event": "stage_finished",
+            "name": name,
+            "status": res.status,
+            "wall_s": wall,
+            "reason": res.reason,
+            "data": res.data,
         }
     )
-
-    for i, (name, fn) in enumerate(STAGES, 1):
-        if name in ctx.results:
-            emit_event(
-                {
-                    "event": "stage",
-                    "name": name,
-                    "index": i,
-                    "total": len(STAGES),
-                    "status": "finished earlier",
-                }
-            )
-            continue
-        if name in ("trial", "confirm", "decide"):  # fresher load times for the ETA
-            fixed = (ctx.plan["finalists"], ctx.plan["trial_candidates"])
-            ctx.plan = dict(
-                _plan(ctx, list(ctx.results), fixed), budget_note=ctx.plan.get("budget_note")
-            )
-        current.update(stage=name, t0=time.monotonic())
-        jr.append({"event": "stage_started", "name": name})
-        emit_event(
-            {
-                "event": "stage",
-                "name": name,
-                "index": i,
-                "total": len(STAGES),
-                "status": "started",
-                "eta_s": plan.remaining_s(ctx.plan, name, 0.0),
-            }
-        )
-        res = fn(ctx)
-        wall = time.monotonic() - current["t0"]
-        if name in ("inventory", "candidates"):
-            jr.record_time(name, wall)
-        jr.append(
-            {
-                "event": "stage_finished",
-                "name": name,
-                "status": res.status,
-                "wall_s": wall,
-                "reason": res.reason,
-                "data": res.data,
-            }
-        )
-        ctx.results[name] = res
-        emit_event(
-            {
-                "event": "stage",
-                "name": name,
-                "index": i,
-                "total": len(STAGES),
-                "status": res.status,
-                "wall_s": wall,
-                "reason": res.reason,
-                "eta_s": plan.remaining_s(ctx.plan, name, 1e18),
-            }
-        )
-        if res.status == "failed" and name not in OPTIONAL:
-            break
-    result = _result(ctx, jr, start, out, shown_plan)
-    if all(n in ctx.results and ctx.results[n].status != "failed" for n, _ in STAGES):
-        jr.append({"event": "end", "decision": result["decision"]})
-    return result
+    ctx.results[name] = res
+    emit(
+        {
+            **where,
+            "status": res.status,
+            "wall_s": wall,
+            "reason": res.reason,
+            "eta_s": plan.remaining_s(ctx.plan, name, float("inf")),
+        }
+    )
+    return res
 
 
 def _result(
