@@ -14,6 +14,13 @@ from typing import Any
 
 from fastverify.experiments.tune.context import Ctx, StageResult, TuneConfig
 
+
+def to_json(report: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(report, indent=2, default=str)
+
+
 SLOWER = 1.25
 DECODE_MAX_TOKENS = 64
 
@@ -117,7 +124,6 @@ def decode_scores(report: dict[str, Any]) -> dict[str, float]:
 
 
 def preflight(ctx: Ctx) -> StageResult:
-    from fastverify.cli.output import to_json
     from fastverify.experiments.preflight import run as pf
 
     if reason := host_skips(ctx.cfg).get("preflight"):
@@ -166,7 +172,6 @@ def preflight(ctx: Ctx) -> StageResult:
 
 
 def rehearse(ctx: Ctx) -> StageResult:
-    from fastverify.cli.output import to_json
     from fastverify.experiments.preflight import run as pf
     from fastverify.experiments.rehearse import run as rh
 
