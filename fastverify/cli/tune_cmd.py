@@ -220,6 +220,13 @@ def _profiles(value: str | None) -> tuple[str, ...]:
     type=float,
     help="Seconds to wait for one load.",
 )
+@click.option(
+    "--backend",
+    type=click.Choice(["nccl", "gloo"]),
+    default="nccl",
+    hidden=True,
+    help="gloo: preflight and rehearse on two CPU ranks (tests).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the decision document as JSON.")
 @click.pass_context
 def tune(
@@ -239,6 +246,7 @@ def tune(
     input_len: int,
     output_len: int,
     switch_timeout: float,
+    backend: str,
     as_json: bool,
 ) -> None:
     """Decide which profile, backend and mode this host should serve, and apply it."""
@@ -261,6 +269,7 @@ def tune(
         input_len=input_len,
         output_len=output_len,
         switch_timeout_s=switch_timeout,
+        backend=backend,
     )
     client = ControlClient(ctx.obj.get("socket") if ctx.obj else None, timeout=switch_timeout)
     with Progress() as progress:

@@ -335,3 +335,31 @@ def test_resume_after_the_daemon_was_killed_mid_trial(tmp_path: Path) -> None:
     assert res["decision"]["applied"]
     assert (st["profile"], st["mode"]) == (res["decision"]["profile"], res["decision"]["mode"])
     assert res["decision"]["profile"] == "ring-ll-8ch"  # the cost model's faster of the two
+
+
+def test_preflight_and_rehearse_run_inside_tune_on_cpu_ranks(tmp_path: Path) -> None:
+    """The GPU stages' wiring, on the hidden gloo backend (two CPU ranks, as `preflight
+    --backend gloo` and `rehearse --backend gloo` test theirs): preflight keeps the
+    profiles, rehearse ranks them and the trial is set beside the rehearsal."""
+    pytest.importorskip("torch")
+    model = REPO / "examples" / "model-configs" / "tiny-dense.json"
+    with DaemonHarness(tmp_path, tp_size=2, sim_load_seconds=0.5, config=CONFIG) as d:
+        proc = d.ctl("tune", "--backend", "gloo", "--model-config", str(model), "--profiles",
+                     "nccl-default,ring-ll", "--finalists", "1", "--accept-length", "2.0",
+                     "--json", "--output", str(tmp_path / "out"), *MEASURE,
+                     timeout=900)  # fmt: skip
+        journal = _journal(d)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stages = {s["name"]: s for s in json.loads(proc.stdout)["stages"]}
+    assert stages["preflight"]["status"] == "done" and stages["rehearse"]["status"] == "done"
+    assert "gloo" in stages["derive_tuner"]["reason"]
+    done = {r["name"]: r["data"] for r in journal if r.get("event") == "stage_finished"}
+    assert {r["profile"] for r in done["preflight"]["table"]} == {"nccl-default", "ring-ll"}
+    assert sorted(done["rehearse"]["ranked"]) == ["nccl-default", "ring-ll"]
+    # tiny-dense: 3 layers at TP 2 -> 2 x 3 + 1 all-reduces per verify in the rehearsal
+    assert all(r["allreduce_per_verify"] == 7 for r in done["rehearse"]["table"])
+    assert done["trial"]["compared_with_rehearsal"] is True
+    # the sim's 122 per step against the tiny model's 7: named as a disagreement
+    assert any("all-reduces per step" in x for x in done["trial"]["disagreements"])
+    assert (tmp_path / "out" / "preflight.json").exists()
+    assert (tmp_path / "out" / "rehearse.json").exists()

@@ -23,6 +23,9 @@ def to_json(report: dict[str, Any]) -> str:
 
 SLOWER = 1.25
 DECODE_MAX_TOKENS = 64
+# the gloo backend (CPU ranks, tests only): a few small sizes and replays
+GLOO_PREFLIGHT = {"tokens": (1, 4, 16), "iters": 5, "warmup": 1, "graph_ops": 0}
+GLOO_REHEARSE = {"steps": 2, "warmup": 1}
 
 
 def skip_reasons(cfg: TuneConfig, gpus: int, torch_ok: bool) -> dict[str, str]:
@@ -45,6 +48,10 @@ def skip_reasons(cfg: TuneConfig, gpus: int, torch_ok: bool) -> dict[str, str]:
 def host_skips(cfg: TuneConfig) -> dict[str, str]:
     from fastverify.experiments.preflight.run import torch_available, visible_gpus
 
+    if cfg.backend == "gloo":  # two CPU ranks (tests); a tuner needs real GPU timings
+        out = skip_reasons(cfg, 2, torch_available())
+        out.setdefault("derive_tuner", "gloo backend: no GPU timings to derive a tuner from")
+        return out
     gpus = visible_gpus()
     return skip_reasons(cfg, gpus, torch_available() if gpus else False)
 
@@ -130,7 +137,10 @@ def preflight(ctx: Ctx) -> StageResult:
         return StageResult("skipped", reason)
     rows = candidates(ctx)
     cfg = pf.PreflightConfig(
-        extra_env=pf.daemon_extra_env(), logs_dir=str(ctx.out / "preflight-logs")
+        extra_env=pf.daemon_extra_env(),
+        logs_dir=str(ctx.out / "preflight-logs"),
+        backend=ctx.cfg.backend,
+        **(GLOO_PREFLIGHT if ctx.cfg.backend == "gloo" else {}),
     )
     try:
         report = pf.run_preflight(_load([r["name"] for r in rows]), cfg, on_event=ctx.emit)
@@ -185,6 +195,8 @@ def rehearse(ctx: Ctx) -> StageResult:
         accept_length_source="command line (--accept-length)" if ctx.cfg.accept_length else None,
         extra_env=pf.daemon_extra_env(),
         logs_dir=str(ctx.out / "rehearse-logs"),
+        backend=ctx.cfg.backend,
+        **(GLOO_REHEARSE if ctx.cfg.backend == "gloo" else {}),
     )
     try:
         report = rh.run_rehearsal(_load(names), cfg, on_event=ctx.emit)
