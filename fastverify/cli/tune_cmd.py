@@ -246,6 +246,7 @@ def tune(
     input_len: int,
     output_len: int,
     switch_timeout: float,
+    env_pairs: tuple[str, ...],
     backend: str,
     as_json: bool,
 ) -> None:
@@ -254,6 +255,9 @@ def tune(
     from fastverify.experiments.tune.context import TuneConfig
     from fastverify.experiments.tune.pipeline import TuneError, run
 
+    bad = [e for e in env_pairs if "=" not in e or e.startswith("=")]
+    if bad:
+        fail(f"--env expects KEY=VALUE, got {bad[0]!r}", EXIT_USAGE)
     cfg = TuneConfig(
         model_config=model_config,
         draft_config=draft_config,
@@ -270,6 +274,7 @@ def tune(
         output_len=output_len,
         switch_timeout_s=switch_timeout,
         backend=backend,
+        env=env_pairs,
     )
     client = ControlClient(ctx.obj.get("socket") if ctx.obj else None, timeout=switch_timeout)
     with Progress() as progress:

@@ -27,6 +27,7 @@ class TuneConfig:
     output_len: int = 256
     trace_steps: int = 5
     switch_timeout_s: float = 1800.0
+    env: tuple[str, ...] = ()  # KEY=VALUE on top of every profile in preflight/rehearse/derive
     backend: str = "nccl"  # "gloo": preflight/rehearse on CPU ranks, for tests (hidden flag)
 
     def describe(self) -> dict[str, Any]:

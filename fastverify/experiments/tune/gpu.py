@@ -56,6 +56,18 @@ def host_skips(cfg: TuneConfig) -> dict[str, str]:
     return skip_reasons(cfg, gpus, torch_available() if gpus else False)
 
 
+def extra_env(ctx: Ctx) -> dict[str, str]:
+    """What preflight, rehearse and the derivation add to every profile: the daemon
+    config's extras (as the server gets them) and `--env KEY=VALUE`."""
+    from fastverify.experiments.preflight import run as pf
+
+    out = pf.daemon_extra_env()
+    for item in ctx.cfg.env:
+        key, _, value = item.partition("=")
+        out[key] = value
+    return out
+
+
 def candidates(ctx: Ctx) -> list[dict[str, Any]]:
     """The candidate rows so far: the candidates stage's plus a derived tuner profile."""
     rows = list(ctx.data("candidates").get("candidates", []))
@@ -90,7 +102,7 @@ def derive_tuner(ctx: Ctx) -> StageResult:
             sizes=dt.sizes_from_tokens(dt.DEFAULT_TOKENS),
             rounds=3,
             channels=dt.DEFAULT_CHANNELS,
-            extra_env=pf.daemon_extra_env(),
+            extra_env=extra_env(ctx),
             tuner_dir=None,
             fresh=False,
             backend="nccl",
@@ -137,7 +149,7 @@ def preflight(ctx: Ctx) -> StageResult:
         return StageResult("skipped", reason)
     rows = candidates(ctx)
     cfg = pf.PreflightConfig(
-        extra_env=pf.daemon_extra_env(),
+        extra_env=extra_env(ctx),
         logs_dir=str(ctx.out / "preflight-logs"),
         backend=ctx.cfg.backend,
         **(GLOO_PREFLIGHT if ctx.cfg.backend == "gloo" else {}),
@@ -193,7 +205,7 @@ def rehearse(ctx: Ctx) -> StageResult:
         draft_config=ctx.cfg.draft_config,
         accept_length=ctx.cfg.accept_length,
         accept_length_source="command line (--accept-length)" if ctx.cfg.accept_length else None,
-        extra_env=pf.daemon_extra_env(),
+        extra_env=extra_env(ctx),
         logs_dir=str(ctx.out / "rehearse-logs"),
         backend=ctx.cfg.backend,
         **(GLOO_REHEARSE if ctx.cfg.backend == "gloo" else {}),
