@@ -221,6 +221,14 @@ def _profiles(value: str | None) -> tuple[str, ...]:
     help="Seconds to wait for one load.",
 )
 @click.option(
+    "--env",
+    "env_pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Variables on top of every profile in preflight, rehearse and the tuner derivation "
+    "(as their --env; repeatable).",
+)
+@click.option(
     "--backend",
     type=click.Choice(["nccl", "gloo"]),
     default="nccl",
