@@ -7,7 +7,9 @@
 - its decided profile against an exhaustive real-weights sweep of every shipped profile in
   both modes on the same engine (within 3% of the best; slow);
 - resume after SIGKILL of the tune process in the middle of its trial (waits on the
-  journal file), skipping the finished stages;
+  journal file), skipping the finished stages; after the daemon was killed (exit 3); after
+  Ctrl-C (exit 130);
+- preflight and rehearse inside tune on CPU ranks (the hidden gloo backend);
 - a budget too small for the plan: one finalist, one trial, and `--no-apply` puts back
   what served before.
 
@@ -363,3 +365,27 @@ def test_preflight_and_rehearse_run_inside_tune_on_cpu_ranks(tmp_path: Path) -> 
     assert any("all-reduces per step" in x for x in done["trial"]["disagreements"])
     assert (tmp_path / "out" / "preflight.json").exists()
     assert (tmp_path / "out" / "rehearse.json").exists()
+
+
+def test_ctrl_c_then_resume(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with DaemonHarness(tmp_path, tp_size=TP, sim_load_seconds=1.0, config=CONFIG) as d:
+        proc = _popen_tune(d, "--profiles", "nccl-default,ring-ll-8ch", "--finalists", "1",
+                           "--accept-length", "2.0", "--output", str(out), *MEASURE)  # fmt: skip
+        results = out / "trial" / "results.jsonl"
+        try:
+            d.wait_for(lambda: results.exists() and '"measurement"' in results.read_text(),
+                       timeout=600, what="the tune's trial to measure once")  # fmt: skip
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 130, err[-2000:]
+        assert "fastverifyctl tune --resume" in err
+        again = d.ctl("tune", "--resume", "--json", timeout=900)
+        assert again.returncode == 0, again.stderr[-3000:]
+        res = json.loads(again.stdout)
+    assert res["decision"]["profile"] == "ring-ll-8ch" and res["decision"]["applied"]
+    assert [s["status"] for s in res["stages"]].count("failed") == 0
