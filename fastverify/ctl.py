@@ -62,6 +62,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fastverify.cli.experiment_cmds:preflight",
         "NCCL all-reduce + CUDA-graph check per profile, no model.",
     ),
+    "tune": (
+        "fastverify.cli.tune_cmd:tune",
+        "From a new host to a decided, applied profile, mode and backend.",
+    ),
     "rehearse": (
         "fastverify.cli.rehearse_cmd:rehearse",
         "Does speculation pay? Verify cycle per profile, no model.",

@@ -50,6 +50,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/v1/cancel": ("POST",),
     "/v1/baselines": ("GET", "POST"),
     "/v1/trace/capture": ("POST",),
+    "/v1/decision": ("GET", "POST"),
 }
 
 # field -> (types, required)
@@ -94,6 +95,16 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "concurrency": ((int,), False),
     },
     "/v1/trace/capture": {"steps": ((int,), False)},
+    "/v1/decision": {  # fastverifyctl tune (fastverify.daemon.decision)
+        "profile": ((str,), True),
+        "mode": ((str,), True),
+        "backend": ((str,), True),
+        "applied": (_BOOL, True),
+        "why": ((str,), True),
+        "report": ((str,), False),
+        "accept_length": (_NUM, False),
+        "tokens_per_second": (_NUM, False),
+    },
 }
 
 
@@ -366,6 +377,13 @@ class Handler(BaseHTTPRequestHandler):
         if body.get("accept_length") is not None and body["accept_length"] < 1:
             raise RequestError(422, "field 'accept_length' must be >= 1 (bonus token included)")
         self._send_json(200, self.api.set_baseline(body))
+
+    def h_decision(self, method: str, body: Any, query: dict[str, str]) -> None:
+        if method == "GET":
+            self._send_json(200, self.api.decision())
+            return
+        body = validate_body("/v1/decision", body)  # types; the facade checks values
+        self._send_json(200, self.api.record_decision(body))
 
     def h_trace_capture(self, method: str, body: Any, query: dict[str, str]) -> None:
         body = validate_body("/v1/trace/capture", body)

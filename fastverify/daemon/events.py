@@ -17,6 +17,7 @@ Crashed            the engine died (or lost a worker) after READY; counted by re
 OperationStarted   an operation (switch, mode, restart, ...) took the slot.
 OperationFinished  an operation ended: its result record (as answered to the client).
 BaselineRecorded   a baseline measurement was stored.
+DecisionRecorded   a tuning decision was stored (fastverifyctl tune).
 """
 
 from __future__ import annotations
@@ -140,6 +141,14 @@ class BaselineRecorded:
     concurrency: int | None = None  # concurrent requests it was measured at
 
 
+@dataclass(frozen=True)
+class DecisionRecorded:
+    profile: str
+    mode: str
+    backend: str
+    applied: bool
+
+
 Event = (
     StateChanged
     | EngineStarting
@@ -151,6 +160,7 @@ Event = (
     | OperationStarted
     | OperationFinished
     | BaselineRecorded
+    | DecisionRecorded
 )
 
 

@@ -9,6 +9,7 @@ controller's fields, the log ring or the exporter runtime itself.
     operate(kind, name, mode, *, force, queue, timeout_s, withdrawn, restart) -> Operation
     cancel() -> Operation | None
     baselines() -> dict                   set_baseline(body) -> dict
+    decision() -> dict                    record_decision(body) -> dict
     capture_trace(steps | None) -> dict
 """
 
@@ -255,6 +256,31 @@ class ControlFacade:
                 rec["concurrency"],
             )
         )
+        return rec
+
+    # ------------------------------------------------------------------ decision
+    def decision(self) -> dict[str, Any]:
+        return self.ctl.store.load_json("decision.json")
+
+    def record_decision(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Validate, persist (decision.json + a history record) and announce a tuning
+        decision (fastverify.daemon.decision). RequestError(422) names every bad field."""
+        from fastverify.daemon import decision as dec
+
+        problems = dec.check_decision(body, self._profile_problem)
+        if problems:
+            raise RequestError(
+                422,
+                "; ".join(f"field {k!r}: {v}" for k, v in problems.items()),
+                fields=problems,
+                reason="invalid_decision",
+            )
+        rec = dec.decision_record(body)
+        with self.ctl._lock:
+            self.ctl.store.save_json("decision.json", rec)
+            self.ctl.store.append_journal(dec.history_record(rec))
+        self.ctl.bus.publish(ev.DecisionRecorded(rec["profile"], rec["mode"], rec["backend"],
+                                                 bool(rec["applied"])))  # fmt: skip
         return rec
 
     def _profile_problem(self, name: str) -> str | None:

@@ -146,6 +146,8 @@ class ExporterFeed:
                 e.measured_at,
                 e.concurrency,
             )
+        elif isinstance(e, ev.DecisionRecorded):
+            hub.set_decision(e.profile, e.mode, e.backend, e.applied)
 
 
 class LiveFigures:

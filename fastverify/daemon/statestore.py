@@ -10,6 +10,7 @@
   restarted after kill -9 can find its engine and never mistake someone else's process
   for it.
 - `baselines.json`: measured baseline throughputs (POST /v1/baselines).
+- `decision.json`: the newest tuning decision (POST /v1/decision, `fastverifyctl tune`).
 
 Tolerance: a corrupted or truncated state.json is reported (kept as state.json.corrupt-N)
 and rebuilt from the last good switch record of the journal; unreadable journal lines
@@ -290,3 +291,19 @@ class StateStore:
     def save_baselines(self, data: dict[str, Any]) -> None:
         with self._lock:
             atomic_write_json(self.baselines_path, data)
+
+    # -- small JSON documents (decision.json) ----------------------------------------------
+    def load_json(self, name: str) -> dict[str, Any]:
+        path = self.dir / name
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return data if isinstance(data, dict) else {}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            self.findings.append(f"{path} is unreadable ({exc}); ignored")
+            return {}
+
+    def save_json(self, name: str, data: dict[str, Any]) -> None:
+        with self._lock:
+            atomic_write_json(self.dir / name, data)

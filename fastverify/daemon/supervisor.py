@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 from fastverify.daemon.controller import Controller
-from fastverify.daemon.events import BaselineRecorded, EventBus
+from fastverify.daemon.events import BaselineRecorded, DecisionRecorded, EventBus
 from fastverify.daemon.facade import ControlFacade, baseline_records
 from fastverify.daemon.launcher import Launcher
 from fastverify.daemon.logs import LogRing
@@ -91,7 +91,8 @@ class Supervisor:
         return self.api.status()
 
     def startup(self) -> None:
-        """Baselines to the exporter, then restore, reconcile and start (reconcile.py)."""
+        """Baselines and the last tuning decision to the exporter, then restore, reconcile
+        and start (reconcile.py)."""
         for rec in baseline_records(self.store.load_baselines()):
             with contextlib.suppress(KeyError, TypeError, ValueError):
                 conc = rec.get("concurrency")
@@ -104,6 +105,12 @@ class Supervisor:
                         int(conc) if isinstance(conc, int) and not isinstance(conc, bool) else None,
                     )
                 )
+        decision = self.store.load_json("decision.json")
+        with contextlib.suppress(KeyError, TypeError):
+            if decision:
+                self.bus.publish(DecisionRecorded(decision["profile"], decision["mode"],
+                                                  decision["backend"],
+                                                  bool(decision["applied"])))  # fmt: skip
         start_up(self.ctl)
 
     def tick(self) -> None:

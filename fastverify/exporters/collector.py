@@ -12,7 +12,8 @@ logs            NCCL's own view (version, "set by environment", TUNING choices, 
                 log lines read
 traces          verify-cycle histogram and per-window gauges, all-reduce calls, windows
 inspector       NCCL inspector all-reduce time, bandwidth, message size
-daemon          engine restarts, profile switches, engine start seconds
+daemon          engine restarts, profile switches, engine start seconds, the last tuning
+                decision (fastverify_decision_info{profile,mode,backend,applied})
 (every source)  fastverify_source_up{source} (1: its last attempt worked) and
                 fastverify_source_last_success_timestamp_seconds{source}
 
@@ -276,7 +277,15 @@ def inspector_families(s: dict[str, Any]) -> list[Metric | None]:
 
 
 def daemon_families(s: dict[str, Any]) -> list[Metric | None]:
+    decision = None
+    if s.get("decision"):
+        decision = InfoMetricFamily(
+            "fastverify_decision",
+            "The last tuning decision (fastverifyctl tune): profile, mode, all-reduce backend",
+        )
+        decision.add_metric([], s["decision"])
     return [
+        decision,
         _counter("fastverify_engine_restarts", "Engine restarts by reason", "reason",
                  s["restarts"]),
         _counter("fastverify_profile_switches", "Profile switches by result", "result",

@@ -165,6 +165,8 @@ class MetricsHub:
         self._nccl_tuning: dict[tuple[str, int], tuple[str, str, str]] = {}
         # baselines by (profile, concurrency) (persisted by the daemon; the hub only holds them)
         self._baselines: dict[tuple[str, int | None], Baseline] = {}
+        # the last tuning decision (fastverifyctl tune; persisted by the daemon)
+        self._decision: dict[str, str] | None = None
 
     def now(self) -> float:
         """The hub's clock (unix seconds)."""
@@ -299,6 +301,13 @@ class MetricsHub:
                 float(measured_at),
                 conc,
             )
+            self.version += 1
+
+    def set_decision(self, profile: str, mode: str, backend: str, applied: bool) -> None:
+        """The newest tuning decision (`fastverify_decision_info`)."""
+        with self._lock:
+            self._decision = {"profile": profile, "mode": mode, "backend": backend,
+                              "applied": "true" if applied else "false"}  # fmt: skip
             self.version += 1
 
     def on_trace_analysis(self, analysis: Mapping[str, Any]) -> None:
@@ -533,6 +542,7 @@ class MetricsHub:
                 "breakeven_accept_length": None if spec is None else spec.breakeven_accept_length,
                 "speedup_estimate": None if spec is None else spec.speedup_estimate,
                 "baselines": dict(self._baselines),
+                "decision": dict(self._decision) if self._decision else None,
                 "trace": dict(self._trace) if self._trace else None,
                 "inspector": dict(self._inspector) if self._inspector else None,
                 "nccl_version": self._nccl_version,

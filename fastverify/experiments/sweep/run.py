@@ -87,6 +87,7 @@ class SweepConfig:
     then_confirm: int = 0  # reload the best N with real weights and measure them
     traces: bool = True  # capture a profile window per profile in a trial
     trace_steps: int = 5
+    restore: bool = True  # put back what served before (False: leave the last one; `tune`)
 
     @property
     def trial(self) -> bool:
@@ -790,6 +791,8 @@ class Sweep:
         """--apply-best: switch to the winner; else restore what was active before."""
         if self.cfg.apply_best and best is not None:
             target, why = (best["profile"], best["mode"]), "applied best"
+        elif not self.cfg.restore:  # the caller decides what serves next (no extra load)
+            return {"action": "none"}
         elif original[0]:
             target, why = original, "restored"
         else:

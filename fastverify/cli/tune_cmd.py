@@ -1,0 +1,326 @@
+"""`fastverifyctl tune`: the plan, the funnel's progress, the decision and its report.
+
+Imports stay light (fastverify.experiments.tune only inside the command; rich only on a
+terminal; matplotlib only for the report's plots). On a terminal, progress shows the
+stage and an ETA; piped, one line per event on stderr. `--json` prints the decision
+document on stdout (the same as DIR/decision.json).
+
+Exit codes: 0 decided (and applied unless --no-apply); 1 a stage failed or the decision
+could not be applied; 2 usage (bad option, unknown profile, output dir in use, nothing to
+resume); 3 daemon unreachable (continue with --resume); 130 interrupted (--resume).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import click
+
+from fastverify.cli.output import (
+    EXIT_INTERRUPTED,
+    EXIT_PROBLEMS,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    emit_json,
+    fail,
+    table,
+)
+
+
+def _mmss(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = round(seconds)
+    return f"{s // 60}:{s % 60:02d}"
+
+
+def plan_lines(plan: dict[str, Any]) -> list[str]:
+    """The plan as text (printed before any load)."""
+    out = ["plan (estimates; 'default' = nothing recorded on this host yet):"]
+    for s in plan["stages"]:
+        what = s["units"] if s["will_run"] else (s.get("skip_reason") or s.get("note"))
+        state = "" if s["will_run"] else ("  [skip] " if s.get("skip_reason") else "  [done] ")
+        out.append(
+            f"  {s['name']:<13}{state}{_mmss(s['estimate_s']):>7}  {what}"
+            + (f"  ({s['source']})" if s["will_run"] else "")
+            + (f"; {s['note']}" if s["will_run"] and s.get("note") else "")
+        )
+    budget = plan.get("budget_s")
+    out.append(
+        f"  total ~{plan['total_s'] / 60:.1f} min"
+        + (f" (budget {budget / 60:.1f} min)" if budget else "")
+        + f"; loads planned: {plan['loads']['real']} real, {plan['loads']['dummy']} "
+        f"dummy; finalists {plan['finalists']}, trial candidates "
+        f"{plan['trial_candidates']}"
+    )
+    if plan.get("budget_note"):
+        out.append(f"  {plan['budget_note']}")
+    return out
+
+
+class Progress:
+    """Stage + ETA: a rich status line on a terminal, one stderr line per event otherwise."""
+
+    def __init__(self, quiet_plan: bool = False) -> None:
+        self.tty = sys.stderr.isatty()
+        self._live: Any = None
+        self._task: Any = None
+        self.stage = "starting"
+
+    def __enter__(self) -> Progress:
+        if self.tty:
+            from rich.console import Console
+            from rich.progress import Progress as Bar
+            from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._live = Bar(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self._live.__enter__()
+            self._task = self._live.add_task("tune: planning")
+        return self
+
+    def _note(self, text: str) -> None:
+        if self._live is not None:
+            self._live.console.print(text, highlight=False, markup=False)
+        else:
+            click.echo(text, err=True)
+
+    def __call__(self, e: dict[str, Any]) -> None:
+        kind = e["event"]
+        if kind == "plan":
+            if e.get("resumed"):
+                self._note(
+                    f"resuming the tune in {e['journal']} (with the options it started with)"
+                )
+            for line in plan_lines(e["plan"]):
+                self._note(line)
+            self._note(f"journal: {e['journal']}; output: {e['output']}")
+            return
+        eta = f"ETA {_mmss(e.get('eta_s'))}"
+        if kind == "stage":
+            self.stage = f"[{e['index']}/{e['total']}] {e['name']}"
+            st = e["status"]
+            if st == "started":
+                text = f"{self.stage}: started ({eta})"
+            elif st == "finished earlier":
+                text = f"{self.stage}: finished earlier, not run again"
+            else:
+                text = (
+                    f"{self.stage}: {st} in {e.get('wall_s', 0):.1f} s"
+                    + (f" ({e['reason']})" if e.get("reason") else "")
+                    + f"; {eta}"
+                )
+            self._note(text)
+        else:
+            text = f"{self.stage}: {e['text']}"
+            if self._live is None:
+                click.echo(f"{text} ({eta})" if e.get("eta_s") is not None else text, err=True)
+        if self._live is not None:
+            self._live.update(self._task, description=f"tune {self.stage} - {eta}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+
+
+def _profiles(value: str | None) -> tuple[str, ...]:
+    if not value or value.strip() == "all":
+        return ()
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    if len(set(names)) != len(names):
+        raise click.BadParameter(f"a profile is named twice in {value!r}")
+    return names
+
+
+@click.command()
+@click.option(
+    "--model-config",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="The target model's config.json (for rehearse; GPUs only).",
+)
+@click.option(
+    "--draft-config",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="The EAGLE-3 drafter's config.json (rehearse).",
+)
+@click.option(
+    "--accept-length",
+    type=click.FloatRange(min=1.0),
+    default=None,
+    help="Real EAGLE-3 accept length (default: one recorded with real weights, "
+    "else measured with one real EAGLE-3 load).",
+)
+@click.option(
+    "--profiles",
+    "profiles_opt",
+    default="all",
+    show_default=True,
+    help="Candidates: NAME,NAME,... or all (shipped + user).",
+)
+@click.option(
+    "--finalists",
+    default=2,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Profiles confirmed with real weights.",
+)
+@click.option(
+    "--budget",
+    "budget",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="MINUTES",
+    help="Lower the finalists (then the trial) to fit.",
+)
+@click.option(
+    "--apply/--no-apply",
+    default=True,
+    show_default=True,
+    help="Leave the decision serving (else put back what served before).",
+)
+@click.option(
+    "--output",
+    "-o",
+    "output_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Report directory (default: ./tune-YYYYmmdd-HHMMSS).",
+)
+@click.option("--resume", is_flag=True, help="Continue the unfinished tune of this host.")
+@click.option(
+    "--repeats",
+    default=3,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Measurements per profile and mode.",
+)
+@click.option(
+    "--duration",
+    default=20.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds per measurement.",
+)
+@click.option("--concurrency", "-c", default=1, show_default=True, type=click.IntRange(1))
+@click.option("--input-len", default=128, show_default=True, type=click.IntRange(1))
+@click.option("--output-len", default=256, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--switch-timeout",
+    default=1800.0,
+    show_default=True,
+    type=float,
+    help="Seconds to wait for one load.",
+)
+@click.option(
+    "--env",
+    "env_pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Variables on top of every profile in preflight, rehearse and the tuner derivation "
+    "(as their --env; repeatable).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["nccl", "gloo"]),
+    default="nccl",
+    hidden=True,
+    help="gloo: preflight and rehearse on two CPU ranks (tests).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the decision document as JSON.")
+@click.pass_context
+def tune(
+    ctx: click.Context,
+    model_config: str | None,
+    draft_config: str | None,
+    accept_length: float | None,
+    profiles_opt: str,
+    finalists: int,
+    budget: float | None,
+    apply: bool,
+    output_dir: str | None,
+    resume: bool,
+    repeats: int,
+    duration: float,
+    concurrency: int,
+    input_len: int,
+    output_len: int,
+    switch_timeout: float,
+    env_pairs: tuple[str, ...],
+    backend: str,
+    as_json: bool,
+) -> None:
+    """Decide which profile, backend and mode this host should serve, and apply it."""
+    from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+    from fastverify.experiments.tune.context import TuneConfig
+    from fastverify.experiments.tune.pipeline import TuneError, run
+
+    bad = [e for e in env_pairs if "=" not in e or e.startswith("=")]
+    if bad:
+        fail(f"--env expects KEY=VALUE, got {bad[0]!r}", EXIT_USAGE)
+    cfg = TuneConfig(
+        model_config=model_config,
+        draft_config=draft_config,
+        accept_length=accept_length,
+        profiles=_profiles(profiles_opt),
+        finalists=finalists,
+        budget_min=budget,
+        apply=apply,
+        output_dir=output_dir or time.strftime("tune-%Y%m%d-%H%M%S"),
+        repeats=repeats,
+        duration_s=duration,
+        concurrency=concurrency,
+        input_len=input_len,
+        output_len=output_len,
+        switch_timeout_s=switch_timeout,
+        backend=backend,
+        env=env_pairs,
+    )
+    client = ControlClient(ctx.obj.get("socket") if ctx.obj else None, timeout=switch_timeout)
+    with Progress() as progress:
+        try:
+            result = run(client, cfg, resume=resume, on_event=progress)
+        except TuneError as exc:
+            fail(f"tune: {exc}", EXIT_USAGE)
+        except DaemonUnavailable as exc:
+            fail(
+                f"{exc}\n(the tune's journal is kept: start the daemon and run "
+                "`fastverifyctl tune --resume`)",
+                EXIT_UNAVAILABLE,
+            )
+        except ApiError as exc:
+            fail(f"tune: the daemon answered {exc} (continue with --resume)", EXIT_PROBLEMS)
+        except KeyboardInterrupt:
+            fail("tune: interrupted; continue with `fastverifyctl tune --resume`", EXIT_INTERRUPTED)
+    d = result["decision"]
+    if as_json:
+        emit_json(result)
+    else:
+        table(
+            ("stage", "status", "wall s", "reason"),
+            [
+                (s["name"], s["status"], f"{s['wall_s']:.1f}", s["reason"] or "")
+                for s in result["stages"]
+            ],
+            title="tune",
+        )
+        click.echo(
+            f"decision: {d['profile']}/{d['mode']} backend {d['backend']} "
+            f"({'applied' if d['applied'] else 'not applied'})"
+        )
+        click.echo(f"why: {d['why']}")
+        click.echo(
+            f"loads: {result['loads']['real']} real, {result['loads']['dummy']} dummy; "
+            f"{result['wall_s'] / 60:.1f} min; report: {result['report']}"
+        )
+    failed = any(s["status"] == "failed" for s in result["stages"])
+    if failed or (apply and not d["applied"]):
+        sys.exit(EXIT_PROBLEMS)

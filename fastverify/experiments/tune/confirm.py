@@ -1,0 +1,119 @@
+"""Tune stage 6, confirm the finalists with real weights: the trial's best `finalists`
+baseline rows are reloaded with real weights and measured as a sweep measures (repeats,
+CI95, Welch), the trial's leader last, so that applying it costs no further load.
+
+EAGLE-3 gets a real-weights load of the leading finalist only when it could change the
+decision: no real accept length is known (none given, none recorded), or the trial puts
+EAGLE-3 within `UNSURE` of the baseline at the known accept length (or ahead of it). That
+run measures the accept length that then decides the mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastverify.experiments.tune import measure
+from fastverify.experiments.tune.context import Ctx, StageResult
+from fastverify.experiments.tune.trial import KEYS
+
+UNSURE = 0.10
+
+
+def accept_length(ctx: Ctx, profile: str | None) -> tuple[float | None, str]:
+    """The real accept length known before any real EAGLE-3 load, and its source."""
+    from fastverify.experiments.sweep import trial as sweep_trial
+
+    try:
+        recorded = ctx.client.get("/v1/baselines") or {}
+    except OSError:
+        recorded = {}
+    return sweep_trial.reference_accept_length(ctx.cfg.accept_length, recorded, profile)
+
+
+def eagle3_needed(accept: float | None, break_even: float | None) -> tuple[bool, str]:
+    """Whether a real EAGLE-3 load could change the mode, and why."""
+    if accept is None:
+        return True, "no real accept length known: measure it"
+    if break_even is None:
+        return False, "no EAGLE-3 trial figure for the leader (it failed or did not run)"
+    ratio = accept / break_even
+    if ratio < 1 - UNSURE:
+        return False, (
+            f"accept length {accept:.2f} < break-even {break_even:.2f} by "
+            f"x{ratio:.2f}: EAGLE-3 loses clearly, no real EAGLE-3 load"
+        )
+    return True, (
+        f"accept length {accept:.2f} vs break-even {break_even:.2f} (x{ratio:.2f}): "
+        "close or ahead, measured with real weights"
+    )
+
+
+def _view(r: dict[str, Any]) -> dict[str, Any]:
+    out = {k: r.get(k) for k in KEYS}
+    out.update(
+        samples=r.get("samples"),
+        vs_best=r.get("vs_best"),
+        weights=r.get("weights"),
+        accept_length_mean=r.get("accept_length_mean"),
+        per_request_tokens_per_second_mean=r.get("per_request_tokens_per_second_mean"),
+    )
+    return out
+
+
+def run(ctx: Ctx) -> StageResult:
+    trial_rows = ctx.data("trial").get("rows", [])
+    ranked = sorted(
+        (r for r in trial_rows if r["mode"] == "baseline" and r["status"] == "ok"),
+        key=lambda r: -r["tokens_per_second_mean"],
+    )
+    finalists = [r["profile"] for r in ranked[: int(ctx.plan.get("finalists") or 1)]]
+    if not finalists:
+        return StageResult("failed", "no finalist: nothing passed the trial")
+    order = list(reversed(finalists))  # the trial's leader last
+    ctx.emit(f"confirm with real weights: {', '.join(order)}")
+    report = measure.sweep(ctx, "confirm", order, load_format="auto", traces=False)
+    rows = [r for r in report["results"] if r["mode"] == "baseline"]
+    ok = [r for r in rows if r["status"] == "ok"]
+    data: dict[str, Any] = {
+        "finalists": finalists,
+        "order": order,
+        "rows": [_view(r) for r in rows],
+        "results_file": report["results_file"],
+        "eagle3": None,
+    }
+    if not ok:
+        return StageResult(
+            "failed",
+            "no finalist could be measured with real weights: "
+            + "; ".join(f"{r['profile']}: {r.get('reason')}" for r in rows),
+            data,
+        )
+    leader = max(ok, key=lambda r: r["tokens_per_second_mean"])["profile"]
+    be = next(
+        (
+            r.get("break_even_accept_length")
+            for r in trial_rows
+            if r["profile"] == leader and r["mode"] == "eagle3" and r["status"] == "ok"
+        ),
+        None,
+    )
+    accept, source = accept_length(ctx, leader)
+    need, why = eagle3_needed(accept, be)
+    data.update(
+        leader=leader,
+        accept_length=accept,
+        accept_length_source=source,
+        break_even_trial=be,
+        eagle3_why=why,
+    )
+    ctx.emit(f"confirm: leader {leader}; EAGLE-3: {why}")
+    if need:
+        rep = measure.sweep(ctx, "confirm-eagle3", [leader], mode="eagle3", traces=False)
+        row = next((r for r in rep["results"] if r["mode"] == "eagle3"), None)
+        if row is not None:
+            data["eagle3"] = _view(row)
+            if row["status"] == "ok" and row.get("accept_length_mean"):
+                data.update(
+                    accept_length=row["accept_length_mean"],
+                    accept_length_source=f"measured with real weights ({leader})",
+                )
+    return StageResult("done", None, data)

@@ -1,0 +1,255 @@
+"""Tune stage 7, decide and apply.
+
+Options: every confirmed finalist in baseline mode (real weights, CI95), and in EAGLE-3
+mode either as measured with real weights (the leader, when confirm ran it) or as
+predicted from the trial: confirmed baseline tok/s x accept length / the trial's
+break-even accept length. The fastest option wins; among options tied with it (Welch
+not significant) and within `TIE` of its mean, the one serving now is kept (no load).
+
+Apply: `POST /v1/profile {name, mode, wait}` (the daemon validates, restarts, verifies
+every process's environment or rolls back, as for any switch; `unchanged` when it
+already serves exactly that), then `POST /v1/decision` so the decision is in the
+daemon's history and on /metrics. `--no-apply` records the decision unapplied and puts
+back what served before the tune.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fastverify.experiments.common import stats
+from fastverify.experiments.tune.candidates import candidate_backend
+from fastverify.experiments.tune.context import Ctx, StageResult
+
+TIE = 0.03
+LOAD_KINDS = ("start", "switch", "mode", "restart", "crash_restart")
+
+
+def options(confirm: Mapping[str, Any], trial_rows: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """Every (profile, mode) the decision chooses from, with its evidence."""
+    accept = confirm.get("accept_length")
+    out: list[dict[str, Any]] = []
+    be = {
+        r["profile"]: r.get("break_even_accept_length")
+        for r in trial_rows
+        if r["mode"] == "eagle3" and r["status"] == "ok"
+    }
+    measured = confirm.get("eagle3")
+    for r in confirm.get("rows", []):
+        if r["status"] != "ok":
+            continue
+        out.append(
+            {
+                "profile": r["profile"],
+                "mode": "baseline",
+                "evidence": "measured",
+                "tokens_per_second": r["tokens_per_second_mean"],
+                "ci95": r.get("ci95"),
+                "samples": r.get("samples") or [],
+                "break_even": be.get(r["profile"]),
+                "per_request": r.get("per_request_tokens_per_second_mean"),
+            }
+        )
+        if measured and measured.get("profile") == r["profile"]:
+            if measured["status"] == "ok":
+                out.append(
+                    {
+                        "profile": r["profile"],
+                        "mode": "eagle3",
+                        "evidence": "measured",
+                        "tokens_per_second": measured["tokens_per_second_mean"],
+                        "ci95": measured.get("ci95"),
+                        "samples": measured.get("samples") or [],
+                        "accept_length": measured.get("accept_length_mean"),
+                        "break_even": be.get(r["profile"]),
+                    }
+                )
+        elif accept and be.get(r["profile"]):
+            out.append(
+                {
+                    "profile": r["profile"],
+                    "mode": "eagle3",
+                    "evidence": "predicted",
+                    "tokens_per_second": r["tokens_per_second_mean"] * accept / be[r["profile"]],
+                    "ci95": None,
+                    "samples": [],
+                    "accept_length": accept,
+                    "break_even": be[r["profile"]],
+                }
+            )
+    return sorted(out, key=lambda o: -o["tokens_per_second"])
+
+
+def choose(opts: list[dict[str, Any]], serving: tuple[str | None, str | None]) -> dict | None:
+    """The fastest option, or the serving one when it is tied with it (see TIE)."""
+    if not opts:
+        return None
+    best = opts[0]
+    for o in opts[1:]:
+        tied = (
+            o["samples"]
+            and best["samples"]
+            and stats.compare(best["samples"], o["samples"]) == "not significant"
+            and o["tokens_per_second"] >= best["tokens_per_second"] * (1 - TIE)
+        )
+        o["tied_with_best"] = bool(tied)
+        if tied and (o["profile"], o["mode"]) == serving:
+            o["kept_because"] = "tied with the fastest and already serving (no load)"
+            return o
+    return best
+
+
+def what_would_change(
+    winner: Mapping[str, Any], opts: Sequence[Mapping[str, Any]], accept: float | None
+) -> list[str]:
+    """Plain sentences: the accept length at which the other mode would win, and how close
+    the runner-up is."""
+    out = []
+    wt = winner["tokens_per_second"]
+    for o in opts:
+        be = o.get("break_even")
+        if o["mode"] != "baseline" or not be:
+            continue
+        base = o["tokens_per_second"]
+        need = be * wt / base  # EAGLE-3 on this profile = base x A / be; beats the winner above
+        if winner["mode"] == "baseline":
+            out.append(
+                f"EAGLE-3 on {o['profile']} would win at an accept length above "
+                f"{need:.2f} (break-even with its own baseline {be:.2f}"
+                + (f"; now {accept:.2f})" if accept else ")")
+            )
+        elif o["profile"] == winner["profile"]:
+            out.append(
+                f"the baseline of {o['profile']} would win below an accept length of "
+                f"{be:.2f}" + (f" (now {accept:.2f})" if accept else "")
+            )
+    others = [o for o in opts if o is not winner]
+    if others:
+        r = others[0]
+        verdict = "tied within noise" if r.get("tied_with_best") else "slower"
+        out.append(
+            f"runner-up {r['profile']}/{r['mode']} ({r['evidence']}): "
+            f"{r['tokens_per_second']:.1f} tok/s, x{r['tokens_per_second'] / wt:.3f} "
+            f"of the winner ({verdict})"
+        )
+    return out
+
+
+def count_loads(history: Sequence[Mapping[str, Any]], since: float) -> dict[str, int]:
+    """Engine starts the daemon journaled since `since`, per kind of weights: a record that
+    came up is one load, a rolled-back one two (the attempt and the rollback)."""
+    out = {"real": 0, "dummy": 0}
+    for r in history:
+        if r.get("kind") not in LOAD_KINDS or (r.get("started_at") or 0) < since:
+            continue
+        w = "dummy" if r.get("weights") == "dummy" else "real"
+        out[w] += 2 if r.get("result") == "rolled_back" else 1
+    return out
+
+
+def _switch(ctx: Ctx, profile: str, mode: str) -> dict[str, Any]:
+    from fastverify.client import ApiError
+
+    body = {"name": profile, "mode": mode, "wait": True}
+    try:
+        return ctx.client.post("/v1/profile", body, timeout=ctx.cfg.switch_timeout_s)
+    except ApiError as exc:
+        return {"result": "failed", **exc.body}
+
+
+def run(ctx: Ctx) -> StageResult:
+    from fastverify.client import ApiError
+    from fastverify.profiles.store import ProfileStore
+
+    confirm = ctx.data("confirm")
+    status = ctx.client.get("/v1/status")
+    serving = (
+        (status.get("profile"), status.get("mode")) if not status.get("trial") else (None, None)
+    )
+    opts = options(confirm, ctx.data("trial").get("rows", []))
+    win = choose(opts, serving)
+    if win is None:
+        return StageResult("failed", "no option to decide between")
+    accept = confirm.get("accept_length")
+    backend = candidate_backend(ProfileStore().load(win["profile"], force=True))
+    ci = win.get("ci95")
+    evidence = f"{win['tokens_per_second']:.1f} tok/s" + (
+        f" (95% CI {ci[0]:.1f}-{ci[1]:.1f}, real weights)" if ci else f" ({win['evidence']})"
+    )
+    why = f"{win['profile']}/{win['mode']}: {evidence}"
+    if win["mode"] == "baseline" and accept:
+        why += (
+            f"; EAGLE-3 loses at accept length {accept:.2f} ({confirm.get('accept_length_source')})"
+        )
+    elif win["mode"] == "eagle3":
+        why += f"; accept length {accept:.2f} ({confirm.get('accept_length_source')})"
+    if win.get("kept_because"):
+        why += f"; {win['kept_because']}"
+    data: dict[str, Any] = {
+        "options": opts,
+        "winner": win,
+        "backend": backend,
+        "why": why,
+        "changes": what_would_change(win, opts, accept),
+        "accept_length": accept,
+        "applied": False,
+    }
+    if ctx.cfg.apply:
+        ctx.emit(f"apply: {win['profile']}/{win['mode']} (real weights) ...")
+        res = _switch(ctx, win["profile"], win["mode"])
+        data["apply_result"] = {k: res.get(k) for k in ("result", "reason", "message", "weights")}
+        after = ctx.client.get("/v1/status")
+        data["applied"] = (
+            res.get("result") in ("ok", "unchanged")
+            and (after.get("profile"), after.get("mode")) == (win["profile"], win["mode"])
+            and not after.get("trial")
+        )
+    else:
+        original = ctx.serving_before
+        if original.get("profile"):
+            ctx.emit(f"--no-apply: putting back {original['profile']}/{original['mode']} ...")
+            res = _switch(ctx, original["profile"], original["mode"])
+            data["restore_result"] = {k: res.get(k) for k in ("result", "reason", "message")}
+    if win["mode"] == "eagle3" and win["evidence"] == "measured" and accept:
+        base = next(
+            (o for o in opts if o["profile"] == win["profile"] and o["mode"] == "baseline"), None
+        )
+        if base:  # the real accept length, for later trials on this host
+            with contextlib.suppress(ApiError, OSError):
+                ctx.client.post(
+                    "/v1/baselines",
+                    {
+                        "profile": win["profile"],
+                        "tokens_per_second": base["tokens_per_second"],
+                        "per_request_tokens_per_second": base.get("per_request")
+                        or base["tokens_per_second"],
+                        "accept_length": accept,
+                    },
+                )
+    body = {
+        "profile": win["profile"],
+        "mode": win["mode"],
+        "backend": backend,
+        "applied": data["applied"],
+        "why": why[:2000],
+        "report": str(ctx.out / "report.md"),
+        "tokens_per_second": win["tokens_per_second"],
+    }
+    if accept:
+        body["accept_length"] = accept
+    try:
+        ctx.client.post("/v1/decision", body)
+        data["recorded"] = True
+    except ApiError as exc:
+        data["recorded"] = False
+        data["record_error"] = str(exc)
+    if ctx.cfg.apply and not data["applied"]:
+        return StageResult(
+            "failed",
+            f"applying {win['profile']}/{win['mode']} failed: "
+            f"{(data.get('apply_result') or {}).get('message')}",
+            data,
+        )
+    return StageResult("done", None, data)

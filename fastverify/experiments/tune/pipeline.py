@@ -1,0 +1,315 @@
+"""`fastverifyctl tune`: from a new host to a decided, applied profile, mode and backend.
+
+The funnel, one stage after another (each a small module beside this one):
+
+    inventory     doctor, topology, GPUs, versions, what SGLang adds, possible backends
+    candidates    shipped + user profiles (or --profiles), their all-reduce backends
+    derive_tuner  a tuner profile for this rank count          (GPUs; else skipped)
+    preflight     drop capture failures and clearly slower ones (GPUs; else skipped)
+    rehearse      break-even accept length per survivor         (GPUs + --model-config)
+    trial         top candidates on dummy weights in the real server (+ EAGLE-3 for the best)
+    confirm       finalists with real weights, CI95; a real EAGLE-3 load only if it matters
+    decide        choose, apply through the daemon (profile set + mode), record
+
+A plan with estimates comes first (plan.py). Every stage is journaled (journal.py) under
+the daemon's state dir; `resume=True` skips finished stages and continues an interrupted
+one (its sweeps resume from their results files). The experiments reach the daemon only
+through its control API (`fastverify.client.ControlClient`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from fastverify.experiments.tune import (
+    candidates,
+    confirm,
+    decide,
+    gpu,
+    inventory,
+    journal,
+    plan,
+    report,
+    trial,
+)
+from fastverify.experiments.tune.context import Ctx, StageResult, TuneConfig
+
+StageFn = Callable[[Ctx], StageResult]
+STAGES: tuple[tuple[str, StageFn], ...] = (
+    ("inventory", inventory.run),
+    ("candidates", candidates.run),
+    ("derive_tuner", gpu.derive_tuner),
+    ("preflight", gpu.preflight),
+    ("rehearse", gpu.rehearse),
+    ("trial", trial.run),
+    ("confirm", confirm.run),
+    ("decide", decide.run),
+)
+OPTIONAL = {"derive_tuner", "preflight", "rehearse"}  # a failure here does not end the tune
+Event = dict[str, Any]
+
+
+class TuneError(RuntimeError):
+    """The tune cannot start (bad options, nothing to resume, output dir in use)."""
+
+
+def tune_dir(status: dict[str, Any]) -> Path:
+    """`<the daemon's state dir>/tune` when writable here, else this user's state dir's."""
+    from fastverify import paths
+
+    daemon_dir = (status.get("daemon") or {}).get("state_dir")
+    if daemon_dir:
+        d = Path(daemon_dir) / "tune"
+        if (d.is_dir() and os.access(d, os.W_OK)) or os.access(daemon_dir, os.W_OK):
+            return d
+    return paths.state_dir() / "tune"
+
+
+def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> dict[str, Any]:
+    cfg = ctx.cfg
+    n = (
+        len(cfg.profiles)
+        or len(ctx.data("candidates").get("candidates", []))
+        or len(_all_profiles())
+    )
+    accept, _ = confirm.accept_length(ctx, None)
+    skips = gpu.host_skips(cfg)
+    facts = plan.PlanFacts(
+        candidates=n,
+        skips=skips,
+        finalists=cfg.finalists,
+        budget_s=cfg.budget_min * 60 if cfg.budget_min else None,
+        repeats=cfg.repeats,
+        duration_s=cfg.duration_s,
+        accept_known=accept is not None,
+        history=ctx.client.get("/v1/history"),
+        times=ctx.journal.times(),
+        done=done,
+        fixed=fixed,
+        ranked="preflight" not in skips or "rehearse" not in skips,
+    )
+    return plan.make_plan(facts)
+
+
+def _wait_idle(client: Any, timeout_s: float, emit: Callable[[Event], None]) -> dict[str, Any]:
+    """The daemon's status once no operation is in flight (e.g. the switch a killed tune
+    left running), so the first switch of a resumed stage is not refused as busy."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = client.get("/v1/status")
+        op = status.get("switch_in_flight")
+        if not op or time.monotonic() > deadline:
+            return status
+        emit(
+            {
+                "event": "line",
+                "stage": None,
+                "eta_s": None,
+                "text": f"waiting for the daemon's {op.get('kind')} of {op.get('profile')}/"
+                f"{op.get('mode')} to finish ({op.get('elapsed_s') or 0:.0f} s)",
+            }
+        )
+        time.sleep(1.0)
+
+
+def _all_profiles() -> list[str]:
+    from fastverify.profiles.store import ProfileStore
+
+    return [e.name for e in ProfileStore().entries()]
+
+
+def run(
+    client: Any,
+    cfg: TuneConfig,
+    *,
+    resume: bool = False,
+    on_event: Callable[[Event], None] | None = None,
+) -> dict[str, Any]:
+    """Run (or resume) the tune; returns the `--json` document (also DIR/decision.json)."""
+    emit = on_event or (lambda _e: None)
+    status = _wait_idle(client, cfg.switch_timeout_s, emit)
+    jr, cfg, start = _open(status, cfg, resume)
+    ctx, shown_plan = _context(client, cfg, jr, start, emit)
+    emit(
+        {
+            "event": "plan",
+            "plan": ctx.plan,
+            "resumed": resume,
+            "journal": str(jr.path),
+            "output": str(ctx.out),
+        }
+    )
+    for index, (name, fn) in enumerate(STAGES, 1):
+        where = {"event": "stage", "name": name, "index": index, "total": len(STAGES)}
+        if name in ctx.results:
+            emit({**where, "status": "finished earlier"})
+            continue
+        res = _run_stage(ctx, name, fn, where, emit)
+        if res.status == "failed" and name not in OPTIONAL:
+            break
+    result = _result(ctx, jr, start, ctx.out, shown_plan)
+    if all(n in ctx.results and ctx.results[n].status != "failed" for n, _ in STAGES):
+        jr.append({"event": "end", "decision": result["decision"]})
+    return result
+
+
+def _open(
+    status: dict[str, Any], cfg: TuneConfig, resume: bool
+) -> tuple[journal.Journal, TuneConfig, dict[str, Any]]:
+    """The journal, the options and the start record (with what served before the tune):
+    the unfinished tune's when resuming, else a new tune's (checked first)."""
+    jr = journal.Journal(tune_dir(status))
+    if resume:
+        start = jr.start_record()
+        if not jr.unfinished() or start is None:
+            raise TuneError(f"nothing to resume: no unfinished tune in {jr.path}")
+        cfg = TuneConfig(**{**start["config"], "profiles": tuple(start["config"]["profiles"])})
+    else:
+        if bad := candidates.unknown_names(cfg.profiles):
+            raise TuneError(
+                f"unknown profile(s): {', '.join(bad)} (see fastverifyctl profile list)"
+            )
+        cfg = replace(cfg, output_dir=str(Path(cfg.output_dir).resolve()))  # resume anywhere
+        out = Path(cfg.output_dir)
+        if any((out / sub).exists() for sub in ("trial", "confirm", "decision.json")):
+            raise TuneError(
+                f"{out} already holds a tune: pass --resume to continue it, or "
+                "choose another --output"
+            )
+        jr.begin(cfg.describe())
+        jr.append(
+            {
+                "event": "serving",
+                "serving": {"profile": status.get("profile"), "mode": status.get("mode")},
+            }
+        )
+        start = jr.start_record()
+    assert start is not None
+    serving = next((r for r in jr.records if r.get("event") == "serving"), {})
+    return jr, cfg, dict(start, serving=serving.get("serving"))
+
+
+def _context(
+    client: Any,
+    cfg: TuneConfig,
+    jr: journal.Journal,
+    start: dict[str, Any],
+    emit: Callable[[Event], None],
+) -> tuple[Ctx, dict[str, Any]]:
+    """The stages' context with the finished stages restored and the plan made (a resumed
+    tune keeps the finalists and trials it planned); also the plan the report shows."""
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = Ctx(
+        cfg=cfg,
+        client=client,
+        journal=jr,
+        out=out,
+        emit=lambda _t: None,
+        serving_before=start.get("serving") or {},
+    )
+
+    def line(text: str) -> None:
+        elapsed = time.monotonic() - ctx.stage_t0
+        emit(
+            {
+                "event": "line",
+                "stage": ctx.stage,
+                "text": text,
+                "eta_s": plan.remaining_s(ctx.plan, ctx.stage, elapsed),
+            }
+        )
+
+    ctx.emit = line
+    for name, rec in jr.finished().items():
+        ctx.results[name] = StageResult(rec["status"], rec.get("reason"), rec.get("data") or {})
+    first = next((r["plan"] for r in jr.records if r.get("event") == "plan"), None)
+    if first is not None:
+        fixed = (first["finalists"], first["trial_candidates"])
+        ctx.plan = dict(_plan(ctx, list(ctx.results), fixed), budget_note=first["budget_note"])
+    else:
+        ctx.plan = _plan(ctx, list(ctx.results))
+    jr.append({"event": "plan", "plan": ctx.plan, "resumed": first is not None})
+    return ctx, first or ctx.plan
+
+
+def _run_stage(
+    ctx: Ctx, name: str, fn: StageFn, where: dict[str, Any], emit: Callable[[Event], None]
+) -> StageResult:
+    """One stage, journaled before and after (a kill in between re-runs it on resume)."""
+    if name in ("trial", "confirm", "decide"):  # fresher load times for the ETA
+        fixed = (ctx.plan["finalists"], ctx.plan["trial_candidates"])
+        note = ctx.plan.get("budget_note")
+        ctx.plan = dict(_plan(ctx, list(ctx.results), fixed), budget_note=note)
+    ctx.stage, ctx.stage_t0 = name, time.monotonic()
+    ctx.journal.append({"event": "stage_started", "name": name})
+    emit({**where, "status": "started", "eta_s": plan.remaining_s(ctx.plan, name, 0.0)})
+    res = fn(ctx)
+    wall = time.monotonic() - ctx.stage_t0
+    if name in ("inventory", "candidates"):
+        ctx.journal.record_time(name, wall)
+    ctx.journal.append(
+        {
+            "event": "stage_finished",
+            "name": name,
+            "status": res.status,
+            "wall_s": wall,
+            "reason": res.reason,
+            "data": res.data,
+        }
+    )
+    ctx.results[name] = res
+    emit(
+        {
+            **where,
+            "status": res.status,
+            "wall_s": wall,
+            "reason": res.reason,
+            "eta_s": plan.remaining_s(ctx.plan, name, float("inf")),
+        }
+    )
+    return res
+
+
+def _result(
+    ctx: Ctx, jr: journal.Journal, start: dict[str, Any], out: Path, shown_plan: dict[str, Any]
+) -> dict[str, Any]:
+    stages = []
+    for name, _ in STAGES:
+        rec = jr.last_of(name)
+        if rec is not None:
+            stages.append(
+                {
+                    "name": name,
+                    "status": rec["status"],
+                    "wall_s": round(float(rec.get("wall_s") or 0.0), 3),
+                    "reason": rec.get("reason"),
+                }
+            )
+    dec = ctx.data("decide")
+    win = dec.get("winner") or {}
+    failed = next((s for s in stages if s["status"] == "failed"), None)
+    decision = {
+        "profile": win.get("profile"),
+        "mode": win.get("mode"),
+        "backend": dec.get("backend"),
+        "applied": bool(dec.get("applied")),
+        "why": dec.get("why")
+        or (f"{failed['name']} failed: {failed['reason']}" if failed else "no decision"),
+    }
+    history = ctx.client.get("/v1/history")
+    result = {
+        "decision": decision,
+        "stages": stages,
+        "loads": decide.count_loads(history, float(start.get("ts") or 0.0)),
+        "wall_s": round(time.time() - float(start.get("ts") or time.time()), 3),
+        "report": str(out / "report.md"),
+    }
+    data = {name: r.data for name, r in ctx.results.items()}
+    report.write(out, result, data, shown_plan)
+    return result

@@ -1,0 +1,212 @@
+"""The tune plan: every stage with its estimated time, before anything is loaded.
+
+Estimates come from this host's records where there are any: weight loads from the
+daemon's history (`duration_s` of switches that came up, per kind of weights), stage
+times per unit from earlier tunes (`times.json` in the tune journal's directory). Where
+there is nothing recorded, a default is used and the plan says `default`.
+
+Trial candidates: every candidate when nothing ranks them before the trial (no GPU here);
+the best `finalists + RANKED_EXTRA` when preflight or rehearse will rank them.
+`budget_s` lowers the number of finalists (real-weights loads) first, then the number of
+trial candidates (dummy loads), rather than overrun; when even one finalist and one
+trial do not fit, the plan says by how much it is over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+# Defaults (seconds) when nothing was recorded on this host. Real-host figures: a 10-minute
+# real load and ~1.5 minutes for a dummy one (docs/experiments.md), preflight 4-7 s per
+# profile on 2 H200, rehearse ~10-20 s per profile (benchmarks/results/).
+DEFAULTS = {
+    "load_real": 600.0,
+    "load_dummy": 90.0,
+    "inventory": 10.0,
+    "candidates": 2.0,
+    "derive_tuner": 180.0,
+    "preflight": 6.0,  # per profile
+    "rehearse": 20.0,  # per profile
+    "trace": 5.0,  # one profile window per trial row
+    "bench_overhead": 2.0,  # per measurement: warm-up request, switch bookkeeping
+}
+RANKED_EXTRA = 2  # trial candidates beyond the finalists when preflight/rehearse ranked them
+
+
+@dataclass(frozen=True)
+class PlanFacts:
+    """What the plan is made from (gathered by the pipeline; pure here)."""
+
+    candidates: int  # profiles that will be candidates
+    skips: Mapping[str, str]  # stage -> why it cannot run on this host
+    finalists: int
+    budget_s: float | None
+    repeats: int
+    duration_s: float
+    accept_known: bool  # an accept length is given or recorded: no real EAGLE-3 load planned
+    history: Sequence[Mapping[str, Any]] = ()  # GET /v1/history
+    times: Mapping[str, Any] = field(default_factory=dict)  # the journal's times.json
+    done: Sequence[str] = ()  # stages already finished (resume)
+    fixed: tuple[int, int] | None = None  # (finalists, trials) decided earlier: re-estimate only
+    ranked: bool = False  # preflight or rehearse will rank the candidates before the trial
+
+
+def load_times(history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, str]]:
+    """weights -> (median seconds of the newest loads that came up, where it came from)."""
+    out: dict[str, tuple[float, str]] = {}
+    for weights in ("real", "dummy"):
+        secs = [
+            float(r["duration_s"])
+            for r in history
+            if r.get("kind") in ("switch", "start", "mode", "restart")
+            and r.get("result") == "ok"
+            and (r.get("weights") or "real") == weights
+            and isinstance(r.get("duration_s"), int | float)
+            and r["duration_s"] > 0
+        ]
+        secs = secs[-5:]
+        if secs:
+            out[weights] = (median(secs), f"recorded: median of {len(secs)} daemon load(s)")
+        else:
+            out[weights] = (DEFAULTS[f"load_{weights}"], "default")
+    return out
+
+
+def _per_unit(times: Mapping[str, Any], key: str) -> tuple[float, str]:
+    values = [v for v in times.get(key, []) if isinstance(v, int | float)]
+    if values:
+        return median(values), f"recorded: {len(values)} earlier tune(s) on this host"
+    return DEFAULTS[key], "default"
+
+
+def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]]:
+    loads = load_times(f.history)
+    real, real_src = loads["real"]
+    dummy, dummy_src = loads["dummy"]
+    measure = f.repeats * (f.duration_s + DEFAULTS["bench_overhead"])
+    eagle = min(finalists, trials)
+    rows: list[dict[str, Any]] = []
+
+    def add(
+        name: str,
+        seconds: float,
+        source: str,
+        units: str,
+        real_loads: int = 0,
+        dummy_loads: int = 0,
+        note: str = "",
+    ) -> None:
+        skip = f.skips.get(name)
+        done = name in f.done
+        rows.append(
+            {
+                "name": name,
+                "estimate_s": 0.0 if (skip or done) else seconds,
+                "source": source,
+                "units": units,
+                "real_loads": 0 if (skip or done) else real_loads,
+                "dummy_loads": 0 if (skip or done) else dummy_loads,
+                "will_run": not skip and not done,
+                "skip_reason": skip,
+                "note": "finished earlier (resume)" if done else note,
+            }
+        )
+
+    for name in ("inventory", "candidates", "derive_tuner"):
+        sec, src = _per_unit(f.times, name)
+        add(name, sec, src, "1 run")
+    for name in ("preflight", "rehearse"):
+        sec, src = _per_unit(f.times, name)
+        add(name, sec * f.candidates, src, f"{f.candidates} profile(s) x {sec:.0f} s")
+    trace, _ = _per_unit(f.times, "trace")
+    add(
+        "trial",
+        (trials + eagle) * (dummy + measure + trace),
+        f"dummy load: {dummy_src}",
+        f"{trials} baseline + {eagle} EAGLE-3 trial(s) x ({dummy:.0f} s load + "
+        f"{measure:.0f} s measuring + {trace:.0f} s trace)",
+        dummy_loads=trials + eagle,
+    )
+    extra = 0 if f.accept_known else 1
+    add(
+        "confirm",
+        (finalists + extra) * (real + measure),
+        f"real load: {real_src}",
+        f"{finalists} finalist(s){' + 1 EAGLE-3' if extra else ''} x ({real:.0f} s load + "
+        f"{measure:.0f} s measuring)",
+        real_loads=finalists + extra,
+        note=""
+        if extra
+        else "+1 real EAGLE-3 load only if the trial puts EAGLE-3 within 10% of the baseline",
+    )
+    add(
+        "decide",
+        1.0,
+        "default",
+        "apply",
+        note="no load when the winner is the finalist "
+        f"loaded last; else +1 real load ({real:.0f} s)",
+    )
+    return rows
+
+
+def make_plan(f: PlanFacts) -> dict[str, Any]:
+    """The plan (JSON-able): stages with estimates, totals, and what the budget changed."""
+    finalists = max(1, f.finalists)
+    trials = max(f.candidates, 1)
+    if f.ranked:  # a GPU stage ranked them: the trial takes the best few (RANKED_EXTRA more)
+        trials = min(trials, finalists + RANKED_EXTRA)
+    finalists = min(finalists, trials)
+    if f.fixed is not None:
+        finalists, trials = f.fixed
+    rows = _estimates(f, finalists, trials)
+    total = sum(r["estimate_s"] for r in rows)
+    note = None
+    if f.fixed is None and f.budget_s is not None and total > f.budget_s:
+        asked = (finalists, trials)
+        while total > f.budget_s and finalists > 1:
+            finalists -= 1
+            rows = _estimates(f, finalists, trials)
+            total = sum(r["estimate_s"] for r in rows)
+        while total > f.budget_s and trials > finalists:
+            trials -= 1
+            rows = _estimates(f, finalists, trials)
+            total = sum(r["estimate_s"] for r in rows)
+        note = (
+            f"budget {f.budget_s / 60:.1f} min: finalists {asked[0]} -> {finalists}, "
+            f"trial candidates {asked[1]} -> {trials}"
+        )
+        if total > f.budget_s:
+            note += (
+                f"; still {(total - f.budget_s) / 60:.1f} min over (the smallest plan: "
+                "one trial, one finalist)"
+            )
+    return {
+        "stages": rows,
+        "total_s": total,
+        "budget_s": f.budget_s,
+        "finalists": finalists,
+        "finalists_asked": f.finalists,
+        "trial_candidates": trials,
+        "budget_note": note,
+        "over_budget": f.budget_s is not None and total > f.budget_s,
+        "loads": {
+            "real": sum(r["real_loads"] for r in rows),
+            "dummy": sum(r["dummy_loads"] for r in rows),
+        },
+    }
+
+
+def remaining_s(plan: Mapping[str, Any], after: str | None, elapsed_in_current: float) -> float:
+    """ETA: the estimates of the stages after `after` plus what is left of `after`'s."""
+    total, seen = 0.0, after is None
+    for r in plan.get("stages", []):
+        if seen:
+            total += r["estimate_s"]
+        elif r["name"] == after:
+            seen = True
+            total += max(0.0, r["estimate_s"] - elapsed_in_current)
+    return total

@@ -1,0 +1,293 @@
+"""The tune report a person reads: `report.md` with PNG plots beside it (matplotlib, when
+installed), and `decision.json` (the `--json` document) in the output directory.
+
+The report shows the plan, the funnel (how many candidates each stage kept), each stage's
+table, the decision with its evidence and confidence intervals, and what would change it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _fmt(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    if isinstance(v, list | tuple) and len(v) == 2 and all(isinstance(x, float) for x in v):
+        return f"{v[0]:.1f}-{v[1]:.1f}"
+    return str(v).replace("|", "/")
+
+
+def md_table(heads: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    out = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    out += ["| " + " | ".join(_fmt(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def funnel(result: Mapping[str, Any], data: Mapping[str, Mapping[str, Any]]) -> list[tuple]:
+    """(stage, candidates left after it) along the funnel."""
+    steps = []
+    cands = data.get("candidates", {}).get("candidates", [])
+    steps.append(
+        ("candidates", len(cands) + (1 if data.get("derive_tuner", {}).get("candidate") else 0))
+    )
+    if "survivors" in data.get("preflight", {}):
+        steps.append(("preflight", len(data["preflight"]["survivors"])))
+    if "ranked" in data.get("rehearse", {}):
+        steps.append(("rehearse", len(data["rehearse"]["ranked"])))
+    trial = data.get("trial", {}).get("rows")
+    if trial is not None:
+        steps.append(("trial (ran)", sum(1 for r in trial if r["mode"] == "baseline")))
+        steps.append(
+            (
+                "trial passed",
+                sum(1 for r in trial if r["mode"] == "baseline" and r["status"] == "ok"),
+            )
+        )
+    if data.get("confirm", {}).get("finalists"):
+        steps.append(("finalists (real weights)", len(data["confirm"]["finalists"])))
+    if result.get("decision", {}).get("profile"):
+        steps.append(("decision", 1))
+    return steps
+
+
+def _plots(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return {}
+    made = {}
+    steps = funnel(result, data)
+    if steps:
+        fig, ax = plt.subplots(figsize=(6.5, 0.5 * len(steps) + 1.2))
+        names = [s[0] for s in steps][::-1]
+        ax.barh(names, [s[1] for s in steps][::-1], color="#4C72B0")
+        for y, v in enumerate([s[1] for s in steps][::-1]):
+            ax.text(v, y, f" {v}", va="center")
+        ax.set_xlabel("profiles left")
+        ax.set_title("tune funnel")
+        fig.tight_layout()
+        fig.savefig(out / "funnel.png", dpi=110)
+        plt.close(fig)
+        made["funnel"] = "funnel.png"
+    opts = data.get("decide", {}).get("options") or []
+    if opts:
+        fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(opts) + 2), 4.2))
+        heights = [o["tokens_per_second"] for o in opts]
+        lo = [o["tokens_per_second"] - o["ci95"][0] if o.get("ci95") else 0 for o in opts]
+        hi = [o["ci95"][1] - o["tokens_per_second"] if o.get("ci95") else 0 for o in opts]
+        colors = ["#4C72B0" if o["mode"] == "baseline" else "#DD8452" for o in opts]
+        hatches = ["" if o["evidence"] == "measured" else "//" for o in opts]
+        bars = ax.bar(
+            range(len(opts)), heights, yerr=[lo, hi], capsize=4, color=colors, edgecolor="black"
+        )
+        for b, h in zip(bars, hatches, strict=True):
+            b.set_hatch(h)
+        ax.set_xticks(range(len(opts)))
+        ax.set_xticklabels(
+            [f"{o['profile']}\n{o['mode']}\n{o['evidence']}" for o in opts], fontsize=8
+        )
+        ax.set_ylabel("output tokens/s (real weights; 95% CI)")
+        ax.set_title("decision: finalists (hatched: predicted from the trial)")
+        ax.grid(axis="y", alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out / "decision.png", dpi=110)
+        plt.close(fig)
+        made["decision"] = "decision.png"
+    trial = data.get("trial", {}).get("rows") or []
+    if trial:
+        from fastverify.experiments.sweep.run import plot
+
+        rows = [dict(r, weights="dummy") for r in trial]
+        plot(rows, out / "trial.png", title="trial on dummy weights (tok/s, 95% CI)")
+        made["trial"] = "trial.png"
+    return made
+
+
+def write(
+    out: Path,
+    result: Mapping[str, Any],
+    data: Mapping[str, Mapping[str, Any]],
+    plan: Mapping[str, Any],
+) -> Path:
+    """Write report.md (+ PNGs) and decision.json into `out`; returns report.md's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "decision.json").write_text(
+        json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8"
+    )
+    plots = _plots(out, result, data)
+    d = result["decision"]
+    lines = ["# fastverify tune", ""]
+    lines += [
+        f"**Decision: {d['profile']} / {d['mode']} / backend {d['backend']}** "
+        f"({'applied' if d['applied'] else 'not applied'})",
+        "",
+        f"Why: {d['why']}",
+        "",
+    ]
+    changes = data.get("decide", {}).get("changes") or []
+    if changes:
+        lines += ["What would change it:", ""] + [f"- {c}" for c in changes] + [""]
+    lines += [
+        f"Loads: {result['loads']['real']} real, {result['loads']['dummy']} dummy; "
+        f"wall {result['wall_s'] / 60:.1f} min.",
+        "",
+    ]
+    if "decision" in plots:
+        lines += [f"![decision]({plots['decision']})", ""]
+    lines += ["## Plan", ""]
+    lines += md_table(
+        ("stage", "estimate s", "from", "work", "note"),
+        [
+            (
+                s["name"],
+                s["estimate_s"],
+                s["source"],
+                s["units"],
+                s.get("skip_reason") or s.get("note") or "",
+            )
+            for s in plan.get("stages", [])
+        ],
+    )
+    if plan.get("budget_note"):
+        lines += ["", f"Budget: {plan['budget_note']}"]
+    lines += ["", "## Funnel", ""]
+    lines += md_table(("after", "profiles"), funnel(result, data))
+    if "funnel" in plots:
+        lines += ["", f"![funnel]({plots['funnel']})"]
+    lines += ["", "## Stages", ""]
+    lines += md_table(
+        ("stage", "status", "wall s", "reason"),
+        [(s["name"], s["status"], s["wall_s"], s["reason"] or "") for s in result["stages"]],
+    )
+    lines += _stage_sections(data, plots)
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, str]) -> list:
+    lines: list[str] = []
+    inv = data.get("inventory") or {}
+    if inv:
+        v = inv.get("versions") if isinstance(inv.get("versions"), dict) else {}
+        lines += ["", "### Inventory", ""]
+        lines += md_table(
+            ("fact", "value"),
+            [
+                (
+                    "engine",
+                    f"{inv['engine']['name']} (TP {inv['engine']['tp_size']}, "
+                    f"simulated: {inv['engine']['simulated']})",
+                ),
+                ("GPUs / topology", f"{inv['gpus']} / {inv['topology_summary']}"),
+                ("doctor", inv["doctor"]["status"]),
+                *[(k, v.get(k) or "not installed") for k in v],
+                ("SGLang adds", "; ".join(inv.get("sglang_adds") or []) or "nothing"),
+                *[
+                    (f"backend {b['backend']}", f"{_fmt(b['possible'])}: {b['why']}")
+                    for b in inv.get("backends", [])
+                ],
+            ],
+        )
+    cands = data.get("candidates") or {}
+    if cands:
+        lines += ["", "### Candidates", ""]
+        lines += md_table(
+            ("profile", "source", "backend", "CUDA graphs", "description"),
+            [
+                (c["name"], c["source"], c["backend"], c["cuda_graph"], c["description"])
+                for c in cands.get("candidates", [])
+            ],
+        )
+        for r in cands.get("rejected", []):
+            lines.append(f"- rejected {r['name']}: {'; '.join(r['problems'])}")
+    for name, keys in (
+        ("preflight", ("profile", "status", "wall_s", "decode_ratio_to_fastest", "verdict")),
+        (
+            "rehearse",
+            (
+                "profile",
+                "status",
+                "decode_ms",
+                "cycle_ms",
+                "breakeven_accept_length",
+                "baseline_tokens_per_s",
+                "eagle3_tokens_per_s",
+            ),
+        ),
+    ):
+        if data.get(name, {}).get("table"):
+            lines += ["", f"### {name.capitalize()}", ""]
+            lines += md_table(keys, [[r.get(k) for k in keys] for r in data[name]["table"]])
+    trial = data.get("trial") or {}
+    if trial.get("rows"):
+        keys = (
+            "profile",
+            "mode",
+            "status",
+            "tokens_per_second_mean",
+            "ci95",
+            "decode_step_ms",
+            "spec_cycle_ms",
+            "trace_step_ms",
+            "allreduce_per_step",
+            "break_even_accept_length",
+            "eagle3_verdict",
+            "reason",
+        )
+        lines += ["", "### Trial (dummy weights: timings real, accept lengths not)", ""]
+        lines += md_table(keys, [[r.get(k) for k in keys] for r in trial["rows"]])
+        if trial.get("compared_with_rehearsal"):
+            lines += [
+                "",
+                "Rehearsal vs trial: " + ("; ".join(trial["disagreements"]) or "no disagreement"),
+            ]
+        else:
+            lines += ["", "Rehearsal vs trial: no rehearsal on this host to compare with."]
+        if "trial" in plots:
+            lines += ["", f"![trial]({plots['trial']})"]
+    conf = data.get("confirm") or {}
+    if conf.get("rows"):
+        keys = (
+            "profile",
+            "mode",
+            "status",
+            "tokens_per_second_mean",
+            "ci95",
+            "n",
+            "vs_best",
+            "reason",
+        )
+        rows = conf["rows"] + ([conf["eagle3"]] if conf.get("eagle3") else [])
+        lines += ["", "### Confirm (real weights)", ""]
+        lines += md_table(keys, [[r.get(k) for k in keys] for r in rows])
+        lines += [
+            "",
+            f"Accept length: {_fmt(conf.get('accept_length'), 2)} "
+            f"({conf.get('accept_length_source')}); EAGLE-3: {conf.get('eagle3_why')}",
+        ]
+    dec = data.get("decide") or {}
+    if dec.get("options"):
+        keys = (
+            "profile",
+            "mode",
+            "evidence",
+            "tokens_per_second",
+            "ci95",
+            "accept_length",
+            "break_even",
+        )
+        lines += ["", "### Decision options", ""]
+        lines += md_table(keys, [[o.get(k) for k in keys] for o in dec["options"]])
+    return lines

@@ -1,0 +1,391 @@
+"""`fastverifyctl tune` end to end on the sim, through a real fastverifyd and the real CLI.
+
+- the whole funnel with `--accept-length 2.0 --json`: the plan first, the GPU stages
+  skipped with their reasons (no GPU here), tree-ll failing CUDA-graph capture in its
+  trial, two real-weights loads at most, the decision applied and served, in history, on
+  /metrics (also after a daemon restart) and in DIR/decision.json;
+- its decided profile against an exhaustive real-weights sweep of every shipped profile in
+  both modes on the same engine (within 3% of the best; slow);
+- resume after SIGKILL of the tune process in the middle of its trial (waits on the
+  journal file), skipping the finished stages; after the daemon was killed (exit 3); after
+  Ctrl-C (exit 130);
+- preflight and rehearse inside tune on CPU ranks (the hidden gloo backend);
+- a budget too small for the plan: one finalist, one trial, and `--no-apply` puts back
+  what served before.
+
+The sim's cost model (`costmodel.predict`) is the reference for what the ranking should be.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from fastverify.client import ApiError
+from fastverify.engines.sim import costmodel
+from fastverify.profiles.effective import effective_env
+from fastverify.profiles.store import ProfileStore
+from tests.harness import REPO, DaemonHarness
+
+PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.env"))
+TP = 8
+MEASURE = ["--repeats", "2", "--duration", "1", "--output-len", "48", "--input-len", "64"]
+CONFIG = {"daemon": {"trace_period_s": 0}}
+
+
+def _predicted_tps(profile: str, mode: str, accept: float | None = None) -> float:
+    prof = ProfileStore().load(profile)
+    graphs = prof.requires.get("cuda-graph", "on") != "off"
+    p = costmodel.predict(effective_env(prof), mode, TP, 1, graphs, accept)
+    return 0.0 if p.error else p.tokens_per_second
+
+
+def _decision_samples(metrics: str) -> list[dict[str, str]]:
+    return [s.labels for f in text_string_to_metric_families(metrics) for s in f.samples
+            if s.name == "fastverify_decision_info" and s.value == 1.0]  # fmt: skip
+
+
+def _journal(d: DaemonHarness) -> list[dict[str, Any]]:
+    path = d.state_dir / "tune" / "journal.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("tune")
+    with DaemonHarness(tmp, tp_size=TP, sim_load_seconds=2.0, config=CONFIG) as d:
+        yield d
+
+
+@pytest.fixture(scope="module")
+def tuned(daemon: DaemonHarness) -> dict[str, Any]:
+    d = daemon
+    out = d.tmp / "tune-out"
+    before = d.status()
+    proc = d.ctl("tune", "--accept-length", "2.0", "--json", *MEASURE, "--output", str(out),
+                 timeout=1200)  # fmt: skip
+    return {
+        "proc": proc,
+        "before": before,
+        "result": json.loads(proc.stdout) if proc.stdout.strip() else None,
+        "status": d.status(),
+        "history": d.client.get("/v1/history"),
+        "metrics": httpx.get(d.metrics_url, timeout=10).text,
+        "out": out,
+        "journal": _journal(d),
+    }
+
+
+def test_tune_runs_end_to_end_and_prints_the_exact_json(tuned: dict[str, Any]) -> None:
+    proc, res = tuned["proc"], tuned["result"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert set(res) == {"decision", "stages", "loads", "wall_s", "report"}
+    assert set(res["decision"]) == {"profile", "mode", "backend", "applied", "why"}
+    assert [s["name"] for s in res["stages"]] == ["inventory", "candidates", "derive_tuner",
+                                                  "preflight", "rehearse", "trial", "confirm",
+                                                  "decide"]  # fmt: skip
+    for s in res["stages"]:
+        assert set(s) == {"name", "status", "wall_s", "reason"}
+        assert s["status"] in ("done", "skipped", "failed")
+    assert set(res["loads"]) == {"real", "dummy"}
+    # the same document is DIR/decision.json; the report is beside it with its plots
+    assert json.loads((tuned["out"] / "decision.json").read_text()) == res
+    report = Path(res["report"]).read_text()
+    for needle in ("## Funnel", "## Plan", "What would change it", "95% CI", "tree-ll"):
+        assert needle in report
+    assert (tuned["out"] / "funnel.png").stat().st_size > 1000
+    assert (tuned["out"] / "decision.png").stat().st_size > 1000
+    # the plan came first, before any stage, with its estimates and where they came from
+    err = proc.stderr
+    assert err.index("plan (estimates") < err.index("[1/8] inventory: started")
+    assert "default" in err and "ETA" in err
+
+
+def test_no_gpu_stages_are_skipped_with_their_reason(tuned: dict[str, Any]) -> None:
+    stages = {s["name"]: s for s in tuned["result"]["stages"]}
+    for name in ("derive_tuner", "preflight", "rehearse"):
+        assert stages[name]["status"] == "skipped"
+        assert "no GPU visible" in stages[name]["reason"]
+    for name in ("inventory", "candidates", "trial", "confirm", "decide"):
+        assert stages[name]["status"] == "done", stages[name]
+
+
+def test_tree_ll_fails_capture_in_its_trial_and_is_dropped(tuned: dict[str, Any]) -> None:
+    done = {r["name"]: r for r in tuned["journal"] if r.get("event") == "stage_finished"}
+    trial_rows = done["trial"]["data"]["rows"]
+    tree = next(r for r in trial_rows if r["profile"] == "tree-ll" and r["mode"] == "baseline")
+    assert tree["status"] == "failed" and "cuda_graph" in tree["reason"]
+    assert {r["profile"] for r in trial_rows if r["mode"] == "baseline"} == set(PROFILES)
+    assert "tree-ll" not in done["confirm"]["data"]["finalists"]
+    # the trial's all-reduces per step are the sim's 122 in every profile window
+    ok = [r for r in trial_rows if r["status"] == "ok" and r["mode"] == "baseline"]
+    assert ok and all(r["allreduce_per_step"] == 122 for r in ok)
+
+
+def test_decision_is_applied_served_recorded_and_exported(tuned: dict[str, Any]) -> None:
+    dec, st = tuned["result"]["decision"], tuned["status"]
+    assert dec["applied"] is True and dec["backend"] == "nccl"
+    # the cost model's best at accept length 2.0: ring-ll-8ch in baseline (EAGLE-3 loses)
+    best = max(((p, m) for p in PROFILES for m in ("baseline", "eagle3")),
+               key=lambda pm: _predicted_tps(pm[0], pm[1], 2.0))  # fmt: skip
+    assert (dec["profile"], dec["mode"]) == best
+    assert (st["state"], st["profile"], st["mode"], st["trial"]) == (
+        "READY", dec["profile"], dec["mode"], False)  # fmt: skip
+    assert "2.00" in dec["why"] and "95% CI" in dec["why"]
+    rec = [h for h in tuned["history"] if h["kind"] == "decision"]
+    assert len(rec) == 1 and rec[0]["result"] == "applied"
+    assert (rec[0]["profile"], rec[0]["mode"], rec[0]["backend"]) == (
+        dec["profile"], dec["mode"], "nccl")  # fmt: skip
+    assert _decision_samples(tuned["metrics"]) == [
+        {"profile": dec["profile"], "mode": dec["mode"], "backend": "nccl", "applied": "true"}
+    ]
+
+
+def test_at_most_two_real_loads(tuned: dict[str, Any]) -> None:
+    loads = tuned["result"]["loads"]
+    assert loads["real"] <= 2
+    since = next(r["ts"] for r in tuned["journal"] if r.get("event") == "start")
+    real = [h for h in tuned["history"] if h["kind"] == "switch" and h["started_at"] >= since
+            and h.get("weights") == "real"]  # fmt: skip
+    assert len(real) == loads["real"]
+    dummy = [h for h in tuned["history"] if h["kind"] == "switch" and h["started_at"] >= since
+             and h.get("weights") == "dummy"]  # fmt: skip
+    # every shipped profile + 2 EAGLE-3 trials; tree-ll's failed start and rollback are two
+    assert len(dummy) == len(PROFILES) + 2
+    assert loads["dummy"] == len(PROFILES) + 2 + 1
+
+
+def test_a_bad_decision_is_refused_and_changes_nothing(
+    daemon: DaemonHarness, tuned: dict[str, Any]
+) -> None:
+    before = daemon.client.get("/v1/decision")
+    bad = {"profile": "no-such", "mode": "eagle3", "backend": "NCCL!", "applied": True,
+           "why": "x"}  # fmt: skip
+    with pytest.raises(ApiError) as err:
+        daemon.client.post("/v1/decision", bad)
+    assert err.value.status == 422
+    assert set(err.value.body["fields"]) == {"profile", "backend"}
+    with pytest.raises(ApiError) as err:  # the mode is checked as the config's server.mode
+        daemon.client.post("/v1/decision", dict(bad, profile="nccl-default", backend="nccl",
+                                                mode="turbo"))  # fmt: skip
+    assert err.value.status == 422 and "mode" in str(err.value)
+    assert daemon.client.get("/v1/decision") == before
+    assert before["profile"] == tuned["result"]["decision"]["profile"]
+
+
+@pytest.mark.slow  # an exhaustive real-weights sweep; ./scripts/test still runs it
+def test_decision_within_3_percent_of_an_exhaustive_real_weights_sweep(
+    daemon: DaemonHarness, tuned: dict[str, Any]
+) -> None:
+    out = daemon.tmp / "exhaustive"
+    proc = daemon.ctl("sweep", *PROFILES, "--then-eagle3", str(len(PROFILES)), *MEASURE,
+                      "--output", str(out), "--no-plot", "--json", timeout=1800)  # fmt: skip
+    rows = json.loads(proc.stdout)["results"]
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert {(r["profile"], r["mode"]) for r in ok} >= {
+        (p, m) for p in PROFILES if p != "tree-ll" for m in ("baseline", "eagle3")
+    }
+    best = max(ok, key=lambda r: r["tokens_per_second_mean"])
+    dec = tuned["result"]["decision"]
+    mine = next(r for r in ok if (r["profile"], r["mode"]) == (dec["profile"], dec["mode"]))
+    ratio = mine["tokens_per_second_mean"] / best["tokens_per_second_mean"]
+    print(
+        f"tune: {dec['profile']}/{dec['mode']} {mine['tokens_per_second_mean']:.1f} tok/s; "
+        f"exhaustive best {best['profile']}/{best['mode']} "
+        f"{best['tokens_per_second_mean']:.1f} tok/s; ratio {ratio:.3f}"
+    )
+    assert ratio >= 0.97
+
+
+def test_the_decision_survives_a_daemon_restart(
+    daemon: DaemonHarness, tuned: dict[str, Any]
+) -> None:
+    daemon.kill9()  # the engine keeps serving; the new daemon adopts it
+    daemon.restart_daemon()
+    metrics = httpx.get(daemon.metrics_url, timeout=10).text
+    dec = tuned["result"]["decision"]
+    assert _decision_samples(metrics) == [
+        {"profile": dec["profile"], "mode": dec["mode"], "backend": "nccl", "applied": "true"}
+    ]
+
+
+# ------------------------------------------------------------------ resume, budget
+
+
+def _popen_tune(d: DaemonHarness, *args: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FASTVERIFY_", "NCCL_"))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return subprocess.Popen(
+        [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), "tune", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+
+
+def test_resume_after_kill_9_in_the_middle_of_the_trial(tmp_path: Path) -> None:
+    names = "nccl-default,ring-ll,ring-ll-8ch"
+    out = tmp_path / "out"
+    with DaemonHarness(tmp_path, tp_size=TP, sim_load_seconds=1.0, config=CONFIG) as d:
+        proc = _popen_tune(d, "--profiles", names, "--finalists", "1", "--accept-length",
+                           "2.0", "--output", str(out), *MEASURE)  # fmt: skip
+        results = out / "trial" / "results.jsonl"
+
+        def mid_trial() -> bool:
+            started = any(r.get("event") == "stage_started" and r["name"] == "trial"
+                          for r in _journal(d))  # fmt: skip
+            return started and results.exists() and '"measurement"' in results.read_text()
+
+        try:
+            d.wait_for(mid_trial, timeout=600, what="the tune's trial to measure once")
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+        kept = results.read_text().splitlines()
+        again = d.ctl("tune", "--resume", "--json", timeout=900)
+        assert again.returncode == 0, again.stderr[-3000:]
+        res = json.loads(again.stdout)
+        journal = _journal(d)
+        st = d.status()
+    started = [r["name"] for r in journal if r.get("event") == "stage_started"]
+    # finished stages ran once; the interrupted trial ran again and the rest once
+    assert started.count("inventory") == 1 and started.count("candidates") == 1
+    assert started.count("trial") == 2 and started.count("confirm") == 1
+    assert "inventory: finished earlier, not run again" in again.stderr
+    assert "resuming the tune" in again.stderr
+    # the trial's sweep continued its results file: what was measured before is kept and
+    # no (profile, mode) has more than the asked repeats
+    after = (out / "trial" / "results.jsonl").read_text().splitlines()
+    assert after[: len(kept)] == kept
+    meas: dict[tuple[str, str], int] = {}
+    for line in after:
+        rec = json.loads(line)
+        if rec.get("type") == "measurement":
+            key = (rec["profile"], rec["mode"])
+            meas[key] = meas.get(key, 0) + 1
+    assert meas and max(meas.values()) == 2
+    assert [s["status"] for s in res["stages"]].count("failed") == 0
+    dec = res["decision"]
+    assert dec["applied"] and (st["profile"], st["mode"]) == (dec["profile"], dec["mode"])
+    assert dec["profile"] == max(names.split(","), key=lambda p: _predicted_tps(p, "baseline"))
+    assert any(r.get("event") == "end" for r in journal)
+
+
+def test_a_small_budget_lowers_finalists_and_no_apply_restores(tmp_path: Path) -> None:
+    names = "nccl-default,ring-ll,ring-ll-8ch,ring-simple"
+    with DaemonHarness(tmp_path, tp_size=TP, sim_load_seconds=1.0, config=CONFIG) as d:
+        before = d.status()
+        proc = d.ctl("tune", "--profiles", names, "--finalists", "3", "--budget", "0.2",
+                     "--no-apply", "--accept-length", "2.0", "--json", "--output",
+                     str(tmp_path / "out"), *MEASURE, timeout=900)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        res = json.loads(proc.stdout)
+        journal = _journal(d)
+        st = d.status()
+        history = d.client.get("/v1/history")
+    planned = next(r["plan"] for r in journal if r.get("event") == "plan")
+    assert planned["finalists_asked"] == 3 and planned["finalists"] == 1
+    assert planned["trial_candidates"] == 1 and planned["over_budget"]
+    assert "finalists 3 -> 1" in proc.stderr and "over" in proc.stderr
+    done = {r["name"]: r for r in journal if r.get("event") == "stage_finished"}
+    assert len(done["confirm"]["data"]["finalists"]) == 1
+    assert len({r["profile"] for r in done["trial"]["data"]["rows"]}) == 1
+    assert res["loads"]["real"] <= 2  # the finalist, and putting back what served before
+    dec = res["decision"]
+    assert dec["applied"] is False and dec["profile"] in names.split(",")
+    assert (st["profile"], st["mode"], st["trial"]) == (before["profile"], before["mode"], False)
+    assert [h["result"] for h in history if h["kind"] == "decision"] == ["recorded"]
+
+
+def test_resume_after_the_daemon_was_killed_mid_trial(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with DaemonHarness(tmp_path, tp_size=TP, sim_load_seconds=1.0, config=CONFIG) as d:
+        proc = _popen_tune(d, "--profiles", "ring-ll,ring-ll-8ch", "--finalists", "1",
+                           "--accept-length", "2.0", "--output", str(out), *MEASURE)  # fmt: skip
+        results = out / "trial" / "results.jsonl"
+        try:
+            d.wait_for(lambda: results.exists() and '"measurement"' in results.read_text(),
+                       timeout=600, what="the tune's trial to measure once")  # fmt: skip
+            d.kill9()  # the daemon dies; its engine keeps running
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 3, err[-2000:]  # daemon unreachable: the journal is kept
+        assert "--resume" in err
+        d.restart_daemon()  # adopts the engine
+        again = d.ctl("tune", "--resume", "--json", timeout=900)
+        assert again.returncode == 0, again.stderr[-3000:]
+        res = json.loads(again.stdout)
+        st = d.status()
+    assert res["decision"]["applied"]
+    assert (st["profile"], st["mode"]) == (res["decision"]["profile"], res["decision"]["mode"])
+    assert res["decision"]["profile"] == "ring-ll-8ch"  # the cost model's faster of the two
+
+
+def test_preflight_and_rehearse_run_inside_tune_on_cpu_ranks(tmp_path: Path) -> None:
+    """The GPU stages' wiring, on the hidden gloo backend (two CPU ranks, as `preflight
+    --backend gloo` and `rehearse --backend gloo` test theirs): preflight keeps the
+    profiles, rehearse ranks them and the trial is set beside the rehearsal."""
+    pytest.importorskip("torch")
+    model = REPO / "examples" / "model-configs" / "tiny-dense.json"
+    with DaemonHarness(tmp_path, tp_size=2, sim_load_seconds=0.5, config=CONFIG) as d:
+        proc = d.ctl("tune", "--backend", "gloo", "--model-config", str(model), "--profiles",
+                     "nccl-default,ring-ll", "--finalists", "1", "--accept-length", "2.0",
+                     "--json", "--output", str(tmp_path / "out"), *MEASURE,
+                     timeout=900)  # fmt: skip
+        journal = _journal(d)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stages = {s["name"]: s for s in json.loads(proc.stdout)["stages"]}
+    assert stages["preflight"]["status"] == "done" and stages["rehearse"]["status"] == "done"
+    assert "gloo" in stages["derive_tuner"]["reason"]
+    done = {r["name"]: r["data"] for r in journal if r.get("event") == "stage_finished"}
+    assert {r["profile"] for r in done["preflight"]["table"]} == {"nccl-default", "ring-ll"}
+    assert sorted(done["rehearse"]["ranked"]) == ["nccl-default", "ring-ll"]
+    # tiny-dense: 3 layers at TP 2 -> 2 x 3 + 1 all-reduces per verify in the rehearsal
+    assert all(r["allreduce_per_verify"] == 7 for r in done["rehearse"]["table"])
+    assert done["trial"]["compared_with_rehearsal"] is True
+    # the sim's 122 per step against the tiny model's 7: named as a disagreement
+    assert any("all-reduces per step" in x for x in done["trial"]["disagreements"])
+    assert (tmp_path / "out" / "preflight.json").exists()
+    assert (tmp_path / "out" / "rehearse.json").exists()
+
+
+def test_ctrl_c_then_resume(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with DaemonHarness(tmp_path, tp_size=TP, sim_load_seconds=1.0, config=CONFIG) as d:
+        proc = _popen_tune(d, "--profiles", "nccl-default,ring-ll-8ch", "--finalists", "1",
+                           "--accept-length", "2.0", "--output", str(out), *MEASURE)  # fmt: skip
+        results = out / "trial" / "results.jsonl"
+        try:
+            d.wait_for(lambda: results.exists() and '"measurement"' in results.read_text(),
+                       timeout=600, what="the tune's trial to measure once")  # fmt: skip
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 130, err[-2000:]
+        assert "fastverifyctl tune --resume" in err
+        again = d.ctl("tune", "--resume", "--json", timeout=900)
+        assert again.returncode == 0, again.stderr[-3000:]
+        res = json.loads(again.stdout)
+    assert res["decision"]["profile"] == "ring-ll-8ch" and res["decision"]["applied"]
+    assert [s["status"] for s in res["stages"]].count("failed") == 0

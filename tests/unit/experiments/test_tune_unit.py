@@ -1,0 +1,250 @@
+"""`fastverifyctl tune` pieces on hand-built data: the plan and its budget, the journal
+(torn lines, what counts as finished, a new tune setting an old one aside), the no-GPU
+skips, the decision rule and what would change it, load counting, backend labels."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from fastverify.experiments.tune import confirm, decide, gpu, inventory, plan
+from fastverify.experiments.tune.candidates import candidate_backend
+from fastverify.experiments.tune.context import TuneConfig
+from fastverify.experiments.tune.journal import Journal
+from fastverify.profiles import topology
+
+
+def _facts(**kw: Any) -> plan.PlanFacts:
+    base: dict[str, Any] = dict(candidates=7, skips={}, finalists=3, budget_s=None, repeats=3,
+                                duration_s=20.0, accept_known=True)  # fmt: skip
+    base.update(kw)
+    return plan.PlanFacts(**base)
+
+
+def _stage(p: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(s for s in p["stages"] if s["name"] == name)
+
+
+# ------------------------------------------------------------------ plan and budget
+
+
+def test_plan_without_records_says_default_and_counts_loads() -> None:
+    p = plan.make_plan(_facts())
+    assert _stage(p, "trial")["source"] == "dummy load: default"
+    assert _stage(p, "confirm")["source"] == "real load: default"
+    # 7 trials + 3 EAGLE-3 trials on dummy weights, 3 finalists with real weights
+    assert p["loads"] == {"dummy": 10, "real": 3}
+    measure = 3 * (20.0 + plan.DEFAULTS["bench_overhead"])
+    assert _stage(p, "confirm")["estimate_s"] == pytest.approx(3 * (600.0 + measure))
+    assert p["budget_note"] is None and not p["over_budget"]
+
+
+def test_unknown_accept_length_plans_one_real_eagle3_load() -> None:
+    p = plan.make_plan(_facts(accept_known=False))
+    assert p["loads"]["real"] == 4
+    assert "+ 1 EAGLE-3" in _stage(p, "confirm")["units"]
+
+
+def test_recorded_loads_come_from_the_daemon_history() -> None:
+    history = [
+        {"kind": "switch", "result": "ok", "weights": "real", "duration_s": 100.0},
+        {"kind": "switch", "result": "ok", "weights": "real", "duration_s": 140.0},
+        {"kind": "switch", "result": "rolled_back", "weights": "real", "duration_s": 900.0},
+        {"kind": "switch", "result": "ok", "weights": "dummy", "duration_s": 12.0},
+        {"kind": "decision", "result": "applied", "duration_s": 0.0},
+    ]
+    loads = plan.load_times(history)
+    assert loads["real"] == (120.0, "recorded: median of 2 daemon load(s)")
+    assert loads["dummy"][0] == 12.0
+    p = plan.make_plan(_facts(history=history))
+    assert _stage(p, "confirm")["source"].startswith("real load: recorded")
+
+
+def test_budget_lowers_finalists_before_trials_and_never_overruns_silently() -> None:
+    full = plan.make_plan(_facts())
+    per_finalist = 600.0 + 3 * 22.0
+    # room for everything but one finalist: only the finalists go down
+    p = plan.make_plan(_facts(budget_s=full["total_s"] - per_finalist / 2))
+    assert (p["finalists"], p["trial_candidates"]) == (2, 7)
+    assert p["total_s"] <= p["budget_s"] and "finalists 3 -> 2" in p["budget_note"]
+    # a budget below one finalist + all trials: trials go down too, finalists stay at 1
+    one = plan.make_plan(_facts(finalists=1))
+    p = plan.make_plan(_facts(budget_s=one["total_s"] - 3 * 200.0))
+    assert p["finalists"] == 1 and 1 <= p["trial_candidates"] < 7
+    assert p["total_s"] <= p["budget_s"]
+    # impossible: the smallest plan, and the note says by how much it is over
+    p = plan.make_plan(_facts(budget_s=60.0))
+    assert (p["finalists"], p["trial_candidates"]) == (1, 1)
+    assert p["over_budget"] and "over" in p["budget_note"]
+
+
+def test_skipped_and_finished_stages_cost_nothing_in_the_plan() -> None:
+    p = plan.make_plan(_facts(skips={"preflight": "no GPU"}, done=["inventory"]))
+    assert _stage(p, "preflight")["estimate_s"] == 0 and not _stage(p, "preflight")["will_run"]
+    assert _stage(p, "inventory")["note"] == "finished earlier (resume)"
+    assert plan.remaining_s(p, "trial", 0.0) == pytest.approx(
+        sum(_stage(p, n)["estimate_s"] for n in ("trial", "confirm", "decide"))
+    )
+
+
+# ------------------------------------------------------------------ no-GPU skips
+
+
+def test_no_gpu_skips_every_gpu_stage_with_its_reason() -> None:
+    cfg = TuneConfig(model_config="config.json")
+    assert set(gpu.skip_reasons(cfg, gpus=0, torch_ok=False)) == {
+        "derive_tuner", "preflight", "rehearse"}  # fmt: skip
+    assert all("no GPU" in r for r in gpu.skip_reasons(cfg, 0, False).values())
+    one = gpu.skip_reasons(cfg, gpus=1, torch_ok=True)
+    assert set(one) == {"derive_tuner"} and "2+" in one["derive_tuner"]
+    assert gpu.skip_reasons(cfg, gpus=2, torch_ok=True) == {}
+    no_torch = gpu.skip_reasons(cfg, gpus=8, torch_ok=False)
+    assert all("PyTorch" in r for r in no_torch.values()) and len(no_torch) == 3
+    no_model = gpu.skip_reasons(TuneConfig(), gpus=8, torch_ok=True)
+    assert set(no_model) == {"rehearse"} and "--model-config" in no_model["rehearse"]
+
+
+# ------------------------------------------------------------------ journal
+
+
+def test_journal_finished_stages_torn_lines_and_a_new_tune(tmp_path: Path) -> None:
+    j = Journal(tmp_path)
+    j.begin({"a": 1})
+    j.append({"event": "stage_finished", "name": "inventory", "status": "done", "data": {}})
+    j.append({"event": "stage_finished", "name": "trial", "status": "failed"})
+    with open(j.path, "a") as fh:  # kill -9 in the middle of a write
+        fh.write('{"event": "stage_finished", "name": "conf')
+    again = Journal(tmp_path)
+    assert again.unfinished() and set(again.finished()) == {"inventory"}
+    again.append({"event": "stage_finished", "name": "trial", "status": "done"})
+    lines = again.path.read_text().splitlines()
+    assert json.loads(lines[-1])["name"] == "trial"  # not glued to the torn line
+    assert set(Journal(tmp_path).finished()) == {"inventory", "trial"}
+    again.append({"event": "end"})
+    assert not Journal(tmp_path).unfinished()
+    # a new tune sets the old journal aside
+    fresh = Journal(tmp_path)
+    fresh.begin({"a": 2})
+    assert [r["config"] for r in fresh.records if r["event"] == "start"] == [{"a": 2}]
+    assert len(list(tmp_path.glob("journal-*.jsonl"))) == 1
+
+
+def test_recorded_stage_times_keep_the_newest(tmp_path: Path) -> None:
+    j = Journal(tmp_path)
+    for v in range(7):
+        j.record_time("preflight", float(v))
+    assert j.times()["preflight"] == [2.0, 3.0, 4.0, 5.0, 6.0]
+    p = plan.make_plan(_facts(times=j.times()))
+    assert _stage(p, "preflight")["source"].startswith("recorded")
+    assert _stage(p, "preflight")["estimate_s"] == pytest.approx(7 * 4.0)
+
+
+# ------------------------------------------------------------------ decision
+
+
+def _row(profile: str, tps: list[float]) -> dict[str, Any]:
+    mean = sum(tps) / len(tps)
+    return {"profile": profile, "mode": "baseline", "status": "ok", "samples": tps,
+            "tokens_per_second_mean": mean, "ci95": [mean - 1, mean + 1]}  # fmt: skip
+
+
+TRIAL = [
+    {"profile": "a", "mode": "eagle3", "status": "ok", "break_even_accept_length": 2.5},
+    {"profile": "b", "mode": "eagle3", "status": "ok", "break_even_accept_length": 2.0},
+]
+
+
+def test_eagle3_predicted_from_the_trial_break_even() -> None:
+    conf = {"rows": [_row("a", [90, 91, 92]), _row("b", [70, 71, 72])], "accept_length": 2.2}
+    opts = decide.options(conf, TRIAL)
+    by = {(o["profile"], o["mode"]): o for o in opts}
+    assert by[("a", "eagle3")]["tokens_per_second"] == pytest.approx(91 * 2.2 / 2.5)
+    assert by[("b", "eagle3")]["tokens_per_second"] == pytest.approx(71 * 2.2 / 2.0)
+    assert by[("b", "eagle3")]["evidence"] == "predicted"
+    win = decide.choose(opts, (None, None))
+    assert (win["profile"], win["mode"]) == ("a", "baseline")
+    changes = decide.what_would_change(win, opts, 2.2)
+    # EAGLE-3 on a wins above its own break-even; on b above 2.0 x 91/71
+    assert any("on a would win at an accept length above 2.50" in c for c in changes)
+    assert any(f"on b would win at an accept length above {2.0 * 91 / 71:.2f}" in c
+               for c in changes)  # fmt: skip
+
+
+def test_measured_eagle3_replaces_the_prediction_and_can_win() -> None:
+    conf = {
+        "rows": [_row("a", [60, 61, 62])],
+        "accept_length": 3.0,
+        "eagle3": dict(_row("a", [80, 81, 82]), mode="eagle3", accept_length_mean=3.0),
+    }
+    opts = decide.options(conf, TRIAL)
+    assert [(o["mode"], o["evidence"]) for o in opts] == [
+        ("eagle3", "measured"),
+        ("baseline", "measured"),
+    ]
+    win = decide.choose(opts, ("a", "baseline"))
+    assert win["mode"] == "eagle3"
+    assert any("baseline of a would win below an accept length of 2.50" in c
+               for c in decide.what_would_change(win, opts, 3.0))  # fmt: skip
+
+
+def test_a_tie_keeps_what_serves_now_but_not_a_clear_loser() -> None:
+    tied = [_row("a", [80.0, 81.5, 79.0]), _row("b", [80.5, 79.5, 80.2])]
+    opts = decide.options({"rows": tied}, [])
+    assert decide.choose(opts, ("b", "baseline"))["profile"] == "b"
+    clear = [_row("a", [90.0, 90.5, 90.2]), _row("b", [80.5, 80.4, 80.2])]
+    opts = decide.options({"rows": clear}, [])
+    assert decide.choose(opts, ("b", "baseline"))["profile"] == "a"
+
+
+def test_real_eagle3_load_only_when_it_could_change_the_mode() -> None:
+    assert confirm.eagle3_needed(None, 2.5)[0] is True
+    assert confirm.eagle3_needed(2.0, 2.68)[0] is False  # x0.75: loses clearly
+    assert confirm.eagle3_needed(2.4, 2.5)[0] is True  # x0.96: close
+    assert confirm.eagle3_needed(3.0, 2.5)[0] is True  # ahead: measure before applying
+    assert confirm.eagle3_needed(2.0, None)[0] is False
+
+
+def test_loads_are_counted_from_the_daemon_history() -> None:
+    history = [
+        {"kind": "start", "result": "ok", "weights": "real", "started_at": 5.0},  # before
+        {"kind": "switch", "result": "ok", "weights": "dummy", "started_at": 11.0},
+        {"kind": "switch", "result": "rolled_back", "weights": "dummy", "started_at": 12.0},
+        {"kind": "switch", "result": "ok", "weights": "real", "started_at": 13.0},
+        {"kind": "decision", "result": "applied", "started_at": 14.0},
+    ]
+    assert decide.count_loads(history, since=10.0) == {"real": 1, "dummy": 3}
+
+
+# ------------------------------------------------------------------ backends
+
+
+def test_candidate_backend_reads_the_pcie_ipc_variable() -> None:
+    assert candidate_backend(SimpleNamespace(env={"NCCL_ALGO": "Ring"})) == "nccl"
+    on = SimpleNamespace(env={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"})
+    assert candidate_backend(on) == "pcie_ipc"
+    off = SimpleNamespace(env={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "0"})
+    assert candidate_backend(off) == "nccl"
+
+
+def _topo(name: str) -> Any:  # nvidia-smi topo -m outputs kept for the topology tests
+    data = Path(__file__).resolve().parents[1] / "profiles" / "data"
+    return topology.parse_topo_matrix((data / f"topo-8gpu-{name}.txt").read_text())
+
+
+def test_possible_backends_from_topology() -> None:
+    none = {b["backend"]: b for b in inventory.possible_backends(None, 0, 8)}
+    assert none["nccl"]["possible"] is True and none["pcie_ipc"]["possible"] is None
+    pcie = {b["backend"]: b for b in inventory.possible_backends(_topo("pcie"), 8, 8)}
+    assert pcie["pcie_ipc"]["possible"] is True and pcie["custom"]["possible"] is False
+    nvl = {b["backend"]: b for b in inventory.possible_backends(_topo("nv18"), 8, 8)}
+    assert nvl["custom"]["possible"] is True and nvl["pcie_ipc"]["possible"] is False
+
+
+def test_a_ranked_funnel_trials_only_the_best_few() -> None:
+    p = plan.make_plan(_facts(ranked=True, finalists=2))
+    assert (p["finalists"], p["trial_candidates"]) == (2, 2 + plan.RANKED_EXTRA)
+    assert plan.make_plan(_facts(ranked=False, finalists=2))["trial_candidates"] == 7
