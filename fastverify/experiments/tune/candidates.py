@@ -8,14 +8,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from fastverify.experiments.tune.context import Ctx, StageResult
+from fastverify.sglang.allreduce import requested_backend
 
 
 def candidate_backend(profile: Any) -> str:
-    """The all-reduce backend a profile asks for: "pcie_ipc" when its environment sets
-    SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1, else "nccl".
-    MERGE: re-point at fastverify.sglang.allreduce.requested_backend(env) (issue 22)."""
+    """The all-reduce backend a profile asks SGLang for ("pcie_ipc" or "nccl")."""
     env: Mapping[str, str] = getattr(profile, "env", None) or {}
-    return "pcie_ipc" if env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE") == "1" else "nccl"
+    return requested_backend(env)
 
 
 def candidate_row(profile: Any, source: str) -> dict[str, Any]:

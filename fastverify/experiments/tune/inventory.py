@@ -12,7 +12,17 @@ import subprocess
 import sys
 from typing import Any
 
+from fastverify.experiments.common.allreduce import flashinfer_pcie_ipc
 from fastverify.experiments.tune.context import Ctx, StageResult
+from fastverify.sglang.allreduce import (
+    CUSTOM,
+    CUSTOM_PCIE_TEXT,
+    ENABLE_VAR,
+    NCCL,
+    PCIE_IPC,
+    PCIE_IPC_WORLD_SIZES,
+)
+from fastverify.sglang.allreduce import possible_backends as possible_backends_of
 
 PACKAGES = ("sglang", "flashinfer-python", "torch", "nvidia-nccl-cu12", "nvidia-nccl-cu13")
 _VERSIONS = (
@@ -59,54 +69,54 @@ def torch_nccl_version(python: str) -> str | None:
         return None
 
 
-def possible_backends(topology: Any, gpus: int, tp_size: int) -> list[dict[str, Any]]:
-    """The TP all-reduce backends SGLang 0.5.23 could use here (REFERENCE.md), as far as
-    topology and GPU count tell.
-    MERGE: re-point at fastverify.sglang.allreduce.possible_backends (issue 22)."""
-    out = [{"backend": "nccl", "possible": True, "why": "always (pynccl inside CUDA graphs)"}]
+def possible_backends(
+    topology: Any, gpus: int, tp_size: int, flashinfer: tuple[bool, str] | None = None
+) -> list[dict[str, Any]]:
+    """The TP all-reduce backends SGLang 0.5.23 could use here, with why
+    (`fastverify.sglang.allreduce.possible_backends` decides; this says it for people).
+    `flashinfer`: (importable, message) of FlashInfer's PCIe-IPC in the server's
+    interpreter; None: not checked. `possible` None: cannot tell here."""
     if tp_size < 2:
         why = f"TP {tp_size}: no all-reduce"
-        return [
-            {"backend": b, "possible": False, "why": why} for b in ("nccl", "custom", "pcie_ipc")
-        ]
-    if topology is None or not getattr(topology, "gpus", None):
-        why = (
-            f"no GPU topology here ({gpus} GPU(s) visible): cannot tell"
-            if gpus == 0
-            else "topology unknown (nvidia-smi topo -m failed)"
-        )
-        out.append({"backend": "custom", "possible": None, "why": why})
-        out.append({"backend": "pcie_ipc", "possible": None, "why": why})
-        return out
-    if topology.all_nvlink:
-        out.append({"backend": "custom", "possible": True, "why": "full NVLink"})
-        out.append(
-            {
-                "backend": "pcie_ipc",
-                "possible": False,
-                "why": "NVLink host: PCIe-IPC is for switch-free PCIe machines",
-            }
-        )
-        return out
-    custom = tp_size == 2
-    out.append(
-        {
-            "backend": "custom",
-            "possible": custom,
-            "why": "2 PCIe GPUs with P2P"
-            if custom
-            else f"off on more than two PCIe-only GPUs (TP {tp_size})",
-        }
+        return [{"backend": b, "possible": False, "why": why} for b in (CUSTOM, PCIE_IPC, NCCL)]
+    known = topology is not None and bool(getattr(topology, "gpus", None))
+    has_nvlink = bool(topology.all_nvlink) if known else None
+    fi_ok = None if flashinfer is None else flashinfer[0]
+    can = possible_backends_of(tp_size, has_nvlink, p2p=None, flashinfer_pcie_ipc=fi_ok)
+    unknown = (
+        f"no GPU topology here ({gpus} GPU(s) visible): cannot tell"
+        if gpus == 0
+        else "topology unknown (nvidia-smi topo -m failed)"
     )
-    out.append(
-        {
-            "backend": "pcie_ipc",
-            "possible": True,
-            "why": "PCIe-only GPUs: SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 with a FlashInfer "
-            "that has pcie_ipc_comm (decode-sized reductions; prefill stays on NCCL)",
-        }
-    )
-    return out
+    if CUSTOM not in can:
+        custom = (
+            False,
+            f"SGLang's custom all-reduce {CUSTOM_PCIE_TEXT.rstrip('.')} (TP {tp_size})",
+        )
+    elif not known:
+        custom = (None, unknown)
+    else:
+        custom = (True, "full NVLink" if has_nvlink else "2 GPUs over PCIe with P2P")
+    if tp_size not in PCIE_IPC_WORLD_SIZES:
+        ipc = (
+            False,
+            f"FlashInfer PCIe-IPC serves {'/'.join(map(str, PCIE_IPC_WORLD_SIZES))} ranks",
+        )
+    elif flashinfer is not None and not flashinfer[0]:
+        ipc = (False, flashinfer[1])
+    elif not known or flashinfer is None:
+        ipc = (None, unknown if not known else "FlashInfer not checked")
+    else:
+        ipc = (
+            True,
+            f"{ENABLE_VAR}=1 (the pcie-ipc profile): decode/verify-sized reductions"
+            + (", after SGLang's custom all-reduce (NVLink host)" if has_nvlink else ""),
+        )
+    return [
+        {"backend": NCCL, "possible": True, "why": "always (pynccl inside CUDA graphs)"},
+        {"backend": CUSTOM, "possible": custom[0], "why": custom[1]},
+        {"backend": PCIE_IPC, "possible": ipc[0], "why": ipc[1]},
+    ]
 
 
 def _tp_size(ctx: Ctx) -> int:
@@ -172,7 +182,7 @@ def run(ctx: Ctx) -> StageResult:
         },
         "versions": versions,
         "sglang_adds": (report.engine_env or {}).get("lines") or [],
-        "backends": possible_backends(topo, gpus, tp),
+        "backends": possible_backends(topo, gpus, tp, flashinfer_pcie_ipc(python)),
     }
     ver = versions if isinstance(versions, dict) else {}
     nccl = ver.get("nccl (torch)") or ver.get("nvidia-nccl-cu13") or ver.get("nvidia-nccl-cu12")

@@ -236,12 +236,21 @@ def _topo(name: str) -> Any:  # nvidia-smi topo -m outputs kept for the topology
 
 
 def test_possible_backends_from_topology() -> None:
-    none = {b["backend"]: b for b in inventory.possible_backends(None, 0, 8)}
+    fi = (True, "importable")
+    none = {b["backend"]: b for b in inventory.possible_backends(None, 0, 8, fi)}
     assert none["nccl"]["possible"] is True and none["pcie_ipc"]["possible"] is None
-    pcie = {b["backend"]: b for b in inventory.possible_backends(_topo("pcie"), 8, 8)}
+    pcie = {b["backend"]: b for b in inventory.possible_backends(_topo("pcie"), 8, 8, fi)}
     assert pcie["pcie_ipc"]["possible"] is True and pcie["custom"]["possible"] is False
-    nvl = {b["backend"]: b for b in inventory.possible_backends(_topo("nv18"), 8, 8)}
-    assert nvl["custom"]["possible"] is True and nvl["pcie_ipc"]["possible"] is False
+    assert "more than two PCIe-only GPUs" in pcie["custom"]["why"]
+    nvl = {b["backend"]: b for b in inventory.possible_backends(_topo("nv18"), 8, 8, fi)}
+    assert nvl["custom"]["possible"] is True and "after SGLang's custom" in nvl["pcie_ipc"]["why"]
+    # no FlashInfer with pcie_ipc_comm in the server's interpreter: not possible, and why
+    missing = (False, "`from flashinfer.comm import PcieIpcAllReduceWorkspace` fails")
+    gone = {b["backend"]: b for b in inventory.possible_backends(_topo("pcie"), 8, 8, missing)}
+    assert gone["pcie_ipc"]["possible"] is False and "PcieIpcAllReduceWorkspace" in gone[
+        "pcie_ipc"]["why"]  # fmt: skip
+    six = {b["backend"]: b for b in inventory.possible_backends(_topo("pcie"), 8, 6, fi)}
+    assert six["pcie_ipc"]["possible"] is False and "2/4/8 ranks" in six["pcie_ipc"]["why"]
 
 
 def test_a_ranked_funnel_trials_only_the_best_few() -> None:
