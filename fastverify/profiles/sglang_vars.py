@@ -11,20 +11,20 @@ value, fastverify refuses it. The all-reduce variables get their own checks
 
 from __future__ import annotations
 
-import difflib
-
-from fastverify.sglang import allreduce
+from fastverify.sglang import envnames
 from fastverify.sglang.envnames import KINDS, VERSION
 
 # SGLang overwrites these from its server flags (srt/arg_groups/serving_hook.py)
 FLAG_OWNED = {
-    allreduce.DETERMINISTIC_VAR: "--enable-deterministic-inference",
+    envnames.DETERMINISTIC_VAR: "--enable-deterministic-inference",
     "SGLANG_ENABLE_TORCH_COMPILE": "--enable-torch-compile",
 }
 _BOOLS = "1/0, true/false, yes/no or y/n"
 
 
 def suggest(name: str) -> list[str]:
+    import difflib  # only for a name SGLang does not declare (keeps `profile list` light)
+
     return difflib.get_close_matches(name, KINDS, n=2, cutoff=0.85)
 
 
@@ -49,21 +49,21 @@ def check_value(name: str, value: str) -> tuple[str, str] | None:
     kind = KINDS.get(name)
     if kind is None:
         return None
-    if kind == "bool" and allreduce.env_bool(value) is None:
+    if kind == "bool" and envnames.env_bool(value) is None:
         return "error", (
             f"{value!r} is not a boolean SGLang reads (write {_BOOLS}; SGLang would warn "
             "and use the default)"
         )
     if kind == "int":
-        n = allreduce.env_int(value)
+        n = envnames.env_int(value)
         if n is None or value.strip() != value or "_" in value:
             return "error", f"{value!r} is not an integer (write a plain number, e.g. 0)"
-        if name == allreduce.MAX_NUMEL_VAR and n < 0:
+        if name == envnames.MAX_NUMEL_VAR and n < 0:
             return "error", (
                 f"{n} elements: expected 0 (size the workspace from the decode width) "
                 "or a positive element count"
             )
-        if name == allreduce.CUSTOM_V2_MAX_KB_VAR and n <= 0:
+        if name == envnames.CUSTOM_V2_MAX_KB_VAR and n <= 0:
             return "error", f"{n} KiB: expected a positive size in KiB"
     if kind == "float":
         try:

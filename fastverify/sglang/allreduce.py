@@ -38,16 +38,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fastverify.sglang.envnames import (  # noqa: F401  (the dispatch's names, re-exported)
+    ALLREDUCE_VARS,
+    BOOL_FALSE,
+    BOOL_TRUE,
+    CUSTOM_V2_MAX_KB_VAR,
+    CUSTOM_V2_VAR,
+    DETERMINISTIC_VAR,
+    ENABLE_VAR,
+    MAX_NUMEL_VAR,
+    ONE_STAGE_VAR,
+    env_bool,
+    env_int,
+)
+
 # ----------------------------------------------------------------- names (srt/environ.py)
-ENABLE_VAR = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
-MAX_NUMEL_VAR = "SGLANG_PCIE_IPC_MAX_NUMEL"
-ONE_STAGE_VAR = "SGLANG_USE_1STAGE_ALLREDUCE"
-DETERMINISTIC_VAR = "SGLANG_ENABLE_DETERMINISTIC_INFERENCE"
-CUSTOM_V2_VAR = "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2"
-CUSTOM_V2_MAX_KB_VAR = "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB"
-ALLREDUCE_VARS = (
-    ENABLE_VAR, MAX_NUMEL_VAR, ONE_STAGE_VAR, CUSTOM_V2_VAR, CUSTOM_V2_MAX_KB_VAR,
-)  # fmt: skip
 # FlashInfer's own (flashinfer/comm/pcie_ipc_tuning.py, flashinfer/jit/env.py)
 AUTOTUNE_DIR_VAR = "FLASHINFER_AUTOTUNE_DIR"
 WORKSPACE_BASE_VAR = "FLASHINFER_WORKSPACE_BASE"
@@ -63,8 +68,6 @@ CUSTOM_V2_MAX_KB = 16 * 1024  # envs.SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB def
 BF16_BYTES = 2
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")  # --dtype choices
 # SGLang's EnvBool (srt/environ.py): case-insensitive
-BOOL_TRUE = ("true", "1", "yes", "y")
-BOOL_FALSE = ("false", "0", "no", "n")
 
 # ----------------------------------------------------------------- backends
 PCIE_IPC = "pcie_ipc"
@@ -157,27 +160,6 @@ def kernel_name(world: int, staged: bool = False) -> str:
 
 
 # ----------------------------------------------------------------- environment
-def env_bool(value: str | None) -> bool | None:
-    """SGLang's EnvBool reading of a value (None: unset or invalid, i.e. the default)."""
-    if value is None:
-        return None
-    v = value.lower()
-    if v in BOOL_TRUE:
-        return True
-    if v in BOOL_FALSE:
-        return False
-    return None
-
-
-def env_int(value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
-
-
 def requested_backend(env: Mapping[str, str]) -> str:
     """What an environment asks of SGLang 0.5.23 for TP all-reduces: "pcie_ipc" when
     `SGLANG_ENABLE_PCIE_IPC_ALLREDUCE` is true, else "nccl". (Custom all-reduce is asked

@@ -1,7 +1,11 @@
 """Every `SGLANG_*` variable SGLang 0.5.23 declares in `srt/environ.py` (`class Envs`), with
 its parser kind (bool, int, float, str, tuple, json).
 
-Data, not code: extracted from the installed package's source (its AST) and checked
+Also the variables that choose TP all-reduce backends and SGLang's EnvBool/EnvInt reading of
+a value, kept here (no regex, no dataclass) so that validating a profile stays light; the
+dispatch itself is `fastverify.sglang.allreduce`.
+
+The table is data: extracted from the installed package's source (its AST) and checked
 against it by tests/contract/test_allreduce_contract.py, which prints the rows to paste
 here when SGLang drifts. `profiles.validate` refuses a profile name close to one of these
 that is not one of them (a typo) and checks values by kind.
@@ -10,6 +14,43 @@ that is not one of them (a typo) and checks values by kind.
 from __future__ import annotations
 
 VERSION = "0.5.23"
+
+# The variables that choose TP all-reduce backends (fastverify.sglang.allreduce reads them)
+ENABLE_VAR = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
+MAX_NUMEL_VAR = "SGLANG_PCIE_IPC_MAX_NUMEL"
+ONE_STAGE_VAR = "SGLANG_USE_1STAGE_ALLREDUCE"
+DETERMINISTIC_VAR = "SGLANG_ENABLE_DETERMINISTIC_INFERENCE"
+CUSTOM_V2_VAR = "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2"
+CUSTOM_V2_MAX_KB_VAR = "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB"
+ALLREDUCE_VARS = (
+    ENABLE_VAR, MAX_NUMEL_VAR, ONE_STAGE_VAR, CUSTOM_V2_VAR, CUSTOM_V2_MAX_KB_VAR,
+)  # fmt: skip
+
+# How SGLang's EnvBool / EnvInt read a value (srt/environ.py)
+BOOL_TRUE = ("true", "1", "yes", "y")
+BOOL_FALSE = ("false", "0", "no", "n")
+
+
+def env_bool(value: str | None) -> bool | None:
+    """SGLang's EnvBool reading of a value (None: unset or invalid, i.e. the default)."""
+    if value is None:
+        return None
+    v = value.lower()
+    if v in BOOL_TRUE:
+        return True
+    if v in BOOL_FALSE:
+        return False
+    return None
+
+
+def env_int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
 
 KINDS: dict[str, str] = {
     "SGLANG_AITER_ASM_PREFILL_HD128": "bool",

@@ -222,6 +222,9 @@ def test_secrets_never_printed_and_engine_env_is_minimal(tmp_path: Path) -> None
                 "SERVICE_PASSWORD": service_pw,
                 "PLAIN_SETTING": "on",
                 "PYTHONPATH": str(REPO),
+                # FlashInfer's autotune cache and JIT workspace: the daemon's state dir
+                "FLASHINFER_AUTOTUNE_DIR": str(d.state_dir / "flashinfer" / "autotune"),
+                "FLASHINFER_WORKSPACE_BASE": str(d.state_dir / "flashinfer"),
             }
         )
         root = psutil.Process(st["engine"]["pid"])

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fastverify.engines.sim import costmodel
+from fastverify.engines.sim import allreduce_sim, costmodel
 from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
 from tests.harness import DaemonHarness
@@ -37,7 +37,7 @@ NOISE = 0.08
 def _predicted(profile: str, mode: str) -> costmodel.Prediction:
     prof = ProfileStore().load(profile)
     graphs = prof.requires.get("cuda-graph", "on") != "off"
-    return costmodel.predict(effective_env(prof), mode, TP, 1, graphs)
+    return allreduce_sim.served_prediction(effective_env(prof), mode, TP, 1, graphs)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ shipped profile through a real fastverifyd and the real CLI, and a manual trial
 /metrics.
 
 The sim honours `--load-format dummy` as SGLang does (docs/sim.md): a fast load and a random
-drafter (accept length at its floor, 1.0); the cost model (`costmodel.predict`) is the
+drafter (accept length at its floor, 1.0); the cost model (`allreduce_sim.served_prediction`) is the
 reference for what the timings should be.
 """
 
@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fastverify.client import ApiError
-from fastverify.engines.sim import costmodel
+from fastverify.engines.sim import allreduce_sim, costmodel
 from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
 from tests.harness import DaemonHarness
@@ -37,7 +37,7 @@ RECORDED_ACCEPT = 2.0  # "measured earlier with real weights", posted before the
 def _predicted(profile: str, mode: str, accept: float | None = None) -> costmodel.Prediction:
     prof = ProfileStore().load(profile)
     graphs = prof.requires.get("cuda-graph", "on") != "off"
-    return costmodel.predict(effective_env(prof), mode, TP, 1, graphs, accept)
+    return allreduce_sim.served_prediction(effective_env(prof), mode, TP, 1, graphs, accept)
 
 
 def _families(text: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@
 - a budget too small for the plan: one finalist, one trial, and `--no-apply` puts back
   what served before.
 
-The sim's cost model (`costmodel.predict`) is the reference for what the ranking should be.
+The sim's cost model (`allreduce_sim.served_prediction`) is the reference for the ranking.
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fastverify.client import ApiError
-from fastverify.engines.sim import costmodel
+from fastverify.engines.sim import allreduce_sim
 from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
+from fastverify.sglang.allreduce import requested_backend
 from tests.harness import REPO, DaemonHarness
 
 PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.env"))
@@ -46,7 +47,7 @@ CONFIG = {"daemon": {"trace_period_s": 0}}
 def _predicted_tps(profile: str, mode: str, accept: float | None = None) -> float:
     prof = ProfileStore().load(profile)
     graphs = prof.requires.get("cuda-graph", "on") != "off"
-    p = costmodel.predict(effective_env(prof), mode, TP, 1, graphs, accept)
+    p = allreduce_sim.served_prediction(effective_env(prof), mode, TP, 1, graphs, accept)
     return 0.0 if p.error else p.tokens_per_second
 
 
@@ -140,20 +141,22 @@ def test_tree_ll_fails_capture_in_its_trial_and_is_dropped(tuned: dict[str, Any]
 
 def test_decision_is_applied_served_recorded_and_exported(tuned: dict[str, Any]) -> None:
     dec, st = tuned["result"]["decision"], tuned["status"]
-    assert dec["applied"] is True and dec["backend"] == "nccl"
-    # the cost model's best at accept length 2.0: ring-ll-8ch in baseline (EAGLE-3 loses)
+    # the cost model's best at accept length 2.0, all-reduce backend included (on the sim's
+    # PCIe-only 8 GPUs: the pcie-ipc profile)
     best = max(((p, m) for p in PROFILES for m in ("baseline", "eagle3")),
                key=lambda pm: _predicted_tps(pm[0], pm[1], 2.0))  # fmt: skip
     assert (dec["profile"], dec["mode"]) == best
+    backend = requested_backend(ProfileStore().load(best[0]).env)
+    assert dec["applied"] is True and dec["backend"] == backend
     assert (st["state"], st["profile"], st["mode"], st["trial"]) == (
         "READY", dec["profile"], dec["mode"], False)  # fmt: skip
     assert "2.00" in dec["why"] and "95% CI" in dec["why"]
     rec = [h for h in tuned["history"] if h["kind"] == "decision"]
     assert len(rec) == 1 and rec[0]["result"] == "applied"
     assert (rec[0]["profile"], rec[0]["mode"], rec[0]["backend"]) == (
-        dec["profile"], dec["mode"], "nccl")  # fmt: skip
+        dec["profile"], dec["mode"], backend)  # fmt: skip
     assert _decision_samples(tuned["metrics"]) == [
-        {"profile": dec["profile"], "mode": dec["mode"], "backend": "nccl", "applied": "true"}
+        {"profile": dec["profile"], "mode": dec["mode"], "backend": backend, "applied": "true"}
     ]
 
 
@@ -221,8 +224,9 @@ def test_the_decision_survives_a_daemon_restart(
     metrics = httpx.get(daemon.metrics_url, timeout=10).text
     dec = tuned["result"]["decision"]
     assert _decision_samples(metrics) == [
-        {"profile": dec["profile"], "mode": dec["mode"], "backend": "nccl", "applied": "true"}
-    ]
+        {"profile": dec["profile"], "mode": dec["mode"], "backend": dec["backend"],
+         "applied": "true"}
+    ]  # fmt: skip
 
 
 # ------------------------------------------------------------------ resume, budget

@@ -95,8 +95,7 @@ class Workspace:
         """Build and tune; returns the byte bound PCIe-IPC serves (None: it does not)."""
         if not enabled(self.env, self.args):
             return None
-        d = plan(self.args, self.env)
-        numel = d.max_numel or allreduce.FALLBACK_DECODE_WIDTH * costmodel.HIDDEN
+        numel = workspace_numel(self.env, self.args)
         if self.args.flashinfer == "workspace-fail":
             say(
                 "warning",
@@ -124,8 +123,8 @@ class Workspace:
                 "info",
                 allreduce.AUTOTUNED_FORMAT.format(n=len(rows), hidden=costmodel.HIDDEN, rows=rows),
             )
-        dtype = self.args.dtype
-        if dtype not in ("auto", "bfloat16"):
+        if not bf16(self.args):
+            dtype = self.args.dtype
             say("warning", allreduce.DTYPE_FORMAT.format(dtype=TORCH_DTYPES.get(dtype, dtype)))
             return None
         self.max_bytes = numel * allreduce.BF16_BYTES
@@ -150,6 +149,35 @@ class Workspace:
             os.replace(tmp, path)
         except OSError:
             pass  # FlashInfer keeps its tactics in memory when it cannot write the cache
+
+
+def workspace_numel(env: Mapping[str, str], args: cli_args.SimArgs) -> int:
+    """Elements the PCIe-IPC workspace holds: SGLang's bound, or its fallback width."""
+    return plan(args, env).max_numel or allreduce.FALLBACK_DECODE_WIDTH * costmodel.HIDDEN
+
+
+def bf16(args: cli_args.SimArgs) -> bool:
+    return args.dtype in ("auto", "bfloat16")
+
+
+def served_prediction(
+    env: Mapping[str, str],
+    mode: str,
+    tp_size: int,
+    batch_size: int,
+    cuda_graph: bool,
+    accept_length: float | None = None,
+    argv: tuple[str, ...] = (),
+) -> costmodel.Prediction:
+    """The cost model for a sim server of this environment and extra argv, all-reduce
+    backend included (PCIe-IPC up to the bound the server would build, workspace failures
+    aside): what the sim serves, for the tests and demos that compare against it."""
+    args = cli_args.parse(["--model-path", "sim", "--tp-size", str(tp_size), *argv])
+    ipc = enabled(env, args) and bf16(args) and args.flashinfer != "workspace-fail"
+    bound = workspace_numel(env, args) * allreduce.BF16_BYTES if ipc else None
+    return costmodel.predict(
+        env, mode, tp_size, batch_size, cuda_graph, accept_length, pcie_ipc_max_bytes=bound
+    )
 
 
 def allreduce_rows(max_rows: int) -> tuple[int, ...]:
