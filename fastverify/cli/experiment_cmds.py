@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from fastverify.cli.daemon_call import socket_option
+from fastverify.cli.options import env_pairs, measurement_options
 from fastverify.cli.output import (
     EXIT_INTERRUPTED,
     EXIT_MISSING_DEPENDENCY,
@@ -375,16 +376,6 @@ def _ensure_trial_engine(ctx: click.Context) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- preflight
 
 
-def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"--env expects KEY=VALUE, got {item!r}")
-        out[key] = value
-    return out
-
-
 def _print_preflight(report: dict[str, Any]) -> None:
     for prof in report["profiles"]:
         rows = []
@@ -591,7 +582,7 @@ def preflight(
         nproc=nproc, hidden_size=hidden_size, tokens=_int_list(tokens, "--tokens"),
         sizes_bytes=_int_list(sizes, "--sizes") if sizes else (), iters=iters, warmup=warmup,
         graph_ops=graph_ops, backend=backend, call=call, timeout_s=timeout_s, python=python,
-        extra_env={**daemon_env, **_env_pairs(extra_env)}, logs_dir=logs_dir,
+        extra_env={**daemon_env, **env_pairs(extra_env)}, logs_dir=logs_dir,
     )  # fmt: skip
     try:
         loaded = pf.load_profiles(profiles)
@@ -641,7 +632,7 @@ def _derive_tuner(
         report, lines = cmd.run_cli(
             name, base=profiles[0] if profiles else "nccl-default", nproc=nproc,
             sizes=size_list, rounds=3, channels=dt.DEFAULT_CHANNELS,
-            extra_env=_env_pairs(extra_env), tuner_dir=tuner_dir, fresh=fresh,
+            extra_env=env_pairs(extra_env), tuner_dir=tuner_dir, fresh=fresh,
             backend=backend, python=python, timeout_s=max(timeout_s, 300.0),
             fake_costs=fake_costs, echo=lambda line: click.echo(line, err=True),
         )  # fmt: skip
@@ -776,18 +767,7 @@ def _print_timing(timing: dict[str, Any]) -> None:
     metavar="K",
     help="Re-run the best K baseline profiles in EAGLE-3 mode.",
 )
-@click.option("--repeats", "-r", default=3, show_default=True, type=click.IntRange(1))
-@click.option(
-    "--duration",
-    "-d",
-    default=20.0,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Seconds per measurement.",
-)
-@click.option("--concurrency", "-c", default=1, show_default=True, type=click.IntRange(1))
-@click.option("--input-len", default=128, show_default=True, type=click.IntRange(1))
-@click.option("--output-len", default=256, show_default=True, type=click.IntRange(1))
+@measurement_options
 @click.option(
     "--warmup",
     default=1,

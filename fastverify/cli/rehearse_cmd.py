@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from fastverify.cli.options import env_pairs
 from fastverify.cli.output import (
     EXIT_INTERRUPTED,
     EXIT_MISSING_DEPENDENCY,
@@ -37,16 +38,6 @@ def _fmt(value: Any, digits: int = 2) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
-
-
-def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"--env expects KEY=VALUE, got {item!r}")
-        out[key] = value
-    return out
 
 
 def _print(report: dict[str, Any]) -> None:
@@ -324,7 +315,7 @@ def rehearse(
         paths=paths,
         timeout_s=timeout_s,
         python=python,
-        extra_env={**daemon_env, **_env_pairs(extra_env)},
+        extra_env={**daemon_env, **env_pairs(extra_env)},
         logs_dir=logs_dir,
         accept_length=accept_length,
         accept_length_source=source,

@@ -18,6 +18,8 @@ from typing import Any
 
 import click
 
+from fastverify.cli.options import env_pairs as parse_env_pairs
+from fastverify.cli.options import measurement_options
 from fastverify.cli.output import (
     EXIT_INTERRUPTED,
     EXIT_PROBLEMS,
@@ -196,23 +198,7 @@ def _profiles(value: str | None) -> tuple[str, ...]:
     help="Report directory (default: ./tune-YYYYmmdd-HHMMSS).",
 )
 @click.option("--resume", is_flag=True, help="Continue the unfinished tune of this host.")
-@click.option(
-    "--repeats",
-    default=3,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Measurements per profile and mode.",
-)
-@click.option(
-    "--duration",
-    default=20.0,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Seconds per measurement.",
-)
-@click.option("--concurrency", "-c", default=1, show_default=True, type=click.IntRange(1))
-@click.option("--input-len", default=128, show_default=True, type=click.IntRange(1))
-@click.option("--output-len", default=256, show_default=True, type=click.IntRange(1))
+@measurement_options
 @click.option(
     "--switch-timeout",
     default=1800.0,
@@ -263,9 +249,7 @@ def tune(
     from fastverify.experiments.tune.context import TuneConfig
     from fastverify.experiments.tune.pipeline import TuneError, run
 
-    bad = [e for e in env_pairs if "=" not in e or e.startswith("=")]
-    if bad:
-        fail(f"--env expects KEY=VALUE, got {bad[0]!r}", EXIT_USAGE)
+    parse_env_pairs(env_pairs)  # a malformed pair is a usage error before anything runs
     cfg = TuneConfig(
         model_config=model_config,
         draft_config=draft_config,
