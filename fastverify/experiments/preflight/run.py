@@ -132,6 +132,27 @@ def torch_available(python: str = "") -> bool:
     return subprocess.run([python, "-c", code], capture_output=True, check=False).returncode == 0
 
 
+def rank_count(tool: str, backend: str, nproc: int | None, python: str = "") -> int:
+    """How many ranks `tool` (preflight, rehearse) starts here, after the checks both share:
+    torch in the ranks' interpreter, a GPU for the nccl backend, one rank per GPU."""
+    if not torch_available(python):
+        raise TorchMissing(
+            f"{tool} needs PyTorch in {python or sys.executable}: "
+            "pip install 'fastverify[preflight]' (or torch>=2.3 with CUDA for your driver)"
+        )
+    problem = no_gpu_problem(backend, nproc)
+    if problem:
+        raise NoGpu(problem)
+    if backend != "nccl":
+        return nproc or 2
+    gpus = visible_gpus()
+    world = nproc or gpus
+    if 0 < gpus < world:
+        raise PreflightError(f"--nproc {world} but only {gpus} GPU(s) are visible "
+                             "(one rank per GPU)")  # fmt: skip
+    return world
+
+
 def visible_gpus() -> int:
     """GPUs a worker would see: CUDA_VISIBLE_DEVICES when set, else `nvidia-smi -L`."""
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -539,22 +560,7 @@ def run_preflight(
         raise PreflightError(f"unknown backend {cfg.backend!r} (nccl, or gloo for tests)")
     if cfg.call not in ("pynccl", "torch"):
         raise PreflightError(f"unknown call path {cfg.call!r} (pynccl or torch)")
-    if not torch_available(cfg.python):
-        raise TorchMissing(
-            f"preflight needs PyTorch in {cfg.python or sys.executable}: "
-            "pip install 'fastverify[preflight]' (or torch>=2.3 with CUDA for your driver)"
-        )
-    problem = no_gpu_problem(cfg.backend, cfg.nproc)
-    if problem:
-        raise NoGpu(problem)
-    world = cfg.nproc
-    if world is None:
-        world = visible_gpus() if cfg.backend == "nccl" else 2
-    if cfg.backend == "nccl" and cfg.nproc is not None:
-        gpus = visible_gpus()
-        if 0 < gpus < world:
-            raise PreflightError(f"--nproc {world} but only {gpus} GPU(s) are visible "
-                                 "(one rank per GPU)")  # fmt: skip
+    world = rank_count("preflight", cfg.backend, cfg.nproc, cfg.python)
     env_for = env_for or (lambda p: _profile_env(p, cfg.extra_env))
 
     with contextlib.ExitStack() as stack:

@@ -50,10 +50,8 @@ from fastverify.experiments.preflight.run import (
     daemon_extra_env,
     free_port,
     load_profiles,
-    no_gpu_problem,
     parse_nccl_log,
-    torch_available,
-    visible_gpus,
+    rank_count,
 )
 from fastverify.experiments.rehearse import memory, modelconfig
 
@@ -524,21 +522,12 @@ def run_rehearsal(
         target, drafter, estimated = load_models(cfg)
     except modelconfig.ModelConfigError as exc:
         raise RehearseError(str(exc)) from None
-    if not torch_available(cfg.python):
-        raise TorchMissing(
-            f"rehearse needs PyTorch in {cfg.python or sys.executable}: "
-            "pip install 'fastverify[preflight]' (or torch>=2.3 with CUDA for your driver)"
-        )
-    problem = no_gpu_problem(cfg.backend, cfg.nproc)
-    if problem:
-        raise NoGpu(problem)
-    world = cfg.nproc
-    if world is None:
-        world = visible_gpus() if cfg.backend == "nccl" else 2
-    if cfg.backend == "nccl":
-        gpus = visible_gpus()
-        if 0 < gpus < world:
-            raise RehearseError(f"--nproc {world} but only {gpus} GPU(s) are visible")
+    try:
+        world = rank_count("rehearse", cfg.backend, cfg.nproc, cfg.python)
+    except (TorchMissing, NoGpu):
+        raise
+    except PreflightError as exc:
+        raise RehearseError(str(exc)) from None
     try:
         job = build_job(target, drafter, cfg, world)
     except modelconfig.ModelConfigError as exc:
