@@ -51,15 +51,9 @@ import time
 import traceback
 from typing import Any
 
-
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    data = sorted(values)
-    pos = (len(data) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+# this script runs without fastverify on its import path: its one helper module, by path
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import rank_support
 
 
 def _bw(nbytes: int, seconds: float | None, world: int) -> tuple[float | None, float | None]:
@@ -70,11 +64,11 @@ def _bw(nbytes: int, seconds: float | None, world: int) -> tuple[float | None, f
 
 
 def _timing(samples_s: list[float], nbytes: int, world: int) -> dict[str, Any]:
-    p50 = _percentile(samples_s, 50)
+    p50 = rank_support.percentile(samples_s, 50)
     algbw, busbw = _bw(nbytes, p50, world)
     return {
         "p50_us": None if p50 is None else p50 * 1e6,
-        "p99_us": None if not samples_s else _percentile(samples_s, 99) * 1e6,
+        "p99_us": None if not samples_s else rank_support.percentile(samples_s, 99) * 1e6,
         "min_us": None if not samples_s else min(samples_s) * 1e6,
         "algbw_gbs": algbw,
         "busbw_gbs": busbw,
@@ -88,22 +82,6 @@ def scaled(count: int, nbytes: int, scale_bytes: int, floor: int) -> int:
     if scale_bytes <= 0 or nbytes <= scale_bytes or count <= floor:
         return count
     return max(floor, min(count, round(count * scale_bytes / nbytes)))
-
-
-def load_pynccl() -> Any:
-    """fastverify/nccl/pynccl.py (standard library only) from beside the package, without
-    importing fastverify: the profile environment has no PYTHONPATH."""
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "nccl"))
-    import pynccl  # type: ignore[import-not-found]
-
-    return pynccl
-
-
-def _err(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text.splitlines()[0][:500] if text else type(exc).__name__
 
 
 class Rank:
@@ -165,7 +143,7 @@ class Rank:
             kwargs["device_id"] = self.device  # eager NCCL communicator init
         self.dist.init_process_group(**kwargs)
         if self.call == "pynccl":
-            self.pynccl = load_pynccl()
+            self.pynccl = rank_support.load_pynccl()
             self.comm = self.pynccl.torch_communicator(self.dist)
         # One tiny all-reduce so that lazy communicator setup is inside init time.
         t = self.torch.ones(1, device=self.device, dtype=self.dtype)
@@ -179,14 +157,7 @@ class Rank:
 
     def setup_pcie_ipc(self, max_numel: int) -> dict[str, Any]:
         """A pcie_ipc candidate: FlashInfer's workspace for messages up to `max_numel`."""
-        import importlib.util
-        from pathlib import Path
-
-        path = Path(__file__).resolve().parents[1] / "common" / "pcie_ipc_worker.py"
-        spec = importlib.util.spec_from_file_location("fastverify_pcie_ipc_worker", path)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        mod = rank_support.load_pcie_ipc()
         self.pcie = mod.PcieIpc(self.torch, self.dist, self.world, max_numel, self.args.hidden_size)
         return self.pcie.info()
 
@@ -305,13 +276,13 @@ class Rank:
         self.sync()
         per_op = [s.elapsed_time(e) / 1e3 / ops for s, e in pairs]
         del graph
-        p50 = _percentile(per_op, 50)
+        p50 = rank_support.percentile(per_op, 50)
         algbw, busbw = _bw(numel * zbuf.element_size(), p50, self.world)
         return {
             "ops_per_graph": ops,
             "replays": len(per_op),
             "per_op_p50_us": p50 * 1e6,
-            "per_op_p99_us": _percentile(per_op, 99) * 1e6,
+            "per_op_p99_us": rank_support.percentile(per_op, 99) * 1e6,
             "algbw_gbs": algbw,
             "busbw_gbs": busbw,
         }
@@ -382,7 +353,7 @@ class Rank:
             }
         except Exception as exc:
             row["correct"] = False
-            row["eager"] = {"status": "failed", "error": _err(exc)}
+            row["eager"] = {"status": "failed", "error": rank_support.err(exc)}
         if not self.cuda:
             row["graph"] = {
                 "capture": "skipped",
@@ -401,7 +372,11 @@ class Rank:
                 if self.graph_ops > 0:
                     row["graph"]["batch"] = self.batch_graph(numel)
             except Exception as exc:
-                row["graph"] = {"capture": "failed", "replay": "not run", "error": _err(exc)}
+                row["graph"] = {
+                    "capture": "failed",
+                    "replay": "not run",
+                    "error": rank_support.err(exc),
+                }
                 graph_ok = False
             else:
                 if row["graph"].get("correct") is False:
@@ -476,14 +451,14 @@ def main(argv: list[str] | None = None) -> int:
             doc["gpu"] = torch.cuda.get_device_name(rank.device)
             doc["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
             if rank.call == "pynccl":
-                doc["nccl_library"] = load_pynccl().find_library()
+                doc["nccl_library"] = rank_support.load_pynccl().find_library()
         doc["dtype"] = str(rank.dtype).removeprefix("torch.")
         doc["import_s"] = time.perf_counter() - t_start  # import torch + CUDA context
         doc["init_s"] = rank.init()
         if args.pcie_ipc_max_numel > 0:
             doc["allreduce"] = rank.setup_pcie_ipc(args.pcie_ipc_max_numel)
     except Exception as exc:
-        doc["error"] = f"process group init failed: {_err(exc)}"
+        doc["error"] = f"process group init failed: {rank_support.err(exc)}"
         doc["traceback"] = traceback.format_exc()[-2000:]
         doc["wall_s"] = time.perf_counter() - t_start
         _write(args.out, doc)
@@ -510,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
             rank.comm.destroy()
         rank.dist.destroy_process_group()
     except Exception as exc:  # teardown trouble is reported, not fatal
-        doc["teardown_error"] = _err(exc)
+        doc["teardown_error"] = rank_support.err(exc)
     doc["wall_s"] = time.perf_counter() - t_start
     _write(args.out, doc)
     print(json.dumps({"rank": doc["rank"], "status": doc["status"], "sizes": len(doc["sizes"])}))

@@ -52,49 +52,13 @@ import time
 import traceback
 from typing import Any
 
+# this script runs without fastverify on its import path: its one helper module, by path
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import rank_support
+
 PHASES = ("decode", "verify", "verify_compute", "draft", "draft_extend")
 # profiler span per phase (SGLang 0.5.23 names; the drafter's extend pass is a draft forward)
 SPAN = {"decode": "DECODE", "verify": "VERIFY", "draft": "DRAFT", "draft_extend": "DRAFT"}
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    data = sorted(values)
-    pos = (len(data) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
-
-
-def load_pynccl() -> Any:
-    """fastverify/nccl/pynccl.py (standard library only) from beside the package, without
-    importing fastverify: the profile environment has no PYTHONPATH."""
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "nccl"))
-    import pynccl  # type: ignore[import-not-found]
-
-    return pynccl
-
-
-def _err(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text.splitlines()[0][:500] if text else type(exc).__name__
-
-
-def _pcie_ipc_module() -> Any:
-    """experiments/common/pcie_ipc_worker.py, loaded by path (this script runs without
-    fastverify on its import path)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "common" / "pcie_ipc_worker.py"
-    spec = importlib.util.spec_from_file_location("fastverify_pcie_ipc_worker", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 class Comm:
@@ -400,7 +364,7 @@ class Rank:
             kwargs["device_id"] = self.device
         self.dist.init_process_group(**kwargs)
         if self.call == "pynccl":
-            pynccl = load_pynccl()
+            pynccl = rank_support.load_pynccl()
             self.nccl = (pynccl, pynccl.torch_communicator(self.dist), self.torch)
         t = self.torch.ones(1, device=self.device, dtype=self.dtype)
         Comm(self.dist, self.world, self.cuda, nccl=self.nccl).all_reduce(t)
@@ -445,7 +409,7 @@ class Rank:
         self.pcie = None
         ar = job.get("allreduce") or {}
         if ar.get("backend") == "pcie_ipc" and self.cuda:
-            self.pcie = _pcie_ipc_module().PcieIpc(
+            self.pcie = rank_support.load_pcie_ipc().PcieIpc(
                 torch, self.dist, self.world, int(ar["max_numel"]), job["target"]["hidden"]
             )
             info["allreduce"] = self.pcie.info()
@@ -507,7 +471,7 @@ class Rank:
                     "allgather_captured": comm.allgather_calls,
                 }
             except Exception as exc:
-                out[phase] = {"capture": "failed", "error": _err(exc)}
+                out[phase] = {"capture": "failed", "error": rank_support.err(exc)}
                 break  # the CUDA context may be unusable after a failed capture
         return out
 
@@ -604,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["import_s"] = time.perf_counter() - t_start
         doc["init_s"] = rank.init()
     except Exception as exc:
-        doc["error"] = f"process group init failed: {_err(exc)}"
+        doc["error"] = f"process group init failed: {rank_support.err(exc)}"
         doc["traceback"] = traceback.format_exc()[-2000:]
         doc["wall_s"] = time.perf_counter() - t_start
         _write(args.out, doc)
@@ -633,8 +597,8 @@ def main(argv: list[str] | None = None) -> int:
             for phase in PHASES:
                 samples = rank.time_phase(phase, job["steps"], job["warmup"])
                 timings[phase] = {
-                    "p50_ms": _percentile(samples, 50),
-                    "p90_ms": _percentile(samples, 90),
+                    "p50_ms": rank_support.percentile(samples, 50),
+                    "p90_ms": rank_support.percentile(samples, 90),
                     "min_ms": min(samples),
                     "samples": len(samples),
                 }
@@ -643,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
                 doc["profile"] = rank.profile_window(args.trace, job["profile_cycles"])
     except Exception as exc:
         failed = True
-        doc["error"] = _err(exc)
+        doc["error"] = rank_support.err(exc)
         doc["traceback"] = traceback.format_exc()[-3000:]
     doc["status"] = "failed" if failed else "ok"
     if rank.cuda:
@@ -669,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rank.dist.destroy_process_group()
     except Exception as exc:
-        doc["teardown_error"] = _err(exc)
+        doc["teardown_error"] = rank_support.err(exc)
         _write(args.out, doc)
     return code
 

@@ -1,0 +1,56 @@
+"""What the GPU rank scripts (preflight/worker.py, rehearse/worker.py) share.
+
+Standard library only: a rank runs with exactly the profile's environment, without
+fastverify on its import path, so each script puts this folder on `sys.path` and imports
+this file alone. It loads the project's NCCL binding (`fastverify/nccl/pynccl.py`) and
+FlashInfer's PCIe-IPC driver (`pcie_ipc_worker.py` beside it) the same way.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default), None for no values."""
+    if not values:
+        return None
+    data = sorted(values)
+    pos = (len(data) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def err(exc: BaseException) -> str:
+    """One line for a report: the exception's type and first line, at most 500 characters."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0][:500] if text else type(exc).__name__
+
+
+def _load(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_pynccl() -> Any:
+    """fastverify/nccl/pynccl.py: ncclAllReduce on the current stream, as SGLang calls it."""
+    return sys.modules.get("fastverify_pynccl") or _load(
+        "fastverify_pynccl", HERE.parents[1] / "nccl" / "pynccl.py"
+    )
+
+
+def load_pcie_ipc() -> Any:
+    """pcie_ipc_worker.py: FlashInfer's PCIe-IPC workspace driven as SGLang drives it."""
+    return sys.modules.get("fastverify_pcie_ipc_worker") or _load(
+        "fastverify_pcie_ipc_worker", HERE / "pcie_ipc_worker.py"
+    )
