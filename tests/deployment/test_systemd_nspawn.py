@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -57,6 +58,11 @@ class Machine:
         args = " ".join(f"-p {p}" for p in props)
         out = self.sh(f"systemctl show {args} fastverifyd.service").stdout
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    def journal(self, lines: int = 60) -> str:
+        """The unit's journal: what a failure message shows (why it did not start)."""
+        out = self.sh(f"journalctl -u fastverifyd.service -n {lines} --no-pager", check=False)
+        return out.stdout[-6000:]
 
     def daemon_status(self) -> dict:
         proc = self.sh("fastverifyctl status --json", check=False, timeout=20)
@@ -134,6 +140,12 @@ def machine(bookworm_rootfs: Path, repo_snapshot: Path, wheelhouse: Path) -> Ite
         shutil.rmtree(work, ignore_errors=True)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def installed(machine: Machine) -> Machine:
     """deploy.sh install --mode host inside the machine; started by the tests themselves."""
@@ -142,12 +154,23 @@ def installed(machine: Machine) -> Machine:
         "--pip-options '--no-index --find-links /opt/wheels'",
         timeout=400,
     )
+    # The container shares the host's network: its server and exporter take ports that are
+    # free on the host now, not SGLang's 30000 and the exporter's 9464 (anything else on this
+    # machine may hold those).
+    server_port, metrics_port = free_port(), free_port()
+    # (in a copy of the installed config: deploy.sh keeps owning its own file, unedited)
+    machine.sh(
+        f"sed 's/^port = 30000$/port = {server_port}/' /etc/fastverify/fastverifyd.toml"
+        " > /etc/fastverify/test.toml"
+        f" && grep -q '^port = {server_port}$' /etc/fastverify/test.toml"
+    )
     # Test tuning in a drop-in (the operator's way): a short watchdog and a visible load.
     machine.sh(
         "mkdir -p /etc/systemd/system/fastverifyd.service.d && "
         "printf '[Service]\\nWatchdogSec=%ss\\nExecStart=\\nExecStart=%s\\n' "
         f"{WATCHDOG_S} '/opt/fastverify/bin/fastverifyd --config "
-        "/etc/fastverify/fastverifyd.toml --sim-load-seconds 3' "
+        "/etc/fastverify/test.toml --sim-load-seconds 3 "
+        f"--metrics-listen 127.0.0.1:{metrics_port}' "
         "> /etc/systemd/system/fastverifyd.service.d/test.conf && systemctl daemon-reload"
     )
     return machine
@@ -165,7 +188,10 @@ def test_unit_is_active_only_after_ready(installed: Machine) -> None:
         samples.append((active, state))
         return active == "active" or active == "failed"
 
-    wait_until(sample, 90, "fastverifyd.service active", interval=0.1)
+    try:
+        wait_until(sample, 90, "fastverifyd.service active", interval=0.1)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; samples {samples[-5:]}; journal:\n{m.journal()}") from None
     assert samples[-1][0] == "active", samples
     assert ("activating", "STARTING") in samples or ("activating", "") in samples, samples
     assert all(state == "READY" for active, state in samples if active == "active"), samples
