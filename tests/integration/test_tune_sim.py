@@ -160,6 +160,18 @@ def test_decision_is_applied_served_recorded_and_exported(tuned: dict[str, Any])
     ]
 
 
+def test_the_inventory_offers_the_backend_the_decision_serves(tuned: dict[str, Any]) -> None:
+    # the first thing a user reads ("backends possible: ...") must not rule out the backend
+    # the decision then serves: the sim has its own simulated FlashInfer with pcie_ipc_comm,
+    # whatever this machine's interpreter lacks
+    line = next(x for x in tuned["proc"].stderr.splitlines() if "backends possible: " in x)
+    possible = line.split("backends possible: ", 1)[1].split(" (ETA")[0].split(", ")
+    assert tuned["result"]["decision"]["backend"] in possible, line
+    done = {r["name"]: r for r in tuned["journal"] if r.get("event") == "stage_finished"}
+    rows = {b["backend"]: b for b in done["inventory"]["data"]["backends"]}
+    assert rows["pcie_ipc"]["possible"] is True, rows["pcie_ipc"]
+
+
 def test_at_most_two_real_loads(tuned: dict[str, Any]) -> None:
     loads = tuned["result"]["loads"]
     assert loads["real"] <= 2
