@@ -298,8 +298,21 @@ def _follow_plain(events: Any, follower: Follower, quiet: bool) -> dict[str, Any
         lines = follower.lines(ev)
         if not quiet:
             for line in lines:
-                click.echo(line)
+                try:
+                    click.echo(line)
+                except BrokenPipeError:  # the pipe's reader left (`| head -1`): not the daemon
+                    _stdout_to_devnull()  # follow on quietly; the exit code is the result's
+                    quiet = True
+                    break
     return None
+
+
+def _stdout_to_devnull() -> None:
+    import os
+
+    fd = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(fd, sys.stdout.fileno())
+    os.close(fd)
 
 
 def _follow_rich(events: Any, follower: Follower) -> dict[str, Any] | None:

@@ -310,3 +310,31 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_closed_stdout_pipe_is_not_a_lost_daemon(tmp_path: Path) -> None:
+    # `fastverifyctl profile set ring-ll | head -1`: the pipe's reader leaves after the first
+    # line. The daemon's connection is fine, so the CLI must not say it lost it (exit 5): it
+    # follows the switch to its end quietly and exits with its result.
+    import subprocess
+    import sys
+
+    from tests.harness import REPO
+
+    with DaemonHarness(tmp_path) as d:
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket),
+             "profile", "set", "ring-ll"],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()  # what `head -1` does after its line
+        err = proc.stderr.read()
+        rc = proc.wait(timeout=120)
+        assert "accepted" in first
+        assert "lost the connection" not in err, err
+        assert rc == 0, err
+        st = d.status()
+        assert (st["state"], st["profile"]) == ("READY", "ring-ll")

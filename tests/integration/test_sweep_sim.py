@@ -211,3 +211,41 @@ def test_interrupted_sweep_loses_nothing_and_resumes(tmp_path: Path) -> None:
             for p in ("nccl-default", "ring-ll")
         }
         assert per_profile == {"nccl-default": 2, "ring-ll": 2}
+
+
+def test_a_switch_by_another_client_drops_the_run_it_spoiled(tmp_path: Path) -> None:
+    # Another client switches the daemon while the sweep measures ring-ll: what the sweep
+    # measures after that is the other profile's server, so it must not be recorded (or
+    # shown) as ring-ll's; the sweep says what happened and goes on.
+    out = tmp_path / "spoiled"
+    with DaemonHarness(tmp_path, config={"daemon": {"trace_period_s": 0}}) as d:
+        # 8 s runs: the one the switch hits gets tokens again from the new server after it
+        args = ["sweep", "ring-ll", "--repeats", "3", "--duration", "8", "--output-len", "32",
+                "--output", str(out), "--no-plot", "--json"]  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), *args],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        results = out / "results.jsonl"
+
+        def first_measured() -> bool:
+            assert proc.poll() is None, proc.communicate()
+            return results.exists() and '"measurement"' in results.read_text()
+
+        d.wait_for(first_measured, 600, "the sweep's first measurement of ring-ll")
+        other = d.client.post(
+            "/v1/profile", {"name": "nccl-default", "mode": "baseline", "wait": True}, timeout=120
+        )
+        assert other["result"] == "ok", other
+        stdout, err = proc.communicate(timeout=600)
+        recs = [json.loads(line) for line in results.read_text().splitlines()]
+    measured = [r for r in recs if r["type"] == "measurement" and r["profile"] == "ring-ll"]
+    spoiled = [r for r in recs if r["type"] == "failure" and r.get("reason") == "served_changed"]
+    assert len(spoiled) == 1 and spoiled[0]["profile"] == "ring-ll", recs
+    assert 1 <= len(measured) < 3
+    assert any(f"{w} nccl-default/baseline during run" in err
+               for w in ("switched to", "began a switch to")), err  # fmt: skip
+    assert "the run is dropped" in err, err
+    # the report shows only the runs before the switch, with why the rest is missing
+    row = next(r for r in json.loads(stdout)["results"] if r["profile"] == "ring-ll")
+    assert row["n"] == len(measured) and row["note"] == "bench: served_changed", row

@@ -160,6 +160,37 @@ def test_decision_is_applied_served_recorded_and_exported(tuned: dict[str, Any])
     ]
 
 
+def test_the_inventory_offers_the_backend_the_decision_serves(tuned: dict[str, Any]) -> None:
+    # the first thing a user reads ("backends possible: ...") must not rule out the backend
+    # the decision then serves: the sim has its own simulated FlashInfer with pcie_ipc_comm,
+    # whatever this machine's interpreter lacks
+    line = next(x for x in tuned["proc"].stderr.splitlines() if "backends possible: " in x)
+    possible = line.split("backends possible: ", 1)[1].split(" (ETA")[0].split(", ")
+    assert tuned["result"]["decision"]["backend"] in possible, line
+    done = {r["name"]: r for r in tuned["journal"] if r.get("event") == "stage_finished"}
+    rows = {b["backend"]: b for b in done["inventory"]["data"]["backends"]}
+    assert rows["pcie_ipc"]["possible"] is True, rows["pcie_ipc"]
+
+
+def _secs(mmss: str) -> int:
+    parts = [int(x) for x in mmss.split(":")]
+    return parts[-1] + 60 * parts[-2] + (3600 * parts[-3] if len(parts) > 2 else 0)
+
+
+def test_the_eta_follows_the_loads_the_trial_measured(tuned: dict[str, Any]) -> None:
+    # the plan assumes the default 90 s per dummy load (nothing recorded yet); once the
+    # trial measured the sim's ~2 s loads, the ETA must use them: by the trial's last line
+    # what is left is the confirm + decide (their planned estimates) and not the nine
+    # default-length loads the trial no longer has to make
+    err = tuned["proc"].stderr.splitlines()
+    assert any("(dummy load: default)" in x for x in err)
+    plan_est = {x.split()[0]: _secs(x.split()[1]) for x in err
+                if x.startswith("  confirm ") or x.startswith("  decide ")}  # fmt: skip
+    last_trial = [x for x in err if x.startswith("[6/8] trial: [") and "(ETA " in x][-1]
+    eta = _secs(last_trial.rsplit("(ETA ", 1)[1].rstrip(")"))
+    assert eta <= plan_est["confirm"] + plan_est["decide"] + 90, last_trial
+
+
 def test_at_most_two_real_loads(tuned: dict[str, Any]) -> None:
     loads = tuned["result"]["loads"]
     assert loads["real"] <= 2

@@ -13,6 +13,8 @@ while at the first start and writes FlashInfer's cache file
 `$FLASHINFER_AUTOTUNE_DIR/pcie_ipc_all_reduce_ws{N}.json`, and reads it back at the next
 (FlashInfer logs nothing of its own; SGLang logs `autotuned N shape(s)` both times). A
 non-bf16 `--dtype` logs SGLang's once-per-dtype warning at the first reduction.
+`flashinfer_offer(argv)` and `HOST_TEXT`: what the sim's host offers (for `tune`'s inventory,
+which must not read this machine's interpreter or GPUs for a sim engine).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -43,6 +45,26 @@ def plan(args: cli_args.SimArgs, env: Mapping[str, str]) -> allreduce.Dispatch:
         p2p=True,
         hidden=costmodel.HIDDEN,
         flashinfer_pcie_ipc=args.flashinfer != "no-pcie-ipc-comm",
+    )
+
+
+HOST_TEXT = "the sim's simulated host: PCIe-only GPUs with P2P, no NVLink (docs/sim.md)"
+
+
+def flashinfer_offer(argv: Sequence[str]) -> tuple[bool, str]:
+    """(has `pcie_ipc_comm`, why) of the simulated FlashInfer build a sim argv runs with
+    (`--sim-flashinfer`, default "pcie-ipc"): what the real server's import check answers."""
+    build = cli_args.SimArgs.flashinfer
+    for i, a in enumerate(argv):
+        if a == "--sim-flashinfer" and i + 1 < len(argv):
+            build = argv[i + 1]
+        elif a.startswith("--sim-flashinfer="):
+            build = a.split("=", 1)[1]
+    if build == "no-pcie-ipc-comm":
+        return False, "the sim's simulated FlashInfer has no pcie_ipc_comm (--sim-flashinfer)"
+    return (
+        True,
+        f"the sim's simulated FlashInfer 0.7.2 has pcie_ipc_comm (--sim-flashinfer {build})",
     )
 
 

@@ -391,6 +391,16 @@ class Sweep:
                 return data
         raise AssertionError("unreachable")
 
+    def _serving(self) -> tuple[Any, ...]:
+        """What serves now: profile, mode, trial, the engine instance (pid, start), the
+        state, and the operation in flight (kind, profile, mode) if any."""
+        st = self._status()
+        eng = st.get("engine") or {}
+        op = st.get("switch_in_flight") or {}
+        return (st.get("profile"), st.get("mode"), bool(st.get("trial")), eng.get("pid"),
+                eng.get("started_at"), st.get("state"),
+                (op.get("kind"), op.get("profile"), op.get("mode")) if op else None)  # fmt: skip
+
     def _engine_url(self) -> str:
         url = ((self._status().get("engine") or {}).get("url")) or self.cfg.bench.url
         if not url:
@@ -466,6 +476,7 @@ class Sweep:
                       "seconds": load_s, "engine_ready_s": res.get("engine_ready_s")})  # fmt: skip
         self.emit(f"{index} {tag}: ready in {res.get('duration_s', 0):.1f} s")
         url = self._engine_url()
+        served = self._serving()
         for rep in range(have, self.cfg.repeats):
             bcfg = replace(
                 self.cfg.bench, url=url, warmup=self.cfg.bench.warmup if rep == have else 0
@@ -474,10 +485,16 @@ class Sweep:
             try:
                 result = run_bench(bcfg, self.on_bench_progress)
             except BenchError as exc:
+                if self._serving() != served:  # it failed because the server went away
+                    self._spoiled(profile, mode, phase, tag, weights, rep, served)
+                    return taken
                 self._record({"type": "failure", "profile": profile, "mode": mode,
                               "stage": "bench", "reason": "bench_failed", "message": str(exc),
                               "repeat": rep, "weights": weights})  # fmt: skip
                 self.emit(f"{self._label(phase)} {tag}: bench failed ({exc})")
+                return taken
+            if self._serving() != served:  # another client switched or restarted it under it
+                self._spoiled(profile, mode, phase, tag, weights, rep, served)
                 return taken
             if result.weights is not None and result.weights != weights:
                 msg = f"asked for {weights} weights, the server reports {result.weights} weights"
@@ -499,6 +516,34 @@ class Sweep:
         if weights == trial.DUMMY and self.cfg.traces:
             self._capture_trace(profile, mode, url, self._label(phase))
         return taken
+
+    def _spoiled(
+        self,
+        profile: str,
+        mode: str,
+        phase: str,
+        tag: str,
+        weights: str,
+        rep: int,
+        served: tuple[Any, ...],
+    ) -> None:
+        """Another client switched or restarted the server during run `rep`: the run (what
+        it measured is not `profile`/`mode`, or not only) is dropped, and said so."""
+        now = self._serving()
+        if now[6]:
+            what = f"began a {now[6][0]} to {now[6][1]}/{now[6][2]}"
+        elif now[:2] != served[:2]:
+            what = f"switched to {now[0]}/{now[1]}"
+        else:
+            what = f"restarted its engine (state {now[5]})"
+        msg = (
+            f"the daemon {what} during run {rep + 1} (another client's operation): "
+            f"the run is dropped and {profile}/{mode} is not measured further"
+        )
+        self._record({"type": "failure", "profile": profile, "mode": mode, "stage": "bench",
+                      "reason": "served_changed", "message": msg, "repeat": rep,
+                      "weights": weights})  # fmt: skip
+        self.emit(f"{self._label(phase)} {tag}: {msg}")
 
     def _capture_trace(self, profile: str, mode: str, url: str, index: str) -> None:
         """A profile window (POST /v1/trace/capture) under load: step/verify time and

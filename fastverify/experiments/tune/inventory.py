@@ -12,6 +12,7 @@ import subprocess
 import sys
 from typing import Any
 
+from fastverify.engines.sim import allreduce_sim
 from fastverify.experiments.common.allreduce import flashinfer_pcie_ipc
 from fastverify.experiments.tune.context import Ctx, StageResult
 from fastverify.sglang.allreduce import (
@@ -70,17 +71,24 @@ def torch_nccl_version(python: str) -> str | None:
 
 
 def possible_backends(
-    topology: Any, gpus: int, tp_size: int, flashinfer: tuple[bool, str] | None = None
+    topology: Any,
+    gpus: int,
+    tp_size: int,
+    flashinfer: tuple[bool, str] | None = None,
+    *,
+    simulated: bool = False,
 ) -> list[dict[str, Any]]:
     """The TP all-reduce backends SGLang 0.5.23 could use here, with why
     (`fastverify.sglang.allreduce.possible_backends` decides; this says it for people).
     `flashinfer`: (importable, message) of FlashInfer's PCIe-IPC in the server's
-    interpreter; None: not checked. `possible` None: cannot tell here."""
+    interpreter; None: not checked. `possible` None: cannot tell here. `simulated`: the
+    engine is the sim, whose host is PCIe-only with P2P (`allreduce_sim.HOST_TEXT`), not
+    this machine's GPUs."""
     if tp_size < 2:
         why = f"TP {tp_size}: no all-reduce"
         return [{"backend": b, "possible": False, "why": why} for b in (CUSTOM, PCIE_IPC, NCCL)]
-    known = topology is not None and bool(getattr(topology, "gpus", None))
-    has_nvlink = bool(topology.all_nvlink) if known else None
+    known = simulated or (topology is not None and bool(getattr(topology, "gpus", None)))
+    has_nvlink = (False if simulated else bool(topology.all_nvlink)) if known else None
     fi_ok = None if flashinfer is None else flashinfer[0]
     can = possible_backends_of(tp_size, has_nvlink, p2p=None, flashinfer_pcie_ipc=fi_ok)
     unknown = (
@@ -97,6 +105,8 @@ def possible_backends(
         custom = (None, unknown)
     else:
         custom = (True, "full NVLink" if has_nvlink else "2 GPUs over PCIe with P2P")
+    if simulated:
+        custom = (custom[0], f"{custom[1]}; {allreduce_sim.HOST_TEXT}")
     if tp_size not in PCIE_IPC_WORLD_SIZES:
         ipc = (
             False,
@@ -119,11 +129,14 @@ def possible_backends(
     ]
 
 
-def _tp_size(ctx: Ctx) -> int:
+def _server_argv(ctx: Ctx) -> list[str]:
     try:
-        argv = ctx.client.get("/v1/server/argv").get("argv") or []
+        return list(ctx.client.get("/v1/server/argv").get("argv") or [])
     except Exception:  # the daemon answers status; an old one may lack this: use the config
-        argv = []
+        return []
+
+
+def _tp_size(argv: list[str]) -> int:
     for i, a in enumerate(argv):
         if a == "--tp-size" and i + 1 < len(argv):
             return int(argv[i + 1])
@@ -142,7 +155,9 @@ def run(ctx: Ctx) -> StageResult:
 
     status = ctx.client.get("/v1/status")
     engine = status.get("engine") or {}
-    tp = _tp_size(ctx)
+    argv = _server_argv(ctx)
+    tp = _tp_size(argv)
+    simulated = bool(engine.get("simulated"))
     try:
         server = config_mod.load(None).server
         python, extra_args = server.python, tuple(server.extra_args)
@@ -182,7 +197,14 @@ def run(ctx: Ctx) -> StageResult:
         },
         "versions": versions,
         "sglang_adds": (report.engine_env or {}).get("lines") or [],
-        "backends": possible_backends(topo, gpus, tp, flashinfer_pcie_ipc(python)),
+        # the sim serves with its simulated FlashInfer, not the interpreter's
+        "backends": possible_backends(
+            topo,
+            gpus,
+            tp,
+            allreduce_sim.flashinfer_offer(argv) if simulated else flashinfer_pcie_ipc(python),
+            simulated=simulated,
+        ),
     }
     ver = versions if isinstance(versions, dict) else {}
     nccl = ver.get("nccl (torch)") or ver.get("nvidia-nccl-cu13") or ver.get("nvidia-nccl-cu12")

@@ -19,6 +19,7 @@ through its control API (`fastverify.client.ControlClient`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -50,6 +51,8 @@ STAGES: tuple[tuple[str, StageFn], ...] = (
     ("confirm", confirm.run),
     ("decide", decide.run),
 )
+LOAD_STAGES = ("trial", "confirm", "decide")  # their ETA follows the loads measured so far
+REPLAN_EVERY_S = 10.0  # how often a progress line may re-read the daemon's history for it
 OPTIONAL = {"derive_tuner", "preflight", "rehearse"}  # a failure here does not end the tune
 Event = dict[str, Any]
 
@@ -214,8 +217,16 @@ def _context(
         serving_before=start.get("serving") or {},
     )
 
+    replanned = [0.0]
+
     def line(text: str) -> None:
-        elapsed = time.monotonic() - ctx.stage_t0
+        now = time.monotonic()
+        if ctx.stage in LOAD_STAGES and now - replanned[0] >= REPLAN_EVERY_S:
+            # the loads this stage just measured replace the plan's defaults in the ETA
+            replanned[0] = now
+            with contextlib.suppress(Exception):  # an ETA is not worth failing a tune for
+                _replan(ctx)
+        elapsed = now - ctx.stage_t0
         emit(
             {
                 "event": "line",
@@ -238,14 +249,19 @@ def _context(
     return ctx, first or ctx.plan
 
 
+def _replan(ctx: Ctx) -> None:
+    """The plan again from the loads the daemon recorded so far (same finalists, trials)."""
+    fixed = (ctx.plan["finalists"], ctx.plan["trial_candidates"])
+    note = ctx.plan.get("budget_note")
+    ctx.plan = dict(_plan(ctx, list(ctx.results), fixed), budget_note=note)
+
+
 def _run_stage(
     ctx: Ctx, name: str, fn: StageFn, where: dict[str, Any], emit: Callable[[Event], None]
 ) -> StageResult:
     """One stage, journaled before and after (a kill in between re-runs it on resume)."""
-    if name in ("trial", "confirm", "decide"):  # fresher load times for the ETA
-        fixed = (ctx.plan["finalists"], ctx.plan["trial_candidates"])
-        note = ctx.plan.get("budget_note")
-        ctx.plan = dict(_plan(ctx, list(ctx.results), fixed), budget_note=note)
+    if name in LOAD_STAGES:  # fresher load times for the ETA
+        _replan(ctx)
     ctx.stage, ctx.stage_t0 = name, time.monotonic()
     ctx.journal.append({"event": "stage_started", "name": name})
     emit({**where, "status": "started", "eta_s": plan.remaining_s(ctx.plan, name, 0.0)})

@@ -253,6 +253,21 @@ def test_possible_backends_from_topology() -> None:
     assert six["pcie_ipc"]["possible"] is False and "2/4/8 ranks" in six["pcie_ipc"]["why"]
 
 
+def test_on_the_sim_the_backends_are_the_simulated_hosts() -> None:
+    # the sim serves PCIe-IPC with its simulated FlashInfer on a PCIe-only host, whatever
+    # this machine's interpreter or GPUs: the inventory must not rule out what it serves
+    from fastverify.engines.sim import allreduce_sim
+
+    offer = allreduce_sim.flashinfer_offer(["--tp-size", "8"])
+    assert offer[0] is True and "simulated FlashInfer" in offer[1]
+    sim = {b["backend"]: b for b in inventory.possible_backends(None, 0, 8, offer, simulated=True)}
+    assert sim["pcie_ipc"]["possible"] is True and sim["custom"]["possible"] is False
+    assert "simulated host" in sim["custom"]["why"]
+    old = allreduce_sim.flashinfer_offer(["--sim-flashinfer", "no-pcie-ipc-comm"])
+    gone = {b["backend"]: b for b in inventory.possible_backends(None, 0, 8, old, simulated=True)}
+    assert gone["pcie_ipc"]["possible"] is False and "no pcie_ipc_comm" in gone["pcie_ipc"]["why"]
+
+
 def test_a_ranked_funnel_trials_only_the_best_few() -> None:
     p = plan.make_plan(_facts(ranked=True, finalists=2))
     assert (p["finalists"], p["trial_candidates"]) == (2, 2 + plan.RANKED_EXTRA)
