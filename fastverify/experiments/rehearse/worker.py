@@ -586,9 +586,8 @@ def main(argv: list[str] | None = None) -> int:
         rank.sync()
         doc["collectives_per_forward"] = calls
         if rank.pcie is not None:
-            doc["allreduce"] = (
-                rank.pcie.info()
-            )  # calls so far: the eager forwards        if rank.cuda:
+            doc["allreduce"] = rank.pcie.info()  # calls so far: the eager forwards
+        if rank.cuda:
             doc["graphs"] = rank.capture()
             failed = any(g.get("capture") != "ok" for g in doc["graphs"].values())
             failed = failed or len(doc["graphs"]) < len(PHASES)
