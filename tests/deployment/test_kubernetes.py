@@ -607,3 +607,64 @@ def test_rendered_pod_serves_its_profile_and_a_failing_one_is_never_ready(
         assert http_get(health + "/startupz")[0] == 200  # settled: liveness takes over
         assert http_get(health + "/livez")[0] == 200  # the daemon is fine: no restart loop
         assert all(r["result"] != "ok" for r in d.client.get("/v1/history"))
+
+
+# --------------------------------------------------------------- the projects' own CRDs
+# The LeaderWorkerSet and Prometheus Operator CRDs as their projects publish them (release
+# YAML) may only live in the steering repository's shared/ (this workplace keeps files
+# fetched from GitHub out of the project). Where they are there, the rendered objects are
+# validated against each CRD's openAPIV3Schema; where not, this test says so (a skip, never
+# counted as a pass). The layout: ../shared/k8s-crds/<name>.yaml plus a README giving each
+# file's project, release and URL ($FASTVERIFY_K8S_CRDS names another folder).
+SHARED_CRDS = Path(os.environ.get("FASTVERIFY_K8S_CRDS") or REPO.parent / "shared" / "k8s-crds")
+
+
+def _crd_schemas(kind: str) -> dict[str, Any]:
+    """version name -> openAPIV3Schema for `kind`, from the CRD files in SHARED_CRDS."""
+    found: dict[str, Any] = {}
+    for path in sorted(SHARED_CRDS.glob("*.y*ml")):
+        for crd in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if not crd or crd.get("kind") != "CustomResourceDefinition":
+                continue
+            if crd["spec"]["names"]["kind"] != kind:
+                continue
+            for version in crd["spec"]["versions"]:
+                found[version["name"]] = version["schema"]["openAPIV3Schema"]
+    return found
+
+
+def _strict(schema: Any) -> Any:
+    """The API server's view: a field a structural schema does not declare is unknown
+    (kubectl --validate=strict refuses it) unless the schema preserves unknown fields."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items()}
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+@pytest.mark.parametrize("kind, key", [("LeaderWorkerSet", "ring-ll-2-nodes"),
+                                       ("PodMonitor", "ring-ll")])  # fmt: skip
+def test_crd_objects_validate_against_their_projects_crds(
+    rendered: dict[str, list[dict[str, Any]]], kind: str, key: str
+) -> None:
+    import jsonschema
+
+    schemas = _crd_schemas(kind)
+    if not schemas:
+        pytest.skip(f"NOT VALIDATED against the {kind} CRD: no CRD file for it in {SHARED_CRDS}")
+    obj = one(rendered[key], kind)
+    version = obj["apiVersion"].split("/")[-1]
+    assert version in schemas, f"{kind} {version} is not served by the CRD ({sorted(schemas)})"
+    errors = sorted(jsonschema.Draft7Validator(_strict(schemas[version])).iter_errors(obj), key=str)
+    assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors[:10])
+    bad = json.loads(json.dumps(obj))
+    bad["spec"]["fastverifyMisspelt"] = 1  # the check is a real one: an unknown field fails
+    assert list(jsonschema.Draft7Validator(_strict(schemas[version])).iter_errors(bad))
