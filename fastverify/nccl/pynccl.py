@@ -223,6 +223,47 @@ class Communicator:
             self.handle = ctypes.c_void_p()
 
 
+class RankGroup:
+    """One rank's TP group in the GPU experiments, on the call path measured.
+
+    `call="pynccl"`: a gloo process group only for set-up (rank 0's unique id, barriers) and
+    NCCL through this binding on the current stream, as SGLang does; `call="torch"`:
+    torch.distributed for everything (the gloo testing backend always runs this way)."""
+
+    def __init__(self, dist, torch, *, backend: str, call: str, rank: int, world: int,  # type: ignore[no-untyped-def]
+                 device=None):  # fmt: skip
+        self.dist, self.torch = dist, torch
+        self.cuda = backend == "nccl"
+        self.call = call if self.cuda else "torch"
+        kwargs = {"backend": "gloo" if self.call == "pynccl" else backend, "rank": rank,
+                  "world_size": world}  # fmt: skip
+        if self.cuda and self.call == "torch":
+            kwargs["device_id"] = device  # eager NCCL communicator init
+        dist.init_process_group(**kwargs)
+        self.comm = torch_communicator(dist) if self.call == "pynccl" else None
+
+    def all_reduce(self, tensor) -> None:  # type: ignore[no-untyped-def]
+        """In-place sum over the group."""
+        if self.comm is not None:
+            torch_all_reduce(self.comm, tensor, self.torch)
+        else:
+            self.dist.all_reduce(tensor)
+
+    def all_gather(self, out, tensor) -> None:  # type: ignore[no-untyped-def]
+        """Every rank's `tensor` into `out` (world x its size), in rank order."""
+        if self.comm is not None:
+            torch_all_gather(self.comm, out, tensor, self.torch)
+        elif self.cuda:
+            self.dist.all_gather_into_tensor(out, tensor)
+        else:
+            self.dist.all_gather(list(out.chunk(self.dist.get_world_size())), tensor)
+
+    def destroy(self) -> None:
+        if self.comm is not None:
+            self.comm.destroy()
+        self.dist.destroy_process_group()
+
+
 def torch_communicator(dist, nccl: NcclLibrary | None = None) -> Communicator:  # type: ignore[no-untyped-def]
     """SGLang's bootstrap: rank 0's unique id handed to every rank over the process group
     already set up (gloo, on the CPU), then one NCCL communicator per rank."""

@@ -78,8 +78,7 @@ class Worker:
         self.world = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
         self.cuda = args.backend == "nccl"
-        self.call = args.call if self.cuda else "torch"
-        self.comm: Any = None
+        self.group: Any = None  # a pynccl.RankGroup once init() ran
         self.plugin = None
         self.fake: dict[str, Any] | None = None
         if self.cuda:
@@ -95,21 +94,14 @@ class Worker:
 
     def all_reduce(self, tensor: Any) -> None:
         """In-place sum through the call path measured (pynccl: SGLang's; torch.distributed)."""
-        if self.comm is not None:
-            pynccl.torch_all_reduce(self.comm, tensor, self.torch)
-        else:
-            self.dist.all_reduce(tensor)
+        self.group.all_reduce(tensor)
 
     def init(self) -> float:
         t0 = time.perf_counter()
-        backend = "gloo" if self.call == "pynccl" else self.args.backend
-        kwargs: dict[str, Any] = {"backend": backend, "rank": self.rank,
-                                  "world_size": self.world}  # fmt: skip
-        if self.cuda and self.call == "torch":
-            kwargs["device_id"] = self.device
-        self.dist.init_process_group(**kwargs)
-        if self.call == "pynccl":
-            self.comm = pynccl.torch_communicator(self.dist)
+        self.group = pynccl.RankGroup(
+            self.dist, self.torch, backend=self.args.backend, call=self.args.call,
+            rank=self.rank, world=self.world, device=self.device,
+        )  # fmt: skip
         t = self.torch.ones(1, device=self.device, dtype=self.dtype)
         self.all_reduce(t)
         self.sync()
@@ -323,9 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         _emit(args.out, {"size": row})
         print(json.dumps({"rank": worker.rank, "bytes": nbytes}), flush=True)
     try:
-        if worker.comm is not None:
-            worker.comm.destroy()
-        worker.dist.destroy_process_group()
+        worker.group.destroy()
     except Exception as exc:  # teardown trouble is reported, not fatal
         head["teardown_error"] = _err(exc)
     _emit(args.out, {"done": True, "wall_s": time.perf_counter() - t0, "failed_sizes": bad})

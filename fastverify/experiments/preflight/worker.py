@@ -96,8 +96,7 @@ class Rank:
         self.world = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
         self.cuda = args.backend == "nccl"
-        self.call = args.call if self.cuda else "torch"
-        self.comm: Any = None
+        self.group: Any = None  # a pynccl.RankGroup once init() ran
         self.pcie: Any = None  # a PcieIpc for a pcie_ipc candidate
         self._outs: dict[tuple[int, int], Any] = {}
         self.set_counts(0)
@@ -127,24 +126,14 @@ class Rank:
 
     def nccl_all_reduce(self, tensor: Any) -> None:
         """In-place sum over the group on NCCL, through the call path measured (`--call`)."""
-        if self.comm is not None:
-            self.pynccl.torch_all_reduce(self.comm, tensor, self.torch)
-        else:
-            self.dist.all_reduce(tensor)
+        self.group.all_reduce(tensor)
 
     def init(self) -> float:
         t0 = time.perf_counter()
-        kwargs: dict[str, Any] = {
-            "backend": "gloo" if self.call == "pynccl" else self.args.backend,
-            "rank": self.rank,
-            "world_size": self.world,
-        }
-        if self.cuda and self.call == "torch":
-            kwargs["device_id"] = self.device  # eager NCCL communicator init
-        self.dist.init_process_group(**kwargs)
-        if self.call == "pynccl":
-            self.pynccl = rank_support.load_pynccl()
-            self.comm = self.pynccl.torch_communicator(self.dist)
+        self.group = rank_support.load_pynccl().RankGroup(
+            self.dist, self.torch, backend=self.args.backend, call=self.args.call,
+            rank=self.rank, world=self.world, device=self.device,
+        )  # fmt: skip
         # One tiny all-reduce so that lazy communicator setup is inside init time.
         t = self.torch.ones(1, device=self.device, dtype=self.dtype)
         self.nccl_all_reduce(t)
@@ -450,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         if rank.cuda:
             doc["gpu"] = torch.cuda.get_device_name(rank.device)
             doc["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
-            if rank.call == "pynccl":
+            if args.call == "pynccl":
                 doc["nccl_library"] = rank_support.load_pynccl().find_library()
         doc["dtype"] = str(rank.dtype).removeprefix("torch.")
         doc["import_s"] = time.perf_counter() - t_start  # import torch + CUDA context
@@ -481,9 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     doc["status"] = "ok" if not failed else "failed"
     doc["measure_s"] = time.perf_counter() - t_measure
     try:
-        if rank.comm is not None:
-            rank.comm.destroy()
-        rank.dist.destroy_process_group()
+        rank.group.destroy()
     except Exception as exc:  # teardown trouble is reported, not fatal
         doc["teardown_error"] = rank_support.err(exc)
     doc["wall_s"] = time.perf_counter() - t_start

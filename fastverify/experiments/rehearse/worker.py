@@ -66,19 +66,9 @@ class Comm:
     With `pcie` (a PcieIpc), all-reduces it takes run on FlashInfer's kernels, the rest on
     NCCL, as SGLang 0.5.23 dispatches them."""
 
-    def __init__(
-        self,
-        dist: Any,
-        world: int,
-        cuda: bool,
-        enabled: bool = True,
-        pcie: Any = None,
-        nccl: Any = None,
-    ):
-        self.dist = dist
+    def __init__(self, group: Any, world: int, enabled: bool = True, pcie: Any = None):
+        self.group = group  # a pynccl.RankGroup: NCCL on the call path measured, or gloo
         self.world = world
-        self.cuda = cuda
-        self.nccl = nccl  # (pynccl module, communicator) on SGLang's call path, else None
         self.enabled = enabled and world > 1
         self.pcie = pcie
         self.allreduce_calls = 0
@@ -89,21 +79,13 @@ class Comm:
             self.allreduce_calls += 1
             if self.pcie is not None and self.pcie.wants(t):
                 return self.pcie.all_reduce(t)
-            if self.nccl is not None:
-                self.nccl[0].torch_all_reduce(self.nccl[1], t, self.nccl[2])
-            else:
-                self.dist.all_reduce(t)
+            self.group.all_reduce(t)
         return t
 
     def all_gather(self, t: Any, out: Any) -> Any:
         if not self.enabled:
             return t
-        if self.nccl is not None:
-            self.nccl[0].torch_all_gather(self.nccl[1], out, t, self.nccl[2])
-        elif self.cuda:
-            self.dist.all_gather_into_tensor(out, t)
-        else:
-            self.dist.all_gather(list(out.chunk(self.world)), t)
+        self.group.all_gather(out, t)
         self.allgather_calls += 1
         return out
 
@@ -340,8 +322,7 @@ class Rank:
         self.world = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
         self.cuda = job["backend"] == "nccl"
-        self.call = job.get("call", "pynccl") if self.cuda else "torch"
-        self.nccl: Any = None  # (pynccl, communicator, torch) with call == "pynccl"
+        self.group: Any = None  # a pynccl.RankGroup once init() ran
         if self.cuda:
             if not torch.cuda.is_available():
                 raise RuntimeError("the nccl backend needs CUDA, and torch sees no GPU")
@@ -355,19 +336,13 @@ class Rank:
 
     def init(self) -> float:
         t0 = time.perf_counter()
-        kwargs: dict[str, Any] = {
-            "backend": "gloo" if self.call == "pynccl" else self.job["backend"],
-            "rank": self.rank,
-            "world_size": self.world,
-        }
-        if self.cuda and self.call == "torch":
-            kwargs["device_id"] = self.device
-        self.dist.init_process_group(**kwargs)
-        if self.call == "pynccl":
-            pynccl = rank_support.load_pynccl()
-            self.nccl = (pynccl, pynccl.torch_communicator(self.dist), self.torch)
+        self.group = rank_support.load_pynccl().RankGroup(
+            self.dist, self.torch, backend=self.job["backend"],
+            call=self.job.get("call", "pynccl"), rank=self.rank, world=self.world,
+            device=self.device,
+        )  # fmt: skip
         t = self.torch.ones(1, device=self.device, dtype=self.dtype)
-        Comm(self.dist, self.world, self.cuda, nccl=self.nccl).all_reduce(t)
+        Comm(self.group, self.world).all_reduce(t)
         self.sync()
         return time.perf_counter() - t0
 
@@ -428,14 +403,7 @@ class Rank:
                 if model is self.drafter
                 else None
             )
-            comm = Comm(
-                self.dist,
-                self.world,
-                self.cuda,
-                enabled=phase != "verify_compute",
-                pcie=self.pcie,
-                nccl=self.nccl,
-            )
+            comm = Comm(self.group, self.world, enabled=phase != "verify_compute", pcie=self.pcie)
             self.inputs[phase] = (model, ids, t, hidden, phase == "draft_extend", comm)
         return info
 
@@ -630,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(code)
     try:
-        rank.dist.destroy_process_group()
+        rank.group.destroy()
     except Exception as exc:
         doc["teardown_error"] = rank_support.err(exc)
         _write(args.out, doc)
