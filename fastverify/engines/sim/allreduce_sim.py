@@ -30,6 +30,8 @@ from fastverify.engines.sim import cli_args, costmodel
 from fastverify.sglang import allreduce
 
 SIM_DECODE_MAX_BS = 32  # the sim captures decode graphs for bs 1..32
+FLASHINFER_VERSION = "0.7.2"  # the FlashInfer SGLang 0.5.23 pins (its cache dir level)
+SIM_ARCH = "120"  # FlashInfer's arch dir for the simulated SM120 GPUs
 TORCH_DTYPES = {"half": "torch.float16", "float16": "torch.float16", "float": "torch.float32",
                 "float32": "torch.float32"}  # fmt: skip
 
@@ -105,8 +107,10 @@ class Workspace:
         if base:
             root = Path(base)
         else:
-            home = self.env.get(allreduce.WORKSPACE_BASE_VAR) or str(Path.home())
-            root = Path(home) / ".cache" / "flashinfer" / "0.7.2" / "120" / "autotune"
+            home = self.env.get("HOME") or str(Path.home())
+            workspace = allreduce.flashinfer_workspace_base(self.env, home)
+            root = Path(workspace) / ".cache" / "flashinfer" / FLASHINFER_VERSION / SIM_ARCH
+            root = root / "autotune"
         return root / allreduce.CACHE_FILE.format(world=self.args.tp_size)
 
     def prepare(
