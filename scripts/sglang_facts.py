@@ -307,7 +307,10 @@ def flag_from_field(node: ast.AnnAssign, consts: dict, out: dict) -> None:
 def metric_files(src: Source) -> list[str]:
     return [
         n
-        for n in ("sglang/srt/metrics/collector.py", "sglang/srt/observability/metrics_collector.py")
+        for n in (
+            "sglang/srt/metrics/collector.py",
+            "sglang/srt/observability/metrics_collector.py",
+        )
         if src.has(n)
     ]
 
@@ -558,9 +561,7 @@ def sglang_vars(src: Source) -> dict[str, str]:
                 for s in node.body:
                     value = s.value if isinstance(s, (ast.Assign, ast.AnnAssign)) else None
                     target = (
-                        s.targets[0]
-                        if isinstance(s, ast.Assign)
-                        else getattr(s, "target", None)
+                        s.targets[0] if isinstance(s, ast.Assign) else getattr(s, "target", None)
                     )
                     if (
                         isinstance(target, ast.Name)
@@ -700,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:  # downloads
         list(pool.map(download, versions))
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:  # ast: CPU-bound
-        results = dict(zip(versions, pool.map(extract, versions)))
+        results = dict(zip(versions, pool.map(extract, versions), strict=True))
     failed = []
     for v in versions:
         text = dump(results[v])
