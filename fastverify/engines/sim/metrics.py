@@ -201,7 +201,7 @@ class SimMetrics:
             "Histogram of End-to-end request latency in seconds",
             buckets=E2E_BUCKETS,
         )
-        self.e2e = e2e[0].labels(**e2e[1])  # type: ignore[attr-defined]
+        self._e2e = e2e
 
     @staticmethod
     def _child(fam: tuple[object, dict], **extra: str) -> Any:
@@ -221,6 +221,9 @@ class SimMetrics:
 
     def ttft(self, stream: bool) -> Any:
         return self._child(self._ttft, is_streaming=_flag(stream))
+
+    def e2e(self, stream: bool) -> Any:
+        return self._child(self._e2e, is_streaming=_flag(stream))
 
     # forward passes and start-up
     def decode_pass(self) -> None:
