@@ -93,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="profile and mode come from the configuration (Kubernetes); refuse profile set "
         "unless --canary",
     )
+    p.add_argument("--nnodes", type=int, default=None, help="multi-node: nodes in the server")
     p.add_argument("--node-rank", type=int, default=None, help="multi-node: this node's rank")
     p.add_argument("--dist-init-addr", default=None, help="multi-node: HOST:PORT of node 0")
     p.add_argument(
@@ -133,7 +134,11 @@ def overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
             "health_listen": ns.health_listen,
             "declarative": ns.declarative,
         },
-        "server": {"node_rank": ns.node_rank, "dist_init_addr": ns.dist_init_addr},
+        "server": {
+            "nnodes": ns.nnodes,
+            "node_rank": ns.node_rank,
+            "dist_init_addr": ns.dist_init_addr,
+        },
     }
 
 
