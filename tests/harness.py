@@ -106,6 +106,18 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def ctrl_c_reaches_it() -> None:
+    """`preexec_fn` for a process a test will interrupt: SIGINT's default disposition, set in
+    the child before exec, so Python there raises KeyboardInterrupt on Ctrl-C.
+
+    A test never relies on the disposition it inherited: under `nohup ... &`, `cmd &` from a
+    script or a CI wrapper, SIGINT arrives ignored, and a child that inherits that ignores the
+    test's SIGINT (Python installs its Ctrl-C handler only where SIGINT was not ignored).
+    tests/hardening/test_sigint_disposition.py checks every test that sends SIGINT uses this.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _scrubbed_env() -> dict[str, str]:
     drop = ("NCCL_", "FASTVERIFY_", "WATCHDOG_")
     return {

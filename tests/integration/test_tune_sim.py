@@ -36,7 +36,7 @@ from fastverify.engines.sim import allreduce_sim
 from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
 from fastverify.sglang.allreduce import requested_backend
-from tests.harness import REPO, DaemonHarness
+from tests.harness import REPO, DaemonHarness, ctrl_c_reaches_it
 
 PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.env"))
 TP = 8
@@ -271,6 +271,7 @@ def _popen_tune(d: DaemonHarness, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), "tune", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=ctrl_c_reaches_it,  # test_ctrl_c_then_resume interrupts it
     )  # fmt: skip
 
 
