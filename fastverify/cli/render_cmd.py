@@ -264,7 +264,11 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
     help="Prometheus for the Grafana datasource ConfigMap.",
 )
 @click.option("--hf-token-secret", default=None, help="Secret whose key HF_TOKEN the pod gets.")
-@click.option("--force", is_flag=True, help="Accept profiles refused without it (LL128).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Accept profiles refused without it (LL128; PCIe-IPC where it cannot serve).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 def kubernetes_cmd(output_dir: str, run_as_root: bool, as_json: bool, **options: object) -> None:
     """Render the fleet's Kubernetes manifests (docs/kubernetes.md).
