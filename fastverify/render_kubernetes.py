@@ -536,6 +536,35 @@ def _placement_notes(
     ]
 
 
+def _allreduce_mismatch(loaded: Any, nodes: int, gpus: int) -> str | None:
+    """Why a profile that asks for FlashInfer's PCIe-IPC all-reduce would not get it in
+    these pods, naming what would really serve (None when it would)."""
+    from fastverify.profiles.effective import effective_env
+    from fastverify.sglang import allreduce
+
+    env = effective_env(loaded)
+    if allreduce.requested_backend(env) != allreduce.PCIE_IPC:
+        return None
+    tp = gpus * nodes
+    d = allreduce.dispatch(env=env, args=allreduce.ServerArgs(tp_size=tp))
+    if d.serving == allreduce.PCIE_IPC and nodes == 1:
+        return None
+    if d.serving != allreduce.PCIE_IPC:
+        what = f"every all-reduce would be NCCL ({'; '.join(d.fallbacks) or d.serving})"
+    else:
+        what = (
+            f"its CUDA IPC channels join the GPUs of one node only (pcie_ipc_ar.py: 'for "
+            f"switch-free intra-node machines'), not {nodes} nodes"
+        )
+    sizes = "/".join(map(str, allreduce.PCIE_IPC_WORLD_SIZES))
+    return (
+        f"profile {loaded.name} asks for FlashInfer's PCIe-IPC all-reduce "
+        f"({allreduce.ENABLE_VAR}=1), but at SGLang TP {tp} ({nodes} node{'s' * (nodes > 1)}"
+        f" x {gpus} GPUs) {what}; render a profile without it (e.g. nccl-default), or one "
+        f"node of {sizes} GPUs (--nodes 1 --gpus-per-node N)"
+    )
+
+
 def _quantity_bytes(q: str) -> float:
     units = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
              "Ti": 2**40, "m": 1e-3, "": 1}  # fmt: skip
@@ -604,6 +633,10 @@ def render(options: KubeOptions) -> Bundle:
         raise RenderError(f"profile {profile!r} cannot be rendered:\n{problems}") from None
 
     gpus = options.gpus_per_node or cfg.server.tp_size
+    if backend_note := _allreduce_mismatch(loaded, options.nodes, gpus):
+        if not options.force:
+            raise RenderError(backend_note + " (or pass --force to render it anyway)")
+        notes.append(backend_note)
     fleet = _fleet(options)
     notes += _network_checks(options, fleet, loaded)
     notes += _placement_notes(options, fleet, loaded, decision)

@@ -279,7 +279,8 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
 @click.option(
     "--force",
     is_flag=True,
-    help="Accept what is refused without it: LL128, a decision tune did not apply.",
+    help="Accept what is refused without it: LL128, PCIe-IPC where it cannot serve, a "
+    "decision tune did not apply.",
 )
 @click.option(
     "--values",

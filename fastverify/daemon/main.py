@@ -7,8 +7,9 @@
 
 Flags override the config file (fastverify.config). The first log line names the engine
 chosen and why. Signals: SIGTERM/SIGINT stop the engine group and exit 0 (STOPPING=1 is
-sent first); SIGHUP re-reads the config file, keeping the old configuration (and saying
-why) when the new one is invalid. The main loop sends WATCHDOG=1 when systemd asks for it.
+sent first; a SIGINT ignored at start, as in a background job, stays ignored); SIGHUP
+re-reads the config file, keeping the old configuration (and saying why) when the new one
+is invalid. The main loop sends WATCHDOG=1 when systemd asks for it.
 
 Exit codes: 0 clean shutdown, 2 configuration/usage error, 1 could not start (socket in
 use by another daemon, state dir locked, an exporter asked for with --metrics-listen or
@@ -265,7 +266,13 @@ class Daemon:
 
         cfg = self.cfg
         # Handlers first: a SIGTERM during start-up must still mean "stop cleanly".
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        # SIGINT only where it was not ignored at start: a background job (`fastverifyd &` in
+        # a script, `nohup ... &`) starts with it ignored so that Ctrl-C in that terminal
+        # reaches the foreground command only; Python leaves an inherited SIG_IGN, and so do we.
+        sigs = [signal.SIGTERM, signal.SIGHUP]
+        if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+            sigs.append(signal.SIGINT)
+        for sig in sigs:
             signal.signal(sig, self._signal)
         notifier = Notifier.from_env()
         try:
