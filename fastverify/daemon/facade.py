@@ -115,6 +115,7 @@ class ControlFacade:
                 "status_line": self.status_line(),
                 "config": {"source": c.cfg.source, "error": self.config_error},
                 "declarative": self._declarative(),
+                "sglang": _sglang_summary(c.engine),
                 "findings": [*c.store.findings, *c.findings.values()],
                 "daemon": {"pid": os.getpid(), "state_dir": str(c.store.dir)},
             }
@@ -424,3 +425,11 @@ def baseline_records(data: Any) -> list[dict[str, Any]]:
         else:
             out.append(entry)
     return out
+
+
+def _sglang_summary(engine: Any) -> dict[str, Any] | None:
+    """The server's SGLang and the facts serving it (status's `sglang`), None if unknown."""
+    try:
+        return engine.facts().summary()
+    except ValueError as exc:  # below the range: the daemon refuses at start-up
+        return {"error": str(exc)}

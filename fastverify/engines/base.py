@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fastverify.engines.allreduce_host import AllreduceHost
     from fastverify.sglang.envrules import EngineEnv
+    from fastverify.sglang.facts import SGLangFacts
 
 from fastverify.config import ServerConfig
 
@@ -107,6 +108,24 @@ class Engine(ABC):
 
             cache[key] = probe_host(self, argv)
         return cache[key]
+
+    def sglang_version(self) -> str:
+        """The SGLang version the engine's server runs (or plays, for the sim)."""
+        from fastverify.sglang.versions import PINNED_VERSION
+
+        return PINNED_VERSION
+
+    def facts(self) -> SGLangFacts:
+        """The one facts object for this engine's SGLang (`fastverify.sglang.facts.resolve`:
+        raises VersionTooOld below the range; the newest facts, flagged, above it)."""
+        from fastverify.sglang.facts import resolve
+
+        version = self.sglang_version()
+        cached = getattr(self, "_facts_cache", None)
+        if cached is None or cached.version != version:
+            cached = resolve(version)
+            self._facts_cache = cached
+        return cached
 
     def follower(self, argv: list[str]) -> bool:
         """Does `argv` start a follower node of a multi-node server (ready when its health

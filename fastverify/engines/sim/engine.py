@@ -319,7 +319,7 @@ class SimEngine:
             "disable_cuda_graph": not a.cuda_graph,
             "decode_log_interval": a.decode_log_interval,
             "load_format": a.load_format,
-            "version": SIM_VERSION,
+            "version": f"{a.sglang_version}-fastverify-sim",
             "simulated": True,
             "engine": "fastverify-sim",
             "note": BANNER,
@@ -434,7 +434,12 @@ class SimEngine:
             self._load()
             self._capture()
             self.metrics = (
-                SimMetrics(a.served_model_name, a.decode_cuda_graph, a.prefill_cuda_graph)
+                SimMetrics(
+                    a.served_model_name,
+                    a.decode_cuda_graph,
+                    a.prefill_cuda_graph,
+                    sglang_version=a.sglang_version,
+                )
                 if a.enable_metrics
                 else None
             )
