@@ -32,6 +32,7 @@ from fastverify.engines.sim.server import App, SimHTTPServer
 from fastverify.engines.sim.wakeup import StopFlag
 from fastverify.engines.sim.workers import WorkerPool
 from fastverify.sglang import allreduce, loglines
+from fastverify.sglang.facts import resolve as resolve_facts
 
 SIM_VERSION = "0.5.23-fastverify-sim"
 SHARDS = 64
@@ -431,6 +432,7 @@ class SimEngine:
                 workers=self.workers,
                 log=self.log,
                 trace_args={
+                    "sglang_version": a.sglang_version,
                     "mode": a.mode,
                     "cuda_graph": a.cuda_graph,
                     "accept_length": a.accept_length,
@@ -457,6 +459,9 @@ class SimEngine:
                 on_crash=self._on_crash,
                 pcie_ipc_max_bytes=self.pcie_ipc_max_bytes,
             )
+            played = resolve_facts(a.sglang_version)
+            self.scheduler.old_log_form = played.decode_old_form
+            self.scheduler.log_accept_rate = played.decode_accept_rate
             self.log.log(
                 "max_total_num_tokens=1048576, chunked_prefill_size=8192, "
                 "max_prefill_tokens=16384, max_running_requests=256, "

@@ -98,6 +98,9 @@ class Scheduler(threading.Thread):
         self.topk = topk
         self.num_draft_tokens = num_draft_tokens
         self.decode_log_interval = max(1, decode_log_interval)
+        # the played SGLang release's log-line form (its facts; the engine sets these)
+        self.old_log_form = False
+        self.log_accept_rate = True
         self.log = log
         self.metrics = metrics
         self.on_cycle = on_cycle
@@ -224,7 +227,13 @@ class Scheduler(threading.Thread):
             usage = self._token_usage_locked(extra=new)
         self.log.log(
             sglang_logs.prefill_line(
-                len(new), tokens, usage, running_before, queue_len, tokens / dur if dur > 0 else 0.0
+                len(new),
+                tokens,
+                usage,
+                running_before,
+                queue_len,
+                tokens / dur if dur > 0 else 0.0,
+                old_form=self.old_log_form,
             )
         )
         finished = []
@@ -338,6 +347,8 @@ class Scheduler(threading.Thread):
                 self.cuda_graph,
                 accept_len,
                 accept_rate,
+                old_form=self.old_log_form,
+                with_accept_rate=self.log_accept_rate,
             )
         )
         if self.metrics:
