@@ -515,14 +515,18 @@ class SimEngine:
                 self.workers.terminate()
 
 
-def apply_engine_env(argv: Sequence[str]) -> dict[str, str]:
-    """What SGLang (the pinned version) sets in its own environment for this argv before
-    it starts its schedulers (`fastverify.sglang.envrules`), applied to this process so
-    that the workers inherit it as SGLang's schedulers do. Returns what changed."""
+def apply_engine_env(argv: Sequence[str], sglang_version: str | None = None) -> dict[str, str]:
+    """What SGLang (the release the sim plays; default the pinned one) sets in its own
+    environment for this argv before it starts its schedulers (`fastverify.sglang.envrules`),
+    applied to this process so that the workers inherit it as SGLang's schedulers do.
+    Returns what changed."""
     from fastverify.sglang.envrules import engine_env
     from fastverify.sglang.launch import LaunchArgs
+    from fastverify.sglang.versions import PINNED_VERSION
 
-    final = engine_env(LaunchArgs.from_argv(list(argv)), os.environ).final(os.environ)
+    args = LaunchArgs.from_argv(list(argv))
+    rules = engine_env(args, os.environ, sglang_version or PINNED_VERSION)
+    final = rules.final(os.environ)
     changed = {k: v for k, v in final.items() if os.environ.get(k) != v}
     os.environ.update(changed)
     return changed
@@ -531,5 +535,5 @@ def apply_engine_env(argv: Sequence[str]) -> dict[str, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli_args.parse(argv)
-    apply_engine_env(argv)
+    apply_engine_env(argv, args.sglang_version)
     return SimEngine(args).run()
