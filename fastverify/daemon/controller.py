@@ -237,6 +237,14 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
                 argv=mask_argv(argv),
                 reason="argv_rejected",
             )
+        why = None if force else self.launcher.allreduce_refusal(profile, argv)
+        if why:  # known before the load: nothing running is stopped for it
+            raise RequestError(
+                422,
+                f"{why}; {kind} to {name}/{mode} refused, nothing was stopped or changed "
+                "(--force starts it anyway)",
+                reason="allreduce_backend_unavailable",
+            )
         if kind in NOOP_KINDS and not restart:
             same = self._unchanged(kind, name, mode, profile, argv)
             if same is not None:
