@@ -44,6 +44,7 @@ File layout (every key optional; see `docs/config.example.toml`):
     gpu_release_timeout_s = 60
     nccl_debug = false                 # add NCCL_DEBUG=INFO + SUBSYS=INIT,ENV,TUNING per start
     sim_load_seconds = 3.0
+    sim_sglang_version = "0.5.23"      # the SGLang release the sim plays (0.5.1 .. 0.5.23)
     trace_period_s = 0                 # profile windows; 0 = off (sim default: 60)
     trace_steps = 5
     restart_backoff_s = [1, 60]        # initial, max
@@ -143,6 +144,7 @@ class DaemonConfig:
     gpu_release_timeout_s: float = 60.0
     nccl_debug: bool = False
     sim_load_seconds: float = 3.0
+    sim_sglang_version: str = "0.5.23"  # the SGLang release the sim plays (its facts)
     trace_period_s: float | None = None  # None = engine default (sim: 60, sglang: off)
     trace_steps: int = 5
     restart_backoff_s: tuple[float, float] = (1.0, 60.0)
@@ -364,6 +366,7 @@ FIELDS: dict[str, Check] = {
     "daemon.gpu_release_timeout_s": _number(0),
     "daemon.nccl_debug": _boolean,
     "daemon.sim_load_seconds": _number(0),
+    "daemon.sim_sglang_version": _string(nonempty=True, what="an SGLang version (X.Y.Z)"),
     "daemon.trace_period_s": _number(0),
     "daemon.trace_steps": _integer(1, 1000),
     "daemon.restart_backoff_s": _backoff,

@@ -3,12 +3,13 @@
     fastverifyd [--config FILE] [--engine auto|sglang|sim] [--state-dir DIR] [--socket PATH]
                 [--metrics-listen HOST:PORT] [--health-listen HOST:PORT] [--declarative]
                 [--node-rank N] [--dist-init-addr HOST:PORT] [--sim-load-seconds S]
-                [--log-level LEVEL]
+                [--sim-sglang-version X.Y.Z] [--log-level LEVEL]
 
 Flags override the config file (fastverify.config). The first log line names the engine
 chosen and why. Signals: SIGTERM/SIGINT stop the engine group and exit 0 (STOPPING=1 is
-sent first); SIGHUP re-reads the config file, keeping the old configuration (and saying
-why) when the new one is invalid. The main loop sends WATCHDOG=1 when systemd asks for it.
+sent first; a SIGINT ignored at start, as in a background job, stays ignored); SIGHUP
+re-reads the config file, keeping the old configuration (and saying why) when the new one
+is invalid. The main loop sends WATCHDOG=1 when systemd asks for it.
 
 Exit codes: 0 clean shutdown, 2 configuration/usage error, 1 could not start (socket in
 use by another daemon, state dir locked, an exporter asked for with --metrics-listen or
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="profile and mode come from the configuration (Kubernetes); refuse profile set "
         "unless --canary",
     )
+    p.add_argument("--nnodes", type=int, default=None, help="multi-node: nodes in the server")
     p.add_argument("--node-rank", type=int, default=None, help="multi-node: this node's rank")
     p.add_argument("--dist-init-addr", default=None, help="multi-node: HOST:PORT of node 0")
     p.add_argument(
@@ -100,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="sim engine only: seconds its simulated weight load takes",
+    )
+    p.add_argument(
+        "--sim-sglang-version",
+        default=None,
+        help="sim engine only: the SGLang release it plays (its flags, metrics, spans, logs)",
     )
     p.add_argument(
         "--tcp-listen", default=None, help="HOST:PORT for the control API (needs a token)"
@@ -127,13 +134,18 @@ def overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
             "socket": ns.socket,
             "metrics_listen": ns.metrics_listen,
             "sim_load_seconds": ns.sim_load_seconds,
+            "sim_sglang_version": ns.sim_sglang_version,
             "tcp_listen": ns.tcp_listen,
             "token_file": ns.token_file,
             "log_level": ns.log_level,
             "health_listen": ns.health_listen,
             "declarative": ns.declarative,
         },
-        "server": {"node_rank": ns.node_rank, "dist_init_addr": ns.dist_init_addr},
+        "server": {
+            "nnodes": ns.nnodes,
+            "node_rank": ns.node_rank,
+            "dist_init_addr": ns.dist_init_addr,
+        },
     }
 
 
@@ -141,10 +153,33 @@ def make_engine(name: str, cfg: configmod.Config) -> Any:
     if name == "sim":
         from fastverify.engines.sim_adapter import SimEngine
 
-        return SimEngine(cfg.server.python, cfg.daemon.sim_load_seconds)
+        return SimEngine(
+            cfg.server.python, cfg.daemon.sim_load_seconds, cfg.daemon.sim_sglang_version
+        )
     from fastverify.engines.sglang import SGLangEngine
 
     return SGLangEngine(cfg.server.python, cfg.server.sglang_flags)
+
+
+# the server's SGLang is below the range fastverify knows: refused before any load
+EXIT_SGLANG_UNSUPPORTED = 2
+
+
+def sglang_facts(engine: Any) -> Any:
+    """The engine's SGLang facts, with the version policy's log lines; None when the
+    version is below the range (logged: the version, the range and what to do)."""
+    from fastverify.sglang.facts import VersionTooOld
+
+    try:
+        facts = engine.facts()
+    except VersionTooOld as exc:
+        log.error("%s; fastverifyd is not starting (nothing was loaded)", exc)
+        return None
+    if facts.warning:
+        log.warning("UNSUPPORTED SGLANG: %s", facts.warning)
+    else:
+        log.info("SGLang %s (facts %s, in the supported range)", facts.version, facts.facts_version)
+    return facts
 
 
 def _lock_state_dir(state_dir: Path) -> int:
@@ -260,7 +295,13 @@ class Daemon:
 
         cfg = self.cfg
         # Handlers first: a SIGTERM during start-up must still mean "stop cleanly".
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        # SIGINT only where it was not ignored at start: a background job (`fastverifyd &` in
+        # a script, `nohup ... &`) starts with it ignored so that Ctrl-C in that terminal
+        # reaches the foreground command only; Python leaves an inherited SIG_IGN, and so do we.
+        sigs = [signal.SIGTERM, signal.SIGHUP]
+        if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+            sigs.append(signal.SIGINT)
+        for sig in sigs:
             signal.signal(sig, self._signal)
         notifier = Notifier.from_env()
         try:
@@ -273,12 +314,16 @@ class Daemon:
             return 1
         store = StateStore(cfg.state_dir)
         engine = make_engine(self.engine_name, cfg)
+        facts = sglang_facts(engine)
+        if facts is None:
+            return EXIT_SGLANG_UNSUPPORTED
         hub = None
         if cfg.daemon.metrics_listen:
             try:
                 from fastverify.exporters.hub import MetricsHub
 
                 hub = MetricsHub()
+                hub.set_sglang(facts.summary())
             except ImportError as exc:
                 log.warning("exporter hub unavailable (%s)", exc)
         try:

@@ -301,7 +301,7 @@ class Scheduler(threading.Thread):
                 return
             r.finished_at = now
         if self.metrics and not r.aborted:
-            self.metrics.e2e.observe(now - r.created)
+            self.metrics.e2e(r.stream).observe(now - r.created)
             self.metrics.num_requests(r.stream).inc()
             self.metrics.prompt_tokens(r.stream).inc(r.prompt_tokens)
         r.updates.put(None)
