@@ -110,6 +110,7 @@ class ControlFacade:
                 "switch_in_flight": op.describe() if op is not None else None,
                 "queued": len(c.slot.queued()),
                 "restarts": {"total": sum(c.restarts.values()), "by_reason": dict(c.restarts)},
+                "recovery": c.recovery_status(),
                 "trial": engine["weights"] == "dummy",  # --load-format dummy: a timing trial
                 "tokens_per_second": self.figures.tokens_per_second(),
                 "status_line": self.status_line(),

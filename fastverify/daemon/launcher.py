@@ -85,6 +85,7 @@ class EngineHandle:
     tuner: dict[str, Any] | None = None  # NCCL's tuner load, confirmed at verify (tuner_check)
     allreduce_watch: Any = None  # allreduce_check.AllreduceWatch (None: adopted)
     allreduce: dict[str, Any] | None = None  # the serving backend, confirmed at verify
+    watch: Any = None  # watch.EngineWatch while serving (crashes.py starts it)
 
     def alive(self) -> bool:
         return not self.exited.is_set()

@@ -141,6 +141,11 @@ class SimEngine:
                 self.stop_event.set()
                 return
 
+    def _on_hang(self, signum: int, frame: Any) -> None:
+        sched = getattr(self, "scheduler", None)
+        if sched is not None:
+            sched.hang()
+
     def _on_crash(self) -> None:
         self.failure = "scheduler crashed"
         self.stop_event.set()
@@ -406,6 +411,9 @@ class SimEngine:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGCHLD, self._on_child)
+        # SIGUSR1: the scheduler hangs while the process lives (a stand-in for an NCCL hang
+        # from a bad setting; docs/sim.md): /health stays 200, /health_generate turns 503
+        signal.signal(signal.SIGUSR1, self._on_hang)
         httpd: SimHTTPServer | None = None
         app = App(
             model_info=self.model_info(),
