@@ -339,6 +339,12 @@ class ControlFacade:
                 reason="exporter_off",
                 busy=False,
             )
+        from fastverify.sglang.facts import FeatureMissing
+
+        try:  # SGLang before 0.5.11 names no step spans: a window would time nothing
+            self.ctl.engine.facts().require("step_spans", "trace capture")
+        except FeatureMissing as exc:
+            raise RequestError(422, str(exc), reason="sglang_feature_missing") from None
         if steps is None:
             steps = self.ctl.cfg.daemon.trace_steps  # range: api.MIRRORS (config's check)
         if self.ctl.state != State.READY:
