@@ -138,11 +138,29 @@ def _bench_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         ("accept length", _fmt(result["accept_length"], 2)
          + (" (dummy weights: not a real accept length)"
             if result.get("weights") == "dummy" and result["accept_length"] else "")),
+        *_acceptance_rows(result),
         ("window s", _fmt(result["duration_s"], 1)),
         ("weights", {"dummy": "dummy (trial)", "real": "real"}.get(result.get("weights") or "",
                                                                    "not reported")),
         ("source", result["source"]),
     ]  # fmt: skip
+
+
+def _acceptance_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """The summed accepted-drafts histogram and the accept curve it gives (EAGLE servers)."""
+    hist = result.get("accept_histogram")
+    if not hist:
+        return []
+    total = sum(hist) or 1
+    rows = [("accepted drafts 0..K", " ".join(f"{j}:{100 * n / total:.0f}%"
+                                             for j, n in enumerate(hist))
+             + f" ({total} verify passes)")]  # fmt: skip
+    curve = result.get("accept_curve")
+    if curve:
+        dummy = " (dummy weights: not real)" if result.get("weights") == "dummy" else ""
+        rows.append(("accept length at k steps",
+                     "  ".join(f"{k}:{v:.2f}" for k, v in curve.items()) + dummy))  # fmt: skip
+    return rows
 
 
 def _server_url(ctx: click.Context, url: str | None) -> str:
