@@ -7,8 +7,9 @@
 
 Flags override the config file (fastverify.config). The first log line names the engine
 chosen and why. Signals: SIGTERM/SIGINT stop the engine group and exit 0 (STOPPING=1 is
-sent first); SIGHUP re-reads the config file, keeping the old configuration (and saying
-why) when the new one is invalid. The main loop sends WATCHDOG=1 when systemd asks for it.
+sent first; a SIGINT ignored at start, as in a background job, stays ignored); SIGHUP
+re-reads the config file, keeping the old configuration (and saying why) when the new one
+is invalid. The main loop sends WATCHDOG=1 when systemd asks for it.
 
 Exit codes: 0 clean shutdown, 2 configuration/usage error, 1 could not start (socket in
 use by another daemon, state dir locked, an exporter asked for with --metrics-listen or
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="profile and mode come from the configuration (Kubernetes); refuse profile set "
         "unless --canary",
     )
+    p.add_argument("--nnodes", type=int, default=None, help="multi-node: nodes in the server")
     p.add_argument("--node-rank", type=int, default=None, help="multi-node: this node's rank")
     p.add_argument("--dist-init-addr", default=None, help="multi-node: HOST:PORT of node 0")
     p.add_argument(
@@ -133,7 +135,11 @@ def overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
             "health_listen": ns.health_listen,
             "declarative": ns.declarative,
         },
-        "server": {"node_rank": ns.node_rank, "dist_init_addr": ns.dist_init_addr},
+        "server": {
+            "nnodes": ns.nnodes,
+            "node_rank": ns.node_rank,
+            "dist_init_addr": ns.dist_init_addr,
+        },
     }
 
 
@@ -260,7 +266,13 @@ class Daemon:
 
         cfg = self.cfg
         # Handlers first: a SIGTERM during start-up must still mean "stop cleanly".
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        # SIGINT only where it was not ignored at start: a background job (`fastverifyd &` in
+        # a script, `nohup ... &`) starts with it ignored so that Ctrl-C in that terminal
+        # reaches the foreground command only; Python leaves an inherited SIG_IGN, and so do we.
+        sigs = [signal.SIGTERM, signal.SIGHUP]
+        if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+            sigs.append(signal.SIGINT)
+        for sig in sigs:
             signal.signal(sig, self._signal)
         notifier = Notifier.from_env()
         try:

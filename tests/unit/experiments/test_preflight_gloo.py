@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from fastverify.experiments.preflight import run as preflight
+from tests.harness import ctrl_c_reaches_it
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "tests" / "fixtures" / "nccl-2.28.9-h200-1rank" / "nccl-info-ring-ll.log"
@@ -174,7 +175,7 @@ def test_ctrl_c_stops_the_ranks(tmp_path: Path, user_profiles: dict) -> None:
          "--nproc", "2", "--hidden-size", "256", "--tokens", "64", "--iters", "1000000",
          "--logs", str(logs)],
         cwd=REPO, env={**os.environ, **user_profiles}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+        stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_reaches_it,
     )  # fmt: skip
 
     def ranks() -> list[int]:
