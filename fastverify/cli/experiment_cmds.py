@@ -315,6 +315,26 @@ def bench(
         fail(f"bench: {data['incomplete']}", EXIT_PROBLEMS)
     if active is not None:
         _record_baseline(ctx, active, data, concurrency)
+    if not url and data.get("accept_histogram"):
+        _record_acceptance(ctx, data)
+
+
+def _record_acceptance(ctx: click.Context, data: dict[str, Any]) -> None:
+    """Through the daemon, an EAGLE-3 server's summed histogram is kept with the profile, mode
+    and steps it serves (`fastverifyctl spec plan` reads it); a refusal is a note, the
+    measurement stands."""
+    from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+
+    body = {"histogram": data["accept_histogram"]}
+    try:
+        rec = ControlClient(ctx.obj.get("socket") if ctx.obj else None).post("/v1/acceptance", body)
+    except (DaemonUnavailable, ApiError) as exc:
+        err = getattr(exc, "body", {}).get("error") if isinstance(exc, ApiError) else None
+        click.echo(f"bench: acceptance not recorded: {err or exc}", err=True)
+        return
+    usable = "" if rec.get("usable") else f" (not usable: {rec.get('why_not_usable')})"
+    click.echo(f"bench: acceptance recorded for {rec['profile']}/{rec['mode']} at "
+               f"{rec['steps']} steps, {rec['weights']} weights{usable}", err=True)  # fmt: skip
 
 
 def _baseline_target(ctx: click.Context) -> str:

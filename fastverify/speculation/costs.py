@@ -5,8 +5,8 @@ the plain decode step (no drafting: what SGLang's adaptive worker runs at steps 
 the baseline runs). Every table says where it came from (`source`):
 
 - "engine": the serving engine's own cost table. The sim publishes it in its server info
-  (`sim.cost_model.by_steps`, seconds, from `fastverify.engines.sim.costmodel.predict` at
-  each step count with num_draft_tokens = steps + 1, as adaptive runs them): a SIMULATION.
+  (`sim.cost_model.by_steps`, seconds, `fastverify.engines.sim.costtable`: its cost model
+  at each step count with num_draft_tokens = steps + 1, as adaptive runs them): a SIMULATION.
 - "rehearse-grid": a `rehearse` grid measured on a GPU (schema in `from_rehearse_grid`):
   target compute per forward at bs x tokens-per-request plus the all-reduce time per
   forward (preflight's measurement or the backend's published table, labelled by the
@@ -17,7 +17,7 @@ the baseline runs). Every table says where it came from (`source`):
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,37 +62,7 @@ class Costs:
         }
 
 
-def sim_cost_table(
-    env: Mapping[str, str],
-    *,
-    tp_size: int,
-    batch_sizes: Sequence[int],
-    max_steps: int,
-    cuda_graph: bool = True,
-    pcie_ipc_max_bytes: int | None = None,
-) -> dict[str, dict[str, float]]:
-    """The sim's cycle seconds {"bs": {"k": s}} from its cost model (k = 0: a decode step)."""
-    from fastverify.engines.sim import costmodel
-
-    out: dict[str, dict[str, float]] = {}
-    for bs in batch_sizes:
-        row = {
-            "0": costmodel.predict(
-                env, "baseline", tp_size, bs, cuda_graph, pcie_ipc_max_bytes=pcie_ipc_max_bytes
-            ).cycle_seconds
-        }
-        for k in range(1, max_steps + 1):
-            row[str(k)] = costmodel.predict(
-                env, "eagle3", tp_size, bs, cuda_graph, 1.0, num_steps=k, topk=1,
-                num_draft_tokens=k + 1, pcie_ipc_max_bytes=pcie_ipc_max_bytes,
-            ).cycle_seconds  # fmt: skip
-        out[str(bs)] = row
-    return out
-
-
-def sim_costs(env: Mapping[str, str], **kw: Any) -> Costs:
-    """`sim_cost_table` as Costs (tests and the sim's own table use the same numbers)."""
-    return from_table(sim_cost_table(env, **kw), "engine: fastverify sim cost model (SIMULATION)")
+ENGINE_SOURCE = "engine: fastverify sim cost model (SIMULATION)"
 
 
 def from_table(table: Mapping[str, Mapping[str, float]], source: str) -> Costs:
@@ -120,7 +90,7 @@ def from_engine_info(info: Mapping[str, Any]) -> Costs:
             "the serving engine publishes no cost table (only the sim does); give one with "
             "--costs FILE (a `rehearse` grid measured on a GPU)"
         )
-    return from_table(table, "engine: fastverify sim cost model (SIMULATION)")
+    return from_table(table, ENGINE_SOURCE)
 
 
 def from_rehearse_grid(path: str | Path) -> Costs:

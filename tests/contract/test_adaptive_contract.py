@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from fastverify.engines.sim.costtable import engine_costs as sim_costs
 from fastverify.sglang import adaptive
 from fastverify.sglang.adaptive_slot import AdaptiveController
 from fastverify.speculation import plan as spec_plan
-from fastverify.speculation.costs import sim_costs
 from fastverify.speculation.curve import AcceptCurve, chain_histogram
 
 HERE = Path(__file__).resolve().parent

@@ -359,9 +359,9 @@ class SimEngine:
         """The engine's cycle seconds by batch size and steps (`fastverify.speculation.costs`
         reads it as the "engine" cost source); computed once."""
         if self._cost_table is None:
-            from fastverify.speculation.costs import sim_cost_table
+            from fastverify.engines.sim.costtable import cost_table
 
-            self._cost_table = sim_cost_table(
+            self._cost_table = cost_table(
                 os.environ,
                 tp_size=self.args.tp_size,
                 batch_sizes=COST_BATCH_SIZES,

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from fastverify.engines.sim.costtable import engine_costs as sim_costs
 from fastverify.sglang import adaptive
 from fastverify.sglang.adaptive_slot import AdaptiveController
 from fastverify.speculation import costs as spec_costs
@@ -117,7 +118,7 @@ def test_sim_costs_come_from_the_engines_cost_model() -> None:
     from fastverify.engines.sim import costmodel
 
     env = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}
-    c = spec_costs.sim_costs(env, tp_size=8, batch_sizes=[1, 4], max_steps=3)
+    c = sim_costs(env, tp_size=8, batch_sizes=[1, 4], max_steps=3)
     assert c.cycle(1, 0) == costmodel.predict(env, "baseline", 8, 1, True).cycle_seconds
     assert (
         c.cycle(4, 3)
