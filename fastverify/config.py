@@ -47,11 +47,18 @@ File layout (every key optional; see `docs/config.example.toml`):
     gpu_release_timeout_s = 60
     nccl_debug = false                 # add NCCL_DEBUG=INFO + SUBSYS=INIT,ENV,TUNING per start
     sim_load_seconds = 3.0
+    sim_sglang_version = "0.5.23"      # the SGLang release the sim plays (0.5.1 .. 0.5.23)
     trace_period_s = 0                 # profile windows; 0 = off (sim default: 60)
     trace_steps = 5
     restart_backoff_s = [1, 60]        # initial, max
     restart_burst = 5                  # crashes within restart_window_s before FAILED
     restart_window_s = 300
+    watch_interval_s = 30              # after READY: SGLang's /health_generate every N s (0 = off)
+    watch_timeout_s = 40               # no answer within N s = unresponsive (SGLang answers 503
+                                       # itself after SGLANG_HEALTH_CHECK_TIMEOUT, 20 s)
+    watch_failures = 3                 # non-200 answers in a row = unresponsive
+    recover_retries = 3                # FAILED: retry the last good profile N times (0 = never)
+    recover_backoff_s = [60, 900]      # initial, max delay between those retries (doubling)
     log_level = "info"
 """
 
@@ -149,11 +156,17 @@ class DaemonConfig:
     gpu_release_timeout_s: float = 60.0
     nccl_debug: bool = False
     sim_load_seconds: float = 3.0
+    sim_sglang_version: str = "0.5.23"  # the SGLang release the sim plays (its facts)
     trace_period_s: float | None = None  # None = engine default (sim: 60, sglang: off)
     trace_steps: int = 5
     restart_backoff_s: tuple[float, float] = (1.0, 60.0)
     restart_burst: int = 5
     restart_window_s: float = 300.0
+    watch_interval_s: float = 30.0
+    watch_timeout_s: float = 40.0
+    watch_failures: int = 3
+    recover_retries: int = 3
+    recover_backoff_s: tuple[float, float] = (60.0, 900.0)
     log_level: str = "info"
 
 
@@ -371,11 +384,17 @@ FIELDS: dict[str, Check] = {
     "daemon.gpu_release_timeout_s": _number(0),
     "daemon.nccl_debug": _boolean,
     "daemon.sim_load_seconds": _number(0),
+    "daemon.sim_sglang_version": _string(nonempty=True, what="an SGLang version (X.Y.Z)"),
     "daemon.trace_period_s": _number(0),
     "daemon.trace_steps": _integer(1, 1000),
     "daemon.restart_backoff_s": _backoff,
     "daemon.restart_burst": _integer(0),
     "daemon.restart_window_s": _number(0, lo_open=True),
+    "daemon.watch_interval_s": _number(0),
+    "daemon.watch_timeout_s": _number(0, lo_open=True),
+    "daemon.watch_failures": _integer(1, 100),
+    "daemon.recover_retries": _integer(0, 1000),
+    "daemon.recover_backoff_s": _backoff,
     "daemon.log_level": _choice(LOG_LEVELS),
 }
 TABLES = ("server", "server.eagle3", "daemon")

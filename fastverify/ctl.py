@@ -69,6 +69,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fastverify.cli.tune_cmd:tune",
         "From a new host to a decided, applied profile, mode and backend.",
     ),
+    "sglang": (
+        "fastverify.cli.sglang_cmds:sglang",
+        "SGLang releases: facts per version and the supported range.",
+    ),
     "rehearse": (
         "fastverify.cli.rehearse_cmd:rehearse",
         "Does speculation pay? Verify cycle per profile, no model.",

@@ -3,7 +3,7 @@
     fastverifyd [--config FILE] [--engine auto|sglang|sim] [--state-dir DIR] [--socket PATH]
                 [--metrics-listen HOST:PORT] [--health-listen HOST:PORT] [--declarative]
                 [--node-rank N] [--dist-init-addr HOST:PORT] [--sim-load-seconds S]
-                [--log-level LEVEL]
+                [--sim-sglang-version X.Y.Z] [--log-level LEVEL]
 
 Flags override the config file (fastverify.config). The first log line names the engine
 chosen and why. Signals: SIGTERM/SIGINT stop the engine group and exit 0 (STOPPING=1 is
@@ -13,7 +13,9 @@ is invalid. The main loop sends WATCHDOG=1 when systemd asks for it.
 
 Exit codes: 0 clean shutdown, 2 configuration/usage error, 1 could not start (socket in
 use by another daemon, state dir locked, an exporter asked for with --metrics-listen or
-daemon.metrics_listen that cannot listen, ...). The default exporter address that cannot
+daemon.metrics_listen that cannot listen, ...), 3 declarative mode under systemd: the
+engine stayed FAILED after daemon.recover_retries retries (the engine group is stopped
+first; the unit fails and Restart= decides). The default exporter address that cannot
 listen is a status finding instead: the daemon runs without /metrics.
 """
 
@@ -104,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="sim engine only: seconds its simulated weight load takes",
     )
     p.add_argument(
+        "--sim-sglang-version",
+        default=None,
+        help="sim engine only: the SGLang release it plays (its flags, metrics, spans, logs)",
+    )
+    p.add_argument(
         "--tcp-listen", default=None, help="HOST:PORT for the control API (needs a token)"
     )
     p.add_argument(
@@ -129,6 +136,7 @@ def overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
             "socket": ns.socket,
             "metrics_listen": ns.metrics_listen,
             "sim_load_seconds": ns.sim_load_seconds,
+            "sim_sglang_version": ns.sim_sglang_version,
             "tcp_listen": ns.tcp_listen,
             "token_file": ns.token_file,
             "log_level": ns.log_level,
@@ -147,10 +155,33 @@ def make_engine(name: str, cfg: configmod.Config) -> Any:
     if name == "sim":
         from fastverify.engines.sim_adapter import SimEngine
 
-        return SimEngine(cfg.server.python, cfg.daemon.sim_load_seconds)
+        return SimEngine(
+            cfg.server.python, cfg.daemon.sim_load_seconds, cfg.daemon.sim_sglang_version
+        )
     from fastverify.engines.sglang import SGLangEngine
 
     return SGLangEngine(cfg.server.python, cfg.server.sglang_flags)
+
+
+# the server's SGLang is below the range fastverify knows: refused before any load
+EXIT_SGLANG_UNSUPPORTED = 2
+
+
+def sglang_facts(engine: Any) -> Any:
+    """The engine's SGLang facts, with the version policy's log lines; None when the
+    version is below the range (logged: the version, the range and what to do)."""
+    from fastverify.sglang.facts import VersionTooOld
+
+    try:
+        facts = engine.facts()
+    except VersionTooOld as exc:
+        log.error("%s; fastverifyd is not starting (nothing was loaded)", exc)
+        return None
+    if facts.warning:
+        log.warning("UNSUPPORTED SGLANG: %s", facts.warning)
+    else:
+        log.info("SGLang %s (facts %s, in the supported range)", facts.version, facts.facts_version)
+    return facts
 
 
 def _lock_state_dir(state_dir: Path) -> int:
@@ -285,12 +316,16 @@ class Daemon:
             return 1
         store = StateStore(cfg.state_dir)
         engine = make_engine(self.engine_name, cfg)
+        facts = sglang_facts(engine)
+        if facts is None:
+            return EXIT_SGLANG_UNSUPPORTED
         hub = None
         if cfg.daemon.metrics_listen:
             try:
                 from fastverify.exporters.hub import MetricsHub
 
                 hub = MetricsHub()
+                hub.set_sglang(facts.summary())
             except ImportError as exc:
                 log.warning("exporter hub unavailable (%s)", exc)
         try:
@@ -378,6 +413,13 @@ class Daemon:
                 sup.tick()
             except Exception:
                 log.exception("supervisor tick failed")
+            if (code := sup.exit_code()) is not None:
+                log.error(
+                    "exiting with status %d: the engine stays FAILED (declarative mode, "
+                    "daemon.recover_retries spent); systemd's Restart= decides",
+                    code,
+                )
+                return code
             now = time.monotonic()
             if now - last_status >= 10:
                 notifier.status(sup.status_line())

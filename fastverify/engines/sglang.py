@@ -89,6 +89,9 @@ class SGLangEngine(Engine):
         """The installed SGLang's version, else the pinned one."""
         return installed_version(self.python) or PINNED_VERSION
 
+    def sglang_version(self) -> str:
+        return self.version()
+
     def flag_generation(self, server: ServerConfig | None = None) -> str:
         flags = server.sglang_flags if server is not None else self.flags
         if flags in FLAG_GENERATIONS:

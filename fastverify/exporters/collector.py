@@ -94,6 +94,22 @@ def engine_families(s: dict[str, Any]) -> list[Metric | None]:
         )
         info.add_metric([], profile_labels(s["profile"], s["mode"], s["engine"], s["settings"]))
         out.append(info)
+    sg = s.get("sglang")
+    if sg:
+        info = InfoMetricFamily(
+            "fastverify_engine",
+            "The server's SGLang version, the release whose facts serve it and whether it is "
+            "in fastverify's supported range (false: newer, running on the newest facts)",
+        )
+        info.add_metric(
+            [],
+            {
+                "version": str(sg["version"]),
+                "facts_version": str(sg["facts_version"]),
+                "supported": "true" if sg["supported"] else "false",
+            },
+        )
+        out.append(info)
     ar = s.get("allreduce")
     if ar and s["up"]:
         backend = InfoMetricFamily(

@@ -140,6 +140,7 @@ class MetricsHub:
         self._mode: str | None = None
         self._settings: dict[str, str] = {}
         self._allreduce: dict[str, Any] | None = None  # serving TP all-reduce backend
+        self._sglang: dict[str, Any] | None = None  # the server's SGLang (set_sglang)
         self._engine: str | None = None
         self._url: str | None = None
         self._engine_start_seconds: float | None = None
@@ -202,6 +203,12 @@ class MetricsHub:
             self._settings = dict(settings or {})
             self._engine = engine
             self._url = url
+            self.version += 1
+
+    def set_sglang(self, info: Mapping[str, Any] | None) -> None:
+        """The server's SGLang (`SGLangFacts.summary()`: version, facts_version, supported)."""
+        with self._lock:
+            self._sglang = dict(info) if info else None
             self.version += 1
 
     def set_allreduce(self, backend: str | None, max_bytes: int | None = None) -> None:
@@ -516,6 +523,7 @@ class MetricsHub:
                 "profile": self._profile or "",
                 "mode": self._mode or "",
                 "engine": self._engine or "",
+                "sglang": self._sglang,
                 "settings": dict(self._settings),
                 "allreduce": dict(self._allreduce) if self._allreduce else None,
                 "engine_start_seconds": self._engine_start_seconds,

@@ -73,6 +73,8 @@ EXTRA_LABELS: dict[str, tuple[str, ...]] = {
     GENERATION_TOKENS_TOTAL: ("is_streaming",),
     NUM_REQUESTS_TOTAL: ("is_streaming",),
     TIME_TO_FIRST_TOKEN_SECONDS: ("is_streaming",),
+    # 0.5.23 metrics_collector.py:2070 (found by the per-release facts, which read it)
+    E2E_REQUEST_LATENCY_SECONDS: ("is_streaming",),
 }
 # Counters that move only while the server serves requests, read twice by the trace-capture
 # traffic check (gauges are refreshed at log intervals and one sample can miss a batch).

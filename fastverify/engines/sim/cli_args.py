@@ -14,10 +14,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fastverify.config import LOAD_FORMATS, TRIAL_LOAD_FORMAT
+<<<<<<< HEAD
 from fastverify.sglang import adaptive, allreduce
+=======
+from fastverify.sglang import allreduce
+from fastverify.sglang.versions import PINNED_VERSION
+>>>>>>> main
 
 SPEC_ALGOS = ("EAGLE", "EAGLE3")
-FLASHINFER_BUILDS = ("pcie-ipc", "no-pcie-ipc-comm", "workspace-fail")
+FLASHINFER_BUILDS = ("pcie-ipc", "no-pcie-ipc-comm", "workspace-fail", "no-nv-internal")
 # `--load-format dummy` (SGLang: random weights): the sim skips most of its simulated weight
 # load and its drafter guesses at random, so the accept length sits at its floor (the
 # bonus token only) unless --sim-accept-length says otherwise.
@@ -54,6 +59,7 @@ class SimArgs:
     deterministic: bool = False
     disable_flashinfer_autotune: bool = False
     flashinfer: str = "pcie-ipc"  # what the simulated FlashInfer build offers
+<<<<<<< HEAD
     # --speculative-adaptive (SGLang 0.5.23): the config's tiers, None when off (or when the
     # args make SGLang disable it: `adaptive_disabled` holds its reason then)
     adaptive_config: dict | None = None
@@ -61,6 +67,9 @@ class SimArgs:
     adaptive_disabled: str | None = None
     # the steps at which --sim-accept-length holds (default: the configured steps)
     accept_steps: int | None = None
+=======
+    sglang_version: str = PINNED_VERSION  # the release the sim plays (--sim-sglang-version)
+>>>>>>> main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=FLASHINFER_BUILDS,
         default="pcie-ipc",
         help="the simulated FlashInfer: 'pcie-ipc' (0.7.2, has pcie_ipc_comm), "
-        "'no-pcie-ipc-comm' (an older build), 'workspace-fail' (its workspace cannot be built)",
+        "'no-pcie-ipc-comm' (an older build), 'workspace-fail' (its workspace cannot be built), "
+        "'no-nv-internal' (installed without csrc/nv_internal: tuning saves 0 configs)",
     )
     p.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"]
@@ -149,6 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--sim-seed", type=int, default=0, help="seed of the per-request phases")
     p.add_argument(
+        "--sim-sglang-version",
+        default=PINNED_VERSION,
+        help="the SGLang release the sim plays (its flags, metrics, spans and log lines "
+        "from fastverify/sglang/facts; default %(default)s)",
+    )
+    p.add_argument(
         "--sim-fail",
         choices=["oom"],
         default=None,
@@ -169,6 +185,7 @@ def parse(argv: Sequence[str]) -> SimArgs:
         parser.error("--sim-load-seconds must be >= 0")
     if ns.decode_log_interval < 1:
         parser.error("--decode-log-interval must be >= 1")
+    _check_played_flags(parser, ns.sim_sglang_version, argv)
     algo = ns.speculative_algorithm.upper() if ns.speculative_algorithm else None
     if algo is not None and algo not in SPEC_ALGOS:
         parser.error(
@@ -246,6 +263,7 @@ def parse(argv: Sequence[str]) -> SimArgs:
         deterministic=ns.enable_deterministic_inference,
         disable_flashinfer_autotune=ns.disable_flashinfer_autotune,
         flashinfer=ns.sim_flashinfer,
+<<<<<<< HEAD
         adaptive_config=adaptive_cfg,
         adaptive_config_path=ns.speculative_adaptive_config if adaptive_cfg is not None else None,
         adaptive_disabled=disabled,
@@ -262,3 +280,24 @@ def _adaptive_config(parser: argparse.ArgumentParser, ns: argparse.Namespace) ->
         return adaptive.load_config(ns.speculative_adaptive_config)
     except adaptive.AdaptiveConfigError as exc:
         parser.error(f"--speculative-adaptive-config: {exc}")
+=======
+        sglang_version=ns.sim_sglang_version,
+    )
+
+
+def _check_played_flags(parser: argparse.ArgumentParser, version: str, argv: Sequence[str]) -> None:
+    """Refuse, as that release's parser would, a long flag the played SGLang does not have
+    (its facts), and a release below the range."""
+    from fastverify.sglang.facts import VersionTooOld, resolve
+
+    try:
+        facts = resolve(version)
+    except VersionTooOld as exc:
+        parser.error(f"--sim-sglang-version: {exc}")
+    for tok in argv:
+        flag = tok.partition("=")[0]
+        if flag.startswith("--") and not flag.startswith("--sim-") and not facts.has_flag(flag):
+            if any(f.startswith(flag) for f in facts.flags):
+                continue  # an argparse prefix of a real flag (`--tp`)
+            parser.error(f"unrecognized arguments: {flag} (SGLang {version} has no such flag)")
+>>>>>>> main

@@ -22,9 +22,17 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from fastverify.engines.sim import allreduce_sim, cli_args, costmodel, ncclenv, sglang_logs
+from fastverify.engines.sim import (
+    allreduce_sim,
+    cli_args,
+    costmodel,
+    flashinfer_jit,
+    ncclenv,
+    sglang_logs,
+)
 from fastverify.engines.sim.metrics import SimMetrics
 from fastverify.engines.sim.profiler import Profiler, write_cycles
 from fastverify.engines.sim.scheduler import Request, Scheduler
@@ -65,6 +73,9 @@ def _tuning_rows(settings: ncclenv.NcclSettings, args: cli_args.SimArgs) -> list
     return rows
 
 
+_MAPPED: list[flashinfer_jit.Mapped] = []  # libraries this process holds mapped
+
+
 def _worker_handler(log: sglang_logs.LogWriter):
     def handle(rank: int, msg: dict[str, Any]) -> dict[str, Any] | None:
         cmd = msg.get("cmd")
@@ -75,6 +86,8 @@ def _worker_handler(log: sglang_logs.LogWriter):
                 os.environ, rank, msg["tp_size"], ncclenv.resolve(os.environ)
             )
             sglang_logs.write_nccl_lines(os.environ, lines, log)
+        elif cmd == "map":  # load FlashInfer's JIT-built library, as each rank's process does
+            _MAPPED.append(flashinfer_jit.Mapped(Path(msg["path"])))
         elif cmd == "trace":
             path = write_cycles(
                 msg["path"], rank, msg["tp_size"], msg["cycles"], dict(os.environ), msg["args"]
@@ -130,6 +143,11 @@ class SimEngine:
                 self.failure = f"TP worker (pid {pid}) exited"
                 self.stop_event.set()
                 return
+
+    def _on_hang(self, signum: int, frame: Any) -> None:
+        sched = getattr(self, "scheduler", None)
+        if sched is not None:
+            sched.hang()
 
     def _on_crash(self) -> None:
         self.failure = "scheduler crashed"
@@ -226,7 +244,8 @@ class SimEngine:
         self.log.raw("")
         self._all_ranks(
             f"Load weight end. elapsed={time.monotonic() - tic:.2f} s, "
-            "type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=14.31 GB, "
+            f"type=DeepseekV3ForCausalLM, dtype={allreduce_sim.torch_dtype(a)}, "
+            "avail mem=14.31 GB, "
             "mem usage=64.21 GB."
         )
         if a.mode == "eagle3":
@@ -240,8 +259,14 @@ class SimEngine:
         self._all_ranks("Memory pool end. avail mem=8.12 GB")
         # base_runner._pre_initialize_pcie_ipc_workspace: before graph capture
         self.pcie_ipc_max_bytes = allreduce_sim.Workspace(os.environ, a).prepare(
-            lambda level, msg: self._all_ranks(msg, level), self._sleep
+            lambda level, msg: self._all_ranks(msg, level), self._sleep, self._map_all
         )
+
+    def _map_all(self, path: Path) -> None:
+        """Every rank's process maps `path` (TP0 here, the workers on command)."""
+        _MAPPED.append(flashinfer_jit.Mapped(path))
+        if self.workers:
+            self.workers.request_each(lambda rank: {"cmd": "map", "path": str(path)}, 30.0)
 
     def _capture(self) -> None:
         """SGLang 0.5.23's capture milestones per phase that captures (decode: backend
@@ -307,7 +332,7 @@ class SimEngine:
             "disable_cuda_graph": not a.cuda_graph,
             "decode_log_interval": a.decode_log_interval,
             "load_format": a.load_format,
-            "version": SIM_VERSION,
+            "version": f"{a.sglang_version}-fastverify-sim",
             "simulated": True,
             "engine": "fastverify-sim",
             "note": BANNER,
@@ -421,6 +446,9 @@ class SimEngine:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGCHLD, self._on_child)
+        # SIGUSR1: the scheduler hangs while the process lives (a stand-in for an NCCL hang
+        # from a bad setting; docs/sim.md): /health stays 200, /health_generate turns 503
+        signal.signal(signal.SIGUSR1, self._on_hang)
         httpd: SimHTTPServer | None = None
         app = App(
             model_info=self.model_info(),
@@ -450,7 +478,12 @@ class SimEngine:
             self._load()
             self._capture()
             self.metrics = (
-                SimMetrics(a.served_model_name, a.decode_cuda_graph, a.prefill_cuda_graph)
+                SimMetrics(
+                    a.served_model_name,
+                    a.decode_cuda_graph,
+                    a.prefill_cuda_graph,
+                    sglang_version=a.sglang_version,
+                )
                 if a.enable_metrics
                 else None
             )
@@ -492,7 +525,8 @@ class SimEngine:
             )
             self.log.log(
                 "max_total_num_tokens=1048576, chunked_prefill_size=8192, "
-                "max_prefill_tokens=16384, max_running_requests=256, "
+                "max_prefill_tokens=16384, "
+                f"max_running_requests={allreduce_sim.SIM_REQUEST_POOL}, "
                 "context_len=262144, available_gpu_mem=7.74 GB"
             )
             self.scheduler.start()
