@@ -104,7 +104,6 @@ class Resolver:
         self.require_features(name, mode, getattr(profile, "env", {}) or {}, argv)
         return profile, argv
 
-<<<<<<< HEAD
     def adaptive_config_path(self) -> Path:
         """The adaptive config mode adaptive serves: the configured one, else the plan
         `fastverifyctl spec plan` stored in the state dir."""
@@ -122,7 +121,7 @@ class Resolver:
                 reason="no_adaptive_plan",
             )
         return dataclasses.replace(server, adaptive_config=str(path))
-=======
+
     def require_features(self, name: str, mode: str, env: Any, argv: list[str]) -> None:
         """RequestError(422, "SGLang X.Y.Z has no ...") when the server's SGLang lacks what
         the profile, mode or argv needs (its facts), before anything running is touched."""
@@ -145,7 +144,6 @@ class Resolver:
                         facts.require_flag(flag, f"the server argv for {name}/{mode}")
         except FeatureMissing as exc:
             raise RequestError(422, str(exc), reason="sglang_feature_missing") from None
->>>>>>> main
 
     def check_argv(self, argv: list[str]) -> ArgvCheck:
         """The engine parser's verdict on `argv` (message masked), cached per argv."""

@@ -14,12 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fastverify.config import LOAD_FORMATS, TRIAL_LOAD_FORMAT
-<<<<<<< HEAD
 from fastverify.sglang import adaptive, allreduce
-=======
-from fastverify.sglang import allreduce
 from fastverify.sglang.versions import PINNED_VERSION
->>>>>>> main
 
 SPEC_ALGOS = ("EAGLE", "EAGLE3")
 FLASHINFER_BUILDS = ("pcie-ipc", "no-pcie-ipc-comm", "workspace-fail", "no-nv-internal")
@@ -59,7 +55,6 @@ class SimArgs:
     deterministic: bool = False
     disable_flashinfer_autotune: bool = False
     flashinfer: str = "pcie-ipc"  # what the simulated FlashInfer build offers
-<<<<<<< HEAD
     # --speculative-adaptive (SGLang 0.5.23): the config's tiers, None when off (or when the
     # args make SGLang disable it: `adaptive_disabled` holds its reason then)
     adaptive_config: dict | None = None
@@ -67,9 +62,7 @@ class SimArgs:
     adaptive_disabled: str | None = None
     # the steps at which --sim-accept-length holds (default: the configured steps)
     accept_steps: int | None = None
-=======
     sglang_version: str = PINNED_VERSION  # the release the sim plays (--sim-sglang-version)
->>>>>>> main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -263,11 +256,11 @@ def parse(argv: Sequence[str]) -> SimArgs:
         deterministic=ns.enable_deterministic_inference,
         disable_flashinfer_autotune=ns.disable_flashinfer_autotune,
         flashinfer=ns.sim_flashinfer,
-<<<<<<< HEAD
         adaptive_config=adaptive_cfg,
         adaptive_config_path=ns.speculative_adaptive_config if adaptive_cfg is not None else None,
         adaptive_disabled=disabled,
         accept_steps=accept_steps,
+        sglang_version=ns.sim_sglang_version,
     )
 
 
@@ -280,9 +273,6 @@ def _adaptive_config(parser: argparse.ArgumentParser, ns: argparse.Namespace) ->
         return adaptive.load_config(ns.speculative_adaptive_config)
     except adaptive.AdaptiveConfigError as exc:
         parser.error(f"--speculative-adaptive-config: {exc}")
-=======
-        sglang_version=ns.sim_sglang_version,
-    )
 
 
 def _check_played_flags(parser: argparse.ArgumentParser, version: str, argv: Sequence[str]) -> None:
@@ -300,4 +290,3 @@ def _check_played_flags(parser: argparse.ArgumentParser, version: str, argv: Seq
             if any(f.startswith(flag) for f in facts.flags):
                 continue  # an argparse prefix of a real flag (`--tp`)
             parser.error(f"unrecognized arguments: {flag} (SGLang {version} has no such flag)")
->>>>>>> main

@@ -27,11 +27,7 @@ from fastverify.engines.sim.metrics import SimMetrics
 from fastverify.engines.sim.profiler import ProfileError, Profiler
 from fastverify.engines.sim.scheduler import Request, Scheduler
 from fastverify.engines.sim.sglang_logs import LogWriter
-<<<<<<< HEAD
-from fastverify.sglang import adaptive
-=======
-from fastverify.sglang import loglines
->>>>>>> main
+from fastverify.sglang import adaptive, loglines
 
 FILLER = (
     " the",
