@@ -40,6 +40,7 @@ from fastverify.engines.sim.server import App, SimHTTPServer
 from fastverify.engines.sim.wakeup import StopFlag
 from fastverify.engines.sim.workers import WorkerPool
 from fastverify.sglang import adaptive, allreduce, loglines
+from fastverify.sglang.facts import resolve as resolve_facts
 
 SIM_VERSION = "0.5.23-fastverify-sim"
 # the cost table the engine publishes (server info sim.cost_model.by_steps)
@@ -495,6 +496,7 @@ class SimEngine:
                 workers=self.workers,
                 log=self.log,
                 trace_args={
+                    "sglang_version": a.sglang_version,
                     "mode": a.mode,
                     "cuda_graph": a.cuda_graph,
                     "accept_length": a.accept_length,
@@ -523,6 +525,9 @@ class SimEngine:
                 accept_steps=a.accept_steps,
                 adaptive_config=a.adaptive_config,
             )
+            played = resolve_facts(a.sglang_version)
+            self.scheduler.old_log_form = played.decode_old_form
+            self.scheduler.log_accept_rate = played.decode_accept_rate
             self.log.log(
                 "max_total_num_tokens=1048576, chunked_prefill_size=8192, "
                 "max_prefill_tokens=16384, "
@@ -577,14 +582,18 @@ class SimEngine:
                 self.workers.terminate()
 
 
-def apply_engine_env(argv: Sequence[str]) -> dict[str, str]:
-    """What SGLang (the pinned version) sets in its own environment for this argv before
-    it starts its schedulers (`fastverify.sglang.envrules`), applied to this process so
-    that the workers inherit it as SGLang's schedulers do. Returns what changed."""
+def apply_engine_env(argv: Sequence[str], sglang_version: str | None = None) -> dict[str, str]:
+    """What SGLang (the release the sim plays; default the pinned one) sets in its own
+    environment for this argv before it starts its schedulers (`fastverify.sglang.envrules`),
+    applied to this process so that the workers inherit it as SGLang's schedulers do.
+    Returns what changed."""
     from fastverify.sglang.envrules import engine_env
     from fastverify.sglang.launch import LaunchArgs
+    from fastverify.sglang.versions import PINNED_VERSION
 
-    final = engine_env(LaunchArgs.from_argv(list(argv)), os.environ).final(os.environ)
+    args = LaunchArgs.from_argv(list(argv))
+    rules = engine_env(args, os.environ, sglang_version or PINNED_VERSION)
+    final = rules.final(os.environ)
     changed = {k: v for k, v in final.items() if os.environ.get(k) != v}
     os.environ.update(changed)
     return changed
@@ -593,5 +602,5 @@ def apply_engine_env(argv: Sequence[str]) -> dict[str, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli_args.parse(argv)
-    apply_engine_env(argv)
+    apply_engine_env(argv, args.sglang_version)
     return SimEngine(args).run()

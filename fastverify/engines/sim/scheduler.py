@@ -126,6 +126,9 @@ class Scheduler(threading.Thread):
         )
         self.active_steps = num_steps if mode == "eagle3" else 0
         self.decode_log_interval = max(1, decode_log_interval)
+        # the played SGLang release's log-line form (its facts; the engine sets these)
+        self.old_log_form = False
+        self.log_accept_rate = True
         self.log = log
         self.metrics = metrics
         self.on_cycle = on_cycle
@@ -277,7 +280,13 @@ class Scheduler(threading.Thread):
             usage = self._token_usage_locked(extra=new)
         self.log.log(
             sglang_logs.prefill_line(
-                len(new), tokens, usage, running_before, queue_len, tokens / dur if dur > 0 else 0.0
+                len(new),
+                tokens,
+                usage,
+                running_before,
+                queue_len,
+                tokens / dur if dur > 0 else 0.0,
+                old_form=self.old_log_form,
             )
         )
         finished = []
@@ -415,6 +424,8 @@ class Scheduler(threading.Thread):
                 self.cuda_graph,
                 accept_len,
                 accept_rate,
+                old_form=self.old_log_form,
+                with_accept_rate=self.log_accept_rate,
             )
         )
         if self.metrics:
