@@ -165,6 +165,10 @@ def test_features_a_release_lacks_are_refused_naming_it_before_the_load(tmp_path
         assert r.returncode == 2, r.stdout + r.stderr
         assert "SGLang 0.5.10 has no FlashInfer PCIe-IPC all-reduce" in r.stderr
         assert "it came in 0.5.21" in r.stderr
+        r = d.ctl("profile", "set", "ring-ll", "--mode", "adaptive")
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "SGLang 0.5.10 has no adaptive speculation (--speculative-adaptive)" in r.stderr
+        assert "it came in 0.5.11" in r.stderr
         # profile windows need step spans (0.5.11 and later)
         r = d.ctl("trace", "capture")
         assert r.returncode == 2, r.stdout + r.stderr
