@@ -13,7 +13,10 @@ File layout (every key optional; see `docs/config.example.toml`):
     load_format = "auto"               # SGLang --load-format; "dummy" = trial mode (random
                                        # weights: timings real, accept length meaningless)
     extra_args = ["--mem-fraction-static", "0.85"]
-    mode = "baseline"                  # or "eagle3"
+    mode = "baseline"                  # or "eagle3", or "adaptive" (EAGLE-3 with SGLang's
+                                       # --speculative-adaptive and `spec plan`'s config)
+    adaptive_config = ""               # that config; "" = the plan in state_dir
+                                       # (adaptive-config.json, `fastverifyctl spec plan`)
     nnodes = 1                         # >1: one server over several nodes (SGLang --nnodes)
     node_rank = 0                      # this node's rank (SGLang/fastverifyd --node-rank)
     dist_init_addr = ""                # "HOST:PORT" of node 0 (SGLang --dist-init-addr)
@@ -50,6 +53,12 @@ File layout (every key optional; see `docs/config.example.toml`):
     restart_backoff_s = [1, 60]        # initial, max
     restart_burst = 5                  # crashes within restart_window_s before FAILED
     restart_window_s = 300
+    watch_interval_s = 30              # after READY: SGLang's /health_generate every N s (0 = off)
+    watch_timeout_s = 40               # no answer within N s = unresponsive (SGLang answers 503
+                                       # itself after SGLANG_HEALTH_CHECK_TIMEOUT, 20 s)
+    watch_failures = 3                 # non-200 answers in a row = unresponsive
+    recover_retries = 3                # FAILED: retry the last good profile N times (0 = never)
+    recover_backoff_s = [60, 900]      # initial, max delay between those retries (doubling)
     log_level = "info"
 """
 
@@ -66,7 +75,9 @@ from typing import Any
 
 from fastverify import paths
 
-MODES = ("baseline", "eagle3")
+MODES = ("baseline", "eagle3", "adaptive")
+SPEC_MODES = ("eagle3", "adaptive")  # the modes that draft (EAGLE-3)
+ADAPTIVE_CONFIG_NAME = "adaptive-config.json"  # `spec plan` writes it into the state dir
 ENGINES = ("auto", "sglang", "sim")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # SGLang 0.5.23's `--load-format` choices (sglang/srt/arg_groups/choices.py
@@ -120,6 +131,7 @@ class ServerConfig:
     nnodes: int = 1  # one server over nnodes nodes (SGLang --nnodes); tp_size is the total
     node_rank: int = 0
     dist_init_addr: str = ""  # HOST:PORT of node 0's torch.distributed rendezvous
+    adaptive_config: str = ""  # mode adaptive: SGLang's config ("" = the state dir's plan)
 
     @property
     def url(self) -> str:
@@ -150,6 +162,11 @@ class DaemonConfig:
     restart_backoff_s: tuple[float, float] = (1.0, 60.0)
     restart_burst: int = 5
     restart_window_s: float = 300.0
+    watch_interval_s: float = 30.0
+    watch_timeout_s: float = 40.0
+    watch_failures: int = 3
+    recover_retries: int = 3
+    recover_backoff_s: tuple[float, float] = (60.0, 900.0)
     log_level: str = "info"
 
 
@@ -341,6 +358,7 @@ FIELDS: dict[str, Check] = {
     "server.sglang_flags": _choice(("auto", "new", "old")),
     "server.extra_args": _str_list(),
     "server.mode": _choice(MODES),
+    "server.adaptive_config": _string(what='a path to an adaptive config JSON, or ""'),
     "server.load_format": _choice(LOAD_FORMATS),
     "server.eagle3.num_steps": _integer(1, 64),
     "server.eagle3.topk": _integer(1, 64),
@@ -372,6 +390,11 @@ FIELDS: dict[str, Check] = {
     "daemon.restart_backoff_s": _backoff,
     "daemon.restart_burst": _integer(0),
     "daemon.restart_window_s": _number(0, lo_open=True),
+    "daemon.watch_interval_s": _number(0),
+    "daemon.watch_timeout_s": _number(0, lo_open=True),
+    "daemon.watch_failures": _integer(1, 100),
+    "daemon.recover_retries": _integer(0, 1000),
+    "daemon.recover_backoff_s": _backoff,
     "daemon.log_level": _choice(LOG_LEVELS),
 }
 TABLES = ("server", "server.eagle3", "daemon")
