@@ -114,7 +114,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--token-file",
         default=None,
-        help="file holding the bearer token for --tcp-listen (chmod 600, 16+ characters)",
+        help="bearer tokens for --tcp-listen: NAME:TOKEN lines or one TOKEN (chmod 600, "
+        "16+ characters each; the name is recorded as the caller)",
+    )
+    p.add_argument(
+        "--tls-cert",
+        default=None,
+        help="PEM certificate of the TCP control door: TLS (required off loopback)",
+    )
+    p.add_argument("--tls-key", default=None, help="the --tls-cert's private key (chmod 600)")
+    p.add_argument(
+        "--tls-client-ca",
+        default=None,
+        help="CA whose client certificates the TCP door requires (mutual TLS)",
     )
     p.add_argument(
         "--log-level",
@@ -137,6 +149,9 @@ def overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
             "sim_sglang_version": ns.sim_sglang_version,
             "tcp_listen": ns.tcp_listen,
             "token_file": ns.token_file,
+            "tls_cert": ns.tls_cert,
+            "tls_key": ns.tls_key,
+            "tls_client_ca": ns.tls_client_ca,
             "log_level": ns.log_level,
             "health_listen": ns.health_listen,
             "declarative": ns.declarative,
@@ -303,6 +318,16 @@ class Daemon:
             sigs.append(signal.SIGINT)
         for sig in sigs:
             signal.signal(sig, self._signal)
+        door = None
+        if cfg.daemon.tcp_listen:  # its credentials are checked before anything starts
+            from fastverify.credentials import CredentialError
+            from fastverify.daemon import tcpdoor
+
+            try:
+                door = tcpdoor.load(cfg.daemon)
+            except CredentialError as exc:
+                log.error("%s; fastverifyd is not starting", exc)
+                return 2
         notifier = Notifier.from_env()
         try:
             lock_fd = _lock_state_dir(cfg.state_dir)
@@ -344,9 +369,8 @@ class Daemon:
         try:
             sock = api.bind_unix(cfg.socket_path, cfg.daemon.socket_group)
             servers.append(api.ApiServer(sock, sup.api, None))
-            if cfg.daemon.tcp_listen:
-                token = api.read_token(cfg.daemon.token_file)
-                servers.append(api.ApiServer(api.bind_tcp(cfg.daemon.tcp_listen), sup.api, token))
+            if door is not None:
+                servers.append(api.open_tcp_door(cfg.daemon, door, sup.api, hub))
         except (RuntimeError, OSError, ValueError) as exc:
             log.error("cannot open the control API: %s", exc)
             return 1
