@@ -13,9 +13,12 @@ switch/mode/restart: stop the engine -> STARTING -> ready -> VERIFYING -> READY;
 cancel (POST /v1/cancel): the operation in flight stops where it is (a model load in
   STARTING: the new engine's group is stopped) and the previous (profile, mode) is put
   back; the result is `cancelled`.
-crash: the engine died (or lost a verified worker) after READY -> BACKOFF (restart policy)
-  -> STARTING ... READY; too many crashes in the window -> FAILED: crashes.py. An explicit operation
-  pre-empts a crash restart waiting out its backoff.
+crash: the engine died, lost a verified worker or stopped answering SGLang's
+  /health_generate (watch.py) after READY -> BACKOFF (restart policy) -> STARTING ... READY;
+  too many crashes in the window -> FAILED: crashes.py. An explicit operation pre-empts a
+  crash restart waiting out its backoff.
+recover: FAILED -> STARTING the last good (declared) profile after a backoff, up to
+  daemon.recover_retries times: recovery.py.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import EngineHandle, Launcher
 from fastverify.daemon.logs import LineFacts, LogRing
 from fastverify.daemon.operations import Claim, Operation, OpResult, Slot
+from fastverify.daemon.recovery import RecoverySteps
 from fastverify.daemon.resolve import RequestError, Resolver
 from fastverify.daemon.restart import CrashWindow, RestartPolicy
 from fastverify.daemon.rollback import RollbackSteps
@@ -69,7 +73,7 @@ def _callers(op: Operation) -> dict[str, Any]:
     return out
 
 
-class Controller(CrashSteps, RollbackSteps):
+class Controller(CrashSteps, RollbackSteps, RecoverySteps):
     """See the module docstring. Public methods are thread-safe."""
 
     def __init__(
@@ -245,6 +249,14 @@ class Controller(CrashSteps, RollbackSteps):
                 f"argv rejected for {name}/{mode}: {verdict.message}",
                 argv=mask_argv(argv),
                 reason="argv_rejected",
+            )
+        why = None if force else self.launcher.allreduce_refusal(profile, argv)
+        if why:  # known before the load: nothing running is stopped for it
+            raise RequestError(
+                422,
+                f"{why}; {kind} to {name}/{mode} refused, nothing was stopped or changed "
+                "(--force starts it anyway)",
+                reason="allreduce_backend_unavailable",
             )
         if kind in NOOP_KINDS and not restart:
             same = self._unchanged(kind, name, mode, profile, argv, caller)
@@ -478,6 +490,8 @@ class Controller(CrashSteps, RollbackSteps):
         t0 = time.monotonic()
         if op.kind != "crash_restart":
             self.crashes.clear()
+        if op.kind not in ("crash_restart", "recover"):
+            self.recovery.forget()  # an operator's start: FAILED's retries count afresh
         if op.kind == "switch":
             self.clear_finding("profile_fallback")  # the operator chose a profile
         self._serving(h, f"{h.profile}/{h.mode} verified")

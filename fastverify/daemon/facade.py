@@ -90,13 +90,15 @@ class ControlFacade:
                 "log": str(h.log_path) if h is not None else None,
                 "started_at": h.started_at if h is not None else None,
                 "start_seconds": h.ready_s if h is not None else None,
+                "ready_by": h.ready_by if h is not None else None,
                 "progress": dict(h.progress) if h is not None else None,
                 "adopted": h.adopted if h is not None else False,
                 "weights": weights_label(load_format_of(h.argv)) if h is not None else None,
                 "tuner": h.tuner if h is not None else None,  # confirmed at verify
                 "allreduce": h.allreduce if h is not None else None,  # confirmed at verify
             }
-            return {
+            argv = list(h.argv) if h is not None else None
+            out = {
                 "state": str(c.state),
                 "since": c.since,
                 "profile": c.active.get("profile"),
@@ -108,6 +110,7 @@ class ControlFacade:
                 "switch_in_flight": op.describe() if op is not None else None,
                 "queued": len(c.slot.queued()),
                 "restarts": {"total": sum(c.restarts.values()), "by_reason": dict(c.restarts)},
+                "recovery": c.recovery_status(),
                 "trial": engine["weights"] == "dummy",  # --load-format dummy: a timing trial
                 "tokens_per_second": self.figures.tokens_per_second(),
                 "status_line": self.status_line(),
@@ -117,6 +120,28 @@ class ControlFacade:
                 "findings": [*c.store.findings, *c.findings.values()],
                 "daemon": {"pid": os.getpid(), "state_dir": str(c.store.dir)},
             }
+        # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
+        engine["capabilities"] = self.capabilities(argv)
+        return out
+
+    def capabilities(self, argv: list[str] | None) -> dict[str, Any] | None:
+        """The engine's all-reduce capabilities for the argv it serves (else the configured
+        one): fastverify.engines.allreduce_host.capabilities, kept per argv."""
+        from fastverify.engines.allreduce_host import capabilities
+
+        c = self.ctl
+        try:
+            if argv is None:
+                _, argv = c.resolver.resolve(*c.resolver.defaults(None, None, c.active))
+            key = tuple(argv)
+            cache = self.__dict__.setdefault("_caps", {})
+            if key not in cache:
+                cache.clear()
+                host = c.launcher.allreduce_host(list(argv))
+                cache[key] = capabilities(host, argv) if host is not None else None
+            return cache[key]
+        except Exception as exc:  # status must answer even when the engine cannot say
+            return {"error": f"cannot tell the engine's all-reduce capabilities: {exc}"}
 
     def _declarative(self) -> dict[str, Any] | None:
         """Declarative mode (Kubernetes): what the manifest declares, and a canary if any."""

@@ -13,7 +13,9 @@ is invalid. The main loop sends WATCHDOG=1 when systemd asks for it.
 
 Exit codes: 0 clean shutdown, 2 configuration/usage error, 1 could not start (socket in
 use by another daemon, state dir locked, an exporter asked for with --metrics-listen or
-daemon.metrics_listen that cannot listen, ...). The default exporter address that cannot
+daemon.metrics_listen that cannot listen, ...), 3 declarative mode under systemd: the
+engine stayed FAILED after daemon.recover_retries retries (the engine group is stopped
+first; the unit fails and Restart= decides). The default exporter address that cannot
 listen is a status finding instead: the daemon runs without /metrics.
 """
 
@@ -435,6 +437,13 @@ class Daemon:
                 sup.tick()
             except Exception:
                 log.exception("supervisor tick failed")
+            if (code := sup.exit_code()) is not None:
+                log.error(
+                    "exiting with status %d: the engine stays FAILED (declarative mode, "
+                    "daemon.recover_retries spent); systemd's Restart= decides",
+                    code,
+                )
+                return code
             now = time.monotonic()
             if now - last_status >= 10:
                 notifier.status(sup.status_line())

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from fastverify.engines.allreduce_host import AllreduceHost
     from fastverify.sglang.envrules import EngineEnv
     from fastverify.sglang.facts import SGLangFacts
 
@@ -95,6 +96,18 @@ class Engine(ABC):
 
     def health_path(self) -> str:
         return "/health"
+
+    def allreduce_host(self, argv: list[str]) -> AllreduceHost:
+        """What decides the TP all-reduce backend where this engine's server runs
+        (fastverify.engines.allreduce_host): this machine's GPUs, the model's config.json,
+        FlashInfer in the server's interpreter. Asked once per argv and kept."""
+        cache = self.__dict__.setdefault("_allreduce_hosts", {})
+        key = tuple(argv)
+        if key not in cache:
+            from fastverify.engines.host_probe import probe_host
+
+            cache[key] = probe_host(self, argv)
+        return cache[key]
 
     def sglang_version(self) -> str:
         """The SGLang version the engine's server runs (or plays, for the sim)."""

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from fastverify.config import ServerConfig
+from fastverify.engines.allreduce_host import AllreduceHost
 from fastverify.engines.base import ArgvCheck, Engine
 from fastverify.engines.sglang import _strip_module, server_args
 from fastverify.sglang.envrules import EngineEnv, engine_env
@@ -80,7 +81,35 @@ class SimEngine(Engine):
         before its workers start (fastverify.engines.sim.engine.apply_engine_env)."""
         return engine_env(LaunchArgs.from_argv(_strip_module(argv)), env, self.played_version)
 
+    def allreduce_host(self, argv: list[str]) -> AllreduceHost:
+        """The sim's simulated host (not this machine's GPUs): PCIe-only with P2P, the
+        simulated FlashInfer of `--sim-flashinfer`, the cost model's hidden size and its
+        decode graphs up to bs 32 (fastverify.engines.sim.allreduce_sim)."""
+        from fastverify.engines.sim import allreduce_sim, costmodel
+
+        fi_ok, fi_why = allreduce_sim.flashinfer_offer(argv)
+        return AllreduceHost(
+            engine=self.name,
+            view="the sim engine's simulated host",
+            host=allreduce_sim.HOST_TEXT,
+            has_nvlink=False,
+            p2p=True,
+            flashinfer_pcie_ipc=fi_ok,
+            flashinfer_why=fi_why,
+            hidden=costmodel.HIDDEN,
+            gpu_sm=int(flashinfer_jit_arch()),
+            decode_max_bs=allreduce_sim.SIM_DECODE_MAX_BS,
+            request_pool=allreduce_sim.SIM_REQUEST_POOL,
+            simulated=True,
+        )
+
     def extra_env(self) -> dict[str, str]:
         # The sim is part of this package: make it importable from a source checkout too.
         root = str(Path(__file__).resolve().parent.parent.parent)
         return {"PYTHONPATH": root}
+
+
+def flashinfer_jit_arch() -> str:
+    from fastverify.engines.sim.flashinfer_jit import SIM_ARCH
+
+    return SIM_ARCH

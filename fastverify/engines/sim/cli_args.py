@@ -18,7 +18,7 @@ from fastverify.sglang import allreduce
 from fastverify.sglang.versions import PINNED_VERSION
 
 SPEC_ALGOS = ("EAGLE", "EAGLE3")
-FLASHINFER_BUILDS = ("pcie-ipc", "no-pcie-ipc-comm", "workspace-fail")
+FLASHINFER_BUILDS = ("pcie-ipc", "no-pcie-ipc-comm", "workspace-fail", "no-nv-internal")
 # `--load-format dummy` (SGLang: random weights): the sim skips most of its simulated weight
 # load and its drafter guesses at random, so the accept length sits at its floor (the
 # bonus token only) unless --sim-accept-length says otherwise.
@@ -111,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=FLASHINFER_BUILDS,
         default="pcie-ipc",
         help="the simulated FlashInfer: 'pcie-ipc' (0.7.2, has pcie_ipc_comm), "
-        "'no-pcie-ipc-comm' (an older build), 'workspace-fail' (its workspace cannot be built)",
+        "'no-pcie-ipc-comm' (an older build), 'workspace-fail' (its workspace cannot be built), "
+        "'no-nv-internal' (installed without csrc/nv_internal: tuning saves 0 configs)",
     )
     p.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"]

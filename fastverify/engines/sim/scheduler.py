@@ -43,6 +43,7 @@ class Request:
     prompt_tokens: int
     max_new_tokens: int
     stream: bool = False
+    log_metrics: bool = True  # False: a health check (SGLang's log_metrics=False)
     rid: str = field(default_factory=lambda: f"{next(_ids):032x}")
     created: float = field(default_factory=time.perf_counter)
     generated: int = 0
@@ -98,11 +99,18 @@ class Scheduler(threading.Thread):
         self.topk = topk
         self.num_draft_tokens = num_draft_tokens
         self.decode_log_interval = max(1, decode_log_interval)
+        # the played SGLang release's log-line form (its facts; the engine sets these)
+        self.old_log_form = False
+        self.log_accept_rate = True
         self.log = log
         self.metrics = metrics
         self.on_cycle = on_cycle
         self.on_crash = on_crash
         self.crashed = False
+        # hang(): the loop stops answering while the process lives (an NCCL hang's shape)
+        self.hung = threading.Event()
+        self.last_output = 0.0  # time.time() of the last tokens produced (SGLang's
+        # tokenizer_manager.last_receive_tstamp: what /health_generate waits for)
         self._rng = random.Random(seed)
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -143,6 +151,11 @@ class Scheduler(threading.Thread):
             self._request_gauges_locked()
             self._cond.notify()
 
+    def hang(self) -> None:
+        """Stop answering from the next iteration on, until stopped (requests never finish);
+        the HTTP server and the process stay up. Safe from a signal handler."""
+        self.hung.set()
+
     def stop(self) -> None:
         self._stop.set()
         with self._cond:
@@ -178,6 +191,9 @@ class Scheduler(threading.Thread):
     def _loop(self) -> None:
         deadline = time.monotonic()
         while not self._stop.is_set():
+            if self.hung.is_set():
+                self._stop.wait()  # stuck: nothing runs, nothing is logged
+                return
             with self._cond:
                 while not self.waiting and not self.running and not self._stop.is_set():
                     self._update_gauges_locked()
@@ -189,6 +205,8 @@ class Scheduler(threading.Thread):
                     new.append(self.waiting.popleft())
                 if new:  # prefilling: part of the running batch from now on
                     self._request_gauges_locked(prefilling=len(new))
+            if self.hung.is_set():
+                continue  # hung while idle: the requests just taken never run
             if new:
                 self._prefill(new)
                 deadline = time.monotonic()
@@ -224,7 +242,13 @@ class Scheduler(threading.Thread):
             usage = self._token_usage_locked(extra=new)
         self.log.log(
             sglang_logs.prefill_line(
-                len(new), tokens, usage, running_before, queue_len, tokens / dur if dur > 0 else 0.0
+                len(new),
+                tokens,
+                usage,
+                running_before,
+                queue_len,
+                tokens / dur if dur > 0 else 0.0,
+                old_form=self.old_log_form,
             )
         )
         finished = []
@@ -232,7 +256,7 @@ class Scheduler(threading.Thread):
             r.generated = 1  # prefill samples the first token
             r.credit = self._rng.random()
             r.first_token_at = r.last_token_at = now
-            if self.metrics:
+            if self.metrics and r.log_metrics:
                 self.metrics.ttft(r.stream).observe(now - r.created)
             r._emit(1)
             if r.generated >= r.max_new_tokens:
@@ -240,8 +264,10 @@ class Scheduler(threading.Thread):
         if self.metrics:
             self.metrics.prefill_pass()
             for r in new:
-                self.metrics.generation_tokens(r.stream).inc(1)
+                if r.log_metrics:
+                    self.metrics.generation_tokens(r.stream).inc(1)
         self._account(len(new), 0, 0)
+        self.last_output = time.time()
         with self._cond:
             self.running.extend(r for r in new if r not in finished)
             self._request_gauges_locked()
@@ -270,10 +296,10 @@ class Scheduler(threading.Thread):
             n = min(n, r.max_new_tokens - r.generated)
             r.generated += n
             produced += n
-            if self.metrics and r.last_token_at is not None and n:
+            if self.metrics and r.log_metrics and r.last_token_at is not None and n:
                 self.metrics.itl.observe((now - r.last_token_at) / n)
             r.last_token_at = now
-            if self.metrics and n:
+            if self.metrics and r.log_metrics and n:
                 self.metrics.generation_tokens(r.stream).inc(n)
             r._emit(n)
             if r.generated >= r.max_new_tokens:
@@ -286,6 +312,8 @@ class Scheduler(threading.Thread):
             for r in finished:
                 self._finish(r, now)
         self.forward_ct += 1
+        if produced:
+            self.last_output = time.time()
         if self.metrics:
             self.metrics.decode_pass()
             if eagle and running:
@@ -300,7 +328,7 @@ class Scheduler(threading.Thread):
             if r.finished_at is not None:
                 return
             r.finished_at = now
-        if self.metrics and not r.aborted:
+        if self.metrics and r.log_metrics and not r.aborted:
             self.metrics.e2e(r.stream).observe(now - r.created)
             self.metrics.num_requests(r.stream).inc()
             self.metrics.prompt_tokens(r.stream).inc(r.prompt_tokens)
@@ -338,6 +366,8 @@ class Scheduler(threading.Thread):
                 self.cuda_graph,
                 accept_len,
                 accept_rate,
+                old_form=self.old_log_form,
+                with_accept_rate=self.log_accept_rate,
             )
         )
         if self.metrics:
