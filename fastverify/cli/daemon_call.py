@@ -154,6 +154,4 @@ def describe_op(op: dict[str, Any]) -> str:
     elapsed = op.get("elapsed_s")
     running = f", running {elapsed:.1f} s" if isinstance(elapsed, int | float) else ""
     by = f" by {op['by']}" if op.get("by") else ""
-    return (
-        f"{op.get('kind')} {op.get('profile')}/{op.get('mode')}{by} (id {op.get('id')}{running})"
-    )
+    return f"{op.get('kind')} {op.get('profile')}/{op.get('mode')}{by} (id {op.get('id')}{running})"

@@ -1,6 +1,8 @@
 """`fastverifyd`: the supervisor daemon's entry point (flags, config, signals, main loop).
 
     fastverifyd [--config FILE] [--engine auto|sglang|sim] [--state-dir DIR] [--socket PATH]
+                [--tcp-listen HOST:PORT [--token-file FILE]
+                 [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]]
                 [--metrics-listen HOST:PORT] [--health-listen HOST:PORT] [--declarative]
                 [--node-rank N] [--dist-init-addr HOST:PORT] [--sim-load-seconds S]
                 [--sim-sglang-version X.Y.Z] [--log-level LEVEL]
@@ -11,12 +13,13 @@ sent first; a SIGINT ignored at start, as in a background job, stays ignored); S
 re-reads the config file, keeping the old configuration (and saying why) when the new one
 is invalid. The main loop sends WATCHDOG=1 when systemd asks for it.
 
-Exit codes: 0 clean shutdown, 2 configuration/usage error, 1 could not start (socket in
-use by another daemon, state dir locked, an exporter asked for with --metrics-listen or
-daemon.metrics_listen that cannot listen, ...), 3 declarative mode under systemd: the
-engine stayed FAILED after daemon.recover_retries retries (the engine group is stopped
-first; the unit fails and Restart= decides). The default exporter address that cannot
-listen is a status finding instead: the daemon runs without /metrics.
+Exit codes: 0 clean shutdown, 2 configuration/usage error (a TCP door's token file,
+certificate or key that cannot be used included: read before anything starts), 1 could
+not start (socket in use by another daemon, state dir locked, an exporter asked for with
+--metrics-listen or daemon.metrics_listen that cannot listen, ...), 3 declarative mode
+under systemd: the engine stayed FAILED after daemon.recover_retries retries (the engine
+group is stopped first; the unit fails and Restart= decides). The default exporter address
+that cannot listen is a status finding instead: the daemon runs without /metrics.
 """
 
 from __future__ import annotations
