@@ -13,7 +13,10 @@ File layout (every key optional; see `docs/config.example.toml`):
     load_format = "auto"               # SGLang --load-format; "dummy" = trial mode (random
                                        # weights: timings real, accept length meaningless)
     extra_args = ["--mem-fraction-static", "0.85"]
-    mode = "baseline"                  # or "eagle3"
+    mode = "baseline"                  # or "eagle3", or "adaptive" (EAGLE-3 with SGLang's
+                                       # --speculative-adaptive and `spec plan`'s config)
+    adaptive_config = ""               # that config; "" = the plan in state_dir
+                                       # (adaptive-config.json, `fastverifyctl spec plan`)
     nnodes = 1                         # >1: one server over several nodes (SGLang --nnodes)
     node_rank = 0                      # this node's rank (SGLang/fastverifyd --node-rank)
     dist_init_addr = ""                # "HOST:PORT" of node 0 (SGLang --dist-init-addr)
@@ -76,7 +79,9 @@ from typing import Any
 
 from fastverify import paths
 
-MODES = ("baseline", "eagle3")
+MODES = ("baseline", "eagle3", "adaptive")
+SPEC_MODES = ("eagle3", "adaptive")  # the modes that draft (EAGLE-3)
+ADAPTIVE_CONFIG_NAME = "adaptive-config.json"  # `spec plan` writes it into the state dir
 ENGINES = ("auto", "sglang", "sim")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # SGLang 0.5.23's `--load-format` choices (sglang/srt/arg_groups/choices.py
@@ -130,6 +135,7 @@ class ServerConfig:
     nnodes: int = 1  # one server over nnodes nodes (SGLang --nnodes); tp_size is the total
     node_rank: int = 0
     dist_init_addr: str = ""  # HOST:PORT of node 0's torch.distributed rendezvous
+    adaptive_config: str = ""  # mode adaptive: SGLang's config ("" = the state dir's plan)
 
     @property
     def url(self) -> str:
@@ -359,6 +365,7 @@ FIELDS: dict[str, Check] = {
     "server.sglang_flags": _choice(("auto", "new", "old")),
     "server.extra_args": _str_list(),
     "server.mode": _choice(MODES),
+    "server.adaptive_config": _string(what='a path to an adaptive config JSON, or ""'),
     "server.load_format": _choice(LOAD_FORMATS),
     "server.eagle3.num_steps": _integer(1, 64),
     "server.eagle3.topk": _integer(1, 64),

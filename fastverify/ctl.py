@@ -27,7 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Find everything else that changes what NCCL sees.",
     ),
     "status": ("fastverify.cli.status_cmd:status", "Daemon and engine state."),
-    "mode": ("fastverify.cli.daemon_cmds:mode", "Get or set the decoding mode (baseline|eagle3)."),
+    "mode": (
+        "fastverify.cli.daemon_cmds:mode",
+        "Get or set the decoding mode (baseline|eagle3|adaptive).",
+    ),
     "restart": (
         "fastverify.cli.daemon_cmds:restart",
         "Restart the engine with the active profile.",
@@ -76,6 +79,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rehearse": (
         "fastverify.cli.rehearse_cmd:rehearse",
         "Does speculation pay? Verify cycle per profile, no model.",
+    ),
+    "spec": (
+        "fastverify.cli.spec_cmd:spec",
+        "Steps per batch size from the measured accept curve; SGLang's adaptive config.",
     ),
 }
 

@@ -28,6 +28,7 @@ from fastverify.cli.profile_switch import (
     unavailable_exit,
 )
 from fastverify.cli.status_cmd import _clock
+from fastverify.config import MODES
 
 
 def _get(ctx: click.Context, path: str, as_json: bool, timeout: float | None = 30.0) -> Any:
@@ -38,7 +39,7 @@ def _get(ctx: click.Context, path: str, as_json: bool, timeout: float | None = 3
 @socket_option
 @click.pass_context
 def mode(ctx: click.Context) -> None:
-    """Get or set the decoding mode (baseline|eagle3)."""
+    """Get or set the decoding mode (baseline|eagle3|adaptive)."""
     if ctx.invoked_subcommand is None:
         ctx.invoke(mode_get)
 
@@ -60,7 +61,7 @@ _TIMEOUT_HELP = "Readiness timeout for this start in seconds (then roll back)."
 
 
 @mode.command("set")
-@click.argument("value", type=click.Choice(["baseline", "eagle3"]))
+@click.argument("value", type=click.Choice(list(MODES)))
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
               help=_TIMEOUT_HELP)  # fmt: skip
 @click.option("--no-wait", is_flag=True, help="Return once the daemon accepted the change.")
@@ -225,7 +226,7 @@ def server() -> None:
 
 @server.command("check")
 @click.option("--profile", default=None, help="Profile (default: the active one).")
-@click.option("--mode", type=click.Choice(["baseline", "eagle3"]), default=None)
+@click.option("--mode", type=click.Choice(list(MODES)), default=None)
 @click.option("--json", "as_json", is_flag=True)
 @socket_option
 @click.pass_context

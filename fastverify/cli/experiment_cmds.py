@@ -138,11 +138,29 @@ def _bench_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         ("accept length", _fmt(result["accept_length"], 2)
          + (" (dummy weights: not a real accept length)"
             if result.get("weights") == "dummy" and result["accept_length"] else "")),
+        *_acceptance_rows(result),
         ("window s", _fmt(result["duration_s"], 1)),
         ("weights", {"dummy": "dummy (trial)", "real": "real"}.get(result.get("weights") or "",
                                                                    "not reported")),
         ("source", result["source"]),
     ]  # fmt: skip
+
+
+def _acceptance_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """The summed accepted-drafts histogram and the accept curve it gives (EAGLE servers)."""
+    hist = result.get("accept_histogram")
+    if not hist:
+        return []
+    total = sum(hist) or 1
+    rows = [("accepted drafts 0..K", " ".join(f"{j}:{100 * n / total:.0f}%"
+                                             for j, n in enumerate(hist))
+             + f" ({total} verify passes)")]  # fmt: skip
+    curve = result.get("accept_curve")
+    if curve:
+        dummy = " (dummy weights: not real)" if result.get("weights") == "dummy" else ""
+        rows.append(("accept length at k steps",
+                     "  ".join(f"{k}:{v:.2f}" for k, v in curve.items()) + dummy))  # fmt: skip
+    return rows
 
 
 def _server_url(ctx: click.Context, url: str | None) -> str:
@@ -297,6 +315,26 @@ def bench(
         fail(f"bench: {data['incomplete']}", EXIT_PROBLEMS)
     if active is not None:
         _record_baseline(ctx, active, data, concurrency)
+    if not url and data.get("accept_histogram"):
+        _record_acceptance(ctx, data)
+
+
+def _record_acceptance(ctx: click.Context, data: dict[str, Any]) -> None:
+    """Through the daemon, an EAGLE-3 server's summed histogram is kept with the profile, mode
+    and steps it serves (`fastverifyctl spec plan` reads it); a refusal is a note, the
+    measurement stands."""
+    from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+
+    body = {"histogram": data["accept_histogram"]}
+    try:
+        rec = ControlClient(ctx.obj.get("socket") if ctx.obj else None).post("/v1/acceptance", body)
+    except (DaemonUnavailable, ApiError) as exc:
+        err = getattr(exc, "body", {}).get("error") if isinstance(exc, ApiError) else None
+        click.echo(f"bench: acceptance not recorded: {err or exc}", err=True)
+        return
+    usable = "" if rec.get("usable") else f" (not usable: {rec.get('why_not_usable')})"
+    click.echo(f"bench: acceptance recorded for {rec['profile']}/{rec['mode']} at "
+               f"{rec['steps']} steps, {rec['weights']} weights{usable}", err=True)  # fmt: skip
 
 
 def _baseline_target(ctx: click.Context) -> str:

@@ -56,6 +56,8 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/v1/baselines": ("GET", "POST"),
     "/v1/trace/capture": ("POST",),
     "/v1/decision": ("GET", "POST"),
+    "/v1/acceptance": ("GET", "POST"),
+    "/v1/spec/plan": ("GET", "POST"),
 }
 
 # field -> (types, required)
@@ -100,6 +102,13 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "concurrency": ((int,), False),
     },
     "/v1/trace/capture": {"steps": ((int,), False)},
+    "/v1/acceptance": {  # bench on the served EAGLE-3 engine (fastverify.daemon.acceptance)
+        "histogram": ((list,), True),
+        "profile": ((str,), False),
+        "mode": ((str,), False),
+        "measured_at": (_NUM, False),
+    },
+    "/v1/spec/plan": {"plan": ((dict,), True), "adaptive_config": ((dict,), True)},
     "/v1/decision": {  # fastverifyctl tune (fastverify.daemon.decision)
         "profile": ((str,), True),
         "mode": ((str,), True),
@@ -412,6 +421,18 @@ class Handler(BaseHTTPRequestHandler):
             return
         body = validate_body("/v1/decision", body)  # types; the facade checks values
         self._send_json(200, self.api.record_decision(body, self.caller))
+
+    def h_acceptance(self, method: str, body: Any, query: dict[str, str]) -> None:
+        if method == "GET":
+            self._send_json(200, self.api.acceptance())
+            return
+        self._send_json(200, self.api.record_acceptance(validate_body("/v1/acceptance", body)))
+
+    def h_spec_plan(self, method: str, body: Any, query: dict[str, str]) -> None:
+        if method == "GET":
+            self._send_json(200, self.api.spec_plan())
+            return
+        self._send_json(200, self.api.store_spec_plan(validate_body("/v1/spec/plan", body)))
 
     def h_trace_capture(self, method: str, body: Any, query: dict[str, str]) -> None:
         body = validate_body("/v1/trace/capture", body)

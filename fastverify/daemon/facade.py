@@ -10,6 +10,8 @@ controller's fields, the log ring or the exporter runtime itself.
     cancel() -> Operation | None
     baselines() -> dict                   set_baseline(body) -> dict
     decision() -> dict                    record_decision(body) -> dict
+    acceptance() -> dict                  record_acceptance(body) -> dict
+    spec_plan() -> dict                   store_spec_plan(body) -> dict
     capture_trace(steps | None) -> dict
 """
 
@@ -314,6 +316,40 @@ class ControlFacade:
         self.ctl.bus.publish(ev.DecisionRecorded(rec["profile"], rec["mode"], rec["backend"],
                                                  bool(rec["applied"])))  # fmt: skip
         return rec
+
+    # ------------------------------------------------------------------ speculation
+    def acceptance(self) -> dict[str, Any]:
+        """{"profile/mode/steps": record} (fastverify.daemon.acceptance)."""
+        from fastverify.daemon import acceptance
+
+        return {"curves": acceptance.load(self.ctl.store)}
+
+    def record_acceptance(self, body: dict[str, Any]) -> dict[str, Any]:
+        from fastverify.daemon import acceptance
+
+        with self.ctl._lock:
+            handle = self.ctl.current
+        rec = acceptance.record(self.ctl.store, handle, body)
+        self.ctl.say(
+            f"acceptance recorded for {rec['profile']}/{rec['mode']} at {rec['steps']} steps "
+            f"({rec['verifies']} verify passes, {rec['weights']} weights"
+            + ("" if rec["usable"] else f"; not usable: {rec['why_not_usable']}")
+            + ")"
+        )
+        return rec
+
+    def spec_plan(self) -> dict[str, Any]:
+        from fastverify.daemon import acceptance
+
+        return self.ctl.store.load_json(acceptance.PLAN_FILE)
+
+    def store_spec_plan(self, body: dict[str, Any]) -> dict[str, Any]:
+        from fastverify.daemon import acceptance
+
+        with self.ctl._lock:
+            stored = acceptance.save_plan(self.ctl.store, body)
+        self.ctl.say(f"speculation plan stored; adaptive config {stored['adaptive_config']}")
+        return stored
 
     def _profile_problem(self, name: str) -> str | None:
         from fastverify.profiles.store import name_problem

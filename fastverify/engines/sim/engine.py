@@ -39,10 +39,13 @@ from fastverify.engines.sim.scheduler import Request, Scheduler
 from fastverify.engines.sim.server import App, SimHTTPServer
 from fastverify.engines.sim.wakeup import StopFlag
 from fastverify.engines.sim.workers import WorkerPool
-from fastverify.sglang import allreduce, loglines
+from fastverify.sglang import adaptive, allreduce, loglines
 from fastverify.sglang.facts import resolve as resolve_facts
 
 SIM_VERSION = "0.5.23-fastverify-sim"
+# the cost table the engine publishes (server info sim.cost_model.by_steps)
+COST_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+COST_MAX_STEPS = 7
 SHARDS = 64
 # `--load-format dummy`: SGLang initialises random weights instead of reading the
 # checkpoint; the sim keeps this share of its simulated weight-load time (graph capture
@@ -107,6 +110,7 @@ class SimEngine:
         self.settings = ncclenv.resolve(os.environ)
         self.failure: str | None = None
         self.pcie_ipc_max_bytes: int | None = None  # what FlashInfer's kernels serve
+        self._cost_table: dict[str, dict[str, float]] | None = None
 
     # --------------------------------------------------------------- helpers
     @property
@@ -161,6 +165,8 @@ class SimEngine:
             f"speculative_eagle_topk={a.topk if a.mode == 'eagle3' else None}, "
             f"speculative_num_draft_tokens="
             f"{a.num_draft_tokens if a.mode == 'eagle3' else None}, "
+            f"speculative_adaptive={a.adaptive_config is not None}, "
+            f"speculative_adaptive_config={a.adaptive_config_path!r}, "
             f"disable_cuda_graph={not a.cuda_graph}, "
             f"decode_log_interval={a.decode_log_interval}, "
             f"disable_custom_all_reduce={a.disable_custom_all_reduce}, "
@@ -322,6 +328,8 @@ class SimEngine:
             "speculative_num_steps": a.num_steps if a.mode == "eagle3" else None,
             "speculative_eagle_topk": a.topk if a.mode == "eagle3" else None,
             "speculative_num_draft_tokens": a.num_draft_tokens if a.mode == "eagle3" else None,
+            "speculative_adaptive": a.adaptive_config is not None,
+            "speculative_adaptive_config": a.adaptive_config_path,
             "disable_cuda_graph": not a.cuda_graph,
             "decode_log_interval": a.decode_log_interval,
             "load_format": a.load_format,
@@ -359,9 +367,35 @@ class SimEngine:
                     "allreduce_per_verify": pred.allreduce_count,
                     "allreduce_seconds_per_verify": pred.allreduce_seconds,
                     "tokens_per_second_bs1": sched.predict(1).tokens_per_second,
+                    "by_steps": self.cost_table(),
+                    "by_steps_note": "cycle seconds by batch size and draft steps (0: a "
+                    "decode step without drafting), from this cost model (a SIMULATION)",
+                },
+                "acceptance": {
+                    "chain_p": sched.chain_p,
+                    "accept_length_by_steps": {
+                        str(k): sched.chain_length(k) for k in range(1, COST_MAX_STEPS + 1)
+                    },
+                    "active_steps": sched.active_steps if a.mode == "eagle3" else None,
                 },
             },
         }
+
+    def cost_table(self) -> dict[str, dict[str, float]]:
+        """The engine's cycle seconds by batch size and steps (`fastverify.speculation.costs`
+        reads it as the "engine" cost source); computed once."""
+        if self._cost_table is None:
+            from fastverify.engines.sim.costtable import cost_table
+
+            self._cost_table = cost_table(
+                os.environ,
+                tp_size=self.args.tp_size,
+                batch_sizes=COST_BATCH_SIZES,
+                max_steps=COST_MAX_STEPS,
+                cuda_graph=self.args.cuda_graph,
+                pcie_ipc_max_bytes=self.pcie_ipc_max_bytes,
+            )
+        return self._cost_table
 
     def model_info(self) -> dict[str, Any]:
         return {
@@ -395,6 +429,8 @@ class SimEngine:
         a = self.args
         self.log.log(BANNER, None, "warning")
         self.log.log(self.server_args_repr(), None)
+        if a.adaptive_disabled is not None:  # speculative_hook._maybe_disable_adaptive
+            self.log.log(adaptive.format_disabled(a.adaptive_disabled), None, "warning")
         rc = self._check_paths()
         if rc is not None:
             return rc
@@ -486,6 +522,8 @@ class SimEngine:
                 on_cycle=self.profiler.on_cycle,
                 on_crash=self._on_crash,
                 pcie_ipc_max_bytes=self.pcie_ipc_max_bytes,
+                accept_steps=a.accept_steps,
+                adaptive_config=a.adaptive_config,
             )
             played = resolve_facts(a.sglang_version)
             self.scheduler.old_log_form = played.decode_old_form
