@@ -64,6 +64,9 @@ def test_refuses_a_grid_without_the_decode_column() -> None:
     res = ctl("--model-config", str(CONFIGS / "tiny-moe.json"), "--backend", "gloo",
               "--tokens", "2,4")  # fmt: skip
     assert res.returncode == 2 and "include 1" in res.stderr, res.stderr
+    res = ctl("--model-config", str(CONFIGS / "tiny-moe.json"), "--backend", "gloo",
+              "--shard-of-tp", "2", "ring-ll")  # fmt: skip
+    assert res.returncode == 2 and "runs no NCCL profile; drop ring-ll" in res.stderr
 
 
 # ------------------------------------------------------------------ all-reduce sources
