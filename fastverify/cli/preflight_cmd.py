@@ -52,6 +52,10 @@ def _print_preflight(report: dict[str, Any]) -> None:
                   title=title)  # fmt: skip
         if prof.get("error") or prof.get("note"):
             click.echo(f"  {prof.get('error') or prof.get('note')}")
+        not_run = prof.get("sizes_not_run")
+        if not_run:
+            sizes = not_run["tokens"] or not_run["sizes_bytes"]
+            click.echo(f"  not run: {', '.join(map(str, sizes))} ({not_run['reason']})")
     summary = [
         (p["profile"], p["status"], fmt(p["wall_s"]), fmt(p.get("init_s"), 2),
          ", ".join(f"{k}={v}" for k, v in p["nccl"]["confirmed"].items()) or "-")
@@ -75,6 +79,8 @@ def _print_preflight(report: dict[str, Any]) -> None:
         summary,
         title=f"preflight: {report['world_size']} rank(s), {report['total_wall_s']:.1f} s total",
     )
+    if report.get("label"):
+        click.echo(f"label: {report['label']}")
     if report.get("note"):
         click.echo(f"note: {report['note']}")
 
@@ -86,6 +92,13 @@ def _print_preflight(report: dict[str, Any]) -> None:
     type=click.IntRange(1),
     default=None,
     help="Ranks (one per GPU). Default: every visible GPU.",
+)
+@click.option(
+    "--share-gpu",
+    is_flag=True,
+    help="Allow more ranks than GPUs (rank r on GPU r mod GPUs): FlashInfer PCIe-IPC "
+    "candidates run, NCCL ones are skipped (NCCL refuses two ranks on one GPU); the timings "
+    "are same-GPU ranks, not a PCIe measurement.",
 )
 @click.option(
     "--hidden-size",
@@ -197,6 +210,7 @@ def _print_preflight(report: dict[str, Any]) -> None:
 def preflight(
     profiles: tuple[str, ...],
     nproc: int | None,
+    share_gpu: bool,
     hidden_size: int,
     tokens: str,
     sizes: str | None,
@@ -234,7 +248,7 @@ def preflight(
         nproc=nproc, hidden_size=hidden_size, tokens=int_list(tokens, "--tokens"),
         sizes_bytes=int_list(sizes, "--sizes") if sizes else (), iters=iters, warmup=warmup,
         graph_ops=graph_ops, backend=backend, call=call, timeout_s=timeout_s, python=python,
-        extra_env={**daemon_env, **env_pairs(extra_env)}, logs_dir=logs_dir,
+        extra_env={**daemon_env, **env_pairs(extra_env)}, logs_dir=logs_dir, share_gpu=share_gpu,
     )  # fmt: skip
     try:
         loaded = pf.load_profiles(profiles)

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from fastverify.cli.daemon_call import socket_option
+from fastverify.cli.daemon_call import client_for, socket_option
 from fastverify.cli.experiment_common import Progress, fmt
 from fastverify.cli.options import measurement_options
 from fastverify.cli.output import (
@@ -232,7 +232,7 @@ def sweep(
     With --load-format dummy it is a timing trial (random weights, minutes less per load,
     every result labelled weights=dummy); --then-confirm N reloads the best N with real
     weights and measures them."""
-    from fastverify.client import ControlClient, DaemonUnavailable
+    from fastverify.client import DaemonUnavailable
     from fastverify.experiments.bench.load import BenchConfig
     from fastverify.experiments.sweep.run import Sweep, SweepConfig, SweepError
 
@@ -248,7 +248,7 @@ def sweep(
         accept_length=accept_length, then_confirm=then_confirm, traces=not no_traces,
         trace_steps=trace_steps,
     )  # fmt: skip
-    client = ControlClient(ctx.obj.get("socket") if ctx.obj else None, timeout=switch_timeout)
+    client = client_for(ctx, timeout=switch_timeout)
     planned = (len(profiles) + then_eagle3 + then_confirm) * repeats
     # One count: the sweep's `[done/total]` measurements, on the bar (terminal) and at the
     # start of every line; the total shrinks when a profile fails, so it reaches its end.

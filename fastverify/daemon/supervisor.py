@@ -115,6 +115,12 @@ class Supervisor:
 
     def tick(self) -> None:
         self.ctl.tick()
+        self.ctl.recovery_tick()
+
+    def exit_code(self) -> int | None:
+        """Non-None when the daemon should exit with it (recovery.py: a declarative daemon
+        under systemd whose FAILED retries are spent)."""
+        return self.ctl.recovery_exit_code()
 
     def reconfigure(self, cfg: Any, engine: Any) -> None:
         """Adopt a re-read configuration (SIGHUP): profile dirs, engine settings (used from

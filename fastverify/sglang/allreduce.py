@@ -145,6 +145,25 @@ DETERMINISTIC_FORMAT = (
 DTYPE_FORMAT = f"{DTYPE_TEXT} {{dtype}} reductions stay on NCCL."
 AUTOTUNED_FORMAT = f"{AUTOTUNED_TEXT} {{n}} shape(s) (hidden={{hidden}}, rows={{rows}})"
 
+# ----------------------------------------------------------------- published figures
+# The one per-message table SGLang 0.5.23 publishes for this backend, in the module docstring
+# of srt/distributed/device_communicators/pcie_ipc_ar.py: one 8x SM120 host, GPUs 0-3 and 4-7
+# on separate NUMA nodes, hidden 6144 bf16, FlashInfer's PCIe-IPC all-reduce against NCCL.
+# (message bytes, FlashInfer us, NCCL us); tests/contract/test_published_allreduce_contract.py
+# reads the real docstring and fails when it changes.
+PUBLISHED_WHERE = (
+    "sglang 0.5.23 srt/distributed/device_communicators/pcie_ipc_ar.py docstring: one 8x "
+    "SM120 PCIe host (NUMA halves 0-3/4-7), hidden 6144 bf16"
+)
+PUBLISHED_WORLD = 8
+PUBLISHED_US = (
+    (12 * 1024, 5.3, 205.1),
+    (96 * 1024, 15.3, 584.9),
+    (384 * 1024, 34.6, 1169.3),
+    (100 * 1024 * 1024, 8500.0, 50400.0),
+)
+
+
 # ----------------------------------------------------------------- kernels (FlashInfer 0.7.2)
 KERNEL_NAMESPACE = "flashinfer::comm::pcie_ipc::"
 KERNELS = (
