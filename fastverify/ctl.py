@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import click
+
+from fastverify.cli.daemon_call import DOOR_OPTIONS
 
 # command name -> "module:attribute" (a click command or group)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -84,6 +87,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def door_options(f: Any) -> Any:
+    """--host, --token-file, --tls-ca, --tls-cert, --tls-key, each with its variable."""
+    for flag, key, env, text in reversed(DOOR_OPTIONS):
+        f = click.option(flag, key, envvar=env, show_envvar=True, default=None, help=text)(f)
+    return f
+
+
 class LazyGroup(click.Group):
     """A click group whose sub-commands are imported on first use."""
 
@@ -116,11 +126,16 @@ class LazyGroup(click.Group):
     "also takes --socket; default: /run/fastverify/control.sock as root, "
     "else $XDG_RUNTIME_DIR/fastverify/control.sock).",
 )
+@door_options
 @click.version_option(package_name="fastverify")
 @click.pass_context
-def cli(ctx: click.Context, socket_path: str | None) -> None:
-    """fastverify: NCCL tuning profiles for SGLang, switched, verified and observed."""
-    ctx.obj = {"socket": socket_path}
+def cli(ctx: click.Context, socket_path: str | None, **door: str | None) -> None:
+    """fastverify: NCCL tuning profiles for SGLang, switched, verified and observed.
+
+    Every command that talks to fastverifyd also takes --socket, --host, --token-file and
+    --tls-* after its name.
+    """
+    ctx.obj = {"socket": socket_path, **{k: v for k, v in door.items() if v}}
 
 
 def main() -> None:

@@ -192,7 +192,9 @@ def logs(ctx: click.Context, follow: bool, lines: int, as_json: bool) -> None:
 @socket_option
 @click.pass_context
 def history(ctx: click.Context, limit: int, as_json: bool) -> None:
-    """Switch journal: every start, switch, rollback and crash restart."""
+    """Switch journal: every start, switch, rollback and crash restart, and who asked
+    ("by": uid, pid and command on the Unix socket; certificate subject or token name on
+    TCP; fastverifyd for its own start-up and crash restarts)."""
     from fastverify.cli.output import table
 
     records = _get(ctx, f"/v1/history?n={limit}", as_json)
@@ -208,11 +210,13 @@ def history(ctx: click.Context, limit: int, as_json: bool) -> None:
             r.get("result"),
             r.get("reason") or "",
             f"{r.get('duration_s', 0):.2f}s",
+            r.get("by") or "",
             r.get("log") or "",
         )
         for r in records
     ]
-    table(["started", "kind", "profile/mode", "weights", "result", "reason", "took", "log"], rows)
+    table(["started", "kind", "profile/mode", "weights", "result", "reason", "took", "by", "log"],
+          rows)  # fmt: skip
 
 
 @click.group("server")

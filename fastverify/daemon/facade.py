@@ -237,7 +237,10 @@ class ControlFacade:
         restart: bool = False,
         load_format: str | None = None,
         canary: bool = False,
+        caller: Any = None,
     ) -> Operation:
+        """`caller` (auth.Caller): who asked; the operation's result and history record
+        carry it as `by`."""
         target = self._check_declarative(kind, name, mode, canary)
         op = self.ctl.request(
             kind,
@@ -249,13 +252,14 @@ class ControlFacade:
             withdrawn=withdrawn,
             restart=restart,
             load_format=load_format,
+            caller=caller,
         )
         if self.ctl.cfg.daemon.declarative and kind in ("switch", "mode"):
             self.canary = None if target is None else {**target, "since": time.time(), "op": op.id}
         return op
 
-    def cancel(self) -> Operation | None:
-        return self.ctl.cancel()
+    def cancel(self, caller: Any = None) -> Operation | None:
+        return self.ctl.cancel(caller)
 
     # ------------------------------------------------------------------ baselines
     def baselines(self) -> dict[str, Any]:
@@ -304,7 +308,7 @@ class ControlFacade:
     def decision(self) -> dict[str, Any]:
         return self.ctl.store.load_json("decision.json")
 
-    def record_decision(self, body: dict[str, Any]) -> dict[str, Any]:
+    def record_decision(self, body: dict[str, Any], caller: Any = None) -> dict[str, Any]:
         """Validate, persist (decision.json + a history record) and announce a tuning
         decision (fastverify.daemon.decision). RequestError(422) names every bad field."""
         from fastverify.daemon import decision as dec
@@ -318,6 +322,8 @@ class ControlFacade:
                 reason="invalid_decision",
             )
         rec = dec.decision_record(body)
+        if caller is not None:
+            rec["by"] = caller.by
         with self.ctl._lock:
             self.ctl.store.save_json("decision.json", rec)
             self.ctl.store.append_journal(dec.history_record(rec))
@@ -390,6 +396,12 @@ class ControlFacade:
                 reason="exporter_off",
                 busy=False,
             )
+        from fastverify.sglang.facts import FeatureMissing
+
+        try:  # SGLang before 0.5.11 names no step spans: a window would time nothing
+            self.ctl.engine.facts().require("step_spans", "trace capture")
+        except FeatureMissing as exc:
+            raise RequestError(422, str(exc), reason="sglang_feature_missing") from None
         if steps is None:
             steps = self.ctl.cfg.daemon.trace_steps  # range: api.MIRRORS (config's check)
         if self.ctl.state != State.READY:
