@@ -206,8 +206,12 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
             self.findings.pop(key, None)
 
     def record_failure(self, failure: Failure, during: Operation | None, **extra: Any) -> None:
+        drift = _possible_drift(self.engine)
         with self._lock:
             self.last_failure = dict(failure.to_dict(), at=_now(), **extra)
+            if drift:  # an SGLang newer than its facts: the failure may be fastverify's
+                self.last_failure["possible_drift"] = drift
+                self.last_failure["message"] = f"{failure.message} (possible drift: {drift})"
             if during is not None:
                 self.last_failure.update(profile=during.profile, mode=during.mode, op=during.kind)
 
@@ -556,3 +560,12 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
                 self.set_state(State.STOPPED, "shutdown")
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
+
+
+def _possible_drift(engine: Any) -> str | None:
+    """The facts' warning when the server's SGLang is newer than the newest known release
+    (log lines, flags or metrics may have changed under fastverify), else None."""
+    try:
+        return engine.facts().warning
+    except (AttributeError, ValueError):
+        return None

@@ -232,6 +232,14 @@ def _start_exporter(sup: Any, cfg: configmod.Config, engine: Any, web: Any = Non
     period = cfg.daemon.trace_period_s
     if period is None:
         period = 60.0 if engine.simulated else 0.0
+    facts = engine.facts()
+    if period and not facts.has("step_spans"):
+        log.warning(
+            "SGLang %s has no profiler step spans (0.5.11 and later): periodic profile "
+            "windows are off",
+            facts.version,
+        )
+        period = 0.0
     runtime = ExporterRuntime(
         sup.hub,
         listen,

@@ -93,6 +93,8 @@ class Resolver:
             if load_format is not None:
                 server = dataclasses.replace(server, load_format=load_format)
             if mode == "adaptive":
+                # the release must have it before its plan is looked for
+                self.require_features(name, mode, {}, [])
                 server = self._adaptive_server(server)
             argv = self.engine.build_argv(server, mode, profile.requires)
         except EngineArgError as exc:

@@ -132,6 +132,13 @@ def test_a_release_newer_than_the_range_runs_with_a_loud_warning(tmp_path: Path)
         (eng,) = samples(d.metrics_url, "fastverify_engine_info")
         assert eng.labels == {"version": "0.5.24", "facts_version": "0.5.23", "supported": "false"}
         assert "UNSUPPORTED SGLANG: SGLang 0.5.24 is newer" in d.log_text()
+        # a failed switch then names the possible drift
+        r = d.ctl("profile", "set", "tree-ll")
+        assert r.returncode == 1, r.stdout + r.stderr
+        failure = d.status()["last_failure"]
+        assert failure["reason"] == "cuda_graph_capture"
+        assert "possible drift: SGLang 0.5.24 is newer" in failure["message"]
+        assert failure["possible_drift"] == sg["warning"]
 
 
 def test_a_release_older_than_the_range_is_refused_before_any_load(tmp_path: Path) -> None:
@@ -158,6 +165,14 @@ def test_features_a_release_lacks_are_refused_naming_it_before_the_load(tmp_path
         assert r.returncode == 2, r.stdout + r.stderr
         assert "SGLang 0.5.10 has no FlashInfer PCIe-IPC all-reduce" in r.stderr
         assert "it came in 0.5.21" in r.stderr
+        r = d.ctl("profile", "set", "ring-ll", "--mode", "adaptive")
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "SGLang 0.5.10 has no adaptive speculation (--speculative-adaptive)" in r.stderr
+        assert "it came in 0.5.11" in r.stderr
+        # profile windows need step spans (0.5.11 and later)
+        r = d.ctl("trace", "capture")
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "SGLang 0.5.10 has no profiler step spans" in r.stderr
         after = d.status()
         assert (after["state"], after["profile"], after["engine"]["pid"]) == (
             "READY", before["profile"], pid

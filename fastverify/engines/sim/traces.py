@@ -663,8 +663,10 @@ def write_trace(
     start_ns: int = 1_790_000_000_000_000_000,
     pid: int = 4242,
     pcie_ipc_max_bytes: int | None = None,
+    sglang_version: str | None = None,
 ) -> Path:
-    """Make a synthetic per-rank trace of `steps` back-to-back cycles (for benchmarks/tests).
+    """Make a synthetic per-rank trace of `steps` back-to-back cycles (for benchmarks/tests);
+    step spans named as `sglang_version` names them (SpanNaming).
 
     `env` holds NCCL_* settings (default: the ring-ll profile's). Cycle spacing is the
     model's cycle time, so the file looks like `steps` consecutive decode steps.
@@ -703,6 +705,7 @@ def write_trace(
         accept_length=accept_length,
         pid=pid,
         pcie_ipc_max_bytes=pcie_ipc_max_bytes,
+        sglang_version=sglang_version,
     )
 
 
