@@ -305,14 +305,9 @@ def flag_from_field(node: ast.AnnAssign, consts: dict, out: dict) -> None:
 
 
 def metric_files(src: Source) -> list[str]:
-    return [
-        n
-        for n in (
-            "sglang/srt/metrics/collector.py",
-            "sglang/srt/observability/metrics_collector.py",
-        )
-        if src.has(n)
-    ]
+    """Every srt/ module that names an `sglang:` series (the collectors, and the few series
+    declared beside their code: HTTP requests, CPU seconds, function timers, ...)."""
+    return src.grep('"sglang:')
 
 
 def label_dicts(src: Source) -> dict[str, list[str]]:
@@ -345,7 +340,7 @@ def metrics(src: Source) -> dict[str, list[str]]:
             if not isinstance(node, ast.Call):
                 continue
             fname = getattr(node.func, "id", None) or getattr(node.func, "attr", "")
-            if not any(c in fname for c in METRIC_CLASSES):
+            if not any(c in fname for c in METRIC_CLASSES) or "Family" in fname:
                 continue
             kw = {k.arg: k.value for k in node.keywords}
             name = const_str(kw.get("name")) or (const_str(node.args[0]) if node.args else None)

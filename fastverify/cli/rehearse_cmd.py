@@ -396,6 +396,11 @@ def rehearse(
     if batch_sizes or tokens or shard_of_tp:
         from fastverify.experiments.rehearse import grid
 
+        if profiles:
+            fail(f"rehearse: grid mode (--batch-sizes/--tokens/--shard-of-tp) runs no NCCL "
+                 f"profile; drop {' '.join(profiles)} (compute only; the all-reduce comes from "
+                 "--allreduce-from or the published table)", EXIT_USAGE)  # fmt: skip
+
         _grid(
             grid.GridConfig(
                 model_config=model_config,

@@ -90,7 +90,11 @@ def _where(facts: object) -> str:
 def versions_cmd(as_json: bool) -> None:
     """The SGLang releases fastverify supports and what differs between them."""
     from fastverify.sglang import facts as f
+    from fastverify.sglang import metrics as m
 
+    # the series fastverify reads (fastverify.sglang.metrics)
+    watched = (*m.SCHEDULER_GAUGES, *m.SCHEDULER_COUNTERS, *m.TOKENIZER_COUNTERS,
+               *m.TOKENIZER_GAUGES, *m.HISTOGRAMS)  # fmt: skip
     rows = []
     prev = None
     for v in f.known_versions():
@@ -105,6 +109,15 @@ def versions_cmd(as_json: bool) -> None:
             added = sorted(set(facts.env["nccl_added"]) - set(prev.env["nccl_added"]))
             if added:
                 changed.append("sets " + ",".join(added))
+            if facts.decode_old_form != prev.decode_old_form:
+                changed.append("decode line 'Decode batch, ...'")
+            if facts.decode_accept_rate and not prev.decode_accept_rate:
+                changed.append("decode line 'accept rate'")
+            new_metrics = sorted(
+                n for n in watched if facts.has_metric(n) and not prev.has_metric(n)
+            )
+            if new_metrics:
+                changed.append("metrics " + ",".join(new_metrics))
         rows.append(
             {
                 "version": v,

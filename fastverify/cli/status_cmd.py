@@ -77,6 +77,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
         f"engine:     {eng.get('name')}{sim} pid {eng.get('pid') or '-'} {eng.get('url') or ''}",
         f"            {eng.get('reason')}",
     ]
+    sg = st.get("sglang") or {}
+    if sg.get("version"):
+        where = "in the supported range" if sg.get("supported") else "NOT SUPPORTED"
+        lines.append(f"sglang:     {sg['version']} (facts {sg.get('facts_version')}; {where})")
+    if sg.get("warning"):
+        lines.append(f"WARNING:    {sg['warning']}")
     if eng.get("start_seconds"):
         lines.append(f"ready in:   {eng['start_seconds']:.2f} s")
     if st.get("tokens_per_second"):

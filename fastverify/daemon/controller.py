@@ -62,6 +62,17 @@ def _now() -> float:
     return time.time()
 
 
+def _callers(op: Operation) -> dict[str, Any]:
+    """Who asked for `op` (`by`: a short text, `caller`: its fields; "fastverifyd" for the
+    daemon's own start-up and crash restarts) and who cancelled it."""
+    out: dict[str, Any] = {"by": op.caller.by if op.caller else "fastverifyd"}
+    if op.caller:
+        out["caller"] = op.caller.to_dict()
+    if op.cancelled_by is not None:
+        out["cancelled_by"] = op.cancelled_by.by
+    return out
+
+
 class Controller(CrashSteps, RollbackSteps, RecoverySteps):
     """See the module docstring. Public methods are thread-safe."""
 
@@ -158,7 +169,7 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
             mode=op.mode,
             duration_s=op.elapsed(),
             serving={"profile": self.active.get("profile"), "mode": self.active.get("mode")},
-            extra={"weights": self._op_weights(op), **kw},
+            extra={"weights": self._op_weights(op), **_callers(op), **kw},
             **fields,
         )
 
@@ -195,8 +206,12 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
             self.findings.pop(key, None)
 
     def record_failure(self, failure: Failure, during: Operation | None, **extra: Any) -> None:
+        drift = _possible_drift(self.engine)
         with self._lock:
             self.last_failure = dict(failure.to_dict(), at=_now(), **extra)
+            if drift:  # an SGLang newer than its facts: the failure may be fastverify's
+                self.last_failure["possible_drift"] = drift
+                self.last_failure["message"] = f"{failure.message} (possible drift: {drift})"
             if during is not None:
                 self.last_failure.update(profile=during.profile, mode=during.mode, op=during.kind)
 
@@ -213,13 +228,15 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
         withdrawn: Callable[[], bool] | None = None,
         restart: bool = False,
         load_format: str | None = None,
+        caller: Any = None,
     ) -> Operation:
         """Validate, take the slot (or queue for it), start the operation thread.
         A switch/mode to what is already serving (same profile, mode, argv and NCCL
         settings, READY, nothing in flight) is answered `unchanged` at once without
         touching the engine, unless `restart`.
         `load_format` (SGLang --load-format; "dummy" = a trial) holds for this operation and
-        its rollback; None = the config's `[server] load_format`.
+        its rollback; None = the config's `[server] load_format`. `caller` (auth.Caller):
+        who asked, recorded with the result (`by`, `caller`); None: the daemon itself.
         Raises RequestError: 409 busy, 422 invalid, 503 shutting down, 507 state dir."""
         if self.shutting_down.is_set():
             raise RequestError(503, "fastverifyd is shutting down")
@@ -246,7 +263,7 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
                 reason="allreduce_backend_unavailable",
             )
         if kind in NOOP_KINDS and not restart:
-            same = self._unchanged(kind, name, mode, profile, argv)
+            same = self._unchanged(kind, name, mode, profile, argv, caller)
             if same is not None:
                 return same
         problem = self.store.check_writable()
@@ -257,6 +274,7 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
                 reason="state_dir_unwritable",
             )
         op = Operation(kind, name, mode)
+        op.caller = caller
         op.load_format = load_format  # a trial rolls back on dummy weights too
         if queue:
             claim = self.slot.wait_claim(op, withdrawn=withdrawn, stopping=self.shutting_down)
@@ -278,7 +296,7 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
         return op
 
     def _unchanged(
-        self, kind: str, name: str, mode: str, profile: Any, argv: list[str]
+        self, kind: str, name: str, mode: str, profile: Any, argv: list[str], caller: Any
     ) -> Operation | None:
         """An answered operation (`unchanged`) when the request asks for what serves now."""
         with self._lock:
@@ -293,6 +311,7 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
         if not serving or h is None or not self.launcher.same_engine(h, profile, argv):
             return None
         op = Operation(kind, name, mode)
+        op.caller = caller
         message = (
             f"{name}/{mode} is already serving (engine pid {h.pid}); nothing changed"
             " (to restart it anyway: `profile set --restart`, or `fastverifyctl restart`)"
@@ -314,9 +333,10 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
                 in_flight=op.describe(),
             )
 
-    def cancel(self) -> Operation | None:
+    def cancel(self, caller: Any = None) -> Operation | None:
         """Cancel the operation in flight (None when there is none that can be cancelled;
-        RequestError 409 when it has already succeeded and is only being recorded)."""
+        RequestError 409 when it has already succeeded and is only being recorded). Its
+        result names `caller` as `cancelled_by`."""
         with self._lock:
             op = self.op
             if op is None or op.kind not in CANCELLABLE:
@@ -329,7 +349,9 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
                     reason="already_finished",
                 )
             op.request_cancel("cancelled")
-        self.say(f"cancel requested: {op.kind} to {op.profile}/{op.mode}")
+            op.cancelled_by = caller
+        by = f" by {caller.by}" if caller is not None else ""
+        self.say(f"cancel requested{by}: {op.kind} to {op.profile}/{op.mode}")
         return op
 
     def _run_op(
@@ -538,3 +560,12 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
                 self.set_state(State.STOPPED, "shutdown")
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
+
+
+def _possible_drift(engine: Any) -> str | None:
+    """The facts' warning when the server's SGLang is newer than the newest known release
+    (log lines, flags or metrics may have changed under fastverify), else None."""
+    try:
+        return engine.facts().warning
+    except (AttributeError, ValueError):
+        return None

@@ -10,6 +10,8 @@ controller's fields, the log ring or the exporter runtime itself.
     cancel() -> Operation | None
     baselines() -> dict                   set_baseline(body) -> dict
     decision() -> dict                    record_decision(body) -> dict
+    acceptance() -> dict                  record_acceptance(body) -> dict
+    spec_plan() -> dict                   store_spec_plan(body) -> dict
     capture_trace(steps | None) -> dict
 """
 
@@ -221,7 +223,10 @@ class ControlFacade:
         restart: bool = False,
         load_format: str | None = None,
         canary: bool = False,
+        caller: Any = None,
     ) -> Operation:
+        """`caller` (auth.Caller): who asked; the operation's result and history record
+        carry it as `by`."""
         target = self._check_declarative(kind, name, mode, canary)
         op = self.ctl.request(
             kind,
@@ -233,13 +238,14 @@ class ControlFacade:
             withdrawn=withdrawn,
             restart=restart,
             load_format=load_format,
+            caller=caller,
         )
         if self.ctl.cfg.daemon.declarative and kind in ("switch", "mode"):
             self.canary = None if target is None else {**target, "since": time.time(), "op": op.id}
         return op
 
-    def cancel(self) -> Operation | None:
-        return self.ctl.cancel()
+    def cancel(self, caller: Any = None) -> Operation | None:
+        return self.ctl.cancel(caller)
 
     # ------------------------------------------------------------------ baselines
     def baselines(self) -> dict[str, Any]:
@@ -288,7 +294,7 @@ class ControlFacade:
     def decision(self) -> dict[str, Any]:
         return self.ctl.store.load_json("decision.json")
 
-    def record_decision(self, body: dict[str, Any]) -> dict[str, Any]:
+    def record_decision(self, body: dict[str, Any], caller: Any = None) -> dict[str, Any]:
         """Validate, persist (decision.json + a history record) and announce a tuning
         decision (fastverify.daemon.decision). RequestError(422) names every bad field."""
         from fastverify.daemon import decision as dec
@@ -302,12 +308,48 @@ class ControlFacade:
                 reason="invalid_decision",
             )
         rec = dec.decision_record(body)
+        if caller is not None:
+            rec["by"] = caller.by
         with self.ctl._lock:
             self.ctl.store.save_json("decision.json", rec)
             self.ctl.store.append_journal(dec.history_record(rec))
         self.ctl.bus.publish(ev.DecisionRecorded(rec["profile"], rec["mode"], rec["backend"],
                                                  bool(rec["applied"])))  # fmt: skip
         return rec
+
+    # ------------------------------------------------------------------ speculation
+    def acceptance(self) -> dict[str, Any]:
+        """{"profile/mode/steps": record} (fastverify.daemon.acceptance)."""
+        from fastverify.daemon import acceptance
+
+        return {"curves": acceptance.load(self.ctl.store)}
+
+    def record_acceptance(self, body: dict[str, Any]) -> dict[str, Any]:
+        from fastverify.daemon import acceptance
+
+        with self.ctl._lock:
+            handle = self.ctl.current
+        rec = acceptance.record(self.ctl.store, handle, body)
+        self.ctl.say(
+            f"acceptance recorded for {rec['profile']}/{rec['mode']} at {rec['steps']} steps "
+            f"({rec['verifies']} verify passes, {rec['weights']} weights"
+            + ("" if rec["usable"] else f"; not usable: {rec['why_not_usable']}")
+            + ")"
+        )
+        return rec
+
+    def spec_plan(self) -> dict[str, Any]:
+        from fastverify.daemon import acceptance
+
+        return self.ctl.store.load_json(acceptance.PLAN_FILE)
+
+    def store_spec_plan(self, body: dict[str, Any]) -> dict[str, Any]:
+        from fastverify.daemon import acceptance
+
+        with self.ctl._lock:
+            stored = acceptance.save_plan(self.ctl.store, body)
+        self.ctl.say(f"speculation plan stored; adaptive config {stored['adaptive_config']}")
+        return stored
 
     def _profile_problem(self, name: str) -> str | None:
         from fastverify.profiles.store import name_problem
@@ -339,6 +381,12 @@ class ControlFacade:
                 reason="exporter_off",
                 busy=False,
             )
+        from fastverify.sglang.facts import FeatureMissing
+
+        try:  # SGLang before 0.5.11 names no step spans: a window would time nothing
+            self.ctl.engine.facts().require("step_spans", "trace capture")
+        except FeatureMissing as exc:
+            raise RequestError(422, str(exc), reason="sglang_feature_missing") from None
         if steps is None:
             steps = self.ctl.cfg.daemon.trace_steps  # range: api.MIRRORS (config's check)
         if self.ctl.state != State.READY:

@@ -27,7 +27,15 @@ from typing import Any
 
 import psutil
 
-from fastverify.daemon import allreduce_check, failures, logs, procs, tuner_check, verify
+from fastverify.daemon import (
+    adaptive_check,
+    allreduce_check,
+    failures,
+    logs,
+    procs,
+    tuner_check,
+    verify,
+)
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.statestore import StateStore
 from fastverify.redact import mask_argv, secret_values
@@ -418,6 +426,9 @@ class Launcher:
             else:
                 self.say(f"verify: NCCL confirms {len(nccl['confirmed'])} variable(s)")
         log_path = str(h.log_path)
+        adaptive_failure = adaptive_check.check(h.argv, log_path)
+        if adaptive_failure is not None:
+            return adaptive_failure, details
         tuner_failure, tuner = tuner_check.check_engine_tuner(h.pid, h.nccl_debug_dir, log_path)
         if tuner_failure is not None:
             return tuner_failure, details

@@ -1,6 +1,8 @@
 """`fastverifyd`: the supervisor daemon's entry point (flags, config, signals, main loop).
 
     fastverifyd [--config FILE] [--engine auto|sglang|sim] [--state-dir DIR] [--socket PATH]
+                [--tcp-listen HOST:PORT [--token-file FILE]
+                 [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]]
                 [--metrics-listen HOST:PORT] [--health-listen HOST:PORT] [--declarative]
                 [--node-rank N] [--dist-init-addr HOST:PORT] [--sim-load-seconds S]
                 [--sim-sglang-version X.Y.Z] [--log-level LEVEL]
@@ -11,12 +13,13 @@ sent first; a SIGINT ignored at start, as in a background job, stays ignored); S
 re-reads the config file, keeping the old configuration (and saying why) when the new one
 is invalid. The main loop sends WATCHDOG=1 when systemd asks for it.
 
-Exit codes: 0 clean shutdown, 2 configuration/usage error, 1 could not start (socket in
-use by another daemon, state dir locked, an exporter asked for with --metrics-listen or
-daemon.metrics_listen that cannot listen, ...), 3 declarative mode under systemd: the
-engine stayed FAILED after daemon.recover_retries retries (the engine group is stopped
-first; the unit fails and Restart= decides). The default exporter address that cannot
-listen is a status finding instead: the daemon runs without /metrics.
+Exit codes: 0 clean shutdown, 2 configuration/usage error (a TCP door's token file,
+certificate or key that cannot be used included: read before anything starts), 1 could
+not start (socket in use by another daemon, state dir locked, an exporter asked for with
+--metrics-listen or daemon.metrics_listen that cannot listen, ...), 3 declarative mode
+under systemd: the engine stayed FAILED after daemon.recover_retries retries (the engine
+group is stopped first; the unit fails and Restart= decides). The default exporter address
+that cannot listen is a status finding instead: the daemon runs without /metrics.
 """
 
 from __future__ import annotations
@@ -116,7 +119,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--token-file",
         default=None,
-        help="file holding the bearer token for --tcp-listen (chmod 600, 16+ characters)",
+        help="bearer tokens for --tcp-listen: NAME:TOKEN lines or one TOKEN (chmod 600, "
+        "16+ characters each; the name is recorded as the caller)",
+    )
+    p.add_argument(
+        "--tls-cert",
+        default=None,
+        help="PEM certificate of the TCP control door: TLS (required off loopback)",
+    )
+    p.add_argument("--tls-key", default=None, help="the --tls-cert's private key (chmod 600)")
+    p.add_argument(
+        "--tls-client-ca",
+        default=None,
+        help="CA whose client certificates the TCP door requires (mutual TLS)",
     )
     p.add_argument(
         "--log-level",
@@ -139,6 +154,9 @@ def overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
             "sim_sglang_version": ns.sim_sglang_version,
             "tcp_listen": ns.tcp_listen,
             "token_file": ns.token_file,
+            "tls_cert": ns.tls_cert,
+            "tls_key": ns.tls_key,
+            "tls_client_ca": ns.tls_client_ca,
             "log_level": ns.log_level,
             "health_listen": ns.health_listen,
             "declarative": ns.declarative,
@@ -207,6 +225,14 @@ def _start_exporter(sup: Any, cfg: configmod.Config, engine: Any) -> Any:
     period = cfg.daemon.trace_period_s
     if period is None:
         period = 60.0 if engine.simulated else 0.0
+    facts = engine.facts()
+    if period and not facts.has("step_spans"):
+        log.warning(
+            "SGLang %s has no profiler step spans (0.5.11 and later): periodic profile "
+            "windows are off",
+            facts.version,
+        )
+        period = 0.0
     runtime = ExporterRuntime(
         sup.hub,
         listen,
@@ -305,6 +331,16 @@ class Daemon:
             sigs.append(signal.SIGINT)
         for sig in sigs:
             signal.signal(sig, self._signal)
+        door = None
+        if cfg.daemon.tcp_listen:  # its credentials are checked before anything starts
+            from fastverify.credentials import CredentialError
+            from fastverify.daemon import tcpdoor
+
+            try:
+                door = tcpdoor.load(cfg.daemon)
+            except CredentialError as exc:
+                log.error("%s; fastverifyd is not starting", exc)
+                return 2
         notifier = Notifier.from_env()
         try:
             lock_fd = _lock_state_dir(cfg.state_dir)
@@ -346,9 +382,8 @@ class Daemon:
         try:
             sock = api.bind_unix(cfg.socket_path, cfg.daemon.socket_group)
             servers.append(api.ApiServer(sock, sup.api, None))
-            if cfg.daemon.tcp_listen:
-                token = api.read_token(cfg.daemon.token_file)
-                servers.append(api.ApiServer(api.bind_tcp(cfg.daemon.tcp_listen), sup.api, token))
+            if door is not None:
+                servers.append(api.open_tcp_door(cfg.daemon, door, sup.api, hub))
         except (RuntimeError, OSError, ValueError) as exc:
             log.error("cannot open the control API: %s", exc)
             return 1

@@ -11,9 +11,10 @@ Messages from the engine's parser are masked (fastverify.redact): an argparse er
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
-from fastverify.config import MODES
+from fastverify.config import ADAPTIVE_CONFIG_NAME, MODES
 from fastverify.engines.base import ArgvCheck, EngineArgError
 from fastverify.redact import mask_text, secret_values
 
@@ -91,6 +92,10 @@ class Resolver:
             server = self.cfg.server
             if load_format is not None:
                 server = dataclasses.replace(server, load_format=load_format)
+            if mode == "adaptive":
+                # the release must have it before its plan is looked for
+                self.require_features(name, mode, {}, [])
+                server = self._adaptive_server(server)
             argv = self.engine.build_argv(server, mode, profile.requires)
         except EngineArgError as exc:
             raise RequestError(
@@ -100,6 +105,24 @@ class Resolver:
             ) from None
         self.require_features(name, mode, getattr(profile, "env", {}) or {}, argv)
         return profile, argv
+
+    def adaptive_config_path(self) -> Path:
+        """The adaptive config mode adaptive serves: the configured one, else the plan
+        `fastverifyctl spec plan` stored in the state dir."""
+        configured = self.cfg.server.adaptive_config
+        return Path(configured) if configured else Path(self.cfg.state_dir) / ADAPTIVE_CONFIG_NAME
+
+    def _adaptive_server(self, server: Any) -> Any:
+        path = self.adaptive_config_path()
+        if not path.exists():
+            raise RequestError(
+                422,
+                f"mode adaptive serves a speculation plan, and there is none at {path}: run "
+                "fastverifyctl spec plan (it needs an accept curve from a real-weights "
+                "EAGLE-3 bench: fastverifyctl mode set eagle3, then fastverifyctl bench)",
+                reason="no_adaptive_plan",
+            )
+        return dataclasses.replace(server, adaptive_config=str(path))
 
     def require_features(self, name: str, mode: str, env: Any, argv: list[str]) -> None:
         """RequestError(422, "SGLang X.Y.Z has no ...") when the server's SGLang lacks what

@@ -54,6 +54,10 @@ class SimEngine(Engine):
             server.draft_model_path or SIM_DRAFT,
         )
         argv += ["--sim-load-seconds", f"{self.load_seconds:g}"]
+        if mode == "adaptive" and "--sim-accept-steps" not in server.extra_args:
+            # --sim-accept-length (in extra_args) keeps its meaning: the acceptance at the
+            # configured EAGLE-3 steps, whatever step count adaptive launches at
+            argv += ["--sim-accept-steps", str(server.eagle3.num_steps)]
         if self.played_version != PINNED_VERSION:
             argv += ["--sim-sglang-version", self.played_version]
         return argv

@@ -13,7 +13,9 @@ logs            NCCL's own view (version, "set by environment", TUNING choices, 
 traces          verify-cycle histogram and per-window gauges, all-reduce calls, windows
 inspector       NCCL inspector all-reduce time, bandwidth, message size
 daemon          engine restarts, profile switches, engine start seconds, the last tuning
-                decision (fastverify_decision_info{profile,mode,backend,applied})
+                decision (fastverify_decision_info{profile,mode,backend,applied}); with a
+                TCP control door: fastverify_api_auth_failures_total{reason} and
+                fastverify_api_auth_backoff_sources
 (every source)  fastverify_source_up{source} (1: its last attempt worked) and
                 fastverify_source_last_success_timestamp_seconds{source}
 
@@ -308,6 +310,13 @@ def daemon_families(s: dict[str, Any]) -> list[Metric | None]:
                  s["switches"]),
         _gauge("fastverify_engine_start_seconds", "Last engine time-to-ready",
                s["engine_start_seconds"], [], []),
+        None if s.get("auth_failures") is None else _counter(
+            "fastverify_api_auth_failures", "Refused attempts on the TCP control door: "
+            "token (missing/wrong), tls (failed handshake), plaintext (HTTP to the TLS port), "
+            "backoff (refused while the source backs off)", "reason", s["auth_failures"]),
+        _gauge("fastverify_api_auth_backoff_sources", "Source addresses refused now after "
+               "repeated failed attempts on the TCP control door",
+               s.get("auth_backoff_sources"), [], []),
     ]  # fmt: skip
 
 

@@ -153,6 +153,9 @@ class MetricsHub:
         self._nccl_warnings = 0
         self._log_lines = 0
         self._trace_windows: Counter[str] = Counter()
+        # the control API's TCP door (watch_auth): failed attempts by reason, backoff probe
+        self._auth_failures: Counter[str] | None = None
+        self._auth_backoff: Callable[[], int] | None = None
         # gauges of the active (profile, mode)
         self._obs_log: Observation | None = None
         self._obs_metrics: Observation | None = None
@@ -277,6 +280,21 @@ class MetricsHub:
         with self._lock:
             self._restarts[str(reason)] += 1
             self.version += 1
+
+    def watch_auth(self, reasons: Iterable[str], backoff_sources: Callable[[], int]) -> None:
+        """Publish the TCP door's failed attempts (each reason from 0) and the number of
+        sources backing off now (`backoff_sources()`, called per scrape: in memory only)."""
+        with self._lock:
+            self._auth_failures = Counter(dict.fromkeys(reasons, 0))
+            self._auth_backoff = backoff_sources
+            self.version += 1
+
+    def on_auth_failure(self, reason: str) -> None:
+        """Count a refused attempt on the TCP door (token, tls, plaintext, backoff)."""
+        with self._lock:
+            if self._auth_failures is not None:
+                self._auth_failures[reason] += 1
+                self.version += 1
 
     def set_engine_start_seconds(self, seconds: float) -> None:
         """Last time-to-ready of the engine (spawn to serving)."""
@@ -516,7 +534,11 @@ class MetricsHub:
                 # an accept length is never 0: SGLang's 0 means "no verify pass yet"
                 accept_len, accept_rate = obs.accept_len, obs.accept_rate
             up = self._engine_up if self._engine_up is not None else bool(self._poll_ok)
+            auth = None if self._auth_failures is None else dict(self._auth_failures)
+            probe = self._auth_backoff
             return {
+                "auth_failures": auth,
+                "auth_backoff_sources": probe() if probe is not None else None,
                 "now": now,
                 "version": self.version,
                 "up": up,

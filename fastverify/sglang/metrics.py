@@ -21,6 +21,9 @@ TOKEN_USAGE = "sglang:token_usage"
 CACHE_HIT_RATE = "sglang:cache_hit_rate"
 SPEC_ACCEPT_LENGTH = "sglang:spec_accept_length"
 SPEC_ACCEPT_RATE = "sglang:spec_accept_rate"
+# the active step count (moves under --speculative-adaptive; fastverify.sglang.adaptive)
+SPEC_NUM_STEPS = "sglang:spec_num_steps"
+SPEC_NUM_DRAFT_TOKENS = "sglang:spec_num_draft_tokens"
 IS_CUDA_GRAPH = "sglang:is_cuda_graph"
 WEIGHT_LOAD_DURATION_SECONDS = "sglang:weight_load_duration_seconds"
 # scheduler counter
@@ -43,6 +46,8 @@ SCHEDULER_GAUGES = (
     CACHE_HIT_RATE,
     SPEC_ACCEPT_LENGTH,
     SPEC_ACCEPT_RATE,
+    SPEC_NUM_STEPS,
+    SPEC_NUM_DRAFT_TOKENS,
     IS_CUDA_GRAPH,
     WEIGHT_LOAD_DURATION_SECONDS,
 )

@@ -39,9 +39,13 @@ from fastverify.engines.sim.scheduler import Request, Scheduler
 from fastverify.engines.sim.server import App, SimHTTPServer
 from fastverify.engines.sim.wakeup import StopFlag
 from fastverify.engines.sim.workers import WorkerPool
-from fastverify.sglang import allreduce, loglines
+from fastverify.sglang import adaptive, allreduce, loglines
+from fastverify.sglang.facts import resolve as resolve_facts
 
 SIM_VERSION = "0.5.23-fastverify-sim"
+# the cost table the engine publishes (server info sim.cost_model.by_steps)
+COST_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+COST_MAX_STEPS = 7
 SHARDS = 64
 # `--load-format dummy`: SGLang initialises random weights instead of reading the
 # checkpoint; the sim keeps this share of its simulated weight-load time (graph capture
@@ -106,6 +110,7 @@ class SimEngine:
         self.settings = ncclenv.resolve(os.environ)
         self.failure: str | None = None
         self.pcie_ipc_max_bytes: int | None = None  # what FlashInfer's kernels serve
+        self._cost_table: dict[str, dict[str, float]] | None = None
 
     # --------------------------------------------------------------- helpers
     @property
@@ -160,6 +165,8 @@ class SimEngine:
             f"speculative_eagle_topk={a.topk if a.mode == 'eagle3' else None}, "
             f"speculative_num_draft_tokens="
             f"{a.num_draft_tokens if a.mode == 'eagle3' else None}, "
+            f"speculative_adaptive={a.adaptive_config is not None}, "
+            f"speculative_adaptive_config={a.adaptive_config_path!r}, "
             f"disable_cuda_graph={not a.cuda_graph}, "
             f"decode_log_interval={a.decode_log_interval}, "
             f"disable_custom_all_reduce={a.disable_custom_all_reduce}, "
@@ -321,6 +328,8 @@ class SimEngine:
             "speculative_num_steps": a.num_steps if a.mode == "eagle3" else None,
             "speculative_eagle_topk": a.topk if a.mode == "eagle3" else None,
             "speculative_num_draft_tokens": a.num_draft_tokens if a.mode == "eagle3" else None,
+            "speculative_adaptive": a.adaptive_config is not None,
+            "speculative_adaptive_config": a.adaptive_config_path,
             "disable_cuda_graph": not a.cuda_graph,
             "decode_log_interval": a.decode_log_interval,
             "load_format": a.load_format,
@@ -358,9 +367,35 @@ class SimEngine:
                     "allreduce_per_verify": pred.allreduce_count,
                     "allreduce_seconds_per_verify": pred.allreduce_seconds,
                     "tokens_per_second_bs1": sched.predict(1).tokens_per_second,
+                    "by_steps": self.cost_table(),
+                    "by_steps_note": "cycle seconds by batch size and draft steps (0: a "
+                    "decode step without drafting), from this cost model (a SIMULATION)",
+                },
+                "acceptance": {
+                    "chain_p": sched.chain_p,
+                    "accept_length_by_steps": {
+                        str(k): sched.chain_length(k) for k in range(1, COST_MAX_STEPS + 1)
+                    },
+                    "active_steps": sched.active_steps if a.mode == "eagle3" else None,
                 },
             },
         }
+
+    def cost_table(self) -> dict[str, dict[str, float]]:
+        """The engine's cycle seconds by batch size and steps (`fastverify.speculation.costs`
+        reads it as the "engine" cost source); computed once."""
+        if self._cost_table is None:
+            from fastverify.engines.sim.costtable import cost_table
+
+            self._cost_table = cost_table(
+                os.environ,
+                tp_size=self.args.tp_size,
+                batch_sizes=COST_BATCH_SIZES,
+                max_steps=COST_MAX_STEPS,
+                cuda_graph=self.args.cuda_graph,
+                pcie_ipc_max_bytes=self.pcie_ipc_max_bytes,
+            )
+        return self._cost_table
 
     def model_info(self) -> dict[str, Any]:
         return {
@@ -394,6 +429,8 @@ class SimEngine:
         a = self.args
         self.log.log(BANNER, None, "warning")
         self.log.log(self.server_args_repr(), None)
+        if a.adaptive_disabled is not None:  # speculative_hook._maybe_disable_adaptive
+            self.log.log(adaptive.format_disabled(a.adaptive_disabled), None, "warning")
         rc = self._check_paths()
         if rc is not None:
             return rc
@@ -459,6 +496,7 @@ class SimEngine:
                 workers=self.workers,
                 log=self.log,
                 trace_args={
+                    "sglang_version": a.sglang_version,
                     "mode": a.mode,
                     "cuda_graph": a.cuda_graph,
                     "accept_length": a.accept_length,
@@ -484,7 +522,12 @@ class SimEngine:
                 on_cycle=self.profiler.on_cycle,
                 on_crash=self._on_crash,
                 pcie_ipc_max_bytes=self.pcie_ipc_max_bytes,
+                accept_steps=a.accept_steps,
+                adaptive_config=a.adaptive_config,
             )
+            played = resolve_facts(a.sglang_version)
+            self.scheduler.old_log_form = played.decode_old_form
+            self.scheduler.log_accept_rate = played.decode_accept_rate
             self.log.log(
                 "max_total_num_tokens=1048576, chunked_prefill_size=8192, "
                 "max_prefill_tokens=16384, "
@@ -539,14 +582,18 @@ class SimEngine:
                 self.workers.terminate()
 
 
-def apply_engine_env(argv: Sequence[str]) -> dict[str, str]:
-    """What SGLang (the pinned version) sets in its own environment for this argv before
-    it starts its schedulers (`fastverify.sglang.envrules`), applied to this process so
-    that the workers inherit it as SGLang's schedulers do. Returns what changed."""
+def apply_engine_env(argv: Sequence[str], sglang_version: str | None = None) -> dict[str, str]:
+    """What SGLang (the release the sim plays; default the pinned one) sets in its own
+    environment for this argv before it starts its schedulers (`fastverify.sglang.envrules`),
+    applied to this process so that the workers inherit it as SGLang's schedulers do.
+    Returns what changed."""
     from fastverify.sglang.envrules import engine_env
     from fastverify.sglang.launch import LaunchArgs
+    from fastverify.sglang.versions import PINNED_VERSION
 
-    final = engine_env(LaunchArgs.from_argv(list(argv)), os.environ).final(os.environ)
+    args = LaunchArgs.from_argv(list(argv))
+    rules = engine_env(args, os.environ, sglang_version or PINNED_VERSION)
+    final = rules.final(os.environ)
     changed = {k: v for k, v in final.items() if os.environ.get(k) != v}
     os.environ.update(changed)
     return changed
@@ -555,5 +602,5 @@ def apply_engine_env(argv: Sequence[str]) -> dict[str, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli_args.parse(argv)
-    apply_engine_env(argv)
+    apply_engine_env(argv, args.sglang_version)
     return SimEngine(args).run()

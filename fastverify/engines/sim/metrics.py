@@ -156,6 +156,11 @@ class SimMetrics:
         self.spec_accept_rate = gauge(
             m.SPEC_ACCEPT_RATE, "The average acceptance rate of speculative decoding."
         )
+        self.spec_num_steps = gauge(m.SPEC_NUM_STEPS, "Currently active speculative_num_steps.")
+        self.spec_num_draft_tokens = gauge(
+            m.SPEC_NUM_DRAFT_TOKENS,
+            "Currently active speculative_num_draft_tokens (decouples from steps under topk>1).",
+        )
         self.is_cuda_graph = gauge(m.IS_CUDA_GRAPH, "Whether the batch is using CUDA graph.")
         # edge-triggered in SGLang (weight updates only): declared, no sample at start-up
         self._weight_load = family(

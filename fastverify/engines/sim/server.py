@@ -27,7 +27,7 @@ from fastverify.engines.sim.metrics import SimMetrics
 from fastverify.engines.sim.profiler import ProfileError, Profiler
 from fastverify.engines.sim.scheduler import Request, Scheduler
 from fastverify.engines.sim.sglang_logs import LogWriter
-from fastverify.sglang import loglines
+from fastverify.sglang import adaptive, loglines
 
 FILLER = (
     " the",
@@ -386,6 +386,8 @@ class Handler(BaseHTTPRequestHandler):
             meta["spec_accept_length"] = (
                 round(req.accepted_total / req.verify_ct, 4) if req.verify_ct else 0.0
             )
+            if req.done.is_set() and req.histogram:  # SGLang: finished requests only
+                meta[adaptive.HISTOGRAM_KEY] = list(req.histogram)
         return meta
 
     @staticmethod

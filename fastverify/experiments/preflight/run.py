@@ -100,6 +100,10 @@ def no_gpu_problem(backend: str, world: int | None) -> str | None:
     )
 
 
+class TooFewGpus(NoGpu):
+    """More ranks than GPUs without --share-gpu (a usage error, exit 2, as NoGpu)."""
+
+
 class TorchMissing(PreflightError):
     """The workers' interpreter has no torch."""
 
@@ -161,7 +165,7 @@ def rank_count(
     gpus = visible_gpus()
     world = nproc or gpus
     if 0 < gpus < world and not share_gpu:
-        raise PreflightError(
+        raise TooFewGpus(
             f"--nproc {world} but only {gpus} GPU(s) are visible (one rank per GPU); "
             "--share-gpu runs several ranks per GPU, for FlashInfer PCIe-IPC candidates only "
             "(NCCL refuses two ranks on one GPU), and its timings are not a PCIe measurement"

@@ -27,6 +27,11 @@ What runs (bf16 on NCCL, float32 on the gloo testing backend):
   DRAFT (drafter, 1 token per sequence, run K times per cycle) and DRAFT_EXTEND (drafter
   over the K+1 verified tokens, with the EAGLE-3 fc projection); a compute-only VERIFY
   (no collectives) gives the verify pass's compute time.
+A grid job (`job["grid"]`, `rehearse --batch-sizes/--tokens/--shard-of-tp`, grid.py) runs
+instead only the target's forward, compute only, at every batch size x tokens per sequence,
+one CUDA graph per cell (`Rank.run_grid`). Ranks sharing one GPU (`job["nccl"]` false) make
+no NCCL communicator (NCCL refuses them): every all-reduce then goes to FlashInfer's
+PCIe-IPC workspace and the LM head's all-gather places each rank's own logits.
 On NCCL each phase is captured in one CUDA graph and replays are timed with CUDA events;
 on gloo (CPU) the forwards run eagerly and are timed with perf_counter. Replays inside the
 profiler window are annotated with SGLang 0.5.23's span names (`step[DECODE bs=N]`,

@@ -172,6 +172,21 @@ class SGLangFacts:
     def server_info_endpoint(self) -> str:
         return str(self.features["server_info_endpoint"])
 
+    def _pieces(self, kind: str) -> list[str]:
+        found = self.log_formats.get(kind) or []
+        return list(found[0]["pieces"]) if found else []
+
+    @property
+    def decode_old_form(self) -> bool:
+        """The decode/prefill lines' older form (`Decode batch. ..., ` to 0.5.3)."""
+        pieces = self._pieces("decode")
+        return bool(pieces) and pieces[0].startswith("Decode batch.")
+
+    @property
+    def decode_accept_rate(self) -> bool:
+        """Does the decode line carry `accept rate:` next to `accept len:`?"""
+        return any("accept rate:" in p for p in self._pieces("decode"))
+
     def has_flag(self, flag: str) -> bool:
         return flag in self.flags
 

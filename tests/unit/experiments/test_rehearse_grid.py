@@ -64,6 +64,9 @@ def test_refuses_a_grid_without_the_decode_column() -> None:
     res = ctl("--model-config", str(CONFIGS / "tiny-moe.json"), "--backend", "gloo",
               "--tokens", "2,4")  # fmt: skip
     assert res.returncode == 2 and "include 1" in res.stderr, res.stderr
+    res = ctl("--model-config", str(CONFIGS / "tiny-moe.json"), "--backend", "gloo",
+              "--shard-of-tp", "2", "ring-ll")  # fmt: skip
+    assert res.returncode == 2 and "runs no NCCL profile; drop ring-ll" in res.stderr
 
 
 # ------------------------------------------------------------------ all-reduce sources
@@ -165,3 +168,20 @@ def test_without_shard_the_grid_runs_every_rank_at_its_tp(tmp_path: Path) -> Non
     for b, t in (("1", "1"), ("2", "2")):  # the slowest rank's p50 per cell
         p50 = max(r["grid"]["cells"][b][t]["p50_ms"] for r in ranks)
         assert doc["forward_ms"][b][t] == p50
+
+
+def test_the_h200_grid_is_what_spec_plan_reads() -> None:
+    """The committed TP 8 shard grid (one H200) loads in `spec plan --costs`'s reader: the cycle
+    at k steps is the forward over k + 1 tokens plus its all-reduces, as the grid states them."""
+    from fastverify.speculation import costs
+
+    path = RESULTS / "rehearse-grid-kimi-k2.5-shard-of-tp8-h200.json"
+    doc = json.loads(path.read_text())
+    assert list(doc) == SCHEMA and doc["shard_of_tp"] == 8 and doc["ranks_run"] == 1
+    got = costs.from_rehearse_grid(path)
+    for b in doc["batch_sizes"]:
+        for t in doc["tokens_per_seq"]:
+            want = doc["forward_ms"][str(b)][str(t)] + doc["allreduce"]["per_forward_ms"][
+                str(b)][str(t)]  # fmt: skip
+            assert math.isclose(got.table[b][t - 1] * 1e3, want)
+    assert doc["allreduce"]["source"] in got.source

@@ -34,7 +34,7 @@ def test_ranks_are_placed_round_robin_only_when_sharing() -> None:
 def test_more_ranks_than_gpus_needs_share_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pf, "torch_available", lambda python="": True)
     monkeypatch.setattr(pf, "visible_gpus", lambda: 1)
-    with pytest.raises(pf.PreflightError, match="--share-gpu") as err:
+    with pytest.raises(pf.TooFewGpus, match="--share-gpu") as err:  # usage: exit 2
         pf.rank_count("preflight", "nccl", 2)
     assert "not a PCIe measurement" in str(err.value)
     assert pf.rank_count("preflight", "nccl", 2, share_gpu=True) == 2
