@@ -87,6 +87,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
         lines.append(f"ready in:   {eng['start_seconds']:.2f} s")
     if st.get("tokens_per_second"):
         lines.append(f"throughput: {st['tokens_per_second']:.1f} tok/s")
+    spec = st.get("speculation") or {}
+    if spec.get("active_steps") is not None:
+        at = spec.get("seconds_at_steps") or {}
+        spent = ", ".join(f"{k} steps {v:.0f} s" for k, v in sorted(at.items(), key=lambda x:
+                                                                      int(x[0])))  # fmt: skip
+        lines.append(f"draft steps: {spec['active_steps']} now" + (f" ({spent})" if spent else ""))
     ar = eng.get("allreduce") or {}
     if ar.get("description") and eng.get("pid"):  # confirmed at verify (TP all-reduces)
         lines.append(f"all-reduce: {ar['description']}")

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fastverify.config import weights_label
+from fastverify.config import SPEC_MODES, weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.observers import ExporterFeed, LiveFigures
@@ -124,7 +124,21 @@ class ControlFacade:
             }
         # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
         engine["capabilities"] = self.capabilities(argv)
+        out["speculation"] = self.speculation(out["profile"], out["mode"])
         return out
+
+    def speculation(self, profile: str | None, mode: str | None) -> dict[str, Any] | None:
+        """Active draft steps and seconds at each (the exporter's reading of SGLang's
+        sglang:spec_num_steps), for a drafting mode; None otherwise or without the exporter."""
+        if mode not in SPEC_MODES or self.feed is None:
+            return None
+        snap = self.feed.hub.snapshot()
+        seconds = {
+            steps: round(secs, 3)
+            for (p, m, steps), secs in snap.get("spec_steps_seconds", {}).items()
+            if (p, m) == (profile, mode)
+        }
+        return {"active_steps": snap.get("spec_active_steps"), "seconds_at_steps": seconds}
 
     def capabilities(self, argv: list[str] | None) -> dict[str, Any] | None:
         """The engine's all-reduce capabilities for the argv it serves (else the configured
@@ -330,6 +344,7 @@ class ControlFacade:
         with self.ctl._lock:
             handle = self.ctl.current
         rec = acceptance.record(self.ctl.store, handle, body)
+        self.ctl.bus.publish(ev.AcceptanceRecorded(rec))
         self.ctl.say(
             f"acceptance recorded for {rec['profile']}/{rec['mode']} at {rec['steps']} steps "
             f"({rec['verifies']} verify passes, {rec['weights']} weights"

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastverify.config import SPEC_MODES
 from fastverify.exporters import logparse
 from fastverify.exporters.baseline import spec_cycle_seconds, verdict
 
@@ -171,6 +172,11 @@ class MetricsHub:
         self._baselines: dict[tuple[str, int | None], Baseline] = {}
         # the last tuning decision (fastverifyctl tune; persisted by the daemon)
         self._decision: dict[str, str] | None = None
+        # speculation: time at each active step count (profile, mode, steps) -> seconds, the
+        # last poll's (time, steps), and recorded acceptance by (profile, mode, steps)
+        self._steps_seconds: dict[tuple[str, str, str], float] = {}
+        self._steps_seen: tuple[float, int, bool] | None = None  # (time, steps, busy)
+        self._acceptance: dict[tuple[str, str, str], dict[str, Any]] = {}
 
     def now(self) -> float:
         """The hub's clock (unix seconds)."""
@@ -403,9 +409,31 @@ class MetricsHub:
                 obs.accept_rate = values.get("spec_accept_rate")
                 obs.token_usage = values.get("token_usage")
                 self._obs_metrics = obs
+                self._track_steps(now, values.get("spec_num_steps"), obs.running_reqs)
                 total = values.get("generation_tokens_total")
                 if total is not None:
                     self._add_gen_tokens(now, float(total))
+            self.version += 1
+
+    def _track_steps(self, now: float, steps: float | None, running: float | None) -> None:
+        """Decoding time at each active draft step count (SGLang's `spec_num_steps` gauge),
+        per profile and mode: the interval since the last poll counts at the step count seen
+        then, when requests were running then (an idle server's gauge is stale)."""
+        if self._mode not in SPEC_MODES or steps is None:
+            self._steps_seen = None
+            return
+        if self._steps_seen is not None:
+            at, prev, busy = self._steps_seen
+            if busy:
+                key = (self._profile or "", self._mode or "", str(prev))
+                self._steps_seconds[key] = self._steps_seconds.get(key, 0.0) + max(0.0, now - at)
+        self._steps_seen = (now, int(steps), bool(running))
+
+    def on_acceptance(self, record: Mapping[str, Any]) -> None:
+        """An accepted-drafts histogram the daemon recorded (fastverify.daemon.acceptance)."""
+        with self._lock:
+            key = (str(record["profile"]), str(record["mode"]), str(record["steps"]))
+            self._acceptance[key] = dict(record)
             self.version += 1
 
     def on_inspector(self, summary: Mapping[str, Any]) -> None:
@@ -516,7 +544,7 @@ class MetricsHub:
         with self._lock:
             obs = self._latest_observation(now)
             tps = self._tokens_per_second(now, obs)
-            eagle = self._mode == "eagle3" or (
+            eagle = self._mode in SPEC_MODES or (
                 self._mode is None and obs is not None and bool(obs.accept_len)
             )
             cycle = None
@@ -579,4 +607,7 @@ class MetricsHub:
                 "nccl_env": dict(self._nccl_env),
                 "nccl_tuning": dict(self._nccl_tuning),
                 "eagle": eagle,
+                "spec_active_steps": self._steps_seen[1] if self._steps_seen else None,
+                "spec_steps_seconds": dict(self._steps_seconds),
+                "acceptance": {k: dict(v) for k, v in self._acceptance.items()},
             }

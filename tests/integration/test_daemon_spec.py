@@ -5,7 +5,10 @@ plan with SGLang's flags, and an adaptive start SGLang disables fails and rolls 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+
+import httpx
 
 from fastverify.sglang import adaptive
 from tests.harness import DaemonHarness
@@ -69,6 +72,27 @@ def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
         assert adaptive.FLAG_ADAPTIVE in argv and str(cfg_path) in argv
         i = argv.index("--speculative-num-steps")
         assert int(argv[i + 1]) == plan["launch_steps"]
+
+        # status and /metrics: the active steps and the time at each, the recorded curve
+        r = d.ctl("bench", "-n", "4", "-c", "1", "--output-len", "60", "--warmup", "0")
+        assert r.returncode == 0, r.stderr
+        assert "not usable: an adaptive server" in r.stderr  # mixed step counts: never used
+
+        def spec_status() -> dict | None:
+            sp = d.status().get("speculation") or {}
+            return sp if sp.get("active_steps") is not None and sp["seconds_at_steps"] else None
+
+        sp = d.wait_for(spec_status, 30, "the active draft steps in status")
+        assert sp["active_steps"] in (0, 3) and set(sp["seconds_at_steps"]) <= {"0", "3"}
+        assert "draft steps:" in d.ctl("status").stdout
+        text = httpx.get(d.metrics_url).text
+        assert re.search(r'fastverify_spec_active_steps\{[^}]*mode="adaptive"[^}]*\} [03]', text)
+        assert re.search(r'fastverify_spec_steps_seconds_total\{[^}]*steps="[03]"', text)
+        real = re.findall(  # labels in name order: drafts, mode, profile, steps, usable, weights
+            r'fastverify_spec_accepted_drafts_ratio\{drafts="\d",mode="eagle3",profile="[^"]*",'
+            r'steps="3",usable="true",weights="real"\} (\S+)', text)  # fmt: skip
+        assert len(real) == 4 and abs(sum(map(float, real)) - 1) < 1e-6
+        assert "fastverify_spec_recorded_accept_length{" in text
 
 
 def test_adaptive_disabled_by_sglang_fails_and_rolls_back(tmp_path: Path) -> None:

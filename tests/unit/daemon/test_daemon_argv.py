@@ -72,7 +72,7 @@ def test_requires_and_extra_args() -> None:
         ({"cuda-graph": "maybe"}, SERVER, "baseline", "expected one of on, off"),
         ({}, ServerConfig(), "baseline", "server.model_path is not set"),
         ({}, ServerConfig(model_path="/m"), "eagle3", "draft_model_path"),
-        ({}, SERVER, "turbo", "expected baseline or eagle3"),
+        ({}, SERVER, "turbo", "expected one of baseline, eagle3, adaptive"),
     ],
 )
 def test_argv_errors_are_actionable(
