@@ -31,6 +31,20 @@ def _ago(ts: float | None) -> str:
     return f"{d / 3600:.1f}h ago"
 
 
+def _recovery(rec: dict[str, Any]) -> str:
+    """`1/3 retries of the last good profile, next in 118 s` (daemon/recovery.py)."""
+    text = f"{rec.get('retries', 0)}/{rec.get('limit', 0)} retries of the last good profile"
+    if rec.get("spent"):
+        text += ": spent (FAILED stays; declarative: /livez answers 503)"
+    elif rec.get("running"):
+        text += ", one running"
+    elif rec.get("next_in_s") is not None:
+        text += f", next in {rec['next_in_s']:.0f} s"
+    if rec.get("last"):
+        text += f" (last: {rec['last']})"
+    return text
+
+
 def _clock(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
@@ -107,6 +121,9 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if restarts.get("total"):
         by = ", ".join(f"{k}={v}" for k, v in sorted((restarts.get("by_reason") or {}).items()))
         lines.append(f"restarts:   {restarts['total']} ({by})")
+    rec = st.get("recovery") or {}
+    if rec.get("retries") or rec.get("next_in_s") is not None or rec.get("spent"):
+        lines.append(f"recovery:   {_recovery(rec)}")
     decl = st.get("declarative")
     if decl:
         lines.append(
