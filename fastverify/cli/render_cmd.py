@@ -395,5 +395,6 @@ def kubernetes_cmd(output_dir: str, run_as_root: bool, as_json: bool, **options:
         click.echo(f"wrote {path}", err=True)
     click.echo(
         f"{bundle.workload}: {bundle.profile}/{bundle.mode}, {bundle.gpus_per_node} GPUs per pod"
-        f" (SGLang TP {bundle.tp_size}); next: kubectl apply --dry-run=server -f {output_dir}"
+        f" (SGLang TP {bundle.tp_size}); next: kubectl apply"
+        f"{' --server-side' if options['server_side'] else ''} --dry-run=server -f {output_dir}"
     )
