@@ -6,8 +6,9 @@ stage and an ETA; piped, one line per event on stderr. `--json` prints the decis
 document on stdout (the same as DIR/decision.json).
 
 Exit codes: 0 decided (and applied unless --no-apply); 1 a stage failed or the decision
-could not be applied; 2 usage (bad option, unknown profile, output dir in use, nothing to
-resume); 3 daemon unreachable (continue with --resume); 130 interrupted (--resume).
+could not be applied; 2 usage (bad option, unknown profile, output dir in use: a new one or
+--force, nothing to resume: a new tune); 3 daemon unreachable (continue with --resume); 130
+interrupted (--resume).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import click
 
+from fastverify.cli.daemon_call import client_for
 from fastverify.cli.options import env_pairs as parse_env_pairs
 from fastverify.cli.options import measurement_options
 from fastverify.cli.output import (
@@ -198,6 +200,11 @@ def _profiles(value: str | None) -> tuple[str, ...]:
     help="Report directory (default: ./tune-YYYYmmdd-HHMMSS).",
 )
 @click.option("--resume", is_flag=True, help="Continue the unfinished tune of this host.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Start a new tune in an --output directory that holds one (its tune files replaced).",
+)
 @measurement_options
 @click.option(
     "--switch-timeout",
@@ -234,6 +241,7 @@ def tune(
     apply: bool,
     output_dir: str | None,
     resume: bool,
+    force: bool,
     repeats: int,
     duration: float,
     concurrency: int,
@@ -245,7 +253,7 @@ def tune(
     as_json: bool,
 ) -> None:
     """Decide which profile, backend and mode this host should serve, and apply it."""
-    from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+    from fastverify.client import ApiError, DaemonUnavailable
     from fastverify.experiments.tune.context import TuneConfig
     from fastverify.experiments.tune.pipeline import TuneError, run
 
@@ -268,10 +276,10 @@ def tune(
         backend=backend,
         env=env_pairs,
     )
-    client = ControlClient(ctx.obj.get("socket") if ctx.obj else None, timeout=switch_timeout)
+    client = client_for(ctx, timeout=switch_timeout)
     with Progress() as progress:
         try:
-            result = run(client, cfg, resume=resume, on_event=progress)
+            result = run(client, cfg, resume=resume, force=force, on_event=progress)
         except TuneError as exc:
             fail(f"tune: {exc}", EXIT_USAGE)
         except DaemonUnavailable as exc:
@@ -305,6 +313,11 @@ def tune(
             f"loads: {result['loads']['real']} real, {result['loads']['dummy']} dummy; "
             f"{result['wall_s'] / 60:.1f} min; report: {result['report']}"
         )
+        drawn = result.get("plots") or {}
+        if drawn.get("skipped"):
+            click.echo(drawn["skipped"])
+        elif drawn.get("files"):
+            click.echo("plots: " + ", ".join(sorted(drawn["files"].values())))
     failed = any(s["status"] == "failed" for s in result["stages"])
     if failed or (apply and not d["applied"]):
         sys.exit(EXIT_PROBLEMS)

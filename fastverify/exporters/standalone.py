@@ -2,7 +2,8 @@
 
     fastverify-exporter --sglang-url http://127.0.0.1:30000 [--log-file server.log]
         [--trace-dir DIR [--trace-period 60] [--trace-steps 5]] [--inspector-dir DIR]
-        [--listen 127.0.0.1:9464] [--profile NAME] [--mode baseline|eagle3]
+        [--listen 127.0.0.1:9464] [--web-config-file FILE] [--profile NAME]
+        [--mode baseline|eagle3]
         [--profile-env FILE] [--baseline-tps TOK_S [--baseline-request-tps TOK_S]
         [--baseline-concurrency N]]
 
@@ -13,7 +14,8 @@ dumps, and serves /metrics on `--listen` (loopback by default). `--profile`/`--m
 the series; `--profile-env` (a profile .env file) fills fastverify_profile_info's settings;
 `--baseline-tps` records a baseline for that profile, measured at `--baseline-concurrency`
 concurrent requests (break-even and speedup gauges while SGLang runs that many requests).
-Stops cleanly on SIGTERM/SIGINT. Exit codes: 0 stopped, 2 bad arguments, 1 cannot listen.
+Stops cleanly on SIGTERM/SIGINT (a SIGINT ignored at start, as in a background
+job, stays ignored). Exit codes: 0 stopped, 2 bad arguments, 1 cannot listen.
 """
 
 from __future__ import annotations
@@ -85,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace-steps", type=int, default=5, help="forward steps per window")
     p.add_argument("--inspector-dir", type=Path, help="NCCL_INSPECTOR_DUMP_DIR to tail")
     p.add_argument("--listen", default="127.0.0.1:9464", help="HOST:PORT for /metrics")
+    p.add_argument(
+        "--web-config-file",
+        help="exporter-toolkit web config (YAML, as node_exporter's --web.config.file): "
+        "tls_server_config, basic_auth_users (bcrypt), http_server_config, rate_limit",
+    )
     p.add_argument("--poll-interval", type=float, default=1.0, help="SGLang /metrics poll period")
     p.add_argument("--profile", help="profile name label")
     p.add_argument("--mode", choices=("baseline", "eagle3"), help="decoding mode label")
@@ -158,6 +165,15 @@ def main(argv: list[str] | None = None) -> int:
             args.profile or "", args.baseline_tps, per_request, time.time(),
             args.baseline_concurrency,
         )  # fmt: skip
+    web = None
+    if args.web_config_file:
+        from fastverify.exporters.webconfig import WebConfigError, load
+
+        try:
+            web = load(args.web_config_file)
+        except WebConfigError as exc:
+            print(f"fastverify-exporter: {exc}", file=sys.stderr)
+            return 2
     runtime = ExporterRuntime(
         hub,
         args.listen,
@@ -167,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         args.trace_steps,
         poll_interval_s=args.poll_interval,
         inspector_dir=args.inspector_dir,
+        web=web,
     )
     try:
         runtime.start()
@@ -174,14 +191,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fastverify-exporter: {exc.strerror or exc}", file=sys.stderr)
         return 1
     follower = LogFollowerThread(hub, args.log_file).start() if args.log_file else None
+    done = threading.Event()  # the stop signals are handled from before "serving" is said
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:  # ignored at start: a background job
+        signal.signal(signal.SIGINT, lambda *_: done.set())
     print(
         f"fastverify-exporter: serving {runtime.metrics_url} for {args.sglang_url}",
         file=sys.stderr,
         flush=True,
     )
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
     while not done.wait(1.0):
         pass
     if follower is not None:

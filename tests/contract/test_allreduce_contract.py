@@ -25,7 +25,7 @@ import pytest
 from fastverify.engines.sim import allreduce_sim, cli_args
 from fastverify.profiles import sglang_vars
 from fastverify.sglang import allreduce as ar
-from fastverify.sglang import envnames
+from fastverify.sglang import envnames, flashinfer_facts
 from tests.contract.conftest import HERE
 
 FLASHINFER_VERSION = "0.7.2"
@@ -331,4 +331,6 @@ def test_sglang_points_flashinfer_at_its_cache_dir(
         env={**clean, **env, "HOME": str(tmp_path)},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == ar.flashinfer_workspace_base(env, str(tmp_path))
+    assert out.stdout.strip().splitlines()[-1] == flashinfer_facts.workspace_base(
+        {**env, "HOME": str(tmp_path)}
+    )

@@ -23,7 +23,7 @@ import pytest
 
 from fastverify.cli import output
 from fastverify.exporters import sglang_metrics
-from tests.harness import REPO, DaemonHarness, _scrubbed_env
+from tests.harness import REPO, DaemonHarness, _scrubbed_env, ctrl_c_reaches_it
 
 TINY_MODEL = REPO / "examples" / "model-configs" / "tiny-dense.json"
 
@@ -70,6 +70,7 @@ def popen_ctl(d: DaemonHarness, *args: str) -> subprocess.Popen[str]:
         [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), *args],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**_scrubbed_env(), "PYTHONPATH": str(REPO)}, cwd=REPO,
+        preexec_fn=ctrl_c_reaches_it,  # _interrupted sends it SIGINT
     )  # fmt: skip
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.harness import REPO, DaemonHarness, _scrubbed_env
+from tests.harness import REPO, DaemonHarness, _scrubbed_env, ctrl_c_reaches_it
 
 SECRET = "s3cr3t-hash-9f8e7d"
 
@@ -396,7 +396,7 @@ def test_ctrl_c_on_a_piped_switch_detaches_and_says_how_to_cancel(tmp_path: Path
             [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket),
              "profile", "set", "ring-ll"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=env,
+            text=True, env=env, preexec_fn=ctrl_c_reaches_it,
         )  # fmt: skip
         try:
             d.wait_for(lambda: d.status()["state"] == "STARTING", 60, "the switch loading")

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fastverify.engines.sim import allreduce_sim, costmodel
 from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
-from tests.harness import DaemonHarness
+from tests.harness import DaemonHarness, ctrl_c_reaches_it
 
 PROFILES = ["nccl-default", "ring-ll", "ring-ll-8ch", "ring-simple", "tree-ll"]
 REPO = Path(__file__).resolve().parents[2]
@@ -189,6 +189,7 @@ def test_interrupted_sweep_loses_nothing_and_resumes(tmp_path: Path) -> None:
         proc = subprocess.Popen(
             [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), *args],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=ctrl_c_reaches_it,
         )  # fmt: skip
         results = out / "results.jsonl"
 

@@ -36,7 +36,7 @@ from fastverify.engines.sim import allreduce_sim
 from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
 from fastverify.sglang.allreduce import requested_backend
-from tests.harness import REPO, DaemonHarness
+from tests.harness import REPO, DaemonHarness, ctrl_c_reaches_it
 
 PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.env"))
 TP = 8
@@ -96,7 +96,9 @@ def tuned(daemon: DaemonHarness) -> dict[str, Any]:
 def test_tune_runs_end_to_end_and_prints_the_exact_json(tuned: dict[str, Any]) -> None:
     proc, res = tuned["proc"], tuned["result"]
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert set(res) == {"decision", "stages", "loads", "wall_s", "report"}
+    assert set(res) == {"decision", "stages", "loads", "wall_s", "report", "plots"}
+    assert res["plots"]["skipped"] is None  # matplotlib is in the dev install
+    assert set(res["plots"]["files"].values()) == {"funnel.png", "trial.png", "decision.png"}
     assert set(res["decision"]) == {"profile", "mode", "backend", "applied", "why"}
     assert [s["name"] for s in res["stages"]] == ["inventory", "candidates", "derive_tuner",
                                                   "preflight", "rehearse", "trial", "confirm",
@@ -273,6 +275,7 @@ def _popen_tune(d: DaemonHarness, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), "tune", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=ctrl_c_reaches_it,  # test_ctrl_c_then_resume interrupts it
     )  # fmt: skip
 
 

@@ -740,9 +740,13 @@ class Sweep:
             best = best_row(rows)
         final = self._finish(best, original)
         all_rows = rows + confirmed
-        plot_path = None
+        plot_path = plot_skipped = None
         if cfg.plot and all_rows:
-            try:
+            from fastverify.experiments.common.plots import missing_note
+
+            if plot_skipped := missing_note():
+                self.warnings.append(plot_skipped)
+            else:
                 plot_path = str(
                     plot(
                         all_rows,
@@ -751,9 +755,6 @@ class Sweep:
                         + (" - trial on dummy weights" if cfg.trial else ""),
                     )
                 )
-            except ImportError:
-                self.warnings.append("no plot: matplotlib is not installed "
-                                     "(pip install 'fastverify[plot]')")  # fmt: skip
         out = {
             "results": all_rows,
             "best": None if best is None else {k: best.get(k) for k in
@@ -764,6 +765,7 @@ class Sweep:
             "output_dir": str(out_dir),
             "results_file": str(self.results),
             "plot": plot_path,
+            "plot_skipped": plot_skipped,
             "warnings": self.warnings,
         }  # fmt: skip
         if cfg.trial:

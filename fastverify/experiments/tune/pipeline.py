@@ -53,6 +53,8 @@ STAGES: tuple[tuple[str, StageFn], ...] = (
 )
 LOAD_STAGES = ("trial", "confirm", "decide")  # their ETA follows the loads measured so far
 REPLAN_EVERY_S = 10.0  # how often a progress line may re-read the daemon's history for it
+# what a tune writes in its output directory (--force replaces them, nothing else)
+OUTPUTS = ("trial", "confirm", "decision.json", "report.md", *report.PLOT_FILES)
 OPTIONAL = {"derive_tuner", "preflight", "rehearse"}  # a failure here does not end the tune
 Event = dict[str, Any]
 
@@ -131,12 +133,14 @@ def run(
     cfg: TuneConfig,
     *,
     resume: bool = False,
+    force: bool = False,
     on_event: Callable[[Event], None] | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) the tune; returns the `--json` document (also DIR/decision.json)."""
+    """Run (or resume) the tune; returns the `--json` document (also DIR/decision.json).
+    `force`: start a new tune in an output directory that holds one (its files replaced)."""
     emit = on_event or (lambda _e: None)
     status = _wait_idle(client, cfg.switch_timeout_s, emit)
-    jr, cfg, start = _open(status, cfg, resume)
+    jr, cfg, start = _open(status, cfg, resume, force)
     ctx, shown_plan = _context(client, cfg, jr, start, emit)
     emit(
         {
@@ -162,7 +166,7 @@ def run(
 
 
 def _open(
-    status: dict[str, Any], cfg: TuneConfig, resume: bool
+    status: dict[str, Any], cfg: TuneConfig, resume: bool, force: bool = False
 ) -> tuple[journal.Journal, TuneConfig, dict[str, Any]]:
     """The journal, the options and the start record (with what served before the tune):
     the unfinished tune's when resuming, else a new tune's (checked first)."""
@@ -170,7 +174,7 @@ def _open(
     if resume:
         start = jr.start_record()
         if not jr.unfinished() or start is None:
-            raise TuneError(f"nothing to resume: no unfinished tune in {jr.path}")
+            raise TuneError(_nothing_to_resume(jr, start))
         cfg = TuneConfig(**{**start["config"], "profiles": tuple(start["config"]["profiles"])})
     else:
         if bad := candidates.unknown_names(cfg.profiles):
@@ -179,11 +183,10 @@ def _open(
             )
         cfg = replace(cfg, output_dir=str(Path(cfg.output_dir).resolve()))  # resume anywhere
         out = Path(cfg.output_dir)
-        if any((out / sub).exists() for sub in ("trial", "confirm", "decision.json")):
-            raise TuneError(
-                f"{out} already holds a tune: pass --resume to continue it, or "
-                "choose another --output"
-            )
+        if any((out / sub).exists() for sub in OUTPUTS):
+            if not force:
+                raise TuneError(_in_use(out, jr))
+            _clear(out)
         jr.begin(cfg.describe())
         jr.append(
             {
@@ -195,6 +198,49 @@ def _open(
     assert start is not None
     serving = next((r for r in jr.records if r.get("event") == "serving"), {})
     return jr, cfg, dict(start, serving=serving.get("serving"))
+
+
+def _in_use(out: Path, jr: journal.Journal) -> str:
+    """What to do about an output directory that holds a tune: resume it when it is the
+    unfinished one, else a new directory or --force."""
+    start = jr.start_record() or {}
+    ours = Path(str((start.get("config") or {}).get("output_dir") or "")) == out
+    if jr.unfinished() and ours:
+        return (
+            f"{out} holds the unfinished tune of this host: pass --resume to continue it, "
+            f"or --force to start again in {out} (its files are replaced)"
+        )
+    return (
+        f"{out} already holds a finished tune (report: {out / 'report.md'}): choose a new "
+        f"directory (-o NEWDIR), or pass --force to replace it"
+    )
+
+
+def _nothing_to_resume(jr: journal.Journal, start: dict[str, Any] | None) -> str:
+    """Why --resume has nothing to do, and what would start a new tune."""
+    last = Path(str(((start or {}).get("config") or {}).get("output_dir") or ""))
+    if start is None or not str(last) or str(last) == ".":
+        return (
+            f"nothing to resume: no tune was started on this host ({jr.path}); "
+            "run `fastverifyctl tune` without --resume"
+        )
+    return (
+        f"nothing to resume: the last tune of this host finished (report: "
+        f"{last / 'report.md'}); start a new one with `fastverifyctl tune -o NEWDIR`, or "
+        f"`fastverifyctl tune -o {last} --force` to replace it"
+    )
+
+
+def _clear(out: Path) -> None:
+    """Remove a previous tune's files from `out` (--force): only the names a tune writes."""
+    import shutil
+
+    for name in OUTPUTS:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _context(
@@ -327,5 +373,6 @@ def _result(
         "report": str(out / "report.md"),
     }
     data = {name: r.data for name, r in ctx.results.items()}
+    result["plots"] = report.draw_plots(out, result, data)
     report.write(out, result, data, shown_plan)
     return result

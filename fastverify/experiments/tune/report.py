@@ -1,5 +1,6 @@
-"""The tune report a person reads: `report.md` with PNG plots beside it (matplotlib, when
-installed), and `decision.json` (the `--json` document) in the output directory.
+"""The tune report a person reads: `report.md` with PNG plots beside it (matplotlib, the
+`plot` extra; without it the report and the output say the plots were skipped and how to
+get them), and `decision.json` (the `--json` document) in the output directory.
 
 The report shows the plan, the funnel (how many candidates each stage kept), each stage's
 table, the decision with its evidence and confidence intervals, and what would change it.
@@ -58,14 +59,26 @@ def funnel(result: Mapping[str, Any], data: Mapping[str, Mapping[str, Any]]) -> 
     return steps
 
 
-def _plots(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, str]:
-    try:
-        import matplotlib
+PLOT_FILES = ("funnel.png", "trial.png", "decision.png")
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return {}
+
+def draw_plots(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
+    """Draw the report's PNGs into `out`: {"files": {name: file}, "skipped": None, or the
+    note saying why none were drawn and how to get them}."""
+    from fastverify.experiments.common.plots import missing_note
+
+    if note := missing_note():
+        return {"files": {}, "skipped": note}
+    return {"files": _draw(out, result, data), "skipped": None}
+
+
+def _draw(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
     made = {}
     steps = funnel(result, data)
     if steps:
@@ -74,6 +87,7 @@ def _plots(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) -> dic
         ax.barh(names, [s[1] for s in steps][::-1], color="#4C72B0")
         for y, v in enumerate([s[1] for s in steps][::-1]):
             ax.text(v, y, f" {v}", va="center")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a count: whole ticks
         ax.set_xlabel("profiles left")
         ax.set_title("tune funnel")
         fig.tight_layout()
@@ -120,12 +134,14 @@ def write(
     data: Mapping[str, Mapping[str, Any]],
     plan: Mapping[str, Any],
 ) -> Path:
-    """Write report.md (+ PNGs) and decision.json into `out`; returns report.md's path."""
+    """Write report.md and decision.json into `out` (the PNGs are `result["plots"]`, drawn
+    by `draw_plots` first); returns report.md's path."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "decision.json").write_text(
         json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8"
     )
-    plots = _plots(out, result, data)
+    drawn = result.get("plots") or {}
+    plots = drawn.get("files") or {}
     d = result["decision"]
     lines = ["# fastverify tune", ""]
     lines += [
@@ -145,6 +161,8 @@ def write(
     ]
     if "decision" in plots:
         lines += [f"![decision]({plots['decision']})", ""]
+    if drawn.get("skipped"):
+        lines += [f"Plots: {drawn['skipped']}.", ""]
     lines += ["## Plan", ""]
     lines += md_table(
         ("stage", "estimate s", "from", "work", "note"),

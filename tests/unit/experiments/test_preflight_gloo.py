@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from fastverify.experiments.preflight import run as preflight
+from tests.harness import ctrl_c_reaches_it
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "tests" / "fixtures" / "nccl-2.28.9-h200-1rank" / "nccl-info-ring-ll.log"
@@ -157,7 +158,7 @@ def test_unknown_profile_is_a_usage_error() -> None:
 
 def test_cli_import_path_stays_light() -> None:
     code = (
-        "import sys, fastverify.cli.experiment_cmds, fastverify.experiments.preflight.run, "
+        "import sys, fastverify.cli.preflight_cmd, fastverify.experiments.preflight.run, "
         "fastverify.experiments.sweep.run, fastverify.experiments.bench.load; "
         "print(sorted(m for m in ('torch', 'httpx', 'rich', 'matplotlib') if m in sys.modules))"
     )
@@ -174,7 +175,7 @@ def test_ctrl_c_stops_the_ranks(tmp_path: Path, user_profiles: dict) -> None:
          "--nproc", "2", "--hidden-size", "256", "--tokens", "64", "--iters", "1000000",
          "--logs", str(logs)],
         cwd=REPO, env={**os.environ, **user_profiles}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+        stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_reaches_it,
     )  # fmt: skip
 
     def ranks() -> list[int]:
