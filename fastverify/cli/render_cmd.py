@@ -277,6 +277,12 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
 )
 @click.option("--hf-token-secret", default=None, help="Secret whose key HF_TOKEN the pod gets.")
 @click.option(
+    "--web-config-secret",
+    default=None,
+    help="Secret with web-config.yml (exporter-toolkit: TLS, bcrypt basic auth) and the files "
+    "it names, mounted for the daemon's /metrics (which the monitor then scrapes over https).",
+)
+@click.option(
     "--force",
     is_flag=True,
     help="Accept what is refused without it: LL128, PCIe-IPC where it cannot serve, a "

@@ -84,7 +84,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if sg.get("warning"):
         lines.append(f"WARNING:    {sg['warning']}")
     if eng.get("start_seconds"):
-        lines.append(f"ready in:   {eng['start_seconds']:.2f} s")
+        by = " (by /model_info and /health_generate)" if eng.get("ready_by") == "endpoints" else ""
+        lines.append(f"ready in:   {eng['start_seconds']:.2f} s{by}")
     if st.get("tokens_per_second"):
         lines.append(f"throughput: {st['tokens_per_second']:.1f} tok/s")
     spec = st.get("speculation") or {}
@@ -95,7 +96,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
         lines.append(f"draft steps: {spec['active_steps']} now" + (f" ({spent})" if spent else ""))
     ar = eng.get("allreduce") or {}
     if ar.get("description") and eng.get("pid"):  # confirmed at verify (TP all-reduces)
-        lines.append(f"all-reduce: {ar['description']}")
+        how = f" [{ar['evidence']}]" if ar.get("evidence") else ""
+        lines.append(f"all-reduce: {ar['description']}{how}")
+    caps = eng.get("capabilities") or {}
+    if caps.get("possible_backends"):  # the engine's own capabilities (one source of truth)
+        can = ", ".join(b["backend"] for b in caps["possible_backends"] if b["possible"])
+        lines.append(f"backends:   possible: {can} ({(caps.get('host') or {}).get('view')})")
     if eng.get("log"):
         lines.append(f"log:        {eng['log']}")
     flight = st.get("switch_in_flight")
