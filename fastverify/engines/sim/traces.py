@@ -527,9 +527,11 @@ class SpanNaming:
 
     - 0.5.20 and later (`utils/profile_utils.py`): `step[VERIFY ...]`, `step[DRAFT ...]`
       (the cost model's own names);
-    - 0.5.11 .. 0.5.19 (`model_runner._build_step_span_name`): the forward mode's name:
-      `step[TARGET_VERIFY ...]`, draft steps `step[DECODE ...]` (the EAGLE draft worker runs
-      DECODE mode), the draft extend `step[DRAFT_EXTEND_V2 ...]` (`eagle_info_v2.py`);
+    - 0.5.11 .. 0.5.19 (`step[{mode.name} bs={bs}]`, model_runner / profile_utils): the
+      forward mode's name: `step[TARGET_VERIFY ...]`, draft steps `step[DECODE ...]`
+      (`speculative/eagle_draft_cuda_graph_runner.py` captures DECODE mode), the draft
+      extend `step[DRAFT_EXTEND_V2 ...]` (`speculative/*.py`); checked in each wheel by
+      tests/contract/test_sglang_facts_contract.py;
     - 0.5.10 and earlier: no step spans (None: the forward's kernels only)."""
 
     def __init__(self, sglang_version: str) -> None:
