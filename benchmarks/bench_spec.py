@@ -227,9 +227,7 @@ def main() -> int:
                                 "concurrency": [1, args.concurrency2], "runs": runs,
                                 "ratios": ratios}  # fmt: skip
             print(json.dumps(ratios))
-    path = args.out or REPO / "benchmarks" / "results" / (
-        f"spec-{args.profile}-tp{args.tp_size}-L{args.accept_length:g}.json"
-    )
+    path = args.out or REPO / "benchmarks" / "results" / "spec.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {path}")
     return 0
