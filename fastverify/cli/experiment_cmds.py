@@ -24,6 +24,7 @@ import click
 from fastverify.cli.daemon_call import socket_option
 from fastverify.cli.options import env_pairs, measurement_options
 from fastverify.cli.output import (
+    EXIT_BUSY,
     EXIT_INTERRUPTED,
     EXIT_MISSING_DEPENDENCY,
     EXIT_PROBLEMS,
@@ -671,6 +672,12 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         mode = r["mode"] + (" (trial)" if r.get("weights") == "dummy" else "")
         if r.get("confirmed"):
             mode += " (confirmed)"
+        if r["status"] == "incomplete":  # cut short: its figures, never a rank or verdict
+            out.append(("-", r["profile"], mode, _fmt(r.get("tokens_per_second_mean")),
+                        "-" if not ci else f"{ci[0]:.1f}-{ci[1]:.1f}", _fmt(r.get("n")),
+                        "-", "CUT SHORT", _fmt(r.get("accept_length_mean"), 2), "-", "-",
+                        r.get("note") or ""))  # fmt: skip
+            continue
         if r["status"] != "ok":
             out.append(("-", r["profile"], mode, "FAILED", "-", "-", "-", "-", "-", "-",
                         "-", r.get("reason") or "-"))  # fmt: skip
@@ -690,8 +697,9 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return out
 
 
-def verdict_note(rows: list[dict[str, Any]]) -> str | None:
-    """The line under the sweep table when a row has no verdict for want of runs."""
+def verdict_note(rows: list[dict[str, Any]], repeats: int | None = None) -> str | None:
+    """The line under the sweep table when a row has no verdict for want of runs; the advice
+    is --repeats only when fewer were asked for (`repeats`: what this sweep asked)."""
     few = [r for r in rows if "too few runs" in
            (r.get("vs_reference"), r.get("vs_best"), r.get("speedup_significance"))]  # fmt: skip
     if not few:
@@ -699,8 +707,12 @@ def verdict_note(rows: list[dict[str, Any]]) -> str | None:
     from fastverify.experiments.common.stats import MIN_RUNS
 
     least = min(r.get("n") or 0 for r in few)
+    if repeats is not None and repeats >= MIN_RUNS:
+        advice = f"{repeats} were asked for: runs failed or were cut short, see below"
+    else:
+        advice = f"pass --repeats {MIN_RUNS}"
     return (f"note: \"too few runs\": a faster/slower verdict needs at least {MIN_RUNS} runs "
-            f"per side (here n={least}; pass --repeats {MIN_RUNS}); those rows are ranked by "
+            f"per side (here n={least}; {advice}); those rows are ranked by "
             "their mean alone")  # fmt: skip
 
 
@@ -862,7 +874,7 @@ def sweep(
     weights and measures them."""
     from fastverify.client import ControlClient, DaemonUnavailable
     from fastverify.experiments.bench.load import BenchConfig
-    from fastverify.experiments.sweep.run import Sweep, SweepConfig, SweepError
+    from fastverify.experiments.sweep.run import Sweep, SweepBusy, SweepConfig, SweepError
 
     if resume and not output_dir:
         fail("--resume needs --output DIR (the sweep to continue)", EXIT_USAGE)
@@ -895,6 +907,8 @@ def sweep(
             if (out / "results.jsonl").exists():
                 hint = f"\nresults so far are in {out}/results.jsonl; continue with --resume"
             fail(f"{exc}{hint}", EXIT_UNAVAILABLE)
+        except SweepBusy as exc:
+            fail(f"sweep: {exc}", EXIT_BUSY)
         except SweepError as exc:
             fail(f"sweep: {exc}", EXIT_USAGE)
         except KeyboardInterrupt:
@@ -928,7 +942,7 @@ def sweep(
             title = "trial on dummy weights: timings (accept lengths not measured)"
             table(heads, _trial_rows(report["results"]), title=title)
             _print_timing(report.get("timing") or {})
-        note = verdict_note(report["results"])
+        note = verdict_note(report["results"], repeats)
         if note:
             click.echo(note)
         for r in report["results"]:

@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from fastverify import config as configmod
 from fastverify.daemon.facade import ControlFacade
+from fastverify.daemon.lease import peer_pid
 from fastverify.daemon.operations import Operation
 from fastverify.daemon.resolve import RequestError
 
@@ -51,6 +52,8 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/v1/baselines": ("GET", "POST"),
     "/v1/trace/capture": ("POST",),
     "/v1/decision": ("GET", "POST"),
+    "/v1/lease": ("GET", "POST"),
+    "/v1/lease/release": ("POST",),
 }
 
 # field -> (types, required)
@@ -58,6 +61,7 @@ _BOOL = (bool,)
 _NUM = (int, float)
 SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "/v1/profile": {
+        "lease": ((str,), False),  # an experiment's own operation (fastverify.daemon.lease)
         "name": ((str,), True),
         "mode": ((str,), False),
         "wait": (_BOOL, False),
@@ -70,6 +74,8 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "canary": (_BOOL, False),  # declarative mode: leave the declared profile on purpose
     },
     "/v1/mode": {
+        "lease": ((str,), False),  # an experiment's own operation (fastverify.daemon.lease)
+        "force": (_BOOL, False),  # even while an experiment holds a lease
         "mode": ((str,), True),
         "wait": (_BOOL, False),
         "stream": (_BOOL, False),
@@ -79,6 +85,8 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "canary": (_BOOL, False),
     },
     "/v1/restart": {
+        "lease": ((str,), False),  # an experiment's own operation (fastverify.daemon.lease)
+        "force": (_BOOL, False),  # even while an experiment holds a lease
         "wait": (_BOOL, False),
         "stream": (_BOOL, False),
         "queue": (_BOOL, False),
@@ -95,6 +103,12 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "concurrency": ((int,), False),
     },
     "/v1/trace/capture": {"steps": ((int,), False)},
+    "/v1/lease": {  # fastverifyctl sweep / tune (fastverify.daemon.lease)
+        "experiment": ((str,), True),
+        "description": ((str,), False),
+        "force": (_BOOL, False),
+    },
+    "/v1/lease/release": {"id": ((str,), True)},
     "/v1/decision": {  # fastverifyctl tune (fastverify.daemon.decision)
         "profile": ((str,), True),
         "mode": ((str,), True),
@@ -332,6 +346,7 @@ class Handler(BaseHTTPRequestHandler):
             withdrawn=lambda: _peer_closed(self.connection),
             restart=bool(body.get("restart", False)),
             canary=bool(body.get("canary", False)),
+            lease=body.get("lease"),
             **({"load_format": body["load_format"]} if body.get("load_format") else {}),
         )
         self._answer(op, wait=body.get("wait", True), stream=body.get("stream", False))
@@ -384,6 +399,20 @@ class Handler(BaseHTTPRequestHandler):
             return
         body = validate_body("/v1/decision", body)  # types; the facade checks values
         self._send_json(200, self.api.record_decision(body))
+
+    def h_lease(self, method: str, body: Any, query: dict[str, str]) -> None:
+        if method == "GET":
+            self._send_json(200, {"lease": self.api.leases.current()})
+            return
+        body = validate_body("/v1/lease", body)
+        pid = peer_pid(self.connection)  # the holder: the process on the socket's other end
+        self._send_json(200, self.api.take_lease(body["experiment"],
+                                                 body.get("description") or "", pid,
+                                                 bool(body.get("force"))))  # fmt: skip
+
+    def h_lease_release(self, method: str, body: Any, query: dict[str, str]) -> None:
+        body = validate_body("/v1/lease/release", body)
+        self._send_json(200, self.api.release_lease(body["id"]))
 
     def h_trace_capture(self, method: str, body: Any, query: dict[str, str]) -> None:
         body = validate_body("/v1/trace/capture", body)

@@ -13,7 +13,7 @@ logs            NCCL's own view (version, "set by environment", TUNING choices, 
 traces          verify-cycle histogram and per-window gauges, all-reduce calls, windows
 inspector       NCCL inspector all-reduce time, bandwidth, message size
 daemon          engine restarts, profile switches, engine start seconds, the last tuning
-                decision (fastverify_decision_info{profile,mode,backend,applied})
+                decision (fastverify_decision_info{profile,mode,backend,applied,serving})
 (every source)  fastverify_source_up{source} (1: its last attempt worked) and
                 fastverify_source_last_success_timestamp_seconds{source}
 
@@ -281,7 +281,8 @@ def daemon_families(s: dict[str, Any]) -> list[Metric | None]:
     if s.get("decision"):
         decision = InfoMetricFamily(
             "fastverify_decision",
-            "The last tuning decision (fastverifyctl tune): profile, mode, all-reduce backend",
+            "The last tuning decision (fastverifyctl tune): profile, mode, all-reduce backend, "
+            "applied by tune, serving now",
         )
         decision.add_metric([], s["decision"])
     return [
