@@ -1,10 +1,13 @@
-"""Client of the daemon's control API: HTTP + JSON over a Unix socket (or TCP + token).
+"""Client of the daemon's control API: HTTP + JSON over a Unix socket (or TCP: a token,
+TLS with an `ssl.SSLContext` from fastverify.credentials.client_context).
 
 The CLI talks to the daemon only through this module. It speaks the little HTTP it needs
 straight over the socket: `http.client` alone (email parser, ssl) costs ~30 ms of import,
 half of `fastverifyctl status`'s start-up budget; for the Unix socket it uses the C module
 `_socket` with its own small reader (the `socket` module pulls in selectors, array and
-enum classes), and it does not import pathlib. `socket` is imported only for TCP.
+enum classes), and it does not import pathlib. `socket` is imported only for TCP, `ssl`
+only by whoever builds a TLS context. A refused TLS handshake is a DaemonUnavailable that
+says which side refused what, and the flag that fixes it.
 """
 
 from __future__ import annotations
@@ -133,7 +136,8 @@ def _connect_unix(path: str, timeout: float | None) -> Any:
 class ControlClient:
     """`ControlClient(socket_path).get("/v1/status")` -> dict; raises DaemonUnavailable/ApiError.
 
-    TCP: `ControlClient(tcp="127.0.0.1:7070", token="...")` sends `Authorization: Bearer`.
+    TCP: `ControlClient(tcp="127.0.0.1:7070", token="...")` sends `Authorization: Bearer`;
+    `tls=ssl_context` speaks TLS (the daemon's name checked against `tcp`'s host).
     """
 
     def __init__(
@@ -142,6 +146,7 @@ class ControlClient:
         *,
         tcp: str | None = None,
         token: str | None = None,
+        tls: Any = None,
         timeout: float | None = 30.0,
     ):
         if not socket_path:
@@ -151,6 +156,7 @@ class ControlClient:
         self.socket_path = str(socket_path)
         self.tcp = tcp
         self.token = token
+        self.tls = tls
         self.timeout = timeout
 
     def _connect(self, timeout: float | None) -> Any:
@@ -158,8 +164,35 @@ class ControlClient:
             import socket
 
             host, _, port = self.tcp.rpartition(":")
-            return socket.create_connection((host, int(port)), timeout=timeout)
+            sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+            if self.tls is None:
+                return sock
+            try:
+                return self.tls.wrap_socket(sock, server_hostname=host.strip("[]"))
+            except BaseException:
+                sock.close()
+                raise
         return _connect_unix(self.socket_path, timeout)
+
+    def _tls_refusal(self, exc: BaseException) -> DaemonUnavailable | None:
+        """One sentence for a failed TLS handshake (either side refused), else None."""
+        if self.tls is None or not type(exc).__name__.startswith("SSL"):
+            return None
+        where, text = self._where(), str(exc)
+        verify = getattr(exc, "verify_message", None)
+        if verify:  # this side refused the daemon's certificate
+            why = (f"its certificate failed verification ({verify}); pass the CA that "
+                   "signed it with --tls-ca (FASTVERIFY_TLS_CA), and connect by a name or "
+                   "address the certificate holds")  # fmt: skip
+        elif "WRONG_VERSION_NUMBER" in text or "wrong version number" in text:
+            why = "it does not speak TLS on that port (a plaintext loopback door?)"
+        elif "certificate" in text.lower() or "unknown ca" in text.lower():
+            why = (f"it refused this client's certificate ({getattr(exc, 'reason', text)}): "
+                   "it requires one signed by its client CA and in date; pass --tls-cert "
+                   "and --tls-key (FASTVERIFY_TLS_CERT, FASTVERIFY_TLS_KEY)")  # fmt: skip
+        else:
+            why = f"the TLS handshake failed ({getattr(exc, 'reason', None) or text})"
+        return DaemonUnavailable(f"fastverifyd at {where}: {why}")
 
     def _where(self) -> str:
         return self.tcp or self.socket_path
@@ -206,13 +239,13 @@ class ControlClient:
                 f"permission denied on {self.socket_path}: join the 'fastverify' group or use sudo"
             ) from None
         except OSError as exc:  # EAGAIN (full accept queue), timeout, reset, ...
-            raise self._no_answer(exc, timeout) from None
+            raise self._tls_refusal(exc) or self._no_answer(exc, timeout) from None
         try:
             sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload)
             resp = _Response(sock)
         except OSError as exc:  # TimeoutError, ConnectionResetError, BrokenPipeError, ...
-            sock.close()
-            raise self._no_answer(exc, timeout) from None
+            sock.close()  # (TLS 1.3: a refused client certificate shows on the first read)
+            raise self._tls_refusal(exc) or self._no_answer(exc, timeout) from None
         except BaseException:
             sock.close()
             raise

@@ -13,7 +13,10 @@ File layout (every key optional; see `docs/config.example.toml`):
     load_format = "auto"               # SGLang --load-format; "dummy" = trial mode (random
                                        # weights: timings real, accept length meaningless)
     extra_args = ["--mem-fraction-static", "0.85"]
-    mode = "baseline"                  # or "eagle3"
+    mode = "baseline"                  # or "eagle3", or "adaptive" (EAGLE-3 with SGLang's
+                                       # --speculative-adaptive and `spec plan`'s config)
+    adaptive_config = ""               # that config; "" = the plan in state_dir
+                                       # (adaptive-config.json, `fastverifyctl spec plan`)
     nnodes = 1                         # >1: one server over several nodes (SGLang --nnodes)
     node_rank = 0                      # this node's rank (SGLang/fastverifyd --node-rank)
     dist_init_addr = ""                # "HOST:PORT" of node 0 (SGLang --dist-init-addr)
@@ -30,8 +33,12 @@ File layout (every key optional; see `docs/config.example.toml`):
     state_dir = "/var/lib/fastverify"
     socket = "/run/fastverify/control.sock"
     socket_group = "fastverify"
-    tcp_listen = ""                    # "" = off; "127.0.0.1:7070" needs token_file
-    token_file = ""
+    tcp_listen = ""                    # "" = off; "127.0.0.1:7070" needs token_file (or
+                                       # tls_client_ca); off loopback only with TLS
+    token_file = ""                    # NAME:TOKEN lines (or one TOKEN), chmod 600
+    tls_cert = ""                      # PEM certificate of the TCP door (with tls_key)
+    tls_key = ""                       # its private key (chmod 600)
+    tls_client_ca = ""                 # CA of client certificates: mutual TLS, required
     metrics_listen = "127.0.0.1:9464"  # "" = exporter off
     health_listen = ""                 # "HOST:PORT" for /livez /readyz /startupz ("" = off)
     declarative = false                # profile and mode come from this file (a Kubernetes
@@ -44,11 +51,18 @@ File layout (every key optional; see `docs/config.example.toml`):
     gpu_release_timeout_s = 60
     nccl_debug = false                 # add NCCL_DEBUG=INFO + SUBSYS=INIT,ENV,TUNING per start
     sim_load_seconds = 3.0
+    sim_sglang_version = "0.5.23"      # the SGLang release the sim plays (0.5.1 .. 0.5.23)
     trace_period_s = 0                 # profile windows; 0 = off (sim default: 60)
     trace_steps = 5
     restart_backoff_s = [1, 60]        # initial, max
     restart_burst = 5                  # crashes within restart_window_s before FAILED
     restart_window_s = 300
+    watch_interval_s = 30              # after READY: SGLang's /health_generate every N s (0 = off)
+    watch_timeout_s = 40               # no answer within N s = unresponsive (SGLang answers 503
+                                       # itself after SGLANG_HEALTH_CHECK_TIMEOUT, 20 s)
+    watch_failures = 3                 # non-200 answers in a row = unresponsive
+    recover_retries = 3                # FAILED: retry the last good profile N times (0 = never)
+    recover_backoff_s = [60, 900]      # initial, max delay between those retries (doubling)
     log_level = "info"
 """
 
@@ -65,7 +79,9 @@ from typing import Any
 
 from fastverify import paths
 
-MODES = ("baseline", "eagle3")
+MODES = ("baseline", "eagle3", "adaptive")
+SPEC_MODES = ("eagle3", "adaptive")  # the modes that draft (EAGLE-3)
+ADAPTIVE_CONFIG_NAME = "adaptive-config.json"  # `spec plan` writes it into the state dir
 ENGINES = ("auto", "sglang", "sim")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # SGLang 0.5.23's `--load-format` choices (sglang/srt/arg_groups/choices.py
@@ -119,6 +135,7 @@ class ServerConfig:
     nnodes: int = 1  # one server over nnodes nodes (SGLang --nnodes); tp_size is the total
     node_rank: int = 0
     dist_init_addr: str = ""  # HOST:PORT of node 0's torch.distributed rendezvous
+    adaptive_config: str = ""  # mode adaptive: SGLang's config ("" = the state dir's plan)
 
     @property
     def url(self) -> str:
@@ -133,6 +150,9 @@ class DaemonConfig:
     socket_group: str = "fastverify"
     tcp_listen: str = ""
     token_file: str = ""
+    tls_cert: str = ""  # the TCP door's certificate and key (TLS; required off loopback)
+    tls_key: str = ""
+    tls_client_ca: str = ""  # CA of the client certificates required (mutual TLS)
     metrics_listen: str = "127.0.0.1:9464"
     health_listen: str = ""  # HTTP /livez /readyz /startupz for an orchestrator ("" = off)
     declarative: bool = False  # profile/mode from the configuration (Kubernetes), not the API
@@ -143,11 +163,17 @@ class DaemonConfig:
     gpu_release_timeout_s: float = 60.0
     nccl_debug: bool = False
     sim_load_seconds: float = 3.0
+    sim_sglang_version: str = "0.5.23"  # the SGLang release the sim plays (its facts)
     trace_period_s: float | None = None  # None = engine default (sim: 60, sglang: off)
     trace_steps: int = 5
     restart_backoff_s: tuple[float, float] = (1.0, 60.0)
     restart_burst: int = 5
     restart_window_s: float = 300.0
+    watch_interval_s: float = 30.0
+    watch_timeout_s: float = 40.0
+    watch_failures: int = 3
+    recover_retries: int = 3
+    recover_backoff_s: tuple[float, float] = (60.0, 900.0)
     log_level: str = "info"
 
 
@@ -339,6 +365,7 @@ FIELDS: dict[str, Check] = {
     "server.sglang_flags": _choice(("auto", "new", "old")),
     "server.extra_args": _str_list(),
     "server.mode": _choice(MODES),
+    "server.adaptive_config": _string(what='a path to an adaptive config JSON, or ""'),
     "server.load_format": _choice(LOAD_FORMATS),
     "server.eagle3.num_steps": _integer(1, 64),
     "server.eagle3.topk": _integer(1, 64),
@@ -354,6 +381,9 @@ FIELDS: dict[str, Check] = {
     "daemon.socket_group": _string(what="a group name or numeric gid"),
     "daemon.tcp_listen": _listen(lowest_port=1),
     "daemon.token_file": _string(),
+    "daemon.tls_cert": _string(what="a PEM certificate file path"),
+    "daemon.tls_key": _string(what="a PEM private key file path"),
+    "daemon.tls_client_ca": _string(what="a PEM CA file path"),
     "daemon.metrics_listen": _listen(lowest_port=0),
     "daemon.health_listen": _listen(lowest_port=0),
     "daemon.declarative": _boolean,
@@ -364,11 +394,17 @@ FIELDS: dict[str, Check] = {
     "daemon.gpu_release_timeout_s": _number(0),
     "daemon.nccl_debug": _boolean,
     "daemon.sim_load_seconds": _number(0),
+    "daemon.sim_sglang_version": _string(nonempty=True, what="an SGLang version (X.Y.Z)"),
     "daemon.trace_period_s": _number(0),
     "daemon.trace_steps": _integer(1, 1000),
     "daemon.restart_backoff_s": _backoff,
     "daemon.restart_burst": _integer(0),
     "daemon.restart_window_s": _number(0, lo_open=True),
+    "daemon.watch_interval_s": _number(0),
+    "daemon.watch_timeout_s": _number(0, lo_open=True),
+    "daemon.watch_failures": _integer(1, 100),
+    "daemon.recover_retries": _integer(0, 1000),
+    "daemon.recover_backoff_s": _backoff,
     "daemon.log_level": _choice(LOG_LEVELS),
 }
 TABLES = ("server", "server.eagle3", "daemon")
@@ -463,21 +499,52 @@ def _flatten(data: Mapping[str, Any]) -> dict[str, Any]:
     return flat
 
 
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name may resolve anywhere
+
+
+def tcp_problems(flat: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(key, why) for a TCP door that would be unsafe or cannot work: no way to
+    authenticate, plaintext off loopback, half a TLS setting."""
+    out = []
+    listen, token = flat.get("daemon.tcp_listen") or "", flat.get("daemon.token_file")
+    cert, key, ca = (flat.get(f"daemon.tls_{k}") for k in ("cert", "key", "client_ca"))
+    if listen and not token and not ca:
+        out.append(("daemon.tcp_listen", "daemon.tcp_listen is set but daemon.token_file is "
+                    "empty (expected a token_file, or tls_client_ca for client certificates: "
+                    "TCP control needs a token or a certificate)"))  # fmt: skip
+    if listen and not (cert and key) and not _loopback(listen.rpartition(":")[0] or listen):
+        out.append(("daemon.tcp_listen", f"daemon.tcp_listen = {listen!r} is not a loopback "
+                    "address and TLS is off: plaintext would carry the token in the clear; "
+                    "set daemon.tls_cert and daemon.tls_key (fastverifyd --tls-cert FILE "
+                    "--tls-key FILE), or listen on 127.0.0.1"))  # fmt: skip
+    if bool(cert) != bool(key):
+        have, lack = ("tls_cert", "tls_key") if cert else ("tls_key", "tls_cert")
+        out.append((f"daemon.{have}", f"daemon.{have} is set but daemon.{lack} is empty "
+                    "(expected both: a certificate and its private key)"))  # fmt: skip
+    if ca and not cert:
+        out.append(("daemon.tls_client_ca", "daemon.tls_client_ca is set but daemon.tls_cert "
+                    "is empty (client certificates need the TLS door: set tls_cert and "
+                    "tls_key)"))  # fmt: skip
+    if (cert or key) and not listen:
+        key = "daemon.tls_cert" if cert else "daemon.tls_key"
+        out.append((key, f"{key} is set but daemon.tcp_listen is empty (TLS is for the "
+                    "TCP door; set tcp_listen)"))  # fmt: skip
+    return out
+
+
 def _cross_problems(
     flat: Mapping[str, Any], path: str, lines: Mapping[str, int]
 ) -> list[FieldProblem]:
-    out = []
-    if flat.get("daemon.tcp_listen") and not flat.get("daemon.token_file"):
-        key = "daemon.tcp_listen"
-        out.append(
-            FieldProblem(
-                path,
-                lines.get(key, 0),
-                key,
-                f"{key} is set but daemon.token_file is empty "
-                "(expected a token_file: TCP control needs a token)",
-            )
-        )
+    out = [FieldProblem(path, lines.get(key, 0), key, why) for key, why in tcp_problems(flat)]
     nnodes = flat.get("server.nnodes", 1)
     rank = flat.get("server.node_rank", 0)
     if isinstance(nnodes, int) and isinstance(rank, int) and not isinstance(rank, bool):

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import click
+
+from fastverify.cli.daemon_call import DOOR_OPTIONS
 
 # command name -> "module:attribute" (a click command or group)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -24,7 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Find everything else that changes what NCCL sees.",
     ),
     "status": ("fastverify.cli.status_cmd:status", "Daemon and engine state."),
-    "mode": ("fastverify.cli.daemon_cmds:mode", "Get or set the decoding mode (baseline|eagle3)."),
+    "mode": (
+        "fastverify.cli.daemon_cmds:mode",
+        "Get or set the decoding mode (baseline|eagle3|adaptive).",
+    ),
     "restart": (
         "fastverify.cli.daemon_cmds:restart",
         "Restart the engine with the active profile.",
@@ -66,11 +72,26 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fastverify.cli.tune_cmd:tune",
         "From a new host to a decided, applied profile, mode and backend.",
     ),
+    "sglang": (
+        "fastverify.cli.sglang_cmds:sglang",
+        "SGLang releases: facts per version and the supported range.",
+    ),
     "rehearse": (
         "fastverify.cli.rehearse_cmd:rehearse",
         "Does speculation pay? Verify cycle per profile, no model.",
     ),
+    "spec": (
+        "fastverify.cli.spec_cmd:spec",
+        "Steps per batch size from the measured accept curve; SGLang's adaptive config.",
+    ),
 }
+
+
+def door_options(f: Any) -> Any:
+    """--host, --token-file, --tls-ca, --tls-cert, --tls-key, each with its variable."""
+    for flag, key, env, text in reversed(DOOR_OPTIONS):
+        f = click.option(flag, key, envvar=env, show_envvar=True, default=None, help=text)(f)
+    return f
 
 
 class LazyGroup(click.Group):
@@ -105,11 +126,16 @@ class LazyGroup(click.Group):
     "also takes --socket; default: /run/fastverify/control.sock as root, "
     "else $XDG_RUNTIME_DIR/fastverify/control.sock).",
 )
+@door_options
 @click.version_option(package_name="fastverify")
 @click.pass_context
-def cli(ctx: click.Context, socket_path: str | None) -> None:
-    """fastverify: NCCL tuning profiles for SGLang, switched, verified and observed."""
-    ctx.obj = {"socket": socket_path}
+def cli(ctx: click.Context, socket_path: str | None, **door: str | None) -> None:
+    """fastverify: NCCL tuning profiles for SGLang, switched, verified and observed.
+
+    Every command that talks to fastverifyd also takes --socket, --host, --token-file and
+    --tls-* after its name.
+    """
+    ctx.obj = {"socket": socket_path, **{k: v for k, v in door.items() if v}}
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fastverify import paths
-from fastverify.render import RenderError, default_image
+from fastverify.render import RenderError
 
 # Where things live inside the pod (the image's layout: Dockerfile, DESIGN.md).
 CONFIG_DIR = "/etc/fastverify/k8s"
@@ -69,14 +69,30 @@ POD_PORTS = {
     "dist": DIST_PORT,
     "period": PROBE_PERIOD_S,
 }
-FILES = {
-    "configmaps": "00-configmaps.yaml",
+FILES = {  # `kubectl apply -f DIR` applies in name order: the Namespace first
+    "namespace": "00-namespace.yaml",
+    "configmaps": "05-configmaps.yaml",
+    "pvc": "06-persistentvolumeclaim.yaml",
     "deployment": "10-deployment.yaml",
     "leaderworkerset": "10-leaderworkerset.yaml",
     "service": "20-service.yaml",
     "pdb": "30-poddisruptionbudget.yaml",
     "podmonitor": "40-podmonitor.yaml",
+    "servicemonitor": "40-servicemonitor.yaml",
     "grafana": "50-grafana.yaml",
+}
+RETIRED_FILES = ("00-configmaps.yaml",)  # names earlier releases wrote
+# Client-side `kubectl apply` stores the whole object in the last-applied-configuration
+# annotation; annotations may hold 256 KiB in all (apimachinery TotalAnnotationSizeLimitB).
+CLIENT_APPLY_LIMIT = 256 * 1024
+ACCESS_MODES = ("ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
+MONITORS = ("podmonitor", "servicemonitor", "none")
+# Pruning tools delete objects that left the rendered set; old hash-named ConfigMaps must
+# stay for `kubectl rollout undo` (Argo CD sync option, Flux kustomize-controller).
+KEEP_ANNOTATIONS = {
+    "argocd.argoproj.io/sync-options": "Prune=false",
+    "argocd.argoproj.io/compare-options": "IgnoreExtraneous",
+    "kustomize.toolkit.fluxcd.io/prune": "disabled",
 }
 
 
@@ -90,7 +106,7 @@ class KubeOptions:
     replicas: int = 1
     namespace: str = "fastverify"
     name: str = "fastverify"
-    image: str = field(default_factory=default_image)
+    image: str = ""  # required: a reference the cluster can pull (registry/name:tag)
     config_file: str | None = None  # None: the image's own configuration
     profile_dirs: tuple[str, ...] | None = None  # None: the configuration's profile_dirs
     from_decision: str | None = None
@@ -99,7 +115,10 @@ class KubeOptions:
     cpu: str = "32"
     memory: str = "480Gi"
     shm_size: str = "64Gi"
-    model_pvc: str | None = None  # None: "<name>-models"
+    model_pvc: str | None = None  # an existing claim; None: render "<name>-models"
+    model_size: str = "2Ti"  # the rendered model PVC's request
+    model_storage_class: str | None = None  # None: the cluster's default StorageClass
+    model_access_mode: str | None = None  # None: ReadOnlyMany for > 1 pod, else ReadWriteOnce
     model_host_path: str | None = None  # instead of a PVC
     cache_pvc: str | None = None  # None: an emptyDir per pod
     run_as_user: int | None = 1000  # None: as the image says (root for lmsysorg/sglang)
@@ -107,7 +126,28 @@ class KubeOptions:
     progress_deadline_s: int | None = None  # None: startup window + 20 minutes
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     hf_token_secret: str | None = None  # a Secret with key HF_TOKEN
-    force: bool = False  # profiles refused without --force (LL128 without NVLink)
+    force: bool = False  # LL128 without NVLink, a decision tune did not apply
+    # scheduling and network (fastverify.kube_values): flags, or one YAML values file
+    values_file: str | None = None
+    tolerations: tuple[str, ...] = ()  # KEY[=VALUE]:EFFECT
+    node_selector: tuple[str, ...] = ()  # KEY=VALUE
+    runtime_class: str | None = None
+    priority_class: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()  # KEY=VALUE on the pods
+    annotations: tuple[str, ...] = ()  # KEY=VALUE on the pods
+    exclusive_topology: str | None = None  # LWS: one group per domain of this node label
+    host_network: bool = False
+    rdma: tuple[str, ...] = ()  # RDMA device-plugin resources, NAME[=COUNT]
+    rdma_devices: bool = False  # the host's /dev/infiniband (privileged)
+    allow_tcp: bool = False  # multi-node over TCP sockets only
+    # monitoring
+    monitor: str = "podmonitor"  # podmonitor | servicemonitor | none
+    monitor_labels: tuple[str, ...] | None = None  # None: release=kube-prometheus-stack
+    grafana_namespace: str = "monitoring"  # where the Grafana chart's sidecars look
+    # apply
+    create_namespace: bool = True
+    server_side: bool = False  # objects over client-side apply's limit are fine
 
 
 @dataclass(frozen=True)
@@ -356,8 +396,29 @@ def _check(options: KubeOptions) -> None:
             f"--startup-seconds {options.startup_s}: expected at least 1800 (a model load "
             "may take 30 minutes before verification)"
         )
-    if not options.image or any(ch.isspace() for ch in options.image):
+    if not options.image:
+        raise RenderError(
+            "--image is required: the reference your cluster pulls the fastverify image from "
+            "(e.g. registry.example.com/llm/fastverify:0.1.0, pushed after `docker build`); "
+            "a bare fastverify:TAG resolves to docker.io, where no such image exists"
+        )
+    if any(ch.isspace() for ch in options.image):
         raise RenderError(f"--image {options.image!r}: expected an image reference")
+    if options.monitor not in MONITORS:
+        raise RenderError(f"--monitor {options.monitor!r}: expected one of {', '.join(MONITORS)}")
+    if not NAME_RE.fullmatch(options.grafana_namespace):
+        raise RenderError(f"--grafana-namespace {options.grafana_namespace!r}: a DNS label")
+    if options.model_access_mode is not None and options.model_access_mode not in ACCESS_MODES:
+        raise RenderError(
+            f"--model-access-mode {options.model_access_mode!r}: expected one of "
+            f"{', '.join(ACCESS_MODES)}"
+        )
+    if not QUANTITY_RE.fullmatch(options.model_size):
+        raise RenderError(f"--model-size {options.model_size!r}: expected a quantity like 2Ti")
+    if options.model_storage_class is not None and not NAME_RE.fullmatch(
+        options.model_storage_class
+    ):
+        raise RenderError(f"--model-storage-class {options.model_storage_class!r}: a name")
     if options.model_pvc and options.model_host_path:
         raise RenderError("--model-pvc and --model-host-path: give one of them")
     if options.model_host_path and not options.model_host_path.startswith("/"):
@@ -368,6 +429,111 @@ def _check(options: KubeOptions) -> None:
                         ("--hf-token-secret", options.hf_token_secret)):  # fmt: skip
         if value is not None and not NAME_RE.fullmatch(value):
             raise RenderError(f"{flag} {value!r}: expected the name of an object (a DNS label)")
+
+
+def _fleet(options: KubeOptions) -> Any:
+    """Scheduling, network and monitoring settings from the values file and the flags."""
+    from fastverify import kube_values as kv
+
+    flags: dict[str, Any] = {
+        "tolerations": [kv.parse_toleration_flag(t) for t in options.tolerations],
+        "node_selector": kv.parse_pairs("--node-selector", options.node_selector),
+        "runtime_class": options.runtime_class,
+        "priority_class": options.priority_class,
+        "image_pull_secrets": list(options.image_pull_secrets),
+        "labels": kv.parse_pairs("--label", options.labels),
+        "annotations": kv.parse_pairs("--annotation", options.annotations),
+        "exclusive_topology": options.exclusive_topology,
+        "host_network": options.host_network,
+        "rdma_resources": kv.parse_rdma_flag(options.rdma),
+        "rdma_devices": options.rdma_devices,
+        "monitor_labels": (
+            None if options.monitor_labels is None
+            else kv.parse_pairs("--monitor-label", options.monitor_labels)
+        ),
+    }  # fmt: skip
+    values = kv.load_values(options.values_file)
+    fleet = kv.build_fleet(values, options.values_file or "values", flags)
+    reserved = [k for k in fleet.pod_labels if k.startswith(("app.kubernetes.io/", "fastverify/"))]
+    if reserved:
+        raise RenderError(
+            f"pod label {reserved[0]}: the app.kubernetes.io/ and fastverify/ labels are the "
+            "render's own (selectors, roles); choose another key"
+        )
+    if fleet.exclusive_topology and options.nodes == 1:
+        raise RenderError(
+            "--exclusive-topology is LeaderWorkerSet's (--nodes > 1): one group per domain"
+        )
+    return fleet
+
+
+def _network_checks(options: KubeOptions, fleet: Any, profile: Any) -> list[str]:
+    """A multi-node server's NCCL needs a fast network between the pods: RDMA (a device
+    plugin's resource or the host's devices) and a profile that does not turn it off.
+    TCP sockets only is refused unless --allow-tcp. Notes for what NCCL may guess wrong."""
+    if options.nodes == 1:
+        return []
+    env = profile.env
+    notes = []
+    tcp_by_profile = env.get("NCCL_IB_DISABLE") == "1" or env.get("NCCL_NET", "").lower() == (
+        "socket"
+    )
+    if not fleet.rdma or tcp_by_profile:
+        why = (
+            f"profile {profile.name} turns NCCL's IB/RoCE transport off "
+            f"(NCCL_IB_DISABLE={env.get('NCCL_IB_DISABLE', '-')}, "
+            f"NCCL_NET={env.get('NCCL_NET', '-')})"
+            if tcp_by_profile
+            else "no RDMA resource (--rdma rdma/ib=1, a device plugin's) or device "
+            "(--rdma-devices) is requested"
+        )
+        if not options.allow_tcp:
+            raise RenderError(
+                f"--nodes {options.nodes}: {why}, so NCCL's all-reduces between the nodes go "
+                "over TCP sockets, an order of magnitude slower than RDMA. Request RDMA "
+                "(--rdma NAME[=COUNT] or --rdma-devices; docs/kubernetes.md), or accept TCP "
+                "with --allow-tcp"
+            )
+        notes.append(f"--allow-tcp: {why}; NCCL runs over TCP sockets between the nodes")
+        return notes
+    if "NCCL_IB_HCA" not in env:
+        notes.append(
+            f"profile {profile.name} sets no NCCL_IB_HCA: NCCL uses every RDMA device it finds "
+            "in the pod (RoCE also needs NCCL_IB_GID_INDEX); name the HCAs in a profile that "
+            "extends this one"
+        )
+    if fleet.host_network and "NCCL_SOCKET_IFNAME" not in env:
+        notes.append(
+            f"hostNetwork: profile {profile.name} sets no NCCL_SOCKET_IFNAME: NCCL's bootstrap "
+            "picks the host's first interface (not lo/docker); name the one the nodes share"
+        )
+    return notes
+
+
+def _placement_notes(
+    options: KubeOptions, fleet: Any, profile: Any, decision: dict[str, Any] | None
+) -> list[str]:
+    """A decision tune measured on one host, or a profile that holds only on some hardware
+    (the PCIe-IPC all-reduce: PCIe-only hosts), is pinned by a nodeSelector or node
+    affinity; unpinned, the render says so."""
+    if fleet.pinned():
+        return []
+    if decision is not None:
+        why = (
+            f"tune decided {profile.name} ({decision.get('backend') or 'nccl'} all-reduce) on "
+            "one host's topology"
+        )
+    elif profile.env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE") == "1" or "PCIe-only" in (
+        profile.description or ""
+    ):
+        why = f"{profile.name} is for one topology ({profile.description})"
+    else:
+        return []
+    return [
+        f"UNPINNED: {why}, but the pods may land on any node with {options.gpu_resource}; pin "
+        "them to that hardware with --node-selector KEY=VALUE (e.g. GPU feature discovery's "
+        "nvidia.com/gpu.product=NVIDIA-H200) or a values file's affinity"
+    ]
 
 
 def _allreduce_mismatch(loaded: Any, nodes: int, gpus: int) -> str | None:
@@ -433,11 +599,22 @@ def render(options: KubeOptions) -> Bundle:
                     f"{recorded} (drop {flag}, or render without --from-decision)"
                 )
         profile, mode = d_profile, d_mode
-        if decision.get("applied") is False:
+        if decision.get("applied") is not True:
+            why = decision.get("why") or "no reason recorded"
+            if not options.force:
+                raise RenderError(
+                    f"{options.from_decision}: tune did not apply {d_profile}/{d_mode} on its "
+                    f'host ("applied": {json.dumps(decision.get("applied"))}; why: {why}): a '
+                    "profile never served verified there is not a fleet's decision. Run tune "
+                    "again until it applies one, or render it anyway with --force"
+                )
             notes.append(
                 f"{options.from_decision}: tune did not apply {d_profile}/{d_mode} on its host"
-                f" ({decision.get('why') or 'no reason recorded'}); rendering it as decided"
+                f" ({why}); rendering it as decided because of --force"
             )
+    decision_sha256 = None
+    if options.from_decision:  # which record, exactly: its content, not only its name
+        decision_sha256 = hashlib.sha256(Path(options.from_decision).read_bytes()).hexdigest()
     profile = profile or cfg.daemon.default_profile
     mode = mode or cfg.server.mode
     if mode not in MODES:
@@ -460,6 +637,9 @@ def render(options: KubeOptions) -> Bundle:
         if not options.force:
             raise RenderError(backend_note + " (or pass --force to render it anyway)")
         notes.append(backend_note)
+    fleet = _fleet(options)
+    notes += _network_checks(options, fleet, loaded)
+    notes += _placement_notes(options, fleet, loaded, decision)
     pod_cfg = pod_config(cfg, loaded.name, mode, options.nodes, gpus)
     generation = (
         cfg.server.sglang_flags if cfg.server.sglang_flags != "auto"
@@ -543,6 +723,16 @@ def render(options: KubeOptions) -> Bundle:
         "config_checksum": config_checksum,
         "decision": decision,
         "decision_file": os.path.basename(options.from_decision) if options.from_decision else None,
+        "decision_sha256": decision_sha256,
+        "fleet": fleet,
+        "pods": options.replicas * options.nodes,
+        "model_access_mode": options.model_access_mode
+        or ("ReadOnlyMany" if options.replicas * options.nodes > 1 else "ReadWriteOnce"),
+        "render_pvc": options.model_pvc is None and options.model_host_path is None,
+        "keep_annotations": KEEP_ANNOTATIONS,
+        # LWS's controller creates a headless Service named after the LeaderWorkerSet (the
+        # pods' subdomain, LWS_LEADER_ADDRESS): the client Service must be named apart
+        "service_name": f"{options.name}-leader" if workload == "LeaderWorkerSet" else options.name,
         "startup_failures": startup_failures,
         "startup_window": startup_window,
         "progress_deadline": options.progress_deadline_s or startup_window + 1200,
@@ -562,13 +752,25 @@ def render(options: KubeOptions) -> Bundle:
         "annotation": ANNOTATION,
     }
     env = _environment()
+    skip = {
+        "deployment": workload != "Deployment",
+        "leaderworkerset": workload != "LeaderWorkerSet",
+        "namespace": not options.create_namespace,
+        "pvc": not context["render_pvc"],
+        "podmonitor": options.monitor != "podmonitor",
+        "servicemonitor": options.monitor != "servicemonitor",
+    }
     files = {}
     for key, out in FILES.items():
-        if key == "deployment" and workload != "Deployment":
-            continue
-        if key == "leaderworkerset" and workload != "LeaderWorkerSet":
-            continue
-        files[out] = env.get_template(f"{key}.yaml.j2").render(**context)
+        if not skip.get(key):
+            files[out] = env.get_template(f"{key}.yaml.j2").render(**context)
+    notes += _size_guard(files, server_side=options.server_side)
+    if workload == "LeaderWorkerSet":
+        notes.append(
+            f"the client Service is {context['service_name']}: the name {options.name} is the "
+            "headless Service LWS's controller creates (delete a Service of that name left by "
+            "an earlier single-node render before applying)"
+        )
     return Bundle(
         files=files,
         profile=loaded.name,
@@ -581,6 +783,32 @@ def render(options: KubeOptions) -> Bundle:
         config_text=config_text,
         notes=notes,
     )
+
+
+def _size_guard(files: Mapping[str, str], *, server_side: bool) -> list[str]:
+    """Client-side `kubectl apply` fails on an object whose JSON exceeds what the
+    last-applied-configuration annotation may hold: refuse it, naming the object, unless the
+    operator applies server-side (`--server-side`, no such annotation)."""
+    import yaml
+
+    notes = []
+    for fname, text in files.items():
+        for obj in yaml.safe_load_all(text):
+            if not obj:
+                continue
+            size = len(json.dumps(obj, separators=(",", ":")).encode())
+            if size < CLIENT_APPLY_LIMIT:
+                continue
+            what = f"{obj['kind']} {obj['metadata']['name']} ({fname}, {size} bytes)"
+            if not server_side:
+                raise RenderError(
+                    f"{what} exceeds the {CLIENT_APPLY_LIMIT} bytes client-side `kubectl "
+                    "apply` can record in its last-applied-configuration annotation: apply "
+                    "with `kubectl apply --server-side -f DIR` and render with --server-side, "
+                    "or remove unused profiles (tuner tables) from the profile directories"
+                )
+            notes.append(f"{what}: apply it with `kubectl apply --server-side`")
+    return notes
 
 
 def _reparse(text: str, nodes: int) -> None:
@@ -670,7 +898,7 @@ def write_bundle(output_dir: Path, bundle: Bundle) -> list[Path]:
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
         written.append(path)
-    for stale in ("10-deployment.yaml", "10-leaderworkerset.yaml"):  # the other workload
+    for stale in (*FILES.values(), *RETIRED_FILES):  # e.g. the other workload's file
         if stale not in bundle.files and (output_dir / stale).exists():
             (output_dir / stale).unlink()
     return written

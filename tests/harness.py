@@ -10,7 +10,7 @@
             assert st["profile"] == "ring-ll"
 
 Constructor: `DaemonHarness(tmp_path, *, engine="sim", sim_load_seconds=0.3, metrics=True,
-env=None, extra_args=(), config=None, tp_size=2, start=True)`.
+env=None, extra_args=(), config=None, tp_size=2, start=True, sigint_ignored=False)`.
 
 - `env`: extra variables for the daemon's own environment (e.g. NCCL_ALGO=Ring to prove
   the engine does not inherit them, NOTIFY_SOCKET, WATCHDOG_USEC). The daemon otherwise gets
@@ -21,6 +21,8 @@ env=None, extra_args=(), config=None, tp_size=2, start=True)`.
   profiles; the shipped ones stay available).
 - `extra_args`: more fastverifyd flags.
 - `start=False` (or use without `with`): call `.start(wait_ready=True)` yourself.
+- `sigint_ignored`: start the daemon with SIGINT ignored, as a background job starts
+  (default: SIGINT's default disposition, whatever the suite itself inherited).
 
 Attributes / methods:
   `.client` ControlClient on the socket; `.socket` (short path under /tmp, AF_UNIX limit);
@@ -118,6 +120,15 @@ def ctrl_c_reaches_it() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def sigint_in(pid: int, field: str) -> bool:
+    """Whether /proc/PID/status's `field` mask (SigIgn, SigCgt) holds SIGINT: the kernel's view
+    of what a process does with Ctrl-C."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
 def _scrubbed_env() -> dict[str, str]:
     drop = ("NCCL_", "FASTVERIFY_", "WATCHDOG_")
     return {
@@ -140,6 +151,7 @@ class DaemonHarness:
         config: dict[str, Any] | None = None,
         tp_size: int = 2,
         start: bool = True,
+        sigint_ignored: bool = False,
     ):
         self.tmp = Path(tmp_path)
         self.engine = engine
@@ -148,6 +160,8 @@ class DaemonHarness:
         self.env_extra = dict(env or {})
         self.extra_args = list(extra_args)
         self._autostart = start
+        # the daemon's SIGINT is set, never inherited from however the suite was started
+        self._sigint = signal.SIG_IGN if sigint_ignored else signal.SIG_DFL
         self.short = Path(tempfile.mkdtemp(prefix="fv-", dir="/tmp"))
         self.socket = self.short / "control.sock"
         self.state_dir = self.tmp / "state"
@@ -210,6 +224,7 @@ class DaemonHarness:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             cwd=str(self.tmp),
+            preexec_fn=lambda: signal.signal(signal.SIGINT, self._sigint),
         )
         self.wait_for(self._answers, timeout, "the control socket to answer")
         if self.proc.poll() is not None:

@@ -22,34 +22,82 @@ SOCKET_HELP = (
 )
 
 
-def _set_socket(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    if value is not None:  # the sub-command's --socket wins over the group's and the variable
-        root = ctx.find_root()  # where client_for and every other command reads it
-        if not isinstance(root.obj, dict):
-            root.obj = {}
-        root.obj["socket"] = value
-        if ctx.obj is None:
-            ctx.obj = root.obj
+# How to reach a daemon over TCP (`docker -H tcp://... --tlsverify` alike): option, key in
+# the root's ctx.obj, environment variable, help. `fastverifyctl` takes them before the
+# command (reading the variables), every command that talks to the daemon after it.
+DOOR_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+    ("--host", "host", "FASTVERIFY_HOST",
+     "Daemon's TCP door, tcp://HOST:PORT (instead of the Unix socket)."),
+    ("--token-file", "token_file", "FASTVERIFY_TOKEN_FILE",
+     "File holding the bearer token for --host (chmod 600; TOKEN or NAME:TOKEN)."),
+    ("--tls-ca", "tls_ca", "FASTVERIFY_TLS_CA",
+     "CA that signed the daemon's certificate: TLS to --host (else the system's CAs)."),
+    ("--tls-cert", "tls_cert", "FASTVERIFY_TLS_CERT",
+     "Client certificate for a daemon that requires one (mutual TLS), with --tls-key."),
+    ("--tls-key", "tls_key", "FASTVERIFY_TLS_KEY", "The --tls-cert's private key (chmod 600)."),
+)  # fmt: skip
+
+
+def _setter(key: str) -> Any:
+    def store(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+        if value is not None:  # the command's option wins over the group's and the variable
+            root = ctx.find_root()  # where client_for and every other command reads it
+            if not isinstance(root.obj, dict):
+                root.obj = {}
+            root.obj[key] = value
+            if ctx.obj is None:
+                ctx.obj = root.obj
+
+    return store
 
 
 def socket_option(f: Any) -> Any:
-    """`--socket PATH` on a command that talks to the daemon, as well as on `fastverifyctl`
-    itself (`fastverifyctl status --socket X` and `fastverifyctl --socket X status` agree)."""
-    return click.option(
-        "--socket",
-        type=click.Path(dir_okay=False),
-        default=None,
-        expose_value=False,
-        callback=_set_socket,
-        help=SOCKET_HELP,
-    )(f)
+    """`--socket PATH` and the TCP door's options (DOOR_OPTIONS) on a command that talks to
+    the daemon, as well as on `fastverifyctl` itself (`fastverifyctl status --socket X` and
+    `fastverifyctl --socket X status` agree)."""
+    f = click.option("--socket", type=click.Path(dir_okay=False), default=None,
+                     expose_value=False, callback=_setter("socket"),
+                     help=SOCKET_HELP)(f)  # fmt: skip
+    for flag, key, _env, text in reversed(DOOR_OPTIONS):
+        f = click.option(flag, default=None, expose_value=False, callback=_setter(key),
+                         help=text)(f)  # fmt: skip
+    return f
 
 
 def client_for(ctx: click.Context, timeout: float | None = 30.0) -> Any:
+    """The daemon's client: its Unix socket, or its TCP door (--host) with the token and TLS
+    files given; a bad option or credential file exits 2 saying which and why."""
     from fastverify.client import ControlClient
 
     obj = ctx.find_root().obj or {}
-    return ControlClient(obj.get("socket"), timeout=timeout)
+    host = obj.get("host")
+    door = {key: obj.get(key) for _f, key, _e, _t in DOOR_OPTIONS[1:] if obj.get(key)}
+    if not host:
+        if door:
+            flags = ", ".join(f"--{k.replace('_', '-')}" for k in door)
+            _usage(f"{flags} need --host tcp://HOST:PORT (FASTVERIFY_HOST)")
+        return ControlClient(obj.get("socket"), timeout=timeout)
+    from fastverify import credentials
+
+    scheme, _, hostport = host.partition("://")
+    _h, _, port = hostport.rpartition(":")
+    if scheme != "tcp" or not _h or not port.isdigit():
+        _usage(f"--host {host!r}: expected tcp://HOST:PORT")
+    try:
+        token = credentials.read_client_token(door["token_file"]) if "token_file" in door else None
+        tls = None
+        if door.keys() & {"tls_ca", "tls_cert", "tls_key"}:
+            tls = credentials.client_context(
+                door.get("tls_ca", ""), door.get("tls_cert", ""), door.get("tls_key", "")
+            )
+    except credentials.CredentialError as exc:
+        _usage(str(exc))
+    return ControlClient(tcp=hostport, token=token, tls=tls, timeout=timeout)
+
+
+def _usage(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(EXIT_USAGE)
 
 
 def unavailable_exit(exc: Exception, as_json: bool) -> int:
@@ -101,7 +149,9 @@ def api_error_exit(exc: Any, as_json: bool) -> int:
 
 
 def describe_op(op: dict[str, Any]) -> str:
-    """`switch ring-ll/baseline (id 3f2a, running 12.3 s)`."""
+    """`switch ring-ll/baseline by uid 1000 (alice) pid 42 fastverifyctl (id 3f2a, running
+    12.3 s)`."""
     elapsed = op.get("elapsed_s")
     running = f", running {elapsed:.1f} s" if isinstance(elapsed, int | float) else ""
-    return f"{op.get('kind')} {op.get('profile')}/{op.get('mode')} (id {op.get('id')}{running})"
+    by = f" by {op['by']}" if op.get("by") else ""
+    return f"{op.get('kind')} {op.get('profile')}/{op.get('mode')}{by} (id {op.get('id')}{running})"

@@ -28,6 +28,7 @@ from fastverify.cli.profile_switch import (
     unavailable_exit,
 )
 from fastverify.cli.status_cmd import _clock
+from fastverify.config import MODES
 
 
 def _get(ctx: click.Context, path: str, as_json: bool, timeout: float | None = 30.0) -> Any:
@@ -38,7 +39,7 @@ def _get(ctx: click.Context, path: str, as_json: bool, timeout: float | None = 3
 @socket_option
 @click.pass_context
 def mode(ctx: click.Context) -> None:
-    """Get or set the decoding mode (baseline|eagle3)."""
+    """Get or set the decoding mode (baseline|eagle3|adaptive)."""
     if ctx.invoked_subcommand is None:
         ctx.invoke(mode_get)
 
@@ -60,7 +61,7 @@ _TIMEOUT_HELP = "Readiness timeout for this start in seconds (then roll back)."
 
 
 @mode.command("set")
-@click.argument("value", type=click.Choice(["baseline", "eagle3"]))
+@click.argument("value", type=click.Choice(list(MODES)))
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
               help=_TIMEOUT_HELP)  # fmt: skip
 @click.option("--no-wait", is_flag=True, help="Return once the daemon accepted the change.")
@@ -199,7 +200,9 @@ def logs(ctx: click.Context, follow: bool, lines: int, as_json: bool) -> None:
 @socket_option
 @click.pass_context
 def history(ctx: click.Context, limit: int, as_json: bool) -> None:
-    """Switch journal: every start, switch, rollback and crash restart."""
+    """Switch journal: every start, switch, rollback and crash restart, and who asked
+    ("by": uid, pid and command on the Unix socket; certificate subject or token name on
+    TCP; fastverifyd for its own start-up and crash restarts)."""
     from fastverify.cli.output import table
 
     records = _get(ctx, f"/v1/history?n={limit}", as_json)
@@ -215,11 +218,13 @@ def history(ctx: click.Context, limit: int, as_json: bool) -> None:
             r.get("result"),
             r.get("reason") or "",
             f"{r.get('duration_s', 0):.2f}s",
+            r.get("by") or "",
             r.get("log") or "",
         )
         for r in records
     ]
-    table(["started", "kind", "profile/mode", "weights", "result", "reason", "took", "log"], rows)
+    table(["started", "kind", "profile/mode", "weights", "result", "reason", "took", "by", "log"],
+          rows)  # fmt: skip
 
 
 @click.group("server")
@@ -229,7 +234,7 @@ def server() -> None:
 
 @server.command("check")
 @click.option("--profile", default=None, help="Profile (default: the active one).")
-@click.option("--mode", type=click.Choice(["baseline", "eagle3"]), default=None)
+@click.option("--mode", type=click.Choice(list(MODES)), default=None)
 @click.option("--json", "as_json", is_flag=True)
 @socket_option
 @click.pass_context

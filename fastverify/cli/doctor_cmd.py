@@ -105,8 +105,10 @@ def doctor(
     ctx.obj = {**(ctx.obj or {}), "profile_dirs": [], "shipped_dir": None}
     report = doc.run(inputs, make_store(ctx))
     findings = sorted(report.findings, key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))
+    sglang_rows = [sglang_in_range(py) for py in interpreters or [sys.executable]]
+    worst = _worse(report.worst, *(r["severity"] for r in sglang_rows))
     if as_json:
-        emit_json(report.to_dict())
+        emit_json({**report.to_dict(), "sglang": sglang_rows, "worst": worst})
     else:
         if findings:
             table(
@@ -130,5 +132,38 @@ def doctor(
             tp = report.allreduce["tp_size"]
             click.echo(f"TP all-reduce backend at TP {tp} (this environment, SGLang 0.5.23):")
             click.echo(f"  {report.allreduce['description']}")
-        click.echo(f"status: {report.worst}")
-    sys.exit(EXIT_PROBLEMS if report.worst in ("error", "warning") else EXIT_OK)
+        for row in sglang_rows:
+            click.echo(f"SGLang ({row['python']}): {row['message']}")
+        click.echo(f"status: {worst}")
+    sys.exit(EXIT_PROBLEMS if worst in ("error", "warning") else EXIT_OK)
+
+
+_RANK = {"ok": 0, "info": 1, "warning": 2, "error": 3}
+
+
+def _worse(*levels: str) -> str:
+    return max(levels, key=lambda lv: _RANK.get(lv, 0))
+
+
+def sglang_in_range(python: str) -> dict[str, object]:
+    """The SGLang installed for `python` (package metadata only) against the supported range:
+    {python, version, facts_version, supported, severity, message}."""
+    from fastverify.engines.sglang import installed_version
+    from fastverify.sglang import facts as f
+
+    version = installed_version(python)
+    row: dict[str, object] = {"python": python, "version": version, "facts_version": None,
+                              "supported": False}  # fmt: skip
+    span = f"{f.oldest()} .. {f.newest()}"
+    if version is None:
+        msg = f"not installed (the sim plays SGLang; supported range {span})"
+        return {**row, "severity": "info", "message": msg}
+    try:
+        facts = f.resolve(version)
+    except f.VersionTooOld as exc:
+        return {**row, "severity": "error", "message": f"{exc}; fastverifyd refuses to start"}
+    row.update(facts_version=facts.facts_version, supported=facts.supported)
+    if facts.warning:
+        return {**row, "severity": "warning", "message": f"{version}: {facts.warning}"}
+    msg = f"{version}, in the supported range ({span}; facts {facts.facts_version})"
+    return {**row, "severity": "ok", "message": msg}

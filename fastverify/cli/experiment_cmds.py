@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from fastverify.cli.daemon_call import socket_option
+from fastverify.cli.daemon_call import client_for, socket_option
 from fastverify.cli.options import env_pairs, measurement_options
 from fastverify.cli.output import (
     EXIT_BUSY,
@@ -139,6 +139,7 @@ def _bench_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         ("accept length", _fmt(result["accept_length"], 2)
          + (" (dummy weights: not a real accept length)"
             if result.get("weights") == "dummy" and result["accept_length"] else "")),
+        *_acceptance_rows(result),
         ("window s", _fmt(result["duration_s"], 1)),
         ("weights", {"dummy": "dummy (trial)", "real": "real"}.get(result.get("weights") or "",
                                                                    "not reported")),
@@ -146,13 +147,30 @@ def _bench_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
     ]  # fmt: skip
 
 
+def _acceptance_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """The summed accepted-drafts histogram and the accept curve it gives (EAGLE servers)."""
+    hist = result.get("accept_histogram")
+    if not hist:
+        return []
+    total = sum(hist) or 1
+    rows = [("accepted drafts 0..K", " ".join(f"{j}:{100 * n / total:.0f}%"
+                                             for j, n in enumerate(hist))
+             + f" ({total} verify passes)")]  # fmt: skip
+    curve = result.get("accept_curve")
+    if curve:
+        dummy = " (dummy weights: not real)" if result.get("weights") == "dummy" else ""
+        rows.append(("accept length at k steps",
+                     "  ".join(f"{k}:{v:.2f}" for k, v in curve.items()) + dummy))  # fmt: skip
+    return rows
+
+
 def _server_url(ctx: click.Context, url: str | None) -> str:
     if url:
         return url
-    from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+    from fastverify.client import ApiError, DaemonUnavailable
 
     try:
-        status = ControlClient(ctx.obj.get("socket") if ctx.obj else None).get("/v1/status")
+        status = client_for(ctx).get("/v1/status")
     except DaemonUnavailable as exc:
         fail(f"{exc}\n(or pass --url http://HOST:PORT of the server)", EXIT_UNAVAILABLE)
     except ApiError as exc:
@@ -298,15 +316,35 @@ def bench(
         fail(f"bench: {data['incomplete']}", EXIT_PROBLEMS)
     if active is not None:
         _record_baseline(ctx, active, data, concurrency)
+    if not url and data.get("accept_histogram"):
+        _record_acceptance(ctx, data)
+
+
+def _record_acceptance(ctx: click.Context, data: dict[str, Any]) -> None:
+    """Through the daemon, an EAGLE-3 server's summed histogram is kept with the profile, mode
+    and steps it serves (`fastverifyctl spec plan` reads it); a refusal is a note, the
+    measurement stands."""
+    from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+
+    body = {"histogram": data["accept_histogram"]}
+    try:
+        rec = ControlClient(ctx.obj.get("socket") if ctx.obj else None).post("/v1/acceptance", body)
+    except (DaemonUnavailable, ApiError) as exc:
+        err = getattr(exc, "body", {}).get("error") if isinstance(exc, ApiError) else None
+        click.echo(f"bench: acceptance not recorded: {err or exc}", err=True)
+        return
+    usable = "" if rec.get("usable") else f" (not usable: {rec.get('why_not_usable')})"
+    click.echo(f"bench: acceptance recorded for {rec['profile']}/{rec['mode']} at "
+               f"{rec['steps']} steps, {rec['weights']} weights{usable}", err=True)  # fmt: skip
 
 
 def _baseline_target(ctx: click.Context) -> str:
     """The profile a --record-baseline run measures: the daemon's, in baseline mode with real
     weights (checked before the load, so nothing is measured for nothing)."""
-    from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+    from fastverify.client import ApiError, DaemonUnavailable
 
     try:
-        status = ControlClient(ctx.obj.get("socket") if ctx.obj else None).get("/v1/status")
+        status = client_for(ctx).get("/v1/status")
     except DaemonUnavailable as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
     except ApiError as exc:
@@ -322,13 +360,13 @@ def _baseline_target(ctx: click.Context) -> str:
 def _record_baseline(
     ctx: click.Context, profile: str, data: dict[str, Any], concurrency: int
 ) -> None:
-    from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+    from fastverify.client import ApiError, DaemonUnavailable
 
     body = {"profile": profile, "concurrency": concurrency,
             "tokens_per_second": data["output_tokens_per_second"],
             "per_request_tokens_per_second": data["per_request_tokens_per_second"]}  # fmt: skip
     try:
-        ControlClient(ctx.obj.get("socket") if ctx.obj else None).post("/v1/baselines", body)
+        client_for(ctx).post("/v1/baselines", body)
     except DaemonUnavailable as exc:
         fail(f"bench: the baseline was not recorded: {exc}", EXIT_UNAVAILABLE)
     except ApiError as exc:
@@ -352,9 +390,9 @@ def trial_left_note(status: dict[str, Any]) -> str:
 def _ensure_trial_engine(ctx: click.Context) -> dict[str, Any]:
     """bench --load-format dummy through the daemon: restart the active profile/mode with
     dummy weights unless the daemon already serves a trial; returns the daemon's status."""
-    from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+    from fastverify.client import ApiError, DaemonUnavailable
 
-    client = ControlClient(ctx.obj.get("socket") if ctx.obj else None, timeout=1800)
+    client = client_for(ctx, timeout=1800)
     try:
         status = client.get("/v1/status")
         if status.get("trial"):
@@ -401,6 +439,10 @@ def _print_preflight(report: dict[str, Any]) -> None:
                   title=title)  # fmt: skip
         if prof.get("error") or prof.get("note"):
             click.echo(f"  {prof.get('error') or prof.get('note')}")
+        not_run = prof.get("sizes_not_run")
+        if not_run:
+            sizes = not_run["tokens"] or not_run["sizes_bytes"]
+            click.echo(f"  not run: {', '.join(map(str, sizes))} ({not_run['reason']})")
     summary = [
         (p["profile"], p["status"], _fmt(p["wall_s"]), _fmt(p.get("init_s"), 2),
          ", ".join(f"{k}={v}" for k, v in p["nccl"]["confirmed"].items()) or "-")
@@ -424,6 +466,8 @@ def _print_preflight(report: dict[str, Any]) -> None:
         summary,
         title=f"preflight: {report['world_size']} rank(s), {report['total_wall_s']:.1f} s total",
     )
+    if report.get("label"):
+        click.echo(f"label: {report['label']}")
     if report.get("note"):
         click.echo(f"note: {report['note']}")
 
@@ -435,6 +479,13 @@ def _print_preflight(report: dict[str, Any]) -> None:
     type=click.IntRange(1),
     default=None,
     help="Ranks (one per GPU). Default: every visible GPU.",
+)
+@click.option(
+    "--share-gpu",
+    is_flag=True,
+    help="Allow more ranks than GPUs (rank r on GPU r mod GPUs): FlashInfer PCIe-IPC "
+    "candidates run, NCCL ones are skipped (NCCL refuses two ranks on one GPU); the timings "
+    "are same-GPU ranks, not a PCIe measurement.",
 )
 @click.option(
     "--hidden-size",
@@ -546,6 +597,7 @@ def _print_preflight(report: dict[str, Any]) -> None:
 def preflight(
     profiles: tuple[str, ...],
     nproc: int | None,
+    share_gpu: bool,
     hidden_size: int,
     tokens: str,
     sizes: str | None,
@@ -583,7 +635,7 @@ def preflight(
         nproc=nproc, hidden_size=hidden_size, tokens=_int_list(tokens, "--tokens"),
         sizes_bytes=_int_list(sizes, "--sizes") if sizes else (), iters=iters, warmup=warmup,
         graph_ops=graph_ops, backend=backend, call=call, timeout_s=timeout_s, python=python,
-        extra_env={**daemon_env, **env_pairs(extra_env)}, logs_dir=logs_dir,
+        extra_env={**daemon_env, **env_pairs(extra_env)}, logs_dir=logs_dir, share_gpu=share_gpu,
     )  # fmt: skip
     try:
         loaded = pf.load_profiles(profiles)
@@ -872,7 +924,7 @@ def sweep(
     With --load-format dummy it is a timing trial (random weights, minutes less per load,
     every result labelled weights=dummy); --then-confirm N reloads the best N with real
     weights and measures them."""
-    from fastverify.client import ControlClient, DaemonUnavailable
+    from fastverify.client import DaemonUnavailable
     from fastverify.experiments.bench.load import BenchConfig
     from fastverify.experiments.sweep.run import Sweep, SweepBusy, SweepConfig, SweepError
 
@@ -888,7 +940,7 @@ def sweep(
         accept_length=accept_length, then_confirm=then_confirm, traces=not no_traces,
         trace_steps=trace_steps,
     )  # fmt: skip
-    client = ControlClient(ctx.obj.get("socket") if ctx.obj else None, timeout=switch_timeout)
+    client = client_for(ctx, timeout=switch_timeout)
     planned = (len(profiles) + then_eagle3 + then_confirm) * repeats
     # One count: the sweep's `[done/total]` measurements, on the bar (terminal) and at the
     # start of every line; the total shrinks when a profile fails, so it reaches its end.

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from fastverify.cli.daemon_call import socket_option
+from fastverify.cli.daemon_call import client_for, socket_option
 from fastverify.cli.output import emit_json, table
 from fastverify.cli.profile_group import make_store, profile, socket_of
 
@@ -63,7 +63,15 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
 
 def _daemon_status(ctx: click.Context) -> dict[str, Any] | None:
     """/v1/status when a daemon answers; the client is imported only when the socket
-    exists, so offline listing stays fast."""
+    exists (or a TCP door is given: --host), so offline listing stays fast."""
+    if (ctx.find_root().obj or {}).get("host"):
+        from fastverify.client import ApiError, DaemonUnavailable
+
+        try:
+            status = client_for(ctx, timeout=2.0).get("/v1/status")
+        except (DaemonUnavailable, ApiError, OSError, ValueError):
+            return None
+        return status if isinstance(status, dict) else None
     sock = socket_of(ctx)
     if sock is None:
         from fastverify import paths

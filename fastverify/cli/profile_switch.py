@@ -42,6 +42,7 @@ from fastverify.cli.output import (
 )
 from fastverify.cli.output import EXIT_PROBLEMS as EXIT_FAILED
 from fastverify.cli.output import EXIT_USAGE as EXIT_INVALID
+from fastverify.config import MODES
 
 ANSWER_TIMEOUT_S = 300.0  # validation (SGLang's argv parser) before the event stream starts
 
@@ -367,7 +368,7 @@ def _path_refusal(name: str) -> str | None:
 
 @click.command("set")
 @click.argument("name")
-@click.option("--mode", type=click.Choice(["baseline", "eagle3"]), default=None,
+@click.option("--mode", type=click.Choice(list(MODES)), default=None,
               help="Decoding mode (default: keep the current one).")  # fmt: skip
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Readiness timeout for this switch in seconds (then roll back).")  # fmt: skip

@@ -109,10 +109,72 @@ def _print(report: dict[str, Any]) -> None:
         )
     if report.get("drafter_note"):
         click.echo(f"note: {report['drafter_note']}")
+    if report.get("label"):
+        click.echo(f"label: {report['label']}: {report['note']}")
     click.echo(
         f"wall: {report['wall_s']:.1f} s in all "
         f"(slowest profile {report['wall_s_per_profile'] or 0:.1f} s)"
     )
+
+
+def _ints(ctx: click.Context, param: click.Parameter, text: str | None) -> tuple[int, ...]:
+    """A comma-separated list of positive integers (None when the option is not given)."""
+    if text is None:
+        return ()
+    try:
+        values = tuple(int(v) for v in text.replace(" ", "").split(",") if v)
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise click.BadParameter(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _print_grid(report: dict[str, Any]) -> None:
+    toks = report["tokens_per_seq"]
+    ar = report["allreduce"]
+    rows = []
+    for b in report["batch_sizes"]:
+        fwd, ratio = report["forward_ms"][str(b)], report["verify_decode_ratio"][str(b)]
+        arm = ar["per_forward_ms"][str(b)]
+        rows.append((b, "compute ms", *[_fmt(fwd[str(t)]) for t in toks]))
+        rows.append(("", "ratio to t=1", *[_fmt(ratio[str(t)]) for t in toks]))
+        rows.append(("", "all-reduce ms", *[_fmt(arm[str(t)]) for t in toks]))
+    table(
+        ("batch", "per forward", *[f"t={t}" for t in toks]),
+        rows,
+        title=f"rehearse grid: {report['model']}, shard of TP {report['shard_of_tp']} on "
+        f"{report['ranks_run']} rank(s), {report['gpu']}",
+    )
+    click.echo(f"compute: {report['sources']['forward_ms']}")
+    click.echo(f"all-reduce ({ar['count_per_forward']} per forward): {ar['source']}")
+
+
+def _grid(cfg: Any, output: str | None, as_json: bool) -> None:
+    """`rehearse --batch-sizes/--tokens/--shard-of-tp`: the compute grid (grid.py)."""
+    import shlex
+
+    from fastverify.experiments.preflight.run import NoGpu, PreflightError, TorchMissing
+    from fastverify.experiments.rehearse import grid
+
+    command = "fastverifyctl " + shlex.join(sys.argv[1:])
+    try:
+        report = grid.run_grid(cfg, command, on_event=lambda line: click.echo(line, err=True))
+    except KeyboardInterrupt:
+        fail("rehearse: interrupted (every rank started was stopped)", EXIT_INTERRUPTED)
+    except TorchMissing as exc:
+        fail(str(exc), EXIT_MISSING_DEPENDENCY)
+    except (grid.GridError, NoGpu, PreflightError) as exc:
+        fail(f"rehearse: {exc}", EXIT_USAGE)
+    except grid.GridRunFailed as exc:
+        fail(f"rehearse: {exc}", EXIT_PROBLEMS)
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(to_json(report) + "\n", encoding="utf-8")
+    if as_json:
+        emit_json(report)
+    else:
+        _print_grid(report)
 
 
 @click.command()
@@ -256,6 +318,44 @@ def _print(report: dict[str, Any]) -> None:
     type=click.Path(dir_okay=False),
     help="Draw a PNG of the per-profile times and break-even accept lengths.",
 )
+@click.option(
+    "--share-gpu",
+    is_flag=True,
+    help="Allow more ranks than GPUs: PCIe-IPC candidates run, NCCL ones are skipped (NCCL "
+    "refuses two ranks on one GPU); timings are same-GPU ranks, not a PCIe measurement.",
+)
+@click.option(
+    "--batch-sizes",
+    callback=_ints,
+    default=None,
+    help="Grid mode: batch sizes, e.g. 1,2,4,8,16,32,64 (compute per forward per cell).",
+)
+@click.option(
+    "--tokens",
+    callback=_ints,
+    default=None,
+    help="Grid mode: tokens per sequence per forward, e.g. 1,2,3,4,5,6,7,8 (must hold 1).",
+)
+@click.option(
+    "--shard-of-tp",
+    type=click.IntRange(1),
+    default=None,
+    help="Grid mode: run on ONE GPU the shard one rank of TP N holds (compute only).",
+)
+@click.option(
+    "--allreduce-from",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Grid mode: a preflight report from the host, for the all-reduce time per forward.",
+)
+@click.option("--allreduce-profile", default=None, help="Grid mode: that report's profile.")
+@click.option(
+    "--allreduce-backend",
+    type=click.Choice(["nccl", "pcie_ipc"]),
+    default="nccl",
+    show_default=True,
+    help="Grid mode without --allreduce-from: the column of SGLang's published table.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def rehearse(
     profiles: tuple[str, ...],
@@ -279,6 +379,13 @@ def rehearse(
     logs_dir: str,
     output: str | None,
     plot_path: str | None,
+    share_gpu: bool,
+    batch_sizes: tuple[int, ...],
+    tokens: tuple[int, ...],
+    shard_of_tp: int | None,
+    allreduce_from: str | None,
+    allreduce_profile: str | None,
+    allreduce_backend: str,
     as_json: bool,
 ) -> None:
     """Rehearse the model's decode step and EAGLE-3 verify cycle per NCCL profile, in CUDA
@@ -286,6 +393,38 @@ def rehearse(
     break-even accept length above which speculation beats the baseline."""
     from fastverify.experiments.rehearse import run as rh
 
+    if batch_sizes or tokens or shard_of_tp:
+        from fastverify.experiments.rehearse import grid
+
+        if profiles:
+            fail(f"rehearse: grid mode (--batch-sizes/--tokens/--shard-of-tp) runs no NCCL "
+                 f"profile; drop {' '.join(profiles)} (compute only; the all-reduce comes from "
+                 "--allreduce-from or the published table)", EXIT_USAGE)  # fmt: skip
+
+        _grid(
+            grid.GridConfig(
+                model_config=model_config,
+                batch_sizes=batch_sizes or grid.DEFAULT_BATCH_SIZES,
+                tokens=tokens or grid.DEFAULT_TOKENS,
+                shard_of_tp=shard_of_tp,
+                nproc=nproc,
+                backend=backend,
+                call=call,
+                steps=steps,
+                context=context,
+                pool_gb=pool_gb,
+                timeout_s=timeout_s,
+                python=python,
+                extra_env=env_pairs(extra_env),
+                logs_dir=logs_dir,
+                allreduce_from=allreduce_from,
+                allreduce_profile=allreduce_profile,
+                allreduce_backend=allreduce_backend,
+            ),
+            output,
+            as_json,
+        )
+        return
     source = "--accept-length" if accept_length is not None else None
     if accept_length is None and metrics_url:
         accept_length = rh.accept_length_from_metrics(metrics_url)
@@ -319,6 +458,7 @@ def rehearse(
         logs_dir=logs_dir,
         accept_length=accept_length,
         accept_length_source=source,
+        share_gpu=share_gpu,
     )
     try:
         loaded = rh.load_profiles(profiles)  # none named: every profile

@@ -184,7 +184,11 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
 )
 @click.option("--namespace", default="fastverify", show_default=True)
 @click.option("--name", default="fastverify", show_default=True, help="Prefix of every object.")
-@click.option("--image", default=None, help="Image (default: fastverify:<version>).")
+@click.option(
+    "--image",
+    default=None,
+    help="Image the cluster pulls (required), e.g. registry.example.com/fastverify:0.1.0.",
+)
 @click.option(
     "--from-decision",
     type=click.Path(dir_okay=False),
@@ -222,7 +226,15 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
 @click.option(
     "--model-pvc",
     default=None,
-    help="PersistentVolumeClaim with the models, mounted at /models (default: <name>-models).",
+    help="An existing claim with the models, mounted at /models (default: render <name>-models).",
+)
+@click.option("--model-size", default="2Ti", show_default=True, help="Rendered model PVC size.")
+@click.option("--model-storage-class", default=None, help="Rendered model PVC's StorageClass.")
+@click.option(
+    "--model-access-mode",
+    type=click.Choice(["ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"]),
+    default=None,
+    help="Rendered model PVC's access mode (default: ReadOnlyMany for > 1 pod, else RWO).",
 )
 @click.option("--model-host-path", default=None, help="Host directory instead of a PVC.")
 @click.option(
@@ -267,7 +279,73 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
 @click.option(
     "--force",
     is_flag=True,
-    help="Accept profiles refused without it (LL128; PCIe-IPC where it cannot serve).",
+    help="Accept what is refused without it: LL128, PCIe-IPC where it cannot serve, a "
+    "decision tune did not apply.",
+)
+@click.option(
+    "--values",
+    "values_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="YAML values: tolerations, nodeSelector, affinity, runtimeClassName, "
+    "priorityClassName, imagePullSecrets, podLabels, podAnnotations, exclusiveTopology, "
+    "hostNetwork, rdmaResources, rdmaDevices, monitorLabels (flags add to it).",
+)
+@click.option("--toleration", "tolerations", multiple=True, help="KEY[=VALUE]:EFFECT (repeatable).")
+@click.option("--node-selector", multiple=True, help="Node label KEY=VALUE (repeatable).")
+@click.option("--runtime-class", default=None, help="runtimeClassName (e.g. nvidia).")
+@click.option("--priority-class", default=None, help="priorityClassName.")
+@click.option("--image-pull-secret", "image_pull_secrets", multiple=True, help="(repeatable)")
+@click.option("--label", "labels", multiple=True, help="Pod label KEY=VALUE (repeatable).")
+@click.option("--annotation", "annotations", multiple=True, help="Pod annotation KEY=VALUE.")
+@click.option(
+    "--exclusive-topology",
+    default=None,
+    help="LWS: one group per domain of this node label (e.g. a rack or network block label).",
+)
+@click.option("--host-network", is_flag=True, help="Pods on the nodes' network (RDMA NICs).")
+@click.option(
+    "--rdma",
+    multiple=True,
+    help="RDMA device-plugin resource NAME[=COUNT] per pod, e.g. rdma/ib=1 (repeatable).",
+)
+@click.option("--rdma-devices", is_flag=True, help="Mount the host's /dev/infiniband (privileged).")
+@click.option(
+    "--allow-tcp",
+    is_flag=True,
+    help="Render --nodes > 1 without RDMA: NCCL over TCP sockets between the nodes.",
+)
+@click.option(
+    "--monitor",
+    type=click.Choice(["podmonitor", "servicemonitor", "none"]),
+    default="podmonitor",
+    show_default=True,
+    help="Prometheus Operator object that scrapes the exporters.",
+)
+@click.option(
+    "--monitor-label",
+    "monitor_labels",
+    multiple=True,
+    help="Label KEY=VALUE the Prometheus selects monitors by (repeatable; default "
+    "release=kube-prometheus-stack).",
+)
+@click.option(
+    "--grafana-namespace",
+    default="monitoring",
+    show_default=True,
+    help="Namespace of Grafana (its sidecar finds datasources only there).",
+)
+@click.option(
+    "--no-namespace",
+    "create_namespace",
+    flag_value=False,
+    default=True,
+    help="Do not render the Namespace object (it is managed elsewhere).",
+)
+@click.option(
+    "--server-side",
+    is_flag=True,
+    help="You apply with `kubectl apply --server-side`: objects over 256 KiB are fine.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 def kubernetes_cmd(output_dir: str, run_as_root: bool, as_json: bool, **options: object) -> None:
@@ -278,9 +356,9 @@ def kubernetes_cmd(output_dir: str, run_as_root: bool, as_json: bool, **options:
     from fastverify import render_kubernetes as lib
     from fastverify.cli.output import EXIT_USAGE, emit_json, fail
 
-    if options["image"] is None:
-        options["image"] = base.default_image()
+    options["image"] = options["image"] or ""
     options["profile_dirs"] = tuple(options["profile_dirs"]) or None  # type: ignore[arg-type]
+    options["monitor_labels"] = tuple(options["monitor_labels"]) or None  # type: ignore[arg-type]
     if run_as_root:
         options["run_as_user"] = None
     try:

@@ -63,10 +63,22 @@ def status(ctx: click.Context, as_json: bool) -> None:
         f"engine:     {eng.get('name')}{sim} pid {eng.get('pid') or '-'} {eng.get('url') or ''}",
         f"            {eng.get('reason')}",
     ]
+    sg = st.get("sglang") or {}
+    if sg.get("version"):
+        where = "in the supported range" if sg.get("supported") else "NOT SUPPORTED"
+        lines.append(f"sglang:     {sg['version']} (facts {sg.get('facts_version')}; {where})")
+    if sg.get("warning"):
+        lines.append(f"WARNING:    {sg['warning']}")
     if eng.get("start_seconds"):
         lines.append(f"ready in:   {eng['start_seconds']:.2f} s")
     if st.get("tokens_per_second"):
         lines.append(f"throughput: {st['tokens_per_second']:.1f} tok/s")
+    spec = st.get("speculation") or {}
+    if spec.get("active_steps") is not None:
+        at = spec.get("seconds_at_steps") or {}
+        spent = ", ".join(f"{k} steps {v:.0f} s" for k, v in sorted(at.items(), key=lambda x:
+                                                                      int(x[0])))  # fmt: skip
+        lines.append(f"draft steps: {spec['active_steps']} now" + (f" ({spent})" if spent else ""))
     ar = eng.get("allreduce") or {}
     if ar.get("description") and eng.get("pid"):  # confirmed at verify (TP all-reduces)
         lines.append(f"all-reduce: {ar['description']}")

@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from fastverify.cli.daemon_call import client_for
 from fastverify.cli.options import env_pairs as parse_env_pairs
 from fastverify.cli.options import measurement_options
 from fastverify.cli.output import (
@@ -253,7 +254,7 @@ def tune(
     as_json: bool,
 ) -> None:
     """Decide which profile, backend and mode this host should serve, and apply it."""
-    from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+    from fastverify.client import ApiError, DaemonUnavailable
     from fastverify.experiments.tune.context import TuneConfig
     from fastverify.experiments.tune.pipeline import TuneBusy, TuneError, run
 
@@ -276,7 +277,7 @@ def tune(
         backend=backend,
         env=env_pairs,
     )
-    client = ControlClient(ctx.obj.get("socket") if ctx.obj else None, timeout=switch_timeout)
+    client = client_for(ctx, timeout=switch_timeout)
     with Progress() as progress:
         try:
             result = run(client, cfg, resume=resume, force=force, on_event=progress)

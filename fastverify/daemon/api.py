@@ -1,18 +1,20 @@
-"""The control API: HTTP/1.0 + JSON over a Unix socket (optional TCP with a bearer token).
+"""The control API: HTTP/1.0 + JSON over a Unix socket (optional TCP: TLS, tokens).
 
 Paths are versioned (`/v1/...`, see docs/api.md). The Unix socket is created with mode
 0660 and handed to group `fastverify` when that group exists. TCP listens only when
-configured and then requires `Authorization: Bearer <token>` (compared with
-hmac.compare_digest). Requests larger than MAX_BODY are refused (413); malformed JSON,
-wrong types, missing fields, unknown paths and wrong methods get a 4xx JSON error that
-says what to send instead. Operation requests can stream NDJSON events (`stream: true`).
+configured (off loopback only over TLS, client certificates when a CA is given: tcpdoor.py)
+and then requires `Authorization: Bearer <token>` when a token file is set (auth.py: named
+tokens, constant-time, per-source backoff). Every request knows its `Caller` (auth.py);
+state-changing ones are logged with it and it reaches the history as `by`. Requests
+larger than MAX_BODY are refused (413); malformed JSON, wrong types, missing fields,
+unknown paths and wrong methods get a 4xx JSON error that says what to send instead.
+Operation requests can stream NDJSON events (`stream: true`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import grp
-import hmac
 import json
 import logging
 import math
@@ -20,6 +22,7 @@ import os
 import select
 import socket
 import socketserver
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler
@@ -28,8 +31,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from fastverify import config as configmod
+from fastverify.daemon import tcpdoor
+from fastverify.daemon.auth import FAILURE_REASONS, Caller, Guard, unix_caller
 from fastverify.daemon.facade import ControlFacade
-from fastverify.daemon.lease import peer_pid
 from fastverify.daemon.operations import Operation
 from fastverify.daemon.resolve import RequestError
 
@@ -54,6 +58,8 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/v1/decision": ("GET", "POST"),
     "/v1/lease": ("GET", "POST"),
     "/v1/lease/release": ("POST",),
+    "/v1/acceptance": ("GET", "POST"),
+    "/v1/spec/plan": ("GET", "POST"),
 }
 
 # field -> (types, required)
@@ -109,6 +115,13 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "force": (_BOOL, False),
     },
     "/v1/lease/release": {"id": ((str,), True)},
+    "/v1/acceptance": {  # bench on the served EAGLE-3 engine (fastverify.daemon.acceptance)
+        "histogram": ((list,), True),
+        "profile": ((str,), False),
+        "mode": ((str,), False),
+        "measured_at": (_NUM, False),
+    },
+    "/v1/spec/plan": {"plan": ((dict,), True), "adaptive_config": ((dict,), True)},
     "/v1/decision": {  # fastverifyctl tune (fastverify.daemon.decision)
         "profile": ((str,), True),
         "mode": ((str,), True),
@@ -216,14 +229,36 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, OSError):
             return False
 
-    def _authorised(self) -> bool:
-        token = self.server.token
-        if token is None:
-            return True
-        got = self.headers.get("Authorization", "")
-        if got.startswith("Bearer "):
-            return hmac.compare_digest(got[7:].strip().encode(), token.encode())
-        return False
+    @property
+    def caller(self) -> Caller:
+        return self.client_address  # type: ignore[return-value]  # ApiServer passes a Caller
+
+    def _admit(self, method: str, path: str) -> None:
+        """The TCP door's checks (none on the Unix socket): backoff, then the token."""
+        guard = self.server.guard
+        if guard is None:
+            return
+        source = self.caller.addr
+        wait = guard.backoff.wait_s(source)
+        if wait > 0:
+            guard.failed(source, "backoff")
+            raise RequestError(
+                429,
+                f"too many failed attempts from {source}; retry in {math.ceil(wait)} s",
+                retry_after_s=math.ceil(wait),
+                reason="backoff",
+            )
+        if guard.tokens is not None:
+            name = guard.tokens.name_of(self.headers.get("Authorization", ""))
+            if name is None:
+                guard.failed(source, "token")
+                log.warning("refused %s %s from %s: missing or wrong bearer token",
+                            method, path, source)  # fmt: skip
+                raise RequestError(
+                    401, "missing or wrong bearer token (Authorization: Bearer <token>)"
+                )
+            self.caller.token = name
+        guard.backoff.succeeded(source)
 
     def _read_body(self) -> Any:
         length_h = self.headers.get("Content-Length")
@@ -253,10 +288,7 @@ class Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         path = url.path.rstrip("/") or "/"
         try:
-            if not self._authorised():
-                raise RequestError(
-                    401, "missing or wrong bearer token (Authorization: Bearer <token>)"
-                )
+            self._admit(method, path)
             methods = ROUTES.get(path)
             if methods is None:
                 raise RequestError(
@@ -270,10 +302,13 @@ class Handler(BaseHTTPRequestHandler):
                 )
                 return
             body = self._read_body() if method == "POST" else None
+            if method == "POST":  # every request that changes state, with who sent it
+                log.info("%s %s by %s", method, path, self.caller.by)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
             getattr(self, "h_" + path[len("/v1/") :].replace("/", "_"))(method, body, query)
         except RequestError as exc:
-            self._send_json(exc.status, exc.body)
+            retry = exc.body.get("retry_after_s") if exc.status == 429 else None
+            self._send_json(exc.status, exc.body, {"Retry-After": str(retry)} if retry else None)
         except (BrokenPipeError, ConnectionResetError):
             pass
         except Exception as exc:
@@ -347,6 +382,7 @@ class Handler(BaseHTTPRequestHandler):
             restart=bool(body.get("restart", False)),
             canary=bool(body.get("canary", False)),
             lease=body.get("lease"),
+            caller=self.caller,
             **({"load_format": body["load_format"]} if body.get("load_format") else {}),
         )
         self._answer(op, wait=body.get("wait", True), stream=body.get("stream", False))
@@ -379,7 +415,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def h_cancel(self, method: str, body: Any, query: dict[str, str]) -> None:
         validate_body("/v1/cancel", body)
-        op = self.api.cancel()
+        op = self.api.cancel(self.caller)
         if op is None:
             raise RequestError(404, "no operation in flight")
         self._send_json(200, {"result": "cancelled", "operation": op.describe()})
@@ -398,14 +434,27 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(200, self.api.decision())
             return
         body = validate_body("/v1/decision", body)  # types; the facade checks values
-        self._send_json(200, self.api.record_decision(body))
+        self._send_json(200, self.api.record_decision(body, self.caller))
+
+    def h_acceptance(self, method: str, body: Any, query: dict[str, str]) -> None:
+        if method == "GET":
+            self._send_json(200, self.api.acceptance())
+            return
+        self._send_json(200, self.api.record_acceptance(validate_body("/v1/acceptance", body)))
+
+    def h_spec_plan(self, method: str, body: Any, query: dict[str, str]) -> None:
+        if method == "GET":
+            self._send_json(200, self.api.spec_plan())
+            return
+        self._send_json(200, self.api.store_spec_plan(validate_body("/v1/spec/plan", body)))
 
     def h_lease(self, method: str, body: Any, query: dict[str, str]) -> None:
         if method == "GET":
             self._send_json(200, {"lease": self.api.leases.current()})
             return
         body = validate_body("/v1/lease", body)
-        pid = peer_pid(self.connection)  # the holder: the process on the socket's other end
+        # the holder: the process on the Unix socket's other end (SO_PEERCRED); unknown on TCP
+        pid = self.caller.pid if self.caller.door == "unix" else None
         self._send_json(200, self.api.take_lease(body["experiment"],
                                                  body.get("description") or "", pid,
                                                  bool(body.get("force"))))  # fmt: skip
@@ -421,10 +470,23 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def _peer_closed(sock: socket.socket) -> bool:
-    """True when the client has closed its end of `sock` (readable, and EOF on peek)."""
+    """True when the client has closed its end of `sock` (readable, and EOF on peek; over
+    TLS, where nothing can be peeked, a read that finds the end: a client sends nothing
+    after its request, so a read that finds data loses nothing)."""
     try:
         readable, _, _ = select.select([sock], [], [], 0)
-        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+        if not readable:
+            return False
+        if not isinstance(sock, ssl.SSLSocket):
+            return sock.recv(1, socket.MSG_PEEK) == b""
+        timeout = sock.gettimeout()
+        sock.settimeout(0)
+        try:
+            return sock.recv(1) == b""
+        except ssl.SSLWantReadError:
+            return False
+        finally:
+            sock.settimeout(timeout)
     except (OSError, ValueError):
         return True
 
@@ -440,15 +502,25 @@ def _int_query(query: dict[str, str], name: str, default: int) -> int:
 
 
 class ApiServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
-    """Threaded HTTP server on an already-bound listening socket (Unix or TCP)."""
+    """Threaded HTTP server on an already-bound listening socket (Unix or TCP). A TCP one
+    has a `guard` (auth.Guard) and, for TLS, an `ssl.SSLContext` (tcpdoor.py admits each
+    connection in its own thread: a slow handshake never holds up the accept loop)."""
 
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, sock: socket.socket, facade: ControlFacade, token: str | None):
+    def __init__(
+        self,
+        sock: socket.socket,
+        facade: ControlFacade,
+        guard: Guard | None = None,
+        tls: Any = None,
+    ):
         self.socket = sock
         self.facade = facade
-        self.token = token
+        self.guard = guard
+        self.tls = tls
+        self.unix = sock.family == socket.AF_UNIX
         self.closing = threading.Event()
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         super().__init__(sock.getsockname(), Handler)
@@ -458,7 +530,9 @@ class ApiServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
 
     def get_request(self) -> tuple[socket.socket, Any]:
         conn, addr = self.socket.accept()
-        return conn, addr or ("local", 0)
+        if self.unix:  # the peer's credentials, while the connection is fresh
+            return conn, unix_caller(conn)
+        return conn, Caller("tcp", addr=str(addr[0]), extra={"tls": self.tls is not None})
 
     def process_request(self, request: Any, client_address: Any) -> None:
         # Bounded concurrency: followers and waiters hold a thread each.
@@ -474,6 +548,10 @@ class ApiServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
+            if not self.unix:
+                request = tcpdoor.admit(self, request, client_address)
+                if request is None:
+                    return
             super().process_request_thread(request, client_address)
         finally:
             self.slots.release()
@@ -543,15 +621,22 @@ def bind_tcp(listen: str) -> socket.socket:
     return sock
 
 
-def read_token(path: str) -> str:
-    p = Path(path)
-    st = p.stat()
-    if st.st_mode & 0o077:
-        log.warning("token file %s is readable by group/others (chmod 600 it)", p)
-    token = p.read_text(encoding="utf-8").strip()
-    if len(token) < 16:
-        raise ValueError(f"token in {p} is shorter than 16 characters")
-    return token
+def open_tcp_door(
+    daemon_cfg: Any, loaded: tuple[Any, Any], facade: ControlFacade, hub: Any = None
+) -> ApiServer:
+    """The TCP door's server, listening on `daemon.tcp_listen`; `loaded`: tcpdoor.load()'s
+    (tokens, TLS context); refused attempts counted on `hub` (the exporter's, or None)."""
+    tokens, tls = loaded
+    guard = Guard(tokens, hub.on_auth_failure if hub is not None else None)
+    if hub is not None:
+        hub.watch_auth(FAILURE_REASONS, guard.backoff.sources)
+    server = ApiServer(bind_tcp(daemon_cfg.tcp_listen), facade, guard, tls)
+    how = "plaintext (loopback)" if tls is None else "TLS"
+    if tls is not None and daemon_cfg.tls_client_ca:
+        how += " with client certificates"
+    names = f"bearer tokens {', '.join(tokens.names)}" if tokens else "no token"
+    log.info("TCP control door on %s: %s, %s", daemon_cfg.tcp_listen, how, names)
+    return server
 
 
 def serve_in_thread(server: ApiServer) -> threading.Thread:

@@ -9,13 +9,16 @@ observers of the typed events it publishes (events.py, observers.py).
 Steps
 -----
 switch/mode/restart: stop the engine -> STARTING -> ready -> VERIFYING -> READY; on failure
-  FAILED -> ROLLING_BACK to the last good (profile, mode) -> READY (or FAILED).
+  FAILED -> ROLLING_BACK to the last good (profile, mode) -> READY (or FAILED): rollback.py.
 cancel (POST /v1/cancel): the operation in flight stops where it is (a model load in
   STARTING: the new engine's group is stopped) and the previous (profile, mode) is put
   back; the result is `cancelled`.
-crash: the engine died (or lost a verified worker) after READY -> BACKOFF (restart policy)
-  -> STARTING ... READY; too many crashes in the window -> FAILED. An explicit operation
-  pre-empts a crash restart waiting out its backoff.
+crash: the engine died, lost a verified worker or stopped answering SGLang's
+  /health_generate (watch.py) after READY -> BACKOFF (restart policy) -> STARTING ... READY;
+  too many crashes in the window -> FAILED: crashes.py. An explicit operation pre-empts a
+  crash restart waiting out its backoff.
+recover: FAILED -> STARTING the last good (declared) profile after a backoff, up to
+  daemon.recover_retries times: recovery.py.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import EngineHandle, Launcher
 from fastverify.daemon.logs import LineFacts, LogRing
 from fastverify.daemon.operations import Claim, Operation, OpResult, Slot
+from fastverify.daemon.recovery import RecoverySteps
 from fastverify.daemon.resolve import RequestError, Resolver
 from fastverify.daemon.restart import CrashWindow, RestartPolicy
+from fastverify.daemon.rollback import RollbackSteps
 from fastverify.daemon.states import State, check_transition
 from fastverify.daemon.statestore import StateStore
 from fastverify.engines.sglang import load_format_of
@@ -57,7 +62,18 @@ def _now() -> float:
     return time.time()
 
 
-class Controller(CrashSteps):
+def _callers(op: Operation) -> dict[str, Any]:
+    """Who asked for `op` (`by`: a short text, `caller`: its fields; "fastverifyd" for the
+    daemon's own start-up and crash restarts) and who cancelled it."""
+    out: dict[str, Any] = {"by": op.caller.by if op.caller else "fastverifyd"}
+    if op.caller:
+        out["caller"] = op.caller.to_dict()
+    if op.cancelled_by is not None:
+        out["cancelled_by"] = op.cancelled_by.by
+    return out
+
+
+class Controller(CrashSteps, RollbackSteps, RecoverySteps):
     """See the module docstring. Public methods are thread-safe."""
 
     def __init__(
@@ -153,7 +169,7 @@ class Controller(CrashSteps):
             mode=op.mode,
             duration_s=op.elapsed(),
             serving={"profile": self.active.get("profile"), "mode": self.active.get("mode")},
-            extra={"weights": self._op_weights(op), **kw},
+            extra={"weights": self._op_weights(op), **_callers(op), **kw},
             **fields,
         )
 
@@ -190,8 +206,12 @@ class Controller(CrashSteps):
             self.findings.pop(key, None)
 
     def record_failure(self, failure: Failure, during: Operation | None, **extra: Any) -> None:
+        drift = _possible_drift(self.engine)
         with self._lock:
             self.last_failure = dict(failure.to_dict(), at=_now(), **extra)
+            if drift:  # an SGLang newer than its facts: the failure may be fastverify's
+                self.last_failure["possible_drift"] = drift
+                self.last_failure["message"] = f"{failure.message} (possible drift: {drift})"
             if during is not None:
                 self.last_failure.update(profile=during.profile, mode=during.mode, op=during.kind)
 
@@ -208,13 +228,15 @@ class Controller(CrashSteps):
         withdrawn: Callable[[], bool] | None = None,
         restart: bool = False,
         load_format: str | None = None,
+        caller: Any = None,
     ) -> Operation:
         """Validate, take the slot (or queue for it), start the operation thread.
         A switch/mode to what is already serving (same profile, mode, argv and NCCL
         settings, READY, nothing in flight) is answered `unchanged` at once without
         touching the engine, unless `restart`.
         `load_format` (SGLang --load-format; "dummy" = a trial) holds for this operation and
-        its rollback; None = the config's `[server] load_format`.
+        its rollback; None = the config's `[server] load_format`. `caller` (auth.Caller):
+        who asked, recorded with the result (`by`, `caller`); None: the daemon itself.
         Raises RequestError: 409 busy, 422 invalid, 503 shutting down, 507 state dir."""
         if self.shutting_down.is_set():
             raise RequestError(503, "fastverifyd is shutting down")
@@ -232,8 +254,16 @@ class Controller(CrashSteps):
                 argv=mask_argv(argv),
                 reason="argv_rejected",
             )
+        why = None if force else self.launcher.allreduce_refusal(profile, argv)
+        if why:  # known before the load: nothing running is stopped for it
+            raise RequestError(
+                422,
+                f"{why}; {kind} to {name}/{mode} refused, nothing was stopped or changed "
+                "(--force starts it anyway)",
+                reason="allreduce_backend_unavailable",
+            )
         if kind in NOOP_KINDS and not restart:
-            same = self._unchanged(kind, name, mode, profile, argv)
+            same = self._unchanged(kind, name, mode, profile, argv, caller)
             if same is not None:
                 return same
         problem = self.store.check_writable()
@@ -244,6 +274,7 @@ class Controller(CrashSteps):
                 reason="state_dir_unwritable",
             )
         op = Operation(kind, name, mode)
+        op.caller = caller
         op.load_format = load_format  # a trial rolls back on dummy weights too
         if queue:
             claim = self.slot.wait_claim(op, withdrawn=withdrawn, stopping=self.shutting_down)
@@ -265,7 +296,7 @@ class Controller(CrashSteps):
         return op
 
     def _unchanged(
-        self, kind: str, name: str, mode: str, profile: Any, argv: list[str]
+        self, kind: str, name: str, mode: str, profile: Any, argv: list[str], caller: Any
     ) -> Operation | None:
         """An answered operation (`unchanged`) when the request asks for what serves now."""
         with self._lock:
@@ -280,6 +311,7 @@ class Controller(CrashSteps):
         if not serving or h is None or not self.launcher.same_engine(h, profile, argv):
             return None
         op = Operation(kind, name, mode)
+        op.caller = caller
         message = (
             f"{name}/{mode} is already serving (engine pid {h.pid}); nothing changed"
             " (to restart it anyway: `profile set --restart`, or `fastverifyctl restart`)"
@@ -301,9 +333,10 @@ class Controller(CrashSteps):
                 in_flight=op.describe(),
             )
 
-    def cancel(self) -> Operation | None:
+    def cancel(self, caller: Any = None) -> Operation | None:
         """Cancel the operation in flight (None when there is none that can be cancelled;
-        RequestError 409 when it has already succeeded and is only being recorded)."""
+        RequestError 409 when it has already succeeded and is only being recorded). Its
+        result names `caller` as `cancelled_by`."""
         with self._lock:
             op = self.op
             if op is None or op.kind not in CANCELLABLE:
@@ -316,7 +349,9 @@ class Controller(CrashSteps):
                     reason="already_finished",
                 )
             op.request_cancel("cancelled")
-        self.say(f"cancel requested: {op.kind} to {op.profile}/{op.mode}")
+            op.cancelled_by = caller
+        by = f" by {caller.by}" if caller is not None else ""
+        self.say(f"cancel requested{by}: {op.kind} to {op.profile}/{op.mode}")
         return op
 
     def _run_op(
@@ -459,6 +494,8 @@ class Controller(CrashSteps):
         t0 = time.monotonic()
         if op.kind != "crash_restart":
             self.crashes.clear()
+        if op.kind not in ("crash_restart", "recover"):
+            self.recovery.forget()  # an operator's start: FAILED's retries count afresh
         if op.kind == "switch":
             self.clear_finding("profile_fallback")  # the operator chose a profile
         self._serving(h, f"{h.profile}/{h.mode} verified")
@@ -484,83 +521,6 @@ class Controller(CrashSteps):
             previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
             phases=dict(op.phases),
         )
-
-    def _failed(self, op: Operation, failure: Failure, prev: dict[str, Any]) -> OpResult:
-        cancelled = op.cancel_reason == "cancelled" and not self.shutting_down.is_set()
-        base: dict[str, Any] = {
-            "reason": failure.reason,
-            "message": failure.message,
-            "log": failure.log,
-            "line": failure.line,
-            "previous": {"profile": prev.get("profile"), "mode": prev.get("mode")},
-        }
-        if op.failed_engine is not None:  # the failed (or cancelled) engine's own last lines
-            base["log_tail"] = list(op.failed_engine["lines"])
-        if not cancelled:
-            self.record_failure(failure, op)
-            self.set_state(State.FAILED, failure.reason)
-        elif self.state not in (State.STARTING, State.VERIFYING, State.STOPPING, State.FAILED):
-            self.set_state(State.FAILED, "cancelled")  # nothing to roll back from
-        if self.shutting_down.is_set() or (failure.reason == "cancelled" and not cancelled):
-            return self._result(op, "failed", **base)
-        if cancelled:
-            target = prev if prev.get("profile") and prev.get("mode") else self.last_good
-        else:
-            target = self.last_good
-        if target and (cancelled or (target["profile"], target["mode"]) != (op.profile, op.mode)):
-            rb = self._rollback(op, {"profile": target["profile"], "mode": target["mode"]})
-            if isinstance(rb, EngineHandle):
-                back = {"profile": target["profile"], "mode": target["mode"]}
-                if cancelled:
-                    base["message"] = (
-                        f"{op.kind} to {op.profile}/{op.mode} cancelled; "
-                        f"{back['profile']}/{back['mode']} is serving again"
-                    )
-                    return self._result(op, "cancelled", rolled_back_to=back, **base)
-                base["message"] = (
-                    f"{op.profile}/{op.mode} failed: {failure.reason}; rolled back to "
-                    f"{back['profile']}/{back['mode']} (log: {failure.log})"
-                )
-                return self._result(op, "rolled_back", rolled_back_to=back, **base)
-            base["rollback_failure"] = rb.to_dict()
-        with self._lock:
-            if self.current is not None and not self.current.alive():
-                self.current = None
-        self.save_state()
-        if cancelled:
-            msg = f"{op.kind} to {op.profile}/{op.mode} cancelled"
-            if "rollback_failure" in base:
-                msg += f"; putting the previous profile back failed: {base['rollback_failure']['reason']}"  # noqa: E501
-            base["message"] = msg
-            return self._result(op, "cancelled", **base)
-        msg = f"{op.profile}/{op.mode} failed: {failure.reason} (log: {failure.log})"
-        if "rollback_failure" in base:
-            msg += f"; rollback failed too: {base['rollback_failure']['reason']}"
-        base["message"] = msg
-        return self._result(op, "failed", **base)
-
-    def _rollback(self, op: Operation, target: dict[str, str]) -> EngineHandle | Failure:
-        self.set_state(State.ROLLING_BACK, f"to {target['profile']}/{target['mode']}")
-        self.say(f"rolling back to {target['profile']}/{target['mode']}")
-        try:
-            profile, argv = self.resolver.resolve(
-                target["profile"], target["mode"], load_format=op.load_format
-            )
-        except RequestError as exc:
-            self.set_state(State.FAILED, "last good profile no longer loads")
-            return Failure("invalid_profile", f"last good profile no longer loads: {exc}")
-        with self._lock:
-            self.active = dict(target)
-        step = _Step(op, target["profile"], target["mode"])
-        # Only shutdown stops a rollback: the operation's own cancel flag may be what led here.
-        outcome = self._start(step, profile, argv, None, self.shutting_down)  # type: ignore[arg-type]
-        if isinstance(outcome, EngineHandle):
-            self._serving(outcome, f"rolled back to {target['profile']}/{target['mode']}")
-            # the READY state event and the result say it
-            self.say(f"rolled back: {target['profile']}/{target['mode']} is serving", stream=False)
-            return outcome
-        self.set_state(State.FAILED, f"rollback failed: {outcome.reason}")
-        return outcome
 
     # ------------------------------------------------------------------ crashes
     def _on_line(self, h: EngineHandle, line: str, facts: LineFacts) -> None:
@@ -602,17 +562,10 @@ class Controller(CrashSteps):
             t.join(max(0.0, deadline - time.monotonic()))
 
 
-class _Step:
-    """A step of an operation under another (profile, mode) that streams into the same
-    operation (a rollback inside a switch)."""
-
-    def __init__(self, op: Operation, profile: str, mode: str) -> None:
-        self.parent = op
-        self.kind = "rollback"
-        self.profile = profile
-        self.mode = mode
-        self.phases: dict[str, float] = {}
-        self.verify: dict[str, Any] | None = None
-
-    def emit(self, event: str, **data: Any) -> None:
-        self.parent.emit(event, **data)
+def _possible_drift(engine: Any) -> str | None:
+    """The facts' warning when the server's SGLang is newer than the newest known release
+    (log lines, flags or metrics may have changed under fastverify), else None."""
+    try:
+        return engine.facts().warning
+    except (AttributeError, ValueError):
+        return None

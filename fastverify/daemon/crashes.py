@@ -21,6 +21,7 @@ from fastverify.daemon.operations import Claim, Operation, OpResult
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.restart import Decision
 from fastverify.daemon.states import State
+from fastverify.daemon.watch import EngineWatch, WatchPolicy
 
 log = logging.getLogger("fastverifyd.controller")
 
@@ -68,8 +69,11 @@ class CrashSteps:
 
     def tick(self) -> None:
         """Called from the main loop (~1/s): a serving engine whose leader is alive but lost
-        one of the workers verified at READY is broken; treat it as a crash."""
+        one of the workers verified at READY is broken; treat it as a crash. A serving
+        engine gets its watch (SGLang's /health_generate, watch.py)."""
         h = self.current
+        if h is not None and h.serving and not h.expected_exit and h.watch is None:
+            self._watch(h)
         if h is None or not h.serving or h.expected_exit or not h.alive() or not h.worker_pids:
             return
         gone = self.launcher.lost_workers(h)
@@ -84,6 +88,34 @@ class CrashSteps:
             f"engine worker process(es) {gone} exited while the server (pid {h.pid}) kept running",
             log=str(h.log_path),
         )
+        self.say(f"engine pid {h.pid}: {failure.message}", logging.WARNING)
+        self._crashed(h, failure)
+
+    def _watch(self, h: EngineHandle) -> None:
+        """Start polling the engine's /health_generate (node rank 0 only: a multi-node
+        follower serves no HTTP API); `daemon.watch_interval_s = 0` turns it off."""
+        policy = WatchPolicy.from_config(self.cfg.daemon)
+        if policy.interval_s <= 0 or h.follower:
+            h.watch = False  # decided: no watch for this engine
+            return
+        h.watch = EngineWatch(
+            h.url,
+            policy,
+            serving=lambda: self.current is h and h.serving and not h.expected_exit,
+            on_unresponsive=lambda failure: self._unresponsive(h, failure),
+            recent_lines=h.recent_lines,
+            log_path=str(h.log_path),
+            pid=h.pid,
+        )
+        h.watch.start()
+
+    def _unresponsive(self, h: EngineHandle, failure: Failure) -> None:
+        """The watch's verdict: a live engine that answers nothing is a crash."""
+        if h.expected_exit or self.shutting_down.is_set():
+            return
+        if self.current is not h or not h.serving:
+            return
+        h.serving = False
         self.say(f"engine pid {h.pid}: {failure.message}", logging.WARNING)
         self._crashed(h, failure)
 

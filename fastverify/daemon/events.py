@@ -18,6 +18,7 @@ OperationStarted   an operation (switch, mode, restart, ...) took the slot.
 OperationFinished  an operation ended: its result record (as answered to the client).
 BaselineRecorded   a baseline measurement was stored.
 DecisionRecorded   a tuning decision was stored (fastverifyctl tune).
+AcceptanceRecorded an accepted-drafts histogram was stored (fastverify.daemon.acceptance).
 """
 
 from __future__ import annotations
@@ -149,6 +150,11 @@ class DecisionRecorded:
     applied: bool
 
 
+@dataclass(frozen=True)
+class AcceptanceRecorded:
+    record: Mapping[str, Any]  # profile, mode, steps, weights, histogram, usable, ...
+
+
 Event = (
     StateChanged
     | EngineStarting
@@ -161,6 +167,7 @@ Event = (
     | OperationFinished
     | BaselineRecorded
     | DecisionRecorded
+    | AcceptanceRecorded
 )
 
 

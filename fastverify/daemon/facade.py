@@ -10,6 +10,8 @@ controller's fields, the log ring or the exporter runtime itself.
     cancel() -> Operation | None
     baselines() -> dict                   set_baseline(body) -> dict
     decision() -> dict                    record_decision(body) -> dict
+    acceptance() -> dict                  record_acceptance(body) -> dict
+    spec_plan() -> dict                   store_spec_plan(body) -> dict
     take_lease(experiment, description, pid, force) -> dict      release_lease(id) -> dict
     capture_trace(steps | None) -> dict
 """
@@ -23,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fastverify.config import weights_label
+from fastverify.config import SPEC_MODES, weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.lease import Leases
@@ -97,13 +99,15 @@ class ControlFacade:
                 "log": str(h.log_path) if h is not None else None,
                 "started_at": h.started_at if h is not None else None,
                 "start_seconds": h.ready_s if h is not None else None,
+                "ready_by": h.ready_by if h is not None else None,
                 "progress": dict(h.progress) if h is not None else None,
                 "adopted": h.adopted if h is not None else False,
                 "weights": weights_label(load_format_of(h.argv)) if h is not None else None,
                 "tuner": h.tuner if h is not None else None,  # confirmed at verify
                 "allreduce": h.allreduce if h is not None else None,  # confirmed at verify
             }
-            return {
+            argv = list(h.argv) if h is not None else None
+            out = {
                 "state": str(c.state),
                 "since": c.since,
                 "profile": c.active.get("profile"),
@@ -115,6 +119,7 @@ class ControlFacade:
                 "switch_in_flight": op.describe() if op is not None else None,
                 "queued": len(c.slot.queued()),
                 "restarts": {"total": sum(c.restarts.values()), "by_reason": dict(c.restarts)},
+                "recovery": c.recovery_status(),
                 "trial": engine["weights"] == "dummy",  # --load-format dummy: a timing trial
                 "tokens_per_second": self.figures.tokens_per_second(),
                 "status_line": self.status_line(),
@@ -122,9 +127,46 @@ class ControlFacade:
                 "declarative": self._declarative(),
                 "lease": self.leases.current(),
                 "decision": self._decision_now(),
+                "sglang": _sglang_summary(c.engine),
                 "findings": [*c.store.findings, *c.findings.values()],
                 "daemon": {"pid": os.getpid(), "state_dir": str(c.store.dir)},
             }
+        # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
+        engine["capabilities"] = self.capabilities(argv)
+        out["speculation"] = self.speculation(out["profile"], out["mode"])
+        return out
+
+    def speculation(self, profile: str | None, mode: str | None) -> dict[str, Any] | None:
+        """Active draft steps and seconds at each (the exporter's reading of SGLang's
+        sglang:spec_num_steps), for a drafting mode; None otherwise or without the exporter."""
+        if mode not in SPEC_MODES or self.feed is None:
+            return None
+        snap = self.feed.hub.snapshot()
+        seconds = {
+            steps: round(secs, 3)
+            for (p, m, steps), secs in snap.get("spec_steps_seconds", {}).items()
+            if (p, m) == (profile, mode)
+        }
+        return {"active_steps": snap.get("spec_active_steps"), "seconds_at_steps": seconds}
+
+    def capabilities(self, argv: list[str] | None) -> dict[str, Any] | None:
+        """The engine's all-reduce capabilities for the argv it serves (else the configured
+        one): fastverify.engines.allreduce_host.capabilities, kept per argv."""
+        from fastverify.engines.allreduce_host import capabilities
+
+        c = self.ctl
+        try:
+            if argv is None:
+                _, argv = c.resolver.resolve(*c.resolver.defaults(None, None, c.active))
+            key = tuple(argv)
+            cache = self.__dict__.setdefault("_caps", {})
+            if key not in cache:
+                cache.clear()
+                host = c.launcher.allreduce_host(list(argv))
+                cache[key] = capabilities(host, argv) if host is not None else None
+            return cache[key]
+        except Exception as exc:  # status must answer even when the engine cannot say
+            return {"error": f"cannot tell the engine's all-reduce capabilities: {exc}"}
 
     def _decision_now(self) -> dict[str, Any] | None:
         """The newest tuning decision and whether it is what serves now (`serving`): a
@@ -222,7 +264,10 @@ class ControlFacade:
         load_format: str | None = None,
         canary: bool = False,
         lease: str | None = None,
+        caller: Any = None,
     ) -> Operation:
+        """`caller` (auth.Caller): who asked; the operation's result and history record
+        carry it as `by`. `lease`: the experiment's own operation (fastverify.daemon.lease)."""
         what = {"switch": f"switch to {name}", "mode": f"switch to mode {mode}"}.get(kind, kind)
         self.leases.check(lease, force, what)
         target = self._check_declarative(kind, name, mode, canary)
@@ -236,13 +281,14 @@ class ControlFacade:
             withdrawn=withdrawn,
             restart=restart,
             load_format=load_format,
+            caller=caller,
         )
         if self.ctl.cfg.daemon.declarative and kind in ("switch", "mode"):
             self.canary = None if target is None else {**target, "since": time.time(), "op": op.id}
         return op
 
-    def cancel(self) -> Operation | None:
-        return self.ctl.cancel()
+    def cancel(self, caller: Any = None) -> Operation | None:
+        return self.ctl.cancel(caller)
 
     # ------------------------------------------------------------------ leases
     def take_lease(
@@ -306,7 +352,7 @@ class ControlFacade:
     def decision(self) -> dict[str, Any]:
         return self.ctl.store.load_json("decision.json")
 
-    def record_decision(self, body: dict[str, Any]) -> dict[str, Any]:
+    def record_decision(self, body: dict[str, Any], caller: Any = None) -> dict[str, Any]:
         """Validate, persist (decision.json + a history record) and announce a tuning
         decision (fastverify.daemon.decision). RequestError(422) names every bad field."""
         from fastverify.daemon import decision as dec
@@ -320,12 +366,49 @@ class ControlFacade:
                 reason="invalid_decision",
             )
         rec = dec.decision_record(body)
+        if caller is not None:
+            rec["by"] = caller.by
         with self.ctl._lock:
             self.ctl.store.save_json("decision.json", rec)
             self.ctl.store.append_journal(dec.history_record(rec))
         self.ctl.bus.publish(ev.DecisionRecorded(rec["profile"], rec["mode"], rec["backend"],
                                                  bool(rec["applied"])))  # fmt: skip
         return rec
+
+    # ------------------------------------------------------------------ speculation
+    def acceptance(self) -> dict[str, Any]:
+        """{"profile/mode/steps": record} (fastverify.daemon.acceptance)."""
+        from fastverify.daemon import acceptance
+
+        return {"curves": acceptance.load(self.ctl.store)}
+
+    def record_acceptance(self, body: dict[str, Any]) -> dict[str, Any]:
+        from fastverify.daemon import acceptance
+
+        with self.ctl._lock:
+            handle = self.ctl.current
+        rec = acceptance.record(self.ctl.store, handle, body)
+        self.ctl.bus.publish(ev.AcceptanceRecorded(rec))
+        self.ctl.say(
+            f"acceptance recorded for {rec['profile']}/{rec['mode']} at {rec['steps']} steps "
+            f"({rec['verifies']} verify passes, {rec['weights']} weights"
+            + ("" if rec["usable"] else f"; not usable: {rec['why_not_usable']}")
+            + ")"
+        )
+        return rec
+
+    def spec_plan(self) -> dict[str, Any]:
+        from fastverify.daemon import acceptance
+
+        return self.ctl.store.load_json(acceptance.PLAN_FILE)
+
+    def store_spec_plan(self, body: dict[str, Any]) -> dict[str, Any]:
+        from fastverify.daemon import acceptance
+
+        with self.ctl._lock:
+            stored = acceptance.save_plan(self.ctl.store, body)
+        self.ctl.say(f"speculation plan stored; adaptive config {stored['adaptive_config']}")
+        return stored
 
     def _profile_problem(self, name: str) -> str | None:
         from fastverify.profiles.store import name_problem
@@ -357,6 +440,12 @@ class ControlFacade:
                 reason="exporter_off",
                 busy=False,
             )
+        from fastverify.sglang.facts import FeatureMissing
+
+        try:  # SGLang before 0.5.11 names no step spans: a window would time nothing
+            self.ctl.engine.facts().require("step_spans", "trace capture")
+        except FeatureMissing as exc:
+            raise RequestError(422, str(exc), reason="sglang_feature_missing") from None
         if steps is None:
             steps = self.ctl.cfg.daemon.trace_steps  # range: api.MIRRORS (config's check)
         if self.ctl.state != State.READY:
@@ -444,3 +533,11 @@ def baseline_records(data: Any) -> list[dict[str, Any]]:
         else:
             out.append(entry)
     return out
+
+
+def _sglang_summary(engine: Any) -> dict[str, Any] | None:
+    """The server's SGLang and the facts serving it (status's `sglang`), None if unknown."""
+    try:
+        return engine.facts().summary()
+    except ValueError as exc:  # below the range: the daemon refuses at start-up
+        return {"error": str(exc)}

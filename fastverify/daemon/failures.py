@@ -19,11 +19,15 @@ engine_override     the engine replaced a profile variable by its own rules (SGL
                     deterministic inference sets NCCL_ALGO), or keeps it under protest
                     (a profile NCCL_GRAPH_REGISTER=1 with TP > 1 and CUDA graphs)
 worker_exited       (crash restarts) a TP worker verified at READY died while the server lived
+engine_unresponsive (crash restarts) the live engine stopped answering SGLang's
+                    /health_generate (daemon/watch.py), quoting its "Health check failed" line
 tuner_not_loaded    a tuner profile's start: NCCL printed no load of the tuner plugin
 tuner_unsupported   NCCL opened the plugin file but found no tuner symbol it knows
 tuner_wrong_plugin  NCCL loaded another tuner plugin than fastverify's
 tuner_refused       fastverify's plugin loaded but refused its table or the ABI (WARN)
 tuner_no_nccl_log   no NCCL INFO output to confirm the tuner from
+adaptive_disabled   mode adaptive: SGLang logged "speculative_adaptive disabled: REASON" and
+                    serves fixed steps (fastverify.daemon.adaptive_check)
 exited(CODE)        the engine exited for a reason none of the above recognised; negative
                     CODE = killed by that signal (exited(-9) = SIGKILL)
 """
@@ -99,6 +103,7 @@ REASONS = (
     "env_mismatch",
     "engine_override",
     "worker_exited",
+    "engine_unresponsive",
     *TUNER_REASONS,  # daemon/tuner_check.py: NCCL did not load the profile's tuner
 )
 

@@ -2,7 +2,9 @@
 
     GET /livez     200 while the daemon itself is healthy: its main loop ticked recently
                    and the supervisor answers (the engine's state does not matter: a
-                   FAILED profile is not cured by restarting the daemon)
+                   FAILED profile is retried by the daemon itself, recovery.py), until,
+                   in declarative mode, those retries are spent: then 503, so that the
+                   kubelet restarts the pod
     GET /readyz    200 only in READY (reached only through verification), and in
                    declarative mode only while serving the configured profile and mode (or
                    the --canary an operator asked for); else 503 with the reason. A
@@ -52,6 +54,14 @@ class Health:
         if age > self.stale_after_s:
             return False, {"why": f"main loop has not ticked for {age:.0f} s"}
         st = self._status()
+        recovery = st.get("recovery") or {}
+        if st.get("declarative") and recovery.get("spent"):
+            failure = st.get("last_failure") or {}
+            return False, _brief(
+                st,
+                f"FAILED after {recovery.get('retries')} recovery retries (daemon."
+                f"recover_retries): {failure.get('reason')} ({failure.get('message', '')})",
+            )
         return True, _brief(st, "daemon answers")
 
     def readyz(self) -> tuple[bool, dict[str, Any]]:

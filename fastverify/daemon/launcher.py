@@ -27,7 +27,15 @@ from typing import Any
 
 import psutil
 
-from fastverify.daemon import allreduce_check, failures, logs, procs, tuner_check, verify
+from fastverify.daemon import (
+    adaptive_check,
+    allreduce_check,
+    failures,
+    logs,
+    procs,
+    tuner_check,
+    verify,
+)
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.statestore import StateStore
 from fastverify.redact import mask_argv, secret_values
@@ -36,6 +44,9 @@ from fastverify.sglang import client as engine_client
 
 log = logging.getLogger("fastverifyd.launcher")
 DEBUG_VARS = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
+# how often readiness is asked of the server's endpoints while no ready line has come
+# (SGLang's own warm-up polls /model_info every second)
+ENDPOINT_POLL_S = 1.0
 
 
 def _now() -> float:
@@ -66,6 +77,7 @@ class EngineHandle:
     started_mono: float = field(default_factory=time.monotonic)
     started_at: float = field(default_factory=_now)
     ready_line: bool = False
+    ready_by: str | None = None  # "ready line + health" or "endpoints" (no INFO ready line)
     follower: bool = False  # a multi-node follower: ready when its health check answers
     serving: bool = False
     expected_exit: bool = False
@@ -82,6 +94,7 @@ class EngineHandle:
     allreduce_watch: Any = None  # allreduce_check.AllreduceWatch (None: adopted)
     allreduce: dict[str, Any] | None = None  # the serving backend, confirmed at verify
     expected_sglang: dict[str, str] = field(default_factory=dict)  # the profile's SGLANG_*
+    watch: Any = None  # watch.EngineWatch while serving (crashes.py starts it)
 
     def alive(self) -> bool:
         return not self.exited.is_set()
@@ -211,14 +224,32 @@ class Launcher:
             nccl_debug_dir=debug_dir,
             follower=self.engine.follower(argv),
         )
-        h.allreduce_watch = allreduce_check.AllreduceWatch(env, argv, self._has_nvlink())
+        h.allreduce_watch = allreduce_check.AllreduceWatch(
+            env, argv, self._has_nvlink(), host=self.allreduce_host(argv)
+        )
         self.store.write_pid(h.pid_info())
         self._follow(h, hidden)
         # stream=False: the `engine` event already tells a follower
         self.say(f"engine started: pid {h.pid}, log {log_path}", stream=False)
         if h.allreduce_watch.wants_pcie_ipc:
-            self.say(allreduce_check.cache_note(env, h.allreduce_watch.tp_size))
+            for note in allreduce_check.start_notes(h.allreduce_watch):
+                self.say(note)
         return h
+
+    def allreduce_refusal(self, profile: Any, argv: list[str]) -> str | None:
+        """Why `profile` with `argv` asks for an all-reduce backend this engine will not serve
+        (or that cannot be confirmed), known before anything is stopped; None: fine."""
+        env = self.engine_env(profile, "-", None)
+        host = self.allreduce_host(argv)
+        return allreduce_check.refusal(env, argv, self._has_nvlink(), host=host)
+
+    def allreduce_host(self, argv: list[str]) -> Any:
+        """The engine's all-reduce capabilities for `argv` (None: the engine cannot say)."""
+        try:
+            return self.engine.allreduce_host(argv)
+        except Exception as exc:  # a probe that fails must not stop a start
+            log.warning("cannot tell the engine's all-reduce capabilities: %s", exc)
+            return None
 
     def _has_nvlink(self) -> bool | None:
         if self.engine.simulated:
@@ -247,7 +278,10 @@ class Launcher:
         h.started_at = float(info.get("started_at") or _now())
         try:  # the all-reduce backend it asked for: its own environment (its log is replayed)
             h.allreduce_watch = allreduce_check.AllreduceWatch(
-                psutil.Process(h.pid).environ(), h.argv, self._has_nvlink()
+                psutil.Process(h.pid).environ(),
+                h.argv,
+                self._has_nvlink(),
+                host=self.allreduce_host(h.argv),
             )
         except (psutil.Error, OSError):
             h.allreduce_watch = None
@@ -262,6 +296,10 @@ class Launcher:
             is_ar = rec is not None and rec.get("kind") == "allreduce"
             if is_ar and watch is not None and watch.on_record(rec, line):
                 h.wake.set()  # a fallback the start fails on
+            elif watch is not None and watch.wants_pcie_ipc and "[Autotuner]" in line:
+                note = watch.on_autotuner_line(line)
+                if note:
+                    self.say(note, logging.WARNING)
             if facts.progress is not None:
                 phase, pct, msg = facts.progress
                 h.progress = {"phase": phase, "percent": pct, "message": msg}
@@ -292,6 +330,17 @@ class Launcher:
         except (OSError, ValueError):
             return False
 
+    def probe_ready(self, url: str, timeout: float = 5.0) -> bool:
+        """The server's own readiness, whatever its --log-level: `/model_info` answers (what
+        SGLang's own warm-up waits for) and `/health_generate` is 200 (503 while SGLang's
+        server_status is Starting, i.e. until its warm-up generation went through)."""
+        try:
+            if engine_client.health(url, engine_client.MODEL_INFO, timeout=timeout) != 200:
+                return False
+            return engine_client.health(url, engine_client.HEALTH_GENERATE, timeout=timeout) == 200
+        except (OSError, ValueError):
+            return False
+
     def exit_failure(self, h: EngineHandle) -> Failure:
         """Why the engine's leader exited (from the last log lines and the exit code)."""
         if h.tail is not None:
@@ -306,10 +355,14 @@ class Launcher:
         *,
         heartbeat: Callable[[], None] | None = None,
     ) -> Failure | None:
-        """None once the engine printed its ready line and answers its health check (an
-        adopted engine: the health check alone); else why not (exit, timeout, cancel)."""
+        """None once the engine is ready by its own endpoints; else why not (exit, timeout,
+        cancel). The ready line (INFO) only makes the check prompt: a server at
+        `--log-level warning` never prints it, and is found ready by `/model_info` and
+        `/health_generate` (polled every `ENDPOINT_POLL_S`); an adopted engine or a follower
+        by its health check alone."""
         deadline = h.started_mono + timeout_s
         last_beat = time.monotonic()
+        next_poll = time.monotonic() + ENDPOINT_POLL_S
         while True:
             h.wake.clear()
             if cancel.is_set():
@@ -322,8 +375,16 @@ class Launcher:
                     return failure
             if (h.ready_line or h.adopted or h.follower) and self.probe(h.url):
                 h.ready_s = time.monotonic() - h.started_mono
+                h.ready_by = "ready line + health" if h.ready_line else "health"
                 return None
             now = time.monotonic()
+            if not h.ready_line and now >= next_poll:
+                next_poll = now + ENDPOINT_POLL_S
+                if self.probe_ready(h.url):
+                    h.ready_s = time.monotonic() - h.started_mono
+                    h.ready_by = "endpoints"
+                    return None
+                now = time.monotonic()
             if now >= deadline:
                 return failures.classify(
                     h.recent_lines(),
@@ -372,6 +433,9 @@ class Launcher:
             else:
                 self.say(f"verify: NCCL confirms {len(nccl['confirmed'])} variable(s)")
         log_path = str(h.log_path)
+        adaptive_failure = adaptive_check.check(h.argv, log_path)
+        if adaptive_failure is not None:
+            return adaptive_failure, details
         tuner_failure, tuner = tuner_check.check_engine_tuner(h.pid, h.nccl_debug_dir, log_path)
         if tuner_failure is not None:
             return tuner_failure, details
@@ -381,6 +445,9 @@ class Launcher:
         if h.allreduce_watch is not None:
             # an adopted engine was verified by the daemon that started it: its log is still
             # being replayed, so missing confirmations are not held against it
+            h.allreduce_watch.note_maps([c["pid"] for c in details["env"]["processes"]])
+            if h.allreduce_watch.wants_pcie_ipc:
+                h.allreduce_watch.note_tactics()
             ar_failure = h.allreduce_watch.verify(log_path, strict=not h.adopted)
             details["allreduce"] = h.allreduce = h.allreduce_watch.details()
             if ar_failure is not None:

@@ -6,16 +6,15 @@ that does not carry the lease's id is refused with 409 naming the experiment, un
 caller forces it (`--force`). One lease at a time.
 
 A lease ends when its holder releases it, or when its holder process is gone: over the Unix
-socket the daemon knows the holder's pid from the connection itself (SO_PEERCRED), and a
-lease whose process has exited (or is a zombie) lapses at the next look. Over TCP the peer
-pid is unknown: such a lease holds until released or broken with --force.
+socket the daemon knows the holder's pid from the connection itself (SO_PEERCRED, read by
+fastverify.daemon.auth), and a lease whose process has exited (or is a zombie) lapses at
+the next look. Over TCP the peer pid is unknown: such a lease holds until released or
+broken with --force.
 """
 
 from __future__ import annotations
 
 import secrets
-import socket
-import struct
 import threading
 import time
 from typing import Any
@@ -24,18 +23,6 @@ from fastverify.daemon.resolve import RequestError
 
 EXPERIMENTS = ("sweep", "tune")
 DESCRIPTION_MAX = 500
-
-
-def peer_pid(sock: Any) -> int | None:
-    """The pid of the process on the other end of a Unix socket (None elsewhere)."""
-    try:
-        if sock.family != socket.AF_UNIX:
-            return None
-        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        pid = struct.unpack("3i", raw)[0]
-        return pid if pid > 0 else None
-    except (OSError, AttributeError):
-        return None
 
 
 def _alive(pid: int) -> bool:

@@ -1,19 +1,25 @@
 """`fastverifyd`: the supervisor daemon's entry point (flags, config, signals, main loop).
 
     fastverifyd [--config FILE] [--engine auto|sglang|sim] [--state-dir DIR] [--socket PATH]
+                [--tcp-listen HOST:PORT [--token-file FILE]
+                 [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]]
                 [--metrics-listen HOST:PORT] [--health-listen HOST:PORT] [--declarative]
                 [--node-rank N] [--dist-init-addr HOST:PORT] [--sim-load-seconds S]
-                [--log-level LEVEL]
+                [--sim-sglang-version X.Y.Z] [--log-level LEVEL]
 
 Flags override the config file (fastverify.config). The first log line names the engine
 chosen and why. Signals: SIGTERM/SIGINT stop the engine group and exit 0 (STOPPING=1 is
-sent first); SIGHUP re-reads the config file, keeping the old configuration (and saying
-why) when the new one is invalid. The main loop sends WATCHDOG=1 when systemd asks for it.
+sent first; a SIGINT ignored at start, as in a background job, stays ignored); SIGHUP
+re-reads the config file, keeping the old configuration (and saying why) when the new one
+is invalid. The main loop sends WATCHDOG=1 when systemd asks for it.
 
-Exit codes: 0 clean shutdown, 2 configuration/usage error, 1 could not start (socket in
-use by another daemon, state dir locked, an exporter asked for with --metrics-listen or
-daemon.metrics_listen that cannot listen, ...). The default exporter address that cannot
-listen is a status finding instead: the daemon runs without /metrics.
+Exit codes: 0 clean shutdown, 2 configuration/usage error (a TCP door's token file,
+certificate or key that cannot be used included: read before anything starts), 1 could
+not start (socket in use by another daemon, state dir locked, an exporter asked for with
+--metrics-listen or daemon.metrics_listen that cannot listen, ...), 3 declarative mode
+under systemd: the engine stayed FAILED after daemon.recover_retries retries (the engine
+group is stopped first; the unit fails and Restart= decides). The default exporter address
+that cannot listen is a status finding instead: the daemon runs without /metrics.
 """
 
 from __future__ import annotations
@@ -93,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="profile and mode come from the configuration (Kubernetes); refuse profile set "
         "unless --canary",
     )
+    p.add_argument("--nnodes", type=int, default=None, help="multi-node: nodes in the server")
     p.add_argument("--node-rank", type=int, default=None, help="multi-node: this node's rank")
     p.add_argument("--dist-init-addr", default=None, help="multi-node: HOST:PORT of node 0")
     p.add_argument(
@@ -102,12 +109,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="sim engine only: seconds its simulated weight load takes",
     )
     p.add_argument(
+        "--sim-sglang-version",
+        default=None,
+        help="sim engine only: the SGLang release it plays (its flags, metrics, spans, logs)",
+    )
+    p.add_argument(
         "--tcp-listen", default=None, help="HOST:PORT for the control API (needs a token)"
     )
     p.add_argument(
         "--token-file",
         default=None,
-        help="file holding the bearer token for --tcp-listen (chmod 600, 16+ characters)",
+        help="bearer tokens for --tcp-listen: NAME:TOKEN lines or one TOKEN (chmod 600, "
+        "16+ characters each; the name is recorded as the caller)",
+    )
+    p.add_argument(
+        "--tls-cert",
+        default=None,
+        help="PEM certificate of the TCP control door: TLS (required off loopback)",
+    )
+    p.add_argument("--tls-key", default=None, help="the --tls-cert's private key (chmod 600)")
+    p.add_argument(
+        "--tls-client-ca",
+        default=None,
+        help="CA whose client certificates the TCP door requires (mutual TLS)",
     )
     p.add_argument(
         "--log-level",
@@ -127,13 +151,21 @@ def overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
             "socket": ns.socket,
             "metrics_listen": ns.metrics_listen,
             "sim_load_seconds": ns.sim_load_seconds,
+            "sim_sglang_version": ns.sim_sglang_version,
             "tcp_listen": ns.tcp_listen,
             "token_file": ns.token_file,
+            "tls_cert": ns.tls_cert,
+            "tls_key": ns.tls_key,
+            "tls_client_ca": ns.tls_client_ca,
             "log_level": ns.log_level,
             "health_listen": ns.health_listen,
             "declarative": ns.declarative,
         },
-        "server": {"node_rank": ns.node_rank, "dist_init_addr": ns.dist_init_addr},
+        "server": {
+            "nnodes": ns.nnodes,
+            "node_rank": ns.node_rank,
+            "dist_init_addr": ns.dist_init_addr,
+        },
     }
 
 
@@ -141,10 +173,33 @@ def make_engine(name: str, cfg: configmod.Config) -> Any:
     if name == "sim":
         from fastverify.engines.sim_adapter import SimEngine
 
-        return SimEngine(cfg.server.python, cfg.daemon.sim_load_seconds)
+        return SimEngine(
+            cfg.server.python, cfg.daemon.sim_load_seconds, cfg.daemon.sim_sglang_version
+        )
     from fastverify.engines.sglang import SGLangEngine
 
     return SGLangEngine(cfg.server.python, cfg.server.sglang_flags)
+
+
+# the server's SGLang is below the range fastverify knows: refused before any load
+EXIT_SGLANG_UNSUPPORTED = 2
+
+
+def sglang_facts(engine: Any) -> Any:
+    """The engine's SGLang facts, with the version policy's log lines; None when the
+    version is below the range (logged: the version, the range and what to do)."""
+    from fastverify.sglang.facts import VersionTooOld
+
+    try:
+        facts = engine.facts()
+    except VersionTooOld as exc:
+        log.error("%s; fastverifyd is not starting (nothing was loaded)", exc)
+        return None
+    if facts.warning:
+        log.warning("UNSUPPORTED SGLANG: %s", facts.warning)
+    else:
+        log.info("SGLang %s (facts %s, in the supported range)", facts.version, facts.facts_version)
+    return facts
 
 
 def _lock_state_dir(state_dir: Path) -> int:
@@ -170,6 +225,14 @@ def _start_exporter(sup: Any, cfg: configmod.Config, engine: Any) -> Any:
     period = cfg.daemon.trace_period_s
     if period is None:
         period = 60.0 if engine.simulated else 0.0
+    facts = engine.facts()
+    if period and not facts.has("step_spans"):
+        log.warning(
+            "SGLang %s has no profiler step spans (0.5.11 and later): periodic profile "
+            "windows are off",
+            facts.version,
+        )
+        period = 0.0
     runtime = ExporterRuntime(
         sup.hub,
         listen,
@@ -260,8 +323,24 @@ class Daemon:
 
         cfg = self.cfg
         # Handlers first: a SIGTERM during start-up must still mean "stop cleanly".
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        # SIGINT only where it was not ignored at start: a background job (`fastverifyd &` in
+        # a script, `nohup ... &`) starts with it ignored so that Ctrl-C in that terminal
+        # reaches the foreground command only; Python leaves an inherited SIG_IGN, and so do we.
+        sigs = [signal.SIGTERM, signal.SIGHUP]
+        if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+            sigs.append(signal.SIGINT)
+        for sig in sigs:
             signal.signal(sig, self._signal)
+        door = None
+        if cfg.daemon.tcp_listen:  # its credentials are checked before anything starts
+            from fastverify.credentials import CredentialError
+            from fastverify.daemon import tcpdoor
+
+            try:
+                door = tcpdoor.load(cfg.daemon)
+            except CredentialError as exc:
+                log.error("%s; fastverifyd is not starting", exc)
+                return 2
         notifier = Notifier.from_env()
         try:
             lock_fd = _lock_state_dir(cfg.state_dir)
@@ -273,12 +352,16 @@ class Daemon:
             return 1
         store = StateStore(cfg.state_dir)
         engine = make_engine(self.engine_name, cfg)
+        facts = sglang_facts(engine)
+        if facts is None:
+            return EXIT_SGLANG_UNSUPPORTED
         hub = None
         if cfg.daemon.metrics_listen:
             try:
                 from fastverify.exporters.hub import MetricsHub
 
                 hub = MetricsHub()
+                hub.set_sglang(facts.summary())
             except ImportError as exc:
                 log.warning("exporter hub unavailable (%s)", exc)
         try:
@@ -299,9 +382,8 @@ class Daemon:
         try:
             sock = api.bind_unix(cfg.socket_path, cfg.daemon.socket_group)
             servers.append(api.ApiServer(sock, sup.api, None))
-            if cfg.daemon.tcp_listen:
-                token = api.read_token(cfg.daemon.token_file)
-                servers.append(api.ApiServer(api.bind_tcp(cfg.daemon.tcp_listen), sup.api, token))
+            if door is not None:
+                servers.append(api.open_tcp_door(cfg.daemon, door, sup.api, hub))
         except (RuntimeError, OSError, ValueError) as exc:
             log.error("cannot open the control API: %s", exc)
             return 1
@@ -366,6 +448,13 @@ class Daemon:
                 sup.tick()
             except Exception:
                 log.exception("supervisor tick failed")
+            if (code := sup.exit_code()) is not None:
+                log.error(
+                    "exiting with status %d: the engine stays FAILED (declarative mode, "
+                    "daemon.recover_retries spent); systemd's Restart= decides",
+                    code,
+                )
+                return code
             now = time.monotonic()
             if now - last_status >= 10:
                 notifier.status(sup.status_line())

@@ -148,6 +148,8 @@ class ExporterFeed:
             )
         elif isinstance(e, ev.DecisionRecorded):
             hub.set_decision(e.profile, e.mode, e.backend, e.applied)
+        elif isinstance(e, ev.AcceptanceRecorded):
+            hub.on_acceptance(e.record)
 
 
 class LiveFigures:

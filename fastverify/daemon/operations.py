@@ -84,6 +84,8 @@ class Operation:
         self.verify: dict[str, Any] | None = None
         self.phases: dict[str, float] = {}
         self.load_format: str | None = None  # SGLang --load-format for it and its rollback
+        self.caller: Any = None  # auth.Caller who asked (None: the daemon itself)
+        self.cancelled_by: Any = None  # auth.Caller who cancelled it
         # The engine this operation started and that failed: its own log file and last lines
         # (a failure's excerpt; never the rollback server's start-up).
         self.failed_engine: dict[str, Any] | None = None
@@ -104,6 +106,7 @@ class Operation:
             "mode": self.mode,
             "started_at": self.started_at,
             "elapsed_s": self.elapsed(),
+            "by": self.caller.by if self.caller is not None else "fastverifyd",
         }
 
     def request_cancel(self, reason: str) -> None:

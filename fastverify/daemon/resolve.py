@@ -11,11 +11,21 @@ Messages from the engine's parser are masked (fastverify.redact): an argparse er
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
-from fastverify.config import MODES
+from fastverify.config import ADAPTIVE_CONFIG_NAME, MODES
 from fastverify.engines.base import ArgvCheck, EngineArgError
 from fastverify.redact import mask_text, secret_values
+
+# SGLang's truthy spellings of a boolean environment variable (srt/environ.py EnvBool)
+TRUTHY = ("1", "true", "yes", "y", "on")
+
+
+def _long_flags(argv: list[str]) -> list[str]:
+    """The SGLang long flags of a launch argv (after `-m MODULE`; the sim's own left out)."""
+    args = argv[argv.index("-m") + 2 :] if "-m" in argv else argv[1:]
+    return [t.partition("=")[0] for t in args if t.startswith("--") and not t.startswith("--sim-")]
 
 
 class RequestError(Exception):
@@ -82,6 +92,10 @@ class Resolver:
             server = self.cfg.server
             if load_format is not None:
                 server = dataclasses.replace(server, load_format=load_format)
+            if mode == "adaptive":
+                # the release must have it before its plan is looked for
+                self.require_features(name, mode, {}, [])
+                server = self._adaptive_server(server)
             argv = self.engine.build_argv(server, mode, profile.requires)
         except EngineArgError as exc:
             raise RequestError(
@@ -89,7 +103,49 @@ class Resolver:
                 f"cannot build the server argv for {name}/{mode}: {mask_text(str(exc))}",
                 reason="config_error",
             ) from None
+        self.require_features(name, mode, getattr(profile, "env", {}) or {}, argv)
         return profile, argv
+
+    def adaptive_config_path(self) -> Path:
+        """The adaptive config mode adaptive serves: the configured one, else the plan
+        `fastverifyctl spec plan` stored in the state dir."""
+        configured = self.cfg.server.adaptive_config
+        return Path(configured) if configured else Path(self.cfg.state_dir) / ADAPTIVE_CONFIG_NAME
+
+    def _adaptive_server(self, server: Any) -> Any:
+        path = self.adaptive_config_path()
+        if not path.exists():
+            raise RequestError(
+                422,
+                f"mode adaptive serves a speculation plan, and there is none at {path}: run "
+                "fastverifyctl spec plan (it needs an accept curve from a real-weights "
+                "EAGLE-3 bench: fastverifyctl mode set eagle3, then fastverifyctl bench)",
+                reason="no_adaptive_plan",
+            )
+        return dataclasses.replace(server, adaptive_config=str(path))
+
+    def require_features(self, name: str, mode: str, env: Any, argv: list[str]) -> None:
+        """RequestError(422, "SGLang X.Y.Z has no ...") when the server's SGLang lacks what
+        the profile, mode or argv needs (its facts), before anything running is touched."""
+        from fastverify.sglang.facts import FeatureMissing, VersionTooOld
+
+        try:
+            facts = self.engine.facts()
+        except VersionTooOld as exc:
+            raise RequestError(422, str(exc), reason="sglang_unsupported") from None
+        try:
+            if str(env.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "")).lower() in TRUTHY:
+                facts.require("pcie_ipc_allreduce", f"profile {name}")
+            if mode == "adaptive" or "--speculative-adaptive" in argv:
+                facts.require("adaptive_speculation", f"mode {mode} ({name}/{mode})")
+            if facts.supported:
+                for flag in _long_flags(argv):
+                    if not facts.has_flag(flag) and not any(
+                        f.startswith(flag) for f in facts.flags
+                    ):
+                        facts.require_flag(flag, f"the server argv for {name}/{mode}")
+        except FeatureMissing as exc:
+            raise RequestError(422, str(exc), reason="sglang_feature_missing") from None
 
     def check_argv(self, argv: list[str]) -> ArgvCheck:
         """The engine parser's verdict on `argv` (message masked), cached per argv."""

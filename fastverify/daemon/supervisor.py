@@ -16,7 +16,12 @@ import logging
 from typing import Any
 
 from fastverify.daemon.controller import Controller
-from fastverify.daemon.events import BaselineRecorded, DecisionRecorded, EventBus
+from fastverify.daemon.events import (
+    AcceptanceRecorded,
+    BaselineRecorded,
+    DecisionRecorded,
+    EventBus,
+)
 from fastverify.daemon.facade import ControlFacade, baseline_records
 from fastverify.daemon.launcher import Launcher
 from fastverify.daemon.logs import LogRing
@@ -111,10 +116,21 @@ class Supervisor:
                 self.bus.publish(DecisionRecorded(decision["profile"], decision["mode"],
                                                   decision["backend"],
                                                   bool(decision["applied"])))  # fmt: skip
+        from fastverify.daemon import acceptance
+
+        for rec in acceptance.load(self.store).values():
+            if isinstance(rec, dict) and {"profile", "mode", "steps"} <= rec.keys():
+                self.bus.publish(AcceptanceRecorded(rec))
         start_up(self.ctl)
 
     def tick(self) -> None:
         self.ctl.tick()
+        self.ctl.recovery_tick()
+
+    def exit_code(self) -> int | None:
+        """Non-None when the daemon should exit with it (recovery.py: a declarative daemon
+        under systemd whose FAILED retries are spent)."""
+        return self.ctl.recovery_exit_code()
 
     def reconfigure(self, cfg: Any, engine: Any) -> None:
         """Adopt a re-read configuration (SIGHUP): profile dirs, engine settings (used from

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from fastverify.engines.allreduce_host import AllreduceHost
     from fastverify.sglang.envrules import EngineEnv
+    from fastverify.sglang.facts import SGLangFacts
 
 from fastverify.config import ServerConfig
 
@@ -94,6 +96,36 @@ class Engine(ABC):
 
     def health_path(self) -> str:
         return "/health"
+
+    def allreduce_host(self, argv: list[str]) -> AllreduceHost:
+        """What decides the TP all-reduce backend where this engine's server runs
+        (fastverify.engines.allreduce_host): this machine's GPUs, the model's config.json,
+        FlashInfer in the server's interpreter. Asked once per argv and kept."""
+        cache = self.__dict__.setdefault("_allreduce_hosts", {})
+        key = tuple(argv)
+        if key not in cache:
+            from fastverify.engines.host_probe import probe_host
+
+            cache[key] = probe_host(self, argv)
+        return cache[key]
+
+    def sglang_version(self) -> str:
+        """The SGLang version the engine's server runs (or plays, for the sim)."""
+        from fastverify.sglang.versions import PINNED_VERSION
+
+        return PINNED_VERSION
+
+    def facts(self) -> SGLangFacts:
+        """The one facts object for this engine's SGLang (`fastverify.sglang.facts.resolve`:
+        raises VersionTooOld below the range; the newest facts, flagged, above it)."""
+        from fastverify.sglang.facts import resolve
+
+        version = self.sglang_version()
+        cached = getattr(self, "_facts_cache", None)
+        if cached is None or cached.version != version:
+            cached = resolve(version)
+            self._facts_cache = cached
+        return cached
 
     def follower(self, argv: list[str]) -> bool:
         """Does `argv` start a follower node of a multi-node server (ready when its health

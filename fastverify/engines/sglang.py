@@ -26,7 +26,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
-from fastverify.config import ServerConfig
+from fastverify.config import MODES, SPEC_MODES, ServerConfig
 from fastverify.engines.base import ArgvCheck, Engine, EngineArgError, check_requires
 from fastverify.sglang.envrules import EngineEnv, engine_env
 from fastverify.sglang.launch import (
@@ -88,6 +88,9 @@ class SGLangEngine(Engine):
     def version(self) -> str:
         """The installed SGLang's version, else the pinned one."""
         return installed_version(self.python) or PINNED_VERSION
+
+    def sglang_version(self) -> str:
+        return self.version()
 
     def flag_generation(self, server: ServerConfig | None = None) -> str:
         flags = server.sglang_flags if server is not None else self.flags
@@ -189,16 +192,19 @@ def launch_args(
     draft_model_path: str | None = None,
 ) -> LaunchArgs:
     """The LaunchArgs for a daemon config, a mode and a profile's `requires:`."""
-    if mode not in ("baseline", "eagle3"):
-        raise EngineArgError(f"mode {mode!r}: expected baseline or eagle3")
+    if mode not in MODES:
+        raise EngineArgError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
     check_requires(requires)
     spec = None
-    if mode == "eagle3":
+    extra: tuple[str, ...] = ()
+    if mode in SPEC_MODES:
         draft = draft_model_path if draft_model_path is not None else server.draft_model_path
         if not draft:
-            raise EngineArgError("mode eagle3 needs server.draft_model_path (the EAGLE-3 drafter)")
+            raise EngineArgError(f"mode {mode} needs server.draft_model_path (the EAGLE-3 drafter)")
         e = server.eagle3
         spec = Speculative(draft, e.num_steps, e.topk, e.num_draft_tokens)
+    if mode == "adaptive":
+        spec, extra = _adaptive(server, spec)
     return LaunchArgs(
         model_path=model_path,
         tp_size=server.tp_size,
@@ -212,8 +218,35 @@ def launch_args(
         nnodes=server.nnodes,
         node_rank=server.node_rank,
         dist_init_addr=server.dist_init_addr,
-        extra_args=tuple(server.extra_args),
+        extra_args=(*extra, *server.extra_args),
     )
+
+
+def _adaptive(server: ServerConfig, spec: Speculative | None) -> tuple[Speculative, tuple]:
+    """Mode adaptive: EAGLE-3 at topk 1 with SGLang's --speculative-adaptive and the plan's
+    config (`server.adaptive_config`), launched at the plan's largest step count (SGLang
+    refuses a launch step outside the candidates and sets num_draft_tokens = steps + 1)."""
+    from fastverify.sglang import adaptive
+
+    assert spec is not None
+    if not server.adaptive_config:
+        raise EngineArgError(
+            "mode adaptive needs an adaptive config (server.adaptive_config); the daemon uses "
+            "the plan `fastverifyctl spec plan` writes into its state dir"
+        )
+    try:
+        cfg = adaptive.load_config(server.adaptive_config)
+    except adaptive.AdaptiveConfigError as exc:
+        msg = f"mode adaptive: {exc} (write one with fastverifyctl spec plan)"
+        raise EngineArgError(msg) from None
+    steps = max(adaptive.candidate_steps(cfg))
+    if steps < 1:
+        raise EngineArgError(
+            f"mode adaptive: {server.adaptive_config} drafts at no batch size (every tier's "
+            "candidates are [0]): serve mode baseline, which is what it would run"
+        )
+    spec = Speculative(spec.draft_model_path, steps, 1, steps + 1, spec.algorithm)
+    return spec, (adaptive.FLAG_ADAPTIVE, adaptive.FLAG_ADAPTIVE_CONFIG, server.adaptive_config)
 
 
 def server_args(

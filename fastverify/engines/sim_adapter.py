@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from fastverify.config import ServerConfig
+from fastverify.engines.allreduce_host import AllreduceHost
 from fastverify.engines.base import ArgvCheck, Engine
 from fastverify.engines.sglang import _strip_module, server_args
 from fastverify.sglang.envrules import EngineEnv, engine_env
@@ -27,12 +28,22 @@ class SimEngine(Engine):
     name = "sim"
     simulated = True
 
-    def __init__(self, python: str = "", load_seconds: float = 3.0):
+    def __init__(
+        self, python: str = "", load_seconds: float = 3.0, sglang_version: str = PINNED_VERSION
+    ):
         self.python = python or sys.executable
         self.load_seconds = load_seconds
+        self.played_version = sglang_version or PINNED_VERSION
+
+    def sglang_version(self) -> str:
+        """The SGLang release the sim plays (`--sim-sglang-version`)."""
+        return self.played_version
 
     def build_argv(self, server: ServerConfig, mode: str, requires: Mapping[str, str]) -> list[str]:
-        generation = server.sglang_flags if server.sglang_flags in ("new", "old") else "new"
+        if server.sglang_flags in ("new", "old"):
+            generation = server.sglang_flags
+        else:
+            generation = self.facts().flag_generation
         argv = [self.python, "-m", "fastverify.engines.sim"]
         argv += server_args(
             server,
@@ -43,6 +54,12 @@ class SimEngine(Engine):
             server.draft_model_path or SIM_DRAFT,
         )
         argv += ["--sim-load-seconds", f"{self.load_seconds:g}"]
+        if mode == "adaptive" and "--sim-accept-steps" not in server.extra_args:
+            # --sim-accept-length (in extra_args) keeps its meaning: the acceptance at the
+            # configured EAGLE-3 steps, whatever step count adaptive launches at
+            argv += ["--sim-accept-steps", str(server.eagle3.num_steps)]
+        if self.played_version != PINNED_VERSION:
+            argv += ["--sim-sglang-version", self.played_version]
         return argv
 
     def check_argv(self, argv: list[str]) -> ArgvCheck:
@@ -64,11 +81,39 @@ class SimEngine(Engine):
         return ArgvCheck(True, "accepted by the sim's parser (SGLang-compatible argv)")
 
     def engine_env(self, argv: list[str], env: Mapping[str, str]) -> EngineEnv:
-        """The sim follows the pinned SGLang: its main process applies the same rules
+        """The sim follows the SGLang it plays: its main process applies the same rules
         before its workers start (fastverify.engines.sim.engine.apply_engine_env)."""
-        return engine_env(LaunchArgs.from_argv(_strip_module(argv)), env, PINNED_VERSION)
+        return engine_env(LaunchArgs.from_argv(_strip_module(argv)), env, self.played_version)
+
+    def allreduce_host(self, argv: list[str]) -> AllreduceHost:
+        """The sim's simulated host (not this machine's GPUs): PCIe-only with P2P, the
+        simulated FlashInfer of `--sim-flashinfer`, the cost model's hidden size and its
+        decode graphs up to bs 32 (fastverify.engines.sim.allreduce_sim)."""
+        from fastverify.engines.sim import allreduce_sim, costmodel
+
+        fi_ok, fi_why = allreduce_sim.flashinfer_offer(argv)
+        return AllreduceHost(
+            engine=self.name,
+            view="the sim engine's simulated host",
+            host=allreduce_sim.HOST_TEXT,
+            has_nvlink=False,
+            p2p=True,
+            flashinfer_pcie_ipc=fi_ok,
+            flashinfer_why=fi_why,
+            hidden=costmodel.HIDDEN,
+            gpu_sm=int(flashinfer_jit_arch()),
+            decode_max_bs=allreduce_sim.SIM_DECODE_MAX_BS,
+            request_pool=allreduce_sim.SIM_REQUEST_POOL,
+            simulated=True,
+        )
 
     def extra_env(self) -> dict[str, str]:
         # The sim is part of this package: make it importable from a source checkout too.
         root = str(Path(__file__).resolve().parent.parent.parent)
         return {"PYTHONPATH": root}
+
+
+def flashinfer_jit_arch() -> str:
+    from fastverify.engines.sim.flashinfer_jit import SIM_ARCH
+
+    return SIM_ARCH

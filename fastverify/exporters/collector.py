@@ -13,7 +13,9 @@ logs            NCCL's own view (version, "set by environment", TUNING choices, 
 traces          verify-cycle histogram and per-window gauges, all-reduce calls, windows
 inspector       NCCL inspector all-reduce time, bandwidth, message size
 daemon          engine restarts, profile switches, engine start seconds, the last tuning
-                decision (fastverify_decision_info{profile,mode,backend,applied,serving})
+                decision (fastverify_decision_info{profile,mode,backend,applied,serving}); with a
+                TCP control door: fastverify_api_auth_failures_total{reason} and
+                fastverify_api_auth_backoff_sources
 (every source)  fastverify_source_up{source} (1: its last attempt worked) and
                 fastverify_source_last_success_timestamp_seconds{source}
 
@@ -40,6 +42,7 @@ from prometheus_client.registry import Collector
 
 from fastverify.exporters.hub import MetricsHub
 from fastverify.redact import is_secret_name
+from fastverify.speculation.curve import AcceptCurve
 
 _LABEL_BAD = re.compile(r"[^a-z0-9_]")
 _RESERVED = {"profile", "mode", "engine"}
@@ -93,6 +96,22 @@ def engine_families(s: dict[str, Any]) -> list[Metric | None]:
             "fastverify_profile", "Active NCCL profile, decoding mode and the profile's settings"
         )
         info.add_metric([], profile_labels(s["profile"], s["mode"], s["engine"], s["settings"]))
+        out.append(info)
+    sg = s.get("sglang")
+    if sg:
+        info = InfoMetricFamily(
+            "fastverify_engine",
+            "The server's SGLang version, the release whose facts serve it and whether it is "
+            "in fastverify's supported range (false: newer, running on the newest facts)",
+        )
+        info.add_metric(
+            [],
+            {
+                "version": str(sg["version"]),
+                "facts_version": str(sg["facts_version"]),
+                "supported": "true" if sg["supported"] else "false",
+            },
+        )
         out.append(info)
     ar = s.get("allreduce")
     if ar and s["up"]:
@@ -163,7 +182,56 @@ def decode_families(s: dict[str, Any]) -> list[Metric | None]:
                    "concurrency = accept length / break-even (> 1: speculation pays)",
                    v.speedup_estimate, vk, vv),
         ]  # fmt: skip
-    return out + baseline_families(s)
+    return out + baseline_families(s) + speculation_families(s)
+
+
+def speculation_families(s: dict[str, Any]) -> list[Metric | None]:
+    """Active draft steps, time at each, and the recorded accepted-drafts distribution."""
+    pm = [s["profile"], s["mode"]]
+    out: list[Metric | None] = [
+        _gauge("fastverify_spec_active_steps",
+               "Draft steps SGLang runs now (sglang:spec_num_steps; moves under adaptive)",
+               s.get("spec_active_steps"), PM, pm),
+    ]  # fmt: skip
+    if s.get("spec_steps_seconds"):
+        c = CounterMetricFamily(
+            "fastverify_spec_steps_seconds",
+            "Seconds served at each active draft step count (0 = no drafting)",
+            labels=[*PM, "steps"],
+        )
+        for (profile, mode, steps), secs in sorted(s["spec_steps_seconds"].items()):
+            c.add_metric([profile, mode, steps], secs)
+        out.append(c)
+    if s.get("acceptance"):
+        g = GaugeMetricFamily(
+            "fastverify_spec_accepted_drafts_ratio",
+            "Share of verify passes that accepted `drafts` drafts (bonus excluded), from the "
+            "histogram a bench recorded at `steps` steps; usable=false: dummy weights or an "
+            "adaptive server (never planned with)",
+            labels=[*PM, "steps", "weights", "usable", "drafts"],
+        )
+        length = GaugeMetricFamily(
+            "fastverify_spec_recorded_accept_length",
+            "Accept length L(k) at k draft steps from the recorded histogram (topk 1: a chain)",
+            labels=[*PM, "steps", "weights", "usable", "k"],
+        )
+        for (profile, mode, steps), rec in sorted(s["acceptance"].items()):
+            hist = rec.get("histogram") or []
+            total = sum(hist) or 1
+            lab = [
+                profile,
+                mode,
+                steps,
+                str(rec.get("weights")),
+                str(bool(rec.get("usable"))).lower(),
+            ]
+            for j, n in enumerate(hist):
+                g.add_metric([*lab, str(j)], n / total)
+            if sum(hist) > 0:
+                for k, lk in AcceptCurve.from_histogram(hist, int(steps)).curve().items():
+                    length.add_metric([*lab, k], lk)
+        out += [g, length]
+    return out
 
 
 def baseline_families(s: dict[str, Any]) -> list[Metric | None]:
@@ -293,6 +361,13 @@ def daemon_families(s: dict[str, Any]) -> list[Metric | None]:
                  s["switches"]),
         _gauge("fastverify_engine_start_seconds", "Last engine time-to-ready",
                s["engine_start_seconds"], [], []),
+        None if s.get("auth_failures") is None else _counter(
+            "fastverify_api_auth_failures", "Refused attempts on the TCP control door: "
+            "token (missing/wrong), tls (failed handshake), plaintext (HTTP to the TLS port), "
+            "backoff (refused while the source backs off)", "reason", s["auth_failures"]),
+        _gauge("fastverify_api_auth_backoff_sources", "Source addresses refused now after "
+               "repeated failed attempts on the TCP control door",
+               s.get("auth_backoff_sources"), [], []),
     ]  # fmt: skip
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastverify.config import SPEC_MODES
 from fastverify.exporters import logparse
 from fastverify.exporters.baseline import spec_cycle_seconds, verdict
 
@@ -140,6 +141,7 @@ class MetricsHub:
         self._mode: str | None = None
         self._settings: dict[str, str] = {}
         self._allreduce: dict[str, Any] | None = None  # serving TP all-reduce backend
+        self._sglang: dict[str, Any] | None = None  # the server's SGLang (set_sglang)
         self._engine: str | None = None
         self._url: str | None = None
         self._engine_start_seconds: float | None = None
@@ -152,6 +154,9 @@ class MetricsHub:
         self._nccl_warnings = 0
         self._log_lines = 0
         self._trace_windows: Counter[str] = Counter()
+        # the control API's TCP door (watch_auth): failed attempts by reason, backoff probe
+        self._auth_failures: Counter[str] | None = None
+        self._auth_backoff: Callable[[], int] | None = None
         # gauges of the active (profile, mode)
         self._obs_log: Observation | None = None
         self._obs_metrics: Observation | None = None
@@ -167,6 +172,11 @@ class MetricsHub:
         self._baselines: dict[tuple[str, int | None], Baseline] = {}
         # the last tuning decision (fastverifyctl tune; persisted by the daemon)
         self._decision: dict[str, str] | None = None
+        # speculation: time at each active step count (profile, mode, steps) -> seconds, the
+        # last poll's (time, steps), and recorded acceptance by (profile, mode, steps)
+        self._steps_seconds: dict[tuple[str, str, str], float] = {}
+        self._steps_seen: tuple[float, int, bool] | None = None  # (time, steps, busy)
+        self._acceptance: dict[tuple[str, str, str], dict[str, Any]] = {}
 
     def now(self) -> float:
         """The hub's clock (unix seconds)."""
@@ -202,6 +212,12 @@ class MetricsHub:
             self._settings = dict(settings or {})
             self._engine = engine
             self._url = url
+            self.version += 1
+
+    def set_sglang(self, info: Mapping[str, Any] | None) -> None:
+        """The server's SGLang (`SGLangFacts.summary()`: version, facts_version, supported)."""
+        with self._lock:
+            self._sglang = dict(info) if info else None
             self.version += 1
 
     def set_allreduce(self, backend: str | None, max_bytes: int | None = None) -> None:
@@ -270,6 +286,21 @@ class MetricsHub:
         with self._lock:
             self._restarts[str(reason)] += 1
             self.version += 1
+
+    def watch_auth(self, reasons: Iterable[str], backoff_sources: Callable[[], int]) -> None:
+        """Publish the TCP door's failed attempts (each reason from 0) and the number of
+        sources backing off now (`backoff_sources()`, called per scrape: in memory only)."""
+        with self._lock:
+            self._auth_failures = Counter(dict.fromkeys(reasons, 0))
+            self._auth_backoff = backoff_sources
+            self.version += 1
+
+    def on_auth_failure(self, reason: str) -> None:
+        """Count a refused attempt on the TCP door (token, tls, plaintext, backoff)."""
+        with self._lock:
+            if self._auth_failures is not None:
+                self._auth_failures[reason] += 1
+                self.version += 1
 
     def set_engine_start_seconds(self, seconds: float) -> None:
         """Last time-to-ready of the engine (spawn to serving)."""
@@ -387,9 +418,31 @@ class MetricsHub:
                 obs.accept_rate = values.get("spec_accept_rate")
                 obs.token_usage = values.get("token_usage")
                 self._obs_metrics = obs
+                self._track_steps(now, values.get("spec_num_steps"), obs.running_reqs)
                 total = values.get("generation_tokens_total")
                 if total is not None:
                     self._add_gen_tokens(now, float(total))
+            self.version += 1
+
+    def _track_steps(self, now: float, steps: float | None, running: float | None) -> None:
+        """Decoding time at each active draft step count (SGLang's `spec_num_steps` gauge),
+        per profile and mode: the interval since the last poll counts at the step count seen
+        then, when requests were running then (an idle server's gauge is stale)."""
+        if self._mode not in SPEC_MODES or steps is None:
+            self._steps_seen = None
+            return
+        if self._steps_seen is not None:
+            at, prev, busy = self._steps_seen
+            if busy:
+                key = (self._profile or "", self._mode or "", str(prev))
+                self._steps_seconds[key] = self._steps_seconds.get(key, 0.0) + max(0.0, now - at)
+        self._steps_seen = (now, int(steps), bool(running))
+
+    def on_acceptance(self, record: Mapping[str, Any]) -> None:
+        """An accepted-drafts histogram the daemon recorded (fastverify.daemon.acceptance)."""
+        with self._lock:
+            key = (str(record["profile"]), str(record["mode"]), str(record["steps"]))
+            self._acceptance[key] = dict(record)
             self.version += 1
 
     def on_inspector(self, summary: Mapping[str, Any]) -> None:
@@ -500,7 +553,7 @@ class MetricsHub:
         with self._lock:
             obs = self._latest_observation(now)
             tps = self._tokens_per_second(now, obs)
-            eagle = self._mode == "eagle3" or (
+            eagle = self._mode in SPEC_MODES or (
                 self._mode is None and obs is not None and bool(obs.accept_len)
             )
             cycle = None
@@ -518,13 +571,18 @@ class MetricsHub:
                 # an accept length is never 0: SGLang's 0 means "no verify pass yet"
                 accept_len, accept_rate = obs.accept_len, obs.accept_rate
             up = self._engine_up if self._engine_up is not None else bool(self._poll_ok)
+            auth = None if self._auth_failures is None else dict(self._auth_failures)
+            probe = self._auth_backoff
             return {
+                "auth_failures": auth,
+                "auth_backoff_sources": probe() if probe is not None else None,
                 "now": now,
                 "version": self.version,
                 "up": up,
                 "profile": self._profile or "",
                 "mode": self._mode or "",
                 "engine": self._engine or "",
+                "sglang": self._sglang,
                 "settings": dict(self._settings),
                 "allreduce": dict(self._allreduce) if self._allreduce else None,
                 "engine_start_seconds": self._engine_start_seconds,
@@ -558,4 +616,7 @@ class MetricsHub:
                 "nccl_env": dict(self._nccl_env),
                 "nccl_tuning": dict(self._nccl_tuning),
                 "eagle": eagle,
+                "spec_active_steps": self._steps_seen[1] if self._steps_seen else None,
+                "spec_steps_seconds": dict(self._steps_seconds),
+                "acceptance": {k: dict(v) for k, v in self._acceptance.items()},
             }

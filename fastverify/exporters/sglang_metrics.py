@@ -34,6 +34,9 @@ _WANTED: dict[str, tuple[str, str]] = {
     "token_usage": ("token_usage", "max"),
     "spec_accept_length": ("spec_accept_length", "mean"),
     "spec_accept_rate": ("spec_accept_rate", "mean"),
+    # the active draft step count (moves under --speculative-adaptive)
+    "spec_num_steps": ("spec_num_steps", "max"),
+    "spec_num_draft_tokens": ("spec_num_draft_tokens", "max"),
     "cache_hit_rate": ("cache_hit_rate", "mean"),
     "generation_tokens": ("generation_tokens_total", "sum"),
     "prompt_tokens": ("prompt_tokens_total", "sum"),

@@ -13,7 +13,8 @@ dumps, and serves /metrics on `--listen` (loopback by default). `--profile`/`--m
 the series; `--profile-env` (a profile .env file) fills fastverify_profile_info's settings;
 `--baseline-tps` records a baseline for that profile, measured at `--baseline-concurrency`
 concurrent requests (break-even and speedup gauges while SGLang runs that many requests).
-Stops cleanly on SIGTERM/SIGINT. Exit codes: 0 stopped, 2 bad arguments, 1 cannot listen.
+Stops cleanly on SIGTERM/SIGINT (a SIGINT ignored at start, as in a background
+job, stays ignored). Exit codes: 0 stopped, 2 bad arguments, 1 cannot listen.
 """
 
 from __future__ import annotations
@@ -174,14 +175,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fastverify-exporter: {exc.strerror or exc}", file=sys.stderr)
         return 1
     follower = LogFollowerThread(hub, args.log_file).start() if args.log_file else None
+    done = threading.Event()  # the stop signals are handled from before "serving" is said
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:  # ignored at start: a background job
+        signal.signal(signal.SIGINT, lambda *_: done.set())
     print(
         f"fastverify-exporter: serving {runtime.metrics_url} for {args.sglang_url}",
         file=sys.stderr,
         flush=True,
     )
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
     while not done.wait(1.0):
         pass
     if follower is not None:

@@ -223,21 +223,33 @@ class Communicator:
             self.handle = ctypes.c_void_p()
 
 
+# Why same-GPU ranks get no NCCL communicator: NCCL refuses a communicator whose ranks share
+# a device (ncclCommInitRank fails with ncclInvalidUsage, "Duplicate GPU detected" in its log).
+SAME_GPU_NCCL = (
+    "NCCL refuses two ranks on one GPU (ncclCommInitRank: ncclInvalidUsage, 'Duplicate GPU "
+    "detected'); these ranks share a GPU, so NCCL candidates need one GPU per rank"
+)
+
+
 class RankGroup:
     """One rank's TP group in the GPU experiments, on the call path measured.
 
     `call="pynccl"`: a gloo process group only for set-up (rank 0's unique id, barriers) and
     NCCL through this binding on the current stream, as SGLang does; `call="torch"`:
-    torch.distributed for everything (the gloo testing backend always runs this way)."""
+    torch.distributed for everything (the gloo testing backend always runs this way).
+    `nccl=False` (ranks sharing one GPU, which NCCL refuses: `SAME_GPU_NCCL`): the gloo group
+    alone and no NCCL communicator; an all-reduce then goes through gloo (eager only, a CUDA
+    graph cannot capture it) and `has_nccl` is False so callers keep their collectives off it."""
 
     def __init__(self, dist, torch, *, backend: str, call: str, rank: int, world: int,  # type: ignore[no-untyped-def]
-                 device=None):  # fmt: skip
+                 device=None, nccl: bool = True):  # fmt: skip
         self.dist, self.torch = dist, torch
         self.cuda = backend == "nccl"
-        self.call = call if self.cuda else "torch"
-        kwargs = {"backend": "gloo" if self.call == "pynccl" else backend, "rank": rank,
-                  "world_size": world}  # fmt: skip
-        if self.cuda and self.call == "torch":
+        self.has_nccl = self.cuda and nccl
+        self.call = call if self.has_nccl else ("gloo" if self.cuda else "torch")
+        kwargs = {"backend": "gloo" if self.call in ("pynccl", "gloo") else backend,
+                  "rank": rank, "world_size": world}  # fmt: skip
+        if self.has_nccl and self.call == "torch":
             kwargs["device_id"] = device  # eager NCCL communicator init
         dist.init_process_group(**kwargs)
         self.comm = torch_communicator(dist) if self.call == "pynccl" else None
@@ -246,6 +258,8 @@ class RankGroup:
         """In-place sum over the group."""
         if self.comm is not None:
             torch_all_reduce(self.comm, tensor, self.torch)
+        elif self.call == "gloo" and self.torch.cuda.is_current_stream_capturing():
+            raise NcclError(f"an all-reduce inside a CUDA graph needs NCCL: {SAME_GPU_NCCL}")
         else:
             self.dist.all_reduce(tensor)
 

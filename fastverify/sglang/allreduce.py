@@ -4,10 +4,18 @@ The one home of these facts (tests/contract/ pins each to the installed sglang 0
 flashinfer-python 0.7.2). Sources, under `sglang/srt/`:
 
 - `distributed/parallel_state.py` (`GroupCoordinator.__init__`, `all_reduce`,
-  `_resolve_outplace_all_reduce_method`): per tensor, in this order: NCCL with symmetric
-  memory (`--enable-symm-mem`) unless custom all-reduce or MSCCL++ takes it; then custom
-  all-reduce (`ca`); then FlashInfer PCIe-IPC (`pcie_ipc`); then MSCCL++, torch
-  symmetric memory; everything else pynccl (`ncclAllReduce`).
+  `_resolve_outplace_all_reduce_method`), per tensor, in this order: NCCL with symmetric
+  memory (`--enable-symm-mem`); FlashInfer's fusion all-reduce where the layer boundary
+  fuses it (`--flashinfer-allreduce-fusion-backend`, auto-enabled on SM90/SM100 for the
+  architectures `arg_groups/overrides.py` lists); then SGLang's custom all-reduce (`ca`);
+  then FlashInfer PCIe-IPC (`pcie_ipc`); then quick all-reduce, MSCCL++, torch symmetric
+  memory, pynccl inside piecewise graphs; everything else in-place pynccl
+  (`ncclAllReduce`) / torch.distributed. MSCCL++ goes first when it wants the tensor (custom
+  all-reduce and PCIe-IPC both step aside for it).
+- Groups: only the `tp` group is eligible for PCIe-IPC: DP-attention (`attention_tp`) and
+  EP (`moe_tp`) groups never get it. A TP group across nodes cannot use it (FlashInfer's
+  PCIe-IPC is intra-node only). `--rl-on-policy-target` turns deterministic inference on
+  (`arg_groups/attention_hook.py`), which keeps PCIe-IPC off.
 - `distributed/device_communicators/custom_all_reduce*.py`: custom all-reduce only in one
   node, world size 2/4/6/8, and full NVLink, or exactly 2 GPUs over PCIe with P2P ("not
   supported on more than two PCIe-only GPUs"); v2 (default on CUDA) needs full NVLink and
@@ -17,8 +25,14 @@ flashinfer-python 0.7.2). Sources, under `sglang/srt/`:
   (EnvBool, default False), the `tp` group only, world size > 1 and in (2, 4, 8), never
   with deterministic collectives (`SGLANG_USE_1STAGE_ALLREDUCE` when set, else
   `--enable-deterministic-inference`), bf16 tensors only, up to `max_numel` elements:
-  `SGLANG_PCIE_IPC_MAX_NUMEL` when set (non-zero), else the widest decode reduction,
-  `max_bs x draft tokens x hidden` (64 rows when no decode CUDA graph is captured).
+  `SGLANG_PCIE_IPC_MAX_NUMEL` when set (non-zero), else the widest decode reduction
+  (`model_executor/runner/base_runner.py` `_widest_decode_rows`): the largest entry of the
+  decode batch list (`--cuda-graph-bs-decode`, else generated up to max_bs:
+  `arg_groups/memory_hook.py`, `cuda_graph_hook.py`), clamped to the request pool
+  (`base_cuda_graph_runner.get_batch_sizes_to_capture`), x draft tokens, x hidden. The list
+  exists with `--disable-cuda-graph` too: the bound does not depend on capturing.
+  `--dtype auto` serves the checkpoint's dtype (config.json `torch_dtype`): an fp16 model's
+  reductions all stay on NCCL although every rank builds the workspace (bf16 probe).
 
 FlashInfer 0.7.2 (`flashinfer/comm/pcie_ipc_tuning.py`, `jit/env.py`,
 `data/include/flashinfer/comm/pcie_ipc_all_reduce.cuh`): tactics persist at
@@ -33,9 +47,12 @@ kernels are `flashinfer::comm::pcie_ipc::{KERNELS}`.
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fastverify.sglang.envnames import (  # noqa: F401  (the dispatch's names, re-exported)
@@ -75,7 +92,20 @@ CUSTOM = "custom"
 NCCL = "nccl"
 MSCCLPP = "mscclpp"
 TORCH_SYMM_MEM = "torch_symm_mem"
+FUSION = "flashinfer_fusion"
+# arg_groups/overrides.py _FLASHINFER_ALLREDUCE_FUSION_ARCHS (tests/contract/ compares)
+FUSION_ARCHS = frozenset({
+    "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM",
+    "GptOssForCausalLM", "GlmMoeDsaForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM",
+    "MistralLarge3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3VLMoeForConditionalGeneration",
+    "Qwen3NextForCausalLM", "Qwen4ExpForConditionalGeneration", "KimiK25ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration", "InternS2PreviewForConditionalGeneration",
+    "Qwen3_5ForConditionalGeneration", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM",
+    "NemotronH_Omni_Reasoning_V3",
+})  # fmt: skip
+FUSE_ALLREDUCE_MAX_TOKENS = 2048  # layers/layer_boundary/residual/add_norm.py
 BACKEND_NAMES = {
+    FUSION: "FlashInfer fusion all-reduce",
     PCIE_IPC: "FlashInfer PCIe-IPC",
     CUSTOM: "SGLang custom all-reduce",
     NCCL: "NCCL",
@@ -114,6 +144,25 @@ DETERMINISTIC_FORMAT = (
 )
 DTYPE_FORMAT = f"{DTYPE_TEXT} {{dtype}} reductions stay on NCCL."
 AUTOTUNED_FORMAT = f"{AUTOTUNED_TEXT} {{n}} shape(s) (hidden={{hidden}}, rows={{rows}})"
+
+# ----------------------------------------------------------------- published figures
+# The one per-message table SGLang 0.5.23 publishes for this backend, in the module docstring
+# of srt/distributed/device_communicators/pcie_ipc_ar.py: one 8x SM120 host, GPUs 0-3 and 4-7
+# on separate NUMA nodes, hidden 6144 bf16, FlashInfer's PCIe-IPC all-reduce against NCCL.
+# (message bytes, FlashInfer us, NCCL us); tests/contract/test_published_allreduce_contract.py
+# reads the real docstring and fails when it changes.
+PUBLISHED_WHERE = (
+    "sglang 0.5.23 srt/distributed/device_communicators/pcie_ipc_ar.py docstring: one 8x "
+    "SM120 PCIe host (NUMA halves 0-3/4-7), hidden 6144 bf16"
+)
+PUBLISHED_WORLD = 8
+PUBLISHED_US = (
+    (12 * 1024, 5.3, 205.1),
+    (96 * 1024, 15.3, 584.9),
+    (384 * 1024, 34.6, 1169.3),
+    (100 * 1024 * 1024, 8500.0, 50400.0),
+)
+
 
 # ----------------------------------------------------------------- kernels (FlashInfer 0.7.2)
 KERNEL_NAMESPACE = "flashinfer::comm::pcie_ipc::"
@@ -226,6 +275,34 @@ class ServerArgs:
     decode_max_bs: int | None = None  # --cuda-graph-max-bs-decode (None: SGLang's choice)
     decode_graph: bool = True  # a decode CUDA graph is captured
     draft_tokens: int = 1  # rows per request in a decode/verify pass
+    decode_bs: tuple[int, ...] | None = None  # --cuda-graph-bs-decode
+    max_running_requests: int | None = None  # --max-running-requests
+    disable_cuda_graph_padding: bool = False
+    speculative: bool = False
+    log_level: str = "info"  # --log-level
+    model_path: str = ""
+    model_dtype: str | None = None  # config.json's torch_dtype (what --dtype auto loads)
+    architecture: str | None = None  # config.json's architectures[0]
+    dp_attention: bool = False  # --enable-dp-attention
+    ep_size: int = 1  # --ep-size / --expert-parallel-size
+    nnodes: int = 1
+    rl_on_policy_target: bool = False  # --rl-on-policy-target (turns deterministic on)
+    fusion_backend: str | None = None  # --flashinfer-allreduce-fusion-backend
+    fusion_disabled: bool = False  # --enforce-disable-flashinfer-allreduce-fusion
+    moe_a2a_backend: str = "none"
+
+    @property
+    def dtype_resolved(self) -> tuple[str, str]:
+        """(dtype, why): `--dtype`, or with `auto` the model's config.json `torch_dtype`
+        (SGLang's ModelConfig: auto loads the checkpoint's dtype; float32 checkpoints are
+        served as bfloat16); "auto" when the config cannot be read here."""
+        if self.dtype != "auto":
+            return self.dtype, f"--dtype {self.dtype}"
+        if self.model_dtype is None:
+            return "auto", "--dtype auto (the model's config.json was not readable here)"
+        dt = self.model_dtype
+        served = "bfloat16" if dt == "float32" else dt
+        return served, f"--dtype auto: {self.model_path}/config.json has torch_dtype {dt}"
 
     @classmethod
     def from_argv(cls, argv: Sequence[str]) -> ServerArgs:
@@ -238,6 +315,8 @@ class ServerArgs:
 
         max_bs = la.flag("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
         spec = la.speculative
+        cfg = model_config(la.model_path)
+        archs = cfg.get("architectures") or [None]
         return cls(
             tp_size=la.tp_size,
             dtype=(la.flag("--dtype") or "auto"),
@@ -250,7 +329,61 @@ class ServerArgs:
             decode_max_bs=env_int(max_bs) if max_bs else None,
             decode_graph=not la.phases_off()["decode"],
             draft_tokens=spec.num_draft_tokens if spec is not None else 1,
+            decode_bs=_int_list(la, "--cuda-graph-bs-decode"),
+            max_running_requests=env_int(la.flag("--max-running-requests") or None),
+            disable_cuda_graph_padding=on("--disable-cuda-graph-padding"),
+            speculative=spec is not None,
+            log_level=(la.flag("--log-level") or "info").lower(),
+            model_path=la.model_path,
+            model_dtype=_config_dtype(cfg),
+            architecture=archs[0] if isinstance(archs, list) and archs else None,
+            dp_attention=on("--enable-dp-attention"),
+            ep_size=env_int(la.flag("--ep-size", "--expert-parallel-size", "--ep") or None) or 1,
+            nnodes=la.nnodes,
+            rl_on_policy_target=la.flag("--rl-on-policy-target") not in (None, ""),
+            fusion_backend=la.flag("--flashinfer-allreduce-fusion-backend") or None,
+            fusion_disabled=on("--enforce-disable-flashinfer-allreduce-fusion"),
+            moe_a2a_backend=la.flag("--moe-a2a-backend") or "none",
         )
+
+
+def model_config(model_path: str) -> dict[str, Any]:
+    """The model directory's config.json (empty when it is not a readable local file)."""
+    if not model_path:
+        return {}
+    try:
+        data = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _config_dtype(cfg: Mapping[str, Any]) -> str | None:
+    """config.json's `torch_dtype` (transformers 5 also writes `dtype`), normalised."""
+    dt = cfg.get("torch_dtype") or cfg.get("dtype")
+    if not isinstance(dt, str):
+        text = cfg.get("text_config")
+        return _config_dtype(text) if isinstance(text, dict) else None
+    dt = dt.removeprefix("torch.")
+    return {"half": "float16", "float": "float32", "bf16": "bfloat16"}.get(dt, dt)
+
+
+def _int_list(la: Any, name: str) -> tuple[int, ...] | None:
+    """A flag that takes several ints (`--cuda-graph-bs-decode 1 2 4`)."""
+    args = list(la.extra_args)
+    for i, a in enumerate(args):
+        vals: list[str] = []
+        if a == name:
+            vals = list(itertools.takewhile(lambda x: not x.startswith("--"), args[i + 1 :]))
+        elif a.startswith(name + "="):
+            vals = a.split("=", 1)[1].replace(",", " ").split()
+        else:
+            continue
+        try:
+            return tuple(int(v) for v in vals) or None
+        except ValueError:
+            return None
+    return None
 
 
 # ----------------------------------------------------------------- the dispatch
@@ -281,6 +414,8 @@ class Dispatch:
     rows: int | None = None
     hidden: int | None = None
     expect_lines: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    rows_rule: str | None = None  # how SGLang arrives at `rows` (rows_rule)
 
     @property
     def max_bytes(self) -> int | None:
@@ -299,7 +434,9 @@ class Dispatch:
             name = BACKEND_NAMES.get(band.backend, band.backend)
             note = f" ({band.note})" if band.note else ""
             last = i == len(self.bands) - 1
-            if band.max_bytes is None and not last:  # bound in rows: hidden size unknown
+            if band.backend == FUSION:
+                parts.append(f"fused layer boundaries{note}: {name}")
+            elif band.max_bytes is None and not last:  # bound in rows: hidden size unknown
                 rows = f"{self.rows} rows" if self.rows else "the widest decode"
                 parts.append(f"all-reduces up to {rows} x hidden{note}: {name}")
             elif band.max_bytes is None:
@@ -338,17 +475,104 @@ def deterministic_collectives(env: Mapping[str, str], args: ServerArgs) -> bool:
     one_stage = env.get(ONE_STAGE_VAR)
     if one_stage is not None:
         return bool(env_bool(one_stage))
-    return args.deterministic
+    return deterministic_inference(args)
 
 
-def pcie_ipc_rows(args: ServerArgs) -> tuple[int | None, str]:
-    """Rows of the widest decode reduction (None: SGLang's choice of max_bs, unknown here)."""
-    if not args.decode_graph:
-        return FALLBACK_DECODE_WIDTH, "no decode CUDA graph: SGLang's fixed fallback width"
-    if args.decode_max_bs is None:
-        return None, "decode max_bs x draft tokens"
-    return args.decode_max_bs * max(1, args.draft_tokens), (
-        f"decode max_bs {args.decode_max_bs} x {max(1, args.draft_tokens)} draft tokens"
+# ----------------------------------------------------------------- the workspace bound
+def default_decode_max_bs(gpu_mem_mib: int | None, tp_size: int) -> int:
+    """`memory_hook.handle_gpu_memory_settings`: the decode graphs' max_bs by GPU memory
+    (MiB, None: unknown) and TP size, when --cuda-graph-max-bs-decode is not given."""
+    if gpu_mem_mib is None:
+        return 160
+    small_tp = tp_size < 4
+    for limit_gib, few, many in ((20, 8, 8), (35, 48, 160), (60, 32, 160), (90, 256, 512),
+                                 (160, 256, 512)):  # fmt: skip
+        if gpu_mem_mib < limit_gib * 1024:
+            return few if small_tp else many
+    return 512
+
+
+def decode_batch_sizes(args: ServerArgs, gpu_mem_mib: int | None = None) -> list[int]:
+    """The decode batch list SGLang resolves (`cuda_graph_config[decode].bs`), built whether
+    or not a decode graph is captured: `--cuda-graph-bs-decode` as given, else
+    `cuda_graph_hook.generate_decode_cuda_graph_batch_sizes` up to max_bs (a default max_bs
+    is first capped at --max-running-requests)."""
+    if args.decode_bs:
+        return list(args.decode_bs)
+    max_bs = args.decode_max_bs
+    if max_bs is None:
+        max_bs = default_decode_max_bs(gpu_mem_mib, args.tp_size)
+        if args.max_running_requests is not None and max_bs > args.max_running_requests:
+            max_bs = args.max_running_requests
+    if args.disable_cuda_graph_padding:
+        bs = list(range(1, max_bs + 1))
+    elif not args.speculative:
+        bs = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16),
+              *range(512, max_bs + 1, 32)]  # fmt: skip
+    else:
+        bs = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8),
+              *range(272, max_bs + 1, 16)]  # fmt: skip
+    bs = [b for b in bs if b <= max_bs]
+    if max_bs not in bs:
+        bs.append(max_bs)
+    return bs
+
+
+def capture_batch_sizes(
+    args: ServerArgs, request_pool: int | None, gpu_mem_mib: int | None = None
+) -> list[int]:
+    """`base_cuda_graph_runner.get_batch_sizes_to_capture` (alignment 1: no attention DP):
+    the decode list clamped to the request pool (`req_to_token_pool.size`; None: not known
+    before the load, no clamp)."""
+    bs = decode_batch_sizes(args, gpu_mem_mib)
+    if request_pool is not None:
+        if max(bs) > request_pool:
+            bs = [*bs, request_pool]
+        bs = [b for b in bs if b <= request_pool]
+    return sorted(set(bs))
+
+
+def widest_decode_rows(
+    args: ServerArgs, request_pool: int | None = None, gpu_mem_mib: int | None = None
+) -> int:
+    """`base_runner._widest_decode_rows`: max(captured decode batch) x tokens per request
+    (the draft tokens of a speculative verify, else 1): the rows PCIe-IPC's workspace holds."""
+    return max(capture_batch_sizes(args, request_pool, gpu_mem_mib)) * max(1, args.draft_tokens)
+
+
+def pcie_ipc_rows(
+    args: ServerArgs, request_pool: int | None = None, gpu_mem_mib: int | None = None
+) -> tuple[int, str]:
+    """(rows of the widest decode reduction by SGLang's rule, a short note)."""
+    rows = widest_decode_rows(args, request_pool, gpu_mem_mib)
+    tokens = max(1, args.draft_tokens)
+    return rows, f"decode max_bs {rows // tokens} x {tokens} draft tokens"
+
+
+def rows_rule(
+    args: ServerArgs, request_pool: int | None = None, gpu_mem_mib: int | None = None
+) -> str:
+    """Where the rows come from, in SGLang's terms (for `profile show --effective`, doctor)."""
+    if args.decode_bs:
+        src = f"--cuda-graph-bs-decode {' '.join(map(str, args.decode_bs))}"
+    elif args.decode_max_bs is not None:
+        src = f"--cuda-graph-max-bs-decode {args.decode_max_bs}"
+    elif gpu_mem_mib is None:
+        src = "SGLang's default max_bs when the GPU memory is unknown (160)"
+    else:
+        src = (
+            f"SGLang's default max_bs for {gpu_mem_mib // 1024} GiB GPUs at TP {args.tp_size} "
+            f"({default_decode_max_bs(gpu_mem_mib, args.tp_size)})"
+        )
+    pool = (
+        f"capped at the request pool ({request_pool})"
+        if request_pool is not None
+        else "at most: SGLang caps it at the request pool it sizes at load"
+    )
+    graph = "" if args.decode_graph else "; the same without a decode CUDA graph"
+    return (
+        f"largest decode batch ({src}; {pool}) x draft tokens per request x hidden{graph} "
+        "(base_runner._widest_decode_rows)"
     )
 
 
@@ -360,10 +584,16 @@ def dispatch(
     p2p: bool | None = True,
     hidden: int | None = None,
     flashinfer_pcie_ipc: bool | None = True,
+    request_pool: int | None = None,
+    gpu_mem_mib: int | None = None,
+    gpu_sm: int | None = None,
 ) -> Dispatch:
     """SGLang 0.5.23's choice for the TP group, as a pure function of topology, TP size,
     server args and environment. `hidden`: the model's hidden size (None: bounds are given
-    in rows); `flashinfer_pcie_ipc`: FlashInfer with `pcie_ipc_comm` importable."""
+    in rows); `flashinfer_pcie_ipc`: FlashInfer with `pcie_ipc_comm` importable;
+    `request_pool`/`gpu_mem_mib`: what SGLang sizes the decode batch list from (None:
+    unknown here); `gpu_sm`: the GPUs' compute capability x10 (90: H100/H200), for the
+    fusion all-reduce's auto-enable."""
     tp = args.tp_size
     requested = requested_backend(env)
     d = Dispatch(requested=requested, serving=NCCL, tp_size=tp, hidden=hidden)
@@ -373,6 +603,27 @@ def dispatch(
             d.fallbacks.append("world size 1: SGLang builds no all-reduce backend")
         return d
     bands: list[SizeBand] = []
+    # FlashInfer's fusion all-reduce (all-reduce + residual + RMSNorm in the layer
+    # boundary) is asked before the GroupCoordinator's own backends
+    fusion = fusion_backend(args, gpu_sm)
+    if fusion is not None:
+        backend, why = fusion
+        bands.append(SizeBand(FUSION, None, f"{backend}; {why}; up to "
+                              f"{FUSE_ALLREDUCE_MAX_TOKENS} tokens of fused layers"))  # fmt: skip
+        d.notes.append(
+            f"FlashInfer fusion all-reduce ({backend}: {why}) serves the fused layer "
+            "boundaries first; the bands below serve the all-reduces it does not take"
+        )
+    if args.dp_attention:
+        d.notes.append(
+            "--enable-dp-attention: attention all-reduces run in the attention_tp group, "
+            "which never gets PCIe-IPC or custom all-reduce (pcie_ipc_ar._ELIGIBLE_GROUP_NAMES)"
+        )
+    if args.ep_size > 1:
+        d.notes.append(
+            f"--ep-size {args.ep_size}: MoE reductions run in the moe_tp/EP groups, which never "
+            "get PCIe-IPC (only the 'tp' group is eligible)"
+        )
     # custom all-reduce (custom_all_reduce_utils.can_use_custom_all_reduce_with_nvlink)
     custom_ok = (
         not args.disable_custom_all_reduce
@@ -404,7 +655,8 @@ def dispatch(
             d.rows = override // hidden if hidden else None
             note = f"{MAX_NUMEL_VAR}={override} elements"
         else:
-            d.rows, note = pcie_ipc_rows(args)
+            d.rows, note = pcie_ipc_rows(args, request_pool, gpu_mem_mib)
+            d.rows_rule = rows_rule(args, request_pool, gpu_mem_mib)
             d.max_numel = d.rows * hidden if (d.rows and hidden) else None
             note = f"decode and verify: {note}"
         if args.enable_mscclpp:  # asked before PCIe-IPC for the sizes it has tuned
@@ -428,8 +680,37 @@ def dispatch(
         extra.append("NVLS when NVLink allows")
     bands.append(SizeBand(NCCL, None, ", ".join(extra)))
     d.bands = bands
-    d.serving = bands[0].backend
+    d.serving = next((b.backend for b in bands if b.backend != FUSION), NCCL)
     return d
+
+
+def fusion_backend(args: ServerArgs, gpu_sm: int | None) -> tuple[str, str] | None:
+    """(backend, why) of FlashInfer's fusion all-reduce, as `arg_groups/overrides.py`
+    resolves it: the flag, else auto-enabled on SM90/SM100 for the architectures in
+    `_FLASHINFER_ALLREDUCE_FUSION_ARCHS` at TP > 1 without attention DP, on one node (or
+    SM100), without an MoE all-to-all backend; deterministic inference and
+    --enforce-disable-flashinfer-allreduce-fusion turn it off. None: not used."""
+    if args.fusion_disabled or deterministic_inference(args):
+        return None
+    if args.fusion_backend:
+        return args.fusion_backend, "--flashinfer-allreduce-fusion-backend"
+    if (
+        args.architecture in FUSION_ARCHS
+        and gpu_sm in (90, 100)
+        and args.tp_size > 1
+        and not args.dp_attention
+        and (args.nnodes == 1 or gpu_sm == 100)
+        and args.moe_a2a_backend == "none"
+    ):
+        return "auto", f"auto-enabled for {args.architecture} on SM{gpu_sm}"
+    return None
+
+
+def deterministic_inference(args: ServerArgs) -> bool:
+    """--enable-deterministic-inference, or --rl-on-policy-target, which turns it on
+    (`arg_groups/attention_hook.py`: 'Enable deterministic inference because of
+    rl_on_policy_target.')."""
+    return args.deterministic or args.rl_on_policy_target
 
 
 def _pcie_ipc_blocked(
@@ -438,11 +719,18 @@ def _pcie_ipc_blocked(
     """Why SGLang will not serve with PCIe-IPC although the variable asks for it, in the
     order SGLang checks (eligible_group, then the communicator, then each tensor)."""
     if deterministic_collectives(env, args):
+        if ONE_STAGE_VAR in env:
+            src = f"{ONE_STAGE_VAR}={env[ONE_STAGE_VAR]}"
+        elif args.deterministic:
+            src = "--enable-deterministic-inference"
+        else:
+            src = "--rl-on-policy-target (turns deterministic inference on)"
+        return src + f": SGLang logs '{DETERMINISTIC_TEXT}'"
+    if args.nnodes > 1:
         return (
-            f"{ONE_STAGE_VAR}={env[ONE_STAGE_VAR]}"
-            if ONE_STAGE_VAR in env
-            else "--enable-deterministic-inference"
-        ) + f": SGLang logs '{DETERMINISTIC_TEXT}'"
+            f"the TP group spans {args.nnodes} nodes: FlashInfer's PCIe-IPC all-reduce is "
+            "intra-node only (its workspace raises on a group across nodes)"
+        )
     if args.tp_size not in PCIE_IPC_WORLD_SIZES:
         return (
             f"world size {args.tp_size}: the kernels build IPC channels for "
@@ -450,8 +738,13 @@ def _pcie_ipc_blocked(
         )
     if flashinfer_pcie_ipc is False:
         return f"FlashInfer without pcie_ipc_comm: SGLang logs '{NO_COMM_TEXT}'"
-    if args.dtype not in ("auto", "bfloat16"):
-        return f"--dtype {args.dtype}: SGLang logs '{DTYPE_TEXT} ... reductions stay on NCCL.'"
+    dtype, why = args.dtype_resolved
+    if dtype not in ("auto", "bfloat16"):
+        return (
+            f"{why}: every reduction is {dtype}, and SGLang logs '{DTYPE_TEXT} ... reductions "
+            "stay on NCCL.' (the workspace is built with a bf16 probe, so every rank still "
+            "logs 'workspace built')"
+        )
     return None
 
 

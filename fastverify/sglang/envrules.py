@@ -28,8 +28,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fastverify.sglang import facts as _facts
 from fastverify.sglang.launch import LaunchArgs
-from fastverify.sglang.versions import PINNED_VERSION, generation_for
+from fastverify.sglang.versions import PINNED_VERSION
 
 DETERMINISTIC_NCHANNELS_VAR = "SGLANG_DETERMINISTIC_NCCL_NCHANNELS"
 DETERMINISTIC_NCHANNELS_DEFAULT = "8"
@@ -137,40 +138,44 @@ def engine_env(
         if name not in cur:
             assign(name, value, why)
 
-    new = generation_for(version) == "new"
+    sets = _sets_for(version)
     tp = args.tp_size
-    if new:
-        if args.flag("--enable-deterministic-inference") is not None and tp > 1:
-            n = env.get(DETERMINISTIC_NCHANNELS_VAR, DETERMINISTIC_NCHANNELS_DEFAULT)
-            why = "deterministic inference with TP > 1 (attention_hook)"
-            assign("NCCL_ALGO", "allreduce:tree", why)
-            assign("NCCL_MIN_NCHANNELS", n, why)
-            assign("NCCL_MAX_NCHANNELS", n, why)
-        if args.flag("--moe-a2a-backend") == "deepep_v2":
-            setdefault("NCCL_CUMEM_ENABLE", "1", "DeepEP v2 all-to-all needs cuMem (moe_hook)")
-        ep = _int(args.flag("--ep-size", "--expert-parallel-size", "--ep"), 1)
-        dp = _int(args.flag("--dp-size", "--data-parallel-size"), 1)
-        if max(tp, ep, dp) > 1 and not all(args.phases_off().values()):
-            why = "TP/EP/DP > 1 and a CUDA-graph phase may capture collectives (parallel_hook)"
-            if "NCCL_GRAPH_REGISTER" not in cur:
-                assign("NCCL_GRAPH_REGISTER", "0", why)
-            elif cur["NCCL_GRAPH_REGISTER"] != "0":
-                out.conflicts["NCCL_GRAPH_REGISTER"] = (
-                    f"SGLang {version} keeps NCCL_GRAPH_REGISTER={cur['NCCL_GRAPH_REGISTER']} "
-                    "but warns that graph replay of captured cross-rank collectives can hang "
-                    "with registered buffers; it sets 0 when the variable is unset"
-                )
+    # each rule applies where the release's wheel has it (its facts' env.nccl_added)
+    if (
+        sets("NCCL_MAX_NCHANNELS")
+        and args.flag("--enable-deterministic-inference") is not None
+        and tp > 1
+    ):
+        n = env.get(DETERMINISTIC_NCHANNELS_VAR, DETERMINISTIC_NCHANNELS_DEFAULT)
+        why = "deterministic inference with TP > 1 (attention_hook)"
+        assign("NCCL_ALGO", "allreduce:tree", why)
+        assign("NCCL_MIN_NCHANNELS", n, why)
+        assign("NCCL_MAX_NCHANNELS", n, why)
+    if sets("NCCL_CUMEM_ENABLE", "moe_hook") and args.flag("--moe-a2a-backend") == "deepep_v2":
+        setdefault("NCCL_CUMEM_ENABLE", "1", "DeepEP v2 all-to-all needs cuMem (moe_hook)")
+    ep = _int(args.flag("--ep-size", "--expert-parallel-size", "--ep"), 1)
+    dp = _int(args.flag("--dp-size", "--data-parallel-size"), 1)
+    if sets("NCCL_GRAPH_REGISTER") and max(tp, ep, dp) > 1 and not all(args.phases_off().values()):
+        why = "TP/EP/DP > 1 and a CUDA-graph phase may capture collectives (parallel_hook)"
+        if "NCCL_GRAPH_REGISTER" not in cur:
+            assign("NCCL_GRAPH_REGISTER", "0", why)
+        elif cur["NCCL_GRAPH_REGISTER"] != "0":
+            out.conflicts["NCCL_GRAPH_REGISTER"] = (
+                f"SGLang {version} keeps NCCL_GRAPH_REGISTER={cur['NCCL_GRAPH_REGISTER']} "
+                "but warns that graph replay of captured cross-rank collectives can hang "
+                "with registered buffers; it sets 0 when the variable is unset"
+            )
     nnodes = _int(args.flag("--nnodes"), 1)
     symm = args.flag("--enable-symm-mem") is not None
     nvls = args.flag("--enable-nccl-nvls") is not None
-    if new and nnodes > 1:
+    if sets("NCCL_MNNVL_ENABLE") and nnodes > 1:
         for name in ("NCCL_CUMEM_ENABLE", "NCCL_MNNVL_ENABLE"):
             if name not in cur:
                 out.possible[name] = "1"
                 out.why[name] = "multi-node on an MNNVL fabric (engine.py)"
     if "NCCL_CUMEM_ENABLE" not in cur or symm:
         assign("NCCL_CUMEM_ENABLE", str(int(symm)), "unset, or --enable-symm-mem (engine.py)")
-        if new and args.flag("--enable-kv-cache-sharding") is not None and not symm:
+        if args.flag("--enable-kv-cache-sharding") is not None and not symm:
             out.possible["NCCL_CUMEM_ENABLE"] = "1"
     if "NCCL_NVLS_ENABLE" not in cur or nvls or symm:
         assign(
@@ -178,7 +183,11 @@ def engine_env(
             str(int(nvls or symm)),
             "unset, or --enable-nccl-nvls / --enable-symm-mem (engine.py)",
         )
-    if ("NCCL_GRAPH_MIXING_SUPPORT" not in cur or symm) and _int(args.flag("--dcp-size"), 1) > 1:
+    if (
+        sets("NCCL_GRAPH_MIXING_SUPPORT")
+        and ("NCCL_GRAPH_MIXING_SUPPORT" not in cur or symm)
+        and _int(args.flag("--dcp-size"), 1) > 1
+    ):
         assign("NCCL_GRAPH_MIXING_SUPPORT", "0", "--dcp-size > 1 (engine.py)")
     for name, value in cur.items():
         if name not in profile:
@@ -188,6 +197,23 @@ def engine_env(
     out.why = {k: v for k, v in out.why.items() if k in out.added or k in out.overrides
                or k in out.possible or k in out.conflicts}  # fmt: skip
     return out
+
+
+def _sets_for(version: str) -> Any:
+    """`sets(NAME[, where])`: does SGLang `version` write NAME (in a file named `where`)?
+    From the release's facts (`env.nccl_added`, read from its wheel); a version below the
+    range is judged by the oldest release's."""
+    try:
+        facts = _facts.resolve(version)
+    except _facts.VersionTooOld:
+        facts = _facts.resolve(_facts.oldest())
+    added = facts.env["nccl_added"]
+
+    def sets(name: str, where: str | None = None) -> bool:
+        sites = added.get(name) or []
+        return bool(sites) and (where is None or any(where in s for s in sites))
+
+    return sets
 
 
 def _int(value: str | None, default: int) -> int:

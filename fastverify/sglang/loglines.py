@@ -34,6 +34,15 @@ from fastverify.sglang import allreduce
 Record = dict[str, Any]
 
 READY_TEXT = "The server is fired up and ready to roll"
+# GET /health_generate (0.5.23 srt/entrypoints/http_server.py): a 1-token generation; any
+# detokenizer output since the request (a busy server's included) answers 200, none within
+# HEALTH_CHECK_TIMEOUT seconds (env SGLANG_HEALTH_CHECK_TIMEOUT, default 20) logs this line
+# at ERROR and answers 503.
+HEALTH_CHECK_TIMEOUT_ENV = "SGLANG_HEALTH_CHECK_TIMEOUT"
+HEALTH_CHECK_TIMEOUT_DEFAULT = 20
+HEALTH_CHECK_FAILED_TEXT = (
+    "Health check failed. Server couldn't get a response from detokenizer for last "
+)
 
 # the common shapes of both generations in one pass; anything else takes the generic path
 _DECODE_FAST = re.compile(
@@ -375,3 +384,22 @@ def parse_sglang_line(line: str) -> Record | None:
             _prefix(line, rec)
         return rec
     return None
+
+
+def format_health_check_failed(timeout_s: int, tic: float, last_receive: float) -> str:
+    """SGLang's /health_generate failure line (times as its `time.strftime("%H:%M:%S")`)."""
+    import time
+
+    return (
+        f"{HEALTH_CHECK_FAILED_TEXT}{timeout_s} seconds. tic start time: "
+        f"{time.strftime('%H:%M:%S', time.localtime(tic))}. last_heartbeat time: "
+        f"{time.strftime('%H:%M:%S', time.localtime(last_receive))}"
+    )
+
+
+def health_check_timeout(env: Any) -> int:
+    """SGLang's HEALTH_CHECK_TIMEOUT for an environment (`int(os.getenv(..., 20))`)."""
+    try:
+        return int(env.get(HEALTH_CHECK_TIMEOUT_ENV, HEALTH_CHECK_TIMEOUT_DEFAULT))
+    except ValueError:
+        return HEALTH_CHECK_TIMEOUT_DEFAULT

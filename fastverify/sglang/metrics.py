@@ -21,6 +21,9 @@ TOKEN_USAGE = "sglang:token_usage"
 CACHE_HIT_RATE = "sglang:cache_hit_rate"
 SPEC_ACCEPT_LENGTH = "sglang:spec_accept_length"
 SPEC_ACCEPT_RATE = "sglang:spec_accept_rate"
+# the active step count (moves under --speculative-adaptive; fastverify.sglang.adaptive)
+SPEC_NUM_STEPS = "sglang:spec_num_steps"
+SPEC_NUM_DRAFT_TOKENS = "sglang:spec_num_draft_tokens"
 IS_CUDA_GRAPH = "sglang:is_cuda_graph"
 WEIGHT_LOAD_DURATION_SECONDS = "sglang:weight_load_duration_seconds"
 # scheduler counter
@@ -43,6 +46,8 @@ SCHEDULER_GAUGES = (
     CACHE_HIT_RATE,
     SPEC_ACCEPT_LENGTH,
     SPEC_ACCEPT_RATE,
+    SPEC_NUM_STEPS,
+    SPEC_NUM_DRAFT_TOKENS,
     IS_CUDA_GRAPH,
     WEIGHT_LOAD_DURATION_SECONDS,
 )
@@ -68,6 +73,8 @@ EXTRA_LABELS: dict[str, tuple[str, ...]] = {
     GENERATION_TOKENS_TOTAL: ("is_streaming",),
     NUM_REQUESTS_TOTAL: ("is_streaming",),
     TIME_TO_FIRST_TOKEN_SECONDS: ("is_streaming",),
+    # 0.5.23 metrics_collector.py:2070 (found by the per-release facts, which read it)
+    E2E_REQUEST_LATENCY_SECONDS: ("is_streaming",),
 }
 # Counters that move only while the server serves requests, read twice by the trace-capture
 # traffic check (gauges are refreshed at log intervals and one sample can miss a batch).

@@ -1,17 +1,19 @@
 """The Kubernetes manifests' SGLang facts against the real sglang==0.5.23.
 
-A LeaderWorkerSet pod runs `fastverifyd --config ... --node-rank N --dist-init-addr
-$(LWS_LEADER_ADDRESS):20000`; the kubelet substitutes LWS's variables, the daemon loads
-the rendered configuration with those flags (its own parse_args/overrides/config.load)
-and builds SGLang's argv. That argv, for the leader and for a worker, goes through
-SGLang's own `prepare_server_args` in the contract venv: the multi-node arguments must
-arrive as SGLang reads them. The cache variables the pod configuration sets must be the
-ones SGLang 0.5.23 reads.
+A LeaderWorkerSet pod runs `fastverifyd --config ... --nnodes $(LWS_GROUP_SIZE) --node-rank
+$(LWS_WORKER_INDEX) --dist-init-addr $(LWS_LEADER_ADDRESS):20000`; the kubelet substitutes
+the variables LWS's controller (kubernetes-sigs/lws v0.10.0, pkg/utils/pod/pod_utils.go
+AddLWSVariables) puts in every container, the daemon loads the rendered configuration with
+those flags (its own parse_args/overrides/config.load) and builds SGLang's argv. That argv,
+for the leader and for a worker, goes through SGLang's own `prepare_server_args` in the
+contract venv: the multi-node arguments must arrive as SGLang reads them. The cache
+variables the pod configuration sets must be the ones SGLang 0.5.23 reads.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -29,13 +31,39 @@ from fastverify.sglang.launch import LaunchArgs
 from fastverify.sglang.versions import PINNED_VERSION
 from tests.contract.conftest import run_probe
 
-LEADER_ADDRESS = "fastverify-0.fastverify.fastverify"  # what LWS puts in LWS_LEADER_ADDRESS
+GROUP = 3  # the LWS group (replica) index of the pods whose argv is built
+LEADER_ADDRESS = "fastverify-3.fastverify.llm"  # the controller's value for that group
+
+
+def lws_env(lws: dict[str, Any], worker_index: int) -> dict[str, str]:
+    """The variables LWS v0.10.0's controller sets in a pod of `lws` (AddLWSVariables):
+    LWS_LEADER_ADDRESS = <lws>-<group>.<subdomain>.<namespace>, the subdomain being the
+    headless Service named after the LWS (SubdomainShared, the default without
+    spec.networkConfig); LWS_GROUP_SIZE = spec.leaderWorkerTemplate.size."""
+    assert "networkConfig" not in lws["spec"]  # the shared subdomain: the LWS's own name
+    name, namespace = lws["metadata"]["name"], lws["metadata"]["namespace"]
+    return {
+        "LWS_LEADER_ADDRESS": f"{name}-{GROUP}.{name}.{namespace}",
+        "LWS_GROUP_SIZE": str(lws["spec"]["leaderWorkerTemplate"]["size"]),
+        "LWS_WORKER_INDEX": str(worker_index),
+    }
+
+
+def kubelet_expand(arg: str, env: dict[str, str]) -> str:
+    """The kubelet's $(VAR) expansion of container args (variables of the container)."""
+    return re.sub(r"\$\(([A-Za-z_]\w*)\)", lambda m: env.get(m.group(1), m.group(0)), arg)
 
 
 def pod_argvs(tmp_path: Path, nodes: int) -> dict[str, list[str]]:
     """SGLang's argv (without interpreter) per pod role, built as the pod's daemon does."""
-    bundle = render(KubeOptions(profile="ring-ll", nodes=nodes, image="fastverify:test"))
+    bundle = render(KubeOptions(profile="ring-ll", nodes=nodes, image="fastverify:test",
+                                namespace="llm", rdma=("rdma/ib=1",)))  # fmt: skip
     objs = [d for text in bundle.files.values() for d in yaml.safe_load_all(text) if d]
+    lws_objs = [d for d in objs if d["kind"] == "LeaderWorkerSet"]
+    # LWS's controller creates the headless Service <lws> only if the name is free
+    for lws in lws_objs:
+        services = [d["metadata"]["name"] for d in objs if d["kind"] == "Service"]
+        assert lws["metadata"]["name"] not in services, services
     (config,) = [d for d in objs if d["metadata"]["labels"].get("fastverify/configmap") == "config"]
     config_text = config["data"]["fastverifyd.toml"]
     config_path = tmp_path / "fastverifyd.toml"
@@ -52,10 +80,9 @@ def pod_argvs(tmp_path: Path, nodes: int) -> dict[str, list[str]]:
     out = {}
     for role, template in roles.items():
         (container,) = template["spec"]["containers"]
-        args = [
-            a.replace("$(LWS_LEADER_ADDRESS)", LEADER_ADDRESS).replace("$(LWS_WORKER_INDEX)", "1")
-            for a in container["args"]
-        ]
+        env = lws_env(lws_objs[0], 0 if role == "leader" else 1) if lws_objs else {}
+        args = [kubelet_expand(a, env) for a in container["args"]]
+        assert not any("$(" in a for a in args), args  # every variable is one LWS sets
         args[args.index("--config") + 1] = str(config_path)
         ns = daemon_main.parse_args(args)
         cfg = configmod.load(ns.config, daemon_main.overrides(ns))

@@ -8,6 +8,8 @@ import { pathToFileURL } from "node:url";
 const MODELS = {
   "monitoring.coreos.com/v1/PodMonitor":
     "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor.js",
+  "monitoring.coreos.com/v1/ServiceMonitor":
+    "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor.js",
 };
 const root = join(process.argv[2], "node_modules");
 const docs = JSON.parse(readFileSync(0, "utf8"));

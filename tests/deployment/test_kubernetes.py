@@ -36,7 +36,7 @@ SHIPPED = REPO / "profiles"
 DASHBOARDS = REPO / "compose" / "grafana" / "dashboards"
 FLOOR = "1.33.0"
 NEWEST = kv_utils.latest_version()
-CRD_KINDS = {"LeaderWorkerSet", "PodMonitor"}
+CRD_KINDS = {"LeaderWorkerSet", "PodMonitor", "ServiceMonitor"}
 
 
 def ctl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -95,19 +95,44 @@ def pod_templates(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+# A values file as a Helm user writes one: every scheduling key the render takes.
+VALUES = {
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "llm",
+                     "effect": "NoSchedule"}],
+    "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"},
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "example.com/fabric", "operator": "In", "values": ["ib-a"]}]}]}}},
+    "runtimeClassName": "nvidia",
+    "priorityClassName": "llm-serving",
+    "imagePullSecrets": ["registry-creds"],
+    "podLabels": {"team": "llm", "tier": "true"},
+    "podAnnotations": {"example.com/owner": "llm@example.com"},
+    "exclusiveTopology": "example.com/block",
+    "hostNetwork": True,
+    "rdmaResources": {"rdma/rdma_shared_device_a": 1},
+    "monitorLabels": {"prometheus": "main"},
+}  # fmt: skip
 RENDERS = {
     "nccl-default": ("--profile", "nccl-default"),
     "ring-ll": ("--profile", "ring-ll"),
-    "ring-ll-2-nodes": ("--profile", "ring-ll", "--nodes", "2"),
-}
+    "ring-ll-2-nodes": ("--profile", "ring-ll", "--nodes", "2", "--rdma", "rdma/ib=1"),
+    # two nodes with the values file, the host's RDMA devices and a ServiceMonitor
+    "values-2-nodes": ("--profile", "ring-ll", "--nodes", "2", "--values", "{values}",
+                       "--rdma-devices", "--monitor", "servicemonitor", "--replicas", "2"),
+    "tcp-3-nodes": ("--profile", "nccl-default", "--nodes", "3", "--allow-tcp",
+                    "--model-pvc", "shared-models"),
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    values = tmp_path_factory.mktemp("values") / "values.yaml"
+    values.write_text(yaml.safe_dump(VALUES), encoding="utf-8")
     out = {}
     for key, args in RENDERS.items():
         d = tmp_path_factory.mktemp(key)
-        render(d, *args)
+        render(d, *(a.replace("{values}", str(values)) for a in args))
         out[key] = docs(d)
     return out
 
@@ -120,7 +145,8 @@ def test_builtin_objects_validate_strictly(
 ) -> None:
     objs = rendered[key]
     kinds = {d["kind"] for d in objs}
-    assert {"ConfigMap", "Service", "PodDisruptionBudget", "PodMonitor"} <= kinds
+    assert {"Namespace", "ConfigMap", "Service", "PodDisruptionBudget"} <= kinds
+    assert kinds & {"PodMonitor", "ServiceMonitor"}
     checked = 0
     for doc in objs:
         if doc["kind"] in CRD_KINDS:
@@ -185,12 +211,14 @@ def crd_check(schemas: Path, objs: list[dict[str, Any]]) -> list[dict[str, Any]]
     return json.loads(proc.stdout)
 
 
-def test_podmonitor_validates_against_the_prometheus_operator_schema(
+def test_monitors_validate_against_the_prometheus_operator_schema(
     rendered: dict[str, list[dict[str, Any]]], crd_schemas: Path
 ) -> None:
-    monitors = [one(objs, "PodMonitor") for objs in rendered.values()]
+    monitors = [d for objs in rendered.values() for d in objs
+                if d["kind"] in ("PodMonitor", "ServiceMonitor")]  # fmt: skip
+    assert {d["kind"] for d in monitors} == {"PodMonitor", "ServiceMonitor"}
     results = crd_check(crd_schemas, monitors)
-    assert [r["ok"] for r in results] == [True] * 3, results
+    assert [r["ok"] for r in results] == [True] * len(monitors), results
     # the schema is a real check: a wrong type is refused
     bad = json.loads(json.dumps(monitors[0]))
     bad["spec"]["podMetricsEndpoints"][0]["interval"] = 15
@@ -228,18 +256,38 @@ def test_pods_ask_for_the_tp_gpus_and_probe_the_daemon(
         volumes = {v["name"]: v for v in spec["volumes"]}
         mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
         assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
-        assert volumes[mounts["/models"]]["persistentVolumeClaim"]["claimName"] == (
-            "fastverify-models"
-        )
+        claim = volumes[mounts["/models"]]["persistentVolumeClaim"]["claimName"]
+        assert claim == ("shared-models" if key == "tcp-3-nodes" else "fastverify-models")
+        # the claim the pods mount is rendered (with its access mode), or is an existing one
+        pvcs = {d["metadata"]["name"]: d for d in by_kind(objs, "PersistentVolumeClaim")}
+        if key == "tcp-3-nodes":
+            assert not pvcs
+        else:
+            args = RENDERS[key]
+            replicas = int(args[args.index("--replicas") + 1]) if "--replicas" in args else 1
+            pods = replicas * len(templates)
+            assert pvcs[claim]["spec"]["accessModes"] == [
+                "ReadOnlyMany" if pods > 1 else "ReadWriteOnce"
+            ]
         cache = mounts["/var/cache/fastverify"]
         assert cache in volumes
         for var in ("SGLANG_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "FLASHINFER_AUTOTUNE_DIR"):
             assert f'{var} = "/var/cache/fastverify/' in config
         sc = c["securityContext"]
-        assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
+        if key == "values-2-nodes":  # the host's /dev/infiniband: a privileged container
+            assert sc["privileged"] is True and "allowPrivilegeEscalation" not in sc
+        else:
+            assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
         assert sc["capabilities"]["drop"] == ["ALL"]
+        assert sc["readOnlyRootFilesystem"] is True
         assert spec["securityContext"]["runAsNonRoot"] is True
         assert spec["securityContext"]["runAsUser"] != 0
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["USER"] and env["LOGNAME"] and env["HOME"] == "/var/cache/fastverify"
+        # the GPU operator's taint is tolerated on every render
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+            "tolerations"
+        ]
 
 
 def test_deployment_rolls_one_pod_at_a_time(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -277,13 +325,14 @@ def test_two_nodes_give_a_leaderworkerset(rendered: dict[str, list[dict[str, Any
     templates = pod_templates(objs)
     leader = templates["leader"]["spec"]["containers"][0]["args"]
     worker = templates["worker"]["spec"]["containers"][0]["args"]
-    assert leader[leader.index("--node-rank") + 1] == "0"
-    assert worker[worker.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
-    for args in (leader, worker):
+    for args in (leader, worker):  # LWS's variables, as its SGLang example passes them
+        assert args[args.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
+        assert args[args.index("--nnodes") + 1] == "$(LWS_GROUP_SIZE)"
         assert args[args.index("--dist-init-addr") + 1] == "$(LWS_LEADER_ADDRESS):20000"
     # clients reach the leaders only (node rank 0 serves HTTP)
     svc = one(objs, "Service")
     assert svc["spec"]["selector"]["fastverify/role"] == "leader"
+    assert svc["metadata"]["name"] == "fastverify-leader"
     assert templates["leader"]["metadata"]["labels"]["fastverify/role"] == "leader"
     # the pod configuration: TP over both nodes' GPUs, nnodes 2 (node rank from the flags)
     text = configmap(objs, "config")["data"]["fastverifyd.toml"]
@@ -450,7 +499,8 @@ def test_from_decision_takes_tunes_profile_and_mode(tmp_path: Path) -> None:
 def test_a_bad_decision_record_is_refused(tmp_path: Path, body: Any, says: str) -> None:
     path = decision(tmp_path, body)
     out = tmp_path / "out"
-    r = ctl("render", "kubernetes", "--output-dir", str(out), "--from-decision", str(path))
+    r = ctl("render", "kubernetes", "--output-dir", str(out), "--from-decision", str(path),
+            "--image", "fastverify:test")  # fmt: skip
     assert r.returncode == 2, r.stdout + r.stderr
     assert says in r.stderr and (str(path) in r.stderr or "no-such" in r.stderr), r.stderr
     assert not out.exists()  # nothing written
@@ -459,7 +509,7 @@ def test_a_bad_decision_record_is_refused(tmp_path: Path, body: Any, says: str) 
 def test_decision_and_profile_flag_must_agree(tmp_path: Path) -> None:
     path = decision(tmp_path, {"decision": {"profile": "ring-ll", "mode": "baseline"}})
     r = ctl("render", "kubernetes", "--output-dir", str(tmp_path / "o"), "--from-decision",
-            str(path), "--profile", "tree-ll")  # fmt: skip
+            str(path), "--profile", "tree-ll", "--image", "fastverify:test")  # fmt: skip
     assert r.returncode == 2 and "contradicts" in r.stderr, r.stderr
 
 
@@ -471,15 +521,39 @@ def test_decision_and_profile_flag_must_agree(tmp_path: Path) -> None:
         (("--nodes", "0"), "--nodes 0"),
         (("--profile", "tree-ll", "--mode", "eagle3", "--config", "{empty}"), "draft"),
         (("--name", "Bad_Name"), "DNS label"),
+        (("--image", ""), "--image is required"),
+        # multi-node over TCP sockets only: refused without --allow-tcp
+        (("--nodes", "2"), "--allow-tcp"),
+        (("--nodes", "2", "--rdma", "rdma/ib=1", "--profile", "{no-ib}",
+          "--profile-dir", "{dir}"), "turns NCCL's IB/RoCE transport off"),
+        (("--rdma", "rdma/ib=x"), "COUNT must be an integer"),
+        (("--toleration", "nvidia.com/gpu"), "KEY[=VALUE]:EFFECT"),
+        (("--node-selector", "nokey"), "expected KEY=VALUE"),
+        (("--label", "app.kubernetes.io/name=x"), "the render's own"),
+        (("--exclusive-topology", "example.com/block"), "LeaderWorkerSet's"),
+        (("--values", "{values}"), "unknown key(s) nodeselector"),
+        (("--values", "{bad-yaml}"), "bad.yaml:2: not YAML"),
     ],
-)
+)  # fmt: skip
 def test_bad_options_are_refused(tmp_path: Path, args: tuple[str, ...], says: str) -> None:
     empty = tmp_path / "empty.toml"
     empty.write_text('[server]\nmodel_path = "/models/m"\n')
-    argv = [a.replace("{empty}", str(empty)) for a in args]
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "sockets.env").write_text("# extends: ring-ll\nNCCL_IB_DISABLE=1\n")
+    (tmp_path / "values.yaml").write_text("nodeselector: {a: b}\n")  # nodeSelector, misspelt
+    (tmp_path / "bad.yaml").write_text("tolerations:\n\t- key: a\n")  # a tab
+    subst = {
+        "{empty}": str(empty),
+        "{no-ib}": "sockets",
+        "{dir}": str(tmp_path / "p"),
+        "{values}": str(tmp_path / "values.yaml"),
+        "{bad-yaml}": str(tmp_path / "bad.yaml"),
+    }
+    argv = ["--image", "fastverify:test", *(subst.get(a, a) for a in args)]  # fmt: skip
     r = ctl("render", "kubernetes", "--output-dir", str(tmp_path / "o"), *argv)
     assert r.returncode == 2, r.stdout + r.stderr
     assert says in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()  # nothing written
 
 
 def test_a_profile_directory_with_a_binary_file_is_refused(tmp_path: Path) -> None:
@@ -487,7 +561,8 @@ def test_a_profile_directory_with_a_binary_file_is_refused(tmp_path: Path) -> No
     user.mkdir()
     (user / "latin1.env").write_bytes(b"# caf\xe9\nNCCL_ALGO=Ring\n")
     out = tmp_path / "out"
-    r = ctl("render", "kubernetes", "--output-dir", str(out), "--profile-dir", str(user))
+    r = ctl("render", "kubernetes", "--output-dir", str(out), "--profile-dir", str(user),
+            "--image", "fastverify:test")  # fmt: skip
     assert r.returncode == 2 and "latin1.env: byte 5 is not UTF-8" in r.stderr, r.stderr
     assert not out.exists()
 
@@ -504,7 +579,9 @@ def test_pod_templates_name_their_own_configmaps(
             refs = {v["configMap"]["name"] for v in template["spec"]["volumes"] if "configMap" in v}
             assert len(refs) == 4 and refs <= present, (refs, present)
         names[key] = configmap(objs, "config")["metadata"]["name"]
-    assert len(set(names.values())) == 3, names  # three configurations, three names
+    # one name per configuration: the two 2-node renders differ only outside the daemon's
+    assert names["ring-ll-2-nodes"] == names["values-2-nodes"]
+    assert len({names[k] for k in RENDERS if k != "values-2-nodes"}) == len(RENDERS) - 1, names
     declared = {
         k: configmap(o, "profile-declared")["metadata"]["name"] for k, o in rendered.items()
     }
@@ -611,11 +688,10 @@ def test_rendered_pod_serves_its_profile_and_a_failing_one_is_never_ready(
 
 # --------------------------------------------------------------- the projects' own CRDs
 # The LeaderWorkerSet and Prometheus Operator CRDs as their projects publish them (release
-# YAML) may only live in the steering repository's shared/ (this workplace keeps files
-# fetched from GitHub out of the project). Where they are there, the rendered objects are
-# validated against each CRD's openAPIV3Schema; where not, this test says so (a skip, never
-# counted as a pass). The layout: ../shared/k8s-crds/<name>.yaml plus a README giving each
-# file's project, release and URL ($FASTVERIFY_K8S_CRDS names another folder).
+# YAML) live in the steering repository's shared/ (this workplace keeps files fetched from
+# GitHub out of the project): ../shared/k8s-crds/<name>.yaml plus a README giving each
+# file's project, release and URL ($FASTVERIFY_K8S_CRDS names another folder). CI has
+# them beside the clone: a missing CRD is a failure, never a skip.
 SHARED_CRDS = Path(os.environ.get("FASTVERIFY_K8S_CRDS") or REPO.parent / "shared" / "k8s-crds")
 
 
@@ -650,21 +726,22 @@ def _strict(schema: Any) -> Any:
     return schema
 
 
-@pytest.mark.parametrize("kind, key", [("LeaderWorkerSet", "ring-ll-2-nodes"),
-                                       ("PodMonitor", "ring-ll")])  # fmt: skip
+@pytest.mark.parametrize("kind", ["LeaderWorkerSet", "PodMonitor"])
 def test_crd_objects_validate_against_their_projects_crds(
-    rendered: dict[str, list[dict[str, Any]]], kind: str, key: str
+    rendered: dict[str, list[dict[str, Any]]], kind: str
 ) -> None:
     import jsonschema
 
     schemas = _crd_schemas(kind)
-    if not schemas:
-        pytest.skip(f"NOT VALIDATED against the {kind} CRD: no CRD file for it in {SHARED_CRDS}")
-    obj = one(rendered[key], kind)
-    version = obj["apiVersion"].split("/")[-1]
-    assert version in schemas, f"{kind} {version} is not served by the CRD ({sorted(schemas)})"
-    errors = sorted(jsonschema.Draft7Validator(_strict(schemas[version])).iter_errors(obj), key=str)
-    assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors[:10])
-    bad = json.loads(json.dumps(obj))
+    assert schemas, f"no CRD for {kind} in {SHARED_CRDS} (shared/k8s-crds/README.md lists them)"
+    objs = [d for key in RENDERS for d in by_kind(rendered[key], kind)]
+    assert len(objs) >= 2, kind  # more than one render of each kind is checked
+    for obj in objs:
+        version = obj["apiVersion"].split("/")[-1]
+        assert version in schemas, f"{kind} {version} is not served by the CRD ({sorted(schemas)})"
+        validator = jsonschema.Draft7Validator(_strict(schemas[version]))
+        errors = sorted(validator.iter_errors(obj), key=str)
+        assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors[:10])
+    bad = json.loads(json.dumps(objs[0]))
     bad["spec"]["fastverifyMisspelt"] = 1  # the check is a real one: an unknown field fails
     assert list(jsonschema.Draft7Validator(_strict(schemas[version])).iter_errors(bad))

@@ -125,6 +125,12 @@ def test_tcp_control_requires_the_token(tmp_path: Path) -> None:
     cfg = {"daemon": {"tcp_listen": f"127.0.0.1:{port}", "token_file": str(token_file)}}
     with DaemonHarness(tmp_path, metrics=False, config=cfg) as d:
         tcp = f"127.0.0.1:{port}"
+        # the good token first: after repeated failures the source backs off (429), and then
+        # even the right token waits (see test_tcp_tls.py for the backoff itself)
+        good = ControlClient(tcp=tcp, token=token, timeout=60)
+        assert good.get("/v1/status")["state"] == "READY"
+        assert good.post("/v1/profile", {"name": "ring-ll"})["result"] == "ok"
+        assert d.status()["profile"] == "ring-ll"
         pid = d.engine_pid()
         wrong = [
             None,
@@ -135,28 +141,27 @@ def test_tcp_control_requires_the_token(tmp_path: Path) -> None:
             token.upper() if token.upper() != token else token.lower(),
             " " + token[1:],
         ]
+        statuses = []
         for bad in wrong:
             for method, path, body in (
                 ("GET", "/v1/status", None),
                 ("GET", "/v1/history", None),
-                ("POST", "/v1/profile", {"name": "ring-ll"}),
+                ("POST", "/v1/profile", {"name": "nccl-default"}),
                 ("POST", "/v1/restart", {}),
                 ("GET", "/v1/nonexistent", None),
             ):
                 with pytest.raises(ApiError) as err:
                     ControlClient(tcp=tcp, token=bad, timeout=10).request(method, path, body)
-                assert err.value.status == 401, (bad, path, err.value.body)
+                statuses.append(err.value.status)
+                assert err.value.status in (401, 429), (bad, path, err.value.body)
                 assert token not in json.dumps(err.value.body)
+        assert statuses[:5] == [401] * 5 and 429 in statuses, statuses  # then it backs off
         for header in (f"Basic {token}", f"bearer{token}", f"Token {token}", token):
             raw = _raw_tcp(
                 port, f"GET /v1/status HTTP/1.1\r\nAuthorization: {header}\r\n\r\n".encode()
             )
-            assert raw.startswith(b"HTTP/1.0 401"), raw[:200]
-        assert d.engine_pid() == pid and d.status()["profile"] == "nccl-default"
-        good = ControlClient(tcp=tcp, token=token, timeout=60)
-        assert good.get("/v1/status")["state"] == "READY"
-        assert good.post("/v1/profile", {"name": "ring-ll"})["result"] == "ok"
-        assert d.status()["profile"] == "ring-ll"
+            assert raw.startswith((b"HTTP/1.0 401", b"HTTP/1.0 429")), raw[:200]
+        assert d.engine_pid() == pid and d.status()["profile"] == "ring-ll"
         # TCP listens only where configured; the token never shows up anywhere.
         assert ("127.0.0.1", port) in _listening(d.pid)
         outputs = [d.log_text(), json.dumps(d.status()), json.dumps(d.client.get("/v1/history"))]
@@ -177,11 +182,21 @@ def test_tcp_needs_a_token_file_and_a_long_token(tmp_path: Path) -> None:
     d.close(check_leaks=False)
     short = tmp_path / "short"
     short.write_text("tooshort")
+    short.chmod(0o600)
     cfg = {"daemon": {"tcp_listen": f"127.0.0.1:{port}", "token_file": str(short)}}
     d = DaemonHarness(tmp_path / "b", metrics=False, start=False, config=cfg)
     with pytest.raises(AssertionError, match="shorter than 16"):
         d.start()
-    assert d.proc.wait(10) != 0
+    assert d.proc.wait(10) == 2
+    d.close(check_leaks=False)
+    loose = tmp_path / "loose"
+    loose.write_text("x" * 32)
+    loose.chmod(0o644)
+    cfg = {"daemon": {"tcp_listen": f"127.0.0.1:{port}", "token_file": str(loose)}}
+    d = DaemonHarness(tmp_path / "c", metrics=False, start=False, config=cfg)
+    with pytest.raises(AssertionError, match=r"readable by group or others.*chmod 600"):
+        d.start()
+    assert d.proc.wait(10) == 2
     d.close(check_leaks=False)
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()

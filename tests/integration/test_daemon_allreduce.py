@@ -8,10 +8,10 @@ environment asks for and what every rank's SGLang log lines confirm. With
 
 from __future__ import annotations
 
-import json
 import urllib.request
 from pathlib import Path
 
+from fastverify.sglang import flashinfer_facts
 from tests.harness import DaemonHarness
 
 # The sim at TP 8 with EAGLE-3 (4 draft tokens), decode graphs up to bs 32, hidden 7168:
@@ -67,7 +67,13 @@ def test_pcie_ipc_is_confirmed_on_every_rank_and_published(tmp_path: Path) -> No
             assert 'backend="pcie_ipc"' in lines[0] and f'max_bytes="{MAX_BYTES}"' in lines[0]
         # FlashInfer's tactics were measured once and persisted in the daemon's state dir
         cache = d.state_dir / "flashinfer" / "autotune" / "pcie_ipc_all_reduce_ws8.json"
-        assert json.loads(cache.read_text())["world_size"] == 8
+        keys = flashinfer_facts.cache_keys(cache)
+        assert keys and flashinfer_facts.covers(keys, world=8, max_numel=MAX_NUMEL)
+        # ... and the JIT-built library too: the second start compiled nothing
+        ar = d.status()["engine"]["allreduce"]
+        assert ar["jit"]["reused"] is True and ar["jit"]["library"].endswith("pcie_ipc_comm.so")
+        assert ar["evidence"] == "log lines and mapped pcie_ipc_comm.so", ar
+        assert ar["mapped_processes"] == 8
 
         # a daemon killed and restarted adopts the engine and still names its backend
         d.kill9()
@@ -106,7 +112,15 @@ def test_deterministic_inference_makes_the_switch_fail_and_roll_back(tmp_path: P
     with DaemonHarness(tmp_path, tp_size=8, config=cfg) as d:
         before = d.status()
         assert before["state"] == "READY"
+        # known before the load: refused, the serving engine untouched
         r = d.ctl("profile", "set", "pcie-ipc")
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "--enable-deterministic-inference" in r.stderr and "nothing was stopped" in (
+            r.stderr
+        ), r.stderr
+        assert d.status()["engine"]["pid"] == before["engine"]["pid"]
+        # --force starts it anyway: SGLang's own warning then fails it, and it rolls back
+        r = d.ctl("profile", "set", "pcie-ipc", "--force")
         assert r.returncode == 1, r.stdout + r.stderr
         assert "allreduce_backend_fallback" in r.stderr and "rolled" in r.stderr, r.stderr
         st = d.status()

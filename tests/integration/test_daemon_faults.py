@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 
 from fastverify.daemon import procs
-from tests.harness import DaemonHarness, engines_on_port
+from tests.harness import DaemonHarness, engines_on_port, sigint_in
 
 
 def test_engine_kill9_is_restarted_with_reason(tmp_path: Path) -> None:
@@ -167,6 +167,26 @@ def test_sigterm_stops_engine_group_within_grace(tmp_path: Path) -> None:
         assert f"stopped engine group {pgid} (SIGTERM" in d.log_text()
         assert _pgid_members(pgid) == []
         assert not d.socket.exists()
+
+
+def test_sigint_stops_the_daemon_in_the_foreground(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        pgid = d.status()["engine"]["pgid"]
+        assert sigint_in(d.pid, "SigCgt") and not sigint_in(d.pid, "SigIgn")
+        os.kill(d.pid, signal.SIGINT)
+        assert d.proc.wait(timeout=60) == 0, d.log_text()[-2000:]
+        assert _pgid_members(pgid) == []
+
+
+def test_a_daemon_started_in_the_background_keeps_sigint_ignored(tmp_path: Path) -> None:
+    """`fastverifyd &` from a script: the script's Ctrl-C must not stop the daemon."""
+    with DaemonHarness(tmp_path, metrics=False, sigint_ignored=True) as d:
+        engine = d.engine_pid()
+        assert sigint_in(d.pid, "SigIgn") and not sigint_in(d.pid, "SigCgt")
+        os.kill(d.pid, signal.SIGINT)  # an ignored signal is discarded when sent
+        st = d.status()
+        assert st["state"] == "READY" and d.engine_pid() == engine, st
+        assert d.stop() == 0  # SIGTERM still stops it
 
 
 def test_sighup_with_broken_config_keeps_old_one(tmp_path: Path) -> None:

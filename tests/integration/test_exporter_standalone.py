@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.sglang_stub import SGLangStub
-from tests.harness import free_port
+from tests.harness import free_port, sigint_in
 
 DECODE = (
     "[2026-11-29 10:00:00 TP0] Decode batch, #running-req: 4, #token: 900, token usage: 0.01, "
@@ -117,6 +117,34 @@ def test_standalone_exporter(tmp_path: Path, stub: SGLangStub) -> None:
             out, _ = proc.communicate()
     assert proc.returncode == 0, out.decode()[-2000:]
     assert b"serving http://127.0.0.1" in out
+
+
+@pytest.mark.parametrize("ignored", [False, True], ids=["foreground", "background"])
+def test_sigint_stops_it_unless_it_started_ignored(ignored: bool) -> None:
+    """Started with SIGINT ignored (`fastverify-exporter &` from a script) it keeps ignoring it,
+    so the script's Ctrl-C does not stop it; otherwise Ctrl-C stops it cleanly."""
+    port = free_port()
+    disposition = signal.SIG_IGN if ignored else signal.SIG_DFL
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastverify.exporters.standalone", "--sglang-url",
+         "http://127.0.0.1:1", "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, disposition),
+    )  # fmt: skip
+    try:
+        # "serving" is said once its handlers are in place (the poller may log before it)
+        assert any("serving" in line for line in proc.stdout), proc.poll()
+        assert sigint_in(proc.pid, "SigIgn") is ignored
+        assert sigint_in(proc.pid, "SigCgt") is not ignored
+        proc.send_signal(signal.SIGINT)  # an ignored signal is discarded when sent
+        if ignored:
+            assert "fastverify_up" in _scrape(f"http://127.0.0.1:{port}/metrics")
+            proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
 
 
 def test_standalone_bad_arguments(tmp_path: Path) -> None:

@@ -116,8 +116,11 @@ def test_generate_non_streaming_and_streaming(sim: SimProcess) -> None:
     )
     meta = out["meta_info"]
     assert meta["completion_tokens"] == 20 and meta["prompt_tokens"] >= 1
-    # accept length 2.0: the first token comes from prefill, then 2 per verify cycle
-    assert meta["spec_verify_ct"] in (10, 11)
+    # accept length 2.0: the first token comes from prefill, then 1 + the accepted drafts
+    # (a chain: 0..3 per pass) per verify cycle, ~2 on average
+    hist = meta["spec_correct_drafts_histogram"]
+    assert sum(hist) == meta["spec_verify_ct"] and 6 <= meta["spec_verify_ct"] <= 16
+    assert sum((j + 1) * n for j, n in enumerate(hist)) >= 19 and len(hist) <= 4
     assert isinstance(out["text"], str) and out["text"]
 
     chunks = [
@@ -384,14 +387,21 @@ def test_decode_lines_and_client_throughput_match_cost_model(sim: SimProcess) ->
     steady = [float(m.group(7)) for m in decode[1:-1]]  # drop the partial first/last interval
     # each line is the real rate over its interval; consecutive intervals share their edges,
     # so their mean is what a log-based exporter reports over the window
-    assert sum(steady) / len(steady) == pytest.approx(client_tps, rel=0.02)
-    assert all(tps == pytest.approx(client_tps, rel=0.1) for tps in steady)
-    assert all(m.group(4) == "2.00" and m.group(5) == "0.33" for m in decode)
+    assert sum(steady) / len(steady) == pytest.approx(client_tps, rel=0.04)
+    # acceptance is drawn per pass (a chain, as SGLang's drafts are): an interval of 10
+    # passes sees its own accept length, the run sees the configured 2.0
+    assert all(tps == pytest.approx(client_tps, rel=0.2) for tps in steady)
+    lengths = [float(m.group(4)) for m in decode]
+    assert sum(lengths) / len(lengths) == pytest.approx(2.0, rel=0.04)
+    assert all(float(m.group(5)) == pytest.approx((float(m.group(4)) - 1) / 3, abs=0.006)
+               for m in decode)  # fmt: skip
     assert all(m.group(6) == "True" for m in decode)
     assert any(PREFILL_RE.match(line) for _, line in sim.lines[start:])
     info = sim.get_json("/server_info")["internal_states"][0]
-    assert info["avg_spec_accept_length"] == pytest.approx(2.0)
-    assert info["last_gen_throughput"] == pytest.approx(client_tps, rel=0.05)
+    # the server reports its last decode interval's figures
+    assert any(info["avg_spec_accept_length"] == pytest.approx(v, abs=0.006) for v in lengths)
+    assert any(info["last_gen_throughput"] == pytest.approx(float(m.group(7)), rel=1e-3)
+               for m in decode)  # fmt: skip
 
 
 def test_64_concurrent_streams_and_cpu_budget(sim: SimProcess) -> None:

@@ -19,6 +19,7 @@ which must not read this machine's interpreter or GPUs for a sim engine).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -26,17 +27,27 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from fastverify.engines.sim import cli_args, costmodel
-from fastverify.sglang import allreduce
+from fastverify.engines.sim import cli_args, costmodel, flashinfer_jit
+from fastverify.sglang import allreduce, flashinfer_facts
 
 SIM_DECODE_MAX_BS = 32  # the sim captures decode graphs for bs 1..32
+SIM_REQUEST_POOL = 256  # the sim's max_running_requests (its server-init log line)
+# what FlashInfer's topology probe says on the simulated host (pcie_ipc_topology.py: GPUs on
+# the CPU root complex, no switch pair) and its default block cap (AR_MAX_BLOCKS)
+SIM_TOPOLOGY_PROFILE = "rootcplx-noswitch"
+SIM_MAX_BLOCKS = 128
+# pcie_ipc_ar._tune when tune() covered nothing (every tactic skipped)
+NO_SHAPES_FORMAT = (
+    "FlashInfer PCIe-IPC autotune covered no shapes for hidden={hidden} (requested rows "
+    "{rows}); the kernels keep the seed policy."
+)
 TORCH_DTYPES = {"half": "torch.float16", "float16": "torch.float16", "float": "torch.float32",
                 "float32": "torch.float32"}  # fmt: skip
 
 
 def plan(args: cli_args.SimArgs, env: Mapping[str, str]) -> allreduce.Dispatch:
     sa = allreduce.ServerArgs.from_argv(list(args.argv))
-    if sa.decode_max_bs is None:
+    if sa.decode_max_bs is None and not sa.decode_bs:
         sa = replace(sa, decode_max_bs=SIM_DECODE_MAX_BS)
     return allreduce.dispatch(
         env=env,
@@ -45,6 +56,7 @@ def plan(args: cli_args.SimArgs, env: Mapping[str, str]) -> allreduce.Dispatch:
         p2p=True,
         hidden=costmodel.HIDDEN,
         flashinfer_pcie_ipc=args.flashinfer != "no-pcie-ipc-comm",
+        request_pool=SIM_REQUEST_POOL,
     )
 
 
@@ -113,11 +125,19 @@ class Workspace:
         self,
         say: Callable[[str, str], None],
         sleep: Callable[[float], None],
+        map_all: Callable[[Path], None] | None = None,
     ) -> int | None:
-        """Build and tune; returns the byte bound PCIe-IPC serves (None: it does not)."""
+        """Build and tune; returns the byte bound PCIe-IPC serves (None: it does not).
+        `map_all(path)`: every rank maps the JIT-built `pcie_ipc_comm.so` (flashinfer_jit)."""
         if not enabled(self.env, self.args):
             return None
         numel = workspace_numel(self.env, self.args)
+        # the first workspace build JIT-compiles pcie_ipc_comm; every rank then has it loaded
+        lib, _ = flashinfer_jit.ensure(
+            self.env, flashinfer_facts.PCIE_IPC_LIB, sleep, self.args.load_seconds
+        )
+        if map_all is not None and lib.is_file():
+            map_all(lib)
         if self.args.flashinfer == "workspace-fail":
             say(
                 "warning",
@@ -138,36 +158,55 @@ class Workspace:
             say("info", "FlashInfer PCIe-IPC all-reduce: " + allreduce.AUTOTUNE_OFF_TEXT)
         else:
             path = self.cache_path()
-            if not path.is_file():  # the first start measures; FlashInfer persists the result
+            nv_internal = self.args.flashinfer != "no-nv-internal"
+            if nv_internal:  # the autotuner's trtllm_utils (needs FlashInfer's nv_internal)
+                flashinfer_jit.ensure(
+                    self.env, flashinfer_facts.TRTLLM_UTILS_LIB, sleep, self.args.load_seconds
+                )
+            keys = flashinfer_facts.cache_keys(path) if path.is_file() else None
+            if not keys or not flashinfer_facts.covers(keys, world=self.args.tp_size,
+                                                       max_numel=numel):  # fmt: skip
+                # no entry for this workspace: FlashInfer measures (again) and persists
                 sleep(self.args.load_seconds * 0.1)
-                self._write_cache(path, rows)
-            say(
-                "info",
-                allreduce.AUTOTUNED_FORMAT.format(n=len(rows), hidden=costmodel.HIDDEN, rows=rows),
-            )
+                self._write_cache(path, rows if nv_internal else (), numel)
+            if nv_internal:
+                say("info", allreduce.AUTOTUNED_FORMAT.format(
+                    n=len(rows), hidden=costmodel.HIDDEN, rows=rows))  # fmt: skip
+            else:  # every tactic skipped: tune() covers no shape (pcie_ipc_ar._tune)
+                say("warning", NO_SHAPES_FORMAT.format(hidden=costmodel.HIDDEN, rows=rows))
         if not bf16(self.args):
-            dtype = self.args.dtype
+            dtype = served_dtype(self.args)
             say("warning", allreduce.DTYPE_FORMAT.format(dtype=TORCH_DTYPES.get(dtype, dtype)))
             return None
         self.max_bytes = numel * allreduce.BF16_BYTES
         return self.max_bytes
 
-    def _write_cache(self, path: Path, rows: tuple[int, ...]) -> None:
+    def _write_cache(self, path: Path, rows: tuple[int, ...], numel: int) -> None:
+        """FlashInfer's cache layout: a metadata entry, then one entry per tuned shape whose
+        key holds the workspace head (`flashinfer_facts.CacheHead`); rows () = 0 configs."""
+        head = flashinfer_facts.CacheHead(
+            flashinfer_facts.TUNE_VERSION, self.args.tp_size, SIM_TOPOLOGY_PROFILE,
+            SIM_MAX_BLOCKS, numel, False,
+        )  # fmt: skip
+        old = {}
+        with contextlib.suppress(OSError, ValueError):  # FlashInfer merges into the file
+            old = json.loads(path.read_text())
+        data: dict[str, object] = {
+            **(old if isinstance(old, dict) else {}),
+            "_metadata": {
+                "simulated": True,
+                "note": "fastverify sim: no tactics were measured",
+                "written_at": time.time(),
+            },
+        }
+        for r in rows:
+            key = (f"('{flashinfer_facts.CUSTOM_OP}', 'PcieIpcRunner', (({r}, "
+                   f"{costmodel.HIDDEN}),), {head.needle()}'torch.bfloat16'))")  # fmt: skip
+            data[key] = ["PcieIpcRunner", "sim"]
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-            tmp.write_text(
-                json.dumps(
-                    {
-                        "simulated": True,
-                        "note": "fastverify sim: no tactics were measured",
-                        "world_size": self.args.tp_size,
-                        "hidden": costmodel.HIDDEN,
-                        "rows": list(rows),
-                        "written_at": time.time(),
-                    }
-                )
-            )
+            tmp.write_text(json.dumps(data, indent=2))
             os.replace(tmp, path)
         except OSError:
             pass  # FlashInfer keeps its tactics in memory when it cannot write the cache
@@ -178,8 +217,20 @@ def workspace_numel(env: Mapping[str, str], args: cli_args.SimArgs) -> int:
     return plan(args, env).max_numel or allreduce.FALLBACK_DECODE_WIDTH * costmodel.HIDDEN
 
 
+def served_dtype(args: cli_args.SimArgs) -> str:
+    """The dtype the sim's server runs in: --dtype, or with auto its model's config.json
+    `torch_dtype` when the model path has one (as SGLang loads it), else bfloat16."""
+    dtype = allreduce.ServerArgs.from_argv(list(args.argv)).dtype_resolved[0]
+    return "bfloat16" if dtype == "auto" else dtype
+
+
+def torch_dtype(args: cli_args.SimArgs) -> str:
+    dtype = served_dtype(args)
+    return TORCH_DTYPES.get(dtype, f"torch.{dtype}")
+
+
 def bf16(args: cli_args.SimArgs) -> bool:
-    return args.dtype in ("auto", "bfloat16")
+    return served_dtype(args) == "bfloat16"
 
 
 def served_prediction(

@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fastverify.config import LOAD_FORMATS, TRIAL_LOAD_FORMAT
-from fastverify.sglang import allreduce
+from fastverify.sglang import adaptive, allreduce
+from fastverify.sglang.versions import PINNED_VERSION
 
 SPEC_ALGOS = ("EAGLE", "EAGLE3")
-FLASHINFER_BUILDS = ("pcie-ipc", "no-pcie-ipc-comm", "workspace-fail")
+FLASHINFER_BUILDS = ("pcie-ipc", "no-pcie-ipc-comm", "workspace-fail", "no-nv-internal")
 # `--load-format dummy` (SGLang: random weights): the sim skips most of its simulated weight
 # load and its drafter guesses at random, so the accept length sits at its floor (the
 # bonus token only) unless --sim-accept-length says otherwise.
@@ -54,6 +55,14 @@ class SimArgs:
     deterministic: bool = False
     disable_flashinfer_autotune: bool = False
     flashinfer: str = "pcie-ipc"  # what the simulated FlashInfer build offers
+    # --speculative-adaptive (SGLang 0.5.23): the config's tiers, None when off (or when the
+    # args make SGLang disable it: `adaptive_disabled` holds its reason then)
+    adaptive_config: dict | None = None
+    adaptive_config_path: str | None = None
+    adaptive_disabled: str | None = None
+    # the steps at which --sim-accept-length holds (default: the configured steps)
+    accept_steps: int | None = None
+    sglang_version: str = PINNED_VERSION  # the release the sim plays (--sim-sglang-version)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-steps", type=int, default=None)
     p.add_argument("--speculative-eagle-topk", type=int, default=None)
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument("--speculative-adaptive", action="store_true")
+    p.add_argument("--speculative-adaptive-config", default=None)
     p.add_argument(
         "--disable-cuda-graph",
         action="store_true",
@@ -109,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=FLASHINFER_BUILDS,
         default="pcie-ipc",
         help="the simulated FlashInfer: 'pcie-ipc' (0.7.2, has pcie_ipc_comm), "
-        "'no-pcie-ipc-comm' (an older build), 'workspace-fail' (its workspace cannot be built)",
+        "'no-pcie-ipc-comm' (an older build), 'workspace-fail' (its workspace cannot be built), "
+        "'no-nv-internal' (installed without csrc/nv_internal: tuning saves 0 configs)",
     )
     p.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"]
@@ -131,7 +143,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="EAGLE-3 accept length incl. the bonus token (default 2.0)",
     )
+    p.add_argument(
+        "--sim-accept-steps",
+        type=int,
+        default=None,
+        help="the draft steps at which --sim-accept-length holds (default: the configured "
+        "steps); acceptance per draft position follows from it (a chain)",
+    )
     p.add_argument("--sim-seed", type=int, default=0, help="seed of the per-request phases")
+    p.add_argument(
+        "--sim-sglang-version",
+        default=PINNED_VERSION,
+        help="the SGLang release the sim plays (its flags, metrics, spans and log lines "
+        "from fastverify/sglang/facts; default %(default)s)",
+    )
     p.add_argument(
         "--sim-fail",
         choices=["oom"],
@@ -153,6 +178,7 @@ def parse(argv: Sequence[str]) -> SimArgs:
         parser.error("--sim-load-seconds must be >= 0")
     if ns.decode_log_interval < 1:
         parser.error("--decode-log-interval must be >= 1")
+    _check_played_flags(parser, ns.sim_sglang_version, argv)
     algo = ns.speculative_algorithm.upper() if ns.speculative_algorithm else None
     if algo is not None and algo not in SPEC_ALGOS:
         parser.error(
@@ -161,15 +187,36 @@ def parse(argv: Sequence[str]) -> SimArgs:
         )
     if algo is not None and not ns.speculative_draft_model_path:
         parser.error(f"--speculative-algorithm {algo} needs --speculative-draft-model-path")
+    adaptive_cfg, disabled = None, None
+    if ns.speculative_adaptive and algo is not None:
+        disabled = adaptive.unsupported_reason(algo, ns.speculative_eagle_topk)
+        if disabled is None:
+            adaptive_cfg = _adaptive_config(parser, ns)
     steps = ns.speculative_num_steps if ns.speculative_num_steps is not None else 3
     topk = ns.speculative_eagle_topk if ns.speculative_eagle_topk is not None else 1
     ndt = ns.speculative_num_draft_tokens
+    if adaptive_cfg is not None:
+        cands = adaptive.candidate_steps(adaptive_cfg)
+        if ns.speculative_num_steps is None:
+            steps = cands[len(cands) // 2]
+        if steps not in cands:  # SGLang's _init_adaptive_speculative_params refuses it
+            parser.error(
+                f"--speculative-num-steps={steps} is not in the adaptive config "
+                f"candidate_steps {cands}. Pass one of those values."
+            )
+        ndt = steps + 1
     if ndt is None:
         ndt = steps * topk + 1 if topk > 1 else steps + 1
-    if steps < 1 or topk < 1 or ndt < 2:
+    if adaptive_cfg is None and (steps < 1 or topk < 1 or ndt < 2):
         parser.error("speculative num-steps/eagle-topk must be >= 1 and num-draft-tokens >= 2")
-    if ns.sim_accept_length is not None and not 1.0 <= ns.sim_accept_length <= ndt:
-        parser.error(f"--sim-accept-length must be in 1..{ndt} (num draft tokens)")
+    accept_steps = ns.sim_accept_steps if ns.sim_accept_steps is not None else max(1, ndt - 1)
+    if accept_steps < 1:
+        parser.error("--sim-accept-steps must be >= 1")
+    if ns.sim_accept_length is not None and not 1.0 <= ns.sim_accept_length <= accept_steps + 1:
+        parser.error(
+            f"--sim-accept-length must be in 1..{accept_steps + 1} (draft tokens at "
+            f"{accept_steps} steps)"
+        )
     accept_length = ns.sim_accept_length
     if accept_length is None and ns.load_format == TRIAL_LOAD_FORMAT:
         accept_length = DUMMY_ACCEPT_LENGTH
@@ -209,4 +256,37 @@ def parse(argv: Sequence[str]) -> SimArgs:
         deterministic=ns.enable_deterministic_inference,
         disable_flashinfer_autotune=ns.disable_flashinfer_autotune,
         flashinfer=ns.sim_flashinfer,
+        adaptive_config=adaptive_cfg,
+        adaptive_config_path=ns.speculative_adaptive_config if adaptive_cfg is not None else None,
+        adaptive_disabled=disabled,
+        accept_steps=accept_steps,
+        sglang_version=ns.sim_sglang_version,
     )
+
+
+def _adaptive_config(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> dict:
+    """The adaptive config SGLang would load (its default when no file is given); a file
+    SGLang's `_load_adaptive_config` refuses is an error here too."""
+    if ns.speculative_adaptive_config is None:
+        return adaptive.DEFAULT_ADAPTIVE_CONFIG
+    try:
+        return adaptive.load_config(ns.speculative_adaptive_config)
+    except adaptive.AdaptiveConfigError as exc:
+        parser.error(f"--speculative-adaptive-config: {exc}")
+
+
+def _check_played_flags(parser: argparse.ArgumentParser, version: str, argv: Sequence[str]) -> None:
+    """Refuse, as that release's parser would, a long flag the played SGLang does not have
+    (its facts), and a release below the range."""
+    from fastverify.sglang.facts import VersionTooOld, resolve
+
+    try:
+        facts = resolve(version)
+    except VersionTooOld as exc:
+        parser.error(f"--sim-sglang-version: {exc}")
+    for tok in argv:
+        flag = tok.partition("=")[0]
+        if flag.startswith("--") and not flag.startswith("--sim-") and not facts.has_flag(flag):
+            if any(f.startswith(flag) for f in facts.flags):
+                continue  # an argparse prefix of a real flag (`--tp`)
+            parser.error(f"unrecognized arguments: {flag} (SGLang {version} has no such flag)")

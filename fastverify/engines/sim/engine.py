@@ -22,18 +22,30 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from fastverify.engines.sim import allreduce_sim, cli_args, costmodel, ncclenv, sglang_logs
+from fastverify.engines.sim import (
+    allreduce_sim,
+    cli_args,
+    costmodel,
+    flashinfer_jit,
+    ncclenv,
+    sglang_logs,
+)
 from fastverify.engines.sim.metrics import SimMetrics
 from fastverify.engines.sim.profiler import Profiler, write_cycles
 from fastverify.engines.sim.scheduler import Request, Scheduler
 from fastverify.engines.sim.server import App, SimHTTPServer
 from fastverify.engines.sim.wakeup import StopFlag
 from fastverify.engines.sim.workers import WorkerPool
-from fastverify.sglang import allreduce, loglines
+from fastverify.sglang import adaptive, allreduce, loglines
+from fastverify.sglang.facts import resolve as resolve_facts
 
 SIM_VERSION = "0.5.23-fastverify-sim"
+# the cost table the engine publishes (server info sim.cost_model.by_steps)
+COST_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+COST_MAX_STEPS = 7
 SHARDS = 64
 # `--load-format dummy`: SGLang initialises random weights instead of reading the
 # checkpoint; the sim keeps this share of its simulated weight-load time (graph capture
@@ -62,6 +74,9 @@ def _tuning_rows(settings: ncclenv.NcclSettings, args: cli_args.SimArgs) -> list
     return rows
 
 
+_MAPPED: list[flashinfer_jit.Mapped] = []  # libraries this process holds mapped
+
+
 def _worker_handler(log: sglang_logs.LogWriter):
     def handle(rank: int, msg: dict[str, Any]) -> dict[str, Any] | None:
         cmd = msg.get("cmd")
@@ -72,6 +87,8 @@ def _worker_handler(log: sglang_logs.LogWriter):
                 os.environ, rank, msg["tp_size"], ncclenv.resolve(os.environ)
             )
             sglang_logs.write_nccl_lines(os.environ, lines, log)
+        elif cmd == "map":  # load FlashInfer's JIT-built library, as each rank's process does
+            _MAPPED.append(flashinfer_jit.Mapped(Path(msg["path"])))
         elif cmd == "trace":
             path = write_cycles(
                 msg["path"], rank, msg["tp_size"], msg["cycles"], dict(os.environ), msg["args"]
@@ -93,6 +110,7 @@ class SimEngine:
         self.settings = ncclenv.resolve(os.environ)
         self.failure: str | None = None
         self.pcie_ipc_max_bytes: int | None = None  # what FlashInfer's kernels serve
+        self._cost_table: dict[str, dict[str, float]] | None = None
 
     # --------------------------------------------------------------- helpers
     @property
@@ -127,6 +145,11 @@ class SimEngine:
                 self.stop_event.set()
                 return
 
+    def _on_hang(self, signum: int, frame: Any) -> None:
+        sched = getattr(self, "scheduler", None)
+        if sched is not None:
+            sched.hang()
+
     def _on_crash(self) -> None:
         self.failure = "scheduler crashed"
         self.stop_event.set()
@@ -142,6 +165,8 @@ class SimEngine:
             f"speculative_eagle_topk={a.topk if a.mode == 'eagle3' else None}, "
             f"speculative_num_draft_tokens="
             f"{a.num_draft_tokens if a.mode == 'eagle3' else None}, "
+            f"speculative_adaptive={a.adaptive_config is not None}, "
+            f"speculative_adaptive_config={a.adaptive_config_path!r}, "
             f"disable_cuda_graph={not a.cuda_graph}, "
             f"decode_log_interval={a.decode_log_interval}, "
             f"disable_custom_all_reduce={a.disable_custom_all_reduce}, "
@@ -220,7 +245,8 @@ class SimEngine:
         self.log.raw("")
         self._all_ranks(
             f"Load weight end. elapsed={time.monotonic() - tic:.2f} s, "
-            "type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=14.31 GB, "
+            f"type=DeepseekV3ForCausalLM, dtype={allreduce_sim.torch_dtype(a)}, "
+            "avail mem=14.31 GB, "
             "mem usage=64.21 GB."
         )
         if a.mode == "eagle3":
@@ -234,8 +260,14 @@ class SimEngine:
         self._all_ranks("Memory pool end. avail mem=8.12 GB")
         # base_runner._pre_initialize_pcie_ipc_workspace: before graph capture
         self.pcie_ipc_max_bytes = allreduce_sim.Workspace(os.environ, a).prepare(
-            lambda level, msg: self._all_ranks(msg, level), self._sleep
+            lambda level, msg: self._all_ranks(msg, level), self._sleep, self._map_all
         )
+
+    def _map_all(self, path: Path) -> None:
+        """Every rank's process maps `path` (TP0 here, the workers on command)."""
+        _MAPPED.append(flashinfer_jit.Mapped(path))
+        if self.workers:
+            self.workers.request_each(lambda rank: {"cmd": "map", "path": str(path)}, 30.0)
 
     def _capture(self) -> None:
         """SGLang 0.5.23's capture milestones per phase that captures (decode: backend
@@ -296,10 +328,12 @@ class SimEngine:
             "speculative_num_steps": a.num_steps if a.mode == "eagle3" else None,
             "speculative_eagle_topk": a.topk if a.mode == "eagle3" else None,
             "speculative_num_draft_tokens": a.num_draft_tokens if a.mode == "eagle3" else None,
+            "speculative_adaptive": a.adaptive_config is not None,
+            "speculative_adaptive_config": a.adaptive_config_path,
             "disable_cuda_graph": not a.cuda_graph,
             "decode_log_interval": a.decode_log_interval,
             "load_format": a.load_format,
-            "version": SIM_VERSION,
+            "version": f"{a.sglang_version}-fastverify-sim",
             "simulated": True,
             "engine": "fastverify-sim",
             "note": BANNER,
@@ -333,9 +367,35 @@ class SimEngine:
                     "allreduce_per_verify": pred.allreduce_count,
                     "allreduce_seconds_per_verify": pred.allreduce_seconds,
                     "tokens_per_second_bs1": sched.predict(1).tokens_per_second,
+                    "by_steps": self.cost_table(),
+                    "by_steps_note": "cycle seconds by batch size and draft steps (0: a "
+                    "decode step without drafting), from this cost model (a SIMULATION)",
+                },
+                "acceptance": {
+                    "chain_p": sched.chain_p,
+                    "accept_length_by_steps": {
+                        str(k): sched.chain_length(k) for k in range(1, COST_MAX_STEPS + 1)
+                    },
+                    "active_steps": sched.active_steps if a.mode == "eagle3" else None,
                 },
             },
         }
+
+    def cost_table(self) -> dict[str, dict[str, float]]:
+        """The engine's cycle seconds by batch size and steps (`fastverify.speculation.costs`
+        reads it as the "engine" cost source); computed once."""
+        if self._cost_table is None:
+            from fastverify.engines.sim.costtable import cost_table
+
+            self._cost_table = cost_table(
+                os.environ,
+                tp_size=self.args.tp_size,
+                batch_sizes=COST_BATCH_SIZES,
+                max_steps=COST_MAX_STEPS,
+                cuda_graph=self.args.cuda_graph,
+                pcie_ipc_max_bytes=self.pcie_ipc_max_bytes,
+            )
+        return self._cost_table
 
     def model_info(self) -> dict[str, Any]:
         return {
@@ -369,6 +429,8 @@ class SimEngine:
         a = self.args
         self.log.log(BANNER, None, "warning")
         self.log.log(self.server_args_repr(), None)
+        if a.adaptive_disabled is not None:  # speculative_hook._maybe_disable_adaptive
+            self.log.log(adaptive.format_disabled(a.adaptive_disabled), None, "warning")
         rc = self._check_paths()
         if rc is not None:
             return rc
@@ -385,6 +447,9 @@ class SimEngine:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGCHLD, self._on_child)
+        # SIGUSR1: the scheduler hangs while the process lives (a stand-in for an NCCL hang
+        # from a bad setting; docs/sim.md): /health stays 200, /health_generate turns 503
+        signal.signal(signal.SIGUSR1, self._on_hang)
         httpd: SimHTTPServer | None = None
         app = App(
             model_info=self.model_info(),
@@ -414,7 +479,12 @@ class SimEngine:
             self._load()
             self._capture()
             self.metrics = (
-                SimMetrics(a.served_model_name, a.decode_cuda_graph, a.prefill_cuda_graph)
+                SimMetrics(
+                    a.served_model_name,
+                    a.decode_cuda_graph,
+                    a.prefill_cuda_graph,
+                    sglang_version=a.sglang_version,
+                )
                 if a.enable_metrics
                 else None
             )
@@ -426,6 +496,7 @@ class SimEngine:
                 workers=self.workers,
                 log=self.log,
                 trace_args={
+                    "sglang_version": a.sglang_version,
                     "mode": a.mode,
                     "cuda_graph": a.cuda_graph,
                     "accept_length": a.accept_length,
@@ -451,10 +522,16 @@ class SimEngine:
                 on_cycle=self.profiler.on_cycle,
                 on_crash=self._on_crash,
                 pcie_ipc_max_bytes=self.pcie_ipc_max_bytes,
+                accept_steps=a.accept_steps,
+                adaptive_config=a.adaptive_config,
             )
+            played = resolve_facts(a.sglang_version)
+            self.scheduler.old_log_form = played.decode_old_form
+            self.scheduler.log_accept_rate = played.decode_accept_rate
             self.log.log(
                 "max_total_num_tokens=1048576, chunked_prefill_size=8192, "
-                "max_prefill_tokens=16384, max_running_requests=256, "
+                "max_prefill_tokens=16384, "
+                f"max_running_requests={allreduce_sim.SIM_REQUEST_POOL}, "
                 "context_len=262144, available_gpu_mem=7.74 GB"
             )
             self.scheduler.start()
@@ -505,14 +582,18 @@ class SimEngine:
                 self.workers.terminate()
 
 
-def apply_engine_env(argv: Sequence[str]) -> dict[str, str]:
-    """What SGLang (the pinned version) sets in its own environment for this argv before
-    it starts its schedulers (`fastverify.sglang.envrules`), applied to this process so
-    that the workers inherit it as SGLang's schedulers do. Returns what changed."""
+def apply_engine_env(argv: Sequence[str], sglang_version: str | None = None) -> dict[str, str]:
+    """What SGLang (the release the sim plays; default the pinned one) sets in its own
+    environment for this argv before it starts its schedulers (`fastverify.sglang.envrules`),
+    applied to this process so that the workers inherit it as SGLang's schedulers do.
+    Returns what changed."""
     from fastverify.sglang.envrules import engine_env
     from fastverify.sglang.launch import LaunchArgs
+    from fastverify.sglang.versions import PINNED_VERSION
 
-    final = engine_env(LaunchArgs.from_argv(list(argv)), os.environ).final(os.environ)
+    args = LaunchArgs.from_argv(list(argv))
+    rules = engine_env(args, os.environ, sglang_version or PINNED_VERSION)
+    final = rules.final(os.environ)
     changed = {k: v for k, v in final.items() if os.environ.get(k) != v}
     os.environ.update(changed)
     return changed
@@ -521,5 +602,5 @@ def apply_engine_env(argv: Sequence[str]) -> dict[str, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = cli_args.parse(argv)
-    apply_engine_env(argv)
+    apply_engine_env(argv, args.sglang_version)
     return SimEngine(args).run()

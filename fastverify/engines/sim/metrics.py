@@ -103,26 +103,45 @@ class SimMetrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(
-        self, model_name: str, decode_graph: bool = True, prefill_graph: bool = True
+        self,
+        model_name: str,
+        decode_graph: bool = True,
+        prefill_graph: bool = True,
+        sglang_version: str | None = None,
     ) -> None:
+        from fastverify.sglang.facts import resolve
+
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
+        # a series the played release does not declare is kept off the exposition
+        self._absent = CollectorRegistry(auto_describe=True)
+        facts = resolve(sglang_version) if sglang_version else None
+
+        def reg(name: str) -> CollectorRegistry:
+            return self.registry if facts is None or facts.has_metric(name) else self._absent
+
+        def label_names(name: str) -> tuple[str, ...]:
+            if facts is not None and facts.has_metric(name):
+                return facts.metric_labels(name)
+            return m.label_names(name)
+
         self.decode_graph = decode_graph
         self.prefill_graph = prefill_graph
         base = {"model_name": model_name, "engine_type": m.ENGINE_TYPE_UNIFIED}
         sched = {**base, "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
 
         def values(name: str) -> dict[str, str]:
-            names = m.label_names(name)
+            names = label_names(name)
             own = sched if "tp_rank" in names else base
-            return {k: own[k] for k in names if k in own}
+            return {k: own.get(k, "") for k in names}
 
         def gauge(name: str, doc: str) -> Gauge:
-            g = Gauge(name, doc, m.label_names(name), registry=r, multiprocess_mode="mostrecent")
+            g = Gauge(
+                name, doc, label_names(name), registry=reg(name), multiprocess_mode="mostrecent"
+            )
             return g.labels(**values(name))
 
         def family(kind: type, name: str, doc: str, **kw: object) -> tuple[object, dict]:
-            return kind(name, doc, m.label_names(name), registry=r, **kw), values(name)
+            return kind(name, doc, label_names(name), registry=reg(name), **kw), values(name)
 
         self.num_running_reqs = gauge(m.NUM_RUNNING_REQS, "The number of running requests.")
         self.num_queue_reqs = gauge(
@@ -136,6 +155,11 @@ class SimMetrics:
         )
         self.spec_accept_rate = gauge(
             m.SPEC_ACCEPT_RATE, "The average acceptance rate of speculative decoding."
+        )
+        self.spec_num_steps = gauge(m.SPEC_NUM_STEPS, "Currently active speculative_num_steps.")
+        self.spec_num_draft_tokens = gauge(
+            m.SPEC_NUM_DRAFT_TOKENS,
+            "Currently active speculative_num_draft_tokens (decouples from steps under topk>1).",
         )
         self.is_cuda_graph = gauge(m.IS_CUDA_GRAPH, "Whether the batch is using CUDA graph.")
         # edge-triggered in SGLang (weight updates only): declared, no sample at start-up
@@ -182,12 +206,13 @@ class SimMetrics:
             "Histogram of End-to-end request latency in seconds",
             buckets=E2E_BUCKETS,
         )
-        self.e2e = e2e[0].labels(**e2e[1])  # type: ignore[attr-defined]
+        self._e2e = e2e
 
     @staticmethod
     def _child(fam: tuple[object, dict], **extra: str) -> Any:
         metric, labels = fam
-        return metric.labels(**{**labels, **extra})  # type: ignore[attr-defined]
+        merged = {k: v for k, v in {**labels, **extra}.items() if k in labels}
+        return metric.labels(**merged)  # type: ignore[attr-defined]
 
     # per-request series (is_streaming)
     def prompt_tokens(self, stream: bool) -> Any:
@@ -201,6 +226,9 @@ class SimMetrics:
 
     def ttft(self, stream: bool) -> Any:
         return self._child(self._ttft, is_streaming=_flag(stream))
+
+    def e2e(self, stream: bool) -> Any:
+        return self._child(self._e2e, is_streaming=_flag(stream))
 
     # forward passes and start-up
     def decode_pass(self) -> None:

@@ -189,4 +189,5 @@ def write_cycles(
         num_draft_tokens=int(args["num_draft_tokens"]),
         activities=tuple(args.get("activities") or ("CPU", "GPU")),
         pcie_ipc_max_bytes=args.get("pcie_ipc_max_bytes"),
+        sglang_version=args.get("sglang_version"),
     )

@@ -5,10 +5,17 @@ every running request. A cycle lasts exactly the cost model's cycle time for the
 current batch size (sleep until an absolute deadline, catching up after up to 0.5 s of
 starvation on a busy host, so timing error does not accumulate; an idle engine sleeps
 on a condition and uses no CPU). Per cycle, each running request gains
-1 token (baseline) or its accept length (EAGLE-3; a deterministic per-request credit
-accumulator so that the long-run mean is exactly `accept_length`, with a seeded
-phase). Every `decode_log_interval` cycles TP0 logs SGLang's decode line with the
-real tokens/s over the interval, and the Prometheus gauges are updated. The request gauges
+1 token (baseline) or 1 + the drafts its verify accepted (EAGLE-3). Acceptance is a chain
+(topk 1): draft position j is accepted with probability p^j, p chosen so that the accept
+length at `accept_steps` is `accept_length` (`fastverify.speculation.curve`); each request
+draws from its own low-discrepancy sequence (golden-ratio steps from a seeded phase), so its
+histogram converges fast to the chain's. Each verify is counted in the request's
+`spec_correct_drafts_histogram` (entry j: passes that accepted j drafts), as SGLang does.
+With `adaptive_config` (`--speculative-adaptive`) the step count of each batch comes from
+SGLang's controller (`fastverify.sglang.adaptive_slot`), fed after every verify; steps 0
+runs a decode step without drafting and counts a verify with 0 drafts. Every
+`decode_log_interval` cycles TP0 logs SGLang's decode line with the real tokens/s over
+the interval, and the Prometheus gauges are updated. The request gauges
 (`sglang:num_running_reqs`, `sglang:num_queue_reqs`) also follow the batch itself: set
 whenever a request joins the queue, enters the running batch or leaves it (SGLang refreshes
 them at its log intervals; the sim's are never staler than that).
@@ -28,10 +35,17 @@ from dataclasses import dataclass, field
 
 from fastverify.engines.sim import costmodel, sglang_logs
 from fastverify.engines.sim.metrics import SimMetrics
+from fastverify.sglang import adaptive
+from fastverify.sglang.adaptive_slot import AdaptiveController
+from fastverify.speculation import curve
 
 MAX_RUNNING = 256
 MAX_TOTAL_TOKENS = 1_048_576  # KV-cache capacity used for "token usage"
 MAX_CATCH_UP_S = 0.5  # how far behind its deadlines the decode loop may catch up
+GOLDEN = 0.6180339887498949  # per-request draw sequence step (low discrepancy)
+# the batch sizes the sim captures CUDA graphs for (engine.py's capture lines); SGLang's
+# adaptive router pads a batch up to one of these before picking its tier
+CUDA_GRAPH_BS = [1, 2, 4, 8, 16, 24, 32]
 
 _ids = itertools.count(1)
 
@@ -43,6 +57,7 @@ class Request:
     prompt_tokens: int
     max_new_tokens: int
     stream: bool = False
+    log_metrics: bool = True  # False: a health check (SGLang's log_metrics=False)
     rid: str = field(default_factory=lambda: f"{next(_ids):032x}")
     created: float = field(default_factory=time.perf_counter)
     generated: int = 0
@@ -51,7 +66,9 @@ class Request:
     first_token_at: float | None = None
     last_token_at: float | None = None
     finished_at: float | None = None
-    credit: float = 0.0
+    credit: float = 0.0  # the phase of its acceptance draws
+    draws: int = 0
+    histogram: list[int] = field(default_factory=list)  # spec_correct_drafts_histogram
     aborted: bool = False
     done: threading.Event = field(default_factory=threading.Event)
     updates: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # new-token counts
@@ -86,6 +103,8 @@ class Scheduler(threading.Thread):
         on_cycle: Callable[[int, int], None] | None = None,
         on_crash: Callable[[], None] | None = None,
         pcie_ipc_max_bytes: int | None = None,
+        accept_steps: int | None = None,
+        adaptive_config: dict | None = None,
     ):
         super().__init__(name="sim-scheduler", daemon=True)
         self.env = dict(env)
@@ -97,18 +116,34 @@ class Scheduler(threading.Thread):
         self.num_steps = num_steps
         self.topk = topk
         self.num_draft_tokens = num_draft_tokens
+        ref_steps = accept_steps or max(1, num_draft_tokens - 1)
+        length = costmodel.DEFAULT_ACCEPT_LENGTH if accept_length is None else accept_length
+        self.chain_p = curve.chain_probability(min(max(length, 1.0), ref_steps + 1), ref_steps)
+        self.controller = (
+            AdaptiveController(num_steps, adaptive_config, CUDA_GRAPH_BS if cuda_graph else None)
+            if adaptive_config is not None and mode == "eagle3"
+            else None
+        )
+        self.active_steps = num_steps if mode == "eagle3" else 0
         self.decode_log_interval = max(1, decode_log_interval)
+        # the played SGLang release's log-line form (its facts; the engine sets these)
+        self.old_log_form = False
+        self.log_accept_rate = True
         self.log = log
         self.metrics = metrics
         self.on_cycle = on_cycle
         self.on_crash = on_crash
         self.crashed = False
+        # hang(): the loop stops answering while the process lives (an NCCL hang's shape)
+        self.hung = threading.Event()
+        self.last_output = 0.0  # time.time() of the last tokens produced (SGLang's
+        # tokenizer_manager.last_receive_tstamp: what /health_generate waits for)
         self._rng = random.Random(seed)
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self._pred_cache: dict[int, costmodel.Prediction] = {}
+        self._pred_cache: dict[tuple[int, int], costmodel.Prediction] = {}
         # stats
         self.forward_ct = 0
         self.last_gen_throughput = 0.0
@@ -119,29 +154,43 @@ class Scheduler(threading.Thread):
         self._interval_tic = time.perf_counter()
 
     # ------------------------------------------------------------------ public
-    def predict(self, bs: int) -> costmodel.Prediction:
-        pred = self._pred_cache.get(bs)
+    def predict(self, bs: int, steps: int | None = None) -> costmodel.Prediction:
+        """The cost model at batch `bs` and `steps` draft steps (default: the configured
+        ones; 0: a decode step without drafting, as SGLang's adaptive worker runs it)."""
+        steps = self.num_steps if steps is None else steps
+        pred = self._pred_cache.get((bs, steps))
         if pred is None:
+            spec = self.mode == "eagle3" and steps > 0
+            ndt = self.num_draft_tokens if steps == self.num_steps else steps + 1
             pred = costmodel.predict(
                 self.env,
-                self.mode,
+                "eagle3" if spec else "baseline",
                 self.tp_size,
                 bs,
                 self.cuda_graph,
-                self.accept_length,
-                num_steps=self.num_steps,
+                self.chain_length(steps if self.controller else ndt - 1) if spec else None,
+                num_steps=steps if spec else self.num_steps,
                 topk=self.topk,
-                num_draft_tokens=self.num_draft_tokens,
+                num_draft_tokens=ndt if spec else self.num_draft_tokens,
                 pcie_ipc_max_bytes=self.pcie_ipc_max_bytes,
             )
-            self._pred_cache[bs] = pred
+            self._pred_cache[(bs, steps)] = pred
         return pred
+
+    def chain_length(self, positions: int) -> float:
+        """The true accept length with `positions` draft positions (the sim's ground truth)."""
+        return curve.chain_length(self.chain_p, positions)
 
     def submit(self, req: Request) -> None:
         with self._cond:
             self.waiting.append(req)
             self._request_gauges_locked()
             self._cond.notify()
+
+    def hang(self) -> None:
+        """Stop answering from the next iteration on, until stopped (requests never finish);
+        the HTTP server and the process stay up. Safe from a signal handler."""
+        self.hung.set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -178,6 +227,9 @@ class Scheduler(threading.Thread):
     def _loop(self) -> None:
         deadline = time.monotonic()
         while not self._stop.is_set():
+            if self.hung.is_set():
+                self._stop.wait()  # stuck: nothing runs, nothing is logged
+                return
             with self._cond:
                 while not self.waiting and not self.running and not self._stop.is_set():
                     self._update_gauges_locked()
@@ -189,12 +241,16 @@ class Scheduler(threading.Thread):
                     new.append(self.waiting.popleft())
                 if new:  # prefilling: part of the running batch from now on
                     self._request_gauges_locked(prefilling=len(new))
+            if self.hung.is_set():
+                continue  # hung while idle: the requests just taken never run
             if new:
                 self._prefill(new)
                 deadline = time.monotonic()
                 continue
             bs = len(self.running)
-            pred = self.predict(bs)
+            if self.controller is not None:
+                self.active_steps = self.controller.steps_for(bs)
+            pred = self.predict(bs, self.active_steps if self.controller else None)
             now = time.monotonic()
             # Late (the thread was starved on a busy host): catch up by running the next
             # cycles back to back, so the long-run rate stays the model's; after a real stall
@@ -224,15 +280,22 @@ class Scheduler(threading.Thread):
             usage = self._token_usage_locked(extra=new)
         self.log.log(
             sglang_logs.prefill_line(
-                len(new), tokens, usage, running_before, queue_len, tokens / dur if dur > 0 else 0.0
+                len(new),
+                tokens,
+                usage,
+                running_before,
+                queue_len,
+                tokens / dur if dur > 0 else 0.0,
+                old_form=self.old_log_form,
             )
         )
         finished = []
         for r in new:
             r.generated = 1  # prefill samples the first token
             r.credit = self._rng.random()
+            r.draws = 0
             r.first_token_at = r.last_token_at = now
-            if self.metrics:
+            if self.metrics and r.log_metrics:
                 self.metrics.ttft(r.stream).observe(now - r.created)
             r._emit(1)
             if r.generated >= r.max_new_tokens:
@@ -240,8 +303,10 @@ class Scheduler(threading.Thread):
         if self.metrics:
             self.metrics.prefill_pass()
             for r in new:
-                self.metrics.generation_tokens(r.stream).inc(1)
+                if r.log_metrics:
+                    self.metrics.generation_tokens(r.stream).inc(1)
         self._account(len(new), 0, 0)
+        self.last_output = time.time()
         with self._cond:
             self.running.extend(r for r in new if r not in finished)
             self._request_gauges_locked()
@@ -251,6 +316,9 @@ class Scheduler(threading.Thread):
     def _decode_cycle(self, pred: costmodel.Prediction) -> None:
         now = time.perf_counter()
         eagle = self.mode == "eagle3"
+        # draft positions this cycle: the adaptive step count, else the configured shape
+        positions = self.active_steps if self.controller else self.num_draft_tokens - 1
+        drafts: list[int] = []
         produced = accepted = 0
         with self._cond:
             running = list(self.running)
@@ -259,9 +327,14 @@ class Scheduler(threading.Thread):
             if r.aborted:
                 continue
             if eagle:
-                r.credit += pred.accept_length
-                n = max(1, min(int(r.credit), self.num_draft_tokens))
-                r.credit -= n
+                u = (r.credit + r.draws * GOLDEN) % 1.0
+                r.draws += 1
+                j = curve.chain_draws(self.chain_p, positions, u)
+                drafts.append(j)
+                if len(r.histogram) <= j:
+                    r.histogram.extend([0] * (j + 1 - len(r.histogram)))
+                r.histogram[j] += 1
+                n = j + 1
                 r.verify_ct += 1
                 r.accepted_total += n
                 accepted += n
@@ -270,10 +343,10 @@ class Scheduler(threading.Thread):
             n = min(n, r.max_new_tokens - r.generated)
             r.generated += n
             produced += n
-            if self.metrics and r.last_token_at is not None and n:
+            if self.metrics and r.log_metrics and r.last_token_at is not None and n:
                 self.metrics.itl.observe((now - r.last_token_at) / n)
             r.last_token_at = now
-            if self.metrics and n:
+            if self.metrics and r.log_metrics and n:
                 self.metrics.generation_tokens(r.stream).inc(n)
             r._emit(n)
             if r.generated >= r.max_new_tokens:
@@ -285,7 +358,11 @@ class Scheduler(threading.Thread):
                 self._request_gauges_locked()
             for r in finished:
                 self._finish(r, now)
+        if self.controller is not None and drafts:
+            self._adapt(drafts, len(running))
         self.forward_ct += 1
+        if produced:
+            self.last_output = time.time()
         if self.metrics:
             self.metrics.decode_pass()
             if eagle and running:
@@ -295,13 +372,21 @@ class Scheduler(threading.Thread):
             batch_tokens = sum(r.prompt_tokens + r.generated for r in running)
             self._log_decode(len(running), batch_tokens)
 
+    def _adapt(self, drafts: list[int], bs: int) -> None:
+        """Feed SGLang's controller one verify's accepted drafts; log its step changes."""
+        assert self.controller is not None
+        if self.controller.observe(drafts, bs) is not None:
+            change = self.controller.slot(bs).last_change
+            if change is not None:
+                self.log.log(adaptive.format_updated(*change))
+
     def _finish(self, r: Request, now: float) -> None:
         with self._cond:  # an abort and the last cycle may race: finish exactly once
             if r.finished_at is not None:
                 return
             r.finished_at = now
-        if self.metrics and not r.aborted:
-            self.metrics.e2e.observe(now - r.created)
+        if self.metrics and r.log_metrics and not r.aborted:
+            self.metrics.e2e(r.stream).observe(now - r.created)
             self.metrics.num_requests(r.stream).inc()
             self.metrics.prompt_tokens(r.stream).inc(r.prompt_tokens)
         r.updates.put(None)
@@ -322,7 +407,8 @@ class Scheduler(threading.Thread):
         accept_len = accept_rate = None
         if self.mode == "eagle3" and self._interval_verify:
             accept_len = self._interval_accepted / self._interval_verify
-            accept_rate = (accept_len - 1) / max(1, self.num_draft_tokens - 1)
+            drafting = self.active_steps if self.controller else self.num_draft_tokens - 1
+            accept_rate = (accept_len - 1) / max(1, drafting)
             self.avg_spec_accept_length = accept_len
         self._interval_accepted = self._interval_verify = 0
         usage = tokens / MAX_TOTAL_TOKENS
@@ -338,6 +424,8 @@ class Scheduler(threading.Thread):
                 self.cuda_graph,
                 accept_len,
                 accept_rate,
+                old_form=self.old_log_form,
+                with_accept_rate=self.log_accept_rate,
             )
         )
         if self.metrics:
@@ -348,6 +436,14 @@ class Scheduler(threading.Thread):
             if accept_len is not None:
                 self.metrics.spec_accept_length.set(accept_len)
                 self.metrics.spec_accept_rate.set(accept_rate or 0.0)
+            if self.mode == "eagle3":  # the active step count (SGLang's spec snapshot)
+                steps = self.active_steps
+                self.metrics.spec_num_steps.set(steps)
+                self.metrics.spec_num_draft_tokens.set(
+                    steps + 1
+                    if self.controller or steps != self.num_steps
+                    else self.num_draft_tokens
+                )
 
     def _token_usage_locked(self, extra: list[Request] | None = None) -> float:
         used = sum(r.prompt_tokens + r.generated for r in self.running)

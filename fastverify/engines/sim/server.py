@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import sys
 import threading
@@ -26,6 +27,7 @@ from fastverify.engines.sim.metrics import SimMetrics
 from fastverify.engines.sim.profiler import ProfileError, Profiler
 from fastverify.engines.sim.scheduler import Request, Scheduler
 from fastverify.engines.sim.sglang_logs import LogWriter
+from fastverify.sglang import adaptive, loglines
 
 FILLER = (
     " the",
@@ -261,13 +263,30 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200 if self.server.app.ready.is_set() else 503, b"", "text/plain")
 
     def health_generate(self) -> None:
+        """SGLang's: a 1-token generation; 200 as soon as the scheduler produced any output
+        since the request came in (a busy server answers at once), else 503 after
+        SGLANG_HEALTH_CHECK_TIMEOUT seconds with SGLang's ERROR line."""
         app = self.server.app
-        if not app.ready.is_set() or app.scheduler is None:
+        sched = app.scheduler
+        if not app.ready.is_set() or sched is None:
             self._send(503, b"", "text/plain")
             return
-        req = Request(prompt_tokens=1, max_new_tokens=1)
-        app.scheduler.submit(req)
-        self._send(200 if req.done.wait(20) else 503, b"", "text/plain")
+        timeout = loglines.health_check_timeout(os.environ)
+        tic = time.time()
+        req = Request(prompt_tokens=1, max_new_tokens=1, log_metrics=False)
+        sched.submit(req)
+        deadline = time.monotonic() + timeout
+        while not req.done.wait(0.05):
+            if sched.last_output > tic:
+                break
+            if time.monotonic() >= deadline:
+                sched.abort(req)
+                last = sched.last_output or tic
+                app.log.log(loglines.format_health_check_failed(timeout, tic, last), None,
+                            "error")  # fmt: skip
+                self._send(503, b"", "text/plain")
+                return
+        self._send(200, b"", "text/plain")
 
     def model_info(self) -> None:
         self._json(200, self.server.app.model_info)
@@ -367,6 +386,8 @@ class Handler(BaseHTTPRequestHandler):
             meta["spec_accept_length"] = (
                 round(req.accepted_total / req.verify_ct, 4) if req.verify_ct else 0.0
             )
+            if req.done.is_set() and req.histogram:  # SGLang: finished requests only
+                meta[adaptive.HISTOGRAM_KEY] = list(req.histogram)
         return meta
 
     @staticmethod

@@ -72,20 +72,26 @@ def decode_line(
     cuda_graph: bool,
     accept_len: float | None = None,
     accept_rate: float | None = None,
+    *,
+    old_form: bool = False,
+    with_accept_rate: bool = True,
 ) -> str:
-    """`Decode batch, ...` in SGLang's newest form (accept len/rate only with speculation)."""
+    """`Decode batch, ...` in SGLang's newest form (accept len/rate only with speculation);
+    `old_form`: `Decode batch. ..., ` (0.5.1-0.5.3); `with_accept_rate` False: releases
+    whose line has `accept len` only (their facts' log_formats)."""
     parts = [
-        f"Decode batch, #running-req: {running}",
+        f"Decode batch{'.' if old_form else ','} #running-req: {running}",
         f"#token: {tokens}",
         f"token usage: {token_usage:.2f}",
     ]
     if accept_len is not None:
         parts.append(f"accept len: {accept_len:.2f}")
-        parts.append(f"accept rate: {accept_rate or 0.0:.2f}")
+        if with_accept_rate:
+            parts.append(f"accept rate: {accept_rate or 0.0:.2f}")
     parts.append(f"cuda graph: {cuda_graph}")
     parts.append(f"gen throughput (token/s): {gen_throughput:.2f}")
     parts.append(f"#queue-req: {queue}")
-    return ", ".join(parts)
+    return ", ".join(parts) + (", " if old_form else "")
 
 
 def prefill_line(
@@ -95,11 +101,13 @@ def prefill_line(
     running: int,
     queue: int,
     input_throughput: float,
+    *,
+    old_form: bool = False,
 ) -> str:
     return (
-        f"Prefill batch, #new-seq: {new_seq}, #new-token: {new_token}, #cached-token: 0, "
-        f"token usage: {token_usage:.2f}, #running-req: {running}, #queue-req: {queue}, "
-        f"input throughput (token/s): {input_throughput:.2f}"
+        f"Prefill batch{'.' if old_form else ','} #new-seq: {new_seq}, #new-token: {new_token}, "
+        f"#cached-token: 0, token usage: {token_usage:.2f}, #running-req: {running}, "
+        f"#queue-req: {queue}, input throughput (token/s): {input_throughput:.2f}"
     )
 
 

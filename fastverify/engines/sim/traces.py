@@ -417,16 +417,29 @@ class _Template:
     building fresh dicts, which matters for multi-hundred-MB benchmark traces).
     """
 
-    def __init__(self, pred: costmodel.Prediction, rank: int, pid: int, cuda_graph: bool):
+    def __init__(
+        self,
+        pred: costmodel.Prediction,
+        rank: int,
+        pid: int,
+        cuda_graph: bool,
+        naming: SpanNaming | None = None,
+    ):
         ids = _Ids()
         ids.correlation = ids.external = 0
         events: list[dict[str, Any]] = []
         cpu = gpu = 0.0
+        verified = False
         for name, fwd in pred.forwards:
-            layers = costmodel.DRAFT_LAYERS if _is_draft(name) else costmodel.N_LAYERS
+            draft = _is_draft(name)
+            layers = costmodel.DRAFT_LAYERS if draft else costmodel.N_LAYERS
+            played = naming.name(name, after_verify=verified) if naming else name
+            verified = verified or not draft
             evs, cpu, gpu = _forward_events(
-                name, fwd, layers, rank, pid, cpu, gpu, cuda_graph, ids, pred.tp_size
+                played or name, fwd, layers, rank, pid, cpu, gpu, cuda_graph, ids, pred.tp_size
             )
+            if played is None:  # a release without step spans: kernels only
+                evs = [e for e in evs if e.get("cat") not in _ANNOTATIONS]
             cpu += 5.0
             events.extend(evs)
         self.events = events
@@ -468,6 +481,7 @@ def _cycle_batches(
     pid: int,
     cuda_graph: bool,
     base_ns: int,
+    naming: SpanNaming | None = None,
 ) -> Iterator[list[dict[str, Any]]]:
     """Each cycle's events as one list (reused: serialize before advancing).
 
@@ -480,7 +494,7 @@ def _cycle_batches(
         tpl = templates.get(cyc.batch_size)
         if tpl is None:
             tpl = templates[cyc.batch_size] = _Template(
-                predict_for_bs(cyc.batch_size), rank, pid, cuda_graph
+                predict_for_bs(cyc.batch_size), rank, pid, cuda_graph, naming
             )
         start = max((cyc.start_ns - base_ns) / 1000.0, prev_end)
         yield tpl.stamp(start, index)
@@ -502,6 +516,42 @@ def iter_cycle_events(
             yield {k: (dict(v) if isinstance(v, dict) else v) for k, v in ev.items()}
 
 
+_ANNOTATIONS = ("user_annotation", "gpu_user_annotation")
+
+
+class SpanNaming:
+    """The step spans of the SGLang release the sim plays (its facts' `spans`):
+
+    - 0.5.20 and later (`utils/profile_utils.py`): `step[VERIFY ...]`, `step[DRAFT ...]`
+      (the cost model's own names);
+    - 0.5.11 .. 0.5.19 (`model_runner._build_step_span_name`): the forward mode's name:
+      `step[TARGET_VERIFY ...]`, draft steps `step[DECODE ...]` (the EAGLE draft worker runs
+      DECODE mode), the draft extend `step[DRAFT_EXTEND_V2 ...]` (`eagle_info_v2.py`);
+    - 0.5.10 and earlier: no step spans (None: the forward's kernels only)."""
+
+    def __init__(self, sglang_version: str) -> None:
+        from fastverify.sglang.facts import resolve
+
+        facts = resolve(sglang_version)
+        self.spans = bool(facts.has("step_spans"))
+        self.verify = facts.verify_stage or spans.VERIFY
+        self.draft = facts.spans.get("draft_stage")
+
+    def name(self, name: str, after_verify: bool = False) -> str | None:
+        if not self.spans:
+            return None
+        step = spans.parse_step_span(name)
+        if step is None or (self.verify == spans.VERIFY and self.draft == spans.DRAFT):
+            return name
+        if step.is_verify:
+            stage = self.verify
+        elif step.is_draft:
+            stage = "DRAFT_EXTEND_V2" if after_verify else "DECODE"
+        else:
+            return name
+        return spans.step_span_name(stage, step.bs, step.toks)
+
+
 def write_rank_trace(
     path: str | os.PathLike[str],
     *,
@@ -518,9 +568,11 @@ def write_rank_trace(
     pid: int | None = None,
     activities: Sequence[str] = ("CPU", "GPU"),
     pcie_ipc_max_bytes: int | None = None,
+    sglang_version: str | None = None,
 ) -> Path:
     """Write one rank's trace of `cycles` (gzip when the name ends in .gz); return the path.
-    All-reduces up to `pcie_ipc_max_bytes` carry FlashInfer's PCIe-IPC kernel names."""
+    All-reduces up to `pcie_ipc_max_bytes` carry FlashInfer's PCIe-IPC kernel names; step
+    spans are named as `sglang_version` names them (SpanNaming; None: the cost model's)."""
     path = Path(path)
     pid = os.getpid() if pid is None else pid
     cache: dict[int, costmodel.Prediction] = {}
@@ -551,7 +603,8 @@ def write_rank_trace(
     try:
         head = _dumps({k: v for k, v in header.items() if k != "traceName"})
         opener.write(head[:-1] + b',"traceEvents":[')
-        batches = _cycle_batches(cycles, pred, rank, pid, cuda_graph, base_ns)
+        naming = SpanNaming(sglang_version) if sglang_version else None
+        batches = _cycle_batches(cycles, pred, rank, pid, cuda_graph, base_ns, naming)
         meta_ts = (first_ns - base_ns) / 1000.0 - 1000.0
         meta = _metadata(rank, pid, tp_size, round(meta_ts, 3))
         sep = b""
@@ -610,8 +663,10 @@ def write_trace(
     start_ns: int = 1_790_000_000_000_000_000,
     pid: int = 4242,
     pcie_ipc_max_bytes: int | None = None,
+    sglang_version: str | None = None,
 ) -> Path:
-    """Make a synthetic per-rank trace of `steps` back-to-back cycles (for benchmarks/tests).
+    """Make a synthetic per-rank trace of `steps` back-to-back cycles (for benchmarks/tests);
+    step spans named as `sglang_version` names them (SpanNaming).
 
     `env` holds NCCL_* settings (default: the ring-ll profile's). Cycle spacing is the
     model's cycle time, so the file looks like `steps` consecutive decode steps.
@@ -650,6 +705,7 @@ def write_trace(
         accept_length=accept_length,
         pid=pid,
         pcie_ipc_max_bytes=pcie_ipc_max_bytes,
+        sglang_version=sglang_version,
     )
 
 

@@ -23,6 +23,12 @@ Timing, from the streamed chunks (SGLang sends cumulative `meta_info.completion_
   (`/get_server_info` on older SGLang) after the run; None for a baseline server.
   Server info goes through `fastverify.sglang.client`; httpx carries the load (and the
   /health check that opens the load client's connection before the window).
+- Acceptance: the `spec_correct_drafts_histogram` SGLang puts in a finished request's
+  `meta_info` (entry j: verify passes that accepted j drafts), summed over the requests
+  that completed in the window -> `accept_histogram`; with topk 1 it gives the accept length
+  at every step count up to the server's (`accept_curve`, {"1": L(1), ..., "K": L(K)};
+  `fastverify.speculation.curve`). None for a baseline server; no curve for an adaptive one
+  (its passes ran at several step counts).
 - Weights: "dummy" when the server info's `load_format` (SGLang reports its server args
   there) is `dummy` (a timing trial: its accept length is not a real one), "real" for any
   other load format, None when the server does not say.
@@ -49,6 +55,7 @@ from typing import Any
 
 from fastverify.config import weights_label
 from fastverify.experiments.common.stats import mean, percentile
+from fastverify.sglang import adaptive
 from fastverify.sglang import client as engine_client
 
 ProgressFn = Callable[[int, float], None]  # (completed requests, elapsed seconds)
@@ -99,6 +106,7 @@ class RequestRecord:
     error: str | None = None
     completed: bool = False
     cancelled: bool = False  # in flight at the deadline (not a failure)
+    histogram: list[int] | None = None  # meta_info.spec_correct_drafts_histogram (finished)
 
 
 @dataclass
@@ -120,6 +128,9 @@ class BenchResult:
     weights: str | None = None  # "dummy" (trial server) | "real" | None (not reported)
     # why the window measured no per-request rate, and what to change (None: it did)
     incomplete: str | None = None
+    accept_histogram: list[int] | None = None  # index = accepted drafts per verify pass
+    accept_curve: dict[str, float] | None = None  # steps k -> accept length L(k)
+    accept_steps: int | None = None  # the server's draft steps the histogram was measured at
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -178,7 +189,11 @@ async def _one_request(
                 if "error" in chunk:
                     rec.error = str(chunk["error"])[:200]
                     return
-                done = int((chunk.get("meta_info") or {}).get("completion_tokens", rec.tokens))
+                meta = chunk.get("meta_info") or {}
+                hist = meta.get(adaptive.HISTOGRAM_KEY)
+                if isinstance(hist, list):
+                    rec.histogram = [int(n) for n in hist]
+                done = int(meta.get("completion_tokens", rec.tokens))
                 if done <= rec.tokens:
                     continue
                 now = time.perf_counter()
@@ -414,7 +429,29 @@ def run_bench(
     result = summarize(records, t0, t_end, cfg, accept_length_from_server_info(info or {}))
     result.weights = weights_from_server_info(info)
     result.incomplete = incomplete_reason(result, cfg)
+    add_acceptance(result, records, info)
     return result
+
+
+def add_acceptance(
+    result: BenchResult, records: list[RequestRecord], info: dict[str, Any] | None
+) -> None:
+    """Sum the completed requests' histograms into `result` and derive the accept curve
+    (see the module docstring); leaves the fields None when no request carried one."""
+    from fastverify.speculation.curve import AcceptCurve, add_histograms
+
+    hists = [r.histogram for r in records if r.completed and r.histogram]
+    total = add_histograms(hists)
+    if not total or sum(total) == 0:
+        return
+    result.accept_histogram = total
+    info = info or {}
+    steps = info.get("speculative_num_steps")
+    steps = int(steps) if isinstance(steps, int) and steps >= len(total) - 1 else len(total) - 1
+    result.accept_steps = steps
+    if info.get("speculative_adaptive") or steps < 1:
+        return
+    result.accept_curve = AcceptCurve.from_histogram(total, steps).curve()
 
 
 # ---------------------------------------------------------------- sglang.bench_serving

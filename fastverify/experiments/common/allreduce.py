@@ -13,16 +13,15 @@ never measured.
 
 from __future__ import annotations
 
-import functools
-import subprocess
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fastverify.engines.host_probe import (  # noqa: F401  (the one check, re-exported)
+    IMPORT_CHECK,
+    flashinfer_pcie_ipc,
+)
 from fastverify.sglang import allreduce
-
-IMPORT_CHECK = "from flashinfer.comm import PcieIpcAllReduceWorkspace"
 
 
 @dataclass(frozen=True)
@@ -30,26 +29,6 @@ class Candidate:
     backend: str  # "pcie_ipc" | "nccl"
     skip: str | None = None  # why it is not measured here
     job: Mapping[str, Any] | None = None  # what the workers need (None: plain NCCL)
-
-
-@functools.lru_cache(maxsize=8)
-def flashinfer_pcie_ipc(python: str = "") -> tuple[bool, str]:
-    """(importable, message) of FlashInfer's PCIe-IPC all-reduce in `python`'s environment."""
-    exe = python or sys.executable
-    try:
-        out = subprocess.run(
-            [exe, "-c", IMPORT_CHECK],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"cannot run {exe}: {exc}"
-    if out.returncode == 0:
-        return True, f"{IMPORT_CHECK} works in {exe}"
-    last = (out.stderr.strip().splitlines() or ["(no message)"])[-1]
-    return False, f"`{IMPORT_CHECK}` fails in {exe}: {last}"
 
 
 def plan(

@@ -11,6 +11,7 @@ elsewhere, saying why).
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 
@@ -49,11 +50,29 @@ class PcieIpc:
             tune_batches=tuple(batches),
             tune_cache=cache,
         )
+        self.cache_covers = self._covers(world, max_numel)
+        t0 = time.perf_counter()
         self.tuned = self.ws.tune(
             [hidden], dtype=torch.bfloat16, tune_group=dist.new_group(backend="gloo")
         )
+        self.tune_s = time.perf_counter() - t0
         self._stream: Any = None
         self.calls = 0
+
+    def _covers(self, world: int, max_numel: int) -> bool | None:
+        """Whether the tactics FlashInfer loaded were tuned for THIS workspace (its key:
+        world, topology profile, max_blocks, max_numel, memop; `pcie_ipc_tuning.
+        cache_covers_workspace`): only then is the cache reused rather than re-tuned. None
+        when this FlashInfer cannot say."""
+        try:
+            from flashinfer.comm.pcie_ipc_tuning import cache_covers_workspace
+
+            ws = self.ws
+            return bool(cache_covers_workspace(
+                world, ws.profile, ws.max_blocks, max_numel, ws.memop_supported
+            ))  # fmt: skip
+        except (ImportError, AttributeError, TypeError):
+            return None
 
     def wants(self, t: Any) -> bool:
         return (
@@ -79,6 +98,8 @@ class PcieIpc:
             "max_numel": self.max_numel,
             "tuned_shapes": len(self.tuned or ()),
             "cache": self.cache,
-            "cache_reused": self.cache_existed,
+            "cache_file_existed": self.cache_existed,
+            "cache_reused": self.cache_covers,  # tactics of this very workspace were loaded
+            "tune_s": self.tune_s,
             "calls": self.calls,
         }

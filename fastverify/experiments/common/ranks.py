@@ -69,20 +69,33 @@ def last_error(text: str) -> str | None:
 
 
 def rank_env(
-    base: Mapping[str, str], rank: int, world: int, port: int, nccl_log: Path
+    base: Mapping[str, str],
+    rank: int,
+    world: int,
+    port: int,
+    nccl_log: Path,
+    gpus: int = 0,
 ) -> dict[str, str]:
-    """`base` plus what one torch.distributed rank needs (its NCCL debug file, rendezvous)."""
+    """`base` plus what one torch.distributed rank needs (its NCCL debug file, rendezvous).
+    LOCAL_RANK, the GPU the rank uses, is its rank; with `gpus` fewer than `world` (ranks
+    sharing GPUs, `device_of`) it is rank mod gpus."""
     env = dict(base)
     env.update(
         NCCL_DEBUG_FILE=str(nccl_log),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
         RANK=str(rank),
-        LOCAL_RANK=str(rank),
+        LOCAL_RANK=str(device_of(rank, world, gpus)),
         WORLD_SIZE=str(world),
         PYTHONUNBUFFERED="1",
     )
     return env
+
+
+def device_of(rank: int, world: int, gpus: int) -> int:
+    """The GPU index of `rank`: its rank, or rank mod `gpus` when `world` ranks share fewer
+    GPUs (0 < gpus < world)."""
+    return rank % gpus if 0 < gpus < world else rank
 
 
 def env_mismatch(reports: Sequence[dict[str, Any]], want: Mapping[str, str]) -> list[str]:

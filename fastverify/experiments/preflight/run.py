@@ -73,6 +73,7 @@ RANK_KEYS = (
     "torch",
     "nccl_version",
     "teardown_error",
+    "allreduce",  # a pcie_ipc candidate: FlashInfer's workspace (bound, tuned shapes, cache)
 )
 
 
@@ -99,6 +100,10 @@ def no_gpu_problem(backend: str, world: int | None) -> str | None:
     )
 
 
+class TooFewGpus(NoGpu):
+    """More ranks than GPUs without --share-gpu (a usage error, exit 2, as NoGpu)."""
+
+
 class TorchMissing(PreflightError):
     """The workers' interpreter has no torch."""
 
@@ -119,6 +124,7 @@ class PreflightConfig:
     python: str = ""  # workers' interpreter ("" = this one)
     extra_env: Mapping[str, str] = field(default_factory=dict)  # on top of the profile
     logs_dir: str = ""  # keep per-rank JSON and NCCL logs here ("" = temporary)
+    share_gpu: bool = False  # allow more ranks than GPUs (rank r on GPU r mod gpus)
 
 
 # ------------------------------------------------------------------ environment checks
@@ -132,9 +138,20 @@ def torch_available(python: str = "") -> bool:
     return subprocess.run([python, "-c", code], capture_output=True, check=False).returncode == 0
 
 
-def rank_count(tool: str, backend: str, nproc: int | None, python: str = "") -> int:
+SAME_GPU_LABEL = "same-GPU ranks, not a PCIe measurement"
+SAME_GPU_NOTE = (
+    "ranks share GPUs (--share-gpu): their kernels time-slice one GPU, so every all-reduce "
+    "waits for the other contexts' time slices; the code path, kernels, tuning, cache and "
+    "sums are real, the timings are not a PCIe (or any interconnect) measurement"
+)
+
+
+def rank_count(
+    tool: str, backend: str, nproc: int | None, python: str = "", share_gpu: bool = False
+) -> int:
     """How many ranks `tool` (preflight, rehearse) starts here, after the checks both share:
-    torch in the ranks' interpreter, a GPU for the nccl backend, one rank per GPU."""
+    torch in the ranks' interpreter, a GPU for the nccl backend, one rank per GPU (several
+    per GPU with `share_gpu`)."""
     if not torch_available(python):
         raise TorchMissing(
             f"{tool} needs PyTorch in {python or sys.executable}: "
@@ -147,10 +164,33 @@ def rank_count(tool: str, backend: str, nproc: int | None, python: str = "") -> 
         return nproc or 2
     gpus = visible_gpus()
     world = nproc or gpus
-    if 0 < gpus < world:
-        raise PreflightError(f"--nproc {world} but only {gpus} GPU(s) are visible "
-                             "(one rank per GPU)")  # fmt: skip
+    if 0 < gpus < world and not share_gpu:
+        raise TooFewGpus(
+            f"--nproc {world} but only {gpus} GPU(s) are visible (one rank per GPU); "
+            "--share-gpu runs several ranks per GPU, for FlashInfer PCIe-IPC candidates only "
+            "(NCCL refuses two ranks on one GPU), and its timings are not a PCIe measurement"
+        )
     return world
+
+
+def shared_gpus(backend: str, world: int) -> int:
+    """The GPUs `world` ranks share (0 < n < world), else 0 (one GPU per rank, or gloo)."""
+    if backend != "nccl":
+        return 0
+    gpus = visible_gpus()
+    return gpus if 0 < gpus < world else 0
+
+
+def same_gpu_plan(
+    cand: allreduce_candidate.Candidate, shared: int
+) -> allreduce_candidate.Candidate:
+    """With ranks sharing GPUs (`shared` > 0) an NCCL candidate cannot run: skipped, saying
+    why (NCCL's own refusal); a PCIe-IPC candidate runs without an NCCL communicator."""
+    if not shared or cand.skip is not None or cand.backend != allreduce_candidate.allreduce.NCCL:
+        return cand
+    from fastverify.nccl.pynccl import SAME_GPU_NCCL
+
+    return allreduce_candidate.Candidate(cand.backend, skip=SAME_GPU_NCCL)
 
 
 def visible_gpus() -> int:
@@ -335,9 +375,11 @@ def run_profile(
     requires: Mapping[str, str] | None = None,
     on_event: EventFn | None = None,
     pcie_ipc_max_numel: int = 0,
+    gpus: int = 0,
 ) -> dict[str, Any]:
     """Start `world` ranks with `env` (+ rendezvous + NCCL debug), wait, merge their reports.
-    `pcie_ipc_max_numel` > 0: a pcie_ipc candidate (FlashInfer's kernels up to that size)."""
+    `pcie_ipc_max_numel` > 0: a pcie_ipc candidate (FlashInfer's kernels up to that size).
+    `gpus` > 0: the ranks share that many GPUs (no NCCL communicator: `--no-nccl`)."""
     python = cfg.python or sys.executable
     port = free_port()
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
@@ -352,7 +394,7 @@ def run_profile(
             log = workdir / f"{safe}.rank{rank}.nccl.log"
             for stale in (out, log):
                 stale.unlink(missing_ok=True)
-            rank_env = make_rank_env(rank_env_base, rank, world, port, log)
+            rank_env = make_rank_env(rank_env_base, rank, world, port, log, gpus)
             argv = [
                 python, str(WORKER), "--backend", cfg.backend, "--call", cfg.call,
                 "--hidden-size", str(cfg.hidden_size),
@@ -361,7 +403,7 @@ def run_profile(
                 "--iters", str(cfg.iters), "--warmup", str(cfg.warmup), "--out", str(out),
                 "--graph-ops", str(cfg.graph_ops), "--scale-bytes", str(cfg.scale_bytes),
                 "--pcie-ipc-max-numel", str(pcie_ipc_max_numel),
-            ]  # fmt: skip
+            ] + (["--no-nccl"] if gpus else [])  # fmt: skip
             procs.append(start_rank(argv, rank_env, workdir / f"{safe}.rank{rank}.stdout"))
             outs.append(out)
 
@@ -560,7 +602,8 @@ def run_preflight(
         raise PreflightError(f"unknown backend {cfg.backend!r} (nccl, or gloo for tests)")
     if cfg.call not in ("pynccl", "torch"):
         raise PreflightError(f"unknown call path {cfg.call!r} (pynccl or torch)")
-    world = rank_count("preflight", cfg.backend, cfg.nproc, cfg.python)
+    world = rank_count("preflight", cfg.backend, cfg.nproc, cfg.python, cfg.share_gpu)
+    shared = shared_gpus(cfg.backend, world)
     env_for = env_for or (lambda p: _profile_env(p, cfg.extra_env))
 
     with contextlib.ExitStack() as stack:
@@ -579,6 +622,12 @@ def run_preflight(
             cand = allreduce_candidate.plan(
                 env, world, cfg.backend, cfg.python, max_numel=pcie_ipc_bound(cfg)
             )
+            cand = same_gpu_plan(cand, shared)
+            run_cfg, not_run = cfg, None
+            if shared and cand.skip is None and cand.job:
+                run_cfg, not_run = same_gpu_sizes(cfg, int(cand.job["max_numel"]))
+                if not (run_cfg.tokens or run_cfg.sizes_bytes):
+                    cand = allreduce_candidate.Candidate(cand.backend, skip=not_run["reason"])
             if cand.skip is not None:  # never a measurement: said why, and moved on
                 results.append(skipped(name, cand))
                 if on_event:
@@ -587,14 +636,17 @@ def run_preflight(
             res = run_profile(
                 name,
                 env,
-                cfg,
+                run_cfg,
                 world,
                 workdir,
                 requires=getattr(profile, "requires", {}),
                 on_event=on_event,
                 pcie_ipc_max_numel=int(cand.job["max_numel"]) if cand.job else 0,
+                gpus=shared,
             )
             res["allreduce_backend"] = cand.backend
+            if not_run and (not_run["tokens"] or not_run["sizes_bytes"]):
+                res["sizes_not_run"] = not_run
             res["profile_env"] = {k: v for k, v in getattr(profile, "env", {}).items()}
             warnings = [str(w) for w in getattr(profile, "warnings", None) or []]
             if warnings:  # e.g. LL128 without NVLink: loaded with force, checked all the same
@@ -639,4 +691,26 @@ def run_preflight(
     }
     if world == 1:
         report["note"] = ONE_RANK_NOTE
+    if shared:
+        report.update(same_gpu_ranks=True, gpus=shared, label=SAME_GPU_LABEL, note=SAME_GPU_NOTE)
     return report
+
+
+def same_gpu_sizes(cfg: PreflightConfig, max_numel: int) -> tuple[PreflightConfig, dict[str, Any]]:
+    """Ranks sharing a GPU have no NCCL: only the sizes FlashInfer's kernels take (up to
+    `max_numel` elements) run; the rest are listed with the reason."""
+    import dataclasses
+
+    from fastverify.nccl.pynccl import SAME_GPU_NCCL
+
+    sizes = tuple(b for b in cfg.sizes_bytes if max(1, b // 2) <= max_numel)
+    tokens = (
+        () if cfg.sizes_bytes else tuple(t for t in cfg.tokens if t * cfg.hidden_size <= max_numel)
+    )
+    not_run = {
+        "tokens": [] if cfg.sizes_bytes else [t for t in cfg.tokens if t not in tokens],
+        "sizes_bytes": [b for b in cfg.sizes_bytes if b not in sizes],
+        "reason": f"above the PCIe-IPC bound of {max_numel} elements these go to NCCL: "
+        + SAME_GPU_NCCL,
+    }
+    return dataclasses.replace(cfg, tokens=tokens, sizes_bytes=sizes), not_run

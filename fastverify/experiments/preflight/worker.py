@@ -16,7 +16,9 @@ How NCCL is called (`--call`): `pynccl` (the default with the nccl backend) is S
 (`fastverify/nccl/pynccl.py`, loaded by path: still no fastverify import), with a gloo
 process group only to hand rank 0's unique id to the others, as SGLang's CPU group does;
 `torch` calls `torch.distributed.all_reduce`, whose graph path adds stream hops of its own.
-The gloo testing backend always uses `torch`. Steps:
+The gloo testing backend always uses `torch`. `--no-nccl` (ranks sharing one GPU, which NCCL
+refuses) makes no NCCL communicator: the orchestrator then sends only sizes that FlashInfer's
+PCIe-IPC kernels take. Steps:
 1. correctness: rank r contributes (r + 1) * pattern with small integer pattern values,
    so the sum (pattern * n(n+1)/2) is exact in bf16; the result is compared bit for bit;
 2. eager timing: `iters` in-place all-reduces, each between two CUDA events (the input is
@@ -132,7 +134,7 @@ class Rank:
         t0 = time.perf_counter()
         self.group = rank_support.load_pynccl().RankGroup(
             self.dist, self.torch, backend=self.args.backend, call=self.args.call,
-            rank=self.rank, world=self.world, device=self.device,
+            rank=self.rank, world=self.world, device=self.device, nccl=not self.args.no_nccl,
         )  # fmt: skip
         # One tiny all-reduce so that lazy communicator setup is inside init time.
         t = self.torch.ones(1, device=self.device, dtype=self.dtype)
@@ -411,6 +413,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="a pcie_ipc candidate: FlashInfer's PCIe-IPC all-reduce up to this many elements",
     )
+    p.add_argument(
+        "--no-nccl",
+        action="store_true",
+        help="ranks share a GPU (NCCL refuses that): no NCCL communicator; every size must "
+        "go to FlashInfer's PCIe-IPC kernels",
+    )
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
@@ -423,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         "host": socket.gethostname(),
         "backend": args.backend,
         "call": args.call if args.backend == "nccl" else "torch",
+        "nccl_communicator": args.backend == "nccl" and not args.no_nccl,
         "hidden_size": args.hidden_size,
         "status": "failed",
         "sizes": [],

@@ -44,6 +44,8 @@ from fastverify.experiments.common.ranks import kill_rank, rank_reports, start_r
 from fastverify.experiments.common.ranks import rank_env as make_rank_env
 from fastverify.experiments.preflight.run import (
     NCCL_DEBUG_ENV,
+    SAME_GPU_LABEL,
+    SAME_GPU_NOTE,
     NoGpu,
     PreflightError,
     TorchMissing,
@@ -52,6 +54,8 @@ from fastverify.experiments.preflight.run import (
     load_profiles,
     parse_nccl_log,
     rank_count,
+    same_gpu_plan,
+    shared_gpus,
 )
 from fastverify.experiments.rehearse import memory, modelconfig
 
@@ -103,6 +107,7 @@ class RehearseConfig:
     seed: int = 0
     accept_length: float | None = None
     accept_length_source: str | None = None
+    share_gpu: bool = False  # allow more ranks than GPUs (PCIe-IPC candidates only)
 
 
 # ------------------------------------------------------------------ maths
@@ -203,7 +208,13 @@ def analyze_window(trace_dir: Path) -> dict[str, Any]:
 
 
 def _start_ranks(
-    env: Mapping[str, str], world: int, workdir: Path, tag: str, job_path: Path, python: str
+    env: Mapping[str, str],
+    world: int,
+    workdir: Path,
+    tag: str,
+    job_path: Path,
+    python: str,
+    gpus: int = 0,
 ) -> tuple[list[subprocess.Popen], list[Path]]:
     port = free_port()
     procs: list[subprocess.Popen] = []
@@ -214,7 +225,7 @@ def _start_ranks(
             log = workdir / f"{tag}.rank{rank}.nccl.log"
             for stale in (out, log):
                 stale.unlink(missing_ok=True)
-            rank_env = make_rank_env({**env, **NCCL_DEBUG_ENV}, rank, world, port, log)
+            rank_env = make_rank_env({**env, **NCCL_DEBUG_ENV}, rank, world, port, log, gpus)
             argv = [python, str(WORKER), "--job", str(job_path), "--out", str(out)]
             argv += [
                 "--trace",
@@ -318,7 +329,10 @@ def run_profile(
     job_path.write_text(json.dumps(job), encoding="utf-8")
     (workdir / f"{tag}-traces").mkdir(exist_ok=True)
     t0 = time.perf_counter()
-    procs, outs = _start_ranks(env, world, workdir, tag, job_path, cfg.python or sys.executable)
+    gpus = job.get("gpus", 0) if job.get("nccl") is False else 0
+    procs, outs = _start_ranks(
+        env, world, workdir, tag, job_path, cfg.python or sys.executable, gpus
+    )
     waited = _wait(procs, outs, cfg.timeout_s, f"{name} ({path})", on_event)
     timed_out = waited["timed_out"]
     wall = time.perf_counter() - t0
@@ -523,7 +537,7 @@ def run_rehearsal(
     except modelconfig.ModelConfigError as exc:
         raise RehearseError(str(exc)) from None
     try:
-        world = rank_count("rehearse", cfg.backend, cfg.nproc, cfg.python)
+        world = rank_count("rehearse", cfg.backend, cfg.nproc, cfg.python, cfg.share_gpu)
     except (TorchMissing, NoGpu):
         raise
     except PreflightError as exc:
@@ -553,7 +567,10 @@ def run_rehearsal(
         def env_for(p: Any) -> dict[str, str]:
             return effective_env(p, extra=dict(cfg.extra_env) or None)
 
-    default_label = detect_path_label() if cfg.backend == "nccl" else "default"
+    shared = shared_gpus(cfg.backend, world)
+    default_label = (
+        "same-gpu" if shared else detect_path_label() if cfg.backend == "nccl" else "default"
+    )
     runs = [(p, path) for p in profiles for path in cfg.paths]
     with contextlib.ExitStack() as stack:
         if cfg.logs_dir:
@@ -578,12 +595,15 @@ def run_rehearsal(
                 cfg.python,
                 max_numel=cfg.batch * (cfg.draft_tokens + 1) * target.hidden_size,
             )
+            cand = same_gpu_plan(cand, shared)
             if cand.skip is not None:  # never a measurement: said why, and moved on
                 results.append(skipped(name, label, cand))
                 if on_event:
                     on_event(f"[{i}/{len(runs)}] {name} ({label}): skipped: {cand.skip}")
                 continue
             run_job = {**job, "allreduce": dict(cand.job)} if cand.job else job
+            if shared:  # no NCCL communicator; the LM head's all-gather is placed locally
+                run_job = {**run_job, "nccl": False, "gpus": shared}
             res = run_profile(name, label, env, run_job, world, workdir, cfg, on_event)
             res["allreduce_backend"] = cand.backend
             res.update(
@@ -631,6 +651,14 @@ def run_rehearsal(
         "wall_s_per_profile": max((r["wall_s"] for r in results), default=None),
         "approximations": list(APPROXIMATIONS),
     }
+    if shared:
+        report.update(
+            same_gpu_ranks=True,
+            gpus=shared,
+            label=SAME_GPU_LABEL,
+            note=SAME_GPU_NOTE + "; the LM head's all-gather (NCCL) does not run: each rank "
+            "places its own logits",
+        )
     if estimated:
         report["drafter_note"] = (
             "no --draft-config: the drafter is an estimate (one Llama layer with the target's "

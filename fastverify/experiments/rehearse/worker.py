@@ -27,6 +27,11 @@ What runs (bf16 on NCCL, float32 on the gloo testing backend):
   DRAFT (drafter, 1 token per sequence, run K times per cycle) and DRAFT_EXTEND (drafter
   over the K+1 verified tokens, with the EAGLE-3 fc projection); a compute-only VERIFY
   (no collectives) gives the verify pass's compute time.
+A grid job (`job["grid"]`, `rehearse --batch-sizes/--tokens/--shard-of-tp`, grid.py) runs
+instead only the target's forward, compute only, at every batch size x tokens per sequence,
+one CUDA graph per cell (`Rank.run_grid`). Ranks sharing one GPU (`job["nccl"]` false) make
+no NCCL communicator (NCCL refuses them): every all-reduce then goes to FlashInfer's
+PCIe-IPC workspace and the LM head's all-gather places each rank's own logits.
 On NCCL each phase is captured in one CUDA graph and replays are timed with CUDA events;
 on gloo (CPU) the forwards run eagerly and are timed with perf_counter. Replays inside the
 profiler window are annotated with SGLang 0.5.23's span names (`step[DECODE bs=N]`,
@@ -85,8 +90,13 @@ class Comm:
     def all_gather(self, t: Any, out: Any) -> Any:
         if not self.enabled:
             return t
-        self.group.all_gather(out, t)
         self.allgather_calls += 1
+        if not getattr(self.group, "has_nccl", True) and getattr(self.group, "cuda", False):
+            # ranks sharing a GPU have no NCCL (it refuses them): the LM head's logits are
+            # placed locally, and the report says the all-gather did not run
+            out[: t.shape[0]].copy_(t)
+            return out
+        self.group.all_gather(out, t)
         return out
 
 
@@ -98,7 +108,8 @@ class Model:
         self.plan = plan
         self.device = device
         self.dtype = dtype
-        self.batch = opts["batch"]
+        self.batch = opts["batch"]  # KV caches hold this many sequences (the largest batch)
+        batches = opts.get("batches") or [self.batch]
         self.context = opts["context"]
         self.seed = opts["seed"]
         self.tokens_per_seq = opts["tokens_per_seq"]  # every token count this model runs with
@@ -132,11 +143,10 @@ class Model:
         # routing per layer and token count; the expert pool must hold the largest window
         self.routes: dict[int, list[Any]] = {}
         self.expert_pool = 0
-        if self.moe:
-            for t in sorted(set(self.tokens_per_seq)):
-                self.routes[t] = [
-                    self._route(t * self.batch, i) if k == "moe" else None
-                    for i, k in enumerate(self.kinds)
+        if self.moe:  # keyed by the forward's token count, batch x tokens per sequence
+            for n in sorted({t * b for t in self.tokens_per_seq for b in batches}):
+                self.routes[n] = [
+                    self._route(n, i) if k == "moe" else None for i, k in enumerate(self.kinds)
                 ]
             widest = max(r["n"] for rs in self.routes.values() for r in rs if r)
             fit = expert_budget // max(1, wb["expert"])
@@ -233,8 +243,8 @@ class Model:
 
     def _attention(self, s: dict[str, Any], x: Any, layer: int, t: int) -> Any:
         torch = self.torch
-        a, b = self.attn, self.batch
         T = x.shape[0]
+        a, b = self.attn, T // t
         if a["type"] == "mla":
             hn = self.plan["heads_per_rank"]
             qkv = x @ s["qkv_a"]
@@ -244,7 +254,7 @@ class Model:
             q_lat = torch.bmm(q_nope, s["w_kc"])  # [H, T, kv_lora]
             q_full = torch.cat([q_lat, q[:, :, a["nope_dim"] :].transpose(0, 1)], dim=-1)
             q_full = q_full.view(hn, b, t, -1).transpose(0, 1)  # [B, H, t, 576]
-            cache = self.k_cache[layer]  # [B, 1, C, 576]
+            cache = self.k_cache[layer][:b]  # [B, 1, C, 576]
             scores = torch.matmul(q_full, cache.transpose(-1, -2)) * (q_full.shape[-1] ** -0.5)
             p = torch.softmax(scores.float(), dim=-1).to(x.dtype)
             o = torch.matmul(p, cache[..., : a["kv_lora_rank"]])  # [B, H, t, kv_lora]
@@ -256,9 +266,9 @@ class Model:
         qkv = x @ s["qkv"]
         q = qkv[:, : hn * d].view(b, t, kv, hn // kv if hn >= kv else 1, d)
         q = q.permute(0, 2, 3, 1, 4).reshape(b, kv, -1, d)  # [B, kv, g*t, d]
-        scores = torch.matmul(q, self.k_cache[layer].transpose(-1, -2)) * (d**-0.5)
+        scores = torch.matmul(q, self.k_cache[layer][:b].transpose(-1, -2)) * (d**-0.5)
         p = torch.softmax(scores.float(), dim=-1).to(x.dtype)
-        o = torch.matmul(p, self.v_cache[layer])  # [B, kv, g*t, d]
+        o = torch.matmul(p, self.v_cache[layer][:b])  # [B, kv, g*t, d]
         o = o.view(b, kv, -1, t, d).permute(0, 3, 1, 2, 4).reshape(T, -1)[:, : hn * d]
         return o @ s["o_proj"]
 
@@ -301,7 +311,7 @@ class Model:
             x = x + comm.all_reduce(self._attention(s, h_in, i, t))
             h2 = self._rms(x)
             if kind == "moe":
-                m = self._moe(s, h2, self.routes[t][i])
+                m = self._moe(s, h2, self.routes[ids.shape[0]][i])
             else:
                 m = self._mlp(s["gate_up"], s["down"], h2)
             x = x + comm.all_reduce(m)
@@ -339,7 +349,7 @@ class Rank:
         self.group = rank_support.load_pynccl().RankGroup(
             self.dist, self.torch, backend=self.job["backend"],
             call=self.job.get("call", "pynccl"), rank=self.rank, world=self.world,
-            device=self.device,
+            device=self.device, nccl=self.job.get("nccl", True),
         )  # fmt: skip
         t = self.torch.ones(1, device=self.device, dtype=self.dtype)
         Comm(self.group, self.world).all_reduce(t)
@@ -473,6 +483,97 @@ class Rank:
         self.sync()
         return [s.elapsed_time(e) for s, e in pairs]
 
+    # ------------------------------------------------------------ grid (compute only)
+    def run_grid(self) -> dict[str, Any]:
+        """The target's forward, compute only (no collectives), at every batch size x tokens
+        per sequence of `job["grid"]`: on NCCL each cell is captured in its own CUDA graph,
+        timed over `steps` replays with CUDA events, then released; on gloo, eager forwards
+        timed with perf_counter. One weight pool serves every cell; KV caches hold the
+        largest batch and a cell reads its first `bs` sequences."""
+        job, torch = self.job, self.torch
+        bss = [int(b) for b in job["grid"]["batch_sizes"]]
+        toks = [int(t) for t in job["grid"]["tokens_per_seq"]]
+        t0 = time.perf_counter()
+        model = Model(
+            torch, job["target"], self.device, self.dtype,
+            {"batch": max(bss), "batches": bss, "context": job["context"],
+             "seed": job["seed"] + 1000 * self.rank, "tokens_per_seq": toks,
+             "pool_bytes": int(job["pool_gb"] * (1 << 30))},
+        )  # fmt: skip
+        self.sync()
+        build = {
+            "build_s": time.perf_counter() - t0,
+            "target_weight_bytes": model.allocated,
+            "slot_counts": model.slot_counts,
+            "expert_pool": model.expert_pool,
+        }
+        comm = Comm(self.group, self.world, enabled=False)
+        vocab = job["target"]["vocab_per_rank"]
+        cells: dict[str, dict[str, Any]] = {}
+        for b in bss:
+            row = cells.setdefault(str(b), {})
+            for t in toks:
+                ids = torch.randint(0, vocab, (b * t,), device=self.device)
+                route = model.routes.get(b * t, [])
+                samples, capture_ms = self._time_forward(
+                    lambda ids=ids, t=t: model.forward(ids, None, t, comm, False),
+                    job["steps"], job["warmup"],
+                )  # fmt: skip
+                row[str(t)] = {
+                    "p50_ms": rank_support.percentile(samples, 50),
+                    "p90_ms": rank_support.percentile(samples, 90),
+                    "min_ms": min(samples),
+                    "samples": len(samples),
+                    "capture_ms": capture_ms,
+                    "distinct_experts_mean": (
+                        sum(r["n"] for r in route if r) / max(1, sum(1 for r in route if r))
+                        if route else None
+                    ),
+                }  # fmt: skip
+            print(json.dumps({"grid_batch": b, "p50_ms": {t: row[str(t)]["p50_ms"] for t in toks}}),
+                  flush=True)  # fmt: skip
+        return {"build": build, "cells": cells, "wall_s": time.perf_counter() - t0}
+
+    def _time_forward(self, fwd: Any, steps: int, warmup: int) -> tuple[list[float], Any]:
+        """(ms per forward for `steps` runs, capture ms or None): CUDA-graph replays between
+        CUDA events on NCCL, eager forwards on gloo."""
+        torch = self.torch
+        if not self.cuda:
+            for _ in range(warmup):
+                fwd()
+            samples = []
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                fwd()
+                samples.append((time.perf_counter() - t0) * 1e3)
+            return samples, None
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fwd()  # warm-up: lazy inits outside the capture
+        torch.cuda.current_stream().wait_stream(stream)
+        self.sync()
+        graph = torch.cuda.CUDAGraph()
+        t0 = time.perf_counter()
+        with torch.cuda.graph(graph):
+            fwd()
+        self.sync()
+        capture_ms = (time.perf_counter() - t0) * 1e3
+        for _ in range(warmup):
+            graph.replay()
+        pairs = []
+        for _ in range(steps):
+            s = torch.cuda.Event(enable_timing=True)
+            e = torch.cuda.Event(enable_timing=True)
+            s.record()
+            graph.replay()
+            e.record()
+            pairs.append((s, e))
+        self.sync()
+        samples = [s.elapsed_time(e) for s, e in pairs]
+        del graph
+        return samples, capture_ms
+
     def profile_window(self, path: str, cycles: int) -> dict[str, Any]:
         """One torch.profiler window: `cycles` x (K drafts, verify, draft extend) and a decode,
         each replay inside its SGLang span name."""
@@ -543,6 +644,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     failed = False
+    if job.get("grid"):
+        try:
+            doc["grid"] = rank.run_grid()
+        except Exception as exc:
+            failed = True
+            doc["error"] = rank_support.err(exc)
+            doc["traceback"] = traceback.format_exc()[-3000:]
+        return _finish(doc, rank, args.out, failed, t_start)
     try:
         doc["build"] = rank.build()
         calls = {}
@@ -576,6 +685,12 @@ def main(argv: list[str] | None = None) -> int:
         failed = True
         doc["error"] = rank_support.err(exc)
         doc["traceback"] = traceback.format_exc()[-3000:]
+    return _finish(doc, rank, args.out, failed, t_start)
+
+
+def _finish(doc: dict[str, Any], rank: Rank, out: str, failed: bool, t_start: float) -> int:
+    """Write the report, then leave (see below); the exit status says whether it failed."""
+    torch = rank.torch
     doc["status"] = "failed" if failed else "ok"
     if rank.cuda:
         with contextlib.suppress(Exception):
@@ -585,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
     doc["wall_s"] = time.perf_counter() - t_start
     # The report goes out before teardown: on 2 x H200 (torch 2.11, NCCL 2.28.9) a rank that
     # had replayed graphs holding NCCL kernels did not return from teardown within a minute.
-    _write(args.out, doc)
+    _write(out, doc)
     code = 1 if failed else 0
     if rank.cuda:
         # Drop the graphs, then leave without destroy_process_group and without atexit
@@ -601,7 +716,7 @@ def main(argv: list[str] | None = None) -> int:
         rank.group.destroy()
     except Exception as exc:
         doc["teardown_error"] = rank_support.err(exc)
-        _write(args.out, doc)
+        _write(out, doc)
     return code
 
 

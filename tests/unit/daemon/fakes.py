@@ -43,6 +43,9 @@ class Recorder(list):
 
 
 class FakeLauncher:
+    def allreduce_refusal(self, profile: Any, argv: list[str]) -> str | None:
+        return None  # the fake engine serves whatever it is asked for
+
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.plan: dict[str, str] = {}

@@ -4,6 +4,7 @@ are pinned to the installed package by tests/contract/test_allreduce_contract.py
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from fastverify.daemon.allreduce_check import REASON, AllreduceWatch, cache_note
@@ -65,9 +66,22 @@ def test_world_size_one_never_confirms() -> None:
 
 def test_cache_note(tmp_path: Path) -> None:
     env = {ar.AUTOTUNE_DIR_VAR: str(tmp_path)}
-    assert "no cached tactics for 8 ranks yet" in cache_note(env, 8)
-    (tmp_path / "pcie_ipc_all_reduce_ws8.json").write_text("{}")
-    assert "reusing the tactics cached in" in cache_note(env, 8)
+    assert "no cached tactics for 8 ranks yet" in cache_note(env, 8, 917504)
+    cache = tmp_path / "pcie_ipc_all_reduce_ws8.json"
+    # FlashInfer's key: the op, the runner, the shapes, then _cache_key_head + dtype
+    key = "('flashinfer::pcie_ipc_all_reduce', 'R', ((4, 7168),), (3, 8, 'rootcplx-noswitch', {}"
+    cache.write_text(
+        json.dumps({"_metadata": {}, key.format("128, 917504, 'torch.bfloat16'))"): 1})
+    )
+    note = cache_note(env, 8, 917504)
+    assert "reusing the tactics cached in" in note and "max_numel 917504" in note, note
+    # another workspace size: FlashInfer measures again (the file exists, but is no reuse)
+    note = cache_note(env, 8, 2 * 917504)
+    assert "other workspaces only" in note and "reusing" not in note, note
+    # the file a FlashInfer without nv_internal leaves: no configs, re-tuned every start
+    cache.write_text(json.dumps({"_metadata": {}}))
+    note = cache_note(env, 8, 917504)
+    assert "holds no tactics" in note and "nv_internal" in note, note
 
 
 def test_requested_and_possible_backends() -> None:

@@ -72,7 +72,7 @@ def test_requires_and_extra_args() -> None:
         ({"cuda-graph": "maybe"}, SERVER, "baseline", "expected one of on, off"),
         ({}, ServerConfig(), "baseline", "server.model_path is not set"),
         ({}, ServerConfig(model_path="/m"), "eagle3", "draft_model_path"),
-        ({}, SERVER, "turbo", "expected baseline or eagle3"),
+        ({}, SERVER, "turbo", "expected one of baseline, eagle3, adaptive"),
     ],
 )
 def test_argv_errors_are_actionable(
@@ -95,8 +95,9 @@ def test_sim_fills_model_paths_and_checks_with_its_own_parser() -> None:
 
 @pytest.mark.parametrize(
     ("version", "gen"),
-    [("0.5.23", "new"), ("0.5.21", "new"), ("0.5.20", "old"), ("0.4.10.post2", "old"),
-     ("0.6.0rc1", "new")],
+    # 0.5.14's wheel is the first to declare --cuda-graph-backend-decode/-prefill (facts)
+    [("0.5.23", "new"), ("0.5.21", "new"), ("0.5.14", "new"), ("0.5.13", "old"),
+     ("0.4.10.post2", "old"), ("0.6.0rc1", "new")],
 )  # fmt: skip
 def test_flag_generation_by_version(version: str, gen: str) -> None:
     assert generation_for(version) == gen

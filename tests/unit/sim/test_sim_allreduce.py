@@ -7,7 +7,6 @@ installed SGLang; here the sim is checked to say them in the cases SGLang does.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.engines.sim import allreduce_sim, cli_args, costmodel
+from fastverify.engines.sim import allreduce_sim, cli_args, costmodel, flashinfer_jit
 from fastverify.sglang import allreduce as ar
+from fastverify.sglang import flashinfer_facts
 
 REPO = Path(__file__).resolve().parents[3]
 ON = {ar.ENABLE_VAR: "1"}
@@ -46,7 +46,7 @@ def test_group_lines_per_case(env: dict, extra: tuple, tp: int, want: tuple | No
 
 
 def test_workspace_built_autotune_cached_and_dtype_fallback(tmp_path: Path) -> None:
-    env = {**ON, ar.AUTOTUNE_DIR_VAR: str(tmp_path / "at")}
+    env = {**ON, ar.AUTOTUNE_DIR_VAR: str(tmp_path / "at"), ar.WORKSPACE_BASE_VAR: str(tmp_path)}
     said: list[tuple[str, str]] = []
     slept: list[float] = []
     ws = allreduce_sim.Workspace(env, args("--sim-load-seconds", "1"))
@@ -57,10 +57,28 @@ def test_workspace_built_autotune_cached_and_dtype_fallback(tmp_path: Path) -> N
     rows = (1, 2, 4, 8, 16, 32, 64, 128)
     assert said[1] == ("info", ar.AUTOTUNED_FORMAT.format(n=8, hidden=7168, rows=rows))
     cache = tmp_path / "at" / "pcie_ipc_all_reduce_ws8.json"
-    assert json.loads(cache.read_text())["rows"] == list(rows) and slept == [0.1]
+    # FlashInfer's layout: one entry per tuned row count, keyed with the workspace's head
+    keys = flashinfer_facts.cache_keys(cache)
+    assert keys is not None and len(keys) == len(rows)
+    assert flashinfer_facts.covers(keys, world=8, max_numel=numel)
+    assert not flashinfer_facts.covers(keys, world=8, max_numel=numel * 2)
+    # the first start compiles pcie_ipc_comm and trtllm_utils, then measures
+    share = flashinfer_jit.COMPILE_SHARE
+    assert slept == [share["pcie_ipc_comm"], share["trtllm_utils"], 0.1]
+    for lib in ("pcie_ipc_comm", "trtllm_utils"):
+        assert flashinfer_jit.library(env, lib).is_file()
     slept.clear()
     allreduce_sim.Workspace(env, args()).prepare(lambda *_: None, slept.append)
-    assert slept == []  # the second start reads the cache: no measurement
+    assert slept == []  # the second start reuses both libraries and the cache
+    # a workspace of another size is not covered by the cache: FlashInfer measures again
+    other = allreduce_sim.Workspace(env, args("--cuda-graph-max-bs-decode", "16"))
+    other.prepare(lambda *_: None, slept.append)
+    assert len(slept) == 1  # measured, nothing compiled
+    keys = flashinfer_facts.cache_keys(cache) or []
+    # FlashInfer merges the new entries into the file: both workspaces are covered now
+    assert flashinfer_facts.covers(keys, world=8, max_numel=16 * 4 * 7168)
+    assert flashinfer_facts.covers(keys, world=8, max_numel=numel)
+    slept.clear()
     said.clear()
     half = allreduce_sim.Workspace(env, args("--dtype", "half"))
     assert half.prepare(lambda lvl, msg: said.append((lvl, msg)), slept.append) is None
@@ -75,8 +93,9 @@ def test_workspace_built_autotune_cached_and_dtype_fallback(tmp_path: Path) -> N
 def test_override_and_no_decode_graph_bounds() -> None:
     d = allreduce_sim.plan(args(), {**ON, ar.MAX_NUMEL_VAR: "65536"})
     assert d.max_numel == 65536
+    # SGLang sizes from the decode batch list whether or not a decode graph is captured
     eager = args("--cuda-graph-backend-decode", "disabled")
-    assert allreduce_sim.plan(eager, ON).rows == ar.FALLBACK_DECODE_WIDTH
+    assert allreduce_sim.plan(eager, ON).rows == allreduce_sim.plan(args(), ON).rows == 32 * 4
 
 
 def test_cost_model_uses_the_published_figures() -> None:

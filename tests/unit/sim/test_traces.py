@@ -179,3 +179,26 @@ def test_file_names_like_sglang() -> None:
 def test_large_trace_streams_quickly(tmp_path: Path) -> None:
     path = traces.write_trace(tmp_path / "big.trace.json.gz", steps=50)
     assert len(spans(load(path)["traceEvents"], "step[VERIFY")) == 50
+
+
+@pytest.mark.parametrize(
+    ("version", "verify", "drafts"),
+    [("0.5.23", "step[VERIFY bs=1]", {"step[DRAFT bs=1]"}),
+     ("0.5.20", "step[VERIFY bs=1]", {"step[DRAFT bs=1]"}),
+     ("0.5.15", "step[TARGET_VERIFY bs=1]", {"step[DECODE bs=1]", "step[DRAFT_EXTEND_V2 bs=1]"}),
+     ("0.5.10", None, set())],
+)  # fmt: skip
+def test_step_spans_are_named_as_the_played_release_names_them(
+    tmp_path: Path, version: str, verify: str | None, drafts: set[str]
+) -> None:
+    from fastverify.exporters import traces as analysis
+
+    path = tmp_path / f"{version}-TP-0.trace.json.gz"
+    traces.write_trace(path, steps=4, mode="eagle3", tp_size=8, env=RING_LL,
+                       sglang_version=version)  # fmt: skip
+    events = load(path)["traceEvents"]
+    names = {e["name"] for e in events if e.get("cat") == "gpu_user_annotation"}
+    assert names == ({verify} | drafts if verify else set())
+    # the analyzer finds the verify passes in either naming, and none without spans
+    result = analysis.analyze_extract(analysis.extract(path), 0)
+    assert result["verify_passes"] == (4 if verify else 0)

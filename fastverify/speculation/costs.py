@@ -1,0 +1,133 @@
+"""What a decode step and a draft+verify cycle cost, per batch size and step count.
+
+`Costs.cycle(bs, k)`: seconds per step of a batch of `bs` requests at k draft steps; k = 0 is
+the plain decode step (no drafting: what SGLang's adaptive worker runs at steps 0 and what
+the baseline runs). Every table says where it came from (`source`):
+
+- "engine": the serving engine's own cost table. The sim publishes it in its server info
+  (`sim.cost_model.by_steps`, seconds, `fastverify.engines.sim.costtable`: its cost model
+  at each step count with num_draft_tokens = steps + 1, as adaptive runs them): a SIMULATION.
+- "rehearse-grid": a `rehearse` grid measured on a GPU (schema in `from_rehearse_grid`):
+  target compute per forward at bs x tokens-per-request plus the all-reduce time per
+  forward (preflight's measurement or the backend's published table, labelled by the
+  grid). The grid has no drafter: draft forwards count as 0 (an optimistic bound for
+  speculation, said in `source`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class CostsError(ValueError):
+    """A cost source that cannot be read (which file/field, what is wrong)."""
+
+
+@dataclass(frozen=True)
+class Costs:
+    """cycle seconds by (batch size, steps); k = 0 = a decode step without drafting."""
+
+    table: dict[int, dict[int, float]]
+    source: str
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return sorted(self.table)
+
+    def steps(self, bs: int) -> list[int]:
+        return sorted(self.table[bs])
+
+    def cycle(self, bs: int, k: int) -> float:
+        return self.table[bs][k]
+
+    def nearest(self, bs: int) -> int:
+        """The table's batch size closest to `bs` (log scale) that is not larger, else the
+        smallest one."""
+        below = [b for b in self.batch_sizes if b <= bs]
+        return max(below) if below else self.batch_sizes[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "cycle_ms": {
+                str(bs): {str(k): round(s * 1e3, 4) for k, s in sorted(row.items())}
+                for bs, row in sorted(self.table.items())
+            },
+            **({"notes": self.notes} if self.notes else {}),
+        }
+
+
+ENGINE_SOURCE = "engine: fastverify sim cost model (SIMULATION)"
+
+
+def from_table(table: Mapping[str, Mapping[str, float]], source: str) -> Costs:
+    try:
+        parsed = {int(b): {int(k): float(s) for k, s in row.items()} for b, row in table.items()}
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise CostsError(
+            f"{source}: cost table is not {{bs: {{steps: seconds}}}} ({exc})"
+        ) from None
+    for bs, row in parsed.items():
+        if 0 not in row:
+            raise CostsError(f"{source}: batch size {bs} has no decode step (steps 0)")
+        if any(s <= 0 for s in row.values()):
+            raise CostsError(f"{source}: batch size {bs} has a non-positive cost")
+    if not parsed:
+        raise CostsError(f"{source}: empty cost table")
+    return Costs(parsed, source)
+
+
+def from_engine_info(info: Mapping[str, Any]) -> Costs:
+    """The engine's own table from its server info (the sim publishes one)."""
+    table = ((info.get("sim") or {}).get("cost_model") or {}).get("by_steps")
+    if not table:
+        raise CostsError(
+            "the serving engine publishes no cost table (only the sim does); give one with "
+            "--costs FILE (a `rehearse` grid measured on a GPU)"
+        )
+    return from_table(table, ENGINE_SOURCE)
+
+
+def from_rehearse_grid(path: str | Path) -> Costs:
+    """A `rehearse` grid file:
+    {"kind": "rehearse-grid", "model", "shard_of_tp", "ranks_run", "gpu", "batch_sizes",
+     "tokens_per_seq", "forward_ms": {bs: {tokens: ms}}, "verify_decode_ratio": {...},
+     "allreduce": {"source": str, "per_forward_ms": {bs: {tokens: ms}}}, "sources", "command"}.
+    A cycle at k steps = the forward over k + 1 tokens per request (+ its all-reduces);
+    k = 0 = the forward over 1 token."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CostsError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise CostsError(f"{p}: line {exc.lineno}: not JSON ({exc.msg})") from None
+    if not isinstance(data, dict) or data.get("kind") != "rehearse-grid":
+        raise CostsError(f'{p}: not a rehearse grid (needs "kind": "rehearse-grid")')
+    fwd = data.get("forward_ms")
+    ar = (data.get("allreduce") or {}).get("per_forward_ms") or {}
+    if not isinstance(fwd, dict) or not fwd:
+        raise CostsError(f'{p}: field "forward_ms" must be {{bs: {{tokens: ms}}}}')
+    table: dict[str, dict[str, float]] = {}
+    for bs, row in fwd.items():
+        if not isinstance(row, dict) or "1" not in row:
+            raise CostsError(f'{p}: forward_ms["{bs}"] needs tokens "1" (the decode step)')
+        out = {}
+        for tokens, ms in row.items():
+            k = int(tokens) - 1
+            extra = float((ar.get(bs) or {}).get(tokens, 0.0))
+            out[str(k)] = (float(ms) + extra) / 1e3
+        table[str(bs)] = out
+    ar_src = (data.get("allreduce") or {}).get("source") or "none (compute only)"
+    source = (
+        f"rehearse-grid {p.name}: {data.get('model')} shard of TP {data.get('shard_of_tp')} on "
+        f"{data.get('gpu')}; all-reduce: {ar_src}; drafter not measured (draft forwards "
+        "counted as 0: optimistic for speculation)"
+    )
+    costs = from_table(table, source)
+    return Costs(costs.table, source, {"file": str(p), "command": data.get("command")})

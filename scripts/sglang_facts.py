@@ -1,0 +1,731 @@
+#!/usr/bin/env python3
+"""Generate fastverify's per-release SGLang facts from each release's own wheel.
+
+For every SGLang release in fastverify's range (the latest .postN of 0.5.1 .. 0.5.23), this
+downloads the wheel once (`pip download --no-deps`, cached under
+${XDG_CACHE_HOME:-~/.cache}/fastverify/wheels) and reads its source with `ast` (never
+importing it): the argparse flags and their choices, the NCCL variables the server sets,
+the SGLANG_* variables with kinds (srt/environ.py where it exists), the log-line formats
+fastverify parses, the profiler span names, the sglang:* metrics with their labels, the HTTP
+endpoints, and the features derived from them. One JSON file per release goes to
+fastverify/sglang/facts/.
+
+Usage:
+  scripts/sglang_facts.py                # (re)write every data file
+  scripts/sglang_facts.py --check        # re-extract and diff against the data files (exit 1)
+  scripts/sglang_facts.py --versions 0.5.20 0.5.23 [--check]
+  scripts/sglang_facts.py --print 0.5.23 # one release's facts on stdout
+
+tests/contract/test_sglang_facts_contract.py runs `--check` on every release.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import concurrent.futures
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT_DIR = ROOT / "fastverify" / "sglang" / "facts"
+# the latest .postN of every release 0.5.1 .. 0.5.23 (`pip index versions sglang`, 2026-12-01)
+RELEASES = (
+    "0.5.1.post3", "0.5.2", "0.5.3.post3", "0.5.4.post3", "0.5.5.post3", "0.5.6.post2",
+    "0.5.7", "0.5.8.post1", "0.5.9", "0.5.10.post1", "0.5.11", "0.5.12.post1",
+    "0.5.13.post1", "0.5.14", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19",
+    "0.5.20", "0.5.21", "0.5.22", "0.5.23",
+)  # fmt: skip
+SCHEMA = 1
+
+# log-line kinds fastverify parses -> the text that marks SGLang's format string
+LOG_MARKERS = {
+    "decode": "Decode batch",
+    "prefill": "Prefill batch",
+    "ready": "The server is fired up and ready to roll",
+    "load_progress": "Loading safetensors checkpoint shards",
+    "capture_progress": "Capturing batches",
+    "capture_milestone": " graph begin.",
+    "capture_failed": "Capture cuda graph failed",
+    "prefill_capture_failed": "Fail when using backend",
+    "allreduce_pcie_ipc": "PCIe-IPC",
+    "adaptive_speculation": "speculative_adaptive",
+}
+# endpoints fastverify calls (the rest are listed too)
+METRIC_CLASSES = ("Gauge", "Counter", "Histogram", "Summary")
+ENV_KINDS = {
+    "get_bool_env_var": "bool",
+    "get_int_env_var": "int",
+    "get_float_env_var": "float",
+    "getenv": "str",
+    "get": "str",
+}
+_SGLANG_VAR = re.compile(r"^SGLANG_[A-Z0-9_]+$")
+_NCCL_VAR = re.compile(r"^NCCL_[A-Z0-9_]+$")
+
+
+# ----------------------------------------------------------------------------- wheels
+
+
+def cache_dir() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "fastverify" / "wheels"
+
+
+def wheel_path(version: str) -> Path | None:
+    found = sorted(cache_dir().glob(f"sglang-{version}-*.whl"))
+    return found[0] if found else None
+
+
+def download(version: str) -> Path:
+    """The cached wheel of sglang==version, downloaded once (no dependencies)."""
+    have = wheel_path(version)
+    if have is not None:
+        return have
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+        "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64",
+        f"sglang=={version}", "-d", str(cache_dir()),
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    have = wheel_path(version)
+    if have is None:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"sglang_facts: could not download sglang=={version}: {tail}")
+    return have
+
+
+# ----------------------------------------------------------------------------- source access
+
+
+class Source:
+    """The wheel's Python files, parsed lazily."""
+
+    def __init__(self, wheel: Path):
+        self.zip = zipfile.ZipFile(wheel)
+        self.names = [n for n in self.zip.namelist() if n.endswith(".py")]
+        self._text: dict[str, str] = {}
+        self._tree: dict[str, ast.Module] = {}
+
+    def text(self, name: str) -> str:
+        if name not in self._text:
+            self._text[name] = self.zip.read(name).decode("utf-8", "replace")
+        return self._text[name]
+
+    def tree(self, name: str) -> ast.Module:
+        if name not in self._tree:
+            tree = ast.parse(self.text(name), filename=name)
+            for node in ast.walk(tree):
+                for child in ast.iter_child_nodes(node):
+                    child.parent = node  # type: ignore[attr-defined]
+            self._tree[name] = tree
+        return self._tree[name]
+
+    def has(self, name: str) -> bool:
+        return name in self._text or name in set(self.names)
+
+    def grep(self, needle: str, under: str = "sglang/srt/") -> list[str]:
+        """Files under `under` whose text contains `needle` (tests and debug tools left out)."""
+        out = []
+        for n in self.names:
+            if not n.startswith(under) or "/test" in n or "/debug_utils/" in n:
+                continue
+            if needle in self.text(n):
+                out.append(n)
+        return out
+
+
+def short(name: str) -> str:
+    return name.removeprefix("sglang/")
+
+
+def const_str(node: ast.AST | None) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+def template(node: ast.AST) -> str | None:
+    """A string expression as a template: literals as they are, `{expr}` for the rest."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for v in node.values:
+            if isinstance(v, ast.Constant):
+                parts.append(str(v.value))
+            elif isinstance(v, ast.FormattedValue):
+                spec = ""
+                if v.format_spec is not None:
+                    spec = ":" + (template(v.format_spec) or "")
+                parts.append("{" + ast.unparse(v.value) + spec + "}")
+        return "".join(parts)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = template(node.left), template(node.right)
+        if left is not None and right is not None:
+            return left + right
+    return None
+
+
+def enclosing(node: ast.AST, kinds: tuple[type, ...]) -> ast.AST | None:
+    cur = getattr(node, "parent", None)
+    while cur is not None and not isinstance(cur, kinds):
+        cur = getattr(cur, "parent", None)
+    return cur
+
+
+def module_strings(tree: ast.Module) -> dict[str, list[str]]:
+    """Module-level NAME = [..str..] / (..str..) constants (argparse choices lists)."""
+    out: dict[str, list[str]] = {}
+    for node in tree.body:
+        target, value = None, None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        if isinstance(target, ast.Name) and isinstance(value, (ast.List, ast.Tuple)):
+            items = [const_str(e) for e in value.elts]
+            if items and all(i is not None for i in items):
+                out[target.id] = [i for i in items if i is not None]
+    return out
+
+
+# ----------------------------------------------------------------------------- flags
+
+
+def choices_of(node: ast.AST | None, consts: dict[str, list[str]]) -> list[str] | None:
+    if node is None:
+        return None
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        items = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+        return [str(i) for i in items] if len(items) == len(node.elts) else None
+    if isinstance(node, ast.Name) and node.id in consts:
+        return list(consts[node.id])
+    if isinstance(node, ast.Attribute) and node.attr in consts:
+        return list(consts[node.attr])
+    return None
+
+
+def literal_values(node: ast.AST) -> list[str] | None:
+    """`Literal["a", "b"]` (possibly inside Optional[...]) -> ["a", "b"]."""
+    for sub in ast.walk(node):
+        if (
+            isinstance(sub, ast.Subscript)
+            and isinstance(sub.value, ast.Name)
+            and sub.value.id == "Literal"
+        ):
+            elts = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
+            vals = [e.value for e in elts if isinstance(e, ast.Constant)]
+            return [str(v) for v in vals]
+    return None
+
+
+def flags(src: Source) -> dict[str, list[str] | None]:
+    """Every long flag of `sglang.launch_server` -> its choices (None when free)."""
+    consts: dict[str, list[str]] = {}
+    files = ["sglang/srt/server_args.py"]
+    files += sorted(n for n in src.names if n.startswith("sglang/srt/arg_groups/fields/"))
+    for extra in ("sglang/srt/arg_groups/choices.py",):
+        if src.has(extra):
+            consts.update(module_strings(src.tree(extra)))
+    for f in files:
+        consts.update(module_strings(src.tree(f)))
+    out: dict[str, list[str] | None] = {}
+    for f in files:
+        tree = src.tree(f)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"
+            ):
+                names = [const_str(a) for a in node.args]
+                kw = {k.arg: k.value for k in node.keywords}
+                ch = choices_of(kw.get("choices"), consts)
+                action = kw.get("action")
+                for name in names:
+                    if name and name.startswith("--"):
+                        out[name] = ch
+                        if (
+                            isinstance(action, ast.Attribute)
+                            and action.attr == "BooleanOptionalAction"
+                        ):
+                            out["--no-" + name[2:]] = None
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                flag_from_field(node, consts, out)
+    return dict(sorted(out.items()))
+
+
+def flag_from_field(node: ast.AnnAssign, consts: dict, out: dict) -> None:
+    """`name: A[T, "help" | Arg(...)] = default` in a config class -> its CLI flag(s)."""
+    ann = node.annotation
+    if not (isinstance(ann, ast.Subscript) and isinstance(ann.value, ast.Name)):
+        return
+    if ann.value.id not in ("A", "Annotated") or not isinstance(ann.slice, ast.Tuple):
+        return
+    if not isinstance(enclosing(node, (ast.ClassDef, ast.FunctionDef)), ast.ClassDef):
+        return
+    typ, *meta = ann.slice.elts
+    arg = None
+    for m in meta:
+        if const_str(m) is not None:
+            arg = {}
+        elif isinstance(m, ast.Call) and getattr(m.func, "id", None) == "Arg":
+            arg = {k.arg: k.value for k in m.keywords}
+    if arg is None:
+        return
+    no_cli = arg.get("no_cli")
+    if isinstance(no_cli, ast.Constant) and no_cli.value is True:
+        return
+    cli = const_str(arg.get("cli_name")) or "--" + node.target.id.replace("_", "-")
+    names = [cli]
+    aliases = arg.get("aliases")
+    if isinstance(aliases, (ast.List, ast.Tuple)):
+        names += [a for a in (const_str(e) for e in aliases.elts) if a]
+    ch = choices_of(arg.get("choices"), consts)
+    if ch is None and "action" not in arg:
+        ch = literal_values(typ)
+    action = arg.get("action")
+    negate = isinstance(action, ast.Attribute) and action.attr == "BooleanOptionalAction"
+    for name in names:
+        if name.startswith("--"):
+            out[name] = ch
+            if negate:
+                out["--no-" + name[2:]] = None
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def metric_files(src: Source) -> list[str]:
+    """Every srt/ module that names an `sglang:` series (the collectors, and the few series
+    declared beside their code: HTTP requests, CPU seconds, function timers, ...)."""
+    return src.grep('"sglang:')
+
+
+def label_dicts(src: Source) -> dict[str, list[str]]:
+    """The base label names of the scheduler's and the tokenizer's collectors: the keys of
+    the `{"model_name": ...}` dict literals SGLang builds for them (srt/)."""
+    sched: list[str] = []
+    tok: list[str] = []
+    for f in src.grep('"model_name"'):
+        for node in ast.walk(src.tree(f)):
+            if not isinstance(node, ast.Dict):
+                continue
+            keys = [const_str(k) for k in node.keys]
+            if "model_name" not in keys or not all(keys):
+                continue
+            keys = [k for k in keys if k]
+            if "tp_rank" in keys:
+                if len(keys) > len(sched):
+                    sched = keys
+            elif ("tokenizer" in f or "metrics_collector" in f) and len(keys) > len(tok):
+                tok = keys
+    return {"scheduler": sched, "tokenizer": tok}
+
+
+def metrics(src: Source) -> dict[str, list[str]]:
+    """Every `sglang:*` series -> its label names (the collector's base labels + its own)."""
+    bases = label_dicts(src)
+    out: dict[str, list[str]] = {}
+    for f in metric_files(src):
+        for node in ast.walk(src.tree(f)):
+            if not isinstance(node, ast.Call):
+                continue
+            fname = getattr(node.func, "id", None) or getattr(node.func, "attr", "")
+            if not any(c in fname for c in METRIC_CLASSES) or "Family" in fname:
+                continue
+            kw = {k.arg: k.value for k in node.keywords}
+            name = const_str(kw.get("name")) or (const_str(node.args[0]) if node.args else None)
+            if not name or not name.startswith("sglang:"):
+                continue
+            cls = enclosing(node, (ast.ClassDef,))
+            cname = cls.name if isinstance(cls, ast.ClassDef) else ""
+            base = (
+                bases["scheduler"]
+                if "Scheduler" in cname
+                else bases["tokenizer"]
+                if "Tokenizer" in cname
+                else []
+            )
+            labels = list(base) if _uses_base(kw.get("labelnames")) else []
+            labels += _own_labels(kw.get("labelnames"))
+            if name in out:  # declared twice (e.g. per mode): keep the union, in order
+                labels = out[name] + [x for x in labels if x not in out[name]]
+            out[name] = labels
+    return dict(sorted(out.items()))
+
+
+def _uses_base(node: ast.AST | None) -> bool:
+    return node is not None and any(
+        isinstance(n, ast.Attribute) and n.attr == "keys" for n in ast.walk(node)
+    )
+
+
+def _own_labels(node: ast.AST | None) -> list[str]:
+    if node is None:
+        return []
+    out = []
+    for n in ast.walk(node):
+        if isinstance(n, (ast.List, ast.Tuple, ast.Set)):
+            out += [s for s in (const_str(e) for e in n.elts) if s]
+    return out
+
+
+# ----------------------------------------------------------------------------- spans
+
+
+def spans(src: Source) -> dict[str, object]:
+    """Profiler step spans: the f-string templates and the stage names they take."""
+    templates: set[str] = set()
+    stages: set[str] = set()
+    verify_stage = None
+    uses_mode_names = False
+    for f in src.grep("step["):
+        if "/layers/" in f:
+            continue
+        tree = src.tree(f)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.JoinedStr):
+                continue
+            t = template(node)
+            if not t or not t.startswith("step["):
+                continue
+            if not t.endswith("]"):
+                t += "]"
+            templates.add(t)
+            fn = enclosing(node, (ast.FunctionDef,))
+            if fn is None:
+                continue
+            m = re.match(r"step\[([A-Z_]+) ", t)
+            if m:
+                stages.add(m.group(1))
+            src_fn = ast.unparse(fn)
+            if "mode.name" in src_fn:
+                uses_mode_names = True
+            for sub in ast.walk(fn):
+                if (
+                    isinstance(sub, ast.Assign)
+                    and len(sub.targets) == 1
+                    and isinstance(sub.targets[0], ast.Name)
+                    and sub.targets[0].id == "stage"
+                    and const_str(sub.value)
+                ):
+                    value = const_str(sub.value)
+                    stages.add(value)
+                    test = getattr(getattr(sub, "parent", None), "test", None)
+                    if test is not None and "TARGET_VERIFY" in ast.unparse(test):
+                        verify_stage = value
+    if uses_mode_names:
+        stages |= set(forward_modes(src))
+    if stages and verify_stage is None and "TARGET_VERIFY" in stages:
+        verify_stage = "TARGET_VERIFY"
+    return {
+        "templates": sorted(templates),
+        "stages": sorted(stages),
+        "verify_stage": verify_stage,
+        "draft_stage": "DRAFT" if "DRAFT" in stages else None,
+    }
+
+
+def forward_modes(src: Source) -> list[str]:
+    name = "sglang/srt/model_executor/forward_batch_info.py"
+    if not src.has(name):
+        return []
+    for node in ast.walk(src.tree(name)):
+        if isinstance(node, ast.ClassDef) and node.name == "ForwardMode":
+            return [
+                t.id
+                for s in node.body
+                if isinstance(s, ast.Assign)
+                for t in s.targets
+                if isinstance(t, ast.Name) and t.id.isupper()
+            ]
+    return []
+
+
+# ----------------------------------------------------------------------------- endpoints
+
+
+def endpoints(src: Source) -> dict[str, list[str]]:
+    """HTTP routes of the server (entrypoints/) -> methods."""
+    out: dict[str, set[str]] = {}
+    for f in src.grep("@app.", "sglang/srt/entrypoints/"):
+        if "/openai/" in f and "http_server" not in f:
+            continue
+        for node in ast.walk(src.tree(f)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for dec in node.decorator_list:
+                if not (isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute)):
+                    continue
+                if getattr(dec.func.value, "id", None) != "app":
+                    continue
+                path = const_str(dec.args[0]) if dec.args else None
+                if not path or not path.startswith("/"):
+                    continue
+                kind = dec.func.attr
+                if kind == "api_route":
+                    kw = {k.arg: k.value for k in dec.keywords}
+                    methods = choices_of(kw.get("methods"), {}) or ["GET"]
+                elif kind in ("get", "post", "put", "delete", "patch"):
+                    methods = [kind.upper()]
+                else:
+                    continue
+                out.setdefault(path, set()).update(m.upper() for m in methods)
+    return {p: sorted(m) for p, m in sorted(out.items())}
+
+
+def profile_options(src: Source) -> list[str]:
+    """The fields of the request type the `/start_profile` handler takes (`ProfileReqInput`
+    in older releases, `ProfileReq` in newer ones, managers/io_struct.py)."""
+    cls_name = None
+    for f in src.grep('"/start_profile"', "sglang/srt/entrypoints/"):
+        for node in ast.walk(src.tree(f)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                isinstance(d, ast.Call) and d.args and const_str(d.args[0]) == "/start_profile"
+                for d in node.decorator_list
+            ):
+                for a in node.args.args:
+                    if a.annotation is not None:
+                        m = re.search(r"\b(Profile\w*)\b", ast.unparse(a.annotation))
+                        if m:
+                            cls_name = m.group(1)
+    name = "sglang/srt/managers/io_struct.py"
+    if cls_name is None or not src.has(name):
+        return []
+    for node in ast.walk(src.tree(name)):
+        if isinstance(node, ast.ClassDef) and node.name == cls_name:
+            return [
+                s.target.id
+                for s in node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            ]
+    return []
+
+
+# ----------------------------------------------------------------------------- env
+
+
+def nccl_added(src: Source) -> dict[str, list[str]]:
+    """NCCL_* variables the server writes into its own environment -> where (file:line)."""
+    out: dict[str, set[str]] = {}
+    for f in src.grep("NCCL_"):
+        for node in ast.walk(src.tree(f)):
+            name, how = None, None
+            if isinstance(node, ast.Assign):
+                for t in node.targets:
+                    if isinstance(t, ast.Subscript) and _is_environ(t.value):
+                        name, how = const_str(t.slice), "set"
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr == "setdefault" and _is_environ(node.func.value):
+                    name, how = (const_str(node.args[0]) if node.args else None), "setdefault"
+                elif node.func.attr == "update" and _is_environ(node.func.value):
+                    for arg in node.args:
+                        if isinstance(arg, ast.Dict):
+                            for k in arg.keys:
+                                key = const_str(k)
+                                if key and _NCCL_VAR.match(key):
+                                    out.setdefault(key, set()).add(f"{short(f)}:{node.lineno}")
+            if name and _NCCL_VAR.match(name):
+                out.setdefault(name, set()).add(f"{short(f)}:{node.lineno} {how}")
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def _is_environ(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+        isinstance(node, ast.Name) and node.id == "environ"
+    )
+
+
+def sglang_vars(src: Source) -> dict[str, str]:
+    """SGLANG_* variables -> kind: `Envs` in srt/environ.py where it exists, else the names
+    read through get_bool_env_var / get_int_env_var / os.getenv in srt/."""
+    name = "sglang/srt/environ.py"
+    out: dict[str, str] = {}
+    if src.has(name):
+        for node in ast.walk(src.tree(name)):
+            if isinstance(node, ast.ClassDef) and node.name == "Envs":
+                for s in node.body:
+                    value = s.value if isinstance(s, (ast.Assign, ast.AnnAssign)) else None
+                    target = (
+                        s.targets[0] if isinstance(s, ast.Assign) else getattr(s, "target", None)
+                    )
+                    if (
+                        isinstance(target, ast.Name)
+                        and isinstance(value, ast.Call)
+                        and _SGLANG_VAR.match(target.id)
+                    ):
+                        kind = getattr(value.func, "id", "") or getattr(value.func, "attr", "")
+                        out[target.id] = kind.removeprefix("Env").lower() or "str"
+        return dict(sorted(out.items()))
+    for f in src.grep("SGLANG_"):
+        for node in ast.walk(src.tree(f)):
+            if isinstance(node, ast.Call) and node.args:
+                var = const_str(node.args[0])
+                fname = getattr(node.func, "id", None) or getattr(node.func, "attr", "")
+                if var and _SGLANG_VAR.match(var) and fname in ENV_KINDS:
+                    out.setdefault(var, ENV_KINDS[fname])
+    return dict(sorted(out.items()))
+
+
+# ----------------------------------------------------------------------------- log formats
+
+
+def log_formats(src: Source) -> dict[str, list[dict[str, object]]]:
+    """For each log-line kind fastverify parses: SGLang's format strings (templates, with
+    `{expr}` for interpolations), the pieces a message is built from, and where."""
+    out: dict[str, list[dict[str, object]]] = {}
+    for kind, marker in LOG_MARKERS.items():
+        found: list[dict[str, object]] = []
+        for f in src.grep(marker):
+            if "/multimodal_gen/" in f:
+                continue
+            for node in ast.walk(src.tree(f)):
+                if not isinstance(node, (ast.Constant, ast.JoinedStr)):
+                    continue
+                if isinstance(getattr(node, "parent", None), ast.JoinedStr):
+                    continue
+                t = template(node)
+                if not t or marker not in t:
+                    continue
+                if isinstance(getattr(node, "parent", None), ast.Expr):
+                    continue  # a docstring
+                found.append({"at": f"{short(f)}:{node.lineno}", "pieces": _pieces(node, t)})
+        if found:
+            out[kind] = sorted(found, key=lambda r: str(r["at"]))
+    return out
+
+
+def _pieces(node: ast.AST, first: str) -> list[str]:
+    """The marker string and what the same function appends to the same variable."""
+    parent = getattr(node, "parent", None)
+    if not (
+        isinstance(parent, ast.Assign)
+        and len(parent.targets) == 1
+        and isinstance(parent.targets[0], ast.Name)
+    ):
+        return [first]
+    var = parent.targets[0].id
+    fn = enclosing(parent, (ast.FunctionDef, ast.AsyncFunctionDef))
+    if fn is None:
+        return [first]
+    pieces = [first]
+    for sub in ast.walk(fn):
+        if (
+            isinstance(sub, ast.AugAssign)
+            and isinstance(sub.target, ast.Name)
+            and sub.target.id == var
+            and sub.lineno > parent.lineno
+        ):
+            t = template(sub.value)
+            if t is not None:
+                pieces.append((sub.lineno, t))  # type: ignore[arg-type]
+    head, rest = pieces[0], sorted(pieces[1:])
+    return [head, *(t for _, t in rest)]  # type: ignore[misc]
+
+
+# ----------------------------------------------------------------------------- facts
+
+
+def extract(version: str) -> dict[str, object]:
+    wheel = download(version)
+    src = Source(wheel)
+    fl = flags(src)
+    env_vars = sglang_vars(src)
+    sp = spans(src)
+    eps = endpoints(src)
+    facts: dict[str, object] = {
+        "schema": SCHEMA,
+        "version": version,
+        "wheel": {"file": wheel.name, "sha256": _sha256(wheel)},
+        "flags": fl,
+        "metrics": metrics(src),
+        "spans": sp,
+        "endpoints": eps,
+        "log_formats": log_formats(src),
+        "env": {"nccl_added": nccl_added(src), "sglang_vars": env_vars},
+        "profile_options": profile_options(src),
+    }
+    facts["features"] = {
+        "flag_generation": "new" if "--cuda-graph-backend-decode" in fl else "old",
+        "pcie_ipc_allreduce": "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" in env_vars,
+        "adaptive_speculation": "--speculative-adaptive" in fl,
+        "custom_all_reduce": "--disable-custom-all-reduce" in fl,
+        "step_spans": bool(sp["templates"]),
+        "verify_span_stage": sp["verify_stage"],
+        "server_info_endpoint": "/server_info" if "/server_info" in eps else "/get_server_info",
+        "start_profile_num_steps": "num_steps" in facts["profile_options"],  # type: ignore[operator]
+        "start_profile_start_step": "start_step" in facts["profile_options"],  # type: ignore[operator]
+        "environ_module": src.has("sglang/srt/environ.py"),
+    }
+    return facts
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def dump(facts: dict[str, object]) -> str:
+    return json.dumps(facts, indent=1, sort_keys=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--versions", nargs="+", default=list(RELEASES))
+    ap.add_argument("--check", action="store_true", help="diff against the data files")
+    ap.add_argument("--print", dest="show", metavar="VERSION")
+    ap.add_argument("--out", type=Path, default=OUT_DIR)
+    ap.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
+    args = ap.parse_args(argv)
+    if args.show:
+        sys.stdout.write(dump(extract(args.show)))
+        return 0
+    versions = args.versions
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:  # downloads
+        list(pool.map(download, versions))
+    with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:  # ast: CPU-bound
+        results = dict(zip(versions, pool.map(extract, versions), strict=True))
+    failed = []
+    for v in versions:
+        text = dump(results[v])
+        path = args.out / f"{v}.json"
+        if args.check:
+            old = path.read_text() if path.exists() else ""
+            if old != text:
+                failed.append(v)
+                print(f"DIFFERS: {path} (re-run scripts/sglang_facts.py {v})", file=sys.stderr)
+                print(_diff(old, text, path), file=sys.stderr)
+            else:
+                print(f"same: {v}", file=sys.stderr)
+        else:
+            args.out.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".json.tmp")
+            tmp.write_text(text)
+            tmp.replace(path)
+            print(f"wrote {path}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _diff(old: str, new: str, path: Path) -> str:
+    import difflib
+
+    lines = difflib.unified_diff(
+        old.splitlines(), new.splitlines(), str(path), "from the wheel", lineterm="", n=1
+    )
+    return "\n".join(list(lines)[:60])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""Runs inside the real-SGLang venv: answers questions about adaptive speculative decoding
+with SGLang 0.5.23's own code (`srt/speculative/adaptive_spec_params.py`,
+`srt/arg_groups/speculative_hook.py`). JSON request on stdin, one JSON object on stdout.
+
+Imports nothing from fastverify: the facts fastverify holds are compared in the tests.
+Request keys:
+- "runs": [{"initial": int, "config": {...}, "cuda_graph_bs": [int] | null,
+            "feed": [[batch_size, [accepted drafts per request]], ...]}]
+  -> "runs": [[steps for that batch after each feed], ...] via AdaptiveSpeculativeParams
+- "configs": [path] -> "configs": [{"ok": bool, "error": str, "candidates": [int]}]
+  via _load_adaptive_config / resolve_candidate_steps_from_config
+- "reasons": [{...server args...}] -> "reasons": [str | null] via adaptive_unsupported_reason
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import sys
+import tempfile
+import types
+import warnings
+
+warnings.filterwarnings("ignore")
+logging.disable(logging.CRITICAL)
+
+
+def main() -> None:
+    req = json.loads(sys.stdin.read())
+    import sglang
+    from sglang.srt.arg_groups import speculative_hook
+    from sglang.srt.speculative import adaptive_spec_params as asp
+
+    out: dict = {"version": sglang.__version__}
+    out["default_config"] = asp.DEFAULT_ADAPTIVE_CONFIG
+    bare = asp.AdaptiveStepSlot(1, {"candidate_steps": [1]})
+    out["slot_defaults"] = {
+        k: getattr(bare, k)
+        for k in ("ema_alpha", "update_interval", "warmup_batches", "down_hysteresis",
+                  "up_hysteresis", "ceiling_coeff")
+    }  # fmt: skip
+    out["disable_source"] = inspect.getsource(speculative_hook._maybe_disable_adaptive)
+    out["init_source"] = inspect.getsource(speculative_hook._init_adaptive_speculative_params)
+    out["updated_source"] = inspect.getsource(asp.AdaptiveStepSlot._apply_target_steps)
+
+    runs = []
+    for run in req.get("runs", []):
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+            json.dump(run["config"], fh)
+        try:
+            params = asp.AdaptiveSpeculativeParams(run["initial"], fh.name)
+        finally:
+            os.unlink(fh.name)
+        params.set_cuda_graph_bs(run.get("cuda_graph_bs"))
+        seq = []
+        for bs, drafts in run["feed"]:
+            params.on_verify_complete(drafts, bs)
+            seq.append(params.get_steps_for_batch(bs))
+        runs.append(seq)
+    out["runs"] = runs
+
+    configs = []
+    for path in req.get("configs", []):
+        try:
+            asp._load_adaptive_config(path)
+            configs.append(
+                {"ok": True, "candidates": asp.resolve_candidate_steps_from_config(path)}
+            )
+        except Exception as exc:  # what SGLang refuses, with its message
+            configs.append({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+    out["configs"] = configs
+
+    # adaptive_unsupported_reason on plain argument objects: its two derived views read
+    # fields of the args (attention DP from attn_dp_size, multi-layer EAGLE as a field)
+    asp.resolved_view = lambda sa: sa
+    asp.attn_dp_enabled_of = lambda cfg: cfg.attn_dp_size > 1
+    reasons = []
+    for fields in req.get("reasons", []):
+        args = types.SimpleNamespace(
+            speculative_algorithm="EAGLE3", speculative_eagle_topk=1, attn_dp_size=1,
+            enable_multi_layer_eagle=False, enable_two_batch_overlap=False,
+            enable_pdmux=False,
+        )  # fmt: skip
+        for k, v in fields.items():
+            setattr(args, k, v)
+        reasons.append(asp.adaptive_unsupported_reason(args))
+    out["reasons"] = reasons
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

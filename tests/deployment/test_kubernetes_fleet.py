@@ -1,0 +1,260 @@
+"""`render kubernetes` on a real cluster: names LWS leaves free, RDMA for multi-node,
+scheduling from flags or a values file, monitoring a kube-prometheus-stack finds, objects
+`kubectl apply` takes (Namespace, PVC, sizes), GitOps pruning and decision records.
+
+The schemas of every render here are checked in test_kubernetes.py (strict, 1.33 and the
+newest, the projects' CRDs); these tests check what the objects say.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deployment.test_kubernetes import by_kind, ctl, docs, one, pod_templates, render
+
+KEEP = {
+    "argocd.argoproj.io/sync-options": "Prune=false",
+    "kustomize.toolkit.fluxcd.io/prune": "disabled",
+}
+
+
+def rendered(tmp_path: Path, *args: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    out = tmp_path / "out"
+    info = render(out, *args)
+    return docs(out), info
+
+
+def container(template: dict[str, Any]) -> dict[str, Any]:
+    (c,) = template["spec"]["containers"]
+    return c
+
+
+@pytest.mark.parametrize("name", ["fastverify", "llm"])
+def test_no_service_is_named_like_the_leaderworkerset(tmp_path: Path, name: str) -> None:
+    """LWS's controller creates the headless Service <lws> (the pods' subdomain, part of
+    LWS_LEADER_ADDRESS) only if that name is free: a rendered Service of that name breaks
+    the group's DNS."""
+    objs, info = rendered(tmp_path, "--name", name, "--nodes", "2", "--rdma", "rdma/ib=1")
+    lws = one(objs, "LeaderWorkerSet")
+    services = [d["metadata"]["name"] for d in by_kind(objs, "Service")]
+    assert services and lws["metadata"]["name"] not in services, services
+    assert f"{name}-leader" in services
+    assert any("headless Service LWS's controller creates" in n for n in info["notes"])
+
+
+def test_two_nodes_with_rdma_get_ipc_lock_and_the_resource(tmp_path: Path) -> None:
+    objs, _ = rendered(tmp_path, "--profile", "ring-ll", "--nodes", "2", "--rdma", "rdma/ib=2",
+                       "--rdma", "rdma/hca_shared_devices_a")  # fmt: skip
+    for template in pod_templates(objs).values():
+        c = container(template)
+        for side in ("requests", "limits"):
+            res = c["resources"][side]
+            assert (res["rdma/ib"], res["rdma/hca_shared_devices_a"]) == (2, 1), res
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert "hostNetwork" not in template["spec"]
+    # over TCP (accepted on request): no RDMA, no capability
+    objs, info = rendered(tmp_path / "tcp", "--nodes", "2", "--allow-tcp")
+    for template in pod_templates(objs).values():
+        c = container(template)
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert not [r for r in c["resources"]["limits"] if r.startswith("rdma/")]
+    assert any("--allow-tcp" in n and "TCP sockets" in n for n in info["notes"])
+
+
+def test_a_values_file_and_flags_schedule_the_pods(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        "# as a Helm user writes it\n"
+        "tolerations:\n  - {key: dedicated, operator: Equal, value: llm, effect: NoSchedule}\n"
+        "nodeSelector:\n  nvidia.com/gpu.product: NVIDIA-H200\n  pool: a\n"
+        "runtimeClassName: nvidia\npriorityClassName: llm-serving\n"
+        "imagePullSecrets: [registry-creds, {name: other}]\n"
+        "podLabels: {team: llm}\npodAnnotations: {example.com/owner: llm@example.com}\n"
+        "exclusiveTopology: example.com/block\nhostNetwork: true\n"
+        "rdmaResources: {rdma/ib: 1}\nmonitorLabels: {prometheus: main}\n"
+    )
+    objs, info = rendered(
+        tmp_path, "--profile", "ring-ll", "--nodes", "2", "--values", str(values),
+        "--node-selector", "pool=b", "--toleration", "spot:NoExecute", "--label", "env=prod",
+        "--runtime-class", "nvidia-cdi",
+    )  # fmt: skip
+    lws = one(objs, "LeaderWorkerSet")
+    assert lws["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] == (
+        "example.com/block"
+    )
+    for template in pod_templates(objs).values():
+        spec = template["spec"]
+        assert spec["tolerations"] == [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"},
+            {"key": "spot", "operator": "Exists", "effect": "NoExecute"},
+        ]
+        # flags win over the file's scalars and add to its maps
+        assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200", "pool": "b"}
+        assert spec["runtimeClassName"] == "nvidia-cdi"
+        assert spec["priorityClassName"] == "llm-serving"
+        assert spec["imagePullSecrets"] == [{"name": "registry-creds"}, {"name": "other"}]
+        assert (spec["hostNetwork"], spec["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
+        labels = template["metadata"]["labels"]
+        assert (labels["team"], labels["env"]) == ("llm", "prod")
+        assert template["metadata"]["annotations"]["example.com/owner"] == "llm@example.com"
+        assert container(template)["resources"]["limits"]["rdma/ib"] == 1
+    assert one(objs, "PodMonitor")["metadata"]["labels"]["prometheus"] == "main"
+    assert "release" not in one(objs, "PodMonitor")["metadata"]["labels"]
+    # pinned by a nodeSelector: no warning; hostNetwork without NCCL_SOCKET_IFNAME: a note
+    assert not [n for n in info["notes"] if n.startswith("UNPINNED")]
+    assert any("NCCL_SOCKET_IFNAME" in n for n in info["notes"])
+
+
+def test_monitoring_defaults_match_kube_prometheus_stack(tmp_path: Path) -> None:
+    objs, _ = rendered(tmp_path, "--profile", "ring-ll")
+    pm = one(objs, "PodMonitor")
+    assert pm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    # the chart's Grafana sidecar finds datasources only in Grafana's namespace
+    for cm in ("fastverify-datasource", "fastverify-dashboards"):
+        assert one(objs, "ConfigMap", cm)["metadata"]["namespace"] == "monitoring"
+    # a ServiceMonitor (and the Service it needs) instead, with other labels
+    objs, _ = rendered(tmp_path / "sm", "--monitor", "servicemonitor", "--monitor-label",
+                       "prometheus=main", "--grafana-namespace", "grafana")  # fmt: skip
+    assert not by_kind(objs, "PodMonitor")
+    sm = one(objs, "ServiceMonitor")
+    assert sm["metadata"]["labels"]["prometheus"] == "main"
+    assert "release" not in sm["metadata"]["labels"]
+    metrics = one(objs, "Service", "fastverify-metrics")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= metrics["metadata"]["labels"].items()
+    pod_labels = one(objs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert metrics["spec"]["selector"].items() <= pod_labels.items()
+    assert metrics["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert one(objs, "ConfigMap", "fastverify-datasource")["metadata"]["namespace"] == "grafana"
+    objs, _ = rendered(tmp_path / "none", "--monitor", "none")
+    assert not by_kind(objs, "PodMonitor") and not by_kind(objs, "ServiceMonitor")
+
+
+def test_apply_ready_namespace_and_model_claim(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    render(out, "--namespace", "llm", "--replicas", "3", "--model-storage-class", "nfs",
+           "--model-size", "500Gi")  # fmt: skip
+    files = sorted(p.name for p in out.glob("*.yaml"))
+    assert files[0] == "00-namespace.yaml"  # `kubectl apply -f DIR` creates it first
+    objs = docs(out)
+    assert one(objs, "Namespace")["metadata"]["name"] == "llm"
+    pvc = one(objs, "PersistentVolumeClaim")
+    assert pvc["metadata"]["name"] == "fastverify-models"
+    assert pvc["spec"]["accessModes"] == ["ReadOnlyMany"]  # 3 pods mount it
+    assert pvc["spec"]["storageClassName"] == "nfs"
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "500Gi"
+    assert pvc["metadata"]["annotations"].items() >= KEEP.items()
+    # an existing claim: mounted, not rendered; no Namespace when it is managed elsewhere
+    render(out, "--model-pvc", "weights", "--no-namespace")
+    objs = docs(out)
+    assert not by_kind(objs, "PersistentVolumeClaim") and not by_kind(objs, "Namespace")
+    volumes = one(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"claimName": "weights", "readOnly": True} in [
+        v.get("persistentVolumeClaim") for v in volumes
+    ]
+
+
+def test_content_named_configmaps_survive_gitops_pruning(tmp_path: Path) -> None:
+    objs, _ = rendered(tmp_path, "--profile", "ring-ll")
+    for cm in by_kind(objs, "ConfigMap"):
+        role = cm["metadata"]["labels"].get("fastverify/configmap")
+        kept = cm["metadata"].get("annotations", {}).items() >= KEEP.items()
+        # exactly the hash-named ones (a pod template of an older revision names them)
+        assert kept == (role in ("config", "profile-declared")), cm["metadata"]["name"]
+
+
+def test_an_object_over_client_side_apply_is_refused_by_name(tmp_path: Path) -> None:
+    """16 user profiles with tuner tables (the issue's 199 KB, here 16 x 20 KB) make one
+    ConfigMap larger than client-side apply's annotation can hold."""
+    user = tmp_path / "profiles"
+    user.mkdir()
+    rows = "".join(f"AllReduce,{i * 64},{i * 64 + 63},Ring,LL,-1,8,1\n" for i in range(640))
+    for i in range(16):
+        (user / f"t{i}.tuner.csv").write_text(
+            "collective,min_bytes,max_bytes,algorithm,protocol,channels,nranks,nnodes\n" + rows
+        )
+        (user / f"t{i}.env").write_text(f"# extends: nccl-default\nFASTVERIFY_TUNER_TABLE=t{i}"
+                                        ".tuner.csv\n")  # fmt: skip
+    out = tmp_path / "out"
+    args = ("render", "kubernetes", "--output-dir", str(out), "--image", "fastverify:test",
+            "--profile", "ring-ll", "--profile-dir", str(user))  # fmt: skip
+    r = ctl(*args)
+    assert r.returncode == 2, r.stderr
+    assert "ConfigMap fastverify-profiles-user (05-configmaps.yaml" in r.stderr, r.stderr
+    assert "--server-side" in r.stderr and not out.exists()
+    r = ctl(*args, "--server-side")
+    assert r.returncode == 0, r.stderr
+    assert "fastverify-profiles-user" in r.stderr and "kubectl apply --server-side" in r.stderr
+    user_cm = [d for d in docs(out) if d["metadata"]["name"] == "fastverify-profiles-user"]
+    assert len(json.dumps(user_cm[0])) > 256 * 1024  # the guard measured a real excess
+
+
+def decision_file(tmp_path: Path, applied: Any, backend: str = "nccl") -> Path:
+    path = tmp_path / "decision.json"
+    path.write_text(json.dumps({
+        "decision": {"profile": "ring-ll", "mode": "baseline", "backend": backend,
+                     "applied": applied, "why": "rehearse failed: NCCL timeout"},
+        "stages": [],
+    }))  # fmt: skip
+    return path
+
+
+def test_a_decision_tune_did_not_apply_needs_force(tmp_path: Path) -> None:
+    path = decision_file(tmp_path, applied=False)
+    out = tmp_path / "out"
+    r = ctl("render", "kubernetes", "--output-dir", str(out), "--image", "fastverify:test",
+            "--from-decision", str(path))  # fmt: skip
+    assert r.returncode == 2 and not out.exists(), r.stderr
+    assert '"applied": false' in r.stderr and "rehearse failed" in r.stderr
+    assert "--force" in r.stderr
+    info = render(out, "--from-decision", str(path), "--force")
+    assert any("because of --force" in n for n in info["notes"])
+    ann = one(docs(out), "Deployment")["metadata"]["annotations"]
+    assert ann["fastverify/decision-sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    # measured on one host's topology, and not pinned to such nodes: said
+    assert any(n.startswith("UNPINNED: tune decided ring-ll") for n in info["notes"])
+
+
+def test_a_pcie_only_profile_unpinned_is_said(tmp_path: Path) -> None:
+    _, info = rendered(tmp_path, "--profile", "pcie-ipc")
+    assert any(n.startswith("UNPINNED: pcie-ipc is for one topology") for n in info["notes"])
+    _, info = rendered(tmp_path / "pinned", "--profile", "pcie-ipc", "--node-selector",
+                       "example.com/gpu-link=pcie")  # fmt: skip
+    assert not [n for n in info["notes"] if n.startswith("UNPINNED")]
+    _, info = rendered(tmp_path / "any", "--profile", "nccl-default")
+    assert not [n for n in info["notes"] if n.startswith("UNPINNED")]
+
+
+def test_values_file_problems_name_the_file_and_key(tmp_path: Path) -> None:
+    cases = {
+        "tolerations: [{key: a, effect: Sometimes}]\n": "effect 'Sometimes'",
+        "podLabels: {tier: [a]}\n": "tier=\"['a']\"",
+        "hostNetwork: yes-please\n": "hostNetwork: expected true or false",
+        "rdmaResources: {rdma/ib: 0}\n": "must be a positive integer",
+        "- a list\n": "expected a mapping",
+    }
+    for text, says in cases.items():
+        values = tmp_path / "v.yaml"
+        values.write_text(text)
+        r = ctl("render", "kubernetes", "--output-dir", str(tmp_path / "o"), "--image", "x:1",
+                "--values", str(values))  # fmt: skip
+        assert r.returncode == 2, (text, r.stderr)
+        assert str(values) in r.stderr and says in r.stderr, (text, r.stderr)
+
+
+def test_rendered_files_are_plain_yaml_documents(tmp_path: Path) -> None:
+    """Every file parses as YAML with kind, name and namespace (where namespaced)."""
+    out = tmp_path / "out"
+    render(out, "--nodes", "2", "--rdma-devices", "--monitor", "servicemonitor")
+    for path in out.glob("*.yaml"):
+        for d in yaml.safe_load_all(path.read_text()):
+            assert d["kind"] and d["metadata"]["name"], path
+            if d["kind"] != "Namespace":
+                assert d["metadata"]["namespace"], (path, d["metadata"])

@@ -1,0 +1,112 @@
+"""Speculation through fastverifyd on the sim: bench records the accept curve (real weights
+only), `spec plan` refuses without one and plans with one, `mode set adaptive` serves the
+plan with SGLang's flags, and an adaptive start SGLang disables fails and rolls back."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import httpx
+
+from fastverify.sglang import adaptive
+from tests.harness import DaemonHarness
+
+
+def _config(*extra: str) -> dict:
+    return {"server": {"mode": "eagle3", "extra_args": ["--sim-accept-length", "3.2", *extra]}}
+
+
+def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
+    (tmp_path / "profiles").mkdir(parents=True, exist_ok=True)
+    with DaemonHarness(tmp_path, config=_config(), tp_size=2) as d:
+        # no acceptance yet: the plan refuses, naming the command that records one
+        r = d.ctl("spec", "plan")
+        assert r.returncode == 1 and "fastverifyctl bench" in r.stderr, r.stderr
+        # no plan yet: adaptive is refused before anything running is touched
+        pid = d.status()["engine"]["pid"]
+        r = d.ctl("mode", "set", "adaptive")
+        assert r.returncode != 0 and "spec plan" in (r.stdout + r.stderr)
+        assert d.status()["engine"]["pid"] == pid
+
+        # a trial bench (dummy weights) is labelled and never used
+        r = d.ctl("bench", "--load-format", "dummy", "-n", "4", "-c", "2", "--output-len", "40",
+                  "--warmup", "0")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert "not usable: dummy weights" in r.stderr
+        assert d.ctl("spec", "plan").returncode == 1
+
+        # real weights: the curve is recorded per profile/mode/steps
+        r = d.ctl("profile", "set", d.status()["profile"], "--mode", "eagle3", "--restart")
+        assert r.returncode == 0, r.stderr
+        assert not d.status().get("trial")
+        r = d.ctl("bench", "-n", "8", "-c", "4", "--output-len", "120", "--warmup", "0")
+        assert r.returncode == 0, r.stderr
+        assert "acceptance recorded" in r.stderr and "real weights" in r.stderr
+        curves = d.client.get("/v1/acceptance")["curves"]
+        real = [c for c in curves.values() if c["usable"]]
+        assert len(real) == 1 and real[0]["steps"] == 3 and real[0]["weights"] == "real"
+
+        r = d.ctl("spec", "plan", "--json")
+        assert r.returncode == 0, r.stderr
+        plan = json.loads(r.stdout)
+        assert set(plan["tiers"]) == {"1", "2", "4", "8", "16", "32", "64"}
+        assert abs(plan["accept_curve"]["3"] - 3.2) < 0.05
+        cfg_path = Path(plan["adaptive_config"])
+        assert cfg_path.parent == d.state_dir
+        cfg = adaptive.load_config(cfg_path)
+        assert {str(b) for b in adaptive.tiers(cfg)} == set(plan["tiers"])
+        for bs, tier in plan["tiers"].items():
+            assert max(cfg[bs]["candidate_steps"]) == tier["steps"]
+            assert tier["ci"][0] <= tier["speedup"] <= tier["ci"][1]
+        human = d.ctl("spec", "plan")
+        assert human.returncode == 0 and "speculation plan" in human.stdout
+
+        assert plan["launch_steps"] == 3  # at 3.2 of 4 tokens, 3 steps pay at batch 1
+        r = d.ctl("mode", "set", "adaptive")
+        assert r.returncode == 0, r.stdout + r.stderr
+        st = d.status()
+        assert st["mode"] == "adaptive"
+        argv = d.client.get("/v1/server/argv")["argv"]
+        assert adaptive.FLAG_ADAPTIVE in argv and str(cfg_path) in argv
+        i = argv.index("--speculative-num-steps")
+        assert int(argv[i + 1]) == plan["launch_steps"]
+
+        # status and /metrics: the active steps and the time at each, the recorded curve
+        r = d.ctl("bench", "-n", "4", "-c", "1", "--output-len", "60", "--warmup", "0")
+        assert r.returncode == 0, r.stderr
+        assert "not usable: an adaptive server" in r.stderr  # mixed step counts: never used
+
+        def spec_status() -> dict | None:
+            sp = d.status().get("speculation") or {}
+            return sp if sp.get("active_steps") is not None and sp["seconds_at_steps"] else None
+
+        sp = d.wait_for(spec_status, 30, "the active draft steps in status")
+        assert sp["active_steps"] in (0, 3) and set(sp["seconds_at_steps"]) <= {"0", "3"}
+        assert "draft steps:" in d.ctl("status").stdout
+        text = httpx.get(d.metrics_url).text
+        assert re.search(r'fastverify_spec_active_steps\{[^}]*mode="adaptive"[^}]*\} [03]', text)
+        assert re.search(r'fastverify_spec_steps_seconds_total\{[^}]*steps="[03]"', text)
+        real = re.findall(  # labels in name order: drafts, mode, profile, steps, usable, weights
+            r'fastverify_spec_accepted_drafts_ratio\{drafts="\d",mode="eagle3",profile="[^"]*",'
+            r'steps="3",usable="true",weights="real"\} (\S+)', text)  # fmt: skip
+        assert len(real) == 4 and abs(sum(map(float, real)) - 1) < 1e-6
+        assert "fastverify_spec_recorded_accept_length{" in text
+
+
+def test_adaptive_disabled_by_sglang_fails_and_rolls_back(tmp_path: Path) -> None:
+    # topk 4 from extra_args (SGLang takes the last value): SGLang serves without adaptive
+    cfg = _config("--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8")
+    plan = {"1": {"candidate_steps": [0, 3]}}
+    with DaemonHarness(tmp_path, config=cfg, tp_size=2) as d:
+        (d.state_dir / "adaptive-config.json").write_text(json.dumps(plan))
+        before = d.status()
+        r = d.ctl("mode", "set", "adaptive")
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "adaptive_disabled" in r.stderr and "only topk=1 is supported" in r.stderr
+        st = d.status()
+        assert (st["state"], st["mode"]) == ("READY", before["mode"])
+        assert st["last_failure"]["reason"] == "adaptive_disabled"
+        rec = d.client.get("/v1/history")[-1]
+        assert rec["result"] == "rolled_back" and rec["reason"] == "adaptive_disabled"

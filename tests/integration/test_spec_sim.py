@@ -1,0 +1,90 @@
+"""Speculation on the sim, end to end through real server processes: the histogram in
+meta_info, bench's accept curve against the sim's ground truth, and --speculative-adaptive
+served with SGLang's controller (its log lines and the two step gauges)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fastverify.experiments.bench.load import BenchConfig, run_bench
+from fastverify.sglang import adaptive
+from fastverify.speculation.curve import AcceptCurve
+from tests.integration.test_bench_sim import sim_server
+
+EAGLE = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "sim/d"]
+
+
+def test_bench_accept_curve_equals_the_sims_ground_truth(tmp_path: Path) -> None:
+    with sim_server(tmp_path, *EAGLE, "--speculative-num-steps", "3",
+                    "--sim-accept-length", "2.0") as url:  # fmt: skip
+        cfg = BenchConfig(url=url, concurrency=16, duration=None, requests=16,
+                          output_len=200, warmup=0)  # fmt: skip
+        result = run_bench(cfg)
+        truth = httpx.get(f"{url}/server_info").json()["sim"]["acceptance"]
+    hist = result.accept_histogram
+    assert hist is not None and len(hist) == 4 and result.accept_steps == 3
+    assert sum(hist) >= 16 * 90  # every completed request's passes, ~100 each
+    curve = result.accept_curve
+    assert curve is not None and set(curve) == {"1", "2", "3"}
+    for k, length in curve.items():
+        assert length == pytest.approx(truth["accept_length_by_steps"][k], rel=0.01), k
+    assert curve["3"] == pytest.approx(2.0, rel=0.01)
+    # the curve is the chain formula over the summed histogram
+    assert curve == AcceptCurve.from_histogram(hist, 3).curve()
+
+
+def test_baseline_server_has_no_histogram(tmp_path: Path) -> None:
+    with sim_server(tmp_path) as url:
+        result = run_bench(BenchConfig(url=url, duration=None, requests=2, output_len=8,
+                                       warmup=0))  # fmt: skip
+    assert result.accept_histogram is None and result.accept_curve is None
+
+
+def _metric(text: str, name: str) -> float | None:
+    m = re.search(rf"^{re.escape(name)}{{[^}}]*}} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def test_adaptive_steps_down_where_drafting_loses_and_says_so(tmp_path: Path) -> None:
+    # tier 1: [0, 3], dropping to 0 below 1.5 accepted drafts; the sim accepts ~0.3
+    cfg = {"1": {"candidate_steps": [0, 3], "down_hysteresis": 1.0}, "4": {"candidate_steps": [0]}}
+    path = tmp_path / "adaptive.json"
+    path.write_text(json.dumps(cfg))
+    with sim_server(tmp_path, *EAGLE, "--speculative-num-steps", "3", "--sim-accept-length",
+                    "1.3", adaptive.FLAG_ADAPTIVE, adaptive.FLAG_ADAPTIVE_CONFIG,
+                    str(path), "--decode-log-interval", "5") as url:  # fmt: skip
+        info = httpx.get(f"{url}/server_info").json()
+        assert info["speculative_adaptive"] is True
+        assert info["speculative_adaptive_config"] == str(path)
+        out = httpx.post(f"{url}/generate", json={"text": "go", "sampling_params":
+                         {"max_new_tokens": 60}}, timeout=60).json()  # fmt: skip
+        metrics = httpx.get(f"{url}/metrics").text
+        log = next(tmp_path.glob("sim-*.log")).read_text()
+    changes = [c for line in log.splitlines() if (c := adaptive.parse_updated(line))]
+    assert changes and (changes[0].old, changes[0].new) == (3, 0)
+    assert changes[0].ema <= 1.5
+    # warm-up 10 passes, then a decision every 5: the first move is after pass 15
+    hist = out["meta_info"][adaptive.HISTOGRAM_KEY]
+    assert sum(hist) == out["meta_info"]["spec_verify_ct"] >= 16
+    assert hist[0] > sum(hist[1:])  # steps 0 passes count as 0 accepted drafts
+    steps = _metric(metrics, "sglang:spec_num_steps")
+    assert steps in (0.0, 3.0)
+    assert _metric(metrics, "sglang:spec_num_draft_tokens") == steps + 1
+
+
+def test_adaptive_refused_for_topk_above_1_serves_static_and_logs_sglangs_line(
+    tmp_path: Path,
+) -> None:
+    with sim_server(tmp_path, *EAGLE, "--speculative-num-steps", "3", "--speculative-eagle-topk",
+                    "4", "--speculative-num-draft-tokens", "8",
+                    adaptive.FLAG_ADAPTIVE) as url:  # fmt: skip
+        info = httpx.get(f"{url}/server_info").json()
+        log = next(tmp_path.glob("sim-*.log")).read_text()
+    assert info["speculative_adaptive"] is False
+    reasons = [r for line in log.splitlines() if (r := adaptive.parse_disabled(line))]
+    assert reasons == [adaptive.unsupported_reason("EAGLE3", 4)]

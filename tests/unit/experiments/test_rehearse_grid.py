@@ -1,0 +1,187 @@
+"""`rehearse --batch-sizes/--tokens/--shard-of-tp` on CPUs: the grid's shard logic, its JSON
+(the schema `spec plan` reads), the all-reduce sources, and real gloo rank processes.
+
+The GPU run of the same code is benchmarks/results/rehearse-grid-kimi-k2.5-shard-of-tp8-h200.json
+(and its TP 2 cross-check beside it)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fastverify.experiments.preflight import run as preflight
+from fastverify.experiments.rehearse import grid, modelconfig
+
+REPO = Path(__file__).resolve().parents[3]
+CONFIGS = REPO / "examples" / "model-configs"
+RESULTS = REPO / "benchmarks" / "results"
+SCHEMA = [
+    "kind", "model", "shard_of_tp", "ranks_run", "gpu", "batch_sizes", "tokens_per_seq",
+    "forward_ms", "verify_decode_ratio", "allreduce", "sources", "command",
+]  # fmt: skip
+needs_torch = pytest.mark.skipif(
+    not preflight.torch_available(),
+    reason="TORCH IS NOT INSTALLED: the grid's rank processes need it; these tests did NOT run",
+)
+
+
+def ctl(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "fastverify.ctl", "rehearse", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False, env=dict(os.environ),
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------ shapes only
+
+
+def test_shard_of_tp8_is_one_rank_of_kimi_k25_at_tp8() -> None:
+    spec = modelconfig.load_spec(CONFIGS / "kimi-k2.5.json")
+    job = grid.build_job(grid.GridConfig(str(CONFIGS / "kimi-k2.5.json"), shard_of_tp=8), spec, 8)
+    plan = job["target"]
+    assert plan["tp"] == 8 and plan["heads_per_rank"] == spec.num_heads // 8
+    assert plan["vocab_per_rank"] == -(-spec.vocab_size // 8)
+    assert plan["moe"]["gate_up"] == [spec.hidden_size, 2 * spec.moe_intermediate_size // 8]
+    assert plan["attention"]["o_proj"] == [(spec.num_heads // 8) * spec.v_head_dim, 7168]
+    assert modelconfig.allreduces_per_forward(spec, 8) == 2 * spec.num_layers + 1 == 123
+    # the memory estimate sees the largest batch and the widest routing window
+    assert job["batch"] == 64 and job["draft_tokens"] == 7
+    assert job["grid"] == {"batch_sizes": [1, 2, 4, 8, 16, 32, 64],
+                           "tokens_per_seq": [1, 2, 3, 4, 5, 6, 7, 8]}  # fmt: skip
+
+
+def test_refuses_a_grid_without_the_decode_column() -> None:
+    with pytest.raises(grid.GridError, match="include 1"):
+        grid.check(grid.GridConfig("x", tokens=(2, 4)))
+    with pytest.raises(grid.GridError, match="allreduce-backend"):
+        grid.check(grid.GridConfig("x", allreduce_backend="mpi"))
+    res = ctl("--model-config", str(CONFIGS / "tiny-moe.json"), "--backend", "gloo",
+              "--tokens", "2,4")  # fmt: skip
+    assert res.returncode == 2 and "include 1" in res.stderr, res.stderr
+    res = ctl("--model-config", str(CONFIGS / "tiny-moe.json"), "--backend", "gloo",
+              "--shard-of-tp", "2", "ring-ll")  # fmt: skip
+    assert res.returncode == 2 and "runs no NCCL profile; drop ring-ll" in res.stderr
+
+
+# ------------------------------------------------------------------ all-reduce sources
+
+
+def test_loglog_interpolation() -> None:
+    pts = [(1000.0, 10.0), (100000.0, 1000.0)]
+    assert grid.loglog(pts, 1000) == 10.0 and grid.loglog(pts, 100000) == 1000.0
+    assert math.isclose(grid.loglog(pts, 10000), 100.0)  # halfway in log-log
+    assert grid.loglog(pts, 10) == 10.0  # latency-bound below the first point
+    assert math.isclose(grid.loglog(pts, 200000), 2000.0)  # linear in bytes above the last
+
+
+def test_published_table_scaled_by_hops_and_labelled() -> None:
+    pts8, label8 = grid.published_points("nccl", 8)
+    assert pts8[0] == (12 * 1024, 205.1) and "scaled" not in label8
+    assert label8.startswith("published:") and "pcie_ipc_ar.py" in label8
+    pts2, label2 = grid.published_points("pcie_ipc", 2)
+    assert math.isclose(pts2[0][1], 5.3 * 2 / 14) and "scaled x0.143 to TP 2" in label2
+
+
+def test_allreduce_from_the_hosts_preflight() -> None:
+    report = json.loads((RESULTS / "preflight-h200x2-2gpu-nvlink.json").read_text())
+    cfg = grid.GridConfig(
+        str(CONFIGS / "kimi-k2.5.json"), batch_sizes=(1, 64), tokens=(1, 4),
+        allreduce_from=str(RESULTS / "preflight-h200x2-2gpu-nvlink.json"),
+    )  # fmt: skip
+    table = grid.allreduce_table(cfg, 2, 7168, 123)
+    first = next(p for p in report["profiles"] if p["status"] == "ok")
+    row = next(s for s in first["sizes"] if s["bytes"] == 7168 * 2)
+    assert table["source"] == "preflight:preflight-h200x2-2gpu-nvlink.json"
+    assert first["profile"] in table["detail"] and "by_backend" not in table
+    want = 123 * row["graph"]["batch"]["per_op_p50_us"] / 1e3
+    assert math.isclose(table["per_forward_ms"]["1"]["1"], want)
+    # 4 tokens at batch 1 is a measured size too (57344 bytes)
+    row4 = next(s for s in first["sizes"] if s["bytes"] == 7168 * 2 * 4)
+    assert math.isclose(
+        table["per_forward_ms"]["1"]["4"], 123 * row4["graph"]["batch"]["per_op_p50_us"] / 1e3
+    )
+    with pytest.raises(grid.GridError, match="preflight --nproc 8"):
+        grid.allreduce_table(cfg, 8, 7168, 123)  # a 2-GPU report cannot price TP 8
+    with pytest.raises(grid.GridError, match="no profile 'nope'"):
+        grid.allreduce_table(grid.GridConfig(**{**cfg.__dict__, "allreduce_profile": "nope"}),
+                             2, 7168, 123)  # fmt: skip
+
+
+def test_same_gpu_preflight_is_refused_as_a_host_measurement() -> None:
+    path = RESULTS / "preflight-pcie-ipc-same-gpu-ranks-not-pcie-h200.json"
+    cfg = grid.GridConfig(str(CONFIGS / "kimi-k2.5.json"), allreduce_from=str(path))
+    with pytest.raises(grid.GridError, match="not a PCIe measurement"):
+        grid.allreduce_table(cfg, 2, 7168, 123)
+
+
+# ------------------------------------------------------------------ real gloo ranks
+
+
+@needs_torch
+def test_shard_of_tp_runs_one_rank_and_writes_the_schema(tmp_path: Path) -> None:
+    out = tmp_path / "grid.json"
+    res = ctl("--model-config", str(CONFIGS / "tiny-moe.json"), "--backend", "gloo",
+              "--shard-of-tp", "2", "--batch-sizes", "1,2,4", "--tokens", "1,2,3",
+              "--steps", "2", "--pool-gb", "0.01", "-o", str(out), "--json")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert list(doc) == SCHEMA and json.loads(out.read_text()) == doc
+    assert doc["kind"] == "rehearse-grid" and doc["shard_of_tp"] == 2 and doc["ranks_run"] == 1
+    assert doc["batch_sizes"] == [1, 2, 4] and doc["tokens_per_seq"] == [1, 2, 3]
+    spec = modelconfig.load_spec(CONFIGS / "tiny-moe.json")
+    for b in ("1", "2", "4"):
+        assert set(doc["forward_ms"][b]) == {"1", "2", "3"}
+        assert all(v > 0 for v in doc["forward_ms"][b].values())
+        assert doc["verify_decode_ratio"][b]["1"] == 1.0
+        for t in ("2", "3"):
+            ratio = doc["forward_ms"][b][t] / doc["forward_ms"][b]["1"]
+            assert math.isclose(doc["verify_decode_ratio"][b][t], ratio)
+    ar = doc["allreduce"]
+    assert ar["count_per_forward"] == modelconfig.allreduces_per_forward(spec, 2) == 7
+    assert ar["source"].startswith("published:") and "nccl column" in ar["source"]
+    pts, _ = grid.published_points("nccl", 2)
+    bytes_4x3 = 4 * 3 * spec.hidden_size * 2
+    assert math.isclose(ar["per_forward_ms"]["4"]["3"], 7 * grid.loglog(pts, bytes_4x3) / 1e3)
+    assert set(ar["by_backend"]) == {"nccl", "pcie_ipc"}
+    assert doc["command"].startswith("fastverifyctl rehearse ") and "--shard-of-tp 2" in doc[
+        "command"]  # fmt: skip
+    assert "gloo" in doc["sources"]["forward_ms"]
+
+
+@needs_torch
+def test_without_shard_the_grid_runs_every_rank_at_its_tp(tmp_path: Path) -> None:
+    cfg = grid.GridConfig(
+        str(CONFIGS / "tiny-dense.json"), batch_sizes=(1, 2), tokens=(1, 2), nproc=2,
+        backend="gloo", steps=2, pool_gb=0.01, logs_dir=str(tmp_path),
+    )  # fmt: skip
+    doc = grid.run_grid(cfg, "test")
+    assert doc["ranks_run"] == 2 and doc["shard_of_tp"] == 2
+    job = json.loads((tmp_path / "grid.job.json").read_text())
+    assert job["target"]["tp"] == 2
+    ranks = [json.loads((tmp_path / f"grid.rank{r}.json").read_text()) for r in (0, 1)]
+    for b, t in (("1", "1"), ("2", "2")):  # the slowest rank's p50 per cell
+        p50 = max(r["grid"]["cells"][b][t]["p50_ms"] for r in ranks)
+        assert doc["forward_ms"][b][t] == p50
+
+
+def test_the_h200_grid_is_what_spec_plan_reads() -> None:
+    """The committed TP 8 shard grid (one H200) loads in `spec plan --costs`'s reader: the cycle
+    at k steps is the forward over k + 1 tokens plus its all-reduces, as the grid states them."""
+    from fastverify.speculation import costs
+
+    path = RESULTS / "rehearse-grid-kimi-k2.5-shard-of-tp8-h200.json"
+    doc = json.loads(path.read_text())
+    assert list(doc) == SCHEMA and doc["shard_of_tp"] == 8 and doc["ranks_run"] == 1
+    got = costs.from_rehearse_grid(path)
+    for b in doc["batch_sizes"]:
+        for t in doc["tokens_per_seq"]:
+            want = doc["forward_ms"][str(b)][str(t)] + doc["allreduce"]["per_forward_ms"][
+                str(b)][str(t)]  # fmt: skip
+            assert math.isclose(got.table[b][t - 1] * 1e3, want)
+    assert doc["allreduce"]["source"] in got.source
