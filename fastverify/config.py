@@ -40,6 +40,8 @@ File layout (every key optional; see `docs/config.example.toml`):
     tls_key = ""                       # its private key (chmod 600)
     tls_client_ca = ""                 # CA of client certificates: mutual TLS, required
     metrics_listen = "127.0.0.1:9464"  # "" = exporter off
+    web_config_file = ""               # exporter-toolkit web config for /metrics (TLS, basic
+                                       # auth: the YAML node_exporter's --web.config.file reads)
     health_listen = ""                 # "HOST:PORT" for /livez /readyz /startupz ("" = off)
     declarative = false                # profile and mode come from this file (a Kubernetes
                                        # manifest): state.json is not restored and
@@ -154,6 +156,7 @@ class DaemonConfig:
     tls_key: str = ""
     tls_client_ca: str = ""  # CA of the client certificates required (mutual TLS)
     metrics_listen: str = "127.0.0.1:9464"
+    web_config_file: str = ""  # exporter-toolkit web config for /metrics ("" = plain HTTP)
     health_listen: str = ""  # HTTP /livez /readyz /startupz for an orchestrator ("" = off)
     declarative: bool = False  # profile/mode from the configuration (Kubernetes), not the API
     profile_dirs: tuple[str, ...] = ()
@@ -385,6 +388,7 @@ FIELDS: dict[str, Check] = {
     "daemon.tls_key": _string(what="a PEM private key file path"),
     "daemon.tls_client_ca": _string(what="a PEM CA file path"),
     "daemon.metrics_listen": _listen(lowest_port=0),
+    "daemon.web_config_file": _string(what="an exporter-toolkit web config (YAML) path"),
     "daemon.health_listen": _listen(lowest_port=0),
     "daemon.declarative": _boolean,
     "daemon.profile_dirs": _str_list(what="a list of directory paths"),

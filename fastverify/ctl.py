@@ -57,15 +57,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Render systemd units, the compose stack, or Kubernetes manifests.",
     ),
     "bench": (
-        "fastverify.cli.experiment_cmds:bench",
+        "fastverify.cli.bench_cmd:bench",
         "Closed-loop load against the running server.",
     ),
     "sweep": (
-        "fastverify.cli.experiment_cmds:sweep",
+        "fastverify.cli.sweep_cmd:sweep",
         "Baseline-first profile sweep with statistics.",
     ),
     "preflight": (
-        "fastverify.cli.experiment_cmds:preflight",
+        "fastverify.cli.preflight_cmd:preflight",
         "NCCL all-reduce + CUDA-graph check per profile, no model.",
     ),
     "tune": (

@@ -38,6 +38,8 @@ USER_PROFILES = "/etc/fastverify/profiles.d/user"
 SHIPPED_PROFILES = "/etc/fastverify/profiles.d/shipped"
 STATE_DIR = "/var/lib/fastverify"
 SOCKET = "/run/fastverify/control.sock"
+WEB_CONFIG_DIR = "/etc/fastverify/web"  # --web-config-secret's mount
+WEB_CONFIG_KEY = "web-config.yml"
 CACHE_DIR = "/var/cache/fastverify"
 MODEL_DIR = "/models"
 SGLANG_PORT = 30000
@@ -58,6 +60,7 @@ POD_PATHS = {
     "shipped": SHIPPED_PROFILES,
     "state": STATE_DIR,
     "socket_dir": os.path.dirname(SOCKET),
+    "web_config": WEB_CONFIG_DIR,
     "socket": SOCKET,
     "cache": CACHE_DIR,
     "models": MODEL_DIR,
@@ -126,6 +129,9 @@ class KubeOptions:
     progress_deadline_s: int | None = None  # None: startup window + 20 minutes
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     hf_token_secret: str | None = None  # a Secret with key HF_TOKEN
+    # a Secret with key web-config.yml (exporter-toolkit's YAML) and the files it names
+    # (relative to it): mounted at WEB_CONFIG_DIR, the daemon's /metrics then uses it
+    web_config_secret: str | None = None
     force: bool = False  # LL128 without NVLink, a decision tune did not apply
     # scheduling and network (fastverify.kube_values): flags, or one YAML values file
     values_file: str | None = None
@@ -337,7 +343,9 @@ def daemon_config_text(cfg: Any, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pod_config(cfg: Any, profile: str, mode: str, nodes: int, gpus: int) -> Any:
+def pod_config(
+    cfg: Any, profile: str, mode: str, nodes: int, gpus: int, web_config: bool = False
+) -> Any:
     """The daemon configuration a pod runs: the operator's server settings, with the pod's
     paths, listeners, declared profile/mode and (multi-node) the total TP size."""
     env = dict(cfg.server.env)
@@ -366,6 +374,7 @@ def pod_config(cfg: Any, profile: str, mode: str, nodes: int, gpus: int) -> Any:
         tcp_listen="",
         token_file="",
         metrics_listen=f"0.0.0.0:{METRICS_PORT}",
+        web_config_file=f"{WEB_CONFIG_DIR}/{WEB_CONFIG_KEY}" if web_config else "",
         health_listen=f"0.0.0.0:{HEALTH_PORT}",
         declarative=True,
         default_profile=profile,
@@ -426,7 +435,8 @@ def _check(options: KubeOptions) -> None:
             f"--model-host-path {options.model_host_path!r}: expected an absolute path"
         )
     for flag, value in (("--model-pvc", options.model_pvc), ("--cache-pvc", options.cache_pvc),
-                        ("--hf-token-secret", options.hf_token_secret)):  # fmt: skip
+                        ("--hf-token-secret", options.hf_token_secret),
+                        ("--web-config-secret", options.web_config_secret)):  # fmt: skip
         if value is not None and not NAME_RE.fullmatch(value):
             raise RenderError(f"{flag} {value!r}: expected the name of an object (a DNS label)")
 
@@ -640,7 +650,16 @@ def render(options: KubeOptions) -> Bundle:
     fleet = _fleet(options)
     notes += _network_checks(options, fleet, loaded)
     notes += _placement_notes(options, fleet, loaded, decision)
-    pod_cfg = pod_config(cfg, loaded.name, mode, options.nodes, gpus)
+    pod_cfg = pod_config(
+        cfg, loaded.name, mode, options.nodes, gpus, options.web_config_secret is not None
+    )
+    if options.web_config_secret:
+        notes.append(
+            f"--web-config-secret {options.web_config_secret}: /metrics follows its "
+            f"{WEB_CONFIG_KEY} (TLS, basic auth); the {options.monitor} scrapes https: give "
+            "it the tlsConfig and basicAuth of your Prometheus (its CA, client certificate "
+            "and password Secrets)"
+        )
     generation = (
         cfg.server.sglang_flags if cfg.server.sglang_flags != "auto"
         else generation_for(PINNED_VERSION)

@@ -76,9 +76,40 @@ stamp_text() {
 
 log() { printf 'sglang-venv: %s\n' "$*" >&2; }
 
+# FlashInfer's sources the contract suite reads (unpacked, never installed): the PCIe-IPC
+# modules and kernels, its JIT paths and builds (jit/env.py, comm.py, tllm_utils.py) and the
+# autotuner (its log lines). FI_MARKER names the newest file asked for: a venv unpacked by an
+# older version of this script gets the missing ones added without a rebuild.
+FI_DIR="$VENV/share/flashinfer-python-$FLASHINFER_VERSION"
+FI_MARKER="$FI_DIR/flashinfer/autotuner/autotuner.py"
+unpack_flashinfer() {
+    log "unpacking flashinfer-python==$FLASHINFER_VERSION's PCIe-IPC sources into $FI_DIR"
+    rm -rf "$FI_DIR.new" "$VENV/share/wheels"
+    "$VENV/bin/python" -m pip download -q --no-deps "flashinfer-python==$FLASHINFER_VERSION" \
+        -d "$VENV/share/wheels" 2>&1 | { grep -v 'is ignored: it is neither' || true; } >&2
+    "$VENV/bin/python" - "$VENV/share/wheels" "$FI_DIR.new" <<'PY'
+import pathlib, re, sys, zipfile
+wheels, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+keep = re.compile(
+    r"flashinfer/(comm/pcie_ipc_[^/]*\.py|comm/__init__\.py|jit/env\.py|jit/comm\.py"
+    r"|jit/tllm_utils\.py|autotuner/autotuner\.py"
+    r"|data/include/flashinfer/comm/pcie_ipc_[^/]*)$"
+    r"|flashinfer_python-[^/]*\.dist-info/METADATA$"
+)
+(whl,) = wheels.glob("flashinfer_python-*.whl")
+with zipfile.ZipFile(whl) as z:
+    names = [n for n in z.namelist() if keep.search(n)]
+    z.extractall(out, names)
+print(f"{len(names)} files from {whl.name}", file=sys.stderr)
+PY
+    rm -rf "$FI_DIR" "$VENV/share/wheels"
+    mv "$FI_DIR.new" "$FI_DIR"  # swapped whole: a reader never sees half of it
+}
+
 STAMP="$VENV/.fastverify-stamp"
 if [[ -f "$STAMP" && -x "$VENV/bin/python" ]] && [[ "$(cat "$STAMP")" == "$(stamp_text)" ]]; then
     log "reusing $VENV (sglang $SGLANG_VERSION)"
+    [[ -f "$FI_MARKER" ]] || unpack_flashinfer
     printf '%s\n' "$VENV/bin/python"
     exit 0
 fi
@@ -97,26 +128,7 @@ pip_q "${DEPS[@]}"
 log "installing sglang==$SGLANG_VERSION without its dependency tree"
 pip_q --no-deps "sglang==$SGLANG_VERSION"
 "$VENV/bin/python" -W ignore -c "$IMPORTS" >&2
-FI_DIR="$VENV/share/flashinfer-python-$FLASHINFER_VERSION"
-log "unpacking flashinfer-python==$FLASHINFER_VERSION's PCIe-IPC sources into $FI_DIR"
-rm -rf "$FI_DIR" "$VENV/share/wheels"
-"$VENV/bin/python" -m pip download -q --no-deps "flashinfer-python==$FLASHINFER_VERSION" \
-    -d "$VENV/share/wheels" 2>&1 | { grep -v 'is ignored: it is neither' || true; } >&2
-"$VENV/bin/python" - "$VENV/share/wheels" "$FI_DIR" <<'PY'
-import pathlib, re, sys, zipfile
-wheels, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-keep = re.compile(
-    r"flashinfer/(comm/pcie_ipc_[^/]*\.py|comm/__init__\.py|jit/env\.py"
-    r"|data/include/flashinfer/comm/pcie_ipc_[^/]*)$"
-    r"|flashinfer_python-[^/]*\.dist-info/METADATA$"
-)
-(whl,) = wheels.glob("flashinfer_python-*.whl")
-with zipfile.ZipFile(whl) as z:
-    names = [n for n in z.namelist() if keep.search(n)]
-    z.extractall(out, names)
-print(f"{len(names)} files from {whl.name}", file=sys.stderr)
-PY
-rm -rf "$VENV/share/wheels"
+unpack_flashinfer
 stamp_text > "$STAMP"
 log "ready: $VENV"
 printf '%s\n' "$VENV/bin/python"

@@ -84,17 +84,26 @@ def wheel_path(version: str) -> Path | None:
 
 
 def download(version: str) -> Path:
-    """The cached wheel of sglang==version, downloaded once (no dependencies)."""
+    """The cached wheel of sglang==version, downloaded once (no dependencies). A lock file
+    per release keeps concurrent runs (the suite's workers, sglang-release-venv.sh) from
+    downloading the same wheel at once."""
+    import fcntl
+
     have = wheel_path(version)
     if have is not None:
         return have
     cache_dir().mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-        "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64",
-        f"sglang=={version}", "-d", str(cache_dir()),
-    ]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    with open(cache_dir() / f".lock-{version}", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        have = wheel_path(version)
+        if have is not None:
+            return have
+        cmd = [
+            sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+            "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64",
+            f"sglang=={version}", "-d", str(cache_dir()),
+        ]  # fmt: skip
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     have = wheel_path(version)
     if have is None:
         tail = (out.stderr.strip().splitlines() or ["no output"])[-1]

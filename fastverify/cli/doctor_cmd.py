@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from fastverify.cli.daemon_call import socket_option
 from fastverify.cli.output import EXIT_OK, EXIT_PROBLEMS, emit_json, table
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -61,6 +62,7 @@ _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
     default=None,
     help="TP size for SGLang's own NCCL additions (default: the daemon config's server.tp_size).",
 )
+@socket_option
 @click.pass_context
 def doctor(
     ctx: click.Context,
@@ -79,6 +81,7 @@ def doctor(
 
     interpreters = list(pythons)
     sglang_args: tuple[str, ...] = ()
+    tp_size_given = tp_size
     try:
         from fastverify import config
 
@@ -103,7 +106,24 @@ def doctor(
     if systemd_dirs:
         inputs.systemd_dirs = [Path(d) for d in systemd_dirs]
     ctx.obj = {**(ctx.obj or {}), "profile_dirs": [], "shipped_dir": None}
-    report = doc.run(inputs, make_store(ctx))
+    store = make_store(ctx)
+    report = doc.run(inputs, store)
+    # the all-reduce part describes the daemon's engine (its capabilities), else this machine
+    from fastverify.cli.engine_view import engine_view
+
+    ev = engine_view(ctx, tp_size=tp_size_given, extra_args=() if tp_size_given else sglang_args)
+    from fastverify.cli.doctor_engine import apply_engine
+
+    apply_engine(
+        report,
+        ev.host,
+        ev.argv,
+        ev.status,
+        inputs.env,
+        {e.name for e in store.entries()},
+        interpreters[0] if interpreters else "",
+        view=ev.view,
+    )
     findings = sorted(report.findings, key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))
     sglang_rows = [sglang_in_range(py) for py in interpreters or [sys.executable]]
     worst = _worse(report.worst, *(r["severity"] for r in sglang_rows))
@@ -129,9 +149,13 @@ def doctor(
             for line in lines:
                 click.echo(f"  {line}")
         if report.allreduce is not None:
-            tp = report.allreduce["tp_size"]
-            click.echo(f"TP all-reduce backend at TP {tp} (this environment, SGLang 0.5.23):")
-            click.echo(f"  {report.allreduce['description']}")
+            ar = report.allreduce
+            view = (report.engine or {}).get("view") or "this environment"
+            click.echo(f"TP all-reduce backend at TP {ar['tp_size']} ({view}):")
+            serving = f" (profile {ar['profile']}, {ar.get('evidence') or 'reported'})"
+            click.echo(f"  {ar['description']}{serving if ar.get('profile') else ''}")
+            can = [b["backend"] for b in ar.get("possible_backends") or [] if b["possible"]]
+            click.echo(f"  backends possible: {', '.join(can) or '-'}")
         for row in sglang_rows:
             click.echo(f"SGLang ({row['python']}): {row['message']}")
         click.echo(f"status: {worst}")

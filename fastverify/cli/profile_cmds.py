@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from fastverify.cli.daemon_call import socket_option
 from fastverify.cli.output import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, emit_json, fail, table, warn
 from fastverify.cli.profile_group import make_store, profile, user_dirs
 
@@ -71,30 +72,32 @@ def not_found(exc: Any, target: str) -> bool:
 @click.option(
     "--tp-size",
     type=click.IntRange(min=1),
-    default=8,
-    show_default=True,
-    help="With --effective: the TP size SGLang's own NCCL rules are applied for.",
+    default=None,
+    help="With --effective: the TP size SGLang's own NCCL rules are applied for (default: "
+    "the daemon's engine's, else 8).",
 )
 @click.option(
     "--hidden-size",
     type=click.IntRange(min=1),
     default=None,
     help="With --effective: the model's hidden size, to give the all-reduce backend's size "
-    "bound in bytes (default: in rows).",
+    "bound in bytes (default: the daemon's engine's model; without one: in rows).",
 )
 @click.option(
     "--decode-max-bs",
     type=click.IntRange(min=1),
     default=None,
-    help="With --effective: the server's --cuda-graph-max-bs-decode (default: SGLang's choice).",
+    help="With --effective: the server's --cuda-graph-max-bs-decode (default: the daemon's "
+    "server args, else SGLang's choice).",
 )
 @click.option(
     "--draft-tokens",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="With --effective: EAGLE-3 draft tokens per request (rows per verify).",
+    default=None,
+    help="With --effective: EAGLE-3 draft tokens per request (rows per verify; default: the "
+    "daemon's server args).",
 )
+@socket_option
 @click.pass_context
 def show_cmd(
     ctx: click.Context,
@@ -104,10 +107,10 @@ def show_cmd(
     home: str | None,
     etc_conf: str,
     force: bool,
-    tp_size: int,
+    tp_size: int | None,
     hidden_size: int | None,
     decode_max_bs: int | None,
-    draft_tokens: int,
+    draft_tokens: int | None,
 ) -> None:
     """Show a profile's variables (with --effective: each marked with its source)."""
     from fastverify.profiles import effective as eff
@@ -116,6 +119,9 @@ def show_cmd(
     prof = _load_or_exit(store, name, force=force)
     data = prof.to_dict()
     if effective:
+        from fastverify.cli.engine_view import engine_view
+        from fastverify.engines.allreduce_host import dispatch_for, server_args
+
         base = dict(os.environ)
         if home is not None:
             base["HOME"] = home
@@ -125,23 +131,28 @@ def show_cmd(
             {"label": c.label, "path": str(c.path), "exists": c.path.is_file()}
             for c in eff.conf_files(eff.effective_env(prof, base), Path(etc_conf))
         ]
+        extra: list[str] = []
+        if prof.requires.get("custom-all-reduce") == "off":
+            extra.append("--disable-custom-all-reduce")
+        if decode_max_bs is not None:
+            extra += ["--cuda-graph-max-bs-decode", str(decode_max_bs)]
+        if draft_tokens is not None:
+            extra += ["--speculative-algorithm", "EAGLE3",
+                      "--speculative-num-draft-tokens", str(draft_tokens)]  # fmt: skip
+        ev = engine_view(ctx, tp_size=tp_size, hidden=hidden_size, extra_args=extra)
+        if tp_size is None and not ev.from_daemon:
+            ev.argv = with_tp_default(ev.argv)
+        tp_size = server_args(ev.host, ev.argv).tp_size
         data["engine_env"] = eff.engine_env_view(
             eff.effective_env(prof, base),
             tp_size,
             cuda_graph=prof.requires.get("cuda-graph") != "off",
             custom_all_reduce=prof.requires.get("custom-all-reduce") != "off",
         )
-        from fastverify.profiles.topology import detect_cached
-
-        data["allreduce"] = eff.allreduce_view(
-            eff.effective_env(prof, base),
-            tp_size,
-            custom_all_reduce=prof.requires.get("custom-all-reduce") != "off",
-            has_nvlink=detect_cached().has_nvlink,
-            hidden=hidden_size,
-            decode_max_bs=decode_max_bs,
-            draft_tokens=draft_tokens,
-        )
+        data["allreduce"] = {
+            **dispatch_for(ev.host, eff.effective_env(prof, base), ev.argv).to_dict(),
+            "view": ev.view,
+        }
         from fastverify.profiles.tuner import tuner_view
 
         if (tuner := tuner_view(prof)) is not None:
@@ -180,7 +191,12 @@ def show_cmd(
         for line in data["engine_env"]["lines"]:
             click.echo(f"  {line} (TP {tp_size})")
         ar = data["allreduce"]
-        click.echo(f"  all-reduce backend (TP {tp_size}): {ar['description']}")
+        click.echo(f"  all-reduce backend (TP {tp_size}; {ar['view']}):")
+        click.echo(f"    {ar['description']}")
+        if ar.get("rows_rule"):
+            click.echo(f"    bound: {ar['rows_rule']}")
+        for note in ar.get("notes") or []:
+            click.echo(f"    note: {note}")
         if ar["serving"] == "pcie_ipc":
             click.echo("  (the profile's NCCL variables apply only to the all-reduces above that)")
         read = [c for c in data["conf_files"] if c["exists"]]
@@ -579,3 +595,10 @@ def vars_cmd(as_json: bool) -> None:
             for v in rows
         ],
     )
+
+
+def with_tp_default(argv: list[str]) -> list[str]:
+    """Without a daemon and without --tp-size: TP 8 (the field's host), as before."""
+    from fastverify.engines.allreduce_host import with_tp
+
+    return with_tp(argv, 8)

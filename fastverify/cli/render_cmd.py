@@ -277,6 +277,12 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
 )
 @click.option("--hf-token-secret", default=None, help="Secret whose key HF_TOKEN the pod gets.")
 @click.option(
+    "--web-config-secret",
+    default=None,
+    help="Secret with web-config.yml (exporter-toolkit: TLS, bcrypt basic auth) and the files "
+    "it names, mounted for the daemon's /metrics (which the monitor then scrapes over https).",
+)
+@click.option(
     "--force",
     is_flag=True,
     help="Accept what is refused without it: LL128, PCIe-IPC where it cannot serve, a "
@@ -389,5 +395,6 @@ def kubernetes_cmd(output_dir: str, run_as_root: bool, as_json: bool, **options:
         click.echo(f"wrote {path}", err=True)
     click.echo(
         f"{bundle.workload}: {bundle.profile}/{bundle.mode}, {bundle.gpus_per_node} GPUs per pod"
-        f" (SGLang TP {bundle.tp_size}); next: kubectl apply --dry-run=server -f {output_dir}"
+        f" (SGLang TP {bundle.tp_size}); next: kubectl apply"
+        f"{' --server-side' if options['server_side'] else ''} --dry-run=server -f {output_dir}"
     )

@@ -31,6 +31,20 @@ def _ago(ts: float | None) -> str:
     return f"{d / 3600:.1f}h ago"
 
 
+def _recovery(rec: dict[str, Any]) -> str:
+    """`1/3 retries of the last good profile, next in 118 s` (daemon/recovery.py)."""
+    text = f"{rec.get('retries', 0)}/{rec.get('limit', 0)} retries of the last good profile"
+    if rec.get("spent"):
+        text += ": spent (FAILED stays; declarative: /livez answers 503)"
+    elif rec.get("running"):
+        text += ", one running"
+    elif rec.get("next_in_s") is not None:
+        text += f", next in {rec['next_in_s']:.0f} s"
+    if rec.get("last"):
+        text += f" (last: {rec['last']})"
+    return text
+
+
 def _clock(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
@@ -70,7 +84,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if sg.get("warning"):
         lines.append(f"WARNING:    {sg['warning']}")
     if eng.get("start_seconds"):
-        lines.append(f"ready in:   {eng['start_seconds']:.2f} s")
+        by = " (by /model_info and /health_generate)" if eng.get("ready_by") == "endpoints" else ""
+        lines.append(f"ready in:   {eng['start_seconds']:.2f} s{by}")
     if st.get("tokens_per_second"):
         lines.append(f"throughput: {st['tokens_per_second']:.1f} tok/s")
     spec = st.get("speculation") or {}
@@ -81,7 +96,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
         lines.append(f"draft steps: {spec['active_steps']} now" + (f" ({spent})" if spent else ""))
     ar = eng.get("allreduce") or {}
     if ar.get("description") and eng.get("pid"):  # confirmed at verify (TP all-reduces)
-        lines.append(f"all-reduce: {ar['description']}")
+        how = f" [{ar['evidence']}]" if ar.get("evidence") else ""
+        lines.append(f"all-reduce: {ar['description']}{how}")
+    caps = eng.get("capabilities") or {}
+    if caps.get("possible_backends"):  # the engine's own capabilities (one source of truth)
+        can = ", ".join(b["backend"] for b in caps["possible_backends"] if b["possible"])
+        lines.append(f"backends:   possible: {can} ({(caps.get('host') or {}).get('view')})")
     if eng.get("log"):
         lines.append(f"log:        {eng['log']}")
     flight = st.get("switch_in_flight")
@@ -102,6 +122,9 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if restarts.get("total"):
         by = ", ".join(f"{k}={v}" for k, v in sorted((restarts.get("by_reason") or {}).items()))
         lines.append(f"restarts:   {restarts['total']} ({by})")
+    rec = st.get("recovery") or {}
+    if rec.get("retries") or rec.get("next_in_s") is not None or rec.get("spent"):
+        lines.append(f"recovery:   {_recovery(rec)}")
     decl = st.get("declarative")
     if decl:
         lines.append(

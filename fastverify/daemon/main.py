@@ -129,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tls-key", default=None, help="the --tls-cert's private key (chmod 600)")
     p.add_argument(
+        "--web-config-file",
+        default=None,
+        help="exporter-toolkit web config for /metrics (TLS, client certificates, bcrypt "
+        "basic auth: the YAML node_exporter's --web.config.file reads)",
+    )
+    p.add_argument(
         "--tls-client-ca",
         default=None,
         help="CA whose client certificates the TCP door requires (mutual TLS)",
@@ -157,6 +163,7 @@ def overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
             "tls_cert": ns.tls_cert,
             "tls_key": ns.tls_key,
             "tls_client_ca": ns.tls_client_ca,
+            "web_config_file": ns.web_config_file,
             "log_level": ns.log_level,
             "health_listen": ns.health_listen,
             "declarative": ns.declarative,
@@ -215,7 +222,7 @@ def _lock_state_dir(state_dir: Path) -> int:
     return fd
 
 
-def _start_exporter(sup: Any, cfg: configmod.Config, engine: Any) -> Any:
+def _start_exporter(sup: Any, cfg: configmod.Config, engine: Any, web: Any = None) -> Any:
     listen = cfg.daemon.metrics_listen
     try:
         from fastverify.exporters.runtime import ExporterRuntime
@@ -242,9 +249,10 @@ def _start_exporter(sup: Any, cfg: configmod.Config, engine: Any) -> Any:
         cfg.daemon.trace_steps,
         # the TP ranks on this node (a multi-node server's other ranks trace on theirs)
         expected_ranks=cfg.server.tp_size // max(1, cfg.server.nnodes),
+        web=web,
     )
     runtime.start()
-    log.info("metrics on http://%s/metrics", listen)
+    log.info("metrics on %s", runtime.metrics_url)
     return runtime
 
 
@@ -294,12 +302,13 @@ class Daemon:
         self.reason = reason
         self.stop_event = threading.Event()
         self.reload_event = threading.Event()
+        self.web: Any = None  # exporters.webconfig.WebConfig of /metrics (--web-config-file)
 
     def _exporter(self, sup: Any, cfg: configmod.Config, engine: Any) -> tuple[Any, str | None]:
         """Start the exporter: (runtime, None), or (None, why it cannot serve /metrics)."""
         listen = cfg.daemon.metrics_listen
         try:
-            return _start_exporter(sup, cfg, engine), None
+            return _start_exporter(sup, cfg, engine, self.web), None
         except (OSError, ValueError) as exc:
             errno_ = exc.errno if isinstance(exc, OSError) else None
             why = os.strerror(errno_) if errno_ else str(exc)
@@ -339,6 +348,14 @@ class Daemon:
             try:
                 door = tcpdoor.load(cfg.daemon)
             except CredentialError as exc:
+                log.error("%s; fastverifyd is not starting", exc)
+                return 2
+        if cfg.daemon.web_config_file and cfg.daemon.metrics_listen:
+            from fastverify.exporters.webconfig import WebConfigError, load
+
+            try:
+                self.web = load(cfg.daemon.web_config_file)
+            except WebConfigError as exc:
                 log.error("%s; fastverifyd is not starting", exc)
                 return 2
         notifier = Notifier.from_env()

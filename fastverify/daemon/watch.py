@@ -45,6 +45,21 @@ class WatchPolicy:
         )
 
 
+def file_tail(path: str, limit: int = 65536) -> list[str]:
+    """The last lines of the engine's log file as it is now: SGLang (and the sim) write and
+    flush its "Health check failed" line before answering 503, so it is there already,
+    whatever the daemon's own log reader has read so far. [] when unreadable."""
+    if not path:
+        return []
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - limit))
+            return fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+
+
 def sglang_line(lines: list[str]) -> str | None:
     """The last "Health check failed" line of the engine's recent output, if any."""
     for line in reversed(lines):
@@ -125,7 +140,7 @@ class EngineWatch(threading.Thread):
                              f"row (last: {why})")  # fmt: skip
 
     def _failure(self, what: str) -> Failure:
-        line = sglang_line(self.recent_lines())
+        line = sglang_line(file_tail(self.log_path)) or sglang_line(self.recent_lines())
         quoted = f"; SGLang: {line}" if line else ""
         return Failure(
             "engine_unresponsive",

@@ -10,6 +10,10 @@ keep-alive loop over raw sockets (one thread per connection) instead of wsgiref.
 served when the scraper asks for it (Prometheus does), compressed once per render.
 
 Paths: `/metrics`, `/healthz` (200 "ok"), `/` (a pointer to /metrics); others 404.
+`web=` (exporters.webconfig, exporter-toolkit's `--web-config-file`): TLS (a handshake per
+connection in its own thread; a failed one is closed and logged), client certificates and
+their SANs, basic auth on every path (401 + `WWW-Authenticate: Basic`), extra response
+headers and a rate limit (429).
 At most `max_connections` (256) connections at once (more get 503 and are closed); an idle
 keep-alive connection is closed after `idle_timeout_s` (60 s).
 """
@@ -18,11 +22,15 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import logging
 import socket
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from fastverify.exporters.hub import MetricsHub
+
+log = logging.getLogger("fastverify.exporter")
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 _MAX_HEADER = 16384
@@ -89,8 +97,13 @@ class MetricsServer:
         renderer: Callable[[bool], bytes] | None = None,
         max_connections: int = 256,
         idle_timeout_s: float = 60.0,
+        web: Any = None,
     ) -> None:
         self.host, self._requested_port = parse_listen(listen)
+        self.web = web  # webconfig.WebConfig or None
+        self._headers = b"".join(
+            f"{k}: {v}\r\n".encode("latin-1") for k, v in (web.headers if web else {}).items()
+        )
         self.max_connections = max_connections
         self.idle_timeout_s = idle_timeout_s
         self._render = renderer or Renderer(hub).render
@@ -104,7 +117,8 @@ class MetricsServer:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/metrics"
+        scheme = "https" if self.web is not None and self.web.tls is not None else "http"
+        return f"{scheme}://{host}:{self.port}/metrics"
 
     def start(self) -> MetricsServer:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
@@ -154,17 +168,49 @@ class MetricsServer:
                 if not full:
                     self._conns.add(conn)
             if full:  # a thread per connection, so the number of connections is capped
-                with contextlib.suppress(OSError):
-                    conn.sendall(_response(503, b"text/plain", b"too many connections\n", False))
+                if self.web is None or self.web.tls is None:
+                    with contextlib.suppress(OSError):
+                        conn.sendall(
+                            _response(503, b"text/plain", b"too many connections\n", False)
+                        )
                 conn.close()
                 continue
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
+    def _tls(self, conn: socket.socket) -> Any:
+        """The TLS side of `conn` (None: refused, and closed after the alert went out)."""
+        import ssl
+
+        tls = self.web.tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+        try:
+            tls.do_handshake()
+        except (ssl.SSLError, OSError) as exc:
+            why = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or exc
+            log.warning("/metrics: refused a TLS connection: %s", why)
+            with contextlib.suppress(OSError):
+                tls.shutdown(socket.SHUT_WR)  # the alert first; a reset would drop it
+                tls.settimeout(2.0)
+                while tls.recv(65536):
+                    pass
+            return None
+        if not self.web.sans_ok(tls.getpeercert()):
+            log.warning("/metrics: refused a client certificate without an allowed SAN")
+            return None
+        return tls
+
     def _serve(self, conn: socket.socket) -> None:
         buf = b""
         try:
             conn.settimeout(self.idle_timeout_s)
+            if self.web is not None and self.web.tls is not None:
+                tls = self._tls(conn)
+                if tls is None:
+                    return
+                with self._conns_lock:  # the same connection, now its TLS socket
+                    self._conns.discard(conn)
+                    self._conns.add(tls)
+                conn = tls
             while not self._stopping.is_set():
                 end = buf.find(b"\r\n\r\n")
                 while end < 0:
@@ -190,46 +236,54 @@ class MetricsServer:
     def _handle(self, conn: socket.socket, head: bytes) -> bool:
         lines = head.split(b"\r\n")
         parts = lines[0].split(b" ")
+
+        def send(status: int, ctype: bytes, body: bytes, keep: bool, extra: bytes = b"",
+                 head_only: bool = False) -> None:  # fmt: skip
+            conn.sendall(_response(status, ctype, body, keep, extra=self._headers + extra,
+                                   head_only=head_only))  # fmt: skip
+
         if len(parts) != 3:
-            conn.sendall(_response(400, b"text/plain", b"bad request\n", False))
+            send(400, b"text/plain", b"bad request\n", False)
             return False
         method, target, version = parts
-        headers = {}
+        headers, authorization = {}, ""
         for line in lines[1:]:
             k, _, v = line.partition(b":")
             headers[k.strip().lower()] = v.strip().lower()
+            if k.strip().lower() == b"authorization":  # base64: case matters
+                authorization = v.strip().decode("latin-1")
         conn_hdr = headers.get(b"connection", b"")
         keep = (version == b"HTTP/1.1" and conn_hdr != b"close") or conn_hdr == b"keep-alive"
+        if self.web is not None:
+            if not self.web.allow_request():
+                send(429, b"text/plain", b"too many requests\n", keep)
+                return keep
+            if not self.web.check_user(authorization):
+                send(401, b"text/plain", b"unauthorized\n", keep,
+                     extra=b"WWW-Authenticate: Basic\r\n")  # fmt: skip
+                return keep
         if b"content-length" in headers and headers[b"content-length"] != b"0":
-            conn.sendall(_response(400, b"text/plain", b"request bodies are not accepted\n", False))
+            send(400, b"text/plain", b"request bodies are not accepted\n", False)
             return False
         path = target.split(b"?", 1)[0]
         if method not in (b"GET", b"HEAD"):
-            conn.sendall(
-                _response(
-                    405, b"text/plain", b"method not allowed\n", keep, extra=b"Allow: GET, HEAD\r\n"
-                )
-            )
+            send(405, b"text/plain", b"method not allowed\n", keep, extra=b"Allow: GET, HEAD\r\n")
             return keep
         if path == b"/metrics":
             gz = b"gzip" in headers.get(b"accept-encoding", b"")
             try:
                 body = self._render(gz)
             except Exception as exc:  # a bug in a collector must not kill the server
-                msg = f"error rendering metrics: {exc!r}\n".encode()
-                conn.sendall(_response(500, b"text/plain", msg, keep))
+                send(500, b"text/plain", f"error rendering metrics: {exc!r}\n".encode(), keep)
                 return keep
             extra = b"Content-Encoding: gzip\r\n" if gz else b""
-            conn.sendall(
-                _response(200, CONTENT_TYPE, body, keep, extra=extra, head_only=method == b"HEAD")
-            )
+            send(200, CONTENT_TYPE, body, keep, extra=extra, head_only=method == b"HEAD")
         elif path == b"/healthz":
-            conn.sendall(_response(200, b"text/plain", b"ok\n", keep))
+            send(200, b"text/plain", b"ok\n", keep)
         elif path == b"/":
-            body = b"fastverify exporter: see /metrics\n"
-            conn.sendall(_response(200, b"text/plain", body, keep))
+            send(200, b"text/plain", b"fastverify exporter: see /metrics\n", keep)
         else:
-            conn.sendall(_response(404, b"text/plain", b"not found (try /metrics)\n", keep))
+            send(404, b"text/plain", b"not found (try /metrics)\n", keep)
         return keep
 
 
@@ -237,6 +291,8 @@ _REASONS = {
     503: b"Service Unavailable",
     200: b"OK",
     400: b"Bad Request",
+    401: b"Unauthorized",
+    429: b"Too Many Requests",
     404: b"Not Found",
     405: b"Method Not Allowed",
     431: b"Request Header Fields Too Large",

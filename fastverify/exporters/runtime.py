@@ -127,8 +127,10 @@ class ExporterRuntime:
         expected_ranks: int | None = None,
         traffic_window_s: float = 3.0,
         traffic_poll_s: float = 0.25,
+        web: Any = None,
     ) -> None:
         self.hub = hub
+        self.web = web  # exporters.webconfig.WebConfig for /metrics (TLS, basic auth), or None
         self.listen = listen or ""
         self._server_url = server_url
         self._own_trace_dir = trace_dir is None
@@ -168,7 +170,7 @@ class ExporterRuntime:
         if self.listen:
             from fastverify.exporters.http import MetricsServer
 
-            self.server = MetricsServer(self.hub, self.listen).start()
+            self.server = MetricsServer(self.hub, self.listen, web=self.web).start()
         self._poller = SGLangPoller(
             self.hub,
             self._server_url,

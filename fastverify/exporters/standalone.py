@@ -2,7 +2,8 @@
 
     fastverify-exporter --sglang-url http://127.0.0.1:30000 [--log-file server.log]
         [--trace-dir DIR [--trace-period 60] [--trace-steps 5]] [--inspector-dir DIR]
-        [--listen 127.0.0.1:9464] [--profile NAME] [--mode baseline|eagle3]
+        [--listen 127.0.0.1:9464] [--web-config-file FILE] [--profile NAME]
+        [--mode baseline|eagle3]
         [--profile-env FILE] [--baseline-tps TOK_S [--baseline-request-tps TOK_S]
         [--baseline-concurrency N]]
 
@@ -86,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace-steps", type=int, default=5, help="forward steps per window")
     p.add_argument("--inspector-dir", type=Path, help="NCCL_INSPECTOR_DUMP_DIR to tail")
     p.add_argument("--listen", default="127.0.0.1:9464", help="HOST:PORT for /metrics")
+    p.add_argument(
+        "--web-config-file",
+        help="exporter-toolkit web config (YAML, as node_exporter's --web.config.file): "
+        "tls_server_config, basic_auth_users (bcrypt), http_server_config, rate_limit",
+    )
     p.add_argument("--poll-interval", type=float, default=1.0, help="SGLang /metrics poll period")
     p.add_argument("--profile", help="profile name label")
     p.add_argument("--mode", choices=("baseline", "eagle3"), help="decoding mode label")
@@ -159,6 +165,15 @@ def main(argv: list[str] | None = None) -> int:
             args.profile or "", args.baseline_tps, per_request, time.time(),
             args.baseline_concurrency,
         )  # fmt: skip
+    web = None
+    if args.web_config_file:
+        from fastverify.exporters.webconfig import WebConfigError, load
+
+        try:
+            web = load(args.web_config_file)
+        except WebConfigError as exc:
+            print(f"fastverify-exporter: {exc}", file=sys.stderr)
+            return 2
     runtime = ExporterRuntime(
         hub,
         args.listen,
@@ -168,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         args.trace_steps,
         poll_interval_s=args.poll_interval,
         inspector_dir=args.inspector_dir,
+        web=web,
     )
     try:
         runtime.start()

@@ -89,6 +89,7 @@ class DoctorReport:
     interpreters: dict[str, list[str]] = field(default_factory=dict)
     engine_env: dict[str, Any] | None = None  # effective.engine_env_view for the TP size
     allreduce: dict[str, Any] | None = None  # effective.allreduce_view for the TP size
+    engine: dict[str, Any] | None = None  # whose engine: the daemon's, or this machine's
 
     @property
     def worst(self) -> str:
@@ -104,6 +105,7 @@ class DoctorReport:
             "interpreters": self.interpreters,
             "engine_env": self.engine_env,
             "allreduce": self.allreduce,
+            "engine": self.engine,
         }
 
 

@@ -230,30 +230,56 @@ def recommend(topo: GpuTopology | None, available: set[str]) -> list[Recommendat
     if topo is None:
         add("nccl-default", "GPU topology unknown (nvidia-smi not available): let NCCL decide")
         return recs
-    n = len(topo.gpus)
+    return recommend_for(
+        len(topo.gpus),
+        topo.summary(),
+        available,
+        all_nvlink=topo.all_nvlink,
+        has_nvlink=topo.has_nvlink,
+        crosses_numa=topo.crosses_numa,
+    )
+
+
+def recommend_for(
+    n: int,
+    summary: str,
+    available: set[str],
+    *,
+    all_nvlink: bool,
+    has_nvlink: bool,
+    crosses_numa: bool = False,
+) -> list[Recommendation]:
+    """`recommend` for a host described by its GPU count and links (e.g. the daemon's
+    engine capabilities: the sim's simulated host, which has no `nvidia-smi topo -m`)."""
+    recs: list[Recommendation] = []
+
+    def add(name: str, reason: str) -> None:
+        if name in available and all(r.profile != name for r in recs):
+            recs.append(Recommendation(name, reason))
+
     if n <= 1:
         add("nccl-default", "one GPU: no all-reduce to tune")
         return recs
-    if topo.all_nvlink:
-        add("nccl-default", f"{topo.summary()}: NCCL picks NVLS/LL128 over NVLink by itself")
+    if all_nvlink:
+        add("nccl-default", f"{summary}: NCCL picks NVLS/LL128 over NVLink by itself")
         return recs
     numa = ""
-    if topo.crosses_numa:
+    if crosses_numa:
         numa = "; GPUs span NUMA nodes (SYS), so P2P needs NCCL_P2P_LEVEL=SYS"
-    if topo.has_nvlink:
-        add("nccl-default", f"{topo.summary()}: mixed links, NCCL's own choice first")
+    if has_nvlink:
+        add("nccl-default", f"{summary}: mixed links, NCCL's own choice first")
         add("ring-ll", f"then the latency-bound Ring/LL profile for the PCIe pairs{numa}")
         return recs
     if n in (2, 4, 8):  # SGLang 0.5.23's PCIe-IPC kernels build channels for 2/4/8 ranks
         add(
             "pcie-ipc",
-            f"{topo.summary()}: first change the all-reduce backend: SGLang 0.5.23's FlashInfer "
+            f"{summary}: first change the all-reduce backend: SGLang 0.5.23's FlashInfer "
             "PCIe-IPC all-reduce serves decode/verify sizes (published on 8 PCIe GPUs: 5.3 us "
             "against NCCL's 205 us at 12 KiB); NCCL keeps the larger ones",
         )
     add(
         "ring-ll",
-        f"{topo.summary()}: small verify-pass all-reduces are latency-bound; Ring with the "
+        f"{summary}: small verify-pass all-reduces are latency-bound; Ring with the "
         f"LL protocol{numa} (for what stays on NCCL)",
     )
     add("ring-ll-8ch", "fewer channels: less per-call overhead for small messages")

@@ -273,6 +273,7 @@ class ServerArgs:
     enable_torch_symm_mem: bool = False
     enable_nccl_nvls: bool = False
     decode_max_bs: int | None = None  # --cuda-graph-max-bs-decode (None: SGLang's choice)
+    decode_max_bs_from: str | None = None  # who set decode_max_bs when not the flag
     decode_graph: bool = True  # a decode CUDA graph is captured
     draft_tokens: int = 1  # rows per request in a decode/verify pass
     decode_bs: tuple[int, ...] | None = None  # --cuda-graph-bs-decode
@@ -556,7 +557,7 @@ def rows_rule(
     if args.decode_bs:
         src = f"--cuda-graph-bs-decode {' '.join(map(str, args.decode_bs))}"
     elif args.decode_max_bs is not None:
-        src = f"--cuda-graph-max-bs-decode {args.decode_max_bs}"
+        src = f"{args.decode_max_bs_from or '--cuda-graph-max-bs-decode'} {args.decode_max_bs}"
     elif gpu_mem_mib is None:
         src = "SGLang's default max_bs when the GPU memory is unknown (160)"
     else:

@@ -745,3 +745,25 @@ def test_crd_objects_validate_against_their_projects_crds(
     bad = json.loads(json.dumps(objs[0]))
     bad["spec"]["fastverifyMisspelt"] = 1  # the check is a real one: an unknown field fails
     assert list(jsonschema.Draft7Validator(_strict(schemas[version])).iter_errors(bad))
+
+
+def test_web_config_secret_is_mounted_for_the_metrics(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    info = render(out, "--web-config-secret", "fv-web")
+    objs = docs(out)
+    pod = pod_templates(objs)["server"]["spec"]
+    vol = [v for v in pod["volumes"] if v["name"] == "web-config"]
+    assert vol == [{"name": "web-config", "secret": {"secretName": "fv-web", "defaultMode": 0o440}}]
+    mounts = [m for c in pod["containers"] for m in c["volumeMounts"] if m["name"] == "web-config"]
+    assert mounts == [{"name": "web-config", "mountPath": "/etc/fastverify/web", "readOnly": True}]
+    cfg_path = tmp_path / "fastverifyd.toml"
+    cfg_path.write_text(configmap(objs, "config")["data"]["fastverifyd.toml"])
+    assert configmod.load(cfg_path).daemon.web_config_file == "/etc/fastverify/web/web-config.yml"
+    endpoint = one(objs, "PodMonitor")["spec"]["podMetricsEndpoints"][0]
+    assert endpoint["scheme"] == "https"
+    assert any("--web-config-secret fv-web" in n for n in info["notes"]), info["notes"]
+    plain = tmp_path / "plain"
+    render(plain)
+    pod = pod_templates(docs(plain))["server"]["spec"]
+    assert not [v for v in pod["volumes"] if v["name"] == "web-config"]
+    assert "scheme" not in one(docs(plain), "PodMonitor")["spec"]["podMetricsEndpoints"][0]

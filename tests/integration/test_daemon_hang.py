@@ -22,7 +22,7 @@ import psutil
 from tests.harness import DaemonHarness, free_port
 from tests.integration.test_daemon_notify import NotifyListener
 
-WATCH = {"watch_interval_s": 0.2, "watch_timeout_s": 3, "watch_failures": 2}
+WATCH = {"watch_interval_s": 0.2, "watch_timeout_s": 10, "watch_failures": 2}
 # the sim reads SGLang's own variable: its /health_generate gives up after 1 s
 FAST_SGLANG = {"SGLANG_HEALTH_CHECK_TIMEOUT": "1"}
 
@@ -60,9 +60,13 @@ def test_a_hung_scheduler_is_detected_and_restarted(tmp_path: Path) -> None:
         ), failure
         assert failure["line"].startswith("Health check failed.")
         assert gone(pid)  # the hung engine was stopped, not left holding its GPUs
-        history = d.client.get("/v1/history")
-        assert [r["kind"] for r in history][-1] == "crash_restart"
-        assert history[-1]["result"] == "ok"
+        # READY is published just before the restart's record is appended: wait for it
+        record = d.wait_for(
+            lambda: [r for r in d.client.get("/v1/history") if r["kind"] == "crash_restart"],
+            30,
+            "the crash_restart record",
+        )[-1]
+        assert record["result"] == "ok" and record["profile"] == st["profile"]
         # the exporter counts it under its reason
         assert d.metrics_url is not None
         with urllib.request.urlopen(d.metrics_url, timeout=10) as resp:
@@ -146,7 +150,15 @@ def test_declarative_failed_retries_with_backoff_then_livez_fails(tmp_path: Path
         assert st["state"] == "FAILED"
         assert st["recovery"]["retries"] == st["recovery"]["limit"] == 2
         assert st["recovery"]["backoff_s"] == [0.2, 0.3]
-        recovers = [r for r in d.client.get("/v1/history") if r["kind"] == "recover"]
+        recovers = d.wait_for(  # the last record is appended just after FAILED
+            lambda: (
+                (rs := [r for r in d.client.get("/v1/history") if r["kind"] == "recover"])
+                and len(rs) == 2
+                and rs
+            ),
+            30,
+            "two recover records",
+        )
         assert [(r["profile"], r["result"], r["reason"]) for r in recovers] == [
             ("unverifiable", "failed", "tuner_not_loaded")
         ] * 2
@@ -156,6 +168,8 @@ def test_declarative_failed_retries_with_backoff_then_livez_fails(tmp_path: Path
         assert http(f"http://127.0.0.1:{port}/readyz")[0] == 503
         out = d.ctl("status", "--json")
         assert json.loads(out.stdout)["recovery"]["spent"] is True
+        text = d.ctl("status").stdout
+        assert "recovery:   2/2 retries of the last good profile: spent" in text, text
 
 
 def test_failed_recovers_the_last_good_profile(tmp_path: Path) -> None:
@@ -183,6 +197,7 @@ def test_failed_recovers_the_last_good_profile(tmp_path: Path) -> None:
         st = d.wait_state("READY", 60)
         assert (st["profile"], st["mode"]) == ("ring-ll", "baseline")
         assert st["recovery"]["retries"] == 1 and not st["recovery"]["spent"]
+        st = d.wait_for(lambda: (s := d.status())["recovery"]["last"] and s, 30, "the outcome")
         assert st["recovery"]["last"].startswith("ok:")
         kinds = [r["kind"] for r in d.client.get("/v1/history")]
         assert kinds[-2:] == ["crash_restart", "recover"], kinds

@@ -13,6 +13,8 @@ import httpx
 from fastverify.sglang import adaptive
 from tests.harness import DaemonHarness
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def _config(*extra: str) -> dict:
     return {"server": {"mode": "eagle3", "extra_args": ["--sim-accept-length", "3.2", *extra]}}
@@ -62,6 +64,18 @@ def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
             assert tier["ci"][0] <= tier["speedup"] <= tier["ci"][1]
         human = d.ctl("spec", "plan")
         assert human.returncode == 0 and "speculation plan" in human.stdout
+        # the same acceptance with the H200 grid's costs (one GPU, TP 8 shard) as the source
+        grid = REPO / "benchmarks/results/rehearse-grid-kimi-k2.5-shard-of-tp8-h200.json"
+        r = d.ctl("spec", "plan", "--costs", str(grid), "--allreduce-backend", "pcie_ipc",
+                  "--json")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        on_gpu = json.loads(r.stdout)
+        assert on_gpu["costs"]["source"].startswith("rehearse-grid ")
+        assert "pcie_ipc" in on_gpu["costs"]["source"]
+        r = d.ctl("spec", "plan", "--costs", str(grid), "--allreduce-backend", "nope")
+        assert r.returncode == 1 and "the grid has: nccl, pcie_ipc" in r.stderr
+        # the plan mode adaptive serves is the last one stored: store the engine's again
+        assert d.ctl("spec", "plan").returncode == 0
 
         assert plan["launch_steps"] == 3  # at 3.2 of 4 tokens, 3 steps pay at batch 1
         r = d.ctl("mode", "set", "adaptive")

@@ -1,5 +1,7 @@
 """Tune stage 1, inventory: doctor, topology, GPUs, versions, what SGLang adds, and which
-all-reduce backends are possible on this host.
+all-reduce backends are possible for the daemon's engine: asked of the daemon
+(`engine.capabilities` in /v1/status, fastverify.engines.allreduce_host), never worked out
+here, so the sim's simulated host and a real server's host are reported the same way.
 
 Versions are read from the server's interpreter (the daemon config's `server.python`)
 with `importlib.metadata`, in a subprocess, so nothing heavy is imported here.
@@ -10,20 +12,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from typing import Any
 
-from fastverify.engines.sim import allreduce_sim
-from fastverify.experiments.common.allreduce import flashinfer_pcie_ipc
 from fastverify.experiments.tune.context import Ctx, StageResult
-from fastverify.sglang.allreduce import (
-    CUSTOM,
-    CUSTOM_PCIE_TEXT,
-    ENABLE_VAR,
-    NCCL,
-    PCIE_IPC,
-    PCIE_IPC_WORLD_SIZES,
-)
-from fastverify.sglang.allreduce import possible_backends as possible_backends_of
 
 PACKAGES = ("sglang", "flashinfer-python", "torch", "nvidia-nccl-cu12", "nvidia-nccl-cu13")
 _VERSIONS = (
@@ -70,65 +60,6 @@ def torch_nccl_version(python: str) -> str | None:
         return None
 
 
-def possible_backends(
-    topology: Any,
-    gpus: int,
-    tp_size: int,
-    flashinfer: tuple[bool, str] | None = None,
-    *,
-    simulated: bool = False,
-) -> list[dict[str, Any]]:
-    """The TP all-reduce backends SGLang 0.5.23 could use here, with why
-    (`fastverify.sglang.allreduce.possible_backends` decides; this says it for people).
-    `flashinfer`: (importable, message) of FlashInfer's PCIe-IPC in the server's
-    interpreter; None: not checked. `possible` None: cannot tell here. `simulated`: the
-    engine is the sim, whose host is PCIe-only with P2P (`allreduce_sim.HOST_TEXT`), not
-    this machine's GPUs."""
-    if tp_size < 2:
-        why = f"TP {tp_size}: no all-reduce"
-        return [{"backend": b, "possible": False, "why": why} for b in (CUSTOM, PCIE_IPC, NCCL)]
-    known = simulated or (topology is not None and bool(getattr(topology, "gpus", None)))
-    has_nvlink = (False if simulated else bool(topology.all_nvlink)) if known else None
-    fi_ok = None if flashinfer is None else flashinfer[0]
-    can = possible_backends_of(tp_size, has_nvlink, p2p=None, flashinfer_pcie_ipc=fi_ok)
-    unknown = (
-        f"no GPU topology here ({gpus} GPU(s) visible): cannot tell"
-        if gpus == 0
-        else "topology unknown (nvidia-smi topo -m failed)"
-    )
-    if CUSTOM not in can:
-        custom = (
-            False,
-            f"SGLang's custom all-reduce {CUSTOM_PCIE_TEXT.rstrip('.')} (TP {tp_size})",
-        )
-    elif not known:
-        custom = (None, unknown)
-    else:
-        custom = (True, "full NVLink" if has_nvlink else "2 GPUs over PCIe with P2P")
-    if simulated:
-        custom = (custom[0], f"{custom[1]}; {allreduce_sim.HOST_TEXT}")
-    if tp_size not in PCIE_IPC_WORLD_SIZES:
-        ipc = (
-            False,
-            f"FlashInfer PCIe-IPC serves {'/'.join(map(str, PCIE_IPC_WORLD_SIZES))} ranks",
-        )
-    elif flashinfer is not None and not flashinfer[0]:
-        ipc = (False, flashinfer[1])
-    elif not known or flashinfer is None:
-        ipc = (None, unknown if not known else "FlashInfer not checked")
-    else:
-        ipc = (
-            True,
-            f"{ENABLE_VAR}=1 (the pcie-ipc profile): decode/verify-sized reductions"
-            + (", after SGLang's custom all-reduce (NVLink host)" if has_nvlink else ""),
-        )
-    return [
-        {"backend": NCCL, "possible": True, "why": "always (pynccl inside CUDA graphs)"},
-        {"backend": CUSTOM, "possible": custom[0], "why": custom[1]},
-        {"backend": PCIE_IPC, "possible": ipc[0], "why": ipc[1]},
-    ]
-
-
 def _server_argv(ctx: Ctx) -> list[str]:
     try:
         return list(ctx.client.get("/v1/server/argv").get("argv") or [])
@@ -157,7 +88,7 @@ def run(ctx: Ctx) -> StageResult:
     engine = status.get("engine") or {}
     argv = _server_argv(ctx)
     tp = _tp_size(argv)
-    simulated = bool(engine.get("simulated"))
+    caps = engine.get("capabilities") or {}
     try:
         server = config_mod.load(None).server
         python, extra_args = server.python, tuple(server.extra_args)
@@ -197,14 +128,11 @@ def run(ctx: Ctx) -> StageResult:
         },
         "versions": versions,
         "sglang_adds": (report.engine_env or {}).get("lines") or [],
-        # the sim serves with its simulated FlashInfer, not the interpreter's
-        "backends": possible_backends(
-            topo,
-            gpus,
-            tp,
-            allreduce_sim.flashinfer_offer(argv) if simulated else flashinfer_pcie_ipc(python),
-            simulated=simulated,
-        ),
+        # the daemon's engine capabilities: what the engine it serves could use
+        "backends": caps.get("possible_backends") or [],
+        "backends_view": (caps.get("host") or {}).get("view")
+        or caps.get("error")
+        or "the daemon reports no engine capabilities",
     }
     ver = versions if isinstance(versions, dict) else {}
     nccl = ver.get("nccl (torch)") or ver.get("nvidia-nccl-cu13") or ver.get("nvidia-nccl-cu12")
@@ -215,4 +143,5 @@ def run(ctx: Ctx) -> StageResult:
         f"NCCL {nccl or '-'}; backends possible: "
         + ", ".join(b["backend"] for b in data["backends"] if b["possible"])
     )
+    ctx.emit(f"inventory: backends as the daemon's engine reports them: {data['backends_view']}")
     return StageResult("done", None, data)

@@ -190,7 +190,7 @@ def test_iteration_scaling_matches_what_the_real_run_used() -> None:
 
 
 def test_cli_default_tokens_are_the_module_defaults() -> None:
-    from fastverify.cli.experiment_cmds import preflight as command
+    from fastverify.cli.preflight_cmd import preflight as command
 
     opt = next(p for p in command.params if p.name == "tokens")
     assert tuple(int(t) for t in opt.default.split(",")) == preflight.DEFAULT_TOKENS

@@ -158,7 +158,7 @@ def test_unknown_profile_is_a_usage_error() -> None:
 
 def test_cli_import_path_stays_light() -> None:
     code = (
-        "import sys, fastverify.cli.experiment_cmds, fastverify.experiments.preflight.run, "
+        "import sys, fastverify.cli.preflight_cmd, fastverify.experiments.preflight.run, "
         "fastverify.experiments.sweep.run, fastverify.experiments.bench.load; "
         "print(sorted(m for m in ('torch', 'httpx', 'rich', 'matplotlib') if m in sys.modules))"
     )

@@ -86,7 +86,7 @@ def test_two_runs_per_side_give_no_verdict() -> None:
 
 
 def test_the_sweep_table_says_why_a_row_has_no_verdict() -> None:
-    from fastverify.cli.experiment_cmds import _sweep_rows, verdict_note
+    from fastverify.cli.sweep_cmd import _sweep_rows, verdict_note
 
     recs = [_m("x", "baseline", 88.2), _m("x", "baseline", 88.2),
             _m("y", "baseline", 76.0), _m("y", "baseline", 76.0)]  # fmt: skip

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from fastverify.experiments.tune import confirm, decide, gpu, inventory, plan
+from fastverify.engines.allreduce_host import AllreduceHost, possible_backends
+from fastverify.experiments.tune import confirm, decide, gpu, plan
 from fastverify.experiments.tune.candidates import candidate_backend
 from fastverify.experiments.tune.context import TuneConfig
 from fastverify.experiments.tune.journal import Journal
@@ -250,36 +251,47 @@ def _topo(name: str) -> Any:  # nvidia-smi topo -m outputs kept for the topology
     return topology.parse_topo_matrix((data / f"topo-8gpu-{name}.txt").read_text())
 
 
+def _host(topo: Any, fi: tuple[bool, str]) -> AllreduceHost:
+    return AllreduceHost(
+        engine="sglang",
+        view="test",
+        host=topo.summary() if topo is not None else "unknown: nvidia-smi not available",
+        has_nvlink=topo.has_nvlink if topo is not None else None,
+        flashinfer_pcie_ipc=fi[0],
+        flashinfer_why=fi[1],
+    )
+
+
 def test_possible_backends_from_topology() -> None:
     fi = (True, "importable")
-    none = {b["backend"]: b for b in inventory.possible_backends(None, 0, 8, fi)}
+    none = {b["backend"]: b for b in possible_backends(_host(None, fi), 8)}
     assert none["nccl"]["possible"] is True and none["pcie_ipc"]["possible"] is None
-    pcie = {b["backend"]: b for b in inventory.possible_backends(_topo("pcie"), 8, 8, fi)}
+    pcie = {b["backend"]: b for b in possible_backends(_host(_topo("pcie"), fi), 8)}
     assert pcie["pcie_ipc"]["possible"] is True and pcie["custom"]["possible"] is False
     assert "more than two PCIe-only GPUs" in pcie["custom"]["why"]
-    nvl = {b["backend"]: b for b in inventory.possible_backends(_topo("nv18"), 8, 8, fi)}
+    nvl = {b["backend"]: b for b in possible_backends(_host(_topo("nv18"), fi), 8)}
     assert nvl["custom"]["possible"] is True and "after SGLang's custom" in nvl["pcie_ipc"]["why"]
     # no FlashInfer with pcie_ipc_comm in the server's interpreter: not possible, and why
     missing = (False, "`from flashinfer.comm import PcieIpcAllReduceWorkspace` fails")
-    gone = {b["backend"]: b for b in inventory.possible_backends(_topo("pcie"), 8, 8, missing)}
+    gone = {b["backend"]: b for b in possible_backends(_host(_topo("pcie"), missing), 8)}
     assert gone["pcie_ipc"]["possible"] is False and "PcieIpcAllReduceWorkspace" in gone[
         "pcie_ipc"]["why"]  # fmt: skip
-    six = {b["backend"]: b for b in inventory.possible_backends(_topo("pcie"), 8, 6, fi)}
+    six = {b["backend"]: b for b in possible_backends(_host(_topo("pcie"), fi), 6)}
     assert six["pcie_ipc"]["possible"] is False and "2/4/8 ranks" in six["pcie_ipc"]["why"]
 
 
 def test_on_the_sim_the_backends_are_the_simulated_hosts() -> None:
     # the sim serves PCIe-IPC with its simulated FlashInfer on a PCIe-only host, whatever
-    # this machine's interpreter or GPUs: the inventory must not rule out what it serves
-    from fastverify.engines.sim import allreduce_sim
+    # this machine's interpreter or GPUs: its engine capabilities say so
+    from fastverify.engines.sim_adapter import SimEngine
 
-    offer = allreduce_sim.flashinfer_offer(["--tp-size", "8"])
-    assert offer[0] is True and "simulated FlashInfer" in offer[1]
-    sim = {b["backend"]: b for b in inventory.possible_backends(None, 0, 8, offer, simulated=True)}
+    argv = ["python", "-m", "fastverify.engines.sim", "--model-path", "m", "--tp-size", "8"]
+    host = SimEngine().allreduce_host(argv)
+    sim = {b["backend"]: b for b in possible_backends(host, 8)}
     assert sim["pcie_ipc"]["possible"] is True and sim["custom"]["possible"] is False
-    assert "simulated host" in sim["custom"]["why"]
-    old = allreduce_sim.flashinfer_offer(["--sim-flashinfer", "no-pcie-ipc-comm"])
-    gone = {b["backend"]: b for b in inventory.possible_backends(None, 0, 8, old, simulated=True)}
+    assert "simulated FlashInfer" in sim["pcie_ipc"]["why"]
+    old = SimEngine().allreduce_host([*argv, "--sim-flashinfer", "no-pcie-ipc-comm"])
+    gone = {b["backend"]: b for b in possible_backends(old, 8)}
     assert gone["pcie_ipc"]["possible"] is False and "no pcie_ipc_comm" in gone["pcie_ipc"]["why"]
 
 

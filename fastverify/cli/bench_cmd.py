@@ -1,0 +1,313 @@
+"""`fastverifyctl bench`: a timed load against the serving engine (or `--url`), the
+figures as a table or `--json`, and `--record-baseline` for the daemon's baselines.
+
+Imports stay light: httpx only inside the run, rich only for a progress bar on a terminal.
+Exit codes: 0 ok; 1 every request failed or the window completed none (it says what to
+change); 2 usage; 3 daemon unreachable; 6 sglang missing for --use-sglang-bench; 130
+interrupted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from fastverify.cli.daemon_call import client_for, socket_option
+from fastverify.cli.experiment_common import Progress, fmt
+from fastverify.cli.output import (
+    EXIT_INTERRUPTED,
+    EXIT_MISSING_DEPENDENCY,
+    EXIT_PROBLEMS,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    emit_json,
+    fail,
+    table,
+)
+
+# ----------------------------------------------------------------------------- bench
+
+
+def _bench_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    ttft, itl = result["ttft_ms"], result["itl_ms"]
+    return [
+        ("output tok/s", fmt(result["output_tokens_per_second"])),
+        ("per-request tok/s", fmt(result["per_request_tokens_per_second"])),
+        ("requests/s", fmt(result["request_rate"], 2)),
+        ("completed / failed", f"{result['completed']} / {result['failed']}"),
+        ("TTFT p50/p90/p99 ms", " / ".join(fmt(ttft[k]) for k in ("p50", "p90", "p99"))),
+        ("ITL p50/p90/p99 ms", " / ".join(fmt(itl[k], 2) for k in ("p50", "p90", "p99"))),
+        ("accept length", fmt(result["accept_length"], 2)
+         + (" (dummy weights: not a real accept length)"
+            if result.get("weights") == "dummy" and result["accept_length"] else "")),
+        *_acceptance_rows(result),
+        ("window s", fmt(result["duration_s"], 1)),
+        ("weights", {"dummy": "dummy (trial)", "real": "real"}.get(result.get("weights") or "",
+                                                                   "not reported")),
+        ("source", result["source"]),
+    ]  # fmt: skip
+
+
+def _acceptance_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """The summed accepted-drafts histogram and the accept curve it gives (EAGLE servers)."""
+    hist = result.get("accept_histogram")
+    if not hist:
+        return []
+    total = sum(hist) or 1
+    rows = [("accepted drafts 0..K", " ".join(f"{j}:{100 * n / total:.0f}%"
+                                             for j, n in enumerate(hist))
+             + f" ({total} verify passes)")]  # fmt: skip
+    curve = result.get("accept_curve")
+    if curve:
+        dummy = " (dummy weights: not real)" if result.get("weights") == "dummy" else ""
+        rows.append(("accept length at k steps",
+                     "  ".join(f"{k}:{v:.2f}" for k, v in curve.items()) + dummy))  # fmt: skip
+    return rows
+
+
+def _server_url(ctx: click.Context, url: str | None) -> str:
+    if url:
+        return url
+    from fastverify.client import ApiError, DaemonUnavailable
+
+    try:
+        status = client_for(ctx).get("/v1/status")
+    except DaemonUnavailable as exc:
+        fail(f"{exc}\n(or pass --url http://HOST:PORT of the server)", EXIT_UNAVAILABLE)
+    except ApiError as exc:
+        fail(f"daemon: {exc}", EXIT_PROBLEMS)
+    engine_url = (status.get("engine") or {}).get("url")
+    if not engine_url:
+        fail(f"the daemon reports no serving engine (state {status.get('state')}); pass --url")
+    return engine_url
+
+
+@click.command()
+@click.option("--url", default=None, help="Server base URL (default: the daemon's engine URL).")
+@click.option("--concurrency", "-c", default=1, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--duration",
+    "-d",
+    default=None,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds to measure (default 30 unless --requests is given).",
+)
+@click.option(
+    "--requests",
+    "-n",
+    "n_requests",
+    default=None,
+    type=click.IntRange(1),
+    help="Number of requests instead of a duration.",
+)
+@click.option("--input-len", default=128, show_default=True, type=click.IntRange(1))
+@click.option("--output-len", default=256, show_default=True, type=click.IntRange(1))
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--warmup",
+    default=1,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Warm-up requests per client, discarded.",
+)
+@click.option(
+    "--use-sglang-bench",
+    is_flag=True,
+    help="Run python -m sglang.bench_serving (needs sglang) and read its JSONL.",
+)
+@click.option(
+    "--load-format",
+    type=click.Choice(["auto", "dummy"]),
+    default="auto",
+    show_default=True,
+    help="dummy: a timing trial. Through the daemon, the active profile is restarted with "
+    "random weights first (unless it already runs so); with --url the server must report "
+    "load_format dummy.",
+)
+@click.option(
+    "--record-baseline",
+    is_flag=True,
+    help="Through the daemon, on a baseline-mode server with real weights: record the result "
+    "as the active profile's baseline at this --concurrency (POST /v1/baselines), which the "
+    "exporter's break-even and speedup gauges compare EAGLE-3 with at that concurrency.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@socket_option
+@click.pass_context
+def bench(
+    ctx: click.Context,
+    url: str | None,
+    concurrency: int,
+    duration: float | None,
+    n_requests: int | None,
+    input_len: int,
+    output_len: int,
+    seed: int,
+    warmup: int,
+    use_sglang_bench: bool,
+    load_format: str,
+    record_baseline: bool,
+    as_json: bool,
+) -> None:
+    """Closed-loop load against the running server: tok/s, TTFT, ITL, accept length."""
+    from fastverify.experiments.bench.load import (
+        BenchConfig,
+        BenchError,
+        run_bench,
+        run_sglang_bench,
+    )
+
+    if duration is None and n_requests is None:
+        duration = 30.0
+    if record_baseline and (url or load_format == "dummy"):
+        fail("bench --record-baseline: records through the daemon, for the profile it serves "
+             "with real weights (drop --url / --load-format dummy)", EXIT_USAGE)  # fmt: skip
+    active = _baseline_target(ctx) if record_baseline else None
+    trial_left = _ensure_trial_engine(ctx) if load_format == "dummy" and not url else None
+    cfg = BenchConfig(
+        url=_server_url(ctx, url), concurrency=concurrency, duration=duration,
+        requests=n_requests, input_len=input_len, output_len=output_len, seed=seed,
+        warmup=warmup,
+    )  # fmt: skip
+    try:
+        cfg.validate()
+        if use_sglang_bench:
+            if n_requests is None:
+                fail("--use-sglang-bench needs --requests (sglang.bench_serving has no "
+                     "duration)", EXIT_USAGE)  # fmt: skip
+            click.echo(f"running sglang.bench_serving against {cfg.url} ...", err=True)
+            result = run_sglang_bench(cfg)
+        else:
+            total = n_requests if n_requests else duration
+            what = "requests" if n_requests else "seconds"
+            with Progress(f"bench {cfg.url}", total, unit=what) as bar:
+
+                def progress(done: int, elapsed: float) -> None:
+                    bar.update(
+                        done if n_requests else min(elapsed, duration or 0.0),
+                        f"({done} requests done)" if not n_requests else "",
+                    )
+
+                bar.note(
+                    f"bench: {concurrency} client(s), {total:g} {what}, "
+                    f"input {input_len} / output {output_len} tokens"
+                )
+                result = run_bench(cfg, progress, lambda line: bar.note(f"bench: {line}"))
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except KeyboardInterrupt:
+        fail("bench: interrupted", EXIT_INTERRUPTED)
+    except BenchError as exc:
+        code = EXIT_MISSING_DEPENDENCY if "not installed" in str(exc) else EXIT_PROBLEMS
+        fail(f"bench: {exc}", code)
+    data = result.to_dict()
+    if load_format == "dummy" and data.get("weights") != "dummy":
+        fail(f"bench: --load-format dummy, but the server at {cfg.url} does not report "
+             f"load_format dummy (weights: {data.get('weights') or 'not reported'}); start it "
+             "with --load-format dummy, or use the daemon (fastverifyctl profile set --trial)",
+             EXIT_PROBLEMS)  # fmt: skip
+    if as_json:
+        emit_json(data)
+    else:
+        trial = " [trial: dummy weights]" if data.get("weights") == "dummy" else ""
+        table(("metric", "value"), _bench_rows(data), title=f"bench {cfg.url}{trial}")
+    if trial_left:
+        click.echo(trial_left_note(trial_left), err=True)
+    if data.get("incomplete"):  # a measurement without its per-request rate is a failed one
+        fail(f"bench: {data['incomplete']}", EXIT_PROBLEMS)
+    if active is not None:
+        _record_baseline(ctx, active, data, concurrency)
+    if not url and data.get("accept_histogram"):
+        _record_acceptance(ctx, data)
+
+
+def _record_acceptance(ctx: click.Context, data: dict[str, Any]) -> None:
+    """Through the daemon, an EAGLE-3 server's summed histogram is kept with the profile, mode
+    and steps it serves (`fastverifyctl spec plan` reads it); a refusal is a note, the
+    measurement stands."""
+    from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+
+    body = {"histogram": data["accept_histogram"]}
+    try:
+        rec = ControlClient(ctx.obj.get("socket") if ctx.obj else None).post("/v1/acceptance", body)
+    except (DaemonUnavailable, ApiError) as exc:
+        err = getattr(exc, "body", {}).get("error") if isinstance(exc, ApiError) else None
+        click.echo(f"bench: acceptance not recorded: {err or exc}", err=True)
+        return
+    usable = "" if rec.get("usable") else f" (not usable: {rec.get('why_not_usable')})"
+    click.echo(f"bench: acceptance recorded for {rec['profile']}/{rec['mode']} at "
+               f"{rec['steps']} steps, {rec['weights']} weights{usable}", err=True)  # fmt: skip
+
+
+def _baseline_target(ctx: click.Context) -> str:
+    """The profile a --record-baseline run measures: the daemon's, in baseline mode with real
+    weights (checked before the load, so nothing is measured for nothing)."""
+    from fastverify.client import ApiError, DaemonUnavailable
+
+    try:
+        status = client_for(ctx).get("/v1/status")
+    except DaemonUnavailable as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
+    except ApiError as exc:
+        fail(f"daemon: {exc}", EXIT_PROBLEMS)
+    if status.get("mode") != "baseline" or status.get("trial") or not status.get("profile"):
+        fail(f"bench --record-baseline: the daemon serves {status.get('profile')}/"
+             f"{status.get('mode')}{' (trial, dummy weights)' if status.get('trial') else ''};"
+             " a baseline is measured in baseline mode with real weights "
+             "(fastverifyctl mode set baseline)", EXIT_USAGE)  # fmt: skip
+    return str(status["profile"])
+
+
+def _record_baseline(
+    ctx: click.Context, profile: str, data: dict[str, Any], concurrency: int
+) -> None:
+    from fastverify.client import ApiError, DaemonUnavailable
+
+    body = {"profile": profile, "concurrency": concurrency,
+            "tokens_per_second": data["output_tokens_per_second"],
+            "per_request_tokens_per_second": data["per_request_tokens_per_second"]}  # fmt: skip
+    try:
+        client_for(ctx).post("/v1/baselines", body)
+    except DaemonUnavailable as exc:
+        fail(f"bench: the baseline was not recorded: {exc}", EXIT_UNAVAILABLE)
+    except ApiError as exc:
+        fail(f"bench: the baseline was not recorded: {exc.body.get('error') or exc}",
+             EXIT_PROBLEMS)  # fmt: skip
+    click.echo(f"bench: recorded as the baseline of {profile} at {concurrency} concurrent "
+               f"request(s) ({data['per_request_tokens_per_second']:.1f} tok/s per request)",
+               err=True)  # fmt: skip
+
+
+def trial_left_note(status: dict[str, Any]) -> str:
+    """What `bench --load-format dummy` leaves behind in the daemon, and the way back."""
+    what = f"{status.get('profile')}/{status.get('mode')}"
+    return (
+        f"note: the daemon is left serving {what} on dummy weights (a trial: random output, "
+        f"timings only); `fastverifyctl profile set {status.get('profile')}` loads the real "
+        "weights again"
+    )
+
+
+def _ensure_trial_engine(ctx: click.Context) -> dict[str, Any]:
+    """bench --load-format dummy through the daemon: restart the active profile/mode with
+    dummy weights unless the daemon already serves a trial; returns the daemon's status."""
+    from fastverify.client import ApiError, DaemonUnavailable
+
+    client = client_for(ctx, timeout=1800)
+    try:
+        status = client.get("/v1/status")
+        if status.get("trial"):
+            return status
+        if not status.get("profile"):
+            fail("bench --load-format dummy: the daemon has no active profile to restart")
+        click.echo(f"restarting {status['profile']}/{status['mode']} with dummy weights "
+                   "(trial) ...", err=True)  # fmt: skip
+        body = {"name": status["profile"], "mode": status["mode"], "wait": True,
+                "load_format": "dummy"}  # fmt: skip
+        client.post("/v1/profile", body, timeout=1800)
+        return status
+    except DaemonUnavailable as exc:
+        fail(f"{exc}\n(or pass --url of a server started with --load-format dummy)",
+             EXIT_UNAVAILABLE)  # fmt: skip
+    except ApiError as exc:
+        fail(f"bench: the trial restart failed: {exc.body.get('message') or exc}", EXIT_PROBLEMS)

@@ -1,0 +1,322 @@
+"""`fastverifyctl preflight`: every candidate profile's all-reduces measured by rank
+workers before a server is touched (and `--derive-tuner`), one table per profile.
+
+torch is never imported here: the rank workers import it in their own processes.
+Exit codes: 0 ok; 1 a profile failed preflight; 2 usage (the nccl backend without GPUs:
+pass --backend gloo); 6 torch missing; 130 interrupted (the ranks are stopped)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fastverify.cli.experiment_common import fmt, int_list
+from fastverify.cli.options import env_pairs
+from fastverify.cli.output import (
+    EXIT_INTERRUPTED,
+    EXIT_MISSING_DEPENDENCY,
+    EXIT_PROBLEMS,
+    EXIT_USAGE,
+    emit_json,
+    fail,
+    table,
+)
+
+# ----------------------------------------------------------------------------- preflight
+
+
+def _print_preflight(report: dict[str, Any]) -> None:
+    for prof in report["profiles"]:
+        rows = []
+        for s in prof["sizes"]:
+            e, g = s["eager"], s["graph"]
+            graph_state = g["capture"] if g["capture"] != "ok" else f"ok/{g['replay']}"
+            eb, gb = e.get("batch") or {}, g.get("batch") or {}
+            rows.append((
+                fmt(s["tokens"]), s["bytes"], fmt(e.get("p50_us")), fmt(e.get("p99_us")),
+                fmt(eb.get("per_op_mean_us")), fmt(eb.get("busbw_gbs"), 2), graph_state,
+                fmt(g.get("p50_us")), fmt(gb.get("per_op_p50_us")),
+                "PCIe-IPC" if s.get("backend") == "pcie_ipc"
+                else f"{s['nccl_algo'] or '-'}/{s['nccl_proto'] or '-'}",
+                "yes" if s["correct"] else "NO",
+            ))  # fmt: skip
+        title = f"{prof['profile']}: {prof['status']} ({prof['wall_s']:.1f} s)"
+        if not rows:
+            click.echo(f"# {title}")
+        else:
+            table(("tokens", "bytes", "eager p50 us", "p99 us", "b2b us", "busbw GB/s", "graph",
+                   "replay p50 us", "in-graph us", "algo/proto", "correct"), rows,
+                  title=title)  # fmt: skip
+        if prof.get("error") or prof.get("note"):
+            click.echo(f"  {prof.get('error') or prof.get('note')}")
+        not_run = prof.get("sizes_not_run")
+        if not_run:
+            sizes = not_run["tokens"] or not_run["sizes_bytes"]
+            click.echo(f"  not run: {', '.join(map(str, sizes))} ({not_run['reason']})")
+    summary = [
+        (p["profile"], p["status"], fmt(p["wall_s"]), fmt(p.get("init_s"), 2),
+         ", ".join(f"{k}={v}" for k, v in p["nccl"]["confirmed"].items()) or "-")
+        for p in report["profiles"]
+    ]  # fmt: skip
+    if len(report["profiles"]) > 1 and report.get("winners"):
+        table(
+            ("tokens", "bytes", "fastest in-graph", "us", "x next", "fastest b2b", "us", "x next"),
+            [
+                (fmt(w["tokens"]), w["bytes"], w.get("graph_winner") or "-",
+                 fmt((w.get("graph_us") or {}).get(w.get("graph_winner"))),
+                 fmt(w.get("graph_margin"), 2), w.get("eager_winner") or "-",
+                 fmt((w.get("eager_us") or {}).get(w.get("eager_winner"))),
+                 fmt(w.get("eager_margin"), 2))
+                for w in report["winners"]
+            ],
+            title="fastest profile per message size",
+        )  # fmt: skip
+    table(
+        ("profile", "verdict", "wall s", "init s", "NCCL confirmed"),
+        summary,
+        title=f"preflight: {report['world_size']} rank(s), {report['total_wall_s']:.1f} s total",
+    )
+    if report.get("label"):
+        click.echo(f"label: {report['label']}")
+    if report.get("note"):
+        click.echo(f"note: {report['note']}")
+
+
+@click.command()
+@click.argument("profiles", nargs=-1)
+@click.option(
+    "--nproc",
+    type=click.IntRange(1),
+    default=None,
+    help="Ranks (one per GPU). Default: every visible GPU.",
+)
+@click.option(
+    "--share-gpu",
+    is_flag=True,
+    help="Allow more ranks than GPUs (rank r on GPU r mod GPUs): FlashInfer PCIe-IPC "
+    "candidates run, NCCL ones are skipped (NCCL refuses two ranks on one GPU); the timings "
+    "are same-GPU ranks, not a PCIe measurement.",
+)
+@click.option(
+    "--hidden-size",
+    default=7168,
+    show_default=True,
+    type=click.IntRange(1),
+    help="The model's hidden size (7168 for DeepSeek-V3/Kimi-K2 class models).",
+)
+@click.option(
+    "--tokens",
+    default="1,2,3,4,8,16,32,64,128,512,2048,8192",
+    show_default=True,
+    help="Tokens per forward; message = hidden size x tokens x 2 bytes (decode/verify sizes "
+    "1-64, prefill sizes 128-8192).",
+)
+@click.option("--sizes", default=None, help="Explicit message sizes in bytes instead of --tokens.")
+@click.option(
+    "--iters",
+    default=50,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Timed all-reduces (and graph replays) per size.",
+)
+@click.option(
+    "--warmup",
+    default=5,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Untimed all-reduces per size first.",
+)
+@click.option(
+    "--graph-ops",
+    default=20,
+    show_default=True,
+    type=click.IntRange(0),
+    help="All-reduces captured in one graph for the in-graph per-op time (0: skip).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    default=180.0,
+    show_default=True,
+    type=float,
+    help="Seconds per profile before its ranks are killed.",
+)
+@click.option(
+    "--env",
+    "extra_env",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Extra variable on top of every profile (e.g. NCCL_NVLS_ENABLE=0).",
+)
+@click.option("--python", default="", help="Interpreter for the rank processes (needs torch).")
+@click.option(
+    "--config",
+    "config_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="fastverifyd config whose [server] env / env_passthrough the ranks also get "
+    "(default: the daemon's default config file, when it exists).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["nccl", "gloo"]),
+    default="nccl",
+    hidden=True,
+    help="gloo: CPU-only testing of the orchestration.",
+)
+@click.option(
+    "--call",
+    type=click.Choice(["pynccl", "torch"]),
+    default="pynccl",
+    show_default=True,
+    help="How ranks call NCCL: pynccl = ncclAllReduce on the current stream, as SGLang "
+    "0.5.23 does; torch = torch.distributed.all_reduce (adds its own stream hops).",
+)
+@click.option(
+    "--logs",
+    "logs_dir",
+    default="",
+    type=click.Path(file_okay=False),
+    help="Keep per-rank JSON and NCCL debug logs in this directory.",
+)
+@click.option(
+    "--output",
+    "-o",
+    "output",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Also write the JSON report to this file.",
+)
+@click.option(
+    "--derive-tuner",
+    "derive_tuner",
+    default=None,
+    metavar="NAME",
+    help="Measure every algorithm/protocol per size and write NAME.tuner.csv + NAME.env "
+    "(a tuner profile; see docs/tuner.md). PROFILES: at most one, the base (nccl-default).",
+)
+@click.option(
+    "--tuner-dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="With --derive-tuner: where to write (default: the user profile dir).",
+)
+@click.option("--fresh", is_flag=True, help="With --derive-tuner: ignore saved measurements.")
+@click.option("--fake-costs", default="", hidden=True, help="gloo testing only.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def preflight(
+    profiles: tuple[str, ...],
+    nproc: int | None,
+    share_gpu: bool,
+    hidden_size: int,
+    tokens: str,
+    sizes: str | None,
+    iters: int,
+    warmup: int,
+    graph_ops: int,
+    timeout_s: float,
+    extra_env: tuple[str, ...],
+    python: str,
+    config_path: str | None,
+    backend: str,
+    call: str,
+    logs_dir: str,
+    output: str | None,
+    derive_tuner: str | None,
+    tuner_dir: str | None,
+    fresh: bool,
+    fake_costs: str,
+    as_json: bool,
+) -> None:
+    """NCCL all-reduce + CUDA-graph check per profile on the GPUs, without a model."""
+    from fastverify.experiments.preflight import run as pf
+
+    if derive_tuner is not None:
+        _derive_tuner(derive_tuner, profiles, nproc, hidden_size, tokens, sizes, extra_env,
+                      tuner_dir, fresh, backend, python, timeout_s, fake_costs, output,
+                      as_json)  # fmt: skip
+        return
+
+    try:
+        daemon_env = pf.daemon_extra_env(config_path)
+    except pf.PreflightError as exc:
+        fail(f"preflight: {exc}", EXIT_USAGE)
+    cfg = pf.PreflightConfig(
+        nproc=nproc, hidden_size=hidden_size, tokens=int_list(tokens, "--tokens"),
+        sizes_bytes=int_list(sizes, "--sizes") if sizes else (), iters=iters, warmup=warmup,
+        graph_ops=graph_ops, backend=backend, call=call, timeout_s=timeout_s, python=python,
+        extra_env={**daemon_env, **env_pairs(extra_env)}, logs_dir=logs_dir, share_gpu=share_gpu,
+    )  # fmt: skip
+    try:
+        loaded = pf.load_profiles(profiles)
+        report = pf.run_preflight(loaded, cfg, on_event=lambda line: click.echo(line, err=True))
+    except KeyboardInterrupt:
+        fail("preflight: interrupted (every rank started was stopped)", EXIT_INTERRUPTED)
+    except pf.TorchMissing as exc:
+        fail(str(exc), EXIT_MISSING_DEPENDENCY)
+    except pf.PreflightError as exc:  # no GPU for nccl, unknown profile: usage, as rehearse
+        usage = isinstance(exc, pf.NoGpu) or "profile" in str(exc)
+        fail(f"preflight: {exc}", EXIT_USAGE if usage else EXIT_PROBLEMS)
+    if output:
+        from fastverify.cli.output import to_json
+
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(to_json(report) + "\n", encoding="utf-8")
+    if as_json:
+        emit_json(report)
+    else:
+        _print_preflight(report)
+    # a skipped candidate (pcie-ipc without FlashInfer's PCIe-IPC here) is not a failure
+    if any(p["status"] not in ("ok", "skipped") for p in report["profiles"]):
+        sys.exit(EXIT_PROBLEMS)
+
+
+def _derive_tuner(
+    name: str, profiles: tuple[str, ...], nproc: int | None, hidden_size: int, tokens: str,
+    sizes: str | None, extra_env: tuple[str, ...], tuner_dir: str | None, fresh: bool,
+    backend: str, python: str, timeout_s: float, fake_costs: str, output: str | None,
+    as_json: bool,
+) -> None:  # fmt: skip
+    """`preflight --derive-tuner NAME` (fastverify.experiments.derive_tuner.cmd)."""
+    from fastverify.experiments.derive_tuner import cmd
+    from fastverify.experiments.derive_tuner import derive as dt
+    from fastverify.experiments.preflight import run as pf
+
+    if len(profiles) > 1:
+        fail("preflight --derive-tuner: give at most one base profile", EXIT_USAGE)
+    ctx = click.get_current_context()
+    if sizes:
+        size_list = int_list(sizes, "--sizes")
+    elif ctx.get_parameter_source("tokens") == click.core.ParameterSource.DEFAULT:
+        size_list = dt.sizes_from_tokens(dt.DEFAULT_TOKENS, hidden_size)
+    else:
+        size_list = dt.sizes_from_tokens(int_list(tokens, "--tokens"), hidden_size)
+    try:
+        report, lines = cmd.run_cli(
+            name, base=profiles[0] if profiles else "nccl-default", nproc=nproc,
+            sizes=size_list, rounds=3, channels=dt.DEFAULT_CHANNELS,
+            extra_env=env_pairs(extra_env), tuner_dir=tuner_dir, fresh=fresh,
+            backend=backend, python=python, timeout_s=max(timeout_s, 300.0),
+            fake_costs=fake_costs, echo=lambda line: click.echo(line, err=True),
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        fail("preflight: interrupted (every rank started was stopped; run again to resume)",
+             EXIT_INTERRUPTED)  # fmt: skip
+    except pf.TorchMissing as exc:
+        fail(str(exc), EXIT_MISSING_DEPENDENCY)
+    except pf.PreflightError as exc:
+        fail(f"preflight: {exc}", EXIT_USAGE)
+    except dt.DeriveError as exc:
+        fail(f"preflight --derive-tuner: {exc}", EXIT_PROBLEMS)
+    if output:
+        from fastverify.cli.output import to_json
+
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(to_json(report) + "\n", encoding="utf-8")
+    if as_json:
+        emit_json(report)
+    else:
+        click.echo("\n".join(lines))
