@@ -3,7 +3,8 @@ daemon (trials on dummy weights, confirmation, EAGLE-3 phase), ranked with their
 a table or `--json`, and a plot when matplotlib is installed.
 
 Imports stay light: matplotlib only when the plot is drawn, rich only for a progress bar.
-Exit codes: 0 ok; 1 the sweep had failures; 2 usage; 3 daemon unreachable; 130 interrupted
+Exit codes: 0 ok; 1 the sweep had failures (or runs cut short); 2 usage; 3 daemon unreachable;
+4 another experiment holds the daemon; 130 interrupted
 (a sweep keeps what it measured)."""
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         if r.get("confirmed"):
             mode += " (confirmed)"
         if r["status"] == "incomplete":  # cut short: its figures, never a rank or verdict
-            out.append(("-", r["profile"], mode, _fmt(r.get("tokens_per_second_mean")),
-                        "-" if not ci else f"{ci[0]:.1f}-{ci[1]:.1f}", _fmt(r.get("n")),
-                        "-", "CUT SHORT", _fmt(r.get("accept_length_mean"), 2), "-", "-",
+            out.append(("-", r["profile"], mode, fmt(r.get("tokens_per_second_mean")),
+                        "-" if not ci else f"{ci[0]:.1f}-{ci[1]:.1f}", fmt(r.get("n")),
+                        "-", "CUT SHORT", fmt(r.get("accept_length_mean"), 2), "-", "-",
                         r.get("note") or ""))  # fmt: skip
             continue
         if r["status"] != "ok":
