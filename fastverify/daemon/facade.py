@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -55,6 +56,9 @@ class ControlFacade:
         self.config_error: str | None = None
         self.canary: dict[str, Any] | None = None  # declarative mode: an explicit --canary
         self.leases = Leases()  # an experiment's hold on the daemon (fastverify.daemon.lease)
+        self._caps: dict[tuple[str, ...], dict[str, Any] | None] = {}  # engine capabilities
+        self._caps_pending: set[tuple[str, ...]] = set()
+        self._caps_lock = threading.Lock()
 
     # ------------------------------------------------------------------ status
     def status_line(self) -> str:
@@ -151,22 +155,42 @@ class ControlFacade:
 
     def capabilities(self, argv: list[str] | None) -> dict[str, Any] | None:
         """The engine's all-reduce capabilities for the argv it serves (else the configured
-        one): fastverify.engines.allreduce_host.capabilities, kept per argv."""
-        from fastverify.engines.allreduce_host import capabilities
-
+        one): fastverify.engines.allreduce_host.capabilities, kept per argv. A real engine's
+        first answer probes the host (nvidia-smi, FlashInfer in the server's interpreter:
+        seconds), so it runs in the background and status says it is under way meanwhile."""
         c = self.ctl
         try:
             if argv is None:
                 _, argv = c.resolver.resolve(*c.resolver.defaults(None, None, c.active))
-            key = tuple(argv)
-            cache = self.__dict__.setdefault("_caps", {})
-            if key not in cache:
-                cache.clear()
-                host = c.launcher.allreduce_host(list(argv))
-                cache[key] = capabilities(host, argv) if host is not None else None
-            return cache[key]
         except Exception as exc:  # status must answer even when the engine cannot say
             return {"error": f"cannot tell the engine's all-reduce capabilities: {exc}"}
+        key = tuple(argv)
+        with self._caps_lock:
+            if key in self._caps:
+                return self._caps[key]
+            if c.engine.simulated:  # the sim's host is known without probing anything
+                self._caps = {key: self._probe_caps(list(argv))}
+                return self._caps[key]
+            if key not in self._caps_pending:
+                self._caps_pending.add(key)
+                threading.Thread(target=self._probe_async, args=(key,), daemon=True,
+                                 name="engine-capabilities").start()  # fmt: skip
+        return {"error": "probing the engine's host (nvidia-smi, FlashInfer); ask again shortly"}
+
+    def _probe_caps(self, argv: list[str]) -> dict[str, Any] | None:
+        from fastverify.engines.allreduce_host import capabilities
+
+        try:
+            host = self.ctl.launcher.allreduce_host(argv)
+            return capabilities(host, argv) if host is not None else None
+        except Exception as exc:
+            return {"error": f"cannot tell the engine's all-reduce capabilities: {exc}"}
+
+    def _probe_async(self, key: tuple[str, ...]) -> None:
+        caps = self._probe_caps(list(key))
+        with self._caps_lock:
+            self._caps = {key: caps}
+            self._caps_pending.discard(key)
 
     def _decision_now(self) -> dict[str, Any] | None:
         """The newest tuning decision and whether it is what serves now (`serving`): a
