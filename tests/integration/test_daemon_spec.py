@@ -96,12 +96,17 @@ def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
             sp = d.status().get("speculation") or {}
             return sp if sp.get("active_steps") is not None and sp["seconds_at_steps"] else None
 
+        # the steps SGLang may move between at batch 1: the plan's tier-1 candidates
+        allowed = {str(n) for n in cfg["1"]["candidate_steps"]}
         sp = d.wait_for(spec_status, 30, "the active draft steps in status")
-        assert sp["active_steps"] in (0, 3) and set(sp["seconds_at_steps"]) <= {"0", "3"}
+        assert str(sp["active_steps"]) in allowed and set(sp["seconds_at_steps"]) <= allowed
         assert "draft steps:" in d.ctl("status").stdout
         text = httpx.get(d.metrics_url).text
-        assert re.search(r'fastverify_spec_active_steps\{[^}]*mode="adaptive"[^}]*\} [03]', text)
-        assert re.search(r'fastverify_spec_steps_seconds_total\{[^}]*steps="[03]"', text)
+        steps = "[" + "".join(sorted(allowed)) + "]"
+        assert re.search(
+            r'fastverify_spec_active_steps\{[^}]*mode="adaptive"[^}]*\} ' + steps, text
+        )
+        assert re.search(r'fastverify_spec_steps_seconds_total\{[^}]*steps="' + steps + '"', text)
         real = re.findall(  # labels in name order: drafts, mode, profile, steps, usable, weights
             r'fastverify_spec_accepted_drafts_ratio\{drafts="\d",mode="eagle3",profile="[^"]*",'
             r'steps="3",usable="true",weights="real"\} (\S+)', text)  # fmt: skip
