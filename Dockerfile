@@ -9,6 +9,10 @@
 # do. fastverify goes into its own virtual environment that sees the base's
 # site-packages (so the daemon's interpreter can import sglang) without changing any
 # package the base installed. No sitecustomize.py: the daemon sets NCCL_* per start.
+# Another SGLang release (fastverify supports 0.5.1 .. 0.5.23: `fastverifyctl sglang versions`,
+# README "Supported SGLang versions"): --build-arg BASE_IMAGE=lmsysorg/sglang:v<release>-cuXXX,
+# e.g. lmsysorg/sglang:v0.5.20-cu129 (the CUDA suffixes published differ per release). The
+# daemon reads the image's SGLang version at start and loads that release's facts.
 ARG BASE_IMAGE=lmsysorg/sglang:v0.5.23-cu129
 
 # The NCCL tuner plugin (native/tuner): plain C, built with the base image's system
@@ -69,6 +73,19 @@ RUN mkdir -p /run/fastverify /var/lib/fastverify /etc/fastverify/profiles.d \
       /etc/fastverify/profiles \
  && ls /etc/fastverify/profiles/*.env
 VOLUME ["/var/lib/fastverify"]
+
+# FlashInfer's PCIe-IPC all-reduce (the pcie-ipc profile): its wheel ships no prebuilt
+# pcie_ipc_comm, so the first start JIT-compiles it with nvcc and ninja (10.6-13 s on one
+# H200, plus 7 s for the autotuner's trtllm_utils) into the state volume, where later
+# starts find it. The lmsysorg/sglang images have both; a base without them gets an image
+# whose pcie-ipc profile serves with NCCL unless a JIT cache is installed (said here, and
+# by `fastverifyctl doctor`).
+RUN if command -v nvcc >/dev/null 2>&1 \
+      && { command -v ninja >/dev/null 2>&1 || python3 -c 'import ninja' 2>/dev/null; }; then \
+      echo "FlashInfer JIT: nvcc and ninja present"; \
+    else \
+      echo "WARNING: no nvcc/ninja in the base image: FlashInfer cannot JIT-compile pcie_ipc_comm (the pcie-ipc profile falls back to NCCL unless flashinfer-jit-cache is installed)" >&2; \
+    fi
 
 # 30000: SGLang HTTP API and its /metrics; 9464: fastverify exporter.
 EXPOSE 30000 9464

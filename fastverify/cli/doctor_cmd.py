@@ -156,6 +156,8 @@ def doctor(
             click.echo(f"  {ar['description']}{serving if ar.get('profile') else ''}")
             can = [b["backend"] for b in ar.get("possible_backends") or [] if b["possible"]]
             click.echo(f"  backends possible: {', '.join(can) or '-'}")
+            for note in ar.get("notes") or []:
+                click.echo(f"  note: {note}")
         for row in sglang_rows:
             click.echo(f"SGLang ({row['python']}): {row['message']}")
         click.echo(f"status: {worst}")

@@ -36,12 +36,16 @@ def apply_engine(
     eng = (status or {}).get("engine") or {}
     served = eng.get("allreduce") if eng.get("pid") else None
     if served:  # what the daemon confirmed for the engine serving now
+        asked = ah.ENABLED_ENV if served.get("requested") == "pcie_ipc" else {}
+        rule = ah.dispatch_for(host, asked, argv)  # SGLang's reasons (fusion, groups, ...)
         ar = {
             "requested": served.get("requested"),
             "serving": served.get("backend"),
             "description": served.get("description"),
             "evidence": served.get("evidence"),
             "profile": (status or {}).get("profile"),
+            "notes": [*rule.notes, *(served.get("notes") or [])],
+            "fallbacks": rule.fallbacks,
         }
     else:
         d = ah.dispatch_for(host, env, argv)

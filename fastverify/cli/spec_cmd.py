@@ -54,6 +54,9 @@ def pick_curve(curves: dict[str, Any], profile: str | None) -> dict[str, Any] | 
 @click.option("--costs", "costs_file", type=click.Path(dir_okay=False), default=None,
               help="A `rehearse` grid (JSON) measured on a GPU; default: the serving "
               "engine's own cost table (the sim publishes one).")  # fmt: skip
+@click.option("--allreduce-backend", default=None,
+              help="With --costs: the grid's all-reduce table for this backend (e.g. "
+              "pcie_ipc) instead of its default one.")  # fmt: skip
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
               help="Also write SGLang's --speculative-adaptive-config here.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
@@ -63,6 +66,7 @@ def plan(
     ctx: click.Context,
     batch_sizes: list[int],
     costs_file: str | None,
+    allreduce_backend: str | None,
     output: str | None,
     as_json: bool,
 ) -> None:
@@ -84,7 +88,12 @@ def plan(
         fail(f"spec plan: {NO_ACCEPTANCE}{extra}", EXIT_PROBLEMS)
     curve = AcceptCurve.from_histogram(rec["histogram"], rec["steps"])
     try:
-        costs = spec_costs.from_rehearse_grid(costs_file) if costs_file else _engine_costs(status)
+        if costs_file:
+            costs = spec_costs.from_rehearse_grid(costs_file, allreduce_backend)
+        elif allreduce_backend:
+            raise spec_costs.CostsError("--allreduce-backend picks a table of a --costs grid")
+        else:
+            costs = _engine_costs(status)
     except spec_costs.CostsError as exc:
         fail(f"spec plan: {exc}", EXIT_PROBLEMS)
     p = spec_plan.make_plan(curve, costs, batch_sizes)

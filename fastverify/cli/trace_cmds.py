@@ -81,6 +81,14 @@ def print_analysis(analysis: dict[str, Any], where: str, span: str = "TARGET_VER
     )
     with_passes = [r for r in ranks if r.get("verify_passes")]
     if not with_passes:
+        for r in ranks:  # what the window held, so a trace without passes still says it
+            by = r.get("allreduce_calls_by_backend") or {}
+            if by:
+                each = ", ".join(f"{BACKEND_NAMES.get(b, b)} {n}" for b, n in by.items())
+                click.echo(
+                    f"rank {r.get('rank_id') or r['rank']}: {sum(by.values())} all-reduces "
+                    f"in the window ({each}), none inside {passes}"
+                )
         return
     ref = with_passes[0]
     line = f"rank {ref['rank']}: {diagnosis(ref)}"
@@ -95,7 +103,7 @@ def print_analysis(analysis: dict[str, Any], where: str, span: str = "TARGET_VER
     click.echo(line if short == "verify" else line.replace("verify", short))
     backends = ref.get("allreduce_backends") or {}
     if set(backends) - {"nccl"}:  # say which backend served (NCCL-only traces: as before)
-        click.echo(f"rank {ref['rank']}: per verify by backend: {backend_line(backends)}")
+        click.echo(f"rank {ref['rank']}: per {short} by backend: {backend_line(backends)}")
 
 
 BACKEND_NAMES = {"nccl": "NCCL", "custom": "SGLang custom all-reduce",

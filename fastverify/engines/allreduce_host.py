@@ -50,7 +50,8 @@ def server_args(host: AllreduceHost, argv: Sequence[str]) -> allreduce.ServerArg
     """The server args of `argv` with what the engine itself fixes (the sim's decode max_bs)."""
     args = allreduce.ServerArgs.from_argv(list(argv))
     if args.decode_max_bs is None and not args.decode_bs and host.decode_max_bs is not None:
-        args = replace(args, decode_max_bs=host.decode_max_bs)
+        args = replace(args, decode_max_bs=host.decode_max_bs,
+                       decode_max_bs_from=f"the {host.engine} engine's decode max_bs")  # fmt: skip
     return args
 
 

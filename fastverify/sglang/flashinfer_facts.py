@@ -68,17 +68,35 @@ def first_start_note() -> str:
     )
 
 
+# `import sglang` points FlashInfer's base at SGLang's cache dir unless it is set already
+# (sglang/srt/environ.py `third_party_cache_defaults`, `redirect_third_party_caches`:
+# setdefault; tests/contract/test_allreduce_contract.py runs it)
+SGLANG_CACHE_DIR_VAR = "SGLANG_CACHE_DIR"
+SGLANG_CACHE_DIR_DEFAULT = "~/.cache/sglang"
+
+
+def workspace_base(env: Mapping[str, str]) -> str:
+    """FlashInfer's `FLASHINFER_WORKSPACE_BASE` inside an SGLang server whose environment is
+    `env`: the variable when set, else SGLang's cache dir (`~` is `env`'s HOME). FlashInfer
+    appends `.cache/flashinfer/<version>/<arch>`, so by default its JIT output and tactics
+    land in `~/.cache/sglang/.cache/flashinfer/<version>/<arch>/`."""
+    if env.get(WORKSPACE_BASE_VAR):
+        return env[WORKSPACE_BASE_VAR]
+    base = env.get(SGLANG_CACHE_DIR_VAR) or SGLANG_CACHE_DIR_DEFAULT
+    if base == "~" or base.startswith("~/"):
+        return (env.get("HOME") or str(Path.home())) + base[1:]
+    return base
+
+
 def workspace_dir(env: Mapping[str, str], version: str, arch: str) -> Path:
     """`FLASHINFER_WORKSPACE_DIR` (jit/env.py): base/.cache/flashinfer/<version>/<arch>."""
-    base = env.get(WORKSPACE_BASE_VAR) or env.get("HOME") or str(Path.home())
-    return Path(base) / ".cache" / "flashinfer" / version / arch
+    return Path(workspace_base(env)) / ".cache" / "flashinfer" / version / arch
 
 
 def jit_libraries(env: Mapping[str, str], name: str = PCIE_IPC_LIB) -> list[Path]:
     """The JIT-built `name.so` files under the environment's FlashInfer workspace, every
     version and arch (the daemon does not know the engine's GPU arch before it runs)."""
-    root = Path(env.get(WORKSPACE_BASE_VAR) or env.get("HOME") or str(Path.home()))
-    root = root / ".cache" / "flashinfer"
+    root = Path(workspace_base(env)) / ".cache" / "flashinfer"
     try:
         return sorted(root.glob(f"*/*/cached_ops/{name}/{name}.so"))
     except OSError:

@@ -93,13 +93,14 @@ def from_engine_info(info: Mapping[str, Any]) -> Costs:
     return from_table(table, ENGINE_SOURCE)
 
 
-def from_rehearse_grid(path: str | Path) -> Costs:
+def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
     """A `rehearse` grid file:
     {"kind": "rehearse-grid", "model", "shard_of_tp", "ranks_run", "gpu", "batch_sizes",
      "tokens_per_seq", "forward_ms": {bs: {tokens: ms}}, "verify_decode_ratio": {...},
      "allreduce": {"source": str, "per_forward_ms": {bs: {tokens: ms}}}, "sources", "command"}.
     A cycle at k steps = the forward over k + 1 tokens per request (+ its all-reduces);
-    k = 0 = the forward over 1 token."""
+    k = 0 = the forward over 1 token. `backend`: one of the grid's
+    `allreduce.by_backend` tables (e.g. "pcie_ipc") instead of its default one."""
     p = Path(path)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
@@ -110,7 +111,16 @@ def from_rehearse_grid(path: str | Path) -> Costs:
     if not isinstance(data, dict) or data.get("kind") != "rehearse-grid":
         raise CostsError(f'{p}: not a rehearse grid (needs "kind": "rehearse-grid")')
     fwd = data.get("forward_ms")
-    ar = (data.get("allreduce") or {}).get("per_forward_ms") or {}
+    ar_doc = data.get("allreduce") or {}
+    if backend is not None:
+        tables = ar_doc.get("by_backend") or {}
+        if backend not in tables:
+            raise CostsError(
+                f"{p}: no all-reduce table for backend {backend!r} (the grid has: "
+                f"{', '.join(sorted(tables)) or 'none'})"
+            )
+        ar_doc = tables[backend]
+    ar = ar_doc.get("per_forward_ms") or {}
     if not isinstance(fwd, dict) or not fwd:
         raise CostsError(f'{p}: field "forward_ms" must be {{bs: {{tokens: ms}}}}')
     table: dict[str, dict[str, float]] = {}
@@ -123,7 +133,7 @@ def from_rehearse_grid(path: str | Path) -> Costs:
             extra = float((ar.get(bs) or {}).get(tokens, 0.0))
             out[str(k)] = (float(ms) + extra) / 1e3
         table[str(bs)] = out
-    ar_src = (data.get("allreduce") or {}).get("source") or "none (compute only)"
+    ar_src = ar_doc.get("source") or "none (compute only)"
     source = (
         f"rehearse-grid {p.name}: {data.get('model')} shard of TP {data.get('shard_of_tp')} on "
         f"{data.get('gpu')}; all-reduce: {ar_src}; drafter not measured (draft forwards "

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import subprocess
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,7 @@ import pytest
 from fastverify.engines.sim import allreduce_sim, cli_args
 from fastverify.profiles import sglang_vars
 from fastverify.sglang import allreduce as ar
-from fastverify.sglang import envnames
+from fastverify.sglang import envnames, flashinfer_facts
 from tests.contract.conftest import HERE
 
 FLASHINFER_VERSION = "0.7.2"
@@ -226,13 +229,69 @@ def test_flashinfer_kernel_names(flashinfer: Path) -> None:
     assert "namespace flashinfer {\nnamespace comm {\nnamespace pcie_ipc {" in text
     kernels = re.findall(r"__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)\(", text)
     assert tuple(kernels) == ar.KERNELS
-    # every name the sim writes is one of them, with the template arguments of the launch
+
+
+def _seed_policy(flashinfer: Path) -> Any:
+    """FlashInfer's own `pcie_ipc_policy` module, run from the wheel's source. Its one
+    relative import (`pcie_ipc_collectives._constants`, not unpacked) gives names `_seed`
+    does not read; they are bound to None so that any use of them fails loudly."""
+    src = (flashinfer / "comm" / "pcie_ipc_policy.py").read_text()
+    tree = ast.parse(src)
+    tree.body = [
+        n
+        for n in tree.body
+        if not (isinstance(n, ast.ImportFrom) and n.module == "pcie_ipc_collectives._constants")
+    ]
+    module = types.ModuleType("flashinfer_pcie_ipc_policy")
+    module.__dict__.update(AR_MAX_BLOCKS=None, PACK_BYTES=None)
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    try:
+        exec(compile(tree, "pcie_ipc_policy.py", "exec"), module.__dict__)  # the real source
+    finally:
+        del sys.modules[module.__name__]
+    return module.__dict__
+
+
+def _dispatch_table(text: str) -> dict[tuple[int, str], str]:
+    """(world, Variant name) -> kernel with template arguments, from the header's
+    FI_PCIE_IPC_SELECT and TP2 branch, as launched without PDL (SGLang's call)."""
+    table: dict[tuple[int, str], str] = {}
+    select = text[text.index("#define FI_PCIE_IPC_SELECT") :]
+    eight, four = select.split("switch (variant)")[1:3]
+    for world, part in ((8, eight), (4, four)):
+        for variant, kernel in re.findall(
+            r"case Variant::(\w+):\s*\\?\s*return FI_PCIE_IPC_LAUNCH\(\((\w+<[^>]*>)\)", part
+        ):
+            table[(world, variant)] = kernel.replace("PDL", "false").replace("T,", "__nv_bfloat16,")
+    tp2 = re.search(r": launch\((ipc_tp2_remote_push_kernel<T, false, false>)", text)
+    assert tp2 is not None
+    table[(2, "kUnstaged")] = tp2.group(1).replace("T,", "__nv_bfloat16,")
+    return table
+
+
+def test_sim_kernel_names_follow_flashinfer_seed_policy(flashinfer: Path) -> None:
+    """The kernel the sim names for each world size and message size is the one FlashInfer's
+    own seed policy picks (`_seed`, run from the wheel) and its header dispatches."""
+    policy = _seed_policy(flashinfer)
+    assert policy["_SEED_STAGE_BYTES"] == ar.SEED_STAGE_BYTES
+    header = flashinfer / "data" / "include" / "flashinfer" / "comm" / "pcie_ipc_all_reduce.cuh"
+    table = _dispatch_table(header.read_text())
+    cpp_variant = {0: "kUnstaged", 1: "kStaged", 2: "kStagedRing", 3: "kFlatStaged"}
+    seen = set()
     for world in ar.PCIE_IPC_WORLD_SIZES:
-        for staged in (False, True):
-            name = ar.kernel_name(world, staged)
-            inner = name.removeprefix(f"void {ar.KERNEL_NAMESPACE}").split("<")[0]
-            assert inner in kernels and ar.is_pcie_ipc_kernel(name)
-            assert f"launch({inner}<T, " in text or f"(({inner}<T, " in text, inner  # launched
+        for rows in (1, 2, 4, 8, 16, 32, 64, 128):
+            numel = rows * 7168
+            config = policy["_seed"](world, numel, 2, 16)
+            kernel = table[(world, cpp_variant[int(config.variant)])]
+            name = ar.kernel_name(world, numel * 2)
+            assert f"{ar.KERNEL_NAMESPACE}{kernel}(" in name, (world, rows, config, name)
+            assert ar.is_pcie_ipc_kernel(name)
+            seen.add(kernel.split("<")[0])
+    # 4 ranks never get the one-shot push; 8 ranks switch to the ring from 32 KiB up
+    assert "push_oneshot_param_kernel" not in seen
+    assert ar.kernel_name(8, 32 * 1024).startswith(
+        f"void {ar.KERNEL_NAMESPACE}ipc_topo_rsag8_ring_push_param_kernel<"
+    )
 
 
 def test_flashinfer_exports_the_workspace_sglang_imports(flashinfer: Path) -> None:
@@ -253,3 +312,25 @@ def test_flashinfer_autotune_cache_path_and_workspace_variable(flashinfer: Path)
     env = (flashinfer / "jit" / "env.py").read_text()
     assert f'os.getenv("{ar.WORKSPACE_BASE_VAR}", pathlib.Path.home().as_posix())' in env
     assert 'FLASHINFER_BASE_DIR / ".cache" / "flashinfer"' in env
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{}, {"SGLANG_CACHE_DIR": "/srv/sglang"}, {"FLASHINFER_WORKSPACE_BASE": "/srv/fi"}],
+)
+def test_sglang_points_flashinfer_at_its_cache_dir(
+    sglang_python: Path, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """`import sglang` sets FLASHINFER_WORKSPACE_BASE (setdefault) to SGLANG_CACHE_DIR."""
+    clean = {k: v for k, v in os.environ.items() if k not in (*env, "SGLANG_CACHE_DIR",
+             "FLASHINFER_WORKSPACE_BASE")}  # fmt: skip
+    out = subprocess.run(
+        [str(sglang_python), "-c", "import os, sglang.srt.environ as e; e.redirect_third_party_"
+         "caches(); print(os.environ['FLASHINFER_WORKSPACE_BASE'])"],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**clean, **env, "HOME": str(tmp_path)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == flashinfer_facts.workspace_base(
+        {**env, "HOME": str(tmp_path)}
+    )

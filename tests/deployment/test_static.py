@@ -51,6 +51,9 @@ def test_dockerfile_pins_sglang_and_runs_the_daemon() -> None:
     assert "org.opencontainers.image.version" in text
     code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     assert "sitecustomize" not in code
+    # FlashInfer JIT-compiles pcie_ipc_comm at the first pcie-ipc start: the image checks it can
+    jit = re.search(r"^RUN if command -v nvcc .*?fi$", code, re.M | re.S)
+    assert jit and "ninja" in jit.group(0) and "WARNING" in jit.group(0), "nvcc/ninja check"
 
 
 def test_shellcheck_passes_on_the_deployment_scripts() -> None:

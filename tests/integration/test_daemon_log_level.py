@@ -68,3 +68,23 @@ def test_fp16_model_under_dtype_auto_is_refused_before_the_load(tmp_path: Path) 
         # the daemon's engine capabilities say the same for a pcie-ipc environment
         rule = st["engine"]["capabilities"]["rules"]["pcie_ipc"]
         assert rule["serving"] == "nccl" and "float16" in " ".join(rule["fallbacks"])
+
+
+def test_flashinfer_without_nv_internal_is_recognised(tmp_path: Path) -> None:
+    # FlashInfer installed without csrc/nv_internal: tuning skips every tactic and saves 0
+    # configs (its own lines are silenced by SGLang's logger setup), so every start re-tunes
+    cfg = {"server": {"tp_size": 2, "extra_args": ["--sim-flashinfer", "no-nv-internal"]}}
+    with DaemonHarness(tmp_path, tp_size=2, config=cfg) as d:
+        for start in range(2):
+            r = d.ctl("profile", "set", "pcie-ipc", *(["--restart"] if start else []))
+            assert r.returncode == 0, r.stdout + r.stderr
+            ar = d.status()["engine"]["allreduce"]
+            assert ar["backend"] == "pcie_ipc"  # the kernels serve, on the seed policy
+            assert ar["tactics"]["exists"] and ar["tactics"]["empty"], ar["tactics"]
+            assert any("nv_internal" in n and "re-tunes" in n for n in ar["notes"]), ar["notes"]
+        # the second start saw the empty file before it began, and said what it means
+        assert "holds no tactics" in r.stdout + r.stderr, r.stdout + r.stderr
+        doc = json.loads(d.ctl("doctor", "--json", "--no-topology").stdout)
+        found = [f for f in doc["findings"] if f["check"] == "flashinfer"]
+        assert found and "saved 0 configs" in found[0]["what"], doc["findings"]
+        assert "nv_internal" in found[0]["fix"]

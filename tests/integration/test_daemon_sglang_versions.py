@@ -62,6 +62,11 @@ def test_daemon_verifies_a_switch_and_reads_logs_and_metrics_of_each_release(
         st = d.status()
         assert st["sglang"]["version"] == version and st["sglang"]["supported"] is True
         assert st["sglang"]["facts_version"] == facts.facts_version
+        # `sglang facts` without VERSION: the server's, as the daemon reports it
+        shown = json.loads(d.ctl("sglang", "facts", "--json").stdout)
+        assert (shown["version"], shown["facts_version"]) == (version, facts.facts_version)
+        assert shown["features"]["pcie_ipc_allreduce"] == facts.has("pcie_ipc_allreduce")
+        assert sorted(shown["flags"]) == sorted(facts.flags)
         # the argv is the release's flag generation (the sim refuses flags the release lacks)
         r = d.ctl("profile", "set", "ring-ll", "--mode", "eagle3")
         assert r.returncode == 0, r.stdout + r.stderr

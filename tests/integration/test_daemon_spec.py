@@ -13,6 +13,8 @@ import httpx
 from fastverify.sglang import adaptive
 from tests.harness import DaemonHarness
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def _config(*extra: str) -> dict:
     return {"server": {"mode": "eagle3", "extra_args": ["--sim-accept-length", "3.2", *extra]}}
@@ -62,6 +64,18 @@ def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
             assert tier["ci"][0] <= tier["speedup"] <= tier["ci"][1]
         human = d.ctl("spec", "plan")
         assert human.returncode == 0 and "speculation plan" in human.stdout
+        # the same acceptance with the H200 grid's costs (one GPU, TP 8 shard) as the source
+        grid = REPO / "benchmarks/results/rehearse-grid-kimi-k2.5-shard-of-tp8-h200.json"
+        r = d.ctl("spec", "plan", "--costs", str(grid), "--allreduce-backend", "pcie_ipc",
+                  "--json")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        on_gpu = json.loads(r.stdout)
+        assert on_gpu["costs"]["source"].startswith("rehearse-grid ")
+        assert "pcie_ipc" in on_gpu["costs"]["source"]
+        r = d.ctl("spec", "plan", "--costs", str(grid), "--allreduce-backend", "nope")
+        assert r.returncode == 1 and "the grid has: nccl, pcie_ipc" in r.stderr
+        # the plan mode adaptive serves is the last one stored: store the engine's again
+        assert d.ctl("spec", "plan").returncode == 0
 
         assert plan["launch_steps"] == 3  # at 3.2 of 4 tokens, 3 steps pay at batch 1
         r = d.ctl("mode", "set", "adaptive")
@@ -82,12 +96,17 @@ def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
             sp = d.status().get("speculation") or {}
             return sp if sp.get("active_steps") is not None and sp["seconds_at_steps"] else None
 
+        # the steps SGLang may move between at batch 1: the plan's tier-1 candidates
+        allowed = {str(n) for n in cfg["1"]["candidate_steps"]}
         sp = d.wait_for(spec_status, 30, "the active draft steps in status")
-        assert sp["active_steps"] in (0, 3) and set(sp["seconds_at_steps"]) <= {"0", "3"}
+        assert str(sp["active_steps"]) in allowed and set(sp["seconds_at_steps"]) <= allowed
         assert "draft steps:" in d.ctl("status").stdout
         text = httpx.get(d.metrics_url).text
-        assert re.search(r'fastverify_spec_active_steps\{[^}]*mode="adaptive"[^}]*\} [03]', text)
-        assert re.search(r'fastverify_spec_steps_seconds_total\{[^}]*steps="[03]"', text)
+        steps = "[" + "".join(sorted(allowed)) + "]"
+        assert re.search(
+            r'fastverify_spec_active_steps\{[^}]*mode="adaptive"[^}]*\} ' + steps, text
+        )
+        assert re.search(r'fastverify_spec_steps_seconds_total\{[^}]*steps="' + steps + '"', text)
         real = re.findall(  # labels in name order: drafts, mode, profile, steps, usable, weights
             r'fastverify_spec_accepted_drafts_ratio\{drafts="\d",mode="eagle3",profile="[^"]*",'
             r'steps="3",usable="true",weights="real"\} (\S+)', text)  # fmt: skip

@@ -40,6 +40,15 @@ def _predicted(profile: str, mode: str, accept: float | None = None) -> costmode
     return allreduce_sim.served_prediction(effective_env(prof), mode, TP, 1, graphs, accept)
 
 
+def _predicted_rate(profile: str) -> float:
+    """What the trial's bench measures for a baseline profile, 64-token prefills included."""
+    prof = ProfileStore().load(profile)
+    graphs = prof.requires.get("cuda-graph", "on") != "off"
+    return allreduce_sim.served_stream_rate(
+        effective_env(prof), "baseline", TP, graphs, input_tokens=64, output_tokens=48
+    )
+
+
 def _families(text: str) -> dict[str, Any]:
     return {f.name: f for f in text_string_to_metric_families(text)}
 
@@ -107,7 +116,7 @@ def test_capture_failure_still_shows_on_dummy_weights(trial: Any) -> None:
 def test_trial_ranking_matches_the_cost_model(trial: Any) -> None:
     rows = _rows(trial["report"], "baseline", "dummy")
     ok = [p for p in PROFILES if rows[p]["status"] == "ok"]
-    predicted = {p: _predicted(p, "baseline").tokens_per_second for p in ok}
+    predicted = {p: _predicted_rate(p) for p in ok}
     checked = 0
     for a, b in itertools.permutations(ok, 2):
         if predicted[a] > predicted[b] * (1 + NOISE):
@@ -138,10 +147,14 @@ def test_eagle3_trial_break_even_against_the_recorded_real_accept_length(trial: 
         expected = pred_e.cycle_seconds * pred_b.tokens_per_second
         assert row["break_even_accept_length"] == pytest.approx(expected, rel=0.15)
         assert row["spec_cycle_ms"] == pytest.approx(pred_e.cycle_seconds * 1000, rel=0.15)
-        # The model says EAGLE-3 loses at 2.0 on this box; the trial says so without a
-        # single real-weights EAGLE-3 load.
-        assert pred_e.tokens_per_second < pred_b.tokens_per_second
-        assert row["eagle3_verdict"].startswith("loses")
+        # The trial's verdict at 2.0 is the model's, without a single real-weights EAGLE-3
+        # load, wherever the model's margin is beyond the noise: on NCCL it loses clearly
+        # (break-even ~2.5-2.7); with PCIe-IPC it is close (break-even 1.87: x1.07)
+        margin = pred_e.tokens_per_second / pred_b.tokens_per_second
+        verdict = row["eagle3_verdict"]
+        assert verdict.startswith(("wins", "loses"))
+        if abs(margin - 1) > NOISE:
+            assert verdict.startswith("wins" if margin > 1 else "loses"), (p, margin, verdict)
         trace = row["trace"]
         assert trace["span"] == "VERIFY" and trace["allreduce_per_step"] == 122
         assert trace["step_ms_p50"] == pytest.approx(pred_e.verify_seconds * 1000, rel=0.25)

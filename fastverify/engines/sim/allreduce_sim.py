@@ -117,8 +117,10 @@ class Workspace:
         if base:
             root = Path(base)
         else:
-            home = self.env.get(allreduce.WORKSPACE_BASE_VAR) or str(Path.home())
-            root = Path(home) / ".cache" / "flashinfer" / "0.7.2" / "120" / "autotune"
+            root = flashinfer_facts.workspace_dir(
+                self.env, flashinfer_facts.FLASHINFER_VERSION, flashinfer_jit.SIM_ARCH
+            )
+            root = root / "autotune"
         return root / allreduce.CACHE_FILE.format(world=self.args.tp_size)
 
     def prepare(
@@ -233,6 +235,13 @@ def bf16(args: cli_args.SimArgs) -> bool:
     return served_dtype(args) == "bfloat16"
 
 
+def _served_bound(env: Mapping[str, str], tp_size: int, argv: tuple[str, ...]) -> int | None:
+    """The byte bound PCIe-IPC serves on a sim server of this environment and argv."""
+    args = cli_args.parse(["--model-path", "sim", "--tp-size", str(tp_size), *argv])
+    ipc = enabled(env, args) and bf16(args) and args.flashinfer != "workspace-fail"
+    return workspace_numel(env, args) * allreduce.BF16_BYTES if ipc else None
+
+
 def served_prediction(
     env: Mapping[str, str],
     mode: str,
@@ -245,12 +254,39 @@ def served_prediction(
     """The cost model for a sim server of this environment and extra argv, all-reduce
     backend included (PCIe-IPC up to the bound the server would build, workspace failures
     aside): what the sim serves, for the tests and demos that compare against it."""
-    args = cli_args.parse(["--model-path", "sim", "--tp-size", str(tp_size), *argv])
-    ipc = enabled(env, args) and bf16(args) and args.flashinfer != "workspace-fail"
-    bound = workspace_numel(env, args) * allreduce.BF16_BYTES if ipc else None
     return costmodel.predict(
-        env, mode, tp_size, batch_size, cuda_graph, accept_length, pcie_ipc_max_bytes=bound
+        env,
+        mode,
+        tp_size,
+        batch_size,
+        cuda_graph,
+        accept_length,
+        pcie_ipc_max_bytes=_served_bound(env, tp_size, argv),
     )
+
+
+def served_stream_rate(
+    env: Mapping[str, str],
+    mode: str,
+    tp_size: int,
+    cuda_graph: bool,
+    accept_length: float | None = None,
+    argv: tuple[str, ...] = (),
+    *,
+    input_tokens: int,
+    output_tokens: int,
+) -> float:
+    """Output tokens per second one client sees sending `input_tokens`-token prompts for
+    `output_tokens`-token answers back to back (what `bench -c 1` measures): the prefill
+    (which samples the first token) plus the decode cycles of the rest; 0 when the
+    configuration cannot run."""
+    pred = served_prediction(env, mode, tp_size, 1, cuda_graph, accept_length, argv)
+    if pred.error or pred.tokens_per_second <= 0:
+        return 0.0
+    prefill = costmodel.prefill_seconds(
+        env, tp_size, input_tokens, mode, pcie_ipc_max_bytes=_served_bound(env, tp_size, argv)
+    )
+    return output_tokens / (prefill + max(0, output_tokens - 1) / pred.tokens_per_second)
 
 
 def allreduce_rows(max_rows: int) -> tuple[int, ...]:

@@ -1,49 +1,43 @@
 """The sim engine's cost model: how long a forward pass, a verify pass and a decode step take.
 
-A SIMULATION, never a measurement. It is calibrated to one field report and uses NCCL's
-own latency table (src/graph/tuning.cc, `ncclTunerConstantsDefaults`) as the *relative*
-basis for how NCCL settings change all-reduce cost. See docs/sim.md for the user-facing
-description.
+A SIMULATION, never a measurement. Its constants come from three places, each named beside
+the constant and in docs/sim.md ("The cost model"), and tests/unit/sim/test_calibration.py
+reads each measured one back from its file:
 
-Calibration target (field report): 8 PCIe Gen5 GPUs, a 61-layer MoE model (hidden 7168,
-bf16), tensor parallel 8, two all-reduces per layer = 122 per forward pass. With the
-`ring-ll` profile (Ring, LL, P2P_LEVEL=SYS, 16 channels) and CUDA graphs on, at batch 1:
-- a baseline decode step takes ~12.2 ms (~82 tok/s);
-- an EAGLE-3 verify pass (4 draft tokens) takes ~29 ms, of which ~24 ms are the 122
-  all-reduces (~0.2 ms each, end to end) and ~5 ms compute;
-- the whole spec cycle (3 draft steps + verify + draft extend) takes ~30 ms, so with an
-  accept length of 2.0 EAGLE-3 makes ~65 tok/s and loses to the baseline (break-even
-  accept length ~2.5; the field measured ~2.46).
+- the project's own GPU records: benchmarks/results/rehearse-2gpu.json (kimi-k2.5 shapes on
+  2 x H200, ring-ll over NVLink): how compute grows from a 1-token decode to a 4-token
+  verify (the MoE reads more experts), what the drafter costs next to the target, and what
+  an all-reduce costs beyond its own kernel inside a CUDA-graph replay (launch gaps);
+- NCCL's own latency table (src/graph/tuning.cc, `ncclTunerConstantsDefaults`) as the
+  relative basis of how NCCL settings change an all-reduce, and SGLang's published PCIe
+  figures (srt/distributed/device_communicators/pcie_ipc_ar.py) for FlashInfer's PCIe-IPC
+  kernels and for where PCIe's small-message regime ends;
+- one field report: 8 PCIe Gen5 GPUs, a 61-layer MoE model (hidden 7168, bf16), TP 8, two
+  all-reduces per layer = 122 per forward; with ring-ll and CUDA graphs at batch 1 a decode
+  step of 12.2 ms (82 tok/s), a 4-token verify pass of ~30 ms, a spec cycle of ~30 ms
+  (break-even accept length 2.46). Two numbers are fitted to it: the decode compute and
+  the marginal bandwidth of a small all-reduce on that fabric.
 
-One all-reduce of B bytes over n ranks costs (microseconds):
-    t = latency(algo, proto) * hop_factor      NCCL's base latency + per-hop latency,
-                                               2(n-1) hops for Ring and for Tree (on one
-                                               node NCCL's tree is a chain)
-      + bytes_on_wire / bandwidth(proto)       2(n-1)/n * B over PCIe; LL carries 4 data
-                                               bytes per 8-byte line (50%), LL128 ~92%,
-                                               Simple 100%; SHM halves the bandwidth
-      + CHANNEL_US * nchannels                 per-channel cost of a latency-bound
-                                               message (more CTAs to launch and sync)
-      + (bytes beyond one buffer-slot round) * extra pipeline steps (NCCL_BUFFSIZE)
-      * nthreads factor on the data part       fewer threads move LL data slower
-      + SYNC_GAP_US + skew(tokens)             calibrated end-to-end term: launch gaps and
-                                               waiting for the slowest rank; grows with
-                                               tokens per forward and saturates
+One forward over t tokens (bs x tokens per sequence) through L layers costs:
+    compute(t) = fixed + experts x d(t) / top_k     d(t) = experts read for t tokens,
+                                                    E[distinct of 384 at top-8 each]
+  + 2L all-reduces, each:
+      backend's own cost   NCCL: latency(algo, proto) x hop factor  (2(n-1) hops)
+                                 + CHANNEL_US x channels
+                                 + wire bytes in the small-message regime / SMALL_MSG_BW
+                                 + wire bytes beyond it / (PCIE_BW x protocol efficiency)
+                                 + buffer-slot pipeline steps (NCCL_BUFFSIZE)
+                           PCIe-IPC: SGLang's published kernel time at that size
+      + LAUNCH_GAP_US      the same for every backend: the gap around an all-reduce inside
+                           a graph replay, measured (no waiting for peers is modelled)
+  + one graph launch (CUDA graphs) or host launch costs per kernel (eager).
 Transport: P2P when NCCL_P2P_LEVEL allows the box's SYS path and NCCL_P2P_DISABLE != 1,
 else SHM through host memory (per-hop latency x SHM_HOP_FACTOR, bandwidth x SHM_BW_FACTOR),
 else (NCCL_SHM_DISABLE=1 too) NCCL's socket transport (x NET_HOP_FACTOR, x NET_BW_FACTOR).
 Algorithm/protocol: when several are allowed the model picks the cheapest for each
 message size, as NCCL's tuner does; LL128 is only considered when NCCL_PROTO asks for it
-(NCCL does not enable it over PCIe).
-
-Eager mode (no CUDA graph) adds host launch overhead per kernel (EAGER_LAUNCH_US per
-compute kernel, EAGER_NCCL_HOST_US per all-reduce call); with graphs a forward pays
-one graph launch (GRAPH_LAUNCH_US). NCCL_ALGO resolving to Tree for all-reduce with CUDA
+(NCCL does not enable it over PCIe). NCCL_ALGO resolving to Tree for all-reduce with CUDA
 graphs on fails during capture (`Prediction.error`), which is the field's observation.
-
-Expected ranking of the shipped profiles (EAGLE-3, graphs on where they can run, bs=1):
-ring-ll-8ch > ring-ll > nccl-default > tree-ll-eager > ring-simple; tree-ll fails. Each
-neighbour pair differs by at least 3% (tests/unit/sim/test_costmodel.py checks this).
 
 The model is deterministic: `predict` is a pure function of its arguments.
 """
@@ -58,20 +52,41 @@ from dataclasses import dataclass
 from fastverify.engines.sim import ncclenv
 from fastverify.sglang import spans
 
-# --- model shape (Kimi-K2.5-like MoE, bf16) ---
+# --- model shape (Kimi-K2.5-like MoE, bf16; examples/model-configs/kimi-k2.5.json) ---
 N_LAYERS = 61
 ALLREDUCES_PER_LAYER = 2
 HIDDEN = 7168
 BYTES_PER_ELEM = 2
 COMPUTE_KERNELS_PER_LAYER = 6  # kernels other than all-reduces (for eager launch cost)
 DRAFT_LAYERS = 1  # EAGLE-3 draft head: one decoder layer, two all-reduces
+ROUTED_EXPERTS = 384  # text_config.n_routed_experts
+EXPERTS_PER_TOKEN = 8  # text_config.num_experts_per_tok
 
-# --- compute (seconds), CUDA graphs on ---
-COMPUTE_BASE_S = 3.70e-3  # per target forward, weight-read bound
-COMPUTE_PER_TOKEN_S = 0.32e-3  # per token in a decode/verify forward
+# --- measured on the project's own GPUs: benchmarks/results/rehearse-2gpu.json, the
+# ring-ll / nvlink profile (tests/unit/sim/test_calibration.py reads each back) ---
+# verify compute (4 tokens) / decode compute (1 token): compute_ms / (decode_ms -
+# exposed_comm_ms) = 29.80 / (16.85 - 1.53)
+VERIFY_DECODE_COMPUTE_RATIO = 1.946
+# drafter forwards next to the decode compute: draft_ms (1 token) and draft_extend_ms
+# (4 tokens), each / (decode_ms - exposed_comm_ms)
+DRAFT_DECODE_RATIO = 0.0382
+DRAFT_EXTEND_DECODE_RATIO = 0.0447
+# what an all-reduce costs beyond its own kernel inside a graph replay (launch gaps; the
+# two ranks waited for each other for nothing measurable): (exposed_comm_ms -
+# allreduce_ms_per_verify) / allreduce_per_verify = (1.529 - 1.015) ms / 123
+LAUNCH_GAP_US = 4.18
+
+# --- fitted to the field report (docs/sim.md "The cost model"): the decode step is
+# 12.2 ms (82 tok/s) exactly; the marginal bandwidth by least squares on the verify pass
+# (~30 ms) and the spec cycle (~30 ms = break-even 2.46 x 12.2 ms) ---
+COMPUTE_DECODE_S = 1.307e-3  # one target forward over 1 token, CUDA graphs on
+SMALL_MSG_BW_BYTES_PER_US = 572.0  # wire bytes of a small all-reduce on the field's fabric
+# where PCIe's small-message regime ends: SGLang's published NCCL figures on an 8-GPU PCIe
+# host (pcie_ipc_ar.py) grow at 0.40-0.88 GB/s up to 384 KiB and at ~3.7 GB/s beyond it
+SMALL_MSG_BYTES = 384 * 1024
+
+# --- not calibrated (no figure for them in any source; kept from the first model) ---
 PREFILL_PER_TOKEN_S = 0.025e-3  # per prompt token in a prefill forward (batched GEMMs)
-DRAFT_COMPUTE_S = 0.20e-3  # one draft forward
-DRAFT_COMPUTE_PER_TOKEN_S = 0.02e-3
 SCHED_OVERHEAD_S = 0.15e-3  # scheduler CPU time per batch
 
 # --- NCCL latency table (us), src/graph/tuning.cc ---
@@ -91,7 +106,7 @@ HOP_LAT_US = {
     ("tree", "ll128"): 1.9,
     ("tree", "simple"): 4.0,
 }
-PCIE_BW_BYTES_PER_US = 22_000.0  # ~22 GB/s usable PCIe Gen5 x16 peer-to-peer
+PCIE_BW_BYTES_PER_US = 22_000.0  # ~22 GB/s PCIe Gen5 x16 peer-to-peer, large messages
 PROTO_BW_EFF = {"ll": 0.5, "ll128": 0.92, "simple": 1.0}
 TREE_BW_EFF = 0.9  # a chain pipelines slightly worse than a ring on one node
 SHM_HOP_FACTOR = 1.8
@@ -106,11 +121,6 @@ TRANSPORT_FACTORS = {
 }
 CHANNEL_US = 1.2
 NCCL_STEPS = 8  # buffer slots per channel; BUFFSIZE/NCCL_STEPS bytes per step
-
-# --- end-to-end terms calibrated to the field report (us) ---
-SYNC_GAP_US = 23.5
-SKEW_MAX_US = 205.0
-SKEW_HALF_TOKENS = 2.0
 
 # --- launch overheads (us) ---
 GRAPH_LAUNCH_US = 25.0
@@ -134,6 +144,38 @@ PCIE_IPC_POINTS_US = (
     (100 * 1024 * 1024, 8500.0),
 )
 PCIE_IPC_LAUNCH_US = 6.0  # per eager launch (a custom kernel: no NCCL host path)
+# SGLang's published end-to-end gain with PCIe-IPC (pcie_ipc_ar.py, TP 8, 8k context, a
+# decode-sized workspace): TPOT 21.14 -> 13.62 ms, output 35.02 -> 48.05 tok/s
+PUBLISHED_TPOT_MS = (21.14, 13.62)
+PUBLISHED_OUTPUT_TOK_S = (35.02, 48.05)
+
+
+def experts_read(tokens: int) -> float:
+    """Expected distinct routed experts a layer reads for `tokens` tokens routed uniformly,
+    top-8 of 384 each (rehearse-2gpu.json build.distinct_experts: 8 at 1 token, 29-32 at 4)."""
+    keep = 1.0 - EXPERTS_PER_TOKEN / ROUTED_EXPERTS
+    return ROUTED_EXPERTS * (1.0 - keep ** max(1, tokens))
+
+
+# The decode compute splits into a fixed part and the routed experts' part so that 4 tokens
+# cost VERIFY_DECODE_COMPUTE_RATIO x 1 token: fixed + experts x d(t)/8.
+_EXPERT_GROWTH = experts_read(4) / EXPERTS_PER_TOKEN
+_EXPERT_SHARE = (VERIFY_DECODE_COMPUTE_RATIO - 1.0) / (_EXPERT_GROWTH - 1.0)
+COMPUTE_EXPERTS_S = COMPUTE_DECODE_S * _EXPERT_SHARE  # the routed experts of one token
+COMPUTE_FIXED_S = COMPUTE_DECODE_S - COMPUTE_EXPERTS_S  # attention, dense, shared, lm head
+
+
+def compute_seconds_for(tokens: int) -> float:
+    """A target forward's compute over `tokens` tokens (decode or verify; graphs on)."""
+    return COMPUTE_FIXED_S + COMPUTE_EXPERTS_S * experts_read(tokens) / EXPERTS_PER_TOKEN
+
+
+def draft_compute_seconds(tokens: int) -> float:
+    """One drafter forward over `tokens` tokens: the measured 1-token and 4-token ratios to
+    the decode compute, linear in tokens between and beyond them."""
+    per_token = (DRAFT_EXTEND_DECODE_RATIO - DRAFT_DECODE_RATIO) / 3.0
+    return COMPUTE_DECODE_S * (DRAFT_DECODE_RATIO + per_token * (max(1, tokens) - 1))
+
 
 TREE_CAPTURE_ERROR = "NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)"
 
@@ -146,7 +188,13 @@ class AllReduceCost:
     algo: str  # "ring" | "tree" | "pcie_ipc" (FlashInfer's kernels, not NCCL)
     proto: str  # "ll" | "ll128" | "simple"
     nchannels: int
-    seconds: float
+    seconds: float  # end to end: the backend's own time + extra_seconds
+    extra_seconds: float = 0.0  # beyond the backend's own time (launch gaps), any backend
+
+    @property
+    def own_seconds(self) -> float:
+        """The backend's own time (the kernel)."""
+        return self.seconds - self.extra_seconds
 
     @property
     def algo_name(self) -> str:
@@ -207,11 +255,6 @@ class Prediction:
         return self.tokens_per_second / self.batch_size if self.batch_size else 0.0
 
 
-def _skew_us(tokens: int) -> float:
-    extra = max(0, tokens - 1)
-    return SKEW_MAX_US * extra / (extra + SKEW_HALF_TOKENS)
-
-
 def pcie_ipc_seconds(nbytes: int, tp_size: int) -> float:
     """One FlashInfer PCIe-IPC all-reduce, from the published 8-rank figures: the 12 KiB
     time below 12 KiB (latency-bound), log-log interpolation between the points,
@@ -231,23 +274,35 @@ def pcie_ipc_seconds(nbytes: int, tp_size: int) -> float:
     return us * (2 * (tp_size - 1)) / 14.0 * 1e-6
 
 
+def _data_us(wire: float, nbytes: int, bw_factor: float, proto_eff: float) -> float:
+    """Time on the wire: the share of a message within PCIe's small-message regime at the
+    field's fitted bandwidth (any protocol), the rest at the link's large-message bandwidth
+    for the protocol."""
+    small = wire * min(1.0, SMALL_MSG_BYTES / nbytes) if nbytes > 0 else 0.0
+    large = wire - small
+    return (small / SMALL_MSG_BW_BYTES_PER_US + large / (PCIE_BW_BYTES_PER_US * proto_eff)) / (
+        bw_factor
+    )
+
+
 def allreduce_cost(
     settings: ncclenv.NcclSettings,
     nbytes: int,
     tp_size: int,
-    tokens: int,
     *,
     pcie_ipc_max_bytes: int | None = None,
 ) -> AllReduceCost:
     """Cheapest allowed (algo, proto) for an all-reduce of `nbytes` on `tp_size` GPUs;
     FlashInfer's PCIe-IPC kernels when SGLang hands it this size (`pcie_ipc_max_bytes`:
-    the workspace bound SGLang would use, None: PCIe-IPC off)."""
+    the workspace bound SGLang would use, None: PCIe-IPC off). Every backend pays the same
+    LAUNCH_GAP_US on top of its own time."""
     if tp_size <= 1:
         return AllReduceCost(nbytes, "ring", "ll", 0, 0.0)
+    gap = LAUNCH_GAP_US * 1e-6
     if pcie_ipc_max_bytes is not None and nbytes <= pcie_ipc_max_bytes:
-        # the kernel's own time, plus waiting for the slowest rank (any backend waits)
-        secs = pcie_ipc_seconds(nbytes, tp_size) + _skew_us(tokens) * 1e-6
-        return AllReduceCost(nbytes, "pcie_ipc", "", 0, secs)
+        return AllReduceCost(
+            nbytes, "pcie_ipc", "", 0, pcie_ipc_seconds(nbytes, tp_size) + gap, gap
+        )
     hops = 2 * (tp_size - 1)
     wire = nbytes * 2 * (tp_size - 1) / tp_size
     nch = max(settings.min_nchannels, settings.max_nchannels)
@@ -256,15 +311,15 @@ def allreduce_cost(
         for proto in sorted(settings.protos):
             hop_factor, bw_factor = TRANSPORT_FACTORS[settings.transport]
             lat = BASE_LAT_US[(algo, proto)] + hops * HOP_LAT_US[(algo, proto)] * hop_factor
-            bw = PCIE_BW_BYTES_PER_US * PROTO_BW_EFF[proto] * bw_factor
             if algo == "tree":
-                bw *= TREE_BW_EFF
-            data = wire / bw * (512.0 / settings.nthreads) ** 0.5
+                bw_factor *= TREE_BW_EFF
+            data = _data_us(wire, nbytes, bw_factor, PROTO_BW_EFF[proto])
+            data *= (512.0 / settings.nthreads) ** 0.5
             step_bytes = max(1, nch * settings.buffsize // NCCL_STEPS)
             extra_steps = max(0, math.ceil(nbytes / step_bytes) - 1)
             steps_us = extra_steps * hops * HOP_LAT_US[(algo, proto)]
-            us = lat + data + CHANNEL_US * nch + steps_us + SYNC_GAP_US + _skew_us(tokens)
-            cost = AllReduceCost(nbytes, algo, proto, nch, us * 1e-6)
+            us = lat + data + CHANNEL_US * nch + steps_us
+            cost = AllReduceCost(nbytes, algo, proto, nch, us * 1e-6 + gap, gap)
             if best is None or cost.seconds < best.seconds:
                 best = cost
     if best is None:  # nothing allowed; callers check settings.errors first
@@ -284,13 +339,12 @@ def forward(
 ) -> Forward:
     """Cost of one forward over `tokens` tokens through `layers` TP-sharded layers."""
     if compute_seconds is None:
-        compute_seconds = COMPUTE_BASE_S + COMPUTE_PER_TOKEN_S * tokens
+        compute_seconds = compute_seconds_for(tokens)
     n_ar = layers * ALLREDUCES_PER_LAYER if tp_size > 1 else 0
     ar = allreduce_cost(
         settings,
         tokens * HIDDEN * BYTES_PER_ELEM,
         tp_size,
-        tokens,
         pcie_ipc_max_bytes=pcie_ipc_max_bytes,
     )
     if cuda_graph:
@@ -320,7 +374,7 @@ def prefill_seconds(
         tp_size,
         tokens,
         False,
-        compute_seconds=COMPUTE_BASE_S + PREFILL_PER_TOKEN_S * tokens,
+        compute_seconds=compute_seconds_for(tokens) + PREFILL_PER_TOKEN_S * tokens,
         pcie_ipc_max_bytes=pcie_ipc_max_bytes,
     )
     total = fwd.compute_seconds + fwd.allreduce_seconds + SCHED_OVERHEAD_S
@@ -331,7 +385,7 @@ def prefill_seconds(
             tokens,
             False,
             layers=DRAFT_LAYERS,
-            compute_seconds=DRAFT_COMPUTE_S + PREFILL_PER_TOKEN_S * tokens / 8,
+            compute_seconds=draft_compute_seconds(1) + PREFILL_PER_TOKEN_S * tokens / 8,
             pcie_ipc_max_bytes=pcie_ipc_max_bytes,
         )
         total += draft.compute_seconds + draft.allreduce_seconds
@@ -390,7 +444,7 @@ def predict(
                 draft_tokens,
                 cuda_graph,
                 layers=DRAFT_LAYERS,
-                compute_seconds=DRAFT_COMPUTE_S + DRAFT_COMPUTE_PER_TOKEN_S * draft_tokens,
+                compute_seconds=draft_compute_seconds(draft_tokens),
                 pcie_ipc_max_bytes=pcie_ipc_max_bytes,
             )
             forwards.append((spans.step_span_name(spans.DRAFT, bs), d))
@@ -409,7 +463,7 @@ def predict(
             ext_tokens,
             cuda_graph,
             layers=DRAFT_LAYERS,
-            compute_seconds=DRAFT_COMPUTE_S + DRAFT_COMPUTE_PER_TOKEN_S * ext_tokens,
+            compute_seconds=draft_compute_seconds(ext_tokens),
             pcie_ipc_max_bytes=pcie_ipc_max_bytes,
         )
         forwards.append((spans.step_span_name(spans.DRAFT, bs), ext))

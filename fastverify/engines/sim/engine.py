@@ -69,7 +69,7 @@ def _tuning_rows(settings: ncclenv.NcclSettings, args: cli_args.SimArgs) -> list
         sizes |= {args.topk, args.num_draft_tokens}
     rows = []
     for tokens in sorted(sizes):
-        ar = costmodel.allreduce_cost(settings, tokens * costmodel.HIDDEN * 2, args.tp_size, tokens)
+        ar = costmodel.allreduce_cost(settings, tokens * costmodel.HIDDEN * 2, args.tp_size)
         rows.append((ar.nbytes, ar.algo_name, ar.proto_name, ar.nchannels))
     return rows
 

@@ -14,10 +14,12 @@ Schema follows the real torch.profiler output in the shared fixtures
   spanning the forward, and every `kernel` inside it: 6 compute kernels and 2
   `ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)` per layer
   (61 layers -> 122 all-reduces per target forward; 1 layer -> 2 per draft forward);
-  with SGLang's PCIe-IPC backend on, the all-reduces within its size bound are FlashInfer's
-  kernels as kineto demangles them (`void flashinfer::comm::pcie_ipc::
-  ipc_topo_rsag8_push_param_kernel<__nv_bfloat16, false>(...)` at 8 ranks).
-Kernel durations come from the cost model. Events are streamed to the file, so
+  with SGLang's PCIe-IPC backend on, the all-reduces within its size bound are the kernels
+  FlashInfer's seed policy launches, as kineto demangles them (at 8 ranks `void
+  flashinfer::comm::pcie_ipc::ipc_topo_rsag8_push_param_kernel<__nv_bfloat16, false>(...)`
+  below 32 KiB, `ipc_topo_rsag8_ring_push_param_kernel` from 32 KiB up).
+Kernel durations come from the cost model: an all-reduce kernel lasts the backend's own
+time, and the GPU idles for the model's launch gap after it. Events are streamed to the file, so
 `write_trace` can make very large traces for benchmarks with bounded memory.
 """
 
@@ -135,9 +137,10 @@ def _forward_events(
     events: list[dict[str, Any]] = []
     ext = ids.next_ext()
     per_layer = fwd.compute_seconds * 1e6 / max(1, layers)
-    ar_us = fwd.allreduce.seconds * 1e6
-    if fwd.allreduce.algo == "pcie_ipc":  # FlashInfer's kernel for this world size
-        ar_name = allreduce.kernel_name(tp_size)
+    ar_us = fwd.allreduce.own_seconds * 1e6  # the kernel; the launch gap idles after it
+    ar_idle = fwd.allreduce.extra_seconds * 1e6
+    if fwd.allreduce.algo == "pcie_ipc":  # FlashInfer's seed-policy kernel for this size
+        ar_name = allreduce.kernel_name(tp_size, fwd.allreduce.nbytes)
     else:
         ar_name = ALLREDUCE_KERNEL.get(fwd.allreduce.algo, ALLREDUCE_KERNEL["ring"])
     n_ar_per_layer = fwd.allreduce_count // max(1, layers)
@@ -242,7 +245,7 @@ def _forward_events(
                 "args": _kernel_args(rank, corr, is_ar),
             }
         )
-        t = ts + dur_r
+        t = round(ts + dur_r + (ar_idle if is_ar else 0.0), 3)
     gpu_end = t
     events.insert(
         0,
@@ -524,9 +527,11 @@ class SpanNaming:
 
     - 0.5.20 and later (`utils/profile_utils.py`): `step[VERIFY ...]`, `step[DRAFT ...]`
       (the cost model's own names);
-    - 0.5.11 .. 0.5.19 (`model_runner._build_step_span_name`): the forward mode's name:
-      `step[TARGET_VERIFY ...]`, draft steps `step[DECODE ...]` (the EAGLE draft worker runs
-      DECODE mode), the draft extend `step[DRAFT_EXTEND_V2 ...]` (`eagle_info_v2.py`);
+    - 0.5.11 .. 0.5.19 (`step[{mode.name} bs={bs}]`, model_runner / profile_utils): the
+      forward mode's name: `step[TARGET_VERIFY ...]`, draft steps `step[DECODE ...]`
+      (`speculative/eagle_draft_cuda_graph_runner.py` captures DECODE mode), the draft
+      extend `step[DRAFT_EXTEND_V2 ...]` (`speculative/*.py`); checked in each wheel by
+      tests/contract/test_sglang_facts_contract.py;
     - 0.5.10 and earlier: no step spans (None: the forward's kernels only)."""
 
     def __init__(self, sglang_version: str) -> None:

@@ -406,7 +406,7 @@ def incomplete_reason(result: BenchResult, cfg: BenchConfig) -> str | None:
     )
     if itl:
         need_s = (ttft + cfg.output_len * itl) / 1000.0
-        fits = max(1, int((window * 1000.0 - ttft) / itl * 0.8))
+        fits = max(1, int((window * 1000.0 * 0.8 - ttft) / itl))  # 20% of the window spare
         why += (
             f"; at the {itl:.1f} ms per token seen here one takes about {need_s:.1f} s), so "
             f"there is no per-request rate: use --duration {max(need_s * 2, window * 2):.0f} "

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,36 @@ def test_the_verify_span_naming_changes_where_the_wheels_say() -> None:
     assert stages["0.5.10.post1"] is None  # no step spans before 0.5.11
     assert stages["0.5.11"] == stages["0.5.19"] == "TARGET_VERIFY"
     assert stages["0.5.20"] == stages["0.5.23"] == "VERIFY"
+
+
+def _ctl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fastverify.ctl", *args], capture_output=True,
+                          text=True, timeout=60, check=False, cwd=ROOT)  # fmt: skip
+
+
+def test_sglang_versions_lists_the_range_with_what_differs() -> None:
+    r = _ctl("sglang", "versions", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["oldest"], out["newest"]) == ("0.5.1.post3", "0.5.23")
+    rows = {row["version"]: row for row in out["versions"]}
+    assert list(rows) == list(f.known_versions())
+    assert rows["0.5.21"]["pcie_ipc_allreduce"] and not rows["0.5.20"]["pcie_ipc_allreduce"]
+    assert "pcie_ipc_allreduce=True" in rows["0.5.21"]["changed"]
+    assert "sets NCCL_GRAPH_REGISTER" in rows["0.5.20"]["changed"]
+
+
+def test_sglang_facts_prints_one_release_and_refuses_one_below_the_range() -> None:
+    r = _ctl("sglang", "facts", "0.5.20", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert {"version", "flags", "metrics", "spans", "endpoints", "log_formats", "env",
+            "features"} <= set(out)  # fmt: skip
+    assert set(out["env"]) == {"nccl_added", "sglang_vars"}
+    assert out["metrics"]["sglang:cuda_graph_passes_total"][-1] == "mode"
+    assert out["features"]["adaptive_speculation"] is True
+    assert out["features"]["pcie_ipc_allreduce"] is False
+    text = _ctl("sglang", "facts", "0.5.20")
+    assert "SGLang 0.5.20: facts of 0.5.20 (in the supported range)" in text.stdout
+    old = _ctl("sglang", "facts", "0.4.9")
+    assert old.returncode == 2 and "older than the oldest release" in old.stderr

@@ -1,4 +1,5 @@
-"""Cost model: calibration to the field report, shipped-profile ranking, NCCL knobs, determinism."""
+"""Cost model: shipped-profile ranking, NCCL knobs, determinism (calibration: see
+test_calibration.py)."""
 
 from __future__ import annotations
 
@@ -23,23 +24,6 @@ def tps(env: dict[str, str], graph: bool, mode: str = "eagle3", bs: int = 1) -> 
     return costmodel.predict(env, mode, 8, bs, graph, 2.0).tokens_per_second
 
 
-def test_calibrated_to_the_field_report() -> None:
-    base = costmodel.predict(RING_LL, "baseline", 8, 1, True)
-    assert base.tokens_per_second == pytest.approx(82, abs=1.5)
-    assert base.verify_seconds == pytest.approx(0.0122, rel=0.03)
-    spec = costmodel.predict(RING_LL, "eagle3", 8, 1, True, 2.0)
-    assert spec.allreduce_count == 122
-    assert spec.allreduce_each_seconds == pytest.approx(0.0002, rel=0.1)
-    assert spec.allreduce_seconds == pytest.approx(0.025, rel=0.06)
-    compute = spec.verify_seconds - spec.allreduce_seconds
-    assert compute == pytest.approx(0.005, rel=0.1)
-    assert spec.cycle_seconds == pytest.approx(0.030, rel=0.05)
-    # speculation loses at accept length 2.0; break-even near the field's ~2.46
-    assert spec.tokens_per_second < base.tokens_per_second
-    breakeven = spec.cycle_seconds * base.tokens_per_second
-    assert 2.35 < breakeven < 2.65
-
-
 def test_shipped_profile_ranking_with_margins() -> None:
     profiles = shipped()
     assert {
@@ -50,8 +34,13 @@ def test_shipped_profile_ranking_with_margins() -> None:
         "tree-ll",
         "tree-ll-eager",
     } <= set(profiles)
-    expected = ["ring-ll-8ch", "ring-ll", "nccl-default", "tree-ll-eager", "ring-simple"]
-    for mode in ("eagle3", "baseline"):
+    # nccl-default falls back to SHM through the host (half the bandwidth, 1.8x the hop
+    # latency): it pays most where the bytes are, in the 4-token verify all-reduces
+    ranking = {
+        "baseline": ["ring-ll-8ch", "ring-ll", "tree-ll-eager", "nccl-default", "ring-simple"],
+        "eagle3": ["ring-ll-8ch", "ring-ll", "tree-ll-eager", "ring-simple", "nccl-default"],
+    }
+    for mode, expected in ranking.items():
         rates = [tps(*profiles[name], mode=mode) for name in expected]
         for (hi_name, hi), (lo_name, lo) in zip(
             zip(expected, rates, strict=True),
@@ -112,19 +101,19 @@ def test_nccl_knobs_move_allreduce_cost(change: dict[str, str], slower: bool) ->
 
 def test_buffsize_matters_only_for_large_messages() -> None:
     small = dict(RING_LL, NCCL_BUFFSIZE="65536")
-    s = costmodel.allreduce_cost(costmodel.ncclenv.resolve(small), 14336, 8, 1)
-    r = costmodel.allreduce_cost(costmodel.ncclenv.resolve(RING_LL), 14336, 8, 1)
+    s = costmodel.allreduce_cost(costmodel.ncclenv.resolve(small), 14336, 8)
+    r = costmodel.allreduce_cost(costmodel.ncclenv.resolve(RING_LL), 14336, 8)
     assert s.seconds == r.seconds
     big = 64 * 1024 * 1024
-    s = costmodel.allreduce_cost(costmodel.ncclenv.resolve(small), big, 8, 1)
-    r = costmodel.allreduce_cost(costmodel.ncclenv.resolve(RING_LL), big, 8, 1)
+    s = costmodel.allreduce_cost(costmodel.ncclenv.resolve(small), big, 8)
+    r = costmodel.allreduce_cost(costmodel.ncclenv.resolve(RING_LL), big, 8)
     assert s.seconds > r.seconds
 
 
 def test_auto_protocol_picks_ll_for_small_and_simple_for_large() -> None:
     settings = costmodel.ncclenv.resolve({"NCCL_P2P_LEVEL": "SYS"})
-    assert costmodel.allreduce_cost(settings, 14336, 8, 1).proto == "ll"
-    assert costmodel.allreduce_cost(settings, 256 * 1024 * 1024, 8, 1).proto == "simple"
+    assert costmodel.allreduce_cost(settings, 14336, 8).proto == "ll"
+    assert costmodel.allreduce_cost(settings, 256 * 1024 * 1024, 8).proto == "simple"
 
 
 def test_accept_length_scales_throughput_and_is_clamped() -> None:

@@ -99,8 +99,8 @@ def test_override_and_no_decode_graph_bounds() -> None:
 
 
 def test_cost_model_uses_the_published_figures() -> None:
-    # at 8 ranks the kernel time is the published one at its sizes, plus nothing else for
-    # a one-token forward (no skew)
+    # at 8 ranks the kernel time is the published one at its sizes, plus the launch gap
+    # every backend pays (costmodel.LAUNCH_GAP_US, measured)
     for nbytes, us in ((12 * 1024, 5.3), (96 * 1024, 15.3), (384 * 1024, 34.6)):
         assert costmodel.pcie_ipc_seconds(nbytes, 8) * 1e6 == pytest.approx(us)
     bound = 32 * 4 * 7168 * 2
@@ -108,7 +108,7 @@ def test_cost_model_uses_the_published_figures() -> None:
     ipc = costmodel.predict({}, "baseline", 8, 1, True, pcie_ipc_max_bytes=bound)
     assert (nccl.algo, ipc.algo) == ("ring", "pcie_ipc")
     assert ipc.allreduce_each_seconds * 1e6 == pytest.approx(
-        costmodel.pcie_ipc_seconds(7168 * 2, 8) * 1e6
+        costmodel.pcie_ipc_seconds(7168 * 2, 8) * 1e6 + costmodel.LAUNCH_GAP_US
     )
     assert ipc.tokens_per_second > 2 * nccl.tokens_per_second
     # a prefill of 8000 tokens is far above the bound: NCCL either way
@@ -126,3 +126,19 @@ def test_sim_server_accepts_the_flags_sglang_has() -> None:
     assert out.returncode == 2 and "invalid choice: 'bf16'" in out.stderr
     a = args("--enable-deterministic-inference", "--enable-symm-mem", "--dtype", "bfloat16")
     assert a.deterministic and a.dtype == "bfloat16"
+
+
+def test_default_cache_path_is_under_sglangs_cache_dir(tmp_path: Path) -> None:
+    """SGLang points FlashInfer's base at `$SGLANG_CACHE_DIR` (`~/.cache/sglang`) unless
+    FLASHINFER_WORKSPACE_BASE is set; FLASHINFER_AUTOTUNE_DIR overrides both."""
+    home = str(tmp_path)
+    tail = Path(".cache", "flashinfer", "0.7.2", "120", "autotune", "pcie_ipc_all_reduce_ws8.json")
+    ws = allreduce_sim.Workspace
+    assert ws({**ON, "HOME": home}, args()).cache_path() == tmp_path / ".cache/sglang" / tail
+    own = {**ON, "HOME": home, flashinfer_facts.SGLANG_CACHE_DIR_VAR: "/srv/sg"}
+    assert ws(own, args()).cache_path() == Path("/srv/sg") / tail
+    base = {**own, ar.WORKSPACE_BASE_VAR: "/srv/fi"}
+    assert ws(base, args()).cache_path() == Path("/srv/fi") / tail
+    assert ws({**base, ar.AUTOTUNE_DIR_VAR: "/t"}, args()).cache_path() == Path(
+        "/t/pcie_ipc_all_reduce_ws8.json"
+    )

@@ -107,7 +107,11 @@ def test_122_allreduces_per_verify_and_drafts_outside(eagle_trace: dict) -> None
         ars = [k for k in ks if k["name"] == AR]
         assert len(ars) == 122
         assert len(ks) == 61 * 8
-        assert sum(k["dur"] for k in ars) == pytest.approx(pred.allreduce_seconds * 1e6, rel=1e-3)
+        # kernels last the backend's own time; the launch gap idles the GPU after each
+        own_us = pred.allreduce_count * (
+            pred.allreduce_each_seconds * 1e6 - costmodel.LAUNCH_GAP_US
+        )
+        assert sum(k["dur"] for k in ars) == pytest.approx(own_us, rel=1e-3)
         assert v["dur"] == pytest.approx(
             (pred.verify_seconds - costmodel.GRAPH_LAUNCH_US * 1e-6) * 1e6, rel=1e-3
         )
@@ -115,7 +119,9 @@ def test_122_allreduces_per_verify_and_drafts_outside(eagle_trace: dict) -> None
     assert len(drafts) == 6 * 4
     for d in drafts:
         assert len([k for k in inside(ev, d) if k["name"] == AR]) == 2
-        assert not any(v["ts"] <= d["ts"] < v["ts"] + v["dur"] for v in verify)
+        # (ts and dur are rounded to the ns: a draft that starts where a verify ends may
+        # compare a float ulp inside it)
+        assert not any(v["ts"] <= d["ts"] < v["ts"] + v["dur"] - 1e-6 for v in verify)
     all_ar = [e for e in ev if e.get("name") == AR]
     assert len(all_ar) == 6 * (122 + 4 * 2)
     # CPU ranges have a matching GPU range (same External id)

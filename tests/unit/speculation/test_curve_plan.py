@@ -144,6 +144,14 @@ def test_rehearse_grid_is_a_cost_source(tmp_path) -> None:
     assert c.cycle(1, 0) == pytest.approx(12e-3) and c.cycle(1, 3) == pytest.approx(17e-3)
     assert c.cycle(1, 1) == pytest.approx(11e-3)
     assert "preflight" in c.source and "drafter not measured" in c.source
+    grid["allreduce"]["by_backend"] = {
+        "pcie_ipc": {"source": "published pcie_ipc", "per_forward_ms": {"1": {"1": 0.5, "4": 1.0}}}
+    }
+    path.write_text(json.dumps(grid))
+    ipc = spec_costs.from_rehearse_grid(path, "pcie_ipc")
+    assert ipc.cycle(1, 0) == pytest.approx(10.5e-3) and "published pcie_ipc" in ipc.source
+    with pytest.raises(spec_costs.CostsError, match="the grid has: pcie_ipc"):
+        spec_costs.from_rehearse_grid(path, "custom")
     path.write_text(json.dumps({**grid, "kind": "other"}))
     with pytest.raises(spec_costs.CostsError, match="not a rehearse grid"):
         spec_costs.from_rehearse_grid(path)

@@ -1,0 +1,129 @@
+"""The sim's calibration against its sources: every measured constant read back from the
+project's own GPU record, the field's totals reproduced within 5%, and no all-reduce charged
+more beyond its backend's own time than the rehearsal measured for a whole all-reduce.
+
+Sources: benchmarks/results/rehearse-2gpu.json (read here, never re-typed), the field
+report's figures (tests/field.py), SGLang's published PCIe-IPC figures (costmodel)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fastverify.engines.sim import allreduce_sim, costmodel, ncclenv
+from tests import field
+
+REPO = Path(__file__).resolve().parents[3]
+REHEARSE = REPO / "benchmarks" / "results" / "rehearse-2gpu.json"
+
+
+@pytest.fixture(scope="module")
+def rehearsal() -> dict[str, Any]:
+    doc = json.loads(REHEARSE.read_text())
+    (row,) = [p for p in doc["profiles"] if p["profile"] == "ring-ll" and p["path"] == "nvlink"]
+    row["_doc"] = doc
+    return row
+
+
+def decode_compute_ms(row: dict[str, Any]) -> float:
+    return row["decode_ms"] - row["exposed_comm_ms"]
+
+
+def test_measured_constants_are_the_rehearsals(rehearsal: dict[str, Any]) -> None:
+    dec = decode_compute_ms(rehearsal)
+    gap_us = (rehearsal["exposed_comm_ms"] - rehearsal["allreduce_ms_per_verify"]) * 1000
+    measured = {
+        "VERIFY_DECODE_COMPUTE_RATIO": (rehearsal["compute_ms"] / dec, 5e-4),
+        "DRAFT_DECODE_RATIO": (rehearsal["draft_ms"] / dec, 5e-4),
+        "DRAFT_EXTEND_DECODE_RATIO": (rehearsal["draft_extend_ms"] / dec, 5e-4),
+        "LAUNCH_GAP_US": (gap_us / rehearsal["allreduce_per_verify"], 0.01),
+    }
+    for name, (value, tol) in measured.items():
+        assert abs(getattr(costmodel, name) - value) <= tol, (name, value)
+    # the verify's tokens and the model's expert routing are the rehearsal's
+    doc = rehearsal["_doc"]
+    assert doc["verify_tokens_per_sequence"] == costmodel.DEFAULT_NUM_DRAFT_TOKENS
+    assert doc["shapes"]["target"]["moe"]["experts"] == costmodel.ROUTED_EXPERTS
+    assert doc["shapes"]["target"]["moe"]["top_k"] == costmodel.EXPERTS_PER_TOKEN
+
+
+def test_expert_growth_matches_the_experts_the_rehearsal_read(rehearsal: dict[str, Any]) -> None:
+    distinct = rehearsal["_doc"]["profiles"][0]["ranks"][0]["build"]["distinct_experts"]
+    for tokens in ("1", "4"):
+        seen = distinct[tokens]
+        assert costmodel.experts_read(int(tokens)) == pytest.approx(sum(seen) / len(seen), rel=0.02)
+    # 4 tokens cost the measured ratio of 1 token, by construction of the split
+    ratio = costmodel.compute_seconds_for(4) / costmodel.compute_seconds_for(1)
+    assert ratio == pytest.approx(costmodel.VERIFY_DECODE_COMPUTE_RATIO, rel=1e-9)
+    assert costmodel.compute_seconds_for(1) == pytest.approx(costmodel.COMPUTE_DECODE_S)
+
+
+def test_field_totals_at_tp8_on_ring_ll_within_5_percent() -> None:
+    base = costmodel.predict(field.RING_LL, "baseline", 8, 1, True)
+    spec = costmodel.predict(field.RING_LL, "eagle3", 8, 1, True, 2.0)
+    assert base.tokens_per_second == pytest.approx(field.BASELINE_TOK_S, rel=0.05)
+    assert base.cycle_seconds * 1e3 == pytest.approx(field.DECODE_STEP_MS, rel=0.05)
+    assert spec.verify_seconds * 1e3 == pytest.approx(field.VERIFY_MS, rel=0.05)
+    assert spec.allreduce_count == field.ALLREDUCES_PER_VERIFY
+    breakeven = spec.cycle_seconds * base.tokens_per_second
+    assert breakeven == pytest.approx(field.BREAKEVEN_ACCEPT, rel=0.05)
+    # and the field's profile of that pass: most of it in the all-reduces
+    assert spec.allreduce_seconds * 1e3 == pytest.approx(field.VERIFY_ALLREDUCE_MS, rel=0.10)
+    assert spec.tokens_per_second < base.tokens_per_second  # speculation loses at 2.0
+
+
+@pytest.mark.parametrize("backend", ["nccl", "pcie_ipc"])
+def test_extra_per_allreduce_at_tp2_is_within_the_rehearsals_whole_allreduce(
+    rehearsal: dict[str, Any], backend: str
+) -> None:
+    whole_us = rehearsal["allreduce_ms_per_verify"] / rehearsal["allreduce_per_verify"] * 1000
+    assert 8.0 <= whole_us <= 8.5  # the figure the issue quotes (~8 us)
+    nbytes = costmodel.DEFAULT_NUM_DRAFT_TOKENS * costmodel.HIDDEN * costmodel.BYTES_PER_ELEM
+    bound = nbytes if backend == "pcie_ipc" else None
+    cost = costmodel.allreduce_cost(
+        ncclenv.resolve(field.RING_LL), nbytes, 2, pcie_ipc_max_bytes=bound
+    )
+    assert cost.algo == ("pcie_ipc" if backend == "pcie_ipc" else "ring")
+    assert 0 < cost.extra_seconds * 1e6 <= whole_us
+    # the forward charges exactly own + extra per all-reduce, nothing else per all-reduce
+    fwd = costmodel.forward(
+        ncclenv.resolve(field.RING_LL), 2, 4, True, pcie_ipc_max_bytes=bound, compute_seconds=0.0
+    )
+    per_ar = (fwd.seconds - fwd.launch_seconds) / fwd.allreduce_count
+    assert per_ar == pytest.approx(cost.own_seconds + cost.extra_seconds)
+
+
+def test_pcie_ipc_pays_the_same_end_to_end_terms() -> None:
+    """Same launch gap and the same compute: only the backend's own time changes."""
+    settings = ncclenv.resolve(field.RING_LL)
+    for nbytes in (14336, 57344):
+        nccl = costmodel.allreduce_cost(settings, nbytes, 8)
+        ipc = costmodel.allreduce_cost(settings, nbytes, 8, pcie_ipc_max_bytes=nbytes)
+        assert ipc.extra_seconds == nccl.extra_seconds > 0
+        assert ipc.own_seconds == pytest.approx(costmodel.pcie_ipc_seconds(nbytes, 8))
+    on = {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1", **field.RING_LL}
+    a = allreduce_sim.served_prediction(field.RING_LL, "eagle3", 8, 1, True, 2.0)
+    b = allreduce_sim.served_prediction(on, "eagle3", 8, 1, True, 2.0)
+    assert b.verify_seconds - b.allreduce_seconds == pytest.approx(
+        a.verify_seconds - a.allreduce_seconds
+    )
+    assert b.allreduce_each_seconds < a.allreduce_each_seconds
+
+
+def test_published_end_to_end_gain_is_stated_beside_the_sims() -> None:
+    """SGLang's published TP 8 gains (TPOT 1.55x, output 1.37x at 8k context) are kept
+    beside the sim's own; the sim's is larger (its compute is small next to its all-reduces)
+    and docs/sim.md says so with both numbers."""
+    tpot = costmodel.PUBLISHED_TPOT_MS[0] / costmodel.PUBLISHED_TPOT_MS[1]
+    out = costmodel.PUBLISHED_OUTPUT_TOK_S[1] / costmodel.PUBLISHED_OUTPUT_TOK_S[0]
+    assert round(tpot, 2) == 1.55 and round(out, 2) == 1.37
+    on = {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1", **field.RING_LL}
+    nccl = allreduce_sim.served_prediction(field.RING_LL, "baseline", 8, 1, True)
+    ipc = allreduce_sim.served_prediction(on, "baseline", 8, 1, True)
+    sim_gain = nccl.cycle_seconds / ipc.cycle_seconds
+    assert sim_gain > tpot
+    doc = (REPO / "docs" / "sim.md").read_text()
+    assert f"{sim_gain:.2f}x" in doc and "1.55x" in doc and "1.37x" in doc
