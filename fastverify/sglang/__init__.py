@@ -15,6 +15,17 @@ Each fact is checked against the real `sglang` package by tests/contract/.
 The daemon, the exporter and the sim import these; nothing else spells an SGLang string.
 """
 
-from fastverify.sglang.versions import PINNED_VERSION, SUPPORTED_VERSIONS
+from typing import Any
 
 __all__ = ["PINNED_VERSION", "SUPPORTED_VERSIONS"]
+
+
+def __getattr__(name: str) -> Any:
+    """`PINNED_VERSION`, `SUPPORTED_VERSIONS` on first use (PEP 562): a module of this
+    package (envnames on `profile list`'s path) then does not load versions, the facts and
+    json with it."""
+    if name in __all__:
+        from fastverify.sglang import versions
+
+        return getattr(versions, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
