@@ -218,4 +218,3 @@ def engine_env_view(
     )
     rules = engine_env(launch, env)
     return {**rules.to_dict(), "tp_size": tp_size, "lines": rules.lines()}
-
