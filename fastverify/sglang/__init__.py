@@ -1,5 +1,8 @@
-"""Every fact fastverify relies on about SGLang, in one place, per version generation.
+"""Every fact fastverify relies on about SGLang, in one place, per release.
 
+- `facts`: one release's facts (0.5.1 .. 0.5.23, one JSON per release read from its wheel
+  by scripts/sglang_facts.py) and the version policy (`resolve`: newer -> the newest facts
+  with a warning, older -> refused; `require`: "SGLang X.Y.Z has no ...").
 - `versions`: the pinned version, the supported range and flag generations.
 - `launch`: `LaunchArgs` (a typed launch-args object) and its `to_argv(generation)`.
 - `envrules`: the NCCL variables SGLang adds to its own environment (and its schedulers')
