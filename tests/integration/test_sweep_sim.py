@@ -244,8 +244,11 @@ def test_a_switch_by_another_client_drops_the_run_it_spoiled(tmp_path: Path) -> 
             return results.exists() and '"measurement"' in results.read_text()
 
         d.wait_for(first_measured, 600, "the sweep's first measurement of ring-ll")
+        # the sweep holds the daemon's lease: without force the switch is refused (409)
         other = d.client.post(
-            "/v1/profile", {"name": "nccl-default", "mode": "baseline", "wait": True}, timeout=120
+            "/v1/profile",
+            {"name": "nccl-default", "mode": "baseline", "wait": True, "force": True},
+            timeout=120,
         )
         assert other["result"] == "ok", other
         stdout, err = proc.communicate(timeout=600)
@@ -259,4 +262,6 @@ def test_a_switch_by_another_client_drops_the_run_it_spoiled(tmp_path: Path) -> 
     assert "the run is dropped" in err, err
     # the report shows only the runs before the switch, with why the rest is missing
     row = next(r for r in json.loads(stdout)["results"] if r["profile"] == "ring-ll")
-    assert row["n"] == len(measured) and row["note"] == "bench: served_changed", row
+    assert row["n"] == len(measured) and row["status"] == "incomplete", row
+    assert row["note"] == f"cut short after {len(measured)} run(s): served_changed", row
+    assert "rank" not in row  # never ranked as if complete

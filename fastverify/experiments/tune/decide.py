@@ -211,8 +211,9 @@ def run(ctx: Ctx) -> StageResult:
     accept = confirm.get("accept_length")
     backend = candidate_backend(ProfileStore().load(win["profile"], force=True))
     ci = win.get("ci95")
+    runs = len(win.get("samples") or [])
     evidence = f"{win['tokens_per_second']:.1f} tok/s" + (
-        f" (95% CI {ci[0]:.1f}-{ci[1]:.1f}, real weights)" if ci else f" ({win['evidence']})"
+        f" ({stats.ci_text(ci, runs)}, real weights)" if ci else f" ({win['evidence']})"
     )
     why = f"{win['profile']}/{win['mode']}: {evidence}"
     if win["mode"] == "baseline" and accept:

@@ -266,6 +266,7 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         )
         lines += ["", "### Trial (dummy weights: timings real, accept lengths not)", ""]
         lines += md_table(keys, [[r.get(k) for k in keys] for r in trial["rows"]])
+        lines += _too_few_runs(trial["rows"])
         if trial.get("compared_with_rehearsal"):
             lines += [
                 "",
@@ -290,6 +291,7 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         rows = conf["rows"] + ([conf["eagle3"]] if conf.get("eagle3") else [])
         lines += ["", "### Confirm (real weights)", ""]
         lines += md_table(keys, [[r.get(k) for k in keys] for r in rows])
+        lines += _too_few_runs(rows)
         lines += [
             "",
             f"Accept length: {_fmt(conf.get('accept_length'), 2)} "
@@ -309,3 +311,19 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         lines += ["", "### Decision options", ""]
         lines += md_table(keys, [[o.get(k) for k in keys] for o in dec["options"]])
     return lines
+
+
+def _too_few_runs(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A note under a table whose CIs come from fewer than MIN_RUNS runs."""
+    from fastverify.experiments.common.stats import MIN_RUNS
+
+    few = sorted({int(r.get("n") or 0) for r in rows if r.get("ci95") and (r.get("n") or 0)
+                  < MIN_RUNS})  # fmt: skip
+    if not few:
+        return []
+    return [
+        "",
+        f"Note: these 95% CIs come from {few[0]} run(s) each: too few runs to trust them "
+        f"(two runs of a quiet server often agree to the decimal); --repeats {MIN_RUNS} or "
+        "more gives an interval that means something.",
+    ]

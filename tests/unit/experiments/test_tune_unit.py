@@ -65,6 +65,21 @@ def test_recorded_loads_come_from_the_daemon_history() -> None:
     assert _stage(p, "confirm")["source"].startswith("real load: recorded")
 
 
+def test_real_loads_bound_a_dummy_one_and_recorded_stage_times_replace_defaults() -> None:
+    history = [{"kind": "start", "result": "ok", "duration_s": 4.0}]
+    loads = plan.load_times(history)
+    assert loads["dummy"] == (4.0, "recorded real: median of 1 daemon load(s), an upper bound")
+    times = {"inventory": [0.5], "candidates": [0.1], "trace": [3.0], "bench_overhead": [0.4]}
+    p = plan.make_plan(_facts(history=history, times=times))
+    for name in ("inventory", "candidates"):
+        assert _stage(p, name)["source"].startswith("recorded"), _stage(p, name)
+    trial = _stage(p, "trial")
+    assert "4 s load" in trial["units"] and "3 s trace" in trial["units"], trial
+    assert "90 s" not in trial["units"]
+    measure = 3 * (20.0 + 0.4)
+    assert _stage(p, "confirm")["estimate_s"] == pytest.approx(3 * (4.0 + measure))
+
+
 def test_budget_lowers_finalists_before_trials_and_never_overruns_silently() -> None:
     full = plan.make_plan(_facts())
     per_finalist = 600.0 + 3 * 22.0
