@@ -227,8 +227,8 @@ def test_the_break_even_is_one_computation_and_says_its_concurrency(
 ) -> None:
     """Item 7: the trial's break-even in tune's report and the exporter's gauge come from
     one function, and the report says which concurrency its figure is for."""
-    from fastverify.exporters import baseline
     from fastverify.experiments.common import stats
+    from fastverify.exporters import baseline
     from fastverify.speculation import breakeven
 
     assert baseline.breakeven_accept_length is breakeven.breakeven_accept_length
