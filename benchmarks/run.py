@@ -436,8 +436,9 @@ EXTRACTORS: dict[str, Callable[[dict], list[Figure]]] = {
 NOTES = {
     "cli": "Every command runs as a real subprocess, interleaved round-robin with the others"
     " (first round dropped), `status` and `profile list` against a running fastverifyd (sim);"
-    " child CPU is user + system time from getrusage; fastverify's bytecode is compiled first,"
-    " as an install has it (click's is, in the venv). Wall time includes interpreter start-up"
+    " child CPU is user + system time from getrusage; on the venv `./scripts/run` makes, its"
+    " console script and python, without PYTHONPATH: what a user runs (the bytecode is what that"
+    " install compiled, as a wheel's is). Wall time includes interpreter start-up"
     " and, on a shared host, time spent waiting for a CPU: the same-run ratios to"
     " `import click`, the CPU ratios above all, are the figures to read across machines"
     " and loads.",
@@ -567,10 +568,6 @@ def main() -> int:
     runs: list[dict[str, Any]] = []
     if not args.report_only:
         names = [n for n in discover() if (not args.only or n in args.only) and n not in args.skip]
-        # A wheel install ships compiled bytecode; a checkout under PYTHONDONTWRITEBYTECODE=1
-        # would recompile every module on every CLI start and time the compiler, not us.
-        package = str(REPO / "fastverify")
-        subprocess.run([sys.executable, "-m", "compileall", "-q", package], check=True)
         t0 = time.monotonic()
         for name in names:
             runs.append(run_one(name, args.timeout))

@@ -320,11 +320,20 @@ def test_scripts_run_installs_the_plots_and_names_the_socket_it_was_given(
     assert r.returncode == 0, r.stderr
     calls = log.read_text().splitlines()
     assert "python -m pip install -q -e .[plot]" in calls, calls
+    # the package's bytecode, compiled once at install (fastverifyctl's start-up)
+    assert calls.index("python -m compileall -q fastverify") > calls.index(
+        "python -m pip install -q -e .[plot]"
+    ), calls
     assert calls[-1] == "fastverifyd --engine auto --socket /tmp/fv-x.sock", calls
     assert "control it with: .venv/bin/fastverifyctl --socket /tmp/fv-x.sock status" in r.stdout
     plain = subprocess.run([str(script)], capture_output=True, text=True, env=env, timeout=60,
                            check=False)  # fmt: skip
     assert "control it with: .venv/bin/fastverifyctl status" in plain.stdout, plain.stdout
+    log.write_text("")
+    only = subprocess.run([str(script), "--install-only"], capture_output=True, text=True,
+                          env=env, timeout=60, check=False)  # fmt: skip
+    assert only.returncode == 0, only.stderr
+    assert not any(c.startswith("fastverifyd") for c in log.read_text().splitlines())
 
 
 # ------------------------------------------------------------------ item 6: the lease
