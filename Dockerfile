@@ -9,6 +9,10 @@
 # do. fastverify goes into its own virtual environment that sees the base's
 # site-packages (so the daemon's interpreter can import sglang) without changing any
 # package the base installed. No sitecustomize.py: the daemon sets NCCL_* per start.
+# Another SGLang release (fastverify supports 0.5.1 .. 0.5.23: `fastverifyctl sglang versions`,
+# README "Supported SGLang versions"): --build-arg BASE_IMAGE=lmsysorg/sglang:v<release>-cuXXX,
+# e.g. lmsysorg/sglang:v0.5.20-cu129 (the CUDA suffixes published differ per release). The
+# daemon reads the image's SGLang version at start and loads that release's facts.
 ARG BASE_IMAGE=lmsysorg/sglang:v0.5.23-cu129
 
 # The NCCL tuner plugin (native/tuner): plain C, built with the base image's system

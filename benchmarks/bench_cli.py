@@ -20,14 +20,18 @@ host, of child CPU time (user + system, from getrusage of the reaped child). `--
 reported beside them without a goal. The older absolute goal (`status` under 60 ms) is still
 reported. Writes benchmarks/results/cli.json; benchmarks/run.py turns it into RESULTS.md rows.
 
-Bytecode: an installed fastverify has its `.pyc` files (pip compiles at install, the image
-too), and so has click in the venv. A checkout run with PYTHONDONTWRITEBYTECODE=1 (this
-project's shells) would recompile every fastverify module on every run and measure the
-compiler, not the CLI; the bench therefore compiles fastverify's bytecode first
-(`compileall`, into the package's __pycache__, git-ignored). `--from-source` skips that and
-says so in the result (`"bytecode"`).
+What a user runs: the venv `./scripts/run` makes (`--venv`, default ./.venv; made with
+`./scripts/run --install-only` when missing), its console script `fastverifyctl` and its
+python for the `import click` baseline, in the caller's environment without PYTHONPATH (which
+would import another checkout) or FASTVERIFY_*. The bench compiles nothing itself: the
+bytecode is what that install left (`scripts/run` compiles the package, as pip does for a
+wheel), and the result says whether fastverify's `.pyc` files were there (`"bytecode"`) and
+whether PYTHONDONTWRITEBYTECODE was set. (Earlier versions ran the developer's venv with its
+PYTHONPATH and compiled the bytecode first; a fresh clone's editable install had none, and a
+shell with PYTHONDONTWRITEBYTECODE=1 recompiled ~25 modules per call: 1.27x there was 1.39x
+for a user.)
 
-    python benchmarks/bench_cli.py [--runs 40] [--from-source]
+    python benchmarks/bench_cli.py [--runs 40] [--venv .venv]
 """
 
 from __future__ import annotations
@@ -127,46 +131,65 @@ def summary(samples: list[float]) -> dict[str, float]:
     }
 
 
+def user_venv(venv: Path) -> Path:
+    """The venv `./scripts/run` makes, made with `./scripts/run --install-only` if missing."""
+    if not (venv / "bin" / "fastverifyctl").exists():
+        if venv != REPO / ".venv":
+            raise SystemExit(f"{venv} has no fastverifyctl: make it with ./scripts/run")
+        subprocess.run([str(REPO / "scripts" / "run"), "--install-only"], check=True)
+    return venv
+
+
+def bytecode_present(python: Path) -> bool:
+    """Whether the venv's python finds compiled bytecode for fastverify's CLI modules."""
+    code = (
+        "import importlib.util as u, fastverify.ctl as m, os; "
+        "print(os.path.exists(u.cache_from_source(m.__file__)))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env)
+    return out.stdout.strip() == "True"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=40)
-    ap.add_argument(
-        "--from-source", action="store_true", help="do not compile fastverify's bytecode first"
-    )
+    ap.add_argument("--venv", type=Path, default=REPO / ".venv", help="the scripts/run venv")
     args = ap.parse_args()
-    if not args.from_source:
-        import compileall
-
-        if not compileall.compile_dir(str(REPO / "fastverify"), quiet=1):
-            raise SystemExit("compileall failed on fastverify/")
+    venv = user_venv(args.venv.resolve())
+    vpython = venv / "bin" / "python"
+    has_bytecode = bytecode_present(vpython)
     from tests.harness import DaemonHarness
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTVERIFY_")}
+    # the user's environment: no PYTHONPATH (it would import another checkout), no FASTVERIFY_*
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("FASTVERIFY_") and k != "PYTHONPATH"
+    }
     with tempfile.TemporaryDirectory(prefix="fv-bench-cli-") as tmpd:
         tmp = Path(tmpd)
         sup, conf = supervisord(tmp)
         d = DaemonHarness(tmp / "fv", metrics=False, start=False)
         try:
             d.start()
-            ctl = script("fastverifyctl", "fastverify.ctl")
+            ctl = [str(venv / "bin" / "fastverifyctl")]
             supctl = script("supervisorctl", "supervisor.supervisorctl")
             cmds = {
                 "fastverifyctl status": [*ctl, "--socket", str(d.socket), "status"],
                 "fastverifyctl profile list": [*ctl, "--socket", str(d.socket), "profile", "list"],
                 "fastverifyctl --version": [*ctl, "--version"],
                 "supervisorctl status": [*supctl, "-c", str(conf), "status"],
-                "python -c 'import click'": [sys.executable, "-c", "import click"],
+                "python -c 'import click'": [str(vpython), "-c", "import click"],
                 "python -c eager click+rich+prometheus_client": [
-                    sys.executable,
+                    str(vpython),
                     "-c",
                     "import click, rich.console, rich.table, prometheus_client",
                 ],
-                "python -c pass (interpreter floor)": [sys.executable, "-c", "pass"],
+                "python -c pass (interpreter floor)": [str(vpython), "-c", "pass"],
             }
             # What fastverifyctl status imports, timed inside the process (no interpreter
             # start-up, no site .pth files): the part of the CLI's cost that is our code.
             import_probe = [
-                sys.executable,
+                str(vpython),
                 "-c",
                 "import time; t = time.perf_counter(); import fastverify.ctl, fastverify.client;"
                 " print((time.perf_counter() - t) * 1000)",
@@ -221,9 +244,9 @@ def main() -> int:
         "goal_ratio_to_import_click": GOAL_RATIO,
         "goal_commands": list(GOAL_COMMANDS),
         "runs": args.runs,
-        "bytecode": "source: every module compiled on each run"
-        if args.from_source
-        else "compiled before the runs (as an install has it)",
+        "venv": str(venv.relative_to(REPO)) if venv.is_relative_to(REPO) else str(venv),
+        "bytecode": "present (compiled at install)" if has_bytecode else "absent",
+        "pythondontwritebytecode": bool(env.get("PYTHONDONTWRITEBYTECODE")),
         "ratio_to_import_click": ratios,
         "goal_ms": GOAL_MS,
         "status_median_ms": ours,

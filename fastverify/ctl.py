@@ -54,7 +54,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "render": (
         "fastverify.cli.render_cmd:render",
-        "Render systemd units and the compose file for this host.",
+        "Render systemd units, the compose stack, or Kubernetes manifests.",
     ),
     "bench": (
         "fastverify.cli.bench_cmd:bench",

@@ -1,7 +1,8 @@
 """A finding about one line of one file, and the immutable value base it is built on.
 
 `Problem(path, line, message, severity)` prints as `path:line: message` (`path:line:
-warning: message` for a warning); line 0 means "the file as a whole". Every file format
+warning: message` for a warning); line 0 means "the file as a whole" (or a name that
+names no file) and prints as `path: message`, without a line number. Every file format
 fastverify checks line by line reports through it: profiles (`fastverify.profiles`, which
 re-exports it as `fastverify.profiles.model.Problem`) and tuner tables (`fastverify.tuner`).
 A module of its own so that neither of those packages needs the other for it.
@@ -50,7 +51,8 @@ class Record:
 
 
 class Problem(Record):
-    """One finding: `str(p)` is `"path:line: message"` (warnings say so in the message)."""
+    """One finding: `str(p)` is `"path:line: message"`, `"path: message"` for line 0
+    (warnings say so in the message)."""
 
     _fields = ("path", "line", "message", "severity")
     path: str
@@ -63,7 +65,8 @@ class Problem(Record):
 
     def __str__(self) -> str:
         prefix = "warning: " if self.severity == "warning" else ""
-        return f"{self.path}:{self.line}: {prefix}{self.message}"
+        where = f"{self.path}:{self.line}" if self.line else self.path  # 0: the whole file
+        return f"{where}: {prefix}{self.message}"
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -151,6 +151,7 @@ class KubeOptions:
     monitor: str = "podmonitor"  # podmonitor | servicemonitor | none
     monitor_labels: tuple[str, ...] | None = None  # None: release=kube-prometheus-stack
     grafana_namespace: str = "monitoring"  # where the Grafana chart's sidecars look
+    grafana: bool = True  # False: no dashboards/datasource ConfigMaps (no Grafana there)
     # apply
     create_namespace: bool = True
     server_side: bool = False  # objects over client-side apply's limit are fine
@@ -778,6 +779,7 @@ def render(options: KubeOptions) -> Bundle:
         "pvc": not context["render_pvc"],
         "podmonitor": options.monitor != "podmonitor",
         "servicemonitor": options.monitor != "servicemonitor",
+        "grafana": not options.grafana,
     }
     files = {}
     for key, out in FILES.items():

@@ -8,7 +8,8 @@ importing it): the argparse flags and their choices, the NCCL variables the serv
 the SGLANG_* variables with kinds (srt/environ.py where it exists), the log-line formats
 fastverify parses, the profiler span names, the sglang:* metrics with their labels, the HTTP
 endpoints, and the features derived from them. One JSON file per release goes to
-fastverify/sglang/facts/.
+fastverify/sglang/facts/. Scope: the LLM server `sglang.launch_server` runs, `sglang/srt/`
+(the diffusion server under `sglang/multimodal_gen/` and the test kits are left out).
 
 Usage:
   scripts/sglang_facts.py                # (re)write every data file

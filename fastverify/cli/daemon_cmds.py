@@ -67,6 +67,9 @@ _TIMEOUT_HELP = "Readiness timeout for this start in seconds (then roll back)."
 @click.option("--no-wait", is_flag=True, help="Return once the daemon accepted the change.")
 @click.option("--queue", is_flag=True, help="Wait for an operation in flight instead of failing.")
 @click.option(
+    "--force", is_flag=True, help="Even while a sweep or tune holds the daemon (its lease)."
+)
+@click.option(
     "--canary",
     is_flag=True,
     help="Declarative daemon (Kubernetes pod): leave the manifest's mode on purpose.",
@@ -82,13 +85,14 @@ def mode_set(
     timeout_s: float | None,
     no_wait: bool,
     queue: bool,
+    force: bool,
     canary: bool,
     quiet: bool,
     verbose: bool,
     as_json: bool,
 ) -> None:
     """Restart the engine in mode VALUE with the active profile (rolls back on failure)."""
-    body: dict[str, Any] = {"mode": value, "queue": queue}
+    body: dict[str, Any] = {"mode": value, "queue": queue, "force": force}
     if canary:
         body["canary"] = True
     if timeout_s:
@@ -111,6 +115,9 @@ def mode_set(
               help=_TIMEOUT_HELP)  # fmt: skip
 @click.option("--no-wait", is_flag=True, help="Return once the daemon accepted the restart.")
 @click.option("--queue", is_flag=True, help="Wait for an operation in flight instead of failing.")
+@click.option(
+    "--force", is_flag=True, help="Even while a sweep or tune holds the daemon (its lease)."
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result.")
 @click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
@@ -121,12 +128,13 @@ def restart(
     timeout_s: float | None,
     no_wait: bool,
     queue: bool,
+    force: bool,
     quiet: bool,
     verbose: bool,
     as_json: bool,
 ) -> None:
     """Restart the engine with the active profile and mode."""
-    body: dict[str, Any] = {"queue": queue}
+    body: dict[str, Any] = {"queue": queue, "force": force}
     if timeout_s:
         body["timeout_s"] = timeout_s
     sys.exit(

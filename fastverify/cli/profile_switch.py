@@ -278,7 +278,24 @@ def run_operation(
         for line in failed_engine_excerpt(result):
             click.echo(line, err=True)
     click.echo(describe_result(result), err=not ok)
+    if ok and not quiet and (note := left_decision(status, result)):
+        click.echo(note, err=True)
     return result_exit(result)
+
+
+def left_decision(before: dict[str, Any], result: dict[str, Any]) -> str | None:
+    """`note: ...` when this operation switched away from the tuning decision that served."""
+    dec = before.get("decision") or {}
+    if not dec.get("serving"):
+        return None
+    now = (result.get("profile"), result.get("mode"))
+    if now == (dec.get("profile"), dec.get("mode")) or None in now:
+        return None
+    return (
+        f"note: tune's decision {dec['profile']}/{dec['mode']} no longer serves ({now[0]}/"
+        f"{now[1]} does); `fastverifyctl profile set {dec['profile']} --mode {dec['mode']}` "
+        "puts it back"
+    )
 
 
 def failed_engine_excerpt(result: dict[str, Any]) -> list[str]:
@@ -357,7 +374,10 @@ def _path_refusal(name: str) -> str | None:
               help="Readiness timeout for this switch in seconds (then roll back).")  # fmt: skip
 @click.option("--no-wait", is_flag=True, help="Return once the daemon accepted the switch.")
 @click.option(
-    "--force", is_flag=True, help="Accept profiles refused without it (e.g. LL128 over PCIe)."
+    "--force",
+    is_flag=True,
+    help="Accept profiles refused without it (e.g. LL128 over PCIe), and switch even while "
+    "a sweep or tune holds the daemon (its lease).",
 )
 @click.option("--queue", is_flag=True, help="Wait for a switch in flight instead of failing (409).")
 @click.option(

@@ -342,6 +342,13 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
     help="Namespace of Grafana (its sidecar finds datasources only there).",
 )
 @click.option(
+    "--no-grafana",
+    "grafana",
+    flag_value=False,
+    default=True,
+    help="Do not render the dashboards and datasource ConfigMaps (no Grafana sidecar).",
+)
+@click.option(
     "--no-namespace",
     "create_namespace",
     flag_value=False,

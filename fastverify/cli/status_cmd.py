@@ -107,6 +107,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     flight = st.get("switch_in_flight")
     if flight:
         lines.append(f"in flight:  {describe_op(flight)}")
+    lines += _lease_and_decision(st)
     prog = eng.get("progress") or {}
     if st.get("state") not in ("READY", "STOPPED", "FAILED") and prog.get("phase"):
         pct = prog.get("percent")
@@ -141,3 +142,30 @@ def status(ctx: click.Context, as_json: bool) -> None:
     for finding in st.get("findings") or []:
         lines.append(f"note:       {finding}")
     click.echo("\n".join(lines))
+
+
+def _lease_and_decision(st: dict[str, Any]) -> list[str]:
+    """The experiment holding the daemon (its lease) and the tuning decision: whether it is
+    what serves now."""
+    out = []
+    lease = st.get("lease")
+    if lease:
+        pid = f"pid {lease['pid']}, " if lease.get("pid") else ""
+        out.append(
+            f"experiment: {lease.get('experiment')} running ({pid}since "
+            f"{_clock(lease.get('since'))}): {lease.get('description') or '-'}; other "
+            "clients' switches are refused (409) unless --force"
+        )
+    dec = st.get("decision")
+    if dec:
+        what = f"{dec.get('profile')}/{dec.get('mode')} backend {dec.get('backend')}"
+        when = f"decided {_clock(dec.get('decided_at'))}"
+        if dec.get("serving"):
+            out.append(f"decision:   {what} ({when}): serving")
+        else:
+            out.append(
+                f"decision:   {what} ({when}): NOT serving ({st.get('profile')}/"
+                f"{st.get('mode')} serves; `fastverifyctl profile set {dec.get('profile')} "
+                f"--mode {dec.get('mode')}` puts it back)"
+            )
+    return out

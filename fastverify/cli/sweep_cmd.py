@@ -3,7 +3,8 @@ daemon (trials on dummy weights, confirmation, EAGLE-3 phase), ranked with their
 a table or `--json`, and a plot when matplotlib is installed.
 
 Imports stay light: matplotlib only when the plot is drawn, rich only for a progress bar.
-Exit codes: 0 ok; 1 the sweep had failures; 2 usage; 3 daemon unreachable; 130 interrupted
+Exit codes: 0 ok; 1 the sweep had failures (or runs cut short); 2 usage; 3 daemon unreachable;
+4 another experiment holds the daemon; 130 interrupted
 (a sweep keeps what it measured)."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fastverify.cli.daemon_call import client_for, socket_option
 from fastverify.cli.experiment_common import Progress, fmt
 from fastverify.cli.options import measurement_options
 from fastverify.cli.output import (
+    EXIT_BUSY,
     EXIT_INTERRUPTED,
     EXIT_PROBLEMS,
     EXIT_UNAVAILABLE,
@@ -43,6 +45,12 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         mode = r["mode"] + (" (trial)" if r.get("weights") == "dummy" else "")
         if r.get("confirmed"):
             mode += " (confirmed)"
+        if r["status"] == "incomplete":  # cut short: its figures, never a rank or verdict
+            out.append(("-", r["profile"], mode, fmt(r.get("tokens_per_second_mean")),
+                        "-" if not ci else f"{ci[0]:.1f}-{ci[1]:.1f}", fmt(r.get("n")),
+                        "-", "CUT SHORT", fmt(r.get("accept_length_mean"), 2), "-", "-",
+                        r.get("note") or ""))  # fmt: skip
+            continue
         if r["status"] != "ok":
             out.append(("-", r["profile"], mode, "FAILED", "-", "-", "-", "-", "-", "-",
                         "-", r.get("reason") or "-"))  # fmt: skip
@@ -62,8 +70,26 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return out
 
 
-def verdict_note(rows: list[dict[str, Any]]) -> str | None:
-    """The line under the sweep table when a row has no verdict for want of runs."""
+def acceptance_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per EAGLE-3 row with summed accepted-drafts histograms: the distribution and
+    the accept length at every step count it gives (dummy weights said so)."""
+    out = []
+    for r in rows:
+        hist = r.get("accept_histogram")
+        if not hist:
+            continue
+        total = sum(hist) or 1
+        dist = " ".join(f"{j}:{100 * n / total:.0f}%" for j, n in enumerate(hist))
+        curve = "  ".join(f"{k}:{v:.2f}" for k, v in (r.get("accept_curve") or {}).items())
+        dummy = " (dummy weights: not real)" if r.get("weights") == "dummy" else ""
+        out.append(f"accepted drafts {r['profile']}/{r['mode']}: {dist} ({total} passes)"
+                   + (f"; L(k) {curve}" if curve else "") + dummy)  # fmt: skip
+    return out
+
+
+def verdict_note(rows: list[dict[str, Any]], repeats: int | None = None) -> str | None:
+    """The line under the sweep table when a row has no verdict for want of runs; the advice
+    is --repeats only when fewer were asked for (`repeats`: what this sweep asked)."""
     few = [r for r in rows if "too few runs" in
            (r.get("vs_reference"), r.get("vs_best"), r.get("speedup_significance"))]  # fmt: skip
     if not few:
@@ -71,8 +97,12 @@ def verdict_note(rows: list[dict[str, Any]]) -> str | None:
     from fastverify.experiments.common.stats import MIN_RUNS
 
     least = min(r.get("n") or 0 for r in few)
+    if repeats is not None and repeats >= MIN_RUNS:
+        advice = f"{repeats} were asked for: runs failed or were cut short, see below"
+    else:
+        advice = f"pass --repeats {MIN_RUNS}"
     return (f"note: \"too few runs\": a faster/slower verdict needs at least {MIN_RUNS} runs "
-            f"per side (here n={least}; pass --repeats {MIN_RUNS}); those rows are ranked by "
+            f"per side (here n={least}; {advice}); those rows are ranked by "
             "their mean alone")  # fmt: skip
 
 
@@ -234,7 +264,7 @@ def sweep(
     weights and measures them."""
     from fastverify.client import DaemonUnavailable
     from fastverify.experiments.bench.load import BenchConfig
-    from fastverify.experiments.sweep.run import Sweep, SweepConfig, SweepError
+    from fastverify.experiments.sweep.run import Sweep, SweepBusy, SweepConfig, SweepError
 
     if resume and not output_dir:
         fail("--resume needs --output DIR (the sweep to continue)", EXIT_USAGE)
@@ -267,6 +297,8 @@ def sweep(
             if (out / "results.jsonl").exists():
                 hint = f"\nresults so far are in {out}/results.jsonl; continue with --resume"
             fail(f"{exc}{hint}", EXIT_UNAVAILABLE)
+        except SweepBusy as exc:
+            fail(f"sweep: {exc}", EXIT_BUSY)
         except SweepError as exc:
             fail(f"sweep: {exc}", EXIT_USAGE)
         except KeyboardInterrupt:
@@ -300,9 +332,11 @@ def sweep(
             title = "trial on dummy weights: timings (accept lengths not measured)"
             table(heads, _trial_rows(report["results"]), title=title)
             _print_timing(report.get("timing") or {})
-        note = verdict_note(report["results"])
+        note = verdict_note(report["results"], repeats)
         if note:
             click.echo(note)
+        for line in acceptance_lines(report["results"]):
+            click.echo(line)
         for r in report["results"]:
             if r["status"] != "ok":
                 click.echo(failure_line(r))

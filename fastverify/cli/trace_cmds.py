@@ -103,7 +103,7 @@ def print_analysis(analysis: dict[str, Any], where: str, span: str = "TARGET_VER
     click.echo(line if short == "verify" else line.replace("verify", short))
     backends = ref.get("allreduce_backends") or {}
     if set(backends) - {"nccl"}:  # say which backend served (NCCL-only traces: as before)
-        click.echo(f"rank {ref['rank']}: per verify by backend: {backend_line(backends)}")
+        click.echo(f"rank {ref['rank']}: per {short} by backend: {backend_line(backends)}")
 
 
 BACKEND_NAMES = {"nccl": "NCCL", "custom": "SGLang custom all-reduce",

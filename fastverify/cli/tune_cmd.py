@@ -23,6 +23,7 @@ from fastverify.cli.daemon_call import client_for
 from fastverify.cli.options import env_pairs as parse_env_pairs
 from fastverify.cli.options import measurement_options
 from fastverify.cli.output import (
+    EXIT_BUSY,
     EXIT_INTERRUPTED,
     EXIT_PROBLEMS,
     EXIT_UNAVAILABLE,
@@ -255,7 +256,7 @@ def tune(
     """Decide which profile, backend and mode this host should serve, and apply it."""
     from fastverify.client import ApiError, DaemonUnavailable
     from fastverify.experiments.tune.context import TuneConfig
-    from fastverify.experiments.tune.pipeline import TuneError, run
+    from fastverify.experiments.tune.pipeline import TuneBusy, TuneError, run
 
     parse_env_pairs(env_pairs)  # a malformed pair is a usage error before anything runs
     cfg = TuneConfig(
@@ -280,6 +281,8 @@ def tune(
     with Progress() as progress:
         try:
             result = run(client, cfg, resume=resume, force=force, on_event=progress)
+        except TuneBusy as exc:
+            fail(f"tune: {exc}", EXIT_BUSY)
         except TuneError as exc:
             fail(f"tune: {exc}", EXIT_USAGE)
         except DaemonUnavailable as exc:

@@ -56,6 +56,8 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/v1/baselines": ("GET", "POST"),
     "/v1/trace/capture": ("POST",),
     "/v1/decision": ("GET", "POST"),
+    "/v1/lease": ("GET", "POST"),
+    "/v1/lease/release": ("POST",),
     "/v1/acceptance": ("GET", "POST"),
     "/v1/spec/plan": ("GET", "POST"),
 }
@@ -65,6 +67,7 @@ _BOOL = (bool,)
 _NUM = (int, float)
 SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "/v1/profile": {
+        "lease": ((str,), False),  # an experiment's own operation (fastverify.daemon.lease)
         "name": ((str,), True),
         "mode": ((str,), False),
         "wait": (_BOOL, False),
@@ -77,6 +80,8 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "canary": (_BOOL, False),  # declarative mode: leave the declared profile on purpose
     },
     "/v1/mode": {
+        "lease": ((str,), False),  # an experiment's own operation (fastverify.daemon.lease)
+        "force": (_BOOL, False),  # even while an experiment holds a lease
         "mode": ((str,), True),
         "wait": (_BOOL, False),
         "stream": (_BOOL, False),
@@ -86,6 +91,8 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "canary": (_BOOL, False),
     },
     "/v1/restart": {
+        "lease": ((str,), False),  # an experiment's own operation (fastverify.daemon.lease)
+        "force": (_BOOL, False),  # even while an experiment holds a lease
         "wait": (_BOOL, False),
         "stream": (_BOOL, False),
         "queue": (_BOOL, False),
@@ -102,6 +109,12 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "concurrency": ((int,), False),
     },
     "/v1/trace/capture": {"steps": ((int,), False)},
+    "/v1/lease": {  # fastverifyctl sweep / tune (fastverify.daemon.lease)
+        "experiment": ((str,), True),
+        "description": ((str,), False),
+        "force": (_BOOL, False),
+    },
+    "/v1/lease/release": {"id": ((str,), True)},
     "/v1/acceptance": {  # bench on the served EAGLE-3 engine (fastverify.daemon.acceptance)
         "histogram": ((list,), True),
         "profile": ((str,), False),
@@ -118,6 +131,7 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "report": ((str,), False),
         "accept_length": (_NUM, False),
         "tokens_per_second": (_NUM, False),
+        "adaptive_config": ((str,), False),  # mode adaptive: the plan's SGLang config
     },
 }
 
@@ -368,6 +382,7 @@ class Handler(BaseHTTPRequestHandler):
             withdrawn=lambda: _peer_closed(self.connection),
             restart=bool(body.get("restart", False)),
             canary=bool(body.get("canary", False)),
+            lease=body.get("lease"),
             caller=self.caller,
             **({"load_format": body["load_format"]} if body.get("load_format") else {}),
         )
@@ -433,6 +448,21 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(200, self.api.spec_plan())
             return
         self._send_json(200, self.api.store_spec_plan(validate_body("/v1/spec/plan", body)))
+
+    def h_lease(self, method: str, body: Any, query: dict[str, str]) -> None:
+        if method == "GET":
+            self._send_json(200, {"lease": self.api.leases.current()})
+            return
+        body = validate_body("/v1/lease", body)
+        # the holder: the process on the Unix socket's other end (SO_PEERCRED); unknown on TCP
+        pid = self.caller.pid if self.caller.door == "unix" else None
+        self._send_json(200, self.api.take_lease(body["experiment"],
+                                                 body.get("description") or "", pid,
+                                                 bool(body.get("force"))))  # fmt: skip
+
+    def h_lease_release(self, method: str, body: Any, query: dict[str, str]) -> None:
+        body = validate_body("/v1/lease/release", body)
+        self._send_json(200, self.api.release_lease(body["id"]))
 
     def h_trace_capture(self, method: str, body: Any, query: dict[str, str]) -> None:
         body = validate_body("/v1/trace/capture", body)

@@ -12,11 +12,13 @@ controller's fields, the log ring or the exporter runtime itself.
     decision() -> dict                    record_decision(body) -> dict
     acceptance() -> dict                  record_acceptance(body) -> dict
     spec_plan() -> dict                   store_spec_plan(body) -> dict
+    take_lease(experiment, description, pid, force) -> dict      release_lease(id) -> dict
     capture_trace(steps | None) -> dict
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -27,12 +29,16 @@ from typing import Any
 from fastverify.config import SPEC_MODES, weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.controller import Controller
+from fastverify.daemon.lease import Leases
+from fastverify.daemon.lease import describe as describe_lease
 from fastverify.daemon.observers import ExporterFeed, LiveFigures
 from fastverify.daemon.operations import Operation
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.states import State
 from fastverify.engines.sglang import load_format_of
 from fastverify.redact import mask_argv
+
+log = logging.getLogger("fastverifyd.facade")
 
 
 class ControlFacade:
@@ -49,6 +55,7 @@ class ControlFacade:
         self.feed = feed
         self.config_error: str | None = None
         self.canary: dict[str, Any] | None = None  # declarative mode: an explicit --canary
+        self.leases = Leases()  # an experiment's hold on the daemon (fastverify.daemon.lease)
         self._caps: dict[tuple[str, ...], dict[str, Any] | None] = {}  # engine capabilities
         self._caps_pending: set[tuple[str, ...]] = set()
         self._caps_lock = threading.Lock()
@@ -122,6 +129,8 @@ class ControlFacade:
                 "status_line": self.status_line(),
                 "config": {"source": c.cfg.source, "error": self.config_error},
                 "declarative": self._declarative(),
+                "lease": self.leases.current(),
+                "decision": self._decision_now(),
                 "sglang": _sglang_summary(c.engine),
                 "findings": [*c.store.findings, *c.findings.values()],
                 "daemon": {"pid": os.getpid(), "state_dir": str(c.store.dir)},
@@ -182,6 +191,23 @@ class ControlFacade:
         with self._caps_lock:
             self._caps = {key: caps}
             self._caps_pending.discard(key)
+
+    def _decision_now(self) -> dict[str, Any] | None:
+        """The newest tuning decision and whether it is what serves now (`serving`): a
+        manual switch away from it leaves the decision recorded but no longer serving."""
+        rec = self.ctl.store.load_json("decision.json")
+        if not rec or not rec.get("profile"):
+            return None
+        c = self.ctl
+        h = c.current
+        trial = h is not None and weights_label(load_format_of(h.argv)) == "dummy"
+        serving = (
+            c.state == State.READY
+            and (c.active.get("profile"), c.active.get("mode")) == (rec["profile"], rec["mode"])
+            and not trial
+        )
+        keys = ("profile", "mode", "backend", "applied", "decided_at", "report")
+        return {**{k: rec.get(k) for k in keys}, "serving": serving}
 
     def _declarative(self) -> dict[str, Any] | None:
         """Declarative mode (Kubernetes): what the manifest declares, and a canary if any."""
@@ -261,10 +287,13 @@ class ControlFacade:
         restart: bool = False,
         load_format: str | None = None,
         canary: bool = False,
+        lease: str | None = None,
         caller: Any = None,
     ) -> Operation:
         """`caller` (auth.Caller): who asked; the operation's result and history record
-        carry it as `by`."""
+        carry it as `by`. `lease`: the experiment's own operation (fastverify.daemon.lease)."""
+        what = {"switch": f"switch to {name}", "mode": f"switch to mode {mode}"}.get(kind, kind)
+        self.leases.check(lease, force, what)
         target = self._check_declarative(kind, name, mode, canary)
         op = self.ctl.request(
             kind,
@@ -284,6 +313,21 @@ class ControlFacade:
 
     def cancel(self, caller: Any = None) -> Operation | None:
         return self.ctl.cancel(caller)
+
+    # ------------------------------------------------------------------ leases
+    def take_lease(
+        self, experiment: str, description: str, pid: int | None, force: bool = False
+    ) -> dict[str, Any]:
+        lease = self.leases.take(experiment, description, pid, force)
+        log.info("lease taken: %s", describe_lease(lease))
+        return lease
+
+    def release_lease(self, lease_id: str) -> dict[str, Any]:
+        lease = self.leases.release(lease_id)
+        if lease is None:
+            raise RequestError(404, f"no lease {lease_id!r} is in force", reason="no_lease")
+        log.info("lease released: %s", describe_lease(lease))
+        return {"released": lease}
 
     # ------------------------------------------------------------------ baselines
     def baselines(self) -> dict[str, Any]:

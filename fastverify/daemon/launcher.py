@@ -93,6 +93,7 @@ class EngineHandle:
     tuner: dict[str, Any] | None = None  # NCCL's tuner load, confirmed at verify (tuner_check)
     allreduce_watch: Any = None  # allreduce_check.AllreduceWatch (None: adopted)
     allreduce: dict[str, Any] | None = None  # the serving backend, confirmed at verify
+    expected_sglang: dict[str, str] = field(default_factory=dict)  # the profile's SGLANG_*
     watch: Any = None  # watch.EngineWatch while serving (crashes.py starts it)
 
     def alive(self) -> bool:
@@ -113,6 +114,7 @@ class EngineHandle:
             "mode": self.mode,
             "url": self.url,
             "expected_nccl": self.expected_nccl,
+            "expected_sglang": self.expected_sglang,
             "nccl_debug_dir": str(self.nccl_debug_dir) if self.nccl_debug_dir else None,
             "started_at": self.started_at,
             "daemon_pid": os.getpid(),
@@ -217,6 +219,7 @@ class Launcher:
             mode=mode,
             url=self.url(),
             expected_nccl=expected,
+            expected_sglang=verify.sglang_part(profile.env),
             proc=proc,
             nccl_debug_dir=debug_dir,
             follower=self.engine.follower(argv),
@@ -228,6 +231,14 @@ class Launcher:
         self._follow(h, hidden)
         # stream=False: the `engine` event already tells a follower
         self.say(f"engine started: pid {h.pid}, log {log_path}", stream=False)
+        lines = h.allreduce_watch.lines_expected
+        if not lines:  # said up front: what depends on SGLang's INFO lines will not come
+            self.say(
+                f"SGLang's INFO lines will not come ({lines.why}): readiness is asked of "
+                "/model_info and /health_generate, PCIe-IPC is confirmed by the processes' "
+                "mapped pcie_ipc_comm.so; load progress and log-derived figures (decode "
+                "batch lines) stay empty"
+            )
         if h.allreduce_watch.wants_pcie_ipc:
             for note in allreduce_check.start_notes(h.allreduce_watch):
                 self.say(note)
@@ -268,6 +279,7 @@ class Launcher:
             mode=info["mode"],
             url=info.get("url") or self.url(),
             expected_nccl=dict(info.get("expected_nccl") or {}),
+            expected_sglang=dict(info.get("expected_sglang") or {}),
             adopted=True,
             nccl_debug_dir=Path(info["nccl_debug_dir"]) if info.get("nccl_debug_dir") else None,
         )
@@ -402,7 +414,10 @@ class Launcher:
         rules = self.engine.engine_env(h.argv, h.expected_nccl)  # what the engine adds itself
         h.engine_env = rules.to_dict() if rules is not None else None
         report = verify.check_process_env(
-            h.pid, h.expected_nccl, self.engine.engine_owned_nccl, engine_env=rules
+            h.pid,
+            {**h.expected_nccl, **h.expected_sglang},
+            self.engine.engine_owned_nccl,
+            engine_env=rules,
         )
         details: dict[str, Any] = {"env": report.to_dict()}
         if h.engine_env is not None:

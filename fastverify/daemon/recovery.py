@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +41,7 @@ class RecoveryBudget:
     running: bool = False
     spent: bool = False
     last: str | None = None  # the last retry's outcome, for status
+    ready_at: float | None = None  # clock time READY was first seen by the tick
 
     def forget(self) -> None:
         self.attempts, self.next_at, self.spent, self.last = 0, None, False, None
@@ -58,7 +58,6 @@ class RecoverySteps:
 
     cfg: Any
     state: State
-    since: float
     active: dict[str, Any]
     last_good: dict[str, str] | None
     slot: Any
@@ -123,9 +122,12 @@ class RecoverySteps:
             r = self.recovery
             if self.state == State.READY:
                 r.next_at = None
-                if r.attempts and time.time() - self.since > float(d.restart_window_s):
+                if r.ready_at is None:
+                    r.ready_at = now
+                if r.attempts and now - r.ready_at > float(d.restart_window_s):
                     r.forget()  # healthy for a whole window: a later failure starts afresh
                 return
+            r.ready_at = None
             if self.state != State.FAILED or r.running or self.slot.in_flight() is not None:
                 r.next_at = None if self.state != State.FAILED else r.next_at
                 return

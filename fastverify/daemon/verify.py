@@ -3,7 +3,8 @@
 1. `check_process_env(pid, expected, engine_env=...)`: read /proc/PID/environ of the server
    and every live descendant (its TP workers, schedulers, ...) and compare the NCCL
    variables with `expected` (the NCCL_* part of the environment the engine was spawned
-   with): every expected variable present with the same value, and no other NCCL tuning
+   with, plus the profile's SGLANG_* variables such as SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1,
+   `sglang_part`): every expected variable present with the same value, and no other NCCL tuning
    variable, except those the engine adds by its own rules (`fastverify.sglang.envrules`:
    SGLang 0.5.23 adds NCCL_GRAPH_REGISTER=0 with TP > 1, ...), which workers may hold and
    the report shows (`engine_added`). A profile variable the engine replaces (deterministic
@@ -17,7 +18,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,12 @@ from fastverify.sglang.envrules import EngineEnv
 
 def nccl_part(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith("NCCL_")}
+
+
+def sglang_part(env: Mapping[str, str]) -> dict[str, str]:
+    """A profile's SGLang variables (e.g. SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1): verified in
+    every process like its NCCL ones."""
+    return {k: v for k, v in env.items() if k.startswith("SGLANG_")}
 
 
 def _is_tuning(name: str) -> bool:
@@ -160,8 +167,11 @@ def check_process_env(
         parts += [conflicts[k] for k in sorted(conflicts)]
         msg = "engine override: " + "; ".join(parts)
         return VerifyReport(False, msg, checks, reason="engine_override", engine_rules=rules)
-    nccl = ", ".join(f"{k}={v}" for k, v in sorted(expected.items())) or "no NCCL variables"
-    report = VerifyReport(True, f"{len(checks)} process(es) hold exactly {nccl}", checks)
+    nccl = ", ".join(f"{k}={v}" for k, v in sorted(nccl_part(expected).items()))
+    nccl = nccl or "no NCCL variables"
+    other = ", ".join(f"{k}={v}" for k, v in sorted(expected.items()) if not k.startswith("NCCL_"))
+    held = f"hold {other} and exactly {nccl}" if other else f"hold exactly {nccl}"
+    report = VerifyReport(True, f"{len(checks)} process(es) {held}", checks)
     report.engine_rules = rules
     own = {k: v for c in checks for k, v in c.engine_set.items()}
     report.engine_added = own

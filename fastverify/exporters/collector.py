@@ -13,7 +13,7 @@ logs            NCCL's own view (version, "set by environment", TUNING choices, 
 traces          verify-cycle histogram and per-window gauges, all-reduce calls, windows
 inspector       NCCL inspector all-reduce time, bandwidth, message size
 daemon          engine restarts, profile switches, engine start seconds, the last tuning
-                decision (fastverify_decision_info{profile,mode,backend,applied}); with a
+                decision (fastverify_decision_info{profile,mode,backend,applied,serving}); with a
                 TCP control door: fastverify_api_auth_failures_total{reason} and
                 fastverify_api_auth_backoff_sources
 (every source)  fastverify_source_up{source} (1: its last attempt worked) and
@@ -349,7 +349,8 @@ def daemon_families(s: dict[str, Any]) -> list[Metric | None]:
     if s.get("decision"):
         decision = InfoMetricFamily(
             "fastverify_decision",
-            "The last tuning decision (fastverifyctl tune): profile, mode, all-reduce backend",
+            "The last tuning decision (fastverifyctl tune): profile, mode, all-reduce backend, "
+            "applied by tune, serving now",
         )
         decision.add_metric([], s["decision"])
     return [

@@ -341,6 +341,15 @@ class MetricsHub:
                               "applied": "true" if applied else "false"}  # fmt: skip
             self.version += 1
 
+    def _decision_now(self, up: bool) -> dict[str, str] | None:
+        """The decision's labels with `serving`: whether its profile and mode serve now (a
+        manual switch away from it turns it "false"; switching back, "true")."""
+        if not self._decision:
+            return None
+        d = self._decision
+        serving = up and (self._profile, self._mode) == (d["profile"], d["mode"])
+        return {**d, "serving": "true" if serving else "false"}
+
     def on_trace_analysis(self, analysis: Mapping[str, Any]) -> None:
         """Feed the result of one profile window (`traces.analyze_*(...)` dict)."""
         ranks = [r for r in analysis.get("ranks", []) if r.get("verify_passes")]
@@ -600,7 +609,7 @@ class MetricsHub:
                 "breakeven_accept_length": None if spec is None else spec.breakeven_accept_length,
                 "speedup_estimate": None if spec is None else spec.speedup_estimate,
                 "baselines": dict(self._baselines),
-                "decision": dict(self._decision) if self._decision else None,
+                "decision": self._decision_now(up),
                 "trace": dict(self._trace) if self._trace else None,
                 "inspector": dict(self._inspector) if self._inspector else None,
                 "nccl_version": self._nccl_version,

@@ -88,7 +88,7 @@ class DoctorReport:
     recommendations: list[topo_mod.Recommendation] = field(default_factory=list)
     interpreters: dict[str, list[str]] = field(default_factory=dict)
     engine_env: dict[str, Any] | None = None  # effective.engine_env_view for the TP size
-    allreduce: dict[str, Any] | None = None  # effective.allreduce_view for the TP size
+    allreduce: dict[str, Any] | None = None  # the engine's backend (cli/doctor_engine.py)
     engine: dict[str, Any] | None = None  # whose engine: the daemon's, or this machine's
 
     @property
@@ -393,15 +393,6 @@ def run(inputs: DoctorInputs, store: Any | None = None) -> DoctorReport:
 
         report.engine_env = engine_env_view(
             inputs.env, inputs.tp_size, extra_args=tuple(inputs.sglang_args)
-        )
-        from fastverify.profiles.effective import allreduce_view
-
-        topo = report.topology
-        report.allreduce = allreduce_view(
-            inputs.env,
-            inputs.tp_size,
-            extra_args=tuple(inputs.sglang_args),
-            has_nvlink=topo.all_nvlink if topo is not None else None,
         )
     if inputs.check_topology:
         report.recommendations = topo_mod.recommend(report.topology, available)

@@ -218,34 +218,3 @@ def engine_env_view(
     )
     rules = engine_env(launch, env)
     return {**rules.to_dict(), "tp_size": tp_size, "lines": rules.lines()}
-
-
-def allreduce_view(
-    env: Mapping[str, str],
-    tp_size: int,
-    *,
-    custom_all_reduce: bool = True,
-    extra_args: tuple[str, ...] = (),
-    has_nvlink: bool | None = None,
-    hidden: int | None = None,
-    decode_max_bs: int | None = None,
-    draft_tokens: int = 1,
-) -> dict[str, Any]:
-    """Which TP all-reduce backend SGLang 0.5.23 serves which message sizes with, for `env`
-    at TP `tp_size` (`fastverify.sglang.allreduce.dispatch`): its `to_dict()`, whose
-    `description` reads "all-reduces up to N KiB (decode and verify): FlashInfer PCIe-IPC;
-    above: NCCL". Used by `profile show --effective` and doctor."""
-    from dataclasses import replace
-
-    from fastverify.sglang import allreduce
-
-    argv = ["--tp-size", str(tp_size), *extra_args]
-    if not custom_all_reduce:
-        argv.append("--disable-custom-all-reduce")
-    args = allreduce.ServerArgs.from_argv(argv)
-    if decode_max_bs is not None:
-        args = replace(args, decode_max_bs=decode_max_bs)
-    if draft_tokens > 1:
-        args = replace(args, draft_tokens=draft_tokens)
-    d = allreduce.dispatch(env=env, args=args, has_nvlink=has_nvlink, hidden=hidden)
-    return d.to_dict()

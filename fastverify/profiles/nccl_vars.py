@@ -120,15 +120,20 @@ class NcclVar(Record):
         return "text"
 
 
-def _v(name: str, kind: str, since: str, **kw: object) -> NcclVar:
-    return NcclVar("NCCL_" + name, kind, since, **kw)  # type: ignore[arg-type]
+Spec = tuple[str, str, str, dict[str, object]]  # name, kind, since, the other fields
+
+
+def _v(name: str, kind: str, since: str, **kw: object) -> Spec:
+    """A table row, made into an NcclVar when first looked up: `profile list` looks up a few
+    dozen names, not the ~300 of the table (start-up time)."""
+    return ("NCCL_" + name, kind, since, kw)
 
 
 _CH = {"lo": 1, "hi": 64}  # channel / CTA counts
 _NN = {"lo": 0}  # non-negative integers
 _POS = {"lo": 1}
 
-_TABLE: list[NcclVar] = [
+_TABLE: list[Spec] = [
     # --- algorithm / protocol selection and tuning
     _v("ALGO", "algo", "2.5", note="per-collective syntax since 2.24"),
     _v("PROTO", "proto", "2.5", note="per-collective syntax since 2.24"),
@@ -426,16 +431,28 @@ _TABLE: list[NcclVar] = [
     _v("WARN_ENABLE_DEBUG_INFO", "switch", "2.26"),
 ]
 
-KNOWN: dict[str, NcclVar] = {v.name: v for v in _TABLE}
+_SPECS: dict[str, Spec] = {spec[0]: spec for spec in _TABLE}
+_MADE: dict[str, NcclVar] = {}
 
 
 def lookup(name: str) -> NcclVar | None:
     """The table entry for `name`, or None when NCCL does not know it."""
-    return KNOWN.get(name)
+    var = _MADE.get(name)
+    if var is None and name in _SPECS:
+        n, kind, since, kw = _SPECS[name]
+        var = _MADE[name] = NcclVar(n, kind, since, **kw)  # type: ignore[arg-type]
+    return var
+
+
+def __getattr__(name: str) -> dict[str, NcclVar]:
+    """`KNOWN`: name -> NcclVar for the whole table, made on first use (PEP 562)."""
+    if name == "KNOWN":
+        return {n: lookup(n) for n in _SPECS}  # type: ignore[misc]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def suggest(name: str) -> list[str]:
     """Known names close to a misspelt one (for `NCCL_ALGOS` -> `NCCL_ALGO`)."""
     import difflib
 
-    return difflib.get_close_matches(name, list(KNOWN), n=3, cutoff=0.75)
+    return difflib.get_close_matches(name, list(_SPECS), n=3, cutoff=0.75)

@@ -1,5 +1,8 @@
-"""Every fact fastverify relies on about SGLang, in one place, per version generation.
+"""Every fact fastverify relies on about SGLang, in one place, per release.
 
+- `facts`: one release's facts (0.5.1 .. 0.5.23, one JSON per release read from its wheel
+  by scripts/sglang_facts.py) and the version policy (`resolve`: newer -> the newest facts
+  with a warning, older -> refused; `require`: "SGLang X.Y.Z has no ...").
 - `versions`: the pinned version, the supported range and flag generations.
 - `launch`: `LaunchArgs` (a typed launch-args object) and its `to_argv(generation)`.
 - `envrules`: the NCCL variables SGLang adds to its own environment (and its schedulers')
@@ -15,6 +18,17 @@ Each fact is checked against the real `sglang` package by tests/contract/.
 The daemon, the exporter and the sim import these; nothing else spells an SGLang string.
 """
 
-from fastverify.sglang.versions import PINNED_VERSION, SUPPORTED_VERSIONS
+from typing import Any
 
 __all__ = ["PINNED_VERSION", "SUPPORTED_VERSIONS"]
+
+
+def __getattr__(name: str) -> Any:
+    """`PINNED_VERSION`, `SUPPORTED_VERSIONS` on first use (PEP 562): a module of this
+    package (envnames on `profile list`'s path) then does not load versions, the facts and
+    json with it."""
+    if name in __all__:
+        from fastverify.sglang import versions
+
+        return getattr(versions, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,10 +1,12 @@
 """`fastverifyctl render kubernetes`: the manifests validate and say what the issue promises.
 
-- Built-in kinds validate strictly (unknown fields are errors) with kubernetes-validate, for
-  Kubernetes 1.33 (the floor) and the newest version it ships; the LeaderWorkerSet's pod
-  templates validate as core PodTemplates (no registry publishes the LWS CRD: see
-  tests/fixtures/k8s-schemas/README.md); the PodMonitor validates with the Prometheus
-  Operator models scripts/k8s-schemas.sh installs.
+- Every render (single node, two nodes with RDMA, two nodes from a values file with a
+  ServiceMonitor, three nodes over TCP): built-in kinds validate strictly (unknown fields
+  are errors) with kubernetes-validate, for Kubernetes 1.33 (the floor) and 1.37 (the
+  newest it ships); the LeaderWorkerSet's pod templates also as core PodTemplates; every
+  LeaderWorkerSet and PodMonitor strictly against the projects' own CRDs in
+  ../shared/k8s-crds (lws v0.10.0, prometheus-operator v0.93.0; missing = a failure); the
+  monitors with the Prometheus Operator models scripts/k8s-schemas.sh installs.
 - Semantics: GPUs per pod = the TP size per node, readiness on the daemon's /readyz, a
   startup window of at least 30 minutes, an in-memory /dev/shm, profiles byte for byte,
   a pod template that changes with the profile's content and not with unrelated files.

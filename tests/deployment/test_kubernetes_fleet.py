@@ -133,8 +133,10 @@ def test_monitoring_defaults_match_kube_prometheus_stack(tmp_path: Path) -> None
     assert metrics["spec"]["selector"].items() <= pod_labels.items()
     assert metrics["spec"]["ports"][0]["targetPort"] == "metrics"
     assert one(objs, "ConfigMap", "fastverify-datasource")["metadata"]["namespace"] == "grafana"
-    objs, _ = rendered(tmp_path / "none", "--monitor", "none")
+    objs, _ = rendered(tmp_path / "none", "--monitor", "none", "--no-grafana")
     assert not by_kind(objs, "PodMonitor") and not by_kind(objs, "ServiceMonitor")
+    assert not [d for d in by_kind(objs, "ConfigMap") if "grafana" in str(d["metadata"])]
+    assert not (tmp_path / "none" / "out" / "50-grafana.yaml").exists()
 
 
 def test_apply_ready_namespace_and_model_claim(tmp_path: Path) -> None:

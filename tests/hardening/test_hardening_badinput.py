@@ -590,4 +590,4 @@ def test_sparse_10g_profile_is_refused_without_reading_it(tmp_path: Path) -> Non
     with open(path, "wb") as fh:
         fh.truncate(10 * 2**30)  # sparse: no disk used, 10 GiB if read whole
     r = _ctl("profile", "validate", str(path))
-    assert r.returncode == 1 and f"{path}:0: file is larger than" in r.stdout + r.stderr
+    assert r.returncode == 1 and f"{path}: file is larger than" in r.stdout + r.stderr

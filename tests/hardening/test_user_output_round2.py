@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.harness import REPO, DaemonHarness, _scrubbed_env
@@ -60,10 +61,15 @@ def tuned(daemon: DaemonHarness) -> dict[str, Any]:
     return {"proc": proc, "out": out}
 
 
-# ------------------------------------------------------------------ item 1: plots
+# ------------------------------------------------------------------ items 1 and 5
 
 
-def test_tune_draws_its_plots_and_links_them(tuned: dict[str, Any]) -> None:
+def test_tune_plots_the_resume_circle_and_force_without_matplotlib(
+    daemon: DaemonHarness, tuned: dict[str, Any], tmp_path: Path
+) -> None:
+    """One tune directory, in order: its plots; the two refusals (each says what to do: a
+    new directory or --force, never the other refusal); --force on an install without
+    matplotlib, which says the plots were skipped and how to get them."""
     out, proc = tuned["out"], tuned["proc"]
     report = (out / "report.md").read_text()
     for png in ("funnel.png", "trial.png", "decision.png"):
@@ -72,14 +78,7 @@ def test_tune_draws_its_plots_and_links_them(tuned: dict[str, Any]) -> None:
     assert "plots: decision.png, funnel.png, trial.png" in proc.stdout, proc.stdout
     assert "plots skipped" not in proc.stdout + report
 
-
-# ------------------------------------------------------------------ item 5: the circle
-
-
-def test_a_finished_tune_dir_says_new_dir_or_force_and_resume_says_the_same(
-    daemon: DaemonHarness, tuned: dict[str, Any]
-) -> None:
-    out = tuned["out"]
+    # item 5: the circle is broken: both messages name the ways out
     again = daemon.ctl("tune", *TUNE, "-o", str(out))
     assert again.returncode == 2, again.stderr
     assert "already holds a finished tune" in again.stderr, again.stderr
@@ -89,18 +88,12 @@ def test_a_finished_tune_dir_says_new_dir_or_force_and_resume_says_the_same(
     assert resume.returncode == 2, resume.stderr
     assert "nothing to resume: the last tune of this host finished" in resume.stderr
     assert f"-o {out} --force" in resume.stderr and "-o NEWDIR" in resume.stderr
-    # nothing was touched by either refusal
-    assert json.loads((out / "decision.json").read_text())["decision"]["applied"] is True
+    assert (out / "funnel.png").exists()  # neither refusal touched anything
 
-
-def test_force_replaces_the_tune_and_without_matplotlib_says_plots_were_skipped(
-    daemon: DaemonHarness, tuned: dict[str, Any], tmp_path: Path
-) -> None:
-    out = tuned["out"]
+    # --force, on an install without the plot extra
     proc = daemon.ctl("tune", *TUNE, "-o", str(out), "--force", timeout=900,
                       env=without_matplotlib(tmp_path))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    # the output and the report say the plots were skipped, and how to get them
     note = "plots skipped: matplotlib is not installed"
     assert note in proc.stdout and "fastverify[plot]" in proc.stdout, proc.stdout
     report = (out / "report.md").read_text()
@@ -110,6 +103,152 @@ def test_force_replaces_the_tune_and_without_matplotlib_says_plots_were_skipped(
     assert not list(out.glob("*.png")), list(out.glob("*.png"))
     doc = json.loads((out / "decision.json").read_text())
     assert doc["plots"]["files"] == {} and doc["plots"]["skipped"].startswith(note)
+
+
+# ------------------------------------------------------------------ item 4: decision
+
+
+def _decision_info(metrics_url: str) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(metrics_url, timeout=10).text
+    out: dict[str, list[dict[str, str]]] = {"decision": [], "profile": []}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name == "fastverify_decision_info" and smp.value == 1.0:
+                out["decision"].append(smp.labels)
+            if smp.name == "fastverify_profile_info" and smp.value == 1.0:
+                out["profile"].append(smp.labels)
+    return out["decision"], out["profile"]
+
+
+def test_the_decision_says_whether_it_serves_after_a_manual_switch(
+    daemon: DaemonHarness, tuned: dict[str, Any]
+) -> None:
+    dec = daemon.status()["decision"]
+    daemon.ctl("profile", "set", dec["profile"], "--mode", dec["mode"])  # whatever ran before
+    st = daemon.status()
+    dec = st["decision"]
+    assert dec["serving"] is True and (dec["profile"], dec["mode"]) == (st["profile"], st["mode"])
+    text = daemon.ctl("status")
+    assert f"decision:   {dec['profile']}/{dec['mode']} backend {dec['backend']}" in text.stdout
+    assert "): serving" in text.stdout, text.stdout
+    other = "ring-ll" if dec["profile"] != "ring-ll" else "nccl-default"
+    r = daemon.ctl("profile", "set", other, "--mode", "baseline")
+    assert r.returncode == 0, r.stderr
+    assert (f"note: tune's decision {dec['profile']}/{dec['mode']} no longer serves "
+            f"({other}/baseline does)") in r.stderr, r.stderr  # fmt: skip
+    st = daemon.status()
+    assert st["decision"]["serving"] is False and st["profile"] == other
+    text = daemon.ctl("status").stdout
+    assert "NOT serving" in text and f"({other}/baseline serves;" in text, text
+    decision, profile = _decision_info(daemon.metrics_url)
+    assert [d["serving"] for d in decision] == ["false"], decision
+    assert [p["profile"] for p in profile] == [other], profile
+    # back to the decision: it serves again, everywhere
+    back = daemon.ctl("profile", "set", dec["profile"], "--mode", dec["mode"])
+    assert back.returncode == 0 and "no longer serves" not in back.stderr, back.stderr
+    assert daemon.status()["decision"]["serving"] is True
+    decision, _ = _decision_info(daemon.metrics_url)
+    assert [d["serving"] for d in decision] == ["true"], decision
+
+
+# ------------------------------------------------------------------ item 9: small ones
+
+
+def test_the_pcie_ipc_verify_line_names_its_sglang_variable(
+    daemon: DaemonHarness, tuned: dict[str, Any]
+) -> None:
+    r = daemon.ctl("profile", "set", "pcie-ipc", "--mode", "baseline", "--restart")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout + r.stderr
+    line = next(x for x in out.splitlines() if "verify: " in x and "process(es)" in x)
+    assert line.endswith(
+        "verify: 8 process(es) hold SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 and exactly no NCCL "
+        "variables (plus, added by SGLang 0.5.23 by its own rules: NCCL_CUMEM_ENABLE=0, "
+        "NCCL_GRAPH_REGISTER=0, NCCL_NVLS_ENABLE=0)"
+    ), line
+
+
+def test_a_process_without_the_profiles_sglang_variable_fails_verification() -> None:
+    """The check behind that line reads each process's /proc environ: a real process
+    without SGLANG_ENABLE_PCIE_IPC_ALLREDUCE fails it, naming the variable."""
+    from fastverify.daemon import verify
+
+    env = {k: v for k, v in _scrubbed_env().items() if not k.startswith("SGLANG_")}
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE, env=env)  # fmt: skip
+    try:
+        bad = verify.check_process_env(child.pid, {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"})
+        good = verify.check_process_env(child.pid, {})
+    finally:
+        child.communicate(timeout=30)
+    assert not bad.ok and bad.reason == "env_mismatch"
+    assert "missing SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" in bad.message, bad.message
+    assert good.ok and good.message == "1 process(es) hold exactly no NCCL variables"
+
+
+def test_small_things_a_user_reads(tmp_path: Path) -> None:
+    # the top-level help names every target of render
+    top = run_ctl("--help")
+    line = next(x for x in top.stdout.splitlines() if x.strip().startswith("render"))
+    assert "Kubernetes" in line and "compose" in line, line
+    # a missing profile is named, without a line number of a file that does not exist
+    miss = run_ctl("profile", "show", "nosuch")
+    assert miss.returncode == 2
+    assert miss.stderr.startswith("nosuch: no profile named 'nosuch'"), miss.stderr
+    assert ":0:" not in miss.stderr
+    # trace analyze --span X says "per X by backend", never "per verify"
+    from tests.fixtures import tracegen
+
+    doc, _ = tracegen.build_rank(0, verify_us=[30_000.0] * 2, ar_per_verify=122,
+                                 ar_dur_us=12.0, family="pcie_ipc", naming="0.5.23")  # fmt: skip
+    doc = json.loads(json.dumps(doc).replace("step[VERIFY", "step[DECODE"))
+    tracegen.write(tmp_path / "c-TP-0.trace.json.gz", doc)
+    tr = run_ctl("trace", "analyze", "--span", "DECODE", str(tmp_path))
+    assert tr.returncode == 0, tr.stderr
+    assert "rank 0: per DECODE by backend: FlashInfer PCIe-IPC 122.0" in tr.stdout, tr.stdout
+    assert "verify" not in tr.stdout, tr.stdout
+
+
+def test_a_ci_from_two_runs_says_too_few_runs(daemon: DaemonHarness, tuned: dict[str, Any]):
+    """tune with --repeats 2 (the tour's): its decision's CI and the report's tables say the
+    interval comes from too few runs."""
+    doc = json.loads((tuned["out"] / "decision.json").read_text())
+    why = doc["decision"]["why"]
+    if "95% CI" in why:
+        assert "from 2 run(s): too few runs to trust it (--repeats 3 or more)" in why, why
+    report = (tuned["out"] / "report.md").read_text()
+    assert "come from 2 run(s) each: too few runs to trust them" in report
+
+
+def test_the_break_even_is_one_computation_and_says_its_concurrency(
+    daemon: DaemonHarness, tuned: dict[str, Any]
+) -> None:
+    """Item 7: the trial's break-even in tune's report and the exporter's gauge come from
+    one function, and the report says which concurrency its figure is for."""
+    from fastverify.experiments.common import stats
+    from fastverify.exporters import baseline
+    from fastverify.speculation import breakeven
+
+    assert baseline.breakeven_accept_length is breakeven.breakeven_accept_length
+    assert stats.break_even_accept_length(2.0, 400.0, 300.0) == pytest.approx(
+        breakeven.breakeven_accept_length(2.0 / 400.0, 300.0)
+    )
+    report = (tuned["out"] / "report.md").read_text()
+    assert "Break-even (`break_even_accept_length`) is for 1 concurrent request(s)" in report
+    assert 'fastverify_spec_breakeven_accept_length{concurrency="1"}' in report
+    # the trial's figure is that function of the trial's own rows
+    done = [json.loads(x) for x in (daemon.state_dir / "tune" / "journal.jsonl").read_text()
+            .splitlines() if '"stage_finished"' in x and '"trial"' in x]  # fmt: skip
+    rows = done[-1]["data"]["rows"]
+    step = {r["profile"]: r["decode_step_ms"] for r in rows if r["mode"] == "baseline"}
+    spec = [r for r in rows if r.get("break_even_accept_length")]
+    assert spec, rows
+    for r in spec:  # the baseline's per-request rate is 1 / its decode step
+        want = breakeven.breakeven_accept_length(r["spec_cycle_ms"] / 1000.0,
+                                                 1000.0 / step[r["profile"]])  # fmt: skip
+        assert r["break_even_accept_length"] == pytest.approx(want, rel=1e-6), r
 
 
 # ------------------------------------------------------------------ item 3: TP 16 render
@@ -181,8 +320,93 @@ def test_scripts_run_installs_the_plots_and_names_the_socket_it_was_given(
     assert r.returncode == 0, r.stderr
     calls = log.read_text().splitlines()
     assert "python -m pip install -q -e .[plot]" in calls, calls
+    # the package's bytecode, compiled once at install (fastverifyctl's start-up)
+    assert calls.index("python -m compileall -q fastverify") > calls.index(
+        "python -m pip install -q -e .[plot]"
+    ), calls
     assert calls[-1] == "fastverifyd --engine auto --socket /tmp/fv-x.sock", calls
     assert "control it with: .venv/bin/fastverifyctl --socket /tmp/fv-x.sock status" in r.stdout
     plain = subprocess.run([str(script)], capture_output=True, text=True, env=env, timeout=60,
                            check=False)  # fmt: skip
     assert "control it with: .venv/bin/fastverifyctl status" in plain.stdout, plain.stdout
+    log.write_text("")
+    only = subprocess.run([str(script), "--install-only"], capture_output=True, text=True,
+                          env=env, timeout=60, check=False)  # fmt: skip
+    assert only.returncode == 0, only.stderr
+    assert not any(c.startswith("fastverifyd") for c in log.read_text().splitlines())
+
+
+# ------------------------------------------------------------------ item 6: the lease
+
+
+def test_a_switch_during_a_sweep_is_refused_naming_it_and_a_forced_one_is_never_ranked(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "sweep"
+    with DaemonHarness(tmp_path, sim_load_seconds=0.3,
+                       config={"daemon": {"trace_period_s": 0}}) as d:  # fmt: skip
+        sweep = subprocess.Popen(
+            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), "sweep",
+             "ring-ll", "nccl-default", "ring-simple", "--repeats", "3", "--then-eagle3", "1",
+             "--duration", "2", "--output-len", "32", "--input-len", "32", "--json",
+             "--output", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+            env={**_scrubbed_env(), "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        try:
+
+            def measured(profile: str) -> int:
+                path = out / "results.jsonl"
+                lines = path.read_text().splitlines() if path.exists() else []
+                recs = [json.loads(x) for x in lines if x.strip().endswith("}")]
+                kept = [r for r in recs if r.get("type") == "measurement"]
+                return sum(1 for r in kept if r["profile"] == profile)
+
+            d.wait_for(lambda: measured("ring-ll") >= 1, 120, "ring-ll's first run")
+            # status shows the sweep holding the daemon
+            st = d.status()
+            assert st["lease"]["experiment"] == "sweep" and st["lease"]["pid"] == sweep.pid
+            text = d.ctl("status").stdout
+            assert f"experiment: sweep running (pid {sweep.pid}" in text, text
+            # another client's switch: 409 (exit 4) naming the sweep, nothing switched
+            r = d.ctl("profile", "set", "tree-ll")
+            assert r.returncode == 4, r.stdout + r.stderr
+            assert f"sweep (pid {sweep.pid}, since" in r.stderr and "--force" in r.stderr
+            assert d.status()["profile"] == "ring-ll"
+            # --force switches anyway: ring-ll's runs are cut short
+            f = d.ctl("profile", "set", "nccl-default", "--force")
+            assert f.returncode == 0, f.stderr
+            stdout, stderr = sweep.communicate(timeout=600)
+        finally:
+            if sweep.poll() is None:
+                sweep.kill()
+                sweep.wait()
+        assert sweep.returncode == 1, stderr[-3000:]  # a profile was cut short
+        report = json.loads(stdout)
+        rows = {(r["profile"], r["mode"]): r for r in report["results"]}
+        cut = rows[("ring-ll", "baseline")]
+        assert cut["status"] == "incomplete" and cut["n"] < 3, cut
+        assert "rank" not in cut and cut["reason"] == "served_changed"
+        ranked = sorted((r for r in rows.values() if r.get("rank") and r["mode"] == "baseline"),
+                        key=lambda r: r["rank"])  # fmt: skip
+        assert [r["profile"] for r in ranked] == sorted(
+            ["nccl-default", "ring-simple"], key=lambda p: -rows[(p, "baseline")][
+                "tokens_per_second_mean"])  # fmt: skip
+        # the EAGLE-3 phase took the best complete profile, never the cut one
+        assert ("ring-ll", "eagle3") not in rows
+        assert (ranked[0]["profile"], "eagle3") in rows
+        assert report["best"]["profile"] != "ring-ll" or report["best"]["mode"] != "baseline"
+        assert d.status()["lease"] is None  # released at the end
+        # what a person reads: the table marks it, the note does not ask for --repeats 3
+        table = subprocess.run(
+            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), "sweep",
+             "ring-ll", "nccl-default", "ring-simple", "--repeats", "3", "--then-eagle3", "1",
+             "--resume", "--output", str(out)],
+            capture_output=True, text=True, cwd=REPO, timeout=600,
+            env={**_scrubbed_env(), "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        assert table.returncode == 1, table.stderr[-2000:]
+        line = next(x for x in table.stdout.splitlines() if "ring-ll" in x and "baseline" in x)
+        assert "CUT SHORT" in line and "cut short after" in line, line
+        assert "pass --repeats 3" not in table.stdout
+        assert "ring-ll/baseline failed (served_changed)" in table.stdout, table.stdout

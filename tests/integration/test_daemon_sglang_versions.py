@@ -192,3 +192,24 @@ def test_features_a_release_lacks_are_refused_naming_it_before_the_load(tmp_path
         st = d.wait_for(lambda: _failed(d), 30, "a refusal")
         assert "SGLang 0.5.10 has no adaptive speculation" in json.dumps(st["last_failure"])
         assert st["engine"]["pid"] is None  # nothing was launched
+
+
+def test_a_profile_window_on_a_mode_named_release_finds_its_verify_passes(
+    tmp_path: Path,
+) -> None:
+    """0.5.15 names the verify forward `step[TARGET_VERIFY bs=N]` and the drafter's by their
+    modes (DECODE, DRAFT_EXTEND_V2): the sim writes those names, and the daemon's trace
+    analysis still finds exactly the verify passes and their all-reduces."""
+    from tests.integration.test_daemon_trace import traffic
+
+    with DaemonHarness(
+        tmp_path,
+        extra_args=["--sim-sglang-version", "0.5.15"],
+        config={"server": {"mode": "eagle3"}},
+    ) as d:
+        with traffic(d):
+            r = d.ctl("trace", "capture", "--steps", "4", "--json", timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        (rank,) = json.loads(r.stdout)["ranks"][:1]
+        assert rank["verify_passes"] == 4
+        assert rank["allreduce_per_verify"] == 122.0  # 61 layers x 2, the field's figure

@@ -21,6 +21,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fastverify.cli.sweep_cmd import acceptance_lines
 from fastverify.engines.sim import allreduce_sim, costmodel
 from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
@@ -136,6 +137,13 @@ def test_eagle3_phase_against_each_profiles_own_baseline(swept: Any) -> None:
         )  # fmt: skip
         assert row["break_even_accept_length"] == pytest.approx(expected_be)
         assert row["break_even_accept_length"] > row["accept_length_mean"]
+        # the runs' accepted-drafts histograms, summed: the curve ends at the accept length
+        hist, curve = row["accept_histogram"], row["accept_curve"]
+        assert len(hist) == 4 and sum(hist) > 0
+        assert curve["3"] == pytest.approx(row["accept_length_mean"], abs=0.25)
+        assert curve["1"] < curve["2"] < curve["3"]
+        (line,) = [ln for ln in acceptance_lines([row]) if f" {p}/eagle3: " in ln]
+        assert f"({sum(hist)} passes); L(k) 1:{curve['1']:.2f}" in line
 
 
 def test_results_file_baselines_apply_best_and_plot(swept: Any) -> None:
@@ -244,8 +252,11 @@ def test_a_switch_by_another_client_drops_the_run_it_spoiled(tmp_path: Path) -> 
             return results.exists() and '"measurement"' in results.read_text()
 
         d.wait_for(first_measured, 600, "the sweep's first measurement of ring-ll")
+        # the sweep holds the daemon's lease: without force the switch is refused (409)
         other = d.client.post(
-            "/v1/profile", {"name": "nccl-default", "mode": "baseline", "wait": True}, timeout=120
+            "/v1/profile",
+            {"name": "nccl-default", "mode": "baseline", "wait": True, "force": True},
+            timeout=120,
         )
         assert other["result"] == "ok", other
         stdout, err = proc.communicate(timeout=600)
@@ -259,4 +270,6 @@ def test_a_switch_by_another_client_drops_the_run_it_spoiled(tmp_path: Path) -> 
     assert "the run is dropped" in err, err
     # the report shows only the runs before the switch, with why the rest is missing
     row = next(r for r in json.loads(stdout)["results"] if r["profile"] == "ring-ll")
-    assert row["n"] == len(measured) and row["note"] == "bench: served_changed", row
+    assert row["n"] == len(measured) and row["status"] == "incomplete", row
+    assert row["note"] == f"cut short after {len(measured)} run(s): served_changed", row
+    assert "rank" not in row  # never ranked as if complete

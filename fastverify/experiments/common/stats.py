@@ -4,6 +4,7 @@
 - `t_quantile(p, df)`: Student t quantile, by bisection on the t CDF, which is computed from
   the regularized incomplete beta function (continued fraction, modified Lentz).
 - `mean_ci(values, level=0.95)`: mean and its two-sided Student-t confidence interval.
+- `ci_text(ci, n)`: the CI as people read it, with a too-few-runs note below MIN_RUNS.
 - `welch(a, b)`: Welch's unequal-variance t test -> `WelchResult(t, df, p)`.
 - `compare(a, b, alpha)`: "faster" / "slower" / "not significant" for two samples, or
   "too few runs" below `MIN_RUNS` (3) on either side: two runs of a closed-loop load on a
@@ -170,6 +171,15 @@ class WelchResult:
     p: float  # two-sided
 
 
+def ci_text(ci: Sequence[float], n: int) -> str:
+    """`95% CI 80.1-82.3`, with a too-few-runs note below MIN_RUNS runs (two runs of a
+    quiet server often give a zero-width interval that promises what it cannot)."""
+    text = f"95% CI {ci[0]:.1f}-{ci[1]:.1f}"
+    if n < MIN_RUNS:
+        text += f" from {n} run(s): {TOO_FEW} to trust it (--repeats {MIN_RUNS} or more)"
+    return text
+
+
 def welch(a: Sequence[float], b: Sequence[float]) -> WelchResult:
     """Welch's t test for a difference in means; needs at least two values on each side."""
     if len(a) < 2 or len(b) < 2:
@@ -217,6 +227,10 @@ def break_even_accept_length(
     `accept_length * baseline / spec`. Use per-request (per-sequence) rates; above the
     break-even, speculation wins by the ratio `accept_length / break_even`.
     """
+    from fastverify.speculation.breakeven import breakeven_accept_length, cycle_seconds
+
     if accept_length <= 0 or spec_tokens_per_second <= 0 or baseline_tokens_per_second <= 0:
         raise ValueError("accept length and both rates must be positive")
-    return accept_length * baseline_tokens_per_second / spec_tokens_per_second
+    return breakeven_accept_length(
+        cycle_seconds(accept_length, spec_tokens_per_second), baseline_tokens_per_second
+    )

@@ -63,8 +63,17 @@ RESULTS_FILE = "results.jsonl"
 PLOT_FILE = "sweep.png"
 
 
+# A (profile, mode) whose runs were cut short (another client's switch, a bench that failed
+# after a run): its figures are shown, never ranked, compared or chosen.
+INCOMPLETE = "incomplete"
+
+
 class SweepError(RuntimeError):
     """The sweep cannot start or continue (existing results without --resume, no daemon)."""
+
+
+class SweepBusy(SweepError):
+    """Another experiment holds the daemon's lease."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +173,22 @@ def load_records(path: Path) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ statistics
 
 
+def acceptance_of(ms: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runs' accepted-drafts histograms summed (`accept_histogram`) and the accept curve
+    L(k) they give (`accept_curve`; fastverify.speculation.curve), when the server reported
+    them (EAGLE-3 at fixed steps)."""
+    from fastverify.speculation.curve import AcceptCurve, add_histograms
+
+    hists = [m["accept_histogram"] for m in ms if m.get("accept_histogram")]
+    if not hists:
+        return {}
+    total = add_histograms(hists)
+    steps = max((m.get("accept_steps") or 0) for m in ms) or len(total) - 1
+    curves = [m for m in ms if m.get("accept_curve")]
+    curve = AcceptCurve.from_histogram(total, steps).curve() if curves and steps else None
+    return {"accept_histogram": total, "accept_curve": curve}
+
+
 def _mean_of(values: list[float | None]) -> float | None:
     vals = [v for v in values if isinstance(v, int | float)]
     return stats.mean(vals) if vals else None
@@ -212,8 +237,12 @@ def summarize(
                 ttft_p50_ms_mean=_mean_of([(m.get("ttft_ms") or {}).get("p50") for m in ms]),
                 itl_p50_ms_mean=_mean_of([(m.get("itl_ms") or {}).get("p50") for m in ms]),
             )
-            if key in fails:  # e.g. a later repeat could not run
-                row["note"] = f"{fails[key].get('stage')}: {fails[key].get('reason')}"
+            row.update(acceptance_of(ms))
+            if key in fails:  # a later run could not be taken: cut short, never ranked
+                f = fails[key]
+                row.update(status=INCOMPLETE, reason=f.get("reason"), message=f.get("message"),
+                           stage=f.get("stage"))  # fmt: skip
+                row["note"] = f"cut short after {len(ms)} run(s): {f.get('reason')}"
         else:
             f = fails.get(key, {})
             row.update(
@@ -308,6 +337,8 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
         ci = r.get("ci95")
         lo_err.append(mean - ci[0] if ci else 0.0)
         hi_err.append(ci[1] - mean if ci else 0.0)
+        if r["status"] == INCOMPLETE:
+            labels[-1] += "\nCUT SHORT"
         color = palette.get(r["mode"], "#888888") if r["status"] == "ok" else "#BBBBBB"
         colors.append(color + ("66" if r.get("weights") == trial.DUMMY else ""))  # faded
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(rows) + 2), 4.5))
@@ -316,7 +347,8 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
     top = max(heights) if heights else 1.0
     for x, r in zip(xs, rows, strict=True):
         if r["status"] != "ok":
-            ax.text(x, top * 0.02, "failed", ha="center", va="bottom", rotation=90, fontsize=9)
+            what = f"cut short (n={r.get('n')})" if r["status"] == INCOMPLETE else "failed"
+            ax.text(x, top * 0.02, what, ha="center", va="bottom", rotation=90, fontsize=9)
     ax.set_xticks(list(xs))
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylabel("output tokens/s (mean, 95% CI)")
@@ -679,6 +711,21 @@ class Sweep:
         return rows
 
     def run(self) -> dict[str, Any]:
+        """The sweep, holding the daemon's lease (another client's switch gets 409)."""
+        from fastverify.experiments.common.lease import LeaseRefused, hold
+
+        cfg = self.cfg
+        what = (f"{len(cfg.profiles)} profile(s) x {cfg.repeats} run(s)"
+                + (f", then EAGLE-3 for {cfg.then_eagle3}" if cfg.then_eagle3 else "")
+                + f" -> {cfg.output_dir}")  # fmt: skip
+        try:
+            with hold(self.client, "sweep", what) as client:
+                self.client = client
+                return self._run()
+        except LeaseRefused as exc:
+            raise SweepBusy(f"{exc}; nothing was switched or measured") from None
+
+    def _run(self) -> dict[str, Any]:
         cfg = self.cfg
         status = self._status()  # DaemonUnavailable propagates: nothing to do without it
         self.check_names()

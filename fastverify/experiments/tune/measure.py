@@ -37,4 +37,26 @@ def sweep(ctx: Ctx, sub: str, profiles: list[str], **kw: Any) -> dict[str, Any]:
         restore=False,
         **kw,
     )
-    return Sweep(ctx.client, cfg, on_event=ctx.emit).run()
+    report = Sweep(ctx.client, cfg, on_event=ctx.emit).run()
+    record_times(ctx, Path(report["results_file"]), c.duration_s)
+    return report
+
+
+def record_times(ctx: Ctx, results_file: Path, duration_s: float) -> None:
+    """This host's per-unit times from a sweep's results file, for the next plan: one
+    profile window (`trace`) and a measurement's time beyond its window (`bench_overhead`)."""
+    from statistics import median
+
+    from fastverify.experiments.sweep.run import load_records
+
+    recs = load_records(results_file)
+    for key, values in (
+        ("trace", [r["wall_s"] for r in recs if r.get("type") == "trace"]),
+        (
+            "bench_overhead",
+            [r["wall_s"] - duration_s for r in recs if r.get("type") == "measurement"],
+        ),
+    ):
+        values = [v for v in values if isinstance(v, int | float) and v >= 0]
+        if values:
+            ctx.journal.record_time(key, median(values))

@@ -63,6 +63,10 @@ class TuneError(RuntimeError):
     """The tune cannot start (bad options, nothing to resume, output dir in use)."""
 
 
+class TuneBusy(TuneError):
+    """Another experiment holds the daemon's lease."""
+
+
 def tune_dir(status: dict[str, Any]) -> Path:
     """`<the daemon's state dir>/tune` when writable here, else this user's state dir's."""
     from fastverify import paths
@@ -138,7 +142,21 @@ def run(
 ) -> dict[str, Any]:
     """Run (or resume) the tune; returns the `--json` document (also DIR/decision.json).
     `force`: start a new tune in an output directory that holds one (its files replaced)."""
+    from fastverify.experiments.common.lease import LeaseRefused, hold
+
     emit = on_event or (lambda _e: None)
+    what = f"{'resumed; ' if resume else ''}output {cfg.output_dir}"
+    try:
+        with hold(client, "tune", what) as leased:
+            return _run(leased, cfg, resume, force, emit)
+    except LeaseRefused as exc:
+        raise TuneBusy(f"{exc}; nothing was switched") from None
+
+
+def _run(
+    client: Any, cfg: TuneConfig, resume: bool, force: bool, emit: Callable[[Event], None]
+) -> dict[str, Any]:
+    """The tune itself, its client holding the daemon's lease."""
     status = _wait_idle(client, cfg.switch_timeout_s, emit)
     jr, cfg, start = _open(status, cfg, resume, force)
     ctx, shown_plan = _context(client, cfg, jr, start, emit)

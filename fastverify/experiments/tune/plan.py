@@ -1,9 +1,12 @@
 """The tune plan: every stage with its estimated time, before anything is loaded.
 
-Estimates come from this host's records where there are any: weight loads from the
-daemon's history (`duration_s` of switches that came up, per kind of weights), stage
-times per unit from earlier tunes (`times.json` in the tune journal's directory). Where
-there is nothing recorded, a default is used and the plan says `default`.
+Estimates come from this host's records where there are any, in every stage: weight loads
+from the daemon's history (`duration_s` of switches that came up, per kind of weights; with
+no dummy load recorded yet, the recorded real loads bound a dummy one from above), stage
+times per unit from earlier tunes (`times.json` in the tune journal's directory: inventory,
+candidates, tuner derivation, preflight and rehearse per profile, a trace window, a
+measurement's overhead). Where there is nothing recorded, a default is used and the plan
+says `default`.
 
 Trial candidates: every candidate when nothing ranks them before the trial (no GPU here);
 the best `finalists + RANKED_EXTRA` when preflight or rehearse will rank them.
@@ -72,6 +75,11 @@ def load_times(history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, s
             out[weights] = (median(secs), f"recorded: median of {len(secs)} daemon load(s)")
         else:
             out[weights] = (DEFAULTS[f"load_{weights}"], "default")
+    real, real_src = out["real"]
+    if out["dummy"][1] == "default" and real_src != "default" and real < DEFAULTS["load_dummy"]:
+        # no dummy load yet, but real ones: a dummy load skips reading the weights, so this
+        # host's real load bounds it from above (a sim or small model loads in seconds)
+        out["dummy"] = (real, f"{real_src.replace('recorded', 'recorded real')}, an upper bound")
     return out
 
 
@@ -86,7 +94,8 @@ def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]
     loads = load_times(f.history)
     real, real_src = loads["real"]
     dummy, dummy_src = loads["dummy"]
-    measure = f.repeats * (f.duration_s + DEFAULTS["bench_overhead"])
+    overhead, _ = _per_unit(f.times, "bench_overhead")
+    measure = f.repeats * (f.duration_s + overhead)
     eagle = min(finalists, trials)
     rows: list[dict[str, Any]] = []
 

@@ -266,6 +266,16 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         )
         lines += ["", "### Trial (dummy weights: timings real, accept lengths not)", ""]
         lines += md_table(keys, [[r.get(k) for k in keys] for r in trial["rows"]])
+        lines += _too_few_runs(trial["rows"])
+        conc = trial.get("concurrency") or 1
+        lines += [
+            "",
+            f"Break-even (`break_even_accept_length`) is for {conc} concurrent request(s) (the "
+            "trial's -c): the accept length at which one EAGLE-3 draft+verify cycle per "
+            "request matches the baseline's decode tokens/s per request at that concurrency "
+            "(fastverify.speculation.breakeven, the computation behind /metrics' "
+            f'fastverify_spec_breakeven_accept_length{{concurrency="{conc}"}}; docs/tune.md).',
+        ]
         if trial.get("compared_with_rehearsal"):
             lines += [
                 "",
@@ -290,6 +300,7 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         rows = conf["rows"] + ([conf["eagle3"]] if conf.get("eagle3") else [])
         lines += ["", "### Confirm (real weights)", ""]
         lines += md_table(keys, [[r.get(k) for k in keys] for r in rows])
+        lines += _too_few_runs(rows)
         lines += [
             "",
             f"Accept length: {_fmt(conf.get('accept_length'), 2)} "
@@ -309,3 +320,19 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         lines += ["", "### Decision options", ""]
         lines += md_table(keys, [[o.get(k) for k in keys] for o in dec["options"]])
     return lines
+
+
+def _too_few_runs(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A note under a table whose CIs come from fewer than MIN_RUNS runs."""
+    from fastverify.experiments.common.stats import MIN_RUNS
+
+    few = sorted({int(r.get("n") or 0) for r in rows if r.get("ci95") and (r.get("n") or 0)
+                  < MIN_RUNS})  # fmt: skip
+    if not few:
+        return []
+    return [
+        "",
+        f"Note: these 95% CIs come from {few[0]} run(s) each: too few runs to trust them "
+        f"(two runs of a quiet server often agree to the decimal); --repeats {MIN_RUNS} or "
+        "more gives an interval that means something.",
+    ]

@@ -90,3 +90,16 @@ def test_server_answers_json_and_404() -> None:
         assert err.value.code == 404
     finally:
         server.stop()
+
+
+def test_livez_fails_only_when_a_declarative_daemons_recovery_is_spent() -> None:
+    failure = {"reason": "tuner_not_loaded", "message": "no plugin"}
+    spent = {"retries": 3, "limit": 3, "spent": True}
+    st = status("FAILED", declarative=DECLARED, recovery=spent, last_failure=failure)
+    ok, body = Health(lambda: st).livez()
+    assert not ok and "FAILED after 3 recovery retries" in body["why"]
+    assert "tuner_not_loaded (no plugin)" in body["why"]
+    # retries left, or not declarative (an operator's host): alive
+    left = dict(spent, retries=1, spent=False)
+    assert Health(lambda: dict(st, recovery=left)).livez()[0]
+    assert Health(lambda: dict(st, declarative=None)).livez()[0]

@@ -144,7 +144,9 @@ class _FakeDaemon:
         return {"profile": "a", "mode": "baseline", "engine": {"url": "http://127.0.0.1:9"}}
 
     def post(self, path: str, body: object = None, **_: object) -> dict:
-        assert path == "/v1/baselines"
+        if path == "/v1/lease":  # the sweep holds the daemon while it runs
+            return {"id": "l1", "experiment": "sweep"}
+        assert path in ("/v1/baselines", "/v1/lease/release"), path
         return {}
 
 

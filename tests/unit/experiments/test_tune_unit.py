@@ -65,6 +65,21 @@ def test_recorded_loads_come_from_the_daemon_history() -> None:
     assert _stage(p, "confirm")["source"].startswith("real load: recorded")
 
 
+def test_real_loads_bound_a_dummy_one_and_recorded_stage_times_replace_defaults() -> None:
+    history = [{"kind": "start", "result": "ok", "duration_s": 4.0}]
+    loads = plan.load_times(history)
+    assert loads["dummy"] == (4.0, "recorded real: median of 1 daemon load(s), an upper bound")
+    times = {"inventory": [0.5], "candidates": [0.1], "trace": [3.0], "bench_overhead": [0.4]}
+    p = plan.make_plan(_facts(history=history, times=times))
+    for name in ("inventory", "candidates"):
+        assert _stage(p, name)["source"].startswith("recorded"), _stage(p, name)
+    trial = _stage(p, "trial")
+    assert "4 s load" in trial["units"] and "3 s trace" in trial["units"], trial
+    assert "90 s" not in trial["units"]
+    measure = 3 * (20.0 + 0.4)
+    assert _stage(p, "confirm")["estimate_s"] == pytest.approx(3 * (4.0 + measure))
+
+
 def test_budget_lowers_finalists_before_trials_and_never_overruns_silently() -> None:
     full = plan.make_plan(_facts())
     per_finalist = 600.0 + 3 * 22.0
@@ -284,3 +299,22 @@ def test_a_ranked_funnel_trials_only_the_best_few() -> None:
     p = plan.make_plan(_facts(ranked=True, finalists=2))
     assert (p["finalists"], p["trial_candidates"]) == (2, 2 + plan.RANKED_EXTRA)
     assert plan.make_plan(_facts(ranked=False, finalists=2))["trial_candidates"] == 7
+
+
+def test_adaptive_predicted_from_the_stored_plan_at_the_tunes_concurrency() -> None:
+    rows = [_row("a", [90, 91, 92]), _row("b", [70, 71, 72])]
+    plan = {
+        "profile": "a",
+        "adaptive_config": "/state/adaptive-config.json",
+        "tiers": {"1": {"steps": 3, "speedup": 1.2, "ci": [1.1, 1.3]},
+                  "8": {"steps": 0, "speedup": 1.0, "ci": [1.0, 1.0]}},
+    }  # fmt: skip
+    (opt,) = decide.adaptive_options(rows, plan, 4)  # 4 running requests -> tier 1
+    assert (opt["profile"], opt["mode"], opt["steps"]) == ("a", "adaptive", 3)
+    assert opt["tokens_per_second"] == pytest.approx(91 * 1.2)
+    assert opt["adaptive_config"] == "/state/adaptive-config.json"
+    win = decide.choose(sorted([*decide.options({"rows": rows}, []), opt],
+                               key=lambda o: -o["tokens_per_second"]), (None, None))  # fmt: skip
+    assert win["mode"] == "adaptive"
+    assert decide.adaptive_options(rows, plan, 8) == []  # tier 8 does not draft
+    assert decide.adaptive_options(rows, {}, 1) == []  # no plan

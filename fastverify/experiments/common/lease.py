@@ -1,0 +1,71 @@
+"""An experiment's lease on the daemon, client side: `hold(client, "sweep", what)` takes
+the lease (`POST /v1/lease`) and yields a client whose operations carry it, so the
+experiment's own switches pass while anyone else's get 409 naming it; the lease is released
+when the block ends, however it ends. A tune holds one lease for every sweep inside it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+GUARDED = ("/v1/profile", "/v1/mode", "/v1/restart")
+RELEASE_TIMEOUT_S = 10.0
+
+
+class LeaseRefused(RuntimeError):
+    """Another experiment holds the daemon (its description is the message)."""
+
+
+class Leased:
+    """A ControlClient whose operation requests carry the lease `lease["id"]`."""
+
+    def __init__(self, client: Any, lease: dict[str, Any]) -> None:
+        self._client = client
+        self.lease = lease
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def _body(self, path: str, body: Any) -> Any:
+        if path.split("?")[0] in GUARDED and isinstance(body, dict | type(None)):
+            return {**(body or {}), "lease": self.lease["id"]}
+        return body
+
+    def request(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+        return self._client.request(method, path, self._body(path, body), **kw)
+
+    def post(self, path: str, body: Any = None, **kw: Any) -> Any:
+        return self._client.post(path, self._body(path, body), **kw)
+
+    def get(self, path: str, **kw: Any) -> Any:
+        return self._client.get(path, **kw)
+
+    def stream(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+        return self._client.stream(method, path, self._body(path, body), **kw)
+
+
+@contextlib.contextmanager
+def hold(client: Any, experiment: str, description: str) -> Iterator[Any]:
+    """Hold the daemon for `experiment` while the block runs (a client that already holds a
+    lease is used as it is). LeaseRefused when another experiment holds it."""
+    from fastverify.client import ApiError
+
+    if isinstance(client, Leased):
+        yield client
+        return
+    try:
+        lease = client.post(
+            "/v1/lease", {"experiment": experiment, "description": description[:500]}
+        )
+    except ApiError as exc:
+        if exc.status == 409:
+            raise LeaseRefused(exc.body.get("error") or str(exc)) from None
+        raise
+    try:
+        yield Leased(client, lease)
+    finally:
+        # a daemon gone meanwhile holds no lease; one that does not answer (stopped) lets
+        # it lapse when this process exits
+        with contextlib.suppress(Exception):
+            client.post("/v1/lease/release", {"id": lease["id"]}, timeout=RELEASE_TIMEOUT_S)
