@@ -15,6 +15,11 @@ phase, and over both phases (tokens / seconds) adaptive / each fixed mode. The s
 SIMULATION: these are its cost model's numbers, never a GPU's.
 
     python benchmarks/bench_spec.py --profile ring-ll --tp-size 8 --accept-length 2.0
+    python benchmarks/bench_spec.py --search     # plans over profiles x accept lengths, no load
+
+`--search` plans from the sim's cost table and the chain's expected histogram (no server)
+for every shipped profile that serves with CUDA graphs, accept lengths 1.5-3.9 at `--steps`,
+and lists where speculation pays at batch 1 but not at the largest tier.
 """
 
 from __future__ import annotations
@@ -91,6 +96,32 @@ def phase(url: str, concurrency: int, seconds: float, output_len: int) -> dict[s
             "per_request_tokens_per_second": r.per_request_tokens_per_second}  # fmt: skip
 
 
+def search(args: argparse.Namespace) -> dict[str, Any]:
+    from fastverify.engines.sim import costmodel
+    from fastverify.engines.sim.costtable import engine_costs
+    from fastverify.speculation.curve import chain_histogram
+
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    rows, hits = [], []
+    for profile in ProfileStore(user_dirs=[]).list():
+        env = dict(profile.env)
+        if costmodel.predict(env, "baseline", args.tp_size, 1, True).error:
+            continue  # cannot serve with CUDA graphs (tree-ll)
+        costs = engine_costs(env, tp_size=args.tp_size, batch_sizes=sizes, max_steps=args.steps)
+        for length in (1.5, 2.0, 2.5, 3.0, 3.5, 3.9):
+            curve = AcceptCurve.from_histogram(chain_histogram(length, args.steps, 100_000))
+            tiers = spec_plan.make_plan(curve, costs, sizes).tiers
+            row = {"profile": profile.name, "accept_length": length,
+                   "steps": {str(b): t.steps for b, t in tiers.items()},
+                   "speedup": {str(b): round(t.speedup, 3) for b, t in tiers.items()}}  # fmt: skip
+            rows.append(row)
+            if tiers[sizes[0]].steps > 0 and tiers[sizes[-1]].steps == 0:
+                hits.append({"profile": profile.name, "accept_length": length})
+    return {"benchmark": "bench_spec --search", "simulated": True, "tp_size": args.tp_size,
+            "steps": args.steps, "batch_sizes": sizes, "plans": rows,
+            "pays_at_smallest_not_at_largest": hits}  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="ring-ll")
@@ -102,8 +133,19 @@ def main() -> int:
     ap.add_argument("--output-len", type=int, default=200)
     ap.add_argument("--batch-sizes", default="1,2,4,8,16,32,64")
     ap.add_argument("--plan-only", action="store_true", help="stop after the plan")
+    ap.add_argument("--search", action="store_true", help="plans only, no server (see above)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    if args.search:
+        res = search(args)
+        path = args.out or REPO / "benchmarks" / "results" / f"spec-search-tp{args.tp_size}.json"
+        path.write_text(json.dumps(res, indent=2) + "\n")
+        for r in res["plans"]:
+            print(f"{r['profile']:>14} L={r['accept_length']}: steps by batch {r['steps']}")
+        hits = res["pays_at_smallest_not_at_largest"]
+        print(f"pays at the smallest tier, not at the largest: {hits}")
+        print(f"wrote {path}")
+        return 0
     profile = ProfileStore(user_dirs=[]).load(args.profile)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     env.update(profile.env)
@@ -185,9 +227,7 @@ def main() -> int:
                                 "concurrency": [1, args.concurrency2], "runs": runs,
                                 "ratios": ratios}  # fmt: skip
             print(json.dumps(ratios))
-    path = args.out or REPO / "benchmarks" / "results" / (
-        f"spec-{args.profile}-tp{args.tp_size}-L{args.accept_length:g}.json"
-    )
+    path = args.out or REPO / "benchmarks" / "results" / "spec.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {path}")
     return 0

@@ -38,6 +38,7 @@ ARGS: dict[str, list[str]] = {
     "exporter": [],
     "profiles": ["--runs", "20"],
     "switch": ["--switches", "6"],
+    "spec": ["--phase-seconds", "25", "--output-len", "100"],
 }
 TIMEOUT_S = 600
 
@@ -426,12 +427,34 @@ def figures_profiles(d: dict) -> list[Figure]:
     return out
 
 
+def figures_spec(d: dict) -> list[Figure]:
+    """bench_spec.py: the accept curve against the sim's truth, and adaptive against the
+    better fixed mode per phase and against each fixed mode over both phases."""
+    out = []
+    err = max((abs(v) for v in (d.get("curve_relative_error") or {}).values()), default=None)
+    if err is not None:
+        out.append(fig("accept curve from histograms vs the sim's L(k), worst k",
+                       f"{err * 100:.2f}%", "<= 1%", err / 0.01, err <= 0.01))  # fmt: skip
+    two = d.get("two_phase")
+    if isinstance(two, dict):
+        r = two["ratios"]
+        for ph in ("phase1", "phase2"):
+            x = r[ph]["adaptive_over_better_fixed"]
+            conc = two["concurrency"][0 if ph == "phase1" else 1]
+            out.append(fig(f"adaptive / better fixed mode ({r[ph]['better_fixed']}), {conc} "
+                           "concurrent", f"{x:.4f}", ">= 0.97", x / 0.97, x >= 0.97))  # fmt: skip
+        for mode, x in r["overall"].items():
+            out.append(fig(f"adaptive / {mode}, both phases", f"{x:.4f}", "> 1", x, x > 1))
+    return out
+
+
 EXTRACTORS: dict[str, Callable[[dict], list[Figure]]] = {
     "cli": figures_cli,
     "daemon": figures_daemon,
     "switch": figures_switch,
     "exporter": figures_exporter,
     "profiles": figures_profiles,
+    "spec": figures_spec,
 }
 NOTES = {
     "cli": "Every command runs as a real subprocess, interleaved round-robin with the others"
@@ -446,6 +469,9 @@ NOTES = {
     " order A B C C B A, each on a fresh daemon; the sim's step times come from its cost"
     " model, so the ratios show CPU taken from the server by the daemon and exporter.",
     "switch": "Sim engine; see bench_switch.py for the two ways the overhead is computed.",
+    "spec": "Sim engine (TP 8, ring-ll, accept length 2.0 at 3 steps): one EAGLE-3 load gives"
+    " the histogram and the engine's cost table, the plan, then baseline, EAGLE-3 at 3 steps"
+    " and adaptive each serve 1 then 32 concurrent requests; the sim's cost model, not a GPU.",
 }
 TITLES = {
     "cli": "CLI start-up (bench_cli.py)",
@@ -453,6 +479,7 @@ TITLES = {
     "switch": "Switch overhead (bench_switch.py)",
     "exporter": "Exporter (bench_exporter.py)",
     "profiles": "Profiles (bench_profiles.py)",
+    "spec": "Speculation shaped to the host (bench_spec.py)",
 }
 
 

@@ -62,7 +62,11 @@ def _local(why: str) -> tuple[AllreduceHost, list[str]]:
                            server.draft_model_path or "draft")  # fmt: skip
     except Exception:  # doctor and profile show must answer with a broken config too
         argv = ["--model-path", "model", "--tp-size", "8"]
+    from fastverify.engines.host_probe import gpu_memory_and_sm, model_hidden
+    from fastverify.sglang.allreduce import ServerArgs
+
     topo = detect_cached()
+    mem, sm = gpu_memory_and_sm()
     host = AllreduceHost(
         engine="none",
         view=f"this machine's view, not a daemon's (no daemon answers: {why})",
@@ -71,6 +75,9 @@ def _local(why: str) -> tuple[AllreduceHost, list[str]]:
         p2p=None,
         flashinfer_pcie_ipc=None,
         flashinfer_why="FlashInfer not checked without a daemon",
+        hidden=model_hidden(ServerArgs.from_argv(argv).model_path),
+        gpu_mem_mib=mem,
+        gpu_sm=sm,
     )
     return host, argv
 

@@ -197,6 +197,9 @@ def show_cmd(
             click.echo(f"    bound: {ar['rows_rule']}")
         for note in ar.get("notes") or []:
             click.echo(f"    note: {note}")
+        if ar.get("serving") == "pcie_ipc" and ar.get("max_bytes") is None:
+            click.echo("    (sizes in bytes need the model's hidden size: --hidden-size, or ask "
+                       "a running daemon, whose engine knows its model)")  # fmt: skip
         if ar["serving"] == "pcie_ipc":
             click.echo("  (the profile's NCCL variables apply only to the all-reduces above that)")
         read = [c for c in data["conf_files"] if c["exists"]]

@@ -97,6 +97,7 @@ def plan(
     except spec_costs.CostsError as exc:
         fail(f"spec plan: {exc}", EXIT_PROBLEMS)
     p = spec_plan.make_plan(curve, costs, batch_sizes)
+    p.extra["profile"] = status.get("profile")  # whose costs (the engine's, or the grid's host)
     p.extra["acceptance"] = {k: rec[k] for k in ("profile", "mode", "steps", "weights",
                                                  "verifies", "measured_at")}  # fmt: skip
     if output:

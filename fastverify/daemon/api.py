@@ -131,6 +131,7 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "report": ((str,), False),
         "accept_length": (_NUM, False),
         "tokens_per_second": (_NUM, False),
+        "adaptive_config": ((str,), False),  # mode adaptive: the plan's SGLang config
     },
 }
 

@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-MODES = ("baseline", "eagle3")
+from fastverify.config import MODES
+
 _BACKEND = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 WHY_MAX = 2000
 
@@ -28,7 +29,7 @@ def check_decision(
     if problem is not None:
         out["profile"] = problem
     if body.get("mode") not in MODES:
-        out["mode"] = f"must be baseline or eagle3, got {body.get('mode')!r}"
+        out["mode"] = f"must be one of {', '.join(MODES)}, got {body.get('mode')!r}"
     if not _BACKEND.match(str(body.get("backend", ""))):
         out["backend"] = (
             f"must be a backend name such as nccl or pcie_ipc, got {body.get('backend')!r}"
@@ -44,7 +45,7 @@ def check_decision(
 def decision_record(body: dict[str, Any], now: float | None = None) -> dict[str, Any]:
     """The stored decision (decision.json) from a checked body."""
     rec = {k: body[k] for k in ("profile", "mode", "backend", "applied", "why")}
-    for k in ("report", "accept_length", "tokens_per_second"):
+    for k in ("report", "accept_length", "tokens_per_second", "adaptive_config"):
         if body.get(k) is not None:
             rec[k] = body[k]
     rec["decided_at"] = time.time() if now is None else now

@@ -231,6 +231,14 @@ class Launcher:
         self._follow(h, hidden)
         # stream=False: the `engine` event already tells a follower
         self.say(f"engine started: pid {h.pid}, log {log_path}", stream=False)
+        lines = h.allreduce_watch.lines_expected
+        if not lines:  # said up front: what depends on SGLang's INFO lines will not come
+            self.say(
+                f"SGLang's INFO lines will not come ({lines.why}): readiness is asked of "
+                "/model_info and /health_generate, PCIe-IPC is confirmed by the processes' "
+                "mapped pcie_ipc_comm.so; load progress and log-derived figures (decode "
+                "batch lines) stay empty"
+            )
         if h.allreduce_watch.wants_pcie_ipc:
             for note in allreduce_check.start_notes(h.allreduce_watch):
                 self.say(note)

@@ -23,6 +23,9 @@ numbers, so they agree by construction: speedup > 1 exactly when accept_len > br
 (floating-point division by a positive number is monotonic and never rounds a quotient
 above 1 down to 1).
 
+The break-even itself is `fastverify.speculation.breakeven` (one computation for the live
+gauge, tune's report, sweep and rehearse).
+
 (field numbers: ~30 ms verify + draft => ~30 ms cycle at 82 tok/s per request => ~2.46 needed,
 while ~2.0 was accepted: speculation lost.)
 """
@@ -30,6 +33,8 @@ while ~2.0 was accepted: speculation lost.)
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from fastverify.speculation.breakeven import breakeven_accept_length
 
 # A reading's running-request count matches a baseline's concurrency when it is that integer.
 _INTEGRAL_TOLERANCE = 1e-6
@@ -44,11 +49,6 @@ def spec_cycle_seconds(
     if running_reqs <= 0 or accept_len <= 0 or gen_throughput <= 0:
         return None
     return running_reqs * accept_len / gen_throughput
-
-
-def breakeven_accept_length(cycle_seconds: float, baseline_per_request_tps: float) -> float:
-    """Accept length at which speculation produces exactly the baseline's tokens per request."""
-    return cycle_seconds * baseline_per_request_tps
 
 
 def concurrency_of(running_reqs: float | None) -> int | None:

@@ -222,6 +222,35 @@ def test_a_ci_from_two_runs_says_too_few_runs(daemon: DaemonHarness, tuned: dict
     assert "come from 2 run(s) each: too few runs to trust them" in report
 
 
+def test_the_break_even_is_one_computation_and_says_its_concurrency(
+    daemon: DaemonHarness, tuned: dict[str, Any]
+) -> None:
+    """Item 7: the trial's break-even in tune's report and the exporter's gauge come from
+    one function, and the report says which concurrency its figure is for."""
+    from fastverify.experiments.common import stats
+    from fastverify.exporters import baseline
+    from fastverify.speculation import breakeven
+
+    assert baseline.breakeven_accept_length is breakeven.breakeven_accept_length
+    assert stats.break_even_accept_length(2.0, 400.0, 300.0) == pytest.approx(
+        breakeven.breakeven_accept_length(2.0 / 400.0, 300.0)
+    )
+    report = (tuned["out"] / "report.md").read_text()
+    assert "Break-even (`break_even_accept_length`) is for 1 concurrent request(s)" in report
+    assert 'fastverify_spec_breakeven_accept_length{concurrency="1"}' in report
+    # the trial's figure is that function of the trial's own rows
+    done = [json.loads(x) for x in (daemon.state_dir / "tune" / "journal.jsonl").read_text()
+            .splitlines() if '"stage_finished"' in x and '"trial"' in x]  # fmt: skip
+    rows = done[-1]["data"]["rows"]
+    step = {r["profile"]: r["decode_step_ms"] for r in rows if r["mode"] == "baseline"}
+    spec = [r for r in rows if r.get("break_even_accept_length")]
+    assert spec, rows
+    for r in spec:  # the baseline's per-request rate is 1 / its decode step
+        want = breakeven.breakeven_accept_length(r["spec_cycle_ms"] / 1000.0,
+                                                 1000.0 / step[r["profile"]])  # fmt: skip
+        assert r["break_even_accept_length"] == pytest.approx(want, rel=1e-6), r
+
+
 # ------------------------------------------------------------------ item 3: TP 16 render
 
 

@@ -26,6 +26,8 @@ def test_warning_level_reaches_ready_and_confirms_pcie_ipc_by_maps(tmp_path: Pat
         assert "fired up and ready to roll" not in log  # an INFO line: not printed
         r = d.ctl("profile", "set", "pcie-ipc")
         assert r.returncode == 0, r.stdout + r.stderr
+        # said up front: what needs SGLang's INFO lines, and what is used instead
+        assert "SGLang's INFO lines will not come (--log-level warning" in r.stdout + r.stderr
         st = d.status()
         assert (st["state"], st["profile"]) == ("READY", "pcie-ipc")
         assert st["engine"]["ready_by"] == "endpoints"

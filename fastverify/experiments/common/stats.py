@@ -227,6 +227,10 @@ def break_even_accept_length(
     `accept_length * baseline / spec`. Use per-request (per-sequence) rates; above the
     break-even, speculation wins by the ratio `accept_length / break_even`.
     """
+    from fastverify.speculation.breakeven import breakeven_accept_length, cycle_seconds
+
     if accept_length <= 0 or spec_tokens_per_second <= 0 or baseline_tokens_per_second <= 0:
         raise ValueError("accept length and both rates must be positive")
-    return accept_length * baseline_tokens_per_second / spec_tokens_per_second
+    return breakeven_accept_length(
+        cycle_seconds(accept_length, spec_tokens_per_second), baseline_tokens_per_second
+    )

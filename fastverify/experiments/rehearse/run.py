@@ -117,9 +117,11 @@ def breakeven_accept_length(drafter_ms: float, verify_ms: float, decode_ms: floa
     """Accept length (tokens per verify, bonus included) at which an EAGLE-3 cycle makes
     tokens as fast as plain decoding: baseline 1 token per decode_ms, speculation A tokens
     per (drafter_ms + verify_ms)."""
+    from fastverify.speculation import breakeven
+
     if decode_ms <= 0:
         raise ValueError(f"decode_ms must be > 0, got {decode_ms}")
-    return (drafter_ms + verify_ms) / decode_ms
+    return breakeven.breakeven_accept_length((drafter_ms + verify_ms) / 1000.0, 1000.0 / decode_ms)
 
 
 def throughputs(

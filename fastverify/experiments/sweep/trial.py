@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fastverify.config import weights_label
+from fastverify.speculation.breakeven import breakeven_accept_length, cycle_seconds
 
 DUMMY, REAL = "dummy", "real"
 
@@ -131,7 +132,7 @@ def annotate(
             r.pop(k, None)
         if not per_req:
             continue
-        cycle_s = (dummy_accept or 1.0) / per_req
+        cycle_s = cycle_seconds(dummy_accept or 1.0, per_req)
         r["spec_cycle_ms"] = cycle_s * 1000.0
         b = base.get(r["profile"])
         b_rate, b_src = None, None
@@ -147,7 +148,7 @@ def annotate(
         if accept_ref:
             r["predicted_per_request_tokens_per_second"] = accept_ref / cycle_s
         if b_rate:
-            be = cycle_s * b_rate
+            be = breakeven_accept_length(cycle_s, b_rate)
             r["break_even_accept_length"] = be
             r["baseline_source"] = b_src
             if accept_ref:

@@ -1,16 +1,19 @@
 """Tune stage 7, decide and apply.
 
-Options: every confirmed finalist in baseline mode (real weights, CI95), and in EAGLE-3
-mode either as measured with real weights (the leader, when confirm ran it) or as
-predicted from the trial: confirmed baseline tok/s x accept length / the trial's
-break-even accept length. The fastest option wins; among options tied with it (Welch
-not significant) and within `TIE` of its mean, the one serving now is kept (no load).
+Options: every confirmed finalist in baseline mode (real weights, CI95), and in EAGLE-3 mode
+either as measured with real weights (the leader, when confirm ran it) or as predicted from
+the trial: confirmed baseline tok/s x accept length / the trial's break-even accept length;
+and mode adaptive where the daemon holds a speculation plan (`fastverifyctl spec plan`, made
+on that profile's costs) that drafts at the tune's concurrency: confirmed baseline tok/s x
+the plan's speedup at that batch-size tier. The fastest option wins; among options tied with
+it (Welch not significant) and within `TIE` of its mean, the one serving now is kept (no
+load).
 
-Apply: `POST /v1/profile {name, mode, wait}` (the daemon validates, restarts, verifies
-every process's environment or rolls back, as for any switch; `unchanged` when it
-already serves exactly that), then `POST /v1/decision` so the decision is in the
-daemon's history and on /metrics. `--no-apply` records the decision unapplied and puts
-back what served before the tune.
+Apply: `POST /v1/profile {name, mode, wait}` (the daemon validates, restarts, verifies every
+process's environment or rolls back, as for any switch; `unchanged` when it already serves
+exactly that), then `POST /v1/decision` so the decision is in the daemon's history and on
+/metrics. `--no-apply` records the decision unapplied and puts back what served before the
+tune.
 """
 
 from __future__ import annotations
@@ -80,6 +83,33 @@ def options(confirm: Mapping[str, Any], trial_rows: Sequence[Mapping[str, Any]])
                 }
             )
     return sorted(out, key=lambda o: -o["tokens_per_second"])
+
+
+def adaptive_options(
+    rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any] | None, concurrency: int
+) -> list[dict[str, Any]]:
+    """Mode adaptive for the plan's profile: baseline tok/s x the plan's speedup at the tier
+    SGLang routes `concurrency` running requests to (the largest tier at or below it);
+    nothing when there is no plan or it does not draft there (adaptive = baseline then)."""
+    if not plan or not plan.get("tiers") or not plan.get("adaptive_config"):
+        return []
+    tiers = sorted(int(b) for b in plan["tiers"])
+    below = [b for b in tiers if b <= concurrency]
+    tier = plan["tiers"][str(below[-1] if below else tiers[0])]
+    if tier.get("steps", 0) < 1:
+        return []
+    out = []
+    for r in rows:
+        if r["status"] != "ok" or r["profile"] != plan.get("profile"):
+            continue
+        out.append({
+            "profile": r["profile"], "mode": "adaptive", "evidence": "predicted (plan)",
+            "tokens_per_second": r["tokens_per_second_mean"] * tier["speedup"],
+            "ci95": None, "samples": [], "speedup": tier["speedup"],
+            "speedup_ci95": tier.get("ci"), "steps": tier["steps"],
+            "adaptive_config": plan["adaptive_config"],
+        })  # fmt: skip
+    return out
 
 
 def choose(opts: list[dict[str, Any]], serving: tuple[str | None, str | None]) -> dict | None:
@@ -169,6 +199,12 @@ def run(ctx: Ctx) -> StageResult:
         (status.get("profile"), status.get("mode")) if not status.get("trial") else (None, None)
     )
     opts = options(confirm, ctx.data("trial").get("rows", []))
+    with contextlib.suppress(ApiError, OSError):
+        plan = ctx.client.get("/v1/spec/plan")
+        opts = sorted(
+            opts + adaptive_options(confirm.get("rows", []), plan, ctx.cfg.concurrency),
+            key=lambda o: -o["tokens_per_second"],
+        )
     win = choose(opts, serving)
     if win is None:
         return StageResult("failed", "no option to decide between")
@@ -186,6 +222,12 @@ def run(ctx: Ctx) -> StageResult:
         )
     elif win["mode"] == "eagle3":
         why += f"; accept length {accept:.2f} ({confirm.get('accept_length_source')})"
+    elif win["mode"] == "adaptive":
+        why += (
+            f"; the speculation plan drafts {win['steps']} steps at {ctx.cfg.concurrency} "
+            f"concurrent request(s), x{win['speedup']:.2f} over the baseline "
+            f"({win['adaptive_config']})"
+        )
     if win.get("kept_because"):
         why += f"; {win['kept_because']}"
     data: dict[str, Any] = {
@@ -240,6 +282,8 @@ def run(ctx: Ctx) -> StageResult:
     }
     if accept:
         body["accept_length"] = accept
+    if win["mode"] == "adaptive":
+        body["adaptive_config"] = win["adaptive_config"]
     try:
         ctx.client.post("/v1/decision", body)
         data["recorded"] = True

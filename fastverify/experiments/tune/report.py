@@ -267,6 +267,15 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         lines += ["", "### Trial (dummy weights: timings real, accept lengths not)", ""]
         lines += md_table(keys, [[r.get(k) for k in keys] for r in trial["rows"]])
         lines += _too_few_runs(trial["rows"])
+        conc = trial.get("concurrency") or 1
+        lines += [
+            "",
+            f"Break-even (`break_even_accept_length`) is for {conc} concurrent request(s) (the "
+            "trial's -c): the accept length at which one EAGLE-3 draft+verify cycle per "
+            "request matches the baseline's decode tokens/s per request at that concurrency "
+            "(fastverify.speculation.breakeven, the computation behind /metrics' "
+            f'fastverify_spec_breakeven_accept_length{{concurrency="{conc}"}}; docs/tune.md).',
+        ]
         if trial.get("compared_with_rehearsal"):
             lines += [
                 "",

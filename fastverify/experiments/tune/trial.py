@@ -96,6 +96,7 @@ def run(ctx: Ctx) -> StageResult:
         "warnings": report.get("warnings", []),
         "disagreements": disagreements(rows, rehearsal) if rehearsal else [],
         "compared_with_rehearsal": bool(rehearsal),
+        "concurrency": ctx.cfg.concurrency,  # what every rate and break-even above is for
     }
     if not ok:
         return StageResult(

@@ -131,3 +131,30 @@ def test_serving_backend_labels() -> None:
     assert ar.serving_backend({}, tp8, has_nvlink=True) == "custom"
     assert ar.serving_backend(ON, ["--model-path", "m"]) == "none"
     assert ar.serving_backend(ON, tp8, flashinfer_pcie_ipc=False) == "nccl"
+
+
+def test_refusal_before_anything_is_stopped(tmp_path: Path) -> None:
+    from fastverify.daemon.allreduce_check import mapped_library, refusal
+
+    quiet = ["--model-path", "m", "--tp-size", "4", "--log-level", "warning"]
+    # no INFO lines and no /proc maps: nothing could confirm PCIe-IPC -> refused, with the fix
+    why = refusal(ON, quiet, maps_ok=False)
+    assert why is not None and "--log-level warning" in why and "--log-level info" in why
+    assert refusal(ON, quiet, maps_ok=True) is None  # the maps confirm it
+    assert refusal({}, quiet, maps_ok=False) is None  # PCIe-IPC not asked for
+    model = tmp_path / "fp16"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"torch_dtype": "float16"}))
+    why = refusal(ON, ["--model-path", str(model), "--tp-size", "4"])
+    assert why is not None and "torch_dtype float16" in why and "NCCL" in why
+    assert (
+        refusal(ON, ["--model-path", str(model), "--tp-size", "4", "--dtype", "bfloat16"]) is None
+    )
+    # the maps reader: a process with the library mapped, one without, one unreadable
+    for pid, line in ((11, "7f00-7f01 r-xp 0 fe:00 1 /x/cached_ops/pcie_ipc_comm/pcie_ipc_comm.so"),
+                      (12, "7f00-7f01 r-xp 0 fe:00 1 /usr/lib/libc.so.6")):  # fmt: skip
+        (tmp_path / "proc" / str(pid)).mkdir(parents=True)
+        (tmp_path / "proc" / str(pid) / "maps").write_text(line + "\n")
+    found = mapped_library([11, 12, 13], "pcie_ipc_comm", tmp_path / "proc")
+    assert found == {11: "/x/cached_ops/pcie_ipc_comm/pcie_ipc_comm.so"}
+    assert mapped_library([13], "pcie_ipc_comm", tmp_path / "proc") is None

@@ -299,3 +299,22 @@ def test_a_ranked_funnel_trials_only_the_best_few() -> None:
     p = plan.make_plan(_facts(ranked=True, finalists=2))
     assert (p["finalists"], p["trial_candidates"]) == (2, 2 + plan.RANKED_EXTRA)
     assert plan.make_plan(_facts(ranked=False, finalists=2))["trial_candidates"] == 7
+
+
+def test_adaptive_predicted_from_the_stored_plan_at_the_tunes_concurrency() -> None:
+    rows = [_row("a", [90, 91, 92]), _row("b", [70, 71, 72])]
+    plan = {
+        "profile": "a",
+        "adaptive_config": "/state/adaptive-config.json",
+        "tiers": {"1": {"steps": 3, "speedup": 1.2, "ci": [1.1, 1.3]},
+                  "8": {"steps": 0, "speedup": 1.0, "ci": [1.0, 1.0]}},
+    }  # fmt: skip
+    (opt,) = decide.adaptive_options(rows, plan, 4)  # 4 running requests -> tier 1
+    assert (opt["profile"], opt["mode"], opt["steps"]) == ("a", "adaptive", 3)
+    assert opt["tokens_per_second"] == pytest.approx(91 * 1.2)
+    assert opt["adaptive_config"] == "/state/adaptive-config.json"
+    win = decide.choose(sorted([*decide.options({"rows": rows}, []), opt],
+                               key=lambda o: -o["tokens_per_second"]), (None, None))  # fmt: skip
+    assert win["mode"] == "adaptive"
+    assert decide.adaptive_options(rows, plan, 8) == []  # tier 8 does not draft
+    assert decide.adaptive_options(rows, {}, 1) == []  # no plan
