@@ -86,6 +86,10 @@ def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
         assert adaptive.FLAG_ADAPTIVE in argv and str(cfg_path) in argv
         i = argv.index("--speculative-num-steps")
         assert int(argv[i + 1]) == plan["launch_steps"]
+        rec = d.client.get("/v1/history")[-1]
+        assert (rec["mode"], rec["result"]) == ("adaptive", "ok")
+        assert rec["speculation"]["launch_steps"] == plan["launch_steps"]
+        assert rec["speculation"]["candidates"]["1"] == cfg["1"]["candidate_steps"]
 
         # status and /metrics: the active steps and the time at each, the recorded curve
         r = d.ctl("bench", "-n", "4", "-c", "1", "--output-len", "60", "--warmup", "0")
