@@ -70,6 +70,23 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return out
 
 
+def acceptance_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per EAGLE-3 row with summed accepted-drafts histograms: the distribution and
+    the accept length at every step count it gives (dummy weights said so)."""
+    out = []
+    for r in rows:
+        hist = r.get("accept_histogram")
+        if not hist:
+            continue
+        total = sum(hist) or 1
+        dist = " ".join(f"{j}:{100 * n / total:.0f}%" for j, n in enumerate(hist))
+        curve = "  ".join(f"{k}:{v:.2f}" for k, v in (r.get("accept_curve") or {}).items())
+        dummy = " (dummy weights: not real)" if r.get("weights") == "dummy" else ""
+        out.append(f"accepted drafts {r['profile']}/{r['mode']}: {dist} ({total} passes)"
+                   + (f"; L(k) {curve}" if curve else "") + dummy)  # fmt: skip
+    return out
+
+
 def verdict_note(rows: list[dict[str, Any]], repeats: int | None = None) -> str | None:
     """The line under the sweep table when a row has no verdict for want of runs; the advice
     is --repeats only when fewer were asked for (`repeats`: what this sweep asked)."""
@@ -318,6 +335,8 @@ def sweep(
         note = verdict_note(report["results"], repeats)
         if note:
             click.echo(note)
+        for line in acceptance_lines(report["results"]):
+            click.echo(line)
         for r in report["results"]:
             if r["status"] != "ok":
                 click.echo(failure_line(r))

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastverify.config import weights_label
+from fastverify.daemon import adaptive_check
 from fastverify.daemon import events as ev
 from fastverify.daemon.crashes import CrashSteps
 from fastverify.daemon.failures import Failure
@@ -517,6 +518,7 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
             engine_env=h.engine_env,  # what the engine added to its workers' NCCL env
             tuner=h.tuner,  # what NCCL's INFO output confirmed (None: no tuner profile)
             allreduce=h.allreduce,  # the TP all-reduce backend SGLang confirmed per rank
+            speculation=adaptive_check.summary(list(h.argv)),  # mode adaptive: its plan
             pid=h.pid,
             previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
             phases=dict(op.phases),

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.sglang import adaptive
+from fastverify.speculation.breakeven import breakeven_accept_length
 from fastverify.speculation.costs import Costs
 from fastverify.speculation.curve import AcceptCurve
 
@@ -129,7 +130,7 @@ def plan_tier(curve: AcceptCurve, costs: Costs, bs: int) -> Tier:
     for k in ks:
         ck = costs.cycle(row_bs, k)
         speed[k] = curve.length(k) * c0 / ck
-        be[k] = ck / c0
+        be[k] = breakeven_accept_length(ck, 1.0 / c0)  # a decode step yields 1 token/request
         if speed[k] > best:
             best_k, best = k, speed[k]
     if best_k:

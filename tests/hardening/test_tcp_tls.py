@@ -282,3 +282,16 @@ def test_cli_says_what_is_wrong_with_its_own_tls_options(
     assert r.returncode == 2 and "--tls-cert and --tls-key go together" in r.stderr, r.stderr
     r = ctl("--host", "tcp://127.0.0.1:1", "--token-file", pki["tokens"], "status")
     assert r.returncode == 2 and "holds 2 tokens" in r.stderr, r.stderr
+
+
+def test_who_cancelled_a_switch_is_recorded(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False, sim_load_seconds=3) as d:
+        assert d.ctl("profile", "set", "ring-ll", "--no-wait").returncode == 0
+        d.wait_for(lambda: d.status()["state"] == "STARTING", 60, "the switch loading")
+        assert d.ctl("cancel").returncode == 0
+        d.wait_for(lambda: d.client.get("/v1/history")[-1]["result"] == "cancelled", 60,
+                   "the cancelled switch's record")  # fmt: skip
+        rec = d.client.get("/v1/history")[-1]
+        assert rec["by"].startswith(f"uid {os.getuid()} ") and rec["kind"] == "switch", rec
+        assert rec["cancelled_by"].startswith(f"uid {os.getuid()} "), rec
+        assert f"cancel requested by {rec['cancelled_by']}" in d.log_text()

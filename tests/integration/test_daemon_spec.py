@@ -62,6 +62,12 @@ def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
         for bs, tier in plan["tiers"].items():
             assert max(cfg[bs]["candidate_steps"]) == tier["steps"]
             assert tier["ci"][0] <= tier["speedup"] <= tier["ci"][1]
+        bad = d.ctl("spec", "plan", "--output", "/proc/nope/cfg.json")
+        assert bad.returncode == 1 and "--output /proc/nope/cfg.json: cannot write" in bad.stderr
+        assert d.ctl("spec", "plan", "--batch-sizes", "0,4").returncode == 2
+        out = tmp_path / "adaptive.json"
+        assert d.ctl("spec", "plan", "--output", str(out)).returncode == 0
+        assert adaptive.load_config(out) == cfg
         human = d.ctl("spec", "plan")
         assert human.returncode == 0 and "speculation plan" in human.stdout
         # the same acceptance with the H200 grid's costs (one GPU, TP 8 shard) as the source
@@ -86,6 +92,10 @@ def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
         assert adaptive.FLAG_ADAPTIVE in argv and str(cfg_path) in argv
         i = argv.index("--speculative-num-steps")
         assert int(argv[i + 1]) == plan["launch_steps"]
+        rec = d.client.get("/v1/history")[-1]
+        assert (rec["mode"], rec["result"]) == ("adaptive", "ok")
+        assert rec["speculation"]["launch_steps"] == plan["launch_steps"]
+        assert rec["speculation"]["candidates"]["1"] == cfg["1"]["candidate_steps"]
 
         # status and /metrics: the active steps and the time at each, the recorded curve
         r = d.ctl("bench", "-n", "4", "-c", "1", "--output-len", "60", "--warmup", "0")

@@ -21,6 +21,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fastverify.cli.sweep_cmd import acceptance_lines
 from fastverify.engines.sim import allreduce_sim, costmodel
 from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
@@ -136,6 +137,13 @@ def test_eagle3_phase_against_each_profiles_own_baseline(swept: Any) -> None:
         )  # fmt: skip
         assert row["break_even_accept_length"] == pytest.approx(expected_be)
         assert row["break_even_accept_length"] > row["accept_length_mean"]
+        # the runs' accepted-drafts histograms, summed: the curve ends at the accept length
+        hist, curve = row["accept_histogram"], row["accept_curve"]
+        assert len(hist) == 4 and sum(hist) > 0
+        assert curve["3"] == pytest.approx(row["accept_length_mean"], abs=0.25)
+        assert curve["1"] < curve["2"] < curve["3"]
+        (line,) = [ln for ln in acceptance_lines([row]) if f" {p}/eagle3: " in ln]
+        assert f"({sum(hist)} passes); L(k) 1:{curve['1']:.2f}" in line
 
 
 def test_results_file_baselines_apply_best_and_plot(swept: Any) -> None:

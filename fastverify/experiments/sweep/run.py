@@ -173,6 +173,22 @@ def load_records(path: Path) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ statistics
 
 
+def acceptance_of(ms: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runs' accepted-drafts histograms summed (`accept_histogram`) and the accept curve
+    L(k) they give (`accept_curve`; fastverify.speculation.curve), when the server reported
+    them (EAGLE-3 at fixed steps)."""
+    from fastverify.speculation.curve import AcceptCurve, add_histograms
+
+    hists = [m["accept_histogram"] for m in ms if m.get("accept_histogram")]
+    if not hists:
+        return {}
+    total = add_histograms(hists)
+    steps = max((m.get("accept_steps") or 0) for m in ms) or len(total) - 1
+    curves = [m for m in ms if m.get("accept_curve")]
+    curve = AcceptCurve.from_histogram(total, steps).curve() if curves and steps else None
+    return {"accept_histogram": total, "accept_curve": curve}
+
+
 def _mean_of(values: list[float | None]) -> float | None:
     vals = [v for v in values if isinstance(v, int | float)]
     return stats.mean(vals) if vals else None
@@ -221,6 +237,7 @@ def summarize(
                 ttft_p50_ms_mean=_mean_of([(m.get("ttft_ms") or {}).get("p50") for m in ms]),
                 itl_p50_ms_mean=_mean_of([(m.get("itl_ms") or {}).get("p50") for m in ms]),
             )
+            row.update(acceptance_of(ms))
             if key in fails:  # a later run could not be taken: cut short, never ranked
                 f = fails[key]
                 row.update(status=INCOMPLETE, reason=f.get("reason"), message=f.get("message"),
