@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import tempfile
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from fastverify.render import RenderError
 
 # Where things live inside the pod (the image's layout: Dockerfile, DESIGN.md).
 CONFIG_DIR = "/etc/fastverify/k8s"
+ADAPTIVE_CONFIG_KEY = "adaptive-config.json"  # mode adaptive: in the config ConfigMap
 CONFIG_NAME = "fastverifyd.toml"
 DECLARED_PROFILE = "/etc/fastverify/profiles.d/declared"  # the rendered profile's files
 USER_PROFILES = "/etc/fastverify/profiles.d/user"
@@ -180,7 +182,7 @@ def read_decision(path: str) -> tuple[str, str, dict[str, Any]]:
 
     expected = (
         'expected tune\'s decision record: {"decision": {"profile": "ring-ll", '
-        '"mode": "baseline"|"eagle3", ...}, "stages": [...]}'
+        '"mode": "baseline"|"eagle3"|"adaptive", ...}, "stages": [...]}'
     )
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -319,6 +321,31 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise TypeError(f"no TOML spelling for {value!r}")
+
+
+def _adaptive_config_text(
+    mode: str, decision: dict[str, Any] | None, source: str | None
+) -> str | None:
+    """Mode adaptive: SGLang's adaptive config from the tune decision that chose it (tune
+    copies the daemon's speculation plan into its decision record), checked as SGLang's
+    `_load_adaptive_config` would; None for the other modes."""
+    from fastverify.sglang import adaptive
+
+    if mode != "adaptive":
+        return None
+    cfg = (decision or {}).get("adaptive_config_json")
+    if cfg is None:
+        where = source or "--mode adaptive without --from-decision"
+        raise RenderError(
+            f"{where}: mode adaptive serves a speculation plan, and there is none to render: "
+            "render --from-decision with the decision.json of a tune that chose adaptive (it "
+            "carries the plan `fastverifyctl spec plan` stored)"
+        )
+    try:
+        adaptive.tiers(cfg)
+    except adaptive.AdaptiveConfigError as exc:
+        raise RenderError(f"{source}: decision.adaptive_config_json: {exc}") from None
+    return json.dumps(cfg, indent=2, sort_keys=True) + "\n"
 
 
 def daemon_config_text(cfg: Any, source: str) -> str:
@@ -630,6 +657,7 @@ def render(options: KubeOptions) -> Bundle:
     mode = mode or cfg.server.mode
     if mode not in MODES:
         raise RenderError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
+    adaptive_text = _adaptive_config_text(mode, decision, options.from_decision)
 
     user_dirs = list(options.profile_dirs if options.profile_dirs is not None else
                      (str(d) for d in cfg.profile_dirs))  # fmt: skip
@@ -654,6 +682,9 @@ def render(options: KubeOptions) -> Bundle:
     pod_cfg = pod_config(
         cfg, loaded.name, mode, options.nodes, gpus, options.web_config_secret is not None
     )
+    if adaptive_text is not None:  # the pod reads it from the config ConfigMap's mount
+        pod_cfg = dataclasses.replace(pod_cfg, server=dataclasses.replace(
+            pod_cfg.server, adaptive_config=f"{CONFIG_DIR}/{ADAPTIVE_CONFIG_KEY}"))  # fmt: skip
     if options.web_config_secret:
         notes.append(
             f"--web-config-secret {options.web_config_secret}: /metrics follows its "
@@ -667,7 +698,14 @@ def render(options: KubeOptions) -> Bundle:
     )  # fmt: skip
     try:  # the argv node 0 will build: eagle3 without a drafter, bad requires, ... fail here
         probe = dataclasses.replace(pod_cfg.server, dist_init_addr="leader:1")
-        server_args(probe, mode, loaded.requires, generation, probe.model_path or "/models/model")
+        with tempfile.TemporaryDirectory(prefix="fv-render-") as tmp:
+            if adaptive_text is not None:  # the argv reads the config: here, a local copy
+                local = Path(tmp) / ADAPTIVE_CONFIG_KEY
+                local.write_text(adaptive_text, encoding="utf-8")
+                probe = dataclasses.replace(probe, adaptive_config=str(local))
+            server_args(
+                probe, mode, loaded.requires, generation, probe.model_path or "/models/model"
+            )
     except EngineArgError as exc:
         raise RenderError(f"{loaded.name}/{mode}: {exc}") from None
     source = os.path.basename(cfg.source) if cfg.source else "the built-in defaults"
@@ -706,7 +744,7 @@ def render(options: KubeOptions) -> Bundle:
         if entry.source == "user" and table in user:
             snapshot[table] = checked[f"{len(checked)}:{table}"] = user[table]
     profile_checksum = _checksum(checked)
-    config_checksum = hashlib.sha256(config_text.encode()).hexdigest()
+    config_checksum = hashlib.sha256((config_text + (adaptive_text or "")).encode()).hexdigest()
 
     dashboards_dir = paths.template_dir("compose") / "grafana" / "dashboards"
     dashboards = {
@@ -738,6 +776,8 @@ def render(options: KubeOptions) -> Bundle:
         "shipped": _texts(shipped, shipped_dir),
         "user": _texts(user, ", ".join(user_dirs)),
         "config_text": config_text,
+        "adaptive_config_key": ADAPTIVE_CONFIG_KEY,
+        "adaptive_config_text": adaptive_text,
         "dashboards": dashboards,
         "profile_checksum": profile_checksum,
         "config_checksum": config_checksum,

@@ -533,7 +533,8 @@ def nccl_added(src: Source) -> dict[str, list[str]]:
             if isinstance(node, ast.Assign):
                 for t in node.targets:
                     if isinstance(t, ast.Subscript) and _is_environ(t.value):
-                        name, how = const_str(t.slice), "set"
+                        name = const_str(t.slice)
+                        how = "set-if-unset" if _guarded_unset(node, name) else "set"
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 if node.func.attr == "setdefault" and _is_environ(node.func.value):
                     name, how = (const_str(node.args[0]) if node.args else None), "setdefault"
@@ -547,6 +548,58 @@ def nccl_added(src: Source) -> dict[str, list[str]]:
             if name and _NCCL_VAR.match(name):
                 out.setdefault(name, set()).add(f"{short(f)}:{node.lineno} {how}")
     return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+GRAPH_REGISTER_TRIGGERS = {
+    "_graph_may_capture_collectives": "any_capture",
+    "enable_tp_lm_head_all_to_all": "tp_lm_head_all_to_all",
+    "_graph_pool_is_pausable": "pausable_graph_pool",
+}
+
+
+def graph_register_triggers(src: Source) -> list[str]:
+    """When argument resolution sets NCCL_GRAPH_REGISTER=0 (arg_groups/parallel_hook.py):
+    the tests of the `if ...: _disable_nccl_graph_buffer_registration(...)` guards, by name
+    (`any_capture`: TP/EP/DP > 1 and a graph phase captures, 0.5.23; `tp_lm_head_all_to_all`,
+    `pausable_graph_pool`: the narrower guards of 0.5.20 .. 0.5.22)."""
+    name = "sglang/srt/arg_groups/parallel_hook.py"
+    if not src.has(name):
+        return []
+    out: list[str] = []
+    for node in ast.walk(src.tree(name)):
+        if not isinstance(node, ast.If):
+            continue
+        calls = [
+            c
+            for c in node.body
+            if isinstance(c, ast.Expr)
+            and isinstance(c.value, ast.Call)
+            and getattr(c.value.func, "id", "") == "_disable_nccl_graph_buffer_registration"
+        ]
+        if not calls:
+            continue
+        test = ast.unparse(node.test)
+        for needle, trigger in GRAPH_REGISTER_TRIGGERS.items():
+            if needle in test and trigger not in out:
+                out.append(trigger)
+        if not any(n in test for n in GRAPH_REGISTER_TRIGGERS):
+            out.append(f"other: {test}")
+    return sorted(out)
+
+
+def _guarded_unset(node: ast.AST, name: str | None) -> bool:
+    """Is this assignment inside `if "NAME" not in os.environ ...:` (a profile's value wins
+    unless the rest of the condition holds)?"""
+    cur = getattr(node, "parent", None)
+    while cur is not None and not isinstance(cur, (ast.FunctionDef, ast.Module)):
+        if (
+            isinstance(cur, ast.If)
+            and name
+            and f"'{name}' not in os.environ" in ast.unparse(cur.test)
+        ):
+            return True
+        cur = getattr(cur, "parent", None)
+    return False
 
 
 def _is_environ(node: ast.AST) -> bool:
@@ -675,6 +728,7 @@ def extract(version: str) -> dict[str, object]:
         "start_profile_num_steps": "num_steps" in facts["profile_options"],  # type: ignore[operator]
         "start_profile_start_step": "start_step" in facts["profile_options"],  # type: ignore[operator]
         "environ_module": src.has("sglang/srt/environ.py"),
+        "graph_register_triggers": graph_register_triggers(src),
     }
     return facts
 

@@ -101,7 +101,11 @@ def plan(
     p.extra["acceptance"] = {k: rec[k] for k in ("profile", "mode", "steps", "weights",
                                                  "verifies", "measured_at")}  # fmt: skip
     if output:
-        spec_plan.write_adaptive_config(p, output)
+        try:
+            spec_plan.write_adaptive_config(p, output)
+        except OSError as exc:
+            fail(f"spec plan: --output {output}: cannot write ({exc.strerror or exc}); nothing "
+                 "was stored", EXIT_PROBLEMS)  # fmt: skip
     stored = call_daemon(ctx, "POST", "/v1/spec/plan",
                          {"plan": p.to_dict(), "adaptive_config": p.adaptive_config()},
                          as_json=as_json)  # fmt: skip

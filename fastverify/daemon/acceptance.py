@@ -108,6 +108,7 @@ def save_plan(store: StateStore, body: dict[str, Any]) -> dict[str, Any]:
         raise RequestError(422, f"field 'adaptive_config': {exc}", reason="invalid_plan") from None
     path = store.dir / ADAPTIVE_CONFIG_NAME
     atomic_write_json(path, cfg)
-    stored = {**plan, "adaptive_config": str(path), "stored_at": time.time()}
+    stored = {**plan, "adaptive_config": str(path), "adaptive_config_json": cfg,
+              "stored_at": time.time()}  # fmt: skip
     store.save_json(PLAN_FILE, stored)
     return stored

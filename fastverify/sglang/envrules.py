@@ -10,7 +10,9 @@ Rules of 0.5.23 (sources under `sglang/srt/`; tests/contract/ runs or reads each
 2. `arg_groups/moe_hook.py` (`--moe-a2a-backend deepep_v2`): `NCCL_CUMEM_ENABLE=1` if unset.
 3. `arg_groups/parallel_hook.py` (max(TP, EP, DP) > 1 and a CUDA-graph phase may capture;
    on CUDA the prefill phase captures unless disabled): `NCCL_GRAPH_REGISTER=0` if unset;
-   an explicit other value is kept and SGLang warns that graph replay can hang.
+   an explicit other value is kept and SGLang warns that graph replay can hang. Earlier
+   releases (0.5.20 .. 0.5.22) set it only for narrower guards (`_graph_register_why`).
+Each rule applies only where the release's wheel has it (`fastverify.sglang.facts`).
 4. `entrypoints/engine.py` `_set_envs_and_config`: multi-node on an MNNVL fabric:
    `NCCL_CUMEM_ENABLE=1`, `NCCL_MNNVL_ENABLE=1` if unset (hardware-dependent: reported as
    possible); `NCCL_CUMEM_ENABLE` = int(symm-mem) when unset or `--enable-symm-mem`;
@@ -155,8 +157,8 @@ def engine_env(
         setdefault("NCCL_CUMEM_ENABLE", "1", "DeepEP v2 all-to-all needs cuMem (moe_hook)")
     ep = _int(args.flag("--ep-size", "--expert-parallel-size", "--ep"), 1)
     dp = _int(args.flag("--dp-size", "--data-parallel-size"), 1)
-    if sets("NCCL_GRAPH_REGISTER") and max(tp, ep, dp) > 1 and not all(args.phases_off().values()):
-        why = "TP/EP/DP > 1 and a CUDA-graph phase may capture collectives (parallel_hook)"
+    why = _graph_register_why(version, args, env, tp, ep, dp)
+    if why is not None:
         if "NCCL_GRAPH_REGISTER" not in cur:
             assign("NCCL_GRAPH_REGISTER", "0", why)
         elif cur["NCCL_GRAPH_REGISTER"] != "0":
@@ -165,7 +167,8 @@ def engine_env(
                 "but warns that graph replay of captured cross-rank collectives can hang "
                 "with registered buffers; it sets 0 when the variable is unset"
             )
-    nnodes = _int(args.flag("--nnodes"), 1)
+    # the typed field (from_argv reads --nnodes into it), else a raw flag among extra_args
+    nnodes = max(args.nnodes, _int(args.flag("--nnodes"), 1))
     symm = args.flag("--enable-symm-mem") is not None
     nvls = args.flag("--enable-nccl-nvls") is not None
     if sets("NCCL_MNNVL_ENABLE") and nnodes > 1:
@@ -173,16 +176,21 @@ def engine_env(
             if name not in cur:
                 out.possible[name] = "1"
                 out.why[name] = "multi-node on an MNNVL fabric (engine.py)"
-    if "NCCL_CUMEM_ENABLE" not in cur or symm:
-        assign("NCCL_CUMEM_ENABLE", str(int(symm)), "unset, or --enable-symm-mem (engine.py)")
-        if args.flag("--enable-kv-cache-sharding") is not None and not symm:
-            out.possible["NCCL_CUMEM_ENABLE"] = "1"
-    if "NCCL_NVLS_ENABLE" not in cur or nvls or symm:
-        assign(
-            "NCCL_NVLS_ENABLE",
-            str(int(nvls or symm)),
-            "unset, or --enable-nccl-nvls / --enable-symm-mem (engine.py)",
-        )
+    if not unguarded(version, "NCCL_CUMEM_ENABLE"):
+        if "NCCL_CUMEM_ENABLE" not in cur or symm:
+            assign("NCCL_CUMEM_ENABLE", str(int(symm)), "unset, or --enable-symm-mem (engine.py)")
+            if args.flag("--enable-kv-cache-sharding") is not None and not symm:
+                out.possible["NCCL_CUMEM_ENABLE"] = "1"
+        if "NCCL_NVLS_ENABLE" not in cur or nvls or symm:
+            assign(
+                "NCCL_NVLS_ENABLE",
+                str(int(nvls or symm)),
+                "unset, or --enable-nccl-nvls / --enable-symm-mem (engine.py)",
+            )
+    else:  # 0.5.1 .. 0.5.3: assigned whatever the environment held (a profile's value too)
+        assign("NCCL_CUMEM_ENABLE", str(int(symm)), "always, = --enable-symm-mem (engine.py)")
+        if not symm:
+            assign("NCCL_NVLS_ENABLE", str(int(nvls)), "always, = --enable-nccl-nvls (engine.py)")
     if (
         sets("NCCL_GRAPH_MIXING_SUPPORT")
         and ("NCCL_GRAPH_MIXING_SUPPORT" not in cur or symm)
@@ -199,15 +207,59 @@ def engine_env(
     return out
 
 
+def _facts_for(version: str) -> Any:
+    try:
+        return _facts.resolve(version)
+    except _facts.VersionTooOld:
+        return _facts.resolve(_facts.oldest())
+
+
+def _graph_register_why(
+    version: str, args: LaunchArgs, env: Mapping[str, str], tp: int, ep: int, dp: int
+) -> str | None:
+    """Why SGLang `version` sets NCCL_GRAPH_REGISTER=0 for this argv, None when it does not.
+    The guards differ per release (facts `features.graph_register_triggers`, read from
+    arg_groups/parallel_hook.py): 0.5.23 any multi-rank capture; 0.5.20 .. 0.5.22 only the
+    TP LM-head all-to-all (explicit, or its default on a decode-only PD node with pure DP
+    attention, overrides.py `_tp_lm_head_all_to_all_default`) and, from 0.5.22, a pausable
+    graph pool (`--enable-memory-saver` with SGLANG_MEMORY_SAVER_CUDA_GRAPH)."""
+    triggers = _facts_for(version).features.get("graph_register_triggers") or []
+    captures = not all(args.phases_off().values())
+    if "any_capture" in triggers and max(tp, ep, dp) > 1 and captures:
+        return "TP/EP/DP > 1 and a CUDA-graph phase may capture collectives (parallel_hook)"
+    if "tp_lm_head_all_to_all" in triggers:
+        explicit = args.flag("--enable-tp-lm-head-all-to-all")
+        opted_out = args.flag("--no-enable-tp-lm-head-all-to-all") is not None
+        default_on = (
+            args.flag("--disaggregation-mode") == "decode"
+            and args.flag("--enable-dp-attention") is not None
+            and dp > 1
+            and tp == dp
+            and args.flag("--enable-dp-lm-head") is None
+        )
+        if not opted_out and (explicit is not None or default_on):
+            return "the TP LM-head all-to-all is captured in decode graphs (parallel_hook)"
+    if (
+        "pausable_graph_pool" in triggers
+        and args.flag("--enable-memory-saver") is not None
+        and env.get("SGLANG_MEMORY_SAVER_CUDA_GRAPH", "").lower() in ("1", "true", "yes", "on")
+    ):
+        return "CUDA graphs in a pausable torch_memory_saver pool (parallel_hook)"
+    return None
+
+
+def unguarded(version: str, name: str) -> bool:
+    """Does SGLang `version`'s engine.py assign `name` whatever the environment held
+    (facts: an `engine.py ... set` site, not `set-if-unset`)?"""
+    sites = _facts_for(version).env["nccl_added"].get(name) or []
+    return any("entrypoints/engine.py" in s and s.endswith(" set") for s in sites)
+
+
 def _sets_for(version: str) -> Any:
     """`sets(NAME[, where])`: does SGLang `version` write NAME (in a file named `where`)?
     From the release's facts (`env.nccl_added`, read from its wheel); a version below the
     range is judged by the oldest release's."""
-    try:
-        facts = _facts.resolve(version)
-    except _facts.VersionTooOld:
-        facts = _facts.resolve(_facts.oldest())
-    added = facts.env["nccl_added"]
+    added = _facts_for(version).env["nccl_added"]
 
     def sets(name: str, where: str | None = None) -> bool:
         sites = added.get(name) or []

@@ -44,6 +44,13 @@ def main() -> None:
     out["disable_source"] = inspect.getsource(speculative_hook._maybe_disable_adaptive)
     out["init_source"] = inspect.getsource(speculative_hook._init_adaptive_speculative_params)
     out["updated_source"] = inspect.getsource(asp.AdaptiveStepSlot._apply_target_steps)
+    from sglang.srt.managers import tokenizer_manager
+    from sglang.srt.observability import metrics_collector
+
+    out["meta_info_source"] = inspect.getsource(
+        tokenizer_manager.TokenizerManager._calculate_spec_decoding_metrics
+    )
+    out["collector_source"] = inspect.getsource(metrics_collector)
 
     runs = []
     for run in req.get("runs", []):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from fastverify.engines.sim.costtable import engine_costs as sim_costs
-from fastverify.sglang import adaptive
+from fastverify.sglang import adaptive, metrics
 from fastverify.sglang.adaptive_slot import AdaptiveController
 from fastverify.speculation import plan as spec_plan
 from fastverify.speculation.curve import AcceptCurve, chain_histogram
@@ -168,6 +169,19 @@ def test_unsupported_reasons_are_sglangs(probe: dict) -> None:
         )
         assert mine == theirs, fields
     assert probe["reasons"][0] is None
+
+
+def test_histogram_key_and_step_gauges_are_sglangs(probe: dict) -> None:
+    """A finished request's meta_info carries the histogram under fastverify's key (and the
+    verify count); the collector declares the two step gauges as gauges."""
+    src = probe["meta_info_source"]
+    assert f'meta_info["{adaptive.HISTOGRAM_KEY}"]' in src
+    assert f'meta_info["{adaptive.VERIFY_CT_KEY}"]' in src
+    collector = probe["collector_source"]
+    for name in (metrics.SPEC_NUM_STEPS, metrics.SPEC_NUM_DRAFT_TOKENS):
+        m = re.search(r"= (\w+)\(\s*name=\"" + re.escape(name) + '"', collector)
+        assert m is not None and m.group(1) == "Gauge", name
+        assert name in metrics.SCHEDULER_GAUGES
 
 
 def test_log_lines_are_the_ones_sglang_formats(probe: dict) -> None:

@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -486,6 +487,40 @@ def test_from_decision_takes_tunes_profile_and_mode(tmp_path: Path) -> None:
     dep = one(docs(out), "Deployment")
     assert dep["spec"]["template"]["metadata"]["annotations"]["fastverify/profile"] == "ring-ll"
     assert dep["metadata"]["annotations"]["fastverify/decision"] == "decision.json"
+
+
+def test_adaptive_decision_carries_its_plan_into_the_config_configmap(tmp_path: Path) -> None:
+    plan = {"1": {"candidate_steps": [0, 2], "down_hysteresis": 0.1, "up_hysteresis": 0.0},
+            "8": {"candidate_steps": [0]}}  # fmt: skip
+    record = {
+        "decision": {"profile": "ring-ll", "mode": "adaptive", "backend": "nccl",
+                     "applied": True, "why": "the plan drafts at 1 request",
+                     "adaptive_config": "/var/lib/fastverify/adaptive-config.json",
+                     "adaptive_config_json": plan},
+        "stages": [],
+    }  # fmt: skip
+    out = tmp_path / "out"
+    info = render(out, "--from-decision", str(decision(tmp_path, record)))
+    assert info["mode"] == "adaptive"
+    cm = configmap(docs(out), "config")
+    assert json.loads(cm["data"]["adaptive-config.json"]) == plan
+    toml = tomllib.loads(cm["data"]["fastverifyd.toml"])
+    assert toml["server"]["mode"] == "adaptive"
+    assert toml["server"]["adaptive_config"] == "/etc/fastverify/k8s/adaptive-config.json"
+    # another plan is another config ConfigMap (content-addressed: rollout undo restores it)
+    record["decision"]["adaptive_config_json"] = {"1": {"candidate_steps": [0, 3]}}
+    out2 = tmp_path / "out2"
+    render(out2, "--from-decision", str(decision(tmp_path, record)))
+    assert configmap(docs(out2), "config")["metadata"]["name"] != cm["metadata"]["name"]
+    # a decision without the plan, or a bad one, is refused before anything is written
+    for bad, says in ((None, "there is none to render"),
+                      ({"1": {"candidate_steps": [-1]}}, "candidate_steps")):  # fmt: skip
+        record["decision"]["adaptive_config_json"] = bad
+        out3 = tmp_path / "out3"
+        r = ctl("render", "kubernetes", "--output-dir", str(out3), "--image", "fastverify:test",
+                "--from-decision", str(decision(tmp_path, record)))  # fmt: skip
+        assert r.returncode == 2 and says in r.stderr, r.stderr
+        assert not out3.exists()
 
 
 @pytest.mark.parametrize(

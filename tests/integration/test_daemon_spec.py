@@ -62,6 +62,12 @@ def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
         for bs, tier in plan["tiers"].items():
             assert max(cfg[bs]["candidate_steps"]) == tier["steps"]
             assert tier["ci"][0] <= tier["speedup"] <= tier["ci"][1]
+        bad = d.ctl("spec", "plan", "--output", "/proc/nope/cfg.json")
+        assert bad.returncode == 1 and "--output /proc/nope/cfg.json: cannot write" in bad.stderr
+        assert d.ctl("spec", "plan", "--batch-sizes", "0,4").returncode == 2
+        out = tmp_path / "adaptive.json"
+        assert d.ctl("spec", "plan", "--output", str(out)).returncode == 0
+        assert adaptive.load_config(out) == cfg
         human = d.ctl("spec", "plan")
         assert human.returncode == 0 and "speculation plan" in human.stdout
         # the same acceptance with the H200 grid's costs (one GPU, TP 8 shard) as the source

@@ -108,6 +108,7 @@ def adaptive_options(
             "ci95": None, "samples": [], "speedup": tier["speedup"],
             "speedup_ci95": tier.get("ci"), "steps": tier["steps"],
             "adaptive_config": plan["adaptive_config"],
+            "adaptive_config_json": plan.get("adaptive_config_json"),
         })  # fmt: skip
     return out
 

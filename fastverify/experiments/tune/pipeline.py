@@ -382,6 +382,9 @@ def _result(
         "why": dec.get("why")
         or (f"{failed['name']} failed: {failed['reason']}" if failed else "no decision"),
     }
+    if win.get("mode") == "adaptive":  # the plan travels with the decision (render kubernetes)
+        decision["adaptive_config"] = win.get("adaptive_config")
+        decision["adaptive_config_json"] = win.get("adaptive_config_json")
     history = ctx.client.get("/v1/history")
     result = {
         "decision": decision,

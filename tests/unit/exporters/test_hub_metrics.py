@@ -317,3 +317,33 @@ def test_switch_and_restart_series_exist_at_zero_before_any_switch() -> None:
     # a reason nobody could know in advance appears at its first restart
     feed(ev.Crashed("exited(-9)", "killed", "tree-ll", "eagle3"))
     assert value(scrape(hub), "fastverify_engine_restarts_total", reason="exited(-9)") == 1
+
+
+def test_active_steps_time_at_each_and_recorded_acceptance() -> None:
+    clock = Clock()
+    hub = MetricsHub(clock=clock)
+    hub.set_engine(True, "ring-ll", "adaptive", {}, "sim", None)
+    # polls each second: 3 s at 3 steps while decoding, 2 s at 0, then 4 s idle at 0
+    for steps, running in ((3, 1), (3, 1), (3, 1), (0, 32), (0, 32), (0, 0), (0, 0), (0, 0),
+                           (0, 0), (3, 1)):  # fmt: skip
+        hub.on_sglang_metrics({"spec_num_steps": float(steps), "num_running_reqs": running})
+        clock.t += 1.0
+    pm = {"profile": "ring-ll", "mode": "adaptive"}
+    s = scrape(hub)
+    assert value(s, "fastverify_spec_active_steps", **pm) == 3.0
+    assert value(s, "fastverify_spec_steps_seconds_total", **pm, steps="3") == pytest.approx(3.0)
+    # the idle polls do not count: the gauge of an idle server is stale
+    assert value(s, "fastverify_spec_steps_seconds_total", **pm, steps="0") == pytest.approx(2.0)
+    hub.on_acceptance({"profile": "ring-ll", "mode": "eagle3", "steps": 3, "weights": "real",
+                       "usable": True, "histogram": [4, 3, 2, 1]})  # fmt: skip
+    s = scrape(hub)
+    lab = {"profile": "ring-ll", "mode": "eagle3", "steps": "3", "weights": "real",
+           "usable": "true"}  # fmt: skip
+    assert value(s, "fastverify_spec_accepted_drafts_ratio", **lab, drafts="0") == 0.4
+    assert value(s, "fastverify_spec_recorded_accept_length", **lab, k="3") == pytest.approx(2.0)
+    assert value(s, "fastverify_spec_recorded_accept_length", **lab, k="1") == pytest.approx(1.6)
+    # a baseline server has no active steps
+    hub.set_engine(True, "ring-ll", "baseline", {}, "sim", None)
+    hub.on_sglang_metrics({"spec_num_steps": 0.0, "num_running_reqs": 1})
+    assert value(scrape(hub), "fastverify_spec_active_steps", profile="ring-ll",
+                 mode="baseline") is None  # fmt: skip
