@@ -41,9 +41,18 @@ _INTEGRAL_TOLERANCE = 1e-6
 
 
 def spec_cycle_seconds(
-    running_reqs: float | None, accept_len: float | None, gen_throughput: float | None
+    running_reqs: float | None,
+    accept_len: float | None,
+    gen_throughput: float | None,
+    itl_seconds: float | None = None,
 ) -> float | None:
-    """Seconds per draft+verify cycle, or None when any input is missing or not positive."""
+    """Seconds per draft+verify cycle, or None when any input is missing or not positive.
+    With `itl_seconds` (decode seconds per token per request, SGLang's inter-token latency
+    over the last poll) the cycle is `accept_len x itl_seconds`: decode only, the measure
+    bench and sweep use; else the decode loop's `running_reqs x accept_len /
+    gen_throughput`, whose throughput also counts prefill time between two log lines."""
+    if accept_len and itl_seconds and accept_len > 0 and itl_seconds > 0:
+        return accept_len * itl_seconds
     if not running_reqs or not accept_len or not gen_throughput:
         return None
     if running_reqs <= 0 or accept_len <= 0 or gen_throughput <= 0:
@@ -81,13 +90,14 @@ def verdict(
     accept_len: float | None,
     gen_throughput: float | None,
     baselines: dict[int, float],
+    itl_seconds: float | None = None,
 ) -> Verdict | None:
     """The verdict of one reading against the baseline of its concurrency.
 
     `baselines`: concurrency -> baseline tokens/s per request (of the same profile). None
     when the reading is incomplete, not taken at an integral concurrency, or no baseline
     was measured at that concurrency."""
-    cycle = spec_cycle_seconds(running_reqs, accept_len, gen_throughput)
+    cycle = spec_cycle_seconds(running_reqs, accept_len, gen_throughput, itl_seconds)
     n = concurrency_of(running_reqs)
     if cycle is None or n is None or accept_len is None:
         return None

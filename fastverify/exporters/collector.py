@@ -166,7 +166,8 @@ def decode_families(s: dict[str, Any]) -> list[Metric | None]:
         ]  # fmt: skip
     out += [
         _gauge("fastverify_spec_cycle_seconds",
-               "Whole draft+verify cycle = running_reqs * accept_len / gen_throughput",
+               "Whole draft+verify cycle per request = accept_len x SGLang's inter-token "
+               "latency since the last poll (else running_reqs * accept_len / gen_throughput)",
                s["spec_cycle_seconds"], PM, pm),
     ]  # fmt: skip
     v = s["verdict"]

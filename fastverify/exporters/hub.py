@@ -8,8 +8,10 @@ either changes; counters and the verify-cycle histogram are kept per (profile, m
 the life of the process so that `rate()` stays correct across switches.
 
 Derived figures (DESIGN.md, issue 4):
-- spec cycle seconds = running_reqs * accept_len / gen_throughput, all three taken from
-  one observation (one decode log line, or one poll of SGLang's /metrics);
+- spec cycle seconds = accept_len * the decode seconds per token one request saw since the
+  previous /metrics poll (SGLang's inter-token latency histogram: prefill excluded, the
+  measure bench and sweep use); without it, running_reqs * accept_len / gen_throughput,
+  all three taken from one observation (one decode log line, or one poll of /metrics);
 - break-even accept length = spec cycle seconds * baseline tokens/s per request, and
   speedup estimate = accept length / break-even, from the same reading and the baseline of
   the same profile measured at that reading's concurrency (`exporters.baseline.verdict`);
@@ -162,6 +164,8 @@ class MetricsHub:
         self._obs_metrics: Observation | None = None
         self._gen_tokens: deque[tuple[float, float]] = deque()  # (t, sglang counter)
         self._gen_tokens_raw: float | None = None
+        self._itl: tuple[float, float] | None = None  # (decode s per token per request, at)
+        self._itl_prev: tuple[float, float] | None = None  # SGLang ITL histogram (sum, count)
         self._gen_tokens_totals: dict[tuple[str, str], float] = {}
         self._trace: dict[str, Any] | None = None
         self._inspector: dict[str, Any] | None = None
@@ -409,6 +413,7 @@ class MetricsHub:
                 # no answer: nothing SGLang said earlier is current any more
                 self._obs_metrics = None
                 self._gen_tokens.clear()
+                self._itl = self._itl_prev = None
             else:
                 obs = Observation(at=now, source="sglang_metrics")
                 obs.gen_throughput = values.get("gen_throughput")
@@ -422,6 +427,7 @@ class MetricsHub:
                 total = values.get("generation_tokens_total")
                 if total is not None:
                     self._add_gen_tokens(now, float(total))
+                self._add_itl(now, values.get("itl_seconds_sum"), values.get("itl_count"))
             self.version += 1
 
     def _track_steps(self, now: float, steps: float | None, running: float | None) -> None:
@@ -461,7 +467,26 @@ class MetricsHub:
         if ok:
             self._source_last[source] = self._clock()
 
+    def _add_itl(self, now: float, total_s: float | None, count: float | None) -> None:
+        """Decode seconds per token per request since the previous poll, from SGLang's
+        inter-token latency histogram (kept until a poll brings new tokens; a counter that
+        went back, a restarted server, starts the deltas over)."""
+        if total_s is None or count is None:
+            return
+        prev, self._itl_prev = self._itl_prev, (float(total_s), float(count))
+        if prev is None or count < prev[1] or total_s < prev[0]:
+            return
+        if count > prev[1]:
+            self._itl = ((total_s - prev[0]) / (count - prev[1]), now)
+
+    def _itl_now(self, now: float) -> float | None:
+        if self._itl is None or now - self._itl[1] > self.observation_ttl_s:
+            return None
+        return self._itl[0]
+
     def _reset_live(self) -> None:
+        self._itl = None
+        self._itl_prev = None
         self._obs_log = None
         self._obs_metrics = None
         self._gen_tokens.clear()
@@ -559,13 +584,16 @@ class MetricsHub:
             cycle = None
             spec = None
             if eagle and obs is not None:
-                cycle = spec_cycle_seconds(obs.running_reqs, obs.accept_len, obs.gen_throughput)
+                itl = self._itl_now(now)
+                cycle = spec_cycle_seconds(
+                    obs.running_reqs, obs.accept_len, obs.gen_throughput, itl
+                )
                 rates = {
                     b.concurrency: b.per_request_tokens_per_second
                     for (name, conc), b in self._baselines.items()
                     if name == (self._profile or "") and conc is not None
                 }
-                spec = verdict(obs.running_reqs, obs.accept_len, obs.gen_throughput, rates)
+                spec = verdict(obs.running_reqs, obs.accept_len, obs.gen_throughput, rates, itl)
             accept_len = accept_rate = None
             if eagle and obs is not None and obs.accept_len:
                 # an accept length is never 0: SGLang's 0 means "no verify pass yet"

@@ -5,7 +5,8 @@ parser and returns `{"gen_throughput", "num_running_reqs", "num_queue_reqs",
 "spec_accept_length", "spec_accept_rate", "token_usage", "generation_tokens_total", ...}`;
 from 0.5.23 also `spec_verify_calls_total`, `is_cuda_graph` (min over schedulers),
 `startup_cuda_graph_seconds` (sum over phases), `weight_load_duration_seconds` and
-`cuda_graph_passes_total_<mode>` (`decode_cuda_graph`, `decode_none`, `prefill_...`).
+`cuda_graph_passes_total_<mode>` (`decode_cuda_graph`, `decode_none`, `prefill_...`), and
+`itl_seconds_sum` / `itl_count` (the inter-token latency histogram, every label set).
 Other labels (`moe_ep_rank`, `is_streaming`, ...) split groups that are then combined.
 SGLang labels scheduler series by `tp_rank` (and `dp_rank`/`pp_rank`): only the lowest
 tp_rank is read (the ranks of one TP group report the same batch), and gauges that are
@@ -50,6 +51,23 @@ _WANTED: dict[str, tuple[str, str]] = {
     "cuda_graph_passes": ("cuda_graph_passes_total", "sum"),
 }
 _SPLIT_BY = {"cuda_graph_passes": "mode"}  # series reported per value of one label
+
+
+def _itl_totals(families: list) -> dict[str, float]:
+    """`itl_seconds_sum` / `itl_count`: SGLang's inter-token latency histogram summed over
+    its label sets (0.5.23 `observe_inter_token_latency`: the sum grows by each decode
+    interval, the count by the tokens it brought), so their deltas between two polls are
+    the decode seconds per token one request saw, prefill (TTFT) excluded."""
+    out: dict[str, float] = {}
+    name = sglang_names.INTER_TOKEN_LATENCY_SECONDS
+    for fam in families:
+        if fam.name != name:
+            continue
+        for sample in fam.samples:
+            key = {name + "_sum": "itl_seconds_sum", name + "_count": "itl_count"}.get(sample.name)
+            if key is not None:
+                out[key] = out.get(key, 0.0) + float(sample.value)
+    return out
 
 
 class MetricsFetchError(RuntimeError):
@@ -100,7 +118,7 @@ def reduce(text: str) -> dict[str, float]:
             prev = groups[slot].get(key)
             if prev is None or tp < prev[0]:
                 groups[slot][key] = (tp, float(sample.value))
-    out: dict[str, float] = {}
+    out: dict[str, float] = _itl_totals(families)
     for slot, per_group in groups.items():
         base, _, part = slot.partition(":")
         ours, how = _WANTED[base]

@@ -146,6 +146,7 @@ def metric_facts() -> dict:
             series[full] = {"type": collector._type, "labels": list(collector._labelnames)}
     src = inspect.getsource(mc)
     return {
+        "itl": _itl_facts(),
         "errors": errors,
         "series": series,
         "scheduler_label_source": _dict_keys_in(src, '"moe_ep_rank": parallel.moe_ep_rank'),
@@ -162,6 +163,28 @@ def metric_facts() -> dict:
             set(__import__("re").findall(r'"((?:decode|prefill)_(?:cuda_graph|none))"', src))
         ),
     }
+
+
+def _itl_facts() -> dict:
+    """One EAGLE-style step through the real `observe_inter_token_latency` (3 tokens 0.03 s
+    after the last ones) into a histogram of SGLang's name (a collector needs a running
+    server's config to be built); the exposition text it gives, as reduce() reads it."""
+    import types
+
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+    from sglang.srt.observability import metrics_collector as mc
+
+    reg = CollectorRegistry()
+    his = Histogram("sglang:inter_token_latency_seconds", "ITL", ["model_name"], registry=reg,
+                    buckets=(0.005, 0.01, 0.02, 0.05, 0.1))  # fmt: skip
+    holder = types.SimpleNamespace(histogram_inter_token_latency=his, _histogram_cls=None)
+    try:
+        mc.TokenizerMetricsCollector.observe_inter_token_latency(
+            holder, {"model_name": "m"}, 0.03, 3
+        )
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"text": generate_latest(reg).decode()}
 
 
 def _find(mod, name):

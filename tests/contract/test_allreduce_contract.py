@@ -334,3 +334,47 @@ def test_sglang_points_flashinfer_at_its_cache_dir(
     assert out.stdout.strip().splitlines()[-1] == flashinfer_facts.workspace_base(
         {**env, "HOME": str(tmp_path)}
     )
+
+
+def test_flashinfer_copy_engine_kernels(flashinfer: Path) -> None:
+    """The copy-engine tactics' kernels, their streams and their closing handshake, as the
+    trace reader (fastverify/exporters/ce_groups.py) folds them into one all-reduce."""
+    comm = flashinfer / "data" / "include" / "flashinfer" / "comm"
+    ring = (comm / "pcie_ipc_ce_ring.cuh").read_text()
+    assert "namespace flashinfer {\nnamespace comm {\nnamespace pcie_ipc {" in ring
+    kernels = re.findall(r"__global__\s+void\s+(\w+)\(", ring)
+    assert sorted(kernels) == sorted(ar.CE_KERNELS)
+    assert {ar.CE_ROLES[k] for k in kernels} == {"publish", "wait", "add"}
+    flat = ring[ring.index("cudaError_t ce_ring_all_reduce_flat(") :]
+    flat = flat[: flat.index("\n}\n")]
+    # per step: publish on the flag stream, wait and add on the caller's stream ...
+    assert "ce_publish_flag_kernel<<<1, 1, 0, ce.flag_stream>>>" in flat
+    assert "ce_wait_flag_kernel<<<1, 1, 0, stream>>>" in flat
+    assert "ce_add_kernel<T><<<add_grid, threads, 0, stream>>>" in flat
+    assert "cudaMemcpyAsync(scratch_at(next, k, p), src, piece_bytes," in flat
+    # ... and the call closes with one publish then one wait, both on the caller's stream
+    tail = flat[flat.index("const int hs = ce_handshake_slot(world_size);") :]
+    assert re.findall(r"(ce_\w+_kernel)<<<1, 1, 0, (\w+(?:\.\w+)?)>>>", tail) == [
+        ("ce_publish_flag_kernel", "stream"),
+        ("ce_wait_flag_kernel", "stream"),
+    ]
+    island = ring[ring.index("cudaError_t ce_ring_all_reduce_island(") :]
+    tail = island[island.index("const int hs = ce_handshake_slot(world_size);") :]
+    tail = tail[: tail.index("return cudaGetLastError();")]
+    assert [k for k, _ in re.findall(r"(ce_\w+_kernel)<<<1, 1, 0, (\w+)>>>", tail)] == [
+        "ce_publish_flag_kernel", "ce_publish_flag_kernel",
+        "ce_wait_flag_kernel", "ce_wait_flag_kernel",
+    ]  # fmt: skip
+    # the memop variant: an extern "C" wait kernel, so kineto shows it without a namespace
+    sm120 = (comm / "pcie_ipc_ce_sm120.cuh").read_text()
+    assert 'extern "C" {' in sm120
+    assert re.search(r"__global__\s+void\s+" + ar.CE_MEMOP_WAIT_KERNEL + r"\(", sm120)
+    memop = (comm / "pcie_ipc_ce_memop.cuh").read_text()
+    assert f"{ar.CE_MEMOP_WAIT_KERNEL}<<<1, 1, 0, stream>>>" in memop
+    # the autotuner can pick them (4 and 8 ranks; never 2)
+    policy = _seed_policy(flashinfer)
+    names = {v.name for v in policy["IpcVariant"]}
+    assert {"COPY_ENGINE_RING", "COPY_ENGINE_ISLAND", "COPY_ENGINE_RING_MEMOP"} <= names
+    ce = policy["IpcLaunchConfig"](1, policy["CE_THREADS"], policy["IpcVariant"].COPY_ENGINE_RING)
+    assert not policy["_is_launchable"](2, ce, 16)
+    assert policy["_is_launchable"](4, ce, 16) and policy["_is_launchable"](8, ce, 16)

@@ -280,3 +280,18 @@ def test_launch_args_cover_the_mode_mapping() -> None:
     args = launch_args(server, "eagle3", {"cuda-graph": "off"}, MODEL)
     assert args.speculative is not None and not args.cuda_graph
     assert LaunchArgs.from_argv(args.to_argv("new")) == args
+
+
+def test_the_inter_token_latency_the_exporter_reads(probe: dict[str, Any]) -> None:
+    """SGLang 0.5.23 records a step of n tokens after `interval` seconds as the histogram's
+    sum + interval and count + n; the exporter's reduce() reads exactly that from the real
+    exposition (its live cycle = accept length x sum delta / count delta). The sim records
+    the same (interval / n, n times): tests/hardening/test_user_output_round2.py's live
+    break-even against a concurrent bench."""
+    from fastverify.exporters.sglang_metrics import reduce
+
+    itl = probe["metrics"]["itl"]
+    assert "error" not in itl, itl
+    got = reduce(itl["text"])
+    assert got["itl_seconds_sum"] == pytest.approx(0.03)
+    assert got["itl_count"] == 3

@@ -152,7 +152,13 @@ def test_decision_is_applied_served_recorded_and_exported(tuned: dict[str, Any])
     assert dec["applied"] is True and dec["backend"] == backend
     assert (st["state"], st["profile"], st["mode"], st["trial"]) == (
         "READY", dec["profile"], dec["mode"], False)  # fmt: skip
-    assert "2.00" in dec["why"] and "95% CI" in dec["why"]
+    # the accept length it decided with: the command line's 2.00, or, when the trial left
+    # the mode open and a real EAGLE-3 load measured one, that
+    (confirm,) = [r for r in tuned["journal"]
+                  if r.get("event") == "stage_finished" and r.get("name") == "confirm"]  # fmt: skip
+    measured = (confirm["data"].get("eagle3") or {}).get("accept_length_mean")
+    accept = f"accept length {measured:.2f} (measured" if measured else "2.00"
+    assert accept in dec["why"] and "95% CI" in dec["why"], dec["why"]
     rec = [h for h in tuned["history"] if h["kind"] == "decision"]
     assert len(rec) == 1 and rec[0]["result"] == "applied"
     assert (rec[0]["profile"], rec[0]["mode"], rec[0]["backend"]) == (

@@ -344,7 +344,10 @@ class Scheduler(threading.Thread):
             r.generated += n
             produced += n
             if self.metrics and r.log_metrics and r.last_token_at is not None and n:
-                self.metrics.itl.observe((now - r.last_token_at) / n)
+                # as SGLang 0.5.23's observe_inter_token_latency: interval / n, n times
+                # (the histogram's sum grows by the interval, its count by n tokens)
+                for _ in range(n):
+                    self.metrics.itl.observe((now - r.last_token_at) / n)
             r.last_token_at = now
             if self.metrics and r.log_metrics and n:
                 self.metrics.generation_tokens(r.stream).inc(n)

@@ -81,6 +81,34 @@ def test_spec_cycle_breakeven_and_speedup(hub: MetricsHub) -> None:
     assert "fastverify_spec_breakeven_accept_length" not in names(s)
 
 
+def test_the_live_cycle_is_decode_only_from_sglangs_inter_token_latency(
+    hub: MetricsHub,
+) -> None:
+    """Issue 34, item 7: with SGLang's ITL histogram, cycle = accept x decode seconds per token
+    between two polls (prefill excluded, as bench measures); a counter that goes back (a
+    restarted server) starts over; without it, the decode-loop formula as before."""
+    hub.set_baseline("ring-ll", 82.0, 100.0, hub.now(), concurrency=1)
+    base = {"gen_throughput": 50.0, "num_running_reqs": 1.0, "spec_accept_length": 2.0}
+    hub.on_sglang_metrics({**base, "itl_seconds_sum": 1.0, "itl_count": 100.0})
+    pm = {"profile": "ring-ll", "mode": "eagle3"}
+    s = scrape(hub)  # one poll: no delta yet, the decode loop's figure (1 x 2 / 50)
+    assert value(s, "fastverify_spec_cycle_seconds", **pm) == pytest.approx(0.04)
+    # 60 tokens in 0.3 s of decode intervals: 5 ms per token, 10 ms per 2-token cycle
+    hub.on_sglang_metrics({**base, "itl_seconds_sum": 1.3, "itl_count": 160.0})
+    s = scrape(hub)
+    assert value(s, "fastverify_spec_cycle_seconds", **pm) == pytest.approx(0.010)
+    pmc = {**pm, "concurrency": "1"}
+    be = value(s, "fastverify_spec_breakeven_accept_length", **pmc)
+    assert be == pytest.approx(0.010 * 100.0)  # cycle x baseline per-request rate
+    assert value(s, "fastverify_spec_speedup_estimate", **pmc) == pytest.approx(2.0 / be)
+    # a poll without new tokens keeps the last figure; a reset counter starts over
+    hub.on_sglang_metrics({**base, "itl_seconds_sum": 1.3, "itl_count": 160.0})
+    assert value(scrape(hub), "fastverify_spec_cycle_seconds", **pm) == pytest.approx(0.010)
+    hub.on_sglang_metrics({**base, "itl_seconds_sum": 0.1, "itl_count": 10.0})
+    hub.on_sglang_metrics({**base, "itl_seconds_sum": 0.3, "itl_count": 30.0})
+    assert value(scrape(hub), "fastverify_spec_cycle_seconds", **pm) == pytest.approx(0.020)
+
+
 def test_baseline_mode_has_no_spec_figures(hub: MetricsHub) -> None:
     hub.set_engine(True, "ring-ll", "baseline", {}, "sim", None)
     hub.on_log_line(

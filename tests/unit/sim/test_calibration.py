@@ -127,3 +127,17 @@ def test_published_end_to_end_gain_is_stated_beside_the_sims() -> None:
     assert sim_gain > tpot
     doc = (REPO / "docs" / "sim.md").read_text()
     assert f"{sim_gain:.2f}x" in doc and "1.55x" in doc and "1.37x" in doc
+
+
+def test_host_memory_path_costs_what_the_rehearsal_measured(rehearsal: dict[str, Any]) -> None:
+    """The assumed SHM factors against the one measurement of a host-memory path: ring-ll's
+    all-reduce with P2P off vs over NVLink on 2 x H200."""
+    (p2p_off,) = [p for p in rehearsal["_doc"]["profiles"]
+                  if p["profile"] == "ring-ll" and p["path"] == "p2p-off"]  # fmt: skip
+    measured = p2p_off["allreduce_ms_per_verify"] / rehearsal["allreduce_ms_per_verify"]
+    nbytes = costmodel.DEFAULT_NUM_DRAFT_TOKENS * costmodel.HIDDEN * costmodel.BYTES_PER_ELEM
+    p2p = costmodel.allreduce_cost(ncclenv.resolve(field.RING_LL), nbytes, 8)
+    shm = costmodel.allreduce_cost(
+        ncclenv.resolve(dict(field.RING_LL, NCCL_P2P_DISABLE="1")), nbytes, 8
+    )
+    assert shm.own_seconds / p2p.own_seconds == pytest.approx(measured, rel=0.10)
