@@ -8,7 +8,8 @@ CE_KERNELS`). `fold` turns those kernels back into all-reduces:
 
 - a group is a run of copy-engine kernels on one device with no other kernel between them
   on the caller's stream (the streams that carry the group's flag waits and adds): the
-  model's compute between two all-reduces always runs there;
+  model's compute between two all-reduces always runs there (a trace with no other kernel
+  on those streams: any other kernel on the device);
 - a group holds as many all-reduces as its caller's stream has closing handshakes (a run
   of publishes), which separates all-reduces issued back to back; the handshakes are only
   told apart from per-step publishes when those run elsewhere (a flag stream) or not at
@@ -117,7 +118,10 @@ def fold(
     for device, ce in by_device.items():
         ce.sort(key=lambda k: k.ts)
         main = _main_tids(ce)
-        starts = [t for t, tid in boundaries.get(device, ()) if tid in main]
+        others = boundaries.get(device, ())
+        starts = [t for t, tid in others if tid in main]
+        if not starts:  # no other kernel shares their stream: any kernel on the device
+            starts = [t for t, _ in others]
         copies = list((memcpys or {}).get(device, ()))
         copy_starts = [c[0] for c in copies]
         groups: list[list[K]] = [[ce[0]]]

@@ -295,8 +295,8 @@ def _needles(want_launches: bool) -> tuple[bytes, ...]:
         b'user_annotation"',
         b"Kernel_AllReduce",
         b"cross_device_reduce_",
-        _PCIE_IPC_NS.encode(),  # also FlashInfer's copy-engine kernels (ce_*_kernel)
-        allreduce.CE_MEMOP_WAIT_KERNEL.encode(),
+        _PCIE_IPC_NS.encode(),
+        *(name.encode() for name in allreduce.CE_ROLES),  # FlashInfer's copy-engine kernels
     )
     return (*base, b'"cuda_runtime"', b'"cuda_driver"') if want_launches else base
 

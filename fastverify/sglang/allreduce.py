@@ -197,13 +197,11 @@ CE_ROLES = {
     CE_MEMOP_WAIT_KERNEL: "memop_wait",
 }
 _CE_RE = re.compile(
-    r"(?:"
+    r"^(?:void )?(?:"
     + re.escape(KERNEL_NAMESPACE)
-    + r"("
-    + "|".join(CE_KERNELS)
-    + r")|\b("
-    + CE_MEMOP_WAIT_KERNEL
-    + r"))\b"
+    + r")?("
+    + "|".join((*CE_KERNELS, CE_MEMOP_WAIT_KERNEL))
+    + r")(?=[<( ]|$)"
 )
 
 
@@ -214,8 +212,8 @@ def ce_role(name: str) -> str | None:
     int*)`), else None."""
     if "ce_" not in name:
         return None
-    m = _CE_RE.search(name)
-    return None if m is None else CE_ROLES[m.group(1) or m.group(2)]
+    m = _CE_RE.match(name)
+    return None if m is None else CE_ROLES[m.group(1)]
 
 
 def is_pcie_ipc_kernel(name: str) -> bool:

@@ -122,6 +122,12 @@ def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
             r'steps="3",usable="true",weights="real"\} (\S+)', text)  # fmt: skip
         assert len(real) == 4 and abs(sum(map(float, real)) - 1) < 1e-6
         assert "fastverify_spec_recorded_accept_length{" in text
+        # profile set --mode adaptive serves the same plan on another profile
+        r = d.ctl("profile", "set", "ring-simple", "--mode", "adaptive")
+        assert r.returncode == 0, r.stdout + r.stderr
+        st = d.status()
+        assert (st["profile"], st["mode"]) == ("ring-simple", "adaptive")
+        assert str(cfg_path) in d.client.get("/v1/server/argv")["argv"]
 
 
 def test_adaptive_disabled_by_sglang_fails_and_rolls_back(tmp_path: Path) -> None:

@@ -183,6 +183,24 @@ def test_one_stream_group_between_compute_kernels_is_one_all_reduce(tmp_path: Pa
     assert result["allreduce_ms_per_verify"] == pytest.approx((6.0 + 6.0 + 8.0) / 1000.0)
 
 
+def test_bare_names_and_copy_engine_streams_apart_from_compute(tmp_path: Path) -> None:
+    """Names without the namespace, and the copy-engine kernels on streams of their own:
+    the compute kernels between them still separate the all-reduces."""
+    tr = Trace()
+    t0 = tr.t
+    bare = {ADD: "void ce_add_kernel<__nv_bfloat16>(uint4*, uint4 const*, uint4 const*, long)",
+            PUBLISH: "ce_publish_flag_kernel(int*, int*)", WAIT: "ce_wait_flag_kernel"}  # fmt: skip
+    for _ in range(5):
+        tr.kernel(COMPUTE, 10.0)
+        for name in (WAIT, ADD, PUBLISH, WAIT):
+            tr.kernel(bare[name], 2.0, tid=40)
+    tr.kernel(COMPUTE, 10.0)
+    tr.span("step[VERIFY bs=1]", t0, tr.t)
+    result = analyze(tr.write(tmp_path / "bare-TP-0.trace.json.gz"))
+    assert result["allreduce_per_verify"] == 5.0
+    assert result["allreduce_ms_per_verify"] == pytest.approx(5 * 8.0 / 1000.0)
+
+
 def test_copy_engine_beside_sm_kernels_and_nccl(tmp_path: Path) -> None:
     """Tactics differ per shape: SM kernels at one size, copy-engine rings at another, NCCL
     for what PCIe-IPC does not take. Every family's all-reduce is one."""
