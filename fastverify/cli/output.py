@@ -12,7 +12,8 @@ consistent and keep heavy imports off the start-up path:
   `EXIT_OK` 0, `EXIT_PROBLEMS` 1 (validation problems, a failed or rolled-back operation,
   a failed check), `EXIT_USAGE` 2 (bad arguments, unknown or invalid profile; click's own
   code for usage errors), `EXIT_UNAVAILABLE` 3 (the daemon is not reachable, stopped,
-  overloaded or reset the connection), `EXIT_BUSY` 4 (another operation in flight),
+  overloaded or reset the connection), `EXIT_BUSY` 4 (another operation in flight, or an
+  experiment's lease),
   `EXIT_LOST` 5 (the connection broke after the daemon accepted an operation),
   `EXIT_MISSING_DEPENDENCY` 6 (an optional dependency is not installed), `EXIT_CANCELLED` 7
   (the operation was cancelled), `EXIT_INTERRUPTED` 130 (Ctrl-C, as shells report SIGINT).

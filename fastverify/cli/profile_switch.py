@@ -11,7 +11,8 @@ to cancel it (`fastverifyctl cancel`).
 
 Exit codes (fastverify.cli.output; docs/api.md): 0 READY and verified (or nothing to do),
 1 failed or rolled back, 2 usage or invalid profile/mode, 3 daemon unreachable, 4 another
-operation in flight (pass --queue to wait), 5 connection lost after the daemon accepted,
+operation in flight (pass --queue to wait) or a sweep/tune holds the daemon's lease (pass
+--force to switch anyway), 5 connection lost after the daemon accepted,
 7 cancelled, 130 interrupted (the operation goes on in the daemon).
 """
 
@@ -413,7 +414,7 @@ def set_cmd(
 
     NAME and mode already serving: nothing is done (exit 0) unless --restart. Exit codes:
     0 ok, 1 failed/rolled back, 2 invalid profile or usage, 3 daemon unreachable, 4 another
-    switch in flight, 5 connection lost, 7 cancelled, 130 interrupted.
+    switch in flight or a sweep/tune's lease, 5 connection lost, 7 cancelled, 130 interrupted.
     """
     refusal = _path_refusal(name)
     if refusal:

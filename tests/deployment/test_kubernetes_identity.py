@@ -25,23 +25,11 @@ from typing import Any
 
 import pytest
 
-from tests.deployment.test_kubernetes import ctl, docs, one
+from tests.deployment.test_kubernetes import ctl, docs, kubelet_volume, one
 
 from .conftest import Docker, run
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
-
-
-def kubelet_configmap(root: Path, data: dict[str, str]) -> Path:
-    """A ConfigMap volume as the kubelet writes it: files in `..<stamp>/`, `..data` link."""
-    stamp = root / "..2026_12_01_00_00_00.000000001"
-    stamp.mkdir(parents=True)
-    for key, text in data.items():
-        (stamp / key).write_text(text, encoding="utf-8")
-        (stamp / key).chmod(0o644)
-        os.symlink(f"..data/{key}", root / key)
-    os.symlink(stamp.name, root / "..data")
-    return root
 
 
 def in_netns(pid: int, url: str) -> tuple[int, str]:
@@ -80,7 +68,7 @@ def docker_args(pod: dict[str, Any], objs: list[dict[str, Any]], host: Path) -> 
         v = volumes[m["name"]]
         src = host / m["name"]
         if "configMap" in v:
-            kubelet_configmap(src, configmaps[v["configMap"]["name"]].get("data") or {})
+            kubelet_volume(src, configmaps[v["configMap"]["name"]].get("data") or {})
             os.chown(src, 0, psc["fsGroup"])
         elif "emptyDir" in v and v["emptyDir"].get("medium") == "Memory":
             args += ["--shm-size", str(int(v["emptyDir"]["sizeLimit"].rstrip("Mi")) * 2**20)]

@@ -452,3 +452,21 @@ def test_the_live_break_even_agrees_with_the_measured_rates(tmp_path: Path) -> N
     assert len(seen) >= 3, seen
     live = statistics.median(seen[len(seen) // 3 :])  # past the first polls of the load
     assert live == pytest.approx(measured, rel=0.10), (live, measured, seen)
+
+
+def test_sweep_without_matplotlib_says_its_plot_was_skipped(tmp_path: Path) -> None:
+    """Item 1, sweep.png: an install without the plot extra says so, and how to get it."""
+    out = tmp_path / "sw"
+    with DaemonHarness(tmp_path, sim_load_seconds=0.3,
+                       config={"daemon": {"trace_period_s": 0}}) as d:  # fmt: skip
+        args = ("sweep", "ring-ll", "--repeats", "1", "--duration", "1", "--output-len", "16",
+                "--input-len", "16", "--output", str(out))  # fmt: skip
+        r = d.ctl(*args, env=without_matplotlib(tmp_path), timeout=300)
+        j = d.ctl(*args[:-2], "--output", str(tmp_path / "sw2"), "--json",
+                  env=without_matplotlib(tmp_path), timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "warning: plots skipped: matplotlib is not installed" in r.stderr, r.stderr[-2000:]
+    assert "fastverify[plot]" in r.stderr and "plot: " not in r.stdout
+    assert not (out / "sweep.png").exists()
+    doc = json.loads(j.stdout)
+    assert doc["plot"] is None and doc["plot_skipped"].startswith("plots skipped: matplotlib")

@@ -318,3 +318,26 @@ def test_adaptive_predicted_from_the_stored_plan_at_the_tunes_concurrency() -> N
     assert win["mode"] == "adaptive"
     assert decide.adaptive_options(rows, plan, 8) == []  # tier 8 does not draft
     assert decide.adaptive_options(rows, {}, 1) == []  # no plan
+
+
+def test_the_funnel_plot_counts_profiles_in_whole_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: the funnel's count axis had ticks at 0.5 (matplotlib's default locator)."""
+    pytest.importorskip("matplotlib", reason="matplotlib (the plot extra) is not installed")
+    from matplotlib.figure import Figure
+
+    from fastverify.experiments.tune import report
+
+    ticks: dict[str, list[float]] = {}
+    save = Figure.savefig
+
+    def spy(self: Figure, fname: Any, *a: Any, **kw: Any) -> Any:
+        ticks[Path(fname).name] = [float(t) for ax in self.axes for t in ax.get_xticks()]
+        return save(self, fname, *a, **kw)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    data = {"candidates": {"candidates": [{"name": "a"}, {"name": "b"}]}}
+    drawn = report.draw_plots(tmp_path, {"decision": {"profile": "a"}}, data)
+    assert drawn == {"files": {"funnel": "funnel.png"}, "skipped": None}
+    assert ticks["funnel.png"] and all(t.is_integer() for t in ticks["funnel.png"]), ticks
