@@ -295,8 +295,7 @@ def _needles(want_launches: bool) -> tuple[bytes, ...]:
         b'user_annotation"',
         b"Kernel_AllReduce",
         b"cross_device_reduce_",
-        _PCIE_IPC_NS.encode(),
-        *(name.encode() for name in allreduce.CE_ROLES),  # FlashInfer's copy-engine kernels
+        _PCIE_IPC_NS.encode(),  # also FlashInfer's copy-engine kernels (ce_*_kernel)
     )
     return (*base, b'"cuda_runtime"', b'"cuda_driver"') if want_launches else base
 
@@ -430,9 +429,11 @@ def extract(path: str | Path, want_launches: bool = False) -> Extract:
     except _Ambiguous:
         ex = exact_events(path, want_launches)
     if any(ce_groups.is_ce(k.name) for k in ex.kernels):
-        devices = {k.device for k in ex.kernels if ce_groups.is_ce(k.name)}
-        starts, copies = _other_kernel_starts(Path(path), devices)
-        ex.kernels = ce_groups.fold(ex.kernels, starts, _refold, copies)
+        # a copy-engine all-reduce always has namespaced kernels (its closing handshake), so
+        # the needles find it; the whole file is then read for the rest of its picture
+        ce, starts, copies = _copy_engine_context(Path(path))
+        kept = [k for k in ex.kernels if not ce_groups.is_ce(k.name)]
+        ex.kernels = ce_groups.fold(kept + ce, starts, _refold, copies)
     return ex
 
 
@@ -440,32 +441,40 @@ def _refold(first: Kernel, ts: float, dur: float, name: str) -> Kernel:
     return first._replace(ts=ts, dur=dur, name=name)
 
 
-def _other_kernel_starts(
-    path: Path, devices: set[Any]
-) -> tuple[dict[Any, list[tuple[float, Any]]], dict[Any, list[tuple[float, float]]]]:
-    """Per device in `devices`, sorted: (start, stream) of every kernel that is not a
-    copy-engine kernel (the boundaries between copy-engine all-reduces), and (start,
-    duration) of every device-to-device memcpy. Read in full: only traces with copy-engine
-    kernels pay for it."""
+def _copy_engine_context(
+    path: Path,
+) -> tuple[list[Kernel], dict[Any, list[tuple[float, Any]]], dict[Any, list[tuple[float, float]]]]:
+    """Read in full (only traces with copy-engine kernels pay for it): every copy-engine
+    kernel (the memop variant's extern "C" wait kernel has no needle), and per device,
+    sorted, (start, stream) of every other kernel (the boundaries between copy-engine
+    all-reduces) and (start, duration) of every device-to-device memcpy."""
     try:
         with _open(path) as fh:
             doc = orjson.loads(fh.read())
     except (OSError, EOFError, zlib.error, orjson.JSONDecodeError) as exc:
         raise TraceError(f"{path}: not a readable chrome trace ({exc})") from None
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    ce: list[Kernel] = []
     starts: dict[Any, list[tuple[float, Any]]] = {}
     copies: dict[Any, list[tuple[float, float]]] = {}
     for ev in events if isinstance(events, list) else ():
-        if not isinstance(ev, dict) or ev.get("pid") not in devices or ev.get("ph") != "X":
+        if not isinstance(ev, dict) or ev.get("ph") != "X" or "ts" not in ev:
             continue
         cat, name = ev.get("cat"), str(ev.get("name", ""))
-        if cat == "kernel" and not ce_groups.is_ce(name):
-            starts.setdefault(ev["pid"], []).append((float(ev["ts"]), ev.get("tid")))
+        if cat == "kernel":
+            if ce_groups.is_ce(name):
+                args = ev.get("args")
+                corr = args.get("correlation") if isinstance(args, dict) else None
+                ts, dur = float(ev["ts"]), float(ev.get("dur", 0.0))
+                ce.append(Kernel(ev.get("pid"), ts, dur, name, corr, ev.get("tid")))
+            else:
+                starts.setdefault(ev.get("pid"), []).append((float(ev["ts"]), ev.get("tid")))
         elif cat == "gpu_memcpy" and "DtoD" in name:
-            copies.setdefault(ev["pid"], []).append((float(ev["ts"]), float(ev.get("dur", 0))))
+            row = (float(ev["ts"]), float(ev.get("dur", 0.0)))
+            copies.setdefault(ev.get("pid"), []).append(row)
     for rows in (*starts.values(), *copies.values()):
         rows.sort(key=lambda row: row[0])
-    return starts, copies
+    return ce, starts, copies
 
 
 # ------------------------------------------------------------------ analysis

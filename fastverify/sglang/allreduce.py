@@ -199,9 +199,11 @@ CE_ROLES = {
 _CE_RE = re.compile(
     r"^(?:void )?(?:"
     + re.escape(KERNEL_NAMESPACE)
-    + r")?("
-    + "|".join((*CE_KERNELS, CE_MEMOP_WAIT_KERNEL))
-    + r")(?=[<( ]|$)"
+    + r"("
+    + "|".join(CE_KERNELS)
+    + r")|("
+    + CE_MEMOP_WAIT_KERNEL
+    + r"))(?=[<( ]|$)"
 )
 
 
@@ -213,7 +215,7 @@ def ce_role(name: str) -> str | None:
     if "ce_" not in name:
         return None
     m = _CE_RE.match(name)
-    return None if m is None else CE_ROLES[m.group(1)]
+    return None if m is None else CE_ROLES[m.group(1) or m.group(2)]
 
 
 def is_pcie_ipc_kernel(name: str) -> bool:
