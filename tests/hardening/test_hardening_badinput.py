@@ -76,7 +76,13 @@ CORPUS: dict[str, tuple[bytes, int, str]] = {
     "extends-self": (b"# description: x\n# extends: corpus-extends-self\n", 2, "extends"),
 }
 
-LOC = re.compile(r"^(?P<path>.+?):(?P<line>\d+): ", re.M)
+# path:line: what (a whole-file problem, such as the size, has no line: path: what)
+LOC = re.compile(r"^(?P<path>/[^:\n]+):(?:(?P<line>\d+):)? ", re.M)
+
+
+def where(path: Path, line: int) -> str:
+    """The prefix a problem on `line` of `path` starts with (0: the whole file)."""
+    return f"{path}:{line}: " if line else f"{path}: "
 
 
 def _ctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -103,10 +109,10 @@ def test_profile_file_corpus_cli_validate(tmp_path: Path, case: str) -> None:
     out = r.stdout + r.stderr
     assert "Traceback" not in out, out[-3000:]
     assert r.returncode == 1, (r.returncode, out[:2000])
-    locs = [(m["path"], int(m["line"])) for m in LOC.finditer(out)]
+    locs = [(m["path"], int(m["line"] or 0)) for m in LOC.finditer(out)]
     assert locs and all(p == str(path) for p, _ in locs), out[:2000]
     if words:
-        errors = [ln for ln in out.splitlines() if ln.startswith(f"{path}:{line}: ")]
+        errors = [ln for ln in out.splitlines() if ln.startswith(where(path, line))]
         hits = [ln for ln in errors if words in ln and ": warning:" not in ln]
         assert hits, f"no error naming line {line} with {words!r}:\n{out[:2000]}"
     assert len(out) < 200_000, "the error output echoes a huge value back"
@@ -144,7 +150,7 @@ def test_profile_file_corpus_refused_by_daemon(daemon: DaemonHarness, case: str)
         problems = err.value.body["problems"]
         assert all(LOC.match(p) for p in problems), problems[:5]
         if words:
-            assert any(p.startswith(f"{path}:{line}: ") and words in p for p in problems), problems
+            assert any(p.startswith(where(path, line)) and words in p for p in problems), problems
         r = daemon.ctl("profile", "set", name)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
         assert str(path) in r.stderr
