@@ -97,7 +97,7 @@ def phase(url: str, concurrency: int, seconds: float, output_len: int) -> dict[s
 
 
 def search(args: argparse.Namespace) -> dict[str, Any]:
-    from fastverify.engines.sim import costmodel
+    from fastverify.engines.sim import allreduce_sim, costmodel
     from fastverify.engines.sim.costtable import engine_costs
     from fastverify.speculation.curve import chain_histogram
 
@@ -107,8 +107,10 @@ def search(args: argparse.Namespace) -> dict[str, Any]:
         env = dict(profile.env)
         if costmodel.predict(env, "baseline", args.tp_size, 1, True).error:
             continue  # cannot serve with CUDA graphs (tree-ll)
-        costs = engine_costs(env, tp_size=args.tp_size, batch_sizes=sizes, max_steps=args.steps)
-        for length in (1.5, 2.0, 2.5, 3.0, 3.5, 3.9):
+        bound = allreduce_sim.served_bound(env, args.tp_size, ())  # PCIe-IPC as served
+        costs = engine_costs(env, tp_size=args.tp_size, batch_sizes=sizes, max_steps=args.steps,
+                             pcie_ipc_max_bytes=bound)  # fmt: skip
+        for length in (1.5, 1.75, 2.0, 2.25, 2.5, 3.0, 3.5, 3.9):
             curve = AcceptCurve.from_histogram(chain_histogram(length, args.steps, 100_000))
             tiers = spec_plan.make_plan(curve, costs, sizes).tiers
             row = {"profile": profile.name, "accept_length": length,

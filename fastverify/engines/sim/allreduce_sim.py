@@ -235,7 +235,7 @@ def bf16(args: cli_args.SimArgs) -> bool:
     return served_dtype(args) == "bfloat16"
 
 
-def _served_bound(env: Mapping[str, str], tp_size: int, argv: tuple[str, ...]) -> int | None:
+def served_bound(env: Mapping[str, str], tp_size: int, argv: tuple[str, ...]) -> int | None:
     """The byte bound PCIe-IPC serves on a sim server of this environment and argv."""
     args = cli_args.parse(["--model-path", "sim", "--tp-size", str(tp_size), *argv])
     ipc = enabled(env, args) and bf16(args) and args.flashinfer != "workspace-fail"
@@ -261,7 +261,7 @@ def served_prediction(
         batch_size,
         cuda_graph,
         accept_length,
-        pcie_ipc_max_bytes=_served_bound(env, tp_size, argv),
+        pcie_ipc_max_bytes=served_bound(env, tp_size, argv),
     )
 
 
@@ -284,7 +284,7 @@ def served_stream_rate(
     if pred.error or pred.tokens_per_second <= 0:
         return 0.0
     prefill = costmodel.prefill_seconds(
-        env, tp_size, input_tokens, mode, pcie_ipc_max_bytes=_served_bound(env, tp_size, argv)
+        env, tp_size, input_tokens, mode, pcie_ipc_max_bytes=served_bound(env, tp_size, argv)
     )
     return output_tokens / (prefill + max(0, output_tokens - 1) / pred.tokens_per_second)
 

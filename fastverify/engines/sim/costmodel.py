@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 from fastverify.engines.sim import ncclenv
 from fastverify.sglang import spans
+from fastverify.sglang.allreduce import PUBLISHED_US, PUBLISHED_WORLD
 
 # --- model shape (Kimi-K2.5-like MoE, bf16; examples/model-configs/kimi-k2.5.json) ---
 N_LAYERS = 61
@@ -81,9 +82,14 @@ LAUNCH_GAP_US = 4.18
 # (~30 ms) and the spec cycle (~30 ms = break-even 2.46 x 12.2 ms) ---
 COMPUTE_DECODE_S = 1.307e-3  # one target forward over 1 token, CUDA graphs on
 SMALL_MSG_BW_BYTES_PER_US = 572.0  # wire bytes of a small all-reduce on the field's fabric
-# where PCIe's small-message regime ends: SGLang's published NCCL figures on an 8-GPU PCIe
-# host (pcie_ipc_ar.py) grow at 0.40-0.88 GB/s up to 384 KiB and at ~3.7 GB/s beyond it
-SMALL_MSG_BYTES = 384 * 1024
+# SGLang's published NCCL figures on an 8-GPU PCIe host (pcie_ipc_ar.py; the one table is
+# fastverify/sglang/allreduce.py PUBLISHED_US): they grow at 0.40-0.88 GB/s of wire bytes up
+# to 384 KiB (the small-message regime, fitted to the field above) and then 43x from 384 KiB
+# (1169.3 us) to 100 MiB (50400 us). Beyond 384 KiB a message costs what that published
+# curve adds over its 384 KiB figure (log-log between the points, as for PCIe-IPC: 4x the
+# bytes ~2.5x the time), unless the link itself (PCIE_BW x protocol efficiency x transport)
+# is slower still.
+SMALL_MSG_BYTES = PUBLISHED_US[-2][0]  # 384 KiB
 
 # --- not calibrated (no figure for them in any source; kept from the first model) ---
 PREFILL_PER_TOKEN_S = 0.025e-3  # per prompt token in a prefill forward (batched GEMMs)
@@ -137,12 +143,9 @@ DEFAULT_NUM_DRAFT_TOKENS = 4
 # 8x SM120 host (NUMA halves 0-3/4-7), hidden 6144 bf16, message bytes -> microseconds,
 # beside NCCL's 205.1 / 584.9 / 1169.3 / 50400 us there. Interpolated log-log between
 # points; other world sizes scale the 8-rank figure by their hop count (2(n-1) / 14).
-PCIE_IPC_POINTS_US = (
-    (12 * 1024, 5.3),
-    (96 * 1024, 15.3),
-    (384 * 1024, 34.6),
-    (100 * 1024 * 1024, 8500.0),
-)
+PCIE_IPC_POINTS_US = tuple((nbytes, ipc_us) for nbytes, ipc_us, _nccl_us in PUBLISHED_US)
+# NCCL's figures beside them on that host (default NCCL settings), the large-message curve
+PUBLISHED_NCCL_POINTS_US = tuple((nbytes, nccl_us) for nbytes, _ipc_us, nccl_us in PUBLISHED_US)
 PCIE_IPC_LAUNCH_US = 6.0  # per eager launch (a custom kernel: no NCCL host path)
 # SGLang's published end-to-end gain with PCIe-IPC (pcie_ipc_ar.py, TP 8, 8k context, a
 # decode-sized workspace): TPOT 21.14 -> 13.62 ms, output 35.02 -> 48.05 tok/s
@@ -255,34 +258,43 @@ class Prediction:
         return self.tokens_per_second / self.batch_size if self.batch_size else 0.0
 
 
+def published_us(points: tuple[tuple[int, float], ...], nbytes: float) -> float:
+    """Microseconds at `nbytes` on a published (bytes, us) curve: the first point's time
+    below it (latency-bound), log-log interpolation between points, linear in bytes
+    beyond the last."""
+    if nbytes <= points[0][0]:
+        return points[0][1]
+    if nbytes >= points[-1][0]:
+        return points[-1][1] * nbytes / points[-1][0]
+    for (b0, t0), (b1, t1) in itertools.pairwise(points):
+        if b0 <= nbytes <= b1:
+            return t0 * (t1 / t0) ** (math.log(nbytes / b0) / math.log(b1 / b0))
+    return points[-1][1]  # unreachable: the points are sorted by bytes
+
+
 def pcie_ipc_seconds(nbytes: int, tp_size: int) -> float:
-    """One FlashInfer PCIe-IPC all-reduce, from the published 8-rank figures: the 12 KiB
-    time below 12 KiB (latency-bound), log-log interpolation between the points,
-    linear in bytes above 100 MiB."""
-    pts = PCIE_IPC_POINTS_US
-    if nbytes <= pts[0][0]:
-        us = pts[0][1]
-    elif nbytes >= pts[-1][0]:
-        us = pts[-1][1] * nbytes / pts[-1][0]
-    else:
-        us = pts[-1][1]
-        for (b0, t0), (b1, t1) in itertools.pairwise(pts):
-            if b0 <= nbytes <= b1:
-                f = math.log(nbytes / b0) / math.log(b1 / b0)
-                us = t0 * (t1 / t0) ** f
-                break
-    return us * (2 * (tp_size - 1)) / 14.0 * 1e-6
+    """One FlashInfer PCIe-IPC all-reduce, from the published 8-rank figures; other world
+    sizes scale by their hop count."""
+    return published_us(PCIE_IPC_POINTS_US, nbytes) * (2 * (tp_size - 1)) / 14.0 * 1e-6
 
 
 def _data_us(wire: float, nbytes: int, bw_factor: float, proto_eff: float) -> float:
     """Time on the wire: the share of a message within PCIe's small-message regime at the
-    field's fitted bandwidth (any protocol), the rest at the link's large-message bandwidth
-    for the protocol."""
+    field's fitted bandwidth (any protocol, / the transport's bandwidth factor); beyond it
+    what SGLang's published 8-rank NCCL curve adds over its SMALL_MSG_BYTES figure (log-log
+    between its points, as for PCIe-IPC; scaled by wire bytes per message byte for other
+    world sizes), unless the link for the transport (PCIE_BW x factor) is slower still: beyond
+    384 KiB the host's fabric bounds P2P and SHM alike. Either is / the protocol's efficiency
+    (LL moves 8 bytes per 4 of payload; the published curve is NCCL's own choice, Simple,
+    at large sizes)."""
     small = wire * min(1.0, SMALL_MSG_BYTES / nbytes) if nbytes > 0 else 0.0
-    large = wire - small
-    return (small / SMALL_MSG_BW_BYTES_PER_US + large / (PCIE_BW_BYTES_PER_US * proto_eff)) / (
-        bw_factor
-    )
+    us = small / (SMALL_MSG_BW_BYTES_PER_US * bw_factor)
+    if nbytes > SMALL_MSG_BYTES:
+        pts = PUBLISHED_NCCL_POINTS_US
+        per_published = wire / nbytes / (2 * (PUBLISHED_WORLD - 1) / PUBLISHED_WORLD)
+        growth = (published_us(pts, nbytes) - published_us(pts, SMALL_MSG_BYTES)) * per_published
+        us += max(growth, (wire - small) / (PCIE_BW_BYTES_PER_US * bw_factor)) / proto_eff
+    return us
 
 
 def allreduce_cost(
