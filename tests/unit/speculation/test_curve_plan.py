@@ -158,3 +158,42 @@ def test_rehearse_grid_is_a_cost_source(tmp_path) -> None:
     path.write_text("{")
     with pytest.raises(spec_costs.CostsError, match="line 1: not JSON"):
         spec_costs.from_rehearse_grid(path)
+
+
+SIZES = [1, 2, 4, 8, 16, 32, 64]
+
+
+def _sim_plan(env: dict[str, str], length: float) -> dict[int, spec_plan.Tier]:
+    """The plan `spec plan` makes on a TP 8 sim of `env` from the chain's histogram at
+    3 steps (100,000 verify passes: the sampling error is negligible)."""
+    costs = sim_costs(env, tp_size=8, batch_sizes=SIZES, max_steps=3)
+    curve = AcceptCurve.from_histogram(chain_histogram(length, 3, 100_000), 3)
+    return spec_plan.make_plan(curve, costs, SIZES).tiers
+
+
+def test_field_acceptance_on_ring_ll_drafts_nowhere_beyond_a_tie_at_batch_1() -> None:
+    """Issue #29: at the field's acceptance (2.0 at 3 steps) on ring-ll, speculation does not
+    pay at any batch size: 0 steps from 2 to 64 requests (the verify pass of 32-64 requests
+    moves 1.8-3.5 MiB per all-reduce, priced on SGLang's published NCCL curve), and at
+    batch 1 the best step count is a tie within 2% (1 step: L(1) 1.54 against its
+    break-even 1.52)."""
+    from tests import field
+
+    tiers = _sim_plan(dict(field.RING_LL), 2.0)
+    assert {bs: t.steps for bs, t in tiers.items() if bs > 1} == {bs: 0 for bs in SIZES[1:]}
+    assert tiers[1].speedup < 1.02
+    # 3 steps, what the field ran, loses at every batch size
+    for bs, t in tiers.items():
+        if 3 in t.break_even:
+            assert t.break_even[3] > 2.0, bs
+
+
+def test_a_better_drafter_pays_at_batch_1_and_never_at_the_largest_tier() -> None:
+    """Issue #29's other outcome (benchmarks/results/spec-search-tp8.json lists every such
+    profile and acceptance): on ring-ll at accept length 3.0, drafting pays at batch 1 and 0
+    steps win from 4 requests up, 32 and 64 included."""
+    from tests import field
+
+    tiers = _sim_plan(dict(field.RING_LL), 3.0)
+    assert tiers[1].steps > 0 and tiers[1].speedup > 1.1
+    assert all(tiers[bs].steps == 0 for bs in (4, 8, 16, 32, 64))
