@@ -43,7 +43,7 @@ def _predicted(profile: str, mode: str) -> costmodel.Prediction:
 
 def _predicted_rate(profile: str) -> float:
     """What the sweep's bench measures for a baseline profile: its 64-token prompts'
-    prefills included (on a PCIe box they are not free: ~0.16 s on ring-ll)."""
+    prefills included (on a PCIe box they are not free: ~0.39 s on ring-ll)."""
     prof = ProfileStore().load(profile)
     graphs = prof.requires.get("cuda-graph", "on") != "off"
     return allreduce_sim.served_stream_rate(

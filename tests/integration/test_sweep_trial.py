@@ -28,6 +28,10 @@ from tests.harness import DaemonHarness
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.env"))
 TP = 8
+# A prompt within PCIe's small-message regime (16 x 14 KiB per all-reduce): a 64-token
+# prompt's prefill moves 896 KiB per all-reduce, priced on SGLang's published NCCL curve
+# (0.39 s on ring-ll), and a 48-token request would no longer fit a 1 s window.
+PROMPT_TOKENS = 16
 REPEATS = 2
 NOISE = 0.08  # predicted differences below this are within the noise of 1 s measurements
 LOAD_S = 2.0  # the sim's simulated real-weights load (+ capture): trial loads skip most of it
@@ -41,11 +45,12 @@ def _predicted(profile: str, mode: str, accept: float | None = None) -> costmode
 
 
 def _predicted_rate(profile: str) -> float:
-    """What the trial's bench measures for a baseline profile, 64-token prefills included."""
+    """What the trial's bench measures for a baseline profile, 16-token prefills included
+    (PROMPT_TOKENS)."""
     prof = ProfileStore().load(profile)
     graphs = prof.requires.get("cuda-graph", "on") != "off"
     return allreduce_sim.served_stream_rate(
-        effective_env(prof), "baseline", TP, graphs, input_tokens=64, output_tokens=48
+        effective_env(prof), "baseline", TP, graphs, input_tokens=PROMPT_TOKENS, output_tokens=48
     )
 
 
@@ -65,7 +70,7 @@ def trial(tmp_path_factory: pytest.TempPathFactory) -> Any:
                                         "accept_length": RECORDED_ACCEPT})  # fmt: skip
         args = [
             "sweep", *PROFILES, "--load-format", "dummy", "--repeats", str(REPEATS),
-            "--duration", "1.0", "--output-len", "48", "--input-len", "64",
+            "--duration", "1.0", "--output-len", "48", "--input-len", str(PROMPT_TOKENS),
             "--then-eagle3", "2", "--then-confirm", "2", "--trace-steps", "3",
             "--output", str(out), "--no-plot", "--json",
         ]  # fmt: skip
