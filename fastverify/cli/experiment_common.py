@@ -1,9 +1,9 @@
 """What the measurement commands (`bench`, `sweep`, `preflight`, `rehearse`; cli/bench_cmd.py,
 sweep_cmd.py, preflight_cmd.py, rehearse_cmd.py) share: number formatting, integer-list
-options, the progress display (a rich bar on a terminal, plain lines on stderr otherwise), the
-exit codes of a rank-process run and the delivery of its report (`--output` file, `--json` or
-a table). Imports stay light: rich only when a bar is drawn, the experiments only when a run
-starts."""
+options, the accepted-drafts histogram as text, the progress display (a rich bar on a
+terminal, plain lines on stderr otherwise), the exit codes of a rank-process run and the
+delivery of its report (`--output` file, `--json` or a table). Imports stay light: rich only
+when a bar is drawn, the experiments only when a run starts."""
 
 from __future__ import annotations
 
@@ -98,6 +98,19 @@ def deliver(
         emit_json(report)
     else:
         show(report)
+
+
+def acceptance_text(record: dict[str, Any]) -> tuple[str, int, str] | None:
+    """A result's summed accepted-drafts histogram as `0:40% 1:35% ...`, its verify passes,
+    and the accept length at every step count it gives as `1:1.60  2:1.95` ('' without one);
+    None without a histogram (a baseline server)."""
+    hist = record.get("accept_histogram")
+    if not hist:
+        return None
+    total = sum(hist) or 1
+    dist = " ".join(f"{j}:{100 * n / total:.0f}%" for j, n in enumerate(hist))
+    curve = "  ".join(f"{k}:{v:.2f}" for k, v in (record.get("accept_curve") or {}).items())
+    return dist, total, curve
 
 
 class Progress:
