@@ -138,6 +138,20 @@ def _scrubbed_env() -> dict[str, str]:
     }
 
 
+def run_ctl(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """The real fastverifyctl of this checkout, as a user runs it: no --socket of a harness in
+    front of the command, the scrubbed environment plus `env`."""
+    full = _scrubbed_env()
+    full["PYTHONPATH"] = str(REPO)
+    full.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "fastverify.ctl", *args],
+        capture_output=True, text=True, timeout=timeout, env=full, cwd=REPO,
+    )  # fmt: skip
+
+
 class DaemonHarness:
     def __init__(
         self,

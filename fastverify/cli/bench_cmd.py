@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from fastverify.cli.daemon_call import client_for, socket_option
-from fastverify.cli.experiment_common import Progress, fmt
+from fastverify.cli.experiment_common import Progress, acceptance_text, fmt
 from fastverify.cli.output import (
     EXIT_INTERRUPTED,
     EXIT_MISSING_DEPENDENCY,
@@ -50,18 +50,14 @@ def _bench_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _acceptance_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
     """The summed accepted-drafts histogram and the accept curve it gives (EAGLE servers)."""
-    hist = result.get("accept_histogram")
-    if not hist:
+    text = acceptance_text(result)
+    if text is None:
         return []
-    total = sum(hist) or 1
-    rows = [("accepted drafts 0..K", " ".join(f"{j}:{100 * n / total:.0f}%"
-                                             for j, n in enumerate(hist))
-             + f" ({total} verify passes)")]  # fmt: skip
-    curve = result.get("accept_curve")
+    dist, total, curve = text
+    rows = [("accepted drafts 0..K", f"{dist} ({total} verify passes)")]
     if curve:
         dummy = " (dummy weights: not real)" if result.get("weights") == "dummy" else ""
-        rows.append(("accept length at k steps",
-                     "  ".join(f"{k}:{v:.2f}" for k, v in curve.items()) + dummy))  # fmt: skip
+        rows.append(("accept length at k steps", curve + dummy))
     return rows
 
 

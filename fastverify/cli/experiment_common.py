@@ -1,15 +1,30 @@
-"""What the measurement commands (`bench`, `sweep`, `preflight`; cli/bench_cmd.py,
-sweep_cmd.py, preflight_cmd.py) share: number formatting, integer-list options and the
-progress display (a rich bar on a terminal, plain lines on stderr otherwise). Imports stay
-light: rich only when a bar is drawn."""
+"""What the measurement commands (`bench`, `sweep`, `preflight`, `rehearse`; cli/bench_cmd.py,
+sweep_cmd.py, preflight_cmd.py, rehearse_cmd.py) share: number formatting, integer-list
+options, the accepted-drafts histogram as text, the progress display (a rich bar on a
+terminal, plain lines on stderr otherwise), the exit codes of a rank-process run and the
+delivery of its report (`--output` file, `--json` or a table). Imports stay light: rich only
+when a bar is drawn, the experiments only when a run starts."""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
+
+from fastverify.cli.output import (
+    EXIT_INTERRUPTED,
+    EXIT_MISSING_DEPENDENCY,
+    EXIT_PROBLEMS,
+    EXIT_USAGE,
+    emit_json,
+    fail,
+    to_json,
+)
 
 
 def fmt(value: Any, digits: int = 1) -> str:
@@ -20,16 +35,82 @@ def fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
-def int_list(text: str, what: str) -> tuple[int, ...]:
+def int_list(text: str, what: str = "") -> tuple[int, ...]:
+    """`1,2, 4` -> (1, 2, 4); anything else a usage error (prefixed with `what`, the option,
+    where click does not name it)."""
+    prefix = f"{what}: " if what else ""
     try:
         values = tuple(int(v) for v in text.replace(" ", "").split(",") if v)
     except ValueError:
         raise click.BadParameter(
-            f"{what}: expected comma-separated integers, got {text!r}"
+            f"{prefix}expected comma-separated integers, got {text!r}"
         ) from None
     if not values or any(v < 1 for v in values):
-        raise click.BadParameter(f"{what}: expected positive integers, got {text!r}")
+        raise click.BadParameter(f"{prefix}expected positive integers, got {text!r}")
     return values
+
+
+def int_list_option(
+    _ctx: click.Context, _param: click.Parameter, text: str | None
+) -> tuple[int, ...]:
+    """Click callback: `int_list` of the option's value, () when the option is not given."""
+    return () if text is None else int_list(text)
+
+
+@contextmanager
+def rank_run(
+    cmd: str,
+    *,
+    usage: tuple[type[BaseException], ...] = (),
+    problems: tuple[type[BaseException], ...] = (),
+    resume: bool = False,
+) -> Iterator[None]:
+    """A run of rank processes, its failures as the command's exit codes: Ctrl-C 130 (the
+    ranks are stopped by then; `resume`: running again resumes), torch missing 6, the errors
+    in `usage` 2 and in `problems` 1, each printed as `CMD: what`."""
+    from fastverify.experiments.preflight.run import TorchMissing
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        again = "; run again to resume" if resume else ""
+        fail(f"{cmd}: interrupted (every rank started was stopped{again})", EXIT_INTERRUPTED)
+    except TorchMissing as exc:
+        fail(str(exc), EXIT_MISSING_DEPENDENCY)
+    except usage as exc:
+        fail(f"{cmd}: {exc}", EXIT_USAGE)
+    except problems as exc:
+        fail(f"{cmd}: {exc}", EXIT_PROBLEMS)
+
+
+def deliver(
+    report: dict[str, Any],
+    output: str | None,
+    as_json: bool,
+    show: Callable[[dict[str, Any]], None],
+) -> None:
+    """An experiment's report: written to `output` as JSON when given, then printed as JSON
+    (`as_json`) or by `show`."""
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(to_json(report) + "\n", encoding="utf-8")
+    if as_json:
+        emit_json(report)
+    else:
+        show(report)
+
+
+def acceptance_text(record: dict[str, Any]) -> tuple[str, int, str] | None:
+    """A result's summed accepted-drafts histogram as `0:40% 1:35% ...`, its verify passes,
+    and the accept length at every step count it gives as `1:1.60  2:1.95` ('' without one);
+    None without a histogram (a baseline server)."""
+    hist = record.get("accept_histogram")
+    if not hist:
+        return None
+    total = sum(hist) or 1
+    dist = " ".join(f"{j}:{100 * n / total:.0f}%" for j, n in enumerate(hist))
+    curve = "  ".join(f"{k}:{v:.2f}" for k, v in (record.get("accept_curve") or {}).items())
+    return dist, total, curve
 
 
 class Progress:

@@ -1,8 +1,9 @@
 """Click options and parsers that several commands share (light: click only).
 
 `measurement_options`: how `sweep` and `tune` measure one profile and mode (repeats,
-window, load shape), so both take the same flags with the same defaults. `env_pairs`:
-`--env KEY=VALUE` values of the GPU experiments and `tune`.
+window, load shape), so both take the same flags with the same defaults. `rank_options`: how
+`preflight` and `rehearse` start their rank processes (ranks, interpreter, environment, NCCL
+call, timeout, logs). `env_pairs`: `--env KEY=VALUE` values of the GPU experiments and `tune`.
 """
 
 from __future__ import annotations
@@ -59,6 +60,67 @@ def measurement_options(f: Callable[..., Any]) -> Callable[..., Any]:
     ):
         f = option(f)
     return f
+
+
+def rank_options(
+    *, timeout_s: float, nproc_help: str, logs_help: str
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--nproc, --share-gpu, --call, --timeout, --env, --config, --python, --logs: the rank
+    processes of `preflight` and `rehearse` (`timeout_s`: the default per profile)."""
+    options = (
+        click.option("--nproc", type=click.IntRange(1), default=None, help=nproc_help),
+        click.option(
+            "--share-gpu",
+            is_flag=True,
+            help="Allow more ranks than GPUs (rank r on GPU r mod GPUs): FlashInfer PCIe-IPC "
+            "candidates run, NCCL ones are skipped (NCCL refuses two ranks on one GPU); the "
+            "timings are same-GPU ranks, not a PCIe measurement.",
+        ),
+        click.option(
+            "--call",
+            type=click.Choice(["pynccl", "torch"]),
+            default="pynccl",
+            show_default=True,
+            help="How ranks call NCCL: pynccl = ncclAllReduce on the current stream, as SGLang "
+            "0.5.23 does; torch = torch.distributed.all_reduce (adds its own stream hops).",
+        ),
+        click.option(
+            "--timeout",
+            "timeout_s",
+            default=timeout_s,
+            show_default=True,
+            type=float,
+            help="Seconds per profile before its ranks are killed.",
+        ),
+        click.option(
+            "--env",
+            "extra_env",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Extra variable on top of every profile (e.g. NCCL_NVLS_ENABLE=0).",
+        ),
+        click.option(
+            "--config",
+            "config_path",
+            default=None,
+            type=click.Path(dir_okay=False),
+            help="fastverifyd config whose [server] env / env_passthrough the ranks also get "
+            "(default: the daemon's default config file, when it exists).",
+        ),
+        click.option(
+            "--python", default="", help="Interpreter for the rank processes (needs torch)."
+        ),
+        click.option(
+            "--logs", "logs_dir", default="", type=click.Path(file_okay=False), help=logs_help
+        ),
+    )
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
 
 
 def env_pairs(values: tuple[str, ...]) -> dict[str, str]:

@@ -8,22 +8,13 @@ pass --backend gloo); 6 torch missing; 130 interrupted (the ranks are stopped)."
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
-from fastverify.cli.experiment_common import fmt, int_list
-from fastverify.cli.options import env_pairs
-from fastverify.cli.output import (
-    EXIT_INTERRUPTED,
-    EXIT_MISSING_DEPENDENCY,
-    EXIT_PROBLEMS,
-    EXIT_USAGE,
-    emit_json,
-    fail,
-    table,
-)
+from fastverify.cli.experiment_common import deliver, fmt, int_list, rank_run
+from fastverify.cli.options import env_pairs, rank_options
+from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, fail, table
 
 # ----------------------------------------------------------------------------- preflight
 
@@ -87,18 +78,10 @@ def _print_preflight(report: dict[str, Any]) -> None:
 
 @click.command()
 @click.argument("profiles", nargs=-1)
-@click.option(
-    "--nproc",
-    type=click.IntRange(1),
-    default=None,
-    help="Ranks (one per GPU). Default: every visible GPU.",
-)
-@click.option(
-    "--share-gpu",
-    is_flag=True,
-    help="Allow more ranks than GPUs (rank r on GPU r mod GPUs): FlashInfer PCIe-IPC "
-    "candidates run, NCCL ones are skipped (NCCL refuses two ranks on one GPU); the timings "
-    "are same-GPU ranks, not a PCIe measurement.",
+@rank_options(
+    timeout_s=180.0,
+    nproc_help="Ranks (one per GPU). Default: every visible GPU.",
+    logs_help="Keep per-rank JSON and NCCL debug logs in this directory.",
 )
 @click.option(
     "--hidden-size",
@@ -137,50 +120,11 @@ def _print_preflight(report: dict[str, Any]) -> None:
     help="All-reduces captured in one graph for the in-graph per-op time (0: skip).",
 )
 @click.option(
-    "--timeout",
-    "timeout_s",
-    default=180.0,
-    show_default=True,
-    type=float,
-    help="Seconds per profile before its ranks are killed.",
-)
-@click.option(
-    "--env",
-    "extra_env",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Extra variable on top of every profile (e.g. NCCL_NVLS_ENABLE=0).",
-)
-@click.option("--python", default="", help="Interpreter for the rank processes (needs torch).")
-@click.option(
-    "--config",
-    "config_path",
-    default=None,
-    type=click.Path(dir_okay=False),
-    help="fastverifyd config whose [server] env / env_passthrough the ranks also get "
-    "(default: the daemon's default config file, when it exists).",
-)
-@click.option(
     "--backend",
     type=click.Choice(["nccl", "gloo"]),
     default="nccl",
     hidden=True,
     help="gloo: CPU-only testing of the orchestration.",
-)
-@click.option(
-    "--call",
-    type=click.Choice(["pynccl", "torch"]),
-    default="pynccl",
-    show_default=True,
-    help="How ranks call NCCL: pynccl = ncclAllReduce on the current stream, as SGLang "
-    "0.5.23 does; torch = torch.distributed.all_reduce (adds its own stream hops).",
-)
-@click.option(
-    "--logs",
-    "logs_dir",
-    default="",
-    type=click.Path(file_okay=False),
-    help="Keep per-rank JSON and NCCL debug logs in this directory.",
 )
 @click.option(
     "--output",
@@ -251,24 +195,13 @@ def preflight(
         extra_env={**daemon_env, **env_pairs(extra_env)}, logs_dir=logs_dir, share_gpu=share_gpu,
     )  # fmt: skip
     try:
-        loaded = pf.load_profiles(profiles)
-        report = pf.run_preflight(loaded, cfg, on_event=lambda line: click.echo(line, err=True))
-    except KeyboardInterrupt:
-        fail("preflight: interrupted (every rank started was stopped)", EXIT_INTERRUPTED)
-    except pf.TorchMissing as exc:
-        fail(str(exc), EXIT_MISSING_DEPENDENCY)
+        with rank_run("preflight"):
+            loaded = pf.load_profiles(profiles)
+            report = pf.run_preflight(loaded, cfg, on_event=lambda line: click.echo(line, err=True))
     except pf.PreflightError as exc:  # no GPU for nccl, unknown profile: usage, as rehearse
         usage = isinstance(exc, pf.NoGpu) or "profile" in str(exc)
         fail(f"preflight: {exc}", EXIT_USAGE if usage else EXIT_PROBLEMS)
-    if output:
-        from fastverify.cli.output import to_json
-
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        Path(output).write_text(to_json(report) + "\n", encoding="utf-8")
-    if as_json:
-        emit_json(report)
-    else:
-        _print_preflight(report)
+    deliver(report, output, as_json, _print_preflight)
     # a skipped candidate (pcie-ipc without FlashInfer's PCIe-IPC here) is not a failure
     if any(p["status"] not in ("ok", "skipped") for p in report["profiles"]):
         sys.exit(EXIT_PROBLEMS)
@@ -295,28 +228,14 @@ def _derive_tuner(
     else:
         size_list = dt.sizes_from_tokens(int_list(tokens, "--tokens"), hidden_size)
     try:
-        report, lines = cmd.run_cli(
-            name, base=profiles[0] if profiles else "nccl-default", nproc=nproc,
-            sizes=size_list, rounds=3, channels=dt.DEFAULT_CHANNELS,
-            extra_env=env_pairs(extra_env), tuner_dir=tuner_dir, fresh=fresh,
-            backend=backend, python=python, timeout_s=max(timeout_s, 300.0),
-            fake_costs=fake_costs, echo=lambda line: click.echo(line, err=True),
-        )  # fmt: skip
-    except KeyboardInterrupt:
-        fail("preflight: interrupted (every rank started was stopped; run again to resume)",
-             EXIT_INTERRUPTED)  # fmt: skip
-    except pf.TorchMissing as exc:
-        fail(str(exc), EXIT_MISSING_DEPENDENCY)
-    except pf.PreflightError as exc:
-        fail(f"preflight: {exc}", EXIT_USAGE)
+        with rank_run("preflight", usage=(pf.PreflightError,), resume=True):
+            report, lines = cmd.run_cli(
+                name, base=profiles[0] if profiles else "nccl-default", nproc=nproc,
+                sizes=size_list, rounds=3, channels=dt.DEFAULT_CHANNELS,
+                extra_env=env_pairs(extra_env), tuner_dir=tuner_dir, fresh=fresh,
+                backend=backend, python=python, timeout_s=max(timeout_s, 300.0),
+                fake_costs=fake_costs, echo=lambda line: click.echo(line, err=True),
+            )  # fmt: skip
     except dt.DeriveError as exc:
         fail(f"preflight --derive-tuner: {exc}", EXIT_PROBLEMS)
-    if output:
-        from fastverify.cli.output import to_json
-
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        Path(output).write_text(to_json(report) + "\n", encoding="utf-8")
-    if as_json:
-        emit_json(report)
-    else:
-        click.echo("\n".join(lines))
+    deliver(report, output, as_json, lambda _report: click.echo("\n".join(lines)))

@@ -17,17 +17,9 @@ from typing import Any
 
 import click
 
-from fastverify.cli.options import env_pairs
-from fastverify.cli.output import (
-    EXIT_INTERRUPTED,
-    EXIT_MISSING_DEPENDENCY,
-    EXIT_PROBLEMS,
-    EXIT_USAGE,
-    emit_json,
-    fail,
-    table,
-    to_json,
-)
+from fastverify.cli.experiment_common import deliver, int_list_option, rank_run
+from fastverify.cli.options import env_pairs, rank_options
+from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, fail, table
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -115,19 +107,8 @@ def _print(report: dict[str, Any]) -> None:
         f"wall: {report['wall_s']:.1f} s in all "
         f"(slowest profile {report['wall_s_per_profile'] or 0:.1f} s)"
     )
-
-
-def _ints(ctx: click.Context, param: click.Parameter, text: str | None) -> tuple[int, ...]:
-    """A comma-separated list of positive integers (None when the option is not given)."""
-    if text is None:
-        return ()
-    try:
-        values = tuple(int(v) for v in text.replace(" ", "").split(",") if v)
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise click.BadParameter(f"expected positive integers, got {text!r}")
-    return values
+    if report.get("plot"):
+        click.echo(f"plot: {report['plot']}")
 
 
 def _print_grid(report: dict[str, Any]) -> None:
@@ -154,27 +135,14 @@ def _grid(cfg: Any, output: str | None, as_json: bool) -> None:
     """`rehearse --batch-sizes/--tokens/--shard-of-tp`: the compute grid (grid.py)."""
     import shlex
 
-    from fastverify.experiments.preflight.run import NoGpu, PreflightError, TorchMissing
+    from fastverify.experiments.preflight.run import NoGpu, PreflightError
     from fastverify.experiments.rehearse import grid
 
     command = "fastverifyctl " + shlex.join(sys.argv[1:])
-    try:
+    usage = (grid.GridError, NoGpu, PreflightError)
+    with rank_run("rehearse", usage=usage, problems=(grid.GridRunFailed,)):
         report = grid.run_grid(cfg, command, on_event=lambda line: click.echo(line, err=True))
-    except KeyboardInterrupt:
-        fail("rehearse: interrupted (every rank started was stopped)", EXIT_INTERRUPTED)
-    except TorchMissing as exc:
-        fail(str(exc), EXIT_MISSING_DEPENDENCY)
-    except (grid.GridError, NoGpu, PreflightError) as exc:
-        fail(f"rehearse: {exc}", EXIT_USAGE)
-    except grid.GridRunFailed as exc:
-        fail(f"rehearse: {exc}", EXIT_PROBLEMS)
-    if output:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        Path(output).write_text(to_json(report) + "\n", encoding="utf-8")
-    if as_json:
-        emit_json(report)
-    else:
-        _print_grid(report)
+    deliver(report, output, as_json, _print_grid)
 
 
 @click.command()
@@ -222,11 +190,10 @@ def _grid(cfg: Any, output: str | None, as_json: bool) -> None:
     type=click.IntRange(1),
     help="KV-cache tokens per sequence the attention reads.",
 )
-@click.option(
-    "--nproc",
-    type=click.IntRange(1),
-    default=None,
-    help="Ranks = tensor-parallel size (one per GPU). Default: every visible GPU.",
+@rank_options(
+    timeout_s=300.0,
+    nproc_help="Ranks = tensor-parallel size (one per GPU). Default: every visible GPU.",
+    logs_help="Keep per-rank JSON, NCCL logs and profiler traces in this directory.",
 )
 @click.option(
     "--backend",
@@ -234,14 +201,6 @@ def _grid(cfg: Any, output: str | None, as_json: bool) -> None:
     default="nccl",
     show_default=True,
     help="gloo: CPU-only run of the orchestration (tiny configs, no graphs).",
-)
-@click.option(
-    "--call",
-    type=click.Choice(["pynccl", "torch"]),
-    default="pynccl",
-    show_default=True,
-    help="How ranks call NCCL: pynccl = ncclAllReduce on the current stream, as SGLang "
-    "0.5.23 does; torch = torch.distributed (adds its own stream hops).",
 )
 @click.option(
     "--p2p-off",
@@ -275,36 +234,6 @@ def _grid(cfg: Any, output: str | None, as_json: bool) -> None:
     help="Per-rank GB of random layer weights (round-robin over the layers).",
 )
 @click.option(
-    "--timeout",
-    "timeout_s",
-    default=300.0,
-    show_default=True,
-    type=float,
-    help="Seconds per profile before its ranks are killed.",
-)
-@click.option(
-    "--env",
-    "extra_env",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Extra variable on top of every profile.",
-)
-@click.option(
-    "--config",
-    "config_path",
-    default=None,
-    type=click.Path(dir_okay=False),
-    help="fastverifyd config whose [server] env / env_passthrough the ranks also get.",
-)
-@click.option("--python", default="", help="Interpreter for the rank processes (needs torch).")
-@click.option(
-    "--logs",
-    "logs_dir",
-    default="",
-    type=click.Path(file_okay=False),
-    help="Keep per-rank JSON, NCCL logs and profiler traces in this directory.",
-)
-@click.option(
     "--output",
     "-o",
     default=None,
@@ -319,20 +248,14 @@ def _grid(cfg: Any, output: str | None, as_json: bool) -> None:
     help="Draw a PNG of the per-profile times and break-even accept lengths.",
 )
 @click.option(
-    "--share-gpu",
-    is_flag=True,
-    help="Allow more ranks than GPUs: PCIe-IPC candidates run, NCCL ones are skipped (NCCL "
-    "refuses two ranks on one GPU); timings are same-GPU ranks, not a PCIe measurement.",
-)
-@click.option(
     "--batch-sizes",
-    callback=_ints,
+    callback=int_list_option,
     default=None,
     help="Grid mode: batch sizes, e.g. 1,2,4,8,16,32,64 (compute per forward per cell).",
 )
 @click.option(
     "--tokens",
-    callback=_ints,
+    callback=int_list_option,
     default=None,
     help="Grid mode: tokens per sequence per forward, e.g. 1,2,3,4,5,6,7,8 (must hold 1).",
 )
@@ -460,26 +383,13 @@ def rehearse(
         accept_length_source=source,
         share_gpu=share_gpu,
     )
-    try:
+    # RehearseError is a PreflightError too: bad config, profile, nproc
+    with rank_run("rehearse", usage=(rh.PreflightError,)):
         loaded = rh.load_profiles(profiles)  # none named: every profile
         report = rh.run_rehearsal(loaded, cfg, on_event=lambda line: click.echo(line, err=True))
-    except KeyboardInterrupt:
-        fail("rehearse: interrupted (every rank started was stopped)", EXIT_INTERRUPTED)
-    except rh.TorchMissing as exc:
-        fail(str(exc), EXIT_MISSING_DEPENDENCY)
-    except rh.PreflightError as exc:  # RehearseError too: bad config, profile, nproc
-        fail(f"rehearse: {exc}", EXIT_USAGE)
     if plot_path:
         Path(plot_path).parent.mkdir(parents=True, exist_ok=True)
         report["plot"] = str(rh.plot(report, Path(plot_path)))
-    if output:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        Path(output).write_text(to_json(report) + "\n", encoding="utf-8")
-    if as_json:
-        emit_json(report)
-    else:
-        _print(report)
-        if report.get("plot"):
-            click.echo(f"plot: {report['plot']}")
+    deliver(report, output, as_json, _print)
     if any(p["status"] == "failed" for p in report["profiles"]):
         sys.exit(EXIT_PROBLEMS)

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from fastverify.cli.daemon_call import client_for, socket_option
-from fastverify.cli.experiment_common import Progress, fmt
+from fastverify.cli.experiment_common import Progress, acceptance_text, fmt
 from fastverify.cli.options import measurement_options
 from fastverify.cli.output import (
     EXIT_BUSY,
@@ -75,12 +75,10 @@ def acceptance_lines(rows: list[dict[str, Any]]) -> list[str]:
     the accept length at every step count it gives (dummy weights said so)."""
     out = []
     for r in rows:
-        hist = r.get("accept_histogram")
-        if not hist:
+        text = acceptance_text(r)
+        if text is None:
             continue
-        total = sum(hist) or 1
-        dist = " ".join(f"{j}:{100 * n / total:.0f}%" for j, n in enumerate(hist))
-        curve = "  ".join(f"{k}:{v:.2f}" for k, v in (r.get("accept_curve") or {}).items())
+        dist, total, curve = text
         dummy = " (dummy weights: not real)" if r.get("weights") == "dummy" else ""
         out.append(f"accepted drafts {r['profile']}/{r['mode']}: {dist} ({total} passes)"
                    + (f"; L(k) {curve}" if curve else "") + dummy)  # fmt: skip

@@ -12,20 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import REPO, DaemonHarness, _scrubbed_env
+from tests.harness import REPO, DaemonHarness, _scrubbed_env, run_ctl
 
 TIMESTAMP = re.compile(r"^\[\s*\d+\.\d+s\] ")
-
-
-def run_ctl(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
-    """The real fastverifyctl, with no --socket of the harness in front of the command."""
-    full = _scrubbed_env()
-    full["PYTHONPATH"] = str(REPO)
-    full.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "fastverify.ctl", *args],
-        capture_output=True, text=True, timeout=timeout, env=full, cwd=REPO,
-    )  # fmt: skip
 
 
 def excerpt_of(stderr: str) -> tuple[str, list[str]]:

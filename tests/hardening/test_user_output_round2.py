@@ -15,21 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness import REPO, DaemonHarness, _scrubbed_env
+from tests.harness import REPO, DaemonHarness, _scrubbed_env, run_ctl
 
 TUNE = ["--accept-length", "2.0", "--profiles", "nccl-default,ring-ll,pcie-ipc",
         "--repeats", "2", "--duration", "1", "--output-len", "48", "--input-len", "64"]  # fmt: skip
-
-
-def run_ctl(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
-    """The real fastverifyctl without a daemon (render, profile show)."""
-    full = _scrubbed_env()
-    full["PYTHONPATH"] = str(REPO)
-    full.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "fastverify.ctl", *args],
-        capture_output=True, text=True, timeout=timeout, env=full, cwd=REPO,
-    )  # fmt: skip
 
 
 def without_matplotlib(tmp: Path) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""What the GPU rank scripts (preflight/worker.py, rehearse/worker.py) share.
+"""What the GPU rank scripts (preflight/worker.py, rehearse/worker.py, and
+derive_tuner/worker.py) share.
 
 Standard library only: a rank runs with exactly the profile's environment, without
 fastverify on its import path, so each script puts this folder on `sys.path` and imports
@@ -25,6 +26,22 @@ def percentile(values: list[float], q: float) -> float | None:
     lo = int(pos)
     hi = min(lo + 1, len(data) - 1)
     return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def replay_ms(torch: Any, graph: Any, replays: int) -> list[float]:
+    """`replays` back-to-back replays of a captured CUDA graph, each between two CUDA events
+    on the current stream: the milliseconds of each, read after one synchronize (so no host
+    round trip falls between the replays). `torch`: the rank's imported torch module."""
+    pairs = []
+    for _ in range(replays):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        pairs.append((start, end))
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in pairs]
 
 
 def err(exc: BaseException) -> str:

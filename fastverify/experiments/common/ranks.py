@@ -1,5 +1,6 @@
-"""Rank processes of the GPU experiments (preflight, derive-tuner, rehearse): start one in a
-session of its own with its output in a file, stop exactly that session, read its report."""
+"""Rank processes of the GPU experiments (preflight, derive-tuner, rehearse): the directory
+they work in, start one in a session of its own with its output in a file, stop exactly that
+session, read its report."""
 
 from __future__ import annotations
 
@@ -8,9 +9,23 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+
+@contextlib.contextmanager
+def rank_workdir(keep_in: str, prefix: str) -> Iterator[Path]:
+    """Where a run's ranks write their jobs, reports and logs: `keep_in` (created, kept
+    after the run) or, when it is empty, a temporary directory removed after the run."""
+    if keep_in:
+        workdir = Path(keep_in)
+        workdir.mkdir(parents=True, exist_ok=True)
+        yield workdir
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield Path(tmp)
 
 
 def start_rank(argv: Sequence[str], env: Mapping[str, str], log: Path) -> subprocess.Popen:

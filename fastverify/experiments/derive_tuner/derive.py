@@ -30,7 +30,6 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -331,12 +330,9 @@ def derive(
         from fastverify.tuner.plugin import not_found_message
 
         raise DeriveError(not_found_message())
-    with contextlib.ExitStack() as stack:
-        if cfg.workdir:
-            workdir = Path(cfg.workdir)
-            workdir.mkdir(parents=True, exist_ok=True)
-        else:
-            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="derive-")))
+    from fastverify.experiments.common.ranks import rank_workdir
+
+    with rank_workdir(cfg.workdir, "derive-") as workdir:
         empty = workdir / "empty.tuner.csv"
         empty.write_text("# no rows: NCCL chooses unless the derivation forces a candidate\n")
         rank_env = base_env(env, plugin, empty)

@@ -39,6 +39,7 @@ import time
 import traceback
 from typing import Any
 
+from fastverify.experiments.common.rank_support import replay_ms
 from fastverify.nccl import pynccl
 
 
@@ -185,17 +186,8 @@ class Worker:
         return bool(((got - expected).abs() <= expected.abs() * 0.05).all())
 
     def time_replays(self, graph: Any, ops: int, replays: int) -> float:
-        torch = self.torch
-        pairs = []
-        for _ in range(replays):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            pairs.append((start, end))
-        self.sync()
-        return _median([s.elapsed_time(e) * 1e3 / ops for s, e in pairs])  # us per op
+        """The median per-op time in us of `replays` replays of `ops` captured all-reduces."""
+        return _median([ms * 1e3 / ops for ms in replay_ms(self.torch, graph, replays)])
 
     def fake_time(self, cand: str, nbytes: int, rnd: int) -> float | None:
         """gloo tests: us = fake[cand] as [latency_us, us_per_MiB] (+ jitter per round)."""

@@ -23,7 +23,6 @@ a CUDA-graph server would die after its model load; a profile that declares
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import re
@@ -31,7 +30,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +40,7 @@ from fastverify.experiments.common import allreduce as allreduce_candidate
 from fastverify.experiments.common.ranks import (
     env_mismatch as differing_nccl_vars,
 )
-from fastverify.experiments.common.ranks import kill_rank, rank_reports, start_rank
+from fastverify.experiments.common.ranks import kill_rank, rank_reports, rank_workdir, start_rank
 from fastverify.experiments.common.ranks import rank_env as make_rank_env
 from fastverify.experiments.common.stats import percentile
 
@@ -606,12 +604,7 @@ def run_preflight(
     shared = shared_gpus(cfg.backend, world)
     env_for = env_for or (lambda p: _profile_env(p, cfg.extra_env))
 
-    with contextlib.ExitStack() as stack:
-        if cfg.logs_dir:
-            workdir = Path(cfg.logs_dir)
-            workdir.mkdir(parents=True, exist_ok=True)
-        else:
-            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="preflight-")))
+    with rank_workdir(cfg.logs_dir, "preflight-") as workdir:
         t0 = time.perf_counter()
         results = []
         for i, profile in enumerate(profiles, 1):

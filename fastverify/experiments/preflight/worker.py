@@ -256,16 +256,7 @@ class Rank:
         self.sync()
         graph.replay()
         self.sync()
-        pairs = []
-        for _ in range(self.graph_replays):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            pairs.append((start, end))
-        self.sync()
-        per_op = [s.elapsed_time(e) / 1e3 / ops for s, e in pairs]
+        per_op = [ms / 1e3 / ops for ms in rank_support.replay_ms(torch, graph, self.graph_replays)]
         del graph
         p50 = rank_support.percentile(per_op, 50)
         algbw, busbw = _bw(numel * zbuf.element_size(), p50, self.world)

@@ -25,20 +25,18 @@ verify_decode_ratio, allreduce, sources, command. This module never imports torc
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import math
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastverify.experiments.common.ranks import rank_reports
+from fastverify.experiments.common.ranks import rank_reports, rank_workdir
 from fastverify.experiments.rehearse import memory, modelconfig
 
 EventFn = Callable[[str], None]
@@ -298,12 +296,7 @@ def run_grid(cfg: GridConfig, command: str = "", on_event: EventFn | None = None
             f"{need.per_rank / memory.GIB:.1f} GiB per rank"
         )
     env = {**os.environ, **cfg.extra_env}
-    with contextlib.ExitStack() as stack:
-        if cfg.logs_dir:
-            workdir = Path(cfg.logs_dir)
-            workdir.mkdir(parents=True, exist_ok=True)
-        else:
-            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="grid-")))
+    with rank_workdir(cfg.logs_dir, "grid-") as workdir:
         job_path = workdir / "grid.job.json"
         job_path.write_text(json.dumps(job), encoding="utf-8")
         (workdir / "grid-traces").mkdir(exist_ok=True)

@@ -23,13 +23,11 @@ This module never imports torch (the workers do, in their own processes).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -40,7 +38,7 @@ from fastverify.experiments.common import allreduce as allreduce_candidate
 from fastverify.experiments.common.ranks import (
     env_mismatch as differing_nccl_vars,
 )
-from fastverify.experiments.common.ranks import kill_rank, rank_reports, start_rank
+from fastverify.experiments.common.ranks import kill_rank, rank_reports, rank_workdir, start_rank
 from fastverify.experiments.common.ranks import rank_env as make_rank_env
 from fastverify.experiments.preflight.run import (
     NCCL_DEBUG_ENV,
@@ -574,12 +572,7 @@ def run_rehearsal(
         "same-gpu" if shared else detect_path_label() if cfg.backend == "nccl" else "default"
     )
     runs = [(p, path) for p in profiles for path in cfg.paths]
-    with contextlib.ExitStack() as stack:
-        if cfg.logs_dir:
-            workdir = Path(cfg.logs_dir)
-            workdir.mkdir(parents=True, exist_ok=True)
-        else:
-            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rehearse-")))
+    with rank_workdir(cfg.logs_dir, "rehearse-") as workdir:
         t0 = time.perf_counter()
         results = []
         for i, (profile, path) in enumerate(runs, 1):

@@ -561,16 +561,7 @@ class Rank:
         capture_ms = (time.perf_counter() - t0) * 1e3
         for _ in range(warmup):
             graph.replay()
-        pairs = []
-        for _ in range(steps):
-            s = torch.cuda.Event(enable_timing=True)
-            e = torch.cuda.Event(enable_timing=True)
-            s.record()
-            graph.replay()
-            e.record()
-            pairs.append((s, e))
-        self.sync()
-        samples = [s.elapsed_time(e) for s, e in pairs]
+        samples = rank_support.replay_ms(torch, graph, steps)
         del graph
         return samples, capture_ms
 
