@@ -11,7 +11,8 @@ reads each measured one back from its file:
 - NCCL's own latency table (src/graph/tuning.cc, `ncclTunerConstantsDefaults`) as the
   relative basis of how NCCL settings change an all-reduce, and SGLang's published PCIe
   figures (srt/distributed/device_communicators/pcie_ipc_ar.py) for FlashInfer's PCIe-IPC
-  kernels and for where PCIe's small-message regime ends;
+  kernels, for where PCIe's small-message regime ends and for what NCCL costs beyond it
+  (fastverify/sglang/allreduce.py PUBLISHED_US, the one copy of that table);
 - one field report: 8 PCIe Gen5 GPUs, a 61-layer MoE model (hidden 7168, bf16), TP 8, two
   all-reduces per layer = 122 per forward; with ring-ll and CUDA graphs at batch 1 a decode
   step of 12.2 ms (82 tok/s), a 4-token verify pass of ~30 ms, a spec cycle of ~30 ms
@@ -25,7 +26,8 @@ One forward over t tokens (bs x tokens per sequence) through L layers costs:
       backend's own cost   NCCL: latency(algo, proto) x hop factor  (2(n-1) hops)
                                  + CHANNEL_US x channels
                                  + wire bytes in the small-message regime / SMALL_MSG_BW
-                                 + wire bytes beyond it / (PCIE_BW x protocol efficiency)
+                                 + beyond it: the published NCCL curve's growth past
+                                   384 KiB / protocol efficiency
                                  + buffer-slot pipeline steps (NCCL_BUFFSIZE)
                            PCIe-IPC: SGLang's published kernel time at that size
       + LAUNCH_GAP_US      the same for every backend: the gap around an all-reduce inside
