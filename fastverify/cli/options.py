@@ -1,7 +1,8 @@
 """Click options and parsers that several commands share (light: click only).
 
 `measurement_options`: how `sweep` and `tune` measure one profile and mode (repeats,
-window, load shape), so both take the same flags with the same defaults. `rank_options`: how
+window, load shape, how long a load may take), so both take the same flags with the same
+defaults. `rank_options`: how
 `preflight` and `rehearse` start their rank processes (ranks, interpreter, environment, NCCL
 call, timeout, logs). `env_pairs`: `--env KEY=VALUE` values of the GPU experiments and `tune`.
 """
@@ -15,7 +16,7 @@ import click
 
 
 def measurement_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--repeats, --duration, --concurrency, --input-len, --output-len."""
+    """--repeats, --duration, --concurrency, --input-len, --output-len, --switch-timeout."""
     for option in reversed(
         (
             click.option(
@@ -55,6 +56,13 @@ def measurement_options(f: Callable[..., Any]) -> Callable[..., Any]:
                 show_default=True,
                 type=click.IntRange(1),
                 help="Generated tokens per request.",
+            ),
+            click.option(
+                "--switch-timeout",
+                default=1800.0,
+                show_default=True,
+                type=float,
+                help="Seconds to wait for one profile switch (model load included).",
             ),
         )
     ):

@@ -189,13 +189,6 @@ def _print_timing(timing: dict[str, Any]) -> None:
 )
 @click.option("--apply-best", is_flag=True, help="Leave the winning profile/mode active.")
 @click.option("--reference", default=None, help="Profile the speedups are measured against.")
-@click.option(
-    "--switch-timeout",
-    default=1800.0,
-    show_default=True,
-    type=float,
-    help="Seconds to wait for one profile switch (model load included).",
-)
 @click.option("--no-plot", is_flag=True, help="Do not draw DIR/sweep.png.")
 @click.option(
     "--load-format",

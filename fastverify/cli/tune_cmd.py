@@ -208,13 +208,6 @@ def _profiles(value: str | None) -> tuple[str, ...]:
 )
 @measurement_options
 @click.option(
-    "--switch-timeout",
-    default=1800.0,
-    show_default=True,
-    type=float,
-    help="Seconds to wait for one load.",
-)
-@click.option(
     "--env",
     "env_pairs",
     multiple=True,

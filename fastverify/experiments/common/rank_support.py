@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,17 @@ def percentile(values: list[float], q: float) -> float | None:
     return data[lo] + (data[hi] - data[lo]) * (pos - lo)
 
 
-def replay_ms(torch: Any, graph: Any, replays: int) -> list[float]:
+def replay_ms(
+    torch: Any, graph: Any, replays: int, before: Callable[[], Any] | None = None
+) -> list[float]:
     """`replays` back-to-back replays of a captured CUDA graph, each between two CUDA events
     on the current stream: the milliseconds of each, read after one synchronize (so no host
-    round trip falls between the replays). `torch`: the rank's imported torch module."""
+    round trip falls between the replays). `before`: enqueued ahead of each replay, outside
+    its events (an input reset). `torch`: the rank's imported torch module."""
     pairs = []
     for _ in range(replays):
+        if before is not None:
+            before()
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()

@@ -45,6 +45,7 @@ Exit status 0 when every check passed, 1 when some check failed (JSON still writ
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import socket
@@ -292,18 +293,8 @@ class Rank:
         graph.replay()
         self.sync()
         out["correct"] = bool(torch.equal(result, expected))
-        samples: list[float] = []
-        pairs = []
-        for _ in range(self.iters):
-            buf.copy_(src)
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            pairs.append((start, end))
-        self.sync()
-        samples = [s.elapsed_time(e) / 1e3 for s, e in pairs]
+        reset = functools.partial(buf.copy_, src)  # the input back before every replay
+        samples = [ms / 1e3 for ms in rank_support.replay_ms(torch, graph, self.iters, reset)]
         out["replay"] = "ok"
         out.update(_timing(samples, buf.numel() * buf.element_size(), self.world))
         del graph
