@@ -6,8 +6,9 @@ At batch size B and k draft steps (k = 0: no drafting) a step of the whole batch
     speedup(B, k) = L(k) x cycle(B, 0) / cycle(B, k),
 
 with a 95% interval from L(k)'s standard error (verify passes taken as independent draws).
-The tier's answer is the k with the largest speedup (0 when none beats 1). What would change
-it: the break-even accept length L*(B, k) = cycle(B, k) / cycle(B, 0).
+The tier's answer is the k with the largest speedup among those whose 95% interval lies
+above 1 (0 when none does: a tie within the measurement's interval is no reason to draft).
+What would change it: the break-even accept length L*(B, k) = cycle(B, k) / cycle(B, 0).
 
 SGLang's `--speculative-adaptive-config` written from the plan: a tier with k > 0 gets
 candidates [0, k] and a down-hysteresis that puts SGLang's drop-to-0 threshold (accepted
@@ -126,16 +127,18 @@ def plan_tier(curve: AcceptCurve, costs: Costs, bs: int) -> Tier:
     base_tps = bs / c0
     best_k, best = 0, 1.0
     speed: dict[int, float] = {}
+    half: dict[int, float] = {}
     be: dict[int, float] = {}
     for k in ks:
         ck = costs.cycle(row_bs, k)
         speed[k] = curve.length(k) * c0 / ck
+        half[k] = Z95 * curve.stderr(k) * c0 / ck
         be[k] = breakeven_accept_length(ck, 1.0 / c0)  # a decode step yields 1 token/request
-        if speed[k] > best:
+        # drafting only where it pays with 95% confidence: a tie within the interval is 0
+        if speed[k] - half[k] > 1.0 and speed[k] > best:
             best_k, best = k, speed[k]
     if best_k:
-        half = Z95 * curve.stderr(best_k) * c0 / costs.cycle(row_bs, best_k)
-        ci = (best - half, best + half)
+        ci = (best - half[best_k], best + half[best_k])
         change = (
             f"no drafting (0 steps) wins at batch {bs} once the accept length at {best_k} "
             f"steps falls below {be[best_k]:.2f} (measured {curve.length(best_k):.2f})"

@@ -197,3 +197,21 @@ def test_a_better_drafter_pays_at_batch_1_and_never_at_the_largest_tier() -> Non
     tiers = _sim_plan(dict(field.RING_LL), 3.0)
     assert tiers[1].steps > 0 and tiers[1].speedup > 1.1
     assert all(tiers[bs].steps == 0 for bs in (4, 8, 16, 32, 64))
+
+
+def test_a_gain_inside_the_measurements_interval_is_no_reason_to_draft() -> None:
+    """The field's acceptance on ring-ll at batch 1: 1 step is ahead by ~1% (L(1) 1.54 against
+    its break-even 1.52). Measured from 100,000 verify passes the interval excludes 1 and
+    the plan drafts; from 200 passes the same curve's interval spans 1, and the plan says 0
+    steps with what would change it."""
+    from tests import field
+
+    costs = sim_costs(dict(field.RING_LL), tp_size=8, batch_sizes=[1], max_steps=3)
+    many = AcceptCurve.from_histogram(chain_histogram(2.0, 3, 100_000), 3)
+    few = AcceptCurve.from_histogram(chain_histogram(2.0, 3, 200), 3)
+    sure = spec_plan.plan_tier(many, costs, 1)
+    assert sure.steps == 1 and sure.ci[0] > 1.0
+    unsure = spec_plan.plan_tier(few, costs, 1)
+    assert abs(few.length(1) - many.length(1)) < 0.02  # the same acceptance, fewer passes
+    assert unsure.steps == 0 and unsure.ci == (1.0, 1.0)
+    assert "steps 1 pays at batch 1 once" in unsure.change
