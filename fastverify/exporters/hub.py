@@ -486,6 +486,9 @@ class MetricsHub:
 
     def _reset_live(self) -> None:
         self._itl = None
+        # the step count last seen belongs to the server before the switch: its time never
+        # counts under the new profile/mode's labels
+        self._steps_seen = None
         self._itl_prev = None
         self._obs_log = None
         self._obs_metrics = None

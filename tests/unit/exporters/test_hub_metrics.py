@@ -375,3 +375,28 @@ def test_active_steps_time_at_each_and_recorded_acceptance() -> None:
     hub.on_sglang_metrics({"spec_num_steps": 0.0, "num_running_reqs": 1})
     assert value(scrape(hub), "fastverify_spec_active_steps", profile="ring-ll",
                  mode="baseline") is None  # fmt: skip
+
+
+def test_steps_seen_before_a_switch_never_count_under_the_new_labels() -> None:
+    """An EAGLE-3 server at 3 steps, then a switch to adaptive whose server runs 2: the time
+    after the switch counts at 2 under adaptive, never at the old server's 3."""
+    clock = Clock()
+    hub = MetricsHub(clock=clock)
+    hub.set_engine(True, "ring-ll", "eagle3", {}, "sim", None)
+    for _ in range(3):
+        hub.on_sglang_metrics({"spec_num_steps": 3.0, "num_running_reqs": 1})
+        clock.t += 1.0
+    hub.set_engine(True, "ring-ll", "adaptive", {}, "sim", None)
+    for _ in range(3):
+        hub.on_sglang_metrics({"spec_num_steps": 2.0, "num_running_reqs": 1})
+        clock.t += 1.0
+    s = scrape(hub)
+    adaptive = {"profile": "ring-ll", "mode": "adaptive"}
+    assert value(s, "fastverify_spec_steps_seconds_total", **adaptive, steps="3") is None
+    assert value(s, "fastverify_spec_steps_seconds_total", **adaptive, steps="2") == pytest.approx(
+        2.0
+    )
+    eagle3 = {"profile": "ring-ll", "mode": "eagle3"}
+    assert value(s, "fastverify_spec_steps_seconds_total", **eagle3, steps="3") == pytest.approx(
+        2.0
+    )
