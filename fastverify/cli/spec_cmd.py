@@ -75,6 +75,10 @@ def pick_curve(curves: dict[str, Any], profile: str | None) -> dict[str, Any] | 
 @click.option("--allreduce-backend", default=None,
               help="With --costs: the grid's all-reduce table for this backend (e.g. "
               "pcie_ipc) instead of its default one.")  # fmt: skip
+@click.option("--min-gain", type=click.FloatRange(0.0, 1.0), default=0.05, show_default=True,
+              help="What drafting must win by, with 95% confidence, at a tier (0.05 = 5%): "
+              "the costs are known to a few percent, and a cycle does not show the drafter's "
+              "memory or its prefill work.")  # fmt: skip
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
               help="Also write SGLang's --speculative-adaptive-config here.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
@@ -85,6 +89,7 @@ def plan(
     batch_sizes: list[int],
     costs_file: str | None,
     allreduce_backend: str | None,
+    min_gain: float,
     output: str | None,
     as_json: bool,
 ) -> None:
@@ -114,7 +119,7 @@ def plan(
             costs = _engine_costs(status)
     except spec_costs.CostsError as exc:
         fail(f"spec plan: {exc}", EXIT_PROBLEMS)
-    p = spec_plan.make_plan(curve, costs, batch_sizes)
+    p = spec_plan.make_plan(curve, costs, batch_sizes, min_gain)
     p.extra["profile"] = status.get("profile")  # whose costs (the engine's, or the grid's host)
     p.extra["acceptance"] = {k: rec[k] for k in ("profile", "mode", "steps", "weights",
                                                  "verifies", "measured_at")}  # fmt: skip
@@ -163,6 +168,8 @@ def _print(data: dict[str, Any]) -> None:
         f"{acc['verifies']} verify passes ({acc['weights']} weights); L(k): {curve}"
     )
     click.echo(f"costs: {data['costs']['source']}")
+    click.echo(f"a tier drafts when it wins by more than {data['min_gain']:.0%} with 95% "
+               "confidence (--min-gain)")  # fmt: skip
     rows = []
     for bs, t in data["tiers"].items():
         lo, hi = t["ci"]

@@ -7,7 +7,12 @@ At batch size B and k draft steps (k = 0: no drafting) a step of the whole batch
 
 with a 95% interval from L(k)'s standard error (verify passes taken as independent draws).
 The tier's answer is the k with the largest speedup among those whose 95% interval lies
-above 1 (0 when none does: a tie within the measurement's interval is no reason to draft).
+above 1 + min_gain (0 when none does). The margin (default 5%, `--min-gain`) is what
+drafting must win by to be worth it: the costs are themselves known only to a few percent
+(the sim's calibration is within 1.9% of the field's figures; a TP shard measured on one GPU
+was 0.8% off two GPUs), and a cycle does not show what speculation costs elsewhere (the
+drafter's weights and KV cache out of the target's pool, the draft extend in every prefill).
+A tier held at 0 by the margin reports the step count that came closest (`closest`).
 What would change it: the break-even accept length L*(B, k) = cycle(B, k) / cycle(B, 0).
 
 SGLang's `--speculative-adaptive-config` written from the plan: a tier with k > 0 gets
@@ -32,6 +37,7 @@ from fastverify.speculation.costs import Costs
 from fastverify.speculation.curve import AcceptCurve
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_MIN_GAIN = 0.05
 Z95 = 1.96
 
 
@@ -45,6 +51,7 @@ class Tier:
     baseline_tokens_per_second: float
     break_even: dict[int, float]  # k -> L*(B, k)
     change: str  # what would change the answer
+    closest: dict[str, Any] | None = None  # held at 0 by the margin: the best k's prediction
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +62,7 @@ class Tier:
             "baseline_tokens_per_second": round(self.baseline_tokens_per_second, 2),
             "break_even_accept_length": {str(k): round(v, 4) for k, v in self.break_even.items()},
             "what_would_change": self.change,
+            **({"closest": self.closest} if self.closest else {}),
         }
 
 
@@ -64,6 +72,7 @@ class Plan:
     curve: AcceptCurve
     costs: Costs
     adaptive_config_path: str | None = None
+    min_gain: float = DEFAULT_MIN_GAIN
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -112,6 +121,7 @@ class Plan:
             "accept_steps": self.curve.steps,
             "costs": self.costs.to_dict(),
             "why": self.why,
+            "min_gain": self.min_gain,
             **self.extra,
         }
 
@@ -120,12 +130,13 @@ def _ranges(values: list[int]) -> str:
     return ", ".join(str(v) for v in values)
 
 
-def plan_tier(curve: AcceptCurve, costs: Costs, bs: int) -> Tier:
+def plan_tier(
+    curve: AcceptCurve, costs: Costs, bs: int, min_gain: float = DEFAULT_MIN_GAIN
+) -> Tier:
     row_bs = bs if bs in costs.table else costs.nearest(bs)
     c0 = costs.cycle(row_bs, 0)
     ks = [k for k in costs.steps(row_bs) if 1 <= k <= curve.steps]
     base_tps = bs / c0
-    best_k, best = 0, 1.0
     speed: dict[int, float] = {}
     half: dict[int, float] = {}
     be: dict[int, float] = {}
@@ -134,33 +145,54 @@ def plan_tier(curve: AcceptCurve, costs: Costs, bs: int) -> Tier:
         speed[k] = curve.length(k) * c0 / ck
         half[k] = Z95 * curve.stderr(k) * c0 / ck
         be[k] = breakeven_accept_length(ck, 1.0 / c0)  # a decode step yields 1 token/request
-        # drafting only where it pays with 95% confidence: a tie within the interval is 0
-        if speed[k] - half[k] > 1.0 and speed[k] > best:
-            best_k, best = k, speed[k]
-    if best_k:
-        ci = (best - half[best_k], best + half[best_k])
+    # drafting only where it wins by the margin with 95% confidence
+    paying = [k for k in ks if speed[k] - half[k] > 1.0 + min_gain]
+    margin = f"{min_gain:.0%} margin"
+    if paying:
+        k = max(paying, key=lambda k: speed[k])
+        ci = (speed[k] - half[k], speed[k] + half[k])
         change = (
-            f"no drafting (0 steps) wins at batch {bs} once the accept length at {best_k} "
-            f"steps falls below {be[best_k]:.2f} (measured {curve.length(best_k):.2f})"
+            f"no drafting (0 steps) at batch {bs} once the accept length at {_steps(k)} falls "
+            f"below {be[k] * (1 + min_gain):.2f} (break-even {be[k]:.2f} + {margin}; "
+            f"measured {curve.length(k):.2f})"
         )
-    else:
-        ci = (1.0, 1.0)
-        if ks:
-            k = min(ks, key=lambda k: be[k] / curve.length(k))
-            change = (
-                f"steps {k} pays at batch {bs} once the accept length at {k} steps is >= "
-                f"{be[k]:.2f} (measured {curve.length(k):.2f})"
-            )
-        else:
-            change = f"no step count to compare at batch {bs} (the curve or the costs end at 0)"
-    return Tier(bs, best_k, best, ci, base_tps * best, base_tps, be, change)
+        return Tier(bs, k, speed[k], ci, base_tps * speed[k], base_tps, be, change)
+    if not ks:
+        change = f"no step count to compare at batch {bs} (the curve or the costs end at 0)"
+        return Tier(bs, 0, 1.0, (1.0, 1.0), base_tps, base_tps, be, change)
+    k = min(ks, key=lambda k: be[k] / curve.length(k))
+    closest = {
+        "steps": k,
+        "speedup": round(speed[k], 4),
+        "ci": [round(speed[k] - half[k], 4), round(speed[k] + half[k], 4)],
+    }
+    held = (
+        f"{_steps(k)} would give {speed[k]:.2f}x [{speed[k] - half[k]:.2f}, "
+        f"{speed[k] + half[k]:.2f}], not clear of the {margin} (--min-gain); "
+        if speed[k] > 1.0
+        else ""
+    )
+    change = (
+        f"{held}{_steps(k)} pays at batch {bs} once the accept length at {_steps(k)} is >= "
+        f"{be[k] * (1 + min_gain):.2f} (break-even {be[k]:.2f} + {margin}; measured "
+        f"{curve.length(k):.2f})"
+    )
+    return Tier(bs, 0, 1.0, (1.0, 1.0), base_tps, base_tps, be, change, closest)
+
+
+def _steps(k: int) -> str:
+    return f"{k} step" if k == 1 else f"{k} steps"
 
 
 def make_plan(
-    curve: AcceptCurve, costs: Costs, batch_sizes: list[int] | tuple[int, ...] | None = None
+    curve: AcceptCurve,
+    costs: Costs,
+    batch_sizes: list[int] | tuple[int, ...] | None = None,
+    min_gain: float = DEFAULT_MIN_GAIN,
 ) -> Plan:
     sizes = sorted(set(batch_sizes or DEFAULT_BATCH_SIZES))
-    return Plan({bs: plan_tier(curve, costs, bs) for bs in sizes}, curve, costs)
+    tiers = {bs: plan_tier(curve, costs, bs, min_gain) for bs in sizes}
+    return Plan(tiers, curve, costs, min_gain=min_gain)
 
 
 def write_adaptive_config(plan: Plan, path: str | Path) -> Path:

@@ -10,6 +10,9 @@ Request keys:
 - "configs": [path] -> "configs": [{"ok": bool, "error": str, "candidates": [int]}]
   via _load_adaptive_config / resolve_candidate_steps_from_config
 - "reasons": [{...server args...}] -> "reasons": [str | null] via adaptive_unsupported_reason
+- "draft_forwards": [num_steps] -> "draft_forwards": {num_steps: drafter forwards} counted by
+  running `EagleDraftWorker.draft_forward` (srt/speculative/eagle_worker_v2.py, topk 1, greedy,
+  the CPU path) over a draft runner that only counts its `forward` calls
 """
 
 from __future__ import annotations
@@ -94,7 +97,49 @@ def main() -> None:
             setattr(args, k, v)
         reasons.append(asp.adaptive_unsupported_reason(args))
     out["reasons"] = reasons
+    out["draft_forwards"] = {k: draft_forwards(k) for k in req.get("draft_forwards", [])}
     print(json.dumps(out))
+
+
+def draft_forwards(steps: int, bs: int = 2) -> int:
+    """How many drafter forwards SGLang's own draft_forward runs per cycle at `steps`."""
+    import torch
+    from sglang.srt.speculative import eagle_worker_v2 as w
+
+    calls = []
+    ns = types.SimpleNamespace
+
+    class CountingRunner:
+        canary_manager = None
+        model_config = ns(hf_config=ns(architectures=["LlamaForCausalLMEagle3"]),
+                          model_is_mrope=False)  # fmt: skip
+
+        def forward(self, fb: object) -> object:
+            calls.append(fb)
+            logits = torch.randn(fb.batch_size, 32)
+            return ns(logits_output=ns(next_token_logits=logits,
+                                       hidden_states=torch.zeros(fb.batch_size, 8)))  # fmt: skip
+
+    w.get_spec = lambda: ns(speculative_use_rejection_sampling=False)  # greedy sampling
+    worker = object.__new__(w.EagleDraftWorker)  # the method's own state, no model
+    worker.speculative_num_steps = steps
+    worker.speculative_num_draft_tokens = steps + 1
+    worker.topk = 1
+    worker.hot_token_id = None
+    worker.draft_runner = CountingRunner()
+    worker.draft_attn_backend = ns(attn_backends=[None] * steps)
+    worker.index_share_for_mtp_iteration = False
+    worker.seed_dsa_topk_from_draft_extend = False
+    worker._topk1_parents_prealloc = torch.zeros(64, steps, dtype=torch.long)
+    worker._topk1_score_indices_prealloc = torch.zeros(64, steps + 1, dtype=torch.long)
+    spec_info = ns(topk_p=torch.ones(bs, 1), topk_index=torch.zeros(bs, 1, dtype=torch.long),
+                   hidden_states=torch.zeros(bs, 8))  # fmt: skip
+    batch = ns(spec_info=spec_info, forward_mode=ns(is_idle=lambda: False),
+               out_cache_loc=torch.arange(bs * steps), batch_size=bs,
+               positions=torch.zeros(bs, dtype=torch.long), sampling_info=ns(is_all_greedy=True),
+               input_ids=None, moe_num_token_non_padded=None)  # fmt: skip
+    w.EagleDraftWorker.draft_forward(worker, batch)
+    return len(calls)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,11 @@
 `sglang_python`: that venv's interpreter ($FASTVERIFY_SGLANG_PYTHON, else the cache path the
 script uses). Missing, every contract test fails with the command that builds it: a
 contract that was not checked is never counted as passing.
-`probe`: one run of tests/contract/probe.py over every argv the daemon can produce (one
-subprocess for the whole suite, so the suite stays quick).
+`run_probe`: one run of tests/contract/probe.py over every argv the daemon can produce (one
+subprocess per release, so the suite stays quick).
+`release_python`: the interpreter of one of RELEASES, the releases the full-install suite
+runs for real (the pinned one is the full venv; the others scripts/sglang-release-venv.sh
+builds over its site-packages).
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ import pytest
 from fastverify.sglang.versions import PINNED_VERSION
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+# the oldest release in the range, the last before 0.5.21's PCIe-IPC all-reduce, the pinned
+RELEASES = ("0.5.1.post3", "0.5.20", PINNED_VERSION)
 
 
 def venv_python() -> Path:
@@ -50,3 +56,18 @@ def run_probe(python: Path, request: dict[str, Any]) -> dict[str, Any]:
     if out.returncode != 0:
         pytest.fail(f"probe failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def release_python(version: str, sglang_python: Path) -> Path:
+    """The interpreter that runs SGLang `version`'s own code: the full venv for the pinned
+    release, else the venv scripts/sglang-release-venv.sh builds (cached) over it."""
+    if version == PINNED_VERSION:
+        return sglang_python
+    env = {**os.environ, "FASTVERIFY_SGLANG_PYTHON": str(sglang_python)}
+    built = subprocess.run(
+        [str(ROOT / "scripts/sglang-release-venv.sh"), version],
+        capture_output=True, text=True, timeout=600, check=False, env=env,
+    )  # fmt: skip
+    if built.returncode != 0:
+        pytest.fail(f"scripts/sglang-release-venv.sh {version} failed:\n{built.stderr[-4000:]}")
+    return Path(built.stdout.strip().splitlines()[-1])

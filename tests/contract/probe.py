@@ -1,14 +1,20 @@
-"""Runs inside the real-SGLang venv (scripts/sglang-venv.sh), never in the project's venv:
-reads a JSON request on stdin, answers every question with SGLang's own code (or, where that
-code needs a GPU, with the installed source text), prints one JSON object on stdout.
+"""Runs inside a real-SGLang venv (scripts/sglang-venv.sh, or scripts/sglang-release-venv.sh
+for an older release), never in the project's venv: reads a JSON request on stdin, answers
+every question with SGLang's own code (or, where that code needs a GPU, with the installed
+source text), prints one JSON object on stdout. `"only": ["argvs", "hooks"]` limits the
+answer to the parts every release in the range can give (the rest reads 0.5.23's modules).
 
 Imports nothing from fastverify: the facts fastverify holds are compared in the tests.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import contextlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import inspect
 import io
 import json
@@ -57,22 +63,18 @@ def _cuda_platform(on: bool):
 
 
 def argv_facts(argv: list[str], profile_env: dict[str, str]) -> dict:
-    """Parse (prepare_server_args), then the CUDA-graph resolution step, the parallel hook
-    that sets NCCL_GRAPH_REGISTER and `_set_envs_and_config`, as on a CUDA machine."""
-    from sglang.srt.arg_groups import parallel_hook
-    from sglang.srt.arg_groups.cuda_graph_hook import parse_cuda_graph_config
-    from sglang.srt.arg_groups.overrides import resolving_view
-    from sglang.srt.entrypoints.engine import _set_envs_and_config
-    from sglang.srt.server_args import prepare_server_args
+    """What the release resolves from `argv` that fastverify relies on, with its own code:
+    releases with `sglang.srt.arg_groups` (0.5.14+) parse, then run the CUDA-graph step and
+    the parallel hook that sets NCCL_GRAPH_REGISTER; older ones resolve in
+    `ServerArgs.__post_init__` (parse time) and set NCCL variables only in
+    `_set_envs_and_config`, which every release runs before its schedulers start."""
+    if importlib.util.find_spec("sglang.srt.arg_groups") is None:
+        return _argv_facts_post_init(argv, profile_env)
+    return _argv_facts_arg_groups(argv, profile_env)
 
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            args = prepare_server_args(argv)
-    except SystemExit:
-        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
-        return {"parsed": False, "error": lines[-1] if lines else ""}
-    out: dict = {"parsed": True, "tp_size": args.tp_size, "model_path": args.model_path}
+
+def _parsed(out: dict, args) -> dict:
+    out.update(parsed=True, tp_size=args.tp_size, model_path=args.model_path)
     out["speculative_num_draft_tokens"] = args.speculative_num_draft_tokens
     out["load_format"] = args.load_format
     # multi-node (one server over several pods: docs/kubernetes.md)
@@ -80,19 +82,196 @@ def argv_facts(argv: list[str], profile_env: dict[str, str]) -> dict:
     out["node_rank"] = args.node_rank
     out["dist_init_addr"] = args.dist_init_addr
     out["host"], out["port"] = args.host, args.port
+    return out
+
+
+def _rejected(err: io.StringIO) -> dict:
+    lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+    return {"parsed": False, "error": lines[-1] if lines else ""}
+
+
+def _argv_facts_arg_groups(argv: list[str], profile_env: dict[str, str]) -> dict:
+    """Parse (prepare_server_args), then the CUDA-graph resolution step, the parallel hook
+    (`handle_data_parallelism`: NCCL_GRAPH_REGISTER where the release sets it) and
+    `_set_envs_and_config`, as on a CUDA machine."""
+    from sglang.srt.arg_groups import parallel_hook
+    from sglang.srt.arg_groups.cuda_graph_hook import parse_cuda_graph_config
+    from sglang.srt.arg_groups.overrides import resolving_view
+    from sglang.srt.server_args import prepare_server_args
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = prepare_server_args(argv)
+    except SystemExit:
+        return _rejected(err)
+    out = _parsed({}, args)
     args._input_frozen = True
+    set_envs = _set_envs_and_config()
     with _cuda_platform(True), _environ(profile_env):
         parse_cuda_graph_config(args)
         cfg = resolving_view(args).cuda_graph_config
         out["cuda_graph"] = {"decode": cfg.decode.backend, "prefill": cfg.prefill.backend}
-        may = parallel_hook._graph_may_capture_collectives(args)
-        out["graph_may_capture"] = may
-        if may:
-            parallel_hook._disable_nccl_graph_buffer_registration("contract probe")
+        may = getattr(parallel_hook, "_graph_may_capture_collectives", None)
+        out["graph_may_capture"] = None if may is None else may(args)
+        try:
+            parallel_hook.handle_data_parallelism(args)
+        except Exception as exc:  # a combination the release refuses: the test names it
+            out["hook_error"] = f"{type(exc).__name__}: {exc}"
         with contextlib.redirect_stderr(io.StringIO()):
-            _set_envs_and_config(args)
+            set_envs(args)
         out["env"] = _nccl_env()
     return out
+
+
+def _argv_facts_post_init(argv: list[str], profile_env: dict[str, str]) -> dict:
+    """0.5.1 .. 0.5.13: `prepare_server_args` is parse_args + `ServerArgs(**parsed)`, whose
+    `__post_init__` resolves at once and needs an accelerator and the model's config. The
+    parser runs for real; `_set_envs_and_config` gets a ServerArgs holding the parsed values
+    (`hooks_facts` checks that `__post_init__` writes none of the fields it reads for NCCL)."""
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            raw = parser.parse_args(argv)
+    except SystemExit:
+        return _rejected(err)
+
+    class Unresolved(ServerArgs):  # the release's own fields and from_cli_args, unresolved
+        def __post_init__(self) -> None:
+            pass
+
+    args = Unresolved.from_cli_args(raw)
+    out = _parsed({}, args)
+    # the old generation: decode graphs only, one switch
+    out["cuda_graph"] = {"decode": "disabled" if args.disable_cuda_graph else "enabled"}
+    out["graph_may_capture"] = None
+    set_envs = _set_envs_and_config()
+    with _environ(profile_env):
+        with contextlib.redirect_stderr(io.StringIO()):
+            set_envs(args)
+        out["env"] = _nccl_env()
+    return out
+
+
+class _Placeholder(types.ModuleType):
+    """Stands for a module `entrypoints/engine.py` imports for its process machinery (the
+    scheduler, tokenizer manager, ...) where that import cannot run here; any use of it by
+    the code under test is reported (`placeholder_globals`) and fails the test."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Placeholder(f"{self.__name__}.{name}")
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"{self.__name__} is a placeholder (tests/contract/probe.py)")
+
+
+class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+    def find_spec(self, name, path, target=None):
+        if any(name == n or name.startswith(n + ".") for n in self.names):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        mod = _Placeholder(spec.name)
+        mod.__path__ = []
+        return mod
+
+    def exec_module(self, module) -> None:
+        pass
+
+
+ENGINE_IMPORT: dict = {}
+
+
+def _set_envs_and_config():
+    """The release's own `_set_envs_and_config` from its own, unmodified
+    `entrypoints/engine.py`. Where that module's import fails here (0.5.1.post3 pins torch
+    2.8; its kernels probe `torch._C._cpu._is_amx_tile_supported`, which the shared venv's
+    newer torch no longer has, and it needs the CUDA-only sgl_kernel), it is imported again
+    with placeholders for exactly the `sglang.srt.managers.*` modules it imports at top level
+    (process machinery); the function's every global must then be a real object."""
+    if ENGINE_IMPORT:
+        return ENGINE_IMPORT["fn"]
+    info = {"real_import_error": None, "placeholders": [], "placeholder_globals": []}
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            from sglang.srt.entrypoints.engine import _set_envs_and_config as fn
+    except Exception as exc:
+        info["real_import_error"] = f"{type(exc).__name__}: {exc}"
+        spec = importlib.util.find_spec("sglang.srt.entrypoints.engine")
+        tree = ast.parse(_text(spec.origin))
+        names = sorted({n.module for n in tree.body if isinstance(n, ast.ImportFrom)
+                        and (n.module or "").startswith("sglang.srt.managers.")})  # fmt: skip
+        for name in [m for m in sys.modules if m == spec.name or m.startswith(spec.name + ".")]:
+            del sys.modules[name]
+        sys.meta_path.insert(0, _PlaceholderFinder(names))
+        info["placeholders"] = names
+        with contextlib.redirect_stderr(io.StringIO()):
+            from sglang.srt.entrypoints.engine import _set_envs_and_config as fn
+
+    def names_of(code) -> set[str]:
+        out = set(code.co_names)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                out |= names_of(const)
+        return out
+
+    info["placeholder_globals"] = sorted(
+        n for n in names_of(fn.__code__) if isinstance(fn.__globals__.get(n), _Placeholder)
+    )
+    info["file"] = inspect.getsourcefile(fn)
+    ENGINE_IMPORT.update(info, fn=fn)
+    return fn
+
+
+def hooks_facts() -> dict:
+    """Which of the hooks fastverify relies on the release has, read from its own modules."""
+    import sglang
+    from sglang.srt.server_args import ServerArgs
+
+    root = os.path.dirname(sglang.__file__)
+    graph_register = []
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                if "NCCL_GRAPH_REGISTER" in _text(path):
+                    graph_register.append(os.path.relpath(path, root))
+    out = {
+        "arg_groups": importlib.util.find_spec("sglang.srt.arg_groups") is not None,
+        "resolve_once": hasattr(ServerArgs, "resolve_once"),
+        "graph_register_files": sorted(graph_register),
+    }
+    _set_envs_and_config()
+    out["engine_import"] = {k: v for k, v in ENGINE_IMPORT.items() if k != "fn"}
+    # the fields `_set_envs_and_config` reads in its NCCL statements, and those
+    # ServerArgs' own methods assign (resolution): the parse-time value is the one it reads
+    # where the two do not meet
+    fn_src = inspect.getsource(ENGINE_IMPORT["fn"])
+    fn_tree = ast.parse(fn_src)
+    reads = set()
+    for stmt in fn_tree.body[0].body:
+        if "NCCL_" in (ast.get_source_segment(fn_src, stmt) or ""):
+            reads |= _attrs_of(stmt, "server_args", ast.Load)
+    sa_tree = ast.parse(_text(inspect.getsourcefile(ServerArgs)))
+    out["nccl_reads"] = sorted(reads)
+    out["resolution_writes"] = sorted(_attrs_of(sa_tree, "self", ast.Store) & reads)
+    return out
+
+
+def _attrs_of(tree, owner: str, ctx: type) -> set[str]:
+    return {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+            and isinstance(n.ctx, ctx) and isinstance(n.value, ast.Name)
+            and n.value.id == owner}  # fmt: skip
 
 
 def span_names() -> dict:
@@ -296,13 +475,15 @@ def main() -> None:
     req = json.load(sys.stdin)
     import importlib.metadata as md
 
+    only = set(req.get("only") or ("argvs", "hooks", "spans", "metrics", "logs", "source"))
     out = {"version": md.version("sglang"), "argvs": []}
     for item in req["argvs"]:
         out["argvs"].append(argv_facts(item["argv"], item.get("env", {})))
-    out["spans"] = span_names()
-    out["metrics"] = metric_facts()
-    out["logs"] = log_facts()
-    out["source"] = source_facts()
+    parts = {"hooks": hooks_facts, "spans": span_names, "metrics": metric_facts,
+             "logs": log_facts, "source": source_facts}  # fmt: skip
+    for name, fn in parts.items():
+        if name in only:
+            out[name] = fn()
     sys.stdout.write("\n" + json.dumps(out) + "\n")
 
 

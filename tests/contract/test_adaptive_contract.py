@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from fastverify.engines.sim import costmodel
 from fastverify.engines.sim.costtable import engine_costs as sim_costs
-from fastverify.sglang import adaptive, metrics
+from fastverify.sglang import adaptive, eagle, metrics
 from fastverify.sglang.adaptive_slot import AdaptiveController
 from fastverify.speculation import plan as spec_plan
 from fastverify.speculation.curve import AcceptCurve, chain_histogram
@@ -106,6 +107,7 @@ def probe(sglang_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
         "runs": runs,
         "configs": [str(p) for p in [*written, bad, no_tier]],
         "reasons": reasons,
+        "draft_forwards": list(range(1, 8)),
     }
     proc = subprocess.run(
         [str(sglang_python), str(HERE / "adaptive_probe.py")],
@@ -201,3 +203,16 @@ def test_log_lines_are_the_ones_sglang_formats(probe: dict) -> None:
     init = probe["init_source"]
     assert "is not in the adaptive config candidate_steps" in init
     assert "speculative_num_draft_tokens=cfg.speculative_num_steps + 1" in init
+
+
+def test_sim_runs_as_many_draft_forwards_per_cycle_as_sglang(probe: dict) -> None:
+    """SGLang's draft_forward runs num_steps - 1 drafter forwards (the first draft token is the
+    previous draft extend's); the sim's cost model and traces charge the same count."""
+    counted = {int(k): v for k, v in probe["draft_forwards"].items()}
+    assert sorted(counted) == list(range(1, 8))
+    for steps, n in counted.items():
+        assert eagle.draft_forwards_per_cycle(steps) == n, steps
+        pred = costmodel.predict({}, "eagle3", 8, 1, True, 1.0, num_steps=steps, topk=1,
+                                 num_draft_tokens=steps + 1)  # fmt: skip
+        drafts = [f for name, f in pred.forwards if "DRAFT" in name]
+        assert len(drafts) == n + 1  # + the draft extend after the verify

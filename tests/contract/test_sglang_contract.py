@@ -1,13 +1,18 @@
 """fastverify's SGLang facts (fastverify.sglang, the engine adapter, verification's rules,
-the log grammar, the failure classifier) against the real sglang==0.5.23 package.
+the log grammar, the failure classifier) against the real SGLang packages.
 
-One probe run (conftest.run_probe) answers everything with SGLang's own code; where that
-code needs a GPU or a running server the probe reads the installed source. A fact that
-drifts in a new SGLang release fails here.
+The hooks fastverify relies on (the parser, the CUDA-graph phases it resolves, the NCCL
+variables its hooks and `_set_envs_and_config` set before the schedulers start) run for
+real on every release of conftest.RELEASES (0.5.1.post3, 0.5.20, 0.5.23), each against what
+fastverify believes about THAT release (its facts, `engine_env(..., version)`, the flag
+generation the daemon detects); the rest against the pinned 0.5.23. One probe run per
+release (conftest.run_probe) answers with SGLang's own code; where that code needs a GPU or
+a running server the probe reads the installed source. A fact that drifts fails here.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -21,27 +26,33 @@ from fastverify.exporters.logparse import parse_line
 from fastverify.profiles.store import ProfileStore
 from fastverify.sglang import loglines, metrics, spans
 from fastverify.sglang.envrules import engine_env
+from fastverify.sglang.facts import resolve
 from fastverify.sglang.launch import LaunchArgs
 from fastverify.sglang.versions import PINNED_VERSION
-from tests.contract.conftest import run_probe
+from tests.contract.conftest import RELEASES, release_python, run_probe
 
 MODEL = "/models/kimi"
 DRAFT = "/models/kimi-eagle3"
 SHIPPED = Path(__file__).resolve().parents[2] / "profiles"
 
 
-def daemon_argvs() -> list[dict[str, Any]]:
-    """Every argv the daemon can build from the shipped profiles (both modes, TP 1 and 2),
-    each with the profile's env, plus the scenarios the env rules distinguish."""
+@functools.cache
+def daemon_argvs(version: str = PINNED_VERSION) -> tuple[dict[str, Any], ...]:
+    """Every argv the daemon can build from the shipped profiles (both modes, TP 1 and 2)
+    in `version`'s flag generation, each with the profile's env, plus the scenarios the env
+    rules distinguish. A scenario whose flags `version`'s facts lack is marked `lacks` (the
+    test asserts the release's parser refuses it)."""
+    facts = resolve(version)
+    gen = facts.flag_generation
     store = ProfileStore(user_dirs=[], shipped_dir=SHIPPED)
-    eng = SGLangEngine("python-not-used", flags="new")
+    eng = SGLangEngine("python-not-used", flags=gen)
     cases = []
     for profile in store.list():
         for mode in ("baseline", "eagle3"):
             for tp in (1, 2):
                 server = ServerConfig(
                     model_path=MODEL, draft_model_path=DRAFT, tp_size=tp,
-                    eagle3=Eagle3Params(3, 1, 4), sglang_flags="new",
+                    eagle3=Eagle3Params(3, 1, 4), sglang_flags=gen,
                 )  # fmt: skip
                 argv = eng.build_argv(server, mode, profile.requires)[3:]
                 env = {k: v for k, v in profile.env.items() if k.startswith("NCCL_")}
@@ -49,14 +60,17 @@ def daemon_argvs() -> list[dict[str, Any]]:
                               "requires": dict(profile.requires)})  # fmt: skip
             trial = ServerConfig(
                 model_path=MODEL, draft_model_path=DRAFT, tp_size=2,
-                eagle3=Eagle3Params(3, 1, 4), sglang_flags="new", load_format="dummy",
+                eagle3=Eagle3Params(3, 1, 4), sglang_flags=gen, load_format="dummy",
             )  # fmt: skip
             cases.append({"name": f"{profile.name}/{mode}/trial",
                           "argv": eng.build_argv(trial, mode, profile.requires)[3:],
                           "env": {}})  # fmt: skip
     base = LaunchArgs(model_path=MODEL, tp_size=2)
+    other = "old" if gen == "new" else "new"
     extra = {
         "graph-register-1": (base, {"NCCL_GRAPH_REGISTER": "1"}),
+        "profile-sets-cumem-nvls": (base, {"NCCL_CUMEM_ENABLE": "1", "NCCL_NVLS_ENABLE": "1",
+                                           "NCCL_ALGO": "Ring"}),
         "nvls-flag-over-profile": (base.with_(extra_args=("--enable-nccl-nvls",)),
                                    {"NCCL_NVLS_ENABLE": "0"}),
         "symm-mem": (base.with_(extra_args=("--enable-symm-mem",)), {"NCCL_CUMEM_ENABLE": "0"}),
@@ -67,13 +81,32 @@ def daemon_argvs() -> list[dict[str, Any]]:
         "load-format-dummy": (base.with_(load_format="dummy"), {"NCCL_ALGO": "Ring"}),
         "ep-2-tp-1": (base.with_(tp_size=1, extra_args=("--ep-size", "2")), {}),
     }  # fmt: skip
+    if "tp_lm_head_all_to_all" in (facts.features.get("graph_register_triggers") or []):
+        extra["tp-lm-head-all-to-all"] = (
+            base.with_(
+                extra_args=(
+                    "--dp-size",
+                    "2",
+                    "--enable-dp-attention",
+                    "--enable-tp-lm-head-all-to-all",
+                    "--chunked-prefill-size",
+                    "8192",
+                )
+            ),
+            {},
+        )
     for name, (args, env) in extra.items():
-        cases.append({"name": name, "argv": args.to_argv("new"), "env": env})
-    cases.append({"name": "old-generation-off",
-                  "argv": base.with_(cuda_graph=False).to_argv("old"), "env": {}})  # fmt: skip
-    cases.append({"name": "ambiguous", "argv": [*base.to_argv("new"), "--cuda-graph-max-bs", "8"],
-                  "env": {}})  # fmt: skip
-    return cases
+        cases.append({"name": name, "argv": args.to_argv(gen), "env": env})
+    cases.append({"name": f"{other}-generation-off",
+                  "argv": base.with_(cuda_graph=False).to_argv(other), "env": {}})  # fmt: skip
+    if gen == "new":
+        cases.append({"name": "ambiguous", "env": {},
+                      "argv": [*base.to_argv(gen), "--cuda-graph-max-bs", "8"]})  # fmt: skip
+    for case in cases:
+        lacks = [a for a in case["argv"] if a.startswith("--") and not facts.has_flag(a)]
+        if lacks and case["name"] != "ambiguous":
+            case["lacks"] = lacks
+    return tuple(cases)
 
 
 CASES = daemon_argvs()
@@ -86,29 +119,132 @@ def probe(sglang_python: Path) -> dict[str, Any]:
     return out
 
 
+@pytest.fixture(scope="module")
+def release_probe(sglang_python: Path, probe: dict[str, Any]) -> Any:
+    """`get(version)`: the probe's answer for that release (argvs + hooks), once each."""
+    seen: dict[str, dict[str, Any]] = {PINNED_VERSION: probe}
+
+    def get(version: str) -> dict[str, Any]:
+        if version not in seen:
+            py = release_python(version, sglang_python)
+            cases = daemon_argvs(version)
+            out = run_probe(
+                py,
+                {
+                    "only": ["argvs", "hooks"],
+                    "argvs": [{"argv": c["argv"], "env": c["env"]} for c in cases],
+                },
+            )
+            out["by_name"] = {c["name"]: r for c, r in zip(cases, out["argvs"], strict=True)}
+            out["python"] = str(py)
+            seen[version] = out
+        seen[version].setdefault("python", str(sglang_python))
+        return seen[version]
+
+    return get
+
+
 def test_the_venv_holds_the_pinned_version(probe: dict[str, Any]) -> None:
     assert probe["version"] == PINNED_VERSION
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c["name"] != "ambiguous"],
-                         ids=lambda c: c["name"])  # fmt: skip
-def test_every_daemon_argv_parses_and_env_rules_match_the_real_hooks(
-    probe: dict[str, Any], case: dict[str, Any]
+RELEASE_CASES = [(v, c) for v in RELEASES for c in daemon_argvs(v)
+                 if c["name"] != "ambiguous" and "lacks" not in c]  # fmt: skip
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_daemon_detects_the_release_and_resolves_as_it_does(
+    release_probe: Any, release: str
 ) -> None:
-    real = probe["by_name"][case["name"]]
+    """The daemon's engine, pointed at the release's interpreter, reads its version, picks
+    its flag generation from its facts and predicts the NCCL environment with its rules."""
+    real = release_probe(release)
+    assert real["version"] == release
+    eng = SGLangEngine(real["python"], flags="auto")
+    assert eng.version() == release
+    for case in daemon_argvs(release):
+        if case["name"].endswith("/eagle3/tp2"):  # every shipped profile, as the daemon builds it
+            server = ServerConfig(
+                model_path=MODEL, draft_model_path=DRAFT, tp_size=2,
+                eagle3=Eagle3Params(3, 1, 4), sglang_flags="auto",
+            )  # fmt: skip
+            assert eng.flag_generation(server) == resolve(release).flag_generation
+            argv = eng.build_argv(server, "eagle3", case["requires"])
+            assert argv[3:] == case["argv"]
+            got = real["by_name"][case["name"]]["env"]
+            assert got == eng.engine_env(argv, case["env"]).final(case["env"]), case["name"]
+
+
+@pytest.mark.parametrize(("release", "case"), RELEASE_CASES,
+                         ids=[f"{v}/{c['name']}" for v, c in RELEASE_CASES])  # fmt: skip
+def test_every_daemon_argv_parses_and_env_rules_match_the_real_hooks(
+    release_probe: Any, release: str, case: dict[str, Any]
+) -> None:
+    real = release_probe(release)["by_name"][case["name"]]
     assert real["parsed"], real.get("error")
+    assert "hook_error" not in real, real["hook_error"]
     ours = LaunchArgs.from_argv(case["argv"])
     assert real["tp_size"] == ours.tp_size and real["model_path"] == ours.model_path
-    # cuda-graph=off means every phase the real parser knows is disabled
-    phases_off = {ph: backend == "disabled" for ph, backend in real["cuda_graph"].items()}
-    assert phases_off == ours.phases_off(), real["cuda_graph"]
+    if resolve(release).flag_generation == "new":
+        # cuda-graph=off means every phase the real parser knows is disabled
+        phases_off = {ph: backend == "disabled" for ph, backend in real["cuda_graph"].items()}
+        assert phases_off == ours.phases_off(), real["cuda_graph"]
+    else:  # one switch, decode graphs only: the release has no prefill phase to turn off
+        assert list(real["cuda_graph"]) == ["decode"]
+        assert not resolve(release).has_flag("--cuda-graph-backend-prefill")
+        assert (real["cuda_graph"]["decode"] == "disabled") == ours.phases_off()["decode"]
     if case.get("requires", {}).get("cuda-graph") == "off":
         assert set(real["cuda_graph"].values()) == {"disabled"}
-    # the NCCL environment SGLang's schedulers inherit == our rules' prediction
-    predicted = engine_env(ours, case["env"], PINNED_VERSION)
+    # the NCCL environment the release's schedulers inherit == our rules for that release
+    predicted = engine_env(ours, case["env"], release)
     assert real["env"] == predicted.final(case["env"]), predicted.to_dict()
     if "--speculative-num-draft-tokens" in case["argv"]:
         assert real["speculative_num_draft_tokens"] == 4
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_what_a_release_lacks_fastverify_knows(release_probe: Any, release: str) -> None:
+    """A flag the release's facts lack is refused by its own parser; a release without the
+    NCCL_GRAPH_REGISTER hook has no line that sets it, and fastverify never predicts it."""
+    real = release_probe(release)
+    facts = resolve(release)
+    lacking = [c for c in daemon_argvs(release) if "lacks" in c]
+    assert not [c["name"] for c in lacking if "/" in c["name"]]  # the daemon's own argvs
+    for case in lacking:
+        got = real["by_name"][case["name"]]
+        assert not got["parsed"], case
+        assert "unrecognized arguments" in got["error"] or "ambiguous option" in got["error"]
+        assert any(flag in got["error"] for flag in case["lacks"]), (case["lacks"], got)
+    triggers = facts.features.get("graph_register_triggers") or []
+    hooks = real["hooks"]
+    assert bool(triggers) == bool(hooks["graph_register_files"]), hooks["graph_register_files"]
+    assert ("NCCL_GRAPH_REGISTER" in facts.env["nccl_added"]) == bool(triggers)
+    if not triggers:
+        tp2 = LaunchArgs(model_path=MODEL, tp_size=2)
+        assert "NCCL_GRAPH_REGISTER" not in engine_env(tp2, {}, release).added
+    # resolution at parse time (ServerArgs.__post_init__) or a separate act (resolve_once):
+    # the arg_groups hooks came with the new flag generation
+    assert hooks["resolve_once"] == hooks["arg_groups"]
+    assert hooks["arg_groups"] == (facts.flag_generation == "new")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_start_up_hook_ran_is_the_releases_own(release_probe: Any, release: str) -> None:
+    """`_set_envs_and_config` ran from the release's own entrypoints/engine.py. Where that
+    module's import fails with the shared venv's torch (0.5.1.post3 pins torch 2.8), the
+    probe stood in placeholders for the scheduler/tokenizer modules it imports, and none of
+    them is a global the function reads; the fields it reads for NCCL are never written by
+    the release's resolution (`__post_init__`), so the parsed values are the ones it sees."""
+    hooks = release_probe(release)["hooks"]
+    imp = hooks["engine_import"]
+    assert imp["file"].endswith("sglang/srt/entrypoints/engine.py")
+    assert imp["placeholder_globals"] == []
+    assert all(m.startswith("sglang.srt.managers.") for m in imp["placeholders"])
+    if hooks["arg_groups"]:
+        assert imp["placeholders"] == [], imp["real_import_error"]
+    else:
+        assert hooks["nccl_reads"] == ["enable_nccl_nvls", "enable_symm_mem"]
+        assert hooks["resolution_writes"] == []
 
 
 def test_tp2_graph_register_is_added_and_conflict_detected(probe: dict[str, Any]) -> None:

@@ -52,7 +52,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fastverify.engines.sim import ncclenv
-from fastverify.sglang import spans
+from fastverify.sglang import eagle, spans
 from fastverify.sglang.allreduce import PUBLISHED_US, PUBLISHED_WORLD
 
 # --- model shape (Kimi-K2.5-like MoE, bf16; examples/model-configs/kimi-k2.5.json) ---
@@ -82,8 +82,8 @@ LAUNCH_GAP_US = 4.18
 # --- fitted to the field report (docs/sim.md "The cost model"): the decode step is
 # 12.2 ms (82 tok/s) exactly; the marginal bandwidth by least squares on the verify pass
 # (~30 ms) and the spec cycle (~30 ms = break-even 2.46 x 12.2 ms) ---
-COMPUTE_DECODE_S = 1.307e-3  # one target forward over 1 token, CUDA graphs on
-SMALL_MSG_BW_BYTES_PER_US = 572.0  # wire bytes of a small all-reduce on the field's fabric
+COMPUTE_DECODE_S = 1.271e-3  # one target forward over 1 token, CUDA graphs on
+SMALL_MSG_BW_BYTES_PER_US = 568.0  # wire bytes of a small all-reduce on the field's fabric
 # SGLang's published NCCL figures on an 8-GPU PCIe host (pcie_ipc_ar.py; the one table is
 # fastverify/sglang/allreduce.py PUBLISHED_US): they grow at 0.40-0.88 GB/s of wire bytes up
 # to 384 KiB (the small-message regime, fitted to the field above) and then 43x from 384 KiB
@@ -422,7 +422,7 @@ def predict(
     """Predict decode throughput and cycle anatomy for `env`'s NCCL settings.
 
     mode: "baseline" (one DECODE forward per step, 1 token per request) or "eagle3"
-    (num_steps draft forwards, one TARGET_VERIFY forward over batch x num_draft_tokens
+    (num_steps - 1 draft forwards, one TARGET_VERIFY forward over batch x num_draft_tokens
     tokens, one draft extend; accept_length tokens per request per cycle, clamped to
     1..num_draft_tokens). `pcie_ipc_max_bytes`: all-reduces up to this size run on
     FlashInfer's PCIe-IPC kernels (SGLang's bound; None: every all-reduce is NCCL).
@@ -451,7 +451,8 @@ def predict(
         accept = DEFAULT_ACCEPT_LENGTH if accept_length is None else float(accept_length)
         accept = min(max(accept, 1.0), float(num_draft_tokens))
         draft_tokens = bs * max(1, topk)
-        for _ in range(max(0, num_steps)):
+        # num_steps - 1 drafter forwards, as SGLang's draft_forward (fastverify.sglang.eagle)
+        for _ in range(eagle.draft_forwards_per_cycle(num_steps)):
             d = forward(
                 settings,
                 tp_size,

@@ -13,7 +13,7 @@ records as the exporter reports it live. The all-reduce count per verify is chec
 the layer arithmetic (2 x layers + 1 for the vocab-parallel embedding).
 
 Per profile: decode ms, verify ms, verify compute ms (the same pass captured without
-collectives), all-reduces and their ms per verify, drafter ms per cycle (K draft forwards +
+collectives), all-reduces and their ms per verify, drafter ms per cycle (K - 1 draft forwards +
 one draft-extend forward) and the break-even accept length
 `(drafter_ms + verify_ms) / decode_ms`: EAGLE-3 beats the baseline when its accept length
 (accepted tokens per verify, bonus included) is above it.
@@ -56,6 +56,7 @@ from fastverify.experiments.preflight.run import (
     shared_gpus,
 )
 from fastverify.experiments.rehearse import memory, modelconfig
+from fastverify.sglang import eagle
 
 WORKER = Path(__file__).with_name("worker.py")
 EventFn = Callable[[str], None]
@@ -74,7 +75,8 @@ APPROXIMATIONS = (
     "all-reduce counts, sizes and placement follow SGLang's TP layers",
     "NCCL all-reduce for every TP collective (SGLang would use its custom all-reduce on "
     "<= 2 PCIe or NVLink GPUs unless --disable-custom-all-reduce)",
-    "drafter per cycle = K draft forwards (1 token per sequence, topk 1) + one draft-extend "
+    "drafter per cycle = K - 1 draft forwards (1 token per sequence, topk 1; SGLang's first "
+    "draft token is the previous extend's) + one draft-extend "
     "forward over K+1 tokens; sampling, tree building and scheduler overhead excluded",
 )
 
@@ -173,6 +175,7 @@ def build_job(
         "target": modelconfig.plan(target, world),
         "drafter": modelconfig.plan(drafter, world),
         "draft_tokens": cfg.draft_tokens,
+        "draft_forwards": eagle.draft_forwards_per_cycle(cfg.draft_tokens),
         "batch": cfg.batch,
         "context": cfg.context,
         "steps": cfg.steps,
@@ -408,11 +411,10 @@ def run_profile(
         result["error"] = errors[0] if errors else "a rank failed"
         return result
 
-    k = job["draft_tokens"]
     decode, verify = _max(ranks, "decode"), _max(ranks, "verify")
     compute = _max(ranks, "verify_compute")
     draft, extend = _max(ranks, "draft"), _max(ranks, "draft_extend")
-    drafter = k * draft + extend
+    drafter = job["draft_forwards"] * draft + extend
     expected = job["target"]["allreduce_per_forward"]
     result.update(
         decode_ms=decode,

@@ -566,13 +566,14 @@ class Rank:
         return samples, capture_ms
 
     def profile_window(self, path: str, cycles: int) -> dict[str, Any]:
-        """One torch.profiler window: `cycles` x (K drafts, verify, draft extend) and a decode,
-        each replay inside its SGLang span name."""
+        """One torch.profiler window: `cycles` x (K - 1 drafts, verify, draft extend: the job's
+        `draft_forwards`, as SGLang's draft_forward) and a decode, each replay inside its SGLang
+        span name."""
         from torch.profiler import ProfilerActivity, profile, record_function
 
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
-        b, k = self.job["batch"], self.job["draft_tokens"]
-        order = ["draft"] * k + ["verify", "draft_extend", "decode"]
+        b = self.job["batch"]
+        order = ["draft"] * self.job["draft_forwards"] + ["verify", "draft_extend", "decode"]
         self.sync()
         self.dist.barrier()
         t0 = time.perf_counter()
