@@ -70,16 +70,18 @@ def _streamed(
 
 
 def capture_under_load(
-    client: Any, load: Any, steps: int
+    client: Any, load: Any, steps: int, round_s: float = 0.5
 ) -> tuple[dict[str, Any] | None, str | None, float]:
     """(analysis, error, wall seconds) of one profile window of `steps` steps taken while
-    `load` (BenchConfig: url, concurrency, lengths) runs in short rounds beside it."""
+    `load` (BenchConfig: url, concurrency, lengths) runs in rounds of `round_s` seconds
+    beside it (a round starts `concurrency` requests afresh: at a large concurrency, rounds
+    as long as a measurement window keep the batch as full as it was measured)."""
     from fastverify.client import ApiError
     from fastverify.experiments.bench.load import BenchError, run_bench
 
     got: dict[str, Any] = {}
     done = threading.Event()
-    rounds = replace(load, duration=0.5, requests=None, warmup=0)
+    rounds = replace(load, duration=round_s, requests=None, warmup=0)
 
     def keep_busy() -> None:
         while not done.is_set():

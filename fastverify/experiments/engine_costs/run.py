@@ -214,7 +214,6 @@ class CostTrials:
     def _window(self, profile: str, k: int, bs: int, url: str) -> dict[str, Any]:
         """One bench window at concurrency `bs` on trial k, and its trace when asked."""
         from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
-        from fastverify.experiments.sweep.trial import per_request_rate
         from fastverify.speculation.breakeven import cycle_seconds
 
         bench = BenchConfig(url=url, concurrency=bs, duration=self.cfg.duration,
@@ -227,16 +226,14 @@ class CostTrials:
             r = run_bench(bench)
         except BenchError as exc:
             raise CostTrialFailed(k, "bench_failed", f"batch {bs}: {exc}", {}) from None
-        rate = per_request_rate({"per_request_tokens_per_second_mean":
-                                 r.per_request_tokens_per_second,
-                                 "itl_p50_ms_mean": r.itl_ms.get("p50")})  # fmt: skip
+        rate, rate_from = _decode_rate(r)
         if not rate:
             raise CostTrialFailed(k, "no_rate", f"batch {bs}: {r.incomplete or 'no tokens'}", {})
         rec: dict[str, Any] = {
             "steps": k, "batch_size": bs, "status": "ok", "weights": r.weights,
             "tokens_per_second": round(r.output_tokens_per_second, 3),
             "per_request_tokens_per_second": round(rate, 4),
-            "rate_from": "completed requests" if r.per_request_tokens_per_second else "ITL p50",
+            "rate_from": rate_from,
             "completed": r.completed, "window_s": round(r.duration_s, 3),
         }  # fmt: skip
         if k == 0:
@@ -261,7 +258,9 @@ class CostTrials:
         from fastverify.experiments.sweep.trial import trace_figures
 
         self.emit(f"{tag}: capturing a profile window of {self.cfg.trace_steps} steps ...")
-        analysis, error, _wall = capture_under_load(self.client, bench, self.cfg.trace_steps)
+        analysis, error, _wall = capture_under_load(
+            self.client, bench, self.cfg.trace_steps, round_s=self.cfg.duration
+        )
         fig = trace_figures(analysis)
         if fig and fig.get("step_ms_p50"):
             rec["verify_ms"] = round(float(fig["step_ms_p50"]), 4)
@@ -337,6 +336,18 @@ class CostTrials:
             "command": self.cfg.command,
             "warnings": self.warnings,
         }
+
+
+def _decode_rate(r: Any) -> tuple[float | None, str]:
+    """Tokens/s one request sees while decoding: (tokens - 1) / (latency - TTFT) over the
+    completed requests, else (none finished in the window) 1 / the mean inter-token latency:
+    total gap time over tokens, the same quantity. Not the ITL p50: a speculative chunk of n
+    tokens counts its gap / n n times, so the median token sits in the long chunks and reads
+    a cycle short by up to L / (k + 1)."""
+    if r.per_request_tokens_per_second:
+        return float(r.per_request_tokens_per_second), "completed requests"
+    mean = (r.itl_ms or {}).get("mean")
+    return (1000.0 / mean, "mean ITL (no request completed)") if mean else (None, "none")
 
 
 def _dummy_accept(r: Any, k: int) -> tuple[float, str]:
