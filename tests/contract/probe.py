@@ -64,10 +64,10 @@ def _cuda_platform(on: bool):
 
 def argv_facts(argv: list[str], profile_env: dict[str, str]) -> dict:
     """What the release resolves from `argv` that fastverify relies on, with its own code:
-    releases with `sglang.srt.arg_groups` (0.5.14+) parse, then run the CUDA-graph step and
+    releases with `sglang.srt.arg_groups` (0.5.19+) parse, then run the CUDA-graph step and
     the parallel hook that sets NCCL_GRAPH_REGISTER; older ones resolve in
-    `ServerArgs.__post_init__` (parse time) and set NCCL variables only in
-    `_set_envs_and_config`, which every release runs before its schedulers start."""
+    `ServerArgs.__post_init__` (parse time) and, as far back as 0.5.1, set NCCL variables
+    only in `_set_envs_and_config`, which every release runs before its schedulers start."""
     if importlib.util.find_spec("sglang.srt.arg_groups") is None:
         return _argv_facts_post_init(argv, profile_env)
     return _argv_facts_arg_groups(argv, profile_env)
@@ -125,7 +125,7 @@ def _argv_facts_arg_groups(argv: list[str], profile_env: dict[str, str]) -> dict
 
 
 def _argv_facts_post_init(argv: list[str], profile_env: dict[str, str]) -> dict:
-    """0.5.1 .. 0.5.13: `prepare_server_args` is parse_args + `ServerArgs(**parsed)`, whose
+    """Before 0.5.19: `prepare_server_args` is parse_args + `ServerArgs(**parsed)`, whose
     `__post_init__` resolves at once and needs an accelerator and the model's config. The
     parser runs for real; `_set_envs_and_config` gets a ServerArgs holding the parsed values
     (`hooks_facts` checks that `__post_init__` writes none of the fields it reads for NCCL)."""
@@ -146,8 +146,11 @@ def _argv_facts_post_init(argv: list[str], profile_env: dict[str, str]) -> dict:
 
     args = Unresolved.from_cli_args(raw)
     out = _parsed({}, args)
-    # the old generation: decode graphs only, one switch
-    out["cuda_graph"] = {"decode": "disabled" if args.disable_cuda_graph else "enabled"}
+    if hasattr(args, "cuda_graph_backend_decode"):  # 0.5.14 .. 0.5.18: per phase, as parsed
+        out["cuda_graph"] = {ph: getattr(args, f"cuda_graph_backend_{ph}", None)
+                             for ph in ("decode", "prefill")}  # fmt: skip
+    else:  # the old generation: decode graphs only, one switch
+        out["cuda_graph"] = {"decode": "disabled" if args.disable_cuda_graph else "enabled"}
     out["graph_may_capture"] = None
     set_envs = _set_envs_and_config()
     with _environ(profile_env):

@@ -222,10 +222,9 @@ def test_what_a_release_lacks_fastverify_knows(release_probe: Any, release: str)
     if not triggers:
         tp2 = LaunchArgs(model_path=MODEL, tp_size=2)
         assert "NCCL_GRAPH_REGISTER" not in engine_env(tp2, {}, release).added
-    # resolution at parse time (ServerArgs.__post_init__) or a separate act (resolve_once):
-    # the arg_groups hooks came with the new flag generation
+    # resolution at parse time (ServerArgs.__post_init__) or a separate act (resolve_once,
+    # with the arg_groups hooks: both came in 0.5.19); the server check follows either
     assert hooks["resolve_once"] == hooks["arg_groups"]
-    assert hooks["arg_groups"] == (facts.flag_generation == "new")
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -396,19 +395,35 @@ def test_endpoints_in_the_real_http_server(probe: dict[str, Any]) -> None:
     assert "status_code=200" in handler and "try:" not in handler
 
 
-def test_server_check_runs_the_real_parser_and_resolution(sglang_python: Path) -> None:
-    eng = SGLangEngine(str(sglang_python), flags="auto")
+@pytest.mark.parametrize("release", RELEASES)
+def test_server_check_runs_the_real_parser_and_resolution(release_probe: Any, release: str) -> None:
+    """`server check` (what the daemon asks before a switch) runs the release's own parser,
+    then its own resolution: `resolve_once()` from 0.5.19, `ServerArgs.__post_init__` (at
+    construction) before; on this GPU-less machine resolution stops where it needs an
+    accelerator, named, and the good argv is not rejected."""
+    eng = SGLangEngine(release_probe(release)["python"], flags="auto")
     server = ServerConfig(model_path=MODEL, tp_size=2, sglang_flags="auto")
-    assert eng.flag_generation(server) == "new"
+    assert eng.flag_generation(server) == resolve(release).flag_generation
     verdict = eng.check_argv(eng.build_argv(server, "baseline", {}))
+    assert verdict.version == release
     steps = {s["step"]: s for s in verdict.steps}
     assert verdict.ok is True and steps["parse"]["ok"] is True, verdict.message
     # resolution runs on this GPU-less machine until a step needs an accelerator: named
     assert steps["resolve"]["ok"] is None
     assert "could not run here" in steps["resolve"]["message"]
-    assert re.search(r"\(sglang/srt/arg_groups/\w+\.py:\d+\)", steps["resolve"]["message"])
-    bad = eng.check_argv([*eng.build_argv(server, "baseline", {}), "--cuda-graph-max-bs", "8"])
-    assert bad.ok is False and "ambiguous option" in bad.message
+    if release_probe(release)["hooks"]["resolve_once"]:
+        where = r"\(sglang/srt/arg_groups/\w+\.py:\d+\)"
+    else:
+        where = (
+            r"ServerArgs.__post_init__ could not run here: "
+            r"__post_init__ \(sglang/srt/server_args\.py:\d+\)"
+        )
+    assert re.search(where, steps["resolve"]["message"]), steps["resolve"]["message"]
+    bad = eng.check_argv([*eng.build_argv(server, "baseline", {}), "--no-such-flag"])
+    assert bad.ok is False and "unrecognized arguments: --no-such-flag" in bad.message
+    if release == PINNED_VERSION:
+        bad = eng.check_argv([*eng.build_argv(server, "baseline", {}), "--cuda-graph-max-bs", "8"])
+        assert bad.ok is False and "ambiguous option" in bad.message
 
 
 def test_launch_args_cover_the_mode_mapping() -> None:
