@@ -1,7 +1,7 @@
 """Runs inside a real-SGLang venv (scripts/sglang-venv.sh, or scripts/sglang-release-venv.sh
 for an older release), never in the project's venv: reads a JSON request on stdin, answers
 every question with SGLang's own code (or, where that code needs a GPU, with the installed
-source text), prints one JSON object on stdout. `"only": ["argvs", "hooks"]` limits the
+source text), prints one JSON object on stdout. `"only": ["argvs", "hooks", "parser"]` limits the
 answer to the parts every release in the range can give (the rest reads 0.5.23's modules).
 
 Imports nothing from fastverify: the facts fastverify holds are compared in the tests.
@@ -277,6 +277,37 @@ def _attrs_of(tree, owner: str, ctx: type) -> set[str]:
             and n.value.id == owner}  # fmt: skip
 
 
+def parser_facts() -> dict:
+    """Every long flag of the release's parser with its choices, and the step-span names its
+    builder gives (None where it has none: before 0.5.14's profile_utils)."""
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    flags = {}
+    for action in parser._actions:
+        for opt in action.option_strings:
+            if opt.startswith("--") and opt != "--help":
+                flags[opt] = None if action.choices is None else [str(c) for c in action.choices]
+    out = {"flags": flags, "spans": None}
+    try:
+        from sglang.srt.utils.profile_utils import build_step_span_name
+    except ImportError:
+        return out
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    def batch(mode):
+        return types.SimpleNamespace(forward_mode=mode, batch_size=4, extend_num_tokens=7)
+
+    out["spans"] = {
+        "verify": build_step_span_name(batch(ForwardMode.TARGET_VERIFY), False),
+        "draft": build_step_span_name(batch(ForwardMode.DECODE), False, is_draft_worker=True),
+        "decode": build_step_span_name(batch(ForwardMode.DECODE), False),
+        "extend": build_step_span_name(batch(ForwardMode.EXTEND), False),
+    }
+    return out
+
+
 def span_names() -> dict:
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
     from sglang.srt.utils.profile_utils import build_step_span_name
@@ -478,11 +509,13 @@ def main() -> None:
     req = json.load(sys.stdin)
     import importlib.metadata as md
 
-    only = set(req.get("only") or ("argvs", "hooks", "spans", "metrics", "logs", "source"))
+    every = ("argvs", "hooks", "parser", "spans", "metrics", "logs", "source")
+    only = set(req.get("only") or every)
     out = {"version": md.version("sglang"), "argvs": []}
     for item in req["argvs"]:
         out["argvs"].append(argv_facts(item["argv"], item.get("env", {})))
-    parts = {"hooks": hooks_facts, "spans": span_names, "metrics": metric_facts,
+    parts = {"hooks": hooks_facts, "parser": parser_facts, "spans": span_names,
+             "metrics": metric_facts,
              "logs": log_facts, "source": source_facts}  # fmt: skip
     for name, fn in parts.items():
         if name in only:
