@@ -138,6 +138,10 @@ class ServerConfig:
     node_rank: int = 0
     dist_init_addr: str = ""  # HOST:PORT of node 0's torch.distributed rendezvous
     adaptive_config: str = ""  # mode adaptive: SGLang's config ("" = the state dir's plan)
+    # A timing trial's EAGLE-3 step count (topk 1, num_draft_tokens = steps + 1, as SGLang's
+    # adaptive worker runs them): set per operation by the API (`eagle3_steps` of a dummy-
+    # weights switch, `fastverifyctl spec costs`), never read from the file or persisted.
+    steps_override: int | None = None
 
     @property
     def url(self) -> str:

@@ -77,6 +77,8 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "timeout_s": (_NUM, False),
         "restart": (_BOOL, False),
         "load_format": ((str,), False),  # SGLang --load-format; "dummy" = trial
+        # a timing trial's EAGLE-3 steps (mode eagle3, dummy weights; `spec costs`)
+        "eagle3_steps": ((int,), False),
         "canary": (_BOOL, False),  # declarative mode: leave the declared profile on purpose
     },
     "/v1/mode": {
@@ -142,6 +144,7 @@ MIRRORS: dict[str, str] = {
     "timeout_s": "daemon.readiness_timeout_s",
     "steps": "daemon.trace_steps",
     "mode": "server.mode",
+    "eagle3_steps": "server.eagle3.num_steps",
 }
 
 
@@ -385,6 +388,7 @@ class Handler(BaseHTTPRequestHandler):
             lease=body.get("lease"),
             caller=self.caller,
             **({"load_format": body["load_format"]} if body.get("load_format") else {}),
+            **({"eagle3_steps": body["eagle3_steps"]} if "eagle3_steps" in body else {}),
         )
         self._answer(op, wait=body.get("wait", True), stream=body.get("stream", False))
 

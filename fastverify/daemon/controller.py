@@ -63,6 +63,12 @@ def _now() -> float:
     return time.time()
 
 
+def _steps(op: Operation) -> dict[str, Any]:
+    """A timing trial's draft steps (`eagle3_steps`) when the operation overrode them."""
+    steps = getattr(op, "eagle3_steps", None)
+    return {} if steps is None else {"eagle3_steps": steps}
+
+
 def _callers(op: Operation) -> dict[str, Any]:
     """Who asked for `op` (`by`: a short text, `caller`: its fields; "fastverifyd" for the
     daemon's own start-up and crash restarts) and who cancelled it."""
@@ -170,7 +176,7 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
             mode=op.mode,
             duration_s=op.elapsed(),
             serving={"profile": self.active.get("profile"), "mode": self.active.get("mode")},
-            extra={"weights": self._op_weights(op), **_callers(op), **kw},
+            extra={"weights": self._op_weights(op), **_steps(op), **_callers(op), **kw},
             **fields,
         )
 
@@ -229,6 +235,7 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
         withdrawn: Callable[[], bool] | None = None,
         restart: bool = False,
         load_format: str | None = None,
+        eagle3_steps: int | None = None,
         caller: Any = None,
     ) -> Operation:
         """Validate, take the slot (or queue for it), start the operation thread.
@@ -236,7 +243,9 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
         settings, READY, nothing in flight) is answered `unchanged` at once without
         touching the engine, unless `restart`.
         `load_format` (SGLang --load-format; "dummy" = a trial) holds for this operation and
-        its rollback; None = the config's `[server] load_format`. `caller` (auth.Caller):
+        its rollback; None = the config's `[server] load_format`. `eagle3_steps`: a timing
+        trial's draft steps (mode eagle3 on dummy weights only; this start only, its rollback
+        and any later start run the configured ones). `caller` (auth.Caller):
         who asked, recorded with the result (`by`, `caller`); None: the daemon itself.
         Raises RequestError: 409 busy, 422 invalid, 503 shutting down, 507 state dir."""
         if self.shutting_down.is_set():
@@ -245,7 +254,9 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
         if not queue:
             self._refuse_if_busy()
         t0 = time.monotonic()
-        profile, argv = self.resolver.resolve(name, mode, force, load_format=load_format)
+        profile, argv = self.resolver.resolve(
+            name, mode, force, load_format=load_format, eagle3_steps=eagle3_steps
+        )
         verdict = self.resolver.check_argv(argv)
         validate_s = time.monotonic() - t0
         if verdict.ok is False:
@@ -277,6 +288,7 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
         op = Operation(kind, name, mode)
         op.caller = caller
         op.load_format = load_format  # a trial rolls back on dummy weights too
+        op.eagle3_steps = eagle3_steps  # this start only: never the rollback's or persisted
         if queue:
             claim = self.slot.wait_claim(op, withdrawn=withdrawn, stopping=self.shutting_down)
         else:

@@ -286,6 +286,7 @@ class ControlFacade:
         withdrawn: Callable[[], bool] | None = None,
         restart: bool = False,
         load_format: str | None = None,
+        eagle3_steps: int | None = None,
         canary: bool = False,
         lease: str | None = None,
         caller: Any = None,
@@ -305,6 +306,7 @@ class ControlFacade:
             withdrawn=withdrawn,
             restart=restart,
             load_format=load_format,
+            eagle3_steps=eagle3_steps,
             caller=caller,
         )
         if self.ctl.cfg.daemon.declarative and kind in ("switch", "mode"):

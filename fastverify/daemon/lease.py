@@ -21,7 +21,7 @@ from typing import Any
 
 from fastverify.daemon.resolve import RequestError
 
-EXPERIMENTS = ("sweep", "tune")
+EXPERIMENTS = ("sweep", "tune", "spec-costs")  # spec-costs: fastverifyctl spec costs
 DESCRIPTION_MAX = 500
 
 

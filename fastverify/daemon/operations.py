@@ -84,6 +84,7 @@ class Operation:
         self.verify: dict[str, Any] | None = None
         self.phases: dict[str, float] = {}
         self.load_format: str | None = None  # SGLang --load-format for it and its rollback
+        self.eagle3_steps: int | None = None  # a timing trial's draft steps (this start only)
         self.caller: Any = None  # auth.Caller who asked (None: the daemon itself)
         self.cancelled_by: Any = None  # auth.Caller who cancelled it
         # The engine this operation started and that failed: its own log file and last lines

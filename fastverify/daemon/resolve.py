@@ -38,6 +38,36 @@ class RequestError(Exception):
         super().__init__(message)
 
 
+def check_trial_steps(steps: int | None, mode: str, load_format: str | None) -> None:
+    """RequestError(422) unless `steps` (None: no override) is a timing trial's EAGLE-3 step
+    count: mode eagle3 (k = 0, no drafting, is mode baseline), dummy weights (a serving
+    engine runs the configured [server.eagle3] num_steps), and 1..64 like that key."""
+    if steps is None:
+        return
+    from fastverify.config import TRIAL_LOAD_FORMAT, validate_fields
+
+    if mode != "eagle3":
+        raise RequestError(
+            422,
+            f"eagle3_steps {steps} needs mode eagle3, not {mode} (0 steps, no drafting, is "
+            "mode baseline)",
+            reason="invalid_steps",
+        )
+    if load_format != TRIAL_LOAD_FORMAT:
+        raise RequestError(
+            422,
+            f"eagle3_steps overrides the draft steps of a timing trial only: add load_format "
+            f"{TRIAL_LOAD_FORMAT!r} (a serving engine runs [server.eagle3] num_steps)",
+            reason="invalid_steps",
+        )
+    problems = validate_fields({"server.eagle3.num_steps": steps})
+    if problems:
+        why = problems[0].message.partition(": ")[2]
+        raise RequestError(
+            422, f"eagle3_steps (like server.eagle3.num_steps): {why}", reason="invalid_steps"
+        )
+
+
 class Resolver:
     def __init__(self, cfg: Any, engine: Any, profiles: Any = None) -> None:
         if profiles is None:
@@ -68,16 +98,24 @@ class Resolver:
         )
 
     def resolve(
-        self, name: str, mode: str, force: bool = False, load_format: str | None = None
+        self,
+        name: str,
+        mode: str,
+        force: bool = False,
+        load_format: str | None = None,
+        eagle3_steps: int | None = None,
     ) -> tuple[Any, list[str]]:
         """Load the profile and build the argv; RequestError(422) when invalid.
-        `load_format` (SGLang --load-format, "dummy" = trial) overrides the config's."""
+        `load_format` (SGLang --load-format, "dummy" = trial) overrides the config's;
+        `eagle3_steps` (a timing trial's step count, `check_trial_steps`) the configured
+        EAGLE-3 steps, for this argv only."""
         from fastverify.profiles.model import ProfileError
 
         if mode not in MODES:
             raise RequestError(
                 422, f"mode {mode!r}: expected one of {', '.join(MODES)}", reason="invalid_mode"
             )
+        check_trial_steps(eagle3_steps, mode, load_format)
         try:
             profile = self.profiles.load(name, force=force, allow_path=False)
         except ProfileError as exc:
@@ -92,6 +130,8 @@ class Resolver:
             server = self.cfg.server
             if load_format is not None:
                 server = dataclasses.replace(server, load_format=load_format)
+            if eagle3_steps is not None:
+                server = dataclasses.replace(server, steps_override=eagle3_steps)
             if mode == "adaptive":
                 # the release must have it before its plan is looked for
                 self.require_features(name, mode, {}, [])

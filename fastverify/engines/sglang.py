@@ -203,6 +203,10 @@ def launch_args(
             raise EngineArgError(f"mode {mode} needs server.draft_model_path (the EAGLE-3 drafter)")
         e = server.eagle3
         spec = Speculative(draft, e.num_steps, e.topk, e.num_draft_tokens)
+        if server.steps_override is not None and mode == "eagle3":
+            # a timing trial at k steps, shaped as SGLang's adaptive worker runs k steps
+            k = server.steps_override
+            spec = Speculative(draft, k, 1, k + 1)
     if mode == "adaptive":
         spec, extra = _adaptive(server, spec)
     return LaunchArgs(

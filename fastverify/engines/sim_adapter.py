@@ -54,9 +54,11 @@ class SimEngine(Engine):
             server.draft_model_path or SIM_DRAFT,
         )
         argv += ["--sim-load-seconds", f"{self.load_seconds:g}"]
-        if mode == "adaptive" and "--sim-accept-steps" not in server.extra_args:
+        other_steps = mode == "adaptive" or (mode == "eagle3" and server.steps_override)
+        if other_steps and "--sim-accept-steps" not in server.extra_args:
             # --sim-accept-length (in extra_args) keeps its meaning: the acceptance at the
-            # configured EAGLE-3 steps, whatever step count adaptive launches at
+            # configured EAGLE-3 steps, whatever step count adaptive (or a timing trial's
+            # steps override) launches at
             argv += ["--sim-accept-steps", str(server.eagle3.num_steps)]
         if self.played_version != PINNED_VERSION:
             argv += ["--sim-sglang-version", self.played_version]

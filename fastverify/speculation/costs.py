@@ -12,6 +12,12 @@ the baseline runs). Every table says where it came from (`source`):
   forward (preflight's measurement or the backend's published table, labelled by the
   grid). The grid has no drafter: draft forwards count as 0 (an optimistic bound for
   speculation, said in `source`).
+- "engine-trials": `fastverifyctl spec costs` on the serving engine (schema in
+  `from_engine_trials`): the engine restarted on dummy weights at each step count, its own
+  decode step and draft+verify cycle read from bench windows at each batch size; its
+  `source` names the model, profile, all-reduce backend, SGLang version and date.
+
+`from_file(path, backend)` reads either file kind by its "kind".
 """
 
 from __future__ import annotations
@@ -87,10 +93,69 @@ def from_engine_info(info: Mapping[str, Any]) -> Costs:
     table = ((info.get("sim") or {}).get("cost_model") or {}).get("by_steps")
     if not table:
         raise CostsError(
-            "the serving engine publishes no cost table (only the sim does); give one with "
-            "--costs FILE (a `rehearse` grid measured on a GPU)"
+            "the serving engine publishes no cost table (only the sim does): measure one on "
+            "it with `fastverifyctl spec costs --output FILE` and give it with --costs FILE "
+            "(or a `rehearse` grid measured on a GPU)"
         )
     return from_table(table, ENGINE_SOURCE)
+
+
+def _read_json(path: str | Path) -> tuple[Path, Any]:
+    p = Path(path)
+    try:
+        return p, json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CostsError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise CostsError(f"{p}: line {exc.lineno}: not JSON ({exc.msg})") from None
+
+
+FILE_KINDS = ("rehearse-grid", "engine-trials")
+
+
+def from_file(path: str | Path, backend: str | None = None) -> Costs:
+    """A cost file by its "kind": a `rehearse` grid or `spec costs` engine trials.
+    `backend` picks a grid's all-reduce table (engine trials measured one backend)."""
+    p, data = _read_json(path)
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind == "engine-trials":
+        if backend is not None:
+            raise CostsError(
+                f"{p}: --allreduce-backend picks a table of a rehearse grid; engine trials "
+                f"measured one backend ({data.get('allreduce_backend')})"
+            )
+        return from_engine_trials(p)
+    if kind == "rehearse-grid":
+        return from_rehearse_grid(p, backend)
+    raise CostsError(
+        f'{p}: "kind" is {kind!r}, expected one of {", ".join(map(repr, FILE_KINDS))} (a '
+        "`rehearse` grid, or the --output of fastverifyctl spec costs)"
+    )
+
+
+def from_engine_trials(path: str | Path) -> Costs:
+    """A `spec costs` file: {"kind": "engine-trials", "source": str, "model", "profile",
+    "allreduce_backend", "sglang_version", "measured_at", "cycle_ms": {bs: {steps: ms}},
+    "verify_ms": {bs: {steps: ms}}, "trials": [...], "command"}. `cycle_ms[bs]["0"]` is the
+    decode step, `cycle_ms[bs][k]` the draft+verify cycle at k steps."""
+    p, data = _read_json(path)
+    if not isinstance(data, dict) or data.get("kind") != "engine-trials":
+        raise CostsError(f'{p}: not engine trials (needs "kind": "engine-trials")')
+    cycle = data.get("cycle_ms")
+    if not isinstance(cycle, dict) or not cycle:
+        raise CostsError(f'{p}: field "cycle_ms" must be {{bs: {{steps: ms}}}}')
+    source = data.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise CostsError(f'{p}: field "source" must say where the costs came from')
+    try:
+        table = {bs: {k: float(ms) / 1e3 for k, ms in row.items()} for bs, row in cycle.items()}
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise CostsError(f'{p}: field "cycle_ms" must be {{bs: {{steps: ms}}}} ({exc})') from None
+    costs = from_table(table, f"{p.name}: {source}")
+    notes = {"file": str(p), "command": data.get("command")}
+    if data.get("verify_ms"):
+        notes["verify_ms"] = data["verify_ms"]
+    return Costs(costs.table, costs.source, notes)
 
 
 def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
@@ -101,13 +166,7 @@ def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
     A cycle at k steps = the forward over k + 1 tokens per request (+ its all-reduces);
     k = 0 = the forward over 1 token. `backend`: one of the grid's
     `allreduce.by_backend` tables (e.g. "pcie_ipc") instead of its default one."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CostsError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    except json.JSONDecodeError as exc:
-        raise CostsError(f"{p}: line {exc.lineno}: not JSON ({exc.msg})") from None
+    p, data = _read_json(path)
     if not isinstance(data, dict) or data.get("kind") != "rehearse-grid":
         raise CostsError(f'{p}: not a rehearse grid (needs "kind": "rehearse-grid")')
     fwd = data.get("forward_ms")

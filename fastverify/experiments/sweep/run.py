@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -398,30 +397,12 @@ class Sweep:
         """Switch and wait; returns the daemon's result (ok, rolled_back or failed).
         `weights="dummy"` asks for a trial server (`load_format: "dummy"`); real weights
         use the daemon's configured load format."""
-        from fastverify.client import ApiError
+        from fastverify.experiments.common.daemon_ops import switch
 
-        body: dict[str, Any] = {"name": profile, "mode": mode, "wait": True}
+        body: dict[str, Any] = {"name": profile, "mode": mode}
         if weights == trial.DUMMY:
             body["load_format"] = TRIAL_LOAD_FORMAT
-        for attempt in range(5):
-            try:
-                return self.client.post("/v1/profile", body, timeout=self.cfg.switch_timeout_s)
-            except ApiError as exc:
-                if exc.status == 409 and attempt < 4:  # another switch in flight: wait it out
-                    self.emit(f"  daemon busy ({exc}); retrying in 2 s")
-                    time.sleep(2.0)
-                    continue
-                data = dict(exc.body)
-                data.setdefault("result", "failed")
-                if exc.status == 422:
-                    data.setdefault("reason", "invalid_profile")
-                    problems = data.get("problems")
-                    if problems and not data.get("message"):
-                        data["message"] = "; ".join(str(p) for p in problems)
-                data.setdefault("reason", f"http_{exc.status}")
-                data.setdefault("message", str(exc))
-                return data
-        raise AssertionError("unreachable")
+        return switch(self.client, body, self.cfg.switch_timeout_s, self.emit)
 
     def _serving(self) -> tuple[Any, ...]:
         """What serves now: profile, mode, trial, the engine instance (pid, start), the
@@ -581,53 +562,19 @@ class Sweep:
         """A profile window (POST /v1/trace/capture) under load: step/verify time and
         all-reduces per step. Baseline windows have no verify pass: their DECODE steps are
         analysed from the window's files when this host can read them."""
-        from fastverify.client import ApiError
+        from fastverify.experiments.common.daemon_ops import capture_under_load
 
-        got: dict[str, Any] = {}
         steps = self.cfg.trace_steps
-        done = threading.Event()
-        load = replace(self.cfg.bench, url=url, duration=0.5, requests=None, warmup=0)
-
-        def keep_busy() -> None:  # the window records forward steps: they need traffic
-            while not done.is_set():
-                try:
-                    run_bench(load)
-                except BenchError:
-                    done.wait(0.5)
-
-        t0 = time.monotonic()
-        loader = threading.Thread(target=keep_busy, name="sweep-trace-load", daemon=True)
-        loader.start()
-        try:
-            while time.monotonic() - t0 < 180:
-                try:
-                    got["analysis"] = self.client.post(
-                        "/v1/trace/capture", {"steps": steps}, timeout=180
-                    )
-                    break
-                except ApiError as exc:
-                    # refused while the daemon has not yet seen the load's first request
-                    if exc.status == 409 and exc.body.get("reason") == "capture_refused":
-                        got["error"] = str(exc)
-                        done.wait(0.2)
-                        continue
-                    got["error"] = str(exc)
-                    break
-                except OSError as exc:
-                    got["error"] = str(exc)
-                    break
-        finally:
-            done.set()
-            loader.join(5.0)
-        analysis = got.get("analysis")
+        load = replace(self.cfg.bench, url=url)
+        analysis, error, wall_s = capture_under_load(self.client, load, steps)
         if mode == "baseline" and isinstance(analysis, dict) and analysis.get("window"):
             analysis = _decode_analysis(analysis) or analysis
         figures = trial.trace_figures(analysis) if isinstance(analysis, dict) else None
         rec: dict[str, Any] = {"type": "trace", "profile": profile, "mode": mode,
                                "weights": trial.DUMMY, "steps": steps,
-                               "wall_s": time.monotonic() - t0, "figures": figures}  # fmt: skip
+                               "wall_s": wall_s, "figures": figures}  # fmt: skip
         if figures is None:
-            rec["error"] = got.get("error") or "the profile window had no step to analyse"
+            rec["error"] = error or "the profile window had no step to analyse"
             self.warnings.append(f"no trace for {profile}/{mode}: {rec['error']}")
         self._record(rec)
         if figures:

@@ -67,7 +67,7 @@ def reference_accept_length(
     return None, "none"
 
 
-def _per_request_rate(row: Mapping[str, Any]) -> float | None:
+def per_request_rate(row: Mapping[str, Any]) -> float | None:
     """Tokens/s one sequence sees: from completed requests, else from the inter-token
     latency (a slow trial server may finish no request inside a short window; every
     streamed token still times a step)."""
@@ -120,7 +120,7 @@ def annotate(
             r["trace"] = t
         if r["status"] != "ok":
             continue
-        per_req = _per_request_rate(r)
+        per_req = per_request_rate(r)
         if r["mode"] == "baseline":
             if per_req:
                 r["decode_step_ms"] = 1000.0 / per_req
@@ -137,7 +137,7 @@ def annotate(
         b = base.get(r["profile"])
         b_rate, b_src = None, None
         if b is not None:
-            b_rate = _per_request_rate(b) or b["tokens_per_second_mean"]
+            b_rate = per_request_rate(b) or b["tokens_per_second_mean"]
             b_src = "trial baseline"
         elif isinstance(recorded.get(r["profile"]), Mapping):
             b_rate = recorded[r["profile"]].get("per_request_tokens_per_second")

@@ -1,0 +1,120 @@
+"""Two daemon operations every engine experiment (sweep, `spec costs`) runs the same way.
+
+- `switch(client, body, timeout_s, emit)`: `POST /v1/profile` and wait; a 409 (another switch
+  in flight) is waited out a few times; any refusal comes back as a result dict
+  (`result` "failed", `reason`, `message`) instead of an exception, so a caller records it
+  and goes on.
+- `capture_under_load(client, load, steps)`: a profile window (`POST /v1/trace/capture`)
+  while a background closed loop (`load`, a BenchConfig) keeps the engine busy: the window
+  records forward steps, and they need traffic. Returns the daemon's analysis (or None),
+  the error when there is none, and the seconds it took.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+SWITCH_ATTEMPTS = 5
+CAPTURE_TIMEOUT_S = 180.0
+
+
+def switch(
+    client: Any,
+    body: dict[str, Any],
+    timeout_s: float,
+    emit: Callable[[str], None],
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """The daemon's result of a switch (ok, unchanged, rolled_back or failed), never raising
+    for an API refusal (422 keeps the daemon's problems as the message). `on_event`: the
+    operation's events as they happen (state, progress of the load, engine lines), streamed."""
+    from fastverify.client import ApiError
+
+    for attempt in range(SWITCH_ATTEMPTS):
+        try:
+            if on_event is None:
+                return client.post("/v1/profile", {**body, "wait": True}, timeout=timeout_s)
+            return _streamed(client, body, timeout_s, on_event)
+        except ApiError as exc:
+            if exc.status == 409 and attempt < SWITCH_ATTEMPTS - 1:  # another switch in flight
+                emit(f"  daemon busy ({exc}); retrying in 2 s")
+                time.sleep(2.0)
+                continue
+            data = dict(exc.body)
+            data.setdefault("result", "failed")
+            if exc.status == 422:
+                data.setdefault("reason", "invalid_profile")
+                problems = data.get("problems")
+                if problems and not data.get("message"):
+                    data["message"] = "; ".join(str(p) for p in problems)
+            data.setdefault("reason", f"http_{exc.status}")
+            data.setdefault("message", str(exc))
+            return data
+    raise AssertionError("unreachable")
+
+
+def _streamed(
+    client: Any, body: dict[str, Any], timeout_s: float, on_event: Callable[[dict[str, Any]], None]
+) -> dict[str, Any]:
+    from fastverify.client import ConnectionLost
+
+    for ev in client.stream("POST", "/v1/profile", {**body, "stream": True}, timeout=timeout_s):
+        if ev.get("event") == "result":
+            return {k: v for k, v in ev.items() if k not in ("event", "ts")}
+        on_event(ev)
+    raise ConnectionLost("the daemon's event stream ended without the switch's result")
+
+
+def capture_under_load(
+    client: Any, load: Any, steps: int
+) -> tuple[dict[str, Any] | None, str | None, float]:
+    """(analysis, error, wall seconds) of one profile window of `steps` steps taken while
+    `load` (BenchConfig: url, concurrency, lengths) runs in short rounds beside it."""
+    from fastverify.client import ApiError
+    from fastverify.experiments.bench.load import BenchError, run_bench
+
+    got: dict[str, Any] = {}
+    done = threading.Event()
+    rounds = replace(load, duration=0.5, requests=None, warmup=0)
+
+    def keep_busy() -> None:
+        while not done.is_set():
+            try:
+                run_bench(rounds)
+            except BenchError:
+                done.wait(0.5)
+
+    t0 = time.monotonic()
+    loader = threading.Thread(target=keep_busy, name="trace-load", daemon=True)
+    loader.start()
+    try:
+        while time.monotonic() - t0 < CAPTURE_TIMEOUT_S:
+            try:
+                got["analysis"] = client.post(
+                    "/v1/trace/capture", {"steps": steps}, timeout=CAPTURE_TIMEOUT_S
+                )
+                break
+            except ApiError as exc:
+                # refused while the daemon has not yet seen the load's first request
+                if exc.status == 409 and exc.body.get("reason") == "capture_refused":
+                    got["error"] = str(exc)
+                    done.wait(0.2)
+                    continue
+                got["error"] = str(exc)
+                break
+            except OSError as exc:
+                got["error"] = str(exc)
+                break
+    finally:
+        done.set()
+        loader.join(5.0)
+    analysis = got.get("analysis")
+    return (
+        (analysis if isinstance(analysis, dict) else None),
+        got.get("error"),
+        (time.monotonic() - t0),
+    )

@@ -1,0 +1,364 @@
+"""Costs by batch size and draft steps, measured on the serving engine (`spec costs`).
+
+For each step count k in 0..K the daemon restarts its engine, with the profile it serves, on
+dummy weights (`load_format: "dummy"`, the path of `bench --load-format dummy` and a sweep's
+trials): k = 0 in mode baseline (the plain decode step: what the baseline runs and what
+SGLang's adaptive worker runs at steps 0), k >= 1 in EAGLE-3 at speculative_num_steps k,
+topk 1, num_draft_tokens k + 1, as SGLang's adaptive worker runs k steps
+(`srt/speculative/adaptive_spec_params.py`), through the API's `eagle3_steps`: a timing
+trial's override that the daemon validates before it stops anything and never persists.
+
+At each batch size B one closed-loop bench window runs at concurrency B (`run_bench`) and
+the engine's own cycle is read from it, as a sweep's trial rows read theirs
+(`fastverify.experiments.sweep.trial`):
+- k = 0: the decode step, 1 / per-request tok/s;
+- k >= 1: the draft+verify cycle, dummy accept length / per-request tok/s
+  (`speculation.breakeven.cycle_seconds`); the accept length of the window's own
+  accepted-drafts histogram (else the server's, else 1.0), used for nothing else;
+- with `traces`, the verify pass (`step[VERIFY bs=N]` p50, rank 0) of a profile window
+  captured under the same load after the bench window, when the engine's trace gives it.
+Random weights keep every timing real (shapes, kernels, all-reduces, CUDA graphs); only the
+accept length is meaningless, and the plan takes it from a real-weights bench instead.
+
+The daemon's lease is held throughout (another client's switch gets 409); at the end, also
+after a failed trial or Ctrl-C, the profile, mode and weights that served before are put
+back (queued behind a switch still in flight). A trial that cannot start ends the run: which
+k, the daemon's reason and message (`CostTrialFailed`), after the restore.
+
+`result()` is the cost file (`kind: "engine-trials"`) that `spec plan --costs FILE` reads
+(`fastverify.speculation.costs.from_engine_trials`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from fastverify.config import TRIAL_LOAD_FORMAT
+from fastverify.speculation.plan import DEFAULT_BATCH_SIZES
+
+KIND = "engine-trials"
+BENCH_KEYS = ("duration", "input_len", "output_len", "warmup", "seed", "traces", "trace_steps")
+EventFn = Callable[[str], None]
+
+
+class CostTrialError(RuntimeError):
+    """The trials cannot start (no profile served, the daemon refuses EAGLE-3 here)."""
+
+
+class CostTrialBusy(CostTrialError):
+    """Another experiment holds the daemon's lease."""
+
+
+class CostTrialFailed(CostTrialError):
+    """A trial could not start or measure: `steps` (k), `reason`, daemon `message`."""
+
+    def __init__(self, steps: int, reason: str, message: str, report: dict[str, Any]):
+        self.steps, self.reason, self.report = steps, reason, report
+        super().__init__(f"the trial at {steps} steps failed ({reason}): {message}")
+
+
+@dataclass(frozen=True)
+class CostTrialConfig:
+    max_steps: int | None = None  # None: the daemon's configured EAGLE-3 steps
+    batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
+    duration: float = 10.0  # seconds per bench window
+    input_len: int = 128
+    output_len: int = 128
+    warmup: int = 1  # requests per client before each window, discarded
+    seed: int = 0
+    switch_timeout_s: float = 1800.0
+    traces: bool = True
+    trace_steps: int = 5
+    command: str = ""
+
+    def validate(self) -> None:
+        if self.max_steps is not None and not 1 <= self.max_steps <= 64:
+            raise ValueError(
+                f"--max-steps {self.max_steps}: expected 1..64 (like server.eagle3.num_steps)"
+            )
+        if not self.batch_sizes or min(self.batch_sizes) < 1:
+            raise ValueError("--batch-sizes must be integers >= 1")
+        if self.duration <= 0:
+            raise ValueError("--duration must be positive")
+        if self.trace_steps < 1:
+            raise ValueError("--trace-steps must be at least 1")
+
+
+@dataclass
+class CostTrials:
+    """One run of the trials against a daemon `client` (see the module docstring)."""
+
+    client: Any
+    cfg: CostTrialConfig
+    emit: EventFn = lambda _line: None
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def run(self) -> dict[str, Any]:
+        """The cost file's content; CostTrialBusy / CostTrialError / CostTrialFailed."""
+        from fastverify.experiments.common.lease import LeaseRefused, hold
+
+        self.cfg.validate()
+        status = self.client.get("/v1/status")
+        profile = status.get("profile")
+        if not profile or not (status.get("engine") or {}).get("url"):
+            raise CostTrialError(
+                f"the daemon serves no profile (state {status.get('state')}): start one "
+                "(fastverifyctl profile set NAME), then run spec costs"
+            )
+        steps = self._max_steps(profile)
+        what = f"spec costs: {profile}, steps 0..{steps} x batch {_csv(self.cfg.batch_sizes)}"
+        failed: CostTrialFailed | None = None
+        try:
+            with hold(self.client, "spec-costs", what) as leased:
+                self.client = leased
+                try:
+                    self._trials(profile, steps)
+                except CostTrialFailed as exc:
+                    failed = exc
+                    self.trials.append({"steps": exc.steps, "status": "failed",
+                                        "reason": exc.reason, "message": str(exc)})  # fmt: skip
+                    self.emit(f"steps {exc.steps}: FAILED: {exc}")
+                finally:  # also on Ctrl-C: the engine goes back as it was
+                    self.info["restored"] = self._restore(status)
+        except LeaseRefused as exc:
+            raise CostTrialBusy(f"{exc}; nothing was switched or measured") from None
+        report = self.result(profile, status, steps)
+        if failed is not None:
+            report["failed"] = {"steps": failed.steps, "reason": failed.reason,
+                                "message": str(failed)}  # fmt: skip
+            failed.report = report
+            raise failed
+        return report
+
+    # ------------------------------------------------------------------ before anything
+    def _max_steps(self, profile: str) -> int:
+        """K: `max_steps`, else the configured EAGLE-3 steps. Asking for the EAGLE-3 argv
+        (read-only) also has the daemon refuse, before any switch, what cannot run here (no
+        drafter configured, a mode or flag this SGLang lacks)."""
+        from urllib.parse import urlencode
+
+        from fastverify.client import ApiError
+
+        query = urlencode({"profile": profile, "mode": "eagle3"})
+        try:
+            argv = self.client.get(f"/v1/server/argv?{query}").get("argv") or []
+        except ApiError as exc:
+            if exc.status not in (400, 404, 422):
+                raise
+            raise CostTrialError(
+                f"EAGLE-3 cannot be served with {profile}: {exc.body.get('error') or exc}; "
+                "nothing was switched or measured"
+            ) from None
+        if self.cfg.max_steps is not None:
+            return self.cfg.max_steps
+        flag = "--speculative-num-steps"
+        if flag in argv and argv.index(flag) + 1 < len(argv):
+            return int(argv[argv.index(flag) + 1])
+        raise CostTrialError("the daemon's EAGLE-3 argv names no step count: give --max-steps")
+
+    # ------------------------------------------------------------------ the trials
+    def _trials(self, profile: str, max_steps: int) -> None:
+        for k in range(max_steps + 1):
+            url = self._load(profile, k)
+            for bs in self.cfg.batch_sizes:
+                self.trials.append(self._window(profile, k, bs, url))
+
+    def _load(self, profile: str, k: int) -> str:
+        """Restart the engine for trial k on dummy weights; its URL; CostTrialFailed."""
+        from fastverify.experiments.common.daemon_ops import switch
+
+        mode = "baseline" if k == 0 else "eagle3"
+        body: dict[str, Any] = {"name": profile, "mode": mode, "load_format": TRIAL_LOAD_FORMAT}
+        if k:
+            body["eagle3_steps"] = k
+        shape = "decode step (baseline)" if k == 0 else f"EAGLE-3, topk 1, {k + 1} draft tokens"
+        self.emit(f"steps {k}: loading {profile}/{mode} on dummy weights ({shape}) ...")
+        seen: set[str] = set()
+
+        def on_event(ev: dict[str, Any]) -> None:
+            kind = ev.get("event")
+            if kind == "state" and ev.get("state") not in seen:
+                seen.add(str(ev.get("state")))
+                why = f" ({ev['why']})" if ev.get("why") else ""
+                self.emit(f"steps {k}:   {ev.get('state')}{why}")
+            elif kind == "progress" and ev.get("phase") not in seen:
+                seen.add(str(ev.get("phase")))  # one line per phase: loading, capture, ...
+                self.emit(f"steps {k}:   {ev.get('phase')}: {ev.get('message') or ''}".rstrip())
+
+        res = switch(self.client, body, self.cfg.switch_timeout_s, self.emit, on_event)
+        if res.get("result") == "unchanged":
+            res = dict(res, result="ok")
+        if res.get("result") != "ok" or res.get("weights") not in (None, "dummy"):
+            reason = str(res.get("reason") or res.get("result") or "failed")
+            message = str(res.get("message") or res.get("error") or "")
+            line = str(res.get("line") or "")  # the engine's own line that says why
+            if line and line not in message:
+                message = f"{message}; the engine said: {line}"
+            raise CostTrialFailed(k, reason, message, {})
+        self.info.setdefault("allreduce", res.get("allreduce"))
+        self.info.setdefault("load_s", {})[str(k)] = res.get("duration_s")
+        self.emit(f"steps {k}: ready in {res.get('duration_s') or 0:.1f} s "
+                  f"(engine ready {res.get('engine_ready_s') or 0:.1f} s, verified)")  # fmt: skip
+        status = self.client.get("/v1/status")
+        url = (status.get("engine") or {}).get("url")
+        if not self.info.get("server"):
+            self.info["server"] = _server_facts(url)
+        return str(url)
+
+    def _window(self, profile: str, k: int, bs: int, url: str) -> dict[str, Any]:
+        """One bench window at concurrency `bs` on trial k, and its trace when asked."""
+        from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
+        from fastverify.experiments.sweep.trial import per_request_rate
+        from fastverify.speculation.breakeven import cycle_seconds
+
+        bench = BenchConfig(url=url, concurrency=bs, duration=self.cfg.duration,
+                            input_len=self.cfg.input_len, output_len=self.cfg.output_len,
+                            seed=self.cfg.seed, warmup=self.cfg.warmup)  # fmt: skip
+        tag = f"steps {k}, batch {bs}"
+        self.emit(f"{tag}: window of {self.cfg.duration:g} s at concurrency {bs} ...")
+        t0 = time.monotonic()
+        try:
+            r = run_bench(bench)
+        except BenchError as exc:
+            raise CostTrialFailed(k, "bench_failed", f"batch {bs}: {exc}", {}) from None
+        rate = per_request_rate({"per_request_tokens_per_second_mean":
+                                 r.per_request_tokens_per_second,
+                                 "itl_p50_ms_mean": r.itl_ms.get("p50")})  # fmt: skip
+        if not rate:
+            raise CostTrialFailed(k, "no_rate", f"batch {bs}: {r.incomplete or 'no tokens'}", {})
+        rec: dict[str, Any] = {
+            "steps": k, "batch_size": bs, "status": "ok", "weights": r.weights,
+            "tokens_per_second": round(r.output_tokens_per_second, 3),
+            "per_request_tokens_per_second": round(rate, 4),
+            "rate_from": "completed requests" if r.per_request_tokens_per_second else "ITL p50",
+            "completed": r.completed, "window_s": round(r.duration_s, 3),
+        }  # fmt: skip
+        if k == 0:
+            cycle = 1.0 / rate
+            rec["cycle_from"] = "decode step: 1 / per-request tok/s"
+        else:
+            accept, src = _dummy_accept(r, k)
+            cycle = cycle_seconds(accept, rate)
+            rec.update(dummy_accept_length=round(accept, 4), accept_length_from=src)
+            rec["cycle_from"] = "spec cycle: dummy accept length / per-request tok/s"
+        rec["cycle_ms"] = round(cycle * 1e3, 4)
+        what = "decode step" if k == 0 else "cycle"
+        self.emit(f"{tag}: {r.output_tokens_per_second:.1f} tok/s, {rate:.1f} tok/s per "
+                  f"request -> {what} {cycle * 1e3:.2f} ms")  # fmt: skip
+        if self.cfg.traces and k > 0:
+            self._trace(rec, bench, tag)
+        rec["wall_s"] = round(time.monotonic() - t0, 3)
+        return rec
+
+    def _trace(self, rec: dict[str, Any], bench: Any, tag: str) -> None:
+        from fastverify.experiments.common.daemon_ops import capture_under_load
+        from fastverify.experiments.sweep.trial import trace_figures
+
+        self.emit(f"{tag}: capturing a profile window of {self.cfg.trace_steps} steps ...")
+        analysis, error, _wall = capture_under_load(self.client, bench, self.cfg.trace_steps)
+        fig = trace_figures(analysis)
+        if fig and fig.get("step_ms_p50"):
+            rec["verify_ms"] = round(float(fig["step_ms_p50"]), 4)
+            rec["trace"] = fig
+            self.emit(f"{tag}: verify {fig['step_ms_p50']:.2f} ms ({fig['span']} p50, "
+                      f"{fig.get('passes')} passes)")  # fmt: skip
+        else:
+            why = error or "the profile window had no verify pass to analyse"
+            rec["trace_error"] = why
+            self.warnings.append(f"no verify time at {tag}: {why}")
+
+    # ------------------------------------------------------------------ afterwards
+    def _restore(self, before: dict[str, Any]) -> dict[str, Any]:
+        """Put back what served before (profile, mode, weights); queued behind a switch that
+        an interrupted trial left in flight."""
+        from fastverify.experiments.common.daemon_ops import switch
+
+        profile, mode = before.get("profile"), before.get("mode")
+        weights = "dummy" if before.get("trial") else "real"
+        body: dict[str, Any] = {"name": profile, "mode": mode, "queue": True}
+        if weights == "dummy":
+            body["load_format"] = TRIAL_LOAD_FORMAT
+        self.emit(f"restoring {profile}/{mode} ({weights} weights) ...")
+        res = switch(self.client, body, self.cfg.switch_timeout_s, self.emit)
+        out = {"profile": profile, "mode": mode, "weights": weights,
+               "result": res.get("result"), "message": res.get("message")}  # fmt: skip
+        if res.get("result") not in ("ok", "unchanged"):
+            self.warnings.append(f"restoring {profile}/{mode} failed: {res.get('message')}")
+        else:
+            self.emit(f"restored {profile}/{mode} ({weights} weights)")
+        return out
+
+    def result(self, profile: str, status: dict[str, Any], max_steps: int) -> dict[str, Any]:
+        """The cost file (`kind: "engine-trials"`); every cost says where it came from."""
+        ok = [t for t in self.trials if t.get("status") == "ok"]
+        cycle: dict[str, dict[str, float]] = {}
+        verify: dict[str, dict[str, float]] = {}
+        for t in ok:
+            cycle.setdefault(str(t["batch_size"]), {})[str(t["steps"])] = t["cycle_ms"]
+            if t.get("verify_ms") is not None:
+                verify.setdefault(str(t["batch_size"]), {})[str(t["steps"])] = t["verify_ms"]
+        server = self.info.get("server") or {}
+        ar = self.info.get("allreduce") or {}
+        backend = ar.get("backend") or ar.get("description") or "unknown"
+        engine = status.get("engine") or {}
+        when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        sim = " (SIMULATED: the fastverify sim)" if engine.get("simulated") else ""
+        source = (
+            f"engine trials on dummy weights{sim}: model {server.get('model_path') or '?'}, "
+            f"profile {profile}, all-reduce {backend}, SGLang {server.get('version') or '?'}, "
+            f"{when}; cycles from bench windows (decode: 1 / per-request tok/s; k > 0: dummy "
+            "accept length / per-request tok/s)"
+        )
+        return {
+            "kind": KIND,
+            "source": source,
+            "model": server.get("model_path"),
+            "profile": profile,
+            "allreduce_backend": backend,
+            "engine": engine.get("name"),
+            "simulated": bool(engine.get("simulated")),
+            "sglang_version": server.get("version"),
+            "tp_size": server.get("tp_size"),
+            "measured_at": when,
+            "batch_sizes": list(self.cfg.batch_sizes),
+            "steps": list(range(max_steps + 1)),
+            "cycle_ms": cycle,
+            "verify_ms": verify,
+            "trials": self.trials,
+            "load_s": self.info.get("load_s") or {},
+            "restored": self.info.get("restored"),
+            "bench": {k: v for k, v in asdict(self.cfg).items() if k in BENCH_KEYS},
+            "command": self.cfg.command,
+            "warnings": self.warnings,
+        }
+
+
+def _dummy_accept(r: Any, k: int) -> tuple[float, str]:
+    """The window's accept length on dummy weights (tokens per cycle, bonus included):
+    its accepted-drafts histogram, else the server's average, else the floor 1.0."""
+    from fastverify.speculation.curve import AcceptCurve
+
+    if r.accept_histogram and sum(r.accept_histogram) > 0:
+        steps = max(k, len(r.accept_histogram) - 1)
+        curve = AcceptCurve.from_histogram(r.accept_histogram, steps)
+        return curve.length(steps), "the window's accepted-drafts histogram"
+    if r.accept_length:
+        return float(r.accept_length), "the server's avg_spec_accept_length"
+    return 1.0, "none reported: the floor (bonus token only)"
+
+
+def _server_facts(url: str | None) -> dict[str, Any]:
+    from fastverify.experiments.bench.load import server_info_or_none
+
+    info = server_info_or_none(url) if url else None
+    return {k: (info or {}).get(k) for k in ("model_path", "version", "tp_size")}
+
+
+def _csv(values: tuple[int, ...] | list[int]) -> str:
+    return ",".join(str(v) for v in values)

@@ -1,0 +1,201 @@
+"""`fastverifyctl spec costs` through a real fastverifyd on the sim: trials on dummy weights
+at steps 0..2 over two batch sizes make a cost file `spec plan --costs` accepts, ordered as
+the sim's published table orders its costs; the engine is put back after the trials, after a
+trial that cannot start, and after Ctrl-C; the daemon refuses a steps override that is not a
+timing trial's before it stops anything; no daemon, a busy one and an SGLang without the
+spans the verify times come from each end with their exit code.
+
+Windows are short and few (the sim is fast); nothing asserts the sim's model timings, only
+orderings (a busy 2-core machine stretches every figure alike). benchmarks/bench_spec_costs.py
+reports the measured-vs-table ratios.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fastverify.client import ApiError
+from fastverify.sglang import client as engine_client
+from fastverify.speculation import costs as spec_costs
+from tests.harness import REPO, DaemonHarness, ctrl_c_reaches_it, run_ctl
+
+WINDOW = ["-d", "2", "--input-len", "16", "--output-len", "48", "--warmup", "1"]
+
+
+def _config(mode: str = "eagle3", **server: object) -> dict:
+    return {
+        "server": {"mode": mode, "extra_args": ["--sim-accept-length", "2.0"], **server},
+        "daemon": {"trace_period_s": 0},
+    }
+
+
+def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path: Path) -> None:
+    out = tmp_path / "costs.json"
+    with DaemonHarness(tmp_path, config=_config(), tp_size=2) as d:
+        # a real-weights acceptance for the plan (the trials' dummy ones are never used)
+        r = d.ctl("bench", "-n", "4", "-c", "2", "--output-len", "40", "--warmup", "0")
+        assert r.returncode == 0, r.stderr
+        before = d.status()
+        r = d.ctl("spec", "costs", "--max-steps", "2", "--batch-sizes", "1,4", *WINDOW,
+                  "--trace-steps", "3", "--output", str(out), "--json", timeout=600)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        report = json.loads(r.stdout)
+        assert json.loads(out.read_text()) == report
+        # progress per trial: the load, each window, the verify capture, the restore
+        for line in ("steps 0: loading", "steps 2: ready in", "steps 1, batch 4: window",
+                     "steps 2, batch 1: verify", "restored "):  # fmt: skip
+            assert line in r.stderr, (line, r.stderr)
+
+        assert report["kind"] == "engine-trials"
+        assert report["steps"] == [0, 1, 2] and report["batch_sizes"] == [1, 4]
+        for what in ("dummy weights", "profile nccl-default", "SGLang 0.5.23", "SIMULATED"):
+            assert what in report["source"], report["source"]
+        ok = [t for t in report["trials"] if t["status"] == "ok"]
+        assert len(ok) == 6 and {t["weights"] for t in ok} == {"dummy"}
+        assert all(t["cycle_from"].startswith("decode step") for t in ok if t["steps"] == 0)
+        assert all(t["cycle_from"].startswith("spec cycle") for t in ok if t["steps"] > 0)
+        assert {(bs, k) for bs, row in report["verify_ms"].items() for k in row} == {
+            (bs, k) for bs in ("1", "4") for k in ("1", "2")
+        }
+        cycle = {int(b): {int(k): ms for k, ms in row.items()} for b, row in
+                 report["cycle_ms"].items()}  # fmt: skip
+
+        # the engine is back as it was: profile, mode, real weights, READY
+        st = d.status()
+        assert (st["profile"], st["mode"], st["trial"], st["state"]) == (
+            before["profile"], "eagle3", False, "READY",
+        )  # fmt: skip
+        assert st["engine"]["pid"] != before["engine"]["pid"]  # it was restarted for it
+        assert report["restored"]["result"] == "ok"
+        assert "eagle3_steps" not in d.client.get("/v1/history")[-1]  # the restore: configured
+        argv = d.client.get("/v1/server/argv")["argv"]
+        assert argv[argv.index("--speculative-num-steps") + 1] == "3"  # never persisted
+
+        # ordered as the sim's published table: cost grows with the steps and the batch
+        info = engine_client.server_info(d.server_url, timeout=10.0)
+        table = spec_costs.from_engine_info(info)
+        for bs in (1, 4):
+            assert cycle[bs][0] < cycle[bs][1] < cycle[bs][2], cycle
+            published = [table.cycle(table.nearest(bs), k) for k in (0, 1, 2)]
+            assert published == sorted(published)
+        for k in (0, 1, 2):
+            assert cycle[1][k] < cycle[4][k], cycle
+            assert table.cycle(1, k) < table.cycle(4, k)
+
+        # the plan reads the file and says where its costs came from
+        r = d.ctl("spec", "plan", "--costs", str(out), "--batch-sizes", "1,4", "--json")
+        assert r.returncode == 0, r.stderr
+        plan = json.loads(r.stdout)
+        assert plan["costs"]["source"].startswith(f"{out.name}: engine trials on dummy weights")
+        assert plan["costs"]["cycle_ms"] == {
+            b: {k: pytest.approx(v, rel=1e-6) for k, v in row.items()}
+            for b, row in report["cycle_ms"].items()
+        }
+        human = d.ctl("spec", "plan", "--costs", str(out), "--batch-sizes", "1,4")
+        assert human.returncode == 0 and "costs: costs.json: engine trials" in human.stdout
+        bad = d.ctl("spec", "plan", "--costs", str(out), "--allreduce-backend", "pcie_ipc")
+        assert bad.returncode == 1 and "measured one backend" in bad.stderr
+
+
+def test_a_trial_that_cannot_start_is_named_and_the_engine_restored(tmp_path: Path) -> None:
+    # an absolute drafter path that does not exist: baseline serves, EAGLE-3 cannot start
+    cfg = _config("baseline", draft_model_path=str(tmp_path / "no-such-drafter"))
+    out = tmp_path / "partial.json"
+    with DaemonHarness(tmp_path, config=cfg, tp_size=2) as d:
+        before = d.status()
+        r = d.ctl("spec", "costs", "--max-steps", "2", "--batch-sizes", "1", *WINDOW,
+                  "--no-traces", "--output", str(out), timeout=600)  # fmt: skip
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "the trial at 1 steps failed" in r.stderr and "the engine was restored" in r.stderr
+        assert "no-such-drafter" in r.stderr, r.stderr  # the daemon's why, quoted
+        partial = json.loads(out.read_text())
+        assert partial["failed"]["steps"] == 1
+        assert partial["cycle_ms"] == {"1": {"0": partial["cycle_ms"]["1"]["0"]}}
+        st = d.status()
+        assert (st["profile"], st["mode"], st["trial"], st["state"]) == (
+            before["profile"], "baseline", False, "READY",
+        )  # fmt: skip
+        assert st["lease"] is None
+
+
+def test_steps_override_is_refused_before_anything_stops(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, config=_config(), tp_size=2) as d:
+        pid = d.status()["engine"]["pid"]
+        name = d.status()["profile"]
+        cases = [
+            ({"mode": "eagle3", "load_format": "dummy", "eagle3_steps": 0}, "1..64"),
+            ({"mode": "eagle3", "load_format": "dummy", "eagle3_steps": 65}, "1..64"),
+            ({"mode": "eagle3", "eagle3_steps": 2}, "timing trial only"),
+            ({"mode": "baseline", "load_format": "dummy", "eagle3_steps": 2}, "mode baseline"),
+            ({"mode": "adaptive", "load_format": "dummy", "eagle3_steps": 2}, "needs mode eagle3"),
+            ({"mode": "eagle3", "load_format": "dummy", "eagle3_steps": "2"}, "must be int"),
+        ]
+        for body, said in cases:
+            with pytest.raises(ApiError) as err:
+                d.client.post("/v1/profile", {"name": name, **body})
+            assert err.value.status == 422 and said in err.value.body["error"], (body, err.value)
+        st = d.status()
+        assert (st["engine"]["pid"], st["state"]) == (pid, "READY")
+        assert d.ctl("spec", "costs", "--max-steps", "0").returncode == 2
+        assert d.ctl("spec", "costs", "--batch-sizes", "0").returncode == 2
+        r = d.ctl("spec", "costs", "--output", str(tmp_path / "no" / "dir" / "c.json"))
+        assert r.returncode == 2 and "does not exist" in r.stderr
+        assert d.status()["engine"]["pid"] == pid
+        # another experiment's lease: busy (4), nothing switched
+        lease = d.client.post("/v1/lease", {"experiment": "sweep", "description": "test"})
+        try:
+            r = d.ctl("spec", "costs", "--max-steps", "1", "--batch-sizes", "1")
+            assert r.returncode == 4, r.stderr
+            assert "nothing was switched or measured" in r.stderr
+        finally:
+            d.client.post("/v1/lease/release", {"id": lease["id"]})
+        assert d.status()["engine"]["pid"] == pid
+
+
+def test_no_daemon_and_an_sglang_without_step_spans(tmp_path: Path) -> None:
+    r = run_ctl("--socket", str(tmp_path / "none.sock"), "spec", "costs")
+    assert r.returncode == 3, r.stderr
+    cfg = _config("baseline")
+    cfg["daemon"]["sim_sglang_version"] = "0.5.10.post1"  # before SGLang's step spans
+    with DaemonHarness(tmp_path, config=cfg, tp_size=2) as d:
+        pid = d.status()["engine"]["pid"]
+        r = d.ctl("spec", "costs", "--max-steps", "1", "--batch-sizes", "1")
+        assert r.returncode == 2, r.stderr
+        assert "SGLang 0.5.10.post1 has no profiler step spans" in r.stderr
+        assert "--no-traces" in r.stderr and "nothing was switched" in r.stderr
+        assert d.status()["engine"]["pid"] == pid
+
+
+def test_ctrl_c_puts_the_engine_back(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, config=_config(), tp_size=2) as d:
+        before = d.status()
+        args = ["spec", "costs", "--max-steps", "2", "--batch-sizes", "1", "-d", "30",
+                "--output-len", "48", "--warmup", "0", "--no-traces"]  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), *args],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=ctrl_c_reaches_it,
+        )  # fmt: skip
+        seen: list[str] = []
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the event: the first window has begun
+            seen.append(line)
+            if "steps 0, batch 1: window" in line:
+                break
+        assert d.status()["trial"], seen
+        proc.send_signal(signal.SIGINT)
+        _rest, err = proc.communicate(timeout=300)
+        err = "".join(seen) + err
+        assert proc.returncode == 130, err
+        assert "interrupted; the engine was put back (ok)" in err
+        st = d.status()
+        assert (st["profile"], st["mode"], st["trial"], st["state"]) == (
+            before["profile"], "eagle3", False, "READY",
+        )  # fmt: skip
+        assert st["lease"] is None
