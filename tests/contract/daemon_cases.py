@@ -11,7 +11,7 @@ from fastverify.config import Eagle3Params, ServerConfig
 from fastverify.engines.sglang import SGLangEngine
 from fastverify.profiles.store import ProfileStore
 from fastverify.sglang.facts import resolve
-from fastverify.sglang.launch import LaunchArgs
+from fastverify.sglang.launch import LaunchArgs, Speculative
 from fastverify.sglang.versions import PINNED_VERSION
 
 MODEL = "/models/kimi"
@@ -63,6 +63,8 @@ def daemon_argvs(version: str = PINNED_VERSION) -> tuple[dict[str, Any], ...]:
                             {}),
         "load-format-dummy": (base.with_(load_format="dummy"), {"NCCL_ALGO": "Ring"}),
         "ep-2-tp-1": (base.with_(tp_size=1, extra_args=("--ep-size", "2")), {}),
+        "adaptive": (base.with_(speculative=Speculative(DRAFT, 3, 1, 4),
+                                extra_args=("--speculative-adaptive",)), {}),
     }  # fmt: skip
     if "tp_lm_head_all_to_all" in (facts.features.get("graph_register_triggers") or []):
         extra["tp-lm-head-all-to-all"] = (

@@ -242,17 +242,21 @@ def hooks_facts() -> dict:
     from sglang.srt.server_args import ServerArgs
 
     root = os.path.dirname(sglang.__file__)
-    graph_register = []
+    # the files of the release that name what a hook sets or reads
+    markers = ("NCCL_GRAPH_REGISTER", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE")
+    files_with: dict = {m: [] for m in markers}
     for dirpath, _, files in os.walk(root):
         for name in files:
             if name.endswith(".py"):
                 path = os.path.join(dirpath, name)
-                if "NCCL_GRAPH_REGISTER" in _text(path):
-                    graph_register.append(os.path.relpath(path, root))
+                text = _text(path)
+                for marker in markers:
+                    if marker in text:
+                        files_with[marker].append(os.path.relpath(path, root))
     out = {
         "arg_groups": importlib.util.find_spec("sglang.srt.arg_groups") is not None,
         "resolve_once": hasattr(ServerArgs, "resolve_once"),
-        "graph_register_files": sorted(graph_register),
+        "files_with": {m: sorted(v) for m, v in files_with.items()},
     }
     _set_envs_and_config()
     out["engine_import"] = {k: v for k, v in ENGINE_IMPORT.items() if k != "fn"}

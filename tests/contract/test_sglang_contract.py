@@ -96,10 +96,16 @@ def test_every_daemon_argv_parses_and_env_rules_match_the_real_hooks(
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_what_a_release_lacks_fastverify_knows(release_probe: Any, release: str) -> None:
-    """A flag the release's facts lack is refused by its own parser; a release without the
-    NCCL_GRAPH_REGISTER hook has no line that sets it, and fastverify never predicts it."""
+    """What the release lacks, fastverify knows, and the daemon refuses it before any load
+    (`Resolver.require_features`, 422, naming the version): a flag its facts lack is refused
+    by its own parser too; PCIe-IPC all-reduce and the NCCL_GRAPH_REGISTER hook exist where
+    the release's source names them, and fastverify never predicts a variable it lacks."""
+    from fastverify.daemon.resolve import RequestError, Resolver
+
     real = release_probe(release)
     facts = resolve(release)
+    eng = SGLangEngine(real["python"], flags="auto")
+    resolver = Resolver(cfg=None, engine=eng, profiles=())
     lacking = [c for c in daemon_argvs(release) if "lacks" in c]
     assert not [c["name"] for c in lacking if "/" in c["name"]]  # the daemon's own argvs
     for case in lacking:
@@ -107,9 +113,21 @@ def test_what_a_release_lacks_fastverify_knows(release_probe: Any, release: str)
         assert not got["parsed"], case
         assert "unrecognized arguments" in got["error"] or "ambiguous option" in got["error"]
         assert any(flag in got["error"] for flag in case["lacks"]), (case["lacks"], got)
-    triggers = facts.features.get("graph_register_triggers") or []
+        with pytest.raises(RequestError) as refused:
+            resolver.require_features("p", "eagle3", {}, [*eng.module_argv(), *case["argv"]])
+        assert refused.value.status == 422 and f"SGLang {release} has no" in str(refused.value)
     hooks = real["hooks"]
-    assert bool(triggers) == bool(hooks["graph_register_files"]), hooks["graph_register_files"]
+    files = hooks["files_with"]
+    adaptive_refused = "adaptive" in {c["name"] for c in lacking}
+    assert adaptive_refused == (not facts.has("adaptive_speculation"))
+    pcie = bool(files["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"])
+    assert facts.has("pcie_ipc_allreduce") == pcie, files["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"]
+    if not pcie:
+        with pytest.raises(RequestError, match=f"SGLang {release} has no FlashInfer PCIe-IPC"):
+            resolver.require_features("pcie-ipc", "baseline",
+                                      {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, [])  # fmt: skip
+    triggers = facts.features.get("graph_register_triggers") or []
+    assert bool(triggers) == bool(files["NCCL_GRAPH_REGISTER"]), files["NCCL_GRAPH_REGISTER"]
     assert ("NCCL_GRAPH_REGISTER" in facts.env["nccl_added"]) == bool(triggers)
     if not triggers:
         tp2 = LaunchArgs(model_path=MODEL, tp_size=2)
