@@ -4,7 +4,14 @@
 # release's own wheel (cached by scripts/sglang_facts.py, else downloaded) is installed
 # without dependencies into this venv's site-packages, which comes before the shared
 # site-packages (a .pth file) on sys.path. Enough for what imports on CPU: the argparse
-# parser and the span builder (tests/contract/test_sglang_releases_contract.py).
+# parser and the span builder (tests/contract/test_sglang_releases_contract.py), the
+# argument-resolution hooks and `_set_envs_and_config` (tests/contract/test_sglang_contract.py).
+# 0.5.1.post3's entrypoints/engine.py does not import over the shared torch 2.14 (its
+# custom_op probes torch._C._cpu._is_amx_tile_supported, gone since; it needs sgl_kernel),
+# and its pinned stack does not either on a machine without a GPU: torch 2.8.0 + its CUDA 12
+# libraries + sgl-kernel 0.3.7 are 4.0 GB to download and 7.4 GB installed, and sgl_kernel
+# then fails on libcuda.so.1 (the driver). tests/contract/probe.py imports that module with
+# placeholders for the scheduler/tokenizer modules the start-up hook does not use instead.
 #
 # Usage: scripts/sglang-release-venv.sh VERSION   (prints the venv's python, last line)
 # Cache: ${XDG_CACHE_HOME:-$HOME/.cache}/fastverify/sglang-VERSION-shared/

@@ -1,7 +1,7 @@
 """Runs inside a real-SGLang venv (scripts/sglang-venv.sh, or scripts/sglang-release-venv.sh
 for an older release), never in the project's venv: reads a JSON request on stdin, answers
 every question with SGLang's own code (or, where that code needs a GPU, with the installed
-source text), prints one JSON object on stdout. `"only": ["argvs", "hooks"]` limits the
+source text), prints one JSON object on stdout. `"only": ["argvs", "hooks", "parser"]` limits the
 answer to the parts every release in the range can give (the rest reads 0.5.23's modules).
 
 Imports nothing from fastverify: the facts fastverify holds are compared in the tests.
@@ -64,10 +64,10 @@ def _cuda_platform(on: bool):
 
 def argv_facts(argv: list[str], profile_env: dict[str, str]) -> dict:
     """What the release resolves from `argv` that fastverify relies on, with its own code:
-    releases with `sglang.srt.arg_groups` (0.5.14+) parse, then run the CUDA-graph step and
+    releases with `sglang.srt.arg_groups` (0.5.19+) parse, then run the CUDA-graph step and
     the parallel hook that sets NCCL_GRAPH_REGISTER; older ones resolve in
-    `ServerArgs.__post_init__` (parse time) and set NCCL variables only in
-    `_set_envs_and_config`, which every release runs before its schedulers start."""
+    `ServerArgs.__post_init__` (parse time) and, as far back as 0.5.1, set NCCL variables
+    only in `_set_envs_and_config`, which every release runs before its schedulers start."""
     if importlib.util.find_spec("sglang.srt.arg_groups") is None:
         return _argv_facts_post_init(argv, profile_env)
     return _argv_facts_arg_groups(argv, profile_env)
@@ -125,7 +125,7 @@ def _argv_facts_arg_groups(argv: list[str], profile_env: dict[str, str]) -> dict
 
 
 def _argv_facts_post_init(argv: list[str], profile_env: dict[str, str]) -> dict:
-    """0.5.1 .. 0.5.13: `prepare_server_args` is parse_args + `ServerArgs(**parsed)`, whose
+    """Before 0.5.19: `prepare_server_args` is parse_args + `ServerArgs(**parsed)`, whose
     `__post_init__` resolves at once and needs an accelerator and the model's config. The
     parser runs for real; `_set_envs_and_config` gets a ServerArgs holding the parsed values
     (`hooks_facts` checks that `__post_init__` writes none of the fields it reads for NCCL)."""
@@ -146,8 +146,11 @@ def _argv_facts_post_init(argv: list[str], profile_env: dict[str, str]) -> dict:
 
     args = Unresolved.from_cli_args(raw)
     out = _parsed({}, args)
-    # the old generation: decode graphs only, one switch
-    out["cuda_graph"] = {"decode": "disabled" if args.disable_cuda_graph else "enabled"}
+    if hasattr(args, "cuda_graph_backend_decode"):  # 0.5.14 .. 0.5.18: per phase, as parsed
+        out["cuda_graph"] = {ph: getattr(args, f"cuda_graph_backend_{ph}", None)
+                             for ph in ("decode", "prefill")}  # fmt: skip
+    else:  # the old generation: decode graphs only, one switch
+        out["cuda_graph"] = {"decode": "disabled" if args.disable_cuda_graph else "enabled"}
     out["graph_may_capture"] = None
     set_envs = _set_envs_and_config()
     with _environ(profile_env):
@@ -239,17 +242,21 @@ def hooks_facts() -> dict:
     from sglang.srt.server_args import ServerArgs
 
     root = os.path.dirname(sglang.__file__)
-    graph_register = []
+    # the files of the release that name what a hook sets or reads
+    markers = ("NCCL_GRAPH_REGISTER", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE")
+    files_with: dict = {m: [] for m in markers}
     for dirpath, _, files in os.walk(root):
         for name in files:
             if name.endswith(".py"):
                 path = os.path.join(dirpath, name)
-                if "NCCL_GRAPH_REGISTER" in _text(path):
-                    graph_register.append(os.path.relpath(path, root))
+                text = _text(path)
+                for marker in markers:
+                    if marker in text:
+                        files_with[marker].append(os.path.relpath(path, root))
     out = {
         "arg_groups": importlib.util.find_spec("sglang.srt.arg_groups") is not None,
         "resolve_once": hasattr(ServerArgs, "resolve_once"),
-        "graph_register_files": sorted(graph_register),
+        "files_with": {m: sorted(v) for m, v in files_with.items()},
     }
     _set_envs_and_config()
     out["engine_import"] = {k: v for k, v in ENGINE_IMPORT.items() if k != "fn"}
@@ -272,6 +279,37 @@ def _attrs_of(tree, owner: str, ctx: type) -> set[str]:
     return {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
             and isinstance(n.ctx, ctx) and isinstance(n.value, ast.Name)
             and n.value.id == owner}  # fmt: skip
+
+
+def parser_facts() -> dict:
+    """Every long flag of the release's parser with its choices, and the step-span names its
+    builder gives (None where it has none: before 0.5.14's profile_utils)."""
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    flags = {}
+    for action in parser._actions:
+        for opt in action.option_strings:
+            if opt.startswith("--") and opt != "--help":
+                flags[opt] = None if action.choices is None else [str(c) for c in action.choices]
+    out = {"flags": flags, "spans": None}
+    try:
+        from sglang.srt.utils.profile_utils import build_step_span_name
+    except ImportError:
+        return out
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    def batch(mode):
+        return types.SimpleNamespace(forward_mode=mode, batch_size=4, extend_num_tokens=7)
+
+    out["spans"] = {
+        "verify": build_step_span_name(batch(ForwardMode.TARGET_VERIFY), False),
+        "draft": build_step_span_name(batch(ForwardMode.DECODE), False, is_draft_worker=True),
+        "decode": build_step_span_name(batch(ForwardMode.DECODE), False),
+        "extend": build_step_span_name(batch(ForwardMode.EXTEND), False),
+    }
+    return out
 
 
 def span_names() -> dict:
@@ -475,11 +513,13 @@ def main() -> None:
     req = json.load(sys.stdin)
     import importlib.metadata as md
 
-    only = set(req.get("only") or ("argvs", "hooks", "spans", "metrics", "logs", "source"))
+    every = ("argvs", "hooks", "parser", "spans", "metrics", "logs", "source")
+    only = set(req.get("only") or every)
     out = {"version": md.version("sglang"), "argvs": []}
     for item in req["argvs"]:
         out["argvs"].append(argv_facts(item["argv"], item.get("env", {})))
-    parts = {"hooks": hooks_facts, "spans": span_names, "metrics": metric_facts,
+    parts = {"hooks": hooks_facts, "parser": parser_facts, "spans": span_names,
+             "metrics": metric_facts,
              "logs": log_facts, "source": source_facts}  # fmt: skip
     for name, fn in parts.items():
         if name in only:

@@ -12,9 +12,7 @@ a running server the probe reads the installed source. A fact that drifts fails 
 
 from __future__ import annotations
 
-import functools
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,125 +21,19 @@ from fastverify.config import Eagle3Params, ServerConfig
 from fastverify.daemon import failures
 from fastverify.engines.sglang import SGLangEngine, launch_args
 from fastverify.exporters.logparse import parse_line
-from fastverify.profiles.store import ProfileStore
 from fastverify.sglang import loglines, metrics, spans
 from fastverify.sglang.envrules import engine_env
 from fastverify.sglang.facts import resolve
 from fastverify.sglang.launch import LaunchArgs
 from fastverify.sglang.versions import PINNED_VERSION
-from tests.contract.conftest import RELEASES, release_python, run_probe
-
-MODEL = "/models/kimi"
-DRAFT = "/models/kimi-eagle3"
-SHIPPED = Path(__file__).resolve().parents[2] / "profiles"
-
-
-@functools.cache
-def daemon_argvs(version: str = PINNED_VERSION) -> tuple[dict[str, Any], ...]:
-    """Every argv the daemon can build from the shipped profiles (both modes, TP 1 and 2)
-    in `version`'s flag generation, each with the profile's env, plus the scenarios the env
-    rules distinguish. A scenario whose flags `version`'s facts lack is marked `lacks` (the
-    test asserts the release's parser refuses it)."""
-    facts = resolve(version)
-    gen = facts.flag_generation
-    store = ProfileStore(user_dirs=[], shipped_dir=SHIPPED)
-    eng = SGLangEngine("python-not-used", flags=gen)
-    cases = []
-    for profile in store.list():
-        for mode in ("baseline", "eagle3"):
-            for tp in (1, 2):
-                server = ServerConfig(
-                    model_path=MODEL, draft_model_path=DRAFT, tp_size=tp,
-                    eagle3=Eagle3Params(3, 1, 4), sglang_flags=gen,
-                )  # fmt: skip
-                argv = eng.build_argv(server, mode, profile.requires)[3:]
-                env = {k: v for k, v in profile.env.items() if k.startswith("NCCL_")}
-                cases.append({"name": f"{profile.name}/{mode}/tp{tp}", "argv": argv, "env": env,
-                              "requires": dict(profile.requires)})  # fmt: skip
-            trial = ServerConfig(
-                model_path=MODEL, draft_model_path=DRAFT, tp_size=2,
-                eagle3=Eagle3Params(3, 1, 4), sglang_flags=gen, load_format="dummy",
-            )  # fmt: skip
-            cases.append({"name": f"{profile.name}/{mode}/trial",
-                          "argv": eng.build_argv(trial, mode, profile.requires)[3:],
-                          "env": {}})  # fmt: skip
-    base = LaunchArgs(model_path=MODEL, tp_size=2)
-    other = "old" if gen == "new" else "new"
-    extra = {
-        "graph-register-1": (base, {"NCCL_GRAPH_REGISTER": "1"}),
-        "profile-sets-cumem-nvls": (base, {"NCCL_CUMEM_ENABLE": "1", "NCCL_NVLS_ENABLE": "1",
-                                           "NCCL_ALGO": "Ring"}),
-        "nvls-flag-over-profile": (base.with_(extra_args=("--enable-nccl-nvls",)),
-                                   {"NCCL_NVLS_ENABLE": "0"}),
-        "symm-mem": (base.with_(extra_args=("--enable-symm-mem",)), {"NCCL_CUMEM_ENABLE": "0"}),
-        "dcp-2": (base.with_(extra_args=("--dcp-size", "2")), {}),
-        "tp1-graphs-on": (base.with_(tp_size=1), {}),
-        "decode-only-off": (base.with_(extra_args=("--cuda-graph-backend-decode", "disabled")),
-                            {}),
-        "load-format-dummy": (base.with_(load_format="dummy"), {"NCCL_ALGO": "Ring"}),
-        "ep-2-tp-1": (base.with_(tp_size=1, extra_args=("--ep-size", "2")), {}),
-    }  # fmt: skip
-    if "tp_lm_head_all_to_all" in (facts.features.get("graph_register_triggers") or []):
-        extra["tp-lm-head-all-to-all"] = (
-            base.with_(
-                extra_args=(
-                    "--dp-size",
-                    "2",
-                    "--enable-dp-attention",
-                    "--enable-tp-lm-head-all-to-all",
-                    "--chunked-prefill-size",
-                    "8192",
-                )
-            ),
-            {},
-        )
-    for name, (args, env) in extra.items():
-        cases.append({"name": name, "argv": args.to_argv(gen), "env": env})
-    cases.append({"name": f"{other}-generation-off",
-                  "argv": base.with_(cuda_graph=False).to_argv(other), "env": {}})  # fmt: skip
-    if gen == "new":
-        cases.append({"name": "ambiguous", "env": {},
-                      "argv": [*base.to_argv(gen), "--cuda-graph-max-bs", "8"]})  # fmt: skip
-    for case in cases:
-        lacks = [a for a in case["argv"] if a.startswith("--") and not facts.has_flag(a)]
-        if lacks and case["name"] != "ambiguous":
-            case["lacks"] = lacks
-    return tuple(cases)
-
-
-CASES = daemon_argvs()
+from tests.contract.conftest import RELEASES
+from tests.contract.daemon_cases import DRAFT, MODEL, daemon_argvs
 
 
 @pytest.fixture(scope="module")
-def probe(sglang_python: Path) -> dict[str, Any]:
-    out = run_probe(sglang_python, {"argvs": [{"argv": c["argv"], "env": c["env"]} for c in CASES]})
-    out["by_name"] = {c["name"]: r for c, r in zip(CASES, out["argvs"], strict=True)}
-    return out
-
-
-@pytest.fixture(scope="module")
-def release_probe(sglang_python: Path, probe: dict[str, Any]) -> Any:
-    """`get(version)`: the probe's answer for that release (argvs + hooks), once each."""
-    seen: dict[str, dict[str, Any]] = {PINNED_VERSION: probe}
-
-    def get(version: str) -> dict[str, Any]:
-        if version not in seen:
-            py = release_python(version, sglang_python)
-            cases = daemon_argvs(version)
-            out = run_probe(
-                py,
-                {
-                    "only": ["argvs", "hooks"],
-                    "argvs": [{"argv": c["argv"], "env": c["env"]} for c in cases],
-                },
-            )
-            out["by_name"] = {c["name"]: r for c, r in zip(cases, out["argvs"], strict=True)}
-            out["python"] = str(py)
-            seen[version] = out
-        seen[version].setdefault("python", str(sglang_python))
-        return seen[version]
-
-    return get
+def probe(release_probe: Any) -> dict[str, Any]:
+    """The pinned release's full answer (every part of probe.py)."""
+    return release_probe(PINNED_VERSION)
 
 
 def test_the_venv_holds_the_pinned_version(probe: dict[str, Any]) -> None:
@@ -204,10 +96,16 @@ def test_every_daemon_argv_parses_and_env_rules_match_the_real_hooks(
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_what_a_release_lacks_fastverify_knows(release_probe: Any, release: str) -> None:
-    """A flag the release's facts lack is refused by its own parser; a release without the
-    NCCL_GRAPH_REGISTER hook has no line that sets it, and fastverify never predicts it."""
+    """What the release lacks, fastverify knows, and the daemon refuses it before any load
+    (`Resolver.require_features`, 422, naming the version): a flag its facts lack is refused
+    by its own parser too; PCIe-IPC all-reduce and the NCCL_GRAPH_REGISTER hook exist where
+    the release's source names them, and fastverify never predicts a variable it lacks."""
+    from fastverify.daemon.resolve import RequestError, Resolver
+
     real = release_probe(release)
     facts = resolve(release)
+    eng = SGLangEngine(real["python"], flags="auto")
+    resolver = Resolver(cfg=None, engine=eng, profiles=())
     lacking = [c for c in daemon_argvs(release) if "lacks" in c]
     assert not [c["name"] for c in lacking if "/" in c["name"]]  # the daemon's own argvs
     for case in lacking:
@@ -215,17 +113,28 @@ def test_what_a_release_lacks_fastverify_knows(release_probe: Any, release: str)
         assert not got["parsed"], case
         assert "unrecognized arguments" in got["error"] or "ambiguous option" in got["error"]
         assert any(flag in got["error"] for flag in case["lacks"]), (case["lacks"], got)
-    triggers = facts.features.get("graph_register_triggers") or []
+        with pytest.raises(RequestError) as refused:
+            resolver.require_features("p", "eagle3", {}, [*eng.module_argv(), *case["argv"]])
+        assert refused.value.status == 422 and f"SGLang {release} has no" in str(refused.value)
     hooks = real["hooks"]
-    assert bool(triggers) == bool(hooks["graph_register_files"]), hooks["graph_register_files"]
+    files = hooks["files_with"]
+    adaptive_refused = "adaptive" in {c["name"] for c in lacking}
+    assert adaptive_refused == (not facts.has("adaptive_speculation"))
+    pcie = bool(files["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"])
+    assert facts.has("pcie_ipc_allreduce") == pcie, files["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"]
+    if not pcie:
+        with pytest.raises(RequestError, match=f"SGLang {release} has no FlashInfer PCIe-IPC"):
+            resolver.require_features("pcie-ipc", "baseline",
+                                      {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}, [])  # fmt: skip
+    triggers = facts.features.get("graph_register_triggers") or []
+    assert bool(triggers) == bool(files["NCCL_GRAPH_REGISTER"]), files["NCCL_GRAPH_REGISTER"]
     assert ("NCCL_GRAPH_REGISTER" in facts.env["nccl_added"]) == bool(triggers)
     if not triggers:
         tp2 = LaunchArgs(model_path=MODEL, tp_size=2)
         assert "NCCL_GRAPH_REGISTER" not in engine_env(tp2, {}, release).added
-    # resolution at parse time (ServerArgs.__post_init__) or a separate act (resolve_once):
-    # the arg_groups hooks came with the new flag generation
+    # resolution at parse time (ServerArgs.__post_init__) or a separate act (resolve_once,
+    # with the arg_groups hooks: both came in 0.5.19); the server check follows either
     assert hooks["resolve_once"] == hooks["arg_groups"]
-    assert hooks["arg_groups"] == (facts.flag_generation == "new")
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -396,19 +305,37 @@ def test_endpoints_in_the_real_http_server(probe: dict[str, Any]) -> None:
     assert "status_code=200" in handler and "try:" not in handler
 
 
-def test_server_check_runs_the_real_parser_and_resolution(sglang_python: Path) -> None:
-    eng = SGLangEngine(str(sglang_python), flags="auto")
+@pytest.mark.parametrize("release", RELEASES)
+def test_server_check_runs_the_real_parser_and_resolution(release_probe: Any, release: str) -> None:
+    """`server check` (what the daemon asks before a switch) runs the release's own parser,
+    then its own resolution: `resolve_once()` from 0.5.19, `ServerArgs.__post_init__` (at
+    construction) before; on this GPU-less machine resolution stops where it needs an
+    accelerator, named, and the good argv is not rejected."""
+    eng = SGLangEngine(release_probe(release)["python"], flags="auto")
     server = ServerConfig(model_path=MODEL, tp_size=2, sglang_flags="auto")
-    assert eng.flag_generation(server) == "new"
+    assert eng.flag_generation(server) == resolve(release).flag_generation
     verdict = eng.check_argv(eng.build_argv(server, "baseline", {}))
+    assert verdict.version == release
     steps = {s["step"]: s for s in verdict.steps}
     assert verdict.ok is True and steps["parse"]["ok"] is True, verdict.message
     # resolution runs on this GPU-less machine until a step needs an accelerator: named
     assert steps["resolve"]["ok"] is None
     assert "could not run here" in steps["resolve"]["message"]
-    assert re.search(r"\(sglang/srt/arg_groups/\w+\.py:\d+\)", steps["resolve"]["message"])
-    bad = eng.check_argv([*eng.build_argv(server, "baseline", {}), "--cuda-graph-max-bs", "8"])
-    assert bad.ok is False and "ambiguous option" in bad.message
+    if release_probe(release)["hooks"]["resolve_once"]:
+        where = r"\(sglang/srt/arg_groups/\w+\.py:\d+\)"
+    else:
+        where = (
+            r"ServerArgs.__post_init__ could not run here: "
+            r"__post_init__ \(sglang/srt/server_args\.py:\d+\)"
+        )
+    assert re.search(where, steps["resolve"]["message"]), steps["resolve"]["message"]
+    # refused by the release's parser (each check imports SGLang: one refusal per release)
+    if release == PINNED_VERSION:
+        bad = eng.check_argv([*eng.build_argv(server, "baseline", {}), "--cuda-graph-max-bs", "8"])
+        assert bad.ok is False and "ambiguous option" in bad.message
+    else:
+        bad = eng.check_argv([*eng.build_argv(server, "baseline", {}), "--no-such-flag"])
+        assert bad.ok is False and "unrecognized arguments: --no-such-flag" in bad.message
 
 
 def test_launch_args_cover_the_mode_mapping() -> None:

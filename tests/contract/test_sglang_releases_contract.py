@@ -11,55 +11,21 @@ set at start-up) run per release in test_sglang_contract.py.
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fastverify.sglang import spans
 from fastverify.sglang.facts import resolve
-from tests.contract.conftest import RELEASES, release_python
-
-PROBE = r"""
-import argparse, importlib.metadata, json, types
-from sglang.srt.server_args import ServerArgs
-p = argparse.ArgumentParser()
-ServerArgs.add_cli_args(p)
-flags = {}
-for a in p._actions:
-    for o in a.option_strings:
-        if o.startswith("--") and o != "--help":
-            flags[o] = None if a.choices is None else [str(c) for c in a.choices]
-out = {"version": importlib.metadata.version("sglang"), "flags": flags, "spans": None}
-try:
-    from sglang.srt.utils.profile_utils import build_step_span_name
-except ImportError:
-    pass
-else:
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
-    def fb(mode):
-        return types.SimpleNamespace(forward_mode=mode, batch_size=4, extend_num_tokens=7)
-    out["spans"] = {
-        "verify": build_step_span_name(fb(ForwardMode.TARGET_VERIFY), False),
-        "draft": build_step_span_name(fb(ForwardMode.DECODE), False, is_draft_worker=True),
-        "decode": build_step_span_name(fb(ForwardMode.DECODE), False),
-        "extend": build_step_span_name(fb(ForwardMode.EXTEND), False),
-    }
-print(json.dumps(out))
-"""
+from tests.contract.conftest import RELEASES
 
 
 @pytest.fixture(scope="module", params=RELEASES)
-def real(request: pytest.FixtureRequest, sglang_python: Path) -> dict:
-    version = request.param
-    py = str(release_python(version, sglang_python))
-    out = subprocess.run(
-        [py, "-W", "ignore", "-c", PROBE], capture_output=True, text=True, timeout=600,
-        check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-4000:]
-    return {"release": version, **json.loads(out.stdout.strip().splitlines()[-1])}
+def real(request: pytest.FixtureRequest, release_probe: Any) -> dict:
+    """The release's parser (every long flag and its choices) and span names, as probe.py's
+    `parser` part reads them with the release's own code."""
+    out = release_probe(request.param)
+    return {"release": request.param, "version": out["version"], **out["parser"]}
 
 
 def test_the_venv_runs_the_release(real: dict) -> None:
