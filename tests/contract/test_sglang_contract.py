@@ -329,13 +329,12 @@ def test_server_check_runs_the_real_parser_and_resolution(release_probe: Any, re
             r"__post_init__ \(sglang/srt/server_args\.py:\d+\)"
         )
     assert re.search(where, steps["resolve"]["message"]), steps["resolve"]["message"]
-    # refused by the release's parser (each check imports SGLang: one refusal per release)
+    # refused by the release's parser (each check imports SGLang, 5 s: the older releases'
+    # parsers refuse the flags they lack in test_what_a_release_lacks_fastverify_knows, the
+    # check's mechanics before resolve_once are tests/unit/daemon/test_daemon_sglang_parser.py)
     if release == PINNED_VERSION:
         bad = eng.check_argv([*eng.build_argv(server, "baseline", {}), "--cuda-graph-max-bs", "8"])
         assert bad.ok is False and "ambiguous option" in bad.message
-    else:
-        bad = eng.check_argv([*eng.build_argv(server, "baseline", {}), "--no-such-flag"])
-        assert bad.ok is False and "unrecognized arguments: --no-such-flag" in bad.message
 
 
 def test_launch_args_cover_the_mode_mapping() -> None:
