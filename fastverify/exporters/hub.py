@@ -433,13 +433,15 @@ class MetricsHub:
     def _track_steps(self, now: float, steps: float | None, running: float | None) -> None:
         """Decoding time at each active draft step count (SGLang's `spec_num_steps` gauge),
         per profile and mode: the interval since the last poll counts at the step count seen
-        then, when requests were running then (an idle server's gauge is stale)."""
+        then, when requests were running then (an idle server's gauge is stale). A trial on
+        dummy weights (`spec costs` at k steps, a sweep's EAGLE-3 trial) shows its steps and
+        never counts: its time is a measurement, not the profile's serving."""
         if self._mode not in SPEC_MODES or steps is None:
             self._steps_seen = None
             return
         if self._steps_seen is not None:
             at, prev, busy = self._steps_seen
-            if busy:
+            if busy and self._settings.get("weights") != "dummy":
                 key = (self._profile or "", self._mode or "", str(prev))
                 self._steps_seconds[key] = self._steps_seconds.get(key, 0.0) + max(0.0, now - at)
         self._steps_seen = (now, int(steps), bool(running))

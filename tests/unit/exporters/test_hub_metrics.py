@@ -377,6 +377,29 @@ def test_active_steps_time_at_each_and_recorded_acceptance() -> None:
                  mode="baseline") is None  # fmt: skip
 
 
+def test_a_trial_on_dummy_weights_shows_its_steps_and_never_counts() -> None:
+    """`spec costs` at 2 steps on dummy weights, then the real server at 3 again: only the
+    real server's decoding counts under the profile's time at each step count."""
+    clock = Clock()
+    hub = MetricsHub(clock=clock)
+    hub.set_engine(True, "ring-ll", "eagle3", {"weights": "dummy"}, "sim", None)
+    for _ in range(3):
+        hub.on_sglang_metrics({"spec_num_steps": 2.0, "num_running_reqs": 4})
+        clock.t += 1.0
+    pm = {"profile": "ring-ll", "mode": "eagle3"}
+    s = scrape(hub)
+    assert value(s, "fastverify_spec_active_steps", **pm) == 2.0
+    assert value(s, "fastverify_spec_steps_seconds_total", **pm, steps="2") is None
+    hub.set_engine(False, "ring-ll", "eagle3", {"weights": "dummy"}, "sim", None)  # restart
+    hub.set_engine(True, "ring-ll", "eagle3", {"weights": "real"}, "sim", None)
+    for _ in range(3):
+        hub.on_sglang_metrics({"spec_num_steps": 3.0, "num_running_reqs": 1})
+        clock.t += 1.0
+    s = scrape(hub)
+    assert value(s, "fastverify_spec_steps_seconds_total", **pm, steps="3") == pytest.approx(2.0)
+    assert value(s, "fastverify_spec_steps_seconds_total", **pm, steps="2") is None
+
+
 def test_steps_seen_before_a_switch_never_count_under_the_new_labels() -> None:
     """An EAGLE-3 server at 3 steps, then a switch to adaptive whose server runs 2: the time
     after the switch counts at 2 under adaptive, never at the old server's 3."""
