@@ -48,6 +48,13 @@ def daemon_argvs(version: str = PINNED_VERSION) -> tuple[dict[str, Any], ...]:
             cases.append({"name": f"{profile.name}/{mode}/trial",
                           "argv": eng.build_argv(trial, mode, profile.requires)[3:],
                           "env": {}})  # fmt: skip
+    for k in (1, 2):  # `spec costs`' timing trials at k steps (topk 1, k + 1 draft tokens)
+        steps = ServerConfig(
+            model_path=MODEL, draft_model_path=DRAFT, tp_size=2, eagle3=Eagle3Params(3, 1, 4),
+            sglang_flags=gen, load_format="dummy", steps_override=k,
+        )  # fmt: skip
+        cases.append({"name": f"trial-steps-{k}", "env": {},
+                      "argv": eng.build_argv(steps, "eagle3", {})[3:]})  # fmt: skip
     base = LaunchArgs(model_path=MODEL, tp_size=2)
     other = "old" if gen == "new" else "new"
     extra = {

@@ -90,8 +90,11 @@ def test_every_daemon_argv_parses_and_env_rules_match_the_real_hooks(
     # the NCCL environment the release's schedulers inherit == our rules for that release
     predicted = engine_env(ours, case["env"], release)
     assert real["env"] == predicted.final(case["env"]), predicted.to_dict()
-    if "--speculative-num-draft-tokens" in case["argv"]:
-        assert real["speculative_num_draft_tokens"] == 4
+    if "--speculative-num-draft-tokens" in case["argv"]:  # 4, or k + 1 in a k-step trial
+        argv = case["argv"]
+        want = int(argv[argv.index("--speculative-num-draft-tokens") + 1])
+        assert real["speculative_num_draft_tokens"] == want
+        assert want == int(argv[argv.index("--speculative-num-steps") + 1]) + 1
 
 
 @pytest.mark.parametrize("release", RELEASES)
