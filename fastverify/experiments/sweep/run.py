@@ -235,6 +235,7 @@ def summarize(
                 accept_length_mean=_mean_of([m.get("accept_length") for m in ms]),
                 ttft_p50_ms_mean=_mean_of([(m.get("ttft_ms") or {}).get("p50") for m in ms]),
                 itl_p50_ms_mean=_mean_of([(m.get("itl_ms") or {}).get("p50") for m in ms]),
+                itl_mean_ms_mean=_mean_of([(m.get("itl_ms") or {}).get("mean") for m in ms]),
             )
             row.update(acceptance_of(ms))
             if key in fails:  # a later run could not be taken: cut short, never ranked

@@ -70,11 +70,15 @@ def reference_accept_length(
 def _per_request_rate(row: Mapping[str, Any]) -> float | None:
     """Tokens/s one sequence sees: from completed requests, else from the inter-token
     latency (a slow trial server may finish no request inside a short window; every
-    streamed token still times a step)."""
+    streamed token still times a step): its mean where the row has it (total gap time over
+    tokens), else its p50. The p50 alone reads a speculative server's cycle short: a chunk
+    of n tokens counts gap / n n times, so the median token sits in the long chunks."""
     rate = row.get("per_request_tokens_per_second_mean")
     if _positive(rate):
         return float(rate)
-    itl = row.get("itl_p50_ms_mean")
+    itl = row.get("itl_mean_ms_mean")
+    if not _positive(itl):
+        itl = row.get("itl_p50_ms_mean")
     return 1000.0 / itl if _positive(itl) else None
 
 

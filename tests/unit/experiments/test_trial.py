@@ -187,3 +187,13 @@ def test_step_time_from_inter_token_latency_when_no_request_completed() -> None:
     assert base["decode_step_ms"] == pytest.approx(20.0)
     assert eagle["spec_cycle_ms"] == pytest.approx(30.0)
     assert eagle["break_even_accept_length"] == pytest.approx(0.030 * 50.0)
+
+
+def test_a_speculative_row_without_a_finished_request_reads_the_mean_itl() -> None:
+    # 1 step, a 30 ms cycle, 46% of cycles stream 1 token and 54% stream 2: the token median
+    # ITL is 15 ms, the mean 30 / 1.54 ms; the cycle is the accept length x the mean
+    rows = [{"profile": "p", "mode": "eagle3", "status": "ok", "tokens_per_second_mean": 50.0,
+             "per_request_tokens_per_second_mean": None, "itl_p50_ms_mean": 15.0,
+             "itl_mean_ms_mean": 30.0 / 1.54, "accept_length_mean": 1.54}]  # fmt: skip
+    (eagle,) = trial.annotate(rows, {}, lambda p: (2.0, "command line"), {})
+    assert eagle["spec_cycle_ms"] == pytest.approx(30.0)
