@@ -23,10 +23,12 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -40,15 +42,11 @@ def main() -> int:
     ap.add_argument("--sim-accept-length", type=float, default=2.0)
     ap.add_argument("--max-steps", type=int, default=3)
     ap.add_argument("--batch-sizes", default="1,2,4,8,16")
-    ap.add_argument("--duration", type=float, default=6.0)
-    ap.add_argument("--output-len", type=int, default=96)
+    ap.add_argument("--duration", type=float, default=8.0)
+    ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--input-len", type=int, default=16)
     ap.add_argument("--out", default=str(RESULTS / "spec-costs-sim.json"))
     args = ap.parse_args()
-
-    from fastverify.sglang import client as engine_client
-    from fastverify.speculation import costs as spec_costs
-    from tests.harness import DaemonHarness
 
     out = Path(args.out)
     cost_file = out.with_name(out.stem + "-costs.json")
@@ -58,6 +56,18 @@ def main() -> int:
         "daemon": {"trace_period_s": 0, "default_profile": args.profile},
     }  # fmt: skip
     tmp = Path(tempfile.mkdtemp(prefix="bench-spec-costs-"))
+    try:
+        report, table, plans, status, wall, cmd = _measure(args, tmp, config, cost_file)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _write(args, out, cost_file, report, table, plans, status, wall, cmd)
+
+
+def _measure(args: Any, tmp: Path, config: dict, cost_file: Path) -> tuple:
+    from fastverify.sglang import client as engine_client
+    from fastverify.speculation import costs as spec_costs
+    from tests.harness import DaemonHarness
+
     with DaemonHarness(tmp, config=config, tp_size=args.tp_size) as d:
         r = d.ctl("bench", "-n", "16", "-c", "4", "--output-len", "64", "--warmup", "0")
         if r.returncode != 0:
@@ -90,7 +100,13 @@ def main() -> int:
                 "speedup": {b: t["speedup"] for b, t in plan["tiers"].items()},
             }
         status = d.status()
+    return report, table, plans, status, wall, cmd
 
+
+def _write(
+    args: Any, out: Path, cost_file: Path, report: dict, table: Any, plans: dict,
+    status: dict, wall: float, cmd: list[str],
+) -> int:  # fmt: skip
     rows = []
     for bs, row in sorted(report["cycle_ms"].items(), key=lambda kv: int(kv[0])):
         for k, ms in sorted(row.items(), key=lambda kv: int(kv[0])):

@@ -82,7 +82,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "spec": (
         "fastverify.cli.spec_cmd:spec",
-        "Steps per batch size from the measured accept curve; SGLang's adaptive config.",
+        "Steps per batch size from the measured accept curve; costs measured on the engine; "
+        "SGLang's adaptive config.",
     ),
 }
 
