@@ -362,6 +362,10 @@ def _profile_name(value: Any) -> str | None:
 
 # Every configuration key and its check: the one validation the config loader and the
 # daemon API share (the API calls `validate_fields` for request fields that mirror a key).
+# dataclass fields an operation sets through the API, never a file: not in FIELDS, so a
+# file that names one is refused as an unknown key
+PER_OPERATION = frozenset({"server.steps_override"})
+
 FIELDS: dict[str, Check] = {
     "server.model_path": _string(),
     "server.draft_model_path": _string(),

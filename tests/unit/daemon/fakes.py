@@ -123,13 +123,19 @@ class FakeResolver:
         return (name or active.get("profile") or "ring", mode or active.get("mode") or "baseline")
 
     def resolve(
-        self, name: str, mode: str, force: bool = False, load_format: str | None = None
+        self,
+        name: str,
+        mode: str,
+        force: bool = False,
+        load_format: str | None = None,
+        eagle3_steps: int | None = None,
     ) -> tuple[Any, list[str]]:
         if name not in self.known:
             raise RequestError(422, f"invalid profile {name!r}", reason="invalid_profile")
         argv = ["engine", "--profile", name, "--mode", mode]
+        argv += ["--load-format", load_format] * bool(load_format)
         return SimpleNamespace(name=name), argv + (
-            ["--load-format", load_format] * bool(load_format)
+            ["--steps", str(eagle3_steps)] * bool(eagle3_steps)
         )
 
     def check_argv(self, argv: list[str]) -> ArgvCheck:
