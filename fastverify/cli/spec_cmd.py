@@ -356,7 +356,7 @@ def _print_costs(report: dict[str, Any], output: str | None) -> None:
             v = verify.get(k)
             cells.append("-" if c is None else f"{c:.2f}" + (f" ({v:.2f})" if v else ""))
         rows.append((bs, *cells))
-    heads = ("batch", *[("decode" if k == "0" else f"{k} steps") for k in steps])
+    heads = ("batch", *[("decode" if k == "0" else f"{k} step" + "s" * (k != "1")) for k in steps])
     table(heads, rows, title="cycle ms per batch size and draft steps (verify ms in brackets)")
     click.echo(f"source: {report['source']}")
     restored = report.get("restored") or {}
