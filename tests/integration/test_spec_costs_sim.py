@@ -112,7 +112,7 @@ def test_a_trial_that_cannot_start_is_named_and_the_engine_restored(tmp_path: Pa
         r = d.ctl("spec", "costs", "--max-steps", "2", "--batch-sizes", "1", *WINDOW,
                   "--no-traces", "--output", str(out), timeout=600)  # fmt: skip
         assert r.returncode == 1, r.stdout + r.stderr
-        assert "the trial at 1 steps failed" in r.stderr and "the engine was restored" in r.stderr
+        assert "the trial at 1 step failed" in r.stderr and "the engine was restored" in r.stderr
         assert "no-such-drafter" in r.stderr, r.stderr  # the daemon's why, quoted
         partial = json.loads(out.read_text())
         assert partial["failed"]["steps"] == 1

@@ -58,7 +58,9 @@ class CostTrialFailed(CostTrialError):
 
     def __init__(self, steps: int, reason: str, message: str, report: dict[str, Any]):
         self.steps, self.reason, self.report = steps, reason, report
-        super().__init__(f"the trial at {steps} steps failed ({reason}): {message}")
+        super().__init__(
+            f"the trial at {steps} step{'s' * (steps != 1)} failed ({reason}): {message}"
+        )
 
 
 @dataclass(frozen=True)
