@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import re
 import shutil
 import socket
@@ -206,10 +207,35 @@ def visible_gpus() -> int:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
-def free_port() -> int:
+def free_port(rng: random.Random | None = None) -> int:
+    """A free TCP port for the ranks' rendezvous, below the kernel's ephemeral range when
+    there is room: the port is free now, but rank 0 binds it only after starting Python and
+    torch, and in that window every outgoing connection on the machine takes an ephemeral
+    port (a port from `bind(0)` is one of them). Falls back to `bind(0)`."""
+    low = _ephemeral_low()
+    rng = rng or random.Random()
+    for _ in range(50):
+        port = rng.randrange(RENDEZVOUS_PORTS_FROM, low) if low > RENDEZVOUS_PORTS_FROM else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+RENDEZVOUS_PORTS_FROM = 20000
+
+
+def _ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """The first port of the kernel's ephemeral range (0 when unknown)."""
+    try:
+        return int(Path(path).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 # ------------------------------------------------------------------ NCCL debug logs
