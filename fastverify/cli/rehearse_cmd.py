@@ -121,6 +121,11 @@ def _print_grid(report: dict[str, Any]) -> None:
         rows.append((b, "compute ms", *[_fmt(fwd[str(t)]) for t in toks]))
         rows.append(("", "ratio to t=1", *[_fmt(ratio[str(t)]) for t in toks]))
         rows.append(("", "all-reduce ms", *[_fmt(arm[str(t)]) for t in toks]))
+        if drafter := report.get("drafter"):
+            ext = drafter["extend_ms"][str(b)]
+            rows.append(("", "drafter extend ms", *[_fmt(ext[str(t)]) for t in toks]))
+            step = _fmt(drafter["step_ms"][str(b)])
+            rows.append(("", "draft step ms", step, *[""] * (len(toks) - 1)))
     table(
         ("batch", "per forward", *[f"t={t}" for t in toks]),
         rows,
@@ -128,6 +133,8 @@ def _print_grid(report: dict[str, Any]) -> None:
         f"{report['ranks_run']} rank(s), {report['gpu']}",
     )
     click.echo(f"compute: {report['sources']['forward_ms']}")
+    if report.get("drafter"):
+        click.echo(f"drafter ({report['drafter']['model']}): {report['sources']['drafter']}")
     click.echo(f"all-reduce ({ar['count_per_forward']} per forward): {ar['source']}")
 
 
@@ -327,6 +334,7 @@ def rehearse(
         _grid(
             grid.GridConfig(
                 model_config=model_config,
+                draft_config=draft_config,
                 batch_sizes=batch_sizes or grid.DEFAULT_BATCH_SIZES,
                 tokens=tokens or grid.DEFAULT_TOKENS,
                 shard_of_tp=shard_of_tp,

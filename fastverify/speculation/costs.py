@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastverify.sglang import eagle
+
 
 class CostsError(ValueError):
     """A cost source that cannot be read (which file/field, what is wrong)."""
@@ -163,14 +165,17 @@ def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
     {"kind": "rehearse-grid", "model", "shard_of_tp", "ranks_run", "gpu", "batch_sizes",
      "tokens_per_seq", "forward_ms": {bs: {tokens: ms}}, "verify_decode_ratio": {...},
      "allreduce": {"source": str, "per_forward_ms": {bs: {tokens: ms}}}, "sources", "command"}.
-    A cycle at k steps = the forward over k + 1 tokens per request (+ its all-reduces);
-    k = 0 = the forward over 1 token. `backend`: one of the grid's
-    `allreduce.by_backend` tables (e.g. "pcie_ipc") instead of its default one."""
+    A cycle at k steps = the target forward over k + 1 tokens per request, k - 1 draft steps
+    and the draft extend over k + 1 tokens (SGLang's cycle: `fastverify.sglang.eagle`), each
+    with its all-reduces; k = 0 = the target forward over 1 token. A grid without `drafter`
+    (recorded before the grid timed it) counts the drafter as 0, and says so. `backend`: one
+    of the grid's `allreduce.by_backend` tables (e.g. "pcie_ipc") instead of its default."""
     p, data = _read_json(path)
     if not isinstance(data, dict) or data.get("kind") != "rehearse-grid":
         raise CostsError(f'{p}: not a rehearse grid (needs "kind": "rehearse-grid")')
     fwd = data.get("forward_ms")
     ar_doc = data.get("allreduce") or {}
+    count = ar_doc.get("count_per_forward")
     if backend is not None:
         tables = ar_doc.get("by_backend") or {}
         if backend not in tables:
@@ -182,21 +187,41 @@ def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
     ar = ar_doc.get("per_forward_ms") or {}
     if not isinstance(fwd, dict) or not fwd:
         raise CostsError(f'{p}: field "forward_ms" must be {{bs: {{tokens: ms}}}}')
+    drafter = data.get("drafter")
+    # the drafter's all-reduces: the same messages as the target's, at its own count
+    d_share = drafter["count_per_forward"] / count if drafter and count else 0.0
     table: dict[str, dict[str, float]] = {}
     for bs, row in fwd.items():
         if not isinstance(row, dict) or "1" not in row:
             raise CostsError(f'{p}: forward_ms["{bs}"] needs tokens "1" (the decode step)')
+        ar_row = ar.get(bs) or {}
         out = {}
         for tokens, ms in row.items():
             k = int(tokens) - 1
-            extra = float((ar.get(bs) or {}).get(tokens, 0.0))
-            out[str(k)] = (float(ms) + extra) / 1e3
+            ms_total = float(ms) + float(ar_row.get(tokens, 0.0))
+            if drafter and k > 0:
+                try:
+                    step = drafter["step_ms"][bs] + d_share * float(ar_row.get("1", 0.0))
+                    ext = drafter["extend_ms"][bs][tokens]
+                except (KeyError, TypeError):
+                    raise CostsError(
+                        f'{p}: "drafter" has no step_ms["{bs}"] / extend_ms["{bs}"]["{tokens}"]'
+                    ) from None
+                ext += d_share * float(ar_row.get(tokens, 0.0))
+                ms_total += eagle.draft_forwards_per_cycle(k) * step + ext
+            out[str(k)] = ms_total / 1e3
         table[str(bs)] = out
     ar_src = ar_doc.get("source") or "none (compute only)"
+    drafter_src = (
+        f"drafter measured ({drafter.get('model')}"
+        f"{', estimated shapes' if drafter.get('estimated') else ''}: k - 1 draft steps + the "
+        "extend per cycle)"
+        if drafter
+        else "drafter not measured (draft forwards counted as 0: optimistic for speculation)"
+    )
     source = (
         f"rehearse-grid {p.name}: {data.get('model')} shard of TP {data.get('shard_of_tp')} on "
-        f"{data.get('gpu')}; all-reduce: {ar_src}; drafter not measured (draft forwards "
-        "counted as 0: optimistic for speculation)"
+        f"{data.get('gpu')}; all-reduce: {ar_src}; {drafter_src}"
     )
     costs = from_table(table, source)
     return Costs(costs.table, source, {"file": str(p), "command": data.get("command")})

@@ -71,13 +71,14 @@ def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
         human = d.ctl("spec", "plan")
         assert human.returncode == 0 and "speculation plan" in human.stdout
         # the same acceptance with the H200 grid's costs (one GPU, TP 8 shard) as the source
-        grid = REPO / "benchmarks/results/rehearse-grid-kimi-k2.5-shard-of-tp8-h200.json"
+        grid = REPO / "benchmarks/results/rehearse-grid-kimi-k2.5-shard-of-tp8-h200-drafter.json"
         r = d.ctl("spec", "plan", "--costs", str(grid), "--allreduce-backend", "pcie_ipc",
                   "--json")  # fmt: skip
         assert r.returncode == 0, r.stderr
         on_gpu = json.loads(r.stdout)
         assert on_gpu["costs"]["source"].startswith("rehearse-grid ")
         assert "pcie_ipc" in on_gpu["costs"]["source"]
+        assert "drafter measured (kimi-k2.5-eagle3" in on_gpu["costs"]["source"]
         r = d.ctl("spec", "plan", "--costs", str(grid), "--allreduce-backend", "nope")
         assert r.returncode == 1 and "the grid has: nccl, pcie_ipc" in r.stderr
         # the plan mode adaptive serves is the last one stored: store the engine's again

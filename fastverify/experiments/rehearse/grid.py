@@ -18,9 +18,14 @@ bs x tokens x hidden bf16), is priced per message size from, in this order:
   by the ring's hop count 2(n-1) when TP is not 8.
 Every figure says where it came from (`allreduce.source`, `sources`).
 
+The drafter (`--draft-config`, else the estimate `rehearse` states) is timed beside it: one
+draft step (1 token per sequence) and the draft extend over t tokens per sequence, per batch
+size, compute only; its all-reduces are priced as the target's, per message, at its own
+count per forward.
+
 The JSON (`kind: rehearse-grid`) is what `spec plan` consumes; its top level is exactly
 kind, model, shard_of_tp, ranks_run, gpu, batch_sizes, tokens_per_seq, forward_ms,
-verify_decode_ratio, allreduce, sources, command. This module never imports torch.
+verify_decode_ratio, drafter, allreduce, sources, command. This module never imports torch.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ class GridError(ValueError):
 @dataclass(frozen=True)
 class GridConfig:
     model_config: str
+    draft_config: str | None = None  # the EAGLE-3 drafter's config.json; None: estimated
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     tokens: tuple[int, ...] = DEFAULT_TOKENS
     shard_of_tp: int | None = None  # one rank runs the shard of one rank of TP N
@@ -222,12 +228,15 @@ def allreduce_table(cfg: GridConfig, tp: int, hidden: int, count: int) -> dict[s
 # ------------------------------------------------------------------ the run
 
 
-def build_job(cfg: GridConfig, target: modelconfig.ModelSpec, tp: int) -> dict[str, Any]:
-    """What every rank receives: the per-rank plan at TP `tp` and the grid."""
+def build_job(
+    cfg: GridConfig, target: modelconfig.ModelSpec, tp: int, drafter: modelconfig.ModelSpec
+) -> dict[str, Any]:
+    """What every rank receives: the per-rank plans at TP `tp` and the grid."""
     return {
         "backend": cfg.backend,
         "call": cfg.call,
         "target": modelconfig.plan(target, tp),
+        "drafter": modelconfig.plan(drafter, tp),
         "grid": {"batch_sizes": list(cfg.batch_sizes), "tokens_per_seq": list(cfg.tokens)},
         # the memory estimate's terms: the largest batch, the widest routing window
         "batch": max(cfg.batch_sizes),
@@ -241,10 +250,11 @@ def build_job(cfg: GridConfig, target: modelconfig.ModelSpec, tp: int) -> dict[s
 
 
 def estimate(job: dict[str, Any], world: int) -> memory.Estimate:
-    """Memory per rank: the target alone (no drafter in the grid)."""
+    """Memory per rank: the target (pooled) and the drafter (one slot per kind)."""
     gloo = job["backend"] != "nccl"
     elem = memory.FLOAT32 if gloo else memory.BF16
     tensors = memory.model_bytes(job["target"], int(job["pool_gb"] * memory.GIB), job, elem)
+    tensors += memory.model_bytes(job["drafter"], 0, job, elem)
     overhead = memory.HOST_OVERHEAD_BYTES if gloo else memory.GPU_OVERHEAD_BYTES
     return memory.Estimate(job["backend"], world, tensors, overhead)
 
@@ -259,6 +269,18 @@ def merge(ranks: list[dict[str, Any]], cfg: GridConfig) -> dict[str, dict[str, f
     return out
 
 
+def merge_drafter(ranks: list[dict[str, Any]], cfg: GridConfig) -> dict[str, Any]:
+    """The drafter's step and extend ms per cell: the slowest rank's p50."""
+    ds = [r["grid"]["drafter"] for r in ranks]
+    return {
+        "step_ms": {str(b): max(d["step_ms"][str(b)] for d in ds) for b in cfg.batch_sizes},
+        "extend_ms": {
+            str(b): {str(t): max(d["extend_ms"][str(b)][str(t)] for d in ds) for t in cfg.tokens}
+            for b in cfg.batch_sizes
+        },
+    }
+
+
 def ratios(forward_ms: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """verify/decode ratio per cell: forward at t tokens per sequence over the 1-token one."""
     return {b: {t: ms / row["1"] for t, ms in row.items()} for b, row in forward_ms.items()}
@@ -271,13 +293,13 @@ def run_grid(cfg: GridConfig, command: str = "", on_event: EventFn | None = None
 
     check(cfg)
     try:
-        target = modelconfig.load_spec(cfg.model_config)
+        target, drafter, estimated = rh.load_models(cfg.model_config, cfg.draft_config)
     except modelconfig.ModelConfigError as exc:
         raise GridError(str(exc)) from None
     world = rank_count("rehearse", cfg.backend, 1 if cfg.shard_of_tp else cfg.nproc, cfg.python)
     tp = cfg.shard_of_tp or world
     try:
-        job = build_job(cfg, target, tp)
+        job = build_job(cfg, target, tp, drafter)
     except modelconfig.ModelConfigError as exc:
         raise GridError(str(exc)) from None
     count = modelconfig.allreduces_per_forward(target, tp)
@@ -312,6 +334,12 @@ def run_grid(cfg: GridConfig, command: str = "", on_event: EventFn | None = None
         why = "timed out" if waited["timed_out"] else bad[0].get("error") or "a rank failed"
         raise GridRunFailed(f"grid: rank {bad[0].get('rank') if bad else '?'}: {why}")
     forward_ms = merge(ranks, cfg)
+    drafter_doc = {
+        "model": drafter.name or drafter.model_type,
+        "estimated": estimated,
+        "count_per_forward": job["drafter"]["allreduce_per_forward"],
+        **merge_drafter(ranks, cfg),
+    }
     gpu = next((r.get("gpu") for r in ranks if r.get("gpu")), None) or "cpu (gloo)"
     dtype = "bfloat16" if cfg.backend == "nccl" else "float32"
     return {
@@ -324,6 +352,7 @@ def run_grid(cfg: GridConfig, command: str = "", on_event: EventFn | None = None
         "tokens_per_seq": list(cfg.tokens),
         "forward_ms": forward_ms,
         "verify_decode_ratio": ratios(forward_ms),
+        "drafter": drafter_doc,
         "allreduce": allreduce,
         "sources": {
             "forward_ms": (
@@ -334,6 +363,16 @@ def run_grid(cfg: GridConfig, command: str = "", on_event: EventFn | None = None
                 else f"rehearse grid on gloo (CPU, eager, {dtype}): a test of the orchestration"
             ),
             "verify_decode_ratio": "forward_ms at t tokens per sequence / forward_ms at 1",
+            "drafter": (
+                "the EAGLE-3 drafter timed as the target, collectives left out: step_ms = one "
+                "draft step (1 token per sequence), extend_ms = the draft extend over t tokens "
+                "per sequence; "
+                + (
+                    "an estimate from the target's config (no --draft-config)"
+                    if estimated
+                    else f"shapes of {cfg.draft_config}"
+                )
+            ),
             "shapes": f"modelconfig.plan({cfg.model_config}, tp={tp})",
             "allreduce": allreduce.get("detail"),
             "model_config": str(cfg.model_config),

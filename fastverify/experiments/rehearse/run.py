@@ -507,16 +507,18 @@ def detect_path_label() -> str:
     return "nvlink" if topo.has_nvlink else "p2p"
 
 
-def load_models(cfg: RehearseConfig) -> tuple[modelconfig.ModelSpec, modelconfig.ModelSpec, bool]:
+def load_models(
+    model_config: str, draft_config: str | None
+) -> tuple[modelconfig.ModelSpec, modelconfig.ModelSpec, bool]:
     """(target, drafter, drafter_estimated); ModelConfigError for a bad file."""
-    target = modelconfig.load_spec(cfg.model_config)
+    target = modelconfig.load_spec(model_config)
     if target.eagle3:
         raise modelconfig.ModelConfigError(
-            f"{cfg.model_config}: this is an EAGLE-3 drafter config; pass the target's "
+            f"{model_config}: this is an EAGLE-3 drafter config; pass the target's "
             "config.json to --model-config and this one to --draft-config"
         )
-    if cfg.draft_config:
-        return target, modelconfig.load_spec(cfg.draft_config), False
+    if draft_config:
+        return target, modelconfig.load_spec(draft_config), False
     return target, modelconfig.estimated_drafter(target), True
 
 
@@ -535,7 +537,7 @@ def run_rehearsal(
     if bad_paths or not cfg.paths:
         raise RehearseError(f"unknown path {bad_paths or cfg.paths!r} (default, p2p-off)")
     try:
-        target, drafter, estimated = load_models(cfg)
+        target, drafter, estimated = load_models(cfg.model_config, cfg.draft_config)
     except modelconfig.ModelConfigError as exc:
         raise RehearseError(str(exc)) from None
     try:

@@ -532,7 +532,44 @@ class Rank:
                 }  # fmt: skip
             print(json.dumps({"grid_batch": b, "p50_ms": {t: row[str(t)]["p50_ms"] for t in toks}}),
                   flush=True)  # fmt: skip
-        return {"build": build, "cells": cells, "wall_s": time.perf_counter() - t0}
+        drafter = self._grid_drafter(bss, toks, comm) if job.get("drafter") else None
+        return {"build": build, "cells": cells, "drafter": drafter,
+                "wall_s": time.perf_counter() - t0}  # fmt: skip
+
+    def _grid_drafter(self, bss: list[int], toks: list[int], comm: Any) -> dict[str, Any]:
+        """The EAGLE-3 drafter of `job["drafter"]` per batch size, compute only: its draft
+        step (1 token per sequence) and its draft extend over t tokens per sequence (the
+        target's hidden states in through its fc), timed as the target's cells are."""
+        job, torch = self.job, self.torch
+        plan = job["drafter"]
+        model = Model(
+            torch, plan, self.device, self.dtype,
+            {"batch": max(bss), "batches": bss, "context": job["context"],
+             "seed": job["seed"] + 1000 * self.rank + 1, "tokens_per_seq": toks,
+             "pool_bytes": 0},
+        )  # fmt: skip
+        fc_in = plan.get("eagle3", {}).get("fc", [plan["hidden"]])[0]
+        out: dict[str, Any] = {"weight_bytes": model.allocated, "step_ms": {}, "extend_ms": {}}
+        for b in bss:
+            row = out["extend_ms"].setdefault(str(b), {})
+            for t in toks:
+                n = b * t
+                ids = torch.randint(0, plan["vocab_per_rank"], (n,), device=self.device)
+                hidden = torch.randn(n, fc_in, device=self.device, dtype=self.dtype)
+                runs = [(True, t)] + ([(False, 1)] if t == 1 else [])
+                for extend, tt in runs:
+                    samples, _ = self._time_forward(
+                        lambda ids=ids, hidden=hidden, tt=tt, extend=extend: model.forward(
+                            ids, hidden, tt, comm, extend
+                        ),
+                        job["steps"], job["warmup"],
+                    )  # fmt: skip
+                    p50 = rank_support.percentile(samples, 50)
+                    if extend:
+                        row[str(t)] = p50
+                    else:
+                        out["step_ms"][str(b)] = p50
+        return out
 
     def _time_forward(self, fwd: Any, steps: int, warmup: int) -> tuple[list[float], Any]:
         """(ms per forward for `steps` runs, capture ms or None): CUDA-graph replays between

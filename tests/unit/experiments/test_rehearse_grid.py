@@ -1,8 +1,8 @@
 """`rehearse --batch-sizes/--tokens/--shard-of-tp` on CPUs: the grid's shard logic, its JSON
 (the schema `spec plan` reads), the all-reduce sources, and real gloo rank processes.
 
-The GPU run of the same code is benchmarks/results/rehearse-grid-kimi-k2.5-shard-of-tp8-h200.json
-(and its TP 2 cross-check beside it)."""
+The GPU runs of the same code are benchmarks/results/rehearse-grid-kimi-k2.5-shard-of-tp8-h200.json
+(before the grid timed the drafter; its TP 2 cross-check beside it) and ...-h200-drafter.json."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ CONFIGS = REPO / "examples" / "model-configs"
 RESULTS = REPO / "benchmarks" / "results"
 SCHEMA = [
     "kind", "model", "shard_of_tp", "ranks_run", "gpu", "batch_sizes", "tokens_per_seq",
-    "forward_ms", "verify_decode_ratio", "allreduce", "sources", "command",
+    "forward_ms", "verify_decode_ratio", "drafter", "allreduce", "sources", "command",
 ]  # fmt: skip
 needs_torch = pytest.mark.skipif(
     not preflight.torch_available(),
@@ -41,9 +41,24 @@ def ctl(*args: str) -> subprocess.CompletedProcess:
 # ------------------------------------------------------------------ shapes only
 
 
+def expected_cycle_ms(doc: dict, b: str, k: int) -> float:
+    """spec plan's cycle from a grid, written out: target(k+1) + (k-1) draft steps + the
+    extend over k+1 tokens, each with its all-reduces (the drafter's at its own count)."""
+    fwd, arb, d = doc["forward_ms"][b], doc["allreduce"]["per_forward_ms"][b], doc["drafter"]
+    t = str(k + 1)
+    if k == 0:
+        return fwd["1"] + arb["1"]
+    share = d["count_per_forward"] / doc["allreduce"]["count_per_forward"]
+    step = d["step_ms"][b] + share * arb["1"]
+    return fwd[t] + arb[t] + (k - 1) * step + d["extend_ms"][b][t] + share * arb[t]
+
+
 def test_shard_of_tp8_is_one_rank_of_kimi_k25_at_tp8() -> None:
     spec = modelconfig.load_spec(CONFIGS / "kimi-k2.5.json")
-    job = grid.build_job(grid.GridConfig(str(CONFIGS / "kimi-k2.5.json"), shard_of_tp=8), spec, 8)
+    drafter = modelconfig.load_spec(CONFIGS / "kimi-k2.5-eagle3.json")
+    cfg = grid.GridConfig(str(CONFIGS / "kimi-k2.5.json"), shard_of_tp=8)
+    job = grid.build_job(cfg, spec, 8, drafter)
+    assert job["drafter"]["tp"] == 8 and job["drafter"]["hidden"] == drafter.hidden_size
     plan = job["target"]
     assert plan["tp"] == 8 and plan["heads_per_rank"] == spec.num_heads // 8
     assert plan["vocab_per_rank"] == -(-spec.vocab_size // 8)
@@ -152,6 +167,22 @@ def test_shard_of_tp_runs_one_rank_and_writes_the_schema(tmp_path: Path) -> None
     assert doc["command"].startswith("fastverifyctl rehearse ") and "--shard-of-tp 2" in doc[
         "command"]  # fmt: skip
     assert "gloo" in doc["sources"]["forward_ms"]
+    # the drafter (estimated from tiny-moe: no --draft-config), timed per cell
+    d = doc["drafter"]
+    assert d["estimated"] is True and "estimate" in doc["sources"]["drafter"]
+    assert d["count_per_forward"] == modelconfig.plan(modelconfig.estimated_drafter(spec), 2)[
+        "allreduce_per_forward"]  # fmt: skip
+    assert set(d["step_ms"]) == {"1", "2", "4"} and all(v > 0 for v in d["step_ms"].values())
+    assert all(set(row) == {"1", "2", "3"} for row in d["extend_ms"].values())
+    # spec plan's reader: a cycle at k steps = target(k+1) + (k-1) draft steps + extend(k+1),
+    # each with its all-reduces (the drafter's at its own count per forward)
+    from fastverify.speculation import costs
+
+    got = costs.from_rehearse_grid(out)
+    for b in ("1", "2", "4"):
+        for k in (0, 1, 2):
+            assert math.isclose(got.table[int(b)][k] * 1e3, expected_cycle_ms(doc, b, k)), (b, k)
+    assert "drafter measured" in got.source
 
 
 @needs_torch
@@ -171,17 +202,30 @@ def test_without_shard_the_grid_runs_every_rank_at_its_tp(tmp_path: Path) -> Non
 
 
 def test_the_h200_grid_is_what_spec_plan_reads() -> None:
-    """The committed TP 8 shard grid (one H200) loads in `spec plan --costs`'s reader: the cycle
-    at k steps is the forward over k + 1 tokens plus its all-reduces, as the grid states them."""
+    """The committed TP 8 shard grid (one H200, the Kimi-K2.5 EAGLE-3 drafter beside it) loads
+    in `spec plan --costs`'s reader: the cycle at k steps is SGLang's, from the grid's parts."""
     from fastverify.speculation import costs
 
-    path = RESULTS / "rehearse-grid-kimi-k2.5-shard-of-tp8-h200.json"
+    path = RESULTS / "rehearse-grid-kimi-k2.5-shard-of-tp8-h200-drafter.json"
     doc = json.loads(path.read_text())
     assert list(doc) == SCHEMA and doc["shard_of_tp"] == 8 and doc["ranks_run"] == 1
+    assert doc["drafter"]["model"] == "kimi-k2.5-eagle3" and not doc["drafter"]["estimated"]
     got = costs.from_rehearse_grid(path)
     for b in doc["batch_sizes"]:
         for t in doc["tokens_per_seq"]:
-            want = doc["forward_ms"][str(b)][str(t)] + doc["allreduce"]["per_forward_ms"][
-                str(b)][str(t)]  # fmt: skip
+            want = expected_cycle_ms(doc, str(b), t - 1)
             assert math.isclose(got.table[b][t - 1] * 1e3, want)
-    assert doc["allreduce"]["source"] in got.source
+    assert doc["allreduce"]["source"] in got.source and "drafter measured" in got.source
+
+
+def test_a_grid_recorded_without_the_drafter_still_loads_and_says_so() -> None:
+    """The first H200 grid (recorded before the grid timed the drafter): the drafter counts 0."""
+    old = RESULTS / "rehearse-grid-kimi-k2.5-shard-of-tp8-h200.json"
+    doc = json.loads(old.read_text())
+    assert "drafter" not in doc
+    from fastverify.speculation import costs
+
+    got = costs.from_rehearse_grid(old)
+    fwd, arb = doc["forward_ms"]["8"], doc["allreduce"]["per_forward_ms"]["8"]
+    assert math.isclose(got.table[8][3] * 1e3, fwd["4"] + arb["4"])
+    assert "drafter not measured" in got.source

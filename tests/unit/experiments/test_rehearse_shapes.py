@@ -143,9 +143,8 @@ def test_heads_not_divisible_by_tp_is_refused() -> None:
 
 
 def test_drafter_config_given_as_the_target_is_refused() -> None:
-    cfg = rehearse.RehearseConfig(model_config=str(CONFIGS / "kimi-k2.5-eagle3.json"))
     with pytest.raises(modelconfig.ModelConfigError, match="--draft-config"):
-        rehearse.load_models(cfg)
+        rehearse.load_models(str(CONFIGS / "kimi-k2.5-eagle3.json"), None)
 
 
 # ------------------------------------------------------------------ break-even maths
