@@ -414,7 +414,9 @@ def test_preflight_and_rehearse_run_inside_tune_on_cpu_ranks(tmp_path: Path) -> 
     assert "gloo" in stages["derive_tuner"]["reason"]
     done = {r["name"]: r["data"] for r in journal if r.get("event") == "stage_finished"}
     assert {r["profile"] for r in done["preflight"]["table"]} == {"nccl-default", "ring-ll"}
-    assert sorted(done["preflight"]["survivors"]) == ["nccl-default", "ring-ll"], done["preflight"]
+    verdicts = {r["profile"]: r["verdict"] for r in done["preflight"]["table"]}
+    assert sorted(done["preflight"]["survivors"]) == ["nccl-default", "ring-ll"], verdicts
+    assert all("speed not compared" in v for v in verdicts.values()), verdicts
     assert sorted(done["rehearse"]["ranked"]) == ["nccl-default", "ring-ll"], done["rehearse"]
     # tiny-dense: 3 layers at TP 2 -> 2 x 3 + 1 all-reduces per verify in the rehearsal
     assert all(r["allreduce_per_verify"] == 7 for r in done["rehearse"]["table"])

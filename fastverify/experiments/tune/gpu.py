@@ -4,7 +4,8 @@
 On a host where one cannot run (no GPU, no PyTorch, no --model-config for rehearse) the
 stage is `skipped` with that reason, never faked. Preflight drops the candidates that fail
 (init, sums, CUDA-graph capture) and those clearly slower at decode sizes: at least
-`SLOWER` x the fastest profile's in-graph time at every decode size (1-64 tokens).
+`SLOWER` x the fastest profile's in-graph time at every decode size (1-64 tokens); on the
+gloo testing backend, which runs no NCCL, speed is not compared.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ DECODE_MAX_TOKENS = 64
 # the gloo backend (CPU ranks, tests only): a few small sizes and replays
 GLOO_PREFLIGHT = {"tokens": (1, 4, 16), "iters": 5, "warmup": 1, "graph_ops": 0}
 GLOO_REHEARSE = {"steps": 2, "warmup": 1}
+NOT_COMPARED = "gloo ranks run no NCCL: speed not compared"
 
 
 def skip_reasons(cfg: TuneConfig, gpus: int, torch_ok: bool) -> dict[str, str]:
@@ -142,6 +144,37 @@ def decode_scores(report: dict[str, Any]) -> dict[str, float]:
     return {p: min(v) for p, v in ratios.items()}
 
 
+def preflight_verdicts(
+    report: dict[str, Any], compare_speed: bool = True
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each profile's verdict row and the survivors (fastest first): a profile that failed is
+    dropped, and so, when `compare_speed`, is one at least `SLOWER` x the fastest at every
+    decode size. Ranks on the gloo backend run no NCCL, so the profiles' settings cannot make
+    them faster or slower: their timings differ by noise alone and are not compared."""
+    scores = decode_scores(report)
+    table, survivors = [], []
+    for p in report["profiles"]:
+        score = scores.get(p["profile"])
+        if p["status"] != "ok":
+            verdict = f"dropped: {p['status']}" + (f" ({p.get('error')})" if p.get("error") else "")
+        elif compare_speed and score is not None and score >= SLOWER:
+            verdict = f"dropped: >= x{score:.2f} the fastest at every decode size"
+        else:
+            verdict = "kept" if compare_speed else f"kept ({NOT_COMPARED})"
+            survivors.append(p["profile"])
+        table.append(
+            {
+                "profile": p["profile"],
+                "status": p["status"],
+                "wall_s": p["wall_s"],
+                "decode_ratio_to_fastest": score,
+                "verdict": verdict,
+            }
+        )
+    survivors.sort(key=lambda n: scores.get(n, 1.0))
+    return table, survivors
+
+
 def preflight(ctx: Ctx) -> StageResult:
     from fastverify.experiments.preflight import run as pf
 
@@ -160,27 +193,7 @@ def preflight(ctx: Ctx) -> StageResult:
         return StageResult("failed", f"preflight: {exc}")
     (ctx.out / "preflight.json").write_text(to_json(report) + "\n", encoding="utf-8")
     ctx.journal.record_time("preflight", report["total_wall_s"] / max(1, len(rows)))
-    scores = decode_scores(report)
-    table, survivors = [], []
-    for p in report["profiles"]:
-        score = scores.get(p["profile"])
-        if p["status"] != "ok":
-            verdict = f"dropped: {p['status']}" + (f" ({p.get('error')})" if p.get("error") else "")
-        elif score is not None and score >= SLOWER:
-            verdict = f"dropped: >= x{score:.2f} the fastest at every decode size"
-        else:
-            verdict = "kept"
-            survivors.append(p["profile"])
-        table.append(
-            {
-                "profile": p["profile"],
-                "status": p["status"],
-                "wall_s": p["wall_s"],
-                "decode_ratio_to_fastest": score,
-                "verdict": verdict,
-            }
-        )
-    survivors.sort(key=lambda n: scores.get(n, 1.0))
+    table, survivors = preflight_verdicts(report, compare_speed=ctx.cfg.backend != "gloo")
     return StageResult(
         "done",
         None,

@@ -341,3 +341,38 @@ def test_the_funnel_plot_counts_profiles_in_whole_numbers(
     drawn = report.draw_plots(tmp_path, {"decision": {"profile": "a"}}, data)
     assert drawn == {"files": {"funnel": "funnel.png"}, "skipped": None}
     assert ticks["funnel.png"] and all(t.is_integer() for t in ticks["funnel.png"]), ticks
+
+
+# ------------------------------------------------------------------ preflight's verdicts
+
+
+def _real_preflight(name: str) -> dict[str, Any]:
+    import gzip
+
+    path = Path(__file__).parents[2] / "fixtures" / "nccl-2.28.9-h200x2-2rank" / name
+    with gzip.open(path, "rt") as fh:
+        return json.load(fh)
+
+
+def test_preflight_drops_the_profile_slower_at_every_decode_size_on_real_h200_figures() -> None:
+    """2 x H200 over NVLink: Ring/Simple took 24-27 us per in-graph all-reduce against
+    Ring/LL's 12-19 us at every decode size (the fixture's README), so ring-simple goes."""
+    report = _real_preflight("preflight-report-nvlink.json.gz")
+    table, survivors = gpu.preflight_verdicts(report)
+    verdicts = {r["profile"]: r["verdict"] for r in table}
+    assert verdicts.pop("ring-simple").startswith("dropped: >= x1.5")
+    assert set(verdicts.values()) == {"kept"}
+    assert sorted(survivors) == sorted(verdicts)
+    assert survivors[0] == "nccl-default"  # the fastest first (ratio 1.0)
+
+
+def test_preflight_keeps_every_passing_profile_when_speed_is_not_compared() -> None:
+    """The gloo testing backend runs no NCCL: the profiles' timings differ by noise alone."""
+    report = _real_preflight("preflight-report-nvlink.json.gz")
+    report["profiles"][0] = {**report["profiles"][0], "status": "failed", "error": "boom"}
+    failed = report["profiles"][0]["profile"]
+    table, survivors = gpu.preflight_verdicts(report, compare_speed=False)
+    verdicts = {r["profile"]: r["verdict"] for r in table}
+    assert verdicts.pop(failed) == "dropped: failed (boom)"
+    assert set(verdicts.values()) == {f"kept ({gpu.NOT_COMPARED})"}
+    assert sorted(survivors) == sorted(verdicts)
