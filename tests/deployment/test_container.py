@@ -153,10 +153,9 @@ def test_host_cli_drives_the_daemon_in_the_container(dockerd: Docker, container:
     # The state survives in the bind-mounted state dir.
     assert json.loads((container["state"] / "state.json").read_text())["profile"] == "ring-ll"
 
-    # docker stop: SIGTERM -> the daemon stops the engine and exits 0, well inside the grace.
-    started = time.monotonic()
+    # docker stop: SIGTERM -> the daemon stops the engine and exits 0 inside the grace (a
+    # SIGKILL at its end would read 137).
     dockerd("stop", "--time", "60", container["name"])
-    assert time.monotonic() - started < 30
     assert dockerd("inspect", "-f", "{{.State.ExitCode}}", container["name"]).stdout.strip() == "0"
     logs = dockerd("logs", container["name"]).stderr
     assert "STOPPING -> STOPPED" in logs
