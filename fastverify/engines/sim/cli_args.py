@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse(argv: Sequence[str]) -> SimArgs:
     """Parse argv; exits with status 2 and an argparse message on bad flags."""
     parser = build_parser()
-    ns = parser.parse_args(list(argv))
+    ns, rest = parser.parse_known_args(list(argv))
     if ns.tp_size < 1 or ns.tp_size > 64:
         parser.error(f"--tp-size must be in 1..64, got {ns.tp_size}")
     if not 0 < ns.port < 65536:
@@ -179,6 +179,7 @@ def parse(argv: Sequence[str]) -> SimArgs:
     if ns.decode_log_interval < 1:
         parser.error("--decode-log-interval must be >= 1")
     _check_played_flags(parser, ns.sim_sglang_version, argv)
+    _check_unmodelled(parser, ns.sim_sglang_version, rest)
     algo = ns.speculative_algorithm.upper() if ns.speculative_algorithm else None
     if algo is not None and algo not in SPEC_ALGOS:
         parser.error(
@@ -273,6 +274,31 @@ def _adaptive_config(parser: argparse.ArgumentParser, ns: argparse.Namespace) ->
         return adaptive.load_config(ns.speculative_adaptive_config)
     except adaptive.AdaptiveConfigError as exc:
         parser.error(f"--speculative-adaptive-config: {exc}")
+
+
+def _check_unmodelled(parser: argparse.ArgumentParser, version: str, rest: Sequence[str]) -> None:
+    """Flags the sim does not model (`--skip-tokenizer-init`, `--attention-backend triton`,
+    ...) are accepted as the played release's parser accepts them: a long flag that release
+    has (its facts, read from its wheel), with a value from its choices where it has
+    choices; anything else is argparse's "unrecognized arguments" error."""
+    from fastverify.sglang.facts import resolve
+
+    facts = resolve(version)
+    i = 0
+    while i < len(rest):
+        tok = rest[i]
+        flag, eq, value = tok.partition("=")
+        if not flag.startswith("--") or not facts.has_flag(flag):
+            parser.error(f"unrecognized arguments: {' '.join(rest[i:])}")
+        if not eq and i + 1 < len(rest) and not rest[i + 1].startswith("--"):
+            value, i = rest[i + 1], i + 1
+        choices = facts.flags.get(flag)
+        if choices and value and value not in choices:
+            parser.error(
+                f"argument {flag}: invalid choice: {value!r} (choose from "
+                f"{', '.join(repr(c) for c in choices)})"
+            )
+        i += 1
 
 
 def _check_played_flags(parser: argparse.ArgumentParser, version: str, argv: Sequence[str]) -> None:

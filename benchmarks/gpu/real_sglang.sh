@@ -1,0 +1,105 @@
+#!/bin/bash
+# The GPU machine's entry point for benchmarks/gpu/real_sglang.py (a real SGLang 0.5.17, TP 1,
+# managed by fastverifyd). Run from the checkout root, with the SGLang pack carried as .sglpack/
+# (benchmarks/gpu/build_sglang_pack.sh) and fastverify's wheels the image lacks as .whl/:
+#
+#   bash benchmarks/gpu/real_sglang.sh tiny [real_sglang.py options]
+#   bash benchmarks/gpu/real_sglang.sh realistic [options]   # writes a random-valued
+#                                                            # Llama-8B-shaped checkpoint first
+#   bash benchmarks/gpu/real_sglang.sh host                  # the host's PCIe/NUMA facts only
+#
+# Unpacks the pack into .sglenv/ (kept while the machine stays warm), writes the server's
+# interpreter wrapper (SGLang on its PYTHONPATH), records the host's PCIe/IOMMU/NUMA facts,
+# then runs the steps. Everything lands in $OUT (at most 8 files): results-SHAPE.json,
+# raw-SHAPE.tar.xz (logs, /metrics, traces, ...), host.tar.gz, run-SHAPE.log.
+set -u
+SHAPE=${1:-tiny}
+shift || true
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$REPO" || exit 2
+OUTD=${OUT:-/tmp/real-sglang-out}
+mkdir -p "$OUTD"
+PY=${PY:-/opt/torch/.venv/bin/python3}
+PK=$REPO/.sglpack
+SITE=$REPO/.sglenv/site
+WORK=${WORK:-/tmp/real-sglang-$SHAPE}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+
+host_facts() {
+  local d=/tmp/host-facts
+  rm -rf "$d" && mkdir -p "$d"
+  {
+    command -v lspci >/dev/null && lspci -vvv 2>&1 || echo "no lspci"
+  } >"$d/lspci-vvv.txt"
+  { command -v lspci >/dev/null && lspci -tv 2>&1 || echo "no lspci"; } >"$d/lspci-tv.txt"
+  nvidia-smi topo -m >"$d/nvidia-smi-topo-m.txt" 2>&1
+  nvidia-smi topo -p2p r >"$d/nvidia-smi-topo-p2p-r.txt" 2>&1
+  nvidia-smi topo -p2p w >"$d/nvidia-smi-topo-p2p-w.txt" 2>&1
+  nvidia-smi -q >"$d/nvidia-smi-q.txt" 2>&1
+  cat /proc/cmdline >"$d/proc-cmdline.txt" 2>&1
+  uname -a >"$d/uname.txt" 2>&1
+  { ls -l /sys/kernel/iommu_groups/ 2>&1; for g in /sys/kernel/iommu_groups/*/devices; do
+      echo "$g: $(find "$g" -mindepth 1 -printf "%f ")"; done; } >"$d/iommu-groups.txt" 2>&1
+  { for dev in /sys/bus/pci/devices/*; do
+      [ "$(cat "$dev/class" 2>/dev/null)" = "0x030200" ] || [ "$(cat "$dev/class" 2>/dev/null)" = "0x030000" ] || continue
+      echo "$dev numa_node=$(cat "$dev/numa_node" 2>/dev/null) link=$(cat "$dev/current_link_speed" 2>/dev/null) x$(cat "$dev/current_link_width" 2>/dev/null) max=$(cat "$dev/max_link_speed" 2>/dev/null) x$(cat "$dev/max_link_width" 2>/dev/null)"
+      readlink -f "$dev"; done; } >"$d/gpu-sysfs.txt" 2>&1
+  { ls /sys/devices/system/node/ 2>&1; cat /sys/devices/system/node/node*/cpulist 2>&1; } >"$d/numa.txt"
+  "$PY" -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version())" >"$d/torch.txt" 2>&1
+  tar -C /tmp -czf "$OUTD/host.tar.gz" host-facts
+}
+
+unpack() {
+  if [ -f "$SITE/.ok" ]; then echo "reusing $SITE"; return 0; fi
+  rm -rf "$SITE" && mkdir -p "$(dirname "$SITE")"
+  "$PY" -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
+    "$PK/sglang-0.5.17-site.tar.xz" "$(dirname "$SITE")" && touch "$SITE/.ok"
+}
+
+host_facts
+[ "$SHAPE" = host ] && exit 0
+unpack || { echo "pack extract failed"; exit 3; }
+# fastverify's own dependencies the image lacks (orjson, bcrypt), beside the repo
+FVDEPS=/tmp/fvdeps
+if [ -d .whl ] && [ ! -f "$FVDEPS/.ok" ]; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$FVDEPS" .whl/*.whl \
+    && touch "$FVDEPS/.ok"
+fi
+export PYTHONPATH="$REPO:$FVDEPS"
+if [ -z "${CUDA_HOME:-}" ]; then
+  NV=$(command -v nvcc || true)
+  for d in /usr/local/cuda /usr/local/cuda-13.0 ${NV:+$(dirname "$(dirname "$NV")")}; do
+    [ -e "$d/lib64/libcudart.so" ] && export CUDA_HOME=$d && break
+  done
+fi
+# The server's interpreter: SGLang's pack first on its path, offline, JIT caches kept warm.
+WRAP=$REPO/.sglenv/sglang-python
+cat >"$WRAP" <<EOF
+#!/bin/sh
+export PYTHONPATH="$SITE" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export TVM_FFI_CACHE_DIR="$REPO/.sglenv/tvmffi" TRITON_CACHE_DIR="$REPO/.sglenv/triton"
+export CUDA_HOME="${CUDA_HOME:-}" PATH="$(dirname "$PY"):\$PATH"
+exec "$PY" "\$@"
+EOF
+chmod +x "$WRAP"
+
+MODEL=$PK/tiny-llama
+DRAFT=$PK/tiny-eagle3
+EXTRA=(--load-format dummy)
+if [ "$SHAPE" = realistic ]; then
+  MODEL=/tmp/llama8b-random
+  DRAFT=""
+  EXTRA=(--load-format safetensors --shape realistic)
+  [ -f "$MODEL/.ok" ] || "$PY" benchmarks/gpu/write_checkpoint.py "$MODEL" || exit 4
+  sync
+  echo 3 >/proc/sys/vm/drop_caches 2>/dev/null && echo "page cache dropped (a cold disk load)"
+fi
+"$PY" benchmarks/gpu/real_sglang.py --engine sglang --python "$WRAP" --model "$MODEL" \
+  ${DRAFT:+--draft "$DRAFT"} --work "$WORK" --label "SGLang 0.5.17, TP 1, one H200, $SHAPE" \
+  "${EXTRA[@]}" "$@" 2>&1 | tee "$OUTD/run-$SHAPE.log"
+RC=${PIPESTATUS[0]}
+cp "$WORK/results.json" "$OUTD/results-$SHAPE.json" 2>/dev/null
+tar -C "$WORK" -cf - raw | xz -T8 -6 >"$OUTD/raw-$SHAPE.tar.xz"
+ls -la "$OUTD"
+exit "$RC"
