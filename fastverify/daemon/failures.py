@@ -132,10 +132,18 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
+# Lines SGLang prints on every start that name an error it has already handled: its model
+# registry skips a model module whose optional dependency is missing (srt/models/registry.py,
+# "Ignore import error when loading sglang.srt.models.X: No module named 'Y'").
+BENIGN = re.compile(r"Ignore import error when loading ")
+
+
 def classify_lines(lines: Iterable[str]) -> tuple[str, str] | None:
     """(reason, line) for the highest-priority pattern found in `lines`, else None."""
     found: dict[str, str] = {}
     for line in lines:
+        if BENIGN.search(line):
+            continue
         for reason, pattern in PATTERNS:
             if reason not in found and pattern.search(line):
                 found[reason] = line.rstrip()

@@ -175,6 +175,11 @@ class Launcher:
                 }
             )
         extra[procs.ENGINE_ID_VAR] = engine_id
+        # SGLang names its schedulers and detokenizer with setproctitle, which by default
+        # writes the title over the memory /proc/PID/environ shows (setproctitle's docs):
+        # their environment would be unreadable. SPT_NOENV keeps it readable (the title is
+        # then bounded by the command line, which "sglang::scheduler" fits).
+        extra[procs.KEEP_ENVIRON_VAR] = "1"
         return effective_env(profile, base_env=os.environ, extra=extra)
 
     def settings(self, profile: Any) -> dict[str, str]:

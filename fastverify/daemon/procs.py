@@ -29,6 +29,7 @@ import psutil
 log = logging.getLogger("fastverifyd.procs")
 
 ENGINE_ID_VAR = "FASTVERIFY_ENGINE_ID"
+KEEP_ENVIRON_VAR = "SPT_NOENV"  # setproctitle: leave /proc/PID/environ as it was
 
 
 def spawn(
@@ -198,6 +199,10 @@ def _send_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def _leader_alive(pgid: int, proc_root: Path) -> bool:
+    return any(p.pid == pgid for p in group_members(pgid, proc_root))
+
+
 def stop_group(
     pgid: int,
     grace_s: float,
@@ -206,7 +211,10 @@ def stop_group(
     kill_wait_s: float = 10.0,
     proc_root: Path = PROC,
 ) -> StopResult:
-    """SIGTERM the group, wait up to grace_s for it to be gone, then SIGKILL and wait again.
+    """SIGTERM the group's leader (the server: SGLang stops its own schedulers and
+    detokenizer on SIGTERM; a SIGTERM sent to them as well reads to SGLang as a crashed
+    child, and it then waits 5 s for crash diagnostics), or the whole group when the leader
+    is gone; wait up to grace_s for the group to be gone, then SIGKILL it and wait again.
 
     `proc` (our Popen of the leader) is reaped along the way so it does not linger as a
     zombie. Returns which signal was needed and any PIDs still present at the end.
@@ -217,7 +225,11 @@ def stop_group(
             with contextlib.suppress(Exception):
                 proc.wait(timeout=0.1)
         return StopResult("none", 0.0, [])
-    _send_group(pgid, signal.SIGTERM)
+    if _leader_alive(pgid, proc_root):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pgid, signal.SIGTERM)
+    else:
+        _send_group(pgid, signal.SIGTERM)
     used = "SIGTERM"
     if not _wait_gone(pgid, grace_s, proc, proc_root):
         log.warning(

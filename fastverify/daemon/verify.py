@@ -74,6 +74,14 @@ class VerifyReport:
         return asdict(self)
 
 
+def unreadable_environ(pid: int) -> str:
+    return (
+        f"/proc/{pid}/environ does not hold the environment the process started with (it "
+        f"lacks {procs.ENGINE_ID_VAR}): its process title was written over it (setproctitle "
+        f"without {procs.KEEP_ENVIRON_VAR}=1, which the daemon sets for the engines it starts)"
+    )
+
+
 def compare_env(
     actual: dict[str, str],
     expected: dict[str, str],
@@ -119,6 +127,7 @@ def check_process_env(
     `engine_owned` / `engine_env`: see compare_env; only applied to descendants: the
     server's own /proc environ is the one it was started with."""
     checks: list[ProcessCheck] = []
+    engine_id = None
     for proc in procs.descendants(pid, proc_root):
         try:
             env = proc.environ()
@@ -129,6 +138,13 @@ def check_process_env(
             checks.append(ProcessCheck(proc.pid, "?", False, error=f"cannot read environ: {exc}"))
             continue
         worker = proc.pid != pid
+        if not worker:
+            engine_id = env.get(procs.ENGINE_ID_VAR)
+        elif engine_id and env.get(procs.ENGINE_ID_VAR) != engine_id:
+            # every process the server starts inherits the engine id: without it, what
+            # /proc shows is not the environment the process runs with
+            checks.append(ProcessCheck(proc.pid, name, False, error=unreadable_environ(proc.pid)))
+            continue
         chk = compare_env(
             env, expected, engine_owned if worker else (), engine_env if worker else None
         )
