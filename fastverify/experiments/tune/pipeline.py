@@ -36,6 +36,7 @@ from fastverify.experiments.tune import (
     journal,
     plan,
     report,
+    reuse,
     trial,
 )
 from fastverify.experiments.tune.context import Ctx, StageResult, TuneConfig
@@ -392,8 +393,11 @@ def _result(
         "loads": decide.count_loads(history, float(start.get("ts") or 0.0)),
         "wall_s": round(time.time() - float(start.get("ts") or time.time()), 3),
         "report": str(out / "report.md"),
+        "fingerprint": ctx.data("inventory").get("fingerprint"),
+        "evidence": reuse.evidence(win, ctx.cfg) if win else None,
     }
     data = {name: r.data for name, r in ctx.results.items()}
     result["plots"] = report.draw_plots(out, result, data)
     report.write(out, result, data, shown_plan)
+    reuse.store(jr.path.parent, result)
     return result
