@@ -148,3 +148,16 @@ def test_profile_set_refuses_p2p_profiles_on_a_redirecting_host_before_anything_
     resolver.require_direct_p2p(store.load("p2p-off", force=True))  # no P2P: accepted
     for report in (None, pcie.analyse(None, why_no_lspci="lspci not found")):
         Resolver(None, _Engine(report), store).require_direct_p2p(store.load("ring-ll"))
+
+
+def test_a_real_lspci_tree_puts_the_root_port_above_the_gpu(tmp_path: Path) -> None:
+    """Real `lspci -vvv -D` output (pciutils 3.9.0 rendering the ASUS P6T6 config dump
+    pciutils ships as a test): the GPU's chain is its root port, ACS readable and off."""
+    bin_dir = tmp_path / "bin"
+    replay(bin_dir, "lspci", {"-vvv -D": FIX / "pciutils-tree-asus-p6t6-lspci-vvv.txt"})
+    report = doctor_on(tmp_path, bin_dir).pcie
+    assert report.status == "direct" and report.why == "one GPU: no peer traffic"
+    (gpu,) = report.gpus
+    assert gpu["bdf"] == "0000:06:00.0" and "GT218" in gpu["name"]
+    assert gpu["link"] == "2.5GT/s x16"
+    assert gpu["bridges"] == [{"bdf": "0000:00:07.0", "port": "Root Port", "acs": "ACSCtl all off"}]
