@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.experiments.tune import (
+    cache,
     candidates,
     confirm,
     decide,
@@ -36,7 +37,6 @@ from fastverify.experiments.tune import (
     journal,
     plan,
     report,
-    reuse,
     trial,
 )
 from fastverify.experiments.tune.context import Ctx, StageResult, TuneConfig
@@ -394,10 +394,10 @@ def _result(
         "wall_s": round(time.time() - float(start.get("ts") or time.time()), 3),
         "report": str(out / "report.md"),
         "fingerprint": ctx.data("inventory").get("fingerprint"),
-        "evidence": reuse.evidence(win, ctx.cfg) if win else None,
+        "evidence": cache.evidence(win, ctx.cfg) if win else None,
     }
     data = {name: r.data for name, r in ctx.results.items()}
     result["plots"] = report.draw_plots(out, result, data)
     report.write(out, result, data, shown_plan)
-    reuse.store(jr.path.parent, result)
+    cache.store(jr.path.parent, result)
     return result

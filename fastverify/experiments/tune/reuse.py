@@ -2,7 +2,7 @@
 fleet of identical nodes) after a cheap check, instead of the whole funnel.
 
 Every finished tune keys its decision to the host fingerprint (fastverify.host.fingerprint)
-in its decision.json and in the decision cache, `<tune dir>/decisions/<fingerprint id>.json`.
+in its decision.json and in the decision cache (cache.py: `<tune dir>/decisions/<id>.json`).
 `--reuse` takes one such decision.json, or a directory of them (a cache copied from the
 first node, or shared), and:
 
@@ -22,49 +22,20 @@ first node, or shared), and:
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from fastverify.experiments.tune import cache
 from fastverify.experiments.tune.context import Ctx, StageResult, TuneConfig
 
-CACHE_DIR = "decisions"
 Event = dict[str, Any]
 
 
 class ReuseError(RuntimeError):
     """Reuse cannot start: no decision record at PATH, or a broken one (usage)."""
-
-
-def evidence(win: Mapping[str, Any], cfg: TuneConfig) -> dict[str, Any]:
-    """What the winner measured and with which bench settings (decision.json `evidence`)."""
-    return {
-        "evidence": win.get("evidence"),
-        "tokens_per_second": win.get("tokens_per_second"),
-        "ci95": win.get("ci95"),
-        "samples": win.get("samples") or [],
-        "bench": {
-            "concurrency": cfg.concurrency,
-            "input_len": cfg.input_len,
-            "output_len": cfg.output_len,
-        },
-    }
-
-
-def store(tune_dir: Path, result: Mapping[str, Any]) -> Path | None:
-    """Put a finished, applied decision in this host's cache, keyed by its fingerprint."""
-    fp = result.get("fingerprint") or {}
-    if not fp.get("id") or not (result.get("decision") or {}).get("applied"):
-        return None
-    path = tune_dir / CACHE_DIR / f"{fp['id']}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-    return path
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -280,5 +251,5 @@ def _run(client: Any, cfg: TuneConfig, source: Path, emit: Callable[[Event], Non
         if k in dec:
             decision[k] = dec[k]
     result = finish(decision, {"ok": True, **b.data})
-    store(jr.path.parent, result)
+    cache.store(jr.path.parent, result)
     return result
