@@ -38,10 +38,9 @@ def import_cmd(
     as_json: bool,
 ) -> None:
     """Import NCCL's tuner CSV (its example plugin's format) as a tuner profile."""
-    from fastverify.profiles import envfile
     from fastverify.profiles.model import ProfileError
+    from fastverify.profiles.tuner import profile_text
     from fastverify.tuner import nccl_csv
-    from fastverify.tuner.plugin import TABLE_ENV
     from fastverify.tuner.table import render
 
     try:
@@ -72,12 +71,10 @@ def import_cmd(
     tmp.write_text(render(check.rows, [f"imported from {path} (NCCL's example tuner plugin "
                                        "format) by fastverifyctl profile import"]))  # fmt: skip
     tmp.replace(table)
-    env_text = envfile.render(
-        {TABLE_ENV: table.name},
-        description=f"NCCL tuner table imported from {Path(path).name} ({len(check.rows)} "
-        f"rows) over {base}",
-        extends=base,
-        tags=("tuner",),
+    env_text = profile_text(
+        table.name,
+        f"NCCL tuner table imported from {Path(path).name} ({len(check.rows)} rows) over {base}",
+        base,
     )
     try:
         written = _check_and_write(ctx, name, env_text, dest, force, force_ll128, echo=False)
