@@ -549,13 +549,18 @@ def _network_checks(options: KubeOptions, fleet: Any, profile: Any) -> list[str]
 
 
 def _placement_notes(
-    options: KubeOptions, fleet: Any, profile: Any, decision: dict[str, Any] | None
+    options: KubeOptions,
+    fleet: Any,
+    profile: Any,
+    decision: dict[str, Any] | None,
+    decision_fingerprint: dict[str, Any] | None = None,
+    gpus: int | None = None,
 ) -> list[str]:
     """A decision tune measured on one host, or a profile that holds only on some hardware
     (the PCIe-IPC all-reduce: PCIe-only hosts), is pinned by a nodeSelector or node
     affinity; unpinned, the render says so."""
     if fleet.pinned():
-        return []
+        return _hardware_mismatch(fleet, decision_fingerprint, gpus, pinned=True)
     if decision is not None:
         why = (
             f"tune decided {profile.name} ({decision.get('backend') or 'nccl'} all-reduce) on "
@@ -567,11 +572,61 @@ def _placement_notes(
         why = f"{profile.name} is for one topology ({profile.description})"
     else:
         return []
-    return [
+    facts = (decision_fingerprint or {}).get("facts") or {}
+    label = gfd_product(facts.get("gpu_model")) or "NVIDIA-H200"
+    unpinned = (
         f"UNPINNED: {why}, but the pods may land on any node with {options.gpu_resource}; pin "
         "them to that hardware with --node-selector KEY=VALUE (e.g. GPU feature discovery's "
-        "nvidia.com/gpu.product=NVIDIA-H200) or a values file's affinity"
-    ]
+        f"{GFD_PRODUCT}={label}) or a values file's affinity"
+    )
+    return [unpinned, *_hardware_mismatch(fleet, decision_fingerprint, gpus, pinned=False)]
+
+
+GFD_PRODUCT = "nvidia.com/gpu.product"  # GPU feature discovery's node labels
+GFD_COUNT = "nvidia.com/gpu.count"
+
+
+def gfd_product(model: str | None) -> str | None:
+    """GPU feature discovery's `nvidia.com/gpu.product` value for an nvidia-smi GPU name
+    (spaces become dashes: "NVIDIA H200" -> "NVIDIA-H200")."""
+    return "-".join(model.split()) if model else None
+
+
+def _hardware_mismatch(
+    fleet: Any, fingerprint: dict[str, Any] | None, gpus: int | None, pinned: bool
+) -> list[str]:
+    """A decision's host fingerprint against the pods: the GPU count it was measured with,
+    and (`pinned`) the nodeSelector's GPU model and count (GPU feature discovery's labels),
+    said when the selector names others or none."""
+    facts = (fingerprint or {}).get("facts") or {}
+    if not facts:
+        return []
+    want = gfd_product(facts.get("gpu_model"))
+    sel = dict(getattr(fleet, "node_selector", None) or {})
+    where = f"tune measured this decision on host fingerprint {fingerprint.get('id')}"
+    out = []
+    if not pinned:
+        want = None
+    if want and sel.get(GFD_PRODUCT) not in (None, want):
+        out.append(
+            f"HARDWARE MISMATCH: {where} ({facts.get('gpu_model')}, {GFD_PRODUCT}={want}), "
+            f"but the pods are pinned to {GFD_PRODUCT}={sel[GFD_PRODUCT]}"
+        )
+    elif want and GFD_PRODUCT not in sel:
+        out.append(
+            f"NOT PINNED TO THE MEASURED HARDWARE: {where} ({facts.get('gpu_model')}); the "
+            f"nodeSelector names no GPU model: add --node-selector {GFD_PRODUCT}={want}"
+        )
+    count = facts.get("gpu_count")
+    if count and gpus and count != gpus:
+        out.append(
+            f"HARDWARE MISMATCH: {where} with {count} GPU(s), the pods get {gpus} each; "
+            f"tune again on a {gpus}-GPU node"
+        )
+    if count and sel.get(GFD_COUNT) not in (None, str(count)):
+        out.append(f"HARDWARE MISMATCH: {where} with {count} GPUs, but the pods are pinned "
+                   f"to {GFD_COUNT}={sel[GFD_COUNT]}")  # fmt: skip
+    return out
 
 
 def _allreduce_mismatch(loaded: Any, nodes: int, gpus: int) -> str | None:
@@ -651,8 +706,12 @@ def render(options: KubeOptions) -> Bundle:
                 f" ({why}); rendering it as decided because of --force"
             )
     decision_sha256 = None
+    decision_fingerprint: dict[str, Any] | None = None
     if options.from_decision:  # which record, exactly: its content, not only its name
-        decision_sha256 = hashlib.sha256(Path(options.from_decision).read_bytes()).hexdigest()
+        raw = Path(options.from_decision).read_bytes()
+        decision_sha256 = hashlib.sha256(raw).hexdigest()
+        fp = json.loads(raw).get("fingerprint")
+        decision_fingerprint = fp if isinstance(fp, dict) else None
     profile = profile or cfg.daemon.default_profile
     mode = mode or cfg.server.mode
     if mode not in MODES:
@@ -678,7 +737,7 @@ def render(options: KubeOptions) -> Bundle:
         notes.append(backend_note)
     fleet = _fleet(options)
     notes += _network_checks(options, fleet, loaded)
-    notes += _placement_notes(options, fleet, loaded, decision)
+    notes += _placement_notes(options, fleet, loaded, decision, decision_fingerprint, gpus)
     pod_cfg = pod_config(
         cfg, loaded.name, mode, options.nodes, gpus, options.web_config_secret is not None
     )
@@ -784,6 +843,7 @@ def render(options: KubeOptions) -> Bundle:
         "decision": decision,
         "decision_file": os.path.basename(options.from_decision) if options.from_decision else None,
         "decision_sha256": decision_sha256,
+        "decision_fingerprint": (decision_fingerprint or {}).get("id"),
         "fleet": fleet,
         "pods": options.replicas * options.nodes,
         "model_access_mode": options.model_access_mode

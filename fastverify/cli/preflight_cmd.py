@@ -149,6 +149,13 @@ def _print_preflight(report: dict[str, Any]) -> None:
     help="With --derive-tuner: where to write (default: the user profile dir).",
 )
 @click.option("--fresh", is_flag=True, help="With --derive-tuner: ignore saved measurements.")
+@click.option(
+    "--nccl-csv",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="With --derive-tuner: also write the table as NCCL's example tuner plugin reads it "
+    "(NCCL_TUNER_CONFIG_FILE; its column order).",
+)
 @click.option("--fake-costs", default="", hidden=True, help="gloo testing only.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def preflight(
@@ -172,6 +179,7 @@ def preflight(
     derive_tuner: str | None,
     tuner_dir: str | None,
     fresh: bool,
+    nccl_csv: str | None,
     fake_costs: str,
     as_json: bool,
 ) -> None:
@@ -181,8 +189,10 @@ def preflight(
     if derive_tuner is not None:
         _derive_tuner(derive_tuner, profiles, nproc, hidden_size, tokens, sizes, extra_env,
                       tuner_dir, fresh, backend, python, timeout_s, fake_costs, output,
-                      as_json)  # fmt: skip
+                      as_json, nccl_csv)  # fmt: skip
         return
+    if nccl_csv:
+        fail("preflight: --nccl-csv needs --derive-tuner NAME", EXIT_USAGE)
 
     try:
         daemon_env = pf.daemon_extra_env(config_path)
@@ -211,7 +221,7 @@ def _derive_tuner(
     name: str, profiles: tuple[str, ...], nproc: int | None, hidden_size: int, tokens: str,
     sizes: str | None, extra_env: tuple[str, ...], tuner_dir: str | None, fresh: bool,
     backend: str, python: str, timeout_s: float, fake_costs: str, output: str | None,
-    as_json: bool,
+    as_json: bool, nccl_csv: str | None = None,
 ) -> None:  # fmt: skip
     """`preflight --derive-tuner NAME` (fastverify.experiments.derive_tuner.cmd)."""
     from fastverify.experiments.derive_tuner import cmd
@@ -235,6 +245,7 @@ def _derive_tuner(
                 extra_env=env_pairs(extra_env), tuner_dir=tuner_dir, fresh=fresh,
                 backend=backend, python=python, timeout_s=max(timeout_s, 300.0),
                 fake_costs=fake_costs, echo=lambda line: click.echo(line, err=True),
+                nccl_csv=nccl_csv,
             )  # fmt: skip
     except dt.DeriveError as exc:
         fail(f"preflight --derive-tuner: {exc}", EXIT_PROBLEMS)

@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str | None]] = {
     "diff": ("fastverify.cli.profile_cmds", None),
     "new": ("fastverify.cli.profile_cmds", None),
     "import-sitecustomize": ("fastverify.cli.profile_cmds", None),
+    "import": ("fastverify.cli.profile_import", None),
     "vars": ("fastverify.cli.profile_cmds", None),
     "set": ("fastverify.cli.profile_switch", "set_cmd"),
     "current": ("fastverify.cli.profile_switch", "current_cmd"),

@@ -8,7 +8,8 @@ document on stdout (the same as DIR/decision.json).
 Exit codes: 0 decided (and applied unless --no-apply); 1 a stage failed or the decision
 could not be applied; 2 usage (bad option, unknown profile, output dir in use: a new one or
 --force, nothing to resume: a new tune); 3 daemon unreachable (continue with --resume); 130
-interrupted (--resume).
+interrupted (--resume). `--reuse PATH` (fastverify.experiments.tune.reuse): 0 reused and
+serving; 1 refused (another fingerprint, a failed check); 2 no decision record at PATH.
 """
 
 from __future__ import annotations
@@ -202,6 +203,16 @@ def _profiles(value: str | None) -> tuple[str, ...]:
 )
 @click.option("--resume", is_flag=True, help="Continue the unfinished tune of this host.")
 @click.option(
+    "--reuse",
+    "reuse_path",
+    type=click.Path(exists=True),
+    default=None,
+    metavar="PATH",
+    help="Apply the decision of an identical host (its decision.json, or a directory of "
+    "cached decisions) after a cheap check (preflight of it, one short bench); refused, "
+    "naming the changed facts, when the host fingerprints differ.",
+)
+@click.option(
     "--force",
     is_flag=True,
     help="Start a new tune in an --output directory that holds one (its tune files replaced).",
@@ -235,6 +246,7 @@ def tune(
     apply: bool,
     output_dir: str | None,
     resume: bool,
+    reuse_path: str | None,
     force: bool,
     repeats: int,
     duration: float,
@@ -250,6 +262,7 @@ def tune(
     from fastverify.client import ApiError, DaemonUnavailable
     from fastverify.experiments.tune.context import TuneConfig
     from fastverify.experiments.tune.pipeline import TuneBusy, TuneError, run
+    from fastverify.experiments.tune.reuse import ReuseError
 
     parse_env_pairs(env_pairs)  # a malformed pair is a usage error before anything runs
     cfg = TuneConfig(
@@ -271,13 +284,24 @@ def tune(
         env=env_pairs,
     )
     client = client_for(ctx, timeout=switch_timeout)
+    if reuse_path and resume:
+        fail("tune: --reuse and --resume exclude each other", EXIT_USAGE)
     with Progress() as progress:
         try:
-            result = run(client, cfg, resume=resume, force=force, on_event=progress)
+            if reuse_path:
+                from pathlib import Path
+
+                from fastverify.experiments.tune import reuse
+
+                result = reuse.run(client, cfg, Path(reuse_path), on_event=progress)
+            else:
+                result = run(client, cfg, resume=resume, force=force, on_event=progress)
         except TuneBusy as exc:
             fail(f"tune: {exc}", EXIT_BUSY)
         except TuneError as exc:
             fail(f"tune: {exc}", EXIT_USAGE)
+        except ReuseError as exc:  # no usable decision record at PATH
+            fail(f"tune --reuse: {exc}", EXIT_USAGE)
         except DaemonUnavailable as exc:
             fail(
                 f"{exc}\n(the tune's journal is kept: start the daemon and run "
@@ -307,7 +331,8 @@ def tune(
         click.echo(f"why: {d['why']}")
         click.echo(
             f"loads: {result['loads']['real']} real, {result['loads']['dummy']} dummy; "
-            f"{result['wall_s'] / 60:.1f} min; report: {result['report']}"
+            f"{result['wall_s'] / 60:.1f} min; report: "
+            + (result["report"] or f"{cfg.output_dir}/decision.json")
         )
         drawn = result.get("plots") or {}
         if drawn.get("skipped"):

@@ -266,6 +266,8 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
                 argv=mask_argv(argv),
                 reason="argv_rejected",
             )
+        if not force:
+            self.resolver.require_direct_p2p(profile)
         why = None if force else self.launcher.allreduce_refusal(profile, argv)
         if why:  # known before the load: nothing running is stopped for it
             raise RequestError(

@@ -146,6 +146,27 @@ class Resolver:
         self.require_features(name, mode, getattr(profile, "env", {}) or {}, argv)
         return profile, argv
 
+    def require_direct_p2p(self, profile: Any) -> None:
+        """RequestError(422) for a profile that uses PCIe P2P on a host whose ACS redirects
+        the GPUs' peer traffic (fastverify.host.pcie): its first all-reduce would hang after
+        the load, so nothing running is stopped for it (a client's switch; a forced one
+        skips it)."""
+        from fastverify.host.pcie import p2p_users
+
+        report = self.engine.pcie_report()
+        if report is None or report.status != "redirect":
+            return
+        env = getattr(profile, "env", {}) or {}
+        users = p2p_users(env, getattr(profile, "requires", {}) or {})
+        if users:
+            raise RequestError(
+                422,
+                f"{report.message()}; profile {profile.name} uses {'; '.join(users)}, so "
+                f"the switch is refused and nothing was stopped. Instead {report.fix()} "
+                "(--force starts it anyway)",
+                reason="p2p_redirected",
+            )
+
     def adaptive_config_path(self) -> Path:
         """The adaptive config mode adaptive serves: the configured one, else the plan
         `fastverifyctl spec plan` stored in the state dir."""

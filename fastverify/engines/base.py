@@ -109,6 +109,16 @@ class Engine(ABC):
             cache[key] = probe_host(self, argv)
         return cache[key]
 
+    def pcie_report(self) -> Any:
+        """The PCIe path between the GPUs where this engine's server runs
+        (fastverify.host.pcie.PcieReport: ACS redirect, IOMMU), read once and kept; None
+        when the engine's host is simulated."""
+        if "_pcie_report" not in self.__dict__:
+            from fastverify.host.pcie import collect
+
+            self.__dict__["_pcie_report"] = collect()
+        return self.__dict__["_pcie_report"]
+
     def sglang_version(self) -> str:
         """The SGLang version the engine's server runs (or plays, for the sim)."""
         from fastverify.sglang.versions import PINNED_VERSION

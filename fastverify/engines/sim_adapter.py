@@ -109,6 +109,10 @@ class SimEngine(Engine):
             simulated=True,
         )
 
+    def pcie_report(self) -> None:
+        """The sim's host is simulated: there is no PCIe path to read."""
+        return None
+
     def extra_env(self) -> dict[str, str]:
         # The sim is part of this package: make it importable from a source checkout too.
         root = str(Path(__file__).resolve().parent.parent.parent)

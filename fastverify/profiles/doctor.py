@@ -11,6 +11,8 @@ Checks (all roots are parameters, so tests use real files in temporary directori
   pointing at a file that sets NCCL_*;
 - the profiles themselves (invalid files, user profiles shadowing shipped ones);
 - the GPU topology (`nvidia-smi topo -m` on PATH) and recommended profiles;
+- the PCIe path between GPUs: ACS redirect, IOMMU, the driver's P2P table
+  (fastverify.host.pcie, fastverify.profiles.doctor_pcie);
 - tuner plugins: NCCL_TUNER_PLUGIN set outside the profiles, fastverify's plugin built
   or not (fastverify.profiles.doctor_tuner);
 - SGLang itself: what the pinned SGLang adds to the NCCL environment for the configured TP
@@ -76,7 +78,8 @@ class DoctorInputs:
     interpreters: Sequence[str] = ()  # extra interpreters (the server's); sys.executable always
     site_dirs: Sequence[Path] | None = None  # override interpreter discovery (tests)
     path_env: str | None = None  # PATH used to find nvidia-smi (default env's PATH)
-    check_topology: bool = True
+    check_topology: bool = True  # also the PCIe path (lspci, IOMMU, nvidia-smi topo -p2p)
+    sys_root: Path = Path("/")  # /sys and /proc/cmdline are read under it
     tp_size: int | None = None  # the server's TP size; None: SGLang's rules are not shown
     sglang_args: tuple[str, ...] = ()  # the server's extra SGLang args (daemon config)
 
@@ -85,6 +88,7 @@ class DoctorInputs:
 class DoctorReport:
     findings: list[Finding] = field(default_factory=list)
     topology: topo_mod.GpuTopology | None = None
+    pcie: Any = None  # fastverify.host.pcie.PcieReport (None: not checked)
     recommendations: list[topo_mod.Recommendation] = field(default_factory=list)
     interpreters: dict[str, list[str]] = field(default_factory=dict)
     engine_env: dict[str, Any] | None = None  # effective.engine_env_view for the TP size
@@ -101,6 +105,7 @@ class DoctorReport:
             "status": self.worst,
             "findings": [f.to_dict() for f in self.findings],
             "topology": self.topology.to_dict() if self.topology else None,
+            "pcie": self.pcie.to_dict() if self.pcie else None,
             "recommendations": [r.to_dict() for r in self.recommendations],
             "interpreters": self.interpreters,
             "engine_env": self.engine_env,
@@ -382,6 +387,12 @@ def run(inputs: DoctorInputs, store: Any | None = None) -> DoctorReport:
             report.findings.append(
                 Finding("info", report.topology.summary(), "nvidia-smi topo -m", "", "topology")
             )
+        from fastverify.host import pcie
+        from fastverify.profiles.doctor_pcie import check_pcie
+
+        report.pcie = pcie.collect(pcie.HostInputs(path_env=path_env, sys_root=inputs.sys_root))
+        gpus_seen = report.topology is not None and bool(report.topology.gpus)
+        report.findings += check_pcie(report.pcie, gpus_seen, Finding)
     available: set[str] = set()
     if store is not None:
         if report.topology is not None:
@@ -396,4 +407,11 @@ def run(inputs: DoctorInputs, store: Any | None = None) -> DoctorReport:
         )
     if inputs.check_topology:
         report.recommendations = topo_mod.recommend(report.topology, available)
+        from fastverify.host.pcie import P2P_OFF_PROFILE as name
+
+        if report.pcie is not None and report.pcie.status == "redirect" and name in available:
+            first = topo_mod.Recommendation(name, report.pcie.message())
+            report.recommendations = [first] + [
+                r for r in report.recommendations if r.profile != name
+            ]
     return report

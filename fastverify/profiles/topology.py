@@ -92,6 +92,7 @@ class GpuTopology:
             "numa_nodes": self.numa_nodes,
             "crosses_numa": self.crosses_numa,
             "link_counts": self.link_counts(),
+            "links": {f"{a}-{b}": c for (a, b), c in sorted(self.links.items()) if a < b},
             "cpu_affinity": self.cpu_affinity,
             "numa_affinity": self.numa_affinity,
             "summary": self.summary(),

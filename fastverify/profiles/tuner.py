@@ -31,6 +31,15 @@ TABLE_ENV = plugin_mod.TABLE_ENV
 PLUGIN_ENV = "NCCL_TUNER_PLUGIN"
 
 
+def profile_text(table_name: str, description: str, base: str) -> str:
+    """The env file of a tuner profile: `base` extended, `table_name` (beside it) named."""
+    from fastverify.profiles import envfile
+
+    return envfile.render(
+        {TABLE_ENV: table_name}, description=description, extends=base, tags=("tuner",)
+    )
+
+
 def uses_tuner(env: Mapping[str, str]) -> bool:
     return bool(env.get(TABLE_ENV))
 

@@ -224,6 +224,38 @@ def test_a_decision_tune_did_not_apply_needs_force(tmp_path: Path) -> None:
     assert any(n.startswith("UNPINNED: tune decided ring-ll") for n in info["notes"])
 
 
+def test_a_decision_records_its_host_fingerprint_and_checks_the_pinned_hardware(
+    tmp_path: Path,
+) -> None:
+    """tune's decision.json carries the host fingerprint (fastverify.host.fingerprint): the
+    render records its id and says when the pods are pinned to other GPUs, or none."""
+    path = tmp_path / "decision.json"
+    fp = {"id": "3f2a9c0d11e4b7a6", "facts": {"gpu_model": "NVIDIA H200", "gpu_count": 2}}
+    path.write_text(json.dumps({
+        "decision": {"profile": "ring-ll", "mode": "baseline", "backend": "nccl",
+                     "applied": True, "why": "measured"},
+        "stages": [], "fingerprint": fp,
+    }))  # fmt: skip
+    base = ("--from-decision", str(path), "--gpus-per-node", "2")
+    objs, info = rendered(tmp_path / "a", *base)
+    ann = one(objs, "Deployment")["metadata"]["annotations"]
+    assert ann["fastverify/host-fingerprint"] == "3f2a9c0d11e4b7a6"
+    unpinned = [n for n in info["notes"] if n.startswith("UNPINNED")]
+    assert unpinned and "nvidia.com/gpu.product=NVIDIA-H200" in unpinned[0]
+    _, info = rendered(tmp_path / "b", *base, "--node-selector",
+                       "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3")  # fmt: skip
+    assert any(n.startswith("HARDWARE MISMATCH") and "NVIDIA-H100-80GB-HBM3" in n
+               and "3f2a9c0d11e4b7a6" in n for n in info["notes"]), info["notes"]  # fmt: skip
+    _, info = rendered(tmp_path / "c", *base, "--node-selector", "pool=gpu")
+    assert any(n.startswith("NOT PINNED TO THE MEASURED HARDWARE") for n in info["notes"])
+    _, info = rendered(tmp_path / "d", *base, "--node-selector",
+                       "nvidia.com/gpu.product=NVIDIA-H200")  # fmt: skip
+    assert not [n for n in info["notes"] if "PINNED" in n or "MISMATCH" in n], info["notes"]
+    _, info = rendered(tmp_path / "e", "--from-decision", str(path), "--gpus-per-node", "8",
+                       "--node-selector", "nvidia.com/gpu.product=NVIDIA-H200")  # fmt: skip
+    assert any("with 2 GPU(s), the pods get 8" in n for n in info["notes"]), info["notes"]
+
+
 def test_a_pcie_only_profile_unpinned_is_said(tmp_path: Path) -> None:
     _, info = rendered(tmp_path, "--profile", "pcie-ipc")
     assert any(n.startswith("UNPINNED: pcie-ipc is for one topology") for n in info["notes"])

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from tests.harness import REPO, _scrubbed_env
 
-PHASES = ["Debian packages", "Python venv", "SGLang venv", "k8s schemas", "lint", "pytest"]
+PHASES = ["Debian packages", "Python venv", "SGLang venv", "AIC venv", "k8s schemas", "lint",
+          "pytest"]  # fmt: skip
 
 
 def _tool(path: Path, body: str) -> None:
@@ -28,7 +29,7 @@ def _checkout(tmp: Path) -> tuple[Path, Path, dict[str, str]]:
     shutil.copy(REPO / "scripts" / "test", root / "scripts" / "test")
     (root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     log = tmp / "calls.log"
-    for name in ("install-system-deps.sh", "k8s-schemas.sh"):
+    for name in ("install-system-deps.sh", "k8s-schemas.sh", "aiconfigurator-venv.sh"):
         _tool(root / "scripts" / name, f'echo "{name}" >> {log}\n')
     _tool(root / "scripts" / "sglang-venv.sh", f"echo sglang-venv.sh >> {log}\necho /sg/python\n")
     bin_dir = tmp / "bin"

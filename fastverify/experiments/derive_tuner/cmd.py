@@ -3,7 +3,9 @@ profile out, progress on stderr, `--json` report on stdout, exit codes as prefli
 
 Writes NAME.tuner.csv and NAME.env (extends the base profile, names the table) into the
 first user profile directory unless `--tuner-dir` says otherwise, so `fastverifyctl
-profile set NAME` applies it like any other profile. Measurements are kept in
+profile set NAME` applies it like any other profile; `--nccl-csv PATH` also writes the
+table in the CSV format of NCCL's own example tuner plugin (fastverify.tuner.nccl_csv).
+Measurements are kept in
 `<state dir>/derive-tuner/NAME/` so an interrupted run resumes (`--fresh` starts over).
 """
 
@@ -34,6 +36,7 @@ def run_cli(
     timeout_s: float,
     fake_costs: str,
     echo: Callable[[str], None],
+    nccl_csv: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Run the derivation; returns (JSON-able report, human summary lines).
     Raises dt.DeriveError / preflight.PreflightError for the caller to map to exits."""
@@ -78,5 +81,29 @@ def run_cli(
             + (f"{best:8.1f} us" if best is not None else "     n/a")
             + ("  (NCCL kept)" if d.get("keep_default") else "  -> row")
         )
+    if nccl_csv:
+        doc["nccl_csv"] = write_nccl_csv(table, Path(nccl_csv))
+        lines.append(f"NCCL's tuner CSV: {nccl_csv} ({doc['nccl_csv']['rows']} rows)")
+        lines += [f"  note: {n}" for n in doc["nccl_csv"]["notes"]]
     lines.append(f"apply with: fastverifyctl profile set {name}")
     return json.loads(json.dumps(doc, default=str)), lines
+
+
+def write_nccl_csv(table: Path, out: Path) -> dict[str, Any]:
+    """`table` (fastverify's format) as NCCL's example-plugin CSV at `out`; what was written
+    and the notes on what NCCL's format could not carry."""
+    from fastverify.tuner import nccl_csv
+    from fastverify.tuner.table import check_table
+
+    check = check_table(table)
+    text, notes = nccl_csv.export(
+        check.rows,
+        [f"from {table.name}, fastverify's table", "load: NCCL_TUNER_PLUGIN=<NCCL's example "
+         "plugin, 2.29+> NCCL_TUNER_CONFIG_FILE=<this file>"],
+    )  # fmt: skip
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
+    rows = sum(1 for ln in text.splitlines() if ln and not ln.startswith("#"))
+    return {"path": str(out), "rows": rows, "notes": notes}

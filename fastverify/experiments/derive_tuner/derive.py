@@ -417,8 +417,7 @@ def write_outputs(
     comments: Sequence[str] = (),
 ) -> tuple[Path, Path]:
     """Write NAME.tuner.csv and NAME.env (extends the base profile, names the table)."""
-    from fastverify.profiles import envfile
-    from fastverify.tuner.plugin import TABLE_ENV
+    from fastverify.profiles.tuner import profile_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     table = out_dir / f"{name}.tuner.csv"
@@ -436,12 +435,10 @@ def write_outputs(
     tmp = table.with_suffix(".tmp")
     tmp.write_text(render(report["table_rows"], notes))
     os.replace(tmp, table)
-    text = envfile.render(
-        {TABLE_ENV: table.name},
-        description=f"NCCL tuner table measured on this host ({len(report['rows'])} rows) "
-        f"over {base_profile}",
-        extends=base_profile,
-        tags=("tuner",),
+    text = profile_text(
+        table.name,
+        f"NCCL tuner table measured on this host ({len(report['rows'])} rows) over {base_profile}",
+        base_profile,
     )
     tmp = profile.with_suffix(".tmp")
     tmp.write_text(text)

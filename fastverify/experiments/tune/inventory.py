@@ -134,6 +134,8 @@ def run(ctx: Ctx) -> StageResult:
         or caps.get("error")
         or "the daemon reports no engine capabilities",
     }
+    data["pcie"] = report.pcie.to_dict() if report.pcie else None
+    data["fingerprint"] = host_fingerprint(ctx, data, status, argv, caps)
     ver = versions if isinstance(versions, dict) else {}
     nccl = ver.get("nccl (torch)") or ver.get("nvidia-nccl-cu13") or ver.get("nvidia-nccl-cu12")
     ctx.emit(
@@ -144,4 +146,33 @@ def run(ctx: Ctx) -> StageResult:
         + ", ".join(b["backend"] for b in data["backends"] if b["possible"])
     )
     ctx.emit(f"inventory: backends as the daemon's engine reports them: {data['backends_view']}")
+    if data["pcie"] and data["pcie"]["status"] == "redirect":
+        ctx.emit(f"inventory: {data['pcie']['message']}; {data['pcie']['fix']}")
+    ctx.emit(f"inventory: host fingerprint {data['fingerprint']['id']}")
     return StageResult("done", None, data)
+
+
+def host_fingerprint(
+    ctx: Ctx, data: dict, status: dict, argv: list[str], caps: dict
+) -> dict[str, object]:
+    """This host's fingerprint (fastverify.host.fingerprint) from what the inventory read
+    and the daemon's server argv (the EAGLE-3 one names the drafter)."""
+    from fastverify.host import fingerprint
+
+    try:
+        eagle3 = list(ctx.client.get("/v1/server/argv?mode=eagle3").get("argv") or [])
+    except Exception:  # an old daemon, or no EAGLE-3 configured: no drafter fact
+        eagle3 = []
+    versions = data["versions"] if isinstance(data["versions"], dict) else {}
+    facts = fingerprint.build(
+        gpu=fingerprint.gpu_identity(),
+        gpus=data["gpus"],
+        topology=data["topology"],
+        pcie=data["pcie"],
+        versions=versions,
+        status=status,
+        argv=argv,
+        eagle3_argv=eagle3,
+        engine_host=caps.get("host"),
+    )
+    return fingerprint.record(facts)

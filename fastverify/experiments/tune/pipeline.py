@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.experiments.tune import (
+    cache,
     candidates,
     confirm,
     decide,
@@ -392,8 +393,11 @@ def _result(
         "loads": decide.count_loads(history, float(start.get("ts") or 0.0)),
         "wall_s": round(time.time() - float(start.get("ts") or time.time()), 3),
         "report": str(out / "report.md"),
+        "fingerprint": ctx.data("inventory").get("fingerprint"),
+        "evidence": cache.evidence(win, ctx.cfg) if win else None,
     }
     data = {name: r.data for name, r in ctx.results.items()}
     result["plots"] = report.draw_plots(out, result, data)
     report.write(out, result, data, shown_plan)
+    cache.store(jr.path.parent, result)
     return result

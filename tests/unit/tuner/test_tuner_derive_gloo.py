@@ -98,12 +98,23 @@ def test_cli_derive_tuner_on_gloo(tmp_path: Path, fake: str, monkeypatch) -> Non
     monkeypatch.setenv("FASTVERIFY_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("FASTVERIFY_PROFILE_DIRS", str(tmp_path / "profiles"))
     args = ["preflight", "--derive-tuner", "mine", "--backend", "gloo", "--fake-costs", fake,
-            "--nproc", "2", "--tokens", "1,64,4096", "--json"]  # fmt: skip
+            "--nproc", "2", "--tokens", "1,64,4096", "--json",
+            "--nccl-csv", str(tmp_path / "nccl_tuner.conf")]  # fmt: skip
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert [row["choice"] for row in doc["rows"]] == ["RING/LL", "RING/SIMPLE"]
     assert (tmp_path / "profiles" / "mine.tuner.csv").is_file()
+    # the same rows in NCCL's example-plugin format (nNodes before nRanks, lowercase)
+    from fastverify.tuner import nccl_csv
+
+    exported = (tmp_path / "nccl_tuner.conf").read_text()
+    assert doc["nccl_csv"]["rows"] == 2 and nccl_csv.ONE_CHANNEL_NOTE in doc["nccl_csv"]["notes"]
+    assert [ln.split(",")[3:5] for ln in exported.splitlines() if not ln.startswith("#")] == [
+        ["ring", "ll"], ["ring", "simple"]]  # fmt: skip
+    back = nccl_csv.parse(exported)
+    assert [r.choice for r in back.rows] == ["RING/LL", "RING/SIMPLE"]
+    assert {(r.nranks, r.nnodes) for r in back.rows} == {(2, 1)}
     assert "[3/3]" in r.stderr
     r = CliRunner().invoke(cli, args)
     assert "resuming: 3 of 3" in r.stderr, r.stderr
