@@ -96,11 +96,37 @@ def parse_progress(line: str) -> tuple[str, float, str] | None:
         )
     if allreduce.AUTOTUNED_TEXT in line:
         return "autotune", 82.0, "FlashInfer PCIe-IPC all-reduce tactics ready"
-    if "Capture cuda graph begin" in line:
+    if "Capture cuda graph begin" in line:  # before the per-phase milestones
         return "cuda_graph", 82.0, "capturing CUDA graphs"
     if "Capture cuda graph end" in line:
         return "cuda_graph", 95.0, "CUDA graphs captured"
+    if "Captur" in line:
+        return _capture_progress(line)
     return None
+
+
+def _capture_progress(line: str) -> tuple[str, float, str] | None:
+    """A capture phase's begin/end milestone (`Capture target prefill CUDA graph begin.
+    backend=breakable, ...`) or its tqdm bar (`Capturing batches (bs=8 ...)`, 0.5.17's
+    prefill `Capturing num tokens (num_tokens=8192 ...)`), as progress between 82 and 95%."""
+    from fastverify.sglang import loglines
+
+    rec = loglines.parse_sglang_line(line)
+    if rec is None or rec.get("kind") != "capture_progress":
+        return None
+    what = " ".join(x for x in (rec.get("role"), rec.get("phase")) if x)
+    if rec.get("event") == "begin":
+        backend = f" (backend {rec['backend']})" if rec.get("backend") else ""
+        return "cuda_graph", 82.0, f"capturing {what} CUDA graphs{backend}"
+    if rec.get("event") == "end":
+        took = f" in {rec['elapsed_s']:.1f} s" if rec.get("elapsed_s") is not None else ""
+        return "cuda_graph", 90.0, f"{what} CUDA graphs captured{took}"
+    pct = float(rec.get("percent") or 0)
+    size = (f"{rec['num_tokens']} tokens" if rec.get("num_tokens") is not None
+            else f"batch size {rec['bs']}" if rec.get("bs") is not None else "")  # fmt: skip
+    step = f"{rec.get('current')}/{rec.get('total')}"
+    where = f"{what} " if what else ""
+    return "cuda_graph", 82.0 + 0.13 * pct, f"capturing {where}CUDA graphs {step} {size}".rstrip()
 
 
 def parse_throughput(line: str) -> float | None:

@@ -53,6 +53,13 @@ _DECODE_FAST = re.compile(
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _TQDM = re.compile(r"(\d+)%\s*(?:Completed\s*)?\|(?:[^|]*\|)?\s*(\d+)/(\d+)")
 _CAPTURE_BS = re.compile(r"bs=(\d+)")
+# 0.5.17's breakable prefill capture (runner/prefill_cuda_graph_runner.py): one tqdm step per
+# token count, `Capturing num tokens (num_tokens=8192 avail_mem=138.82 GB)`
+CAPTURE_TOKENS_TEXT = "Capturing num tokens"
+_CAPTURE_TOKENS = re.compile(r"num_tokens=(\d+)")
+# entrypoints/engine.py (0.5.17): where a start's time went, once, when the engine is up
+STARTUP_TIMINGS_TEXT = "Engine startup timings (s): "
+_TIMING = re.compile(r"(\w+)=([\d.]+)")
 
 # SGLang key -> (our field, type)
 _DECODE_FIELDS: dict[str, tuple[str, type]] = {
@@ -214,6 +221,10 @@ def _progress(line: str) -> Record | None:
         rec: Record = {"kind": "capture_progress"}
         bs = _CAPTURE_BS.search(seg)
         rec["bs"] = int(bs.group(1)) if bs else None
+    elif CAPTURE_TOKENS_TEXT in seg:
+        rec = {"kind": "capture_progress", "phase": "prefill"}
+        tokens = _CAPTURE_TOKENS.search(seg)
+        rec["num_tokens"] = int(tokens.group(1)) if tokens else None
     else:
         rec = {"kind": "load_progress"}
     rec["percent"] = int(m.group(1))
@@ -223,7 +234,7 @@ def _progress(line: str) -> Record | None:
 
 
 _CAPTURE = re.compile(
-    r"Capture (target|draft) (decode|verify|prefill) (?:CUDA|CPU|NPU|XPU|\w+) graph "
+    r"Capture (target|draft) (decode|verify|prefill|extend) (?:CUDA|CPU|NPU|XPU|\w+) graph "
     r"(begin|end)\. ?(.*)$"
 )
 _BACKEND = re.compile(r"backend=(\w+)")
@@ -256,6 +267,38 @@ def capture_record(line: str) -> Record | None:
     if e:
         rec["elapsed_s"] = float(e.group(1))
     return rec
+
+
+def startup_timings_record(line: str) -> Record | None:
+    """`Engine startup timings (s): load_weight=0.19, kv_cache_allocation=0.00,
+    scheduler_e2e=76.00, cuda_graph={prefill=70.08, decode=2.61, ...}, tokenizer_e2e=87.32`:
+    seconds per part of the start, the CUDA-graph capture per phase under `cuda_graph`."""
+    pos = line.find(STARTUP_TIMINGS_TEXT)
+    body = line[pos + len(STARTUP_TIMINGS_TEXT) :]
+    graphs_at = body.find("cuda_graph={")
+    rec: Record = {"kind": "startup_timings", "cuda_graph": {}}
+    if graphs_at >= 0:
+        end = body.find("}", graphs_at)
+        inner = body[graphs_at + len("cuda_graph={") : end if end >= 0 else None]
+        rec["cuda_graph"] = {k: float(v) for k, v in _TIMING.findall(inner)}
+        body = body[:graphs_at] + (body[end + 1 :] if end >= 0 else "")
+    for key, value in _TIMING.findall(body):
+        rec[key] = float(value)
+    if "load_weight" not in rec:
+        return None
+    _prefix(line, rec)
+    return rec
+
+
+def format_startup_timings(
+    load_weight: float, kv_cache: float, scheduler: float, graphs: dict[str, float], total: float
+) -> str:
+    """The line as 0.5.17's entrypoints/engine.py logs it."""
+    phases = ", ".join(f"{k}={v:.2f}" for k, v in graphs.items())
+    return (
+        f"{STARTUP_TIMINGS_TEXT}load_weight={load_weight:.2f}, kv_cache_allocation={kv_cache:.2f}, "
+        f"scheduler_e2e={scheduler:.2f}, cuda_graph={{{phases}}}, tokenizer_e2e={total:.2f}"
+    )
 
 
 def capture_failed_record(line: str) -> Record | None:
@@ -372,8 +415,10 @@ def parse_sglang_line(line: str) -> Record | None:
         if rec is not None:
             _prefix(line, rec)
             return rec
-    if "|" in line and ("Loading" in line or "Capturing batches" in line):
+    if "|" in line and ("Loading" in line or "Capturing " in line):
         return _progress(line)
+    if STARTUP_TIMINGS_TEXT in line:
+        return startup_timings_record(line)
     if "raph failed" in line or "Fail when using backend" in line:
         return capture_failed_record(line)
     if ": error: " in line:

@@ -141,6 +141,9 @@ class FakeResolver:
     def check_argv(self, argv: list[str]) -> ArgvCheck:
         return ArgvCheck(True, "ok")
 
+    def require_direct_p2p(self, profile: Any) -> None:
+        """The fake host's GPUs reach each other directly: nothing is refused."""
+
 
 def config(backoff: tuple[float, float] = (0.0, 0.0), burst: int = 3) -> Any:
     daemon = SimpleNamespace(
