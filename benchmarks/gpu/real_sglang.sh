@@ -1,7 +1,8 @@
 #!/bin/bash
 # The GPU machine's entry point for benchmarks/gpu/real_sglang.py (a real SGLang 0.5.17, TP 1,
 # managed by fastverifyd). Run from the checkout root, with the SGLang pack carried as .sglpack/
-# (benchmarks/gpu/build_sglang_pack.sh) and fastverify's wheels the image lacks as .whl/:
+# (benchmarks/gpu/sglang_pack/build_pack.sh .sglpack) and fastverify's own wheels the image
+# lacks (orjson, bcrypt) as .whl/ (benchmarks/gpu/README.md):
 #
 #   bash benchmarks/gpu/real_sglang.sh tiny [real_sglang.py options]
 #   bash benchmarks/gpu/real_sglang.sh realistic [options]   # writes a random-valued
@@ -67,13 +68,6 @@ if [ -d .whl ] && [ ! -f "$FVDEPS/.ok" ]; then
     && touch "$FVDEPS/.ok"
 fi
 export PYTHONPATH="$REPO:$FVDEPS"
-# SGLang's modules the pack left out that a code path here imports (the EAGLE-3 drafter's
-# CUDA-graph capture imports the DSA backend, which imports deep_gemm), from .whl-sgl/
-SGLX=$REPO/.sglenv/extra
-if [ -d .whl-sgl ] && [ ! -f "$SGLX/.ok" ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SGLX" .whl-sgl/*.whl \
-    && touch "$SGLX/.ok"
-fi
 if [ -z "${CUDA_HOME:-}" ]; then
   NV=$(command -v nvcc || true)
   for d in /usr/local/cuda /usr/local/cuda-13.0 ${NV:+$(dirname "$(dirname "$NV")")}; do
@@ -84,15 +78,15 @@ fi
 WRAP=$REPO/.sglenv/sglang-python
 cat >"$WRAP" <<EOF
 #!/bin/sh
-export PYTHONPATH="$SITE:$SGLX" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export PYTHONPATH="$SITE" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export TVM_FFI_CACHE_DIR="$REPO/.sglenv/tvmffi" TRITON_CACHE_DIR="$REPO/.sglenv/triton"
 export CUDA_HOME="${CUDA_HOME:-}" PATH="$(dirname "$PY"):\$PATH"
 exec "$PY" "\$@"
 EOF
 chmod +x "$WRAP"
-# which optional imports the drafter's graph capture needs load here (seconds, printed)
+# the imports the drafter's graph capture and argument resolution need (seconds, printed)
 timeout 120 "$WRAP" - <<'PYEOF' 2>&1 | tail -5
-for m in ("deep_gemm", "sglang.srt.layers.attention.dsa_backend",
+for m in ("deep_gemm.utils.layout", "sglang.srt.layers.attention.dsa_backend",
           "sglang.srt.layers.attention.deepseek_v4_backend",
           "sglang.srt.layers.attention.flashmla_backend"):
     try:
@@ -102,8 +96,8 @@ for m in ("deep_gemm", "sglang.srt.layers.attention.dsa_backend",
         print("import FAILED:", m, type(e).__name__, str(e)[:300])
 PYEOF
 
-MODEL=$PK/tiny-llama
-DRAFT=$PK/tiny-eagle3
+MODEL=$REPO/benchmarks/gpu/sglang_pack/tiny-llama
+DRAFT=$REPO/benchmarks/gpu/sglang_pack/tiny-eagle3
 EXTRA=(--load-format dummy)
 if [ "$SHAPE" = realistic ]; then
   MODEL=/tmp/llama8b-random

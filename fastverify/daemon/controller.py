@@ -439,7 +439,11 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
             try:
                 h = self.launcher.spawn(profile, op.mode, argv)
             except OSError as exc:
-                return Failure("spawn_failed", f"cannot start the engine: {exc}")
+                failure = Failure("spawn_failed", f"cannot start the engine: {exc}")
+                self.say(
+                    f"{op.kind} {op.profile}/{op.mode} failed: {failure.message}", logging.WARNING
+                )
+                return failure
         else:
             h = adopt
         with self._lock:

@@ -202,7 +202,15 @@ def sglang_facts(engine: Any) -> Any:
     except VersionTooOld as exc:
         log.error("%s; fastverifyd is not starting (nothing was loaded)", exc)
         return None
-    if facts.warning:
+    problem = getattr(engine, "interpreter_problem", lambda: None)()
+    if problem:
+        log.error(
+            "%s: every engine start will fail until it names SGLang's interpreter; until "
+            "then the facts of SGLang %s (the pinned release) are assumed",
+            problem,
+            facts.facts_version,
+        )
+    elif facts.warning:
         log.warning("UNSUPPORTED SGLANG: %s", facts.warning)
     else:
         log.info("SGLang %s (facts %s, in the supported range)", facts.version, facts.facts_version)

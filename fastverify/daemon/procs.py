@@ -74,7 +74,15 @@ class ProcInfo:
         return self.state not in ("Z", "X", "x")
 
     def name(self) -> str:
-        return self.comm
+        """The process title: comm, which the kernel cuts at 15 characters, completed from
+        the command line when that starts with it (SGLang's `sglang::scheduler`, whose comm
+        reads `sglang::schedul`)."""
+        try:
+            head = (self.proc_root / str(self.pid) / "cmdline").read_bytes().split(b"\0", 1)[0]
+        except OSError:
+            return self.comm
+        title = head.decode(errors="replace").strip()
+        return title if len(self.comm) == 15 and title.startswith(self.comm) else self.comm
 
     def environ(self) -> dict[str, str]:
         """/proc/PID/environ; psutil.NoSuchProcess when it is gone, AccessDenied when not

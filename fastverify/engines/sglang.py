@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -88,6 +89,19 @@ class SGLangEngine(Engine):
     def version(self) -> str:
         """The installed SGLang's version, else the pinned one."""
         return installed_version(self.python) or PINNED_VERSION
+
+    def interpreter_problem(self) -> str | None:
+        """Why the server's interpreter cannot run SGLang (missing, not executable, SGLang
+        not installed for it), or None. The version falls back to the pinned one then, and
+        whoever reports it must say it is assumed."""
+        path = self.python if os.sep in self.python else shutil.which(self.python)
+        if not path or not os.path.isfile(path):
+            return f"server.python {self.python} does not exist"
+        if not os.access(path, os.X_OK):
+            return f"server.python {self.python} is not executable"
+        if installed_version(self.python) is None:
+            return f"SGLang is not installed for server.python {self.python}"
+        return None
 
     def sglang_version(self) -> str:
         return self.version()

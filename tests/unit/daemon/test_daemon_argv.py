@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import pathlib
 import sys
 
 import pytest
@@ -117,3 +118,17 @@ def test_choose_engine() -> None:
         assert name == "sim" and "SGLang is not importable" in reason
     with pytest.raises(ValueError):
         choose_engine("vllm")
+
+
+def test_an_interpreter_that_cannot_run_sglang_is_named(tmp_path: Path) -> None:
+    from fastverify.engines.sglang import SGLangEngine
+
+    missing = SGLangEngine(str(tmp_path / "no-such-python"))
+    assert (
+        missing.interpreter_problem() == f"server.python {tmp_path}/no-such-python does not exist"
+    )
+    plain = tmp_path / "plain"
+    plain.write_text("#!/bin/sh\n")
+    assert "is not executable" in (SGLangEngine(str(plain)).interpreter_problem() or "")
+    # this suite's own interpreter has no SGLang (the contract venv does)
+    assert "SGLang is not installed" in (SGLangEngine(sys.executable).interpreter_problem() or "")

@@ -106,3 +106,48 @@ def test_gpu_release_without_nvml_says_so() -> None:
     released, how = procs.wait_gpu_release([os.getpid()], timeout_s=0.5)
     assert released
     assert how
+
+
+# A server that stops its own child on SIGTERM, as SGLang's does (its SIGTERM handler drains
+# and kills its process tree); the child says which signal reached it.
+SERVER_STOPS_CHILD = """
+import signal, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+def term(*_):
+    print("server: SIGTERM", flush=True)
+    child.send_signal(signal.SIGUSR1)
+    child.wait()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+print("up", flush=True)
+signal.pause()
+"""
+CHILD_REPORTS = """
+import signal, sys
+def said(name):
+    def handler(*_):
+        print("child:", name, flush=True)
+        sys.exit(0)
+    return handler
+signal.signal(signal.SIGTERM, said("SIGTERM"))
+signal.signal(signal.SIGUSR1, said("stopped by its server"))
+print("up", flush=True)
+signal.pause()
+"""
+
+
+def test_stop_group_terms_the_server_and_lets_it_stop_its_children(tmp_path: Path) -> None:
+    """A SIGTERM to every member reads to SGLang as a crashed scheduler (it then waits 5 s
+    for crash diagnostics): only the leader gets it while it lives."""
+    log = tmp_path / "l.log"
+    p = procs.spawn(
+        [sys.executable, "-c", SERVER_STOPS_CHILD, CHILD_REPORTS], dict(os.environ), log
+    )
+    _wait_members(p.pid, 2)
+    while log.read_text().count("up") < 2:  # both have installed their handlers
+        time.sleep(0.01)
+    res = procs.stop_group(p.pid, grace_s=30, proc=p)
+    assert res.signal_used == "SIGTERM" and res.leftover == []
+    said = log.read_text().splitlines()
+    assert "server: SIGTERM" in said and "child: stopped by its server" in said, said
+    assert "child: SIGTERM" not in said

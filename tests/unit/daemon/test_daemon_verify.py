@@ -132,3 +132,59 @@ def test_check_process_env_on_a_proc_tree() -> None:
     assert not bad.ok and "NCCL_ALGO=Tree (profile: Ring)" in bad.message
     gone = check_process_env(99999, EXPECTED, proc_root=FAKE)
     assert not gone.ok and "is gone" in gone.message
+
+
+CHILD = """
+import setproctitle, sys, time
+setproctitle.setproctitle("sglang::scheduler")
+print("ready", flush=True)
+time.sleep(600)
+"""
+SERVER = """
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+time.sleep(600)
+"""
+
+
+def _retitled_child(extra: dict[str, str]) -> subprocess.Popen:
+    """A server whose child retitles itself with the real setproctitle, as SGLang's
+    scheduler does (`setproctitle.setproctitle("sglang::scheduler")`); returns once the
+    child has said so on the inherited stdout."""
+    env = {"PATH": os.environ["PATH"], "FASTVERIFY_ENGINE_ID": "e1", **EXPECTED, **extra}
+    p = subprocess.Popen(
+        [sys.executable, "-c", SERVER, CHILD],
+        env=env, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    return p
+
+
+def test_a_retitled_process_is_unverifiable_unless_its_environ_is_kept() -> None:
+    """setproctitle writes the title over the memory /proc/PID/environ shows: the child's
+    environment reads as empty. The daemon must say it cannot verify it (never "no NCCL
+    variables, verified"), and with SPT_NOENV=1 (what the daemon gives its engines) verify it."""
+    for extra, verified in (({}, False), ({"SPT_NOENV": "1"}, True)):
+        p = _retitled_child(extra)
+        try:
+            rep = check_process_env(p.pid, EXPECTED)
+            assert len(rep.processes) == 2, rep.message
+            assert rep.ok is verified, rep.message
+            if not verified:
+                (bad,) = [c for c in rep.processes if c.error]
+                assert rep.reason == "env_mismatch" and "setproctitle" in bad.error
+                # a profile without NCCL variables (nccl-default) once read as verified here
+                assert not check_process_env(p.pid, {}).ok
+        finally:
+            os.killpg(p.pid, 9)
+            p.wait()
+
+
+def test_a_retitled_process_is_named_by_its_whole_title() -> None:
+    p = _retitled_child({"SPT_NOENV": "1"})
+    try:
+        names = [c.name for c in check_process_env(p.pid, EXPECTED).processes]
+        assert names[1] == "sglang::scheduler", names  # comm alone: "sglang::schedul"
+    finally:
+        os.killpg(p.pid, 9)
+        p.wait()
