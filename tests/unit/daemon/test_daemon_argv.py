@@ -120,9 +120,7 @@ def test_choose_engine() -> None:
         choose_engine("vllm")
 
 
-def test_an_interpreter_that_cannot_run_sglang_is_named(tmp_path: Path) -> None:
-    from fastverify.engines.sglang import SGLangEngine
-
+def test_an_interpreter_that_cannot_run_sglang_is_named(tmp_path: pathlib.Path) -> None:
     missing = SGLangEngine(str(tmp_path / "no-such-python"))
     assert (
         missing.interpreter_problem() == f"server.python {tmp_path}/no-such-python does not exist"
