@@ -52,11 +52,14 @@ LOG_MARKERS = {
     "ready": "The server is fired up and ready to roll",
     "load_progress": "Loading safetensors checkpoint shards",
     "capture_progress": "Capturing batches",
+    "capture_progress_tokens": "Capturing num tokens",
+    "startup_timings": "Engine startup timings",
     "capture_milestone": " graph begin.",
     "capture_failed": "Capture cuda graph failed",
     "prefill_capture_failed": "Fail when using backend",
     "allreduce_pcie_ipc": "PCIe-IPC",
     "adaptive_speculation": "speculative_adaptive",
+    "adaptive_step_change": "Adaptive spec params updated",
 }
 # endpoints fastverify calls (the rest are listed too)
 METRIC_CLASSES = ("Gauge", "Counter", "Histogram", "Summary")

@@ -190,3 +190,23 @@ def test_load_progress_moves_through_the_capture() -> None:
     assert "target prefill CUDA graphs captured in 70.1 s" in [p[2] for p in graphs]
     percents = [p[1] for p in steps]
     assert percents[-1] == 100.0 and max(percents[:-1]) < 100.0
+
+
+def test_the_parsers_literal_texts_are_each_releases_own() -> None:
+    """The texts the new readers look for, in every release's facts (read from its wheel)
+    that prints the line at all."""
+    from fastverify.sglang.facts import known_versions
+
+    marks = {
+        "startup_timings": loglines.STARTUP_TIMINGS_TEXT,
+        "capture_progress_tokens": loglines.CAPTURE_TOKENS_TEXT + " (num_tokens=",
+        "adaptive_step_change": "Adaptive spec params updated: steps ",
+    }
+    seen = dict.fromkeys(marks, 0)
+    for version in known_versions():
+        formats = resolve(version).data["log_formats"]
+        for kind, text in marks.items():
+            for site in formats.get(kind, []):
+                assert site["pieces"][0].startswith(text), (version, kind, site)
+                seen[kind] += 1
+    assert all(n > 0 for n in seen.values()), seen
