@@ -360,6 +360,7 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
                     f"the {op.kind} to {op.profile}/{op.mode} has already succeeded and is"
                     " being recorded; nothing was cancelled (switch back to undo it)",
                     reason="already_finished",
+                    busy=False,  # nothing else holds the daemon: the CLI exits 1, not 4
                 )
             op.request_cancel("cancelled")
             op.cancelled_by = caller
