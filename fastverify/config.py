@@ -62,7 +62,8 @@ File layout (every key optional; see `docs/config.example.toml`):
     watch_interval_s = 30              # after READY: SGLang's /health_generate every N s (0 = off)
     watch_timeout_s = 40               # no answer within N s = unresponsive (SGLang answers 503
                                        # itself after SGLANG_HEALTH_CHECK_TIMEOUT, 20 s)
-    watch_failures = 3                 # non-200 answers in a row = unresponsive
+    watch_failures = 2                 # non-200 answers in a row = unresponsive
+    watch_retry_s = 5                  # after a failed check, the next one N s after its answer
     recover_retries = 3                # FAILED: retry the last good profile N times (0 = never)
     recover_backoff_s = [60, 900]      # initial, max delay between those retries (doubling)
     log_level = "info"
@@ -178,7 +179,8 @@ class DaemonConfig:
     restart_window_s: float = 300.0
     watch_interval_s: float = 30.0
     watch_timeout_s: float = 40.0
-    watch_failures: int = 3
+    watch_failures: int = 2
+    watch_retry_s: float = 5.0
     recover_retries: int = 3
     recover_backoff_s: tuple[float, float] = (60.0, 900.0)
     log_level: str = "info"
@@ -415,6 +417,7 @@ FIELDS: dict[str, Check] = {
     "daemon.watch_interval_s": _number(0),
     "daemon.watch_timeout_s": _number(0, lo_open=True),
     "daemon.watch_failures": _integer(1, 100),
+    "daemon.watch_retry_s": _number(0),
     "daemon.recover_retries": _integer(0, 1000),
     "daemon.recover_backoff_s": _backoff,
     "daemon.log_level": _choice(LOG_LEVELS),

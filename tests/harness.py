@@ -65,7 +65,6 @@ if str(REPO) not in sys.path:
 
 from fastverify.client import ApiError, ControlClient, DaemonUnavailable  # noqa: E402
 
-
 # States an operation ends in: waited for with nothing in flight (see wait_state).
 SETTLED = ("READY", "FAILED")
 

@@ -102,6 +102,9 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if caps.get("possible_backends"):  # the engine's own capabilities (one source of truth)
         can = ", ".join(b["backend"] for b in caps["possible_backends"] if b["possible"])
         lines.append(f"backends:   possible: {can} ({(caps.get('host') or {}).get('view')})")
+    checks = eng.get("health") or {}
+    if checks.get("failed_checks"):
+        lines.append(f"health:     {checks['summary']}; /readyz answers 503")
     if eng.get("log"):
         lines.append(f"log:        {eng['log']}")
     flight = st.get("switch_in_flight")

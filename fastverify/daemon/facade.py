@@ -109,6 +109,8 @@ class ControlFacade:
                 "weights": weights_label(load_format_of(h.argv)) if h is not None else None,
                 "tuner": h.tuner if h is not None else None,  # confirmed at verify
                 "allreduce": h.allreduce if h is not None else None,  # confirmed at verify
+                # the watch of SGLang's /health_generate after READY (daemon/watch.py)
+                "health": h.watch.health() if alive and h.watch else None,
             }
             argv = list(h.argv) if h is not None else None
             out = {
