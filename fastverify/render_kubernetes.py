@@ -204,6 +204,30 @@ def read_decision(path: str) -> tuple[str, str, dict[str, Any]]:
     return profile, mode, decision
 
 
+def _simulated_decision(path: str, decision: dict[str, Any], force: bool) -> list[str]:
+    """A decision the sim engine made is no fleet's decision: refused unless `force`, then a
+    note; a record that names no engine (made before tune recorded one) gets a note."""
+    eng = decision.get("engine")
+    if not isinstance(eng, dict):
+        return [
+            f"{path}: the decision records no engine (a tune before decisions carried one): "
+            "it may come from the sim; check where it was made"
+        ]
+    if not eng.get("simulated"):
+        return []
+    what = (
+        f"{path}: tune decided {decision.get('profile')}/{decision.get('mode')} on the "
+        f"{eng.get('kind')} engine (simulated, playing SGLang {eng.get('version')}): its "
+        "figures come from a cost model, not from hardware"
+    )
+    if not force:
+        raise RenderError(
+            f"{what}. Run tune on a GPU host with the real engine (fastverifyd --engine "
+            "sglang), or render it anyway with --force"
+        )
+    return [f"{what}; rendering it because of --force"]
+
+
 def _load_config(options: KubeOptions) -> Any:
     from fastverify import config as configmod
 
@@ -650,6 +674,7 @@ def render(options: KubeOptions) -> Bundle:
                 f"{options.from_decision}: tune did not apply {d_profile}/{d_mode} on its host"
                 f" ({why}); rendering it as decided because of --force"
             )
+        notes += _simulated_decision(options.from_decision, decision, options.force)
     decision_sha256 = None
     if options.from_decision:  # which record, exactly: its content, not only its name
         decision_sha256 = hashlib.sha256(Path(options.from_decision).read_bytes()).hexdigest()

@@ -29,6 +29,7 @@ from fastverify.cli.output import (
     fail,
     table,
 )
+from fastverify.experiments.common.stats import interval
 
 # ----------------------------------------------------------------------------- sweep
 
@@ -47,7 +48,7 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
             mode += " (confirmed)"
         if r["status"] == "incomplete":  # cut short: its figures, never a rank or verdict
             out.append(("-", r["profile"], mode, fmt(r.get("tokens_per_second_mean")),
-                        "-" if not ci else f"{ci[0]:.1f}-{ci[1]:.1f}", fmt(r.get("n")),
+                        "-" if not ci else interval(ci), fmt(r.get("n")),
                         "-", "CUT SHORT", fmt(r.get("accept_length_mean"), 2), "-", "-",
                         r.get("note") or ""))  # fmt: skip
             continue
@@ -63,7 +64,7 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
             own = f"x{r['real_speedup']:.2f} ({r.get('speedup_significance')})"
         out.append((
             fmt(r.get("rank")), r["profile"], mode, fmt(r.get("tokens_per_second_mean")),
-            "-" if not ci else f"{ci[0]:.1f}-{ci[1]:.1f}", fmt(r.get("n")),
+            "-" if not ci else interval(ci), fmt(r.get("n")),
             f"x{r['speedup_vs_reference']:.3f}", sig, fmt(r.get("accept_length_mean"), 2),
             fmt(r.get("break_even_accept_length"), 2), own, r.get("note") or "",
         ))  # fmt: skip

@@ -65,6 +65,17 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
     return out
 
 
+def simulated_note(decision: dict[str, Any]) -> str:
+    """` (simulated: ...)` for a decision the sim engine measured, else ''."""
+    eng = decision.get("engine") or {}
+    if not eng.get("simulated"):
+        return ""
+    return (
+        f" (simulated: the {eng.get('kind')} engine playing SGLang {eng.get('version')}, not a "
+        "measurement of hardware)"
+    )
+
+
 class Progress:
     """Stage + ETA: a rich status line on a terminal, one stderr line per event otherwise."""
 
@@ -302,9 +313,11 @@ def tune(
         )
         click.echo(
             f"decision: {d['profile']}/{d['mode']} backend {d['backend']} "
-            f"({'applied' if d['applied'] else 'not applied'})"
+            f"({'applied' if d['applied'] else 'not applied'}){simulated_note(d)}"
         )
         click.echo(f"why: {d['why']}")
+        for warning in result.get("warnings") or []:
+            click.echo(f"warning: {warning}")
         click.echo(
             f"loads: {result['loads']['real']} real, {result['loads']['dummy']} dummy; "
             f"{result['wall_s'] / 60:.1f} min; report: {result['report']}"

@@ -137,10 +137,22 @@ class ControlFacade:
                 "findings": [*c.store.findings, *c.findings.values()],
                 "daemon": {"pid": os.getpid(), "state_dir": str(c.store.dir)},
             }
+        engine["identity"] = self.engine_identity()
         # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
         engine["capabilities"] = self.capabilities(argv)
         out["speculation"] = self.speculation(out["profile"], out["mode"])
         return out
+
+    def engine_identity(self) -> dict[str, Any]:
+        """Which engine measures and serves here: `{kind, version, simulated}` (kind "sglang"
+        or "sim"; the SGLang release it is or plays). Every decision and result file carries
+        it, so that a simulated figure is never read as a measurement of hardware."""
+        eng = self.ctl.engine
+        return {
+            "kind": eng.name,
+            "version": (_sglang_summary(eng) or {}).get("version"),
+            "simulated": bool(eng.simulated),
+        }
 
     def speculation(self, profile: str | None, mode: str | None) -> dict[str, Any] | None:
         """Active draft steps and seconds at each (the exporter's reading of SGLang's
@@ -208,7 +220,7 @@ class ControlFacade:
             and (c.active.get("profile"), c.active.get("mode")) == (rec["profile"], rec["mode"])
             and not trial
         )
-        keys = ("profile", "mode", "backend", "applied", "decided_at", "report")
+        keys = ("profile", "mode", "backend", "applied", "decided_at", "report", "engine")
         return {**{k: rec.get(k) for k in keys}, "serving": serving}
 
     def _declarative(self) -> dict[str, Any] | None:
@@ -394,6 +406,7 @@ class ControlFacade:
                 reason="invalid_decision",
             )
         rec = dec.decision_record(body)
+        rec["engine"] = self.engine_identity()  # the daemon's own account, never the client's
         if caller is not None:
             rec["by"] = caller.by
         with self.ctl._lock:

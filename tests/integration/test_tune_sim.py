@@ -98,10 +98,11 @@ def tuned(daemon: DaemonHarness) -> dict[str, Any]:
 def test_tune_runs_end_to_end_and_prints_the_exact_json(tuned: dict[str, Any]) -> None:
     proc, res = tuned["proc"], tuned["result"]
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert set(res) == {"decision", "stages", "loads", "wall_s", "report", "plots"}
+    assert set(res) == {"decision", "stages", "loads", "wall_s", "report", "plots", "warnings"}
+    assert res["warnings"] == []
     assert res["plots"]["skipped"] is None  # matplotlib is in the dev install
     assert set(res["plots"]["files"].values()) == {"funnel.png", "trial.png", "decision.png"}
-    assert set(res["decision"]) == {"profile", "mode", "backend", "applied", "why"}
+    assert set(res["decision"]) == {"profile", "mode", "backend", "applied", "why", "engine"}
     assert [s["name"] for s in res["stages"]] == ["inventory", "candidates", "derive_tuner",
                                                   "preflight", "rehearse", "trial", "confirm",
                                                   "decide"]  # fmt: skip

@@ -238,6 +238,14 @@ def summarize(
                 itl_mean_ms_mean=_mean_of([(m.get("itl_ms") or {}).get("mean") for m in ms]),
             )
             row.update(acceptance_of(ms))
+            fewest = min(int(m.get("completed") or 0) for m in ms)
+            row["completed_min"] = fewest
+            if fewest < stats.FEW_REQUESTS:  # its rates move in steps of one request
+                row["few_requests"] = (
+                    f"a window completed only {fewest} request(s) (under "
+                    f"{stats.FEW_REQUESTS}: its rates are quantised; a longer --duration or a "
+                    "shorter --output-len)"
+                )
             if key in fails:  # a later run could not be taken: cut short, never ranked
                 f = fails[key]
                 row.update(status=INCOMPLETE, reason=f.get("reason"), message=f.get("message"),
@@ -335,7 +343,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
         mean = r.get("tokens_per_second_mean") or 0.0
         heights.append(mean)
         ci = r.get("ci95")
-        lo_err.append(mean - ci[0] if ci else 0.0)
+        lo_err.append(mean - max(0.0, ci[0]) if ci else 0.0)  # a rate's bar stops at 0
         hi_err.append(ci[1] - mean if ci else 0.0)
         if r["status"] == INCOMPLETE:
             labels[-1] += "\nCUT SHORT"
@@ -388,6 +396,7 @@ class Sweep:
         self.results = Path(cfg.output_dir) / RESULTS_FILE
         self.records: list[dict[str, Any]] = []
         self.warnings: list[str] = []
+        self.engine: dict[str, Any] | None = None  # status engine.identity: who measures
         self._original_trial = False
 
     # -- daemon calls
@@ -666,6 +675,7 @@ class Sweep:
         what = (f"{len(cfg.profiles)} profile(s) x {cfg.repeats} run(s)"
                 + (f", then EAGLE-3 for {cfg.then_eagle3}" if cfg.then_eagle3 else "")
                 + f" -> {cfg.output_dir}")  # fmt: skip
+        self.check_names()  # a misspelt profile is a usage error whoever holds the daemon
         try:
             with hold(self.client, "sweep", what) as client:
                 self.client = client
@@ -676,7 +686,7 @@ class Sweep:
     def _run(self) -> dict[str, Any]:
         cfg = self.cfg
         status = self._status()  # DaemonUnavailable propagates: nothing to do without it
-        self.check_names()
+        self.engine = (status.get("engine") or {}).get("identity")  # who measured it
         out_dir = Path(cfg.output_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         existing = load_records(self.results)
@@ -690,7 +700,7 @@ class Sweep:
         original = (status.get("profile"), status.get("mode"))
         self._original_trial = bool(status.get("trial"))
         self._record({"type": "sweep", "started_at": time.time(), "config": cfg.describe(),
-                      "resumed": bool(existing)})  # fmt: skip
+                      "resumed": bool(existing), "engine": self.engine})  # fmt: skip
 
         weights = trial.DUMMY if cfg.trial else trial.REAL
         if cfg.trial:
@@ -762,6 +772,7 @@ class Sweep:
             "plot": plot_path,
             "plot_skipped": plot_skipped,
             "warnings": self.warnings,
+            "engine": self.engine,
         }  # fmt: skip
         if cfg.trial:
             out["trial"] = True

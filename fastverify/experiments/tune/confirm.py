@@ -55,6 +55,7 @@ def _view(r: dict[str, Any]) -> dict[str, Any]:
         weights=r.get("weights"),
         accept_length_mean=r.get("accept_length_mean"),
         per_request_tokens_per_second_mean=r.get("per_request_tokens_per_second_mean"),
+        few_requests=r.get("few_requests"),
     )
     return out
 

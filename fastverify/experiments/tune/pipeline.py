@@ -145,6 +145,9 @@ def run(
     from fastverify.experiments.common.lease import LeaseRefused, hold
 
     emit = on_event or (lambda _e: None)
+    if not resume and (bad := candidates.unknown_names(cfg.profiles)):
+        # a usage error whoever holds the daemon: said before the lease is asked for
+        raise TuneError(f"unknown profile(s): {', '.join(bad)}; nothing was switched")
     what = f"{'resumed; ' if resume else ''}output {cfg.output_dir}"
     try:
         with hold(client, "tune", what) as leased:
@@ -195,10 +198,6 @@ def _open(
             raise TuneError(_nothing_to_resume(jr, start))
         cfg = TuneConfig(**{**start["config"], "profiles": tuple(start["config"]["profiles"])})
     else:
-        if bad := candidates.unknown_names(cfg.profiles):
-            raise TuneError(
-                f"unknown profile(s): {', '.join(bad)} (see fastverifyctl profile list)"
-            )
         cfg = replace(cfg, output_dir=str(Path(cfg.output_dir).resolve()))  # resume anywhere
         out = Path(cfg.output_dir)
         if any((out / sub).exists() for sub in OUTPUTS):
@@ -385,9 +384,12 @@ def _result(
     if win.get("mode") == "adaptive":  # the plan travels with the decision (render kubernetes)
         decision["adaptive_config"] = win.get("adaptive_config")
         decision["adaptive_config_json"] = win.get("adaptive_config_json")
+    # which engine measured it (the daemon's own account: the sim's figures are simulated)
+    decision["engine"] = (ctx.client.get("/v1/status").get("engine") or {}).get("identity")
     history = ctx.client.get("/v1/history")
     result = {
         "decision": decision,
+        "warnings": list(dec.get("warnings") or []),
         "stages": stages,
         "loads": decide.count_loads(history, float(start.get("ts") or 0.0)),
         "wall_s": round(time.time() - float(start.get("ts") or time.time()), 3),

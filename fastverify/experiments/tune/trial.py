@@ -28,6 +28,7 @@ KEYS = (
     "eagle3_verdict",
     "dummy_accept_length",
     "rank",
+    "few_requests",
 )
 AGREE = 0.10  # rehearsal and trial orderings that differ by less than this are not a disagreement
 

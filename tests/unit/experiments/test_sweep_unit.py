@@ -93,7 +93,7 @@ def test_the_sweep_table_says_why_a_row_has_no_verdict() -> None:
     rows = sweep.summarize(recs)
     table = {r[1]: r for r in _sweep_rows(rows)}
     assert table["y"][7] == "too few runs"  # the "vs reference" column
-    assert table["x"][4] == "88.2-88.2"
+    assert table["x"][4] == "[88.2, 88.2]"
     note = verdict_note(rows)
     assert note is not None and "at least 3 runs per side (here n=2" in note
     assert "--repeats 3" in note

@@ -313,9 +313,14 @@ def test_adaptive_predicted_from_the_stored_plan_at_the_tunes_concurrency() -> N
     assert (opt["profile"], opt["mode"], opt["steps"]) == ("a", "adaptive", 3)
     assert opt["tokens_per_second"] == pytest.approx(91 * 1.2)
     assert opt["adaptive_config"] == "/state/adaptive-config.json"
-    win = decide.choose(sorted([*decide.options({"rows": rows}, []), opt],
-                               key=lambda o: -o["tokens_per_second"]), (None, None))  # fmt: skip
-    assert win["mode"] == "adaptive"
+    opts = sorted([*decide.options({"rows": rows}, []), opt],
+                  key=lambda o: -o["tokens_per_second"])  # fmt: skip
+    win = decide.choose(opts, (None, None))
+    # a prediction is shown, never applied: the fastest measured option wins
+    assert (win["profile"], win["mode"], win["evidence"]) == ("a", "baseline", "measured")
+    (said,) = [c for c in decide.what_would_change(win, opts, None) if "predicted" in c]
+    assert said.startswith("a/adaptive is predicted at 109.2 tok/s (predicted (plan)), x1.200")
+    assert "not measured, so it is not applied" in said and "--mode adaptive" in said
     assert decide.adaptive_options(rows, plan, 8) == []  # tier 8 does not draft
     assert decide.adaptive_options(rows, {}, 1) == []  # no plan
 

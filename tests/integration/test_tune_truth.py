@@ -1,0 +1,129 @@
+"""What `fastverifyctl tune` says must be true: through a real fastverifyd on the sim and the
+real CLI, one small tune (pcie-ipc only, TP 8, where the sim's EAGLE-3 pays) and the render
+of its decision.
+
+- a decision is a measured option: a stored speculation plan that predicts mode adaptive far
+  above everything measured is shown, never applied;
+- the decision, its file and the daemon's record name the engine (the sim: simulated), the
+  headline and the report say "simulated", and `render kubernetes --from-decision` refuses
+  it without --force;
+- the accept length the confirmation measured is saved with its baseline (at the tune's
+  concurrency: the daemon refused it before, and the error was swallowed);
+- intervals read `[lo, hi]`; a window that completed fewer than 5 requests is flagged;
+- a misspelt profile is a usage error (exit 2, "did you mean") even while another
+  experiment holds the daemon's lease.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import DaemonHarness, run_ctl
+
+TP = 8
+# 1 s windows of 128-token answers: ~3 requests each on pcie-ipc, fewer than 5 (flagged)
+MEASURE = ["--repeats", "2", "--duration", "1", "--output-len", "128", "--input-len", "16"]
+CONFIG = {"daemon": {"trace_period_s": 0}}
+# a speculation plan for pcie-ipc that predicts x5 at one request: adaptive would "win"
+PLAN = {
+    "plan": {"profile": "pcie-ipc", "tiers": {"1": {"steps": 3, "speedup": 5.0,
+                                                     "ci": [4.5, 5.5]}}},
+    "adaptive_config": {"1": {"candidate_steps": [0, 3]}},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("tune-truth")
+    out = tmp / "out"
+    with DaemonHarness(tmp, tp_size=TP, sim_load_seconds=0.3, config=CONFIG) as d:
+        d.client.post("/v1/spec/plan", PLAN)
+        proc = d.ctl("tune", "--profiles", "pcie-ipc", "--finalists", "1", "--accept-length",
+                     "2.0", "--output", str(out), *MEASURE, timeout=900)  # fmt: skip
+        yield {
+            "d": d,
+            "proc": proc,
+            "out": out,
+            "result": json.loads((out / "decision.json").read_text()),
+            "status": d.status(),
+            "baselines": d.client.get("/v1/baselines"),
+            "decision": d.client.get("/v1/decision"),
+        }
+
+
+def test_the_decision_is_a_measured_option_and_the_prediction_is_shown(tuned: Any) -> None:
+    proc, res = tuned["proc"], tuned["result"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dec = res["decision"]
+    assert (dec["profile"], dec["mode"]) == ("pcie-ipc", "eagle3"), dec
+    assert tuned["status"]["mode"] == "eagle3"
+    (stage,) = [s for s in res["stages"] if s["name"] == "decide"]
+    assert stage["status"] == "done"
+    report = Path(res["report"]).read_text()
+    assert "pcie-ipc/adaptive is predicted at " in report, report
+    assert "not measured, so it is not applied" in report
+    assert "| pcie-ipc | adaptive | predicted (plan) |" in report
+
+
+def test_the_engine_is_recorded_and_simulated_is_said(tuned: Any) -> None:
+    res, proc = tuned["result"], tuned["proc"]
+    engine = res["decision"]["engine"]
+    assert engine["kind"] == "sim" and engine["simulated"] is True, engine
+    assert re.fullmatch(r"0\.5\.\d+.*", engine["version"]), engine
+    assert tuned["decision"]["engine"] == engine  # the daemon's own record says it too
+    headline = next(x for x in proc.stdout.splitlines() if x.startswith("decision: "))
+    assert "(simulated: the sim engine playing SGLang " in headline, headline
+    why = next(x for x in proc.stdout.splitlines() if x.startswith("why: "))
+    assert "real weights, SIMULATED by the sim engine" in why, why
+    report = Path(res["report"]).read_text()
+    assert "SIMULATED: the sim engine playing SGLang" in report.splitlines()[2]
+    sweep_start = json.loads((tuned["out"] / "confirm" / "results.jsonl").read_text()
+                             .splitlines()[0])  # fmt: skip
+    assert sweep_start["type"] == "sweep" and sweep_start["engine"] == engine
+
+
+def test_render_refuses_a_simulated_decision_without_force(tuned: Any, tmp_path: Path) -> None:
+    args = ("render", "kubernetes", "--image", "registry.example.com/fv:1", "--from-decision",
+            str(tuned["out"] / "decision.json"))  # fmt: skip
+    refused = run_ctl(*args, "--output-dir", str(tmp_path / "a"))
+    assert refused.returncode == 2, refused.stderr
+    assert "on the sim engine (simulated" in refused.stderr and "--force" in refused.stderr
+    assert not (tmp_path / "a").exists()
+    forced = run_ctl(*args, "--force", "--output-dir", str(tmp_path / "b"))
+    assert forced.returncode == 0, forced.stderr
+    assert "rendering it because of --force" in forced.stderr
+
+
+def test_the_measured_accept_length_is_saved_with_its_baseline(tuned: Any) -> None:
+    rec = tuned["baselines"].get("pcie-ipc")
+    assert rec is not None, tuned["baselines"]
+    measured = next(x for x in tuned["proc"].stderr.splitlines()
+                    if "decide: accept length " in x)  # fmt: skip
+    assert f"accept length {rec['accept_length']:.2f} of pcie-ipc saved" in measured
+    assert rec["concurrency"] == 1
+    assert "warning:" not in tuned["proc"].stdout
+
+
+def test_intervals_are_bracketed_and_quantised_windows_flagged(tuned: Any) -> None:
+    why = next(x for x in tuned["proc"].stdout.splitlines() if x.startswith("why: "))
+    assert re.search(r"95% CI \[(0 \(from -)?\d+\.\d\)?, \d+\.\d\]", why), why
+    report = Path(tuned["result"]["report"]).read_text()
+    assert not re.search(r"\| -?\d+\.\d--?\d+\.\d \|", report)  # no "lo-hi" left
+    assert "- QUANTISED pcie-ipc/baseline: a window completed only " in report, report
+
+
+def test_a_misspelt_profile_is_usage_even_under_a_lease(tuned: Any) -> None:
+    d = tuned["d"]
+    lease = d.client.post("/v1/lease", {"experiment": "sweep", "description": "another"})
+    try:
+        proc = d.ctl("tune", "--profiles", "pcie-ipcc", "--output", str(d.tmp / "typo"))
+    finally:
+        d.client.post("/v1/lease/release", {"id": lease["id"]})
+    assert proc.returncode == 2, proc.stderr
+    assert "unknown profile(s): pcie-ipcc (did you mean pcie-ipc?)" in proc.stderr
+    assert "holds the daemon" not in proc.stderr
