@@ -126,7 +126,9 @@ class KubeOptions:
     model_access_mode: str | None = None  # None: ReadOnlyMany for > 1 pod, else ReadWriteOnce
     model_host_path: str | None = None  # instead of a PVC
     cache_pvc: str | None = None  # None: an emptyDir per pod
-    run_as_user: int | None = 1000  # None: as the image says (root for lmsysorg/sglang)
+    # None: uid 1000, or for RDMA pods root with only IPC_LOCK (pod_identity)
+    run_as_user: int | None = None
+    run_as_root: bool = False  # as the image says (root for lmsysorg/sglang), no capability
     startup_s: int = 2400  # startup probe window: >= a 30-minute load + verification
     progress_deadline_s: int | None = None  # None: startup window + 20 minutes
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
@@ -598,6 +600,43 @@ def _placement_notes(
     ]
 
 
+DEFAULT_USER = 1000
+
+
+def pod_identity(options: KubeOptions, fleet: Any) -> tuple[int | None, list[str]]:
+    """The uid the pod runs as (None: the image's user, root) and notes. RDMA pods run as
+    root with every capability dropped but IPC_LOCK: ibverbs pins NCCL's buffers, and past
+    the container's memlock limit only an effective CAP_IPC_LOCK lets it; a capability added
+    for a non-root uid is not effective under containerd or CRI-O (the runtime fills only
+    the bounding and inheritable sets; CapEff stays 0). A non-root uid for an RDMA pod is
+    refused unless --force (then the nodes' runtime must give an unlimited memlock limit)."""
+    if options.run_as_root:
+        return None, []
+    if not fleet.rdma:
+        return options.run_as_user or DEFAULT_USER, []
+    if options.run_as_user is None:
+        return 0, [
+            "RDMA: the pods run as root (uid 0) with only IPC_LOCK added: ibverbs pins NCCL's "
+            "buffers, and a capability added for a non-root uid is not effective under "
+            "containerd or CRI-O; the daemon's start-up check says what each pod can pin"
+        ]
+    why = (
+        f"--run-as-user {options.run_as_user} with RDMA: IPC_LOCK added for a non-root uid is "
+        "not effective under containerd or CRI-O (CapEff stays 0), so ibverbs can pin only "
+        "up to the container's memlock limit (often 64 KiB or 8 MiB) and NCCL's first "
+        "connection fails ('Call to ibv_reg_mr failed with error Cannot allocate memory')"
+    )
+    if not options.force:
+        raise RenderError(
+            f"{why}. Drop --run-as-user (RDMA pods then run as root with only IPC_LOCK), or "
+            "pass --force when the nodes' container runtime gives an unlimited memlock limit"
+        )
+    return options.run_as_user, [
+        f"{why}; rendered because of --force: the nodes' container runtime must give an "
+        "unlimited memlock limit (the daemon's start-up check in each pod says what it finds)"
+    ]
+
+
 def _allreduce_mismatch(loaded: Any, nodes: int, gpus: int) -> str | None:
     """Why a profile that asks for FlashInfer's PCIe-IPC all-reduce would not get it in
     these pods, naming what would really serve (None when it would)."""
@@ -702,6 +741,8 @@ def render(options: KubeOptions) -> Bundle:
             raise RenderError(backend_note + " (or pass --force to render it anyway)")
         notes.append(backend_note)
     fleet = _fleet(options)
+    pod_user, identity_notes = pod_identity(options, fleet)
+    notes += identity_notes
     notes += _network_checks(options, fleet, loaded)
     notes += _placement_notes(options, fleet, loaded, decision)
     pod_cfg = pod_config(
@@ -789,6 +830,7 @@ def render(options: KubeOptions) -> Bundle:
     workload = "LeaderWorkerSet" if options.nodes > 1 else "Deployment"
     context = {
         "o": options,
+        "pod_user": pod_user,
         "name": options.name,
         "namespace": options.namespace,
         "profile": loaded.name,

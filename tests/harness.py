@@ -10,7 +10,8 @@
             assert st["profile"] == "ring-ll"
 
 Constructor: `DaemonHarness(tmp_path, *, engine="sim", sim_load_seconds=0.3, metrics=True,
-env=None, extra_args=(), config=None, tp_size=2, start=True, sigint_ignored=False)`.
+env=None, extra_args=(), config=None, tp_size=2, start=True, sigint_ignored=False,
+preexec=None)`.
 
 - `env`: extra variables for the daemon's own environment (e.g. NCCL_ALGO=Ring to prove
   the engine does not inherit them, NOTIFY_SOCKET, WATCHDOG_USEC). The daemon otherwise gets
@@ -23,6 +24,8 @@ env=None, extra_args=(), config=None, tp_size=2, start=True, sigint_ignored=Fals
 - `start=False` (or use without `with`): call `.start(wait_ready=True)` yourself.
 - `sigint_ignored`: start the daemon with SIGINT ignored, as a background job starts
   (default: SIGINT's default disposition, whatever the suite itself inherited).
+- `preexec`: called in the daemon's process before exec (e.g. lower a resource limit, drop a
+  capability from the bounding set, as a container runtime would start it).
 
 Attributes / methods:
   `.client` ControlClient on the socket; `.socket` (short path under /tmp, AF_UNIX limit);
@@ -171,6 +174,7 @@ class DaemonHarness:
         tp_size: int = 2,
         start: bool = True,
         sigint_ignored: bool = False,
+        preexec: Callable[[], None] | None = None,
     ):
         self.tmp = Path(tmp_path)
         self.engine = engine
@@ -181,6 +185,7 @@ class DaemonHarness:
         self._autostart = start
         # the daemon's SIGINT is set, never inherited from however the suite was started
         self._sigint = signal.SIG_IGN if sigint_ignored else signal.SIG_DFL
+        self._preexec = preexec
         self.short = Path(tempfile.mkdtemp(prefix="fv-", dir="/tmp"))
         self.socket = self.short / "control.sock"
         self.state_dir = self.tmp / "state"
@@ -243,7 +248,7 @@ class DaemonHarness:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             cwd=str(self.tmp),
-            preexec_fn=lambda: signal.signal(signal.SIGINT, self._sigint),
+            preexec_fn=self._in_child,
         )
         self.wait_for(self._answers, timeout, "the control socket to answer")
         if self.proc.poll() is not None:
@@ -253,6 +258,11 @@ class DaemonHarness:
         if wait_ready:
             self.wait_state("READY", timeout)  # settled: the start's record is in history
         return self
+
+    def _in_child(self) -> None:
+        signal.signal(signal.SIGINT, self._sigint)
+        if self._preexec is not None:
+            self._preexec()
 
     def _answers(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:

@@ -245,9 +245,9 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
 @click.option(
     "--run-as-user",
     type=click.IntRange(1),
-    default=1000,
-    show_default=True,
-    help="Non-root user (and group) the pod runs as.",
+    default=None,
+    help="Non-root user (and group) the pod runs as (default 1000; RDMA pods: root with only "
+    "IPC_LOCK, as ibverbs needs).",
 )
 @click.option(
     "--run-as-root",
@@ -361,7 +361,7 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
     help="You apply with `kubectl apply --server-side`: objects over 256 KiB are fine.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
-def kubernetes_cmd(output_dir: str, run_as_root: bool, as_json: bool, **options: object) -> None:
+def kubernetes_cmd(output_dir: str, as_json: bool, **options: object) -> None:
     """Render the fleet's Kubernetes manifests (docs/kubernetes.md).
 
     Exit codes: 0 written, 2 bad options, profile, decision record or configuration."""
@@ -372,8 +372,6 @@ def kubernetes_cmd(output_dir: str, run_as_root: bool, as_json: bool, **options:
     options["image"] = options["image"] or ""
     options["profile_dirs"] = tuple(options["profile_dirs"]) or None  # type: ignore[arg-type]
     options["monitor_labels"] = tuple(options["monitor_labels"]) or None  # type: ignore[arg-type]
-    if run_as_root:
-        options["run_as_user"] = None
     try:
         bundle = lib.render(lib.KubeOptions(**options))  # type: ignore[arg-type]
         written = lib.write_bundle(Path(output_dir), bundle)

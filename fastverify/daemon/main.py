@@ -209,6 +209,23 @@ def sglang_facts(engine: Any) -> Any:
     return facts
 
 
+def _check_memory_pinning(cfg: configmod.Config, sup: Any) -> None:
+    """Where NCCL will use IB (several nodes, ibverbs devices): can this process pin its
+    buffers (fastverify.daemon.memlock)? A problem is a status finding, before any load."""
+    from fastverify.daemon import memlock
+
+    why = memlock.rdma_expected(cfg)
+    if why is None:
+        return
+    verdict = memlock.check()
+    if verdict.ok:
+        log.info("RDMA (%s): %s", why, verdict.message)
+        return
+    message = f"RDMA ({why}): {verdict.message}"
+    log.warning("%s", message)
+    sup.add_finding("memlock", message)
+
+
 def _lock_state_dir(state_dir: Path) -> int:
     state_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(state_dir / "daemon.lock", os.O_RDWR | os.O_CREAT, 0o640)
@@ -395,6 +412,7 @@ class Daemon:
                 log.error("%s", problem)
                 sup.add_finding("metrics", problem)
             sup.attach_runtime(runtime)
+        _check_memory_pinning(cfg, sup)
         servers = []
         try:
             sock = api.bind_unix(cfg.socket_path, cfg.daemon.socket_group)

@@ -49,8 +49,8 @@ def test_no_service_is_named_like_the_leaderworkerset(tmp_path: Path, name: str)
 
 
 def test_two_nodes_with_rdma_get_ipc_lock_and_the_resource(tmp_path: Path) -> None:
-    objs, _ = rendered(tmp_path, "--profile", "ring-ll", "--nodes", "2", "--rdma", "rdma/ib=2",
-                       "--rdma", "rdma/hca_shared_devices_a")  # fmt: skip
+    objs, info = rendered(tmp_path, "--profile", "ring-ll", "--nodes", "2", "--rdma",
+                          "rdma/ib=2", "--rdma", "rdma/hca_shared_devices_a")  # fmt: skip
     for template in pod_templates(objs).values():
         c = container(template)
         for side in ("requests", "limits"):
@@ -59,6 +59,24 @@ def test_two_nodes_with_rdma_get_ipc_lock_and_the_resource(tmp_path: Path) -> No
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
         assert c["securityContext"]["allowPrivilegeEscalation"] is False
         assert "hostNetwork" not in template["spec"]
+        # IPC_LOCK is effective for root only (a non-root uid's CapEff stays 0 under
+        # containerd and CRI-O): the pod runs as uid 0 with that one capability
+        psc = template["spec"]["securityContext"]
+        assert (psc["runAsUser"], psc["runAsNonRoot"]) == (0, False), psc
+    assert any(n.startswith("RDMA: the pods run as root (uid 0) with only IPC_LOCK")
+               for n in info["notes"])  # fmt: skip
+    # a non-root uid is refused for RDMA pods (its IPC_LOCK would do nothing), unless --force
+    args = ("--output-dir", str(tmp_path / "uid"), "--image", "registry.example.com/fv:1",
+            "--nodes", "2", "--rdma", "rdma/ib=1", "--run-as-user", "1000")  # fmt: skip
+    r = ctl("render", "kubernetes", *args)
+    assert r.returncode == 2, r.stderr
+    assert "--run-as-user 1000 with RDMA: IPC_LOCK added for a non-root uid is not effective" in (
+        r.stderr
+    )
+    assert not (tmp_path / "uid").exists()
+    forced = ctl("render", "kubernetes", *args, "--force", "--json")
+    assert forced.returncode == 0, forced.stderr
+    assert any("unlimited memlock limit" in n for n in json.loads(forced.stdout)["notes"])
     # over TCP (accepted on request): no RDMA, no capability
     objs, info = rendered(tmp_path / "tcp", "--nodes", "2", "--allow-tcp")
     for template in pod_templates(objs).values():
