@@ -557,9 +557,9 @@ def tcp_problems(flat: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _cross_problems(
-    flat: Mapping[str, Any], path: str, lines: Mapping[str, int]
+    flat: Mapping[str, Any], where: Callable[[str], tuple[str, int]]
 ) -> list[FieldProblem]:
-    out = [FieldProblem(path, lines.get(key, 0), key, why) for key, why in tcp_problems(flat)]
+    out = [FieldProblem(*where(key), key, why) for key, why in tcp_problems(flat)]
     nnodes = flat.get("server.nnodes", 1)
     rank = flat.get("server.node_rank", 0)
     if isinstance(nnodes, int) and isinstance(rank, int) and not isinstance(rank, bool):
@@ -567,8 +567,7 @@ def _cross_problems(
             key = "server.node_rank"
             out.append(
                 FieldProblem(
-                    path,
-                    lines.get(key, 0),
+                    *where(key),
                     key,
                     f"{key} = {rank} with server.nnodes = {nnodes} "
                     f"(expected a rank in 0..{nnodes - 1})",
@@ -578,8 +577,7 @@ def _cross_problems(
             key = "server.nnodes"
             out.append(
                 FieldProblem(
-                    path,
-                    lines.get(key, 0),
+                    *where(key),
                     key,
                     f"{key} = {nnodes} but server.dist_init_addr is empty "
                     '(expected "HOST:PORT" of node 0, e.g. fastverifyd --dist-init-addr)',
@@ -609,10 +607,16 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
-def load(path: Path | None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:
+def load(
+    path: Path | None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    flags: Mapping[str, str] | None = None,
+) -> Config:
     """Load `path` (missing default file = defaults), apply `{"server": {...}, "daemon": {...}}`
     overrides (command-line flags; None values ignored), validate every key (all problems at
-    once, each with file:line and key), and return a Config; ConfigError otherwise."""
+    once, each with file:line and key), and return a Config; ConfigError otherwise.
+    `flags` (key -> `--flag`): a problem with a value the command line gave is blamed on its
+    flag (`fastverifyd --nnodes: ...`), never on a config file that may not exist."""
     data: dict[str, Any] = {}
     source = ""
     text = ""
@@ -629,19 +633,38 @@ def load(path: Path | None, overrides: dict[str, dict[str, Any]] | None = None) 
             raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
     elif explicit:
         raise ConfigError(f"{path}: no such config file")
-    where = source or str(path)
     lines = _key_lines(text)
     flat = _flatten(data)
-    problems = validate_fields(flat, path=where, lines=lines)
-    flags = {
+    problems = validate_fields(flat, path=source, lines=lines)
+    given = {
         f"{section}.{k}": v
         for section, values in (overrides or {}).items()
         for k, v in values.items()
         if v is not None
     }
-    problems += validate_fields(flags, path="command line (fastverifyd flag)")
-    merged = {**flat, **flags}
-    problems += _cross_problems(merged, where, lines)
+
+    def flag_of(key: str) -> str:
+        flag = (flags or {}).get(key)
+        return f"fastverifyd {flag}" if flag else "command line"
+
+    for key, value in given.items():
+        problems += [
+            FieldProblem(
+                flag_of(key), 0, key, f"{p.message.removeprefix(f'{key}: ')} (it sets {key})"
+            )
+            for p in validate_fields({key: value})
+        ]
+    merged = {**flat, **given}
+
+    def where(key: str) -> tuple[str, int]:
+        """Who gave `key` its value: a flag, the file's line, or the defaults."""
+        if key in given:
+            return flag_of(key), 0
+        if key in flat:
+            return source, lines.get(key, 0)
+        return source or "the built-in defaults", 0
+
+    problems += _cross_problems(merged, where)
     if problems:
         raise ConfigError("\n".join(str(p) for p in problems))
     nested: dict[str, dict[str, Any]] = {"server": {"eagle3": {}}, "daemon": {}}
