@@ -131,7 +131,8 @@ def _trial_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         accept = r.get("accept_length_reference")
         out.append((
             r["profile"], r["mode"], fmt(r.get("tokens_per_second_mean")), fmt(step, 2),
-            fmt(t.get("step_ms_p50"), 2), fmt(t.get("allreduce_per_step"), 0),
+            "no window" if r.get("trace_error") else fmt(t.get("step_ms_p50"), 2),
+            fmt(t.get("allreduce_per_step"), 0),
             fmt(t.get("allreduce_ms_per_step"), 2), fmt(r.get("break_even_accept_length"), 2),
             "-" if accept is None else f"{accept:.2f}: {r.get('eagle3_verdict') or '-'}",
         ))  # fmt: skip

@@ -120,6 +120,8 @@ class Progress:
             self._note(f"journal: {e['journal']}; output: {e['output']}")
             return
         eta = f"ETA {_mmss(e.get('eta_s'))}"
+        if e.get("over_s"):  # the stage ran past its estimate: what is left of it is unknown
+            eta += f" after this stage ({_mmss(e['over_s'])} over its estimate)"
         if kind == "stage":
             self.stage = f"[{e['index']}/{e['total']}] {e['name']}"
             st = e["status"]

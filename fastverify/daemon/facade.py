@@ -469,7 +469,7 @@ class ControlFacade:
         another window still runs after the capture timeout (nothing started); 502 when the
         window failed (it was stopped on the server and removed); `cancelled()` (the client
         went away) stops it."""
-        from fastverify.exporters.runtime import CaptureRefused, EngineIdle
+        from fastverify.exporters.runtime import CaptureRefused, CaptureTimedOut, EngineIdle
 
         # `busy: false` on a 409: nothing else is in flight, the capture cannot be done now
         # (the CLI exits 1 for these, 4 only when another operation or window is in flight).
@@ -501,6 +501,8 @@ class ControlFacade:
             raise RequestError(409, str(exc), reason="capture_refused", busy=False) from None
         except CaptureRefused as exc:
             raise RequestError(409, str(exc), reason="capture_refused") from None
+        except CaptureTimedOut as exc:
+            raise RequestError(502, f"trace capture failed: {exc}", reason="timed_out") from None
         except Exception as exc:
             raise RequestError(502, f"trace capture failed: {exc}") from None
 

@@ -205,7 +205,7 @@ def test_the_eta_follows_the_loads_the_trial_measured(tuned: dict[str, Any]) -> 
     plan_est = {x.split()[0]: _secs(x.split()[1]) for x in err
                 if x.startswith("  confirm ") or x.startswith("  decide ")}  # fmt: skip
     last_trial = [x for x in err if x.startswith("[6/8] trial: [") and "(ETA " in x][-1]
-    eta = _secs(last_trial.rsplit("(ETA ", 1)[1].rstrip(")"))
+    eta = _secs(last_trial.rsplit("(ETA ", 1)[1].split()[0].rstrip(")"))
     assert eta <= plan_est["confirm"] + plan_est["decide"] + 90, last_trial
 
 

@@ -70,6 +70,13 @@ def test_the_decision_is_a_measured_option_and_the_prediction_is_shown(tuned: An
     assert "| pcie-ipc | adaptive | predicted (plan) |" in report
 
 
+def test_the_conditional_eagle3_load_joins_the_eta_when_it_is_decided(tuned: Any) -> None:
+    err = tuned["proc"].stderr
+    assert "+1 real EAGLE-3 load only if the trial puts EAGLE-3 within 10%" in err  # the plan
+    line = next(x for x in err.splitlines() if "confirm: leader pcie-ipc; EAGLE-3: " in x)
+    assert "close or ahead" in line and "+1 real EAGLE-3 load, in the ETA from now on" in line
+
+
 def test_the_engine_is_recorded_and_simulated_is_said(tuned: Any) -> None:
     res, proc = tuned["result"], tuned["proc"]
     engine = res["decision"]["engine"]

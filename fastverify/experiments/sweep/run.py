@@ -576,7 +576,7 @@ class Sweep:
 
         steps = self.cfg.trace_steps
         load = replace(self.cfg.bench, url=url)
-        analysis, error, wall_s = capture_under_load(self.client, load, steps)
+        analysis, error, wall_s = capture_under_load(self.client, load, steps, self.emit)
         if mode == "baseline" and isinstance(analysis, dict) and analysis.get("window"):
             analysis = _decode_analysis(analysis) or analysis
         figures = trial.trace_figures(analysis) if isinstance(analysis, dict) else None
@@ -586,6 +586,7 @@ class Sweep:
         if figures is None:
             rec["error"] = error or "the profile window had no step to analyse"
             self.warnings.append(f"no trace for {profile}/{mode}: {rec['error']}")
+            self.emit(f"{index} {profile}/{mode}: no trace: {rec['error']}")
         self._record(rec)
         if figures:
             self.emit(f"{index} {profile}/{mode}: trace {figures['span']} "
@@ -791,10 +792,15 @@ class Sweep:
             self.warnings.append(f"could not read the recorded baselines: {exc}")
         traces = {(r["profile"], r["mode"]): r["figures"] for r in self.records
                   if r.get("type") == "trace" and r.get("figures")}  # fmt: skip
+        lost = {(r["profile"], r["mode"]): r["error"] for r in self.records
+                if r.get("type") == "trace" and r.get("error")}  # fmt: skip
         rows = trial.annotate(
             rows, traces, lambda p: trial.reference_accept_length(self.cfg.accept_length,
                                                                   recorded, p), recorded
         )  # fmt: skip
+        for r in rows:  # a window that failed (timed out) says so in the row
+            if (r["profile"], r["mode"]) in lost and (r["profile"], r["mode"]) not in traces:
+                r["trace_error"] = lost[(r["profile"], r["mode"])]
         eagle = [r for r in rows if r["mode"] == "eagle3" and r["status"] == "ok"]
         if eagle and not any(r.get("accept_length_reference") for r in eagle):
             self.warnings.append(

@@ -106,7 +106,12 @@ def run(ctx: Ctx) -> StageResult:
         break_even_trial=be,
         eagle3_why=why,
     )
-    ctx.emit(f"confirm: leader {leader}; EAGLE-3: {why}")
+    planned = ""
+    if need and accept is not None:  # the plan's conditional load: in the ETA from now on
+        ctx.eagle3_confirm = True
+        ctx.replan()
+        planned = "; +1 real EAGLE-3 load, in the ETA from now on"
+    ctx.emit(f"confirm: leader {leader}; EAGLE-3: {why}{planned}")
     if need:
         rep = measure.sweep(ctx, "confirm-eagle3", [leader], mode="eagle3", traces=False)
         row = next((r for r in rep["results"] if r["mode"] == "eagle3"), None)

@@ -95,7 +95,7 @@ def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> di
         budget_s=cfg.budget_min * 60 if cfg.budget_min else None,
         repeats=cfg.repeats,
         duration_s=cfg.duration_s,
-        accept_known=accept is not None,
+        accept_known=accept is not None and not ctx.eagle3_confirm,
         history=ctx.client.get("/v1/history"),
         times=ctx.journal.times(),
         done=done,
@@ -296,10 +296,12 @@ def _context(
                 "stage": ctx.stage,
                 "text": text,
                 "eta_s": plan.remaining_s(ctx.plan, ctx.stage, elapsed),
+                "over_s": plan.overrun_s(ctx.plan, ctx.stage, elapsed),
             }
         )
 
     ctx.emit = line
+    ctx.replan = lambda: _replan(ctx)
     for name, rec in jr.finished().items():
         ctx.results[name] = StageResult(rec["status"], rec.get("reason"), rec.get("data") or {})
     first = next((r["plan"] for r in jr.records if r.get("event") == "plan"), None)

@@ -219,3 +219,12 @@ def remaining_s(plan: Mapping[str, Any], after: str | None, elapsed_in_current: 
             seen = True
             total += max(0.0, r["estimate_s"] - elapsed_in_current)
     return total
+
+
+def overrun_s(plan: Mapping[str, Any], stage: str | None, elapsed_in_current: float) -> float:
+    """How far the running stage is past its estimate (0 within it): the ETA then holds
+    only the later stages, and says so."""
+    for r in plan.get("stages", []):
+        if r["name"] == stage:
+            return max(0.0, elapsed_in_current - r["estimate_s"])
+    return 0.0

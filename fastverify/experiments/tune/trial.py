@@ -38,6 +38,8 @@ def row_view(r: dict[str, Any]) -> dict[str, Any]:
     t = r.get("trace") or {}
     out["trace_step_ms"] = t.get("step_ms_p50")
     out["allreduce_per_step"] = t.get("allreduce_per_step")
+    if r.get("trace_error") and not out.get("reason"):  # the table's reason column says it
+        out["reason"] = f"trace window: {r['trace_error']}"
     return out
 
 
