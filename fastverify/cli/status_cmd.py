@@ -32,8 +32,11 @@ def _ago(ts: float | None) -> str:
 
 
 def _recovery(rec: dict[str, Any]) -> str:
-    """`1/3 retries of the last good profile, next in 118 s` (daemon/recovery.py)."""
-    text = f"{rec.get('retries', 0)}/{rec.get('limit', 0)} retries of the last good profile"
+    """`1/3 retries of ring-ll/baseline (the last good profile), next in 118 s`
+    (daemon/recovery.py)."""
+    target = rec.get("target") or {}
+    what = f"{target.get('profile')}/{target.get('mode')} ({target.get('why')})"
+    text = f"{rec.get('retries', 0)}/{rec.get('limit', 0)} retries of {what}"
     if rec.get("spent"):
         text += ": spent (FAILED stays; declarative: /livez answers 503)"
     elif rec.get("running"):
@@ -118,7 +121,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
         lines.append(f"progress:   {prog['phase']}{pct_s}: {prog.get('message') or ''}".rstrip())
     fail_ = st.get("last_failure")
     if fail_:
-        lines.append(f"last failure: {fail_.get('reason')}: {fail_.get('message')}")
+        label = "last failure:" if fail_.get("current", True) else "earlier failure:"
+        past = (
+            ""
+            if fail_.get("current", True)
+            else f" (at {_clock(fail_.get('at'))}, before the engine serving now started)"
+        )
+        lines.append(f"{label} {fail_.get('reason')}: {fail_.get('message')}{past}")
         if fail_.get("log"):
             lines.append(f"              log: {fail_['log']}")
     restarts = st.get("restarts") or {}

@@ -121,7 +121,7 @@ class ControlFacade:
                 "engine": engine,
                 "last_good": c.last_good["profile"] if c.last_good else None,
                 "last_good_mode": c.last_good["mode"] if c.last_good else None,
-                "last_failure": dict(c.last_failure) if c.last_failure else None,
+                "last_failure": _failure_view(c.last_failure, c.state, h if alive else None),
                 "switch_in_flight": op.describe() if op is not None else None,
                 "queued": len(c.slot.queued()),
                 "restarts": {"total": sum(c.restarts.values()), "by_reason": dict(c.restarts)},
@@ -576,6 +576,21 @@ def baseline_records(data: Any) -> list[dict[str, Any]]:
         else:
             out.append(entry)
     return out
+
+
+def _failure_view(
+    failure: dict[str, Any] | None, state: State, serving: Any
+) -> dict[str, Any] | None:
+    """The last failure, with `current`: False once an engine that started after it serves
+    READY (a past problem, not this engine's)."""
+    if not failure:
+        return None
+    past = (
+        state == State.READY
+        and serving is not None
+        and float(failure.get("at") or 0) <= float(serving.started_at or 0)
+    )
+    return {**failure, "current": not past}
 
 
 def _sglang_summary(engine: Any) -> dict[str, Any] | None:

@@ -205,7 +205,9 @@ def test_declarative_failed_retries_with_backoff_then_livez_fails(tmp_path: Path
         out = d.ctl("status", "--json")
         assert json.loads(out.stdout)["recovery"]["spent"] is True
         text = d.ctl("status").stdout
-        assert "recovery:   2/2 retries of the last good profile: spent" in text, text
+        assert "recovery:   2/2 retries of unverifiable/baseline (the declared profile): spent" in (
+            text
+        ), text
 
 
 def test_failed_recovers_the_last_good_profile(tmp_path: Path) -> None:
