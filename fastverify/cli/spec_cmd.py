@@ -28,6 +28,7 @@ from fastverify.cli.output import (
     EXIT_PROBLEMS,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    daemon_exit,
     emit_json,
     fail,
     table,
@@ -277,9 +278,11 @@ def costs(
     except CostTrialError as exc:
         _stop(str(exc), EXIT_USAGE, "cannot_run", as_json)
     except DaemonUnavailable as exc:
-        _stop(str(exc), EXIT_UNAVAILABLE, "unreachable", as_json)
+        _stop(str(exc), daemon_exit(exc, EXIT_UNAVAILABLE), "unreachable", as_json)
     except ApiError as exc:
-        _stop(str(exc.body.get("error") or exc), EXIT_PROBLEMS, "api_error", as_json)
+        _stop(
+            str(exc.body.get("error") or exc), daemon_exit(exc, EXIT_PROBLEMS), "api_error", as_json
+        )
     except KeyboardInterrupt:
         restored = (trials.info.get("restored") or {}).get("result")
         _stop(f"interrupted; the engine was put back ({restored or 'not confirmed'})",

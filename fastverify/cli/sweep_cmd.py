@@ -25,6 +25,7 @@ from fastverify.cli.output import (
     EXIT_PROBLEMS,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    daemon_exit,
     emit_json,
     fail,
     table,
@@ -289,7 +290,7 @@ def sweep(
             hint = ""
             if (out / "results.jsonl").exists():
                 hint = f"\nresults so far are in {out}/results.jsonl; continue with --resume"
-            fail(f"{exc}{hint}", EXIT_UNAVAILABLE)
+            fail(f"{exc}{hint}", daemon_exit(exc, EXIT_UNAVAILABLE))
         except SweepBusy as exc:
             fail(f"sweep: {exc}", EXIT_BUSY)
         except SweepError as exc:

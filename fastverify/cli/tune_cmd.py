@@ -28,6 +28,7 @@ from fastverify.cli.output import (
     EXIT_PROBLEMS,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    daemon_exit,
     emit_json,
     fail,
     table,
@@ -295,10 +296,13 @@ def tune(
             fail(
                 f"{exc}\n(the tune's journal is kept: start the daemon and run "
                 "`fastverifyctl tune --resume`)",
-                EXIT_UNAVAILABLE,
+                daemon_exit(exc, EXIT_UNAVAILABLE),
             )
         except ApiError as exc:
-            fail(f"tune: the daemon answered {exc} (continue with --resume)", EXIT_PROBLEMS)
+            fail(
+                f"tune: the daemon answered {exc} (continue with --resume)",
+                daemon_exit(exc, EXIT_PROBLEMS),
+            )
         except KeyboardInterrupt:
             fail("tune: interrupted; continue with `fastverifyctl tune --resume`", EXIT_INTERRUPTED)
     d = result["decision"]
