@@ -473,13 +473,22 @@ def validate_fields(
                     if known
                     else "known tables: " + ", ".join(f"[{t}]" for t in TABLES)
                 )
-                msg = f"{key}: unknown key {name!r} ({hint})"
+                meant = _close(name if known else key, known or list(TABLES))
+                msg = f"{key}: unknown key {name!r} ({meant}{hint})"
             out.append(FieldProblem(path, line, key, msg))
             continue
         why = check(value)
         if why:
             out.append(FieldProblem(path, line, key, f"{key}: {why}"))
     return out
+
+
+def _close(name: str, known: list[str]) -> str:
+    """`did you mean watch_interval_s? ` for a misspelt key, else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=2, cutoff=0.75)
+    return f"did you mean {' or '.join(close)}? " if close else ""
 
 
 def _key_lines(text: str) -> dict[str, int]:

@@ -201,8 +201,15 @@ def load_values(path: str | None) -> dict[str, Any]:
         raise RenderError(f"{path}: expected a mapping of {', '.join(KEYS)}")
     unknown = [k for k in data if k not in KEYS]
     if unknown:
+        import difflib
+
+        def meant(key: object) -> str:
+            close = difflib.get_close_matches(str(key), list(KEYS), n=1, cutoff=0.75)
+            return f"{key} (did you mean {close[0]}?)" if close else str(key)
+
         known = "\n".join(f"  {k}: {v}" for k, v in KEYS.items())
-        raise RenderError(f"{path}: unknown key(s) {', '.join(map(str, unknown))}; known:\n{known}")
+        what = ", ".join(meant(k) for k in unknown)
+        raise RenderError(f"{path}: unknown key(s) {what}; known:\n{known}")
     return data
 
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from fastverify.cli.groups import SuggestingGroup
+
 
 def _emit(text: str, output: str) -> None:
     if output == "-":
@@ -24,7 +26,7 @@ def _emit(text: str, output: str) -> None:
     click.echo(f"wrote {path}", err=True)
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def render() -> None:
     """Render systemd units, the compose stack, or Kubernetes manifests."""
 

@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from fastverify.cli.daemon_call import call_daemon, client_for, socket_option
+from fastverify.cli.groups import SuggestingGroup
 from fastverify.cli.output import (
     EXIT_BUSY,
     EXIT_INTERRUPTED,
@@ -41,7 +42,7 @@ NO_ACCEPTANCE = (
 )
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def spec() -> None:
     """Speculation shaped to the host: steps per batch size, SGLang's adaptive config."""
 

@@ -92,11 +92,16 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if st.get("tokens_per_second"):
         lines.append(f"throughput: {st['tokens_per_second']:.1f} tok/s")
     spec = st.get("speculation") or {}
-    if spec.get("active_steps") is not None:
+    if spec.get("fixed_steps") is not None:  # EAGLE-3 always runs its configured steps
+        lines.append(f"draft steps: {spec['fixed_steps']} (fixed: --speculative-num-steps)")
+    elif spec.get("active_steps") is not None:  # adaptive moves between its tiers' candidates
+        lines.append(f"draft steps: {spec['active_steps']} now (adaptive)")
         at = spec.get("seconds_at_steps") or {}
         spent = ", ".join(f"{k} steps {v:.0f} s" for k, v in sorted(at.items(), key=lambda x:
                                                                       int(x[0])))  # fmt: skip
-        lines.append(f"draft steps: {spec['active_steps']} now" + (f" ({spent})" if spent else ""))
+        if spent:
+            lines.append(f"time at steps: {spent} (decoding, every {st.get('profile')}/"
+                         f"{st.get('mode')} engine since the daemon started)")  # fmt: skip
     ar = eng.get("allreduce") or {}
     if ar.get("description") and eng.get("pid"):  # confirmed at verify (TP all-reduces)
         how = f" [{ar['evidence']}]" if ar.get("evidence") else ""

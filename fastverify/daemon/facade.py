@@ -140,7 +140,7 @@ class ControlFacade:
         engine["identity"] = self.engine_identity()
         # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
         engine["capabilities"] = self.capabilities(argv)
-        out["speculation"] = self.speculation(out["profile"], out["mode"])
+        out["speculation"] = self.speculation(out["profile"], out["mode"], argv)
         return out
 
     def engine_identity(self) -> dict[str, Any]:
@@ -154,18 +154,29 @@ class ControlFacade:
             "simulated": bool(eng.simulated),
         }
 
-    def speculation(self, profile: str | None, mode: str | None) -> dict[str, Any] | None:
+    def speculation(
+        self, profile: str | None, mode: str | None, argv: list[str] | None = None
+    ) -> dict[str, Any] | None:
         """Active draft steps and seconds at each (the exporter's reading of SGLang's
-        sglang:spec_num_steps), for a drafting mode; None otherwise or without the exporter."""
+        sglang:spec_num_steps), for a drafting mode; None otherwise or without the exporter.
+        `fixed_steps`: mode eagle3's configured step count (its argv), which it always runs."""
         if mode not in SPEC_MODES or self.feed is None:
             return None
+        fixed = None
+        flag = "--speculative-num-steps"
+        if mode == "eagle3" and argv and flag in argv[:-1]:
+            fixed = int(argv[argv.index(flag) + 1])
         snap = self.feed.hub.snapshot()
         seconds = {
             steps: round(secs, 3)
             for (p, m, steps), secs in snap.get("spec_steps_seconds", {}).items()
             if (p, m) == (profile, mode)
         }
-        return {"active_steps": snap.get("spec_active_steps"), "seconds_at_steps": seconds}
+        return {
+            "active_steps": snap.get("spec_active_steps"),
+            "seconds_at_steps": seconds,
+            "fixed_steps": fixed,
+        }
 
     def capabilities(self, argv: list[str] | None) -> dict[str, Any] | None:
         """The engine's all-reduce capabilities for the argv it serves (else the configured

@@ -103,6 +103,8 @@ def run(ctx: Ctx) -> StageResult:
         leader=leader,
         accept_length=accept,
         accept_length_source=source,
+        accept_length_before=accept,  # what was known before any real EAGLE-3 load
+        accept_length_before_source=source,
         break_even_trial=be,
         eagle3_why=why,
     )

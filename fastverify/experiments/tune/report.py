@@ -310,13 +310,10 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         )
         rows = conf["rows"] + ([conf["eagle3"]] if conf.get("eagle3") else [])
         lines += ["", "### Confirm (real weights)", ""]
-        lines += md_table(keys, [[r.get(k) for k in keys] for r in rows])
+        lines += md_table(keys, [[r.get(k) for k in keys] for r in _vs_best(rows)])
         lines += _too_few_runs(rows) + _quantised(rows)
-        lines += [
-            "",
-            f"Accept length: {_fmt(conf.get('accept_length'), 2)} "
-            f"({conf.get('accept_length_source')}); EAGLE-3: {conf.get('eagle3_why')}",
-        ]
+        lines += ["", f"EAGLE-3: {conf.get('eagle3_why')}", "", "Accept lengths:", ""]
+        lines += _accept_lengths(conf)
     dec = data.get("decide") or {}
     if dec.get("options"):
         keys = (
@@ -331,6 +328,35 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         lines += ["", "### Decision options", ""]
         lines += md_table(keys, [[o.get(k) for k in keys] for o in dec["options"]])
     return lines
+
+
+def _vs_best(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`vs_best` over all the rows, both modes: `best` once, the others as a ratio to it."""
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("tokens_per_second_mean")]
+    top = max(ok, key=lambda r: r["tokens_per_second_mean"], default=None)
+    out = []
+    for r in rows:
+        if r is top:
+            vs = "best"
+        elif r in ok and top is not None:
+            vs = f"x{r['tokens_per_second_mean'] / top['tokens_per_second_mean']:.3f}"
+        else:
+            vs = None
+        out.append({**r, "vs_best": vs})
+    return out
+
+
+def _accept_lengths(conf: Mapping[str, Any]) -> list[str]:
+    """One accept length per line with its source, the one the decision uses marked."""
+    used = conf.get("accept_length")
+    before = conf.get("accept_length_before")
+    out = []
+    if before is not None and before != used:
+        out.append(f"- {_fmt(before, 2)}: {conf.get('accept_length_before_source')} (known "
+                   "before the confirmation; superseded by the measurement below)")  # fmt: skip
+    if used is not None:
+        out.append(f"- {_fmt(used, 2)}: {conf.get('accept_length_source')} (the decision uses it)")
+    return out or ["- none known"]
 
 
 def _quantised(rows: Sequence[Mapping[str, Any]]) -> list[str]:
