@@ -134,3 +134,13 @@ def test_a_misspelt_profile_is_usage_even_under_a_lease(tuned: Any) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "unknown profile(s): pcie-ipcc (did you mean pcie-ipc?)" in proc.stderr
     assert "holds the daemon" not in proc.stderr
+
+
+def test_the_report_gives_one_accept_length_per_line_and_best_once(tuned: Any) -> None:
+    report = Path(tuned["result"]["report"]).read_text()
+    confirm = report.split("### Confirm (real weights)", 1)[1].split("### ", 1)[0]
+    table = [x for x in confirm.splitlines() if x.startswith("| pcie-ipc |")]
+    assert len(table) == 2 and sum(" | best | " in x for x in table) == 1, table
+    accepts = confirm.split("Accept lengths:", 1)[1].strip().splitlines()
+    assert accepts[0].startswith("- 2.00: command line (--accept-length) (known before"), accepts
+    assert accepts[1].endswith("measured with real weights (pcie-ipc) (the decision uses it)")
