@@ -106,8 +106,8 @@ class SweepConfig:
             raise ValueError("name at least one profile")
         if len(set(self.profiles)) != len(self.profiles):
             raise ValueError("a profile is named twice")
-        if self.mode not in ("baseline", "eagle3"):
-            raise ValueError(f"--mode must be baseline or eagle3, got {self.mode!r}")
+        if self.mode not in ("baseline", "eagle3", "adaptive"):
+            raise ValueError(f"--mode must be baseline, eagle3 or adaptive, got {self.mode!r}")
         if self.repeats < 1:
             raise ValueError("--repeats must be at least 1")
         if self.then_eagle3 < 0:

@@ -85,6 +85,32 @@ def options(confirm: Mapping[str, Any], trial_rows: Sequence[Mapping[str, Any]])
     return sorted(out, key=lambda o: -o["tokens_per_second"])
 
 
+def spec_plan(ctx: Ctx, warnings: list[str]) -> dict[str, Any] | None:
+    """The daemon's stored speculation plan (`GET /v1/spec/plan`); None when there is none
+    (404, or `{}`), and any other refusal said in `warnings`, never swallowed."""
+    from fastverify.client import ApiError
+
+    try:
+        return ctx.client.get("/v1/spec/plan") or None
+    except ApiError as exc:
+        if exc.status != 404:
+            warnings.append(f"the daemon's speculation plan could not be read ({exc}): "
+                            "mode adaptive was not considered")  # fmt: skip
+        return None
+
+
+def measured_adaptive(row: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Mode adaptive as confirm measured it with real weights (a sweep row), if it did."""
+    if not row or row.get("status") != "ok":
+        return []
+    return [{
+        "profile": row["profile"], "mode": "adaptive", "evidence": "measured",
+        "tokens_per_second": row["tokens_per_second_mean"], "ci95": row.get("ci95"),
+        "samples": row.get("samples") or [], "adaptive_config": row.get("adaptive_config"),
+        "adaptive_config_json": row.get("adaptive_config_json"),
+    }]  # fmt: skip
+
+
 def adaptive_options(
     rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any] | None, concurrency: int
 ) -> list[dict[str, Any]]:
@@ -251,15 +277,12 @@ def run(ctx: Ctx) -> StageResult:
     )
     warnings: list[str] = []
     opts = options(confirm, ctx.data("trial").get("rows", []))
-    try:
-        plan = ctx.client.get("/v1/spec/plan")
-    except ApiError as exc:
-        plan = None
-        if exc.status != 404:  # 404: no plan stored, the usual case
-            warnings.append(f"the daemon's speculation plan could not be read ({exc}): "
-                            "mode adaptive was not considered")  # fmt: skip
+    measured = measured_adaptive(confirm.get("adaptive"))
+    predicted = adaptive_options(
+        confirm.get("rows", []), spec_plan(ctx, warnings), ctx.cfg.concurrency
+    )
     opts = sorted(
-        opts + adaptive_options(confirm.get("rows", []), plan, ctx.cfg.concurrency),
+        opts + measured + [o for o in predicted if not measured],
         key=lambda o: -o["tokens_per_second"],
     )
     win = choose(opts, serving)
@@ -281,6 +304,8 @@ def run(ctx: Ctx) -> StageResult:
         )
     elif win["mode"] == "eagle3":
         why += f"; accept length {accept:.2f} ({confirm.get('accept_length_source')})"
+    elif win["mode"] == "adaptive":
+        why += f"; SGLang's adaptive steps from the speculation plan ({win['adaptive_config']})"
     if win.get("kept_because"):
         why += f"; {win['kept_because']}"
     data: dict[str, Any] = {
@@ -329,6 +354,8 @@ def run(ctx: Ctx) -> StageResult:
     }
     if accept:
         body["accept_length"] = accept
+    if win["mode"] == "adaptive":
+        body["adaptive_config"] = win["adaptive_config"]
     try:
         ctx.client.post("/v1/decision", body)
         data["recorded"] = True

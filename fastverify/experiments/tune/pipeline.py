@@ -96,6 +96,7 @@ def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> di
         repeats=cfg.repeats,
         duration_s=cfg.duration_s,
         accept_known=accept is not None and not ctx.eagle3_confirm,
+        extra_real_loads=ctx.extra_confirm_loads,
         history=ctx.client.get("/v1/history"),
         times=ctx.journal.times(),
         done=done,

@@ -308,7 +308,7 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
             "vs_best",
             "reason",
         )
-        rows = conf["rows"] + ([conf["eagle3"]] if conf.get("eagle3") else [])
+        rows = conf["rows"] + [conf[k] for k in ("eagle3", "adaptive") if conf.get(k)]
         lines += ["", "### Confirm (real weights)", ""]
         lines += md_table(keys, [[r.get(k) for k in keys] for r in _vs_best(rows)])
         lines += _too_few_runs(rows) + _quantised(rows)
