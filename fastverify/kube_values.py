@@ -74,7 +74,9 @@ class Fleet:
 
     def pinned(self) -> bool:
         """Whether the pods are pinned to some nodes (a nodeSelector or a node affinity)."""
-        return bool(self.node_selector) or bool((self.affinity or {}).get("nodeAffinity"))
+        from fastverify import kube_affinity
+
+        return bool(self.node_selector) or kube_affinity.pins(self.affinity)
 
 
 def _where(source: str, key: str) -> str:
@@ -231,8 +233,9 @@ def build_fleet(values: dict[str, Any], source: str, flags: dict[str, Any]) -> F
         **_label_map(flags.get("node_selector") or {}, "--node-selector", "nodeSelector"),
     }
     if "affinity" in v:
-        if not isinstance(v["affinity"], dict):
-            raise RenderError(f"{source}: affinity: expected {KEYS['affinity']}")
+        from fastverify import kube_affinity
+
+        kube_affinity.check(v["affinity"], source)  # as the API server would, before it
         fleet.affinity = v["affinity"]
     scalars = {"runtimeClassName": "runtime_class", "priorityClassName": "priority_class",
                "exclusiveTopology": "exclusive_topology"}  # fmt: skip

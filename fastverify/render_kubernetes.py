@@ -125,6 +125,10 @@ class KubeOptions:
     model_storage_class: str | None = None  # None: the cluster's default StorageClass
     model_access_mode: str | None = None  # None: ReadOnlyMany for > 1 pod, else ReadWriteOnce
     model_host_path: str | None = None  # instead of a PVC
+    # where in the model volume (mounted at /models) the pod finds the model and the
+    # EAGLE-3 drafter; None: the configuration's server.model_path / draft_model_path
+    model_path: str | None = None
+    draft_model_path: str | None = None
     cache_pvc: str | None = None  # None: an emptyDir per pod
     # None: uid 1000, or for RDMA pods root with only IPC_LOCK (pod_identity)
     run_as_user: int | None = None
@@ -175,6 +179,8 @@ class Bundle:
     config_checksum: str
     config_text: str
     notes: list[str] = field(default_factory=list)
+    layout: list[str] = field(default_factory=list)  # what the model volume must hold
+    prerequisites: list[str] = field(default_factory=list)  # what the cluster must have
 
 
 # ------------------------------------------------------------------------- inputs
@@ -603,6 +609,47 @@ def _placement_notes(
 DEFAULT_USER = 1000
 
 
+def _in_models(flag: str, value: str | None) -> str | None:
+    """`--model-path` as the pod sees it: under the model volume (/models); a relative
+    path is taken inside it."""
+    if value is None:
+        return None
+    path = os.path.normpath(value if value.startswith("/") else f"{MODEL_DIR}/{value}")
+    if not path.startswith(MODEL_DIR + "/"):
+        raise RenderError(
+            f"{flag} {value!r}: the model volume is mounted at {MODEL_DIR} in the pod; give a "
+            f"path under it (e.g. {MODEL_DIR}/Kimi-K2.5) or one relative to it (Kimi-K2.5)"
+        )
+    return path
+
+
+def layout(server: Any, mode: str) -> list[str]:
+    """What the model volume must hold, as the pod's configuration names it."""
+    out = [f"{server.model_path} (the model: --model-path, server.model_path)"]
+    if mode != "baseline":
+        out.append(f"{server.draft_model_path} (the EAGLE-3 drafter: --draft-model-path)")
+    return out
+
+
+def prerequisites(options: KubeOptions, workload: str) -> list[str]:
+    """What the cluster must have for `kubectl apply` of this render to work."""
+    out = []
+    if workload == "LeaderWorkerSet":
+        out.append("the LeaderWorkerSet controller (leaderworkerset.x-k8s.io/v1 CRD)")
+    if options.monitor != "none":
+        kind = "PodMonitor" if options.monitor == "podmonitor" else "ServiceMonitor"
+        out.append(f"the Prometheus Operator's {kind} CRD (monitoring.coreos.com/v1; "
+                   "kube-prometheus-stack installs it)")  # fmt: skip
+    if options.grafana:
+        out.append(f"the namespace {options.grafana_namespace} (Grafana's sidecar reads the "
+                   "dashboard ConfigMaps there; --grafana-namespace, --no-grafana)")  # fmt: skip
+    if not options.create_namespace:
+        out.append(f"the namespace {options.namespace} (--no-namespace: not rendered)")
+    if options.model_pvc:
+        out.append(f"the claim {options.model_pvc} in {options.namespace}, holding the model")
+    return out
+
+
 def pod_identity(options: KubeOptions, fleet: Any) -> tuple[int | None, list[str]]:
     """The uid the pod runs as (None: the image's user, root) and notes. RDMA pods run as
     root with every capability dropped but IPC_LOCK: ibverbs pins NCCL's buffers, and past
@@ -748,6 +795,18 @@ def render(options: KubeOptions) -> Bundle:
     pod_cfg = pod_config(
         cfg, loaded.name, mode, options.nodes, gpus, options.web_config_secret is not None
     )
+    paths_given = {
+        k: v
+        for k, v in (
+            ("model_path", _in_models("--model-path", options.model_path)),
+            ("draft_model_path", _in_models("--draft-model-path", options.draft_model_path)),
+        )
+        if v is not None
+    }
+    if paths_given:
+        pod_cfg = dataclasses.replace(
+            pod_cfg, server=dataclasses.replace(pod_cfg.server, **paths_given)
+        )
     if adaptive_text is not None:  # the pod reads it from the config ConfigMap's mount
         pod_cfg = dataclasses.replace(pod_cfg, server=dataclasses.replace(
             pod_cfg.server, adaptive_config=f"{CONFIG_DIR}/{ADAPTIVE_CONFIG_KEY}"))  # fmt: skip
@@ -910,6 +969,8 @@ def render(options: KubeOptions) -> Bundle:
         config_checksum=config_checksum,
         config_text=config_text,
         notes=notes,
+        layout=layout(pod_cfg.server, mode),
+        prerequisites=prerequisites(options, workload),
     )
 
 
