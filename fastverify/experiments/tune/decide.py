@@ -334,12 +334,15 @@ def run(ctx: Ctx) -> StageResult:
             ctx.emit(f"--no-apply: putting back {original['profile']}/{original['mode']} ...")
             res = _switch(ctx, original["profile"], original["mode"])
             data["restore_result"] = {k: res.get(k) for k in ("result", "reason", "message")}
-    if win["mode"] == "eagle3" and win["evidence"] == "measured" and accept:
+    eagle3 = confirm.get("eagle3") or {}
+    if eagle3.get("status") == "ok" and eagle3.get("accept_length_mean"):
+        # what confirm measured with real weights, whatever won: for later trials here
         base = next(
-            (o for o in opts if o["profile"] == win["profile"] and o["mode"] == "baseline"), None
+            (o for o in opts if o["profile"] == eagle3["profile"] and o["mode"] == "baseline"),
+            None,
         )
-        if base:  # the real accept length, for later trials on this host
-            saved = _save_accept_length(ctx, win["profile"], base, accept)
+        if base:
+            saved = _save_accept_length(ctx, eagle3["profile"], base, eagle3["accept_length_mean"])
             data["accept_length_saved"] = saved is None
             if saved is not None:
                 warnings.append(saved)
