@@ -26,17 +26,31 @@ class DaemonUnavailable(ConnectionError):
     is one sentence for the operator (the CLI exits 3 with it)."""
 
 
+class DaemonRefused(DaemonUnavailable):
+    """The daemon is there and refused this client: the socket's permissions, a TLS door
+    that rejected its certificate (the CLI exits 8 with the message)."""
+
+    refused = True
+
+
 class ConnectionLost(ConnectionError):
     """The daemon answered, then the connection broke before the response was complete
     (an operation may still be running: see `fastverifyctl status`)."""
 
 
+# HTTP answers by which the daemon refuses the client itself (no or a wrong token; the
+# backoff after repeated failures): `ApiError.refused`, the CLI's exit 8
+REFUSED_STATUSES = (401, 429)
+
+
 class ApiError(RuntimeError):
-    """The daemon answered with an HTTP error; `status` and the decoded JSON `body` are kept."""
+    """The daemon answered with an HTTP error; `status` and the decoded JSON `body` are kept.
+    `refused`: it refused this client (REFUSED_STATUSES)."""
 
     def __init__(self, status: int, body: dict[str, Any]):
         self.status = status
         self.body = body
+        self.refused = status in REFUSED_STATUSES
         super().__init__(body.get("error") or body.get("message") or f"HTTP {status}")
 
 
@@ -187,15 +201,18 @@ class ControlClient:
         elif "WRONG_VERSION_NUMBER" in text or "wrong version number" in text:
             why = "it does not speak TLS on that port (a plaintext loopback door?)"
         elif "certificate" in text.lower() or "unknown ca" in text.lower():
-            why = (f"it refused this client's certificate ({getattr(exc, 'reason', text)}): "
-                   "it requires one signed by its client CA and in date; pass --tls-cert "
-                   "and --tls-key (FASTVERIFY_TLS_CERT, FASTVERIFY_TLS_KEY)")  # fmt: skip
+            return DaemonRefused(
+                f"fastverifyd at {where}: it refused this client's certificate "
+                f"({getattr(exc, 'reason', text)}): it requires one signed by its client CA "
+                "and in date; pass --tls-cert and --tls-key (FASTVERIFY_TLS_CERT, "
+                "FASTVERIFY_TLS_KEY)"
+            )
         else:
             why = f"the TLS handshake failed ({getattr(exc, 'reason', None) or text})"
         return DaemonUnavailable(f"fastverifyd at {where}: {why}")
 
     def _where(self) -> str:
-        return self.tcp or self.socket_path
+        return f"tcp://{self.tcp}" if self.tcp else str(self.socket_path)
 
     def _no_answer(self, exc: BaseException, timeout: float | None) -> DaemonUnavailable:
         """One sentence for a daemon that took the connection but did not answer."""
@@ -228,14 +245,21 @@ class ControlClient:
         try:
             sock = self._connect(timeout)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
-            where = self.tcp or self.socket_path
+            if self.tcp:
+                hint = (
+                    "is it running and listening there? (fastverifyd --tcp-listen HOST:PORT; "
+                    "another daemon: pass --host tcp://HOST:PORT or set FASTVERIFY_HOST)"
+                )
+            else:
+                hint = (
+                    "is it running? (start it with `fastverifyd`; another socket: pass "
+                    "--socket PATH or set FASTVERIFY_SOCKET)"
+                )
             raise DaemonUnavailable(
-                f"fastverifyd is not reachable at {where} ({exc.strerror or exc}); "
-                "is it running? (start it with `fastverifyd`; another socket: pass --socket PATH "
-                "or set FASTVERIFY_SOCKET)"
+                f"fastverifyd is not reachable at {self._where()} ({exc.strerror or exc}); {hint}"
             ) from None
         except PermissionError:
-            raise DaemonUnavailable(
+            raise DaemonRefused(
                 f"permission denied on {self.socket_path}: join the 'fastverify' group or use sudo"
             ) from None
         except OSError as exc:  # EAGAIN (full accept queue), timeout, reset, ...

@@ -62,7 +62,8 @@ File layout (every key optional; see `docs/config.example.toml`):
     watch_interval_s = 30              # after READY: SGLang's /health_generate every N s (0 = off)
     watch_timeout_s = 40               # no answer within N s = unresponsive (SGLang answers 503
                                        # itself after SGLANG_HEALTH_CHECK_TIMEOUT, 20 s)
-    watch_failures = 3                 # non-200 answers in a row = unresponsive
+    watch_failures = 2                 # non-200 answers in a row = unresponsive
+    watch_retry_s = 5                  # after a failed check, the next one N s after its answer
     recover_retries = 3                # FAILED: retry the last good profile N times (0 = never)
     recover_backoff_s = [60, 900]      # initial, max delay between those retries (doubling)
     log_level = "info"
@@ -178,7 +179,8 @@ class DaemonConfig:
     restart_window_s: float = 300.0
     watch_interval_s: float = 30.0
     watch_timeout_s: float = 40.0
-    watch_failures: int = 3
+    watch_failures: int = 2
+    watch_retry_s: float = 5.0
     recover_retries: int = 3
     recover_backoff_s: tuple[float, float] = (60.0, 900.0)
     log_level: str = "info"
@@ -415,6 +417,7 @@ FIELDS: dict[str, Check] = {
     "daemon.watch_interval_s": _number(0),
     "daemon.watch_timeout_s": _number(0, lo_open=True),
     "daemon.watch_failures": _integer(1, 100),
+    "daemon.watch_retry_s": _number(0),
     "daemon.recover_retries": _integer(0, 1000),
     "daemon.recover_backoff_s": _backoff,
     "daemon.log_level": _choice(LOG_LEVELS),
@@ -470,13 +473,22 @@ def validate_fields(
                     if known
                     else "known tables: " + ", ".join(f"[{t}]" for t in TABLES)
                 )
-                msg = f"{key}: unknown key {name!r} ({hint})"
+                meant = _close(name if known else key, known or list(TABLES))
+                msg = f"{key}: unknown key {name!r} ({meant}{hint})"
             out.append(FieldProblem(path, line, key, msg))
             continue
         why = check(value)
         if why:
             out.append(FieldProblem(path, line, key, f"{key}: {why}"))
     return out
+
+
+def _close(name: str, known: list[str]) -> str:
+    """`did you mean watch_interval_s? ` for a misspelt key, else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=2, cutoff=0.75)
+    return f"did you mean {' or '.join(close)}? " if close else ""
 
 
 def _key_lines(text: str) -> dict[str, int]:
@@ -554,9 +566,9 @@ def tcp_problems(flat: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _cross_problems(
-    flat: Mapping[str, Any], path: str, lines: Mapping[str, int]
+    flat: Mapping[str, Any], where: Callable[[str], tuple[str, int]]
 ) -> list[FieldProblem]:
-    out = [FieldProblem(path, lines.get(key, 0), key, why) for key, why in tcp_problems(flat)]
+    out = [FieldProblem(*where(key), key, why) for key, why in tcp_problems(flat)]
     nnodes = flat.get("server.nnodes", 1)
     rank = flat.get("server.node_rank", 0)
     if isinstance(nnodes, int) and isinstance(rank, int) and not isinstance(rank, bool):
@@ -564,8 +576,7 @@ def _cross_problems(
             key = "server.node_rank"
             out.append(
                 FieldProblem(
-                    path,
-                    lines.get(key, 0),
+                    *where(key),
                     key,
                     f"{key} = {rank} with server.nnodes = {nnodes} "
                     f"(expected a rank in 0..{nnodes - 1})",
@@ -575,8 +586,7 @@ def _cross_problems(
             key = "server.nnodes"
             out.append(
                 FieldProblem(
-                    path,
-                    lines.get(key, 0),
+                    *where(key),
                     key,
                     f"{key} = {nnodes} but server.dist_init_addr is empty "
                     '(expected "HOST:PORT" of node 0, e.g. fastverifyd --dist-init-addr)',
@@ -606,10 +616,16 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
-def load(path: Path | None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:
+def load(
+    path: Path | None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    flags: Mapping[str, str] | None = None,
+) -> Config:
     """Load `path` (missing default file = defaults), apply `{"server": {...}, "daemon": {...}}`
     overrides (command-line flags; None values ignored), validate every key (all problems at
-    once, each with file:line and key), and return a Config; ConfigError otherwise."""
+    once, each with file:line and key), and return a Config; ConfigError otherwise.
+    `flags` (key -> `--flag`): a problem with a value the command line gave is blamed on its
+    flag (`fastverifyd --nnodes: ...`), never on a config file that may not exist."""
     data: dict[str, Any] = {}
     source = ""
     text = ""
@@ -626,19 +642,38 @@ def load(path: Path | None, overrides: dict[str, dict[str, Any]] | None = None) 
             raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
     elif explicit:
         raise ConfigError(f"{path}: no such config file")
-    where = source or str(path)
     lines = _key_lines(text)
     flat = _flatten(data)
-    problems = validate_fields(flat, path=where, lines=lines)
-    flags = {
+    problems = validate_fields(flat, path=source, lines=lines)
+    given = {
         f"{section}.{k}": v
         for section, values in (overrides or {}).items()
         for k, v in values.items()
         if v is not None
     }
-    problems += validate_fields(flags, path="command line (fastverifyd flag)")
-    merged = {**flat, **flags}
-    problems += _cross_problems(merged, where, lines)
+
+    def flag_of(key: str) -> str:
+        flag = (flags or {}).get(key)
+        return f"fastverifyd {flag}" if flag else "command line"
+
+    for key, value in given.items():
+        problems += [
+            FieldProblem(
+                flag_of(key), 0, key, f"{p.message.removeprefix(f'{key}: ')} (it sets {key})"
+            )
+            for p in validate_fields({key: value})
+        ]
+    merged = {**flat, **given}
+
+    def where(key: str) -> tuple[str, int]:
+        """Who gave `key` its value: a flag, the file's line, or the defaults."""
+        if key in given:
+            return flag_of(key), 0
+        if key in flat:
+            return source, lines.get(key, 0)
+        return source or "the built-in defaults", 0
+
+    problems += _cross_problems(merged, where)
     if problems:
         raise ConfigError("\n".join(str(p) for p in problems))
     nested: dict[str, dict[str, Any]] = {"server": {"eagle3": {}}, "daemon": {}}

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from fastverify.cli.daemon_call import DOOR_OPTIONS
+from fastverify.cli.groups import SuggestingGroup
 
 # command name -> "module:attribute" (a click command or group)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -95,7 +96,7 @@ def door_options(f: Any) -> Any:
     return f
 
 
-class LazyGroup(click.Group):
+class LazyGroup(SuggestingGroup):
     """A click group whose sub-commands are imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:

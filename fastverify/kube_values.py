@@ -74,7 +74,9 @@ class Fleet:
 
     def pinned(self) -> bool:
         """Whether the pods are pinned to some nodes (a nodeSelector or a node affinity)."""
-        return bool(self.node_selector) or bool((self.affinity or {}).get("nodeAffinity"))
+        from fastverify import kube_affinity
+
+        return bool(self.node_selector) or kube_affinity.pins(self.affinity)
 
 
 def _where(source: str, key: str) -> str:
@@ -201,8 +203,15 @@ def load_values(path: str | None) -> dict[str, Any]:
         raise RenderError(f"{path}: expected a mapping of {', '.join(KEYS)}")
     unknown = [k for k in data if k not in KEYS]
     if unknown:
+        import difflib
+
+        def meant(key: object) -> str:
+            close = difflib.get_close_matches(str(key), list(KEYS), n=1, cutoff=0.75)
+            return f"{key} (did you mean {close[0]}?)" if close else str(key)
+
         known = "\n".join(f"  {k}: {v}" for k, v in KEYS.items())
-        raise RenderError(f"{path}: unknown key(s) {', '.join(map(str, unknown))}; known:\n{known}")
+        what = ", ".join(meant(k) for k in unknown)
+        raise RenderError(f"{path}: unknown key(s) {what}; known:\n{known}")
     return data
 
 
@@ -224,8 +233,9 @@ def build_fleet(values: dict[str, Any], source: str, flags: dict[str, Any]) -> F
         **_label_map(flags.get("node_selector") or {}, "--node-selector", "nodeSelector"),
     }
     if "affinity" in v:
-        if not isinstance(v["affinity"], dict):
-            raise RenderError(f"{source}: affinity: expected {KEYS['affinity']}")
+        from fastverify import kube_affinity
+
+        kube_affinity.check(v["affinity"], source)  # as the API server would, before it
         fleet.affinity = v["affinity"]
     scalars = {"runtimeClassName": "runtime_class", "priorityClassName": "priority_class",
                "exclusiveTopology": "exclusive_topology"}  # fmt: skip

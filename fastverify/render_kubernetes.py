@@ -125,8 +125,14 @@ class KubeOptions:
     model_storage_class: str | None = None  # None: the cluster's default StorageClass
     model_access_mode: str | None = None  # None: ReadOnlyMany for > 1 pod, else ReadWriteOnce
     model_host_path: str | None = None  # instead of a PVC
+    # where in the model volume (mounted at /models) the pod finds the model and the
+    # EAGLE-3 drafter; None: the configuration's server.model_path / draft_model_path
+    model_path: str | None = None
+    draft_model_path: str | None = None
     cache_pvc: str | None = None  # None: an emptyDir per pod
-    run_as_user: int | None = 1000  # None: as the image says (root for lmsysorg/sglang)
+    # None: uid 1000, or for RDMA pods root with only IPC_LOCK (pod_identity)
+    run_as_user: int | None = None
+    run_as_root: bool = False  # as the image says (root for lmsysorg/sglang), no capability
     startup_s: int = 2400  # startup probe window: >= a 30-minute load + verification
     progress_deadline_s: int | None = None  # None: startup window + 20 minutes
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
@@ -173,6 +179,8 @@ class Bundle:
     config_checksum: str
     config_text: str
     notes: list[str] = field(default_factory=list)
+    layout: list[str] = field(default_factory=list)  # what the model volume must hold
+    prerequisites: list[str] = field(default_factory=list)  # what the cluster must have
 
 
 # ------------------------------------------------------------------------- inputs
@@ -202,6 +210,30 @@ def read_decision(path: str) -> tuple[str, str, dict[str, Any]]:
             f"{path}: decision.mode is {json.dumps(mode)} (expected one of {', '.join(MODES)})"
         )
     return profile, mode, decision
+
+
+def _simulated_decision(path: str, decision: dict[str, Any], force: bool) -> list[str]:
+    """A decision the sim engine made is no fleet's decision: refused unless `force`, then a
+    note; a record that names no engine (made before tune recorded one) gets a note."""
+    eng = decision.get("engine")
+    if not isinstance(eng, dict):
+        return [
+            f"{path}: the decision records no engine (a tune before decisions carried one): "
+            "it may come from the sim; check where it was made"
+        ]
+    if not eng.get("simulated"):
+        return []
+    what = (
+        f"{path}: tune decided {decision.get('profile')}/{decision.get('mode')} on the "
+        f"{eng.get('kind')} engine (simulated, playing SGLang {eng.get('version')}): its "
+        "figures come from a cost model, not from hardware"
+    )
+    if not force:
+        raise RenderError(
+            f"{what}. Run tune on a GPU host with the real engine (fastverifyd --engine "
+            "sglang), or render it anyway with --force"
+        )
+    return [f"{what}; rendering it because of --force"]
 
 
 def _load_config(options: KubeOptions) -> Any:
@@ -629,6 +661,84 @@ def _hardware_mismatch(
     return out
 
 
+DEFAULT_USER = 1000
+
+
+def _in_models(flag: str, value: str | None) -> str | None:
+    """`--model-path` as the pod sees it: under the model volume (/models); a relative
+    path is taken inside it."""
+    if value is None:
+        return None
+    path = os.path.normpath(value if value.startswith("/") else f"{MODEL_DIR}/{value}")
+    if not path.startswith(MODEL_DIR + "/"):
+        raise RenderError(
+            f"{flag} {value!r}: the model volume is mounted at {MODEL_DIR} in the pod; give a "
+            f"path under it (e.g. {MODEL_DIR}/Kimi-K2.5) or one relative to it (Kimi-K2.5)"
+        )
+    return path
+
+
+def layout(server: Any, mode: str) -> list[str]:
+    """What the model volume must hold, as the pod's configuration names it."""
+    out = [f"{server.model_path} (the model: --model-path, server.model_path)"]
+    if mode != "baseline":
+        out.append(f"{server.draft_model_path} (the EAGLE-3 drafter: --draft-model-path)")
+    return out
+
+
+def prerequisites(options: KubeOptions, workload: str) -> list[str]:
+    """What the cluster must have for `kubectl apply` of this render to work."""
+    out = []
+    if workload == "LeaderWorkerSet":
+        out.append("the LeaderWorkerSet controller (leaderworkerset.x-k8s.io/v1 CRD)")
+    if options.monitor != "none":
+        kind = "PodMonitor" if options.monitor == "podmonitor" else "ServiceMonitor"
+        out.append(f"the Prometheus Operator's {kind} CRD (monitoring.coreos.com/v1; "
+                   "kube-prometheus-stack installs it)")  # fmt: skip
+    if options.grafana:
+        out.append(f"the namespace {options.grafana_namespace} (Grafana's sidecar reads the "
+                   "dashboard ConfigMaps there; --grafana-namespace, --no-grafana)")  # fmt: skip
+    if not options.create_namespace:
+        out.append(f"the namespace {options.namespace} (--no-namespace: not rendered)")
+    if options.model_pvc:
+        out.append(f"the claim {options.model_pvc} in {options.namespace}, holding the model")
+    return out
+
+
+def pod_identity(options: KubeOptions, fleet: Any) -> tuple[int | None, list[str]]:
+    """The uid the pod runs as (None: the image's user, root) and notes. RDMA pods run as
+    root with every capability dropped but IPC_LOCK: ibverbs pins NCCL's buffers, and past
+    the container's memlock limit only an effective CAP_IPC_LOCK lets it; a capability added
+    for a non-root uid is not effective under containerd or CRI-O (the runtime fills only
+    the bounding and inheritable sets; CapEff stays 0). A non-root uid for an RDMA pod is
+    refused unless --force (then the nodes' runtime must give an unlimited memlock limit)."""
+    if options.run_as_root:
+        return None, []
+    if not fleet.rdma:
+        return options.run_as_user or DEFAULT_USER, []
+    if options.run_as_user is None:
+        return 0, [
+            "RDMA: the pods run as root (uid 0) with only IPC_LOCK added: ibverbs pins NCCL's "
+            "buffers, and a capability added for a non-root uid is not effective under "
+            "containerd or CRI-O; the daemon's start-up check says what each pod can pin"
+        ]
+    why = (
+        f"--run-as-user {options.run_as_user} with RDMA: IPC_LOCK added for a non-root uid is "
+        "not effective under containerd or CRI-O (CapEff stays 0), so ibverbs can pin only "
+        "up to the container's memlock limit (often 64 KiB or 8 MiB) and NCCL's first "
+        "connection fails ('Call to ibv_reg_mr failed with error Cannot allocate memory')"
+    )
+    if not options.force:
+        raise RenderError(
+            f"{why}. Drop --run-as-user (RDMA pods then run as root with only IPC_LOCK), or "
+            "pass --force when the nodes' container runtime gives an unlimited memlock limit"
+        )
+    return options.run_as_user, [
+        f"{why}; rendered because of --force: the nodes' container runtime must give an "
+        "unlimited memlock limit (the daemon's start-up check in each pod says what it finds)"
+    ]
+
+
 def _allreduce_mismatch(loaded: Any, nodes: int, gpus: int) -> str | None:
     """Why a profile that asks for FlashInfer's PCIe-IPC all-reduce would not get it in
     these pods, naming what would really serve (None when it would)."""
@@ -705,6 +815,7 @@ def render(options: KubeOptions) -> Bundle:
                 f"{options.from_decision}: tune did not apply {d_profile}/{d_mode} on its host"
                 f" ({why}); rendering it as decided because of --force"
             )
+        notes += _simulated_decision(options.from_decision, decision, options.force)
     decision_sha256 = None
     decision_fingerprint: dict[str, Any] | None = None
     if options.from_decision:  # which record, exactly: its content, not only its name
@@ -736,11 +847,25 @@ def render(options: KubeOptions) -> Bundle:
             raise RenderError(backend_note + " (or pass --force to render it anyway)")
         notes.append(backend_note)
     fleet = _fleet(options)
+    pod_user, identity_notes = pod_identity(options, fleet)
+    notes += identity_notes
     notes += _network_checks(options, fleet, loaded)
     notes += _placement_notes(options, fleet, loaded, decision, decision_fingerprint, gpus)
     pod_cfg = pod_config(
         cfg, loaded.name, mode, options.nodes, gpus, options.web_config_secret is not None
     )
+    paths_given = {
+        k: v
+        for k, v in (
+            ("model_path", _in_models("--model-path", options.model_path)),
+            ("draft_model_path", _in_models("--draft-model-path", options.draft_model_path)),
+        )
+        if v is not None
+    }
+    if paths_given:
+        pod_cfg = dataclasses.replace(
+            pod_cfg, server=dataclasses.replace(pod_cfg.server, **paths_given)
+        )
     if adaptive_text is not None:  # the pod reads it from the config ConfigMap's mount
         pod_cfg = dataclasses.replace(pod_cfg, server=dataclasses.replace(
             pod_cfg.server, adaptive_config=f"{CONFIG_DIR}/{ADAPTIVE_CONFIG_KEY}"))  # fmt: skip
@@ -823,6 +948,7 @@ def render(options: KubeOptions) -> Bundle:
     workload = "LeaderWorkerSet" if options.nodes > 1 else "Deployment"
     context = {
         "o": options,
+        "pod_user": pod_user,
         "name": options.name,
         "namespace": options.namespace,
         "profile": loaded.name,
@@ -903,6 +1029,8 @@ def render(options: KubeOptions) -> Bundle:
         config_checksum=config_checksum,
         config_text=config_text,
         notes=notes,
+        layout=layout(pod_cfg.server, mode),
+        prerequisites=prerequisites(options, workload),
     )
 
 

@@ -10,7 +10,8 @@
             assert st["profile"] == "ring-ll"
 
 Constructor: `DaemonHarness(tmp_path, *, engine="sim", sim_load_seconds=0.3, metrics=True,
-env=None, extra_args=(), config=None, tp_size=2, start=True, sigint_ignored=False)`.
+env=None, extra_args=(), config=None, tp_size=2, start=True, sigint_ignored=False,
+preexec=None)`.
 
 - `env`: extra variables for the daemon's own environment (e.g. NCCL_ALGO=Ring to prove
   the engine does not inherit them, NOTIFY_SOCKET, WATCHDOG_USEC). The daemon otherwise gets
@@ -23,6 +24,8 @@ env=None, extra_args=(), config=None, tp_size=2, start=True, sigint_ignored=Fals
 - `start=False` (or use without `with`): call `.start(wait_ready=True)` yourself.
 - `sigint_ignored`: start the daemon with SIGINT ignored, as a background job starts
   (default: SIGINT's default disposition, whatever the suite itself inherited).
+- `preexec`: called in the daemon's process before exec (e.g. lower a resource limit, drop a
+  capability from the bounding set, as a container runtime would start it).
 
 Attributes / methods:
   `.client` ControlClient on the socket; `.socket` (short path under /tmp, AF_UNIX limit);
@@ -30,7 +33,9 @@ Attributes / methods:
   (`http://127.0.0.1:PORT/metrics`, None when metrics=False); `.server_url` (engine);
   `.pid` (daemon); `.proc` (Popen); `.status()`; `.engine_pid()`;
   `.ctl(*args, timeout=60, env=None) -> CompletedProcess` (runs `python -m fastverify.ctl
-  --socket SOCK ...`, text mode); `.wait_state(state_or_states, timeout=15) -> status`;
+  --socket SOCK ...`, text mode); `.wait_state(state_or_states, timeout=15) -> status`
+  (READY and FAILED mean settled: that state with no operation in flight, so the
+  operation that reached it has answered and its history record is written);
   `.wait_for(predicate, timeout, what)`; `.stop(timeout=20) -> exit code` (SIGTERM);
   `.kill9()` (SIGKILL the daemon only; the engine group keeps running); `.log_text()`.
 
@@ -62,6 +67,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from fastverify.client import ApiError, ControlClient, DaemonUnavailable  # noqa: E402
+
+# States an operation ends in: waited for with nothing in flight (see wait_state).
+SETTLED = ("READY", "FAILED")
 
 
 def free_port() -> int:
@@ -166,6 +174,7 @@ class DaemonHarness:
         tp_size: int = 2,
         start: bool = True,
         sigint_ignored: bool = False,
+        preexec: Callable[[], None] | None = None,
     ):
         self.tmp = Path(tmp_path)
         self.engine = engine
@@ -176,6 +185,7 @@ class DaemonHarness:
         self._autostart = start
         # the daemon's SIGINT is set, never inherited from however the suite was started
         self._sigint = signal.SIG_IGN if sigint_ignored else signal.SIG_DFL
+        self._preexec = preexec
         self.short = Path(tempfile.mkdtemp(prefix="fv-", dir="/tmp"))
         self.socket = self.short / "control.sock"
         self.state_dir = self.tmp / "state"
@@ -238,7 +248,7 @@ class DaemonHarness:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             cwd=str(self.tmp),
-            preexec_fn=lambda: signal.signal(signal.SIGINT, self._sigint),
+            preexec_fn=self._in_child,
         )
         self.wait_for(self._answers, timeout, "the control socket to answer")
         if self.proc.poll() is not None:
@@ -246,10 +256,13 @@ class DaemonHarness:
                 f"fastverifyd exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}"
             )
         if wait_ready:
-            self.wait_state("READY", timeout)
-            # READY is published just before the start's record is appended to history
-            self.wait_for(lambda: self.client.get("/v1/history"), timeout, "a history record")
+            self.wait_state("READY", timeout)  # settled: the start's record is in history
         return self
+
+    def _in_child(self) -> None:
+        signal.signal(signal.SIGINT, self._sigint)
+        if self._preexec is not None:
+            self._preexec()
 
     def _answers(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
@@ -334,6 +347,11 @@ class DaemonHarness:
             time.sleep(0.03)
 
     def wait_state(self, state: str | Iterable[str], timeout: float = 15.0) -> dict[str, Any]:
+        """The status once the daemon is in one of `state`. READY and FAILED are waited for
+        settled: the daemon publishes the state before the operation that reached it has
+        recorded and answered (`switch_in_flight` names it until then, and a `cancel` then
+        answers 409 `already_finished`), so a test that goes on at the bare state races that
+        record."""
         wanted = {state} if isinstance(state, str) else set(state)
         last: dict[str, Any] = {}
 
@@ -348,7 +366,10 @@ class DaemonHarness:
                 last = self.status()
             except (DaemonUnavailable, ApiError, OSError, ValueError):
                 return None
-            return last if last.get("state") in wanted else None
+            if last.get("state") not in wanted:
+                return None
+            settling = last["state"] in SETTLED and last.get("switch_in_flight")
+            return None if settling else last
 
         try:
             return self.wait_for(check, timeout, f"state {sorted(wanted)}")

@@ -20,6 +20,7 @@ from fastverify.cli.output import (
     EXIT_PROBLEMS,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    daemon_exit,
     emit_json,
     fail,
     table,
@@ -69,9 +70,12 @@ def _server_url(ctx: click.Context, url: str | None) -> str:
     try:
         status = client_for(ctx).get("/v1/status")
     except DaemonUnavailable as exc:
-        fail(f"{exc}\n(or pass --url http://HOST:PORT of the server)", EXIT_UNAVAILABLE)
+        fail(
+            f"{exc}\n(or pass --url http://HOST:PORT of the server)",
+            daemon_exit(exc, EXIT_UNAVAILABLE),
+        )
     except ApiError as exc:
-        fail(f"daemon: {exc}", EXIT_PROBLEMS)
+        fail(f"daemon: {exc}", daemon_exit(exc, EXIT_PROBLEMS))
     engine_url = (status.get("engine") or {}).get("url")
     if not engine_url:
         fail(f"the daemon reports no serving engine (state {status.get('state')}); pass --url")
@@ -243,9 +247,9 @@ def _baseline_target(ctx: click.Context) -> str:
     try:
         status = client_for(ctx).get("/v1/status")
     except DaemonUnavailable as exc:
-        fail(str(exc), EXIT_UNAVAILABLE)
+        fail(str(exc), daemon_exit(exc, EXIT_UNAVAILABLE))
     except ApiError as exc:
-        fail(f"daemon: {exc}", EXIT_PROBLEMS)
+        fail(f"daemon: {exc}", daemon_exit(exc, EXIT_PROBLEMS))
     if status.get("mode") != "baseline" or status.get("trial") or not status.get("profile"):
         fail(f"bench --record-baseline: the daemon serves {status.get('profile')}/"
              f"{status.get('mode')}{' (trial, dummy weights)' if status.get('trial') else ''};"
@@ -265,10 +269,10 @@ def _record_baseline(
     try:
         client_for(ctx).post("/v1/baselines", body)
     except DaemonUnavailable as exc:
-        fail(f"bench: the baseline was not recorded: {exc}", EXIT_UNAVAILABLE)
+        fail(f"bench: the baseline was not recorded: {exc}", daemon_exit(exc, EXIT_UNAVAILABLE))
     except ApiError as exc:
         fail(f"bench: the baseline was not recorded: {exc.body.get('error') or exc}",
-             EXIT_PROBLEMS)  # fmt: skip
+             daemon_exit(exc, EXIT_PROBLEMS))  # fmt: skip
     click.echo(f"bench: recorded as the baseline of {profile} at {concurrency} concurrent "
                f"request(s) ({data['per_request_tokens_per_second']:.1f} tok/s per request)",
                err=True)  # fmt: skip
@@ -304,6 +308,9 @@ def _ensure_trial_engine(ctx: click.Context) -> dict[str, Any]:
         return status
     except DaemonUnavailable as exc:
         fail(f"{exc}\n(or pass --url of a server started with --load-format dummy)",
-             EXIT_UNAVAILABLE)  # fmt: skip
+             daemon_exit(exc, EXIT_UNAVAILABLE))  # fmt: skip
     except ApiError as exc:
-        fail(f"bench: the trial restart failed: {exc.body.get('message') or exc}", EXIT_PROBLEMS)
+        fail(
+            f"bench: the trial restart failed: {exc.body.get('message') or exc}",
+            daemon_exit(exc, EXIT_PROBLEMS),
+        )

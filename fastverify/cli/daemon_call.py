@@ -10,7 +10,15 @@ from typing import Any
 
 import click
 
-from fastverify.cli.output import EXIT_BUSY, EXIT_PROBLEMS, EXIT_UNAVAILABLE, EXIT_USAGE, emit_json
+from fastverify.cli.output import (
+    EXIT_BUSY,
+    EXIT_PROBLEMS,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    daemon_exit,
+    emit_json,
+)
 
 STATUS_TIMEOUT_S = 5.0  # a daemon that does not answer /v1/status in this long is unreachable
 
@@ -101,12 +109,13 @@ def _usage(message: str) -> None:
 
 
 def unavailable_exit(exc: Exception, as_json: bool) -> int:
-    """Print why the daemon cannot be reached (one sentence) and return exit code 3."""
+    """Print why the daemon cannot be reached (one sentence) and return exit code 3 (8:
+    it refused this client)."""
     if as_json:
         emit_json({"error": str(exc), "reachable": False})
     else:
         click.echo(f"error: {exc}", err=True)
-    return EXIT_UNAVAILABLE
+    return daemon_exit(exc, EXIT_UNAVAILABLE)
 
 
 def call_daemon(
@@ -141,6 +150,8 @@ def api_error_exit(exc: Any, as_json: bool) -> int:
             click.echo(f"  {problem}", err=True)
         if status == 409 and body.get("in_flight"):
             click.echo(f"  in flight: {describe_op(body['in_flight'])}", err=True)
+    if exc.refused:  # no or a wrong token, or the backoff after failures
+        return EXIT_REFUSED
     if status == 409:  # busy, unless the daemon says nothing else is in flight
         return EXIT_PROBLEMS if body.get("busy") is False else EXIT_BUSY
     if status in (400, 422):

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from fastverify.cli.daemon_call import socket_option
+from fastverify.cli.groups import SuggestingGroup
 from fastverify.cli.output import emit_json
 from fastverify.cli.profile_switch import (
     EXIT_FAILED,
@@ -35,7 +36,7 @@ def _get(ctx: click.Context, path: str, as_json: bool, timeout: float | None = 3
     return call_daemon(ctx, "GET", path, as_json=as_json, timeout=timeout)
 
 
-@click.group("mode", invoke_without_command=True)
+@click.group("mode", cls=SuggestingGroup, invoke_without_command=True)
 @socket_option
 @click.pass_context
 def mode(ctx: click.Context) -> None:
@@ -162,7 +163,7 @@ def cancel(ctx: click.Context, as_json: bool) -> None:
     sys.exit(_cancel(client_for(ctx), as_json))
 
 
-@click.group("logs", invoke_without_command=True)
+@click.group("logs", cls=SuggestingGroup, invoke_without_command=True)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
 @click.option("-n", "lines", type=click.IntRange(min=0), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
@@ -214,7 +215,7 @@ def history(ctx: click.Context, limit: int, as_json: bool) -> None:
             _clock(r.get("started_at")),
             r.get("kind"),
             f"{r.get('profile')}/{r.get('mode')}",
-            "dummy (trial)" if r.get("weights") == "dummy" else (r.get("weights") or ""),
+            _weights(r),
             r.get("result"),
             r.get("reason") or "",
             f"{r.get('duration_s', 0):.2f}s",
@@ -227,7 +228,15 @@ def history(ctx: click.Context, limit: int, as_json: bool) -> None:
           rows)  # fmt: skip
 
 
-@click.group("server")
+def _weights(r: dict[str, Any]) -> str:
+    """`dummy (trial)`, `dummy (trial, 2 steps)` for a timing trial's own draft steps."""
+    if r.get("weights") != "dummy":
+        return r.get("weights") or ""
+    steps = r.get("eagle3_steps")
+    return f"dummy (trial, {steps} step{'s' * (steps != 1)})" if steps else "dummy (trial)"
+
+
+@click.group("server", cls=SuggestingGroup)
 def server() -> None:
     """Server argv: show and check with SGLang's parser."""
 

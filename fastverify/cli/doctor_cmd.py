@@ -180,7 +180,7 @@ def sglang_in_range(python: str) -> dict[str, object]:
     version = installed_version(python)
     row: dict[str, object] = {"python": python, "version": version, "facts_version": None,
                               "supported": False}  # fmt: skip
-    span = f"{f.oldest()} .. {f.newest()}"
+    span = f.range_text()
     if version is None:
         msg = f"not installed (the sim plays SGLang; supported range {span})"
         return {**row, "severity": "info", "message": msg}

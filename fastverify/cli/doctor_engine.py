@@ -61,9 +61,29 @@ def apply_engine(
         )  # fmt: skip
         report.recommendations = [r for r in recs if ipc_ok or r.profile != "pcie-ipc"]
     report.findings += served_findings(served, Finding)
+    report.findings += daemon_failure(status, Finding)
     if not host.simulated:  # the sim's FlashInfer is simulated: nothing to compile here
         fi_env = dict(env)
         state_dir = ((status or {}).get("daemon") or {}).get("state_dir")
         if state_dir:  # the daemon puts FlashInfer's workspace on its state volume
             fi_env[ff.WORKSPACE_BASE_VAR] = str(Path(state_dir) / "flashinfer")
         report.findings += check_flashinfer(env, python, fi_env, Finding)
+
+
+def daemon_failure(status: Mapping[str, Any] | None, finding: Any) -> list[Any]:
+    """The daemon's last failure while it is current (FAILED, or no engine since it), as a
+    finding: `doctor` on a host whose daemon cannot start says why."""
+    fail = (status or {}).get("last_failure") or {}
+    if not fail or not fail.get("current", True):
+        return []
+    state = (status or {}).get("state")
+    return [
+        finding(
+            "error" if state == "FAILED" else "warning",
+            f"the daemon's last failure: {fail.get('reason')}: {fail.get('message')}",
+            f"fastverifyd (state {state}, {fail.get('profile')}/{fail.get('mode')})",
+            "fix what it says, then `fastverifyctl profile set NAME` (or let its recovery "
+            "retries start it: `fastverifyctl status`)",
+            "daemon",
+        )
+    ]

@@ -16,7 +16,11 @@ consistent and keep heavy imports off the start-up path:
   experiment's lease),
   `EXIT_LOST` 5 (the connection broke after the daemon accepted an operation),
   `EXIT_MISSING_DEPENDENCY` 6 (an optional dependency is not installed), `EXIT_CANCELLED` 7
-  (the operation was cancelled), `EXIT_INTERRUPTED` 130 (Ctrl-C, as shells report SIGINT).
+  (the operation was cancelled), `EXIT_REFUSED` 8 (the daemon refused this client: a
+  missing or wrong token, a rejected client certificate, its auth backoff, the socket's
+  permissions), `EXIT_INTERRUPTED` 130 (Ctrl-C, as shells report SIGINT).
+- `daemon_exit(exc, code)`: EXIT_REFUSED for a client error that is a refusal of this
+  client (`refused`), else `code`.
 """
 
 from __future__ import annotations
@@ -36,7 +40,14 @@ EXIT_BUSY = 4  # another operation is in flight (HTTP 409)
 EXIT_LOST = 5  # the connection to the daemon broke before a result arrived
 EXIT_MISSING_DEPENDENCY = 6  # an optional dependency (torch, sglang) is not installed
 EXIT_CANCELLED = 7  # the operation was cancelled (`fastverifyctl cancel`)
+EXIT_REFUSED = 8  # the daemon refused this client (token, client certificate, permissions)
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+
+
+def daemon_exit(exc: BaseException, code: int) -> int:
+    """The exit code for a daemon error: EXIT_REFUSED when it refused this client
+    (fastverify.client's `refused`: DaemonRefused, ApiError 401/429), else `code`."""
+    return EXIT_REFUSED if getattr(exc, "refused", False) else code
 
 
 def _default(obj: Any) -> Any:

@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from fastverify.cli.groups import SuggestingGroup
+
 # sub-command -> (module, attribute or None when the module registers it on `profile`)
 SUBCOMMANDS: dict[str, tuple[str, str | None]] = {
     "list": ("fastverify.cli.profile_list", None),
@@ -29,7 +31,7 @@ SUBCOMMANDS: dict[str, tuple[str, str | None]] = {
 }
 
 
-class _LazyProfileGroup(click.Group):
+class _LazyProfileGroup(SuggestingGroup):
     """Sub-commands from SUBCOMMANDS, imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:

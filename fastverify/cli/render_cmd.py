@@ -7,9 +7,12 @@ jinja2 is imported only here (through fastverify.render), never on the CLI's com
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
+
+from fastverify.cli.groups import SuggestingGroup
 
 
 def _emit(text: str, output: str) -> None:
@@ -24,7 +27,7 @@ def _emit(text: str, output: str) -> None:
     click.echo(f"wrote {path}", err=True)
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def render() -> None:
     """Render systemd units, the compose stack, or Kubernetes manifests."""
 
@@ -164,9 +167,10 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
 )
 @click.option(
     "--mode",
-    type=click.Choice(["baseline", "eagle3"]),
+    type=click.Choice(["baseline", "eagle3", "adaptive"]),
     default=None,
-    help="Decoding mode (default: the decision's, else server.mode).",
+    help="Decoding mode (default: the decision's, else server.mode; adaptive comes with "
+    "--from-decision, whose record carries the speculation plan it serves).",
 )
 @click.option(
     "--nodes",
@@ -238,6 +242,17 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
 )
 @click.option("--model-host-path", default=None, help="Host directory instead of a PVC.")
 @click.option(
+    "--model-path",
+    default=None,
+    help="The model in the pod, under the model volume /models (absolute, or relative to "
+    "it; default: the config's server.model_path).",
+)
+@click.option(
+    "--draft-model-path",
+    default=None,
+    help="The EAGLE-3 drafter under /models (default: the config's server.draft_model_path).",
+)
+@click.option(
     "--cache-pvc",
     default=None,
     help="PVC for the NCCL/FlashInfer/Triton caches (default: an emptyDir per pod).",
@@ -245,9 +260,9 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
 @click.option(
     "--run-as-user",
     type=click.IntRange(1),
-    default=1000,
-    show_default=True,
-    help="Non-root user (and group) the pod runs as.",
+    default=None,
+    help="Non-root user (and group) the pod runs as (default 1000; RDMA pods: root with only "
+    "IPC_LOCK, as ibverbs needs).",
 )
 @click.option(
     "--run-as-root",
@@ -361,7 +376,8 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
     help="You apply with `kubectl apply --server-side`: objects over 256 KiB are fine.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
-def kubernetes_cmd(output_dir: str, run_as_root: bool, as_json: bool, **options: object) -> None:
+@click.pass_context
+def kubernetes_cmd(ctx: click.Context, output_dir: str, as_json: bool, **options: object) -> None:
     """Render the fleet's Kubernetes manifests (docs/kubernetes.md).
 
     Exit codes: 0 written, 2 bad options, profile, decision record or configuration."""
@@ -372,8 +388,6 @@ def kubernetes_cmd(output_dir: str, run_as_root: bool, as_json: bool, **options:
     options["image"] = options["image"] or ""
     options["profile_dirs"] = tuple(options["profile_dirs"]) or None  # type: ignore[arg-type]
     options["monitor_labels"] = tuple(options["monitor_labels"]) or None  # type: ignore[arg-type]
-    if run_as_root:
-        options["run_as_user"] = None
     try:
         bundle = lib.render(lib.KubeOptions(**options))  # type: ignore[arg-type]
         written = lib.write_bundle(Path(output_dir), bundle)
@@ -381,7 +395,8 @@ def kubernetes_cmd(output_dir: str, run_as_root: bool, as_json: bool, **options:
         fail(f"error: {exc}", EXIT_USAGE)
     except OSError as exc:
         fail(f"error: cannot write {output_dir}: {exc.strerror or exc}", EXIT_USAGE)
-    for note in bundle.notes:
+    notes = bundle.notes + _failed_here(ctx, bundle.profile, bundle.mode)
+    for note in notes:
         click.echo(f"note: {note}", err=True)
     if as_json:
         emit_json(
@@ -394,14 +409,50 @@ def kubernetes_cmd(output_dir: str, run_as_root: bool, as_json: bool, **options:
                 "tp_size": bundle.tp_size,
                 "profile_checksum": bundle.profile_checksum,
                 "config_checksum": bundle.config_checksum,
-                "notes": bundle.notes,
+                "notes": notes,
+                "layout": bundle.layout,
+                "prerequisites": bundle.prerequisites,
             }
         )
         return
     for path in written:
         click.echo(f"wrote {path}", err=True)
+    click.echo("the model volume must hold: " + "; ".join(bundle.layout))
+    needs = f" (needs: {'; '.join(bundle.prerequisites)})" if bundle.prerequisites else ""
     click.echo(
         f"{bundle.workload}: {bundle.profile}/{bundle.mode}, {bundle.gpus_per_node} GPUs per pod"
         f" (SGLang TP {bundle.tp_size}); next: kubectl apply"
         f"{' --server-side' if options['server_side'] else ''} --dry-run=server -f {output_dir}"
+        f"{needs}"
     )
+
+
+def _failed_here(ctx: click.Context, profile: str, mode: str) -> list[str]:
+    """Notes for a profile/mode this host's daemon saw fail to start (CUDA-graph capture,
+    NCCL, OOM, ...): the fleet's pods on the same hardware would fail the same way. Nothing
+    when no daemon answers here."""
+    from fastverify.cli.daemon_call import client_for
+    from fastverify.client import DaemonUnavailable
+
+    try:
+        history = client_for(ctx, timeout=2.0).get("/v1/history")
+    except (DaemonUnavailable, OSError, ValueError, RuntimeError):
+        return []
+    failed = [
+        r
+        for r in history
+        if isinstance(r, dict)
+        and (r.get("profile"), r.get("mode")) == (profile, mode)
+        and r.get("result") in ("rolled_back", "failed")
+        and r.get("reason") not in (None, "cancelled")
+    ]
+    if not failed:
+        return []
+    last = failed[-1]
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(last.get("started_at") or 0))
+    weights = " on dummy weights (a trial)" if last.get("weights") == "dummy" else ""
+    return [
+        f"{profile}/{mode} failed on this host's daemon {len(failed)} time(s), last at "
+        f"{when}{weights}: {last.get('reason')} ({last.get('message') or ''}); pods on the "
+        "same GPUs and SGLang fail the same way (fastverifyctl history)"
+    ]

@@ -11,10 +11,11 @@ from __future__ import annotations
 import click
 
 from fastverify.cli.daemon_call import socket_option
+from fastverify.cli.groups import SuggestingGroup
 from fastverify.cli.output import EXIT_USAGE, emit_json, fail, table
 
 
-@click.group("sglang")
+@click.group("sglang", cls=SuggestingGroup)
 def sglang() -> None:
     """SGLang releases: their facts (flags, metrics, spans, logs) and the supported range."""
 
@@ -143,7 +144,7 @@ def versions_cmd(as_json: bool) -> None:
              "; ".join(r["changed"]) or "-")
             for r in rows
         ],
-        title=f"SGLang {f.oldest()} .. {f.newest()} (newer: newest facts + a warning; "
+        title=f"SGLang {f.range_text()} (newer: newest facts + a warning; "
         "older: refused)",
     )  # fmt: skip
 

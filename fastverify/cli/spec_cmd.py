@@ -22,12 +22,14 @@ from typing import Any
 import click
 
 from fastverify.cli.daemon_call import call_daemon, client_for, socket_option
+from fastverify.cli.groups import SuggestingGroup
 from fastverify.cli.output import (
     EXIT_BUSY,
     EXIT_INTERRUPTED,
     EXIT_PROBLEMS,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    daemon_exit,
     emit_json,
     fail,
     table,
@@ -40,7 +42,7 @@ NO_ACCEPTANCE = (
 )
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def spec() -> None:
     """Speculation shaped to the host: steps per batch size, SGLang's adaptive config."""
 
@@ -277,9 +279,11 @@ def costs(
     except CostTrialError as exc:
         _stop(str(exc), EXIT_USAGE, "cannot_run", as_json)
     except DaemonUnavailable as exc:
-        _stop(str(exc), EXIT_UNAVAILABLE, "unreachable", as_json)
+        _stop(str(exc), daemon_exit(exc, EXIT_UNAVAILABLE), "unreachable", as_json)
     except ApiError as exc:
-        _stop(str(exc.body.get("error") or exc), EXIT_PROBLEMS, "api_error", as_json)
+        _stop(
+            str(exc.body.get("error") or exc), daemon_exit(exc, EXIT_PROBLEMS), "api_error", as_json
+        )
     except KeyboardInterrupt:
         restored = (trials.info.get("restored") or {}).get("result")
         _stop(f"interrupted; the engine was put back ({restored or 'not confirmed'})",

@@ -32,8 +32,11 @@ def _ago(ts: float | None) -> str:
 
 
 def _recovery(rec: dict[str, Any]) -> str:
-    """`1/3 retries of the last good profile, next in 118 s` (daemon/recovery.py)."""
-    text = f"{rec.get('retries', 0)}/{rec.get('limit', 0)} retries of the last good profile"
+    """`1/3 retries of ring-ll/baseline (the last good profile), next in 118 s`
+    (daemon/recovery.py)."""
+    target = rec.get("target") or {}
+    what = f"{target.get('profile')}/{target.get('mode')} ({target.get('why')})"
+    text = f"{rec.get('retries', 0)}/{rec.get('limit', 0)} retries of {what}"
     if rec.get("spent"):
         text += ": spent (FAILED stays; declarative: /livez answers 503)"
     elif rec.get("running"):
@@ -89,11 +92,16 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if st.get("tokens_per_second"):
         lines.append(f"throughput: {st['tokens_per_second']:.1f} tok/s")
     spec = st.get("speculation") or {}
-    if spec.get("active_steps") is not None:
+    if spec.get("fixed_steps") is not None:  # EAGLE-3 always runs its configured steps
+        lines.append(f"draft steps: {spec['fixed_steps']} (fixed: --speculative-num-steps)")
+    elif spec.get("active_steps") is not None:  # adaptive moves between its tiers' candidates
+        lines.append(f"draft steps: {spec['active_steps']} now (adaptive)")
         at = spec.get("seconds_at_steps") or {}
         spent = ", ".join(f"{k} steps {v:.0f} s" for k, v in sorted(at.items(), key=lambda x:
                                                                       int(x[0])))  # fmt: skip
-        lines.append(f"draft steps: {spec['active_steps']} now" + (f" ({spent})" if spent else ""))
+        if spent:
+            lines.append(f"time at steps: {spent} (decoding, every {st.get('profile')}/"
+                         f"{st.get('mode')} engine since the daemon started)")  # fmt: skip
     ar = eng.get("allreduce") or {}
     if ar.get("description") and eng.get("pid"):  # confirmed at verify (TP all-reduces)
         how = f" [{ar['evidence']}]" if ar.get("evidence") else ""
@@ -102,6 +110,9 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if caps.get("possible_backends"):  # the engine's own capabilities (one source of truth)
         can = ", ".join(b["backend"] for b in caps["possible_backends"] if b["possible"])
         lines.append(f"backends:   possible: {can} ({(caps.get('host') or {}).get('view')})")
+    checks = eng.get("health") or {}
+    if checks.get("failed_checks"):
+        lines.append(f"health:     {checks['summary']}; /readyz answers 503")
     if eng.get("log"):
         lines.append(f"log:        {eng['log']}")
     flight = st.get("switch_in_flight")
@@ -115,7 +126,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
         lines.append(f"progress:   {prog['phase']}{pct_s}: {prog.get('message') or ''}".rstrip())
     fail_ = st.get("last_failure")
     if fail_:
-        lines.append(f"last failure: {fail_.get('reason')}: {fail_.get('message')}")
+        label = "last failure:" if fail_.get("current", True) else "earlier failure:"
+        past = (
+            ""
+            if fail_.get("current", True)
+            else f" (at {_clock(fail_.get('at'))}, before the engine serving now started)"
+        )
+        lines.append(f"{label} {fail_.get('reason')}: {fail_.get('message')}{past}")
         if fail_.get("log"):
             lines.append(f"              log: {fail_['log']}")
     restarts = st.get("restarts") or {}

@@ -25,10 +25,12 @@ from fastverify.cli.output import (
     EXIT_PROBLEMS,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    daemon_exit,
     emit_json,
     fail,
     table,
 )
+from fastverify.experiments.common.stats import interval
 
 # ----------------------------------------------------------------------------- sweep
 
@@ -47,7 +49,7 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
             mode += " (confirmed)"
         if r["status"] == "incomplete":  # cut short: its figures, never a rank or verdict
             out.append(("-", r["profile"], mode, fmt(r.get("tokens_per_second_mean")),
-                        "-" if not ci else f"{ci[0]:.1f}-{ci[1]:.1f}", fmt(r.get("n")),
+                        "-" if not ci else interval(ci), fmt(r.get("n")),
                         "-", "CUT SHORT", fmt(r.get("accept_length_mean"), 2), "-", "-",
                         r.get("note") or ""))  # fmt: skip
             continue
@@ -63,7 +65,7 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
             own = f"x{r['real_speedup']:.2f} ({r.get('speedup_significance')})"
         out.append((
             fmt(r.get("rank")), r["profile"], mode, fmt(r.get("tokens_per_second_mean")),
-            "-" if not ci else f"{ci[0]:.1f}-{ci[1]:.1f}", fmt(r.get("n")),
+            "-" if not ci else interval(ci), fmt(r.get("n")),
             f"x{r['speedup_vs_reference']:.3f}", sig, fmt(r.get("accept_length_mean"), 2),
             fmt(r.get("break_even_accept_length"), 2), own, r.get("note") or "",
         ))  # fmt: skip
@@ -130,7 +132,8 @@ def _trial_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         accept = r.get("accept_length_reference")
         out.append((
             r["profile"], r["mode"], fmt(r.get("tokens_per_second_mean")), fmt(step, 2),
-            fmt(t.get("step_ms_p50"), 2), fmt(t.get("allreduce_per_step"), 0),
+            "no window" if r.get("trace_error") else fmt(t.get("step_ms_p50"), 2),
+            fmt(t.get("allreduce_per_step"), 0),
             fmt(t.get("allreduce_ms_per_step"), 2), fmt(r.get("break_even_accept_length"), 2),
             "-" if accept is None else f"{accept:.2f}: {r.get('eagle3_verdict') or '-'}",
         ))  # fmt: skip
@@ -287,7 +290,7 @@ def sweep(
             hint = ""
             if (out / "results.jsonl").exists():
                 hint = f"\nresults so far are in {out}/results.jsonl; continue with --resume"
-            fail(f"{exc}{hint}", EXIT_UNAVAILABLE)
+            fail(f"{exc}{hint}", daemon_exit(exc, EXIT_UNAVAILABLE))
         except SweepBusy as exc:
             fail(f"sweep: {exc}", EXIT_BUSY)
         except SweepError as exc:

@@ -26,6 +26,7 @@ from typing import Any
 import click
 
 from fastverify.cli.daemon_call import socket_option
+from fastverify.cli.groups import SuggestingGroup
 from fastverify.cli.output import EXIT_PROBLEMS, emit_json, table
 
 JSON_HELP = 'Print {"ranks": [{rank, verify_passes, verify_ms_p50, ...}]} as JSON.'
@@ -141,7 +142,7 @@ BASELINE_NO_PASSES = (
 )
 
 
-@click.group("trace")
+@click.group("trace", cls=SuggestingGroup)
 def trace() -> None:
     """Capture and analyze profiler traces (verify time, all-reduces per verify)."""
 

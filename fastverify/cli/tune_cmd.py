@@ -29,6 +29,7 @@ from fastverify.cli.output import (
     EXIT_PROBLEMS,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    daemon_exit,
     emit_json,
     fail,
     table,
@@ -64,6 +65,17 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
     if plan.get("budget_note"):
         out.append(f"  {plan['budget_note']}")
     return out
+
+
+def simulated_note(decision: dict[str, Any]) -> str:
+    """` (simulated: ...)` for a decision the sim engine measured, else ''."""
+    eng = decision.get("engine") or {}
+    if not eng.get("simulated"):
+        return ""
+    return (
+        f" (simulated: the {eng.get('kind')} engine playing SGLang {eng.get('version')}, not a "
+        "measurement of hardware)"
+    )
 
 
 class Progress:
@@ -110,6 +122,8 @@ class Progress:
             self._note(f"journal: {e['journal']}; output: {e['output']}")
             return
         eta = f"ETA {_mmss(e.get('eta_s'))}"
+        if e.get("over_s"):  # the stage ran past its estimate: what is left of it is unknown
+            eta += f" after this stage ({_mmss(e['over_s'])} over its estimate)"
         if kind == "stage":
             self.stage = f"[{e['index']}/{e['total']}] {e['name']}"
             st = e["status"]
@@ -306,10 +320,13 @@ def tune(
             fail(
                 f"{exc}\n(the tune's journal is kept: start the daemon and run "
                 "`fastverifyctl tune --resume`)",
-                EXIT_UNAVAILABLE,
+                daemon_exit(exc, EXIT_UNAVAILABLE),
             )
         except ApiError as exc:
-            fail(f"tune: the daemon answered {exc} (continue with --resume)", EXIT_PROBLEMS)
+            fail(
+                f"tune: the daemon answered {exc} (continue with --resume)",
+                daemon_exit(exc, EXIT_PROBLEMS),
+            )
         except KeyboardInterrupt:
             fail("tune: interrupted; continue with `fastverifyctl tune --resume`", EXIT_INTERRUPTED)
     d = result["decision"]
@@ -326,9 +343,11 @@ def tune(
         )
         click.echo(
             f"decision: {d['profile']}/{d['mode']} backend {d['backend']} "
-            f"({'applied' if d['applied'] else 'not applied'})"
+            f"({'applied' if d['applied'] else 'not applied'}){simulated_note(d)}"
         )
         click.echo(f"why: {d['why']}")
+        for warning in result.get("warnings") or []:
+            click.echo(f"warning: {warning}")
         click.echo(
             f"loads: {result['loads']['real']} real, {result['loads']['dummy']} dummy; "
             f"{result['wall_s'] / 60:.1f} min; report: "

@@ -259,7 +259,10 @@ class Handler(BaseHTTPRequestHandler):
                 log.warning("refused %s %s from %s: missing or wrong bearer token",
                             method, path, source)  # fmt: skip
                 raise RequestError(
-                    401, "missing or wrong bearer token (Authorization: Bearer <token>)"
+                    401,
+                    "missing or wrong bearer token: fastverifyctl sends the one in --token-file "
+                    "FILE (or FASTVERIFY_TOKEN_FILE), a token of the daemon's --token-file; "
+                    "other clients send `Authorization: Bearer <token>`",
                 )
             self.caller.token = name
         guard.backoff.succeeded(source)

@@ -362,6 +362,7 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
                     f"the {op.kind} to {op.profile}/{op.mode} has already succeeded and is"
                     " being recorded; nothing was cancelled (switch back to undo it)",
                     reason="already_finished",
+                    busy=False,  # nothing else holds the daemon: the CLI exits 1, not 4
                 )
             op.request_cancel("cancelled")
             op.cancelled_by = caller
@@ -435,6 +436,9 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
     ) -> EngineHandle | Failure:
         """Spawn (or adopt), wait for readiness, verify. The engine is stopped on failure."""
         timeout = timeout_s or self.cfg.daemon.readiness_timeout_s
+        if adopt is None and (taken := self.launcher.port_in_use(argv)) is not None:
+            self.say(f"{op.kind} {op.profile}/{op.mode}: {taken.message}", logging.WARNING)
+            return taken  # said before a load that would fail only once it is over
         if adopt is None:
             try:
                 h = self.launcher.spawn(profile, op.mode, argv)

@@ -214,7 +214,9 @@ class CrashSteps:
             self.set_state(State.STARTING, f"crash restart {decision.n}")
             outcome = self._start(op, profile, argv, None, op.cancel)
             if isinstance(outcome, EngineHandle):
-                return self._succeeded(op, outcome, {"profile": h.profile, "mode": h.mode}), True
+                out = self._succeeded(op, outcome, {"profile": h.profile, "mode": h.mode})
+                out.reason = failure.reason  # the record says why it restarted
+                return out, True
             self.set_state(State.FAILED, outcome.reason)
             failure = outcome
             h = self.current or h

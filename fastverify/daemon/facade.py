@@ -109,6 +109,8 @@ class ControlFacade:
                 "weights": weights_label(load_format_of(h.argv)) if h is not None else None,
                 "tuner": h.tuner if h is not None else None,  # confirmed at verify
                 "allreduce": h.allreduce if h is not None else None,  # confirmed at verify
+                # the watch of SGLang's /health_generate after READY (daemon/watch.py)
+                "health": h.watch.health() if alive and h.watch else None,
             }
             argv = list(h.argv) if h is not None else None
             out = {
@@ -119,7 +121,7 @@ class ControlFacade:
                 "engine": engine,
                 "last_good": c.last_good["profile"] if c.last_good else None,
                 "last_good_mode": c.last_good["mode"] if c.last_good else None,
-                "last_failure": dict(c.last_failure) if c.last_failure else None,
+                "last_failure": _failure_view(c.last_failure, c.state, h if alive else None),
                 "switch_in_flight": op.describe() if op is not None else None,
                 "queued": len(c.slot.queued()),
                 "restarts": {"total": sum(c.restarts.values()), "by_reason": dict(c.restarts)},
@@ -135,23 +137,46 @@ class ControlFacade:
                 "findings": [*c.store.findings, *c.findings.values()],
                 "daemon": {"pid": os.getpid(), "state_dir": str(c.store.dir)},
             }
+        engine["identity"] = self.engine_identity()
         # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
         engine["capabilities"] = self.capabilities(argv)
-        out["speculation"] = self.speculation(out["profile"], out["mode"])
+        out["speculation"] = self.speculation(out["profile"], out["mode"], argv)
         return out
 
-    def speculation(self, profile: str | None, mode: str | None) -> dict[str, Any] | None:
+    def engine_identity(self) -> dict[str, Any]:
+        """Which engine measures and serves here: `{kind, version, simulated}` (kind "sglang"
+        or "sim"; the SGLang release it is or plays). Every decision and result file carries
+        it, so that a simulated figure is never read as a measurement of hardware."""
+        eng = self.ctl.engine
+        return {
+            "kind": eng.name,
+            "version": (_sglang_summary(eng) or {}).get("version"),
+            "simulated": bool(eng.simulated),
+        }
+
+    def speculation(
+        self, profile: str | None, mode: str | None, argv: list[str] | None = None
+    ) -> dict[str, Any] | None:
         """Active draft steps and seconds at each (the exporter's reading of SGLang's
-        sglang:spec_num_steps), for a drafting mode; None otherwise or without the exporter."""
+        sglang:spec_num_steps), for a drafting mode; None otherwise or without the exporter.
+        `fixed_steps`: mode eagle3's configured step count (its argv), which it always runs."""
         if mode not in SPEC_MODES or self.feed is None:
             return None
+        fixed = None
+        flag = "--speculative-num-steps"
+        if mode == "eagle3" and argv and flag in argv[:-1]:
+            fixed = int(argv[argv.index(flag) + 1])
         snap = self.feed.hub.snapshot()
         seconds = {
             steps: round(secs, 3)
             for (p, m, steps), secs in snap.get("spec_steps_seconds", {}).items()
             if (p, m) == (profile, mode)
         }
-        return {"active_steps": snap.get("spec_active_steps"), "seconds_at_steps": seconds}
+        return {
+            "active_steps": snap.get("spec_active_steps"),
+            "seconds_at_steps": seconds,
+            "fixed_steps": fixed,
+        }
 
     def capabilities(self, argv: list[str] | None) -> dict[str, Any] | None:
         """The engine's all-reduce capabilities for the argv it serves (else the configured
@@ -206,7 +231,7 @@ class ControlFacade:
             and (c.active.get("profile"), c.active.get("mode")) == (rec["profile"], rec["mode"])
             and not trial
         )
-        keys = ("profile", "mode", "backend", "applied", "decided_at", "report")
+        keys = ("profile", "mode", "backend", "applied", "decided_at", "report", "engine")
         return {**{k: rec.get(k) for k in keys}, "serving": serving}
 
     def _declarative(self) -> dict[str, Any] | None:
@@ -392,6 +417,7 @@ class ControlFacade:
                 reason="invalid_decision",
             )
         rec = dec.decision_record(body)
+        rec["engine"] = self.engine_identity()  # the daemon's own account, never the client's
         if caller is not None:
             rec["by"] = caller.by
         with self.ctl._lock:
@@ -454,7 +480,7 @@ class ControlFacade:
         another window still runs after the capture timeout (nothing started); 502 when the
         window failed (it was stopped on the server and removed); `cancelled()` (the client
         went away) stops it."""
-        from fastverify.exporters.runtime import CaptureRefused, EngineIdle
+        from fastverify.exporters.runtime import CaptureRefused, CaptureTimedOut, EngineIdle
 
         # `busy: false` on a 409: nothing else is in flight, the capture cannot be done now
         # (the CLI exits 1 for these, 4 only when another operation or window is in flight).
@@ -486,6 +512,8 @@ class ControlFacade:
             raise RequestError(409, str(exc), reason="capture_refused", busy=False) from None
         except CaptureRefused as exc:
             raise RequestError(409, str(exc), reason="capture_refused") from None
+        except CaptureTimedOut as exc:
+            raise RequestError(502, f"trace capture failed: {exc}", reason="timed_out") from None
         except Exception as exc:
             raise RequestError(502, f"trace capture failed: {exc}") from None
 
@@ -559,6 +587,21 @@ def baseline_records(data: Any) -> list[dict[str, Any]]:
         else:
             out.append(entry)
     return out
+
+
+def _failure_view(
+    failure: dict[str, Any] | None, state: State, serving: Any
+) -> dict[str, Any] | None:
+    """The last failure, with `current`: False once an engine that started after it serves
+    READY (a past problem, not this engine's)."""
+    if not failure:
+        return None
+    past = (
+        state == State.READY
+        and serving is not None
+        and float(failure.get("at") or 0) <= float(serving.started_at or 0)
+    )
+    return {**failure, "current": not past}
 
 
 def _sglang_summary(engine: Any) -> dict[str, Any] | None:

@@ -5,7 +5,9 @@
                    FAILED profile is retried by the daemon itself, recovery.py), until,
                    in declarative mode, those retries are spent: then 503, so that the
                    kubelet restarts the pod
-    GET /readyz    200 only in READY (reached only through verification), and in
+    GET /readyz    200 only in READY (reached only through verification) while the
+                   engine passes its health checks (503 from the first failed check of
+                   SGLang's /health_generate, daemon/watch.py), and in
                    declarative mode only while serving the configured profile and mode (or
                    the --canary an operator asked for); else 503 with the reason. A
                    fallback to another profile is never Ready; SGLang's /health alone
@@ -72,6 +74,9 @@ class Health:
             if st.get("state") == "FAILED" and failure.get("reason"):
                 why += f": {failure.get('reason')} ({failure.get('message', '')})"
             return False, _brief(st, why)
+        checks = (st.get("engine") or {}).get("health") or {}
+        if checks.get("failed_checks"):
+            return False, _brief(st, f"engine failing its health check: {checks['summary']}")
         declared = st.get("declarative")
         if declared:
             serving = (st.get("profile"), st.get("mode"))

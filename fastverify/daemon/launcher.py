@@ -193,6 +193,20 @@ class Launcher:
         running = {k: v for k, v in h.expected_nccl.items() if k not in DEBUG_VARS}
         return list(argv) == list(h.argv) and self.settings(profile) == running
 
+    def port_in_use(self, argv: list[str]) -> Failure | None:
+        """`port_in_use` before any launch when another process holds the engine's HTTP
+        port (fastverify.daemon.ports); None when it is free (or `argv` starts a follower,
+        which serves no HTTP API)."""
+        from fastverify.daemon import ports
+
+        if self.engine.follower(argv):
+            return None
+        s = self.cfg.server
+        owner = ports.port_owner(s.host, s.port)
+        if owner is None:
+            return None
+        return Failure("port_in_use", ports.in_use_message(s.host, s.port, owner))
+
     # ------------------------------------------------------------------ spawn / adopt
     def spawn(self, profile: Any, mode: str, argv: list[str]) -> EngineHandle:
         """Start the engine group (its own session) with the profile's clean environment."""

@@ -99,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="profile and mode come from the configuration (Kubernetes); refuse profile set "
         "unless --canary",
     )
+    p.add_argument(
+        "--server-port",
+        type=int,
+        default=None,
+        help="the engine's HTTP port (server.port; default 30000)",
+    )
     p.add_argument("--nnodes", type=int, default=None, help="multi-node: nodes in the server")
     p.add_argument("--node-rank", type=int, default=None, help="multi-node: this node's rank")
     p.add_argument("--dist-init-addr", default=None, help="multi-node: HOST:PORT of node 0")
@@ -149,31 +155,37 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# config key -> the fastverifyd flag that sets it (overrides() reads them; a bad value is
+# blamed on the flag, config.load)
+FLAGS = {
+    "daemon.engine": "--engine",
+    "daemon.state_dir": "--state-dir",
+    "daemon.socket": "--socket",
+    "daemon.metrics_listen": "--metrics-listen",
+    "daemon.sim_load_seconds": "--sim-load-seconds",
+    "daemon.sim_sglang_version": "--sim-sglang-version",
+    "daemon.tcp_listen": "--tcp-listen",
+    "daemon.token_file": "--token-file",
+    "daemon.tls_cert": "--tls-cert",
+    "daemon.tls_key": "--tls-key",
+    "daemon.tls_client_ca": "--tls-client-ca",
+    "daemon.web_config_file": "--web-config-file",
+    "daemon.log_level": "--log-level",
+    "daemon.health_listen": "--health-listen",
+    "daemon.declarative": "--declarative",
+    "server.port": "--server-port",
+    "server.nnodes": "--nnodes",
+    "server.node_rank": "--node-rank",
+    "server.dist_init_addr": "--dist-init-addr",
+}
+
+
 def overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    return {
-        "daemon": {
-            "engine": ns.engine,
-            "state_dir": ns.state_dir,
-            "socket": ns.socket,
-            "metrics_listen": ns.metrics_listen,
-            "sim_load_seconds": ns.sim_load_seconds,
-            "sim_sglang_version": ns.sim_sglang_version,
-            "tcp_listen": ns.tcp_listen,
-            "token_file": ns.token_file,
-            "tls_cert": ns.tls_cert,
-            "tls_key": ns.tls_key,
-            "tls_client_ca": ns.tls_client_ca,
-            "web_config_file": ns.web_config_file,
-            "log_level": ns.log_level,
-            "health_listen": ns.health_listen,
-            "declarative": ns.declarative,
-        },
-        "server": {
-            "nnodes": ns.nnodes,
-            "node_rank": ns.node_rank,
-            "dist_init_addr": ns.dist_init_addr,
-        },
-    }
+    out: dict[str, dict[str, Any]] = {"daemon": {}, "server": {}}
+    for key, flag in FLAGS.items():
+        section, name = key.split(".")
+        out[section][name] = getattr(ns, flag[2:].replace("-", "_"))
+    return out
 
 
 def make_engine(name: str, cfg: configmod.Config) -> Any:
@@ -215,6 +227,23 @@ def sglang_facts(engine: Any) -> Any:
     else:
         log.info("SGLang %s (facts %s, in the supported range)", facts.version, facts.facts_version)
     return facts
+
+
+def _check_memory_pinning(cfg: configmod.Config, sup: Any) -> None:
+    """Where NCCL will use IB (several nodes, ibverbs devices): can this process pin its
+    buffers (fastverify.daemon.memlock)? A problem is a status finding, before any load."""
+    from fastverify.daemon import memlock
+
+    why = memlock.rdma_expected(cfg)
+    if why is None:
+        return
+    verdict = memlock.check()
+    if verdict.ok:
+        log.info("RDMA (%s): %s", why, verdict.message)
+        return
+    message = f"RDMA ({why}): {verdict.message}"
+    log.warning("%s", message)
+    sup.add_finding("memlock", message)
 
 
 def _lock_state_dir(state_dir: Path) -> int:
@@ -282,7 +311,7 @@ def _metrics_explicit(ns: argparse.Namespace, cfg: configmod.Config) -> bool:
 def main(argv: list[str] | None = None) -> int:
     ns = parse_args(argv)
     try:
-        cfg = configmod.load(ns.config, overrides(ns))
+        cfg = configmod.load(ns.config, overrides(ns), FLAGS)
     except configmod.ConfigError as exc:
         print(f"fastverifyd: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -403,6 +432,7 @@ class Daemon:
                 log.error("%s", problem)
                 sup.add_finding("metrics", problem)
             sup.attach_runtime(runtime)
+        _check_memory_pinning(cfg, sup)
         servers = []
         try:
             sock = api.bind_unix(cfg.socket_path, cfg.daemon.socket_group)
@@ -489,7 +519,7 @@ class Daemon:
     def _reload(self, sup: Any, notifier: Any) -> None:
         notifier.reloading()
         try:
-            new = configmod.load(self.ns.config, overrides(self.ns))
+            new = configmod.load(self.ns.config, overrides(self.ns), FLAGS)
         except configmod.ConfigError as exc:
             sup.config_error = f"reload refused, keeping the previous configuration: {exc}"
             sup.daemon_log(f"SIGHUP: {sup.config_error}", logging.ERROR)

@@ -94,6 +94,7 @@ class RecoverySteps:
                 "running": r.running,
                 "spent": r.spent,
                 "last": r.last,
+                "target": self._target_view(),
             }
 
     def recovery_exit_code(self) -> int | None:
@@ -102,6 +103,19 @@ class RecoverySteps:
 
         spent = self.recovery.spent and self.cfg.daemon.declarative
         return EXIT_RECOVERY_SPENT if spent and os.environ.get("NOTIFY_SOCKET") else None
+
+    def _target_view(self) -> dict[str, str]:
+        """What a retry starts and why that one (status's `recovery.target`)."""
+        profile, mode = self._recover_target()
+        if self.cfg.daemon.declarative:
+            why = "the declared profile"
+        elif self.last_good:
+            why = "the last good profile"
+        elif self.active.get("profile"):
+            why = "the profile it was asked to serve: none has served verified yet"
+        else:
+            why = "the default profile: none has served verified yet"
+        return {"profile": profile, "mode": mode, "why": why}
 
     def _recover_target(self) -> tuple[str, str]:
         d = self.cfg.daemon

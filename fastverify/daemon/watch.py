@@ -10,10 +10,14 @@ in an NCCL collective keeps the process, its /health and its HTTP server alive: 
 probe sees it.
 
 Verdicts: no answer within `timeout_s` (the HTTP server itself is stuck) is unresponsive at
-once; `failures` non-200 answers in a row is unresponsive. The failure (reason
-`engine_unresponsive`) quotes SGLang's "Health check failed" line when the engine logged
-one. The watch is the controller's (crashes.py starts and stops it); a crash it reports
-goes through the restart policy like an exit.
+once; `failures` non-200 answers in a row is unresponsive. After a failed check the next one
+comes `retry_s` after its answer (not `interval_s`), so the time from the first failed check
+to the verdict is (failures - 1) x (retry_s + the check's own time: SGLang's 20 s before its
+503); `detection_s()` says it. The failure (reason `engine_unresponsive`) quotes SGLang's
+"Health check failed" line when the engine logged one. `health()` is what status shows
+while checks fail (how many, since when, the last answer). The watch is the controller's
+(crashes.py starts and stops it); a crash it reports goes through the restart policy like
+an exit.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fastverify.daemon.failures import Failure
 from fastverify.sglang import client, loglines
@@ -30,19 +35,31 @@ from fastverify.sglang import client, loglines
 log = logging.getLogger("fastverifyd.watch")
 
 
+# SGLang's own wait before /health_generate answers 503 (SGLANG_HEALTH_CHECK_TIMEOUT, 20 s
+# in 0.5.23's srt/environ.py): how long a failed check of a hung scheduler takes.
+SGLANG_HEALTH_CHECK_S = 20.0
+
+
 @dataclass(frozen=True)
 class WatchPolicy:
-    interval_s: float  # between polls (0: no watch)
+    interval_s: float  # between polls while they pass (0: no watch)
     timeout_s: float  # one poll without an answer this long: unresponsive
     failures: int  # non-200 answers in a row: unresponsive
+    retry_s: float  # after a failed poll, the next one this soon
 
     @classmethod
-    def from_config(cls, daemon_cfg: object) -> WatchPolicy:
+    def from_config(cls, daemon_cfg: Any) -> WatchPolicy:
         return cls(
-            float(getattr(daemon_cfg, "watch_interval_s", 30.0)),
-            float(getattr(daemon_cfg, "watch_timeout_s", 40.0)),
-            int(getattr(daemon_cfg, "watch_failures", 3)),
+            float(daemon_cfg.watch_interval_s),
+            float(daemon_cfg.watch_timeout_s),
+            int(daemon_cfg.watch_failures),
+            float(daemon_cfg.watch_retry_s),
         )
+
+    def detection_s(self, check_s: float = SGLANG_HEALTH_CHECK_S) -> float:
+        """Seconds from the first failed check to the verdict when each check takes
+        `check_s` (SGLang's 503 after 20 s; at most `timeout_s`)."""
+        return (self.failures - 1) * (self.retry_s + min(check_s, self.timeout_s))
 
 
 def file_tail(path: str, limit: int = 65536) -> list[str]:
@@ -95,31 +112,66 @@ class EngineWatch(threading.Thread):
         self._stop = threading.Event()
         self.polls = 0  # answered or not, for status and tests
         self.failed_in_row = 0
+        self.failing_since: float | None = None  # wall clock of the first failed check
+        self._failing_t0 = 0.0  # the same, monotonic
+        self.last_failed: str | None = None  # what the last failed check got
 
     def stop(self) -> None:
         self._stop.set()
 
+    def health(self) -> dict[str, Any]:
+        """Status's view: checks so far, and while they fail how many, since when, the last
+        answer, and how many in a row make the engine unresponsive."""
+        n = self.failed_in_row
+        since = time.strftime("%H:%M:%S UTC", time.gmtime(self.failing_since or 0))
+        summary = (
+            f"{n} failed check{'s' * (n != 1)} of {client.HEALTH_GENERATE} in a row since "
+            f"{since} (last: {self.last_failed}; {self.policy.failures} make the engine "
+            "unresponsive, a crash the restart policy handles)"
+        )
+        return {
+            "checks": self.polls,
+            "failed_checks": n,
+            "failing_since": self.failing_since,
+            "last_failed": self.last_failed,
+            "failures_limit": self.policy.failures,
+            "summary": summary if n else None,
+        }
+
     def run(self) -> None:
         p = self.policy
-        while not self._stop.wait(p.interval_s):
+        log.info("engine pid %s: checking %s every %g s; a hung engine is declared %g s after "
+                 "its first failed check", self.pid, client.HEALTH_GENERATE, p.interval_s,
+                 p.detection_s())  # fmt: skip
+        while not self._stop.wait(p.retry_s if self.failed_in_row else p.interval_s):
             if not self.serving():
                 return
-            t0 = time.monotonic()
             verdict = self._poll()
             self.polls += 1
             if verdict is None or self._stop.is_set() or not self.serving():
                 continue
             self._stop.set()
-            log.warning("engine pid %s unresponsive after %.1f s: %s", self.pid,
-                        time.monotonic() - t0, verdict.message)  # fmt: skip
+            log.warning("engine pid %s unresponsive %.1f s after its first failed check: %s",
+                        self.pid, time.monotonic() - self._failing_t0,
+                        verdict.message)  # fmt: skip
             self.on_unresponsive(verdict)
             return
+
+    def _failed(self, why: str) -> None:
+        """One more failed check in a row (the first one starts the clock)."""
+        if not self.failed_in_row:
+            self.failing_since, self._failing_t0 = time.time(), time.monotonic()
+            log.warning("engine pid %s: %s failed (%s); /readyz answers 503 until a check "
+                        "passes", self.pid, client.HEALTH_GENERATE, why)  # fmt: skip
+        self.failed_in_row += 1
+        self.last_failed = why
 
     def _poll(self) -> Failure | None:
         p = self.policy
         try:
             status, _ = client.request(self.url, client.HEALTH_GENERATE, timeout=p.timeout_s)
         except TimeoutError:
+            self._failed(f"no answer within {p.timeout_s:g} s")
             return self._failure(
                 f"{client.HEALTH_GENERATE} gave no answer within {p.timeout_s:.0f} s "
                 "(the server's HTTP loop itself is stuck)"
@@ -129,9 +181,12 @@ class EngineWatch(threading.Thread):
         else:
             why = f"HTTP {status}"
         if status == 200:
-            self.failed_in_row = 0
+            if self.failed_in_row:
+                log.info("engine pid %s: %s passes again after %d failed check(s)", self.pid,
+                         client.HEALTH_GENERATE, self.failed_in_row)  # fmt: skip
+            self.failed_in_row, self.failing_since, self.last_failed = 0, None, None
             return None
-        self.failed_in_row += 1
+        self._failed(why)
         if self.failed_in_row < p.failures:
             log.info("engine pid %s: %s answered %s (%d/%d in a row)", self.pid,
                      client.HEALTH_GENERATE, why, self.failed_in_row, p.failures)  # fmt: skip
@@ -142,9 +197,11 @@ class EngineWatch(threading.Thread):
     def _failure(self, what: str) -> Failure:
         line = sglang_line(file_tail(self.log_path)) or sglang_line(self.recent_lines())
         quoted = f"; SGLang: {line}" if line else ""
+        since = time.monotonic() - self._failing_t0
         return Failure(
             "engine_unresponsive",
-            f"engine pid {self.pid} stopped answering while its process lives: {what}{quoted}",
+            f"engine pid {self.pid} stopped answering while its process lives: {what}, "
+            f"{since:.1f} s after its first failed check{quoted}",
             log=self.log_path,
             line=line,
         )

@@ -179,9 +179,20 @@ class MetricsServer:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _tls(self, conn: socket.socket) -> Any:
-        """The TLS side of `conn` (None: refused, and closed after the alert went out)."""
+        """The TLS side of `conn` (None: refused, and closed after the alert went out; a
+        plain HTTP request gets a 400 that says to use https, as Go's servers answer it)."""
         import ssl
 
+        first = conn.recv(1, socket.MSG_PEEK)
+        if first and first != b"\x16":  # not a TLS handshake record: plain HTTP (or junk)
+            log.warning("/metrics: a plain HTTP request on the TLS port; answered 400")
+            body = (
+                "Client sent an HTTP request to an HTTPS server: this /metrics port speaks "
+                f"TLS only (its web config); scrape {self.url} (Prometheus: scheme: https)\n"
+            ).encode()
+            with contextlib.suppress(OSError):
+                conn.sendall(_response(400, b"text/plain", body, False))
+            return None
         tls = self.web.tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
         try:
             tls.do_handshake()

@@ -47,6 +47,11 @@ class CaptureError(RuntimeError):
     """A profile window could not be captured or analyzed."""
 
 
+class CaptureTimedOut(CaptureError):
+    """The window started but its traces were not complete within the capture timeout (the
+    server ran fewer forward steps than asked: no or too little load)."""
+
+
 class CaptureRefused(CaptureError):
     """Nothing was started: the engine is idle, or another window is running (HTTP 409)."""
 
@@ -357,7 +362,7 @@ class ExporterRuntime:
             if call.accepted_or_pending():
                 note = "; " + self._stop_started(url, call)
             shutil.rmtree(window, ignore_errors=True)
-            raise CaptureError(f"{exc}{note}; window {window.name} removed") from None
+            raise type(exc)(f"{exc}{note}; window {window.name} removed") from None
         analysis.update({"window": str(window), "steps": steps, "captured_at": time.time()})
         self.hub.on_trace_analysis(analysis)
         self._prune()
@@ -416,7 +421,7 @@ class ExporterRuntime:
             last = sizes
             time.sleep(0.1)
         have = len(last)
-        raise CaptureError(
+        raise CaptureTimedOut(
             f"no complete trace after {self.capture_timeout_s:.0f}s in {window} ({have} file(s)); "
             f"the server writes traces only after {steps} forward steps: is it receiving requests?"
         )

@@ -315,17 +315,19 @@ class ProfileStore:
         entry = self.find(arg)
         if entry is None:
             where = ", ".join(d for d, _ in self._search())
-            known = [e.name for e in self.entries()]
-            import difflib
-
-            close = difflib.get_close_matches(arg, known, n=3)
-            hint = (
-                f"did you mean {' or '.join(close)}?"
-                if close
-                else "see `fastverifyctl profile list`"
+            raise ProfileError(
+                [Problem(arg, 0, f"no profile named {arg!r} in {where} ({self.hint(arg)})")]
             )
-            raise ProfileError([Problem(arg, 0, f"no profile named {arg!r} in {where} ({hint})")])
         return self._load_entry(entry, force=force)
+
+    def hint(self, name: str) -> str:
+        """`did you mean ring-ll?` for a name no profile answers to, else where to look."""
+        import difflib
+
+        close = difflib.get_close_matches(name, [e.name for e in self.entries()], n=3)
+        return (
+            f"did you mean {' or '.join(close)}?" if close else "see `fastverifyctl profile list`"
+        )
 
     def _topology(self) -> Topology:
         t = self.topology

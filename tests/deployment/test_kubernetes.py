@@ -283,8 +283,14 @@ def test_pods_ask_for_the_tp_gpus_and_probe_the_daemon(
             assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
         assert sc["capabilities"]["drop"] == ["ALL"]
         assert sc["readOnlyRootFilesystem"] is True
-        assert spec["securityContext"]["runAsNonRoot"] is True
-        assert spec["securityContext"]["runAsUser"] != 0
+        rdma = any(r.startswith("rdma/") for r in res["limits"]) or "/dev/infiniband" in mounts
+        if rdma:  # root, whose IPC_LOCK is effective (and the only capability)
+            assert spec["securityContext"]["runAsNonRoot"] is False
+            assert spec["securityContext"]["runAsUser"] == 0
+            assert sc["capabilities"]["add"] == ["IPC_LOCK"]
+        else:
+            assert spec["securityContext"]["runAsNonRoot"] is True
+            assert spec["securityContext"]["runAsUser"] != 0
         env = {e["name"]: e.get("value") for e in c["env"]}
         assert env["USER"] and env["LOGNAME"] and env["HOME"] == "/var/cache/fastverify"
         # the GPU operator's taint is tolerated on every render

@@ -49,8 +49,8 @@ def test_no_service_is_named_like_the_leaderworkerset(tmp_path: Path, name: str)
 
 
 def test_two_nodes_with_rdma_get_ipc_lock_and_the_resource(tmp_path: Path) -> None:
-    objs, _ = rendered(tmp_path, "--profile", "ring-ll", "--nodes", "2", "--rdma", "rdma/ib=2",
-                       "--rdma", "rdma/hca_shared_devices_a")  # fmt: skip
+    objs, info = rendered(tmp_path, "--profile", "ring-ll", "--nodes", "2", "--rdma",
+                          "rdma/ib=2", "--rdma", "rdma/hca_shared_devices_a")  # fmt: skip
     for template in pod_templates(objs).values():
         c = container(template)
         for side in ("requests", "limits"):
@@ -59,6 +59,24 @@ def test_two_nodes_with_rdma_get_ipc_lock_and_the_resource(tmp_path: Path) -> No
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
         assert c["securityContext"]["allowPrivilegeEscalation"] is False
         assert "hostNetwork" not in template["spec"]
+        # IPC_LOCK is effective for root only (a non-root uid's CapEff stays 0 under
+        # containerd and CRI-O): the pod runs as uid 0 with that one capability
+        psc = template["spec"]["securityContext"]
+        assert (psc["runAsUser"], psc["runAsNonRoot"]) == (0, False), psc
+    assert any(n.startswith("RDMA: the pods run as root (uid 0) with only IPC_LOCK")
+               for n in info["notes"])  # fmt: skip
+    # a non-root uid is refused for RDMA pods (its IPC_LOCK would do nothing), unless --force
+    args = ("--output-dir", str(tmp_path / "uid"), "--image", "registry.example.com/fv:1",
+            "--nodes", "2", "--rdma", "rdma/ib=1", "--run-as-user", "1000")  # fmt: skip
+    r = ctl("render", "kubernetes", *args)
+    assert r.returncode == 2, r.stderr
+    assert "--run-as-user 1000 with RDMA: IPC_LOCK added for a non-root uid is not effective" in (
+        r.stderr
+    )
+    assert not (tmp_path / "uid").exists()
+    forced = ctl("render", "kubernetes", *args, "--force", "--json")
+    assert forced.returncode == 0, forced.stderr
+    assert any("unlimited memlock limit" in n for n in json.loads(forced.stdout)["notes"])
     # over TCP (accepted on request): no RDMA, no capability
     objs, info = rendered(tmp_path / "tcp", "--nodes", "2", "--allow-tcp")
     for template in pod_templates(objs).values():
@@ -292,3 +310,122 @@ def test_rendered_files_are_plain_yaml_documents(tmp_path: Path) -> None:
             assert d["kind"] and d["metadata"]["name"], path
             if d["kind"] != "Namespace":
                 assert d["metadata"]["namespace"], (path, d["metadata"])
+
+
+GOOD_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                   "values": ["NVIDIA-H200"]}]}]},
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 10, "preference": {"matchExpressions": [
+                {"key": "pool", "operator": "Exists"}]}}],
+    },
+    "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 50, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                           "labelSelector": {"matchLabels": {"a": "b"}}}}]},
+}  # fmt: skip
+
+
+def _pod_with(affinity: dict[str, Any]) -> dict[str, Any]:
+    spec = {"containers": [{"name": "c", "image": "i"}], "affinity": affinity}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("bad", "said", "schema_refuses"),
+    [
+        ({"nodeAfinity": GOOD_AFFINITY["nodeAffinity"]},
+         "affinity: unknown field 'nodeAfinity' (did you mean nodeAffinity?)", True),
+        ({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "in"}]}]}}},
+         "nodeSelectorTerms[0].matchExpressions[0].operator: 'in' (expected one of In, NotIn",
+         False),
+        ({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "In"}]}]}}},
+         "matchExpressions[0].values: must be specified when `operator` is 'In' or 'NotIn'",
+         False),
+        ({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"a": "b"}}}]}},
+         "requiredDuringSchedulingIgnoredDuringExecution[0]: topologyKey is required", True),
+    ],
+)  # fmt: skip
+def test_a_values_affinity_is_checked_as_the_api_server_would(
+    tmp_path: Path, bad: dict[str, Any], said: str, schema_refuses: bool
+) -> None:
+    """Each refused by the API server: by its OpenAPI schema (strict: unknown and required
+    fields), or by its own selector validation (ValidateNodeSelectorRequirement: the
+    operators and their values), which the schema does not carry."""
+    import kubernetes_validate
+
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"affinity": bad}))
+    r = ctl("render", "kubernetes", "--output-dir", str(tmp_path / "out"), "--image",
+            "registry.example.com/fv:1", "--values", str(values))  # fmt: skip
+    assert r.returncode == 2 and said in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
+    if schema_refuses:  # the real schema agrees
+        with pytest.raises(kubernetes_validate.ValidationError):
+            kubernetes_validate.validate(_pod_with(bad), "1.33.0", strict=True)
+
+
+def test_a_good_affinity_pins_and_the_output_says_layout_and_prerequisites(
+    tmp_path: Path,
+) -> None:
+    import kubernetes_validate
+
+    kubernetes_validate.validate(_pod_with(GOOD_AFFINITY), "1.33.0", strict=True)
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"affinity": GOOD_AFFINITY}))
+    out = tmp_path / "out"
+    image = ("--image", "registry.example.com/fv:1")
+    r = ctl("render", "kubernetes", "--output-dir", str(out), *image, "--values", str(values),
+            "--profile", "pcie-ipc", "--mode", "eagle3", "--model-path", "Kimi-K2.5",
+            "--draft-model-path", "/models/Kimi-K2.5-eagle3")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "UNPINNED" not in r.stderr  # a required node affinity pins the pcie-ipc pods
+    maps = [d["data"] for d in docs(out) if d["kind"] == "ConfigMap"]
+    config = next(m["fastverifyd.toml"] for m in maps if "fastverifyd.toml" in m)
+    assert 'model_path = "/models/Kimi-K2.5"' in config
+    assert 'draft_model_path = "/models/Kimi-K2.5-eagle3"' in config
+    assert (
+        "the model volume must hold: /models/Kimi-K2.5 (the model: --model-path, "
+        "server.model_path); /models/Kimi-K2.5-eagle3 (the EAGLE-3 drafter"
+    ) in r.stdout
+    nxt = next(x for x in r.stdout.splitlines() if "; next: kubectl apply" in x)
+    assert "needs: the Prometheus Operator's PodMonitor CRD (monitoring.coreos.com/v1" in nxt
+    assert "the namespace monitoring (Grafana's sidecar" in nxt, nxt
+    # only a preferred node affinity does not pin
+    preferred = "preferredDuringSchedulingIgnoredDuringExecution"
+    only = {"nodeAffinity": {preferred: GOOD_AFFINITY["nodeAffinity"][preferred]}}
+    values.write_text(yaml.safe_dump({"affinity": only}))
+    r = ctl("render", "kubernetes", "--output-dir", str(out), *image, "--values", str(values),
+            "--profile", "pcie-ipc")  # fmt: skip
+    assert r.returncode == 0 and "UNPINNED" in r.stderr, r.stderr
+    r = ctl("render", "kubernetes", "--output-dir", str(tmp_path / "x"), "--image",
+            "registry.example.com/fv:1", "--model-path", "/data/model")  # fmt: skip
+    assert r.returncode == 2 and "the model volume is mounted at /models" in r.stderr
+
+
+def test_mode_adaptive_says_it_comes_with_from_decision(tmp_path: Path) -> None:
+    r = ctl("render", "kubernetes", "--output-dir", str(tmp_path / "out"), "--image",
+            "registry.example.com/fv:1", "--mode", "adaptive")  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert "--mode adaptive without --from-decision: mode adaptive serves a speculation plan" in (
+        r.stderr
+    )
+    assert "render --from-decision with the decision.json of a tune that chose adaptive" in (
+        r.stderr
+    )
+
+
+def test_a_profile_that_failed_on_this_host_is_noted(tmp_path: Path) -> None:
+    from tests.harness import DaemonHarness
+
+    with DaemonHarness(tmp_path / "d", metrics=False) as d:
+        assert d.ctl("profile", "set", "tree-ll").returncode == 1  # CUDA-graph capture
+        r = d.ctl("render", "kubernetes", "--output-dir", str(tmp_path / "out"), "--image",
+                  "registry.example.com/fv:1", "--profile", "tree-ll")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "note: tree-ll/baseline failed on this host's daemon 1 time(s), last at " in r.stderr
+    assert ": cuda_graph_capture (" in r.stderr and "pods on the same GPUs" in r.stderr

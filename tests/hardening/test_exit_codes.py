@@ -23,7 +23,7 @@ import pytest
 
 from fastverify.cli import output
 from fastverify.exporters import sglang_metrics
-from tests.harness import REPO, DaemonHarness, _scrubbed_env, ctrl_c_reaches_it
+from tests.harness import REPO, DaemonHarness, _scrubbed_env, ctrl_c_reaches_it, free_port
 
 TINY_MODEL = REPO / "examples" / "model-configs" / "tiny-dense.json"
 
@@ -232,6 +232,29 @@ def _baseline_check(r: Result) -> None:
     assert "verify" not in decode.stdout, decode.stdout
 
 
+def _refused(t: Path, d: Any) -> Result:
+    """A loopback TCP door with a token, and a client without one: the daemon refuses it."""
+    token = t / "token"
+    token.write_text("t" * 32)
+    token.chmod(0o600)
+    port = free_port()
+    config = {"daemon": {"tcp_listen": f"127.0.0.1:{port}", "token_file": str(token)}}
+    with DaemonHarness(t / "door", metrics=False, config=config):
+        return ctl("--host", f"tcp://127.0.0.1:{port}", "status")
+
+
+def _refused_check(r: Result) -> None:
+    assert "missing or wrong bearer token" in r.stderr, r.stderr
+    assert "--token-file FILE (or FASTVERIFY_TOKEN_FILE)" in r.stderr, r.stderr
+
+
+def _tcp_unreachable_check(r: Result) -> None:  # the TCP door's words, not the socket's
+    assert "not reachable at tcp://127.0.0.1:1 " in r.stderr, r.stderr
+    assert "--host tcp://HOST:PORT or set FASTVERIFY_HOST" in r.stderr and "--socket" not in (
+        r.stderr
+    ), r.stderr
+
+
 def _idle_check(r: Result) -> None:
     assert "idle" in r.stderr and "traffic" in r.stderr, r.stderr
 
@@ -258,6 +281,10 @@ CASES = [
                           env=NO_GPU), check=_no_gpu_check),
     Case("unreachable", 3, "the daemon is unreachable",
          lambda t, d: ctl("status", "--socket", str(t / "nobody.sock"))),
+    Case("unreachable-tcp", 3, "the daemon is unreachable",
+         lambda t, d: ctl("--host", "tcp://127.0.0.1:1", "status"),
+         check=_tcp_unreachable_check),
+    Case("refused", 8, "the daemon refused this client", _refused, check=_refused_check),
     Case("missing-dependency", 6, "an optional dependency is missing", _no_torch),
     # against one daemon on the sim (in this order; each leaves it READY)
     Case("switch-ok", 0, "ok",

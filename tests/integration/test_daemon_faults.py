@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
 import psutil
 
 from fastverify.daemon import procs
-from tests.harness import DaemonHarness, engines_on_port, sigint_in
+from tests.harness import DaemonHarness, engines_on_port, free_port, sigint_in
 
 
 def test_engine_kill9_is_restarted_with_reason(tmp_path: Path) -> None:
@@ -275,3 +276,43 @@ def test_sigterm_during_a_switch_answers_the_caller_and_leaves_nothing(tmp_path:
 def _pgid_members(pgid: int) -> list[int]:
     """Live members of `pgid` (processes of parallel tests come and go: never raises)."""
     return [p.pid for p in procs.group_members(pgid)]
+
+
+def test_a_taken_port_is_named_with_its_fix_before_any_load(tmp_path: Path) -> None:
+    """Another process listens on the engine's port: the start fails before anything is
+    loaded (SGLang binds only after its load), naming the process and the fix; `doctor`
+    says it; once the port is free a recovery retry serves, and status then calls the
+    failure an earlier one, not the serving engine's."""
+    port = free_port()
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind(("127.0.0.1", port))
+    squatter.listen()
+    config = {"server": {"port": port}, "daemon": {"recover_backoff_s": [1, 60]}}
+    d = DaemonHarness(tmp_path, config=config, metrics=False, start=False)
+    try:
+        with d:
+            d.start(wait_ready=False)
+            st = d.wait_state("FAILED", 60)
+            assert st["last_failure"]["reason"] == "port_in_use", st["last_failure"]
+            assert not list(d.state_dir.glob("logs/*.log"))  # no engine was started
+            text = d.ctl("status").stdout
+            fix = f"port_in_use: port {port} (127.0.0.1) is in use by pid {os.getpid()} ("
+            assert f"last failure: {fix}" in text, text
+            assert "set [server] port (or fastverifyd --server-port) to a free port" in text
+            rec = d.wait_for(lambda: (s := d.status())["recovery"]["next_in_s"] is not None
+                             and s, 30, "a planned recovery retry")  # fmt: skip
+            assert "none has served verified yet" in rec["recovery"]["target"]["why"]
+            text = d.ctl("status").stdout
+            assert "retries of nccl-default/baseline (" in text
+            assert "the last good profile" not in text
+            doctor = d.ctl("doctor", "--no-topology")
+            assert f"the daemon's last failure: {fix}" in doctor.stdout, doctor.stdout
+            squatter.close()  # the port is free: a retry serves
+            st = d.wait_state("READY", 120)
+            assert st["last_failure"]["current"] is False
+            text = d.ctl("status").stdout
+            assert f"earlier failure: {fix}" in text and "before the engine serving now" in text
+            assert "last failure:" not in text
+    finally:
+        squatter.close()

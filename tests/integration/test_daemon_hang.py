@@ -54,6 +54,7 @@ def test_a_hung_scheduler_is_detected_and_restarted(tmp_path: Path) -> None:
         assert failure["reason"] == "engine_unresponsive", failure
         # the configured window: the 2nd failed answer in a row, SGLang's own line quoted
         assert "/health_generate failed 2 times in a row (last: HTTP 503)" in failure["message"]
+        assert " s after its first failed check" in failure["message"], failure
         assert (
             "SGLang: Health check failed. Server couldn't get a response from detokenizer for "
             "last 1 seconds" in failure["message"]
@@ -67,11 +68,46 @@ def test_a_hung_scheduler_is_detected_and_restarted(tmp_path: Path) -> None:
             "the crash_restart record",
         )[-1]
         assert record["result"] == "ok" and record["profile"] == st["profile"]
+        assert record["reason"] == "engine_unresponsive", record  # why it was restarted
+        assert any(
+            line.split("\t")[1:2] == ["crash_restart"] and "\tengine_unresponsive\t" in line
+            for line in d.ctl("history").stdout.splitlines()
+        )
         # the exporter counts it under its reason
         assert d.metrics_url is not None
         with urllib.request.urlopen(d.metrics_url, timeout=10) as resp:
             text = resp.read().decode()
         assert 'fastverify_engine_restarts_total{reason="engine_unresponsive"} 1.0' in text
+
+
+def test_a_failing_check_shows_in_status_and_readyz_at_once(tmp_path: Path) -> None:
+    """From the first failed check of /health_generate the engine is not Ready (/readyz
+    503) and `status` says how many checks failed and since when, before the watch decides
+    it is unresponsive (never here: 100 failures in a row)."""
+    port = free_port()
+    daemon = dict(WATCH, watch_failures=100, watch_retry_s=0.2, health_listen=f"127.0.0.1:{port}")
+    with DaemonHarness(tmp_path, config={"daemon": daemon, "server": {"env": FAST_SGLANG}}) as d:
+        assert http(f"http://127.0.0.1:{port}/readyz")[0] == 200
+        pid = d.engine_pid()
+        assert pid
+        os.kill(pid, signal.SIGUSR1)  # the sim's scheduler hangs; the process lives
+        st = d.wait_for(
+            lambda: (
+                ((s := d.status())["engine"]["health"] or {}).get("failed_checks", 0) >= 2 and s
+            ),
+            60,
+            "two failed checks",
+        )
+        assert st["state"] == "READY" and st["engine"]["pid"] == pid
+        health = st["engine"]["health"]
+        assert health["last_failed"] == "HTTP 503" and isinstance(health["failing_since"], float)
+        code, body = http(f"http://127.0.0.1:{port}/readyz")
+        assert code == 503, body
+        assert "engine failing its health check: " in body["why"], body
+        assert "failed checks of /health_generate in a row since " in body["why"], body
+        text = d.ctl("status").stdout
+        assert "health:     " in text and "(last: HTTP 503; 100 make the engine" in text, text
+        assert "/readyz answers 503" in text
 
 
 def test_a_frozen_server_times_out_and_is_restarted(tmp_path: Path) -> None:
@@ -169,7 +205,9 @@ def test_declarative_failed_retries_with_backoff_then_livez_fails(tmp_path: Path
         out = d.ctl("status", "--json")
         assert json.loads(out.stdout)["recovery"]["spent"] is True
         text = d.ctl("status").stdout
-        assert "recovery:   2/2 retries of the last good profile: spent" in text, text
+        assert "recovery:   2/2 retries of unverifiable/baseline (the declared profile): spent" in (
+            text
+        ), text
 
 
 def test_failed_recovers_the_last_good_profile(tmp_path: Path) -> None:

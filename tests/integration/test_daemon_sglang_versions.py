@@ -156,7 +156,7 @@ def test_a_release_older_than_the_range_is_refused_before_any_load(tmp_path: Pat
     assert out.returncode == 2, out.stderr
     assert (
         "SGLang 0.4.10 is older than the oldest release fastverify supports "
-        "(0.5.1.post3 .. 0.5.23): install sglang>=0.5.1" in out.stderr
+        "(0.5.1 .. 0.5.23): install sglang>=0.5.1" in out.stderr
     )
     assert "fastverifyd is not starting (nothing was loaded)" in out.stderr
     assert "fastverify.engines.sim" not in out.stderr  # no engine was launched

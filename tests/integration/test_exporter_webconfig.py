@@ -99,8 +99,14 @@ def test_what_a_scraper_without_credentials_gets(tmp_path: Path, web: dict[str, 
             f"prometheus:{PASSWORD}".encode()).decode())  # fmt: skip
         with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
             assert r.status == 200 and b"fastverify_up" in r.read()
-        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+        # plain HTTP on the TLS port: a 400 that says https (as Go's exporters answer it),
+        # not a connection closed without a word
+        with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        assert err.value.code == 400
+        said = err.value.read().decode()
+        assert "Client sent an HTTP request to an HTTPS server" in said, said
+        assert f"scrape https://127.0.0.1:{port}/metrics" in said, said
 
 
 def _bad(tmp_path: Path, text: str) -> str:

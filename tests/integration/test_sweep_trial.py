@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -248,3 +249,48 @@ def test_manual_trial_is_labelled_in_status_history_metrics_and_bench(tmp_path: 
             d.client.post("/v1/profile", {"name": "ring-ll", "load_format": "random"})
         assert exc.value.status == 422 and "dummy" in str(exc.value.body)
         assert d.engine_pid() == pid  # a bad load format changes nothing
+
+
+def _queue_peak(d: DaemonHarness, stop: threading.Event, peak: dict[str, float]) -> None:
+    """The engine's own queue (SGLang's sglang:num_queue_reqs), sampled until `stop`."""
+    while not stop.wait(0.1):
+        try:
+            resp = httpx.get(d.server_url + "/metrics", timeout=5)
+        except httpx.HTTPError:
+            continue  # between two engines (the switch)
+        if resp.status_code != 200:
+            continue  # an engine still loading answers 503
+        for fam in text_string_to_metric_families(resp.text):
+            if fam.name == "sglang:num_queue_reqs":
+                peak["samples"] += 1
+                for s in fam.samples:
+                    peak["queue"] = max(peak["queue"], s.value)
+
+
+def test_a_window_under_long_prompts_keeps_the_load_at_its_concurrency(tmp_path: Path) -> None:
+    """1024-token prompts: the profile window's load keeps one request in flight (a client
+    sends the next when its last finished) and the window completes; rounds that were
+    cancelled on the client every 0.5 s piled prefills up in the server's queue (1 -> 31+)
+    until every window timed out, printing nothing for two minutes."""
+    with DaemonHarness(tmp_path, tp_size=TP, config={"daemon": {"trace_period_s": 0}}) as d:
+        stop, peak = threading.Event(), {"queue": 0.0, "samples": 0}
+        sampler = threading.Thread(target=_queue_peak, args=(d, stop, peak), daemon=True)
+        sampler.start()
+        try:
+            proc = d.ctl("sweep", "ring-ll", "--load-format", "dummy", "--repeats", "1",
+                         "--duration", "4", "--input-len", "1024", "--output-len", "48",
+                         "--output", str(tmp_path / "out"), "--no-plot", "--json",
+                         timeout=600)  # fmt: skip
+        finally:
+            stop.set()
+            sampler.join(10)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = (tmp_path / "out" / "results.jsonl").read_text()
+    records = [json.loads(x) for x in results.splitlines()]
+    (trace,) = [r for r in records if r.get("type") == "trace"]
+    assert trace.get("figures") and not trace.get("error"), trace
+    assert "trace window: 5 step(s) under a steady load of 1 request(s) in flight (1024-token" in (
+        proc.stderr
+    )
+    assert peak["samples"] > 0, peak
+    assert peak["queue"] <= 2, peak  # one request in flight (and the bench window's last)

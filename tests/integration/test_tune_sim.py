@@ -98,11 +98,12 @@ def tuned(daemon: DaemonHarness) -> dict[str, Any]:
 def test_tune_runs_end_to_end_and_prints_the_exact_json(tuned: dict[str, Any]) -> None:
     proc, res = tuned["proc"], tuned["result"]
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert set(res) == {"decision", "stages", "loads", "wall_s", "report", "plots", "fingerprint",
-                        "evidence"}  # fmt: skip
+    assert set(res) == {"decision", "stages", "loads", "wall_s", "report", "plots", "warnings",
+                        "fingerprint", "evidence"}  # fmt: skip
+    assert res["warnings"] == []
     assert res["plots"]["skipped"] is None  # matplotlib is in the dev install
     assert set(res["plots"]["files"].values()) == {"funnel.png", "trial.png", "decision.png"}
-    assert set(res["decision"]) == {"profile", "mode", "backend", "applied", "why"}
+    assert set(res["decision"]) == {"profile", "mode", "backend", "applied", "why", "engine"}
     assert [s["name"] for s in res["stages"]] == ["inventory", "candidates", "derive_tuner",
                                                   "preflight", "rehearse", "trial", "confirm",
                                                   "decide"]  # fmt: skip
@@ -205,7 +206,7 @@ def test_the_eta_follows_the_loads_the_trial_measured(tuned: dict[str, Any]) -> 
     plan_est = {x.split()[0]: _secs(x.split()[1]) for x in err
                 if x.startswith("  confirm ") or x.startswith("  decide ")}  # fmt: skip
     last_trial = [x for x in err if x.startswith("[6/8] trial: [") and "(ETA " in x][-1]
-    eta = _secs(last_trial.rsplit("(ETA ", 1)[1].rstrip(")"))
+    eta = _secs(last_trial.rsplit("(ETA ", 1)[1].split()[0].rstrip(")"))
     assert eta <= plan_est["confirm"] + plan_est["decide"] + 90, last_trial
 
 

@@ -33,6 +33,10 @@ Timing, from the streamed chunks (SGLang sends cumulative `meta_info.completion_
   there) is `dummy` (a timing trial: its accept length is not a real one), "real" for any
   other load format, None when the server does not say.
 
+`keep_loaded(cfg, stop)` is the same closed loop without a window: `concurrency` clients
+until `stop` is set, each sending its next request only when its last one finished, so the
+server never holds more than `concurrency` of them (the load beside a profile window).
+
 `run_sglang_bench` runs `python -m sglang.bench_serving` instead, when it is installed,
 and maps the JSONL line it appends to `--output-file` onto the same result fields.
 """
@@ -47,6 +51,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -307,6 +312,44 @@ async def _measure(
         t_end = deadline if deadline is not None else time.perf_counter()
     info = await asyncio.to_thread(server_info_or_none, url)
     return records, t0, t_end, info
+
+
+def keep_loaded(cfg: BenchConfig, stop: threading.Event, counts: dict[str, int]) -> None:
+    """Closed-loop load until `stop` is set (module docstring); `counts` ("sent",
+    "finished", "failed") follows it as it runs. A failed request (the server restarting)
+    is retried after half a second; those in flight at `stop` are cancelled, once."""
+    asyncio.run(_keep_loaded(cfg, stop, counts))
+
+
+async def _keep_loaded(cfg: BenchConfig, stop: threading.Event, counts: dict[str, int]) -> None:
+    import httpx
+
+    url = cfg.url.rstrip("/")
+    prompts = make_prompts(max(64, cfg.concurrency * 4), cfg.input_len, cfg.seed)
+    for key in ("sent", "finished", "failed"):
+        counts.setdefault(key, 0)
+    limits = httpx.Limits(max_connections=cfg.concurrency + 4)
+    timeout = httpx.Timeout(cfg.timeout, connect=10.0)
+    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+
+        async def one_client(k: int) -> None:
+            i = k
+            while not stop.is_set():
+                rec = RequestRecord(start=time.perf_counter())
+                counts["sent"] += 1
+                await _one_request(client, url, prompts[i % len(prompts)], cfg, rec)
+                i += cfg.concurrency
+                if rec.error:
+                    counts["failed"] += 1
+                    await asyncio.sleep(0.5)
+                else:
+                    counts["finished"] += 1
+
+        clients = [asyncio.ensure_future(one_client(k)) for k in range(cfg.concurrency)]
+        await asyncio.to_thread(stop.wait)
+        for c in clients:
+            c.cancel()
+        await asyncio.gather(*clients, return_exceptions=True)
 
 
 def server_info_or_none(url: str) -> dict[str, Any] | None:

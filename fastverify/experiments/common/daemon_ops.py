@@ -4,10 +4,12 @@
   in flight) is waited out a few times; any refusal comes back as a result dict
   (`result` "failed", `reason`, `message`) instead of an exception, so a caller records it
   and goes on.
-- `capture_under_load(client, load, steps)`: a profile window (`POST /v1/trace/capture`)
-  while a background closed loop (`load`, a BenchConfig) keeps the engine busy: the window
-  records forward steps, and they need traffic. Returns the daemon's analysis (or None),
-  the error when there is none, and the seconds it took.
+- `capture_under_load(client, load, steps, emit)`: a profile window (`POST
+  /v1/trace/capture`) while a background closed loop (`load`, a BenchConfig) keeps the
+  engine busy at exactly `load.concurrency` requests in flight: the window records forward
+  steps, and they need traffic. A line every PROGRESS_EVERY_S while it waits. Returns the
+  daemon's analysis (or None), the error when there is none (a timed-out window says so),
+  and the seconds it took.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 SWITCH_ATTEMPTS = 5
 CAPTURE_TIMEOUT_S = 180.0
+PROGRESS_EVERY_S = 10.0  # a line while a profile window waits for its steps
 
 
 def switch(
@@ -70,29 +72,31 @@ def _streamed(
 
 
 def capture_under_load(
-    client: Any, load: Any, steps: int, round_s: float = 0.5
+    client: Any, load: Any, steps: int, emit: Callable[[str], None] | None = None
 ) -> tuple[dict[str, Any] | None, str | None, float]:
     """(analysis, error, wall seconds) of one profile window of `steps` steps taken while
-    `load` (BenchConfig: url, concurrency, lengths) runs in rounds of `round_s` seconds
-    beside it (a round starts `concurrency` requests afresh: at a large concurrency, rounds
-    as long as a measurement window keep the batch as full as it was measured)."""
+    `load` (BenchConfig: url, concurrency, lengths) runs beside it as a steady closed loop:
+    each of its `concurrency` clients sends its next request when its last one finished
+    (never more in flight than that, so prefills do not pile up in the server's queue)."""
     from fastverify.client import ApiError
-    from fastverify.experiments.bench.load import BenchError, run_bench
+    from fastverify.experiments.bench.load import keep_loaded
 
     got: dict[str, Any] = {}
     done = threading.Event()
-    rounds = replace(load, duration=round_s, requests=None, warmup=0)
-
-    def keep_busy() -> None:
-        while not done.is_set():
-            try:
-                run_bench(rounds)
-            except BenchError:
-                done.wait(0.5)
-
+    counts: dict[str, int] = {}
+    loader = threading.Thread(
+        target=keep_loaded, args=(load, done, counts), name="trace-load", daemon=True
+    )
     t0 = time.monotonic()
-    loader = threading.Thread(target=keep_busy, name="trace-load", daemon=True)
     loader.start()
+    ticker = threading.Thread(
+        target=_progress, args=(emit, done, t0, steps, load.concurrency, counts),
+        name="trace-progress", daemon=True,
+    )  # fmt: skip
+    if emit is not None:
+        emit(f"  trace window: {steps} step(s) under a steady load of {load.concurrency} "
+             f"request(s) in flight ({load.input_len}-token prompts) ...")  # fmt: skip
+        ticker.start()
     try:
         while time.monotonic() - t0 < CAPTURE_TIMEOUT_S:
             try:
@@ -107,16 +111,36 @@ def capture_under_load(
                     done.wait(0.2)
                     continue
                 got["error"] = str(exc)
+                got["timed_out"] = exc.body.get("reason") == "timed_out"
                 break
             except OSError as exc:
                 got["error"] = str(exc)
                 break
+        else:
+            got.update(timed_out=True, error=f"no window within {CAPTURE_TIMEOUT_S:.0f} s")
     finally:
         done.set()
         loader.join(5.0)
     analysis = got.get("analysis")
-    return (
-        (analysis if isinstance(analysis, dict) else None),
-        got.get("error"),
-        (time.monotonic() - t0),
-    )
+    error = got.get("error")
+    if analysis is None and got.get("timed_out"):
+        error = f"TIMED OUT ({error})"
+    return (analysis if isinstance(analysis, dict) else None), error, time.monotonic() - t0
+
+
+def _progress(
+    emit: Callable[[str], None],
+    done: threading.Event,
+    t0: float,
+    steps: int,
+    concurrency: int,
+    counts: dict[str, int],
+) -> None:
+    """A line every PROGRESS_EVERY_S while the window waits: a minute without output looks
+    like a hang."""
+    while not done.wait(PROGRESS_EVERY_S):
+        emit(
+            f"  trace window: waiting for {steps} step(s) for {time.monotonic() - t0:.0f} s "
+            f"(load: {concurrency} request(s) in flight, {counts.get('finished', 0)} "
+            f"finished; the daemon gives up after its capture timeout)"
+        )

@@ -4,7 +4,9 @@
 - `t_quantile(p, df)`: Student t quantile, by bisection on the t CDF, which is computed from
   the regularized incomplete beta function (continued fraction, modified Lentz).
 - `mean_ci(values, level=0.95)`: mean and its two-sided Student-t confidence interval.
+- `interval(ci)`: a rate's interval as `[lo, hi]`, its lower bound clipped at 0 (and said).
 - `ci_text(ci, n)`: the CI as people read it, with a too-few-runs note below MIN_RUNS.
+- `FEW_REQUESTS`: a window that completed fewer requests gives a quantised per-request rate.
 - `welch(a, b)`: Welch's unequal-variance t test -> `WelchResult(t, df, p)`.
 - `compare(a, b, alpha)`: "faster" / "slower" / "not significant" for two samples, or
   "too few runs" below `MIN_RUNS` (3) on either side: two runs of a closed-loop load on a
@@ -24,6 +26,9 @@ _TINY = 1e-300
 # Fewest runs per side for a "faster"/"slower" verdict (and for "tied with best").
 MIN_RUNS = 3
 TOO_FEW = "too few runs"
+# Fewest requests one measurement window should complete: below it its per-request rate
+# (and a short window's tok/s) moves in steps of one request, so it is flagged.
+FEW_REQUESTS = 5
 
 
 def mean(values: Sequence[float]) -> float:
@@ -171,10 +176,18 @@ class WelchResult:
     p: float  # two-sided
 
 
+def interval(ci: Sequence[float], digits: int = 1) -> str:
+    """`[80.1, 82.3]`; a lower bound below 0 (a rate cannot be negative: the runs scatter
+    too much for the interval to mean more) is clipped and said: `[0 (from -123.3), 283.3]`."""
+    lo, hi = ci[0], ci[1]
+    low = f"0 (from {lo:.{digits}f})" if lo < 0 else f"{lo:.{digits}f}"
+    return f"[{low}, {hi:.{digits}f}]"
+
+
 def ci_text(ci: Sequence[float], n: int) -> str:
-    """`95% CI 80.1-82.3`, with a too-few-runs note below MIN_RUNS runs (two runs of a
+    """`95% CI [80.1, 82.3]`, with a too-few-runs note below MIN_RUNS runs (two runs of a
     quiet server often give a zero-width interval that promises what it cannot)."""
-    text = f"95% CI {ci[0]:.1f}-{ci[1]:.1f}"
+    text = f"95% CI {interval(ci)}"
     if n < MIN_RUNS:
         text += f" from {n} run(s): {TOO_FEW} to trust it (--repeats {MIN_RUNS} or more)"
     return text

@@ -261,7 +261,7 @@ class CostTrials:
 
         self.emit(f"{tag}: capturing a profile window of {self.cfg.trace_steps} steps ...")
         analysis, error, _wall = capture_under_load(
-            self.client, bench, self.cfg.trace_steps, round_s=self.cfg.duration
+            self.client, bench, self.cfg.trace_steps, self.emit
         )
         fig = trace_figures(analysis)
         if fig and fig.get("step_ms_p50"):

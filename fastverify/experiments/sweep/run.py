@@ -106,8 +106,8 @@ class SweepConfig:
             raise ValueError("name at least one profile")
         if len(set(self.profiles)) != len(self.profiles):
             raise ValueError("a profile is named twice")
-        if self.mode not in ("baseline", "eagle3"):
-            raise ValueError(f"--mode must be baseline or eagle3, got {self.mode!r}")
+        if self.mode not in ("baseline", "eagle3", "adaptive"):
+            raise ValueError(f"--mode must be baseline, eagle3 or adaptive, got {self.mode!r}")
         if self.repeats < 1:
             raise ValueError("--repeats must be at least 1")
         if self.then_eagle3 < 0:
@@ -238,6 +238,14 @@ def summarize(
                 itl_mean_ms_mean=_mean_of([(m.get("itl_ms") or {}).get("mean") for m in ms]),
             )
             row.update(acceptance_of(ms))
+            fewest = min(int(m.get("completed") or 0) for m in ms)
+            row["completed_min"] = fewest
+            if fewest < stats.FEW_REQUESTS:  # its rates move in steps of one request
+                row["few_requests"] = (
+                    f"a window completed only {fewest} request(s) (under "
+                    f"{stats.FEW_REQUESTS}: its rates are quantised; a longer --duration or a "
+                    "shorter --output-len)"
+                )
             if key in fails:  # a later run could not be taken: cut short, never ranked
                 f = fails[key]
                 row.update(status=INCOMPLETE, reason=f.get("reason"), message=f.get("message"),
@@ -335,7 +343,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
         mean = r.get("tokens_per_second_mean") or 0.0
         heights.append(mean)
         ci = r.get("ci95")
-        lo_err.append(mean - ci[0] if ci else 0.0)
+        lo_err.append(mean - max(0.0, ci[0]) if ci else 0.0)  # a rate's bar stops at 0
         hi_err.append(ci[1] - mean if ci else 0.0)
         if r["status"] == INCOMPLETE:
             labels[-1] += "\nCUT SHORT"
@@ -388,6 +396,7 @@ class Sweep:
         self.results = Path(cfg.output_dir) / RESULTS_FILE
         self.records: list[dict[str, Any]] = []
         self.warnings: list[str] = []
+        self.engine: dict[str, Any] | None = None  # status engine.identity: who measures
         self._original_trial = False
 
     # -- daemon calls
@@ -567,7 +576,7 @@ class Sweep:
 
         steps = self.cfg.trace_steps
         load = replace(self.cfg.bench, url=url)
-        analysis, error, wall_s = capture_under_load(self.client, load, steps)
+        analysis, error, wall_s = capture_under_load(self.client, load, steps, self.emit)
         if mode == "baseline" and isinstance(analysis, dict) and analysis.get("window"):
             analysis = _decode_analysis(analysis) or analysis
         figures = trial.trace_figures(analysis) if isinstance(analysis, dict) else None
@@ -577,6 +586,7 @@ class Sweep:
         if figures is None:
             rec["error"] = error or "the profile window had no step to analyse"
             self.warnings.append(f"no trace for {profile}/{mode}: {rec['error']}")
+            self.emit(f"{index} {profile}/{mode}: no trace: {rec['error']}")
         self._record(rec)
         if figures:
             self.emit(f"{index} {profile}/{mode}: trace {figures['span']} "
@@ -666,6 +676,7 @@ class Sweep:
         what = (f"{len(cfg.profiles)} profile(s) x {cfg.repeats} run(s)"
                 + (f", then EAGLE-3 for {cfg.then_eagle3}" if cfg.then_eagle3 else "")
                 + f" -> {cfg.output_dir}")  # fmt: skip
+        self.check_names()  # a misspelt profile is a usage error whoever holds the daemon
         try:
             with hold(self.client, "sweep", what) as client:
                 self.client = client
@@ -676,7 +687,7 @@ class Sweep:
     def _run(self) -> dict[str, Any]:
         cfg = self.cfg
         status = self._status()  # DaemonUnavailable propagates: nothing to do without it
-        self.check_names()
+        self.engine = (status.get("engine") or {}).get("identity")  # who measured it
         out_dir = Path(cfg.output_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         existing = load_records(self.results)
@@ -690,7 +701,7 @@ class Sweep:
         original = (status.get("profile"), status.get("mode"))
         self._original_trial = bool(status.get("trial"))
         self._record({"type": "sweep", "started_at": time.time(), "config": cfg.describe(),
-                      "resumed": bool(existing)})  # fmt: skip
+                      "resumed": bool(existing), "engine": self.engine})  # fmt: skip
 
         weights = trial.DUMMY if cfg.trial else trial.REAL
         if cfg.trial:
@@ -762,6 +773,7 @@ class Sweep:
             "plot": plot_path,
             "plot_skipped": plot_skipped,
             "warnings": self.warnings,
+            "engine": self.engine,
         }  # fmt: skip
         if cfg.trial:
             out["trial"] = True
@@ -780,10 +792,15 @@ class Sweep:
             self.warnings.append(f"could not read the recorded baselines: {exc}")
         traces = {(r["profile"], r["mode"]): r["figures"] for r in self.records
                   if r.get("type") == "trace" and r.get("figures")}  # fmt: skip
+        lost = {(r["profile"], r["mode"]): r["error"] for r in self.records
+                if r.get("type") == "trace" and r.get("error")}  # fmt: skip
         rows = trial.annotate(
             rows, traces, lambda p: trial.reference_accept_length(self.cfg.accept_length,
                                                                   recorded, p), recorded
         )  # fmt: skip
+        for r in rows:  # a window that failed (timed out) says so in the row
+            if (r["profile"], r["mode"]) in lost and (r["profile"], r["mode"]) not in traces:
+                r["trace_error"] = lost[(r["profile"], r["mode"])]
         eagle = [r for r in rows if r["mode"] == "eagle3" and r["status"] == "ok"]
         if eagle and not any(r.get("accept_length_reference") for r in eagle):
             self.warnings.append(

@@ -31,11 +31,12 @@ def candidate_row(profile: Any, source: str) -> dict[str, Any]:
 
 
 def unknown_names(names: tuple[str, ...]) -> list[str]:
-    """Names of `--profiles` that no profile file answers to (checked before any stage)."""
+    """Each name of `--profiles` that no profile file answers to, with what was probably
+    meant (`ring-lll (did you mean ring-ll?)`; checked before the lease and any stage)."""
     from fastverify.profiles.store import ProfileStore
 
     store = ProfileStore()
-    return [n for n in names if store.find(n) is None]
+    return [f"{n} ({store.hint(n)})" for n in names if store.find(n) is None]
 
 
 def run(ctx: Ctx) -> StageResult:

@@ -5,7 +5,9 @@ CI95, Welch), the trial's leader last, so that applying it costs no further load
 EAGLE-3 gets a real-weights load of the leading finalist only when it could change the
 decision: no real accept length is known (none given, none recorded), or the trial puts
 EAGLE-3 within `UNSURE` of the baseline at the known accept length (or ahead of it). That
-run measures the accept length that then decides the mode."""
+run measures the accept length that then decides the mode. Mode adaptive gets one when the
+daemon's speculation plan predicts it above everything measured here: a decision is always
+a measured option, so a prediction that could win is measured before it can."""
 
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ def _view(r: dict[str, Any]) -> dict[str, Any]:
         weights=r.get("weights"),
         accept_length_mean=r.get("accept_length_mean"),
         per_request_tokens_per_second_mean=r.get("per_request_tokens_per_second_mean"),
+        few_requests=r.get("few_requests"),
     )
     return out
 
@@ -102,10 +105,17 @@ def run(ctx: Ctx) -> StageResult:
         leader=leader,
         accept_length=accept,
         accept_length_source=source,
+        accept_length_before=accept,  # what was known before any real EAGLE-3 load
+        accept_length_before_source=source,
         break_even_trial=be,
         eagle3_why=why,
     )
-    ctx.emit(f"confirm: leader {leader}; EAGLE-3: {why}")
+    planned = ""
+    if need and accept is not None:  # the plan's conditional load: in the ETA from now on
+        ctx.eagle3_confirm = True
+        ctx.replan()
+        planned = "; +1 real EAGLE-3 load, in the ETA from now on"
+    ctx.emit(f"confirm: leader {leader}; EAGLE-3: {why}{planned}")
     if need:
         rep = measure.sweep(ctx, "confirm-eagle3", [leader], mode="eagle3", traces=False)
         row = next((r for r in rep["results"] if r["mode"] == "eagle3"), None)
@@ -116,4 +126,33 @@ def run(ctx: Ctx) -> StageResult:
                     accept_length=row["accept_length_mean"],
                     accept_length_source=f"measured with real weights ({leader})",
                 )
+    data["adaptive"] = _adaptive(ctx, ok, data.get("eagle3"))
     return StageResult("done", None, data)
+
+
+def _adaptive(
+    ctx: Ctx, ok: list[dict[str, Any]], eagle3: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Measure mode adaptive with real weights when the speculation plan predicts it faster
+    than every option measured so far (its row, with the plan's config), else None."""
+    from fastverify.experiments.tune import decide
+
+    plan = decide.spec_plan(ctx, [])
+    predicted = decide.adaptive_options(ok, plan, ctx.cfg.concurrency)
+    measured = [r["tokens_per_second_mean"] for r in ok]
+    if eagle3 and eagle3.get("status") == "ok":
+        measured.append(eagle3["tokens_per_second_mean"])
+    if not predicted or not plan or predicted[0]["tokens_per_second"] <= max(measured):
+        return None
+    p = predicted[0]
+    ctx.extra_confirm_loads += 1  # in the ETA from now on
+    ctx.replan()
+    ctx.emit(f"confirm: the speculation plan predicts {p['profile']}/adaptive at "
+             f"{p['tokens_per_second']:.1f} tok/s, above everything measured: measuring it "
+             "with real weights (+1 real load, in the ETA from now on)")  # fmt: skip
+    rep = measure.sweep(ctx, "confirm-adaptive", [p["profile"]], mode="adaptive", traces=False)
+    row = next((r for r in rep["results"] if r["mode"] == "adaptive"), None)
+    if row is None:
+        return None
+    return dict(_view(row), adaptive_config=plan.get("adaptive_config"),
+                adaptive_config_json=plan.get("adaptive_config_json"))  # fmt: skip

@@ -55,6 +55,9 @@ class Ctx:
     results: dict[str, StageResult] = field(default_factory=dict)  # finished stages
     stage: str | None = None  # the stage running now (for progress and its ETA)
     stage_t0: float = 0.0  # when it started (time.monotonic)
+    eagle3_confirm: bool = False  # confirm decided on a real EAGLE-3 load (the plan counts it)
+    extra_confirm_loads: int = 0  # further real loads confirm decided on (mode adaptive)
+    replan: Callable[[], None] = lambda: None  # re-estimate now (the pipeline sets it)
 
     def data(self, name: str) -> dict[str, Any]:
         r = self.results.get(name)

@@ -5,9 +5,10 @@ either as measured with real weights (the leader, when confirm ran it) or as pre
 the trial: confirmed baseline tok/s x accept length / the trial's break-even accept length;
 and mode adaptive where the daemon holds a speculation plan (`fastverifyctl spec plan`, made
 on that profile's costs) that drafts at the tune's concurrency: confirmed baseline tok/s x
-the plan's speedup at that batch-size tier. The fastest option wins; among options tied with
-it (Welch not significant) and within `TIE` of its mean, the one serving now is kept (no
-load).
+the plan's speedup at that batch-size tier. Only a measured option can win (a prediction
+is shown beside them, and what measuring it would take, never applied): the fastest
+measured option wins; among measured options tied with it (Welch not significant) and
+within `TIE` of its mean, the one serving now is kept (no load).
 
 Apply: `POST /v1/profile {name, mode, wait}` (the daemon validates, restarts, verifies every
 process's environment or rolls back, as for any switch; `unchanged` when it already serves
@@ -18,7 +19,6 @@ tune.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -85,6 +85,32 @@ def options(confirm: Mapping[str, Any], trial_rows: Sequence[Mapping[str, Any]])
     return sorted(out, key=lambda o: -o["tokens_per_second"])
 
 
+def spec_plan(ctx: Ctx, warnings: list[str]) -> dict[str, Any] | None:
+    """The daemon's stored speculation plan (`GET /v1/spec/plan`); None when there is none
+    (404, or `{}`), and any other refusal said in `warnings`, never swallowed."""
+    from fastverify.client import ApiError
+
+    try:
+        return ctx.client.get("/v1/spec/plan") or None
+    except ApiError as exc:
+        if exc.status != 404:
+            warnings.append(f"the daemon's speculation plan could not be read ({exc}): "
+                            "mode adaptive was not considered")  # fmt: skip
+        return None
+
+
+def measured_adaptive(row: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Mode adaptive as confirm measured it with real weights (a sweep row), if it did."""
+    if not row or row.get("status") != "ok":
+        return []
+    return [{
+        "profile": row["profile"], "mode": "adaptive", "evidence": "measured",
+        "tokens_per_second": row["tokens_per_second_mean"], "ci95": row.get("ci95"),
+        "samples": row.get("samples") or [], "adaptive_config": row.get("adaptive_config"),
+        "adaptive_config_json": row.get("adaptive_config_json"),
+    }]  # fmt: skip
+
+
 def adaptive_options(
     rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any] | None, concurrency: int
 ) -> list[dict[str, Any]]:
@@ -114,11 +140,13 @@ def adaptive_options(
 
 
 def choose(opts: list[dict[str, Any]], serving: tuple[str | None, str | None]) -> dict | None:
-    """The fastest option, or the serving one when it is tied with it (see TIE)."""
-    if not opts:
+    """The fastest measured option, or the serving one when it is tied with it (see TIE);
+    None when nothing was measured."""
+    measured = [o for o in opts if o["evidence"] == "measured"]
+    if not measured:
         return None
-    best = opts[0]
-    for o in opts[1:]:
+    best = measured[0]
+    for o in measured[1:]:
         tied = (
             o["samples"]
             and best["samples"]
@@ -156,7 +184,14 @@ def what_would_change(
                 f"the baseline of {o['profile']} would win below an accept length of "
                 f"{be:.2f}" + (f" (now {accept:.2f})" if accept else "")
             )
-    others = [o for o in opts if o is not winner]
+    for o in opts:
+        if o["evidence"] != "measured" and o["tokens_per_second"] > wt:
+            out.append(
+                f"{o['profile']}/{o['mode']} is predicted at {o['tokens_per_second']:.1f} tok/s "
+                f"({o['evidence']}), x{o['tokens_per_second'] / wt:.3f} of the winner, but was "
+                f"not measured, so it is not applied: {_how_to_measure(o)}"
+            )
+    others = [o for o in opts if o is not winner and o["evidence"] == "measured"]
     if others:
         r = others[0]
         verdict = "tied within noise" if r.get("tied_with_best") else "slower"
@@ -166,6 +201,19 @@ def what_would_change(
             f"of the winner ({verdict})"
         )
     return out
+
+
+def _how_to_measure(o: Mapping[str, Any]) -> str:
+    """The commands that would measure a predicted option with real weights."""
+    if o["mode"] == "adaptive":
+        return (
+            f"`fastverifyctl profile set {o['profile']} --mode adaptive` then `fastverifyctl "
+            "bench` measures it (compare with the winner's tok/s at the same -c)"
+        )
+    return (
+        f"`fastverifyctl sweep {o['profile']} --then-eagle3 1` measures its EAGLE-3 with real "
+        "weights (or tune again with it among the finalists)"
+    )
 
 
 def count_loads(history: Sequence[Mapping[str, Any]], since: float) -> dict[str, int]:
@@ -190,6 +238,34 @@ def _switch(ctx: Ctx, profile: str, mode: str) -> dict[str, Any]:
         return {"result": "failed", **exc.body}
 
 
+def _simulated(status: Mapping[str, Any]) -> bool:
+    return bool((status.get("engine") or {}).get("simulated"))
+
+
+def _save_accept_length(
+    ctx: Ctx, profile: str, base: Mapping[str, Any], accept: float
+) -> str | None:
+    """Record the measured accept length with its baseline, at the concurrency it was
+    measured at (`POST /v1/baselines`); None when saved, else why not (said, never
+    swallowed)."""
+    from fastverify.client import ApiError
+
+    body = {
+        "profile": profile,
+        "tokens_per_second": base["tokens_per_second"],
+        "per_request_tokens_per_second": base.get("per_request") or base["tokens_per_second"],
+        "concurrency": ctx.cfg.concurrency,
+        "accept_length": accept,
+    }
+    try:
+        ctx.client.post("/v1/baselines", body)
+    except (ApiError, OSError) as exc:
+        return f"the measured accept length {accept:.2f} was not saved: the daemon answered {exc}"
+    ctx.emit(f"decide: accept length {accept:.2f} of {profile} saved with its baseline "
+             f"(at {ctx.cfg.concurrency} concurrent request(s))")  # fmt: skip
+    return None
+
+
 def run(ctx: Ctx) -> StageResult:
     from fastverify.client import ApiError
     from fastverify.profiles.store import ProfileStore
@@ -199,22 +275,27 @@ def run(ctx: Ctx) -> StageResult:
     serving = (
         (status.get("profile"), status.get("mode")) if not status.get("trial") else (None, None)
     )
+    warnings: list[str] = []
     opts = options(confirm, ctx.data("trial").get("rows", []))
-    with contextlib.suppress(ApiError, OSError):
-        plan = ctx.client.get("/v1/spec/plan")
-        opts = sorted(
-            opts + adaptive_options(confirm.get("rows", []), plan, ctx.cfg.concurrency),
-            key=lambda o: -o["tokens_per_second"],
-        )
+    measured = measured_adaptive(confirm.get("adaptive"))
+    predicted = adaptive_options(
+        confirm.get("rows", []), spec_plan(ctx, warnings), ctx.cfg.concurrency
+    )
+    opts = sorted(
+        opts + measured + [o for o in predicted if not measured],
+        key=lambda o: -o["tokens_per_second"],
+    )
     win = choose(opts, serving)
     if win is None:
-        return StageResult("failed", "no option to decide between")
+        return StageResult("failed", "no measured option to decide between")
     accept = confirm.get("accept_length")
     backend = candidate_backend(ProfileStore().load(win["profile"], force=True))
     ci = win.get("ci95")
     runs = len(win.get("samples") or [])
+    # the sim's "real weights" are simulated: every figure says which engine measured it
+    weights = "real weights, SIMULATED by the sim engine" if _simulated(status) else "real weights"
     evidence = f"{win['tokens_per_second']:.1f} tok/s" + (
-        f" ({stats.ci_text(ci, runs)}, real weights)" if ci else f" ({win['evidence']})"
+        f" ({stats.ci_text(ci, runs)}, {weights})" if ci else f" (measured, {weights})"
     )
     why = f"{win['profile']}/{win['mode']}: {evidence}"
     if win["mode"] == "baseline" and accept:
@@ -224,11 +305,7 @@ def run(ctx: Ctx) -> StageResult:
     elif win["mode"] == "eagle3":
         why += f"; accept length {accept:.2f} ({confirm.get('accept_length_source')})"
     elif win["mode"] == "adaptive":
-        why += (
-            f"; the speculation plan drafts {win['steps']} steps at {ctx.cfg.concurrency} "
-            f"concurrent request(s), x{win['speedup']:.2f} over the baseline "
-            f"({win['adaptive_config']})"
-        )
+        why += f"; SGLang's adaptive steps from the speculation plan ({win['adaptive_config']})"
     if win.get("kept_because"):
         why += f"; {win['kept_because']}"
     data: dict[str, Any] = {
@@ -239,6 +316,7 @@ def run(ctx: Ctx) -> StageResult:
         "changes": what_would_change(win, opts, accept),
         "accept_length": accept,
         "applied": False,
+        "warnings": warnings,
     }
     if ctx.cfg.apply:
         ctx.emit(f"apply: {win['profile']}/{win['mode']} (real weights) ...")
@@ -256,22 +334,18 @@ def run(ctx: Ctx) -> StageResult:
             ctx.emit(f"--no-apply: putting back {original['profile']}/{original['mode']} ...")
             res = _switch(ctx, original["profile"], original["mode"])
             data["restore_result"] = {k: res.get(k) for k in ("result", "reason", "message")}
-    if win["mode"] == "eagle3" and win["evidence"] == "measured" and accept:
+    eagle3 = confirm.get("eagle3") or {}
+    if eagle3.get("status") == "ok" and eagle3.get("accept_length_mean"):
+        # what confirm measured with real weights, whatever won: for later trials here
         base = next(
-            (o for o in opts if o["profile"] == win["profile"] and o["mode"] == "baseline"), None
+            (o for o in opts if o["profile"] == eagle3["profile"] and o["mode"] == "baseline"),
+            None,
         )
-        if base:  # the real accept length, for later trials on this host
-            with contextlib.suppress(ApiError, OSError):
-                ctx.client.post(
-                    "/v1/baselines",
-                    {
-                        "profile": win["profile"],
-                        "tokens_per_second": base["tokens_per_second"],
-                        "per_request_tokens_per_second": base.get("per_request")
-                        or base["tokens_per_second"],
-                        "accept_length": accept,
-                    },
-                )
+        if base:
+            saved = _save_accept_length(ctx, eagle3["profile"], base, eagle3["accept_length_mean"])
+            data["accept_length_saved"] = saved is None
+            if saved is not None:
+                warnings.append(saved)
     body = {
         "profile": win["profile"],
         "mode": win["mode"],
@@ -291,6 +365,10 @@ def run(ctx: Ctx) -> StageResult:
     except ApiError as exc:
         data["recorded"] = False
         data["record_error"] = str(exc)
+        warnings.append(f"the daemon refused the decision record ({exc}): status and /metrics "
+                        "do not show this decision")  # fmt: skip
+    for w in warnings:
+        ctx.emit(f"warning: {w}")
     if ctx.cfg.apply and not data["applied"]:
         return StageResult(
             "failed",

@@ -61,9 +61,15 @@ def torch_nccl_version(python: str) -> str | None:
 
 
 def _server_argv(ctx: Ctx) -> list[str]:
+    """The argv the daemon would launch; [] (the configuration's TP size is used) when it
+    cannot build one, said as a line: a refusal here is never swallowed."""
+    from fastverify.client import ApiError
+
     try:
         return list(ctx.client.get("/v1/server/argv").get("argv") or [])
-    except Exception:  # the daemon answers status; an old one may lack this: use the config
+    except ApiError as exc:
+        ctx.emit(f"inventory: the daemon cannot build its server argv ({exc}); using the "
+                 "configuration's TP size")  # fmt: skip
         return []
 
 

@@ -96,7 +96,8 @@ def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> di
         budget_s=cfg.budget_min * 60 if cfg.budget_min else None,
         repeats=cfg.repeats,
         duration_s=cfg.duration_s,
-        accept_known=accept is not None,
+        accept_known=accept is not None and not ctx.eagle3_confirm,
+        extra_real_loads=ctx.extra_confirm_loads,
         history=ctx.client.get("/v1/history"),
         times=ctx.journal.times(),
         done=done,
@@ -146,6 +147,9 @@ def run(
     from fastverify.experiments.common.lease import LeaseRefused, hold
 
     emit = on_event or (lambda _e: None)
+    if not resume and (bad := candidates.unknown_names(cfg.profiles)):
+        # a usage error whoever holds the daemon: said before the lease is asked for
+        raise TuneError(f"unknown profile(s): {', '.join(bad)}; nothing was switched")
     what = f"{'resumed; ' if resume else ''}output {cfg.output_dir}"
     try:
         with hold(client, "tune", what) as leased:
@@ -196,10 +200,6 @@ def _open(
             raise TuneError(_nothing_to_resume(jr, start))
         cfg = TuneConfig(**{**start["config"], "profiles": tuple(start["config"]["profiles"])})
     else:
-        if bad := candidates.unknown_names(cfg.profiles):
-            raise TuneError(
-                f"unknown profile(s): {', '.join(bad)} (see fastverifyctl profile list)"
-            )
         cfg = replace(cfg, output_dir=str(Path(cfg.output_dir).resolve()))  # resume anywhere
         out = Path(cfg.output_dir)
         if any((out / sub).exists() for sub in OUTPUTS):
@@ -298,10 +298,12 @@ def _context(
                 "stage": ctx.stage,
                 "text": text,
                 "eta_s": plan.remaining_s(ctx.plan, ctx.stage, elapsed),
+                "over_s": plan.overrun_s(ctx.plan, ctx.stage, elapsed),
             }
         )
 
     ctx.emit = line
+    ctx.replan = lambda: _replan(ctx)
     for name, rec in jr.finished().items():
         ctx.results[name] = StageResult(rec["status"], rec.get("reason"), rec.get("data") or {})
     first = next((r["plan"] for r in jr.records if r.get("event") == "plan"), None)
@@ -386,9 +388,12 @@ def _result(
     if win.get("mode") == "adaptive":  # the plan travels with the decision (render kubernetes)
         decision["adaptive_config"] = win.get("adaptive_config")
         decision["adaptive_config_json"] = win.get("adaptive_config_json")
+    # which engine measured it (the daemon's own account: the sim's figures are simulated)
+    decision["engine"] = (ctx.client.get("/v1/status").get("engine") or {}).get("identity")
     history = ctx.client.get("/v1/history")
     result = {
         "decision": decision,
+        "warnings": list(dec.get("warnings") or []),
         "stages": stages,
         "loads": decide.count_loads(history, float(start.get("ts") or 0.0)),
         "wall_s": round(time.time() - float(start.get("ts") or time.time()), 3),

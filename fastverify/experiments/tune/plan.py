@@ -55,6 +55,7 @@ class PlanFacts:
     done: Sequence[str] = ()  # stages already finished (resume)
     fixed: tuple[int, int] | None = None  # (finalists, trials) decided earlier: re-estimate only
     ranked: bool = False  # preflight or rehearse will rank the candidates before the trial
+    extra_real_loads: int = 0  # real loads confirm decided on besides the plan's (adaptive)
 
 
 def load_times(history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, str]]:
@@ -140,13 +141,14 @@ def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]
         dummy_loads=trials + eagle,
     )
     extra = 0 if f.accept_known else 1
+    more = f" + {f.extra_real_loads} adaptive" if f.extra_real_loads else ""
     add(
         "confirm",
-        (finalists + extra) * (real + measure),
+        (finalists + extra + f.extra_real_loads) * (real + measure),
         f"real load: {real_src}",
-        f"{finalists} finalist(s){' + 1 EAGLE-3' if extra else ''} x ({real:.0f} s load + "
-        f"{measure:.0f} s measuring)",
-        real_loads=finalists + extra,
+        f"{finalists} finalist(s){' + 1 EAGLE-3' if extra else ''}{more} x ({real:.0f} s "
+        f"load + {measure:.0f} s measuring)",
+        real_loads=finalists + extra + f.extra_real_loads,
         note=""
         if extra
         else "+1 real EAGLE-3 load only if the trial puts EAGLE-3 within 10% of the baseline",
@@ -219,3 +221,12 @@ def remaining_s(plan: Mapping[str, Any], after: str | None, elapsed_in_current: 
             seen = True
             total += max(0.0, r["estimate_s"] - elapsed_in_current)
     return total
+
+
+def overrun_s(plan: Mapping[str, Any], stage: str | None, elapsed_in_current: float) -> float:
+    """How far the running stage is past its estimate (0 within it): the ETA then holds
+    only the later stages, and says so."""
+    for r in plan.get("stages", []):
+        if r["name"] == stage:
+            return max(0.0, elapsed_in_current - r["estimate_s"])
+    return 0.0

@@ -22,7 +22,9 @@ def _fmt(v: Any, digits: int = 1) -> str:
     if isinstance(v, float):
         return f"{v:.{digits}f}"
     if isinstance(v, list | tuple) and len(v) == 2 and all(isinstance(x, float) for x in v):
-        return f"{v[0]:.1f}-{v[1]:.1f}"
+        from fastverify.experiments.common.stats import interval
+
+        return interval(v)
     return str(v).replace("|", "/")
 
 
@@ -98,7 +100,7 @@ def _draw(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict
     if opts:
         fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(opts) + 2), 4.2))
         heights = [o["tokens_per_second"] for o in opts]
-        lo = [o["tokens_per_second"] - o["ci95"][0] if o.get("ci95") else 0 for o in opts]
+        lo = [o["tokens_per_second"] - max(0.0, o["ci95"][0]) if o.get("ci95") else 0 for o in opts]
         hi = [o["ci95"][1] - o["tokens_per_second"] if o.get("ci95") else 0 for o in opts]
         colors = ["#4C72B0" if o["mode"] == "baseline" else "#DD8452" for o in opts]
         hatches = ["" if o["evidence"] == "measured" else "//" for o in opts]
@@ -143,14 +145,23 @@ def write(
     drawn = result.get("plots") or {}
     plots = drawn.get("files") or {}
     d = result["decision"]
+    eng = d.get("engine") or {}
+    sim = (
+        f"; SIMULATED: the {eng.get('kind')} engine playing SGLang {eng.get('version')}, "
+        "not a measurement of hardware"
+        if eng.get("simulated")
+        else ""
+    )
     lines = ["# fastverify tune", ""]
     lines += [
         f"**Decision: {d['profile']} / {d['mode']} / backend {d['backend']}** "
-        f"({'applied' if d['applied'] else 'not applied'})",
+        f"({'applied' if d['applied'] else 'not applied'}{sim})",
         "",
         f"Why: {d['why']}",
         "",
     ]
+    lines += [f"Warning: {w}" for w in result.get("warnings") or []]
+    lines += [""] if result.get("warnings") else []
     changes = data.get("decide", {}).get("changes") or []
     if changes:
         lines += ["What would change it:", ""] + [f"- {c}" for c in changes] + [""]
@@ -266,7 +277,7 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         )
         lines += ["", "### Trial (dummy weights: timings real, accept lengths not)", ""]
         lines += md_table(keys, [[r.get(k) for k in keys] for r in trial["rows"]])
-        lines += _too_few_runs(trial["rows"])
+        lines += _too_few_runs(trial["rows"]) + _quantised(trial["rows"])
         conc = trial.get("concurrency") or 1
         lines += [
             "",
@@ -297,15 +308,12 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
             "vs_best",
             "reason",
         )
-        rows = conf["rows"] + ([conf["eagle3"]] if conf.get("eagle3") else [])
+        rows = conf["rows"] + [conf[k] for k in ("eagle3", "adaptive") if conf.get(k)]
         lines += ["", "### Confirm (real weights)", ""]
-        lines += md_table(keys, [[r.get(k) for k in keys] for r in rows])
-        lines += _too_few_runs(rows)
-        lines += [
-            "",
-            f"Accept length: {_fmt(conf.get('accept_length'), 2)} "
-            f"({conf.get('accept_length_source')}); EAGLE-3: {conf.get('eagle3_why')}",
-        ]
+        lines += md_table(keys, [[r.get(k) for k in keys] for r in _vs_best(rows)])
+        lines += _too_few_runs(rows) + _quantised(rows)
+        lines += ["", f"EAGLE-3: {conf.get('eagle3_why')}", "", "Accept lengths:", ""]
+        lines += _accept_lengths(conf)
     dec = data.get("decide") or {}
     if dec.get("options"):
         keys = (
@@ -320,6 +328,43 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         lines += ["", "### Decision options", ""]
         lines += md_table(keys, [[o.get(k) for k in keys] for o in dec["options"]])
     return lines
+
+
+def _vs_best(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`vs_best` over all the rows, both modes: `best` once, the others as a ratio to it."""
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("tokens_per_second_mean")]
+    top = max(ok, key=lambda r: r["tokens_per_second_mean"], default=None)
+    out = []
+    for r in rows:
+        if r is top:
+            vs = "best"
+        elif r in ok and top is not None:
+            vs = f"x{r['tokens_per_second_mean'] / top['tokens_per_second_mean']:.3f}"
+        else:
+            vs = None
+        out.append({**r, "vs_best": vs})
+    return out
+
+
+def _accept_lengths(conf: Mapping[str, Any]) -> list[str]:
+    """One accept length per line with its source, the one the decision uses marked."""
+    used = conf.get("accept_length")
+    before = conf.get("accept_length_before")
+    out = []
+    if before is not None and before != used:
+        out.append(f"- {_fmt(before, 2)}: {conf.get('accept_length_before_source')} (known "
+                   "before the confirmation; superseded by the measurement below)")  # fmt: skip
+    if used is not None:
+        out.append(f"- {_fmt(used, 2)}: {conf.get('accept_length_source')} (the decision uses it)")
+    return out or ["- none known"]
+
+
+def _quantised(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A flag under a table for each row a window of which completed too few requests."""
+    flagged = [r for r in rows if r.get("few_requests")]
+    if not flagged:
+        return []
+    return [""] + [f"- QUANTISED {r['profile']}/{r['mode']}: {r['few_requests']}" for r in flagged]
 
 
 def _too_few_runs(rows: Sequence[Mapping[str, Any]]) -> list[str]:

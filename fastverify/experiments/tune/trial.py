@@ -28,6 +28,7 @@ KEYS = (
     "eagle3_verdict",
     "dummy_accept_length",
     "rank",
+    "few_requests",
 )
 AGREE = 0.10  # rehearsal and trial orderings that differ by less than this are not a disagreement
 
@@ -37,6 +38,8 @@ def row_view(r: dict[str, Any]) -> dict[str, Any]:
     t = r.get("trace") or {}
     out["trace_step_ms"] = t.get("step_ms_p50")
     out["allreduce_per_step"] = t.get("allreduce_per_step")
+    if r.get("trace_error") and not out.get("reason"):  # the table's reason column says it
+        out["reason"] = f"trace window: {r['trace_error']}"
     return out
 
 

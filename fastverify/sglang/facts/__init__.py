@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from typing import Any
 
 # (os.path, not pathlib; a plain class, not a dataclass: fastverifyctl's start-up path
@@ -74,6 +75,16 @@ def oldest() -> str:
 
 def newest() -> str:
     return known_versions()[-1]
+
+
+def range_text() -> str:
+    """The supported range as people read releases: `0.5.1 .. 0.5.23` (each release's data
+    file may be a .postN of it: `versions` lists them)."""
+    return f"{parse_text(oldest())} .. {parse_text(newest())}"
+
+
+# A release as pip and SGLang spell it: 0.5.23, v0.5.10.post1, 0.5.24rc1, 0.5.23.dev0+gabc
+_VERSION = re.compile(r"v?\d+(\.\d+){1,3}((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[\w.]+)?")
 
 
 def release_for(version: str) -> str | None:
@@ -253,8 +264,11 @@ def first_with(feature: str) -> str | None:
 def resolve(version: str) -> SGLangFacts:
     """The facts for a server running SGLang `version`, by the policy above."""
     want = parse(version)
-    if len(want) < 2:
-        raise VersionTooOld(f"SGLang version {version!r} is not a version (expected X.Y.Z)")
+    if len(want) < 2 or not _VERSION.fullmatch(version.strip()):
+        raise VersionTooOld(
+            f"SGLang version {version!r} is not a version (expected X.Y.Z, e.g. 0.5.23 or "
+            f"0.5.10.post1; supported {range_text()})"
+        )
     release = release_for(version)
     if release is not None:
         return SGLangFacts(version, release, True)
@@ -263,7 +277,7 @@ def resolve(version: str) -> SGLangFacts:
     if want < parse(oldest()):
         raise VersionTooOld(
             f"SGLang {version} is older than the oldest release fastverify supports "
-            f"({oldest()} .. {newest()}): install sglang>={parse_text(oldest())} in the "
+            f"({range_text()}): install sglang>={parse_text(oldest())} in the "
             "server's interpreter (or use an lmsysorg/sglang image in the range)"
         )
     # inside the range but not a release we have (a yanked or skipped number)

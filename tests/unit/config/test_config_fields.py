@@ -5,6 +5,7 @@ wrong and what would be right; and a bad file stops `fastverifyd` at start."""
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +119,26 @@ def test_command_line_overrides_are_checked_and_named(tmp_path: Path) -> None:
         config.load(None, {"daemon": {"sim_load_seconds": -1.0}})
     assert "daemon.sim_load_seconds" in str(exc.value)
     assert "command line" in str(exc.value)
+
+
+def test_a_flags_value_is_blamed_on_the_flag_not_on_a_missing_file(tmp_path: Path) -> None:
+    # no config file at all (the default path does not exist): a problem with what
+    # `--nnodes 2` set names the flag, never that file
+    missing = tmp_path / "etc" / "fastverifyd.toml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTVERIFY_")}
+    env.update(FASTVERIFY_CONFIG=str(missing), PYTHONPATH=str(REPO))
+    res = subprocess.run(
+        [sys.executable, "-m", "fastverify.daemon.main", "--nnodes", "2", "--server-port",
+         "99999", "--state-dir", str(tmp_path / "s"), "--socket", str(tmp_path / "c.sock")],
+        capture_output=True, text=True, timeout=120, cwd=REPO, env=env,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert "fastverifyd --server-port: 99999 is out of range" in res.stderr, res.stderr
+    assert "(it sets server.port)" in res.stderr
+    assert "fastverifyd --nnodes: server.nnodes = 2 but server.dist_init_addr is empty" in (
+        res.stderr
+    )
+    assert str(missing) not in res.stderr
 
 
 def test_fastverifyd_refuses_to_start_naming_the_key(tmp_path: Path) -> None:

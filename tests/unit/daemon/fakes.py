@@ -46,6 +46,9 @@ class FakeLauncher:
     def allreduce_refusal(self, profile: Any, argv: list[str]) -> str | None:
         return None  # the fake engine serves whatever it is asked for
 
+    def port_in_use(self, argv: list[str]) -> Any:
+        return None  # the fake engine binds no port
+
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.plan: dict[str, str] = {}

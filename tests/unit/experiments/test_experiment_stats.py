@@ -117,3 +117,10 @@ def test_break_even_accept_length() -> None:
     assert be > 2.0  # speculation loses: the accept length is below break-even
     with pytest.raises(ValueError):
         stats.break_even_accept_length(0.0, 66.0, 82.0)
+
+
+def test_an_interval_is_bracketed_and_a_negative_rate_bound_clipped() -> None:
+    # the field's "-123.3-283.3" read as a range from 123.3 to 283.3
+    assert stats.interval([-123.3, 283.3]) == "[0 (from -123.3), 283.3]"
+    assert stats.interval([80.12, 82.34]) == "[80.1, 82.3]"
+    assert stats.ci_text([80.12, 82.34], 3) == "95% CI [80.1, 82.3]"

@@ -93,7 +93,7 @@ def test_the_sweep_table_says_why_a_row_has_no_verdict() -> None:
     rows = sweep.summarize(recs)
     table = {r[1]: r for r in _sweep_rows(rows)}
     assert table["y"][7] == "too few runs"  # the "vs reference" column
-    assert table["x"][4] == "88.2-88.2"
+    assert table["x"][4] == "[88.2, 88.2]"
     note = verdict_note(rows)
     assert note is not None and "at least 3 runs per side (here n=2" in note
     assert "--repeats 3" in note
@@ -170,3 +170,39 @@ def test_resume_with_other_bench_settings_warns(tmp_path: Path) -> None:
     report = sweep.Sweep(_FakeDaemon(), cfg).run()
     assert any("duration 20.0 -> 5.0" in w for w in report["warnings"])
     assert report["results"][0]["n"] == 2  # nothing re-measured
+
+
+def test_a_window_that_times_out_is_said_and_its_wait_narrated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While a profile window waits, a line every PROGRESS_EVERY_S; the daemon's 502
+    `timed_out` comes back as TIMED OUT, and the tune's trial table says so in `reason`."""
+    import threading
+
+    from fastverify.client import ApiError
+    from fastverify.experiments.bench.load import BenchConfig
+    from fastverify.experiments.common import daemon_ops
+    from fastverify.experiments.tune.trial import row_view
+
+    monkeypatch.setattr(daemon_ops, "PROGRESS_EVERY_S", 0.02)
+    lines: list[str] = []
+    waited = threading.Event()
+
+    class Daemon:
+        def post(self, path: str, body: dict, timeout: float) -> dict:
+            waited.wait(5)  # the window runs until two progress lines were printed
+            raise ApiError(502, {"error": "trace capture failed: no complete trace after 120s",
+                                 "reason": "timed_out"})  # fmt: skip
+
+    def emit(line: str) -> None:
+        lines.append(line)
+        if sum("waiting for" in x for x in lines) >= 2:
+            waited.set()
+
+    load = BenchConfig(url="http://127.0.0.1:9", concurrency=2, input_len=1024)
+    analysis, error, _ = daemon_ops.capture_under_load(Daemon(), load, 5, emit)
+    assert analysis is None and error is not None and error.startswith("TIMED OUT ("), error
+    assert lines[0].startswith("  trace window: 5 step(s) under a steady load of 2 request(s)")
+    assert "trace window: waiting for 5 step(s) for " in lines[1]
+    row = row_view({"profile": "p", "mode": "baseline", "status": "ok", "trace_error": error})
+    assert row["reason"] == f"trace window: {error}"

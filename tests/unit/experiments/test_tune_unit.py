@@ -313,9 +313,14 @@ def test_adaptive_predicted_from_the_stored_plan_at_the_tunes_concurrency() -> N
     assert (opt["profile"], opt["mode"], opt["steps"]) == ("a", "adaptive", 3)
     assert opt["tokens_per_second"] == pytest.approx(91 * 1.2)
     assert opt["adaptive_config"] == "/state/adaptive-config.json"
-    win = decide.choose(sorted([*decide.options({"rows": rows}, []), opt],
-                               key=lambda o: -o["tokens_per_second"]), (None, None))  # fmt: skip
-    assert win["mode"] == "adaptive"
+    opts = sorted([*decide.options({"rows": rows}, []), opt],
+                  key=lambda o: -o["tokens_per_second"])  # fmt: skip
+    win = decide.choose(opts, (None, None))
+    # a prediction is shown, never applied: the fastest measured option wins
+    assert (win["profile"], win["mode"], win["evidence"]) == ("a", "baseline", "measured")
+    (said,) = [c for c in decide.what_would_change(win, opts, None) if "predicted" in c]
+    assert said.startswith("a/adaptive is predicted at 109.2 tok/s (predicted (plan)), x1.200")
+    assert "not measured, so it is not applied" in said and "--mode adaptive" in said
     assert decide.adaptive_options(rows, plan, 8) == []  # tier 8 does not draft
     assert decide.adaptive_options(rows, {}, 1) == []  # no plan
 
@@ -376,3 +381,22 @@ def test_preflight_keeps_every_passing_profile_when_speed_is_not_compared() -> N
     assert verdicts.pop(failed) == "dropped: failed (boom)"
     assert set(verdicts.values()) == {f"kept ({gpu.NOT_COMPARED})"}
     assert sorted(survivors) == sorted(verdicts)
+
+
+def test_an_overrun_stage_says_so_instead_of_a_frozen_eta() -> None:
+    from fastverify.cli.tune_cmd import Progress
+    from fastverify.experiments.tune import plan
+
+    p = {"stages": [{"name": "trial", "estimate_s": 60.0}, {"name": "confirm",
+                                                            "estimate_s": 41.0}]}  # fmt: skip
+    assert plan.overrun_s(p, "trial", 30.0) == 0.0
+    assert plan.overrun_s(p, "trial", 95.0) == 35.0
+    assert plan.remaining_s(p, "trial", 95.0) == 41.0  # what is left: the later stages only
+    shown: list[str] = []
+    progress = Progress()
+    progress._note = shown.append  # type: ignore[method-assign]
+    progress({"event": "stage", "name": "trial", "index": 6, "total": 8, "status": "started",
+              "eta_s": 101.0, "over_s": 0.0})  # fmt: skip
+    progress({"event": "stage", "name": "trial", "index": 6, "total": 8, "status": "done",
+              "wall_s": 95.0, "eta_s": 41.0, "over_s": 35.0})  # fmt: skip
+    assert shown[-1].endswith("ETA 0:41 after this stage (0:35 over its estimate)"), shown

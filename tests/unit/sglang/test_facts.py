@@ -69,7 +69,7 @@ def test_older_than_the_range_is_refused_with_the_range_and_what_to_do(version: 
     with pytest.raises(f.VersionTooOld) as exc:
         f.resolve(version)
     msg = str(exc.value)
-    assert version in msg and "0.5.1.post3 .. 0.5.23" in msg and "sglang>=0.5.1" in msg
+    assert version in msg and "0.5.1 .. 0.5.23" in msg and "sglang>=0.5.1" in msg
 
 
 def test_a_missing_feature_is_refused_naming_the_version() -> None:
@@ -136,3 +136,10 @@ def test_sglang_facts_prints_one_release_and_refuses_one_below_the_range() -> No
     assert "SGLang 0.5.20: facts of 0.5.20 (in the supported range)" in text.stdout
     old = _ctl("sglang", "facts", "0.4.9")
     assert old.returncode == 2 and "older than the oldest release" in old.stderr
+    # the range as people read releases; a pattern is not a version, never "older"
+    assert "(0.5.1 .. 0.5.23)" in old.stderr, old.stderr
+    pattern = _ctl("sglang", "facts", "0.5.x")
+    assert pattern.returncode == 2, pattern.stderr
+    assert "SGLang version '0.5.x' is not a version (expected X.Y.Z" in pattern.stderr
+    assert "older" not in pattern.stderr
+    assert "SGLang 0.5.1 .. 0.5.23 " in _ctl("sglang", "versions").stdout

@@ -1,0 +1,21 @@
+"""`SuggestingGroup`: a click group that answers a misspelt sub-command with what was
+probably meant (`No such command 'stauts' (did you mean status?)`), exit 2 as click's own."""
+
+from __future__ import annotations
+
+import click
+
+
+class SuggestingGroup(click.Group):
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else None
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib  # only on this path: the CLI starts without it
+
+            known = self.list_commands(ctx)
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(close)}?" if close else f"one of {', '.join(known)}"
+            ctx.fail(f"No such command '{name}' ({hint}).")
+        return super().resolve_command(ctx, args)
