@@ -240,6 +240,8 @@ def test_secrets_never_printed_and_engine_env_is_minimal(tmp_path: Path) -> None
                 # FlashInfer's autotune cache and JIT workspace: the daemon's state dir
                 "FLASHINFER_AUTOTUNE_DIR": str(d.state_dir / "flashinfer" / "autotune"),
                 "FLASHINFER_WORKSPACE_BASE": str(d.state_dir / "flashinfer"),
+                # setproctitle (SGLang's schedulers) leaves /proc/PID/environ readable
+                "SPT_NOENV": "1",
             }
         )
         root = psutil.Process(st["engine"]["pid"])

@@ -93,13 +93,22 @@ def test_is_ours_checks_engine_id_and_start_time() -> None:
 
 
 def test_the_proc_reader_agrees_with_psutil_on_the_real_proc() -> None:
-    me = psutil.Process()
-    info = procs.read_stat(me.pid)
-    assert info is not None
-    assert (info.ppid, info.pgid) == (me.ppid(), os.getpgid(0))
-    assert abs(procs.create_time(me.pid) - me.create_time()) < 0.05
-    assert procs.environ(me.pid) == me.environ()
-    assert me.pid in [p.pid for p in procs.group_members(os.getpgid(0))]
+    # a child of known environment (this process's own may be retitled: pytest-xdist calls
+    # setproctitle in its workers when it is installed, which overwrites /proc/self/environ)
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "30"], env={"PATH": os.environ["PATH"], "X": "1"})
+    try:
+        me = psutil.Process(child.pid)
+        info = procs.read_stat(me.pid)
+        assert info is not None
+        assert (info.ppid, info.pgid) == (me.ppid(), os.getpgid(0))
+        assert abs(procs.create_time(me.pid) - me.create_time()) < 0.05
+        assert procs.environ(me.pid) == me.environ() == {"PATH": os.environ["PATH"], "X": "1"}
+        assert me.pid in [p.pid for p in procs.group_members(os.getpgid(0))]
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_gpu_release_without_nvml_says_so() -> None:
