@@ -53,6 +53,7 @@ LOG_MARKERS = {
     "prefill": "Prefill batch",
     "ready": "The server is fired up and ready to roll",
     "load_progress": "Loading safetensors checkpoint shards",
+    "load_weight_end": "Load weight end. ",
     "capture_progress": "Capturing batches",
     "capture_milestone": " graph begin.",
     "capture_failed": "Capture cuda graph failed",

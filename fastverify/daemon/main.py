@@ -99,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="profile and mode come from the configuration (Kubernetes); refuse profile set "
         "unless --canary",
     )
+    p.add_argument(
+        "--weight-cache",
+        choices=("off", "auto", "on"),
+        default=None,
+        help="SGLang's weight cache as fastverifyd's second process group: a switch restarts "
+        "the server only, the weights stay mapped (server.weight_cache; default off)",
+    )
     p.add_argument("--nnodes", type=int, default=None, help="multi-node: nodes in the server")
     p.add_argument("--node-rank", type=int, default=None, help="multi-node: this node's rank")
     p.add_argument("--dist-init-addr", default=None, help="multi-node: HOST:PORT of node 0")
@@ -169,6 +176,7 @@ def overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
             "declarative": ns.declarative,
         },
         "server": {
+            "weight_cache": ns.weight_cache,
             "nnodes": ns.nnodes,
             "node_rank": ns.node_rank,
             "dist_init_addr": ns.dist_init_addr,
