@@ -86,7 +86,8 @@ class Operation:
         self.load_format: str | None = None  # SGLang --load-format for it and its rollback
         self.eagle3_steps: int | None = None  # a timing trial's draft steps (this start only)
         self.weights_notice: str | None = None  # "this switch loads from disk ..." (weights.py)
-        self.cache_refused: str | None = None  # SGLang refused the weight cache: start from disk
+        # (reason, why) SGLang refused the weight cache for: this start again from disk
+        self.cache_refused: tuple[str, str] | None = None
         self.caller: Any = None  # auth.Caller who asked (None: the daemon itself)
         self.cancelled_by: Any = None  # auth.Caller who cancelled it
         # The engine this operation started and that failed: its own log file and last lines

@@ -434,6 +434,25 @@ class WeightCache:
         value = (self.store.load_json(TIMES_FILE).get(source) or {}).get(mode)
         return float(value) if isinstance(value, int | float) else None
 
+    def disk_estimate(self, mode: str) -> str:
+        """How long a disk start of `mode` takes, from the records: the last one of that
+        mode, else of any mode, else the cache's own disk load plus a start from it."""
+        times = self.store.load_json(TIMES_FILE)
+        disk = times.get("disk") or {}
+        if isinstance(disk.get(mode), int | float):
+            return f"~{disk[mode]:.0f} s, from the last recorded load"
+        other = [v for v in disk.values() if isinstance(v, int | float)]
+        if other:
+            return f"~{other[-1]:.0f} s, from the last recorded disk load (another mode)"
+        h = self.handle
+        cached = [v for v in (times.get("cache") or {}).values() if isinstance(v, int | float)]
+        if h is not None and h.ready_s and cached:
+            return (
+                f"~{h.ready_s + cached[-1]:.0f} s, from the records: the cache's disk load "
+                f"{h.ready_s:.0f} s + a start from it {cached[-1]:.0f} s"
+            )
+        return "no load recorded yet"
+
     def forget_mismatch(self) -> None:
         with self._lock:
             self.mismatched = None

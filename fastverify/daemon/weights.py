@@ -224,7 +224,8 @@ class WeightSteps:
         )
         refused = getattr(op, "cache_refused", None)
         if g.use and refused:
-            return Gate(False, f"the cache refused: {refused}", expected=False, kind="refused")
+            kind, why = refused
+            return Gate(False, f"the cache refused: {why}", expected=False, kind=kind)
         return g
 
     def _cache_gate(
@@ -238,7 +239,7 @@ class WeightSteps:
         argv = strip_flags(argv)
         g = self._gate_for(op, argv)
         if not g.use:
-            if setting == "on" and not g.expected and g.kind != "refused":
+            if setting == "on" and not g.expected and g.kind not in ("refused", "mismatch"):
                 return argv, g, Failure("weight_cache_unavailable", f'weight_cache = "on": {g.why}')
             return argv, g, None
         failure = self.cache.ensure(cancel, lambda msg: self.say(msg), op.profile)  # type: ignore[attr-defined]
@@ -280,7 +281,10 @@ class WeightSteps:
             or cancel.is_set()
         ):
             return False
-        op.cache_refused = failure.message.removeprefix("SGLang refused the weight cache: ")
+        op.cache_refused = (
+            failure.reason.removeprefix("weight_cache_"),
+            failure.message.removeprefix("SGLang refused the weight cache: "),
+        )
         self.say(
             f"{failure.message}; starting {h.profile}/{h.mode} again from disk",  # type: ignore[attr-defined]
             logging.WARNING,
@@ -296,12 +300,7 @@ class WeightSteps:
         g = self._gate_for(op)
         if g.use or g.kind != "speculative":
             return None
-        t = self.cache.last_time("disk", mode)
-        est = (
-            f"~{t:.0f} s, from the last recorded load"
-            if t is not None
-            else "no such load recorded yet"
-        )
+        est = self.cache.disk_estimate(mode)
         up = self.cache.status()
         stays = ""
         if up.get("state") == "ready":

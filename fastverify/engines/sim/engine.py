@@ -321,7 +321,9 @@ class SimEngine:
 
     def _watch_cache(self, pids: list[int]) -> None:
         """The loader's liveness watchdog: the mapped weights dangle once a cache rank dies."""
-        while not self.stop_event.wait(weight_cache.WATCH_INTERVAL_S):
+        # (a plain sleep: StopFlag.wait here would drain the main thread's wake-up pipe)
+        while not self.stop_event.is_set():
+            time.sleep(weight_cache.WATCH_INTERVAL_S)
             for pid in pids:
                 try:
                     os.kill(pid, 0)
