@@ -45,7 +45,6 @@ from fastverify.daemon.restart import CrashWindow, RestartPolicy
 from fastverify.daemon.rollback import RollbackSteps
 from fastverify.daemon.states import State, check_transition
 from fastverify.daemon.statestore import StateStore
-from fastverify.daemon.weight_cache import WeightCache
 from fastverify.daemon.weights import WeightSteps
 from fastverify.engines.sglang import load_format_of
 from fastverify.redact import mask_argv
@@ -119,8 +118,7 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps, WeightSteps):
         self.findings: dict[str, str] = {}
         self.shutting_down = threading.Event()
         self._threads: list[threading.Thread] = []
-        self.cache = WeightCache(cfg, engine, store, say=self.say)  # the second group
-        launcher.weight_cache_env = self.cache.env_paths
+        self._wire_weight_cache(launcher)  # weights.py: the second process group
         launcher.on_line = self._on_line
         launcher.on_exit = self._on_exit
 

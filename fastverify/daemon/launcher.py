@@ -158,6 +158,7 @@ class Launcher:
         self.on_exit: OnExit = lambda h: None
         # the weight cache's socket/ready templates, for the server too (daemon/weight_cache)
         self.weight_cache_env: Callable[[], dict[str, str]] = dict
+        self.weights_watch_for: Callable[[list[str]], Any] = lambda argv: None
 
     # ------------------------------------------------------------------ environment
     def url(self) -> str:
@@ -210,9 +211,9 @@ class Launcher:
         return same_argv(argv, h.argv, self.cfg) and self.settings(profile) == running
 
     # ------------------------------------------------------------------ spawn / adopt
-    def spawn(self, profile: Any, mode: str, argv: list[str], *, watch: Any = None) -> EngineHandle:
+    def spawn(self, profile: Any, mode: str, argv: list[str]) -> EngineHandle:
         """Start the engine group (its own session) with the profile's clean environment;
-        `watch` (weights.WeightsWatch) hears every line of its log."""
+        `weights_watch_for(argv)` (weights.WeightsWatch) hears every line of its log."""
         engine_id = secrets.token_hex(8)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         base = f"{stamp}-{profile.name}-{mode}-{engine_id[:6]}"
@@ -245,7 +246,7 @@ class Launcher:
             proc=proc,
             nccl_debug_dir=debug_dir,
             follower=self.engine.follower(argv),
-            weights_watch=watch,
+            weights_watch=self.weights_watch_for(argv),
         )
         h.allreduce_watch = allreduce_check.AllreduceWatch(
             env, argv, self._has_nvlink(), host=self.allreduce_host(argv)

@@ -105,6 +105,8 @@ class WeightsWatch:
         self.cf = wc.of(self.facts)
 
     def on_line(self, line: str) -> None:
+        if self.facts is None:
+            return
         if self.load_end_s is None and (end := wc.load_weight_end(self.facts, line)):
             self.load_end_s, self.load_mem_gb = end
         elif "graph end." in line:
@@ -207,6 +209,15 @@ class WeightSteps:
 
     cache: Any
 
+    def _wire_weight_cache(self, launcher: Any) -> None:
+        """The weight cache's group (daemon/weight_cache.py), and what the launcher asks of
+        it per start: the socket/ready templates for the server, the watch of its lines."""
+        from fastverify.daemon.weight_cache import WeightCache
+
+        self.cache = WeightCache(self.cfg, self.engine, self.store, say=self.say)  # type: ignore[attr-defined]
+        launcher.weight_cache_env = self.cache.env_paths
+        launcher.weights_watch_for = self._weights_watch
+
     def _gate_for(self, op: Any, argv: list[str] | None = None) -> Gate:
         """The gate of `op`'s start: the load format of its argv (a rollback of a trial
         rolls back on dummy weights), else the operation's, else the configuration's."""
@@ -257,7 +268,7 @@ class WeightSteps:
         if refusal is not None:
             return refusal
         try:
-            h = self.launcher.spawn(profile, op.mode, argv, watch=self._weights_watch(argv))  # type: ignore[attr-defined]
+            h = self.launcher.spawn(profile, op.mode, argv)  # type: ignore[attr-defined]
         except OSError as exc:
             return Failure("spawn_failed", f"cannot start the engine: {exc}")
         h.weights_gate = g
@@ -265,7 +276,11 @@ class WeightSteps:
 
     def _weights_watch(self, argv: list[str]) -> WeightsWatch:
         asked = any(a == wc.MODE_FLAG and b == wc.CLIENT for a, b in itertools.pairwise(argv))
-        return WeightsWatch(self.engine.facts(), asked)  # type: ignore[attr-defined]
+        try:
+            facts = self.engine.facts()  # type: ignore[attr-defined]
+        except (AttributeError, ValueError):  # an engine without SGLang facts
+            facts = None
+        return WeightsWatch(facts, asked)
 
     def _say_notice(self, notice: str | None) -> None:
         if notice:
