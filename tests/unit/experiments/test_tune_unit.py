@@ -50,6 +50,28 @@ def test_unknown_accept_length_plans_one_real_eagle3_load() -> None:
     assert "+ 1 EAGLE-3" in _stage(p, "confirm")["units"]
 
 
+def test_with_the_weight_cache_real_baseline_loads_cost_a_cached_load() -> None:
+    history = [
+        {"kind": "start", "result": "ok", "weights": "real", "duration_s": 600.0,
+         "weight_load": {"source": "disk"}},
+        *[{"kind": "switch", "result": "ok", "weights": "real", "duration_s": 30.0 + i,
+           "weight_load": {"source": "cache"}} for i in range(3)],
+    ]  # fmt: skip
+    p = plan.make_plan(_facts(history=history, cached=True, finalists=2, accept_known=False))
+    c = _stage(p, "confirm")
+    measure = 3 * (20.0 + plan.DEFAULTS["bench_overhead"])
+    # the finalists map the cache's weights; the EAGLE-3 load reads them from disk
+    assert c["estimate_s"] == pytest.approx(2 * (31.0 + measure) + (600.0 + measure))
+    assert c["source"] == "real load: cached load: recorded: median of 3 daemon load(s)"
+    assert "1 EAGLE-3 x (600 s load from disk" in c["units"]
+    # without the cache the same history prices them as the disk load
+    p = plan.make_plan(_facts(history=history, finalists=2, accept_known=False))
+    assert _stage(p, "confirm")["estimate_s"] == pytest.approx(3 * (600.0 + measure))
+    # no cached load recorded yet: a dummy load's cost (neither reads the checkpoint)
+    p = plan.make_plan(_facts(cached=True, finalists=2))
+    assert _stage(p, "confirm")["source"] == "real load: cached load: a dummy load's (default)"
+
+
 def test_recorded_loads_come_from_the_daemon_history() -> None:
     history = [
         {"kind": "switch", "result": "ok", "weights": "real", "duration_s": 100.0},
