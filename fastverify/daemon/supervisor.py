@@ -65,6 +65,8 @@ class Supervisor:
             self.bus.subscribe(self.feed)
         self.bus.subscribe(SdNotify(self.notifier, self.api.status_line))
         self.ctl.cache.on_change = self._cache_changed
+        if self.ctl.cache.setting != "off":
+            self._cache_changed()  # the exporter's series exist (down) before any start
 
     def _cache_changed(self) -> None:
         from fastverify.daemon.events import WeightCacheChanged

@@ -338,6 +338,7 @@ class WeightSteps:
         watch = h.weights_watch
         if h.weights["source"] == "disk" and watch is not None and watch.load_mem_gb:
             self.cache.record_weight_gb(watch.load_mem_gb)
+            self.cache.on_change()  # what the cache holds may be known now
         text = h.weights["text"]
         if h.weights.get("fallback"):
             if self.cache.setting == "on":

@@ -399,7 +399,7 @@ def weight_cache_families(s: dict[str, Any]) -> list[Metric | None]:
         _gauge("fastverify_weight_cache_up", "1 while the weight cache's daemon is ready",
                1.0 if up else 0.0, [], []),
         _gauge("fastverify_weight_cache_bytes", "GPU memory the weight cache's processes "
-               "hold (NVML)", nbytes if up else None, [], []),
+               "hold (0 while it is down)", nbytes if up else 0, [], []),
         _plain_counter("fastverify_weight_cache_hits", "Engine starts whose weights came "
                        "from the weight cache", s["weight_cache_hits"]),
         _counter("fastverify_weight_cache_fallbacks", "Engine starts the weight cache should "
