@@ -5,6 +5,7 @@ fingerprint check, the refusal of a second daemon on a live rank, SIGINT's clean
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -139,3 +140,15 @@ def test_the_sim_daemon_serves_its_fingerprint_refuses_a_second_one_and_stops_cl
         for p in d.iterdir():
             p.unlink()
         d.rmdir()
+
+
+def test_the_sims_start_split_is_the_recorded_one() -> None:
+    """The sim's constants equal the ones its source file derives (and both add up)."""
+    doc = json.loads((REPO / "benchmarks/results/engine-start-split-h200.json").read_text())
+    want = doc["sim_constants"]
+    warm = doc["derived"]["warm_baseline_split"]
+    assert want["GRAPHS_SHARE"] == round((1 - want["WEIGHTS_SHARE"]) * warm["cuda_graph"] / 32.1, 4)
+    for name in ("WEIGHTS_SHARE", "GRAPHS_SHARE", "REST_SHARE", "DECODE_GRAPH_SHARE",
+                 "MAP_SECONDS"):  # fmt: skip
+        assert getattr(sim_wc, name) == want[name], name
+    assert pytest.approx(1.0) == sim_wc.WEIGHTS_SHARE + sim_wc.GRAPHS_SHARE + sim_wc.REST_SHARE
