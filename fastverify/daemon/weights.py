@@ -246,6 +246,8 @@ class WeightSteps:
         after making sure it is ready), the gate, or the failure that ends the start."""
         setting = self.cache.setting
         if setting == "off":
+            if self.cache.handle is not None:  # configured off since (SIGHUP): nothing maps it
+                self.cache.stop("weight_cache = off")
             return argv, Gate(False, "weight_cache = off", kind="off"), None
         argv = strip_flags(argv)
         g = self._gate_for(op, argv)
