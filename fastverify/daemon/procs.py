@@ -33,12 +33,19 @@ KEEP_ENVIRON_VAR = "SPT_NOENV"  # setproctitle: leave /proc/PID/environ as it wa
 
 
 def spawn(
-    argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None = None
+    argv: Sequence[str],
+    env: dict[str, str],
+    log_path: Path,
+    cwd: str | None = None,
+    *,
+    sigint_default: bool = False,
 ) -> subprocess.Popen:
     """Start `argv` in a new session/process group with exactly `env`; stdout+stderr -> log_path.
 
     The engine writes its log file directly (not through a pipe to us), so it keeps
     running and logging if the daemon dies and a new daemon can adopt it.
+    `sigint_default`: SIGINT's default disposition in the child (the weight cache's launcher
+    stops on KeyboardInterrupt, which a SIGINT ignored by inheritance never raises).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab", buffering=0) as out:
@@ -51,7 +58,12 @@ def spawn(
             start_new_session=True,
             cwd=cwd,
             close_fds=True,
+            preexec_fn=_sigint_default if sigint_default else None,
         )
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 PROC = Path("/proc")

@@ -38,7 +38,6 @@ import logging
 import os
 import secrets
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -251,7 +250,7 @@ class WeightCache:
         if paths:
             self.dir().mkdir(mode=0o700, parents=True, exist_ok=True)
         self.store.save_json(PID_FILE, {"cache_id": cache_id, "pending": True, "argv": argv})
-        proc = _spawn_sigint_default(argv, self._env(cache_id), log_path)
+        proc = procs.spawn(argv, self._env(cache_id), log_path, sigint_default=True)
         h = CacheHandle(
             cache_id=cache_id,
             pid=proc.pid,
@@ -603,23 +602,6 @@ class WeightCache:
                 "shrinks by the cache's share; lower --mem-fraction-static by it, or use 0.5.19+"
             )
         return out
-
-
-def _spawn_sigint_default(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
-    """procs.spawn, with SIGINT's default disposition in the child: the cache's launcher stops
-    its ranks on KeyboardInterrupt, which a SIGINT ignored by inheritance would never raise."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab", buffering=0) as out:
-        return subprocess.Popen(
-            list(argv),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
 
 
 def _cache_id_of(pid: int) -> str | None:
