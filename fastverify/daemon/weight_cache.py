@@ -49,9 +49,6 @@ from fastverify.daemon import procs, weights
 from fastverify.daemon.failures import Failure
 from fastverify.sglang import weight_cache as wc
 
-log = logging.getLogger("fastverifyd.weight_cache")
-
-SETTINGS = ("off", "auto", "on")
 ID_VAR = "FASTVERIFY_WEIGHT_CACHE_ID"
 PID_FILE = "weight-cache.pid"
 TIMES_FILE = "weight-cache.json"  # the last start's figures per source (the switch notice)
@@ -112,7 +109,7 @@ class WeightCache:
         self.say = say
         self._lock = threading.RLock()
         self.handle: CacheHandle | None = None
-        self.state = "off"  # off | starting | ready | failed | stopped
+        self.state = "off"  # off | starting | ready | failed | stopped | mismatch
         self.last_failure: dict[str, Any] | None = None
         # (cache argv, profile) SGLang refused: that profile loads from disk while it holds
         self.mismatched: tuple[list[str], str | None] | None = None
@@ -141,7 +138,7 @@ class WeightCache:
         """The template variables both the cache and the server get (none for releases with
         fixed /tmp paths)."""
         cf = self.facts()
-        if cf is None:
+        if cf is None or (self.setting == "off" and self.handle is None):
             return {}
         names = cf.template_vars()
         suffix = {"socket": ".sock", "ready": ".ready"}
@@ -322,7 +319,7 @@ class WeightCache:
                     f"{len(pids)}/{h.ranks} rank(s) ready)"
                 )
                 last_beat = now
-            h.exited.wait(0.05)
+            h.exited.wait(0.1)
 
     def _exit_failure(self, h: CacheHandle) -> Failure:
         tail = _tail(h.log_path)
