@@ -147,20 +147,19 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
 def _weights(st: dict[str, Any]) -> list[str]:
     """Where the serving engine's weights came from, and the weight cache's group."""
-    out = []
+    out: list[str] = []
+    wc = st.get("weight_cache") or {}
+    if wc.get("setting") in (None, "off") and not wc.get("pid"):
+        return out
     load = (st.get("engine") or {}).get("weight_load") or {}
     if load.get("text"):
-        out.append(f"weights:    {load['text'].removeprefix('weights: ')}")
-    wc = st.get("weight_cache") or {}
-    if wc.get("setting") not in (None, "off") or wc.get("pid"):
-        size = f", {wc['bytes'] / (1 << 30):.1f} GiB" if wc.get("bytes") else ""
-        who = f" (pid {wc['pid']}, {wc.get('ranks')} rank(s){size})" if wc.get("pid") else ""
-        why = ""
-        if wc.get("state") in ("failed", "mismatch") and wc.get("last_failure"):
-            why = f": {wc['last_failure'].get('message')}"
-        out.append(
-            f"weight cache: {wc.get('state')}{who} [weight_cache = {wc.get('setting')}]{why}"
-        )
+        out.append(f"load:       {load['text']}")  # "weights: from the cache (...)"
+    size = f", {wc['bytes'] / (1 << 30):.1f} GiB" if wc.get("bytes") else ""
+    who = f" (pid {wc['pid']}, {wc.get('ranks')} rank(s){size})" if wc.get("pid") else ""
+    why = ""
+    if wc.get("state") in ("failed", "mismatch") and wc.get("last_failure"):
+        why = f": {wc['last_failure'].get('message')}"
+    out.append(f"weight cache: {wc.get('state')}{who} [weight_cache = {wc.get('setting')}]{why}")
     return out
 
 

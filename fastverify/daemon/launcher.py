@@ -127,7 +127,7 @@ class EngineHandle:
 def same_argv(a: list[str], b: list[str], cfg: Any) -> bool:
     """Equal argvs, the weight-cache flags fastverifyd adds aside (when it owns the cache)."""
     if getattr(cfg.server, "weight_cache", "off") != "off":
-        from fastverify.daemon.weights import strip_flags
+        from fastverify.sglang.weight_cache import strip_flags
 
         return strip_flags(list(a)) == strip_flags(list(b))
     return list(a) == list(b)

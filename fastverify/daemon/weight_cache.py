@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastverify.daemon import procs, weights
+from fastverify.daemon import procs
 from fastverify.daemon.failures import Failure
 from fastverify.sglang import weight_cache as wc
 
@@ -156,7 +156,7 @@ class WeightCache:
             base = self.engine.build_argv(server, "baseline", {})
         except ValueError:
             return None
-        return self.engine.weight_cache_argv(weights.strip_flags(base))
+        return self.engine.weight_cache_argv(wc.strip_flags(base))
 
     def ranks(self) -> int:
         return max(1, int(self.cfg.server.tp_size) // max(1, int(self.cfg.server.nnodes)))

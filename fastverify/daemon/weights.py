@@ -29,26 +29,6 @@ from fastverify.sglang import weight_cache as wc
 GiB = float(1 << 30)
 
 
-def strip_flags(argv: list[str]) -> list[str]:
-    """`argv` without the weight-cache flags fastverifyd adds (for comparing argvs)."""
-    out: list[str] = []
-    skip = False
-    for tok in argv:
-        if skip:
-            skip = False
-            continue
-        name = tok.partition("=")[0]
-        if name in (wc.MODE_FLAG, wc.SOCKET_FLAG, wc.TIMEOUT_FLAG):
-            skip = "=" not in tok
-            continue
-        out.append(tok)
-    return out
-
-
-def client_argv(argv: list[str]) -> list[str]:
-    return [*strip_flags(argv), wc.MODE_FLAG, wc.CLIENT]
-
-
 # ----------------------------------------------------------------------------- the gate
 
 
@@ -249,7 +229,7 @@ class WeightSteps:
             if self.cache.handle is not None:  # configured off since (SIGHUP): nothing maps it
                 self.cache.stop("weight_cache = off")
             return argv, Gate(False, "weight_cache = off", kind="off"), None
-        argv = strip_flags(argv)
+        argv = wc.strip_flags(argv)
         g = self._gate_for(op, argv)
         if not g.use:
             if setting == "on" and not g.expected and g.kind not in ("refused", "mismatch"):
@@ -257,7 +237,7 @@ class WeightSteps:
             return argv, g, None
         failure = self.cache.ensure(cancel, lambda msg: self.say(msg), op.profile)  # type: ignore[attr-defined]
         if failure is None:
-            return client_argv(argv), g, None
+            return wc.client_argv(argv), g, None
         if failure.reason == "cancelled" or setting == "on":
             return argv, g, failure
         why = f"the cache is not available: {failure.message}"

@@ -178,6 +178,27 @@ class CacheFacts:
         return None
 
 
+def strip_flags(argv: list[str]) -> list[str]:
+    """`argv` without the weight-cache flags (fastverifyd adds them: argvs are compared
+    without)."""
+    out: list[str] = []
+    skip = False
+    for tok in argv:
+        if skip:
+            skip = False
+            continue
+        name = tok.partition("=")[0]
+        if name in (MODE_FLAG, SOCKET_FLAG, TIMEOUT_FLAG):
+            skip = "=" not in tok
+            continue
+        out.append(tok)
+    return out
+
+
+def client_argv(argv: list[str]) -> list[str]:
+    return [*strip_flags(argv), MODE_FLAG, CLIENT]
+
+
 def _sub_kind(piece: str) -> str | None:
     head = piece.strip().partition(":")[0].lower().replace(" ", "_")
     return head if head in ("engine_config", "daemon_config") else None

@@ -16,10 +16,10 @@ from fastverify.daemon.weights import (
     WeightSteps,
     WeightsWatch,
     gate,
-    strip_flags,
     weights_summary,
 )
 from fastverify.sglang.facts import resolve
+from fastverify.sglang.weight_cache import strip_flags
 
 F23, F16 = resolve("0.5.23"), resolve("0.5.16")
 
