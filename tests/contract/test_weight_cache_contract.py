@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -53,7 +52,7 @@ def test_the_releases_own_weight_cache_code_agrees(
     cf = wc.of(resolve(version))
     facts = sim_wc.facts(version)
     assert cf is not None
-    d = tempfile.mkdtemp(prefix="fv-wcc-", dir="/tmp")
+    d = str(tmp_path / "wc")
     suffix = {"socket": "sock", "ready": "ready"}
     env = {var: f"{d}/{{device_uuid}}.{suffix[kind]}" for kind, var in cf.template_vars().items()}
     key = sim_wc.key_of(facts, gpu_id=1, tp_size=2, tp_rank=1)
