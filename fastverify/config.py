@@ -21,6 +21,10 @@ File layout (every key optional; see `docs/config.example.toml`):
     node_rank = 0                      # this node's rank (SGLang/fastverifyd --node-rank)
     dist_init_addr = ""                # "HOST:PORT" of node 0 (SGLang --dist-init-addr)
     env_passthrough = ["HF_TOKEN"]     # daemon env vars handed to the engine (values masked)
+    weight_cache = "off"               # SGLang's weight cache (0.5.17+) as a second process
+                                       # group: "auto" (use it where it can serve, else load
+                                       # from disk with a warning), "on" (a start it cannot
+                                       # serve fails), "off"; docs/weight-cache.md
     [server.env]                       # extra variables for the engine (not NCCL_*: use profiles)
     SGLANG_TORCH_PROFILER_DIR = "/var/lib/fastverify/traces"
     [server.eagle3]
@@ -139,6 +143,7 @@ class ServerConfig:
     node_rank: int = 0
     dist_init_addr: str = ""  # HOST:PORT of node 0's torch.distributed rendezvous
     adaptive_config: str = ""  # mode adaptive: SGLang's config ("" = the state dir's plan)
+    weight_cache: str = "off"  # off | auto | on (fastverify.daemon.weight_cache)
     # A timing trial's EAGLE-3 step count (topk 1, num_draft_tokens = steps + 1, as SGLang's
     # adaptive worker runs them): set per operation by the API (`eagle3_steps` of a dummy-
     # weights switch, `fastverifyctl spec costs`), never read from the file or persisted.
@@ -388,6 +393,7 @@ FIELDS: dict[str, Check] = {
     "server.nnodes": _integer(1, 64),
     "server.node_rank": _integer(0, 63),
     "server.dist_init_addr": _string(what='"HOST:PORT" of node 0, or ""'),
+    "server.weight_cache": _choice(("off", "auto", "on")),
     "daemon.engine": _choice(ENGINES),
     "daemon.state_dir": _string(),
     "daemon.socket": _string(),
@@ -565,10 +571,34 @@ def tcp_problems(flat: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def weight_cache_problems(flat: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(key, why) for a weight cache fastverifyd cannot own: the argv already manages SGLang's
+    cache (server.extra_args), or `on` over several nodes."""
+    setting = flat.get("server.weight_cache", "off")
+    if setting == "off":
+        return []
+    out = []
+    extra = flat.get("server.extra_args") or []
+    own = sorted({a.partition("=")[0] for a in extra if isinstance(a, str)
+                  and a.startswith("--weight-cache-")})  # fmt: skip
+    if own:
+        out.append(("server.weight_cache", f"server.weight_cache = {setting!r} and "
+                    f"server.extra_args sets {', '.join(own)}: fastverifyd passes the weight-cache "
+                    "flags itself (expected one of them: drop the flags, or weight_cache = "
+                    '"off" to manage the cache yourself)'))  # fmt: skip
+    nnodes = flat.get("server.nnodes", 1)
+    if setting == "on" and isinstance(nnodes, int) and nnodes > 1:
+        out.append(("server.weight_cache", f'server.weight_cache = "on" with server.nnodes = '
+                    f"{nnodes}: fastverifyd runs the weight cache on one node (expected "
+                    '"auto", which loads from disk there, or "off")'))  # fmt: skip
+    return out
+
+
 def _cross_problems(
     flat: Mapping[str, Any], where: Callable[[str], tuple[str, int]]
 ) -> list[FieldProblem]:
     out = [FieldProblem(*where(key), key, why) for key, why in tcp_problems(flat)]
+    out += [FieldProblem(*where(key), key, why) for key, why in weight_cache_problems(flat)]
     nnodes = flat.get("server.nnodes", 1)
     rank = flat.get("server.node_rank", 0)
     if isinstance(nnodes, int) and isinstance(rank, int) and not isinstance(rank, bool):

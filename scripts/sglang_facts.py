@@ -7,7 +7,9 @@ ${XDG_CACHE_HOME:-~/.cache}/fastverify/wheels) and reads its source with `ast` (
 importing it): the argparse flags and their choices, the NCCL variables the server sets,
 the SGLANG_* variables with kinds (srt/environ.py where it exists), the log-line formats
 fastverify parses, the profiler span names, the sglang:* metrics with their labels, the HTTP
-endpoints, and the features derived from them. One JSON file per release goes to
+endpoints, SGLang's weight cache (its daemon's command line, socket and ready-file paths,
+fingerprint fields, lines, the refusal of speculative decoding), and the features derived
+from them. One JSON file per release goes to
 fastverify/sglang/facts/. Scope: the LLM server `sglang.launch_server` runs, `sglang/srt/`
 (the diffusion server under `sglang/multimodal_gen/` and the test kits are left out).
 
@@ -51,6 +53,7 @@ LOG_MARKERS = {
     "prefill": "Prefill batch",
     "ready": "The server is fired up and ready to roll",
     "load_progress": "Loading safetensors checkpoint shards",
+    "load_weight_end": "Load weight end. ",
     "capture_progress": "Capturing batches",
     "capture_progress_tokens": "Capturing num tokens",
     "startup_timings": "Engine startup timings",
@@ -698,6 +701,193 @@ def _pieces(node: ast.AST, first: str) -> list[str]:
     return [head, *(t for _, t in rest)]  # type: ignore[misc]
 
 
+# ----------------------------------------------------------------------------- weight cache
+
+WC_DIR = "sglang/srt/weight_cache/"
+WC_MODULE = "sglang.srt.weight_cache.daemon"
+# the lines of the engine's IPC loader (srt/weight_cache/ipc_loader.py) -> a marker
+WC_LOADER_LINES = {
+    "fetched": "[IpcModelLoader] Fetched ",
+    "loaded": "[IpcModelLoader] Loaded model via IPC",
+    "fallback": "falling back to disk load",
+    "socket_missing": "[IpcModelLoader] Daemon socket not found",
+    "refused": "refused the connection",
+    "mismatch": "[IpcModelLoader] Daemon config mismatch",
+    "daemon_died": "died while this engine holds its weights",
+    "mapped": "[IpcModelLoader] Zero-copy: mapped",
+}
+# the cache daemon's own lines (daemon.py, protocol.py)
+WC_DAEMON_LINES = {
+    "loading": "Loading model from disk",
+    "loaded": "Model loaded from disk in",
+    "listening": "Listening on ",
+    "mismatch": "Config mismatch: ",
+    "all_ready": "weight cache daemons on node",
+    "already_running": "is already running",
+    "unsupported_quant": "is not verified for CUDA IPC",
+    "exited": "exited prematurely",
+}
+WC_SPEC_REFUSAL = "is not supported together with speculative"
+
+
+def _strings_with(src: Source, name: str, marker: str) -> list[dict[str, object]]:
+    """Every string expression of file `name` holding `marker`: its template, where, and
+    whether it is raised (an exception's message) or logged."""
+    out: list[dict[str, object]] = []
+    for node in ast.walk(src.tree(name)):
+        if not isinstance(node, (ast.Constant, ast.JoinedStr)):
+            continue
+        if isinstance(getattr(node, "parent", None), ast.JoinedStr):
+            continue
+        t = template(node)
+        if not t or marker not in t or isinstance(getattr(node, "parent", None), ast.Expr):
+            continue
+        how = "raise" if enclosing(node, (ast.Raise,)) is not None else "log"
+        out.append({"template": t, "at": f"{short(name)}:{node.lineno}", "how": how})
+    return sorted(out, key=lambda r: str(r["at"]))
+
+
+def _lines(src: Source, files: list[str], markers: dict[str, str]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for kind, marker in markers.items():
+        found = [r for f in files if src.has(f) for r in _strings_with(src, f, marker)]
+        if found:
+            out[kind] = found
+    return out
+
+
+def _daemon_flags(src: Source) -> list[str]:
+    """The long flags the cache daemon's own argparse declares (daemon.py)."""
+    out: set[str] = set()
+    for node in ast.walk(src.tree(WC_DIR + "daemon.py")):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "add_argument"
+        ):
+            out.update(a for a in (const_str(x) for x in node.args) if a and a.startswith("--"))
+    return sorted(out)
+
+
+def _wc_paths(src: Source) -> dict[str, object]:
+    """Where the socket and ready files go: the template and what keys it (a module constant
+    in protocol.py, or an `envs.SGLANG_*_TEMPLATE` variable with its default in environ.py)."""
+    proto = src.tree(WC_DIR + "protocol.py")
+    consts = {
+        t.id: const_str(n.value)
+        for n in proto.body
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name) and const_str(n.value)
+    }
+    env_defaults: dict[str, str] = {}
+    if src.has("sglang/srt/environ.py"):
+        for node in ast.walk(src.tree("sglang/srt/environ.py")):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                for t in node.targets:
+                    if isinstance(t, ast.Name) and "WEIGHT_CACHE" in t.id and node.value.args:
+                        value = const_str(node.value.args[0])
+                        if value:
+                            env_defaults[t.id] = value
+    out: dict[str, object] = {}
+    for kind in ("socket", "ready"):
+        fn = next(
+            (
+                n
+                for n in ast.walk(proto)
+                if isinstance(n, ast.FunctionDef) and n.name == f"get_{kind}_path"
+            ),
+            None,
+        )
+        if fn is None:
+            continue
+        text = ast.unparse(fn)
+        env = next((v for v in env_defaults if v in text), None)
+        const = next((c for c in consts if c in text and "TEMPLATE" in c), None)
+        tmpl = env_defaults[env] if env else consts.get(const or "")
+        out[kind] = {"template": tmpl, "env": env}
+    key = re.findall(r"\{(\w+)\}", str((out.get("socket") or {}).get("template") or ""))
+    out["key"] = key[0] if key else None
+    return out
+
+
+def _ready_lines(src: Source) -> list[str]:
+    """What the daemon writes into its ready file, line by line (serve())."""
+    out = []
+    for node in ast.walk(src.tree(WC_DIR + "daemon.py")):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "write"
+            and node.args
+            and enclosing(node, (ast.FunctionDef,)) is not None
+            and enclosing(node, (ast.FunctionDef,)).name == "serve"  # type: ignore[union-attr]
+        ):
+            t = template(node.args[0])
+            if t:
+                out.append(t)
+    return out
+
+
+def _class_fields(src: Source, name: str, cls: str) -> list[str]:
+    for node in ast.walk(src.tree(name)):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return [
+                s.target.id
+                for s in node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            ]
+    return []
+
+
+def _quant_allowlist(src: Source) -> list[str] | None:
+    for node in ast.walk(src.tree(WC_DIR + "protocol.py")):
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "IPC_QUANT_ALLOWLIST" for t in node.targets)
+            and isinstance(node.value, ast.Dict)
+        ):
+            return sorted(s for s in (const_str(k) for k in node.value.keys) if s is not None)
+    return None
+
+
+def weight_cache(src: Source, fl: dict[str, list[str] | None]) -> dict[str, object] | None:
+    """SGLang's weight cache (srt/weight_cache/, from 0.5.17): the server's flags, the cache
+    daemon's command line (its own flags; from 0.5.19 it also takes the server's flags:
+    `prepare_server_args` of what its own parser leaves), where its socket and ready file
+    go, what the ready file holds, the CacheConfig fingerprint, the refusal of speculative
+    decoding, the loader's and the daemon's lines, and whether the server counts the cached
+    weights in its memory budget (`account_preloaded_weights`)."""
+    daemon = WC_DIR + "daemon.py"
+    if not src.has(daemon):
+        return None
+    refusal = None
+    for f in src.grep(WC_SPEC_REFUSAL):
+        if f.startswith(WC_DIR):
+            continue
+        found = _strings_with(src, f, WC_SPEC_REFUSAL)
+        if found:
+            refusal = found[0]
+            break
+    runner = "sglang/srt/model_executor/model_runner.py"
+    return {
+        "module": WC_MODULE,
+        "server_flags": {k: v for k, v in fl.items() if k.startswith("--weight-cache-")},
+        "daemon_flags": _daemon_flags(src),
+        "daemon_takes_server_args": "prepare_server_args" in src.text(daemon),
+        "paths": _wc_paths(src),
+        "ready_file": _ready_lines(src),
+        "cache_config": _class_fields(src, WC_DIR + "protocol.py", "CacheConfig"),
+        "quant_allowlist": _quant_allowlist(src),
+        "speculative_refusal": refusal,
+        "loader_lines": _lines(src, [WC_DIR + "ipc_loader.py"], WC_LOADER_LINES),
+        "daemon_lines": _lines(src, [daemon, WC_DIR + "protocol.py"], WC_DAEMON_LINES),
+        "dies_with_parent": "kill_itself_when_parent_died" in src.text(daemon),
+        "accounts_cached_weights": src.has(runner)
+        and "account_preloaded_weights" in src.text(runner),
+    }
+
+
 # ----------------------------------------------------------------------------- facts
 
 
@@ -719,7 +909,9 @@ def extract(version: str) -> dict[str, object]:
         "log_formats": log_formats(src),
         "env": {"nccl_added": nccl_added(src), "sglang_vars": env_vars},
         "profile_options": profile_options(src),
+        "weight_cache": weight_cache(src, fl),
     }
+    wc = facts["weight_cache"]
     facts["features"] = {
         "flag_generation": "new" if "--cuda-graph-backend-decode" in fl else "old",
         "pcie_ipc_allreduce": "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" in env_vars,
@@ -732,6 +924,8 @@ def extract(version: str) -> dict[str, object]:
         "start_profile_start_step": "start_step" in facts["profile_options"],  # type: ignore[operator]
         "environ_module": src.has("sglang/srt/environ.py"),
         "graph_register_triggers": graph_register_triggers(src),
+        "weight_cache": wc is not None,
+        "weight_cache_speculative": wc is not None and not wc["speculative_refusal"],  # type: ignore[index]
     }
     return facts
 

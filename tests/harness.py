@@ -41,7 +41,8 @@ Attributes / methods:
 
 Cleanup (on `__exit__` or `.close()`): stops the daemon (SIGTERM, then SIGKILL after the
 timeout), then checks every engine process group the harness saw (from status and the
-state dir's engine.pid, only groups whose processes carry this harness's engine ids):
+state dir's engine.pid, only groups whose processes carry this harness's engine ids; the
+weight cache's groups from weight-cache.pid, by their FASTVERIFY_WEIGHT_CACHE_ID):
 any survivor is SIGKILLed and the test fails with "engine process leaked". Nothing else
 is ever signalled.
 """
@@ -70,6 +71,7 @@ from fastverify.client import ApiError, ControlClient, DaemonUnavailable  # noqa
 
 # States an operation ends in: waited for with nothing in flight (see wait_state).
 SETTLED = ("READY", "FAILED")
+CACHE_ID_VAR = "FASTVERIFY_WEIGHT_CACHE_ID"  # the weight cache's marker (daemon/weight_cache.py)
 
 
 def free_port() -> int:
@@ -301,6 +303,10 @@ class DaemonHarness:
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             info = json.loads((self.state_dir / "engine.pid").read_text())
             self._seen_groups[int(info.get("pgid", info["pid"]))] = info.get("engine_id", "")
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # the weight cache
+            info = json.loads((self.state_dir / "weight-cache.pid").read_text())
+            pgid = int(info.get("pgid", info["pid"]))
+            self._seen_groups[pgid] = f"{CACHE_ID_VAR}={info['cache_id']}"
 
     def engine_pid(self) -> int | None:
         return (self.status().get("engine") or {}).get("pid")
@@ -423,7 +429,8 @@ class DaemonHarness:
             try:
                 if os.getpgid(p.pid) != pgid or p.status() == psutil.STATUS_ZOMBIE:
                     continue
-                if engine_id and p.environ().get("FASTVERIFY_ENGINE_ID") != engine_id:
+                var, _, want = engine_id.rpartition("=")
+                if want and p.environ().get(var or "FASTVERIFY_ENGINE_ID") != want:
                     continue
                 pids.append(p.pid)
             except (ProcessLookupError, psutil.Error, OSError):

@@ -739,6 +739,99 @@ class Run:
         ev["cache_exit"] = cache.returncode
         return ev
 
+    # ------------------------------------------------------------------ fastverifyd's cache
+    # (weight_cache = "auto": the daemon owns SGLang's weight-cache daemon, docs/weight-cache.md)
+    def _wc_status(self) -> dict[str, Any]:
+        wc = self.status().get("weight_cache") or {}
+        keys = ("setting", "state", "pid", "ranks", "rank_pids", "ready_s", "bytes", "log",
+                "bytes_source", "adopted", "fingerprint", "last_failure",
+                "memory_note")  # fmt: skip
+        return {k: wc.get(k) for k in keys}
+
+    def _fv_timed(self, *ctl_args: str, tag: str) -> dict[str, Any]:
+        ev = self._timed(*ctl_args, tag=tag)
+        st = self.status()
+        ev["weight_load"] = (st["engine"] or {}).get("weight_load")
+        ev["weight_cache"] = self._wc_status()
+        return ev
+
+    def s_fv_wc_on(self) -> dict[str, Any]:
+        for p in Path("/tmp").glob("sglang_weight_cache_*.ready"):
+            check(False, f"{p} exists: another weight cache runs on this machine")
+        self.base_config["server"]["extra_args"] = list(self.args.sglang_args)
+        self.base_config["server"]["weight_cache"] = "auto"
+        self.reconfigure()
+        ev = self._fv_timed("restart", tag="fv-wc-first")  # the cache loads, then a client
+        wc = ev["weight_cache"]
+        if wc.get("log") and Path(wc["log"]).exists():
+            self.dump("weight-cache-daemon-fv.log", Path(wc["log"]).read_text(errors="replace"))
+        check(wc["state"] == "ready" and (ev["weight_load"] or {}).get("source") == "cache",
+              "the first start from fastverifyd's cache", **ev)  # fmt: skip
+        self.fv_cache_pid = wc["pid"]
+        ev["gpu"] = _gpu_processes()
+        return ev
+
+    def s_fv_wc_switches(self) -> dict[str, Any]:
+        runs = []
+        for name in ("nccl-default", "ring-ll", "nccl-default"):
+            ev = self._fv_timed("profile", "set", name, tag=f"fv-wc-{name}-{len(runs)}")
+            runs.append(ev)
+            check(
+                (ev["weight_load"] or {}).get("source") == "cache",
+                f"{name} from the cache",
+                runs=runs,
+            )
+            check(
+                ev["weight_cache"]["pid"] == self.fv_cache_pid, "the cache kept its pid", runs=runs
+            )
+        return {"switches": runs, "cache_pid": self.fv_cache_pid}
+
+    def s_fv_wc_eagle3(self) -> dict[str, Any]:
+        check(bool(self.args.draft), "no --draft: nothing to switch to")
+        p = self.daemon.ctl("mode", "set", "eagle3", timeout=self.timeout)  # the human stream
+        out = p.stdout + p.stderr
+        self.dump("fv-wc-eagle3-stream.txt", out)
+        at = out.find("loads from disk (")  # "this mode loads from disk (~T s, ...): ..."
+        ev = {"exit": p.returncode, "notice_before_stop": 0 <= at < out.find("state STOPPING"),
+              "notice": out[at: at + 400] if at >= 0 else None,
+              "weight_load": (self.status()["engine"] or {}).get("weight_load"),
+              "weight_cache": self._wc_status()}  # fmt: skip
+        back = self._fv_timed("mode", "set", "baseline", tag="fv-wc-back-to-baseline")
+        ev["back_to_baseline"] = back
+        check(
+            ev["notice_before_stop"] and ev["weight_cache"]["pid"] == self.fv_cache_pid,
+            "notice",
+            **ev,
+        )
+        check(
+            (back["weight_load"] or {}).get("source") == "cache",
+            "baseline again from the cache",
+            **ev,
+        )
+        return ev
+
+    def s_fv_wc_kill9(self) -> dict[str, Any]:
+        self.daemon.kill9()
+        t = time.monotonic()
+        self.daemon.restart_daemon(wait_ready=True, timeout=self.timeout)
+        ev = {"daemon_restart_to_ready_s": round(time.monotonic() - t, 1),
+              "weight_cache": self._wc_status(), "engine_groups": self.our_engines()}  # fmt: skip
+        check(ev["weight_cache"]["pid"] == self.fv_cache_pid and ev["weight_cache"]["adopted"],
+              "the new daemon adopted the cache", **ev)  # fmt: skip
+        return ev
+
+    def s_fv_wc_off(self) -> dict[str, Any]:
+        import psutil
+
+        self.base_config["server"]["weight_cache"] = "off"
+        self.reconfigure()
+        ev = self._fv_timed("restart", tag="fv-wc-off-disk")  # a disk start, for the ratio
+        pid = getattr(self, "fv_cache_pid", None)
+        ev["cache_stopped"] = not (pid and psutil.pid_exists(pid))
+        check(ev["cache_stopped"] and (ev["weight_load"] or {}).get("source") == "disk",
+              "off: the next start stops the cache and loads from disk", **ev)  # fmt: skip
+        return ev
+
     def s_stop(self) -> dict[str, Any]:
         d = self.daemon
         self.dump("history.json", self.history(200))
@@ -857,6 +950,11 @@ REALISTIC_STEPS: list[tuple[str, str, float]] = [
     ("wc_client_restart", "s_wc_client_restart", 100),
     ("wc_client_switch", "s_wc_client_switch", 100),
     ("wc_cache_stop", "s_wc_cache_stop", 150),
+    ("fv_wc_on", "s_fv_wc_on", 240),
+    ("fv_wc_switches", "s_fv_wc_switches", 150),
+    ("fv_wc_eagle3", "s_fv_wc_eagle3", 200),
+    ("fv_wc_kill9", "s_fv_wc_kill9", 90),
+    ("fv_wc_off", "s_fv_wc_off", 150),
     ("stop", "s_stop", 5),
 ]
 

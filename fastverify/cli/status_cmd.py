@@ -89,6 +89,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if eng.get("start_seconds"):
         by = " (by /model_info and /health_generate)" if eng.get("ready_by") == "endpoints" else ""
         lines.append(f"ready in:   {eng['start_seconds']:.2f} s{by}")
+    lines += _weights(st)
     if st.get("tokens_per_second"):
         lines.append(f"throughput: {st['tokens_per_second']:.1f} tok/s")
     spec = st.get("speculation") or {}
@@ -159,6 +160,24 @@ def status(ctx: click.Context, as_json: bool) -> None:
     for finding in st.get("findings") or []:
         lines.append(f"note:       {finding}")
     click.echo("\n".join(lines))
+
+
+def _weights(st: dict[str, Any]) -> list[str]:
+    """Where the serving engine's weights came from, and the weight cache's group."""
+    out: list[str] = []
+    wc = st.get("weight_cache") or {}
+    if wc.get("setting") in (None, "off") and not wc.get("pid"):
+        return out
+    load = (st.get("engine") or {}).get("weight_load") or {}
+    if load.get("text"):
+        out.append(f"load:       {load['text']}")  # "weights: from the cache (...)"
+    size = f", {wc['bytes'] / (1 << 30):.1f} GiB" if wc.get("bytes") else ""
+    who = f" (pid {wc['pid']}, {wc.get('ranks')} rank(s){size})" if wc.get("pid") else ""
+    why = ""
+    if wc.get("state") in ("failed", "mismatch") and wc.get("last_failure"):
+        why = f": {wc['last_failure'].get('message')}"
+    out.append(f"weight cache: {wc.get('state')}{who} [weight_cache = {wc.get('setting')}]{why}")
+    return out
 
 
 def _lease_and_decision(st: dict[str, Any]) -> list[str]:

@@ -45,6 +45,7 @@ from fastverify.daemon.restart import CrashWindow, RestartPolicy
 from fastverify.daemon.rollback import RollbackSteps
 from fastverify.daemon.states import State, check_transition
 from fastverify.daemon.statestore import StateStore
+from fastverify.daemon.weights import WeightSteps
 from fastverify.engines.sglang import load_format_of
 from fastverify.redact import mask_argv
 
@@ -80,7 +81,7 @@ def _callers(op: Operation) -> dict[str, Any]:
     return out
 
 
-class Controller(CrashSteps, RollbackSteps, RecoverySteps):
+class Controller(CrashSteps, RollbackSteps, RecoverySteps, WeightSteps):
     """See the module docstring. Public methods are thread-safe."""
 
     def __init__(
@@ -117,6 +118,7 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
         self.findings: dict[str, str] = {}
         self.shutting_down = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._wire_weight_cache(launcher)  # weights.py: the second process group
         launcher.on_line = self._on_line
         launcher.on_exit = self._on_exit
 
@@ -305,7 +307,10 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
             raise RequestError(409, "another operation is in flight")
         op.restart_clock()
         op.phases["validate"] = round(validate_s, 4)
-        op.emit("accepted", op=op.describe(), argv=mask_argv(argv), check=verdict.to_dict())
+        notice = op.weights_notice = self._weights_notice(kind, mode, load_format)
+        op.emit("accepted", op=op.describe(), argv=mask_argv(argv), check=verdict.to_dict(),
+                weights_notice=notice)  # fmt: skip
+        self._say_notice(notice)  # before anything stops
         self.bus.publish(ev.OperationStarted(op.id, kind, name, mode))
         self._spawn_thread(self._run_op, op, profile, argv, timeout_s)
         return op
@@ -440,14 +445,9 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
             self.say(f"{op.kind} {op.profile}/{op.mode}: {taken.message}", logging.WARNING)
             return taken  # said before a load that would fail only once it is over
         if adopt is None:
-            try:
-                h = self.launcher.spawn(profile, op.mode, argv)
-            except OSError as exc:
-                failure = Failure("spawn_failed", f"cannot start the engine: {exc}")
-                self.say(
-                    f"{op.kind} {op.profile}/{op.mode} failed: {failure.message}", logging.WARNING
-                )
-                return failure
+            h = self._spawn_engine(op, profile, argv, cancel)  # weights.py: the cache's gate
+            if isinstance(h, Failure):
+                return h
         else:
             h = adopt
         with self._lock:
@@ -469,6 +469,8 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
             op.phases.setdefault("verify", round(time.monotonic() - t0, 4))
             if failure is None and cancel.is_set():
                 failure = Failure("cancelled", "operation cancelled", log=str(h.log_path))
+            if failure is None and adopt is None:
+                failure = self._weights_done(op, h)
             if failure is None:
                 op.verify = details
                 return h
@@ -478,6 +480,9 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
         )
         self.stop_engine(h, "failed")  # stops its tail: every line it wrote has been read
         self._keep_failed_tail(op, h)
+        failure = self._weights_refused(h, failure)
+        if self._again_from_disk(op, h, failure, cancel):
+            return self._start(op, profile, argv, timeout_s, cancel)
         return failure
 
     def _keep_failed_tail(self, op: Operation, h: EngineHandle) -> None:
@@ -528,6 +533,7 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
             f"{h.profile}/{h.mode} is serving"
             + (" on dummy weights (a trial: random output, timings only)" if trial else "")
             + f" (ready in {h.ready_s or 0.0:.2f} s, verified)"
+            + (f"; {h.weights['text']}" if h.weights else "")
         )
         self.say(message, stream=False)  # the result says it
         return self._result(
@@ -544,6 +550,8 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
             pid=h.pid,
             previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
             phases=dict(op.phases),
+            weight_load=h.weights,  # where the weights came from (daemon/weights.py)
+            weights_notice=op.weights_notice,
         )
 
     # ------------------------------------------------------------------ crashes
@@ -582,6 +590,7 @@ class Controller(CrashSteps, RollbackSteps, RecoverySteps):
         with contextlib.suppress(Exception):
             if self.state == State.STOPPING:
                 self.set_state(State.STOPPED, "shutdown")
+        self.cache.shutdown()
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
 

@@ -19,6 +19,9 @@ OperationFinished  an operation ended: its result record (as answered to the cli
 BaselineRecorded   a baseline measurement was stored.
 DecisionRecorded   a tuning decision was stored (fastverifyctl tune).
 AcceptanceRecorded an accepted-drafts histogram was stored (fastverify.daemon.acceptance).
+WeightsLoaded      a start came up: where its weights came from (the cache or disk, why),
+                   how long they took and the start's split (daemon/weights.py).
+WeightCacheChanged the weight cache's group started, became ready, failed or stopped.
 """
 
 from __future__ import annotations
@@ -155,6 +158,22 @@ class AcceptanceRecorded:
     record: Mapping[str, Any]  # profile, mode, steps, weights, histogram, usable, ...
 
 
+@dataclass(frozen=True)
+class WeightsLoaded:
+    profile: str
+    mode: str
+    weights: Mapping[str, Any]  # source, seconds, bytes, reason, text, phases, fallback
+    ts: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True)
+class WeightCacheChanged:
+    state: str  # off | starting | ready | failed | stopped | mismatch
+    up: bool
+    bytes: int | None
+    ts: float = field(default_factory=_now)
+
+
 Event = (
     StateChanged
     | EngineStarting
@@ -168,6 +187,8 @@ Event = (
     | BaselineRecorded
     | DecisionRecorded
     | AcceptanceRecorded
+    | WeightsLoaded
+    | WeightCacheChanged
 )
 
 

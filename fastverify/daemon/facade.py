@@ -107,6 +107,7 @@ class ControlFacade:
                 "progress": dict(h.progress) if h is not None else None,
                 "adopted": h.adopted if h is not None else False,
                 "weights": weights_label(load_format_of(h.argv)) if h is not None else None,
+                "weight_load": h.weights if h is not None else None,  # from the cache or disk
                 "tuner": h.tuner if h is not None else None,  # confirmed at verify
                 "allreduce": h.allreduce if h is not None else None,  # confirmed at verify
                 # the watch of SGLang's /health_generate after READY (daemon/watch.py)
@@ -138,6 +139,7 @@ class ControlFacade:
                 "daemon": {"pid": os.getpid(), "state_dir": str(c.store.dir)},
             }
         engine["identity"] = self.engine_identity()
+        out["weight_cache"] = c.cache.status()  # outside the lock: NVML may be asked
         # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
         engine["capabilities"] = self.capabilities(argv)
         out["speculation"] = self.speculation(out["profile"], out["mode"], argv)

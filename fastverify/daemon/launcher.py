@@ -95,6 +95,9 @@ class EngineHandle:
     allreduce: dict[str, Any] | None = None  # the serving backend, confirmed at verify
     expected_sglang: dict[str, str] = field(default_factory=dict)  # the profile's SGLANG_*
     watch: Any = None  # watch.EngineWatch while serving (crashes.py starts it)
+    weights_watch: Any = None  # weights.WeightsWatch: what SGLang says of the weights
+    weights_gate: Any = None  # weights.Gate: whether the weight cache was to serve it
+    weights: dict[str, Any] | None = None  # the start's `weight_load` record
 
     def alive(self) -> bool:
         return not self.exited.is_set()
@@ -121,6 +124,15 @@ class EngineHandle:
         }
 
 
+def same_argv(a: list[str], b: list[str], cfg: Any) -> bool:
+    """Equal argvs, the weight-cache flags fastverifyd adds aside (when it owns the cache)."""
+    if getattr(cfg.server, "weight_cache", "off") != "off":
+        from fastverify.sglang.weight_cache import strip_flags
+
+        return strip_flags(list(a)) == strip_flags(list(b))
+    return list(a) == list(b)
+
+
 OnLine = Callable[[EngineHandle, str, logs.LineFacts], None]
 OnExit = Callable[[EngineHandle], None]
 
@@ -144,6 +156,9 @@ class Launcher:
         self.say = say or (lambda msg, level=logging.INFO, **_: log.log(level, msg))
         self.on_line: OnLine = lambda h, line, facts: None
         self.on_exit: OnExit = lambda h: None
+        # the weight cache's socket/ready templates, for the server too (daemon/weight_cache)
+        self.weight_cache_env: Callable[[], dict[str, str]] = dict
+        self.weights_watch_for: Callable[[list[str]], Any] = lambda argv: None
 
     # ------------------------------------------------------------------ environment
     def url(self) -> str:
@@ -162,6 +177,7 @@ class Launcher:
             allreduce.WORKSPACE_BASE_VAR: str(fi),
         }
         extra.update(self.engine.extra_env())
+        extra.update(self.weight_cache_env())
         for name in self.cfg.server.env_passthrough:
             if name in os.environ:
                 extra[name] = os.environ[name]
@@ -189,9 +205,10 @@ class Launcher:
         return verify.nccl_part({k: v for k, v in env.items() if k != procs.ENGINE_ID_VAR})
 
     def same_engine(self, h: EngineHandle, profile: Any, argv: list[str]) -> bool:
-        """Would starting `profile` with `argv` give what `h` already runs?"""
+        """Would starting `profile` with `argv` give what `h` already runs (the weight-cache
+        flags fastverifyd adds aside)?"""
         running = {k: v for k, v in h.expected_nccl.items() if k not in DEBUG_VARS}
-        return list(argv) == list(h.argv) and self.settings(profile) == running
+        return same_argv(argv, h.argv, self.cfg) and self.settings(profile) == running
 
     def port_in_use(self, argv: list[str]) -> Failure | None:
         """`port_in_use` before any launch when another process holds the engine's HTTP
@@ -209,7 +226,8 @@ class Launcher:
 
     # ------------------------------------------------------------------ spawn / adopt
     def spawn(self, profile: Any, mode: str, argv: list[str]) -> EngineHandle:
-        """Start the engine group (its own session) with the profile's clean environment."""
+        """Start the engine group (its own session) with the profile's clean environment;
+        `weights_watch_for(argv)` (weights.WeightsWatch) hears every line of its log."""
         engine_id = secrets.token_hex(8)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         base = f"{stamp}-{profile.name}-{mode}-{engine_id[:6]}"
@@ -242,6 +260,7 @@ class Launcher:
             proc=proc,
             nccl_debug_dir=debug_dir,
             follower=self.engine.follower(argv),
+            weights_watch=self.weights_watch_for(argv),
         )
         h.allreduce_watch = allreduce_check.AllreduceWatch(
             env, argv, self._has_nvlink(), host=self.allreduce_host(argv)
@@ -317,6 +336,8 @@ class Launcher:
 
     def _follow(self, h: EngineHandle, hidden: list[str]) -> None:
         def on_line(line: str) -> None:
+            if h.weights_watch is not None:
+                h.weights_watch.on_line(line)
             facts = logs.parse(line)
             rec = facts.record
             watch = h.allreduce_watch

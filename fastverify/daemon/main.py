@@ -105,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the engine's HTTP port (server.port; default 30000)",
     )
+    p.add_argument(
+        "--weight-cache",
+        choices=("off", "auto", "on"),
+        default=None,
+        help="SGLang's weight cache as fastverifyd's second process group: a switch restarts "
+        "the server only, the weights stay mapped (server.weight_cache; default off)",
+    )
     p.add_argument("--nnodes", type=int, default=None, help="multi-node: nodes in the server")
     p.add_argument("--node-rank", type=int, default=None, help="multi-node: this node's rank")
     p.add_argument("--dist-init-addr", default=None, help="multi-node: HOST:PORT of node 0")
@@ -174,6 +181,7 @@ FLAGS = {
     "daemon.health_listen": "--health-listen",
     "daemon.declarative": "--declarative",
     "server.port": "--server-port",
+    "server.weight_cache": "--weight-cache",
     "server.nnodes": "--nnodes",
     "server.node_rank": "--node-rank",
     "server.dist_init_addr": "--dist-init-addr",

@@ -150,6 +150,10 @@ class ExporterFeed:
             hub.set_decision(e.profile, e.mode, e.backend, e.applied)
         elif isinstance(e, ev.AcceptanceRecorded):
             hub.on_acceptance(e.record)
+        elif isinstance(e, ev.WeightsLoaded):
+            hub.on_weights_loaded(e.weights)
+        elif isinstance(e, ev.WeightCacheChanged):
+            hub.set_weight_cache(e.up, e.bytes)
 
 
 class LiveFigures:

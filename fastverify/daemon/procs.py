@@ -33,12 +33,19 @@ KEEP_ENVIRON_VAR = "SPT_NOENV"  # setproctitle: leave /proc/PID/environ as it wa
 
 
 def spawn(
-    argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None = None
+    argv: Sequence[str],
+    env: dict[str, str],
+    log_path: Path,
+    cwd: str | None = None,
+    *,
+    sigint_default: bool = False,
 ) -> subprocess.Popen:
     """Start `argv` in a new session/process group with exactly `env`; stdout+stderr -> log_path.
 
     The engine writes its log file directly (not through a pipe to us), so it keeps
     running and logging if the daemon dies and a new daemon can adopt it.
+    `sigint_default`: SIGINT's default disposition in the child (the weight cache's launcher
+    stops on KeyboardInterrupt, which a SIGINT ignored by inheritance never raises).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab", buffering=0) as out:
@@ -51,7 +58,12 @@ def spawn(
             start_new_session=True,
             cwd=cwd,
             close_fds=True,
+            preexec_fn=_sigint_default if sigint_default else None,
         )
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 PROC = Path("/proc")
@@ -163,16 +175,20 @@ def group_members(pgid: int, proc_root: Path = PROC) -> list[ProcInfo]:
     return [p for p in processes(proc_root) if p.pgid == pgid]
 
 
-def engine_id_of(pid: int, proc_root: Path = PROC) -> str | None:
-    """The FASTVERIFY_ENGINE_ID in /proc/PID/environ, None when absent or unreadable."""
+def engine_id_of(pid: int, proc_root: Path = PROC, var: str = ENGINE_ID_VAR) -> str | None:
+    """The FASTVERIFY_ENGINE_ID (or `var`) in /proc/PID/environ, None when absent or
+    unreadable."""
     try:
-        return environ(pid, proc_root).get(ENGINE_ID_VAR)
+        return environ(pid, proc_root).get(var)
     except (psutil.Error, OSError):
         return None
 
 
-def is_ours(info: dict[str, Any], proc_root: Path = PROC) -> tuple[bool, str]:
-    """Decide whether the process group recorded in a pid file (`info`) is still our engine.
+def is_ours(
+    info: dict[str, Any], proc_root: Path = PROC, var: str = ENGINE_ID_VAR
+) -> tuple[bool, str]:
+    """Decide whether the process group recorded in a pid file (`info`) is still our engine
+    (or, with `var` = the weight cache's marker, our weight cache).
 
     Ours when some live member of the recorded group carries the recorded engine id in its
     environment; the leader additionally must have the recorded start time.
@@ -190,7 +206,7 @@ def is_ours(info: dict[str, Any], proc_root: Path = PROC) -> tuple[bool, str]:
         actual = create_time(pid, proc_root)
         if recorded is not None and actual is not None and abs(actual - recorded) > 1.0:
             return False, f"pid {pid} was started at another time (not our engine)"
-    if any(engine_id_of(p.pid, proc_root) == engine_id for p in members):
+    if any(engine_id_of(p.pid, proc_root, var) == engine_id for p in members):
         return True, f"group {pgid}: {len(members)} process(es) carry our engine id"
     return False, f"group {pgid} exists but none of its processes carries engine id {engine_id}"
 
@@ -218,6 +234,7 @@ def stop_group(
     proc: subprocess.Popen | None = None,
     kill_wait_s: float = 10.0,
     proc_root: Path = PROC,
+    sig: int = signal.SIGTERM,
 ) -> StopResult:
     """SIGTERM the group's leader (the server: SGLang stops its own schedulers and
     detokenizer on SIGTERM; a SIGTERM sent to them as well reads to SGLang as a crashed
@@ -225,7 +242,9 @@ def stop_group(
     is gone; wait up to grace_s for the group to be gone, then SIGKILL it and wait again.
 
     `proc` (our Popen of the leader) is reaped along the way so it does not linger as a
-    zombie. Returns which signal was needed and any PIDs still present at the end.
+    zombie. Returns which signal was needed and any PIDs still present at the end. `sig`:
+    what the leader gets first (the weight cache's launcher: SIGINT, its KeyboardInterrupt
+    path stops its ranks).
     """
     t0 = time.monotonic()
     if not group_members(pgid, proc_root):
@@ -233,12 +252,13 @@ def stop_group(
             with contextlib.suppress(Exception):
                 proc.wait(timeout=0.1)
         return StopResult("none", 0.0, [])
+    used = "SIGTERM"
     if _leader_alive(pgid, proc_root):
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pgid, signal.SIGTERM)
+            os.kill(pgid, sig)
+        used = signal.Signals(sig).name
     else:
         _send_group(pgid, signal.SIGTERM)
-    used = "SIGTERM"
     if not _wait_gone(pgid, grace_s, proc, proc_root):
         log.warning(
             "engine group %d still alive %.1f s after SIGTERM; sending SIGKILL", pgid, grace_s

@@ -3,7 +3,8 @@
 `start_up(ctl)`:
 1. restore active / last good / last failure from state.json;
 2. stop an engine group a killed daemon spawned but never recorded (engine.pid `pending`);
-3. adopt the group engine.pid names when it is provably ours (procs.is_ours) and runs the
+3. adopt (or stop) the weight-cache group weight-cache.pid names (daemon/weight_cache.py),
+   then the group engine.pid names when it is provably ours (procs.is_ours) and runs the
    argv this configuration would build: STOPPED -> STARTING (followed to readiness) ->
    VERIFYING -> READY, as for a fresh start; a group that is ours but runs another argv is
    stopped; one that is not ours is left alone with a finding;
@@ -28,6 +29,7 @@ from fastverify.daemon import events as ev
 from fastverify.daemon import procs
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.launcher import EngineHandle
+from fastverify.daemon.launcher import same_argv as launcher_same_argv
 from fastverify.daemon.operations import Claim, Operation
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.states import State
@@ -52,6 +54,9 @@ def start_up(ctl: Controller) -> None:
         # The manifest is the desired state: what it declares, or nothing Ready.
         profile, mode = cfg.daemon.default_profile, cfg.server.mode
     ctl.active = {"profile": profile, "mode": mode}
+    note = ctl.cache.adopt()  # the weight cache first: an adopted server maps its weights
+    if note:
+        ctl.say(note, logging.WARNING if "leaving it alone" in note else logging.INFO)
     if adopt(ctl) is not None:
         return
     # The saved profile, else the last good one, else the configured default: a profile
@@ -174,7 +179,7 @@ def adopt(ctl: Controller) -> Operation | None:
         return None
     try:
         profile_obj, argv = ctl.resolver.resolve(info.get("profile", ""), info.get("mode", ""))
-        same_argv = list(argv) == list(info.get("argv", []))
+        same_argv = launcher_same_argv(argv, list(info.get("argv", [])), ctl.cfg)
     except RequestError:
         profile_obj, same_argv = None, False
     if profile_obj is None or not same_argv:

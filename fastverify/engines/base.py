@@ -137,6 +137,19 @@ class Engine(ABC):
             self._facts_cache = cached
         return cached
 
+    def weight_cache_argv(self, argv: list[str]) -> list[str] | None:
+        """The weight-cache daemon's argv (interpreter first) for a server argv: SGLang's
+        `python -m sglang.srt.weight_cache.daemon` with the flags of `argv` it takes (the
+        release's facts, fastverify.sglang.weight_cache); None when the engine's SGLang has
+        no weight cache."""
+        from fastverify.sglang import weight_cache
+
+        cf = weight_cache.of(self.facts())
+        if cf is None:
+            return None
+        args = argv[argv.index("-m") + 2 :] if "-m" in argv else argv[1:]
+        return [argv[0], "-m", cf.module, *cf.daemon_args(args)]
+
     def follower(self, argv: list[str]) -> bool:
         """Does `argv` start a follower node of a multi-node server (ready when its health
         check answers: it prints no ready line)? Engines without multi-node: never."""

@@ -64,6 +64,30 @@ class SimEngine(Engine):
             argv += ["--sim-sglang-version", self.played_version]
         return argv
 
+    def weight_cache_argv(self, argv: list[str]) -> list[str] | None:
+        """The sim's weight-cache daemon (`python -m fastverify.engines.sim.weight_cache.daemon`,
+        the command line of the played release's `sglang.srt.weight_cache.daemon`) with the
+        flags of `argv` that release's daemon takes, plus the sim's load and release."""
+        from fastverify.sglang import weight_cache
+
+        cf = weight_cache.of(self.facts())
+        if cf is None:
+            return None
+        args, skip = [], False
+        for tok in _strip_module(argv):
+            if tok.startswith("--sim-"):
+                skip = "=" not in tok
+                continue
+            if skip and not tok.startswith("--"):
+                continue
+            skip = False
+            args.append(tok)
+        return [
+            self.python, "-m", "fastverify.engines.sim.weight_cache.daemon",
+            *cf.daemon_args(args), "--sim-load-seconds", f"{self.load_seconds:g}",
+            "--sim-sglang-version", self.played_version,
+        ]  # fmt: skip
+
     def check_argv(self, argv: list[str]) -> ArgvCheck:
         """Run the sim's own parser (in-process: it is part of this package and light)."""
         import contextlib

@@ -360,8 +360,8 @@ def daemon_families(s: dict[str, Any]) -> list[Metric | None]:
                  s["restarts"]),
         _counter("fastverify_profile_switches", "Profile switches by result", "result",
                  s["switches"]),
-        _gauge("fastverify_engine_start_seconds", "Last engine time-to-ready",
-               s["engine_start_seconds"], [], []),
+        _start_seconds(s),
+        *weight_cache_families(s),
         None if s.get("auth_failures") is None else _counter(
             "fastverify_api_auth_failures", "Refused attempts on the TCP control door: "
             "token (missing/wrong), tls (failed handshake), plaintext (HTTP to the TLS port), "
@@ -370,6 +370,48 @@ def daemon_families(s: dict[str, Any]) -> list[Metric | None]:
                "repeated failed attempts on the TCP control door",
                s.get("auth_backoff_sources"), [], []),
     ]  # fmt: skip
+
+
+def _start_seconds(s: dict[str, Any]) -> Metric | None:
+    """The last engine time-to-ready, and (labelled `phase`) its split into weights,
+    cuda_graph and the rest, from SGLang's own lines (they sum to the unlabelled total)."""
+    total = s["engine_start_seconds"]
+    if total is None:
+        return None
+    g = GaugeMetricFamily(
+        "fastverify_engine_start_seconds",
+        "Last engine time-to-ready",
+        labels=["phase"],
+    )
+    g.add_metric([], float(total))
+    for phase, seconds in (s.get("start_phases") or {}).items():
+        g.add_metric([phase], float(seconds))
+    return g
+
+
+def weight_cache_families(s: dict[str, Any]) -> list[Metric | None]:
+    """SGLang's weight cache as fastverifyd runs it (absent while weight_cache = off)."""
+    wc = s.get("weight_cache")
+    if wc is None:
+        return []
+    up, nbytes = wc
+    return [
+        _gauge("fastverify_weight_cache_up", "1 while the weight cache's daemon is ready",
+               1.0 if up else 0.0, [], []),
+        _gauge("fastverify_weight_cache_bytes", "GPU memory the weight cache's processes "
+               "hold (0 while it is down)", nbytes if up else 0, [], []),
+        _plain_counter("fastverify_weight_cache_hits", "Engine starts whose weights came "
+                       "from the weight cache", s["weight_cache_hits"]),
+        _counter("fastverify_weight_cache_fallbacks", "Engine starts the weight cache should "
+                 "have served that loaded from disk, by reason", "reason",
+                 s["weight_cache_fallbacks"]),
+    ]  # fmt: skip
+
+
+def _plain_counter(name: str, doc: str, value: float) -> Metric:
+    c = CounterMetricFamily(name, doc)
+    c.add_metric([], value)
+    return c
 
 
 def log_families(s: dict[str, Any]) -> list[Metric | None]:

@@ -53,6 +53,10 @@ VERIFY_BUCKETS: tuple[float, ...] = (
     0.1,
 )
 SWITCH_RESULTS = ("ok", "rolled_back", "failed", "cancelled")
+# Why a start the weight cache should have served loaded from disk (daemon/weights.py):
+# SGLang refused its fingerprint, its socket refused, no socket, the cache not ready.
+WEIGHT_CACHE_FALLBACKS = ("mismatch", "refused", "socket_missing", "unavailable")
+START_PHASES = ("weights", "cuda_graph", "rest")
 # Sources of the exporter, each with its own success and freshness series.
 SOURCES = ("daemon", "sglang_metrics", "logs", "traces", "inspector")
 MAX_TUNING_ROWS = 64
@@ -147,6 +151,11 @@ class MetricsHub:
         self._engine: str | None = None
         self._url: str | None = None
         self._engine_start_seconds: float | None = None
+        self._start_phases: dict[str, float] | None = None  # weights, cuda_graph, rest
+        # SGLang's weight cache (fastverifyd's second group): (up, bytes) once configured
+        self._weight_cache: tuple[bool, int | None] | None = None
+        self._weight_cache_hits = 0
+        self._weight_cache_fallbacks: Counter[str] = Counter()
         # counters (process lifetime)
         self._restarts: Counter[str] = Counter()
         self._restart_reasons: tuple[str, ...] = ()  # published at 0 before any restart
@@ -305,6 +314,24 @@ class MetricsHub:
             if self._auth_failures is not None:
                 self._auth_failures[reason] += 1
                 self.version += 1
+
+    def set_weight_cache(self, up: bool, nbytes: int | None) -> None:
+        """The weight cache's group: serving (ready) or not, and the GPU memory it holds."""
+        with self._lock:
+            self._weight_cache = (bool(up), nbytes)
+            self.version += 1
+
+    def on_weights_loaded(self, weights: Mapping[str, Any]) -> None:
+        """A start came up (daemon/weights.py's record): a cache hit, a fallback to disk (by
+        reason), and the start's split (weights, cuda_graph, rest)."""
+        with self._lock:
+            if weights.get("source") == "cache":
+                self._weight_cache_hits += 1
+            elif weights.get("fallback"):
+                self._weight_cache_fallbacks[str(weights.get("reason") or "unavailable")] += 1
+            phases = weights.get("phases")
+            self._start_phases = dict(phases) if isinstance(phases, Mapping) else None
+            self.version += 1
 
     def set_engine_start_seconds(self, seconds: float) -> None:
         """Last time-to-ready of the engine (spawn to serving)."""
@@ -619,6 +646,13 @@ class MetricsHub:
                 "settings": dict(self._settings),
                 "allreduce": dict(self._allreduce) if self._allreduce else None,
                 "engine_start_seconds": self._engine_start_seconds,
+                "start_phases": dict(self._start_phases) if self._start_phases else None,
+                "weight_cache": self._weight_cache,
+                "weight_cache_hits": self._weight_cache_hits,
+                "weight_cache_fallbacks": {
+                    **dict.fromkeys(WEIGHT_CACHE_FALLBACKS, 0),
+                    **self._weight_cache_fallbacks,
+                },
                 "restarts": {**dict.fromkeys(self._restart_reasons, 0), **self._restarts},
                 "switches": {r: self._switches.get(r, 0) for r in SWITCH_RESULTS},
                 "allreduce_calls": dict(self._allreduce_calls),

@@ -130,7 +130,8 @@ def test_every_dashboard_expression_returns_data(tmp_path: Path) -> None:
     )
     assert len(exprs) >= 20
     config = {
-        "server": {"mode": "eagle3"},
+        # the weight cache's series exist (down: EAGLE-3 loads from disk) with auto
+        "server": {"mode": "eagle3", "weight_cache": "auto"},
         "daemon": {"default_profile": "ring-ll", "trace_period_s": 2, "trace_steps": 3},
     }
     with DaemonHarness(tmp_path, sim_load_seconds=0.3, tp_size=2, config=config) as d:

@@ -63,6 +63,14 @@ class SimArgs:
     # the steps at which --sim-accept-length holds (default: the configured steps)
     accept_steps: int | None = None
     sglang_version: str = PINNED_VERSION  # the release the sim plays (--sim-sglang-version)
+    # SGLang's weight cache (0.5.17+): "client" loads the weights from the cache's daemon
+    weight_cache_mode: str = "off"
+    weight_cache_socket: str | None = None
+    # the CacheConfig fingerprint's other inputs, and where rank r's GPU is
+    quantization: str | None = None
+    revision: str | None = None
+    base_gpu_id: int = 0
+    gpu_id_step: int = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--random-seed", type=int, default=None)
     p.add_argument("--load-format", default="auto", choices=LOAD_FORMATS)
+    # SGLang's weight cache (accepted only where the played release has it)
+    p.add_argument("--weight-cache-mode", default="off", choices=["off", "daemon", "client"])
+    p.add_argument("--weight-cache-socket", default=None)
+    p.add_argument("--weight-cache-timeout", type=int, default=1800)
+    p.add_argument("--quantization", default=None)
+    p.add_argument("--revision", default=None)
+    p.add_argument("--base-gpu-id", type=int, default=0)
+    p.add_argument("--gpu-id-step", type=int, default=1)
     p.add_argument(
         "--sim-load-seconds",
         type=float,
@@ -188,6 +204,8 @@ def parse(argv: Sequence[str]) -> SimArgs:
         )
     if algo is not None and not ns.speculative_draft_model_path:
         parser.error(f"--speculative-algorithm {algo} needs --speculative-draft-model-path")
+    if ns.weight_cache_mode != "off" and algo is not None:
+        _refuse_cache_with_speculation(parser, ns.sim_sglang_version)
     adaptive_cfg, disabled = None, None
     if ns.speculative_adaptive and algo is not None:
         disabled = adaptive.unsupported_reason(algo, ns.speculative_eagle_topk)
@@ -262,7 +280,24 @@ def parse(argv: Sequence[str]) -> SimArgs:
         adaptive_disabled=disabled,
         accept_steps=accept_steps,
         sglang_version=ns.sim_sglang_version,
+        weight_cache_mode=ns.weight_cache_mode,
+        weight_cache_socket=ns.weight_cache_socket,
+        quantization=ns.quantization,
+        revision=ns.revision,
+        base_gpu_id=ns.base_gpu_id,
+        gpu_id_step=ns.gpu_id_step,
     )
+
+
+def _refuse_cache_with_speculation(parser: argparse.ArgumentParser, version: str) -> None:
+    """SGLang's resolution refuses the weight cache with speculative decoding (in releases
+    whose facts carry the refusal): its ValueError text, as the check of the argv shows it."""
+    from fastverify.sglang.facts import resolve
+
+    wc = resolve(version).weight_cache or {}
+    refusal = wc.get("speculative_refusal")
+    if refusal:
+        parser.error(f"ValueError: {refusal['template']}")
 
 
 def _adaptive_config(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> dict:

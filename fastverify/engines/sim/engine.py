@@ -32,6 +32,7 @@ from fastverify.engines.sim import (
     flashinfer_jit,
     ncclenv,
     sglang_logs,
+    weight_cache,
 )
 from fastverify.engines.sim.metrics import SimMetrics
 from fastverify.engines.sim.profiler import Profiler, write_cycles
@@ -224,9 +225,29 @@ class SimEngine:
 
     def _load(self) -> None:
         a = self.args
-        weights_s = a.load_seconds * (0.8 if a.cuda_graph else 1.0)
+        weights_s = a.load_seconds * weight_cache.WEIGHTS_SHARE
         self._all_ranks("Load weight begin. avail mem=78.52 GB")
         tic = time.monotonic()
+        if a.weight_cache_mode == "client" and self._load_from_cache(tic):
+            pass  # mapped from the cache's daemon, no checkpoint read
+        else:
+            self._load_from_disk(weights_s, tic)
+        if a.mode == "eagle3":
+            self._all_ranks("Load weight begin. avail mem=14.31 GB")
+            self._sleep(weights_s * 0.05)
+            self._all_ranks(
+                "Load weight end. elapsed=0.31 s, type=LlamaForCausalLMEagle3, "
+                "dtype=torch.bfloat16, avail mem=13.21 GB, mem usage=1.10 GB."
+            )
+        self._all_ranks("KV Cache is allocated. #tokens: 1048576, KV size: 4.50 GB")
+        self._all_ranks("Memory pool end. avail mem=8.12 GB")
+        # base_runner._pre_initialize_pcie_ipc_workspace: before graph capture
+        self.pcie_ipc_max_bytes = allreduce_sim.Workspace(os.environ, a).prepare(
+            lambda level, msg: self._all_ranks(msg, level), self._sleep, self._map_all
+        )
+
+    def _load_from_disk(self, weights_s: float, tic: float) -> None:
+        a = self.args
         steps = 16
         if a.load_format == "dummy":  # random init, no checkpoint read (no shard progress)
             weights_s *= DUMMY_LOAD_SHARE
@@ -249,19 +270,68 @@ class SimEngine:
             "avail mem=14.31 GB, "
             "mem usage=64.21 GB."
         )
-        if a.mode == "eagle3":
-            self._all_ranks("Load weight begin. avail mem=14.31 GB")
-            self._sleep(weights_s * 0.05)
-            self._all_ranks(
-                "Load weight end. elapsed=0.31 s, type=LlamaForCausalLMEagle3, "
-                "dtype=torch.bfloat16, avail mem=13.21 GB, mem usage=1.10 GB."
-            )
-        self._all_ranks("KV Cache is allocated. #tokens: 1048576, KV size: 4.50 GB")
-        self._all_ranks("Memory pool end. avail mem=8.12 GB")
-        # base_runner._pre_initialize_pcie_ipc_workspace: before graph capture
-        self.pcie_ipc_max_bytes = allreduce_sim.Workspace(os.environ, a).prepare(
-            lambda level, msg: self._all_ranks(msg, level), self._sleep, self._map_all
+
+    def _load_from_cache(self, tic: float) -> bool:
+        """Every rank's `IpcModelLoader.load_model` in client mode: True when mapped from the
+        cache, False when its socket is absent (SGLang then loads from disk); a socket that
+        refuses or a fingerprint that differs fails the start (RuntimeError), as in SGLang."""
+        a = self.args
+        wc = weight_cache.facts(a.sglang_version)
+        replies = []
+        for rank in range(a.tp_size):
+            gpu_id = a.base_gpu_id + rank * a.gpu_id_step
+            config = weight_cache.fingerprint(
+                wc, model_path=a.model_path, tp_size=a.tp_size, tp_rank=rank,
+                dtype=a.dtype, quantization=a.quantization, revision=a.revision,
+            )  # fmt: skip
+            key = weight_cache.key_of(wc, gpu_id=gpu_id, tp_size=a.tp_size, tp_rank=rank)
+            try:
+                reply, path = weight_cache.fetch(
+                    wc, config=config, key=key, socket_path=a.weight_cache_socket
+                )
+            except weight_cache.CacheRefused as exc:
+                self.log.log(
+                    "Scheduler hit an exception: Traceback (most recent call last):\n"
+                    '  File "sglang/srt/weight_cache/ipc_loader.py", in _fetch_from_cache\n'
+                    f"RuntimeError: {exc}",
+                    rank,
+                    "error",
+                )
+                raise RuntimeError("weight cache refused") from None
+            if reply is None:
+                self.log.log(weight_cache.SOCKET_MISSING.format(path=path), rank)
+                self.log.log(weight_cache.FALLBACK, rank, "warning")
+                return False
+            replies.append(reply)
+        seconds = weight_cache.MAP_SECONDS
+        self._sleep(seconds)
+        for rank, reply in enumerate(replies):
+            n = len(reply.get("entries") or ())
+            self.log.log(weight_cache.fetched_line(wc, n, seconds * 0.4), rank)
+            self.log.log(weight_cache.mapped_line(n, seconds * 0.6), rank)
+            self.log.log(weight_cache.loaded_line(a.weight_cache_mode, seconds), rank)
+        self._all_ranks(
+            f"Load weight end. elapsed={time.monotonic() - tic:.2f} s, "
+            f"type=DeepseekV3ForCausalLM, dtype={allreduce_sim.torch_dtype(a)}, "
+            "avail mem=78.48 GB, mem usage=0.04 GB."
         )
+        pids = [int(r["pid"]) for r in replies if r.get("pid")]
+        threading.Thread(target=self._watch_cache, args=(pids,), daemon=True).start()
+        return True
+
+    def _watch_cache(self, pids: list[int]) -> None:
+        """The loader's liveness watchdog: the mapped weights dangle once a cache rank dies."""
+        # (a plain sleep: StopFlag.wait here would drain the main thread's wake-up pipe)
+        while not self.stop_event.is_set():
+            time.sleep(weight_cache.WATCH_INTERVAL_S)
+            for pid in pids:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    self.log.log(weight_cache.DIED.format(pid=pid), 0, "critical")
+                    os.kill(os.getpid(), signal.SIGKILL)
+                except PermissionError:
+                    continue
 
     def _map_all(self, path: Path) -> None:
         """Every rank's process maps `path` (TP0 here, the workers on command)."""
@@ -282,7 +352,9 @@ class SimEngine:
             self._all_ranks(loglines.format_capture_begin("target", "decode", "full", 8.12, bs))
             tuning = sglang_logs.nccl_tuning_lines(os.environ, 0, _tuning_rows(self.settings, a))
             sglang_logs.write_nccl_lines(os.environ, tuning, self.log)
-            self._sleep(a.load_seconds * 0.2)
+            self._sleep(
+                a.load_seconds * weight_cache.GRAPHS_SHARE * weight_cache.DECODE_GRAPH_SHARE
+            )
             if a.tp_size > 1 and self.settings.tree_only:
                 err = costmodel.TREE_CAPTURE_ERROR
                 warn = sglang_logs.nccl_warn_line(
@@ -303,6 +375,9 @@ class SimEngine:
             tic = time.monotonic()
             self._all_ranks(
                 loglines.format_capture_begin("target", "prefill", "breakable", 7.74, bs)
+            )
+            self._sleep(
+                a.load_seconds * weight_cache.GRAPHS_SHARE * (1 - weight_cache.DECODE_GRAPH_SHARE)
             )
             self.capture_seconds["prefill"] = time.monotonic() - tic
             self._all_ranks(
@@ -475,6 +550,7 @@ class SimEngine:
                 name="sim-http",
                 daemon=True,
             ).start()
+            self._sleep(a.load_seconds * weight_cache.REST_SHARE / 2)  # start-up before NCCL
             self._nccl_init()
             self._load()
             self._capture()
@@ -547,6 +623,7 @@ class SimEngine:
                 rows = _tuning_rows(self.settings, a)
                 tuning = sglang_logs.nccl_tuning_lines(os.environ, 0, rows)
                 sglang_logs.write_nccl_lines(os.environ, tuning, self.log)
+            self._sleep(a.load_seconds * weight_cache.REST_SHARE / 2)  # warm-up, tokenizer
             warm = Request(prompt_tokens=6, max_new_tokens=1)
             self.scheduler.submit(warm)
             while not warm.done.wait(0.05):

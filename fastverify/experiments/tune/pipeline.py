@@ -103,8 +103,18 @@ def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> di
         done=done,
         fixed=fixed,
         ranked="preflight" not in skips or "rehearse" not in skips,
+        cached=_cache_serves(ctx),
     )
     return plan.make_plan(facts)
+
+
+def _cache_serves(ctx: Ctx) -> bool:
+    """Does the daemon's weight cache serve real baseline loads (status `weight_cache`)?"""
+    try:
+        wc = ctx.client.get("/v1/status").get("weight_cache") or {}
+    except Exception:  # the plan is made without it: priced as disk loads
+        return False
+    return wc.get("setting") in ("auto", "on") and bool(wc.get("available"))
 
 
 def _wait_idle(client: Any, timeout_s: float, emit: Callable[[Event], None]) -> dict[str, Any]:

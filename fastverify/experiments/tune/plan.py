@@ -2,7 +2,9 @@
 
 Estimates come from this host's records where there are any, in every stage: weight loads
 from the daemon's history (`duration_s` of switches that came up, per kind of weights; with
-no dummy load recorded yet, the recorded real loads bound a dummy one from above), stage
+no dummy load recorded yet, the recorded real loads bound a dummy one from above; where the
+daemon's weight cache serves real baseline loads, those are priced as the cached loads
+recorded, else as a dummy load: neither reads the checkpoint), stage
 times per unit from earlier tunes (`times.json` in the tune journal's directory: inventory,
 candidates, tuner derivation, preflight and rehearse per profile, a trace window, a
 measurement's overhead). Where there is nothing recorded, a default is used and the plan
@@ -28,6 +30,9 @@ from typing import Any
 DEFAULTS = {
     "load_real": 600.0,
     "load_dummy": 90.0,
+    # a real load from the daemon's weight cache: the weights mapped over CUDA IPC (SGLang's
+    # published figure: under a second for a 235B FP8 model), the rest as a dummy load's
+    "load_cached": 90.0,
     "inventory": 10.0,
     "candidates": 2.0,
     "derive_tuner": 180.0,
@@ -56,18 +61,28 @@ class PlanFacts:
     fixed: tuple[int, int] | None = None  # (finalists, trials) decided earlier: re-estimate only
     ranked: bool = False  # preflight or rehearse will rank the candidates before the trial
     extra_real_loads: int = 0  # real loads confirm decided on besides the plan's (adaptive)
+    cached: bool = False  # the daemon's weight cache serves real baseline loads (weight_cache)
+
+
+def _kind(r: Mapping[str, Any]) -> str:
+    """real | dummy | cached (a real load whose weights came from the daemon's weight cache)."""
+    weights = r.get("weights") or "real"
+    if weights == "real" and (r.get("weight_load") or {}).get("source") == "cache":
+        return "cached"
+    return weights
 
 
 def load_times(history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, str]]:
-    """weights -> (median seconds of the newest loads that came up, where it came from)."""
+    """kind (real: from disk, dummy, cached: real weights mapped from the weight cache) ->
+    (median seconds of the newest loads that came up, where it came from)."""
     out: dict[str, tuple[float, str]] = {}
-    for weights in ("real", "dummy"):
+    for weights in ("real", "dummy", "cached"):
         secs = [
             float(r["duration_s"])
             for r in history
             if r.get("kind") in ("switch", "start", "mode", "restart")
             and r.get("result") == "ok"
-            and (r.get("weights") or "real") == weights
+            and _kind(r) == weights
             and isinstance(r.get("duration_s"), int | float)
             and r["duration_s"] > 0
         ]
@@ -81,6 +96,8 @@ def load_times(history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, s
         # no dummy load yet, but real ones: a dummy load skips reading the weights, so this
         # host's real load bounds it from above (a sim or small model loads in seconds)
         out["dummy"] = (real, f"{real_src.replace('recorded', 'recorded real')}, an upper bound")
+    if out["cached"][1] == "default":  # none from the cache yet: neither reads the checkpoint
+        out["cached"] = (out["dummy"][0], f"a dummy load's ({out['dummy'][1]})")
     return out
 
 
@@ -94,6 +111,9 @@ def _per_unit(times: Mapping[str, Any], key: str) -> tuple[float, str]:
 def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]]:
     loads = load_times(f.history)
     real, real_src = loads["real"]
+    disk = real  # an EAGLE-3 load reads from disk: the cache exports no draft model
+    if f.cached:  # real baseline loads map the weight cache's weights
+        real, real_src = loads["cached"][0], f"cached load: {loads['cached'][1]}"
     dummy, dummy_src = loads["dummy"]
     overhead, _ = _per_unit(f.times, "bench_overhead")
     measure = f.repeats * (f.duration_s + overhead)
@@ -141,13 +161,18 @@ def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]
         dummy_loads=trials + eagle,
     )
     extra = 0 if f.accept_known else 1
-    more = f" + {f.extra_real_loads} adaptive" if f.extra_real_loads else ""
+    more = (" + " if extra else "") + f"{f.extra_real_loads} adaptive" if f.extra_real_loads else ""
     add(
         "confirm",
-        (finalists + extra + f.extra_real_loads) * (real + measure),
+        finalists * (real + measure) + (extra + f.extra_real_loads) * (disk + measure),
         f"real load: {real_src}",
-        f"{finalists} finalist(s){' + 1 EAGLE-3' if extra else ''}{more} x ({real:.0f} s "
-        f"load + {measure:.0f} s measuring)",
+        f"{finalists} finalist(s) x ({real:.0f} s load + {measure:.0f} s measuring)"
+        + (
+            f" + {'1 EAGLE-3' if extra else ''}{more} x ({disk:.0f} s load from disk + "
+            f"{measure:.0f} s)"
+            if extra or f.extra_real_loads
+            else ""
+        ),
         real_loads=finalists + extra + f.extra_real_loads,
         note=""
         if extra

@@ -34,6 +34,7 @@ FEATURE_TEXT = {
     "step_spans": "profiler step spans (step[... bs=N]) for verify-cycle timing",
     "start_profile_num_steps": "/start_profile num_steps",
     "custom_all_reduce": "custom all-reduce switch (--disable-custom-all-reduce)",
+    "weight_cache": "weight cache (python -m sglang.srt.weight_cache.daemon, --weight-cache-mode)",
 }
 
 
@@ -171,6 +172,12 @@ class SGLangFacts:
         return self.data["features"]
 
     @property
+    def weight_cache(self) -> dict[str, Any] | None:
+        """SGLang's weight cache as the wheel declares it (None before 0.5.17); read through
+        `fastverify.sglang.weight_cache.of(facts)`."""
+        return self.data.get("weight_cache")
+
+    @property
     def flag_generation(self) -> str:
         return str(self.features["flag_generation"])
 
@@ -250,6 +257,7 @@ class SGLangFacts:
             "env": self.env,
             "profile_options": self.data.get("profile_options", []),
             "features": self.features,
+            "weight_cache": self.weight_cache,
             "wheel": self.data.get("wheel"),
         }
 

@@ -5,6 +5,7 @@ skips, the decision rule and what would change it, load counting, backend labels
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -48,6 +49,43 @@ def test_unknown_accept_length_plans_one_real_eagle3_load() -> None:
     p = plan.make_plan(_facts(accept_known=False))
     assert p["loads"]["real"] == 4
     assert "+ 1 EAGLE-3" in _stage(p, "confirm")["units"]
+
+
+def test_with_the_weight_cache_real_baseline_loads_cost_a_cached_load() -> None:
+    history = [
+        {"kind": "start", "result": "ok", "weights": "real", "duration_s": 600.0,
+         "weight_load": {"source": "disk"}},
+        *[{"kind": "switch", "result": "ok", "weights": "real", "duration_s": 30.0 + i,
+           "weight_load": {"source": "cache"}} for i in range(3)],
+    ]  # fmt: skip
+    p = plan.make_plan(_facts(history=history, cached=True, finalists=2, accept_known=False))
+    c = _stage(p, "confirm")
+    measure = 3 * (20.0 + plan.DEFAULTS["bench_overhead"])
+    # the finalists map the cache's weights; the EAGLE-3 load reads them from disk
+    assert c["estimate_s"] == pytest.approx(2 * (31.0 + measure) + (600.0 + measure))
+    assert c["source"] == "real load: cached load: recorded: median of 3 daemon load(s)"
+    assert "1 EAGLE-3 x (600 s load from disk" in c["units"]
+    # without the cache the same history prices them as the disk load
+    p = plan.make_plan(_facts(history=history, finalists=2, accept_known=False))
+    assert _stage(p, "confirm")["estimate_s"] == pytest.approx(3 * (600.0 + measure))
+    # no cached load recorded yet: a dummy load's cost (neither reads the checkpoint)
+    p = plan.make_plan(_facts(cached=True, finalists=2))
+    assert _stage(p, "confirm")["source"] == "real load: cached load: a dummy load's (default)"
+
+
+def test_the_real_host_arithmetic_of_docs_tune_md_is_the_plans_own() -> None:
+    """docs/tune.md's 8-GPU table: today's total and the total with the weight cache, as the
+    plan computes them from the figures the doc names (10-minute real load, 1.5-minute dummy
+    load, 3 x 20 s per measurement, 9 candidates, 2 finalists, the recorded stage times)."""
+    doc = (Path(__file__).resolve().parents[3] / "docs/tune.md").read_text()
+    found = re.findall(r"the plan's own arithmetic with these figures: ([\d.]+)", doc)
+    quoted = [float(x) for x in found]
+    times = {"inventory": [10.0], "candidates": [2.0], "derive_tuner": [12.4], "preflight": [5.1],
+             "rehearse": [11.2], "trace": [5.0], "bench_overhead": [2.0]}  # fmt: skip
+    facts = _facts(candidates=9, finalists=2, times=times, ranked=True)
+    today = plan.make_plan(facts)["total_s"] / 60
+    cached = plan.make_plan(plan.PlanFacts(**{**facts.__dict__, "cached": True}))["total_s"] / 60
+    assert quoted == [round(today, 1), round(cached, 1)] == [41.2, 24.2]
 
 
 def test_recorded_loads_come_from_the_daemon_history() -> None:

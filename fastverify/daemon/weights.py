@@ -1,0 +1,378 @@
+"""What one server start does with its weights: whether the weight cache serves it (`gate`),
+what SGLang's own lines say happened (`WeightsWatch`), the start's `weights` record
+("weights: from the cache (N GiB over IPC, X s)" / "weights: from disk (the cache refused:
+WHY)", with the split weights / cuda_graph / rest), and the controller's steps around a
+start (`WeightSteps`: the gate before the spawn, the fallback to disk after SGLang refused
+the cache, the notice a speculative switch gets before anything stops).
+
+Not served by the cache: a trial on dummy weights, speculative modes where the release
+refuses them (its daemon exports no draft model; `speculative_refusal` in its facts), a
+release without the cache, a server over several nodes. With `auto` a start the cache
+should have served and did not (its socket missing, SGLang refused its fingerprint) loads
+from disk with a warning and a finding; with `on` it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastverify.config import SPEC_MODES, TRIAL_LOAD_FORMAT
+from fastverify.daemon.failures import Failure
+from fastverify.sglang import loglines
+from fastverify.sglang import weight_cache as wc
+
+GiB = float(1 << 30)
+
+
+# ----------------------------------------------------------------------------- the gate
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Whether the cache serves a start; `why` says why not (None when it does),
+    `expected` whether that is by design (a trial, a speculative mode) rather than a loss,
+    `kind` which case: off, release, nodes, trial, speculative, refused, unavailable."""
+
+    use: bool
+    why: str | None = None
+    expected: bool = True
+    kind: str | None = None
+
+
+def gate(setting: str, facts: Any, *, mode: str, load_format: str, nnodes: int) -> Gate:
+    """See the module docstring (pure: the setting, the release's facts, the start)."""
+    if setting == "off":
+        return Gate(False, "weight_cache = off", kind="off")
+    cf = wc.of(facts)
+    if cf is None:
+        why = f"SGLang {facts.version} has no weight cache (it came in 0.5.17)"
+        return Gate(False, why, False, "release")
+    if nnodes > 1:
+        why = "a server over several nodes (fastverifyd runs the cache on one)"
+        return Gate(False, why, False, "nodes")
+    if load_format == TRIAL_LOAD_FORMAT:
+        return Gate(
+            False, "a trial on dummy weights (random weights, read from nowhere)", kind="trial"
+        )
+    if mode in SPEC_MODES and cf.refusal:
+        why = f"SGLang {facts.version}'s weight cache does not export draft models"
+        return Gate(False, why, kind="speculative")
+    return Gate(True)
+
+
+# ----------------------------------------------------------------------------- a start's lines
+
+
+@dataclass
+class WeightsWatch:
+    """What one server start says about its weights (fed every line by the launcher)."""
+
+    facts: Any  # the release's SGLangFacts
+    asked: bool  # started with --weight-cache-mode client
+    events: list[wc.LoaderEvent] = field(default_factory=list)
+    load_end_s: float | None = None  # the target's "Load weight end. elapsed=" (first)
+    load_mem_gb: float | None = None
+    graphs_s: float = 0.0
+    engine_config: dict[str, Any] = field(default_factory=dict)
+    daemon_config: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.cf = wc.of(self.facts)
+
+    def on_line(self, line: str) -> None:
+        if self.facts is None:
+            return
+        if self.load_end_s is None and (end := wc.load_weight_end(self.facts, line)):
+            self.load_end_s, self.load_mem_gb = end
+        elif "graph end." in line:
+            rec = loglines.capture_record(line)
+            if rec and rec.get("role") == "target" and rec.get("elapsed_s") is not None:
+                self.graphs_s += float(rec["elapsed_s"])
+        if self.cf is None or not self.asked:
+            return
+        ev = self.cf.loader_event(line)
+        if ev is None:
+            return
+        if ev.kind in ("engine_config", "daemon_config"):
+            target = self.engine_config if ev.kind == "engine_config" else self.daemon_config
+            target.update(wc.parse_config(line))
+        else:
+            self.events.append(ev)
+
+    def kinds(self) -> set[str]:
+        return {e.kind for e in self.events}
+
+    @property
+    def hit(self) -> bool:
+        return "loaded" in self.kinds()
+
+    def refusal(self) -> tuple[str, str] | None:
+        """(reason, message) when the cache was asked and did not serve: SGLang's words."""
+        k = self.kinds()
+        if not self.asked or "loaded" in k:
+            return None
+        if "mismatch" in k:
+            diff = wc.differences(self.engine_config, self.daemon_config)
+            return "mismatch", f"fingerprint mismatch ({wc.describe_differences(diff)})"
+        if "refused" in k:
+            return "refused", "its socket refused the connection (the cache daemon died?)"
+        if "socket_missing" in k or "fallback" in k:
+            found = next((e for e in self.events if e.kind == "socket_missing"), None)
+            where = f" at {found.values[0]}" if found and found.values else ""
+            return "socket_missing", f"no cache socket{where}"
+        return None
+
+    def died(self) -> bool:
+        return "daemon_died" in self.kinds()
+
+    def seconds(self) -> float | None:
+        """The weights' part of the start: the IPC loader's total, else Load weight end."""
+        for e in self.events:
+            if e.kind == "loaded" and e.values:
+                with contextlib.suppress(ValueError):
+                    return float(e.values[-1])
+        return self.load_end_s
+
+    def phases(self, ready_s: float | None) -> dict[str, float] | None:
+        """The start split: weights, cuda_graph, rest (None before SGLang said both)."""
+        weights = self.seconds()
+        if ready_s is None or weights is None:
+            return None
+        graphs = self.graphs_s
+        return {
+            "weights": round(weights, 3),
+            "cuda_graph": round(graphs, 3),
+            "rest": round(max(0.0, ready_s - weights - graphs), 3),
+        }
+
+
+def weights_summary(
+    watch: WeightsWatch | None, gate_: Gate, ready_s: float | None, cache_bytes: int | None
+) -> dict[str, Any]:
+    """The start's `weights` record (result, history, status): where from, how long, why."""
+    seconds = watch.seconds() if watch else None
+    out: dict[str, Any] = {"source": "disk", "seconds": seconds, "bytes": None, "reason": None}
+    if watch is not None:
+        out["phases"] = watch.phases(ready_s)
+    if watch is not None and watch.hit:
+        out.update(source="cache", bytes=cache_bytes)
+        size = f"{cache_bytes / GiB:.1f} GiB" if cache_bytes else "size unknown"
+        out["text"] = f"weights: from the cache ({size} over IPC, {seconds or 0:.2f} s)"
+        return out
+    refusal = watch.refusal() if watch is not None else None
+    if refusal is not None:
+        out.update(reason=refusal[0], why=refusal[1], fallback=True)
+        out["text"] = f"weights: from disk (the cache refused: {refusal[1]})"
+    else:
+        out.update(why=gate_.why, fallback=not gate_.expected)
+        if not gate_.expected:
+            out["reason"] = gate_.kind
+        when = f", {seconds:.2f} s" if seconds is not None else ""
+        out["text"] = (
+            f"weights: from disk ({gate_.why}{when})" if gate_.why else "weights: from disk"
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------- the steps
+
+
+class WeightSteps:
+    """Controller mixin: the weight cache around each start (see the module docstring).
+    Uses the controller's `cache` (daemon/weight_cache.WeightCache), `engine`, `cfg`,
+    `say`, `set_finding`/`clear_finding` and `bus`."""
+
+    cache: Any
+
+    def _wire_weight_cache(self, launcher: Any) -> None:
+        """The weight cache's group (daemon/weight_cache.py), and what the launcher asks of
+        it per start: the socket/ready templates for the server, the watch of its lines."""
+        from fastverify.daemon.weight_cache import WeightCache
+
+        self.cache = WeightCache(self.cfg, self.engine, self.store, say=self.say)  # type: ignore[attr-defined]
+        launcher.weight_cache_env = self.cache.env_paths
+        launcher.weights_watch_for = self._weights_watch
+
+    def _gate_for(self, op: Any, argv: list[str] | None = None) -> Gate:
+        """The gate of `op`'s start: the load format of its argv (a rollback of a trial
+        rolls back on dummy weights), else the operation's, else the configuration's."""
+        from fastverify.engines.sglang import load_format_of
+
+        cfg = self.cfg  # type: ignore[attr-defined]
+        fmt = load_format_of(argv) if argv else getattr(op, "load_format", None)
+        fmt = fmt if fmt is not None else cfg.server.load_format
+        g = gate(
+            self.cache.setting,
+            self.engine.facts(),
+            mode=op.mode,  # type: ignore[attr-defined]
+            load_format=fmt,
+            nnodes=cfg.server.nnodes,
+        )
+        refused = getattr(op, "cache_refused", None)
+        if g.use and refused:
+            kind, why = refused
+            return Gate(False, f"the cache refused: {why}", expected=False, kind=kind)
+        return g
+
+    def _cache_gate(
+        self, op: Any, argv: list[str], cancel: threading.Event
+    ) -> tuple[list[str], Gate, Failure | None]:
+        """The argv to spawn (with `--weight-cache-mode client` when the cache serves it,
+        after making sure it is ready), the gate, or the failure that ends the start."""
+        setting = self.cache.setting
+        if setting == "off":
+            if self.cache.handle is not None:  # configured off since (SIGHUP): nothing maps it
+                self.cache.stop("weight_cache = off")
+            return argv, Gate(False, "weight_cache = off", kind="off"), None
+        argv = wc.strip_flags(argv)
+        g = self._gate_for(op, argv)
+        if not g.use:
+            if setting == "on" and not g.expected and g.kind not in ("refused", "mismatch"):
+                return argv, g, Failure("weight_cache_unavailable", f'weight_cache = "on": {g.why}')
+            return argv, g, None
+        failure = self.cache.ensure(cancel, lambda msg: self.say(msg), op.profile)  # type: ignore[attr-defined]
+        if failure is None:
+            return wc.client_argv(argv), g, None
+        if failure.reason == "cancelled" or setting == "on":
+            return argv, g, failure
+        why = f"the cache is not available: {failure.message}"
+        kind = "mismatch" if failure.reason == "weight_cache_mismatch" else "unavailable"
+        return argv, Gate(False, why, expected=False, kind=kind), None
+
+    def _spawn_engine(self, op: Any, profile: Any, argv: list[str], cancel: threading.Event) -> Any:
+        """The launcher's spawn behind the cache's gate: an EngineHandle, or the Failure."""
+        argv, g, refusal = self._cache_gate(op, argv, cancel)
+        if refusal is not None:
+            return refusal
+        try:
+            h = self.launcher.spawn(profile, op.mode, argv)  # type: ignore[attr-defined]
+        except OSError as exc:
+            failure = Failure("spawn_failed", f"cannot start the engine: {exc}")
+            self.say(  # type: ignore[attr-defined]
+                f"{op.kind} {op.profile}/{op.mode} failed: {failure.message}", logging.WARNING
+            )
+            return failure
+        h.weights_gate = g
+        return h
+
+    def _weights_watch(self, argv: list[str]) -> WeightsWatch:
+        asked = any(a == wc.MODE_FLAG and b == wc.CLIENT for a, b in itertools.pairwise(argv))
+        try:
+            facts = self.engine.facts()  # type: ignore[attr-defined]
+        except (AttributeError, ValueError):  # an engine without SGLang facts
+            facts = None
+        return WeightsWatch(facts, asked)
+
+    def _say_notice(self, notice: str | None) -> None:
+        if notice:
+            self.say(notice, logging.WARNING)  # type: ignore[attr-defined]
+
+    def _again_from_disk(self, op: Any, h: Any, failure: Failure, cancel: threading.Event) -> bool:
+        """auto: SGLang refused the cache (fingerprint, dead socket): start the same again,
+        from disk, once (the gate sees `op.cache_refused`)."""
+        if (
+            failure.reason not in ("weight_cache_mismatch", "weight_cache_refused")
+            or self.cache.setting != "auto"
+            or getattr(op, "cache_refused", None)
+            or cancel.is_set()
+        ):
+            return False
+        op.cache_refused = (
+            failure.reason.removeprefix("weight_cache_"),
+            failure.message.removeprefix("SGLang refused the weight cache: "),
+        )
+        self.say(
+            f"{failure.message}; starting {h.profile}/{h.mode} again from disk",  # type: ignore[attr-defined]
+            logging.WARNING,
+        )
+        return True
+
+    def _weights_notice(self, kind: str, mode: str, load_format: str | None) -> str | None:
+        """Said before anything stops: a switch the cache cannot serve by design (a
+        speculative mode the release refuses) loads from disk, about how long, and why."""
+        if self.cache.setting == "off":
+            return None
+        op = _Probe(mode, load_format)
+        g = self._gate_for(op)
+        if g.use or g.kind != "speculative":
+            return None
+        est = self.cache.disk_estimate(mode)
+        up = self.cache.status()
+        stays = ""
+        if up.get("state") == "ready":
+            size = f", {up['bytes'] / GiB:.1f} GiB" if up.get("bytes") else ""
+            stays = (
+                "; the weight cache stays up for the next baseline switch "
+                f"(pid {up.get('pid')}{size})"
+            )
+        return f"this {kind} loads from disk ({est}): {g.why}{stays}"
+
+    def _weights_done(self, op: Any, h: Any) -> Failure | None:
+        """After a start came up: its `weights` record, the finding and warning of a
+        fallback (a failure with `on`), the figures for the next notice and the exporter."""
+        from fastverify.daemon import events as ev
+
+        g = h.weights_gate or Gate(False, None)
+        size, _ = self.cache.bytes_held()
+        h.weights = weights_summary(h.weights_watch, g, h.ready_s, size)
+        self.cache.record_time(h.weights["source"], h.mode, h.ready_s)
+        watch = h.weights_watch
+        if h.weights["source"] == "disk" and watch is not None and watch.load_mem_gb:
+            self.cache.record_weight_gb(watch.load_mem_gb)
+            self.cache.on_change()  # what the cache holds may be known now
+        text = h.weights["text"]
+        if h.weights.get("fallback"):
+            if self.cache.setting == "on":
+                return Failure(
+                    "weight_cache_fallback", f'weight_cache = "on" and {text}', log=str(h.log_path)
+                )
+            self.set_finding("weight_cache", f"{h.profile}/{h.mode}: {text}")  # type: ignore[attr-defined]
+            self.say(text, logging.WARNING)  # type: ignore[attr-defined]
+        else:
+            self.clear_finding("weight_cache")  # type: ignore[attr-defined]
+            self.say(text)  # type: ignore[attr-defined]
+        self.bus.publish(ev.WeightsLoaded(h.profile, h.mode, dict(h.weights)))  # type: ignore[attr-defined]
+        return None
+
+    def _weights_refused(self, h: Any, failure: Failure) -> Failure:
+        """A start that failed because SGLang refused the cache (its fingerprint, a dead
+        socket) or died with it: that reason, with SGLang's words; the cache is stopped for a
+        mismatch (SGLang refuses to disk-load beside another configuration's weights)."""
+        watch = h.weights_watch
+        if watch is None or not watch.asked:
+            return failure
+        if watch.died():
+            return Failure(
+                "weight_cache_died",
+                "the weight cache died while the server held "
+                "its weights (SGLang's watchdog ended the server)",
+                failure.line,
+                failure.log,
+                failure.exit_code,
+            )
+        refusal = watch.refusal()
+        if refusal is None or refusal[0] == "socket_missing":
+            return failure
+        reason, why = refusal
+        if reason == "mismatch":
+            self.cache.note_mismatch(why, h.profile)
+        else:
+            self.cache.stop(f"SGLang: {why}")
+        return Failure(
+            f"weight_cache_{reason}",
+            f"SGLang refused the weight cache: {why}",
+            failure.line,
+            failure.log,
+            failure.exit_code,
+        )
+
+
+@dataclass
+class _Probe:
+    mode: str
+    load_format: str | None
