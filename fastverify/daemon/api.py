@@ -119,6 +119,11 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "/v1/lease/release": {"id": ((str,), True)},
     "/v1/acceptance": {  # bench on the served EAGLE-3 engine (fastverify.daemon.acceptance)
         "histogram": ((list,), True),
+        "requests": ((list,), False),
+        "dataset": ((dict,), False),
+        "sampling": ((dict,), False),
+        "input_len": ((int,), False),
+        "output_len": ((int,), False),
         "profile": ((str,), False),
         "mode": ((str,), False),
         "measured_at": (_NUM, False),
