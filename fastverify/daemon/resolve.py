@@ -143,6 +143,7 @@ class Resolver:
                     if eagle3_steps == 0
                     else self._adaptive_server(server)
                 )
+            server = self._request_metrics(server, mode)
             argv = self.engine.build_argv(server, mode, profile.requires)
         except EngineArgError as exc:
             raise RequestError(
@@ -158,6 +159,27 @@ class Resolver:
         `fastverifyctl spec plan` stored in the state dir."""
         configured = self.cfg.server.adaptive_config
         return Path(configured) if configured else Path(self.cfg.state_dir) / ADAPTIVE_CONFIG_NAME
+
+    def _request_metrics(self, server: Any, mode: str) -> Any:
+        """A speculative server with real weights writes SGLang's per-request metrics into the
+        state dir (`--export-metrics-to-file`, when its release has the flag): the exporter's
+        live acceptance and plan-stale check read the histograms there."""
+        from fastverify.config import REQUEST_METRICS_DIR, SPEC_MODES, TRIAL_LOAD_FORMAT
+
+        flag = "--export-metrics-to-file"
+        if mode not in SPEC_MODES or server.load_format == TRIAL_LOAD_FORMAT:
+            return server
+        if flag in server.extra_args:
+            return server
+        try:
+            if not self.engine.facts().has_flag(flag):
+                return server
+        except Exception:  # no facts for this release: leave the argv as configured
+            return server
+        path = Path(self.cfg.state_dir) / REQUEST_METRICS_DIR
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        extra = (flag, f"{flag}-dir", str(path))
+        return dataclasses.replace(server, extra_args=(*extra, *server.extra_args))
 
     def _zero_steps_server(self, server: Any) -> Any:
         """The steps-0 timing trial: adaptive with candidates [0] at every batch size (a

@@ -74,8 +74,11 @@ def replay(
     passes: int = PASSES,
     seed: int = 0,
     launch_steps: int | None = None,
+    trace: list[tuple[int, list[int]]] | None = None,
 ) -> Replay:
-    """Run SGLang's controller on `batch` requests drawn from `acceptance` (see above)."""
+    """Run SGLang's controller on `batch` requests drawn from `acceptance` (see above).
+    `trace` (a list) receives every pass's (steps, drafts each request would accept at
+    unlimited steps): what the contract test replays on SGLang's own controller."""
     rng = random.Random(seed * 7919 + batch)
     row = costs.priced(batch)
     if row is None:
@@ -96,9 +99,12 @@ def replay(
         steps = ctl.steps_for(batch)
         cost = costs.cycle(row, steps)
         accepted = []
+        latent = []
         made = 0
         for i, d in enumerate(slots):
-            j = min(d.next(rng), steps) if steps > 0 else 0
+            drawn = d.next(rng)
+            latent.append(drawn)
+            j = min(drawn, steps) if steps > 0 else 0
             accepted.append(j)
             got = min(j + 1, left[i])
             made += got
@@ -107,6 +113,8 @@ def replay(
                 slots[i] = pool[rng.randrange(len(pool))]
                 left[i] = max(1, output_len - 1)
         ctl.observe(accepted, batch)
+        if trace is not None:
+            trace.append((steps, latent))
         if n >= SETTLE:
             tokens += made / batch
             seconds += cost
