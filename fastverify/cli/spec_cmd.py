@@ -245,6 +245,13 @@ def plan(
                                 min_gain=min_gain, window_s=window)  # fmt: skip
     except ValueError as exc:
         stop(str(exc), EXIT_PROBLEMS, "bad_input")
+    if p.memory is not None and not p.memory["fits"]:
+        m = p.memory
+        stop(f"the config's CUDA graphs need {m['graphs_gb']:.2f} GB (by step count: "
+             f"{m['graphs_gb_by_steps']}) and the server has {m['room_for_graphs_gb']:.2f} GB "
+             "for them: it would fail at capture; plan with fewer steps (--max-batch, a lower "
+             "recorded steps) or free memory (--mem-fraction-static); nothing was stored",
+             EXIT_PROBLEMS, "does_not_fit")  # fmt: skip
     engine = status.get("engine") or {}
     p.extra["for"] = {
         "profile": profile,
@@ -354,6 +361,17 @@ def _print(data: dict[str, Any]) -> None:
            f"adaptive if L={low:.2f}", "TTFT p50 ms", "ITL ms", "adaptive vs baseline"),
           prow, title=f"end to end: {wl['input_len']}-token prompts, {wl['output_len']} "
           "output tokens, closed loop")  # fmt: skip
+    mem = data.get("memory")
+    if mem:
+        est = " (estimated from the recorded server's)" if mem["graphs_estimated"] else ""
+        room = mem["room_for_graphs_gb"]
+        click.echo(
+            f"memory: drafter {mem['draft_weights_gb'] or '?'} GB weights; CUDA graphs "
+            f"{mem['graphs_gb']:.2f} GB for steps {list(mem['graphs_gb_by_steps'])}{est}"
+            + (f" of {room:.2f} GB free for them" if room is not None else "")
+            + f"; KV pool {mem['kv_tokens']} tokens: up to {mem['max_running_requests']} "
+            f"requests of {mem['tokens_per_request']} tokens"
+        )
     if data["unpriced_batch_sizes"]:
         click.echo(f"not priced (no measured costs; they run the tier below them): "
                    f"{_ranges(data['unpriced_batch_sizes'])}")  # fmt: skip

@@ -267,9 +267,8 @@ class MetricsHub:
     ) -> None:
         """Identity labels without an opinion on `up` (the standalone exporter: up = polls)."""
         with self._lock:
-            if (profile, mode) != (self._profile, self._mode) or (up and not self._engine_up):
-                self._drift.reset()
             if (profile, mode) != (self._profile, self._mode):
+                self._drift.reset()
                 self._reset_live()
             self._profile, self._mode = profile, mode
             self._settings = dict(settings or {})

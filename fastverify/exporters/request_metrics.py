@@ -204,7 +204,8 @@ class Drift:
         live = self.live() if live is None else live
         plan = self.plan or {}
         if not plan.get("tiers"):
-            return {"stale": False, "why": "no speculation plan stored", "checks": []}
+            return {"stale": False, "plan": False, "why": "no speculation plan stored",
+                    "checks": []}  # fmt: skip
         low = (plan.get("lower_acceptance") or {}).get("accept_length")
         K = int(plan.get("accept_steps") or 0)
         checks = []
@@ -218,18 +219,23 @@ class Drift:
                 continue
             (lo, hi), n = got
             if hi < float(be):
-                checks.append(f"tier {key} drafts {k} steps: live L({k}) [{lo:.2f}, {hi:.2f}] "
-                              f"from {n} requests is below its break-even {float(be):.2f}")  # fmt: skip
+                checks.append(
+                    f"tier {key} drafts {k} steps: live L({k}) [{lo:.2f}, {hi:.2f}] from {n} "
+                    f"requests is below its break-even {float(be):.2f}"
+                )
         if low is not None and K:
             got = _interval_at(live, K)
             if got is not None and got[0][1] < float(low):
                 (lo, hi), n = got
-                checks.append(f"live L({K}) [{lo:.2f}, {hi:.2f}] from {n} requests is below the "
-                              f"lower acceptance the plan was made to survive ({float(low):.2f})")  # fmt: skip
+                checks.append(
+                    f"live L({K}) [{lo:.2f}, {hi:.2f}] from {n} requests is below the lower "
+                    f"acceptance the plan was made to survive ({float(low):.2f})"
+                )
         if checks:
-            return {"stale": True, "why": "; ".join(checks), "replan": REPLAN, "checks": checks}
-        return {"stale": False, "why": "live acceptance is where the plan expects it (or too "
-                "few requests to tell yet)", "checks": []}  # fmt: skip
+            return {"stale": True, "plan": True, "why": "; ".join(checks), "replan": REPLAN,
+                    "checks": checks}  # fmt: skip
+        return {"stale": False, "plan": True, "why": "live acceptance is where the plan expects "
+                "it (or too few requests to tell yet)", "checks": []}  # fmt: skip
 
 
 def _interval_at(live: Mapping[int, Mapping[str, Any]], k: int) -> tuple[list[float], int] | None:

@@ -62,6 +62,7 @@ class Costs:
     cuda_graph_bs: tuple[int, ...] = ()  # the captured sizes (a batch pads up to one)
     max_running_requests: int | None = None
     zero_step_measured: bool = True  # False: steps 0 priced as the baseline decode (said)
+    memory: Any = None  # speculation.memory.Memory of the server the costs came from
 
     @property
     def batch_sizes(self) -> list[int]:
@@ -166,14 +167,19 @@ def from_engine_info(info: Mapping[str, Any]) -> Costs:
             "only while it serves EAGLE-3): measure one with `fastverifyctl spec costs "
             "--output FILE` and give it with --costs FILE (or a `rehearse` grid from a GPU)"
         )
+    from fastverify.speculation.memory import Memory
+
     prefill = {m: _flat(t, ENGINE_SOURCE, f"prefill[{m}]")
                for m, t in (model.get("prefill") or {}).items()}  # fmt: skip
+    steps = info.get("speculative_num_steps")
+    memory = Memory.from_server_info(info, int(steps)) if isinstance(steps, int) else None
     return from_table(
         table, base, ENGINE_SOURCE,
         prefill_table=prefill,
         cuda_graph_bs=tuple(model.get("cuda_graph_bs") or ()),
         max_running_requests=model.get("max_running_requests"),
         notes={"zero_step_skip_extend": model.get("zero_step_skip_extend")},
+        memory=memory,
     )  # fmt: skip
 
 

@@ -9,7 +9,9 @@ the user's workload, and what SGLang will do with it, predicted by running its c
    probability; `design`). Drafting must beat never drafting by `min_gain`.
 2. Tier keys go where the chosen config changes; sizes the costs do not price are named and
    left to the tier below them (never priced by a neighbour's row).
-3. Per concurrency of the workload, the end-to-end prediction (`serving`): output tokens/s,
+3. Memory (`memory`): the drafter's weights and the graphs of every candidate step count
+   against what the server had left, and the requests the KV pool holds.
+4. Per concurrency of the workload, the end-to-end prediction (`serving`): output tokens/s,
    TTFT and ITL of baseline, fixed EAGLE-3 at the recorded steps and adaptive with the
    config, at the recorded and at the lower acceptance, with prefill and decode time apart
    (where a gain comes from), and a 95% interval: the acceptance's cluster bootstrap
@@ -68,6 +70,7 @@ class Plan:
     min_gain: float
     unpriced: list[int]
     predictions: dict[int, dict[str, Any]] = field(default_factory=dict)
+    memory: dict[str, Any] | None = None  # speculation.memory.Memory.check of the config
     adaptive_config_path: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -180,6 +183,7 @@ class Plan:
             "floor": self.floor,
             "min_gain": self.min_gain,
             "unpriced_batch_sizes": self.unpriced,
+            "memory": self.memory,
             "workload": self.workload.to_dict(),
             "predictions": {str(c): v for c, v in sorted(self.predictions.items())},
             "costs": self.costs.to_dict(),
@@ -237,6 +241,9 @@ def make_plan(
             tiers.append(Tier(ch.batch, [ch]))
     plan = Plan(tiers, acceptance, costs, workload, f_low, floor, min_gain,
                 unpriced_sizes(costs, limit))  # fmt: skip
+    if costs.memory is not None:
+        plan.memory = costs.memory.check(plan.adaptive_config(), list(costs.cuda_graph_bs),
+                                         workload.input_len + workload.output_len)  # fmt: skip
     for c in concurrencies:
         if costs.priced(c) is not None:
             plan.predictions[c] = predict(plan, c, window_s=window_s, seed=seed)

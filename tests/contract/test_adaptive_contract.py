@@ -106,7 +106,8 @@ def closed_loops(tmp: Path, written: list[tuple[Path, spec_plan.Plan]]) -> list[
             for f, seed, shares in ((1.0, 0, choice.shares), (p.f_low, 1, choice.shares_low)):
                 trace: list[tuple[int, list[int]]] = []
                 r = replay.replay({"1": t.entry}, t.key, p.costs, p.acceptance, f=f,
-                                  output_len=p.workload.output_len, seed=seed, trace=trace)  # fmt: skip
+                                  output_len=p.workload.output_len, seed=seed,
+                                  trace=trace)  # fmt: skip
                 assert r.time_shares() == shares  # the plan's figures are this replay's
                 runs.append({
                     "config": str(cfg), "initial": max(t.entry["candidate_steps"]),
@@ -136,8 +137,14 @@ def probe(sglang_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
         "configs": [str(p) for p in [*(w for w, _ in written), bad, no_tier]],
         "reasons": reasons,
         "draft_forwards": list(range(1, 8)),
-        "closed_loop": [{k: v for k, v in r.items() if k in ("config", "initial", "batch",
-                         "cuda_graph_bs", "draws")} for r in loops],
+        "closed_loop": [
+            {
+                k: v
+                for k, v in r.items()
+                if k in ("config", "initial", "batch", "cuda_graph_bs", "draws")
+            }
+            for r in loops
+        ],
     }
     proc = subprocess.run(
         [str(sglang_python), str(HERE / "adaptive_probe.py")],
@@ -263,12 +270,12 @@ def test_sglangs_controller_on_the_plans_configs_runs_what_the_plan_predicts(pro
         costs, key = run["costs"], run["batch"]
         row = costs.priced(key)
         at: dict[int, float] = {}
-        for s in seq[replay.SETTLE:]:
+        for s in seq[replay.SETTLE :]:
             at[s] = at.get(s, 0.0) + costs.cycle(row, s)
         total = sum(at.values())
         assert {s: v / total for s, v in sorted(at.items())} == pytest.approx(run["shares"])
         moved += len(set(seq)) > 1
-        lowered += run["f"] < 1 and min(seq[replay.SETTLE:]) < max(seq)
+        lowered += run["f"] < 1 and min(seq[replay.SETTLE :]) < max(seq)
     assert moved >= 1 and lowered >= 1  # the sequences exercise the step-down
 
 

@@ -30,6 +30,14 @@ from fastverify.sglang import allreduce, eagle
 
 MAX_STEPS = 7  # the step counts published (SGLang's default adaptive config reaches 7)
 CHUNKED_PREFILL_TOKENS = 8192  # the sim's chunked_prefill_size (its server-init log line)
+# The sim's memory, as its start-up lines say it (engine.py `_load`, `_capture`): weights,
+# the drafter's, the KV pool and what is left after capture. Not calibrated (no measurement
+# of this host exists): figures of the simulated 80 GB GPU, consistent with one another.
+WEIGHTS_GB, DRAFT_WEIGHTS_GB = 64.21, 1.10
+KV_GB, KV_TOKENS = 4.50, 1_048_576
+FREE_AFTER_CAPTURE_GB = 7.74
+# the decode graphs of one step count over every captured size: fixed + per draft token
+GRAPH_GB_FIXED, GRAPH_GB_PER_TOKEN = 0.10, 0.07
 _SPEC_FLAGS_WITH_VALUE = (
     "--speculative-algorithm", "--speculative-draft-model-path", "--speculative-draft-model",
     "--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens",
@@ -146,6 +154,22 @@ class SimCosts:
             )  # fmt: skip
         return self._cache[key]
 
+    def graph_gb(self, steps: int) -> float:
+        """One runtime state's decode graphs at `steps` (k + 1 tokens per request)."""
+        return GRAPH_GB_FIXED + GRAPH_GB_PER_TOKEN * (steps + 1) if self.capture else 0.0
+
+    def memory_usage(self) -> dict[str, Any]:
+        """SGLang 0.5.23's `memory_usage` of server info, for this server."""
+        eagle = self.args.mode == "eagle3"
+        decode = self.graph_gb(self.args.num_steps if eagle else 0)
+        phases = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode",
+                  "draft_extend")  # fmt: skip
+        graph = dict.fromkeys(phases, 0.0)
+        graph["target_verify" if eagle else "decode"] = round(decode, 3)
+        return {"weight": WEIGHTS_GB, "kvcache": KV_GB, "startup_available": 78.52,
+                "token_capacity": KV_TOKENS, "token_capacity_swa": None,
+                "graph": graph}  # fmt: skip
+
     def table(self, max_steps: int = MAX_STEPS) -> dict[str, Any]:
         """The cost model as server info publishes it (seconds)."""
         sizes = self.batch_sizes()
@@ -166,4 +190,11 @@ class SimCosts:
                 str(b): {str(k): self.cycle(b, k) for k in range(max_steps + 1)} for b in sizes
             }
             out["zero_step_skip_extend"] = self.skip_extend
+            out["memory"] = {
+                "draft_weights_gb": DRAFT_WEIGHTS_GB,
+                "free_after_capture_gb": FREE_AFTER_CAPTURE_GB,
+                "graph_gb_by_steps": {str(k): round(self.graph_gb(k), 4)
+                                      for k in range(max_steps + 1)},
+                "note": "not calibrated: the simulated GPU's figures",
+            }  # fmt: skip
         return out

@@ -335,6 +335,7 @@ class SimEngine:
             "decode_log_interval": a.decode_log_interval,
             "load_format": a.load_format,
             "version": f"{a.sglang_version}-fastverify-sim",
+            "max_running_requests": allreduce_sim.SIM_REQUEST_POOL,
             "simulated": True,
             "engine": "fastverify-sim",
             "note": BANNER,
@@ -346,7 +347,7 @@ class SimEngine:
                     "last_gen_throughput": sched.last_gen_throughput,
                     "num_running_reqs": running,
                     "num_queue_reqs": queued,
-                    "memory_usage": {"weight": 64.21, "kvcache": 4.5, "graph": 0.38},
+                    "memory_usage": self.costs.memory_usage(),
                 }
             ],
             "sim": {

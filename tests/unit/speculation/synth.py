@@ -19,7 +19,10 @@ def sim_costs(env: Mapping[str, str], tp_size: int = 8, steps: int = 3) -> spec_
     args = cli_args.parse(["--model-path", "sim", "--tp-size", str(tp_size), *EAGLE,
                            "--speculative-num-steps", str(steps)])  # fmt: skip
     sim = SimCosts(env, args, allreduce_sim.served_bound(env, tp_size, args.argv))
-    return spec_costs.from_engine_info({"sim": {"cost_model": sim.table()}})
+    info = {"sim": {"cost_model": sim.table()}, "speculative_num_steps": steps,
+            "max_running_requests": allreduce_sim.SIM_REQUEST_POOL,
+            "internal_states": [{"memory_usage": sim.memory_usage()}]}  # fmt: skip
+    return spec_costs.from_engine_info(info)
 
 
 def acceptance(

@@ -154,3 +154,34 @@ def test_at_the_fields_acceptance_the_plan_drafts_nowhere_and_says_serve_baselin
     p = spec_plan.make_plan(acceptance(1.6), costs, max_batch=8, concurrencies=(1,))
     assert not p.drafts and all(t.entry == {"candidate_steps": [0]} for t in p.tiers)
     assert "serve mode baseline" in p.why
+
+
+def test_the_plan_reports_memory_and_a_config_that_does_not_fit_says_so() -> None:
+    from fastverify.speculation.memory import Memory
+
+    costs = sim_costs(dict(field.RING_LL))
+    p = spec_plan.make_plan(acceptance(3.0), costs, max_batch=8, concurrencies=())
+    m = p.memory
+    assert m is not None and m["fits"] and m["draft_weights_gb"] == 1.1
+    assert m["max_running_requests"] == 256  # the pool holds more; max running caps it
+    # graphs only for the captured sizes whose tier can reach each step count
+    cfg = p.adaptive_config()
+    assert set(m["graphs_gb_by_steps"]) == {str(k) for k in adaptive.candidate_steps(cfg)}
+    tight = Memory(
+        64.2,
+        1.1,
+        4.5,
+        2048,
+        graph_gb=0.3,
+        free_gb=0.1,
+        steps=3,
+        max_running=256,
+        graph_by_steps={0: 0.2, 1: 0.3, 2: 0.4, 3: 0.5},
+        estimated=False,
+    )
+    out = tight.check({"1": {"candidate_steps": [1, 2]}, "8": {"candidate_steps": [0]}},
+                      [1, 2, 4, 8], 384)  # fmt: skip
+    assert not out["fits"] and out["room_for_graphs_gb"] == pytest.approx(0.4)
+    assert out["max_running_requests"] == 5  # 2048 KV tokens / 384 per request
+    # step 0 is reached only from batch 8's tier: 8 of the 15 captured rows
+    assert out["graphs_gb_by_steps"]["0"] == pytest.approx(0.2 * 8 / 15, abs=1e-4)
