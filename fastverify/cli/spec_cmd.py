@@ -17,6 +17,7 @@ interrupted (the engine is restored first).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
@@ -405,6 +406,113 @@ def _ranges(values: list[int]) -> str:
         if v is not None:
             start = prev = v
     return ", ".join(out)
+
+
+@spec.command("validate")
+@click.option(
+    "--concurrency",
+    "concurrencies",
+    default="1",
+    show_default=True,
+    callback=_batch_sizes,
+    help="Concurrencies to serve (one bench window each).",
+)
+@click.option(
+    "--duration",
+    "-d",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds per window.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@socket_option
+@click.pass_context
+def validate(ctx: click.Context, concurrencies: list[int], duration: float,
+             as_json: bool) -> None:  # fmt: skip
+    """Serve the stored plan and compare: for each concurrency one bench window of the
+    plan's workload on the adaptive server the daemon serves, beside what the plan predicts
+    for that window (its replays of it): output tok/s, time to first token (the prefill
+    phase) and inter-token latency (the decode phase), served / predicted. Exit 1 when
+    served tok/s is outside the plan's 95% interval for the window."""
+    from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
+    from fastverify.speculation import plan as spec_plan
+
+    status = call_daemon(ctx, "GET", "/v1/status", as_json=as_json)
+    stored = call_daemon(ctx, "GET", "/v1/spec/plan", as_json=as_json)
+    url = (status.get("engine") or {}).get("url")
+    if not stored.get("accept_requests"):
+        _stop("no stored plan to validate (or one from before this version): run "
+              "fastverifyctl spec plan", EXIT_PROBLEMS, "no_plan", as_json)  # fmt: skip
+    if status.get("mode") != "adaptive" or not url:
+        _stop(f"the daemon serves {status.get('profile')}/{status.get('mode')}, not the plan: "
+              "fastverifyctl mode set adaptive first", EXIT_PROBLEMS, "not_adaptive",
+              as_json)  # fmt: skip
+    rows, outside = [], []
+    for c in concurrencies:
+        pred = spec_plan.replay_stored(stored, c, duration)
+        wl = pred["workload"]
+        click.echo(f"spec validate: {c} client(s), {duration:g} s window, "
+                   f"{wl['input_len']}/{wl['output_len']} tokens ...", err=True)  # fmt: skip
+        try:
+            r = run_bench(BenchConfig(url=url, concurrency=c, duration=duration,
+                                      input_len=wl["input_len"], output_len=wl["output_len"],
+                                      warmup=1))  # fmt: skip
+        except BenchError as exc:
+            _stop(f"bench failed at concurrency {c}: {exc}", EXIT_PROBLEMS, "bench_failed",
+                  as_json)  # fmt: skip
+        # the window's interval: its replays' spread and the acceptance's (stored per c)
+        ci = ((stored.get("predictions") or {}).get(str(c)) or {}).get("adaptive_ci")
+        half = 1.96 * pred["sd"]
+        if ci:
+            mid = (ci[0] + ci[1]) / 2 or 1.0
+            half = math.hypot(half, (ci[1] - ci[0]) / 2 * pred["tokens_per_second"] / mid)
+        lo, hi = pred["tokens_per_second"] - half, pred["tokens_per_second"] + half
+        got = r.output_tokens_per_second
+        ttft = (r.ttft_ms.get("p50") or 0.0) / 1e3
+        itl = (r.itl_ms.get("mean") or 0.0) / 1e3
+        row = {
+            "concurrency": c, "window_s": duration,
+            "tokens_per_second": {"served": round(got, 3),
+                                  "predicted": round(pred["tokens_per_second"], 3),
+                                  "ci": [round(lo, 3), round(hi, 3)],
+                                  "ratio": round(got / pred["tokens_per_second"], 4)},
+            "prefill_ttft_p50_s": {"served": round(ttft, 4), "predicted":
+                                   round(pred["ttft_p50_s"], 4),
+                                   "ratio": _ratio(ttft, pred["ttft_p50_s"])},
+            "decode_itl_mean_s": {"served": round(itl, 5), "predicted":
+                                  round(pred["itl_mean_s"], 5),
+                                  "ratio": _ratio(itl, pred["itl_mean_s"])},
+        }  # fmt: skip
+        rows.append(row)
+        if not lo <= got <= hi:
+            outside.append(c)
+    data = {"rows": rows, "outside_interval": outside, "plan_stored_at":
+            stored.get("stored_at"), "decode_only": pred["decode_only"]}  # fmt: skip
+    if as_json:
+        emit_json(data)
+    else:
+        out = []
+        for r in rows:
+            t, p, d = r["tokens_per_second"], r["prefill_ttft_p50_s"], r["decode_itl_mean_s"]
+            out.append((
+                r["concurrency"],
+                f"{t['served']:.1f} / {t['predicted']:.1f} [{t['ci'][0]:.1f}, {t['ci'][1]:.1f}]"
+                f" x{t['ratio']:.3f}",
+                f"{p['served']:.3f} / {p['predicted']:.3f}",
+                f"{d['served'] * 1e3:.2f} / {d['predicted'] * 1e3:.2f}",
+            ))  # fmt: skip
+        heads = ("conc", "tok/s served / predicted [95%]", "TTFT p50 s (prefill)",
+                 "ITL ms (decode)")  # fmt: skip
+        table(heads, out, title="spec validate: served / predicted")
+    if outside:
+        fail(f"spec validate: served tok/s outside the plan's 95% interval at concurrency "
+             f"{', '.join(map(str, outside))}: re-plan (fastverifyctl spec plan)",
+             EXIT_PROBLEMS)  # fmt: skip
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 4) if b else None
 
 
 @spec.command("costs")

@@ -113,10 +113,34 @@ class Costs:
                 str(bs): {str(k): round(s * 1e3, 4) for k, s in sorted(row.items())}
                 for bs, row in sorted(self.table.items())
             },
-            "prefill": sorted(self.prefill_table),
+            "prefill_ms": {
+                m: {str(t): round(v * 1e3, 4) for t, v in sorted(row.items())}
+                for m, row in sorted(self.prefill_table.items())
+            },
+            "cuda_graph_bs": list(self.cuda_graph_bs),
+            "max_running_requests": self.max_running_requests,
             "zero_step_measured": self.zero_step_measured,
             **({"notes": self.notes} if self.notes else {}),
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Costs:
+        """`to_dict` read back (a stored plan's costs; `spec validate` re-predicts from it)."""
+        ms = 1e-3
+        costs = from_table(
+            {b: {k: v * ms for k, v in row.items()} for b, row in d["cycle_ms"].items()},
+            {b: v * ms for b, v in d["baseline_ms"].items()},
+            str(d.get("source") or "stored plan"),
+            prefill_table={
+                m: {int(t): v * ms for t, v in row.items()}
+                for m, row in (d.get("prefill_ms") or {}).items()
+            },
+            spread=float(d.get("spread") or 0.0),
+            cuda_graph_bs=tuple(d.get("cuda_graph_bs") or ()),
+            max_running_requests=d.get("max_running_requests"),
+            zero_step_measured=bool(d.get("zero_step_measured", True)),
+        )
+        return costs
 
 
 def _rows(table: Mapping[str, Any], source: str, what: str) -> dict[int, dict[int, float]]:

@@ -174,6 +174,7 @@ class Plan:
             "accept_curve": self.acceptance.pooled.curve(),
             "accept_histogram": list(self.acceptance.pooled.histogram),
             "accept_steps": K,
+            "accept_requests": [list(h) for h in self.acceptance.requests],
             "accept_interval": [round(v, 4) for v in self.acceptance.interval(K)],
             "requests": len(self.acceptance.requests),
             "lower_acceptance": {
@@ -306,6 +307,34 @@ def gain(base: serving.Served, other: serving.Served) -> dict[str, Any]:
         "ratio": round(ratio, 4),
         "prefill_saves": round((base.prefill_s - other.prefill_s) / total, 4),
         "decode_saves": round((base.decode_s - other.decode_s) / total, 4),
+    }
+
+
+def replay_stored(stored: dict[str, Any], concurrency: int, window_s: float,
+                  seeds: int = WINDOW_SEEDS) -> dict[str, Any]:  # fmt: skip
+    """What a bench window of `window_s` at `concurrency` should measure on the server a
+    stored plan configured (mode adaptive): mean and spread of the plan's replays of it."""
+    acc = Acceptance.from_requests(stored["accept_requests"], int(stored["accept_steps"]))
+    costs = Costs.from_dict(stored["costs"])
+    wl = stored.get("workload") or {}
+    workload = serving.Workload(int(wl.get("input_len", 128)), int(wl.get("output_len", 256)))
+    runs = [serving.serve("adaptive", concurrency, costs, workload, acc,
+                          config=stored["adaptive_config_json"], window_s=window_s, seed=s)
+            for s in range(seeds)]  # fmt: skip
+    n = len(runs)
+
+    def mean_sd(values: list[float]) -> tuple[float, float]:
+        m = sum(values) / n
+        return m, math.sqrt(sum((v - m) ** 2 for v in values) / max(1, n - 1))
+
+    tps, sd = mean_sd([r.tokens_per_second for r in runs])
+    return {
+        "tokens_per_second": tps,
+        "sd": sd,
+        "ttft_p50_s": mean_sd([r.ttft_p50_s for r in runs])[0],
+        "itl_mean_s": mean_sd([r.itl_mean_s for r in runs])[0],
+        "decode_only": runs[0].decode_only,
+        "workload": workload.to_dict(),
     }
 
 
