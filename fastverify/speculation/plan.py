@@ -255,7 +255,8 @@ def predict(plan: Plan, concurrency: int, *, window_s: float | None = None, seed
     """End-to-end figures at one concurrency (see the module docstring)."""
     acc, costs, wl = plan.acceptance, plan.costs, plan.workload
     cfg = plan.adaptive_config()
-    K = acc.steps
+    # fixed EAGLE-3 at the recorded steps, or at the most the costs priced
+    K = min(acc.steps, *(max(costs.steps(b)) for b in costs.batch_sizes))
 
     def run(mode: str, f: float = 1.0, s: int = seed, window: float | None = None):
         return serving.serve(mode, concurrency, costs, wl, acc, config=cfg, steps=K, f=f,

@@ -222,7 +222,7 @@ class CostTrials:
                   f"(engine ready {res.get('engine_ready_s') or 0:.1f} s, verified)")  # fmt: skip
         status = self.client.get("/v1/status")
         url = (status.get("engine") or {}).get("url")
-        if not self.info.get("server"):
+        if not self.info.get("server") or k == 0:  # a speculative server's capture list
             self.info["server"] = _server_facts(url)
         return str(url)
 
@@ -356,6 +356,8 @@ class CostTrials:
             "simulated": bool(engine.get("simulated")),
             "sglang_version": server.get("version"),
             "tp_size": server.get("tp_size"),
+            "cuda_graph_bs": server.get("cuda_graph_bs"),
+            "max_running_requests": server.get("max_running_requests"),
             "measured_at": when,
             "batch_sizes": list(self.cfg.batch_sizes),
             "steps": list(range(max_steps + 1)),
@@ -408,7 +410,13 @@ def _server_facts(url: str | None) -> dict[str, Any]:
     from fastverify.experiments.bench.load import server_info_or_none
 
     info = server_info_or_none(url) if url else None
-    return {k: (info or {}).get(k) for k in ("model_path", "version", "tp_size")}
+    out = {k: (info or {}).get(k) for k in ("model_path", "version", "tp_size",
+                                            "max_running_requests")}  # fmt: skip
+    # the decode batch sizes the server captures (a batch pads up to one): what the sim
+    # publishes; SGLang's server info does not say, and the plan then names none unpriced
+    model = ((info or {}).get("sim") or {}).get("cost_model") or {}
+    out["cuda_graph_bs"] = model.get("cuda_graph_bs")
+    return out
 
 
 def _csv(values: tuple[int, ...] | list[int]) -> str:
