@@ -373,6 +373,9 @@ def _print(data: dict[str, Any]) -> None:
             + f"; KV pool {mem['kv_tokens']} tokens: up to {mem['max_running_requests']} "
             f"requests of {mem['tokens_per_request']} tokens"
         )
+    skip = data.get("skip_zero_step_extend")
+    if skip:
+        click.echo(("recommended: " if skip["recommended"] else "note: ") + skip["why"])
     if data["unpriced_batch_sizes"]:
         click.echo(f"not priced (no measured costs; they run the tier below them): "
                    f"{_ranges(data['unpriced_batch_sizes'])}")  # fmt: skip

@@ -63,6 +63,8 @@ class Costs:
     max_running_requests: int | None = None
     zero_step_measured: bool = True  # False: steps 0 priced as the baseline decode (said)
     memory: Any = None  # speculation.memory.Memory of the server the costs came from
+    # the steps-0 pass without its draft extend (SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1)
+    zero_skip: dict[int, float] = field(default_factory=dict)
 
     @property
     def batch_sizes(self) -> list[int]:
@@ -204,6 +206,8 @@ def from_engine_info(info: Mapping[str, Any]) -> Costs:
         max_running_requests=model.get("max_running_requests"),
         notes={"zero_step_skip_extend": model.get("zero_step_skip_extend")},
         memory=memory,
+        zero_skip=_flat(model.get("zero_step_without_extend") or {}, ENGINE_SOURCE,
+                        "zero_step_without_extend"),
     )  # fmt: skip
 
 
@@ -364,4 +368,6 @@ def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
         table, base, source, spread=GPU_SPREAD,
         notes={"file": str(p), "command": data.get("command"), "model": data.get("model")},
         zero_step_measured=bool(drafter),
+        # the steps-0 pass without the extend: the target's forward over 1 token alone
+        zero_skip={int(b): v for b, v in base.items()} if drafter else {},
     )  # fmt: skip

@@ -96,6 +96,32 @@ class Plan:
         assert row is not None
         return self.costs.cycle(row, k) / self.costs.decode(row)
 
+    def skip_extend(self) -> dict[str, Any] | None:
+        """Whether SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 helps: what it saves where the
+        config never drafts, and what it costs the next step up (`fastverify.sglang.eagle`)."""
+        from fastverify.sglang.eagle import SKIP_ZERO_STEP_EXTEND_VAR
+
+        zero = [c.batch for t in self.tiers if t.steps == 0 for c in t.choices]
+        priced = [b for b in zero if b in self.costs.zero_skip]
+        if not self.drafts or not priced:
+            return None
+        saves = {b: 1 - self.costs.zero_skip[b] / self.costs.cycle(b, 0) for b in priced}
+        lo, hi = min(saves.values()), max(saves.values())
+        helps = hi >= 0.01
+        return {
+            "variable": SKIP_ZERO_STEP_EXTEND_VAR,
+            "recommended": helps,
+            "saves": {str(b): round(v, 4) for b, v in saves.items()},
+            "why": (
+                f"{SKIP_ZERO_STEP_EXTEND_VAR}=1 (in the profile) saves {lo:.1%}-{hi:.1%} of every "
+                f"steps-0 pass at batch {_span(zero)} (the draft extend over one token per "
+                "request); what it costs: a request decoded through a skipped extend drafts "
+                "its first pass after a step up from SGLang's zeroed stub (cold recovery), "
+                "so when the batch shrinks into a drafting tier each such request's next "
+                "pass accepts nothing" + ("" if helps else "; under 1% here: not worth it")
+            ),
+        }
+
     @property
     def why(self) -> str:
         pays = [t for t in self.tiers if t.steps > 0]
@@ -185,6 +211,7 @@ class Plan:
             "min_gain": self.min_gain,
             "unpriced_batch_sizes": self.unpriced,
             "memory": self.memory,
+            "skip_zero_step_extend": self.skip_extend(),
             "workload": self.workload.to_dict(),
             "predictions": {str(c): v for c, v in sorted(self.predictions.items())},
             "costs": self.costs.to_dict(),

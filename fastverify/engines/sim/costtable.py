@@ -144,6 +144,14 @@ class SimCosts:
             self._cache[key] = self.step(bs, steps).cycle_seconds
         return self._cache[key]
 
+    def zero_step(self, bs: int, skip_extend: bool) -> float:
+        """The steps-0 pass with or without its draft extend, whatever this server's env."""
+        size, graph = self.padded(bs, self.capture)
+        return costmodel.predict(
+            self.env, "eagle3", self.tp, size, graph, 1.0, num_steps=0, topk=1,
+            num_draft_tokens=1, pcie_ipc_max_bytes=self.bound, skip_draft_extend=skip_extend,
+        ).cycle_seconds  # fmt: skip
+
     def prefill(self, tokens: int, eagle: bool) -> float:
         """One prefill forward over `tokens` new tokens (EAGLE: the drafter's extend too)."""
         key = ("prefill", tokens, eagle)
@@ -190,6 +198,7 @@ class SimCosts:
                 str(b): {str(k): self.cycle(b, k) for k in range(max_steps + 1)} for b in sizes
             }
             out["zero_step_skip_extend"] = self.skip_extend
+            out["zero_step_without_extend"] = {str(b): self.zero_step(b, True) for b in sizes}
             out["memory"] = {
                 "draft_weights_gb": DRAFT_WEIGHTS_GB,
                 "free_after_capture_gb": FREE_AFTER_CAPTURE_GB,

@@ -185,3 +185,16 @@ def test_the_plan_reports_memory_and_a_config_that_does_not_fit_says_so() -> Non
     assert out["max_running_requests"] == 5  # 2048 KV tokens / 384 per request
     # step 0 is reached only from batch 8's tier: 8 of the 15 captured rows
     assert out["graphs_gb_by_steps"]["0"] == pytest.approx(0.2 * 8 / 15, abs=1e-4)
+
+
+def test_skipping_the_steps_0_extend_is_priced_where_the_config_never_drafts() -> None:
+    costs = sim_costs(dict(field.RING_LL))
+    p = spec_plan.make_plan(acceptance(3.0), costs, max_batch=16, concurrencies=())
+    skip = p.skip_extend()
+    assert skip is not None and skip["variable"] == "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
+    zero = {str(c.batch) for t in p.tiers if t.steps == 0 for c in t.choices}
+    assert set(skip["saves"]) == zero and all(0.01 < v < 0.03 for v in skip["saves"].values())
+    assert skip["recommended"] and "cold recovery" in skip["why"]
+    # a plan that drafts nowhere says serve baseline instead
+    assert spec_plan.make_plan(acceptance(1.4), costs, max_batch=4,
+                               concurrencies=()).skip_extend() is None  # fmt: skip
