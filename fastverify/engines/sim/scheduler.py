@@ -432,7 +432,10 @@ class Scheduler(threading.Thread):
     def _adapt(self, drafts: list[int], bs: int) -> None:
         """Feed SGLang's controller one verify's accepted drafts; log its step changes."""
         assert self.controller is not None
-        if self.controller.observe(drafts, bs) is not None:
+        moved = self.controller.observe(drafts, bs)
+        if moved is not None:
+            # SGLang swaps its runtime state (and the spec config its logs read) at once
+            self.active_steps = moved
             change = self.controller.slot(bs).last_change
             if change is not None:
                 self.log.log(adaptive.format_updated(*change))
