@@ -198,3 +198,20 @@ def test_skipping_the_steps_0_extend_is_priced_where_the_config_never_drafts() -
     # a plan that drafts nowhere says serve baseline instead
     assert spec_plan.make_plan(acceptance(1.4), costs, max_batch=4,
                                concurrencies=()).skip_extend() is None  # fmt: skip
+
+
+def test_a_plan_that_drafts_nowhere_never_offers_mode_adaptive(capsys) -> None:
+    from fastverify.cli import spec_cmd
+
+    p = spec_plan.make_plan(acceptance(1.4), sim_costs(dict(field.RING_LL)), max_batch=4,
+                            concurrencies=(1,))  # fmt: skip
+    p.adaptive_config_path = "/state/adaptive-config.json"
+    data = p.to_dict()
+    data["for"] = {"profile": "ring-ll", "costs_from": "engine sim serving ring-ll/eagle3"}
+    data["acceptance"] = {"model": "m", "drafter": "d", "topk": 1, "steps": 3, "verifies": 9,
+                          "dataset": {"name": "fastverify-docs"}, "synthetic": False,
+                          "sampling": {"temperature": 0.0}}  # fmt: skip
+    spec_cmd._print(data)
+    out = capsys.readouterr().out
+    assert "plan for profile ring-ll" in out and "never drafts" in out
+    assert "mode set baseline" in out and "mode set adaptive)" not in out
