@@ -215,3 +215,25 @@ def test_a_plan_that_drafts_nowhere_never_offers_mode_adaptive(capsys) -> None:
     out = capsys.readouterr().out
     assert "plan for profile ring-ll" in out and "never drafts" in out
     assert "mode set baseline" in out and "mode set adaptive)" not in out
+
+
+def test_the_plan_takes_the_newest_record_of_the_serving_model_drafter_and_topk() -> None:
+    from fastverify.cli.spec_cmd import pick_record
+
+    def rec(t: float, **kw: object) -> dict:
+        base = {"model": "m", "drafter": "d", "topk": 1, "steps": 3, "usable": True,
+                "synthetic": False, "measured_at": t}  # fmt: skip
+        return {**base, **kw}
+
+    serving = {"model": "m", "drafter": "d", "topk": 1, "steps": 3}
+    records = {"a": rec(1.0), "b": rec(3.0, drafter="other"), "c": rec(2.0),
+               "d": rec(4.0, synthetic=True), "e": rec(5.0, usable=False)}  # fmt: skip
+    got, _ = pick_record(records, serving, allow_synthetic=False)
+    assert got is records["c"]  # the newest of this drafter; not the synthetic one
+    got, _ = pick_record(records, serving, allow_synthetic=True)
+    assert got is records["c"]  # prompts beat random ids even when older
+    got, why = pick_record({"b": records["b"]}, serving, allow_synthetic=False)
+    assert got is None and "drafter other" in why and "serving model m, drafter d" in why
+    got, why = pick_record({"d": records["d"]}, serving, allow_synthetic=False)
+    assert got is None and "--allow-synthetic" in why
+    assert pick_record({"d": records["d"]}, serving, allow_synthetic=True)[0] is records["d"]
