@@ -94,6 +94,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
         spent = ", ".join(f"{k} steps {v:.0f} s" for k, v in sorted(at.items(), key=lambda x:
                                                                       int(x[0])))  # fmt: skip
         lines.append(f"draft steps: {spec['active_steps']} now" + (f" ({spent})" if spent else ""))
+        for steps, row in sorted((spec.get("live_acceptance") or {}).items()):
+            curve = "  ".join(f"{k}:{v:.2f}" for k, v in row["accept_length"].items())
+            lines.append(f"live accept: at {steps} steps, {row['requests']} finished requests: "
+                         f"L(k) {curve}")  # fmt: skip
+        if spec.get("plan_stale"):
+            lines.append(f"plan:       STALE: {spec['plan_why']}; re-plan: {spec['replan']}")
     ar = eng.get("allreduce") or {}
     if ar.get("description") and eng.get("pid"):  # confirmed at verify (TP all-reduces)
         how = f" [{ar['evidence']}]" if ar.get("evidence") else ""

@@ -11,9 +11,11 @@ latency of each record (the request parameters hold the prompts: never kept, nev
 and deletes an hour's file once SGLang has moved on to the next.
 
 `Drift` (held by the hub): a finished request is attributed to the step count SGLang's
-`sglang:spec_num_steps` gauge showed for its whole life (a request that lived through a
-switch is left out: its passes ran at several step counts), so live L(k) per active step
-count comes from the requests' own histograms, never from SGLang's accept-length or
+`sglang:spec_num_steps` gauge showed for at least ATTRIBUTE_SHARE of its life (one that
+lived through longer switches is left out: its passes ran at several step counts; a brief
+one, a health check's extra request moving the batch into another tier for a pass or two,
+leaves a few other passes in its histogram), so live L(k) per active step count comes from
+the requests' own histograms, never from SGLang's accept-length or
 accept-rate gauges (under adaptive those mix step counts, and the decode log's rate divides
 by whatever step count is active at logging time). With the stored plan, `stale()` says
 whether live acceptance fell below a drafting tier's break-even or below the lower
@@ -40,7 +42,8 @@ log = logging.getLogger("fastverify.exporter")
 FILE_RE = re.compile(r"^sglang-request-metrics-(\d{8}_\d{2})\.log$")
 KEEP_REQUESTS = 256  # per step count, newest
 MIN_REQUESTS = 16  # before live acceptance is compared with anything
-SLACK_S = 2.0  # the gauge is polled: a lifetime is widened by this before it is checked
+SLACK_S = 1.0  # the gauge is polled: a lifetime is widened by this before it is checked
+ATTRIBUTE_SHARE = 0.9
 REPLAN = (
     "fastverifyctl mode set eagle3 && fastverifyctl bench --dataset FILE (your prompts) && "
     "fastverifyctl spec plan && fastverifyctl mode set adaptive"
@@ -169,13 +172,20 @@ class Drift:
         self._changes += 1
 
     def _steps_over(self, start: float, end: float) -> int | None:
-        """The one step count active over [start, end], or None (unknown, or it changed)."""
+        """The step count active over at least ATTRIBUTE_SHARE of [start, end], or None
+        (unknown before the first sample, or mixed)."""
         times = [t for t, _ in self._steps]
         i = bisect.bisect_right(times, start) - 1
-        if i < 0:
+        if i < 0 or end <= start:
             return None
-        seen = {s for t, s in self._steps[i:] if t <= end}
-        return seen.pop() if len(seen) == 1 else None
+        at: dict[int, float] = {}
+        for j in range(i, len(self._steps)):
+            t0 = max(start, self._steps[j][0])
+            t1 = min(end, self._steps[j + 1][0] if j + 1 < len(self._steps) else end)
+            if t1 > t0:
+                at[self._steps[j][1]] = at.get(self._steps[j][1], 0.0) + t1 - t0
+        steps, held = max(at.items(), key=lambda kv: kv[1], default=(None, 0.0))
+        return steps if held >= ATTRIBUTE_SHARE * (end - start) else None
 
     def live(self) -> dict[int, dict[str, Any]]:
         """{active steps: {"requests", "passes", "accept_length": {k: L}, "interval": {k: [lo,

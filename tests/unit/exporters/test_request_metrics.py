@@ -47,12 +47,14 @@ def test_requests_are_attributed_to_the_steps_they_ran_at_and_mixed_ones_left_ou
     d = Drift()
     d.on_steps(100.0, 2)
     d.on_steps(110.0, 2)
-    d.on_requests([{"histogram": [4, 3, 3], "e2e_latency": 3.0}], 110.0)  # 105..110 at 2
+    d.on_requests([{"histogram": [4, 3, 3], "e2e_latency": 3.0}], 110.0)  # 106..110 at 2
     d.on_steps(111.0, 0)
-    d.on_requests([{"histogram": [1, 1, 1], "e2e_latency": 4.0}], 112.0)  # lived through 2->0
+    d.on_requests([{"histogram": [1, 1, 1], "e2e_latency": 4.0}], 112.0)  # 107..112: 2, then 0
+    d.on_steps(111.5, 2)  # a pass or two at 0 (a health check's batch): still its steps' own
+    d.on_requests([{"histogram": [4, 3, 3], "e2e_latency": 12.0}], 119.0)
     assert d.mixed == 1
     live = d.live()
-    assert set(live) == {2} and live[2]["requests"] == 1
+    assert set(live) == {2} and live[2]["requests"] == 2
     assert live[2]["accept_length"] == {1: 1.6, 2: 1.9}
 
 
