@@ -170,11 +170,11 @@ class Plan:
         k_best, s_best = c.best_static
         if t.steps == 0:
             if k_best == 0:
-                return (f"no step count pays at batch {span}: at {k_best or 1} step the accept "
-                        f"length would need {self.break_even(t.key, 1):.2f} (measured "
+                return (f"no step count pays at batch {span}: at 1 step the accept length "
+                        f"would need {self.break_even(t.key, 1):.2f} (measured "
                         f"{self.acceptance.length(1):.2f})")  # fmt: skip
             return (
-                f"{k_best} steps would give {s_best:.2f}x at batch {c.batch} but "
+                f"{_steps(k_best)} would give {s_best:.2f}x at batch {c.batch} but "
                 f"{_lower_text(self, k_best, c.batch)} if acceptance falls to {low:.2f}: "
                 f"held at [0] (lower --lower-accept-length or --floor to take that risk)"
             )
@@ -183,8 +183,9 @@ class Plan:
         steps_low = max(c.shares_low, key=c.shares_low.get) if c.shares_low else 0
         return (
             f"if acceptance falls to {low:.2f} (L({K}), from {self.acceptance.length(K):.2f}), "
-            f"batch {span} runs at {lo:.2f}-{hi:.2f}x baseline (SGLang settles at "
-            f"{steps_low} steps); {t.steps} steps pay while L({t.steps}) >= "
+            f"batch {span} runs at {_range(lo, hi)}x baseline (SGLang settles at "
+            f"{_steps(steps_low)}); {_steps(t.steps)} pay{'s' * (t.steps == 1)} while "
+            f"L({t.steps}) >= "
             f"{self.break_even(t.key, t.steps):.2f} (measured "
             f"{self.acceptance.length(t.steps):.2f})"
         )
@@ -225,6 +226,14 @@ def _lower_text(p: Plan, k: int, bs: int) -> str:
     assert row is not None
     s = p.acceptance.length(k, p.f_low) * p.costs.decode(row) / p.costs.cycle(row, k)
     return f"{s:.2f}x"
+
+
+def _steps(k: int) -> str:
+    return f"{k} step" if k == 1 else f"{k} steps"
+
+
+def _range(lo: float, hi: float) -> str:
+    return f"{lo:.2f}" if abs(hi - lo) < 0.005 else f"{lo:.2f}-{hi:.2f}"
 
 
 def _span(sizes: list[int]) -> str:
