@@ -2,7 +2,7 @@
 with the config `spec plan` writes, served, next to what the plan predicted.
 
 Stages (`--stage`, each writes its own results file):
-- `robust` (benchmarks/results/spec-plan-sim.json): one EAGLE-3 server at `--steps` K with
+- `robust` (benchmarks/results/spec-robust-sim.json): one EAGLE-3 server at `--steps` K with
   `--accept-length` (the recorded acceptance) benched with the shipped prompt set gives the
   per-request histograms and the engine's costs; `fastverify.speculation.plan` makes the
   plan with the stated lower acceptance `--lower-accept-length`. Then baseline, EAGLE-3 at K
@@ -12,7 +12,7 @@ Stages (`--stage`, each writes its own results file):
   what the controller does shows in decode; a window that ends inside a prefill burst moves
   a short run's figure by up to the prefill's share of it). Figures: adaptive / the better
   fixed mode at the recorded acceptance, adaptive / baseline at the lower one.
-- `e2e` (the same file, key "e2e"): adaptive (and baseline) served at `--prompt-lens` (128
+- `e2e` (benchmarks/results/spec-e2e-sim.json): adaptive (and baseline) served at `--prompt-lens` (128
   and 1024) against the plan's end-to-end prediction of that bench window (the plan's
   `window` prediction: the mean of its replays of the window, and its 95% interval).
 - `coverage` (benchmarks/results/spec-coverage-sim.json): `--seeds` runs with
