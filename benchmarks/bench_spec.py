@@ -12,9 +12,10 @@ Stages (`--stage`, each writes its own results file):
   what the controller does shows in decode; a window that ends inside a prefill burst moves
   a short run's figure by up to the prefill's share of it). Figures: adaptive / the better
   fixed mode at the recorded acceptance, adaptive / baseline at the lower one.
-- `e2e` (benchmarks/results/spec-e2e-sim.json): adaptive (and baseline) served at `--prompt-lens` (128
-  and 1024) against the plan's end-to-end prediction of that bench window (the plan's
-  `window` prediction: the mean of its replays of the window, and its 95% interval).
+- `e2e` (benchmarks/results/spec-e2e-sim.json): adaptive (and baseline) served at
+  `--prompt-lens` (128 and 1024) against the plan's end-to-end prediction of that bench
+  window (the plan's `window` prediction: the mean of its replays of the window, and its 95%
+  interval).
 - `coverage` (benchmarks/results/spec-coverage-sim.json): `--seeds` runs with
   `--sim-accept-spread`: each records acceptance on its own EAGLE-3 server (seed s), plans,
   then serves adaptive on another (seed 1000 + s) at `--coverage-concurrency`; is the served
