@@ -156,11 +156,11 @@ def choose(
     feasible.sort(key=lambda cs: (-cs[1][0], len(cs[0].entry["candidate_steps"])))
     rejected: list[str] = []
     never_speedup = mean_field_speedup(never.fractions[0], lengths[0], costs, row)
-    for c, s in feasible:
-        if s[0] <= never_speedup * (1.0 + min_gain) + 1e-9:
-            break  # nothing drafting beats never drafting by the margin from here on
-        if _simpler_nearby(c, s[0], feasible):
-            continue
+    paying = [(c, s) for c, s in feasible
+              if c.drafts and s[0] > never_speedup * (1.0 + min_gain) + 1e-9]  # fmt: skip
+    # a config with fewer candidates within SIMPLER_BY of a better one is tried first
+    first = [(c, s) for c, s in paying if not _simpler_nearby(c, s[0], paying)]
+    for c, s in first + [cs for cs in paying if cs not in first]:
         rec = rp.replay({"1": c.entry}, batch, costs, acc, output_len=output_len, seed=seed)
         low = rp.replay({"1": c.entry}, batch, costs, acc, f=f_low, output_len=output_len,
                         seed=seed + 1)  # fmt: skip
