@@ -48,7 +48,7 @@ RELEASES = (
 SCHEMA = 1
 
 # log-line kinds fastverify parses -> the text that marks SGLang's format string
-LOG_MARKERS = {
+LOG_MARKERS: dict[str, str | tuple[str, str]] = {
     "decode": "Decode batch",
     "prefill": "Prefill batch",
     "ready": "The server is fired up and ready to roll",
@@ -58,6 +58,10 @@ LOG_MARKERS = {
     "capture_progress_tokens": "Capturing num tokens",
     "startup_timings": "Engine startup timings",
     "capture_milestone": " graph begin.",
+    # every runner's begin and end lines (the decode one's "{graph_backend[...]} begin." too);
+    # (text to find the files by, text of the template): their f-strings span source lines
+    "capture_begin": ("backend={", " begin. backend="),
+    "capture_end": ("elapsed={capture_time", " end. "),
     "capture_failed": "Capture cuda graph failed",
     "prefill_capture_failed": "Fail when using backend",
     "allreduce_pcie_ipc": "PCIe-IPC",
@@ -652,9 +656,10 @@ def log_formats(src: Source) -> dict[str, list[dict[str, object]]]:
     """For each log-line kind fastverify parses: SGLang's format strings (templates, with
     `{expr}` for interpolations), the pieces a message is built from, and where."""
     out: dict[str, list[dict[str, object]]] = {}
-    for kind, marker in LOG_MARKERS.items():
+    for kind, spec in LOG_MARKERS.items():
+        needle, marker = spec if isinstance(spec, tuple) else (spec, spec)
         found: list[dict[str, object]] = []
-        for f in src.grep(marker):
+        for f in src.grep(needle):
             if "/multimodal_gen/" in f:
                 continue
             for node in ast.walk(src.tree(f)):

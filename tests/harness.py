@@ -139,6 +139,10 @@ def sigint_in(pid: int, field: str) -> bool:
     raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
+SIM_HEALTH_POLL_VAR = "FASTVERIFY_SIM_HEALTH_POLL_S"  # fastverify/engines/sim/server.py
+SIM_TEST_HEALTH_POLL_S = "0.05"
+
+
 def _scrubbed_env() -> dict[str, str]:
     drop = ("NCCL_", "FASTVERIFY_", "WATCHDOG_")
     return {
@@ -240,6 +244,9 @@ class DaemonHarness:
     def start(self, wait_ready: bool = True, timeout: float = 30.0) -> DaemonHarness:
         env = _scrubbed_env()
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        # the sim's /health answers after SGLang's 1 s poll; the suite's starts need not
+        # wait for it (tests about readiness set it back through `env`)
+        env[SIM_HEALTH_POLL_VAR] = SIM_TEST_HEALTH_POLL_S
         env.update(self.env_extra)
         self._log_fh = open(self.log_path, "ab")  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(

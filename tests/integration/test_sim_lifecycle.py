@@ -67,12 +67,12 @@ def test_tree_with_cuda_graphs_fails_during_capture_after_load() -> None:
     assert elapsed >= load
     assert len(workers) == 3 and wait_gone(workers, 3.0) == []
     load_end = text.index("TP0] Load weight end.")
-    assert load_end < text.index("Capture target decode CUDA graph begin")
+    assert load_end < text.index("Capture target verify CUDA graph begin")
     assert "Capture cuda graph failed: NCCL error: invalid usage" in text
     assert "Possible solutions:" in text
     assert "disable CUDA graph by --cuda-graph-backend-decode=disabled" in text
     assert "Traceback (most recent call last):" in text
-    assert READY not in text and "Capture target decode CUDA graph end" not in text
+    assert READY not in text and "Capture target verify CUDA graph end" not in text
 
 
 @pytest.mark.parametrize(

@@ -68,10 +68,14 @@ def test_startup_lines_in_sglang_order(sim: SimProcess) -> None:
         "TP0] Load weight begin. avail mem=",
         "Loading safetensors checkpoint shards: 100% Completed | 64/64",
         "TP0] Load weight end. elapsed=",
-        "TP0] Capture target decode CUDA graph begin. backend=full,",
-        "TP0] Capture target decode CUDA graph end. bs=",
         "TP0] Capture target prefill CUDA graph begin. backend=breakable,",
         "TP0] Capture target prefill CUDA graph end.",
+        "TP0] Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=4,",
+        "TP0] Capture target verify CUDA graph end. bs=",
+        "TP0] Capture draft prefill CUDA graph begin. backend=breakable,",
+        "TP0] Capture draft decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=",
+        "TP0] Capture draft extend CUDA graph end.",
+        "Engine startup timings (s): load_weight=",
         "INFO:     Uvicorn running on http://127.0.0.1:",
         READY,
     ]
@@ -243,10 +247,11 @@ def test_metrics_have_sglang_names_and_labels(sim: SimProcess) -> None:
         "decode_cuda_graph",
         "prefill_cuda_graph",
     }
-    assert {s.labels["phase"] for s in after[m.STARTUP_CUDA_GRAPH_TIME_SECONDS]} == {
-        "decode",
-        "prefill",
-    }
+    # every phase SGLang names, zero where it captured none (EAGLE-3: verify, not decode)
+    phases = {s.labels["phase"]: s.value for s in after[m.STARTUP_CUDA_GRAPH_TIME_SECONDS]}
+    assert set(phases) == {"prefill", "decode", "target_verify", "draft_prefill",
+                           "draft_decode", "draft_extend"}  # fmt: skip
+    assert phases["decode"] == 0.0 and phases["target_verify"] > 0.0
     assert [s.value for s in after[m.IS_CUDA_GRAPH]] == [1.0]
     assert m.WEIGHT_LOAD_DURATION_SECONDS in after  # declared; SGLang sets it on updates
     assert after[m.WEIGHT_LOAD_DURATION_SECONDS] == []

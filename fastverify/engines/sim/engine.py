@@ -32,6 +32,7 @@ from fastverify.engines.sim import (
     costtable,
     flashinfer_jit,
     ncclenv,
+    release_lines,
     sglang_logs,
     weight_cache,
 )
@@ -42,7 +43,7 @@ from fastverify.engines.sim.scheduler import Request, Scheduler
 from fastverify.engines.sim.server import App, SimHTTPServer
 from fastverify.engines.sim.wakeup import StopFlag
 from fastverify.engines.sim.workers import WorkerPool
-from fastverify.sglang import adaptive, allreduce, loglines
+from fastverify.sglang import adaptive, allreduce
 from fastverify.sglang.facts import resolve as resolve_facts
 
 SIM_VERSION = "0.5.23-fastverify-sim"
@@ -51,6 +52,16 @@ SHARDS = 64
 # checkpoint; the sim keeps this share of its simulated weight-load time (graph capture
 # and NCCL init are unchanged, as on real hardware).
 DUMMY_LOAD_SHARE = 0.05
+GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode",
+                "draft_extend")  # fmt: skip
+# Of an EAGLE-3 start's decode-side capture: each phase's part on SGLang 0.5.17 on an H200
+# (tests/fixtures/sglang-0.5.17-h200/server-info-eagle3.log: target verify 2.62 s, draft
+# prefill 1.27 s, draft decode 3.52 s, draft extend 1.02 s)
+EAGLE3_GRAPH_SHARES = {
+    k: round(v / 8.43, 3)
+    for k, v in {"verify": 2.62, "draft_prefill": 1.27, "draft_decode": 3.52,
+                 "draft_extend": 1.02}.items()
+}  # fmt: skip
 BANNER = (
     "fastverify sim engine: this is a SIMULATION of an SGLang server (no GPU, no model). "
     "Timings come from a documented cost model (docs/sim.md) and are not measurements "
@@ -104,12 +115,14 @@ class SimEngine:
 
     def __init__(self, args: cli_args.SimArgs):
         self.args = args
-        self.log = sglang_logs.LogWriter(sys.stdout, args.log_level)
+        self.log = sglang_logs.LogWriter(sys.stdout, args.log_level, show_tp=args.tp_size > 1)
         self._stop_flag: StopFlag | None = None  # created in run(), after forking
         self.workers: WorkerPool | None = None
         self.settings = ncclenv.resolve(os.environ)
         self.failure: str | None = None
         self.pcie_ipc_max_bytes: int | None = None  # what FlashInfer's kernels serve
+        self.load_weight_s: float | None = None
+        self.capture_seconds: dict[str, float] = {}
         self._cost_table: dict[str, Any] | None = None
 
     # --------------------------------------------------------------- helpers
@@ -231,6 +244,7 @@ class SimEngine:
             pass  # mapped from the cache's daemon, no checkpoint read
         else:
             self._load_from_disk(weights_s, tic)
+        self.load_weight_s = time.monotonic() - tic
         if a.mode == "eagle3":
             self._all_ranks("Load weight begin. avail mem=14.31 GB")
             self._sleep(weights_s * 0.05)
@@ -240,6 +254,9 @@ class SimEngine:
             )
         self._all_ranks("KV Cache is allocated. #tokens: 1048576, KV size: 4.50 GB")
         self._all_ranks("Memory pool end. avail mem=8.12 GB")
+        if a.mode == "eagle3":  # the drafter's own pool (SGLang: after the target's)
+            self._all_ranks("KV Cache is allocated. #tokens: 1048576, KV size: 0.07 GB")
+            self._all_ranks("Memory pool end. avail mem=8.05 GB")
         # base_runner._pre_initialize_pcie_ipc_workspace: before graph capture
         self.pcie_ipc_max_bytes = allreduce_sim.Workspace(os.environ, a).prepare(
             lambda level, msg: self._all_ranks(msg, level), self._sleep, self._map_all
@@ -340,52 +357,86 @@ class SimEngine:
             self.workers.request_each(lambda rank: {"cmd": "map", "path": str(path)}, 30.0)
 
     def _capture(self) -> None:
-        """SGLang 0.5.23's capture milestones per phase that captures (decode: backend
-        full, prefill: breakable), lines from `fastverify.sglang.loglines`."""
+        """SGLang's capture milestones per phase that captures, in its order
+        (cuda_graph_setup.capture_cuda_graphs: the target's prefill, backend breakable, then
+        its decode, backend full, named verify under EAGLE-3; then the drafter's prefill,
+        decode and extend) and in the served release's words (release_lines)."""
         a = self.args
         self.capture_seconds: dict[str, float] = {}
         if not a.cuda_graph:
             return
+        v = a.sglang_version
         # the release's decode capture list (speculative or baseline), clamped to the pool
         bs = self.costs.capture or self.costs.baseline_capture
-        if a.decode_cuda_graph:
+        graphs_s = a.load_seconds * weight_cache.GRAPHS_SHARE
+        spec = a.mode == "eagle3"
+        avail = [8.12]
+
+        def phase(role: str, name: str, backend: str, seconds: float, mem: float,
+                  per_req: int = 1, before_end: Any = None) -> None:  # fmt: skip
             tic = time.monotonic()
-            self._all_ranks(loglines.format_capture_begin("target", "decode", "full", 8.12, bs))
-            tuning = sglang_logs.nccl_tuning_lines(os.environ, 0, _tuning_rows(self.settings, a))
-            sglang_logs.write_nccl_lines(os.environ, tuning, self.log)
-            self._sleep(
-                a.load_seconds * weight_cache.GRAPHS_SHARE * weight_cache.DECODE_GRAPH_SHARE
-            )
-            if a.tp_size > 1 and self.settings.tree_only:
-                err = costmodel.TREE_CAPTURE_ERROR
-                warn = sglang_logs.nccl_warn_line(
-                    0,
-                    "Tree algorithm cannot be captured in a CUDA graph on this topology "
-                    "(NCCL_ALGO=Tree, PCIe): operation not permitted when stream is capturing",
-                )
-                sglang_logs.write_nccl_lines(os.environ, [warn], self.log)
-                self.log.log(sglang_logs.capture_failure_traceback(err), 0, "error")
-                raise RuntimeError("capture failed")
-            self.capture_seconds["decode"] = time.monotonic() - tic
-            self._all_ranks(
-                loglines.format_capture_end(
-                    "target", "decode", self.capture_seconds["decode"], 0.38, 7.74, bs
-                )
-            )
+            self._all_ranks(release_lines.capture_begin(v, role, name, backend, avail[0], bs,
+                                                        per_req))  # fmt: skip
+            if before_end is not None:
+                before_end()
+            self._sleep(seconds)
+            took = time.monotonic() - tic
+            self.capture_seconds[name if role == "target" else f"{role}_{name}"] = took
+            avail[0] = round(avail[0] - mem, 2)
+            self._all_ranks(release_lines.capture_end(v, role, name, took, mem, avail[0], bs))
+
+        prefill_s = graphs_s * (1 - weight_cache.DECODE_GRAPH_SHARE)
+        decode_s = graphs_s * weight_cache.DECODE_GRAPH_SHARE
         if a.prefill_cuda_graph:
-            tic = time.monotonic()
-            self._all_ranks(
-                loglines.format_capture_begin("target", "prefill", "breakable", 7.74, bs)
+            phase("target", "prefill", "breakable", prefill_s, 0.05)
+        if a.decode_cuda_graph:
+            share = EAGLE3_GRAPH_SHARES if spec else {"decode": 1.0}
+            name = "verify" if spec else "decode"
+            phase("target", name, "full", decode_s * share[name], 0.38,
+                  a.num_draft_tokens if spec else 1, self._decode_capture_nccl)  # fmt: skip
+        if spec and a.prefill_cuda_graph:
+            phase("draft", "prefill", "breakable", decode_s * EAGLE3_GRAPH_SHARES["draft_prefill"],
+                  0.04)  # fmt: skip
+        if spec and a.decode_cuda_graph:
+            phase("draft", "decode", "full", decode_s * EAGLE3_GRAPH_SHARES["draft_decode"],
+                  0.04, a.topk)  # fmt: skip
+            phase("draft", "extend", "full", decode_s * EAGLE3_GRAPH_SHARES["draft_extend"],
+                  0.05, a.num_draft_tokens)  # fmt: skip
+
+    def _decode_capture_nccl(self) -> None:
+        """NCCL's tuning lines at the decode capture's first all-reduce; Tree on PCIe fails
+        the capture (a stand-in for what docs/sim.md describes)."""
+        a = self.args
+        tuning = sglang_logs.nccl_tuning_lines(os.environ, 0, _tuning_rows(self.settings, a))
+        sglang_logs.write_nccl_lines(os.environ, tuning, self.log)
+        if a.tp_size > 1 and self.settings.tree_only:
+            err = costmodel.TREE_CAPTURE_ERROR
+            warn = sglang_logs.nccl_warn_line(
+                0,
+                "Tree algorithm cannot be captured in a CUDA graph on this topology "
+                "(NCCL_ALGO=Tree, PCIe): operation not permitted when stream is capturing",
             )
-            self._sleep(
-                a.load_seconds * weight_cache.GRAPHS_SHARE * (1 - weight_cache.DECODE_GRAPH_SHARE)
-            )
-            self.capture_seconds["prefill"] = time.monotonic() - tic
-            self._all_ranks(
-                loglines.format_capture_end(
-                    "target", "prefill", self.capture_seconds["prefill"], 0.05, 7.69, bs
-                )
-            )
+            sglang_logs.write_nccl_lines(os.environ, [warn], self.log)
+            self.log.log(sglang_logs.capture_failure_traceback(err), 0, "error")
+            raise RuntimeError("capture failed")
+
+    def _graph_phases(self) -> dict[str, float]:
+        """The capture seconds by SGLang's phase names, every phase (0 where none ran), as
+        its startup-timings line and `sglang:startup_cuda_graph_time_seconds` carry them
+        (model_executor/graph_memory_usage.py)."""
+        cs = self.capture_seconds
+        return {n: cs.get("verify" if n == "target_verify" else n, 0.0) for n in GRAPH_PHASES}
+
+    def _startup_timings(self, started: float) -> None:
+        """The release's "Engine startup timings (s)" line (where it prints one), after
+        the scheduler is up, in SGLang's phase names."""
+        a = self.args
+        line = release_lines.startup_timings(
+            a.sglang_version, self.load_weight_s or 0.0, 0.0, time.monotonic() - started,
+            self._graph_phases(), time.monotonic() - started,
+        )  # fmt: skip
+        if line is not None:  # the tokenizer manager's process: no TP in its prefix
+            self.log.log(line, None)
 
     def server_info(self) -> dict[str, Any]:
         a = self.args
@@ -506,6 +557,7 @@ class SimEngine:
     # --------------------------------------------------------------- run
     def run(self) -> int:
         a = self.args
+        started = time.monotonic()
         self.log.log(BANNER, None, "warning")
         self.log.log(self.server_args_repr(), None)
         if a.adaptive_disabled is not None:  # speculative_hook._maybe_disable_adaptive
@@ -527,7 +579,8 @@ class SimEngine:
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGCHLD, self._on_child)
         # SIGUSR1: the scheduler hangs while the process lives (a stand-in for an NCCL hang
-        # from a bad setting; docs/sim.md): /health stays 200, /health_generate turns 503
+        # from a bad setting; docs/sim.md): the HTTP server answers, /health and
+        # /health_generate (one endpoint in SGLang) turn 503
         signal.signal(signal.SIGUSR1, self._on_hang)
         httpd: SimHTTPServer | None = None
         app = App(
@@ -568,7 +621,7 @@ class SimEngine:
                 if a.enable_metrics
                 else None
             )
-            for phase, seconds in getattr(self, "capture_seconds", {}).items():
+            for phase, seconds in self._graph_phases().items():
                 if self.metrics is not None:
                     self.metrics.startup_cuda_graph(phase, seconds)
             self.profiler = Profiler(
@@ -617,6 +670,7 @@ class SimEngine:
                 f"max_running_requests={allreduce_sim.SIM_REQUEST_POOL}, "
                 "context_len=262144, available_gpu_mem=7.74 GB"
             )
+            self._startup_timings(started)
             self.scheduler.start()
             app.attach(self.scheduler, self.metrics, self.profiler, self.server_info)
             self.log.log(f"INFO:     Started server process [{os.getpid()}]", None)

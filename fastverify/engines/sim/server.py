@@ -29,6 +29,13 @@ from fastverify.engines.sim.scheduler import Request, Scheduler
 from fastverify.engines.sim.sglang_logs import LogWriter
 from fastverify.sglang import loglines
 
+# srt/entrypoints/http_server.py health_generate: `await asyncio.sleep(1)` between its
+# checks of the scheduler's reply; tests shorten it (FASTVERIFY_SIM_HEALTH_POLL_S) where
+# they are not about it
+HEALTH_POLL_S = 1.0
+HEALTH_POLL_VAR = "FASTVERIFY_SIM_HEALTH_POLL_S"
+HEALTH_GENERATION_VAR = "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"  # srt/environ.py, default on
+
 FILLER = (
     " the",
     " model",
@@ -260,11 +267,17 @@ class Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------- health/info
     def health(self) -> None:
-        self._send(200 if self.server.app.ready.is_set() else 503, b"", "text/plain")
+        """SGLang's /health is its /health_generate unless
+        SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION is off (then 200 once up)."""
+        if os.environ.get(HEALTH_GENERATION_VAR, "1").lower() in ("0", "false", "no", "off"):
+            self._send(200 if self.server.app.ready.is_set() else 503, b"", "text/plain")
+            return
+        self.health_generate()
 
     def health_generate(self) -> None:
-        """SGLang's: a 1-token generation; 200 as soon as the scheduler produced any output
-        since the request came in (a busy server answers at once), else 503 after
+        """SGLang's: a 1-token generation; 200 at the first poll (every HEALTH_POLL_S) that
+        finds the scheduler produced any output since the request came in (so never
+        sooner than one poll, and a busy server at the first), else 503 after
         SGLANG_HEALTH_CHECK_TIMEOUT seconds with SGLang's ERROR line."""
         app = self.server.app
         sched = app.scheduler
@@ -272,11 +285,13 @@ class Handler(BaseHTTPRequestHandler):
             self._send(503, b"", "text/plain")
             return
         timeout = loglines.health_check_timeout(os.environ)
+        poll = float(os.environ.get(HEALTH_POLL_VAR) or HEALTH_POLL_S)
         tic = time.time()
         req = Request(prompt_tokens=1, max_new_tokens=1, log_metrics=False)
         sched.submit(req)
         deadline = time.monotonic() + timeout
-        while not req.done.wait(0.05):
+        while True:
+            time.sleep(poll)
             if sched.last_output > tic:
                 break
             if time.monotonic() >= deadline:

@@ -1,6 +1,6 @@
 """SGLang-shaped and NCCL-shaped log lines, written by the sim engine's processes.
 
-Owns the exact wording: the `[YYYY-MM-DD HH:MM:SS TP0] ` prefix, load / CUDA-graph
+Owns the exact wording: the `[YYYY-MM-DD HH:MM:SS TP0] ` prefix (no TP at TP 1), load / CUDA-graph
 capture progress, decode and prefill lines (newest SGLang form), the ready line, the
 capture-failure traceback, and NCCL's `host:pid:tid [dev] NCCL INFO ...` lines. The
 wording follows sgl-project/sglang (model_runner.py, cuda_graph_runner.py,
@@ -38,15 +38,18 @@ CAPTURE_FAILED_HINT = (
 class LogWriter:
     """Thread-safe line writer with SGLang's prefix and --log-level filtering."""
 
-    def __init__(self, stream: TextIO | None = None, level: str = "info"):
+    def __init__(self, stream: TextIO | None = None, level: str = "info", *, show_tp: bool = True):
         self._stream = stream or sys.stdout
         self._lock = threading.Lock()
         self.level = LEVELS.get(level.lower(), 20)
+        # SGLang's scheduler adds " TP{rank}" to its processes' prefix only when tp_size > 1
+        # (managers/scheduler.py, run_scheduler_process)
+        self.show_tp = show_tp
 
-    @staticmethod
-    def prefix(tp_rank: int | None) -> str:
+    def prefix(self, tp_rank: int | None) -> str:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
-        return f"[{stamp} TP{tp_rank}] " if tp_rank is not None else f"[{stamp}] "
+        shown = tp_rank is not None and self.show_tp
+        return f"[{stamp} TP{tp_rank}] " if shown else f"[{stamp}] "
 
     def raw(self, text: str) -> None:
         """Write text as is (multi-line tracebacks, progress bars, NCCL lines)."""

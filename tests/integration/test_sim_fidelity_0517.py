@@ -1,0 +1,74 @@
+"""The sim playing SGLang 0.5.17 at TP 1 against what a real SGLang 0.5.17 printed on an H200
+(tests/fixtures/sglang-0.5.17-h200/, written by benchmarks/gpu/real_sglang.py): the start's
+milestones in the same order with the same fields, the same line prefix, the startup
+timings line, and /health answering after SGLang's poll as the real one does.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from fastverify.sglang import loglines
+from tests.integration.test_sim_support import SimProcess
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures" / "sglang-0.5.17-h200"
+PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] ")  # TP 1: no " TP0"
+PLAIN = ("Load weight begin.", "Load weight end.", "KV Cache is allocated.", "Memory pool end.")
+
+
+def milestones(lines: list[str]) -> list[tuple]:
+    """The start's milestones: each a kind and, for a capture line, its role, phase, event
+    and the fields it carries (0.5.17: `bs` on the decode begin line, not on its end)."""
+    out: list[tuple] = []
+    for ln in lines:
+        plain = next((p for p in PLAIN if p in ln), None)
+        if plain:
+            out.append((plain,))
+            continue
+        rec = loglines.parse_sglang_line(ln)
+        if rec is None:
+            continue
+        if rec["kind"] == "capture_progress" and rec.get("event"):
+            fields = tuple(sorted(k for k, v in rec.items() if v is not None and k != "ts"))
+            out.append((rec["role"], rec["phase"], rec["event"], fields))
+        elif rec["kind"] in ("ready", "startup_timings"):
+            out.append((rec["kind"],))
+    return out
+
+
+def prefixes_ok(lines: list[str]) -> list[str]:
+    """The milestone lines whose prefix is not SGLang's TP-1 form."""
+    marks = (*PLAIN, "Capture ", loglines.STARTUP_TIMINGS_TEXT, "fired up")
+    return [ln for ln in lines if any(m in ln for m in marks) and not PREFIX.match(ln)]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "eagle3"),
+    [("server-info-baseline.log", False), ("server-info-eagle3.log", True)],
+)
+def test_the_start_reads_as_the_real_one(fixture: str, eagle3: bool) -> None:
+    real = (FIX / fixture).read_text().splitlines()
+    with SimProcess(tp=1, eagle3=eagle3, load=0.3, extra=["--sim-sglang-version", "0.5.17"]) as s:
+        s.wait_ready()
+        sim = s.text().splitlines()
+    assert milestones(sim) == milestones(real)
+    assert prefixes_ok(real) == [] and prefixes_ok(sim) == []
+
+
+def test_health_answers_after_sglangs_poll() -> None:
+    """The real 0.5.17 served `GET /health` 200 only after its 1 s poll (one 200 per probe
+    that waited); the sim answers no sooner than one poll either."""
+    real = (FIX / "server-info-weight-cache-client.log").read_text()
+    assert '"GET /health HTTP/1.1" 200 OK' in real
+    with SimProcess(tp=1, eagle3=False, load=0.3, extra=["--sim-sglang-version", "0.5.17"]) as s:
+        s.wait_ready()
+        url = f"http://127.0.0.1:{s.port}/health"
+        tic = time.monotonic()
+        with urllib.request.urlopen(url, timeout=30) as r:
+            assert r.status == 200
+        assert time.monotonic() - tic >= 1.0  # a lower bound: never sooner than the poll
