@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.harness import DaemonHarness
 
 QUIET = {"server": {"tp_size": 4, "mode": "eagle3", "extra_args": ["--log-level", "warning"]}}
@@ -90,3 +92,22 @@ def test_flashinfer_without_nv_internal_is_recognised(tmp_path: Path) -> None:
         found = [f for f in doc["findings"] if f["check"] == "flashinfer"]
         assert found and "saved 0 configs" in found[0]["what"], doc["findings"]
         assert "nv_internal" in found[0]["fix"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "ready_by"), [([], "ready line + health"), (["--log-level", "warning"], "endpoints")]
+)
+def test_ready_with_sglangs_own_health_poll(
+    tmp_path: Path, extra: list[str], ready_by: str
+) -> None:
+    """The sim's /health at SGLang's 1 s poll (the suite shortens it elsewhere): READY at
+    INFO after the ready line, at warning by the endpoints. The probe's margin over the
+    poll is held by tests/contract/test_health_contract.py (a real 0.5.17 on the H200
+    answered 1-4 s after each probe; a 1 s probe found it ready 13 s late)."""
+    cfg = {"server": {"tp_size": 1, "extra_args": extra}}
+    real_poll = {"FASTVERIFY_SIM_HEALTH_POLL_S": "1.0"}
+    with DaemonHarness(tmp_path, tp_size=1, config=cfg, env=real_poll) as d:
+        st = d.status()
+        assert (st["state"], st["engine"]["ready_by"]) == ("READY", ready_by), st["engine"]
+        r = d.ctl("restart")
+        assert r.returncode == 0, r.stdout + r.stderr
