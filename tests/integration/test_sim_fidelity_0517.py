@@ -72,3 +72,35 @@ def test_health_answers_after_sglangs_poll() -> None:
         with urllib.request.urlopen(url, timeout=30) as r:
             assert r.status == 200
         assert time.monotonic() - tic >= 1.0  # a lower bound: never sooner than the poll
+
+
+def _families(text: str) -> dict[str, tuple[str, frozenset[str]]]:
+    """The `sglang:` families that carry samples: type and label names (multiprocess
+    SGLang exports a declared family only once it has a series)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name.startswith("sglang:") and fam.samples:
+            labels = frozenset(k for s in fam.samples for k in s.labels if k not in ("le",))
+            out[fam.name] = (fam.type, labels)
+    return out
+
+
+def test_metrics_are_a_subset_of_the_real_ones() -> None:
+    """After a request, every `sglang:` family the sim at 0.5.17 serves is one the real
+    baseline server served (metrics-baseline.txt), with the same type and label names."""
+    import json
+
+    real = _families((FIX / "metrics-baseline.txt").read_text())
+    with SimProcess(tp=1, eagle3=False, load=0.3, extra=["--sim-sglang-version", "0.5.17"]) as s:
+        s.wait_ready()
+        body = json.dumps({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 4}})
+        req = urllib.request.Request(f"http://127.0.0.1:{s.port}/generate", body.encode(),
+                                     {"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.status == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{s.port}/metrics", timeout=30) as r:
+            sim = _families(r.read().decode())
+    assert sim and set(sim) <= set(real), sorted(set(sim) - set(real))
+    assert {k: sim[k] for k in sim} == {k: real[k] for k in sim}

@@ -186,7 +186,7 @@ class SimMetrics:
         spec = family(
             Counter, m.SPEC_VERIFY_CALLS_TOTAL, "Number of speculative decoding verification calls."
         )
-        self.spec_verify_calls = spec[0].labels(**spec[1])  # type: ignore[attr-defined]
+        self._spec_verify = spec  # its series appears at the first verify, as in SGLang
         self._ttft = family(
             Histogram,
             m.TIME_TO_FIRST_TOKEN_SECONDS,
@@ -207,6 +207,12 @@ class SimMetrics:
             buckets=E2E_BUCKETS,
         )
         self._e2e = e2e
+
+    def count_verify(self, calls: int) -> None:
+        """SGLang's tokenizer metrics add `spec_verify_ct` when it is > 0 (the series is
+        created then: a baseline server exports none)."""
+        if calls > 0:
+            self._child(self._spec_verify).inc(calls)
 
     @staticmethod
     def _child(fam: tuple[object, dict], **extra: str) -> Any:

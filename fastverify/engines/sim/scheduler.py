@@ -423,7 +423,7 @@ class Scheduler(threading.Thread):
         if self.metrics:
             self.metrics.decode_pass()
             if eagle and running:
-                self.metrics.spec_verify_calls.inc(len(running))
+                self.metrics.count_verify(len(running))
         self._account(produced, accepted, len(drafts))
         if self.forward_ct % self.decode_log_interval == 0:
             batch_tokens = sum(r.prompt_tokens + r.generated for r in running)
