@@ -443,6 +443,17 @@ def spans(src: Source) -> dict[str, object]:
                     test = getattr(getattr(sub, "parent", None), "test", None)
                     if test is not None and "TARGET_VERIFY" in ast.unparse(test):
                         verify_stage = value
+    # the coarse stage ranges the speculative workers open (spec_utils.spec_stage_span)
+    stage_spans: set[str] = set()
+    for f in src.grep("spec_stage_span("):
+        for node in ast.walk(src.tree(f)):
+            if (
+                isinstance(node, ast.Call)
+                and ast.unparse(node.func).endswith("spec_stage_span")
+                and node.args
+                and const_str(node.args[0])
+            ):
+                stage_spans.add(const_str(node.args[0]))
     if uses_mode_names:
         stages |= set(forward_modes(src))
     if stages and verify_stage is None and "TARGET_VERIFY" in stages:
@@ -452,6 +463,7 @@ def spans(src: Source) -> dict[str, object]:
         "stages": sorted(stages),
         "verify_stage": verify_stage,
         "draft_stage": "DRAFT" if "DRAFT" in stages else None,
+        "stage_spans": sorted(stage_spans),
     }
 
 

@@ -104,3 +104,45 @@ def test_metrics_are_a_subset_of_the_real_ones() -> None:
             sim = _families(r.read().decode())
     assert sim and set(sim) <= set(real), sorted(set(sim) - set(real))
     assert {k: sim[k] for k in sim} == {k: real[k] for k in sim}
+
+
+def _span_counts(events: list[dict]) -> dict[tuple[str, str], int]:
+    """Step and stage ranges per annotation kind, by name up to its first space."""
+    import collections
+
+    names = ("step[", "draft")
+    out: collections.Counter = collections.Counter()
+    for e in events:
+        n = e.get("name", "")
+        if e.get("cat") in ("user_annotation", "gpu_user_annotation") and n.startswith(names):
+            out[(e["cat"], n.split(" ")[0])] += 1
+    return dict(out)
+
+
+@pytest.mark.parametrize(
+    ("fixture", "eagle3"),
+    [("trace-baseline-TP-0.trace.json.gz", False), ("trace-eagle3-TP-0.trace.json.gz", True)],
+)
+def test_trace_ranges_are_the_real_ones(fixture: str, eagle3: bool, tmp_path: Path) -> None:
+    """A 5-step profile window under one request: the same ranges as the real server's
+    (baseline `step[DECODE ..]`; EAGLE-3 `step[TARGET_VERIFY ..]` and one `draft` and one
+    `draft_extend` range per cycle, no step span for the drafter's graph replays)."""
+    import gzip
+    import json
+    import threading
+
+    real = json.loads(gzip.decompress((FIX / fixture).read_bytes()))["traceEvents"]
+    with SimProcess(tp=1, eagle3=eagle3, load=0.3, extra=["--sim-sglang-version", "0.5.17"]) as s:
+        s.wait_ready()
+        gen = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 200}}
+        bg = threading.Thread(target=s.post_json, args=("/generate", gen), daemon=True)
+        bg.start()
+        status, _, body = s.request("POST", "/start_profile", {
+            "output_dir": str(tmp_path), "num_steps": 5, "activities": ["CPU", "GPU"],
+        }, timeout=60)  # fmt: skip
+        assert status == 200, body
+        bg.join(60)
+    (trace,) = tmp_path.glob("*.trace.json.gz")
+    sim = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    want = {k: v for k, v in _span_counts(real).items()}
+    assert _span_counts(sim) == want

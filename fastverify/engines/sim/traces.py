@@ -447,6 +447,7 @@ class _Template:
                 evs = [e for e in evs if e.get("cat") not in _ANNOTATIONS]
             cpu += 5.0
             events.extend(evs)
+        events = _merge_stage_ranges(events)
         self.events = events
         self.rel_ts = [e["ts"] for e in events]
         self.n_corr = ids.correlation
@@ -477,6 +478,26 @@ class _Template:
                 if "Ev Idx" in e["args"]:
                     e["args"]["Ev Idx"] = base + ext_off - 1
         return self.events
+
+
+STAGE_RANGES = ("draft", "draft_extend")
+
+
+def _merge_stage_ranges(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One `draft` range over a cycle's consecutive draft forwards (per annotation kind),
+    as spec_stage_span opens one around the drafter's loop."""
+    out: list[dict[str, Any]] = []
+    last: dict[str, dict[str, Any]] = {}  # annotation kind -> the open stage range
+    for e in events:
+        cat, name = e.get("cat"), e.get("name")
+        if cat in _ANNOTATIONS:
+            if name in STAGE_RANGES and cat in last and last[cat]["name"] == name:
+                first = last[cat]
+                first["dur"] = round(e["ts"] + e["dur"] - first["ts"], 3)
+                continue
+            last[cat] = e if name in STAGE_RANGES else {"name": None}
+        out.append(e)
+    return out
 
 
 def _cycle_batches(
@@ -530,10 +551,11 @@ class SpanNaming:
     - 0.5.20 and later (`utils/profile_utils.py`): `step[VERIFY ...]`, `step[DRAFT ...]`
       (the cost model's own names);
     - 0.5.11 .. 0.5.19 (`step[{mode.name} bs={bs}]`, model_runner / profile_utils): the
-      forward mode's name: `step[TARGET_VERIFY ...]`, draft steps `step[DECODE ...]`
-      (`speculative/eagle_draft_cuda_graph_runner.py` captures DECODE mode), the draft
-      extend `step[DRAFT_EXTEND_V2 ...]` (`speculative/*.py`); checked in each wheel by
-      tests/contract/test_sglang_facts_contract.py;
+      forward mode's name: `step[TARGET_VERIFY ...]`; the drafter's forwards
+      `step[DECODE ...]` and its extend `step[DRAFT_EXTEND_V2 ...]` up to 0.5.13, from
+      0.5.14 one `draft` and one `draft_extend` range per cycle (spec_stage_span, the facts'
+      `stage_spans`); checked in each wheel by tests/contract/test_sglang_facts_contract.py
+      and against the real 0.5.17 trace by tests/integration/test_sim_fidelity_0517.py;
     - 0.5.10 and earlier: no step spans (None: the forward's kernels only)."""
 
     def __init__(self, sglang_version: str) -> None:
@@ -543,6 +565,11 @@ class SpanNaming:
         self.spans = bool(facts.has("step_spans"))
         self.verify = facts.verify_stage or spans.VERIFY
         self.draft = facts.spans.get("draft_stage")
+        # 0.5.14 .. 0.5.19: the drafter's graph replays open no step span; its stages are
+        # spec_stage_span("draft") / ("draft_extend") ranges (one each per cycle, as the
+        # real 0.5.17 trace on the H200 shows: tests/fixtures/sglang-0.5.17-h200/)
+        stages = set(facts.spans.get("stage_spans") or ())
+        self.draft_by_stage = self.draft is None and {"draft", "draft_extend"} <= stages
 
     def name(self, name: str, after_verify: bool = False) -> str | None:
         if not self.spans:
@@ -552,6 +579,8 @@ class SpanNaming:
             return name
         if step.is_verify:
             stage = self.verify
+        elif step.is_draft and self.draft_by_stage:
+            return "draft_extend" if after_verify else "draft"
         elif step.is_draft:
             stage = "DRAFT_EXTEND_V2" if after_verify else "DECODE"
         else:

@@ -191,7 +191,10 @@ def test_large_trace_streams_quickly(tmp_path: Path) -> None:
     ("version", "verify", "drafts"),
     [("0.5.23", "step[VERIFY bs=1]", {"step[DRAFT bs=1]"}),
      ("0.5.20", "step[VERIFY bs=1]", {"step[DRAFT bs=1]"}),
-     ("0.5.15", "step[TARGET_VERIFY bs=1]", {"step[DECODE bs=1]", "step[DRAFT_EXTEND_V2 bs=1]"}),
+     # 0.5.14 .. 0.5.19: the drafter's stages as spec_stage_span ranges (as the real
+     # 0.5.17 trace on the H200), 0.5.11 .. 0.5.13 its forwards by forward-mode name
+     ("0.5.15", "step[TARGET_VERIFY bs=1]", {"draft", "draft_extend"}),
+     ("0.5.12", "step[TARGET_VERIFY bs=1]", {"step[DECODE bs=1]", "step[DRAFT_EXTEND_V2 bs=1]"}),
      ("0.5.10", None, set())],
 )  # fmt: skip
 def test_step_spans_are_named_as_the_played_release_names_them(
