@@ -360,7 +360,7 @@ async def _keep_loaded(cfg: BenchConfig, stop: threading.Event, counts: dict[str
     import httpx
 
     url = cfg.url.rstrip("/")
-    prompts = make_prompts(max(64, cfg.concurrency * 4), cfg.input_len, cfg.seed)
+    prompts = prompt_list(cfg)  # the bench window's own prompts (its dataset, else random ids)
     for key in ("sent", "finished", "failed"):
         counts.setdefault(key, 0)
     limits = httpx.Limits(max_connections=cfg.concurrency + 4)
@@ -372,7 +372,10 @@ async def _keep_loaded(cfg: BenchConfig, stop: threading.Event, counts: dict[str
             while not stop.is_set():
                 rec = RequestRecord(start=time.perf_counter())
                 counts["sent"] += 1
-                await _one_request(client, url, prompts[i % len(prompts)], cfg, rec)
+                try:
+                    await _one_request(client, url, prompts[i % len(prompts)], cfg, rec)
+                except Exception as exc:  # counted as failed: never a silent stall
+                    rec.error = f"{type(exc).__name__}: {exc}"
                 i += cfg.concurrency
                 if rec.error:
                     counts["failed"] += 1

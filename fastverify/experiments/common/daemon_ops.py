@@ -142,5 +142,6 @@ def _progress(
         emit(
             f"  trace window: waiting for {steps} step(s) for {time.monotonic() - t0:.0f} s "
             f"(load: {concurrency} request(s) in flight, {counts.get('finished', 0)} "
-            f"finished; the daemon gives up after its capture timeout)"
+            f"finished, {counts.get('failed', 0)} failed; the daemon gives up after its "
+            "capture timeout)"
         )
