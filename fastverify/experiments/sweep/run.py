@@ -44,8 +44,6 @@ active before the sweep are restored.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -53,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.config import LOAD_FORMATS, TRIAL_LOAD_FORMAT
+from fastverify.durable import append_jsonl, read_jsonl
 from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
 from fastverify.experiments.common import stats
 from fastverify.experiments.sweep import trial
@@ -143,30 +142,14 @@ class SweepConfig:
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
-    """Append one JSON line and make it durable before returning."""
-    line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(line)
-        fh.flush()
-        os.fsync(fh.fileno())
+    """Append one JSON line and make it durable before returning (a torn last line left by
+    a crash is ended first, so the record is not lost with it)."""
+    append_jsonl(path, record)
 
 
 def load_records(path: Path) -> list[dict[str, Any]]:
     """Every complete record of `path` (a torn last line from a crash is ignored)."""
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    return read_jsonl(path)
 
 
 # ------------------------------------------------------------------ statistics
