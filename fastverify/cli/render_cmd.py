@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from fastverify.cli.groups import SuggestingGroup
+from fastverify.durable import atomic_write_text
 
 
 def _emit(text: str, output: str) -> None:
@@ -20,10 +21,7 @@ def _emit(text: str, output: str) -> None:
         sys.stdout.write(text)
         return
     path = Path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, text, mode=0o644)
     click.echo(f"wrote {path}", err=True)
 
 

@@ -3,8 +3,9 @@ derive_tuner/worker.py) share.
 
 Standard library only: a rank runs with exactly the profile's environment, without
 fastverify on its import path, so each script puts this folder on `sys.path` and imports
-this file alone. It loads the project's NCCL binding (`fastverify/nccl/pynccl.py`) and
-FlashInfer's PCIe-IPC driver (`pcie_ipc_worker.py` beside it) the same way.
+this file alone. It loads the project's NCCL binding (`fastverify/nccl/pynccl.py`), its
+durable-file module (`fastverify/durable.py`, for the rank's report) and FlashInfer's
+PCIe-IPC driver (`pcie_ipc_worker.py` beside it) the same way.
 """
 
 from __future__ import annotations
@@ -77,3 +78,15 @@ def load_pcie_ipc() -> Any:
     return sys.modules.get("fastverify_pcie_ipc_worker") or _load(
         "fastverify_pcie_ipc_worker", HERE / "pcie_ipc_worker.py"
     )
+
+
+def load_durable() -> Any:
+    """fastverify/durable.py: atomic writes and JSON-lines appends (standard library only)."""
+    return sys.modules.get("fastverify_durable") or _load(
+        "fastverify_durable", HERE.parents[1] / "durable.py"
+    )
+
+
+def write_report(path: str, doc: dict[str, Any]) -> None:
+    """The rank's JSON report, written atomically: the orchestrator never reads half of one."""
+    load_durable().atomic_write_json(path, doc, indent=1, sort_keys=False)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fastverify.durable import atomic_write_text
 from fastverify.experiments.derive_tuner import derive as dt
 
 
@@ -101,9 +102,6 @@ def write_nccl_csv(table: Path, out: Path) -> dict[str, Any]:
         [f"from {table.name}, fastverify's table", "load: NCCL_TUNER_PLUGIN=<NCCL's example "
          "plugin, 2.29+> NCCL_TUNER_CONFIG_FILE=<this file>"],
     )  # fmt: skip
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(out)
+    atomic_write_text(out, text, mode=0o644)
     rows = sum(1 for ln in text.splitlines() if ln and not ln.startswith("#"))
     return {"path": str(out), "rows": rows, "notes": notes}

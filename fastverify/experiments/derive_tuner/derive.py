@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastverify.durable import atomic_write_json, atomic_write_text, read_jsonl
 from fastverify.tuner.table import TableRow, render
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -194,15 +195,6 @@ def merge_ranks(per_rank: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _read_lines(path: Path) -> list[dict[str, Any]]:
-    out = []
-    with contextlib.suppress(OSError):
-        for line in path.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(line))
-    return out
-
-
 def run_ranks(
     env: Mapping[str, str],
     cfg: DeriveConfig,
@@ -258,7 +250,7 @@ def run_ranks(
         heads: list[dict[str, Any]] = []
         while True:
             running = any(p.poll() is None for p in procs)
-            docs = [_read_lines(o) for o in outs]
+            docs = [read_jsonl(o) for o in outs]
             sizes_by_rank = [[d["size"] for d in doc if "size" in d] for doc in docs]
             ready = min(len(s) for s in sizes_by_rank)
             while reported < ready:
@@ -355,9 +347,8 @@ def derive(
 
         def on_size(row: dict[str, Any]) -> None:
             done[int(row["bytes"])] = row
-            tmp = state_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"fingerprint": fp, "sizes": list(done.values())}))
-            os.replace(tmp, state_path)
+            state = {"fingerprint": fp, "sizes": list(done.values())}
+            atomic_write_json(state_path, state, indent=None, sort_keys=False, mode=0o644)
             if on_event:
                 d = decide(row, cfg.noise_floor)
                 verdict = "keep NCCL's" if d.get("keep_default") else f"use {d.get('best')}"
@@ -432,17 +423,13 @@ def write_outputs(
         f"(floor {report['noise_floor']:.0%})",
         *comments,
     ]
-    tmp = table.with_suffix(".tmp")
-    tmp.write_text(render(report["table_rows"], notes))
-    os.replace(tmp, table)
+    atomic_write_text(table, render(report["table_rows"], notes), mode=0o644)
     text = profile_text(
         table.name,
         f"NCCL tuner table measured on this host ({len(report['rows'])} rows) over {base_profile}",
         base_profile,
     )
-    tmp = profile.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, profile)
+    atomic_write_text(profile, text, mode=0o644)
     return table, profile
 
 

@@ -39,6 +39,7 @@ import time
 import traceback
 from typing import Any
 
+from fastverify.durable import append_jsonl
 from fastverify.experiments.common.rank_support import replay_ms
 from fastverify.nccl import pynccl
 
@@ -253,13 +254,6 @@ def _err(exc: BaseException) -> str:
     return text.splitlines()[0][:400]
 
 
-def _emit(path: str, doc: dict[str, Any]) -> None:
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(doc) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
@@ -293,9 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         head["error"] = f"process group init failed: {_err(exc)}"
         head["traceback"] = traceback.format_exc()[-2000:]
-        _emit(args.out, {"head": head})
+        append_jsonl(args.out, {"head": head})
         return 2
-    _emit(args.out, {"head": head})
+    append_jsonl(args.out, {"head": head})
     bad = 0
     for nbytes in sizes:
         use = [c for c in cands if c.count("/") < 2 or nbytes >= args.channel_sizes_from]
@@ -304,13 +298,13 @@ def main(argv: list[str] | None = None) -> int:
         bad += bool(row.get("error")) or any(
             c.get("correct") is False for c in row["candidates"].values()
         )
-        _emit(args.out, {"size": row})
+        append_jsonl(args.out, {"size": row})
         print(json.dumps({"rank": worker.rank, "bytes": nbytes}), flush=True)
     try:
         worker.group.destroy()
     except Exception as exc:  # teardown trouble is reported, not fatal
         head["teardown_error"] = _err(exc)
-    _emit(args.out, {"done": True, "wall_s": time.perf_counter() - t0, "failed_sizes": bad})
+    append_jsonl(args.out, {"done": True, "wall_s": time.perf_counter() - t0, "failed_sizes": bad})
     return 1 if bad else 0
 
 

@@ -357,15 +357,6 @@ class Rank:
         return row, graph_ok
 
 
-def _write(path: str, doc: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
@@ -441,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["error"] = f"process group init failed: {rank_support.err(exc)}"
         doc["traceback"] = traceback.format_exc()[-2000:]
         doc["wall_s"] = time.perf_counter() - t_start
-        _write(args.out, doc)
+        rank_support.write_report(args.out, doc)
         print(json.dumps({"rank": doc["rank"], "status": "failed", "error": doc["error"]}))
         return 2
 
@@ -465,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # teardown trouble is reported, not fatal
         doc["teardown_error"] = rank_support.err(exc)
     doc["wall_s"] = time.perf_counter() - t_start
-    _write(args.out, doc)
+    rank_support.write_report(args.out, doc)
     print(json.dumps({"rank": doc["rank"], "status": doc["status"], "sizes": len(doc["sizes"])}))
     return 0 if not failed else 1
 

@@ -629,13 +629,6 @@ class Rank:
         return {"cycles": cycles, "spans_per_cycle": order, "window_s": time.perf_counter() - t0}
 
 
-def _write(path: str, doc: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1)
-    os.replace(tmp, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--job", required=True, help="JSON job written by fastverify's rehearse")
@@ -669,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["error"] = f"process group init failed: {rank_support.err(exc)}"
         doc["traceback"] = traceback.format_exc()[-2000:]
         doc["wall_s"] = time.perf_counter() - t_start
-        _write(args.out, doc)
+        rank_support.write_report(args.out, doc)
         return 2
 
     failed = False
@@ -729,7 +722,7 @@ def _finish(doc: dict[str, Any], rank: Rank, out: str, failed: bool, t_start: fl
     doc["wall_s"] = time.perf_counter() - t_start
     # The report goes out before teardown: on 2 x H200 (torch 2.11, NCCL 2.28.9) a rank that
     # had replayed graphs holding NCCL kernels did not return from teardown within a minute.
-    _write(out, doc)
+    rank_support.write_report(out, doc)
     code = 1 if failed else 0
     if rank.cuda:
         # Drop the graphs, then leave without destroy_process_group and without atexit
@@ -745,7 +738,7 @@ def _finish(doc: dict[str, Any], rank: Rank, out: str, failed: bool, t_start: fl
         rank.group.destroy()
     except Exception as exc:
         doc["teardown_error"] = rank_support.err(exc)
-        _write(out, doc)
+        rank_support.write_report(out, doc)
     return code
 
 

@@ -35,5 +35,5 @@ def store(tune_dir: Path, result: Mapping[str, Any]) -> Path | None:
     if not fp.get("id") or not (result.get("decision") or {}).get("applied"):
         return None
     path = tune_dir / CACHE_DIR / f"{fp['id']}.json"
-    atomic_write_json(path, result)
+    atomic_write_json(path, result, mode=0o644)
     return path

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from fastverify.durable import atomic_write_text
 from fastverify.experiments.tune.context import Ctx, StageResult, TuneConfig
 
 
@@ -191,7 +192,7 @@ def preflight(ctx: Ctx) -> StageResult:
         report = pf.run_preflight(_load([r["name"] for r in rows]), cfg, on_event=ctx.emit)
     except pf.PreflightError as exc:
         return StageResult("failed", f"preflight: {exc}")
-    (ctx.out / "preflight.json").write_text(to_json(report) + "\n", encoding="utf-8")
+    atomic_write_text(ctx.out / "preflight.json", to_json(report) + "\n", mode=0o644)
     ctx.journal.record_time("preflight", report["total_wall_s"] / max(1, len(rows)))
     table, survivors = preflight_verdicts(report, compare_speed=ctx.cfg.backend != "gloo")
     return StageResult(
@@ -227,7 +228,7 @@ def rehearse(ctx: Ctx) -> StageResult:
         report = rh.run_rehearsal(_load(names), cfg, on_event=ctx.emit)
     except pf.PreflightError as exc:
         return StageResult("failed", f"rehearse: {exc}")
-    (ctx.out / "rehearse.json").write_text(to_json(report) + "\n", encoding="utf-8")
+    atomic_write_text(ctx.out / "rehearse.json", to_json(report) + "\n", mode=0o644)
     ctx.journal.record_time("rehearse", report["wall_s"] / max(1, len(names)))
     keys = (
         "profile",

@@ -97,4 +97,4 @@ class Journal:
         data = self.times()
         values = [v for v in data.get(key, []) if isinstance(v, int | float)][-4:]
         data[key] = [*values, round(float(seconds_per_unit), 3)]
-        atomic_write_json(self.times_path, data, indent=1)
+        atomic_write_json(self.times_path, data, indent=1, mode=0o644)
