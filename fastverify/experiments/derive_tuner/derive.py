@@ -28,7 +28,6 @@ import hashlib
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.durable import atomic_write_json, atomic_write_text, read_jsonl
+from fastverify.experiments.common.ranks import RankGroup, rank_workdir
 from fastverify.tuner.table import TableRow, render
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -50,6 +50,7 @@ NOISE_FLOOR = 0.03
 STATE_FILE = "derive-state.json"
 EventFn = Callable[[str], None]
 SERVER_LIKE_ENV = {"NCCL_GRAPH_REGISTER": "0"}  # what SGLang sets itself with TP > 1
+PEER_GRACE_S = 2.0  # a rank died: its peers get this long to notice and report
 
 
 class DeriveError(RuntimeError):
@@ -208,79 +209,45 @@ def run_ranks(
     """Start the ranks, stream finished sizes (merged) to `on_size`, return
     {head, sizes, logs, wall_s}. Ranks are started in their own sessions and only they
     are stopped on timeout or interrupt."""
-    from fastverify.experiments.common.ranks import kill_rank, start_rank
-    from fastverify.experiments.preflight.run import free_port
-
     python = cfg.python or sys.executable
-    port = free_port()
     pkg_root = str(Path(__file__).resolve().parents[3])  # the folder holding fastverify/
-    procs: list[subprocess.Popen] = []
-    outs, logs = [], []
-    t0 = time.perf_counter()
-    try:
-        for rank in range(cfg.world):
-            out = workdir / f"{tag}.rank{rank}.jsonl"
-            log = workdir / f"{tag}.rank{rank}.nccl.log"
-            for stale in (out, log):
-                stale.unlink(missing_ok=True)
-            rank_env = dict(env)
-            rank_env.update(
-                NCCL_DEBUG_FILE=str(log),
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port),
-                RANK=str(rank),
-                LOCAL_RANK=str(rank),
-                WORLD_SIZE=str(cfg.world),
-                PYTHONUNBUFFERED="1",
-                PYTHONPATH=os.pathsep.join([pkg_root, *filter(None, [env.get("PYTHONPATH", "")])]),
-            )
-            argv = [
-                python, str(WORKER), "--backend", cfg.backend, "--call", cfg.call,
-                "--sizes", ",".join(str(s) for s in sizes),
-                "--candidates", ",".join(candidates),
-                "--rounds", str(cfg.rounds), "--out", str(out),
-            ]  # fmt: skip
-            if cfg.fake_costs:
-                argv += ["--fake-costs", cfg.fake_costs]
-            procs.append(start_rank(argv, rank_env, workdir / f"{tag}.rank{rank}.stdout"))
-            outs.append(out)
-            logs.append(log)
-        reported = 0
-        merged: list[dict[str, Any]] = []
-        heads: list[dict[str, Any]] = []
-        while True:
-            running = any(p.poll() is None for p in procs)
-            docs = [read_jsonl(o) for o in outs]
-            sizes_by_rank = [[d["size"] for d in doc if "size" in d] for doc in docs]
-            ready = min(len(s) for s in sizes_by_rank)
-            while reported < ready:
-                row = merge_ranks([s[reported] for s in sizes_by_rank])
-                merged.append(row)
-                if on_size:
-                    on_size(row)
-                reported += 1
-            if not running:
-                heads = [next((d["head"] for d in doc if "head" in d), {}) for doc in docs]
-                break
-            if time.perf_counter() - t0 > cfg.timeout_s:
-                raise DeriveError(f"ranks did not finish within {cfg.timeout_s:.0f} s")
-            bad = [p for p in procs if p.poll() not in (None, 0, 1)]
-            if bad:
-                time.sleep(2.0)  # let the peers notice and report
-                if any(p.poll() is None for p in procs):
-                    for p in procs:
-                        kill_rank(p)
-            time.sleep(0.05)
-    except BaseException:
-        for p in procs:
-            kill_rank(p)
-        raise
+    pythonpath = os.pathsep.join([pkg_root, *filter(None, [env.get("PYTHONPATH", "")])])
+
+    def argv(_rank: int, out: Path) -> list[str]:
+        return [
+            python, str(WORKER), "--backend", cfg.backend, "--call", cfg.call,
+            "--sizes", ",".join(str(s) for s in sizes),
+            "--candidates", ",".join(candidates),
+            "--rounds", str(cfg.rounds), "--out", str(out),
+        ] + (["--fake-costs", cfg.fake_costs] if cfg.fake_costs else [])  # fmt: skip
+
+    merged: list[dict[str, Any]] = []
+    docs: list[list[dict[str, Any]]] = []
+
+    def collect() -> None:
+        """Merge every size all ranks have finished since the last look; stream it."""
+        docs[:] = [read_jsonl(o) for o in group.reports_paths]
+        sizes_by_rank = [[d["size"] for d in doc if "size" in d] for doc in docs]
+        ready = min(len(s) for s in sizes_by_rank)
+        while len(merged) < ready:
+            row = merge_ranks([s[len(merged)] for s in sizes_by_rank])
+            merged.append(row)
+            if on_size:
+                on_size(row)
+
+    with RankGroup(workdir, tag, cfg.world, report_suffix=".jsonl") as group:
+        group.start({**env, "PYTHONPATH": pythonpath}, argv)
+        waited = group.wait(cfg.timeout_s, tag, peer_grace_s=PEER_GRACE_S, on_poll=collect)
+    if waited["timed_out"]:
+        raise DeriveError(f"ranks did not finish within {cfg.timeout_s:.0f} s")
+    collect()
+    heads = [next((d["head"] for d in doc if "head" in d), {}) for doc in docs]
     errors = [h.get("error") for h in heads if h.get("error")]
     if errors or len(merged) < len(sizes):
         tails = []
         for rank in range(cfg.world):
             with contextlib.suppress(OSError):
-                text = (workdir / f"{tag}.rank{rank}.stdout").read_text(errors="replace")
+                text = group.stdout(rank).read_text(errors="replace")
                 tails.append(text.strip().splitlines()[-1:] if text.strip() else [])
         detail = errors[0] if errors else f"last output: {tails}"
         raise DeriveError(
@@ -290,9 +257,9 @@ def run_ranks(
     return {
         "head": heads[0] if heads else {},
         "sizes": merged,
-        "logs": [str(p) for p in logs],
-        "wall_s": time.perf_counter() - t0,
-        "returncodes": [p.returncode for p in procs],
+        "logs": [str(group.nccl_log(r)) for r in range(cfg.world)],
+        "wall_s": time.perf_counter() - group.started_at,
+        "returncodes": [p.returncode for p in group.procs],
     }
 
 
@@ -322,8 +289,6 @@ def derive(
         from fastverify.tuner.plugin import not_found_message
 
         raise DeriveError(not_found_message())
-    from fastverify.experiments.common.ranks import rank_workdir
-
     with rank_workdir(cfg.workdir, "derive-") as workdir:
         empty = workdir / "empty.tuner.csv"
         empty.write_text("# no rows: NCCL chooses unless the derivation forces a candidate\n")

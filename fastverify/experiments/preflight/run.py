@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -38,11 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.experiments.common import allreduce as allreduce_candidate
-from fastverify.experiments.common.ranks import (
-    env_mismatch as differing_nccl_vars,
-)
-from fastverify.experiments.common.ranks import kill_rank, rank_reports, rank_workdir, start_rank
-from fastverify.experiments.common.ranks import rank_env as make_rank_env
+from fastverify.experiments.common.ranks import RankGroup, rank_workdir
 from fastverify.experiments.common.stats import percentile
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -205,37 +199,6 @@ def visible_gpus() -> int:
     except (OSError, subprocess.TimeoutExpired):
         return 0
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-
-
-def free_port(rng: random.Random | None = None) -> int:
-    """A free TCP port for the ranks' rendezvous, below the kernel's ephemeral range when
-    there is room: the port is free now, but rank 0 binds it only after starting Python and
-    torch, and in that window every outgoing connection on the machine takes an ephemeral
-    port (a port from `bind(0)` is one of them). Falls back to `bind(0)`."""
-    low = _ephemeral_low()
-    rng = rng or random.Random()
-    for _ in range(50):
-        port = rng.randrange(RENDEZVOUS_PORTS_FROM, low) if low > RENDEZVOUS_PORTS_FROM else 0
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-RENDEZVOUS_PORTS_FROM = 20000
-
-
-def _ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
-    """The first port of the kernel's ephemeral range (0 when unknown)."""
-    try:
-        return int(Path(path).read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 # ------------------------------------------------------------------ NCCL debug logs
@@ -405,72 +368,32 @@ def run_profile(
     `pcie_ipc_max_numel` > 0: a pcie_ipc candidate (FlashInfer's kernels up to that size).
     `gpus` > 0: the ranks share that many GPUs (no NCCL communicator: `--no-nccl`)."""
     python = cfg.python or sys.executable
-    port = free_port()
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
     elem = 2 if cfg.backend == "nccl" else 4  # bf16 on NCCL, float32 on gloo
-    rank_env_base = {**env, **NCCL_DEBUG_ENV}
-    procs: list[subprocess.Popen] = []
-    outs: list[Path] = []
-    try:
-        t0 = time.perf_counter()
-        for rank in range(world):
-            out = workdir / f"{safe}.rank{rank}.json"
-            log = workdir / f"{safe}.rank{rank}.nccl.log"
-            for stale in (out, log):
-                stale.unlink(missing_ok=True)
-            rank_env = make_rank_env(rank_env_base, rank, world, port, log, gpus)
-            argv = [
-                python, str(WORKER), "--backend", cfg.backend, "--call", cfg.call,
-                "--hidden-size", str(cfg.hidden_size),
-                "--tokens", ",".join(str(t) for t in cfg.tokens),
-                "--numels", ",".join(str(max(1, b // elem)) for b in cfg.sizes_bytes),
-                "--iters", str(cfg.iters), "--warmup", str(cfg.warmup), "--out", str(out),
-                "--graph-ops", str(cfg.graph_ops), "--scale-bytes", str(cfg.scale_bytes),
-                "--pcie-ipc-max-numel", str(pcie_ipc_max_numel),
-            ] + (["--no-nccl"] if gpus else [])  # fmt: skip
-            procs.append(start_rank(argv, rank_env, workdir / f"{safe}.rank{rank}.stdout"))
-            outs.append(out)
 
-        timed_out = False
-        deadline = t0 + cfg.timeout_s
-        first_exit: float | None = None
-        last_note = t0
-        while any(p.poll() is None for p in procs):
-            now = time.perf_counter()
-            exited_bad = [p for p in procs if p.poll() not in (None, 0, 1)]
-            if exited_bad and first_exit is None:
-                first_exit = now
-            # A rank that died in init leaves its peers waiting in the rendezvous: give them a
-            # moment to report, then stop them.
-            if now > deadline or (first_exit is not None and now - first_exit > 10.0):
-                timed_out = now > deadline
-                for p in procs:
-                    kill_rank(p)
-                break
-            if on_event and now - last_note > 15.0:
-                on_event(f"  {name}: still running ({now - t0:.0f} s)")
-                last_note = now
-            time.sleep(0.05)
-    except BaseException:
-        # Interrupted (Ctrl-C) or a rank could not start: stop every rank we started.
-        for p in procs:
-            kill_rank(p)
-        raise
-    wall = time.perf_counter() - t0
+    def argv(_rank: int, out: Path) -> list[str]:
+        return [
+            python, str(WORKER), "--backend", cfg.backend, "--call", cfg.call,
+            "--hidden-size", str(cfg.hidden_size),
+            "--tokens", ",".join(str(t) for t in cfg.tokens),
+            "--numels", ",".join(str(max(1, b // elem)) for b in cfg.sizes_bytes),
+            "--iters", str(cfg.iters), "--warmup", str(cfg.warmup), "--out", str(out),
+            "--graph-ops", str(cfg.graph_ops), "--scale-bytes", str(cfg.scale_bytes),
+            "--pcie-ipc-max-numel", str(pcie_ipc_max_numel),
+        ] + (["--no-nccl"] if gpus else [])  # fmt: skip
 
-    ranks = rank_reports(procs, outs, lambda r: workdir / f"{safe}.rank{r}.stdout", sizes=[])
-
-    nccl_logs = []
-    for rank in range(world):
-        log = workdir / f"{safe}.rank{rank}.nccl.log"
-        text = log.read_text(errors="replace") if log.exists() else ""
-        nccl_logs.append(parse_nccl_log(text))
+    with RankGroup(workdir, safe, world) as group:
+        group.start({**env, **NCCL_DEBUG_ENV}, argv, gpus)
+        waited = group.wait(cfg.timeout_s, name, on_event)
+    wall = time.perf_counter() - group.started_at
+    timed_out = waited["timed_out"]
+    ranks = group.reports(sizes=[])
+    nccl_logs = group.nccl_summaries()
     nccl0 = nccl_logs[0] if nccl_logs else parse_nccl_log("")
     sizes = _merge_sizes([r for r in ranks if r.get("sizes")] or ranks, world, nccl0["tuning"])
 
     init_errors = [r.get("error") for r in ranks if r.get("error")]
-    want = {k: v for k, v in rank_env_base.items() if k.startswith("NCCL_")}
-    env_mismatch = differing_nccl_vars(ranks, want)
+    env_mismatch = group.nccl_env_mismatch(ranks)
     result: dict[str, Any] = {
         "profile": name,
         "world_size": world,
