@@ -26,7 +26,7 @@ from fastverify.engines.sim import allreduce_sim, cli_args
 from fastverify.profiles import sglang_vars
 from fastverify.sglang import allreduce as ar
 from fastverify.sglang import envnames, flashinfer_facts
-from tests.contract.conftest import HERE
+from tests.support.contract import HERE
 
 FLASHINFER_VERSION = "0.7.2"
 

@@ -29,7 +29,7 @@ from fastverify.render_kubernetes import KubeOptions, render
 from fastverify.sglang.envrules import engine_env
 from fastverify.sglang.launch import LaunchArgs
 from fastverify.sglang.versions import PINNED_VERSION
-from tests.contract.conftest import run_probe
+from tests.support.contract import run_probe
 
 GROUP = 3  # the LWS group (replica) index of the pods whose argv is built
 LEADER_ADDRESS = "fastverify-3.fastverify.llm"  # the controller's value for that group

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import prom
-from tests.harness import DaemonHarness
+from tests.support import prom
+from tests.support.harness import DaemonHarness
 
 from .test_static import DASHBOARDS, dashboard_exprs
 

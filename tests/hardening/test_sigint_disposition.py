@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.harness import REPO, _scrubbed_env
+from tests.support.harness import REPO, _scrubbed_env
 
 SENDS_SIGINT = re.compile(r"(send_signal|kill|killpg)\([^)]*SIGINT")
 # ways a test sets it: the helper, DaemonHarness(sigint_ignored=...) (whose daemon always

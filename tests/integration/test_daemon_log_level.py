@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.harness import DaemonHarness
+from tests.support.harness import DaemonHarness
 
 QUIET = {"server": {"tp_size": 4, "mode": "eagle3", "extra_args": ["--log-level", "warning"]}}
 

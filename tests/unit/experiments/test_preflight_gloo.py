@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from fastverify.experiments.preflight import run as preflight
-from tests.harness import ctrl_c_reaches_it
+from tests.support.harness import ctrl_c_reaches_it
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "tests" / "fixtures" / "nccl-2.28.9-h200-1rank" / "nccl-info-ring-ll.log"

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from profiles_helpers import PCIE, SHIPPED
 
 from fastverify.profiles.envfile import parse_bytes
 from fastverify.profiles.store import ProfileStore
 from fastverify.profiles.validate import validate
+from tests.support.profiles import PCIE, SHIPPED
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fastverify.engines.sim import costmodel, traces
-from tests.field import RING_LL
+from tests.support.field import RING_LL
 
 FIXTURE = (
     Path(__file__).resolve().parents[2]

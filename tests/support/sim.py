@@ -1,6 +1,6 @@
-"""Helpers for the sim-engine integration tests: start `python -m fastverify.engines.sim`
-as a real child process in its own session, follow its output, talk HTTP to it, and
-stop exactly the process group it started. (No tests here.)"""
+"""Helpers for the sim-engine tests: start `python -m fastverify.engines.sim` as a real child
+process in its own session (`SimProcess`, or `sim_server` for a TP 8 server with metrics),
+follow its output, talk HTTP to it, and stop exactly the process group it started."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,14 +18,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from tests.support.net import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 READY = "The server is fired up and ready to roll!"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -267,3 +264,41 @@ def wait_gone(pids: Sequence[int], timeout: float) -> list[int]:
         if alive:
             time.sleep(0.05)
     return alive
+
+
+SIM_SERVER_TP = 8
+
+
+@contextlib.contextmanager
+def sim_server(tmp: Path, *extra: str) -> Iterator[str]:
+    """Start the sim in its own session with no NCCL_* variables; stop exactly that group."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    log = open(tmp / f"sim-{port}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastverify.engines.sim", "--model-path", "sim/x",
+         "--tp-size", str(SIM_SERVER_TP), "--host", "127.0.0.1", "--port", str(port),
+         "--enable-metrics", "--sim-load-seconds", "0.3", *extra],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp / f"sim-{port}.log").read_text()
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("sim did not become ready")
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()

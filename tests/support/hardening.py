@@ -11,15 +11,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 SHIPPED = REPO / "profiles"
 FULL = os.environ.get("FASTVERIFY_FULL", "") not in ("", "0")

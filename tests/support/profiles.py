@@ -1,4 +1,4 @@
-"""Shared constants and helpers for the profile tests (imported as a plain module)."""
+"""Shared constants and helpers for the profile tests."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 from fastverify.profiles.validate import Topology
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "profiles"
-DATA = Path(__file__).parent / "data"
+DATA = REPO / "tests" / "unit" / "profiles" / "data"
 PCIE = Topology(has_nvlink=False, source="test: PCIe only")
 NVLINK = Topology(has_nvlink=True, source="test: NVLink")
 UNKNOWN = Topology(has_nvlink=None, source="test: unknown")

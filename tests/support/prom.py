@@ -2,7 +2,7 @@
 TSDB, scraping given targets every second; queried over its HTTP API. No Debian service is
 touched: the binary runs as our child in its own session and is stopped by its pid.
 
-    from tests.prom import Prometheus
+    from tests.support.prom import Prometheus
 
     with Prometheus(tmp_path, targets=["127.0.0.1:9464"]) as prom:   # waits for /-/ready
         prom.wait_for("fastverify_up == 1", timeout=15)             # until the query has data
@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -34,6 +33,8 @@ import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from tests.support.net import free_port
 
 
 def find_binary() -> str | None:
@@ -48,12 +49,6 @@ def find_binary() -> str | None:
 
 def available() -> bool:
     return find_binary() is not None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PromError(RuntimeError):
@@ -77,7 +72,7 @@ class Prometheus:
         self.binary = binary or find_binary()
         if self.binary is None:
             raise PromError("prometheus binary not found (apt-get install prometheus)")
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.dir / "prometheus.log"
         self.config_path = self.dir / "prometheus.yml"

@@ -19,9 +19,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.unit.tuner.tuner_abi import (
+from tests.support.tuner_abi import (
     LL,
     LL128,
     LOGGER,

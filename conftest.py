@@ -1,5 +1,9 @@
-"""Fixtures for the tuner tests: the real plugin, built once per session with the
-project's own build script (scripts/build-tuner.sh, the system C compiler)."""
+"""The suite's root: fixtures every test directory may use, beside tests/support/ (the
+helpers: `from tests.support.X import ...`; a test module never imports another).
+
+`plugin_so`: the project's NCCL tuner plugin, built once per session by its own build script
+(scripts/build-tuner.sh, the system C compiler).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="session")
