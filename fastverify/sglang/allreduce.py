@@ -58,7 +58,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastverify.sglang.envnames import (  # noqa: F401  (the dispatch's names, re-exported)
+from fastverify.sglang.envvars import (  # noqa: F401  (the dispatch's names, re-exported)
     ALLREDUCE_VARS,
     BOOL_FALSE,
     BOOL_TRUE,
