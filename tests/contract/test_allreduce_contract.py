@@ -341,7 +341,7 @@ def test_sglang_points_flashinfer_at_its_cache_dir(
 
 def test_flashinfer_copy_engine_kernels(flashinfer: Path) -> None:
     """The copy-engine tactics' kernels, their streams and their closing handshake, as the
-    trace reader (fastverify/exporters/ce_groups.py) folds them into one all-reduce."""
+    trace reader (fastverify/traces/ce_groups.py) folds them into one all-reduce."""
     comm = flashinfer / "data" / "include" / "flashinfer" / "comm"
     ring = (comm / "pcie_ipc_ce_ring.cuh").read_text()
     assert "namespace flashinfer {\nnamespace comm {\nnamespace pcie_ipc {" in ring

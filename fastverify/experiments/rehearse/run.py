@@ -8,7 +8,7 @@ NCCL_DEBUG=INFO to a per-rank file. The ranks build the model's real per-rank GE
 (`modelconfig.plan`) with random weights, capture the decode step, the verify pass, the
 drafter forward and its extend pass in CUDA graphs, time replays with CUDA events and take
 one torch.profiler window, which the project's own trace analyzer
-(`fastverify.exporters.traces`) reads, so `allreduce_ms_per_verify` comes from GPU kernel
+(`fastverify.traces`) reads, so `allreduce_ms_per_verify` comes from GPU kernel
 records as the exporter reports it live. The all-reduce count per verify is checked against
 the layer arithmetic (2 x layers + 1 for the vocab-parallel embedding).
 
@@ -189,7 +189,7 @@ def analyze_window(trace_dir: Path) -> dict[str, Any]:
     The analyzer's default span is what the live exporter matches; when it finds no verify
     pass (an analyzer that only knows the pre-0.5.2x `TARGET_VERIFY` name), the 0.5.23 name
     is passed explicitly through the same public API."""
-    from fastverify.exporters import traces
+    from fastverify import traces
 
     analysis = traces.analyze_path(trace_dir)
     source = "analyzer default span"

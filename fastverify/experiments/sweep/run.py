@@ -299,7 +299,7 @@ def _fmt_ms(value: Any) -> str:
 
 def _decode_analysis(analysis: dict[str, Any]) -> dict[str, Any] | None:
     """A baseline window's DECODE steps, analysed from its files (None when unreadable)."""
-    from fastverify.exporters import traces
+    from fastverify import traces
 
     try:
         out = traces.analyze_path(analysis["window"], span="DECODE")

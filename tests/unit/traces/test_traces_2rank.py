@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fastverify.exporters import traces
+from fastverify import traces
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "nccl-2.28.9-h200x2-2rank" / "traces"
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.exporters import traces
+from fastverify import traces
+from fastverify.traces import reader
 from tests.fixtures import tracegen
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "nccl-2.28.9-h200-1rank"
@@ -64,7 +65,7 @@ def test_directory_of_two_ranks(tmp_path: Path) -> None:
     assert analysis["ranks"][1]["allreduce_ms_per_verify"] == pytest.approx(122 * 0.15)
     view = traces.public_view(analysis)
     assert set(view) == {"ranks"}
-    assert list(view["ranks"][0]) == list(traces.ISSUE_KEYS)
+    assert list(view["ranks"][0]) == list(traces.PUBLIC_KEYS)
 
 
 def test_cpu_ranges_when_no_gpu_annotations(tmp_path: Path) -> None:
@@ -98,8 +99,8 @@ def test_braces_in_annotation_names(tmp_path: Path, name: str, fallback: bool) -
 def test_chunk_boundaries_anywhere(tmp_path: Path, monkeypatch, chunk: int) -> None:
     doc, _ = tracegen.build_rank(0, verify_us=VERIFY_US, family="custom")
     path = tracegen.write(tmp_path / "c-TP-0.trace.json.gz", doc, pretty=True)
-    monkeypatch.setattr(traces, "_CHUNK_OUT", chunk)
-    monkeypatch.setattr(traces, "_CHUNK_IN", 64)
+    monkeypatch.setattr(reader, "_CHUNK_OUT", chunk)
+    monkeypatch.setattr(reader, "_CHUNK_IN", 64)
     for launches in (False, True):
         fast = traces.scan_events(path, want_launches=launches)
         exact = traces.exact_events(path, want_launches=launches)

@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
-from fastverify.exporters import traces
+from fastverify import traces
 from fastverify.sglang import allreduce
+from fastverify.traces.reader import copy_engine_context
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 REAL = FIXTURES / "flashinfer-0.7.2-pcie-ipc-h200-same-gpu"
@@ -113,7 +114,7 @@ def analyze(path: Path) -> dict[str, Any]:
     assert [k for k in exact if allreduce.ce_role(k[3]) != "memop_wait"] == fast
     # the full read finds every copy-engine kernel the exact parser does
     ex = traces.exact_events(path)
-    ce, _, _ = traces._copy_engine_context(path)
+    ce, _, _ = copy_engine_context(path)
     assert sorted(k[:4] for k in ex.kernels if allreduce.ce_role(k.name)) == sorted(
         k[:4] for k in ce
     )
