@@ -23,9 +23,10 @@ import yaml
 
 from fastverify import config as configmod
 from fastverify.daemon import main as daemon_main
+from fastverify.deploy.kubernetes.options import KubeOptions
+from fastverify.deploy.kubernetes.render import render
 from fastverify.engines.sglang import SGLangEngine
 from fastverify.profiles.store import ProfileStore
-from fastverify.render_kubernetes import KubeOptions, render
 from fastverify.sglang.envrules import engine_env
 from fastverify.sglang.launch import LaunchArgs
 from fastverify.sglang.versions import PINNED_VERSION

@@ -6,7 +6,7 @@ network (RDMA resources or devices, hostNetwork) and the monitoring labels.
 They come from repeatable flags or from one YAML values file (the keys Helm users know,
 camelCase); flags add to the file's lists and maps and win over its scalars. `load_values`
 checks every key and type and says which file, key and what would be right; nothing else
-here reads files. `Fleet` is what the templates get.
+here reads files. `Fleet` is what the manifests are built from.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastverify.deploy.kubernetes import affinity as affinity_rules
 from fastverify.render import RenderError
 
 # kube-prometheus-stack's Prometheus selects PodMonitors/ServiceMonitors labelled
@@ -52,7 +53,7 @@ KEYS = {
 
 @dataclass
 class Fleet:
-    """Scheduling, network and monitoring settings, checked, as the templates use them."""
+    """Scheduling, network and monitoring settings, checked, as the manifests use them."""
 
     tolerations: list[dict[str, Any]] = field(default_factory=lambda: [dict(GPU_TOLERATION)])
     node_selector: dict[str, str] = field(default_factory=dict)
@@ -74,9 +75,7 @@ class Fleet:
 
     def pinned(self) -> bool:
         """Whether the pods are pinned to some nodes (a nodeSelector or a node affinity)."""
-        from fastverify import kube_affinity
-
-        return bool(self.node_selector) or kube_affinity.pins(self.affinity)
+        return bool(self.node_selector) or affinity_rules.pins(self.affinity)
 
 
 def _where(source: str, key: str) -> str:
@@ -233,9 +232,7 @@ def build_fleet(values: dict[str, Any], source: str, flags: dict[str, Any]) -> F
         **_label_map(flags.get("node_selector") or {}, "--node-selector", "nodeSelector"),
     }
     if "affinity" in v:
-        from fastverify import kube_affinity
-
-        kube_affinity.check(v["affinity"], source)  # as the API server would, before it
+        affinity_rules.check(v["affinity"], source)  # as the API server would, before it
         fleet.affinity = v["affinity"]
     scalars = {"runtimeClassName": "runtime_class", "priorityClassName": "priority_class",
                "exclusiveTopology": "exclusive_topology"}  # fmt: skip
