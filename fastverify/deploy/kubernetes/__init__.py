@@ -8,5 +8,6 @@
 - `checks`, `placement`: what a render refuses and what it notes (options, sizes,
   scheduling, network, identity, all-reduce backend);
 - `values`, `affinity`: the cluster's scheduling settings (flags or a values file);
-- `manifests`: the objects as data; `yaml_out`: the files' text.
+- `plan`: what the objects are built from; `podspec`: the server pod; `manifests`: the
+  other objects and the files; `yaml_out`: the files' text.
 """
