@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from fastverify.daemon.statestore import StateStore
-from fastverify.experiments.sweep import run as sweep
+from fastverify.experiments.sweep import config, results
 from fastverify.experiments.tune.journal import Journal
 
 TORN = '{"type": "measurement", "profile": "torn'  # what a crash mid-write leaves
@@ -29,8 +29,8 @@ def _tune(tmp: Path) -> tuple[Path, Callable[[dict[str, Any]], None], Callable[[
 
 
 def _sweep(tmp: Path) -> tuple[Path, Callable[[dict[str, Any]], None], Callable[[], list]]:
-    path = tmp / sweep.RESULTS_FILE
-    return path, lambda rec: sweep.append_record(path, rec), lambda: sweep.load_records(path)
+    path = tmp / config.RESULTS_FILE
+    return path, lambda rec: results.append_record(path, rec), lambda: results.load_records(path)
 
 
 @pytest.mark.parametrize("journal", [_daemon, _tune, _sweep], ids=["daemon", "tune", "sweep"])

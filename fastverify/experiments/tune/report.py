@@ -123,7 +123,7 @@ def _draw(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict
         made["decision"] = "decision.png"
     trial = data.get("trial", {}).get("rows") or []
     if trial:
-        from fastverify.experiments.sweep.run import plot
+        from fastverify.experiments.sweep.results import plot
 
         rows = [dict(r, weights="dummy") for r in trial]
         plot(rows, out / "trial.png", title="trial on dummy weights (tok/s, 95% CI)")
