@@ -68,7 +68,7 @@ def rank_run(
     """A run of rank processes, its failures as the command's exit codes: Ctrl-C 130 (the
     ranks are stopped by then; `resume`: running again resumes), torch missing 6, the errors
     in `usage` 2 and in `problems` 1, each printed as `CMD: what`."""
-    from fastverify.experiments.preflight.run import TorchMissing
+    from fastverify.experiments.preflight.hostcheck import TorchMissing
 
     try:
         yield

@@ -28,6 +28,9 @@ PEER_GRACE_S = 10.0  # a rank died: its peers get this long to report before the
 NOTE_EVERY_S = 15.0  # "still running" on long waits
 POLL_S = 0.05
 RENDEZVOUS_PORTS_FROM = 20000
+# what every rank group runs with: NCCL's version, the variables it confirmed ("... set by
+# environment to ..."), and its algorithm/protocol per message size (TUNING lines)
+NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"}
 
 
 @contextlib.contextmanager

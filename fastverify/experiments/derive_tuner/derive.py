@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.durable import atomic_write_json, atomic_write_text, read_jsonl
-from fastverify.experiments.common.ranks import RankGroup, rank_workdir
+from fastverify.experiments.common.ranks import NCCL_DEBUG_ENV, RankGroup, rank_workdir
 from fastverify.tuner.table import TableRow, render
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -270,7 +270,7 @@ def base_env(env: Mapping[str, str], plugin: Path | None, table: Path | None) ->
     out = dict(env)
     for k, v in SERVER_LIKE_ENV.items():
         out.setdefault(k, v)
-    out.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,ENV,TUNING")
+    out.update(NCCL_DEBUG_ENV)
     if plugin is not None:
         out["NCCL_TUNER_PLUGIN"] = str(plugin)
         if table is not None:

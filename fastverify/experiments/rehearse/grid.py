@@ -287,7 +287,7 @@ def ratios(forward_ms: dict[str, dict[str, float]]) -> dict[str, dict[str, float
 
 def run_grid(cfg: GridConfig, command: str = "", on_event: EventFn | None = None) -> dict:
     """Run the grid (see the module docstring); returns the `rehearse-grid` JSON."""
-    from fastverify.experiments.preflight.run import rank_count
+    from fastverify.experiments.preflight.hostcheck import rank_count
     from fastverify.experiments.rehearse import run as rh
 
     check(cfg)

@@ -34,20 +34,18 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.experiments.common import allreduce as allreduce_candidate
-from fastverify.experiments.common.ranks import RankGroup, rank_workdir
-from fastverify.experiments.preflight.run import (
-    NCCL_DEBUG_ENV,
+from fastverify.experiments.common.ranks import NCCL_DEBUG_ENV, RankGroup, rank_workdir
+from fastverify.experiments.preflight.hostcheck import (
     SAME_GPU_LABEL,
     SAME_GPU_NOTE,
     NoGpu,
     PreflightError,
     TorchMissing,
-    daemon_extra_env,
-    load_profiles,
     rank_count,
     same_gpu_plan,
     shared_gpus,
 )
+from fastverify.experiments.preflight.inputs import daemon_extra_env, load_profiles
 from fastverify.experiments.rehearse import memory, modelconfig
 from fastverify.sglang import eagle
 

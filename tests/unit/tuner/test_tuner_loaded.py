@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.experiments.preflight.run import parse_nccl_log
+from fastverify.experiments.preflight.merge import parse_nccl_log
 from fastverify.tuner.loaded import (
     REASON_NO_LOG,
     REASON_NOT_LOADED,
