@@ -1,25 +1,31 @@
-"""Speculation shaped to the host, on the sim: one real-weights load -> the plan -> a two-phase
-load served by baseline, fixed EAGLE-3 and adaptive, side by side in one run.
+"""The speculation plan against the sim, side by side in one run: what SGLang's controller does
+with the config `spec plan` writes, served, next to what the plan predicted.
 
-1. One EAGLE-3 load at `--steps` K with `--accept-length` L (the sim's real-weights stand-in):
-   bench sums the per-request `spec_correct_drafts_histogram` -> the accept curve L(k), k<=K,
-   compared with the sim's ground truth (its chain's L(k)). The engine's own cost table
-   (server info) is read from the same server: the plan spends this one load, nothing else.
-2. `fastverify.speculation.plan` -> steps per batch-size tier and SGLang's adaptive config.
-3. Three servers in turn (same profile, TP, acceptance): baseline, EAGLE-3 at K steps, and
-   adaptive (`--speculative-adaptive --speculative-adaptive-config PLAN`, launched at the
-   plan's largest step count). Each serves phase 1 (1 concurrent request) then phase 2
-   (`--concurrency2` concurrent requests), `--phase-seconds` each, closed loop.
-Figures (no asserts): output tok/s per phase and mode, adaptive / the better fixed mode per
-phase, and over both phases (tokens / seconds) adaptive / each fixed mode. The sim is a
-SIMULATION: these are its cost model's numbers, never a GPU's.
+Stages (`--stage`, each writes its own results file):
+- `robust` (benchmarks/results/spec-robust-sim.json): one EAGLE-3 server at `--steps` K with
+  `--accept-length` (the recorded acceptance) benched with the shipped prompt set gives the
+  per-request histograms and the engine's costs; `fastverify.speculation.plan` makes the
+  plan with the stated lower acceptance `--lower-accept-length`. Then baseline, EAGLE-3 at K
+  and adaptive (the plan's config) serve every concurrency of `--concurrency` at the
+  recorded acceptance, and adaptive at the lower one, each in a bench window of about three
+  request lifetimes at the concurrency (`window`), `--robust-prompt-len`-token prompts (short:
+  what the controller does shows in decode; a window that ends inside a prefill burst moves
+  a short run's figure by up to the prefill's share of it). Figures: adaptive / the better
+  fixed mode at the recorded acceptance, adaptive / baseline at the lower one.
+- `e2e` (benchmarks/results/spec-e2e-sim.json): adaptive (and baseline) served at
+  `--prompt-lens` (128 and 1024) against the plan's end-to-end prediction of that bench
+  window (the plan's `window` prediction: the mean of its replays of the window, and its 95%
+  interval).
+- `coverage` (benchmarks/results/spec-coverage-sim.json): `--seeds` runs with
+  `--sim-accept-spread`: each records acceptance on its own EAGLE-3 server (seed s), plans,
+  then serves adaptive on another (seed 1000 + s) at `--coverage-concurrency`; is the served
+  tok/s inside the plan's 95% interval?
+Every server is the sim (TP 8, `--profile`): the figures are its cost model's, never a
+GPU's.
 
-    python benchmarks/bench_spec.py --profile ring-ll --tp-size 8 --accept-length 2.0
-    python benchmarks/bench_spec.py --search     # plans over profiles x accept lengths, no load
-
-`--search` plans from the sim's cost table and the chain's expected histogram (no server)
-for every shipped profile that serves with CUDA graphs, accept lengths 1.5-3.9 at `--steps`,
-and lists where speculation pays at batch 1 but not at the largest tier.
+    python benchmarks/bench_spec.py --stage robust
+    python benchmarks/bench_spec.py --stage e2e
+    python benchmarks/bench_spec.py --stage coverage --seeds 20
 """
 
 from __future__ import annotations
@@ -47,8 +53,10 @@ from fastverify.profiles.store import ProfileStore  # noqa: E402
 from fastverify.sglang import adaptive  # noqa: E402
 from fastverify.speculation import costs as spec_costs  # noqa: E402
 from fastverify.speculation import plan as spec_plan  # noqa: E402
-from fastverify.speculation.curve import AcceptCurve  # noqa: E402
+from fastverify.speculation import serving  # noqa: E402
+from fastverify.speculation.acceptance import Acceptance  # noqa: E402
 
+RESULTS = REPO / "benchmarks" / "results"
 EAGLE = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "sim/draft"]
 
 
@@ -59,7 +67,7 @@ def free_port() -> int:
 
 
 def get_json(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=10) as r:
+    with urllib.request.urlopen(url, timeout=30) as r:
         return json.loads(r.read())
 
 
@@ -87,151 +95,248 @@ def sim(env: dict[str, str], tp: int, extra: list[str], log: Path) -> Iterator[s
         fh.close()
 
 
-def phase(url: str, concurrency: int, seconds: float, output_len: int) -> dict[str, Any]:
-    cfg = BenchConfig(url=url, concurrency=concurrency, duration=seconds, requests=None,
-                      output_len=output_len, warmup=1)  # fmt: skip
-    r = run_bench(cfg)
-    return {"concurrency": concurrency, "seconds": r.duration_s, "tokens": r.output_tokens,
-            "tokens_per_second": r.output_tokens_per_second,
-            "per_request_tokens_per_second": r.per_request_tokens_per_second}  # fmt: skip
+def eagle_args(args: argparse.Namespace, length: float, seed: int = 0) -> list[str]:
+    return [*EAGLE, "--speculative-num-steps", str(args.steps), "--sim-accept-length",
+            str(length), "--sim-accept-steps", str(args.steps), "--sim-seed", str(seed),
+            "--sim-accept-spread", str(args.spread)]  # fmt: skip
 
 
-def search(args: argparse.Namespace) -> dict[str, Any]:
-    from fastverify.engines.sim import allreduce_sim, costmodel
-    from fastverify.engines.sim.costtable import engine_costs
-    from fastverify.speculation.curve import chain_histogram
+def adaptive_args(args: argparse.Namespace, cfg: Path, launch: int, length: float,
+                  seed: int = 0) -> list[str]:  # fmt: skip
+    return [*EAGLE, adaptive.FLAG_ADAPTIVE, adaptive.FLAG_ADAPTIVE_CONFIG, str(cfg),
+            "--speculative-num-steps", str(launch), "--sim-accept-length", str(length),
+            "--sim-accept-steps", str(args.steps), "--sim-seed", str(seed),
+            "--sim-accept-spread", str(args.spread)]  # fmt: skip
 
-    sizes = [int(b) for b in args.batch_sizes.split(",")]
-    rows, hits = [], []
-    for profile in ProfileStore(user_dirs=[]).list():
-        env = dict(profile.env)
-        if costmodel.predict(env, "baseline", args.tp_size, 1, True).error:
-            continue  # cannot serve with CUDA graphs (tree-ll)
-        bound = allreduce_sim.served_bound(env, args.tp_size, ())  # PCIe-IPC as served
-        costs = engine_costs(env, tp_size=args.tp_size, batch_sizes=sizes, max_steps=args.steps,
-                             pcie_ipc_max_bytes=bound)  # fmt: skip
-        for length in (1.5, 1.75, 2.0, 2.25, 2.5, 3.0, 3.5, 3.9):
-            curve = AcceptCurve.from_histogram(chain_histogram(length, args.steps, 100_000))
-            tiers = spec_plan.make_plan(curve, costs, sizes).tiers
-            row = {"profile": profile.name, "accept_length": length,
-                   "steps": {str(b): t.steps for b, t in tiers.items()},
-                   "speedup": {str(b): round(t.speedup, 3) for b, t in tiers.items()}}  # fmt: skip
-            rows.append(row)
-            if tiers[sizes[0]].steps > 0 and tiers[sizes[-1]].steps == 0:
-                hits.append({"profile": profile.name, "accept_length": length})
-    return {"benchmark": "bench_spec --search", "simulated": True, "tp_size": args.tp_size,
-            "steps": args.steps, "batch_sizes": sizes, "plans": rows,
-            "pays_at_smallest_not_at_largest": hits}  # fmt: skip
+
+def record(url: str, args: argparse.Namespace, requests: int, concurrency: int,
+           output_len: int) -> tuple[Acceptance, spec_costs.Costs, dict[str, Any]]:  # fmt: skip
+    """One real-weights bench with the shipped prompt set: per-request histograms, and the
+    engine's own costs from the same server."""
+    r = run_bench(BenchConfig(url=url, concurrency=concurrency, duration=None,
+                              requests=requests, output_len=output_len, warmup=0,
+                              dataset="fastverify-docs"))  # fmt: skip
+    acc = Acceptance.from_requests(r.accept_requests or [], args.steps)
+    costs = spec_costs.from_engine_info(get_json(f"{url}/server_info"))
+    return acc, costs, {"curve": r.accept_curve, "requests": len(acc.requests),
+                        "verifies": acc.verifies, "dataset": r.dataset}  # fmt: skip
+
+
+def window(c: int, output_len: int, tps: float, lo: float, hi: float,
+           lifetimes: float = 2.5) -> float:  # fmt: skip
+    """A bench window covering `lifetimes` request lifetimes at this concurrency (Little's
+    law: one client's request takes c x output / throughput), within [lo, hi] seconds."""
+    life = c * output_len / max(tps, 1e-9)
+    return round(min(hi, max(lo, lifetimes * life)), 1)
+
+
+def served(url: str, c: int, seconds: float, input_len: int, output_len: int) -> dict:
+    r = run_bench(BenchConfig(url=url, concurrency=c, duration=seconds, input_len=input_len,
+                              output_len=output_len, warmup=1))  # fmt: skip
+    return {"tokens_per_second": round(r.output_tokens_per_second, 3), "completed": r.completed,
+            "ttft_ms_p50": r.ttft_ms.get("p50"), "itl_ms_mean": r.itl_ms.get("mean"),
+            "window_s": seconds}  # fmt: skip
+
+
+def predicted_window(plan: spec_plan.Plan, mode: str, c: int, seconds: float,
+                     f: float = 1.0) -> dict[str, float]:  # fmt: skip
+    """The plan's prediction of one bench window: its replays of the window, mean and sd."""
+    runs = [serving.serve(mode, c, plan.costs, plan.workload, plan.acceptance,
+                          config=plan.adaptive_config(), steps=plan.acceptance.steps, f=f,
+                          window_s=seconds, seed=s).tokens_per_second
+            for s in range(spec_plan.WINDOW_SEEDS)]  # fmt: skip
+    mean = sum(runs) / len(runs)
+    sd = (sum((x - mean) ** 2 for x in runs) / (len(runs) - 1)) ** 0.5
+    return {"mean": round(mean, 3), "sd": round(sd, 3)}
+
+
+def make_plan(acc: Acceptance, costs: spec_costs.Costs, args: argparse.Namespace,
+              input_len: int, concurrencies: list[int]) -> spec_plan.Plan:  # fmt: skip
+    return spec_plan.make_plan(
+        acc, costs, workload=serving.Workload(input_len, args.output_len),
+        concurrencies=concurrencies, max_batch=max(concurrencies),
+        f_low=acc.factor_for(args.lower_accept_length),
+    )  # fmt: skip
+
+
+def stage_robust(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> dict:
+    concs = [int(c) for c in args.concurrency.split(",")]
+    with sim(env, args.tp_size, eagle_args(args, args.accept_length), tmp / "rec.log") as url:
+        acc, costs, rec = record(url, args, 48, 16, 128)
+    inp, out = args.robust_prompt_len, args.robust_output_len
+    p = spec_plan.make_plan(
+        acc, costs, workload=serving.Workload(inp, out), concurrencies=concs,
+        max_batch=max(concs), f_low=acc.factor_for(args.lower_accept_length),
+    )  # fmt: skip
+    cfg = tmp / "adaptive.json"
+    spec_plan.write_adaptive_config(p, cfg)
+    base_pred = {c: p.predictions[c]["baseline"]["tokens_per_second"] for c in concs}
+    windows = {c: window(c, out, base_pred[c], args.min_window, args.max_window, 3.0)
+               for c in concs}  # fmt: skip
+    rows: dict[int, dict[str, Any]] = {c: {"window_s": windows[c]} for c in concs}
+    servers = [
+        ("baseline", [], 1.0),
+        ("eagle", eagle_args(args, args.accept_length), 1.0),
+        ("adaptive", adaptive_args(args, cfg, p.launch_steps, args.accept_length), 1.0),
+        ("adaptive_lower", adaptive_args(args, cfg, p.launch_steps, args.lower_accept_length),
+         p.f_low),
+    ]  # fmt: skip
+    for name, extra, f in servers:
+        with sim(env, args.tp_size, extra, tmp / f"{name}.log") as url:
+            for c in concs:
+                got = served(url, c, windows[c], inp, out)
+                mode = "adaptive" if name.startswith("adaptive") else name
+                got["predicted"] = predicted_window(p, mode, c, windows[c], f)
+                rows[c][name] = got
+                print(
+                    f"{name:>15} c={c:<3} served {got['tokens_per_second']:8.2f} tok/s, "
+                    f"predicted {got['predicted']['mean']:8.2f} ({windows[c]} s)",
+                    flush=True,
+                )
+    for row in rows.values():
+        best = max(row["baseline"]["tokens_per_second"], row["eagle"]["tokens_per_second"])
+        row["adaptive_over_better_fixed"] = round(row["adaptive"]["tokens_per_second"] / best, 4)
+        row["lower_adaptive_over_baseline"] = round(
+            row["adaptive_lower"]["tokens_per_second"] / row["baseline"]["tokens_per_second"], 4
+        )
+    keys = [t.key for t in p.tiers]
+    return {
+        "recorded": rec,
+        "accept_length": args.accept_length,
+        "lower_accept_length": args.lower_accept_length,
+        "workload": {"input_len": inp, "output_len": out},
+        "plan": {
+            "tiers": {str(t.key): t.entry for t in p.tiers},
+            "launch_steps": p.launch_steps,
+            "keys": keys,
+            "between_keys": [c for c in concs if c not in keys],
+            "predictions": {str(c): v for c, v in p.predictions.items()},
+        },
+        "rows": {str(c): v for c, v in rows.items()},
+        "min_adaptive_over_better_fixed": min(
+            r["adaptive_over_better_fixed"] for r in rows.values()
+        ),
+        "min_lower_adaptive_over_baseline": min(
+            r["lower_adaptive_over_baseline"] for r in rows.values()
+        ),
+    }
+
+
+def stage_e2e(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> dict:
+    concs = [int(c) for c in args.concurrency.split(",")]
+    with sim(env, args.tp_size, eagle_args(args, args.accept_length), tmp / "rec.log") as url:
+        acc, costs, rec = record(url, args, 48, 16, 128)
+    out: dict[str, Any] = {"recorded": rec, "prompt_lens": {}}
+    for input_len in [int(x) for x in args.prompt_lens.split(",")]:
+        p = make_plan(acc, costs, args, input_len, concs)
+        cfg = tmp / f"adaptive-{input_len}.json"
+        spec_plan.write_adaptive_config(p, cfg)
+        rows: dict[str, Any] = {}
+        for name, extra in (("adaptive", adaptive_args(args, cfg, p.launch_steps,
+                                                       args.accept_length)),
+                            ("baseline", [])):  # fmt: skip
+            with sim(env, args.tp_size, extra, tmp / f"e2e-{name}-{input_len}.log") as url:
+                for c in concs:
+                    tps = p.predictions[c]["baseline"]["tokens_per_second"]
+                    w = window(c, args.output_len, tps, args.min_window, args.max_window)
+                    got = served(url, c, w, input_len, args.output_len)
+                    if name == "adaptive":
+                        pr = spec_plan.predict(p, c, window_s=w)["window"]
+                        got["predicted"] = pr["adaptive_tokens_per_second"]
+                        got["ci"] = pr["ci"]
+                    else:
+                        got["predicted"] = predicted_window(p, "baseline", c, w)["mean"]
+                    got["served_over_predicted"] = round(
+                        got["tokens_per_second"] / got["predicted"], 4)  # fmt: skip
+                    rows.setdefault(str(c), {})[name] = got
+                    print(
+                        f"e2e {input_len:>5} {name:>9} c={c:<3} served "
+                        f"{got['tokens_per_second']:8.2f}, predicted {got['predicted']:8.2f} "
+                        f"x{got['served_over_predicted']:.3f} ({w} s)",
+                        flush=True,
+                    )
+        ratios = [r["adaptive"]["served_over_predicted"] for r in rows.values()]
+        out["prompt_lens"][str(input_len)] = {
+            "rows": rows,
+            "tiers": {str(t.key): t.entry for t in p.tiers},
+            "worst_adaptive_ratio": max(ratios, key=lambda x: abs(x - 1.0)),
+        }
+    return out
+
+
+def stage_coverage(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> dict:
+    c = args.coverage_concurrency
+    runs = []
+    for seed in range(args.seeds):
+        with sim(env, args.tp_size, eagle_args(args, args.accept_length, seed),
+                 tmp / f"cov-rec-{seed}.log") as url:  # fmt: skip
+            acc, costs, rec = record(url, args, args.coverage_requests, 4, 128)
+        p = make_plan(acc, costs, args, 128, [c])
+        cfg = tmp / f"cov-{seed}.json"
+        spec_plan.write_adaptive_config(p, cfg)
+        pr = spec_plan.predict(p, c, window_s=args.coverage_window)["window"]
+        with sim(env, args.tp_size,
+                 adaptive_args(args, cfg, p.launch_steps, args.accept_length, 1000 + seed),
+                 tmp / f"cov-serve-{seed}.log") as url:  # fmt: skip
+            got = served(url, c, args.coverage_window, 128, args.output_len)
+        lo, hi = pr["ci"]
+        inside = lo <= got["tokens_per_second"] <= hi
+        runs.append({"seed": seed, "recorded_L": rec["curve"], "requests": rec["requests"],
+                     "tiers": {str(t.key): t.entry for t in p.tiers},
+                     "predicted": pr["adaptive_tokens_per_second"], "ci": pr["ci"],
+                     "served": got["tokens_per_second"], "inside": inside})  # fmt: skip
+        print(
+            f"coverage seed {seed}: served {got['tokens_per_second']:.2f}, predicted "
+            f"{pr['adaptive_tokens_per_second']:.2f} [{lo:.2f}, {hi:.2f}] "
+            f"{'inside' if inside else 'OUTSIDE'}",
+            flush=True,
+        )
+    covered = sum(r["inside"] for r in runs)
+    return {"concurrency": c, "window_s": args.coverage_window, "spread": args.spread,
+            "runs": runs, "covered": covered, "of": len(runs)}  # fmt: skip
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--stage", choices=("robust", "e2e", "coverage"), required=True)
     ap.add_argument("--profile", default="ring-ll")
     ap.add_argument("--tp-size", type=int, default=8)
-    ap.add_argument("--accept-length", type=float, default=2.0)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--phase-seconds", type=float, default=20.0)
-    ap.add_argument("--concurrency2", type=int, default=32)
-    ap.add_argument("--output-len", type=int, default=200)
-    ap.add_argument("--batch-sizes", default="1,2,4,8,16,32,64")
-    ap.add_argument("--plan-only", action="store_true", help="stop after the plan")
-    ap.add_argument("--search", action="store_true", help="plans only, no server (see above)")
+    ap.add_argument("--accept-length", type=float, default=3.0)
+    ap.add_argument("--lower-accept-length", type=float, default=2.0)
+    ap.add_argument("--spread", type=float, default=0.0, help="--sim-accept-spread")
+    ap.add_argument("--concurrency", default="1,2,4,8,12,16,24,32,64")
+    ap.add_argument("--prompt-lens", default="128,1024")
+    ap.add_argument("--output-len", type=int, default=64, help="e2e and coverage stages")
+    ap.add_argument("--robust-prompt-len", type=int, default=16)
+    ap.add_argument("--robust-output-len", type=int, default=128)
+    ap.add_argument("--min-window", type=float, default=20.0)
+    ap.add_argument("--max-window", type=float, default=180.0)
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--coverage-concurrency", type=int, default=1)
+    ap.add_argument("--coverage-requests", type=int, default=24)
+    ap.add_argument("--coverage-window", type=float, default=40.0)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    if args.search:
-        res = search(args)
-        path = args.out or REPO / "benchmarks" / "results" / f"spec-search-tp{args.tp_size}.json"
-        path.write_text(json.dumps(res, indent=2) + "\n")
-        for r in res["plans"]:
-            print(f"{r['profile']:>14} L={r['accept_length']}: steps by batch {r['steps']}")
-        hits = res["pays_at_smallest_not_at_largest"]
-        print(f"pays at the smallest tier, not at the largest: {hits}")
-        print(f"wrote {path}")
-        return 0
-    profile = ProfileStore(user_dirs=[]).load(args.profile)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
-    env.update(profile.env)
-    env["PYTHONPATH"] = str(REPO)
-    work = Path(tempfile.mkdtemp(prefix="fv-bench-spec-"))
-    accept = ["--sim-accept-length", str(args.accept_length)]
-    fixed = [*EAGLE, "--speculative-num-steps", str(args.steps), "--speculative-eagle-topk", "1",
-             "--speculative-num-draft-tokens", str(args.steps + 1)]  # fmt: skip
-
-    # 1. one real-weights load: the histogram, the engine's costs, the sim's ground truth
+    env = dict(os.environ)
+    env.update(ProfileStore(user_dirs=[]).load(args.profile).env)
     t0 = time.monotonic()
-    with sim(env, args.tp_size, [*fixed, *accept], work / "measure.log") as url:
-        r = run_bench(BenchConfig(url=url, concurrency=8, duration=None, requests=32,
-                                  output_len=args.output_len, warmup=0))  # fmt: skip
-        info = get_json(url + "/server_info")
-    measure_s = time.monotonic() - t0
-    assert r.accept_histogram is not None
-    curve = AcceptCurve.from_histogram(r.accept_histogram, args.steps)
-    truth = info["sim"]["acceptance"]["accept_length_by_steps"]
-    curve_err = {k: curve.length(int(k)) / truth[k] - 1 for k in curve.curve()}
-    costs = spec_costs.from_engine_info(info)
-    sizes = [int(b) for b in args.batch_sizes.split(",")]
-    plan = spec_plan.make_plan(curve, costs, sizes)
-    cfg_path = work / "adaptive-config.json"
-    spec_plan.write_adaptive_config(plan, cfg_path)
-    out: dict[str, Any] = {
-        "benchmark": "bench_spec",
-        "simulated": True,
-        "profile": args.profile,
-        "tp_size": args.tp_size,
-        "accept_length_at_steps": {"steps": args.steps, "accept_length": args.accept_length},
-        "real_weights_loads": 1,
-        "measure_seconds": round(measure_s, 2),
-        "accept_histogram": r.accept_histogram,
-        "accept_curve": curve.curve(),
-        "ground_truth_curve": {k: round(v, 4) for k, v in truth.items() if int(k) <= args.steps},
-        "curve_relative_error": {k: round(v, 5) for k, v in curve_err.items()},
-        "plan": plan.to_dict(),
-        "adaptive_config": json.loads(cfg_path.read_text()),
-    }
-    print(json.dumps({k: out[k] for k in ("accept_curve", "curve_relative_error")}))
-    for bs, t in plan.to_dict()["tiers"].items():
-        print(f"batch {bs:>3}: steps {t['steps']}  speedup {t['speedup']:.3f}  "
-              f"[{t['ci'][0]:.3f}, {t['ci'][1]:.3f}]  {t['what_would_change']}")  # fmt: skip
-    if not args.plan_only:
-        if plan.largest_steps < 1:
-            out["two_phase"] = "skipped: the plan drafts at no batch size (adaptive = baseline)"
-        else:
-            modes = {
-                "baseline": [],
-                f"eagle3-{args.steps}": [*fixed, *accept],
-                "adaptive": [*EAGLE, adaptive.FLAG_ADAPTIVE, adaptive.FLAG_ADAPTIVE_CONFIG,
-                             str(cfg_path), "--speculative-num-steps", str(plan.largest_steps),
-                             "--sim-accept-steps", str(args.steps), *accept],
-            }  # fmt: skip
-            runs: dict[str, Any] = {}
-            for name, extra in modes.items():
-                with sim(env, args.tp_size, extra, work / f"{name}.log") as url:
-                    p1 = phase(url, 1, args.phase_seconds, args.output_len)
-                    p2 = phase(url, args.concurrency2, args.phase_seconds, args.output_len)
-                tok = p1["tokens"] + p2["tokens"]
-                secs = p1["seconds"] + p2["seconds"]
-                runs[name] = {"phase1": p1, "phase2": p2, "overall_tokens_per_second": tok / secs}
-                t1, t2 = p1["tokens_per_second"], p2["tokens_per_second"]
-                print(f"{name:>10}: phase 1 {t1:.1f} tok/s, phase 2 {t2:.1f} tok/s, "
-                      f"both {tok / secs:.1f} tok/s")  # fmt: skip
-            fixed_names = [n for n in runs if n != "adaptive"]
-            a = runs["adaptive"]
-            ratios = {}
-            for ph in ("phase1", "phase2"):
-                best = max(fixed_names, key=lambda n: runs[n][ph]["tokens_per_second"])
-                ratio = a[ph]["tokens_per_second"] / runs[best][ph]["tokens_per_second"]
-                ratios[ph] = {"better_fixed": best, "adaptive_over_better_fixed": round(ratio, 4)}
-            ratios["overall"] = {
-                n: round(a["overall_tokens_per_second"] / runs[n]["overall_tokens_per_second"], 4)
-                for n in fixed_names
-            }
-            out["two_phase"] = {"phase_seconds": args.phase_seconds,
-                                "concurrency": [1, args.concurrency2], "runs": runs,
-                                "ratios": ratios}  # fmt: skip
-            print(json.dumps(ratios))
-    path = args.out or REPO / "benchmarks" / "results" / "spec.json"
-    path.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {path}")
+    with tempfile.TemporaryDirectory(prefix="bench-spec-") as d:
+        tmp = Path(d)
+        res = {"robust": stage_robust, "e2e": stage_e2e, "coverage": stage_coverage}[args.stage](
+            args, env, tmp
+        )
+    name = "spec-coverage-sim.json" if args.stage == "coverage" else f"spec-{args.stage}-sim.json"
+    path = args.out or RESULTS / name
+    res.update({
+        "benchmark": f"bench_spec.py --stage {args.stage}", "simulated": True,
+        "profile": args.profile, "tp_size": args.tp_size, "steps": args.steps,
+        "output_len": args.output_len, "wall_s": round(time.monotonic() - t0, 1),
+        "host": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    })  # fmt: skip
+    path.write_text(json.dumps(res, indent=2) + "\n")
+    print(f"wrote {path} ({res['wall_s']} s)")
     return 0
 
 

@@ -2,10 +2,11 @@
 
 One fastverifyd on the sim (`--profile`, `--tp-size`, EAGLE-3 at `--sim-accept-length` with
 real weights): a real-weights bench records the acceptance, then the real CLI runs
-`spec costs` (trials on dummy weights at steps 0..`--max-steps` x `--batch-sizes`, bench
-windows of `--duration` s) and writes a cost file. In the same run the engine's published
-table (`sim.cost_model.by_steps` of its server info: the sim's cost model, what `spec plan`
-uses without --costs) is read from the restored server, and the plan is made from each.
+`spec costs` (trials on dummy weights: the baseline decode, the steps-0 pass and steps
+1..`--max-steps` x `--batch-sizes`, bench windows of `--duration` s) and writes a cost file.
+In the same run the engine's published table (`sim.cost_model` of its server info: the sim's
+cost model, what `spec plan` uses without --costs) is read from the restored server, and
+the plan is made from each.
 
 Figures (no asserts): the measured cycle / the table's cycle per (batch, steps), the
 measured verify pass, the trials' wall time (loads, windows, traces), and the plan's steps
@@ -69,7 +70,8 @@ def _measure(args: Any, tmp: Path, config: dict, cost_file: Path) -> tuple:
     from tests.harness import DaemonHarness
 
     with DaemonHarness(tmp, config=config, tp_size=args.tp_size) as d:
-        r = d.ctl("bench", "-n", "16", "-c", "4", "--output-len", "64", "--warmup", "0")
+        r = d.ctl("bench", "-n", "16", "-c", "4", "--output-len", "64", "--warmup", "0",
+                  "--dataset", "fastverify-docs")  # fmt: skip
         if r.returncode != 0:
             raise SystemExit(f"acceptance bench failed: {r.stderr}")
         cmd = ["spec", "costs", "--max-steps", str(args.max_steps), "--batch-sizes",
@@ -85,19 +87,20 @@ def _measure(args: Any, tmp: Path, config: dict, cost_file: Path) -> tuple:
         info = engine_client.server_info(d.server_url, timeout=10.0)
         table = spec_costs.from_engine_info(info)
         plans = {}
-        sizes = args.batch_sizes
+        top = str(max(int(b) for b in args.batch_sizes.split(",")))
         for name, extra in (
             ("engine table", []),
             ("engine trials", ["--costs", str(cost_file)]),
         ):
-            p = d.ctl("spec", "plan", "--batch-sizes", sizes, *extra, "--json")
+            p = d.ctl("spec", "plan", "--max-batch", top, "--concurrency", "1", *extra, "--json")
             if p.returncode != 0:
                 raise SystemExit(f"spec plan ({name}) failed: {p.stderr}")
             plan = json.loads(p.stdout)
+            per = {b: v for t in plan["tiers"].values() for b, v in t["per_batch_size"].items()}
             plans[name] = {
                 "source": plan["costs"]["source"],
-                "steps": {b: t["steps"] for b, t in plan["tiers"].items()},
-                "speedup": {b: t["speedup"] for b, t in plan["tiers"].items()},
+                "steps": {b: t["config"]["candidate_steps"] for b, t in plan["tiers"].items()},
+                "speedup": {b: v["speedup"] for b, v in per.items()},
             }
         status = d.status()
     return report, table, plans, status, wall, cmd
@@ -108,15 +111,18 @@ def _write(
     status: dict, wall: float, cmd: list[str],
 ) -> int:  # fmt: skip
     rows = []
-    for bs, row in sorted(report["cycle_ms"].items(), key=lambda kv: int(kv[0])):
-        for k, ms in sorted(row.items(), key=lambda kv: int(kv[0])):
-            published = table.cycle(table.nearest(int(bs)), int(k)) * 1e3
-            rows.append({
-                "batch_size": int(bs), "steps": int(k), "measured_cycle_ms": ms,
-                "table_cycle_ms": round(published, 4),
-                "measured_over_table": round(ms / published, 4),
-                "verify_ms": (report.get("verify_ms") or {}).get(bs, {}).get(k),
-            })  # fmt: skip
+    cells = [(bs, k, ms) for bs, row in report["cycle_ms"].items() for k, ms in row.items()]
+    cells += [(bs, "baseline", ms) for bs, ms in report["baseline_ms"].items()]
+    for bs, k, ms in sorted(cells, key=lambda c: (int(c[0]), str(c[1]))):
+        published = (table.decode(int(bs)) if k == "baseline"
+                     else table.cycle(int(bs), int(k))) * 1e3  # fmt: skip
+        rows.append({
+            "batch_size": int(bs), "steps": k if k == "baseline" else int(k),
+            "measured_cycle_ms": ms,
+            "table_cycle_ms": round(published, 4),
+            "measured_over_table": round(ms / published, 4),
+            "verify_ms": (report.get("verify_ms") or {}).get(bs, {}).get(k),
+        })  # fmt: skip
     ratios = [r["measured_over_table"] for r in rows]
     result = {
         "what": "spec costs (engine trials on dummy weights) vs the sim's published cost table",
@@ -132,7 +138,12 @@ def _write(
         "trials_wall_s": round(wall, 1),
         "load_s": report.get("load_s"),
         "plans": plans,
-        "plans_agree": plans["engine table"]["steps"] == plans["engine trials"]["steps"],
+        "plans_agree": plans["engine table"]["steps"]
+        == {
+            b: s
+            for b, s in plans["engine trials"]["steps"].items()
+            if b in plans["engine table"]["steps"]
+        },
         "restored": {k: status.get(k) for k in ("profile", "mode", "trial", "state")},
         "cost_file": str(cost_file.relative_to(REPO))
         if cost_file.is_relative_to(REPO)

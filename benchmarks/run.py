@@ -38,7 +38,7 @@ ARGS: dict[str, list[str]] = {
     "exporter": [],
     "profiles": ["--runs", "20"],
     "switch": ["--switches", "6"],
-    "spec": ["--phase-seconds", "25", "--output-len", "100"],
+    "spec": ["--stage", "robust"],  # ~30 min; --stage e2e and coverage by hand (README)
 }
 TIMEOUT_S = 600
 
@@ -427,25 +427,35 @@ def figures_profiles(d: dict) -> list[Figure]:
     return out
 
 
-def figures_spec(d: dict) -> list[Figure]:
-    """bench_spec.py: the accept curve against the sim's truth, and adaptive against the
-    better fixed mode per phase and against each fixed mode over both phases."""
+def figures_spec_robust(d: dict) -> list[Figure]:
+    """bench_spec.py --stage robust: adaptive against the better fixed mode at the recorded
+    acceptance and against baseline at the lower one, at every concurrency."""
+    x, y = d["min_adaptive_over_better_fixed"], d["min_lower_adaptive_over_baseline"]
+    concs = ", ".join(d["rows"])
+    return [
+        fig(f"adaptive / better fixed mode at L={d['accept_length']}, worst of c={concs}",
+            f"{x:.4f}", ">= 0.97", x / 0.97, x >= 0.97),
+        fig(f"adaptive / baseline at L={d['lower_accept_length']} (plan made at "
+            f"{d['accept_length']}), worst of c={concs}", f"{y:.4f}", ">= 0.97", y / 0.97,
+            y >= 0.97),
+    ]  # fmt: skip
+
+
+def figures_spec_e2e(d: dict) -> list[Figure]:
+    """bench_spec.py --stage e2e: served / the plan's end-to-end prediction per prompt length."""
     out = []
-    err = max((abs(v) for v in (d.get("curve_relative_error") or {}).values()), default=None)
-    if err is not None:
-        out.append(fig("accept curve from histograms vs the sim's L(k), worst k",
-                       f"{err * 100:.2f}%", "<= 1%", err / 0.01, err <= 0.01))  # fmt: skip
-    two = d.get("two_phase")
-    if isinstance(two, dict):
-        r = two["ratios"]
-        for ph in ("phase1", "phase2"):
-            x = r[ph]["adaptive_over_better_fixed"]
-            conc = two["concurrency"][0 if ph == "phase1" else 1]
-            out.append(fig(f"adaptive / better fixed mode ({r[ph]['better_fixed']}), {conc} "
-                           "concurrent", f"{x:.4f}", ">= 0.97", x / 0.97, x >= 0.97))  # fmt: skip
-        for mode, x in r["overall"].items():
-            out.append(fig(f"adaptive / {mode}, both phases", f"{x:.4f}", "> 1", x, x > 1))
+    for n, v in d["prompt_lens"].items():
+        w = v["worst_adaptive_ratio"]
+        out.append(fig(f"adaptive served / predicted, {n}-token prompts, worst concurrency",
+                       f"{w:.4f}", "within 5%", abs(w - 1) / 0.05, abs(w - 1) <= 0.05))  # fmt: skip
     return out
+
+
+def figures_spec_coverage(d: dict) -> list[Figure]:
+    """bench_spec.py --stage coverage: how often the plan's 95% interval held the served value."""
+    share = d["covered"] / d["of"]
+    return [fig(f"served tok/s inside the plan's 95% interval, {d['of']} seeded runs",
+                f"{d['covered']} / {d['of']}", ">= 90%", share / 0.9, share >= 0.9)]  # fmt: skip
 
 
 EXTRACTORS: dict[str, Callable[[dict], list[Figure]]] = {
@@ -454,7 +464,9 @@ EXTRACTORS: dict[str, Callable[[dict], list[Figure]]] = {
     "switch": figures_switch,
     "exporter": figures_exporter,
     "profiles": figures_profiles,
-    "spec": figures_spec,
+    "spec-robust-sim": figures_spec_robust,
+    "spec-e2e-sim": figures_spec_e2e,
+    "spec-coverage-sim": figures_spec_coverage,
 }
 NOTES = {
     "cli": "Every command runs as a real subprocess, interleaved round-robin with the others"
@@ -469,9 +481,14 @@ NOTES = {
     " order A B C C B A, each on a fresh daemon; the sim's step times come from its cost"
     " model, so the ratios show CPU taken from the server by the daemon and exporter.",
     "switch": "Sim engine; see bench_switch.py for the two ways the overhead is computed.",
-    "spec": "Sim engine (TP 8, ring-ll, accept length 2.0 at 3 steps): one EAGLE-3 load gives"
-    " the histogram and the engine's cost table, the plan, then baseline, EAGLE-3 at 3 steps"
-    " and adaptive each serve 1 then 32 concurrent requests; the sim's cost model, not a GPU.",
+    "spec-robust-sim": "Sim engine (TP 8, ring-ll): one EAGLE-3 load at the recorded acceptance"
+    " gives the per-request histograms and the engine's costs, the plan (its stated lower"
+    " acceptance), then baseline, EAGLE-3 and adaptive serve every concurrency, and adaptive"
+    " again at the lower acceptance; the sim's cost model, not a GPU.",
+    "spec-e2e-sim": "Sim engine: the plan's prediction of each bench window (its replays of it)"
+    " against what the window served, 128- and 1024-token prompts.",
+    "spec-coverage-sim": "Sim engine with --sim-accept-spread: each run records acceptance on"
+    " its own seed, plans, and serves adaptive on another seed.",
 }
 TITLES = {
     "cli": "CLI start-up (bench_cli.py)",
@@ -479,7 +496,9 @@ TITLES = {
     "switch": "Switch overhead (bench_switch.py)",
     "exporter": "Exporter (bench_exporter.py)",
     "profiles": "Profiles (bench_profiles.py)",
-    "spec": "Speculation shaped to the host (bench_spec.py)",
+    "spec-robust-sim": "Speculation: robustness of the plan's config (bench_spec.py)",
+    "spec-e2e-sim": "Speculation: end-to-end prediction (bench_spec.py)",
+    "spec-coverage-sim": "Speculation: interval coverage (bench_spec.py)",
 }
 
 

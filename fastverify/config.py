@@ -89,6 +89,9 @@ from fastverify import paths
 MODES = ("baseline", "eagle3", "adaptive")
 SPEC_MODES = ("eagle3", "adaptive")  # the modes that draft (EAGLE-3)
 ADAPTIVE_CONFIG_NAME = "adaptive-config.json"  # `spec plan` writes it into the state dir
+# where speculative servers write SGLang's per-request metrics (--export-metrics-to-file);
+# the exporter reads the histograms there and deletes each hour's file (it holds prompts)
+REQUEST_METRICS_DIR = "request-metrics"
 ENGINES = ("auto", "sglang", "sim")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # SGLang 0.5.23's `--load-format` choices (sglang/srt/arg_groups/choices.py

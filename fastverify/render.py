@@ -18,7 +18,7 @@ from fastverify import paths
 MODES = ("host", "container")
 UNIT_TEMPLATES = {"host": "fastverifyd.service.j2", "container": "fastverify-compose.service.j2"}
 UNIT_NAMES = {"host": "fastverifyd.service", "container": "fastverify.service"}
-COMPOSE_FILES = ("docker-compose.yml", "prometheus.yml")
+COMPOSE_FILES = ("docker-compose.yml", "prometheus.yml", "fastverify-rules.yml")
 
 
 @dataclass(frozen=True)

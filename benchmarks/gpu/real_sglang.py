@@ -298,9 +298,13 @@ class Run:
         )
         self.base_config = self.d.config
         t = time.monotonic()
-        self.d.start(wait_ready=True, timeout=self.timeout)
+        self.d.start(wait_ready=False, timeout=60)
+        # the first FAILED ends the step: the daemon's retries of a server that cannot import
+        # or load would spend the call's time on the same error
+        st = self.d.wait_state(["READY", "FAILED"], self.timeout)
         wall = time.monotonic() - t
-        st = self.status()
+        check(st["state"] == "READY", f"the first start failed: {st.get('last_failure')}",
+              log_tail=self.d.log_text()[-3000:])  # fmt: skip
         eng = st["engine"]
         code_mi, model_info = self.server_get("/model_info")
         if code_mi == 404:

@@ -9,6 +9,9 @@
 #                                                            # Llama-8B-shaped checkpoint first
 #   bash benchmarks/gpu/real_sglang.sh host                  # the host's PCIe/NUMA facts only
 #
+# CALL_S=590 gives the steps what is left of a call of that many seconds once the pack, the
+# wheels and the checkpoint are in place (it sets --budget-s).
+#
 # Unpacks the pack into .sglenv/ (kept while the machine stays warm), writes the server's
 # interpreter wrapper (SGLang on its PYTHONPATH), records the host's PCIe/IOMMU/NUMA facts,
 # then runs the steps. Everything lands in $OUT (at most 8 files): results-SHAPE.json,
@@ -107,9 +110,11 @@ if [ "$SHAPE" = realistic ]; then
   sync
   echo 3 >/proc/sys/vm/drop_caches 2>/dev/null && echo "page cache dropped (a cold disk load)"
 fi
+BUDGET=()
+[ -n "${CALL_S:-}" ] && BUDGET=(--budget-s "$((CALL_S - SECONDS - 20))")
 "$PY" benchmarks/gpu/real_sglang.py --engine sglang --python "$WRAP" --model "$MODEL" \
   ${DRAFT:+--draft "$DRAFT"} --work "$WORK" --label "SGLang 0.5.17, TP 1, one H200, $SHAPE" \
-  "${EXTRA[@]}" "$@" 2>&1 | tee "$OUTD/run-$SHAPE.log"
+  "${EXTRA[@]}" "$@" "${BUDGET[@]}" 2>&1 | tee "$OUTD/run-$SHAPE.log"
 RC=${PIPESTATUS[0]}
 cp "$WORK/results.json" "$OUTD/results-$SHAPE.json" 2>/dev/null
 tar -C "$WORK" -cf - raw | xz -T8 -6 >"$OUTD/raw-$SHAPE.tar.xz"

@@ -100,8 +100,18 @@ def _server_url(ctx: click.Context, url: str | None) -> str:
     type=click.IntRange(1),
     help="Number of requests instead of a duration.",
 )
-@click.option("--input-len", default=128, show_default=True, type=click.IntRange(1))
+@click.option("--input-len", default=128, show_default=True, type=click.IntRange(1),
+              help="Prompt tokens of the random prompts (without --dataset).")  # fmt: skip
 @click.option("--output-len", default=256, show_default=True, type=click.IntRange(1))
+@click.option("--dataset", default=None, metavar="FILE|fastverify-docs",
+              help="Prompts to send: a JSONL file ({\"text\": ...}, {\"prompt\": ...}, "
+              "{\"input_ids\": [...]}, bench_serving's custom {\"conversations\": [...]}, "
+              "{\"messages\": [...]}), a ShareGPT JSON file, or fastverify-docs (shipped). "
+              "Default: random token ids, recorded as synthetic acceptance.")  # fmt: skip
+@click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(0.0),
+              help="Sampling temperature (0: greedy); acceptance depends on it.")  # fmt: skip
+@click.option("--top-p", default=1.0, show_default=True,
+              type=click.FloatRange(0.0, 1.0, min_open=True), help="Nucleus sampling.")  # fmt: skip
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option(
     "--warmup",
@@ -142,6 +152,9 @@ def bench(
     n_requests: int | None,
     input_len: int,
     output_len: int,
+    dataset: str | None,
+    temperature: float,
+    top_p: float,
     seed: int,
     warmup: int,
     use_sglang_bench: bool,
@@ -167,7 +180,7 @@ def bench(
     cfg = BenchConfig(
         url=_server_url(ctx, url), concurrency=concurrency, duration=duration,
         requests=n_requests, input_len=input_len, output_len=output_len, seed=seed,
-        warmup=warmup,
+        warmup=warmup, dataset=dataset, temperature=temperature, top_p=top_p,
     )  # fmt: skip
     try:
         cfg.validate()
@@ -188,9 +201,10 @@ def bench(
                         f"({done} requests done)" if not n_requests else "",
                     )
 
+                prompts = f"dataset {dataset}" if dataset else f"input {input_len}"
                 bar.note(
                     f"bench: {concurrency} client(s), {total:g} {what}, "
-                    f"input {input_len} / output {output_len} tokens"
+                    f"{prompts} / output {output_len} tokens"
                 )
                 result = run_bench(cfg, progress, lambda line: bar.note(f"bench: {line}"))
     except ValueError as exc:
@@ -227,7 +241,15 @@ def _record_acceptance(ctx: click.Context, data: dict[str, Any]) -> None:
     measurement stands."""
     from fastverify.client import ApiError, ControlClient, DaemonUnavailable
 
-    body = {"histogram": data["accept_histogram"]}
+    cfg = data.get("config") or {}
+    body = {
+        "histogram": data["accept_histogram"],
+        "requests": data.get("accept_requests") or [],
+        "dataset": data.get("dataset") or {},
+        "sampling": {"temperature": cfg.get("temperature", 0.0), "top_p": cfg.get("top_p", 1.0)},
+        "input_len": cfg.get("input_len"),
+        "output_len": cfg.get("output_len"),
+    }
     try:
         rec = ControlClient(ctx.obj.get("socket") if ctx.obj else None).post("/v1/acceptance", body)
     except (DaemonUnavailable, ApiError) as exc:
@@ -235,8 +257,10 @@ def _record_acceptance(ctx: click.Context, data: dict[str, Any]) -> None:
         click.echo(f"bench: acceptance not recorded: {err or exc}", err=True)
         return
     usable = "" if rec.get("usable") else f" (not usable: {rec.get('why_not_usable')})"
+    synthetic = " (synthetic prompts)" if (rec.get("dataset") or {}).get("synthetic") else ""
     click.echo(f"bench: acceptance recorded for {rec['profile']}/{rec['mode']} at "
-               f"{rec['steps']} steps, {rec['weights']} weights{usable}", err=True)  # fmt: skip
+               f"{rec['steps']} steps, {rec['weights']} weights{synthetic}{usable}",
+               err=True)  # fmt: skip
 
 
 def _baseline_target(ctx: click.Context) -> str:

@@ -17,6 +17,7 @@ interrupted (the engine is restored first).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
@@ -36,9 +37,10 @@ from fastverify.cli.output import (
 )
 
 NO_ACCEPTANCE = (
-    "no real-weights acceptance is recorded: serve EAGLE-3 with real weights "
-    "(fastverifyctl mode set eagle3) and run fastverifyctl bench through the daemon (it "
-    "records the accepted-drafts histogram), then run spec plan again"
+    "no real-weights acceptance is recorded for the model and drafter EAGLE-3 serves here: "
+    "serve EAGLE-3 with real weights (fastverifyctl mode set eagle3) and run fastverifyctl "
+    "bench --dataset FILE (your prompts; fastverify-docs is shipped) through the daemon (it "
+    "records the accepted-drafts histograms), then run spec plan again"
 )
 
 
@@ -57,30 +59,109 @@ def _batch_sizes(_ctx: Any, _param: Any, value: str) -> list[int]:
     return sizes
 
 
-def pick_curve(curves: dict[str, Any], profile: str | None) -> dict[str, Any] | None:
-    """The usable record to plan with: the serving profile's newest, else the newest."""
-    usable = [r for r in curves.values() if isinstance(r, dict) and r.get("usable")]
-    if not usable:
-        return None
-    mine = [r for r in usable if r.get("profile") == profile]
-    return max(mine or usable, key=lambda r: (r.get("steps", 0), r.get("measured_at", 0)))
+def pick_record(
+    records: dict[str, Any], serving: dict[str, Any] | None, allow_synthetic: bool
+) -> tuple[dict[str, Any] | None, str]:
+    """The record to plan with: the newest usable one measured on the serving model,
+    drafter and topk (synthetic prompts only with `allow_synthetic`); else None and why."""
+    from fastverify.speculation.records import matching
+
+    mine = matching(records, serving)
+    real = [r for r in mine if not r.get("synthetic")]
+    if real:
+        return real[0], ""
+    if mine and allow_synthetic:
+        return mine[0], ""
+    have = [r for r in records.values() if isinstance(r, dict)]
+    if mine:
+        return None, (
+            f"only synthetic acceptance (random token ids, {len(mine)} record(s)) is recorded "
+            f"for {_who(serving)}: bench with your prompts (--dataset FILE, or fastverify-docs) "
+            "or plan with it anyway (--allow-synthetic)"
+        )
+    other = sorted({_who(r) + ("" if r.get("usable") else f" ({r.get('why_not_usable')})")
+                    for r in have})  # fmt: skip
+    seen = f"; recorded: {'; '.join(other)}" if other else ""
+    return None, f"{NO_ACCEPTANCE} (serving {_who(serving)}{seen})"
+
+
+def _who(r: dict[str, Any] | None) -> str:
+    r = r or {}
+    return (f"model {r.get('model')}, drafter {r.get('drafter')}, topk {r.get('topk')}, "
+            f"{r.get('steps')} steps")  # fmt: skip
+
+
+def _serving_identity(ctx: click.Context, profile: str, as_json: bool) -> dict[str, Any] | None:
+    """Model, drafter, topk and steps EAGLE-3 is served with on `profile` (the daemon's argv)."""
+    from urllib.parse import urlencode
+
+    from fastverify.speculation.records import identity_of
+
+    query = urlencode({"profile": profile, "mode": "eagle3"})
+    argv = call_daemon(ctx, "GET", f"/v1/server/argv?{query}", as_json=as_json).get("argv") or []
+    return identity_of(list(argv))
 
 
 @spec.command("plan")
-@click.option("--batch-sizes", default="1,2,4,8,16,32,64", show_default=True,
-              callback=_batch_sizes, help="The tiers to plan (SGLang routes a batch to the "
-              "largest tier at or below its size).")  # fmt: skip
+@click.option("--profile", default=None,
+              help="The profile whose costs and serving the plan is for (default: the "
+              "one served). Needed while a trial or a lease holds the engine, with "
+              "--costs.")  # fmt: skip
 @click.option("--costs", "costs_file", type=click.Path(dir_okay=False), default=None,
               help="A cost file: a `rehearse` grid measured on a GPU, or the --output of "
               "`spec costs` (trials on this engine); default: the serving engine's own cost "
-              "table (the sim publishes one).")  # fmt: skip
+              "table (the sim publishes one while it serves EAGLE-3).")  # fmt: skip
 @click.option("--allreduce-backend", default=None,
               help="With --costs: the grid's all-reduce table for this backend (e.g. "
               "pcie_ipc) instead of its default one.")  # fmt: skip
-@click.option("--min-gain", type=click.FloatRange(0.0, 1.0), default=0.05, show_default=True,
-              help="What drafting must win by, with 95% confidence, at a tier (0.05 = 5%): "
-              "the costs are known to a few percent, and a cycle does not show the drafter's "
-              "memory or its prefill work.")  # fmt: skip
+@click.option(
+    "--max-batch",
+    type=click.IntRange(1),
+    default=None,
+    help="Largest batch size to plan (default: the costs' max running requests).",
+)
+@click.option(
+    "--concurrency",
+    "concurrencies",
+    default="1,2,4,8,16,32,64",
+    show_default=True,
+    callback=_batch_sizes,
+    help="Concurrencies the end-to-end prediction is made for.",
+)
+@click.option(
+    "--input-len",
+    type=click.IntRange(1),
+    default=None,
+    help="Prompt tokens of the workload (default: the recorded bench's).",
+)
+@click.option(
+    "--output-len",
+    type=click.IntRange(2),
+    default=None,
+    help="Output tokens of the workload (default: the recorded bench's).",
+)
+@click.option("--lower-accept-length", type=float, default=None,
+              help="The lower acceptance the config must survive (accept length at the "
+              "recorded steps); default: each draft position 35%% less likely (the field's "
+              "3.0 -> 2.0 at 3 steps).")  # fmt: skip
+@click.option("--floor", type=click.FloatRange(0.5, 1.0), default=0.97, show_default=True,
+              help="What a drafting tier may fall to, x a baseline server, at the lower "
+              "acceptance.")  # fmt: skip
+@click.option(
+    "--min-gain",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.02,
+    show_default=True,
+    help="What drafting must win by at the recorded acceptance (0.02 = 2%%).",
+)
+@click.option("--window", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Also predict a bench window of this many seconds (what `spec validate` "
+              "or `bench -d` measures), with its window-to-window spread.")  # fmt: skip
+@click.option(
+    "--allow-synthetic",
+    is_flag=True,
+    help="Plan with random-token acceptance when no prompt set was benched.",
+)
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
               help="Also write SGLang's --speculative-adaptive-config here.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
@@ -88,49 +169,110 @@ def pick_curve(curves: dict[str, Any], profile: str | None) -> dict[str, Any] | 
 @click.pass_context
 def plan(
     ctx: click.Context,
-    batch_sizes: list[int],
+    profile: str | None,
     costs_file: str | None,
     allreduce_backend: str | None,
+    max_batch: int | None,
+    concurrencies: list[int],
+    input_len: int | None,
+    output_len: int | None,
+    lower_accept_length: float | None,
+    floor: float,
     min_gain: float,
+    window: float | None,
+    allow_synthetic: bool,
     output: str | None,
     as_json: bool,
 ) -> None:
-    """Per batch-size tier: the step count that maximises tokens/s (0 = no speculation),
-    its speedup with a 95% interval, and what would change the answer. Writes SGLang's
-    --speculative-adaptive-config into the daemon's state dir (mode adaptive serves it)."""
+    """SGLang's --speculative-adaptive-config for this host and workload, and what SGLang
+    will do with it: per batch-size tier the config whose time-averaged speedup (SGLang's
+    controller replayed on the recorded acceptance) is best while it stays above --floor x
+    baseline at a lower acceptance; per concurrency the end-to-end prediction (tok/s, TTFT,
+    ITL, prefill vs decode) with a 95% interval. Stored in the daemon's state dir (mode
+    adaptive serves it)."""
     from fastverify.speculation import costs as spec_costs
     from fastverify.speculation import plan as spec_plan
-    from fastverify.speculation.curve import AcceptCurve
+    from fastverify.speculation import serving
+    from fastverify.speculation.acceptance import Acceptance
+
+    def stop(message: str, code: int, reason: str) -> None:
+        if as_json:
+            emit_json({"error": message, "reason": reason})
+        fail(f"spec plan: {message}", code)
 
     status = call_daemon(ctx, "GET", "/v1/status", as_json=as_json)
-    curves = call_daemon(ctx, "GET", "/v1/acceptance", as_json=as_json).get("curves") or {}
-    rec = pick_curve(curves, status.get("profile"))
+    held = _held(status)
+    if held and not (costs_file and profile):
+        stop(f"{held}: its engine's costs are not the profile's serving costs; wait for it, "
+             "or plan from a cost file for a named profile (--costs FILE --profile NAME)",
+             EXIT_BUSY, "engine_held")  # fmt: skip
+    profile = profile or status.get("profile")
+    if not profile:
+        stop(f"the daemon serves no profile (state {status.get('state')}): name one "
+             "(--profile NAME)", EXIT_PROBLEMS, "no_profile")  # fmt: skip
+    serving_id = _serving_identity(ctx, str(profile), as_json)
+    records = call_daemon(ctx, "GET", "/v1/acceptance", as_json=as_json).get("curves") or {}
+    rec, why = pick_record(records, serving_id, allow_synthetic)
     if rec is None:
-        dummy = [k for k, r in curves.items() if isinstance(r, dict) and not r.get("usable")]
-        extra = f" (recorded but not usable: {', '.join(sorted(dummy))})" if dummy else ""
-        if as_json:
-            emit_json({"error": NO_ACCEPTANCE + extra, "reason": "no_acceptance"})
-        fail(f"spec plan: {NO_ACCEPTANCE}{extra}", EXIT_PROBLEMS)
-    curve = AcceptCurve.from_histogram(rec["histogram"], rec["steps"])
+        stop(why, EXIT_PROBLEMS, "no_acceptance")
+    assert rec is not None
     try:
         if costs_file:
             costs = spec_costs.from_file(costs_file, allreduce_backend)
         elif allreduce_backend:
             raise spec_costs.CostsError("--allreduce-backend picks a table of a --costs grid")
+        elif profile != status.get("profile"):
+            raise spec_costs.CostsError(
+                f"the engine serves {status.get('profile')}, not {profile}: its costs are not "
+                f"{profile}'s; give them (--costs FILE, e.g. spec costs on {profile})"
+            )
         else:
             costs = _engine_costs(status)
-    except spec_costs.CostsError as exc:
-        fail(f"spec plan: {exc}", EXIT_PROBLEMS)
-    p = spec_plan.make_plan(curve, costs, batch_sizes, min_gain)
-    p.extra["profile"] = status.get("profile")  # whose costs (the engine's, or the grid's host)
-    p.extra["acceptance"] = {k: rec[k] for k in ("profile", "mode", "steps", "weights",
-                                                 "verifies", "measured_at")}  # fmt: skip
+        acceptance = Acceptance.from_requests(rec["requests"], int(rec["steps"]))
+    except (spec_costs.CostsError, ValueError) as exc:
+        stop(str(exc), EXIT_PROBLEMS, "bad_input")
+    workload = serving.Workload(
+        input_len or int(rec.get("input_len") or 128),
+        output_len or int(rec.get("output_len") or 256),
+    )
+    f_low = spec_plan.DEFAULT_F_LOW
+    if lower_accept_length is not None:
+        if not 1.0 <= lower_accept_length < acceptance.length(acceptance.steps):
+            stop(f"--lower-accept-length {lower_accept_length}: must be in 1.0 .. the "
+                 f"recorded {acceptance.length(acceptance.steps):.2f} (at "
+                 f"{acceptance.steps} steps)", EXIT_USAGE, "bad_input")  # fmt: skip
+        f_low = acceptance.factor_for(lower_accept_length)
+    try:
+        p = spec_plan.make_plan(acceptance, costs, workload=workload, concurrencies=concurrencies,
+                                max_batch=max_batch, f_low=f_low, floor=floor,
+                                min_gain=min_gain, window_s=window)  # fmt: skip
+    except ValueError as exc:
+        stop(str(exc), EXIT_PROBLEMS, "bad_input")
+    if p.memory is not None and not p.memory["fits"]:
+        m = p.memory
+        stop(f"the config's CUDA graphs need {m['graphs_gb']:.2f} GB (by step count: "
+             f"{m['graphs_gb_by_steps']}) and the server has {m['room_for_graphs_gb']:.2f} GB "
+             "for them: it would fail at capture; plan with fewer steps (--max-batch, a lower "
+             "recorded steps) or free memory (--mem-fraction-static); nothing was stored",
+             EXIT_PROBLEMS, "does_not_fit")  # fmt: skip
+    engine = status.get("engine") or {}
+    p.extra["for"] = {
+        "profile": profile,
+        "costs_from": "file"
+        if costs_file
+        else f"engine {engine.get('name')} serving {status.get('profile')}/{status.get('mode')}",
+        "engine": engine.get("name"),
+        "simulated": bool(engine.get("simulated")),
+    }
+    p.extra["acceptance"] = {k: rec.get(k) for k in (
+        "profile", "mode", "model", "drafter", "topk", "steps", "weights", "dataset",
+        "synthetic", "sampling", "verifies", "measured_at")}  # fmt: skip
     if output:
         try:
             spec_plan.write_adaptive_config(p, output)
         except OSError as exc:
-            fail(f"spec plan: --output {output}: cannot write ({exc.strerror or exc}); nothing "
-                 "was stored", EXIT_PROBLEMS)  # fmt: skip
+            stop(f"--output {output}: cannot write ({exc.strerror or exc}); nothing was stored",
+                 EXIT_PROBLEMS, "cannot_write")  # fmt: skip
     stored = call_daemon(ctx, "POST", "/v1/spec/plan",
                          {"plan": p.to_dict(), "adaptive_config": p.adaptive_config()},
                          as_json=as_json)  # fmt: skip
@@ -142,6 +284,19 @@ def plan(
         emit_json(data)
         return
     _print(data)
+
+
+def _held(status: dict[str, Any]) -> str | None:
+    """Why the engine's costs are not the serving profile's now (a trial, a lease)."""
+    from fastverify.lease_record import describe
+
+    lease = status.get("lease")
+    if lease:
+        return f"an experiment holds the daemon: {describe(lease)}"
+    if status.get("trial"):
+        return (f"the engine runs a trial on dummy weights ({status.get('profile')}/"
+                f"{status.get('mode')})")  # fmt: skip
+    return None
 
 
 def _engine_costs(status: dict[str, Any]) -> Any:
@@ -164,24 +319,205 @@ def _engine_costs(status: dict[str, Any]) -> Any:
 
 def _print(data: dict[str, Any]) -> None:
     acc = data["acceptance"]
+    who = data["for"]
     curve = "  ".join(f"{k}:{v:.2f}" for k, v in data["accept_curve"].items())
+    lo, hi = data["accept_interval"]
+    ds = acc.get("dataset") or {}
+    synthetic = " SYNTHETIC (random token ids)" if acc.get("synthetic") else ""
     click.echo(
-        f"acceptance: {acc['profile']}/{acc['mode']} at {acc['steps']} steps, "
-        f"{acc['verifies']} verify passes ({acc['weights']} weights); L(k): {curve}"
+        f"acceptance: {acc['model']} + drafter {acc['drafter']} (topk {acc['topk']}) at "
+        f"{acc['steps']} steps on {ds.get('name')}{synthetic}, temperature "
+        f"{acc['sampling']['temperature']:g}, {data['requests']} requests / {acc['verifies']} "
+        f"verify passes; L(k): {curve} (L({acc['steps']}) 95% [{lo:.2f}, {hi:.2f}], requests "
+        "resampled)"
     )
-    click.echo(f"costs: {data['costs']['source']}")
-    click.echo(f"a tier drafts when it wins by more than {data['min_gain']:.0%} with 95% "
-               "confidence (--min-gain)")  # fmt: skip
+    click.echo(f"plan for profile {who['profile']}; costs: {data['costs']['source']} "
+               f"({who['costs_from']})")  # fmt: skip
+    low = data["lower_acceptance"]["accept_length"]
+    click.echo(f"a tier drafts where it wins by {data['min_gain']:.0%} and stays >= "
+               f"{data['floor']:.2f}x baseline if acceptance falls to {low:.2f} "
+               "(--lower-accept-length, --floor)")  # fmt: skip
     rows = []
-    for bs, t in data["tiers"].items():
-        lo, hi = t["ci"]
-        rows.append((bs, t["steps"], f"{t['speedup']:.2f}x [{lo:.2f}, {hi:.2f}]",
-                     f"{t['tokens_per_second']:.1f}", t["what_would_change"]))  # fmt: skip
-    table(("batch", "steps", "speedup [95% CI]", "tok/s", "what would change it"), rows,
-          title="speculation plan (0 steps = no drafting)")  # fmt: skip
+    for key, t in data["tiers"].items():
+        sizes = t["batch_sizes"]
+        span = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+        per = t["per_batch_size"]
+        sp = [v["speedup"] for v in per.values()]
+        sl = [v["speedup_if_lower"] for v in per.values()]
+        rows.append((key, span, t["config"]["candidate_steps"], _range(sp), _range(sl),
+                     t["what_would_change"]))  # fmt: skip
+    table(("key", "batch", "candidates", "x baseline", f"x if L={low:.2f}", "what would change it"),
+          rows, title="speculation plan (SGLang's tiers; 0 steps = no drafting)")  # fmt: skip
+    wl = data["workload"]
+    prow = []
+    for c, pr in data["predictions"].items():
+        ad, base, eg = pr["adaptive"], pr["baseline"], pr["eagle"]
+        lo, hi = pr["adaptive_ci"]
+        g = pr["gain"]
+        prow.append((c, f"{base['tokens_per_second']:.1f}", f"{eg['tokens_per_second']:.1f}",
+                     f"{ad['tokens_per_second']:.1f} [{lo:.1f}, {hi:.1f}]",
+                     f"{pr['if_lower']['adaptive']['tokens_per_second']:.1f}",
+                     f"{ad['ttft_ms']['p50']:.0f}", f"{ad['itl_ms_mean']:.1f}",
+                     f"x{g['ratio']:.2f}: decode {g['decode_saves']:+.1%}, prefill "
+                     f"{g['prefill_saves']:+.1%}"))  # fmt: skip
+    table(("conc", "baseline tok/s", f"eagle-{acc['steps']} tok/s", "adaptive tok/s [95%]",
+           f"adaptive if L={low:.2f}", "TTFT p50 ms", "ITL ms", "adaptive vs baseline"),
+          prow, title=f"end to end: {wl['input_len']}-token prompts, {wl['output_len']} "
+          "output tokens, closed loop")  # fmt: skip
+    mem = data.get("memory")
+    if mem:
+        est = " (estimated from the recorded server's)" if mem["graphs_estimated"] else ""
+        room = mem["room_for_graphs_gb"]
+        click.echo(
+            f"memory: drafter {mem['draft_weights_gb'] or '?'} GB weights; CUDA graphs "
+            f"{mem['graphs_gb']:.2f} GB for steps {list(mem['graphs_gb_by_steps'])}{est}"
+            + (f" of {room:.2f} GB free for them" if room is not None else "")
+            + f"; KV pool {mem['kv_tokens']} tokens: up to {mem['max_running_requests']} "
+            f"requests of {mem['tokens_per_request']} tokens"
+        )
+    skip = data.get("skip_zero_step_extend")
+    if skip:
+        click.echo(("recommended: " if skip["recommended"] else "note: ") + skip["why"])
+    if data["unpriced_batch_sizes"]:
+        click.echo(f"not priced (no measured costs; they run the tier below them): "
+                   f"{_ranges(data['unpriced_batch_sizes'])}")  # fmt: skip
+    for note in (data["costs"].get("notes") or {}).values():
+        if isinstance(note, str) and note.startswith("steps 0"):
+            click.echo(f"note: {note}")
     click.echo(data["why"])
-    click.echo(f"adaptive config: {data['adaptive_config']} (serve it: fastverifyctl mode set "
-               "adaptive)")  # fmt: skip
+    if data["drafts"]:
+        click.echo(f"adaptive config: {data['adaptive_config']} (serve it: fastverifyctl mode "
+                   "set adaptive)")  # fmt: skip
+    else:
+        click.echo(
+            f"adaptive config: {data['adaptive_config']} (stored, but it never drafts: "
+            "fastverifyctl mode set baseline serves the same without the drafter)"
+        )
+
+
+def _range(values: list[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.2f}" if abs(hi - lo) < 0.005 else f"{lo:.2f}-{hi:.2f}"
+
+
+def _ranges(values: list[int]) -> str:
+    out: list[str] = []
+    start = prev = values[0]
+    for v in [*values[1:], None]:  # type: ignore[list-item]
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ", ".join(out)
+
+
+@spec.command("validate")
+@click.option(
+    "--concurrency",
+    "concurrencies",
+    default="1",
+    show_default=True,
+    callback=_batch_sizes,
+    help="Concurrencies to serve (one bench window each).",
+)
+@click.option(
+    "--duration",
+    "-d",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds per window.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@socket_option
+@click.pass_context
+def validate(ctx: click.Context, concurrencies: list[int], duration: float,
+             as_json: bool) -> None:  # fmt: skip
+    """Serve the stored plan and compare: for each concurrency one bench window of the
+    plan's workload on the adaptive server the daemon serves, beside what the plan predicts
+    for that window (its replays of it): output tok/s, time to first token (the prefill
+    phase) and inter-token latency (the decode phase), served / predicted. Exit 1 when
+    served tok/s is outside the plan's 95% interval for the window."""
+    from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
+    from fastverify.speculation import plan as spec_plan
+
+    status = call_daemon(ctx, "GET", "/v1/status", as_json=as_json)
+    stored = call_daemon(ctx, "GET", "/v1/spec/plan", as_json=as_json)
+    url = (status.get("engine") or {}).get("url")
+    if not stored.get("accept_requests"):
+        _stop("no stored plan to validate (or one from before this version): run "
+              "fastverifyctl spec plan", EXIT_PROBLEMS, "no_plan", as_json)  # fmt: skip
+    if status.get("mode") != "adaptive" or not url:
+        _stop(f"the daemon serves {status.get('profile')}/{status.get('mode')}, not the plan: "
+              "fastverifyctl mode set adaptive first", EXIT_PROBLEMS, "not_adaptive",
+              as_json)  # fmt: skip
+    rows, outside = [], []
+    for c in concurrencies:
+        pred = spec_plan.replay_stored(stored, c, duration)
+        wl = pred["workload"]
+        click.echo(f"spec validate: {c} client(s), {duration:g} s window, "
+                   f"{wl['input_len']}/{wl['output_len']} tokens ...", err=True)  # fmt: skip
+        try:
+            r = run_bench(BenchConfig(url=url, concurrency=c, duration=duration,
+                                      input_len=wl["input_len"], output_len=wl["output_len"],
+                                      warmup=1))  # fmt: skip
+        except BenchError as exc:
+            _stop(f"bench failed at concurrency {c}: {exc}", EXIT_PROBLEMS, "bench_failed",
+                  as_json)  # fmt: skip
+        # the window's interval: its replays' spread and the acceptance's (stored per c)
+        ci = ((stored.get("predictions") or {}).get(str(c)) or {}).get("adaptive_ci")
+        half = 1.96 * pred["sd"]
+        if ci:
+            mid = (ci[0] + ci[1]) / 2 or 1.0
+            half = math.hypot(half, (ci[1] - ci[0]) / 2 * pred["tokens_per_second"] / mid)
+        lo, hi = pred["tokens_per_second"] - half, pred["tokens_per_second"] + half
+        got = r.output_tokens_per_second
+        ttft = (r.ttft_ms.get("p50") or 0.0) / 1e3
+        itl = (r.itl_ms.get("mean") or 0.0) / 1e3
+        row = {
+            "concurrency": c, "window_s": duration,
+            "tokens_per_second": {"served": round(got, 3),
+                                  "predicted": round(pred["tokens_per_second"], 3),
+                                  "ci": [round(lo, 3), round(hi, 3)],
+                                  "ratio": round(got / pred["tokens_per_second"], 4)},
+            "prefill_ttft_p50_s": {"served": round(ttft, 4), "predicted":
+                                   round(pred["ttft_p50_s"], 4),
+                                   "ratio": _ratio(ttft, pred["ttft_p50_s"])},
+            "decode_itl_mean_s": {"served": round(itl, 5), "predicted":
+                                  round(pred["itl_mean_s"], 5),
+                                  "ratio": _ratio(itl, pred["itl_mean_s"])},
+        }  # fmt: skip
+        rows.append(row)
+        if not lo <= got <= hi:
+            outside.append(c)
+    data = {"rows": rows, "outside_interval": outside, "plan_stored_at":
+            stored.get("stored_at"), "decode_only": pred["decode_only"]}  # fmt: skip
+    if as_json:
+        emit_json(data)
+    else:
+        out = []
+        for r in rows:
+            t, p, d = r["tokens_per_second"], r["prefill_ttft_p50_s"], r["decode_itl_mean_s"]
+            out.append((
+                r["concurrency"],
+                f"{t['served']:.1f} / {t['predicted']:.1f} [{t['ci'][0]:.1f}, {t['ci'][1]:.1f}]"
+                f" x{t['ratio']:.3f}",
+                f"{p['served']:.3f} / {p['predicted']:.3f}",
+                f"{d['served'] * 1e3:.2f} / {d['predicted'] * 1e3:.2f}",
+            ))  # fmt: skip
+        heads = ("conc", "tok/s served / predicted [95%]", "TTFT p50 s (prefill)",
+                 "ITL ms (decode)")  # fmt: skip
+        table(heads, out, title="spec validate: served / predicted")
+    if outside:
+        fail(f"spec validate: served tok/s outside the plan's 95% interval at concurrency "
+             f"{', '.join(map(str, outside))}: re-plan (fastverifyctl spec plan)",
+             EXIT_PROBLEMS)  # fmt: skip
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 4) if b else None
 
 
 @spec.command("costs")

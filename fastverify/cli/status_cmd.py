@@ -103,6 +103,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
         if spent:
             lines.append(f"time at steps: {spent} (decoding, every {st.get('profile')}/"
                          f"{st.get('mode')} engine since the daemon started)")  # fmt: skip
+    for steps, row in sorted((spec.get("live_acceptance") or {}).items()):
+        curve = "  ".join(f"{k}:{v:.2f}" for k, v in row["accept_length"].items())
+        lines.append(f"live accept: at {steps} steps, {row['requests']} finished requests: "
+                     f"L(k) {curve}")  # fmt: skip
+    if spec.get("plan_stale"):
+        lines.append(f"plan:       STALE: {spec['plan_why']}; re-plan: {spec['replan']}")
     ar = eng.get("allreduce") or {}
     if ar.get("description") and eng.get("pid"):  # confirmed at verify (TP all-reduces)
         how = f" [{ar['evidence']}]" if ar.get("evidence") else ""

@@ -1,11 +1,14 @@
 """Measured acceptance and the speculation plan, kept by the daemon in its state dir.
 
-- acceptance.json: one accept curve per (profile, mode, steps), from the accepted-drafts
-  histogram a bench measured on the engine the daemon serves (`POST /v1/acceptance`). The
-  daemon labels each record from what it serves, not from what the client says: the
-  profile, the mode, the launch steps and the weights ("real", or "dummy" for a trial).
-  Only real-weights EAGLE-3 records at fixed steps are `usable`: a dummy drafter's
-  acceptance is noise, and an adaptive server's histogram mixes step counts.
+- acceptance.json: every bench's accepted-drafts histograms on the engine the daemon serves
+  (`POST /v1/acceptance`), the summed one and each request's own (the plan resamples
+  requests), newest kept up to KEEP. The daemon labels each record from what it serves, not
+  from what the client says: the profile, the mode, the model, the drafter, the topk, the
+  launch steps and the weights ("real", or "dummy" for a trial); the client says what the
+  prompts were (`dataset`: name, format, content hash; "synthetic" for random token ids) and
+  the sampling (temperature, top_p). Only real-weights EAGLE-3 records at fixed steps and
+  topk 1 are `usable`: a dummy drafter's acceptance is noise, an adaptive server's histogram
+  mixes step counts, and a tree's (topk > 1) is no chain.
 - spec-plan.json and adaptive-config.json: the plan `fastverifyctl spec plan` made and the
   SGLang config it wrote (`POST /v1/spec/plan`), which mode adaptive serves.
 Files are written atomically (statestore.atomic_write_json).
@@ -21,19 +24,32 @@ from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.statestore import StateStore, atomic_write_json
 from fastverify.engines.sglang import load_format_of
 from fastverify.sglang import adaptive
-from fastverify.sglang.launch import LaunchArgs
+from fastverify.speculation.records import identity_of
 
 ACCEPTANCE_FILE = "acceptance.json"
 PLAN_FILE = "spec-plan.json"
+KEEP = 50  # records kept, newest first (a bench never overwrites another's)
 
 
-def key(profile: str, mode: str, steps: int) -> str:
-    return f"{profile}/{mode}/{steps}"
+def key(rec: dict[str, Any]) -> str:
+    """A record's key in acceptance.json: what it was measured on, and when."""
+    return f"{rec['profile']}/{rec['mode']}/{rec['steps']}@{rec['measured_at']:.3f}"
 
 
-def _steps_of(argv: list[str]) -> int | None:
-    spec = LaunchArgs.from_argv(argv).speculative
-    return spec.num_steps if spec is not None else None
+def _histograms(value: Any, steps: int, field: str) -> list[list[int]]:
+    if not isinstance(value, list) or not all(
+        isinstance(h, list) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                                    for n in h)
+        for h in value
+    ):  # fmt: skip
+        raise RequestError(422, f"field {field!r} must be lists of non-negative ints",
+                           reason="invalid_histogram")  # fmt: skip
+    for h in value:
+        if len(h) - 1 > steps:
+            raise RequestError(422, f"field {field!r}: a histogram of {len(h)} entries; "
+                               f"{steps} steps allow 0..{steps} accepted drafts",
+                               reason="invalid_histogram")  # fmt: skip
+    return [[int(n) for n in h] for h in value if sum(h) > 0]
 
 
 def record(store: StateStore, handle: Any, body: dict[str, Any]) -> dict[str, Any]:
@@ -51,22 +67,22 @@ def record(store: StateStore, handle: Any, body: dict[str, Any]) -> dict[str, An
                 f"serves {getattr(handle, field)!r} (a switch during the bench): not recorded",
                 reason="served_changed",
             )
-    steps = _steps_of(list(handle.argv))
-    if steps is None:
+    ident = identity_of(list(handle.argv))
+    if ident is None:
         raise RequestError(422, f"{handle.profile}/{handle.mode} does not draft: no acceptance",
                            reason="not_speculative")  # fmt: skip
+    steps = ident["steps"]
     hist = body.get("histogram")
-    if (
-        not isinstance(hist, list)
-        or not hist
-        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in hist)
-        or sum(hist) == 0
-    ):
+    ok = isinstance(hist, list) and all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in hist
+    )
+    if not ok or not sum(hist):
         msg = f"field 'histogram' must be non-negative ints, at least one pass; got {hist!r}"
         raise RequestError(422, msg, reason="invalid_histogram")
-    if len(hist) - 1 > steps:
-        msg = f"histogram has {len(hist)} entries; {steps} steps allow 0..{steps} accepted drafts"
-        raise RequestError(422, msg, reason="invalid_histogram")
+    _histograms([hist], steps, "histogram")
+    requests = _histograms(body.get("requests") or [], steps, "requests")
+    dataset = body.get("dataset") if isinstance(body.get("dataset"), dict) else {}
+    sampling = body.get("sampling") if isinstance(body.get("sampling"), dict) else {}
     weights = weights_label(load_format_of(list(handle.argv)))
     adaptive_on = adaptive.FLAG_ADAPTIVE in handle.argv
     why_not = None
@@ -74,20 +90,34 @@ def record(store: StateStore, handle: Any, body: dict[str, Any]) -> dict[str, An
         why_not = "dummy weights (a trial): the drafter guesses at random; never used"
     elif adaptive_on:
         why_not = "an adaptive server: its passes ran at several step counts; never used"
+    elif ident["topk"] not in (None, 1):
+        why_not = f"topk {ident['topk']}: a tree's histogram is no chain; never planned with"
+    elif not requests:
+        why_not = "no per-request histograms (an older bench): the plan resamples requests"
     rec = {
         "profile": handle.profile,
         "mode": handle.mode,
-        "steps": steps,
+        **ident,
         "weights": weights,
+        "dataset": {k: dataset[k] for k in sorted(dataset)} or {"name": "unknown"},
+        "synthetic": bool(dataset.get("synthetic", not dataset)),
+        "sampling": {
+            "temperature": float(sampling.get("temperature", 0.0)),
+            "top_p": float(sampling.get("top_p", 1.0)),
+        },
+        "input_len": body.get("input_len"),
+        "output_len": body.get("output_len"),
         "histogram": [int(n) for n in hist],
+        "requests": requests,
         "verifies": sum(hist),
         "measured_at": float(body.get("measured_at") or time.time()),
         "usable": why_not is None,
         **({"why_not_usable": why_not} if why_not else {}),
     }
     data = store.load_json(ACCEPTANCE_FILE)
-    data[key(rec["profile"], rec["mode"], steps)] = rec
-    store.save_json(ACCEPTANCE_FILE, data)
+    data[key(rec)] = rec
+    newest = sorted(data.items(), key=lambda kv: -float(kv[1].get("measured_at", 0) or 0))
+    store.save_json(ACCEPTANCE_FILE, dict(newest[:KEEP]))
     return rec
 
 

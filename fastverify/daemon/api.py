@@ -119,6 +119,11 @@ SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "/v1/lease/release": {"id": ((str,), True)},
     "/v1/acceptance": {  # bench on the served EAGLE-3 engine (fastverify.daemon.acceptance)
         "histogram": ((list,), True),
+        "requests": ((list,), False),
+        "dataset": ((dict,), False),
+        "sampling": ((dict,), False),
+        "input_len": ((int,), False),
+        "output_len": ((int,), False),
         "profile": ((str,), False),
         "mode": ((str,), False),
         "measured_at": (_NUM, False),
@@ -180,6 +185,8 @@ def validate_body(path: str, body: Any) -> dict[str, Any]:
         if required and isinstance(value, str) and not value.strip():
             raise RequestError(422, f"field {name!r} is empty")
     for name, key in MIRRORS.items():
+        if name == "eagle3_steps" and body.get(name) == 0 and body.get("mode") == "adaptive":
+            continue  # SGLang's steps-0 pass, spec costs' trial (resolve.check_trial_steps)
         if name in schema and body.get(name) is not None:
             problems = configmod.validate_fields({key: body[name]})
             if problems:  # "daemon.readiness_timeout_s: -1 is out of range (expected ...)"

@@ -30,12 +30,12 @@ from fastverify.config import SPEC_MODES, weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.lease import Leases
-from fastverify.daemon.lease import describe as describe_lease
 from fastverify.daemon.observers import ExporterFeed, LiveFigures
 from fastverify.daemon.operations import Operation
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.states import State
 from fastverify.engines.sglang import load_format_of
+from fastverify.lease_record import describe as describe_lease
 from fastverify.redact import mask_argv
 
 log = logging.getLogger("fastverifyd.facade")
@@ -174,11 +174,16 @@ class ControlFacade:
             for (p, m, steps), secs in snap.get("spec_steps_seconds", {}).items()
             if (p, m) == (profile, mode)
         }
-        return {
-            "active_steps": snap.get("spec_active_steps"),
-            "seconds_at_steps": seconds,
-            "fixed_steps": fixed,
-        }
+        drift = snap.get("spec_drift") or {}
+        live = {
+            str(steps): {"requests": row["requests"],
+                         "accept_length": {str(k): v for k, v in row["accept_length"].items()}}
+            for steps, row in (snap.get("spec_live") or {}).items()
+        }  # fmt: skip
+        return {"active_steps": snap.get("spec_active_steps"), "seconds_at_steps": seconds,
+                "fixed_steps": fixed, "live_acceptance": live,
+                "plan_stale": bool(drift.get("stale")), "plan_why": drift.get("why"),
+                "replan": drift.get("replan")}  # fmt: skip
 
     def capabilities(self, argv: list[str] | None) -> dict[str, Any] | None:
         """The engine's all-reduce capabilities for the argv it serves (else the configured
@@ -461,6 +466,8 @@ class ControlFacade:
 
         with self.ctl._lock:
             stored = acceptance.save_plan(self.ctl.store, body)
+        if self.feed is not None:
+            self.feed.hub.set_spec_plan(stored)
         self.ctl.say(f"speculation plan stored; adaptive config {stored['adaptive_config']}")
         return stored
 

@@ -138,18 +138,35 @@ def _signal_name(code: int) -> str:
 BENIGN = re.compile(r"Ignore import error when loading ")
 
 
+# A Python exception's own line ("RuntimeError: The size of tensor a (1536) must match ..."),
+# bare or behind SGLang's "[time] " prefix: the cause SGLang prints just before its own
+# summary ("Fail when using backend: breakable for prefill runner.").
+EXCEPTION_LINE = re.compile(r"^(?:\[[^\]]*\]\s*)?(?:[\w.]+\.)?\w*(?:Error|Exception): \S")
+
+
 def classify_lines(lines: Iterable[str]) -> tuple[str, str] | None:
     """(reason, line) for the highest-priority pattern found in `lines`, else None."""
-    found: dict[str, str] = {}
+    match = _classify(lines)
+    return (match[0], match[1]) if match else None
+
+
+def _classify(lines: Iterable[str]) -> tuple[str, str, str | None] | None:
+    """(reason, line, cause): `cause` is the exception line printed before `line` when
+    `line` is a summary of SGLang's rather than the exception itself."""
+    found: dict[str, tuple[str, str | None]] = {}
+    last_exception: str | None = None
     for line in lines:
         if BENIGN.search(line):
             continue
         for reason, pattern in PATTERNS:
             if reason not in found and pattern.search(line):
-                found[reason] = line.rstrip()
+                cause = None if EXCEPTION_LINE.search(line) else last_exception
+                found[reason] = (line.rstrip(), cause)
+        if EXCEPTION_LINE.search(line):
+            last_exception = re.sub(r"^\[[^\]]*\]\s*", "", line.strip())
     for reason, _ in PATTERNS:
         if reason in found:
-            return reason, found[reason]
+            return reason, *found[reason]
     return None
 
 
@@ -162,11 +179,12 @@ def classify(
     timeout_s: float | None = None,
 ) -> Failure:
     """Classify a failed start from the engine's log lines and exit status."""
-    match = classify_lines(lines)
+    match = _classify(lines)
     if match:
-        reason, line = match
+        reason, line, cause = match
         where = f" (exit code {exit_code})" if exit_code is not None else ""
-        return Failure(reason, f"{line.strip()}{where}", line, log, exit_code)
+        because = f" ({cause})" if cause else ""
+        return Failure(reason, f"{line.strip()}{because}{where}", line, log, exit_code)
     if timed_out:
         msg = f"engine not ready within {timeout_s:g} s" if timeout_s else "engine not ready"
         return Failure("readiness_timeout", msg, None, log, exit_code)

@@ -47,6 +47,9 @@ DEBUG_VARS = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
 # how often readiness is asked of the server's endpoints while no ready line has come
 # (SGLang's own warm-up polls /model_info every second)
 ENDPOINT_POLL_S = 1.0
+# how long one readiness probe waits for its answer: SGLang's /health and /health_generate
+# answer after their first 1 s poll of the scheduler (http_server.py), later on a busy host
+HEALTH_PROBE_TIMEOUT_S = 10.0
 
 
 def _now() -> float:
@@ -372,13 +375,13 @@ class Launcher:
         self.on_exit(h)
 
     # ------------------------------------------------------------------ readiness
-    def probe(self, url: str, timeout: float = 1.0) -> bool:
+    def probe(self, url: str, timeout: float = HEALTH_PROBE_TIMEOUT_S) -> bool:
         try:  # fastverify.sglang.client never goes through an http_proxy: the engine is local
             return engine_client.health(url, self.engine.health_path(), timeout=timeout) == 200
         except (OSError, ValueError):
             return False
 
-    def probe_ready(self, url: str, timeout: float = 5.0) -> bool:
+    def probe_ready(self, url: str, timeout: float = HEALTH_PROBE_TIMEOUT_S) -> bool:
         """The server's own readiness, whatever its --log-level: `/model_info` answers (what
         SGLang's own warm-up waits for) and `/health_generate` is 200 (503 while SGLang's
         server_status is Starting, i.e. until its warm-up generation went through)."""

@@ -295,6 +295,7 @@ def _start_exporter(sup: Any, cfg: configmod.Config, engine: Any, web: Any = Non
         # the TP ranks on this node (a multi-node server's other ranks trace on theirs)
         expected_ranks=cfg.server.tp_size // max(1, cfg.server.nnodes),
         web=web,
+        request_metrics_dir=str(Path(cfg.state_dir) / configmod.REQUEST_METRICS_DIR),
     )
     runtime.start()
     log.info("metrics on %s", runtime.metrics_url)

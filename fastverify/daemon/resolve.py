@@ -18,6 +18,8 @@ from fastverify.config import ADAPTIVE_CONFIG_NAME, MODES
 from fastverify.engines.base import ArgvCheck, EngineArgError
 from fastverify.redact import mask_text, secret_values
 
+ZERO_STEPS_CONFIG_NAME = "adaptive-zero-steps-trial.json"  # spec costs' steps-0 trial
+
 # SGLang's truthy spellings of a boolean environment variable (srt/environ.py EnvBool)
 TRUTHY = ("1", "true", "yes", "y", "on")
 
@@ -46,11 +48,12 @@ def check_trial_steps(steps: int | None, mode: str, load_format: str | None) -> 
         return
     from fastverify.config import TRIAL_LOAD_FORMAT, validate_fields
 
-    if mode != "eagle3":
+    zero = mode == "adaptive" and steps == 0  # SGLang's steps-0 pass, as adaptive runs it
+    if mode != "eagle3" and not zero:
         raise RequestError(
             422,
-            f"eagle3_steps {steps} needs mode eagle3, not {mode} (0 steps, no drafting, is "
-            "mode baseline)",
+            f"eagle3_steps {steps} needs mode eagle3, not {mode} (0 steps: mode adaptive, "
+            "SGLang's steps-0 pass; no drafter at all: mode baseline)",
             reason="invalid_steps",
         )
     if load_format != TRIAL_LOAD_FORMAT:
@@ -60,7 +63,7 @@ def check_trial_steps(steps: int | None, mode: str, load_format: str | None) -> 
             f"{TRIAL_LOAD_FORMAT!r} (a serving engine runs [server.eagle3] num_steps)",
             reason="invalid_steps",
         )
-    problems = validate_fields({"server.eagle3.num_steps": steps})
+    problems = [] if zero else validate_fields({"server.eagle3.num_steps": steps})
     if problems:
         why = problems[0].message.partition(": ")[2]
         raise RequestError(
@@ -135,7 +138,12 @@ class Resolver:
             if mode == "adaptive":
                 # the release must have it before its plan is looked for
                 self.require_features(name, mode, {}, [])
-                server = self._adaptive_server(server)
+                server = (
+                    self._zero_steps_server(server)
+                    if eagle3_steps == 0
+                    else self._adaptive_server(server)
+                )
+            server = self._request_metrics(server, mode)
             argv = self.engine.build_argv(server, mode, profile.requires)
         except EngineArgError as exc:
             raise RequestError(
@@ -172,6 +180,36 @@ class Resolver:
         `fastverifyctl spec plan` stored in the state dir."""
         configured = self.cfg.server.adaptive_config
         return Path(configured) if configured else Path(self.cfg.state_dir) / ADAPTIVE_CONFIG_NAME
+
+    def _request_metrics(self, server: Any, mode: str) -> Any:
+        """A speculative server with real weights writes SGLang's per-request metrics into the
+        state dir (`--export-metrics-to-file`, when its release has the flag): the exporter's
+        live acceptance and plan-stale check read the histograms there."""
+        from fastverify.config import REQUEST_METRICS_DIR, SPEC_MODES, TRIAL_LOAD_FORMAT
+
+        flag = "--export-metrics-to-file"
+        if mode not in SPEC_MODES or server.load_format == TRIAL_LOAD_FORMAT:
+            return server
+        if flag in server.extra_args:
+            return server
+        try:
+            if not self.engine.facts().has_flag(flag):
+                return server
+        except Exception:  # no facts for this release: leave the argv as configured
+            return server
+        path = Path(self.cfg.state_dir) / REQUEST_METRICS_DIR
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        extra = (flag, f"{flag}-dir", str(path))
+        return dataclasses.replace(server, extra_args=(*extra, *server.extra_args))
+
+    def _zero_steps_server(self, server: Any) -> Any:
+        """The steps-0 timing trial: adaptive with candidates [0] at every batch size (a
+        config of its own in the state dir; the plan's is never touched)."""
+        from fastverify.daemon.statestore import atomic_write_json
+
+        path = Path(self.cfg.state_dir) / ZERO_STEPS_CONFIG_NAME
+        atomic_write_json(path, {"1": {"candidate_steps": [0]}})
+        return dataclasses.replace(server, adaptive_config=str(path))
 
     def _adaptive_server(self, server: Any) -> Any:
         path = self.adaptive_config_path()

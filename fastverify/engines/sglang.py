@@ -258,7 +258,7 @@ def _adaptive(server: ServerConfig, spec: Speculative | None) -> tuple[Speculati
         msg = f"mode adaptive: {exc} (write one with fastverifyctl spec plan)"
         raise EngineArgError(msg) from None
     steps = max(adaptive.candidate_steps(cfg))
-    if steps < 1:
+    if steps < 1 and server.steps_override != 0:  # 0: the steps-0 timing trial of spec costs
         raise EngineArgError(
             f"mode adaptive: {server.adaptive_config} drafts at no batch size (every tier's "
             "candidates are [0]): serve mode baseline, which is what it would run"

@@ -232,7 +232,41 @@ def speculation_families(s: dict[str, Any]) -> list[Metric | None]:
                 for k, lk in AcceptCurve.from_histogram(hist, int(steps)).curve().items():
                     length.add_metric([*lab, k], lk)
         out += [g, length]
-    return out
+    return out + drift_families(s)
+
+
+def drift_families(s: dict[str, Any]) -> list[Metric | None]:
+    """Live acceptance per active step count from finished requests, and whether the stored
+    plan went stale (exporters.request_metrics)."""
+    drift = s.get("spec_drift")
+    rows = s.get("spec_live") or {}
+    if drift is None or (not rows and not drift.get("plan")):
+        return []
+    pm = [s["profile"], s["mode"]]
+    live = GaugeMetricFamily(
+        "fastverify_spec_live_accept_length",
+        "Accept length L(k) from the histograms of requests finished while SGLang ran `steps` "
+        "draft steps their whole life (SGLang's --export-metrics-to-file records)",
+        labels=[*PM, "steps", "k"],
+    )
+    reqs = GaugeMetricFamily(
+        "fastverify_spec_live_requests",
+        "Finished requests behind fastverify_spec_live_accept_length (newest kept)",
+        labels=[*PM, "steps"],
+    )
+    for steps, row in sorted(rows.items()):
+        reqs.add_metric([*pm, str(steps)], row["requests"])
+        for k, lk in row["accept_length"].items():
+            live.add_metric([*pm, str(steps), str(k)], lk)
+    stale = 1.0 if drift["stale"] else 0.0
+    return [
+        *((live, reqs) if rows else ()),
+        _gauge("fastverify_spec_plan_stale",
+               "1 when live acceptance fell below a drafting tier's break-even or below the "
+               "lower acceptance the stored plan was made to survive: re-plan (fastverifyctl "
+               "bench --dataset FILE, then fastverifyctl spec plan)",
+               stale if drift.get("plan") else None, PM, pm),
+    ]  # fmt: skip
 
 
 def baseline_families(s: dict[str, Any]) -> list[Metric | None]:

@@ -31,6 +31,7 @@ from typing import Any
 from fastverify.config import SPEC_MODES
 from fastverify.exporters import logparse
 from fastverify.exporters.baseline import spec_cycle_seconds, verdict
+from fastverify.exporters.request_metrics import Drift
 
 # Verify passes on the field box took ~30 ms; resolve 1-100 ms with detail around 20-40 ms.
 VERIFY_BUCKETS: tuple[float, ...] = (
@@ -190,6 +191,9 @@ class MetricsHub:
         self._steps_seconds: dict[tuple[str, str, str], float] = {}
         self._steps_seen: tuple[float, int, bool] | None = None  # (time, steps, busy)
         self._acceptance: dict[tuple[str, str, str], dict[str, Any]] = {}
+        # live acceptance per active step count from finished requests, and the stored plan
+        # it is compared with (exporters.request_metrics)
+        self._drift = Drift()
 
     def now(self) -> float:
         """The hub's clock (unix seconds)."""
@@ -207,6 +211,8 @@ class MetricsHub:
     ) -> None:
         """The daemon's view of the engine: whether it serves, and which profile/mode it runs."""
         with self._lock:
+            if (profile, mode) != (self._profile, self._mode) or (up and not self._engine_up):
+                self._drift.reset()
             if (profile, mode) != (self._profile, self._mode):
                 self._reset_live()
             if self._engine_up and not up:
@@ -271,6 +277,7 @@ class MetricsHub:
         """Identity labels without an opinion on `up` (the standalone exporter: up = polls)."""
         with self._lock:
             if (profile, mode) != (self._profile, self._mode):
+                self._drift.reset()
                 self._reset_live()
             self._profile, self._mode = profile, mode
             self._settings = dict(settings or {})
@@ -466,12 +473,26 @@ class MetricsHub:
         if self._mode not in SPEC_MODES or steps is None:
             self._steps_seen = None
             return
+        self._drift.on_steps(now, int(steps))
         if self._steps_seen is not None:
             at, prev, busy = self._steps_seen
             if busy and self._settings.get("weights") != "dummy":
                 key = (self._profile or "", self._mode or "", str(prev))
                 self._steps_seconds[key] = self._steps_seconds.get(key, 0.0) + max(0.0, now - at)
         self._steps_seen = (now, int(steps), bool(running))
+
+    def on_requests(self, records: list[dict[str, Any]], _at: float | None = None) -> None:
+        """Finished requests' histograms (exporters.request_metrics.RequestMetricsFollower)."""
+        with self._lock:
+            if self._mode in SPEC_MODES and self._settings.get("weights") != "dummy":
+                self._drift.on_requests(records, self._clock())
+                self.version += 1
+
+    def set_spec_plan(self, plan: Mapping[str, Any] | None) -> None:
+        """The stored speculation plan (`spec-plan.json`) live acceptance is compared with."""
+        with self._lock:
+            self._drift.plan = dict(plan) if plan else None
+            self.version += 1
 
     def on_acceptance(self, record: Mapping[str, Any]) -> None:
         """An accepted-drafts histogram the daemon recorded (fastverify.daemon.acceptance)."""
@@ -633,6 +654,7 @@ class MetricsHub:
             up = self._engine_up if self._engine_up is not None else bool(self._poll_ok)
             auth = None if self._auth_failures is None else dict(self._auth_failures)
             probe = self._auth_backoff
+            live = self._drift.live() if self._mode in SPEC_MODES else {}
             return {
                 "auth_failures": auth,
                 "auth_backoff_sources": probe() if probe is not None else None,
@@ -679,6 +701,8 @@ class MetricsHub:
                 "decision": self._decision_now(up),
                 "trace": dict(self._trace) if self._trace else None,
                 "inspector": dict(self._inspector) if self._inspector else None,
+                "spec_live": live,
+                "spec_drift": self._drift.stale(live) if self._mode in SPEC_MODES else None,
                 "nccl_version": self._nccl_version,
                 "nccl_env": dict(self._nccl_env),
                 "nccl_tuning": dict(self._nccl_tuning),

@@ -133,6 +133,7 @@ class ExporterRuntime:
         traffic_window_s: float = 3.0,
         traffic_poll_s: float = 0.25,
         web: Any = None,
+        request_metrics_dir: str | Path | None = None,
     ) -> None:
         self.hub = hub
         self.web = web  # exporters.webconfig.WebConfig for /metrics (TLS, basic auth), or None
@@ -152,6 +153,8 @@ class ExporterRuntime:
         self.server = None
         self._poller = None
         self._inspector = None
+        self.request_metrics_dir = Path(request_metrics_dir) if request_metrics_dir else None
+        self._requests: Any = None
         self._capture_lock = threading.Lock()
         self._stop = threading.Event()
         self._trace_thread: threading.Thread | None = None
@@ -186,6 +189,12 @@ class ExporterRuntime:
             from fastverify.exporters.inspector import InspectorFollower
 
             self._inspector = InspectorFollower(self.hub, self.inspector_dir).start()
+        if self.request_metrics_dir is not None:
+            from fastverify.exporters.request_metrics import RequestMetricsFollower
+
+            self._requests = RequestMetricsFollower(
+                self.hub.on_requests, self.request_metrics_dir
+            ).start()
         self._remove_empty_windows()
         if self.trace_period_s > 0:
             self._trace_thread = threading.Thread(
@@ -200,6 +209,8 @@ class ExporterRuntime:
             self._poller.stop()
         if self._inspector is not None:
             self._inspector.stop()
+        if self._requests is not None:
+            self._requests.stop()
         if self._trace_thread is not None:
             self._trace_thread.join(timeout=5)  # a window stuck in HTTP is abandoned
         if self.server is not None:
@@ -337,7 +348,7 @@ class ExporterRuntime:
     def _capture(
         self, url: str, steps: int, cancelled: Callable[[], bool] | None
     ) -> dict[str, Any]:
-        from fastverify.exporters import traces
+        from fastverify import traces
 
         self.trace_dir.mkdir(parents=True, exist_ok=True)
         window = (

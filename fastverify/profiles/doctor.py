@@ -391,8 +391,8 @@ def run(inputs: DoctorInputs, store: Any | None = None) -> DoctorReport:
         from fastverify.profiles.doctor_pcie import check_pcie
 
         report.pcie = pcie.collect(pcie.HostInputs(path_env=path_env, sys_root=inputs.sys_root))
-        gpus_seen = report.topology is not None and bool(report.topology.gpus)
-        report.findings += check_pcie(report.pcie, gpus_seen, Finding)
+        gpus = len(report.topology.gpus) if report.topology is not None else 0
+        report.findings += check_pcie(report.pcie, gpus, Finding)
     available: set[str] = set()
     if store is not None:
         if report.topology is not None:

@@ -11,18 +11,29 @@ from typing import Any
 from fastverify.host import pcie
 
 
-def check_pcie(report: pcie.PcieReport, gpus_seen: bool, finding: Any) -> list[Any]:
-    """Findings (built with `finding(severity, what, where, fix, check)`). `gpus_seen`:
-    whether nvidia-smi showed GPUs (a host without any says "could not check" as info)."""
+def check_pcie(report: pcie.PcieReport, gpus: int, finding: Any) -> list[Any]:
+    """Findings (built with `finding(severity, what, where, fix, check)`). `gpus`: how many
+    GPUs nvidia-smi showed (a host without any says "could not check" as info; with one there
+    is no path between GPUs, whatever lspci would say)."""
     where = ", ".join(k for k, v in report.sources.items() if v == "ok") or "lspci"
-    if report.status == "redirect":
+    if gpus == 1 and report.status != "redirect":
+        out = [
+            finding(
+                "info",
+                "one GPU: no PCIe path between GPUs to check (NCCL runs no P2P transport here)",
+                "nvidia-smi topo -m",
+                "",
+                "pcie",
+            )
+        ]
+    elif report.status == "redirect":
         out = [finding("error", report.message(), where, report.fix(), "pcie")]
     elif report.status == "direct":
         out = [finding("info", report.message(), where, "", "pcie")]
     else:
         out = [
             finding(
-                "warning" if gpus_seen else "info",
+                "warning" if gpus else "info",
                 report.message(),
                 where,
                 "install pciutils and run doctor as root on the GPU host (lspci -vvv reads "

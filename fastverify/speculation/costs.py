@@ -1,27 +1,33 @@
-"""What a decode step and a draft+verify cycle cost, per batch size and step count.
+"""What a decode pass and a prefill forward cost, per batch size and step count.
 
-`Costs.cycle(bs, k)`: seconds per step of a batch of `bs` requests at k draft steps; k = 0 is
-the plain decode step (no drafting: what SGLang's adaptive worker runs at steps 0 and what
-the baseline runs). Every table says where it came from (`source`):
+`Costs.cycle(bs, k)`: seconds of one pass of `bs` requests through SGLang's EAGLE worker at
+k draft steps (topk 1, k + 1 draft tokens, as adaptive runs them); k = 0 is its steps-0
+pass (a verify at one draft token plus the draft extend over one token per request:
+`fastverify.sglang.eagle`), not a plain decode. `Costs.decode(bs)`: the step of a baseline
+server at that concurrency (what "x baseline" divides by). Only measured rows exist: a
+batch size the source did not measure is not in `batch_sizes`, and nothing here makes one
+up. `prefill(mode, tokens)`: one prefill forward over that many new tokens per mode
+("baseline", "eagle": the drafter's extend over every prompt token too), when the source
+measured prefill. Every table says where it came from (`source`) and how much a cost moves
+from run to run (`spread`, relative standard deviation; 0 for a model).
 
-- "engine": the serving engine's own cost table. The sim publishes it in its server info
-  (`sim.cost_model.by_steps`, seconds, `fastverify.engines.sim.costtable`: its cost model
-  at each step count with num_draft_tokens = steps + 1, as adaptive runs them): a SIMULATION.
+- "engine": the serving engine's own table. The sim publishes one in its server info
+  (`sim.cost_model`: `decode`, `by_steps`, `prefill`, seconds; the batch sizes are the
+  release's padded sizes up to its max running requests): a SIMULATION.
 - "rehearse-grid": a `rehearse` grid measured on a GPU (schema in `from_rehearse_grid`):
   target compute per forward at bs x tokens-per-request plus the all-reduce time per
-  forward (preflight's measurement or the backend's published table, labelled by the
-  grid). The grid has no drafter: draft forwards count as 0 (an optimistic bound for
-  speculation, said in `source`).
+  forward. No prefill.
 - "engine-trials": `fastverifyctl spec costs` on the serving engine (schema in
-  `from_engine_trials`): the engine restarted on dummy weights at each step count, its own
-  decode step and draft+verify cycle read from bench windows at each batch size; its
-  `source` names the model, profile, all-reduce backend, SGLang version and date.
+  `from_engine_trials`): the engine restarted on dummy weights, the baseline decode step, the
+  steps-0 pass (adaptive at 0 steps) and the cycle at each k read from bench windows at each
+  batch size, and the time to first token of a one-request window per mode as its prefill.
 
 `from_file(path, backend)` reads either file kind by its "kind".
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +36,14 @@ from typing import Any
 
 from fastverify.sglang import eagle
 
+ENGINE_SOURCE = "engine: fastverify sim cost model (SIMULATION)"
+FILE_KINDS = ("rehearse-grid", "engine-trials")
+# Run-to-run spread of a GPU measurement when the file gives none, from the project's three
+# runs of the H200 grid (benchmarks/results/rehearse-grid-kimi-k2.5-shard-of-tp8-h200*.json):
+# back to back within 0.2% per cell; on another day (-drafter) up to 2.8%, standard deviation
+# 0.68% over the 56 cells. Taken as a 1% standard deviation.
+GPU_SPREAD = 0.01
+
 
 class CostsError(ValueError):
     """A cost source that cannot be read (which file/field, what is wrong)."""
@@ -37,15 +51,24 @@ class CostsError(ValueError):
 
 @dataclass(frozen=True)
 class Costs:
-    """cycle seconds by (batch size, steps); k = 0 = a decode step without drafting."""
+    """Seconds by (batch size, steps), the baseline decode by batch size, prefill by mode."""
 
     table: dict[int, dict[int, float]]
+    baseline: dict[int, float]
     source: str
+    prefill_table: dict[str, dict[int, float]] = field(default_factory=dict)
+    spread: float = 0.0
     notes: dict[str, Any] = field(default_factory=dict)
+    cuda_graph_bs: tuple[int, ...] = ()  # the captured sizes (a batch pads up to one)
+    max_running_requests: int | None = None
+    zero_step_measured: bool = True  # False: steps 0 priced as the baseline decode (said)
+    memory: Any = None  # speculation.memory.Memory of the server the costs came from
+    # the steps-0 pass without its draft extend (SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1)
+    zero_skip: dict[int, float] = field(default_factory=dict)
 
     @property
     def batch_sizes(self) -> list[int]:
-        return sorted(self.table)
+        return sorted(b for b in self.table if b in self.baseline)
 
     def steps(self, bs: int) -> list[int]:
         return sorted(self.table[bs])
@@ -53,53 +76,139 @@ class Costs:
     def cycle(self, bs: int, k: int) -> float:
         return self.table[bs][k]
 
-    def nearest(self, bs: int) -> int:
-        """The table's batch size closest to `bs` (log scale) that is not larger, else the
-        smallest one."""
-        below = [b for b in self.batch_sizes if b <= bs]
-        return max(below) if below else self.batch_sizes[0]
+    def decode(self, bs: int) -> float:
+        return self.baseline[bs]
+
+    def priced(self, bs: int) -> int | None:
+        """The measured row a batch of `bs` running requests runs at: its padded size when it
+        is within the captured graphs, else the smallest measured size >= bs (eager sizes
+        between the release's listed ones run at most that); None beyond every row."""
+        sizes = self.batch_sizes
+        if self.cuda_graph_bs:
+            j = bisect.bisect_left(self.cuda_graph_bs, bs)
+            if j < len(self.cuda_graph_bs):
+                bs = self.cuda_graph_bs[j]
+        j = bisect.bisect_left(sizes, bs)
+        return sizes[j] if j < len(sizes) else None
+
+    def prefill(self, mode: str, tokens: int) -> float | None:
+        """One prefill forward over `tokens` new tokens in `mode` (piecewise linear between
+        the measured token counts); None when prefill was not measured for the mode."""
+        pts = self.prefill_table.get(mode)
+        if not pts:
+            return None
+        xs = sorted(pts)
+        if tokens <= xs[0]:
+            return pts[xs[0]] * tokens / xs[0] if tokens < xs[0] else pts[xs[0]]
+        if tokens >= xs[-1]:
+            return pts[xs[-1]] * tokens / xs[-1]
+        j = bisect.bisect_left(xs, tokens)
+        x0, x1 = xs[j - 1], xs[j]
+        return pts[x0] + (pts[x1] - pts[x0]) * (tokens - x0) / (x1 - x0)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
+            "spread": self.spread,
+            "baseline_ms": {str(b): round(s * 1e3, 4) for b, s in sorted(self.baseline.items())},
             "cycle_ms": {
                 str(bs): {str(k): round(s * 1e3, 4) for k, s in sorted(row.items())}
                 for bs, row in sorted(self.table.items())
             },
+            "prefill_ms": {
+                m: {str(t): round(v * 1e3, 4) for t, v in sorted(row.items())}
+                for m, row in sorted(self.prefill_table.items())
+            },
+            "cuda_graph_bs": list(self.cuda_graph_bs),
+            "max_running_requests": self.max_running_requests,
+            "zero_step_measured": self.zero_step_measured,
             **({"notes": self.notes} if self.notes else {}),
         }
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Costs:
+        """`to_dict` read back (a stored plan's costs; `spec validate` re-predicts from it)."""
+        ms = 1e-3
+        costs = from_table(
+            {b: {k: v * ms for k, v in row.items()} for b, row in d["cycle_ms"].items()},
+            {b: v * ms for b, v in d["baseline_ms"].items()},
+            str(d.get("source") or "stored plan"),
+            prefill_table={
+                m: {int(t): v * ms for t, v in row.items()}
+                for m, row in (d.get("prefill_ms") or {}).items()
+            },
+            spread=float(d.get("spread") or 0.0),
+            cuda_graph_bs=tuple(d.get("cuda_graph_bs") or ()),
+            max_running_requests=d.get("max_running_requests"),
+            zero_step_measured=bool(d.get("zero_step_measured", True)),
+        )
+        return costs
 
-ENGINE_SOURCE = "engine: fastverify sim cost model (SIMULATION)"
 
-
-def from_table(table: Mapping[str, Mapping[str, float]], source: str) -> Costs:
+def _rows(table: Mapping[str, Any], source: str, what: str) -> dict[int, dict[int, float]]:
     try:
         parsed = {int(b): {int(k): float(s) for k, s in row.items()} for b, row in table.items()}
     except (TypeError, ValueError, AttributeError) as exc:
-        raise CostsError(
-            f"{source}: cost table is not {{bs: {{steps: seconds}}}} ({exc})"
-        ) from None
+        raise CostsError(f"{source}: {what} is not {{bs: {{steps: seconds}}}} ({exc})") from None
     for bs, row in parsed.items():
-        if 0 not in row:
-            raise CostsError(f"{source}: batch size {bs} has no decode step (steps 0)")
         if any(s <= 0 for s in row.values()):
             raise CostsError(f"{source}: batch size {bs} has a non-positive cost")
-    if not parsed:
+    return parsed
+
+
+def _flat(table: Mapping[str, Any], source: str, what: str) -> dict[int, float]:
+    try:
+        parsed = {int(k): float(v) for k, v in table.items()}
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise CostsError(f"{source}: {what} is not {{key: seconds}} ({exc})") from None
+    if any(v <= 0 for v in parsed.values()):
+        raise CostsError(f"{source}: {what} has a non-positive cost")
+    return parsed
+
+
+def from_table(
+    table: Mapping[str, Mapping[str, float]],
+    baseline: Mapping[str, float],
+    source: str,
+    **kw: Any,
+) -> Costs:
+    """Costs from {bs: {steps: seconds}} (steps 0 = the steps-0 pass) and {bs: seconds}."""
+    rows = _rows(table, source, "the cycle table")
+    base = _flat(baseline, source, "the baseline decode")
+    if not rows:
         raise CostsError(f"{source}: empty cost table")
-    return Costs(parsed, source)
+    for bs, row in rows.items():
+        if 0 not in row:
+            raise CostsError(f"{source}: batch size {bs} has no steps-0 pass (steps 0)")
+    return Costs(rows, base, source, **kw)
 
 
 def from_engine_info(info: Mapping[str, Any]) -> Costs:
     """The engine's own table from its server info (the sim publishes one)."""
-    table = ((info.get("sim") or {}).get("cost_model") or {}).get("by_steps")
-    if not table:
+    model = (info.get("sim") or {}).get("cost_model") or {}
+    table, base = model.get("by_steps"), model.get("decode")
+    if not table or not base:
         raise CostsError(
-            "the serving engine publishes no cost table (only the sim does): measure one on "
-            "it with `fastverifyctl spec costs --output FILE` and give it with --costs FILE "
-            "(or a `rehearse` grid measured on a GPU)"
+            "the serving engine publishes no cost table for EAGLE-3 (only the sim does, and "
+            "only while it serves EAGLE-3): measure one with `fastverifyctl spec costs "
+            "--output FILE` and give it with --costs FILE (or a `rehearse` grid from a GPU)"
         )
-    return from_table(table, ENGINE_SOURCE)
+    from fastverify.speculation.memory import Memory
+
+    prefill = {m: _flat(t, ENGINE_SOURCE, f"prefill[{m}]")
+               for m, t in (model.get("prefill") or {}).items()}  # fmt: skip
+    steps = info.get("speculative_num_steps")
+    memory = Memory.from_server_info(info, int(steps)) if isinstance(steps, int) else None
+    return from_table(
+        table, base, ENGINE_SOURCE,
+        prefill_table=prefill,
+        cuda_graph_bs=tuple(model.get("cuda_graph_bs") or ()),
+        max_running_requests=model.get("max_running_requests"),
+        notes={"zero_step_skip_extend": model.get("zero_step_skip_extend")},
+        memory=memory,
+        zero_skip=_flat(model.get("zero_step_without_extend") or {}, ENGINE_SOURCE,
+                        "zero_step_without_extend"),
+    )  # fmt: skip
 
 
 def _read_json(path: str | Path) -> tuple[Path, Any]:
@@ -110,9 +219,6 @@ def _read_json(path: str | Path) -> tuple[Path, Any]:
         raise CostsError(f"{p}: cannot read ({exc.strerror or exc})") from None
     except json.JSONDecodeError as exc:
         raise CostsError(f"{p}: line {exc.lineno}: not JSON ({exc.msg})") from None
-
-
-FILE_KINDS = ("rehearse-grid", "engine-trials")
 
 
 def from_file(path: str | Path, backend: str | None = None) -> Costs:
@@ -137,9 +243,12 @@ def from_file(path: str | Path, backend: str | None = None) -> Costs:
 
 def from_engine_trials(path: str | Path) -> Costs:
     """A `spec costs` file: {"kind": "engine-trials", "source": str, "model", "profile",
-    "allreduce_backend", "sglang_version", "measured_at", "cycle_ms": {bs: {steps: ms}},
-    "verify_ms": {bs: {steps: ms}}, "trials": [...], "command"}. `cycle_ms[bs]["0"]` is the
-    decode step, `cycle_ms[bs][k]` the draft+verify cycle at k steps."""
+    "allreduce_backend", "sglang_version", "measured_at", "baseline_ms": {bs: ms},
+    "cycle_ms": {bs: {steps: ms}}, "verify_ms", "prefill_ms": {mode: {tokens: ms}},
+    "spread", "cuda_graph_bs", "trials": [...], "command"}. `cycle_ms[bs]["0"]` is the
+    steps-0 pass (adaptive at 0 steps). A file written before the steps-0 trial existed has
+    no "baseline_ms" and its "0" is the baseline decode: steps 0 is then priced as that
+    decode, which leaves out the draft extend, and the costs say so."""
     p, data = _read_json(path)
     if not isinstance(data, dict) or data.get("kind") != "engine-trials":
         raise CostsError(f'{p}: not engine trials (needs "kind": "engine-trials")')
@@ -149,15 +258,42 @@ def from_engine_trials(path: str | Path) -> Costs:
     source = data.get("source")
     if not isinstance(source, str) or not source.strip():
         raise CostsError(f'{p}: field "source" must say where the costs came from')
-    try:
-        table = {bs: {k: float(ms) / 1e3 for k, ms in row.items()} for bs, row in cycle.items()}
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise CostsError(f'{p}: field "cycle_ms" must be {{bs: {{steps: ms}}}} ({exc})') from None
-    costs = from_table(table, f"{p.name}: {source}")
-    notes = {"file": str(p), "command": data.get("command")}
+    label = f"{p.name}: {source}"
+    table = _rows(cycle, label, 'field "cycle_ms"')
+    base_ms = data.get("baseline_ms")
+    measured = isinstance(base_ms, dict) and bool(base_ms)
+    if measured:
+        base = _flat(base_ms, label, 'field "baseline_ms"')
+    else:  # the older file: "0" was a baseline trial
+        base = {b: row[0] for b, row in table.items() if 0 in row}
+    prefill = {m: _flat(t, label, f"prefill_ms[{m}]")
+               for m, t in (data.get("prefill_ms") or {}).items()}  # fmt: skip
+    ms = 1e-3
+    notes: dict[str, Any] = {"file": str(p), "command": data.get("command")}
+    for key in ("profile", "model", "allreduce_backend", "sglang_version", "measured_at",
+                "engine", "memory"):  # fmt: skip
+        if data.get(key) is not None:
+            notes[key] = data[key]
     if data.get("verify_ms"):
         notes["verify_ms"] = data["verify_ms"]
-    return Costs(costs.table, costs.source, notes)
+    if not measured:
+        notes["zero_step"] = (
+            "steps 0 priced as the baseline decode: this file predates the steps-0 trial, "
+            "so the draft extend a steps-0 pass runs is left out (+1.4-2.6% per step on the "
+            "project's H200 grid); measure again with fastverifyctl spec costs"
+        )
+    costs = from_table(
+        {str(b): {str(k): s * ms for k, s in row.items()} for b, row in table.items()},
+        {str(b): s * ms for b, s in base.items()},
+        label,
+        prefill_table={m: {t: s * ms for t, s in row.items()} for m, row in prefill.items()},
+        spread=float(data.get("spread") or GPU_SPREAD),
+        notes=notes,
+        cuda_graph_bs=tuple(int(b) for b in data.get("cuda_graph_bs") or ()),
+        max_running_requests=data.get("max_running_requests"),
+        zero_step_measured=measured,
+    )
+    return costs
 
 
 def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
@@ -167,9 +303,10 @@ def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
      "allreduce": {"source": str, "per_forward_ms": {bs: {tokens: ms}}}, "sources", "command"}.
     A cycle at k steps = the target forward over k + 1 tokens per request, k - 1 draft steps
     and the draft extend over k + 1 tokens (SGLang's cycle: `fastverify.sglang.eagle`), each
-    with its all-reduces; k = 0 = the target forward over 1 token. A grid without `drafter`
-    (recorded before the grid timed it) counts the drafter as 0, and says so. `backend`: one
-    of the grid's `allreduce.by_backend` tables (e.g. "pcie_ipc") instead of its default."""
+    with its all-reduces; steps 0 = the target forward over 1 token plus the draft extend
+    over 1 token; the baseline decode = the target forward over 1 token. A grid without
+    `drafter` (recorded before the grid timed it) counts the drafter as 0, and says so.
+    `backend`: one of the grid's `allreduce.by_backend` tables (e.g. "pcie_ipc")."""
     p, data = _read_json(path)
     if not isinstance(data, dict) or data.get("kind") != "rehearse-grid":
         raise CostsError(f'{p}: not a rehearse grid (needs "kind": "rehearse-grid")')
@@ -191,6 +328,7 @@ def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
     # the drafter's all-reduces: the same messages as the target's, at its own count
     d_share = drafter["count_per_forward"] / count if drafter and count else 0.0
     table: dict[str, dict[str, float]] = {}
+    base: dict[str, float] = {}
     for bs, row in fwd.items():
         if not isinstance(row, dict) or "1" not in row:
             raise CostsError(f'{p}: forward_ms["{bs}"] needs tokens "1" (the decode step)')
@@ -198,8 +336,11 @@ def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
         out = {}
         for tokens, ms in row.items():
             k = int(tokens) - 1
-            ms_total = float(ms) + float(ar_row.get(tokens, 0.0))
-            if drafter and k > 0:
+            target = float(ms) + float(ar_row.get(tokens, 0.0))
+            if k == 0:
+                base[bs] = target / 1e3
+            ms_total = target
+            if drafter:
                 try:
                     step = drafter["step_ms"][bs] + d_share * float(ar_row.get("1", 0.0))
                     ext = drafter["extend_ms"][bs][tokens]
@@ -215,7 +356,7 @@ def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
     drafter_src = (
         f"drafter measured ({drafter.get('model')}"
         f"{', estimated shapes' if drafter.get('estimated') else ''}: k - 1 draft steps + the "
-        "extend per cycle)"
+        "extend per cycle, the extend over 1 token at steps 0)"
         if drafter
         else "drafter not measured (draft forwards counted as 0: optimistic for speculation)"
     )
@@ -223,5 +364,10 @@ def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
         f"rehearse-grid {p.name}: {data.get('model')} shard of TP {data.get('shard_of_tp')} on "
         f"{data.get('gpu')}; all-reduce: {ar_src}; {drafter_src}"
     )
-    costs = from_table(table, source)
-    return Costs(costs.table, source, {"file": str(p), "command": data.get("command")})
+    return from_table(
+        table, base, source, spread=GPU_SPREAD,
+        notes={"file": str(p), "command": data.get("command"), "model": data.get("model")},
+        zero_step_measured=bool(drafter),
+        # the steps-0 pass without the extend: the target's forward over 1 token alone
+        zero_skip={int(b): v for b, v in base.items()} if drafter else {},
+    )  # fmt: skip

@@ -6,15 +6,10 @@ excluded). With topk 1 the drafts form a chain, so a pass that accepted j drafts
 would have accepted min(j, k) at k <= K steps, and one histogram measured at K steps gives
 
     L(k) = 1 + sum_j min(j, k) h_j / sum_j h_j        for every k <= K.
-
-The sim draws acceptance from a chain with one acceptance probability per position (p):
-P(at least j drafts accepted) = p^j, with p chosen so that the accept length at the configured
-steps K is `--sim-accept-length`: 1 + p + p^2 + ... + p^K = L.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -62,57 +57,6 @@ class AcceptCurve:
         n = self.verifies
         return 1.0 + sum(min(j, k) * c for j, c in enumerate(self.histogram)) / n
 
-    def stderr(self, k: int) -> float:
-        """Standard error of L(k), passes taken as independent draws."""
-        n = self.verifies
-        mu = self.length(k) - 1.0
-        var = sum(c * (min(j, k) - mu) ** 2 for j, c in enumerate(self.histogram)) / n
-        return math.sqrt(var / n) if n > 1 else float("inf")
-
     def curve(self) -> dict[str, float]:
         """{"1": L(1), ..., "K": L(K)} (what bench's `accept_curve` holds)."""
         return {str(k): round(self.length(k), 4) for k in range(1, self.steps + 1)}
-
-
-def chain_probability(accept_length: float, steps: int) -> float:
-    """The per-position acceptance p with 1 + p + ... + p^steps = accept_length."""
-    if steps < 1:
-        raise ValueError("steps must be >= 1")
-    if not 1.0 <= accept_length <= steps + 1:
-        raise ValueError(f"accept length must be in 1..{steps + 1} at {steps} steps")
-    target = accept_length - 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if sum(mid**j for j in range(1, steps + 1)) < target:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
-def chain_length(p: float, k: int) -> float:
-    """The chain's true accept length at k steps: 1 + p + ... + p^k."""
-    return 1.0 + sum(p**j for j in range(1, k + 1))
-
-
-def chain_draws(p: float, steps: int, u: float) -> int:
-    """Drafts a pass accepts at `steps` steps for a uniform draw u in [0, 1): the largest j
-    with u < p^j (so P(>= j) = p^j), capped at steps."""
-    if p <= 0.0:
-        return 0
-    if p >= 1.0:
-        return steps
-    j = 0
-    q = p
-    while j < steps and u < q:
-        j += 1
-        q *= p
-    return j
-
-
-def chain_histogram(accept_length: float, steps: int, verifies: int) -> list[int]:
-    """The expected histogram of `verifies` passes at `steps` steps (rounded counts)."""
-    p = chain_probability(accept_length, steps)
-    probs = [p**j * (1 - p) for j in range(steps)] + [p**steps]
-    return [round(verifies * q) for q in probs]

@@ -1,30 +1,29 @@
-"""The speculation plan: per batch-size tier, the step count that maximises tokens/s.
+"""The speculation plan: SGLang's `--speculative-adaptive-config` for this host's costs and
+the user's workload, and what SGLang will do with it, predicted by running its controller.
 
-At batch size B and k draft steps (k = 0: no drafting) a step of the whole batch takes
-`costs.cycle(B, k)` and yields B x L(k) tokens (L from the measured accept curve), so
-
-    speedup(B, k) = L(k) x cycle(B, 0) / cycle(B, k),
-
-with a 95% interval from L(k)'s standard error (verify passes taken as independent draws).
-The tier's answer is the k with the largest speedup among those whose 95% interval lies
-above 1 + min_gain (0 when none does). The margin (default 5%, `--min-gain`) is what
-drafting must win by to be worth it: the costs are themselves known only to a few percent
-(the sim's calibration is within 1.9% of the field's figures; a TP shard measured on one GPU
-was 0.8% off two GPUs), and a cycle does not show what speculation costs elsewhere (the
-drafter's weights and KV cache out of the target's pool, the draft extend in every prefill).
-A tier held at 0 by the margin reports the step count that came closest (`closest`).
-What would change it: the break-even accept length L*(B, k) = cycle(B, k) / cycle(B, 0).
-
-SGLang's `--speculative-adaptive-config` written from the plan: a tier with k > 0 gets
-candidates [0, k] and a down-hysteresis that puts SGLang's drop-to-0 threshold (accepted
-drafts EMA <= 0.5 + down_hysteresis) at this host's break-even (L*(B, k) - 1 accepted
-drafts), so SGLang stops drafting where this host's costs say drafting loses; a tier with
-k = 0 gets [0] (never drafts, never probes).
+1. Every batch size the costs price (the release's padded sizes up to the max running
+   requests, eager beyond the graphs) gets the tier config whose time-averaged speedup over
+   a baseline server, found by replaying SGLang's controller on the recorded per-request
+   acceptance, is largest, among those that stay at or above `floor` x the baseline if
+   acceptance falls to the stated lower one (`f_low`: each draft position kept with that
+   probability; `design`). Drafting must beat never drafting by `min_gain`.
+2. Tier keys go where the chosen config changes; sizes the costs do not price are named and
+   left to the tier below them (never priced by a neighbour's row).
+3. Memory (`memory`): the drafter's weights and the graphs of every candidate step count
+   against what the server had left, and the requests the KV pool holds.
+4. Per concurrency of the workload, the end-to-end prediction (`serving`): output tokens/s,
+   TTFT and ITL of baseline, fixed EAGLE-3 at the recorded steps and adaptive with the
+   config, at the recorded and at the lower acceptance, with prefill and decode time apart
+   (where a gain comes from), and a 95% interval: the acceptance's cluster bootstrap
+   (requests resampled whole) turned into tokens/s through the prediction's own slope, and
+   the costs' run-to-run spread, in quadrature; `window_s` adds what a bench window of that
+   length measures and its window-to-window spread.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -32,167 +31,348 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.sglang import adaptive
-from fastverify.speculation.breakeven import breakeven_accept_length
+from fastverify.speculation import design, serving
+from fastverify.speculation.acceptance import Z95, Acceptance
 from fastverify.speculation.costs import Costs
-from fastverify.speculation.curve import AcceptCurve
 
-DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
-DEFAULT_MIN_GAIN = 0.05
-Z95 = 1.96
+DEFAULT_MIN_GAIN = 0.02
+DEFAULT_F_LOW = 0.65  # each draft position 35% less likely: the field's 3.0 -> 2.0 at 3 steps
+DEFAULT_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
+WINDOW_SEEDS = 6
 
 
-@dataclass(frozen=True)
+@dataclass
 class Tier:
-    batch_size: int
-    steps: int
-    speedup: float
-    ci: tuple[float, float]
-    tokens_per_second: float
-    baseline_tokens_per_second: float
-    break_even: dict[int, float]  # k -> L*(B, k)
-    change: str  # what would change the answer
-    closest: dict[str, Any] | None = None  # held at 0 by the margin: the best k's prediction
+    key: int
+    choices: list[design.Choice]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "steps": self.steps,
-            "speedup": round(self.speedup, 4),
-            "ci": [round(self.ci[0], 4), round(self.ci[1], 4)],
-            "tokens_per_second": round(self.tokens_per_second, 2),
-            "baseline_tokens_per_second": round(self.baseline_tokens_per_second, 2),
-            "break_even_accept_length": {str(k): round(v, 4) for k, v in self.break_even.items()},
-            "what_would_change": self.change,
-            **({"closest": self.closest} if self.closest else {}),
-        }
+    @property
+    def entry(self) -> dict[str, Any]:
+        return self.choices[0].candidate.entry
+
+    @property
+    def steps(self) -> int:
+        return max(self.entry["candidate_steps"])
+
+    @property
+    def sizes(self) -> list[int]:
+        return [c.batch for c in self.choices]
 
 
 @dataclass
 class Plan:
-    tiers: dict[int, Tier]
-    curve: AcceptCurve
+    tiers: list[Tier]
+    acceptance: Acceptance
     costs: Costs
+    workload: serving.Workload
+    f_low: float
+    floor: float
+    min_gain: float
+    unpriced: list[int]
+    predictions: dict[int, dict[str, Any]] = field(default_factory=dict)
+    memory: dict[str, Any] | None = None  # speculation.memory.Memory.check of the config
     adaptive_config_path: str | None = None
-    min_gain: float = DEFAULT_MIN_GAIN
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def largest_steps(self) -> int:
-        return max(t.steps for t in self.tiers.values())
+    def drafts(self) -> bool:
+        return any(t.steps > 0 for t in self.tiers)
+
+    @property
+    def launch_steps(self) -> int:
+        return max(adaptive.candidate_steps(self.adaptive_config()))
+
+    @property
+    def lower_accept_length(self) -> float:
+        return self.acceptance.length(self.acceptance.steps, self.f_low)
+
+    def adaptive_config(self) -> dict[str, Any]:
+        """SGLang's --speculative-adaptive-config: one entry per tier key."""
+        return {str(t.key): dict(t.entry) for t in self.tiers}
+
+    def break_even(self, bs: int, k: int) -> float:
+        """The accept length at k steps at which batch `bs` matches a baseline server."""
+        row = self.costs.priced(bs)
+        assert row is not None
+        return self.costs.cycle(row, k) / self.costs.decode(row)
+
+    def skip_extend(self) -> dict[str, Any] | None:
+        """Whether SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 helps: what it saves where the
+        config never drafts, and what it costs the next step up (`fastverify.sglang.eagle`)."""
+        from fastverify.sglang.eagle import SKIP_ZERO_STEP_EXTEND_VAR
+
+        zero = [c.batch for t in self.tiers if t.steps == 0 for c in t.choices]
+        priced = [b for b in zero if b in self.costs.zero_skip]
+        if not self.drafts or not priced:
+            return None
+        saves = {b: 1 - self.costs.zero_skip[b] / self.costs.cycle(b, 0) for b in priced}
+        lo, hi = min(saves.values()), max(saves.values())
+        helps = hi >= 0.01
+        return {
+            "variable": SKIP_ZERO_STEP_EXTEND_VAR,
+            "recommended": helps,
+            "saves": {str(b): round(v, 4) for b, v in saves.items()},
+            "why": (
+                f"{SKIP_ZERO_STEP_EXTEND_VAR}=1 (in the profile) saves {lo:.1%}-{hi:.1%} of every "
+                f"steps-0 pass at batch {_span(zero)} (the draft extend over one token per "
+                "request); what it costs: a request decoded through a skipped extend drafts "
+                "its first pass after a step up from SGLang's zeroed stub (cold recovery), "
+                "so when the batch shrinks into a drafting tier each such request's next "
+                "pass accepts nothing" + ("" if helps else "; under 1% here: not worth it")
+            ),
+        }
 
     @property
     def why(self) -> str:
-        pays = [b for b, t in sorted(self.tiers.items()) if t.steps > 0]
+        pays = [t for t in self.tiers if t.steps > 0]
+        K = self.acceptance.steps
         if not pays:
             return (
                 f"speculation does not pay at any batch size here: at accept length "
-                f"{self.curve.length(self.curve.steps):.2f} ({self.curve.steps} steps) a draft+"
-                "verify cycle costs more than the tokens it adds"
+                f"{self.acceptance.length(K):.2f} ({K} steps) no step count beats a baseline "
+                f"server by {self.min_gain:.0%} while staying above {self.floor:.2f}x it if "
+                f"acceptance falls to {self.lower_accept_length:.2f}; serve mode baseline "
+                "(fastverifyctl mode set baseline)"
             )
+        spans = ", ".join(f"{_span(t.sizes)} ({t.entry['candidate_steps']})" for t in pays)
+        return f"speculation pays at batch size {spans}; no drafting elsewhere"
+
+    def tier_dict(self, t: Tier) -> dict[str, Any]:
+        K = self.acceptance.steps
+        per = {}
+        for c in t.choices:
+            per[str(c.batch)] = {
+                "speedup": round(c.speedup, 4),
+                "speedup_if_lower": round(c.speedup_low, 4),
+                "time_at_steps": {str(k): round(v, 3) for k, v in c.shares.items()},
+                "time_at_steps_if_lower": {str(k): round(v, 3) for k, v in c.shares_low.items()},
+                "best_fixed_steps": {
+                    "steps": c.best_static[0],
+                    "speedup": round(c.best_static[1], 4),
+                },
+            }
+        first = t.choices[0]
+        ks = range(1, min(K, max(self.costs.steps(self.costs.priced(t.key) or t.key))) + 1)
+        be = {str(k): round(self.break_even(t.key, k), 4) for k in ks}
+        return {
+            "batch_sizes": t.sizes,
+            "config": t.entry,
+            "steps": t.steps,
+            "break_even_accept_length": be,
+            "per_batch_size": per,
+            "what_would_change": self._change(t, first),
+        }
+
+    def _change(self, t: Tier, c: design.Choice) -> str:
+        K = self.acceptance.steps
+        low = self.lower_accept_length
+        span = _span(t.sizes)
+        k_best, s_best = c.best_static
+        if t.steps == 0:
+            if k_best == 0:
+                return (f"no step count pays at batch {span}: at 1 step the accept length "
+                        f"would need {self.break_even(t.key, 1):.2f} (measured "
+                        f"{self.acceptance.length(1):.2f})")  # fmt: skip
+            return (
+                f"{_steps(k_best)} would give {s_best:.2f}x at batch {c.batch} but "
+                f"{_lower_text(self, k_best, c.batch)} if acceptance falls to {low:.2f}: "
+                f"held at [0] (lower --lower-accept-length or --floor to take that risk)"
+            )
+        lo = min(ch.speedup_low for ch in t.choices)
+        hi = max(ch.speedup_low for ch in t.choices)
+        steps_low = max(c.shares_low, key=c.shares_low.get) if c.shares_low else 0
         return (
-            f"speculation pays at batch size {_ranges(pays)} (steps "
-            f"{', '.join(str(self.tiers[b].steps) for b in pays)}); "
-            f"no drafting elsewhere"
-            if len(pays) < len(self.tiers)
-            else f"speculation pays at every batch size planned (up to {max(pays)})"
+            f"if acceptance falls to {low:.2f} (L({K}), from {self.acceptance.length(K):.2f}), "
+            f"batch {span} runs at {_range(lo, hi)}x baseline (SGLang settles at "
+            f"{_steps(steps_low)}); {_steps(t.steps)} pay{'s' * (t.steps == 1)} while "
+            f"L({t.steps}) >= "
+            f"{self.break_even(t.key, t.steps):.2f} (measured "
+            f"{self.acceptance.length(t.steps):.2f})"
         )
 
-    def adaptive_config(self) -> dict[str, Any]:
-        """SGLang's --speculative-adaptive-config for this plan (tiers by batch size)."""
-        cfg: dict[str, Any] = {}
-        for bs, t in sorted(self.tiers.items()):
-            if t.steps == 0:
-                cfg[str(bs)] = {"candidate_steps": [0]}
-                continue
-            drop_at = t.break_even[t.steps] - 1.0  # accepted drafts (bonus excluded)
-            cfg[str(bs)] = {
-                "candidate_steps": [0, t.steps],
-                "up_hysteresis": 0.0,
-                "down_hysteresis": round(drop_at - 0.5, 4),
-            }
-        return cfg
-
     def to_dict(self) -> dict[str, Any]:
+        K = self.acceptance.steps
         return {
-            "tiers": {str(b): t.to_dict() for b, t in sorted(self.tiers.items())},
+            "tiers": {str(t.key): self.tier_dict(t) for t in self.tiers},
             "adaptive_config": self.adaptive_config_path,
-            "launch_steps": self.largest_steps,
-            "accept_curve": self.curve.curve(),
-            "accept_histogram": list(self.curve.histogram),
-            "accept_steps": self.curve.steps,
+            "adaptive_config_json": self.adaptive_config(),
+            "launch_steps": self.launch_steps,
+            "drafts": self.drafts,
+            "accept_curve": self.acceptance.pooled.curve(),
+            "accept_histogram": list(self.acceptance.pooled.histogram),
+            "accept_steps": K,
+            "accept_requests": [list(h) for h in self.acceptance.requests],
+            "accept_interval": [round(v, 4) for v in self.acceptance.interval(K)],
+            "requests": len(self.acceptance.requests),
+            "lower_acceptance": {
+                "factor": round(self.f_low, 4),
+                "accept_length": round(self.lower_accept_length, 4),
+            },
+            "floor": self.floor,
+            "min_gain": self.min_gain,
+            "unpriced_batch_sizes": self.unpriced,
+            "memory": self.memory,
+            "skip_zero_step_extend": self.skip_extend(),
+            "workload": self.workload.to_dict(),
+            "predictions": {str(c): v for c, v in sorted(self.predictions.items())},
             "costs": self.costs.to_dict(),
             "why": self.why,
-            "min_gain": self.min_gain,
             **self.extra,
         }
 
 
-def _ranges(values: list[int]) -> str:
-    return ", ".join(str(v) for v in values)
-
-
-def plan_tier(
-    curve: AcceptCurve, costs: Costs, bs: int, min_gain: float = DEFAULT_MIN_GAIN
-) -> Tier:
-    row_bs = bs if bs in costs.table else costs.nearest(bs)
-    c0 = costs.cycle(row_bs, 0)
-    ks = [k for k in costs.steps(row_bs) if 1 <= k <= curve.steps]
-    base_tps = bs / c0
-    speed: dict[int, float] = {}
-    half: dict[int, float] = {}
-    be: dict[int, float] = {}
-    for k in ks:
-        ck = costs.cycle(row_bs, k)
-        speed[k] = curve.length(k) * c0 / ck
-        half[k] = Z95 * curve.stderr(k) * c0 / ck
-        be[k] = breakeven_accept_length(ck, 1.0 / c0)  # a decode step yields 1 token/request
-    # drafting only where it wins by the margin with 95% confidence
-    paying = [k for k in ks if speed[k] - half[k] > 1.0 + min_gain]
-    margin = f"{min_gain:.0%} margin"
-    if paying:
-        k = max(paying, key=lambda k: speed[k])
-        ci = (speed[k] - half[k], speed[k] + half[k])
-        change = (
-            f"no drafting (0 steps) at batch {bs} once the accept length at {_steps(k)} falls "
-            f"below {be[k] * (1 + min_gain):.2f} (break-even {be[k]:.2f} + {margin}; "
-            f"measured {curve.length(k):.2f})"
-        )
-        return Tier(bs, k, speed[k], ci, base_tps * speed[k], base_tps, be, change)
-    if not ks:
-        change = f"no step count to compare at batch {bs} (the curve or the costs end at 0)"
-        return Tier(bs, 0, 1.0, (1.0, 1.0), base_tps, base_tps, be, change)
-    k = min(ks, key=lambda k: be[k] / curve.length(k))
-    closest = {
-        "steps": k,
-        "speedup": round(speed[k], 4),
-        "ci": [round(speed[k] - half[k], 4), round(speed[k] + half[k], 4)],
-    }
-    held = (
-        f"{_steps(k)} would give {speed[k]:.2f}x [{speed[k] - half[k]:.2f}, "
-        f"{speed[k] + half[k]:.2f}], not clear of the {margin} (--min-gain); "
-        if speed[k] > 1.0
-        else ""
-    )
-    change = (
-        f"{held}{_steps(k)} pays at batch {bs} once the accept length at {_steps(k)} is >= "
-        f"{be[k] * (1 + min_gain):.2f} (break-even {be[k]:.2f} + {margin}; measured "
-        f"{curve.length(k):.2f})"
-    )
-    return Tier(bs, 0, 1.0, (1.0, 1.0), base_tps, base_tps, be, change, closest)
+def _lower_text(p: Plan, k: int, bs: int) -> str:
+    row = p.costs.priced(bs)
+    assert row is not None
+    s = p.acceptance.length(k, p.f_low) * p.costs.decode(row) / p.costs.cycle(row, k)
+    return f"{s:.2f}x"
 
 
 def _steps(k: int) -> str:
     return f"{k} step" if k == 1 else f"{k} steps"
 
 
+def _range(lo: float, hi: float) -> str:
+    return f"{lo:.2f}" if abs(hi - lo) < 0.005 else f"{lo:.2f}-{hi:.2f}"
+
+
+def _span(sizes: list[int]) -> str:
+    return str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+
+
+def unpriced_sizes(costs: Costs, limit: int) -> list[int]:
+    """Captured batch sizes up to `limit` the costs have no row for."""
+    priced = set(costs.batch_sizes)
+    return [b for b in costs.cuda_graph_bs if b <= limit and b not in priced]
+
+
 def make_plan(
-    curve: AcceptCurve,
+    acceptance: Acceptance,
     costs: Costs,
-    batch_sizes: list[int] | tuple[int, ...] | None = None,
+    *,
+    workload: serving.Workload | None = None,
+    concurrencies: tuple[int, ...] | list[int] = DEFAULT_CONCURRENCIES,
+    max_batch: int | None = None,
+    f_low: float = DEFAULT_F_LOW,
+    floor: float = design.DEFAULT_FLOOR,
     min_gain: float = DEFAULT_MIN_GAIN,
+    window_s: float | None = None,
+    seed: int = 0,
 ) -> Plan:
-    sizes = sorted(set(batch_sizes or DEFAULT_BATCH_SIZES))
-    tiers = {bs: plan_tier(curve, costs, bs, min_gain) for bs in sizes}
-    return Plan(tiers, curve, costs, min_gain=min_gain)
+    workload = workload or serving.Workload()
+    limit = max_batch or costs.max_running_requests or max(costs.batch_sizes)
+    sizes = [b for b in costs.batch_sizes if b <= limit]
+    if not sizes:
+        raise ValueError(f"the costs price no batch size up to {limit}")
+    cands = design.candidates(acceptance, f_low)
+    choices = [
+        design.choose(b, cands, acceptance, costs, f_low, floor=floor, min_gain=min_gain,
+                      output_len=workload.output_len, seed=seed)
+        for b in sizes
+    ]  # fmt: skip
+    tiers: list[Tier] = []
+    for ch in choices:
+        if tiers and tiers[-1].choices[-1].candidate.key == ch.candidate.key:
+            tiers[-1].choices.append(ch)
+        else:
+            tiers.append(Tier(ch.batch, [ch]))
+    plan = Plan(tiers, acceptance, costs, workload, f_low, floor, min_gain,
+                unpriced_sizes(costs, limit))  # fmt: skip
+    if costs.memory is not None:
+        plan.memory = costs.memory.check(plan.adaptive_config(), list(costs.cuda_graph_bs),
+                                         workload.input_len + workload.output_len)  # fmt: skip
+    for c in concurrencies:
+        if costs.priced(c) is not None:
+            plan.predictions[c] = predict(plan, c, window_s=window_s, seed=seed)
+    return plan
+
+
+def predict(plan: Plan, concurrency: int, *, window_s: float | None = None, seed: int = 0) -> dict:
+    """End-to-end figures at one concurrency (see the module docstring)."""
+    acc, costs, wl = plan.acceptance, plan.costs, plan.workload
+    cfg = plan.adaptive_config()
+    # fixed EAGLE-3 at the recorded steps, or at the most the costs priced
+    K = min(acc.steps, *(max(costs.steps(b)) for b in costs.batch_sizes))
+
+    def run(mode: str, f: float = 1.0, s: int = seed, window: float | None = None):
+        return serving.serve(mode, concurrency, costs, wl, acc, config=cfg, steps=K, f=f,
+                             seed=s, window_s=window)  # fmt: skip
+
+    base, eagle, ad = run("baseline"), run("eagle"), run("adaptive")
+    ad_low, eagle_low = run("adaptive", plan.f_low), run("eagle", plan.f_low)
+    # the acceptance's uncertainty in f units, through the prediction's own slope
+    sd_len = acc.stderr(K, seed=seed)
+    slope_len = (acc.length(K) - acc.length(K, 0.95)) / 0.05 or 1e-9
+    sd_f = sd_len / slope_len
+    delta = max(0.03, 3 * sd_f)
+    ad_d = run("adaptive", 1.0 - delta)
+    slope = (ad.tokens_per_second - ad_d.tokens_per_second) / delta
+    half = Z95 * math.hypot(slope * sd_f, ad.tokens_per_second * costs.spread)
+    out: dict[str, Any] = {
+        "baseline": base.to_dict(),
+        "eagle": eagle.to_dict(),
+        "adaptive": ad.to_dict(),
+        "adaptive_ci": [
+            round(ad.tokens_per_second - half, 3),
+            round(ad.tokens_per_second + half, 3),
+        ],
+        "if_lower": {
+            "adaptive": ad_low.to_dict(),
+            "eagle": eagle_low.to_dict(),
+            "accept_length": round(plan.lower_accept_length, 4),
+        },
+        "gain": gain(base, ad),
+    }
+    if window_s is not None:
+        runs = [run("adaptive", s=seed + i, window=window_s).tokens_per_second
+                for i in range(WINDOW_SEEDS)]  # fmt: skip
+        mean = sum(runs) / len(runs)
+        sd_w = math.sqrt(sum((r - mean) ** 2 for r in runs) / max(1, len(runs) - 1))
+        half_w = Z95 * math.sqrt((slope * sd_f) ** 2 + (mean * costs.spread) ** 2 + sd_w**2)
+        out["window"] = {"seconds": window_s, "adaptive_tokens_per_second": round(mean, 3),
+                         "ci": [round(mean - half_w, 3), round(mean + half_w, 3)],
+                         "window_to_window_sd": round(sd_w, 3)}  # fmt: skip
+    return out
+
+
+def gain(base: serving.Served, other: serving.Served) -> dict[str, Any]:
+    """Where `other`'s gain over baseline comes from: the shares of a baseline request's
+    time that each phase saves (negative: it costs more)."""
+    total = base.prefill_s + base.decode_s or 1.0
+    ratio = other.tokens_per_second / base.tokens_per_second if base.tokens_per_second else 0.0
+    return {
+        "ratio": round(ratio, 4),
+        "prefill_saves": round((base.prefill_s - other.prefill_s) / total, 4),
+        "decode_saves": round((base.decode_s - other.decode_s) / total, 4),
+    }
+
+
+def replay_stored(stored: dict[str, Any], concurrency: int, window_s: float,
+                  seeds: int = WINDOW_SEEDS) -> dict[str, Any]:  # fmt: skip
+    """What a bench window of `window_s` at `concurrency` should measure on the server a
+    stored plan configured (mode adaptive): mean and spread of the plan's replays of it."""
+    acc = Acceptance.from_requests(stored["accept_requests"], int(stored["accept_steps"]))
+    costs = Costs.from_dict(stored["costs"])
+    wl = stored.get("workload") or {}
+    workload = serving.Workload(int(wl.get("input_len", 128)), int(wl.get("output_len", 256)))
+    runs = [serving.serve("adaptive", concurrency, costs, workload, acc,
+                          config=stored["adaptive_config_json"], window_s=window_s, seed=s)
+            for s in range(seeds)]  # fmt: skip
+    n = len(runs)
+
+    def mean_sd(values: list[float]) -> tuple[float, float]:
+        m = sum(values) / n
+        return m, math.sqrt(sum((v - m) ** 2 for v in values) / max(1, n - 1))
+
+    tps, sd = mean_sd([r.tokens_per_second for r in runs])
+    return {
+        "tokens_per_second": tps,
+        "sd": sd,
+        "ttft_p50_s": mean_sd([r.ttft_p50_s for r in runs])[0],
+        "itl_mean_s": mean_sd([r.itl_mean_s for r in runs])[0],
+        "decode_only": runs[0].decode_only,
+        "workload": workload.to_dict(),
+    }
 
 
 def write_adaptive_config(plan: Plan, path: str | Path) -> Path:
@@ -216,3 +396,26 @@ def write_adaptive_config(plan: Plan, path: str | Path) -> Path:
         raise
     plan.adaptive_config_path = str(dest)
     return dest
+
+
+def predicted_speedup(stored: dict[str, Any], concurrency: int) -> dict[str, Any] | None:
+    """From a stored plan (`Plan.to_dict`): what adaptive gives at `concurrency` over a
+    baseline server: the end-to-end prediction when the plan made one there, else the
+    decode speedup of the largest planned batch size at or below it; None when it has none."""
+    tiers = stored.get("tiers") or {}
+    per = {int(b): (int(key), v) for key, t in tiers.items()
+           for b, v in (t.get("per_batch_size") or {}).items()}  # fmt: skip
+    below = [b for b in per if b <= concurrency]
+    if not below:
+        return None
+    key, row = per[max(below)]
+    steps = int(tiers[str(key)].get("steps", 0))
+    pred = (stored.get("predictions") or {}).get(str(concurrency))
+    if pred:
+        base = pred["baseline"]["tokens_per_second"] or 1.0
+        lo, hi = pred.get("adaptive_ci") or [None, None]
+        return {"steps": steps, "speedup": pred["gain"]["ratio"],
+                "ci": [lo / base, hi / base] if lo is not None else None,
+                "from": "end-to-end prediction"}  # fmt: skip
+    return {"steps": steps, "speedup": row["speedup"], "ci": None,
+            "from": f"decode passes at batch size {max(below)}"}  # fmt: skip

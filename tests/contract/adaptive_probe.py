@@ -13,6 +13,13 @@ Request keys:
 - "draft_forwards": [num_steps] -> "draft_forwards": {num_steps: drafter forwards} counted by
   running `EagleDraftWorker.draft_forward` (srt/speculative/eagle_worker_v2.py, topk 1, greedy,
   the CPU path) over a draft runner that only counts its `forward` calls
+- "closed_loop": [{"config": path, "initial": int, "batch": int, "cuda_graph_bs": [int] | null,
+                   "draws": [[drafts each request would accept at unlimited steps], ...]}]
+  -> "closed_loop": [[steps of each pass]]: `AdaptiveSpeculativeParams` choosing the steps of
+  each pass itself, fed min(draw, steps) per request (0 at steps 0), as SGLang feeds it
+- sources: the steps-0 branches of `forward_batch_generation`, the trivial verify input, the
+  spec-config override of `apply_runtime_state`, the accept-rate denominator of the
+  scheduler's decode log (`metrics_reporter.py`), the request metrics file exporter
 """
 
 from __future__ import annotations
@@ -98,7 +105,37 @@ def main() -> None:
         reasons.append(asp.adaptive_unsupported_reason(args))
     out["reasons"] = reasons
     out["draft_forwards"] = {k: draft_forwards(k) for k in req.get("draft_forwards", [])}
+    out["closed_loop"] = [closed_loop(run) for run in req.get("closed_loop", [])]
+    sources(out)
     print(json.dumps(out))
+
+
+def closed_loop(run: dict) -> list[int]:
+    from sglang.srt.speculative import adaptive_spec_params as asp
+
+    params = asp.AdaptiveSpeculativeParams(run["initial"], run["config"])
+    params.set_cuda_graph_bs(run.get("cuda_graph_bs"))
+    bs = run["batch"]
+    seq = []
+    for draws in run["draws"]:
+        steps = params.get_steps_for_batch(bs)
+        params.on_verify_complete([min(j, steps) if steps > 0 else 0 for j in draws], bs)
+        seq.append(steps)
+    return seq
+
+
+def sources(out: dict) -> None:
+    from sglang.srt import environ
+    from sglang.srt.managers.scheduler_components import metrics_reporter
+    from sglang.srt.observability import request_metrics_exporter as rme
+    from sglang.srt.speculative import eagle_worker_v2 as w
+
+    out["forward_source"] = inspect.getsource(w.EAGLEWorkerV2.forward_batch_generation)
+    out["trivial_verify_source"] = inspect.getsource(w.EAGLEWorkerV2._build_trivial_verify_input)
+    out["apply_state_source"] = inspect.getsource(w.EAGLEWorkerV2.apply_runtime_state)
+    out["decode_log_source"] = inspect.getsource(metrics_reporter)
+    out["exporter_source"] = inspect.getsource(rme.FileRequestMetricsExporter)
+    out["skip_extend_default"] = environ.envs.SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND.get()
 
 
 def draft_forwards(steps: int, bs: int = 2) -> int:

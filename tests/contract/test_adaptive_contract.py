@@ -1,7 +1,7 @@
-"""Adaptive speculative decoding facts (fastverify.sglang.adaptive, .adaptive_slot) and the
-configs `spec plan` writes, against SGLang 0.5.23's own code (tests/contract/adaptive_probe.py
+"""Adaptive speculative decoding facts (fastverify.sglang.adaptive, .adaptive_slot, .eagle) and
+the configs `spec plan` writes, against SGLang 0.5.23's own code (tests/contract/adaptive_probe.py
 runs `AdaptiveSpeculativeParams`, `_load_adaptive_config` and `adaptive_unsupported_reason`
-from the wheel). One probe run answers the whole module.
+from the wheel, and reads the sources named below). One probe run answers the whole module.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 
 from fastverify.engines.sim import costmodel
-from fastverify.engines.sim.costtable import engine_costs as sim_costs
+from fastverify.engines.sim.request_meta import FILE_FORMAT
 from fastverify.sglang import adaptive, eagle, metrics
 from fastverify.sglang.adaptive_slot import AdaptiveController
 from fastverify.speculation import plan as spec_plan
-from fastverify.speculation.curve import AcceptCurve, chain_histogram
+from fastverify.speculation import replay
+from tests import field
+from tests.unit.speculation.synth import acceptance, sim_costs
 
 HERE = Path(__file__).resolve().parent
 N_SEQUENCES = 1000
@@ -68,26 +70,52 @@ def ours(run: dict[str, Any]) -> list[int]:
     return seq
 
 
-def plans(tmp: Path) -> list[Path]:
-    """Configs `spec plan` writes over acceptances from hopeless to near-perfect, two
-    profiles, TP 8 and TP 2, one bad tier list."""
-    paths = []
-    for i, (L, profile, tp) in enumerate(
-        [(1.3, "ring-ll", 8), (2.0, "ring-ll", 8), (2.8, "ring-ll", 8), (3.6, "ring-ll", 8),
-         (2.5, "nccl-default", 2), (3.9, "ring-simple", 8)]
-    ):  # fmt: skip
-        curve = AcceptCurve.from_histogram(chain_histogram(L, 3, verifies=2000))
-        costs = sim_costs(
-            {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"} if "ll" in profile else {},
-            tp_size=tp,
-            batch_sizes=[1, 2, 4, 8, 16, 32, 64],
-            max_steps=7,
-        )
-        p = spec_plan.make_plan(curve, costs)
+# (recorded accept length at 3 steps, the lower one the plan must survive, profile env, TP)
+PLANS = [
+    (1.6, 1.3, field.RING_LL, 8), (2.5, 2.0, field.RING_LL, 8), (3.0, 2.0, field.RING_LL, 8),
+    (3.6, 2.6, field.RING_LL, 8), (3.0, 2.2, {}, 2), (3.9, 3.0, {"NCCL_PROTO": "Simple"}, 8),
+]  # fmt: skip
+
+
+def plans(tmp: Path) -> list[tuple[Path, spec_plan.Plan]]:
+    """Configs `spec plan` writes over acceptances from hopeless to near-perfect, three
+    profiles, TP 8 and TP 2 (up to 32 requests: the batch sizes keep the probe short)."""
+    out = []
+    for i, (length, lower, env, tp) in enumerate(PLANS):
+        acc = acceptance(length, requests=48, seed=i)
+        p = spec_plan.make_plan(acc, sim_costs(dict(env), tp), max_batch=32, concurrencies=(),
+                                f_low=acc.factor_for(lower))  # fmt: skip
         path = tmp / f"plan{i}.json"
         spec_plan.write_adaptive_config(p, path)
-        paths.append(path)
-    return paths
+        out.append((path, p))
+    return out
+
+
+def closed_loops(tmp: Path, written: list[tuple[Path, spec_plan.Plan]]) -> list[dict[str, Any]]:
+    """For every drafting tier of every plan, at its key batch size, at the recorded and at
+    the lower acceptance: the plan's own replay (the draws each request made, the steps it
+    chose, and the time shares the plan reports)."""
+    runs = []
+    for i, (_path, p) in enumerate(written):
+        for t in p.tiers:
+            if t.steps == 0:
+                continue
+            choice = t.choices[0]
+            cfg = tmp / f"tier-{i}-{t.key}.json"
+            cfg.write_text(json.dumps({"1": t.entry}))
+            for f, seed, shares in ((1.0, 0, choice.shares), (p.f_low, 1, choice.shares_low)):
+                trace: list[tuple[int, list[int]]] = []
+                r = replay.replay({"1": t.entry}, t.key, p.costs, p.acceptance, f=f,
+                                  output_len=p.workload.output_len, seed=seed,
+                                  trace=trace)  # fmt: skip
+                assert r.time_shares() == shares  # the plan's figures are this replay's
+                runs.append({
+                    "config": str(cfg), "initial": max(t.entry["candidate_steps"]),
+                    "batch": t.key, "cuda_graph_bs": list(p.costs.cuda_graph_bs),
+                    "draws": [d for _s, d in trace], "ours": [s for s, _d in trace],
+                    "shares": shares, "costs": p.costs, "f": f,
+                })  # fmt: skip
+    return runs
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +124,7 @@ def probe(sglang_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     runs = [random_run(rng) for _ in range(N_SEQUENCES)]
     tmp = tmp_path_factory.mktemp("adaptive")
     written = plans(tmp)
+    loops = closed_loops(tmp, written)
     bad = tmp / "bad.json"
     bad.write_text(json.dumps({"1": {"candidate_steps": [1, -2]}}))
     no_tier = tmp / "no-tier.json"
@@ -105,9 +134,17 @@ def probe(sglang_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
                {"enable_two_batch_overlap": True}, {"enable_pdmux": True}]  # fmt: skip
     request = {
         "runs": runs,
-        "configs": [str(p) for p in [*written, bad, no_tier]],
+        "configs": [str(p) for p in [*(w for w, _ in written), bad, no_tier]],
         "reasons": reasons,
         "draft_forwards": list(range(1, 8)),
+        "closed_loop": [
+            {
+                k: v
+                for k, v in r.items()
+                if k in ("config", "initial", "batch", "cuda_graph_bs", "draws")
+            }
+            for r in loops
+        ],
     }
     proc = subprocess.run(
         [str(sglang_python), str(HERE / "adaptive_probe.py")],
@@ -118,6 +155,7 @@ def probe(sglang_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     out["request"] = request
     out["written"] = written
+    out["loops"] = loops
     return out
 
 
@@ -145,7 +183,7 @@ def test_default_config_and_slot_defaults_are_sglangs(probe: dict) -> None:
 
 def test_every_config_the_plan_writes_loads_in_sglang(probe: dict) -> None:
     results = probe["configs"]
-    for path, res in zip(probe["written"], results, strict=False):
+    for (path, _plan), res in zip(probe["written"], results, strict=False):
         assert res["ok"], f"{path}: {res.get('error')}"
         cfg = json.loads(path.read_text())
         assert res["candidates"] == adaptive.candidate_steps(cfg)
@@ -216,3 +254,72 @@ def test_sim_runs_as_many_draft_forwards_per_cycle_as_sglang(probe: dict) -> Non
                                  num_draft_tokens=steps + 1)  # fmt: skip
         drafts = [f for name, f in pred.forwards if "DRAFT" in name]
         assert len(drafts) == n + 1  # + the draft extend after the verify
+
+
+def test_sglangs_controller_on_the_plans_configs_runs_what_the_plan_predicts(probe: dict) -> None:
+    """SGLang's own AdaptiveSpeculativeParams, choosing every pass's steps itself and fed the
+    drafts each request accepts at those steps, runs the same steps as the plan's replay on
+    every drafting tier of every plan, at the recorded and at the lower acceptance: the
+    time-averaged steps the plan reports are SGLang's."""
+    loops, theirs = probe["loops"], probe["closed_loop"]
+    assert len(loops) == len(theirs) >= 8
+    moved = lowered = 0
+    for run, seq in zip(loops, theirs, strict=True):
+        assert seq == run["ours"], f"{run['config']} at f={run['f']:.2f} differs at pass " \
+            f"{_first_diff(seq, run['ours'])}"  # fmt: skip
+        costs, key = run["costs"], run["batch"]
+        row = costs.priced(key)
+        at: dict[int, float] = {}
+        for s in seq[replay.SETTLE :]:
+            at[s] = at.get(s, 0.0) + costs.cycle(row, s)
+        total = sum(at.values())
+        assert {s: v / total for s, v in sorted(at.items())} == pytest.approx(run["shares"])
+        moved += len(set(seq)) > 1
+        lowered += run["f"] < 1 and min(seq[replay.SETTLE :]) < max(seq)
+    assert moved >= 1 and lowered >= 1  # the sequences exercise the step-down
+
+
+def test_steps_0_is_a_verify_at_one_draft_token_and_a_draft_extend(probe: dict) -> None:
+    """eagle_worker_v2: at steps 0 a trivial verify input through the TARGET_VERIFY graph
+    captured at draft_token_num=1, then the draft extend unless the skip variable is set
+    (default off): what `fastverify.sglang.eagle` says and the sim's cost model charges."""
+    fwd = probe["forward_source"]
+    assert "elif self.speculative_num_steps == 0:" in fwd
+    assert "self._build_trivial_verify_input(batch)" in fwd
+    assert f"envs.{eagle.SKIP_ZERO_STEP_EXTEND_VAR}.get()" in fwd
+    assert "_draft_extend_for_decode" in fwd and "_stub_skipped_draft_extend" in fwd
+    assert "draft_token_num=1" in probe["trivial_verify_source"]
+    assert probe["skip_extend_default"] is False and not eagle.skip_zero_step_extend({})
+    assert eagle.skip_zero_step_extend({eagle.SKIP_ZERO_STEP_EXTEND_VAR: "1"})
+    env = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}
+    zero = costmodel.predict(env, "eagle3", 8, 4, True, 1.0, num_steps=0, num_draft_tokens=1)
+    kinds = [name for name, _f in zero.forwards]
+    assert kinds == ["step[VERIFY bs=4]", "step[DRAFT bs=4]"]
+    skip = costmodel.predict(env, "eagle3", 8, 4, True, 1.0, num_steps=0, num_draft_tokens=1,
+                             skip_draft_extend=True)  # fmt: skip
+    assert [name for name, _f in skip.forwards] == ["step[VERIFY bs=4]"]
+
+
+def test_the_decode_logs_accept_rate_divides_by_the_active_draft_tokens(probe: dict) -> None:
+    """metrics_reporter reads num_draft_tokens from the spec config, which adaptive's
+    apply_runtime_state overrides at every switch (in the scheduler process): the decode
+    line's accept rate divides by the active step count at logging time, 0 at steps 0. The
+    per-request meta_info rate (tokenizer process, never overridden) divides by the launch's;
+    the sim does both (fastverify.engines.sim.scheduler, .request_meta)."""
+    src = probe["decode_log_source"]
+    assert "draft_per_round = get_spec().speculative_num_draft_tokens - 1" in src
+    assert "total_draft_tokens = self.spec_num_forward_ct * draft_per_round" in src
+    apply = probe["apply_state_source"]
+    assert "get_context().override(" in apply
+    assert "speculative_num_draft_tokens=state.speculative_num_draft_tokens" in apply
+    meta = probe["meta_info_source"]
+    assert "get_spec().speculative_num_draft_tokens - 1" in meta
+
+
+def test_the_request_metrics_file_is_the_one_the_sim_writes(probe: dict) -> None:
+    src = probe["exporter_source"]
+    name = FILE_FORMAT.replace("{hour}", "{hour_suffix}")
+    assert f'log_filename = f"{name}"' in src
+    assert 'hour_suffix = current_time.strftime("%Y%m%d_%H")' in src
+    assert "json.dump(metrics_data, self._current_file_handler)" in src
+    assert "HEALTH_CHECK_RID_PREFIX in obj.rid" in src

@@ -78,3 +78,23 @@ def test_the_health_check_failed_line_is_sglangs(http_server: str) -> None:
     # the watch quotes it from an engine log line with SGLang's prefix
     prefixed = f"[2026-12-01 10:00:05] {real}"
     assert sglang_line(["Decode batch, ...", prefixed, "INFO: 127.0.0.1 GET"]) == real
+
+
+def test_the_readiness_probe_outwaits_sglangs_own_poll(http_server: str) -> None:
+    """/health and /health_generate answer 200 only after their first `asyncio.sleep(1)`
+    poll saw the scheduler's reply. A probe that gives up sooner never sees a 200: with a 1 s
+    probe, fastverifyd found a real 0.5.17 server on the H200 ready 13 s after its ready
+    line (tests/fixtures/sglang-0.5.17-h200/server-info-weight-cache-client.log: a
+    "GET /health" 200 for each probe that had already given up)."""
+    from fastverify.daemon import launcher
+
+    fn = _function(http_server, "health_generate")
+    sleeps = [
+        c.args[0].value
+        for c in ast.walk(fn)
+        if isinstance(c, ast.Call) and ast.unparse(c.func) == "asyncio.sleep"
+    ]
+    assert sleeps, "health_generate no longer polls with asyncio.sleep"
+    assert 5 * max(sleeps) <= launcher.HEALTH_PROBE_TIMEOUT_S
+    routes = [ast.unparse(d) for d in fn.decorator_list]
+    assert "app.get('/health')" in routes and "app.get('/health_generate')" in routes

@@ -42,7 +42,7 @@ def test_every_decode_and_prefill_line_parses(log: Path) -> None:
             else:
                 assert rec["new_seqs"] >= 1 and rec["new_tokens"] >= 1, (line, rec)
                 assert set(rec.get("extra", {})) <= {"#pending-token"}, rec
-    if "deep-gemm" not in log.name:  # the failed starts served nothing
+    if "deep-gemm" not in log.name and "broken" not in log.name:  # failed: served nothing
         assert seen > 0
 
 
@@ -210,3 +210,53 @@ def test_the_parsers_literal_texts_are_each_releases_own() -> None:
                 assert site["pieces"][0].startswith(text), (version, kind, site)
                 seen[kind] += 1
     assert all(n > 0 for n in seen.values()), seen
+
+
+def test_a_cache_clients_lines_say_the_weights_came_from_the_cache() -> None:
+    """The Llama-8B-shaped start served by fastverifyd's weight cache: what `status` and the
+    switch's result then say about its weights (source, seconds, the start's split)."""
+    from fastverify.daemon.weights import Gate, WeightsWatch, weights_summary
+
+    watch = WeightsWatch(resolve("0.5.17"), asked=True)
+    for ln in lines("server-info-weight-cache-client.log"):
+        watch.on_line(ln)
+    assert watch.hit and watch.refusal() is None
+    assert watch.seconds() == pytest.approx(0.08)  # the IPC loader's total
+    assert watch.graphs_s == pytest.approx(11.43 + 1.80)  # target prefill + decode capture
+    out = weights_summary(watch, Gate(True), ready_s=51.46, cache_bytes=16722690048)
+    assert out["source"] == "cache"
+    assert out["text"] == "weights: from the cache (15.6 GiB over IPC, 0.08 s)"
+    assert out["phases"] == {"weights": 0.08, "cuda_graph": 13.23, "rest": 38.15}
+
+
+def test_a_disk_start_of_the_same_model_is_read_as_from_disk() -> None:
+    from fastverify.daemon.weights import Gate, WeightsWatch, weights_summary
+
+    watch = WeightsWatch(resolve("0.5.17"), asked=False)
+    for ln in lines("server-info-llama8b-first-start.log"):
+        watch.on_line(ln)
+    assert not watch.hit and watch.seconds() == pytest.approx(12.98)
+    out = weights_summary(watch, Gate(False, "weight_cache = off", kind="off"), 160.7, None)
+    assert out["source"] == "disk" and out["phases"]["cuda_graph"] == pytest.approx(96.39)
+
+
+def test_the_weight_cache_daemons_own_lines() -> None:
+    """The daemon's log as fastverifyd keeps it: its disk load and readiness, and the
+    connection of the client above."""
+    text = (FIX / "weight-cache-daemon.log").read_text()
+    assert "Model loaded from disk in 5.25s" in text
+    assert "Exported 196 tensors as IPC handles. Ready to serve." in text
+    client = (FIX / "server-info-weight-cache-client.log").read_text()
+    assert "Fetched 196 IPC handles from daemon" in client  # the same 196 tensors
+
+
+def test_a_broken_draft_fails_after_the_load_and_the_cause_is_quoted() -> None:
+    f = failures.classify(lines("server-info-eagle3-broken-draft.log"), exit_code=1)
+    assert f.reason == "cuda_graph_capture"
+    assert f.line == "Fail when using backend: breakable for prefill runner."
+    # SGLang's summary line says where; the exception before it says what
+    assert "(RuntimeError: The size of tensor a (1536) must match the size of tensor b (768)" in (
+        f.message
+    )
+    log = lines("server-info-eagle3-broken-draft.log")
+    assert any("Load weight end." in ln for ln in log)  # after the target's load

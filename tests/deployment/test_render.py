@@ -110,7 +110,7 @@ def test_render_compose_bundle_is_read_by_compose(tmp_path: Path) -> None:
                "--model-dir", str(tmp_path / "models"), "--grafana-port", "3300",
                "--env-file", str(tmp_path / "fv.env"))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    for rel in ("docker-compose.yml", "prometheus.yml", ".env",
+    for rel in ("docker-compose.yml", "prometheus.yml", "fastverify-rules.yml", ".env",
                 "grafana/provisioning/datasources/prometheus.yml",
                 "grafana/dashboards/fastverify-overview.json"):  # fmt: skip
         assert (out / rel).is_file(), rel

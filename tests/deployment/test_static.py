@@ -175,6 +175,27 @@ def test_promtool_accepts_prometheus_yml_which_scrapes_both_exporters() -> None:
     assert {"fastverify:9464", "fastverify:30000"} <= targets
 
 
+def test_promtool_accepts_the_alert_rules_and_they_alert_on_a_stale_plan() -> None:
+    proc = run([tool("promtool"), "check", "rules", str(COMPOSE / "fastverify-rules.yml")],
+               check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_stale_plan_alert_reads_the_metric_the_exporter_publishes() -> None:
+    """The shipped rule's expression names fastverify_spec_plan_stale (emitted by the
+    collector: tests/unit/exporters/test_request_metrics.py), prometheus.yml loads the file
+    and compose mounts it beside the config."""
+    rules = yaml.safe_load((COMPOSE / "fastverify-rules.yml").read_text())
+    (alert,) = [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
+    assert "fastverify_spec_plan_stale" in alert["expr"] and alert["for"] == "10m"
+    assert "fastverifyctl spec plan" in alert["annotations"]["description"]
+    cfg = yaml.safe_load((COMPOSE / "prometheus.yml").read_text())
+    assert cfg["rule_files"] == ["fastverify-rules.yml"]
+    compose = yaml.safe_load((COMPOSE / "docker-compose.yml").read_text())
+    mount = "./fastverify-rules.yml:/etc/prometheus/fastverify-rules.yml:ro"
+    assert mount in compose["services"]["prometheus"]["volumes"]
+
+
 # --- Grafana ------------------------------------------------------------------------------
 
 

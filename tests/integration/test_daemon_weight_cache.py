@@ -141,7 +141,10 @@ def test_kill9_of_the_daemon_during_a_switch_the_next_one_adopts_the_cache(tmp_p
         d.restart_daemon(wait_ready=True, timeout=60)
         st = d.status()
         assert st["weight_cache"]["pid"] == pid and st["weight_cache"]["adopted"] is True
-        assert st["engine"]["weight_load"] is None or st["engine"]["adopted"]
+        # the engine the killed daemon was starting is adopted when it came up in time, else
+        # stopped and started again: then its weights come from the adopted cache
+        load = st["engine"]["weight_load"]
+        assert st["engine"]["adopted"] or (load or {}).get("source") == "cache", st["engine"]
         port = int(d.server_url.rsplit(":", 1)[1])
         assert list(engines_on_port(port)) == [st["engine"]["pgid"]]
         groups = _cache_processes(d)

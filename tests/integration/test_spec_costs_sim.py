@@ -1,5 +1,6 @@
 """`fastverifyctl spec costs` through a real fastverifyd on the sim: trials on dummy weights
-at steps 0..2 over two batch sizes make a cost file `spec plan --costs` accepts, ordered as
+(a baseline server, adaptive at 0 steps: SGLang's steps-0 pass, then EAGLE-3 at 1..2 steps)
+over two batch sizes make a cost file `spec plan --costs` accepts, ordered as
 the sim's published table orders its costs; the engine is put back after the trials, after a
 trial that cannot start, and after Ctrl-C; the daemon refuses a steps override that is not a
 timing trial's before it stops anything; no daemon, a busy one and an SGLang without the
@@ -39,7 +40,8 @@ def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path:
     out = tmp_path / "costs.json"
     with DaemonHarness(tmp_path, config=_config(), tp_size=2) as d:
         # a real-weights acceptance for the plan (the trials' dummy ones are never used)
-        r = d.ctl("bench", "-n", "4", "-c", "2", "--output-len", "40", "--warmup", "0")
+        r = d.ctl("bench", "-n", "4", "-c", "2", "--output-len", "40", "--warmup", "0",
+                  "--dataset", "fastverify-docs")  # fmt: skip
         assert r.returncode == 0, r.stderr
         before = d.status()
         r = d.ctl("spec", "costs", "--max-steps", "2", "--batch-sizes", "1,4", *WINDOW,
@@ -48,8 +50,9 @@ def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path:
         report = json.loads(r.stdout)
         assert json.loads(out.read_text()) == report
         # progress per trial: the load, each window, the verify capture, the restore
-        for line in ("steps 0: loading", "steps 2: ready in", "steps 1, batch 4: window",
-                     "steps 2, batch 1: verify", "restored "):  # fmt: skip
+        for line in ("baseline: loading", "steps 0: loading nccl-default/adaptive",
+                     "steps 2: ready in", "steps 1, batch 4: window", "steps 2, batch 1: verify",
+                     "restored "):  # fmt: skip
             assert line in r.stderr, (line, r.stderr)
 
         assert report["kind"] == "engine-trials"
@@ -57,12 +60,19 @@ def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path:
         for what in ("dummy weights", "profile nccl-default", "SGLang 0.5.23", "SIMULATED"):
             assert what in report["source"], report["source"]
         ok = [t for t in report["trials"] if t["status"] == "ok"]
-        assert len(ok) == 6 and {t["weights"] for t in ok} == {"dummy"}
-        assert all(t["cycle_from"].startswith("decode step") for t in ok if t["steps"] == 0)
-        assert all(t["cycle_from"].startswith("spec cycle") for t in ok if t["steps"] > 0)
-        assert {(bs, k) for bs, row in report["verify_ms"].items() for k in row} == {
-            (bs, k) for bs in ("1", "4") for k in ("1", "2")
-        }
+        assert len(ok) == 8 and {t["weights"] for t in ok} == {"dummy"}
+        one = [t for t in ok if t["steps"] in ("baseline", 0)]
+        assert len(one) == 4 and all(t["cycle_from"].startswith("one token per") for t in one)
+        assert all(t["cycle_from"].startswith("spec cycle") for t in ok if t not in one)
+        # the prefill of one prompt per mode: the EAGLE server's drafter extends it too
+        pre = report["prefill_ms"]
+        assert set(pre) == {"baseline", "eagle"} and set(pre["eagle"]) == {"16"}
+        base = {int(b): ms for b, ms in report["baseline_ms"].items()}
+        # a verify time where the trace gave one, never longer than its window's cycle (the
+        # two windows ran under different load: left out, and said)
+        for t in (t for t in ok if t["steps"] not in ("baseline", 0)):
+            v = report["verify_ms"].get(str(t["batch_size"]), {}).get(str(t["steps"]))
+            assert (v is not None and v <= t["cycle_ms"]) or "trace_error" in t, t
         cycle = {int(b): {int(k): ms for k, ms in row.items()} for b, row in
                  report["cycle_ms"].items()}  # fmt: skip
 
@@ -82,14 +92,15 @@ def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path:
         table = spec_costs.from_engine_info(info)
         for bs in (1, 4):
             assert cycle[bs][0] < cycle[bs][1] < cycle[bs][2], cycle
-            published = [table.cycle(table.nearest(bs), k) for k in (0, 1, 2)]
+            published = [table.cycle(bs, k) for k in (0, 1, 2)]
             assert published == sorted(published)
+            assert base[bs] < cycle[bs][1]  # a decode step is cheaper than a draft cycle
         for k in (0, 1, 2):
             assert cycle[1][k] < cycle[4][k], cycle
             assert table.cycle(1, k) < table.cycle(4, k)
 
         # the plan reads the file and says where its costs came from
-        r = d.ctl("spec", "plan", "--costs", str(out), "--batch-sizes", "1,4", "--json")
+        r = d.ctl("spec", "plan", "--costs", str(out), "--concurrency", "1", "--json")
         assert r.returncode == 0, r.stderr
         plan = json.loads(r.stdout)
         assert plan["costs"]["source"].startswith(f"{out.name}: engine trials on dummy weights")
@@ -97,8 +108,12 @@ def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path:
             b: {k: pytest.approx(v, rel=1e-6) for k, v in row.items()}
             for b, row in report["cycle_ms"].items()
         }
-        human = d.ctl("spec", "plan", "--costs", str(out), "--batch-sizes", "1,4")
-        assert human.returncode == 0 and "costs: costs.json: engine trials" in human.stdout
+        assert plan["costs"]["zero_step_measured"] and plan["tiers"]["1"]["batch_sizes"][0] == 1
+        # only what was measured is planned: 2 and 3 pad to captured sizes without a row
+        assert {2, 3} <= set(plan["unpriced_batch_sizes"])
+        human = d.ctl("spec", "plan", "--costs", str(out), "--concurrency", "1")
+        assert human.returncode == 0 and "engine trials" in human.stdout
+        assert "not priced (no measured costs" in human.stdout
         bad = d.ctl("spec", "plan", "--costs", str(out), "--allreduce-backend", "pcie_ipc")
         assert bad.returncode == 1 and "measured one backend" in bad.stderr
 
@@ -112,11 +127,11 @@ def test_a_trial_that_cannot_start_is_named_and_the_engine_restored(tmp_path: Pa
         r = d.ctl("spec", "costs", "--max-steps", "2", "--batch-sizes", "1", *WINDOW,
                   "--no-traces", "--output", str(out), timeout=600)  # fmt: skip
         assert r.returncode == 1, r.stdout + r.stderr
-        assert "the trial at 1 step failed" in r.stderr and "the engine was restored" in r.stderr
+        assert "the trial at 0 steps failed" in r.stderr and "the engine was restored" in r.stderr
         assert "no-such-drafter" in r.stderr, r.stderr  # the daemon's why, quoted
         partial = json.loads(out.read_text())
-        assert partial["failed"]["steps"] == 1
-        assert partial["cycle_ms"] == {"1": {"0": partial["cycle_ms"]["1"]["0"]}}
+        assert partial["failed"]["steps"] == 0
+        assert partial["cycle_ms"] == {} and set(partial["baseline_ms"]) == {"1"}
         st = d.status()
         assert (st["profile"], st["mode"], st["trial"], st["state"]) == (
             before["profile"], "baseline", False, "READY",
@@ -130,6 +145,7 @@ def test_steps_override_is_refused_before_anything_stops(tmp_path: Path) -> None
         name = d.status()["profile"]
         cases = [
             ({"mode": "eagle3", "load_format": "dummy", "eagle3_steps": 0}, "1..64"),
+            ({"mode": "adaptive", "eagle3_steps": 0}, "timing trial only"),
             ({"mode": "eagle3", "load_format": "dummy", "eagle3_steps": 65}, "1..64"),
             ({"mode": "eagle3", "eagle3_steps": 2}, "timing trial only"),
             ({"mode": "baseline", "load_format": "dummy", "eagle3_steps": 2}, "mode baseline"),
@@ -186,7 +202,7 @@ def test_ctrl_c_puts_the_engine_back(tmp_path: Path) -> None:
         assert proc.stderr is not None
         for line in proc.stderr:  # the event: the first window has begun
             seen.append(line)
-            if "steps 0, batch 1: window" in line:
+            if "baseline, batch 1: window" in line:
                 break
         assert d.status()["trial"], seen
         proc.send_signal(signal.SIGINT)

@@ -1,6 +1,7 @@
 """Speculation on the sim, end to end through real server processes: the histogram in
-meta_info, bench's accept curve against the sim's ground truth, and --speculative-adaptive
-served with SGLang's controller (its log lines and the two step gauges)."""
+meta_info, bench's accept curve against the sim's ground truth, per-request variation,
+--speculative-adaptive served with SGLang's controller (its log lines, the two step gauges,
+the accept rate of a steps-0 interval) and SGLang's per-request metrics file."""
 
 from __future__ import annotations
 
@@ -68,6 +69,20 @@ def test_adaptive_steps_down_where_drafting_loses_and_says_so(tmp_path: Path) ->
     changes = [c for line in log.splitlines() if (c := adaptive.parse_updated(line))]
     assert changes and (changes[0].old, changes[0].new) == (3, 0)
     assert changes[0].ema <= 1.5
+    # the decode line's accept rate divides by the active step count's draft tokens: 0 in
+    # an interval logged while steps 0 is active (metrics_reporter.py reads the spec config
+    # adaptive overrides)
+    active, rates = 3, []
+    for line in log.splitlines():
+        if (c := adaptive.parse_updated(line)) is not None:
+            active = c.new
+        elif "Decode batch" in line and "accept rate: " in line:
+            rates.append((active, float(line.split("accept rate: ")[1].split(",")[0])))
+    assert any(a == 0 for a, _ in rates) and all(r == 0.0 for a, r in rates if a == 0), rates
+    # meta_info's per-request rate divides by the launch's (the tokenizer's spec config)
+    meta = out["meta_info"]
+    correct = sum(j * n for j, n in enumerate(meta[adaptive.HISTOGRAM_KEY]))
+    assert meta["spec_accept_rate"] == pytest.approx(correct / (meta["spec_verify_ct"] * 3))
     # warm-up 10 passes, then a decision every 5: the first move is after pass 15
     hist = out["meta_info"][adaptive.HISTOGRAM_KEY]
     assert sum(hist) == out["meta_info"]["spec_verify_ct"] >= 16
@@ -88,3 +103,37 @@ def test_adaptive_refused_for_topk_above_1_serves_static_and_logs_sglangs_line(
     assert info["speculative_adaptive"] is False
     reasons = [r for line in log.splitlines() if (r := adaptive.parse_disabled(line))]
     assert reasons == [adaptive.unsupported_reason("EAGLE3", 4)]
+
+
+def test_requests_accept_alike_without_a_spread_and_apart_with_one(tmp_path: Path) -> None:
+    """--sim-accept-spread: each request has its own acceptance (a prompt set's variation);
+    the pooled accept length stays --sim-accept-length."""
+    spread = {}
+    for s in (0.0, 0.2):
+        with sim_server(tmp_path, *EAGLE, "--speculative-num-steps", "3", "--sim-accept-length",
+                        "2.5", "--sim-accept-spread", str(s)) as url:  # fmt: skip
+            r = run_bench(BenchConfig(url=url, concurrency=16, duration=None, requests=16,
+                                      output_len=100, warmup=0))  # fmt: skip
+        assert r.accept_requests is not None and len(r.accept_requests) == 16
+        lengths = [AcceptCurve.from_histogram(h, 3).length(3) for h in r.accept_requests]
+        mean = sum(lengths) / len(lengths)
+        spread[s] = (sum((x - mean) ** 2 for x in lengths) / len(lengths)) ** 0.5
+        # 16 requests: with the spread, the pooled figure's sampling error is ~0.2
+        assert r.accept_curve is not None and r.accept_curve["3"] == pytest.approx(2.5, abs=0.4)
+    assert spread[0.0] < 0.1 < spread[0.2], spread
+
+
+def test_per_request_metrics_go_to_sglangs_file(tmp_path: Path) -> None:
+    out = tmp_path / "metrics"
+    with sim_server(tmp_path, *EAGLE, "--speculative-num-steps", "2",
+                    "--export-metrics-to-file", "--export-metrics-to-file-dir",
+                    str(out)) as url:  # fmt: skip
+        body = {"text": "hello", "sampling_params": {"max_new_tokens": 20, "temperature": 0.5}}
+        r = httpx.post(f"{url}/generate", json=body, timeout=60).json()
+    (path,) = out.glob("sglang-request-metrics-*.log")
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    mine = [x for x in recs if x.get("id") == r["meta_info"]["id"]]
+    assert len(mine) == 1 and json.loads(mine[0]["request_parameters"])["sampling_params"] == {
+        "max_new_tokens": 20, "temperature": 0.5}  # fmt: skip
+    assert mine[0][adaptive.HISTOGRAM_KEY] == r["meta_info"][adaptive.HISTOGRAM_KEY]
+    assert "hello" not in path.read_text()  # the sim never writes the prompt

@@ -18,6 +18,9 @@ PACKAGE = Path(__file__).resolve().parents[2] / "fastverify"
 FORBIDDEN = {
     # the experiments reach the daemon only through its API (fastverify.client)
     ("fastverify.experiments", "fastverify.daemon"),
+    # the engines (the sim above all) follow SGLang, never the plan's code that they check:
+    # a stand-in that imports what it tests agrees with its bugs
+    ("fastverify.engines", "fastverify.speculation"),
 }
 
 Edge = tuple[str, str, str]  # (importer, imported, "path:line")
@@ -224,3 +227,17 @@ def test_profiles_and_tuner_run_one_way(edges: list[Edge]) -> None:
 def test_layer_rules(edges: list[Edge]) -> None:
     broken = [e for e in subpackage_edges(edges) if e[:2] in FORBIDDEN]
     assert broken == [], "\n".join(f"{a} imports {b} at {w}" for a, b, w in broken)
+
+
+def test_the_layer_rule_sees_a_lazy_engine_import_of_speculation(tmp_path: Path) -> None:
+    pkg = tmp_path / "fastverify"
+    for sub in ("engines", "speculation"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "speculation" / "plan.py").write_text("X = 1\n")
+    (pkg / "engines" / "sim.py").write_text("def f():\n    from ..speculation import plan\n")
+    mods = module_files(pkg)
+    edges = [e for name, path in mods.items() for e in imports_of(name, path, mods)]
+    broken = [e for e in subpackage_edges(edges) if e[:2] in FORBIDDEN]
+    assert [(a, b) for a, b, _ in broken] == [("fastverify.engines", "fastverify.speculation")]

@@ -62,6 +62,10 @@ class SimArgs:
     adaptive_disabled: str | None = None
     # the steps at which --sim-accept-length holds (default: the configured steps)
     accept_steps: int | None = None
+    # standard deviation of the per-request acceptance (--sim-accept-spread; 0: none)
+    accept_spread: float = 0.0
+    # SGLang's --export-metrics-to-file[-dir]: one JSON line per finished request
+    export_metrics_dir: str | None = None
     sglang_version: str = PINNED_VERSION  # the release the sim plays (--sim-sglang-version)
     # SGLang's weight cache (0.5.17+): "client" loads the weights from the cache's daemon
     weight_cache_mode: str = "off"
@@ -166,7 +170,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="the draft steps at which --sim-accept-length holds (default: the configured "
         "steps); acceptance per draft position follows from it (a chain)",
     )
+    p.add_argument(
+        "--sim-accept-spread",
+        type=float,
+        default=0.0,
+        help="standard deviation over requests of the per-position acceptance probability "
+        "(default 0: every request accepts alike); the pooled accept length stays "
+        "--sim-accept-length",
+    )
     p.add_argument("--sim-seed", type=int, default=0, help="seed of the per-request phases")
+    p.add_argument("--export-metrics-to-file", action="store_true")
+    p.add_argument("--export-metrics-to-file-dir", default=None)
     p.add_argument(
         "--sim-sglang-version",
         default=PINNED_VERSION,
@@ -236,6 +250,13 @@ def parse(argv: Sequence[str]) -> SimArgs:
             f"--sim-accept-length must be in 1..{accept_steps + 1} (draft tokens at "
             f"{accept_steps} steps)"
         )
+    if not 0.0 <= ns.sim_accept_spread < 0.5:
+        parser.error("--sim-accept-spread must be in [0, 0.5) (a standard deviation of a "
+                     "probability)")  # fmt: skip
+    if ns.export_metrics_to_file and not ns.export_metrics_to_file_dir:
+        # SGLang's validation_hook: the directory is required with the flag
+        parser.error("--export-metrics-to-file-dir is required when --export-metrics-to-file "
+                     "is set")  # fmt: skip
     accept_length = ns.sim_accept_length
     if accept_length is None and ns.load_format == TRIAL_LOAD_FORMAT:
         accept_length = DUMMY_ACCEPT_LENGTH
@@ -279,6 +300,8 @@ def parse(argv: Sequence[str]) -> SimArgs:
         adaptive_config_path=ns.speculative_adaptive_config if adaptive_cfg is not None else None,
         adaptive_disabled=disabled,
         accept_steps=accept_steps,
+        accept_spread=ns.sim_accept_spread,
+        export_metrics_dir=ns.export_metrics_to_file_dir if ns.export_metrics_to_file else None,
         sglang_version=ns.sim_sglang_version,
         weight_cache_mode=ns.weight_cache_mode,
         weight_cache_socket=ns.weight_cache_socket,

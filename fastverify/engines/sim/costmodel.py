@@ -418,14 +418,19 @@ def predict(
     topk: int = DEFAULT_TOPK,
     num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS,
     pcie_ipc_max_bytes: int | None = None,
+    skip_draft_extend: bool = False,
 ) -> Prediction:
     """Predict decode throughput and cycle anatomy for `env`'s NCCL settings.
 
     mode: "baseline" (one DECODE forward per step, 1 token per request) or "eagle3"
     (num_steps - 1 draft forwards, one TARGET_VERIFY forward over batch x num_draft_tokens
     tokens, one draft extend; accept_length tokens per request per cycle, clamped to
-    1..num_draft_tokens). `pcie_ipc_max_bytes`: all-reduces up to this size run on
-    FlashInfer's PCIe-IPC kernels (SGLang's bound; None: every all-reduce is NCCL).
+    1..num_draft_tokens). num_steps 0 is SGLang's adaptive worker at steps 0
+    (`eagle_worker_v2.py`): no draft forward, the TARGET_VERIFY graph captured at one draft
+    token (num_draft_tokens 1), then the draft extend over one token per request "keeping
+    draft KV warm", unless `skip_draft_extend` (SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1).
+    `pcie_ipc_max_bytes`: all-reduces up to this size run on FlashInfer's PCIe-IPC kernels
+    (SGLang's bound; None: every all-reduce is NCCL).
     Returns a Prediction whose `error` is set when the configuration cannot run
     (invalid NCCL values, Tree with CUDA graphs).
     """
@@ -471,17 +476,18 @@ def predict(
             pcie_ipc_max_bytes=pcie_ipc_max_bytes,
         )
         forwards.append((spans.step_span_name(spans.VERIFY, bs), main))
-        ext_tokens = bs * num_draft_tokens
-        ext = forward(
-            settings,
-            tp_size,
-            ext_tokens,
-            cuda_graph,
-            layers=DRAFT_LAYERS,
-            compute_seconds=draft_compute_seconds(ext_tokens),
-            pcie_ipc_max_bytes=pcie_ipc_max_bytes,
-        )
-        forwards.append((spans.step_span_name(spans.DRAFT, bs), ext))
+        if not (num_steps == 0 and skip_draft_extend):
+            ext_tokens = bs * num_draft_tokens
+            ext = forward(
+                settings,
+                tp_size,
+                ext_tokens,
+                cuda_graph,
+                layers=DRAFT_LAYERS,
+                compute_seconds=draft_compute_seconds(ext_tokens),
+                pcie_ipc_max_bytes=pcie_ipc_max_bytes,
+            )
+            forwards.append((spans.step_span_name(spans.DRAFT, bs), ext))
         draft_s = sum(f.seconds for kind, f in forwards if _is_draft(kind))
     cycle = sum(f.seconds for _, f in forwards) + SCHED_OVERHEAD_S
     tps = 0.0 if error else bs * accept / cycle

@@ -29,11 +29,13 @@ from fastverify.engines.sim import (
     allreduce_sim,
     cli_args,
     costmodel,
+    costtable,
     flashinfer_jit,
     ncclenv,
     sglang_logs,
     weight_cache,
 )
+from fastverify.engines.sim.costtable import SimCosts
 from fastverify.engines.sim.metrics import SimMetrics
 from fastverify.engines.sim.profiler import Profiler, write_cycles
 from fastverify.engines.sim.scheduler import Request, Scheduler
@@ -44,9 +46,6 @@ from fastverify.sglang import adaptive, allreduce, loglines
 from fastverify.sglang.facts import resolve as resolve_facts
 
 SIM_VERSION = "0.5.23-fastverify-sim"
-# the cost table the engine publishes (server info sim.cost_model.by_steps)
-COST_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
-COST_MAX_STEPS = 7
 SHARDS = 64
 # `--load-format dummy`: SGLang initialises random weights instead of reading the
 # checkpoint; the sim keeps this share of its simulated weight-load time (graph capture
@@ -111,7 +110,7 @@ class SimEngine:
         self.settings = ncclenv.resolve(os.environ)
         self.failure: str | None = None
         self.pcie_ipc_max_bytes: int | None = None  # what FlashInfer's kernels serve
-        self._cost_table: dict[str, dict[str, float]] | None = None
+        self._cost_table: dict[str, Any] | None = None
 
     # --------------------------------------------------------------- helpers
     @property
@@ -245,6 +244,7 @@ class SimEngine:
         self.pcie_ipc_max_bytes = allreduce_sim.Workspace(os.environ, a).prepare(
             lambda level, msg: self._all_ranks(msg, level), self._sleep, self._map_all
         )
+        self.costs = SimCosts(os.environ, a, self.pcie_ipc_max_bytes)
 
     def _load_from_disk(self, weights_s: float, tic: float) -> None:
         a = self.args
@@ -346,7 +346,8 @@ class SimEngine:
         self.capture_seconds: dict[str, float] = {}
         if not a.cuda_graph:
             return
-        bs = [1, 2, 4, 8, 16, 24, 32]
+        # the release's decode capture list (speculative or baseline), clamped to the pool
+        bs = self.costs.capture or self.costs.baseline_capture
         if a.decode_cuda_graph:
             tic = time.monotonic()
             self._all_ranks(loglines.format_capture_begin("target", "decode", "full", 8.12, bs))
@@ -409,6 +410,7 @@ class SimEngine:
             "decode_log_interval": a.decode_log_interval,
             "load_format": a.load_format,
             "version": f"{a.sglang_version}-fastverify-sim",
+            "max_running_requests": allreduce_sim.SIM_REQUEST_POOL,
             "simulated": True,
             "engine": "fastverify-sim",
             "note": BANNER,
@@ -420,7 +422,7 @@ class SimEngine:
                     "last_gen_throughput": sched.last_gen_throughput,
                     "num_running_reqs": running,
                     "num_queue_reqs": queued,
-                    "memory_usage": {"weight": 64.21, "kvcache": 4.5, "graph": 0.38},
+                    "memory_usage": self.costs.memory_usage(),
                 }
             ],
             "sim": {
@@ -442,34 +444,36 @@ class SimEngine:
                     "allreduce_per_verify": pred.allreduce_count,
                     "allreduce_seconds_per_verify": pred.allreduce_seconds,
                     "tokens_per_second_bs1": sched.predict(1).tokens_per_second,
-                    "by_steps": self.cost_table(),
-                    "by_steps_note": "cycle seconds by batch size and draft steps (0: a "
-                    "decode step without drafting), from this cost model (a SIMULATION)",
+                    **self.cost_table(),
+                    "note": "seconds per decode pass by batch size (decode: a baseline "
+                    "server; by_steps: the EAGLE worker at k steps, 0 = its steps-0 pass) and "
+                    "per prefill forward by new tokens, from this cost model (a SIMULATION)",
                 },
                 "acceptance": {
-                    "chain_p": sched.chain_p,
+                    "mean_q": sched.drafter.mean_q,
+                    "spread": sched.drafter.spread,
                     "accept_length_by_steps": {
-                        str(k): sched.chain_length(k) for k in range(1, COST_MAX_STEPS + 1)
+                        str(k): sched.chain_length(k) for k in range(1, costtable.MAX_STEPS + 1)
                     },
                     "active_steps": sched.active_steps if a.mode == "eagle3" else None,
                 },
             },
         }
 
-    def cost_table(self) -> dict[str, dict[str, float]]:
-        """The engine's cycle seconds by batch size and steps (`fastverify.speculation.costs`
-        reads it as the "engine" cost source); computed once."""
-        if self._cost_table is None:
-            from fastverify.engines.sim.costtable import cost_table
+    def _request_metrics(self) -> Any:
+        """SGLang's --export-metrics-to-file: the scheduler's finish hook, or None."""
+        if not self.args.export_metrics_dir:
+            return None
+        from fastverify.engines.sim.request_meta import MetricsFile
 
-            self._cost_table = cost_table(
-                os.environ,
-                tp_size=self.args.tp_size,
-                batch_sizes=COST_BATCH_SIZES,
-                max_steps=COST_MAX_STEPS,
-                cuda_graph=self.args.cuda_graph,
-                pcie_ipc_max_bytes=self.pcie_ipc_max_bytes,
-            )
+        spec = self.args.mode == "eagle3"
+        out = MetricsFile(self.args.export_metrics_dir, spec, self.args.num_draft_tokens)
+        return out.write
+
+    def cost_table(self) -> dict[str, Any]:
+        """The engine's costs (`costtable.SimCosts.table`), computed once."""
+        if self._cost_table is None:
+            self._cost_table = self.costs.table()
         return self._cost_table
 
     def model_info(self) -> dict[str, Any]:
@@ -600,6 +604,9 @@ class SimEngine:
                 pcie_ipc_max_bytes=self.pcie_ipc_max_bytes,
                 accept_steps=a.accept_steps,
                 adaptive_config=a.adaptive_config,
+                accept_spread=a.accept_spread,
+                costs=self.costs,
+                on_finish=self._request_metrics(),
             )
             played = resolve_facts(a.sglang_version)
             self.scheduler.old_log_form = played.decode_old_form

@@ -63,7 +63,7 @@ class Profiler:
         self.forward_ct = 0
 
     # scheduler thread
-    def on_cycle(self, start_ns: int, batch_size: int) -> None:
+    def on_cycle(self, start_ns: int, batch_size: int, steps: int | None = None) -> None:
         self.forward_ct += 1
         w = self._window
         if w is None:
@@ -74,7 +74,7 @@ class Profiler:
             w.seen += 1
             if w.seen <= w.start_after:
                 return
-            w.cycles.append(traces.Cycle(start_ns, batch_size))
+            w.cycles.append(traces.Cycle(start_ns, batch_size, steps))
             if w.num_steps is not None and len(w.cycles) >= w.num_steps:
                 self._window = None
                 threading.Thread(
@@ -138,7 +138,7 @@ class Profiler:
     def _write(self, w: _Window) -> None:
         self.log.log("Stop profiling...")
         args = dict(self.trace_args, activities=list(w.activities))
-        cycles = [(c.start_ns, c.batch_size) for c in w.cycles]
+        cycles = [(c.start_ns, c.batch_size, c.steps) for c in w.cycles]
         try:
             path = w.output_dir / traces.trace_filename(w.profile_id, 0, w.prefix)
             write_cycles(path, 0, self.tp_size, cycles, dict(os.environ), args)
@@ -170,16 +170,16 @@ def write_cycles(
     path: Path,
     rank: int,
     tp_size: int,
-    cycles: list[tuple[int, int]],
+    cycles: list[tuple[int, int, int | None]],
     env: Mapping[str, str],
     args: Mapping[str, Any],
 ) -> Path:
-    """Write one rank's trace for recorded (start_ns, batch_size) cycles."""
+    """Write one rank's trace for recorded (start_ns, batch_size, adaptive steps) cycles."""
     return traces.write_rank_trace(
         path,
         rank=rank,
         tp_size=tp_size,
-        cycles=[traces.Cycle(int(s), int(b)) for s, b in cycles],
+        cycles=[traces.Cycle(int(c[0]), int(c[1]), c[2] if len(c) > 2 else None) for c in cycles],
         env=env,
         mode=args["mode"],
         cuda_graph=bool(args["cuda_graph"]),

@@ -1,24 +1,30 @@
 """The sim engine's decode loop: a scheduler thread that runs batches in real time.
 
-Each iteration either prefills newly arrived requests or runs one decode cycle for
-every running request. A cycle lasts exactly the cost model's cycle time for the
-current batch size (sleep until an absolute deadline, catching up after up to 0.5 s of
-starvation on a busy host, so timing error does not accumulate; an idle engine sleeps
-on a condition and uses no CPU). Per cycle, each running request gains
-1 token (baseline) or 1 + the drafts its verify accepted (EAGLE-3). Acceptance is a chain
-(topk 1): draft position j is accepted with probability p^j, p chosen so that the accept
-length at `accept_steps` is `accept_length` (`fastverify.speculation.curve`); each request
-draws from its own low-discrepancy sequence (golden-ratio steps from a seeded phase), so its
-histogram converges fast to the chain's. Each verify is counted in the request's
-`spec_correct_drafts_histogram` (entry j: passes that accepted j drafts), as SGLang does.
-With `adaptive_config` (`--speculative-adaptive`) the step count of each batch comes from
-SGLang's controller (`fastverify.sglang.adaptive_slot`), fed after every verify; steps 0
-runs a decode step without drafting and counts a verify with 0 drafts. Every
-`decode_log_interval` cycles TP0 logs SGLang's decode line with the real tokens/s over
-the interval, and the Prometheus gauges are updated. The request gauges
-(`sglang:num_running_reqs`, `sglang:num_queue_reqs`) also follow the batch itself: set
-whenever a request joins the queue, enters the running batch or leaves it (SGLang refreshes
-them at its log intervals; the sim's are never staler than that).
+Each iteration, as SGLang's scheduler (`get_next_batch_to_run`: a prefill batch whenever
+requests wait, else a decode batch), either prefills waiting requests or runs one decode
+cycle for every running request. A prefill forward takes waiting requests up to the
+chunked-prefill budget (8192 new tokens; a longer prompt is split over several forwards)
+and samples each finished prompt's first token. A decode cycle lasts exactly the cost of
+its batch (`costtable.SimCosts`: padded to the release's captured batch size, eager beyond
+the largest; sleep until an absolute deadline, catching up after up to 0.5 s of starvation
+on a busy host, so timing error does not accumulate; an idle engine sleeps on a condition
+and uses no CPU). Per cycle, each running request gains 1 token (baseline) or 1 + the
+drafts its verify accepted (EAGLE-3), from the sim's drafter (`drafter`: a chain per
+request, each request with its own acceptance when `--sim-accept-spread` is set). Each
+verify is counted in the request's `spec_correct_drafts_histogram` (entry j: passes that
+accepted j drafts), as SGLang does. With `adaptive_config` (`--speculative-adaptive`) the
+step count of each batch comes from SGLang's controller (`fastverify.sglang.adaptive_slot`,
+routing a batch by its padded size), fed after every verify; steps 0 is SGLang's steps-0
+pass (a verify at one draft token plus the draft extend, or without the extend under
+SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1, after which a request's first pass at k > 0
+drafts from the stubbed zero state and accepts nothing) and counts a verify with 0 drafts.
+Every `decode_log_interval` cycles TP0 logs SGLang's decode line with the real tokens/s
+over the interval (accept rate: accepted drafts / (passes x the active draft tokens - 1),
+0 at steps 0, as `metrics_reporter.py` reads the overridden spec config), and the
+Prometheus gauges are updated. The request gauges (`sglang:num_running_reqs`,
+`sglang:num_queue_reqs`) also follow the batch itself: set whenever a request joins the
+queue, enters the running batch or leaves it (SGLang refreshes them at its log intervals;
+the sim's are never staler than that).
 """
 
 from __future__ import annotations
@@ -34,18 +40,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from fastverify.engines.sim import costmodel, sglang_logs
+from fastverify.engines.sim.costtable import CHUNKED_PREFILL_TOKENS, SimCosts
+from fastverify.engines.sim.drafter import Drafter, RequestDraws
 from fastverify.engines.sim.metrics import SimMetrics
 from fastverify.sglang import adaptive
 from fastverify.sglang.adaptive_slot import AdaptiveController
-from fastverify.speculation import curve
 
 MAX_RUNNING = 256
 MAX_TOTAL_TOKENS = 1_048_576  # KV-cache capacity used for "token usage"
 MAX_CATCH_UP_S = 0.5  # how far behind its deadlines the decode loop may catch up
-GOLDEN = 0.6180339887498949  # per-request draw sequence step (low discrepancy)
-# the batch sizes the sim captures CUDA graphs for (engine.py's capture lines); SGLang's
-# adaptive router pads a batch up to one of these before picking its tier
-CUDA_GRAPH_BS = [1, 2, 4, 8, 16, 24, 32]
 
 _ids = itertools.count(1)
 
@@ -58,6 +61,7 @@ class Request:
     max_new_tokens: int
     stream: bool = False
     log_metrics: bool = True  # False: a health check (SGLang's log_metrics=False)
+    sampling: dict = field(default_factory=dict)  # the request's sampling parameters
     rid: str = field(default_factory=lambda: f"{next(_ids):032x}")
     created: float = field(default_factory=time.perf_counter)
     generated: int = 0
@@ -66,8 +70,9 @@ class Request:
     first_token_at: float | None = None
     last_token_at: float | None = None
     finished_at: float | None = None
-    credit: float = 0.0  # the phase of its acceptance draws
-    draws: int = 0
+    draws: RequestDraws | None = None  # its acceptance (EAGLE-3), set at prefill
+    prefilled: int = 0  # prompt tokens prefilled so far (chunked prefill)
+    stale_draft: bool = False  # a steps-0 pass skipped the draft extend
     histogram: list[int] = field(default_factory=list)  # spec_correct_drafts_histogram
     aborted: bool = False
     done: threading.Event = field(default_factory=threading.Event)
@@ -100,11 +105,14 @@ class Scheduler(threading.Thread):
         log: sglang_logs.LogWriter,
         metrics: SimMetrics | None,
         seed: int = 0,
-        on_cycle: Callable[[int, int], None] | None = None,
+        on_cycle: Callable[[int, int, int | None], None] | None = None,
         on_crash: Callable[[], None] | None = None,
         pcie_ipc_max_bytes: int | None = None,
         accept_steps: int | None = None,
         adaptive_config: dict | None = None,
+        accept_spread: float = 0.0,
+        costs: SimCosts | None = None,
+        on_finish: Callable[[Request], None] | None = None,
     ):
         super().__init__(name="sim-scheduler", daemon=True)
         self.env = dict(env)
@@ -118,9 +126,12 @@ class Scheduler(threading.Thread):
         self.num_draft_tokens = num_draft_tokens
         ref_steps = accept_steps or max(1, num_draft_tokens - 1)
         length = costmodel.DEFAULT_ACCEPT_LENGTH if accept_length is None else accept_length
-        self.chain_p = curve.chain_probability(min(max(length, 1.0), ref_steps + 1), ref_steps)
+        self.drafter = Drafter.solve(min(max(length, 1.0), ref_steps + 1), ref_steps, accept_spread)
+        self.costs = costs
+        # SGLang's adaptive router pads a batch to a captured size before picking its tier
+        graph_bs = (costs.capture if costs is not None else None) or None
         self.controller = (
-            AdaptiveController(num_steps, adaptive_config, CUDA_GRAPH_BS if cuda_graph else None)
+            AdaptiveController(num_steps, adaptive_config, graph_bs if cuda_graph else None)
             if adaptive_config is not None and mode == "eagle3"
             else None
         )
@@ -133,6 +144,7 @@ class Scheduler(threading.Thread):
         self.metrics = metrics
         self.on_cycle = on_cycle
         self.on_crash = on_crash
+        self.on_finish = on_finish
         self.crashed = False
         # hang(): the loop stops answering while the process lives (an NCCL hang's shape)
         self.hung = threading.Event()
@@ -143,7 +155,7 @@ class Scheduler(threading.Thread):
         self._stop = threading.Event()
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self._pred_cache: dict[tuple[int, int], costmodel.Prediction] = {}
+        self._pred_cache: dict[tuple[int, int | None], costmodel.Prediction] = {}
         # stats
         self.forward_ct = 0
         self.last_gen_throughput = 0.0
@@ -155,31 +167,37 @@ class Scheduler(threading.Thread):
 
     # ------------------------------------------------------------------ public
     def predict(self, bs: int, steps: int | None = None) -> costmodel.Prediction:
-        """The cost model at batch `bs` and `steps` draft steps (default: the configured
-        ones; 0: a decode step without drafting, as SGLang's adaptive worker runs it)."""
-        steps = self.num_steps if steps is None else steps
-        pred = self._pred_cache.get((bs, steps))
+        """The cost of one decode pass of `bs` requests at `steps` draft steps (default: the
+        configured shape; 0: SGLang's steps-0 pass), padded to the captured batch size."""
+        key = (bs, steps)
+        pred = self._pred_cache.get(key)
         if pred is None:
-            spec = self.mode == "eagle3" and steps > 0
-            ndt = self.num_draft_tokens if steps == self.num_steps else steps + 1
-            pred = costmodel.predict(
-                self.env,
-                "eagle3" if spec else "baseline",
-                self.tp_size,
-                bs,
-                self.cuda_graph,
-                self.chain_length(steps if self.controller else ndt - 1) if spec else None,
-                num_steps=steps if spec else self.num_steps,
-                topk=self.topk,
-                num_draft_tokens=ndt if spec else self.num_draft_tokens,
-                pcie_ipc_max_bytes=self.pcie_ipc_max_bytes,
-            )
-            self._pred_cache[(bs, steps)] = pred
+            pred = self._predict(bs, steps)
+            self._pred_cache[key] = pred
         return pred
 
+    def _predict(self, bs: int, steps: int | None) -> costmodel.Prediction:
+        eagle = self.mode == "eagle3"
+        if self.costs is not None and (not eagle or steps is not None):
+            return self.costs.step(bs, steps if eagle else None)
+        size, graph = bs, self.cuda_graph
+        if self.costs is not None:
+            size, graph = self.costs.padded(bs, self.costs.capture)
+        if not eagle:
+            return costmodel.predict(self.env, "baseline", self.tp_size, size, graph,
+                                     pcie_ipc_max_bytes=self.pcie_ipc_max_bytes)  # fmt: skip
+        k = self.num_steps if steps is None else steps
+        ndt = self.num_draft_tokens if k == self.num_steps else k + 1
+        return costmodel.predict(
+            self.env, "eagle3", self.tp_size, size, graph, self.chain_length(ndt - 1),
+            num_steps=k, topk=self.topk, num_draft_tokens=ndt,
+            pcie_ipc_max_bytes=self.pcie_ipc_max_bytes,
+        )  # fmt: skip
+
     def chain_length(self, positions: int) -> float:
-        """The true accept length with `positions` draft positions (the sim's ground truth)."""
-        return curve.chain_length(self.chain_p, positions)
+        """The accept length with `positions` draft positions, pooled over passes (the sim's
+        ground truth)."""
+        return self.drafter.pooled_length(positions) if positions > 0 else 1.0
 
     def submit(self, req: Request) -> None:
         with self._cond:
@@ -230,57 +248,91 @@ class Scheduler(threading.Thread):
             if self.hung.is_set():
                 self._stop.wait()  # stuck: nothing runs, nothing is logged
                 return
+            idle = False
             with self._cond:
                 while not self.waiting and not self.running and not self._stop.is_set():
                     self._update_gauges_locked()
                     self._cond.wait()
+                    idle = True
                 if self._stop.is_set():
                     return
-                new: list[Request] = []
-                while self.waiting and len(self.running) + len(new) < MAX_RUNNING:
-                    new.append(self.waiting.popleft())
-                if new:  # prefilling: part of the running batch from now on
-                    self._request_gauges_locked(prefilling=len(new))
+                chunk = self._prefill_batch_locked()
+                if chunk:  # prefilling: part of the running batch from now on
+                    done = sum(1 for _r, _n, whole in chunk if whole)
+                    self._request_gauges_locked(prefilling=done)
             if self.hung.is_set():
                 continue  # hung while idle: the requests just taken never run
-            if new:
-                self._prefill(new)
-                deadline = time.monotonic()
+            now = time.monotonic()
+            # Late (the thread was starved on a busy host): catch up by running the next
+            # iterations back to back, so the long-run rate stays the model's; after a real
+            # stall (more than MAX_CATCH_UP_S behind) or an idle wait, restart the clock.
+            if idle or now - deadline > MAX_CATCH_UP_S:
+                deadline = now
+            if chunk:
+                tokens = sum(n for _r, n, _done in chunk)
+                dur = self._prefill_seconds(tokens)
+                deadline += dur
+                if self._wait_until(deadline):
+                    return
+                self._prefill(chunk, tokens, dur)
                 continue
             bs = len(self.running)
             if self.controller is not None:
                 self.active_steps = self.controller.steps_for(bs)
-            pred = self.predict(bs, self.active_steps if self.controller else None)
-            now = time.monotonic()
-            # Late (the thread was starved on a busy host): catch up by running the next
-            # cycles back to back, so the long-run rate stays the model's; after a real stall
-            # (more than MAX_CATCH_UP_S behind) restart the clock instead of bursting.
-            if now - deadline > MAX_CATCH_UP_S:
-                deadline = now
+            steps = self.active_steps if self.controller else None
+            pred = self.predict(bs, steps)
             start_ns = time.time_ns()
             deadline += pred.cycle_seconds
-            delay = deadline - time.monotonic()
-            if delay > 0 and self._stop.wait(delay):
+            if self._wait_until(deadline):
                 return
-            self._decode_cycle(pred)
+            self._decode_cycle()
             if self.on_cycle is not None:
-                self.on_cycle(start_ns, bs)
+                self.on_cycle(start_ns, bs, steps)
 
-    def _prefill(self, new: list[Request]) -> None:
-        tokens = sum(r.prompt_tokens for r in new)
-        dur = costmodel.prefill_seconds(
+    def _wait_until(self, deadline: float) -> bool:
+        """Sleep until `deadline` (monotonic); True when stopped meanwhile."""
+        delay = deadline - time.monotonic()
+        return delay > 0 and self._stop.wait(delay)
+
+    def _prefill_batch_locked(self) -> list[tuple[Request, int, bool]]:
+        """SGLang's prefill batch (`PrefillAdder`): waiting requests in order, up to the
+        chunked-prefill budget of new tokens per forward; a prompt that does not fit is
+        chunked (the rest in the next forward). [(request, tokens now, prompt done)]."""
+        budget = CHUNKED_PREFILL_TOKENS
+        out: list[tuple[Request, int, bool]] = []
+        admitted = len(self.running)
+        for r in self.waiting:
+            if budget <= 0 or admitted >= MAX_RUNNING:
+                break
+            left = max(1, r.prompt_tokens) - r.prefilled
+            n = min(left, budget)
+            out.append((r, n, n == left))
+            budget -= n
+            admitted += 1
+        for r, _n, done in out:
+            if done:
+                self.waiting.remove(r)
+        return out
+
+    def _prefill_seconds(self, tokens: int) -> float:
+        if self.costs is not None:
+            return self.costs.prefill(tokens, self.mode == "eagle3")
+        return costmodel.prefill_seconds(
             self.env, self.tp_size, tokens, self.mode, pcie_ipc_max_bytes=self.pcie_ipc_max_bytes
         )
-        if self._stop.wait(dur):
-            return
+
+    def _prefill(self, chunk: list[tuple[Request, int, bool]], tokens: int, dur: float) -> None:
         now = time.perf_counter()
+        for r, n, _done in chunk:
+            r.prefilled += n
+        new = [r for r, _n, done in chunk if done]
         with self._cond:
             running_before = len(self.running)
             queue_len = len(self.waiting)
             usage = self._token_usage_locked(extra=new)
         self.log.log(
             sglang_logs.prefill_line(
-                len(new),
+                len(chunk),
                 tokens,
                 usage,
                 running_before,
@@ -292,8 +344,8 @@ class Scheduler(threading.Thread):
         finished = []
         for r in new:
             r.generated = 1  # prefill samples the first token
-            r.credit = self._rng.random()
-            r.draws = 0
+            if self.mode == "eagle3":
+                r.draws = RequestDraws(self.drafter.request_q(self._rng), self._rng.random())
             r.first_token_at = r.last_token_at = now
             if self.metrics and r.log_metrics:
                 self.metrics.ttft(r.stream).observe(now - r.created)
@@ -313,11 +365,12 @@ class Scheduler(threading.Thread):
         for r in finished:
             self._finish(r, now)
 
-    def _decode_cycle(self, pred: costmodel.Prediction) -> None:
+    def _decode_cycle(self) -> None:
         now = time.perf_counter()
         eagle = self.mode == "eagle3"
         # draft positions this cycle: the adaptive step count, else the configured shape
         positions = self.active_steps if self.controller else self.num_draft_tokens - 1
+        stub_extend = positions == 0 and self.costs is not None and self.costs.skip_extend
         drafts: list[int] = []
         produced = accepted = 0
         with self._cond:
@@ -326,10 +379,11 @@ class Scheduler(threading.Thread):
         for r in running:
             if r.aborted:
                 continue
-            if eagle:
-                u = (r.credit + r.draws * GOLDEN) % 1.0
-                r.draws += 1
-                j = curve.chain_draws(self.chain_p, positions, u)
+            if eagle and r.draws is not None:
+                j = r.draws.next(positions)
+                if r.stale_draft and positions > 0:
+                    j = 0  # drafted from the zeroed stub of a skipped extend: nothing holds
+                r.stale_draft = stub_extend or (r.stale_draft and positions == 0)
                 drafts.append(j)
                 if len(r.histogram) <= j:
                     r.histogram.extend([0] * (j + 1 - len(r.histogram)))
@@ -337,7 +391,7 @@ class Scheduler(threading.Thread):
                 n = j + 1
                 r.verify_ct += 1
                 r.accepted_total += n
-                accepted += n
+                accepted += j
             else:
                 n = 1
             n = min(n, r.max_new_tokens - r.generated)
@@ -370,7 +424,7 @@ class Scheduler(threading.Thread):
             self.metrics.decode_pass()
             if eagle and running:
                 self.metrics.spec_verify_calls.inc(len(running))
-        self._account(produced, accepted, len(running) if eagle else 0)
+        self._account(produced, accepted, len(drafts))
         if self.forward_ct % self.decode_log_interval == 0:
             batch_tokens = sum(r.prompt_tokens + r.generated for r in running)
             self._log_decode(len(running), batch_tokens)
@@ -378,7 +432,10 @@ class Scheduler(threading.Thread):
     def _adapt(self, drafts: list[int], bs: int) -> None:
         """Feed SGLang's controller one verify's accepted drafts; log its step changes."""
         assert self.controller is not None
-        if self.controller.observe(drafts, bs) is not None:
+        moved = self.controller.observe(drafts, bs)
+        if moved is not None:
+            # SGLang swaps its runtime state (and the spec config its logs read) at once
+            self.active_steps = moved
             change = self.controller.slot(bs).last_change
             if change is not None:
                 self.log.log(adaptive.format_updated(*change))
@@ -394,6 +451,8 @@ class Scheduler(threading.Thread):
             self.metrics.prompt_tokens(r.stream).inc(r.prompt_tokens)
         r.updates.put(None)
         r.done.set()
+        if self.on_finish is not None and r.log_metrics and not r.aborted:
+            self.on_finish(r)
 
     def _account(self, produced: int, accepted: int, verifies: int) -> None:
         self._interval_tokens += produced
@@ -409,9 +468,13 @@ class Scheduler(threading.Thread):
         self._interval_tokens = 0
         accept_len = accept_rate = None
         if self.mode == "eagle3" and self._interval_verify:
-            accept_len = self._interval_accepted / self._interval_verify
+            # metrics_reporter.py: tokens per verified request, and accepted drafts over
+            # passes x (num_draft_tokens - 1) of the spec config active now (adaptive
+            # overrides it at every switch): 0 while steps 0 is active
+            accept_len = 1.0 + self._interval_accepted / self._interval_verify
             drafting = self.active_steps if self.controller else self.num_draft_tokens - 1
-            accept_rate = (accept_len - 1) / max(1, drafting)
+            passes = self._interval_verify * drafting
+            accept_rate = self._interval_accepted / passes if passes else 0.0
             self.avg_spec_accept_length = accept_len
         self._interval_accepted = self._interval_verify = 0
         usage = tokens / MAX_TOTAL_TOKENS

@@ -22,12 +22,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from fastverify.engines.sim import cli_args
+from fastverify.engines.sim import cli_args, request_meta
 from fastverify.engines.sim.metrics import SimMetrics
 from fastverify.engines.sim.profiler import ProfileError, Profiler
 from fastverify.engines.sim.scheduler import Request, Scheduler
 from fastverify.engines.sim.sglang_logs import LogWriter
-from fastverify.sglang import adaptive, loglines
+from fastverify.sglang import loglines
 
 FILLER = (
     " the",
@@ -358,37 +358,24 @@ class Handler(BaseHTTPRequestHandler):
         self._text(200, "Stop profiling. This will take some time.\n")
 
     # ------------------------------------------------------------- generation
-    def _new_request(self, prompt_tokens: int, max_new: Any, stream: bool) -> Request:
+    def _new_request(
+        self, prompt_tokens: int, max_new: Any, stream: bool, sampling: dict | None = None
+    ) -> Request:
         try:
             max_new_i = DEFAULT_MAX_NEW_TOKENS if max_new is None else int(max_new)
         except (TypeError, ValueError):
             raise _BadRequest("max_new_tokens must be an integer") from None
         if max_new_i < 1:
             raise _BadRequest("max_new_tokens must be >= 1")
-        req = Request(prompt_tokens=prompt_tokens, max_new_tokens=max_new_i, stream=stream)
+        req = Request(prompt_tokens=prompt_tokens, max_new_tokens=max_new_i, stream=stream,
+                      sampling=dict(sampling or {}))  # fmt: skip
         self.server.app.scheduler.submit(req)  # type: ignore[union-attr]
         return req
 
     def _meta(self, req: Request) -> dict[str, Any]:
-        meta: dict[str, Any] = {
-            "id": req.rid,
-            "finish_reason": {"type": "length", "length": req.max_new_tokens}
-            if req.done.is_set()
-            else None,
-            "prompt_tokens": req.prompt_tokens,
-            "completion_tokens": req.generated,
-            "cached_tokens": 0,
-            "e2e_latency": round(req.e2e_latency, 6),
-        }
         sched = self.server.app.scheduler
-        if sched is not None and sched.mode == "eagle3":
-            meta["spec_verify_ct"] = req.verify_ct
-            meta["spec_accept_length"] = (
-                round(req.accepted_total / req.verify_ct, 4) if req.verify_ct else 0.0
-            )
-            if req.done.is_set() and req.histogram:  # SGLang: finished requests only
-                meta[adaptive.HISTOGRAM_KEY] = list(req.histogram)
-        return meta
+        spec = sched is not None and sched.mode == "eagle3"
+        return request_meta.meta_info(req, spec, sched.num_draft_tokens if spec else 0)
 
     @staticmethod
     def _updates(req: Request) -> Iterator[int]:
@@ -423,7 +410,7 @@ class Handler(BaseHTTPRequestHandler):
             raise _BadRequest("Either text or input_ids should be provided.")
         if stream and batch:
             raise _BadRequest("streaming is supported for a single prompt only")
-        reqs = [self._new_request(p, sp.get("max_new_tokens"), stream) for p in prompts]
+        reqs = [self._new_request(p, sp.get("max_new_tokens"), stream, sp) for p in prompts]
         if stream:
             req = reqs[0]
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fastverify.engines.sim import costmodel
-from fastverify.sglang import allreduce, spans
+from fastverify.sglang import allreduce, eagle, spans
 
 try:
     import orjson
@@ -84,10 +84,12 @@ MLP_KERNELS = (
 
 @dataclass(frozen=True)
 class Cycle:
-    """One scheduler cycle to draw: when its CPU side started and its batch size."""
+    """One scheduler cycle to draw: when its CPU side started, its batch size and, under
+    adaptive, the step count it ran (0: SGLang's steps-0 pass; None: the configured shape)."""
 
     start_ns: int
     batch_size: int
+    steps: int | None = None
 
 
 class _Ids:
@@ -491,14 +493,14 @@ def _cycle_batches(
     A cycle starts at its recorded time, or when the previous cycle's GPU work ends if
     that is later.
     """
-    templates: dict[int, _Template] = {}
+    templates: dict[tuple[int, int | None], _Template] = {}
     prev_end = float("-inf")
     for index, cyc in enumerate(cycles):
-        tpl = templates.get(cyc.batch_size)
+        key = (cyc.batch_size, cyc.steps)
+        tpl = templates.get(key)
         if tpl is None:
-            tpl = templates[cyc.batch_size] = _Template(
-                predict_for_bs(cyc.batch_size), rank, pid, cuda_graph, naming
-            )
+            pred = predict_for_bs(*key) if cyc.steps is not None else predict_for_bs(key[0])
+            tpl = templates[key] = _Template(pred, rank, pid, cuda_graph, naming)
         start = max((cyc.start_ns - base_ns) / 1000.0, prev_end)
         yield tpl.stamp(start, index)
         prev_end = start + tpl.span
@@ -580,23 +582,28 @@ def write_rank_trace(
     spans are named as `sglang_version` names them (SpanNaming; None: the cost model's)."""
     path = Path(path)
     pid = os.getpid() if pid is None else pid
-    cache: dict[int, costmodel.Prediction] = {}
+    cache: dict[tuple[int, int | None], costmodel.Prediction] = {}
+    skip_extend = eagle.skip_zero_step_extend(env)
 
-    def pred(bs: int) -> costmodel.Prediction:
-        if bs not in cache:
-            cache[bs] = costmodel.predict(
+    def pred(bs: int, steps: int | None = None) -> costmodel.Prediction:
+        if (bs, steps) not in cache:
+            k, topk_k, ndt = num_steps, topk, num_draft_tokens
+            if steps is not None and mode == "eagle3":  # adaptive: topk 1, k + 1 tokens
+                k, topk_k, ndt = steps, 1, steps + 1
+            cache[(bs, steps)] = costmodel.predict(
                 env,
                 mode,
                 tp_size,
                 bs,
                 cuda_graph,
                 accept_length,
-                num_steps=num_steps,
-                topk=topk,
-                num_draft_tokens=num_draft_tokens,
+                num_steps=k,
+                topk=topk_k,
+                num_draft_tokens=ndt,
                 pcie_ipc_max_bytes=pcie_ipc_max_bytes,
+                skip_draft_extend=skip_extend,
             )
-        return cache[bs]
+        return cache[(bs, steps)]
 
     first_ns = cycles[0].start_ns if cycles else 0
     base_ns = (first_ns // 10**12) * 10**12

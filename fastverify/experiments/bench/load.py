@@ -2,8 +2,10 @@
 
 `concurrency` clients each send one streaming `POST /generate` request after another
 (closed loop) until `duration` seconds have passed or `requests` requests have been
-sent. Prompts are fixed token-id sequences drawn from a seeded RNG (`input_ids`, so the
-input length is exact without a tokenizer), and `ignore_eos` pins the output length.
+sent. Prompts are a prompt set's (`dataset`: `fastverify.experiments.bench.datasets`, in
+its order, cycled) or, by default, fixed token-id sequences drawn from a seeded RNG
+(`input_ids`, so the input length is exact without a tokenizer: "synthetic"); sampling is
+`temperature` / `top_p` (default greedy), and `ignore_eos` pins the output length.
 
 Timing, from the streamed chunks (SGLang sends cumulative `meta_info.completion_tokens`):
 - TTFT: request start to the first chunk that carries a token.
@@ -84,6 +86,9 @@ class BenchConfig:
     seed: int = 0
     warmup: int = 1  # requests per client, sent and discarded before measuring
     timeout: float = 600.0  # per request
+    dataset: str | None = None  # a prompt set (datasets.load); None: random token ids
+    temperature: float = 0.0
+    top_p: float = 1.0
 
     def validate(self) -> None:
         if self.concurrency < 1:
@@ -98,6 +103,14 @@ class BenchConfig:
             raise ValueError("--input-len and --output-len must be at least 1")
         if self.warmup < 0:
             raise ValueError("--warmup must be 0 or more")
+        if self.temperature < 0:
+            raise ValueError("--temperature must be 0 or more (0: greedy)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("--top-p must be in (0, 1]")
+
+    @property
+    def sampling(self) -> dict[str, float]:
+        return {"temperature": self.temperature, "top_p": self.top_p}
 
 
 @dataclass
@@ -134,8 +147,12 @@ class BenchResult:
     # why the window measured no per-request rate, and what to change (None: it did)
     incomplete: str | None = None
     accept_histogram: list[int] | None = None  # index = accepted drafts per verify pass
+    # each completed request's own histogram (passes of one request are correlated: the
+    # plan's intervals resample requests, never passes)
+    accept_requests: list[list[int]] | None = None
     accept_curve: dict[str, float] | None = None  # steps k -> accept length L(k)
     accept_steps: int | None = None  # the server's draft steps the histogram was measured at
+    dataset: dict[str, Any] | None = None  # what the prompts were (datasets.Dataset.identity)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -148,6 +165,25 @@ def make_prompts(n: int, input_len: int, seed: int) -> list[list[int]]:
     """
     rng = random.Random(seed)
     return [[rng.randrange(1000, 30000) for _ in range(input_len)] for _ in range(n)]
+
+
+def prompt_list(cfg: BenchConfig) -> list[dict[str, Any]]:
+    """The prompts the clients send in turn: the dataset's, else random token ids."""
+    if cfg.dataset:
+        from fastverify.experiments.bench.datasets import load
+
+        return list(load(cfg.dataset).prompts)
+    n_prompts = max(64, cfg.concurrency * 4) if cfg.requests is None else cfg.requests
+    return [{"input_ids": p} for p in make_prompts(n_prompts, cfg.input_len, cfg.seed)]
+
+
+def dataset_identity(cfg: BenchConfig) -> dict[str, Any]:
+    """What the prompts were, for the acceptance record (`datasets`)."""
+    from fastverify.experiments.bench import datasets
+
+    if cfg.dataset:
+        return datasets.load(cfg.dataset).identity
+    return datasets.synthetic_identity(cfg.input_len)
 
 
 def _summary(values: list[float]) -> dict[str, float | None]:
@@ -163,14 +199,14 @@ def _summary(values: list[float]) -> dict[str, float | None]:
 
 
 async def _one_request(
-    client: Any, url: str, prompt: list[int], cfg: BenchConfig, rec: RequestRecord
+    client: Any, url: str, prompt: dict[str, Any], cfg: BenchConfig, rec: RequestRecord
 ) -> None:
     """Stream one request into `rec` (mutated in place, so a cancelled request keeps what it
-    received)."""
+    received). `prompt`: {"input_ids": [...]} or {"text": ...}."""
     payload = {
-        "input_ids": prompt,
+        **prompt,
         "sampling_params": {
-            "temperature": 0.0,
+            **cfg.sampling,
             "max_new_tokens": cfg.output_len,
             "ignore_eos": True,
         },
@@ -222,8 +258,7 @@ async def _measure(
     import httpx
 
     url = cfg.url.rstrip("/")
-    n_prompts = max(64, cfg.concurrency * 4) if cfg.requests is None else cfg.requests
-    prompts = make_prompts(n_prompts, cfg.input_len, cfg.seed)
+    prompts = prompt_list(cfg)
     limits = httpx.Limits(max_connections=cfg.concurrency + 4)
     timeout = httpx.Timeout(cfg.timeout, connect=10.0)
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
@@ -468,8 +503,10 @@ def run_bench(
     """Run the closed loop described in the module docstring and summarise it; `phase`
     hears one line per phase (warm-up, its progress every few seconds, the window)."""
     cfg.validate()
+    identity = dataset_identity(cfg)  # a bad prompt file ends it before any load
     records, t0, t_end, info = asyncio.run(_measure(cfg, progress, phase))
     result = summarize(records, t0, t_end, cfg, accept_length_from_server_info(info or {}))
+    result.dataset = identity
     result.weights = weights_from_server_info(info)
     result.incomplete = incomplete_reason(result, cfg)
     add_acceptance(result, records, info)
@@ -488,6 +525,7 @@ def add_acceptance(
     if not total or sum(total) == 0:
         return
     result.accept_histogram = total
+    result.accept_requests = [list(h) for h in hists if sum(h) > 0]
     info = info or {}
     steps = info.get("speculative_num_steps")
     steps = int(steps) if isinstance(steps, int) and steps >= len(total) - 1 else len(total) - 1
@@ -522,6 +560,21 @@ def sglang_bench_argv(cfg: BenchConfig, output_file: str, python: str | None = N
         raise ValueError(
             "--use-sglang-bench needs --requests (sglang.bench_serving has no duration)"
         )
+    if cfg.dataset:
+        from fastverify.experiments.bench.datasets import SHIPPED, load
+
+        ds = load(cfg.dataset)
+        if cfg.dataset == SHIPPED or ds.format != "sharegpt":
+            raise ValueError(
+                "--use-sglang-bench reads a ShareGPT JSON file (--dataset-name sharegpt); "
+                f"{cfg.dataset} is {ds.format}: drop --use-sglang-bench to send it"
+            )
+        data = ["--dataset-name", "sharegpt", "--dataset-path", cfg.dataset,
+                "--sharegpt-output-len", str(cfg.output_len)]  # fmt: skip
+    else:
+        data = ["--dataset-name", "random", "--random-input-len", str(cfg.input_len),
+                "--random-output-len", str(cfg.output_len),
+                "--random-range-ratio", "1.0"]  # fmt: skip
     return [
         python or sys.executable,
         "-m",
@@ -530,14 +583,7 @@ def sglang_bench_argv(cfg: BenchConfig, output_file: str, python: str | None = N
         "sglang",
         "--base-url",
         cfg.url.rstrip("/"),
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        str(cfg.input_len),
-        "--random-output-len",
-        str(cfg.output_len),
-        "--random-range-ratio",
-        "1.0",
+        *data,
         "--num-prompts",
         str(cfg.requests),
         "--max-concurrency",
@@ -548,6 +594,10 @@ def sglang_bench_argv(cfg: BenchConfig, output_file: str, python: str | None = N
         str(cfg.seed),
         "--warmup-requests",
         str(cfg.warmup),
+        "--temperature",
+        str(cfg.temperature),
+        "--top-p",
+        str(cfg.top_p),
         "--output-file",
         output_file,
         "--disable-tqdm",

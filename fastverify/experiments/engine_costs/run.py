@@ -1,22 +1,28 @@
 """Costs by batch size and draft steps, measured on the serving engine (`spec costs`).
 
-For each step count k in 0..K the daemon restarts its engine, with the profile it serves, on
-dummy weights (`load_format: "dummy"`, the path of `bench --load-format dummy` and a sweep's
-trials): k = 0 in mode baseline (the plain decode step: what the baseline runs and what
-SGLang's adaptive worker runs at steps 0), k >= 1 in EAGLE-3 at speculative_num_steps k,
-topk 1, num_draft_tokens k + 1, as SGLang's adaptive worker runs k steps
-(`srt/speculative/adaptive_spec_params.py`), through the API's `eagle3_steps`: a timing
-trial's override that the daemon validates before it stops anything and never persists.
+The daemon restarts its engine, with the profile it serves, on dummy weights (`load_format:
+"dummy"`, the path of `bench --load-format dummy` and a sweep's trials), once per trial:
+"baseline" in mode baseline (the plain decode step a baseline server runs); 0 in mode
+adaptive at 0 steps (every batch size's candidates [0]: SGLang's steps-0 pass, a verify at
+one draft token plus the draft extend, `fastverify.sglang.eagle`); k >= 1 in EAGLE-3 at
+speculative_num_steps k, topk 1, num_draft_tokens k + 1, as SGLang's adaptive worker runs
+k steps (`srt/speculative/adaptive_spec_params.py`); through the API's `eagle3_steps`: a
+timing trial's override that the daemon validates before it stops anything and never
+persists.
 
 At each batch size B one closed-loop bench window runs at concurrency B (`run_bench`) and
 the engine's own cycle is read from it, as a sweep's trial rows read theirs
 (`fastverify.experiments.sweep.trial`):
-- k = 0: the decode step, 1 / per-request tok/s;
+- baseline and k = 0: one token per pass, 1 / per-request tok/s;
 - k >= 1: the draft+verify cycle, dummy accept length / per-request tok/s
   (`speculation.breakeven.cycle_seconds`); the accept length of the window's own
   accepted-drafts histogram (else the server's, else 1.0), used for nothing else;
+- at batch size 1, the time to first token (p50) as the prefill of one `input_len`-token
+  prompt, per mode (baseline; EAGLE-3 from the steps-0 trial: the drafter extends the prompt);
 - with `traces`, the verify pass (`step[VERIFY bs=N]` p50, rank 0) of a profile window
-  captured under the same load after the bench window, when the engine's trace gives it.
+  captured under the same load after the bench window, when the engine's trace gives it; a
+  verify longer than the window's whole cycle (the two windows ran under different load) is
+  left out and said, never printed beside the cycle it contradicts.
 Random weights keep every timing real (shapes, kernels, all-reduces, CUDA graphs); only the
 accept length is meaningless, and the plan takes it from a real-weights bench instead.
 
@@ -38,9 +44,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastverify.config import TRIAL_LOAD_FORMAT
-from fastverify.speculation.plan import DEFAULT_BATCH_SIZES
 
 KIND = "engine-trials"
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+BASELINE = "baseline"  # the trial of a baseline server (steps key in `trials`)
 BENCH_KEYS = ("duration", "input_len", "output_len", "warmup", "seed", "traces", "trace_steps")
 EventFn = Callable[[str], None]
 
@@ -56,10 +63,11 @@ class CostTrialBusy(CostTrialError):
 class CostTrialFailed(CostTrialError):
     """A trial could not start or measure: `steps` (k), `reason`, daemon `message`."""
 
-    def __init__(self, steps: int, reason: str, message: str, report: dict[str, Any]):
+    def __init__(self, steps: int | str, reason: str, message: str, report: dict[str, Any]):
         self.steps, self.reason, self.report = steps, reason, report
         super().__init__(
-            f"the trial at {steps} step{'s' * (steps != 1)} failed ({reason}): {message}"
+            f"the {'baseline trial' if steps == BASELINE else f'trial at {steps} step'}"
+            f"{'s' * (steps not in (1, BASELINE))} failed ({reason}): {message}"
         )
 
 
@@ -166,21 +174,26 @@ class CostTrials:
 
     # ------------------------------------------------------------------ the trials
     def _trials(self, profile: str, max_steps: int) -> None:
-        for k in range(max_steps + 1):
+        for k in [BASELINE, *range(max_steps + 1)]:
             url = self._load(profile, k)
             for bs in self.cfg.batch_sizes:
                 self.trials.append(self._window(profile, k, bs, url))
 
-    def _load(self, profile: str, k: int) -> str:
+    def _load(self, profile: str, k: int | str) -> str:
         """Restart the engine for trial k on dummy weights; its URL; CostTrialFailed."""
         from fastverify.experiments.common.daemon_ops import switch
 
-        mode = "baseline" if k == 0 else "eagle3"
+        mode = "baseline" if k == BASELINE else ("adaptive" if k == 0 else "eagle3")
         body: dict[str, Any] = {"name": profile, "mode": mode, "load_format": TRIAL_LOAD_FORMAT}
-        if k:
+        if k != BASELINE:
             body["eagle3_steps"] = k
-        shape = "decode step (baseline)" if k == 0 else f"EAGLE-3, topk 1, {k + 1} draft tokens"
-        self.emit(f"steps {k}: loading {profile}/{mode} on dummy weights ({shape}) ...")
+        if k == BASELINE:
+            shape = "decode step (baseline)"
+        elif k == 0:
+            shape = "adaptive at 0 steps: SGLang's steps-0 pass"
+        else:
+            shape = f"EAGLE-3, topk 1, {int(k) + 1} draft tokens"
+        self.emit(f"{_label(k)}: loading {profile}/{mode} on dummy weights ({shape}) ...")
         seen: set[str] = set()
 
         def on_event(ev: dict[str, Any]) -> None:
@@ -188,10 +201,10 @@ class CostTrials:
             if kind == "state" and ev.get("state") not in seen:
                 seen.add(str(ev.get("state")))
                 why = f" ({ev['why']})" if ev.get("why") else ""
-                self.emit(f"steps {k}:   {ev.get('state')}{why}")
+                self.emit(f"{_label(k)}:   {ev.get('state')}{why}")
             elif kind == "progress" and ev.get("phase") not in seen:
                 seen.add(str(ev.get("phase")))  # one line per phase: loading, capture, ...
-                self.emit(f"steps {k}:   {ev.get('phase')}: {ev.get('message') or ''}".rstrip())
+                self.emit(f"{_label(k)}:   {ev.get('phase')}: {ev.get('message') or ''}".rstrip())
 
         res = switch(self.client, body, self.cfg.switch_timeout_s, self.emit, on_event)
         if res.get("result") == "unchanged":
@@ -205,15 +218,15 @@ class CostTrials:
             raise CostTrialFailed(k, reason, message, {})
         self.info.setdefault("allreduce", res.get("allreduce"))
         self.info.setdefault("load_s", {})[str(k)] = res.get("duration_s")
-        self.emit(f"steps {k}: ready in {res.get('duration_s') or 0:.1f} s "
+        self.emit(f"{_label(k)}: ready in {res.get('duration_s') or 0:.1f} s "
                   f"(engine ready {res.get('engine_ready_s') or 0:.1f} s, verified)")  # fmt: skip
         status = self.client.get("/v1/status")
         url = (status.get("engine") or {}).get("url")
-        if not self.info.get("server"):
+        if not self.info.get("server") or k == 0:  # a speculative server's capture list
             self.info["server"] = _server_facts(url)
         return str(url)
 
-    def _window(self, profile: str, k: int, bs: int, url: str) -> dict[str, Any]:
+    def _window(self, profile: str, k: int | str, bs: int, url: str) -> dict[str, Any]:
         """One bench window at concurrency `bs` on trial k, and its trace when asked."""
         from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
         from fastverify.speculation.breakeven import cycle_seconds
@@ -221,7 +234,7 @@ class CostTrials:
         bench = BenchConfig(url=url, concurrency=bs, duration=self.cfg.duration,
                             input_len=self.cfg.input_len, output_len=self.cfg.output_len,
                             seed=self.cfg.seed, warmup=self.cfg.warmup)  # fmt: skip
-        tag = f"steps {k}, batch {bs}"
+        tag = f"{_label(k)}, batch {bs}"
         self.emit(f"{tag}: window of {self.cfg.duration:g} s at concurrency {bs} ...")
         t0 = time.monotonic()
         try:
@@ -238,20 +251,28 @@ class CostTrials:
             "rate_from": rate_from,
             "completed": r.completed, "window_s": round(r.duration_s, 3),
         }  # fmt: skip
-        if k == 0:
+        if k == BASELINE or k == 0:
             cycle = 1.0 / rate
-            rec["cycle_from"] = "decode step: 1 / per-request tok/s"
+            rec["cycle_from"] = "one token per pass: 1 / per-request tok/s"
         else:
             accept, src = _dummy_accept(r, k)
             cycle = cycle_seconds(accept, rate)
             rec.update(dummy_accept_length=round(accept, 4), accept_length_from=src)
             rec["cycle_from"] = "spec cycle: dummy accept length / per-request tok/s"
         rec["cycle_ms"] = round(cycle * 1e3, 4)
-        what = "decode step" if k == 0 else "cycle"
+        if bs == 1 and r.ttft_ms.get("p50"):
+            rec["ttft_ms_p50"] = round(float(r.ttft_ms["p50"]), 4)
+        what = {BASELINE: "decode step", 0: "steps-0 pass"}.get(k, "cycle")
         self.emit(f"{tag}: {r.output_tokens_per_second:.1f} tok/s, {rate:.1f} tok/s per "
                   f"request -> {what} {cycle * 1e3:.2f} ms")  # fmt: skip
-        if self.cfg.traces and k > 0:
+        if self.cfg.traces and isinstance(k, int) and k > 0:
             self._trace(rec, bench, tag)
+            if rec.get("verify_ms", 0.0) > rec["cycle_ms"]:
+                why = (f"the profile window's verify pass ({rec.pop('verify_ms'):.2f} ms) is "
+                       f"longer than the bench window's whole cycle ({rec['cycle_ms']:.2f} ms): "
+                       "they ran under different load; the verify time is left out")  # fmt: skip
+                rec["trace_error"] = why
+                self.warnings.append(f"{tag}: {why}")
         rec["wall_s"] = round(time.monotonic() - t0, 3)
         return rec
 
@@ -300,10 +321,19 @@ class CostTrials:
         ok = [t for t in self.trials if t.get("status") == "ok"]
         cycle: dict[str, dict[str, float]] = {}
         verify: dict[str, dict[str, float]] = {}
+        baseline: dict[str, float] = {}
+        prefill: dict[str, dict[str, float]] = {}
         for t in ok:
-            cycle.setdefault(str(t["batch_size"]), {})[str(t["steps"])] = t["cycle_ms"]
+            bs = str(t["batch_size"])
+            if t["steps"] == BASELINE:
+                baseline[bs] = t["cycle_ms"]
+            else:
+                cycle.setdefault(bs, {})[str(t["steps"])] = t["cycle_ms"]
             if t.get("verify_ms") is not None:
-                verify.setdefault(str(t["batch_size"]), {})[str(t["steps"])] = t["verify_ms"]
+                verify.setdefault(bs, {})[str(t["steps"])] = t["verify_ms"]
+            if t.get("ttft_ms_p50") and t["steps"] in (BASELINE, 0):
+                mode = "baseline" if t["steps"] == BASELINE else "eagle"
+                prefill[mode] = {str(self.cfg.input_len): t["ttft_ms_p50"]}
         server = self.info.get("server") or {}
         ar = self.info.get("allreduce") or {}
         backend = ar.get("backend") or ar.get("description") or "unknown"
@@ -313,8 +343,8 @@ class CostTrials:
         source = (
             f"engine trials on dummy weights{sim}: model {server.get('model_path') or '?'}, "
             f"profile {profile}, all-reduce {backend}, SGLang {server.get('version') or '?'}, "
-            f"{when}; cycles from bench windows (decode: 1 / per-request tok/s; k > 0: dummy "
-            "accept length / per-request tok/s)"
+            f"{when}; cycles from bench windows (baseline and steps 0: 1 / per-request "
+            "tok/s; k > 0: dummy accept length / per-request tok/s)"
         )
         return {
             "kind": KIND,
@@ -326,11 +356,17 @@ class CostTrials:
             "simulated": bool(engine.get("simulated")),
             "sglang_version": server.get("version"),
             "tp_size": server.get("tp_size"),
+            "cuda_graph_bs": server.get("cuda_graph_bs"),
+            "max_running_requests": server.get("max_running_requests"),
             "measured_at": when,
             "batch_sizes": list(self.cfg.batch_sizes),
             "steps": list(range(max_steps + 1)),
+            "baseline_ms": baseline,
             "cycle_ms": cycle,
             "verify_ms": verify,
+            "prefill_ms": prefill,
+            "prefill_note": "time to first token of one request at batch size 1 (p50), per "
+            "mode: one point per mode, scaled with the prompt length elsewhere",
             "trials": self.trials,
             "load_s": self.info.get("load_s") or {},
             "restored": self.info.get("restored"),
@@ -338,6 +374,10 @@ class CostTrials:
             "command": self.cfg.command,
             "warnings": self.warnings,
         }
+
+
+def _label(k: int | str) -> str:
+    return "baseline" if k == BASELINE else f"steps {k}"
 
 
 def _decode_rate(r: Any) -> tuple[float | None, str]:
@@ -370,7 +410,13 @@ def _server_facts(url: str | None) -> dict[str, Any]:
     from fastverify.experiments.bench.load import server_info_or_none
 
     info = server_info_or_none(url) if url else None
-    return {k: (info or {}).get(k) for k in ("model_path", "version", "tp_size")}
+    out = {k: (info or {}).get(k) for k in ("model_path", "version", "tp_size",
+                                            "max_running_requests")}  # fmt: skip
+    # the decode batch sizes the server captures (a batch pads up to one): what the sim
+    # publishes; SGLang's server info does not say, and the plan then names none unpriced
+    model = ((info or {}).get("sim") or {}).get("cost_model") or {}
+    out["cuda_graph_bs"] = model.get("cuda_graph_bs")
+    return out
 
 
 def _csv(values: tuple[int, ...] | list[int]) -> str:

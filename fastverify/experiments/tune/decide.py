@@ -114,15 +114,15 @@ def measured_adaptive(row: Mapping[str, Any] | None) -> list[dict[str, Any]]:
 def adaptive_options(
     rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any] | None, concurrency: int
 ) -> list[dict[str, Any]]:
-    """Mode adaptive for the plan's profile: baseline tok/s x the plan's speedup at the tier
-    SGLang routes `concurrency` running requests to (the largest tier at or below it);
-    nothing when there is no plan or it does not draft there (adaptive = baseline then)."""
+    """Mode adaptive for the plan's profile: baseline tok/s x the plan's predicted speedup at
+    `concurrency` (`speculation.plan.predicted_speedup`); nothing when there is no plan or it
+    does not draft there (its steps-0 passes then cost more than a baseline server's)."""
+    from fastverify.speculation.plan import predicted_speedup
+
     if not plan or not plan.get("tiers") or not plan.get("adaptive_config"):
         return []
-    tiers = sorted(int(b) for b in plan["tiers"])
-    below = [b for b in tiers if b <= concurrency]
-    tier = plan["tiers"][str(below[-1] if below else tiers[0])]
-    if tier.get("steps", 0) < 1:
+    tier = predicted_speedup(dict(plan), concurrency)
+    if tier is None or tier.get("steps", 0) < 1:
         return []
     out = []
     for r in rows:
@@ -133,6 +133,7 @@ def adaptive_options(
             "tokens_per_second": r["tokens_per_second_mean"] * tier["speedup"],
             "ci95": None, "samples": [], "speedup": tier["speedup"],
             "speedup_ci95": tier.get("ci"), "steps": tier["steps"],
+            "speedup_from": tier["from"],
             "adaptive_config": plan["adaptive_config"],
             "adaptive_config_json": plan.get("adaptive_config_json"),
         })  # fmt: skip

@@ -344,8 +344,9 @@ def test_adaptive_predicted_from_the_stored_plan_at_the_tunes_concurrency() -> N
     plan = {
         "profile": "a",
         "adaptive_config": "/state/adaptive-config.json",
-        "tiers": {"1": {"steps": 3, "speedup": 1.2, "ci": [1.1, 1.3]},
-                  "8": {"steps": 0, "speedup": 1.0, "ci": [1.0, 1.0]}},
+        # speculation.plan.Plan.to_dict: decode speedups per planned batch size
+        "tiers": {"1": {"steps": 3, "per_batch_size": {"1": {"speedup": 1.2}}},
+                  "8": {"steps": 0, "per_batch_size": {"8": {"speedup": 0.98}}}},
     }  # fmt: skip
     (opt,) = decide.adaptive_options(rows, plan, 4)  # 4 running requests -> tier 1
     assert (opt["profile"], opt["mode"], opt["steps"]) == ("a", "adaptive", 3)

@@ -161,3 +161,20 @@ def test_a_real_lspci_tree_puts_the_root_port_above_the_gpu(tmp_path: Path) -> N
     assert gpu["bdf"] == "0000:06:00.0" and "GT218" in gpu["name"]
     assert gpu["link"] == "2.5GT/s x16"
     assert gpu["bridges"] == [{"bdf": "0000:00:07.0", "port": "Root Port", "acs": "ACSCtl all off"}]
+
+
+def test_the_h200_machine_one_gpu_no_lspci(tmp_path: Path) -> None:
+    """This project's lent H200 machine (a Firecracker VM: one GPU, no lspci, no IOMMU
+    groups): nothing to check between GPUs, and no warning for the missing lspci."""
+    bin_dir = tmp_path / "bin"
+    replay(bin_dir, "nvidia-smi", {
+        "topo -m": FIX / "h200-nvidia-smi-topo-m.txt",
+        "topo -p2p r": FIX / "h200-nvidia-smi-topo-p2p-r.txt",
+        "topo -p2p w": FIX / "h200-nvidia-smi-topo-p2p-w.txt",
+    })  # fmt: skip
+    report = doctor_on(tmp_path, bin_dir)
+    assert report.topology is not None and report.topology.gpus == ["GPU0"]
+    found = pcie_findings(report)
+    assert found[0].severity == "info" and found[0].what.startswith("one GPU: no PCIe path")
+    assert all(f.severity == "info" for f in found), [(f.severity, f.what) for f in found]
+    assert pcie.parse_p2p_matrix((FIX / "h200-nvidia-smi-topo-p2p-r.txt").read_text()) == {}

@@ -1,5 +1,5 @@
-"""The accept curve from histograms, the sim's chain, the plan and the adaptive config it
-writes (fastverify.speculation)."""
+"""The accept curve, the plan's acceptance and costs, and the configs it writes: what SGLang's
+controller does with them (fastverify.speculation)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,14 @@ import random
 
 import pytest
 
-from fastverify.engines.sim.costtable import engine_costs as sim_costs
 from fastverify.sglang import adaptive
-from fastverify.sglang.adaptive_slot import AdaptiveController
 from fastverify.speculation import costs as spec_costs
+from fastverify.speculation import design, replay
 from fastverify.speculation import plan as spec_plan
-from fastverify.speculation.curve import (
-    AcceptCurve,
-    add_histograms,
-    chain_draws,
-    chain_histogram,
-    chain_length,
-    chain_probability,
-)
+from fastverify.speculation.acceptance import Acceptance, Draws
+from fastverify.speculation.curve import AcceptCurve, add_histograms
+from tests import field
+from tests.unit.speculation.synth import acceptance, sim_costs
 
 
 def test_histograms_of_different_lengths_add_entry_by_entry() -> None:
@@ -37,198 +32,208 @@ def test_curve_is_the_chain_formula() -> None:
     assert c.curve() == {"1": 1.6, "2": 1.9, "3": 2.0}
     with pytest.raises(ValueError, match=r"covers steps 0\.\.3"):
         c.length(4)
-
-
-def test_bad_histograms_are_refused_with_what_is_wrong() -> None:
     with pytest.raises(ValueError, match="at least one verify pass"):
         AcceptCurve.from_histogram([0, 0])
     with pytest.raises(ValueError, match="above its step count 2"):
         AcceptCurve.from_histogram([1, 1, 1, 1], steps=2)
 
 
-@pytest.mark.parametrize("length,steps", [(2.0, 3), (1.3, 3), (3.5, 3), (2.46, 4), (5.0, 7)])
-def test_chain_keeps_the_accept_length_at_its_steps(length: float, steps: int) -> None:
-    p = chain_probability(length, steps)
-    assert chain_length(p, steps) == pytest.approx(length, abs=1e-9)
-    # the expected histogram's curve is the chain's L(k) at every k
-    c = AcceptCurve.from_histogram(chain_histogram(length, steps, 1_000_000), steps)
-    for k in range(1, steps + 1):
-        assert c.length(k) == pytest.approx(chain_length(p, k), rel=1e-4)
+def test_a_lower_acceptance_keeps_each_draft_position_with_probability_f() -> None:
+    acc = Acceptance.from_requests([[4, 3, 2, 1], [1, 1, 1, 7]], 3)
+    f = 0.6
+    # the closed form against draws: min(j, G), P(G >= i) = f^i
+    rng = random.Random(3)
+    draws = [Draws(h, f) for h in acc.requests]
+    got = [min(draws[i % 2].next(rng), 3) for i in range(200_000)]
+    assert 1 + sum(got) / len(got) == pytest.approx(acc.length(3, f), rel=0.01)
+    assert acc.length(3, 1.0) == acc.pooled.length(3)
+    target = acc.length(3, 0.5)
+    assert acc.factor_for(target) == pytest.approx(0.5, abs=1e-6)
+    assert acc.factor_for(9.0) == 1.0
 
 
-def test_draws_follow_the_chain() -> None:
-    p = chain_probability(2.0, 3)
-    rng = random.Random(1)
-    hist = [0] * 4
-    for _ in range(200_000):
-        hist[chain_draws(p, 3, rng.random())] += 1
-    c = AcceptCurve.from_histogram(hist)
-    assert c.length(3) == pytest.approx(2.0, rel=0.01)
-    assert c.length(1) == pytest.approx(1 + p, rel=0.01)
-    assert chain_draws(0.0, 3, 0.1) == 0 and chain_draws(1.0, 3, 0.99) == 3
+def test_the_cluster_bootstrap_covers_where_passes_as_independent_draws_do_not() -> None:
+    """Per-request acceptance varies (the sim's drafter with a spread): the true pooled
+    accept length is inside the cluster bootstrap's 95% interval in ~95% of 100 recordings
+    of 40 requests of 256 tokens; an interval that treats their ~4,000 passes as independent
+    is several times too narrow and covers far fewer."""
+    from fastverify.engines.sim.drafter import Drafter
+
+    truth = Drafter.solve(2.5, 3, 0.2).pooled_length(3)
+    cover = naive = 0
+    for seed in range(100):
+        acc = acceptance(2.5, requests=40, spread=0.2, seed=seed)
+        lo, hi = acc.interval(3, draws=200, seed=seed)
+        cover += lo <= truth <= hi
+        h = acc.pooled.histogram
+        n = sum(h)
+        mu = acc.length(3) - 1
+        sd = (sum(c * (j - mu) ** 2 for j, c in enumerate(h)) / n / n) ** 0.5
+        naive += abs(acc.length(3) - truth) <= 1.96 * sd
+    assert cover >= 88, cover
+    assert naive < 60, naive
 
 
-def _costs(rows: dict[int, dict[int, float]]) -> spec_costs.Costs:
-    return spec_costs.Costs(rows, "test table")
+def test_costs_never_invent_a_row() -> None:
+    rows = {"1": {"0": 0.011, "1": 0.02}, "8": {"0": 0.05, "1": 0.1}}
+    costs = spec_costs.from_table(rows, {"1": 0.01, "8": 0.048}, "t", cuda_graph_bs=(1, 2, 4, 8))
+    assert costs.batch_sizes == [1, 8]
+    assert costs.priced(3) == 8  # padded to 4, run at the smallest measured row above it
+    assert costs.priced(9) is None  # beyond every row: no price, never the row below
+    assert spec_plan.unpriced_sizes(costs, 8) == [2, 4]
+    with pytest.raises(spec_costs.CostsError, match="has no steps-0 pass"):
+        spec_costs.from_table({"1": {"1": 0.02}}, {"1": 0.01}, "t")
 
 
-def test_plan_picks_the_fastest_step_count_per_tier_and_says_what_would_change() -> None:
-    # bs 1: a cycle at 3 steps costs 2x a decode step; bs 32: 3x
-    costs = _costs({1: {0: 10e-3, 1: 15e-3, 3: 20e-3}, 32: {0: 40e-3, 1: 80e-3, 3: 120e-3}})
-    curve = AcceptCurve.from_histogram(chain_histogram(2.8, 3, 10_000))
-    p = spec_plan.make_plan(curve, costs, [1, 32])
-    t1, t32 = p.tiers[1], p.tiers[32]
-    assert t1.steps == 3 and t1.speedup == pytest.approx(curve.length(3) / 2.0)
-    assert t1.ci[0] < t1.speedup < t1.ci[1]
-    assert t1.break_even[3] == pytest.approx(2.0)
-    assert "falls below 2.10 (break-even 2.00 + 5% margin" in t1.change
-    assert t32.steps == 0 and t32.speedup == 1.0 and t32.ci == (1.0, 1.0)
-    assert "pays at batch 32 once the accept length" in t32.change
-    assert "batch size 1" in p.why
-    out = p.to_dict()
-    assert out["tiers"]["1"]["steps"] == 3 and out["tiers"]["32"]["steps"] == 0
-    assert out["launch_steps"] == 3
+def test_the_sims_costs_price_steps_0_as_sglang_runs_it() -> None:
+    costs = sim_costs(dict(field.RING_LL))
+    # the steps-0 pass verifies at one draft token and extends the drafter: +1.5-2.5% over
+    # a baseline server's decode (the H200 grid: +1.4-2.6%)
+    for bs in (1, 2, 8, 32):
+        assert 1.01 < costs.cycle(bs, 0) / costs.decode(bs) < 1.03, bs
+    # between capture sizes a batch pads up: 9 runs 10's graph (EAGLE) or 12's (baseline)
+    assert costs.priced(9) == 10 and 9 not in costs.batch_sizes
+    assert costs.decode(10) > costs.cycle(10, 0)  # the baseline pads 10 to 12
+    assert max(costs.batch_sizes) == 256 and costs.cuda_graph_bs[-1] == 32
 
 
-def test_config_drops_to_zero_at_this_hosts_break_even(tmp_path) -> None:
-    costs = _costs({1: {0: 10e-3, 3: 25e-3}, 8: {0: 20e-3, 3: 70e-3}})
-    curve = AcceptCurve.from_histogram(chain_histogram(3.0, 3, 10_000))
-    p = spec_plan.make_plan(curve, costs, [1, 8])
+def test_a_0_k_tier_below_its_threshold_alternates_and_never_rests_at_0() -> None:
+    """SGLang's controller at 0 steps freezes its EMA and probes k: with acceptance below
+    the plan's, a [0, 3] tier runs about half its passes at 3 steps."""
+    costs = sim_costs(dict(field.RING_LL))
+    acc = acceptance(2.0)
+    cfg = {"1": {"candidate_steps": [0, 3], "down_hysteresis": 1.0}}  # drop below 1.5 drafts
+    r = replay.replay(cfg, 1, costs, acc, passes=600)
+    assert 0.4 < r.passes[0] / sum(r.passes.values()) < 0.6
+    assert r.switches > 100
+    never = replay.replay({"1": {"candidate_steps": [0]}}, 1, costs, acc, passes=200)
+    assert never.passes == {0: 200} and never.switches == 0
+
+
+def test_a_stepping_down_tier_holds_k_and_rests_lower_when_acceptance_falls() -> None:
+    costs = sim_costs(dict(field.RING_LL))
+    acc = acceptance(3.0)
+    f_low = acc.factor_for(2.0)
+    cands = design.candidates(acc, f_low)
+    ch = design.choose(1, cands, acc, costs, f_low)
+    steps = ch.candidate.entry["candidate_steps"]
+    assert ch.candidate.drafts and 0 not in steps, ch.candidate.entry
+    assert max(ch.shares, key=ch.shares.get) == max(steps)  # holds k at the recorded one
+    assert max(ch.shares_low, key=ch.shares_low.get) == min(steps)  # rests at c when lower
+    assert ch.speedup > 1.15 and ch.speedup_low >= design.DEFAULT_FLOOR
+
+
+def test_the_plan_puts_tier_keys_where_the_config_changes_and_writes_sglangs_file(
+    tmp_path,
+) -> None:
+    costs = sim_costs(dict(field.RING_LL))
+    acc = acceptance(3.0)
+    p = spec_plan.make_plan(acc, costs, max_batch=16, concurrencies=(1, 3),
+                            f_low=acc.factor_for(2.0))  # fmt: skip
+    keys = [t.key for t in p.tiers]
+    assert keys[0] == 1 and keys == sorted(keys)
+    for a, b in zip(p.tiers, p.tiers[1:], strict=False):
+        assert a.entry != b.entry  # a key only where the config changes
+    assert sum(len(t.sizes) for t in p.tiers) == len([b for b in costs.batch_sizes if b <= 16])
     path = spec_plan.write_adaptive_config(p, tmp_path / "cfg.json")
     cfg = json.loads(path.read_text())
-    assert cfg == {
-        "1": {"candidate_steps": [0, 3], "up_hysteresis": 0.0, "down_hysteresis": 1.0},
-        "8": {"candidate_steps": [0]},
-    }
-    assert adaptive.load_config(path) == cfg
-    # SGLang's controller on it: stays at 3 while 2 drafts are accepted (> 1.5 = break-even
-    # 2.5 - 1), leaves 3 once 1 is (it then probes 3 again every update_interval passes)
-    for drafts, at_three in ((2, 1.0), (1, 0.5)):
-        ctl = AdaptiveController(3, cfg)
-        seq = []
-        for _ in range(400):
-            ctl.observe([drafts], 1)
-            seq.append(ctl.steps_for(1))
-        share = seq[100:].count(3) / 300
-        assert share == at_three if at_three == 1.0 else share <= at_three
-        assert ctl.steps_for(8) == 0
+    assert adaptive.load_config(path) == cfg == p.adaptive_config()
+    out = p.to_dict()
+    assert out["drafts"] and out["launch_steps"] == max(adaptive.candidate_steps(cfg))
+    pred = out["predictions"]["1"]
+    lo, hi = pred["adaptive_ci"]
+    assert lo <= pred["adaptive"]["tokens_per_second"] <= hi
+    assert pred["gain"]["ratio"] > 1.0 and pred["gain"]["decode_saves"] > 0
+    assert pred["if_lower"]["accept_length"] == pytest.approx(2.0, abs=0.01)
+    speed = spec_plan.predicted_speedup(out, 3)
+    assert speed is not None and speed["from"] == "end-to-end prediction"
 
 
-def test_sim_costs_come_from_the_engines_cost_model() -> None:
-    from fastverify.engines.sim import costmodel
+def test_at_the_fields_acceptance_the_plan_drafts_nowhere_and_says_serve_baseline() -> None:
+    costs = sim_costs(dict(field.RING_LL))
+    p = spec_plan.make_plan(acceptance(1.6), costs, max_batch=8, concurrencies=(1,))
+    assert not p.drafts and all(t.entry == {"candidate_steps": [0]} for t in p.tiers)
+    assert "serve mode baseline" in p.why
 
-    env = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}
-    c = sim_costs(env, tp_size=8, batch_sizes=[1, 4], max_steps=3)
-    assert c.cycle(1, 0) == costmodel.predict(env, "baseline", 8, 1, True).cycle_seconds
-    assert (
-        c.cycle(4, 3)
-        == costmodel.predict(
-            env, "eagle3", 8, 4, True, 2.0, num_steps=3, num_draft_tokens=4
-        ).cycle_seconds
+
+def test_the_plan_reports_memory_and_a_config_that_does_not_fit_says_so() -> None:
+    from fastverify.speculation.memory import Memory
+
+    costs = sim_costs(dict(field.RING_LL))
+    p = spec_plan.make_plan(acceptance(3.0), costs, max_batch=8, concurrencies=())
+    m = p.memory
+    assert m is not None and m["fits"] and m["draft_weights_gb"] == 1.1
+    assert m["max_running_requests"] == 256  # the pool holds more; max running caps it
+    # graphs only for the captured sizes whose tier can reach each step count
+    cfg = p.adaptive_config()
+    assert set(m["graphs_gb_by_steps"]) == {str(k) for k in adaptive.candidate_steps(cfg)}
+    tight = Memory(
+        64.2,
+        1.1,
+        4.5,
+        2048,
+        graph_gb=0.3,
+        free_gb=0.1,
+        steps=3,
+        max_running=256,
+        graph_by_steps={0: 0.2, 1: 0.3, 2: 0.4, 3: 0.5},
+        estimated=False,
     )
-    assert "SIMULATION" in c.source
+    out = tight.check({"1": {"candidate_steps": [1, 2]}, "8": {"candidate_steps": [0]}},
+                      [1, 2, 4, 8], 384)  # fmt: skip
+    assert not out["fits"] and out["room_for_graphs_gb"] == pytest.approx(0.4)
+    assert out["max_running_requests"] == 5  # 2048 KV tokens / 384 per request
+    # step 0 is reached only from batch 8's tier: 8 of the 15 captured rows
+    assert out["graphs_gb_by_steps"]["0"] == pytest.approx(0.2 * 8 / 15, abs=1e-4)
 
 
-def test_rehearse_grid_is_a_cost_source(tmp_path) -> None:
-    grid = {
-        "kind": "rehearse-grid", "model": "kimi-k2.5", "shard_of_tp": 8, "ranks_run": 1,
-        "gpu": "NVIDIA H200", "batch_sizes": [1], "tokens_per_seq": [1, 2, 4],
-        "forward_ms": {"1": {"1": 10.0, "2": 11.0, "4": 14.0}},
-        "verify_decode_ratio": {"1": {"1": 1.0, "2": 1.1, "4": 1.4}},
-        "allreduce": {"source": "preflight", "per_forward_ms": {"1": {"1": 2.0, "4": 3.0}}},
-        "sources": {}, "command": "fastverifyctl rehearse --grid",
-    }  # fmt: skip
-    path = tmp_path / "grid.json"
-    path.write_text(json.dumps(grid))
-    c = spec_costs.from_rehearse_grid(path)
-    assert c.cycle(1, 0) == pytest.approx(12e-3) and c.cycle(1, 3) == pytest.approx(17e-3)
-    assert c.cycle(1, 1) == pytest.approx(11e-3)
-    assert "preflight" in c.source and "drafter not measured" in c.source
-    grid["allreduce"]["by_backend"] = {
-        "pcie_ipc": {"source": "published pcie_ipc", "per_forward_ms": {"1": {"1": 0.5, "4": 1.0}}}
-    }
-    path.write_text(json.dumps(grid))
-    ipc = spec_costs.from_rehearse_grid(path, "pcie_ipc")
-    assert ipc.cycle(1, 0) == pytest.approx(10.5e-3) and "published pcie_ipc" in ipc.source
-    with pytest.raises(spec_costs.CostsError, match="the grid has: pcie_ipc"):
-        spec_costs.from_rehearse_grid(path, "custom")
-    path.write_text(json.dumps({**grid, "kind": "other"}))
-    with pytest.raises(spec_costs.CostsError, match="not a rehearse grid"):
-        spec_costs.from_rehearse_grid(path)
-    path.write_text("{")
-    with pytest.raises(spec_costs.CostsError, match="line 1: not JSON"):
-        spec_costs.from_rehearse_grid(path)
+def test_skipping_the_steps_0_extend_is_priced_where_the_config_never_drafts() -> None:
+    costs = sim_costs(dict(field.RING_LL))
+    p = spec_plan.make_plan(acceptance(3.0), costs, max_batch=16, concurrencies=())
+    skip = p.skip_extend()
+    assert skip is not None and skip["variable"] == "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
+    zero = {str(c.batch) for t in p.tiers if t.steps == 0 for c in t.choices}
+    assert set(skip["saves"]) == zero and all(0.01 < v < 0.03 for v in skip["saves"].values())
+    assert skip["recommended"] and "cold recovery" in skip["why"]
+    # a plan that drafts nowhere says serve baseline instead
+    assert spec_plan.make_plan(acceptance(1.4), costs, max_batch=4,
+                               concurrencies=()).skip_extend() is None  # fmt: skip
 
 
-SIZES = [1, 2, 4, 8, 16, 32, 64]
+def test_a_plan_that_drafts_nowhere_never_offers_mode_adaptive(capsys) -> None:
+    from fastverify.cli import spec_cmd
+
+    p = spec_plan.make_plan(acceptance(1.4), sim_costs(dict(field.RING_LL)), max_batch=4,
+                            concurrencies=(1,))  # fmt: skip
+    p.adaptive_config_path = "/state/adaptive-config.json"
+    data = p.to_dict()
+    data["for"] = {"profile": "ring-ll", "costs_from": "engine sim serving ring-ll/eagle3"}
+    data["acceptance"] = {"model": "m", "drafter": "d", "topk": 1, "steps": 3, "verifies": 9,
+                          "dataset": {"name": "fastverify-docs"}, "synthetic": False,
+                          "sampling": {"temperature": 0.0}}  # fmt: skip
+    spec_cmd._print(data)
+    out = capsys.readouterr().out
+    assert "plan for profile ring-ll" in out and "never drafts" in out
+    assert "mode set baseline" in out and "mode set adaptive)" not in out
 
 
-def _sim_plan(
-    env: dict[str, str], length: float, min_gain: float = spec_plan.DEFAULT_MIN_GAIN
-) -> dict[int, spec_plan.Tier]:
-    """The plan `spec plan` makes on a TP 8 sim of `env` from the chain's histogram at
-    3 steps (100,000 verify passes: the sampling error is negligible)."""
-    costs = sim_costs(env, tp_size=8, batch_sizes=SIZES, max_steps=3)
-    curve = AcceptCurve.from_histogram(chain_histogram(length, 3, 100_000), 3)
-    return spec_plan.make_plan(curve, costs, SIZES, min_gain).tiers
+def test_the_plan_takes_the_newest_record_of_the_serving_model_drafter_and_topk() -> None:
+    from fastverify.cli.spec_cmd import pick_record
 
+    def rec(t: float, **kw: object) -> dict:
+        base = {"model": "m", "drafter": "d", "topk": 1, "steps": 3, "usable": True,
+                "synthetic": False, "measured_at": t}  # fmt: skip
+        return {**base, **kw}
 
-def test_field_acceptance_on_ring_ll_drafts_at_no_tier() -> None:
-    """Issue #29: at the field's acceptance (2.0 at 3 steps) on ring-ll, speculation does not
-    pay at any batch size: 0 steps at every tier (the verify pass of 32-64 requests moves
-    1.8-3.5 MiB per all-reduce, priced on SGLang's published NCCL curve). Closest is 1 step
-    at batch 1 (L(1) 1.54 against its break-even 1.50), a gain under the 5% margin."""
-    from tests import field
-
-    tiers = _sim_plan(dict(field.RING_LL), 2.0)
-    assert {bs: t.steps for bs, t in tiers.items()} == {bs: 0 for bs in SIZES}
-    closest = tiers[1].closest
-    assert closest is not None and closest["steps"] == 1
-    assert 1.0 < closest["speedup"] < 1.0 + spec_plan.DEFAULT_MIN_GAIN
-    assert "not clear of the 5% margin (--min-gain)" in tiers[1].change
-    # 3 steps, what the field ran, loses at every batch size
-    for bs, t in tiers.items():
-        if 3 in t.break_even:
-            assert t.break_even[3] > 2.0, bs
-
-
-def test_the_margin_decides_a_near_tie_and_only_a_near_tie() -> None:
-    """Without a margin the field's batch 1 drafts 1 step for its ~3%; a gain well above the
-    margin (accept length 3.0) drafts with or without it."""
-    from tests import field
-
-    bare = _sim_plan(dict(field.RING_LL), 2.0, min_gain=0.0)
-    assert bare[1].steps == 1 and 1.0 < bare[1].ci[0] < bare[1].speedup < 1.05
-    assert all(bare[bs].steps == 0 for bs in SIZES[1:])
-    for margin in (0.0, 0.05):
-        better = _sim_plan(dict(field.RING_LL), 3.0, min_gain=margin)
-        assert better[1].steps > 0 and better[1].ci[0] > 1.0 + margin
-
-
-def test_a_better_drafter_pays_at_batch_1_and_never_at_the_largest_tier() -> None:
-    """Issue #29's other outcome (benchmarks/results/spec-search-tp8.json lists every such
-    profile and acceptance): on ring-ll at accept length 3.0, drafting pays at batch 1 and 0
-    steps win from 4 requests up, 32 and 64 included."""
-    from tests import field
-
-    tiers = _sim_plan(dict(field.RING_LL), 3.0)
-    assert tiers[1].steps > 0 and tiers[1].speedup > 1.1
-    assert all(tiers[bs].steps == 0 for bs in (4, 8, 16, 32, 64))
-
-
-def test_a_gain_inside_the_measurements_interval_is_no_reason_to_draft() -> None:
-    """The field's acceptance on ring-ll at batch 1, no margin: 1 step is ahead by ~3% (L(1)
-    1.54 against its break-even 1.50). Measured from 100,000 verify passes the interval
-    excludes 1 and the plan drafts; from 200 passes the same curve's interval spans 1, and
-    the plan says 0 steps with what would change it."""
-    from tests import field
-
-    costs = sim_costs(dict(field.RING_LL), tp_size=8, batch_sizes=[1], max_steps=3)
-    many = AcceptCurve.from_histogram(chain_histogram(2.0, 3, 100_000), 3)
-    few = AcceptCurve.from_histogram(chain_histogram(2.0, 3, 200), 3)
-    sure = spec_plan.plan_tier(many, costs, 1, min_gain=0.0)
-    assert sure.steps == 1 and sure.ci[0] > 1.0
-    unsure = spec_plan.plan_tier(few, costs, 1, min_gain=0.0)
-    assert abs(few.length(1) - many.length(1)) < 0.02  # the same acceptance, fewer passes
-    assert unsure.steps == 0 and unsure.ci == (1.0, 1.0)
-    assert "1 step pays at batch 1 once" in unsure.change
+    serving = {"model": "m", "drafter": "d", "topk": 1, "steps": 3}
+    records = {"a": rec(1.0), "b": rec(3.0, drafter="other"), "c": rec(2.0),
+               "d": rec(4.0, synthetic=True), "e": rec(5.0, usable=False)}  # fmt: skip
+    got, _ = pick_record(records, serving, allow_synthetic=False)
+    assert got is records["c"]  # the newest of this drafter; not the synthetic one
+    got, _ = pick_record(records, serving, allow_synthetic=True)
+    assert got is records["c"]  # prompts beat random ids even when older
+    got, why = pick_record({"b": records["b"]}, serving, allow_synthetic=False)
+    assert got is None and "drafter other" in why and "serving model m, drafter d" in why
+    got, why = pick_record({"d": records["d"]}, serving, allow_synthetic=False)
+    assert got is None and "--allow-synthetic" in why
+    assert pick_record({"d": records["d"]}, serving, allow_synthetic=True)[0] is records["d"]

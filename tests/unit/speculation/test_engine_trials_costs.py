@@ -17,8 +17,10 @@ def _trials(tmp_path: Path, **over: object) -> Path:
     data = {
         "kind": "engine-trials",
         "source": "engine trials on dummy weights: model m, profile ring-ll, all-reduce nccl",
+        "baseline_ms": {"1": 19.6, "8": 49.0},
         "cycle_ms": {"1": {"0": 20.0, "1": 30.0, "2": 40.0}, "8": {"0": 50.0, "1": 90.0}},
         "verify_ms": {"1": {"1": 25.0}},
+        "prefill_ms": {"baseline": {"128": 700.0}, "eagle": {"128": 712.0}},
         "command": "fastverifyctl spec costs --max-steps 2",
         **over,
     }
@@ -32,8 +34,21 @@ def test_engine_trials_read_with_their_source(tmp_path: Path) -> None:
     assert c.source == "costs.json: engine trials on dummy weights: model m, profile ring-ll, " \
         "all-reduce nccl"  # fmt: skip
     assert c.cycle(1, 2) == pytest.approx(0.040) and c.steps(8) == [0, 1]
+    assert c.decode(1) == pytest.approx(0.0196) and c.zero_step_measured
     assert c.notes["verify_ms"] == {"1": {"1": 25.0}}
     assert c.to_dict()["cycle_ms"]["8"] == {"0": 50.0, "1": 90.0}
+    # one measured prompt length per mode, scaled with the prompt elsewhere
+    assert c.prefill("eagle", 128) == pytest.approx(0.712)
+    assert c.prefill("baseline", 256) == pytest.approx(1.4)
+    assert c.spread == spec_costs.GPU_SPREAD
+
+
+def test_a_file_from_before_the_steps_0_trial_says_its_steps_0_is_a_decode(
+    tmp_path: Path,
+) -> None:
+    c = spec_costs.from_file(_trials(tmp_path, baseline_ms=None))
+    assert not c.zero_step_measured and c.decode(1) == c.cycle(1, 0)
+    assert "leaves out" not in c.source and "draft extend" in c.notes["zero_step"]
 
 
 @pytest.mark.parametrize(
@@ -43,7 +58,7 @@ def test_engine_trials_read_with_their_source(tmp_path: Path) -> None:
         ({"source": ""}, 'field "source" must say where'),
         ({"cycle_ms": {}}, 'field "cycle_ms"'),
         ({"cycle_ms": {"1": {"0": "x"}}}, 'field "cycle_ms"'),
-        ({"cycle_ms": {"1": {"1": 30.0}}}, "has no decode step (steps 0)"),
+        ({"cycle_ms": {"1": {"1": 30.0}}}, "has no steps-0 pass (steps 0)"),
         ({"cycle_ms": {"1": {"0": 0.0}}}, "non-positive cost"),
     ],
 )
@@ -73,3 +88,19 @@ def test_steps_override_shapes_the_trial_as_adaptive_runs_k_steps() -> None:
     assert launch_args(server, "baseline", {}, "m").speculative is None
     plain = launch_args(ServerConfig(draft_model_path="d"), "eagle3", {}, "m").speculative
     assert plain is not None and plain.num_steps == 3
+
+
+def test_the_steps_0_trial_launches_adaptive_at_0_steps(tmp_path: Path) -> None:
+    """spec costs' steps-0 trial: adaptive with candidates [0], launched at 0 steps (SGLang
+    takes a launch step among the candidates and sets num_draft_tokens = 1); any other
+    all-[0] config is still refused as one that never drafts."""
+    from fastverify.engines.base import EngineArgError
+
+    cfg = tmp_path / "zero.json"
+    cfg.write_text(json.dumps({"1": {"candidate_steps": [0]}}))
+    trial = ServerConfig(draft_model_path="d", steps_override=0, adaptive_config=str(cfg))
+    spec = launch_args(trial, "adaptive", {}, "m").speculative
+    assert spec is not None and (spec.num_steps, spec.num_draft_tokens) == (0, 1)
+    with pytest.raises(EngineArgError, match="drafts at no batch size"):
+        launch_args(ServerConfig(draft_model_path="d", adaptive_config=str(cfg)), "adaptive",
+                    {}, "m")  # fmt: skip
