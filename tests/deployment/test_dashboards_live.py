@@ -25,9 +25,8 @@ from pathlib import Path
 import pytest
 
 from tests.support import prom
+from tests.support.dashboards import DASHBOARDS, dashboard_exprs
 from tests.support.harness import DaemonHarness
-
-from .test_static import DASHBOARDS, dashboard_exprs
 
 pytestmark = pytest.mark.skipif(
     not prom.available(),
