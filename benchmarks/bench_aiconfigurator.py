@@ -52,7 +52,7 @@ def _aic(aic: str, systems: Path, request: dict) -> dict:
 
 
 def _sim(tmp: Path, tp: int, seconds: float) -> list[dict[str, Any]]:
-    from tests.harness import DaemonHarness
+    from tests.support.harness import DaemonHarness
 
     out = []
     with DaemonHarness(tmp / f"sim-tp{tp}", tp_size=tp, config={"daemon": {"trace_period_s": 0}},

@@ -159,7 +159,7 @@ def main() -> int:
     venv = user_venv(args.venv.resolve())
     vpython = venv / "bin" / "python"
     has_bytecode = bytecode_present(vpython)
-    from tests.harness import DaemonHarness
+    from tests.support.harness import DaemonHarness
 
     # the user's environment: no PYTHONPATH (it would import another checkout), no FASTVERIFY_*
     env = {

@@ -67,7 +67,7 @@ def cpu(procs: list[psutil.Process]) -> float:
 
 
 def footprint(tmp: Path, seconds: float) -> dict:
-    from tests.harness import DaemonHarness
+    from tests.support.harness import DaemonHarness
 
     with DaemonHarness(tmp / "idle", sim_load_seconds=0.3) as d:
         time.sleep(2.0)  # let start-up settle
@@ -105,7 +105,7 @@ def footprint(tmp: Path, seconds: float) -> dict:
 
 def scrapers_during_switches(tmp: Path, scrapers: int = 50) -> dict:
     """`scrapers` threads scraping /metrics back to back while the daemon switches 4 times."""
-    from tests.harness import DaemonHarness
+    from tests.support.harness import DaemonHarness
 
     with DaemonHarness(tmp / "scrape", sim_load_seconds=0.3) as d:
         stop = threading.Event()
@@ -160,7 +160,7 @@ CONFIGS = {
 
 def served(tmp: Path, key: str, seconds: float, concurrency: int) -> dict:
     from fastverify.experiments.bench.load import BenchConfig, run_bench
-    from tests.harness import DaemonHarness
+    from tests.support.harness import DaemonHarness
 
     spec = CONFIGS[key]
     with DaemonHarness(

@@ -277,18 +277,18 @@ def make_trace(directory: Path, steps: int) -> tuple[Path, Path]:
 def trace_child(method: str, path: str) -> None:
     t0 = time.perf_counter()
     if method == "fast":
-        from fastverify.exporters import traces
+        from fastverify import traces
 
         r = traces.analyze_file(path)
         result = (r["verify_passes"], r["allreduce_per_verify"])
     elif method == "exact":
-        from fastverify.exporters import traces
+        from fastverify import traces
 
         ex = traces.exact_events(path)
         r = traces.analyze_extract(ex, 0)
         result = (r["verify_passes"], r["allreduce_per_verify"])
     else:  # naive: stdlib json.load + a Python loop over every event; same analysis after
-        from fastverify.exporters import traces
+        from fastverify import traces
 
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt") as fh:

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fastverify.daemon import procs  # noqa: E402
-from tests.integration.test_sim_support import SimProcess  # noqa: E402
+from tests.support.sim import SimProcess  # noqa: E402
 
 
 def _stop_group(tmp: Path) -> float:

@@ -32,7 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.harness import DaemonHarness  # noqa: E402
+from tests.support.harness import DaemonHarness  # noqa: E402
 
 SWITCHES = ("ring-ll", "ring-simple", "nccl-default", "ring-ll-8ch", "ring-ll")
 

@@ -149,7 +149,7 @@ def shipped_profile_dir_str() -> str:
 
 
 def template_dir(kind: str) -> Path:
-    """Templates for `render` ("systemd", "compose" or "kubernetes"): packaged copy, else the
+    """Templates for `render` ("systemd" or "compose"): packaged copy, else the
     checkout."""
     from pathlib import Path
 

@@ -39,7 +39,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.harness import DaemonHarness, to_toml  # noqa: E402
+from tests.support.harness import DaemonHarness, to_toml  # noqa: E402
 
 # SGLang flags for a tiny dummy model on one GPU (the pack's smoke test found them):
 # no tokenizer files, triton attention (the pack's kernel wheel has no FlashAttention-3),

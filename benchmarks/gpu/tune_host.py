@@ -22,8 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from fastverify.experiments.preflight.run import visible_gpus  # noqa: E402
-from tests.harness import DaemonHarness  # noqa: E402
+from fastverify.experiments.preflight.hostcheck import visible_gpus  # noqa: E402
+from tests.support.harness import DaemonHarness  # noqa: E402
 
 
 def main() -> int:

@@ -11,7 +11,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import click
@@ -25,6 +24,7 @@ from fastverify.cli.output import (
     fail,
     to_json,
 )
+from fastverify.durable import atomic_write_text
 
 
 def fmt(value: Any, digits: int = 1) -> str:
@@ -68,7 +68,7 @@ def rank_run(
     """A run of rank processes, its failures as the command's exit codes: Ctrl-C 130 (the
     ranks are stopped by then; `resume`: running again resumes), torch missing 6, the errors
     in `usage` 2 and in `problems` 1, each printed as `CMD: what`."""
-    from fastverify.experiments.preflight.run import TorchMissing
+    from fastverify.experiments.preflight.hostcheck import TorchMissing
 
     try:
         yield
@@ -92,8 +92,7 @@ def deliver(
     """An experiment's report: written to `output` as JSON when given, then printed as JSON
     (`as_json`) or by `show`."""
     if output:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        Path(output).write_text(to_json(report) + "\n", encoding="utf-8")
+        atomic_write_text(output, to_json(report) + "\n", mode=0o644)
     if as_json:
         emit_json(report)
     else:

@@ -184,6 +184,8 @@ def preflight(
     as_json: bool,
 ) -> None:
     """NCCL all-reduce + CUDA-graph check per profile on the GPUs, without a model."""
+    from fastverify.experiments.preflight import hostcheck as pf_host
+    from fastverify.experiments.preflight import inputs as pf_inputs
     from fastverify.experiments.preflight import run as pf
 
     if derive_tuner is not None:
@@ -195,8 +197,8 @@ def preflight(
         fail("preflight: --nccl-csv needs --derive-tuner NAME", EXIT_USAGE)
 
     try:
-        daemon_env = pf.daemon_extra_env(config_path)
-    except pf.PreflightError as exc:
+        daemon_env = pf_inputs.daemon_extra_env(config_path)
+    except pf_host.PreflightError as exc:
         fail(f"preflight: {exc}", EXIT_USAGE)
     cfg = pf.PreflightConfig(
         nproc=nproc, hidden_size=hidden_size, tokens=int_list(tokens, "--tokens"),
@@ -206,10 +208,10 @@ def preflight(
     )  # fmt: skip
     try:
         with rank_run("preflight"):
-            loaded = pf.load_profiles(profiles)
+            loaded = pf_inputs.load_profiles(profiles)
             report = pf.run_preflight(loaded, cfg, on_event=lambda line: click.echo(line, err=True))
-    except pf.PreflightError as exc:  # no GPU for nccl, unknown profile: usage, as rehearse
-        usage = isinstance(exc, pf.NoGpu) or "profile" in str(exc)
+    except pf_host.PreflightError as exc:  # no GPU for nccl, unknown profile: usage, as rehearse
+        usage = isinstance(exc, pf_host.NoGpu) or "profile" in str(exc)
         fail(f"preflight: {exc}", EXIT_USAGE if usage else EXIT_PROBLEMS)
     deliver(report, output, as_json, _print_preflight)
     # a skipped candidate (pcie-ipc without FlashInfer's PCIe-IPC here) is not a failure
@@ -226,7 +228,7 @@ def _derive_tuner(
     """`preflight --derive-tuner NAME` (fastverify.experiments.derive_tuner.cmd)."""
     from fastverify.experiments.derive_tuner import cmd
     from fastverify.experiments.derive_tuner import derive as dt
-    from fastverify.experiments.preflight import run as pf
+    from fastverify.experiments.preflight.hostcheck import PreflightError
 
     if len(profiles) > 1:
         fail("preflight --derive-tuner: give at most one base profile", EXIT_USAGE)
@@ -238,7 +240,7 @@ def _derive_tuner(
     else:
         size_list = dt.sizes_from_tokens(int_list(tokens, "--tokens"), hidden_size)
     try:
-        with rank_run("preflight", usage=(pf.PreflightError,), resume=True):
+        with rank_run("preflight", usage=(PreflightError,), resume=True):
             report, lines = cmd.run_cli(
                 name, base=profiles[0] if profiles else "nccl-default", nproc=nproc,
                 sizes=size_list, rounds=3, channels=dt.DEFAULT_CHANNELS,

@@ -19,6 +19,7 @@ import click
 from fastverify.cli.daemon_call import socket_option
 from fastverify.cli.output import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, emit_json, fail, table, warn
 from fastverify.cli.profile_group import make_store, profile, user_dirs
+from fastverify.durable import atomic_write_text
 
 TOPOLOGY_CHOICES = ("auto", "nvlink", "pcie", "unknown")
 
@@ -320,34 +321,6 @@ def _parse_sets(sets: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def write_atomic(path: Path, text: str, overwrite: bool) -> None:
-    """Write `text` to `path` via a temp file, fsync and rename (link when not overwriting,
-    so an existing file is never clobbered, even by a concurrent writer)."""
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            os.link(tmp, path)  # FileExistsError when it exists
-            os.unlink(tmp)
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def _check_and_write(
     ctx: click.Context,
     name: str,
@@ -384,7 +357,7 @@ def _check_and_write(
     if dest.exists() and not force:
         fail(f"{dest} exists (pass --force to overwrite)", EXIT_USAGE)
     try:
-        write_atomic(dest, text, overwrite=force)
+        atomic_write_text(dest, text, mode=0o644, overwrite=force)
     except FileExistsError:
         fail(f"{dest} exists (pass --force to overwrite)", EXIT_USAGE)
     except OSError as exc:

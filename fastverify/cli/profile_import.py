@@ -14,6 +14,7 @@ import click
 from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, emit_json, fail, warn
 from fastverify.cli.profile_cmds import _check_and_write, _dest
 from fastverify.cli.profile_group import make_store, profile
+from fastverify.durable import atomic_write_text
 
 
 @profile.command("import")
@@ -65,12 +66,10 @@ def import_cmd(
     for f in (dest, table):
         if f.exists() and not force:
             fail(f"{f} exists (pass --force to overwrite); nothing was written", EXIT_USAGE)
-    table.parent.mkdir(parents=True, exist_ok=True)
     before = table.read_bytes() if table.exists() else None
-    tmp = table.with_name(table.name + ".tmp")
-    tmp.write_text(render(check.rows, [f"imported from {path} (NCCL's example tuner plugin "
-                                       "format) by fastverifyctl profile import"]))  # fmt: skip
-    tmp.replace(table)
+    notes = [f"imported from {path} (NCCL's example tuner plugin format) by fastverifyctl "
+             "profile import"]  # fmt: skip
+    atomic_write_text(table, render(check.rows, notes), mode=0o644)
     env_text = profile_text(
         table.name,
         f"NCCL tuner table imported from {Path(path).name} ({len(check.rows)} rows) over {base}",

@@ -142,7 +142,7 @@ def _grid(cfg: Any, output: str | None, as_json: bool) -> None:
     """`rehearse --batch-sizes/--tokens/--shard-of-tp`: the compute grid (grid.py)."""
     import shlex
 
-    from fastverify.experiments.preflight.run import NoGpu, PreflightError
+    from fastverify.experiments.preflight.hostcheck import NoGpu, PreflightError
     from fastverify.experiments.rehearse import grid
 
     command = "fastverifyctl " + shlex.join(sys.argv[1:])

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
 from fastverify.cli.groups import SuggestingGroup
+from fastverify.durable import atomic_write_text
 
 
 def _emit(text: str, output: str) -> None:
@@ -20,10 +23,7 @@ def _emit(text: str, output: str) -> None:
         sys.stdout.write(text)
         return
     path = Path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, text, mode=0o644)
     click.echo(f"wrote {path}", err=True)
 
 
@@ -153,6 +153,36 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
         raise click.UsageError(str(exc)) from None
 
 
+def kube_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of `render kubernetes`, one per `KubeOptions` field (its flag, help,
+    default and type are declared there)."""
+    import dataclasses
+
+    from fastverify.deploy.kubernetes.options import KubeOptions, flag_name, flag_of
+
+    for f in reversed(dataclasses.fields(KubeOptions)):
+        spec = flag_of(f)
+        kw: dict[str, Any] = {"help": spec.help or None, "show_default": spec.show_default}
+        if spec.switch and f.default is False:
+            kw.update(is_flag=True, default=False)
+        elif spec.switch:  # --no-X: on unless given
+            kw.update(flag_value=False, default=True)
+        elif spec.multiple:
+            kw.update(multiple=True)
+        else:
+            kw["default"] = f.default
+            if spec.choices:
+                kw["type"] = click.Choice(list(spec.choices))
+            elif spec.low is not None or spec.high is not None:
+                kw["type"] = click.IntRange(spec.low, spec.high)
+            elif spec.file:
+                kw["type"] = click.Path(dir_okay=False)
+            elif "int" in str(f.type):
+                kw["type"] = int
+        command = click.option(flag_name(f), f.name, **kw)(command)
+    return command
+
+
 @render.command("kubernetes")
 @click.option(
     "--output-dir",
@@ -160,221 +190,7 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
     required=True,
     help="Write the manifests here (one file per kind; `kubectl apply -f DIR`).",
 )
-@click.option(
-    "--profile",
-    default=None,
-    help="Profile every pod serves (default: the decision's, else default_profile).",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(["baseline", "eagle3", "adaptive"]),
-    default=None,
-    help="Decoding mode (default: the decision's, else server.mode; adaptive comes with "
-    "--from-decision, whose record carries the speculation plan it serves).",
-)
-@click.option(
-    "--nodes",
-    type=int,
-    default=1,
-    show_default=True,
-    help="Pods per server: > 1 is one model over several nodes (LeaderWorkerSet).",
-)
-@click.option(
-    "--replicas",
-    type=int,
-    default=1,
-    show_default=True,
-    help="Servers (pods, or LeaderWorkerSet groups).",
-)
-@click.option("--namespace", default="fastverify", show_default=True)
-@click.option("--name", default="fastverify", show_default=True, help="Prefix of every object.")
-@click.option(
-    "--image",
-    default=None,
-    help="Image the cluster pulls (required), e.g. registry.example.com/fastverify:0.1.0.",
-)
-@click.option(
-    "--from-decision",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="tune's decision record: its decision.profile and decision.mode.",
-)
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Daemon configuration to start from (default: the image's).",
-)
-@click.option(
-    "--profile-dir",
-    "profile_dirs",
-    multiple=True,
-    help="Operator profile directory (repeatable; default: the config's profile_dirs).",
-)
-@click.option(
-    "--gpus-per-node",
-    type=click.IntRange(1, 64),
-    default=None,
-    help="GPUs per pod (default: the config's tp_size; SGLang's TP = nodes x this).",
-)
-@click.option("--gpu-resource", default="nvidia.com/gpu", show_default=True)
-@click.option("--cpu", default="32", show_default=True, help="CPU request = limit per pod.")
-@click.option(
-    "--memory",
-    default="480Gi",
-    show_default=True,
-    help="Memory request = limit per pod (includes /dev/shm).",
-)
-@click.option("--shm-size", default="64Gi", show_default=True, help="In-memory /dev/shm size.")
-@click.option(
-    "--model-pvc",
-    default=None,
-    help="An existing claim with the models, mounted at /models (default: render <name>-models).",
-)
-@click.option("--model-size", default="2Ti", show_default=True, help="Rendered model PVC size.")
-@click.option("--model-storage-class", default=None, help="Rendered model PVC's StorageClass.")
-@click.option(
-    "--model-access-mode",
-    type=click.Choice(["ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"]),
-    default=None,
-    help="Rendered model PVC's access mode (default: ReadOnlyMany for > 1 pod, else RWO).",
-)
-@click.option("--model-host-path", default=None, help="Host directory instead of a PVC.")
-@click.option(
-    "--model-path",
-    default=None,
-    help="The model in the pod, under the model volume /models (absolute, or relative to "
-    "it; default: the config's server.model_path).",
-)
-@click.option(
-    "--draft-model-path",
-    default=None,
-    help="The EAGLE-3 drafter under /models (default: the config's server.draft_model_path).",
-)
-@click.option(
-    "--cache-pvc",
-    default=None,
-    help="PVC for the NCCL/FlashInfer/Triton caches (default: an emptyDir per pod).",
-)
-@click.option(
-    "--run-as-user",
-    type=click.IntRange(1),
-    default=None,
-    help="Non-root user (and group) the pod runs as (default 1000; RDMA pods: root with only "
-    "IPC_LOCK, as ibverbs needs).",
-)
-@click.option(
-    "--run-as-root",
-    is_flag=True,
-    help="Run as the image's user (root) when the engine image needs it.",
-)
-@click.option(
-    "--startup-seconds",
-    "startup_s",
-    type=int,
-    default=2400,
-    show_default=True,
-    help="Startup probe window (>= 1800: a 30-minute load plus verification).",
-)
-@click.option(
-    "--progress-deadline-seconds",
-    "progress_deadline_s",
-    type=click.IntRange(60),
-    default=None,
-    help="Deployment progressDeadlineSeconds (default: startup + 1200).",
-)
-@click.option(
-    "--prometheus-url",
-    default="http://prometheus-operated.monitoring.svc:9090",
-    show_default=True,
-    help="Prometheus for the Grafana datasource ConfigMap.",
-)
-@click.option("--hf-token-secret", default=None, help="Secret whose key HF_TOKEN the pod gets.")
-@click.option(
-    "--web-config-secret",
-    default=None,
-    help="Secret with web-config.yml (exporter-toolkit: TLS, bcrypt basic auth) and the files "
-    "it names, mounted for the daemon's /metrics (which the monitor then scrapes over https).",
-)
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Accept what is refused without it: LL128, PCIe-IPC where it cannot serve, a "
-    "decision tune did not apply.",
-)
-@click.option(
-    "--values",
-    "values_file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="YAML values: tolerations, nodeSelector, affinity, runtimeClassName, "
-    "priorityClassName, imagePullSecrets, podLabels, podAnnotations, exclusiveTopology, "
-    "hostNetwork, rdmaResources, rdmaDevices, monitorLabels (flags add to it).",
-)
-@click.option("--toleration", "tolerations", multiple=True, help="KEY[=VALUE]:EFFECT (repeatable).")
-@click.option("--node-selector", multiple=True, help="Node label KEY=VALUE (repeatable).")
-@click.option("--runtime-class", default=None, help="runtimeClassName (e.g. nvidia).")
-@click.option("--priority-class", default=None, help="priorityClassName.")
-@click.option("--image-pull-secret", "image_pull_secrets", multiple=True, help="(repeatable)")
-@click.option("--label", "labels", multiple=True, help="Pod label KEY=VALUE (repeatable).")
-@click.option("--annotation", "annotations", multiple=True, help="Pod annotation KEY=VALUE.")
-@click.option(
-    "--exclusive-topology",
-    default=None,
-    help="LWS: one group per domain of this node label (e.g. a rack or network block label).",
-)
-@click.option("--host-network", is_flag=True, help="Pods on the nodes' network (RDMA NICs).")
-@click.option(
-    "--rdma",
-    multiple=True,
-    help="RDMA device-plugin resource NAME[=COUNT] per pod, e.g. rdma/ib=1 (repeatable).",
-)
-@click.option("--rdma-devices", is_flag=True, help="Mount the host's /dev/infiniband (privileged).")
-@click.option(
-    "--allow-tcp",
-    is_flag=True,
-    help="Render --nodes > 1 without RDMA: NCCL over TCP sockets between the nodes.",
-)
-@click.option(
-    "--monitor",
-    type=click.Choice(["podmonitor", "servicemonitor", "none"]),
-    default="podmonitor",
-    show_default=True,
-    help="Prometheus Operator object that scrapes the exporters.",
-)
-@click.option(
-    "--monitor-label",
-    "monitor_labels",
-    multiple=True,
-    help="Label KEY=VALUE the Prometheus selects monitors by (repeatable; default "
-    "release=kube-prometheus-stack).",
-)
-@click.option(
-    "--grafana-namespace",
-    default="monitoring",
-    show_default=True,
-    help="Namespace of Grafana (its sidecar finds datasources only there).",
-)
-@click.option(
-    "--no-grafana",
-    "grafana",
-    flag_value=False,
-    default=True,
-    help="Do not render the dashboards and datasource ConfigMaps (no Grafana sidecar).",
-)
-@click.option(
-    "--no-namespace",
-    "create_namespace",
-    flag_value=False,
-    default=True,
-    help="Do not render the Namespace object (it is managed elsewhere).",
-)
-@click.option(
-    "--server-side",
-    is_flag=True,
-    help="You apply with `kubectl apply --server-side`: objects over 256 KiB are fine.",
-)
+@kube_options
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 @click.pass_context
 def kubernetes_cmd(ctx: click.Context, output_dir: str, as_json: bool, **options: object) -> None:
@@ -382,15 +198,14 @@ def kubernetes_cmd(ctx: click.Context, output_dir: str, as_json: bool, **options
 
     Exit codes: 0 written, 2 bad options, profile, decision record or configuration."""
     from fastverify import render as base
-    from fastverify import render_kubernetes as lib
     from fastverify.cli.output import EXIT_USAGE, emit_json, fail
+    from fastverify.deploy.kubernetes.options import KubeOptions
+    from fastverify.deploy.kubernetes.render import render as render_kube
+    from fastverify.deploy.kubernetes.render import write_bundle
 
-    options["image"] = options["image"] or ""
-    options["profile_dirs"] = tuple(options["profile_dirs"]) or None  # type: ignore[arg-type]
-    options["monitor_labels"] = tuple(options["monitor_labels"]) or None  # type: ignore[arg-type]
     try:
-        bundle = lib.render(lib.KubeOptions(**options))  # type: ignore[arg-type]
-        written = lib.write_bundle(Path(output_dir), bundle)
+        bundle = render_kube(KubeOptions.from_flags(**options))
+        written = write_bundle(Path(output_dir), bundle)
     except base.RenderError as exc:
         fail(f"error: {exc}", EXIT_USAGE)
     except OSError as exc:

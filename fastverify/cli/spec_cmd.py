@@ -64,7 +64,7 @@ def pick_record(
 ) -> tuple[dict[str, Any] | None, str]:
     """The record to plan with: the newest usable one measured on the serving model,
     drafter and topk (synthetic prompts only with `allow_synthetic`); else None and why."""
-    from fastverify.daemon.acceptance import matching
+    from fastverify.speculation.records import matching
 
     mine = matching(records, serving)
     real = [r for r in mine if not r.get("synthetic")]
@@ -95,7 +95,7 @@ def _serving_identity(ctx: click.Context, profile: str, as_json: bool) -> dict[s
     """Model, drafter, topk and steps EAGLE-3 is served with on `profile` (the daemon's argv)."""
     from urllib.parse import urlencode
 
-    from fastverify.daemon.acceptance import identity_of
+    from fastverify.speculation.records import identity_of
 
     query = urlencode({"profile": profile, "mode": "eagle3"})
     argv = call_daemon(ctx, "GET", f"/v1/server/argv?{query}", as_json=as_json).get("argv") or []
@@ -288,7 +288,7 @@ def plan(
 
 def _held(status: dict[str, Any]) -> str | None:
     """Why the engine's costs are not the serving profile's now (a trial, a lease)."""
-    from fastverify.daemon.lease import describe
+    from fastverify.lease_record import describe
 
     lease = status.get("lease")
     if lease:

@@ -258,7 +258,8 @@ def sweep(
     weights and measures them."""
     from fastverify.client import DaemonUnavailable
     from fastverify.experiments.bench.load import BenchConfig
-    from fastverify.experiments.sweep.run import Sweep, SweepBusy, SweepConfig, SweepError
+    from fastverify.experiments.sweep.config import SweepBusy, SweepConfig, SweepError
+    from fastverify.experiments.sweep.run import Sweep
 
     if resume and not output_dir:
         fail("--resume needs --output DIR (the sweep to continue)", EXIT_USAGE)

@@ -159,7 +159,7 @@ def trace() -> None:
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def analyze(path: str, span: str, as_json: bool) -> None:
     """Analyze a trace file or a directory of per-rank traces (*-TP-{rank}.trace.json.gz)."""
-    from fastverify.exporters import traces
+    from fastverify import traces
 
     try:
         analysis = traces.analyze_path(path, span=span)
@@ -192,7 +192,7 @@ def analyze(path: str, span: str, as_json: bool) -> None:
 def capture(ctx: click.Context, steps: int | None, as_json: bool) -> None:
     """Profile the live server through the daemon, analyze every rank, feed the exporter."""
     from fastverify.cli.profile_switch import STATUS_TIMEOUT_S, call_daemon
-    from fastverify.exporters.traces import public_view
+    from fastverify.traces import public_view
 
     status = call_daemon(ctx, "GET", "/v1/status", as_json=as_json, timeout=STATUS_TIMEOUT_S)
     body = {"steps": steps} if steps else {}

@@ -24,27 +24,16 @@ from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.statestore import StateStore, atomic_write_json
 from fastverify.engines.sglang import load_format_of
 from fastverify.sglang import adaptive
-from fastverify.sglang.launch import LaunchArgs
+from fastverify.speculation.records import identity_of
 
 ACCEPTANCE_FILE = "acceptance.json"
 PLAN_FILE = "spec-plan.json"
 KEEP = 50  # records kept, newest first (a bench never overwrites another's)
-IDENTITY = ("model", "drafter", "topk", "steps")
 
 
 def key(rec: dict[str, Any]) -> str:
     """A record's key in acceptance.json: what it was measured on, and when."""
     return f"{rec['profile']}/{rec['mode']}/{rec['steps']}@{rec['measured_at']:.3f}"
-
-
-def identity_of(argv: list[str]) -> dict[str, Any] | None:
-    """Model, drafter, topk and steps an argv serves (None: it does not draft)."""
-    la = LaunchArgs.from_argv(argv)
-    spec = la.speculative
-    if spec is None:
-        return None
-    return {"model": la.model_path, "drafter": spec.draft_model_path, "topk": spec.eagle_topk,
-            "steps": spec.num_steps}  # fmt: skip
 
 
 def _histograms(value: Any, steps: int, field: str) -> list[list[int]]:
@@ -130,14 +119,6 @@ def record(store: StateStore, handle: Any, body: dict[str, Any]) -> dict[str, An
     newest = sorted(data.items(), key=lambda kv: -float(kv[1].get("measured_at", 0) or 0))
     store.save_json(ACCEPTANCE_FILE, dict(newest[:KEEP]))
     return rec
-
-
-def matching(records: dict[str, Any], serving: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Usable records measured on the serving model, drafter and topk, newest first."""
-    out = [r for r in records.values() if isinstance(r, dict) and r.get("usable")]
-    if serving:
-        out = [r for r in out if all(r.get(k) == serving.get(k) for k in IDENTITY[:3])]
-    return sorted(out, key=lambda r: -float(r.get("measured_at") or 0))
 
 
 def load(store: StateStore) -> dict[str, Any]:

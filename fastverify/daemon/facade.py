@@ -30,12 +30,12 @@ from fastverify.config import SPEC_MODES, weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.lease import Leases
-from fastverify.daemon.lease import describe as describe_lease
 from fastverify.daemon.observers import ExporterFeed, LiveFigures
 from fastverify.daemon.operations import Operation
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.states import State
 from fastverify.engines.sglang import load_format_of
+from fastverify.lease_record import describe as describe_lease
 from fastverify.redact import mask_argv
 
 log = logging.getLogger("fastverifyd.facade")

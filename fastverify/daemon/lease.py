@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from fastverify.daemon.resolve import RequestError
+from fastverify.lease_record import describe
 
 EXPERIMENTS = ("sweep", "tune", "spec-costs")  # spec-costs: fastverifyctl spec costs
 DESCRIPTION_MAX = 500
@@ -32,14 +33,6 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def describe(lease: dict[str, Any]) -> str:
-    """`sweep (pid 4242, since 12:01:02 UTC: 3 profiles x 3 runs -> /tmp/out)`."""
-    since = time.strftime("%H:%M:%S UTC", time.gmtime(lease["since"]))
-    pid = f"pid {lease['pid']}, " if lease.get("pid") else ""
-    what = f": {lease['description']}" if lease.get("description") else ""
-    return f"{lease['experiment']} ({pid}since {since}{what})"
 
 
 class Leases:

@@ -1,8 +1,7 @@
 """Durable daemon state under `state_dir`: state.json, journal.jsonl, engine.pid, baselines.json.
 
 - `state.json`: active profile + mode, last good profile + mode. Written atomically
-  (temp file in the same directory, fsync, rename, fsync of the directory) so a crash
-  leaves either the old or the new file, never a torn one.
+  (`fastverify.durable`) so a crash leaves either the old or the new file, never a torn one.
 - `journal.jsonl`: append-only, one JSON object per line, fsync'd per record: state
   transitions (`{"type": "transition", ...}`) and switch records (`{"type": "switch", ...}`).
 - `engine.pid`: the running engine's identity (pid, pgid, process start time, command
@@ -23,43 +22,18 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from fastverify.durable import append_jsonl, atomic_write_json, fsync_dir, scan_jsonl
 
 log = logging.getLogger("fastverifyd.state")
 
 STATE_VERSION = 1
 JOURNAL_MAX_BYTES = 16 * 1024 * 1024
 KEEP_START_LOGS = 50
-
-
-def _fsync_dir(path: Path) -> None:
-    dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    """Write `data` as JSON to `path` atomically (temp + fsync + rename + dir fsync)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
 
 
 class StateStore:
@@ -162,21 +136,9 @@ class StateStore:
 
     # -- journal.jsonl ------------------------------------------------------------------
     def append_journal(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, sort_keys=True, default=str) + "\n"
         with self._lock:
             self._rotate_if_large()
-            fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
-            try:
-                # A torn last line (crash mid-write) must not glue onto the next record.
-                if os.fstat(fd).st_size > 0:
-                    with open(self.journal_path, "rb") as fh:
-                        fh.seek(-1, os.SEEK_END)
-                        if fh.read(1) != b"\n":
-                            line = "\n" + line
-                os.write(fd, line.encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            append_jsonl(self.journal_path, record, sort_keys=True, compact=False)
 
     def _rotate_if_large(self) -> None:
         """Keep the journal bounded: past JOURNAL_MAX_BYTES the file becomes journal.1.jsonl
@@ -187,34 +149,17 @@ class StateStore:
             return
         if size > self.journal_max_bytes:
             os.replace(self.journal_path, self.journal_old_path)
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
 
     def read_journal(self) -> list[dict[str, Any]]:
         """Every readable record (rotated part first); unreadable lines are skipped and
         reported once."""
-        raw = b""
-        for path in (self.journal_old_path, self.journal_path):
-            try:
-                chunk = path.read_bytes()
-            except FileNotFoundError:
-                continue
-            raw += chunk if chunk.endswith(b"\n") or not chunk else chunk + b"\n"
-        if not raw:
-            return []
         out: list[dict[str, Any]] = []
         bad = 0
-        for line in raw.splitlines():
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                bad += 1
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
-            else:
-                bad += 1
+        for path in (self.journal_old_path, self.journal_path):
+            records, unreadable = scan_jsonl(path)
+            out += records
+            bad += unreadable
         if bad:
             msg = f"{self.journal_path}: skipped {bad} unreadable line(s)"
             if msg not in self.findings:

@@ -1,42 +1,20 @@
 """What this machine tells about the host an SGLang server would run on, for
 `Engine.allreduce_host` (fastverify.engines.allreduce_host): the GPU links (`nvidia-smi topo
 -m`), GPU memory and compute capability (`nvidia-smi --query-gpu`), FlashInfer's
-`pcie_ipc_comm` in the server's interpreter (checked in a subprocess), and the model's hidden
+`pcie_ipc_comm` in the server's interpreter (fastverify.host.flashinfer), and the model's hidden
 size from its config.json. Each probe that cannot answer leaves its field unknown (None) and
 says so in `host`."""
 
 from __future__ import annotations
 
-import functools
 import subprocess
-import sys
 from typing import Any
 
 from fastverify.engines.allreduce_host import AllreduceHost
+from fastverify.host.flashinfer import flashinfer_pcie_ipc
 from fastverify.sglang import allreduce
 
-IMPORT_CHECK = "from flashinfer.comm import PcieIpcAllReduceWorkspace"
 GPU_QUERY = ["--query-gpu=memory.total,compute_cap", "--format=csv,noheader,nounits"]
-
-
-@functools.lru_cache(maxsize=8)
-def flashinfer_pcie_ipc(python: str = "") -> tuple[bool, str]:
-    """(importable, message) of FlashInfer's PCIe-IPC all-reduce in `python`'s environment."""
-    exe = python or sys.executable
-    try:
-        out = subprocess.run(
-            [exe, "-c", IMPORT_CHECK],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"cannot run {exe}: {exc}"
-    if out.returncode == 0:
-        return True, f"{IMPORT_CHECK} works in {exe}"
-    last = (out.stderr.strip().splitlines() or ["(no message)"])[-1]
-    return False, f"`{IMPORT_CHECK}` fails in {exe}: {last}"
 
 
 def gpu_memory_and_sm(timeout: float = 10.0) -> tuple[int | None, int | None]:

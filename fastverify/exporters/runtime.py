@@ -348,7 +348,7 @@ class ExporterRuntime:
     def _capture(
         self, url: str, steps: int, cancelled: Callable[[], bool] | None
     ) -> dict[str, Any]:
-        from fastverify.exporters import traces
+        from fastverify import traces
 
         self.trace_dir.mkdir(parents=True, exist_ok=True)
         window = (

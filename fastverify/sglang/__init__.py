@@ -25,7 +25,7 @@ __all__ = ["PINNED_VERSION", "SUPPORTED_VERSIONS"]
 
 def __getattr__(name: str) -> Any:
     """`PINNED_VERSION`, `SUPPORTED_VERSIONS` on first use (PEP 562): a module of this
-    package (envnames on `profile list`'s path) then does not load versions, the facts and
+    package (envvars on `profile list`'s path) then does not load versions, the facts and
     json with it."""
     if name in __all__:
         from fastverify.sglang import versions

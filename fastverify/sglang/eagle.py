@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fastverify.sglang.envnames import env_bool
+from fastverify.sglang.envvars import env_bool
 
 SKIP_ZERO_STEP_EXTEND_VAR = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
 

@@ -25,8 +25,8 @@ import pytest
 from fastverify.engines.sim import allreduce_sim, cli_args
 from fastverify.profiles import sglang_vars
 from fastverify.sglang import allreduce as ar
-from fastverify.sglang import envnames, flashinfer_facts
-from tests.contract.conftest import HERE
+from fastverify.sglang import envvars, flashinfer_facts
+from tests.support.contract import HERE
 
 FLASHINFER_VERSION = "0.7.2"
 
@@ -57,13 +57,16 @@ def flashinfer(sglang_python: Path) -> Path:
 
 # ------------------------------------------------------------------ environment
 def test_every_sglang_variable_and_its_kind(facts: dict[str, Any]) -> None:
+    """The kinds the profile validator reads (the pinned release's facts file) are the
+    installed package's own."""
     real = facts["env"]["kinds"]
-    missing = sorted(set(real) - set(envnames.KINDS))
-    extra = sorted(set(envnames.KINDS) - set(real))
-    changed = sorted(k for k in real if k in envnames.KINDS and envnames.KINDS[k] != real[k])
-    rows = "\n".join(f'    "{k}": "{real[k]}",' for k in missing + changed)
+    ours = envvars.kinds()
+    missing = sorted(set(real) - set(ours))
+    extra = sorted(set(ours) - set(real))
+    changed = sorted(k for k in real if k in ours and ours[k] != real[k])
     assert not (missing or extra or changed), (
-        f"fastverify/sglang/envnames.py drifted: add/fix\n{rows}\nremove {extra}"
+        f"fastverify/sglang/facts/{envvars.pinned()}.json drifted (rerun "
+        f"scripts/sglang_facts.py): missing {missing}, changed {changed}, extra {extra}"
     )
 
 
@@ -338,7 +341,7 @@ def test_sglang_points_flashinfer_at_its_cache_dir(
 
 def test_flashinfer_copy_engine_kernels(flashinfer: Path) -> None:
     """The copy-engine tactics' kernels, their streams and their closing handshake, as the
-    trace reader (fastverify/exporters/ce_groups.py) folds them into one all-reduce."""
+    trace reader (fastverify/traces/ce_groups.py) folds them into one all-reduce."""
     comm = flashinfer / "data" / "include" / "flashinfer" / "comm"
     ring = (comm / "pcie_ipc_ce_ring.cuh").read_text()
     assert "namespace flashinfer {\nnamespace comm {\nnamespace pcie_ipc {" in ring

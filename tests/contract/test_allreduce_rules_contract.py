@@ -27,12 +27,8 @@ from fastverify.daemon.allreduce_check import log_lines_visible
 from fastverify.engines.sim import sglang_logs
 from fastverify.sglang import allreduce as ar
 from fastverify.sglang.loglines import parse_sglang_line
-from tests.contract.conftest import HERE
+from tests.support.contract import HERE, TINY_LLAMA
 
-CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-          "intermediate_size": 11008, "num_attention_heads": 32, "num_hidden_layers": 2,
-          "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096,
-          "torch_dtype": "bfloat16", "rms_norm_eps": 1e-5}  # fmt: skip
 SPEC = ["--speculative-algorithm", "EAGLE3", "--speculative-num-draft-tokens"]
 # (server args, GPU memory in MiB (None: unknown), the request pool SGLang sized at load)
 CASES: list[tuple[list[str], int | None, int]] = [
@@ -62,7 +58,7 @@ def _run(python: Path, script: str, *args: str, stdin: str = "") -> Any:
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("model")
-    (d / "config.json").write_text(json.dumps(CONFIG))
+    (d / "config.json").write_text(json.dumps(TINY_LLAMA))
     return d
 
 

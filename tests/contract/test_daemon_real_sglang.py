@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from fastverify.profiles.store import ProfileStore
-from tests.harness import REPO, DaemonHarness
+from tests.support.harness import REPO, DaemonHarness
 
 START_TIMEOUT = 600.0  # importing sglang on a busy 2-core machine; waits end on READY
 

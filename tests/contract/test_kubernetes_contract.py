@@ -23,13 +23,14 @@ import yaml
 
 from fastverify import config as configmod
 from fastverify.daemon import main as daemon_main
+from fastverify.deploy.kubernetes.options import KubeOptions
+from fastverify.deploy.kubernetes.render import render
 from fastverify.engines.sglang import SGLangEngine
 from fastverify.profiles.store import ProfileStore
-from fastverify.render_kubernetes import KubeOptions, render
 from fastverify.sglang.envrules import engine_env
 from fastverify.sglang.launch import LaunchArgs
 from fastverify.sglang.versions import PINNED_VERSION
-from tests.contract.conftest import run_probe
+from tests.support.contract import run_probe
 
 GROUP = 3  # the LWS group (replica) index of the pods whose argv is built
 LEADER_ADDRESS = "fastverify-3.fastverify.llm"  # the controller's value for that group

@@ -26,8 +26,8 @@ from fastverify.sglang.envrules import engine_env
 from fastverify.sglang.facts import resolve
 from fastverify.sglang.launch import LaunchArgs
 from fastverify.sglang.versions import PINNED_VERSION
-from tests.contract.conftest import RELEASES
 from tests.contract.daemon_cases import DRAFT, MODEL, daemon_argvs
+from tests.support.contract import RELEASES
 
 
 @pytest.fixture(scope="module")

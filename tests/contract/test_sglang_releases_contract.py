@@ -17,7 +17,7 @@ import pytest
 
 from fastverify.sglang import spans
 from fastverify.sglang.facts import resolve
-from tests.contract.conftest import RELEASES
+from tests.support.contract import RELEASES
 
 
 @pytest.fixture(scope="module", params=RELEASES)

@@ -20,7 +20,7 @@ from fastverify.engines.sim import weight_cache as sim_wc
 from fastverify.sglang import weight_cache as wc
 from fastverify.sglang.facts import resolve
 from fastverify.sglang.versions import PINNED_VERSION
-from tests.contract.conftest import release_python
+from tests.support.contract import TINY_LLAMA, release_python
 
 HERE = Path(__file__).resolve().parent
 SERVER = [
@@ -43,12 +43,10 @@ SERVER = [
 def test_the_releases_own_weight_cache_code_agrees(
     version: str, sglang_python: Path, tmp_path: Path
 ) -> None:
-    from tests.contract.test_allreduce_rules_contract import CONFIG
-
     python = release_python(version, sglang_python)
     model = tmp_path / "model"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps(CONFIG))
+    (model / "config.json").write_text(json.dumps(TINY_LLAMA))
     cf = wc.of(resolve(version))
     facts = sim_wc.facts(version)
     assert cf is not None

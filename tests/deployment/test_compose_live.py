@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO, Docker, free_port, run, unavailable
+from tests.support.containers import REPO, Docker, free_port, run, unavailable
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Docker, run
+from tests.support.containers import Docker, run
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 

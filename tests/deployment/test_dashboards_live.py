@@ -24,10 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import prom
-from tests.harness import DaemonHarness
-
-from .test_static import DASHBOARDS, dashboard_exprs
+from tests.support import prom
+from tests.support.dashboards import DASHBOARDS, dashboard_exprs
+from tests.support.harness import DaemonHarness
 
 pytestmark = pytest.mark.skipif(
     not prom.available(),

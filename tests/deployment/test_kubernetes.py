@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,16 @@ from kubernetes_validate import utils as kv_utils
 
 from fastverify import config as configmod
 from fastverify.profiles.store import ProfileStore
+from tests.support.kube import (
+    by_kind,
+    configmap,
+    ctl,
+    docs,
+    kubelet_volume,
+    one,
+    pod_templates,
+    render,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "profiles"
@@ -42,63 +51,6 @@ NEWEST = kv_utils.latest_version()
 CRD_KINDS = {"LeaderWorkerSet", "PodMonitor", "ServiceMonitor"}
 
 
-def ctl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTVERIFY_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return subprocess.run(
-        [sys.executable, "-m", "fastverify.ctl", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=cwd,
-    )
-
-
-def render(out: Path, *args: str) -> dict[str, Any]:
-    r = ctl("render", "kubernetes", "--output-dir", str(out), "--image", "fastverify:test",
-            "--json", *args)  # fmt: skip
-    assert r.returncode == 0, r.stdout + r.stderr
-    return json.loads(r.stdout)
-
-
-def docs(out: Path) -> list[dict[str, Any]]:
-    found = []
-    for path in sorted(out.glob("*.yaml")):
-        found += [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
-    return found
-
-
-def configmap(objs: list[dict[str, Any]], role: str) -> dict[str, Any]:
-    """The ConfigMap labelled fastverify/configmap=ROLE (config, profiles-user, ...)."""
-    hits = [d for d in by_kind(objs, "ConfigMap")
-            if d["metadata"]["labels"].get("fastverify/configmap") == role]  # fmt: skip
-    assert len(hits) == 1, hits
-    return hits[0]
-
-
-def by_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [d for d in objs if d["kind"] == kind]
-
-
-def one(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    hits = [d for d in by_kind(objs, kind) if name is None or d["metadata"]["name"] == name]
-    assert len(hits) == 1, [d["metadata"]["name"] for d in by_kind(objs, kind)]
-    return hits[0]
-
-
-def pod_templates(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    out = {}
-    for d in by_kind(objs, "Deployment"):
-        out["server"] = d["spec"]["template"]
-    for d in by_kind(objs, "LeaderWorkerSet"):
-        lwt = d["spec"]["leaderWorkerTemplate"]
-        out["leader"] = lwt["leaderTemplate"]
-        out["worker"] = lwt["workerTemplate"]
-    return out
-
-
-# A values file as a Helm user writes one: every scheduling key the render takes.
 VALUES = {
     "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "llm",
                      "effect": "NoSchedule"}],
@@ -377,18 +329,6 @@ def test_profiles_travel_byte_for_byte(tmp_path: Path) -> None:
     assert "uid: fastverify-prometheus" in datasource["data"]["fastverify-datasource.yaml"]
 
 
-def kubelet_volume(root: Path, data: dict[str, str]) -> Path:
-    """A ConfigMap volume as the kubelet writes it: the files in `..<timestamp>/`, a
-    `..data` link to that directory and one link per key through `..data`."""
-    stamp = root / "..2026_12_01_07_00_00.000000001"
-    stamp.mkdir(parents=True)
-    for key, text in data.items():
-        (stamp / key).write_text(text, encoding="utf-8")
-        os.symlink(f"..data/{key}", root / key)
-    os.symlink(stamp.name, root / "..data")
-    return root
-
-
 def test_configmap_volumes_load_in_the_daemons_store(tmp_path: Path) -> None:
     """The pod's search path (declared profile, user profiles, shipped profiles) built from
     the rendered ConfigMaps as the kubelet mounts them resolves every profile as this host
@@ -664,7 +604,7 @@ def pod_daemon(tmp_path: Path, profile: str) -> tuple[Any, str]:
     engine (flag), ports and directories on this machine."""
     import tomllib
 
-    from tests.harness import DaemonHarness, free_port
+    from tests.support.harness import DaemonHarness, free_port
 
     user = tmp_path / "profiles"
     user.mkdir(parents=True)

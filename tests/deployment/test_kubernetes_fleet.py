@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deployment.test_kubernetes import by_kind, ctl, docs, one, pod_templates, render
+from tests.support.kube import by_kind, ctl, docs, one, pod_templates, render
 
 KEEP = {
     "argocd.argoproj.io/sync-options": "Prune=false",
@@ -420,7 +420,7 @@ def test_mode_adaptive_says_it_comes_with_from_decision(tmp_path: Path) -> None:
 
 
 def test_a_profile_that_failed_on_this_host_is_noted(tmp_path: Path) -> None:
-    from tests.harness import DaemonHarness
+    from tests.support.harness import DaemonHarness
 
     with DaemonHarness(tmp_path / "d", metrics=False) as d:
         assert d.ctl("profile", "set", "tree-ll").returncode == 1  # CUDA-graph capture

@@ -25,9 +25,8 @@ from typing import Any
 
 import pytest
 
-from tests.deployment.test_kubernetes import ctl, docs, kubelet_volume, one
-
-from .conftest import Docker, run
+from tests.support.containers import Docker, run
+from tests.support.kube import ctl, docs, kubelet_volume, one
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 

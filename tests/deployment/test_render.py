@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import run
+from tests.support.containers import run
 
 
 def ctl(*args: str) -> subprocess.CompletedProcess[str]:

@@ -15,10 +15,9 @@ import jsonschema
 import pytest
 import yaml
 
-from .conftest import CACHE, REPO, run
+from tests.support.containers import CACHE, REPO, run
+from tests.support.dashboards import COMPOSE, DASHBOARDS, all_panels, dashboard_exprs
 
-COMPOSE = REPO / "compose"
-DASHBOARDS = sorted((COMPOSE / "grafana/dashboards").glob("*.json"))
 DATASOURCE_UID = "fastverify-prometheus"
 
 
@@ -207,20 +206,6 @@ def test_grafana_provisioning_points_at_the_dashboards_and_a_fixed_uid() -> None
     [provider] = prov["providers"]
     assert provider["type"] == "file"
     assert provider["options"]["path"] == "/var/lib/grafana/dashboards"
-
-
-def all_panels(dashboard: dict) -> list[dict]:
-    out = []
-    for panel in dashboard["panels"]:
-        out.append(panel)
-        out.extend(panel.get("panels", []))
-    return out
-
-
-def dashboard_exprs(dashboard: dict) -> list[str]:
-    exprs = [t["expr"] for p in all_panels(dashboard) for t in p.get("targets", [])]
-    exprs += [a["expr"] for a in dashboard["annotations"]["list"] if "expr" in a]
-    return exprs
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=[p.name for p in DASHBOARDS])

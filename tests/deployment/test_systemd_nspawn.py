@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import need_root_tools, run, unavailable
+from tests.support.containers import need_root_tools, run, unavailable
+from tests.support.net import free_port
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 
@@ -138,12 +138,6 @@ def machine(bookworm_rootfs: Path, repo_snapshot: Path, wheelhouse: Path) -> Ite
             machine.poweroff()
         run(["umount", str(merged)], check=False)
         shutil.rmtree(work, ignore_errors=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.harness import DaemonHarness
+from tests.support.harness import DaemonHarness
 
 CONFIG = {"server": {"tp_size": 8, "mode": "eagle3"}}
 MAX_BYTES = 32 * 4 * 7168 * 2  # the sim's decode max_bs 32 x 4 draft tokens x hidden, bf16

@@ -23,7 +23,7 @@ import pytest
 
 from fastverify.cli import output
 from fastverify.exporters import sglang_metrics
-from tests.harness import REPO, DaemonHarness, _scrubbed_env, ctrl_c_reaches_it, free_port
+from tests.support.harness import REPO, DaemonHarness, _scrubbed_env, ctrl_c_reaches_it, free_port
 
 TINY_MODEL = REPO / "examples" / "model-configs" / "tiny-dense.json"
 

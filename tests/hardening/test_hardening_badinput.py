@@ -18,14 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hardening_support import FULL, REPO, SEED
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastverify.client import ApiError, ControlClient
 from fastverify.profiles.model import ProfileError
 from fastverify.profiles.store import ProfileStore
-from tests.harness import DaemonHarness
+from tests.support.hardening import FULL, REPO, SEED
+from tests.support.harness import DaemonHarness
 
 EXAMPLES = 1500 if FULL else 150
 DAEMON_EXAMPLES = 200 if FULL else 25

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.harness import REPO, DaemonHarness, _scrubbed_env, ctrl_c_reaches_it
+from tests.support.harness import REPO, DaemonHarness, _scrubbed_env, ctrl_c_reaches_it
 
 SECRET = "s3cr3t-hash-9f8e7d"
 

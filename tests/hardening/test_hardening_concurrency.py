@@ -12,10 +12,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from hardening_support import SEED, strict_journal
 
 from fastverify.client import ApiError, ControlClient
-from tests.harness import DaemonHarness
+from tests.support.hardening import SEED, strict_journal
+from tests.support.harness import DaemonHarness
 
 NAMES = ["ring-ll", "ring-simple", "ring-ll-8ch", "nccl-default", "tree-ll-eager"]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fastverify.client import ApiError
-from tests.harness import DaemonHarness
+from tests.support.harness import DaemonHarness
 
 
 @pytest.fixture(scope="module")

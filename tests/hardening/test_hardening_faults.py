@@ -20,7 +20,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from hardening_support import (
+
+from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+from tests.support.hardening import (
     FULL,
     REPO,
     SEED,
@@ -33,9 +35,7 @@ from hardening_support import (
     strict_journal,
     umount,
 )
-
-from fastverify.client import ApiError, ControlClient, DaemonUnavailable
-from tests.harness import DaemonHarness, engines_on_port
+from tests.support.harness import DaemonHarness, engines_on_port
 
 FULL_ONLY = pytest.mark.skipif(not FULL, reason="long variant: set FASTVERIFY_FULL=1")
 TARGETS = [

@@ -16,7 +16,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from hardening_support import (
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from fastverify.client import ApiError
+from tests.support.hardening import (
     FULL,
     engine_port,
     held_env,
@@ -24,12 +29,7 @@ from hardening_support import (
     read_profile_env,
     strict_journal,
 )
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
-
-from fastverify.client import ApiError
-from tests.harness import DaemonHarness, engines_on_port
+from tests.support.harness import DaemonHarness, engines_on_port
 
 GOOD = ["ring-ll", "ring-simple", "ring-ll-8ch", "nccl-default", "tree-ll-eager"]
 MODES = ["baseline", "eagle3"]

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from hardening_support import REPO, engine_port, held_env, read_profile_env
 
 from fastverify.client import ApiError, ControlClient
-from tests.harness import DaemonHarness, free_port
+from tests.support.hardening import REPO, engine_port, held_env, read_profile_env
+from tests.support.harness import DaemonHarness, free_port
 
 # What an engine needs from the daemon's environment (the policy, stated independently of
 # fastverify.profiles.effective): system basics, CUDA/NVIDIA device selection and build

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.harness import REPO, _scrubbed_env
+from tests.support.harness import REPO, _scrubbed_env
 
 PHASES = ["Debian packages", "Python venv", "SGLang venv", "AIC venv", "k8s schemas", "lint",
           "pytest"]  # fmt: skip

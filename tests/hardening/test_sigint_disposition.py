@@ -3,7 +3,7 @@
 A background job (`cmd &` from a script, `nohup ... &`, many CI wrappers) starts with SIGINT
 ignored, and every child inherits that; Python then installs no Ctrl-C handler, so a test's
 SIGINT to such a child does nothing. Each test that interrupts a process therefore sets the
-child's disposition itself (`tests.harness.ctrl_c_reaches_it`). Here: one interrupt test run
+child's disposition itself (`tests.support.harness.ctrl_c_reaches_it`). Here: one interrupt test run
 by a nested pytest with SIGINT ignored, one under `nohup ... &` from a shell, and a scan that
 every test file sending SIGINT uses the helper.
 """
@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.harness import REPO, _scrubbed_env
+from tests.support.harness import REPO, _scrubbed_env
 
 SENDS_SIGINT = re.compile(r"(send_signal|kill|killpg)\([^)]*SIGINT")
 # ways a test sets it: the helper, DaemonHarness(sigint_ignored=...) (whose daemon always
@@ -85,7 +85,7 @@ def test_every_test_that_sends_sigint_sets_the_childs_disposition() -> None:
             offenders.append(str(path.relative_to(REPO)))
     assert offenders == [], (
         f"{offenders} send SIGINT to a child without setting its disposition: pass "
-        "preexec_fn=tests.harness.ctrl_c_reaches_it to the Popen that starts it"
+        "preexec_fn=tests.support.harness.ctrl_c_reaches_it to the Popen that starts it"
     )
     # the scan itself sees the tests it is about
     assert SENDS_SIGINT.search((REPO / "tests/hardening/test_exit_codes.py").read_text())

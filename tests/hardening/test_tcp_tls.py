@@ -1,7 +1,7 @@
 """The control API's TCP door under attack, against a real fastverifyd on the sim: TLS,
 mutual TLS, named tokens, backoff, and who asked recorded for every change.
 
-Certificates are made at test time with the openssl CLI (tests/tlscerts.py). The daemon
+Certificates are made at test time with the openssl CLI (tests/support/tlscerts.py). The daemon
 listens on 0.0.0.0 (not loopback) so that every TLS rule applies; clients connect to
 127.0.0.1 / localhost, which the server certificate names. Every refused attempt leaves
 the engine, the profile and the history exactly as they were.
@@ -24,8 +24,8 @@ import pytest
 
 from fastverify.client import ApiError, ControlClient, DaemonUnavailable
 from fastverify.credentials import client_context
-from tests.harness import REPO, DaemonHarness, free_port
-from tests.tlscerts import Pair, Pki
+from tests.support.harness import REPO, DaemonHarness, free_port
+from tests.support.tlscerts import Pair, Pki
 
 TOKEN = "ops:" + "k" * 40  # the token file's line: name "ops"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import REPO, DaemonHarness, _scrubbed_env, run_ctl
+from tests.support.harness import REPO, DaemonHarness, _scrubbed_env, run_ctl
 
 TIMESTAMP = re.compile(r"^\[\s*\d+\.\d+s\] ")
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness import REPO, DaemonHarness, _scrubbed_env, run_ctl
+from tests.support.harness import REPO, DaemonHarness, _scrubbed_env, run_ctl
 
 TUNE = ["--accept-length", "2.0", "--profiles", "nccl-default,ring-ll,pcie-ipc",
         "--repeats", "2", "--duration", "1", "--output-len", "48", "--input-len", "64"]  # fmt: skip

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.harness import REPO, DaemonHarness, _scrubbed_env, run_ctl
+from tests.support.harness import REPO, DaemonHarness, _scrubbed_env, run_ctl
 
 
 def test_a_misspelt_command_config_key_or_values_key_gets_did_you_mean(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import threading
 import time
 
 from fastverify.experiments.bench.load import BenchConfig, keep_loaded
-from tests.integration.test_sim_support import SimProcess
+from tests.support.sim import SimProcess
 
 
 def _run_until(cfg: BenchConfig, key: str, n: int) -> dict[str, int]:

@@ -6,66 +6,21 @@ checked against `costmodel.predict`: per-request decode rate and inter-token lat
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from fastverify.engines.sim import costmodel
+from tests.support.net import free_port
+from tests.support.sim import SIM_SERVER_TP as TP
+from tests.support.sim import sim_server
 
 REPO = Path(__file__).resolve().parents[2]
-TP = 8
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def sim_server(tmp: Path, *extra: str) -> Iterator[str]:
-    """Start the sim in its own session with no NCCL_* variables; stop exactly that group."""
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
-    log = open(tmp / f"sim-{port}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fastverify.engines.sim", "--model-path", "sim/x",
-         "--tp-size", str(TP), "--host", "127.0.0.1", "--port", str(port), "--enable-metrics",
-         "--sim-load-seconds", "0.3", *extra],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, (tmp / f"sim-{port}.log").read_text()
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.1)
-        else:
-            raise AssertionError("sim did not become ready")
-        yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
 
 
 def bench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -174,7 +129,7 @@ def test_eagle3_accept_length_from_server_info(tmp_path: Path) -> None:
 
 
 def test_unreachable_server_is_a_clear_failure() -> None:
-    r = bench("--url", f"http://127.0.0.1:{_free_port()}", "-n", "1")
+    r = bench("--url", f"http://127.0.0.1:{free_port()}", "-n", "1")
     assert r.returncode == 1
     assert "not reachable" in r.stderr
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.harness import DaemonHarness
+from tests.support.harness import DaemonHarness
 
 HEAVY = (
     "torch", "sglang", "numpy", "rich", "httpx", "jinja2", "prometheus_client", "psutil",

@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from fastverify.sglang import flashinfer_facts
-from tests.harness import DaemonHarness
+from tests.support.harness import DaemonHarness
 
 # The sim at TP 8 with EAGLE-3 (4 draft tokens), decode graphs up to bs 32, hidden 7168:
 # SGLang's bound is max_bs x draft tokens x hidden = 32 x 4 x 7168 elements, bf16.

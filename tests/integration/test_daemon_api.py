@@ -13,7 +13,7 @@ import pytest
 
 from fastverify.client import ApiError, ControlClient
 from fastverify.exporters import sglang_metrics
-from tests.harness import REPO, DaemonHarness, free_port
+from tests.support.harness import REPO, DaemonHarness, free_port
 
 
 def scrape(url: str) -> dict[str, float]:

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.harness import DaemonHarness, free_port
+from tests.support.harness import DaemonHarness, free_port
 
 # A profile whose engine starts and answers /health but fails verification: NCCL (the sim
 # dlopens as NCCL 2.28.9 does) cannot find the tuner plugin it names (tuner_not_loaded).

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 
 from fastverify.daemon import procs
-from tests.harness import DaemonHarness, engines_on_port, free_port, sigint_in
+from tests.support.harness import DaemonHarness, engines_on_port, free_port, sigint_in
 
 
 def test_engine_kill9_is_restarted_with_reason(tmp_path: Path) -> None:

@@ -19,8 +19,8 @@ from typing import Any
 
 import psutil
 
-from tests.harness import DaemonHarness, free_port
-from tests.integration.test_daemon_notify import NotifyListener
+from tests.support.harness import DaemonHarness, free_port
+from tests.support.notify import NotifyListener
 
 WATCH = {"watch_interval_s": 0.2, "watch_timeout_s": 10, "watch_failures": 2}
 # the sim reads SGLang's own variable: its /health_generate gives up after 1 s

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import DaemonHarness
+from tests.support.harness import DaemonHarness
 
 QUIET = {"server": {"tp_size": 4, "mode": "eagle3", "extra_args": ["--log-level", "warning"]}}
 

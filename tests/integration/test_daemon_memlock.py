@@ -15,7 +15,7 @@ import resource
 from pathlib import Path
 
 from fastverify.daemon.memlock import CAP_IPC_LOCK
-from tests.harness import DaemonHarness
+from tests.support.harness import DaemonHarness
 
 PR_CAPBSET_DROP = 24  # linux/prctl.h
 MULTI_NODE = {

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fastverify.sglang import loglines
 from fastverify.sglang.facts import resolve
-from tests.harness import REPO, DaemonHarness
+from tests.support.harness import REPO, DaemonHarness
 
 
 def families(url: str) -> dict[str, Any]:
@@ -201,7 +201,7 @@ def test_a_profile_window_on_a_mode_named_release_finds_its_verify_passes(
     """0.5.15 names the verify forward `step[TARGET_VERIFY bs=N]` and the drafter's by their
     modes (DECODE, DRAFT_EXTEND_V2): the sim writes those names, and the daemon's trace
     analysis still finds exactly the verify passes and their all-reduces."""
-    from tests.integration.test_daemon_trace import traffic
+    from tests.support.traffic import traffic
 
     with DaemonHarness(
         tmp_path,

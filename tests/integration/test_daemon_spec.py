@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from fastverify.sglang import adaptive
-from tests.harness import DaemonHarness
+from tests.support.harness import DaemonHarness
 
 REPO = Path(__file__).resolve().parents[2]
 

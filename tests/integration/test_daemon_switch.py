@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from fastverify.client import ApiError, ControlClient
-from tests.field import RING_LL
-from tests.harness import DaemonHarness
+from tests.support.field import RING_LL
+from tests.support.harness import DaemonHarness
 
 
 def engine_tree(pid: int) -> list[psutil.Process]:
@@ -313,7 +313,7 @@ def test_a_closed_stdout_pipe_is_not_a_lost_daemon(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from tests.harness import REPO
+    from tests.support.harness import REPO
 
     with DaemonHarness(tmp_path) as d:
         env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import _ctypes
 import json
-import subprocess
 import urllib.request
 from pathlib import Path
 
 import psutil
-import pytest
 
-from tests.harness import REPO, DaemonHarness
+from tests.support.harness import DaemonHarness
 
 TABLE = (
     "collective,min_bytes,max_bytes,algorithm,protocol,channels,nranks,nnodes\n"
@@ -25,19 +23,6 @@ TABLE = (
     "AllReduce,0,134217728,Ring,Simple,-1,4,1\n"  # another rank count: not applied at tp 2
 )
 TUNED = "# description: tuner test\n# extends: nccl-default\nFASTVERIFY_TUNER_TABLE=t.tuner.csv\n"
-
-
-@pytest.fixture(scope="module")
-def plugin_so(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tuner") / "libnccl-tuner-fastverify.so"
-    proc = subprocess.run(
-        [str(REPO / "scripts" / "build-tuner.sh"), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out
 
 
 def _profiles(d: Path, not_ours: str) -> None:

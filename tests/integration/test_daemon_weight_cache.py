@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.harness import CACHE_ID_VAR, REPO, DaemonHarness, engines_on_port
+from tests.support.harness import CACHE_ID_VAR, REPO, DaemonHarness, engines_on_port
 
 AUTO = {"server": {"weight_cache": "auto"}}
 REFUSED = (  # the sim's stand-in for a server whose torch differs from the cache's

@@ -20,8 +20,8 @@ import urllib.parse
 
 import pytest
 
-from tests import prom
-from tests.harness import DaemonHarness
+from tests.support import prom
+from tests.support.harness import DaemonHarness
 
 pytestmark = pytest.mark.skipif(
     not prom.available(),

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import prom
-from tests.harness import free_port
+from tests.support import prom
+from tests.support.harness import free_port
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200"
 TEXT = (REAL / "metrics-baseline.txt").read_bytes()

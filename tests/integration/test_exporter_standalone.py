@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.sglang_stub import SGLangStub
-from tests.harness import free_port, sigint_in
+from tests.support.harness import free_port, sigint_in
 
 DECODE = (
     "[2026-11-29 10:00:00 TP0] Decode batch, #running-req: 4, #token: 900, token usage: 0.01, "

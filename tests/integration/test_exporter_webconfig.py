@@ -1,7 +1,7 @@
 """/metrics behind exporter-toolkit's web config: a real Prometheus (Debian's) scrapes the
 daemon's exporter over mutual TLS with bcrypt basic auth, from the same YAML node_exporter
 reads; the wrong password, no client certificate and plain HTTP are refused. Certificates
-are made at test time (tests/tlscerts.py), the bcrypt hash with the `bcrypt` package."""
+are made at test time (tests/support/tlscerts.py), the bcrypt hash with the `bcrypt` package."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import bcrypt
 import pytest
 
 from fastverify.exporters import webconfig
-from tests import prom
-from tests.harness import DaemonHarness
-from tests.tlscerts import Pki
+from tests.support import prom
+from tests.support.harness import DaemonHarness
+from tests.support.tlscerts import Pki
 
 PASSWORD = "scrape-" + "p" * 20
 

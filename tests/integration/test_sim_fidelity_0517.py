@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fastverify.sglang import loglines
-from tests.integration.test_sim_support import SimProcess
+from tests.support.sim import SimProcess
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "sglang-0.5.17-h200"
 PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] ")  # TP 1: no " TP0"

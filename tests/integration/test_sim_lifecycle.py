@@ -16,7 +16,9 @@ import threading
 import time
 
 import pytest
-from test_sim_support import (
+
+from tests.support.field import RING_LL
+from tests.support.sim import (
     READY,
     SimProcess,
     children_of,
@@ -25,8 +27,6 @@ from test_sim_support import (
     group_members,
     wait_gone,
 )
-
-from tests.field import RING_LL
 
 TREE_LL = dict(RING_LL, NCCL_ALGO="Tree")
 

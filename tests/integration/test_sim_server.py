@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from test_sim_support import (
+
+from fastverify.engines.sim import costmodel
+from fastverify.sglang import envrules
+from fastverify.sglang import metrics as m
+from fastverify.sglang.launch import LaunchArgs
+from tests.support.field import RING_LL
+from tests.support.sim import (
     READY,
     SimProcess,
     children_of,
@@ -21,12 +27,6 @@ from test_sim_support import (
     environ_of,
     group_members,
 )
-
-from fastverify.engines.sim import costmodel
-from fastverify.sglang import envrules
-from fastverify.sglang import metrics as m
-from fastverify.sglang.launch import LaunchArgs
-from tests.field import RING_LL
 
 TP = 4
 DECODE_RE = re.compile(

@@ -24,7 +24,7 @@ import pytest
 from fastverify.client import ApiError
 from fastverify.sglang import client as engine_client
 from fastverify.speculation import costs as spec_costs
-from tests.harness import REPO, DaemonHarness, ctrl_c_reaches_it, run_ctl
+from tests.support.harness import REPO, DaemonHarness, ctrl_c_reaches_it, run_ctl
 
 WINDOW = ["-d", "2", "--input-len", "16", "--output-len", "48", "--warmup", "1"]
 

@@ -15,7 +15,7 @@ import pytest
 from fastverify.experiments.bench.load import BenchConfig, run_bench
 from fastverify.sglang import adaptive
 from fastverify.speculation.curve import AcceptCurve
-from tests.integration.test_bench_sim import sim_server
+from tests.support.sim import sim_server
 
 EAGLE = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "sim/d"]
 

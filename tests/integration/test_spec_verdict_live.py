@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.harness import DaemonHarness
+from tests.support.harness import DaemonHarness
 
 BENCH = ("--output-len", "48", "--input-len", "32", "--json")
 

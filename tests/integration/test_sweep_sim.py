@@ -25,7 +25,7 @@ from fastverify.cli.sweep_cmd import acceptance_lines
 from fastverify.engines.sim import allreduce_sim, costmodel
 from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
-from tests.harness import DaemonHarness, ctrl_c_reaches_it
+from tests.support.harness import DaemonHarness, ctrl_c_reaches_it
 
 PROFILES = ["nccl-default", "ring-ll", "ring-ll-8ch", "ring-simple", "tree-ll"]
 REPO = Path(__file__).resolve().parents[2]

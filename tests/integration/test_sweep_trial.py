@@ -24,7 +24,7 @@ from fastverify.client import ApiError
 from fastverify.engines.sim import allreduce_sim, costmodel
 from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
-from tests.harness import DaemonHarness
+from tests.support.harness import DaemonHarness
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.env"))

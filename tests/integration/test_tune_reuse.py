@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import DaemonHarness
+from tests.support.harness import DaemonHarness
 
 TP = 2
 MEASURE = ["--repeats", "2", "--duration", "1", "--output-len", "48", "--input-len", "16"]

@@ -36,7 +36,7 @@ from fastverify.engines.sim import allreduce_sim
 from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
 from fastverify.sglang.allreduce import requested_backend
-from tests.harness import REPO, DaemonHarness, ctrl_c_reaches_it
+from tests.support.harness import REPO, DaemonHarness, ctrl_c_reaches_it
 
 PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.env"))
 TP = 8

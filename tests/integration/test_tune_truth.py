@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import DaemonHarness, run_ctl
+from tests.support.harness import DaemonHarness, run_ctl
 
 TP = 8
 # 1 s windows of 128-token answers: ~3 requests each on pcie-ipc, fewer than 5 (flagged)

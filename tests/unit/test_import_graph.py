@@ -2,7 +2,7 @@
 the lazy ones inside functions alike, `if TYPE_CHECKING:` included: a lazy import hides a
 dependency, it does not remove it). No cycle between modules, none between subpackages
 (`fastverify.X` as the node; top-level modules are nodes of their own), and the layer rules
-of DESIGN.md that can be read from imports."""
+of docs/architecture.md that can be read from imports."""
 
 from __future__ import annotations
 
@@ -172,6 +172,48 @@ def test_no_import_cycle_between_modules(edges: list[Edge]) -> None:
 def test_no_import_cycle_between_subpackages(edges: list[Edge]) -> None:
     cycle = find_cycle(subpackage_edges(edges))
     assert cycle is None, describe(cycle or [])
+
+
+# subpackage -> what it never imports: the CLI talks to the daemon through its API only;
+# the experiments get engine capabilities through the daemon's API too; the trace analyser
+# and deployment rendering are leaves below everything that runs (never the daemon)
+NEVER = {
+    "fastverify.cli": {"fastverify.daemon"},
+    "fastverify.ctl": {"fastverify.daemon"},
+    "fastverify.experiments": {"fastverify.engines"},
+    "fastverify.traces": {
+        "fastverify.daemon", "fastverify.cli", "fastverify.experiments", "fastverify.exporters",
+        "fastverify.engines", "fastverify.deploy",
+    },
+    "fastverify.deploy": {
+        "fastverify.daemon", "fastverify.cli", "fastverify.experiments", "fastverify.exporters",
+    },
+}  # fmt: skip
+
+
+def never_imported(edges: Iterable[Edge]) -> list[Edge]:
+    return [e for e in subpackage_edges(edges) if e[1] in NEVER.get(e[0], ())]
+
+
+def test_subpackages_never_import_what_is_above_them(edges: list[Edge]) -> None:
+    broken = never_imported(edges)
+    assert broken == [], "\n".join(f"{a} imports {b} at {w}" for a, b, w in broken)
+
+
+def test_the_rules_see_a_lazy_cli_import_of_the_daemon(tmp_path: Path) -> None:
+    pkg = tmp_path / "fastverify"
+    for sub in ("cli", "daemon", "traces"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "daemon" / "api.py").write_text("X = 1\n")
+    (pkg / "cli" / "status.py").write_text("def f():\n    from ..daemon import api\n")
+    (pkg / "traces" / "a.py").write_text("import fastverify.daemon.api\n")
+    mods = module_files(pkg)
+    found = never_imported(e for name, path in mods.items() for e in imports_of(name, path, mods))
+    assert sorted((a, b) for a, b, _ in found) == [
+        ("fastverify.cli", "fastverify.daemon"), ("fastverify.traces", "fastverify.daemon"),
+    ]  # fmt: skip
 
 
 def test_profiles_and_tuner_run_one_way(edges: list[Edge]) -> None:

@@ -17,10 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fastverify.engines.host_probe import (  # noqa: F401  (the one check, re-exported)
-    IMPORT_CHECK,
-    flashinfer_pcie_ipc,
-)
+from fastverify.host.flashinfer import flashinfer_pcie_ipc
 from fastverify.sglang import allreduce
 
 

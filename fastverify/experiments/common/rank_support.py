@@ -1,16 +1,25 @@
-"""What the GPU rank scripts (preflight/worker.py, rehearse/worker.py, and
-derive_tuner/worker.py) share.
+"""The rank side of the GPU experiments: what the rank scripts (preflight/worker.py,
+rehearse/worker.py and derive_tuner/worker.py) share. `RankContext` is the setup every rank
+does first (its place in the group from RANK/WORLD_SIZE/LOCAL_RANK, its device and dtype,
+its process group with the communicator set up inside `open_group`'s time), `report_head`
+and `init_failed` the fields every report starts with or fails with; the orchestrator side
+is ranks.py.
 
 Standard library only: a rank runs with exactly the profile's environment, without
 fastverify on its import path, so each script puts this folder on `sys.path` and imports
-this file alone. It loads the project's NCCL binding (`fastverify/nccl/pynccl.py`) and
-FlashInfer's PCIe-IPC driver (`pcie_ipc_worker.py` beside it) the same way.
+this file alone. It loads the project's NCCL binding (`fastverify/nccl/pynccl.py`), its
+durable-file module (`fastverify/durable.py`, for the rank's report) and FlashInfer's
+PCIe-IPC driver (`pcie_ipc_worker.py` beside it) the same way.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import socket
 import sys
+import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -77,3 +86,101 @@ def load_pcie_ipc() -> Any:
     return sys.modules.get("fastverify_pcie_ipc_worker") or _load(
         "fastverify_pcie_ipc_worker", HERE / "pcie_ipc_worker.py"
     )
+
+
+def load_durable() -> Any:
+    """fastverify/durable.py: atomic writes and JSON-lines appends (standard library only)."""
+    return sys.modules.get("fastverify_durable") or _load(
+        "fastverify_durable", HERE.parents[1] / "durable.py"
+    )
+
+
+def write_report(path: str, doc: dict[str, Any]) -> None:
+    """The rank's JSON report, written atomically: the orchestrator never reads half of one."""
+    load_durable().atomic_write_json(path, doc, indent=1, sort_keys=False)
+
+
+class RankContext:
+    """One rank's setup for `backend` ("nccl": its GPU, bf16; "gloo": CPU, float32, torch
+    threads limited to `cpu_threads` when given). Each worker's rank class extends it."""
+
+    def __init__(self, backend: str, cpu_threads: int | None = None):
+        import torch
+        import torch.distributed as dist
+
+        self.torch = torch
+        self.dist = dist
+        self.backend = backend
+        self.rank = int(os.environ["RANK"])
+        self.world = int(os.environ["WORLD_SIZE"])
+        self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
+        self.cuda = backend == "nccl"
+        self.group: Any = None  # a pynccl.RankGroup once open_group() ran
+        if self.cuda:
+            if not torch.cuda.is_available():
+                raise RuntimeError("the nccl backend needs CUDA, and torch sees no GPU")
+            torch.cuda.set_device(self.local_rank)
+            self.device = torch.device("cuda", self.local_rank)
+            self.dtype = torch.bfloat16
+        else:
+            self.device = torch.device("cpu")
+            self.dtype = torch.float32
+            if cpu_threads:
+                torch.set_num_threads(cpu_threads)
+
+    def open_group(self, call: str, nccl: bool = True, warm: bool = True) -> float:
+        """Make the rank's process group (pynccl.RankGroup: NCCL on the `call` path, or
+        gloo; `nccl=False`: no NCCL communicator) and, with `warm`, one tiny all-reduce so
+        that the lazy communicator setup falls inside; the seconds it took."""
+        t0 = time.perf_counter()
+        self.group = load_pynccl().RankGroup(
+            self.dist, self.torch, backend=self.backend, call=call, rank=self.rank,
+            world=self.world, device=self.device, nccl=nccl,
+        )  # fmt: skip
+        if warm:
+            self.group.all_reduce(self.torch.ones(1, device=self.device, dtype=self.dtype))
+        self.sync()
+        return time.perf_counter() - t0
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def describe(self) -> dict[str, Any]:
+        """torch's version, the GPU and NCCL's version (nccl backend), the dtype."""
+        torch = self.torch
+        out: dict[str, Any] = {"torch": torch.__version__}
+        if self.cuda:
+            out["gpu"] = torch.cuda.get_device_name(self.device)
+            out["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        out["dtype"] = str(self.dtype).removeprefix("torch.")
+        return out
+
+
+def report_head(backend: str, call: str) -> dict[str, Any]:
+    """The fields every rank report starts with: who the rank is, where, on which path."""
+    return {
+        "rank": int(os.environ.get("RANK", "0")),
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "backend": backend,
+        "call": call if backend == "nccl" else "torch",
+    }
+
+
+def nccl_env() -> dict[str, str]:
+    """The NCCL variables this process really received (to prove the profile arrived)."""
+    return {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
+
+
+def init_failed(doc: dict[str, Any], exc: BaseException, t_start: float | None = None) -> None:
+    """A rank whose setup failed: the error, the traceback's end and (from `t_start`) its
+    wall time, in `doc`."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        doc.setdefault("torch", getattr(torch, "__version__", None))
+    doc["error"] = f"process group init failed: {err(exc)}"
+    doc["traceback"] = traceback.format_exc()[-2000:]
+    if t_start is not None:
+        doc["wall_s"] = time.perf_counter() - t_start

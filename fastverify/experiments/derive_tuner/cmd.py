@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fastverify.durable import atomic_write_text
 from fastverify.experiments.derive_tuner import derive as dt
 
 
@@ -41,22 +42,25 @@ def run_cli(
     """Run the derivation; returns (JSON-able report, human summary lines).
     Raises dt.DeriveError / preflight.PreflightError for the caller to map to exits."""
     from fastverify import paths
-    from fastverify.experiments.preflight import run as pf
+    from fastverify.experiments.preflight import hostcheck as pf_host
+    from fastverify.experiments.preflight import inputs as pf_inputs
     from fastverify.profiles.effective import effective_env
     from fastverify.profiles.store import name_problem
     from fastverify.tuner.plugin import find_plugin
 
     if problem := name_problem(name):
-        raise pf.PreflightError(f"profile {name!r}: {problem}")
-    if backend == "nccl" and not pf.torch_available(python):
-        raise pf.TorchMissing("--derive-tuner needs PyTorch with CUDA in the ranks' interpreter")
-    world = nproc or (pf.visible_gpus() if backend == "nccl" else 2)
+        raise pf_host.PreflightError(f"profile {name!r}: {problem}")
+    if backend == "nccl" and not pf_host.torch_available(python):
+        raise pf_host.TorchMissing(
+            "--derive-tuner needs PyTorch with CUDA in the ranks' interpreter"
+        )
+    world = nproc or (pf_host.visible_gpus() if backend == "nccl" else 2)
     if world < 2:
         raise dt.DeriveError(
             f"{world} GPU(s) visible: a tuner is derived with the rank count it will serve "
             "(2 or more; pass --nproc)"
         )
-    base_profile = pf.load_profiles([base])[0]
+    base_profile = pf_inputs.load_profiles([base])[0]
     env = effective_env(base_profile, extra=dict(extra_env) or None)
     workdir = paths.state_dir() / "derive-tuner" / name
     if fresh and workdir.exists():
@@ -101,9 +105,6 @@ def write_nccl_csv(table: Path, out: Path) -> dict[str, Any]:
         [f"from {table.name}, fastverify's table", "load: NCCL_TUNER_PLUGIN=<NCCL's example "
          "plugin, 2.29+> NCCL_TUNER_CONFIG_FILE=<this file>"],
     )  # fmt: skip
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(out)
+    atomic_write_text(out, text, mode=0o644)
     rows = sum(1 for ln in text.splitlines() if ln and not ln.startswith("#"))
     return {"path": str(out), "rows": rows, "notes": notes}

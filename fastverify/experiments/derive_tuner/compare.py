@@ -36,7 +36,7 @@ TOKENS = (1, 2, 3, 4, 8, 12, 16, 32, 48, 64, 128, 256, 512, 768, 1024, 2048, 409
 
 
 def _tuning_by_size(text: str) -> dict[int, str]:
-    from fastverify.experiments.preflight.run import parse_nccl_log
+    from fastverify.experiments.preflight.merge import parse_nccl_log
 
     return {n: f"{c['algo']}/{c['proto']}" for n, c in parse_nccl_log(text)["tuning"].items()}
 
@@ -85,7 +85,7 @@ def combine_groups(groups: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fastverify.experiments.preflight.run import load_profiles
+    from fastverify.experiments.preflight.inputs import load_profiles
     from fastverify.profiles.effective import effective_env
     from fastverify.tuner.loaded import check_tuner_loaded
     from fastverify.tuner.plugin import find_plugin

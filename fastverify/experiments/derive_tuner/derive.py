@@ -28,7 +28,6 @@ import hashlib
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastverify.durable import atomic_write_json, atomic_write_text, read_jsonl
+from fastverify.experiments.common.ranks import NCCL_DEBUG_ENV, RankGroup, rank_workdir
 from fastverify.tuner.table import TableRow, render
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -49,6 +50,7 @@ NOISE_FLOOR = 0.03
 STATE_FILE = "derive-state.json"
 EventFn = Callable[[str], None]
 SERVER_LIKE_ENV = {"NCCL_GRAPH_REGISTER": "0"}  # what SGLang sets itself with TP > 1
+PEER_GRACE_S = 2.0  # a rank died: its peers get this long to notice and report
 
 
 class DeriveError(RuntimeError):
@@ -194,15 +196,6 @@ def merge_ranks(per_rank: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _read_lines(path: Path) -> list[dict[str, Any]]:
-    out = []
-    with contextlib.suppress(OSError):
-        for line in path.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(line))
-    return out
-
-
 def run_ranks(
     env: Mapping[str, str],
     cfg: DeriveConfig,
@@ -216,79 +209,45 @@ def run_ranks(
     """Start the ranks, stream finished sizes (merged) to `on_size`, return
     {head, sizes, logs, wall_s}. Ranks are started in their own sessions and only they
     are stopped on timeout or interrupt."""
-    from fastverify.experiments.common.ranks import kill_rank, start_rank
-    from fastverify.experiments.preflight.run import free_port
-
     python = cfg.python or sys.executable
-    port = free_port()
     pkg_root = str(Path(__file__).resolve().parents[3])  # the folder holding fastverify/
-    procs: list[subprocess.Popen] = []
-    outs, logs = [], []
-    t0 = time.perf_counter()
-    try:
-        for rank in range(cfg.world):
-            out = workdir / f"{tag}.rank{rank}.jsonl"
-            log = workdir / f"{tag}.rank{rank}.nccl.log"
-            for stale in (out, log):
-                stale.unlink(missing_ok=True)
-            rank_env = dict(env)
-            rank_env.update(
-                NCCL_DEBUG_FILE=str(log),
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port),
-                RANK=str(rank),
-                LOCAL_RANK=str(rank),
-                WORLD_SIZE=str(cfg.world),
-                PYTHONUNBUFFERED="1",
-                PYTHONPATH=os.pathsep.join([pkg_root, *filter(None, [env.get("PYTHONPATH", "")])]),
-            )
-            argv = [
-                python, str(WORKER), "--backend", cfg.backend, "--call", cfg.call,
-                "--sizes", ",".join(str(s) for s in sizes),
-                "--candidates", ",".join(candidates),
-                "--rounds", str(cfg.rounds), "--out", str(out),
-            ]  # fmt: skip
-            if cfg.fake_costs:
-                argv += ["--fake-costs", cfg.fake_costs]
-            procs.append(start_rank(argv, rank_env, workdir / f"{tag}.rank{rank}.stdout"))
-            outs.append(out)
-            logs.append(log)
-        reported = 0
-        merged: list[dict[str, Any]] = []
-        heads: list[dict[str, Any]] = []
-        while True:
-            running = any(p.poll() is None for p in procs)
-            docs = [_read_lines(o) for o in outs]
-            sizes_by_rank = [[d["size"] for d in doc if "size" in d] for doc in docs]
-            ready = min(len(s) for s in sizes_by_rank)
-            while reported < ready:
-                row = merge_ranks([s[reported] for s in sizes_by_rank])
-                merged.append(row)
-                if on_size:
-                    on_size(row)
-                reported += 1
-            if not running:
-                heads = [next((d["head"] for d in doc if "head" in d), {}) for doc in docs]
-                break
-            if time.perf_counter() - t0 > cfg.timeout_s:
-                raise DeriveError(f"ranks did not finish within {cfg.timeout_s:.0f} s")
-            bad = [p for p in procs if p.poll() not in (None, 0, 1)]
-            if bad:
-                time.sleep(2.0)  # let the peers notice and report
-                if any(p.poll() is None for p in procs):
-                    for p in procs:
-                        kill_rank(p)
-            time.sleep(0.05)
-    except BaseException:
-        for p in procs:
-            kill_rank(p)
-        raise
+    pythonpath = os.pathsep.join([pkg_root, *filter(None, [env.get("PYTHONPATH", "")])])
+
+    def argv(_rank: int, out: Path) -> list[str]:
+        return [
+            python, str(WORKER), "--backend", cfg.backend, "--call", cfg.call,
+            "--sizes", ",".join(str(s) for s in sizes),
+            "--candidates", ",".join(candidates),
+            "--rounds", str(cfg.rounds), "--out", str(out),
+        ] + (["--fake-costs", cfg.fake_costs] if cfg.fake_costs else [])  # fmt: skip
+
+    merged: list[dict[str, Any]] = []
+    docs: list[list[dict[str, Any]]] = []
+
+    def collect() -> None:
+        """Merge every size all ranks have finished since the last look; stream it."""
+        docs[:] = [read_jsonl(o) for o in group.reports_paths]
+        sizes_by_rank = [[d["size"] for d in doc if "size" in d] for doc in docs]
+        ready = min(len(s) for s in sizes_by_rank)
+        while len(merged) < ready:
+            row = merge_ranks([s[len(merged)] for s in sizes_by_rank])
+            merged.append(row)
+            if on_size:
+                on_size(row)
+
+    with RankGroup(workdir, tag, cfg.world, report_suffix=".jsonl") as group:
+        group.start({**env, "PYTHONPATH": pythonpath}, argv)
+        waited = group.wait(cfg.timeout_s, tag, peer_grace_s=PEER_GRACE_S, on_poll=collect)
+    if waited["timed_out"]:
+        raise DeriveError(f"ranks did not finish within {cfg.timeout_s:.0f} s")
+    collect()
+    heads = [next((d["head"] for d in doc if "head" in d), {}) for doc in docs]
     errors = [h.get("error") for h in heads if h.get("error")]
     if errors or len(merged) < len(sizes):
         tails = []
         for rank in range(cfg.world):
             with contextlib.suppress(OSError):
-                text = (workdir / f"{tag}.rank{rank}.stdout").read_text(errors="replace")
+                text = group.stdout(rank).read_text(errors="replace")
                 tails.append(text.strip().splitlines()[-1:] if text.strip() else [])
         detail = errors[0] if errors else f"last output: {tails}"
         raise DeriveError(
@@ -298,9 +257,9 @@ def run_ranks(
     return {
         "head": heads[0] if heads else {},
         "sizes": merged,
-        "logs": [str(p) for p in logs],
-        "wall_s": time.perf_counter() - t0,
-        "returncodes": [p.returncode for p in procs],
+        "logs": [str(group.nccl_log(r)) for r in range(cfg.world)],
+        "wall_s": time.perf_counter() - group.started_at,
+        "returncodes": [p.returncode for p in group.procs],
     }
 
 
@@ -311,7 +270,7 @@ def base_env(env: Mapping[str, str], plugin: Path | None, table: Path | None) ->
     out = dict(env)
     for k, v in SERVER_LIKE_ENV.items():
         out.setdefault(k, v)
-    out.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,ENV,TUNING")
+    out.update(NCCL_DEBUG_ENV)
     if plugin is not None:
         out["NCCL_TUNER_PLUGIN"] = str(plugin)
         if table is not None:
@@ -330,8 +289,6 @@ def derive(
         from fastverify.tuner.plugin import not_found_message
 
         raise DeriveError(not_found_message())
-    from fastverify.experiments.common.ranks import rank_workdir
-
     with rank_workdir(cfg.workdir, "derive-") as workdir:
         empty = workdir / "empty.tuner.csv"
         empty.write_text("# no rows: NCCL chooses unless the derivation forces a candidate\n")
@@ -355,9 +312,8 @@ def derive(
 
         def on_size(row: dict[str, Any]) -> None:
             done[int(row["bytes"])] = row
-            tmp = state_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"fingerprint": fp, "sizes": list(done.values())}))
-            os.replace(tmp, state_path)
+            state = {"fingerprint": fp, "sizes": list(done.values())}
+            atomic_write_json(state_path, state, indent=None, sort_keys=False, mode=0o644)
             if on_event:
                 d = decide(row, cfg.noise_floor)
                 verdict = "keep NCCL's" if d.get("keep_default") else f"use {d.get('best')}"
@@ -432,17 +388,13 @@ def write_outputs(
         f"(floor {report['noise_floor']:.0%})",
         *comments,
     ]
-    tmp = table.with_suffix(".tmp")
-    tmp.write_text(render(report["table_rows"], notes))
-    os.replace(tmp, table)
+    atomic_write_text(table, render(report["table_rows"], notes), mode=0o644)
     text = profile_text(
         table.name,
         f"NCCL tuner table measured on this host ({len(report['rows'])} rows) over {base_profile}",
         base_profile,
     )
-    tmp = profile.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, profile)
+    atomic_write_text(profile, text, mode=0o644)
     return table, profile
 
 

@@ -33,14 +33,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import time
-import traceback
 from typing import Any
 
-from fastverify.experiments.common.rank_support import replay_ms
-from fastverify.nccl import pynccl
+from fastverify.durable import append_jsonl
+from fastverify.experiments.common import rank_support
+from fastverify.experiments.common.rank_support import RankContext, replay_ms
 
 
 def _median(values: list[float]) -> float:
@@ -69,29 +68,15 @@ def parse_candidate(text: str) -> tuple[str | None, str | None, int | None]:
     return parts[0], parts[1], channels
 
 
-class Worker:
+class Worker(RankContext):
     def __init__(self, args: argparse.Namespace):
-        import torch
-        import torch.distributed as dist
-
-        self.torch, self.dist, self.args = torch, dist, args
-        self.rank = int(os.environ["RANK"])
-        self.world = int(os.environ["WORLD_SIZE"])
-        self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
-        self.cuda = args.backend == "nccl"
-        self.group: Any = None  # a pynccl.RankGroup once init() ran
+        super().__init__(args.backend)
+        self.args = args
         self.plugin = None
         self.fake: dict[str, Any] | None = None
-        if self.cuda:
-            torch.cuda.set_device(self.local_rank)
-            self.device = torch.device("cuda", self.local_rank)
-            self.dtype = torch.bfloat16
-        else:
-            self.device = torch.device("cpu")
-            self.dtype = torch.float32
-            if args.fake_costs:
-                with open(args.fake_costs, encoding="utf-8") as fh:
-                    self.fake = json.load(fh)
+        if not self.cuda and args.fake_costs:
+            with open(args.fake_costs, encoding="utf-8") as fh:
+                self.fake = json.load(fh)
 
     def all_reduce(self, tensor: Any) -> None:
         """In-place sum through the call path measured (pynccl: SGLang's; torch.distributed)."""
@@ -99,23 +84,13 @@ class Worker:
 
     def init(self) -> float:
         t0 = time.perf_counter()
-        self.group = pynccl.RankGroup(
-            self.dist, self.torch, backend=self.args.backend, call=self.args.call,
-            rank=self.rank, world=self.world, device=self.device,
-        )  # fmt: skip
-        t = self.torch.ones(1, device=self.device, dtype=self.dtype)
-        self.all_reduce(t)
-        self.sync()
+        self.open_group(self.args.call)
         so = os.environ.get("NCCL_TUNER_PLUGIN", "")
         if self.cuda and so.startswith("/"):
             from fastverify.tuner.plugin import Plugin
 
             self.plugin = Plugin(so)
         return time.perf_counter() - t0
-
-    def sync(self) -> None:
-        if self.cuda:
-            self.torch.cuda.synchronize()
 
     # ---- one candidate at one size
     def capture(self, cand: str, buf: Any, ops: int) -> dict[str, Any]:
@@ -224,8 +199,8 @@ class Worker:
             try:
                 info = self.capture(cand, buf, ops)
             except Exception as exc:  # a failed capture is a result, and ends this size
-                row["candidates"][cand] = {"available": False, "error": _err(exc)}
-                row["error"] = f"{cand}: capture failed: {_err(exc)}"
+                row["candidates"][cand] = {"available": False, "error": rank_support.err(exc)}
+                row["error"] = f"{cand}: capture failed: {rank_support.err(exc)}"
                 break
             graph = info.pop("graph", None)
             entry = {k: v for k, v in info.items() if k != "candidate"}
@@ -248,18 +223,6 @@ class Worker:
         return row
 
 
-def _err(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text.splitlines()[0][:400]
-
-
-def _emit(path: str, doc: dict[str, Any]) -> None:
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(doc) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
@@ -275,27 +238,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     cands = [c for c in args.candidates.split(",") if c.strip()]
-    head: dict[str, Any] = {"rank": int(os.environ.get("RANK", "0")), "pid": os.getpid(),
-                            "host": socket.gethostname(), "backend": args.backend,
-                            "call": args.call if args.backend == "nccl" else "torch"}  # fmt: skip
+    head = rank_support.report_head(args.backend, args.call)
     t0 = time.perf_counter()
     try:
-        import torch
-
         worker = Worker(args)
-        head["torch"] = torch.__version__
-        if worker.cuda:
-            head["gpu"] = torch.cuda.get_device_name(worker.device)
-            head["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        head.update(worker.describe())
         head["init_s"] = worker.init()
         head["plugin"] = worker.plugin.path if worker.plugin else None
-        head["world_size"] = worker.world
     except Exception as exc:
-        head["error"] = f"process group init failed: {_err(exc)}"
-        head["traceback"] = traceback.format_exc()[-2000:]
-        _emit(args.out, {"head": head})
+        rank_support.init_failed(head, exc)
+        append_jsonl(args.out, {"head": head})
         return 2
-    _emit(args.out, {"head": head})
+    append_jsonl(args.out, {"head": head})
     bad = 0
     for nbytes in sizes:
         use = [c for c in cands if c.count("/") < 2 or nbytes >= args.channel_sizes_from]
@@ -304,13 +258,13 @@ def main(argv: list[str] | None = None) -> int:
         bad += bool(row.get("error")) or any(
             c.get("correct") is False for c in row["candidates"].values()
         )
-        _emit(args.out, {"size": row})
+        append_jsonl(args.out, {"size": row})
         print(json.dumps({"rank": worker.rank, "bytes": nbytes}), flush=True)
     try:
         worker.group.destroy()
     except Exception as exc:  # teardown trouble is reported, not fatal
-        head["teardown_error"] = _err(exc)
-    _emit(args.out, {"done": True, "wall_s": time.perf_counter() - t0, "failed_sizes": bad})
+        head["teardown_error"] = rank_support.err(exc)
+    append_jsonl(args.out, {"done": True, "wall_s": time.perf_counter() - t0, "failed_sizes": bad})
     return 1 if bad else 0
 
 

@@ -48,10 +48,8 @@ import argparse
 import functools
 import json
 import os
-import socket
 import sys
 import time
-import traceback
 from typing import Any
 
 # this script runs without fastverify on its import path: its one helper module, by path
@@ -87,31 +85,13 @@ def scaled(count: int, nbytes: int, scale_bytes: int, floor: int) -> int:
     return max(floor, min(count, round(count * scale_bytes / nbytes)))
 
 
-class Rank:
+class Rank(rank_support.RankContext):
     def __init__(self, args: argparse.Namespace):
-        import torch
-        import torch.distributed as dist
-
-        self.torch = torch
-        self.dist = dist
+        super().__init__(args.backend)
         self.args = args
-        self.rank = int(os.environ["RANK"])
-        self.world = int(os.environ["WORLD_SIZE"])
-        self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
-        self.cuda = args.backend == "nccl"
-        self.group: Any = None  # a pynccl.RankGroup once init() ran
         self.pcie: Any = None  # a PcieIpc for a pcie_ipc candidate
         self._outs: dict[tuple[int, int], Any] = {}
         self.set_counts(0)
-        if self.cuda:
-            if not torch.cuda.is_available():
-                raise RuntimeError("the nccl backend needs CUDA, and torch sees no GPU")
-            torch.cuda.set_device(self.local_rank)
-            self.device = torch.device("cuda", self.local_rank)
-            self.dtype = torch.bfloat16
-        else:
-            self.device = torch.device("cpu")
-            self.dtype = torch.float32
 
     def set_counts(self, nbytes: int) -> dict[str, int]:
         """Iterations, warm-up, graph ops and replays for a message of `nbytes`."""
@@ -132,20 +112,8 @@ class Rank:
         self.group.all_reduce(tensor)
 
     def init(self) -> float:
-        t0 = time.perf_counter()
-        self.group = rank_support.load_pynccl().RankGroup(
-            self.dist, self.torch, backend=self.args.backend, call=self.args.call,
-            rank=self.rank, world=self.world, device=self.device, nccl=not self.args.no_nccl,
-        )  # fmt: skip
-        # One tiny all-reduce so that lazy communicator setup is inside init time.
-        t = self.torch.ones(1, device=self.device, dtype=self.dtype)
-        self.nccl_all_reduce(t)
-        self.sync()
-        return time.perf_counter() - t0
-
-    def sync(self) -> None:
-        if self.cuda:
-            self.torch.cuda.synchronize()
+        """The process group (one tiny all-reduce inside: lazy communicator setup)."""
+        return self.open_group(self.args.call, nccl=not self.args.no_nccl)
 
     def setup_pcie_ipc(self, max_numel: int) -> dict[str, Any]:
         """A pcie_ipc candidate: FlashInfer's workspace for messages up to `max_numel`."""
@@ -357,15 +325,6 @@ class Rank:
         return row, graph_ok
 
 
-def _write(path: str, doc: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
@@ -407,41 +366,27 @@ def main(argv: list[str] | None = None) -> int:
     numels = [int(n) for n in args.numels.split(",") if n.strip()]
 
     doc: dict[str, Any] = {
-        "rank": int(os.environ.get("RANK", "0")),
-        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "backend": args.backend,
-        "call": args.call if args.backend == "nccl" else "torch",
+        **rank_support.report_head(args.backend, args.call),
         "nccl_communicator": args.backend == "nccl" and not args.no_nccl,
         "hidden_size": args.hidden_size,
         "status": "failed",
         "sizes": [],
-        # What this process really received, to prove the profile arrived intact.
-        "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
+        "nccl_env": rank_support.nccl_env(),  # what this process really received
         "env_names": sorted(os.environ),  # names only: values may be secrets
     }
     t_start = time.perf_counter()
     try:
-        import torch
-
-        doc["torch"] = torch.__version__
         rank = Rank(args)
-        if rank.cuda:
-            doc["gpu"] = torch.cuda.get_device_name(rank.device)
-            doc["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
-            if args.call == "pynccl":
-                doc["nccl_library"] = rank_support.load_pynccl().find_library()
-        doc["dtype"] = str(rank.dtype).removeprefix("torch.")
+        doc.update(rank.describe())
+        if rank.cuda and args.call == "pynccl":
+            doc["nccl_library"] = rank_support.load_pynccl().find_library()
         doc["import_s"] = time.perf_counter() - t_start  # import torch + CUDA context
         doc["init_s"] = rank.init()
         if args.pcie_ipc_max_numel > 0:
             doc["allreduce"] = rank.setup_pcie_ipc(args.pcie_ipc_max_numel)
     except Exception as exc:
-        doc["error"] = f"process group init failed: {rank_support.err(exc)}"
-        doc["traceback"] = traceback.format_exc()[-2000:]
-        doc["wall_s"] = time.perf_counter() - t_start
-        _write(args.out, doc)
+        rank_support.init_failed(doc, exc, t_start)
+        rank_support.write_report(args.out, doc)
         print(json.dumps({"rank": doc["rank"], "status": "failed", "error": doc["error"]}))
         return 2
 
@@ -465,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # teardown trouble is reported, not fatal
         doc["teardown_error"] = rank_support.err(exc)
     doc["wall_s"] = time.perf_counter() - t_start
-    _write(args.out, doc)
+    rank_support.write_report(args.out, doc)
     print(json.dumps({"rank": doc["rank"], "status": doc["status"], "sizes": len(doc["sizes"])}))
     return 0 if not failed else 1
 

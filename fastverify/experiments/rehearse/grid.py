@@ -34,14 +34,13 @@ import itertools
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastverify.experiments.common.ranks import rank_reports, rank_workdir
+from fastverify.experiments.common.ranks import rank_workdir
 from fastverify.experiments.rehearse import memory, modelconfig
 
 EventFn = Callable[[str], None]
@@ -288,7 +287,7 @@ def ratios(forward_ms: dict[str, dict[str, float]]) -> dict[str, dict[str, float
 
 def run_grid(cfg: GridConfig, command: str = "", on_event: EventFn | None = None) -> dict:
     """Run the grid (see the module docstring); returns the `rehearse-grid` JSON."""
-    from fastverify.experiments.preflight.run import rank_count
+    from fastverify.experiments.preflight.hostcheck import rank_count
     from fastverify.experiments.rehearse import run as rh
 
     check(cfg)
@@ -322,13 +321,9 @@ def run_grid(cfg: GridConfig, command: str = "", on_event: EventFn | None = None
         job_path = workdir / "grid.job.json"
         job_path.write_text(json.dumps(job), encoding="utf-8")
         (workdir / "grid-traces").mkdir(exist_ok=True)
-        t0 = time.perf_counter()
-        procs, outs = rh._start_ranks(
-            env, world, workdir, "grid", job_path, cfg.python or sys.executable
-        )
-        waited = rh._wait(procs, outs, cfg.timeout_s, "grid", on_event)
-        wall = time.perf_counter() - t0
-        ranks = rank_reports(procs, outs, lambda r: workdir / f"grid.rank{r}.stdout")
+        group, waited = rh.run_ranks(env, world, workdir, "grid", job_path, cfg, "grid", on_event)
+        wall = time.perf_counter() - group.started_at
+        ranks = group.reports()
     bad = [r for r in ranks if r.get("status") != "ok" or not r.get("grid")]
     if bad or waited["timed_out"]:
         why = "timed out" if waited["timed_out"] else bad[0].get("error") or "a rank failed"

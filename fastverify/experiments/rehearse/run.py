@@ -8,7 +8,7 @@ NCCL_DEBUG=INFO to a per-rank file. The ranks build the model's real per-rank GE
 (`modelconfig.plan`) with random weights, capture the decode step, the verify pass, the
 drafter forward and its extend pass in CUDA graphs, time replays with CUDA events and take
 one torch.profiler window, which the project's own trace analyzer
-(`fastverify.exporters.traces`) reads, so `allreduce_ms_per_verify` comes from GPU kernel
+(`fastverify.traces`) reads, so `allreduce_ms_per_verify` comes from GPU kernel
 records as the exporter reports it live. The all-reduce count per verify is checked against
 the layer arithmetic (2 x layers + 1 for the vocab-parallel embedding).
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,26 +34,18 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.experiments.common import allreduce as allreduce_candidate
-from fastverify.experiments.common.ranks import (
-    env_mismatch as differing_nccl_vars,
-)
-from fastverify.experiments.common.ranks import kill_rank, rank_reports, rank_workdir, start_rank
-from fastverify.experiments.common.ranks import rank_env as make_rank_env
-from fastverify.experiments.preflight.run import (
-    NCCL_DEBUG_ENV,
+from fastverify.experiments.common.ranks import NCCL_DEBUG_ENV, RankGroup, rank_workdir
+from fastverify.experiments.preflight.hostcheck import (
     SAME_GPU_LABEL,
     SAME_GPU_NOTE,
     NoGpu,
     PreflightError,
     TorchMissing,
-    daemon_extra_env,
-    free_port,
-    load_profiles,
-    parse_nccl_log,
     rank_count,
     same_gpu_plan,
     shared_gpus,
 )
+from fastverify.experiments.preflight.inputs import daemon_extra_env, load_profiles
 from fastverify.experiments.rehearse import memory, modelconfig
 from fastverify.sglang import eagle
 
@@ -196,7 +187,7 @@ def analyze_window(trace_dir: Path) -> dict[str, Any]:
     The analyzer's default span is what the live exporter matches; when it finds no verify
     pass (an analyzer that only knows the pre-0.5.2x `TARGET_VERIFY` name), the 0.5.23 name
     is passed explicitly through the same public API."""
-    from fastverify.exporters import traces
+    from fastverify import traces
 
     analysis = traces.analyze_path(trace_dir)
     source = "analyzer default span"
@@ -210,87 +201,35 @@ def analyze_window(trace_dir: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------ one profile
 
 
-def _start_ranks(
+REPORT_GRACE_S = 10.0  # a rank that wrote its report may linger this long in teardown
+
+
+def run_ranks(
     env: Mapping[str, str],
     world: int,
     workdir: Path,
     tag: str,
     job_path: Path,
-    python: str,
-    gpus: int = 0,
-) -> tuple[list[subprocess.Popen], list[Path]]:
-    port = free_port()
-    procs: list[subprocess.Popen] = []
-    outs: list[Path] = []
-    try:
-        for rank in range(world):
-            out = workdir / f"{tag}.rank{rank}.json"
-            log = workdir / f"{tag}.rank{rank}.nccl.log"
-            for stale in (out, log):
-                stale.unlink(missing_ok=True)
-            rank_env = make_rank_env({**env, **NCCL_DEBUG_ENV}, rank, world, port, log, gpus)
-            argv = [python, str(WORKER), "--job", str(job_path), "--out", str(out)]
-            argv += [
-                "--trace",
-                str(workdir / f"{tag}-traces" / f"rehearse-TP-{rank}.trace.json.gz"),
-            ]
-            procs.append(start_rank(argv, rank_env, workdir / f"{tag}.rank{rank}.stdout"))
-            outs.append(out)
-    except BaseException:
-        for p in procs:
-            kill_rank(p)
-        raise
-    return procs, outs
-
-
-REPORT_GRACE_S = 10.0  # a rank that wrote its report may linger this long in teardown
-
-
-def _wait(
-    procs: list[subprocess.Popen],
-    outs: list[Path],
-    timeout_s: float,
+    cfg: Any,
     label: str,
-    on_event: EventFn | None,
-    grace_s: float = REPORT_GRACE_S,
-) -> dict[str, Any]:
-    """Wait for every rank. A rank that died leaves its peers 10 s to report; ranks that all
-    wrote their reports get `grace_s` to exit, then are stopped (NCCL teardown can block).
-    Returns {"timed_out": bool, "stopped_after_report": bool, "stopped": [rank indices this
-    function SIGKILLed]} (a SIGKILL of any other rank came from outside, e.g. the OOM killer)."""
-    t0 = time.perf_counter()
-    first_bad: float | None = None
-    reported_at: float | None = None
-    last_note = t0
+    on_event: EventFn | None = None,
+    gpus: int = 0,
+) -> tuple[RankGroup, dict[str, Any]]:
+    """Start the rehearsal workers on `job_path` (each writes its profiler window under
+    TAG-traces/), wait for them (ranks that reported get REPORT_GRACE_S to leave), return
+    the group and its wait's outcome. `cfg`: timeout_s and python."""
+    python = cfg.python or sys.executable
+    traces = workdir / f"{tag}-traces"
 
-    def stop_all() -> list[int]:
-        running = [i for i, p in enumerate(procs) if p.poll() is None]
-        for p in procs:
-            kill_rank(p)
-        return running
+    def argv(rank: int, out: Path) -> list[str]:
+        trace = traces / f"rehearse-TP-{rank}.trace.json.gz"
+        return [python, str(WORKER), "--job", str(job_path), "--out", str(out),
+                "--trace", str(trace)]  # fmt: skip
 
-    try:
-        while any(p.poll() is None for p in procs):
-            now = time.perf_counter()
-            if first_bad is None and any(p.poll() not in (None, 0, 1) for p in procs):
-                first_bad = now
-            if reported_at is None and all(o.exists() for o in outs):
-                reported_at = now
-            if reported_at is not None and now - reported_at > grace_s:
-                return {"timed_out": False, "stopped_after_report": True, "stopped": stop_all()}
-            if now - t0 > timeout_s or (first_bad is not None and now - first_bad > 10.0):
-                stopped = stop_all()
-                return {"timed_out": now - t0 > timeout_s, "stopped_after_report": False,
-                        "stopped": stopped}  # fmt: skip
-            if on_event and now - last_note > 15.0:
-                on_event(f"  {label}: still running ({now - t0:.0f} s)")
-                last_note = now
-            time.sleep(0.05)
-    except BaseException:
-        for p in procs:
-            kill_rank(p)
-        raise
-    return {"timed_out": False, "stopped_after_report": False, "stopped": []}
+    with RankGroup(workdir, tag, world) as group:
+        group.start({**env, **NCCL_DEBUG_ENV}, argv, gpus)
+        waited = group.wait(cfg.timeout_s, label, on_event, report_grace_s=REPORT_GRACE_S)
+    return group, waited
 
 
 def killed_from_outside(
@@ -331,26 +270,19 @@ def run_profile(
     job_path = workdir / f"{tag}.job.json"
     job_path.write_text(json.dumps(job), encoding="utf-8")
     (workdir / f"{tag}-traces").mkdir(exist_ok=True)
-    t0 = time.perf_counter()
     gpus = job.get("gpus", 0) if job.get("nccl") is False else 0
-    procs, outs = _start_ranks(
-        env, world, workdir, tag, job_path, cfg.python or sys.executable, gpus
+    group, waited = run_ranks(
+        env, world, workdir, tag, job_path, cfg, f"{name} ({path})", on_event, gpus
     )
-    waited = _wait(procs, outs, cfg.timeout_s, f"{name} ({path})", on_event)
     timed_out = waited["timed_out"]
-    wall = time.perf_counter() - t0
+    wall = time.perf_counter() - group.started_at
 
-    ranks = rank_reports(procs, outs, lambda r: workdir / f"{tag}.rank{r}.stdout")
+    ranks = group.reports()
     for i, r in enumerate(ranks):
         r.setdefault("rank", i)
     wall_reported = max((r.get("wall_s") or 0.0) for r in ranks)
-    logs = []
-    for rank in range(world):
-        log = workdir / f"{tag}.rank{rank}.nccl.log"
-        logs.append(parse_nccl_log(log.read_text(errors="replace") if log.exists() else ""))
-
-    want = {k: v for k, v in {**env, **NCCL_DEBUG_ENV}.items() if k.startswith("NCCL_")}
-    mismatch = differing_nccl_vars(ranks, want)
+    logs = group.nccl_summaries()
+    mismatch = group.nccl_env_mismatch(ranks)
     result: dict[str, Any] = {
         "profile": name,
         "path": path,

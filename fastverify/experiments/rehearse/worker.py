@@ -320,45 +320,16 @@ class Model:
         return comm.all_gather(logits.contiguous(), gathered)
 
 
-class Rank:
+class Rank(rank_support.RankContext):
     def __init__(self, job: dict[str, Any]):
-        import torch
-        import torch.distributed as dist
-
-        self.torch = torch
-        self.dist = dist
+        super().__init__(job["backend"], cpu_threads=1)
         self.job = job
-        self.rank = int(os.environ["RANK"])
-        self.world = int(os.environ["WORLD_SIZE"])
-        self.local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
-        self.cuda = job["backend"] == "nccl"
-        self.group: Any = None  # a pynccl.RankGroup once init() ran
-        if self.cuda:
-            if not torch.cuda.is_available():
-                raise RuntimeError("the nccl backend needs CUDA, and torch sees no GPU")
-            torch.cuda.set_device(self.local_rank)
-            self.device = torch.device("cuda", self.local_rank)
-            self.dtype = torch.bfloat16
-        else:
-            self.device = torch.device("cpu")
-            self.dtype = torch.float32
-            torch.set_num_threads(1)
 
     def init(self) -> float:
-        t0 = time.perf_counter()
-        self.group = rank_support.load_pynccl().RankGroup(
-            self.dist, self.torch, backend=self.job["backend"],
-            call=self.job.get("call", "pynccl"), rank=self.rank, world=self.world,
-            device=self.device, nccl=self.job.get("nccl", True),
-        )  # fmt: skip
-        t = self.torch.ones(1, device=self.device, dtype=self.dtype)
-        Comm(self.group, self.world).all_reduce(t)
-        self.sync()
-        return time.perf_counter() - t0
-
-    def sync(self) -> None:
-        if self.cuda:
-            self.torch.cuda.synchronize()
+        """The process group (with a tiny all-reduce inside when there are peers)."""
+        return self.open_group(
+            self.job.get("call", "pynccl"), nccl=self.job.get("nccl", True), warm=self.world > 1
+        )
 
     def build(self) -> dict[str, Any]:
         job, torch = self.job, self.torch
@@ -629,13 +600,6 @@ class Rank:
         return {"cycles": cycles, "spans_per_cycle": order, "window_s": time.perf_counter() - t0}
 
 
-def _write(path: str, doc: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1)
-    os.replace(tmp, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--job", required=True, help="JSON job written by fastverify's rehearse")
@@ -645,31 +609,19 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.job, encoding="utf-8") as fh:
         job = json.load(fh)
     doc: dict[str, Any] = {
-        "rank": int(os.environ.get("RANK", "0")),
-        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
-        "pid": os.getpid(),
-        "backend": job["backend"],
-        "call": job.get("call", "pynccl") if job["backend"] == "nccl" else "torch",
+        **rank_support.report_head(job["backend"], job.get("call", "pynccl")),
         "status": "failed",
-        "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
+        "nccl_env": rank_support.nccl_env(),
     }
     t_start = time.perf_counter()
     try:
-        import torch
-
-        doc["torch"] = torch.__version__
         rank = Rank(job)
-        if rank.cuda:
-            doc["gpu"] = torch.cuda.get_device_name(rank.device)
-            doc["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
-        doc["dtype"] = str(rank.dtype).removeprefix("torch.")
+        doc.update(rank.describe())
         doc["import_s"] = time.perf_counter() - t_start
         doc["init_s"] = rank.init()
     except Exception as exc:
-        doc["error"] = f"process group init failed: {rank_support.err(exc)}"
-        doc["traceback"] = traceback.format_exc()[-2000:]
-        doc["wall_s"] = time.perf_counter() - t_start
-        _write(args.out, doc)
+        rank_support.init_failed(doc, exc, t_start)
+        rank_support.write_report(args.out, doc)
         return 2
 
     failed = False
@@ -729,7 +681,7 @@ def _finish(doc: dict[str, Any], rank: Rank, out: str, failed: bool, t_start: fl
     doc["wall_s"] = time.perf_counter() - t_start
     # The report goes out before teardown: on 2 x H200 (torch 2.11, NCCL 2.28.9) a rank that
     # had replayed graphs holding NCCL kernels did not return from teardown within a minute.
-    _write(out, doc)
+    rank_support.write_report(out, doc)
     code = 1 if failed else 0
     if rank.cuda:
         # Drop the graphs, then leave without destroy_process_group and without atexit
@@ -745,7 +697,7 @@ def _finish(doc: dict[str, Any], rank: Rank, out: str, failed: bool, t_start: fl
         rank.group.destroy()
     except Exception as exc:
         doc["teardown_error"] = rank_support.err(exc)
-        _write(out, doc)
+        rank_support.write_report(out, doc)
     return code
 
 

@@ -4,12 +4,11 @@ winner's evidence a reuse on an identical host checks against (`tune --reuse`, r
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fastverify.durable import atomic_write_json
 from fastverify.experiments.tune.context import TuneConfig
 
 CACHE_DIR = "decisions"
@@ -36,8 +35,5 @@ def store(tune_dir: Path, result: Mapping[str, Any]) -> Path | None:
     if not fp.get("id") or not (result.get("decision") or {}).get("applied"):
         return None
     path = tune_dir / CACHE_DIR / f"{fp['id']}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    atomic_write_json(path, result, mode=0o644)
     return path

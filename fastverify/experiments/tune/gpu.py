@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from fastverify.durable import atomic_write_text
 from fastverify.experiments.tune.context import Ctx, StageResult, TuneConfig
 
 
@@ -48,7 +49,7 @@ def skip_reasons(cfg: TuneConfig, gpus: int, torch_ok: bool) -> dict[str, str]:
 
 
 def host_skips(cfg: TuneConfig) -> dict[str, str]:
-    from fastverify.experiments.preflight.run import torch_available, visible_gpus
+    from fastverify.experiments.preflight.hostcheck import torch_available, visible_gpus
 
     if cfg.backend == "gloo":  # two CPU ranks (tests); a tuner needs real GPU timings
         out = skip_reasons(cfg, 2, torch_available())
@@ -61,9 +62,9 @@ def host_skips(cfg: TuneConfig) -> dict[str, str]:
 def extra_env(ctx: Ctx) -> dict[str, str]:
     """What preflight, rehearse and the derivation add to every profile: the daemon
     config's extras (as the server gets them) and `--env KEY=VALUE`."""
-    from fastverify.experiments.preflight import run as pf
+    from fastverify.experiments.preflight import inputs as pf_inputs
 
-    out = pf.daemon_extra_env()
+    out = pf_inputs.daemon_extra_env()
     for item in ctx.cfg.env:
         key, _, value = item.partition("=")
         out[key] = value
@@ -80,7 +81,7 @@ def candidates(ctx: Ctx) -> list[dict[str, Any]]:
 
 
 def _load(names: list[str]) -> list[Any]:
-    from fastverify.experiments.preflight.run import load_profiles
+    from fastverify.experiments.preflight.inputs import load_profiles
 
     return load_profiles(names)
 
@@ -88,8 +89,7 @@ def _load(names: list[str]) -> list[Any]:
 def derive_tuner(ctx: Ctx) -> StageResult:
     from fastverify.experiments.derive_tuner import cmd
     from fastverify.experiments.derive_tuner import derive as dt
-    from fastverify.experiments.preflight import run as pf
-    from fastverify.experiments.preflight.run import visible_gpus
+    from fastverify.experiments.preflight.hostcheck import PreflightError, visible_gpus
 
     if reason := host_skips(ctx.cfg).get("derive_tuner"):
         return StageResult("skipped", reason)
@@ -113,7 +113,7 @@ def derive_tuner(ctx: Ctx) -> StageResult:
             fake_costs="",
             echo=ctx.emit,
         )
-    except (pf.PreflightError, dt.DeriveError) as exc:
+    except (PreflightError, dt.DeriveError) as exc:
         return StageResult("failed", f"tuner derivation: {exc}")
     ctx.journal.record_time("derive_tuner", time.monotonic() - t0)
     profile = _load([name])[0]
@@ -129,7 +129,7 @@ def derive_tuner(ctx: Ctx) -> StageResult:
 def decode_scores(report: dict[str, Any]) -> dict[str, float]:
     """Per profile: the smallest ratio, over decode sizes, of its in-graph per-op time to
     the fastest profile's at that size (1.0 = fastest somewhere)."""
-    from fastverify.experiments.preflight.run import winners
+    from fastverify.experiments.preflight.merge import winners
 
     ratios: dict[str, list[float]] = {}
     for w in winners(report.get("profiles", [])):
@@ -177,6 +177,7 @@ def preflight_verdicts(
 
 def preflight(ctx: Ctx) -> StageResult:
     from fastverify.experiments.preflight import run as pf
+    from fastverify.experiments.preflight.hostcheck import PreflightError
 
     if reason := host_skips(ctx.cfg).get("preflight"):
         return StageResult("skipped", reason)
@@ -189,9 +190,9 @@ def preflight(ctx: Ctx) -> StageResult:
     )
     try:
         report = pf.run_preflight(_load([r["name"] for r in rows]), cfg, on_event=ctx.emit)
-    except pf.PreflightError as exc:
+    except PreflightError as exc:
         return StageResult("failed", f"preflight: {exc}")
-    (ctx.out / "preflight.json").write_text(to_json(report) + "\n", encoding="utf-8")
+    atomic_write_text(ctx.out / "preflight.json", to_json(report) + "\n", mode=0o644)
     ctx.journal.record_time("preflight", report["total_wall_s"] / max(1, len(rows)))
     table, survivors = preflight_verdicts(report, compare_speed=ctx.cfg.backend != "gloo")
     return StageResult(
@@ -207,7 +208,7 @@ def preflight(ctx: Ctx) -> StageResult:
 
 
 def rehearse(ctx: Ctx) -> StageResult:
-    from fastverify.experiments.preflight import run as pf
+    from fastverify.experiments.preflight.hostcheck import PreflightError
     from fastverify.experiments.rehearse import run as rh
 
     if reason := host_skips(ctx.cfg).get("rehearse"):
@@ -225,9 +226,9 @@ def rehearse(ctx: Ctx) -> StageResult:
     )
     try:
         report = rh.run_rehearsal(_load(names), cfg, on_event=ctx.emit)
-    except pf.PreflightError as exc:
+    except PreflightError as exc:
         return StageResult("failed", f"rehearse: {exc}")
-    (ctx.out / "rehearse.json").write_text(to_json(report) + "\n", encoding="utf-8")
+    atomic_write_text(ctx.out / "rehearse.json", to_json(report) + "\n", mode=0o644)
     ctx.journal.record_time("rehearse", report["wall_s"] / max(1, len(names)))
     keys = (
         "profile",

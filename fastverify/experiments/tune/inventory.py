@@ -86,7 +86,7 @@ def run(ctx: Ctx) -> StageResult:
     import os
 
     from fastverify import config as config_mod
-    from fastverify.experiments.preflight.run import torch_available, visible_gpus
+    from fastverify.experiments.preflight.hostcheck import torch_available, visible_gpus
     from fastverify.profiles import doctor as doc
     from fastverify.profiles.store import ProfileStore
 

@@ -24,39 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fastverify.durable import append_jsonl, atomic_write_json, read_jsonl
+
 FINISHED = ("done", "skipped")
-
-
-def _append(path: Path, record: dict[str, Any]) -> None:
-    line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
-    try:
-        if os.fstat(fd).st_size > 0:  # a torn last line must not glue onto this record
-            with open(path, "rb") as fh:
-                fh.seek(-1, os.SEEK_END)
-                if fh.read(1) != b"\n":
-                    line = "\n" + line
-        os.write(fd, line.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Every complete record of a journal file (unreadable lines skipped)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
 
 
 class Journal:
@@ -67,7 +37,7 @@ class Journal:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "journal.jsonl"
         self.times_path = self.dir / "times.json"
-        self.records = read_records(self.path)
+        self.records = read_jsonl(self.path)
 
     # -- state of the journal on disk
     def unfinished(self) -> bool:
@@ -111,7 +81,7 @@ class Journal:
 
     def append(self, record: dict[str, Any]) -> None:
         record.setdefault("ts", time.time())
-        _append(self.path, record)
+        append_jsonl(self.path, record)
         self.records.append(record)
 
     # -- recorded stage times (this host)
@@ -127,6 +97,4 @@ class Journal:
         data = self.times()
         values = [v for v in data.get(key, []) if isinstance(v, int | float)][-4:]
         data[key] = [*values, round(float(seconds_per_unit), 3)]
-        tmp = self.times_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, self.times_path)
+        atomic_write_json(self.times_path, data, indent=1, mode=0o644)

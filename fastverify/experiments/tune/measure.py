@@ -15,7 +15,8 @@ from fastverify.experiments.tune.context import Ctx
 def sweep(ctx: Ctx, sub: str, profiles: list[str], **kw: Any) -> dict[str, Any]:
     """Run one sweep over `profiles` into `<output>/<sub>/`; returns its report."""
     from fastverify.experiments.bench.load import BenchConfig
-    from fastverify.experiments.sweep.run import Sweep, SweepConfig
+    from fastverify.experiments.sweep.config import SweepConfig
+    from fastverify.experiments.sweep.run import Sweep
 
     c = ctx.cfg
     bench = BenchConfig(
@@ -47,7 +48,7 @@ def record_times(ctx: Ctx, results_file: Path, duration_s: float) -> None:
     profile window (`trace`) and a measurement's time beyond its window (`bench_overhead`)."""
     from statistics import median
 
-    from fastverify.experiments.sweep.run import load_records
+    from fastverify.experiments.sweep.results import load_records
 
     recs = load_records(results_file)
     for key, values in (

@@ -8,10 +8,11 @@ table, the decision with its evidence and confidence intervals, and what would c
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from fastverify.durable import atomic_write_json
 
 
 def _fmt(v: Any, digits: int = 1) -> str:
@@ -122,7 +123,7 @@ def _draw(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict
         made["decision"] = "decision.png"
     trial = data.get("trial", {}).get("rows") or []
     if trial:
-        from fastverify.experiments.sweep.run import plot
+        from fastverify.experiments.sweep.results import plot
 
         rows = [dict(r, weights="dummy") for r in trial]
         plot(rows, out / "trial.png", title="trial on dummy weights (tok/s, 95% CI)")
@@ -139,9 +140,7 @@ def write(
     """Write report.md and decision.json into `out` (the PNGs are `result["plots"]`, drawn
     by `draw_plots` first); returns report.md's path."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "decision.json").write_text(
-        json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8"
-    )
+    atomic_write_json(out / "decision.json", result, sort_keys=False, mode=0o644)
     drawn = result.get("plots") or {}
     plots = drawn.get("files") or {}
     d = result["decision"]

@@ -28,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from fastverify.durable import atomic_write_json
 from fastverify.experiments.tune import cache
 from fastverify.experiments.tune.context import Ctx, StageResult, TuneConfig
 
@@ -174,7 +175,7 @@ def _run(client: Any, cfg: TuneConfig, source: Path, emit: Callable[[Event], Non
             "reused_from": reused_from,
             "check": check,
         }
-        (out / "decision.json").write_text(json.dumps(result, indent=2) + "\n")
+        atomic_write_json(out / "decision.json", result, sort_keys=False, mode=0o644)
         return result
 
     def refuse(why: str, check: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pytest
 from fastverify import config as configmod
 from fastverify import credentials
 from fastverify.daemon import auth
-from tests.tlscerts import Pki
+from tests.support.tlscerts import Pki
 
 
 def _file(tmp_path: Path, text: str, mode: int = 0o600) -> str:

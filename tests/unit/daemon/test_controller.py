@@ -13,7 +13,7 @@ from fastverify.daemon import events as ev
 from fastverify.daemon.operations import Claim, Operation
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.states import State
-from tests.unit.daemon.fakes import build
+from tests.support.daemon_fakes import build
 
 
 def states(seen: list) -> list[str]:

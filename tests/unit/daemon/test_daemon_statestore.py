@@ -6,7 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from fastverify.daemon.statestore import StateStore, atomic_write_json
+from fastverify.daemon.statestore import StateStore
+from fastverify.durable import atomic_write_json
 
 
 def test_atomic_write_replaces_whole_file_and_leaves_no_temp(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from fastverify.daemon.verify import (
     compare_env,
     parse_set_by_env,
 )
-from tests.field import RING_LL
+from tests.support.field import RING_LL
 
 EXPECTED = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}
 

@@ -11,7 +11,7 @@ from typing import Any
 from fastverify.daemon import events as ev
 from fastverify.daemon.recovery import EXIT_RECOVERY_SPENT, delay
 from fastverify.daemon.states import State
-from tests.unit.daemon.fakes import build
+from tests.support.daemon_fakes import build
 
 
 def failed_controller(tmp_path: Path, retries: int, **daemon: Any) -> tuple[Any, Any, Any, list]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fastverify.experiments.common import allreduce as cand
-from fastverify.experiments.preflight import run as preflight
+from fastverify.experiments.preflight import hostcheck as pf_host
 
 REPO = Path(__file__).resolve().parents[3]
 ON = {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}
@@ -54,7 +54,7 @@ def test_job_where_the_import_works(tmp_path: Path) -> None:
     assert c.job == {"backend": "pcie_ipc", "max_numel": 65536}
 
 
-@pytest.mark.skipif(not preflight.torch_available(), reason="TORCH IS NOT INSTALLED: not run")
+@pytest.mark.skipif(not pf_host.torch_available(), reason="TORCH IS NOT INSTALLED: not run")
 def test_rehearse_reports_the_candidate_skipped_and_measures_the_rest(tmp_path: Path) -> None:
     d = tmp_path / "profiles"
     d.mkdir()
@@ -78,7 +78,7 @@ def test_rehearse_reports_the_candidate_skipped_and_measures_the_rest(tmp_path: 
     assert "pcie-ipc (default): skipped: " in res.stderr
 
 
-@pytest.mark.skipif(not preflight.torch_available(), reason="TORCH IS NOT INSTALLED: not run")
+@pytest.mark.skipif(not pf_host.torch_available(), reason="TORCH IS NOT INSTALLED: not run")
 def test_preflight_reports_the_candidate_skipped_and_measures_the_rest(tmp_path: Path) -> None:
     d = tmp_path / "profiles"
     d.mkdir()

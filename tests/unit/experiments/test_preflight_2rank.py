@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fastverify.experiments.preflight import merge as pf_merge
 from fastverify.experiments.preflight import run as preflight
 from fastverify.experiments.preflight.worker import scaled
 from fastverify.exporters import logparse
@@ -53,7 +54,7 @@ def report(path: str) -> dict:
     ],
 )
 def test_algo_proto_per_size_from_rank0_tuning_lines(path: str, name: str, want: dict) -> None:
-    parsed = preflight.parse_nccl_log(log(path, name, 0))
+    parsed = pf_merge.parse_nccl_log(log(path, name, 0))
     assert parsed["version"] == "2.28.9+cuda13.0"
     got = {n: (t["algo"], t["proto"]) for n, t in parsed["tuning"].items() if n in DECODE}
     assert got == want
@@ -61,8 +62,8 @@ def test_algo_proto_per_size_from_rank0_tuning_lines(path: str, name: str, want:
 
 
 def test_only_rank0_prints_tuning_lines_but_both_confirm_the_environment() -> None:
-    r0 = preflight.parse_nccl_log(log("nvlink", "ring-ll", 0))
-    r1 = preflight.parse_nccl_log(log("nvlink", "ring-ll", 1))
+    r0 = pf_merge.parse_nccl_log(log("nvlink", "ring-ll", 0))
+    r1 = pf_merge.parse_nccl_log(log("nvlink", "ring-ll", 1))
     assert r1["tuning"] == {}
     assert r0["confirmed"] == r1["confirmed"] == {**RING_LL_VARS, "NCCL_ALGO": "Ring"}
 
@@ -87,7 +88,7 @@ def test_only_rank0_prints_tuning_lines_but_both_confirm_the_environment() -> No
 )
 def test_set_by_environment_variables(path: str, name: str, want: dict) -> None:
     for rank in (0, 1):
-        assert preflight.parse_nccl_log(log(path, name, rank))["confirmed"] == want
+        assert pf_merge.parse_nccl_log(log(path, name, rank))["confirmed"] == want
 
 
 def test_log_parser_reads_the_same_lines_with_their_device() -> None:
@@ -137,7 +138,7 @@ def test_prefill_sizes_use_simple_unless_a_profile_forces_ll(path: str) -> None:
 @pytest.mark.parametrize("path", ["nvlink", "p2p-off"])
 def test_winners_on_a_real_report(path: str) -> None:
     rep = report(path)
-    wins = preflight.winners(rep["profiles"])
+    wins = pf_merge.winners(rep["profiles"])
     assert [w["bytes"] for w in wins] == [7168 * 2 * t for t in preflight.DEFAULT_TOKENS]
     for w in wins:
         figures = {
@@ -168,7 +169,7 @@ def test_winners_skip_wrong_sums_and_missing_figures() -> None:
         {"profile": "b", "sizes": [size(9.0)]},
         {"profile": "c", "sizes": [size(None)]},
     ]
-    (w,) = preflight.winners(profiles)
+    (w,) = pf_merge.winners(profiles)
     assert w["graph_winner"] == "b" and w["graph_second"] is None and w["graph_us"] == {"b": 9.0}
     assert "eager_winner" not in w
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.experiments.preflight import run as preflight
+from fastverify.experiments.preflight import merge as pf_merge
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "nccl-2.28.9-h200x2-2rank"
 LOGS = FIX / "logs-12sizes"
@@ -45,11 +45,11 @@ def ll_up_to(limit: int, algo: str = "RING") -> dict[int, tuple[str, str]]:
     ],
 )
 def test_algo_proto_at_decode_and_prefill_sizes(path: str, name: str, want: dict) -> None:
-    parsed = preflight.parse_nccl_log(log(path, name, 0))
+    parsed = pf_merge.parse_nccl_log(log(path, name, 0))
     assert parsed["version"] == "2.28.9+cuda13.0"
     got = {n: (t["algo"], t["proto"]) for n, t in parsed["tuning"].items() if n in SIZES}
     assert got == want
-    assert preflight.parse_nccl_log(log(path, name, 1))["tuning"] == {}  # rank 1 prints none
+    assert pf_merge.parse_nccl_log(log(path, name, 1))["tuning"] == {}  # rank 1 prints none
 
 
 @pytest.mark.parametrize("path", ["nvlink", "p2p-off"])
@@ -61,7 +61,7 @@ def test_report_of_the_same_run_carries_what_the_logs_say(path: str) -> None:
         "tree-ll",
     ]
     for prof in rep["profiles"]:
-        tuning = preflight.parse_nccl_log(log(path, prof["profile"], 0))["tuning"]
+        tuning = pf_merge.parse_nccl_log(log(path, prof["profile"], 0))["tuning"]
         assert [s["bytes"] for s in prof["sizes"]] == list(SIZES)
         for s in prof["sizes"]:
             assert s["correct"] is True

@@ -17,12 +17,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fastverify.experiments.preflight import run as preflight
-from tests.harness import ctrl_c_reaches_it
+from fastverify.experiments.preflight import hostcheck as pf_host
+from fastverify.experiments.preflight import merge as pf_merge
+from tests.support.harness import ctrl_c_reaches_it
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "tests" / "fixtures" / "nccl-2.28.9-h200-1rank" / "nccl-info-ring-ll.log"
-HAVE_TORCH = preflight.torch_available()
+HAVE_TORCH = pf_host.torch_available()
 needs_torch = pytest.mark.skipif(
     not HAVE_TORCH,
     reason="TORCH IS NOT INSTALLED: preflight's rank processes need it "
@@ -41,7 +42,7 @@ def ctl(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
 
 
 def test_parse_real_nccl_info_log() -> None:
-    parsed = preflight.parse_nccl_log(FIXTURE.read_text())
+    parsed = pf_merge.parse_nccl_log(FIXTURE.read_text())
     assert parsed["version"] == "2.28.9+cuda13.0"
     assert parsed["confirmed"] == {
         "NCCL_P2P_LEVEL": "SYS",
@@ -61,7 +62,7 @@ def test_parse_tuning_and_warn_lines() -> None:
         f"{p}AllReduce: 1048576 Bytes -> Algo TREE proto SIMPLE channel{{Lo..Hi}}={{0..3}}\n"
         "h:1:1 [0] NCCL WARN Invalid NCCL_ALGO token 'Trees'\n"
     )
-    parsed = preflight.parse_nccl_log(text)
+    parsed = pf_merge.parse_nccl_log(text)
     assert parsed["tuning"] == {
         16384: {"algo": "RING", "proto": "LL"},
         1048576: {"algo": "TREE", "proto": "SIMPLE"},
@@ -127,7 +128,7 @@ def test_timeout_kills_the_ranks_it_started(tmp_path: Path, user_profiles: dict)
 @needs_torch
 def test_rank_init_failure_is_reported() -> None:
     # The nccl backend on a machine where torch sees no GPU: init fails in the rank.
-    if preflight.visible_gpus() > 0 or os.path.exists("/dev/nvidia0"):
+    if pf_host.visible_gpus() > 0 or os.path.exists("/dev/nvidia0"):
         pytest.skip("this machine has a GPU")
     # CUDA_VISIBLE_DEVICES names a GPU torch cannot see: past the up-front no-GPU check
     r = ctl("nccl-default", "--nproc", "1", "--tokens", "1", "--iters", "2", "--json",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastverify.experiments.preflight import run as preflight
+from fastverify.experiments.preflight import merge as pf_merge
 
 OK_GRAPH = {"capture": "ok", "replay": "ok", "correct": True, "p50_us": 10.0, "p99_us": 12.0}
 CAPTURE_FAIL = {"capture": "failed", "replay": "not run",
@@ -28,7 +28,7 @@ def test_merge_takes_the_slowest_rank_and_computes_busbw() -> None:
         {"sizes": [_size(1, 30.0, OK_GRAPH)]},
     ]
     tuning = {14336: {"algo": "RING", "proto": "LL"}}
-    (row,) = preflight._merge_sizes(ranks, 2, tuning)
+    (row,) = pf_merge.merge_sizes(ranks, 2, tuning)
     assert row["eager"]["p50_us"] == 30.0 and row["eager"]["p99_us"] == 60.0
     assert row["eager"]["algbw_gbs"] == pytest.approx(14336 / 30e-6 / 1e9)
     assert row["eager"]["busbw_gbs"] == pytest.approx(row["eager"]["algbw_gbs"] * 1.0)
@@ -39,35 +39,35 @@ def test_merge_takes_the_slowest_rank_and_computes_busbw() -> None:
 
 def test_busbw_factor_for_eight_ranks() -> None:
     ranks = [{"sizes": [_size(4, 40.0, OK_GRAPH)]} for _ in range(8)]
-    (row,) = preflight._merge_sizes(ranks, 8, {})
+    (row,) = pf_merge.merge_sizes(ranks, 8, {})
     assert row["eager"]["busbw_gbs"] == pytest.approx(row["eager"]["algbw_gbs"] * 2 * 7 / 8)
 
 
 def test_one_wrong_rank_makes_the_size_wrong() -> None:
     ranks = [{"sizes": [_size(1, 20.0, OK_GRAPH)]}, {"sizes": [_size(1, 20.0, OK_GRAPH, False)]}]
-    rows = preflight._merge_sizes(ranks, 2, {})
-    v = preflight.verdict(rows, [], False, [], {}, 180)
+    rows = pf_merge.merge_sizes(ranks, 2, {})
+    v = pf_merge.verdict(rows, [], False, [], {}, 180)
     assert v == {"status": "failed", "error": "wrong all-reduce result at 14336 bytes"}
 
 
 def test_capture_failure_is_unsafe_for_a_cuda_graph_server() -> None:
     ranks = [{"sizes": [_size(1, 20.0, CAPTURE_FAIL), _size(2, 20.0, SKIPPED)]}] * 2
-    rows = preflight._merge_sizes(ranks, 2, {})
+    rows = pf_merge.merge_sizes(ranks, 2, {})
     assert rows[0]["graph"]["capture"] == "failed"
     assert rows[1]["graph"]["capture"] == "skipped"
-    v = preflight.verdict(rows, [], False, [], {}, 180)
+    v = pf_merge.verdict(rows, [], False, [], {}, 180)
     assert v["status"] == "unsafe-cuda-graph"
     assert "invalid usage" in v["error"]
     # A profile that declares it needs CUDA graphs off is fine to serve eagerly.
-    v = preflight.verdict(rows, [], False, [], {"cuda-graph": "off"}, 180)
+    v = pf_merge.verdict(rows, [], False, [], {"cuda-graph": "off"}, 180)
     assert v["status"] == "ok" and "requires cuda-graph=off" in v["note"]
 
 
 def test_failure_precedence() -> None:
-    rows = preflight._merge_sizes([{"sizes": [_size(1, 20.0, OK_GRAPH)]}], 1, {})
-    assert preflight.verdict(rows, [], False, [], {}, 180) == {"status": "ok"}
-    assert preflight.verdict(rows, [], True, [], {}, 30)["error"] == "timed out after 30 s"
-    v = preflight.verdict(rows, [], False, ["NCCL_ALGO"], {}, 180)
+    rows = pf_merge.merge_sizes([{"sizes": [_size(1, 20.0, OK_GRAPH)]}], 1, {})
+    assert pf_merge.verdict(rows, [], False, [], {}, 180) == {"status": "ok"}
+    assert pf_merge.verdict(rows, [], True, [], {}, 30)["error"] == "timed out after 30 s"
+    v = pf_merge.verdict(rows, [], False, ["NCCL_ALGO"], {}, 180)
     assert v["status"] == "failed" and "NCCL_ALGO" in v["error"]
-    v = preflight.verdict([], ["process group init failed: boom"], False, [], {}, 180)
+    v = pf_merge.verdict([], ["process group init failed: boom"], False, [], {}, 180)
     assert v == {"status": "failed", "error": "process group init failed: boom"}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.experiments.preflight import run as preflight
+from fastverify.experiments.preflight import hostcheck as pf_host
 from fastverify.experiments.rehearse import grid, modelconfig
 
 REPO = Path(__file__).resolve().parents[3]
@@ -26,7 +26,7 @@ SCHEMA = [
     "forward_ms", "verify_decode_ratio", "drafter", "allreduce", "sources", "command",
 ]  # fmt: skip
 needs_torch = pytest.mark.skipif(
-    not preflight.torch_available(),
+    not pf_host.torch_available(),
     reason="TORCH IS NOT INSTALLED: the grid's rank processes need it; these tests did NOT run",
 )
 

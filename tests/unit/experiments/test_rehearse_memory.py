@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE
-from fastverify.experiments.preflight import run as preflight
+from fastverify.experiments.preflight import hostcheck as pf_host
 from fastverify.experiments.rehearse import memory, modelconfig
 from fastverify.experiments.rehearse import run as rehearse
 
 REPO = Path(__file__).resolve().parents[3]
 CONFIGS = REPO / "examples" / "model-configs"
 needs_torch = pytest.mark.skipif(
-    not preflight.torch_available(),
+    not pf_host.torch_available(),
     reason="TORCH IS NOT INSTALLED: rehearse's rank processes need it "
     "(pip install torch==2.13.0, the CPU build); these tests did NOT run",
 )

@@ -16,6 +16,7 @@ import pytest
 
 from fastverify.experiments.common import allreduce as candidate
 from fastverify.experiments.common.ranks import device_of, rank_env
+from fastverify.experiments.preflight import hostcheck as pf_host
 from fastverify.experiments.preflight import run as pf
 from fastverify.nccl.pynccl import SAME_GPU_NCCL
 
@@ -32,23 +33,23 @@ def test_ranks_are_placed_round_robin_only_when_sharing() -> None:
 
 
 def test_more_ranks_than_gpus_needs_share_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pf, "torch_available", lambda python="": True)
-    monkeypatch.setattr(pf, "visible_gpus", lambda: 1)
-    with pytest.raises(pf.TooFewGpus, match="--share-gpu") as err:  # usage: exit 2
-        pf.rank_count("preflight", "nccl", 2)
+    monkeypatch.setattr(pf_host, "torch_available", lambda python="": True)
+    monkeypatch.setattr(pf_host, "visible_gpus", lambda: 1)
+    with pytest.raises(pf_host.TooFewGpus, match="--share-gpu") as err:  # usage: exit 2
+        pf_host.rank_count("preflight", "nccl", 2)
     assert "not a PCIe measurement" in str(err.value)
-    assert pf.rank_count("preflight", "nccl", 2, share_gpu=True) == 2
-    assert pf.shared_gpus("nccl", 2) == 1 and pf.shared_gpus("nccl", 1) == 0
-    assert pf.shared_gpus("gloo", 2) == 0
+    assert pf_host.rank_count("preflight", "nccl", 2, share_gpu=True) == 2
+    assert pf_host.shared_gpus("nccl", 2) == 1 and pf_host.shared_gpus("nccl", 1) == 0
+    assert pf_host.shared_gpus("gloo", 2) == 0
 
 
 def test_nccl_candidates_are_skipped_with_ncclss_reason_pcie_ipc_runs() -> None:
     nccl = candidate.Candidate("nccl")
     pcie = candidate.Candidate("pcie_ipc", job={"backend": "pcie_ipc", "max_numel": 7168})
-    assert pf.same_gpu_plan(nccl, 1).skip == SAME_GPU_NCCL
+    assert pf_host.same_gpu_plan(nccl, 1).skip == SAME_GPU_NCCL
     assert "Duplicate GPU detected" in SAME_GPU_NCCL
-    assert pf.same_gpu_plan(pcie, 1) is pcie
-    assert pf.same_gpu_plan(nccl, 0) is nccl  # one GPU per rank: untouched
+    assert pf_host.same_gpu_plan(pcie, 1) is pcie
+    assert pf_host.same_gpu_plan(nccl, 0) is nccl  # one GPU per rank: untouched
 
 
 def test_only_the_sizes_flashinfer_takes_run_on_shared_gpus() -> None:
@@ -66,7 +67,7 @@ def test_the_committed_runs_say_what_they_are() -> None:
     """The H200 runs are labelled in the JSON and the file name, NCCL was skipped with its
     reason, and the PCIe-IPC candidate ran FlashInfer's kernels with exact sums."""
     pre = json.loads((RESULTS / "preflight-pcie-ipc-same-gpu-ranks-not-pcie-h200.json").read_text())
-    assert pre["label"] == pf.SAME_GPU_LABEL and pre["same_gpu_ranks"] is True
+    assert pre["label"] == pf_host.SAME_GPU_LABEL and pre["same_gpu_ranks"] is True
     by_name = {p["profile"]: p for p in pre["profiles"]}
     assert by_name["nccl-default"]["status"] == "skipped"
     assert "Duplicate GPU detected" in by_name["nccl-default"]["reason"]
@@ -75,7 +76,7 @@ def test_the_committed_runs_say_what_they_are() -> None:
     assert all(s["backend"] == "pcie_ipc" and s["correct"] for s in ipc["sizes"])
     assert ipc["sizes_not_run"]["tokens"] == [128, 512, 2048, 8192]
     reh = json.loads((RESULTS / "rehearse-pcie-ipc-same-gpu-ranks-not-pcie-h200.json").read_text())
-    assert reh["label"] == pf.SAME_GPU_LABEL
+    assert reh["label"] == pf_host.SAME_GPU_LABEL
     row = next(p for p in reh["profiles"] if p["profile"] == "pcie-ipc")
     assert row["status"] == "ok" and row["allreduce_check"] is True
     assert row["trace"]["allreduce_per_verify"] == [123.0, 123.0]

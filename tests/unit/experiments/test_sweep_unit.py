@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from fastverify.experiments.sweep import config, results
 from fastverify.experiments.sweep import run as sweep
 
 
@@ -29,7 +30,7 @@ RECORDS = [
 
 
 def test_summarize_ci_speedup_and_significance() -> None:
-    rows = {(r["profile"], r["mode"]): r for r in sweep.summarize(RECORDS)}
+    rows = {(r["profile"], r["mode"]): r for r in results.summarize(RECORDS)}
     a, b, c = rows["a", "baseline"], rows["b", "baseline"], rows["c", "baseline"]
     # a: mean 82, s = 2, n = 3: half-width 4.303 * 2 / sqrt(3) = 4.969
     assert a["tokens_per_second_mean"] == 82.0
@@ -46,7 +47,7 @@ def test_summarize_ci_speedup_and_significance() -> None:
 
 
 def test_summarize_eagle3_against_own_baseline() -> None:
-    e = {(r["profile"], r["mode"]): r for r in sweep.summarize(RECORDS)}["b", "eagle3"]
+    e = {(r["profile"], r["mode"]): r for r in results.summarize(RECORDS)}["b", "eagle3"]
     assert e["baseline_tokens_per_second"] == 91.0
     assert e["real_speedup"] == pytest.approx(71.0 / 91.0)
     assert e["speedup_significance"] == "slower"
@@ -55,15 +56,15 @@ def test_summarize_eagle3_against_own_baseline() -> None:
 
 
 def test_reference_option_and_best_row() -> None:
-    rows = sweep.summarize(RECORDS, reference="b")
+    rows = results.summarize(RECORDS, reference="b")
     a = next(r for r in rows if r["profile"] == "a" and r["mode"] == "baseline")
     assert a["reference"] == "b" and a["vs_reference"] == "slower"
-    assert sweep.best_row(rows)["profile"] == "b"
-    assert sweep.best_row(rows)["mode"] == "baseline"
+    assert results.best_row(rows)["profile"] == "b"
+    assert results.best_row(rows)["mode"] == "baseline"
 
 
 def test_single_run_has_no_interval_and_no_verdict() -> None:
-    rows = sweep.summarize([_m("x", "baseline", 50.0), _m("y", "baseline", 60.0)])
+    rows = results.summarize([_m("x", "baseline", 50.0), _m("y", "baseline", 60.0)])
     assert rows[0]["ci95"] is None and rows[1]["vs_reference"] == "too few runs"
 
 
@@ -72,7 +73,7 @@ def test_two_runs_per_side_give_no_verdict() -> None:
     recs = [_m("x", "baseline", 88.2), _m("x", "baseline", 88.2),
             _m("y", "baseline", 76.0), _m("y", "baseline", 76.0),
             _m("x", "eagle3", 60.0), _m("x", "eagle3", 60.0)]  # fmt: skip
-    rows = {(r["profile"], r["mode"]): r for r in sweep.summarize(recs)}
+    rows = {(r["profile"], r["mode"]): r for r in results.summarize(recs)}
     x, y, e = rows["x", "baseline"], rows["y", "baseline"], rows["x", "eagle3"]
     assert x["ci95"] == [88.2, 88.2] and x["n"] == 2
     assert y["vs_reference"] == "too few runs" and y["vs_best"] == "too few runs"
@@ -80,7 +81,7 @@ def test_two_runs_per_side_give_no_verdict() -> None:
     assert x["rank"] == 1 and y["rank"] == 2  # ranked by the mean, without a verdict
     # a third run on each side gives the test what it needs
     recs += [_m("x", "baseline", 88.3), _m("y", "baseline", 76.1)]
-    rows = {(r["profile"], r["mode"]): r for r in sweep.summarize(recs)}
+    rows = {(r["profile"], r["mode"]): r for r in results.summarize(recs)}
     assert rows["y", "baseline"]["vs_reference"] == "slower"
     assert rows["y", "baseline"]["vs_best"] == "slower"
 
@@ -90,29 +91,29 @@ def test_the_sweep_table_says_why_a_row_has_no_verdict() -> None:
 
     recs = [_m("x", "baseline", 88.2), _m("x", "baseline", 88.2),
             _m("y", "baseline", 76.0), _m("y", "baseline", 76.0)]  # fmt: skip
-    rows = sweep.summarize(recs)
+    rows = results.summarize(recs)
     table = {r[1]: r for r in _sweep_rows(rows)}
     assert table["y"][7] == "too few runs"  # the "vs reference" column
     assert table["x"][4] == "[88.2, 88.2]"
     note = verdict_note(rows)
     assert note is not None and "at least 3 runs per side (here n=2" in note
     assert "--repeats 3" in note
-    assert verdict_note(sweep.summarize(RECORDS)) is None
+    assert verdict_note(results.summarize(RECORDS)) is None
 
 
 def test_results_file_append_and_torn_line(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
-    sweep.append_record(path, {"type": "measurement", "x": 1})
-    sweep.append_record(path, {"type": "failure", "x": 2})
+    results.append_record(path, {"type": "measurement", "x": 1})
+    results.append_record(path, {"type": "failure", "x": 2})
     with open(path, "a") as fh:
         fh.write('{"type": "measurement", "x": 3')  # a crash mid-write
-    recs = sweep.load_records(path)
+    recs = results.load_records(path)
     assert [r["x"] for r in recs] == [1, 2]
     assert all(json.loads(line) for line in path.read_text().splitlines()[:2])
 
 
 def test_config_validation(tmp_path: Path) -> None:
-    ok = sweep.SweepConfig(profiles=("a",), output_dir=tmp_path)
+    ok = config.SweepConfig(profiles=("a",), output_dir=tmp_path)
     ok.validate()
     bad = [
         dict(profiles=()), dict(profiles=("a", "a")), dict(profiles=("a",), repeats=0),
@@ -121,13 +122,13 @@ def test_config_validation(tmp_path: Path) -> None:
     ]  # fmt: skip
     for kw in bad:
         with pytest.raises(ValueError):
-            sweep.SweepConfig(output_dir=tmp_path, **kw).validate()
+            config.SweepConfig(output_dir=tmp_path, **kw).validate()
 
 
 def test_plot_writes_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="matplotlib (the plot extra) is not installed")
-    rows = sweep.summarize(RECORDS)
-    out = sweep.plot(rows, tmp_path / "p.png")
+    rows = results.summarize(RECORDS)
+    out = results.plot(rows, tmp_path / "p.png")
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 5_000
@@ -153,13 +154,13 @@ class _FakeDaemon:
 def test_resume_with_other_bench_settings_warns(tmp_path: Path) -> None:
     from fastverify.experiments.bench.load import BenchConfig
 
-    path = tmp_path / sweep.RESULTS_FILE
-    sweep.append_record(
+    path = tmp_path / config.RESULTS_FILE
+    results.append_record(
         path, {"type": "sweep", "config": {"bench": {"duration": 20.0, "output_len": 256}}}
     )
     for rep in range(2):
-        sweep.append_record(path, {**_m("a", "baseline", 80.0 + rep), "repeat": rep})
-    cfg = sweep.SweepConfig(
+        results.append_record(path, {**_m("a", "baseline", 80.0 + rep), "repeat": rep})
+    cfg = config.SweepConfig(
         profiles=("a",),
         output_dir=tmp_path,
         repeats=2,

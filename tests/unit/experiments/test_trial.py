@@ -12,8 +12,8 @@ from fastverify import config as configmod
 from fastverify.config import ServerConfig
 from fastverify.engines.sglang import load_format_of, server_args
 from fastverify.engines.sim import cli_args
+from fastverify.experiments.sweep import config, results, trial
 from fastverify.experiments.sweep import run as sweep
-from fastverify.experiments.sweep import trial
 
 
 def _m(profile: str, mode: str, tps: float, per_req: float, accept: float | None = None,
@@ -46,7 +46,7 @@ def test_trial_rows_judge_break_even_by_the_real_accept_length_only() -> None:
         _m("p", "baseline", 81.0, 82.0), _m("p", "baseline", 83.0, 82.0),
         _m("p", "eagle3", 33.0, 1000.0 / 30.0, 1.0), _m("p", "eagle3", 34.0, 1000.0 / 30.0, 1.0),
     ]  # fmt: skip
-    rows = sweep.summarize(records)
+    rows = results.summarize(records)
     traces = {("p", "eagle3"): {"span": "TARGET_VERIFY", "allreduce_per_step": 122}}
     out = trial.annotate(rows, traces, lambda p: (2.0, "command line"), {})
     base, eagle = out
@@ -60,14 +60,14 @@ def test_trial_rows_judge_break_even_by_the_real_accept_length_only() -> None:
     assert eagle["eagle3_verdict"] == "loses x0.81"
     assert eagle["trace"]["allreduce_per_step"] == 122
     # a better drafter would win: the verdict follows the reference, not the dummy run
-    rows = sweep.summarize(records)
+    rows = results.summarize(records)
     eagle = trial.annotate(rows, {}, lambda p: (3.0, "recorded"), {})[1]
     assert eagle["eagle3_verdict"] == "wins x1.22"
 
 
 def test_trial_break_even_falls_back_to_a_recorded_baseline() -> None:
     records = [_m("p", "eagle3", 33.0, 1000.0 / 30.0, 1.0)]
-    eagle = trial.annotate(sweep.summarize(records), {}, lambda p: (None, "none"),
+    eagle = trial.annotate(results.summarize(records), {}, lambda p: (None, "none"),
                            {"p": {"per_request_tokens_per_second": 90.0}})[0]  # fmt: skip
     assert eagle["break_even_accept_length"] == pytest.approx(2.7)
     assert eagle["baseline_source"] == "recorded baseline"
@@ -132,7 +132,7 @@ def test_sim_reads_load_format_like_sglang() -> None:
 
 
 def test_sweep_config_trial_validation(tmp_path: Path) -> None:
-    ok = sweep.SweepConfig(profiles=("a",), output_dir=tmp_path, load_format="dummy",
+    ok = config.SweepConfig(profiles=("a",), output_dir=tmp_path, load_format="dummy",
                            then_confirm=2, accept_length=2.0)  # fmt: skip
     ok.validate()
     assert ok.trial
@@ -143,7 +143,7 @@ def test_sweep_config_trial_validation(tmp_path: Path) -> None:
     ]
     for kw, msg in bad:
         with pytest.raises(ValueError, match=msg):
-            sweep.SweepConfig(profiles=("a",), output_dir=tmp_path, **kw).validate()
+            config.SweepConfig(profiles=("a",), output_dir=tmp_path, **kw).validate()
 
 
 class _Client:
@@ -157,7 +157,7 @@ class _Client:
 
 def test_only_real_weights_become_recorded_baselines(tmp_path: Path) -> None:
     client = _Client()
-    sw = sweep.Sweep(client, sweep.SweepConfig(profiles=("a",), output_dir=tmp_path))
+    sw = sweep.Sweep(client, config.SweepConfig(profiles=("a",), output_dir=tmp_path))
     rows = [
         {"profile": "a", "mode": "baseline", "status": "ok", "weights": "dummy",
          "tokens_per_second_mean": 80.0, "per_request_tokens_per_second_mean": 81.0},

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from fastverify.exporters.collector import HubCollector
 from fastverify.exporters.hub import MetricsHub
-from tests.unit.exporters.test_hub_metrics import Clock, names, scrape, value
+from tests.support.hub import Clock, names, scrape, value
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.prom"
 PM = {"profile": "ring-ll", "mode": "eagle3"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fastverify.exporters.hub import MetricsHub
 from fastverify.exporters.request_metrics import Drift, RequestMetricsFollower, parse_line
-from tests.unit.exporters.test_hub_metrics import Clock, scrape, value
+from tests.support.hub import Clock, scrape, value
 
 PLAN = {  # a stored plan's fields the check reads (speculation.plan.Plan.to_dict)
     "accept_steps": 3,

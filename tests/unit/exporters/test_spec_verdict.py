@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from fastverify.exporters.baseline import concurrency_of, verdict
 from fastverify.exporters.hub import MetricsHub
-from tests.unit.exporters.test_hub_metrics import Clock, names, scrape, value
+from tests.support.hub import Clock, names, scrape, value
 
 PM = {"profile": "ring-ll", "mode": "eagle3"}
 VERDICT_GAUGES = ("fastverify_spec_breakeven_accept_length", "fastverify_spec_speedup_estimate")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from profiles_helpers import PCIE, SHIPPED
 
 from fastverify.profiles.store import ProfileStore
+from tests.support.profiles import PCIE, SHIPPED
 
 
 @pytest.fixture

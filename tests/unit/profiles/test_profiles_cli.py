@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from profiles_helpers import DATA, SHIPPED, write
 
 from fastverify.ctl import cli
+from tests.support.profiles import DATA, SHIPPED, write
 
 
 @pytest.fixture

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from profiles_helpers import PCIE, SHIPPED, write
 
 from fastverify.ctl import cli
 from fastverify.profiles import envfile
 from fastverify.profiles.model import ProfileError
 from fastverify.profiles.store import ProfileStore
+from tests.support.profiles import PCIE, SHIPPED, write
 
 SECRET = "s3cr3t-hash-9f8e7d"
 SHADOW_LIKE = f"root:$6${SECRET}$abcdef:19000:0:99999:7:::\nalice:{SECRET}:1:2\n"

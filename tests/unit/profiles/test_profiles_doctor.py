@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from profiles_helpers import DATA, PCIE, SHIPPED, write
 
 from fastverify.profiles import doctor
 from fastverify.profiles.store import ProfileStore
+from tests.support.profiles import DATA, PCIE, SHIPPED, write
 
 
 def fake_nvidia_smi(bin_dir: Path, topo_file: Path) -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiles_helpers import write
-
 from fastverify.profiles.effective import (
     conf_file_values,
     effective_env,
@@ -13,6 +11,7 @@ from fastverify.profiles.effective import (
     is_nccl_tuning_var,
 )
 from fastverify.profiles.store import ProfileStore
+from tests.support.profiles import write
 
 BASE = {
     "PATH": "/usr/bin",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.harness import DaemonHarness
+from tests.support.harness import DaemonHarness
 
 
 def test_list_marks_active_profile(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """SGLang variables in profiles: names SGLang 0.5.23 declares (a near miss is a typo),
 values by its own parsers, refused with `file:line: what is wrong (what would be right)`.
-The name list and the boolean grammar are pinned to the installed SGLang by
+The names and kinds are the pinned release's facts file (checked here, variable by
+variable); the facts and the boolean grammar are pinned to the installed SGLang by
 tests/contract/test_allreduce_contract.py."""
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from profiles_helpers import PCIE, SHIPPED
 
 from fastverify.profiles.envfile import parse_bytes
 from fastverify.profiles.store import ProfileStore
 from fastverify.profiles.validate import validate
+from tests.support.profiles import PCIE, SHIPPED
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -99,3 +100,38 @@ def test_show_effective_names_the_backend_and_its_bound() -> None:
         "all-reduces up to 1.8 MiB (decode and verify: decode max_bs 32 x 4 draft tokens): "
         "FlashInfer PCIe-IPC; above: NCCL"
     )
+
+
+# A value each kind takes, one it refuses (None: every value is taken), as SGLang's parsers
+# read them (EnvBool, EnvInt, EnvFloat; str, tuple and json values are passed as they are).
+KIND_VALUES = {
+    "bool": ("yes", "maybe"),
+    "int": ("7", "7.5"),
+    "float": ("7.5", "seven"),
+    "str": ("anything", None),
+    "tuple": ("a,b", None),
+    "json": ('{"a": 1}', None),
+}
+
+
+def test_every_declared_variable_is_checked_by_the_kind_its_facts_give() -> None:
+    """The validator's kinds are the pinned release's facts file, read here directly: a
+    variable whose facts say int is refused a non-integer, and so on for all of them."""
+    from fastverify.profiles import sglang_vars
+    from fastverify.sglang.versions import PINNED_VERSION
+
+    facts = REPO / "fastverify" / "sglang" / "facts" / f"{PINNED_VERSION}.json"
+    declared = json.loads(facts.read_text())["env"]["sglang_vars"]
+    assert len(declared) > 700
+    wrong = []
+    for name, kind in sorted(declared.items()):
+        assert sglang_vars.check_name(name) is None, name
+        good, bad = KIND_VALUES[kind.removesuffix("withalias")]
+        taken = sglang_vars.check_value(name, good)
+        if taken is not None and taken[0] == "error":
+            wrong.append((name, kind, good, taken[1]))
+        if bad is not None:
+            refused = sglang_vars.check_value(name, bad)
+            if refused is None or refused[0] != "error":
+                wrong.append((name, kind, bad, refused))
+    assert wrong == []

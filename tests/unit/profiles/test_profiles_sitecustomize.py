@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiles_helpers import DATA, PCIE
-
 from fastverify.profiles.envfile import parse_bytes, render
 from fastverify.profiles.sitecustomize import import_sitecustomize
 from fastverify.profiles.validate import validate
+from tests.support.profiles import DATA, PCIE
 
 FIELD = (DATA / "sitecustomize-field.py.txt").read_text()  # the pattern seen in the field
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from profiles_helpers import PCIE, SHIPPED, write
 
 from fastverify.profiles.model import ProfileError
 from fastverify.profiles.store import ProfileStore
-from tests.field import RING_LL
+from tests.support.field import RING_LL
+from tests.support.profiles import PCIE, SHIPPED, write
 
 
 def test_shipped_profiles_from_the_issue(store: ProfileStore) -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from profiles_helpers import DATA
 
 from fastverify.profiles.topology import TopologyParseError, parse_topo_matrix, recommend
+from tests.support.profiles import DATA
 
 ALL = {"nccl-default", "ring-ll", "ring-ll-8ch", "ring-simple", "tree-ll", "tree-ll-eager"}
 

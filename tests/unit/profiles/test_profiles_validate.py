@@ -7,10 +7,10 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from profiles_helpers import NVLINK, PCIE, SHIPPED, UNKNOWN
 
 from fastverify.profiles.envfile import parse_bytes
 from fastverify.profiles.validate import ll128_forced, parse_list_spec, validate
+from tests.support.profiles import NVLINK, PCIE, SHIPPED, UNKNOWN
 
 
 def check(body: str, topology=PCIE, force: bool = False) -> list[tuple[int, str, str]]:

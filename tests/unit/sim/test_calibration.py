@@ -3,7 +3,7 @@ project's own GPU record, the field's totals reproduced within 5%, and no all-re
 more beyond its backend's own time than the rehearsal measured for a whole all-reduce.
 
 Sources: benchmarks/results/rehearse-2gpu.json (read here, never re-typed), the field
-report's figures (tests/field.py), SGLang's published PCIe-IPC figures (costmodel)."""
+report's figures (tests/support/field.py), SGLang's published PCIe-IPC figures (costmodel)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from fastverify.engines.sim import allreduce_sim, costmodel, ncclenv
 from fastverify.sglang import allreduce
-from tests import field
+from tests.support import field
 
 REPO = Path(__file__).resolve().parents[3]
 REHEARSE = REPO / "benchmarks" / "results" / "rehearse-2gpu.json"

@@ -7,7 +7,7 @@ import pytest
 
 from fastverify.engines.sim import costmodel
 from fastverify.profiles.store import ProfileStore
-from tests.field import RING_LL
+from tests.support.field import RING_LL
 
 
 def shipped() -> dict[str, tuple[dict[str, str], bool]]:

@@ -9,7 +9,7 @@ import socket
 from pathlib import Path
 
 from fastverify.engines.sim import ncclenv, sglang_logs
-from tests.field import RING_LL
+from tests.support.field import RING_LL
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nccl-2.28.9-h200-1rank"
 

@@ -10,8 +10,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from fastverify.engines.sim import ncclenv, sglang_logs
 from fastverify.engines.sim.tunerload import tuner_load_lines
 
@@ -21,19 +19,6 @@ BODY = re.compile(r"^\S+ \[\d+\] NCCL (INFO|WARN) (.*)$")
 # the real run's paths (fixture README)
 REAL_SO = "/work/main/.gpu-tuner/tree/native/tuner/build/libnccl-tuner-fastverify.so"
 REAL_TABLE = "/tmp/tuner-logs/nvlink/tuned.tuner.csv"
-
-
-@pytest.fixture(scope="module")
-def plugin_so(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tuner") / "libnccl-tuner-fastverify.so"
-    proc = subprocess.run(
-        [str(ROOT / "scripts" / "build-tuner.sh"), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out
 
 
 def _real_tuner_lines() -> list[tuple[str, str]]:

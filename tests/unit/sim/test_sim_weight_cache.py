@@ -21,7 +21,7 @@ from fastverify.engines.sim import weight_cache as sim_wc
 from fastverify.engines.sim.weight_cache import daemon as sim_daemon
 from fastverify.sglang import weight_cache as wc
 from fastverify.sglang.facts import known_versions, resolve
-from tests.harness import ctrl_c_reaches_it
+from tests.support.harness import ctrl_c_reaches_it
 
 REPO = Path(__file__).resolve().parents[3]
 WITH_CACHE = [v for v in known_versions() if resolve(v).weight_cache]

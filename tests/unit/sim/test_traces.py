@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fastverify.engines.sim import costmodel, traces
-from tests.field import RING_LL
+from tests.support.field import RING_LL
 
 FIXTURE = (
     Path(__file__).resolve().parents[2]
@@ -200,7 +200,7 @@ def test_large_trace_streams_quickly(tmp_path: Path) -> None:
 def test_step_spans_are_named_as_the_played_release_names_them(
     tmp_path: Path, version: str, verify: str | None, drafts: set[str]
 ) -> None:
-    from fastverify.exporters import traces as analysis
+    from fastverify import traces as analysis
 
     path = tmp_path / f"{version}-TP-0.trace.json.gz"
     traces.write_trace(path, steps=4, mode="eagle3", tp_size=8, env=RING_LL,

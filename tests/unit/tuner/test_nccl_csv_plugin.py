@@ -19,12 +19,12 @@ import pytest
 
 from fastverify.tuner import nccl_csv
 from fastverify.tuner.table import check_table, parse_text
-from tests.unit.tuner.nccl_example_driver import COSTS
-from tests.unit.tuner.tuner_abi import ALLGATHER, ALLREDUCE, call, cost_table, nccl_pick, v5_session
+from tests.support.nccl_example_driver import COSTS
+from tests.support.tuner_abi import ALLGATHER, ALLREDUCE, call, cost_table, nccl_pick, v5_session
 
 ROOT = Path(__file__).resolve().parents[3]
 FIX = ROOT / "tests" / "fixtures" / "nccl-2.28.9-tuner"
-DRIVER = Path(__file__).with_name("nccl_example_driver.py")
+DRIVER = Path(__file__).resolve().parents[2] / "support" / "nccl_example_driver.py"
 MIXED = """\
 collective,min_bytes,max_bytes,algorithm,protocol,channels,nranks,nnodes
 AllReduce,0,1000000,Tree,Simple,-1,8,1

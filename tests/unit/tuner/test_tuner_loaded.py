@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.experiments.preflight.run import parse_nccl_log
+from fastverify.experiments.preflight.merge import parse_nccl_log
 from fastverify.tuner.loaded import (
     REASON_NO_LOG,
     REASON_NOT_LOADED,
@@ -20,7 +20,7 @@ from fastverify.tuner.loaded import (
     tuner_load_status,
 )
 from fastverify.tuner.table import check_table, lookup
-from tests.unit.tuner.tuner_abi import v5_session
+from tests.support.tuner_abi import v5_session
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "nccl-2.28.9-tuner"
 

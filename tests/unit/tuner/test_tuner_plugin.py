@@ -10,7 +10,7 @@ import pytest
 
 from fastverify.tuner.plugin import Plugin
 from fastverify.tuner.table import parse_text
-from tests.unit.tuner.tuner_abi import (
+from tests.support.tuner_abi import (
     ALLGATHER,
     LL,
     LL128,

@@ -1,0 +1,62 @@
+"""What the contract suite shares: where it is (`HERE`), the releases it runs for real
+(`RELEASES`), the interpreters of SGLang's venvs (`venv_python`, `release_python`), one run of
+tests/contract/probe.py (`run_probe`) and the tiny Llama config the rule checks load."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fastverify.sglang.versions import PINNED_VERSION
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = ROOT / "tests" / "contract"
+# the oldest release in the range, the last before 0.5.21's PCIe-IPC all-reduce, the pinned
+RELEASES = ("0.5.1.post3", "0.5.20", PINNED_VERSION)
+# a two-layer Llama config.json: enough for SGLang's argument and all-reduce rules to load
+TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+              "intermediate_size": 11008, "num_attention_heads": 32, "num_hidden_layers": 2,
+              "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096,
+              "torch_dtype": "bfloat16", "rms_norm_eps": 1e-5}  # fmt: skip
+
+
+def venv_python() -> Path:
+    env = os.environ.get("FASTVERIFY_SGLANG_PYTHON")
+    if env:
+        return Path(env)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "fastverify" / f"sglang-{PINNED_VERSION}" / "bin" / "python"
+
+
+def run_probe(python: Path, request: dict[str, Any]) -> dict[str, Any]:
+    out = subprocess.run(
+        [str(python), str(HERE / "probe.py")],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if out.returncode != 0:
+        pytest.fail(f"probe failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def release_python(version: str, sglang_python: Path) -> Path:
+    """The interpreter that runs SGLang `version`'s own code: the full venv for the pinned
+    release, else the venv scripts/sglang-release-venv.sh builds (cached) over it."""
+    if version == PINNED_VERSION:
+        return sglang_python
+    env = {**os.environ, "FASTVERIFY_SGLANG_PYTHON": str(sglang_python)}
+    built = subprocess.run(
+        [str(ROOT / "scripts/sglang-release-venv.sh"), version],
+        capture_output=True, text=True, timeout=600, check=False, env=env,
+    )  # fmt: skip
+    if built.returncode != 0:
+        pytest.fail(f"scripts/sglang-release-venv.sh {version} failed:\n{built.stderr[-4000:]}")
+    return Path(built.stdout.strip().splitlines()[-1])
