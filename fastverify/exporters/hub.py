@@ -7,7 +7,7 @@ and does no I/O. Gauges describe the active (profile, mode) only and are cleared
 either changes; counters and the verify-cycle histogram are kept per (profile, mode) for
 the life of the process so that `rate()` stays correct across switches.
 
-Derived figures (DESIGN.md, issue 4):
+Derived figures (docs/architecture.md):
 - spec cycle seconds = accept_len * the decode seconds per token one request saw since the
   previous /metrics poll (SGLang's inter-token latency histogram: prefill excluded, the
   measure bench and sweep use); without it, running_reqs * accept_len / gen_throughput,

@@ -1,4 +1,4 @@
-"""Issue 30 items 2, 5, 7: fastverify's all-reduce rules against SGLang 0.5.23's own code and
+"""fastverify's all-reduce rules against SGLang 0.5.23's own code and
 sources, in its venv (scripts/sglang-venv.sh).
 
 - The PCIe-IPC workspace bound: SGLang's own resolution of the decode batch list and its

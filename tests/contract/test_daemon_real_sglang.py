@@ -1,4 +1,4 @@
-"""The daemon end to end on the REAL sglang 0.5.23 (issue 11's done-when): `engine =
+"""The daemon end to end on the REAL sglang 0.5.23: `engine =
 "sglang"`, `server.python` running tests/fixtures/real_sglang_launcher.py in the contract
 venv, which parses the daemon's argv with SGLang's own parser, applies SGLang's own NCCL
 environment rules in the server process and spawns its "schedulers" as SGLang does. The

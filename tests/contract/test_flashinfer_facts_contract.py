@@ -1,4 +1,4 @@
-"""Issue 30 items 4, 6, 9: `fastverify.sglang.flashinfer_facts` against FlashInfer 0.7.2's own
+"""`fastverify.sglang.flashinfer_facts` against FlashInfer 0.7.2's own
 sources (unpacked beside the contract venv by scripts/sglang-venv.sh) and the H200 fixture.
 
 - Reuse (item 6): FlashInfer's own `_cache_key_head` and `cache_covers_workspace` scan, run

@@ -1,4 +1,4 @@
-"""The rendered pod's identity runs the image the suite builds (issue 31: identity).
+"""The rendered pod's identity runs the image the suite builds.
 
 `render kubernetes` gives the pod a non-root uid/gid with fsGroup, a read-only root
 filesystem, every capability dropped, HOME/USER/LOGNAME, and emptyDirs for every path it

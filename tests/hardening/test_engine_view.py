@@ -1,4 +1,4 @@
-"""Issue 34 item 2: `doctor`, `status`, `tune`'s inventory and `profile show --effective`
+"""`doctor`, `status`, `tune`'s inventory and `profile show --effective`
 describe the same engine the daemon serves (one source of truth: the daemon's engine
 capabilities in /v1/status), and without a daemon they say whose view they give. Through the
 real `fastverifyctl` against a real daemon on the sim at TP 8 (EAGLE-3, 4 draft tokens)."""

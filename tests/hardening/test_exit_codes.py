@@ -1,4 +1,4 @@
-"""Issue 26: one exit-code table, one meaning per code, every command held to it.
+"""One exit-code table, one meaning per code, every command held to it.
 
 The table is read from README.md (so README and code cannot drift): every code it lists is
 an `EXIT_*` of fastverify/cli/output.py and the other way round, and each case below runs

@@ -1,4 +1,4 @@
-"""Issue 12, operator doors against real processes: the engine's environment, profile
+"""Operator doors against real processes: the engine's environment, profile
 directories seen through the daemon, CLI exits when the daemon is stopped or resets the
 connection, README promises (validate exit code, piped output, progress), cancel."""
 
@@ -292,7 +292,7 @@ def test_failed_switch_shows_an_engine_log_excerpt(tmp_path: Path) -> None:
         assert "last engine log lines (tree-ll/baseline, " in r.stderr
         excerpt = r.stderr.split("last engine log lines (", 1)[1]
         assert "  | " in excerpt and "capture cuda graph failed" in excerpt.lower(), r.stderr
-        # the failed engine's own lines (issue 26): not the rollback server's start-up
+        # the failed engine's own lines: not the rollback server's start-up
         assert "fired up and ready to roll" not in excerpt, r.stderr
 
 

@@ -186,7 +186,7 @@ def test_default_metrics_port_taken_is_a_finding_and_the_daemon_serves(tmp_path:
         ({"per_request_tokens_per_second": 0}, "per_request_tokens_per_second", "> 0"),
         ({"tokens_per_second": float("inf")}, "tokens_per_second", "finite"),
         ({"measured_at": float("nan")}, "measured_at", "finite"),
-        # a baseline says which batch size it was measured at (issue 26: like for like)
+        # a baseline says which batch size it was measured at (like for like)
         ({"concurrency": None}, "concurrency", "concurrent requests"),
         ({"concurrency": 0}, "concurrency", ">= 1"),
         ({"concurrency": 1.5}, "concurrency", "must be int"),

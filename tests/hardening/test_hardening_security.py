@@ -23,7 +23,7 @@ from tests.support.harness import DaemonHarness, free_port
 # What an engine needs from the daemon's environment (the policy, stated independently of
 # fastverify.profiles.effective): system basics, CUDA/NVIDIA device selection and build
 # caches. Hugging Face settings and tokens (HF_*) reach it only when `env_passthrough`
-# names them (issue 12: an HF_ENDPOINT pointing anywhere must not leak through).
+# names them (an HF_ENDPOINT pointing anywhere must not leak through).
 ENGINE_BASE = {
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME", "CUDA_PATH",

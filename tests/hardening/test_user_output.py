@@ -1,4 +1,4 @@
-"""Issue 26, what a user sees must be true: real `fastverifyctl` against a real daemon on the
+"""What a user sees must be true: real `fastverifyctl` against a real daemon on the
 sim engine. A failed (or cancelled) switch's excerpt comes from the engine that failed, `-q`
 prints the result alone, piped output says each thing once, trials are labelled where people
 look, `--socket` works where the error message says to pass it, messages name real options."""

@@ -1,4 +1,4 @@
-"""Issue 34, what a user sees must be true (round two): the newest commands as a new user
+"""What a user sees must be true (round two): the newest commands as a new user
 runs them from the README, through the real `fastverifyctl` against a real daemon on the
 sim. Each test asserts what the user reads: tune's plots or the note saying they were
 skipped, the TP 16 render of pcie-ipc refused, the resume circle broken, ..."""
@@ -247,7 +247,7 @@ def test_render_pcie_ipc_over_two_nodes_is_refused_before_anything_is_written(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "k8s"
-    # --image and RDMA (issue 31: required, and a multi-node render needs RDMA): what is
+    # --image and RDMA (required, and a multi-node render needs RDMA): what is
     # refused here is the all-reduce backend alone
     fleet = ("--image", "registry.example.com/fastverify:test", "--rdma", "rdma/ib=1")
     r = run_ctl("render", "kubernetes", "--profile", "pcie-ipc", "--nodes", "2", *fleet,

@@ -67,7 +67,7 @@ def test_duration_mode_window_and_concurrency(baseline_url: str) -> None:
     # is a figure (benchmarks/), not an assert; the sweep tests check the ranking.
 
     # ... but no per-request rate: a failed measurement (exit 1) that says why and what to
-    # change (issue 26: `completed 0` and a null rate without a word)
+    # change (`completed 0` and a null rate without a word)
     assert res["per_request_tokens_per_second"] is None
     assert r.returncode == 1, r.stderr
     assert res["incomplete"] and res["incomplete"] in r.stderr
@@ -85,7 +85,7 @@ def test_duration_mode_window_and_concurrency(baseline_url: str) -> None:
 
 
 def test_warm_up_and_window_are_announced_as_they_start(baseline_url: str) -> None:
-    # `bench -c 4 --duration 6` was silent through ~8 s of warm-up (issue 26). 24 tokens:
+    # `bench -c 4 --duration 6` was silent through ~8 s of warm-up. 24 tokens:
     # on the sim's PCIe box (nccl-default, SHM) 4 x 128-token prefills take ~0.5 s and a
     # step at 4 requests ~50 ms, so requests complete inside the 3 s window
     proc = subprocess.Popen(

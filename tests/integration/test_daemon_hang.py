@@ -1,4 +1,4 @@
-"""A hung engine is a crash, and FAILED is left by policy (issue 31).
+"""A hung engine is a crash, and FAILED is left by policy.
 
 The real fastverifyd with the sim engine. The sim hangs like SGLang on SIGUSR1: its
 scheduler stops while the process, its workers and its /health live; /health_generate then

@@ -75,7 +75,7 @@ class PacedLoad:
     """`clients` closed-loop clients, each holding about `tokens_per_s` (a request of
     `max_new_tokens`, then the rest of its time slot idle): the engine's batch empties
     between requests, so one sample of SGLang's running-requests gauge often reads 0 while
-    traffic flows (the issue 21 scene: 100 tok/s at concurrency 2)."""
+    traffic flows (100 tok/s at concurrency 2)."""
 
     def __init__(self, url: str, clients: int = 2, tokens_per_s: float = 50.0,
                  max_new_tokens: int = 32) -> None:  # fmt: skip

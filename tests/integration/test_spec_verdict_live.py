@@ -1,5 +1,5 @@
-"""The speculation verdict on a real daemon + sim, benched by the real `fastverifyctl`
-(issue 26, item 2): a baseline measured with 1 request and EAGLE-3 run with 2 give no
+"""The speculation verdict on a real daemon + sim, benched by the real `fastverifyctl`:
+a baseline measured with 1 request and EAGLE-3 run with 2 give no
 verdict (or one matched to a 1-request reading), never two gauges that disagree; a
 baseline measured with 2 requests gives the matched verdict."""
 

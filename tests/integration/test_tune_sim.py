@@ -197,7 +197,7 @@ def _secs(mmss: str) -> int:
 
 def test_the_eta_follows_the_loads_the_trial_measured(tuned: dict[str, Any]) -> None:
     # no dummy load is recorded yet, but the daemon's start (a real load) is: the plan
-    # bounds a dummy load by it, never the 90 s default (issue 34, item 8); once the
+    # bounds a dummy load by it, never the 90 s default; once the
     # trial measured the sim's ~2 s loads, the ETA must use them: by the trial's last line
     # what is left is the confirm + decide (their planned estimates)
     err = tuned["proc"].stderr.splitlines()

@@ -1,6 +1,6 @@
 """Facts from the field report, written down once for every test that checks against them.
 
-`RING_LL` is the tuning that lived in the legacy sitecustomize.py (issue 2 spells it out);
+`RING_LL` is the tuning that lived in the legacy sitecustomize.py;
 tests compare the shipped `ring-ll` profile, the environment the daemon delivers and the
 sim's behaviour against this independent copy, never against the code under test.
 """
@@ -15,7 +15,7 @@ RING_LL = {
 }
 
 # The field report's totals (8 PCIe Gen5 GPUs, a 61-layer MoE, TP 8, ring-ll, CUDA graphs,
-# batch 1; DESIGN.md, docs/sim.md): what the sim's calibration must reproduce.
+# batch 1; docs/architecture.md, docs/sim.md): what the sim's calibration must reproduce.
 BASELINE_TOK_S = 82.0  # baseline decoding
 DECODE_STEP_MS = 12.2  # one baseline decode step
 VERIFY_MS = 30.0  # one EAGLE-3 verify pass over 4 draft tokens ("25 ms of its 30 ms")

@@ -1,4 +1,4 @@
-"""Configuration range checks (issue 12): one validation (`config.validate_fields`) for the
+"""Configuration range checks: one validation (`config.validate_fields`) for the
 config loader and the daemon API; every problem names the key, the file and line, what is
 wrong and what would be right; and a bad file stops `fastverifyd` at start."""
 

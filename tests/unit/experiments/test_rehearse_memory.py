@@ -1,4 +1,4 @@
-"""`rehearse` and memory (issue 26, item 7): the estimate made before any rank starts is
+"""`rehearse` and memory: the estimate made before any rank starts is
 checked against what real gloo ranks allocate and hold; what cannot fit is refused with
 how much it needs and has; a rank the kernel SIGKILLs is reported as probably out of
 memory, by its rank, ahead of its peer's "Connection closed by peer"."""

@@ -69,7 +69,7 @@ def test_single_run_has_no_interval_and_no_verdict() -> None:
 
 
 def test_two_runs_per_side_give_no_verdict() -> None:
-    # issue 26: `88.2-88.2`, n=2 was ranked "faster" on a zero-width interval
+    # `88.2-88.2`, n=2 was ranked "faster" on a zero-width interval
     recs = [_m("x", "baseline", 88.2), _m("x", "baseline", 88.2),
             _m("y", "baseline", 76.0), _m("y", "baseline", 76.0),
             _m("x", "eagle3", 60.0), _m("x", "eagle3", 60.0)]  # fmt: skip

@@ -367,7 +367,7 @@ def test_adaptive_predicted_from_the_stored_plan_at_the_tunes_concurrency() -> N
 def test_the_funnel_plot_counts_profiles_in_whole_numbers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 34: the funnel's count axis had ticks at 0.5 (matplotlib's default locator)."""
+    """The funnel's count axis had ticks at 0.5 (matplotlib's default locator)."""
     pytest.importorskip("matplotlib", reason="matplotlib (the plot extra) is not installed")
     from matplotlib.figure import Figure
 

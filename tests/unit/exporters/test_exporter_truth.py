@@ -1,4 +1,4 @@
-"""What a scrape shows must be true (issue 12): no series without fresh data, a dead
+"""What a scrape shows must be true: no series without fresh data, a dead
 engine's figures go with it, request counts follow SGLang's own gauge, per-source
 freshness; and a golden exposition for a fixed feed of typed records."""
 

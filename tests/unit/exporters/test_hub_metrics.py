@@ -55,7 +55,7 @@ def test_spec_cycle_breakeven_and_speedup(hub: MetricsHub) -> None:
 def test_the_live_cycle_is_decode_only_from_sglangs_inter_token_latency(
     hub: MetricsHub,
 ) -> None:
-    """Issue 34, item 7: with SGLang's ITL histogram, cycle = accept x decode seconds per token
+    """With SGLang's ITL histogram, cycle = accept x decode seconds per token
     between two polls (prefill excluded, as bench measures); a counter that goes back (a
     restarted server) starts over; without it, the decode-loop formula as before."""
     hub.set_baseline("ring-ll", 82.0, 100.0, hub.now(), concurrency=1)
@@ -293,7 +293,7 @@ def test_switch_and_restart_series_exist_at_zero_before_any_switch() -> None:
     """A counter whose label set appears at its first increment is invisible to
     Prometheus' increase() (1 -> 1) and to the dashboards' `offset` restarts expression: the
     daemon's feed publishes every switch result and every restart reason it knows at 0 from
-    the first scrape (issue 21)."""
+    the first scrape."""
     from fastverify.daemon import events as ev
     from fastverify.daemon.failures import REASONS
     from fastverify.daemon.observers import ExporterFeed

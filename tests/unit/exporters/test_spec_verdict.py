@@ -1,4 +1,4 @@
-"""Does speculation pay? One verdict from like-for-like quantities (issue 26, item 2).
+"""Does speculation pay? One verdict from like-for-like quantities.
 
 The tour saw `fastverify_spec_breakeven_accept_length 3.71` next to an accept length of 2.0
 (speculation loses) and `fastverify_spec_speedup_estimate 1.058` (it wins): the baseline had

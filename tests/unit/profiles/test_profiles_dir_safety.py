@@ -1,4 +1,4 @@
-"""Profile directories are untrusted input to a root daemon (issue 12): links that leave the
+"""Profile directories are untrusted input to a root daemon: links that leave the
 directory and non-regular files are refused, and no problem quotes more of a file than the
 offending token."""
 

@@ -1,4 +1,4 @@
-"""The engine's base environment (issue 12): no Hugging Face variable is inherited unless the
+"""The engine's base environment: no Hugging Face variable is inherited unless the
 configuration names it in `env_passthrough` (the daemon adds those as `extra`)."""
 
 from __future__ import annotations
