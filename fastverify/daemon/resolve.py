@@ -10,7 +10,9 @@ Messages from the engine's parser are masked (fastverify.redact): an argparse er
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,20 @@ def _long_flags(argv: list[str]) -> list[str]:
     """The SGLang long flags of a launch argv (after `-m MODULE`; the sim's own left out)."""
     args = argv[argv.index("-m") + 2 :] if "-m" in argv else argv[1:]
     return [t.partition("=")[0] for t in args if t.startswith("--") and not t.startswith("--sim-")]
+
+
+@contextlib.contextmanager
+def _state_dir_writes(path: Path) -> Iterator[None]:
+    """A file the resolved argv needs in the state dir: one that cannot be written refuses
+    the request (507) before anything is stopped, as the controller's own check does."""
+    try:
+        yield
+    except OSError as exc:
+        raise RequestError(
+            507,
+            f"cannot write {path}: {exc.strerror or exc}; refused, nothing was stopped or changed",
+            reason="state_dir_unwritable",
+        ) from None
 
 
 class RequestError(Exception):
@@ -198,7 +214,8 @@ class Resolver:
         except Exception:  # no facts for this release: leave the argv as configured
             return server
         path = Path(self.cfg.state_dir) / REQUEST_METRICS_DIR
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with _state_dir_writes(path):
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
         extra = (flag, f"{flag}-dir", str(path))
         return dataclasses.replace(server, extra_args=(*extra, *server.extra_args))
 
@@ -208,7 +225,8 @@ class Resolver:
         from fastverify.daemon.statestore import atomic_write_json
 
         path = Path(self.cfg.state_dir) / ZERO_STEPS_CONFIG_NAME
-        atomic_write_json(path, {"1": {"candidate_steps": [0]}})
+        with _state_dir_writes(path):
+            atomic_write_json(path, {"1": {"candidate_steps": [0]}})
         return dataclasses.replace(server, adaptive_config=str(path))
 
     def _adaptive_server(self, server: Any) -> Any:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from fastverify import traces
 from fastverify.daemon import failures
-from fastverify.exporters import sglang_metrics, traces
+from fastverify.exporters import sglang_metrics
 from fastverify.sglang import adaptive, loglines
 from fastverify.sglang import metrics as sglang_names
 from fastverify.sglang.facts import resolve

@@ -118,8 +118,10 @@ def test_requests_accept_alike_without_a_spread_and_apart_with_one(tmp_path: Pat
         lengths = [AcceptCurve.from_histogram(h, 3).length(3) for h in r.accept_requests]
         mean = sum(lengths) / len(lengths)
         spread[s] = (sum((x - mean) ** 2 for x in lengths) / len(lengths)) ** 0.5
-        # 16 requests: with the spread, the pooled figure's sampling error is ~0.2
-        assert r.accept_curve is not None and r.accept_curve["3"] == pytest.approx(2.5, abs=0.4)
+        # 16 requests: with the spread, the pooled figure's sampling error is ~0.2 (3 sigma
+        # below); without it only the verify passes' own draws vary
+        tol = 0.6 if s else 0.15
+        assert r.accept_curve is not None and r.accept_curve["3"] == pytest.approx(2.5, abs=tol)
     assert spread[0.0] < 0.1 < spread[0.2], spread
 
 

@@ -68,6 +68,7 @@ if str(REPO) not in sys.path:
 
 from fastverify.client import ApiError, ControlClient, DaemonUnavailable  # noqa: E402
 from tests.support.net import free_port  # noqa: E402
+from tests.support.sim import SIM_HEALTH_POLL_VAR, SIM_TEST_HEALTH_POLL_S  # noqa: E402
 
 # States an operation ends in: waited for with nothing in flight (see wait_state).
 SETTLED = ("READY", "FAILED")
@@ -131,10 +132,6 @@ def sigint_in(pid: int, field: str) -> bool:
         if line.startswith(f"{field}:"):
             return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
     raise AssertionError(f"no {field} in /proc/{pid}/status")
-
-
-SIM_HEALTH_POLL_VAR = "FASTVERIFY_SIM_HEALTH_POLL_S"  # fastverify/engines/sim/server.py
-SIM_TEST_HEALTH_POLL_S = "0.05"
 
 
 def _scrubbed_env() -> dict[str, str]:

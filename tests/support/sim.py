@@ -20,7 +20,11 @@ from typing import Any
 
 import httpx
 
+from fastverify.engines.sim.server import HEALTH_POLL_VAR as SIM_HEALTH_POLL_VAR
 from tests.support.net import free_port
+
+# the sim's /health answers after SGLang's 1 s poll; tests not about readiness shorten it
+SIM_TEST_HEALTH_POLL_S = "0.05"
 
 REPO = Path(__file__).resolve().parents[2]
 READY = "The server is fired up and ready to roll!"
@@ -274,6 +278,7 @@ def sim_server(tmp: Path, *extra: str) -> Iterator[str]:
     """Start the sim in its own session with no NCCL_* variables; stop exactly that group."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    env[SIM_HEALTH_POLL_VAR] = SIM_TEST_HEALTH_POLL_S  # readiness below, not its 1 s poll
     log = open(tmp / f"sim-{port}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "fastverify.engines.sim", "--model-path", "sim/x",
@@ -287,7 +292,8 @@ def sim_server(tmp: Path, *extra: str) -> Iterator[str]:
         while time.monotonic() < deadline:
             assert proc.poll() is None, (tmp / f"sim-{port}.log").read_text()
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                # /health is a generation that answers after the sim's poll
+                if httpx.get(f"{url}/health", timeout=10).status_code == 200:
                     break
             time.sleep(0.1)
         else:

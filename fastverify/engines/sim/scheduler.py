@@ -151,6 +151,7 @@ class Scheduler(threading.Thread):
         self.last_output = 0.0  # time.time() of the last tokens produced (SGLang's
         # tokenizer_manager.last_receive_tstamp: what /health_generate waits for)
         self._rng = random.Random(seed)
+        self._probe_rng = random.Random(seed + 1)
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self.waiting: deque[Request] = deque()
@@ -345,7 +346,10 @@ class Scheduler(threading.Thread):
         for r in new:
             r.generated = 1  # prefill samples the first token
             if self.mode == "eagle3":
-                r.draws = RequestDraws(self.drafter.request_q(self._rng), self._rng.random())
+                # a health check draws from its own stream: the watch's probes, timed by the
+                # clock, must not move a seeded bench's per-request acceptance
+                rng = self._rng if r.log_metrics else self._probe_rng
+                r.draws = RequestDraws(self.drafter.request_q(rng), rng.random())
             r.first_token_at = r.last_token_at = now
             if self.metrics and r.log_metrics:
                 self.metrics.ttft(r.stream).observe(now - r.created)
