@@ -31,8 +31,8 @@ MEASURE = ["--repeats", "2", "--duration", "1", "--output-len", "128", "--input-
 CONFIG = {"daemon": {"trace_period_s": 0}}
 # a speculation plan for pcie-ipc that predicts x5 at one request: adaptive would "win"
 PLAN = {
-    "plan": {"profile": "pcie-ipc", "tiers": {"1": {"steps": 3, "speedup": 5.0,
-                                                     "ci": [4.5, 5.5]}}},
+    "plan": {"profile": "pcie-ipc", "tiers": {"1": {"steps": 3, "per_batch_size": {
+        "1": {"speedup": 5.0}}}}},
     "adaptive_config": {"1": {"candidate_steps": [0, 3]}},
 }  # fmt: skip
 
