@@ -8,7 +8,7 @@ consistent and keep heavy imports off the start-up path:
 - `table(columns, rows, title=None)`: a rich table printed to stdout; rich is
   imported only inside this function.
 - `fail(message, code=EXIT_PROBLEMS)`: print `message` to stderr and exit with `code`.
-- Exit codes, each with one meaning, defined here only (README and docs/api.md list them):
+- Exit codes, each with one meaning, defined here only (docs/api.md lists them):
   `EXIT_OK` 0, `EXIT_PROBLEMS` 1 (validation problems, a failed or rolled-back operation,
   a failed check), `EXIT_USAGE` 2 (bad arguments, unknown or invalid profile; click's own
   code for usage errors), `EXIT_UNAVAILABLE` 3 (the daemon is not reachable, stopped,
@@ -31,7 +31,7 @@ from typing import Any, NoReturn
 
 import click
 
-# Exit codes every command shares (scripts rely on them; README lists them).
+# Exit codes every command shares (scripts rely on them; docs/api.md lists them).
 EXIT_OK = 0
 EXIT_PROBLEMS = 1  # validation problems, a failed or rolled-back switch, a failed check
 EXIT_USAGE = 2  # bad arguments, unknown or invalid profile

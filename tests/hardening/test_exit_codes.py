@@ -1,9 +1,10 @@
 """One exit-code table, one meaning per code, every command held to it.
 
-The table is read from README.md (so README and code cannot drift): every code it lists is
-an `EXIT_*` of fastverify/cli/output.py and the other way round, and each case below runs
-the real `fastverifyctl` (against a real daemon on the sim where it needs one) and checks
-both its exit code and that the README's row for that code names the situation."""
+The table is read from docs/api.md (so the docs and code cannot drift; the README links it):
+every code it lists is an `EXIT_*` of fastverify/cli/output.py and the other way round, and
+each case below runs the real `fastverifyctl` (against a real daemon on the sim where it
+needs one) and checks both its exit code and that the table's row for that code names the
+situation."""
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ TINY_MODEL = REPO / "examples" / "model-configs" / "tiny-dense.json"
 
 
 def readme_table() -> dict[int, str]:
-    """code -> meaning, from the README's `| code | meaning |` table."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    """code -> meaning, from docs/api.md's `| code | meaning |` table (the one table)."""
+    text = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
     head = text.index("| code | meaning |")
     rows: dict[int, str] = {}
     for line in text[head:].splitlines()[2:]:
@@ -207,7 +208,7 @@ NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}  # no GPU visible, whatever this host has
 class Case:
     name: str
     code: int
-    words: str  # the README's row for `code` says this
+    words: str  # the table's row for `code` says this
     run: Callable[[Path, Any], Result]
     daemon: bool = False
     check: Callable[[Result], None] | None = None
@@ -317,7 +318,7 @@ def test_every_code_of_the_table_is_exercised() -> None:
 
 
 def test_docs_quote_the_table_codes() -> None:
-    """docs/experiments.md's exit codes are the README's (a missing dependency is 6)."""
+    """docs/experiments.md's exit codes are the table's (a missing dependency is 6)."""
     text = (REPO / "docs" / "experiments.md").read_text(encoding="utf-8")
     for m in re.finditer(r"exits (\d+) (?:and says so|with the install hint)", text):
         assert int(m.group(1)) == output.EXIT_MISSING_DEPENDENCY, m.group(0)
@@ -334,7 +335,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonHarness]:
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_exit_code(case: Case, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     meaning = readme_table()[case.code]
-    assert case.words in meaning, f"README's row {case.code} ({meaning!r}) lacks {case.words!r}"
+    assert case.words in meaning, f"the table's row {case.code} ({meaning!r}) lacks {case.words!r}"
     d = request.getfixturevalue("daemon") if case.daemon else None
     r = case.run(tmp_path, d)
     assert r.returncode == case.code, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"

@@ -1,6 +1,6 @@
 """What a user sees must be true (round two): the newest commands as a new user
-runs them from the README, through the real `fastverifyctl` against a real daemon on the
-sim. Each test asserts what the user reads: tune's plots or the note saying they were
+runs them from the README and docs, through the real `fastverifyctl` against a real daemon on
+the sim. Each test asserts what the user reads: tune's plots or the note saying they were
 skipped, the TP 16 render of pcie-ipc refused, the resume circle broken, ..."""
 
 from __future__ import annotations
