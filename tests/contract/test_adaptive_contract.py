@@ -22,7 +22,7 @@ from fastverify.sglang import adaptive, eagle, metrics
 from fastverify.sglang.adaptive_slot import AdaptiveController
 from fastverify.speculation import plan as spec_plan
 from fastverify.speculation import replay
-from tests import field
+from tests.support import field
 from tests.unit.speculation.synth import acceptance, sim_costs
 
 HERE = Path(__file__).resolve().parent

@@ -14,7 +14,7 @@ from fastverify.speculation import design, replay
 from fastverify.speculation import plan as spec_plan
 from fastverify.speculation.acceptance import Acceptance, Draws
 from fastverify.speculation.curve import AcceptCurve, add_histograms
-from tests import field
+from tests.support import field
 from tests.unit.speculation.synth import acceptance, sim_costs
 
 
