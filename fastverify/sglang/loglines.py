@@ -365,35 +365,6 @@ def format_prefill(
     )
 
 
-def format_capture_begin(
-    role: str, phase: str, backend: str, avail_gb: float, bs: list[int]
-) -> str:
-    """`Capture target decode CUDA graph begin. backend=full, ...` (cuda_graph_setup.py)."""
-    if phase == "prefill":
-        return (
-            f"Capture {role} prefill CUDA graph begin. backend={backend}, "
-            f"num_tokens={bs}, avail mem={avail_gb:.2f} GB"
-        )
-    return (
-        f"Capture {role} {phase} CUDA graph begin. backend={backend}, "
-        f"num_tokens_per_req=1, avail mem={avail_gb:.2f} GB"
-    )
-
-
-def format_capture_end(
-    role: str, phase: str, elapsed_s: float, mem_gb: float, avail_gb: float, bs: list[int]
-) -> str:
-    if phase == "prefill":
-        return (
-            f"Capture {role} prefill CUDA graph end. elapsed={elapsed_s:.2f} s, "
-            f"mem usage={mem_gb:.2f} GB, avail mem={avail_gb:.2f} GB."
-        )
-    return (
-        f"Capture {role} {phase} CUDA graph end. bs={bs}, elapsed={elapsed_s:.2f} s, "
-        f"mem usage={mem_gb:.2f} GB, avail mem={avail_gb:.2f} GB."
-    )
-
-
 def format_prefill_capture_failed(backend: str) -> str:
     return f"Fail when using backend: {backend} for prefill runner."
 

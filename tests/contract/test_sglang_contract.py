@@ -276,11 +276,15 @@ def test_decode_lines_built_from_real_parts_parse(probe: dict[str, Any]) -> None
 def test_capture_lines_and_failures(probe: dict[str, Any]) -> None:
     logs = probe["logs"]
     regexes = [_skeleton_regex(s) for s in logs["capture_skeletons"]]
+    # the sim's lines, rendered from the release's facts, against the wheel's own skeletons
+    from fastverify.engines.sim import release_lines as rl
+
+    v = PINNED_VERSION
     ours = [
-        loglines.format_capture_begin("target", "decode", "full", 70.0, [1, 2, 4]),
-        loglines.format_capture_end("target", "decode", 1.5, 0.5, 69.5, [1, 2, 4]),
-        loglines.format_capture_begin("target", "prefill", "breakable", 70.0, [8, 16]),
-        loglines.format_capture_end("target", "prefill", 1.5, 0.5, 69.5, [8, 16]),
+        rl.capture_begin(v, "target", "decode", "full", 70.0, [1, 2, 4]),
+        rl.capture_end(v, "target", "decode", 1.5, 0.5, 69.5, [1, 2, 4]),
+        rl.capture_begin(v, "target", "prefill", "breakable", 70.0, [8, 16]),
+        rl.capture_end(v, "target", "prefill", 1.5, 0.5, 69.5, [8, 16]),
     ]
     for line in ours:
         assert any(r.fullmatch(line) for r in regexes), line
