@@ -67,7 +67,7 @@ def main() -> int:
 def _measure(args: Any, tmp: Path, config: dict, cost_file: Path) -> tuple:
     from fastverify.sglang import client as engine_client
     from fastverify.speculation import costs as spec_costs
-    from tests.harness import DaemonHarness
+    from tests.support.harness import DaemonHarness
 
     with DaemonHarness(tmp, config=config, tp_size=args.tp_size) as d:
         r = d.ctl("bench", "-n", "16", "-c", "4", "--output-len", "64", "--warmup", "0",

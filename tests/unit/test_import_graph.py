@@ -241,3 +241,54 @@ def test_the_layer_rule_sees_a_lazy_engine_import_of_speculation(tmp_path: Path)
     edges = [e for name, path in mods.items() for e in imports_of(name, path, mods)]
     broken = [e for e in subpackage_edges(edges) if e[:2] in FORBIDDEN]
     assert [(a, b) for a, b, _ in broken] == [("fastverify.engines", "fastverify.speculation")]
+
+
+# ----------------------------------------------------------------- the scripts around it
+
+ROOT = PACKAGE.parent
+
+
+def unresolved_project_imports(files: Iterable[Path], root: Path = ROOT) -> list[str]:
+    """`path:line module` for each import of `fastverify.*` or `tests.*` (lazy ones too)
+    whose module is not a file or package under `root`: the benchmarks and scripts import
+    the test harness lazily, so a moved module breaks them only when someone runs them."""
+
+    def exists(module: str) -> bool:
+        base = root.joinpath(*module.split("."))
+        return base.with_suffix(".py").is_file() or base.is_dir()  # namespace packages too
+
+    out = []
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            else:
+                continue
+            for mod in names:
+                if mod.split(".")[0] in ("fastverify", "tests") and not exists(mod):
+                    out.append(f"{path.relative_to(root)}:{node.lineno} {mod}")
+    return out
+
+
+def test_the_resolver_names_a_moved_module(tmp_path: Path) -> None:
+    (tmp_path / "tests" / "support").mkdir(parents=True)
+    (tmp_path / "tests" / "support" / "harness.py").write_text("")
+    script = tmp_path / "bench.py"
+    script.write_text(
+        "def f():\n    from tests.harness import X\n    from tests.support.harness import Y\n"
+    )
+    assert unresolved_project_imports([script], tmp_path) == ["bench.py:2 tests.harness"]
+
+
+def test_benchmarks_scripts_and_tests_import_only_modules_that_exist() -> None:
+    files = [
+        p
+        for top in ("benchmarks", "scripts", "tests")
+        for p in sorted((ROOT / top).rglob("*.py"))
+        if "fixtures" not in p.relative_to(ROOT).parts
+    ]
+    assert len(files) > 100
+    assert unresolved_project_imports(files) == []
