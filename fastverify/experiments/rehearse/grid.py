@@ -297,9 +297,7 @@ def run_grid(cfg: GridConfig, command: str = "", on_event: EventFn | None = None
     count = modelconfig.allreduces_per_forward(target, tp)
     allreduce = allreduce_table(cfg, tp, target.hidden_size, count)  # refused before a rank
     need = estimate(job, world)
-    host = memory.host_available_bytes() if cfg.backend != "nccl" else None
-    gpus = memory.gpu_free_bytes(world) if cfg.backend == "nccl" else None
-    problem = memory.fit_problem(need, host, gpus)
+    problem, _, _ = memory.check_fit(need)
     if problem:
         raise GridError(problem)
     cells = len(cfg.batch_sizes) * len(cfg.tokens)

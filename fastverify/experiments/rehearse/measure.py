@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fastverify.experiments.common.ranks import nccl_digest, report_rows
 from fastverify.experiments.rehearse.job import EventFn, killed_from_outside, run_job, traces_dir
 
 
@@ -82,6 +83,11 @@ def analyze_window(trace_dir: Path) -> dict[str, Any]:
     return {"verify": analysis, "decode": decode, "span_source": source}
 
 
+RANK_KEYS = ("rank", "status", "error", "returncode", "gpu", "init_s", "import_s", "wall_s",
+             "max_memory_gb", "max_rss_gb", "graphs", "build", "timings",
+             "collectives_per_forward", "allreduce")  # fmt: skip
+
+
 def _max(ranks: list[dict[str, Any]], phase: str, key: str = "p50_ms") -> float | None:
     vals = [r["timings"][phase][key] for r in ranks if r.get("timings")]
     return max(vals) if vals else None
@@ -109,7 +115,7 @@ def run_profile(
         r.setdefault("rank", i)
     wall_reported = max((r.get("wall_s") or 0.0) for r in ranks)
     logs = group.nccl_summaries()
-    mismatch = group.nccl_env_mismatch(ranks)
+    env_verified, mismatch = group.env_delivered(ranks)
     result: dict[str, Any] = {
         "profile": name,
         "path": path,
@@ -118,39 +124,12 @@ def run_profile(
         "rank_wall_s": wall_reported,  # process start to report, the slowest rank
         "stopped_after_report": waited["stopped_after_report"],
         "init_s": max((r.get("init_s") or 0.0) for r in ranks),
-        "env_verified": bool(ranks)
-        and all(r.get("nccl_env") is not None for r in ranks)
-        and not mismatch,
+        "env_verified": env_verified,
         "nccl": {
-            "version": logs[0]["version"],
-            "confirmed": logs[0]["confirmed"],
+            **nccl_digest(logs),
             "tuning": {str(k): v for k, v in logs[0]["tuning"].items()},
-            "warnings": sorted({w for lg in logs for w in lg["warnings"]})[:10],
         },
-        "ranks": [
-            {
-                k: r.get(k)
-                for k in (
-                    "rank",
-                    "status",
-                    "error",
-                    "returncode",
-                    "gpu",
-                    "init_s",
-                    "import_s",
-                    "wall_s",
-                    "max_memory_gb",
-                    "max_rss_gb",
-                    "graphs",
-                    "build",
-                    "timings",
-                    "collectives_per_forward",
-                    "allreduce",
-                )
-                if r.get(k) is not None
-            }
-            for r in ranks
-        ],
+        "ranks": report_rows(ranks, RANK_KEYS),
     }
     errors = [r.get("error") for r in ranks if r.get("error")]
     errors += [

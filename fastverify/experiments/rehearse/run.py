@@ -194,9 +194,7 @@ def run_rehearsal(
     except modelconfig.ModelConfigError as exc:
         raise RehearseError(str(exc)) from None
     need = memory.estimate(job, world)
-    host = memory.host_available_bytes() if cfg.backend != "nccl" else None
-    gpus = memory.gpu_free_bytes(world) if cfg.backend == "nccl" else None
-    problem = memory.fit_problem(need, host, gpus)
+    problem, host, gpus = memory.check_fit(need)
     if problem:  # refused before any rank starts: nothing to kill, nothing half-written
         raise RehearseError(problem)
     job["memory_per_rank_gb"] = need.per_rank / memory.GIB
