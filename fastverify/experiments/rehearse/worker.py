@@ -393,7 +393,7 @@ def _finish(doc: dict[str, Any], rank: Rank, out: str, failed: bool, t_start: fl
     if rank.cuda:
         # Drop the graphs, then leave without destroy_process_group and without atexit
         # handlers: the process exit releases the communicators and the CUDA context. The
-        # parent also stops a rank that has reported and lingers (rehearse.REPORT_GRACE_S).
+        # parent also stops a rank that has reported and lingers (rehearse.job.REPORT_GRACE_S).
         with contextlib.suppress(Exception):
             getattr(rank, "graphs", {}).clear()
             torch.cuda.synchronize()
