@@ -53,13 +53,13 @@ def run_job(
     cfg: Any,
     label: str,
     on_event: EventFn | None = None,
-    gpus: int = 0,
 ) -> tuple[RankGroup, dict[str, Any]]:
     """Write `job` to TAG.job.json, start the rehearsal workers on it (each writes its
-    profiler window under `traces_dir`), wait for them (ranks that reported get
-    REPORT_GRACE_S to leave), return the group and its wait's outcome. `cfg`: timeout_s and
-    python."""
+    profiler window under `traces_dir`; a job without NCCL names the GPUs its ranks share),
+    wait for them (ranks that reported get REPORT_GRACE_S to leave), return the group and
+    its wait's outcome. `cfg`: timeout_s and python."""
     python = cfg.python or sys.executable
+    gpus = job.get("gpus", 0) if job.get("nccl") is False else 0
     job_path = workdir / f"{tag}.job.json"
     job_path.write_text(json.dumps(job), encoding="utf-8")
     traces = traces_dir(workdir, tag)

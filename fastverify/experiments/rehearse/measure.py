@@ -105,8 +105,7 @@ def run_profile(
 ) -> dict[str, Any]:
     """One profile on one transport path: start the ranks, wait, merge, analyze the trace."""
     tag = re.sub(r"[^A-Za-z0-9._-]", "_", f"{name}.{path}")
-    gpus = job.get("gpus", 0) if job.get("nccl") is False else 0
-    group, waited = run_job(env, world, workdir, tag, job, cfg, f"{name} ({path})", on_event, gpus)
+    group, waited = run_job(env, world, workdir, tag, job, cfg, f"{name} ({path})", on_event)
     timed_out = waited["timed_out"]
     wall = time.perf_counter() - group.started_at
 
