@@ -69,6 +69,9 @@ MAPPED: list[flashinfer_jit.Mapped] = []  # libraries this process holds mapped
 
 
 def worker_handler(log: sglang_logs.LogWriter):
+    """A TP worker's side of the engine's commands (log, NCCL init lines, map a FlashInfer
+    library, write a profiler trace), logging through `log`."""
+
     def handle(rank: int, msg: dict[str, Any]) -> dict[str, Any] | None:
         cmd = msg.get("cmd")
         if cmd == "log":
