@@ -1,7 +1,8 @@
 """The rank side of the GPU experiments: what the rank scripts (preflight/worker.py,
 rehearse/worker.py and derive_tuner/worker.py) share. `RankContext` is the setup every rank
 does first (its place in the group from RANK/WORLD_SIZE/LOCAL_RANK, its device and dtype,
-its process group with the communicator set up inside `open_group`'s time), `report_head`
+its process group with the communicator set up inside `open_group`'s time, its timed calls
+`time_ms` and its CUDA graphs captured after a side-stream warm-up `capture_graph`), `report_head`
 and `init_failed` the fields every report starts with or fails with; the orchestrator side
 is ranks.py.
 
