@@ -27,7 +27,8 @@ the group after the grace; stale files of our ranks removed), `adopt()` after a 
 fastverifyd (the group is provably ours: a live member carries the recorded id; its
 command line must be what this configuration builds, else it is stopped), a watcher per
 group that restarts a crashed cache (backoff 1 s doubling to 60 s), and `status()`.
-Only its own pids are ever signalled.
+Only its own pids are ever signalled. The handle and what the starts record are
+weight_cache_records.py's.
 """
 
 from __future__ import annotations
@@ -41,62 +42,20 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fastverify.daemon import procs
 from fastverify.daemon.failures import Failure
+from fastverify.daemon.weight_cache_records import CacheHandle, CacheTimes
 from fastverify.sglang import weight_cache as wc
 
 ID_VAR = "FASTVERIFY_WEIGHT_CACHE_ID"
 PID_FILE = "weight-cache.pid"
-TIMES_FILE = "weight-cache.json"  # the last start's figures per source (the switch notice)
 BACKOFF_S = (1.0, 60.0)
-GIB = 1 << 30
 
 
 # ----------------------------------------------------------------------------- the group
-
-
-@dataclass
-class CacheHandle:
-    cache_id: str
-    pid: int
-    pgid: int
-    create_time: float | None
-    argv: list[str]
-    log_path: Path
-    env_paths: dict[str, str]
-    ranks: int
-    started_at: float = field(default_factory=time.time)
-    proc: Any = None  # Popen when we spawned it, None when adopted
-    adopted: bool = False
-    ready_s: float | None = None
-    ready: threading.Event = field(default_factory=threading.Event)
-    exited: threading.Event = field(default_factory=threading.Event)
-    expected_exit: bool = False
-    exit_code: int | None = None
-    fingerprint: dict[str, Any] = field(default_factory=dict)
-    rank_pids: list[int] = field(default_factory=list)
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "cache_id": self.cache_id,
-            "pid": self.pid,
-            "pgid": self.pgid,
-            "create_time": self.create_time,
-            "argv": self.argv,
-            "log": str(self.log_path),
-            "env_paths": self.env_paths,
-            "ranks": self.ranks,
-            "started_at": self.started_at,
-            "ready_s": self.ready_s,
-            "daemon_pid": os.getpid(),
-        }
-
-    def alive(self) -> bool:
-        return not self.exited.is_set()
 
 
 class WeightCache:
@@ -117,6 +76,7 @@ class WeightCache:
         self.shutting_down = threading.Event()
         self.on_change: Callable[[], None] = lambda: None  # status/exporter refresh
         self._backoff = BACKOFF_S[0]
+        self.times = CacheTimes(store, self._lock)
 
     # ------------------------------------------------------------------ what we would run
     @property
@@ -416,38 +376,19 @@ class WeightCache:
                     with contextlib.suppress(FileNotFoundError):
                         sock.unlink()
 
+    # ------------------------------------------------------------------ records
+    # (weight-cache.json and the bytes held: weight_cache_records.CacheTimes, for this group)
     def record_time(self, source: str, mode: str, seconds: float | None) -> None:
-        """The last start's time per source and mode (the notice of the next switch)."""
-        if seconds is None:
-            return
-        with self._lock:
-            times = self.store.load_json(TIMES_FILE)
-            times.setdefault(source, {})[mode] = round(float(seconds), 3)
-            with contextlib.suppress(OSError):
-                self.store.save_json(TIMES_FILE, times)
-
-    def last_time(self, source: str, mode: str) -> float | None:
-        value = (self.store.load_json(TIMES_FILE).get(source) or {}).get(mode)
-        return float(value) if isinstance(value, int | float) else None
+        self.times.record(source, mode, seconds)
 
     def disk_estimate(self, mode: str) -> str:
-        """How long a disk start of `mode` takes, from the records: the last one of that
-        mode, else of any mode, else the cache's own disk load plus a start from it."""
-        times = self.store.load_json(TIMES_FILE)
-        disk = times.get("disk") or {}
-        if isinstance(disk.get(mode), int | float):
-            return f"~{disk[mode]:.0f} s, from the last recorded load"
-        other = [v for v in disk.values() if isinstance(v, int | float)]
-        if other:
-            return f"~{other[-1]:.0f} s, from the last recorded disk load (another mode)"
-        h = self.handle
-        cached = [v for v in (times.get("cache") or {}).values() if isinstance(v, int | float)]
-        if h is not None and h.ready_s and cached:
-            return (
-                f"~{h.ready_s + cached[-1]:.0f} s, from the records: the cache's disk load "
-                f"{h.ready_s:.0f} s + a start from it {cached[-1]:.0f} s"
-            )
-        return "no load recorded yet"
+        return self.times.disk_estimate(mode, self.handle)
+
+    def record_weight_gb(self, gb: float | None) -> None:
+        self.times.record_weight_gb(gb)
+
+    def bytes_held(self) -> tuple[int | None, str]:
+        return self.times.bytes_held(self.handle)
 
     def forget_mismatch(self) -> None:
         with self._lock:
@@ -485,7 +426,9 @@ class WeightCache:
             return None
         if data.get("pending"):  # spawned, never recorded: find it by its id
             groups = {
-                p.pgid for p in procs.processes() if _cache_id_of(p.pid) == data.get("cache_id")
+                p.pgid
+                for p in procs.processes()
+                if procs.engine_id_of(p.pid, var=ID_VAR) == data.get("cache_id")
             }
             for pgid in sorted(groups):
                 procs.stop_group(pgid, self.cfg.daemon.stop_grace_s, sig=signal.SIGINT)
@@ -539,31 +482,6 @@ class WeightCache:
         return f"weight cache: adopting the running cache (pid {h.pid}, {h.ranks} rank(s))"
 
     # ------------------------------------------------------------------ status
-    def bytes_held(self) -> tuple[int | None, str]:
-        """GPU memory the cache's processes hold: NVML per process where it answers, else
-        SGLang's own accounting of this model's last disk load (`Load weight end ... mem
-        usage=X GB` per rank, times the ranks), else unknown."""
-        h = self.handle
-        if h is None or not h.ready.is_set():
-            return None, "no ready cache"
-        got = _nvml_bytes([p.pid for p in procs.descendants(h.pid)])
-        if got is not None:
-            return got, "nvml"
-        gb = self.store.load_json(TIMES_FILE).get("weight_gb_per_rank")
-        if isinstance(gb, int | float) and gb > 0:
-            return int(gb * GIB * h.ranks), "SGLang's last disk load (mem usage per rank x ranks)"
-        return None, "unknown (no NVML here, no disk load recorded yet)"
-
-    def record_weight_gb(self, gb: float | None) -> None:
-        """A disk load's `Load weight end ... mem usage=X GB` (one rank's weights)."""
-        if gb is None or gb <= 0:
-            return
-        with self._lock:
-            times = self.store.load_json(TIMES_FILE)
-            times["weight_gb_per_rank"] = float(gb)
-            with contextlib.suppress(OSError):
-                self.store.save_json(TIMES_FILE, times)
-
     def status(self) -> dict[str, Any]:
         cf = self.facts()
         with self._lock:
@@ -601,38 +519,8 @@ class WeightCache:
         return out
 
 
-def _cache_id_of(pid: int) -> str | None:
-    try:
-        return procs.environ(pid).get(ID_VAR)
-    except Exception:
-        return None
-
-
 def _tail(path: Path, n: int = 30) -> list[str]:
     try:
         return path.read_text(errors="replace").splitlines()[-n:]
     except OSError:
         return []
-
-
-def _nvml_bytes(pids: list[int]) -> int | None:
-    try:
-        import pynvml  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    wanted, total = set(pids), 0
-    try:
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            with contextlib.suppress(Exception):
-                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                    if p.pid in wanted and p.usedGpuMemory:
-                        total += int(p.usedGpuMemory)
-        return total or None
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()

@@ -254,14 +254,9 @@ def served_prediction(
     """The cost model for a sim server of this environment and extra argv, all-reduce
     backend included (PCIe-IPC up to the bound the server would build, workspace failures
     aside): what the sim serves, for the tests and demos that compare against it."""
+    bound = served_bound(env, tp_size, argv)
     return costmodel.predict(
-        env,
-        mode,
-        tp_size,
-        batch_size,
-        cuda_graph,
-        accept_length,
-        pcie_ipc_max_bytes=served_bound(env, tp_size, argv),
+        env, mode, tp_size, batch_size, cuda_graph, accept_length, pcie_ipc_max_bytes=bound
     )
 
 

@@ -12,6 +12,10 @@ values at communicator init, Tree with CUDA graphs at capture, an injected OOM
 (`--sim-fail oom`) while loading, a busy port, a TP worker that dies, a crashed
 scheduler. A missing absolute --model-path fails immediately like SGLang (config not
 found), before any worker is forked.
+
+This module owns the process: its signals, the HTTP server, the scheduler and profiler, the
+status documents (`server_info`, `model_info`) and shutdown; the start-up phases between
+the workers and the HTTP server are startup.py's.
 """
 
 from __future__ import annotations
@@ -22,92 +26,32 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from fastverify.engines.sim import (
     allreduce_sim,
     cli_args,
-    costmodel,
     costtable,
-    flashinfer_jit,
     ncclenv,
-    release_lines,
     sglang_logs,
     weight_cache,
 )
-from fastverify.engines.sim.costtable import SimCosts
 from fastverify.engines.sim.metrics import SimMetrics
-from fastverify.engines.sim.profiler import Profiler, write_cycles
+from fastverify.engines.sim.profiler import Profiler
 from fastverify.engines.sim.scheduler import Request, Scheduler
 from fastverify.engines.sim.server import App, SimHTTPServer
+from fastverify.engines.sim.startup import StartUp, Stop, tuning_rows, worker_handler
 from fastverify.engines.sim.wakeup import StopFlag
 from fastverify.engines.sim.workers import WorkerPool
-from fastverify.sglang import adaptive, allreduce
+from fastverify.sglang import adaptive
 from fastverify.sglang.facts import resolve as resolve_facts
 
 SIM_VERSION = "0.5.23-fastverify-sim"
-SHARDS = 64
-# `--load-format dummy`: SGLang initialises random weights instead of reading the
-# checkpoint; the sim keeps this share of its simulated weight-load time (graph capture
-# and NCCL init are unchanged, as on real hardware).
-DUMMY_LOAD_SHARE = 0.05
-GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode",
-                "draft_extend")  # fmt: skip
-# Of an EAGLE-3 start's decode-side capture: each phase's part on SGLang 0.5.17 on an H200
-# (tests/fixtures/sglang-0.5.17-h200/server-info-eagle3.log: target verify 2.62 s, draft
-# prefill 1.27 s, draft decode 3.52 s, draft extend 1.02 s)
-EAGLE3_GRAPH_SHARES = {
-    k: round(v / 8.43, 3)
-    for k, v in {"verify": 2.62, "draft_prefill": 1.27, "draft_decode": 3.52,
-                 "draft_extend": 1.02}.items()
-}  # fmt: skip
 BANNER = (
     "fastverify sim engine: this is a SIMULATION of an SGLang server (no GPU, no model). "
     "Timings come from a documented cost model (docs/sim.md) and are not measurements "
     "of real hardware."
 )
-
-
-class _Stop(Exception):
-    """SIGTERM/SIGINT arrived during start-up."""
-
-
-def _tuning_rows(settings: ncclenv.NcclSettings, args: cli_args.SimArgs) -> list[tuple]:
-    """(bytes, ALGO, PROTO, channels) for the all-reduce sizes this server captures."""
-    sizes = {1}
-    if args.mode == "eagle3":
-        sizes |= {args.topk, args.num_draft_tokens}
-    rows = []
-    for tokens in sorted(sizes):
-        ar = costmodel.allreduce_cost(settings, tokens * costmodel.HIDDEN * 2, args.tp_size)
-        rows.append((ar.nbytes, ar.algo_name, ar.proto_name, ar.nchannels))
-    return rows
-
-
-_MAPPED: list[flashinfer_jit.Mapped] = []  # libraries this process holds mapped
-
-
-def _worker_handler(log: sglang_logs.LogWriter):
-    def handle(rank: int, msg: dict[str, Any]) -> dict[str, Any] | None:
-        cmd = msg.get("cmd")
-        if cmd == "log":
-            log.log(msg["msg"], rank, msg.get("level", "info"))
-        elif cmd == "nccl":
-            lines = sglang_logs.nccl_init_lines(
-                os.environ, rank, msg["tp_size"], ncclenv.resolve(os.environ)
-            )
-            sglang_logs.write_nccl_lines(os.environ, lines, log)
-        elif cmd == "map":  # load FlashInfer's JIT-built library, as each rank's process does
-            _MAPPED.append(flashinfer_jit.Mapped(Path(msg["path"])))
-        elif cmd == "trace":
-            path = write_cycles(
-                msg["path"], rank, msg["tp_size"], msg["cycles"], dict(os.environ), msg["args"]
-            )
-            return {"ok": True, "path": str(path)}
-        return None
-
-    return handle
 
 
 class SimEngine:
@@ -120,9 +64,7 @@ class SimEngine:
         self.workers: WorkerPool | None = None
         self.settings = ncclenv.resolve(os.environ)
         self.failure: str | None = None
-        self.pcie_ipc_max_bytes: int | None = None  # what FlashInfer's kernels serve
-        self.load_weight_s: float | None = None
-        self.capture_seconds: dict[str, float] = {}
+        self.startup: StartUp | None = None  # created in run(), after forking
         self._cost_table: dict[str, Any] | None = None
 
     # --------------------------------------------------------------- helpers
@@ -131,15 +73,6 @@ class SimEngine:
         if self._stop_flag is None:
             raise RuntimeError("stop flag used before run()")
         return self._stop_flag
-
-    def _sleep(self, seconds: float) -> None:
-        if seconds > 0 and self.stop_event.wait(seconds):
-            raise _Stop
-
-    def _all_ranks(self, msg: str, level: str = "info") -> None:
-        self.log.log(msg, 0, level)
-        if self.workers:
-            self.workers.broadcast({"cmd": "log", "msg": msg, "level": level})
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.stop_event.set()
@@ -198,248 +131,15 @@ class SimEngine:
                 return 1
         return None
 
-    def _nccl_init(self) -> None:
-        a = self.args
-        self._all_ranks("Init torch distributed begin.")
-        lines = sglang_logs.nccl_init_lines(os.environ, 0, a.tp_size, self.settings)
-        sglang_logs.write_nccl_lines(os.environ, lines, self.log)
-        if self.workers:
-            self.workers.broadcast({"cmd": "nccl", "tp_size": a.tp_size})
-        if self.settings.errors:
-            self.log.log(
-                "Scheduler hit an exception: Traceback (most recent call last):\n"
-                '  File "/usr/local/lib/python3.12/dist-packages/torch/distributed/'
-                'distributed_c10d.py", line 4851, in barrier\n'
-                "    work = group.barrier(opts=opts)\n"
-                "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/"
-                "distributed/c10d/ProcessGroupNCCL.cpp:3690, invalid argument (run with "
-                "NCCL_DEBUG=WARN for details), NCCL version 2.28.9\n"
-                "ncclInvalidArgument: Invalid value for an argument.\n"
-                "Last error:\n" + "\n".join(self.settings.errors),
-                0,
-                "error",
-            )
-            raise RuntimeError("nccl init failed")
-        # GroupCoordinator for the TP group: PCIe-IPC first (pcie_ipc_ar.eligible_group),
-        # then custom all-reduce (custom_all_reduce_utils), on every rank
-        for level, msg in allreduce_sim.group_lines(os.environ, a):
-            self._all_ranks(msg, level)
-        if a.tp_size > 2 and not a.disable_custom_all_reduce:
-            # dispatch_custom_allreduce tries the v2 class first, then the legacy one: both
-            # run custom_all_reduce_utils' check and warn (fastverify.sglang.allreduce)
-            for cls_name in ("CustomAllReduceV2", "CustomAllreduce"):
-                self._all_ranks(
-                    f"{cls_name} {allreduce.CUSTOM_PCIE_TEXT} To silence this warning, "
-                    "specify disable_custom_all_reduce=True explicitly.",
-                    "warning",
-                )
-        self._all_ranks("Init torch distributed ends. mem usage=0.53 GB")
-
-    def _load(self) -> None:
-        a = self.args
-        weights_s = a.load_seconds * weight_cache.WEIGHTS_SHARE
-        self._all_ranks("Load weight begin. avail mem=78.52 GB")
-        tic = time.monotonic()
-        if a.weight_cache_mode == "client" and self._load_from_cache(tic):
-            pass  # mapped from the cache's daemon, no checkpoint read
-        else:
-            self._load_from_disk(weights_s, tic)
-        self.load_weight_s = time.monotonic() - tic
-        if a.mode == "eagle3":
-            self._all_ranks("Load weight begin. avail mem=14.31 GB")
-            self._sleep(weights_s * 0.05)
-            self._all_ranks(
-                "Load weight end. elapsed=0.31 s, type=LlamaForCausalLMEagle3, "
-                "dtype=torch.bfloat16, avail mem=13.21 GB, mem usage=1.10 GB."
-            )
-        self._all_ranks("KV Cache is allocated. #tokens: 1048576, KV size: 4.50 GB")
-        self._all_ranks("Memory pool end. avail mem=8.12 GB")
-        if a.mode == "eagle3":  # the drafter's own pool (SGLang: after the target's)
-            self._all_ranks("KV Cache is allocated. #tokens: 1048576, KV size: 0.07 GB")
-            self._all_ranks("Memory pool end. avail mem=8.05 GB")
-        # base_runner._pre_initialize_pcie_ipc_workspace: before graph capture
-        self.pcie_ipc_max_bytes = allreduce_sim.Workspace(os.environ, a).prepare(
-            lambda level, msg: self._all_ranks(msg, level), self._sleep, self._map_all
-        )
-        self.costs = SimCosts(os.environ, a, self.pcie_ipc_max_bytes)
-
-    def _load_from_disk(self, weights_s: float, tic: float) -> None:
-        a = self.args
-        steps = 16
-        if a.load_format == "dummy":  # random init, no checkpoint read (no shard progress)
-            weights_s *= DUMMY_LOAD_SHARE
-            steps = 0
-            self._sleep(weights_s * 0.95)
-            if a.fail == "oom":  # random weights take the same memory
-                self.log.log(sglang_logs.oom_traceback(), 0, "error")
-                raise RuntimeError("injected OOM")
-        for k in range(1, steps + 1):
-            self._sleep(weights_s * 0.95 / steps)
-            done = SHARDS * k // steps
-            self.log.raw(sglang_logs.shard_progress(done, SHARDS, time.monotonic() - tic))
-            if a.fail == "oom" and k == steps * 5 // 8:
-                self.log.log(sglang_logs.oom_traceback(), 0, "error")
-                raise RuntimeError("injected OOM")
-        self.log.raw("")
-        self._all_ranks(
-            f"Load weight end. elapsed={time.monotonic() - tic:.2f} s, "
-            f"type=DeepseekV3ForCausalLM, dtype={allreduce_sim.torch_dtype(a)}, "
-            "avail mem=14.31 GB, "
-            "mem usage=64.21 GB."
-        )
-
-    def _load_from_cache(self, tic: float) -> bool:
-        """Every rank's `IpcModelLoader.load_model` in client mode: True when mapped from the
-        cache, False when its socket is absent (SGLang then loads from disk); a socket that
-        refuses or a fingerprint that differs fails the start (RuntimeError), as in SGLang."""
-        a = self.args
-        wc = weight_cache.facts(a.sglang_version)
-        replies = []
-        for rank in range(a.tp_size):
-            gpu_id = a.base_gpu_id + rank * a.gpu_id_step
-            config = weight_cache.fingerprint(
-                wc, model_path=a.model_path, tp_size=a.tp_size, tp_rank=rank,
-                dtype=a.dtype, quantization=a.quantization, revision=a.revision,
-            )  # fmt: skip
-            key = weight_cache.key_of(wc, gpu_id=gpu_id, tp_size=a.tp_size, tp_rank=rank)
-            try:
-                reply, path = weight_cache.fetch(
-                    wc, config=config, key=key, socket_path=a.weight_cache_socket
-                )
-            except weight_cache.CacheRefused as exc:
-                self.log.log(
-                    "Scheduler hit an exception: Traceback (most recent call last):\n"
-                    '  File "sglang/srt/weight_cache/ipc_loader.py", in _fetch_from_cache\n'
-                    f"RuntimeError: {exc}",
-                    rank,
-                    "error",
-                )
-                raise RuntimeError("weight cache refused") from None
-            if reply is None:
-                self.log.log(weight_cache.SOCKET_MISSING.format(path=path), rank)
-                self.log.log(weight_cache.FALLBACK, rank, "warning")
-                return False
-            replies.append(reply)
-        seconds = weight_cache.MAP_SECONDS
-        self._sleep(seconds)
-        for rank, reply in enumerate(replies):
-            n = len(reply.get("entries") or ())
-            self.log.log(weight_cache.fetched_line(wc, n, seconds * 0.4), rank)
-            self.log.log(weight_cache.mapped_line(n, seconds * 0.6), rank)
-            self.log.log(weight_cache.loaded_line(a.weight_cache_mode, seconds), rank)
-        self._all_ranks(
-            f"Load weight end. elapsed={time.monotonic() - tic:.2f} s, "
-            f"type=DeepseekV3ForCausalLM, dtype={allreduce_sim.torch_dtype(a)}, "
-            "avail mem=78.48 GB, mem usage=0.04 GB."
-        )
-        pids = [int(r["pid"]) for r in replies if r.get("pid")]
-        threading.Thread(target=self._watch_cache, args=(pids,), daemon=True).start()
-        return True
-
-    def _watch_cache(self, pids: list[int]) -> None:
-        """The loader's liveness watchdog: the mapped weights dangle once a cache rank dies."""
-        # (a plain sleep: StopFlag.wait here would drain the main thread's wake-up pipe)
-        while not self.stop_event.is_set():
-            time.sleep(weight_cache.WATCH_INTERVAL_S)
-            for pid in pids:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    self.log.log(weight_cache.DIED.format(pid=pid), 0, "critical")
-                    os.kill(os.getpid(), signal.SIGKILL)
-                except PermissionError:
-                    continue
-
-    def _map_all(self, path: Path) -> None:
-        """Every rank's process maps `path` (TP0 here, the workers on command)."""
-        _MAPPED.append(flashinfer_jit.Mapped(path))
-        if self.workers:
-            self.workers.request_each(lambda rank: {"cmd": "map", "path": str(path)}, 30.0)
-
-    def _capture(self) -> None:
-        """SGLang's capture milestones per phase that captures, in its order
-        (cuda_graph_setup.capture_cuda_graphs: the target's prefill, backend breakable, then
-        its decode, backend full, named verify under EAGLE-3; then the drafter's prefill,
-        decode and extend) and in the served release's words (release_lines)."""
-        a = self.args
-        self.capture_seconds: dict[str, float] = {}
-        if not a.cuda_graph:
-            return
-        v = a.sglang_version
-        # the release's decode capture list (speculative or baseline), clamped to the pool
-        bs = self.costs.capture or self.costs.baseline_capture
-        graphs_s = a.load_seconds * weight_cache.GRAPHS_SHARE
-        spec = a.mode == "eagle3"
-        avail = [8.12]
-
-        def phase(role: str, name: str, backend: str, seconds: float, mem: float,
-                  per_req: int = 1, before_end: Any = None) -> None:  # fmt: skip
-            tic = time.monotonic()
-            self._all_ranks(release_lines.capture_begin(v, role, name, backend, avail[0], bs,
-                                                        per_req))  # fmt: skip
-            if before_end is not None:
-                before_end()
-            self._sleep(seconds)
-            took = time.monotonic() - tic
-            self.capture_seconds[name if role == "target" else f"{role}_{name}"] = took
-            avail[0] = round(avail[0] - mem, 2)
-            self._all_ranks(release_lines.capture_end(v, role, name, took, mem, avail[0], bs))
-
-        prefill_s = graphs_s * (1 - weight_cache.DECODE_GRAPH_SHARE)
-        decode_s = graphs_s * weight_cache.DECODE_GRAPH_SHARE
-        if a.prefill_cuda_graph:
-            phase("target", "prefill", "breakable", prefill_s, 0.05)
-        if a.decode_cuda_graph:
-            share = EAGLE3_GRAPH_SHARES if spec else {"decode": 1.0}
-            name = "verify" if spec else "decode"
-            phase("target", name, "full", decode_s * share[name], 0.38,
-                  a.num_draft_tokens if spec else 1, self._decode_capture_nccl)  # fmt: skip
-        if spec and a.prefill_cuda_graph:
-            phase("draft", "prefill", "breakable", decode_s * EAGLE3_GRAPH_SHARES["draft_prefill"],
-                  0.04)  # fmt: skip
-        if spec and a.decode_cuda_graph:
-            phase("draft", "decode", "full", decode_s * EAGLE3_GRAPH_SHARES["draft_decode"],
-                  0.04, a.topk)  # fmt: skip
-            phase("draft", "extend", "full", decode_s * EAGLE3_GRAPH_SHARES["draft_extend"],
-                  0.05, a.num_draft_tokens)  # fmt: skip
-
-    def _decode_capture_nccl(self) -> None:
-        """NCCL's tuning lines at the decode capture's first all-reduce; Tree on PCIe fails
-        the capture (a stand-in for what docs/sim.md describes)."""
-        a = self.args
-        tuning = sglang_logs.nccl_tuning_lines(os.environ, 0, _tuning_rows(self.settings, a))
-        sglang_logs.write_nccl_lines(os.environ, tuning, self.log)
-        if a.tp_size > 1 and self.settings.tree_only:
-            err = costmodel.TREE_CAPTURE_ERROR
-            warn = sglang_logs.nccl_warn_line(
-                0,
-                "Tree algorithm cannot be captured in a CUDA graph on this topology "
-                "(NCCL_ALGO=Tree, PCIe): operation not permitted when stream is capturing",
-            )
-            sglang_logs.write_nccl_lines(os.environ, [warn], self.log)
-            self.log.log(sglang_logs.capture_failure_traceback(err), 0, "error")
-            raise RuntimeError("capture failed")
-
-    def _graph_phases(self) -> dict[str, float]:
-        """The capture seconds by SGLang's phase names, every phase (0 where none ran), as
-        its startup-timings line and `sglang:startup_cuda_graph_time_seconds` carry them
-        (model_executor/graph_memory_usage.py)."""
-        cs = self.capture_seconds
-        return {n: cs.get("verify" if n == "target_verify" else n, 0.0) for n in GRAPH_PHASES}
-
-    def _startup_timings(self, started: float) -> None:
-        """The release's "Engine startup timings (s)" line (where it prints one), after
-        the scheduler is up, in SGLang's phase names."""
-        a = self.args
-        line = release_lines.startup_timings(
-            a.sglang_version, self.load_weight_s or 0.0, 0.0, time.monotonic() - started,
-            self._graph_phases(), time.monotonic() - started,
-        )  # fmt: skip
-        if line is not None:  # the tokenizer manager's process: no TP in its prefix
-            self.log.log(line, None)
+    @property
+    def started(self) -> StartUp:
+        if self.startup is None:
+            raise RuntimeError("start-up state used before run()")
+        return self.startup
 
     def server_info(self) -> dict[str, Any]:
         a = self.args
+        pcie_ipc_max_bytes = self.started.pcie_ipc_max_bytes
         sched = self.scheduler
         pred = sched.predict(max(1, sched.counts()[0]))
         running, queued = sched.counts()
@@ -473,14 +173,14 @@ class SimEngine:
                     "last_gen_throughput": sched.last_gen_throughput,
                     "num_running_reqs": running,
                     "num_queue_reqs": queued,
-                    "memory_usage": self.costs.memory_usage(),
+                    "memory_usage": self.started.costs.memory_usage(),
                 }
             ],
             "sim": {
                 "pids": [os.getpid(), *(self.workers.pids if self.workers else [])],
                 "allreduce": {
-                    "backend": "pcie_ipc" if self.pcie_ipc_max_bytes else "nccl",
-                    "pcie_ipc_max_bytes": self.pcie_ipc_max_bytes,
+                    "backend": "pcie_ipc" if pcie_ipc_max_bytes else "nccl",
+                    "pcie_ipc_max_bytes": pcie_ipc_max_bytes,
                 },
                 "nccl": {
                     "algo": pred.algo,
@@ -524,7 +224,7 @@ class SimEngine:
     def cost_table(self) -> dict[str, Any]:
         """The engine's costs (`costtable.SimCosts.table`), computed once."""
         if self._cost_table is None:
-            self._cost_table = self.costs.table()
+            self._cost_table = self.started.costs.table()
         return self._cost_table
 
     def model_info(self) -> dict[str, Any]:
@@ -569,12 +269,13 @@ class SimEngine:
         if a.tp_size > 1:
             self.workers = WorkerPool.fork(
                 a.tp_size - 1,
-                _worker_handler(self.log),
+                worker_handler(self.log),
                 [sys.executable, "-u", "-m", "fastverify.engines.sim.worker_main", a.log_level],
             )
             # like SGLang waiting for its schedulers: every worker answers once it runs
             self.workers.request_each(lambda rank: {"cmd": "ping"}, timeout=120.0)
         self._stop_flag = StopFlag()
+        st = self.startup = StartUp(a, self.log, self.settings, self.workers, self._stop_flag)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGCHLD, self._on_child)
@@ -607,10 +308,10 @@ class SimEngine:
                 name="sim-http",
                 daemon=True,
             ).start()
-            self._sleep(a.load_seconds * weight_cache.REST_SHARE / 2)  # start-up before NCCL
-            self._nccl_init()
-            self._load()
-            self._capture()
+            st.sleep(a.load_seconds * weight_cache.REST_SHARE / 2)  # start-up before NCCL
+            st.nccl_init()
+            st.load()
+            st.capture()
             self.metrics = (
                 SimMetrics(
                     a.served_model_name,
@@ -621,7 +322,7 @@ class SimEngine:
                 if a.enable_metrics
                 else None
             )
-            for phase, seconds in self._graph_phases().items():
+            for phase, seconds in st.graph_phases().items():
                 if self.metrics is not None:
                     self.metrics.startup_cuda_graph(phase, seconds)
             self.profiler = Profiler(
@@ -636,7 +337,7 @@ class SimEngine:
                     "num_steps": a.num_steps,
                     "topk": a.topk,
                     "num_draft_tokens": a.num_draft_tokens,
-                    "pcie_ipc_max_bytes": self.pcie_ipc_max_bytes,
+                    "pcie_ipc_max_bytes": st.pcie_ipc_max_bytes,
                 },
             )
             self.scheduler = Scheduler(
@@ -654,11 +355,11 @@ class SimEngine:
                 seed=a.seed,
                 on_cycle=self.profiler.on_cycle,
                 on_crash=self._on_crash,
-                pcie_ipc_max_bytes=self.pcie_ipc_max_bytes,
+                pcie_ipc_max_bytes=st.pcie_ipc_max_bytes,
                 accept_steps=a.accept_steps,
                 adaptive_config=a.adaptive_config,
                 accept_spread=a.accept_spread,
-                costs=self.costs,
+                costs=st.costs,
                 on_finish=self._request_metrics(),
             )
             played = resolve_facts(a.sglang_version)
@@ -670,7 +371,7 @@ class SimEngine:
                 f"max_running_requests={allreduce_sim.SIM_REQUEST_POOL}, "
                 "context_len=262144, available_gpu_mem=7.74 GB"
             )
-            self._startup_timings(started)
+            st.timings(started)
             self.scheduler.start()
             app.attach(self.scheduler, self.metrics, self.profiler, self.server_info)
             self.log.log(f"INFO:     Started server process [{os.getpid()}]", None)
@@ -681,22 +382,22 @@ class SimEngine:
                 None,
             )
             if not a.cuda_graph:  # eager: NCCL tunes at the first collective call
-                rows = _tuning_rows(self.settings, a)
+                rows = tuning_rows(self.settings, a)
                 tuning = sglang_logs.nccl_tuning_lines(os.environ, 0, rows)
                 sglang_logs.write_nccl_lines(os.environ, tuning, self.log)
-            self._sleep(a.load_seconds * weight_cache.REST_SHARE / 2)  # warm-up, tokenizer
+            st.sleep(a.load_seconds * weight_cache.REST_SHARE / 2)  # warm-up, tokenizer
             warm = Request(prompt_tokens=6, max_new_tokens=1)
             self.scheduler.submit(warm)
             while not warm.done.wait(0.05):
-                self._sleep(0)
+                st.sleep(0)
                 if self.stop_event.is_set():
-                    raise _Stop
+                    raise Stop
             app.ready.set()
             self.log.log(sglang_logs.READY_LINE, None)
             # StopFlag wakes this wait even when SIGTERM lands on another thread (see wakeup.py)
             self.stop_event.wait()
             return self._exit_status()
-        except _Stop:
+        except Stop:
             return self._exit_status()
         except RuntimeError:
             self.log.log(

@@ -25,74 +25,16 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from fastverify.sglang import metrics as m
 
-TTFT_BUCKETS = (
-    0.1,
-    0.2,
-    0.4,
-    0.6,
-    0.8,
-    1.0,
-    2.0,
-    4.0,
-    6.0,
-    8.0,
-    10.0,
-    20.0,
-    40.0,
-    60.0,
-    80.0,
-    120.0,
-    160.0,
-)
-ITL_BUCKETS = (
-    0.002,
-    0.004,
-    0.006,
-    0.008,
-    0.010,
-    0.015,
-    0.020,
-    0.025,
-    0.030,
-    0.035,
-    0.040,
-    0.060,
-    0.080,
-    0.100,
-    0.200,
-    0.400,
-    0.600,
-    0.800,
-    1.0,
-    2.0,
-    4.0,
-    6.0,
-    8.0,
-)
+# SGLang's histogram buckets (seconds): time to first token and end-to-end latency share
+# their first fifteen
+_LATENCY_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0)
+TTFT_BUCKETS = (*_LATENCY_BUCKETS, 120.0, 160.0)
+E2E_BUCKETS = (*_LATENCY_BUCKETS, 100.0, 200.0, 400.0, 800.0)
+ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040,
+               0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0,
+               8.0)  # fmt: skip
 # SGLang runs prometheus_client in multiprocess mode, which exports no `_created` series.
 disable_created_metrics()
-
-E2E_BUCKETS = (
-    0.1,
-    0.2,
-    0.4,
-    0.6,
-    0.8,
-    1.0,
-    2.0,
-    4.0,
-    6.0,
-    8.0,
-    10.0,
-    20.0,
-    40.0,
-    60.0,
-    80.0,
-    100.0,
-    200.0,
-    400.0,
-    800.0,
-)
 
 
 class SimMetrics:

@@ -11,12 +11,12 @@ from collections.abc import Sequence
 
 def main(argv: Sequence[str]) -> int:
     from fastverify.engines.sim import sglang_logs
-    from fastverify.engines.sim.engine import _worker_handler
+    from fastverify.engines.sim.startup import worker_handler
     from fastverify.engines.sim.workers import _child
 
     level, rank, fd, parent_pid = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
     sock = socket.socket(fileno=fd)
-    _child(rank, sock, parent_pid, _worker_handler(sglang_logs.LogWriter(sys.stdout, level)))
+    _child(rank, sock, parent_pid, worker_handler(sglang_logs.LogWriter(sys.stdout, level)))
     return 0
 
 

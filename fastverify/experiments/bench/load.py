@@ -39,29 +39,37 @@ Timing, from the streamed chunks (SGLang sends cumulative `meta_info.completion_
 until `stop` is set, each sending its next request only when its last one finished, so the
 server never holds more than `concurrency` of them (the load beside a profile window).
 
-`run_sglang_bench` runs `python -m sglang.bench_serving` instead, when it is installed,
-and maps the JSONL line it appends to `--output-file` onto the same result fields.
+`run_sglang_bench` (sglang_bench.py) runs `python -m sglang.bench_serving` instead, when it
+is installed, and maps the JSONL line it appends to `--output-file` onto the same result
+fields. The config, the records and the result are records.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import importlib.util
 import json
 import random
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict
 from typing import Any
 
 from fastverify.config import weights_label
-from fastverify.experiments.common.stats import mean, percentile
+from fastverify.experiments.bench.records import (
+    BenchConfig,
+    BenchError,
+    BenchResult,
+    RequestRecord,
+    ms_summary,
+)
+from fastverify.experiments.bench.sglang_bench import (
+    result_from_sglang_jsonl,
+    run_sglang_bench,
+    sglang_bench_argv,
+    sglang_bench_available,
+)
+from fastverify.experiments.common.stats import mean
 from fastverify.sglang import adaptive
 from fastverify.sglang import client as engine_client
 
@@ -69,93 +77,6 @@ ProgressFn = Callable[[int, float], None]  # (completed requests, elapsed second
 PhaseFn = Callable[[str], None]  # one line about the phase the run is in (warm-up, window)
 # While the warm-up runs, a line every this many seconds (a slow server can take long).
 WARMUP_NOTE_EVERY_S = 5.0
-
-
-class BenchError(RuntimeError):
-    """The benchmark could not produce a measurement (server unreachable, every request failed)."""
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    url: str = "http://127.0.0.1:30000"
-    concurrency: int = 1
-    duration: float | None = 30.0  # seconds; None when `requests` bounds the run
-    requests: int | None = None
-    input_len: int = 128
-    output_len: int = 256
-    seed: int = 0
-    warmup: int = 1  # requests per client, sent and discarded before measuring
-    timeout: float = 600.0  # per request
-    dataset: str | None = None  # a prompt set (datasets.load); None: random token ids
-    temperature: float = 0.0
-    top_p: float = 1.0
-
-    def validate(self) -> None:
-        if self.concurrency < 1:
-            raise ValueError("--concurrency must be at least 1")
-        if self.duration is None and self.requests is None:
-            raise ValueError("give --duration or --requests")
-        if self.duration is not None and self.duration <= 0:
-            raise ValueError("--duration must be positive")
-        if self.requests is not None and self.requests < 1:
-            raise ValueError("--requests must be at least 1")
-        if self.input_len < 1 or self.output_len < 1:
-            raise ValueError("--input-len and --output-len must be at least 1")
-        if self.warmup < 0:
-            raise ValueError("--warmup must be 0 or more")
-        if self.temperature < 0:
-            raise ValueError("--temperature must be 0 or more (0: greedy)")
-        if not 0 < self.top_p <= 1:
-            raise ValueError("--top-p must be in (0, 1]")
-
-    @property
-    def sampling(self) -> dict[str, float]:
-        return {"temperature": self.temperature, "top_p": self.top_p}
-
-
-@dataclass
-class RequestRecord:
-    start: float
-    ttft: float | None = None
-    latency: float | None = None
-    tokens: int = 0
-    chunk_times: list[float] = field(default_factory=list)  # absolute perf_counter times
-    chunk_tokens: list[int] = field(default_factory=list)  # tokens added by each chunk
-    error: str | None = None
-    completed: bool = False
-    cancelled: bool = False  # in flight at the deadline (not a failure)
-    histogram: list[int] | None = None  # meta_info.spec_correct_drafts_histogram (finished)
-
-
-@dataclass
-class BenchResult:
-    source: str  # "fastverify" | "sglang.bench_serving"
-    url: str
-    config: dict[str, Any]
-    duration_s: float
-    completed: int
-    failed: int
-    output_tokens: int
-    output_tokens_per_second: float
-    request_rate: float
-    per_request_tokens_per_second: float | None
-    ttft_ms: dict[str, float | None]
-    itl_ms: dict[str, float | None]
-    accept_length: float | None
-    errors: list[str] = field(default_factory=list)
-    weights: str | None = None  # "dummy" (trial server) | "real" | None (not reported)
-    # why the window measured no per-request rate, and what to change (None: it did)
-    incomplete: str | None = None
-    accept_histogram: list[int] | None = None  # index = accepted drafts per verify pass
-    # each completed request's own histogram (passes of one request are correlated: the
-    # plan's intervals resample requests, never passes)
-    accept_requests: list[list[int]] | None = None
-    accept_curve: dict[str, float] | None = None  # steps k -> accept length L(k)
-    accept_steps: int | None = None  # the server's draft steps the histogram was measured at
-    dataset: dict[str, Any] | None = None  # what the prompts were (datasets.Dataset.identity)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def make_prompts(n: int, input_len: int, seed: int) -> list[list[int]]:
@@ -186,16 +107,12 @@ def dataset_identity(cfg: BenchConfig) -> dict[str, Any]:
     return datasets.synthetic_identity(cfg.input_len)
 
 
-def _summary(values: list[float]) -> dict[str, float | None]:
-    def ms(v: float | None) -> float | None:
-        return None if v is None else v * 1000.0
+def _load_client(cfg: BenchConfig) -> Any:
+    """The clients' HTTP connection pool: room for every client, each request's timeout."""
+    import httpx
 
-    return {
-        "mean": ms(mean(values)) if values else None,
-        "p50": ms(percentile(values, 50)),
-        "p90": ms(percentile(values, 90)),
-        "p99": ms(percentile(values, 99)),
-    }
+    limits = httpx.Limits(max_connections=cfg.concurrency + 4)
+    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(cfg.timeout, connect=10.0))
 
 
 async def _one_request(
@@ -259,9 +176,7 @@ async def _measure(
 
     url = cfg.url.rstrip("/")
     prompts = prompt_list(cfg)
-    limits = httpx.Limits(max_connections=cfg.concurrency + 4)
-    timeout = httpx.Timeout(cfg.timeout, connect=10.0)
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+    async with _load_client(cfg) as client:
         # Part of the load job: opens the load client's connection (and its lazy imports)
         # before the window starts; with it outside, a 1 s window measured ~35% low here.
         try:
@@ -357,15 +272,11 @@ def keep_loaded(cfg: BenchConfig, stop: threading.Event, counts: dict[str, int])
 
 
 async def _keep_loaded(cfg: BenchConfig, stop: threading.Event, counts: dict[str, int]) -> None:
-    import httpx
-
     url = cfg.url.rstrip("/")
     prompts = prompt_list(cfg)  # the bench window's own prompts (its dataset, else random ids)
     for key in ("sent", "finished", "failed"):
         counts.setdefault(key, 0)
-    limits = httpx.Limits(max_connections=cfg.concurrency + 4)
-    timeout = httpx.Timeout(cfg.timeout, connect=10.0)
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+    async with _load_client(cfg) as client:
 
         async def one_client(k: int) -> None:
             i = k
@@ -458,8 +369,8 @@ def summarize(
         output_tokens_per_second=tokens_in_window / window,
         request_rate=len(completed) / window,
         per_request_tokens_per_second=mean(per_req) if per_req else None,
-        ttft_ms=_summary(ttfts),
-        itl_ms=_summary(itls),
+        ttft_ms=ms_summary(ttfts),
+        itl_ms=ms_summary(itls),
         accept_length=accept_length,
         errors=errors,
     )
@@ -538,135 +449,16 @@ def add_acceptance(
     result.accept_curve = AcceptCurve.from_histogram(total, steps).curve()
 
 
-# ---------------------------------------------------------------- sglang.bench_serving
-
-
-def sglang_bench_available(python: str | None = None) -> bool:
-    """Whether `sglang.bench_serving` can be imported (in this interpreter, or `python`)."""
-    if python is None or python == sys.executable:
-        return importlib.util.find_spec("sglang") is not None
-    probe = subprocess.run(
-        [
-            python,
-            "-c",
-            "import importlib.util,sys; sys.exit(importlib.util.find_spec('sglang') is None)",
-        ],
-        capture_output=True,
-        check=False,
-    )
-    return probe.returncode == 0
-
-
-def sglang_bench_argv(cfg: BenchConfig, output_file: str, python: str | None = None) -> list[str]:
-    """The `python -m sglang.bench_serving` command for `cfg` (fixed lengths, closed loop)."""
-    if cfg.requests is None:
-        raise ValueError(
-            "--use-sglang-bench needs --requests (sglang.bench_serving has no duration)"
-        )
-    if cfg.dataset:
-        from fastverify.experiments.bench.datasets import SHIPPED, load
-
-        ds = load(cfg.dataset)
-        if cfg.dataset == SHIPPED or ds.format != "sharegpt":
-            raise ValueError(
-                "--use-sglang-bench reads a ShareGPT JSON file (--dataset-name sharegpt); "
-                f"{cfg.dataset} is {ds.format}: drop --use-sglang-bench to send it"
-            )
-        data = ["--dataset-name", "sharegpt", "--dataset-path", cfg.dataset,
-                "--sharegpt-output-len", str(cfg.output_len)]  # fmt: skip
-    else:
-        data = ["--dataset-name", "random", "--random-input-len", str(cfg.input_len),
-                "--random-output-len", str(cfg.output_len),
-                "--random-range-ratio", "1.0"]  # fmt: skip
-    return [
-        python or sys.executable,
-        "-m",
-        "sglang.bench_serving",
-        "--backend",
-        "sglang",
-        "--base-url",
-        cfg.url.rstrip("/"),
-        *data,
-        "--num-prompts",
-        str(cfg.requests),
-        "--max-concurrency",
-        str(cfg.concurrency),
-        "--request-rate",
-        "inf",
-        "--seed",
-        str(cfg.seed),
-        "--warmup-requests",
-        str(cfg.warmup),
-        "--temperature",
-        str(cfg.temperature),
-        "--top-p",
-        str(cfg.top_p),
-        "--output-file",
-        output_file,
-        "--disable-tqdm",
-    ]
-
-
-def result_from_sglang_jsonl(line: dict[str, Any], cfg: BenchConfig) -> BenchResult:
-    """Map one `sglang.bench_serving` JSONL record onto a BenchResult.
-
-    Keys used (python/sglang/bench_serving.py): duration, completed, total_output_tokens,
-    output_throughput, request_throughput, mean/median/p99_ttft_ms, mean/median/p95/p99_itl_ms,
-    mean_tpot_ms, accept_length. bench_serving reports no p90; p95 is not substituted.
-    """
-
-    def f(key: str) -> float | None:
-        value = line.get(key)
-        return float(value) if isinstance(value, int | float) else None
-
-    tpot = f("mean_tpot_ms")
-    num_prompts = int(line.get("completed") or 0)
-    requested = cfg.requests or num_prompts
-    return BenchResult(
-        source="sglang.bench_serving",
-        url=cfg.url,
-        config=asdict(cfg),
-        duration_s=f("duration") or 0.0,
-        completed=num_prompts,
-        failed=max(0, requested - num_prompts),
-        output_tokens=int(line.get("total_output_tokens") or 0),
-        output_tokens_per_second=f("output_throughput") or 0.0,
-        request_rate=f("request_throughput") or 0.0,
-        per_request_tokens_per_second=(1000.0 / tpot) if tpot else None,
-        ttft_ms={
-            "mean": f("mean_ttft_ms"),
-            "p50": f("median_ttft_ms"),
-            "p90": None,
-            "p99": f("p99_ttft_ms"),
-        },
-        itl_ms={
-            "mean": f("mean_itl_ms"),
-            "p50": f("median_itl_ms"),
-            "p90": None,
-            "p99": f("p99_itl_ms"),
-        },
-        accept_length=f("accept_length"),
-    )
-
-
-def run_sglang_bench(cfg: BenchConfig, python: str | None = None) -> BenchResult:
-    """Run `sglang.bench_serving` and read the JSONL line it appends to its output file."""
-    cfg.validate()
-    if not sglang_bench_available(python):
-        raise BenchError(
-            "--use-sglang-bench: sglang is not installed in "
-            f"{python or sys.executable} (install sglang, or drop --use-sglang-bench)"
-        )
-    with tempfile.TemporaryDirectory(prefix="fastverify-bench-") as tmp:
-        out = Path(tmp) / "bench.jsonl"
-        argv = sglang_bench_argv(cfg, str(out), python)
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-            raise BenchError(f"sglang.bench_serving exited {proc.returncode}: " + " | ".join(tail))
-        lines = [ln for ln in out.read_text().splitlines() if ln.strip()] if out.exists() else []
-        if not lines:
-            raise BenchError("sglang.bench_serving wrote no result line to its --output-file")
-        with contextlib.suppress(ValueError):
-            return result_from_sglang_jsonl(json.loads(lines[-1]), cfg)
-        raise BenchError("sglang.bench_serving's result line is not JSON")
+__all__ = [
+    "BenchConfig",
+    "BenchError",
+    "BenchResult",
+    "RequestRecord",
+    "keep_loaded",
+    "result_from_sglang_jsonl",
+    "run_bench",
+    "run_sglang_bench",
+    "server_info_or_none",
+    "sglang_bench_argv",
+    "sglang_bench_available",
+]

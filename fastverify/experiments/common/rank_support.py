@@ -1,7 +1,8 @@
 """The rank side of the GPU experiments: what the rank scripts (preflight/worker.py,
 rehearse/worker.py and derive_tuner/worker.py) share. `RankContext` is the setup every rank
 does first (its place in the group from RANK/WORLD_SIZE/LOCAL_RANK, its device and dtype,
-its process group with the communicator set up inside `open_group`'s time), `report_head`
+its process group with the communicator set up inside `open_group`'s time, its timed calls
+`time_ms` and its CUDA graphs captured after a side-stream warm-up `capture_graph`), `report_head`
 and `init_failed` the fields every report starts with or fails with; the orchestrator side
 is ranks.py.
 
@@ -38,25 +39,45 @@ def percentile(values: list[float], q: float) -> float | None:
     return data[lo] + (data[hi] - data[lo]) * (pos - lo)
 
 
-def replay_ms(
-    torch: Any, graph: Any, replays: int, before: Callable[[], Any] | None = None
+def event_ms(
+    torch: Any, fn: Callable[[], Any], n: int, before: Callable[[], Any] | None = None
 ) -> list[float]:
-    """`replays` back-to-back replays of a captured CUDA graph, each between two CUDA events
-    on the current stream: the milliseconds of each, read after one synchronize (so no host
-    round trip falls between the replays). `before`: enqueued ahead of each replay, outside
-    its events (an input reset). `torch`: the rank's imported torch module."""
+    """`n` back-to-back calls of `fn`, each between two CUDA events on the current stream:
+    the milliseconds of each, read after one synchronize (so no host round trip falls
+    between the calls). `before`: enqueued ahead of each call, outside its events (an input
+    reset). `torch`: the rank's imported torch module."""
     pairs = []
-    for _ in range(replays):
+    for _ in range(n):
         if before is not None:
             before()
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
-        graph.replay()
+        fn()
         end.record()
         pairs.append((start, end))
     torch.cuda.synchronize()
     return [start.elapsed_time(end) for start, end in pairs]
+
+
+def replay_ms(
+    torch: Any, graph: Any, replays: int, before: Callable[[], Any] | None = None
+) -> list[float]:
+    """`replays` back-to-back replays of a captured CUDA graph, timed as `event_ms`."""
+    return event_ms(torch, graph.replay, replays, before)
+
+
+def wall_ms(fn: Callable[[], Any], n: int, before: Callable[[], Any] | None = None) -> list[float]:
+    """`n` calls of `fn` timed by the host clock (CPU ranks), in milliseconds; `before` runs
+    ahead of each call, outside its time."""
+    samples = []
+    for _ in range(n):
+        if before is not None:
+            before()
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return samples
 
 
 def err(exc: BaseException) -> str:
@@ -145,6 +166,35 @@ class RankContext:
     def sync(self) -> None:
         if self.cuda:
             self.torch.cuda.synchronize()
+
+    def time_ms(
+        self, fn: Callable[[], Any], n: int, before: Callable[[], Any] | None = None
+    ) -> list[float]:
+        """The milliseconds of each of `n` calls of `fn`: between CUDA events on the GPU
+        (`event_ms`), by the host clock on CPU ranks (`wall_ms`)."""
+        if self.cuda:
+            return event_ms(self.torch, fn, n, before)
+        return wall_ms(fn, n, before)
+
+    def capture_graph(
+        self, body: Callable[[], Any], warm: Callable[[], Any] | None = None
+    ) -> tuple[Any, float]:
+        """`warm` (default: `body`) on a side stream first, so that lazy set-up (NCCL's
+        communicator, workspaces, kernels' first calls) stays out of the capture, then
+        `body` captured in one CUDA graph: (the graph, the capture's milliseconds)."""
+        torch = self.torch
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            (warm or body)()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.sync()
+        graph = torch.cuda.CUDAGraph()
+        t0 = time.perf_counter()
+        with torch.cuda.graph(graph):
+            body()
+        self.sync()
+        return graph, (time.perf_counter() - t0) * 1e3
 
     def describe(self) -> dict[str, Any]:
         """torch's version, the GPU and NCCL's version (nccl backend), the dtype."""

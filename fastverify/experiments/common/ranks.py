@@ -316,3 +316,28 @@ class RankGroup:
         """NCCL variables a rank reported with another value than the group was given."""
         want = {k: v for k, v in self.env.items() if k.startswith("NCCL_")}
         return env_mismatch(reports, want)
+
+    def env_delivered(self, reports: Sequence[dict[str, Any]]) -> tuple[bool, list[str]]:
+        """(every rank reported the NCCL variables it ran with and they are the group's,
+        the variables that differ)."""
+        mismatch = self.nccl_env_mismatch(reports)
+        reported = bool(reports) and all(r.get("nccl_env") is not None for r in reports)
+        return reported and not mismatch, mismatch
+
+
+def nccl_digest(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What a group's NCCL logs (`RankGroup.nccl_summaries`) say for a report: rank 0's
+    version and the variables NCCL confirmed, every rank's warnings (the first ten)."""
+    from fastverify.nccl.loglines import summarise
+
+    first = summaries[0] if summaries else summarise("")
+    return {
+        "version": first["version"],
+        "confirmed": first["confirmed"],
+        "warnings": sorted({w for s in summaries for w in s["warnings"]})[:10],
+    }
+
+
+def report_rows(reports: Sequence[dict[str, Any]], keys: Sequence[str]) -> list[dict[str, Any]]:
+    """Each rank's report cut to `keys` (those it has), for the run's JSON."""
+    return [{k: r.get(k) for k in keys if r.get(k) is not None} for r in reports]

@@ -95,7 +95,6 @@ class Worker(RankContext):
     # ---- one candidate at one size
     def capture(self, cand: str, buf: Any, ops: int) -> dict[str, Any]:
         """Force `cand`, warm up, capture `ops` all-reduces; returns graph + what NCCL did."""
-        torch = self.torch
         algo, proto, ch = parse_candidate(cand)
         info: dict[str, Any] = {"candidate": cand}
         if self.plugin is not None:
@@ -105,24 +104,22 @@ class Worker(RankContext):
             info["available"] = False
             info["reason"] = "no tuner plugin loaded in this process"
             return info
-        try:
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(2):
-                    self.all_reduce(buf)
-            torch.cuda.current_stream().wait_stream(stream)
-            self.sync()
-            if self.plugin is not None:
+
+        def warm() -> None:
+            for _ in range(2):
+                self.all_reduce(buf)
+            if self.plugin is not None:  # what the capture asks NCCL, without the warm-up
                 self.plugin.reset_stats()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for _ in range(ops):
-                    self.all_reduce(buf)
+
+        def captured() -> None:
+            for _ in range(ops):
+                self.all_reduce(buf)
+
+        try:
+            graph, _ = self.capture_graph(captured, warm)
         finally:
             if self.plugin is not None:
                 self.plugin.force(None, None, None)
-        self.sync()
         info["graph"] = graph
         if self.plugin is not None:
             st = self.plugin.stats()

@@ -33,7 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.experiments.common import allreduce as allreduce_candidate
-from fastverify.experiments.common.ranks import NCCL_DEBUG_ENV, RankGroup, rank_workdir
+from fastverify.experiments.common.ranks import (
+    NCCL_DEBUG_ENV,
+    RankGroup,
+    nccl_digest,
+    rank_workdir,
+    report_rows,
+)
 from fastverify.experiments.common.stats import percentile
 from fastverify.experiments.preflight.hostcheck import (
     SAME_GPU_LABEL,
@@ -138,23 +144,17 @@ def run_profile(
     sizes = merge_sizes([r for r in ranks if r.get("sizes")] or ranks, world, nccl0["tuning"])
 
     init_errors = [r.get("error") for r in ranks if r.get("error")]
-    env_mismatch = group.nccl_env_mismatch(ranks)
+    env_verified, env_mismatch = group.env_delivered(ranks)
     result: dict[str, Any] = {
         "profile": name,
         "world_size": world,
         "wall_s": wall,
         "init_s": max((r.get("init_s") or 0.0) for r in ranks) if ranks else None,
-        "nccl": {
-            "version": nccl0["version"],
-            "confirmed": nccl0["confirmed"],
-            "warnings": sorted({w for n in nccl_logs for w in n["warnings"]})[:10],
-        },
-        "env_verified": bool(ranks)
-        and all(r.get("nccl_env") is not None for r in ranks)
-        and not env_mismatch,
+        "nccl": nccl_digest(nccl_logs),
+        "env_verified": env_verified,
         "env_mismatch": env_mismatch,
         "sizes": sizes,
-        "ranks": [{k: r.get(k) for k in RANK_KEYS if r.get(k) is not None} for r in ranks],
+        "ranks": report_rows(ranks, RANK_KEYS),
     }
     result.update(
         verdict(sizes, init_errors, timed_out, env_mismatch, requires or {}, cfg.timeout_s)

@@ -155,31 +155,14 @@ class Rank(rank_support.RankContext):
         return src, expected
 
     def time_eager(self, buf: Any, src: Any) -> list[float]:
-        torch = self.torch  # every all-reduce goes through _ar
+        """Seconds of each of `iters` in-place all-reduces (every one through _ar), the input
+        restored before each, outside its time."""
         for _ in range(self.warmup):
             buf.copy_(src)
             self._ar(buf)
         self.sync()
-        samples: list[float] = []
-        if self.cuda:
-            pairs = []
-            for _ in range(self.iters):
-                buf.copy_(src)
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                self._ar(buf)
-                end.record()
-                pairs.append((start, end))
-            self.sync()
-            samples = [s.elapsed_time(e) / 1e3 for s, e in pairs]
-        else:
-            for _ in range(self.iters):
-                buf.copy_(src)
-                t0 = time.perf_counter()
-                self._ar(buf)
-                samples.append(time.perf_counter() - t0)
-        return samples
+        reset = functools.partial(buf.copy_, src)
+        return [ms / 1e3 for ms in self.time_ms(lambda: self._ar(buf), self.iters, reset)]
 
     def batch_eager(self, numel: int) -> float:
         """Mean time of `iters` back-to-back all-reduces between one pair of events (how
@@ -211,18 +194,12 @@ class Rank(rank_support.RankContext):
         torch = self.torch
         ops = self.graph_ops
         zbuf = torch.zeros(numel, device=self.device, dtype=self.dtype)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
+
+        def run(n: int) -> None:
+            for _ in range(n):
                 self._ar(zbuf)
-        torch.cuda.current_stream().wait_stream(stream)
-        self.sync()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(ops):
-                self._ar(zbuf)
-        self.sync()
+
+        graph, _ = self.capture_graph(lambda: run(ops), lambda: run(3))
         graph.replay()
         self.sync()
         per_op = [ms / 1e3 / ops for ms in rank_support.replay_ms(torch, graph, self.graph_replays)]
@@ -241,21 +218,17 @@ class Rank(rank_support.RankContext):
     def graph(self, buf: Any, src: Any, expected: Any) -> dict[str, Any]:
         torch = self.torch
         out: dict[str, Any] = {"capture": "failed", "replay": "not run", "correct": None}
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
+
+        def warm() -> None:
             for _ in range(3):
                 buf.copy_(src)
                 self._ar(buf)
-        torch.cuda.current_stream().wait_stream(stream)
-        self.sync()
-        graph = torch.cuda.CUDAGraph()
-        t0 = time.perf_counter()
-        with torch.cuda.graph(graph):
-            result = self._ar(buf)
-        self.sync()
+
+        held: list[Any] = []  # the tensor the captured all-reduce writes its sum to
+        graph, capture_ms = self.capture_graph(lambda: held.append(self._ar(buf)), warm)
+        result = held[0]
         out["capture"] = "ok"
-        out["capture_ms"] = (time.perf_counter() - t0) * 1e3
+        out["capture_ms"] = capture_ms
         out["replay"] = "failed"
         buf.copy_(src)
         graph.replay()

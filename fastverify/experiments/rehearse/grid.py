@@ -42,6 +42,7 @@ from typing import Any
 
 from fastverify.experiments.common.ranks import rank_workdir
 from fastverify.experiments.rehearse import memory, modelconfig
+from fastverify.experiments.rehearse.job import job_base, run_job
 
 EventFn = Callable[[str], None]
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -232,19 +233,11 @@ def build_job(
 ) -> dict[str, Any]:
     """What every rank receives: the per-rank plans at TP `tp` and the grid."""
     return {
-        "backend": cfg.backend,
-        "call": cfg.call,
-        "target": modelconfig.plan(target, tp),
-        "drafter": modelconfig.plan(drafter, tp),
+        **job_base(cfg, target, drafter, tp),
         "grid": {"batch_sizes": list(cfg.batch_sizes), "tokens_per_seq": list(cfg.tokens)},
         # the memory estimate's terms: the largest batch, the widest routing window
         "batch": max(cfg.batch_sizes),
         "draft_tokens": max(cfg.tokens) - 1,
-        "context": cfg.context,
-        "steps": cfg.steps,
-        "warmup": cfg.warmup,
-        "pool_gb": cfg.pool_gb,
-        "seed": cfg.seed,
     }
 
 
@@ -304,9 +297,7 @@ def run_grid(cfg: GridConfig, command: str = "", on_event: EventFn | None = None
     count = modelconfig.allreduces_per_forward(target, tp)
     allreduce = allreduce_table(cfg, tp, target.hidden_size, count)  # refused before a rank
     need = estimate(job, world)
-    host = memory.host_available_bytes() if cfg.backend != "nccl" else None
-    gpus = memory.gpu_free_bytes(world) if cfg.backend == "nccl" else None
-    problem = memory.fit_problem(need, host, gpus)
+    problem, _, _ = memory.check_fit(need)
     if problem:
         raise GridError(problem)
     cells = len(cfg.batch_sizes) * len(cfg.tokens)
@@ -318,10 +309,7 @@ def run_grid(cfg: GridConfig, command: str = "", on_event: EventFn | None = None
         )
     env = {**os.environ, **cfg.extra_env}
     with rank_workdir(cfg.logs_dir, "grid-") as workdir:
-        job_path = workdir / "grid.job.json"
-        job_path.write_text(json.dumps(job), encoding="utf-8")
-        (workdir / "grid-traces").mkdir(exist_ok=True)
-        group, waited = rh.run_ranks(env, world, workdir, "grid", job_path, cfg, "grid", on_event)
+        group, waited = run_job(env, world, workdir, "grid", job, cfg, "grid", on_event)
         wall = time.perf_counter() - group.started_at
         ranks = group.reports()
     bad = [r for r in ranks if r.get("status") != "ok" or not r.get("grid")]

@@ -187,3 +187,11 @@ def fit_problem(est: Estimate, host_bytes: int | None, gpu_bytes: list[int] | No
         f"not enough GPU memory: each rank needs about {need['per_rank_gb']:.1f} GiB (bf16 "
         f"weights, KV caches, CUDA context) and GPU {i} has {b / GIB:.1f} GiB free; {hint}"
     )
+
+
+def check_fit(est: Estimate) -> tuple[str | None, int | None, list[int] | None]:
+    """(`fit_problem` against what this host has for `est`'s ranks, None when it fits; the
+    host's MemAvailable, read for CPU ranks; each GPU's free memory, read for nccl ranks)."""
+    host = host_available_bytes() if est.backend != "nccl" else None
+    gpus = gpu_free_bytes(est.world) if est.backend == "nccl" else None
+    return fit_problem(est, host, gpus), host, gpus

@@ -1,0 +1,144 @@
+"""What one weight-cache group is and what its starts leave in the state dir: the handle
+(the pid file's record, its events), `weight-cache.json` (the last start's seconds per
+source and mode, the disk-load estimate a switch notice gives, one rank's weight GiB) and
+the GPU memory the cache's processes hold (NVML, else SGLang's own accounting). The group's
+supervision is weight_cache.py's."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastverify.daemon import procs
+
+TIMES_FILE = "weight-cache.json"  # the last start's figures per source (the switch notice)
+GIB = 1 << 30
+
+
+@dataclass
+class CacheHandle:
+    cache_id: str
+    pid: int
+    pgid: int
+    create_time: float | None
+    argv: list[str]
+    log_path: Path
+    env_paths: dict[str, str]
+    ranks: int
+    started_at: float = field(default_factory=time.time)
+    proc: Any = None  # Popen when we spawned it, None when adopted
+    adopted: bool = False
+    ready_s: float | None = None
+    ready: threading.Event = field(default_factory=threading.Event)
+    exited: threading.Event = field(default_factory=threading.Event)
+    expected_exit: bool = False
+    exit_code: int | None = None
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    rank_pids: list[int] = field(default_factory=list)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "cache_id": self.cache_id,
+            "pid": self.pid,
+            "pgid": self.pgid,
+            "create_time": self.create_time,
+            "argv": self.argv,
+            "log": str(self.log_path),
+            "env_paths": self.env_paths,
+            "ranks": self.ranks,
+            "started_at": self.started_at,
+            "ready_s": self.ready_s,
+            "daemon_pid": os.getpid(),
+        }
+
+    def alive(self) -> bool:
+        return not self.exited.is_set()
+
+
+class CacheTimes:
+    """`weight-cache.json` in the daemon's state store, read and written under `lock`."""
+
+    def __init__(self, store: Any, lock: Any) -> None:
+        self.store = store
+        self._lock = lock
+
+    def record(self, source: str, mode: str, seconds: float | None) -> None:
+        """The last start's time per source and mode (the notice of the next switch)."""
+        if seconds is None:
+            return
+        with self._lock:
+            times = self.store.load_json(TIMES_FILE)
+            times.setdefault(source, {})[mode] = round(float(seconds), 3)
+            with contextlib.suppress(OSError):
+                self.store.save_json(TIMES_FILE, times)
+
+    def disk_estimate(self, mode: str, h: CacheHandle | None) -> str:
+        """How long a disk start of `mode` takes, from the records: the last one of that
+        mode, else of any mode, else the cache's (`h`) own disk load plus a start from it."""
+        times = self.store.load_json(TIMES_FILE)
+        disk = times.get("disk") or {}
+        if isinstance(disk.get(mode), int | float):
+            return f"~{disk[mode]:.0f} s, from the last recorded load"
+        other = [v for v in disk.values() if isinstance(v, int | float)]
+        if other:
+            return f"~{other[-1]:.0f} s, from the last recorded disk load (another mode)"
+        cached = [v for v in (times.get("cache") or {}).values() if isinstance(v, int | float)]
+        if h is not None and h.ready_s and cached:
+            return (
+                f"~{h.ready_s + cached[-1]:.0f} s, from the records: the cache's disk load "
+                f"{h.ready_s:.0f} s + a start from it {cached[-1]:.0f} s"
+            )
+        return "no load recorded yet"
+
+    def record_weight_gb(self, gb: float | None) -> None:
+        """A disk load's `Load weight end ... mem usage=X GB` (one rank's weights)."""
+        if gb is None or gb <= 0:
+            return
+        with self._lock:
+            times = self.store.load_json(TIMES_FILE)
+            times["weight_gb_per_rank"] = float(gb)
+            with contextlib.suppress(OSError):
+                self.store.save_json(TIMES_FILE, times)
+
+    def bytes_held(self, h: CacheHandle | None) -> tuple[int | None, str]:
+        """GPU memory the processes of cache `h` hold: NVML per process where it answers,
+        else SGLang's own accounting of this model's last disk load (`Load weight end ...
+        mem usage=X GB` per rank, times the ranks), else unknown."""
+        if h is None or not h.ready.is_set():
+            return None, "no ready cache"
+        got = nvml_bytes([p.pid for p in procs.descendants(h.pid)])
+        if got is not None:
+            return got, "nvml"
+        gb = self.store.load_json(TIMES_FILE).get("weight_gb_per_rank")
+        if isinstance(gb, int | float) and gb > 0:
+            return int(gb * GIB * h.ranks), "SGLang's last disk load (mem usage per rank x ranks)"
+        return None, "unknown (no NVML here, no disk load recorded yet)"
+
+
+def nvml_bytes(pids: list[int]) -> int | None:
+    """GPU memory `pids` hold, by NVML (None: no NVML here, or none held)."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    wanted, total = set(pids), 0
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            with contextlib.suppress(Exception):
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    if p.pid in wanted and p.usedGpuMemory:
+                        total += int(p.usedGpuMemory)
+        return total or None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()

@@ -1,0 +1,111 @@
+"""What `fastverifyctl bench` runs with and what it measures: its config (validated), one
+record per request as it streams, the result (load.py's module docstring defines each
+figure) and the milliseconds summary of a latency list."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fastverify.experiments.common.stats import mean, percentile
+
+
+class BenchError(RuntimeError):
+    """The benchmark could not produce a measurement (server unreachable, every request failed)."""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    url: str = "http://127.0.0.1:30000"
+    concurrency: int = 1
+    duration: float | None = 30.0  # seconds; None when `requests` bounds the run
+    requests: int | None = None
+    input_len: int = 128
+    output_len: int = 256
+    seed: int = 0
+    warmup: int = 1  # requests per client, sent and discarded before measuring
+    timeout: float = 600.0  # per request
+    dataset: str | None = None  # a prompt set (datasets.load); None: random token ids
+    temperature: float = 0.0
+    top_p: float = 1.0
+
+    def validate(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError("--concurrency must be at least 1")
+        if self.duration is None and self.requests is None:
+            raise ValueError("give --duration or --requests")
+        if self.duration is not None and self.duration <= 0:
+            raise ValueError("--duration must be positive")
+        if self.requests is not None and self.requests < 1:
+            raise ValueError("--requests must be at least 1")
+        if self.input_len < 1 or self.output_len < 1:
+            raise ValueError("--input-len and --output-len must be at least 1")
+        if self.warmup < 0:
+            raise ValueError("--warmup must be 0 or more")
+        if self.temperature < 0:
+            raise ValueError("--temperature must be 0 or more (0: greedy)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("--top-p must be in (0, 1]")
+
+    @property
+    def sampling(self) -> dict[str, float]:
+        return {"temperature": self.temperature, "top_p": self.top_p}
+
+
+@dataclass
+class RequestRecord:
+    start: float
+    ttft: float | None = None
+    latency: float | None = None
+    tokens: int = 0
+    chunk_times: list[float] = field(default_factory=list)  # absolute perf_counter times
+    chunk_tokens: list[int] = field(default_factory=list)  # tokens added by each chunk
+    error: str | None = None
+    completed: bool = False
+    cancelled: bool = False  # in flight at the deadline (not a failure)
+    histogram: list[int] | None = None  # meta_info.spec_correct_drafts_histogram (finished)
+
+
+@dataclass
+class BenchResult:
+    source: str  # "fastverify" | "sglang.bench_serving"
+    url: str
+    config: dict[str, Any]
+    duration_s: float
+    completed: int
+    failed: int
+    output_tokens: int
+    output_tokens_per_second: float
+    request_rate: float
+    per_request_tokens_per_second: float | None
+    ttft_ms: dict[str, float | None]
+    itl_ms: dict[str, float | None]
+    accept_length: float | None
+    errors: list[str] = field(default_factory=list)
+    weights: str | None = None  # "dummy" (trial server) | "real" | None (not reported)
+    # why the window measured no per-request rate, and what to change (None: it did)
+    incomplete: str | None = None
+    accept_histogram: list[int] | None = None  # index = accepted drafts per verify pass
+    # each completed request's own histogram (passes of one request are correlated: the
+    # plan's intervals resample requests, never passes)
+    accept_requests: list[list[int]] | None = None
+    accept_curve: dict[str, float] | None = None  # steps k -> accept length L(k)
+    accept_steps: int | None = None  # the server's draft steps the histogram was measured at
+    dataset: dict[str, Any] | None = None  # what the prompts were (datasets.Dataset.identity)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ms_summary(values: list[float]) -> dict[str, float | None]:
+    """Mean, p50, p90 and p99 of `values` (seconds) in milliseconds (None: no values)."""
+
+    def ms(v: float | None) -> float | None:
+        return None if v is None else v * 1000.0
+
+    return {
+        "mean": ms(mean(values)) if values else None,
+        "p50": ms(percentile(values, 50)),
+        "p90": ms(percentile(values, 90)),
+        "p99": ms(percentile(values, 99)),
+    }
