@@ -87,5 +87,6 @@ def full_feed() -> MetricsHub:
          "verify_ms_samples": [30.0, 31.0], "allreduce_calls": 244} for r in (0, 1)]})  # fmt: skip
     hub.on_trace_failure()
     hub.on_inspector({"allreduce_calls": 122, "mean_exec_seconds": 45e-6,
-                      "mean_busbw_bytes_per_second": 2.5e9, "mean_message_bytes": 43008.0})  # fmt: skip
+                      "mean_busbw_bytes_per_second": 2.5e9,
+                      "mean_message_bytes": 43008.0})  # fmt: skip
     return hub
