@@ -50,15 +50,16 @@ _SAMPLES = {"histogram": ("_bucket", "_sum", "_count")}
 
 @dataclass(frozen=True)
 class Series:
-    """One published series: `name` as queried; `open_labels` says what labels a sample may
-    carry beyond `labels` (fastverify_profile_info: one per profile setting)."""
+    """One published series: `name` as queried; `label_note` says more of its labels for
+    the docs; an `open` info carries labels beyond `labels` (one per profile setting)."""
 
     name: str
     type: str  # gauge | counter | histogram | info
     help: str
     labels: tuple[str, ...]
     source: str
-    open_labels: str = ""
+    label_note: str = ""
+    open: bool = False
 
     @property
     def family_name(self) -> str:
@@ -77,7 +78,7 @@ class Series:
     def family(self) -> Metric:
         """An empty family of this series, samples to be added in `labels` order (an open
         info takes its labels as one dict: `add_metric([], {...})`)."""
-        labels = () if self.type == "info" and self.open_labels else self.labels
+        labels = () if self.open else self.labels
         return _FAMILY[self.type](self.family_name, self.help, labels=list(labels))
 
 
@@ -92,7 +93,7 @@ ENGINE = _s(
     ("fastverify_profile_info", "info",
      "Active NCCL profile, decoding mode and the profile's settings",
      ("profile", "mode", "engine", "nccl_algo", "nccl_proto", "weights"),
-     "one per non-secret profile setting, lower-cased"),
+     "+ one per non-secret profile setting, lower-cased", True),
     ("fastverify_engine_info", "info",
      "The server's SGLang version, the release whose facts serve it and whether it is in "
      "fastverify's supported range (false: newer, running on the newest facts)",
@@ -202,7 +203,7 @@ DAEMON = _s(
     ("fastverify_engine_restarts_total", "counter", "Engine restarts by reason", ("reason",)),
     ("fastverify_profile_switches_total", "counter", "Profile switches by result", ("result",)),
     ("fastverify_engine_start_seconds", "gauge", "Last engine time-to-ready", ("phase",),
-     "none on the total; `phase` (weights, cuda_graph, rest) on its split"),
+     "the total has none; its split: weights, cuda_graph, rest"),
 )  # fmt: skip
 WEIGHT_CACHE = _s(
     "weight_cache",
@@ -298,8 +299,8 @@ def markdown_table() -> str:
     rows = ["| metric | type | labels | source | meaning |", "|---|---|---|---|---|"]
     for s in CATALOG:
         labels = ", ".join(f"`{lab}`" for lab in s.labels) or "-"
-        if s.open_labels:
-            labels += f" (+ {s.open_labels})"
+        if s.label_note:
+            labels += f" ({s.label_note})"
         meaning = s.help.replace("|", "\\|")
         rows.append(f"| `{s.name}` | {s.type} | {labels} | {s.source} | {meaning} |")
     return "\n".join(rows) + "\n"

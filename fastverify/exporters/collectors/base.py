@@ -76,7 +76,7 @@ def info(name: str, labels: Mapping[str, Any]) -> Metric:
     every key)."""
     series = catalog.BY_NAME[name]
     fam = series.family()
-    if series.open_labels:
+    if series.open:
         fam.add_metric([], {k: str(v) for k, v in labels.items()})
     else:
         fam.add_metric([str(labels[k]) for k in series.labels], {})
