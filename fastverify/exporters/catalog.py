@@ -303,6 +303,8 @@ def markdown_table() -> str:
             labels += f" ({s.label_note})"
         meaning = s.help.replace("|", "\\|")
         rows.append(f"| `{s.name}` | {s.type} | {labels} | {s.source} | {meaning} |")
+    read = ", ".join(f"`{s.name}` ({s.type})" for s in SGLANG)
+    rows += ["", f"Read from the engine's own /metrics (not re-published): {read}."]
     return "\n".join(rows) + "\n"
 
 
