@@ -4,7 +4,7 @@
 serves in daemon threads, `.stop()` closes the socket and joins. Default bind: loopback.
 
 Speed comes from two things: the exposition is rendered from the hub's prepared state by
-the custom collector and cached per (hub version, wall-clock second), so concurrent scrapes
+the per-source collectors and cached per (hub version, wall-clock second), so concurrent scrapes
 of an unchanged hub cost a dictionary lookup; and the HTTP layer is a minimal HTTP/1.1
 keep-alive loop over raw sockets (one thread per connection) instead of wsgiref. Gzip is
 served when the scraper asks for it (Prometheus does), compressed once per render.
@@ -60,11 +60,11 @@ class Renderer:
     def __init__(self, hub: MetricsHub) -> None:
         from prometheus_client import CollectorRegistry
 
-        from fastverify.exporters.collector import HubCollector
+        from fastverify.exporters import collectors
 
         self.hub = hub
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(HubCollector(hub))
+        self.registry = CollectorRegistry()
+        collectors.register(self.registry, hub)
         self._lock = threading.Lock()
         self._key: tuple[int, int] | None = None
         self._plain = b""

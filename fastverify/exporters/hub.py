@@ -1,9 +1,9 @@
 """MetricsHub: the exporter's thread-safe prepared state, fed by the daemon and the sources.
 
-Owns every figure the collector publishes. Writers (the daemon's feed calls, the log
+Owns every figure the collectors publish. Writers (the daemon's feed calls, the log
 stream, the SGLang /metrics poller, profile-window analysis, the NCCL inspector reader)
-update it under one lock and bump `version`; the collector takes `snapshot()` per scrape
-and does no I/O. Gauges describe the active (profile, mode) only and are cleared when
+update it under one lock and bump `version`; the collectors share one `snapshot()` per
+scrape and do no I/O. Gauges describe the active (profile, mode) only and are cleared when
 either changes; counters and the verify-cycle histogram are kept per (profile, mode) for
 the life of the process so that `rate()` stays correct across switches.
 
@@ -25,34 +25,14 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from fastverify.config import SPEC_MODES
 from fastverify.exporters import logparse
 from fastverify.exporters.baseline import spec_cycle_seconds, verdict
+from fastverify.exporters.readings import Baseline, Histogram, Observation, newest, trace_reading
 from fastverify.exporters.request_metrics import Drift
 
-# Verify passes on the field box took ~30 ms; resolve 1-100 ms with detail around 20-40 ms.
-VERIFY_BUCKETS: tuple[float, ...] = (
-    0.001,
-    0.002,
-    0.005,
-    0.0075,
-    0.01,
-    0.0125,
-    0.015,
-    0.0175,
-    0.02,
-    0.025,
-    0.03,
-    0.035,
-    0.04,
-    0.05,
-    0.06,
-    0.075,
-    0.1,
-)
 SWITCH_RESULTS = ("ok", "rolled_back", "failed", "cancelled")
 # Why a start the weight cache should have served loaded from disk (daemon/weights.py):
 # SGLang refused its fingerprint, its socket refused, no socket, the cache not ready.
@@ -61,64 +41,6 @@ START_PHASES = ("weights", "cuda_graph", "rest")
 # Sources of the exporter, each with its own success and freshness series.
 SOURCES = ("daemon", "sglang_metrics", "logs", "traces", "inspector")
 MAX_TUNING_ROWS = 64
-
-
-@dataclass
-class Histogram:
-    """Cumulative-on-export histogram state: per-bucket counts (non-cumulative), sum, count."""
-
-    buckets: tuple[float, ...] = VERIFY_BUCKETS
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-    count: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.counts:
-            self.counts = [0] * (len(self.buckets) + 1)
-
-    def observe(self, value: float) -> None:
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                self.counts[i] += 1
-                break
-        else:
-            self.counts[-1] += 1
-        self.total += value
-        self.count += 1
-
-    def cumulative(self) -> list[tuple[str, int]]:
-        out, acc = [], 0
-        for bound, n in zip((*self.buckets, float("inf")), self.counts, strict=True):
-            acc += n
-            out.append(("+Inf" if bound == float("inf") else repr(bound), acc))
-        return out
-
-    def copy(self) -> Histogram:
-        return Histogram(self.buckets, list(self.counts), self.total, self.count)
-
-
-@dataclass
-class Observation:
-    """One consistent reading of the decode loop (a decode log line or one /metrics poll)."""
-
-    at: float
-    source: str  # "log" | "sglang_metrics"
-    gen_throughput: float | None = None
-    running_reqs: float | None = None
-    queue_reqs: float | None = None
-    accept_len: float | None = None
-    accept_rate: float | None = None
-    token_usage: float | None = None
-    cuda_graph: bool | None = None
-
-
-@dataclass
-class Baseline:
-    profile: str
-    tokens_per_second: float
-    per_request_tokens_per_second: float
-    measured_at: float
-    concurrency: int | None = None  # None: recorded without one (never matched)
 
 
 class MetricsHub:
@@ -408,24 +330,8 @@ class MetricsHub:
             if calls is None:
                 calls = round(ref["allreduce_per_verify"] * ref["verify_passes"])
             self._allreduce_calls[(*key, "trace")] += int(calls)
-            self._trace = {
-                "at": float(analysis.get("captured_at") or self._clock()),
-                "rank": ref.get("rank", 0),
-                "verify_passes": ref["verify_passes"],
-                "verify_seconds_p50": ref["verify_ms_p50"] / 1000.0,
-                "verify_seconds_p90": ref["verify_ms_p90"] / 1000.0,
-                "allreduce_per_verify": ref["allreduce_per_verify"],
-                "allreduce_seconds_per_verify": ref["allreduce_ms_per_verify"] / 1000.0,
-                "allreduce_share": ref["allreduce_share"],
-                "ranks": [
-                    (
-                        r.get("rank", 0),
-                        r["allreduce_ms_per_verify"] / 1000.0,
-                        r["verify_ms_p50"] / 1000.0,
-                    )
-                    for r in ranks
-                ],
-            }
+            at = float(analysis.get("captured_at") or self._clock())
+            self._trace = trace_reading(ref, ranks, at)
             self._trace_windows["ok"] += 1
             self._mark("traces", True)
             self.version += 1
@@ -449,14 +355,7 @@ class MetricsHub:
                 self._gen_tokens.clear()
                 self._itl = self._itl_prev = None
             else:
-                obs = Observation(at=now, source="sglang_metrics")
-                obs.gen_throughput = values.get("gen_throughput")
-                obs.running_reqs = values.get("num_running_reqs")
-                obs.queue_reqs = values.get("num_queue_reqs")
-                obs.accept_len = values.get("spec_accept_length")
-                obs.accept_rate = values.get("spec_accept_rate")
-                obs.token_usage = values.get("token_usage")
-                self._obs_metrics = obs
+                obs = self._obs_metrics = Observation.read(now, "sglang_metrics", values)
                 self._track_steps(now, values.get("spec_num_steps"), obs.running_reqs)
                 total = values.get("generation_tokens_total")
                 if total is not None:
@@ -568,17 +467,7 @@ class MetricsHub:
     def _apply_record(self, rec: dict[str, Any]) -> None:
         kind = rec["kind"]
         if kind == "decode":
-            self._obs_log = Observation(
-                at=self._clock(),
-                source="log",
-                gen_throughput=rec.get("gen_throughput"),
-                running_reqs=rec.get("running_reqs"),
-                queue_reqs=rec.get("queue_reqs"),
-                accept_len=rec.get("accept_len"),
-                accept_rate=rec.get("accept_rate"),
-                token_usage=rec.get("token_usage"),
-                cuda_graph=rec.get("cuda_graph"),
-            )
+            self._obs_log = Observation.read(self._clock(), "log", rec)
         elif kind == "nccl_env":
             self._nccl_env[rec["var"]] = rec["value"]
         elif kind == "nccl_version":
@@ -596,23 +485,15 @@ class MetricsHub:
         """The decode log line while one arrived within `log_fresh_s` (one line is one
         consistent reading of requests, accept length and throughput), else the newest
         /metrics poll, else nothing (older than `observation_ttl_s`)."""
-        log_obs, met = self._obs_log, self._obs_metrics
+        log_obs = self._obs_log
         if log_obs is not None and now - log_obs.at <= self.log_fresh_s:
             return log_obs
-        cands = [
-            o for o in (log_obs, met) if o is not None and now - o.at <= self.observation_ttl_s
-        ]
-        return max(cands, key=lambda o: o.at) if cands else None
+        return self._newest_observation(now)
 
     def _newest_observation(self, now: float) -> Observation | None:
         """The newest reading of either source (within `observation_ttl_s`): request counts
         and KV usage follow SGLang's own gauge once it is newer than the last decode line."""
-        cands = [
-            o
-            for o in (self._obs_log, self._obs_metrics)
-            if o is not None and now - o.at <= self.observation_ttl_s
-        ]
-        return max(cands, key=lambda o: o.at) if cands else None
+        return newest([self._obs_log, self._obs_metrics], now, self.observation_ttl_s)
 
     def _tokens_per_second(self, now: float, obs: Observation | None) -> float | None:
         pts = self._gen_tokens
@@ -626,7 +507,7 @@ class MetricsHub:
 
     # ---------------------------------------------------------------- snapshot
     def snapshot(self) -> dict[str, Any]:
-        """A consistent copy of everything the collector publishes, with derived figures."""
+        """A consistent copy of everything the collectors publish, with derived figures."""
         now = self._clock()
         with self._lock:
             obs = self._latest_observation(now)

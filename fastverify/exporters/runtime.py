@@ -141,20 +141,18 @@ class ExporterRuntime:
         self._server_url = server_url
         self._own_trace_dir = trace_dir is None
         self._trace_dir = Path(trace_dir) if trace_dir else None
-        self.trace_period_s = float(trace_period_s or 0.0)
-        self.trace_steps = int(trace_steps)
+        # profile windows: how often, steps each, how many kept, how long one may take, and
+        # the per-rank files to wait for; the idle check: for how long and how often
+        # SGLang's /metrics is read
+        self.trace_period_s, self.trace_steps = float(trace_period_s or 0.0), int(trace_steps)
+        self.keep_windows, self.capture_timeout_s = max(1, keep_windows), capture_timeout_s
+        self.expected_ranks = expected_ranks
+        self.traffic_window_s, self.traffic_poll_s = traffic_window_s, traffic_poll_s
         self.poll_interval_s = poll_interval_s
         self.inspector_dir = Path(inspector_dir) if inspector_dir else None
-        self.keep_windows = max(1, keep_windows)
-        self.capture_timeout_s = capture_timeout_s
-        self.expected_ranks = expected_ranks
-        self.traffic_window_s = traffic_window_s
-        self.traffic_poll_s = traffic_poll_s
-        self.server = None
-        self._poller = None
-        self._inspector = None
         self.request_metrics_dir = Path(request_metrics_dir) if request_metrics_dir else None
-        self._requests: Any = None
+        self.server = None
+        self._poller = self._inspector = self._requests = None  # the followers, once started
         self._capture_lock = threading.Lock()
         self._stop = threading.Event()
         self._trace_thread: threading.Thread | None = None

@@ -165,12 +165,9 @@ class SGLangPoller:
         *,
         on_error: Callable[[str], None] | None = None,
     ) -> None:
-        self.hub = hub
-        self._url = url
-        self.interval_s = interval_s
+        self.hub, self._url, self.interval_s = hub, url, interval_s
         self._on_error = on_error
-        self._stop = threading.Event()
-        self._wake = threading.Event()
+        self._stop, self._wake = threading.Event(), threading.Event()  # stop; poll now
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
         self.polls = 0

@@ -78,12 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sglang-url", required=True, help="SGLang server, e.g. http://127.0.0.1:30000")
     p.add_argument("--log-file", type=Path, help="the server's log file to follow")
     p.add_argument("--trace-dir", type=Path, help="where profile windows are written")
-    p.add_argument(
-        "--trace-period",
-        type=float,
-        default=None,
-        help="seconds between profile windows (default 60 with --trace-dir; 0 = off)",
-    )
+    period = "seconds between profile windows (default 60 with --trace-dir; 0 = off)"
+    p.add_argument("--trace-period", type=float, default=None, help=period)
     p.add_argument("--trace-steps", type=int, default=5, help="forward steps per window")
     p.add_argument("--inspector-dir", type=Path, help="NCCL_INSPECTOR_DUMP_DIR to tail")
     p.add_argument("--listen", default="127.0.0.1:9464", help="HOST:PORT for /metrics")

@@ -16,7 +16,13 @@ import pytest
 import yaml
 
 from tests.support.containers import CACHE, REPO, run
-from tests.support.dashboards import COMPOSE, DASHBOARDS, all_panels, dashboard_exprs
+from tests.support.dashboards import (
+    COMPOSE,
+    DASHBOARDS,
+    all_panels,
+    dashboard_exprs,
+    unknown_series,
+)
 
 DATASOURCE_UID = "fastverify-prometheus"
 
@@ -196,6 +202,20 @@ def test_the_stale_plan_alert_reads_the_metric_the_exporter_publishes() -> None:
 
 
 # --- Grafana ------------------------------------------------------------------------------
+
+
+def test_every_series_a_dashboard_or_rule_queries_is_in_the_metric_catalog() -> None:
+    """A misspelt, renamed or never-published series in a panel, an annotation or the alert
+    rules fails here (fastverify.exporters.catalog: ours; the engine's sglang: series)."""
+    exprs = [e for p in DASHBOARDS for e in dashboard_exprs(json.loads(p.read_text()))]
+    rules = yaml.safe_load((COMPOSE / "fastverify-rules.yml").read_text())
+    exprs += [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    assert len(exprs) >= 20
+    assert unknown_series(exprs) == {}
+    # the check sees a series that is not there, ours or the engine's
+    bad = ["rate(fastverify_verify_cycle_seconds_bucket[1m]) / fastverify_nope_total",
+           "sum(sglang:nope) + sglang:num_running_reqs"]  # fmt: skip
+    assert set(unknown_series(bad)) == {"fastverify_nope_total", "sglang:nope"}
 
 
 def test_grafana_provisioning_points_at_the_dashboards_and_a_fixed_uid() -> None:

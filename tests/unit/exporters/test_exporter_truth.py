@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from fastverify.exporters.collector import HubCollector
+from fastverify.exporters import collectors
 from fastverify.exporters.hub import MetricsHub
 from tests.support.hub import Clock, names, scrape, value
 
@@ -144,7 +144,7 @@ def test_golden_exposition() -> None:
       as the break-even above the accept length says);
     - baseline ages = 102 s and 52 s (recorded at t-100 and t-50, scraped 2 s later);
     - HF_TOKEN never appears; nccl_algo/proto come from the profile."""
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(HubCollector(golden_feed()))
+    reg = CollectorRegistry()
+    collectors.register(reg, golden_feed())
     got = generate_latest(reg).decode()
     assert got == GOLDEN.read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""MetricsHub + HubCollector: what a scrape shows for a given feed (parsed back with
+"""MetricsHub + its collectors: what a scrape shows for a given feed (parsed back with
 prometheus-client's own text parser), derived figures, absence rules, label hygiene."""
 
 from __future__ import annotations
