@@ -162,7 +162,7 @@ def _env_table(value: Any) -> str | None:
     return None
 
 
-env_table = Check("a table of NAME = string (no NCCL_* names)", _env_table)
+env_table = Check("NAME = string, no NCCL_* names", _env_table)
 
 
 def _backoff(value: Any) -> str | None:
@@ -190,4 +190,4 @@ def _profile_name(value: Any) -> str | None:
     return f"{why} (expected a profile name such as nccl-default)" if why else None
 
 
-profile_name = Check("a profile name", _profile_name)
+profile_name = Check("profile name", _profile_name)
