@@ -9,6 +9,7 @@ docs/config.example.toml; `python -m fastverify.config.reference` writes them).
 
 from fastverify.config.checks import Check
 from fastverify.config.cross import tcp_problems, weight_cache_problems
+from fastverify.config.dump import dumps, relayout
 from fastverify.config.fields import (
     ADAPTIVE_CONFIG_NAME,
     ENGINES,
@@ -52,9 +53,11 @@ __all__ = [
     "KeyInfo",
     "ServerConfig",
     "add_flags",
+    "dumps",
     "load",
     "load_format_problem",
     "overrides",
+    "relayout",
     "tcp_problems",
     "validate_fields",
     "weight_cache_problems",

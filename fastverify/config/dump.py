@@ -54,3 +54,20 @@ def dumps(cfg: Any, header: list[str] | None = None) -> str:
             if value is not None:
                 lines.append(f"{info.name} = {toml_value(value)}")
     return "\n".join(lines) + "\n"
+
+
+def relayout(data: dict[str, Any]) -> dict[str, Any]:
+    """A nested configuration dict with every key under its table and name (old names
+    moved: `{"daemon": {"restart_burst": 5}}` -> `{"restart": {"burst": 5}}`); unknown keys
+    stay where they are, for the loader to refuse."""
+    from fastverify.config.keys import key_of
+    from fastverify.config.load import _flatten
+
+    out: dict[str, Any] = {}
+    for name, value in _flatten(data).items():
+        *tables, last = key_of(name).split(".")
+        table = out
+        for part in tables:
+            table = table.setdefault(part, {})
+        table[last] = value
+    return out

@@ -67,6 +67,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from fastverify.client import ApiError, ControlClient, DaemonUnavailable  # noqa: E402
+from fastverify.config import relayout  # noqa: E402
 from tests.support.net import free_port  # noqa: E402
 from tests.support.sim import SIM_HEALTH_POLL_VAR, SIM_TEST_HEALTH_POLL_S  # noqa: E402
 
@@ -204,7 +205,8 @@ class DaemonHarness:
                 "gpu_release_timeout_s": 2,
             },
         }
-        self.config = _merge(defaults, config or {})
+        # both in the file's layout, so a test may name a key by its old name or its new one
+        self.config = _merge(relayout(defaults), relayout(config or {}))
         self.config_path = self.tmp / "fastverifyd.toml"
         self.config_path.write_text(to_toml(self.config), encoding="utf-8")
         port = self.config["server"].get("port", self.engine_port)
