@@ -39,10 +39,10 @@ def load_format_problem(value: object) -> str | None:
         return None
     return f"load_format {value!r}: expected one of {', '.join(LOAD_FORMATS)}"
 
+
 # The file's tables, in the order the example and the reference show them.
 TABLES: dict[str, str] = {
-    "server": "What the engine serves. The sim engine fills in placeholder model paths when "
-    "empty.",
+    "server": "What the engine serves. The sim engine fills in placeholder model paths when empty.",
     "server.eagle3": "EAGLE-3 speculative decoding (modes eagle3 and adaptive).",
     "server.env": "Extra variables for the engine (not NCCL_*: NCCL settings live in "
     "profiles only).",
@@ -53,7 +53,7 @@ TABLES: dict[str, str] = {
     "restart": "Starting, stopping and restarting the engine: timeouts, crash backoff, "
     "recovery from FAILED.",
     "watch": "After READY: SGLang's /health_generate, so a hung engine counts as a crash "
-    "(engine_unresponsive; docs/api.md, \"A hung engine\").",
+    '(engine_unresponsive; docs/api.md, "A hung engine").',
     "sim": "The embedded sim engine (tests and demos).",
 }
 
@@ -62,9 +62,7 @@ TABLES: dict[str, str] = {
 class Eagle3Params:
     num_steps: Annotated[int, Key(c.integer(1, 64), "Draft steps per verify pass.")] = 3
     topk: Annotated[int, Key(c.integer(1, 64), "Draft tokens kept per step.")] = 1
-    num_draft_tokens: Annotated[
-        int, Key(c.integer(1, 1024), "Draft tokens verified per pass.")
-    ] = 4
+    num_draft_tokens: Annotated[int, Key(c.integer(1, 1024), "Draft tokens verified per pass.")] = 4
 
 
 @dataclass(frozen=True)
@@ -138,9 +136,7 @@ class ServerConfig:
             "> 1: one server over several nodes (SGLang --nnodes; tp_size is then the total "
             "over all nodes).", flag=True),
     ] = 1  # fmt: skip
-    node_rank: Annotated[
-        int, Key(c.integer(0, 63), "Multi-node: this node's rank.", flag=True)
-    ] = 0
+    node_rank: Annotated[int, Key(c.integer(0, 63), "Multi-node: this node's rank.", flag=True)] = 0
     dist_init_addr: Annotated[
         str,
         Key(c.string(what='"HOST:PORT" of node 0, or ""'),

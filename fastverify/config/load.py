@@ -144,13 +144,17 @@ def _read(path: Path | None) -> tuple[str, str, dict[str, Any]]:
 
 def _twice(flat: Mapping[str, Any], source: str, lines: Mapping[str, int]) -> list[FieldProblem]:
     """A key given both by its name and by its old name."""
-    out = []
-    for info in KEYS:
-        if info.alias and info.alias in flat and info.key in flat:
-            out.append(FieldProblem(source, lines.get(info.alias, 0), info.alias,
-                f"{info.alias}: set twice, here by its old name and as {info.key} (line "
-                f"{lines.get(info.key, '?')}) (expected one: [{info.table}] {info.name})"))  # fmt: skip
-    return out
+    return [
+        FieldProblem(
+            source,
+            lines.get(k.alias, 0),
+            k.alias,
+            f"{k.alias}: set twice, here by its old name and as {k.key} (line "
+            f"{lines.get(k.key, '?')}) (expected one: [{k.table}] {k.name})",
+        )
+        for k in KEYS
+        if k.alias and k.alias in flat and k.key in flat
+    ]
 
 
 def _build(cls: type, data: dict[str, Any]) -> Any:

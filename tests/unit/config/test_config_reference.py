@@ -124,8 +124,9 @@ def test_old_and_new_names_load_the_same_config(tmp_path: Path) -> None:
     assert (new.daemon.watch_interval_s, new.daemon.sim_load_seconds) == (7.0, 0.5)
     assert new.notes == ()
     assert len(old.notes) == 6
-    assert f"{tmp_path / 'old.toml'}:2: daemon.metrics_listen is now [exporter] metrics_listen" in (
-        old.notes[0]
+    assert (
+        f"{tmp_path / 'old.toml'}:2: daemon.metrics_listen is now [exporter] metrics_listen"
+        in (old.notes[0])
     )
 
 
@@ -181,7 +182,7 @@ def test_fastverifyd_flags_are_the_keys_that_declare_one() -> None:
             action = options.pop(info.flag)
             assert f"[{info.table}] {info.name}" in action.help, action.help
     assert set(options) == {"-h", "--config", "--version"}
-    assert daemon_main.FLAGS == {i.attr: i.flag for i in config.KEYS if i.flag}
+    assert {i.attr: i.flag for i in config.KEYS if i.flag} == daemon_main.FLAGS
     ns = daemon_main.parse_args(["--engine", "sim", "--server-port", "31000", "--declarative"])
     given = daemon_main.overrides(ns)
     assert given["daemon"]["engine"] == "sim" and given["server"]["port"] == 31000
