@@ -16,8 +16,8 @@ is invalid. The main loop sends WATCHDOG=1 when systemd asks for it.
 Exit codes: 0 clean shutdown, 2 configuration/usage error (a TCP door's token file,
 certificate or key that cannot be used included: read before anything starts), 1 could
 not start (socket in use by another daemon, state dir locked, an exporter asked for with
---metrics-listen or daemon.metrics_listen that cannot listen, ...), 3 declarative mode
-under systemd: the engine stayed FAILED after daemon.recover_retries retries (the engine
+--metrics-listen or exporter.metrics_listen that cannot listen, ...), 3 declarative mode
+under systemd: the engine stayed FAILED after restart.recover_retries retries (the engine
 group is stopped first; the unit fails and Restart= decides). The default exporter address
 that cannot listen is a status finding instead: the daemon runs without /metrics.
 """
@@ -227,7 +227,7 @@ class Daemon:
             why = os.strerror(errno_) if errno_ else str(exc)
         return None, (
             f"the exporter cannot listen on {listen} ({why}): /metrics is off; free the port,"
-            ' choose another daemon.metrics_listen (--metrics-listen), or set it to ""'
+            ' choose another exporter.metrics_listen (--metrics-listen), or set it to ""'
             " to run without the exporter"
         )
 
@@ -382,7 +382,7 @@ class Daemon:
             if (code := sup.exit_code()) is not None:
                 log.error(
                     "exiting with status %d: the engine stays FAILED (declarative mode, "
-                    "daemon.recover_retries spent); systemd's Restart= decides",
+                    "restart.recover_retries spent); systemd's Restart= decides",
                     code,
                 )
                 return code
