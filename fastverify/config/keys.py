@@ -44,7 +44,7 @@ def _declared() -> tuple[list[KeyInfo], set[str]]:
             hint = hints[f.name]
             meta = [m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Key)]
             if not meta:
-                if f"{section}.{f.name}" not in fields.SECTIONS:
+                if attr not in fields.SECTIONS:
                     per_operation.add(attr)  # set by an operation, never by a file
                 continue
             (k,) = meta

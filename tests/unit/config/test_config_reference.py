@@ -77,6 +77,13 @@ def test_tables_hold_the_keys_that_read_together() -> None:
     assert all(alias.startswith("daemon.") for alias in aliases)  # server keys did not move
 
 
+def test_every_key_and_old_name_is_one_name() -> None:
+    names = [k.key for k in config.KEYS] + [k.alias for k in config.KEYS if k.alias]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    flags = [k.flag for k in config.KEYS if k.flag]
+    assert len(flags) == len(set(flags))
+
+
 OLD = """[daemon]
 metrics_listen = "127.0.0.1:9999"
 restart_backoff_s = [2, 30]
