@@ -1,13 +1,10 @@
 """`fastverifyd`: the supervisor daemon's entry point (flags, config, signals, main loop).
 
-    fastverifyd [--config FILE] [--engine auto|sglang|sim] [--state-dir DIR] [--socket PATH]
-                [--tcp-listen HOST:PORT [--token-file FILE]
-                 [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]]
-                [--metrics-listen HOST:PORT] [--health-listen HOST:PORT] [--declarative]
-                [--node-rank N] [--dist-init-addr HOST:PORT] [--sim-load-seconds S]
-                [--sim-sglang-version X.Y.Z] [--log-level LEVEL]
+    fastverifyd [--config FILE] [--engine auto|sglang|sim] [--state-dir DIR] [--socket PATH] ...
 
-Flags override the config file (fastverify.config). The first log line names the engine
+Every option but --config and --version overrides one configuration key and is derived
+from that key's declaration (fastverify.config; docs/config.md names the key of each); the
+old key names the file uses are logged as one warning each. The first log line names the engine
 chosen and why. Signals: SIGTERM/SIGINT stop the engine group and exit 0 (STOPPING=1 is
 sent first; a SIGINT ignored at start, as in a background job, stays ignored); SIGHUP
 re-reads the config file, keeping the old configuration (and saying why) when the new one
