@@ -16,7 +16,8 @@ preexec=None)`.
 - `env`: extra variables for the daemon's own environment (e.g. NCCL_ALGO=Ring to prove
   the engine does not inherit them, NOTIFY_SOCKET, WATCHDOG_USEC). The daemon otherwise gets
   the test's environment minus NCCL_*, NOTIFY_SOCKET, WATCHDOG_* and FASTVERIFY_*.
-- `config`: `{"server": {...}, "daemon": {...}}` merged over the harness defaults (free
+- `config`: `{"server": {...}, "daemon": {...}}` (keys by table or by their old names:
+  the file is written in the tables' layout) merged over the harness defaults (free
   engine port, tp_size, fast backoff [0.1, 0.5] s, 5 s stop grace, 30 s readiness timeout,
   profile_dirs = [tmp_path/"profiles"] (created, empty) so tests can add their own
   profiles; the shipped ones stay available).

@@ -4,7 +4,6 @@ keys that declare one, and today's [daemon] keys keep loading as aliases of thei
 
 from __future__ import annotations
 
-import logging
 import subprocess
 import sys
 import tomllib
@@ -171,14 +170,6 @@ def test_a_key_in_the_wrong_table_points_at_its_table(tmp_path: Path) -> None:
     path = _write(tmp_path, "c.toml", "[daemon]\ninterval_s = 3\n")
     with pytest.raises(config.ConfigError, match=r"did you mean watch.interval_s\?"):
         config.load(path)
-
-
-def test_the_daemon_logs_one_note_per_old_name(tmp_path: Path, caplog) -> None:
-    cfg = config.load(_write(tmp_path, "old.toml", OLD))
-    with caplog.at_level(logging.WARNING, logger="fastverifyd"):
-        for note in cfg.notes:
-            daemon_main.log.warning("%s", note)
-    assert sum("(the old name still works)" in r.message for r in caplog.records) == 6
 
 
 def test_fastverifyd_flags_are_the_keys_that_declare_one() -> None:
