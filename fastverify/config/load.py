@@ -17,7 +17,15 @@ from fastverify import paths
 from fastverify.config import fields
 from fastverify.config.checks import show
 from fastverify.config.cross import cross_problems
-from fastverify.config.keys import BY_ATTR, BY_NAME, FREE_TABLES, KEYS, TABLES, key_of
+from fastverify.config.keys import (
+    BY_ATTR,
+    BY_NAME,
+    FREE_TABLES,
+    KEYS,
+    TABLES,
+    attr_space,
+    key_of,
+)
 
 
 class ConfigError(ValueError):
@@ -184,7 +192,8 @@ def load(
     flags: Mapping[str, str] | None = None,
 ) -> fields.Config:
     """Load `path` (missing default file = defaults), apply `{"server": {...}, "daemon": {...}}`
-    overrides (command-line flags, by attribute; None values ignored), validate every key
+    overrides (command-line flags, by attribute or by table: `{"restart": {"burst": 2}}`;
+    None values ignored), validate every key
     (all problems at once, each with file:line and key), and return a Config; ConfigError
     otherwise. `flags` (attribute path -> `--flag`): a problem with a value the command line
     gave is blamed on its flag (`fastverifyd --nnodes: ...`), never on a config file that may
@@ -193,12 +202,14 @@ def load(
     lines = _key_lines(text)
     flat = _flatten(data)
     problems = validate_fields(flat, path=source, lines=lines) + _twice(flat, source, lines)
-    given = {
-        f"{section}.{k}": v
-        for section, values in (overrides or {}).items()
-        for k, v in values.items()
-        if v is not None
-    }
+    given = attr_space(
+        {
+            f"{section}.{k}": v
+            for section, values in (overrides or {}).items()
+            for k, v in values.items()
+            if v is not None
+        }
+    )
 
     def flag_of(attr: str) -> str:
         flag = (flags or {}).get(attr)

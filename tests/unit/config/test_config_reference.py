@@ -155,6 +155,13 @@ def test_an_old_name_and_a_flag_is_no_conflict_the_flag_wins(tmp_path: Path) -> 
     assert "daemon.metrics_listen" in cfg.given
 
 
+def test_overrides_by_table_or_by_attribute_give_the_same_config() -> None:
+    by_table = config.load(None, {"restart": {"burst": 2}, "exporter": {"metrics_listen": ""}})
+    by_attr = config.load(None, {"daemon": {"restart_burst": 2, "metrics_listen": ""}})
+    assert by_table.daemon == by_attr.daemon
+    assert (by_table.daemon.restart_burst, by_table.daemon.metrics_listen) == (2, "")
+
+
 def test_a_bad_value_under_a_new_table_names_file_line_and_key(tmp_path: Path) -> None:
     path = _write(tmp_path, "c.toml", "[restart]\nburst = -1\n\n[watch]\nintervall_s = 3\n")
     with pytest.raises(config.ConfigError) as exc:
