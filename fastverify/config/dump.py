@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastverify.config.keys import FREE_TABLES, KEYS, TABLES, KeyInfo
+from fastverify.config.keys import FREE_TABLES, KEYS, TABLES, KeyInfo, key_of, nest
+from fastverify.config.load import flatten
 
 
 def toml_value(value: Any) -> str:
@@ -60,14 +61,4 @@ def relayout(data: dict[str, Any]) -> dict[str, Any]:
     """A nested configuration dict with every key under its table and name (old names
     moved: `{"daemon": {"restart_burst": 5}}` -> `{"restart": {"burst": 5}}`); unknown keys
     stay where they are, for the loader to refuse."""
-    from fastverify.config.keys import key_of
-    from fastverify.config.load import _flatten
-
-    out: dict[str, Any] = {}
-    for name, value in _flatten(data).items():
-        *tables, last = key_of(name).split(".")
-        table = out
-        for part in tables:
-            table = table.setdefault(part, {})
-        table[last] = value
-    return out
+    return nest({key_of(name): value for name, value in flatten(data).items()})

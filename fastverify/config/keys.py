@@ -87,3 +87,15 @@ def attr_space(values: typing.Mapping[str, Any]) -> dict[str, Any]:
 def key_of(name: str) -> str:
     """The key a name (key, alias or attribute path) stands for: "restart.backoff_s"."""
     return BY_NAME[name].key if name in BY_NAME else name
+
+
+def nest(flat: typing.Mapping[str, Any]) -> dict[str, Any]:
+    """{"a.b.c": 1} -> {"a": {"b": {"c": 1}}}."""
+    out: dict[str, Any] = {}
+    for dotted, value in flat.items():
+        *tables, name = dotted.split(".")
+        table = out
+        for part in tables:
+            table = table.setdefault(part, {})
+        table[name] = value
+    return out

@@ -25,6 +25,7 @@ from fastverify.config.keys import (
     TABLES,
     attr_space,
     key_of,
+    nest,
 )
 
 
@@ -120,14 +121,14 @@ def _key_lines(text: str) -> dict[str, int]:
     return out
 
 
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"server": {"eagle3": {...}, "env": {...}}} -> {"server.eagle3.num_steps": ..., ...}
     (`server.env` stays one value: its keys are the operator's variable names)."""
     flat: dict[str, Any] = {}
     for name, value in data.items():
         key = f"{prefix}{name}"
         if key in TABLES and key not in FREE_TABLES and isinstance(value, dict):
-            flat.update(_flatten(value, f"{key}."))
+            flat.update(flatten(value, f"{key}."))
         else:
             flat[key] = value
     return flat
@@ -200,7 +201,7 @@ def load(
     not exist. A key given by its old name loads as the key, with a note in `Config.notes`."""
     source, text, data = _read(path)
     lines = _key_lines(text)
-    flat = _flatten(data)
+    flat = flatten(data)
     problems = validate_fields(flat, path=source, lines=lines) + _twice(flat, source, lines)
     given = attr_space(
         {
@@ -243,13 +244,7 @@ def load(
         for attr, name in written.items()
         if name == BY_ATTR[attr].alias
     )
-    nested: dict[str, Any] = {}
-    for attr, value in merged.items():
-        *tables, name = attr.split(".")
-        table = nested
-        for part in tables:
-            table = table.setdefault(part, {})
-        table[name] = value
+    nested = nest(merged)
     return fields.Config(
         server=_build(fields.ServerConfig, nested.get("server", {})),
         daemon=_build(fields.DaemonConfig, nested.get("daemon", {})),
