@@ -1,13 +1,10 @@
 """`fastverifyd`: the supervisor daemon's entry point (flags, config, signals, main loop).
 
-    fastverifyd [--config FILE] [--engine auto|sglang|sim] [--state-dir DIR] [--socket PATH]
-                [--tcp-listen HOST:PORT [--token-file FILE]
-                 [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]]
-                [--metrics-listen HOST:PORT] [--health-listen HOST:PORT] [--declarative]
-                [--node-rank N] [--dist-init-addr HOST:PORT] [--sim-load-seconds S]
-                [--sim-sglang-version X.Y.Z] [--log-level LEVEL]
+    fastverifyd [--config FILE] [--engine auto|sglang|sim] [--state-dir DIR] [--socket PATH] ...
 
-Flags override the config file (fastverify.config). The first log line names the engine
+Every option but --config and --version overrides one configuration key and is derived
+from that key's declaration (fastverify.config; docs/config.md names the key of each); the
+old key names the file uses are logged as one warning each. The first log line names the engine
 chosen and why. Signals: SIGTERM/SIGINT stop the engine group and exit 0 (STOPPING=1 is
 sent first; a SIGINT ignored at start, as in a background job, stays ignored); SIGHUP
 re-reads the config file, keeping the old configuration (and saying why) when the new one
@@ -16,8 +13,8 @@ is invalid. The main loop sends WATCHDOG=1 when systemd asks for it.
 Exit codes: 0 clean shutdown, 2 configuration/usage error (a TCP door's token file,
 certificate or key that cannot be used included: read before anything starts), 1 could
 not start (socket in use by another daemon, state dir locked, an exporter asked for with
---metrics-listen or daemon.metrics_listen that cannot listen, ...), 3 declarative mode
-under systemd: the engine stayed FAILED after daemon.recover_retries retries (the engine
+--metrics-listen or exporter.metrics_listen that cannot listen, ...), 3 declarative mode
+under systemd: the engine stayed FAILED after restart.recover_retries retries (the engine
 group is stopped first; the unit fails and Restart= decides). The default exporter address
 that cannot listen is a status finding instead: the daemon runs without /metrics.
 """
@@ -33,7 +30,6 @@ import signal
 import sys
 import threading
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fastverifyd",
         description="fastverify supervisor daemon: runs the SGLang server (or the sim) with "
         "one NCCL profile, switches, verifies and rolls back on request, serves /metrics.",
-        epilog="Every flag overrides the same key of the config file (docs/config.example.toml).",
+        epilog="Every flag overrides the key of the config file it names (docs/config.md).",
     )
     p.add_argument(
         "--config",
@@ -62,138 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="TOML config file (default: $FASTVERIFY_CONFIG, else fastverifyd.toml in "
         "/etc/fastverify as root or $XDG_CONFIG_HOME/fastverify)",
     )
-    p.add_argument(
-        "--engine",
-        choices=configmod.ENGINES,
-        default=None,
-        help="what serves: sglang, the embedded sim, or auto (sglang when SGLang and a GPU "
-        "are present, else sim)",
-    )
-    p.add_argument(
-        "--state-dir",
-        default=None,
-        help="durable state, journal and engine logs (default: $FASTVERIFY_STATE_DIR, else "
-        "/var/lib/fastverify as root or $XDG_STATE_HOME/fastverify)",
-    )
-    p.add_argument(
-        "--socket",
-        default=None,
-        help="control socket path (default: $FASTVERIFY_SOCKET, else "
-        "/run/fastverify/control.sock as root or $XDG_RUNTIME_DIR/fastverify/control.sock)",
-    )
-    p.add_argument(
-        "--metrics-listen",
-        default=None,
-        help='HOST:PORT for /metrics ("" = off; default 127.0.0.1:9464)',
-    )
-    p.add_argument(
-        "--health-listen",
-        default=None,
-        help='HOST:PORT for the probes /livez /readyz /startupz ("" = off; Kubernetes)',
-    )
-    p.add_argument(
-        "--declarative",
-        action="store_const",
-        const=True,
-        default=None,
-        help="profile and mode come from the configuration (Kubernetes); refuse profile set "
-        "unless --canary",
-    )
-    p.add_argument(
-        "--server-port",
-        type=int,
-        default=None,
-        help="the engine's HTTP port (server.port; default 30000)",
-    )
-    p.add_argument(
-        "--weight-cache",
-        choices=("off", "auto", "on"),
-        default=None,
-        help="SGLang's weight cache as fastverifyd's second process group: a switch restarts "
-        "the server only, the weights stay mapped (server.weight_cache; default off)",
-    )
-    p.add_argument("--nnodes", type=int, default=None, help="multi-node: nodes in the server")
-    p.add_argument("--node-rank", type=int, default=None, help="multi-node: this node's rank")
-    p.add_argument("--dist-init-addr", default=None, help="multi-node: HOST:PORT of node 0")
-    p.add_argument(
-        "--sim-load-seconds",
-        type=float,
-        default=None,
-        help="sim engine only: seconds its simulated weight load takes",
-    )
-    p.add_argument(
-        "--sim-sglang-version",
-        default=None,
-        help="sim engine only: the SGLang release it plays (its flags, metrics, spans, logs)",
-    )
-    p.add_argument(
-        "--tcp-listen", default=None, help="HOST:PORT for the control API (needs a token)"
-    )
-    p.add_argument(
-        "--token-file",
-        default=None,
-        help="bearer tokens for --tcp-listen: NAME:TOKEN lines or one TOKEN (chmod 600, "
-        "16+ characters each; the name is recorded as the caller)",
-    )
-    p.add_argument(
-        "--tls-cert",
-        default=None,
-        help="PEM certificate of the TCP control door: TLS (required off loopback)",
-    )
-    p.add_argument("--tls-key", default=None, help="the --tls-cert's private key (chmod 600)")
-    p.add_argument(
-        "--web-config-file",
-        default=None,
-        help="exporter-toolkit web config for /metrics (TLS, client certificates, bcrypt "
-        "basic auth: the YAML node_exporter's --web.config.file reads)",
-    )
-    p.add_argument(
-        "--tls-client-ca",
-        default=None,
-        help="CA whose client certificates the TCP door requires (mutual TLS)",
-    )
-    p.add_argument(
-        "--log-level",
-        default=None,
-        choices=("debug", "info", "warning", "error"),
-        help="the daemon's own log level (default: info)",
-    )
+    configmod.add_flags(p)  # one per key that declares a flag
     p.add_argument("--version", action="version", version=f"fastverifyd {VERSION}")
     return p
 
 
-# config key -> the fastverifyd flag that sets it (overrides() reads them; a bad value is
-# blamed on the flag, config.load)
-FLAGS = {
-    "daemon.engine": "--engine",
-    "daemon.state_dir": "--state-dir",
-    "daemon.socket": "--socket",
-    "daemon.metrics_listen": "--metrics-listen",
-    "daemon.sim_load_seconds": "--sim-load-seconds",
-    "daemon.sim_sglang_version": "--sim-sglang-version",
-    "daemon.tcp_listen": "--tcp-listen",
-    "daemon.token_file": "--token-file",
-    "daemon.tls_cert": "--tls-cert",
-    "daemon.tls_key": "--tls-key",
-    "daemon.tls_client_ca": "--tls-client-ca",
-    "daemon.web_config_file": "--web-config-file",
-    "daemon.log_level": "--log-level",
-    "daemon.health_listen": "--health-listen",
-    "daemon.declarative": "--declarative",
-    "server.port": "--server-port",
-    "server.weight_cache": "--weight-cache",
-    "server.nnodes": "--nnodes",
-    "server.node_rank": "--node-rank",
-    "server.dist_init_addr": "--dist-init-addr",
-}
-
-
-def overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {"daemon": {}, "server": {}}
-    for key, flag in FLAGS.items():
-        section, name = key.split(".")
-        out[section][name] = getattr(ns, flag[2:].replace("-", "_"))
-    return out
+# config attribute -> the fastverifyd flag that sets it (a bad value is blamed on the flag)
+FLAGS = configmod.FLAGS
+overrides = configmod.overrides  # the flags' values, by attribute, for config.load
 
 
 def make_engine(name: str, cfg: configmod.Config) -> Any:
@@ -304,17 +176,7 @@ def _start_exporter(sup: Any, cfg: configmod.Config, engine: Any, web: Any = Non
 
 def _metrics_explicit(ns: argparse.Namespace, cfg: configmod.Config) -> bool:
     """Was the exporter asked for (flag or config key), rather than on by default?"""
-    if ns.metrics_listen is not None:
-        return True
-    if not cfg.source:
-        return False
-    try:
-        with open(cfg.source, "rb") as fh:
-            data = tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError):
-        return False
-    daemon = data.get("daemon")
-    return isinstance(daemon, dict) and "metrics_listen" in daemon
+    return "daemon.metrics_listen" in cfg.given
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -329,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    for note in cfg.notes:
+        log.warning("%s", note)
     from fastverify.engines.detect import choose_engine
 
     engine_name, reason = choose_engine(cfg.daemon.engine, cfg.server.python or None)
@@ -360,7 +224,7 @@ class Daemon:
             why = os.strerror(errno_) if errno_ else str(exc)
         return None, (
             f"the exporter cannot listen on {listen} ({why}): /metrics is off; free the port,"
-            ' choose another daemon.metrics_listen (--metrics-listen), or set it to ""'
+            ' choose another exporter.metrics_listen (--metrics-listen), or set it to ""'
             " to run without the exporter"
         )
 
@@ -515,7 +379,7 @@ class Daemon:
             if (code := sup.exit_code()) is not None:
                 log.error(
                     "exiting with status %d: the engine stays FAILED (declarative mode, "
-                    "daemon.recover_retries spent); systemd's Restart= decides",
+                    "restart.recover_retries spent); systemd's Restart= decides",
                     code,
                 )
                 return code
@@ -539,6 +403,8 @@ class Daemon:
                 if getattr(new.daemon, name) != getattr(self.cfg.daemon, name)
             ]
             self.cfg = new
+            for note in new.notes:
+                sup.daemon_log(f"SIGHUP: {note}", logging.WARNING)
             sup.reconfigure(new, make_engine(self.engine_name, new))
             sup.config_error = None
             note = f" ({', '.join(moved)} change only on restart)" if moved else ""

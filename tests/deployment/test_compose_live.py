@@ -80,7 +80,7 @@ def test_compose_up_serves_the_host_cli_and_published_ports(
         (REPO / "compose/fastverifyd.container.toml")
         .read_text()
         .replace('engine = "sglang"', 'engine = "auto"')
-        + "sim_load_seconds = 1.0\n"  # [daemon] is the file's last table
+        + "\n[sim]\nload_seconds = 1.0\n"
     )
     env_file = tmp_path / "fastverify.env"
     env_file.write_text("FASTVERIFY_TEST_MARKER=from-env-file\n")

@@ -626,9 +626,9 @@ def pod_daemon(tmp_path: Path, profile: str) -> tuple[Any, str]:
         for role in ("profile-declared", "profiles-user", "profiles-shipped")
     ]
     health = free_port()
-    cfg["daemon"]["health_listen"] = f"127.0.0.1:{health}"
-    for key in ("state_dir", "socket", "metrics_listen"):
-        del cfg["daemon"][key]  # the harness's (flags)
+    cfg["exporter"]["health_listen"] = f"127.0.0.1:{health}"
+    for table, key in (("daemon", "state_dir"), ("api", "socket"), ("exporter", "metrics_listen")):
+        del cfg[table][key]  # the harness's (flags)
     del cfg["server"]["port"]
     cfg["server"]["host"] = "127.0.0.1"
     cfg["server"]["model_path"] = cfg["server"]["draft_model_path"] = ""  # the sim's own

@@ -381,7 +381,7 @@ def test_sighup_with_broken_config_keeps_old_one_says_why(tmp_path: Path) -> Non
         good = d.config_path.read_text()
         for broken, words in (
             (good + "\n[daemon\n", str(d.config_path)),
-            (good.replace("restart_burst = 5", 'restart_burst = "many"'), "restart_burst"),
+            (good.replace("\nburst = 5", '\nburst = "many"'), "restart.burst"),
             (good + '\n[server.env]\nNCCL_ALGO = "Tree"\n', "NCCL_ALGO"),
             (good + "\n[bogus]\nx = 1\n", "bogus"),
         ):

@@ -259,7 +259,7 @@ def test_declarative_under_systemd_exits_3_when_spent(tmp_path: Path) -> None:
         d.start(wait_ready=False)
         assert d.proc is not None
         assert d.proc.wait(120) == 3  # the unit fails; systemd's Restart= decides
-        assert "daemon.recover_retries spent" in d.log_text()
+        assert "restart.recover_retries spent" in d.log_text()  # the key, by its table
         assert listener.first("STOPPING=1") is not None
         assert not d.leaked(), "engine process leaked"  # it stopped its group first
     finally:

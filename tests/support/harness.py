@@ -16,7 +16,8 @@ preexec=None)`.
 - `env`: extra variables for the daemon's own environment (e.g. NCCL_ALGO=Ring to prove
   the engine does not inherit them, NOTIFY_SOCKET, WATCHDOG_USEC). The daemon otherwise gets
   the test's environment minus NCCL_*, NOTIFY_SOCKET, WATCHDOG_* and FASTVERIFY_*.
-- `config`: `{"server": {...}, "daemon": {...}}` merged over the harness defaults (free
+- `config`: `{"server": {...}, "daemon": {...}}` (keys by table or by their old names:
+  the file is written in the tables' layout) merged over the harness defaults (free
   engine port, tp_size, fast backoff [0.1, 0.5] s, 5 s stop grace, 30 s readiness timeout,
   profile_dirs = [tmp_path/"profiles"] (created, empty) so tests can add their own
   profiles; the shipped ones stay available).
@@ -67,6 +68,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from fastverify.client import ApiError, ControlClient, DaemonUnavailable  # noqa: E402
+from fastverify.config import relayout  # noqa: E402
 from tests.support.net import free_port  # noqa: E402
 from tests.support.sim import SIM_HEALTH_POLL_VAR, SIM_TEST_HEALTH_POLL_S  # noqa: E402
 
@@ -204,7 +206,8 @@ class DaemonHarness:
                 "gpu_release_timeout_s": 2,
             },
         }
-        self.config = _merge(defaults, config or {})
+        # both in the file's layout, so a test may name a key by its old name or its new one
+        self.config = _merge(relayout(defaults), relayout(config or {}))
         self.config_path = self.tmp / "fastverifyd.toml"
         self.config_path.write_text(to_toml(self.config), encoding="utf-8")
         port = self.config["server"].get("port", self.engine_port)

@@ -34,18 +34,6 @@ DIST_PORT = 20000  # SGLang's torch.distributed rendezvous on the leader (--dist
 PROBE_PERIOD_S = 10
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a TOML basic string (same escapes)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"no TOML spelling for {value!r}")
-
-
 def adaptive_config_text(
     mode: str, decision: dict[str, Any] | None, source: str | None
 ) -> str | None:
@@ -73,25 +61,13 @@ def adaptive_config_text(
 
 def daemon_config_text(cfg: Any, source: str) -> str:
     """The pod's fastverifyd.toml: every key of `cfg`, spelled out (None values omitted)."""
-    server = dataclasses.asdict(cfg.server)
-    eagle3 = server.pop("eagle3")
-    env = server.pop("env")
-    daemon = dataclasses.asdict(cfg.daemon)
-    lines = [
-        "# fastverifyd configuration of a Kubernetes pod, rendered by `fastverifyctl render",
-        f"# kubernetes` from {source}. Declarative: the profile and mode below are the",
-        "# manifest's (docs/kubernetes.md); change them by rendering and applying again.",
-        "",
-        "[server]",
-    ]
-    lines += [f"{k} = {_toml_value(v)}" for k, v in server.items() if v is not None]
-    lines += ["", "[server.eagle3]"]
-    lines += [f"{k} = {_toml_value(v)}" for k, v in eagle3.items()]
-    lines += ["", "[server.env]"]
-    lines += [f"{k} = {_toml_value(v)}" for k, v in sorted(env.items())]
-    lines += ["", "[daemon]"]
-    lines += [f"{k} = {_toml_value(v)}" for k, v in daemon.items() if v is not None]
-    return "\n".join(lines) + "\n"
+    from fastverify import config as configmod
+
+    return configmod.dumps(cfg, [
+        "fastverifyd configuration of a Kubernetes pod, rendered by `fastverifyctl render",
+        f"kubernetes` from {source}. Declarative: the profile and mode below are the",
+        "manifest's (docs/kubernetes.md); change them by rendering and applying again.",
+    ])  # fmt: skip
 
 
 def pod_config(

@@ -1,0 +1,65 @@
+"""The daemon's configuration: a TOML file + fastverifyd's options -> one frozen `Config`.
+
+Every key is declared once, as a typed field of the `Config` dataclasses with its table,
+check, help and flag (`fields`); the rest is derived: the key list and old names (`keys`),
+the loader (`load`), the checks over several keys (`cross`), fastverifyd's options
+(`flags`) and the generated reference and example file (`reference`: docs/config.md,
+docs/config.example.toml; `python -m fastverify.config.reference` writes them).
+"""
+
+from fastverify.config.checks import Check
+from fastverify.config.cross import tcp_problems, weight_cache_problems
+from fastverify.config.dump import dumps, relayout
+from fastverify.config.fields import (
+    ADAPTIVE_CONFIG_NAME,
+    ENGINES,
+    LOAD_FORMATS,
+    LOG_LEVELS,
+    MODES,
+    REQUEST_METRICS_DIR,
+    SPEC_MODES,
+    TRIAL_LOAD_FORMAT,
+    Config,
+    DaemonConfig,
+    Eagle3Params,
+    ServerConfig,
+    load_format_problem,
+    weights_label,
+)
+from fastverify.config.flags import add_flags, overrides
+from fastverify.config.keys import FIELDS, FLAGS, KEYS, PER_OPERATION, TABLES, KeyInfo
+from fastverify.config.load import ConfigError, FieldProblem, load, validate_fields
+
+__all__ = [
+    "ADAPTIVE_CONFIG_NAME",
+    "ENGINES",
+    "FIELDS",
+    "FLAGS",
+    "KEYS",
+    "LOAD_FORMATS",
+    "LOG_LEVELS",
+    "MODES",
+    "PER_OPERATION",
+    "REQUEST_METRICS_DIR",
+    "SPEC_MODES",
+    "TABLES",
+    "TRIAL_LOAD_FORMAT",
+    "Check",
+    "Config",
+    "ConfigError",
+    "DaemonConfig",
+    "Eagle3Params",
+    "FieldProblem",
+    "KeyInfo",
+    "ServerConfig",
+    "add_flags",
+    "dumps",
+    "load",
+    "load_format_problem",
+    "overrides",
+    "relayout",
+    "tcp_problems",
+    "validate_fields",
+    "weight_cache_problems",
+    "weights_label",
+]

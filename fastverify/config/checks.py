@@ -1,0 +1,193 @@
+"""The value checks of configuration keys: each says what is wrong with a raw TOML/JSON value
+and what would be right (`... (expected ...)`), and what it accepts, for the reference."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+def show(value: Any) -> str:
+    """A value as the operator wrote it (TOML/JSON-ish), kept short."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = '"' + value + '"'
+    elif isinstance(value, list | tuple):
+        text = "[" + ", ".join(show(v) for v in value) + "]"
+    elif isinstance(value, dict):
+        text = "a table"
+    else:
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@dataclass(frozen=True)
+class Check:
+    """`check(value)`: what is wrong (with `expected ...`), or None. `accepts` is what the
+    reference prints; `choices` the closed set of values, where there is one."""
+
+    accepts: str
+    problem: Callable[[Any], str | None]
+    choices: tuple[str, ...] | None = None
+
+    def __call__(self, value: Any) -> str | None:
+        return self.problem(value)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def number(lo: float, *, lo_open: bool = False, what: str = "seconds") -> Check:
+    bound = f"> {lo:g}" if lo_open else f">= {lo:g}"
+    expected = f"a number of {what} {bound}"
+
+    def problem(value: Any) -> str | None:
+        if not is_number(value) or not math.isfinite(value):
+            return f"{show(value)} is not a finite number (expected {expected})"
+        if value < lo or (lo_open and value == lo):
+            return f"{show(value)} is out of range (expected {expected})"
+        return None
+
+    return Check(f"number {bound}", problem)
+
+
+def integer(lo: int, hi: int | None = None) -> Check:
+    expected = f"an integer in {lo}..{hi}" if hi is not None else f"an integer >= {lo}"
+
+    def problem(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"{show(value)} is not an integer (expected {expected})"
+        if value < lo or (hi is not None and value > hi):
+            return f"{value} is out of range (expected {expected})"
+        return None
+
+    return Check(expected.removeprefix("an "), problem)
+
+
+def choice(choices: tuple[str, ...]) -> Check:
+    def problem(value: Any) -> str | None:
+        if not isinstance(value, str) or value not in choices:
+            return f"{show(value)} is not allowed (expected one of {', '.join(choices)})"
+        return None
+
+    return Check("one of " + ", ".join(f'"{c}"' for c in choices), problem, choices)
+
+
+def string(*, nonempty: bool = False, what: str = "a string") -> Check:
+    def problem(value: Any) -> str | None:
+        if not isinstance(value, str):
+            return f"{show(value)} is not a string (expected {what})"
+        if nonempty and not value.strip():
+            return f"empty (expected {what})"
+        return None
+
+    return Check(what.removeprefix("a ").removeprefix("an "), problem)
+
+
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"{show(value)} (expected true or false)"
+
+
+boolean = Check("true or false", _boolean)
+
+
+def listen(*, lowest_port: int) -> Check:
+    expected = f'"HOST:PORT" with PORT in {lowest_port}..65535, or "" for off'
+
+    def problem(value: Any) -> str | None:
+        if not isinstance(value, str):
+            return f"{show(value)} is not a string (expected {expected})"
+        if value == "":
+            return None
+        _, sep, port = value.strip().rpartition(":")
+        port = port if sep else value.strip()
+        if not port.isdigit() or not lowest_port <= int(port) <= 65535:
+            return f"{show(value)} is not a listen address (expected {expected})"
+        return None
+
+    return Check(expected, problem)
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def str_list(item: Check | None = None, what: str = "a list of strings") -> Check:
+    def problem(value: Any) -> str | None:
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            return f"{show(value)} (expected {what})"
+        for v in value:
+            if item is not None and (why := item(v)):
+                return why
+        return None
+
+    return Check(what.removeprefix("a "), problem)
+
+
+def _passthrough_name(name: str) -> str | None:
+    if not ENV_NAME.fullmatch(name):
+        return f"{show(name)} is not a variable name (expected names like HF_TOKEN)"
+    if name.startswith("NCCL_"):
+        return (
+            f"{name}: NCCL settings are not passed through (expected non-NCCL names; "
+            "NCCL settings belong in profiles)"
+        )
+    return None
+
+
+passthrough_names = str_list(
+    Check("a variable name, not NCCL_*", _passthrough_name), "a list of variable names"
+)
+
+
+def _env_table(value: Any) -> str | None:
+    expected = 'a table of string values, e.g. SGLANG_X = "1"'
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        return f"{show(value)} (expected {expected})"
+    for k in value:
+        if not ENV_NAME.fullmatch(k):
+            return f"{show(k)} is not a variable name (expected {expected})"
+    nccl = sorted(k for k in value if k.startswith("NCCL_"))
+    if nccl:
+        return (
+            f"sets {', '.join(nccl)}: NCCL settings belong in profiles "
+            "(the profile is the whole truth about NCCL; expected non-NCCL names)"
+        )
+    return None
+
+
+env_table = Check("NAME = string, no NCCL_* names", _env_table)
+
+
+def _backoff(value: Any) -> str | None:
+    expected = "[initial, max] seconds with 0 < initial <= max, e.g. [1, 60]"
+    if (
+        not isinstance(value, list | tuple)
+        or len(value) != 2
+        or not all(is_number(v) and math.isfinite(v) for v in value)
+    ):
+        return f"{show(value)} (expected {expected})"
+    if not 0 < value[0] <= value[1]:
+        return f"{show(value)} is out of order or not positive (expected {expected})"
+    return None
+
+
+backoff = Check("[initial, max] seconds, 0 < initial <= max", _backoff)
+
+
+def _profile_name(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return f"{show(value)} is not a string (expected a profile name such as nccl-default)"
+    from fastverify.profiles.store import name_problem  # only when the key is set
+
+    why = name_problem(value)
+    return f"{why} (expected a profile name such as nccl-default)" if why else None
+
+
+profile_name = Check("profile name", _profile_name)
