@@ -256,7 +256,8 @@ SET_PROFILE = Endpoint(
         Field("eagle3_steps", "int", "a timing trial's EAGLE-3 draft steps (1..64, topk 1, "
               "steps + 1 draft tokens, as SGLang's adaptive worker runs them; only with mode "
               '`eagle3` and `load_format: "dummy"`, refused with 422 before anything stops '
-              "otherwise; this start only, never persisted: `fastverifyctl spec costs`)",
+              "otherwise; this start only, never persisted: the rollback and every later start run "
+              "`[server.eagle3]`; `fastverifyctl spec costs`)",
               mirrors="server.eagle3.num_steps"),
         _CANARY,
         _lease(),
@@ -315,10 +316,20 @@ RECORD_BASELINE = Endpoint(
 )
 CAPTURE_TRACE = Endpoint(
     "POST", "/v1/trace/capture", "capture_trace", "Record one profile window of the serving "
-    "engine now and analyse it (see Trace capture).",
+    "engine now and analyse it. A window records forward steps, which only happen under "
+    "load; a client that disconnects while waiting cancels the window.",
     fields=(Field("steps", "int", "forward steps to record (default `daemon.trace_steps`)",
                   mirrors="daemon.trace_steps"),),
-    answer="the trace analysis",
+    answer="the trace analysis; 409 (nothing started) when the exporter is off, no engine is "
+    "READY, another profile window still runs after the capture timeout (a background window "
+    "in progress is waited for), or the engine is idle: over 3 s SGLang's /metrics showed no "
+    "running or queued request and none of its activity counters moved "
+    "(`sglang:cuda_graph_passes_total`, generated/prompt tokens, finished requests; one "
+    "sample of the gauges is not evidence, SGLang refreshes them at log intervals); a server "
+    "without those counters is not refused (the window's timeout applies); every 409 but "
+    '"another window runs" and "an operation is in flight" has `busy: false`; 502 when the '
+    "window failed or timed out: the daemon then stops it on the server (`POST "
+    "/stop_profile`) and removes its directory",
 )
 DECISION = Endpoint(
     "GET", "/v1/decision", "decision", "The newest tuning decision (`fastverifyctl tune`).",
@@ -329,7 +340,8 @@ RECORD_DECISION = Endpoint(
     "POST", "/v1/decision", "record_decision", "Record what `fastverifyctl tune` decided, "
     "after it applied it through `POST /v1/profile`: kept in `decision.json` of the state "
     "dir, appended to the history (kind `decision`) and exported as "
-    "`fastverify_decision_info{profile,mode,backend,applied,serving} 1`.",
+    "`fastverify_decision_info{profile,mode,backend,applied,serving} 1` (`serving`: whether "
+    "it is what serves now; also after a daemon restart).",
     fields=(
         Field("profile", "str", "a profile of the profile store", required=True),
         Field("mode", "str", "baseline, eagle3 or adaptive", required=True),
