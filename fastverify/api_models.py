@@ -10,7 +10,7 @@ no dataclasses: the CLI imports this module on its start-up path.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 # request field kind -> the JSON types it accepts (a bool is never a number)
 KINDS: dict[str, tuple[type, ...]] = {
@@ -23,78 +23,35 @@ KINDS: dict[str, tuple[type, ...]] = {
 }
 
 
-class Field:
+class Field(NamedTuple):
     """One field of a request body or query, or of the status body. `kind`: a KINDS key for
     request fields (checked), free text for the status body (documented only). `mirrors`: the
     configuration key whose check (and words) a request value gets; `minimum`: the least
     value accepted, `why` says what it counts."""
 
-    __slots__ = (
-        "default",
-        "fields",
-        "help",
-        "kind",
-        "minimum",
-        "mirrors",
-        "name",
-        "required",
-        "why",
-    )
-
-    def __init__(
-        self,
-        name: str,
-        kind: str,
-        help: str,
-        *,
-        required: bool = False,
-        default: Any = None,
-        mirrors: str | None = None,
-        minimum: float | None = None,
-        why: str = "",
-        fields: tuple[Field, ...] = (),
-    ) -> None:
-        self.name = name
-        self.kind = kind
-        self.help = help
-        self.required = required
-        self.default = default
-        self.mirrors = mirrors
-        self.minimum = minimum
-        self.why = why
-        self.fields = fields  # an object's own fields (status's `engine`)
+    name: str
+    kind: str
+    help: str
+    required: bool = False
+    default: Any = None
+    mirrors: str | None = None
+    minimum: float | None = None
+    why: str = ""
 
 
-class Endpoint:
-    """One method on one path. `fields`: the JSON body (POST); `query`: the query parameters
-    (GET); `answer`: what comes back; `client`: the fastverify.client method that calls it;
-    `streams`: the answer is NDJSON events."""
+class Endpoint(NamedTuple):
+    """One method on one path. `client`: the fastverify.client method that calls it;
+    `fields`: the JSON body (POST); `query`: the query parameters (GET); `answer`: what
+    comes back; `streams`: the answer is NDJSON events."""
 
-    __slots__ = ("answer", "client", "fields", "method", "path", "query", "streams", "summary")
-
-    def __init__(
-        self,
-        method: str,
-        path: str,
-        client: str,
-        summary: str,
-        *,
-        fields: tuple[Field, ...] = (),
-        query: tuple[Field, ...] = (),
-        answer: str = "",
-        streams: bool = False,
-    ) -> None:
-        self.method = method
-        self.path = path
-        self.client = client
-        self.summary = summary
-        self.fields = fields
-        self.query = query
-        self.answer = answer
-        self.streams = streams
-
-    def field(self, name: str) -> Field | None:
-        return next((f for f in (*self.fields, *self.query) if f.name == name), None)
+    method: str
+    path: str
+    client: str
+    summary: str
+    fields: tuple[Field, ...] = ()
+    query: tuple[Field, ...] = ()
+    answer: str = ""
+    streams: bool = False
 
     def defaults(self) -> dict[str, Any]:
         """The fields a request may leave out, with the value the daemon then uses."""
@@ -102,6 +59,20 @@ class Endpoint:
 
     def __repr__(self) -> str:
         return f"Endpoint({self.method} {self.path})"
+
+
+def _described(table: str) -> tuple[Field, ...]:
+    """Documented-only fields from lines `name (kind): help`, a help running on over lines
+    that start with spaces."""
+    out: list[Field] = []
+    for line in table.strip("\n").splitlines():
+        if line.startswith(" "):
+            out[-1] = out[-1]._replace(help=f"{out[-1].help} {line.strip()}")
+            continue
+        name, _, rest = line.partition(" (")
+        kind, _, text = rest.partition("): ")
+        out.append(Field(name, kind, text))
+    return tuple(out)
 
 
 # The declarations below are laid out by hand, one field to a line or two, to be read.
@@ -136,81 +107,74 @@ _CANARY = Field("canary", "bool", "declarative mode: serve something other than 
 _ACCEPT_LENGTH = "accepted tokens per verify pass, bonus token included (>= 1)"
 
 # ---------------------------------------------------------------------- the status body
-ENGINE_FIELDS: tuple[Field, ...] = (
-    Field("name", "str", "the engine adapter: `sglang` or `sim`"),
-    Field("pid", "int | null", "the server's pid while it lives"),
-    Field("pgid", "int | null", "its process group (what the daemon stops)"),
-    Field("url", "str", "the server's HTTP address"),
-    Field("simulated", "bool", "the sim serves (never a measurement of hardware)"),
-    Field("identity", "object", "`{kind, version, simulated}`: which engine measures here "
-          "(also in every decision record)"),
-    Field("reason", "str", "why this engine adapter was chosen"),
-    Field("engine_env", "object | null", "the environment the server was started with "
-          "(secrets masked)"),
-    Field("log", "str | null", "the server's log file"),
-    Field("started_at", "number | null", "unix time the server was started"),
-    Field("start_seconds", "number | null", "its time to ready"),
-    Field("ready_by", "str | null", "how it was found ready: `endpoints` when no INFO ready "
-          "line came (`--log-level warning`: `/model_info` answered and `/health_generate` "
-          "was 200)"),
-    Field("progress", "object | null", "`{phase, percent, message}` while loading"),
-    Field("adopted", "bool", "a live engine found after a daemon crash"),
-    Field("weights", "str | null", "`dummy` for a timing trial, else the weights' label"),
-    Field("weight_load", "object | null", "where the weights came from: `{source: cache|disk, "
-          "seconds, bytes, reason, why, fallback, text, phases: {weights, cuda_graph, rest}}`"),
-    Field("tuner", "object | null", "the NCCL tuner plugin confirmed at verify: `{name, "
-          "abi_version, path, rows_applied, rows_total, table, files}`"),
-    Field("allreduce", "object | null", "the TP all-reduce backend confirmed at verify "
-          "(below)"),
-    Field("health", "object | null", "the watch of SGLang's `/health_generate` after READY: "
-          "`{checks, failed_checks, failing_since, last_failed, failures_limit, summary}`"),
-    Field("capabilities", "object | null", "the engine's own all-reduce capabilities "
-          "(below)"),
-)
+ENGINE_FIELDS = _described("""
+name (str): the engine adapter: `sglang` or `sim`
+pid (int | null): the server's pid while it lives
+pgid (int | null): its process group (what the daemon stops)
+url (str): the server's HTTP address
+simulated (bool): the sim serves (never a measurement of hardware)
+identity (object): `{kind, version, simulated}`: which engine measures here (also in every
+  decision record)
+reason (str): why this engine adapter was chosen
+engine_env (object | null): the environment the server was started with (secrets masked)
+log (str | null): the server's log file
+started_at (number | null): unix time the server was started
+start_seconds (number | null): its time to ready
+ready_by (str | null): how it was found ready: `endpoints` when no INFO ready line came
+  (`--log-level warning`: `/model_info` answered and `/health_generate` was 200)
+progress (object | null): `{phase, percent, message}` while loading
+adopted (bool): a live engine found after a daemon crash
+weights (str | null): `dummy` for a timing trial, else the weights' label
+weight_load (object | null): where the weights came from: `{source: cache|disk, seconds,
+  bytes, reason, why, fallback, text, phases: {weights, cuda_graph, rest}}`
+tuner (object | null): the NCCL tuner plugin confirmed at verify: `{name, abi_version, path,
+  rows_applied, rows_total, table, files}`
+allreduce (object | null): the TP all-reduce backend confirmed at verify (below)
+health (object | null): the watch of SGLang's `/health_generate` after READY: `{checks,
+  failed_checks, failing_since, last_failed, failures_limit, summary}`
+capabilities (object | null): the engine's own all-reduce capabilities (below)
+""")
 
-STATUS_FIELDS: tuple[Field, ...] = (
-    Field("state", "str", "STOPPED, STARTING, VERIFYING, READY, STOPPING, FAILED, "
-          "ROLLING_BACK or BACKOFF (transitions: `fastverify/daemon/states.py`)"),
-    Field("since", "number", "unix time of the last transition"),
-    Field("profile", "str | null", "the active profile"),
-    Field("mode", "str | null", "the active mode: baseline, eagle3 or adaptive"),
-    Field("engine", "object", "the serving engine", fields=ENGINE_FIELDS),
-    Field("last_good", "str | null", "the last profile that served verified"),
-    Field("last_good_mode", "str | null", "its mode"),
-    Field("last_failure", "object | null", "`{reason, message, line, log, at, profile, mode, "
-          "op, current}`; `current`: false once an engine that started after it serves READY"),
-    Field("switch_in_flight", "object | null", "`{id, kind, profile, mode, started_at, "
-          "elapsed_s, by}`"),
-    Field("queued", "int", "requests waiting for their turn (`queue: true`)"),
-    Field("restarts", "object", "`{total, by_reason}`"),
-    Field("recovery", "object", "FAILED left by policy: `{retries, limit, backoff_s, "
-          "next_in_s, running, spent, last, target: {profile, mode, why}}`"),
-    Field("trial", "bool", "the engine serves dummy weights (a timing trial)"),
-    Field("tokens_per_second", "number | null", "decode throughput (the exporter's)"),
-    Field("status_line", "str", "systemd's STATUS= line, e.g. \"serving tree-ll/eagle3 82.4 "
-          "tok/s\""),
-    Field("config", "object", "`{source, error}`: the configuration file and its last error"),
-    Field("declarative", "object | null", "`{profile, mode, source, canary: {profile, mode, "
-          "since, op} | null}` in declarative mode"),
-    Field("lease", "object | null", "`{id, experiment, description, pid, since}`"),
-    Field("decision", "object | null", "`{profile, mode, backend, applied, decided_at, "
-          "report, engine, serving}`; `serving`: the decision's profile and mode serve now, "
-          "READY and real weights (a manual switch away makes it false)"),
-    Field("sglang", "object | null", "the server's SGLang release and the facts serving it"),
-    Field("findings", "list", "what the daemon found wrong and works around, one sentence "
-          "each"),
-    Field("daemon", "object", "`{pid, state_dir}`"),
-    Field("weight_cache", "object", "SGLang's weight-cache daemon as fastverifyd runs it "
-          "(docs/weight-cache.md): `{setting, state, available, speculative, restarts, "
-          "last_failure, mismatch, pid?, pgid?, ranks?, rank_pids?, adopted?, started_at?, "
-          "ready_s?, log?, argv?, fingerprint?, bytes, bytes_source, memory_note?}`"),
-    Field("speculation", "object | null", "a drafting mode with the exporter on: "
-          "`{active_steps, fixed_steps, seconds_at_steps: {\"STEPS\": s}, live_acceptance: "
-          "{\"STEPS\": {requests, accept_length: {\"K\": L}}}, plan_stale, plan_why, replan}`: "
-          "the draft steps SGLang runs now, the decoding seconds at each, the accept length of "
-          "the requests that finished while SGLang ran one step count their whole life, and "
-          "whether the stored plan went stale, with the commands that re-plan"),
-)
+STATUS_FIELDS = _described("""
+state (str): STOPPED, STARTING, VERIFYING, READY, STOPPING, FAILED, ROLLING_BACK or BACKOFF
+  (transitions: `fastverify/daemon/states.py`)
+since (number): unix time of the last transition
+profile (str | null): the active profile
+mode (str | null): the active mode: baseline, eagle3 or adaptive
+engine (object): the serving engine (below)
+last_good (str | null): the last profile that served verified
+last_good_mode (str | null): its mode
+last_failure (object | null): `{reason, message, line, log, at, profile, mode, op, current}`;
+  `current`: false once an engine that started after it serves READY
+switch_in_flight (object | null): `{id, kind, profile, mode, started_at, elapsed_s, by}`
+queued (int): requests waiting for their turn (`queue: true`)
+restarts (object): `{total, by_reason}`
+recovery (object): FAILED left by policy: `{retries, limit, backoff_s, next_in_s, running,
+  spent, last, target: {profile, mode, why}}`
+trial (bool): the engine serves dummy weights (a timing trial)
+tokens_per_second (number | null): decode throughput (the exporter's)
+status_line (str): systemd's STATUS= line, e.g. "serving tree-ll/eagle3 82.4 tok/s"
+config (object): `{source, error}`: the configuration file and its last error
+declarative (object | null): `{profile, mode, source, canary: {profile, mode, since, op} |
+  null}` in declarative mode
+lease (object | null): `{id, experiment, description, pid, since}`
+decision (object | null): `{profile, mode, backend, applied, decided_at, report, engine,
+  serving}`; `serving`: the decision's profile and mode serve now, READY and real weights (a
+  manual switch away makes it false)
+sglang (object | null): the server's SGLang release and the facts serving it
+findings (list): what the daemon found wrong and works around, one sentence each
+daemon (object): `{pid, state_dir}`
+weight_cache (object): SGLang's weight-cache daemon as fastverifyd runs it
+  (docs/weight-cache.md): `{setting, state, available, speculative, restarts, last_failure,
+  mismatch, pid?, pgid?, ranks?, rank_pids?, adopted?, started_at?, ready_s?, log?, argv?,
+  fingerprint?, bytes, bytes_source, memory_note?}`
+speculation (object | null): a drafting mode with the exporter on: `{active_steps,
+  fixed_steps, seconds_at_steps: {"STEPS": s}, live_acceptance: {"STEPS": {requests,
+  accept_length: {"K": L}}}, plan_stale, plan_why, replan}`: the draft steps SGLang runs now,
+  the decoding seconds at each, the accept length of the requests that finished while SGLang
+  ran one step count their whole life, and whether the stored plan went stale, with the
+  commands that re-plan
+""")
 
 # ---------------------------------------------------------------------- the endpoints
 _RESULT = "the operation's result (see Operations)"

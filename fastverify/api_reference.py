@@ -76,10 +76,8 @@ def render() -> str:
         stream = " With `stream: true`, NDJSON events until the result." if streams else ""
         out.append(f"Answer: {e.answer}.{stream}")
     out += ["", "## Status body", "", "`GET /v1/status` answers one object:", ""]
-    out += _status_table(m.STATUS_FIELDS)
-    for f in m.STATUS_FIELDS:
-        if f.fields:
-            out += ["", f"`{f.name}`:", "", *_status_table(f.fields, f"{f.name}.")]
+    out += [*_status_table(m.STATUS_FIELDS), "", "`engine`:", ""]
+    out += _status_table(m.ENGINE_FIELDS, "engine.")
     out += ["", END]
     return "\n".join(out) + "\n"
 

@@ -153,6 +153,17 @@ def _connect_unix(path: str, timeout: float | None) -> Any:
             raise
 
 
+def _method(ep: m.Endpoint) -> Any:
+    """A ControlClient method that calls `ep` with keyword fields (and `timeout`)."""
+
+    def method(self: ControlClient, *, timeout: float | None = None, **fields: Any) -> Any:
+        return self.call(ep, timeout=timeout, **fields)
+
+    method.__name__ = ep.client
+    method.__doc__ = f"{ep.method} {ep.path}: {ep.summary}"
+    return method
+
+
 class ControlClient:
     """`ControlClient(socket_path).status()` -> dict; raises DaemonUnavailable/ApiError.
 
@@ -320,6 +331,7 @@ class ControlClient:
         method: str,
         path: str,
         body: Any = None,
+        *,
         timeout: float | None = None,
         answer_timeout: float | None = None,
     ) -> Iterator[dict[str, Any]]:
@@ -422,44 +434,25 @@ class ControlClient:
                 return None
             raise
 
-    def baselines(self) -> dict[str, Any]:
-        return self.call(m.BASELINES)
-
-    def record_baseline(self, **fields: Any) -> dict[str, Any]:
-        """Record a baseline measurement (fields: api_models.RECORD_BASELINE)."""
-        return self.call(m.RECORD_BASELINE, **fields)
-
-    def capture_trace(self, steps: int | None = None, **kw: Any) -> dict[str, Any]:
-        return self.call(m.CAPTURE_TRACE, steps=steps, **kw)
-
-    def decision(self) -> dict[str, Any]:
-        return self.call(m.DECISION)
-
-    def record_decision(self, **fields: Any) -> dict[str, Any]:
-        """Record a tuning decision (fields: api_models.RECORD_DECISION)."""
-        return self.call(m.RECORD_DECISION, **fields)
-
-    def lease(self) -> dict[str, Any]:
-        return self.call(m.LEASE)
-
     def take_lease(self, experiment: str, **fields: Any) -> dict[str, Any]:
         return self.call(m.TAKE_LEASE, experiment=experiment, **fields)
 
     def release_lease(self, lease_id: str, **kw: Any) -> dict[str, Any]:
         return self.call(m.RELEASE_LEASE, id=lease_id, **kw)
 
-    def acceptance(self) -> dict[str, Any]:
-        return self.call(m.ACCEPTANCE)
-
-    def record_acceptance(self, **fields: Any) -> dict[str, Any]:
-        """Record a bench's acceptance (fields: api_models.RECORD_ACCEPTANCE)."""
-        return self.call(m.RECORD_ACCEPTANCE, **fields)
-
-    def spec_plan(self) -> dict[str, Any]:
-        return self.call(m.SPEC_PLAN)
-
     def store_spec_plan(self, plan: dict[str, Any], adaptive_config: dict[str, Any]) -> Any:
         return self.call(m.STORE_SPEC_PLAN, plan=plan, adaptive_config=adaptive_config)
+
+    # the endpoints called with their fields as they are: record_baseline(profile=..., ...)
+    baselines = _method(m.BASELINES)
+    record_baseline = _method(m.RECORD_BASELINE)
+    capture_trace = _method(m.CAPTURE_TRACE)
+    decision = _method(m.DECISION)
+    record_decision = _method(m.RECORD_DECISION)
+    lease = _method(m.LEASE)
+    acceptance = _method(m.ACCEPTANCE)
+    record_acceptance = _method(m.RECORD_ACCEPTANCE)
+    spec_plan = _method(m.SPEC_PLAN)
 
 
 def _target(ep: m.Endpoint, fields: dict[str, Any]) -> tuple[str, Any]:

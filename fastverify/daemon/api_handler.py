@@ -265,33 +265,29 @@ class Handler(BaseHTTPRequestHandler):
             raise RequestError(404, "no operation in flight")
         self._send_json(200, {"result": "cancelled", "operation": op.describe()})
 
+    def _read_or_record(
+        self, method: str, body: Any, ep: m.Endpoint, read: Any, record: Any
+    ) -> None:
+        """GET: `read()`; POST: `record(body)` once the body is checked against `ep` (its
+        types: the facade checks the values)."""
+        self._send_json(200, read() if method == "GET" else record(validate_body(ep.path, body)))
+
     def h_baselines(self, method: str, body: Any, query: dict[str, str]) -> None:
-        if method == "GET":
-            self._send_json(200, self.api.baselines())
-            return
-        body = validate_body(m.RECORD_BASELINE.path, body)  # types; the facade checks values
-        self._send_json(200, self.api.set_baseline(body))
+        api = self.api
+        self._read_or_record(method, body, m.RECORD_BASELINE, api.baselines, api.set_baseline)
 
     def h_decision(self, method: str, body: Any, query: dict[str, str]) -> None:
-        if method == "GET":
-            self._send_json(200, self.api.decision())
-            return
-        body = validate_body(m.RECORD_DECISION.path, body)  # types; the facade checks values
-        self._send_json(200, self.api.record_decision(body, self.caller))
+        record = lambda b: self.api.record_decision(b, self.caller)  # noqa: E731
+        self._read_or_record(method, body, m.RECORD_DECISION, self.api.decision, record)
 
     def h_acceptance(self, method: str, body: Any, query: dict[str, str]) -> None:
-        if method == "GET":
-            self._send_json(200, self.api.acceptance())
-            return
-        body = validate_body(m.RECORD_ACCEPTANCE.path, body)
-        self._send_json(200, self.api.record_acceptance(body))
+        api = self.api
+        self._read_or_record(method, body, m.RECORD_ACCEPTANCE, api.acceptance,
+                             api.record_acceptance)  # fmt: skip
 
     def h_spec_plan(self, method: str, body: Any, query: dict[str, str]) -> None:
-        if method == "GET":
-            self._send_json(200, self.api.spec_plan())
-            return
-        body = validate_body(m.STORE_SPEC_PLAN.path, body)
-        self._send_json(200, self.api.store_spec_plan(body))
+        api = self.api
+        self._read_or_record(method, body, m.STORE_SPEC_PLAN, api.spec_plan, api.store_spec_plan)
 
     def h_lease(self, method: str, body: Any, query: dict[str, str]) -> None:
         if method == "GET":

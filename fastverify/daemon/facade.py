@@ -6,7 +6,7 @@ controller's fields, the log ring or the exporter runtime itself.
     status() -> dict                      history() -> list[dict]
     status_line() -> str                  log_tail(n) / log_since(seq, timeout) / log_seq()
     server_argv(profile, mode, check) -> dict
-    operate(kind, name, mode, *, force, canary, lease, **request) -> Operation
+    operate(kind, name, mode, **request) -> Operation
     cancel() -> Operation | None
     baselines() -> dict                   set_baseline(body) -> dict
     decision() -> dict                    record_decision(body) -> dict
@@ -306,25 +306,17 @@ class ControlFacade:
         }
 
     # ------------------------------------------------------------------ operations
-    def operate(
-        self,
-        kind: str,
-        name: str | None,
-        mode: str | None,
-        *,
-        force: bool = False,
-        canary: bool = False,
-        lease: str | None = None,
-        **request: Any,
-    ) -> Operation:
-        """Check the lease and declarative mode, then Controller.request with the rest of the
-        request (queue, timeout_s, withdrawn, restart, load_format, eagle3_steps, caller: who
-        asked; the result and history record carry it as `by`). `lease`: the experiment's
-        own operation (fastverify.daemon.lease)."""
+    def operate(self, kind: str, name: str | None, mode: str | None, **request: Any) -> Operation:
+        """Check the lease (`lease`: the experiment's own operation, fastverify.daemon.lease;
+        `force` overrides another's) and declarative mode (`canary`), then Controller.request
+        with the rest of the request (force, queue, timeout_s, withdrawn, restart,
+        load_format, eagle3_steps, caller: who asked; the result and history record carry
+        it as `by`)."""
+        lease, canary = request.pop("lease", None), request.pop("canary", False)
         what = {"switch": f"switch to {name}", "mode": f"switch to mode {mode}"}.get(kind, kind)
-        self.leases.check(lease, force, what)
+        self.leases.check(lease, request.get("force", False), what)
         target = self._check_declarative(kind, name, mode, canary)
-        op = self.ctl.request(kind, name, mode, force=force, **request)
+        op = self.ctl.request(kind, name, mode, **request)
         if self.ctl.cfg.daemon.declarative and kind in ("switch", "mode"):
             self.canary = None if target is None else {**target, "since": time.time(), "op": op.id}
         return op
