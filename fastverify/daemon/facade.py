@@ -470,7 +470,7 @@ class ControlFacade:
         except FeatureMissing as exc:
             raise RequestError(422, str(exc), reason="sglang_feature_missing") from None
         if steps is None:
-            steps = self.ctl.cfg.daemon.trace_steps  # range: requests.MIRRORS (config's check)
+            steps = self.ctl.cfg.daemon.trace_steps  # range: api_checks.MIRRORS (config's check)
         if self.ctl.state != State.READY:
             raise RequestError(
                 409,
