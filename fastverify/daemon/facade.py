@@ -1,6 +1,6 @@
 """The control API's one door into the daemon: `ControlFacade`.
 
-The HTTP layer (api.py) calls only these methods; it never reads the configuration, the
+The HTTP handler (api_handler.py) calls only these methods; it never reads the configuration, the
 controller's fields, the log ring or the exporter runtime itself.
 
     status() -> dict                      history() -> list[dict]
