@@ -154,9 +154,9 @@ def _connect_unix(path: str, timeout: float | None) -> Any:
 
 
 def _method(ep: m.Endpoint) -> Any:
-    """A ControlClient method that calls `ep` with keyword fields (and `timeout`)."""
+    """A method of Calls that calls `ep` with keyword fields (and `timeout`)."""
 
-    def method(self: ControlClient, *, timeout: float | None = None, **fields: Any) -> Any:
+    def method(self: Calls, *, timeout: float | None = None, **fields: Any) -> Any:
         return self.call(ep, timeout=timeout, **fields)
 
     method.__name__ = ep.client
@@ -164,7 +164,99 @@ def _method(ep: m.Endpoint) -> Any:
     return method
 
 
-class ControlClient:
+class Calls:
+    """The typed calls of the control API, over `request` and `stream` (whoever provides
+    them: ControlClient, or a wrapper that adds to what is sent, as an experiment's lease)."""
+
+    def request(
+        self, method: str, path: str, body: Any = None, timeout: float | None = None
+    ) -> Any:
+        raise NotImplementedError
+
+    def stream(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+        raise NotImplementedError
+
+    def call(self, ep: m.Endpoint, /, *, timeout: float | None = None, **fields: Any) -> Any:
+        """One request to `ep` with `fields` (its body, or its query for a GET; None values
+        are left out) -> the decoded JSON answer. A field `ep` does not declare is a
+        TypeError here, before anything is sent."""
+        return self.request(ep.method, *_target(ep, fields), timeout=timeout)
+
+    def follow(
+        self,
+        ep: m.Endpoint,
+        /,
+        *,
+        timeout: float | None = None,
+        answer_timeout: float | None = None,
+        **fields: Any,
+    ) -> Iterator[dict[str, Any]]:
+        """`call` for an answer of NDJSON events (an operation with `stream=True`, the logs):
+        one dict per event, as `stream`."""
+        return self.stream(ep.method, *_target(ep, fields), timeout=timeout,
+                           answer_timeout=answer_timeout)  # fmt: skip
+
+    def status(self, *, timeout: float | None = None) -> dict[str, Any]:
+        return self.call(m.STATUS, timeout=timeout)
+
+    def history(self, n: int | None = None, *, timeout: float | None = None) -> list[Any]:
+        return self.call(m.HISTORY, n=n, timeout=timeout)
+
+    def logs(self, **fields: Any) -> Iterator[dict[str, Any]]:
+        """The log lines (`n`, `follow`), as NDJSON events; `answer_timeout`, `timeout` as
+        `follow`."""
+        return self.follow(m.LOGS, **fields)
+
+    def server_argv(self, *, timeout: float | None = None, **query: Any) -> dict[str, Any]:
+        """The argv of `profile` and `mode` (default: the active ones); `check=True` runs the
+        engine's argv parser."""
+        return self.call(m.SERVER_ARGV, timeout=timeout, **query)
+
+    def set_profile(self, name: str, **fields: Any) -> dict[str, Any]:
+        """Switch to profile `name` (fields: api_models.SET_PROFILE)."""
+        return self.call(m.SET_PROFILE, name=name, **fields)
+
+    def set_mode(self, mode: str, **fields: Any) -> dict[str, Any]:
+        """Switch the mode (fields: api_models.SET_MODE)."""
+        return self.call(m.SET_MODE, mode=mode, **fields)
+
+    def restart(self, **fields: Any) -> dict[str, Any]:
+        """Restart the engine (fields: api_models.RESTART)."""
+        return self.call(m.RESTART, **fields)
+
+    def cancel(self) -> dict[str, Any] | None:
+        """Cancel the switch in flight (POST /v1/cancel): `{"result": "cancelled",
+        "operation": {...}}` once the daemon accepted it, None when nothing was in flight;
+        the previous profile is put back by the daemon (see the operation's result)."""
+        try:
+            return self.call(m.CANCEL)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def take_lease(self, experiment: str, **fields: Any) -> dict[str, Any]:
+        return self.call(m.TAKE_LEASE, experiment=experiment, **fields)
+
+    def release_lease(self, lease_id: str, **kw: Any) -> dict[str, Any]:
+        return self.call(m.RELEASE_LEASE, id=lease_id, **kw)
+
+    def store_spec_plan(self, plan: dict[str, Any], adaptive_config: dict[str, Any]) -> Any:
+        return self.call(m.STORE_SPEC_PLAN, plan=plan, adaptive_config=adaptive_config)
+
+    # the endpoints called with their fields as they are: record_baseline(profile=..., ...)
+    baselines = _method(m.BASELINES)
+    record_baseline = _method(m.RECORD_BASELINE)
+    capture_trace = _method(m.CAPTURE_TRACE)
+    decision = _method(m.DECISION)
+    record_decision = _method(m.RECORD_DECISION)
+    lease = _method(m.LEASE)
+    acceptance = _method(m.ACCEPTANCE)
+    record_acceptance = _method(m.RECORD_ACCEPTANCE)
+    spec_plan = _method(m.SPEC_PLAN)
+
+
+class ControlClient(Calls):
     """`ControlClient(socket_path).status()` -> dict; raises DaemonUnavailable/ApiError.
 
     TCP: `ControlClient(tcp="127.0.0.1:7070", token="...")` sends `Authorization: Bearer`;
@@ -373,86 +465,6 @@ class ControlClient:
 
     def post(self, path: str, body: Any = None, **kw: Any) -> Any:
         return self.request("POST", path, body, **kw)
-
-    # ------------------------------------------------------------------ typed calls
-    def call(self, ep: m.Endpoint, /, *, timeout: float | None = None, **fields: Any) -> Any:
-        """One request to `ep` with `fields` (its body, or its query for a GET; None values
-        are left out) -> the decoded JSON answer. A field `ep` does not declare is a
-        TypeError here, before anything is sent."""
-        return self.request(ep.method, *_target(ep, fields), timeout=timeout)
-
-    def follow(
-        self,
-        ep: m.Endpoint,
-        /,
-        *,
-        timeout: float | None = None,
-        answer_timeout: float | None = None,
-        **fields: Any,
-    ) -> Iterator[dict[str, Any]]:
-        """`call` for an answer of NDJSON events (an operation with `stream=True`, the logs):
-        one dict per event, as `stream`."""
-        return self.stream(ep.method, *_target(ep, fields), timeout=timeout,
-                           answer_timeout=answer_timeout)  # fmt: skip
-
-    def status(self, *, timeout: float | None = None) -> dict[str, Any]:
-        return self.call(m.STATUS, timeout=timeout)
-
-    def history(self, n: int | None = None, *, timeout: float | None = None) -> list[Any]:
-        return self.call(m.HISTORY, n=n, timeout=timeout)
-
-    def logs(self, **fields: Any) -> Iterator[dict[str, Any]]:
-        """The log lines (`n`, `follow`), as NDJSON events; `answer_timeout`, `timeout` as
-        `follow`."""
-        return self.follow(m.LOGS, **fields)
-
-    def server_argv(self, *, timeout: float | None = None, **query: Any) -> dict[str, Any]:
-        """The argv of `profile` and `mode` (default: the active ones); `check=True` runs the
-        engine's argv parser."""
-        return self.call(m.SERVER_ARGV, timeout=timeout, **query)
-
-    def set_profile(self, name: str, **fields: Any) -> dict[str, Any]:
-        """Switch to profile `name` (fields: api_models.SET_PROFILE)."""
-        return self.call(m.SET_PROFILE, name=name, **fields)
-
-    def set_mode(self, mode: str, **fields: Any) -> dict[str, Any]:
-        """Switch the mode (fields: api_models.SET_MODE)."""
-        return self.call(m.SET_MODE, mode=mode, **fields)
-
-    def restart(self, **fields: Any) -> dict[str, Any]:
-        """Restart the engine (fields: api_models.RESTART)."""
-        return self.call(m.RESTART, **fields)
-
-    def cancel(self) -> dict[str, Any] | None:
-        """Cancel the switch in flight (POST /v1/cancel): `{"result": "cancelled",
-        "operation": {...}}` once the daemon accepted it, None when nothing was in flight;
-        the previous profile is put back by the daemon (see the operation's result)."""
-        try:
-            return self.call(m.CANCEL)
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def take_lease(self, experiment: str, **fields: Any) -> dict[str, Any]:
-        return self.call(m.TAKE_LEASE, experiment=experiment, **fields)
-
-    def release_lease(self, lease_id: str, **kw: Any) -> dict[str, Any]:
-        return self.call(m.RELEASE_LEASE, id=lease_id, **kw)
-
-    def store_spec_plan(self, plan: dict[str, Any], adaptive_config: dict[str, Any]) -> Any:
-        return self.call(m.STORE_SPEC_PLAN, plan=plan, adaptive_config=adaptive_config)
-
-    # the endpoints called with their fields as they are: record_baseline(profile=..., ...)
-    baselines = _method(m.BASELINES)
-    record_baseline = _method(m.RECORD_BASELINE)
-    capture_trace = _method(m.CAPTURE_TRACE)
-    decision = _method(m.DECISION)
-    record_decision = _method(m.RECORD_DECISION)
-    lease = _method(m.LEASE)
-    acceptance = _method(m.ACCEPTANCE)
-    record_acceptance = _method(m.RECORD_ACCEPTANCE)
-    spec_plan = _method(m.SPEC_PLAN)
 
 
 def _target(ep: m.Endpoint, fields: dict[str, Any]) -> tuple[str, Any]:

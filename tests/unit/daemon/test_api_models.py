@@ -65,3 +65,23 @@ def test_typed_methods_send_what_the_models_declare() -> None:
     with pytest.raises(TypeError, match="takes no field nam"):
         c.set_profile("ring-ll", nam="typo")
     assert len(c.sent) == 4  # nothing was sent for the typo
+
+
+def test_a_leased_clients_typed_calls_carry_the_lease() -> None:
+    """An experiment's client (experiments.common.lease.Leased) adds its lease id to the
+    operations the lease guards, the ones whose body declares `lease`; typed calls too."""
+    from fastverify.experiments.common.lease import GUARDED, Leased
+
+    assert GUARDED == ("/v1/profile", "/v1/mode", "/v1/restart")
+    inner = _Recording()
+    leased = Leased(inner, {"id": "L1"})
+    leased.set_profile("ring-ll", mode="eagle3")
+    leased.restart(queue=True)
+    leased.status()
+    leased.record_baseline(profile="ring-ll", tokens_per_second=1.0)
+    assert inner.sent == [
+        ("POST", "/v1/profile", {"name": "ring-ll", "mode": "eagle3", "lease": "L1"}),
+        ("POST", "/v1/restart", {"queue": True, "lease": "L1"}),
+        ("GET", "/v1/status", None),
+        ("POST", "/v1/baselines", {"profile": "ring-ll", "tokens_per_second": 1.0}),
+    ]
