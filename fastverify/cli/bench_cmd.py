@@ -68,7 +68,7 @@ def _server_url(ctx: click.Context, url: str | None) -> str:
     from fastverify.client import ApiError, DaemonUnavailable
 
     try:
-        status = client_for(ctx).get("/v1/status")
+        status = client_for(ctx).status()
     except DaemonUnavailable as exc:
         fail(
             f"{exc}\n(or pass --url http://HOST:PORT of the server)",
@@ -242,16 +242,16 @@ def _record_acceptance(ctx: click.Context, data: dict[str, Any]) -> None:
     from fastverify.client import ApiError, ControlClient, DaemonUnavailable
 
     cfg = data.get("config") or {}
-    body = {
-        "histogram": data["accept_histogram"],
-        "requests": data.get("accept_requests") or [],
-        "dataset": data.get("dataset") or {},
-        "sampling": {"temperature": cfg.get("temperature", 0.0), "top_p": cfg.get("top_p", 1.0)},
-        "input_len": cfg.get("input_len"),
-        "output_len": cfg.get("output_len"),
-    }
+    client = ControlClient(ctx.obj.get("socket") if ctx.obj else None)
     try:
-        rec = ControlClient(ctx.obj.get("socket") if ctx.obj else None).post("/v1/acceptance", body)
+        rec = client.record_acceptance(
+            histogram=data["accept_histogram"],
+            requests=data.get("accept_requests") or [],
+            dataset=data.get("dataset") or {},
+            sampling={"temperature": cfg.get("temperature", 0.0), "top_p": cfg.get("top_p", 1.0)},
+            input_len=cfg.get("input_len"),
+            output_len=cfg.get("output_len"),
+        )
     except (DaemonUnavailable, ApiError) as exc:
         err = getattr(exc, "body", {}).get("error") if isinstance(exc, ApiError) else None
         click.echo(f"bench: acceptance not recorded: {err or exc}", err=True)
@@ -269,7 +269,7 @@ def _baseline_target(ctx: click.Context) -> str:
     from fastverify.client import ApiError, DaemonUnavailable
 
     try:
-        status = client_for(ctx).get("/v1/status")
+        status = client_for(ctx).status()
     except DaemonUnavailable as exc:
         fail(str(exc), daemon_exit(exc, EXIT_UNAVAILABLE))
     except ApiError as exc:
@@ -287,11 +287,12 @@ def _record_baseline(
 ) -> None:
     from fastverify.client import ApiError, DaemonUnavailable
 
-    body = {"profile": profile, "concurrency": concurrency,
-            "tokens_per_second": data["output_tokens_per_second"],
-            "per_request_tokens_per_second": data["per_request_tokens_per_second"]}  # fmt: skip
     try:
-        client_for(ctx).post("/v1/baselines", body)
+        client_for(ctx).record_baseline(
+            profile=profile, concurrency=concurrency,
+            tokens_per_second=data["output_tokens_per_second"],
+            per_request_tokens_per_second=data["per_request_tokens_per_second"],
+        )  # fmt: skip
     except DaemonUnavailable as exc:
         fail(f"bench: the baseline was not recorded: {exc}", daemon_exit(exc, EXIT_UNAVAILABLE))
     except ApiError as exc:
@@ -319,16 +320,15 @@ def _ensure_trial_engine(ctx: click.Context) -> dict[str, Any]:
 
     client = client_for(ctx, timeout=1800)
     try:
-        status = client.get("/v1/status")
+        status = client.status()
         if status.get("trial"):
             return status
         if not status.get("profile"):
             fail("bench --load-format dummy: the daemon has no active profile to restart")
         click.echo(f"restarting {status['profile']}/{status['mode']} with dummy weights "
                    "(trial) ...", err=True)  # fmt: skip
-        body = {"name": status["profile"], "mode": status["mode"], "wait": True,
-                "load_format": "dummy"}  # fmt: skip
-        client.post("/v1/profile", body, timeout=1800)
+        client.set_profile(status["profile"], mode=status["mode"], wait=True,
+                           load_format="dummy", timeout=1800)  # fmt: skip
         return status
     except DaemonUnavailable as exc:
         fail(f"{exc}\n(or pass --url of a server started with --load-format dummy)",

@@ -119,19 +119,14 @@ def unavailable_exit(exc: Exception, as_json: bool) -> int:
 
 
 def call_daemon(
-    ctx: click.Context,
-    method: str,
-    path: str,
-    body: Any = None,
-    *,
-    as_json: bool,
-    timeout: float | None = 30.0,
+    ctx: click.Context, ep: Any, *, as_json: bool, timeout: float | None = 30.0, **fields: Any
 ) -> Any:
-    """One API call; an unreachable daemon or an API error is printed and exits the CLI."""
+    """One call of endpoint `ep` (fastverify.api_models) with `fields`; an unreachable daemon
+    or an API error is printed and exits the CLI."""
     from fastverify.client import ApiError, DaemonUnavailable
 
     try:
-        return client_for(ctx, timeout=timeout).request(method, path, body)
+        return client_for(ctx, timeout=timeout).call(ep, **fields)
     except DaemonUnavailable as exc:
         sys.exit(unavailable_exit(exc, as_json))
     except ApiError as exc:

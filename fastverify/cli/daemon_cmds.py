@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from fastverify import api_models as m
 from fastverify.cli.daemon_call import socket_option
 from fastverify.cli.groups import SuggestingGroup
 from fastverify.cli.output import emit_json
@@ -32,10 +33,6 @@ from fastverify.cli.status_cmd import _clock
 from fastverify.config import MODES
 
 
-def _get(ctx: click.Context, path: str, as_json: bool, timeout: float | None = 30.0) -> Any:
-    return call_daemon(ctx, "GET", path, as_json=as_json, timeout=timeout)
-
-
 @click.group("mode", cls=SuggestingGroup, invoke_without_command=True)
 @socket_option
 @click.pass_context
@@ -51,7 +48,7 @@ def mode(ctx: click.Context) -> None:
 @click.pass_context
 def mode_get(ctx: click.Context, as_json: bool = False) -> None:
     """Print the active mode."""
-    st = _get(ctx, "/v1/status", as_json, timeout=STATUS_TIMEOUT_S)
+    st = call_daemon(ctx, m.STATUS, as_json=as_json, timeout=STATUS_TIMEOUT_S)
     if as_json:
         emit_json({"mode": st.get("mode"), "profile": st.get("profile"), "state": st.get("state")})
     else:
@@ -93,15 +90,12 @@ def mode_set(
     as_json: bool,
 ) -> None:
     """Restart the engine in mode VALUE with the active profile (rolls back on failure)."""
-    body: dict[str, Any] = {"mode": value, "queue": queue, "force": force}
-    if canary:
-        body["canary"] = True
-    if timeout_s:
-        body["timeout_s"] = timeout_s
+    body = {"mode": value, "queue": queue, "force": force, "canary": canary or None,
+            "timeout_s": timeout_s or None}  # fmt: skip
     sys.exit(
         run_operation(
             ctx,
-            "/v1/mode",
+            m.SET_MODE,
             body,
             as_json=as_json,
             no_wait=no_wait,
@@ -135,13 +129,11 @@ def restart(
     as_json: bool,
 ) -> None:
     """Restart the engine with the active profile and mode."""
-    body: dict[str, Any] = {"queue": queue, "force": force}
-    if timeout_s:
-        body["timeout_s"] = timeout_s
+    body = {"queue": queue, "force": force, "timeout_s": timeout_s or None}
     sys.exit(
         run_operation(
             ctx,
-            "/v1/restart",
+            m.RESTART,
             body,
             as_json=as_json,
             no_wait=no_wait,
@@ -177,9 +169,9 @@ def logs(ctx: click.Context, follow: bool, lines: int, as_json: bool) -> None:
 
     from fastverify.client import ApiError, DaemonUnavailable
 
-    path = f"/v1/logs?n={lines}&follow={1 if follow else 0}"
     try:
-        events = client_for(ctx, timeout=None).stream("GET", path, answer_timeout=STATUS_TIMEOUT_S)
+        events = client_for(ctx, timeout=None).logs(n=lines, follow=follow,
+                                                     answer_timeout=STATUS_TIMEOUT_S)  # fmt: skip
         for ev in events:
             if as_json:
                 click.echo(json.dumps(ev))
@@ -206,7 +198,7 @@ def history(ctx: click.Context, limit: int, as_json: bool) -> None:
     TCP; fastverifyd for its own start-up and crash restarts)."""
     from fastverify.cli.output import table
 
-    records = _get(ctx, f"/v1/history?n={limit}", as_json)
+    records = call_daemon(ctx, m.HISTORY, as_json=as_json, n=limit)
     if as_json:
         emit_json(records)
         return
@@ -253,14 +245,9 @@ def server_check(ctx: click.Context, profile: str | None, mode: str | None, as_j
     Exit 0 when accepted (or when no parser is available to check), 1 when rejected.
     """
     import shlex
-    from urllib.parse import urlencode
 
-    q = {"check": "1"}
-    if profile:
-        q["profile"] = profile
-    if mode:
-        q["mode"] = mode
-    out = _get(ctx, f"/v1/server/argv?{urlencode(q)}", as_json, timeout=600)
+    out = call_daemon(ctx, m.SERVER_ARGV, as_json=as_json, timeout=600, check=True,
+                      profile=profile or None, mode=mode or None)  # fmt: skip
     check = out.get("check") or {}
     if as_json:
         emit_json(out)

@@ -41,8 +41,8 @@ def _daemon(ctx: click.Context) -> tuple[dict[str, Any] | None, list[str], str]:
 
     try:
         client = client_for(ctx, timeout=DAEMON_TIMEOUT_S)
-        st = client.get("/v1/status")
-        argv = list(client.get("/v1/server/argv").get("argv") or [])
+        st = client.status()
+        argv = list(client.server_argv().get("argv") or [])
     except Exception as exc:  # unreachable, refused, an old daemon: this machine's view
         return None, [], str(exc).split(" (", 1)[0].split(";", 1)[0]
     return st, argv, ""

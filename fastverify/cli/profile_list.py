@@ -68,7 +68,7 @@ def _daemon_status(ctx: click.Context) -> dict[str, Any] | None:
         from fastverify.client import ApiError, DaemonUnavailable
 
         try:
-            status = client_for(ctx, timeout=2.0).get("/v1/status")
+            status = client_for(ctx, timeout=2.0).status()
         except (DaemonUnavailable, ApiError, OSError, ValueError):
             return None
         return status if isinstance(status, dict) else None

@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+from fastverify.api_models import SET_PROFILE, STATUS
 from fastverify.cli.daemon_call import (
     STATUS_TIMEOUT_S,
     api_error_exit,
@@ -197,7 +198,7 @@ def _status_or_exit(client: Any, as_json: bool) -> dict[str, Any] | int:
     from fastverify.client import ApiError, DaemonUnavailable
 
     try:
-        return client.request("GET", "/v1/status", timeout=STATUS_TIMEOUT_S)
+        return client.status(timeout=STATUS_TIMEOUT_S)
     except DaemonUnavailable as exc:
         return unavailable_exit(exc, as_json)
     except ApiError as exc:
@@ -206,7 +207,7 @@ def _status_or_exit(client: Any, as_json: bool) -> dict[str, Any] | int:
 
 def run_operation(
     ctx: click.Context,
-    path: str,
+    ep: Any,
     body: dict[str, Any],
     *,
     as_json: bool,
@@ -214,7 +215,8 @@ def run_operation(
     quiet: bool = False,
     verbose: bool = False,
 ) -> int:
-    """POST an operation and follow it to its result; returns the exit code."""
+    """Ask for an operation (`ep`, an api_models endpoint, with the fields in `body`) and
+    follow it to its result; returns the exit code."""
     from fastverify.client import ApiError, ConnectionLost, DaemonUnavailable
 
     client = client_for(ctx, timeout=None)
@@ -232,7 +234,7 @@ def run_operation(
     follower = Follower(verbose=verbose)
     try:
         if no_wait:
-            resp = client.request("POST", path, dict(body, wait=False), timeout=answer_timeout)
+            resp = client.call(ep, timeout=answer_timeout, **dict(body, wait=False))
             if as_json:
                 emit_json(resp)
             else:
@@ -240,7 +242,7 @@ def run_operation(
             return EXIT_OK
         if as_json:
             try:
-                result = client.post(path, dict(body, wait=True, stream=False))
+                result = client.call(ep, **dict(body, wait=True, stream=False))
             except ApiError as exc:
                 if exc.status == 502 and "result" in exc.body:
                     emit_json(exc.body)
@@ -248,8 +250,8 @@ def run_operation(
                 raise
             emit_json(result)
             return result_exit(result)
-        events = client.stream(
-            "POST", path, dict(body, wait=True, stream=True), answer_timeout=answer_timeout
+        events = client.follow(
+            ep, answer_timeout=answer_timeout, **dict(body, wait=True, stream=True)
         )
         if sys.stdout.isatty() and not quiet:
             result = _follow_rich(events, follower)
@@ -419,21 +421,16 @@ def set_cmd(
     refusal = _path_refusal(name)
     if refusal:
         fail(f"error: {refusal}", EXIT_INVALID)
-    body: dict[str, Any] = {"name": name, "force": force, "queue": queue}
-    if mode:
-        body["mode"] = mode
-    if timeout_s:
-        body["timeout_s"] = timeout_s
-    if trial:
-        body["load_format"] = "dummy"
-    if restart:
-        body["restart"] = True  # else the daemon answers "unchanged" when it already serves
-    if canary:
-        body["canary"] = True  # a declarative daemon refuses the switch without it (403)
+    body = {
+        "name": name, "force": force, "queue": queue, "mode": mode or None,
+        "timeout_s": timeout_s or None, "load_format": "dummy" if trial else None,
+        "restart": restart or None,  # else the daemon answers "unchanged" when it already serves
+        "canary": canary or None,  # a declarative daemon refuses the switch without it (403)
+    }  # fmt: skip
     sys.exit(
         run_operation(
             ctx,
-            "/v1/profile",
+            SET_PROFILE,
             body,
             as_json=as_json,
             no_wait=no_wait,
@@ -449,7 +446,7 @@ def set_cmd(
 @click.pass_context
 def current_cmd(ctx: click.Context, as_json: bool) -> None:
     """The daemon's active profile and mode (and its state)."""
-    st = call_daemon(ctx, "GET", "/v1/status", as_json=as_json, timeout=STATUS_TIMEOUT_S)
+    st = call_daemon(ctx, STATUS, as_json=as_json, timeout=STATUS_TIMEOUT_S)
     if as_json:
         emit_json(
             {k: st.get(k) for k in ("profile", "mode", "state", "last_good", "last_good_mode")}

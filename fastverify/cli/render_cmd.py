@@ -250,7 +250,7 @@ def _failed_here(ctx: click.Context, profile: str, mode: str) -> list[str]:
     from fastverify.client import DaemonUnavailable
 
     try:
-        history = client_for(ctx, timeout=2.0).get("/v1/history")
+        history = client_for(ctx, timeout=2.0).history()
     except (DaemonUnavailable, OSError, ValueError, RuntimeError):
         return []
     failed = [

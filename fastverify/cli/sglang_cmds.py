@@ -30,9 +30,10 @@ def facts_cmd(ctx: click.Context, version: str | None, as_json: bool) -> None:
     from fastverify.sglang import facts as f
 
     if version is None:
+        from fastverify.api_models import STATUS
         from fastverify.cli.daemon_call import call_daemon
 
-        st = call_daemon(ctx, "GET", "/v1/status", as_json=as_json, timeout=10.0)
+        st = call_daemon(ctx, STATUS, as_json=as_json, timeout=10.0)
         sg = st.get("sglang") or {}
         if not sg.get("version"):
             fail(

@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from fastverify.api_models import ACCEPTANCE, SERVER_ARGV, SPEC_PLAN, STATUS, STORE_SPEC_PLAN
 from fastverify.cli.daemon_call import call_daemon, client_for, socket_option
 from fastverify.cli.groups import SuggestingGroup
 from fastverify.cli.output import (
@@ -93,12 +94,10 @@ def _who(r: dict[str, Any] | None) -> str:
 
 def _serving_identity(ctx: click.Context, profile: str, as_json: bool) -> dict[str, Any] | None:
     """Model, drafter, topk and steps EAGLE-3 is served with on `profile` (the daemon's argv)."""
-    from urllib.parse import urlencode
-
     from fastverify.speculation.records import identity_of
 
-    query = urlencode({"profile": profile, "mode": "eagle3"})
-    argv = call_daemon(ctx, "GET", f"/v1/server/argv?{query}", as_json=as_json).get("argv") or []
+    out = call_daemon(ctx, SERVER_ARGV, as_json=as_json, profile=profile, mode="eagle3")
+    argv = out.get("argv") or []
     return identity_of(list(argv))
 
 
@@ -200,7 +199,7 @@ def plan(
             emit_json({"error": message, "reason": reason})
         fail(f"spec plan: {message}", code)
 
-    status = call_daemon(ctx, "GET", "/v1/status", as_json=as_json)
+    status = call_daemon(ctx, STATUS, as_json=as_json)
     held = _held(status)
     if held and not (costs_file and profile):
         stop(f"{held}: its engine's costs are not the profile's serving costs; wait for it, "
@@ -211,7 +210,7 @@ def plan(
         stop(f"the daemon serves no profile (state {status.get('state')}): name one "
              "(--profile NAME)", EXIT_PROBLEMS, "no_profile")  # fmt: skip
     serving_id = _serving_identity(ctx, str(profile), as_json)
-    records = call_daemon(ctx, "GET", "/v1/acceptance", as_json=as_json).get("curves") or {}
+    records = call_daemon(ctx, ACCEPTANCE, as_json=as_json).get("curves") or {}
     rec, why = pick_record(records, serving_id, allow_synthetic)
     if rec is None:
         stop(why, EXIT_PROBLEMS, "no_acceptance")
@@ -273,9 +272,8 @@ def plan(
         except OSError as exc:
             stop(f"--output {output}: cannot write ({exc.strerror or exc}); nothing was stored",
                  EXIT_PROBLEMS, "cannot_write")  # fmt: skip
-    stored = call_daemon(ctx, "POST", "/v1/spec/plan",
-                         {"plan": p.to_dict(), "adaptive_config": p.adaptive_config()},
-                         as_json=as_json)  # fmt: skip
+    stored = call_daemon(ctx, STORE_SPEC_PLAN, as_json=as_json, plan=p.to_dict(),
+                         adaptive_config=p.adaptive_config())  # fmt: skip
     p.adaptive_config_path = stored["adaptive_config"]
     data = p.to_dict()
     if output:
@@ -443,8 +441,8 @@ def validate(ctx: click.Context, concurrencies: list[int], duration: float,
     from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
     from fastverify.speculation import plan as spec_plan
 
-    status = call_daemon(ctx, "GET", "/v1/status", as_json=as_json)
-    stored = call_daemon(ctx, "GET", "/v1/spec/plan", as_json=as_json)
+    status = call_daemon(ctx, STATUS, as_json=as_json)
+    stored = call_daemon(ctx, SPEC_PLAN, as_json=as_json)
     url = (status.get("engine") or {}).get("url")
     if not stored.get("accept_requests"):
         _stop("no stored plan to validate (or one from before this version): run "
@@ -590,7 +588,7 @@ def costs(
 
     if output:
         _writable(output)  # before any load: a path that cannot be written ends it now
-    status = call_daemon(ctx, "GET", "/v1/status", as_json=as_json)
+    status = call_daemon(ctx, STATUS, as_json=as_json)
     if not no_traces:
         _require_traces(status, as_json)
     cfg = CostTrialConfig(

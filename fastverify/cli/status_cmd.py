@@ -12,12 +12,9 @@ from typing import Any
 
 import click
 
+from fastverify.api_models import STATUS
 from fastverify.cli.daemon_call import STATUS_TIMEOUT_S, call_daemon, describe_op, socket_option
 from fastverify.cli.output import emit_json
-
-
-def _get(ctx: click.Context, path: str, as_json: bool, timeout: float | None = 30.0) -> Any:
-    return call_daemon(ctx, "GET", path, as_json=as_json, timeout=timeout)
 
 
 def _ago(ts: float | None) -> str:
@@ -58,7 +55,7 @@ def _clock(ts: float | None) -> str:
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
     """Daemon and engine state."""
-    st = _get(ctx, "/v1/status", as_json, timeout=STATUS_TIMEOUT_S)
+    st = call_daemon(ctx, STATUS, as_json=as_json, timeout=STATUS_TIMEOUT_S)
     if as_json:
         emit_json(st)
         return

@@ -191,12 +191,12 @@ def analyze(path: str, span: str, as_json: bool) -> None:
 @click.pass_context
 def capture(ctx: click.Context, steps: int | None, as_json: bool) -> None:
     """Profile the live server through the daemon, analyze every rank, feed the exporter."""
+    from fastverify.api_models import CAPTURE_TRACE, STATUS
     from fastverify.cli.profile_switch import STATUS_TIMEOUT_S, call_daemon
     from fastverify.traces import public_view
 
-    status = call_daemon(ctx, "GET", "/v1/status", as_json=as_json, timeout=STATUS_TIMEOUT_S)
-    body = {"steps": steps} if steps else {}
-    analysis = call_daemon(ctx, "POST", "/v1/trace/capture", body, as_json=as_json, timeout=600.0)
+    status = call_daemon(ctx, STATUS, as_json=as_json, timeout=STATUS_TIMEOUT_S)
+    analysis = call_daemon(ctx, CAPTURE_TRACE, as_json=as_json, timeout=600.0, steps=steps or None)
     baseline = status.get("mode") == "baseline"
     if baseline and not any(r.get("verify_passes") for r in analysis.get("ranks", [])):
         message = BASELINE_NO_PASSES.format(

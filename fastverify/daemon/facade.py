@@ -1,12 +1,12 @@
 """The control API's one door into the daemon: `ControlFacade`.
 
-The HTTP layer (api.py) calls only these methods; it never reads the configuration, the
+The HTTP handler (api_handler.py) calls only these methods; it never reads the configuration, the
 controller's fields, the log ring or the exporter runtime itself.
 
     status() -> dict                      history() -> list[dict]
     status_line() -> str                  log_tail(n) / log_since(seq, timeout) / log_seq()
     server_argv(profile, mode, check) -> dict
-    operate(kind, name, mode, *, force, queue, timeout_s, withdrawn, restart) -> Operation
+    operate(kind, name, mode, **request) -> Operation
     cancel() -> Operation | None
     baselines() -> dict                   set_baseline(body) -> dict
     decision() -> dict                    record_decision(body) -> dict
@@ -19,7 +19,6 @@ controller's fields, the log ring or the exporter runtime itself.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time
@@ -28,6 +27,7 @@ from typing import Any
 
 from fastverify.config import SPEC_MODES, weights_label
 from fastverify.daemon import events as ev
+from fastverify.daemon.baselines import check_baseline, with_concurrency
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.lease import Leases
 from fastverify.daemon.observers import ExporterFeed, LiveFigures
@@ -306,41 +306,17 @@ class ControlFacade:
         }
 
     # ------------------------------------------------------------------ operations
-    def operate(
-        self,
-        kind: str,
-        name: str | None,
-        mode: str | None,
-        *,
-        force: bool = False,
-        queue: bool = False,
-        timeout_s: float | None = None,
-        withdrawn: Callable[[], bool] | None = None,
-        restart: bool = False,
-        load_format: str | None = None,
-        eagle3_steps: int | None = None,
-        canary: bool = False,
-        lease: str | None = None,
-        caller: Any = None,
-    ) -> Operation:
-        """`caller` (auth.Caller): who asked; the operation's result and history record
-        carry it as `by`. `lease`: the experiment's own operation (fastverify.daemon.lease)."""
+    def operate(self, kind: str, name: str | None, mode: str | None, **request: Any) -> Operation:
+        """Check the lease (`lease`: the experiment's own operation, fastverify.daemon.lease;
+        `force` overrides another's) and declarative mode (`canary`), then Controller.request
+        with the rest of the request (force, queue, timeout_s, withdrawn, restart,
+        load_format, eagle3_steps, caller: who asked; the result and history record carry
+        it as `by`)."""
+        lease, canary = request.pop("lease", None), request.pop("canary", False)
         what = {"switch": f"switch to {name}", "mode": f"switch to mode {mode}"}.get(kind, kind)
-        self.leases.check(lease, force, what)
+        self.leases.check(lease, request.get("force", False), what)
         target = self._check_declarative(kind, name, mode, canary)
-        op = self.ctl.request(
-            kind,
-            name,
-            mode,
-            force=force,
-            queue=queue,
-            timeout_s=timeout_s,
-            withdrawn=withdrawn,
-            restart=restart,
-            load_format=load_format,
-            eagle3_steps=eagle3_steps,
-            caller=caller,
-        )
+        op = self.ctl.request(kind, name, mode, **request)
         if self.ctl.cfg.daemon.declarative and kind in ("switch", "mode"):
             self.canary = None if target is None else {**target, "since": time.time(), "op": op.id}
         return op
@@ -371,14 +347,7 @@ class ControlFacade:
         """Validate, persist (baselines.json) and announce a baseline measurement.
         RequestError(422) names every bad field (`fields`: field -> what is wrong)."""
         now = time.time()
-        problems = check_baseline(body, self._profile_problem, now)
-        if problems:
-            raise RequestError(
-                422,
-                "; ".join(f"field {k!r}: {v}" for k, v in problems.items()),
-                fields=problems,
-                reason="invalid_baseline",
-            )
+        _refuse(check_baseline(body, self._profile_problem, now), "invalid_baseline")
         rec = {
             "profile": body["profile"],
             "tokens_per_second": float(body["tokens_per_second"]),
@@ -415,14 +384,7 @@ class ControlFacade:
         decision (fastverify.daemon.decision). RequestError(422) names every bad field."""
         from fastverify.daemon import decision as dec
 
-        problems = dec.check_decision(body, self._profile_problem)
-        if problems:
-            raise RequestError(
-                422,
-                "; ".join(f"field {k!r}: {v}" for k, v in problems.items()),
-                fields=problems,
-                reason="invalid_decision",
-            )
+        _refuse(dec.check_decision(body, self._profile_problem), "invalid_decision")
         rec = dec.decision_record(body)
         rec["engine"] = self.engine_identity()  # the daemon's own account, never the client's
         if caller is not None:
@@ -508,7 +470,7 @@ class ControlFacade:
         except FeatureMissing as exc:
             raise RequestError(422, str(exc), reason="sglang_feature_missing") from None
         if steps is None:
-            steps = self.ctl.cfg.daemon.trace_steps  # range: api.MIRRORS (config's check)
+            steps = self.ctl.cfg.daemon.trace_steps  # range: api_checks.MIRRORS (config's check)
         if self.ctl.state != State.READY:
             raise RequestError(
                 409,
@@ -527,75 +489,11 @@ class ControlFacade:
             raise RequestError(502, f"trace capture failed: {exc}") from None
 
 
-# Baselines measured before this are not from fastverify (2020-01-01T00:00:00Z).
-EARLIEST_MEASUREMENT = 1577836800.0
-# Clocks of the measuring host and the daemon may differ this much.
-CLOCK_SKEW_S = 60.0
-
-
-def check_baseline(
-    body: dict[str, Any], profile_problem: Callable[[str], str | None], now: float
-) -> dict[str, str]:
-    """What is wrong with a baseline body, field -> message (empty: nothing)."""
-    out: dict[str, str] = {}
-    problem = profile_problem(str(body.get("profile", "")))
-    if problem is not None:
-        out["profile"] = problem
-    conc = body.get("concurrency")
-    if conc is None:
-        out["concurrency"] = (
-            "required: the number of concurrent requests the baseline was measured at "
-            "(bench --concurrency); a verdict compares only figures of the same concurrency"
-        )
-    elif not isinstance(conc, int) or isinstance(conc, bool) or conc < 1:
-        out["concurrency"] = f"must be a whole number of requests >= 1, got {conc!r}"
-    for key in ("tokens_per_second", "per_request_tokens_per_second"):
-        v = body.get(key)
-        if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
-            out[key] = f"must be a finite number of tokens per second, got {v!r}"
-        elif v <= 0:
-            out[key] = f"must be > 0 tokens per second, got {v!r}"
-    at = body.get("measured_at")
-    if at is not None:
-        if not isinstance(at, int | float) or isinstance(at, bool) or not math.isfinite(at):
-            out["measured_at"] = f"must be a finite unix time in seconds, got {at!r}"
-        elif at < EARLIEST_MEASUREMENT:
-            out["measured_at"] = f"{at!r} is before 2020-01-01 (expected unix seconds)"
-        elif at > now + CLOCK_SKEW_S:
-            out["measured_at"] = (
-                f"{at!r} is {at - now:.0f} s in the future (at most {CLOCK_SKEW_S:.0f} s ahead)"
-            )
-    return out
-
-
-def with_concurrency(old: Any, rec: dict[str, Any]) -> dict[str, Any]:
-    """A profile's baselines.json entry after recording `rec`: the newest record at the top
-    (what GET /v1/baselines readers of one record per profile use) and every concurrency's
-    last record under `by_concurrency` ("N" -> record)."""
-    by: dict[str, Any] = {}
-    if isinstance(old, dict):
-        prev = old.get("by_concurrency")
-        if isinstance(prev, dict):
-            by.update({k: v for k, v in prev.items() if isinstance(v, dict)})
-    by[str(rec["concurrency"])] = dict(rec)
-    return {**rec, "by_concurrency": by}
-
-
-def baseline_records(data: Any) -> list[dict[str, Any]]:
-    """Every stored baseline record of baselines.json (one per profile and concurrency; a
-    record written before concurrencies were recorded stands alone, without one)."""
-    out: list[dict[str, Any]] = []
-    if not isinstance(data, dict):
-        return out
-    for entry in data.values():
-        if not isinstance(entry, dict):
-            continue
-        by = entry.get("by_concurrency")
-        if isinstance(by, dict) and by:
-            out.extend(v for v in by.values() if isinstance(v, dict))
-        else:
-            out.append(entry)
-    return out
+def _refuse(problems: dict[str, str], reason: str) -> None:
+    """RequestError(422) naming every bad field (`fields`: field -> what is wrong), if any."""
+    if problems:
+        message = "; ".join(f"field {k!r}: {v}" for k, v in problems.items())
+        raise RequestError(422, message, fields=problems, reason=reason)
 
 
 def _failure_view(

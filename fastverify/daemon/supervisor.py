@@ -15,6 +15,7 @@ import contextlib
 import logging
 from typing import Any
 
+from fastverify.daemon.baselines import baseline_records
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.events import (
     AcceptanceRecorded,
@@ -22,7 +23,7 @@ from fastverify.daemon.events import (
     DecisionRecorded,
     EventBus,
 )
-from fastverify.daemon.facade import ControlFacade, baseline_records
+from fastverify.daemon.facade import ControlFacade
 from fastverify.daemon.launcher import Launcher
 from fastverify.daemon.logs import LogRing
 from fastverify.daemon.notify import Notifier

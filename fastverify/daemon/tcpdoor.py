@@ -8,7 +8,7 @@ On a TLS door (`daemon.tls_cert`/`tls_key`), in the connection's own thread:
    verified against `daemon.tls_client_ca` when one is set; a failure (none sent, another
    CA's, expired) is logged with the source and OpenSSL's reason and counted `tls`;
 3. the certificate's subject becomes the caller's identity.
-Backoff and tokens are checked per request (api.Handler), on either door, so that a source
+Backoff and tokens are checked per request (api_handler.Handler), on either door, so that a source
 backing off is told so (HTTP 429) rather than cut off mid-handshake. A plaintext door
 (loopback only: fastverify.config refuses anything else) passes the connection through.
 """

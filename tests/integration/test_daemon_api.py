@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from fastverify.api_models import ENGINE_FIELDS, STATUS_FIELDS
 from fastverify.client import ApiError, ControlClient
 from fastverify.exporters import sglang_metrics
 from tests.support.harness import REPO, DaemonHarness, free_port
@@ -52,6 +53,15 @@ def test_exporter_is_fed_switches_restarts_start_time_and_baselines(tmp_path: Pa
         assert d.client.get("/v1/baselines")["ring-ll"]["per_request_tokens_per_second"] == 80
         m = scrape(d.metrics_url)
         assert m['fastverify_baseline_tokens_per_second{concurrency="1",profile="ring-ll"}'] == 82.4
+
+
+def test_the_status_body_is_the_declared_one(tmp_path: Path) -> None:
+    """GET /v1/status answers exactly the fields api_models declares (docs/api.md's table)."""
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        st = d.client.status()
+    assert st["state"] == "READY"
+    assert sorted(st) == sorted(f.name for f in STATUS_FIELDS)
+    assert sorted(st["engine"]) == sorted(f.name for f in ENGINE_FIELDS)
 
 
 def test_tcp_needs_the_token(tmp_path: Path) -> None:

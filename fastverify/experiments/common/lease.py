@@ -9,7 +9,11 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-GUARDED = ("/v1/profile", "/v1/mode", "/v1/restart")
+from fastverify import api_models
+from fastverify.client import Calls
+
+# the operations a lease guards: those whose body takes its id
+GUARDED = tuple(e.path for e in api_models.ENDPOINTS if any(f.name == "lease" for f in e.fields))
 RELEASE_TIMEOUT_S = 10.0
 
 
@@ -17,8 +21,9 @@ class LeaseRefused(RuntimeError):
     """Another experiment holds the daemon (its description is the message)."""
 
 
-class Leased:
-    """A ControlClient whose operation requests carry the lease `lease["id"]`."""
+class Leased(Calls):
+    """A ControlClient whose operation requests carry the lease `lease["id"]` (its typed
+    calls too: they go through `request` and `stream`)."""
 
     def __init__(self, client: Any, lease: dict[str, Any]) -> None:
         self._client = client

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fastverify.daemon.api import ROUTES, SCHEMAS, validate_body
+from fastverify import api_models
+from fastverify.daemon.api_checks import MIRRORS, validate_body
 from fastverify.daemon.resolve import RequestError
 
 
@@ -37,10 +38,10 @@ def test_accepts() -> None:
     assert validate_body("/v1/restart", None) == {}
 
 
-def test_every_post_route_has_a_schema() -> None:
-    for path, methods in ROUTES.items():
+def test_every_post_route_has_a_model() -> None:
+    for path, methods in api_models.ROUTES.items():
         if "POST" in methods:
-            assert path in SCHEMAS, path
+            assert api_models.endpoint("POST", path) is not None, path
 
 
 @pytest.mark.parametrize(
@@ -58,7 +59,6 @@ def test_fields_that_mirror_config_keys_get_the_config_files_verdict(
     path: str, field: str, value: object
 ) -> None:
     from fastverify import config
-    from fastverify.daemon.api import MIRRORS
 
     body = {"name": "a"} if path == "/v1/profile" else {"mode": "baseline"}
     body = {**(body if path in ("/v1/profile", "/v1/mode") else {}), field: value}

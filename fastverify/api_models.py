@@ -1,0 +1,411 @@
+"""The control API's contract, declared once: every endpoint (method, path, what it does),
+its request body's or query's fields (name, type, required, default, help) and the status
+body's fields.
+
+Everything else is derived from these declarations: the daemon's routes and request
+validation (fastverify.daemon.api_checks), the typed methods of fastverify.client (which the
+CLI calls), and the reference part of docs/api.md (fastverify.api_reference). Plain classes,
+no dataclasses: the CLI imports this module on its start-up path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+# request field kind -> the JSON types it accepts (a bool is never a number)
+KINDS: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "bool": (bool,),
+    "int": (int,),
+    "number": (int, float),
+    "list": (list,),
+    "dict": (dict,),
+}
+
+
+class Field(NamedTuple):
+    """One field of a request body or query, or of the status body. `kind`: a KINDS key for
+    request fields (checked), free text for the status body (documented only). `mirrors`: the
+    configuration key whose check (and words) a request value gets; `minimum`: the least
+    value accepted, `why` says what it counts."""
+
+    name: str
+    kind: str
+    help: str
+    required: bool = False
+    default: Any = None
+    mirrors: str | None = None
+    minimum: float | None = None
+    why: str = ""
+
+
+class Endpoint(NamedTuple):
+    """One method on one path. `client`: the fastverify.client method that calls it;
+    `fields`: the JSON body (POST); `query`: the query parameters (GET); `answer`: what
+    comes back; `streams`: the answer is NDJSON events."""
+
+    method: str
+    path: str
+    client: str
+    summary: str
+    fields: tuple[Field, ...] = ()
+    query: tuple[Field, ...] = ()
+    answer: str = ""
+    streams: bool = False
+
+    def defaults(self) -> dict[str, Any]:
+        """The fields a request may leave out, with the value the daemon then uses."""
+        return {f.name: f.default for f in (*self.fields, *self.query) if not f.required}
+
+    def __repr__(self) -> str:
+        return f"Endpoint({self.method} {self.path})"
+
+
+def _described(table: str) -> tuple[Field, ...]:
+    """Documented-only fields from lines `name (kind): help`, a help running on over lines
+    that start with spaces."""
+    out: list[Field] = []
+    for line in table.strip("\n").splitlines():
+        if line.startswith(" "):
+            out[-1] = out[-1]._replace(help=f"{out[-1].help} {line.strip()}")
+            continue
+        name, _, rest = line.partition(" (")
+        kind, _, text = rest.partition("): ")
+        out.append(Field(name, kind, text))
+    return tuple(out)
+
+
+# The declarations below are laid out by hand, one field to a line or two, to be read.
+# fmt: off
+
+# ---------------------------------------------------------------------- shared fields
+def _lease() -> Field:
+    return Field("lease", "str", "the experiment's own operation: the id of the lease it "
+                 "holds (`POST /v1/lease`); without it the request is refused while a lease "
+                 "holds")
+
+
+def _op_fields(force: str) -> tuple[Field, ...]:
+    """How any operation (switch, mode, restart) is answered and scheduled."""
+    return (
+        Field("wait", "bool", "answer with the final result (else 202 at once)", default=True),
+        Field("stream", "bool", "answer with NDJSON events until the result", default=False),
+        Field("force", "bool", force, default=False),
+        Field("queue", "bool", "wait for the operation in flight instead of a 409",
+              default=False),
+        Field("timeout_s", "number", "readiness timeout of this start (default "
+              "`daemon.readiness_timeout_s`); exceeding it fails the switch with "
+              "`readiness_timeout` and rolls back", mirrors="daemon.readiness_timeout_s"),
+    )
+
+
+_FORCE_LEASE = "switch even while an experiment holds the lease"
+_RESTART = Field("restart", "bool", "restart even when the profile and mode asked for already "
+                 'serve (else the answer is `{"result": "unchanged"}`)', default=False)
+_CANARY = Field("canary", "bool", "declarative mode: serve something other than the declared "
+                "profile and mode on purpose (see Declarative mode)", default=False)
+_ACCEPT_LENGTH = "accepted tokens per verify pass, bonus token included (>= 1)"
+
+# ---------------------------------------------------------------------- the status body
+ENGINE_FIELDS = _described("""
+name (str): the engine adapter: `sglang` or `sim`
+pid (int | null): the server's pid while it lives
+pgid (int | null): its process group (what the daemon stops)
+url (str): the server's HTTP address
+simulated (bool): the sim serves (never a measurement of hardware)
+identity (object): `{kind, version, simulated}`: which engine measures here (also in every
+  decision record)
+reason (str): why this engine adapter was chosen
+engine_env (object | null): the environment the server was started with (secrets masked)
+log (str | null): the server's log file
+started_at (number | null): unix time the server was started
+start_seconds (number | null): its time to ready
+ready_by (str | null): how it was found ready: `endpoints` when no INFO ready line came
+  (`--log-level warning`: `/model_info` answered and `/health_generate` was 200)
+progress (object | null): `{phase, percent, message}` while loading
+adopted (bool): a live engine found after a daemon crash
+weights (str | null): `dummy` for a timing trial, else the weights' label
+weight_load (object | null): where the weights came from: `{source: cache|disk, seconds,
+  bytes, reason, why, fallback, text, phases: {weights, cuda_graph, rest}}`
+tuner (object | null): the NCCL tuner plugin confirmed at verify: `{name, abi_version, path,
+  rows_applied, rows_total, table, files}`
+allreduce (object | null): the TP all-reduce backend confirmed at verify (below)
+health (object | null): the watch of SGLang's `/health_generate` after READY: `{checks,
+  failed_checks, failing_since, last_failed, failures_limit, summary}`
+capabilities (object | null): the engine's own all-reduce capabilities (below)
+""")
+
+STATUS_FIELDS = _described("""
+state (str): STOPPED, STARTING, VERIFYING, READY, STOPPING, FAILED, ROLLING_BACK or BACKOFF
+  (transitions: `fastverify/daemon/states.py`)
+since (number): unix time of the last transition
+profile (str | null): the active profile
+mode (str | null): the active mode: baseline, eagle3 or adaptive
+engine (object): the serving engine (below)
+last_good (str | null): the last profile that served verified
+last_good_mode (str | null): its mode
+last_failure (object | null): `{reason, message, line, log, at, profile, mode, op, current}`;
+  `current`: false once an engine that started after it serves READY
+switch_in_flight (object | null): `{id, kind, profile, mode, started_at, elapsed_s, by}`
+queued (int): requests waiting for their turn (`queue: true`)
+restarts (object): `{total, by_reason}`
+recovery (object): FAILED left by policy: `{retries, limit, backoff_s, next_in_s, running,
+  spent, last, target: {profile, mode, why}}`
+trial (bool): the engine serves dummy weights (a timing trial)
+tokens_per_second (number | null): decode throughput (the exporter's)
+status_line (str): systemd's STATUS= line, e.g. "serving tree-ll/eagle3 82.4 tok/s"
+config (object): `{source, error}`: the configuration file and its last error
+declarative (object | null): `{profile, mode, source, canary: {profile, mode, since, op} |
+  null}` in declarative mode
+lease (object | null): `{id, experiment, description, pid, since}`
+decision (object | null): `{profile, mode, backend, applied, decided_at, report, engine,
+  serving}`; `serving`: the decision's profile and mode serve now, READY and real weights (a
+  manual switch away makes it false)
+sglang (object | null): the server's SGLang release and the facts serving it
+findings (list): what the daemon found wrong and works around, one sentence each
+daemon (object): `{pid, state_dir}`
+weight_cache (object): SGLang's weight-cache daemon as fastverifyd runs it
+  (docs/weight-cache.md): `{setting, state, available, speculative, restarts, last_failure,
+  mismatch, pid?, pgid?, ranks?, rank_pids?, adopted?, started_at?, ready_s?, log?, argv?,
+  fingerprint?, bytes, bytes_source, memory_note?}`
+speculation (object | null): a drafting mode with the exporter on: `{active_steps,
+  fixed_steps, seconds_at_steps: {"STEPS": s}, live_acceptance: {"STEPS": {requests,
+  accept_length: {"K": L}}}, plan_stale, plan_why, replan}`: the draft steps SGLang runs now,
+  the decoding seconds at each, the accept length of the requests that finished while SGLang
+  ran one step count their whole life, and whether the stored plan went stale, with the
+  commands that re-plan
+""")
+
+# ---------------------------------------------------------------------- the endpoints
+_RESULT = "the operation's result (see Operations)"
+
+STATUS = Endpoint("GET", "/v1/status", "status", "The daemon's state, the serving engine and "
+                  "what it knows.", answer="the status body (see Status body)")
+HISTORY = Endpoint(
+    "GET", "/v1/history", "history", "The journal of operations, oldest first.",
+    query=(Field("n", "int", "only the newest N records (0: all)", default=0),),
+    answer="array of operation records: `{id, kind, profile, mode, result, reason, message, "
+    "line, log, started_at, finished_at, duration_s, engine_ready_s?, tuner?, allreduce?, "
+    "rolled_back_to?, fallback_to?, previous, serving}`",
+)
+LOGS = Endpoint(
+    "GET", "/v1/logs", "logs", "The engine's and the daemon's log lines.",
+    query=(Field("n", "int", "the newest N lines first", default=100),
+           Field("follow", "bool", "keep the stream open for new lines", default=False)),
+    answer='NDJSON `{"event": "log", seq, ts, source: "engine"|"daemon", line}`', streams=True,
+)
+SERVER_ARGV = Endpoint(
+    "GET", "/v1/server/argv", "server_argv", "The server command line a profile and mode get.",
+    query=(Field("profile", "str", "the profile (default: the active one)"),
+           Field("mode", "str", "the mode (default: the active one)"),
+           Field("check", "bool", "run the engine's own argv parser on it", default=False)),
+    answer="`{engine, simulated, profile, mode, argv, check: {ok: true|false|null, message} | "
+    "null}` (secret flag values masked)",
+)
+SET_PROFILE = Endpoint(
+    "POST", "/v1/profile", "set_profile", "Switch to a profile (and mode): stop the engine, "
+    "start it with the profile, verify, roll back on failure.",
+    fields=(
+        Field("name", "str", "the profile to serve", required=True),
+        Field("mode", "str", "baseline, eagle3 or adaptive (default: the active one)",
+              mirrors="server.mode"),
+        *_op_fields("accept a profile refused without it (a host whose PCIe ACS redirects "
+                    "the GPUs' peer traffic refuses a P2P profile with 422 `reason: "
+                    '"p2p_redirected"`, docs/host.md), and ' + _FORCE_LEASE),
+        _RESTART,
+        Field("load_format", "str", "SGLang's `--load-format` for this switch and its "
+              'rollback (default `[server] load_format`); `"dummy"` = a timing trial, '
+              'labelled `weights: "dummy"` in the result, history, status and '
+              "`fastverify_profile_info`"),
+        Field("eagle3_steps", "int", "a timing trial's EAGLE-3 draft steps (1..64, topk 1, "
+              "steps + 1 draft tokens, as SGLang's adaptive worker runs them; only with mode "
+              '`eagle3` and `load_format: "dummy"`, refused with 422 before anything stops '
+              "otherwise; this start only, never persisted: the rollback and every later start run "
+              "`[server.eagle3]`; `fastverifyctl spec costs`)",
+              mirrors="server.eagle3.num_steps"),
+        _CANARY,
+        _lease(),
+    ),
+    answer=_RESULT, streams=True,
+)
+SET_MODE = Endpoint(
+    "POST", "/v1/mode", "set_mode", "Switch the mode of the active profile (adaptive without a "
+    'stored plan is 422 `reason: "no_adaptive_plan"` before anything stops; a start in which '
+    "SGLang logs `speculative_adaptive disabled: ...` fails as `adaptive_disabled` and rolls "
+    "back).",
+    fields=(
+        Field("mode", "str", "baseline, eagle3 or adaptive", required=True,
+              mirrors="server.mode"),
+        *_op_fields(_FORCE_LEASE),
+        _RESTART,
+        _CANARY,
+        _lease(),
+    ),
+    answer=_RESULT, streams=True,
+)
+RESTART = Endpoint(
+    "POST", "/v1/restart", "restart", "Restart the engine with the active profile and mode.",
+    fields=(*_op_fields(_FORCE_LEASE), _lease()), answer=_RESULT, streams=True,
+)
+CANCEL = Endpoint(
+    "POST", "/v1/cancel", "cancel", "Cancel the operation in flight (see Cancel).",
+    answer='200 `{"result": "cancelled", "operation": {id, kind, profile, mode, started_at, '
+    'elapsed_s}}` once accepted; 404 `{"error": "no operation in flight"}` when there is none',
+)
+BASELINES = Endpoint(
+    "GET", "/v1/baselines", "baselines", "The recorded baseline measurements.",
+    answer="`{profile: {profile, tokens_per_second, per_request_tokens_per_second, "
+    'concurrency, measured_at, accept_length?, by_concurrency: {"N": record}}}`: the newest '
+    "record of each profile, and the last one at each concurrency",
+)
+RECORD_BASELINE = Endpoint(
+    "POST", "/v1/baselines", "record_baseline", "Record a baseline measurement (bench, sweep).",
+    fields=(
+        Field("profile", "str", "a profile of the profile store", required=True),
+        Field("tokens_per_second", "number", "throughput, finite and > 0", required=True),
+        Field("per_request_tokens_per_second", "number", "per request, finite and > 0",
+              required=True),
+        Field("concurrency", "int", "the concurrent requests it was measured at, >= 1, "
+              "required (the daemon says why when absent): the exporter's break-even and "
+              "speedup gauges compare EAGLE-3 only with the baseline of the running-request "
+              "count it reads"),
+        Field("measured_at", "number", "unix seconds, default now; not before 2020-01-01 nor "
+              "more than 60 s in the future"),
+        Field("accept_length", "number", _ACCEPT_LENGTH + ": EAGLE-3 with real weights; "
+              "trial sweeps judge break-even accept lengths by it", minimum=1,
+              why="bonus token included"),
+    ),
+    answer='the stored record; 422 `{error, fields: {field: what is wrong}, reason: '
+    '"invalid_baseline"}` naming every bad field (nothing is stored then)',
+)
+CAPTURE_TRACE = Endpoint(
+    "POST", "/v1/trace/capture", "capture_trace", "Record one profile window of the serving "
+    "engine now and analyse it. A window records forward steps, which only happen under "
+    "load; a client that disconnects while waiting cancels the window.",
+    fields=(Field("steps", "int", "forward steps to record (default `daemon.trace_steps`)",
+                  mirrors="daemon.trace_steps"),),
+    answer="the trace analysis; 409 (nothing started) when the exporter is off, no engine is "
+    "READY, another profile window still runs after the capture timeout (a background window "
+    "in progress is waited for), or the engine is idle: over 3 s SGLang's /metrics showed no "
+    "running or queued request and none of its activity counters moved "
+    "(`sglang:cuda_graph_passes_total`, generated/prompt tokens, finished requests; one "
+    "sample of the gauges is not evidence, SGLang refreshes them at log intervals); a server "
+    "without those counters is not refused (the window's timeout applies); every 409 but "
+    '"another window runs" and "an operation is in flight" has `busy: false`; 502 when the '
+    "window failed or timed out: the daemon then stops it on the server (`POST "
+    "/stop_profile`) and removes its directory",
+)
+DECISION = Endpoint(
+    "GET", "/v1/decision", "decision", "The newest tuning decision (`fastverifyctl tune`).",
+    answer="`{profile, mode, backend, applied, why, report?, accept_length?, "
+    "tokens_per_second?, decided_at, engine, by?}`, `{}` when none",
+)
+RECORD_DECISION = Endpoint(
+    "POST", "/v1/decision", "record_decision", "Record what `fastverifyctl tune` decided, "
+    "after it applied it through `POST /v1/profile`: kept in `decision.json` of the state "
+    "dir, appended to the history (kind `decision`) and exported as "
+    "`fastverify_decision_info{profile,mode,backend,applied,serving} 1` (`serving`: whether "
+    "it is what serves now; also after a daemon restart).",
+    fields=(
+        Field("profile", "str", "a profile of the profile store", required=True),
+        Field("mode", "str", "baseline, eagle3 or adaptive", required=True),
+        Field("backend", "str", "the all-reduce backend's name (`[a-z][a-z0-9_]*`)",
+              required=True),
+        Field("applied", "bool", "whether tune applied it", required=True),
+        Field("why", "str", "the reason, at most 2000 characters", required=True),
+        Field("report", "str", "the report file it wrote"),
+        Field("accept_length", "number", _ACCEPT_LENGTH),
+        Field("tokens_per_second", "number", "the throughput it measured"),
+        Field("adaptive_config", "str", "mode adaptive: the plan's SGLang config"),
+    ),
+    answer='the stored record; 422 `{error, fields, reason: "invalid_decision"}` naming every '
+    "bad field (nothing is stored then)",
+)
+LEASE = Endpoint(
+    "GET", "/v1/lease", "lease", "The experiment's lease in force, if any.",
+    answer="`{lease: {id, experiment, description, pid, since} | null}`",
+)
+TAKE_LEASE = Endpoint(
+    "POST", "/v1/lease", "take_lease", "Hold the daemon for an experiment (see Leases).",
+    fields=(
+        Field("experiment", "str", '"sweep", "tune" or "spec-costs"', required=True),
+        Field("description", "str", "what it runs, for status"),
+        Field("force", "bool", "take it even while another lease holds", default=False),
+    ),
+    answer='200 `{id, experiment, description, pid, since}`; 409 `{error, reason: "leased", '
+    "lease}` while another lease holds",
+)
+RELEASE_LEASE = Endpoint(
+    "POST", "/v1/lease/release", "release_lease", "End an experiment's lease.",
+    fields=(Field("id", "str", "the lease's id", required=True),),
+    answer='200 `{released: {...}}`; 404 `{reason: "no_lease"}` when that lease is not in '
+    "force",
+)
+ACCEPTANCE = Endpoint(
+    "GET", "/v1/acceptance", "acceptance", "Every bench's accepted-drafts histograms, the "
+    "summed one and each request's, newest 50 kept.",
+    answer='`{curves: {"PROFILE/MODE/STEPS@MEASURED_AT": {profile, mode, model, drafter, '
+    "topk, steps, weights, dataset: {name, format, sha256, prompts, synthetic}, synthetic, "
+    "sampling: {temperature, top_p}, input_len, output_len, histogram, requests: [[...]], "
+    "verifies, measured_at, usable, why_not_usable?}}}` (`usable`: real weights, fixed "
+    "steps, topk 1, per-request histograms; a dummy-weights, adaptive or tree server's record "
+    "is kept, labelled, and never planned with; `synthetic`: random token ids, planned with "
+    "only with `spec plan --allow-synthetic`)",
+)
+RECORD_ACCEPTANCE = Endpoint(
+    "POST", "/v1/acceptance", "record_acceptance", "Record a bench's acceptance on the served "
+    "EAGLE-3 engine, labelled from what the daemon serves: profile, mode, model, drafter, "
+    "topk, launch steps, weights.",
+    fields=(
+        Field("histogram", "list", "accepted drafts per verify pass, summed: non-negative "
+              "ints, at least one pass, at most steps + 1 entries", required=True),
+        Field("requests", "list", "each request's histogram"),
+        Field("dataset", "dict", "`{name, format, sha256, prompts, synthetic}`"),
+        Field("sampling", "dict", "`{temperature, top_p}`"),
+        Field("input_len", "int", "prompt tokens per request"),
+        Field("output_len", "int", "generated tokens per request"),
+        Field("profile", "str", "the profile the client measured (checked against the "
+              "served)"),
+        Field("mode", "str", "the mode the client measured (checked against the served)"),
+        Field("measured_at", "number", "unix seconds, default now"),
+    ),
+    answer='the stored record; 409 `reason: "not_serving"` / `"served_changed"` (the client '
+    'measured another profile/mode); 422 `"not_speculative"` (a baseline server) or '
+    '`"invalid_histogram"`',
+)
+SPEC_PLAN = Endpoint(
+    "GET", "/v1/spec/plan", "spec_plan", "The stored speculation plan (`fastverifyctl spec "
+    "plan`, `fastverify.speculation.plan.Plan.to_dict`).",
+    answer='`{tiers: {"KEY": {batch_sizes, config, steps, break_even_accept_length, '
+    "per_batch_size, what_would_change}}, adaptive_config, adaptive_config_json, "
+    "launch_steps, drafts, accept_curve, accept_requests, accept_interval, lower_acceptance, "
+    "floor, min_gain, unpriced_batch_sizes, memory, skip_zero_step_extend, workload, "
+    'predictions: {"C": {baseline, eagle, adaptive, adaptive_ci, if_lower, gain}}, costs, '
+    "why, for, acceptance, stored_at}`, `{}` when none",
+)
+STORE_SPEC_PLAN = Endpoint(
+    "POST", "/v1/spec/plan", "store_spec_plan", "Store a speculation plan: the config is "
+    "checked as SGLang's `_load_adaptive_config` checks it (422 `reason: \"invalid_plan\"`), "
+    "then written to `adaptive-config.json` in the state dir (mode adaptive serves it) beside "
+    "`spec-plan.json`.",
+    fields=(Field("plan", "dict", "the plan (`Plan.to_dict`)", required=True),
+            Field("adaptive_config", "dict", "SGLang's adaptive config", required=True)),
+    answer="the plan as stored",
+)
+
+ENDPOINTS: tuple[Endpoint, ...] = (
+    STATUS, HISTORY, LOGS, SERVER_ARGV, BASELINES, ACCEPTANCE, SPEC_PLAN, DECISION, LEASE,
+    SET_PROFILE, SET_MODE, RESTART, CANCEL, TAKE_LEASE, RELEASE_LEASE, RECORD_BASELINE,
+    RECORD_DECISION, RECORD_ACCEPTANCE, STORE_SPEC_PLAN, CAPTURE_TRACE,
+)
+# fmt: on
+
+# path -> its methods (the daemon's routes)
+ROUTES: dict[str, tuple[str, ...]] = {}
+for _ep in ENDPOINTS:
+    ROUTES[_ep.path] = (*ROUTES.get(_ep.path, ()), _ep.method)
+del _ep
+
+
+def endpoint(method: str, path: str) -> Endpoint | None:
+    return next((e for e in ENDPOINTS if (e.method, e.path) == (method, path)), None)

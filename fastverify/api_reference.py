@@ -1,0 +1,110 @@
+"""The reference part of docs/api.md, written from fastverify.api_models: the endpoints, each
+request's fields (type, required, default, meaning) and the status body's fields.
+
+`python -m fastverify.api_reference` rewrites the block between BEGIN and END in
+docs/api.md (the prose around it is hand-written); the suite fails when the committed block
+differs from what this writes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from fastverify import api_models as m
+
+BEGIN = "<!-- BEGIN generated reference: python -m fastverify.api_reference; do not edit -->"
+END = "<!-- END generated reference -->"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+COMMAND = "python -m fastverify.api_reference"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _default(f: m.Field) -> str:
+    return "" if f.required or f.default is None else f"`{json.dumps(f.default)}`"
+
+
+def _meaning(f: m.Field) -> str:
+    extra = f" (checked as the config's `{f.mirrors}`)" if f.mirrors else ""
+    return _cell(f.help + extra)
+
+
+def _request_table(ep: m.Endpoint) -> list[str]:
+    if ep.fields:
+        rows = ["| field | type | required | default | meaning |", "|---|---|---|---|---|"]
+        rows += [
+            f"| `{f.name}` | {f.kind} | {'yes' if f.required else 'no'} | {_default(f)} | "
+            f"{_meaning(f)} |"
+            for f in ep.fields
+        ]
+        return rows
+    if ep.query:
+        rows = ["| query parameter | type | default | meaning |", "|---|---|---|---|"]
+        rows += [f"| `{f.name}` | {f.kind} | {_default(f)} | {_meaning(f)} |" for f in ep.query]
+        return rows
+    return ["No body (`{}` or none)." if ep.method == "POST" else "No parameters."]
+
+
+def _status_table(fields: tuple[m.Field, ...], prefix: str = "") -> list[str]:
+    rows = ["| field | type | meaning |", "|---|---|---|"]
+    rows += [f"| `{prefix}{f.name}` | {_cell(f.kind)} | {_cell(f.help)} |" for f in fields]
+    return rows
+
+
+def render() -> str:
+    """The generated block, markers included."""
+    out: list[Any] = [BEGIN, "", "## Endpoints", ""]
+    out += [
+        "Every request and its `fastverify.client.ControlClient` method (the CLI calls these; "
+        "a field a method does not know is refused before anything is sent).",
+        "",
+        "| request | what it does | client |",
+        "|---|---|---|",
+    ]
+    out += [
+        f"| [`{e.method} {e.path}`](#{_anchor(e)}) | {_cell(e.summary)} | `{e.client}()` |"
+        for e in m.ENDPOINTS
+    ]
+    for e in m.ENDPOINTS:
+        out += ["", f"### {e.method} {e.path}", "", e.summary, "", *_request_table(e), ""]
+        streams = e.streams and e.method == "POST"
+        stream = " With `stream: true`, NDJSON events until the result." if streams else ""
+        out.append(f"Answer: {e.answer}.{stream}")
+    out += ["", "## Status body", "", "`GET /v1/status` answers one object:", ""]
+    out += [*_status_table(m.STATUS_FIELDS), "", "`engine`:", ""]
+    out += _status_table(m.ENGINE_FIELDS, "engine.")
+    out += ["", END]
+    return "\n".join(out) + "\n"
+
+
+def _anchor(e: m.Endpoint) -> str:
+    """GitHub's anchor of the `### METHOD PATH` heading."""
+    return f"{e.method} {e.path}".lower().replace("/", "").replace(" ", "-")
+
+
+def splice(text: str, block: str) -> str:
+    """`text` with its generated block replaced by `block`; ValueError without markers."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"no {BEGIN!r} ... {END!r} block")
+    return text[:start] + block + text[end + len(END) + 1 :]
+
+
+def main() -> int:
+    text = DOC.read_text(encoding="utf-8")
+    new = splice(text, render())
+    if new != text:
+        DOC.write_text(new, encoding="utf-8")
+        print(f"rewrote the reference in {DOC}")
+    else:
+        print(f"{DOC} is up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The control API's request checks, derived from fastverify.api_models: a JSON body against
+its endpoint's fields (`validate_body`: 400/422 saying what is wrong and what to send
+instead), a query string against its parameters (`parse_query`), and the options of an
+operation with the defaults the models declare (`options`)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from fastverify import api_models as m
+from fastverify import config as configmod
+from fastverify.daemon.resolve import RequestError
+
+# Request fields that are per-request values of a configuration key: checked by the same
+# function as the configuration file (fastverify.config.validate_fields).
+MIRRORS: dict[str, str] = {
+    f.name: f.mirrors for e in m.ENDPOINTS for f in e.fields if f.mirrors is not None
+}
+
+_WANT = {"number": "a number"}  # (int, float) is one word: "a number", not "int or float"
+
+
+def validate_body(path: str, body: Any) -> dict[str, Any]:
+    """Check a POST body against its endpoint's fields; RequestError(400/422) says what is
+    wrong. The body comes back as sent (no defaults filled in)."""
+    ep = m.endpoint("POST", path)
+    fields = ep.fields if ep is not None else ()
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise RequestError(400, f"request body must be a JSON object, got {type(body).__name__}")
+    names = [f.name for f in fields]
+    unknown = sorted(set(body) - set(names))
+    if unknown:
+        raise RequestError(
+            422, f"unknown field(s) {', '.join(unknown)} (accepted: {', '.join(names) or 'none'})"
+        )
+    for f in fields:
+        if f.name not in body or body[f.name] is None:
+            if f.required:
+                raise RequestError(422, f"missing field {f.name!r}")
+            continue
+        _check_value(f, body[f.name])
+    for f in fields:
+        value = body.get(f.name)
+        if f.mirrors is None or value is None:
+            continue
+        if f.name == "eagle3_steps" and value == 0 and body.get("mode") == "adaptive":
+            continue  # SGLang's steps-0 pass, spec costs' trial (resolve.check_trial_steps)
+        problems = configmod.validate_fields({f.mirrors: value})
+        if problems:  # "daemon.readiness_timeout_s: -1 is out of range (expected ...)"
+            why = problems[0].message.partition(": ")[2]
+            raise RequestError(422, f"field {f.name!r} (like {f.mirrors} in the config): {why}")
+    if body.get("load_format") is not None and configmod.load_format_problem(body["load_format"]):
+        raise RequestError(422, f"field {configmod.load_format_problem(body['load_format'])}")
+    return body
+
+
+def _check_value(f: m.Field, value: Any) -> None:
+    types = m.KINDS[f.kind]
+    if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+        want = _WANT.get(f.kind, f.kind)
+        raise RequestError(422, f"field {f.name!r} must be {want}, got {json.dumps(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RequestError(422, f"field {f.name!r} must be a finite number, got {value}")
+    if f.required and isinstance(value, str) and not value.strip():
+        raise RequestError(422, f"field {f.name!r} is empty")
+    if f.minimum is not None and value < f.minimum:
+        why = f" ({f.why})" if f.why else ""
+        raise RequestError(422, f"field {f.name!r} must be >= {f.minimum:g}{why}")
+
+
+def parse_query(ep: m.Endpoint, query: dict[str, str]) -> dict[str, Any]:
+    """A GET's query parameters as its endpoint declares them, defaults filled in (others are
+    ignored); RequestError(400) for a number that is not one."""
+    out = ep.defaults()
+    for f in ep.query:
+        raw = query.get(f.name)
+        if raw is None:
+            continue
+        if f.kind == "bool":
+            out[f.name] = raw in ("1", "true", "yes")
+        elif f.kind == "int":
+            try:
+                out[f.name] = int(raw)
+            except ValueError:
+                raise RequestError(
+                    400, f"query parameter {f.name}={raw!r} must be an integer"
+                ) from None
+        else:
+            out[f.name] = raw
+    return out
+
+
+def options(ep: m.Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+    """A checked body with the declared defaults for what it leaves out."""
+    return {**ep.defaults(), **{k: v for k, v in body.items() if v is not None}}

@@ -1,0 +1,331 @@
+"""The control API's HTTP handler: one request on either door (the Unix socket, the TCP
+door) from its first line to its answer.
+
+It admits the caller (the TCP door's backoff and token: auth.py), routes the path to its
+handler (`h_<path>`, methods from fastverify.api_models.ROUTES), checks the body or query
+against the endpoint's model (api_checks.py), calls the facade (ControlFacade, the one door
+into the daemon) and answers JSON, or NDJSON for streams (`stream: true` operations, logs).
+Errors are JSON that say what to send instead. Binding and serving the sockets: api.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import select
+import socket
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+from fastverify import api_models as m
+from fastverify.daemon.api_checks import options, parse_query, validate_body
+from fastverify.daemon.auth import Caller, Guard
+from fastverify.daemon.facade import ControlFacade
+from fastverify.daemon.operations import Operation
+from fastverify.daemon.resolve import RequestError
+
+log = logging.getLogger("fastverifyd.api")
+
+MAX_BODY = 64 * 1024
+
+
+class Served(Protocol):
+    """What a handler needs of its server (api.ApiServer)."""
+
+    facade: ControlFacade
+    guard: Guard | None
+    closing: threading.Event
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: Served  # type: ignore[assignment]
+    protocol_version = "HTTP/1.0"
+    server_version = "fastverifyd/1"
+    timeout = 30  # seconds a client may stall while sending its request (then it is cut)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("api: " + format, *args)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Errors http.server raises itself (bad request line, header too long, unknown method)
+        are JSON like every other error; an unknown method is 405 (the API has GET and POST)."""
+        self.close_connection = True
+        if code == 501:
+            code, message = 405, f"{message or 'unsupported method'} (use GET or POST)"
+        self._send_json(code, {"error": message or self.responses.get(code, ("error",))[0]})
+
+    # --------------------------------------------------------------- plumbing
+    def _send_json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
+        payload = (json.dumps(data, default=str) + "\n").encode()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the caller left
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(payload)
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+
+    def _write_line(self, obj: Any) -> bool:
+        try:
+            self.wfile.write((json.dumps(obj, default=str) + "\n").encode())
+            self.wfile.flush()
+            return True
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return False
+
+    @property
+    def caller(self) -> Caller:
+        return self.client_address  # type: ignore[return-value]  # ApiServer passes a Caller
+
+    def _admit(self, method: str, path: str) -> None:
+        """The TCP door's checks (none on the Unix socket): backoff, then the token."""
+        guard = self.server.guard
+        if guard is None:
+            return
+        source = self.caller.addr
+        wait = guard.backoff.wait_s(source)
+        if wait > 0:
+            guard.failed(source, "backoff")
+            raise RequestError(
+                429,
+                f"too many failed attempts from {source}; retry in {math.ceil(wait)} s",
+                retry_after_s=math.ceil(wait),
+                reason="backoff",
+            )
+        if guard.tokens is not None:
+            name = guard.tokens.name_of(self.headers.get("Authorization", ""))
+            if name is None:
+                guard.failed(source, "token")
+                log.warning("refused %s %s from %s: missing or wrong bearer token",
+                            method, path, source)  # fmt: skip
+                raise RequestError(
+                    401,
+                    "missing or wrong bearer token: fastverifyctl sends the one in --token-file "
+                    "FILE (or FASTVERIFY_TOKEN_FILE), a token of the daemon's --token-file; "
+                    "other clients send `Authorization: Bearer <token>`",
+                )
+            self.caller.token = name
+        guard.backoff.succeeded(source)
+
+    def _read_body(self) -> Any:
+        length_h = self.headers.get("Content-Length")
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            raise RequestError(411, "chunked request bodies are not supported; send Content-Length")
+        if not length_h:
+            return None
+        try:
+            length = int(length_h)
+        except ValueError:
+            raise RequestError(400, f"bad Content-Length {length_h!r}") from None
+        if length < 0:
+            raise RequestError(400, f"bad Content-Length {length_h!r}")
+        if length > MAX_BODY:
+            raise RequestError(
+                413, f"request body of {length} bytes exceeds the {MAX_BODY}-byte limit"
+            )
+        raw = self.rfile.read(length) if length else b""
+        if not raw.strip():
+            return None
+        try:
+            return json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise RequestError(400, f"malformed JSON body: {exc}") from None
+
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        path = url.path.rstrip("/") or "/"
+        try:
+            self._admit(method, path)
+            methods = m.ROUTES.get(path)
+            if methods is None:
+                raise RequestError(
+                    404, f"unknown path {path} (see docs/api.md; known: {', '.join(m.ROUTES)})"
+                )
+            if method not in methods:
+                self._send_json(
+                    405,
+                    {"error": f"{method} not allowed on {path} (use {', '.join(methods)})"},
+                    {"Allow": ", ".join(methods)},
+                )
+                return
+            body = self._read_body() if method == "POST" else None
+            if method == "POST":  # every request that changes state, with who sent it
+                log.info("%s %s by %s", method, path, self.caller.by)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            getattr(self, "h_" + path[len("/v1/") :].replace("/", "_"))(method, body, query)
+        except RequestError as exc:
+            retry = exc.body.get("retry_after_s") if exc.status == 429 else None
+            self._send_json(exc.status, exc.body, {"Retry-After": str(retry)} if retry else None)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        except Exception as exc:
+            log.exception("API handler failed for %s %s", method, path)
+            with contextlib.suppress(Exception):
+                self._send_json(500, {"error": f"internal error: {exc}"})
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    # --------------------------------------------------------------- handlers
+    @property
+    def api(self) -> ControlFacade:
+        return self.server.facade
+
+    def h_status(self, method: str, body: Any, query: dict[str, str]) -> None:
+        self._send_json(200, self.api.status())
+
+    def h_history(self, method: str, body: Any, query: dict[str, str]) -> None:
+        records = self.api.history()
+        n = parse_query(m.HISTORY, query)["n"]
+        self._send_json(200, records[-n:] if n > 0 else records)
+
+    def h_logs(self, method: str, body: Any, query: dict[str, str]) -> None:
+        q = parse_query(m.LOGS, query)
+        entries = self.api.log_tail(q["n"])
+        self._start_stream()
+        last = entries[-1]["seq"] if entries else self.api.log_seq()
+        for e in entries:
+            if not self._write_line({"event": "log", **e}):
+                return
+        while q["follow"] and not self.server.closing.is_set():
+            batch = self.api.log_since(last, timeout=1.0)
+            if not batch:
+                if _peer_closed(self.connection):  # an idle daemon writes nothing to notice
+                    return
+                continue
+            for e in batch:
+                last = e["seq"]
+                if not self._write_line({"event": "log", **e}):
+                    return
+
+    def h_server_argv(self, method: str, body: Any, query: dict[str, str]) -> None:
+        q = parse_query(m.SERVER_ARGV, query)
+        self._send_json(200, self.api.server_argv(q["profile"], q["mode"], q["check"]))
+
+    def _operation(self, ep: m.Endpoint, kind: str, body: Any) -> None:
+        """A switch, mode or restart: the body checked against `ep`, its defaults filled in."""
+        opts = options(ep, validate_body(ep.path, body))
+        wait, stream = opts.pop("wait"), opts.pop("stream")
+        name, mode = opts.pop("name", None), opts.pop("mode", None)
+        op = self.api.operate(kind, name, mode, caller=self.caller,
+                              withdrawn=lambda: _peer_closed(self.connection), **opts)  # fmt: skip
+        self._answer(op, wait=wait, stream=stream)
+
+    def _answer(self, op: Operation, wait: bool, stream: bool) -> None:
+        if stream:
+            self._start_stream()
+            for ev in op.iter_events():
+                if not self._write_line(ev):
+                    return  # the caller went away; the operation goes on
+            return
+        if not wait:
+            self._send_json(202, {"accepted": True, "op": op.describe()})
+            return
+        result = op.wait()
+        assert result is not None
+        self._send_json(200 if result["result"] in ("ok", "unchanged") else 502, result)
+
+    def h_profile(self, method: str, body: Any, query: dict[str, str]) -> None:
+        self._operation(m.SET_PROFILE, "switch", body)
+
+    def h_mode(self, method: str, body: Any, query: dict[str, str]) -> None:
+        self._operation(m.SET_MODE, "mode", body)
+
+    def h_restart(self, method: str, body: Any, query: dict[str, str]) -> None:
+        self._operation(m.RESTART, "restart", body)
+
+    def h_cancel(self, method: str, body: Any, query: dict[str, str]) -> None:
+        validate_body(m.CANCEL.path, body)
+        op = self.api.cancel(self.caller)
+        if op is None:
+            raise RequestError(404, "no operation in flight")
+        self._send_json(200, {"result": "cancelled", "operation": op.describe()})
+
+    def _read_or_record(
+        self, method: str, body: Any, ep: m.Endpoint, read: Any, record: Any
+    ) -> None:
+        """GET: `read()`; POST: `record(body)` once the body is checked against `ep` (its
+        types: the facade checks the values)."""
+        self._send_json(200, read() if method == "GET" else record(validate_body(ep.path, body)))
+
+    def h_baselines(self, method: str, body: Any, query: dict[str, str]) -> None:
+        api = self.api
+        self._read_or_record(method, body, m.RECORD_BASELINE, api.baselines, api.set_baseline)
+
+    def h_decision(self, method: str, body: Any, query: dict[str, str]) -> None:
+        record = lambda b: self.api.record_decision(b, self.caller)  # noqa: E731
+        self._read_or_record(method, body, m.RECORD_DECISION, self.api.decision, record)
+
+    def h_acceptance(self, method: str, body: Any, query: dict[str, str]) -> None:
+        api = self.api
+        self._read_or_record(method, body, m.RECORD_ACCEPTANCE, api.acceptance,
+                             api.record_acceptance)  # fmt: skip
+
+    def h_spec_plan(self, method: str, body: Any, query: dict[str, str]) -> None:
+        api = self.api
+        self._read_or_record(method, body, m.STORE_SPEC_PLAN, api.spec_plan, api.store_spec_plan)
+
+    def h_lease(self, method: str, body: Any, query: dict[str, str]) -> None:
+        if method == "GET":
+            self._send_json(200, {"lease": self.api.leases.current()})
+            return
+        opts = options(m.TAKE_LEASE, validate_body(m.TAKE_LEASE.path, body))
+        # the holder: the process on the Unix socket's other end (SO_PEERCRED); unknown on TCP
+        pid = self.caller.pid if self.caller.door == "unix" else None
+        self._send_json(200, self.api.take_lease(opts["experiment"], opts["description"] or "",
+                                                 pid, bool(opts["force"])))  # fmt: skip
+
+    def h_lease_release(self, method: str, body: Any, query: dict[str, str]) -> None:
+        body = validate_body(m.RELEASE_LEASE.path, body)
+        self._send_json(200, self.api.release_lease(body["id"]))
+
+    def h_trace_capture(self, method: str, body: Any, query: dict[str, str]) -> None:
+        body = validate_body(m.CAPTURE_TRACE.path, body)
+        cancelled = lambda: _peer_closed(self.connection)  # noqa: E731
+        self._send_json(200, self.api.capture_trace(body.get("steps"), cancelled))
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """True when the client has closed its end of `sock` (readable, and EOF on peek; over
+    TLS, where nothing can be peeked, a read that finds the end: a client sends nothing
+    after its request, so a read that finds data loses nothing)."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        if not readable:
+            return False
+        if not isinstance(sock, ssl.SSLSocket):
+            return sock.recv(1, socket.MSG_PEEK) == b""
+        timeout = sock.gettimeout()
+        sock.settimeout(0)
+        try:
+            return sock.recv(1) == b""
+        except ssl.SSLWantReadError:
+            return False
+        finally:
+            sock.settimeout(timeout)
+    except (OSError, ValueError):
+        return True

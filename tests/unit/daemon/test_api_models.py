@@ -1,0 +1,87 @@
+"""The control API declared once (fastverify.api_models): what is derived from it stays in
+step with it: docs/api.md's reference block regenerates byte-identically, every route has
+its handler, every endpoint its typed client method, and the client refuses a field its
+endpoint does not declare before anything is sent."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastverify import api_models as m
+from fastverify import api_reference
+from fastverify.client import ControlClient
+from fastverify.daemon.api_handler import Handler
+
+
+def test_the_committed_reference_is_what_the_models_write() -> None:
+    committed = api_reference.DOC.read_text(encoding="utf-8")
+    regenerated = api_reference.splice(committed, api_reference.render())
+    assert regenerated == committed, (
+        f"docs/api.md's reference block is stale: regenerate it with `{api_reference.COMMAND}`"
+    )
+
+
+def test_the_check_sees_a_stale_reference() -> None:
+    committed = api_reference.DOC.read_text(encoding="utf-8")
+    stale = committed.replace("| `name` | str | yes |", "| `name` | str | no |", 1)
+    assert stale != committed
+    assert api_reference.splice(stale, api_reference.render()) == committed
+    with pytest.raises(ValueError):
+        api_reference.splice("no markers here", api_reference.render())
+
+
+def test_every_route_has_a_handler_and_every_endpoint_a_client_method() -> None:
+    for path in m.ROUTES:
+        assert callable(getattr(Handler, "h_" + path[len("/v1/") :].replace("/", "_"))), path
+    for ep in m.ENDPOINTS:
+        assert callable(getattr(ControlClient, ep.client, None)), (ep, ep.client)
+        for f in (*ep.fields, *ep.query):
+            assert f.kind in m.KINDS, (ep, f.name, f.kind)
+    assert len({(e.method, e.path) for e in m.ENDPOINTS}) == len(m.ENDPOINTS)
+
+
+class _Recording(ControlClient):
+    def __init__(self) -> None:
+        super().__init__("/nonexistent.sock")
+        self.sent: list[tuple[str, str, object]] = []
+
+    def request(self, method: str, path: str, body: object = None, timeout: object = None):  # type: ignore[override]
+        self.sent.append((method, path, body))
+        return {}
+
+
+def test_typed_methods_send_what_the_models_declare() -> None:
+    c = _Recording()
+    c.set_profile("ring-ll", mode="eagle3", wait=False, timeout_s=None)
+    c.history(n=5)
+    c.server_argv(profile="a b", mode="eagle3", check=True)
+    c.status()
+    assert c.sent == [
+        ("POST", "/v1/profile", {"name": "ring-ll", "mode": "eagle3", "wait": False}),
+        ("GET", "/v1/history?n=5", None),
+        ("GET", "/v1/server/argv?profile=a%20b&mode=eagle3&check=1", None),
+        ("GET", "/v1/status", None),
+    ]
+    with pytest.raises(TypeError, match="takes no field nam"):
+        c.set_profile("ring-ll", nam="typo")
+    assert len(c.sent) == 4  # nothing was sent for the typo
+
+
+def test_a_leased_clients_typed_calls_carry_the_lease() -> None:
+    """An experiment's client (experiments.common.lease.Leased) adds its lease id to the
+    operations the lease guards, the ones whose body declares `lease`; typed calls too."""
+    from fastverify.experiments.common.lease import GUARDED, Leased
+
+    assert GUARDED == ("/v1/profile", "/v1/mode", "/v1/restart")
+    inner = _Recording()
+    leased = Leased(inner, {"id": "L1"})
+    leased.set_profile("ring-ll", mode="eagle3")
+    leased.restart(queue=True)
+    leased.status()
+    leased.record_baseline(profile="ring-ll", tokens_per_second=1.0)
+    assert inner.sent == [
+        ("POST", "/v1/profile", {"name": "ring-ll", "mode": "eagle3", "lease": "L1"}),
+        ("POST", "/v1/restart", {"queue": True, "lease": "L1"}),
+        ("GET", "/v1/status", None),
+        ("POST", "/v1/baselines", {"profile": "ring-ll", "tokens_per_second": 1.0}),
+    ]
