@@ -1,0 +1,112 @@
+"""`fastverifyctl tune` interrupted and resumed, on the sim through a real fastverifyd: after
+SIGKILL of the tune process in the middle of its trial (waits on the journal file), after
+the daemon was killed (exit 3), after Ctrl-C (exit 130); the finished stages are skipped."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+from tests.support.harness import DaemonHarness
+from tests.support.tune import CONFIG, MEASURE, TP, popen_tune, predicted_tps, read_journal
+
+
+def test_resume_after_kill_9_in_the_middle_of_the_trial(tmp_path: Path) -> None:
+    names = "nccl-default,ring-ll,ring-ll-8ch"
+    out = tmp_path / "out"
+    with DaemonHarness(tmp_path, tp_size=TP, sim_load_seconds=1.0, config=CONFIG) as d:
+        proc = popen_tune(d, "--profiles", names, "--finalists", "1", "--accept-length",
+                           "2.0", "--output", str(out), *MEASURE)  # fmt: skip
+        results = out / "trial" / "results.jsonl"
+
+        def mid_trial() -> bool:
+            started = any(r.get("event") == "stage_started" and r["name"] == "trial"
+                          for r in read_journal(d))  # fmt: skip
+            return started and results.exists() and '"measurement"' in results.read_text()
+
+        try:
+            d.wait_for(mid_trial, timeout=600, what="the tune's trial to measure once")
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+        kept = results.read_text().splitlines()
+        again = d.ctl("tune", "--resume", "--json", timeout=900)
+        assert again.returncode == 0, again.stderr[-3000:]
+        res = json.loads(again.stdout)
+        journal = read_journal(d)
+        st = d.status()
+    started = [r["name"] for r in journal if r.get("event") == "stage_started"]
+    # finished stages ran once; the interrupted trial ran again and the rest once
+    assert started.count("inventory") == 1 and started.count("candidates") == 1
+    assert started.count("trial") == 2 and started.count("confirm") == 1
+    assert "inventory: finished earlier, not run again" in again.stderr
+    assert "resuming the tune" in again.stderr
+    # the trial's sweep continued its results file: what was measured before is kept and
+    # no (profile, mode) has more than the asked repeats
+    after = (out / "trial" / "results.jsonl").read_text().splitlines()
+    assert after[: len(kept)] == kept
+    meas: dict[tuple[str, str], int] = {}
+    for line in after:
+        rec = json.loads(line)
+        if rec.get("type") == "measurement":
+            key = (rec["profile"], rec["mode"])
+            meas[key] = meas.get(key, 0) + 1
+    assert meas and max(meas.values()) == 2
+    assert [s["status"] for s in res["stages"]].count("failed") == 0
+    dec = res["decision"]
+    assert dec["applied"] and (st["profile"], st["mode"]) == (dec["profile"], dec["mode"])
+    assert dec["profile"] == max(names.split(","), key=lambda p: predicted_tps(p, "baseline"))
+    assert any(r.get("event") == "end" for r in journal)
+
+
+def test_resume_after_the_daemon_was_killed_mid_trial(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with DaemonHarness(tmp_path, tp_size=TP, sim_load_seconds=1.0, config=CONFIG) as d:
+        proc = popen_tune(d, "--profiles", "ring-ll,ring-ll-8ch", "--finalists", "1",
+                           "--accept-length", "2.0", "--output", str(out), *MEASURE)  # fmt: skip
+        results = out / "trial" / "results.jsonl"
+        try:
+            d.wait_for(lambda: results.exists() and '"measurement"' in results.read_text(),
+                       timeout=600, what="the tune's trial to measure once")  # fmt: skip
+            d.kill9()  # the daemon dies; its engine keeps running
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 3, err[-2000:]  # daemon unreachable: the journal is kept
+        assert "--resume" in err
+        d.restart_daemon()  # adopts the engine
+        again = d.ctl("tune", "--resume", "--json", timeout=900)
+        assert again.returncode == 0, again.stderr[-3000:]
+        res = json.loads(again.stdout)
+        st = d.status()
+    assert res["decision"]["applied"]
+    assert (st["profile"], st["mode"]) == (res["decision"]["profile"], res["decision"]["mode"])
+    assert res["decision"]["profile"] == "ring-ll-8ch"  # the cost model's faster of the two
+
+
+def test_ctrl_c_then_resume(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with DaemonHarness(tmp_path, tp_size=TP, sim_load_seconds=1.0, config=CONFIG) as d:
+        proc = popen_tune(d, "--profiles", "nccl-default,ring-ll-8ch", "--finalists", "1",
+                           "--accept-length", "2.0", "--output", str(out), *MEASURE)  # fmt: skip
+        results = out / "trial" / "results.jsonl"
+        try:
+            d.wait_for(lambda: results.exists() and '"measurement"' in results.read_text(),
+                       timeout=600, what="the tune's trial to measure once")  # fmt: skip
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 130, err[-2000:]
+        assert "fastverifyctl tune --resume" in err
+        again = d.ctl("tune", "--resume", "--json", timeout=900)
+        assert again.returncode == 0, again.stderr[-3000:]
+        res = json.loads(again.stdout)
+    assert res["decision"]["profile"] == "ring-ll-8ch" and res["decision"]["applied"]
+    assert [s["status"] for s in res["stages"]].count("failed") == 0
