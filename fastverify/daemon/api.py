@@ -60,6 +60,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/v1/lease/release": ("POST",),
     "/v1/acceptance": ("GET", "POST"),
     "/v1/spec/plan": ("GET", "POST"),
+    "/v1/verify": ("GET",),
 }
 
 # field -> (types, required)
@@ -477,6 +478,11 @@ class Handler(BaseHTTPRequestHandler):
     def h_lease_release(self, method: str, body: Any, query: dict[str, str]) -> None:
         body = validate_body("/v1/lease/release", body)
         self._send_json(200, self.api.release_lease(body["id"]))
+
+    def h_verify(self, method: str, body: Any, query: dict[str, str]) -> None:
+        from fastverify.daemon.reverify import rerun  # the verifiers again (reverify.py)
+
+        self._send_json(200, rerun(self.api.ctl))
 
     def h_trace_capture(self, method: str, body: Any, query: dict[str, str]) -> None:
         body = validate_body("/v1/trace/capture", body)

@@ -106,7 +106,8 @@ class NcclConfirmed(Check):
             sorted(h.nccl_debug_dir.glob("*")), h.expected_nccl, engine_env=_rules(self.engine, h)
         )
         ctx.details["nccl"] = nccl
-        evidence = {k: nccl[k] for k in ("files", "confirmed", "mismatched", "overridden")}
+        keys = ("files", "confirmed", "mismatched", "overridden", "engine_added", "not_in_profile")
+        evidence = {k: nccl[k] for k in keys}
         if nccl["ok"] is False:
             bad = {**nccl["mismatched"], **nccl.get("overridden", {})}
             diffs = "; ".join(f"{k}={got} (profile: {want})" for k, (want, got) in bad.items())

@@ -7,7 +7,8 @@ that takes a list of them.
                             start at once (no point in loading weights for a server that
                             will not serve as asked), or None
     verify(h, ctx)          after READY (and again on `fastverifyctl verify`): a `Finding`,
-                            ok / failed (with the `Failure`) / skipped, with its evidence
+                            ok / failed (with the `Failure`) / skipped, with its evidence;
+                            None for a verifier with nothing to check there
 
 A check that has nothing to do in a place inherits `Check`'s no-op. The default list, in
 the order the daemon runs it, is checks.default_checks(); the controller runs it through
@@ -106,7 +107,7 @@ class Verifier(Protocol):
 
     def on_line(self, h: EngineHandle, line: str, facts: LineFacts) -> Failure | None: ...
 
-    def verify(self, h: EngineHandle, ctx: Context) -> Finding: ...
+    def verify(self, h: EngineHandle, ctx: Context) -> Finding | None: ...
 
 
 class Check:
@@ -120,8 +121,8 @@ class Check:
     def on_line(self, h: EngineHandle, line: str, facts: LineFacts) -> Failure | None:
         return None
 
-    def verify(self, h: EngineHandle, ctx: Context) -> Finding:
-        return Finding(self.name, SKIPPED, "nothing to check after READY")
+    def verify(self, h: EngineHandle, ctx: Context) -> Finding | None:
+        return None  # nothing to check after READY
 
     def ok(self, message: str, **evidence: Any) -> Finding:
         return Finding(self.name, OK, message, evidence=evidence)
@@ -181,6 +182,8 @@ class Verifiers:
         first: Failure | None = None
         for check in self.checks:
             finding = check.verify(h, ctx)
+            if finding is None:
+                continue
             findings.append(finding)
             if finding.failed and first is None:
                 first = finding.failure
