@@ -29,24 +29,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from fastverify.daemon import events as ev
-from fastverify.daemon.checks import default_checks
 from fastverify.daemon.core import Core
 from fastverify.daemon.crashes import CrashSteps
 from fastverify.daemon.failures import Failure
-from fastverify.daemon.launcher import EngineHandle, Launcher
-from fastverify.daemon.logs import LineFacts, LogRing
+from fastverify.daemon.launcher import EngineHandle
+from fastverify.daemon.logs import LineFacts
 from fastverify.daemon.operations import Claim, Operation, OpResult
 from fastverify.daemon.recovery import RecoverySteps
-from fastverify.daemon.resolve import RequestError, Resolver
+from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.rollback import RollbackSteps
 from fastverify.daemon.starting import Starts
 from fastverify.daemon.states import State
-from fastverify.daemon.statestore import StateStore
-from fastverify.daemon.verifier import Plan, Verifier, Verifiers
+from fastverify.daemon.verifier import Plan
 from fastverify.daemon.weights import WeightSteps
 from fastverify.redact import mask_argv
 
@@ -63,31 +61,15 @@ CANCELLABLE = ("switch", "mode", "restart", "start")
 class Controller(Core):
     """See the module docstring. Public methods are thread-safe."""
 
-    def __init__(
-        self,
-        cfg: Any,
-        engine: Any,
-        launcher: Launcher,
-        resolver: Resolver,
-        store: StateStore,
-        bus: ev.EventBus,
-        ring: LogRing | None = None,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        checks: Iterable[Verifier] | None = None,
-    ) -> None:
-        """`checks`: the verifiers, in order (None: checks.default_checks)."""
-        super().__init__(cfg, engine, launcher, resolver, store, bus, ring, clock=clock)
-        if checks is None:
-            checks = default_checks(launcher, resolver, engine)
-        self.verifiers = Verifiers(checks, say=self.say)
+    def compose(self) -> None:
+        """The steps over this core, each in its own module (see the module docstring)."""
         self.weights = WeightSteps(self)  # the weight cache: a second process group
         self.starts = Starts(self, self.weights, self.verifiers)
         self.rollback = RollbackSteps(self, self.starts)
         self.crash_steps = CrashSteps(self, self.starts)
         self.recovery_steps = RecoverySteps(self, self.starts)
-        launcher.on_line = self._on_line
-        launcher.on_exit = self.crash_steps.on_exit
+        self.launcher.on_line = self._on_line
+        self.launcher.on_exit = self.crash_steps.on_exit
 
     @property
     def cache(self) -> Any:

@@ -2,10 +2,11 @@
 share (messages, state transitions, results, findings, the saved state).
 
 `Core` holds the daemon state (states.py), the active and last good (profile, mode), the
-engine handle, the last failure, the slot (operations.py) and the collaborators (launcher,
-resolver, state store, event bus). The steps (starting.py, crashes.py, rollback.py,
-recovery.py, weights.py) each receive the core they act on; `Controller` (controller.py) is
-the core with its steps composed and the public requests on top.
+engine handle, the last failure, the slot (operations.py), the verifiers (verifier.py) and
+the collaborators (launcher, resolver, state store, event bus). The steps (starting.py,
+crashes.py, rollback.py, recovery.py, weights.py) each receive the core they act on;
+`Controller` (controller.py) is the core with its steps composed (`compose`) and the public
+requests on top.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from fastverify.config import weights_label
+from fastverify.config import Config, weights_label
 from fastverify.daemon import events as ev
+from fastverify.daemon.checks import default_checks
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import EngineHandle, Launcher
 from fastverify.daemon.logs import LogRing
@@ -28,6 +30,8 @@ from fastverify.daemon.resolve import Resolver
 from fastverify.daemon.restart import CrashWindow, RestartPolicy
 from fastverify.daemon.states import State, check_transition
 from fastverify.daemon.statestore import StateStore
+from fastverify.daemon.verifier import Verifier, Verifiers
+from fastverify.engines.base import Engine
 from fastverify.engines.sglang import load_format_of
 
 log = logging.getLogger("fastverifyd.controller")
@@ -76,8 +80,8 @@ class Core:
 
     def __init__(
         self,
-        cfg: Any,
-        engine: Any,
+        cfg: Config,
+        engine: Engine,
         launcher: Launcher,
         resolver: Resolver,
         store: StateStore,
@@ -85,7 +89,9 @@ class Core:
         ring: LogRing | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        checks: Iterable[Verifier] | None = None,
     ) -> None:
+        """`checks`: the verifiers, in order (None: checks.default_checks)."""
         self.cfg = cfg
         self.engine = engine
         self.launcher = launcher
@@ -109,6 +115,13 @@ class Core:
         self.findings: dict[str, str] = {}
         self.shutting_down = threading.Event()
         self._threads: list[threading.Thread] = []
+        if checks is None:
+            checks = default_checks(launcher, resolver, engine)
+        self.verifiers = Verifiers(checks, say=self.say)
+        self.compose()
+
+    def compose(self) -> None:
+        """Build the steps that act on this core (the controller's; none for a bare core)."""
 
     @property
     def op(self) -> Operation | None:
