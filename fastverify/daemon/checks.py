@@ -210,9 +210,9 @@ class ProfileCurrent(Check):
         self.launcher = launcher
         self.resolver = resolver
 
-    def verify(self, h: EngineHandle, ctx: Context) -> Finding:
+    def verify(self, h: EngineHandle, ctx: Context) -> Finding | None:
         if not ctx.rerun:
-            return self.skipped("the engine was started from the profile just now")
+            return None  # a start: the engine was built from the profile just now
         try:
             profile, argv = self.resolver.resolve(h.profile, h.mode)
         except RequestError as exc:

@@ -155,9 +155,6 @@ class Verifiers:
         self.checks: list[Verifier] = list(checks)
         self.say: Say = say or (lambda msg, level=logging.INFO, **_: None)
 
-    def __iter__(self) -> Any:
-        return iter(self.checks)
-
     def refuse(self, plan: Plan) -> None:
         """RequestError for the first verifier that refuses `plan`; nothing was touched."""
         for check in self.checks:
