@@ -12,7 +12,7 @@
     profile     on a re-run: the serving engine still runs what its profile, as it is on disk
                 now, would start (same NCCL settings, same argv)
 
-`default_checks(launcher, resolver, engine)` builds the list; messages and reasons are the
+`default_checks(launcher, resolver)` builds the list; messages and reasons are the
 ones each check has always had.
 """
 
@@ -64,23 +64,23 @@ class DirectP2P(Check):
         return None
 
 
-def _rules(engine: Any, h: EngineHandle) -> Any:
+def _rules(launcher: Launcher, h: EngineHandle) -> Any:
     """What the engine adds to its workers' NCCL environment by its own rules (None: none)."""
-    return engine.engine_env(h.argv, h.expected_nccl)
+    return launcher.engine.engine_env(h.argv, h.expected_nccl)
 
 
 class ProcessEnv(Check):
     name = "env"
 
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
+    def __init__(self, launcher: Launcher) -> None:
+        self.launcher = launcher  # its engine: the one a SIGHUP put in place
 
     def verify(self, h: EngineHandle, ctx: Context) -> Finding:
-        rules = _rules(self.engine, h)
+        rules = _rules(self.launcher, h)
         h.engine_env = rules.to_dict() if rules is not None else None
         expected = {**h.expected_nccl, **h.expected_sglang}
         report = verify.check_process_env(
-            h.pid, expected, self.engine.engine_owned_nccl, engine_env=rules
+            h.pid, expected, self.launcher.engine.engine_owned_nccl, engine_env=rules
         )
         ctx.details["env"] = report.to_dict()
         if h.engine_env is not None:
@@ -96,14 +96,14 @@ class ProcessEnv(Check):
 class NcclConfirmed(Check):
     name = "nccl"
 
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
+    def __init__(self, launcher: Launcher) -> None:
+        self.launcher = launcher  # its engine: the one a SIGHUP put in place
 
     def verify(self, h: EngineHandle, ctx: Context) -> Finding:
         if h.nccl_debug_dir is None:
             return self.skipped("started without NCCL_DEBUG=INFO (daemon.nccl_debug off)")
         nccl = verify.check_nccl_debug(
-            sorted(h.nccl_debug_dir.glob("*")), h.expected_nccl, engine_env=_rules(self.engine, h)
+            sorted(h.nccl_debug_dir.glob("*")), h.expected_nccl, engine_env=_rules(self.launcher, h)
         )
         ctx.details["nccl"] = nccl
         keys = ("files", "confirmed", "mismatched", "overridden", "engine_added", "not_in_profile")
@@ -250,13 +250,13 @@ class ProfileCurrent(Check):
         return self.ok(f"{h.profile}/{h.mode} would start the same engine now", **evidence)
 
 
-def default_checks(launcher: Launcher, resolver: Resolver, engine: Any) -> list[Verifier]:
+def default_checks(launcher: Launcher, resolver: Resolver) -> list[Verifier]:
     """The daemon's verifiers, in the order they run (see the module docstring)."""
     return [
         ArgvParser(resolver),
         DirectP2P(resolver),
-        ProcessEnv(engine),
-        NcclConfirmed(engine),
+        ProcessEnv(launcher),
+        NcclConfirmed(launcher),
         AdaptiveKept(),
         TunerLoaded(),
         AllreduceBackend(launcher),

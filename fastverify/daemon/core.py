@@ -116,7 +116,7 @@ class Core:
         self.shutting_down = threading.Event()
         self._threads: list[threading.Thread] = []
         if checks is None:
-            checks = default_checks(launcher, resolver, engine)
+            checks = default_checks(launcher, resolver)
         self.verifiers = Verifiers(checks, say=self.say)
         self.compose()
 
