@@ -383,6 +383,13 @@ SPEC_PLAN = Endpoint(
     'predictions: {"C": {baseline, eagle, adaptive, adaptive_ci, if_lower, gain}}, costs, '
     "why, for, acceptance, stored_at}`, `{}` when none",
 )
+VERIFY = Endpoint(
+    "GET", "/v1/verify", "verify", "Run the after-READY verifiers again on the serving engine "
+    "(read-only: it keeps serving whatever the verdict; `fastverifyctl verify`).",
+    answer="`{ok, profile, mode, pid, engine_id, reason, message, verifiers: [{name, status: "
+    "ok|failed|skipped, message, evidence, reason?, line?}]}`; 409 (`reason` `busy` or "
+    "`not_serving`) while an operation runs or nothing serves",
+)
 STORE_SPEC_PLAN = Endpoint(
     "POST", "/v1/spec/plan", "store_spec_plan", "Store a speculation plan: the config is "
     "checked as SGLang's `_load_adaptive_config` checks it (422 `reason: \"invalid_plan\"`), "
@@ -394,7 +401,7 @@ STORE_SPEC_PLAN = Endpoint(
 )
 
 ENDPOINTS: tuple[Endpoint, ...] = (
-    STATUS, HISTORY, LOGS, SERVER_ARGV, BASELINES, ACCEPTANCE, SPEC_PLAN, DECISION, LEASE,
+    STATUS, HISTORY, LOGS, SERVER_ARGV, BASELINES, ACCEPTANCE, SPEC_PLAN, DECISION, LEASE, VERIFY,
     SET_PROFILE, SET_MODE, RESTART, CANCEL, TAKE_LEASE, RELEASE_LEASE, RECORD_BASELINE,
     RECORD_DECISION, RECORD_ACCEPTANCE, STORE_SPEC_PLAN, CAPTURE_TRACE,
 )

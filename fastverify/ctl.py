@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Find everything else that changes what NCCL sees.",
     ),
     "status": ("fastverify.cli.status_cmd:status", "Daemon and engine state."),
+    "verify": ("fastverify.cli.verify_cmd:verify", "Re-run the verifiers on the serving engine."),
     "mode": (
         "fastverify.cli.daemon_cmds:mode",
         "Get or set the decoding mode (baseline|eagle3|adaptive).",

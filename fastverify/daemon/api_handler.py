@@ -303,6 +303,11 @@ class Handler(BaseHTTPRequestHandler):
         body = validate_body(m.RELEASE_LEASE.path, body)
         self._send_json(200, self.api.release_lease(body["id"]))
 
+    def h_verify(self, method: str, body: Any, query: dict[str, str]) -> None:
+        from fastverify.daemon.reverify import rerun  # the verifiers again (reverify.py)
+
+        self._send_json(200, rerun(self.api.ctl))
+
     def h_trace_capture(self, method: str, body: Any, query: dict[str, str]) -> None:
         body = validate_body(m.CAPTURE_TRACE.path, body)
         cancelled = lambda: _peer_closed(self.connection)  # noqa: E731

@@ -1,9 +1,9 @@
 """The controller's crash steps: a serving engine died (or lost a worker) -> BACKOFF ->
 restart per the restart policy (restart.py) -> READY, or FAILED after the burst.
 
-A mixin of `Controller` (controller.py): it uses the controller's state, slot, launcher
-and events. The first crash is counted and READY left at once, on the launcher's watch
-thread; the restart runs as a `crash_restart` operation that holds the slot and is
+A step over the controller's core (core.py): its state, slot, launcher and events, and
+the engine start (starting.py). The first crash is counted and READY left at once, on the
+launcher's watch thread; the restart runs as a `crash_restart` operation that holds the slot and is
 `preemptible` while it waits out its backoff (an explicit switch cancels the wait).
 """
 
@@ -15,11 +15,13 @@ from typing import Any
 
 from fastverify.daemon import events as ev
 from fastverify.daemon import procs
+from fastverify.daemon.core import Core
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.operations import Claim, Operation, OpResult
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.restart import Decision
+from fastverify.daemon.starting import Starts
 from fastverify.daemon.states import State
 from fastverify.daemon.watch import EngineWatch, WatchPolicy
 
@@ -27,56 +29,32 @@ log = logging.getLogger("fastverifyd.controller")
 
 
 class CrashSteps:
-    """Mixed into `Controller`, whose state it uses (it never imports controller.py: the
-    dependency runs one way, controller -> crashes). What it relies on:"""
+    """A serving engine's crashes, over the controller's core (see the module docstring)."""
 
-    current: EngineHandle | None
-    launcher: Any
-    slot: Any
-    state: State
-    shutting_down: Any
-    crashes: Any
-    restarts: Any
-    bus: Any
-    store: Any
-    resolver: Any
-    engine: Any
-    cfg: Any
-    clock: Any
-    last_failure: Any
-    _lock: Any
-    say: Any
-    set_state: Any
-    record_failure: Any
-    set_finding: Any
-    clear_finding: Any
-    _result: Any
-    _succeeded: Any
-    _start: Any
-    _spawn_thread: Any
-    _settings: Any
-    _finish: Any
+    def __init__(self, core: Core, starts: Starts) -> None:
+        self.c = core
+        self.starts = starts
 
-    def _on_exit(self, h: EngineHandle) -> None:
-        if h.expected_exit or self.shutting_down.is_set():
+    def on_exit(self, h: EngineHandle) -> None:
+        if h.expected_exit or self.c.shutting_down.is_set():
             return
-        if self.current is not h or not h.serving:
+        if self.c.current is not h or not h.serving:
             return  # a start in progress: the readiness loop sees it
         h.serving = False
-        failure = self.launcher.exit_failure(h)
-        self.say(f"engine pid {h.pid} died: {failure.message}", logging.WARNING)
+        failure = self.c.launcher.exit_failure(h)
+        self.c.say(f"engine pid {h.pid} died: {failure.message}", logging.WARNING)
         self._crashed(h, failure)
 
     def tick(self) -> None:
         """Called from the main loop (~1/s): a serving engine whose leader is alive but lost
         one of the workers verified at READY is broken; treat it as a crash. A serving
         engine gets its watch (SGLang's /health_generate, watch.py)."""
-        h = self.current
+        h = self.c.current
         if h is not None and h.serving and not h.expected_exit and h.watch is None:
             self._watch(h)
         if h is None or not h.serving or h.expected_exit or not h.alive() or not h.worker_pids:
             return
-        gone = self.launcher.lost_workers(h)
+        gone = self.c.launcher.lost_workers(h)
         if not gone or not h.serving:
             return
         leader = procs.read_stat(h.pid)
@@ -88,20 +66,20 @@ class CrashSteps:
             f"engine worker process(es) {gone} exited while the server (pid {h.pid}) kept running",
             log=str(h.log_path),
         )
-        self.say(f"engine pid {h.pid}: {failure.message}", logging.WARNING)
+        self.c.say(f"engine pid {h.pid}: {failure.message}", logging.WARNING)
         self._crashed(h, failure)
 
     def _watch(self, h: EngineHandle) -> None:
         """Start polling the engine's /health_generate (node rank 0 only: a multi-node
         follower serves no HTTP API); `daemon.watch_interval_s = 0` turns it off."""
-        policy = WatchPolicy.from_config(self.cfg.daemon)
+        policy = WatchPolicy.from_config(self.c.cfg.daemon)
         if policy.interval_s <= 0 or h.follower:
             h.watch = False  # decided: no watch for this engine
             return
         h.watch = EngineWatch(
             h.url,
             policy,
-            serving=lambda: self.current is h and h.serving and not h.expected_exit,
+            serving=lambda: self.c.current is h and h.serving and not h.expected_exit,
             on_unresponsive=lambda failure: self._unresponsive(h, failure),
             recent_lines=h.recent_lines,
             log_path=str(h.log_path),
@@ -111,19 +89,19 @@ class CrashSteps:
 
     def _unresponsive(self, h: EngineHandle, failure: Failure) -> None:
         """The watch's verdict: a live engine that answers nothing is a crash."""
-        if h.expected_exit or self.shutting_down.is_set():
+        if h.expected_exit or self.c.shutting_down.is_set():
             return
-        if self.current is not h or not h.serving:
+        if self.c.current is not h or not h.serving:
             return
         h.serving = False
-        self.say(f"engine pid {h.pid}: {failure.message}", logging.WARNING)
+        self.c.say(f"engine pid {h.pid}: {failure.message}", logging.WARNING)
         self._crashed(h, failure)
 
     def _count_crash(self, h: EngineHandle, failure: Failure) -> Decision:
-        with self._lock:
-            self.restarts[failure.reason] += 1
-            decision = self.crashes.record(self.clock())
-        self.bus.publish(
+        with self.c._lock:
+            self.c.restarts[failure.reason] += 1
+            decision = self.c.crashes.record(self.c.clock())
+        self.c.bus.publish(
             ev.Crashed(
                 failure.reason,
                 failure.message,
@@ -140,104 +118,112 @@ class CrashSteps:
         # Leave READY at once (status must never show READY without a serving engine), then
         # restart from a thread that takes the slot.
         decision: Decision | None = None
-        with self._lock:
-            if self.state == State.READY and self.current is h:
-                self.record_failure(
+        with self.c._lock:
+            if self.c.state == State.READY and self.c.current is h:
+                self.c.record_failure(
                     failure, None, profile=h.profile, mode=h.mode, op="crash_restart"
                 )
                 decision = self._count_crash(h, failure)
-                self.set_state(State.BACKOFF, f"engine crashed: {failure.reason}")
-                self.bus.publish(
-                    ev.EngineDown(h.profile, h.mode, self.engine.name, self._settings(h), "crashed")
+                self.c.set_state(State.BACKOFF, f"engine crashed: {failure.reason}")
+                self.c.bus.publish(
+                    ev.EngineDown(
+                        h.profile, h.mode, self.c.engine.name, self.c.settings(h), "crashed"
+                    )
                 )
         if decision is not None:
-            self._spawn_thread(self._crash_restart, h, failure, decision)
+            self.c.spawn_thread(self._crash_restart, h, failure, decision)
 
     def _crash_restart(self, h: EngineHandle, failure: Failure, decision: Decision) -> None:
         op = Operation("crash_restart", h.profile, h.mode)
-        if self.slot.claim(op, settle_s=5.0) is not Claim.TAKEN:
+        if self.c.slot.claim(op, settle_s=5.0) is not Claim.TAKEN:
             return  # an explicit operation owns the engine now
-        if self.current is not h or self.state != State.BACKOFF or self.shutting_down.is_set():
-            self.slot.release(op)  # an operation replaced or stopped this engine meanwhile
+        if (
+            self.c.current is not h
+            or self.c.state != State.BACKOFF
+            or self.c.shutting_down.is_set()
+        ):
+            self.c.slot.release(op)  # an operation replaced or stopped this engine meanwhile
             return
         try:
             outcome, journal = self._crash_loop(op, h, failure, decision)
         except Exception as exc:
             log.exception("crash restart failed unexpectedly")
-            outcome = self._result(op, "failed", reason="internal_error", message=str(exc))
+            outcome = self.c.result(op, "failed", reason="internal_error", message=str(exc))
             journal = True
             with contextlib.suppress(Exception):  # never stay in BACKOFF with nobody retrying
-                self.record_failure(Failure("internal_error", str(exc)), op)
-                if self.state != State.FAILED:
-                    self.set_state(State.FAILED, "crash restart failed unexpectedly")
-        self._finish(op, outcome, journal)
+                self.c.record_failure(Failure("internal_error", str(exc)), op)
+                if self.c.state != State.FAILED:
+                    self.c.set_state(State.FAILED, "crash restart failed unexpectedly")
+        self.c.finish(op, outcome, journal)
 
     def _crash_loop(
         self, op: Operation, h: EngineHandle, failure: Failure, decision: Decision
     ) -> tuple[OpResult, bool]:
         while True:
-            self.launcher.stop(h, forget=self.current is h)  # leftover TP workers of the group
-            self.record_failure(failure, op)
+            self.c.launcher.stop(h, forget=self.c.current is h)  # leftover TP workers of the group
+            self.c.record_failure(failure, op)
             if decision.give_up:
                 msg = f"{decision.message}; last: {failure.message}"
-                with self._lock:
-                    self.last_failure = dict(self.last_failure or {}, message=msg, crash_loop=True)
-                if self.state != State.FAILED:
-                    self.set_state(State.FAILED, "crash loop")
-                self.say(f"giving up restarting: {msg}", logging.ERROR)
-                out = self._result(
+                with self.c._lock:
+                    self.c.last_failure = dict(
+                        self.c.last_failure or {}, message=msg, crash_loop=True
+                    )
+                if self.c.state != State.FAILED:
+                    self.c.set_state(State.FAILED, "crash loop")
+                self.c.say(f"giving up restarting: {msg}", logging.ERROR)
+                out = self.c.result(
                     op, "failed", reason=failure.reason, message=msg, log=failure.log
                 )
                 return out, True
-            self.set_state(State.BACKOFF, f"{failure.reason}; {decision.message}")
-            burst = self.crashes.policy.burst
-            self.say(
+            self.c.set_state(State.BACKOFF, f"{failure.reason}; {decision.message}")
+            burst = self.c.crashes.policy.burst
+            self.c.say(
                 f"restarting {h.profile}/{h.mode} in {decision.delay_s:.2f} s"
                 f" (crash {decision.n}/{burst})"
             )
-            self.slot_preemptible(op, True)
+            self.c.slot_preemptible(op, True)
             op.cancel.wait(decision.delay_s)
-            self.slot_preemptible(op, False)
-            if op.cancel.is_set() or self.shutting_down.is_set() or not self._state_dir_ok(op, h):
-                out = self._result(op, "failed", reason="cancelled", message="restart pre-empted")
+            self.c.slot_preemptible(op, False)
+            if op.cancel.is_set() or self.c.shutting_down.is_set() or not self._state_dir_ok(op, h):
+                out = self.c.result(op, "failed", reason="cancelled", message="restart pre-empted")
                 return out, False
             try:
-                profile, argv = self.resolver.resolve(h.profile, h.mode)
+                profile, argv = self.c.resolver.resolve(h.profile, h.mode)
             except RequestError as exc:
                 fallback = self._fallback(h.profile, h.mode, exc)
                 if fallback is None:
-                    self.set_state(State.FAILED, "profile no longer loads")
-                    out = self._result(op, "failed", reason="invalid_profile", message=str(exc))
+                    self.c.set_state(State.FAILED, "profile no longer loads")
+                    out = self.c.result(op, "failed", reason="invalid_profile", message=str(exc))
                     return out, True
                 profile, argv = fallback
                 op.profile = profile.name  # what this restart starts (and its record says)
-            self.set_state(State.STARTING, f"crash restart {decision.n}")
-            outcome = self._start(op, profile, argv, None, op.cancel)
+            self.c.set_state(State.STARTING, f"crash restart {decision.n}")
+            outcome = self.starts.start(op, profile, argv, None, op.cancel)
             if isinstance(outcome, EngineHandle):
-                out = self._succeeded(op, outcome, {"profile": h.profile, "mode": h.mode})
+                out = self.starts.succeeded(op, outcome, {"profile": h.profile, "mode": h.mode})
                 out.reason = failure.reason  # the record says why it restarted
                 return out, True
-            self.set_state(State.FAILED, outcome.reason)
+            self.c.set_state(State.FAILED, outcome.reason)
             failure = outcome
-            h = self.current or h
+            h = self.c.current or h
             decision = self._count_crash(h, failure)
 
     def _fallback(self, name: str, mode: str, exc: RequestError) -> tuple[Any, list[str]] | None:
         """The crashed engine's profile no longer loads (deleted, broken): the configured
         default profile in the same mode, with a finding; None when that fails too."""
-        default = self.cfg.daemon.default_profile
+        default = self.c.cfg.daemon.default_profile
         if default == name:
             return None
         try:
-            resolved = self.resolver.resolve(default, mode)
+            resolved = self.c.resolver.resolve(default, mode)
         except RequestError:
             return None
         msg = (
             f"profile {name}/{mode} no longer loads ({exc}); the crash restart started"
             f" {default}/{mode} instead (switch with `fastverifyctl profile set`)"
         )
-        self.set_finding("profile_fallback", msg)
-        self.say(msg, logging.WARNING)
+        self.c.set_finding("profile_fallback", msg)
+        self.c.say(msg, logging.WARNING)
         return resolved
 
     def _state_dir_ok(self, op: Operation, h: EngineHandle) -> bool:
@@ -246,28 +232,23 @@ class CrashSteps:
         policy's cap); recover by itself once the dir works again. False when cancelled."""
         attempt = 0
         try:
-            while (problem := self.store.check_writable()) is not None:
+            while (problem := self.c.store.check_writable()) is not None:
                 attempt += 1
-                delay = self.crashes.policy.delay(attempt)
+                delay = self.c.crashes.policy.delay(attempt)
                 msg = (
                     f"crash restart of {h.profile}/{h.mode} waits for the state dir: {problem};"
                     f" retrying in {delay:.1f} s"
                 )
-                self.set_finding("state_dir", msg)
-                self.record_failure(Failure("state_dir_unwritable", msg), op)
-                self.say(msg, logging.ERROR if attempt == 1 else logging.WARNING)
-                self.slot_preemptible(op, True)
+                self.c.set_finding("state_dir", msg)
+                self.c.record_failure(Failure("state_dir_unwritable", msg), op)
+                self.c.say(msg, logging.ERROR if attempt == 1 else logging.WARNING)
+                self.c.slot_preemptible(op, True)
                 op.cancel.wait(delay)
-                self.slot_preemptible(op, False)
-                if op.cancel.is_set() or self.shutting_down.is_set():
+                self.c.slot_preemptible(op, False)
+                if op.cancel.is_set() or self.c.shutting_down.is_set():
                     return False
             if attempt:
-                self.say(f"state dir {self.store.dir} is writable again; restarting")
+                self.c.say(f"state dir {self.c.store.dir} is writable again; restarting")
             return True
         finally:
-            self.clear_finding("state_dir")
-
-    def slot_preemptible(self, op: Operation, flag: bool) -> None:
-        """Let an explicit request pre-empt `op` (a crash restart waiting out its backoff)."""
-        with self.slot._cond:
-            op.preemptible = flag
+            self.c.clear_finding("state_dir")

@@ -1,11 +1,13 @@
-"""The engine launcher: environment, spawn, watch, log tail, readiness, verification, stop.
+"""The engine launcher: environment, spawn, watch, log tail, readiness, stop.
 
 `Launcher` turns a (profile, mode, argv) into a running engine and back; it knows no
-daemon states. `spawn` returns an `EngineHandle` (or raises OSError); `await_ready`,
-`verify` and `stop` return a typed `Failure` (daemon/failures.py) or None; `adopt` follows
-an engine group left by a previous daemon. The launcher reports through two callbacks set
-by the controller: `on_line(handle, line, facts)` for every (masked, parsed-once) log line
-and `on_exit(handle)` when the engine's leader process exits.
+daemon states. `spawn` returns an `EngineHandle` (or raises OSError); `await_ready` and
+`stop` return a typed `Failure` (daemon/failures.py) or None; `adopt` follows an engine
+group left by a previous daemon. The launcher reports through two callbacks set by the
+controller: `on_line(handle, line, facts)` for every (masked, parsed-once) log line (the
+verifiers read them: a failure one of them sees there is `h.line_failure`, which ends the
+readiness wait) and `on_exit(handle)` when the engine's leader process exits. Verification
+after READY is the verifiers' (verifier.py, checks.py).
 
 Engine bookkeeping on disk (engine.pid) is written here: a `pending` record names the
 engine id before the spawn (a daemon killed in between finds the group by that id), the
@@ -27,15 +29,7 @@ from typing import Any
 
 import psutil
 
-from fastverify.daemon import (
-    adaptive_check,
-    allreduce_check,
-    failures,
-    logs,
-    procs,
-    tuner_check,
-    verify,
-)
+from fastverify.daemon import allreduce_check, failures, logs, procs, tuner_check, verify
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.statestore import StateStore
 from fastverify.redact import mask_argv, secret_values
@@ -101,6 +95,7 @@ class EngineHandle:
     weights_watch: Any = None  # weights.WeightsWatch: what SGLang says of the weights
     weights_gate: Any = None  # weights.Gate: whether the weight cache was to serve it
     weights: dict[str, Any] | None = None  # the start's `weight_load` record
+    line_failure: Failure | None = None  # a verifier read in a line that the start fails
 
     def alive(self) -> bool:
         return not self.exited.is_set()
@@ -342,15 +337,6 @@ class Launcher:
             if h.weights_watch is not None:
                 h.weights_watch.on_line(line)
             facts = logs.parse(line)
-            rec = facts.record
-            watch = h.allreduce_watch
-            is_ar = rec is not None and rec.get("kind") == "allreduce"
-            if is_ar and watch is not None and watch.on_record(rec, line):
-                h.wake.set()  # a fallback the start fails on
-            elif watch is not None and watch.wants_pcie_ipc and "[Autotuner]" in line:
-                note = watch.on_autotuner_line(line)
-                if note:
-                    self.say(note, logging.WARNING)
             if facts.progress is not None:
                 phase, pct, msg = facts.progress
                 h.progress = {"phase": phase, "percent": pct, "message": msg}
@@ -420,10 +406,8 @@ class Launcher:
                 return Failure("cancelled", "operation cancelled", log=str(h.log_path))
             if h.exited.is_set():
                 return self.exit_failure(h)
-            if h.allreduce_watch is not None:
-                failure = h.allreduce_watch.fallback_failure(str(h.log_path))
-                if failure is not None:
-                    return failure
+            if h.line_failure is not None:  # read in a line by a verifier (checks.py)
+                return h.line_failure
             if (h.ready_line or h.adopted or h.follower) and self.probe(h.url):
                 h.ready_s = time.monotonic() - h.started_mono
                 h.ready_by = "ready line + health" if h.ready_line else "health"
@@ -450,63 +434,7 @@ class Launcher:
             # cancel.wait would miss h.wake; both are short
             h.wake.wait(0.02 if h.ready_line else 0.1)
 
-    # ------------------------------------------------------------------ verification
-    def verify(self, h: EngineHandle) -> tuple[Failure | None, dict[str, Any]]:
-        """/proc/PID/environ of the server and its workers (and NCCL's own lines) against
-        the profile; on success `h.worker_pids` names the workers to watch."""
-        rules = self.engine.engine_env(h.argv, h.expected_nccl)  # what the engine adds itself
-        h.engine_env = rules.to_dict() if rules is not None else None
-        report = verify.check_process_env(
-            h.pid,
-            {**h.expected_nccl, **h.expected_sglang},
-            self.engine.engine_owned_nccl,
-            engine_env=rules,
-        )
-        details: dict[str, Any] = {"env": report.to_dict()}
-        if h.engine_env is not None:
-            details["engine_env"] = h.engine_env
-        self.say(f"verify: {report.message}", stream=False)  # the `verify` event carries it
-        if not report.ok:
-            reason = report.reason or "env_mismatch"
-            return Failure(reason, report.message, log=str(h.log_path)), details
-        if h.nccl_debug_dir is not None:
-            nccl = verify.check_nccl_debug(
-                sorted(h.nccl_debug_dir.glob("*")), h.expected_nccl, engine_env=rules
-            )
-            details["nccl"] = nccl
-            if nccl["ok"] is False:
-                bad = {**nccl["mismatched"], **nccl.get("overridden", {})}
-                diffs = "; ".join(f"{k}={got} (profile: {want})" for k, (want, got) in bad.items())
-                reason = nccl.get("reason") or "env_mismatch"
-                return Failure(reason, f"NCCL reports {diffs}", log=str(h.log_path)), details
-            if nccl["ok"] is None:
-                self.say("verify: NCCL printed no 'set by environment' lines (yet)")
-            else:
-                self.say(f"verify: NCCL confirms {len(nccl['confirmed'])} variable(s)")
-        log_path = str(h.log_path)
-        adaptive_failure = adaptive_check.check(h.argv, log_path)
-        if adaptive_failure is not None:
-            return adaptive_failure, details
-        tuner_failure, tuner = tuner_check.check_engine_tuner(h.pid, h.nccl_debug_dir, log_path)
-        if tuner_failure is not None:
-            return tuner_failure, details
-        if tuner is not None:
-            details["tuner"] = h.tuner = tuner
-            self.say(tuner_check.summary(tuner))
-        if h.allreduce_watch is not None:
-            # an adopted engine was verified by the daemon that started it: its log is still
-            # being replayed, so missing confirmations are not held against it
-            h.allreduce_watch.note_maps([c["pid"] for c in details["env"]["processes"]])
-            if h.allreduce_watch.wants_pcie_ipc:
-                h.allreduce_watch.note_tactics()
-            ar_failure = h.allreduce_watch.verify(log_path, strict=not h.adopted)
-            details["allreduce"] = h.allreduce = h.allreduce_watch.details()
-            if ar_failure is not None:
-                return ar_failure, details
-            self.say(f"verify: all-reduce backend: {h.allreduce['description']}")
-        h.worker_pids = tuple(c["pid"] for c in details["env"]["processes"] if c["pid"] != h.pid)
-        return None, details
-
+    # ------------------------------------------------------------------ bookkeeping
     def mark_verified(self, h: EngineHandle) -> None:
         try:
             self.store.write_pid(dict(h.pid_info(), verified=True))

@@ -196,14 +196,14 @@ def adopt(ctl: Controller) -> Operation | None:
     h = ctl.launcher.adopt(info)
     ctl.active = {"profile": h.profile, "mode": h.mode}
     ctl.say(f"adopting the previous engine group {pgid} ({h.profile}/{h.mode}): {why}")
-    ctl._spawn_thread(_follow_adopted, ctl, op, h, profile_obj)
+    ctl.spawn_thread(_follow_adopted, ctl, op, h, profile_obj)
     return op
 
 
 def _follow_adopted(ctl: Controller, op: Operation, h: EngineHandle, profile_obj: Any) -> None:
     try:
         ctl.set_state(State.STARTING, f"adopting engine {h.pid}")
-        outcome = ctl._start(op, profile_obj, h.argv, None, op.cancel, adopt=h)
+        outcome = ctl.starts.start(op, profile_obj, h.argv, None, op.cancel, adopt=h)
         if not isinstance(outcome, EngineHandle) and not ctl.shutting_down.is_set():
             # The adopted engine was lost (e.g. the killed daemon was stopping it): start
             # the same profile afresh instead of ending FAILED with nothing.
@@ -211,13 +211,13 @@ def _follow_adopted(ctl: Controller, op: Operation, h: EngineHandle, profile_obj
             if ctl.state != State.STARTING:
                 ctl.set_state(State.FAILED, outcome.reason)
             ctl.set_state(State.STARTING, f"fresh start of {h.profile}/{h.mode}")
-            outcome = ctl._start(op, profile_obj, h.argv, None, op.cancel)
+            outcome = ctl.starts.start(op, profile_obj, h.argv, None, op.cancel)
         prev = dict(ctl.active)
         if isinstance(outcome, EngineHandle):
-            result = ctl._succeeded(op, outcome, prev)
+            result = ctl.starts.succeeded(op, outcome, prev)
         else:
-            result = ctl._failed(op, outcome, prev)
+            result = ctl.rollback.failed(op, outcome, prev)
     except Exception as exc:
         log.exception("adoption failed")
-        result = ctl._result(op, "failed", reason="internal_error", message=str(exc))
-    ctl._finish(op, result)
+        result = ctl.result(op, "failed", reason="internal_error", message=str(exc))
+    ctl.finish(op, result)

@@ -2,45 +2,36 @@
 -> ROLLING_BACK to the last good (profile, mode) (to the previous one for a cancel) ->
 READY, or FAILED when that cannot start either; the operation's result says which.
 
-A mixin of `Controller` (controller.py), as crashes.py is: it uses the controller's state,
-resolver and engine start, and never imports controller.py (the dependency runs one way).
-A rollback streams into the operation that failed, as a `_Step` under the target's
-(profile, mode); only shutdown stops it, since the operation's own cancel may be its cause.
+A step over the controller's core (core.py), as crashes.py is: its state and resolver, and
+the engine start (starting.py). A rollback streams into the operation that failed, as a
+`Step` under the target's (profile, mode); only shutdown stops it, since the operation's
+own cancel may be its cause.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from fastverify.daemon.core import Core
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.operations import Operation, OpResult
 from fastverify.daemon.resolve import RequestError
+from fastverify.daemon.starting import Starts
 from fastverify.daemon.states import State
 
 
 class RollbackSteps:
-    """Mixed into `Controller`, whose state it uses. What it relies on:"""
+    """A failed or cancelled operation's way back, over the controller's core."""
 
-    current: EngineHandle | None
-    state: State
-    shutting_down: Any
-    resolver: Any
-    last_good: dict[str, str] | None
-    active: dict[str, str | None]
-    _lock: Any
-    say: Any
-    set_state: Any
-    record_failure: Any
-    save_state: Any
-    _result: Any
-    _start: Any
-    _serving: Any
+    def __init__(self, core: Core, starts: Starts) -> None:
+        self.c = core
+        self.starts = starts
 
-    def _failed(self, op: Operation, failure: Failure, prev: dict[str, Any]) -> OpResult:
+    def failed(self, op: Operation, failure: Failure, prev: dict[str, Any]) -> OpResult:
         """The result of `op` that failed (or was cancelled) with `failure`, after putting
         back what should serve: the last good (profile, mode), the previous one on a cancel."""
-        cancelled = op.cancel_reason == "cancelled" and not self.shutting_down.is_set()
+        cancelled = op.cancel_reason == "cancelled" and not self.c.shutting_down.is_set()
         base: dict[str, Any] = {
             "reason": failure.reason,
             "message": failure.message,
@@ -51,18 +42,18 @@ class RollbackSteps:
         if op.failed_engine is not None:  # the failed (or cancelled) engine's own last lines
             base["log_tail"] = list(op.failed_engine["lines"])
         if not cancelled:
-            self.record_failure(failure, op)
-            self.set_state(State.FAILED, failure.reason)
-        elif self.state not in (State.STARTING, State.VERIFYING, State.STOPPING, State.FAILED):
-            self.set_state(State.FAILED, "cancelled")  # nothing to roll back from
-        if self.shutting_down.is_set() or (failure.reason == "cancelled" and not cancelled):
-            return self._result(op, "failed", **base)
+            self.c.record_failure(failure, op)
+            self.c.set_state(State.FAILED, failure.reason)
+        elif self.c.state not in (State.STARTING, State.VERIFYING, State.STOPPING, State.FAILED):
+            self.c.set_state(State.FAILED, "cancelled")  # nothing to roll back from
+        if self.c.shutting_down.is_set() or (failure.reason == "cancelled" and not cancelled):
+            return self.c.result(op, "failed", **base)
         if cancelled:
-            target = prev if prev.get("profile") and prev.get("mode") else self.last_good
+            target = prev if prev.get("profile") and prev.get("mode") else self.c.last_good
         else:
-            target = self.last_good
+            target = self.c.last_good
         if target and (cancelled or (target["profile"], target["mode"]) != (op.profile, op.mode)):
-            rb = self._rollback(op, {"profile": target["profile"], "mode": target["mode"]})
+            rb = self.rollback(op, {"profile": target["profile"], "mode": target["mode"]})
             if isinstance(rb, EngineHandle):
                 back = {"profile": target["profile"], "mode": target["mode"]}
                 if cancelled:
@@ -70,54 +61,56 @@ class RollbackSteps:
                         f"{op.kind} to {op.profile}/{op.mode} cancelled; "
                         f"{back['profile']}/{back['mode']} is serving again"
                     )
-                    return self._result(op, "cancelled", rolled_back_to=back, **base)
+                    return self.c.result(op, "cancelled", rolled_back_to=back, **base)
                 base["message"] = (
                     f"{op.profile}/{op.mode} failed: {failure.reason}; rolled back to "
                     f"{back['profile']}/{back['mode']} (log: {failure.log})"
                 )
-                return self._result(op, "rolled_back", rolled_back_to=back, **base)
+                return self.c.result(op, "rolled_back", rolled_back_to=back, **base)
             base["rollback_failure"] = rb.to_dict()
-        with self._lock:
-            if self.current is not None and not self.current.alive():
-                self.current = None
-        self.save_state()
+        with self.c._lock:
+            if self.c.current is not None and not self.c.current.alive():
+                self.c.current = None
+        self.c.save_state()
         if cancelled:
             msg = f"{op.kind} to {op.profile}/{op.mode} cancelled"
             if "rollback_failure" in base:
                 msg += f"; putting the previous profile back failed: {base['rollback_failure']['reason']}"  # noqa: E501
             base["message"] = msg
-            return self._result(op, "cancelled", **base)
+            return self.c.result(op, "cancelled", **base)
         msg = f"{op.profile}/{op.mode} failed: {failure.reason} (log: {failure.log})"
         if "rollback_failure" in base:
             msg += f"; rollback failed too: {base['rollback_failure']['reason']}"
         base["message"] = msg
-        return self._result(op, "failed", **base)
+        return self.c.result(op, "failed", **base)
 
-    def _rollback(self, op: Operation, target: dict[str, str]) -> EngineHandle | Failure:
-        self.set_state(State.ROLLING_BACK, f"to {target['profile']}/{target['mode']}")
-        self.say(f"rolling back to {target['profile']}/{target['mode']}")
+    def rollback(self, op: Operation, target: dict[str, str]) -> EngineHandle | Failure:
+        self.c.set_state(State.ROLLING_BACK, f"to {target['profile']}/{target['mode']}")
+        self.c.say(f"rolling back to {target['profile']}/{target['mode']}")
         try:
-            profile, argv = self.resolver.resolve(
+            profile, argv = self.c.resolver.resolve(
                 target["profile"], target["mode"], load_format=op.load_format
             )
         except RequestError as exc:
-            self.set_state(State.FAILED, "last good profile no longer loads")
+            self.c.set_state(State.FAILED, "last good profile no longer loads")
             return Failure("invalid_profile", f"last good profile no longer loads: {exc}")
-        with self._lock:
-            self.active = dict(target)
-        step = _Step(op, target["profile"], target["mode"])
+        with self.c._lock:
+            self.c.active = dict(target)
+        step = Step(op, target["profile"], target["mode"])
         # Only shutdown stops a rollback: the operation's own cancel flag may be what led here.
-        outcome = self._start(step, profile, argv, None, self.shutting_down)  # type: ignore[arg-type]
+        outcome = self.starts.start(step, profile, argv, None, self.c.shutting_down)
         if isinstance(outcome, EngineHandle):
-            self._serving(outcome, f"rolled back to {target['profile']}/{target['mode']}")
+            self.starts.serving(outcome, f"rolled back to {target['profile']}/{target['mode']}")
             # the READY state event and the result say it
-            self.say(f"rolled back: {target['profile']}/{target['mode']} is serving", stream=False)
+            self.c.say(
+                f"rolled back: {target['profile']}/{target['mode']} is serving", stream=False
+            )
             return outcome
-        self.set_state(State.FAILED, f"rollback failed: {outcome.reason}")
+        self.c.set_state(State.FAILED, f"rollback failed: {outcome.reason}")
         return outcome
 
 
-class _Step:
+class Step:
     """A step of an operation under another (profile, mode) that streams into the same
     operation (a rollback inside a switch)."""
 

@@ -1,9 +1,9 @@
 """What one server start does with its weights: whether the weight cache serves it (`gate`),
 what SGLang's own lines say happened (`WeightsWatch`), the start's `weights` record
 ("weights: from the cache (N GiB over IPC, X s)" / "weights: from disk (the cache refused:
-WHY)", with the split weights / cuda_graph / rest), and the controller's steps around a
-start (`WeightSteps`: the gate before the spawn, the fallback to disk after SGLang refused
-the cache, the notice a speculative switch gets before anything stops).
+WHY)", with the split weights / cuda_graph / rest), and the steps around a start over the
+controller's core (`WeightSteps`: the gate before the spawn, the fallback to disk after
+SGLang refused the cache, the notice a speculative switch gets before anything stops).
 
 Not served by the cache: a trial on dummy weights, speculative modes where the release
 refuses them (its daemon exports no draft model; `speculative_refusal` in its facts), a
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastverify.config import SPEC_MODES, TRIAL_LOAD_FORMAT
+from fastverify.daemon.core import Core
 from fastverify.daemon.failures import Failure
 from fastverify.sglang import loglines
 from fastverify.sglang import weight_cache as wc
@@ -183,33 +184,33 @@ def weights_summary(
 
 
 class WeightSteps:
-    """Controller mixin: the weight cache around each start (see the module docstring).
-    Uses the controller's `cache` (daemon/weight_cache.WeightCache), `engine`, `cfg`,
-    `say`, `set_finding`/`clear_finding` and `bus`."""
+    """The weight cache around each start, over the controller's core (see the module
+    docstring): the cache's group (daemon/weight_cache.py), and what the launcher asks of it
+    per start (the socket/ready templates for the server, the watch of its lines)."""
 
-    cache: Any
+    def __init__(self, core: Core, cache: Any = None) -> None:
+        """`cache`: the weight cache (None: fastverifyd's own, wired into the launcher)."""
+        self.c = core
+        if cache is None:
+            from fastverify.daemon.weight_cache import WeightCache
 
-    def _wire_weight_cache(self, launcher: Any) -> None:
-        """The weight cache's group (daemon/weight_cache.py), and what the launcher asks of
-        it per start: the socket/ready templates for the server, the watch of its lines."""
-        from fastverify.daemon.weight_cache import WeightCache
-
-        self.cache = WeightCache(self.cfg, self.engine, self.store, say=self.say)  # type: ignore[attr-defined]
-        launcher.weight_cache_env = self.cache.env_paths
-        launcher.weights_watch_for = self._weights_watch
+            cache = WeightCache(core.cfg, core.engine, core.store, say=core.say)
+            core.launcher.weight_cache_env = cache.env_paths
+            core.launcher.weights_watch_for = self._weights_watch
+        self.cache = cache
 
     def _gate_for(self, op: Any, argv: list[str] | None = None) -> Gate:
         """The gate of `op`'s start: the load format of its argv (a rollback of a trial
         rolls back on dummy weights), else the operation's, else the configuration's."""
         from fastverify.engines.sglang import load_format_of
 
-        cfg = self.cfg  # type: ignore[attr-defined]
+        cfg = self.c.cfg
         fmt = load_format_of(argv) if argv else getattr(op, "load_format", None)
         fmt = fmt if fmt is not None else cfg.server.load_format
         g = gate(
             self.cache.setting,
-            self.engine.facts(),
-            mode=op.mode,  # type: ignore[attr-defined]
+            self.c.engine.facts(),
+            mode=op.mode,
             load_format=fmt,
             nnodes=cfg.server.nnodes,
         )
@@ -235,7 +236,7 @@ class WeightSteps:
             if setting == "on" and not g.expected and g.kind not in ("refused", "mismatch"):
                 return argv, g, Failure("weight_cache_unavailable", f'weight_cache = "on": {g.why}')
             return argv, g, None
-        failure = self.cache.ensure(cancel, lambda msg: self.say(msg), op.profile)  # type: ignore[attr-defined]
+        failure = self.cache.ensure(cancel, lambda msg: self.c.say(msg), op.profile)
         if failure is None:
             return wc.client_argv(argv), g, None
         if failure.reason == "cancelled" or setting == "on":
@@ -244,16 +245,16 @@ class WeightSteps:
         kind = "mismatch" if failure.reason == "weight_cache_mismatch" else "unavailable"
         return argv, Gate(False, why, expected=False, kind=kind), None
 
-    def _spawn_engine(self, op: Any, profile: Any, argv: list[str], cancel: threading.Event) -> Any:
+    def spawn_engine(self, op: Any, profile: Any, argv: list[str], cancel: threading.Event) -> Any:
         """The launcher's spawn behind the cache's gate: an EngineHandle, or the Failure."""
         argv, g, refusal = self._cache_gate(op, argv, cancel)
         if refusal is not None:
             return refusal
         try:
-            h = self.launcher.spawn(profile, op.mode, argv)  # type: ignore[attr-defined]
+            h = self.c.launcher.spawn(profile, op.mode, argv)
         except OSError as exc:
             failure = Failure("spawn_failed", f"cannot start the engine: {exc}")
-            self.say(  # type: ignore[attr-defined]
+            self.c.say(
                 f"{op.kind} {op.profile}/{op.mode} failed: {failure.message}", logging.WARNING
             )
             return failure
@@ -263,16 +264,16 @@ class WeightSteps:
     def _weights_watch(self, argv: list[str]) -> WeightsWatch:
         asked = any(a == wc.MODE_FLAG and b == wc.CLIENT for a, b in itertools.pairwise(argv))
         try:
-            facts = self.engine.facts()  # type: ignore[attr-defined]
+            facts = self.c.engine.facts()
         except (AttributeError, ValueError):  # an engine without SGLang facts
             facts = None
         return WeightsWatch(facts, asked)
 
-    def _say_notice(self, notice: str | None) -> None:
+    def say_notice(self, notice: str | None) -> None:
         if notice:
-            self.say(notice, logging.WARNING)  # type: ignore[attr-defined]
+            self.c.say(notice, logging.WARNING)
 
-    def _again_from_disk(self, op: Any, h: Any, failure: Failure, cancel: threading.Event) -> bool:
+    def again_from_disk(self, op: Any, h: Any, failure: Failure, cancel: threading.Event) -> bool:
         """auto: SGLang refused the cache (fingerprint, dead socket): start the same again,
         from disk, once (the gate sees `op.cache_refused`)."""
         if (
@@ -286,13 +287,13 @@ class WeightSteps:
             failure.reason.removeprefix("weight_cache_"),
             failure.message.removeprefix("SGLang refused the weight cache: "),
         )
-        self.say(
-            f"{failure.message}; starting {h.profile}/{h.mode} again from disk",  # type: ignore[attr-defined]
+        self.c.say(
+            f"{failure.message}; starting {h.profile}/{h.mode} again from disk",
             logging.WARNING,
         )
         return True
 
-    def _weights_notice(self, kind: str, mode: str, load_format: str | None) -> str | None:
+    def notice(self, kind: str, mode: str, load_format: str | None) -> str | None:
         """Said before anything stops: a switch the cache cannot serve by design (a
         speculative mode the release refuses) loads from disk, about how long, and why."""
         if self.cache.setting == "off":
@@ -312,7 +313,7 @@ class WeightSteps:
             )
         return f"this {kind} loads from disk ({est}): {g.why}{stays}"
 
-    def _weights_done(self, op: Any, h: Any) -> Failure | None:
+    def done(self, op: Any, h: Any) -> Failure | None:
         """After a start came up: its `weights` record, the finding and warning of a
         fallback (a failure with `on`), the figures for the next notice and the exporter."""
         from fastverify.daemon import events as ev
@@ -331,15 +332,15 @@ class WeightSteps:
                 return Failure(
                     "weight_cache_fallback", f'weight_cache = "on" and {text}', log=str(h.log_path)
                 )
-            self.set_finding("weight_cache", f"{h.profile}/{h.mode}: {text}")  # type: ignore[attr-defined]
-            self.say(text, logging.WARNING)  # type: ignore[attr-defined]
+            self.c.set_finding("weight_cache", f"{h.profile}/{h.mode}: {text}")
+            self.c.say(text, logging.WARNING)
         else:
-            self.clear_finding("weight_cache")  # type: ignore[attr-defined]
-            self.say(text)  # type: ignore[attr-defined]
-        self.bus.publish(ev.WeightsLoaded(h.profile, h.mode, dict(h.weights)))  # type: ignore[attr-defined]
+            self.c.clear_finding("weight_cache")
+            self.c.say(text)
+        self.c.bus.publish(ev.WeightsLoaded(h.profile, h.mode, dict(h.weights)))
         return None
 
-    def _weights_refused(self, h: Any, failure: Failure) -> Failure:
+    def refused(self, h: Any, failure: Failure) -> Failure:
         """A start that failed because SGLang refused the cache (its fingerprint, a dead
         socket) or died with it: that reason, with SGLang's words; the cache is stopped for a
         mismatch (SGLang refuses to disk-load beside another configuration's weights)."""

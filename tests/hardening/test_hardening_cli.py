@@ -136,6 +136,8 @@ DAEMON_COMMANDS = [
     ("server", "check"),
     ("cancel",),
     ("cancel", "--json"),
+    ("verify",),
+    ("verify", "--json"),
 ]
 
 

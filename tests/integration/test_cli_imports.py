@@ -50,7 +50,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory):
         yield d
 
 
-@pytest.mark.parametrize("args", [["status"], ["profile", "list"], ["profile", "list", "--json"]])
+@pytest.mark.parametrize(
+    "args", [["status"], ["profile", "list"], ["profile", "list", "--json"], ["verify", "--json"]]
+)
 def test_cli_start_up_paths_import_nothing_heavy(daemon: DaemonHarness, args: list[str]) -> None:
     r, modules = imported(["--socket", str(daemon.socket), *args])
     assert r.returncode == 0, r.stdout + r.stderr

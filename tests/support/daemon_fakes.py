@@ -3,6 +3,8 @@
 `FakeLauncher.plan[profile]` says what an engine of that profile does: "ok" (ready and
 verified at once), "hang" (never ready: waits for its cancel flag), or a failure reason
 (e.g. "cuda_oom": exits during start-up). `crash(h)` makes a serving engine die.
+`FakeLauncher.verify(h)` is what the fake engine's one verifier (`LauncherVerify`) answers
+after READY; `build(tmp, checks=[...])` runs other verifiers after it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.statestore import StateStore
+from fastverify.daemon.verifier import Check, Context, Finding
 from fastverify.engines.base import ArgvCheck
 
 
@@ -117,6 +120,23 @@ class FakeLauncher:
         self.on_exit(h)
 
 
+class LauncherVerify(Check):
+    """The fake engine's verifier: the env part of the record is what `launcher.verify(h)`
+    (a test may replace it) answers."""
+
+    name = "env"
+
+    def __init__(self, launcher: FakeLauncher) -> None:
+        self.launcher = launcher
+
+    def verify(self, h: EngineHandle, ctx: Context) -> Finding:
+        failure, details = self.launcher.verify(h)
+        ctx.details.update(details)
+        if failure is not None:
+            return self.failed(failure)
+        return self.ok(details["env"]["message"])
+
+
 class FakeResolver:
     def __init__(self, cfg: Any, known: tuple[str, ...] = ("ring", "tree", "bad", "slow")):
         self.cfg = cfg
@@ -157,7 +177,8 @@ def config(backoff: tuple[float, float] = (0.0, 0.0), burst: int = 3) -> Any:
     return SimpleNamespace(daemon=daemon, server=server, source=None)
 
 
-def build(tmp: Path, **cfg_kw: Any) -> tuple[Any, FakeLauncher, list]:
+def build(tmp: Path, checks: tuple[Any, ...] = (), **cfg_kw: Any) -> tuple[Any, FakeLauncher, list]:
+    """A controller over the fakes; `checks`: verifiers run after the fake engine's own."""
     from fastverify.daemon.controller import Controller
     from fastverify.daemon.observers import Journal
 
@@ -169,5 +190,6 @@ def build(tmp: Path, **cfg_kw: Any) -> tuple[Any, FakeLauncher, list]:
     store = StateStore(tmp / "state")
     bus.subscribe(Journal(store))
     engine = SimpleNamespace(name="fake", simulated=True)
-    ctl = Controller(cfg, engine, launcher, FakeResolver(cfg), store, bus)  # type: ignore[arg-type]
+    verifiers = [LauncherVerify(launcher), *checks]
+    ctl = Controller(cfg, engine, launcher, FakeResolver(cfg), store, bus, checks=verifiers)  # type: ignore[arg-type]
     return ctl, launcher, seen

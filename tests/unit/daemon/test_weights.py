@@ -127,21 +127,20 @@ def test_the_config_key_and_what_it_refuses(tmp_path) -> None:  # type: ignore[n
     assert load(None, {"server": {"weight_cache": "on"}}).server.weight_cache == "on"
 
 
-class _Ctl(WeightSteps):
-    """The mixin's controller side: a setting, a release, a cache whose ensure() answers."""
-
-    def __init__(self, setting: str, facts: Any, ensured: Failure | None = None) -> None:
-        self.cfg = SimpleNamespace(server=SimpleNamespace(load_format="auto", nnodes=1))
-        self.engine = SimpleNamespace(facts=lambda: facts)
-        self.said: list[str] = []
-        self.cache = SimpleNamespace(
-            setting=setting, handle=None, ensure=lambda *a: ensured,
-            disk_estimate=lambda mode: "~95 s, from the last recorded load",
-            status=lambda: {"state": "ready", "pid": 7, "bytes": 3 << 30},
-        )  # fmt: skip
-
-    def say(self, message: str, *_: Any, **__: Any) -> None:
-        self.said.append(message)
+def _steps(setting: str, facts: Any, ensured: Failure | None = None) -> WeightSteps:
+    """The steps over a core of their own: a setting, a release, a cache whose ensure()
+    answers."""
+    core = SimpleNamespace(
+        cfg=SimpleNamespace(server=SimpleNamespace(load_format="auto", nnodes=1)),
+        engine=SimpleNamespace(facts=lambda: facts),
+        say=lambda *_, **__: None,
+    )
+    cache = SimpleNamespace(
+        setting=setting, handle=None, ensure=lambda *a: ensured,
+        disk_estimate=lambda mode: "~95 s, from the last recorded load",
+        status=lambda: {"state": "ready", "pid": 7, "bytes": 3 << 30},
+    )  # fmt: skip
+    return WeightSteps(core, cache)  # type: ignore[arg-type]
 
 
 ARGV = ["py", "-m", "sglang.launch_server", "--model-path", "m"]
@@ -150,25 +149,25 @@ NOT_READY = Failure("weight_cache_unavailable", "the weight cache exited (1): bo
 
 
 def test_on_fails_a_start_the_cache_cannot_serve_and_auto_loads_it_from_disk() -> None:
-    argv, g, failure = _Ctl("on", F16)._cache_gate(OP, ARGV, threading.Event())
+    argv, g, failure = _steps("on", F16)._cache_gate(OP, ARGV, threading.Event())
     assert failure is not None and failure.reason == "weight_cache_unavailable"
     assert 'weight_cache = "on": SGLang 0.5.16 has no weight cache' in failure.message
-    argv, g, failure = _Ctl("auto", F16)._cache_gate(OP, ARGV, threading.Event())
+    argv, g, failure = _steps("auto", F16)._cache_gate(OP, ARGV, threading.Event())
     assert failure is None and argv == ARGV and not g.use and not g.expected
-    assert _Ctl("on", F23, NOT_READY)._cache_gate(OP, ARGV, threading.Event())[2] is NOT_READY
-    argv, g, failure = _Ctl("auto", F23, NOT_READY)._cache_gate(OP, ARGV, threading.Event())
+    assert _steps("on", F23, NOT_READY)._cache_gate(OP, ARGV, threading.Event())[2] is NOT_READY
+    argv, g, failure = _steps("auto", F23, NOT_READY)._cache_gate(OP, ARGV, threading.Event())
     assert failure is None and argv == ARGV and g.kind == "unavailable"
     assert g.why == "the cache is not available: the weight cache exited (1): boom"
-    argv, g, failure = _Ctl("auto", F23)._cache_gate(OP, ARGV, threading.Event())
+    argv, g, failure = _steps("auto", F23)._cache_gate(OP, ARGV, threading.Event())
     assert failure is None and g.use and argv == [*ARGV, "--weight-cache-mode", "client"]
 
 
 def test_the_notice_of_a_speculative_switch_and_none_for_baseline() -> None:
-    ctl = _Ctl("auto", F23)
-    assert ctl._weights_notice("switch", "baseline", None) is None
-    assert ctl._weights_notice("mode", "eagle3", None) == (
+    ctl = _steps("auto", F23)
+    assert ctl.notice("switch", "baseline", None) is None
+    assert ctl.notice("mode", "eagle3", None) == (
         "this mode loads from disk (~95 s, from the last recorded load): SGLang 0.5.23's weight "
         "cache does not export draft models; the weight cache stays up for the next baseline "
         "switch (pid 7, 3.0 GiB)"
     )
-    assert _Ctl("off", F23)._weights_notice("mode", "eagle3", None) is None
+    assert _steps("off", F23).notice("mode", "eagle3", None) is None

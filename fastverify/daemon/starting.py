@@ -1,0 +1,177 @@
+"""One engine start, over the controller's core: spawn (or adopt) -> STARTING -> ready ->
+VERIFYING (the verifiers, verifier.py) -> the handle, or the `Failure` with the engine
+stopped; and what READY then records (`serving`, `succeeded`).
+
+Every step that starts an engine goes through `Starts`: a switch (controller.py), a crash
+restart (crashes.py), a rollback (rollback.py), a recovery retry (recovery.py) and the
+adoption at start-up (reconcile.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from fastverify.config import weights_label
+from fastverify.daemon import adaptive_check
+from fastverify.daemon import events as ev
+from fastverify.daemon.core import Core
+from fastverify.daemon.failures import Failure
+from fastverify.daemon.launcher import EngineHandle
+from fastverify.daemon.operations import Operation, OpResult
+from fastverify.daemon.states import State
+from fastverify.daemon.verifier import Verifiers
+from fastverify.daemon.weights import WeightSteps
+from fastverify.engines.sglang import load_format_of
+from fastverify.redact import mask_argv
+
+FAILED_TAIL_LINES = 12  # a failed engine's last log lines in the result (`log_tail`)
+
+
+class Starts:
+    def __init__(self, core: Core, weights: WeightSteps, verifiers: Verifiers) -> None:
+        self.c = core
+        self.weights = weights
+        self.verifiers = verifiers
+
+    def start(
+        self,
+        op: Any,
+        profile: Any,
+        argv: list[str],
+        timeout_s: float | None,
+        cancel: threading.Event,
+        adopt: EngineHandle | None = None,
+    ) -> EngineHandle | Failure:
+        """Spawn (or adopt), wait for readiness, verify. The engine is stopped on failure.
+        `op`: an Operation, or a rollback's step inside one (rollback.Step)."""
+        c = self.c
+        timeout = timeout_s or c.cfg.daemon.readiness_timeout_s
+        if adopt is None and (taken := c.launcher.port_in_use(argv)) is not None:
+            c.say(f"{op.kind} {op.profile}/{op.mode}: {taken.message}", logging.WARNING)
+            return taken  # said before a load that would fail only once it is over
+        if adopt is None:
+            h = self.weights.spawn_engine(op, profile, argv, cancel)  # the cache's gate
+            if isinstance(h, Failure):
+                return h
+        else:
+            h = adopt
+        with c._lock:
+            c.current = h
+        op.emit("engine", pid=h.pid, log=str(h.log_path), argv=mask_argv(h.argv))
+        c.bus.publish(
+            ev.EngineStarting(
+                h.profile, h.mode, c.engine.name, c.settings(h), h.pid, str(h.log_path)
+            )
+        )
+        beat = lambda: c.bus.publish(ev.EngineWaiting(h.profile, h.mode))  # noqa: E731
+        failure = c.launcher.await_ready(h, timeout, cancel, heartbeat=beat)
+        if failure is None:
+            op.phases.setdefault("engine_ready", round(h.ready_s or 0.0, 4))
+            c.set_state(State.VERIFYING, f"engine ready after {h.ready_s or 0.0:.2f} s")
+            failure = self._verify(op, h, cancel, adopted=adopt is not None)
+            if failure is None:
+                return h
+        level = logging.INFO if failure.reason == "cancelled" else logging.WARNING
+        c.say(
+            f"{op.kind} {h.profile}/{h.mode} failed: {failure.message} (log: {h.log_path})", level
+        )
+        c.stop_engine(h, "failed")  # stops its tail: every line it wrote has been read
+        self.keep_failed_tail(op, h)
+        failure = self.weights.refused(h, failure)
+        if self.weights.again_from_disk(op, h, failure, cancel):
+            return self.start(op, profile, argv, timeout_s, cancel)
+        return failure
+
+    def _verify(
+        self, op: Any, h: EngineHandle, cancel: threading.Event, adopted: bool
+    ) -> Failure | None:
+        """VERIFYING: the verifiers in order; then a late cancel; then the weights' record."""
+        t0 = time.monotonic()
+        verdict = self.verifiers.verify(h)
+        env = verdict.details.get("env") or {}
+        op.emit("verify", ok=verdict.ok, message=env.get("message", ""))
+        op.phases.setdefault("verify", round(time.monotonic() - t0, 4))
+        failure = verdict.failure
+        if failure is None:
+            h.worker_pids = tuple(p["pid"] for p in env.get("processes", []) if p["pid"] != h.pid)
+        if failure is None and cancel.is_set():
+            failure = Failure("cancelled", "operation cancelled", log=str(h.log_path))
+        if failure is None and not adopted:
+            failure = self.weights.done(op, h)
+        if failure is None:
+            op.verify = verdict.details
+        return failure
+
+    def keep_failed_tail(self, op: Any, h: EngineHandle) -> None:
+        """The first engine of `op` that failed: its log file and last lines (masked), for
+        the result's excerpt. A rollback's start (a `Step`) never replaces it."""
+        if isinstance(op, Operation) and op.failed_engine is None:
+            op.failed_engine = {
+                "log": str(h.log_path),
+                "lines": h.recent_lines()[-FAILED_TAIL_LINES:],
+            }
+
+    def serving(self, h: EngineHandle, why: str) -> None:
+        c = self.c
+        h.serving = True
+        with c._lock:
+            c.active = {"profile": h.profile, "mode": h.mode}
+            c.last_good = {"profile": h.profile, "mode": h.mode}
+        c.save_state()
+        c.launcher.mark_verified(h)
+        c.set_state(State.READY, why)
+        c.bus.publish(
+            ev.EngineUp(
+                h.profile,
+                h.mode,
+                c.engine.name,
+                h.url,
+                c.settings(h),
+                h.pid,
+                h.engine_id,
+                h.ready_s or 0.0,
+                h.adopted,
+                h.engine_env,
+                h.allreduce,
+            )
+        )
+
+    def succeeded(self, op: Operation, h: EngineHandle, prev: dict[str, Any]) -> OpResult:
+        c = self.c
+        t0 = time.monotonic()
+        if op.kind != "crash_restart":
+            c.crashes.clear()
+        if op.kind not in ("crash_restart", "recover"):
+            c.recovery.forget()  # an operator's start: FAILED's retries count afresh
+        if op.kind == "switch":
+            c.clear_finding("profile_fallback")  # the operator chose a profile
+        self.serving(h, f"{h.profile}/{h.mode} verified")
+        op.phases["persist"] = round(time.monotonic() - t0, 4)
+        trial = weights_label(load_format_of(h.argv)) == "dummy"
+        message = (
+            f"{h.profile}/{h.mode} is serving"
+            + (" on dummy weights (a trial: random output, timings only)" if trial else "")
+            + f" (ready in {h.ready_s or 0.0:.2f} s, verified)"
+            + (f"; {h.weights['text']}" if h.weights else "")
+        )
+        c.say(message, stream=False)  # the result says it
+        return c.result(
+            op,
+            "ok",
+            log=str(h.log_path),
+            message=message,
+            engine_ready_s=round(h.ready_s or 0.0, 3),
+            verify=op.verify,
+            engine_env=h.engine_env,  # what the engine added to its workers' NCCL env
+            tuner=h.tuner,  # what NCCL's INFO output confirmed (None: no tuner profile)
+            allreduce=h.allreduce,  # the TP all-reduce backend SGLang confirmed per rank
+            speculation=adaptive_check.summary(list(h.argv)),  # mode adaptive: its plan
+            pid=h.pid,
+            previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
+            phases=dict(op.phases),
+            weight_load=h.weights,  # where the weights came from (daemon/weights.py)
+            weights_notice=op.weights_notice,
+        )
