@@ -254,6 +254,7 @@ class Calls:
     acceptance = _method(m.ACCEPTANCE)
     record_acceptance = _method(m.RECORD_ACCEPTANCE)
     spec_plan = _method(m.SPEC_PLAN)
+    verify = _method(m.VERIFY)
 
 
 class ControlClient(Calls):
