@@ -116,13 +116,17 @@ class Starts:
 
     def serving(self, h: EngineHandle, why: str) -> None:
         c = self.c
-        h.serving = True
         with c._lock:
             c.active = {"profile": h.profile, "mode": h.mode}
             c.last_good = {"profile": h.profile, "mode": h.mode}
         c.save_state()
         c.launcher.mark_verified(h)
-        c.set_state(State.READY, why)
+        # serving and READY together: the health watch starts on a serving engine and its
+        # verdict acts only in READY, so an engine marked serving before READY (while the
+        # files above are written on a slow disk) could hang unnoticed and then show READY
+        with c._lock:
+            h.serving = True
+            c.set_state(State.READY, why)
         c.bus.publish(
             ev.EngineUp(
                 h.profile,

@@ -279,3 +279,27 @@ def test_a_cancel_that_lands_while_verifying_is_honoured(tmp_path: Path) -> None
     assert result["result"] == "cancelled"
     assert result["rolled_back_to"] == {"profile": "ring", "mode": "baseline"}
     assert ctl.active["profile"] == "ring" and ctl.state == State.READY
+
+
+def test_an_engine_is_serving_only_once_ready_is_published(tmp_path: Path) -> None:
+    """While the start writes its files (a slow disk), the engine is not yet serving: the
+    main loop starts no health watch on it, so a hang then cannot be dropped before READY."""
+    import threading
+
+    ctl, launcher, seen = build(tmp_path)
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_mark(h) -> None:
+        entered.set()
+        release.wait(10)
+
+    launcher.mark_verified = slow_mark
+    op = ctl.request("start", "ring", "baseline")
+    assert entered.wait(10)
+    h = ctl.current
+    assert h is not None and not h.serving and ctl.state != State.READY
+    ctl.tick()  # the main loop's tick: a serving engine would get its watch here
+    assert h.watch is None
+    release.set()
+    assert op.wait(10)["result"] == "ok"
+    assert h.serving and ctl.state == State.READY
