@@ -286,7 +286,7 @@ def test_an_engine_is_serving_only_once_ready_is_published(tmp_path: Path) -> No
     main loop starts no health watch on it, so a hang then cannot be dropped before READY."""
     import threading
 
-    ctl, launcher, seen = build(tmp_path)
+    ctl, launcher, _seen = build(tmp_path)
     entered, release = threading.Event(), threading.Event()
 
     def slow_mark(h) -> None:
