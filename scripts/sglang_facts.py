@@ -18,8 +18,12 @@ Usage:
   scripts/sglang_facts.py --check        # re-extract and diff against the data files (exit 1)
   scripts/sglang_facts.py --versions 0.5.20 0.5.23 [--check]
   scripts/sglang_facts.py --print 0.5.23 # one release's facts on stdout
+  scripts/sglang_facts.py --check --no-cache  # re-extract every release from scratch
 
-tests/contract/test_sglang_facts_contract.py runs `--check` on every release.
+An extraction is a function of the wheel, this script and the Python that runs its `ast`:
+each is kept beside the wheels, keyed by the three (the wheel's sha256, this file's, the
+Python version), and reused until one of them changes; the data files are compared with it
+every time. tests/contract/test_sglang_facts_contract.py runs `--check` on every release.
 """
 
 from __future__ import annotations
@@ -947,6 +951,30 @@ def extract(version: str) -> dict[str, object]:
     return facts
 
 
+def extraction_path(version: str) -> Path:
+    """Where the extraction of `version`'s wheel by this script (and this Python) is kept."""
+    key = hashlib.sha256()
+    key.update(_sha256(download(version)).encode())
+    key.update(Path(__file__).read_bytes())
+    key.update(sys.version.split()[0].encode())
+    return cache_dir() / "extracted" / f"{version}-{key.hexdigest()[:20]}.json"
+
+
+def extract_kept(version: str) -> dict[str, object]:
+    """`extract(version)`, reused from its kept copy while wheel, script and Python agree."""
+    path = extraction_path(version)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    facts = extract(version)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(dump(facts))
+    tmp.replace(path)
+    return facts
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:
@@ -966,6 +994,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--print", dest="show", metavar="VERSION")
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     ap.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
+    ap.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="re-extract every release (never reuse a kept extraction)",
+    )
     args = ap.parse_args(argv)
     if args.show:
         sys.stdout.write(dump(extract(args.show)))
@@ -974,7 +1007,8 @@ def main(argv: list[str] | None = None) -> int:
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:  # downloads
         list(pool.map(download, versions))
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:  # ast: CPU-bound
-        results = dict(zip(versions, pool.map(extract, versions), strict=True))
+        work = extract if args.no_cache else extract_kept
+        results = dict(zip(versions, pool.map(work, versions), strict=True))
     failed = []
     for v in versions:
         text = dump(results[v])
