@@ -78,9 +78,9 @@ def _sim(tmp: Path, tp: int, seconds: float) -> list[dict[str, Any]]:
 
 
 def _sim_prediction(tp: int) -> list[dict[str, Any]]:
-    from fastverify.engines.sim import allreduce_sim
     from fastverify.profiles.effective import effective_env
     from fastverify.profiles.store import ProfileStore
+    from fastverify.sim import allreduce_sim
 
     out = []
     for profile in ("nccl-default", "p2p-off"):

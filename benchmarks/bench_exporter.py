@@ -263,7 +263,7 @@ def bench_logs(n: int) -> dict:
 
 # ------------------------------------------------------------------ traces
 def make_trace(directory: Path, steps: int) -> tuple[Path, Path]:
-    from fastverify.engines.sim import traces as sim_traces
+    from fastverify.sim import traces as sim_traces
 
     gz = directory / "bench-TP-0.trace.json.gz"
     sim_traces.write_trace(gz, steps=steps, rank=0, tp_size=8, mode="eagle3")

@@ -76,7 +76,7 @@ def sim(env: dict[str, str], tp: int, extra: list[str], log: Path) -> Iterator[s
     port = free_port()
     fh = open(log, "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fastverify.engines.sim", "--model-path", "sim/kimi",
+        [sys.executable, "-m", "fastverify.sim", "--model-path", "sim/kimi",
          "--tp-size", str(tp), "--port", str(port), "--enable-metrics",
          "--sim-load-seconds", "0.3", *extra],
         env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,

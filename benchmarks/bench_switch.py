@@ -3,7 +3,7 @@
 Measured in one run, same argv, environment and readiness criterion (SGLang's ready line
 plus GET /health == 200, polled every 10 ms):
 
-1. engine alone: spawn `python -m fastverify.engines.sim ...` directly, time to ready, then
+1. engine alone: spawn `python -m fastverify.sim ...` directly, time to ready, then
    SIGTERM its process group and time until the group is gone (the engine's own stop);
 2. through the daemon: `POST /v1/profile` alternating ring-ll <-> ring-simple, wall time
    seen by the client (validation, stop, GPU-release wait, spawn, readiness, /proc

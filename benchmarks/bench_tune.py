@@ -28,9 +28,9 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
-from fastverify.engines.sim import allreduce_sim  # noqa: E402
 from fastverify.profiles.effective import effective_env  # noqa: E402
 from fastverify.profiles.store import ProfileStore  # noqa: E402
+from fastverify.sim import allreduce_sim  # noqa: E402
 from tests.support.harness import DaemonHarness  # noqa: E402
 
 PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.env"))

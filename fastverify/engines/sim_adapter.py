@@ -1,8 +1,8 @@
-"""The `sim` engine adapter: `python -m fastverify.engines.sim` with SGLang's own argv
+"""The `sim` engine adapter: `python -m fastverify.sim` with SGLang's own argv
 (the same flags the sglang adapter builds, pinned flag generation unless configured)
 plus the sim-only `--sim-load-seconds`.
 
-The sim is a stand-in for demos and tests (see fastverify/engines/sim); `simulated`
+The sim is a stand-in for demos and tests (see fastverify/sim); `simulated`
 is True and `status` says so.
 """
 
@@ -44,7 +44,7 @@ class SimEngine(Engine):
             generation = server.sglang_flags
         else:
             generation = self.facts().flag_generation
-        argv = [self.python, "-m", "fastverify.engines.sim"]
+        argv = [self.python, "-m", "fastverify.sim"]
         argv += server_args(
             server,
             mode,
@@ -65,7 +65,7 @@ class SimEngine(Engine):
         return argv
 
     def weight_cache_argv(self, argv: list[str]) -> list[str] | None:
-        """The sim's weight-cache daemon (`python -m fastverify.engines.sim.weight_cache.daemon`,
+        """The sim's weight-cache daemon (`python -m fastverify.sim.weight_cache.daemon`,
         the command line of the played release's `sglang.srt.weight_cache.daemon`) with the
         flags of `argv` that release's daemon takes, plus the sim's load and release."""
         from fastverify.sglang import weight_cache
@@ -83,7 +83,7 @@ class SimEngine(Engine):
             skip = False
             args.append(tok)
         return [
-            self.python, "-m", "fastverify.engines.sim.weight_cache.daemon",
+            self.python, "-m", "fastverify.sim.weight_cache.daemon",
             *cf.daemon_args(args), "--sim-load-seconds", f"{self.load_seconds:g}",
             "--sim-sglang-version", self.played_version,
         ]  # fmt: skip
@@ -94,7 +94,7 @@ class SimEngine(Engine):
         import io
 
         try:
-            from fastverify.engines.sim.cli_args import parse
+            from fastverify.sim.cli_args import parse
         except ImportError as exc:
             return ArgvCheck(None, f"the sim's parser is not importable: {exc}")
         err = io.StringIO()
@@ -108,14 +108,14 @@ class SimEngine(Engine):
 
     def engine_env(self, argv: list[str], env: Mapping[str, str]) -> EngineEnv:
         """The sim follows the SGLang it plays: its main process applies the same rules
-        before its workers start (fastverify.engines.sim.engine.apply_engine_env)."""
+        before its workers start (fastverify.sim.engine.apply_engine_env)."""
         return engine_env(LaunchArgs.from_argv(_strip_module(argv)), env, self.played_version)
 
     def allreduce_host(self, argv: list[str]) -> AllreduceHost:
         """The sim's simulated host (not this machine's GPUs): PCIe-only with P2P, the
         simulated FlashInfer of `--sim-flashinfer`, the cost model's hidden size and its
-        decode graphs up to bs 32 (fastverify.engines.sim.allreduce_sim)."""
-        from fastverify.engines.sim import allreduce_sim, costmodel
+        decode graphs up to bs 32 (fastverify.sim.allreduce_sim)."""
+        from fastverify.sim import allreduce_sim, costmodel
 
         fi_ok, fi_why = allreduce_sim.flashinfer_offer(argv)
         return AllreduceHost(
@@ -144,6 +144,6 @@ class SimEngine(Engine):
 
 
 def flashinfer_jit_arch() -> str:
-    from fastverify.engines.sim.flashinfer_jit import SIM_ARCH
+    from fastverify.sim.flashinfer_jit import SIM_ARCH
 
     return SIM_ARCH

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from fastverify.engines.sim import costmodel
-from fastverify.engines.sim.request_meta import FILE_FORMAT
 from fastverify.sglang import adaptive, eagle, metrics
 from fastverify.sglang.adaptive_slot import AdaptiveController
+from fastverify.sim import costmodel
+from fastverify.sim.request_meta import FILE_FORMAT
 from fastverify.speculation import plan as spec_plan
 from fastverify.speculation import replay
 from tests.support import field
@@ -305,7 +305,7 @@ def test_the_decode_logs_accept_rate_divides_by_the_active_draft_tokens(probe: d
     apply_runtime_state overrides at every switch (in the scheduler process): the decode
     line's accept rate divides by the active step count at logging time, 0 at steps 0. The
     per-request meta_info rate (tokenizer process, never overridden) divides by the launch's;
-    the sim does both (fastverify.engines.sim.scheduler, .request_meta)."""
+    the sim does both (fastverify.sim.scheduler, .request_meta)."""
     src = probe["decode_log_source"]
     assert "draft_per_round = get_spec().speculative_num_draft_tokens - 1" in src
     assert "total_draft_tokens = self.spec_num_forward_ct * draft_per_round" in src

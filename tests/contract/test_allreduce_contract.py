@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from fastverify.engines.sim import allreduce_sim, cli_args
 from fastverify.profiles import sglang_vars
 from fastverify.sglang import allreduce as ar
 from fastverify.sglang import envvars, flashinfer_facts
+from fastverify.sim import allreduce_sim, cli_args
 from tests.support.contract import HERE
 
 FLASHINFER_VERSION = "0.7.2"

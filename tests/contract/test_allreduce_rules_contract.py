@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from fastverify.daemon.allreduce_check import log_lines_visible
-from fastverify.engines.sim import sglang_logs
 from fastverify.sglang import allreduce as ar
 from fastverify.sglang.loglines import parse_sglang_line
+from fastverify.sim import sglang_logs
 from tests.support.contract import HERE, TINY_LLAMA
 
 SPEC = ["--speculative-algorithm", "EAGLE3", "--speculative-num-draft-tokens"]

@@ -277,7 +277,7 @@ def test_capture_lines_and_failures(probe: dict[str, Any]) -> None:
     logs = probe["logs"]
     regexes = [_skeleton_regex(s) for s in logs["capture_skeletons"]]
     # the sim's lines, rendered from the release's facts, against the wheel's own skeletons
-    from fastverify.engines.sim import release_lines as rl
+    from fastverify.sim import release_lines as rl
 
     v = PINNED_VERSION
     ours = [

@@ -37,7 +37,7 @@ def test_hand_written_metric_labels_equal_the_pinned_release() -> None:
 
 
 def test_the_hand_written_draft_span_names_follow_the_wheels() -> None:
-    """The sim's span names for the mode-named releases (fastverify.engines.sim.traces.
+    """The sim's span names for the mode-named releases (fastverify.sim.traces.
     SpanNaming) are not in one format string: the EAGLE draft steps run DECODE mode
     (`speculative/eagle_draft_cuda_graph_runner.py`), the draft extend DRAFT_EXTEND_V2
     (`speculative/*.py`), and the span is the mode's name. Checked in each such wheel."""

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.engines.sim import weight_cache as sim_wc
 from fastverify.sglang import weight_cache as wc
 from fastverify.sglang.facts import resolve
 from fastverify.sglang.versions import PINNED_VERSION
+from fastverify.sim import weight_cache as sim_wc
 from tests.support.contract import TINY_LLAMA, release_python
 
 HERE = Path(__file__).resolve().parent

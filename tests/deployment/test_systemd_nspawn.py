@@ -243,7 +243,7 @@ def test_stop_leaves_no_engine_process(installed: Machine) -> None:
     m = installed
     engine = m.daemon_status()["engine"]["pid"]
     # ('[f]' keeps grep and the shell running it out of the match)
-    assert m.sh("ps -eo pid,args | grep -c '[f]astverify.engines.sim'").stdout.strip() != "0"
+    assert m.sh("ps -eo pid,args | grep -c '[f]astverify.sim'").stdout.strip() != "0"
     m.sh("systemctl stop fastverifyd.service", timeout=150)
     assert m.show("ActiveState")["ActiveState"] == "inactive"
     left = m.sh("ps -eo pid,args | grep '[f]astverify' || true").stdout.strip()

@@ -412,7 +412,7 @@ def test_engine_spawned_but_unrecorded_is_reaped(tmp_path: Path) -> None:
     engine_id = "feedfacecafebeef"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "FASTVERIFY_"))}
     env.update({"FASTVERIFY_ENGINE_ID": engine_id, "PYTHONPATH": str(REPO)})
-    argv = [sys.executable, "-m", "fastverify.engines.sim", "--model-path", "sim/m",
+    argv = [sys.executable, "-m", "fastverify.sim", "--model-path", "sim/m",
             "--tp-size", "2", "--port", str(port), "--sim-load-seconds", "0.3"]  # fmt: skip
     orphan = subprocess.Popen(
         argv, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

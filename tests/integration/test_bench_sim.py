@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.engines.sim import costmodel
+from fastverify.sim import costmodel
 from tests.support.net import free_port
 from tests.support.sim import SIM_SERVER_TP as TP
 from tests.support.sim import sim_server

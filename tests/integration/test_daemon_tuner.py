@@ -1,7 +1,7 @@
 """fastverifyd with a tuner profile on the sim: NCCL's INFO output proves the plugin loaded.
 
 The plugin is the project's own, built by scripts/build-tuner.sh; the sim dlopens it as
-NCCL 2.28.9 does (engines/sim/tunerload.py) and the plugin's own init writes its rows
+NCCL 2.28.9 does (sim/tunerload.py) and the plugin's own init writes its rows
 line. A plugin NCCL cannot use fails the switch with its own reason and rolls back.
 """
 

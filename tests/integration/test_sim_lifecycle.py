@@ -33,7 +33,7 @@ TREE_LL = dict(RING_LL, NCCL_ALGO="Tree")
 
 def test_unknown_flag_is_an_argparse_error() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "fastverify.engines.sim", "--model-path", "m", "--bogus-flag"],
+        [sys.executable, "-m", "fastverify.sim", "--model-path", "m", "--bogus-flag"],
         capture_output=True,
         text=True,
         env=clean_env(),
@@ -234,7 +234,7 @@ def test_sigterm_is_never_missed_under_load() -> None:
 
 
 def test_baseline_batch_of_four_runs_at_the_modelled_rate() -> None:
-    from fastverify.engines.sim import costmodel
+    from fastverify.sim import costmodel
 
     pred = costmodel.predict(RING_LL, "baseline", 4, 4, True)
     with SimProcess(

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fastverify.engines.sim import costmodel
 from fastverify.sglang import envrules
 from fastverify.sglang import metrics as m
 from fastverify.sglang.launch import LaunchArgs
+from fastverify.sim import costmodel
 from tests.support.field import RING_LL
 from tests.support.sim import (
     READY,
@@ -281,7 +281,7 @@ def test_tp_workers_share_environment_and_process_group(sim: SimProcess) -> None
     # this argv (TP > 1 with CUDA graphs: NCCL_GRAPH_REGISTER=0; tests/contract checks
     # the rules against the real package); the server's own environ stays as started
     assert "NCCL_GRAPH_REGISTER" not in nccl
-    sim_argv = sim.argv[sim.argv.index("fastverify.engines.sim") + 1 :]
+    sim_argv = sim.argv[sim.argv.index("fastverify.sim") + 1 :]
     added = envrules.engine_env(LaunchArgs.from_argv(sim_argv), parent_env).added
     assert added["NCCL_GRAPH_REGISTER"] == "0"
     for pid in workers:

@@ -22,9 +22,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fastverify.cli.sweep_cmd import acceptance_lines
-from fastverify.engines.sim import allreduce_sim, costmodel
 from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
+from fastverify.sim import allreduce_sim, costmodel
 from tests.support.harness import DaemonHarness, ctrl_c_reaches_it
 
 PROFILES = ["nccl-default", "ring-ll", "ring-ll-8ch", "ring-simple", "tree-ll"]

@@ -21,9 +21,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fastverify.client import ApiError
-from fastverify.engines.sim import allreduce_sim, costmodel
 from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
+from fastverify.sim import allreduce_sim, costmodel
 from tests.support.harness import DaemonHarness
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Helpers for the sim-engine tests: start `python -m fastverify.engines.sim` as a real child
+"""Helpers for the sim-engine tests: start `python -m fastverify.sim` as a real child
 process in its own session (`SimProcess`, or `sim_server` for a TP 8 server with metrics),
 follow its output, talk HTTP to it, and stop exactly the process group it started."""
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from fastverify.engines.sim.server import HEALTH_POLL_VAR as SIM_HEALTH_POLL_VAR
+from fastverify.sim.server import HEALTH_POLL_VAR as SIM_HEALTH_POLL_VAR
 from tests.support.net import free_port
 
 # the sim's /health answers after SGLang's 1 s poll; tests not about readiness shorten it
@@ -96,7 +96,7 @@ class SimProcess:
         self.argv = [
             sys.executable,
             "-m",
-            "fastverify.engines.sim",
+            "fastverify.sim",
             "--model-path",
             model,
             "--tp-size",
@@ -281,7 +281,7 @@ def sim_server(tmp: Path, *extra: str) -> Iterator[str]:
     env[SIM_HEALTH_POLL_VAR] = SIM_TEST_HEALTH_POLL_S  # readiness below, not its 1 s poll
     log = open(tmp / f"sim-{port}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fastverify.engines.sim", "--model-path", "sim/x",
+        [sys.executable, "-m", "fastverify.sim", "--model-path", "sim/x",
          "--tp-size", str(SIM_SERVER_TP), "--host", "127.0.0.1", "--port", str(port),
          "--enable-metrics", "--sim-load-seconds", "0.3", *extra],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

@@ -11,9 +11,9 @@ import subprocess
 import sys
 from typing import Any
 
-from fastverify.engines.sim import allreduce_sim
 from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
+from fastverify.sim import allreduce_sim
 from tests.support.harness import REPO, DaemonHarness, ctrl_c_reaches_it
 
 TP = 8

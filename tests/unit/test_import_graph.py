@@ -18,9 +18,16 @@ PACKAGE = Path(__file__).resolve().parents[2] / "fastverify"
 FORBIDDEN = {
     # the experiments reach the daemon only through its API (fastverify.client)
     ("fastverify.experiments", "fastverify.daemon"),
-    # the engines (the sim above all) follow SGLang, never the plan's code that they check:
-    # a stand-in that imports what it tests agrees with its bugs
+    # the engines and the sim follow SGLang, never the plan's code that they check: a
+    # stand-in that imports what it tests agrees with its bugs
     ("fastverify.engines", "fastverify.speculation"),
+    ("fastverify.sim", "fastverify.speculation"),
+    # the sim is a program of its own (an SGLang stand-in): nothing that supervises or
+    # measures it imports its code, and it never imports the daemon or the experiments
+    ("fastverify.daemon", "fastverify.sim"),
+    ("fastverify.experiments", "fastverify.sim"),
+    ("fastverify.sim", "fastverify.daemon"),
+    ("fastverify.sim", "fastverify.experiments"),
 }
 
 Edge = tuple[str, str, str]  # (importer, imported, "path:line")
@@ -180,13 +187,14 @@ def test_no_import_cycle_between_subpackages(edges: list[Edge]) -> None:
 NEVER = {
     "fastverify.cli": {"fastverify.daemon"},
     "fastverify.ctl": {"fastverify.daemon"},
-    "fastverify.experiments": {"fastverify.engines"},
+    "fastverify.experiments": {"fastverify.engines", "fastverify.sim"},
     "fastverify.traces": {
         "fastverify.daemon", "fastverify.cli", "fastverify.experiments", "fastverify.exporters",
-        "fastverify.engines", "fastverify.deploy",
+        "fastverify.engines", "fastverify.sim", "fastverify.deploy",
     },
     "fastverify.deploy": {
         "fastverify.daemon", "fastverify.cli", "fastverify.experiments", "fastverify.exporters",
+        "fastverify.sim",
     },
 }  # fmt: skip
 

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "fastverify"
-ALLOWED = ("nccl", "engines/sim")  # under fastverify/
+ALLOWED = ("nccl", "sim")  # under fastverify/
 
 # Text that only NCCL's own output has (NCCL 2.28.9 lines in tests/fixtures/)
 MARKERS = re.compile(

@@ -48,7 +48,7 @@ def test_argv_matrix(engine: str, mode: str, generation: str) -> None:
     server = ServerConfig(**{**SERVER.__dict__, "sglang_flags": generation})
     eng = SGLangEngine(PY) if engine == "sglang" else SimEngine(PY, load_seconds=0.3)
     argv = eng.build_argv(server, mode, {"cuda-graph": "off"})
-    module = "sglang.launch_server" if engine == "sglang" else "fastverify.engines.sim"
+    module = "sglang.launch_server" if engine == "sglang" else "fastverify.sim"
     expected = [PY, "-m", module, *COMMON]
     expected += EAGLE if mode == "eagle3" else []
     expected += GRAPH_OFF[generation]

@@ -11,9 +11,9 @@ import pytest
 from fastverify import config as configmod
 from fastverify.config import ServerConfig
 from fastverify.engines.sglang import load_format_of, server_args
-from fastverify.engines.sim import cli_args
 from fastverify.experiments.sweep import config, results, trial
 from fastverify.experiments.sweep import run as sweep
+from fastverify.sim import cli_args
 
 
 def _m(profile: str, mode: str, tps: float, per_req: float, accept: float | None = None,

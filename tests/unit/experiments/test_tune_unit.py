@@ -323,7 +323,7 @@ def test_on_the_sim_the_backends_are_the_simulated_hosts() -> None:
     # this machine's interpreter or GPUs: its engine capabilities say so
     from fastverify.engines.sim_adapter import SimEngine
 
-    argv = ["python", "-m", "fastverify.engines.sim", "--model-path", "m", "--tp-size", "8"]
+    argv = ["python", "-m", "fastverify.sim", "--model-path", "m", "--tp-size", "8"]
     host = SimEngine().allreduce_host(argv)
     sim = {b["backend"]: b for b in possible_backends(host, 8)}
     assert sim["pcie_ipc"]["possible"] is True and sim["custom"]["possible"] is False

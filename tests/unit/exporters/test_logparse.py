@@ -147,7 +147,7 @@ def test_real_coll_log_yields_no_allreduce_records() -> None:
 
 
 def test_sim_engine_lines_round_trip() -> None:
-    sim = pytest.importorskip("fastverify.engines.sim.sglang_logs")
+    sim = pytest.importorskip("fastverify.sim.sglang_logs")
     line = sim.LogWriter().prefix(0) + sim.decode_line(
         running=16, tokens=4096, token_usage=0.25, gen_throughput=512.34, queue=2,
         cuda_graph=True, accept_len=2.5, accept_rate=0.5,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from fastverify.engines.sim import allreduce_sim, costmodel, ncclenv
 from fastverify.sglang import allreduce
+from fastverify.sim import allreduce_sim, costmodel, ncclenv
 from tests.support import field
 
 REPO = Path(__file__).resolve().parents[3]

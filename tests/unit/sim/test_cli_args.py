@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastverify.engines.sim import cli_args
+from fastverify.sim import cli_args
 
 BASE = [
     "--model-path",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fastverify.engines.sim import costmodel
 from fastverify.profiles.store import ProfileStore
+from fastverify.sim import costmodel
 from tests.support.field import RING_LL
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastverify.engines.sim import ncclenv
+from fastverify.sim import ncclenv
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from fastverify.engines.sim import ncclenv
 from fastverify.profiles import nccl_vars, validate
+from fastverify.sim import ncclenv
 
 
 @pytest.mark.parametrize("value", ["ring;tree", "ring,^tree", "ring;", "ring,,tree"])

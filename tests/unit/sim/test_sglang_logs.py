@@ -8,7 +8,7 @@ import re
 import socket
 from pathlib import Path
 
-from fastverify.engines.sim import ncclenv, sglang_logs
+from fastverify.sim import ncclenv, sglang_logs
 from tests.support.field import RING_LL
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nccl-2.28.9-h200-1rank"

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.engines.sim import allreduce_sim, cli_args, costmodel, flashinfer_jit
 from fastverify.sglang import allreduce as ar
 from fastverify.sglang import flashinfer_facts
+from fastverify.sim import allreduce_sim, cli_args, costmodel, flashinfer_jit
 
 REPO = Path(__file__).resolve().parents[3]
 ON = {ar.ENABLE_VAR: "1"}
@@ -119,7 +119,7 @@ def test_cost_model_uses_the_published_figures() -> None:
 
 def test_sim_server_accepts_the_flags_sglang_has() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "fastverify.engines.sim", "--model-path", "m", "--dtype", "bf16"],
+        [sys.executable, "-m", "fastverify.sim", "--model-path", "m", "--dtype", "bf16"],
         capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip

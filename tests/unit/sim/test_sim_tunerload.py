@@ -10,8 +10,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from fastverify.engines.sim import ncclenv, sglang_logs
-from fastverify.engines.sim.tunerload import tuner_load_lines
+from fastverify.sim import ncclenv, sglang_logs
+from fastverify.sim.tunerload import tuner_load_lines
 
 ROOT = Path(__file__).resolve().parents[3]
 FIX = ROOT / "tests" / "fixtures" / "nccl-2.28.9-tuner"

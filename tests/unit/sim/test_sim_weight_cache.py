@@ -1,4 +1,4 @@
-"""The sim's weight cache follows SGLang's (fastverify.engines.sim.weight_cache): its lines in
+"""The sim's weight cache follows SGLang's (fastverify.sim.weight_cache): its lines in
 each release's wording (checked against the templates the facts read from every wheel), its
 daemon's command line per release, and the daemon itself as a process: ready file, socket,
 fingerprint check, the refusal of a second daemon on a live rank, SIGINT's clean stop."""
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.engines.sim import cli_args
-from fastverify.engines.sim import weight_cache as sim_wc
-from fastverify.engines.sim.weight_cache import daemon as sim_daemon
 from fastverify.sglang import weight_cache as wc
 from fastverify.sglang.facts import known_versions, resolve
+from fastverify.sim import cli_args
+from fastverify.sim import weight_cache as sim_wc
+from fastverify.sim.weight_cache import daemon as sim_daemon
 from tests.support.harness import ctrl_c_reaches_it
 
 REPO = Path(__file__).resolve().parents[3]
@@ -101,7 +101,7 @@ def test_the_sim_daemon_serves_its_fingerprint_refuses_a_second_one_and_stops_cl
     env = {**os.environ, "PYTHONPATH": str(REPO),
            "SGLANG_WEIGHT_CACHE_SOCKET_TEMPLATE": str(d / "{device_uuid}.sock"),
            "SGLANG_WEIGHT_CACHE_READY_TEMPLATE": str(d / "{device_uuid}.ready")}  # fmt: skip
-    argv = [sys.executable, "-m", "fastverify.engines.sim.weight_cache.daemon",
+    argv = [sys.executable, "-m", "fastverify.sim.weight_cache.daemon",
             "--model-path", "sim/m", "--tp-size", "1", "--sim-load-seconds", "0.1"]  # fmt: skip
     proc = subprocess.Popen(
         argv,

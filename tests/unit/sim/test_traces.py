@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.engines.sim import costmodel, traces
+from fastverify.sim import costmodel, traces
 from tests.support.field import RING_LL
 
 FIXTURE = (

@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 
-from fastverify.engines.sim import allreduce_sim, cli_args
-from fastverify.engines.sim.costtable import SimCosts
-from fastverify.engines.sim.drafter import Drafter, RequestDraws
+from fastverify.sim import allreduce_sim, cli_args
+from fastverify.sim.costtable import SimCosts
+from fastverify.sim.drafter import Drafter, RequestDraws
 from fastverify.speculation import costs as spec_costs
 from fastverify.speculation.acceptance import Acceptance
 

@@ -57,7 +57,7 @@ def test_the_cluster_bootstrap_covers_where_passes_as_independent_draws_do_not()
     accept length is inside the cluster bootstrap's 95% interval in ~95% of 100 recordings
     of 40 requests of 256 tokens; an interval that treats their ~4,000 passes as independent
     is several times too narrow and covers far fewer."""
-    from fastverify.engines.sim.drafter import Drafter
+    from fastverify.sim.drafter import Drafter
 
     truth = Drafter.solve(2.5, 3, 0.2).pooled_length(3)
     cover = naive = 0

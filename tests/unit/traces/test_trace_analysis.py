@@ -177,7 +177,7 @@ def test_real_ring_ll_trace_with_span_option() -> None:
 
 # ---------------------------------------------------------------- sim-written traces
 def test_sim_written_traces_two_ranks(tmp_path: Path) -> None:
-    sim = pytest.importorskip("fastverify.engines.sim.traces")
+    sim = pytest.importorskip("fastverify.sim.traces")
     for rank in range(2):
         sim.write_trace(
             tmp_path / f"sim-TP-{rank}.trace.json.gz", steps=6, rank=rank, tp_size=2, mode="eagle3"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fastverify import traces
-from fastverify.engines.sim import traces as sim_traces
+from fastverify.sim import traces as sim_traces
 from tests.fixtures import tracegen
 
 VERIFY_US = [10_000.0, 20_000.0, 30_000.0, 40_000.0]

@@ -13,7 +13,7 @@ import pytest
 
 from fastverify.daemon import failures
 from fastverify.daemon.tuner_check import REASONS, check_engine_tuner, wants_nccl_debug
-from fastverify.engines.sim.tunerload import tuner_load_lines
+from fastverify.sim.tunerload import tuner_load_lines
 from fastverify.tuner.plugin import not_found_message
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "nccl-2.28.9-tuner"

@@ -22,8 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fastverify.engines.sim.scheduler import Request
 from fastverify.sglang import adaptive
+from fastverify.sim.scheduler import Request
 
 FILE_FORMAT = "sglang-request-metrics-{hour}.log"
 

@@ -1,4 +1,4 @@
-"""`python -m fastverify.engines.sim.weight_cache.daemon`: the sim's weight-cache daemon, with
+"""`python -m fastverify.sim.weight_cache.daemon`: the sim's weight-cache daemon, with
 the command line of `python -m sglang.srt.weight_cache.daemon` of the release it plays.
 
 - 0.5.17, 0.5.18: its own flags (`--model-path --tp-size --dtype --quantization --revision
@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fastverify.engines.sim import weight_cache as wc_sim
-from fastverify.engines.sim.workers import set_parent_death_signal
 from fastverify.sglang.versions import PINNED_VERSION
+from fastverify.sim import weight_cache as wc_sim
+from fastverify.sim.workers import set_parent_death_signal
 
 DAEMON_OWN = ("--gpu-id", "--tp-rank", "--pp-rank", "--dist-init-method", "--timeout", "--force")
 SWITCHES = ("--force", "--trust-remote-code")  # store_true flags of the old parser
@@ -71,7 +71,7 @@ def parse(argv: Sequence[str]) -> Args:
         p.add_argument("--timeout", type=int, default=1800)
         p.add_argument("--force", action="store_true")
         own, server_argv = p.parse_known_args(rest)
-        from fastverify.engines.sim import cli_args
+        from fastverify.sim import cli_args
 
         s = cli_args.parse([*server_argv, "--sim-sglang-version", sim.sim_sglang_version])
         values = dict(
@@ -325,7 +325,7 @@ def launch(a: Args) -> int:
         argv = [
             sys.executable,
             "-m",
-            "fastverify.engines.sim.weight_cache.daemon",
+            "fastverify.sim.weight_cache.daemon",
             *a.argv,
             "--gpu-id",
             str(gpu_id),

@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import TextIO
 
-from fastverify.engines.sim import ncclenv, tunerload
+from fastverify.sim import ncclenv, tunerload
 
 READY_LINE = "The server is fired up and ready to roll!"
 NCCL_VERSION = "2.28.9+cuda13.0"

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastverify.engines.sim import traces
-from fastverify.engines.sim.sglang_logs import LogWriter
-from fastverify.engines.sim.workers import WorkerPool
+from fastverify.sim import traces
+from fastverify.sim.sglang_logs import LogWriter
+from fastverify.sim.workers import WorkerPool
 
 
 class ProfileError(Exception):

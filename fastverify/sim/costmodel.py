@@ -51,9 +51,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fastverify.engines.sim import ncclenv
 from fastverify.sglang import eagle, spans
 from fastverify.sglang.allreduce import PUBLISHED_US, PUBLISHED_WORLD
+from fastverify.sim import ncclenv
 
 # --- model shape (Kimi-K2.5-like MoE, bf16; examples/model-configs/kimi-k2.5.json) ---
 N_LAYERS = 61

@@ -9,7 +9,7 @@ main process starts any thread, inherit its environment unchanged (the daemon ch
 - it receives SIGTERM (default action) - the main process sends it on shutdown.
 
 With `exec_argv` (the engine uses it) each worker execs itself right after the fork
-(`python -m fastverify.engines.sim.worker_main`), as SGLang spawns its schedulers, so its
+(`python -m fastverify.sim.worker_main`), as SGLang spawns its schedulers, so its
 /proc/PID/environ holds the variables the main process set after it started (SGLang's
 own NCCL rules, `fastverify.sglang.envrules`).
 

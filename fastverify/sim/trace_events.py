@@ -24,8 +24,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from fastverify.engines.sim import costmodel
 from fastverify.sglang import allreduce, spans
+from fastverify.sim import costmodel
 
 STREAM = 7
 DEVICE_NAME = "fastverify sim (SIMULATED GPU, not real hardware)"

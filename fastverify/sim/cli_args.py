@@ -79,7 +79,7 @@ class SimArgs:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m fastverify.engines.sim",
+        prog="python -m fastverify.sim",
         description="fastverify sim engine: an SGLang-compatible SIMULATION (no GPU). "
         "Timings come from a cost model, not from hardware.",
     )

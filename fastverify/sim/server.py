@@ -22,12 +22,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from fastverify.engines.sim import cli_args, request_meta
-from fastverify.engines.sim.metrics import SimMetrics
-from fastverify.engines.sim.profiler import ProfileError, Profiler
-from fastverify.engines.sim.scheduler import Request, Scheduler
-from fastverify.engines.sim.sglang_logs import LogWriter
 from fastverify.sglang import loglines
+from fastverify.sim import cli_args, request_meta
+from fastverify.sim.metrics import SimMetrics
+from fastverify.sim.profiler import ProfileError, Profiler
+from fastverify.sim.scheduler import Request, Scheduler
+from fastverify.sim.sglang_logs import LogWriter
 
 # srt/entrypoints/http_server.py health_generate: `await asyncio.sleep(1)` between its
 # checks of the scheduler's reply; tests shorten it (FASTVERIFY_SIM_HEALTH_POLL_S) where

@@ -39,12 +39,12 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from fastverify.engines.sim import costmodel, sglang_logs
-from fastverify.engines.sim.costtable import CHUNKED_PREFILL_TOKENS, SimCosts
-from fastverify.engines.sim.drafter import Drafter, RequestDraws
-from fastverify.engines.sim.metrics import SimMetrics
 from fastverify.sglang import adaptive
 from fastverify.sglang.adaptive_slot import AdaptiveController
+from fastverify.sim import costmodel, sglang_logs
+from fastverify.sim.costtable import CHUNKED_PREFILL_TOKENS, SimCosts
+from fastverify.sim.drafter import Drafter, RequestDraws
+from fastverify.sim.metrics import SimMetrics
 
 MAX_RUNNING = 256
 MAX_TOTAL_TOKENS = 1_048_576  # KV-cache capacity used for "token usage"

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastverify.engines.sim import (
+from fastverify.sglang import allreduce
+from fastverify.sim import (
     allreduce_sim,
     cli_args,
     costmodel,
@@ -26,11 +27,10 @@ from fastverify.engines.sim import (
     sglang_logs,
     weight_cache,
 )
-from fastverify.engines.sim.costtable import SimCosts
-from fastverify.engines.sim.profiler import write_cycles
-from fastverify.engines.sim.wakeup import StopFlag
-from fastverify.engines.sim.workers import WorkerPool
-from fastverify.sglang import allreduce
+from fastverify.sim.costtable import SimCosts
+from fastverify.sim.profiler import write_cycles
+from fastverify.sim.wakeup import StopFlag
+from fastverify.sim.workers import WorkerPool
 
 SHARDS = 64
 # `--load-format dummy`: SGLang initialises random weights instead of reading the

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from fastverify.engines.sim import costmodel, trace_events
 from fastverify.sglang import eagle, spans
+from fastverify.sim import costmodel, trace_events
 
 try:
     import orjson

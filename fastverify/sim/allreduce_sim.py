@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from fastverify.engines.sim import cli_args, costmodel, flashinfer_jit
 from fastverify.sglang import allreduce, flashinfer_facts
+from fastverify.sim import cli_args, costmodel, flashinfer_jit
 
 SIM_DECODE_MAX_BS = 32  # the sim captures decode graphs for bs 1..32
 SIM_REQUEST_POOL = 256  # the sim's max_running_requests (its server-init log line)

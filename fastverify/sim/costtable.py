@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from fastverify.engines.sim import allreduce_sim, cli_args, costmodel
 from fastverify.sglang import allreduce, eagle
+from fastverify.sim import allreduce_sim, cli_args, costmodel
 
 MAX_STEPS = 7  # the step counts published (SGLang's default adaptive config reaches 7)
 CHUNKED_PREFILL_TOKENS = 8192  # the sim's chunked_prefill_size (its server-init log line)

@@ -28,7 +28,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from fastverify.engines.sim import (
+from fastverify.sglang import adaptive
+from fastverify.sglang.facts import resolve as resolve_facts
+from fastverify.sim import (
     allreduce_sim,
     cli_args,
     costtable,
@@ -36,15 +38,13 @@ from fastverify.engines.sim import (
     sglang_logs,
     weight_cache,
 )
-from fastverify.engines.sim.metrics import SimMetrics
-from fastverify.engines.sim.profiler import Profiler
-from fastverify.engines.sim.scheduler import Request, Scheduler
-from fastverify.engines.sim.server import App, SimHTTPServer
-from fastverify.engines.sim.startup import StartUp, Stop, tuning_rows, worker_handler
-from fastverify.engines.sim.wakeup import StopFlag
-from fastverify.engines.sim.workers import WorkerPool
-from fastverify.sglang import adaptive
-from fastverify.sglang.facts import resolve as resolve_facts
+from fastverify.sim.metrics import SimMetrics
+from fastverify.sim.profiler import Profiler
+from fastverify.sim.scheduler import Request, Scheduler
+from fastverify.sim.server import App, SimHTTPServer
+from fastverify.sim.startup import StartUp, Stop, tuning_rows, worker_handler
+from fastverify.sim.wakeup import StopFlag
+from fastverify.sim.workers import WorkerPool
 
 SIM_VERSION = "0.5.23-fastverify-sim"
 BANNER = (
@@ -215,7 +215,7 @@ class SimEngine:
         """SGLang's --export-metrics-to-file: the scheduler's finish hook, or None."""
         if not self.args.export_metrics_dir:
             return None
-        from fastverify.engines.sim.request_meta import MetricsFile
+        from fastverify.sim.request_meta import MetricsFile
 
         spec = self.args.mode == "eagle3"
         out = MetricsFile(self.args.export_metrics_dir, spec, self.args.num_draft_tokens)
@@ -270,7 +270,7 @@ class SimEngine:
             self.workers = WorkerPool.fork(
                 a.tp_size - 1,
                 worker_handler(self.log),
-                [sys.executable, "-u", "-m", "fastverify.engines.sim.worker_main", a.log_level],
+                [sys.executable, "-u", "-m", "fastverify.sim.worker_main", a.log_level],
             )
             # like SGLang waiting for its schedulers: every worker answers once it runs
             self.workers.request_each(lambda rank: {"cmd": "ping"}, timeout=120.0)
