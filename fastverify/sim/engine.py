@@ -289,6 +289,7 @@ class SimEngine:
             served_model_name=a.served_model_name,
             log=self.log,
             access_log=a.log_level == "debug",
+            sglang_vars=resolve_facts(a.sglang_version).env.get("sglang_vars") or (),
         )
         try:
             try:

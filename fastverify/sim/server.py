@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,7 +34,9 @@ from fastverify.sim.sglang_logs import LogWriter
 # they are not about it
 HEALTH_POLL_S = 1.0
 HEALTH_POLL_VAR = "FASTVERIFY_SIM_HEALTH_POLL_S"
-HEALTH_GENERATION_VAR = "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"  # srt/environ.py, default on
+# the variable that turns /health into a plain 200 where a release has it (srt/environ.py,
+# default on); a release without it answers /health as /health_generate
+HEALTH_GENERATION_VAR = "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"
 
 FILLER = (
     " the",
@@ -103,8 +105,10 @@ class App:
         served_model_name: str,
         log: LogWriter,
         access_log: bool = False,
+        sglang_vars: Collection[str] = (),
     ):
         self.model_info = model_info
+        self.sglang_vars = frozenset(sglang_vars)  # the SGLANG_* the played release reads
         self.served_model_name = served_model_name
         self.log = log
         self.access_log = access_log
@@ -267,9 +271,10 @@ class Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------- health/info
     def health(self) -> None:
-        """SGLang's /health is its /health_generate unless
-        SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION is off (then 200 once up)."""
-        if os.environ.get(HEALTH_GENERATION_VAR, "1").lower() in ("0", "false", "no", "off"):
+        """SGLang's /health is its /health_generate unless the played release reads
+        SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION (its facts) and it is off (then 200 once up)."""
+        off = os.environ.get(HEALTH_GENERATION_VAR, "1").lower() in ("0", "false", "no", "off")
+        if off and HEALTH_GENERATION_VAR in self.server.app.sglang_vars:
             self._send(200 if self.server.app.ready.is_set() else 503, b"", "text/plain")
             return
         self.health_generate()

@@ -503,3 +503,32 @@ def test_client_disconnect_aborts_the_request(sim: SimProcess) -> None:
     while sim.get_json("/get_server_info")["internal_states"][0]["num_running_reqs"] != 0:
         assert time.monotonic() < deadline, "request kept running after its client left"
         time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    ("release", "status"),
+    [("0.5.23", 200), ("0.5.1.post3", 503)],
+)
+def test_health_without_generation_only_where_the_release_reads_the_variable(
+    release: str, status: int
+) -> None:
+    """With SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0, a release that reads it (its facts)
+    answers /health with a plain 200 even with the scheduler hung; 0.5.1.post3 has no such
+    variable, and its /health is /health_generate: 503 after SGLANG_HEALTH_CHECK_TIMEOUT."""
+    import os
+    import signal
+
+    from fastverify.sglang.facts import resolve
+    from fastverify.sim.server import HEALTH_GENERATION_VAR
+
+    reads = HEALTH_GENERATION_VAR in resolve(release).env["sglang_vars"]
+    assert reads == (status == 200)
+    env = {HEALTH_GENERATION_VAR: "0", "SGLANG_HEALTH_CHECK_TIMEOUT": "1"}
+    sim = SimProcess(tp=1, eagle3=False, env=env, extra=["--sim-sglang-version", release])
+    try:
+        sim.wait_ready(60)
+        os.kill(sim.pid, signal.SIGUSR1)  # the scheduler hangs while the process lives
+        got, _, _ = sim.request("GET", "/health", timeout=30)
+        assert got == status
+    finally:
+        sim.stop()
