@@ -1,4 +1,4 @@
-"""ctypes views of the tuner ABI structs (v1..v5) and a fake NCCL cost table, so tests
+"""ctypes views of the tuner ABI structs (v2..v6) and a fake NCCL cost table, so tests
 call the real plugin's init/getCollInfo/finalize the way NCCL does.
 
 Layouts follow NCCL's plugin headers (src/include/plugin/tuner/tuner_vN.h): a name
@@ -30,9 +30,25 @@ IP = ctypes.POINTER(ctypes.c_int)
 SZ = ctypes.c_size_t
 
 NUM_ALGO, NUM_PROTO = 7, 3
-TREE, RING, PAT = 0, 1, 6
+TREE, RING, COLLNET_CHAIN, NVLS, NVLS_TREE, PAT = 0, 1, 3, 4, 5, 6
 LL, LL128, SIMPLE = 0, 1, 2
 ALLREDUCE, ALLGATHER = 4, 2
+
+
+class V6(ctypes.Structure):
+    """v5 with an optional getChunkSize at the end (NCCL 2.30)."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("init", ctypes.CFUNCTYPE(RESULT, PP, ctypes.c_uint64, SZ, SZ, LOGGER, VP, VP)),
+        ("getCollInfo", ctypes.CFUNCTYPE(
+            RESULT, VP, ctypes.c_int, SZ, ctypes.c_int, FPP, ctypes.c_int, ctypes.c_int,
+            ctypes.c_int, IP)),
+        ("finalize", ctypes.CFUNCTYPE(RESULT, VP)),
+        ("getChunkSize", ctypes.CFUNCTYPE(
+            RESULT, VP, ctypes.c_int, SZ, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+            ctypes.POINTER(SZ))),
+    ]  # fmt: skip
 
 
 class V5(ctypes.Structure):
@@ -130,17 +146,69 @@ def v5_session(lib: ctypes.CDLL, nranks: int = 2, nnodes: int = 1):
     """(struct, context, logs) after a v5 init, as NCCL 2.28 does per communicator."""
     s = symbol(lib, "ncclTunerPlugin_v5", V5)
     logs = Logs()
+    return s, init(s, 5, nranks, nnodes, logs.cb), logs
+
+
+VERSIONS = {6: V6, 5: V5, 4: V4, 3: V3, 2: V2}
+
+
+def exported(lib: ctypes.CDLL) -> tuple[int, ctypes.Structure]:
+    """The newest ncclTunerPlugin_vN the library exports, as NCCL looks for it (newest
+    first), and its struct."""
+    for version, struct in VERSIONS.items():
+        try:
+            return version, symbol(lib, f"ncclTunerPlugin_v{version}", struct)
+        except ValueError:
+            continue
+    raise LookupError(f"{lib._name} exports no ncclTunerPlugin_v2..v6")
+
+
+def init(s, version: int, nranks: int, nnodes: int, logger) -> ctypes.c_void_p:
+    """The plugin's init in its ABI's signature (v5 and v6 take the commId first)."""
     ctx = ctypes.c_void_p()
-    rc = s.init(ctypes.byref(ctx), 0x1234, nranks, nnodes, logs.cb, None, None)
-    assert rc == 0
-    return s, ctx, logs
+    if version >= 5:
+        rc = s.init(ctypes.byref(ctx), 0x1234, nranks, nnodes, logger, None, None)
+    else:
+        rc = s.init(nranks, nnodes, logger, ctypes.byref(ctx))
+    if rc != 0:
+        raise RuntimeError(f"init returned {rc}")
+    return ctx
 
 
-def call(s, ctx, nbytes: int, arr, coll: int = ALLREDUCE, version: int = 5) -> int:
-    """getCollInfo with the cost table `arr`; returns the nChannels it left (0: NCCL's)."""
+def close(s, ctx, version: int) -> None:
+    (s.finalize if version >= 5 else s.destroy)(ctx)
+
+
+def row_pointers(arr):
+    """`arr` as a float* per algorithm: the float** that example plugins before NCCL 2.30
+    index as table[algo][proto] (NCCL itself passes the flat array cast to float**)."""
+    rows = (ctypes.POINTER(ctypes.c_float) * NUM_ALGO)()
+    for a in range(NUM_ALGO):
+        rows[a] = ctypes.cast(ctypes.byref(arr, a * NUM_PROTO * ctypes.sizeof(ctypes.c_float)),
+                              ctypes.POINTER(ctypes.c_float))  # fmt: skip
+    return rows
+
+
+def call(s, ctx, nbytes: int, arr, coll: int = ALLREDUCE, version: int = 5,
+         table=None) -> int:  # fmt: skip
+    """getCollInfo with the cost table `arr`; returns the nChannels it left (0: NCCL's).
+    `table`: what the plugin gets as float** (default: `arr` itself, as NCCL passes it).
+    v2 has no cost table: NCCL's v2 adapter zeroes the cost of the algorithm/protocol it
+    returned, as done here."""
     nch = ctypes.c_int(0)
-    tbl = ctypes.cast(arr, FPP)
-    if version == 3:
+    tbl = ctypes.cast(arr if table is None else table, FPP)
+    if version == 2:
+        algo, proto = ctypes.c_int(-1), ctypes.c_int(-1)
+        nvls = int(
+            arr[NVLS * NUM_PROTO + SIMPLE] != -1 or arr[NVLS_TREE * NUM_PROTO + SIMPLE] != -1
+        )
+        collnet = int(arr[COLLNET_CHAIN * NUM_PROTO + SIMPLE] != -1)
+        rc = s.getCollInfo(ctx, coll, nbytes, collnet, nvls, 1, ctypes.byref(algo),
+                           ctypes.byref(proto), ctypes.byref(nch))  # fmt: skip
+        a, p = algo.value, proto.value
+        if 0 <= a < NUM_ALGO and 0 <= p < NUM_PROTO and arr[a * NUM_PROTO + p] != -1:
+            arr[a * NUM_PROTO + p] = 0.0
+    elif version == 3:
         rc = s.getCollInfo(ctx, coll, nbytes, 1, tbl, NUM_ALGO, NUM_PROTO, ctypes.byref(nch))
     else:
         rc = s.getCollInfo(ctx, coll, nbytes, 1, tbl, NUM_ALGO, NUM_PROTO, 0, ctypes.byref(nch))
