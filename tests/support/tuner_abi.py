@@ -35,63 +35,42 @@ LL, LL128, SIMPLE = 0, 1, 2
 ALLREDUCE, ALLGATHER = 4, 2
 
 
-class V6(ctypes.Structure):
-    """v5 with an optional getChunkSize at the end (NCCL 2.30)."""
+# the function types of NCCL's tuner_vN.h; getCollInfo gained regBuff in v4, init the
+# commId (and moved the context out-parameter first) in v5
+INIT_V2 = ctypes.CFUNCTYPE(RESULT, SZ, SZ, LOGGER, PP)  # nRanks, nNodes, log, &context
+INIT_V5 = ctypes.CFUNCTYPE(RESULT, PP, ctypes.c_uint64, SZ, SZ, LOGGER, VP, VP)
+GET_V2 = ctypes.CFUNCTYPE(  # collNetSupport, nvlsSupport, numPipeOps, &algo, &proto, &nCh
+    RESULT, VP, ctypes.c_int, SZ, ctypes.c_int, ctypes.c_int, ctypes.c_int, IP, IP, IP
+)
+GET_V3 = ctypes.CFUNCTYPE(RESULT, VP, ctypes.c_int, SZ, ctypes.c_int, FPP, ctypes.c_int,
+                          ctypes.c_int, IP)  # fmt: skip
+GET_V4 = ctypes.CFUNCTYPE(RESULT, VP, ctypes.c_int, SZ, ctypes.c_int, FPP, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_int, IP)  # fmt: skip
+CHUNK_V6 = ctypes.CFUNCTYPE(RESULT, VP, ctypes.c_int, SZ, ctypes.c_int, ctypes.c_int,
+                            ctypes.c_int, ctypes.POINTER(SZ))  # fmt: skip
+END = ctypes.CFUNCTYPE(RESULT, VP)  # destroy (v2-v4), finalize (v5, v6)
+NAME = ("name", ctypes.c_char_p)
 
-    _fields_ = [
-        ("name", ctypes.c_char_p),
-        ("init", ctypes.CFUNCTYPE(RESULT, PP, ctypes.c_uint64, SZ, SZ, LOGGER, VP, VP)),
-        ("getCollInfo", ctypes.CFUNCTYPE(
-            RESULT, VP, ctypes.c_int, SZ, ctypes.c_int, FPP, ctypes.c_int, ctypes.c_int,
-            ctypes.c_int, IP)),
-        ("finalize", ctypes.CFUNCTYPE(RESULT, VP)),
-        ("getChunkSize", ctypes.CFUNCTYPE(
-            RESULT, VP, ctypes.c_int, SZ, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-            ctypes.POINTER(SZ))),
-    ]  # fmt: skip
+
+class V6(ctypes.Structure):
+    _fields_ = [NAME, ("init", INIT_V5), ("getCollInfo", GET_V4), ("finalize", END),
+                ("getChunkSize", CHUNK_V6)]  # fmt: skip
 
 
 class V5(ctypes.Structure):
-    _fields_ = [
-        ("name", ctypes.c_char_p),
-        ("init", ctypes.CFUNCTYPE(RESULT, PP, ctypes.c_uint64, SZ, SZ, LOGGER, VP, VP)),
-        ("getCollInfo", ctypes.CFUNCTYPE(
-            RESULT, VP, ctypes.c_int, SZ, ctypes.c_int, FPP, ctypes.c_int, ctypes.c_int,
-            ctypes.c_int, IP)),
-        ("finalize", ctypes.CFUNCTYPE(RESULT, VP)),
-    ]  # fmt: skip
+    _fields_ = [NAME, ("init", INIT_V5), ("getCollInfo", GET_V4), ("finalize", END)]
 
 
 class V4(ctypes.Structure):
-    _fields_ = [
-        ("name", ctypes.c_char_p),
-        ("init", ctypes.CFUNCTYPE(RESULT, SZ, SZ, LOGGER, PP)),
-        ("getCollInfo", ctypes.CFUNCTYPE(
-            RESULT, VP, ctypes.c_int, SZ, ctypes.c_int, FPP, ctypes.c_int, ctypes.c_int,
-            ctypes.c_int, IP)),
-        ("destroy", ctypes.CFUNCTYPE(RESULT, VP)),
-    ]  # fmt: skip
+    _fields_ = [NAME, ("init", INIT_V2), ("getCollInfo", GET_V4), ("destroy", END)]
 
 
 class V3(ctypes.Structure):
-    _fields_ = [
-        ("name", ctypes.c_char_p),
-        ("init", ctypes.CFUNCTYPE(RESULT, SZ, SZ, LOGGER, PP)),
-        ("getCollInfo", ctypes.CFUNCTYPE(
-            RESULT, VP, ctypes.c_int, SZ, ctypes.c_int, FPP, ctypes.c_int, ctypes.c_int, IP)),
-        ("destroy", ctypes.CFUNCTYPE(RESULT, VP)),
-    ]  # fmt: skip
+    _fields_ = [NAME, ("init", INIT_V2), ("getCollInfo", GET_V3), ("destroy", END)]
 
 
 class V2(ctypes.Structure):
-    _fields_ = [
-        ("name", ctypes.c_char_p),
-        ("init", ctypes.CFUNCTYPE(RESULT, SZ, SZ, LOGGER, PP)),
-        ("getCollInfo", ctypes.CFUNCTYPE(
-            RESULT, VP, ctypes.c_int, SZ, ctypes.c_int, ctypes.c_int, ctypes.c_int, IP, IP,
-            IP)),
-        ("destroy", ctypes.CFUNCTYPE(RESULT, VP)),
-    ]  # fmt: skip
+    _fields_ = [NAME, ("init", INIT_V2), ("getCollInfo", GET_V2), ("destroy", END)]
 
 
 def cost_table(values: dict[tuple[int, int], float] | None = None, default: float = -1.0):

@@ -25,7 +25,20 @@ import pytest
 from fastverify.tuner import nccl_csv
 from fastverify.tuner.table import check_table, parse_text
 from tests.support.nccl_example_driver import COSTS
-from tests.support.tuner_abi import ALLGATHER, ALLREDUCE, call, cost_table, nccl_pick, v5_session
+from tests.support.tuner_abi import (
+    ALLGATHER,
+    ALLREDUCE,
+    LOGGER,
+    V2,
+    call,
+    close,
+    cost_table,
+    exported,
+    init,
+    nccl_pick,
+    symbol,
+    v5_session,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 FIX = ROOT / "tests" / "fixtures" / "nccl-2.28.9-tuner"
@@ -170,6 +183,21 @@ def test_nccl_example_plugin_picks_the_rows_fastverify_picks(
             assert got["channels"] == (row.channels if row and row.channels else 1), where
             assert mine["channels"] == (row.channels or 0 if row else 0), where
         s.finalize(ctx)
+
+
+def test_the_driver_speaks_the_newest_abi_a_plugin_exports(plugin_so: Path) -> None:
+    """fastverify's plugin exports v5..v2: the driver takes v5, as NCCL 2.28+ does; through
+    v2 (no cost table: NCCL's adapter zeroes the returned pair) it refuses and leaves the
+    costs as they were."""
+    lib = ctypes.CDLL(str(plugin_so))
+    version, s5 = exported(lib)
+    assert (version, s5.name) == (5, b"fastverify")
+    s2 = symbol(lib, "ncclTunerPlugin_v2", V2)
+    ctx = init(s2, 2, 2, 1, LOGGER())
+    arr = cost_table(COSTS)
+    assert call(s2, ctx, 14336, arr, version=2) == 0
+    assert list(arr) == list(cost_table(COSTS))
+    close(s2, ctx, 2)
 
 
 def test_the_export_is_in_nccls_column_order_and_reads_back(tmp_path: Path) -> None:
