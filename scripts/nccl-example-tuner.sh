@@ -105,7 +105,7 @@ debian_mirror() {  # the Debian archive APT is configured with (no package lists
 
 copy_from_debian() {  # the example's files of Debian's pinned orig tarball into $tmp
   local name="${debian_pkg}_${debian_ver}.orig.tar.gz" store="$root/debian-sources"
-  local tarball="$store/$name" mirror url top="nccl-$debian_ver/plugins/tuner/example"
+  local tarball="$store/$name" mirror url part top="nccl-$debian_ver/plugins/tuner/example"
   mirror=$(debian_mirror)
   url="${mirror}pool/contrib/${debian_pkg:0:1}/$debian_pkg/$name"
   if ! echo "$debian_sha256  $tarball" | sha256sum -c --status 2>/dev/null; then
@@ -116,17 +116,20 @@ copy_from_debian() {  # the example's files of Debian's pinned orig tarball into
       exit 3
     fi
     mkdir -p "$store"
-    # APT's downloader checks the pinned sha256 and leaves nothing behind on a mismatch
-    if ! /usr/lib/apt/apt-helper download-file "$url" "$tarball.part" \
+    # a folder of this call's own (two calls at once each download), renamed into place;
+    # APT's downloader checks the pinned sha256
+    part=$(mktemp -d "$store/.download.XXXXXX")
+    if ! /usr/lib/apt/apt-helper download-file "$url" "$part/$name" \
       "SHA256:$debian_sha256" >"$tmp/download.log" 2>&1; then
-      rm -f "$tarball.part"
+      rm -rf "$part"
       echo "nccl-example-tuner.sh: no NCCL source (looked at: ${candidates[*]:-nothing})," \
         "and Debian's $debian_pkg $debian_ver could not be fetched from $url:" \
         "$(grep '^E:' "$tmp/download.log" | tr '\n' ' ')(offline, or that version left the" \
         "pool: pin the one its Sources index lists)" >&2
       exit 3
     fi
-    mv -f "$tarball.part" "$tarball"
+    mv -f "$part/$name" "$tarball"
+    rmdir "$part"
   fi
   tar -xzf "$tarball" -C "$tmp" "$top/plugin.c" "$top/nccl"
   mv "$tmp/$top/plugin.c" "$tmp/"
