@@ -24,9 +24,11 @@ what follows for the export:
 - rows are tried in file order, the first match wins (as in fastverify's plugin);
   numPipeOps and regBuff (`-1` = any) have no counterpart in fastverify's table: the export
   writes eight fields, the import accepts only `-1` there.
-- the example plugin of NCCL 2.28 (`ext-tuner/example/plugin.c`) indexes the cost table as
-  `collCostTable[algorithm][protocol]` on a `float**`, which reads a pointer from the flat
-  table; 2.29 casts it to `float (*)[NCCL_NUM_PROTOCOLS]`. Build the plugin of 2.29 or newer.
+- the example plugin before NCCL 2.30 (2.28's `ext-tuner/example`, 2.29's
+  `plugins/tuner/example`) indexes the cost table as `collCostTable[algorithm][protocol]` on
+  a `float**`, which reads a pointer from the flat table; 2.30 casts it to
+  `float (*)[NCCL_NUM_PROTOCOLS]`. Build the plugin of 2.30 or newer. Its CSV parser is
+  the same in 2.29 and 2.30.
 """
 
 from __future__ import annotations

@@ -1,7 +1,13 @@
-"""Drive a tuner plugin's v5 init/getCollInfo/finalize the way NCCL does, in a process of
+"""Drive a tuner plugin's init/getCollInfo/finalize the way NCCL does, in a process of
 its own, and print what it chose for each query as JSON lines.
 
-    python nccl_example_driver.py PLUGIN.so NRANKS NNODES QUERIES.json
+    python nccl_example_driver.py PLUGIN.so NRANKS NNODES QUERIES.json [--row-pointers]
+
+The ABI is the newest ncclTunerPlugin_vN (v6..v2) the plugin exports, as NCCL picks it;
+each line says which ("abi"). --row-pointers hands the plugin the cost table as one float*
+per algorithm instead of NCCL's flat float[algo][proto] cast to float**: what the example
+plugin before NCCL 2.30 indexes (under NCCL itself it reads the costs as pointers and
+crashes), so its CSV reading and row matching can still be checked.
 
 QUERIES: [[collective, nbytes], ...]. Each call gets a fresh NCCL-like cost table
 (`COSTS`); the output per query is {"bytes", "coll", "pick": [algo, proto], "channels"}: the
@@ -28,11 +34,13 @@ from tests.support.tuner_abi import (
     RING,
     SIMPLE,
     TREE,
-    V5,
     call,
+    close,
     cost_table,
+    exported,
+    init,
     nccl_pick,
-    symbol,
+    row_pointers,
 )
 
 # NCCL-like costs: Ring/LL cheapest unless a row says otherwise; every entry available
@@ -42,17 +50,19 @@ COSTS = {(TREE, LL): 9.0, (TREE, LL128): 11.0, (TREE, SIMPLE): 12.0, (RING, LL):
 
 def main() -> None:
     so, nranks, nnodes, queries = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    s = symbol(ctypes.CDLL(so), "ncclTunerPlugin_v5", V5)
-    ctx = ctypes.c_void_p()
-    rc = s.init(ctypes.byref(ctx), 0x1234, nranks, nnodes, LOGGER(), None, None)
-    if rc != 0:
-        sys.exit(f"init returned {rc}")
+    rows = "--row-pointers" in sys.argv[5:]
+    version, s = exported(ctypes.CDLL(so))
+    try:
+        ctx = init(s, version, nranks, nnodes, LOGGER())
+    except RuntimeError as e:
+        sys.exit(str(e))
     for coll, nbytes in json.loads(Path(queries).read_text()):
         arr = cost_table(COSTS)
-        channels = call(s, ctx, nbytes, arr, coll=coll)
+        table = row_pointers(arr) if rows else None
+        channels = call(s, ctx, nbytes, arr, coll=coll, version=version, table=table)
         print(json.dumps({"coll": coll, "bytes": nbytes, "pick": nccl_pick(arr),
-                          "channels": channels}))  # fmt: skip
-    s.finalize(ctx)
+                          "channels": channels, "abi": version}), flush=True)  # fmt: skip
+    close(s, ctx, version)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
 """fastverify's table exported in NCCL's own tuner CSV format and loaded by NCCL's real
-example plugin (plugins/tuner/example of NVIDIA/nccl v2.30.7-1, built from NCCL's source
-outside the repository by scripts/nccl-example-tuner.sh), driven through its v5 ABI the way
-NCCL drives it: for every size the two plugins pick the same algorithm and protocol.
+example plugin (plugins/tuner/example), built from NCCL's source outside the repository by
+scripts/nccl-example-tuner.sh: NVIDIA/nccl v2.30.7-1 from a NCCL git repository where one
+is here, else Debian's nvidia-nccl 2.29.7-1 source package (its CSV parser is the same
+code). Driven through the newest tuner ABI the plugin exports (v6 for 2.30.7, v5 for
+2.29.7) the way NCCL drives it: for every size the two plugins pick the same algorithm and
+protocol. 2.29.7's plugin indexes the cost table as a float** (under NCCL it crashes at its
+first matching row, test below), so it is handed one pointer per algorithm there.
 
 Tables: the two derived on 2 x H200 (tests/fixtures/nccl-2.28.9-tuner/) and one with
 channel counts, another collective, a rank count of 8 and a channel-only row."""
@@ -13,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,7 +25,20 @@ import pytest
 from fastverify.tuner import nccl_csv
 from fastverify.tuner.table import check_table, parse_text
 from tests.support.nccl_example_driver import COSTS
-from tests.support.tuner_abi import ALLGATHER, ALLREDUCE, call, cost_table, nccl_pick, v5_session
+from tests.support.tuner_abi import (
+    ALLGATHER,
+    ALLREDUCE,
+    LOGGER,
+    V2,
+    call,
+    close,
+    cost_table,
+    exported,
+    init,
+    nccl_pick,
+    symbol,
+    v5_session,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 FIX = ROOT / "tests" / "fixtures" / "nccl-2.28.9-tuner"
@@ -37,16 +55,48 @@ AllGather,0,4194304,Ring,LL128,2,2,1
 COLL = {"AllReduce": ALLREDUCE, "AllGather": ALLGATHER}
 
 
-@pytest.fixture(scope="module")
-def nccl_example_so() -> Path:
-    proc = subprocess.run([str(ROOT / "scripts" / "nccl-example-tuner.sh")],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+SCRIPT = ROOT / "scripts" / "nccl-example-tuner.sh"
+# what the script builds: NCCL's tag from a git repository, or Debian's pinned source package
+BUILDS = {
+    "2.30.7-1": ("git ", 6),
+    "2.29.7-1": ("Debian source package nvidia-nccl 2.29.7-1-1 (contrib), ", 5),
+}
+
+
+@dataclass(frozen=True)
+class ExamplePlugin:
+    so: Path
+    nccl: str  # NCCL's version, e.g. "2.30.7-1"
+    abi: int  # the ncclTunerPlugin_vN NCCL would pick in it
+
+    @property
+    def row_pointers(self) -> bool:
+        """Before 2.30 the plugin indexes the cost table as a float** (see the driver)."""
+        return tuple(map(int, self.nccl.split("-")[0].split("."))) < (2, 30)
+
+
+def build_example(*args: str) -> ExamplePlugin:
+    """The plugin the script builds; skips only when it found no NCCL source at all."""
+    proc = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, check=False)
     if proc.returncode == 3:
-        pytest.skip(f"NCCL's source is not here: {proc.stderr.strip()}")
+        pytest.skip(
+            "neither a NCCL git repository nor Debian's nvidia-nccl source package could be "
+            f"had: {proc.stderr.strip()}"
+        )
     assert proc.returncode == 0, proc.stderr
     so = Path(proc.stdout.strip().splitlines()[-1])
-    assert "v2.30.7-1:plugins/tuner/example" in (so.parent / "SOURCE").read_text()
-    return so
+    source = dict(ln.split("=", 1) for ln in (so.parent / "SOURCE").read_text().splitlines())
+    assert source["dir"] == "plugins/tuner/example", source
+    origin, abi = BUILDS[source["nccl"]]
+    assert source["from"].startswith(origin), source
+    if origin.startswith("Debian"):
+        assert len(source["sha256"]) == 64, source
+    return ExamplePlugin(so, source["nccl"], abi)
+
+
+@pytest.fixture(scope="module")
+def nccl_example() -> ExamplePlugin:
+    return build_example()
 
 
 def tables(tmp_path: Path) -> dict[str, Path]:
@@ -69,21 +119,31 @@ def queries(rows) -> list[list[int]]:
     return sorted([c, b] for c, b in out)
 
 
-def nccl_choices(so: Path, csv: Path, qs: list[list[int]], tmp: Path, nranks: int, nnodes: int):
+def run_driver(plugin: ExamplePlugin, csv: Path, qs: list[list[int]], tmp: Path,
+               nranks: int = 2, nnodes: int = 1, flat: bool = False):  # fmt: skip
+    """The driver's process on `qs`; `flat`: NCCL's own flat cost table whatever the plugin."""
     qfile = tmp / "queries.json"
     qfile.write_text(json.dumps(qs))
     env = {**os.environ, "NCCL_TUNER_CONFIG_FILE": str(csv)}
-    proc = subprocess.run(
-        [sys.executable, str(DRIVER), str(so), str(nranks), str(nnodes), str(qfile)],
+    rows = ["--row-pointers"] if plugin.row_pointers and not flat else []
+    return subprocess.run(
+        [sys.executable, str(DRIVER), str(plugin.so), str(nranks), str(nnodes), str(qfile), *rows],
         capture_output=True, text=True, env=env, check=False, cwd=tmp,
     )  # fmt: skip
+
+
+def nccl_choices(plugin: ExamplePlugin, csv: Path, qs: list[list[int]], tmp: Path, nranks: int,
+                 nnodes: int):  # fmt: skip
+    proc = run_driver(plugin, csv, qs, tmp, nranks, nnodes)
     assert proc.returncode == 0, proc.stderr
-    return {(o["coll"], o["bytes"]): o for o in map(json.loads, proc.stdout.splitlines())}
+    out = [json.loads(ln) for ln in proc.stdout.splitlines()]
+    assert {o["abi"] for o in out} == {plugin.abi}, (plugin, out[:1])
+    return {(o["coll"], o["bytes"]): o for o in out}
 
 
 @pytest.mark.parametrize("shape", [(2, 1), (8, 1), (4, 1)])
 def test_nccl_example_plugin_picks_the_rows_fastverify_picks(
-    nccl_example_so: Path,
+    nccl_example: ExamplePlugin,
     plugin_so: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -98,7 +158,7 @@ def test_nccl_example_plugin_picks_the_rows_fastverify_picks(
         csv = tmp_path / f"{name}.nccl.csv"
         csv.write_text(text)
         qs = queries(check.rows)
-        theirs = nccl_choices(nccl_example_so, csv, qs, tmp_path, nranks, nnodes)
+        theirs = nccl_choices(nccl_example, csv, qs, tmp_path, nranks, nnodes)
         monkeypatch.setenv("FASTVERIFY_TUNER_TABLE", str(path))
         s, ctx, _logs = v5_session(ours, nranks, nnodes)
         for coll, nbytes in qs:
@@ -123,6 +183,21 @@ def test_nccl_example_plugin_picks_the_rows_fastverify_picks(
             assert got["channels"] == (row.channels if row and row.channels else 1), where
             assert mine["channels"] == (row.channels or 0 if row else 0), where
         s.finalize(ctx)
+
+
+def test_the_driver_speaks_the_newest_abi_a_plugin_exports(plugin_so: Path) -> None:
+    """fastverify's plugin exports v5..v2: the driver takes v5, as NCCL 2.28+ does; through
+    v2 (no cost table: NCCL's adapter zeroes the returned pair) it refuses and leaves the
+    costs as they were."""
+    lib = ctypes.CDLL(str(plugin_so))
+    version, s5 = exported(lib)
+    assert (version, s5.name) == (5, b"fastverify")
+    s2 = symbol(lib, "ncclTunerPlugin_v2", V2)
+    ctx = init(s2, 2, 2, 1, LOGGER())
+    arr = cost_table(COSTS)
+    assert call(s2, ctx, 14336, arr, version=2) == 0
+    assert list(arr) == list(cost_table(COSTS))
+    close(s2, ctx, 2)
 
 
 def test_the_export_is_in_nccls_column_order_and_reads_back(tmp_path: Path) -> None:
@@ -166,28 +241,27 @@ def test_import_refuses_what_nccl_would_misread(line: str, message: str) -> None
     ]
 
 
-def test_the_example_plugin_of_nccl_2_28_crashes_on_its_first_matching_row(tmp_path: Path) -> None:
-    """Why the export says "build the plugin of 2.29 or newer": 2.28.9's
-    ext-tuner/example/plugin.c indexes the flat cost table as a float** (2.29 fixed it)."""
-    proc = subprocess.run([str(ROOT / "scripts" / "nccl-example-tuner.sh"), "--ref", "v2.28.9-1"],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+def test_the_example_plugin_before_nccl_2_30_crashes_on_its_first_matching_row(
+    tmp_path: Path,
+) -> None:
+    """Why the export says "build the plugin of 2.30 or newer": the plugin.c of 2.28.9
+    (ext-tuner/example) and of 2.29.7 (plugins/tuner/example) indexes NCCL's flat cost
+    table as a float** (2.30 fixed it). 2.28.9 from a NCCL git repository, else 2.29.7 from
+    Debian's source package."""
+    proc = subprocess.run([str(SCRIPT), "--ref", "v2.28.9-1"], capture_output=True, text=True,
+                          check=False)  # fmt: skip
     if proc.returncode == 3:
-        pytest.skip(f"NCCL's source is not here: {proc.stderr.strip()}")
-    so = Path(proc.stdout.strip().splitlines()[-1])
+        plugin = build_example("--from-debian")
+        assert plugin.nccl == "2.29.7-1"
+    else:
+        assert proc.returncode == 0, proc.stderr
+        plugin = ExamplePlugin(Path(proc.stdout.strip().splitlines()[-1]), "2.28.9-1", 5)
     csv = tmp_path / "t.csv"
     csv.write_text("allreduce,0,100000,tree,simple,-1,1,2\n")
-    got = nccl_choices_rc(so, csv, [[ALLREDUCE, 500000], [ALLREDUCE, 5000]], tmp_path)
-    assert got[0] == -11, got  # SIGSEGV at the row that matches, never a choice
-    assert json.loads(got[1].splitlines()[0])["bytes"] == 500000  # the row-less call ran
-
-
-def nccl_choices_rc(so: Path, csv: Path, qs: list[list[int]], tmp: Path) -> tuple[int, str]:
-    qfile = tmp / "queries.json"
-    qfile.write_text(json.dumps(qs))
-    env = {**os.environ, "NCCL_TUNER_CONFIG_FILE": str(csv)}
-    proc = subprocess.run([sys.executable, str(DRIVER), str(so), "2", "1", str(qfile)],
-                          capture_output=True, text=True, env=env, check=False)  # fmt: skip
-    return proc.returncode, proc.stdout
+    got = run_driver(plugin, csv, [[ALLREDUCE, 500000], [ALLREDUCE, 5000]], tmp_path, flat=True)
+    assert got.returncode == -11, (got.returncode, got.stderr)  # SIGSEGV at the matching row
+    assert json.loads(got.stdout.splitlines()[0])["bytes"] == 500000  # the row-less call ran
+    assert len(got.stdout.splitlines()) == 1
 
 
 def test_profile_import_of_nccl_csv_writes_a_tuner_profile_and_refuses_bad_lines(
