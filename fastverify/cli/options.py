@@ -5,6 +5,7 @@ window, load shape, how long a load may take), so both take the same flags with 
 defaults. `rank_options`: how
 `preflight` and `rehearse` start their rank processes (ranks, interpreter, environment, NCCL
 call, timeout, logs). `env_pairs`: `--env KEY=VALUE` values of the GPU experiments and `tune`.
+`batch_sizes`: a comma list of batch sizes (the `spec` commands).
 """
 
 from __future__ import annotations
@@ -140,3 +141,14 @@ def env_pairs(values: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(f"--env expects KEY=VALUE, got {item!r}")
         out[key] = value
     return out
+
+
+def batch_sizes(_ctx: Any, _param: Any, value: str) -> list[int]:
+    """Click callback: `1,2,4` -> the sorted distinct sizes, each >= 1 (else a usage error)."""
+    try:
+        sizes = sorted({int(v) for v in value.split(",") if v.strip()})
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected comma-separated integers") from None
+    if not sizes or sizes[0] < 1:
+        raise click.BadParameter(f"{value!r}: batch sizes must be >= 1")
+    return sizes

@@ -22,8 +22,7 @@ or "removed" (NCCL ignores it; an error with the replacement).
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
+import os
 
 from fastverify.profiles.model import Record
 
@@ -126,14 +125,16 @@ class NcclVar(Record):
 # as NcclVar's fields; `choices` space-separated, `ci` 1 or empty, `# ---` lines head a
 # section). Rows are read on first look-up and made into NcclVars one by one: `profile list`
 # looks up a few dozen names, not the ~300 of the table (start-up time).
-_TABLE_FILE = Path(__file__).with_name("nccl_vars.csv")
+_TABLE_FILE = os.path.join(os.path.dirname(__file__), "nccl_vars.csv")  # no pathlib: start-up
 _ROWS: dict[str, dict[str, str]] = {}
 _MADE: dict[str, NcclVar] = {}
 
 
 def _rows() -> dict[str, dict[str, str]]:
     if not _ROWS:
-        with _TABLE_FILE.open(newline="", encoding="utf-8") as f:
+        import csv
+
+        with open(_TABLE_FILE, newline="", encoding="utf-8") as f:
             lines = (line for line in f if not line.startswith("#"))
             _ROWS.update((row["name"], row) for row in csv.DictReader(lines))
     return _ROWS
