@@ -28,8 +28,11 @@ from fastverify.durable import atomic_write_text
 
 
 def fmt(value: Any, digits: int = 1) -> str:
+    """A table cell: `-` for None, yes/no for a flag, a float to `digits` places."""
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)

@@ -17,19 +17,13 @@ from typing import Any
 
 import click
 
-from fastverify.cli.experiment_common import deliver, int_list_option, rank_run
+from fastverify.cli.experiment_common import deliver, fmt, int_list_option, rank_run
 from fastverify.cli.options import env_pairs, rank_options
 from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, fail, table
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+    return fmt(value, digits)  # rehearse's figures are milliseconds: two places
 
 
 def _print(report: dict[str, Any]) -> None:

@@ -506,4 +506,3 @@ def validate(ctx: click.Context, concurrencies: list[int], duration: float,
 
 def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 4) if b else None
-
