@@ -1,8 +1,9 @@
 """Click options and parsers that several commands share (light: click only).
 
-`measurement_options`: how `sweep` and `tune` measure one profile and mode (repeats,
-window, load shape, how long a load may take), so both take the same flags with the same
-defaults. `rank_options`: how
+`stack`: several options as one decorator. `follow_options`: how `profile set`, `mode set`
+and `restart` print the operation they follow. `measurement_options`: how `sweep` and `tune`
+measure one profile and mode (repeats, window, load shape, how long a load may take), so both
+take the same flags with the same defaults. `rank_options`: how
 `preflight` and `rehearse` start their rank processes (ranks, interpreter, environment, NCCL
 call, timeout, logs). `env_pairs`: `--env KEY=VALUE` values of the GPU experiments and `tune`.
 `batch_sizes`: a comma list of batch sizes (the `spec` commands).
@@ -15,68 +16,84 @@ from typing import Any
 
 import click
 
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def stack(*options: Decorator) -> Decorator:
+    """One decorator of several click options, in the order given (so --help lists them)."""
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+# How an operation the daemon runs (profile set, mode set, restart) is followed: its result
+# printed alone, with the engine's log lines, or as JSON.
+follow_options = stack(
+    click.option("--quiet", "-q", is_flag=True, help="Print only the result."),
+    click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines."),
+    click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON."),
+)
+
 
 def measurement_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """--repeats, --duration, --concurrency, --input-len, --output-len, --switch-timeout."""
-    for option in reversed(
-        (
-            click.option(
-                "--repeats",
-                "-r",
-                default=3,
-                show_default=True,
-                type=click.IntRange(1),
-                help="Measurements per profile and mode.",
-            ),
-            click.option(
-                "--duration",
-                "-d",
-                default=20.0,
-                show_default=True,
-                type=click.FloatRange(min=0, min_open=True),
-                help="Seconds per measurement.",
-            ),
-            click.option(
-                "--concurrency",
-                "-c",
-                default=1,
-                show_default=True,
-                type=click.IntRange(1),
-                help="Concurrent requests during a measurement.",
-            ),
-            click.option(
-                "--input-len",
-                default=128,
-                show_default=True,
-                type=click.IntRange(1),
-                help="Prompt tokens per request.",
-            ),
-            click.option(
-                "--output-len",
-                default=256,
-                show_default=True,
-                type=click.IntRange(1),
-                help="Generated tokens per request.",
-            ),
-            click.option(
-                "--switch-timeout",
-                default=1800.0,
-                show_default=True,
-                type=float,
-                help="Seconds to wait for one profile switch (model load included).",
-            ),
-        )
-    ):
-        f = option(f)
-    return f
+    return stack(
+        click.option(
+            "--repeats",
+            "-r",
+            default=3,
+            show_default=True,
+            type=click.IntRange(1),
+            help="Measurements per profile and mode.",
+        ),
+        click.option(
+            "--duration",
+            "-d",
+            default=20.0,
+            show_default=True,
+            type=click.FloatRange(min=0, min_open=True),
+            help="Seconds per measurement.",
+        ),
+        click.option(
+            "--concurrency",
+            "-c",
+            default=1,
+            show_default=True,
+            type=click.IntRange(1),
+            help="Concurrent requests during a measurement.",
+        ),
+        click.option(
+            "--input-len",
+            default=128,
+            show_default=True,
+            type=click.IntRange(1),
+            help="Prompt tokens per request.",
+        ),
+        click.option(
+            "--output-len",
+            default=256,
+            show_default=True,
+            type=click.IntRange(1),
+            help="Generated tokens per request.",
+        ),
+        click.option(
+            "--switch-timeout",
+            default=1800.0,
+            show_default=True,
+            type=float,
+            help="Seconds to wait for one profile switch (model load included).",
+        ),
+    )(f)
 
 
-def rank_options(
-    *, timeout_s: float, nproc_help: str, logs_help: str
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def rank_options(*, timeout_s: float, nproc_help: str, logs_help: str) -> Decorator:
     """--nproc, --share-gpu, --call, --timeout, --env, --config, --python, --logs: the rank
     processes of `preflight` and `rehearse` (`timeout_s`: the default per profile)."""
-    options = (
+    return stack(
         click.option("--nproc", type=click.IntRange(1), default=None, help=nproc_help),
         click.option(
             "--share-gpu",
@@ -123,13 +140,6 @@ def rank_options(
             "--logs", "logs_dir", default="", type=click.Path(file_okay=False), help=logs_help
         ),
     )
-
-    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
-        for option in reversed(options):
-            f = option(f)
-        return f
-
-    return decorate
 
 
 def env_pairs(values: tuple[str, ...]) -> dict[str, str]:
