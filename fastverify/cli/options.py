@@ -6,7 +6,8 @@ measure one profile and mode (repeats, window, load shape, how long a load may t
 take the same flags with the same defaults. `rank_options`: how
 `preflight` and `rehearse` start their rank processes (ranks, interpreter, environment, NCCL
 call, timeout, logs). `env_pairs`: `--env KEY=VALUE` values of the GPU experiments and `tune`.
-`batch_sizes`: a comma list of batch sizes (the `spec` commands).
+`batch_sizes`: a comma list of batch sizes (the `spec` commands). `flag_options`: the options
+of a command declared once as a dataclass (`render systemd|compose|kubernetes`).
 """
 
 from __future__ import annotations
@@ -162,3 +163,38 @@ def batch_sizes(_ctx: Any, _param: Any, value: str) -> list[int]:
     if not sizes or sizes[0] < 1:
         raise click.BadParameter(f"{value!r}: batch sizes must be >= 1")
     return sizes
+
+
+def flag_options(cls: type) -> Decorator:
+    """The options of a command whose options are declared once, as the fields of `cls`
+    (fastverify.flags: each field's flag, help, default and type); `from_flags` turns what
+    the command line gave back into `cls`."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        import dataclasses
+
+        from fastverify.flags import flag_fields, flag_name, flag_of
+
+        for f in reversed(flag_fields(cls)):
+            spec = flag_of(f)
+            kw: dict[str, Any] = {"help": spec.help or None, "show_default": spec.show_default}
+            if spec.switch and f.default is False:
+                kw.update(is_flag=True, default=False)
+            elif spec.switch:  # --no-X: on unless given
+                kw.update(flag_value=False, default=True)
+            elif spec.multiple:
+                kw.update(multiple=True)
+            else:  # a default made per instance: None here, made by from_flags
+                kw["default"] = None if f.default is dataclasses.MISSING else f.default
+                if spec.choices:
+                    kw["type"] = click.Choice(list(spec.choices))
+                elif spec.low is not None or spec.high is not None:
+                    kw["type"] = click.IntRange(spec.low, spec.high)
+                elif spec.file:
+                    kw["type"] = click.Path(dir_okay=False)
+                elif "int" in str(f.type):
+                    kw["type"] = int
+            command = click.option(flag_name(f), f.name, **kw)(command)
+        return command
+
+    return decorate
