@@ -23,8 +23,12 @@ or "removed" (NCCL ignores it; an error with the replacement).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from fastverify.profiles.model import Record
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # Collectives NCCL accepts as per-collective prefixes in NCCL_ALGO/NCCL_PROTO (ncclFuncStr).
 COLLECTIVES = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
@@ -67,30 +71,23 @@ class NcclVar(Record):
     replacement: str
     note: str
 
-    def __init__(
-        self,
-        name: str,
-        kind: str,
-        since: str,
-        lo: int | None = None,
-        hi: int | None = None,
-        choices: tuple[str, ...] = (),
-        ci: bool = False,
-        status: str = "",
-        replacement: str = "",
-        note: str = "",
-    ):
+    def __init__(self, row: Mapping[str, str]):
+        """One row of nccl_vars.csv (its columns are the fields)."""
+
+        def bound(text: str) -> int | None:
+            return int(text) if text else None
+
         self._set(
-            name=name,
-            kind=kind,
-            since=since,
-            lo=lo,
-            hi=hi,
-            choices=choices,
-            ci=ci,
-            status=status,
-            replacement=replacement,
-            note=note,
+            name=row["name"],
+            kind=row["kind"],
+            since=row["since"],
+            lo=bound(row["lo"]),
+            hi=bound(row["hi"]),
+            choices=tuple(row["choices"].split()),
+            ci=row["ci"] == "1",
+            status=row["status"],
+            replacement=row["replacement"],
+            note=row["note"],
         )
 
     def describe_values(self) -> str:
@@ -140,29 +137,11 @@ def _rows() -> dict[str, dict[str, str]]:
     return _ROWS
 
 
-def _make(row: dict[str, str]) -> NcclVar:
-    def bound(text: str) -> int | None:
-        return int(text) if text else None
-
-    return NcclVar(
-        row["name"],
-        row["kind"],
-        row["since"],
-        lo=bound(row["lo"]),
-        hi=bound(row["hi"]),
-        choices=tuple(row["choices"].split()),
-        ci=row["ci"] == "1",
-        status=row["status"],
-        replacement=row["replacement"],
-        note=row["note"],
-    )
-
-
 def lookup(name: str) -> NcclVar | None:
     """The table entry for `name`, or None when NCCL does not know it."""
     var = _MADE.get(name)
     if var is None and name in _rows():
-        var = _MADE[name] = _make(_ROWS[name])
+        var = _MADE[name] = NcclVar(_ROWS[name])
     return var
 
 
