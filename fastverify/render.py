@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fastverify import paths
+from fastverify.durable import atomic_write_text
 from fastverify.flags import option
 
 if TYPE_CHECKING:
@@ -187,6 +188,6 @@ def write_compose_bundle(output_dir: Path, options: ComposeOptions | None = None
             shutil.copyfile(path, target)
             written.append(target)
     env_path = output_dir / ".env"
-    env_path.write_text(render_compose_env(options), encoding="utf-8")
+    atomic_write_text(env_path, render_compose_env(options), mode=0o644)
     written.append(env_path)
     return written

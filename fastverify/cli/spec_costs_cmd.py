@@ -175,10 +175,10 @@ def _deliver(
 ) -> None:
     if output:
         from fastverify.cli.output import to_json
+        from fastverify.durable import atomic_write_text
 
         try:
-            with open(output, "w", encoding="utf-8") as fh:
-                fh.write(to_json(report) + "\n")
+            atomic_write_text(output, to_json(report) + "\n", mode=0o644)
         except OSError as exc:
             fail(f"spec costs: --output {output}: cannot write ({exc.strerror or exc})",
                  EXIT_PROBLEMS)  # fmt: skip

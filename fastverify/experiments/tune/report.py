@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fastverify.durable import atomic_write_json
+from fastverify.durable import atomic_write_json, atomic_write_text
 
 
 def _fmt(v: Any, digits: int = 1) -> str:
@@ -200,7 +200,7 @@ def write(
     )
     lines += _stage_sections(data, plots)
     path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(path, "\n".join(lines) + "\n", mode=0o644)
     return path
 
 
