@@ -2,8 +2,8 @@
 sweep_cmd.py, preflight_cmd.py, rehearse_cmd.py) share: number formatting, integer-list
 options, the accepted-drafts histogram as text, the progress display (a rich bar on a
 terminal, plain lines on stderr otherwise), the exit codes of a rank-process run and the
-delivery of its report (`--output` file, `--json` or a table; both options declared here). Imports stay light: rich only
-when a bar is drawn, the experiments only when a run starts."""
+delivery of its report (`--output` file, `--json` or a table; both options declared here).
+Imports stay light: rich only when a bar is drawn, the experiments only when a run starts."""
 
 from __future__ import annotations
 
