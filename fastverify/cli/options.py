@@ -1,6 +1,7 @@
 """Click options and parsers that several commands share (light: click only).
 
-`stack`: several options as one decorator. `follow_options`: how `profile set`, `mode set`
+`stack`: several options as one decorator. `accept_length_option`: `sweep`'s and `tune`'s
+--accept-length. `follow_options`: how `profile set`, `mode set`
 and `restart` print the operation they follow. `measurement_options`: how `sweep` and `tune`
 measure one profile and mode (repeats, window, load shape, how long a load may take), so both
 take the same flags with the same defaults. `rank_options`: how
@@ -38,6 +39,12 @@ follow_options = stack(
     click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines."),
     click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON."),
 )
+
+
+def accept_length_option(help: str) -> Decorator:
+    """--accept-length: the real EAGLE-3 accept length (>= 1) that `sweep` and `tune` judge a
+    dummy-weights trial's break-even by; `help` says where they take it from without one."""
+    return click.option("--accept-length", type=click.FloatRange(min=1.0), default=None, help=help)
 
 
 def measurement_options(f: Callable[..., Any]) -> Callable[..., Any]:
