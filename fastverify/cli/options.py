@@ -7,7 +7,7 @@ measure one profile and mode (repeats, window, load shape, how long a load may t
 take the same flags with the same defaults. `rank_options`: how
 `preflight` and `rehearse` start their rank processes (ranks, interpreter, environment, NCCL
 call, timeout, logs). `env_pairs`: `--env KEY=VALUE` values of the GPU experiments and `tune`.
-`batch_sizes`: a comma list of batch sizes (the `spec` commands). `flag_options`: the options
+`batch_size_list`: a comma list of batch sizes (the `spec` commands). `flag_options`: the options
 of a command declared once as a dataclass (`render systemd|compose|kubernetes`).
 """
 
@@ -161,7 +161,7 @@ def env_pairs(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def batch_sizes(_ctx: Any, _param: Any, value: str) -> list[int]:
+def batch_size_list(_ctx: Any, _param: Any, value: str) -> list[int]:
     """Click callback: `1,2,4` -> the sorted distinct sizes, each >= 1 (else a usage error)."""
     try:
         sizes = sorted({int(v) for v in value.split(",") if v.strip()})

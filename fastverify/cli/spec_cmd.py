@@ -20,7 +20,7 @@ import click
 
 from fastverify.cli.daemon_call import call_daemon, socket_option
 from fastverify.cli.groups import SuggestingGroup
-from fastverify.cli.options import batch_sizes
+from fastverify.cli.options import batch_size_list
 from fastverify.cli.output import (
     EXIT_BUSY,
     EXIT_PROBLEMS,
@@ -114,7 +114,7 @@ def _serving_identity(ctx: click.Context, profile: str, as_json: bool) -> dict[s
     "concurrencies",
     default="1,2,4,8,16,32,64",
     show_default=True,
-    callback=batch_sizes,
+    callback=batch_size_list,
     help="Concurrencies the end-to-end prediction is made for.",
 )
 @click.option(
@@ -406,7 +406,7 @@ def _ranges(values: list[int]) -> str:
     "concurrencies",
     default="1",
     show_default=True,
-    callback=batch_sizes,
+    callback=batch_size_list,
     help="Concurrencies to serve (one bench window each).",
 )
 @click.option(

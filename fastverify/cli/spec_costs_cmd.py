@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 import click
 
 from fastverify.cli.daemon_call import call_daemon, client_for, socket_option
-from fastverify.cli.options import batch_sizes
+from fastverify.cli.options import batch_size_list
 from fastverify.cli.output import (
     EXIT_BUSY,
     EXIT_INTERRUPTED,
@@ -36,7 +36,7 @@ from fastverify.cli.output import (
               help="Trials at 0..K draft steps (0 = the decode step); default: the daemon's "
               "configured EAGLE-3 steps.")  # fmt: skip
 @click.option("--batch-sizes", default="1,2,4,8,16,32,64", show_default=True,
-              callback=batch_sizes, help="Batch sizes measured at each step count: one "
+              callback=batch_size_list, help="Batch sizes measured at each step count: one "
               "closed-loop window at that concurrency.")  # fmt: skip
 @click.option(
     "--duration",
