@@ -2,7 +2,8 @@
 compose stack's `.env`, from the jinja2 templates under systemd/ and compose/.
 
 Templates come from `fastverify.paths.template_dir` (packaged copy, else the checkout).
-Rendering is pure: options in, text out; writing files is the caller's job.
+Rendering is pure: options in, text out; writing files is the caller's job. The options are
+declared once, as the fields of `UnitOptions` and `ComposeOptions` (fastverify.flags).
 """
 
 from __future__ import annotations
@@ -10,10 +11,14 @@ from __future__ import annotations
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from fastverify import paths
+from fastverify.durable import atomic_write_text
+from fastverify.flags import option
+
+if TYPE_CHECKING:
+    import jinja2
 
 MODES = ("host", "container")
 UNIT_TEMPLATES = {"host": "fastverifyd.service.j2", "container": "fastverify-compose.service.j2"}
@@ -23,23 +28,39 @@ COMPOSE_FILES = ("docker-compose.yml", "prometheus.yml", "fastverify-rules.yml")
 
 @dataclass(frozen=True)
 class UnitOptions:
-    """Everything a unit template needs; defaults are the production layout."""
+    """Everything a unit template needs; defaults are the production layout. Each field but
+    `project` is an option of `render systemd` (fastverify.flags), in this order."""
 
-    fastverifyd: str = "/opt/fastverify/bin/fastverifyd"
-    config_file: str = "/etc/fastverify/fastverifyd.toml"
-    env_file: str = "/etc/fastverify/fastverify.env"
-    extra_args: tuple[str, ...] = ()
-    docs_path: str = "/usr/share/doc/fastverify/deployment.md"
-    user: str = ""  # "" = root (GPU device nodes, process groups of the engine)
-    group: str = ""
-    watchdog_s: int = 30
-    timeout_start_s: int = 900
-    timeout_stop_s: int = 120
-    restart_s: int = 5
-    start_limit_interval_s: int = 600
-    start_limit_burst: int = 5
-    compose_cmd: str = "/usr/bin/docker compose"
-    compose_dir: str = "/etc/fastverify/compose"
+    fastverifyd: str = option(
+        "/opt/fastverify/bin/fastverifyd", "host mode: the daemon's executable.", show_default=True
+    )
+    config_file: str = option("/etc/fastverify/fastverifyd.toml", name="--config",
+                              show_default=True)  # fmt: skip
+    env_file: str = option("/etc/fastverify/fastverify.env",
+                           "Optional environment file (EnvironmentFile=-...).",
+                           show_default=True)  # fmt: skip
+    extra_args: tuple[str, ...] = option(
+        (), "Extra fastverifyd argument (repeatable).", name="--daemon-arg", multiple=True
+    )
+    # "" = root (GPU device nodes, process groups of the engine)
+    user: str = option("", "host mode: run as this user (default root).")
+    group: str = option("", "host mode: with --user, its group.")
+    watchdog_s: int = option(30, name="--watchdog-sec", show_default=True)
+    timeout_start_s: int = option(900, "Start timeout floor; the daemon extends it while a "
+                                  "model loads.", name="--timeout-start-sec",
+                                  show_default=True)  # fmt: skip
+    timeout_stop_s: int = option(120, name="--timeout-stop-sec", show_default=True)
+    restart_s: int = option(5, name="--restart-sec", show_default=True)
+    start_limit_burst: int = option(5, show_default=True)
+    start_limit_interval_s: int = option(600, name="--start-limit-interval-sec",
+                                         show_default=True)  # fmt: skip
+    compose_cmd: str = option("/usr/bin/docker compose",
+                              "container mode: the Compose command (absolute path first).",
+                              show_default=True)  # fmt: skip
+    compose_dir: str = option("/etc/fastverify/compose",
+                              "container mode: where docker-compose.yml and its .env live.",
+                              show_default=True)  # fmt: skip
+    docs_path: str = option("/usr/share/doc/fastverify/deployment.md", show_default=True)
     project: str = "fastverify"
 
     @property
@@ -59,21 +80,26 @@ def default_image() -> str:
 
 @dataclass(frozen=True)
 class ComposeOptions:
-    """Host-specific values of the compose stack, written to its `.env`."""
+    """Host-specific values of the compose stack, written to its `.env`. Each field but
+    `extra` is an option of `render compose` (fastverify.flags), in this order."""
 
-    image: str = field(default_factory=default_image)
-    env_file: str = "/etc/fastverify/fastverify.env"
-    config_file: str = "/etc/fastverify/fastverifyd.toml"
-    model_dir: str = "/models"
-    hf_cache: str = "/var/cache/fastverify/huggingface"
-    state_dir: str = "/var/lib/fastverify"
-    profile_dir: str = "/etc/fastverify/profiles"
-    socket_dir: str = "/run/fastverify"
-    sglang_port: int = 30000
-    exporter_port: int = 9464
-    prometheus_port: int = 9090
-    grafana_port: int = 3000
-    grafana_bind: str = "127.0.0.1"
+    image: str = option(None, "Image tag (default: fastverify:<version>).", factory=default_image)
+    env_file: str = option("/etc/fastverify/fastverify.env", show_default=True)
+    config_file: str = option("/etc/fastverify/fastverifyd.toml", name="--config",
+                              show_default=True)  # fmt: skip
+    model_dir: str = option("/models", show_default=True)
+    hf_cache: str = option("/var/cache/fastverify/huggingface", show_default=True)
+    state_dir: str = option("/var/lib/fastverify", show_default=True)
+    profile_dir: str = option("/etc/fastverify/profiles",
+                              "Host directory of operator profiles (mounted read-only).",
+                              show_default=True)  # fmt: skip
+    socket_dir: str = option("/run/fastverify", show_default=True)
+    sglang_port: int = option(30000, show_default=True)
+    exporter_port: int = option(9464, show_default=True)
+    prometheus_port: int = option(9090, show_default=True)
+    grafana_port: int = option(3000, show_default=True)
+    grafana_bind: str = option("127.0.0.1", "Address Grafana is published on (0.0.0.0 to "
+                               "reach it from other hosts).", show_default=True)  # fmt: skip
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -82,6 +108,8 @@ class RenderError(ValueError):
 
 
 def _environment(kind: str) -> jinja2.Environment:
+    import jinja2  # only a render pays for it: the CLI builds `render`'s options from here
+
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(paths.template_dir(kind))),
         undefined=jinja2.StrictUndefined,
@@ -160,6 +188,6 @@ def write_compose_bundle(output_dir: Path, options: ComposeOptions | None = None
             shutil.copyfile(path, target)
             written.append(target)
     env_path = output_dir / ".env"
-    env_path.write_text(render_compose_env(options), encoding="utf-8")
+    atomic_write_text(env_path, render_compose_env(options), mode=0o644)
     written.append(env_path)
     return written

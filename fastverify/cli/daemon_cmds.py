@@ -18,6 +18,7 @@ import click
 from fastverify import api_models as m
 from fastverify.cli.daemon_call import socket_option
 from fastverify.cli.groups import SuggestingGroup
+from fastverify.cli.options import Decorator, follow_options, stack
 from fastverify.cli.output import emit_json
 from fastverify.cli.profile_switch import (
     EXIT_FAILED,
@@ -55,26 +56,38 @@ def mode_get(ctx: click.Context, as_json: bool = False) -> None:
         click.echo(st.get("mode"))
 
 
-_TIMEOUT_HELP = "Readiness timeout for this start in seconds (then roll back)."
+def _start_options(what: str) -> Decorator:
+    """--timeout, --no-wait, --queue, --force: how `mode set` and `restart` start the engine
+    (`what`: what --no-wait returns after the daemon accepted)."""
+    return stack(
+        click.option(
+            "--timeout",
+            "timeout_s",
+            type=click.FloatRange(min=0, min_open=True),
+            default=None,
+            help="Readiness timeout for this start in seconds (then roll back).",
+        ),
+        click.option(
+            "--no-wait", is_flag=True, help=f"Return once the daemon accepted the {what}."
+        ),
+        click.option(
+            "--queue", is_flag=True, help="Wait for an operation in flight instead of failing."
+        ),
+        click.option(
+            "--force", is_flag=True, help="Even while a sweep or tune holds the daemon (its lease)."
+        ),
+    )
 
 
 @mode.command("set")
 @click.argument("value", type=click.Choice(list(MODES)))
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
-              help=_TIMEOUT_HELP)  # fmt: skip
-@click.option("--no-wait", is_flag=True, help="Return once the daemon accepted the change.")
-@click.option("--queue", is_flag=True, help="Wait for an operation in flight instead of failing.")
-@click.option(
-    "--force", is_flag=True, help="Even while a sweep or tune holds the daemon (its lease)."
-)
+@_start_options("change")
 @click.option(
     "--canary",
     is_flag=True,
     help="Declarative daemon (Kubernetes pod): leave the manifest's mode on purpose.",
 )
-@click.option("--quiet", "-q", is_flag=True, help="Print only the result.")
-@click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines.")
-@click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
+@follow_options
 @socket_option
 @click.pass_context
 def mode_set(
@@ -106,16 +119,8 @@ def mode_set(
 
 
 @click.command("restart")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
-              help=_TIMEOUT_HELP)  # fmt: skip
-@click.option("--no-wait", is_flag=True, help="Return once the daemon accepted the restart.")
-@click.option("--queue", is_flag=True, help="Wait for an operation in flight instead of failing.")
-@click.option(
-    "--force", is_flag=True, help="Even while a sweep or tune holds the daemon (its lease)."
-)
-@click.option("--quiet", "-q", is_flag=True, help="Print only the result.")
-@click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines.")
-@click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
+@_start_options("restart")
+@follow_options
 @socket_option
 @click.pass_context
 def restart(

@@ -2,8 +2,8 @@
 sweep_cmd.py, preflight_cmd.py, rehearse_cmd.py) share: number formatting, integer-list
 options, the accepted-drafts histogram as text, the progress display (a rich bar on a
 terminal, plain lines on stderr otherwise), the exit codes of a rank-process run and the
-delivery of its report (`--output` file, `--json` or a table). Imports stay light: rich only
-when a bar is drawn, the experiments only when a run starts."""
+delivery of its report (`--output` file, `--json` or a table; both options declared here).
+Imports stay light: rich only when a bar is drawn, the experiments only when a run starts."""
 
 from __future__ import annotations
 
@@ -26,10 +26,27 @@ from fastverify.cli.output import (
 )
 from fastverify.durable import atomic_write_text
 
+# What `deliver` reads: the report file and the JSON switch of the rank experiments
+# (preflight, rehearse), declared once.
+report_file_option = click.option(
+    "--output",
+    "-o",
+    "output",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Also write the JSON report to this file.",
+)
+report_json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print the report as JSON."
+)
+
 
 def fmt(value: Any, digits: int = 1) -> str:
+    """A table cell: `-` for None, yes/no for a flag, a float to `digits` places."""
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)

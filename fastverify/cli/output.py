@@ -8,6 +8,8 @@ consistent and keep heavy imports off the start-up path:
 - `table(columns, rows, title=None)`: a rich table printed to stdout; rich is
   imported only inside this function.
 - `fail(message, code=EXIT_PROBLEMS)`: print `message` to stderr and exit with `code`.
+- `fail_with_reason(label, message, code, reason, as_json)`: the same as `label: message`,
+  with --json first the error document `{"error": message, "reason": reason}` on stdout.
 - Exit codes, each with one meaning, defined here only (docs/api.md lists them):
   `EXIT_OK` 0, `EXIT_PROBLEMS` 1 (validation problems, a failed or rolled-back operation,
   a failed check), `EXIT_USAGE` 2 (bad arguments, unknown or invalid profile; click's own
@@ -111,3 +113,11 @@ def fail(message: str, code: int = EXIT_PROBLEMS) -> NoReturn:
     """Print `message` to stderr and exit with `code` (see the EXIT_* constants)."""
     click.echo(message, err=True)
     sys.exit(code)
+
+
+def fail_with_reason(label: str, message: str, code: int, reason: str, as_json: bool) -> NoReturn:
+    """`label: message` on stderr and exit `code`; with --json first the error document
+    `{"error": message, "reason": reason}` on stdout (scripts branch on `reason`)."""
+    if as_json:
+        emit_json({"error": message, "reason": reason})
+    fail(f"{label}: {message}", code)

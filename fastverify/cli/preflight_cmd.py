@@ -12,7 +12,14 @@ from typing import Any
 
 import click
 
-from fastverify.cli.experiment_common import deliver, fmt, int_list, rank_run
+from fastverify.cli.experiment_common import (
+    deliver,
+    fmt,
+    int_list,
+    rank_run,
+    report_file_option,
+    report_json_option,
+)
 from fastverify.cli.options import env_pairs, rank_options
 from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, fail, table
 
@@ -126,14 +133,7 @@ def _print_preflight(report: dict[str, Any]) -> None:
     hidden=True,
     help="gloo: CPU-only testing of the orchestration.",
 )
-@click.option(
-    "--output",
-    "-o",
-    "output",
-    default=None,
-    type=click.Path(dir_okay=False),
-    help="Also write the JSON report to this file.",
-)
+@report_file_option
 @click.option(
     "--derive-tuner",
     "derive_tuner",
@@ -157,7 +157,7 @@ def _print_preflight(report: dict[str, Any]) -> None:
     "(NCCL_TUNER_CONFIG_FILE; its column order).",
 )
 @click.option("--fake-costs", default="", hidden=True, help="gloo testing only.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@report_json_option
 def preflight(
     profiles: tuple[str, ...],
     nproc: int | None,

@@ -34,6 +34,7 @@ from fastverify.cli.daemon_call import (
     socket_option,
     unavailable_exit,
 )
+from fastverify.cli.options import follow_options
 from fastverify.cli.output import (
     EXIT_CANCELLED,
     EXIT_INTERRUPTED,
@@ -392,9 +393,7 @@ def _path_refusal(name: str) -> str | None:
 @click.option("--canary", is_flag=True,
               help="Declarative daemon (Kubernetes pod): leave the manifest's profile on this "
               "pod on purpose (status shows the canary).")  # fmt: skip
-@click.option("--quiet", "-q", is_flag=True, help="Print only the result.")
-@click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines.")
-@click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON.")
+@follow_options
 @socket_option
 @click.pass_context
 def set_cmd(

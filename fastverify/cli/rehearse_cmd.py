@@ -17,19 +17,20 @@ from typing import Any
 
 import click
 
-from fastverify.cli.experiment_common import deliver, int_list_option, rank_run
+from fastverify.cli.experiment_common import (
+    deliver,
+    fmt,
+    int_list_option,
+    rank_run,
+    report_file_option,
+    report_json_option,
+)
 from fastverify.cli.options import env_pairs, rank_options
 from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, fail, table
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+    return fmt(value, digits)  # rehearse's figures are milliseconds: two places
 
 
 def _print(report: dict[str, Any]) -> None:
@@ -240,13 +241,7 @@ def _grid(cfg: Any, output: str | None, as_json: bool) -> None:
     type=click.FloatRange(min=0.0),
     help="Per-rank GB of random layer weights (round-robin over the layers).",
 )
-@click.option(
-    "--output",
-    "-o",
-    default=None,
-    type=click.Path(dir_okay=False),
-    help="Also write the JSON report to this file.",
-)
+@report_file_option
 @click.option(
     "--plot",
     "plot_path",
@@ -286,7 +281,7 @@ def _grid(cfg: Any, output: str | None, as_json: bool) -> None:
     show_default=True,
     help="Grid mode without --allreduce-from: the column of SGLang's published table.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@report_json_option
 def rehearse(
     profiles: tuple[str, ...],
     model_config: str,

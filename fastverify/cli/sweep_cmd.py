@@ -18,7 +18,7 @@ import click
 
 from fastverify.cli.daemon_call import client_for, socket_option
 from fastverify.cli.experiment_common import Progress, acceptance_text, fmt
-from fastverify.cli.options import measurement_options
+from fastverify.cli.options import accept_length_option, measurement_options
 from fastverify.cli.output import (
     EXIT_BUSY,
     EXIT_INTERRUPTED,
@@ -200,12 +200,9 @@ def _print_timing(timing: dict[str, Any]) -> None:
     show_default=True,
     help="dummy: timing trial on random weights (fast loads; accept lengths meaningless).",
 )
-@click.option(
-    "--accept-length",
-    type=click.FloatRange(min=1.0),
-    default=None,
-    help="Real EAGLE-3 accept length a trial's break-even is judged by (default: one "
-    "recorded with real weights by an earlier sweep's --then-eagle3).",
+@accept_length_option(
+    "Real EAGLE-3 accept length a trial's break-even is judged by (default: one "
+    "recorded with real weights by an earlier sweep's --then-eagle3)."
 )
 @click.option(
     "--then-confirm",

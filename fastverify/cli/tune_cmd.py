@@ -21,8 +21,8 @@ from typing import Any
 import click
 
 from fastverify.cli.daemon_call import client_for
+from fastverify.cli.options import accept_length_option, measurement_options
 from fastverify.cli.options import env_pairs as parse_env_pairs
-from fastverify.cli.options import measurement_options
 from fastverify.cli.output import (
     EXIT_BUSY,
     EXIT_INTERRUPTED,
@@ -172,12 +172,9 @@ def _profiles(value: str | None) -> tuple[str, ...]:
     default=None,
     help="The EAGLE-3 drafter's config.json (rehearse).",
 )
-@click.option(
-    "--accept-length",
-    type=click.FloatRange(min=1.0),
-    default=None,
-    help="Real EAGLE-3 accept length (default: one recorded with real weights, "
-    "else measured with one real EAGLE-3 load).",
+@accept_length_option(
+    "Real EAGLE-3 accept length (default: one recorded with real weights, "
+    "else measured with one real EAGLE-3 load)."
 )
 @click.option(
     "--profiles",

@@ -22,6 +22,8 @@ AcceptanceRecorded an accepted-drafts histogram was stored (fastverify.daemon.ac
 WeightsLoaded      a start came up: where its weights came from (the cache or disk, why),
                    how long they took and the start's split (daemon/weights.py).
 WeightCacheChanged the weight cache's group started, became ready, failed or stopped.
+
+Every event but the three *Recorded ones carries `ts`, when it happened (keyword-only).
 """
 
 from __future__ import annotations
@@ -43,36 +45,40 @@ def _now() -> float:
 
 
 @dataclass(frozen=True)
-class StateChanged:
+class _Stamped:
+    """An event that carries when it happened (`ts`, keyword-only: set when it is made)."""
+
+    ts: float = field(default_factory=_now, kw_only=True)
+
+
+@dataclass(frozen=True)
+class StateChanged(_Stamped):
     old: State
     new: State
     why: str = ""
     op_id: str | None = None
-    ts: float = field(default_factory=_now)
 
 
 @dataclass(frozen=True)
-class EngineStarting:
+class EngineStarting(_Stamped):
     profile: str
     mode: str
     engine: str
     settings: Mapping[str, str]
     pid: int
     log: str
-    ts: float = field(default_factory=_now)
 
 
 @dataclass(frozen=True)
-class EngineWaiting:
+class EngineWaiting(_Stamped):
     """Still waiting for a starting engine (published every ~10 s of a long load)."""
 
     profile: str
     mode: str
-    ts: float = field(default_factory=_now)
 
 
 @dataclass(frozen=True)
-class EngineUp:
+class EngineUp(_Stamped):
     profile: str
     mode: str
     engine: str
@@ -84,29 +90,26 @@ class EngineUp:
     adopted: bool = False
     engine_env: Mapping[str, Any] | None = None  # variables the engine adds (EngineEnv.to_dict)
     allreduce: Mapping[str, Any] | None = None  # serving backend (allreduce_check.details)
-    ts: float = field(default_factory=_now)
 
 
 @dataclass(frozen=True)
-class EngineDown:
+class EngineDown(_Stamped):
     profile: str | None
     mode: str | None
     engine: str
     settings: Mapping[str, str]
     why: str  # "stopped" | "crashed" | "failed"
-    ts: float = field(default_factory=_now)
 
 
 @dataclass(frozen=True)
-class EngineLine:
+class EngineLine(_Stamped):
     line: str
     record: Mapping[str, Any] | None
     live: bool = True
-    ts: float = field(default_factory=_now)
 
 
 @dataclass(frozen=True)
-class Crashed:
+class Crashed(_Stamped):
     reason: str
     message: str
     profile: str
@@ -114,26 +117,23 @@ class Crashed:
     log: str | None = None
     line: str | None = None
     exit_code: int | None = None
-    ts: float = field(default_factory=_now)
 
 
 @dataclass(frozen=True)
-class OperationStarted:
+class OperationStarted(_Stamped):
     op_id: str
     kind: str
     profile: str
     mode: str
-    ts: float = field(default_factory=_now)
 
 
 @dataclass(frozen=True)
-class OperationFinished:
+class OperationFinished(_Stamped):
     op_id: str
     kind: str
     result: str  # "ok" | "rolled_back" | "failed" | "cancelled"
     record: Mapping[str, Any]
     started_at: float
-    ts: float = field(default_factory=_now)
 
 
 @dataclass(frozen=True)
@@ -159,19 +159,17 @@ class AcceptanceRecorded:
 
 
 @dataclass(frozen=True)
-class WeightsLoaded:
+class WeightsLoaded(_Stamped):
     profile: str
     mode: str
     weights: Mapping[str, Any]  # source, seconds, bytes, reason, text, phases, fallback
-    ts: float = field(default_factory=_now)
 
 
 @dataclass(frozen=True)
-class WeightCacheChanged:
+class WeightCacheChanged(_Stamped):
     state: str  # off | starting | ready | failed | stopped | mismatch
     up: bool
     bytes: int | None
-    ts: float = field(default_factory=_now)
 
 
 Event = (

@@ -186,35 +186,30 @@ class Communicator:
         Pointers and the stream are plain integers (`tensor.data_ptr()`,
         `torch.cuda.current_stream().cuda_stream`); inside `torch.cuda.graph` capture the
         call is recorded into the graph like any kernel launch on that stream."""
-        if dtype not in DTYPES:
-            raise NcclError(f"dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
-        self.nccl.check(
-            self.nccl.lib.ncclAllReduce(
-                ctypes.c_void_p(send_ptr),
-                ctypes.c_void_p(recv_ptr),
-                count,
-                DTYPES[dtype],
-                OPS[op],
-                self.handle,
-                ctypes.c_void_p(stream),
-            ),
-            "ncclAllReduce",
-        )
+        self._collective("ncclAllReduce", send_ptr, recv_ptr, count, dtype, stream, OPS[op])
 
     def all_gather(self, send_ptr: int, recv_ptr: int, count: int, dtype: str, stream: int) -> None:
         """`ncclAllGather`: `count` elements from every rank, rank order, into `recv_ptr`."""
+        self._collective("ncclAllGather", send_ptr, recv_ptr, count, dtype, stream)
+
+    def _collective(
+        self, fn: str, send_ptr: int, recv_ptr: int, count: int, dtype: str, stream: int, *op: int
+    ) -> None:
+        """NCCL's collective call shape: (send, recv, count, datatype[, op], comm, stream)."""
         if dtype not in DTYPES:
             raise NcclError(f"dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
+        call = getattr(self.nccl.lib, fn)
         self.nccl.check(
-            self.nccl.lib.ncclAllGather(
+            call(
                 ctypes.c_void_p(send_ptr),
                 ctypes.c_void_p(recv_ptr),
                 count,
                 DTYPES[dtype],
+                *op,
                 self.handle,
                 ctypes.c_void_p(stream),
             ),
-            "ncclAllGather",
+            fn,
         )
 
     def destroy(self) -> None:

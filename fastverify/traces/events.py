@@ -44,6 +44,7 @@ def span_matches(name: str, span: str = DEFAULT_SPAN) -> bool:
 
 
 _LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+_SPAN_CATS = ("gpu_user_annotation", "user_annotation")
 # SGLang: `[{prefix}-]{id}-TP-{r}[-DP-{d}][-PP-{p}][-EP-{e}][-{stage}].trace.json.gz`
 _RANK_IN_NAME = re.compile(
     r"-TP-(\d+)((?:-(?:DP|PP|EP)-\d+)*)(?:-([A-Za-z_]+))?(?:\.trace)?\.json(?:\.gz)?$"
@@ -150,30 +151,11 @@ def classify(ev: dict[str, Any], out: Extract, want_launches: bool) -> None:
     name = ev.get("name")
     if not isinstance(name, str):
         return
-    if cat == "gpu_user_annotation":
-        out.spans.append(
-            Span(
-                ev.get("pid"),
-                float(ev["ts"]),
-                float(ev.get("dur", 0.0)),
-                name,
-                True,
-                ev.get("pid"),
-                ev.get("tid"),
-            )
-        )
-    elif cat == "user_annotation":
-        out.spans.append(
-            Span(
-                None,
-                float(ev["ts"]),
-                float(ev.get("dur", 0.0)),
-                name,
-                False,
-                ev.get("pid"),
-                ev.get("tid"),
-            )
-        )
+    if cat in _SPAN_CATS:
+        gpu = cat == "gpu_user_annotation"  # a GPU range is on its device; a CPU one on none
+        pid = ev.get("pid")
+        ts, dur = float(ev["ts"]), float(ev.get("dur", 0.0))
+        out.spans.append(Span(pid if gpu else None, ts, dur, name, gpu, pid, ev.get("tid")))
     elif want_launches and cat in _LAUNCH_CATS:
         args = ev.get("args") or {}
         if "correlation" in args:

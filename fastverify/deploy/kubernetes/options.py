@@ -1,50 +1,19 @@
 """What `fastverifyctl render kubernetes` takes, declared once: each `KubeOptions` field is
-an option of the command, with its default, its flag and its help (`Flag`, in the field's
-metadata); the CLI builds its options from these (fastverify/cli/render_cmd.py), and
-`from_flags` turns what the command line gave back into `KubeOptions`.
+an option of the command, with its default, its flag and its help (`fastverify.flags`); the
+CLI builds its options from these (fastverify/cli/options.py), and `from_flags` turns what
+the command line gave back into `KubeOptions`.
 `Bundle` is what a render returns."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastverify.config import MODES
+from fastverify.flags import from_flags, option
 
 ACCESS_MODES = ("ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
 MONITORS = ("podmonitor", "servicemonitor", "none")
-
-
-@dataclass(frozen=True)
-class Flag:
-    """How one option is spelled on the command line. `name`: the flag when it is not
-    --FIELD-NAME; `choices`, `low`/`high` (an int range) and `file` (a file path) say what a
-    value may be; `multiple`: repeatable (a tuple; given none, the field's default);
-    `switch`: a boolean flag that turns the field to the opposite of its default."""
-
-    help: str = ""
-    name: str | None = None
-    choices: tuple[str, ...] | None = None
-    low: int | None = None
-    high: int | None = None
-    file: bool = False
-    multiple: bool = False
-    switch: bool = False
-    show_default: bool = False
-
-
-def option(default: Any, help: str = "", **flag: Any) -> Any:
-    """A `KubeOptions` field: its default and how the command line spells it."""
-    return field(default=default, metadata={"flag": Flag(help=help, **flag)})
-
-
-def flag_of(f: dataclasses.Field[Any]) -> Flag:
-    return f.metadata["flag"]
-
-
-def flag_name(f: dataclasses.Field[Any]) -> str:
-    return flag_of(f).name or "--" + f.name.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -243,17 +212,8 @@ class KubeOptions:
 
     @classmethod
     def from_flags(cls, **given: Any) -> KubeOptions:
-        """`KubeOptions` from what the command line gave: a repeatable option given no
-        value keeps its field's default, every other value is taken as it is."""
-        out = {}
-        for f in dataclasses.fields(cls):
-            if f.name not in given:
-                continue
-            value = given[f.name]
-            if flag_of(f).multiple:
-                value = tuple(value) or f.default
-            out[f.name] = value
-        return cls(**out)
+        """`KubeOptions` from what the command line gave (fastverify.flags.from_flags)."""
+        return from_flags(cls, **given)
 
 
 @dataclass(frozen=True)

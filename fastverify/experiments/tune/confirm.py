@@ -84,11 +84,8 @@ def run(ctx: Ctx) -> StageResult:
         "eagle3": None,
     }
     if not ok:
-        return StageResult(
-            "failed",
-            "no finalist could be measured with real weights: "
-            + "; ".join(f"{r['profile']}: {r.get('reason')}" for r in rows),
-            data,
+        return StageResult.none_measured(
+            "no finalist could be measured with real weights", rows, data
         )
     leader = max(ok, key=lambda r: r["tokens_per_second_mean"])["profile"]
     be = next(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,14 @@ class StageResult:
     status: str  # "done" | "skipped" | "failed"
     reason: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def none_measured(
+        cls, why: str, rows: Sequence[Mapping[str, Any]], data: dict[str, Any]
+    ) -> StageResult:
+        """A measuring stage none of whose rows succeeded: `why: profile: reason; ...`."""
+        reasons = "; ".join(f"{r['profile']}: {r.get('reason')}" for r in rows)
+        return cls("failed", f"{why}: {reasons}", data)
 
 
 @dataclass

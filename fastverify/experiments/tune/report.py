@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fastverify.durable import atomic_write_json
+from fastverify.durable import atomic_write_json, atomic_write_text
 
 
 def _fmt(v: Any, digits: int = 1) -> str:
@@ -200,7 +200,7 @@ def write(
     )
     lines += _stage_sections(data, plots)
     path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(path, "\n".join(lines) + "\n", mode=0o644)
     return path
 
 
@@ -240,42 +240,13 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         )
         for r in cands.get("rejected", []):
             lines.append(f"- rejected {r['name']}: {'; '.join(r['problems'])}")
-    for name, keys in (
-        ("preflight", ("profile", "status", "wall_s", "decode_ratio_to_fastest", "verdict")),
-        (
-            "rehearse",
-            (
-                "profile",
-                "status",
-                "decode_ms",
-                "cycle_ms",
-                "breakeven_accept_length",
-                "baseline_tokens_per_s",
-                "eagle3_tokens_per_s",
-            ),
-        ),
-    ):
+    for name in ("preflight", "rehearse"):
         if data.get(name, {}).get("table"):
-            lines += ["", f"### {name.capitalize()}", ""]
-            lines += md_table(keys, [[r.get(k) for k in keys] for r in data[name]["table"]])
+            lines += _section(name.capitalize(), name, data[name]["table"])
     trial = data.get("trial") or {}
     if trial.get("rows"):
-        keys = (
-            "profile",
-            "mode",
-            "status",
-            "tokens_per_second_mean",
-            "ci95",
-            "decode_step_ms",
-            "spec_cycle_ms",
-            "trace_step_ms",
-            "allreduce_per_step",
-            "break_even_accept_length",
-            "eagle3_verdict",
-            "reason",
-        )
-        lines += ["", "### Trial (dummy weights: timings real, accept lengths not)", ""]
-        lines += md_table(keys, [[r.get(k) for k in keys] for r in trial["rows"]])
+        lines += _section("Trial (dummy weights: timings real, accept lengths not)", "trial",
+                          trial["rows"])  # fmt: skip
         lines += _too_few_runs(trial["rows"]) + _quantised(trial["rows"])
         conc = trial.get("concurrency") or 1
         lines += [
@@ -297,36 +268,36 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
             lines += ["", f"![trial]({plots['trial']})"]
     conf = data.get("confirm") or {}
     if conf.get("rows"):
-        keys = (
-            "profile",
-            "mode",
-            "status",
-            "tokens_per_second_mean",
-            "ci95",
-            "n",
-            "vs_best",
-            "reason",
-        )
         rows = conf["rows"] + [conf[k] for k in ("eagle3", "adaptive") if conf.get(k)]
-        lines += ["", "### Confirm (real weights)", ""]
-        lines += md_table(keys, [[r.get(k) for k in keys] for r in _vs_best(rows)])
+        lines += _section("Confirm (real weights)", "confirm", _vs_best(rows))
         lines += _too_few_runs(rows) + _quantised(rows)
         lines += ["", f"EAGLE-3: {conf.get('eagle3_why')}", "", "Accept lengths:", ""]
         lines += _accept_lengths(conf)
     dec = data.get("decide") or {}
     if dec.get("options"):
-        keys = (
-            "profile",
-            "mode",
-            "evidence",
-            "tokens_per_second",
-            "ci95",
-            "accept_length",
-            "break_even",
-        )
-        lines += ["", "### Decision options", ""]
-        lines += md_table(keys, [[o.get(k) for k in keys] for o in dec["options"]])
+        lines += _section("Decision options", "decide", dec["options"])
     return lines
+
+
+# Each stage's table in the report: its columns, the keys of its rows.
+_COLUMNS: dict[str, tuple[str, ...]] = {
+    "preflight": ("profile", "status", "wall_s", "decode_ratio_to_fastest", "verdict"),
+    "rehearse": ("profile", "status", "decode_ms", "cycle_ms", "breakeven_accept_length",
+                 "baseline_tokens_per_s", "eagle3_tokens_per_s"),
+    "trial": ("profile", "mode", "status", "tokens_per_second_mean", "ci95", "decode_step_ms",
+              "spec_cycle_ms", "trace_step_ms", "allreduce_per_step",
+              "break_even_accept_length", "eagle3_verdict", "reason"),
+    "confirm": ("profile", "mode", "status", "tokens_per_second_mean", "ci95", "n", "vs_best",
+                "reason"),
+    "decide": ("profile", "mode", "evidence", "tokens_per_second", "ci95", "accept_length",
+               "break_even"),
+}  # fmt: skip
+
+
+def _section(title: str, stage: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A stage's heading and its table (the columns of `_COLUMNS[stage]`)."""
+    keys = _COLUMNS[stage]
+    return ["", f"### {title}", "", *md_table(keys, [[r.get(k) for k in keys] for r in rows])]
 
 
 def _vs_best(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

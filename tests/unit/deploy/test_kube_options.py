@@ -10,7 +10,8 @@ import click
 
 from fastverify.cli.render_cmd import kubernetes_cmd
 from fastverify.config import MODES
-from fastverify.deploy.kubernetes.options import KubeOptions, flag_name, flag_of
+from fastverify.deploy.kubernetes.options import KubeOptions
+from fastverify.flags import flag_name, flag_of
 
 
 def params() -> dict[str, click.Option]:
