@@ -34,8 +34,8 @@ from fastverify.cli.output import (
 
 @click.command("costs")
 @click.option("--max-steps", type=click.IntRange(1, 64), default=None,
-              help="Trials at 0..K draft steps (0 = the decode step); default: the daemon's "
-              "configured EAGLE-3 steps.")  # fmt: skip
+              help="Trials at 0..K draft steps (0 = SGLang's steps-0 pass, beside a baseline "
+              "server's decode step); default: the daemon's configured EAGLE-3 steps.")  # fmt: skip
 @click.option("--batch-sizes", default="1,2,4,8,16,32,64", show_default=True,
               callback=batch_size_list, help="Batch sizes measured at each step count: one "
               "closed-loop window at that concurrency.")  # fmt: skip
@@ -193,17 +193,26 @@ def _deliver(
 
 def _print_costs(report: dict[str, Any], output: str | None) -> None:
     steps = [str(k) for k in report["steps"]]
+    # a baseline server's decode step beside the steps-0 pass (a file from before the steps-0
+    # trial has no baseline_ms: its "0" is the baseline decode)
+    baseline = report.get("baseline_ms")
     rows = []
     for bs, row in sorted(report["cycle_ms"].items(), key=lambda kv: int(kv[0])):
         verify = report.get("verify_ms", {}).get(bs, {})
         cells = []
+        if baseline is not None:
+            b = baseline.get(bs)
+            cells.append("-" if b is None else f"{b:.2f}")
         for k in steps:
             c = row.get(k)
             v = verify.get(k)
             cells.append("-" if c is None else f"{c:.2f}" + (f" ({v:.2f})" if v else ""))
         rows.append((bs, *cells))
-    heads = ("batch", *[("decode" if k == "0" else f"{k} step" + "s" * (k != "1")) for k in steps])
-    table(heads, rows, title="cycle ms per batch size and draft steps (verify ms in brackets)")
+    names = {"0": "0 steps" if baseline is not None else "decode", "1": "1 step"}
+    heads = ("batch", *(["baseline"] if baseline is not None else []),
+             *[names.get(k, f"{k} steps") for k in steps])  # fmt: skip
+    table(heads, rows, title="ms per decode step (baseline) and per cycle at each draft step "
+          "count (verify ms in brackets)")  # fmt: skip
     click.echo(f"source: {report['source']}")
     restored = report.get("restored") or {}
     click.echo(f"restored: {restored.get('profile')}/{restored.get('mode')} "

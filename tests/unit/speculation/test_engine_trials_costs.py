@@ -104,3 +104,25 @@ def test_the_steps_0_trial_launches_adaptive_at_0_steps(tmp_path: Path) -> None:
     with pytest.raises(EngineArgError, match="drafts at no batch size"):
         launch_args(ServerConfig(draft_model_path="d", adaptive_config=str(cfg)), "adaptive",
                     {}, "m")  # fmt: skip
+
+
+def test_the_costs_table_shows_the_baseline_decode_beside_the_steps_0_pass(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`spec costs` prints a baseline server's decode step beside SGLang's steps-0 pass (they
+    differ: the pass is a verify at one draft token plus the draft extend); a file from
+    before the steps-0 trial (no baseline_ms) prints its 0 column as the decode."""
+    from fastverify.cli.spec_costs_cmd import _print_costs
+
+    report = {"steps": [0, 1], "baseline_ms": {"1": 12.44, "2": 19.11},
+              "cycle_ms": {"1": {"0": 12.48, "1": 18.09}, "2": {"0": 18.35, "1": 32.24}},
+              "verify_ms": {"1": {"1": 17.82}}, "source": "s", "restored": {}}  # fmt: skip
+    _print_costs(report, None)
+    lines = capsys.readouterr().out.splitlines()
+    head = next(x for x in lines if x.startswith("batch"))
+    assert head.split("\t") == ["batch", "baseline", "0 steps", "1 step"]
+    assert "1\t12.44\t12.48\t18.09 (17.82)" in lines
+    old = {k: v for k, v in report.items() if k != "baseline_ms"}
+    _print_costs(old, None)
+    head = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("batch"))
+    assert head.split("\t") == ["batch", "decode", "1 step"]
