@@ -435,6 +435,11 @@ def validate(ctx: click.Context, concurrencies: list[int], duration: float,
         fail_with_reason("spec validate", "no stored plan to validate (or one from before "
                          "this version): run fastverifyctl spec plan", EXIT_PROBLEMS, "no_plan",
                          as_json)  # fmt: skip
+    if stored.get("drafts") is False:  # `mode set adaptive` refuses it: baseline serves that
+        fail_with_reason("spec validate", "the stored plan drafts at no batch size: it is "
+                         "what mode baseline serves (fastverifyctl mode set baseline); there is "
+                         "no adaptive server to validate", EXIT_PROBLEMS, "never_drafts",
+                         as_json)  # fmt: skip
     if status.get("mode") != "adaptive" or not url:
         fail_with_reason("spec validate", f"the daemon serves {status.get('profile')}/"
                          f"{status.get('mode')}, not the plan: fastverifyctl mode set adaptive "

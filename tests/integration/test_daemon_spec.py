@@ -176,3 +176,18 @@ def test_adaptive_disabled_by_sglang_fails_and_rolls_back(tmp_path: Path) -> Non
         assert st["last_failure"]["reason"] == "adaptive_disabled"
         rec = d.client.get("/v1/history")[-1]
         assert rec["result"] == "rolled_back" and rec["reason"] == "adaptive_disabled"
+
+
+def test_validate_says_a_never_drafting_plan_is_what_baseline_serves(tmp_path: Path) -> None:
+    """A stored plan that drafts at no batch size cannot be served as mode adaptive (`mode set
+    adaptive` refuses it): `spec validate` says so instead of sending the user there."""
+    with DaemonHarness(tmp_path, config=_config(), tp_size=2) as d:
+        plan = {"drafts": False, "accept_requests": [[3, 1, 0, 0]], "tiers": {}}
+        d.client.store_spec_plan(plan, {"1": {"candidate_steps": [0]}})
+        before = d.status()
+        r = d.ctl("spec", "validate", "-d", "2", "--json")
+        assert r.returncode == 1, r.stdout + r.stderr
+        answer = json.loads(r.stdout)
+        assert answer["reason"] == "never_drafts", answer
+        assert "mode baseline" in answer["error"]
+        assert d.status()["engine"]["pid"] == before["engine"]["pid"]
