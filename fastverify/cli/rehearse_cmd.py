@@ -351,6 +351,7 @@ def rehearse(
                 allreduce_from=allreduce_from,
                 allreduce_profile=allreduce_profile,
                 allreduce_backend=allreduce_backend,
+                config_path=config_path,
             ),
             output,
             as_json,

@@ -137,8 +137,11 @@ class ControlFacade:
                 "decision": self._decision_now(),
                 "sglang": _sglang_summary(c.engine),
                 "findings": [*c.store.findings, *c.findings.values()],
-                "daemon": {"pid": os.getpid(), "state_dir": str(c.store.dir),
-                           "fingerprint": host_here.load(c.store.dir)},  # fmt: skip
+                "daemon": {
+                    "pid": os.getpid(),
+                    "state_dir": str(c.store.dir),
+                    "fingerprint": host_here.load(c.store.dir),
+                },
             }
         engine["identity"] = self.engine_identity()
         out["weight_cache"] = c.cache.status()  # outside the lock: NVML may be asked

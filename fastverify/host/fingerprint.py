@@ -38,6 +38,7 @@ FACTS = ("gpu_model", "gpu_count", "driver", "topology", "pcie_links", "acs_iomm
 # the recorded results a fact change invalidates ("cost file": `spec costs`' engine trials)
 _HW = ("tune decision", "preflight report", "tuner table", "rehearse costs", "cost file",
        "speculation plan")  # fmt: skip
+_SERVED = ("tune decision", "rehearse costs", "cost file", "speculation plan", "acceptance record")
 INVALIDATES: dict[str, tuple[str, ...]] = {
     "gpu_model": (*_HW, "acceptance record"),
     "gpu_count": _HW,
@@ -49,14 +50,16 @@ INVALIDATES: dict[str, tuple[str, ...]] = {
     "cuda": ("tune decision", "preflight report", "rehearse costs", "cost file"),
     "torch": ("tune decision", "preflight report", "rehearse costs", "cost file"),
     "nccl": ("tune decision", "preflight report", "tuner table", "rehearse costs", "cost file"),
-    "sglang": ("tune decision", "rehearse costs", "cost file", "speculation plan",
-               "acceptance record"),  # fmt: skip
+    "sglang": _SERVED,
     "engine": (*_HW, "acceptance record"),
     "tp_size": _HW,
-    "model": ("tune decision", "rehearse costs", "cost file", "speculation plan",
-              "acceptance record"),  # fmt: skip
-    "drafter": ("tune decision (its EAGLE-3 options)", "cost file", "speculation plan",
-                "acceptance record"),  # fmt: skip
+    "model": _SERVED,
+    "drafter": (
+        "tune decision (its EAGLE-3 options)",
+        "cost file",
+        "speculation plan",
+        "acceptance record",
+    ),
 }
 # how a fact is named in one line ("GPU model, count, topology differ")
 LABELS = {"gpu_model": "GPU model", "gpu_count": "GPU count", "topology": "topology",

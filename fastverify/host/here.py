@@ -152,3 +152,53 @@ def _read(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
+
+
+def recorded_in(path: str | Path) -> Any:
+    """The fingerprint a result file carries (None: none, or not a JSON object)."""
+    return _read(Path(path)).get("fingerprint")
+
+
+def check(
+    items: list[tuple[str, str, Any]], here: Mapping[str, Any] | None, accept: bool, flag: str
+) -> tuple[list[str], str | None, list[dict[str, Any]]]:
+    """Recorded results read back on this host: `items` (kind, name, its fingerprint).
+    Returns (lines to say, the refusal or None, each verdict): a result of another host is
+    refused unless `accept` (then warned); one without a fingerprint, or a host whose own is
+    unknown, is a one-line note."""
+    lines: list[str] = []
+    refusals: list[str] = []
+    verdicts = []
+    for kind, name, fp in items:
+        v = fingerprint.compare(fp, here, kind, name)
+        verdicts.append({"kind": kind, "name": name, "status": v["status"],
+                         "facts": [c["fact"] for c in v["changes"]]})  # fmt: skip
+        if v["status"] == "differs" and not accept:
+            refusals.append(v["message"])
+        elif v["message"]:
+            lines.append(("warning: " if v["status"] == "differs" else "") + v["message"])
+    refusal = "; ".join(refusals) + f" ({flag}: use them anyway)" if refusals else None
+    return lines, refusal, verdicts
+
+
+def doctor_view(status: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`fastverifyctl doctor`'s lines on the daemon's fingerprint: {id, host, stale, lines}."""
+    daemon = (status or {}).get("daemon") or {}
+    fp = daemon.get("fingerprint")
+    if not status:
+        return {"id": None, "stale": [], "lines": ["host fingerprint: no daemon answered"]}
+    if not fp:
+        why = "host fingerprint: not computed yet (the daemon does at start)"
+        return {"id": None, "stale": [], "lines": [why]}
+    found = stale(daemon.get("state_dir") or "", fp)
+    lines = [f"host fingerprint {fp['id']}: {fingerprint.host_label(fp['facts'])}"]
+    if found:
+        lines.append(f"  {len(found)} recorded result(s) keyed to another fingerprint "
+                     "(they do not describe this host):")  # fmt: skip
+    for s in found[:10]:
+        facts = ", ".join(fingerprint.LABELS[f] for f in s["facts"])
+        lines.append(f"  {s['kind']} {s['name']} (fingerprint {s['fingerprint']}): {facts} differ")
+    if len(found) > 10:
+        lines.append(f"  ... and {len(found) - 10} more (--json lists them)")
+    return {"id": fp["id"], "host": fingerprint.host_label(fp["facts"]), "stale": found,
+            "lines": lines}  # fmt: skip

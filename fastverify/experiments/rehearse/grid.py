@@ -77,6 +77,7 @@ class GridConfig:
     allreduce_from: str | None = None  # a preflight report measured on the host
     allreduce_profile: str | None = None
     allreduce_backend: str = "nccl"  # the published column when no preflight report
+    config_path: str | None = None  # the daemon's config: its host fingerprint, to compare
 
 
 def check(cfg: GridConfig) -> None:
@@ -200,6 +201,11 @@ def allreduce_table(cfg: GridConfig, tp: int, hidden: int, count: int) -> dict[s
             f"profile {profile}, in-graph per-op p50 on {report.get('gpu')}, "
             f"{len(points)} sizes, log-log between them"
         )
+        from fastverify.host import fingerprint, here
+
+        host = fingerprint.compare(report.get("fingerprint"), here.for_config(cfg.config_path),
+                                   "preflight report", str(path))  # fmt: skip
+        detail += f"; {host['message']}" if host["message"] else ""
     else:
         points, source = published_points(cfg.allreduce_backend, tp)
         detail = "log-log between the published sizes; below 12 KiB the 12 KiB figure"
