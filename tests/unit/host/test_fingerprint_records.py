@@ -28,10 +28,10 @@ def _facts(**over: Any) -> dict[str, Any]:
 
 
 H200 = fingerprint.record(_facts())
-PRO6000 = fingerprint.record(
-    _facts(gpu_model="NVIDIA RTX PRO 6000 Blackwell Server Edition", gpu_count=8,
-           topology={"GPU0-GPU1": "NODE", "GPU0-GPU2": "SYS"}, tp_size=8)  # fmt: skip
-)
+PRO6000_TOPO = {"GPU0-GPU1": "NODE", "GPU0-GPU2": "SYS"}
+PRO6000_GPU = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+PRO6000 = fingerprint.record(_facts(gpu_model=PRO6000_GPU, gpu_count=8, tp_size=8,
+                                    topology=PRO6000_TOPO))  # fmt: skip
 
 
 def test_another_hosts_cost_file_names_the_facts_and_both_hosts() -> None:
