@@ -83,6 +83,16 @@ def rank_run(
         fail(f"{cmd}: {exc}", EXIT_PROBLEMS)
 
 
+def host_fingerprint(config_path: str | None) -> Any:
+    """This host's fingerprint, to stamp on a result or compare one with: the daemon's on the
+    command's socket, else the one its configuration's state dir holds (None: unknown)."""
+    from fastverify.cli.daemon_call import client_for
+    from fastverify.host import here
+
+    ctx = click.get_current_context()
+    return here.current(lambda: client_for(ctx, timeout=5).status(), config_path)
+
+
 def deliver(
     report: dict[str, Any],
     output: str | None,

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from fastverify.cli.experiment_common import deliver, fmt, int_list, rank_run
+from fastverify.cli.experiment_common import deliver, fmt, host_fingerprint, int_list, rank_run
 from fastverify.cli.options import env_pairs, rank_options
 from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, fail, table
 
@@ -213,9 +213,7 @@ def preflight(
     except pf_host.PreflightError as exc:  # no GPU for nccl, unknown profile: usage, as rehearse
         usage = isinstance(exc, pf_host.NoGpu) or "profile" in str(exc)
         fail(f"preflight: {exc}", EXIT_USAGE if usage else EXIT_PROBLEMS)
-    from fastverify.host import here
-
-    report["fingerprint"] = here.for_config(config_path)  # the daemon's host, when recorded
+    report["fingerprint"] = host_fingerprint(config_path)  # the daemon's host, when known
     deliver(report, output, as_json, _print_preflight)
     # a skipped candidate (pcie-ipc without FlashInfer's PCIe-IPC here) is not a failure
     if any(p["status"] not in ("ok", "skipped") for p in report["profiles"]):

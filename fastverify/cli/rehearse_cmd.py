@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from fastverify.cli.experiment_common import deliver, int_list_option, rank_run
+from fastverify.cli.experiment_common import deliver, host_fingerprint, int_list_option, rank_run
 from fastverify.cli.options import env_pairs, rank_options
 from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, fail, table
 
@@ -351,7 +351,7 @@ def rehearse(
                 allreduce_from=allreduce_from,
                 allreduce_profile=allreduce_profile,
                 allreduce_backend=allreduce_backend,
-                config_path=config_path,
+                host_fingerprint=host_fingerprint(config_path),
             ),
             output,
             as_json,

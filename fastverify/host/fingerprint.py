@@ -181,7 +181,7 @@ def diff(recorded: Mapping[str, Any], here: Mapping[str, Any]) -> list[dict[str,
     return out
 
 
-def describe(changes: Sequence[Mapping[str, Any]]) -> str:
+def describe(changes: Sequence[Mapping[str, Any]], invalidates: bool = True) -> str:
     """One sentence per changed fact: `sglang: 0.5.23 there, 0.5.22 here (invalidates ...)`."""
 
     def short(v: Any) -> str:
@@ -189,8 +189,8 @@ def describe(changes: Sequence[Mapping[str, Any]]) -> str:
         return text if len(text) <= 80 else text[:77] + "..."
 
     return "; ".join(
-        f"{c['fact']}: {short(c['recorded'])} there, {short(c['here'])} here (invalidates "
-        f"{', '.join(c['invalidates'])})"
+        f"{c['fact']}: {short(c['recorded'])} there, {short(c['here'])} here"
+        + (f" (invalidates {', '.join(c['invalidates'])})" if invalidates else "")
         for c in changes
     )
 
@@ -236,6 +236,6 @@ def compare(
         f"{kind} {name} was measured on a host with {host_label(recorded['facts'])} "
         f"(fingerprint {recorded.get('id')}), this host has {host_label(here['facts'])} "
         f"(fingerprint {here.get('id')}): {facts} differ; its numbers do not describe this "
-        f"host ({describe(changes)})"
+        f"host ({describe(changes, invalidates=False)})"
     )
     return {"status": "differs", "changes": changes, "message": message}

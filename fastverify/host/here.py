@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,16 @@ def for_config(config_path: str | None) -> dict[str, Any] | None:
         return load(config_mod.load(Path(config_path) if config_path else None).state_dir)
     except config_mod.ConfigError:
         return None
+
+
+def current(status: Callable[[], Mapping[str, Any]], config_path: str | None) -> Any:
+    """This host's fingerprint for a client writing or reading a result: the daemon's
+    (`status()`: its /v1/status), else the one its configuration's state dir holds."""
+    try:
+        fp = (status().get("daemon") or {}).get("fingerprint")
+    except Exception:  # no daemon answers: the state dir of its configuration
+        fp = None
+    return fp or for_config(config_path)
 
 
 def stale(state_dir: Path | str, here: Mapping[str, Any]) -> list[dict[str, Any]]:

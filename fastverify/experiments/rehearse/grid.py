@@ -77,7 +77,7 @@ class GridConfig:
     allreduce_from: str | None = None  # a preflight report measured on the host
     allreduce_profile: str | None = None
     allreduce_backend: str = "nccl"  # the published column when no preflight report
-    config_path: str | None = None  # the daemon's config: its host fingerprint, to compare
+    host_fingerprint: Mapping[str, Any] | None = None  # this host's, to compare the report's
 
 
 def check(cfg: GridConfig) -> None:
@@ -201,9 +201,9 @@ def allreduce_table(cfg: GridConfig, tp: int, hidden: int, count: int) -> dict[s
             f"profile {profile}, in-graph per-op p50 on {report.get('gpu')}, "
             f"{len(points)} sizes, log-log between them"
         )
-        from fastverify.host import fingerprint, here
+        from fastverify.host import fingerprint
 
-        host = fingerprint.compare(report.get("fingerprint"), here.for_config(cfg.config_path),
+        host = fingerprint.compare(report.get("fingerprint"), cfg.host_fingerprint,
                                    "preflight report", str(path))  # fmt: skip
         detail += f"; {host['message']}" if host["message"] else ""
     else:
