@@ -86,11 +86,22 @@ def rank_run(
 def host_fingerprint(config_path: str | None) -> Any:
     """This host's fingerprint, to stamp on a result or compare one with: the daemon's on the
     command's socket, else the one its configuration's state dir holds (None: unknown)."""
+    from pathlib import Path
+
+    from fastverify import config as config_mod
     from fastverify.cli.daemon_call import client_for
     from fastverify.host import here
 
-    ctx = click.get_current_context()
-    return here.current(lambda: client_for(ctx, timeout=5).status(), config_path)
+    try:
+        daemon = client_for(click.get_current_context(), timeout=5).status().get("daemon") or {}
+        if daemon.get("fingerprint"):
+            return daemon["fingerprint"]
+    except Exception:  # no daemon answers: the state dir of its configuration
+        pass
+    try:
+        return here.load(config_mod.load(Path(config_path) if config_path else None).state_dir)
+    except config_mod.ConfigError:
+        return None
 
 
 def deliver(

@@ -342,9 +342,9 @@ class Daemon:
         )
         if not self.stop_event.is_set():
             sup.startup()
-            from fastverify.host import here
+            from fastverify.daemon import host_fingerprint
 
-            here.start(sup.api, store, cfg.server.python)
+            host_fingerprint.start(sup.api, store, cfg.server.python)
         code = self._loop(sup, notifier)
         notifier.stopping("stopping: engine group and control API")
         log.info("shutting down")
