@@ -14,6 +14,7 @@ invalidates. Pure file reading: nothing here probes the host.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -103,8 +104,12 @@ def doctor_view(status: Mapping[str, Any] | None) -> dict[str, Any]:
     if not fp:
         why = "host fingerprint: not computed yet (the daemon does at start)"
         return {"id": None, "stale": [], "lines": [why]}
-    found = stale(daemon.get("state_dir") or "", fp)
+    state_dir = str(daemon.get("state_dir") or "")
+    found = stale(state_dir, fp)
     lines = [f"host fingerprint {fp['id']}: {fingerprint.host_label(fp['facts'])}"]
+    if not os.access(state_dir, os.R_OK | os.X_OK):
+        lines.append(f"  cannot read the daemon's state dir {state_dir}: its recorded results "
+                     "were not checked (run doctor as the daemon's user)")  # fmt: skip
     if found:
         lines.append(f"  {len(found)} recorded result(s) keyed to another fingerprint "
                      "(they do not describe this host):")  # fmt: skip

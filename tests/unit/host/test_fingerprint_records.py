@@ -109,6 +109,8 @@ def test_stale_lists_results_keyed_to_another_fingerprint(tmp_path: Path) -> Non
     assert view["lines"][0].startswith(f"host fingerprint {PRO6000['id']}: 8 x NVIDIA RTX")
     assert "3 recorded result(s) keyed to another fingerprint" in view["lines"][1]
     assert here.doctor_view(None)["lines"] == ["host fingerprint: no daemon answered"]
+    gone = here.doctor_view({"daemon": {"state_dir": str(tmp_path / "gone"), "fingerprint": H200}})
+    assert "cannot read the daemon's state dir" in gone["lines"][1] and gone["stale"] == []
 
 
 @pytest.mark.parametrize("bad", ["", "not json", "[1]", '{"id": "x"}'])
