@@ -9,7 +9,7 @@
   the sampling (temperature, top_p). Only real-weights EAGLE-3 records at fixed steps and
   topk 1 are `usable`: a dummy drafter's acceptance is noise, an adaptive server's histogram
   mixes step counts, and a tree's (topk > 1) is no chain. Each record carries the host
-  fingerprint the daemon computed at start (fastverify.host.here), or null before it is known.
+  fingerprint the daemon computed at start (daemon/host_fingerprint.py), null until known.
 - spec-plan.json and adaptive-config.json: the plan `fastverifyctl spec plan` made and the
   SGLang config it wrote (`POST /v1/spec/plan`), which mode adaptive serves.
 Files are written atomically (statestore.atomic_write_json).

@@ -52,10 +52,10 @@ def collect(
     return fingerprint.record(facts)
 
 
-def of_daemon(api: Any, python: str, stop: threading.Event | None = None) -> dict[str, Any]:
+def of_daemon(api: Any, python: str) -> dict[str, Any]:
     """The fingerprint of the daemon whose control facade is `api`: its status, its server
     argv (the EAGLE-3 one names the drafter), and its engine's host once probed."""
-    stop = stop or threading.Event()
+    stop = threading.Event()  # never set: the wait between two looks at the probe
     status = api.status()
     for _ in range(180):  # a real engine's host is probed in the background (seconds)
         caps = (status.get("engine") or {}).get("capabilities") or {}
