@@ -163,7 +163,8 @@ decision (object | null): `{profile, mode, backend, applied, decided_at, report,
   manual switch away makes it false)
 sglang (object | null): the server's SGLang release and the facts serving it
 findings (list): what the daemon found wrong and works around, one sentence each
-daemon (object): `{pid, state_dir}`
+daemon (object): `{pid, state_dir, fingerprint}`; `fingerprint`: the host fingerprint `{id,
+  facts}` computed at start (docs/host.md; null until known)
 weight_cache (object): SGLang's weight-cache daemon as fastverifyd runs it
   (docs/weight-cache.md): `{setting, state, available, speculative, restarts, last_failure,
   mismatch, pid?, pgid?, ranks?, rank_pids?, adopted?, started_at?, ready_s?, log?, argv?,

@@ -124,11 +124,15 @@ def doctor(
         interpreters[0] if interpreters else "",
         view=ev.view,
     )
+    from fastverify.host.here import doctor_view
+
+    host = doctor_view(ev.status)  # the daemon's fingerprint, and results keyed to another
     findings = sorted(report.findings, key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))
     sglang_rows = [sglang_in_range(py) for py in interpreters or [sys.executable]]
     worst = _worse(report.worst, *(r["severity"] for r in sglang_rows))
     if as_json:
-        emit_json({**report.to_dict(), "sglang": sglang_rows, "worst": worst})
+        fp = {k: v for k, v in host.items() if k != "lines"}
+        emit_json({**report.to_dict(), "sglang": sglang_rows, "worst": worst, "fingerprint": fp})
     else:
         if findings:
             table(
@@ -160,6 +164,7 @@ def doctor(
                 click.echo(f"  note: {note}")
         for row in sglang_rows:
             click.echo(f"SGLang ({row['python']}): {row['message']}")
+        click.echo("\n".join(host["lines"]))
         click.echo(f"status: {worst}")
     sys.exit(EXIT_PROBLEMS if worst in ("error", "warning") else EXIT_OK)
 

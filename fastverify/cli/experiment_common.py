@@ -100,6 +100,27 @@ def rank_run(
         fail(f"{cmd}: {exc}", EXIT_PROBLEMS)
 
 
+def host_fingerprint(config_path: str | None) -> Any:
+    """This host's fingerprint, to stamp on a result or compare one with: the daemon's on the
+    command's socket, else the one its configuration's state dir holds (None: unknown)."""
+    from pathlib import Path
+
+    from fastverify import config as config_mod
+    from fastverify.cli.daemon_call import client_for
+    from fastverify.host import here
+
+    try:
+        daemon = client_for(click.get_current_context(), timeout=5).status().get("daemon") or {}
+        if daemon.get("fingerprint"):
+            return daemon["fingerprint"]
+    except Exception:  # no daemon answers: the state dir of its configuration
+        pass
+    try:
+        return here.load(config_mod.load(Path(config_path) if config_path else None).state_dir)
+    except config_mod.ConfigError:
+        return None
+
+
 def deliver(
     report: dict[str, Any],
     output: str | None,

@@ -15,6 +15,7 @@ import click
 from fastverify.cli.experiment_common import (
     deliver,
     fmt,
+    host_fingerprint,
     int_list,
     rank_run,
     report_file_option,
@@ -213,6 +214,7 @@ def preflight(
     except pf_host.PreflightError as exc:  # no GPU for nccl, unknown profile: usage, as rehearse
         usage = isinstance(exc, pf_host.NoGpu) or "profile" in str(exc)
         fail(f"preflight: {exc}", EXIT_USAGE if usage else EXIT_PROBLEMS)
+    report["fingerprint"] = host_fingerprint(config_path)  # the daemon's host, when known
     deliver(report, output, as_json, _print_preflight)
     # a skipped candidate (pcie-ipc without FlashInfer's PCIe-IPC here) is not a failure
     if any(p["status"] not in ("ok", "skipped") for p in report["profiles"]):

@@ -20,6 +20,7 @@ import click
 from fastverify.cli.experiment_common import (
     deliver,
     fmt,
+    host_fingerprint,
     int_list_option,
     rank_run,
     report_file_option,
@@ -346,6 +347,7 @@ def rehearse(
                 allreduce_from=allreduce_from,
                 allreduce_profile=allreduce_profile,
                 allreduce_backend=allreduce_backend,
+                host_fingerprint=host_fingerprint(config_path),
             ),
             output,
             as_json,

@@ -152,6 +152,9 @@ def _serving_identity(ctx: click.Context, profile: str, as_json: bool) -> dict[s
 )
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
               help="Also write SGLang's --speculative-adaptive-config here.")  # fmt: skip
+@click.option("--other-host", is_flag=True,
+              help="Plan with a cost file or acceptance recorded on a host of another "
+              "fingerprint (refused by default, naming the facts that differ).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @socket_option
 @click.pass_context
@@ -170,6 +173,7 @@ def plan(
     window: float | None,
     allow_synthetic: bool,
     output: str | None,
+    other_host: bool,
     as_json: bool,
 ) -> None:
     """SGLang's --speculative-adaptive-config for this host and workload, and what SGLang
@@ -202,6 +206,7 @@ def plan(
     if rec is None:
         stop(why, EXIT_PROBLEMS, "no_acceptance")
     assert rec is not None
+    host = _host_check(status, rec, costs_file, other_host, stop)
     try:
         if costs_file:
             costs = spec_costs.from_file(costs_file, allreduce_backend)
@@ -250,6 +255,7 @@ def plan(
         "engine": engine.get("name"),
         "simulated": bool(engine.get("simulated")),
     }
+    p.extra["host"] = host
     p.extra["acceptance"] = {k: rec.get(k) for k in (
         "profile", "mode", "model", "drafter", "topk", "steps", "weights", "dataset",
         "synthetic", "sampling", "verifies", "measured_at")}  # fmt: skip
@@ -269,6 +275,25 @@ def plan(
         emit_json(data)
         return
     _print(data)
+
+
+def _host_check(
+    status: dict[str, Any], rec: dict[str, Any], costs_file: str | None, other_host: bool, stop: Any
+) -> dict[str, Any]:
+    """The acceptance record and the cost file against this host's fingerprint: another
+    host's refused (unless --other-host), one without a fingerprint noted."""
+    from fastverify.host import here
+
+    fp = (status.get("daemon") or {}).get("fingerprint")
+    items = [("acceptance record", f"of {_who(rec)}", rec.get("fingerprint"))]
+    if costs_file:
+        items.append(("cost file", costs_file, here.recorded_in(costs_file)))
+    lines, refusal, verdicts = here.check(items, fp, other_host, "--other-host")
+    if refusal:
+        stop(refusal, EXIT_PROBLEMS, "other_host")
+    for line in lines:
+        click.echo(f"spec plan: {line}", err=True)
+    return {"fingerprint": (fp or {}).get("id"), "checked": verdicts}
 
 
 def _held(status: dict[str, Any]) -> str | None:

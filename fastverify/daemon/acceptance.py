@@ -8,7 +8,8 @@
   prompts were (`dataset`: name, format, content hash; "synthetic" for random token ids) and
   the sampling (temperature, top_p). Only real-weights EAGLE-3 records at fixed steps and
   topk 1 are `usable`: a dummy drafter's acceptance is noise, an adaptive server's histogram
-  mixes step counts, and a tree's (topk > 1) is no chain.
+  mixes step counts, and a tree's (topk > 1) is no chain. Each record carries the host
+  fingerprint the daemon computed at start (daemon/host_fingerprint.py), null until known.
 - spec-plan.json and adaptive-config.json: the plan `fastverifyctl spec plan` made and the
   SGLang config it wrote (`POST /v1/spec/plan`), which mode adaptive serves.
 Files are written atomically (statestore.atomic_write_json).
@@ -23,6 +24,7 @@ from fastverify.config import ADAPTIVE_CONFIG_NAME, weights_label
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.statestore import StateStore, atomic_write_json
 from fastverify.engines.sglang import load_format_of
+from fastverify.host import here
 from fastverify.sglang import adaptive
 from fastverify.speculation.records import identity_of
 
@@ -113,6 +115,7 @@ def record(store: StateStore, handle: Any, body: dict[str, Any]) -> dict[str, An
         "measured_at": float(body.get("measured_at") or time.time()),
         "usable": why_not is None,
         **({"why_not_usable": why_not} if why_not else {}),
+        "fingerprint": here.load(store.dir),  # the host it was measured on
     }
     data = store.load_json(ACCEPTANCE_FILE)
     data[key(rec)] = rec

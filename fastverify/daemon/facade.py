@@ -35,6 +35,7 @@ from fastverify.daemon.operations import Operation
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.states import State
 from fastverify.engines.sglang import load_format_of
+from fastverify.host import here as host_here
 from fastverify.lease_record import describe as describe_lease
 from fastverify.redact import mask_argv
 
@@ -136,7 +137,11 @@ class ControlFacade:
                 "decision": self._decision_now(),
                 "sglang": _sglang_summary(c.engine),
                 "findings": [*c.store.findings, *c.findings.values()],
-                "daemon": {"pid": os.getpid(), "state_dir": str(c.store.dir)},
+                "daemon": {
+                    "pid": os.getpid(),
+                    "state_dir": str(c.store.dir),
+                    "fingerprint": host_here.load(c.store.dir),
+                },
             }
         engine["identity"] = self.engine_identity()
         out["weight_cache"] = c.cache.status()  # outside the lock: NVML may be asked

@@ -342,6 +342,9 @@ class Daemon:
         )
         if not self.stop_event.is_set():
             sup.startup()
+            from fastverify.daemon import host_fingerprint
+
+            host_fingerprint.start(sup.api, store, cfg.server.python)
         code = self._loop(sup, notifier)
         notifier.stopping("stopping: engine group and control API")
         log.info("shutting down")

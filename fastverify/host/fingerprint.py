@@ -17,7 +17,9 @@ only equals an unreadable one):
                                    (config.json's sha256 when readable, else the path)
 
 `fingerprint_id(facts)` is a short sha256 of the canonical JSON. `diff(recorded, here)`
-lists each changed fact with the results it invalidates (`INVALIDATES`).
+lists each changed fact with the results it invalidates (`INVALIDATES`); `compare(recorded,
+here, kind, name)` reads one recorded result back against this host: only the facts that
+invalidate that kind count, and a result written before fingerprints is accepted with a note.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ from typing import Any
 
 FACTS = ("gpu_model", "gpu_count", "driver", "topology", "pcie_links", "acs_iommu", "numa",
          "cuda", "torch", "nccl", "sglang", "engine", "tp_size", "model", "drafter")  # fmt: skip
-_HW = ("tune decision", "preflight report", "tuner table", "rehearse costs", "speculation plan")
+# the recorded results a fact change invalidates ("cost file": `spec costs`' engine trials)
+_HW = ("tune decision", "preflight report", "tuner table", "rehearse costs", "cost file",
+       "speculation plan")  # fmt: skip
+_SERVED = ("tune decision", "rehearse costs", "cost file", "speculation plan", "acceptance record")
 INVALIDATES: dict[str, tuple[str, ...]] = {
     "gpu_model": (*_HW, "acceptance record"),
     "gpu_count": _HW,
@@ -42,15 +47,26 @@ INVALIDATES: dict[str, tuple[str, ...]] = {
     "pcie_links": ("tune decision", "preflight report", "tuner table"),
     "acs_iommu": ("tune decision", "preflight report", "tuner table"),
     "numa": ("tune decision", "preflight report", "tuner table"),
-    "cuda": ("tune decision", "preflight report", "rehearse costs"),
-    "torch": ("tune decision", "preflight report", "rehearse costs"),
-    "nccl": ("tune decision", "preflight report", "tuner table", "rehearse costs"),
-    "sglang": ("tune decision", "rehearse costs", "speculation plan", "acceptance record"),
+    "cuda": ("tune decision", "preflight report", "rehearse costs", "cost file"),
+    "torch": ("tune decision", "preflight report", "rehearse costs", "cost file"),
+    "nccl": ("tune decision", "preflight report", "tuner table", "rehearse costs", "cost file"),
+    "sglang": _SERVED,
     "engine": (*_HW, "acceptance record"),
     "tp_size": _HW,
-    "model": ("tune decision", "rehearse costs", "speculation plan", "acceptance record"),
-    "drafter": ("tune decision (its EAGLE-3 options)", "speculation plan", "acceptance record"),
+    "model": _SERVED,
+    "drafter": (
+        "tune decision (its EAGLE-3 options)",
+        "cost file",
+        "speculation plan",
+        "acceptance record",
+    ),
 }
+# how a fact is named in one line ("GPU model, count, topology differ")
+LABELS = {"gpu_model": "GPU model", "gpu_count": "GPU count", "topology": "topology",
+          "pcie_links": "PCIe links", "acs_iommu": "ACS/IOMMU", "numa": "NUMA",
+          "driver": "driver", "cuda": "CUDA", "torch": "torch", "nccl": "NCCL",
+          "sglang": "SGLang", "engine": "engine", "tp_size": "TP size", "model": "model",
+          "drafter": "drafter"}  # fmt: skip
 
 
 def _flag(argv: Sequence[str], name: str) -> str | None:
@@ -165,7 +181,7 @@ def diff(recorded: Mapping[str, Any], here: Mapping[str, Any]) -> list[dict[str,
     return out
 
 
-def describe(changes: Sequence[Mapping[str, Any]]) -> str:
+def describe(changes: Sequence[Mapping[str, Any]], invalidates: bool = True) -> str:
     """One sentence per changed fact: `sglang: 0.5.23 there, 0.5.22 here (invalidates ...)`."""
 
     def short(v: Any) -> str:
@@ -173,7 +189,53 @@ def describe(changes: Sequence[Mapping[str, Any]]) -> str:
         return text if len(text) <= 80 else text[:77] + "..."
 
     return "; ".join(
-        f"{c['fact']}: {short(c['recorded'])} there, {short(c['here'])} here (invalidates "
-        f"{', '.join(c['invalidates'])})"
+        f"{c['fact']}: {short(c['recorded'])} there, {short(c['here'])} here"
+        + (f" (invalidates {', '.join(c['invalidates'])})" if invalidates else "")
         for c in changes
     )
+
+
+def relevant(kind: str) -> tuple[str, ...]:
+    """The facts whose change invalidates a recorded result of `kind`."""
+    return tuple(k for k in FACTS if any(r.split(" (")[0] == kind for r in INVALIDATES[k]))
+
+
+def host_label(facts: Mapping[str, Any]) -> str:
+    """The host in a few words: `2 x NVIDIA H200 (NV18)`, `the sim engine (TP 2, ...)`."""
+    engine = facts.get("engine") or {}
+    if engine.get("simulated"):
+        return f"the sim engine (TP {facts.get('tp_size')}, SGLang {facts.get('sglang')})"
+    links = sorted({str(v) for v in (facts.get("topology") or {}).values()})
+    topo = f" ({'/'.join(links)})" if links else ""
+    return f"{facts.get('gpu_count') or 0} x {facts.get('gpu_model') or 'unknown GPU'}{topo}"
+
+
+def compare(
+    recorded: Mapping[str, Any] | None, here: Mapping[str, Any] | None, kind: str, name: str
+) -> dict[str, Any]:
+    """A recorded result of `kind` (its stored fingerprint `recorded`, {id, facts}) read back
+    on this host (`here`): {status, changes, message}. status "same"; "differs" (the facts
+    that invalidate `kind` differ: `message` names them and the two hosts); "unrecorded" (a
+    result written before fingerprints: accepted, `message` is a one-line note); "unknown"
+    (this host's fingerprint is not known: nothing to compare, said)."""
+    if not isinstance(recorded, Mapping) or not isinstance(recorded.get("facts"), Mapping):
+        return {"status": "unrecorded", "changes": [],
+                "message": f"note: {kind} {name} carries no host fingerprint (written before "
+                "fingerprints): used as it is, not checked against this host"}  # fmt: skip
+    if not isinstance(here, Mapping) or not isinstance(here.get("facts"), Mapping):
+        return {"status": "unknown", "changes": [],
+                "message": f"note: this host's fingerprint is unknown (no fastverifyd has "
+                f"recorded one): {kind} {name} (fingerprint {recorded.get('id')}) is not "
+                "checked against it"}  # fmt: skip
+    keep = relevant(kind)
+    changes = [c for c in diff(recorded["facts"], here["facts"]) if c["fact"] in keep]
+    if not changes:
+        return {"status": "same", "changes": [], "message": ""}
+    facts = ", ".join(LABELS[c["fact"]] for c in changes)
+    message = (
+        f"{kind} {name} was measured on a host with {host_label(recorded['facts'])} "
+        f"(fingerprint {recorded.get('id')}), this host has {host_label(here['facts'])} "
+        f"(fingerprint {here.get('id')}): {facts} differ; its numbers do not describe this "
+        f"host ({describe(changes, invalidates=False)})"
+    )
+    return {"status": "differs", "changes": changes, "message": message}

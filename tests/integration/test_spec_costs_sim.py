@@ -43,6 +43,7 @@ def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path:
         r = d.ctl("bench", "-n", "4", "-c", "2", "--output-len", "40", "--warmup", "0",
                   "--dataset", "fastverify-docs")  # fmt: skip
         assert r.returncode == 0, r.stderr
+        fp = d.wait_for(lambda: d.status()["daemon"]["fingerprint"], 60, "the host fingerprint")
         before = d.status()
         r = d.ctl("spec", "costs", "--max-steps", "2", "--batch-sizes", "1,4", *WINDOW,
                   "--trace-steps", "3", "--output", str(out), "--json", timeout=600)  # fmt: skip
@@ -57,6 +58,7 @@ def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path:
             assert line in r.stderr, (line, r.stderr)
 
         assert report["kind"] == "engine-trials"
+        assert report["fingerprint"] == fp  # the host the costs were measured on
         assert report["steps"] == [0, 1, 2] and report["batch_sizes"] == [1, 4]
         for what in ("dummy weights", "profile nccl-default", "SGLang 0.5.23", "SIMULATED"):
             assert what in report["source"], report["source"]
@@ -105,6 +107,7 @@ def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path:
         assert r.returncode == 0, r.stderr
         plan = json.loads(r.stdout)
         assert plan["costs"]["source"].startswith(f"{out.name}: engine trials on dummy weights")
+        assert [c["status"] for c in plan["host"]["checked"]] == ["same", "same"]
         assert plan["costs"]["cycle_ms"] == {
             b: {k: pytest.approx(v, rel=1e-6) for k, v in row.items()}
             for b, row in report["cycle_ms"].items()

@@ -67,5 +67,6 @@ def test_preflight_and_rehearse_run_inside_tune_on_cpu_ranks(tmp_path: Path) -> 
     assert done["trial"]["compared_with_rehearsal"] is True
     # the sim's 122 per step against the tiny model's 7: named as a disagreement
     assert any("all-reduces per step" in x for x in done["trial"]["disagreements"])
-    assert (tmp_path / "out" / "preflight.json").exists()
+    preflight = json.loads((tmp_path / "out" / "preflight.json").read_text())
+    assert preflight["fingerprint"] == json.loads(proc.stdout)["fingerprint"]  # this host's
     assert (tmp_path / "out" / "rehearse.json").exists()

@@ -373,6 +373,8 @@ class CostTrials:
             "bench": {k: v for k, v in asdict(self.cfg).items() if k in BENCH_KEYS},
             "command": self.cfg.command,
             "warnings": self.warnings,
+            # the host it was measured on (fastverify.host.here): `spec plan --costs` compares
+            "fingerprint": (status.get("daemon") or {}).get("fingerprint"),
         }
 
 

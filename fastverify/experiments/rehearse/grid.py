@@ -77,6 +77,7 @@ class GridConfig:
     allreduce_from: str | None = None  # a preflight report measured on the host
     allreduce_profile: str | None = None
     allreduce_backend: str = "nccl"  # the published column when no preflight report
+    host_fingerprint: Mapping[str, Any] | None = None  # this host's, to compare the report's
 
 
 def check(cfg: GridConfig) -> None:
@@ -200,6 +201,11 @@ def allreduce_table(cfg: GridConfig, tp: int, hidden: int, count: int) -> dict[s
             f"profile {profile}, in-graph per-op p50 on {report.get('gpu')}, "
             f"{len(points)} sizes, log-log between them"
         )
+        from fastverify.host import fingerprint
+
+        host = fingerprint.compare(report.get("fingerprint"), cfg.host_fingerprint,
+                                   "preflight report", str(path))  # fmt: skip
+        detail += f"; {host['message']}" if host["message"] else ""
     else:
         points, source = published_points(cfg.allreduce_backend, tp)
         detail = "log-log between the published sizes; below 12 KiB the 12 KiB figure"

@@ -192,6 +192,7 @@ def preflight(ctx: Ctx) -> StageResult:
         report = pf.run_preflight(_load([r["name"] for r in rows]), cfg, on_event=ctx.emit)
     except PreflightError as exc:
         return StageResult("failed", f"preflight: {exc}")
+    report["fingerprint"] = ctx.data("inventory").get("fingerprint")  # this host's
     atomic_write_text(ctx.out / "preflight.json", to_json(report) + "\n", mode=0o644)
     ctx.journal.record_time("preflight", report["total_wall_s"] / max(1, len(rows)))
     table, survivors = preflight_verdicts(report, compare_speed=ctx.cfg.backend != "gloo")
