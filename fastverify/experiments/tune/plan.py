@@ -110,10 +110,8 @@ def _per_unit(times: Mapping[str, Any], key: str) -> tuple[float, str]:
 
 def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]]:
     loads = load_times(f.history)
-    real, real_src = loads["real"]
-    disk = real  # an EAGLE-3 load reads from disk: the cache exports no draft model
-    if f.cached:  # real baseline loads map the weight cache's weights
-        real, real_src = loads["cached"][0], f"cached load: {loads['cached'][1]}"
+    disk, disk_src = loads["real"]  # EAGLE-3 / adaptive read from disk: no draft in the cache
+    cached, cached_src = loads["cached"]
     dummy, dummy_src = loads["dummy"]
     overhead, _ = _per_unit(f.times, "bench_overhead")
     measure = f.repeats * (f.duration_s + overhead)
@@ -128,6 +126,7 @@ def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]
         real_loads: int = 0,
         dummy_loads: int = 0,
         note: str = "",
+        cached_loads: int = 0,
     ) -> None:
         skip = f.skips.get(name)
         done = name in f.done
@@ -138,6 +137,7 @@ def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]
                 "source": source,
                 "units": units,
                 "real_loads": 0 if (skip or done) else real_loads,
+                "cached_loads": 0 if (skip or done) else cached_loads,  # of real_loads
                 "dummy_loads": 0 if (skip or done) else dummy_loads,
                 "will_run": not skip and not done,
                 "skip_reason": skip,
@@ -152,31 +152,66 @@ def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]
         sec, src = _per_unit(f.times, name)
         add(name, sec * f.candidates, src, f"{f.candidates} profile(s) x {sec:.0f} s")
     trace, _ = _per_unit(f.times, "trace")
-    add(
-        "trial",
-        (trials + eagle) * (dummy + measure + trace),
-        f"dummy load: {dummy_src}",
-        f"{trials} baseline + {eagle} EAGLE-3 trial(s) x ({dummy:.0f} s load + "
-        f"{measure:.0f} s measuring + {trace:.0f} s trace)",
-        dummy_loads=trials + eagle,
-    )
+    run = f"{measure:.0f} s measuring + {trace:.0f} s trace"
+    if f.cached:  # the baselines on the cache's real weights: they are the confirmation
+        add(
+            "trial",
+            trials * (cached + measure + trace) + eagle * (dummy + measure + trace),
+            f"cached load: {cached_src}; dummy load: {dummy_src}",
+            f"{trials} baseline(s) on real weights from the weight cache x ({cached:.0f} s "
+            f"cached load + {run}) + {eagle} EAGLE-3 on dummy weights x ({dummy:.0f} s dummy "
+            f"load + {run})",
+            real_loads=trials,
+            cached_loads=trials,
+            dummy_loads=eagle,
+        )
+    else:
+        add(
+            "trial",
+            (trials + eagle) * (dummy + measure + trace),
+            f"dummy load: {dummy_src}",
+            f"{trials} baseline + {eagle} EAGLE-3 trial(s) x ({dummy:.0f} s load + {run})",
+            dummy_loads=trials + eagle,
+        )
     extra = 0 if f.accept_known else 1
     more = (" + " if extra else "") + f"{f.extra_real_loads} adaptive" if f.extra_real_loads else ""
+    spec = (
+        f" + {'1 EAGLE-3' if extra else ''}{more} x ({disk:.0f} s load from disk + {measure:.0f} s)"
+        if extra or f.extra_real_loads
+        else ""
+    )
+    spec_note = (
+        ""
+        if extra
+        else "+1 EAGLE-3 load from disk only if the trial puts EAGLE-3 within 10% of the baseline"
+    )
+    if f.cached:
+        add(
+            "confirm",
+            (extra + f.extra_real_loads) * (disk + measure),
+            f"load from disk: {disk_src}",
+            f"{finalists} finalist(s): their trial rows (real weights from the cache), no "
+            f"reload{spec}",
+            real_loads=extra + f.extra_real_loads,
+            note=spec_note,
+        )
+        add(
+            "decide",
+            1.0 + cached,
+            f"cached load: {cached_src}",
+            f"apply: 1 cached load ({cached:.0f} s)",
+            real_loads=1,
+            cached_loads=1,
+            note="no load when the winner is the EAGLE-3 load confirm ran last",
+        )
+        return rows
     add(
         "confirm",
-        finalists * (real + measure) + (extra + f.extra_real_loads) * (disk + measure),
-        f"real load: {real_src}",
-        f"{finalists} finalist(s) x ({real:.0f} s load + {measure:.0f} s measuring)"
-        + (
-            f" + {'1 EAGLE-3' if extra else ''}{more} x ({disk:.0f} s load from disk + "
-            f"{measure:.0f} s)"
-            if extra or f.extra_real_loads
-            else ""
-        ),
+        finalists * (disk + measure) + (extra + f.extra_real_loads) * (disk + measure),
+        f"real load: {disk_src}",
+        f"{finalists} finalist(s) x ({disk:.0f} s load + {measure:.0f} s measuring){spec}",
         real_loads=finalists + extra + f.extra_real_loads,
-        note=""
-        if extra
-        else "+1 real EAGLE-3 load only if the trial puts EAGLE-3 within 10% of the baseline",
+        note=spec_note,
     )
     add(
         "decide",
@@ -184,7 +219,7 @@ def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]
         "default",
         "apply",
         note="no load when the winner is the finalist "
-        f"loaded last; else +1 real load ({real:.0f} s)",
+        f"loaded last; else +1 real load ({disk:.0f} s)",
     )
     return rows
 
@@ -229,8 +264,11 @@ def make_plan(f: PlanFacts) -> dict[str, Any]:
         "trial_candidates": trials,
         "budget_note": note,
         "over_budget": f.budget_s is not None and total > f.budget_s,
+        "weight_cache": f.cached,  # the trial's baselines load the cache's real weights
         "loads": {
             "real": sum(r["real_loads"] for r in rows),
+            "cached": sum(r["cached_loads"] for r in rows),  # of the real ones
+            "disk": sum(r["real_loads"] - r["cached_loads"] for r in rows),
             "dummy": sum(r["dummy_loads"] for r in rows),
         },
     }

@@ -263,6 +263,7 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         keys = (
             "profile",
             "mode",
+            "weights",
             "status",
             "tokens_per_second_mean",
             "ci95",
@@ -274,7 +275,11 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
             "eagle3_verdict",
             "reason",
         )
-        lines += ["", "### Trial (dummy weights: timings real, accept lengths not)", ""]
+        cached = any(r.get("weights") == "real" for r in trial["rows"])
+        what = ("baselines on real weights from the weight cache; EAGLE-3 on dummy weights: "
+                "timings real, accept lengths not" if cached
+                else "dummy weights: timings real, accept lengths not")  # fmt: skip
+        lines += ["", f"### Trial ({what})", ""]
         lines += md_table(keys, [[r.get(k) for k in keys] for r in trial["rows"]])
         lines += _too_few_runs(trial["rows"]) + _quantised(trial["rows"])
         conc = trial.get("concurrency") or 1
