@@ -1,20 +1,25 @@
 """The tune plan: every stage with its estimated time, before anything is loaded.
 
 Estimates come from this host's records where there are any, in every stage: weight loads
-from the daemon's history (`duration_s` of switches that came up, per kind of weights; with
-no dummy load recorded yet, the recorded real loads bound a dummy one from above; where the
-daemon's weight cache serves real baseline loads, those are priced as the cached loads
-recorded, else as a dummy load: neither reads the checkpoint), stage
-times per unit from earlier tunes (`times.json` in the tune journal's directory: inventory,
-candidates, tuner derivation, preflight and rehearse per profile, a trace window, a
-measurement's overhead). Where there is nothing recorded, a default is used and the plan
-says `default`.
+from the daemon's history (`duration_s` of switches that came up, per kind of load: from
+disk, dummy, cached = real weights mapped from the daemon's weight cache; with no dummy load
+recorded yet, the recorded disk loads bound a dummy one from above; with no cached load yet,
+one is priced as a dummy load: neither reads the checkpoint), stage times per unit from
+earlier tunes (`times.json` in the tune journal's directory: inventory, candidates, tuner
+derivation, preflight and rehearse per profile, a trace window, a measurement's overhead).
+Where there is nothing recorded, a default is used and the plan says `default`.
+
+Where the weight cache serves real baseline loads (`cached`), the trial's baselines are
+cached loads whose rows are the confirmation: confirm reloads no finalist, only its EAGLE-3 /
+adaptive loads read from disk, and the decision's load is a cached one. Each stage says which
+kind of load it priced (`cached_loads` of its `real_loads`; the totals: real, cached, disk,
+dummy).
 
 Trial candidates: every candidate when nothing ranks them before the trial (no GPU here);
 the best `finalists + RANKED_EXTRA` when preflight or rehearse will rank them.
-`budget_s` lowers the number of finalists (real-weights loads) first, then the number of
-trial candidates (dummy loads), rather than overrun; when even one finalist and one
-trial do not fit, the plan says by how much it is over.
+`budget_s` lowers the number of finalists first, then the number of trial candidates,
+rather than overrun; when even one finalist and one trial do not fit, the plan says by how
+much it is over.
 """
 
 from __future__ import annotations
