@@ -154,11 +154,20 @@ def _from_cache(
             r["trace"] = t["figures"]
         elif t.get("error"):
             r["trace_error"] = t["error"]
+        if r["status"] == "ok" and (rate := sweep_trial.per_request_rate(r)):
+            r["decode_step_ms"] = 1000.0 / rate
     best = sorted((r for r in rows if r["status"] == "ok"),
                   key=lambda r: -r["tokens_per_second_mean"])[:finalists]  # fmt: skip
     if best:
         eagle = measure.sweep(ctx, "trial-eagle3", [r["profile"] for r in best], mode="eagle3",
                               load_format="dummy", accept_length=ctx.cfg.accept_length)  # fmt: skip
+        real = {r["profile"]: r for r in best}
+        for r in eagle["results"]:
+            b = real.get(r["profile"])
+            if r.get("weights") == DUMMY and r.get("spec_cycle_ms") and b is not None:
+                # against the trial's own baseline, as a dummy trial's EAGLE-3 rows are
+                rate = sweep_trial.per_request_rate(b) or b["tokens_per_second_mean"]
+                sweep_trial.judge(r, rate, "trial baseline (real weights, from the cache)")
         rows += [r for r in eagle["results"] if r.get("weights") == DUMMY]
         report = dict(report, warnings=report.get("warnings", []) + eagle.get("warnings", []))
     recs = [load_records(Path(ctx.out) / sub / RESULTS_FILE) for sub in ("trial", "trial-eagle3")]
