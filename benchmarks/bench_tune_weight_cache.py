@@ -109,6 +109,8 @@ def main() -> int:
     with_cache = run("on", args.load_seconds, work)
     report = {
         "benchmark": "tune-weight-cache",
+        "command": f"python {Path(__file__).relative_to(REPO)} --load-seconds "
+        f"{args.load_seconds:g}",
         "engine": "sim (a SIMULATION: its loads are the sim's calibration, docs/sim.md)",
         "sim_load_seconds": args.load_seconds,
         "tp_size": TP,
@@ -130,11 +132,9 @@ def main() -> int:
         },
         "off": without,
         "on": with_cache,
-        "command": "python benchmarks/bench_tune_weight_cache.py --load-seconds "
-        f"{args.load_seconds:g}",
     }  # fmt: skip
     args.out.write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps(report["figures"], indent=1))
+    print(json.dumps({"written": str(args.out), **report["figures"]}, indent=1))
     return 0
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from fastverify.experiments.tune import measure
 from fastverify.experiments.tune.context import Ctx, StageResult
-from fastverify.experiments.tune.trial import REAL, real_view
+from fastverify.experiments.tune.trial import REAL, all_failed, real_view
 
 UNSURE = 0.10
 
@@ -83,12 +83,7 @@ def run(ctx: Ctx) -> StageResult:
         "eagle3": None,
     }
     if not ok:
-        return StageResult(
-            "failed",
-            "no finalist could be measured with real weights: "
-            + "; ".join(f"{r['profile']}: {r.get('reason')}" for r in rows),
-            data,
-        )
+        return all_failed("no finalist could be measured with real weights", rows, data)
     leader = max(ok, key=lambda r: r["tokens_per_second_mean"])["profile"]
     be = next(
         (

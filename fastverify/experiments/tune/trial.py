@@ -45,6 +45,12 @@ REAL_KEYS = ("samples", "vs_best", "accept_length_mean", "per_request_tokens_per
 AGREE = 0.10  # rehearsal and trial orderings that differ by less than this are not a disagreement
 
 
+def all_failed(what: str, rows: list[dict[str, Any]], data: dict[str, Any]) -> StageResult:
+    """A stage that measured nothing: `what`, then each row's profile and reason."""
+    why = "; ".join(f"{r['profile']}: {r.get('reason')}" for r in rows)
+    return StageResult("failed", f"{what}: {why}", data)
+
+
 def real_view(r: dict[str, Any]) -> dict[str, Any]:
     """A real-weights row as confirm and decide read it."""
     return {k: r.get(k) for k in (*KEYS, *REAL_KEYS)}
@@ -122,12 +128,7 @@ def run(ctx: Ctx) -> StageResult:
         "concurrency": ctx.cfg.concurrency,  # what every rate and break-even above is for
     }
     if not ok:
-        return StageResult(
-            "failed",
-            "every trial candidate failed: "
-            + "; ".join(f"{r['profile']}: {r.get('reason')}" for r in rows),
-            data,
-        )
+        return all_failed("every trial candidate failed", rows, data)
     return StageResult("done", None, data)
 
 
