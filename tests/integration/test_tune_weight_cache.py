@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -97,6 +98,8 @@ def test_trial_rows_are_real_weights_from_the_cache_and_confirm_reloads_none(
     )
     # confirm's rows are the finalists' trial rows: nothing reloaded
     assert confirm["from_trial"] is True
+    report = Path(tuned["result"]["report"]).read_text()
+    assert "real weights from the weight cache):\nnone was reloaded." in report
     by_profile = {r["profile"]: r for r in base}
     assert [r["profile"] for r in confirm["rows"]] == confirm["order"]
     for r in confirm["rows"]:

@@ -314,6 +314,9 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         )
         rows = conf["rows"] + [conf[k] for k in ("eagle3", "adaptive") if conf.get(k)]
         lines += ["", "### Confirm (real weights)", ""]
+        if conf.get("from_trial"):
+            lines += ["The finalists' rows are the trial's (real weights from the weight cache):",
+                      "none was reloaded.", ""]  # fmt: skip
         lines += md_table(keys, [[r.get(k) for k in keys] for r in _vs_best(rows)])
         lines += _too_few_runs(rows) + _quantised(rows)
         lines += ["", f"EAGLE-3: {conf.get('eagle3_why')}", "", "Accept lengths:", ""]
