@@ -33,6 +33,15 @@ def accept_length(ctx: Ctx, profile: str | None) -> tuple[float | None, str]:
     return sweep_trial.reference_accept_length(ctx.cfg.accept_length, recorded, profile)
 
 
+def _disk(ctx: Ctx) -> str:
+    """What a speculative load beside the weight cache is said to be."""
+    return (
+        " from disk (the weight cache exports no draft model)"
+        if ctx.plan.get("weight_cache")
+        else ""
+    )
+
+
 def eagle3_needed(accept: float | None, break_even: float | None) -> tuple[bool, str]:
     """Whether a real EAGLE-3 load could change the mode, and why."""
     if accept is None:
@@ -108,7 +117,7 @@ def run(ctx: Ctx) -> StageResult:
     if need and accept is not None:  # the plan's conditional load: in the ETA from now on
         ctx.eagle3_confirm = True
         ctx.replan()
-        planned = "; +1 real EAGLE-3 load from disk, in the ETA from now on"
+        planned = f"; +1 real EAGLE-3 load{_disk(ctx)}, in the ETA from now on"
     ctx.emit(f"confirm: leader {leader}; EAGLE-3: {why}{planned}")
     if need:
         rep = measure.sweep(ctx, "confirm-eagle3", [leader], mode="eagle3", traces=False)
@@ -143,7 +152,7 @@ def _adaptive(
     ctx.replan()
     ctx.emit(f"confirm: the speculation plan predicts {p['profile']}/adaptive at "
              f"{p['tokens_per_second']:.1f} tok/s, above everything measured: measuring it "
-             "with real weights (+1 real load from disk, in the ETA from now on)")  # fmt: skip
+             f"with real weights (+1 real load{_disk(ctx)}, in the ETA from now on)")  # fmt: skip
     rep = measure.sweep(ctx, "confirm-adaptive", [p["profile"]], mode="adaptive", traces=False)
     row = next((r for r in rep["results"] if r["mode"] == "adaptive"), None)
     if row is None:

@@ -188,7 +188,8 @@ def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]
     spec_note = (
         ""
         if extra
-        else "+1 EAGLE-3 load from disk only if the trial puts EAGLE-3 within 10% of the baseline"
+        else f"+1 real EAGLE-3 load{' from disk' if f.cached else ''} only if the trial puts "
+        "EAGLE-3 within 10% of the baseline"
     )
     if f.cached:
         add(
