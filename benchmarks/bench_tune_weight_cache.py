@@ -37,15 +37,14 @@ LOAD_KINDS = ("start", "switch", "mode", "restart", "crash_restart")
 
 
 def _loads(history: list[dict[str, Any]], since: float) -> dict[str, Any]:
-    """The tune's engine starts by weights' source, each with its mode and seconds."""
-    out: dict[str, list[dict[str, Any]]] = {"cache": [], "disk": [], "dummy": []}
+    """The tune's engine starts by where their weights came from (cache, disk, dummy; a
+    start that failed before loading any: failed), each with its mode and seconds."""
+    out: dict[str, list[dict[str, Any]]] = {"cache": [], "disk": [], "dummy": [], "failed": []}
     for r in history:
         if r.get("kind") not in LOAD_KINDS or (r.get("started_at") or 0) < since:
             continue
-        if r.get("weights") == "dummy":
-            where = "dummy"
-        else:
-            where = "cache" if (r.get("weight_load") or {}).get("source") == "cache" else "disk"
+        source = (r.get("weight_load") or {}).get("source")
+        where = "dummy" if r.get("weights") == "dummy" else source or "failed"
         keep = ("profile", "mode", "result", "duration_s")
         out[where].append({k: r.get(k) for k in keep})
     return {k: {"n": len(v), "loads": v} for k, v in out.items()}

@@ -77,19 +77,29 @@ def _kind(r: Mapping[str, Any]) -> str:
     return weights
 
 
+def _seconds(r: Mapping[str, Any]) -> Any:
+    """A load's seconds: `duration_s`; for a cached one its phases' sum where recorded (the
+    daemon's first start also waits for the cache's own disk load, which no later cached
+    load pays again)."""
+    phases = r.get("phases") or {}
+    if _kind(r) == "cached" and phases and all(isinstance(v, int | float) for v in phases.values()):
+        return sum(phases.values())
+    return r.get("duration_s")
+
+
 def load_times(history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, str]]:
     """kind (real: from disk, dummy, cached: real weights mapped from the weight cache) ->
     (median seconds of the newest loads that came up, where it came from)."""
     out: dict[str, tuple[float, str]] = {}
     for weights in ("real", "dummy", "cached"):
         secs = [
-            float(r["duration_s"])
+            float(_seconds(r))
             for r in history
             if r.get("kind") in ("switch", "start", "mode", "restart")
             and r.get("result") == "ok"
             and _kind(r) == weights
-            and isinstance(r.get("duration_s"), int | float)
-            and r["duration_s"] > 0
+            and isinstance(_seconds(r), int | float)
+            and _seconds(r) > 0
         ]
         secs = secs[-5:]
         if secs:
@@ -97,11 +107,15 @@ def load_times(history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, s
         else:
             out[weights] = (DEFAULTS[f"load_{weights}"], "default")
     real, real_src = out["real"]
-    if out["dummy"][1] == "default" and real_src != "default" and real < DEFAULTS["load_dummy"]:
+    cached, cached_src = out["cached"]
+    if out["dummy"][1] == "default" and cached_src != "default":
+        # no dummy load yet, but cached ones: neither reads the checkpoint
+        out["dummy"] = (cached, f"{cached_src.replace('recorded', 'recorded cached')}")
+    elif out["dummy"][1] == "default" and real_src != "default" and real < DEFAULTS["load_dummy"]:
         # no dummy load yet, but real ones: a dummy load skips reading the weights, so this
         # host's real load bounds it from above (a sim or small model loads in seconds)
         out["dummy"] = (real, f"{real_src.replace('recorded', 'recorded real')}, an upper bound")
-    if out["cached"][1] == "default":  # none from the cache yet: neither reads the checkpoint
+    if cached_src == "default":  # none from the cache yet: neither reads the checkpoint
         out["cached"] = (out["dummy"][0], f"a dummy load's ({out['dummy'][1]})")
     return out
 

@@ -89,6 +89,21 @@ def test_with_the_weight_cache_the_trial_runs_real_weights_at_a_cached_loads_cos
     assert _stage(p, "trial")["source"].startswith("cached load: a dummy load's (default)")
 
 
+def test_a_cached_start_counts_its_phases_and_prices_a_dummy_load_none_recorded() -> None:
+    # the daemon's first start waited 5.6 s for the cache's own disk load: not a cached
+    # load's cost (its phases are); with no dummy load recorded, a cached one prices it
+    start = {"kind": "start", "result": "ok", "weights": "real", "duration_s": 9.0,
+             "phases": {"engine_ready": 3.3, "stop": 0.0, "validate": 0.05, "verify": 0.05},
+             "weight_load": {"source": "cache"}}  # fmt: skip
+    loads = plan.load_times([start])
+    assert loads["cached"] == (pytest.approx(3.4), "recorded: median of 1 daemon load(s)")
+    assert loads["dummy"] == (pytest.approx(3.4), "recorded cached: median of 1 daemon load(s)")
+    assert loads["real"] == (600.0, "default")
+    # a disk load keeps its whole duration
+    disk = dict(start, weight_load={"source": "disk"})
+    assert plan.load_times([disk])["real"][0] == 9.0
+
+
 def test_the_real_host_arithmetic_of_docs_tune_md_is_the_plans_own() -> None:
     """docs/tune.md's 8-GPU table: today's total, the total with the weight cache at the
     field's 1.5-minute load, and at the H200's measured cached (36 s) and dummy (32 s)
