@@ -117,7 +117,8 @@ def _cache_serves(ctx: Ctx) -> bool:
         wc = ctx.client.get("/v1/status").get("weight_cache") or {}
     except Exception:  # the plan is made without it: priced as disk loads
         return False
-    return wc.get("setting") in ("auto", "on") and bool(wc.get("available"))
+    up = wc.get("state") in ("ready", "starting")  # failed, stopped, mismatch: loads from disk
+    return wc.get("setting") in ("auto", "on") and bool(wc.get("available")) and up
 
 
 def _wait_idle(client: Any, timeout_s: float, emit: Callable[[Event], None]) -> dict[str, Any]:

@@ -89,6 +89,19 @@ def test_with_the_weight_cache_the_trial_runs_real_weights_at_a_cached_loads_cos
     assert _stage(p, "trial")["source"].startswith("cached load: a dummy load's (default)")
 
 
+def test_the_trial_uses_the_cache_only_while_it_serves_baseline_loads() -> None:
+    from fastverify.experiments.tune.pipeline import _cache_serves
+
+    def serves(**wc: Any) -> bool:
+        status = {"weight_cache": {"setting": "auto", "available": True, "state": "ready", **wc}}
+        return _cache_serves(SimpleNamespace(client=SimpleNamespace(get=lambda _p: status)))
+
+    assert serves() and serves(setting="on") and serves(state="starting")
+    assert not serves(setting="off") and not serves(available=False)  # a release without one
+    for state in ("failed", "stopped", "mismatch", "off"):  # its loads would read the disk
+        assert not serves(state=state)
+
+
 def test_a_cached_start_counts_its_phases_and_prices_a_dummy_load_none_recorded() -> None:
     # the daemon's first start waited 5.6 s for the cache's own disk load: not a cached
     # load's cost (its phases are); with no dummy load recorded, a cached one prices it
