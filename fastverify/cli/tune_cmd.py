@@ -58,8 +58,13 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
     out.append(
         f"  total ~{plan['total_s'] / 60:.1f} min"
         + (f" (budget {budget / 60:.1f} min)" if budget else "")
-        + f"; loads planned: {plan['loads']['real']} real, {plan['loads']['dummy']} "
-        f"dummy; finalists {plan['finalists']}, trial candidates "
+        + f"; loads planned: {plan['loads']['real']} real"
+        + (
+            f" ({plan['loads']['cached']} from the weight cache)"
+            if plan["loads"].get("cached")
+            else ""
+        )
+        + f", {plan['loads']['dummy']} dummy; finalists {plan['finalists']}, trial candidates "
         f"{plan['trial_candidates']}"
     )
     if plan.get("budget_note"):

@@ -41,6 +41,7 @@ class SweepConfig:
     accept_length: float | None = None  # real accept length the trial break-even is judged by
     then_confirm: int = 0  # reload the best N with real weights and measure them
     traces: bool = True  # capture a profile window per profile in a trial
+    real_traces: bool = False  # and per real-weights profile too (tune's trial from the cache)
     trace_steps: int = 5
     restore: bool = True  # put back what served before (False: leave the last one; `tune`)
 

@@ -239,8 +239,8 @@ class Sweep:
             self._count(done=1)
             self.emit(f"{self._label(phase)} {tag}: run {rep + 1}/{self.cfg.repeats} "
                       f"{result.output_tokens_per_second:.1f} tok/s")  # fmt: skip
-        if weights == trial.DUMMY and self.cfg.traces:
-            self._capture_trace(profile, mode, url, self._label(phase))
+        if self.cfg.traces and (weights == trial.DUMMY or self.cfg.real_traces):
+            self._capture_trace(profile, mode, url, self._label(phase), weights)
         return taken
 
     def _spoiled(
@@ -271,7 +271,9 @@ class Sweep:
                       "weights": weights})  # fmt: skip
         self.emit(f"{self._label(phase)} {tag}: {msg}")
 
-    def _capture_trace(self, profile: str, mode: str, url: str, index: str) -> None:
+    def _capture_trace(
+        self, profile: str, mode: str, url: str, index: str, weights: str = trial.DUMMY
+    ) -> None:
         """A profile window (POST /v1/trace/capture) under load: step/verify time and
         all-reduces per step. Baseline windows have no verify pass: their DECODE steps are
         analysed from the window's files when this host can read them."""
@@ -284,7 +286,7 @@ class Sweep:
             analysis = _decode_analysis(analysis) or analysis
         figures = trial.trace_figures(analysis) if isinstance(analysis, dict) else None
         rec: dict[str, Any] = {"type": "trace", "profile": profile, "mode": mode,
-                               "weights": trial.DUMMY, "steps": steps,
+                               "weights": weights, "steps": steps,
                                "wall_s": wall_s, "figures": figures}  # fmt: skip
         if figures is None:
             rec["error"] = error or "the profile window had no step to analyse"

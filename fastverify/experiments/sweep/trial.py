@@ -67,7 +67,7 @@ def reference_accept_length(
     return None, "none"
 
 
-def _per_request_rate(row: Mapping[str, Any]) -> float | None:
+def per_request_rate(row: Mapping[str, Any]) -> float | None:
     """Tokens/s one sequence sees: from completed requests, else from the inter-token
     latency (a slow trial server may finish no request inside a short window; every
     streamed token still times a step): its mean where the row has it (total gap time over
@@ -124,7 +124,7 @@ def annotate(
             r["trace"] = t
         if r["status"] != "ok":
             continue
-        per_req = _per_request_rate(r)
+        per_req = per_request_rate(r)
         if r["mode"] == "baseline":
             if per_req:
                 r["decode_step_ms"] = 1000.0 / per_req
@@ -141,7 +141,7 @@ def annotate(
         b = base.get(r["profile"])
         b_rate, b_src = None, None
         if b is not None:
-            b_rate = _per_request_rate(b) or b["tokens_per_second_mean"]
+            b_rate = per_request_rate(b) or b["tokens_per_second_mean"]
             b_src = "trial baseline"
         elif isinstance(recorded.get(r["profile"]), Mapping):
             b_rate = recorded[r["profile"]].get("per_request_tokens_per_second")
@@ -152,13 +152,20 @@ def annotate(
         if accept_ref:
             r["predicted_per_request_tokens_per_second"] = accept_ref / cycle_s
         if b_rate:
-            be = breakeven_accept_length(cycle_s, b_rate)
-            r["break_even_accept_length"] = be
-            r["baseline_source"] = b_src
-            if accept_ref:
-                ratio = accept_ref / be
-                r["eagle3_verdict"] = f"{'wins' if ratio > 1 else 'loses'} x{ratio:.2f}"
+            judge(r, b_rate, b_src)
     return rows
+
+
+def judge(row: dict[str, Any], baseline_rate: float, source: str) -> None:
+    """An annotated EAGLE-3 row's break-even accept length against a baseline's per-request
+    tok/s (`source` says whose), and its verdict at the row's real accept length."""
+    be = breakeven_accept_length(row["spec_cycle_ms"] / 1000.0, baseline_rate)
+    row["break_even_accept_length"] = be
+    row["baseline_source"] = source
+    accept_ref = row.get("accept_length_reference")
+    if accept_ref:
+        ratio = accept_ref / be
+        row["eagle3_verdict"] = f"{'wins' if ratio > 1 else 'loses'} x{ratio:.2f}"
 
 
 def timing(records: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """Tune stage 6, confirm the finalists with real weights: the trial's best `finalists`
 baseline rows are reloaded with real weights and measured as a sweep measures (repeats,
-CI95, Welch), the trial's leader last, so that applying it costs no further load.
+CI95, Welch), the trial's leader last, so that applying it costs no further load. Where the
+trial ran them on the weight cache's real weights, their trial rows (measured the same
+way) are the confirmation and nothing is reloaded.
 
 EAGLE-3 gets a real-weights load of the leading finalist only when it could change the
 decision: no real accept length is known (none given, none recorded), or the trial puts
@@ -15,7 +17,7 @@ from typing import Any
 
 from fastverify.experiments.tune import measure
 from fastverify.experiments.tune.context import Ctx, StageResult
-from fastverify.experiments.tune.trial import KEYS
+from fastverify.experiments.tune.trial import REAL, real_view
 
 UNSURE = 0.10
 
@@ -29,6 +31,15 @@ def accept_length(ctx: Ctx, profile: str | None) -> tuple[float | None, str]:
     except OSError:
         recorded = {}
     return sweep_trial.reference_accept_length(ctx.cfg.accept_length, recorded, profile)
+
+
+def _disk(ctx: Ctx) -> str:
+    """What a speculative load beside the weight cache is said to be."""
+    return (
+        " from disk (the weight cache exports no draft model)"
+        if ctx.plan.get("weight_cache")
+        else ""
+    )
 
 
 def eagle3_needed(accept: float | None, break_even: float | None) -> tuple[bool, str]:
@@ -49,19 +60,6 @@ def eagle3_needed(accept: float | None, break_even: float | None) -> tuple[bool,
     )
 
 
-def _view(r: dict[str, Any]) -> dict[str, Any]:
-    out = {k: r.get(k) for k in KEYS}
-    out.update(
-        samples=r.get("samples"),
-        vs_best=r.get("vs_best"),
-        weights=r.get("weights"),
-        accept_length_mean=r.get("accept_length_mean"),
-        per_request_tokens_per_second_mean=r.get("per_request_tokens_per_second_mean"),
-        few_requests=r.get("few_requests"),
-    )
-    return out
-
-
 def run(ctx: Ctx) -> StageResult:
     trial_rows = ctx.data("trial").get("rows", [])
     ranked = sorted(
@@ -72,15 +70,25 @@ def run(ctx: Ctx) -> StageResult:
     if not finalists:
         return StageResult("failed", "no finalist: nothing passed the trial")
     order = list(reversed(finalists))  # the trial's leader last
-    ctx.emit(f"confirm with real weights: {', '.join(order)}")
-    report = measure.sweep(ctx, "confirm", order, load_format="auto", traces=False)
-    rows = [r for r in report["results"] if r["mode"] == "baseline"]
+    real = {r["profile"]: r for r in ranked if r.get("weights") == REAL}
+    from_trial = all(p in real for p in finalists)
+    if from_trial:
+        ctx.emit(f"confirm: {', '.join(order)} ran the trial on real weights from the "
+                 "weight cache (their rows, CI95, are the confirmation): no reload")  # fmt: skip
+        rows = [real[p] for p in order]
+        results_file = ctx.data("trial").get("results_file")
+    else:
+        ctx.emit(f"confirm with real weights: {', '.join(order)}")
+        report = measure.sweep(ctx, "confirm", order, load_format="auto", traces=False)
+        rows = [real_view(r) for r in report["results"] if r["mode"] == "baseline"]
+        results_file = report["results_file"]
     ok = [r for r in rows if r["status"] == "ok"]
     data: dict[str, Any] = {
         "finalists": finalists,
         "order": order,
-        "rows": [_view(r) for r in rows],
-        "results_file": report["results_file"],
+        "rows": rows,
+        "results_file": results_file,
+        "from_trial": from_trial,  # the trial's rows (real weights from the weight cache)
         "eagle3": None,
     }
     if not ok:
@@ -111,13 +119,13 @@ def run(ctx: Ctx) -> StageResult:
     if need and accept is not None:  # the plan's conditional load: in the ETA from now on
         ctx.eagle3_confirm = True
         ctx.replan()
-        planned = "; +1 real EAGLE-3 load, in the ETA from now on"
+        planned = f"; +1 real EAGLE-3 load{_disk(ctx)}, in the ETA from now on"
     ctx.emit(f"confirm: leader {leader}; EAGLE-3: {why}{planned}")
     if need:
         rep = measure.sweep(ctx, "confirm-eagle3", [leader], mode="eagle3", traces=False)
         row = next((r for r in rep["results"] if r["mode"] == "eagle3"), None)
         if row is not None:
-            data["eagle3"] = _view(row)
+            data["eagle3"] = real_view(row)
             if row["status"] == "ok" and row.get("accept_length_mean"):
                 data.update(
                     accept_length=row["accept_length_mean"],
@@ -146,10 +154,10 @@ def _adaptive(
     ctx.replan()
     ctx.emit(f"confirm: the speculation plan predicts {p['profile']}/adaptive at "
              f"{p['tokens_per_second']:.1f} tok/s, above everything measured: measuring it "
-             "with real weights (+1 real load, in the ETA from now on)")  # fmt: skip
+             f"with real weights (+1 real load{_disk(ctx)}, in the ETA from now on)")  # fmt: skip
     rep = measure.sweep(ctx, "confirm-adaptive", [p["profile"]], mode="adaptive", traces=False)
     row = next((r for r in rep["results"] if r["mode"] == "adaptive"), None)
     if row is None:
         return None
-    return dict(_view(row), adaptive_config=plan.get("adaptive_config"),
+    return dict(real_view(row), adaptive_config=plan.get("adaptive_config"),
                 adaptive_config_json=plan.get("adaptive_config_json"))  # fmt: skip

@@ -1,8 +1,8 @@
-"""The sweeps tune runs through the daemon (trial on dummy weights, confirmation with real
-weights): one `fastverify.experiments.sweep.run.Sweep` per step, each in its own results
-directory under the tune's output, always with `resume` so an interrupted tune continues
-where the sweep's results file stops, and never restoring the profile served before (the
-decision stage puts the winner in place)."""
+"""The sweeps tune runs through the daemon (trial on dummy weights or the weight cache's real
+ones, confirmation with real weights): one `fastverify.experiments.sweep.run.Sweep` per
+step, each in its own results directory under the tune's output, always with `resume` so an
+interrupted tune continues where the sweep's results file stops, and never restoring the
+profile served before (the decision stage puts the winner in place)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,10 @@ The funnel, one stage after another (each a small module beside this one):
     derive_tuner  a tuner profile for this rank count          (GPUs; else skipped)
     preflight     drop capture failures and clearly slower ones (GPUs; else skipped)
     rehearse      break-even accept length per survivor         (GPUs + --model-config)
-    trial         top candidates on dummy weights in the real server (+ EAGLE-3 for the best)
-    confirm       finalists with real weights, CI95; a real EAGLE-3 load only if it matters
+    trial         top candidates on dummy weights in the real server (+ EAGLE-3 for the best);
+                  on the weight cache's real weights where it serves baseline loads
+    confirm       finalists with real weights, CI95 (the trial's rows where they were real);
+                  a real EAGLE-3 load, from disk, only if it matters
     decide        choose, apply through the daemon (profile set + mode), record
 
 A plan with estimates comes first (plan.py). Every stage is journaled (journal.py) under
@@ -55,7 +57,8 @@ STAGES: tuple[tuple[str, StageFn], ...] = (
 LOAD_STAGES = ("trial", "confirm", "decide")  # their ETA follows the loads measured so far
 REPLAN_EVERY_S = 10.0  # how often a progress line may re-read the daemon's history for it
 # what a tune writes in its output directory (--force replaces them, nothing else)
-OUTPUTS = ("trial", "confirm", "decision.json", "report.md", *report.PLOT_FILES)
+OUTPUTS = ("trial", "trial-eagle3", "confirm", "confirm-eagle3", "confirm-adaptive",
+           "decision.json", "report.md", *report.PLOT_FILES)  # fmt: skip
 OPTIONAL = {"derive_tuner", "preflight", "rehearse"}  # a failure here does not end the tune
 Event = dict[str, Any]
 
@@ -114,7 +117,8 @@ def _cache_serves(ctx: Ctx) -> bool:
         wc = ctx.client.get("/v1/status").get("weight_cache") or {}
     except Exception:  # the plan is made without it: priced as disk loads
         return False
-    return wc.get("setting") in ("auto", "on") and bool(wc.get("available"))
+    up = wc.get("state") in ("ready", "starting")  # failed, stopped, mismatch: loads from disk
+    return wc.get("setting") in ("auto", "on") and bool(wc.get("available")) and up
 
 
 def _wait_idle(client: Any, timeout_s: float, emit: Callable[[Event], None]) -> dict[str, Any]:

@@ -1,20 +1,25 @@
 """The tune plan: every stage with its estimated time, before anything is loaded.
 
 Estimates come from this host's records where there are any, in every stage: weight loads
-from the daemon's history (`duration_s` of switches that came up, per kind of weights; with
-no dummy load recorded yet, the recorded real loads bound a dummy one from above; where the
-daemon's weight cache serves real baseline loads, those are priced as the cached loads
-recorded, else as a dummy load: neither reads the checkpoint), stage
-times per unit from earlier tunes (`times.json` in the tune journal's directory: inventory,
-candidates, tuner derivation, preflight and rehearse per profile, a trace window, a
-measurement's overhead). Where there is nothing recorded, a default is used and the plan
-says `default`.
+from the daemon's history (`duration_s` of switches that came up, per kind of load: from
+disk, dummy, cached = real weights mapped from the daemon's weight cache; with no dummy load
+recorded yet, the recorded disk loads bound a dummy one from above; with no cached load yet,
+one is priced as a dummy load: neither reads the checkpoint), stage times per unit from
+earlier tunes (`times.json` in the tune journal's directory: inventory, candidates, tuner
+derivation, preflight and rehearse per profile, a trace window, a measurement's overhead).
+Where there is nothing recorded, a default is used and the plan says `default`.
+
+Where the weight cache serves real baseline loads (`cached`), the trial's baselines are
+cached loads whose rows are the confirmation: confirm reloads no finalist, only its EAGLE-3 /
+adaptive loads read from disk, and the decision's load is a cached one. Each stage says which
+kind of load it priced (`cached_loads` of its `real_loads`; the totals: real, cached, disk,
+dummy).
 
 Trial candidates: every candidate when nothing ranks them before the trial (no GPU here);
 the best `finalists + RANKED_EXTRA` when preflight or rehearse will rank them.
-`budget_s` lowers the number of finalists (real-weights loads) first, then the number of
-trial candidates (dummy loads), rather than overrun; when even one finalist and one
-trial do not fit, the plan says by how much it is over.
+`budget_s` lowers the number of finalists first, then the number of trial candidates,
+rather than overrun; when even one finalist and one trial do not fit, the plan says by how
+much it is over.
 """
 
 from __future__ import annotations
@@ -72,19 +77,29 @@ def _kind(r: Mapping[str, Any]) -> str:
     return weights
 
 
+def _seconds(r: Mapping[str, Any]) -> Any:
+    """A load's seconds: `duration_s`; for a cached one its phases' sum where recorded (the
+    daemon's first start also waits for the cache's own disk load, which no later cached
+    load pays again)."""
+    phases = r.get("phases") or {}
+    if _kind(r) == "cached" and phases and all(isinstance(v, int | float) for v in phases.values()):
+        return sum(phases.values())
+    return r.get("duration_s")
+
+
 def load_times(history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, str]]:
     """kind (real: from disk, dummy, cached: real weights mapped from the weight cache) ->
     (median seconds of the newest loads that came up, where it came from)."""
     out: dict[str, tuple[float, str]] = {}
     for weights in ("real", "dummy", "cached"):
         secs = [
-            float(r["duration_s"])
+            float(_seconds(r))
             for r in history
             if r.get("kind") in ("switch", "start", "mode", "restart")
             and r.get("result") == "ok"
             and _kind(r) == weights
-            and isinstance(r.get("duration_s"), int | float)
-            and r["duration_s"] > 0
+            and isinstance(_seconds(r), int | float)
+            and _seconds(r) > 0
         ]
         secs = secs[-5:]
         if secs:
@@ -92,11 +107,15 @@ def load_times(history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, s
         else:
             out[weights] = (DEFAULTS[f"load_{weights}"], "default")
     real, real_src = out["real"]
-    if out["dummy"][1] == "default" and real_src != "default" and real < DEFAULTS["load_dummy"]:
+    cached, cached_src = out["cached"]
+    if out["dummy"][1] == "default" and cached_src != "default":
+        # no dummy load yet, but cached ones: neither reads the checkpoint
+        out["dummy"] = (cached, f"{cached_src.replace('recorded', 'recorded cached')}")
+    elif out["dummy"][1] == "default" and real_src != "default" and real < DEFAULTS["load_dummy"]:
         # no dummy load yet, but real ones: a dummy load skips reading the weights, so this
         # host's real load bounds it from above (a sim or small model loads in seconds)
         out["dummy"] = (real, f"{real_src.replace('recorded', 'recorded real')}, an upper bound")
-    if out["cached"][1] == "default":  # none from the cache yet: neither reads the checkpoint
+    if cached_src == "default":  # none from the cache yet: neither reads the checkpoint
         out["cached"] = (out["dummy"][0], f"a dummy load's ({out['dummy'][1]})")
     return out
 
@@ -110,10 +129,8 @@ def _per_unit(times: Mapping[str, Any], key: str) -> tuple[float, str]:
 
 def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]]:
     loads = load_times(f.history)
-    real, real_src = loads["real"]
-    disk = real  # an EAGLE-3 load reads from disk: the cache exports no draft model
-    if f.cached:  # real baseline loads map the weight cache's weights
-        real, real_src = loads["cached"][0], f"cached load: {loads['cached'][1]}"
+    disk, disk_src = loads["real"]  # EAGLE-3 / adaptive read from disk: no draft in the cache
+    cached, cached_src = loads["cached"]
     dummy, dummy_src = loads["dummy"]
     overhead, _ = _per_unit(f.times, "bench_overhead")
     measure = f.repeats * (f.duration_s + overhead)
@@ -128,6 +145,7 @@ def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]
         real_loads: int = 0,
         dummy_loads: int = 0,
         note: str = "",
+        cached_loads: int = 0,
     ) -> None:
         skip = f.skips.get(name)
         done = name in f.done
@@ -138,6 +156,7 @@ def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]
                 "source": source,
                 "units": units,
                 "real_loads": 0 if (skip or done) else real_loads,
+                "cached_loads": 0 if (skip or done) else cached_loads,  # of real_loads
                 "dummy_loads": 0 if (skip or done) else dummy_loads,
                 "will_run": not skip and not done,
                 "skip_reason": skip,
@@ -152,31 +171,67 @@ def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]
         sec, src = _per_unit(f.times, name)
         add(name, sec * f.candidates, src, f"{f.candidates} profile(s) x {sec:.0f} s")
     trace, _ = _per_unit(f.times, "trace")
-    add(
-        "trial",
-        (trials + eagle) * (dummy + measure + trace),
-        f"dummy load: {dummy_src}",
-        f"{trials} baseline + {eagle} EAGLE-3 trial(s) x ({dummy:.0f} s load + "
-        f"{measure:.0f} s measuring + {trace:.0f} s trace)",
-        dummy_loads=trials + eagle,
-    )
+    run = f"{measure:.0f} s measuring + {trace:.0f} s trace"
+    if f.cached:  # the baselines on the cache's real weights: they are the confirmation
+        add(
+            "trial",
+            trials * (cached + measure + trace) + eagle * (dummy + measure + trace),
+            f"cached load: {cached_src}; dummy load: {dummy_src}",
+            f"{trials} baseline(s) on real weights from the weight cache x ({cached:.0f} s "
+            f"cached load + {run}) + {eagle} EAGLE-3 on dummy weights x ({dummy:.0f} s dummy "
+            f"load + {run})",
+            real_loads=trials,
+            cached_loads=trials,
+            dummy_loads=eagle,
+        )
+    else:
+        add(
+            "trial",
+            (trials + eagle) * (dummy + measure + trace),
+            f"dummy load: {dummy_src}",
+            f"{trials} baseline + {eagle} EAGLE-3 trial(s) x ({dummy:.0f} s load + {run})",
+            dummy_loads=trials + eagle,
+        )
     extra = 0 if f.accept_known else 1
     more = (" + " if extra else "") + f"{f.extra_real_loads} adaptive" if f.extra_real_loads else ""
+    spec = (
+        f" + {'1 EAGLE-3' if extra else ''}{more} x ({disk:.0f} s load from disk + {measure:.0f} s)"
+        if extra or f.extra_real_loads
+        else ""
+    )
+    spec_note = (
+        ""
+        if extra
+        else f"+1 real EAGLE-3 load{' from disk' if f.cached else ''} only if the trial puts "
+        "EAGLE-3 within 10% of the baseline"
+    )
+    if f.cached:
+        add(
+            "confirm",
+            (extra + f.extra_real_loads) * (disk + measure),
+            f"load from disk: {disk_src}",
+            f"{finalists} finalist(s): their trial rows (real weights from the cache), no "
+            f"reload{spec}",
+            real_loads=extra + f.extra_real_loads,
+            note=spec_note,
+        )
+        add(
+            "decide",
+            1.0 + cached,
+            f"cached load: {cached_src}",
+            f"apply: 1 cached load ({cached:.0f} s)",
+            real_loads=1,
+            cached_loads=1,
+            note="no load when the winner is the EAGLE-3 load confirm ran last",
+        )
+        return rows
     add(
         "confirm",
-        finalists * (real + measure) + (extra + f.extra_real_loads) * (disk + measure),
-        f"real load: {real_src}",
-        f"{finalists} finalist(s) x ({real:.0f} s load + {measure:.0f} s measuring)"
-        + (
-            f" + {'1 EAGLE-3' if extra else ''}{more} x ({disk:.0f} s load from disk + "
-            f"{measure:.0f} s)"
-            if extra or f.extra_real_loads
-            else ""
-        ),
+        finalists * (disk + measure) + (extra + f.extra_real_loads) * (disk + measure),
+        f"real load: {disk_src}",
+        f"{finalists} finalist(s) x ({disk:.0f} s load + {measure:.0f} s measuring){spec}",
         real_loads=finalists + extra + f.extra_real_loads,
-        note=""
-        if extra
-        else "+1 real EAGLE-3 load only if the trial puts EAGLE-3 within 10% of the baseline",
+        note=spec_note,
     )
     add(
         "decide",
@@ -184,7 +239,7 @@ def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]
         "default",
         "apply",
         note="no load when the winner is the finalist "
-        f"loaded last; else +1 real load ({real:.0f} s)",
+        f"loaded last; else +1 real load ({disk:.0f} s)",
     )
     return rows
 
@@ -229,8 +284,11 @@ def make_plan(f: PlanFacts) -> dict[str, Any]:
         "trial_candidates": trials,
         "budget_note": note,
         "over_budget": f.budget_s is not None and total > f.budget_s,
+        "weight_cache": f.cached,  # the trial's baselines load the cache's real weights
         "loads": {
             "real": sum(r["real_loads"] for r in rows),
+            "cached": sum(r["cached_loads"] for r in rows),  # of the real ones
+            "disk": sum(r["real_loads"] - r["cached_loads"] for r in rows),
             "dummy": sum(r["dummy_loads"] for r in rows),
         },
     }

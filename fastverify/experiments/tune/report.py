@@ -245,8 +245,11 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
             lines += _section(name.capitalize(), name, data[name]["table"])
     trial = data.get("trial") or {}
     if trial.get("rows"):
-        lines += _section("Trial (dummy weights: timings real, accept lengths not)", "trial",
-                          trial["rows"])  # fmt: skip
+        cached = any(r.get("weights") == "real" for r in trial["rows"])
+        what = ("baselines on real weights from the weight cache; EAGLE-3 on dummy weights: "
+                "timings real, accept lengths not" if cached
+                else "dummy weights: timings real, accept lengths not")  # fmt: skip
+        lines += _section(f"Trial ({what})", "trial", trial["rows"])
         lines += _too_few_runs(trial["rows"]) + _quantised(trial["rows"])
         conc = trial.get("concurrency") or 1
         lines += [
@@ -270,6 +273,9 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
     if conf.get("rows"):
         rows = conf["rows"] + [conf[k] for k in ("eagle3", "adaptive") if conf.get(k)]
         lines += _section("Confirm (real weights)", "confirm", _vs_best(rows))
+        if conf.get("from_trial"):
+            lines += ["", "The finalists' rows are the trial's (real weights from the weight "
+                      "cache): none was reloaded."]  # fmt: skip
         lines += _too_few_runs(rows) + _quantised(rows)
         lines += ["", f"EAGLE-3: {conf.get('eagle3_why')}", "", "Accept lengths:", ""]
         lines += _accept_lengths(conf)
@@ -284,7 +290,8 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
     "preflight": ("profile", "status", "wall_s", "decode_ratio_to_fastest", "verdict"),
     "rehearse": ("profile", "status", "decode_ms", "cycle_ms", "breakeven_accept_length",
                  "baseline_tokens_per_s", "eagle3_tokens_per_s"),
-    "trial": ("profile", "mode", "status", "tokens_per_second_mean", "ci95", "decode_step_ms",
+    "trial": ("profile", "mode", "weights", "status", "tokens_per_second_mean", "ci95",
+              "decode_step_ms",
               "spec_cycle_ms", "trace_step_ms", "allreduce_per_step",
               "break_even_accept_length", "eagle3_verdict", "reason"),
     "confirm": ("profile", "mode", "status", "tokens_per_second_mean", "ci95", "n", "vs_best",

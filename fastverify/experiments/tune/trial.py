@@ -1,15 +1,24 @@
-"""Tune stage 5, trial on dummy weights: the top candidates in the real server (capture,
-step time, all-reduces per step from a profile window, tok/s), the best `finalists` of
-them also in EAGLE-3 mode for their cycle and break-even accept length (judged by a real
-accept length: `--accept-length`, else one recorded with real weights). Where a rehearsal
-ran, its figures are set beside the trial's and every disagreement is named."""
+"""Tune stage 5, the trial: the top candidates in the real server (capture, step time,
+all-reduces per step from a profile window, tok/s), the best `finalists` of them also in
+EAGLE-3 mode for their cycle and break-even accept length (judged by a real accept length:
+`--accept-length`, else one recorded with real weights). Where a rehearsal ran, its figures
+are set beside the trial's and every disagreement is named.
+
+The baseline candidates load dummy weights, unless the daemon's weight cache serves real
+baseline loads (the plan's `weight_cache`): then they load the cache's real weights, a
+cached load each, and their rows (repeats, CI95, posted as the profiles' baselines) are
+the confirmation. The EAGLE-3 trials load dummy weights either way: the cache exports no
+draft model, and a disk load costs what the cache saves."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fastverify.experiments.tune import gpu, measure
 from fastverify.experiments.tune.context import Ctx, StageResult
+
+DUMMY, REAL = "dummy", "real"  # a row's `weights` (fastverify.experiments.sweep.trial)
 
 KEYS = (
     "profile",
@@ -29,12 +38,20 @@ KEYS = (
     "dummy_accept_length",
     "rank",
     "few_requests",
+    "weights",
 )
+# what a real-weights row carries beyond KEYS (a confirmation's row, decide's evidence)
+REAL_KEYS = ("samples", "vs_best", "accept_length_mean", "per_request_tokens_per_second_mean")
 AGREE = 0.10  # rehearsal and trial orderings that differ by less than this are not a disagreement
 
 
+def real_view(r: dict[str, Any]) -> dict[str, Any]:
+    """A real-weights row as confirm and decide read it."""
+    return {k: r.get(k) for k in (*KEYS, *REAL_KEYS)}
+
+
 def row_view(r: dict[str, Any]) -> dict[str, Any]:
-    out = {k: r.get(k) for k in KEYS}
+    out = real_view(r) if r.get("weights") == REAL else {k: r.get(k) for k in KEYS}
     t = r.get("trace") or {}
     out["trace_step_ms"] = t.get("step_ms_p50")
     out["allreduce_per_step"] = t.get("allreduce_per_step")
@@ -80,16 +97,19 @@ def run(ctx: Ctx) -> StageResult:
     if not names:
         return StageResult("failed", "no candidate is left for the trial")
     finalists = int(ctx.plan.get("finalists") or 1)
-    ctx.emit(f"trial on dummy weights: {', '.join(names)} (EAGLE-3 for the best {finalists})")
-    report = measure.sweep(
-        ctx,
-        "trial",
-        names,
-        load_format="dummy",
-        then_eagle3=finalists,
-        accept_length=ctx.cfg.accept_length,
-    )
-    rows = [r for r in report["results"] if r.get("weights") == "dummy"]
+    if ctx.plan.get("weight_cache"):
+        report, rows = _from_cache(ctx, names, finalists)
+    else:
+        ctx.emit(f"trial on dummy weights: {', '.join(names)} (EAGLE-3 for the best {finalists})")
+        report = measure.sweep(
+            ctx,
+            "trial",
+            names,
+            load_format="dummy",
+            then_eagle3=finalists,
+            accept_length=ctx.cfg.accept_length,
+        )
+        rows = [r for r in report["results"] if r.get("weights") == DUMMY]
     ok = [r for r in rows if r["mode"] == "baseline" and r["status"] == "ok"]
     rehearsal = ctx.data("rehearse").get("table", []) if ctx.status_of("rehearse") == "done" else []
     data = {
@@ -104,3 +124,46 @@ def run(ctx: Ctx) -> StageResult:
     if not ok:
         return StageResult.none_measured("every trial candidate failed", rows, data)
     return StageResult("done", None, data)
+
+
+def _from_cache(
+    ctx: Ctx, names: list[str], finalists: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The baselines on the weight cache's real weights (with their profile windows), then
+    EAGLE-3 on dummy weights for the best `finalists` (its break-even against the real
+    baselines just recorded); the report (the baselines' results file) and the rows."""
+    from fastverify.experiments.sweep import trial as sweep_trial
+    from fastverify.experiments.sweep.config import RESULTS_FILE
+    from fastverify.experiments.sweep.results import load_records
+
+    ctx.emit(f"trial on real weights from the daemon's weight cache (a cached load each): "
+             f"{', '.join(names)}; EAGLE-3 on dummy weights for the best {finalists} (the "
+             "cache exports no draft model)")  # fmt: skip
+    report = measure.sweep(ctx, "trial", names, real_traces=True)
+    rows = [r for r in report["results"] if r["mode"] == "baseline"]
+    traces = {r["profile"]: r for r in load_records(Path(report["results_file"]))
+              if r.get("type") == "trace" and r.get("mode") == "baseline"}  # fmt: skip
+    for r in rows:
+        t = traces.get(r["profile"]) or {}
+        if t.get("figures"):
+            r["trace"] = t["figures"]
+        elif t.get("error"):
+            r["trace_error"] = t["error"]
+        if r["status"] == "ok" and (rate := sweep_trial.per_request_rate(r)):
+            r["decode_step_ms"] = 1000.0 / rate
+    best = sorted((r for r in rows if r["status"] == "ok"),
+                  key=lambda r: -r["tokens_per_second_mean"])[:finalists]  # fmt: skip
+    if best:
+        eagle = measure.sweep(ctx, "trial-eagle3", [r["profile"] for r in best], mode="eagle3",
+                              load_format="dummy", accept_length=ctx.cfg.accept_length)  # fmt: skip
+        real = {r["profile"]: r for r in best}
+        for r in eagle["results"]:
+            b = real.get(r["profile"])
+            if r.get("weights") == DUMMY and r.get("spec_cycle_ms") and b is not None:
+                # against the trial's own baseline, as a dummy trial's EAGLE-3 rows are
+                rate = sweep_trial.per_request_rate(b) or b["tokens_per_second_mean"]
+                sweep_trial.judge(r, rate, "trial baseline (real weights, from the cache)")
+        rows += [r for r in eagle["results"] if r.get("weights") == DUMMY]
+        report = dict(report, warnings=report.get("warnings", []) + eagle.get("warnings", []))
+    recs = [load_records(Path(ctx.out) / sub / RESULTS_FILE) for sub in ("trial", "trial-eagle3")]
+    return dict(report, timing=sweep_trial.timing(recs[0] + recs[1])), rows

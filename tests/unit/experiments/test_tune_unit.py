@@ -39,7 +39,8 @@ def test_plan_without_records_says_default_and_counts_loads() -> None:
     assert _stage(p, "trial")["source"] == "dummy load: default"
     assert _stage(p, "confirm")["source"] == "real load: default"
     # 7 trials + 3 EAGLE-3 trials on dummy weights, 3 finalists with real weights
-    assert p["loads"] == {"dummy": 10, "real": 3}
+    assert p["loads"] == {"dummy": 10, "real": 3, "cached": 0, "disk": 3}
+    assert p["weight_cache"] is False
     measure = 3 * (20.0 + plan.DEFAULTS["bench_overhead"])
     assert _stage(p, "confirm")["estimate_s"] == pytest.approx(3 * (600.0 + measure))
     assert p["budget_note"] is None and not p["over_budget"]
@@ -51,32 +52,76 @@ def test_unknown_accept_length_plans_one_real_eagle3_load() -> None:
     assert "+ 1 EAGLE-3" in _stage(p, "confirm")["units"]
 
 
-def test_with_the_weight_cache_real_baseline_loads_cost_a_cached_load() -> None:
+def test_with_the_weight_cache_the_trial_runs_real_weights_at_a_cached_loads_cost() -> None:
     history = [
         {"kind": "start", "result": "ok", "weights": "real", "duration_s": 600.0,
          "weight_load": {"source": "disk"}},
         *[{"kind": "switch", "result": "ok", "weights": "real", "duration_s": 30.0 + i,
            "weight_load": {"source": "cache"}} for i in range(3)],
+        {"kind": "switch", "result": "ok", "weights": "dummy", "duration_s": 40.0},
     ]  # fmt: skip
     p = plan.make_plan(_facts(history=history, cached=True, finalists=2, accept_known=False))
-    c = _stage(p, "confirm")
     measure = 3 * (20.0 + plan.DEFAULTS["bench_overhead"])
-    # the finalists map the cache's weights; the EAGLE-3 load reads them from disk
-    assert c["estimate_s"] == pytest.approx(2 * (31.0 + measure) + (600.0 + measure))
-    assert c["source"] == "real load: cached load: recorded: median of 3 daemon load(s)"
-    assert "1 EAGLE-3 x (600 s load from disk" in c["units"]
-    # without the cache the same history prices them as the disk load
+    trace = plan.DEFAULTS["trace"]
+    t, c, d = (_stage(p, n) for n in ("trial", "confirm", "decide"))
+    # 7 baselines map the cache's weights (31 s each), 2 EAGLE-3 trials load dummy weights
+    assert t["estimate_s"] == pytest.approx(
+        7 * (31.0 + measure + trace) + 2 * (40.0 + measure + trace)
+    )
+    assert t["source"] == (
+        "cached load: recorded: median of 3 daemon load(s); dummy load: recorded: median of 1 "
+        "daemon load(s)"
+    )
+    assert "7 baseline(s) on real weights from the weight cache x (31 s cached load" in t["units"]
+    # confirm reloads no finalist; the EAGLE-3 load reads from disk
+    assert c["estimate_s"] == pytest.approx(600.0 + measure)
+    assert "no reload" in c["units"] and "1 EAGLE-3 x (600 s load from disk" in c["units"]
+    assert (t["cached_loads"], c["cached_loads"], c["real_loads"]) == (7, 0, 1)
+    assert d["cached_loads"] == 1 and d["estimate_s"] == pytest.approx(32.0)
+    assert p["weight_cache"] is True
+    assert p["loads"] == {"real": 9, "cached": 8, "disk": 1, "dummy": 2}
+    # without the cache the same history: dummy trials, the finalists reloaded from disk
     p = plan.make_plan(_facts(history=history, finalists=2, accept_known=False))
     assert _stage(p, "confirm")["estimate_s"] == pytest.approx(3 * (600.0 + measure))
+    assert p["loads"] == {"real": 3, "cached": 0, "disk": 3, "dummy": 9}
     # no cached load recorded yet: a dummy load's cost (neither reads the checkpoint)
     p = plan.make_plan(_facts(cached=True, finalists=2))
-    assert _stage(p, "confirm")["source"] == "real load: cached load: a dummy load's (default)"
+    assert _stage(p, "trial")["source"].startswith("cached load: a dummy load's (default)")
+
+
+def test_the_trial_uses_the_cache_only_while_it_serves_baseline_loads() -> None:
+    from fastverify.experiments.tune.pipeline import _cache_serves
+
+    def serves(**wc: Any) -> bool:
+        status = {"weight_cache": {"setting": "auto", "available": True, "state": "ready", **wc}}
+        return _cache_serves(SimpleNamespace(client=SimpleNamespace(get=lambda _p: status)))
+
+    assert serves() and serves(setting="on") and serves(state="starting")
+    assert not serves(setting="off") and not serves(available=False)  # a release without one
+    for state in ("failed", "stopped", "mismatch", "off"):  # its loads would read the disk
+        assert not serves(state=state)
+
+
+def test_a_cached_start_counts_its_phases_and_prices_a_dummy_load_none_recorded() -> None:
+    # the daemon's first start waited 5.6 s for the cache's own disk load: not a cached
+    # load's cost (its phases are); with no dummy load recorded, a cached one prices it
+    start = {"kind": "start", "result": "ok", "weights": "real", "duration_s": 9.0,
+             "phases": {"engine_ready": 3.3, "stop": 0.0, "validate": 0.05, "verify": 0.05},
+             "weight_load": {"source": "cache"}}  # fmt: skip
+    loads = plan.load_times([start])
+    assert loads["cached"] == (pytest.approx(3.4), "recorded: median of 1 daemon load(s)")
+    assert loads["dummy"] == (pytest.approx(3.4), "recorded cached: median of 1 daemon load(s)")
+    assert loads["real"] == (600.0, "default")
+    # a disk load keeps its whole duration
+    disk = dict(start, weight_load={"source": "disk"})
+    assert plan.load_times([disk])["real"][0] == 9.0
 
 
 def test_the_real_host_arithmetic_of_docs_tune_md_is_the_plans_own() -> None:
-    """docs/tune.md's 8-GPU table: today's total and the total with the weight cache, as the
-    plan computes them from the figures the doc names (10-minute real load, 1.5-minute dummy
-    load, 3 x 20 s per measurement, 9 candidates, 2 finalists, the recorded stage times)."""
+    """docs/tune.md's 8-GPU table: today's total, the total with the weight cache at the
+    field's 1.5-minute load, and at the H200's measured cached (36 s) and dummy (32 s)
+    starts, as the plan computes them from the figures the doc names (10-minute real load,
+    3 x 20 s per measurement, 9 candidates, 2 finalists, the recorded stage times)."""
     doc = (Path(__file__).resolve().parents[3] / "docs/tune.md").read_text()
     found = re.findall(r"the plan's own arithmetic with these figures: ([\d.]+)", doc)
     quoted = [float(x) for x in found]
@@ -85,7 +130,13 @@ def test_the_real_host_arithmetic_of_docs_tune_md_is_the_plans_own() -> None:
     facts = _facts(candidates=9, finalists=2, times=times, ranked=True)
     today = plan.make_plan(facts)["total_s"] / 60
     cached = plan.make_plan(plan.PlanFacts(**{**facts.__dict__, "cached": True}))["total_s"] / 60
-    assert quoted == [round(today, 1), round(cached, 1)] == [41.2, 24.2]
+    h200 = [{"kind": "switch", "result": "ok", "weights": "real", "duration_s": 36.0,
+             "weight_load": {"source": "cache"}},
+            {"kind": "switch", "result": "ok", "weights": "dummy", "duration_s": 32.0}]  # fmt: skip
+    measured = plan.make_plan(plan.PlanFacts(**{**facts.__dict__, "cached": True, "history": h200}))
+    totals = [round(today, 1), round(measured["total_s"] / 60, 1), round(cached, 1)]
+    assert quoted == totals == [41.2, 14.0, 20.5]
+    assert measured["total_s"] <= 15 * 60 and measured["loads"]["disk"] == 0
 
 
 def test_recorded_loads_come_from_the_daemon_history() -> None:
