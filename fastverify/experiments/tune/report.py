@@ -274,8 +274,8 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         rows = conf["rows"] + [conf[k] for k in ("eagle3", "adaptive") if conf.get(k)]
         lines += _section("Confirm (real weights)", "confirm", _vs_best(rows))
         if conf.get("from_trial"):
-            lines += ["", "The finalists' rows are the trial's (real weights from the weight "
-                      "cache): none was reloaded."]  # fmt: skip
+            note = "The finalists' rows are the trial's (real weights from the weight cache):"
+            lines += ["", note, "none was reloaded."]
         lines += _too_few_runs(rows) + _quantised(rows)
         lines += ["", f"EAGLE-3: {conf.get('eagle3_why')}", "", "Accept lengths:", ""]
         lines += _accept_lengths(conf)

@@ -100,6 +100,12 @@ def test_the_proc_reader_agrees_with_psutil_on_the_real_proc() -> None:
     child = subprocess.Popen(["sleep", "30"], env={"PATH": os.environ["PATH"], "X": "1"})
     try:
         me = psutil.Process(child.pid)
+        # between fork and exec the child still holds this process's environment: wait for
+        # the exec (its command line), which a busy machine may delay
+        deadline = time.monotonic() + 30
+        while me.cmdline() != ["sleep", "30"]:
+            assert time.monotonic() < deadline, me.cmdline()
+            time.sleep(0.01)
         info = procs.read_stat(me.pid)
         assert info is not None
         assert (info.ppid, info.pgid) == (me.ppid(), os.getpgid(0))
