@@ -21,6 +21,10 @@ TP = 8
 # window (a 64-token prefill moves 896 KiB per all-reduce: 0.39 s on ring-ll in the sim)
 MEASURE = ["--repeats", "2", "--duration", "1", "--output-len", "48", "--input-len", "16"]
 CONFIG = {"daemon": {"trace_period_s": 0}}
+# how far the sim's EAGLE-3 may read from its cost model beside its baseline on a busy
+# machine (side by side, pcie-ipc at c=1: EAGLE-3 / baseline 1.10 on a quiet machine, 1.056
+# at load average 11): a trial's cycle within it, a mode decided by the model beyond it
+EAGLE3_BUSY_REL = 0.15
 
 
 def predicted_tps(profile: str, mode: str, accept: float | None = None) -> float:
