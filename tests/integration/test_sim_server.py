@@ -528,6 +528,11 @@ def test_health_without_generation_only_where_the_release_reads_the_variable(
     try:
         sim.wait_ready(60)
         os.kill(sim.pid, signal.SIGUSR1)  # the scheduler hangs while the process lives
+        # the hang has taken effect once /health_generate fails (the signal's handler runs
+        # when the main thread next gets the interpreter: a busy machine delays it)
+        deadline = time.monotonic() + 60
+        while sim.request("GET", "/health_generate", timeout=30)[0] != 503:
+            assert time.monotonic() < deadline, "the hang never took effect"
         got, _, _ = sim.request("GET", "/health", timeout=30)
         assert got == status
     finally:
