@@ -9,7 +9,7 @@
 #                                                            # Llama-8B-shaped checkpoint first
 #   bash benchmarks/gpu/real_sglang.sh host                  # the host's PCIe/NUMA facts only
 #
-# CALL_S=590 gives the steps what is left of a call of that many seconds once the pack, the
+# CALL_S=570 gives the steps what is left of a call of that many seconds once the pack, the
 # wheels and the checkpoint are in place (it sets --budget-s).
 #
 # Unpacks the pack into .sglenv/ (kept while the machine stays warm), writes the server's
@@ -111,8 +111,14 @@ if [ "$SHAPE" = realistic ]; then
   echo 3 >/proc/sys/vm/drop_caches 2>/dev/null && echo "page cache dropped (a cold disk load)"
 fi
 BUDGET=()
-[ -n "${CALL_S:-}" ] && BUDGET=(--budget-s "$((CALL_S - SECONDS - 20))")
-"$PY" benchmarks/gpu/real_sglang.py --engine sglang --python "$WRAP" --model "$MODEL" \
+HARD=()
+if [ -n "${CALL_S:-}" ]; then
+  # the steps plan for the budget; a step that overruns it is stopped (SIGTERM: the script
+  # records it, stops the daemon and saves) in time for the copy below to land in $OUT
+  BUDGET=(--budget-s "$((CALL_S - SECONDS - 20))")
+  HARD=(timeout "$((CALL_S - SECONDS - 10))")
+fi
+"${HARD[@]}" "$PY" benchmarks/gpu/real_sglang.py --engine sglang --python "$WRAP" --model "$MODEL" \
   ${DRAFT:+--draft "$DRAFT"} --work "$WORK" --label "SGLang 0.5.17, TP 1, one H200, $SHAPE" \
   "${EXTRA[@]}" "$@" "${BUDGET[@]}" 2>&1 | tee "$OUTD/run-$SHAPE.log"
 RC=${PIPESTATUS[0]}
