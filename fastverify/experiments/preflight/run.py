@@ -40,7 +40,6 @@ from fastverify.experiments.common.ranks import (
     rank_workdir,
     report_rows,
 )
-from fastverify.experiments.common.stats import percentile
 from fastverify.experiments.preflight.hostcheck import (
     SAME_GPU_LABEL,
     SAME_GPU_NOTE,
@@ -51,6 +50,7 @@ from fastverify.experiments.preflight.hostcheck import (
 )
 from fastverify.experiments.preflight.inputs import masked, profile_env
 from fastverify.experiments.preflight.merge import merge_sizes, parse_nccl_log, verdict, winners
+from fastverify.percentiles import percentile
 
 WORKER = Path(__file__).with_name("worker.py")
 DECODE_TOKENS = (1, 2, 3, 4, 8, 16, 32, 64)  # a decode / verify forward
