@@ -46,11 +46,11 @@ The model is deterministic: `predict` is a pure function of its arguments.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from fastverify.interpolate import loglog
 from fastverify.sglang import eagle, spans
 from fastverify.sglang.allreduce import PUBLISHED_US, PUBLISHED_WORLD
 from fastverify.sim import ncclenv
@@ -260,24 +260,10 @@ class Prediction:
         return self.tokens_per_second / self.batch_size if self.batch_size else 0.0
 
 
-def published_us(points: tuple[tuple[int, float], ...], nbytes: float) -> float:
-    """Microseconds at `nbytes` on a published (bytes, us) curve: the first point's time
-    below it (latency-bound), log-log interpolation between points, linear in bytes
-    beyond the last."""
-    if nbytes <= points[0][0]:
-        return points[0][1]
-    if nbytes >= points[-1][0]:
-        return points[-1][1] * nbytes / points[-1][0]
-    for (b0, t0), (b1, t1) in itertools.pairwise(points):
-        if b0 <= nbytes <= b1:
-            return t0 * (t1 / t0) ** (math.log(nbytes / b0) / math.log(b1 / b0))
-    return points[-1][1]  # unreachable: the points are sorted by bytes
-
-
 def pcie_ipc_seconds(nbytes: int, tp_size: int) -> float:
     """One FlashInfer PCIe-IPC all-reduce, from the published 8-rank figures; other world
     sizes scale by their hop count."""
-    return published_us(PCIE_IPC_POINTS_US, nbytes) * (2 * (tp_size - 1)) / 14.0 * 1e-6
+    return loglog(PCIE_IPC_POINTS_US, nbytes) * (2 * (tp_size - 1)) / 14.0 * 1e-6
 
 
 def _data_us(wire: float, nbytes: int, bw_factor: float, proto_eff: float) -> float:
@@ -294,7 +280,7 @@ def _data_us(wire: float, nbytes: int, bw_factor: float, proto_eff: float) -> fl
     if nbytes > SMALL_MSG_BYTES:
         pts = PUBLISHED_NCCL_POINTS_US
         per_published = wire / nbytes / (2 * (PUBLISHED_WORLD - 1) / PUBLISHED_WORLD)
-        growth = (published_us(pts, nbytes) - published_us(pts, SMALL_MSG_BYTES)) * per_published
+        growth = (loglog(pts, nbytes) - loglog(pts, SMALL_MSG_BYTES)) * per_published
         us += max(growth, (wire - small) / (PCIE_BW_BYTES_PER_US * bw_factor)) / proto_eff
     return us
 
