@@ -97,22 +97,14 @@ SMALL_MSG_BYTES = PUBLISHED_US[-2][0]  # 384 KiB
 PREFILL_PER_TOKEN_S = 0.025e-3  # per prompt token in a prefill forward (batched GEMMs)
 SCHED_OVERHEAD_S = 0.15e-3  # scheduler CPU time per batch
 
-# --- NCCL latency table (us), src/graph/tuning.cc ---
-BASE_LAT_US = {
-    ("ring", "ll"): 6.6,
-    ("ring", "ll128"): 14.0,
-    ("ring", "simple"): 8.4,
-    ("tree", "ll"): 6.8,
-    ("tree", "ll128"): 14.0,
-    ("tree", "simple"): 8.4,
-}
-HOP_LAT_US = {
-    ("ring", "ll"): 1.0,
-    ("ring", "ll128"): 2.5,
-    ("ring", "simple"): 5.7,
-    ("tree", "ll"): 1.0,
-    ("tree", "ll128"): 1.9,
-    ("tree", "simple"): 4.0,
+# --- NCCL latency table (us), src/graph/tuning.cc: (base, per hop) per (algorithm, protocol)
+LAT_US = {
+    ("ring", "ll"): (6.6, 1.0),
+    ("ring", "ll128"): (14.0, 2.5),
+    ("ring", "simple"): (8.4, 5.7),
+    ("tree", "ll"): (6.8, 1.0),
+    ("tree", "ll128"): (14.0, 1.9),
+    ("tree", "simple"): (8.4, 4.0),
 }
 PCIE_BW_BYTES_PER_US = 22_000.0  # ~22 GB/s PCIe Gen5 x16 peer-to-peer, large messages
 PROTO_BW_EFF = {"ll": 0.5, "ll128": 0.92, "simple": 1.0}
@@ -310,14 +302,15 @@ def allreduce_cost(
     for algo in sorted(settings.algos):
         for proto in sorted(settings.protos):
             hop_factor, bw_factor = TRANSPORT_FACTORS[settings.transport]
-            lat = BASE_LAT_US[(algo, proto)] + hops * HOP_LAT_US[(algo, proto)] * hop_factor
+            base_us, hop_us = LAT_US[(algo, proto)]
+            lat = base_us + hops * hop_us * hop_factor
             if algo == "tree":
                 bw_factor *= TREE_BW_EFF
             data = _data_us(wire, nbytes, bw_factor, PROTO_BW_EFF[proto])
             data *= (512.0 / settings.nthreads) ** 0.5
             step_bytes = max(1, nch * settings.buffsize // NCCL_STEPS)
             extra_steps = max(0, math.ceil(nbytes / step_bytes) - 1)
-            steps_us = extra_steps * hops * HOP_LAT_US[(algo, proto)]
+            steps_us = extra_steps * hops * hop_us
             us = lat + data + CHANNEL_US * nch + steps_us
             cost = AllReduceCost(nbytes, algo, proto, nch, us * 1e-6 + gap, gap)
             if best is None or cost.seconds < best.seconds:
