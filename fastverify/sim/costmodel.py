@@ -424,6 +424,18 @@ def predict(
     elif cuda_graph and tp_size > 1 and settings.tree_only:
         error = f"Capture cuda graph failed: {TREE_CAPTURE_ERROR}"
 
+    def drafter(tokens: int) -> Forward:
+        """One forward of the drafter (DRAFT_LAYERS) over `tokens` tokens."""
+        return forward(
+            settings,
+            tp_size,
+            tokens,
+            cuda_graph,
+            layers=DRAFT_LAYERS,
+            compute_seconds=draft_compute_seconds(tokens),
+            pcie_ipc_max_bytes=pcie_ipc_max_bytes,
+        )
+
     bs = batch_size
     forwards: list[tuple[str, Forward]] = []
     if mode == "baseline":
@@ -437,16 +449,7 @@ def predict(
         draft_tokens = bs * max(1, topk)
         # num_steps - 1 drafter forwards, as SGLang's draft_forward (fastverify.sglang.eagle)
         for _ in range(eagle.draft_forwards_per_cycle(num_steps)):
-            d = forward(
-                settings,
-                tp_size,
-                draft_tokens,
-                cuda_graph,
-                layers=DRAFT_LAYERS,
-                compute_seconds=draft_compute_seconds(draft_tokens),
-                pcie_ipc_max_bytes=pcie_ipc_max_bytes,
-            )
-            forwards.append((spans.step_span_name(spans.DRAFT, bs), d))
+            forwards.append((spans.step_span_name(spans.DRAFT, bs), drafter(draft_tokens)))
         main = forward(
             settings,
             tp_size,
@@ -455,18 +458,8 @@ def predict(
             pcie_ipc_max_bytes=pcie_ipc_max_bytes,
         )
         forwards.append((spans.step_span_name(spans.VERIFY, bs), main))
-        if not (num_steps == 0 and skip_draft_extend):
-            ext_tokens = bs * num_draft_tokens
-            ext = forward(
-                settings,
-                tp_size,
-                ext_tokens,
-                cuda_graph,
-                layers=DRAFT_LAYERS,
-                compute_seconds=draft_compute_seconds(ext_tokens),
-                pcie_ipc_max_bytes=pcie_ipc_max_bytes,
-            )
-            forwards.append((spans.step_span_name(spans.DRAFT, bs), ext))
+        if not (num_steps == 0 and skip_draft_extend):  # the draft extend
+            forwards.append((spans.step_span_name(spans.DRAFT, bs), drafter(bs * num_draft_tokens)))
         draft_s = sum(f.seconds for kind, f in forwards if _is_draft(kind))
     cycle = sum(f.seconds for _, f in forwards) + SCHED_OVERHEAD_S
     tps = 0.0 if error else bs * accept / cycle
