@@ -44,6 +44,7 @@ from fastverify.experiments.preflight.hostcheck import (
     SAME_GPU_LABEL,
     SAME_GPU_NOTE,
     PreflightError,
+    backend_problem,
     rank_count,
     same_gpu_plan,
     shared_gpus,
@@ -198,8 +199,8 @@ def run_preflight(
     env_for: Callable[[Any], dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """Preflight every profile in turn; returns the report (see docs/experiments.md)."""
-    if cfg.backend not in ("nccl", "gloo"):
-        raise PreflightError(f"unknown backend {cfg.backend!r} (nccl, or gloo for tests)")
+    if problem := backend_problem(cfg.backend):
+        raise PreflightError(problem)
     if cfg.call not in ("pynccl", "torch"):
         raise PreflightError(f"unknown call path {cfg.call!r} (pynccl or torch)")
     world = rank_count("preflight", cfg.backend, cfg.nproc, cfg.python, cfg.share_gpu)
