@@ -9,6 +9,8 @@ crash (kill -9, power cut, full disk) leaves something readable.
   onto it and is lost with it.
 - `scan_jsonl` / `read_jsonl`: every complete record of a JSON-lines file; unreadable lines
   (the torn one, bad UTF-8, a value that is not an object) are skipped and counted.
+- `read_json`: a JSON file someone named (a config, a cost file), its failure to read or
+  parse raised as the caller's error with the path and the line.
 
 Standard library only: the GPU rank scripts, which run without fastverify on their import
 path, load this file by its path (experiments/common/rank_support.py).
@@ -135,3 +137,14 @@ def scan_jsonl(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], int]
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every JSON object of a JSON-lines file (unreadable lines skipped)."""
     return scan_jsonl(path)[0]
+
+
+def read_json(path: str | os.PathLike[str], error: type[Exception]) -> Any:
+    """The JSON value in `path`; `error("PATH: cannot read (why)")` or `error("PATH: line N:
+    not JSON (why)")` when it cannot be read or parsed."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: line {exc.lineno}: not JSON ({exc.msg})") from None

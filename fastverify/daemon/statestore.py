@@ -224,21 +224,15 @@ class StateStore:
 
     # -- baselines.json -----------------------------------------------------------------
     def load_baselines(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.baselines_path.read_text(encoding="utf-8"))
-            return data if isinstance(data, dict) else {}
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            self.findings.append(f"{self.baselines_path} is unreadable ({exc}); ignored")
-            return {}
+        return self.load_json(self.baselines_path.name)
 
     def save_baselines(self, data: dict[str, Any]) -> None:
-        with self._lock:
-            atomic_write_json(self.baselines_path, data)
+        self.save_json(self.baselines_path.name, data)
 
     # -- small JSON documents (decision.json) ----------------------------------------------
     def load_json(self, name: str) -> dict[str, Any]:
+        """The JSON object in `name` under the state directory; {} when it is missing, not
+        an object, or unreadable (then said in `findings`)."""
         path = self.dir / name
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

@@ -22,11 +22,12 @@ The controller that moves between candidates lives in `fastverify.sglang.adaptiv
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from fastverify.durable import read_json
 
 FLAG_ADAPTIVE = "--speculative-adaptive"
 FLAG_ADAPTIVE_CONFIG = "--speculative-adaptive-config"
@@ -188,12 +189,7 @@ def candidate_steps(cfg: dict[str, Any]) -> list[int]:
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read and check a --speculative-adaptive-config file (AdaptiveConfigError if bad)."""
     p = Path(path)
-    try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise AdaptiveConfigError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    except json.JSONDecodeError as exc:
-        raise AdaptiveConfigError(f"{p}: line {exc.lineno}: not JSON ({exc.msg})") from None
+    cfg = read_json(p, AdaptiveConfigError)
     try:
         tiers(cfg)
     except AdaptiveConfigError as exc:

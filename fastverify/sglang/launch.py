@@ -11,7 +11,7 @@ SGLang does to its NCCL environment (see `envrules`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from fastverify.sglang.versions import FLAG_GENERATIONS
@@ -208,6 +208,26 @@ _READ_BACK = _SWITCHES | {
     "--speculative-draft-model-path", "--speculative-num-steps", "--speculative-eagle-topk",
     "--speculative-num-draft-tokens", "--nnodes", "--node-rank", "--dist-init-addr",
 }  # fmt: skip
+
+
+def without_flags(
+    argv: Sequence[str], valued: Collection[str], switches: Collection[str] = ()
+) -> list[str]:
+    """`argv` without the flags in `valued` and their values (`--flag value` or
+    `--flag=value`), and without the switches in `switches` (no value)."""
+    out: list[str] = []
+    skip = False
+    for tok in argv:
+        if skip:
+            skip = False
+            continue
+        flag = tok.partition("=")[0]
+        if flag in valued:
+            skip = "=" not in tok
+            continue
+        if flag not in switches:
+            out.append(tok)
+    return out
 
 
 def _drop(tokens: list[str], pairs: tuple[str, ...]) -> list[str]:

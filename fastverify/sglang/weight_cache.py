@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastverify.sglang.launch import without_flags
+
 MODE_FLAG = "--weight-cache-mode"
 SOCKET_FLAG = "--weight-cache-socket"
 TIMEOUT_FLAG = "--weight-cache-timeout"
@@ -181,18 +183,7 @@ class CacheFacts:
 def strip_flags(argv: list[str]) -> list[str]:
     """`argv` without the weight-cache flags (fastverifyd adds them: argvs are compared
     without)."""
-    out: list[str] = []
-    skip = False
-    for tok in argv:
-        if skip:
-            skip = False
-            continue
-        name = tok.partition("=")[0]
-        if name in (MODE_FLAG, SOCKET_FLAG, TIMEOUT_FLAG):
-            skip = "=" not in tok
-            continue
-        out.append(tok)
-    return out
+    return without_flags(argv, (MODE_FLAG, SOCKET_FLAG, TIMEOUT_FLAG))
 
 
 def client_argv(argv: list[str]) -> list[str]:

@@ -46,11 +46,11 @@ The model is deterministic: `predict` is a pure function of its arguments.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from fastverify.interpolate import loglog
 from fastverify.sglang import eagle, spans
 from fastverify.sglang.allreduce import PUBLISHED_US, PUBLISHED_WORLD
 from fastverify.sim import ncclenv
@@ -97,22 +97,14 @@ SMALL_MSG_BYTES = PUBLISHED_US[-2][0]  # 384 KiB
 PREFILL_PER_TOKEN_S = 0.025e-3  # per prompt token in a prefill forward (batched GEMMs)
 SCHED_OVERHEAD_S = 0.15e-3  # scheduler CPU time per batch
 
-# --- NCCL latency table (us), src/graph/tuning.cc ---
-BASE_LAT_US = {
-    ("ring", "ll"): 6.6,
-    ("ring", "ll128"): 14.0,
-    ("ring", "simple"): 8.4,
-    ("tree", "ll"): 6.8,
-    ("tree", "ll128"): 14.0,
-    ("tree", "simple"): 8.4,
-}
-HOP_LAT_US = {
-    ("ring", "ll"): 1.0,
-    ("ring", "ll128"): 2.5,
-    ("ring", "simple"): 5.7,
-    ("tree", "ll"): 1.0,
-    ("tree", "ll128"): 1.9,
-    ("tree", "simple"): 4.0,
+# --- NCCL latency table (us), src/graph/tuning.cc: (base, per hop) per (algorithm, protocol)
+LAT_US = {
+    ("ring", "ll"): (6.6, 1.0),
+    ("ring", "ll128"): (14.0, 2.5),
+    ("ring", "simple"): (8.4, 5.7),
+    ("tree", "ll"): (6.8, 1.0),
+    ("tree", "ll128"): (14.0, 1.9),
+    ("tree", "simple"): (8.4, 4.0),
 }
 PCIE_BW_BYTES_PER_US = 22_000.0  # ~22 GB/s PCIe Gen5 x16 peer-to-peer, large messages
 PROTO_BW_EFF = {"ll": 0.5, "ll128": 0.92, "simple": 1.0}
@@ -260,24 +252,10 @@ class Prediction:
         return self.tokens_per_second / self.batch_size if self.batch_size else 0.0
 
 
-def published_us(points: tuple[tuple[int, float], ...], nbytes: float) -> float:
-    """Microseconds at `nbytes` on a published (bytes, us) curve: the first point's time
-    below it (latency-bound), log-log interpolation between points, linear in bytes
-    beyond the last."""
-    if nbytes <= points[0][0]:
-        return points[0][1]
-    if nbytes >= points[-1][0]:
-        return points[-1][1] * nbytes / points[-1][0]
-    for (b0, t0), (b1, t1) in itertools.pairwise(points):
-        if b0 <= nbytes <= b1:
-            return t0 * (t1 / t0) ** (math.log(nbytes / b0) / math.log(b1 / b0))
-    return points[-1][1]  # unreachable: the points are sorted by bytes
-
-
 def pcie_ipc_seconds(nbytes: int, tp_size: int) -> float:
     """One FlashInfer PCIe-IPC all-reduce, from the published 8-rank figures; other world
     sizes scale by their hop count."""
-    return published_us(PCIE_IPC_POINTS_US, nbytes) * (2 * (tp_size - 1)) / 14.0 * 1e-6
+    return loglog(PCIE_IPC_POINTS_US, nbytes) * (2 * (tp_size - 1)) / 14.0 * 1e-6
 
 
 def _data_us(wire: float, nbytes: int, bw_factor: float, proto_eff: float) -> float:
@@ -294,7 +272,7 @@ def _data_us(wire: float, nbytes: int, bw_factor: float, proto_eff: float) -> fl
     if nbytes > SMALL_MSG_BYTES:
         pts = PUBLISHED_NCCL_POINTS_US
         per_published = wire / nbytes / (2 * (PUBLISHED_WORLD - 1) / PUBLISHED_WORLD)
-        growth = (published_us(pts, nbytes) - published_us(pts, SMALL_MSG_BYTES)) * per_published
+        growth = (loglog(pts, nbytes) - loglog(pts, SMALL_MSG_BYTES)) * per_published
         us += max(growth, (wire - small) / (PCIE_BW_BYTES_PER_US * bw_factor)) / proto_eff
     return us
 
@@ -324,14 +302,15 @@ def allreduce_cost(
     for algo in sorted(settings.algos):
         for proto in sorted(settings.protos):
             hop_factor, bw_factor = TRANSPORT_FACTORS[settings.transport]
-            lat = BASE_LAT_US[(algo, proto)] + hops * HOP_LAT_US[(algo, proto)] * hop_factor
+            base_us, hop_us = LAT_US[(algo, proto)]
+            lat = base_us + hops * hop_us * hop_factor
             if algo == "tree":
                 bw_factor *= TREE_BW_EFF
             data = _data_us(wire, nbytes, bw_factor, PROTO_BW_EFF[proto])
             data *= (512.0 / settings.nthreads) ** 0.5
             step_bytes = max(1, nch * settings.buffsize // NCCL_STEPS)
             extra_steps = max(0, math.ceil(nbytes / step_bytes) - 1)
-            steps_us = extra_steps * hops * HOP_LAT_US[(algo, proto)]
+            steps_us = extra_steps * hops * hop_us
             us = lat + data + CHANNEL_US * nch + steps_us
             cost = AllReduceCost(nbytes, algo, proto, nch, us * 1e-6 + gap, gap)
             if best is None or cost.seconds < best.seconds:
@@ -445,6 +424,18 @@ def predict(
     elif cuda_graph and tp_size > 1 and settings.tree_only:
         error = f"Capture cuda graph failed: {TREE_CAPTURE_ERROR}"
 
+    def drafter(tokens: int) -> Forward:
+        """One forward of the drafter (DRAFT_LAYERS) over `tokens` tokens."""
+        return forward(
+            settings,
+            tp_size,
+            tokens,
+            cuda_graph,
+            layers=DRAFT_LAYERS,
+            compute_seconds=draft_compute_seconds(tokens),
+            pcie_ipc_max_bytes=pcie_ipc_max_bytes,
+        )
+
     bs = batch_size
     forwards: list[tuple[str, Forward]] = []
     if mode == "baseline":
@@ -458,16 +449,7 @@ def predict(
         draft_tokens = bs * max(1, topk)
         # num_steps - 1 drafter forwards, as SGLang's draft_forward (fastverify.sglang.eagle)
         for _ in range(eagle.draft_forwards_per_cycle(num_steps)):
-            d = forward(
-                settings,
-                tp_size,
-                draft_tokens,
-                cuda_graph,
-                layers=DRAFT_LAYERS,
-                compute_seconds=draft_compute_seconds(draft_tokens),
-                pcie_ipc_max_bytes=pcie_ipc_max_bytes,
-            )
-            forwards.append((spans.step_span_name(spans.DRAFT, bs), d))
+            forwards.append((spans.step_span_name(spans.DRAFT, bs), drafter(draft_tokens)))
         main = forward(
             settings,
             tp_size,
@@ -476,18 +458,8 @@ def predict(
             pcie_ipc_max_bytes=pcie_ipc_max_bytes,
         )
         forwards.append((spans.step_span_name(spans.VERIFY, bs), main))
-        if not (num_steps == 0 and skip_draft_extend):
-            ext_tokens = bs * num_draft_tokens
-            ext = forward(
-                settings,
-                tp_size,
-                ext_tokens,
-                cuda_graph,
-                layers=DRAFT_LAYERS,
-                compute_seconds=draft_compute_seconds(ext_tokens),
-                pcie_ipc_max_bytes=pcie_ipc_max_bytes,
-            )
-            forwards.append((spans.step_span_name(spans.DRAFT, bs), ext))
+        if not (num_steps == 0 and skip_draft_extend):  # the draft extend
+            forwards.append((spans.step_span_name(spans.DRAFT, bs), drafter(bs * num_draft_tokens)))
         draft_s = sum(f.seconds for kind, f in forwards if _is_draft(kind))
     cycle = sum(f.seconds for _, f in forwards) + SCHED_OVERHEAD_S
     tps = 0.0 if error else bs * accept / cycle

@@ -26,6 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from fastverify.sglang import allreduce, eagle
+from fastverify.sglang.launch import without_flags
 from fastverify.sim import allreduce_sim, cli_args, costmodel
 
 MAX_STEPS = 7  # the step counts published (SGLang's default adaptive config reaches 7)
@@ -48,20 +49,7 @@ _SPEC_FLAGS_WITH_VALUE = (
 def baseline_argv(argv: Sequence[str]) -> tuple[str, ...]:
     """The same server's argv without its speculative flags (what a baseline server of this
     profile and these flags would be started with)."""
-    out: list[str] = []
-    skip = False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        flag = a.partition("=")[0]
-        if flag in _SPEC_FLAGS_WITH_VALUE:
-            skip = "=" not in a
-            continue
-        if flag == "--speculative-adaptive":
-            continue
-        out.append(a)
-    return tuple(out)
+    return tuple(without_flags(argv, _SPEC_FLAGS_WITH_VALUE, ("--speculative-adaptive",)))
 
 
 PREFILL_STEP = 64  # the published prefill table's spacing from 128 tokens up

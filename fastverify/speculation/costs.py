@@ -28,12 +28,12 @@ from run to run (`spread`, relative standard deviation; 0 for a model).
 from __future__ import annotations
 
 import bisect
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastverify.durable import read_json
 from fastverify.sglang import eagle
 
 ENGINE_SOURCE = "engine: fastverify sim cost model (SIMULATION)"
@@ -213,12 +213,7 @@ def from_engine_info(info: Mapping[str, Any]) -> Costs:
 
 def _read_json(path: str | Path) -> tuple[Path, Any]:
     p = Path(path)
-    try:
-        return p, json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CostsError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    except json.JSONDecodeError as exc:
-        raise CostsError(f"{p}: line {exc.lineno}: not JSON ({exc.msg})") from None
+    return p, read_json(p, CostsError)
 
 
 def from_file(path: str | Path, backend: str | None = None) -> Costs:

@@ -37,7 +37,6 @@ from fastverify.traces.analysis import (
     analyze_file,
     analyze_path,
     extract_for_analysis,
-    percentile,
     public_view,
     trace_files,
 )
@@ -74,7 +73,6 @@ __all__ = [
     "extract",
     "extract_for_analysis",
     "is_allreduce_kernel",
-    "percentile",
     "public_view",
     "rank_from_name",
     "rank_key",

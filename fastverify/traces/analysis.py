@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from fastverify.percentiles import percentile
 from fastverify.traces.events import (
     DEFAULT_SPAN,
     Extract,
@@ -22,17 +23,6 @@ from fastverify.traces.events import (
     span_matches,
 )
 from fastverify.traces.reader import extract
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default); q in [0, 1]."""
-    if not values:
-        return 0.0
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def _assign_by_time(spans: list[Span], kernels: list[Kernel]) -> list[list[Kernel]]:
@@ -134,8 +124,8 @@ def analyze_extract(ex: Extract, rank: int, span: str = DEFAULT_SPAN) -> dict[st
     return {
         "rank": rank,
         "verify_passes": n,
-        "verify_ms_p50": percentile(verify_ms, 0.5),
-        "verify_ms_p90": percentile(verify_ms, 0.9),
+        "verify_ms_p50": percentile(verify_ms, 50) if n else 0.0,
+        "verify_ms_p90": percentile(verify_ms, 90) if n else 0.0,
         "allreduce_per_verify": ar_count / n if n else 0.0,
         "allreduce_ms_per_verify": ar_us / 1000.0 / n if n else 0.0,
         "allreduce_share": ar_us / verify_us if verify_us > 0 else 0.0,

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fastverify.experiments.common.stats import mean, percentile
+from fastverify.experiments.common.stats import mean
+from fastverify.percentiles import percentile
 
 
 class BenchError(RuntimeError):

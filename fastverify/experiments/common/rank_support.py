@@ -9,8 +9,9 @@ is ranks.py.
 Standard library only: a rank runs with exactly the profile's environment, without
 fastverify on its import path, so each script puts this folder on `sys.path` and imports
 this file alone. It loads the project's NCCL binding (`fastverify/nccl/pynccl.py`), its
-durable-file module (`fastverify/durable.py`, for the rank's report) and FlashInfer's
-PCIe-IPC driver (`pcie_ipc_worker.py` beside it) the same way.
+durable-file module (`fastverify/durable.py`, for the rank's report), its percentile
+(`fastverify/percentiles.py`) and FlashInfer's PCIe-IPC driver (`pcie_ipc_worker.py`
+beside it) the same way.
 """
 
 from __future__ import annotations
@@ -26,17 +27,6 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Linear-interpolated percentile (numpy's default), None for no values."""
-    if not values:
-        return None
-    data = sorted(values)
-    pos = (len(data) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
 
 
 def event_ms(
@@ -114,6 +104,18 @@ def load_durable() -> Any:
     return sys.modules.get("fastverify_durable") or _load(
         "fastverify_durable", HERE.parents[1] / "durable.py"
     )
+
+
+def load_percentiles() -> Any:
+    """fastverify/percentiles.py: the project's one percentile (standard library only)."""
+    return sys.modules.get("fastverify_percentiles") or _load(
+        "fastverify_percentiles", HERE.parents[1] / "percentiles.py"
+    )
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (0..100), None for no values: fastverify.percentiles', by path."""
+    return load_percentiles().percentile(values, q)
 
 
 def write_report(path: str, doc: dict[str, Any]) -> None:

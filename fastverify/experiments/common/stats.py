@@ -1,6 +1,6 @@
-"""Small-sample statistics for benchmark repeats, stdlib only (no scipy, no numpy).
+"""Small-sample statistics for benchmark repeats, stdlib only (no scipy, no numpy); a
+sample's percentile is fastverify.percentiles'.
 
-- `percentile(values, q)`: linear interpolation between closest ranks (numpy's default).
 - `t_quantile(p, df)`: Student t quantile, by bisection on the t CDF, which is computed from
   the regularized incomplete beta function (continued fraction, modified Lentz).
 - `mean_ci(values, level=0.95)`: mean and its two-sided Student-t confidence interval.
@@ -44,20 +44,6 @@ def stdev(values: Sequence[float]) -> float:
         return 0.0
     m = mean(values)
     return math.sqrt(math.fsum((v - m) ** 2 for v in values) / (n - 1))
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100) with linear interpolation; None for an empty sample."""
-    if not values:
-        return None
-    if not 0.0 <= q <= 100.0:
-        raise ValueError(f"percentile {q} outside 0..100")
-    data = sorted(values)
-    pos = (len(data) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(data) - 1)
-    frac = pos - lo
-    return data[lo] + (data[hi] - data[lo]) * frac
 
 
 def _betacf(a: float, b: float, x: float) -> float:

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from fastverify.experiments.derive_tuner import derive as dt
@@ -57,7 +58,7 @@ def measure(
     out: dict[str, Any] = {"wall_s": run["wall_s"], "sizes": {}}
     for row in run["sizes"]:
         c = row["candidates"].get("default", {})
-        us = dt._median(c["rounds_us"]) if c.get("rounds_us") else None
+        us = median(c["rounds_us"]) if c.get("rounds_us") else None
         out["sizes"][row["bytes"]] = {
             "us": us,
             "correct": c.get("correct"),
@@ -75,7 +76,7 @@ def combine_groups(groups: list[dict[str, Any]]) -> dict[str, Any]:
         rows = [g["sizes"][b] for g in groups if b in g["sizes"]]
         values = [r["us"] for r in rows if r["us"] is not None]
         out["sizes"][b] = {
-            "us": dt._median(values) if values else None,
+            "us": median(values) if values else None,
             "groups_us": [r["us"] for r in rows],
             "correct": all(r.get("correct") for r in rows),
             "choice": rows[0].get("choice"),

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from fastverify.durable import atomic_write_json, atomic_write_text, read_jsonl
@@ -94,21 +95,15 @@ class DeriveConfig:
 def _spread(rounds: Sequence[float]) -> float:
     if len(rounds) < 2:
         return 0.0
-    med = _median(list(rounds))
+    med = median(list(rounds))
     return (max(rounds) - min(rounds)) / med if med > 0 else 0.0
-
-
-def _median(values: list[float]) -> float:
-    data = sorted(values)
-    n = len(data)
-    return data[n // 2] if n % 2 else (data[n // 2 - 1] + data[n // 2]) / 2
 
 
 def decide(size_row: Mapping[str, Any], noise_floor: float = NOISE_FLOOR) -> dict[str, Any]:
     """One size: {bytes, best, best_us, default_us, nccl_default, noise, keep_default, ...}."""
     cands = size_row.get("candidates", {})
     usable = {
-        c: _median(list(m["rounds_us"]))
+        c: median(list(m["rounds_us"]))
         for c, m in cands.items()
         if m.get("available") and m.get("correct") is not False and m.get("rounds_us")
     }

@@ -35,17 +35,12 @@ import json
 import os
 import sys
 import time
+from statistics import median
 from typing import Any
 
 from fastverify.durable import append_jsonl
 from fastverify.experiments.common import rank_support
 from fastverify.experiments.common.rank_support import RankContext, replay_ms
-
-
-def _median(values: list[float]) -> float:
-    data = sorted(values)
-    n = len(data)
-    return data[n // 2] if n % 2 else (data[n // 2 - 1] + data[n // 2]) / 2
 
 
 def plan_ops(nbytes: int) -> tuple[int, int]:
@@ -159,7 +154,7 @@ class Worker(RankContext):
 
     def time_replays(self, graph: Any, ops: int, replays: int) -> float:
         """The median per-op time in us of `replays` replays of `ops` captured all-reduces."""
-        return _median([ms * 1e3 / ops for ms in replay_ms(self.torch, graph, replays)])
+        return median([ms * 1e3 / ops for ms in replay_ms(self.torch, graph, replays)])
 
     def fake_time(self, cand: str, nbytes: int, rnd: int) -> float | None:
         """gloo tests: us = fake[cand] as [latency_us, us_per_MiB] (+ jitter per round)."""

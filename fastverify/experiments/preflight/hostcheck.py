@@ -22,6 +22,16 @@ class NoGpu(PreflightError):
     exit 2 for preflight and rehearse alike)."""
 
 
+BACKENDS = ("nccl", "gloo")  # gloo: CPU ranks, the same steps without NCCL (tests)
+
+
+def backend_problem(backend: str) -> str | None:
+    """Why `backend` is not a rank backend (None: it is one)."""
+    if backend in BACKENDS:
+        return None
+    return f"unknown backend {backend!r} (nccl, or gloo for tests)"
+
+
 def no_gpu_problem(backend: str, world: int | None) -> str | None:
     """Why `backend` cannot run `world` ranks here (None: it can, as far as we can tell)."""
     if backend != "nccl":

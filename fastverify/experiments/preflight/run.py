@@ -40,17 +40,18 @@ from fastverify.experiments.common.ranks import (
     rank_workdir,
     report_rows,
 )
-from fastverify.experiments.common.stats import percentile
 from fastverify.experiments.preflight.hostcheck import (
     SAME_GPU_LABEL,
     SAME_GPU_NOTE,
     PreflightError,
+    backend_problem,
     rank_count,
     same_gpu_plan,
     shared_gpus,
 )
 from fastverify.experiments.preflight.inputs import masked, profile_env
 from fastverify.experiments.preflight.merge import merge_sizes, parse_nccl_log, verdict, winners
+from fastverify.percentiles import percentile
 
 WORKER = Path(__file__).with_name("worker.py")
 DECODE_TOKENS = (1, 2, 3, 4, 8, 16, 32, 64)  # a decode / verify forward
@@ -198,8 +199,8 @@ def run_preflight(
     env_for: Callable[[Any], dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """Preflight every profile in turn; returns the report (see docs/experiments.md)."""
-    if cfg.backend not in ("nccl", "gloo"):
-        raise PreflightError(f"unknown backend {cfg.backend!r} (nccl, or gloo for tests)")
+    if problem := backend_problem(cfg.backend):
+        raise PreflightError(problem)
     if cfg.call not in ("pynccl", "torch"):
         raise PreflightError(f"unknown call path {cfg.call!r} (pynccl or torch)")
     world = rank_count("preflight", cfg.backend, cfg.nproc, cfg.python, cfg.share_gpu)

@@ -30,12 +30,10 @@ verify_decode_ratio, drafter, allreduce, sources, command. This module never imp
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +41,7 @@ from typing import Any
 from fastverify.experiments.common.ranks import rank_workdir
 from fastverify.experiments.rehearse import memory, modelconfig
 from fastverify.experiments.rehearse.job import job_base, run_job
+from fastverify.interpolate import loglog
 
 EventFn = Callable[[str], None]
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -100,25 +99,6 @@ def check(cfg: GridConfig) -> None:
 
 
 # ------------------------------------------------------------------ all-reduce time
-
-
-def loglog(points: Sequence[tuple[float, float]], x: float) -> float:
-    """y at `x` from (x, y) points sorted by x: log-log interpolation between them, the
-    first y below the first x (latency-bound), linear in x above the last."""
-    pts = sorted(points)
-    if not pts:
-        raise ValueError("no points")
-    if x <= pts[0][0]:
-        return pts[0][1]
-    if x >= pts[-1][0]:
-        return pts[-1][1] * x / pts[-1][0]
-    for (x0, y0), (x1, y1) in itertools.pairwise(pts):
-        if x0 <= x <= x1:
-            if x1 == x0:
-                return y0
-            f = math.log(x / x0) / math.log(x1 / x0)
-            return y0 * (y1 / y0) ** f
-    return pts[-1][1]  # unreachable: x lies between the ends
 
 
 def preflight_points(

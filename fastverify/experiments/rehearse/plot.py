@@ -11,10 +11,9 @@ def plot(report: dict[str, Any], path: Path) -> Path:
     """Per profile and path: the decode step beside the speculative cycle (verify compute,
     verify all-reduce, drafter), the break-even accept length written above each pair
     (matplotlib, Agg; the sweep's plot style)."""
-    import matplotlib
+    from fastverify.experiments.common.plots import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = [r for r in report["profiles"] if r.get("status") == "ok"]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(rows) + 2), 4.5))
@@ -56,7 +55,4 @@ def plot(report: dict[str, Any], path: Path) -> Path:
     )
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)

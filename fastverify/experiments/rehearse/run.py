@@ -37,6 +37,7 @@ from fastverify.experiments.preflight.hostcheck import (
     NoGpu,
     PreflightError,
     TorchMissing,
+    backend_problem,
     rank_count,
     same_gpu_plan,
     shared_gpus,
@@ -172,8 +173,8 @@ def run_rehearsal(
     env_for: Callable[[Any], dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """Rehearse every profile on every path in turn; returns the report (docs/rehearse.md)."""
-    if cfg.backend not in ("nccl", "gloo"):
-        raise RehearseError(f"unknown backend {cfg.backend!r} (nccl, or gloo for tests)")
+    if problem := backend_problem(cfg.backend):
+        raise RehearseError(problem)
     if cfg.draft_tokens < 1 or cfg.batch < 1 or cfg.steps < 1:
         raise RehearseError("--draft-tokens, --batch and --steps must be >= 1")
     bad_paths = [p for p in cfg.paths if p not in ("default", "p2p-off")]

@@ -186,10 +186,9 @@ def best_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
 
 def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
     """Bar chart of mean tok/s per (profile, mode) with 95% CI error bars (matplotlib, Agg)."""
-    import matplotlib
+    from fastverify.experiments.common.plots import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     labels, heights, lo_err, hi_err, colors = [], [], [], [], []
     palette = {"baseline": "#4C72B0", "eagle3": "#DD8452"}
@@ -218,7 +217,4 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
     ax.set_ylabel("output tokens/s (mean, 95% CI)")
     ax.set_title(title or "fastverify sweep")
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)

@@ -76,10 +76,9 @@ def draw_plots(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) ->
 
 
 def _draw(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, str]:
-    import matplotlib
+    from fastverify.experiments.common.plots import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
     made = {}
@@ -93,10 +92,7 @@ def _draw(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a count: whole ticks
         ax.set_xlabel("profiles left")
         ax.set_title("tune funnel")
-        fig.tight_layout()
-        fig.savefig(out / "funnel.png", dpi=110)
-        plt.close(fig)
-        made["funnel"] = "funnel.png"
+        made["funnel"] = save(fig, out / "funnel.png").name
     opts = data.get("decide", {}).get("options") or []
     if opts:
         fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(opts) + 2), 4.2))
@@ -117,10 +113,7 @@ def _draw(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict
         ax.set_ylabel("output tokens/s (real weights; 95% CI)")
         ax.set_title("decision: finalists (hatched: predicted from the trial)")
         ax.grid(axis="y", alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out / "decision.png", dpi=110)
-        plt.close(fig)
-        made["decision"] = "decision.png"
+        made["decision"] = save(fig, out / "decision.png").name
     trial = data.get("trial", {}).get("rows") or []
     if trial:
         from fastverify.experiments.sweep.results import plot
