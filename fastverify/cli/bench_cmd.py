@@ -14,6 +14,14 @@ import click
 
 from fastverify.cli.daemon_call import client_for, socket_option
 from fastverify.cli.experiment_common import Progress, acceptance_text, fmt
+from fastverify.cli.options import (
+    SECONDS,
+    count_option,
+    flag,
+    json_option,
+    load_format_option,
+    seed_option,
+)
 from fastverify.cli.output import (
     EXIT_INTERRUPTED,
     EXIT_MISSING_DEPENDENCY,
@@ -84,12 +92,12 @@ def _server_url(ctx: click.Context, url: str | None) -> str:
 
 @click.command()
 @click.option("--url", default=None, help="Server base URL (default: the daemon's engine URL).")
-@click.option("--concurrency", "-c", default=1, show_default=True, type=click.IntRange(1))
+@count_option("--concurrency", 1, short="-c")
 @click.option(
     "--duration",
     "-d",
     default=None,
-    type=click.FloatRange(min=0, min_open=True),
+    type=SECONDS,
     help="Seconds to measure (default 30 unless --requests is given).",
 )
 @click.option(
@@ -100,9 +108,8 @@ def _server_url(ctx: click.Context, url: str | None) -> str:
     type=click.IntRange(1),
     help="Number of requests instead of a duration.",
 )
-@click.option("--input-len", default=128, show_default=True, type=click.IntRange(1),
-              help="Prompt tokens of the random prompts (without --dataset).")  # fmt: skip
-@click.option("--output-len", default=256, show_default=True, type=click.IntRange(1))
+@count_option("--input-len", 128, "Prompt tokens of the random prompts (without --dataset).")
+@count_option("--output-len", 256)
 @click.option("--dataset", default=None, metavar="FILE|fastverify-docs",
               help="Prompts to send: a JSONL file ({\"text\": ...}, {\"prompt\": ...}, "
               "{\"input_ids\": [...]}, bench_serving's custom {\"conversations\": [...]}, "
@@ -112,36 +119,21 @@ def _server_url(ctx: click.Context, url: str | None) -> str:
               help="Sampling temperature (0: greedy); acceptance depends on it.")  # fmt: skip
 @click.option("--top-p", default=1.0, show_default=True,
               type=click.FloatRange(0.0, 1.0, min_open=True), help="Nucleus sampling.")  # fmt: skip
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option(
-    "--warmup",
-    default=1,
-    show_default=True,
-    type=click.IntRange(0),
-    help="Warm-up requests per client, discarded.",
-)
-@click.option(
-    "--use-sglang-bench",
-    is_flag=True,
-    help="Run python -m sglang.bench_serving (needs sglang) and read its JSONL.",
-)
-@click.option(
-    "--load-format",
-    type=click.Choice(["auto", "dummy"]),
-    default="auto",
-    show_default=True,
-    help="dummy: a timing trial. Through the daemon, the active profile is restarted with "
+@seed_option
+@count_option("--warmup", 1, "Warm-up requests per client, discarded.", low=0)
+@flag("--use-sglang-bench", "Run python -m sglang.bench_serving (needs sglang) and read its JSONL.")
+@load_format_option(
+    "dummy: a timing trial. Through the daemon, the active profile is restarted with "
     "random weights first (unless it already runs so); with --url the server must report "
-    "load_format dummy.",
+    "load_format dummy."
 )
-@click.option(
+@flag(
     "--record-baseline",
-    is_flag=True,
-    help="Through the daemon, on a baseline-mode server with real weights: record the result "
+    "Through the daemon, on a baseline-mode server with real weights: record the result "
     "as the active profile's baseline at this --concurrency (POST /v1/baselines), which the "
     "exporter's break-even and speedup gauges compare EAGLE-3 with at that concurrency.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option("Print the result as JSON.")
 @socket_option
 @click.pass_context
 def bench(

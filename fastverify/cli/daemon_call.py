@@ -1,15 +1,19 @@
 """The light part of talking to fastverifyd for every command: one call with its errors
-turned into exit codes (`call_daemon`), and the shared wording. Imported on the start-up path
-of `fastverifyctl status`, so it holds no click commands and imports nothing heavy.
+turned into exit codes (`call_daemon`), the commands that show the daemon's status
+(`status_command`: `status`, `mode get`, `profile current`), and the shared wording.
+Imported on the start-up path of `fastverifyctl status`, so it imports nothing heavy.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
 
+from fastverify.api_models import STATUS
+from fastverify.cli.options import json_option
 from fastverify.cli.output import (
     EXIT_BUSY,
     EXIT_PROBLEMS,
@@ -19,6 +23,8 @@ from fastverify.cli.output import (
     daemon_exit,
     emit_json,
 )
+
+Show = Callable[[dict[str, Any], bool], None]  # what a status command prints: (status, --json)
 
 STATUS_TIMEOUT_S = 5.0  # a daemon that does not answer /v1/status in this long is unreachable
 
@@ -131,6 +137,23 @@ def call_daemon(
         sys.exit(unavailable_exit(exc, as_json))
     except ApiError as exc:
         sys.exit(api_error_exit(exc, as_json))
+
+
+def status_command(name: str, json_help: str | None = None) -> Callable[[Show], click.Command]:
+    """A command `name` that reads the daemon's status and hands it, with --json, to the
+    function it decorates (`show(st, as_json)`; its docstring is the command's help)."""
+
+    def decorate(show: Show) -> click.Command:
+        @click.command(name, help=show.__doc__)
+        @json_option(json_help)
+        @socket_option
+        @click.pass_context
+        def command(ctx: click.Context, as_json: bool = False) -> None:
+            show(call_daemon(ctx, STATUS, as_json=as_json, timeout=STATUS_TIMEOUT_S), as_json)
+
+        return command
+
+    return decorate
 
 
 def api_error_exit(exc: Any, as_json: bool) -> int:

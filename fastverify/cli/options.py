@@ -99,7 +99,9 @@ def file_option(*decls: str, help: str, exists: bool = False) -> Decorator:
 def dir_option(*decls: str, help: str, multiple: bool = False) -> Decorator:
     """A directory's path, None unless given (`multiple`: repeatable, a tuple)."""
     kind = click.Path(file_okay=False)
-    return click.option(*decls, multiple=multiple, default=None, type=kind, help=help)
+    if multiple:
+        return click.option(*decls, multiple=True, type=kind, help=help)
+    return click.option(*decls, default=None, type=kind, help=help)
 
 
 def flag(name: str, help: str) -> Decorator:
