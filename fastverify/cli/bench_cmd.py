@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from fastverify.cli.daemon_call import client_for, socket_option
+from fastverify.cli.daemon_call import client_for, daemon_failures, socket_option
 from fastverify.cli.experiment_common import Progress, acceptance_text, fmt
 from fastverify.cli.options import (
     SECONDS,
@@ -26,9 +26,7 @@ from fastverify.cli.output import (
     EXIT_INTERRUPTED,
     EXIT_MISSING_DEPENDENCY,
     EXIT_PROBLEMS,
-    EXIT_UNAVAILABLE,
     EXIT_USAGE,
-    daemon_exit,
     emit_json,
     fail,
     table,
@@ -73,17 +71,8 @@ def _acceptance_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
 def _server_url(ctx: click.Context, url: str | None) -> str:
     if url:
         return url
-    from fastverify.client import ApiError, DaemonUnavailable
-
-    try:
+    with daemon_failures("{}\n(or pass --url http://HOST:PORT of the server)"):
         status = client_for(ctx).status()
-    except DaemonUnavailable as exc:
-        fail(
-            f"{exc}\n(or pass --url http://HOST:PORT of the server)",
-            daemon_exit(exc, EXIT_UNAVAILABLE),
-        )
-    except ApiError as exc:
-        fail(f"daemon: {exc}", daemon_exit(exc, EXIT_PROBLEMS))
     engine_url = (status.get("engine") or {}).get("url")
     if not engine_url:
         fail(f"the daemon reports no serving engine (state {status.get('state')}); pass --url")
@@ -258,14 +247,8 @@ def _record_acceptance(ctx: click.Context, data: dict[str, Any]) -> None:
 def _baseline_target(ctx: click.Context) -> str:
     """The profile a --record-baseline run measures: the daemon's, in baseline mode with real
     weights (checked before the load, so nothing is measured for nothing)."""
-    from fastverify.client import ApiError, DaemonUnavailable
-
-    try:
+    with daemon_failures():
         status = client_for(ctx).status()
-    except DaemonUnavailable as exc:
-        fail(str(exc), daemon_exit(exc, EXIT_UNAVAILABLE))
-    except ApiError as exc:
-        fail(f"daemon: {exc}", daemon_exit(exc, EXIT_PROBLEMS))
     if status.get("mode") != "baseline" or status.get("trial") or not status.get("profile"):
         fail(f"bench --record-baseline: the daemon serves {status.get('profile')}/"
              f"{status.get('mode')}{' (trial, dummy weights)' if status.get('trial') else ''};"
@@ -277,19 +260,13 @@ def _baseline_target(ctx: click.Context) -> str:
 def _record_baseline(
     ctx: click.Context, profile: str, data: dict[str, Any], concurrency: int
 ) -> None:
-    from fastverify.client import ApiError, DaemonUnavailable
-
-    try:
+    not_recorded = "bench: the baseline was not recorded: {}"
+    with daemon_failures(not_recorded, not_recorded, detail="error"):
         client_for(ctx).record_baseline(
             profile=profile, concurrency=concurrency,
             tokens_per_second=data["output_tokens_per_second"],
             per_request_tokens_per_second=data["per_request_tokens_per_second"],
         )  # fmt: skip
-    except DaemonUnavailable as exc:
-        fail(f"bench: the baseline was not recorded: {exc}", daemon_exit(exc, EXIT_UNAVAILABLE))
-    except ApiError as exc:
-        fail(f"bench: the baseline was not recorded: {exc.body.get('error') or exc}",
-             daemon_exit(exc, EXIT_PROBLEMS))  # fmt: skip
     click.echo(f"bench: recorded as the baseline of {profile} at {concurrency} concurrent "
                f"request(s) ({data['per_request_tokens_per_second']:.1f} tok/s per request)",
                err=True)  # fmt: skip
@@ -308,10 +285,9 @@ def trial_left_note(status: dict[str, Any]) -> str:
 def _ensure_trial_engine(ctx: click.Context) -> dict[str, Any]:
     """bench --load-format dummy through the daemon: restart the active profile/mode with
     dummy weights unless the daemon already serves a trial; returns the daemon's status."""
-    from fastverify.client import ApiError, DaemonUnavailable
-
     client = client_for(ctx, timeout=1800)
-    try:
+    unreachable = "{}\n(or pass --url of a server started with --load-format dummy)"
+    with daemon_failures(unreachable, "bench: the trial restart failed: {}", detail="message"):
         status = client.status()
         if status.get("trial"):
             return status
@@ -321,12 +297,4 @@ def _ensure_trial_engine(ctx: click.Context) -> dict[str, Any]:
                    "(trial) ...", err=True)  # fmt: skip
         client.set_profile(status["profile"], mode=status["mode"], wait=True,
                            load_format="dummy", timeout=1800)  # fmt: skip
-        return status
-    except DaemonUnavailable as exc:
-        fail(f"{exc}\n(or pass --url of a server started with --load-format dummy)",
-             daemon_exit(exc, EXIT_UNAVAILABLE))  # fmt: skip
-    except ApiError as exc:
-        fail(
-            f"bench: the trial restart failed: {exc.body.get('message') or exc}",
-            daemon_exit(exc, EXIT_PROBLEMS),
-        )
+    return status

@@ -2,8 +2,8 @@
 cli/bench_cmd.py, sweep_cmd.py, tune_cmd.py, preflight_cmd.py, rehearse_cmd.py) share: number
 formatting, integer-list options, the accepted-drafts histogram as text, the progress display
 (a rich bar on a terminal, plain lines on stderr otherwise; `tune`'s own display draws with
-`stderr_bar` too), the exit codes of a rank-process run (`rank_run`) and of a run through the
-daemon (`daemon_run`: `sweep`, `tune`), and the delivery of a report (`--output` file,
+`stderr_bar` too), the exit codes of a rank-process run (`rank_run`; a run through the daemon:
+cli/daemon_call.py's `daemon_run`), and the delivery of a report (`--output` file,
 `--json` or a table; both options declared here).
 Imports stay light: rich only when a bar is drawn, the experiments only when a run starts."""
 
@@ -18,13 +18,10 @@ from typing import Any
 import click
 
 from fastverify.cli.output import (
-    EXIT_BUSY,
     EXIT_INTERRUPTED,
     EXIT_MISSING_DEPENDENCY,
     EXIT_PROBLEMS,
-    EXIT_UNAVAILABLE,
     EXIT_USAGE,
-    daemon_exit,
     emit_json,
     fail,
     to_json,
@@ -103,33 +100,6 @@ def rank_run(
         fail(f"{cmd}: {exc}", EXIT_USAGE)
     except problems as exc:
         fail(f"{cmd}: {exc}", EXIT_PROBLEMS)
-
-
-@contextmanager
-def daemon_run(
-    cmd: str,
-    *,
-    busy: type[BaseException],
-    usage: type[BaseException],
-    unreachable: Callable[[], str],
-    interrupted: str,
-) -> Iterator[None]:
-    """An experiment run through the daemon (`sweep`, `tune`), its failures as the command's
-    exit codes, each printed as `CMD: what`: another experiment's lease (`busy`) 4, the
-    errors in `usage` 2, Ctrl-C 130 (`interrupted`: what is said); the daemon unreachable 3,
-    its message followed by `unreachable()` (how to go on)."""
-    from fastverify.client import DaemonUnavailable
-
-    try:
-        yield
-    except busy as exc:  # before `usage`: a lease is an error of the experiment's too
-        fail(f"{cmd}: {exc}", EXIT_BUSY)
-    except usage as exc:
-        fail(f"{cmd}: {exc}", EXIT_USAGE)
-    except DaemonUnavailable as exc:
-        fail(f"{exc}{unreachable()}", daemon_exit(exc, EXIT_UNAVAILABLE))
-    except KeyboardInterrupt:
-        fail(f"{cmd}: {interrupted}", EXIT_INTERRUPTED)
 
 
 def stderr_bar(*columns: Any) -> Any:

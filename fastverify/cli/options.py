@@ -186,11 +186,15 @@ class Ranks:
         """The --env pairs as a dict (a malformed one is a usage error)."""
         return env_pairs(self.extra_env)
 
-    def fields(self, extra_env: dict[str, str], backend: str) -> dict[str, Any]:
+    def fields(
+        self, extra_env: dict[str, str], backend: str, share_gpu: bool = True
+    ) -> dict[str, Any]:
         """The fields of an experiment's config these options give (`extra_env`: the
-        variables the ranks get, `backend`: the command's --backend)."""
+        variables the ranks get, `backend`: the command's --backend; `share_gpu`: False for
+        a config without that field, rehearse's grid)."""
         shared = {name: getattr(self, name) for name in ("nproc", "call", "timeout_s", "python")}
-        return {**shared, "logs_dir": self.logs_dir, "backend": backend, "extra_env": extra_env}
+        fields = {**shared, "logs_dir": self.logs_dir, "backend": backend, "extra_env": extra_env}
+        return {**fields, "share_gpu": self.share_gpu} if share_gpu else fields
 
 
 def rank_options(*, timeout_s: float, nproc_help: str, logs_help: str) -> Decorator:

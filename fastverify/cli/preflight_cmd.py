@@ -177,7 +177,7 @@ def preflight(
     cfg = pf.PreflightConfig(
         hidden_size=hidden_size, tokens=int_list(tokens, "--tokens"),
         sizes_bytes=int_list(sizes, "--sizes") if sizes else (), iters=iters, warmup=warmup,
-        graph_ops=graph_ops, share_gpu=ranks.share_gpu,
+        graph_ops=graph_ops,
         **ranks.fields({**daemon_env, **ranks.env()}, backend),
     )  # fmt: skip
     try:

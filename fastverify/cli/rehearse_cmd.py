@@ -159,11 +159,12 @@ def _grid(
     from fastverify.experiments.preflight.hostcheck import NoGpu, PreflightError
     from fastverify.experiments.rehearse import grid
 
+    defaults = {"batch_sizes": grid.DEFAULT_BATCH_SIZES, "tokens": grid.DEFAULT_TOKENS}
     cfg = grid.GridConfig(
-        **{**fields, "batch_sizes": fields["batch_sizes"] or grid.DEFAULT_BATCH_SIZES,
-           "tokens": fields["tokens"] or grid.DEFAULT_TOKENS},
-        **ranks.fields(ranks.env(), backend), host_fingerprint=host_fingerprint(ranks.config_path),
-    )  # fmt: skip
+        **{**fields, **{k: fields[k] or v for k, v in defaults.items()}},
+        **ranks.fields(ranks.env(), backend, share_gpu=False),
+        host_fingerprint=host_fingerprint(ranks.config_path),
+    )
     command = "fastverifyctl " + shlex.join(sys.argv[1:])
     usage = (grid.GridError, NoGpu, PreflightError)
     with rank_run("rehearse", usage=usage, problems=(grid.GridRunFailed,)):
@@ -297,13 +298,14 @@ def rehearse(
     break-even accept length above which speculation beats the baseline."""
     from fastverify.experiments.rehearse import run as rh
 
+    # what the grid and the rehearsal both take: the model, and how each step is timed
+    shape = {"model_config": model_config, "draft_config": draft_config, "steps": steps,
+             "context": context, "pool_gb": pool_gb}  # fmt: skip
     if grid_mode["batch_sizes"] or grid_mode["tokens"] or grid_mode["shard_of_tp"]:
         if profiles:
             fail(f"rehearse: grid mode (--batch-sizes/--tokens/--shard-of-tp) runs no NCCL "
                  f"profile; drop {' '.join(profiles)} (compute only; the all-reduce comes from "
                  "--allreduce-from or the published table)", EXIT_USAGE)  # fmt: skip
-        shape = {"model_config": model_config, "draft_config": draft_config, "steps": steps,
-                 "context": context, "pool_gb": pool_gb}  # fmt: skip
         _grid({**shape, **grid_mode}, ranks, backend, output, as_json)
         return
     source = "--accept-length" if accept_length is not None else None
@@ -322,17 +324,12 @@ def rehearse(
     except rh.PreflightError as exc:
         fail(f"rehearse: {exc}", EXIT_USAGE)
     cfg = rh.RehearseConfig(
-        model_config=model_config,
-        draft_config=draft_config,
+        **shape,
         draft_tokens=draft_tokens,
-        steps=steps,
         batch=batch,
-        context=context,
-        pool_gb=pool_gb,
         paths=paths,
         accept_length=accept_length,
         accept_length_source=source,
-        share_gpu=ranks.share_gpu,
         **ranks.fields({**daemon_env, **ranks.env()}, backend),
     )
     # RehearseError is a PreflightError too: bad config, profile, nproc

@@ -16,8 +16,8 @@ from typing import Any
 
 import click
 
-from fastverify.cli.daemon_call import client_for, socket_option
-from fastverify.cli.experiment_common import Progress, acceptance_text, daemon_run, fmt
+from fastverify.cli.daemon_call import client_for, daemon_run, socket_option
+from fastverify.cli.experiment_common import Progress, acceptance_text, fmt
 from fastverify.cli.options import (
     Decorator,
     accept_length_option,

@@ -20,8 +20,8 @@ from typing import Any
 
 import click
 
-from fastverify.cli.daemon_call import client_for
-from fastverify.cli.experiment_common import bar_note, daemon_run, stderr_bar
+from fastverify.cli.daemon_call import client_for, daemon_run
+from fastverify.cli.experiment_common import bar_note, stderr_bar
 from fastverify.cli.options import (
     accept_length_option,
     backend_option,
