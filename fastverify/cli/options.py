@@ -18,11 +18,9 @@ values of the GPU experiments and `tune`. `batch_size_list`: a comma list of bat
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -169,9 +167,9 @@ def measurement_options(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
-@dataclass(frozen=True)
-class Ranks:
-    """What `rank_options` read: how `preflight` and `rehearse` start their rank processes."""
+class Ranks(NamedTuple):
+    """What `rank_options` read: how `preflight` and `rehearse` start their rank processes
+    (a NamedTuple: `fastverifyctl status` imports this module, and not dataclasses)."""
 
     nproc: int | None
     share_gpu: bool
@@ -244,12 +242,11 @@ def rank_options(*, timeout_s: float, nproc_help: str, logs_help: str) -> Decora
             "--logs", "logs_dir", default="", type=click.Path(file_okay=False), help=logs_help
         ),
     )
-    names = [f.name for f in dataclasses.fields(Ranks)]
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(command)
         def with_ranks(*args: Any, **kwargs: Any) -> Any:
-            ranks = Ranks(**{name: kwargs.pop(name) for name in names})
+            ranks = Ranks(**{name: kwargs.pop(name) for name in Ranks._fields})
             return command(*args, ranks=ranks, **kwargs)
 
         return options(with_ranks)
@@ -285,6 +282,8 @@ def flag_options(cls: type) -> Decorator:
     the command line gave back into `cls`."""
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        import dataclasses
+
         from fastverify.flags import flag_fields, flag_name, flag_of
 
         for f in reversed(flag_fields(cls)):
