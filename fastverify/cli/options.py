@@ -190,9 +190,9 @@ class Ranks(NamedTuple):
         """The fields of an experiment's config these options give (`extra_env`: the
         variables the ranks get, `backend`: the command's --backend; `share_gpu`: False for
         a config without that field, rehearse's grid)."""
-        shared = {name: getattr(self, name) for name in ("nproc", "call", "timeout_s", "python")}
-        fields = {**shared, "logs_dir": self.logs_dir, "backend": backend, "extra_env": extra_env}
-        return {**fields, "share_gpu": self.share_gpu} if share_gpu else fields
+        given = ["nproc", "call", "timeout_s", "python", "logs_dir"]
+        given += ["share_gpu"] if share_gpu else []
+        return {**{n: getattr(self, n) for n in given}, "backend": backend, "extra_env": extra_env}
 
 
 def rank_options(*, timeout_s: float, nproc_help: str, logs_help: str) -> Decorator:

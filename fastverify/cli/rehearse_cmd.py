@@ -291,7 +291,7 @@ def rehearse(
     output: str | None,
     plot_path: str | None,
     as_json: bool,
-    **grid_mode: Any,
+    **grid_mode: Any,  # grid_options' values, as given
 ) -> None:
     """Rehearse the model's decode step and EAGLE-3 verify cycle per NCCL profile, in CUDA
     graphs on this host's GPUs, with random weights of the real shapes; report the
