@@ -12,15 +12,21 @@ from typing import Any
 
 import click
 
-from fastverify.cli.daemon_call import client_for, socket_option
+from fastverify.cli.daemon_call import client_for, daemon_failures, socket_option
 from fastverify.cli.experiment_common import Progress, acceptance_text, fmt
+from fastverify.cli.options import (
+    SECONDS,
+    count_option,
+    flag,
+    json_option,
+    load_format_option,
+    seed_option,
+)
 from fastverify.cli.output import (
     EXIT_INTERRUPTED,
     EXIT_MISSING_DEPENDENCY,
     EXIT_PROBLEMS,
-    EXIT_UNAVAILABLE,
     EXIT_USAGE,
-    daemon_exit,
     emit_json,
     fail,
     table,
@@ -65,17 +71,8 @@ def _acceptance_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
 def _server_url(ctx: click.Context, url: str | None) -> str:
     if url:
         return url
-    from fastverify.client import ApiError, DaemonUnavailable
-
-    try:
+    with daemon_failures("{}\n(or pass --url http://HOST:PORT of the server)"):
         status = client_for(ctx).status()
-    except DaemonUnavailable as exc:
-        fail(
-            f"{exc}\n(or pass --url http://HOST:PORT of the server)",
-            daemon_exit(exc, EXIT_UNAVAILABLE),
-        )
-    except ApiError as exc:
-        fail(f"daemon: {exc}", daemon_exit(exc, EXIT_PROBLEMS))
     engine_url = (status.get("engine") or {}).get("url")
     if not engine_url:
         fail(f"the daemon reports no serving engine (state {status.get('state')}); pass --url")
@@ -84,12 +81,12 @@ def _server_url(ctx: click.Context, url: str | None) -> str:
 
 @click.command()
 @click.option("--url", default=None, help="Server base URL (default: the daemon's engine URL).")
-@click.option("--concurrency", "-c", default=1, show_default=True, type=click.IntRange(1))
+@count_option("--concurrency", 1, short="-c")
 @click.option(
     "--duration",
     "-d",
     default=None,
-    type=click.FloatRange(min=0, min_open=True),
+    type=SECONDS,
     help="Seconds to measure (default 30 unless --requests is given).",
 )
 @click.option(
@@ -100,9 +97,8 @@ def _server_url(ctx: click.Context, url: str | None) -> str:
     type=click.IntRange(1),
     help="Number of requests instead of a duration.",
 )
-@click.option("--input-len", default=128, show_default=True, type=click.IntRange(1),
-              help="Prompt tokens of the random prompts (without --dataset).")  # fmt: skip
-@click.option("--output-len", default=256, show_default=True, type=click.IntRange(1))
+@count_option("--input-len", 128, "Prompt tokens of the random prompts (without --dataset).")
+@count_option("--output-len", 256)
 @click.option("--dataset", default=None, metavar="FILE|fastverify-docs",
               help="Prompts to send: a JSONL file ({\"text\": ...}, {\"prompt\": ...}, "
               "{\"input_ids\": [...]}, bench_serving's custom {\"conversations\": [...]}, "
@@ -112,36 +108,21 @@ def _server_url(ctx: click.Context, url: str | None) -> str:
               help="Sampling temperature (0: greedy); acceptance depends on it.")  # fmt: skip
 @click.option("--top-p", default=1.0, show_default=True,
               type=click.FloatRange(0.0, 1.0, min_open=True), help="Nucleus sampling.")  # fmt: skip
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option(
-    "--warmup",
-    default=1,
-    show_default=True,
-    type=click.IntRange(0),
-    help="Warm-up requests per client, discarded.",
-)
-@click.option(
-    "--use-sglang-bench",
-    is_flag=True,
-    help="Run python -m sglang.bench_serving (needs sglang) and read its JSONL.",
-)
-@click.option(
-    "--load-format",
-    type=click.Choice(["auto", "dummy"]),
-    default="auto",
-    show_default=True,
-    help="dummy: a timing trial. Through the daemon, the active profile is restarted with "
+@seed_option
+@count_option("--warmup", 1, "Warm-up requests per client, discarded.", low=0)
+@flag("--use-sglang-bench", "Run python -m sglang.bench_serving (needs sglang) and read its JSONL.")
+@load_format_option(
+    "dummy: a timing trial. Through the daemon, the active profile is restarted with "
     "random weights first (unless it already runs so); with --url the server must report "
-    "load_format dummy.",
+    "load_format dummy."
 )
-@click.option(
+@flag(
     "--record-baseline",
-    is_flag=True,
-    help="Through the daemon, on a baseline-mode server with real weights: record the result "
+    "Through the daemon, on a baseline-mode server with real weights: record the result "
     "as the active profile's baseline at this --concurrency (POST /v1/baselines), which the "
     "exporter's break-even and speedup gauges compare EAGLE-3 with at that concurrency.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option("Print the result as JSON.")
 @socket_option
 @click.pass_context
 def bench(
@@ -266,14 +247,8 @@ def _record_acceptance(ctx: click.Context, data: dict[str, Any]) -> None:
 def _baseline_target(ctx: click.Context) -> str:
     """The profile a --record-baseline run measures: the daemon's, in baseline mode with real
     weights (checked before the load, so nothing is measured for nothing)."""
-    from fastverify.client import ApiError, DaemonUnavailable
-
-    try:
+    with daemon_failures():
         status = client_for(ctx).status()
-    except DaemonUnavailable as exc:
-        fail(str(exc), daemon_exit(exc, EXIT_UNAVAILABLE))
-    except ApiError as exc:
-        fail(f"daemon: {exc}", daemon_exit(exc, EXIT_PROBLEMS))
     if status.get("mode") != "baseline" or status.get("trial") or not status.get("profile"):
         fail(f"bench --record-baseline: the daemon serves {status.get('profile')}/"
              f"{status.get('mode')}{' (trial, dummy weights)' if status.get('trial') else ''};"
@@ -285,19 +260,13 @@ def _baseline_target(ctx: click.Context) -> str:
 def _record_baseline(
     ctx: click.Context, profile: str, data: dict[str, Any], concurrency: int
 ) -> None:
-    from fastverify.client import ApiError, DaemonUnavailable
-
-    try:
+    not_recorded = "bench: the baseline was not recorded: {}"
+    with daemon_failures(not_recorded, not_recorded, detail="error"):
         client_for(ctx).record_baseline(
             profile=profile, concurrency=concurrency,
             tokens_per_second=data["output_tokens_per_second"],
             per_request_tokens_per_second=data["per_request_tokens_per_second"],
         )  # fmt: skip
-    except DaemonUnavailable as exc:
-        fail(f"bench: the baseline was not recorded: {exc}", daemon_exit(exc, EXIT_UNAVAILABLE))
-    except ApiError as exc:
-        fail(f"bench: the baseline was not recorded: {exc.body.get('error') or exc}",
-             daemon_exit(exc, EXIT_PROBLEMS))  # fmt: skip
     click.echo(f"bench: recorded as the baseline of {profile} at {concurrency} concurrent "
                f"request(s) ({data['per_request_tokens_per_second']:.1f} tok/s per request)",
                err=True)  # fmt: skip
@@ -316,10 +285,9 @@ def trial_left_note(status: dict[str, Any]) -> str:
 def _ensure_trial_engine(ctx: click.Context) -> dict[str, Any]:
     """bench --load-format dummy through the daemon: restart the active profile/mode with
     dummy weights unless the daemon already serves a trial; returns the daemon's status."""
-    from fastverify.client import ApiError, DaemonUnavailable
-
     client = client_for(ctx, timeout=1800)
-    try:
+    unreachable = "{}\n(or pass --url of a server started with --load-format dummy)"
+    with daemon_failures(unreachable, "bench: the trial restart failed: {}", detail="message"):
         status = client.status()
         if status.get("trial"):
             return status
@@ -329,12 +297,4 @@ def _ensure_trial_engine(ctx: click.Context) -> dict[str, Any]:
                    "(trial) ...", err=True)  # fmt: skip
         client.set_profile(status["profile"], mode=status["mode"], wait=True,
                            load_format="dummy", timeout=1800)  # fmt: skip
-        return status
-    except DaemonUnavailable as exc:
-        fail(f"{exc}\n(or pass --url of a server started with --load-format dummy)",
-             daemon_exit(exc, EXIT_UNAVAILABLE))  # fmt: skip
-    except ApiError as exc:
-        fail(
-            f"bench: the trial restart failed: {exc.body.get('message') or exc}",
-            daemon_exit(exc, EXIT_PROBLEMS),
-        )
+    return status

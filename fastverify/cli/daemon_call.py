@@ -1,24 +1,35 @@
 """The light part of talking to fastverifyd for every command: one call with its errors
-turned into exit codes (`call_daemon`), and the shared wording. Imported on the start-up path
-of `fastverifyctl status`, so it holds no click commands and imports nothing heavy.
+turned into exit codes (`call_daemon`; `daemon_failures` for a command's own wording;
+`daemon_run` for an experiment run through the daemon, `sweep` and `tune`), the commands
+that show the daemon's status (`status_command`: `status`, `mode get`, `profile current`),
+and the shared wording. Imported on the start-up path of `fastverifyctl status`, so it
+imports nothing heavy.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
 
+from fastverify.api_models import STATUS
+from fastverify.cli.options import json_option
 from fastverify.cli.output import (
     EXIT_BUSY,
+    EXIT_INTERRUPTED,
     EXIT_PROBLEMS,
     EXIT_REFUSED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     daemon_exit,
     emit_json,
+    fail,
 )
+
+Show = Callable[[dict[str, Any], bool], None]  # what a status command prints: (status, --json)
 
 STATUS_TIMEOUT_S = 5.0  # a daemon that does not answer /v1/status in this long is unreachable
 
@@ -133,6 +144,23 @@ def call_daemon(
         sys.exit(api_error_exit(exc, as_json))
 
 
+def status_command(name: str, json_help: str | None = None) -> Callable[[Show], click.Command]:
+    """A command `name` that reads the daemon's status and hands it, with --json, to the
+    function it decorates (`show(st, as_json)`; its docstring is the command's help)."""
+
+    def decorate(show: Show) -> click.Command:
+        @click.command(name, help=show.__doc__)
+        @json_option(json_help)
+        @socket_option
+        @click.pass_context
+        def command(ctx: click.Context, as_json: bool = False) -> None:
+            show(call_daemon(ctx, STATUS, as_json=as_json, timeout=STATUS_TIMEOUT_S), as_json)
+
+        return command
+
+    return decorate
+
+
 def api_error_exit(exc: Any, as_json: bool) -> int:
     """Print an ApiError's body and return the matching exit code."""
     status = exc.status
@@ -152,6 +180,52 @@ def api_error_exit(exc: Any, as_json: bool) -> int:
     if status in (400, 422):
         return EXIT_USAGE
     return EXIT_PROBLEMS
+
+
+@contextmanager
+def daemon_run(
+    cmd: str,
+    *,
+    busy: type[BaseException],
+    usage: type[BaseException],
+    unreachable: Callable[[], str],
+    interrupted: str,
+) -> Iterator[None]:
+    """An experiment run through the daemon (`sweep`, `tune`), its failures as the command's
+    exit codes, each printed as `CMD: what`: another experiment's lease (`busy`) 4, the
+    errors in `usage` 2, Ctrl-C 130 (`interrupted`: what is said); the daemon unreachable 3,
+    its message followed by `unreachable()` (how to go on)."""
+    from fastverify.client import DaemonUnavailable
+
+    try:
+        yield
+    except busy as exc:  # before `usage`: a lease is an error of the experiment's too
+        fail(f"{cmd}: {exc}", EXIT_BUSY)
+    except usage as exc:
+        fail(f"{cmd}: {exc}", EXIT_USAGE)
+    except DaemonUnavailable as exc:
+        fail(f"{exc}{unreachable()}", daemon_exit(exc, EXIT_UNAVAILABLE))
+    except KeyboardInterrupt:
+        fail(f"{cmd}: {interrupted}", EXIT_INTERRUPTED)
+
+
+@contextmanager
+def daemon_failures(
+    unreachable: str = "{}", answered: str = "daemon: {}", detail: str = ""
+) -> Iterator[None]:
+    """One exchange with the daemon whose failures end the command: unreachable exit 3 (8:
+    it refused this client), `unreachable` saying so (its `{}`: the error); an error answer
+    exit 1 (8: a refusal), `answered` saying so (its `{}`: the answer's field `detail`, else
+    the error)."""
+    from fastverify.client import ApiError, DaemonUnavailable
+
+    try:
+        yield
+    except DaemonUnavailable as exc:
+        fail(unreachable.format(exc), daemon_exit(exc, EXIT_UNAVAILABLE))
+    except ApiError as exc:
+        said = exc.body.get(detail) if detail else None
+        fail(answered.format(said or exc), daemon_exit(exc, EXIT_PROBLEMS))
 
 
 def describe_op(op: dict[str, Any]) -> str:

@@ -16,20 +16,19 @@ from typing import Any
 import click
 
 from fastverify import api_models as m
-from fastverify.cli.daemon_call import socket_option
-from fastverify.cli.groups import SuggestingGroup
-from fastverify.cli.options import Decorator, follow_options, stack
-from fastverify.cli.output import emit_json
-from fastverify.cli.profile_switch import (
-    EXIT_FAILED,
+from fastverify.cli.daemon_call import (
     STATUS_TIMEOUT_S,
-    _cancel,
     api_error_exit,
     call_daemon,
     client_for,
-    run_operation,
+    socket_option,
+    status_command,
     unavailable_exit,
 )
+from fastverify.cli.groups import SuggestingGroup
+from fastverify.cli.options import Decorator, follow_options, json_option, stack
+from fastverify.cli.output import emit_json
+from fastverify.cli.profile_switch import EXIT_FAILED, _cancel, run_operation
 from fastverify.cli.status_cmd import _clock
 from fastverify.config import MODES
 
@@ -43,17 +42,16 @@ def mode(ctx: click.Context) -> None:
         ctx.invoke(mode_get)
 
 
-@mode.command("get")
-@click.option("--json", "as_json", is_flag=True)
-@socket_option
-@click.pass_context
-def mode_get(ctx: click.Context, as_json: bool = False) -> None:
+@status_command("get")
+def mode_get(st: dict[str, Any], as_json: bool) -> None:
     """Print the active mode."""
-    st = call_daemon(ctx, m.STATUS, as_json=as_json, timeout=STATUS_TIMEOUT_S)
     if as_json:
         emit_json({"mode": st.get("mode"), "profile": st.get("profile"), "state": st.get("state")})
     else:
         click.echo(st.get("mode"))
+
+
+mode.add_command(mode_get)
 
 
 def _start_options(what: str) -> Decorator:
@@ -98,24 +96,12 @@ def mode_set(
     queue: bool,
     force: bool,
     canary: bool,
-    quiet: bool,
-    verbose: bool,
-    as_json: bool,
+    **follow: bool,
 ) -> None:
     """Restart the engine in mode VALUE with the active profile (rolls back on failure)."""
     body = {"mode": value, "queue": queue, "force": force, "canary": canary or None,
             "timeout_s": timeout_s or None}  # fmt: skip
-    sys.exit(
-        run_operation(
-            ctx,
-            m.SET_MODE,
-            body,
-            as_json=as_json,
-            no_wait=no_wait,
-            quiet=quiet,
-            verbose=verbose,
-        )
-    )
+    sys.exit(run_operation(ctx, m.SET_MODE, body, no_wait=no_wait, **follow))
 
 
 @click.command("restart")
@@ -129,27 +115,15 @@ def restart(
     no_wait: bool,
     queue: bool,
     force: bool,
-    quiet: bool,
-    verbose: bool,
-    as_json: bool,
+    **follow: bool,
 ) -> None:
     """Restart the engine with the active profile and mode."""
     body = {"queue": queue, "force": force, "timeout_s": timeout_s or None}
-    sys.exit(
-        run_operation(
-            ctx,
-            m.RESTART,
-            body,
-            as_json=as_json,
-            no_wait=no_wait,
-            quiet=quiet,
-            verbose=verbose,
-        )
-    )
+    sys.exit(run_operation(ctx, m.RESTART, body, no_wait=no_wait, **follow))
 
 
 @click.command("cancel")
-@click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as JSON.")
+@json_option("Print the daemon's answer as JSON.")
 @socket_option
 @click.pass_context
 def cancel(ctx: click.Context, as_json: bool) -> None:
@@ -163,7 +137,7 @@ def cancel(ctx: click.Context, as_json: bool) -> None:
 @click.group("logs", cls=SuggestingGroup, invoke_without_command=True)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
 @click.option("-n", "lines", type=click.IntRange(min=0), default=50, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@json_option("One JSON object per line.")
 @socket_option
 @click.pass_context
 def logs(ctx: click.Context, follow: bool, lines: int, as_json: bool) -> None:
@@ -194,7 +168,7 @@ def logs(ctx: click.Context, follow: bool, lines: int, as_json: bool) -> None:
 
 @click.command("history")
 @click.option("-n", "limit", type=click.IntRange(min=0), default=0, help="Only the last N records.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 @socket_option
 @click.pass_context
 def history(ctx: click.Context, limit: int, as_json: bool) -> None:
@@ -241,7 +215,7 @@ def server() -> None:
 @server.command("check")
 @click.option("--profile", default=None, help="Profile (default: the active one).")
 @click.option("--mode", type=click.Choice(list(MODES)), default=None)
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 @socket_option
 @click.pass_context
 def server_check(ctx: click.Context, profile: str | None, mode: str | None, as_json: bool) -> None:

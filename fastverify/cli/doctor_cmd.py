@@ -13,13 +13,14 @@ from pathlib import Path
 import click
 
 from fastverify.cli.daemon_call import socket_option
+from fastverify.cli.options import dir_option, flag, json_option, maybe_count
 from fastverify.cli.output import EXIT_OK, EXIT_PROBLEMS, emit_json, table
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
+@json_option("Print findings as JSON.")
 @click.option(
     "--python",
     "pythons",
@@ -27,12 +28,7 @@ _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
     help="Also check this interpreter's site paths (the server's; repeatable). "
     "Default: the daemon config's server.python when set.",
 )
-@click.option(
-    "--home",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Home directory to check for .nccl.conf (default: $HOME).",
-)
+@dir_option("--home", help="Home directory to check for .nccl.conf (default: $HOME).")
 @click.option(
     "--etc",
     "etc_dir",
@@ -41,26 +37,22 @@ _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
     show_default=True,
     help="Root of nccl.conf and environment.",
 )
-@click.option(
+@dir_option(
     "--systemd-dir",
     "systemd_dirs",
-    multiple=True,
-    type=click.Path(file_okay=False),
     help="Unit directories to scan (repeatable; default: the standard ones).",
+    multiple=True,
 )
-@click.option(
+@dir_option(
     "--site-dir",
     "site_dirs",
-    multiple=True,
-    type=click.Path(file_okay=False),
     help="Scan these site directories instead of asking the interpreters.",
+    multiple=True,
 )
-@click.option("--no-topology", is_flag=True, help="Skip nvidia-smi.")
-@click.option(
+@flag("--no-topology", "Skip nvidia-smi.")
+@maybe_count(
     "--tp-size",
-    type=click.IntRange(min=1),
-    default=None,
-    help="TP size for SGLang's own NCCL additions (default: the daemon config's server.tp_size).",
+    "TP size for SGLang's own NCCL additions (default: the daemon config's server.tp_size).",
 )
 @socket_option
 @click.pass_context

@@ -1,8 +1,10 @@
-"""What the measurement commands (`bench`, `sweep`, `preflight`, `rehearse`; cli/bench_cmd.py,
-sweep_cmd.py, preflight_cmd.py, rehearse_cmd.py) share: number formatting, integer-list
-options, the accepted-drafts histogram as text, the progress display (a rich bar on a
-terminal, plain lines on stderr otherwise), the exit codes of a rank-process run and the
-delivery of its report (`--output` file, `--json` or a table; both options declared here).
+"""What the measurement commands (`bench`, `sweep`, `tune`, `preflight`, `rehearse`;
+cli/bench_cmd.py, sweep_cmd.py, tune_cmd.py, preflight_cmd.py, rehearse_cmd.py) share: number
+formatting, integer-list options, the accepted-drafts histogram as text, the progress display
+(a rich bar on a terminal, plain lines on stderr otherwise; `tune`'s own display draws with
+`stderr_bar` too), the exit codes of a rank-process run (`rank_run`; a run through the daemon:
+cli/daemon_call.py's `daemon_run`), and the delivery of a report (`--output` file,
+`--json` or a table; both options declared here).
 Imports stay light: rich only when a bar is drawn, the experiments only when a run starts."""
 
 from __future__ import annotations
@@ -100,6 +102,25 @@ def rank_run(
         fail(f"{cmd}: {exc}", EXIT_PROBLEMS)
 
 
+def stderr_bar(*columns: Any) -> Any:
+    """A rich progress display of `columns` on stderr, entered, that leaves nothing behind
+    when it exits (rich is imported only here and by the caller's columns)."""
+    from rich.console import Console
+    from rich.progress import Progress as Bar
+
+    bar = Bar(*columns, console=Console(stderr=True), transient=True)
+    bar.__enter__()
+    return bar
+
+
+def bar_note(bar: Any, line: str) -> None:
+    """A line printed above the progress display `bar`, or on stderr without one."""
+    if bar is not None:
+        bar.console.print(line, highlight=False, markup=False)
+    else:
+        click.echo(line, err=True)
+
+
 def host_fingerprint(config_path: str | None) -> Any:
     """This host's fingerprint, to stamp on a result or compare one with: the daemon's on the
     command's socket, else the one its configuration's state dir holds (None: unknown)."""
@@ -173,18 +194,12 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self.tty:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
-            self._bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TextColumn("{task.fields[info]}"),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                transient=True,
+            info = TextColumn("{task.fields[info]}")
+            self._bar = stderr_bar(
+                TextColumn("{task.description}"), BarColumn(), info, TimeElapsedColumn()
             )
-            self._bar.__enter__()
             self._task = self._bar.add_task(self.description, total=self.total, info="")
         return self
 
@@ -206,12 +221,8 @@ class Progress:
             click.echo(" ".join(line.split()), err=True)
 
     def note(self, line: str) -> None:
-        if not self.enabled:
-            return
-        if self._bar is not None:
-            self._bar.console.print(line, highlight=False, markup=False)
-        else:
-            click.echo(line, err=True)
+        if self.enabled:
+            bar_note(self._bar, line)
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:

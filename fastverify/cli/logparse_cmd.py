@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from fastverify.cli.options import json_option
 from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE
 
 KINDS = (
@@ -44,7 +45,7 @@ def _human(rec: dict[str, Any]) -> str:
 
 @click.command("parse")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per recognised line.")
+@json_option("One JSON object per recognised line.")
 @click.option(
     "--kind",
     "kinds",

@@ -2,19 +2,25 @@
 
 `stack`: several options as one decorator. `accept_length_option`: `sweep`'s and `tune`'s
 --accept-length. `follow_options`: how `profile set`, `mode set`
-and `restart` print the operation they follow. `measurement_options`: how `sweep` and `tune`
+and `restart` print the operation they follow. Kinds of option, each declared once
+(`json_option`, `count_option`, `maybe_count`, `choice_option`, `file_option`, `dir_option`,
+`flag`), and the options several commands share (`duration_option`, `switch_timeout_option`,
+`trace_options`, `load_format_option`, `backend_option`, `seed_option`, `output_dir_option`,
+`force_ll128_option`). `measurement_options`: how `sweep` and `tune`
 measure one profile and mode (repeats, window, load shape, how long a load may take), so both
 take the same flags with the same defaults. `rank_options`: how
 `preflight` and `rehearse` start their rank processes (ranks, interpreter, environment, NCCL
-call, timeout, logs). `env_pairs`: `--env KEY=VALUE` values of the GPU experiments and `tune`.
-`batch_size_list`: a comma list of batch sizes (the `spec` commands). `flag_options`: the options
-of a command declared once as a dataclass (`render systemd|compose|kubernetes`).
+call, timeout, logs), handed to the command as one `Ranks`. `env_pairs`: `--env KEY=VALUE`
+values of the GPU experiments and `tune`. `batch_size_list`: a comma list of batch sizes (the
+`spec` commands). `flag_options`: the options of a command declared once as a dataclass
+(`render systemd|compose|kubernetes`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -32,90 +38,180 @@ def stack(*options: Decorator) -> Decorator:
     return decorate
 
 
-# How an operation the daemon runs (profile set, mode set, restart) is followed: its result
-# printed alone, with the engine's log lines, or as JSON.
-follow_options = stack(
-    click.option("--quiet", "-q", is_flag=True, help="Print only the result."),
-    click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines."),
-    click.option("--json", "as_json", is_flag=True, help="Print the final result as JSON."),
-)
-
-
 def accept_length_option(help: str) -> Decorator:
     """--accept-length: the real EAGLE-3 accept length (>= 1) that `sweep` and `tune` judge a
     dummy-weights trial's break-even by; `help` says where they take it from without one."""
     return click.option("--accept-length", type=click.FloatRange(min=1.0), default=None, help=help)
 
 
+# ----------------------------------------------------------------------------- kinds of option
+# What a value may be and how --help shows it, declared once for every option of that kind.
+
+SECONDS = click.FloatRange(min=0, min_open=True)  # a duration: more than 0 seconds
+
+
+def json_option(help: str | None = None) -> Decorator:
+    """--json (`as_json`): print the command's result as one JSON document."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+# How an operation the daemon runs (profile set, mode set, restart) is followed: its result
+# printed alone, with the engine's log lines, or as JSON.
+# The command hands the three on as they are (run_operation's quiet, verbose and as_json).
+follow_options = stack(
+    click.option("--quiet", "-q", is_flag=True, help="Print only the result."),
+    click.option("--verbose", "-v", is_flag=True, help="Also print the engine's log lines."),
+    json_option("Print the final result as JSON."),
+)
+
+
+def count_option(
+    name: str, default: int, help: str | None = None, *, short: str = "", low: int = 1
+) -> Decorator:
+    """A whole number >= `low` with its default shown (`short`: its one-letter form)."""
+    decls = (name, short) if short else (name,)
+    kind = click.IntRange(low)
+    return click.option(*decls, default=default, show_default=True, type=kind, help=help)
+
+
+def maybe_count(name: str, help: str, low: int = 1) -> Decorator:
+    """A whole number >= `low`, None unless given (its default is worked out later)."""
+    return click.option(name, type=click.IntRange(min=low), default=None, help=help)
+
+
+def choice_option(
+    name: str, choices: tuple[str, ...], default: str, help: str, **shown: bool
+) -> Decorator:
+    """One of `choices`, `default` unless given; --help shows the default unless `shown`
+    says otherwise (`hidden=True`: the option is not listed at all)."""
+    shown = shown or {"show_default": True}
+    return click.option(name, type=click.Choice(list(choices)), default=default, help=help, **shown)
+
+
+def file_option(*decls: str, help: str, exists: bool = False) -> Decorator:
+    """A file's path (not a directory; `exists`: it must be there), None unless given."""
+    kind = click.Path(exists=exists, dir_okay=False)
+    return click.option(*decls, default=None, type=kind, help=help)
+
+
+def dir_option(*decls: str, help: str, multiple: bool = False) -> Decorator:
+    """A directory's path, None unless given (`multiple`: repeatable, a tuple)."""
+    kind = click.Path(file_okay=False)
+    if multiple:
+        return click.option(*decls, multiple=True, type=kind, help=help)
+    return click.option(*decls, default=None, type=kind, help=help)
+
+
+def flag(name: str, help: str) -> Decorator:
+    """A flag, off unless given."""
+    return click.option(name, is_flag=True, help=help)
+
+
+# ----------------------------------------------------------------------------- shared options
+# Options several commands take: the same flag, type and default everywhere, each command's
+# own words in its help.
+
+
+def duration_option(default: float, help: str) -> Decorator:
+    """--duration/-d: seconds of one measurement window (`sweep`, `tune`, the `spec` commands)."""
+    return click.option(
+        "--duration", "-d", default=default, show_default=True, type=SECONDS, help=help
+    )
+
+
+def switch_timeout_option(help: str) -> Decorator:
+    """--switch-timeout: how long one load may take (`sweep`, `tune`, `spec costs`)."""
+    return click.option(
+        "--switch-timeout", default=1800.0, show_default=True, type=float, help=help
+    )
+
+
+def trace_options(steps_help: str, none_help: str) -> Decorator:
+    """--trace-steps and --no-traces: the profile window of a trial (`sweep`, `spec costs`)."""
+    return stack(count_option("--trace-steps", 5, steps_help), flag("--no-traces", none_help))
+
+
+def load_format_option(help: str) -> Decorator:
+    """--load-format auto|dummy: real weights, or a timing trial on random ones."""
+    return choice_option("--load-format", ("auto", "dummy"), "auto", help)
+
+
+def backend_option(help: str, **shown: bool) -> Decorator:
+    """--backend nccl|gloo: the rank processes' collectives (gloo: CPU ranks, for tests)."""
+    return choice_option("--backend", ("nccl", "gloo"), "nccl", help, **shown)
+
+
+# --seed: the random prompts' seed (`bench`, `sweep`).
+seed_option = click.option("--seed", default=0, show_default=True, type=int)
+
+
+def output_dir_option(help: str) -> Decorator:
+    """--output/-o DIR (`output_dir`): where an experiment (`sweep`, `tune`) writes."""
+    return dir_option("--output", "-o", "output_dir", help=help)
+
+
+def force_ll128_option(help: str) -> Decorator:
+    """--force-ll128: accept LL128 without NVLink (the commands that write a profile)."""
+    return flag("--force-ll128", help)
+
+
 def measurement_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """--repeats, --duration, --concurrency, --input-len, --output-len, --switch-timeout."""
     return stack(
-        click.option(
-            "--repeats",
-            "-r",
-            default=3,
-            show_default=True,
-            type=click.IntRange(1),
-            help="Measurements per profile and mode.",
-        ),
-        click.option(
-            "--duration",
-            "-d",
-            default=20.0,
-            show_default=True,
-            type=click.FloatRange(min=0, min_open=True),
-            help="Seconds per measurement.",
-        ),
-        click.option(
-            "--concurrency",
-            "-c",
-            default=1,
-            show_default=True,
-            type=click.IntRange(1),
-            help="Concurrent requests during a measurement.",
-        ),
-        click.option(
-            "--input-len",
-            default=128,
-            show_default=True,
-            type=click.IntRange(1),
-            help="Prompt tokens per request.",
-        ),
-        click.option(
-            "--output-len",
-            default=256,
-            show_default=True,
-            type=click.IntRange(1),
-            help="Generated tokens per request.",
-        ),
-        click.option(
-            "--switch-timeout",
-            default=1800.0,
-            show_default=True,
-            type=float,
-            help="Seconds to wait for one profile switch (model load included).",
-        ),
+        count_option("--repeats", 3, "Measurements per profile and mode.", short="-r"),
+        duration_option(20.0, "Seconds per measurement."),
+        count_option("--concurrency", 1, "Concurrent requests during a measurement.", short="-c"),
+        count_option("--input-len", 128, "Prompt tokens per request."),
+        count_option("--output-len", 256, "Generated tokens per request."),
+        switch_timeout_option("Seconds to wait for one profile switch (model load included)."),
     )(f)
+
+
+class Ranks(NamedTuple):
+    """What `rank_options` read: how `preflight` and `rehearse` start their rank processes
+    (a NamedTuple: `fastverifyctl status` imports this module, and not dataclasses)."""
+
+    nproc: int | None
+    share_gpu: bool
+    call: str
+    timeout_s: float
+    extra_env: tuple[str, ...]
+    config_path: str | None
+    python: str
+    logs_dir: str
+
+    def env(self) -> dict[str, str]:
+        """The --env pairs as a dict (a malformed one is a usage error)."""
+        return env_pairs(self.extra_env)
+
+    def fields(
+        self, extra_env: dict[str, str], backend: str, share_gpu: bool = True
+    ) -> dict[str, Any]:
+        """The fields of an experiment's config these options give (`extra_env`: the
+        variables the ranks get, `backend`: the command's --backend; `share_gpu`: False for
+        a config without that field, rehearse's grid)."""
+        given = ["nproc", "call", "timeout_s", "python", "logs_dir"]
+        given += ["share_gpu"] if share_gpu else []
+        return {**{n: getattr(self, n) for n in given}, "backend": backend, "extra_env": extra_env}
 
 
 def rank_options(*, timeout_s: float, nproc_help: str, logs_help: str) -> Decorator:
     """--nproc, --share-gpu, --call, --timeout, --env, --config, --python, --logs: the rank
-    processes of `preflight` and `rehearse` (`timeout_s`: the default per profile)."""
-    return stack(
+    processes of `preflight` and `rehearse` (`timeout_s`: the default per profile), given to
+    the command as one `ranks` (`Ranks`)."""
+    options = stack(
         click.option("--nproc", type=click.IntRange(1), default=None, help=nproc_help),
-        click.option(
+        flag(
             "--share-gpu",
-            is_flag=True,
-            help="Allow more ranks than GPUs (rank r on GPU r mod GPUs): FlashInfer PCIe-IPC "
+            "Allow more ranks than GPUs (rank r on GPU r mod GPUs): FlashInfer PCIe-IPC "
             "candidates run, NCCL ones are skipped (NCCL refuses two ranks on one GPU); the "
             "timings are same-GPU ranks, not a PCIe measurement.",
         ),
-        click.option(
+        choice_option(
             "--call",
-            type=click.Choice(["pynccl", "torch"]),
-            default="pynccl",
-            show_default=True,
-            help="How ranks call NCCL: pynccl = ncclAllReduce on the current stream, as SGLang "
+            ("pynccl", "torch"),
+            "pynccl",
+            "How ranks call NCCL: pynccl = ncclAllReduce on the current stream, as SGLang "
             "0.5.23 does; torch = torch.distributed.all_reduce (adds its own stream hops).",
         ),
         click.option(
@@ -133,11 +229,9 @@ def rank_options(*, timeout_s: float, nproc_help: str, logs_help: str) -> Decora
             metavar="KEY=VALUE",
             help="Extra variable on top of every profile (e.g. NCCL_NVLS_ENABLE=0).",
         ),
-        click.option(
+        file_option(
             "--config",
             "config_path",
-            default=None,
-            type=click.Path(dir_okay=False),
             help="fastverifyd config whose [server] env / env_passthrough the ranks also get "
             "(default: the daemon's default config file, when it exists).",
         ),
@@ -148,6 +242,16 @@ def rank_options(*, timeout_s: float, nproc_help: str, logs_help: str) -> Decora
             "--logs", "logs_dir", default="", type=click.Path(file_okay=False), help=logs_help
         ),
     )
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(command)
+        def with_ranks(*args: Any, **kwargs: Any) -> Any:
+            ranks = Ranks(**{name: kwargs.pop(name) for name in Ranks._fields})
+            return command(*args, ranks=ranks, **kwargs)
+
+        return options(with_ranks)
+
+    return decorate
 
 
 def env_pairs(values: tuple[str, ...]) -> dict[str, str]:

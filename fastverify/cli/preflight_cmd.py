@@ -21,7 +21,15 @@ from fastverify.cli.experiment_common import (
     report_file_option,
     report_json_option,
 )
-from fastverify.cli.options import env_pairs, rank_options
+from fastverify.cli.options import (
+    Ranks,
+    backend_option,
+    count_option,
+    dir_option,
+    file_option,
+    flag,
+    rank_options,
+)
 from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, fail, table
 
 # ----------------------------------------------------------------------------- preflight
@@ -91,12 +99,8 @@ def _print_preflight(report: dict[str, Any]) -> None:
     nproc_help="Ranks (one per GPU). Default: every visible GPU.",
     logs_help="Keep per-rank JSON and NCCL debug logs in this directory.",
 )
-@click.option(
-    "--hidden-size",
-    default=7168,
-    show_default=True,
-    type=click.IntRange(1),
-    help="The model's hidden size (7168 for DeepSeek-V3/Kimi-K2 class models).",
+@count_option(
+    "--hidden-size", 7168, "The model's hidden size (7168 for DeepSeek-V3/Kimi-K2 class models)."
 )
 @click.option(
     "--tokens",
@@ -106,34 +110,15 @@ def _print_preflight(report: dict[str, Any]) -> None:
     "1-64, prefill sizes 128-8192).",
 )
 @click.option("--sizes", default=None, help="Explicit message sizes in bytes instead of --tokens.")
-@click.option(
-    "--iters",
-    default=50,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Timed all-reduces (and graph replays) per size.",
-)
-@click.option(
-    "--warmup",
-    default=5,
-    show_default=True,
-    type=click.IntRange(0),
-    help="Untimed all-reduces per size first.",
-)
-@click.option(
+@count_option("--iters", 50, "Timed all-reduces (and graph replays) per size.")
+@count_option("--warmup", 5, "Untimed all-reduces per size first.", low=0)
+@count_option(
     "--graph-ops",
-    default=20,
-    show_default=True,
-    type=click.IntRange(0),
-    help="All-reduces captured in one graph for the in-graph per-op time (0: skip).",
+    20,
+    "All-reduces captured in one graph for the in-graph per-op time (0: skip).",
+    low=0,
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["nccl", "gloo"]),
-    default="nccl",
-    hidden=True,
-    help="gloo: CPU-only testing of the orchestration.",
-)
+@backend_option("gloo: CPU-only testing of the orchestration.", hidden=True)
 @report_file_option
 @click.option(
     "--derive-tuner",
@@ -143,17 +128,12 @@ def _print_preflight(report: dict[str, Any]) -> None:
     help="Measure every algorithm/protocol per size and write NAME.tuner.csv + NAME.env "
     "(a tuner profile; see docs/tuner.md). PROFILES: at most one, the base (nccl-default).",
 )
-@click.option(
-    "--tuner-dir",
-    default=None,
-    type=click.Path(file_okay=False),
-    help="With --derive-tuner: where to write (default: the user profile dir).",
+@dir_option(
+    "--tuner-dir", help="With --derive-tuner: where to write (default: the user profile dir)."
 )
-@click.option("--fresh", is_flag=True, help="With --derive-tuner: ignore saved measurements.")
-@click.option(
+@flag("--fresh", "With --derive-tuner: ignore saved measurements.")
+@file_option(
     "--nccl-csv",
-    default=None,
-    type=click.Path(dir_okay=False),
     help="With --derive-tuner: also write the table as NCCL's example tuner plugin reads it "
     "(NCCL_TUNER_CONFIG_FILE; its column order).",
 )
@@ -161,21 +141,14 @@ def _print_preflight(report: dict[str, Any]) -> None:
 @report_json_option
 def preflight(
     profiles: tuple[str, ...],
-    nproc: int | None,
-    share_gpu: bool,
+    ranks: Ranks,
     hidden_size: int,
     tokens: str,
     sizes: str | None,
     iters: int,
     warmup: int,
     graph_ops: int,
-    timeout_s: float,
-    extra_env: tuple[str, ...],
-    python: str,
-    config_path: str | None,
     backend: str,
-    call: str,
-    logs_dir: str,
     output: str | None,
     derive_tuner: str | None,
     tuner_dir: str | None,
@@ -190,22 +163,22 @@ def preflight(
     from fastverify.experiments.preflight import run as pf
 
     if derive_tuner is not None:
-        _derive_tuner(derive_tuner, profiles, nproc, hidden_size, tokens, sizes, extra_env,
-                      tuner_dir, fresh, backend, python, timeout_s, fake_costs, output,
-                      as_json, nccl_csv)  # fmt: skip
+        tuner = {"name": derive_tuner, "tuner_dir": tuner_dir, "fresh": fresh, "nccl_csv": nccl_csv}
+        _derive_tuner(tuner, profiles, ranks, hidden_size, tokens, sizes, backend, fake_costs,
+                      output, as_json)  # fmt: skip
         return
     if nccl_csv:
         fail("preflight: --nccl-csv needs --derive-tuner NAME", EXIT_USAGE)
 
     try:
-        daemon_env = pf_inputs.daemon_extra_env(config_path)
+        daemon_env = pf_inputs.daemon_extra_env(ranks.config_path)
     except pf_host.PreflightError as exc:
         fail(f"preflight: {exc}", EXIT_USAGE)
     cfg = pf.PreflightConfig(
-        nproc=nproc, hidden_size=hidden_size, tokens=int_list(tokens, "--tokens"),
+        hidden_size=hidden_size, tokens=int_list(tokens, "--tokens"),
         sizes_bytes=int_list(sizes, "--sizes") if sizes else (), iters=iters, warmup=warmup,
-        graph_ops=graph_ops, backend=backend, call=call, timeout_s=timeout_s, python=python,
-        extra_env={**daemon_env, **env_pairs(extra_env)}, logs_dir=logs_dir, share_gpu=share_gpu,
+        graph_ops=graph_ops,
+        **ranks.fields({**daemon_env, **ranks.env()}, backend),
     )  # fmt: skip
     try:
         with rank_run("preflight"):
@@ -214,7 +187,7 @@ def preflight(
     except pf_host.PreflightError as exc:  # no GPU for nccl, unknown profile: usage, as rehearse
         usage = isinstance(exc, pf_host.NoGpu) or "profile" in str(exc)
         fail(f"preflight: {exc}", EXIT_USAGE if usage else EXIT_PROBLEMS)
-    report["fingerprint"] = host_fingerprint(config_path)  # the daemon's host, when known
+    report["fingerprint"] = host_fingerprint(ranks.config_path)  # the daemon's host, when known
     deliver(report, output, as_json, _print_preflight)
     # a skipped candidate (pcie-ipc without FlashInfer's PCIe-IPC here) is not a failure
     if any(p["status"] not in ("ok", "skipped") for p in report["profiles"]):
@@ -222,12 +195,12 @@ def preflight(
 
 
 def _derive_tuner(
-    name: str, profiles: tuple[str, ...], nproc: int | None, hidden_size: int, tokens: str,
-    sizes: str | None, extra_env: tuple[str, ...], tuner_dir: str | None, fresh: bool,
-    backend: str, python: str, timeout_s: float, fake_costs: str, output: str | None,
-    as_json: bool, nccl_csv: str | None = None,
+    tuner: dict[str, Any], profiles: tuple[str, ...], ranks: Ranks, hidden_size: int,
+    tokens: str, sizes: str | None, backend: str, fake_costs: str, output: str | None,
+    as_json: bool,
 ) -> None:  # fmt: skip
-    """`preflight --derive-tuner NAME` (fastverify.experiments.derive_tuner.cmd)."""
+    """`preflight --derive-tuner NAME` (fastverify.experiments.derive_tuner.cmd; `tuner`: NAME,
+    --tuner-dir, --fresh and --nccl-csv)."""
     from fastverify.experiments.derive_tuner import cmd
     from fastverify.experiments.derive_tuner import derive as dt
     from fastverify.experiments.preflight.hostcheck import PreflightError
@@ -244,12 +217,11 @@ def _derive_tuner(
     try:
         with rank_run("preflight", usage=(PreflightError,), resume=True):
             report, lines = cmd.run_cli(
-                name, base=profiles[0] if profiles else "nccl-default", nproc=nproc,
+                base=profiles[0] if profiles else "nccl-default", nproc=ranks.nproc,
                 sizes=size_list, rounds=3, channels=dt.DEFAULT_CHANNELS,
-                extra_env=env_pairs(extra_env), tuner_dir=tuner_dir, fresh=fresh,
-                backend=backend, python=python, timeout_s=max(timeout_s, 300.0),
-                fake_costs=fake_costs, echo=lambda line: click.echo(line, err=True),
-                nccl_csv=nccl_csv,
+                extra_env=ranks.env(), backend=backend, python=ranks.python,
+                timeout_s=max(ranks.timeout_s, 300.0), fake_costs=fake_costs,
+                echo=lambda line: click.echo(line, err=True), **tuner,
             )  # fmt: skip
     except dt.DeriveError as exc:
         fail(f"preflight --derive-tuner: {exc}", EXIT_PROBLEMS)

@@ -17,6 +17,15 @@ from typing import Any
 import click
 
 from fastverify.cli.daemon_call import socket_option
+from fastverify.cli.options import (
+    Decorator,
+    choice_option,
+    dir_option,
+    flag,
+    force_ll128_option,
+    json_option,
+    maybe_count,
+)
 from fastverify.cli.output import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, emit_json, fail, table, warn
 from fastverify.cli.profile_group import make_store, profile, user_dirs
 from fastverify.durable import atomic_write_text
@@ -52,16 +61,17 @@ def not_found(exc: Any, target: str) -> bool:
     )
 
 
+def _effective_option(name: str, text: str) -> Decorator:
+    """An engine fact `show --effective` is worked out for: a whole number, None unless given
+    (then the daemon's engine's)."""
+    return maybe_count(name, f"With --effective: {text}")
+
+
 @profile.command("show")
 @click.argument("name")
-@click.option("--effective", is_flag=True, help="What NCCL will see: extends + NCCL config files.")
-@click.option("--json", "as_json", is_flag=True)
-@click.option(
-    "--home",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Home directory whose .nccl.conf the server reads (default: $HOME).",
-)
+@flag("--effective", "What NCCL will see: extends + NCCL config files.")
+@json_option()
+@dir_option("--home", help="Home directory whose .nccl.conf the server reads (default: $HOME).")
 @click.option(
     "--etc-conf",
     type=click.Path(dir_okay=False),
@@ -69,34 +79,24 @@ def not_found(exc: Any, target: str) -> bool:
     show_default=True,
     help="System NCCL config file.",
 )
-@click.option("--force", is_flag=True, help="Accept LL128 without NVLink.")
-@click.option(
+@flag("--force", "Accept LL128 without NVLink.")
+@_effective_option(
     "--tp-size",
-    type=click.IntRange(min=1),
-    default=None,
-    help="With --effective: the TP size SGLang's own NCCL rules are applied for (default: "
-    "the daemon's engine's, else 8).",
+    "the TP size SGLang's own NCCL rules are applied for (default: the daemon's engine's, else 8).",
 )
-@click.option(
+@_effective_option(
     "--hidden-size",
-    type=click.IntRange(min=1),
-    default=None,
-    help="With --effective: the model's hidden size, to give the all-reduce backend's size "
-    "bound in bytes (default: the daemon's engine's model; without one: in rows).",
+    "the model's hidden size, to give the all-reduce backend's size bound in bytes "
+    "(default: the daemon's engine's model; without one: in rows).",
 )
-@click.option(
+@_effective_option(
     "--decode-max-bs",
-    type=click.IntRange(min=1),
-    default=None,
-    help="With --effective: the server's --cuda-graph-max-bs-decode (default: the daemon's "
-    "server args, else SGLang's choice).",
+    "the server's --cuda-graph-max-bs-decode (default: the daemon's server args, else "
+    "SGLang's choice).",
 )
-@click.option(
+@_effective_option(
     "--draft-tokens",
-    type=click.IntRange(min=1),
-    default=None,
-    help="With --effective: EAGLE-3 draft tokens per request (rows per verify; default: the "
-    "daemon's server args).",
+    "EAGLE-3 draft tokens per request (rows per verify; default: the daemon's server args).",
 )
 @socket_option
 @click.pass_context
@@ -222,18 +222,15 @@ def show_cmd(
 @profile.command("validate")
 @click.argument("targets", nargs=-1)
 @click.option("--all", "all_", is_flag=True, help="Validate every profile in the search path.")
-@click.option(
-    "--force", is_flag=True, help="Accept LL128 without NVLink (a warning, not an error)."
-)
-@click.option(
+@flag("--force", "Accept LL128 without NVLink (a warning, not an error).")
+@choice_option(
     "--topology",
-    type=click.Choice(TOPOLOGY_CHOICES),
-    default="auto",
-    show_default=True,
-    help="GPU links to validate against (auto: nvidia-smi when present, else unknown).",
+    TOPOLOGY_CHOICES,
+    "auto",
+    "GPU links to validate against (auto: nvidia-smi when present, else unknown).",
 )
-@click.option("--strict", is_flag=True, help="Treat warnings as problems (exit 1).")
-@click.option("--json", "as_json", is_flag=True)
+@flag("--strict", "Treat warnings as problems (exit 1).")
+@json_option()
 @click.pass_context
 def validate_cmd(
     ctx: click.Context,
@@ -293,7 +290,7 @@ def validate_cmd(
 @profile.command("diff")
 @click.argument("a")
 @click.argument("b")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 @click.pass_context
 def diff_cmd(ctx: click.Context, a: str, b: str, as_json: bool) -> None:
     """Compare two profiles after extends (exit 0 identical, 1 different, like diff(1))."""
@@ -411,16 +408,10 @@ def _warn_if_shadowing(ctx: click.Context, name: str, dest: Path) -> None:
     metavar="KEY=VALUE",
     help="Add a requirement, e.g. cuda-graph=off.",
 )
-@click.option(
-    "--dir",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Write here instead of the first user profile directory.",
-)
-@click.option("--force", is_flag=True, help="Overwrite an existing profile.")
-@click.option("--force-ll128", is_flag=True, help="Accept LL128 without NVLink.")
-@click.option("--json", "as_json", is_flag=True)
+@dir_option("--dir", "out_dir", help="Write here instead of the first user profile directory.")
+@flag("--force", "Overwrite an existing profile.")
+@force_ll128_option("Accept LL128 without NVLink.")
+@json_option()
 @click.pass_context
 def new_cmd(
     ctx: click.Context,
@@ -475,9 +466,9 @@ def new_cmd(
     help="Write here ('-' for stdout); default: the first user profile directory.",
 )
 @click.option("--description", default=None)
-@click.option("--force", is_flag=True, help="Overwrite an existing file.")
-@click.option("--force-ll128", is_flag=True, help="Accept LL128 without NVLink.")
-@click.option("--json", "as_json", is_flag=True, help="Print the translation report as JSON.")
+@flag("--force", "Overwrite an existing file.")
+@force_ll128_option("Accept LL128 without NVLink.")
+@json_option("Print the translation report as JSON.")
 @click.pass_context
 def import_cmd(
     ctx: click.Context,
@@ -538,7 +529,7 @@ def import_cmd(
 
 
 @profile.command("vars")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 def vars_cmd(as_json: bool) -> None:
     """Known NCCL variables: kind, allowed values, first NCCL version, status."""
     from fastverify.profiles import nccl_vars

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from fastverify.cli.options import dir_option, flag, force_ll128_option, json_option
 from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, emit_json, fail, warn
 from fastverify.cli.profile_cmds import _check_and_write, _dest
 from fastverify.cli.profile_group import make_store, profile
@@ -22,11 +23,12 @@ from fastverify.durable import atomic_write_text
 @click.option("--name", required=True, help="Name of the new tuner profile.")
 @click.option("--extends", "base", default="nccl-default", show_default=True,
               help="The profile whose settings the table is applied over.")  # fmt: skip
-@click.option("--output-dir", "out_dir", default=None, type=click.Path(file_okay=False),
-              help="Where to write (default: the first user profile directory).")  # fmt: skip
-@click.option("--force", is_flag=True, help="Overwrite existing NAME.env / NAME.tuner.csv.")
-@click.option("--force-ll128", is_flag=True, help="Accept LL128 rows without NVLink.")
-@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
+@dir_option(
+    "--output-dir", "out_dir", help="Where to write (default: the first user profile directory)."
+)
+@flag("--force", "Overwrite existing NAME.env / NAME.tuner.csv.")
+@force_ll128_option("Accept LL128 rows without NVLink.")
+@json_option("Print what was written as JSON.")
 @click.pass_context
 def import_cmd(
     ctx: click.Context,

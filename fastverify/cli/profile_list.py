@@ -13,12 +13,13 @@ from typing import Any
 import click
 
 from fastverify.cli.daemon_call import client_for, socket_option
+from fastverify.cli.options import json_option
 from fastverify.cli.output import emit_json, table
 from fastverify.cli.profile_group import make_store, profile, socket_of
 
 
 @profile.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@json_option("Print a JSON array.")
 @socket_option
 @click.pass_context
 def list_cmd(ctx: click.Context, as_json: bool) -> None:

@@ -24,14 +24,14 @@ from typing import Any
 
 import click
 
-from fastverify.api_models import SET_PROFILE, STATUS
+from fastverify.api_models import SET_PROFILE
 from fastverify.cli.daemon_call import (
     STATUS_TIMEOUT_S,
     api_error_exit,
-    call_daemon,
     client_for,
     describe_op,
     socket_option,
+    status_command,
     unavailable_exit,
 )
 from fastverify.cli.options import follow_options
@@ -407,9 +407,7 @@ def set_cmd(
     restart: bool,
     trial: bool,
     canary: bool,
-    quiet: bool,
-    verbose: bool,
-    as_json: bool,
+    **follow: bool,
 ) -> None:
     """Switch the daemon to profile NAME; exit 0 only when READY and verified.
 
@@ -426,26 +424,12 @@ def set_cmd(
         "restart": restart or None,  # else the daemon answers "unchanged" when it already serves
         "canary": canary or None,  # a declarative daemon refuses the switch without it (403)
     }  # fmt: skip
-    sys.exit(
-        run_operation(
-            ctx,
-            SET_PROFILE,
-            body,
-            as_json=as_json,
-            no_wait=no_wait,
-            quiet=quiet,
-            verbose=verbose,
-        )
-    )
+    sys.exit(run_operation(ctx, SET_PROFILE, body, no_wait=no_wait, **follow))
 
 
-@click.command("current")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@socket_option
-@click.pass_context
-def current_cmd(ctx: click.Context, as_json: bool) -> None:
+@status_command("current", "Print JSON.")
+def current_cmd(st: dict[str, Any], as_json: bool) -> None:
     """The daemon's active profile and mode (and its state)."""
-    st = call_daemon(ctx, STATUS, as_json=as_json, timeout=STATUS_TIMEOUT_S)
     if as_json:
         emit_json(
             {k: st.get(k) for k in ("profile", "mode", "state", "last_good", "last_good_mode")}

@@ -26,7 +26,16 @@ from fastverify.cli.experiment_common import (
     report_file_option,
     report_json_option,
 )
-from fastverify.cli.options import env_pairs, rank_options
+from fastverify.cli.options import (
+    Ranks,
+    backend_option,
+    choice_option,
+    count_option,
+    file_option,
+    maybe_count,
+    rank_options,
+    stack,
+)
 from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, fail, table
 
 
@@ -140,18 +149,60 @@ def _print_grid(report: dict[str, Any]) -> None:
     click.echo(f"all-reduce ({ar['count_per_forward']} per forward): {ar['source']}")
 
 
-def _grid(cfg: Any, output: str | None, as_json: bool) -> None:
-    """`rehearse --batch-sizes/--tokens/--shard-of-tp`: the compute grid (grid.py)."""
+def _grid(
+    fields: dict[str, Any], ranks: Ranks, backend: str, output: str | None, as_json: bool
+) -> None:
+    """`rehearse --batch-sizes/--tokens/--shard-of-tp`: the compute grid (grid.py; `fields`:
+    the model's shape and the grid options as given)."""
     import shlex
 
     from fastverify.experiments.preflight.hostcheck import NoGpu, PreflightError
     from fastverify.experiments.rehearse import grid
 
+    defaults = {"batch_sizes": grid.DEFAULT_BATCH_SIZES, "tokens": grid.DEFAULT_TOKENS}
+    cfg = grid.GridConfig(
+        **{**fields, **{k: fields[k] or v for k, v in defaults.items()}},
+        **ranks.fields(ranks.env(), backend, share_gpu=False),
+        host_fingerprint=host_fingerprint(ranks.config_path),
+    )
     command = "fastverifyctl " + shlex.join(sys.argv[1:])
     usage = (grid.GridError, NoGpu, PreflightError)
     with rank_run("rehearse", usage=usage, problems=(grid.GridRunFailed,)):
         report = grid.run_grid(cfg, command, on_event=lambda line: click.echo(line, err=True))
     deliver(report, output, as_json, _print_grid)
+
+
+# Grid mode's options: the compute per forward per cell instead of the verify cycle per profile.
+grid_options = stack(
+    click.option(
+        "--batch-sizes",
+        callback=int_list_option,
+        default=None,
+        help="Grid mode: batch sizes, e.g. 1,2,4,8,16,32,64 (compute per forward per cell).",
+    ),
+    click.option(
+        "--tokens",
+        callback=int_list_option,
+        default=None,
+        help="Grid mode: tokens per sequence per forward, e.g. 1,2,3,4,5,6,7,8 (must hold 1).",
+    ),
+    maybe_count(
+        "--shard-of-tp",
+        "Grid mode: run on ONE GPU the shard one rank of TP N holds (compute only).",
+    ),
+    file_option(
+        "--allreduce-from",
+        help="Grid mode: a preflight report from the host, for the all-reduce time per forward.",
+        exists=True,
+    ),
+    click.option("--allreduce-profile", default=None, help="Grid mode: that report's profile."),
+    choice_option(
+        "--allreduce-backend",
+        ("nccl", "pcie_ipc"),
+        "nccl",
+        "Grid mode without --allreduce-from: the column of SGLang's published table.",
+    ),
+)
 
 
 @click.command()
@@ -168,49 +219,22 @@ def _grid(cfg: Any, output: str | None, as_json: bool) -> None:
     type=click.Path(exists=True),
     help="The EAGLE-3 drafter's config.json (default: a stated estimate from the target).",
 )
-@click.option(
+@count_option(
     "--draft-tokens",
-    "-k",
-    default=3,
-    show_default=True,
-    type=click.IntRange(1),
-    help="K drafted tokens per cycle; the verify pass runs K+1 tokens per sequence "
+    3,
+    "K drafted tokens per cycle; the verify pass runs K+1 tokens per sequence "
     "(SGLang: --speculative-num-steps K, --speculative-num-draft-tokens K+1, topk 1).",
+    short="-k",
 )
-@click.option(
-    "--steps",
-    default=30,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Timed graph replays per phase.",
-)
-@click.option(
-    "--batch",
-    "-b",
-    default=1,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Sequences per step.",
-)
-@click.option(
-    "--context",
-    default=1024,
-    show_default=True,
-    type=click.IntRange(1),
-    help="KV-cache tokens per sequence the attention reads.",
-)
+@count_option("--steps", 30, "Timed graph replays per phase.")
+@count_option("--batch", 1, "Sequences per step.", short="-b")
+@count_option("--context", 1024, "KV-cache tokens per sequence the attention reads.")
 @rank_options(
     timeout_s=300.0,
     nproc_help="Ranks = tensor-parallel size (one per GPU). Default: every visible GPU.",
     logs_help="Keep per-rank JSON, NCCL logs and profiler traces in this directory.",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["nccl", "gloo"]),
-    default="nccl",
-    show_default=True,
-    help="gloo: CPU-only run of the orchestration (tiny configs, no graphs).",
-)
+@backend_option("gloo: CPU-only run of the orchestration (tiny configs, no graphs).")
 @click.option(
     "--p2p-off",
     "p2p",
@@ -243,45 +267,12 @@ def _grid(cfg: Any, output: str | None, as_json: bool) -> None:
     help="Per-rank GB of random layer weights (round-robin over the layers).",
 )
 @report_file_option
-@click.option(
+@file_option(
     "--plot",
     "plot_path",
-    default=None,
-    type=click.Path(dir_okay=False),
     help="Draw a PNG of the per-profile times and break-even accept lengths.",
 )
-@click.option(
-    "--batch-sizes",
-    callback=int_list_option,
-    default=None,
-    help="Grid mode: batch sizes, e.g. 1,2,4,8,16,32,64 (compute per forward per cell).",
-)
-@click.option(
-    "--tokens",
-    callback=int_list_option,
-    default=None,
-    help="Grid mode: tokens per sequence per forward, e.g. 1,2,3,4,5,6,7,8 (must hold 1).",
-)
-@click.option(
-    "--shard-of-tp",
-    type=click.IntRange(1),
-    default=None,
-    help="Grid mode: run on ONE GPU the shard one rank of TP N holds (compute only).",
-)
-@click.option(
-    "--allreduce-from",
-    type=click.Path(exists=True, dir_okay=False),
-    default=None,
-    help="Grid mode: a preflight report from the host, for the all-reduce time per forward.",
-)
-@click.option("--allreduce-profile", default=None, help="Grid mode: that report's profile.")
-@click.option(
-    "--allreduce-backend",
-    type=click.Choice(["nccl", "pcie_ipc"]),
-    default="nccl",
-    show_default=True,
-    help="Grid mode without --allreduce-from: the column of SGLang's published table.",
-)
+@grid_options
 @report_json_option
 def rehearse(
     profiles: tuple[str, ...],
@@ -291,67 +282,31 @@ def rehearse(
     steps: int,
     batch: int,
     context: int,
-    nproc: int | None,
+    ranks: Ranks,
     backend: str,
-    call: str,
     p2p: str | None,
     accept_length: float | None,
     metrics_url: str | None,
     pool_gb: float,
-    timeout_s: float,
-    extra_env: tuple[str, ...],
-    config_path: str | None,
-    python: str,
-    logs_dir: str,
     output: str | None,
     plot_path: str | None,
-    share_gpu: bool,
-    batch_sizes: tuple[int, ...],
-    tokens: tuple[int, ...],
-    shard_of_tp: int | None,
-    allreduce_from: str | None,
-    allreduce_profile: str | None,
-    allreduce_backend: str,
     as_json: bool,
+    **grid_mode: Any,  # grid_options' values, as given
 ) -> None:
     """Rehearse the model's decode step and EAGLE-3 verify cycle per NCCL profile, in CUDA
     graphs on this host's GPUs, with random weights of the real shapes; report the
     break-even accept length above which speculation beats the baseline."""
     from fastverify.experiments.rehearse import run as rh
 
-    if batch_sizes or tokens or shard_of_tp:
-        from fastverify.experiments.rehearse import grid
-
+    # what the grid and the rehearsal both take: the model, and how each step is timed
+    shape = {"model_config": model_config, "draft_config": draft_config, "steps": steps,
+             "context": context, "pool_gb": pool_gb}  # fmt: skip
+    if grid_mode["batch_sizes"] or grid_mode["tokens"] or grid_mode["shard_of_tp"]:
         if profiles:
             fail(f"rehearse: grid mode (--batch-sizes/--tokens/--shard-of-tp) runs no NCCL "
                  f"profile; drop {' '.join(profiles)} (compute only; the all-reduce comes from "
                  "--allreduce-from or the published table)", EXIT_USAGE)  # fmt: skip
-
-        _grid(
-            grid.GridConfig(
-                model_config=model_config,
-                draft_config=draft_config,
-                batch_sizes=batch_sizes or grid.DEFAULT_BATCH_SIZES,
-                tokens=tokens or grid.DEFAULT_TOKENS,
-                shard_of_tp=shard_of_tp,
-                nproc=nproc,
-                backend=backend,
-                call=call,
-                steps=steps,
-                context=context,
-                pool_gb=pool_gb,
-                timeout_s=timeout_s,
-                python=python,
-                extra_env=env_pairs(extra_env),
-                logs_dir=logs_dir,
-                allreduce_from=allreduce_from,
-                allreduce_profile=allreduce_profile,
-                allreduce_backend=allreduce_backend,
-                host_fingerprint=host_fingerprint(config_path),
-            ),
-            output,
-            as_json,
-        )
+        _grid({**shape, **grid_mode}, ranks, backend, output, as_json)
         return
     source = "--accept-length" if accept_length is not None else None
     if accept_length is None and metrics_url:
@@ -365,28 +320,17 @@ def rehearse(
             )
     paths = {"p2p-off": ("p2p-off",), "both": ("default", "p2p-off")}.get(p2p or "", ("default",))
     try:
-        daemon_env = rh.daemon_extra_env(config_path)
+        daemon_env = rh.daemon_extra_env(ranks.config_path)
     except rh.PreflightError as exc:
         fail(f"rehearse: {exc}", EXIT_USAGE)
     cfg = rh.RehearseConfig(
-        model_config=model_config,
-        draft_config=draft_config,
+        **shape,
         draft_tokens=draft_tokens,
-        steps=steps,
         batch=batch,
-        context=context,
-        nproc=nproc,
-        backend=backend,
-        call=call,
-        pool_gb=pool_gb,
         paths=paths,
-        timeout_s=timeout_s,
-        python=python,
-        extra_env={**daemon_env, **env_pairs(extra_env)},
-        logs_dir=logs_dir,
         accept_length=accept_length,
         accept_length_source=source,
-        share_gpu=share_gpu,
+        **ranks.fields({**daemon_env, **ranks.env()}, backend),
     )
     # RehearseError is a PreflightError too: bad config, profile, nproc
     with rank_run("rehearse", usage=(rh.PreflightError,)):

@@ -16,7 +16,7 @@ import click
 
 from fastverify import render as lib
 from fastverify.cli.groups import SuggestingGroup
-from fastverify.cli.options import flag_options
+from fastverify.cli.options import flag_options, json_option
 from fastverify.deploy.kubernetes.options import KubeOptions
 from fastverify.durable import atomic_write_text
 from fastverify.flags import from_flags
@@ -87,7 +87,7 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
     help="Write the manifests here (one file per kind; `kubectl apply -f DIR`).",
 )
 @flag_options(KubeOptions)
-@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
+@json_option("Print what was written as JSON.")
 @click.pass_context
 def kubernetes_cmd(ctx: click.Context, output_dir: str, as_json: bool, **options: object) -> None:
     """Render the fleet's Kubernetes manifests (docs/kubernetes.md).

@@ -12,6 +12,7 @@ import click
 
 from fastverify.cli.daemon_call import socket_option
 from fastverify.cli.groups import SuggestingGroup
+from fastverify.cli.options import json_option
 from fastverify.cli.output import EXIT_USAGE, emit_json, fail, table
 
 
@@ -22,7 +23,7 @@ def sglang() -> None:
 
 @sglang.command("facts")
 @click.argument("version", required=False)
-@click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON.")
+@json_option("Print the facts as JSON.")
 @socket_option
 @click.pass_context
 def facts_cmd(ctx: click.Context, version: str | None, as_json: bool) -> None:
@@ -88,7 +89,7 @@ def _where(facts: object) -> str:
 
 
 @sglang.command("versions")
-@click.option("--json", "as_json", is_flag=True, help="Print the range as JSON.")
+@json_option("Print the range as JSON.")
 def versions_cmd(as_json: bool) -> None:
     """The SGLang releases fastverify supports and what differs between them."""
     from fastverify.sglang import facts as f

@@ -21,7 +21,15 @@ import click
 from fastverify.api_models import ACCEPTANCE, SERVER_ARGV, SPEC_PLAN, STATUS, STORE_SPEC_PLAN
 from fastverify.cli.daemon_call import call_daemon, socket_option
 from fastverify.cli.groups import SuggestingGroup
-from fastverify.cli.options import batch_size_list
+from fastverify.cli.options import (
+    Decorator,
+    batch_size_list,
+    duration_option,
+    file_option,
+    flag,
+    json_option,
+    maybe_count,
+)
 from fastverify.cli.output import (
     EXIT_BUSY,
     EXIT_PROBLEMS,
@@ -39,6 +47,13 @@ NO_ACCEPTANCE = (
     "bench --dataset FILE (your prompts; fastverify-docs is shipped) through the daemon (it "
     "records the accepted-drafts histograms), then run spec plan again"
 )
+
+
+def concurrency_list(default: str, help: str) -> Decorator:
+    """--concurrency (`concurrencies`): the comma list of concurrencies `plan` predicts for
+    and `validate` serves."""
+    return click.option("--concurrency", "concurrencies", default=default, show_default=True,
+                        callback=batch_size_list, help=help)  # fmt: skip
 
 
 @click.group(cls=SuggestingGroup)
@@ -102,32 +117,12 @@ def _serving_identity(ctx: click.Context, profile: str, as_json: bool) -> dict[s
 @click.option("--allreduce-backend", default=None,
               help="With --costs: the grid's all-reduce table for this backend (e.g. "
               "pcie_ipc) instead of its default one.")  # fmt: skip
-@click.option(
-    "--max-batch",
-    type=click.IntRange(1),
-    default=None,
-    help="Largest batch size to plan (default: the costs' max running requests).",
+@maybe_count(
+    "--max-batch", "Largest batch size to plan (default: the costs' max running requests)."
 )
-@click.option(
-    "--concurrency",
-    "concurrencies",
-    default="1,2,4,8,16,32,64",
-    show_default=True,
-    callback=batch_size_list,
-    help="Concurrencies the end-to-end prediction is made for.",
-)
-@click.option(
-    "--input-len",
-    type=click.IntRange(1),
-    default=None,
-    help="Prompt tokens of the workload (default: the recorded bench's).",
-)
-@click.option(
-    "--output-len",
-    type=click.IntRange(2),
-    default=None,
-    help="Output tokens of the workload (default: the recorded bench's).",
-)
+@concurrency_list("1,2,4,8,16,32,64", "Concurrencies the end-to-end prediction is made for.")
+@maybe_count("--input-len", "Prompt tokens of the workload (default: the recorded bench's).")
+@maybe_count("--output-len", "Output tokens of the workload (default: the recorded bench's).", 2)
 @click.option("--lower-accept-length", type=float, default=None,
               help="The lower acceptance the config must survive (accept length at the "
               "recorded steps); default: each draft position 35%% less likely (the field's "
@@ -145,17 +140,12 @@ def _serving_identity(ctx: click.Context, profile: str, as_json: bool) -> dict[s
 @click.option("--window", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Also predict a bench window of this many seconds (what `spec validate` "
               "or `bench -d` measures), with its window-to-window spread.")  # fmt: skip
-@click.option(
-    "--allow-synthetic",
-    is_flag=True,
-    help="Plan with random-token acceptance when no prompt set was benched.",
-)
-@click.option("--output", type=click.Path(dir_okay=False), default=None,
-              help="Also write SGLang's --speculative-adaptive-config here.")  # fmt: skip
+@flag("--allow-synthetic", "Plan with random-token acceptance when no prompt set was benched.")
+@file_option("--output", help="Also write SGLang's --speculative-adaptive-config here.")
 @click.option("--other-host", is_flag=True,
               help="Plan with a cost file or acceptance recorded on a host of another "
               "fingerprint (refused by default, naming the facts that differ).")  # fmt: skip
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@json_option("Print the plan as JSON.")
 @socket_option
 @click.pass_context
 def plan(
@@ -424,23 +414,9 @@ def _ranges(values: list[int]) -> str:
 
 
 @spec.command("validate")
-@click.option(
-    "--concurrency",
-    "concurrencies",
-    default="1",
-    show_default=True,
-    callback=batch_size_list,
-    help="Concurrencies to serve (one bench window each).",
-)
-@click.option(
-    "--duration",
-    "-d",
-    default=60.0,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Seconds per window.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@concurrency_list("1", "Concurrencies to serve (one bench window each).")
+@duration_option(60.0, "Seconds per window.")
+@json_option("Print the comparison as JSON.")
 @socket_option
 @click.pass_context
 def validate(ctx: click.Context, concurrencies: list[int], duration: float,

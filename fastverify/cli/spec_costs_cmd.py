@@ -17,7 +17,15 @@ import click
 
 from fastverify.api_models import STATUS
 from fastverify.cli.daemon_call import call_daemon, client_for, socket_option
-from fastverify.cli.options import batch_size_list
+from fastverify.cli.options import (
+    batch_size_list,
+    count_option,
+    duration_option,
+    file_option,
+    json_option,
+    switch_timeout_option,
+    trace_options,
+)
 from fastverify.cli.output import (
     EXIT_BUSY,
     EXIT_INTERRUPTED,
@@ -39,34 +47,19 @@ from fastverify.cli.output import (
 @click.option("--batch-sizes", default="1,2,4,8,16,32,64", show_default=True,
               callback=batch_size_list, help="Batch sizes measured at each step count: one "
               "closed-loop window at that concurrency.")  # fmt: skip
-@click.option(
-    "--duration",
-    "-d",
-    default=10.0,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Seconds per window.",
+@duration_option(10.0, "Seconds per window.")
+@count_option("--input-len", 128, "Prompt tokens per request.")
+@count_option(
+    "--output-len", 128, "Generated tokens per request (a window needs finished requests).", low=2
 )
-@click.option("--input-len", default=128, show_default=True, type=click.IntRange(1),
-              help="Prompt tokens per request.")  # fmt: skip
-@click.option(
-    "--output-len",
-    default=128,
-    show_default=True,
-    type=click.IntRange(2),
-    help="Generated tokens per request (a window needs finished requests).",
+@count_option("--warmup", 1, "Warm-up requests per client before each window.", low=0)
+@trace_options(
+    "Steps of the profile window that times the verify pass.",
+    "No profile windows: cycles only, no verify times.",
 )
-@click.option("--warmup", default=1, show_default=True, type=click.IntRange(0),
-              help="Warm-up requests per client before each window.")  # fmt: skip
-@click.option("--trace-steps", default=5, show_default=True, type=click.IntRange(1),
-              help="Steps of the profile window that times the verify pass.")  # fmt: skip
-@click.option("--no-traces", is_flag=True,
-              help="No profile windows: cycles only, no verify times.")  # fmt: skip
-@click.option("--switch-timeout", default=1800.0, show_default=True, type=float,
-              help="Seconds to wait for one trial's load.")  # fmt: skip
-@click.option("--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the cost file here (spec plan --costs FILE reads it).")  # fmt: skip
-@click.option("--json", "as_json", is_flag=True, help="Print the cost file as JSON.")
+@switch_timeout_option("Seconds to wait for one trial's load.")
+@file_option("--output", help="Write the cost file here (spec plan --costs FILE reads it).")
+@json_option("Print the cost file as JSON.")
 @socket_option
 @click.pass_context
 def costs(

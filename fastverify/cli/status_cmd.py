@@ -12,8 +12,7 @@ from typing import Any
 
 import click
 
-from fastverify.api_models import STATUS
-from fastverify.cli.daemon_call import STATUS_TIMEOUT_S, call_daemon, describe_op, socket_option
+from fastverify.cli.daemon_call import describe_op, status_command
 from fastverify.cli.output import emit_json
 
 
@@ -49,13 +48,9 @@ def _clock(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
-@click.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Print the daemon's status as JSON.")
-@socket_option
-@click.pass_context
-def status(ctx: click.Context, as_json: bool) -> None:
+@status_command("status", "Print the daemon's status as JSON.")
+def status(st: dict[str, Any], as_json: bool) -> None:
     """Daemon and engine state."""
-    st = call_daemon(ctx, STATUS, as_json=as_json, timeout=STATUS_TIMEOUT_S)
     if as_json:
         emit_json(st)
         return

@@ -16,20 +16,22 @@ from typing import Any
 
 import click
 
-from fastverify.cli.daemon_call import client_for, socket_option
+from fastverify.cli.daemon_call import client_for, daemon_run, socket_option
 from fastverify.cli.experiment_common import Progress, acceptance_text, fmt
-from fastverify.cli.options import accept_length_option, measurement_options
-from fastverify.cli.output import (
-    EXIT_BUSY,
-    EXIT_INTERRUPTED,
-    EXIT_PROBLEMS,
-    EXIT_UNAVAILABLE,
-    EXIT_USAGE,
-    daemon_exit,
-    emit_json,
-    fail,
-    table,
+from fastverify.cli.options import (
+    Decorator,
+    accept_length_option,
+    choice_option,
+    count_option,
+    flag,
+    json_option,
+    load_format_option,
+    measurement_options,
+    output_dir_option,
+    seed_option,
+    trace_options,
 )
+from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, emit_json, fail, table
 from fastverify.experiments.common.stats import interval
 
 # ----------------------------------------------------------------------------- sweep
@@ -153,74 +155,38 @@ def _print_timing(timing: dict[str, Any]) -> None:
                    f"({t['load_s_saved']:.1f} s saved)")  # fmt: skip
 
 
+def _next_phase_option(name: str, metavar: str, help: str) -> Decorator:
+    """--then-eagle3 K, --then-confirm N: how many of the best go on to a later phase."""
+    return click.option(name, default=0, type=click.IntRange(0), metavar=metavar, help=help)
+
+
 @click.command()
 @click.argument("profiles", nargs=-1, required=True)
-@click.option(
-    "--mode",
-    type=click.Choice(["baseline", "eagle3"]),
-    default="baseline",
-    show_default=True,
-    help="Mode of the first phase.",
-)
-@click.option(
-    "--then-eagle3",
-    "then_eagle3",
-    default=0,
-    type=click.IntRange(0),
-    metavar="K",
-    help="Re-run the best K baseline profiles in EAGLE-3 mode.",
-)
+@choice_option("--mode", ("baseline", "eagle3"), "baseline", "Mode of the first phase.")
+@_next_phase_option("--then-eagle3", "K", "Re-run the best K baseline profiles in EAGLE-3 mode.")
 @measurement_options
-@click.option(
-    "--warmup",
-    default=1,
-    show_default=True,
-    type=click.IntRange(0),
-    help="Warm-up requests per client after each switch.",
-)
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option(
-    "--output",
-    "-o",
-    "output_dir",
-    default=None,
-    type=click.Path(file_okay=False),
-    help="Results directory (default: ./sweep-YYYYmmdd-HHMMSS).",
-)
-@click.option(
-    "--resume", is_flag=True, help="Continue the sweep in --output, skipping what is done."
-)
-@click.option("--apply-best", is_flag=True, help="Leave the winning profile/mode active.")
+@count_option("--warmup", 1, "Warm-up requests per client after each switch.", low=0)
+@seed_option
+@output_dir_option("Results directory (default: ./sweep-YYYYmmdd-HHMMSS).")
+@flag("--resume", "Continue the sweep in --output, skipping what is done.")
+@flag("--apply-best", "Leave the winning profile/mode active.")
 @click.option("--reference", default=None, help="Profile the speedups are measured against.")
-@click.option("--no-plot", is_flag=True, help="Do not draw DIR/sweep.png.")
-@click.option(
-    "--load-format",
-    type=click.Choice(["auto", "dummy"]),
-    default="auto",
-    show_default=True,
-    help="dummy: timing trial on random weights (fast loads; accept lengths meaningless).",
+@flag("--no-plot", "Do not draw DIR/sweep.png.")
+@load_format_option(
+    "dummy: timing trial on random weights (fast loads; accept lengths meaningless)."
 )
 @accept_length_option(
     "Real EAGLE-3 accept length a trial's break-even is judged by (default: one "
     "recorded with real weights by an earlier sweep's --then-eagle3)."
 )
-@click.option(
-    "--then-confirm",
-    "then_confirm",
-    default=0,
-    type=click.IntRange(0),
-    metavar="N",
-    help="After a trial, reload the best N with real weights and measure them.",
+@_next_phase_option(
+    "--then-confirm", "N", "After a trial, reload the best N with real weights and measure them."
 )
-@click.option(
-    "--trace-steps",
-    default=5,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Steps of the profile window captured per trial profile.",
+@trace_options(
+    "Steps of the profile window captured per trial profile.",
+    "No profile window per trial profile.",
 )
-@click.option("--no-traces", is_flag=True, help="No profile window per trial profile.")
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@json_option("Print the results as JSON.")
 @socket_option
 @click.pass_context
 def sweep(
@@ -253,7 +219,6 @@ def sweep(
     With --load-format dummy it is a timing trial (random weights, minutes less per load,
     every result labelled weights=dummy); --then-confirm N reloads the best N with real
     weights and measures them."""
-    from fastverify.client import DaemonUnavailable
     from fastverify.experiments.bench.load import BenchConfig
     from fastverify.experiments.sweep.config import SweepBusy, SweepConfig, SweepError
     from fastverify.experiments.sweep.run import Sweep
@@ -272,9 +237,21 @@ def sweep(
     )  # fmt: skip
     client = client_for(ctx, timeout=switch_timeout)
     planned = (len(profiles) + then_eagle3 + then_confirm) * repeats
+
+    def so_far() -> str:  # what a sweep cut short by an unreachable daemon leaves
+        if not (out / "results.jsonl").exists():
+            return ""
+        return f"\nresults so far are in {out}/results.jsonl; continue with --resume"
+
+    interrupted = (f"interrupted; results so far are in {out}/results.jsonl "
+                   f"(continue with --resume --output {out})")  # fmt: skip
     # One count: the sweep's `[done/total]` measurements, on the bar (terminal) and at the
     # start of every line; the total shrinks when a profile fails, so it reaches its end.
-    with Progress("sweep", planned, unit="measurements", plain_lines=False) as bar:
+    with (
+        Progress("sweep", planned, unit="measurements", plain_lines=False) as bar,
+        daemon_run("sweep", busy=SweepBusy, usage=SweepError, unreachable=so_far,
+                   interrupted=interrupted),
+    ):  # fmt: skip
 
         def progress(done: int, total: int) -> None:
             bar.update(done, f"{done}/{total} measurements", total=total)
@@ -284,18 +261,6 @@ def sweep(
             report = sw.run()
         except ValueError as exc:
             fail(str(exc), EXIT_USAGE)
-        except DaemonUnavailable as exc:
-            hint = ""
-            if (out / "results.jsonl").exists():
-                hint = f"\nresults so far are in {out}/results.jsonl; continue with --resume"
-            fail(f"{exc}{hint}", daemon_exit(exc, EXIT_UNAVAILABLE))
-        except SweepBusy as exc:
-            fail(f"sweep: {exc}", EXIT_BUSY)
-        except SweepError as exc:
-            fail(f"sweep: {exc}", EXIT_USAGE)
-        except KeyboardInterrupt:
-            fail(f"sweep: interrupted; results so far are in {out}/results.jsonl "
-                 f"(continue with --resume --output {out})", EXIT_INTERRUPTED)  # fmt: skip
     if as_json:
         emit_json(report)
     else:

@@ -27,6 +27,7 @@ import click
 
 from fastverify.cli.daemon_call import socket_option
 from fastverify.cli.groups import SuggestingGroup
+from fastverify.cli.options import json_option
 from fastverify.cli.output import EXIT_PROBLEMS, emit_json, table
 
 JSON_HELP = 'Print {"ranks": [{rank, verify_passes, verify_ms_p50, ...}]} as JSON.'
@@ -156,7 +157,7 @@ def trace() -> None:
     help="Ranges whose name contains this text are the rows counted (TARGET_VERIFY: EAGLE-3 "
     "verify passes; DECODE: a baseline server's decode steps).",
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@json_option(JSON_HELP)
 def analyze(path: str, span: str, as_json: bool) -> None:
     """Analyze a trace file or a directory of per-rank traces (*-TP-{rank}.trace.json.gz)."""
     from fastverify import traces
@@ -186,13 +187,13 @@ def analyze(path: str, span: str, as_json: bool) -> None:
     default=None,
     help="Forward steps to profile (default: the daemon's trace_steps).",
 )
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@json_option(JSON_HELP)
 @socket_option
 @click.pass_context
 def capture(ctx: click.Context, steps: int | None, as_json: bool) -> None:
     """Profile the live server through the daemon, analyze every rank, feed the exporter."""
     from fastverify.api_models import CAPTURE_TRACE, STATUS
-    from fastverify.cli.profile_switch import STATUS_TIMEOUT_S, call_daemon
+    from fastverify.cli.daemon_call import STATUS_TIMEOUT_S, call_daemon
     from fastverify.traces import public_view
 
     status = call_daemon(ctx, STATUS, as_json=as_json, timeout=STATUS_TIMEOUT_S)

@@ -20,20 +20,19 @@ from typing import Any
 
 import click
 
-from fastverify.cli.daemon_call import client_for
-from fastverify.cli.options import accept_length_option, measurement_options
-from fastverify.cli.options import env_pairs as parse_env_pairs
-from fastverify.cli.output import (
-    EXIT_BUSY,
-    EXIT_INTERRUPTED,
-    EXIT_PROBLEMS,
-    EXIT_UNAVAILABLE,
-    EXIT_USAGE,
-    daemon_exit,
-    emit_json,
-    fail,
-    table,
+from fastverify.cli.daemon_call import client_for, daemon_run
+from fastverify.cli.experiment_common import bar_note, stderr_bar
+from fastverify.cli.options import (
+    accept_length_option,
+    backend_option,
+    count_option,
+    flag,
+    json_option,
+    measurement_options,
+    output_dir_option,
 )
+from fastverify.cli.options import env_pairs as parse_env_pairs
+from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, daemon_exit, emit_json, fail, table
 
 
 def _mmss(seconds: float | None) -> str:
@@ -94,26 +93,16 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self.tty:
-            from rich.console import Console
-            from rich.progress import Progress as Bar
             from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            self._live = Bar(
-                SpinnerColumn(),
-                TextColumn("{task.description}"),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                transient=True,
+            self._live = stderr_bar(
+                SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn()
             )
-            self._live.__enter__()
             self._task = self._live.add_task("tune: planning")
         return self
 
     def _note(self, text: str) -> None:
-        if self._live is not None:
-            self._live.console.print(text, highlight=False, markup=False)
-        else:
-            click.echo(text, err=True)
+        bar_note(self._live, text)
 
     def __call__(self, e: dict[str, Any]) -> None:
         kind = e["event"]
@@ -188,13 +177,7 @@ def _profiles(value: str | None) -> tuple[str, ...]:
     show_default=True,
     help="Candidates: NAME,NAME,... or all (shipped + user).",
 )
-@click.option(
-    "--finalists",
-    default=2,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Profiles confirmed with real weights.",
-)
+@count_option("--finalists", 2, "Profiles confirmed with real weights.")
 @click.option(
     "--budget",
     "budget",
@@ -209,15 +192,8 @@ def _profiles(value: str | None) -> tuple[str, ...]:
     show_default=True,
     help="Leave the decision serving (else put back what served before).",
 )
-@click.option(
-    "--output",
-    "-o",
-    "output_dir",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Report directory (default: ./tune-YYYYmmdd-HHMMSS).",
-)
-@click.option("--resume", is_flag=True, help="Continue the unfinished tune of this host.")
+@output_dir_option("Report directory (default: ./tune-YYYYmmdd-HHMMSS).")
+@flag("--resume", "Continue the unfinished tune of this host.")
 @click.option(
     "--reuse",
     "reuse_path",
@@ -228,10 +204,9 @@ def _profiles(value: str | None) -> tuple[str, ...]:
     "cached decisions) after a cheap check (preflight of it, one short bench); refused, "
     "naming the changed facts, when the host fingerprints differ.",
 )
-@click.option(
+@flag(
     "--force",
-    is_flag=True,
-    help="Start a new tune in an --output directory that holds one (its tune files replaced).",
+    "Start a new tune in an --output directory that holds one (its tune files replaced).",
 )
 @measurement_options
 @click.option(
@@ -242,14 +217,8 @@ def _profiles(value: str | None) -> tuple[str, ...]:
     help="Variables on top of every profile in preflight, rehearse and the tuner derivation "
     "(as their --env; repeatable).",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["nccl", "gloo"]),
-    default="nccl",
-    hidden=True,
-    help="gloo: preflight and rehearse on two CPU ranks (tests).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the decision document as JSON.")
+@backend_option("gloo: preflight and rehearse on two CPU ranks (tests).", hidden=True)
+@json_option("Print the decision document as JSON.")
 @click.pass_context
 def tune(
     ctx: click.Context,
@@ -275,7 +244,7 @@ def tune(
     as_json: bool,
 ) -> None:
     """Decide which profile, backend and mode this host should serve, and apply it."""
-    from fastverify.client import ApiError, DaemonUnavailable
+    from fastverify.client import ApiError
     from fastverify.experiments.tune.context import TuneConfig
     from fastverify.experiments.tune.pipeline import TuneBusy, TuneError, run
     from fastverify.experiments.tune.reuse import ReuseError
@@ -302,7 +271,14 @@ def tune(
     client = client_for(ctx, timeout=switch_timeout)
     if reuse_path and resume:
         fail("tune: --reuse and --resume exclude each other", EXIT_USAGE)
-    with Progress() as progress:
+    journal_kept = (
+        "\n(the tune's journal is kept: start the daemon and run `fastverifyctl tune --resume`)"
+    )
+    with (
+        Progress() as progress,
+        daemon_run("tune", busy=TuneBusy, usage=TuneError, unreachable=lambda: journal_kept,
+                   interrupted="interrupted; continue with `fastverifyctl tune --resume`"),
+    ):  # fmt: skip
         try:
             if reuse_path:
                 from pathlib import Path
@@ -312,25 +288,13 @@ def tune(
                 result = reuse.run(client, cfg, Path(reuse_path), on_event=progress)
             else:
                 result = run(client, cfg, resume=resume, force=force, on_event=progress)
-        except TuneBusy as exc:
-            fail(f"tune: {exc}", EXIT_BUSY)
-        except TuneError as exc:
-            fail(f"tune: {exc}", EXIT_USAGE)
         except ReuseError as exc:  # no usable decision record at PATH
             fail(f"tune --reuse: {exc}", EXIT_USAGE)
-        except DaemonUnavailable as exc:
-            fail(
-                f"{exc}\n(the tune's journal is kept: start the daemon and run "
-                "`fastverifyctl tune --resume`)",
-                daemon_exit(exc, EXIT_UNAVAILABLE),
-            )
         except ApiError as exc:
             fail(
                 f"tune: the daemon answered {exc} (continue with --resume)",
                 daemon_exit(exc, EXIT_PROBLEMS),
             )
-        except KeyboardInterrupt:
-            fail("tune: interrupted; continue with `fastverifyctl tune --resume`", EXIT_INTERRUPTED)
     d = result["decision"]
     if as_json:
         emit_json(result)

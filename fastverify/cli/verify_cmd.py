@@ -16,6 +16,7 @@ import click
 
 from fastverify.api_models import VERIFY
 from fastverify.cli.daemon_call import call_daemon, socket_option
+from fastverify.cli.options import json_option
 from fastverify.cli.output import EXIT_OK, EXIT_PROBLEMS, emit_json, table
 
 MARK = {"ok": "ok", "failed": "FAILED", "skipped": "skipped"}
@@ -74,7 +75,7 @@ def _evidence(name: str, ev: Mapping[str, Any]) -> None:
 
 
 @click.command("verify")
-@click.option("--json", "as_json", is_flag=True, help="Print every verifier's verdict as JSON.")
+@json_option("Print every verifier's verdict as JSON.")
 @socket_option
 @click.pass_context
 def verify(ctx: click.Context, as_json: bool) -> None:
