@@ -355,7 +355,7 @@ def test_the_inter_token_latency_the_exporter_reads(probe: dict[str, Any]) -> No
     """SGLang 0.5.23 records a step of n tokens after `interval` seconds as the histogram's
     sum + interval and count + n; the exporter's reduce() reads exactly that from the real
     exposition (its live cycle = accept length x sum delta / count delta). The sim records
-    the same (interval / n, n times): tests/hardening/test_user_output_round2.py's live
+    the same (interval / n, n times): tests/integration/test_spec_verdict_live.py's live
     break-even against a concurrent bench."""
     from fastverify.exporters.sglang_metrics import reduce
 

@@ -1,6 +1,7 @@
 """`render kubernetes` on a real cluster: names LWS leaves free, RDMA for multi-node,
 scheduling from flags or a values file, monitoring a kube-prometheus-stack finds, objects
-`kubectl apply` takes (Namespace, PVC, sizes), GitOps pruning and decision records.
+`kubectl apply` takes (Namespace, PVC, sizes), GitOps pruning and decision records, and
+pcie-ipc refused where it cannot serve (more than one node).
 
 The schemas of every render here are checked in test_kubernetes.py (strict, 1.33 and the
 newest, the projects' CRDs); these tests check what the objects say.
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.support.harness import run_ctl
 from tests.support.kube import by_kind, ctl, docs, one, pod_templates, render
 
 KEEP = {
@@ -282,6 +285,42 @@ def test_a_pcie_only_profile_unpinned_is_said(tmp_path: Path) -> None:
     assert not [n for n in info["notes"] if n.startswith("UNPINNED")]
     _, info = rendered(tmp_path / "any", "--profile", "nccl-default")
     assert not [n for n in info["notes"] if n.startswith("UNPINNED")]
+
+
+def test_render_pcie_ipc_over_two_nodes_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "k8s"
+    # --image and RDMA (required, and a multi-node render needs RDMA): what is
+    # refused here is the all-reduce backend alone
+    fleet = ("--image", "registry.example.com/fastverify:test", "--rdma", "rdma/ib=1")
+    r = run_ctl("render", "kubernetes", "--profile", "pcie-ipc", "--nodes", "2", *fleet,
+                "--output-dir", str(out))  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert not out.exists()
+    assert "SGLang TP 16" not in r.stdout
+    err = r.stderr
+    assert "at SGLang TP 16 (2 nodes x 8 GPUs) every all-reduce would be NCCL" in err, err
+    assert "2/4/8 ranks only" in err and "--force" in err
+    # the same fact `profile show --effective` gives at that world size
+    show = run_ctl("profile", "show", "pcie-ipc", "--effective", "--tp-size", "16")
+    assert "all all-reduces: NCCL" in show.stdout and "2/4/8 ranks only" in show.stdout
+    # two nodes of 4 GPUs: world size 8, but IPC does not cross nodes
+    r4 = run_ctl("render", "kubernetes", "--profile", "pcie-ipc", "--nodes", "2", *fleet,
+                 "--gpus-per-node", "4", "--output-dir", str(out))  # fmt: skip
+    assert r4.returncode == 2 and "one node only" in r4.stderr, r4.stderr
+    assert not out.exists()
+    # --force renders it, with the note naming what will serve
+    f = run_ctl("render", "kubernetes", "--profile", "pcie-ipc", "--nodes", "2", "--force",
+                *fleet, "--output-dir", str(out))  # fmt: skip
+    assert f.returncode == 0, f.stderr
+    assert re.search(r"note: .*every all-reduce would be NCCL", f.stderr), f.stderr
+    # one node of 8, pinned to PCIe-only nodes (else the render says it is unpinned):
+    # PCIe-IPC serves, no note
+    ok = run_ctl("render", "kubernetes", "--profile", "pcie-ipc", "--output-dir",
+                 str(tmp_path / "one"), "--image", "registry.example.com/fastverify:test",
+                 "--node-selector", "example.com/gpu-link=pcie")  # fmt: skip
+    assert ok.returncode == 0 and "note:" not in ok.stderr, ok.stderr
 
 
 def test_values_file_problems_name_the_file_and_key(tmp_path: Path) -> None:

@@ -3,7 +3,9 @@
 One short sweep (module fixture) is checked from several sides: the ranking against the
 sim's documented cost model, the failed profile with the daemon's reason, the EAGLE-3
 phase against each profile's own baseline, the results file, the baselines the exporter
-receives, --apply-best, the plot; then --resume and the refusal to overwrite.
+receives, --apply-best, the plot; then --resume and the refusal to overwrite. Own sweeps:
+an interrupted one, another client's switch, the progress count, the lease refusing a
+switch, and the note when matplotlib (the plot extra) is missing.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,7 +28,8 @@ from fastverify.cli.sweep_cmd import acceptance_lines
 from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
 from fastverify.sim import allreduce_sim, costmodel
-from tests.support.harness import DaemonHarness, ctrl_c_reaches_it
+from tests.support.harness import DaemonHarness, _scrubbed_env, ctrl_c_reaches_it
+from tests.support.plot_extra import without_matplotlib
 
 PROFILES = ["nccl-default", "ring-ll", "ring-ll-8ch", "ring-simple", "tree-ll"]
 REPO = Path(__file__).resolve().parents[2]
@@ -273,3 +277,123 @@ def test_a_switch_by_another_client_drops_the_run_it_spoiled(tmp_path: Path) -> 
     assert row["n"] == len(measured) and row["status"] == "incomplete", row
     assert row["note"] == f"cut short after {len(measured)} run(s): served_changed", row
     assert "rank" not in row  # never ranked as if complete
+
+
+def test_sweep_progress_is_one_count_that_reaches_its_total(tmp_path: Path) -> None:
+    cfg = {"daemon": {"default_profile": "ring-ll"}}
+    with DaemonHarness(tmp_path, sim_load_seconds=0.2, metrics=False, config=cfg) as d:
+        r = d.ctl(
+            "sweep", "ring-ll", "tree-ll", "ring-simple", "--repeats", "2", "--duration", "0.5",
+            "--output-len", "16", "--warmup", "0", "--then-eagle3", "2", "--no-plot",
+            "--output", str(tmp_path / "sw"), timeout=600,
+        )  # fmt: skip
+        assert r.returncode == 1, r.stdout + r.stderr  # tree-ll fails (CUDA-graph capture)
+        labels = [
+            m.group(1, 2)
+            for ln in r.stderr.splitlines()
+            if (m := re.match(r"^\[(\d+)/(\d+)(?: \w+)?\] ", ln))
+        ]
+        assert labels, r.stderr
+        assert all(int(a) <= int(b) for a, b in labels), labels
+        done = [int(a) for a, _ in labels]
+        assert done == sorted(done), r.stderr  # never goes back
+        # 3 profiles + 2 EAGLE-3, 2 repeats each = 10 planned; tree-ll's 2 are dropped
+        assert labels[0] == ("0", "10"), labels
+        assert labels[-1] == ("8", "8"), labels
+        assert not re.search(r"^sweep: \d+/\d+ measurements", r.stderr, re.M), r.stderr
+        failed_line = [ln for ln in r.stderr.splitlines() if "tree-ll/baseline: FAILED" in ln]
+        assert len(failed_line) == 1 and failed_line[0].count("cuda_graph_capture") == 1, r.stderr
+        failures = [ln for ln in r.stdout.splitlines() if "tree-ll/baseline failed" in ln]
+        assert failures and all(ln.count("failed") == 1 for ln in failures), r.stdout
+        assert all(ln.count("cuda_graph_capture") == 1 for ln in failures), r.stdout
+
+
+def test_a_switch_during_a_sweep_is_refused_naming_it_and_a_forced_one_is_never_ranked(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "sweep"
+    with DaemonHarness(tmp_path, sim_load_seconds=0.3,
+                       config={"daemon": {"trace_period_s": 0}}) as d:  # fmt: skip
+        sweep = subprocess.Popen(
+            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), "sweep",
+             "ring-ll", "nccl-default", "ring-simple", "--repeats", "3", "--then-eagle3", "1",
+             "--duration", "2", "--output-len", "32", "--input-len", "32", "--json",
+             "--output", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+            env={**_scrubbed_env(), "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        try:
+
+            def measured(profile: str) -> int:
+                path = out / "results.jsonl"
+                lines = path.read_text().splitlines() if path.exists() else []
+                recs = [json.loads(x) for x in lines if x.strip().endswith("}")]
+                kept = [r for r in recs if r.get("type") == "measurement"]
+                return sum(1 for r in kept if r["profile"] == profile)
+
+            d.wait_for(lambda: measured("ring-ll") >= 1, 120, "ring-ll's first run")
+            # status shows the sweep holding the daemon
+            st = d.status()
+            assert st["lease"]["experiment"] == "sweep" and st["lease"]["pid"] == sweep.pid
+            text = d.ctl("status").stdout
+            assert f"experiment: sweep running (pid {sweep.pid}" in text, text
+            # another client's switch: 409 (exit 4) naming the sweep, nothing switched
+            r = d.ctl("profile", "set", "tree-ll")
+            assert r.returncode == 4, r.stdout + r.stderr
+            assert f"sweep (pid {sweep.pid}, since" in r.stderr and "--force" in r.stderr
+            assert d.status()["profile"] == "ring-ll"
+            # --force switches anyway: ring-ll's runs are cut short
+            f = d.ctl("profile", "set", "nccl-default", "--force")
+            assert f.returncode == 0, f.stderr
+            stdout, stderr = sweep.communicate(timeout=600)
+        finally:
+            if sweep.poll() is None:
+                sweep.kill()
+                sweep.wait()
+        assert sweep.returncode == 1, stderr[-3000:]  # a profile was cut short
+        report = json.loads(stdout)
+        rows = {(r["profile"], r["mode"]): r for r in report["results"]}
+        cut = rows[("ring-ll", "baseline")]
+        assert cut["status"] == "incomplete" and cut["n"] < 3, cut
+        assert "rank" not in cut and cut["reason"] == "served_changed"
+        ranked = sorted((r for r in rows.values() if r.get("rank") and r["mode"] == "baseline"),
+                        key=lambda r: r["rank"])  # fmt: skip
+        assert [r["profile"] for r in ranked] == sorted(
+            ["nccl-default", "ring-simple"], key=lambda p: -rows[(p, "baseline")][
+                "tokens_per_second_mean"])  # fmt: skip
+        # the EAGLE-3 phase took the best complete profile, never the cut one
+        assert ("ring-ll", "eagle3") not in rows
+        assert (ranked[0]["profile"], "eagle3") in rows
+        assert report["best"]["profile"] != "ring-ll" or report["best"]["mode"] != "baseline"
+        assert d.status()["lease"] is None  # released at the end
+        # what a person reads: the table marks it, the note does not ask for --repeats 3
+        table = subprocess.run(
+            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), "sweep",
+             "ring-ll", "nccl-default", "ring-simple", "--repeats", "3", "--then-eagle3", "1",
+             "--resume", "--output", str(out)],
+            capture_output=True, text=True, cwd=REPO, timeout=600,
+            env={**_scrubbed_env(), "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        assert table.returncode == 1, table.stderr[-2000:]
+        line = next(x for x in table.stdout.splitlines() if "ring-ll" in x and "baseline" in x)
+        assert "CUT SHORT" in line and "cut short after" in line, line
+        assert "pass --repeats 3" not in table.stdout
+        assert "ring-ll/baseline failed (served_changed)" in table.stdout, table.stdout
+
+
+def test_sweep_without_matplotlib_says_its_plot_was_skipped(tmp_path: Path) -> None:
+    """Item 1, sweep.png: an install without the plot extra says so, and how to get it."""
+    out = tmp_path / "sw"
+    with DaemonHarness(tmp_path, sim_load_seconds=0.3,
+                       config={"daemon": {"trace_period_s": 0}}) as d:  # fmt: skip
+        args = ("sweep", "ring-ll", "--repeats", "1", "--duration", "1", "--output-len", "16",
+                "--input-len", "16", "--output", str(out))  # fmt: skip
+        r = d.ctl(*args, env=without_matplotlib(tmp_path), timeout=300)
+        j = d.ctl(*args[:-2], "--output", str(tmp_path / "sw2"), "--json",
+                  env=without_matplotlib(tmp_path), timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "warning: plots skipped: matplotlib is not installed" in r.stderr, r.stderr[-2000:]
+    assert "fastverify[plot]" in r.stderr and "plot: " not in r.stdout
+    assert not (out / "sweep.png").exists()
+    doc = json.loads(j.stdout)
+    assert doc["plot"] is None and doc["plot_skipped"].startswith("plots skipped: matplotlib")

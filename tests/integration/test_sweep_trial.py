@@ -1,7 +1,7 @@
 """Trial mode end to end on the sim: `sweep --load-format dummy --then-confirm 2` over every
 shipped profile through a real fastverifyd and the real CLI, and a manual trial
 (`profile set --trial`, `bench --load-format dummy`) labelled in status, history and
-/metrics.
+/metrics, with a trial's own EAGLE-3 draft steps.
 
 The sim honours `--load-format dummy` as SGLang does (docs/sim.md): a fast load and a random
 drafter (accept length at its floor, 1.0); the cost model (`allreduce_sim.served_prediction`) is the
@@ -25,6 +25,7 @@ from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
 from fastverify.sim import allreduce_sim, costmodel
 from tests.support.harness import DaemonHarness
+from tests.support.switches import last_switch
 from tests.support.tune import EAGLE3_BUSY_REL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -258,6 +259,57 @@ def test_manual_trial_is_labelled_in_status_history_metrics_and_bench(tmp_path: 
             d.client.post("/v1/profile", {"name": "ring-ll", "load_format": "random"})
         assert exc.value.status == 422 and "dummy" in str(exc.value.body)
         assert d.engine_pid() == pid  # a bad load format changes nothing
+
+
+def test_a_trial_is_labelled_in_profile_set_status_and_history(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        r = d.ctl("profile", "set", "ring-ll", "--trial")
+        assert r.returncode == 0, r.stdout + r.stderr
+        ok = [ln for ln in r.stdout.splitlines() if ln.startswith("ok: ")]
+        assert ok == [ok[0]] and "dummy weights" in ok[0] and "trial" in ok[0], r.stdout
+        st = d.ctl("status")
+        assert st.returncode == 0
+        weights = [ln for ln in st.stdout.splitlines() if ln.startswith("weights:")]
+        assert weights and "dummy" in weights[0] and "profile set ring-ll" in weights[0], st.stdout
+        last_switch(d, "ring-ll")
+        h = d.ctl("history")
+        head, *rows = h.stdout.splitlines()
+        doc = (REPO / "docs" / "tour.md").read_text(encoding="utf-8")
+        tour = doc[doc.index("$ fastverifyctl history\n") :].splitlines()[1]
+        assert head == tour, (head, tour)  # the tour (docs/tour.md) shows the same columns
+        col = head.split("\t").index("weights")
+        by_profile = {row.split("\t")[2]: row.split("\t")[col] for row in rows}
+        assert by_profile["ring-ll/baseline"] == "dummy (trial)", h.stdout
+        assert by_profile["nccl-default/baseline"] == "real", h.stdout
+        # back to real weights: the label goes away
+        assert d.ctl("profile", "set", "ring-ll", "-q").returncode == 0
+        assert "weights:" not in d.ctl("status").stdout
+
+
+def test_bench_on_dummy_weights_says_the_daemon_is_left_on_them(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        r = d.ctl(
+            "bench", "--load-format", "dummy", "-c", "1", "-n", "1", "--output-len", "8",
+            "--warmup", "0", timeout=300,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "left serving nccl-default/baseline on dummy weights" in r.stderr, r.stderr
+        assert "`fastverifyctl profile set nccl-default`" in r.stderr, r.stderr
+        assert d.status()["trial"] is True
+
+
+def test_status_says_fixed_steps_and_history_a_trials_steps(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, config={"server": {"mode": "eagle3"}}) as d:
+        text = d.ctl("status").stdout
+        # EAGLE-3 runs its configured steps (SGLang's gauge reads 0 while it is idle)
+        assert "draft steps: 3 (fixed: --speculative-num-steps)" in text, text
+        assert "time at steps" not in text  # time at each step count: adaptive only
+        body = {"name": "nccl-default", "mode": "eagle3", "load_format": "dummy",
+                "eagle3_steps": 2, "wait": True}  # fmt: skip
+        assert d.client.post("/v1/profile", body)["result"] == "ok"
+        last = d.ctl("history").stdout.splitlines()[-1].split("\t")
+        assert last[1:5] == ["switch", "nccl-default/eagle3", "dummy (trial, 2 steps)", "ok"], last
+        assert "draft steps: 2 (fixed" in d.ctl("status").stdout
 
 
 def _queue_peak(d: DaemonHarness, stop: threading.Event, peak: dict[str, float]) -> None:

@@ -15,6 +15,7 @@ from fastverify.daemon.verify import (
     parse_set_by_env,
 )
 from tests.support.field import RING_LL
+from tests.support.harness import _scrubbed_env
 
 EXPECTED = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}
 
@@ -188,3 +189,21 @@ def test_a_retitled_process_is_named_by_its_whole_title() -> None:
     finally:
         os.killpg(p.pid, 9)
         p.wait()
+
+
+def test_a_process_without_the_profiles_sglang_variable_fails_verification() -> None:
+    """The check behind pcie-ipc's verify line reads each process's /proc environ: a real process
+    without SGLANG_ENABLE_PCIE_IPC_ALLREDUCE fails it, naming the variable."""
+    from fastverify.daemon import verify
+
+    env = {k: v for k, v in _scrubbed_env().items() if not k.startswith("SGLANG_")}
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE, env=env)  # fmt: skip
+    try:
+        bad = verify.check_process_env(child.pid, {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"})
+        good = verify.check_process_env(child.pid, {})
+    finally:
+        child.communicate(timeout=30)
+    assert not bad.ok and bad.reason == "env_mismatch"
+    assert "missing SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" in bad.message, bad.message
+    assert good.ok and good.message == "1 process(es) hold exactly no NCCL variables"
