@@ -4,8 +4,8 @@ body's fields.
 
 Everything else is derived from these declarations: the daemon's routes and request
 validation (fastverify.daemon.api_checks), the typed methods of fastverify.client (which the
-CLI calls), and the reference part of docs/reference/api.md (fastverify.api_reference). Plain classes,
-no dataclasses: the CLI imports this module on its start-up path.
+CLI calls), and the reference part of docs/reference/api.md (fastverify.api_reference). Plain
+classes, no dataclasses: the CLI imports this module on its start-up path.
 """
 
 from __future__ import annotations

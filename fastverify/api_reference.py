@@ -1,9 +1,9 @@
-"""The reference part of docs/reference/api.md, written from fastverify.api_models: the endpoints, each
-request's fields (type, required, default, meaning) and the status body's fields.
+"""The reference part of docs/reference/api.md, written from fastverify.api_models: the
+endpoints, each request's fields (type, required, default, meaning) and the status body's fields.
 
 `python -m fastverify.api_reference` rewrites the block between BEGIN and END in
-docs/reference/api.md (the prose around it is hand-written); the suite fails when the committed block
-differs from what this writes.
+docs/reference/api.md (the prose around it is hand-written); the suite fails when the committed
+block differs from what this writes.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The configuration's generated documents: docs/reference/config.example.toml (every key, its default
-and help) and docs/reference/config.md (a table per TOML table), both derived from the declaration.
+"""The configuration's generated documents: docs/reference/config.example.toml (every key, its
+default and help) and docs/reference/config.md (a table per TOML table), both derived from the
+declaration.
 
     python -m fastverify.config.reference          # rewrite both
     python -m fastverify.config.reference --check  # exit 1 when a committed file is stale
@@ -76,7 +77,8 @@ def _cell(text: str) -> str:
 
 
 def reference_md() -> str:
-    """docs/reference/config.md: one table per TOML table (key, type, default, flag, what, old name)."""
+    """docs/reference/config.md: one table per TOML table (key, type, default, flag, what, old
+    name)."""
     out = [
         "# Configuration reference",
         "",

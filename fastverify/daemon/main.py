@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fastverifyd",
         description="fastverify supervisor daemon: runs the SGLang server (or the sim) with "
         "one NCCL profile, switches, verifies and rolls back on request, serves /metrics.",
-        epilog="Every flag overrides the key of the config file it names (docs/reference/config.md).",
+        epilog="Every flag overrides the key of the config file it names "
+        "(docs/reference/config.md).",
     )
     p.add_argument(
         "--config",

@@ -4,8 +4,8 @@ Each `Series` is a name as Prometheus stores it (`_total` on counters, `_info` o
 metrics), its type, help text, label names and the collector (`source`) that emits it. The
 collectors build their families from it (`family(name)`) and describe themselves with it
 (`describe(source)`), the metrics table in docs/reference/exporter.md is generated from it
-(`python -m fastverify.exporters.catalog --write docs/reference/exporter.md`), and the dashboard tests
-check every series a dashboard query names against it. `SGLANG` lists the engine's own
+(`python -m fastverify.exporters.catalog --write docs/reference/exporter.md`), and the dashboard
+tests check every series a dashboard query names against it. `SGLANG` lists the engine's own
 `sglang:` series the exporter reads (declared in `fastverify.sglang.metrics`; Prometheus
 scrapes them from the engine, the dashboards query them).
 

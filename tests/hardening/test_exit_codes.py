@@ -1,6 +1,7 @@
 """One exit-code table, one meaning per code, every command held to it.
 
-The table is read from docs/reference/api.md (so the docs and code cannot drift; the README links it):
+The table is read from docs/reference/api.md (so the docs and code cannot drift; the README links
+it):
 every code it lists is an `EXIT_*` of fastverify/cli/output.py and the other way round, and
 each case below runs the real `fastverifyctl` (against a real daemon on the sim where it
 needs one) and checks both its exit code and that the table's row for that code names the

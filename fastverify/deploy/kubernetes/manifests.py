@@ -60,7 +60,8 @@ def configmaps(p: Plan) -> Built:
         configmap("user", "profiles", "profiles-user", p.user),
     ]
     header = [
-        "Rendered by `fastverifyctl render kubernetes`; docs/guides/kubernetes.md. The profiles are the",
+        "Rendered by `fastverifyctl render kubernetes`; docs/guides/kubernetes.md. The profiles "
+        "are the",
         "env files byte for byte (the shipped ones and the operator's); the daemon's",
         "configuration declares the profile and mode of every pod. The configuration and the",
         "declared profile's own files (its extends chain) live in ConfigMaps named by a hash",

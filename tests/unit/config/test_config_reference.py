@@ -1,6 +1,7 @@
-"""The configuration's derived artefacts and its table layout: docs/reference/config.example.toml and
-docs/reference/config.md regenerate byte-identically from the declaration, fastverifyd's flags are the
-keys that declare one, and today's [daemon] keys keep loading as aliases of their new tables."""
+"""The configuration's derived artefacts and its table layout: docs/reference/config.example.toml
+and docs/reference/config.md regenerate byte-identically from the declaration, fastverifyd's flags
+are the keys that declare one, and today's [daemon] keys keep loading as aliases of their new
+tables."""
 
 from __future__ import annotations
 

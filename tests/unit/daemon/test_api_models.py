@@ -17,7 +17,8 @@ def test_the_committed_reference_is_what_the_models_write() -> None:
     committed = api_reference.DOC.read_text(encoding="utf-8")
     regenerated = api_reference.splice(committed, api_reference.render())
     assert regenerated == committed, (
-        f"docs/reference/api.md's reference block is stale: regenerate it with `{api_reference.COMMAND}`"
+        "docs/reference/api.md's reference block is stale: regenerate it with "
+        f"`{api_reference.COMMAND}`"
     )
 
 
