@@ -260,7 +260,7 @@ write_config() {
 render_unit() {
   local args=(render systemd --mode "$mode" --output "$tmp/$unit"
     --config /etc/fastverify/fastverifyd.toml --env-file /etc/fastverify/fastverify.env
-    --docs-path "$here/docs/deployment.md")
+    --docs-path "$here/docs/guides/deployment.md")
   if [ "$mode" = host ]; then
     args+=(--fastverifyd /opt/fastverify/bin/fastverifyd)
   else

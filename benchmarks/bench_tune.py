@@ -9,7 +9,7 @@ tune runs with `--accept-length 2.0` and the short measurement windows of the su
 test; then `sweep PROFILES --then-eagle3 N` measures every profile in both modes with the
 same windows. Figures: the decision's tok/s in the sweep / the sweep's best (goal >= 0.97),
 and each profile's EAGLE-3 / baseline beside the cost model's. On a busy machine the sim's
-EAGLE-3 reads lower than its baseline (docs/testing.md): the machine's load average is
+EAGLE-3 reads lower than its baseline (docs/guides/testing.md): the machine's load average is
 recorded with the figures. Figures, never asserts.
 """
 

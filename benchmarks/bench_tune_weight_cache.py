@@ -2,7 +2,7 @@
 on the sim -> benchmarks/results/tune-weight-cache-sim.json.
 
 Two fastverifyd in turn, the same sim server (TP 8, `--sim-load-seconds S`: a disk start
-spends 85% of S reading the weights, docs/sim.md), one with `weight_cache = "off"`, one with
+spends 85% of S reading the weights, docs/guides/sim.md), one with `weight_cache = "off"`, one with
 `"on"`. Each runs the same `fastverifyctl tune --accept-length 2.0 --json` (the suite's short
 measurement windows, tests/support/tune.py). Without the cache the trial runs on dummy
 weights and confirm reloads the finalists from disk; with it the trial's baselines load the
@@ -110,7 +110,7 @@ def main() -> int:
         "benchmark": "tune-weight-cache",
         "command": f"python {Path(__file__).relative_to(REPO)} --load-seconds "
         f"{args.load_seconds:g}",
-        "engine": "sim (a SIMULATION: its loads are the sim's calibration, docs/sim.md)",
+        "engine": "sim (a SIMULATION: its loads are the sim's calibration, docs/guides/sim.md)",
         "sim_load_seconds": args.load_seconds,
         "tp_size": TP,
         "measure": MEASURE,

@@ -1,7 +1,7 @@
 """A profile switch with and without the weight cache, side by side in one run, on the sim.
 
 Two fastverifyd in turn, the same sim server (TP 2, `--sim-load-seconds S`: a disk start
-spends 85% of S reading the weights, docs/sim.md), one with `weight_cache = "off"`, one with
+spends 85% of S reading the weights, docs/guides/sim.md), one with `weight_cache = "off"`, one with
 `"auto"`. Each runs the same sequence through the real `fastverifyctl`: 5 baseline `profile
 set` (ring-ll, ring-simple, nccl-default, ring-ll-8ch, ring-ll), a rollback (tree-ll fails its
 CUDA-graph capture and rolls back), a crash restart (the server SIGKILLed), timing each to
@@ -116,7 +116,7 @@ def main() -> int:
     ratio = with_cache["switch_wall_s"]["median"] / without["switch_wall_s"]["median"]
     report = {
         "benchmark": "weight-cache",
-        "engine": "sim (a SIMULATION: the load split is the sim's calibration, docs/sim.md)",
+        "engine": "sim (a SIMULATION: the load split is the sim's calibration, docs/guides/sim.md)",
         "sim_load_seconds": args.load_seconds,
         "tp_size": 2,
         "host": {"machine": platform.machine(), "cpus": os.cpu_count(),

@@ -38,7 +38,7 @@ ARGS: dict[str, list[str]] = {
     "exporter": [],
     "profiles": ["--runs", "20"],
     "switch": ["--switches", "6"],
-    "spec": ["--stage", "robust"],  # ~30 min; e2e and coverage by hand (docs/speculation.md)
+    "spec": ["--stage", "robust"],  # ~30 min; e2e and coverage by hand (docs/guides/speculation.md)
 }
 TIMEOUT_S = 600
 

@@ -4,8 +4,8 @@ body's fields.
 
 Everything else is derived from these declarations: the daemon's routes and request
 validation (fastverify.daemon.api_checks), the typed methods of fastverify.client (which the
-CLI calls), and the reference part of docs/api.md (fastverify.api_reference). Plain classes,
-no dataclasses: the CLI imports this module on its start-up path.
+CLI calls), and the reference part of docs/reference/api.md (fastverify.api_reference). Plain
+classes, no dataclasses: the CLI imports this module on its start-up path.
 """
 
 from __future__ import annotations
@@ -164,9 +164,9 @@ decision (object | null): `{profile, mode, backend, applied, decided_at, report,
 sglang (object | null): the server's SGLang release and the facts serving it
 findings (list): what the daemon found wrong and works around, one sentence each
 daemon (object): `{pid, state_dir, fingerprint}`; `fingerprint`: the host fingerprint `{id,
-  facts}` computed at start (docs/host.md; null until known)
+  facts}` computed at start (docs/guides/host.md; null until known)
 weight_cache (object): SGLang's weight-cache daemon as fastverifyd runs it
-  (docs/weight-cache.md): `{setting, state, available, speculative, restarts, last_failure,
+  (docs/guides/weight-cache.md): `{setting, state, available, speculative, restarts, last_failure,
   mismatch, pid?, pgid?, ranks?, rank_pids?, adopted?, started_at?, ready_s?, log?, argv?,
   fingerprint?, bytes, bytes_source, memory_note?}`
 speculation (object | null): a drafting mode with the exporter on: `{active_steps,
@@ -212,7 +212,7 @@ SET_PROFILE = Endpoint(
               mirrors="server.mode"),
         *_op_fields("accept a profile refused without it (a host whose PCIe ACS redirects "
                     "the GPUs' peer traffic refuses a P2P profile with 422 `reason: "
-                    '"p2p_redirected"`, docs/host.md), and ' + _FORCE_LEASE),
+                    '"p2p_redirected"`, docs/guides/host.md), and ' + _FORCE_LEASE),
         _RESTART,
         Field("load_format", "str", "SGLang's `--load-format` for this switch and its "
               'rollback (default `[server] load_format`); `"dummy"` = a timing trial, '

@@ -1,9 +1,9 @@
-"""The reference part of docs/api.md, written from fastverify.api_models: the endpoints, each
-request's fields (type, required, default, meaning) and the status body's fields.
+"""The reference part of docs/reference/api.md, written from fastverify.api_models: the
+endpoints, each request's fields (type, required, default, meaning) and the status body's fields.
 
 `python -m fastverify.api_reference` rewrites the block between BEGIN and END in
-docs/api.md (the prose around it is hand-written); the suite fails when the committed block
-differs from what this writes.
+docs/reference/api.md (the prose around it is hand-written); the suite fails when the committed
+block differs from what this writes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from fastverify import api_models as m
 
 BEGIN = "<!-- BEGIN generated reference: python -m fastverify.api_reference; do not edit -->"
 END = "<!-- END generated reference -->"
-DOC = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "reference" / "api.md"
 COMMAND = "python -m fastverify.api_reference"
 
 

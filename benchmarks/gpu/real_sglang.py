@@ -744,7 +744,8 @@ class Run:
         return ev
 
     # ------------------------------------------------------------------ fastverifyd's cache
-    # (weight_cache = "auto": the daemon owns SGLang's weight-cache daemon, docs/weight-cache.md)
+    # (weight_cache = "auto": the daemon owns SGLang's weight-cache daemon,
+    # docs/guides/weight-cache.md)
     def _wc_status(self) -> dict[str, Any]:
         wc = self.status().get("weight_cache") or {}
         keys = ("setting", "state", "pid", "ranks", "rank_pids", "ready_s", "bytes", "log",

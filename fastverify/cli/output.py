@@ -10,7 +10,7 @@ consistent and keep heavy imports off the start-up path:
 - `fail(message, code=EXIT_PROBLEMS)`: print `message` to stderr and exit with `code`.
 - `fail_with_reason(label, message, code, reason, as_json)`: the same as `label: message`,
   with --json first the error document `{"error": message, "reason": reason}` on stdout.
-- Exit codes, each with one meaning, defined here only (docs/api.md lists them):
+- Exit codes, each with one meaning, defined here only (docs/reference/api.md lists them):
   `EXIT_OK` 0, `EXIT_PROBLEMS` 1 (validation problems, a failed or rolled-back operation,
   a failed check), `EXIT_USAGE` 2 (bad arguments, unknown or invalid profile; click's own
   code for usage errors), `EXIT_UNAVAILABLE` 3 (the daemon is not reachable, stopped,
@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 
 import click
 
-# Exit codes every command shares (scripts rely on them; docs/api.md lists them).
+# Exit codes every command shares (scripts rely on them; docs/reference/api.md lists them).
 EXIT_OK = 0
 EXIT_PROBLEMS = 1  # validation problems, a failed or rolled-back switch, a failed check
 EXIT_USAGE = 2  # bad arguments, unknown or invalid profile

@@ -126,7 +126,7 @@ def _print_preflight(report: dict[str, Any]) -> None:
     default=None,
     metavar="NAME",
     help="Measure every algorithm/protocol per size and write NAME.tuner.csv + NAME.env "
-    "(a tuner profile; see docs/tuner.md). PROFILES: at most one, the base (nccl-default).",
+    "(a tuner profile; see docs/guides/tuner.md). PROFILES: at most one, the base (nccl-default).",
 )
 @dir_option(
     "--tuner-dir", help="With --derive-tuner: where to write (default: the user profile dir)."

@@ -9,7 +9,7 @@ after the model's: that is a phase of its own, not a restart of the bar). Ctrl-C
 operation runs asks whether to cancel it (on a terminal) or leaves it running and says how
 to cancel it (`fastverifyctl cancel`).
 
-Exit codes (fastverify.cli.output; docs/api.md): 0 READY and verified (or nothing to do),
+Exit codes (fastverify.cli.output; docs/reference/api.md): 0 READY and verified (or nothing to do),
 1 failed or rolled back, 2 usage or invalid profile/mode, 3 daemon unreachable, 4 another
 operation in flight (pass --queue to wait) or a sweep/tune holds the daemon's lease (pass
 --force to switch anyway), 5 connection lost after the daemon accepted,

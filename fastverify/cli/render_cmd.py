@@ -90,7 +90,7 @@ def compose_cmd(output_dir: str | None, **options: object) -> None:
 @json_option("Print what was written as JSON.")
 @click.pass_context
 def kubernetes_cmd(ctx: click.Context, output_dir: str, as_json: bool, **options: object) -> None:
-    """Render the fleet's Kubernetes manifests (docs/kubernetes.md).
+    """Render the fleet's Kubernetes manifests (docs/guides/kubernetes.md).
 
     Exit codes: 0 written, 2 bad options, profile, decision record or configuration."""
     from fastverify.cli.output import EXIT_USAGE, emit_json, fail

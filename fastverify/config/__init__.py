@@ -3,8 +3,8 @@
 Every key is declared once, as a typed field of the `Config` dataclasses with its table,
 check, help and flag (`fields`); the rest is derived: the key list and old names (`keys`),
 the loader (`load`), the checks over several keys (`cross`), fastverifyd's options
-(`flags`) and the generated reference and example file (`reference`: docs/config.md,
-docs/config.example.toml; `python -m fastverify.config.reference` writes them).
+(`flags`) and the generated reference and example file (`reference`: docs/reference/config.md,
+docs/reference/config.example.toml; `python -m fastverify.config.reference` writes them).
 """
 
 from fastverify.config.checks import Check

@@ -53,7 +53,7 @@ TABLES: dict[str, str] = {
     "restart": "Starting, stopping and restarting the engine: timeouts, crash backoff, "
     "recovery from FAILED.",
     "watch": "After READY: SGLang's /health_generate, so a hung engine counts as a crash "
-    '(engine_unresponsive; docs/api.md, "A hung engine").',
+    '(engine_unresponsive; docs/reference/api.md, "A hung engine").',
     "sim": "The embedded sim engine (tests and demos).",
 }
 
@@ -155,7 +155,7 @@ class ServerConfig:
             "SGLang's weight cache (0.5.17+) as fastverifyd's second process group: \"auto\" = "
             "every baseline start maps the cached weights (a switch reloads none; a start it "
             'cannot serve loads from disk with a warning), "on" = such a start fails '
-            "instead; docs/weight-cache.md.", flag=True),
+            "instead; docs/guides/weight-cache.md.", flag=True),
     ] = "off"  # fmt: skip
     # A timing trial's EAGLE-3 step count (topk 1, num_draft_tokens = steps + 1, as SGLang's
     # adaptive worker runs them): set per operation by the API (`eagle3_steps` of a dummy-

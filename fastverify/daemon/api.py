@@ -1,8 +1,8 @@
 """The control API's doors: HTTP/1.0 + JSON over a Unix socket (optional TCP: TLS, tokens),
 bound and served here; each request is handled by api_handler.Handler.
 
-Paths are versioned (`/v1/...`; the contract: fastverify.api_models, docs/api.md). The Unix
-socket is created with mode 0660 and handed to group `fastverify` when that group exists.
+Paths are versioned (`/v1/...`; the contract: fastverify.api_models, docs/reference/api.md). The
+Unix socket is created with mode 0660 and handed to group `fastverify` when that group exists.
 TCP listens only when configured (off loopback only over TLS, client certificates when a CA
 is given: tcpdoor.py) and then requires `Authorization: Bearer <token>` when a token file is
 set (auth.py: named tokens, constant-time, per-source backoff). Every request knows its

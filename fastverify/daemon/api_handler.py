@@ -151,7 +151,9 @@ class Handler(BaseHTTPRequestHandler):
             methods = m.ROUTES.get(path)
             if methods is None:
                 raise RequestError(
-                    404, f"unknown path {path} (see docs/api.md; known: {', '.join(m.ROUTES)})"
+                    404,
+                    f"unknown path {path} (see docs/reference/api.md; "
+                    f"known: {', '.join(m.ROUTES)})",
                 )
             if method not in methods:
                 self._send_json(

@@ -276,8 +276,8 @@ class ControlFacade:
                 f" ({cfg.source or 'defaults'}: {declared[0]}/{declared[1]}), e.g. a Kubernetes"
                 f" manifest; switching to {target[0]}/{target[1]} here would make the cluster's"
                 " desired state and the daemon disagree. Change the manifest and roll it out"
-                " (docs/kubernetes.md), or try it on this pod only with --canary (status shows"
-                " it)",
+                " (docs/guides/kubernetes.md), or try it on this pod only with --canary"
+                " (status shows it)",
                 reason="declarative",
                 declared={"profile": declared[0], "mode": declared[1]},
             )

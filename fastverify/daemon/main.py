@@ -3,7 +3,7 @@
     fastverifyd [--config FILE] [--engine auto|sglang|sim] [--state-dir DIR] [--socket PATH] ...
 
 Every option but --config and --version overrides one configuration key and is derived
-from that key's declaration (fastverify.config; docs/config.md names the key of each); the
+from that key's declaration (fastverify.config; docs/reference/config.md names the key of each); the
 old key names the file uses are logged as one warning each. The first log line names the engine
 chosen and why. Signals: SIGTERM/SIGINT stop the engine group and exit 0 (STOPPING=1 is
 sent first; a SIGINT ignored at start, as in a background job, stays ignored); SIGHUP
@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fastverifyd",
         description="fastverify supervisor daemon: runs the SGLang server (or the sim) with "
         "one NCCL profile, switches, verifies and rolls back on request, serves /metrics.",
-        epilog="Every flag overrides the key of the config file it names (docs/config.md).",
+        epilog="Every flag overrides the key of the config file it names "
+        "(docs/reference/config.md).",
     )
     p.add_argument(
         "--config",

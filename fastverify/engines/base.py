@@ -1,7 +1,7 @@
 """What every engine adapter provides: argv for a (server config, mode, profile requires),
 a way to check that argv before anything running is stopped, and its identity.
 
-The supervisor only talks to engines through this interface (see docs/CONTRACTS.md).
+The supervisor only talks to engines through this interface (see docs/reference/CONTRACTS.md).
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ def plan(args: cli_args.SimArgs, env: Mapping[str, str]) -> allreduce.Dispatch:
     )
 
 
-HOST_TEXT = "the sim's simulated host: PCIe-only GPUs with P2P, no NVLink (docs/sim.md)"
+HOST_TEXT = "the sim's simulated host: PCIe-only GPUs with P2P, no NVLink (docs/guides/sim.md)"
 
 
 def flashinfer_offer(argv: Sequence[str]) -> tuple[bool, str]:

@@ -1,7 +1,7 @@
 """The sim engine's cost model: how long a forward pass, a verify pass and a decode step take.
 
 A SIMULATION, never a measurement. Its constants come from three places, each named beside
-the constant and in docs/sim.md ("The cost model"), and tests/unit/sim/test_calibration.py
+the constant and in docs/guides/sim.md ("The cost model"), and tests/unit/sim/test_calibration.py
 reads each measured one back from its file:
 
 - the project's own GPU records: benchmarks/results/rehearse-2gpu.json (kimi-k2.5 shapes on
@@ -79,7 +79,7 @@ DRAFT_EXTEND_DECODE_RATIO = 0.0447
 # allreduce_ms_per_verify) / allreduce_per_verify = (1.529 - 1.015) ms / 123
 LAUNCH_GAP_US = 4.18
 
-# --- fitted to the field report (docs/sim.md "The cost model"): the decode step is
+# --- fitted to the field report (docs/guides/sim.md "The cost model"): the decode step is
 # 12.2 ms (82 tok/s) exactly; the marginal bandwidth by least squares on the verify pass
 # (~30 ms) and the spec cycle (~30 ms = break-even 2.46 x 12.2 ms) ---
 COMPUTE_DECODE_S = 1.271e-3  # one target forward over 1 token, CUDA graphs on

@@ -49,7 +49,7 @@ from fastverify.sim.workers import WorkerPool
 SIM_VERSION = "0.5.23-fastverify-sim"
 BANNER = (
     "fastverify sim engine: this is a SIMULATION of an SGLang server (no GPU, no model). "
-    "Timings come from a documented cost model (docs/sim.md) and are not measurements "
+    "Timings come from a documented cost model (docs/guides/sim.md) and are not measurements "
     "of real hardware."
 )
 
@@ -280,7 +280,7 @@ class SimEngine:
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGCHLD, self._on_child)
         # SIGUSR1: the scheduler hangs while the process lives (a stand-in for an NCCL hang
-        # from a bad setting; docs/sim.md): the HTTP server answers, /health and
+        # from a bad setting; docs/guides/sim.md): the HTTP server answers, /health and
         # /health_generate (one endpoint in SGLang) turn 503
         signal.signal(signal.SIGUSR1, self._on_hang)
         httpd: SimHTTPServer | None = None

@@ -332,7 +332,7 @@ class StartUp:
 
     def _decode_capture_nccl(self) -> None:
         """NCCL's tuning lines at the decode capture's first all-reduce; Tree on PCIe fails
-        the capture (a stand-in for what docs/sim.md describes)."""
+        the capture (a stand-in for what docs/guides/sim.md describes)."""
         a = self.args
         tuning = sglang_logs.nccl_tuning_lines(os.environ, 0, tuning_rows(self.settings, a))
         sglang_logs.write_nccl_lines(os.environ, tuning, self.log)

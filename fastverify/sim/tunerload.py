@@ -20,7 +20,7 @@ plugin_open.cc `openPluginLib`, src/plugin/tuner/tuner_vN.cc) does, and prints a
 dlsym; the real plugin's own init writes its own line) and returns `(level, text)` pairs,
 level "INFO" or "WARN", for NCCL's subsystems INIT/ENV/TUNING. Compare the real output in
 tests/fixtures/nccl-2.28.9-tuner/. The sim reads no choice from the plugin: its cost model
-is unchanged by a tuner (docs/sim.md).
+is unchanged by a tuner (docs/guides/sim.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 /*
  * fastverify NCCL tuner plugin: per-size algorithm/protocol/channel choices read from
- * a table measured on the host's own GPUs (see docs/tuner.md).
+ * a table measured on the host's own GPUs (see docs/guides/tuner.md).
  *
  * Loaded by NCCL through NCCL_TUNER_PLUGIN=<absolute path of this .so>. The table is
  * the CSV file named by FASTVERIFY_TUNER_TABLE; it is read and checked once per

@@ -77,7 +77,7 @@ def _parsed(out: dict, args) -> dict:
     out.update(parsed=True, tp_size=args.tp_size, model_path=args.model_path)
     out["speculative_num_draft_tokens"] = args.speculative_num_draft_tokens
     out["load_format"] = args.load_format
-    # multi-node (one server over several pods: docs/kubernetes.md)
+    # multi-node (one server over several pods: docs/guides/kubernetes.md)
     out["nnodes"] = args.nnodes
     out["node_rank"] = args.node_rank
     out["dist_init_addr"] = args.dist_init_addr

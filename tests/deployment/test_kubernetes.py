@@ -11,7 +11,7 @@
   startup window of at least 30 minutes, an in-memory /dev/shm, profiles byte for byte,
   a pod template that changes with the profile's content and not with unrelated files.
 
-No Kubernetes control plane runs here; docs/kubernetes.md gives the commands that run the
+No Kubernetes control plane runs here; docs/guides/kubernetes.md gives the commands that run the
 same checks against a cluster (`kubectl apply --dry-run=server`, a staging roll-out).
 """
 

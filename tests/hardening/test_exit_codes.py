@@ -1,6 +1,7 @@
 """One exit-code table, one meaning per code, every command held to it.
 
-The table is read from docs/api.md (so the docs and code cannot drift; the README links it):
+The table is read from docs/reference/api.md (so the docs and code cannot drift; the README links
+it):
 every code it lists is an `EXIT_*` of fastverify/cli/output.py and the other way round, and
 each case below runs the real `fastverifyctl` (against a real daemon on the sim where it
 needs one) and checks both its exit code and that the table's row for that code names the
@@ -30,8 +31,8 @@ TINY_MODEL = REPO / "examples" / "model-configs" / "tiny-dense.json"
 
 
 def readme_table() -> dict[int, str]:
-    """code -> meaning, from docs/api.md's `| code | meaning |` table (the one table)."""
-    text = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
+    """code -> meaning, from docs/reference/api.md's `| code | meaning |` table (the one table)."""
+    text = (REPO / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
     head = text.index("| code | meaning |")
     rows: dict[int, str] = {}
     for line in text[head:].splitlines()[2:]:
@@ -318,8 +319,8 @@ def test_every_code_of_the_table_is_exercised() -> None:
 
 
 def test_docs_quote_the_table_codes() -> None:
-    """docs/experiments.md's exit codes are the table's (a missing dependency is 6)."""
-    text = (REPO / "docs" / "experiments.md").read_text(encoding="utf-8")
+    """docs/guides/experiments.md's exit codes are the table's (a missing dependency is 6)."""
+    text = (REPO / "docs" / "guides" / "experiments.md").read_text(encoding="utf-8")
     for m in re.finditer(r"exits (\d+) (?:and says so|with the install hint)", text):
         assert int(m.group(1)) == output.EXIT_MISSING_DEPENDENCY, m.group(0)
     assert re.search(r"`6` a missing optional dependency", text)

@@ -209,9 +209,11 @@ def test_exit_codes_are_defined_once_and_unique() -> None:
             continue
         text = path.read_text()
         assert not re.search(r"^EXIT_\w+\s*=", text, re.M), f"{path} defines its own exit code"
-    table = (REPO / "docs" / "api.md").read_text()  # the one exit-code table
+    table = (REPO / "docs" / "reference" / "api.md").read_text()  # the one exit-code table
     for value in codes.values():
-        assert re.search(rf"^\| {value} \|", table, re.M), f"docs/api.md does not list exit {value}"
+        assert re.search(rf"^\| {value} \|", table, re.M), (
+            f"docs/reference/api.md does not list exit {value}"
+        )
 
 
 # --------------------------------------------------------------------------- cancel (CLI side)
@@ -244,7 +246,8 @@ def test_cancel_reports_the_daemon_answer(tmp_path: Path) -> None:
 
 
 def test_docs_profile_validate_example_is_what_happens(tmp_path: Path) -> None:
-    readme = (REPO / "docs" / "profiles.md").read_text()  # docs/profiles.md, linked from the README
+    # docs/guides/profiles.md, linked from the README
+    readme = (REPO / "docs" / "guides" / "profiles.md").read_text()
     block = readme.split("$ fastverifyctl profile validate bad.env", 1)[1].split("\n$ ", 1)[0]
     lines = [ln for ln in block.splitlines()[1:] if ln.strip()]
     promised_exit = int(next(ln for ln in lines if ln.startswith("exit ")).split()[1])

@@ -56,7 +56,8 @@ def test_exporter_is_fed_switches_restarts_start_time_and_baselines(tmp_path: Pa
 
 
 def test_the_status_body_is_the_declared_one(tmp_path: Path) -> None:
-    """GET /v1/status answers exactly the fields api_models declares (docs/api.md's table)."""
+    """GET /v1/status answers exactly the fields api_models declares (docs/reference/api.md's
+    table)."""
     with DaemonHarness(tmp_path, metrics=False) as d:
         st = d.client.status()
     assert st["state"] == "READY"

@@ -3,7 +3,7 @@ shipped profile through a real fastverifyd and the real CLI, and a manual trial
 (`profile set --trial`, `bench --load-format dummy`) labelled in status, history and
 /metrics, with a trial's own EAGLE-3 draft steps.
 
-The sim honours `--load-format dummy` as SGLang does (docs/sim.md): a fast load and a random
+The sim honours `--load-format dummy` as SGLang does (docs/guides/sim.md): a fast load and a random
 drafter (accept length at its floor, 1.0); the cost model (`allreduce_sim.served_prediction`) is the
 reference for what the timings should be.
 """

@@ -15,7 +15,7 @@ RING_LL = {
 }
 
 # The field report's totals (8 PCIe Gen5 GPUs, a 61-layer MoE, TP 8, ring-ll, CUDA graphs,
-# batch 1; docs/architecture.md, docs/sim.md): what the sim's calibration must reproduce.
+# batch 1; docs/architecture.md, docs/guides/sim.md): what the sim's calibration must reproduce.
 BASELINE_TOK_S = 82.0  # baseline decoding
 DECODE_STEP_MS = 12.2  # one baseline decode step
 VERIFY_MS = 30.0  # one EAGLE-3 verify pass over 4 draft tokens ("25 ms of its 30 ms")

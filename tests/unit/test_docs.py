@@ -1,7 +1,10 @@
-"""The README is the front page and docs/ holds the rest: every relative link of README.md
-and docs/*.md reaches a file (and, for a `#anchor` into a Markdown page, one of its
-headings, slugged as GitHub does), the README stays a front page, and its two commands for
-a fresh machine are the scripts that exist, the test one being exactly what `.ci/run` runs."""
+"""The README is the front page and docs/ holds the rest, in guides/, reference/ and
+evidence/ with docs/README.md as their index and docs/architecture.md at the top: every
+relative link of README.md and docs/**/*.md reaches a file (and, for a `#anchor` into a
+Markdown page, one of its headings, slugged as GitHub does), every docs page is linked from
+the index and the index from the README, the README stays a front page, and its two
+commands for a fresh machine are the scripts that exist, the test one being exactly what
+`.ci/run` runs."""
 
 from __future__ import annotations
 
@@ -11,7 +14,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = REPO / "docs"
+INDEX = DOCS / "README.md"
+FOLDERS = ("guides", "reference", "evidence")
+PAGES = [REPO / "README.md", *sorted(DOCS.glob("**/*.md"))]
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
@@ -31,6 +37,13 @@ def headings(text: str) -> set[str]:
     return out
 
 
+def linked_files(page: Path) -> set[Path]:
+    """The files a page's relative links reach (anchors dropped)."""
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    urls = [u.partition("#")[0] for u in LINK.findall(text) if not re.match(r"^[a-z]+:", u)]
+    return {(page.parent / u).resolve() for u in urls if u}
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
 def test_every_relative_link_reaches_a_file_and_heading(page: Path) -> None:
     broken = []
@@ -46,11 +59,26 @@ def test_every_relative_link_reaches_a_file_and_heading(page: Path) -> None:
     assert not broken, f"{page.relative_to(REPO)}: {broken}"
 
 
-def test_every_doc_page_is_linked_from_the_readme() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    linked = {u.partition("#")[0] for u in LINK.findall(readme)}
-    missing = [p.name for p in PAGES[1:] if f"docs/{p.name}" not in linked]
-    assert not missing, f"docs pages the README's list does not link: {missing}"
+def test_every_doc_page_is_linked_from_the_index_and_the_index_from_the_readme() -> None:
+    readme = linked_files(REPO / "README.md")
+    assert INDEX.resolve() in readme, "README.md does not link docs/README.md"
+    reachable = readme | linked_files(INDEX)
+    pages = [p for p in PAGES[1:] if p != INDEX]
+    missing = [str(p.relative_to(REPO)) for p in pages if p.resolve() not in reachable]
+    assert not missing, f"docs pages neither README.md nor docs/README.md links: {missing}"
+    unindexed = [str(p.relative_to(REPO)) for p in pages if p.resolve() not in linked_files(INDEX)]
+    assert not unindexed, f"docs pages the index (docs/README.md) does not list: {unindexed}"
+
+
+def test_docs_keep_their_layout() -> None:
+    """Guides, reference and evidence in their folders; only the index and the architecture
+    at the top; every file under docs/ in one of them (or an image)."""
+    top = sorted(p.name for p in DOCS.iterdir() if p.is_file())
+    assert top == ["README.md", "architecture.md"], top
+    dirs = sorted(p.name for p in DOCS.iterdir() if p.is_dir())
+    assert dirs == sorted((*FOLDERS, "img")), dirs
+    for folder in FOLDERS:
+        assert any((DOCS / folder).glob("*.md")), f"docs/{folder}/ holds no page"
 
 
 def test_the_readme_is_a_front_page() -> None:

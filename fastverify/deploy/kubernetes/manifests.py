@@ -60,7 +60,8 @@ def configmaps(p: Plan) -> Built:
         configmap("user", "profiles", "profiles-user", p.user),
     ]
     header = [
-        "Rendered by `fastverifyctl render kubernetes`; docs/kubernetes.md. The profiles are the",
+        "Rendered by `fastverifyctl render kubernetes`; docs/guides/kubernetes.md. The profiles "
+        "are the",
         "env files byte for byte (the shipped ones and the operator's); the daemon's",
         "configuration declares the profile and mode of every pod. The configuration and the",
         "declared profile's own files (its extends chain) live in ConfigMaps named by a hash",
@@ -144,7 +145,7 @@ def pvc(p: Plan) -> Built:
     header = [
         f"The model volume, mounted read-only at /models in every server pod ({p.pods} pod(s):",
         f"{p.model_access_mode}). A new claim is empty: fill it before the first start "
-        "(docs/kubernetes.md),",
+        "(docs/guides/kubernetes.md),",
         "or give an existing claim with --model-pvc and this file is not rendered.",
     ]
     return header, [doc]

@@ -70,7 +70,7 @@ def network_checks(options: KubeOptions, fleet: Any, profile: Any) -> list[str]:
             raise RenderError(
                 f"--nodes {options.nodes}: {why}, so NCCL's all-reduces between the nodes go "
                 "over TCP sockets, an order of magnitude slower than RDMA. Request RDMA "
-                "(--rdma NAME[=COUNT] or --rdma-devices; docs/kubernetes.md), or accept TCP "
+                "(--rdma NAME[=COUNT] or --rdma-devices; docs/guides/kubernetes.md), or accept TCP "
                 "with --allow-tcp"
             )
         notes.append(f"--allow-tcp: {why}; NCCL runs over TCP sockets between the nodes")

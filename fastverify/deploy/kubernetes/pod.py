@@ -66,7 +66,7 @@ def daemon_config_text(cfg: Any, source: str) -> str:
     return configmod.dumps(cfg, [
         "fastverifyd configuration of a Kubernetes pod, rendered by `fastverifyctl render",
         f"kubernetes` from {source}. Declarative: the profile and mode below are the",
-        "manifest's (docs/kubernetes.md); change them by rendering and applying again.",
+        "manifest's (docs/guides/kubernetes.md); change them by rendering and applying again.",
     ])  # fmt: skip
 
 

@@ -198,7 +198,7 @@ def run_preflight(
     on_event: EventFn | None = None,
     env_for: Callable[[Any], dict[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """Preflight every profile in turn; returns the report (see docs/experiments.md)."""
+    """Preflight every profile in turn; returns the report (see docs/guides/experiments.md)."""
     if problem := backend_problem(cfg.backend):
         raise PreflightError(problem)
     if cfg.call not in ("pynccl", "torch"):

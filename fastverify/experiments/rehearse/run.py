@@ -172,7 +172,8 @@ def run_rehearsal(
     on_event: EventFn | None = None,
     env_for: Callable[[Any], dict[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """Rehearse every profile on every path in turn; returns the report (docs/rehearse.md)."""
+    """Rehearse every profile on every path in turn; returns the report
+    (docs/guides/rehearse.md)."""
     if problem := backend_problem(cfg.backend):
         raise RehearseError(problem)
     if cfg.draft_tokens < 1 or cfg.batch < 1 or cfg.steps < 1:

@@ -30,7 +30,7 @@ from statistics import median
 from typing import Any
 
 # Defaults (seconds) when nothing was recorded on this host. Real-host figures: a 10-minute
-# real load and ~1.5 minutes for a dummy one (docs/experiments.md), preflight 4-7 s per
+# real load and ~1.5 minutes for a dummy one (docs/guides/experiments.md), preflight 4-7 s per
 # profile on 2 H200, rehearse ~10-20 s per profile (benchmarks/results/).
 DEFAULTS = {
     "load_real": 600.0,

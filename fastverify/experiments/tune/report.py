@@ -251,7 +251,8 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
             "trial's -c): the accept length at which one EAGLE-3 draft+verify cycle per "
             "request matches the baseline's decode tokens/s per request at that concurrency "
             "(fastverify.speculation.breakeven, the computation behind /metrics' "
-            f'fastverify_spec_breakeven_accept_length{{concurrency="{conc}"}}; docs/tune.md).',
+            f'fastverify_spec_breakeven_accept_length{{concurrency="{conc}"}}; '
+            "docs/guides/tune.md).",
         ]
         if trial.get("compared_with_rehearsal"):
             lines += [

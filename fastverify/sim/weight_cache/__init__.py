@@ -11,7 +11,7 @@ client's CacheConfig -> `ok` with the entries, the daemon's pid and the bytes it
 and the daemon's lines in each release's wording. The sim has no GPU: a rank's "UUID" is
 derived from its GPU id, its weights are a sleep.
 
-Timing (docs/sim.md): a disk start of `--sim-load-seconds S` spends WEIGHTS_SHARE of S
+Timing (docs/guides/sim.md): a disk start of `--sim-load-seconds S` spends WEIGHTS_SHARE of S
 reading the checkpoint, GRAPHS_SHARE capturing CUDA graphs and REST_SHARE on the rest; a
 client start maps the cache's tensors in MAP_SECONDS instead of reading them.
 """
@@ -29,7 +29,7 @@ from fastverify.sglang.facts import resolve
 
 # The split of a disk start. The weights' share: a real load versus a load that reads no
 # checkpoint (the field's 10-minute real load and ~1.5-minute dummy load, the figures tune's
-# plan and docs/experiments.md use): 1 - 90/600. Graphs versus the rest of what is left:
+# plan and docs/guides/experiments.md use): 1 - 90/600. Graphs versus the rest of what is left:
 # SGLang 0.5.17 on an H200 with warm JIT caches (benchmarks/results/engine-start-split-h200.json:
 # 3.74 s of CUDA-graph capture in a 32.1 s start that read no weights).
 WEIGHTS_SHARE = 0.85

@@ -155,7 +155,7 @@ def test_fastverifyd_refuses_to_start_naming_the_key(tmp_path: Path) -> None:
 
 
 def test_example_config_is_valid_and_the_defaults() -> None:
-    cfg = config.load(REPO / "docs" / "config.example.toml")
+    cfg = config.load(REPO / "docs" / "reference" / "config.example.toml")
     assert cfg.daemon == config.Config().daemon and cfg.server == config.Config().server
 
 

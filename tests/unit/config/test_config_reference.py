@@ -1,6 +1,7 @@
-"""The configuration's derived artefacts and its table layout: docs/config.example.toml and
-docs/config.md regenerate byte-identically from the declaration, fastverifyd's flags are the
-keys that declare one, and today's [daemon] keys keep loading as aliases of their new tables."""
+"""The configuration's derived artefacts and its table layout: docs/reference/config.example.toml
+and docs/reference/config.md regenerate byte-identically from the declaration, fastverifyd's flags
+are the keys that declare one, and today's [daemon] keys keep loading as aliases of their new
+tables."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_generated_documents_are_current(rel: Path) -> None:
 
 
 def test_the_check_command_fails_on_a_stale_file_and_names_the_fix(tmp_path: Path) -> None:
-    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "reference").mkdir(parents=True)
     assert reference.main(["--root", str(tmp_path)]) == 0  # writes both
     assert reference.main(["--root", str(tmp_path), "--check"]) == 0
     (tmp_path / reference.REFERENCE).write_text("# edited by hand\n")

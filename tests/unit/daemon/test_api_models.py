@@ -1,5 +1,5 @@
 """The control API declared once (fastverify.api_models): what is derived from it stays in
-step with it: docs/api.md's reference block regenerates byte-identically, every route has
+step with it: docs/reference/api.md's reference block regenerates byte-identically, every route has
 its handler, every endpoint its typed client method, and the client refuses a field its
 endpoint does not declare before anything is sent."""
 
@@ -17,7 +17,8 @@ def test_the_committed_reference_is_what_the_models_write() -> None:
     committed = api_reference.DOC.read_text(encoding="utf-8")
     regenerated = api_reference.splice(committed, api_reference.render())
     assert regenerated == committed, (
-        f"docs/api.md's reference block is stale: regenerate it with `{api_reference.COMMAND}`"
+        "docs/reference/api.md's reference block is stale: regenerate it with "
+        f"`{api_reference.COMMAND}`"
     )
 
 

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def test_example_config_documents_the_defaults() -> None:
-    cfg = config.load(REPO / "docs" / "config.example.toml")
+    cfg = config.load(REPO / "docs" / "reference" / "config.example.toml")
     defaults = config.Config()
     assert cfg.server == defaults.server
     assert cfg.daemon == defaults.daemon

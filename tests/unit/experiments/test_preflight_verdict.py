@@ -1,5 +1,6 @@
 """Merging rank reports and the per-profile verdict, on rank documents shaped as the worker
-writes them (the GPU failure paths cannot be provoked on one GPU; see docs/experiments.md)."""
+writes them (the GPU failure paths cannot be provoked on one GPU; see
+docs/guides/experiments.md)."""
 
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ def test_kimi_shapes_at_tp8_the_field_box() -> None:
     assert p["attention"]["o_proj"] == [8 * 128, 7168]
     assert p["moe"]["gate_up"] == [7168, 2 * 256] and p["moe"]["down"] == [256, 7168]
     assert p["dense_mlp"]["down"] == [2304, 7168]
-    assert p["allreduce_per_forward"] == 123  # the field counted 122 (see docs/rehearse.md)
+    assert p["allreduce_per_forward"] == 123  # the field counted 122 (see docs/guides/rehearse.md)
 
 
 def test_one_rank_has_no_collectives() -> None:

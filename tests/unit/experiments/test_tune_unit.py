@@ -118,11 +118,11 @@ def test_a_cached_start_counts_its_phases_and_prices_a_dummy_load_none_recorded(
 
 
 def test_the_real_host_arithmetic_of_docs_tune_md_is_the_plans_own() -> None:
-    """docs/tune.md's 8-GPU table: today's total, the total with the weight cache at the
+    """docs/guides/tune.md's 8-GPU table: today's total, the total with the weight cache at the
     field's 1.5-minute load, and at the H200's measured cached (36 s) and dummy (32 s)
     starts, as the plan computes them from the figures the doc names (10-minute real load,
     3 x 20 s per measurement, 9 candidates, 2 finalists, the recorded stage times)."""
-    doc = (Path(__file__).resolve().parents[3] / "docs/tune.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs/guides/tune.md").read_text()
     found = re.findall(r"the plan's own arithmetic with these figures: ([\d.]+)", doc)
     quoted = [float(x) for x in found]
     times = {"inventory": [10.0], "candidates": [2.0], "derive_tuner": [12.4], "preflight": [5.1],

@@ -1,6 +1,6 @@
 """The metric catalog is the one declaration: the collectors describe themselves with it and
 emit nothing else (name, type, help, label names), a feed of every source makes every
-catalog series appear and passes `promtool check metrics`, and docs/exporter.md's table is
+catalog series appear and passes `promtool check metrics`, and docs/reference/exporter.md's table is
 the catalog's."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from fastverify.exporters import catalog, collectors
 from fastverify.exporters.hub import MetricsHub
 from tests.support.hub import full_feed
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "exporter.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "reference" / "exporter.md"
 
 
 def _exposition(hub: MetricsHub) -> str:
@@ -86,7 +86,7 @@ def test_promtool_accepts_the_full_exposition() -> None:
 def test_the_docs_table_is_the_catalogs() -> None:
     committed = DOC.read_text(encoding="utf-8")
     assert catalog.with_table(committed) == committed, (
-        f"docs/exporter.md's metrics table is stale: run `{catalog.WRITE_COMMAND}`"
+        f"docs/reference/exporter.md's metrics table is stale: run `{catalog.WRITE_COMMAND}`"
     )
     for s in catalog.CATALOG:
         assert f"| `{s.name}` | {s.type} |" in committed

@@ -118,7 +118,7 @@ def test_pcie_ipc_pays_the_same_end_to_end_terms() -> None:
 def test_published_end_to_end_gain_is_stated_beside_the_sims() -> None:
     """SGLang's published TP 8 gains (TPOT 1.55x, output 1.37x at 8k context) are kept
     beside the sim's own; the sim's is larger (its compute is small next to its all-reduces)
-    and docs/sim.md says so with both numbers."""
+    and docs/guides/sim.md says so with both numbers."""
     tpot = costmodel.PUBLISHED_TPOT_MS[0] / costmodel.PUBLISHED_TPOT_MS[1]
     out = costmodel.PUBLISHED_OUTPUT_TOK_S[1] / costmodel.PUBLISHED_OUTPUT_TOK_S[0]
     assert round(tpot, 2) == 1.55 and round(out, 2) == 1.37
@@ -127,7 +127,7 @@ def test_published_end_to_end_gain_is_stated_beside_the_sims() -> None:
     ipc = allreduce_sim.served_prediction(on, "baseline", 8, 1, True)
     sim_gain = nccl.cycle_seconds / ipc.cycle_seconds
     assert sim_gain > tpot
-    doc = (REPO / "docs" / "sim.md").read_text()
+    doc = (REPO / "docs" / "guides" / "sim.md").read_text()
     assert f"{sim_gain:.2f}x" in doc and "1.55x" in doc and "1.37x" in doc
 
 
