@@ -48,5 +48,5 @@ def test_unreachable_message_and_help_name_what_works(tmp_path: Path) -> None:
     assert "--socket PATH" in r.stderr and "FASTVERIFY_SOCKET" in r.stderr, r.stderr
     assert "FASTVERIFY_SOCKET" in run_ctl("--help").stdout
     assert "FASTVERIFY_SOCKET" in run_ctl("status", "--help").stdout
-    doc = (REPO / "docs" / "daemon.md").read_text()  # how fastverifyctl finds the daemon
+    doc = (REPO / "docs" / "guides" / "daemon.md").read_text()  # how fastverifyctl finds the daemon
     assert "FASTVERIFY_SOCKET" in doc

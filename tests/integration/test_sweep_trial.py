@@ -274,9 +274,9 @@ def test_a_trial_is_labelled_in_profile_set_status_and_history(tmp_path: Path) -
         last_switch(d, "ring-ll")
         h = d.ctl("history")
         head, *rows = h.stdout.splitlines()
-        doc = (REPO / "docs" / "tour.md").read_text(encoding="utf-8")
+        doc = (REPO / "docs" / "guides" / "tour.md").read_text(encoding="utf-8")
         tour = doc[doc.index("$ fastverifyctl history\n") :].splitlines()[1]
-        assert head == tour, (head, tour)  # the tour (docs/tour.md) shows the same columns
+        assert head == tour, (head, tour)  # the tour (docs/guides/tour.md) shows the same columns
         col = head.split("\t").index("weights")
         by_profile = {row.split("\t")[2]: row.split("\t")[col] for row in rows}
         assert by_profile["ring-ll/baseline"] == "dummy (trial)", h.stdout
