@@ -13,7 +13,7 @@ command alike, median of N (first round dropped as page-cache warm-up):
   prometheus_client` (what the CLI would cost if its imports were not lazy);
 - `python -c pass` (the interpreter floor).
 
-Goals (issue 13): `fastverifyctl status` and `fastverifyctl profile list` at most 1.3x
+Goals: `fastverifyctl status` and `fastverifyctl profile list` at most 1.3x
 `python -c 'import click'` measured side by side in the same run (the CLI's own work on top
 of click is small), as the ratio of the medians of wall time and, less sensitive to a busy
 host, of child CPU time (user + system, from getrusage of the reaped child). `--version` is

@@ -1,4 +1,4 @@
-"""Stop times that used to be upper-bound asserts in tests (issue 13): figures, not asserts.
+"""Stop times that used to be upper-bound asserts in tests: figures, not asserts.
 
 Measured side by side in one run, each `--repeat` times (median and max printed):
 1. `procs.stop_group` on a polite process group (`sleep 30`): SIGTERM to gone;

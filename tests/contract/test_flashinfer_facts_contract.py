@@ -1,11 +1,11 @@
 """`fastverify.sglang.flashinfer_facts` against FlashInfer 0.7.2's own
 sources (unpacked beside the contract venv by scripts/sglang-venv.sh) and the H200 fixture.
 
-- Reuse (item 6): FlashInfer's own `_cache_key_head` and `cache_covers_workspace` scan, run
+- Reuse: FlashInfer's own `_cache_key_head` and `cache_covers_workspace` scan, run
   from its source on keys of its format, give what `flashinfer_facts.covers` gives for the
   same and for every field changed (world, profile, max_blocks, max_numel, memop).
-- JIT (item 4): the library names and where they are built; `trtllm_utils` needs nv_internal.
-- The autotuner's lines (item 9): the texts fastverify recognises are the f-strings FlashInfer
+- JIT: the library names and where they are built; `trtllm_utils` needs nv_internal.
+- The autotuner's lines: the texts fastverify recognises are the f-strings FlashInfer
   logs, through the `flashinfer.jit` logger that SGLang's configure_logger silences.
 """
 

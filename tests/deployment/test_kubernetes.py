@@ -1,4 +1,4 @@
-"""`fastverifyctl render kubernetes`: the manifests validate and say what the issue promises.
+"""`fastverifyctl render kubernetes`: the manifests validate and say what they promise.
 
 - Every render (single node, two nodes with RDMA, two nodes from a values file with a
   ServiceMonitor, three nodes over TCP): built-in kinds validate strictly (unknown fields

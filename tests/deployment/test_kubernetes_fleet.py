@@ -194,7 +194,7 @@ def test_content_named_configmaps_survive_gitops_pruning(tmp_path: Path) -> None
 
 
 def test_an_object_over_client_side_apply_is_refused_by_name(tmp_path: Path) -> None:
-    """16 user profiles with tuner tables (the issue's 199 KB, here 16 x 20 KB) make one
+    """16 user profiles with tuner tables (199 KB in a real fleet, here 16 x 20 KB) make one
     ConfigMap larger than client-side apply's annotation can hold."""
     user = tmp_path / "profiles"
     user.mkdir()

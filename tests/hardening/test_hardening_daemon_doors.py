@@ -2,7 +2,7 @@
 writes during a crash restart, a deleted active profile, an exporter port that cannot be
 bound, bad baselines, a no-op `profile set`, trace captures on an idle engine.
 
-Each test is the regression test of an issue-12 item and fails on the code before its fix.
+Each test is the regression test of a fault found on that door and fails on the code before its fix.
 """
 
 from __future__ import annotations

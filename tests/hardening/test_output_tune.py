@@ -46,7 +46,7 @@ def test_tune_plots_the_resume_circle_and_force_without_matplotlib(
     assert "plots: decision.png, funnel.png, trial.png" in proc.stdout, proc.stdout
     assert "plots skipped" not in proc.stdout + report
 
-    # item 5: the circle is broken: both messages name the ways out
+    # the circle is broken: both messages name the ways out
     again = daemon.ctl("tune", *TUNE, "-o", str(out))
     assert again.returncode == 2, again.stderr
     assert "already holds a finished tune" in again.stderr, again.stderr
@@ -146,7 +146,7 @@ def test_a_ci_from_two_runs_says_too_few_runs(daemon: DaemonHarness, tuned: dict
 def test_the_break_even_is_one_computation_and_says_its_concurrency(
     daemon: DaemonHarness, tuned: dict[str, Any]
 ) -> None:
-    """Item 7: the trial's break-even in tune's report and the exporter's gauge come from
+    """The trial's break-even in tune's report and the exporter's gauge come from
     one function, and the report says which concurrency its figure is for."""
     from fastverify.experiments.common import stats
     from fastverify.exporters import baseline

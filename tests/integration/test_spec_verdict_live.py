@@ -114,7 +114,7 @@ def test_baseline_at_one_request_eagle3_at_two(tmp_path: Path) -> None:
 
 
 def test_the_live_break_even_agrees_with_the_measured_rates(tmp_path: Path) -> None:
-    """Item 7: the live gauge's cycle is decode-only (SGLang's inter-token latency), like
+    """The live gauge's cycle is decode-only (SGLang's inter-token latency), like
     bench's and sweep's per-request rates: during an EAGLE-3 bench at 1 request, the live
     speedup estimate is that bench's per-request rate over the baseline recorded at 1
     request (before: the decode log's throughput counted prefill, 0.79-0.97 against 1.05)."""

@@ -382,7 +382,7 @@ def test_a_switch_during_a_sweep_is_refused_naming_it_and_a_forced_one_is_never_
 
 
 def test_sweep_without_matplotlib_says_its_plot_was_skipped(tmp_path: Path) -> None:
-    """Item 1, sweep.png: an install without the plot extra says so, and how to get it."""
+    """sweep.png: an install without the plot extra says so, and how to get it."""
     out = tmp_path / "sw"
     with DaemonHarness(tmp_path, sim_load_seconds=0.3,
                        config={"daemon": {"trace_period_s": 0}}) as d:  # fmt: skip

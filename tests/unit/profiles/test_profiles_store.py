@@ -12,7 +12,7 @@ from tests.support.field import RING_LL
 from tests.support.profiles import PCIE, SHIPPED, write
 
 
-def test_shipped_profiles_from_the_issue(store: ProfileStore) -> None:
+def test_the_shipped_profiles_and_their_settings(store: ProfileStore) -> None:
     names = {p.name for p in store.list()}
     assert {
         "nccl-default",
