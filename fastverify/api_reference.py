@@ -75,7 +75,8 @@ def render() -> str:
         streams = e.streams and e.method == "POST"
         stream = " With `stream: true`, NDJSON events until the result." if streams else ""
         out.append(f"Answer: {e.answer}.{stream}")
-    out += ["", "## Status body", "", "`GET /v1/status` answers one object:", ""]
+    status = f"`{m.STATUS.method} {m.STATUS.path}` answers one object:"
+    out += ["", "## Status body", "", status, ""]
     out += [*_status_table(m.STATUS_FIELDS), "", "`engine`:", ""]
     out += _status_table(m.ENGINE_FIELDS, "engine.")
     out += ["", END]

@@ -1,9 +1,10 @@
 """Client of the daemon's control API: HTTP + JSON over a Unix socket (or TCP: a token,
 TLS with an `ssl.SSLContext` from fastverify.credentials.client_context).
 
-The CLI talks to the daemon only through this module, by its typed methods (`status()`,
-`set_profile(name, mode=..., wait=...)`, ...): each calls one endpoint of
-fastverify.api_models, whose fields it accepts and checks before anything is sent.
+The CLI and the experiments it runs talk to the daemon only through this module, by its
+typed methods (`status()`, `set_profile(name, mode=..., wait=...)`, ...; `call(ep, ...)` and
+`follow(ep, ...)` for any endpoint): each calls one endpoint of fastverify.api_models, whose
+fields it accepts and checks before anything is sent.
 
 It speaks the little HTTP it needs straight over the socket: `http.client` alone (email
 parser, ssl) costs ~30 ms of import, half of `fastverifyctl status`'s start-up budget; for
@@ -175,6 +176,15 @@ class Calls:
 
     def stream(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
         raise NotImplementedError
+
+    def get(self, path: str, **kw: Any) -> Any:
+        """A raw GET of `path` (tests, probes); code calls the typed methods instead."""
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, body: Any = None, **kw: Any) -> Any:
+        """A raw POST of `body` to `path` (tests, probes), through `request` as the typed
+        calls go (a lease's wrapper adds its id here too)."""
+        return self.request("POST", path, body, **kw)
 
     def call(self, ep: m.Endpoint, /, *, timeout: float | None = None, **fields: Any) -> Any:
         """One request to `ep` with `fields` (its body, or its query for a GET; None values
@@ -460,12 +470,6 @@ class ControlClient(Calls):
                 raise ConnectionLost("fastverifyd sent a malformed event line") from None
         finally:
             resp.close()
-
-    def get(self, path: str, **kw: Any) -> Any:
-        return self.request("GET", path, **kw)
-
-    def post(self, path: str, body: Any = None, **kw: Any) -> Any:
-        return self.request("POST", path, body, **kw)
 
 
 def _target(ep: m.Endpoint, fields: dict[str, Any]) -> tuple[str, Any]:

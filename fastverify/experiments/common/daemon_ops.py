@@ -39,7 +39,7 @@ def switch(
     for attempt in range(SWITCH_ATTEMPTS):
         try:
             if on_event is None:
-                return client.post("/v1/profile", {**body, "wait": True}, timeout=timeout_s)
+                return client.set_profile(**{**body, "wait": True}, timeout=timeout_s)
             return _streamed(client, body, timeout_s, on_event)
         except ApiError as exc:
             if exc.status == 409 and attempt < SWITCH_ATTEMPTS - 1:  # another switch in flight
@@ -62,9 +62,10 @@ def switch(
 def _streamed(
     client: Any, body: dict[str, Any], timeout_s: float, on_event: Callable[[dict[str, Any]], None]
 ) -> dict[str, Any]:
+    from fastverify import api_models as m
     from fastverify.client import ConnectionLost
 
-    for ev in client.stream("POST", "/v1/profile", {**body, "stream": True}, timeout=timeout_s):
+    for ev in client.follow(m.SET_PROFILE, timeout=timeout_s, **{**body, "stream": True}):
         if ev.get("event") == "result":
             return {k: v for k, v in ev.items() if k not in ("event", "ts")}
         on_event(ev)
@@ -100,9 +101,7 @@ def capture_under_load(
     try:
         while time.monotonic() - t0 < CAPTURE_TIMEOUT_S:
             try:
-                got["analysis"] = client.post(
-                    "/v1/trace/capture", {"steps": steps}, timeout=CAPTURE_TIMEOUT_S
-                )
+                got["analysis"] = client.capture_trace(steps=steps, timeout=CAPTURE_TIMEOUT_S)
                 break
             except ApiError as exc:
                 # refused while the daemon has not yet seen the load's first request

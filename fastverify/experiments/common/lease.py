@@ -23,7 +23,7 @@ class LeaseRefused(RuntimeError):
 
 class Leased(Calls):
     """A ControlClient whose operation requests carry the lease `lease["id"]` (its typed
-    calls too: they go through `request` and `stream`)."""
+    calls, `call`/`follow`, `get`/`post` alike: all go through `request` and `stream`)."""
 
     def __init__(self, client: Any, lease: dict[str, Any]) -> None:
         self._client = client
@@ -40,12 +40,6 @@ class Leased(Calls):
     def request(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
         return self._client.request(method, path, self._body(path, body), **kw)
 
-    def post(self, path: str, body: Any = None, **kw: Any) -> Any:
-        return self._client.post(path, self._body(path, body), **kw)
-
-    def get(self, path: str, **kw: Any) -> Any:
-        return self._client.get(path, **kw)
-
     def stream(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
         return self._client.stream(method, path, self._body(path, body), **kw)
 
@@ -60,9 +54,7 @@ def hold(client: Any, experiment: str, description: str) -> Iterator[Any]:
         yield client
         return
     try:
-        lease = client.post(
-            "/v1/lease", {"experiment": experiment, "description": description[:500]}
-        )
+        lease = client.take_lease(experiment, description=description[:500])
     except ApiError as exc:
         if exc.status == 409:
             raise LeaseRefused(exc.body.get("error") or str(exc)) from None
@@ -73,4 +65,4 @@ def hold(client: Any, experiment: str, description: str) -> Iterator[Any]:
         # a daemon gone meanwhile holds no lease; one that does not answer (stopped) lets
         # it lapse when this process exits
         with contextlib.suppress(Exception):
-            client.post("/v1/lease/release", {"id": lease["id"]}, timeout=RELEASE_TIMEOUT_S)
+            client.release_lease(lease["id"], timeout=RELEASE_TIMEOUT_S)

@@ -114,7 +114,7 @@ class CostTrials:
         from fastverify.experiments.common.lease import LeaseRefused, hold
 
         self.cfg.validate()
-        status = self.client.get("/v1/status")
+        status = self.client.status()
         profile = status.get("profile")
         if not profile or not (status.get("engine") or {}).get("url"):
             raise CostTrialError(
@@ -151,13 +151,10 @@ class CostTrials:
         """K: `max_steps`, else the configured EAGLE-3 steps. Asking for the EAGLE-3 argv
         (read-only) also has the daemon refuse, before any switch, what cannot run here (no
         drafter configured, a mode or flag this SGLang lacks)."""
-        from urllib.parse import urlencode
-
         from fastverify.client import ApiError
 
-        query = urlencode({"profile": profile, "mode": "eagle3"})
         try:
-            argv = self.client.get(f"/v1/server/argv?{query}").get("argv") or []
+            argv = self.client.server_argv(profile=profile, mode="eagle3").get("argv") or []
         except ApiError as exc:
             if exc.status not in (400, 404, 422):
                 raise
@@ -220,7 +217,7 @@ class CostTrials:
         self.info.setdefault("load_s", {})[str(k)] = res.get("duration_s")
         self.emit(f"{_label(k)}: ready in {res.get('duration_s') or 0:.1f} s "
                   f"(engine ready {res.get('engine_ready_s') or 0:.1f} s, verified)")  # fmt: skip
-        status = self.client.get("/v1/status")
+        status = self.client.status()
         url = (status.get("engine") or {}).get("url")
         if not self.info.get("server") or k == 0:  # a speculative server's capture list
             self.info["server"] = _server_facts(url)

@@ -104,7 +104,7 @@ class Sweep:
 
     # -- daemon calls
     def _status(self) -> dict[str, Any]:
-        return self.client.get("/v1/status")
+        return self.client.status()
 
     def _switch(self, profile: str, mode: str, weights: str = trial.REAL) -> dict[str, Any]:
         """Switch and wait; returns the daemon's result (ok, rolled_back or failed).
@@ -331,7 +331,7 @@ class Sweep:
             if accept.get(r["profile"]):
                 body["accept_length"] = accept[r["profile"]]
             try:
-                self.client.post("/v1/baselines", body)
+                self.client.record_baseline(**body)
                 posted.append(r["profile"])
             except (ApiError, OSError) as exc:
                 self.warnings.append(f"could not record the baseline of {r['profile']}: {exc}")
@@ -341,15 +341,12 @@ class Sweep:
         """Ask the daemon to resolve every profile before the first switch (a read-only call:
         `GET /v1/server/argv`); SweepError naming every one it refuses, so a typo in the last
         name is found before an hour of measurements, not after."""
-        from urllib.parse import urlencode
-
         from fastverify.client import ApiError
 
         bad: list[str] = []
         for name in self.cfg.profiles:
-            query = urlencode({"profile": name, "mode": self.cfg.mode})
             try:
-                self.client.get(f"/v1/server/argv?{query}")
+                self.client.server_argv(profile=name, mode=self.cfg.mode)
             except ApiError as exc:
                 if exc.status not in (400, 404, 422):
                     raise
@@ -491,7 +488,7 @@ class Sweep:
         from fastverify.client import ApiError
 
         try:
-            recorded = self.client.get("/v1/baselines") or {}
+            recorded = self.client.baselines() or {}
         except (ApiError, OSError) as exc:
             recorded = {}
             self.warnings.append(f"could not read the recorded baselines: {exc}")

@@ -27,7 +27,7 @@ def accept_length(ctx: Ctx, profile: str | None) -> tuple[float | None, str]:
     from fastverify.experiments.sweep import trial as sweep_trial
 
     try:
-        recorded = ctx.client.get("/v1/baselines") or {}
+        recorded = ctx.client.baselines() or {}
     except OSError:
         recorded = {}
     return sweep_trial.reference_accept_length(ctx.cfg.accept_length, recorded, profile)

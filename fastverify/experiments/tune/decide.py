@@ -91,7 +91,7 @@ def spec_plan(ctx: Ctx, warnings: list[str]) -> dict[str, Any] | None:
     from fastverify.client import ApiError
 
     try:
-        return ctx.client.get("/v1/spec/plan") or None
+        return ctx.client.spec_plan() or None
     except ApiError as exc:
         if exc.status != 404:
             warnings.append(f"the daemon's speculation plan could not be read ({exc}): "
@@ -232,9 +232,10 @@ def count_loads(history: Sequence[Mapping[str, Any]], since: float) -> dict[str,
 def _switch(ctx: Ctx, profile: str, mode: str) -> dict[str, Any]:
     from fastverify.client import ApiError
 
-    body = {"name": profile, "mode": mode, "wait": True}
     try:
-        return ctx.client.post("/v1/profile", body, timeout=ctx.cfg.switch_timeout_s)
+        return ctx.client.set_profile(
+            profile, mode=mode, wait=True, timeout=ctx.cfg.switch_timeout_s
+        )
     except ApiError as exc:
         return {"result": "failed", **exc.body}
 
@@ -259,7 +260,7 @@ def _save_accept_length(
         "accept_length": accept,
     }
     try:
-        ctx.client.post("/v1/baselines", body)
+        ctx.client.record_baseline(**body)
     except (ApiError, OSError) as exc:
         return f"the measured accept length {accept:.2f} was not saved: the daemon answered {exc}"
     ctx.emit(f"decide: accept length {accept:.2f} of {profile} saved with its baseline "
@@ -272,7 +273,7 @@ def run(ctx: Ctx) -> StageResult:
     from fastverify.profiles.store import ProfileStore
 
     confirm = ctx.data("confirm")
-    status = ctx.client.get("/v1/status")
+    status = ctx.client.status()
     serving = (
         (status.get("profile"), status.get("mode")) if not status.get("trial") else (None, None)
     )
@@ -323,7 +324,7 @@ def run(ctx: Ctx) -> StageResult:
         ctx.emit(f"apply: {win['profile']}/{win['mode']} (real weights) ...")
         res = _switch(ctx, win["profile"], win["mode"])
         data["apply_result"] = {k: res.get(k) for k in ("result", "reason", "message", "weights")}
-        after = ctx.client.get("/v1/status")
+        after = ctx.client.status()
         data["applied"] = (
             res.get("result") in ("ok", "unchanged")
             and (after.get("profile"), after.get("mode")) == (win["profile"], win["mode"])
@@ -361,7 +362,7 @@ def run(ctx: Ctx) -> StageResult:
     if win["mode"] == "adaptive":
         body["adaptive_config"] = win["adaptive_config"]
     try:
-        ctx.client.post("/v1/decision", body)
+        ctx.client.record_decision(**body)
         data["recorded"] = True
     except ApiError as exc:
         data["recorded"] = False

@@ -66,7 +66,7 @@ def _server_argv(ctx: Ctx) -> list[str]:
     from fastverify.client import ApiError
 
     try:
-        return list(ctx.client.get("/v1/server/argv").get("argv") or [])
+        return list(ctx.client.server_argv().get("argv") or [])
     except ApiError as exc:
         ctx.emit(f"inventory: the daemon cannot build its server argv ({exc}); using the "
                  "configuration's TP size")  # fmt: skip
@@ -90,7 +90,7 @@ def run(ctx: Ctx) -> StageResult:
     from fastverify.profiles import doctor as doc
     from fastverify.profiles.store import ProfileStore
 
-    status = ctx.client.get("/v1/status")
+    status = ctx.client.status()
     engine = status.get("engine") or {}
     argv = _server_argv(ctx)
     tp = _tp_size(argv)
@@ -166,7 +166,7 @@ def host_fingerprint(
     from fastverify.host import fingerprint
 
     try:
-        eagle3 = list(ctx.client.get("/v1/server/argv?mode=eagle3").get("argv") or [])
+        eagle3 = list(ctx.client.server_argv(mode="eagle3").get("argv") or [])
     except Exception:  # an old daemon, or no EAGLE-3 configured: no drafter fact
         eagle3 = []
     versions = data["versions"] if isinstance(data["versions"], dict) else {}

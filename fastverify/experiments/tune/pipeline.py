@@ -101,7 +101,7 @@ def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> di
         duration_s=cfg.duration_s,
         accept_known=accept is not None and not ctx.eagle3_confirm,
         extra_real_loads=ctx.extra_confirm_loads,
-        history=ctx.client.get("/v1/history"),
+        history=ctx.client.history(),
         times=ctx.journal.times(),
         done=done,
         fixed=fixed,
@@ -114,7 +114,7 @@ def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> di
 def _cache_serves(ctx: Ctx) -> bool:
     """Does the daemon's weight cache serve real baseline loads (status `weight_cache`)?"""
     try:
-        wc = ctx.client.get("/v1/status").get("weight_cache") or {}
+        wc = ctx.client.status().get("weight_cache") or {}
     except Exception:  # the plan is made without it: priced as disk loads
         return False
     up = wc.get("state") in ("ready", "starting")  # failed, stopped, mismatch: loads from disk
@@ -126,7 +126,7 @@ def _wait_idle(client: Any, timeout_s: float, emit: Callable[[Event], None]) -> 
     left running), so the first switch of a resumed stage is not refused as busy."""
     deadline = time.monotonic() + timeout_s
     while True:
-        status = client.get("/v1/status")
+        status = client.status()
         op = status.get("switch_in_flight")
         if not op or time.monotonic() > deadline:
             return status
@@ -403,8 +403,8 @@ def _result(
         decision["adaptive_config"] = win.get("adaptive_config")
         decision["adaptive_config_json"] = win.get("adaptive_config_json")
     # which engine measured it (the daemon's own account: the sim's figures are simulated)
-    decision["engine"] = (ctx.client.get("/v1/status").get("engine") or {}).get("identity")
-    history = ctx.client.get("/v1/history")
+    decision["engine"] = (ctx.client.status().get("engine") or {}).get("identity")
+    history = ctx.client.history()
     result = {
         "decision": decision,
         "warnings": list(dec.get("warnings") or []),

@@ -133,7 +133,7 @@ def _run(client: Any, cfg: TuneConfig, source: Path, emit: Callable[[Event], Non
     from fastverify.profiles.store import ProfileStore
 
     t0 = time.time()
-    status = client.get("/v1/status")
+    status = client.status()
     out = Path(cfg.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     jr = journal.Journal(tune_dir(status))
@@ -162,7 +162,7 @@ def _run(client: Any, cfg: TuneConfig, source: Path, emit: Callable[[Event], Non
     reused_from = {"path": str(path), "fingerprint": doc["fingerprint"]["id"], "decision": dec}
 
     def finish(decision: dict[str, Any], check: dict[str, Any]) -> dict[str, Any]:
-        history = client.get("/v1/history")
+        history = client.history()
         result = {
             "decision": decision,
             "stages": stages,
@@ -225,7 +225,7 @@ def _run(client: Any, cfg: TuneConfig, source: Path, emit: Callable[[Event], Non
     b = stage("bench", bench)
     if b.status != "done":
         return refuse(b.reason or "bench failed", b.data)
-    after = client.get("/v1/status")
+    after = client.status()
     applied = (after.get("profile"), after.get("mode")) == (name, mode) and not after.get("trial")
     why = (f"{name}/{mode} reused from {path.name} (fingerprint {here['id']}, identical): "
            f"{b.data['why']}")  # fmt: skip
@@ -239,7 +239,7 @@ def _run(client: Any, cfg: TuneConfig, source: Path, emit: Callable[[Event], Non
         from fastverify.client import ApiError
 
         try:
-            client.post("/v1/decision", body)
+            client.record_decision(**body)
         except ApiError as exc:
             return StageResult("failed", f"recording the decision: {exc}")
         return StageResult("done" if applied else "failed",

@@ -1,12 +1,19 @@
 """The control API declared once (fastverify.api_models): what is derived from it stays in
 step with it: docs/reference/api.md's reference block regenerates byte-identically, every route has
-its handler, every endpoint its typed client method, and the client refuses a field its
-endpoint does not declare before anything is sent."""
+its handler, every endpoint its typed client method, the client refuses a field its
+endpoint does not declare before anything is sent, and no module but the declaration and
+the daemon that serves it writes a control-API path out (the CLI and the experiments call
+the typed methods)."""
 
 from __future__ import annotations
 
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
+import fastverify
 from fastverify import api_models as m
 from fastverify import api_reference
 from fastverify.client import ControlClient
@@ -86,3 +93,39 @@ def test_a_leased_clients_typed_calls_carry_the_lease() -> None:
         ("GET", "/v1/status", None),
         ("POST", "/v1/baselines", {"profile": "ring-ll", "tokens_per_second": 1.0}),
     ]
+
+
+# Where a control-API path may be written out: its declaration and the daemon that serves
+# it. The sim's server may name its own SGLang routes (/v1/completions, /v1/models: SGLang's
+# API, not ours), never one of the daemon's.
+PATHS_DECLARED = ("fastverify/api_models.py", "fastverify/daemon/")
+SGLANG_FACING = ("fastverify/sim/server.py",)
+
+
+def _paths_written(source: str) -> Iterator[tuple[int, str]]:
+    """(line, text) of every string constant that is a `/v1/` path, a query after it or
+    not (an f-string's start too); prose that names one (a docstring) is not a path."""
+    for node in ast.walk(ast.parse(source)):
+        text = node.value if isinstance(node, ast.Constant) else None
+        route = text.partition("?")[0] if isinstance(text, str) else ""
+        if route.startswith("/v1/") and not any(c.isspace() for c in route):
+            yield node.lineno, text
+
+
+def test_no_module_but_the_declaration_and_the_daemon_writes_a_control_api_path() -> None:
+    sample = 'c.get(f"/v1/server/argv?{q}")\n"""/v1/status, as a docstring names it."""'
+    assert [t for _, t in _paths_written(sample)] == ["/v1/server/argv?"]
+    root = Path(fastverify.__file__).parent
+    found = []
+    for py in sorted(root.rglob("*.py")):
+        rel = py.relative_to(root.parent).as_posix()
+        if rel.startswith(PATHS_DECLARED):
+            continue
+        for line, text in _paths_written(py.read_text(encoding="utf-8")):
+            if rel in SGLANG_FACING and text.partition("?")[0] not in m.ROUTES:
+                continue
+            found.append(f"{rel}:{line}: {text!r}")
+    assert not found, (
+        "a control-API path written out: call the typed methods of fastverify.client (or "
+        "call/follow with the fastverify.api_models endpoint) instead:\n" + "\n".join(found)
+    )

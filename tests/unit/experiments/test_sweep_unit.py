@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from fastverify.client import Calls
 from fastverify.experiments.sweep import config, results
 from fastverify.experiments.sweep import run as sweep
 
@@ -134,17 +135,16 @@ def test_plot_writes_png(tmp_path: Path) -> None:
     assert len(data) > 5_000
 
 
-class _FakeDaemon:
+class _FakeDaemon(Calls):
     """Answers /v1/status and the name check (/v1/server/argv); enough for a sweep whose
-    work is all on file."""
+    work is all on file. The typed calls reach it by path, their fields checked first."""
 
-    def get(self, path: str, **_: object) -> dict:
-        if path.startswith("/v1/server/argv?"):
-            return {"argv": ["python", "-m", "sglang.launch_server"]}
-        assert path == "/v1/status"
-        return {"profile": "a", "mode": "baseline", "engine": {"url": "http://127.0.0.1:9"}}
-
-    def post(self, path: str, body: object = None, **_: object) -> dict:
+    def request(self, method: str, path: str, body: object = None, **_: object) -> dict:
+        if method == "GET":
+            if path.startswith("/v1/server/argv?"):
+                return {"argv": ["python", "-m", "sglang.launch_server"]}
+            assert path == "/v1/status"
+            return {"profile": "a", "mode": "baseline", "engine": {"url": "http://127.0.0.1:9"}}
         if path == "/v1/lease":  # the sweep holds the daemon while it runs
             return {"id": "l1", "experiment": "sweep"}
         assert path in ("/v1/baselines", "/v1/lease/release"), path
@@ -189,8 +189,9 @@ def test_a_window_that_times_out_is_said_and_its_wait_narrated(
     lines: list[str] = []
     waited = threading.Event()
 
-    class Daemon:
-        def post(self, path: str, body: dict, timeout: float) -> dict:
+    class Daemon(Calls):
+        def request(self, method: str, path: str, body: object, timeout: object) -> dict:
+            assert (method, path, body) == ("POST", "/v1/trace/capture", {"steps": 5})
             waited.wait(5)  # the window runs until two progress lines were printed
             raise ApiError(502, {"error": "trace capture failed: no complete trace after 120s",
                                  "reason": "timed_out"})  # fmt: skip

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from fastverify import config as configmod
+from fastverify.client import Calls
 from fastverify.config import ServerConfig
 from fastverify.engines.sglang import load_format_of, server_args
 from fastverify.experiments.sweep import config, results, trial
@@ -146,11 +147,15 @@ def test_sweep_config_trial_validation(tmp_path: Path) -> None:
             config.SweepConfig(profiles=("a",), output_dir=tmp_path, **kw).validate()
 
 
-class _Client:
+class _Client(Calls):
+    """The daemon's side of the typed calls: what was POSTed, by path (the field checks of
+    fastverify.api_models run before it)."""
+
     def __init__(self) -> None:
         self.posts: list[tuple[str, dict[str, Any]]] = []
 
-    def post(self, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
+    def request(self, method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
+        assert method == "POST", (method, path)
         self.posts.append((path, body))
         return {}
 

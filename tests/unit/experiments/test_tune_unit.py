@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from fastverify.client import Calls
 from fastverify.engines.allreduce_host import AllreduceHost, possible_backends
 from fastverify.experiments.tune import confirm, decide, gpu, plan
 from fastverify.experiments.tune.candidates import candidate_backend
@@ -92,9 +93,17 @@ def test_with_the_weight_cache_the_trial_runs_real_weights_at_a_cached_loads_cos
 def test_the_trial_uses_the_cache_only_while_it_serves_baseline_loads() -> None:
     from fastverify.experiments.tune.pipeline import _cache_serves
 
+    class Daemon(Calls):
+        def __init__(self, status: dict[str, Any]) -> None:
+            self.answer = status
+
+        def request(self, method: str, path: str, body: Any = None, **_: Any) -> Any:
+            assert (method, path, body) == ("GET", "/v1/status", None)
+            return self.answer
+
     def serves(**wc: Any) -> bool:
         status = {"weight_cache": {"setting": "auto", "available": True, "state": "ready", **wc}}
-        return _cache_serves(SimpleNamespace(client=SimpleNamespace(get=lambda _p: status)))
+        return _cache_serves(SimpleNamespace(client=Daemon(status)))
 
     assert serves() and serves(setting="on") and serves(state="starting")
     assert not serves(setting="off") and not serves(available=False)  # a release without one
