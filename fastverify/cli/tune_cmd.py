@@ -44,6 +44,8 @@ def _mmss(seconds: float | None) -> str:
 
 def plan_lines(plan: dict[str, Any]) -> list[str]:
     """The plan as text (printed before any load)."""
+    from fastverify.experiments.tune.plan import loads_text
+
     out = ["plan (estimates; 'default' = nothing recorded on this host yet):"]
     for s in plan["stages"]:
         what = s["units"] if s["will_run"] else (s.get("skip_reason") or s.get("note"))
@@ -57,13 +59,8 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
     out.append(
         f"  total ~{plan['total_s'] / 60:.1f} min"
         + (f" (budget {budget / 60:.1f} min)" if budget else "")
-        + f"; loads planned: {plan['loads']['real']} real"
-        + (
-            f" ({plan['loads']['cached']} from the weight cache)"
-            if plan["loads"].get("cached")
-            else ""
-        )
-        + f", {plan['loads']['dummy']} dummy; finalists {plan['finalists']}, trial candidates "
+        + f"; loads planned: {loads_text(plan['loads'])}; finalists {plan['finalists']}, "
+        + "trial candidates "
         f"{plan['trial_candidates']}"
     )
     if plan.get("budget_note"):
@@ -247,6 +244,7 @@ def tune(
     from fastverify.client import ApiError
     from fastverify.experiments.tune.context import TuneConfig
     from fastverify.experiments.tune.pipeline import TuneBusy, TuneError, run
+    from fastverify.experiments.tune.plan import loads_text
     from fastverify.experiments.tune.reuse import ReuseError
 
     parse_env_pairs(env_pairs)  # a malformed pair is a usage error before anything runs
@@ -315,7 +313,7 @@ def tune(
         for warning in result.get("warnings") or []:
             click.echo(f"warning: {warning}")
         click.echo(
-            f"loads: {result['loads']['real']} real, {result['loads']['dummy']} dummy; "
+            f"loads: {loads_text(result['loads'])}; "
             f"{result['wall_s'] / 60:.1f} min; report: "
             + (result["report"] or f"{cfg.output_dir}/decision.json")
         )

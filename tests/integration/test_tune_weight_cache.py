@@ -132,5 +132,15 @@ def test_every_baseline_load_came_from_the_cache_and_only_speculation_read_disk(
     # back), at most one more (the decision's)
     baseline = [r for r in real if r["mode"] == "baseline" and r["result"] == "ok"]
     assert len(PROFILES) - 1 <= len(baseline) <= len(PROFILES), baseline
+
+    # the result counts its real loads by where the weights came from, as the plan does
+    # (a rolled-back start is two loads: the attempt and the rollback)
+    def weight(source: str | None) -> int:
+        return sum(2 if r["result"] == "rolled_back" else 1 for r in real
+                   if (r.get("weight_load") or {}).get("source") == source)  # fmt: skip
+
+    counted = tuned["result"]["loads"]
+    assert (counted["cached"], counted["disk"]) == (weight("cache"), weight("disk")) != (0, 0)
+    assert counted["real"] == weight("cache") + weight("disk") + weight(None), counted
     dummy = [r for r in loads if r.get("weights") == "dummy"]
     assert dummy and all(r["mode"] == "eagle3" for r in dummy), dummy

@@ -218,14 +218,23 @@ def _how_to_measure(o: Mapping[str, Any]) -> str:
 
 
 def count_loads(history: Sequence[Mapping[str, Any]], since: float) -> dict[str, int]:
-    """Engine starts the daemon journaled since `since`, per kind of weights: a record that
-    came up is one load, a rolled-back one two (the attempt and the rollback)."""
-    out = {"real": 0, "dummy": 0}
+    """Engine starts the daemon journaled since `since`, as the plan counts them: real (of
+    which `cached` loaded the weight cache's weights, `disk` read the checkpoint) and dummy.
+    A record that came up is one load, a rolled-back one two (the attempt and the rollback,
+    both counted where the record's weights came from); a real one whose record names no
+    source (a start that failed before its weights were read) counts in neither."""
+    out = {"real": 0, "cached": 0, "disk": 0, "dummy": 0}
     for r in history:
         if r.get("kind") not in LOAD_KINDS or (r.get("started_at") or 0) < since:
             continue
-        w = "dummy" if r.get("weights") == "dummy" else "real"
-        out[w] += 2 if r.get("result") == "rolled_back" else 1
+        n = 2 if r.get("result") == "rolled_back" else 1
+        if r.get("weights") == "dummy":
+            out["dummy"] += n
+            continue
+        out["real"] += n
+        source = (r.get("weight_load") or {}).get("source")
+        if source in ("cache", "disk"):
+            out["cached" if source == "cache" else "disk"] += n
     return out
 
 

@@ -49,6 +49,17 @@ DEFAULTS = {
 RANKED_EXTRA = 2  # trial candidates beyond the finalists when preflight/rehearse ranked them
 
 
+def loads_text(loads: Mapping[str, int]) -> str:
+    """A plan's or a run's loads as a person reads them: `8 real (7 from the weight cache),
+    2 dummy` (the cached ones are counted among the real)."""
+    cached = loads.get("cached") or 0
+    return (
+        f"{loads['real']} real"
+        + (f" ({cached} from the weight cache)" if cached else "")
+        + f", {loads['dummy']} dummy"
+    )
+
+
 @dataclass(frozen=True)
 class PlanFacts:
     """What the plan is made from (gathered by the pipeline; pure here)."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.durable import atomic_write_json, atomic_write_text
+from fastverify.experiments.tune.plan import loads_text
 
 
 def _fmt(v: Any, digits: int = 1) -> str:
@@ -158,8 +159,7 @@ def write(
     if changes:
         lines += ["What would change it:", ""] + [f"- {c}" for c in changes] + [""]
     lines += [
-        f"Loads: {result['loads']['real']} real, {result['loads']['dummy']} dummy; "
-        f"wall {result['wall_s'] / 60:.1f} min.",
+        f"Loads: {loads_text(result['loads'])}; wall {result['wall_s'] / 60:.1f} min.",
         "",
     ]
     if "decision" in plots:

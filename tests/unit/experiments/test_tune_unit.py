@@ -327,10 +327,19 @@ def test_loads_are_counted_from_the_daemon_history() -> None:
         {"kind": "start", "result": "ok", "weights": "real", "started_at": 5.0},  # before
         {"kind": "switch", "result": "ok", "weights": "dummy", "started_at": 11.0},
         {"kind": "switch", "result": "rolled_back", "weights": "dummy", "started_at": 12.0},
-        {"kind": "switch", "result": "ok", "weights": "real", "started_at": 13.0},
+        {"kind": "switch", "result": "ok", "weights": "real", "started_at": 13.0,
+         "weight_load": {"source": "disk", "seconds": 3.6}},
+        {"kind": "switch", "result": "failed", "weights": "real", "started_at": 13.5},
         {"kind": "decision", "result": "applied", "started_at": 14.0},
-    ]
-    assert decide.count_loads(history, since=10.0) == {"real": 1, "dummy": 3}
+        {"kind": "switch", "result": "ok", "weights": "real", "started_at": 15.0,
+         "weight_load": {"source": "cache", "seconds": 0.05}},
+        {"kind": "switch", "result": "rolled_back", "weights": "real", "started_at": 16.0,
+         "weight_load": {"source": "cache", "seconds": 0.05}},
+    ]  # fmt: skip
+    loads = decide.count_loads(history, since=10.0)
+    assert loads == {"real": 5, "cached": 3, "disk": 1, "dummy": 3}  # 13.5: no source
+    assert plan.loads_text(loads) == "5 real (3 from the weight cache), 3 dummy"
+    assert plan.loads_text({**loads, "cached": 0}) == "5 real, 3 dummy"
 
 
 # ------------------------------------------------------------------ backends
