@@ -5,8 +5,9 @@ script uses). Missing, every contract test fails with the command that builds it
 contract that was not checked is never counted as passing.
 `release_probe`: `get(version)`, one run of tests/contract/probe.py per release of RELEASES
 over every argv the daemon builds for it (tests/contract/daemon_cases.py), shared by the
-test files (one subprocess per release, so the suite stays quick): the pinned release
-answers every part, the others the parts every release can give (argvs, hooks, parser).
+test files (one subprocess per release and run, so the suite stays quick: under xdist the
+workers share the answer through their common base directory): the pinned release answers
+every part, the others the parts every release can give (argvs, hooks, parser).
 `release_python`: the interpreter of one of RELEASES, the releases the full-install suite
 runs for real (the pinned one is the full venv; the others scripts/sglang-release-venv.sh
 builds over its site-packages).
@@ -14,6 +15,9 @@ builds over its site-packages).
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,25 +36,38 @@ def sglang_python() -> Path:
 
 
 @pytest.fixture(scope="session")
-def release_probe(sglang_python: Path) -> Any:
+def release_probe(sglang_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """`get(version)`: probe.py's answer for that release, run once; `by_name` maps each of
     daemon_argvs(version) to its answer, `python` is the release's interpreter."""
     from tests.contract.daemon_cases import daemon_argvs
 
     seen: dict[str, dict[str, Any]] = {}
+    shared = tmp_path_factory.getbasetemp()  # this run's (an xdist worker's: its own)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's base directory, which every worker's sits in
+
+    def probe(version: str) -> dict[str, Any]:
+        py = release_python(version, sglang_python)
+        request: dict[str, Any] = {
+            "argvs": [{"argv": c["argv"], "env": c["env"]} for c in daemon_argvs(version)]
+        }
+        if version != PINNED_VERSION:
+            request["only"] = ["argvs", "hooks", "parser"]
+        return dict(run_probe(py, request), python=str(py))
 
     def get(version: str) -> dict[str, Any]:
         if version not in seen:
-            py = release_python(version, sglang_python)
+            answer = shared / f"release-probe-{version}.json"
+            with open(shared / f"release-probe-{version}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # another worker probing it: its answer
+                if not answer.exists():
+                    out = probe(version)
+                    tmp = answer.with_suffix(".tmp")
+                    tmp.write_text(json.dumps(out))
+                    tmp.rename(answer)
+                out = json.loads(answer.read_text())
             cases = daemon_argvs(version)
-            request: dict[str, Any] = {
-                "argvs": [{"argv": c["argv"], "env": c["env"]} for c in cases]
-            }
-            if version != PINNED_VERSION:
-                request["only"] = ["argvs", "hooks", "parser"]
-            out = run_probe(py, request)
             out["by_name"] = {c["name"]: r for c, r in zip(cases, out["argvs"], strict=True)}
-            out["python"] = str(py)
             seen[version] = out
         return seen[version]
 
