@@ -15,9 +15,7 @@ builds over its site-packages).
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ import pytest
 
 from fastverify.sglang.versions import PINNED_VERSION
 from tests.support.contract import release_python, run_probe, venv_python
+from tests.support.shared_run import once
 
 
 @pytest.fixture(scope="session")
@@ -42,30 +41,21 @@ def release_probe(sglang_python: Path, tmp_path_factory: pytest.TempPathFactory)
     from tests.contract.daemon_cases import daemon_argvs
 
     seen: dict[str, dict[str, Any]] = {}
-    shared = tmp_path_factory.getbasetemp()  # this run's (an xdist worker's: its own)
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the run's base directory, which every worker's sits in
 
-    def probe(version: str) -> dict[str, Any]:
+    def probe(version: str, path: Path) -> None:
         py = release_python(version, sglang_python)
         request: dict[str, Any] = {
             "argvs": [{"argv": c["argv"], "env": c["env"]} for c in daemon_argvs(version)]
         }
         if version != PINNED_VERSION:
             request["only"] = ["argvs", "hooks", "parser"]
-        return dict(run_probe(py, request), python=str(py))
+        path.write_text(json.dumps(dict(run_probe(py, request), python=str(py))))
 
     def get(version: str) -> dict[str, Any]:
         if version not in seen:
-            answer = shared / f"release-probe-{version}.json"
-            with open(shared / f"release-probe-{version}.lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)  # another worker probing it: its answer
-                if not answer.exists():
-                    out = probe(version)
-                    tmp = answer.with_suffix(".tmp")
-                    tmp.write_text(json.dumps(out))
-                    tmp.rename(answer)
-                out = json.loads(answer.read_text())
+            answer = once(tmp_path_factory, f"release-probe-{version}.json",
+                          lambda path: probe(version, path))  # fmt: skip
+            out = json.loads(answer.read_text())
             cases = daemon_argvs(version)
             out["by_name"] = {c["name"]: r for c, r in zip(cases, out["argvs"], strict=True)}
             seen[version] = out
