@@ -37,6 +37,7 @@ from tests.support.containers import (
     run,
     unavailable,
 )
+from tests.support.shared_run import once
 
 # --- checkout snapshot and wheels --------------------------------------------------------
 
@@ -55,18 +56,27 @@ def repo_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def wheelhouse(repo_snapshot: Path) -> Path:
+def wheelhouse(repo_snapshot: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Wheels of fastverify, its dependencies and its build backend (for offline installs:
-    containers and the nspawn machine cannot reach a package index)."""
+    containers and the nspawn machine cannot reach a package index). Built once per run:
+    the xdist workers share it (a second build would replace the fastverify wheel under a
+    worker installing it)."""
     dest = CACHE / "wheelhouse"
     dest.mkdir(parents=True, exist_ok=True)
-    for old in dest.glob("fastverify-*.whl"):
-        old.unlink()
-    run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check",
-         "--find-links", str(dest), "--wheel-dir", str(dest), str(repo_snapshot), "hatchling"],
-        timeout=600,
-    )  # fmt: skip
+
+    def build(done: Path) -> None:
+        with locked(CACHE / "wheelhouse.lock"):  # another run's workers
+            for old in dest.glob("fastverify-*.whl"):
+                old.unlink()
+            run(
+                [sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check",
+                 "--find-links", str(dest), "--wheel-dir", str(dest), str(repo_snapshot),
+                 "hatchling"],
+                timeout=600,
+            )  # fmt: skip
+        done.write_text(str(dest))
+
+    once(tmp_path_factory, "wheelhouse.done", build)
     return dest
 
 

@@ -84,7 +84,9 @@ def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
             assert lo <= pred["adaptive"]["tokens_per_second"] <= hi, c
             assert pred["adaptive"]["ttft_ms"]["p50"] > 0
         assert plan["memory"]["fits"] and plan["memory"]["draft_weights_gb"] == 1.1
-        bad = d.ctl("spec", "plan", "--output", "/proc/nope/cfg.json")
+        # (a small plan: the refusal is of the output path, whatever was planned)
+        bad = d.ctl("spec", "plan", "--max-batch", "4", "--concurrency", "1", "--output",
+                    "/proc/nope/cfg.json")  # fmt: skip
         assert bad.returncode == 1 and "--output /proc/nope/cfg.json: cannot write" in bad.stderr
         human = d.ctl("spec", "plan", "--max-batch", "8", "--concurrency", "1")
         assert human.returncode == 0 and "speculation plan" in human.stdout
@@ -122,7 +124,7 @@ def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
 
         # status and /metrics: the active steps, the time at each, live acceptance from the
         # finished requests' histograms, and the plan-stale verdict
-        r = d.ctl("bench", "-n", "24", "-c", "1", "--output-len", "60", "--warmup", "0")
+        r = d.ctl("bench", "-n", "12", "-c", "1", "--output-len", "60", "--warmup", "0")
         assert r.returncode == 0, r.stderr
         assert "not usable: an adaptive server" in r.stderr  # mixed step counts: never used
 

@@ -196,7 +196,8 @@ def test_the_eta_follows_the_loads_the_trial_measured(tuned: dict[str, Any]) -> 
 def test_at_most_two_real_loads(tuned: dict[str, Any]) -> None:
     """Two finalists; one real EAGLE-3 load only when the trial left the mode open, one real
     adaptive load only when the speculation plan predicted adaptive above everything
-    measured; applying costs a load only when what confirm measured last did not win."""
+    measured; applying costs a load only when what confirm measured last did not win (on a
+    busy machine the EAGLE-3 load may lose, or the runner-up beat the leader, by noise)."""
     loads = tuned["result"]["loads"]
     (confirm,) = [r for r in tuned["journal"]
                   if r.get("event") == "stage_finished" and r.get("name") == "confirm"]  # fmt: skip
@@ -208,7 +209,13 @@ def test_at_most_two_real_loads(tuned: dict[str, Any]) -> None:
     applied = (decided["data"].get("apply_result") or {}).get("result")
     assert applied in ("ok", "unchanged"), decided["data"].get("apply_result")
     assert loads["real"] == confirmed + (applied == "ok")
-    assert loads["real"] <= 2 + eagle3_loaded + 2 * adaptive_loaded
+    if adaptive_loaded:
+        assert loads["real"] <= 2 + eagle3_loaded + 2 * adaptive_loaded
+    else:  # the trial's leader is measured last (its EAGLE-3 load after it): no reload if it won
+        last = ((confirm["data"]["eagle3"]["profile"], "eagle3") if eagle3_loaded
+                else (confirm["data"]["order"][-1], "baseline"))  # fmt: skip
+        win = decided["data"]["winner"]
+        assert (applied == "ok") == ((win["profile"], win["mode"]) != last), (win, last, applied)
     since = next(r["ts"] for r in tuned["journal"] if r.get("event") == "start")
     real = [h for h in tuned["history"] if h["kind"] == "switch" and h["started_at"] >= since
             and h.get("weights") == "real"]  # fmt: skip

@@ -274,10 +274,13 @@ SIM_SERVER_TP = 8
 
 
 @contextlib.contextmanager
-def sim_server(tmp: Path, *extra: str) -> Iterator[str]:
-    """Start the sim in its own session with no NCCL_* variables; stop exactly that group."""
+def sim_server(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Start the sim in its own session with no NCCL_* variables (plus `env`: a profile's
+    variables, say); stop exactly that group."""
     port = free_port()
+    extra_env = env or {}
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    env.update(extra_env)
     env[SIM_HEALTH_POLL_VAR] = SIM_TEST_HEALTH_POLL_S  # readiness below, not its 1 s poll
     log = open(tmp / f"sim-{port}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
