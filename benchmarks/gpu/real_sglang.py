@@ -945,7 +945,7 @@ STEPS: list[tuple[str, str, float]] = [
     ("eagle3", "s_eagle3", 150),
     ("adaptive", "s_adaptive", 120),
     ("hang", "s_hang", 120),
-    ("spec_costs", "s_spec_costs", 420),  # 4 starts (243 s on 2026-12-01)
+    ("spec_costs", "s_spec_costs", 420),  # 4 starts: 3 took 243 s (2026-12-01)
     ("fails_after_load", "s_fails_after_load", 100),
     ("log_warning", "s_log_warning", 60),
     ("stop", "s_stop", 5),

@@ -59,7 +59,7 @@ def test_an_identical_host_reuses_the_decision_with_zero_loads(host_a: Any, tmp_
                      "-o", str(tmp_path / "reuse-out"), timeout=600)  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]
         res = json.loads(proc.stdout)
-        assert res["loads"] == {"real": 0, "dummy": 0}
+        assert res["loads"] == {"real": 0, "cached": 0, "disk": 0, "dummy": 0}
         assert [s["name"] for s in res["stages"]] == ["inventory", "preflight", "bench", "decide"]
         assert res["stages"][1]["status"] == "skipped"  # no GPU here: said, not faked
         assert res["check"]["ok"] is True and res["check"]["tokens_per_second"] > 0
@@ -91,7 +91,8 @@ def test_one_fact_changed_refuses_and_names_it(host_a: Any, tmp_path: Path) -> N
         assert changed == ["sglang"], res["check"]["changes"]
         assert "sglang: 0.5.23 there, 0.5.22 here" in res["decision"]["why"]
         assert "tune decision" in res["check"]["changes"][0]["invalidates"]
-        assert res["decision"]["applied"] is False and res["loads"] == {"real": 0, "dummy": 0}
+        assert res["decision"]["applied"] is False
+        assert res["loads"] == {"real": 0, "cached": 0, "disk": 0, "dummy": 0}
         after = c.status()
         assert (after["profile"], after["mode"]) == (before["profile"], before["mode"])
         assert after["decision"] is None

@@ -78,7 +78,8 @@ def test_tune_runs_end_to_end_and_prints_the_exact_json(tuned: dict[str, Any]) -
     for s in res["stages"]:
         assert set(s) == {"name", "status", "wall_s", "reason"}
         assert s["status"] in ("done", "skipped", "failed")
-    assert set(res["loads"]) == {"real", "dummy"}
+    assert set(res["loads"]) == {"real", "cached", "disk", "dummy"}  # the plan's kinds of load
+    assert res["loads"]["cached"] + res["loads"]["disk"] <= res["loads"]["real"], res["loads"]
     # the same document is DIR/decision.json; the report is beside it with its plots
     assert json.loads((tuned["out"] / "decision.json").read_text()) == res
     report = Path(res["report"]).read_text()
