@@ -158,7 +158,7 @@ class Controller(Core):
             raise RequestError(409, "another operation is in flight")
         op.restart_clock()
         op.phases["validate"] = round(validate_s, 4)
-        notice = op.weights_notice = self.weights.notice(kind, mode, load_format)
+        notice = self.weights.notice(kind, mode, load_format, op)
         op.emit("accepted", op=op.describe(), argv=mask_argv(argv), check=verdict.to_dict(),
                 weights_notice=notice)  # fmt: skip
         self.weights.say_notice(notice)  # before anything stops
