@@ -207,6 +207,7 @@ class SupervisedGroup(Generic[M]):
         self.state = GroupState.STOPPED
         self.member: M | None = None
         self.restarts = 0  # restarts after an unexpected exit (the policy's), since start-up
+        self.backoff_s: float | None = None  # the last BACKOFF's wait
         self.ever_ran = False  # a member was spawned or kept after adoption
         self.shutting_down = threading.Event()
         self.on_exit: Callable[[M], None] = lambda m: None
@@ -215,12 +216,18 @@ class SupervisedGroup(Generic[M]):
         self._crashes = CrashWindow(spec.restart) if spec.restart is not None else None
 
     # ------------------------------------------------------------------ states
-    def _move(self, m: M | None, new: GroupState) -> bool:
-        """`new` for the current member `m`. False, nothing done: `m` is no longer current, or
-        it is being stopped and `new` is not part of the stop (an exit or a readiness seen
-        meanwhile belongs to the stop)."""
+    def _move(
+        self,
+        m: M | None,
+        new: GroupState,
+        only_if: Callable[[GroupState], bool] | None = None,
+    ) -> bool:
+        """`new` for the current member `m` (when `only_if(state)`, if given). False, nothing
+        done: `m` is no longer current, or it is being stopped and `new` is not part of the
+        stop (an exit or a readiness seen meanwhile belongs to the stop). `on_change` is
+        called after the lock is released: callers never hold it here."""
         with self._lock:
-            if m is not self.member:
+            if m is not self.member or (only_if is not None and not only_if(self.state)):
                 return False
             stopping = new in (GroupState.STOPPING, GroupState.STOPPED)
             if m is not None and m.expected_exit and not stopping:
@@ -313,6 +320,8 @@ class SupervisedGroup(Generic[M]):
         `heartbeat_s`; between checks it waits `poll_s()` for news (`m.wake`)."""
         t0 = m.started_mono if started is None else started
         deadline = t0 + timeout_s
+        # waited again (after a deadline passed): STARTING again
+        self._move(m, GroupState.STARTING, lambda st: st == GroupState.FAILED and m.alive())
         last_beat = time.monotonic()
         while True:
             m.wake.clear()
@@ -342,7 +351,8 @@ class SupervisedGroup(Generic[M]):
             self._crashes.clear()
 
     def _fail(self, m: M, failure: Failure) -> Failure:
-        self._move(m, GroupState.FAILED)
+        # an exit the policy restarts stays BACKOFF
+        self._move(m, GroupState.FAILED, lambda st: st != GroupState.BACKOFF)
         return failure
 
     # ------------------------------------------------------------------ exits and restarts
@@ -378,13 +388,14 @@ class SupervisedGroup(Generic[M]):
             if self._move(m, GroupState.FAILED) and decision is not None:
                 self.say(f"{self.spec.name}: {decision.message}; not restarted", logging.WARNING)
             return
-        with self._lock:
-            self.restarts += 1
+        self.backoff_s = decision.delay_s  # before the state: `on_change` may read it
         if not self._move(m, GroupState.BACKOFF):
             return
+        with self._lock:
+            self.restarts += 1
         self.say(
             f"{self.spec.name}: pid {m.pid} exited ({m.exit_code}); restarting it in "
-            f"{decision.delay_s:.0f} s",
+            f"{decision.delay_s:g} s",
             logging.WARNING,
         )
         if self.shutting_down.wait(decision.delay_s):
