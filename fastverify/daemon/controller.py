@@ -73,7 +73,7 @@ class Controller(Core):
 
     @property
     def cache(self) -> Any:
-        """The weight cache (daemon/weight_cache.WeightCache)."""
+        """The weight cache (its process group, built by the weights part: weights.py)."""
         return self.weights.cache
 
     def tick(self) -> None:
