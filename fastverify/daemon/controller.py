@@ -297,8 +297,7 @@ class Controller(Core):
             if self.state not in (State.STOPPING, State.STOPPED):
                 with contextlib.suppress(Exception):
                     self.set_state(State.STOPPING, "shutdown")
-            self.stop_engine(h, "stopped")
-            self.store.clear_pid()
+            self.stop_engine(h, "stopped")  # engine.pid goes with it
         with contextlib.suppress(Exception):
             if self.state == State.STOPPING:
                 self.set_state(State.STOPPED, "shutdown")

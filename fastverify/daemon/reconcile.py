@@ -162,7 +162,7 @@ def adopt(ctl: Controller) -> Operation | None:
         )
         res = ctl.launcher.stop_group(pgid)
         ctl.say(f"stopped previous engine group {pgid} ({res.signal_used})")
-        ctl.store.clear_pid()
+        ctl.launcher.group.clear_record()
         return None
     try:
         profile_obj, argv = ctl.resolver.resolve(info.get("profile", ""), info.get("mode", ""))
@@ -175,7 +175,7 @@ def adopt(ctl: Controller) -> Operation | None:
         )
         res = ctl.launcher.stop_group(pgid)
         ctl.say(f"stopped previous engine group {pgid} ({res.signal_used})")
-        ctl.store.clear_pid()
+        ctl.launcher.group.clear_record()
         return None
     op = Operation("adopt", info["profile"], info["mode"])
     if ctl.slot.claim(op, settle_s=0) is not Claim.TAKEN:

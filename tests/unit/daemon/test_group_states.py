@@ -1,17 +1,21 @@
 """The process-group machine's state table (fastverify.daemon.group): complete, every state
 reachable and left, the paths its owners drive legal, an illegal jump loud; the weight
-cache's status names derived from it."""
+cache's status names derived from it; the record a previous daemon left, when unreadable."""
 
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import pytest
 
 from fastverify.daemon.group import (
     TRANSITIONS,
+    GroupSpec,
     GroupState,
     IllegalGroupTransition,
+    SupervisedGroup,
     allowed,
     check_transition,
 )
@@ -86,3 +90,23 @@ def test_the_weight_caches_status_names_every_state_but_stopped() -> None:
     # STOPPED is "off", "stopped" or "mismatch" by the cache's own facts
     assert set(STATE_NAMES) == set(GroupState) - {S.STOPPED}
     assert STATE_NAMES[S.BACKOFF] == "failed" and STATE_NAMES[S.READY] == "ready"
+
+
+def test_the_record_unreadable_or_without_pid_is_ignored_and_cleared_twice(tmp_path: Path) -> None:
+    record = tmp_path / "engine.pid"
+    g = SupervisedGroup(
+        GroupSpec("engine", "FASTVERIFY_TEST_ID", "engine_id", record),
+        grace_s=lambda: 1.0,
+        gpu_release_s=lambda: 1.0,
+    )
+    assert g.previous().kind == "none"
+    g.write_record({"pid": 123, "pgid": 123, "engine_id": "e"})
+    assert json.loads(record.read_text())["pgid"] == 123
+    record.write_text("garbage")
+    prev = g.previous()
+    assert prev.kind == "unreadable" and f"{record} is unreadable" in prev.why
+    assert record.exists()  # nothing touched
+    record.write_text(json.dumps({"engine_id": "e", "argv": []}))
+    assert g.previous().why == f"{record} has no pid; ignoring it"
+    assert g.clear_record() is None and g.clear_record() is None and not record.exists()
+    assert g.state == GroupState.STOPPED and g.member is None
