@@ -60,7 +60,7 @@ from typing import Any, Generic, TypeVar
 
 import psutil
 
-from fastverify.daemon import procs
+from fastverify.daemon import procs, states
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.restart import CrashWindow, RestartPolicy
 from fastverify.durable import atomic_write_json
@@ -88,19 +88,17 @@ TRANSITIONS: dict[GroupState, frozenset[GroupState]] = {
 }
 
 
-class IllegalGroupTransition(RuntimeError):
+class IllegalGroupTransition(states.IllegalTransition):
     """A transition not in TRANSITIONS was attempted (a supervision bug)."""
 
 
 def allowed(old: GroupState, new: GroupState) -> bool:
     """True when `old -> new` is in the table (staying in the same state is always allowed)."""
-    return old == new or new in TRANSITIONS[old]
+    return states.allowed(old, new, TRANSITIONS)
 
 
 def check_transition(old: GroupState, new: GroupState) -> None:
-    if not allowed(old, new):
-        nxt = ", ".join(sorted(TRANSITIONS[old]))
-        raise IllegalGroupTransition(f"illegal group transition {old} -> {new} (allowed: {nxt})")
+    states.check_transition(old, new, TRANSITIONS, IllegalGroupTransition)
 
 
 @dataclass
