@@ -103,10 +103,6 @@ class EngineHandle(Member):
             "nccl_debug_dir": str(self.nccl_debug_dir) if self.nccl_debug_dir else None,
         }
 
-    def pid_info(self) -> dict[str, Any]:
-        """engine.pid's record."""
-        return {"engine_id": self.engine_id, **self.record()}
-
 
 OnLine = Callable[[EngineHandle, str, logs.LineFacts], None]
 OnExit = Callable[[EngineHandle], None]
@@ -303,7 +299,8 @@ class Launcher:
         return self.group.previous()
 
     def adopt(self, info: dict[str, Any]) -> EngineHandle:
-        """A handle on a live engine group recorded in engine.pid (already proven ours)."""
+        """A handle on a live engine group recorded in engine.pid (`previous()` proved it
+        ours)."""
 
         def make() -> EngineHandle:
             h = EngineHandle(
