@@ -126,6 +126,18 @@ class Member:
     def alive(self) -> bool:
         return not self.exited.is_set()
 
+    def status(self) -> dict[str, Any]:
+        """The member in a status section (its owner adds its own fields)."""
+        return {
+            "pid": self.pid,
+            "pgid": self.pgid,
+            "adopted": self.adopted,
+            "started_at": self.started_at,
+            "ready_s": self.ready_s,
+            "log": str(self.log_path),
+            "argv": self.argv,
+        }
+
     def record(self) -> dict[str, Any]:
         """The record's fields besides the id (the spec names the id's key)."""
         return {
@@ -236,6 +248,17 @@ class SupervisedGroup(Generic[M]):
         if changed:
             self.on_change()
         return True
+
+    def status(self) -> dict[str, Any]:
+        """The group in a status section: its state, restarts, last backoff and member."""
+        with self._lock:
+            m = self.member
+            out: dict[str, Any] = {
+                "state": str(self.state),
+                "restarts": self.restarts,
+                "backoff_s": self.backoff_s,
+            }
+        return {**out, **(m.status() if m is not None else {})}
 
     # ------------------------------------------------------------------ the record
     def write_record(self, data: dict[str, Any]) -> None:

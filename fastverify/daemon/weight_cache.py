@@ -489,15 +489,9 @@ class WeightCache:
             }
             if h is not None:
                 out.update(
-                    pid=h.pid,
-                    pgid=h.pgid,
+                    h.status(),
                     ranks=h.ranks,
                     rank_pids=list(h.rank_pids),
-                    adopted=h.adopted,
-                    started_at=h.started_at,
-                    ready_s=h.ready_s,
-                    log=str(h.log_path),
-                    argv=h.argv,
                     fingerprint=h.fingerprint,
                 )
         size, source = self.bytes_held()

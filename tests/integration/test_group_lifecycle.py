@@ -81,6 +81,9 @@ def test_a_start_is_recorded_found_ready_and_stopped(tmp_path: Path, groups: lis
     states = States(g)
     m, failure = start_program(g, tmp_path / "ready")
     assert failure is None and g.state == GroupState.READY and m.ready.is_set()
+    st = g.status()
+    assert (st["state"], st["pid"], st["adopted"]) == ("READY", m.pid, False)
+    assert st["ready_s"] is not None and st["ready_s"] >= 0
     record = json.loads((tmp_path / "prog.pid").read_text())
     assert record["test_id"] == m.group_id and record["pid"] == m.pid and "pending" not in record
     assert len(procs.group_members(m.pgid)) == 2  # the leader and its child, both marked ours
@@ -92,6 +95,7 @@ def test_a_start_is_recorded_found_ready_and_stopped(tmp_path: Path, groups: lis
     assert not procs.group_members(m.pgid) and not (tmp_path / "prog.pid").exists()
     assert states.seen == ["STARTING", "READY", "STOPPING", "STOPPED"]
     assert g.state == GroupState.STOPPED and g.member is None
+    assert g.status() == {"state": "STOPPED", "restarts": 0, "backoff_s": None}
 
 
 def test_after_the_supervisors_kill9_the_next_one_adopts_the_group(tmp_path: Path) -> None:
