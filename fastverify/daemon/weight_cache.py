@@ -440,6 +440,8 @@ class WeightCache:
                 f"weight-cache.pid names pid {prev.record.get('pid')}: {prev.why}; leaving it "
                 "alone (nothing killed)"
             )
+        if prev.kind == "unreadable":
+            self.store.findings.append(prev.why)
         if prev.kind != "ours":
             return prev.why or None
         data = prev.record
