@@ -58,15 +58,15 @@ def _populate(hub) -> None:
         "sglang",
         "http://127.0.0.1:30000",
     )
-    hub.on_log_line(
+    hub.logs.on_line(
         "[2025-06-13 10:30:17 TP0] Decode batch, #running-req: 8, #token: 2048, token usage: "
         "0.10, accept len: 2.01, accept rate: 0.34, cuda graph: True, gen throughput (token/s): "
         "520.31, #queue-req: 0"
     )
     for line in (FIX / "nccl-info-ring-ll.log").read_text().splitlines():
-        hub.on_log_line(line)
+        hub.logs.on_line(line)
     for size in range(10, 30):
-        hub.on_log_line(
+        hub.logs.on_line(
             f"h:1:1 [0] NCCL INFO AllReduce: {1 << size} Bytes -> Algo RING proto "
             f"LL channel{{Lo..Hi}}={{0..15}}"
         )
@@ -74,13 +74,13 @@ def _populate(hub) -> None:
               "allreduce_per_verify": 122.0, "allreduce_ms_per_verify": 24.6,
               "allreduce_share": 0.82, "verify_ms_samples": [29.0, 30.1, 30.5, 31.0, 30.0],
               "allreduce_calls": 700} for r in range(8)]  # fmt: skip
-    hub.on_trace_analysis({"ranks": ranks})
+    hub.traces.on_analysis({"ranks": ranks})
     for p in ("ring-ll", "ring-simple", "tree-ll", "nccl-default"):
-        hub.set_baseline(p, 82.0, 82.0, time.time() - 60)
+        hub.baselines.set(p, 82.0, 82.0, time.time() - 60)
     for reason in ("crash", "switch", "mode"):
-        hub.on_restart(reason)
-    hub.on_switch("ok")
-    hub.set_engine_start_seconds(612.0)
+        hub.daemon.on_restart(reason)
+    hub.daemon.on_switch("ok")
+    hub.daemon.set_start_seconds(612.0)
 
 
 def serve(kind: str, port: int, n_series: int) -> None:

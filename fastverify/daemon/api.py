@@ -164,9 +164,9 @@ def open_tcp_door(
     """The TCP door's server, listening on `daemon.tcp_listen`; `loaded`: tcpdoor.load()'s
     (tokens, TLS context); refused attempts counted on `hub` (the exporter's, or None)."""
     tokens, tls = loaded
-    guard = Guard(tokens, hub.on_auth_failure if hub is not None else None)
+    guard = Guard(tokens, hub.api_auth.on_failure if hub is not None else None)
     if hub is not None:
-        hub.watch_auth(FAILURE_REASONS, guard.backoff.sources)
+        hub.api_auth.watch(FAILURE_REASONS, guard.backoff.sources)
     server = ApiServer(bind_tcp(daemon_cfg.tcp_listen), facade, guard, tls)
     how = "plaintext (loopback)" if tls is None else "TLS"
     if tls is not None and daemon_cfg.tls_client_ca:

@@ -174,19 +174,19 @@ class ControlFacade:
         flag = "--speculative-num-steps"
         if mode == "eagle3" and argv and flag in argv[:-1]:
             fixed = int(argv[argv.index(flag) + 1])
-        snap = self.feed.hub.snapshot()
+        r = self.feed.hub.speculation.reading()
         seconds = {
             steps: round(secs, 3)
-            for (p, m, steps), secs in snap.get("spec_steps_seconds", {}).items()
+            for (p, m, steps), secs in r["steps_seconds"].items()
             if (p, m) == (profile, mode)
         }
-        drift = snap.get("spec_drift") or {}
+        drift = r["drift"] or {}
         live = {
             str(steps): {"requests": row["requests"],
                          "accept_length": {str(k): v for k, v in row["accept_length"].items()}}
-            for steps, row in (snap.get("spec_live") or {}).items()
+            for steps, row in r["live"].items()
         }  # fmt: skip
-        return {"active_steps": snap.get("spec_active_steps"), "seconds_at_steps": seconds,
+        return {"active_steps": r["active_steps"], "seconds_at_steps": seconds,
                 "fixed_steps": fixed, "live_acceptance": live,
                 "plan_stale": bool(drift.get("stale")), "plan_why": drift.get("why"),
                 "replan": drift.get("replan")}  # fmt: skip
@@ -435,7 +435,7 @@ class ControlFacade:
         with self.ctl._lock:
             stored = acceptance.save_plan(self.ctl.store, body)
         if self.feed is not None:
-            self.feed.hub.set_spec_plan(stored)
+            self.feed.hub.speculation.set_plan(stored)
         self.ctl.say(f"speculation plan stored; adaptive config {stored['adaptive_config']}")
         return stored
 

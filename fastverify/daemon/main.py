@@ -289,7 +289,7 @@ class Daemon:
                 from fastverify.exporters.hub import MetricsHub
 
                 hub = MetricsHub()
-                hub.set_sglang(facts.summary())
+                hub.engine.set_sglang(facts.summary())
             except ImportError as exc:
                 log.warning("exporter hub unavailable (%s)", exc)
         try:

@@ -99,7 +99,7 @@ class ExporterFeed:
     def __init__(self, hub: Any) -> None:
         self.hub = hub
         # every restart reason the daemon can report, at 0 before the first restart
-        hub.declare_restart_reasons(RESTART_REASONS)
+        hub.daemon.declare_restart_reasons(RESTART_REASONS)
         self.runtime: Any = None  # ExporterRuntime once started
         self._url: str | None = None
 
@@ -115,7 +115,7 @@ class ExporterFeed:
     def __call__(self, e: ev.Event) -> None:
         hub = self.hub
         if isinstance(e, ev.EngineLine):
-            hub.on_record(e.record, live=e.live)
+            hub.logs.on_record(e.record, live=e.live)
         elif isinstance(e, ev.StateChanged):
             if e.new != State.READY and self._url is not None:
                 self._set_url(None)
@@ -124,22 +124,22 @@ class ExporterFeed:
         elif isinstance(e, ev.EngineUp):
             hub.set_engine(True, e.profile, e.mode, e.settings, e.engine, e.url)
             ar = e.allreduce or {}
-            hub.set_allreduce(ar.get("backend"), ar.get("max_bytes"))
-            hub.set_engine_start_seconds(e.start_seconds)
+            hub.engine.set_allreduce(ar.get("backend"), ar.get("max_bytes"))
+            hub.daemon.set_start_seconds(e.start_seconds)
             self._set_url(e.url)
         elif isinstance(e, ev.EngineDown):
             hub.set_engine(False, e.profile, e.mode, e.settings, e.engine, None)
             self._set_url(None)
         elif isinstance(e, ev.Crashed):
-            hub.on_restart(e.reason)
+            hub.daemon.on_restart(e.reason)
         elif isinstance(e, ev.OperationStarted):
             if e.kind in RESTART_KINDS:
-                hub.on_restart(e.kind)
+                hub.daemon.on_restart(e.kind)
         elif isinstance(e, ev.OperationFinished):
             if e.kind in SWITCH_KINDS:
-                hub.on_switch(e.result)
+                hub.daemon.on_switch(e.result)
         elif isinstance(e, ev.BaselineRecorded):
-            hub.set_baseline(
+            hub.baselines.set(
                 e.profile,
                 e.tokens_per_second,
                 e.per_request_tokens_per_second,
@@ -147,13 +147,11 @@ class ExporterFeed:
                 e.concurrency,
             )
         elif isinstance(e, ev.DecisionRecorded):
-            hub.set_decision(e.profile, e.mode, e.backend, e.applied)
+            hub.daemon.set_decision(e.profile, e.mode, e.backend, e.applied)
         elif isinstance(e, ev.AcceptanceRecorded):
-            hub.on_acceptance(e.record)
+            hub.speculation.on_acceptance(e.record)
         elif isinstance(e, ev.WeightsLoaded):
-            hub.on_weights_loaded(e.weights)
-        elif isinstance(e, ev.WeightCacheChanged):
-            hub.set_weight_cache(e.up, e.bytes)
+            hub.daemon.set_start_phases(e.weights.get("phases"))
 
 
 class LiveFigures:

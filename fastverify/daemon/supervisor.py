@@ -133,7 +133,7 @@ class Supervisor:
             if isinstance(rec, dict) and {"profile", "mode", "steps"} <= rec.keys():
                 self.bus.publish(AcceptanceRecorded(rec))
         if self.feed is not None:  # what live acceptance is compared with (plan stale)
-            self.feed.hub.set_spec_plan(self.store.load_json(acceptance.PLAN_FILE))
+            self.feed.hub.speculation.set_plan(self.store.load_json(acceptance.PLAN_FILE))
         start_up(self.ctl)
 
     def tick(self) -> None:

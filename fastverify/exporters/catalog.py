@@ -246,10 +246,21 @@ SOURCES = _s(
      "Unix time the source last delivered data", ("source",)),
 )  # fmt: skip
 
+# node_exporter's node_scrape_collector_* for each source of this exporter; last in the
+# exposition, so it reports the scrape it ends.
+SCRAPE = _s(
+    "scrape",
+    ("fastverify_scrape_collector_duration_seconds", "gauge",
+     "Seconds the source's collect took in the last scrape", ("collector",)),
+    ("fastverify_scrape_collector_success", "gauge",
+     "1 when the source's collect worked in the last scrape, else 0 (its series are left "
+     "out; the other sources still publish)", ("collector",)),
+)  # fmt: skip
+
 # In exposition order: the collectors are registered in this order.
 CATALOG: tuple[Series, ...] = (*ENGINE, *DECODE, *BASELINES, *SPECULATION, *TRACES,
                                *INSPECTOR, *DAEMON, *WEIGHT_CACHE, *API_AUTH, *LOGS,
-                               *SOURCES)  # fmt: skip
+                               *SOURCES, *SCRAPE)  # fmt: skip
 BY_NAME: dict[str, Series] = {s.name: s for s in CATALOG}
 COLLECTOR_SOURCES: tuple[str, ...] = tuple(dict.fromkeys(s.source for s in CATALOG))
 

@@ -12,7 +12,7 @@ the GPU, so unlike host-side NCCL logs it sees CUDA-graph replays.
 `summarize(records)` counts all-reduces of one reference rank (the lowest rank seen: every
 rank reports each collective), and averages exec time, bus bandwidth and size over it.
 `InspectorFollower(hub, dir)` tails every `*.log` in the directory and feeds
-`hub.on_inspector(summary)` once per interval with the records that arrived.
+`hub.inspector.on_window(summary)` once per interval with the records that arrived.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class InspectorFollower:
         if not records:
             return None
         summary = summarize(records)
-        self.hub.on_inspector(summary)
+        self.hub.inspector.on_window(summary)
         return summary
 
     def start(self) -> InspectorFollower:

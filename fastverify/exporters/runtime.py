@@ -191,7 +191,7 @@ class ExporterRuntime:
             from fastverify.exporters.request_metrics import RequestMetricsFollower
 
             self._requests = RequestMetricsFollower(
-                self.hub.on_requests, self.request_metrics_dir
+                self.hub.speculation.on_requests, self.request_metrics_dir
             ).start()
         self._remove_empty_windows()
         if self.trace_period_s > 0:
@@ -283,7 +283,7 @@ class ExporterRuntime:
             try:
                 return self._capture(url, steps, cancelled)
             except CaptureError:
-                self.hub.on_trace_failure()
+                self.hub.traces.on_failure()
                 raise
         finally:
             self._capture_lock.release()
@@ -373,7 +373,7 @@ class ExporterRuntime:
             shutil.rmtree(window, ignore_errors=True)
             raise type(exc)(f"{exc}{note}; window {window.name} removed") from None
         analysis.update({"window": str(window), "steps": steps, "captured_at": time.time()})
-        self.hub.on_trace_analysis(analysis)
+        self.hub.traces.on_analysis(analysis)
         self._prune()
         self.last_capture_error = None
         return analysis

@@ -14,7 +14,7 @@ per-scheduler sums (throughput, requests, tokens) are summed over the remaining 
 `activity(values)` keeps the counters that move only while the server serves
 (`fastverify.sglang.metrics.ACTIVITY_COUNTERS`: forward passes, tokens, finished requests).
 `SGLangPoller(hub, url, interval_s)` runs this in a daemon thread and feeds
-`hub.on_sglang_metrics(values | None)`.
+`hub.decode.on_poll(values | None)`.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def activity(values: Mapping[str, float]) -> dict[str, float]:
 
 
 class SGLangPoller:
-    """Background thread: every `interval_s`, fetch + reduce + `hub.on_sglang_metrics`."""
+    """Background thread: every `interval_s`, fetch + reduce + `hub.decode.on_poll`."""
 
     def __init__(
         self,
@@ -188,12 +188,12 @@ class SGLangPoller:
                 self._on_error(msg)
             self.last_error = msg
             if self._url == url:
-                self.hub.on_sglang_metrics(None)
+                self.hub.decode.on_poll(None)
             return None
         self.last_error = None
         self.polls += 1
         if self._url == url:
-            self.hub.on_sglang_metrics(values)
+            self.hub.decode.on_poll(values)
         return values
 
     def start(self) -> SGLangPoller:

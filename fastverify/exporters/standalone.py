@@ -57,7 +57,7 @@ class LogFollowerThread:
         self.tail = Tail(path, self._line, interval_s=interval_s)
 
     def _line(self, line: str) -> None:
-        self.hub.on_log_line(line, live=self._live)
+        self.hub.logs.on_line(line, live=self._live)
 
     def start(self) -> LogFollowerThread:
         self.tail.read_now()  # catch up: NCCL facts only
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.baseline_tps <= 0 or per_request <= 0:
             print("fastverify-exporter: baseline figures must be positive", file=sys.stderr)
             return 2
-        hub.set_baseline(
+        hub.baselines.set(
             args.profile or "", args.baseline_tps, per_request, time.time(),
             args.baseline_concurrency,
         )  # fmt: skip

@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fastverify.exporters import collectors
+from fastverify.exporters.collectors.weight_cache import WeightCacheSource
 from fastverify.exporters.hub import MetricsHub
 
 
@@ -52,41 +53,42 @@ def full_feed() -> MetricsHub:
     hub = MetricsHub(clock=clock)
     hub.set_engine(True, "ring-ll", "adaptive", {"NCCL_ALGO": "Ring", "weights": "real"},
                    "sglang", "http://127.0.0.1:30000")  # fmt: skip
-    hub.set_sglang({"version": "0.5.23", "facts_version": "0.5.23", "supported": True})
-    hub.set_allreduce("pcie_ipc", 8 << 20)
-    hub.set_engine_start_seconds(12.5)
-    hub.on_weights_loaded({"source": "disk", "fallback": True, "reason": "mismatch",
-                           "phases": {"weights": 8.0, "cuda_graph": 3.0, "rest": 1.5}})  # fmt: skip
-    hub.set_weight_cache(True, 80 << 30)
-    hub.declare_restart_reasons(["crash", "switch"])
-    hub.on_restart("switch")
-    hub.on_switch("ok")
-    hub.watch_auth(["token", "tls"], lambda: 1)
-    hub.on_auth_failure("token")
-    hub.set_decision("ring-ll", "adaptive", "pcie_ipc", True)
-    hub.set_baseline("ring-ll", 160.0, 40.0, clock.t - 100.0, concurrency=1)
-    hub.on_acceptance({"profile": "ring-ll", "mode": "eagle3", "steps": 3, "weights": "real",
+    hub.engine.set_sglang({"version": "0.5.23", "facts_version": "0.5.23", "supported": True})
+    hub.engine.set_allreduce("pcie_ipc", 8 << 20)
+    hub.daemon.set_start_seconds(12.5)
+    hub.daemon.set_start_phases({"weights": 8.0, "cuda_graph": 3.0, "rest": 1.5})
+    cache = hub.add(WeightCacheSource(hub))  # the weight-cache part's own source
+    cache.on_start({"source": "disk", "fallback": True, "reason": "mismatch"})
+    cache.set_group(True, 80 << 30)
+    hub.daemon.declare_restart_reasons(["crash", "switch"])
+    hub.daemon.on_restart("switch")
+    hub.daemon.on_switch("ok")
+    hub.api_auth.watch(["token", "tls"], lambda: 1)
+    hub.api_auth.on_failure("token")
+    hub.daemon.set_decision("ring-ll", "adaptive", "pcie_ipc", True)
+    hub.baselines.set("ring-ll", 160.0, 40.0, clock.t - 100.0, concurrency=1)
+    hub.speculation.on_acceptance({"profile": "ring-ll", "mode": "eagle3", "steps": 3, "weights": "real",
                        "usable": True, "histogram": [4, 3, 2, 1]})  # fmt: skip
-    hub.set_spec_plan(SPEC_PLAN)
+    hub.speculation.set_plan(SPEC_PLAN)
     for rec in ({"kind": "nccl_version", "version": "2.28.9+cuda13.0"},
                 {"kind": "nccl_env", "var": "NCCL_ALGO", "value": "Ring"},
                 {"kind": "nccl_tuning", "collective": "AllReduce", "bytes": 16384,
                  "algo": "RING", "proto": "LL", "channel_lo": 0, "channel_hi": 1},
                 {"kind": "nccl_warn"}):  # fmt: skip
-        hub.on_record(rec)
+        hub.logs.on_record(rec)
     poll = {"generation_tokens_total": 1000.0, "gen_throughput": 80.0, "num_running_reqs": 1.0,
             "num_queue_reqs": 0.0, "spec_accept_length": 2.5, "spec_accept_rate": 0.5,
             "token_usage": 0.1, "spec_num_steps": 2.0}  # fmt: skip
-    hub.on_sglang_metrics(poll)
+    hub.decode.on_poll(poll)
     clock.t += 20.0
-    hub.on_sglang_metrics({**poll, "generation_tokens_total": 2600.0})
-    hub.on_requests([{"histogram": [2, 3, 5], "e2e_latency": 5.0} for _ in range(20)])
-    hub.on_trace_analysis({"ranks": [
+    hub.decode.on_poll({**poll, "generation_tokens_total": 2600.0})
+    hub.speculation.on_requests([{"histogram": [2, 3, 5], "e2e_latency": 5.0} for _ in range(20)])
+    hub.traces.on_analysis({"ranks": [
         {"rank": r, "verify_passes": 2, "verify_ms_p50": 30.0, "verify_ms_p90": 31.0,
          "allreduce_per_verify": 122.0, "allreduce_ms_per_verify": 24.6, "allreduce_share": 0.82,
          "verify_ms_samples": [30.0, 31.0], "allreduce_calls": 244} for r in (0, 1)]})  # fmt: skip
-    hub.on_trace_failure()
-    hub.on_inspector({"allreduce_calls": 122, "mean_exec_seconds": 45e-6,
+    hub.traces.on_failure()
+    hub.inspector.on_window({"allreduce_calls": 122, "mean_exec_seconds": 45e-6,
                       "mean_busbw_bytes_per_second": 2.5e9,
                       "mean_message_bytes": 43008.0})  # fmt: skip
     return hub

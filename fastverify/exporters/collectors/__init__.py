@@ -1,39 +1,26 @@
-"""The exporter's collectors, one per metric source, each emitting exactly its share of the
-catalog (`fastverify.exporters.catalog`) and describing itself from it; `register(registry,
-hub)` puts them all on a registry in the catalog's order. They do no I/O and no parsing:
-the hub's writers prepare the state, and one `hub.snapshot()` serves a scrape."""
+"""The exporter's sources, one per share of the metric catalog
+(`fastverify.exporters.catalog`): each owns its state and feed (base.Source) and emits
+exactly its share. `register(registry, hub)` puts one collector per catalog source on a
+registry, in the catalog's order: it describes itself from the catalog and, per scrape,
+runs the hub's source of that name, timed and guarded (the `scrape` source reports each)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
 from fastverify.exporters import catalog
-from fastverify.exporters.collectors.api_auth import ApiAuthCollector
-from fastverify.exporters.collectors.base import Snapshots, SourceCollector
-from fastverify.exporters.collectors.baselines import BaselinesCollector
-from fastverify.exporters.collectors.daemon import DaemonCollector
-from fastverify.exporters.collectors.decode import DecodeCollector
-from fastverify.exporters.collectors.engine import EngineCollector, profile_labels
-from fastverify.exporters.collectors.inspector import InspectorCollector
-from fastverify.exporters.collectors.logs import LogsCollector
-from fastverify.exporters.collectors.sources import SourcesCollector
-from fastverify.exporters.collectors.speculation import SpeculationCollector
-from fastverify.exporters.collectors.traces import TracesCollector
-from fastverify.exporters.collectors.weight_cache import WeightCacheCollector
-from fastverify.exporters.hub import MetricsHub
+from fastverify.exporters.collectors.base import EngineChange, Source, SourceCollector
+from fastverify.exporters.collectors.engine import profile_labels
 
-COLLECTORS: dict[str, type[SourceCollector]] = {
-    c.SOURCE: c
-    for c in (EngineCollector, DecodeCollector, BaselinesCollector, SpeculationCollector,
-              TracesCollector, InspectorCollector, DaemonCollector, WeightCacheCollector,
-              ApiAuthCollector, LogsCollector, SourcesCollector)
-}  # fmt: skip
+if TYPE_CHECKING:
+    from fastverify.exporters.hub import MetricsHub
 
 
 def collectors(hub: MetricsHub) -> list[SourceCollector]:
-    """One collector per source, in the catalog's order, sharing one snapshot per scrape."""
-    snapshots = Snapshots(hub)
-    return [COLLECTORS[source](snapshots) for source in catalog.COLLECTOR_SOURCES]
+    """One collector per catalog source, in the catalog's order."""
+    return [SourceCollector(hub, source) for source in catalog.COLLECTOR_SOURCES]
 
 
 def register(registry: CollectorRegistry, hub: MetricsHub) -> list[SourceCollector]:
@@ -44,5 +31,5 @@ def register(registry: CollectorRegistry, hub: MetricsHub) -> list[SourceCollect
     return out
 
 
-__all__ = ["COLLECTORS", "Snapshots", "SourceCollector", "collectors", "profile_labels",
+__all__ = ["EngineChange", "Source", "SourceCollector", "collectors", "profile_labels",
            "register"]  # fmt: skip

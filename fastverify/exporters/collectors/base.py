@@ -1,57 +1,74 @@
-"""What every per-source collector shares: one hub snapshot per scrape, `describe()` from
-the catalog, and the few ways a family gets its samples (names, help, types and label
-names all come from `fastverify.exporters.catalog`)."""
+"""What every exporter source shares: the `Source` protocol (its own state under the hub's
+lock, its feed methods, `families(now)` for exactly its share of the catalog, and what it
+drops when the engine changes), the collector the registry holds for each catalog source
+(describe() from the catalog; collect() timed and guarded, as node_exporter measures each
+collector), and the few ways a family gets its samples (names, help, types and label names
+all come from `fastverify.exporters.catalog`)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from fastverify.exporters import catalog
-from fastverify.exporters.hub import MetricsHub
+
+if TYPE_CHECKING:
+    from fastverify.exporters.hub import MetricsHub
 
 
-class Snapshots:
-    """`hub.snapshot()` shared by the collectors of one scrape: taken again when the hub
-    changed (its version) or the wall-clock second did (ages, freshness), as the /metrics
-    renderer caches its output."""
+@dataclass(frozen=True)
+class EngineChange:
+    """What changed about the engine (`MetricsHub.set_engine` / `set_labels`): another
+    (profile, mode), up again, down now; `up` the daemon's word (None: labels only)."""
+
+    switched: bool
+    came_up: bool
+    went_down: bool
+    up: bool | None
+
+    @property
+    def new_server(self) -> bool:
+        """Figures of the running server belong to the one before: another profile or mode,
+        or the engine went down."""
+        return self.switched or self.went_down
+
+
+class Source:
+    """One metric source: its state (read and written under `hub.lock`), its feed methods
+    (each bumps `hub.version` through `hub.changed()`), and `families(now)`, exactly the
+    catalog's series of `NAME` (None: a family without data, left out)."""
+
+    NAME: ClassVar[str]
 
     def __init__(self, hub: MetricsHub) -> None:
         self.hub = hub
-        self._lock = threading.Lock()
-        self._key: tuple[int, int] | None = None
-        self._snap: dict[str, Any] = {}
 
-    def get(self) -> dict[str, Any]:
-        key = (self.hub.version, int(self.hub.now()))
-        with self._lock:
-            if key != self._key:
-                self._snap, self._key = self.hub.snapshot(), key
-            return self._snap
+    def engine_changed(self, change: EngineChange) -> None:
+        """Drop what belonged to the engine before `change` (nothing, by default)."""
+
+    def families(self, now: float) -> Iterable[Metric | None]:
+        raise NotImplementedError
 
 
 class SourceCollector(Collector):
-    """One metric source: emits exactly the catalog's series of `SOURCE`."""
+    """The registry's handle on catalog source `SOURCE` of a hub: describe() from the catalog
+    (registering never collects); collect() runs the hub's source of that name, if it has
+    one (a part adds its own when it is configured), through `hub.scrape`, which times it
+    and keeps its failure to itself."""
 
-    SOURCE: ClassVar[str]
-
-    def __init__(self, snapshots: Snapshots) -> None:
-        self.snapshots = snapshots
+    def __init__(self, hub: MetricsHub, source: str) -> None:
+        self.hub = hub
+        self.SOURCE = source
 
     def describe(self) -> list[Metric]:
         return catalog.describe(self.SOURCE)
 
     def collect(self) -> Iterator[Metric]:
-        for fam in self.families(self.snapshots.get()):
-            if fam is not None:
-                yield fam
-
-    def families(self, s: dict[str, Any]) -> Iterable[Metric | None]:
-        raise NotImplementedError
+        yield from self.hub.scrape.run(self.SOURCE)
 
 
 def one(name: str, value: float | None, *labels: str) -> Metric | None:

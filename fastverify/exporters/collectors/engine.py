@@ -1,15 +1,15 @@
-"""The engine as the daemon sees it: up, the active profile and its settings, the server's
-SGLang release and the TP all-reduce backend confirmed at verify."""
+"""The engine as the daemon sees it: up, the active profile and its settings (the hub's
+identity), the server's SGLang release and the TP all-reduce backend confirmed at verify."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prometheus_client.core import Metric
 
-from fastverify.exporters.collectors.base import SourceCollector, info, one
+from fastverify.exporters.collectors.base import EngineChange, Source, info, one
 from fastverify.redact import is_secret_name
 
 _LABEL_BAD = re.compile(r"[^a-z0-9_]")
@@ -37,23 +37,46 @@ def profile_labels(
     return labels
 
 
-class EngineCollector(SourceCollector):
-    SOURCE = "engine"
+class EngineSource(Source):
+    NAME = "engine"
+    _sglang: dict[str, Any] | None = None  # the server's SGLang (set_sglang)
+    _allreduce: dict[str, Any] | None = None  # the serving TP all-reduce backend
 
-    def families(self, s: dict[str, Any]) -> Iterable[Metric | None]:
-        yield one("fastverify_up", 1.0 if s["up"] else 0.0)
-        if s["profile"] or s["mode"]:
-            labels = profile_labels(s["profile"], s["mode"], s["engine"], s["settings"])
+    def set_sglang(self, summary: Mapping[str, Any] | None) -> None:
+        """The server's SGLang (`SGLangFacts.summary()`: version, facts_version, supported)."""
+        with self.hub.lock:
+            self._sglang = dict(summary) if summary else None
+            self.hub.changed()
+
+    def set_allreduce(self, backend: str | None, max_bytes: int | None = None) -> None:
+        """The TP all-reduce backend the engine serves with (confirmed at verify) and its
+        size bound in bytes (None: unbounded); `backend` None clears it."""
+        with self.hub.lock:
+            self._allreduce = (
+                None if backend is None else {"backend": backend, "max_bytes": max_bytes}
+            )
+            self.hub.changed()
+
+    def engine_changed(self, change: EngineChange) -> None:
+        if change.up is False:
+            self._allreduce = None
+
+    def families(self, now: float) -> Iterable[Metric | None]:
+        h = self.hub
+        up = h.up
+        yield one("fastverify_up", 1.0 if up else 0.0)
+        if h.profile or h.mode:
+            labels = profile_labels(h.profile or "", h.mode or "", h.engine_kind or "",
+                                    h.settings)  # fmt: skip
             yield info("fastverify_profile_info", labels)
-        sg = s.get("sglang")
-        if sg:
-            supported = "true" if sg["supported"] else "false"
-            yield info("fastverify_engine_info", {**sg, "supported": supported})
-        ar = s.get("allreduce")
-        if ar and s["up"]:
+        if self._sglang:
+            supported = "true" if self._sglang["supported"] else "false"
+            yield info("fastverify_engine_info", {**self._sglang, "supported": supported})
+        ar = self._allreduce
+        if ar and up:
             bound = ar.get("max_bytes")
             yield info(
                 "fastverify_allreduce_backend_info",
-                {"profile": s["profile"], "mode": s["mode"], "backend": ar["backend"],
+                {"profile": h.profile or "", "mode": h.mode or "", "backend": ar["backend"],
                  "max_bytes": "" if bound is None else int(bound)},
             )  # fmt: skip

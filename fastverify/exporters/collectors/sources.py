@@ -1,27 +1,51 @@
-"""Every source's own health: whether its last attempt worked (poll answered, window
+"""Every data source's own health: whether its last attempt worked (poll answered, window
 analysed, line read, daemon feed) and when it last delivered data."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 
 from fastverify.exporters import catalog
-from fastverify.exporters.collectors.base import SourceCollector
+from fastverify.exporters.collectors.base import EngineChange, Source
+
+if TYPE_CHECKING:
+    from fastverify.exporters.hub import MetricsHub
+
+# the data sources, in the order their health is published
+DATA_SOURCES = ("daemon", "sglang_metrics", "logs", "traces", "inspector")
 
 
-class SourcesCollector(SourceCollector):
-    SOURCE = "sources"
+class HealthSource(Source):
+    NAME = "sources"
 
-    def families(self, s: dict[str, Any]) -> Iterable[Metric | None]:
-        if not s["sources"]:
+    def __init__(self, hub: MetricsHub) -> None:
+        super().__init__(hub)
+        self._up: dict[str, bool] = {}
+        self._last: dict[str, float] = {}
+
+    def mark(self, source: str, ok: bool) -> None:
+        """An attempt of data source `source` (under the hub's lock): whether it worked,
+        and when it last did."""
+        self._up[source] = ok
+        if ok:
+            self._last[source] = self.hub.now()
+
+    def engine_changed(self, change: EngineChange) -> None:
+        if change.up is not None:
+            self.mark("daemon", True)
+        if change.up is False:
+            self._up.pop("logs", None)
+
+    def families(self, now: float) -> Iterable[Metric | None]:
+        if not self._up:
             return
         up = catalog.family("fastverify_source_up")
         last = catalog.family("fastverify_source_last_success_timestamp_seconds")
-        for src, (ok, at) in sorted(s["sources"].items()):
-            up.add_metric([src], 1.0 if ok else 0.0)
-            if at is not None:
+        for src in sorted(s for s in DATA_SOURCES if s in self._up):
+            up.add_metric([src], 1.0 if self._up[src] else 0.0)
+            if (at := self._last.get(src)) is not None:
                 last.add_metric([src], at)
         yield from (up, last)

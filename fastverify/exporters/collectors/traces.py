@@ -1,29 +1,92 @@
 """Profile windows (kineto traces of verify passes): the verify-cycle histogram, the last
 window's all-reduce figures per verify pass and per rank, all-reduce calls (traces and the
-NCCL inspector) and windows by result."""
+NCCL inspector) and windows by result. Counters and the histogram are kept per (profile,
+mode) for the life of the process, so that `rate()` stays correct across switches."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import Metric
 
 from fastverify.exporters import catalog
-from fastverify.exporters.collectors.base import SourceCollector, one, rows
+from fastverify.exporters.collectors.base import EngineChange, Source, one, rows
+from fastverify.exporters.readings import Histogram, trace_reading
+
+if TYPE_CHECKING:
+    from fastverify.exporters.hub import MetricsHub
 
 
-class TracesCollector(SourceCollector):
-    SOURCE = "traces"
+class TracesSource(Source):
+    NAME = "traces"
 
-    def families(self, s: dict[str, Any]) -> Iterable[Metric | None]:
-        pm = (s["profile"], s["mode"])
-        if s["verify_hist"]:
+    def __init__(self, hub: MetricsHub) -> None:
+        super().__init__(hub)
+        self._verify_hist: dict[tuple[str, str], Histogram] = {}
+        self._calls: Counter[tuple[str, str, str]] = Counter()  # (profile, mode, source)
+        self._windows: Counter[str] = Counter()
+        self._trace: dict[str, Any] | None = None
+
+    def on_analysis(self, analysis: Mapping[str, Any]) -> None:
+        """Feed the result of one profile window (`traces.analyze_*(...)` dict)."""
+        ranks = [r for r in analysis.get("ranks", []) if r.get("verify_passes")]
+        h = self.hub
+        with h.lock:
+            h.changed()
+            if not ranks:
+                self._windows["empty"] += 1
+                h.health.mark("traces", False)
+                return
+            ref = min(ranks, key=lambda r: r.get("rank", 0))
+            key = (h.profile or "", h.mode or "")
+            hist = self._verify_hist.setdefault(key, Histogram())
+            for ms in ref.get("verify_ms_samples") or ():
+                hist.observe(ms / 1000.0)
+            calls = ref.get("allreduce_calls")
+            if calls is None:
+                calls = round(ref["allreduce_per_verify"] * ref["verify_passes"])
+            self.count_calls("trace", int(calls))
+            at = float(analysis.get("captured_at") or h.now())
+            self._trace = trace_reading(ref, ranks, at)
+            self._windows["ok"] += 1
+            h.health.mark("traces", True)
+
+    def on_failure(self) -> None:
+        """Count a profile window that produced no analysis."""
+        with self.hub.lock:
+            self._windows["failed"] += 1
+            self.hub.health.mark("traces", False)
+            self.hub.changed()
+
+    def count_calls(self, source: str, calls: int) -> None:
+        """All-reduces seen on the GPU under the active profile and mode (under the lock):
+        a window's trace kernels, or NCCL inspector records."""
+        self._calls[(self.hub.profile or "", self.hub.mode or "", source)] += calls
+
+    def engine_changed(self, change: EngineChange) -> None:
+        if change.new_server:
+            self._trace = None
+
+    def windows(self) -> dict[str, int]:
+        """Profile windows by result (ok, empty, failed)."""
+        with self.hub.lock:
+            return dict(self._windows)
+
+    def calls(self) -> dict[tuple[str, str, str], int]:
+        """All-reduce calls by (profile, mode, source)."""
+        with self.hub.lock:
+            return dict(self._calls)
+
+    def families(self, now: float) -> Iterable[Metric | None]:
+        pm = (self.hub.profile or "", self.hub.mode or "")
+        if self._verify_hist:
             hist = catalog.family("fastverify_verify_cycle_seconds")
-            for key, h in sorted(s["verify_hist"].items()):
+            for key, h in sorted(self._verify_hist.items()):
                 hist.add_metric(list(key), h.cumulative(), h.total)
             yield hist
-        tr = s["trace"]
+        tr = self._trace
         if tr is not None:
             yield one("fastverify_allreduce_per_verify", tr["allreduce_per_verify"], *pm)
             yield one("fastverify_allreduce_seconds_per_verify",
@@ -38,7 +101,7 @@ class TracesCollector(SourceCollector):
                 rk.add_metric([*pm, str(rank)], ar_s)
             yield rk
             yield one("fastverify_trace_window_timestamp_seconds", tr["at"])
-        if s["allreduce_calls"]:
-            yield rows("fastverify_allreduce_calls_total", s["allreduce_calls"])
-        if s["trace_windows"]:
-            yield rows("fastverify_trace_windows_total", s["trace_windows"])
+        if self._calls:
+            yield rows("fastverify_allreduce_calls_total", self._calls)
+        if self._windows:
+            yield rows("fastverify_trace_windows_total", self._windows)

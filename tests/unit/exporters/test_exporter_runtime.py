@@ -90,7 +90,7 @@ def test_capture_failures(stub: SGLangStub, tmp_path: Path) -> None:
     stub.write_traces = False
     with pytest.raises(CaptureError, match="is it receiving requests"):
         rt.capture(5)
-    text = "".join(f"{k}={v}" for k, v in hub.snapshot()["trace_windows"].items())
+    text = "".join(f"{k}={v}" for k, v in hub.traces.windows().items())
     assert text == "failed=2"  # the empty-URL refusal is not a window
 
 
@@ -101,16 +101,16 @@ def test_poller_feeds_hub_and_survives_engine_down(stub: SGLangStub) -> None:
     try:
         stub.values.update(gen_throughput=50.0, generation_tokens_total=100)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and hub.snapshot()["generation_tokens_total"] != {
+        while time.monotonic() < deadline and hub.decode.tokens_total() != {
             ("", ""): 100
         }:
             time.sleep(0.05)
-        assert hub.snapshot()["up"] is True
+        assert hub.up is True
         rt.set_server_url("http://127.0.0.1:1")
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and hub.snapshot()["up"]:
+        while time.monotonic() < deadline and hub.up:
             time.sleep(0.05)
-        assert hub.snapshot()["up"] is False
+        assert hub.up is False
     finally:
         rt.stop()
 
@@ -141,7 +141,7 @@ def test_capture_on_an_idle_engine_is_refused_before_anything_starts(
         rt.capture(5)
     assert stub.metrics_requests >= 2  # evidence read over the window, not one sample
     assert stub.profile_requests == [] and list(tmp_path.iterdir()) == []
-    assert hub.snapshot()["trace_windows"] == {}  # not a failed window
+    assert hub.traces.windows() == {}  # not a failed window
     stub.values["num_queue_reqs"] = 2.0  # queued requests will run: not idle
     assert rt.capture(5)["steps"] == 5
 

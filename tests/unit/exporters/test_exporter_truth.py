@@ -27,9 +27,9 @@ def test_fresh_idle_eagle3_engine_has_no_spec_figures() -> None:
     clock = Clock()
     hub = MetricsHub(clock=clock)
     hub.set_engine(True, "ring-ll", "eagle3", SETTINGS, "sglang", "http://127.0.0.1:1")
-    hub.set_baseline("ring-ll", 64.0, 40.0, clock.t - 10, concurrency=1)
+    hub.baselines.set("ring-ll", 64.0, 40.0, clock.t - 10, concurrency=1)
     for _ in range(3):
-        hub.on_sglang_metrics(IDLE_POLL)
+        hub.decode.on_poll(IDLE_POLL)
         clock.t += 1.0
     s = scrape(hub)
     for absent in ("fastverify_spec_accept_length", "fastverify_spec_accept_rate",
@@ -45,7 +45,7 @@ def test_a_dead_engine_takes_its_figures_along_and_keeps_its_profile_labels() ->
     clock = Clock()
     hub = MetricsHub(clock=clock)
     hub.set_engine(True, "ring-ll", "eagle3", SETTINGS, "sglang", "http://127.0.0.1:1")
-    hub.on_record(DECODE)
+    hub.logs.on_record(DECODE)
     assert value(scrape(hub), "fastverify_spec_accept_length", **PM) == 2.5
     # the daemon: engine crashed (BACKOFF), same profile, its settings still known
     hub.set_engine(False, "ring-ll", "eagle3", SETTINGS, "sglang", None)
@@ -63,10 +63,10 @@ def test_running_requests_follow_sglangs_gauge_not_a_stale_log_line() -> None:
     clock = Clock()
     hub = MetricsHub(clock=clock, log_fresh_s=30.0)
     hub.set_engine(True, "ring-ll", "eagle3", {}, "sglang", "http://127.0.0.1:1")
-    hub.on_record(DECODE)
+    hub.logs.on_record(DECODE)
     assert value(scrape(hub), "fastverify_running_requests", **PM) == 4
     clock.t += 1.0  # load ended: SGLang's gauge says 0 while the last decode line said 4
-    hub.on_sglang_metrics(IDLE_POLL)
+    hub.decode.on_poll(IDLE_POLL)
     s = scrape(hub)
     assert value(s, "fastverify_running_requests", **PM) == 0
     assert value(s, "fastverify_queued_requests", **PM) == 0
@@ -76,10 +76,10 @@ def test_the_standalone_exporter_drops_figures_when_sglang_stops_answering() -> 
     clock = Clock()
     hub = MetricsHub(clock=clock)
     hub.set_labels("ring-ll", "eagle3", {}, "sglang")
-    hub.on_sglang_metrics({**IDLE_POLL, "num_running_reqs": 3.0, "spec_accept_length": 2.2})
+    hub.decode.on_poll({**IDLE_POLL, "num_running_reqs": 3.0, "spec_accept_length": 2.2})
     assert value(scrape(hub), "fastverify_running_requests", **PM) == 3
     clock.t += 1.0
-    hub.on_sglang_metrics(None)
+    hub.decode.on_poll(None)
     s = scrape(hub)
     assert value(s, "fastverify_up") == 0
     assert "fastverify_running_requests" not in names(s)
@@ -96,9 +96,9 @@ def test_sources_report_success_and_freshness_separately() -> None:
     assert "fastverify_source_up" not in names(s)  # nothing used yet: nothing claimed
     hub.set_engine(True, "ring-ll", "eagle3", {}, "sglang", "http://127.0.0.1:1")
     clock.t += 5
-    hub.on_record(None)  # a line without a record still proves the log is read
+    hub.logs.on_record(None)  # a line without a record still proves the log is read
     clock.t += 5
-    hub.on_trace_failure()
+    hub.traces.on_failure()
     s = scrape(hub)
     assert value(s, "fastverify_source_up", source="daemon") == 1
     assert value(s, "fastverify_source_up", source="logs") == 1
@@ -113,23 +113,23 @@ def test_sources_report_success_and_freshness_separately() -> None:
 def golden_feed() -> MetricsHub:
     """A fixed feed of typed records (the daemon's calls, parsed log records, one poll)."""
     clock = Clock(1_800_000_000.0)
-    hub = MetricsHub(clock=clock)
+    hub = MetricsHub(clock=clock, timer=clock)  # a scrape takes no time on this clock
     hub.set_engine(True, "ring-ll", "eagle3", SETTINGS, "sglang", "http://127.0.0.1:30000")
-    hub.set_engine_start_seconds(12.5)
-    hub.on_restart("switch")
-    hub.on_switch("ok")
-    hub.set_baseline("ring-ll", 160.0, 40.0, clock.t - 100.0, concurrency=4)
-    hub.set_baseline("ring-ll", 64.0, 64.0, clock.t - 50.0, concurrency=1)  # not this batch
-    hub.on_record({"kind": "nccl_version", "version": "2.28.9+cuda13.0"})
-    hub.on_record({"kind": "nccl_env", "var": "NCCL_PROTO", "value": "LL"})
-    hub.on_record({"kind": "nccl_warn"})
+    hub.daemon.set_start_seconds(12.5)
+    hub.daemon.on_restart("switch")
+    hub.daemon.on_switch("ok")
+    hub.baselines.set("ring-ll", 160.0, 40.0, clock.t - 100.0, concurrency=4)
+    hub.baselines.set("ring-ll", 64.0, 64.0, clock.t - 50.0, concurrency=1)  # not this batch
+    hub.logs.on_record({"kind": "nccl_version", "version": "2.28.9+cuda13.0"})
+    hub.logs.on_record({"kind": "nccl_env", "var": "NCCL_PROTO", "value": "LL"})
+    hub.logs.on_record({"kind": "nccl_warn"})
     clock.t += 1.0
-    hub.on_sglang_metrics({"generation_tokens_total": 1000.0, "gen_throughput": 80.0,
+    hub.decode.on_poll({"generation_tokens_total": 1000.0, "gen_throughput": 80.0,
                            "num_running_reqs": 4.0, "num_queue_reqs": 1.0,
                            "spec_accept_length": 2.5, "spec_accept_rate": 0.5,
                            "token_usage": 0.1})  # fmt: skip
     clock.t += 1.0
-    hub.on_record(DECODE)
+    hub.logs.on_record(DECODE)
     return hub
 
 
@@ -143,8 +143,28 @@ def test_golden_exposition() -> None:
       speedup = 2.5 accepted / 5.0 = 0.5 (= 80 / 4 = 20 tok/s per request vs 40: it loses,
       as the break-even above the accept length says);
     - baseline ages = 102 s and 52 s (recorded at t-100 and t-50, scraped 2 s later);
-    - HF_TOKEN never appears; nccl_algo/proto come from the profile."""
+    - HF_TOKEN never appears; nccl_algo/proto come from the profile;
+    - each source collected, successfully, in 0 s of the fixed clock."""
     reg = CollectorRegistry()
     collectors.register(reg, golden_feed())
     got = generate_latest(reg).decode()
     assert got == GOLDEN.read_text(encoding="utf-8")
+
+
+def test_a_failing_source_is_left_out_and_reported_while_the_others_publish() -> None:
+    """node_exporter's contract, per source: a collect() that raises costs its own series
+    that scrape (success 0), never the scrape; the duration comes from the hub's timer."""
+    ticks = iter(range(1000))
+    hub = golden_feed()
+    hub.timer = lambda: float(next(ticks))  # each reading of the timer one second later
+
+    def broken(now: float) -> list:
+        raise RuntimeError("a bug in one source")
+
+    hub.sources["baselines"].families = broken  # type: ignore[method-assign]  # the fault
+    s = scrape(hub)
+    assert value(s, "fastverify_scrape_collector_success", collector="baselines") == 0
+    assert "fastverify_baseline_tokens_per_second" not in names(s)
+    assert value(s, "fastverify_scrape_collector_success", collector="decode") == 1
+    assert value(s, "fastverify_spec_accept_length", **PM) == 2.5
+    assert value(s, "fastverify_scrape_collector_duration_seconds", collector="decode") == 1.0

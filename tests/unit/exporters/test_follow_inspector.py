@@ -94,7 +94,7 @@ def test_inspector_follower_feeds_hub(tmp_path: Path) -> None:
         fh.write(_rec(0, 200, 45.0) + "\n")
     assert follower.poll_once()["allreduce_calls"] == 1
     follower.stop()
-    calls = hub.snapshot()["allreduce_calls"]
+    calls = hub.traces.calls()
     assert calls == {("ring-ll", "eagle3", "inspector"): 123}
 
 
@@ -111,7 +111,7 @@ def test_runtime_switches_inspector_dir(tmp_path: Path) -> None:
         rt.set_inspector_dir(d)
         summary = rt._inspector.poll_once()  # the follower's own thread first polls after 2 s
         assert summary is not None and summary["allreduce_calls"] == 1
-        calls = hub.snapshot()["allreduce_calls"]
+        calls = hub.traces.calls()
         assert calls == {("insp", "baseline", "inspector"): 1}
         rt.set_inspector_dir(None)
         assert rt._inspector is None

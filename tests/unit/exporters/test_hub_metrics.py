@@ -25,7 +25,7 @@ def hub() -> MetricsHub:
 
 def test_spec_cycle_breakeven_and_speedup(hub: MetricsHub) -> None:
     # field numbers: 1 request, accept 2.0, 66.7 tok/s => cycle 30 ms; baseline 82 tok/s
-    hub.on_log_line(DECODE.format(r=1, a="2.00", g="66.67"))
+    hub.logs.on_line(DECODE.format(r=1, a="2.00", g="66.67"))
     s = scrape(hub)
     pm = {"profile": "ring-ll", "mode": "eagle3"}
     assert value(s, "fastverify_spec_cycle_seconds", **pm) == pytest.approx(2.0 / 66.67)
@@ -34,7 +34,7 @@ def test_spec_cycle_breakeven_and_speedup(hub: MetricsHub) -> None:
     # without a baseline both comparisons are absent, not zero
     assert "fastverify_spec_breakeven_accept_length" not in names(s)
     assert "fastverify_spec_speedup_estimate" not in names(s)
-    hub.set_baseline("ring-ll", 82.0, 82.0, hub.now() - 30, concurrency=1)
+    hub.baselines.set("ring-ll", 82.0, 82.0, hub.now() - 30, concurrency=1)
     s = scrape(hub)
     pmc = {**pm, "concurrency": "1"}  # the reading's 1 running request matches the baseline's
     assert value(s, "fastverify_spec_breakeven_accept_length", **pmc) == pytest.approx(
@@ -44,7 +44,7 @@ def test_spec_cycle_breakeven_and_speedup(hub: MetricsHub) -> None:
     assert value(s, "fastverify_baseline_age_seconds", profile="ring-ll", concurrency="1") == 30.0
     # a baseline of another profile does not apply
     hub.set_engine(True, "tree-ll", "eagle3", {}, "sim", None)
-    hub.on_log_line(DECODE.format(r=4, a="2.50", g="200.00"))
+    hub.logs.on_line(DECODE.format(r=4, a="2.50", g="200.00"))
     s = scrape(hub)
     assert value(s, "fastverify_spec_cycle_seconds", profile="tree-ll", mode="eagle3") == (
         pytest.approx(4 * 2.5 / 200.0)
@@ -58,14 +58,14 @@ def test_the_live_cycle_is_decode_only_from_sglangs_inter_token_latency(
     """With SGLang's ITL histogram, cycle = accept x decode seconds per token
     between two polls (prefill excluded, as bench measures); a counter that goes back (a
     restarted server) starts over; without it, the decode-loop formula as before."""
-    hub.set_baseline("ring-ll", 82.0, 100.0, hub.now(), concurrency=1)
+    hub.baselines.set("ring-ll", 82.0, 100.0, hub.now(), concurrency=1)
     base = {"gen_throughput": 50.0, "num_running_reqs": 1.0, "spec_accept_length": 2.0}
-    hub.on_sglang_metrics({**base, "itl_seconds_sum": 1.0, "itl_count": 100.0})
+    hub.decode.on_poll({**base, "itl_seconds_sum": 1.0, "itl_count": 100.0})
     pm = {"profile": "ring-ll", "mode": "eagle3"}
     s = scrape(hub)  # one poll: no delta yet, the decode loop's figure (1 x 2 / 50)
     assert value(s, "fastverify_spec_cycle_seconds", **pm) == pytest.approx(0.04)
     # 60 tokens in 0.3 s of decode intervals: 5 ms per token, 10 ms per 2-token cycle
-    hub.on_sglang_metrics({**base, "itl_seconds_sum": 1.3, "itl_count": 160.0})
+    hub.decode.on_poll({**base, "itl_seconds_sum": 1.3, "itl_count": 160.0})
     s = scrape(hub)
     assert value(s, "fastverify_spec_cycle_seconds", **pm) == pytest.approx(0.010)
     pmc = {**pm, "concurrency": "1"}
@@ -73,20 +73,20 @@ def test_the_live_cycle_is_decode_only_from_sglangs_inter_token_latency(
     assert be == pytest.approx(0.010 * 100.0)  # cycle x baseline per-request rate
     assert value(s, "fastverify_spec_speedup_estimate", **pmc) == pytest.approx(2.0 / be)
     # a poll without new tokens keeps the last figure; a reset counter starts over
-    hub.on_sglang_metrics({**base, "itl_seconds_sum": 1.3, "itl_count": 160.0})
+    hub.decode.on_poll({**base, "itl_seconds_sum": 1.3, "itl_count": 160.0})
     assert value(scrape(hub), "fastverify_spec_cycle_seconds", **pm) == pytest.approx(0.010)
-    hub.on_sglang_metrics({**base, "itl_seconds_sum": 0.1, "itl_count": 10.0})
-    hub.on_sglang_metrics({**base, "itl_seconds_sum": 0.3, "itl_count": 30.0})
+    hub.decode.on_poll({**base, "itl_seconds_sum": 0.1, "itl_count": 10.0})
+    hub.decode.on_poll({**base, "itl_seconds_sum": 0.3, "itl_count": 30.0})
     assert value(scrape(hub), "fastverify_spec_cycle_seconds", **pm) == pytest.approx(0.020)
 
 
 def test_baseline_mode_has_no_spec_figures(hub: MetricsHub) -> None:
     hub.set_engine(True, "ring-ll", "baseline", {}, "sim", None)
-    hub.on_log_line(
+    hub.logs.on_line(
         "Decode batch, #running-req: 2, #token: 10, token usage: 0.00, cuda graph: True, "
         "gen throughput (token/s): 160.00, #queue-req: 0"
     )
-    hub.set_baseline("ring-ll", 160.0, 80.0, hub.now(), concurrency=2)
+    hub.baselines.set("ring-ll", 160.0, 80.0, hub.now(), concurrency=2)
     s = scrape(hub)
     assert value(s, "fastverify_generation_tokens_per_second", profile="ring-ll",
                  mode="baseline") == 160.0  # fmt: skip
@@ -136,14 +136,14 @@ def test_profile_info_labels_switch_and_hide_secrets() -> None:
 
 
 def test_switch_clears_gauges_but_keeps_counters(hub: MetricsHub) -> None:
-    hub.on_log_line(DECODE.format(r=1, a="2.00", g="80.00"))
-    hub.on_trace_analysis({"ranks": [{"rank": 0, "verify_passes": 2, "verify_ms_p50": 30.0,
+    hub.logs.on_line(DECODE.format(r=1, a="2.00", g="80.00"))
+    hub.traces.on_analysis({"ranks": [{"rank": 0, "verify_passes": 2, "verify_ms_p50": 30.0,
                                       "verify_ms_p90": 31.0, "allreduce_per_verify": 122.0,
                                       "allreduce_ms_per_verify": 24.6, "allreduce_share": 0.82,
                                       "verify_ms_samples": [30.0, 31.0],
                                       "allreduce_calls": 300}]})  # fmt: skip
-    hub.on_switch("ok")
-    hub.on_restart("switch")
+    hub.daemon.on_switch("ok")
+    hub.daemon.on_restart("switch")
     hub.set_engine(True, "tree-ll", "eagle3", {}, "sim", None)
     s = scrape(hub)
     assert "fastverify_generation_tokens_per_second" not in names(s)
@@ -155,12 +155,12 @@ def test_switch_clears_gauges_but_keeps_counters(hub: MetricsHub) -> None:
     assert value(s, "fastverify_profile_switches_total", result="rolled_back") == 0
     assert value(s, "fastverify_engine_restarts_total", reason="switch") == 1
     with pytest.raises(ValueError):
-        hub.on_switch("maybe")
+        hub.daemon.on_switch("maybe")
 
 
 def test_trace_window_gauges_and_histogram(hub: MetricsHub) -> None:
     samples = [9.0, 24.0, 30.0, 30.5, 120.0]
-    hub.on_trace_analysis({"ranks": [
+    hub.traces.on_analysis({"ranks": [
         {"rank": 1, "verify_passes": 5, "verify_ms_p50": 30.0, "verify_ms_p90": 84.0,
          "allreduce_per_verify": 122.0, "allreduce_ms_per_verify": 20.0, "allreduce_share": 0.5,
          "verify_ms_samples": samples, "allreduce_calls": 700},
@@ -186,7 +186,7 @@ def test_counter_rate_is_the_published_throughput() -> None:
     hub.set_engine(True, "ring-ll", "eagle3", {}, "sim", None)
     total = 1000.0
     for _ in range(20):  # 100 tokens per second, polled each second
-        hub.on_sglang_metrics({"generation_tokens_total": total, "gen_throughput": 55.0,
+        hub.decode.on_poll({"generation_tokens_total": total, "gen_throughput": 55.0,
                                "num_running_reqs": 2.0, "spec_accept_length": 2.2})  # fmt: skip
         clock.t += 1.0
         total += 100.0
@@ -195,18 +195,18 @@ def test_counter_rate_is_the_published_throughput() -> None:
     pm = {"profile": "ring-ll", "mode": "eagle3"}
     assert value(s, "fastverify_generation_tokens_per_second", **pm) == pytest.approx(100.0)
     # the engine restarted: SGLang's counter starts over, ours stays monotonic
-    hub.on_sglang_metrics({"generation_tokens_total": 50.0})
+    hub.decode.on_poll({"generation_tokens_total": 50.0})
     s = scrape(hub)
     assert value(s, "fastverify_generation_tokens_total", **pm) == pytest.approx(2900.0 + 50.0)
     # a new profile counts its own tokens from zero; the old series keeps its total
     hub.set_engine(True, "tree-ll", "eagle3", {}, "sim", None)
-    hub.on_sglang_metrics({"generation_tokens_total": 80.0})
+    hub.decode.on_poll({"generation_tokens_total": 80.0})
     s = scrape(hub)
     assert value(s, "fastverify_generation_tokens_total", **pm) == pytest.approx(2950.0)
     assert value(s, "fastverify_generation_tokens_total", profile="tree-ll", mode="eagle3") == 30
     hub.set_engine(True, "ring-ll", "eagle3", {}, "sim", None)
     # spec cycle from the poll: 2 requests x 2.2 / 55 tok/s (SGLang's own interval figure)
-    hub.on_sglang_metrics({"generation_tokens_total": 150.0, "gen_throughput": 55.0,
+    hub.decode.on_poll({"generation_tokens_total": 150.0, "gen_throughput": 55.0,
                            "num_running_reqs": 2.0, "spec_accept_length": 2.2})  # fmt: skip
     s = scrape(hub)
     assert value(s, "fastverify_spec_cycle_seconds", **pm) == pytest.approx(2 * 2.2 / 55.0)
@@ -215,12 +215,12 @@ def test_counter_rate_is_the_published_throughput() -> None:
 def test_up_follows_daemon_else_polls() -> None:
     hub = MetricsHub(clock=Clock())
     assert value(scrape(hub), "fastverify_up") == 0
-    hub.on_sglang_metrics({"gen_throughput": 1.0})
+    hub.decode.on_poll({"gen_throughput": 1.0})
     assert value(scrape(hub), "fastverify_up") == 1
-    hub.on_sglang_metrics(None)
+    hub.decode.on_poll(None)
     assert value(scrape(hub), "fastverify_up") == 0
     hub.set_engine(False, "p", "baseline", {}, "sim", None)
-    hub.on_sglang_metrics({"gen_throughput": 1.0})
+    hub.decode.on_poll({"gen_throughput": 1.0})
     assert value(scrape(hub), "fastverify_up") == 0  # the daemon's word wins
 
 
@@ -232,7 +232,7 @@ def test_nccl_facts_from_logs(hub: MetricsHub) -> None:
         "h:1:1 [0] NCCL WARN NET/Socket : no interface found",
         "h:1:1 [0] NCCL WARN again",
     ):
-        hub.on_log_line(line)
+        hub.logs.on_line(line)
     s = scrape(hub)
     assert value(s, "fastverify_nccl_info", version="2.28.9+cuda13.0") == 1
     assert value(s, "fastverify_nccl_env_info", var="NCCL_PROTO", value="LL") == 1
@@ -241,12 +241,12 @@ def test_nccl_facts_from_logs(hub: MetricsHub) -> None:
     assert value(s, "fastverify_nccl_warnings_total") == 2
     assert value(s, "fastverify_log_lines_total") == 5
     # catching up on an old log keeps NCCL facts but publishes no stale decode figures
-    hub.on_log_line(DECODE.format(r=1, a="2.00", g="80.00"), live=False)
+    hub.logs.on_line(DECODE.format(r=1, a="2.00", g="80.00"), live=False)
     assert "fastverify_generation_tokens_per_second" not in names(scrape(hub))
 
 
 def test_inspector_summary_counts(hub: MetricsHub) -> None:
-    hub.on_inspector(
+    hub.inspector.on_window(
         {
             "allreduce_calls": 244,
             "mean_exec_seconds": 45e-6,
@@ -254,7 +254,7 @@ def test_inspector_summary_counts(hub: MetricsHub) -> None:
             "mean_message_bytes": 43008.0,
         }
     )
-    hub.on_inspector({"allreduce_calls": 122})
+    hub.inspector.on_window({"allreduce_calls": 122})
     s = scrape(hub)
     pm = {"profile": "ring-ll", "mode": "eagle3"}
     assert value(s, "fastverify_allreduce_calls_total", source="inspector", **pm) == 366
@@ -265,12 +265,12 @@ def test_fresh_decode_line_wins_over_polls_then_polls_take_over() -> None:
     hub = MetricsHub(clock=clock, log_fresh_s=30.0)
     hub.set_engine(True, "ring-ll", "eagle3", {}, "sim", None)
     pm = {"profile": "ring-ll", "mode": "eagle3"}
-    hub.on_log_line(DECODE.format(r=1, a="2.00", g="80.00"))
+    hub.logs.on_line(DECODE.format(r=1, a="2.00", g="80.00"))
     clock.t += 1
-    hub.on_sglang_metrics({"spec_accept_length": 0.0, "num_running_reqs": 0.0})  # idle poll
+    hub.decode.on_poll({"spec_accept_length": 0.0, "num_running_reqs": 0.0})  # idle poll
     assert value(scrape(hub), "fastverify_spec_accept_length", **pm) == 2.0
     clock.t += 31  # no decode line for 30 s: the server went idle
-    hub.on_sglang_metrics({"spec_accept_length": 1.5, "num_running_reqs": 0.0})
+    hub.decode.on_poll({"spec_accept_length": 1.5, "num_running_reqs": 0.0})
     assert value(scrape(hub), "fastverify_spec_accept_length", **pm) == 1.5
     assert value(scrape(hub), "fastverify_running_requests", **pm) == 0.0
 
@@ -278,11 +278,11 @@ def test_fresh_decode_line_wins_over_polls_then_polls_take_over() -> None:
 def test_nccl_facts_survive_the_relabel_at_ready_and_go_with_the_engine() -> None:
     hub = MetricsHub(clock=Clock())
     hub.set_engine(True, "ring-ll", "eagle3", {}, "sim", None)
-    hub.on_log_line("h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL")
+    hub.logs.on_line("h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL")
     # the daemon's switch: STOPPING/STARTING still under the old label, engine down
     hub.set_engine(False, "ring-ll", "eagle3", {}, "sim", None)
     assert "fastverify_nccl_env_info" not in names(scrape(hub))  # the old process is gone
-    hub.on_log_line("h:2:2 [0] NCCL INFO NCCL_PROTO set by environment to Simple")  # new one
+    hub.logs.on_line("h:2:2 [0] NCCL INFO NCCL_PROTO set by environment to Simple")  # new one
     hub.set_engine(True, "ring-simple", "eagle3", {}, "sim", None)  # READY, new label
     s = scrape(hub)
     assert value(s, "fastverify_nccl_env_info", var="NCCL_PROTO", value="Simple") == 1
@@ -297,7 +297,7 @@ def test_switch_and_restart_series_exist_at_zero_before_any_switch() -> None:
     from fastverify.daemon import events as ev
     from fastverify.daemon.failures import REASONS
     from fastverify.daemon.observers import ExporterFeed
-    from fastverify.exporters.hub import SWITCH_RESULTS
+    from fastverify.exporters.collectors.daemon import SWITCH_RESULTS
 
     hub = MetricsHub(clock=Clock())
     feed = ExporterFeed(hub)
@@ -325,7 +325,7 @@ def test_active_steps_time_at_each_and_recorded_acceptance() -> None:
     # polls each second: 3 s at 3 steps while decoding, 2 s at 0, then 4 s idle at 0
     for steps, running in ((3, 1), (3, 1), (3, 1), (0, 32), (0, 32), (0, 0), (0, 0), (0, 0),
                            (0, 0), (3, 1)):  # fmt: skip
-        hub.on_sglang_metrics({"spec_num_steps": float(steps), "num_running_reqs": running})
+        hub.decode.on_poll({"spec_num_steps": float(steps), "num_running_reqs": running})
         clock.t += 1.0
     pm = {"profile": "ring-ll", "mode": "adaptive"}
     s = scrape(hub)
@@ -333,7 +333,7 @@ def test_active_steps_time_at_each_and_recorded_acceptance() -> None:
     assert value(s, "fastverify_spec_steps_seconds_total", **pm, steps="3") == pytest.approx(3.0)
     # the idle polls do not count: the gauge of an idle server is stale
     assert value(s, "fastverify_spec_steps_seconds_total", **pm, steps="0") == pytest.approx(2.0)
-    hub.on_acceptance({"profile": "ring-ll", "mode": "eagle3", "steps": 3, "weights": "real",
+    hub.speculation.on_acceptance({"profile": "ring-ll", "mode": "eagle3", "steps": 3, "weights": "real",
                        "usable": True, "histogram": [4, 3, 2, 1]})  # fmt: skip
     s = scrape(hub)
     lab = {"profile": "ring-ll", "mode": "eagle3", "steps": "3", "weights": "real",
@@ -343,7 +343,7 @@ def test_active_steps_time_at_each_and_recorded_acceptance() -> None:
     assert value(s, "fastverify_spec_recorded_accept_length", **lab, k="1") == pytest.approx(1.6)
     # a baseline server has no active steps
     hub.set_engine(True, "ring-ll", "baseline", {}, "sim", None)
-    hub.on_sglang_metrics({"spec_num_steps": 0.0, "num_running_reqs": 1})
+    hub.decode.on_poll({"spec_num_steps": 0.0, "num_running_reqs": 1})
     assert value(scrape(hub), "fastverify_spec_active_steps", profile="ring-ll",
                  mode="baseline") is None  # fmt: skip
 
@@ -355,7 +355,7 @@ def test_a_trial_on_dummy_weights_shows_its_steps_and_never_counts() -> None:
     hub = MetricsHub(clock=clock)
     hub.set_engine(True, "ring-ll", "eagle3", {"weights": "dummy"}, "sim", None)
     for _ in range(3):
-        hub.on_sglang_metrics({"spec_num_steps": 2.0, "num_running_reqs": 4})
+        hub.decode.on_poll({"spec_num_steps": 2.0, "num_running_reqs": 4})
         clock.t += 1.0
     pm = {"profile": "ring-ll", "mode": "eagle3"}
     s = scrape(hub)
@@ -364,7 +364,7 @@ def test_a_trial_on_dummy_weights_shows_its_steps_and_never_counts() -> None:
     hub.set_engine(False, "ring-ll", "eagle3", {"weights": "dummy"}, "sim", None)  # restart
     hub.set_engine(True, "ring-ll", "eagle3", {"weights": "real"}, "sim", None)
     for _ in range(3):
-        hub.on_sglang_metrics({"spec_num_steps": 3.0, "num_running_reqs": 1})
+        hub.decode.on_poll({"spec_num_steps": 3.0, "num_running_reqs": 1})
         clock.t += 1.0
     s = scrape(hub)
     assert value(s, "fastverify_spec_steps_seconds_total", **pm, steps="3") == pytest.approx(2.0)
@@ -378,11 +378,11 @@ def test_steps_seen_before_a_switch_never_count_under_the_new_labels() -> None:
     hub = MetricsHub(clock=clock)
     hub.set_engine(True, "ring-ll", "eagle3", {}, "sim", None)
     for _ in range(3):
-        hub.on_sglang_metrics({"spec_num_steps": 3.0, "num_running_reqs": 1})
+        hub.decode.on_poll({"spec_num_steps": 3.0, "num_running_reqs": 1})
         clock.t += 1.0
     hub.set_engine(True, "ring-ll", "adaptive", {}, "sim", None)
     for _ in range(3):
-        hub.on_sglang_metrics({"spec_num_steps": 2.0, "num_running_reqs": 1})
+        hub.decode.on_poll({"spec_num_steps": 2.0, "num_running_reqs": 1})
         clock.t += 1.0
     s = scrape(hub)
     adaptive = {"profile": "ring-ll", "mode": "adaptive"}

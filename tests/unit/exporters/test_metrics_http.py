@@ -70,7 +70,7 @@ def test_new_state_shows_on_next_scrape(served) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
     conn.request("GET", "/metrics")
     assert b'fastverify_profile_switches_total{result="ok"} 0.0' in conn.getresponse().read()
-    hub.on_switch("ok")
+    hub.daemon.on_switch("ok")
     conn.request("GET", "/metrics")
     assert b'fastverify_profile_switches_total{result="ok"} 1.0' in conn.getresponse().read()
     conn.close()
@@ -81,7 +81,7 @@ def test_renderer_caches_per_version() -> None:
     r = Renderer(hub)
     first = r.render()
     assert r.render() is first  # unchanged hub, same second: the same bytes object
-    hub.on_restart("crash")
+    hub.daemon.on_restart("crash")
     assert r.render() is not first and b'reason="crash"' in r.render()
 
 

@@ -62,27 +62,27 @@ def test_a_plan_goes_stale_below_a_tiers_break_even_and_the_scrape_says_so() -> 
     clock = Clock()
     hub = MetricsHub(clock=clock)
     hub.set_engine(True, "ring-ll", "adaptive", {"weights": "real"}, "sim", "http://x")
-    hub.set_spec_plan(PLAN)
-    hub.on_sglang_metrics({"spec_num_steps": 2.0, "num_running_reqs": 1.0})
+    hub.speculation.set_plan(PLAN)
+    hub.decode.on_poll({"spec_num_steps": 2.0, "num_running_reqs": 1.0})
     clock.t += 20
-    hub.on_sglang_metrics({"spec_num_steps": 2.0, "num_running_reqs": 1.0})
+    hub.decode.on_poll({"spec_num_steps": 2.0, "num_running_reqs": 1.0})
     good = [{"histogram": [2, 3, 5], "e2e_latency": 5.0} for _ in range(20)]  # L(2) 2.3
-    hub.on_requests(good)
+    hub.speculation.on_requests(good)
     s = scrape(hub)
     assert value(s, "fastverify_spec_plan_stale", profile="ring-ll", mode="adaptive") == 0.0
     assert value(s, "fastverify_spec_live_accept_length", profile="ring-ll", mode="adaptive",
                  steps="2", k="2") == 2.3  # fmt: skip
     bad = [{"histogram": [6, 3, 1], "e2e_latency": 5.0} for _ in range(200)]  # L(2) 1.5
-    hub.on_requests(bad)
-    snap = hub.snapshot()
-    assert snap["spec_drift"]["stale"]
-    assert "tier 1 drafts 2 steps" in snap["spec_drift"]["why"]
-    assert "below its break-even 2.00" in snap["spec_drift"]["why"]
-    assert "fastverifyctl spec plan" in snap["spec_drift"]["replan"]
+    hub.speculation.on_requests(bad)
+    drift = hub.speculation.reading()["drift"]
+    assert drift["stale"]
+    assert "tier 1 drafts 2 steps" in drift["why"]
+    assert "below its break-even 2.00" in drift["why"]
+    assert "fastverifyctl spec plan" in drift["replan"]
     s = scrape(hub)
     assert value(s, "fastverify_spec_plan_stale", profile="ring-ll", mode="adaptive") == 1.0
     assert value(s, "fastverify_spec_live_requests", profile="ring-ll", mode="adaptive",
                  steps="2") == 220  # fmt: skip
     # a trial on dummy weights never counts; a new engine starts from nothing
     hub.set_engine(True, "ring-ll", "baseline", {}, "sim", "http://x")
-    assert hub.snapshot()["spec_drift"] is None
+    assert hub.speculation.reading()["drift"] is None

@@ -31,7 +31,7 @@ def _hub() -> MetricsHub:
 
 
 def _reading(hub: MetricsHub, running_reqs: float, accept: float, gen: float) -> None:
-    hub.on_record({"kind": "decode", "running_reqs": running_reqs, "queue_reqs": 0,
+    hub.logs.on_record({"kind": "decode", "running_reqs": running_reqs, "queue_reqs": 0,
                    "accept_len": accept, "accept_rate": 0.5, "gen_throughput": gen,
                    "token_usage": 0.1, "cuda_graph": True})  # fmt: skip
 
@@ -69,7 +69,7 @@ def test_the_published_gauges_agree_and_only_at_a_matching_concurrency(
 ) -> None:
     hub = _hub()
     for conc, rate in baselines.items():
-        hub.set_baseline("ring-ll", rate * conc, rate, hub.now(), concurrency=conc)
+        hub.baselines.set("ring-ll", rate * conc, rate, hub.now(), concurrency=conc)
     _reading(hub, n, accept, gen)
     got = _verdict_samples(scrape(hub))
     if n not in baselines:
@@ -84,7 +84,7 @@ def test_the_published_gauges_agree_and_only_at_a_matching_concurrency(
 def test_the_tours_case_baseline_at_1_request_eagle3_at_2_has_no_verdict() -> None:
     hub = _hub()
     # what the tour recorded: a 1-request baseline; EAGLE-3 then ran 2 requests, 2.0 accepted
-    hub.set_baseline("ring-ll", 82.0, 82.0, hub.now(), concurrency=1)
+    hub.baselines.set("ring-ll", 82.0, 82.0, hub.now(), concurrency=1)
     _reading(hub, 2, 2.0, 86.8)
     s = scrape(hub)
     # the old gauges said 2 x 2.0 / 86.8 x 82 = 3.78 to break even and 86.8 / 82 = 1.058
@@ -94,7 +94,7 @@ def test_the_tours_case_baseline_at_1_request_eagle3_at_2_has_no_verdict() -> No
         assert gauge not in names(s), gauge
     # a baseline measured with 2 requests (here: 2 x 75 tok/s) gives the matched verdict:
     # EAGLE-3 gives 43.4 tok/s per request against 75, so it loses, and both gauges say so
-    hub.set_baseline("ring-ll", 150.0, 75.0, hub.now(), concurrency=2)
+    hub.baselines.set("ring-ll", 150.0, 75.0, hub.now(), concurrency=2)
     s = scrape(hub)
     pmc = {**PM, "concurrency": "2"}
     breakeven = value(s, "fastverify_spec_breakeven_accept_length", **pmc)
@@ -111,7 +111,7 @@ def test_the_tours_case_baseline_at_1_request_eagle3_at_2_has_no_verdict() -> No
 
 def test_a_baseline_without_a_concurrency_is_shown_but_never_compared() -> None:
     hub = _hub()
-    hub.set_baseline("ring-ll", 82.0, 82.0, hub.now())  # e.g. a baselines.json from before
+    hub.baselines.set("ring-ll", 82.0, 82.0, hub.now())  # e.g. a baselines.json from before
     _reading(hub, 1, 2.0, 66.67)
     s = scrape(hub)
     assert value(s, "fastverify_baseline_tokens_per_second", profile="ring-ll",
@@ -133,4 +133,4 @@ def test_bad_concurrency_is_refused_by_the_hub() -> None:
     hub = _hub()
     for bad in (0, -1, True):
         with pytest.raises(ValueError, match="concurrency"):
-            hub.set_baseline("ring-ll", 82.0, 82.0, hub.now(), concurrency=bad)
+            hub.baselines.set("ring-ll", 82.0, 82.0, hub.now(), concurrency=bad)
