@@ -39,6 +39,7 @@ from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.logs import LineFacts
 from fastverify.daemon.operations import Claim, Operation, OpResult
+from fastverify.daemon.parts import Part
 from fastverify.daemon.recovery import RecoverySteps
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.rollback import RollbackSteps
@@ -64,6 +65,7 @@ class Controller(Core):
     def compose(self) -> None:
         """The steps over this core, each in its own module (see the module docstring)."""
         self.weights = WeightSteps(self)  # the weight cache: a second process group
+        self.parts: list[Part] = [self.weights]  # each feature's own state, source, status
         self.starts = Starts(self, self.weights, self.verifiers)
         self.rollback = RollbackSteps(self, self.starts)
         self.crash_steps = CrashSteps(self, self.starts)
@@ -301,6 +303,7 @@ class Controller(Core):
         with contextlib.suppress(Exception):
             if self.state == State.STOPPING:
                 self.set_state(State.STOPPED, "shutdown")
-        self.cache.shutdown()
+        for part in self.parts:
+            part.shutdown()
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))

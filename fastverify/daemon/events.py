@@ -21,7 +21,6 @@ DecisionRecorded   a tuning decision was stored (fastverifyctl tune).
 AcceptanceRecorded an accepted-drafts histogram was stored (fastverify.daemon.acceptance).
 WeightsLoaded      a start came up: where its weights came from (the cache or disk, why),
                    how long they took and the start's split (daemon/weights.py).
-WeightCacheChanged the weight cache's group started, became ready, failed or stopped.
 
 Every event but the three *Recorded ones carries `ts`, when it happened (keyword-only).
 """
@@ -165,13 +164,6 @@ class WeightsLoaded(_Stamped):
     weights: Mapping[str, Any]  # source, seconds, bytes, reason, text, phases, fallback
 
 
-@dataclass(frozen=True)
-class WeightCacheChanged(_Stamped):
-    state: str  # off | starting | ready | stopping | failed | stopped | mismatch
-    up: bool
-    bytes: int | None
-
-
 Event = (
     StateChanged
     | EngineStarting
@@ -186,7 +178,6 @@ Event = (
     | DecisionRecorded
     | AcceptanceRecorded
     | WeightsLoaded
-    | WeightCacheChanged
 )
 
 

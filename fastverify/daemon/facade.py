@@ -145,7 +145,8 @@ class ControlFacade:
                 },
             }
         engine["identity"] = self.engine_identity()
-        out["weight_cache"] = c.cache.status()  # outside the lock: NVML may be asked
+        for part in c.parts:  # outside the lock: a part may ask the system (NVML)
+            out[part.STATUS] = part.status()
         # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
         engine["capabilities"] = self.capabilities(argv)
         out["speculation"] = self.speculation(out["profile"], out["mode"], argv)

@@ -65,16 +65,8 @@ class Supervisor:
         if self.feed is not None:
             self.bus.subscribe(self.feed)
         self.bus.subscribe(SdNotify(self.notifier, self.api.status_line))
-        self.ctl.cache.on_change = self._cache_changed
-        if self.ctl.cache.setting != "off":
-            self._cache_changed()  # the exporter's series exist (down) before any start
-
-    def _cache_changed(self) -> None:
-        from fastverify.daemon.events import WeightCacheChanged
-
-        cache = self.ctl.cache
-        size, _ = cache.bytes_held()
-        self.bus.publish(WeightCacheChanged(cache.state, cache.state == "ready", size))
+        for part in self.ctl.parts:
+            part.attach(self.bus, hub)
 
     # ------------------------------------------------------------------ main.py's handles
     @property
@@ -152,12 +144,12 @@ class Supervisor:
             self.cfg = cfg
             self.ctl.cfg = cfg
             self.launcher.cfg = cfg
-            self.ctl.cache.cfg = cfg
             self.resolver.reconfigure(cfg, engine)
             if engine.name == self.ctl.engine.name:
                 self.ctl.engine = engine
                 self.launcher.engine = engine
-                self.ctl.cache.engine = engine
+            for part in self.ctl.parts:
+                part.reconfigure(cfg, self.ctl.engine)
             self.ctl.crashes.retune(RestartPolicy.from_config(cfg.daemon))
 
     def shutdown(self, timeout: float | None = None) -> None:

@@ -240,6 +240,45 @@ class WeightSteps:
             core.launcher.argv_aside.append(self._aside)
         self.cache = cache
 
+    # ------------------------------------------------------------ the part (parts.py)
+    NAME = PART
+    STATUS = "weight_cache"
+
+    def attach(self, bus: Any, hub: Any) -> None:
+        """The cache's exporter source on `hub`: the group's readiness and the GPU memory it
+        holds (published, down, before any start once configured), and each start's hit
+        or fallback (the WeightsLoaded event)."""
+        if hub is None:
+            return
+        from fastverify.daemon import events as ev
+        from fastverify.exporters.collectors.weight_cache import WeightCacheSource
+
+        source = hub.add(WeightCacheSource(hub))
+
+        def changed() -> None:
+            size, _ = self.cache.bytes_held()
+            source.set_group(self.cache.state == "ready", size)
+
+        def loaded(e: Any) -> None:
+            if isinstance(e, ev.WeightsLoaded):
+                source.on_start(e.weights)
+
+        self.cache.on_change = changed
+        if self.cache.setting != "off":
+            changed()
+        bus.subscribe(loaded)
+
+    def status(self) -> dict[str, Any]:
+        return self.cache.status()
+
+    def reconfigure(self, cfg: Any, engine: Any) -> None:
+        self.cache.cfg = cfg
+        self.cache.engine = engine
+
+    def shutdown(self) -> None:
+        self.cache.shutdown()
+
+    # -------------------------------------------------------------------- the steps
     def _aside(self, argv: list[str]) -> list[str]:
         return wc.strip_flags(argv) if self.cache.setting != "off" else argv
 

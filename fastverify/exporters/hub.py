@@ -64,9 +64,7 @@ class MetricsHub:
         self.sources: dict[str, Source] = {}
         self.health = self.add(HealthSource(self))
         self.engine = self.add(EngineSource(self))
-        self.decode = self.add(
-            DecodeSource(self, rate_window_s, observation_ttl_s, log_fresh_s)
-        )
+        self.decode = self.add(DecodeSource(self, rate_window_s, observation_ttl_s, log_fresh_s))
         self.baselines = self.add(BaselinesSource(self))
         self.speculation = self.add(SpeculationSource(self))
         self.traces = self.add(TracesSource(self))

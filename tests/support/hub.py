@@ -67,8 +67,9 @@ def full_feed() -> MetricsHub:
     hub.api_auth.on_failure("token")
     hub.daemon.set_decision("ring-ll", "adaptive", "pcie_ipc", True)
     hub.baselines.set("ring-ll", 160.0, 40.0, clock.t - 100.0, concurrency=1)
-    hub.speculation.on_acceptance({"profile": "ring-ll", "mode": "eagle3", "steps": 3, "weights": "real",
-                       "usable": True, "histogram": [4, 3, 2, 1]})  # fmt: skip
+    hub.speculation.on_acceptance({"profile": "ring-ll", "mode": "eagle3", "steps": 3,
+                                   "weights": "real", "usable": True,
+                                   "histogram": [4, 3, 2, 1]})  # fmt: skip
     hub.speculation.set_plan(SPEC_PLAN)
     for rec in ({"kind": "nccl_version", "version": "2.28.9+cuda13.0"},
                 {"kind": "nccl_env", "var": "NCCL_ALGO", "value": "Ring"},

@@ -147,7 +147,9 @@ class DecodeSource(Source):
         h = self.hub
         pm = (h.profile or "", h.mode or "")
         obs = self.latest(now)
-        eagle = h.mode in SPEC_MODES or (h.mode is None and obs is not None and bool(obs.accept_len))
+        eagle = h.mode in SPEC_MODES or (
+            h.mode is None and obs is not None and bool(obs.accept_len)
+        )
         yield one("fastverify_generation_tokens_per_second", self._tokens_per_second(now, obs), *pm)
         spec = cycle = None
         if eagle and obs is not None and obs.accept_len:

@@ -101,9 +101,7 @@ def test_poller_feeds_hub_and_survives_engine_down(stub: SGLangStub) -> None:
     try:
         stub.values.update(gen_throughput=50.0, generation_tokens_total=100)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and hub.decode.tokens_total() != {
-            ("", ""): 100
-        }:
+        while time.monotonic() < deadline and hub.decode.tokens_total() != {("", ""): 100}:
             time.sleep(0.05)
         assert hub.up is True
         rt.set_server_url("http://127.0.0.1:1")

@@ -333,8 +333,9 @@ def test_active_steps_time_at_each_and_recorded_acceptance() -> None:
     assert value(s, "fastverify_spec_steps_seconds_total", **pm, steps="3") == pytest.approx(3.0)
     # the idle polls do not count: the gauge of an idle server is stale
     assert value(s, "fastverify_spec_steps_seconds_total", **pm, steps="0") == pytest.approx(2.0)
-    hub.speculation.on_acceptance({"profile": "ring-ll", "mode": "eagle3", "steps": 3, "weights": "real",
-                       "usable": True, "histogram": [4, 3, 2, 1]})  # fmt: skip
+    hub.speculation.on_acceptance({"profile": "ring-ll", "mode": "eagle3", "steps": 3,
+                                   "weights": "real", "usable": True,
+                                   "histogram": [4, 3, 2, 1]})  # fmt: skip
     s = scrape(hub)
     lab = {"profile": "ring-ll", "mode": "eagle3", "steps": "3", "weights": "real",
            "usable": "true"}  # fmt: skip
