@@ -6,24 +6,19 @@ runs the hub's source of that name, timed and guarded (the `scrape` source repor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from prometheus_client import CollectorRegistry
 
 from fastverify.exporters import catalog
-from fastverify.exporters.collectors.base import EngineChange, Source, SourceCollector
+from fastverify.exporters.collectors.base import EngineChange, Hub, Source, SourceCollector
 from fastverify.exporters.collectors.engine import profile_labels
 
-if TYPE_CHECKING:
-    from fastverify.exporters.hub import MetricsHub
 
-
-def collectors(hub: MetricsHub) -> list[SourceCollector]:
+def collectors(hub: Hub) -> list[SourceCollector]:
     """One collector per catalog source, in the catalog's order."""
     return [SourceCollector(hub, source) for source in catalog.COLLECTOR_SOURCES]
 
 
-def register(registry: CollectorRegistry, hub: MetricsHub) -> list[SourceCollector]:
+def register(registry: CollectorRegistry, hub: Hub) -> list[SourceCollector]:
     """Register every collector of `hub` (the registry checks their names from describe())."""
     out = collectors(hub)
     for c in out:

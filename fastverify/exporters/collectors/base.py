@@ -7,17 +7,38 @@ all come from `fastverify.exporters.catalog`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from fastverify.exporters import catalog
 
-if TYPE_CHECKING:
-    from fastverify.exporters.hub import MetricsHub
+
+class Hub(Protocol):
+    """What a source reads of its hub (`fastverify.exporters.hub.MetricsHub`): the lock
+    every source shares, the clock and the timer, the engine's identity, the version
+    (`changed()`), and the other sources by name (`hub.health`, `hub.decode`, ...)."""
+
+    lock: threading.RLock
+    timer: Callable[[], float]
+    profile: str | None
+    mode: str | None
+    settings: dict[str, str]
+    engine_kind: str | None
+    sources: dict[str, Source]
+
+    @property
+    def up(self) -> bool: ...
+
+    def now(self) -> float: ...
+
+    def changed(self) -> None: ...
+
+    def __getattr__(self, name: str) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -44,7 +65,7 @@ class Source:
 
     NAME: ClassVar[str]
 
-    def __init__(self, hub: MetricsHub) -> None:
+    def __init__(self, hub: Hub) -> None:
         self.hub = hub
 
     def engine_changed(self, change: EngineChange) -> None:
@@ -60,7 +81,7 @@ class SourceCollector(Collector):
     one (a part adds its own when it is configured), through `hub.scrape`, which times it
     and keeps its failure to itself."""
 
-    def __init__(self, hub: MetricsHub, source: str) -> None:
+    def __init__(self, hub: Hub, source: str) -> None:
         self.hub = hub
         self.SOURCE = source
 

@@ -5,22 +5,18 @@ source only holds them."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 
 from fastverify.exporters import catalog
-from fastverify.exporters.collectors.base import Source
+from fastverify.exporters.collectors.base import Hub, Source
 from fastverify.exporters.readings import Baseline
-
-if TYPE_CHECKING:
-    from fastverify.exporters.hub import MetricsHub
 
 
 class BaselinesSource(Source):
     NAME = "baselines"
 
-    def __init__(self, hub: MetricsHub) -> None:
+    def __init__(self, hub: Hub) -> None:
         super().__init__(hub)
         self._baselines: dict[tuple[str, int | None], Baseline] = {}
 

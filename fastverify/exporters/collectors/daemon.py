@@ -5,15 +5,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 
 from fastverify.exporters import catalog
-from fastverify.exporters.collectors.base import Source, info, rows
-
-if TYPE_CHECKING:
-    from fastverify.exporters.hub import MetricsHub
+from fastverify.exporters.collectors.base import Hub, Source, info, rows
 
 SWITCH_RESULTS = ("ok", "rolled_back", "failed", "cancelled")
 
@@ -21,7 +17,7 @@ SWITCH_RESULTS = ("ok", "rolled_back", "failed", "cancelled")
 class DaemonSource(Source):
     NAME = "daemon"
 
-    def __init__(self, hub: MetricsHub) -> None:
+    def __init__(self, hub: Hub) -> None:
         super().__init__(hub)
         self._restarts: Counter[str] = Counter()
         self._restart_reasons: tuple[str, ...] = ()  # published at 0 before any restart

@@ -18,24 +18,21 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client.core import Metric
 
 from fastverify.config import SPEC_MODES
 from fastverify.exporters.baseline import spec_cycle_seconds, verdict
-from fastverify.exporters.collectors.base import EngineChange, Source, one, rows
+from fastverify.exporters.collectors.base import EngineChange, Hub, Source, one, rows
 from fastverify.exporters.readings import Observation, newest
-
-if TYPE_CHECKING:
-    from fastverify.exporters.hub import MetricsHub
 
 
 class DecodeSource(Source):
     NAME = "decode"
 
     def __init__(
-        self, hub: MetricsHub, rate_window_s: float, observation_ttl_s: float, log_fresh_s: float
+        self, hub: Hub, rate_window_s: float, observation_ttl_s: float, log_fresh_s: float
     ) -> None:
         super().__init__(hub)
         self.rate_window_s = rate_window_s

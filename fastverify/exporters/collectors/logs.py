@@ -5,16 +5,13 @@ decode source."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client.core import Metric
 
 from fastverify.exporters import catalog, logparse
-from fastverify.exporters.collectors.base import EngineChange, Source, info, one
+from fastverify.exporters.collectors.base import EngineChange, Hub, Source, info, one
 from fastverify.redact import is_secret_name
-
-if TYPE_CHECKING:
-    from fastverify.exporters.hub import MetricsHub
 
 MAX_TUNING_ROWS = 64
 
@@ -22,7 +19,7 @@ MAX_TUNING_ROWS = 64
 class LogsSource(Source):
     NAME = "logs"
 
-    def __init__(self, hub: MetricsHub) -> None:
+    def __init__(self, hub: Hub) -> None:
         super().__init__(hub)
         self._lines = 0
         self._warnings = 0

@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 
 from fastverify.exporters import catalog
-from fastverify.exporters.collectors.base import Source
-
-if TYPE_CHECKING:
-    from fastverify.exporters.hub import MetricsHub
+from fastverify.exporters.collectors.base import Hub, Source
 
 log = logging.getLogger("fastverify.exporter")
 
@@ -22,7 +18,7 @@ log = logging.getLogger("fastverify.exporter")
 class ScrapeSource(Source):
     NAME = "scrape"
 
-    def __init__(self, hub: MetricsHub) -> None:
+    def __init__(self, hub: Hub) -> None:
         super().__init__(hub)
         self._last: dict[str, tuple[bool, float]] = {}  # source -> (success, seconds)
 

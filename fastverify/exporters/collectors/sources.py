@@ -4,15 +4,11 @@ analysed, line read, daemon feed) and when it last delivered data."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 
 from fastverify.exporters import catalog
-from fastverify.exporters.collectors.base import EngineChange, Source
-
-if TYPE_CHECKING:
-    from fastverify.exporters.hub import MetricsHub
+from fastverify.exporters.collectors.base import EngineChange, Hub, Source
 
 # the data sources, in the order their health is published
 DATA_SOURCES = ("daemon", "sglang_metrics", "logs", "traces", "inspector")
@@ -21,7 +17,7 @@ DATA_SOURCES = ("daemon", "sglang_metrics", "logs", "traces", "inspector")
 class HealthSource(Source):
     NAME = "sources"
 
-    def __init__(self, hub: MetricsHub) -> None:
+    def __init__(self, hub: Hub) -> None:
         super().__init__(hub)
         self._up: dict[str, bool] = {}
         self._last: dict[str, float] = {}

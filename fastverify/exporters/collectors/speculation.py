@@ -5,24 +5,21 @@ finished requests and whether the stored plan went stale (exporters.request_metr
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client.core import Metric
 
 from fastverify.config import SPEC_MODES
 from fastverify.exporters import catalog
-from fastverify.exporters.collectors.base import EngineChange, Source, one, rows
+from fastverify.exporters.collectors.base import EngineChange, Hub, Source, one, rows
 from fastverify.exporters.request_metrics import Drift
 from fastverify.speculation.curve import AcceptCurve
-
-if TYPE_CHECKING:
-    from fastverify.exporters.hub import MetricsHub
 
 
 class SpeculationSource(Source):
     NAME = "speculation"
 
-    def __init__(self, hub: MetricsHub) -> None:
+    def __init__(self, hub: Hub) -> None:
         super().__init__(hub)
         # time at each active step count (profile, mode, steps) -> seconds, the last poll's
         # (time, steps, busy), and recorded acceptance by (profile, mode, steps)

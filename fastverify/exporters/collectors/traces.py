@@ -7,22 +7,19 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client.core import Metric
 
 from fastverify.exporters import catalog
-from fastverify.exporters.collectors.base import EngineChange, Source, one, rows
+from fastverify.exporters.collectors.base import EngineChange, Hub, Source, one, rows
 from fastverify.exporters.readings import Histogram, trace_reading
-
-if TYPE_CHECKING:
-    from fastverify.exporters.hub import MetricsHub
 
 
 class TracesSource(Source):
     NAME = "traces"
 
-    def __init__(self, hub: MetricsHub) -> None:
+    def __init__(self, hub: Hub) -> None:
         super().__init__(hub)
         self._verify_hist: dict[tuple[str, str], Histogram] = {}
         self._calls: Counter[tuple[str, str, str]] = Counter()  # (profile, mode, source)
