@@ -2,7 +2,7 @@
 group, and what each server start learns from it.
 
 `[server] weight_cache = "off" | "auto" | "on"`. With auto/on, fastverifyd starts
-`python -m sglang.srt.weight_cache.daemon` (the engine adapter's `weight_cache_argv`: the
+`python -m sglang.srt.weight_cache.daemon` (the engine adapter's `companion_argv`: the
 sim's stand-in for the sim) for the configured model once, in its own session, with a
 random `FASTVERIFY_WEIGHT_CACHE_ID` in its environment and `weight-cache.pid` in the state
 dir; waits for every local rank's ready file; and starts each baseline server with
@@ -161,7 +161,10 @@ class WeightCache:
             base = self.engine.build_argv(server, "baseline", {})
         except ValueError:
             return None
-        return self.engine.weight_cache_argv(wc.strip_flags(base))
+        cf = wc.of(self.engine.facts())
+        if cf is None:
+            return None
+        return self.engine.companion_argv(cf.module, wc.strip_flags(base), cf.daemon_args)
 
     def ranks(self) -> int:
         return max(1, int(self.cfg.server.tp_size) // max(1, int(self.cfg.server.nnodes)))

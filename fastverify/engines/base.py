@@ -7,7 +7,7 @@ The supervisor only talks to engines through this interface (see docs/reference/
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -137,18 +137,15 @@ class Engine(ABC):
             self._facts_cache = cached
         return cached
 
-    def weight_cache_argv(self, argv: list[str]) -> list[str] | None:
-        """The weight-cache daemon's argv (interpreter first) for a server argv: SGLang's
-        `python -m sglang.srt.weight_cache.daemon` with the flags of `argv` it takes (the
-        release's facts, fastverify.sglang.weight_cache); None when the engine's SGLang has
-        no weight cache."""
-        from fastverify.sglang import weight_cache
-
-        cf = weight_cache.of(self.facts())
-        if cf is None:
-            return None
+    def companion_argv(
+        self, module: str, server_argv: list[str], flags: Callable[[list[str]], list[str]]
+    ) -> list[str]:
+        """The command line of SGLang's program `python -m module` (a daemon SGLang runs
+        beside its server) for a server started with `server_argv`: the same interpreter,
+        and `flags(server's flags)`, those of the server's flags that program takes."""
+        argv = server_argv
         args = argv[argv.index("-m") + 2 :] if "-m" in argv else argv[1:]
-        return [argv[0], "-m", cf.module, *cf.daemon_args(args)]
+        return [argv[0], "-m", module, *flags(args)]
 
     def follower(self, argv: list[str]) -> bool:
         """Does `argv` start a follower node of a multi-node server (ready when its health

@@ -9,7 +9,7 @@ is True and `status` says so.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from fastverify.config import ServerConfig
@@ -64,17 +64,15 @@ class SimEngine(Engine):
             argv += ["--sim-sglang-version", self.played_version]
         return argv
 
-    def weight_cache_argv(self, argv: list[str]) -> list[str] | None:
-        """The sim's weight-cache daemon (`python -m fastverify.sim.weight_cache.daemon`,
-        the command line of the played release's `sglang.srt.weight_cache.daemon`) with the
-        flags of `argv` that release's daemon takes, plus the sim's load and release."""
-        from fastverify.sglang import weight_cache
-
-        cf = weight_cache.of(self.facts())
-        if cf is None:
-            return None
+    def companion_argv(
+        self, module: str, server_argv: list[str], flags: Callable[[list[str]], list[str]]
+    ) -> list[str]:
+        """The sim's program in place of SGLang's `module` (`sglang.srt.X` is
+        `fastverify.sim.X`, with that module's command line in the played release) with the
+        server's flags it takes (the sim's own set aside), plus the sim's load time and
+        played release."""
         args, skip = [], False
-        for tok in _strip_module(argv):
+        for tok in _strip_module(server_argv):
             if tok.startswith("--sim-"):
                 skip = "=" not in tok
                 continue
@@ -83,8 +81,8 @@ class SimEngine(Engine):
             skip = False
             args.append(tok)
         return [
-            self.python, "-m", "fastverify.sim.weight_cache.daemon",
-            *cf.daemon_args(args), "--sim-load-seconds", f"{self.load_seconds:g}",
+            self.python, "-m", "fastverify.sim." + module.removeprefix("sglang.srt."),
+            *flags(args), "--sim-load-seconds", f"{self.load_seconds:g}",
             "--sim-sglang-version", self.played_version,
         ]  # fmt: skip
 
