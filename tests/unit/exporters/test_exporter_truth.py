@@ -9,6 +9,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from fastverify.exporters import collectors
+from fastverify.exporters.collectors.baselines import BaselinesSource
 from fastverify.exporters.hub import MetricsHub
 from tests.support.hub import Clock, names, scrape, value
 
@@ -158,10 +159,11 @@ def test_a_failing_source_is_left_out_and_reported_while_the_others_publish() ->
     hub = golden_feed()
     hub.timer = lambda: float(next(ticks))  # each reading of the timer one second later
 
-    def broken(now: float) -> list:
-        raise RuntimeError("a bug in one source")
+    class Broken(BaselinesSource):
+        def families(self, now: float) -> list:
+            raise RuntimeError("a bug in one source")
 
-    hub.sources["baselines"].families = broken  # type: ignore[method-assign]  # the fault
+    hub.sources["baselines"] = Broken(hub)
     s = scrape(hub)
     assert value(s, "fastverify_scrape_collector_success", collector="baselines") == 0
     assert "fastverify_baseline_tokens_per_second" not in names(s)
