@@ -39,7 +39,6 @@ from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.logs import LineFacts
 from fastverify.daemon.operations import Claim, Operation, OpResult
-from fastverify.daemon.parts import Part
 from fastverify.daemon.recovery import RecoverySteps
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.rollback import RollbackSteps
@@ -65,8 +64,8 @@ class Controller(Core):
     def compose(self) -> None:
         """The steps over this core, each in its own module (see the module docstring)."""
         self.weights = WeightSteps(self)  # the weight cache: a second process group
-        self.parts: list[Part] = [self.weights]  # each feature's own state, source, status
-        self.starts = Starts(self, self.weights, self.verifiers)
+        self.parts = [self.weights]  # each feature's own state, say in a start, source, status
+        self.starts = Starts(self, self.verifiers)
         self.rollback = RollbackSteps(self, self.starts)
         self.crash_steps = CrashSteps(self, self.starts)
         self.recovery_steps = RecoverySteps(self, self.starts)
@@ -160,10 +159,10 @@ class Controller(Core):
             raise RequestError(409, "another operation is in flight")
         op.restart_clock()
         op.phases["validate"] = round(validate_s, 4)
-        notice = self.weights.notice(kind, mode, load_format, op)
+        said = {k: v for part in self.parts  # each part's word before anything stops
+                for k, v in part.accepted(kind, mode, load_format, op).items()}  # fmt: skip
         op.emit("accepted", op=op.describe(), argv=mask_argv(argv), check=verdict.to_dict(),
-                weights_notice=notice)  # fmt: skip
-        self.weights.say_notice(notice)  # before anything stops
+                **said)  # fmt: skip
         self.bus.publish(ev.OperationStarted(op.id, kind, name, mode))
         self.spawn_thread(self._run_op, op, profile, argv, timeout_s)
         return op

@@ -26,6 +26,7 @@ from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import EngineHandle, Launcher
 from fastverify.daemon.logs import LogRing
 from fastverify.daemon.operations import Operation, OpResult, Slot
+from fastverify.daemon.parts import Part
 from fastverify.daemon.resolve import Resolver
 from fastverify.daemon.restart import CrashWindow, RestartPolicy
 from fastverify.daemon.states import State, check_transition
@@ -118,6 +119,8 @@ class Core:
         if checks is None:
             checks = default_checks(launcher, resolver)
         self.verifiers = Verifiers(checks, say=self.say)
+        # the features that ride along every start (parts.py), composed by the controller
+        self.parts: list[Part] = []
         self.compose()
 
     def compose(self) -> None:

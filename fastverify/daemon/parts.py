@@ -4,21 +4,53 @@ part, so that none of them names a feature.
 A part owns its per-engine state (`EngineHandle.parts[NAME]`) and per-operation state
 (`Operation.parts[NAME]`), what it adds to each start through the launcher's hooks (the
 server's environment, readers of its log lines, flags set aside when argvs are compared),
-its exporter source (added to the hub in `attach`, fed from what the part hears on the
-bus), its section of `status` (`STATUS`), and what it does when the configuration is
-re-read and when the daemon stops. docs/architecture.md ("Parts") says how to add one.
+its say in each start (`accepted`, `around_spawn`, `after_ready`, `after_failure`, which
+the controller's start calls over every part), the fields it adds to an operation's result
+and to the engine's status, its exporter source (added to the hub in `attach`, fed from what
+the part hears on the bus), its section of `status` (`STATUS`), and what it does when the
+configuration is re-read and when the daemon stops. docs/architecture.md ("Parts") says how
+to add one.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from fastverify.daemon.events import EventBus
+from fastverify.daemon.failures import Failure
+
+Spawn = Callable[[list[str]], Any]  # argv -> EngineHandle (the launcher's, or a part's around it)
 
 
 class Part(Protocol):
     NAME: str  # its key in handle.parts and op.parts
     STATUS: str  # its section of status (`GET /v1/status`)
+
+    def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
+        """An operation took the slot, before anything stops: the fields the part adds to
+        its `accepted` progress event (and says, when there is something to warn about)."""
+
+    def around_spawn(self, op: Any, argv: list[str], cancel: threading.Event, spawn: Spawn) -> Any:
+        """Spawn the engine for `op` with `spawn` (the next part's, or the launcher's), with
+        whatever the part needs around it: the EngineHandle, or the Failure that ends the
+        start (nothing spawned)."""
+
+    def after_ready(self, op: Any, h: Any) -> Failure | None:
+        """A start came up and verified (not an adopted one): its record, or the failure."""
+
+    def after_failure(
+        self, op: Any, h: Any, failure: Failure, cancel: threading.Event
+    ) -> tuple[Failure, bool]:
+        """A start failed (its engine stopped): the failure as the part reads it, and whether
+        to start the same again."""
+
+    def result_fields(self, op: Any, h: Any) -> dict[str, Any]:
+        """What the part adds to a successful operation's result."""
+
+    def engine_fields(self, h: Any) -> dict[str, Any]:
+        """What the part adds to the engine's status (`h` None: no engine)."""
 
     def attach(self, bus: EventBus, hub: Any) -> None:
         """Subscribe to the bus; with an exporter (`hub` not None), add its source to it."""

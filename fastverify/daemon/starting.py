@@ -9,6 +9,7 @@ adoption at start-up (reconcile.py).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -23,7 +24,6 @@ from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.operations import Operation, OpResult
 from fastverify.daemon.states import State
 from fastverify.daemon.verifier import Verifiers
-from fastverify.daemon.weights import WeightSteps, load_record
 from fastverify.engines.sglang import load_format_of
 from fastverify.redact import mask_argv
 
@@ -31,9 +31,8 @@ FAILED_TAIL_LINES = 12  # a failed engine's last log lines in the result (`log_t
 
 
 class Starts:
-    def __init__(self, core: Core, weights: WeightSteps, verifiers: Verifiers) -> None:
+    def __init__(self, core: Core, verifiers: Verifiers) -> None:
         self.c = core
-        self.weights = weights
         self.verifiers = verifiers
 
     def start(
@@ -53,7 +52,7 @@ class Starts:
             c.say(f"{op.kind} {op.profile}/{op.mode}: {taken.message}", logging.WARNING)
             return taken  # said before a load that would fail only once it is over
         if adopt is None:
-            h = self.weights.spawn_engine(op, profile, argv, cancel)  # the cache's gate
+            h = self._spawn(op, profile, argv, cancel)
             if isinstance(h, Failure):
                 return h
         else:
@@ -80,10 +79,33 @@ class Starts:
         )
         c.stop_engine(h, "failed")  # stops its tail: every line it wrote has been read
         self.keep_failed_tail(op, h)
-        failure = self.weights.refused(h, failure)
-        if self.weights.again_from_disk(op, h, failure, cancel):
+        again = False
+        for part in c.parts:  # each part reads the failure (the weight cache: SGLang refused it)
+            failure, retry = part.after_failure(op, h, failure, cancel)
+            again = again or retry
+        if again:
             return self.start(op, profile, argv, timeout_s, cancel)
         return failure
+
+    def _spawn(
+        self, op: Any, profile: Any, argv: list[str], cancel: threading.Event
+    ) -> EngineHandle | Failure:
+        """The launcher's spawn with every part around it (the weight cache: its gate)."""
+        c = self.c
+
+        def launch(a: list[str]) -> EngineHandle | Failure:
+            try:
+                return c.launcher.spawn(profile, op.mode, a)
+            except OSError as exc:
+                failure = Failure("spawn_failed", f"cannot start the engine: {exc}")
+                c.say(f"{op.kind} {op.profile}/{op.mode} failed: {failure.message}",
+                      logging.WARNING)  # fmt: skip
+                return failure
+
+        spawn: Any = launch
+        for part in reversed(c.parts):  # the first part is the outermost
+            spawn = functools.partial(part.around_spawn, op, cancel=cancel, spawn=spawn)
+        return spawn(argv)
 
     def _verify(
         self, op: Any, h: EngineHandle, cancel: threading.Event, adopted: bool
@@ -99,8 +121,8 @@ class Starts:
             h.worker_pids = tuple(p["pid"] for p in env.get("processes", []) if p["pid"] != h.pid)
         if failure is None and cancel.is_set():
             failure = Failure("cancelled", "operation cancelled", log=str(h.log_path))
-        if failure is None and not adopted:
-            failure = self.weights.done(op, h)
+        for part in self.c.parts if not adopted else ():
+            failure = failure or part.after_ready(op, h)
         if failure is None:
             op.verify = verdict.details
         return failure
@@ -159,7 +181,7 @@ class Starts:
             f"{h.profile}/{h.mode} is serving"
             + (" on dummy weights (a trial: random output, timings only)" if trial else "")
             + f" (ready in {h.ready_s or 0.0:.2f} s, verified)"
-            + (f"; {record['text']}" if (record := load_record(h)) else "")
+            + "".join(f"; {text}" for text in self._said(op, h))
         )
         c.say(message, stream=False)  # the result says it
         return c.result(
@@ -176,6 +198,15 @@ class Starts:
             pid=h.pid,
             previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
             phases=dict(op.phases),
-            weight_load=load_record(h),  # where the weights came from (daemon/weights.py)
-            weights_notice=self.weights.notice_of(op),
+            **{k: v for part in c.parts for k, v in part.result_fields(op, h).items()},
         )
+
+    def _said(self, op: Operation, h: EngineHandle) -> list[str]:
+        """The parts' one-line summaries of a start (the weight cache: where the weights
+        came from), as their result fields carry them (`text`)."""
+        return [
+            rec["text"]
+            for part in self.c.parts
+            for rec in part.result_fields(op, h).values()
+            if isinstance(rec, dict) and rec.get("text")
+        ]

@@ -271,6 +271,30 @@ class WeightSteps:
     def status(self) -> dict[str, Any]:
         return self.cache.status()
 
+    def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
+        notice = self.notice(kind, mode, load_format, op)
+        self.say_notice(notice)
+        return {"weights_notice": notice}
+
+    def around_spawn(self, op: Any, argv: list[str], cancel: threading.Event, spawn: Any) -> Any:
+        return self.spawn_engine(op, argv, cancel, spawn)
+
+    def after_ready(self, op: Any, h: Any) -> Failure | None:
+        return self.done(op, h)
+
+    def after_failure(
+        self, op: Any, h: Any, failure: Failure, cancel: threading.Event
+    ) -> tuple[Failure, bool]:
+        failure = self.refused(h, failure)
+        return failure, self.again_from_disk(op, h, failure, cancel)
+
+    def result_fields(self, op: Any, h: Any) -> dict[str, Any]:
+        # where the weights came from, and the notice given before anything stopped
+        return {"weight_load": load_record(h), "weights_notice": self.notice_of(op)}
+
+    def engine_fields(self, h: Any) -> dict[str, Any]:
+        return {"weight_load": load_record(h)}  # from the cache or disk
+
     def reconfigure(self, cfg: Any, engine: Any) -> None:
         self.cache.cfg = cfg
         self.cache.engine = engine
@@ -332,20 +356,15 @@ class WeightSteps:
         kind = "mismatch" if failure.reason == "weight_cache_mismatch" else "unavailable"
         return argv, Gate(False, why, expected=False, kind=kind), None
 
-    def spawn_engine(self, op: Any, profile: Any, argv: list[str], cancel: threading.Event) -> Any:
-        """The launcher's spawn behind the cache's gate: an EngineHandle, or the Failure."""
+    def spawn_engine(self, op: Any, argv: list[str], cancel: threading.Event, spawn: Any) -> Any:
+        """`spawn` behind the cache's gate: an EngineHandle, or the Failure (or what `spawn`
+        returned: a Failure of its own)."""
         argv, g, refusal = self._cache_gate(op, argv, cancel)
         if refusal is not None:
             return refusal
-        try:
-            h = self.c.launcher.spawn(profile, op.mode, argv)
-        except OSError as exc:
-            failure = Failure("spawn_failed", f"cannot start the engine: {exc}")
-            self.c.say(
-                f"{op.kind} {op.profile}/{op.mode} failed: {failure.message}", logging.WARNING
-            )
-            return failure
-        of(h).gate = g
+        h = spawn(argv)
+        if not isinstance(h, Failure):
+            of(h).gate = g
         return h
 
     def _weights_watch(self, argv: list[str]) -> WeightsWatch:
