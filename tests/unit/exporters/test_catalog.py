@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fastverify.exporters import catalog, collectors
+from fastverify.exporters.collectors.scrape import ScrapeSource
 from fastverify.exporters.hub import MetricsHub
 from tests.support.hub import full_feed
 
@@ -40,12 +41,14 @@ def test_each_collector_describes_exactly_its_share_of_the_catalog() -> None:
 
 
 def test_registering_reads_describe_and_never_collects() -> None:
-    class NoSnapshot(MetricsHub):
-        def snapshot(self) -> dict:
+    class NoCollect(ScrapeSource):
+        def run(self, name: str) -> list:
             raise AssertionError("collect() ran at register time")
 
+    hub = MetricsHub()
+    hub.scrape = NoCollect(hub)  # every collector runs its source through hub.scrape
     reg = CollectorRegistry()
-    collectors.register(reg, NoSnapshot())
+    collectors.register(reg, hub)
     # the registry knows every sample name from describe(): a second exporter clashes
     with pytest.raises(ValueError, match="Duplicated timeseries"):
         collectors.register(reg, MetricsHub())
