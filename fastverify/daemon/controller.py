@@ -159,10 +159,13 @@ class Controller(Core):
             raise RequestError(409, "another operation is in flight")
         op.restart_clock()
         op.phases["validate"] = round(validate_s, 4)
-        said = {k: v for part in self.parts  # each part's word before anything stops
-                for k, v in part.accepted(kind, mode, load_format, op).items()}  # fmt: skip
+        notices = {k: v for part in self.parts
+                   for k, v in part.accepted(kind, mode, load_format, op).items()}  # fmt: skip
         op.emit("accepted", op=op.describe(), argv=mask_argv(argv), check=verdict.to_dict(),
-                **said)  # fmt: skip
+                **notices)  # fmt: skip
+        for text in notices.values():
+            if text:
+                self.say(text, logging.WARNING)  # before anything stops
         self.bus.publish(ev.OperationStarted(op.id, kind, name, mode))
         self.spawn_thread(self._run_op, op, profile, argv, timeout_s)
         return op

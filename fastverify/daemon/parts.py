@@ -29,8 +29,8 @@ class Part(Protocol):
     STATUS: str  # its section of status (`GET /v1/status`)
 
     def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
-        """An operation took the slot, before anything stops: the fields the part adds to
-        its `accepted` progress event (and says, when there is something to warn about)."""
+        """An operation took the slot: the part's notices as fields of its `accepted`
+        progress event (None: nothing to say); each one is warned before anything stops."""
 
     def around_spawn(self, op: Any, argv: list[str], cancel: threading.Event, spawn: Spawn) -> Any:
         """Spawn the engine for `op` with `spawn` (the next part's, or the launcher's), with

@@ -272,9 +272,7 @@ class WeightSteps:
         return self.cache.status()
 
     def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
-        notice = self.notice(kind, mode, load_format, op)
-        self.say_notice(notice)
-        return {"weights_notice": notice}
+        return {"weights_notice": self.notice(kind, mode, load_format, op)}
 
     def around_spawn(self, op: Any, argv: list[str], cancel: threading.Event, spawn: Any) -> Any:
         return self.spawn_engine(op, argv, cancel, spawn)
@@ -374,10 +372,6 @@ class WeightSteps:
         except (AttributeError, ValueError):  # an engine without SGLang facts
             facts = None
         return WeightsWatch(facts, asked)
-
-    def say_notice(self, notice: str | None) -> None:
-        if notice:
-            self.c.say(notice, logging.WARNING)
 
     def again_from_disk(self, op: Any, h: Any, failure: Failure, cancel: threading.Event) -> bool:
         """auto: SGLang refused the cache (fingerprint, dead socket): start the same again,
