@@ -3,7 +3,7 @@ its request body's or query's fields (name, type, required, default, help) and t
 body's fields.
 
 Everything else is derived from these declarations: the daemon's routes and request
-validation (fastverify.daemon.api_checks), the typed methods of fastverify.client (which the
+validation (fastverify.daemon.api_requests), the typed methods of fastverify.client (which the
 CLI calls), and the reference part of docs/reference/api.md (fastverify.api_reference). Plain
 classes, no dataclasses: the CLI imports this module on its start-up path.
 """

@@ -240,7 +240,7 @@ def server_check(ctx: click.Context, profile: str | None, mode: str | None, as_j
         sys.exit(EXIT_FAILED)
 
 
-# `fastverifyctl logs parse FILE`: offline log parsing (owned by the exporter's logparse_cmd).
+# `fastverifyctl logs parse FILE`: offline log parsing (cli/logparse_cmd.py).
 from fastverify.cli.logparse_cmd import parse as _logs_parse  # noqa: E402
 
 logs.add_command(_logs_parse)

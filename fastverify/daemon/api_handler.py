@@ -3,7 +3,7 @@ door) from its first line to its answer.
 
 It admits the caller (the TCP door's backoff and token: auth.py), routes the path to its
 handler (`h_<path>`, methods from fastverify.api_models.ROUTES), checks the body or query
-against the endpoint's model (api_checks.py), calls the facade (ControlFacade, the one door
+against the endpoint's model (api_requests.py), calls the facade (ControlFacade, the one door
 into the daemon) and answers JSON, or NDJSON for streams (`stream: true` operations, logs).
 Errors are JSON that say what to send instead. Binding and serving the sockets: api.py.
 """
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from fastverify import api_models as m
-from fastverify.daemon.api_checks import options, parse_query, validate_body
+from fastverify.daemon.api_requests import options, parse_query, validate_body
 from fastverify.daemon.auth import Caller, Guard
 from fastverify.daemon.facade import ControlFacade
 from fastverify.daemon.operations import Operation

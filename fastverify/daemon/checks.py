@@ -1,4 +1,5 @@
-"""The daemon's verifiers (verifier.py's protocol), in the order it runs them.
+"""Verification, 2 of 4 (verifier.py tells the story): the daemon's verifiers, each a
+`verifier.Check`, in the order it runs them.
 
     argv        SGLang's own argument parser refuses the argv (422 argv_rejected)
     p2p         a profile using PCIe P2P where ACS redirects peer traffic (422 p2p_redirected)

@@ -1,6 +1,11 @@
-"""The grammar of SGLang's own log lines (0.5.23 and the older forms), as typed records.
+"""The grammar of SGLang's own log lines (0.5.23 and the older forms), as typed records,
+and the one reader of a server's output (`parse_line`, `iter_records`): NCCL's lines, which
+the server's processes print into the same stream, go to `fastverify.nccl.loglines`
+(nccl_version, nccl_env, nccl_tuning, nccl_tuner, nccl_warn), the rest to SGLang's grammar.
+Host-side NCCL COLL lines are deliberately not records: under CUDA graphs they count
+captures, not replays. Dispatch is by cheap substring tests before any regex runs.
 
-Kinds (plain dicts with `kind`):
+Kinds of SGLang's lines (plain dicts with `kind`):
 
 - `decode`: `Decode batch, #running-req: 1, #token: 148, token usage: 0.00, accept len: 2.01,
   accept rate: 0.34, cuda graph: True, gen throughput (token/s): 82.31, #queue-req: 0`;
@@ -27,8 +32,10 @@ builds the same lines with SGLang's own code where it can run on CPU.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from typing import Any
 
+from fastverify.nccl.loglines import is_info_line, parse_nccl_line
 from fastverify.sglang import allreduce
 
 Record = dict[str, Any]
@@ -57,6 +64,14 @@ _CAPTURE_BS = re.compile(r"bs=(\d+)")
 # token count, `Capturing num tokens (num_tokens=8192 avail_mem=138.82 GB)`
 CAPTURE_TOKENS_TEXT = "Capturing num tokens"
 _CAPTURE_TOKENS = re.compile(r"num_tokens=(\d+)")
+# start-up milestones the daemon shows as progress: the weights' load and its checkpoint
+# shards' tqdm bar, the whole CUDA-graph capture; the TP rank in a line's prefix
+LOAD_WEIGHT_BEGIN_TEXT = "Load weight begin"
+LOAD_WEIGHT_END_TEXT = "Load weight end"
+CAPTURE_BEGIN_TEXT = "Capture cuda graph begin"
+CAPTURE_END_TEXT = "Capture cuda graph end"
+CHECKPOINT_SHARDS = re.compile(r"Loading \S+ checkpoint shards:\s*(\d+)%")
+TP_RANK = re.compile(r"\sTP(\d+)\]")
 # entrypoints/engine.py (0.5.17): where a start's time went, once, when the engine is up
 STARTUP_TIMINGS_TEXT = "Engine startup timings (s): "
 _TIMING = re.compile(r"(\w+)=([\d.]+)")
@@ -245,6 +260,11 @@ ARGV_ERROR = re.compile(r"^(?:usage: .*\n)?(\S[^:]*): error: (.+)$")
 AMBIGUOUS_OPTION = "error: ambiguous option"
 MODULE_FORM_WARNING = "'python -m sglang.launch_server' is still supported"
 ITER_PREFIX = re.compile(r" \[(\d+)\]")
+# a start that failed at CUDA-graph capture (`fastverify.daemon.failures`): the decode/draft
+# runners', an older wording, the breakable prefill runner's
+CAPTURE_FAILURE = re.compile(
+    rf"{CAPTURE_FAILED_TEXT}|CUDA graph capture failed|{PREFILL_CAPTURE_FAILED.pattern}", re.I
+)
 
 
 def capture_record(line: str) -> Record | None:
@@ -400,6 +420,25 @@ def parse_sglang_line(line: str) -> Record | None:
             _prefix(line, rec)
         return rec
     return None
+
+
+def parse_line(line: str) -> Record | None:
+    """The record for one line of a server's output (NCCL's or SGLang's), or None when the
+    line is not one we know."""
+    if "NCCL" in line:
+        rec = parse_nccl_line(line)
+        if rec is not None or is_info_line(line):
+            return rec  # an NCCL INFO line is never also a decode/prefill/ready line
+    return parse_sglang_line(line)
+
+
+def iter_records(lines: Iterable[str]) -> Iterator[Record]:
+    """Parse many lines; yields records with `line` (1-based line number) added."""
+    for number, line in enumerate(lines, 1):
+        rec = parse_line(line)
+        if rec is not None:
+            rec["line"] = number
+            yield rec
 
 
 def format_health_check_failed(timeout_s: int, tic: float, last_receive: float) -> str:

@@ -23,8 +23,8 @@ import shutil
 from pathlib import Path
 
 from fastverify.exporters import request_metrics, sglang_metrics
-from fastverify.exporters.follow import Tail
 from fastverify.exporters.hub import MetricsHub
+from fastverify.follow import Tail
 from tests.support.hub import Clock, scrape
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "sglang-0.5.17-h200"

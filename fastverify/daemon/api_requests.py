@@ -1,7 +1,7 @@
-"""The control API's request checks, derived from fastverify.api_models: a JSON body against
-its endpoint's fields (`validate_body`: 400/422 saying what is wrong and what to send
-instead), a query string against its parameters (`parse_query`), and the options of an
-operation with the defaults the models declare (`options`)."""
+"""The control API's requests, read and validated as fastverify.api_models declares them: a
+JSON body against its endpoint's fields (`validate_body`: 400/422 saying what is wrong and
+what to send instead), a query string against its parameters (`parse_query`), and the
+options of an operation with the defaults the models declare (`options`)."""
 
 from __future__ import annotations
 
