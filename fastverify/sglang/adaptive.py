@@ -195,11 +195,3 @@ def load_config(path: str | Path) -> dict[str, Any]:
     except AdaptiveConfigError as exc:
         raise AdaptiveConfigError(f"{p}: {exc}") from None
     return cfg
-
-
-def adaptive_argv(config_path: str, steps: int) -> list[str]:
-    """The flags that serve adaptive EAGLE: steps must be one of the config's candidates
-    (`_init_adaptive_speculative_params` refuses others, and sets num_draft_tokens to
-    steps + 1 itself, so that flag is left out); topk 1 (the only one adaptive supports)."""
-    return [FLAG_ADAPTIVE, FLAG_ADAPTIVE_CONFIG, config_path,
-            "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1"]  # fmt: skip

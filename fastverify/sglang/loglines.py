@@ -310,17 +310,6 @@ def startup_timings_record(line: str) -> Record | None:
     return rec
 
 
-def format_startup_timings(
-    load_weight: float, kv_cache: float, scheduler: float, graphs: dict[str, float], total: float
-) -> str:
-    """The line as 0.5.17's entrypoints/engine.py logs it."""
-    phases = ", ".join(f"{k}={v:.2f}" for k, v in graphs.items())
-    return (
-        f"{STARTUP_TIMINGS_TEXT}load_weight={load_weight:.2f}, kv_cache_allocation={kv_cache:.2f}, "
-        f"scheduler_e2e={scheduler:.2f}, cuda_graph={{{phases}}}, tokenizer_e2e={total:.2f}"
-    )
-
-
 def capture_failed_record(line: str) -> Record | None:
     if CAPTURE_FAILED_TEXT in line:
         return {"kind": "capture_failed", "phase": "decode", "message": line.strip()}
@@ -363,26 +352,6 @@ def format_decode(
         f"#queue-req: {queue_reqs}"
     )
     return msg
-
-
-def format_prefill(
-    *,
-    new_seqs: int,
-    new_tokens: int,
-    cached_tokens: int,
-    token_usage: float,
-    running_reqs: int,
-    queue_reqs: int,
-    input_throughput: float,
-    cuda_graph: bool = False,
-) -> str:
-    """A prefill line as 0.5.23 writes it (`report_prefill_stats`, no disaggregation)."""
-    return (
-        f"Prefill batch, #new-seq: {new_seqs}, #new-token: {new_tokens}, "
-        f"#cached-token: {cached_tokens}, token usage: {token_usage:.2f}, "
-        f"#running-req: {running_reqs}, #queue-req: {queue_reqs}, #pending-token: 0, "
-        f"cuda graph: {cuda_graph}, input throughput (token/s): {input_throughput:.2f}"
-    )
 
 
 def format_prefill_capture_failed(backend: str) -> str:
