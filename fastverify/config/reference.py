@@ -123,17 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     ns = p.parse_args(argv)
     stale = []
     for rel, text in documents().items():
-        path = ns.root / rel
-        if path.exists() and path.read_text(encoding="utf-8") == text:
+        target = ns.root / rel
+        if target.exists() and target.read_text(encoding="utf-8") == text:
             continue
         stale.append(str(rel))
         if not ns.check:
-            path.write_text(text, encoding="utf-8")
+            target.write_text(text, encoding="utf-8")
     if ns.check and stale:
         print(f"stale: {', '.join(stale)}; regenerate with `{COMMAND}`", file=sys.stderr)
         return 1
-    for rel in stale:
-        print(f"wrote {rel}")
+    for written in stale:
+        print(f"wrote {written}")
     return 0
 
 

@@ -112,7 +112,7 @@ class Profile(Record):
     @property
     def path(self) -> Path:
         if self.file is None:
-            return None  # type: ignore[return-value]  # a Profile built by hand, no file
+            return None  # a Profile built by hand, no file
         from pathlib import Path
 
         return Path(self.file)

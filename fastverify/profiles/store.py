@@ -15,6 +15,7 @@ listing profiles never imports pathlib.
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
 import stat
@@ -249,9 +250,9 @@ class ProfileStore:
         """Every loadable profile (invalid ones are skipped; see `list_entries`)."""
         return [p for _e, p, _problems in self.list_entries() if p is not None]
 
-    def list_entries(self) -> list[tuple[Entry, Profile | None, list[Problem]]]:
+    def list_entries(self) -> builtins.list[tuple[Entry, Profile | None, builtins.list[Problem]]]:
         """Every profile file with its loaded Profile (or None) and its problems."""
-        out: list[tuple[Entry, Profile | None, list[Problem]]] = []
+        out: builtins.list[tuple[Entry, Profile | None, builtins.list[Problem]]] = []
         self._memo = {}
         try:
             for e in self.entries():
@@ -264,7 +265,7 @@ class ProfileStore:
             self._memo = None
         return out
 
-    def extenders(self, name: str) -> list[str]:
+    def extenders(self, name: str) -> builtins.list[str]:
         """Profiles whose `# extends:` chain reaches `name` (direct and indirect), sorted."""
         parents: dict[str, str] = {}
         for e in self.entries():
@@ -331,13 +332,13 @@ class ProfileStore:
 
     def _topology(self) -> Topology:
         t = self.topology
-        return t() if callable(t) else t  # type: ignore[return-value]
+        return t() if callable(t) else t
 
     def _load_entry(self, entry: Entry, force: bool) -> Profile:
-        chain: list[str] = []
+        chain: builtins.list[str] = []
         return self._resolve(entry, force, chain)
 
-    def _resolve(self, entry: Entry, force: bool, chain: list[str]) -> Profile:
+    def _resolve(self, entry: Entry, force: bool, chain: builtins.list[str]) -> Profile:
         path = entry.file
         real = _real(path) if os.path.exists(path) else path
         if real in chain:
@@ -360,11 +361,11 @@ class ProfileStore:
             memo[key] = profile
         return profile
 
-    def _resolve_file(self, entry: Entry, force: bool, chain: list[str]) -> Profile:
+    def _resolve_file(self, entry: Entry, force: bool, chain: builtins.list[str]) -> Profile:
         path = entry.file
         parsed = envfile.parse_file(path, entry.root_dir)
         base: Profile | None = None
-        base_problems: list[Problem] = []
+        base_problems: builtins.list[Problem] = []
         extends = parsed.meta.get("extends")
         if extends and PROFILE_NAME_RE.fullmatch(extends[1]):
             line, base_name = extends
@@ -410,7 +411,7 @@ class ProfileStore:
         requires = dict(base.requires) if base else {}
         if "requires" in parsed.meta:
             requires.update(parse_requires(parsed.meta["requires"][1]))
-        tags = ()
+        tags: tuple[str, ...] = ()
         if "tags" in parsed.meta:
             tags = tuple(t.strip() for t in parsed.meta["tags"][1].split(",") if t.strip())
         warnings = list(base.warnings) if base else []

@@ -189,7 +189,7 @@ def candidate_steps(cfg: dict[str, Any]) -> list[int]:
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read and check a --speculative-adaptive-config file (AdaptiveConfigError if bad)."""
     p = Path(path)
-    cfg = read_json(p, AdaptiveConfigError)
+    cfg: dict[str, Any] = read_json(p, AdaptiveConfigError)
     try:
         tiers(cfg)
     except AdaptiveConfigError as exc:

@@ -35,7 +35,10 @@ class StepSlot:
 
     def __init__(self, initial_steps: int, cfg: dict[str, Any]):
         self.candidates: list[int] = sorted(set(cfg["candidate_steps"]))
-        get = lambda key: cfg.get(key, SLOT_DEFAULTS[key])  # noqa: E731
+
+        def get(key: str) -> Any:
+            return cfg.get(key, SLOT_DEFAULTS[key])
+
         self.ema_alpha = float(get("ema_alpha"))
         self.update_interval = int(get("update_interval"))
         self.warmup_batches = int(get("warmup_batches"))

@@ -367,14 +367,14 @@ def parse_sglang_line(line: str) -> Record | None:
     if pos >= 0:
         return _prefill(line, pos)
     if READY_TEXT in line:
-        rec: Record = {"kind": "ready"}
-        _prefix(line, rec)
-        return rec
+        ready: Record = {"kind": "ready"}
+        _prefix(line, ready)
+        return ready
     if "Capture " in line and " graph " in line:
-        rec = capture_record(line)
-        if rec is not None:
-            _prefix(line, rec)
-            return rec
+        capture = capture_record(line)
+        if capture is not None:
+            _prefix(line, capture)
+            return capture
     if "|" in line and ("Loading" in line or "Capturing " in line):
         return _progress(line)
     if STARTUP_TIMINGS_TEXT in line:
@@ -384,10 +384,10 @@ def parse_sglang_line(line: str) -> Record | None:
     if ": error: " in line:
         return argv_error_record(line)
     if "PCIe-IPC" in line or "pcie_ipc" in line:
-        rec = allreduce.parse_line(line)
-        if rec is not None:
-            _prefix(line, rec)
-        return rec
+        backend = allreduce.parse_line(line)
+        if backend is not None:
+            _prefix(line, backend)
+        return backend
     return None
 
 
