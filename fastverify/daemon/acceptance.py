@@ -78,13 +78,17 @@ def record(store: StateStore, handle: Any, body: dict[str, Any]) -> dict[str, An
     ok = isinstance(hist, list) and all(
         isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in hist
     )
-    if not ok or not sum(hist):
+    if not isinstance(hist, list) or not ok or not sum(hist):
         msg = f"field 'histogram' must be non-negative ints, at least one pass; got {hist!r}"
         raise RequestError(422, msg, reason="invalid_histogram")
     _histograms([hist], steps, "histogram")
     requests = _histograms(body.get("requests") or [], steps, "requests")
-    dataset = body.get("dataset") if isinstance(body.get("dataset"), dict) else {}
-    sampling = body.get("sampling") if isinstance(body.get("sampling"), dict) else {}
+    dataset: dict[str, Any] = body.get("dataset") or {}
+    sampling: dict[str, Any] = body.get("sampling") or {}
+    if not isinstance(dataset, dict):
+        dataset = {}
+    if not isinstance(sampling, dict):
+        sampling = {}
     weights = weights_label(load_format_of(list(handle.argv)))
     adaptive_on = adaptive.FLAG_ADAPTIVE in handle.argv
     why_not = None

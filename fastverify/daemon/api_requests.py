@@ -67,7 +67,7 @@ def _check_value(f: m.Field, value: Any) -> None:
         raise RequestError(422, f"field {f.name!r} must be a finite number, got {value}")
     if f.required and isinstance(value, str) and not value.strip():
         raise RequestError(422, f"field {f.name!r} is empty")
-    if f.minimum is not None and value < f.minimum:
+    if f.minimum is not None and isinstance(value, int | float) and value < f.minimum:
         why = f" ({f.why})" if f.why else ""
         raise RequestError(422, f"field {f.name!r} must be >= {f.minimum:g}{why}")
 

@@ -95,8 +95,8 @@ class ControlFacade:
             alive = h is not None and h.alive()
             engine: dict[str, Any] = {
                 "name": c.engine.name,
-                "pid": h.pid if alive else None,
-                "pgid": h.pgid if alive else None,
+                "pid": h.pid if h is not None and alive else None,
+                "pgid": h.pgid if h is not None and alive else None,
                 "url": h.url if h is not None else c.cfg.server.url,
                 "simulated": c.engine.simulated,
                 "reason": self.engine_reason,
@@ -112,7 +112,7 @@ class ControlFacade:
                 "tuner": h.tuner if h is not None else None,  # confirmed at verify
                 "allreduce": h.allreduce if h is not None else None,  # confirmed at verify
                 # the watch of SGLang's /health_generate after READY (daemon/watch.py)
-                "health": h.watch.health() if alive and h.watch else None,
+                "health": h.watch.health() if h is not None and alive and h.watch else None,
             }
             argv = list(h.argv) if h is not None else None
             out = {

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -31,6 +32,11 @@ from prometheus_client.core import (
 )
 
 from fastverify.sglang import metrics as sglang_metrics
+
+# A prometheus-client family of one series' type (Gauge/Counter/Info/HistogramMetricFamily):
+# a Metric whose `add_metric` takes a value of that type (a float, an info's label dict, a
+# histogram's buckets and sum), so the collectors' calls are checked by their tests, not here.
+Family = Any
 
 PM = ("profile", "mode")
 # Verify passes on the field box took ~30 ms; resolve 1-100 ms with detail around 20-40 ms.
@@ -75,7 +81,7 @@ class Series:
         """The type the text exposition (format 0.0.4) declares: an info is a gauge."""
         return "gauge" if self.type == "info" else self.type
 
-    def family(self) -> Metric:
+    def family(self) -> Family:
         """An empty family of this series, samples to be added in `labels` order (an open
         info takes its labels as one dict: `add_metric([], {...})`)."""
         labels = () if self.open else self.labels
@@ -270,7 +276,7 @@ def _sglang_series() -> tuple[Series, ...]:
 SGLANG: tuple[Series, ...] = _sglang_series()
 
 
-def family(name: str) -> Metric:
+def family(name: str) -> Family:
     """An empty family of catalog series `name` (KeyError: not in the catalog)."""
     return BY_NAME[name].family()
 

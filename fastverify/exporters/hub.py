@@ -523,7 +523,7 @@ class MetricsHub:
                     obs.running_reqs, obs.accept_len, obs.gen_throughput, itl
                 )
                 rates = {
-                    b.concurrency: b.per_request_tokens_per_second
+                    conc: b.per_request_tokens_per_second
                     for (name, conc), b in self._baselines.items()
                     if name == (self._profile or "") and conc is not None
                 }

@@ -75,8 +75,8 @@ class Observation:
     def read(cls, at: float, source: str, values: Mapping[str, Any]) -> Observation:
         """From a decode log record (`source="log"`) or a reduced poll ("sglang_metrics")."""
         col = 0 if source == "log" else 1
-        return cls(at, source, **{f: values.get(keys[col]) for f, keys in _FIELDS.items()
-                                  if keys[col] is not None})  # fmt: skip
+        fields = {f: values.get(key) for f, keys in _FIELDS.items() if (key := keys[col])}
+        return cls(at, source, **fields)
 
 
 def newest(obs: list[Observation | None], now: float, ttl_s: float) -> Observation | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 LIBRARY_ENV = "FASTVERIFY_NCCL_LIBRARY"
@@ -73,10 +74,9 @@ def wheel_library(paths: list[str] | None = None) -> str | None:
     return None
 
 
-def find_library(env: dict[str, str] | None = None) -> str:
+def find_library(env: Mapping[str, str] | None = None) -> str:
     """Where the library comes from, in the order the module docstring gives."""
-    env = os.environ if env is None else env
-    explicit = env.get(LIBRARY_ENV)
+    explicit = (os.environ if env is None else env).get(LIBRARY_ENV)
     if explicit:
         if not Path(explicit).is_file():
             raise NcclError(f"{LIBRARY_ENV}={explicit}: no such file (name libnccl.so.2's path)")
@@ -280,6 +280,8 @@ def torch_communicator(dist, nccl: NcclLibrary | None = None) -> Communicator:  
     rank, world = dist.get_rank(), dist.get_world_size()
     uid = [nccl.unique_id() if rank == 0 else None]
     dist.broadcast_object_list(uid, src=0)
+    if uid[0] is None:  # torch filled it in from rank 0 (its broadcast raises otherwise)
+        raise NcclError("rank 0's NCCL unique id did not arrive")
     return nccl.communicator(world, rank, uid[0])
 
 

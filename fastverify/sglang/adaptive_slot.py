@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from fastverify.sglang.adaptive import SLOT_DEFAULTS, tiers
@@ -53,7 +54,7 @@ class StepSlot:
         self.batches = 0
         self.last_change: tuple[int, int, float] | None = None  # (old, new, ema)
 
-    def observe(self, accepted_per_request: list[int]) -> bool:
+    def observe(self, accepted_per_request: Sequence[float]) -> bool:
         """One verify pass's accepted drafts per request; True when the step count moved."""
         if not accepted_per_request:
             return False
@@ -128,7 +129,7 @@ class AdaptiveController:
     def steps_for(self, batch_size: int) -> int:
         return self.slot(batch_size).steps
 
-    def observe(self, accepted_per_request: list[int], batch_size: int) -> int | None:
+    def observe(self, accepted_per_request: Sequence[float], batch_size: int) -> int | None:
         """Feed one verify pass; the new step count of that batch's tier when it moved."""
         s = self.slot(batch_size)
         return s.steps if s.observe(accepted_per_request) else None

@@ -394,8 +394,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _meta(self, req: Request) -> dict[str, Any]:
         sched = self.server.app.scheduler
-        spec = sched is not None and sched.mode == "eagle3"
-        return request_meta.meta_info(req, spec, sched.num_draft_tokens if spec else 0)
+        drafts = sched.num_draft_tokens if sched is not None and sched.mode == "eagle3" else None
+        return request_meta.meta_info(req, drafts is not None, drafts or 0)
 
     @staticmethod
     def _updates(req: Request) -> Iterator[int]:

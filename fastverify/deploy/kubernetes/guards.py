@@ -76,11 +76,14 @@ def validate_options(options: KubeOptions) -> None:
         raise RenderError(
             f"--model-host-path {options.model_host_path!r}: expected an absolute path"
         )
-    for flag, value in (("--model-pvc", options.model_pvc), ("--cache-pvc", options.cache_pvc),
-                        ("--hf-token-secret", options.hf_token_secret),
-                        ("--web-config-secret", options.web_config_secret)):  # fmt: skip
-        if value is not None and not NAME_RE.fullmatch(value):
-            raise RenderError(f"{flag} {value!r}: expected the name of an object (a DNS label)")
+    names: tuple[tuple[str, str | None], ...] = (
+        ("--model-pvc", options.model_pvc), ("--cache-pvc", options.cache_pvc),
+        ("--hf-token-secret", options.hf_token_secret),
+        ("--web-config-secret", options.web_config_secret),
+    )  # fmt: skip
+    for flag, named in names:
+        if named is not None and not NAME_RE.fullmatch(named):
+            raise RenderError(f"{flag} {named!r}: expected the name of an object (a DNS label)")
 
 
 def in_models(flag: str, value: str | None) -> str | None:

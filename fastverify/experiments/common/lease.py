@@ -37,11 +37,22 @@ class Leased(Calls):
             return {**(body or {}), "lease": self.lease["id"]}
         return body
 
-    def request(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
-        return self._client.request(method, path, self._body(path, body), **kw)
+    def request(
+        self, method: str, path: str, body: Any = None, timeout: float | None = None
+    ) -> Any:
+        return self._client.request(method, path, self._body(path, body), timeout=timeout)
 
-    def stream(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
-        return self._client.stream(method, path, self._body(path, body), **kw)
+    def stream(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        timeout: float | None = None,
+        answer_timeout: float | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        return self._client.stream(method, path, self._body(path, body), timeout=timeout,
+                                   answer_timeout=answer_timeout)  # fmt: skip
 
 
 @contextlib.contextmanager
