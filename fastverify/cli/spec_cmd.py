@@ -403,7 +403,7 @@ def _range(values: list[float]) -> str:
 def _ranges(values: list[int]) -> str:
     out: list[str] = []
     start = prev = values[0]
-    for v in [*values[1:], None]:  # type: ignore[list-item]
+    for v in [*values[1:], None]:
         if v is not None and v == prev + 1:
             prev = v
             continue

@@ -140,7 +140,7 @@ def save_plan(store: StateStore, body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(plan, dict):
         raise RequestError(422, "field 'plan' must be the plan object", reason="invalid_plan")
     try:
-        adaptive.tiers(cfg)  # type: ignore[arg-type]
+        adaptive.tiers(cfg)
     except adaptive.AdaptiveConfigError as exc:
         raise RequestError(422, f"field 'adaptive_config': {exc}", reason="invalid_plan") from None
     path = store.dir / ADAPTIVE_CONFIG_NAME

@@ -43,7 +43,7 @@ class Served(Protocol):
 
 
 class Handler(BaseHTTPRequestHandler):
-    server: Served  # type: ignore[assignment]
+    server: Served  # type: ignore[assignment]  # narrower than socketserver's BaseServer: ours
     protocol_version = "HTTP/1.0"
     server_version = "fastverifyd/1"
     timeout = 30  # seconds a client may stall while sending its request (then it is cut)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastverify import paths
 from fastverify.profiles import envfile
-from fastverify.profiles.model import Problem, Profile, ProfileError, Record
+from fastverify.profiles.model import Problem, Profile, ProfileError, Record, Source
 from fastverify.profiles.validate import (
     PROFILE_NAME_RE,
     Topology,
@@ -98,9 +98,7 @@ def _opt(path: str | os.PathLike[str] | None) -> str | None:
     return None if path is None else paths.normalize(path)
 
 
-def _as_path(text: str | None) -> Path | None:
-    if text is None:
-        return None
+def _as_path(text: str) -> Path:
     from pathlib import Path
 
     return Path(text)
@@ -115,7 +113,7 @@ class Entry(Record):
 
     _fields = ("name", "path", "source", "shadows", "root")
     name: str
-    source: str  # "user" | "shipped" | "file"
+    source: Source
     file: str
     shadows_file: str | None
     root_dir: str | None
@@ -124,7 +122,7 @@ class Entry(Record):
         self,
         name: str,
         path: str | os.PathLike[str],
-        source: str,
+        source: Source,
         shadows: str | os.PathLike[str] | None = None,
         root: str | os.PathLike[str] | None = None,
     ):
@@ -138,15 +136,15 @@ class Entry(Record):
 
     @property
     def path(self) -> Path:
-        return _as_path(self.file)  # type: ignore[return-value]
+        return _as_path(self.file)
 
     @property
     def shadows(self) -> Path | None:
-        return _as_path(self.shadows_file)
+        return None if self.shadows_file is None else _as_path(self.shadows_file)
 
     @property
     def root(self) -> Path | None:
-        return _as_path(self.root_dir)
+        return None if self.root_dir is None else _as_path(self.root_dir)
 
 
 def _present(path: str) -> bool:
@@ -196,17 +194,17 @@ class ProfileStore:
 
     @property
     def user_dirs(self) -> list[Path]:
-        return [_as_path(d) for d in self.user_dir_strs]  # type: ignore[misc]
+        return [_as_path(d) for d in self.user_dir_strs]
 
     @property
     def shipped_dir(self) -> Path:
-        return _as_path(self.shipped_dir_str)  # type: ignore[return-value]
+        return _as_path(self.shipped_dir_str)
 
     # --- lookup
     def search_path(self) -> list[tuple[Path, str]]:
-        return [(_as_path(d), source) for d, source in self._search()]  # type: ignore[misc]
+        return [(_as_path(d), source) for d, source in self._search()]
 
-    def _search(self) -> list[tuple[str, str]]:
+    def _search(self) -> builtins.list[tuple[str, Source]]:
         return [(d, "user") for d in self.user_dir_strs] + [(self.shipped_dir_str, "shipped")]
 
     def _candidates(self, name: str) -> list[Entry]:
@@ -296,7 +294,7 @@ class ProfileStore:
                 raise ProfileError([Problem(arg, 0, "no such profile file (check the path)")])
             base = os.path.basename(p)
             name = base[: -len(SUFFIX)] if base.endswith(SUFFIX) else base
-            source = "file"
+            source: Source = "file"
             for d, src in self._search():
                 try:
                     if os.path.dirname(_real(p)) == _real(d):
@@ -419,7 +417,7 @@ class ProfileStore:
         return Profile(
             name=entry.name,
             path=path,
-            source=entry.source,  # type: ignore[arg-type]
+            source=entry.source,
             description=parsed.meta.get("description", (0, ""))[1],
             requires=requires,
             extends=extends[1] if extends else None,

@@ -148,7 +148,7 @@ def unsupported_reason(
     return None
 
 
-def tiers(cfg: dict[str, Any]) -> dict[int, dict[str, Any]]:
+def tiers(cfg: object) -> dict[int, dict[str, Any]]:
     """The batch-size tiers of a config, checked as `_load_adaptive_config` checks them (keys
     that are not digit strings are file-wide settings), each merged over the file-wide
     settings as `AdaptiveSpeculativeParams` merges them. AdaptiveConfigError names what is
