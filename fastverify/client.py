@@ -21,7 +21,7 @@ import _socket
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 from fastverify import api_models as m
@@ -179,16 +179,8 @@ class Calls:
     ) -> Any:
         raise NotImplementedError
 
-    def stream(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        timeout: float | None = None,
-        answer_timeout: float | None = None,
-    ) -> Iterator[dict[str, Any]]:
-        raise NotImplementedError
+    # (method, path, body=None, *, timeout=None, answer_timeout=None): ControlClient.stream
+    stream: Callable[..., Iterator[dict[str, Any]]]
 
     def get(self, path: str, **kw: Any) -> Any:
         """A raw GET of `path` (tests, probes); code calls the typed methods instead."""

@@ -25,30 +25,13 @@ def aiconfigurator() -> None:
 @aiconfigurator.command("export")
 @click.argument("preflight", type=click.Path(dir_okay=False))
 @click.option("--name", required=True, help="The system's name (letters, digits and _).")
-@click.option(
-    "--out",
-    required=True,
-    type=click.Path(file_okay=False),
-    help="The systems directory to write (AIConfigurator's --systems-paths).",
-)
-@click.option(
-    "--python",
-    "python",
-    required=True,
-    help="AIConfigurator's venv python (scripts/aiconfigurator-venv.sh).",
-)
-@click.option(
-    "--base-system",
-    default="h200_sxm",
-    show_default=True,
-    help="The AIConfigurator SKU whose GPU this host has (its compute tables).",
-)
-@click.option(
-    "--profile",
-    default="nccl-default",
-    show_default=True,
-    help="The preflight profile whose measurements are exported.",
-)
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Where to write it (AIConfigurator's --systems-paths).")  # fmt: skip
+@click.option("--python", required=True, help="AIConfigurator's venv python.")
+@click.option("--base-system", default="h200_sxm", show_default=True,
+              help="The SKU whose GPU this host has (its compute tables).")  # fmt: skip
+@click.option("--profile", default="nccl-default", show_default=True,
+              help="The preflight profile to export.")  # fmt: skip
 @json_option("Print what was written as JSON.")
 def export_cmd(preflight: str, name: str, out: str, python: str, base_system: str,
                profile: str, as_json: bool) -> None:  # fmt: skip

@@ -34,7 +34,7 @@ CE_NAME = f"{allreduce.KERNEL_NAMESPACE}ce_ring_all_reduce (copy-engine: flag, a
 
 
 class _KernelLike(Protocol):
-    """What fold reads of a kernel record (read-only: events.Kernel is a NamedTuple)."""
+    """What fold reads of a kernel record, read-only (events.Kernel is a NamedTuple)."""
 
     @property
     def device(self) -> Any: ...
@@ -44,8 +44,6 @@ class _KernelLike(Protocol):
     def dur(self) -> float: ...
     @property
     def name(self) -> str: ...
-    @property
-    def correlation(self) -> Any: ...
     @property
     def tid(self) -> Any: ...
 

@@ -42,17 +42,8 @@ class Leased(Calls):
     ) -> Any:
         return self._client.request(method, path, self._body(path, body), timeout=timeout)
 
-    def stream(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        timeout: float | None = None,
-        answer_timeout: float | None = None,
-    ) -> Iterator[dict[str, Any]]:
-        return self._client.stream(method, path, self._body(path, body), timeout=timeout,
-                                   answer_timeout=answer_timeout)  # fmt: skip
+    def stream(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+        return self._client.stream(method, path, self._body(path, body), **kw)
 
 
 @contextlib.contextmanager
