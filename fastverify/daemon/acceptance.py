@@ -12,7 +12,7 @@
   fingerprint the daemon computed at start (daemon/host_fingerprint.py), null until known.
 - spec-plan.json and adaptive-config.json: the plan `fastverifyctl spec plan` made and the
   SGLang config it wrote (`POST /v1/spec/plan`), which mode adaptive serves.
-Files are written atomically (statestore.atomic_write_json).
+Files are written atomically (durable.atomic_write_json).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from typing import Any
 
 from fastverify.config import ADAPTIVE_CONFIG_NAME, weights_label
 from fastverify.daemon.resolve import RequestError
-from fastverify.daemon.statestore import StateStore, atomic_write_json
+from fastverify.daemon.statestore import StateStore
+from fastverify.durable import atomic_write_json
 from fastverify.engines.sglang import load_format_of
 from fastverify.host import here
 from fastverify.sglang import adaptive

@@ -174,7 +174,8 @@ class AllreduceBackend(Check):
         rec = facts.record
         if rec is not None and rec.get("kind") == "allreduce":
             if watch.on_record(rec, line):  # a fallback the start fails on
-                return watch.fallback_failure(str(h.log_path))
+                failure: Failure = watch.fallback_failure(str(h.log_path))
+                return failure
         elif watch.wants_pcie_ipc and "[Autotuner]" in line:
             note = watch.on_autotuner_line(line)
             if note:

@@ -483,7 +483,10 @@ class ControlFacade:
                 busy=self.ctl.op is not None,
             )
         try:  # a background window in progress is waited for, not a refusal
-            return runtime.capture(steps, cancelled, wait_s=runtime.capture_timeout_s)
+            window: dict[str, Any] = runtime.capture(
+                steps, cancelled, wait_s=runtime.capture_timeout_s
+            )
+            return window
         except EngineIdle as exc:
             raise RequestError(409, str(exc), reason="capture_refused", busy=False) from None
         except CaptureRefused as exc:
@@ -519,6 +522,7 @@ def _failure_view(
 def _sglang_summary(engine: Any) -> dict[str, Any] | None:
     """The server's SGLang and the facts serving it (status's `sglang`), None if unknown."""
     try:
-        return engine.facts().summary()
+        summary: dict[str, Any] = engine.facts().summary()
+        return summary
     except ValueError as exc:  # below the range: the daemon refuses at start-up
         return {"error": str(exc)}

@@ -36,7 +36,7 @@ EXIT_RECOVERY_SPENT = 3  # fastverifyd's exit status when a declarative daemon g
 def delay(backoff_s: tuple[float, float], n: int) -> float:
     """Seconds before retry `n` (1-based): first * 2**(n-1), at most the cap."""
     first, cap = backoff_s
-    return min(first * 2 ** max(0, n - 1), cap)
+    return float(min(first * 2 ** max(0, n - 1), cap))
 
 
 __all__ = ["EXIT_RECOVERY_SPENT", "RecoveryBudget", "RecoverySteps", "delay"]

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -33,10 +33,18 @@ from prometheus_client.core import (
 
 from fastverify.sglang import metrics as sglang_metrics
 
-# A prometheus-client family of one series' type (Gauge/Counter/Info/HistogramMetricFamily):
-# a Metric whose `add_metric` takes a value of that type (a float, an info's label dict, a
-# histogram's buckets and sum), so the collectors' calls are checked by their tests, not here.
-Family = Any
+if TYPE_CHECKING:
+
+    class Family(Metric):
+        """A prometheus-client family of one series' type (Gauge/Counter/Info/Histogram
+        MetricFamily): a Metric that takes samples. `add_metric`'s value is that type's (a
+        float, an info's label dict, a histogram's buckets and sum): the collectors' tests
+        check it, not this signature."""
+
+        def add_metric(self, labels: Sequence[str], value: Any, *args: Any) -> None: ...
+
+else:
+    Family = Metric
 
 PM = ("profile", "mode")
 # Verify passes on the field box took ~30 ms; resolve 1-100 ms with detail around 20-40 ms.
@@ -85,10 +93,11 @@ class Series:
         """An empty family of this series, samples to be added in `labels` order (an open
         info takes its labels as one dict: `add_metric([], {...})`)."""
         labels = () if self.open else self.labels
-        return _FAMILY[self.type](self.family_name, self.help, labels=list(labels))
+        made = _FAMILY[self.type](self.family_name, self.help, labels=list(labels))
+        return cast("Family", made)  # each of _FAMILY's classes takes samples
 
 
-def _s(source: str, *rows: tuple) -> list[Series]:
+def _s(source: str, *rows: tuple[Any, ...]) -> list[Series]:
     return [Series(name, kind, doc, tuple(labels), source, *rest)
             for name, kind, doc, labels, *rest in rows]  # fmt: skip
 

@@ -94,7 +94,9 @@ class Baseline:
     concurrency: int | None = None  # None: recorded without one (never matched)
 
 
-def trace_reading(ref: Mapping[str, Any], ranks: list[Mapping[str, Any]], at: float) -> dict:
+def trace_reading(
+    ref: Mapping[str, Any], ranks: list[Mapping[str, Any]], at: float
+) -> dict[str, Any]:
     """One profile window as published: the reference rank's figures (seconds) and each
     rank's all-reduce time and median verify time."""
     return {
