@@ -45,7 +45,7 @@ def _aic(aic: str, systems: Path, request: dict) -> dict:
     req = systems.parent / "request.json"
     req.write_text(json.dumps({"systems_paths": [str(systems), "default"], **request}))
     proc = subprocess.run(
-        [aic, "-m", "fastverify.experiments.aiconfigurator.compare", str(req)],
+        [aic, str(REPO / "benchmarks" / "aiconfigurator_compare.py"), str(req)],
         capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
     return json.loads(proc.stdout)

@@ -48,7 +48,7 @@ def aic(tmp: Path, aic_python: str, request: dict) -> dict:
     req.write_text(json.dumps({"systems_paths": [str(tmp / "systems"), "default"], **request}))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [aic_python, "-m", "fastverify.experiments.aiconfigurator.compare", str(req)],
+        [aic_python, str(ROOT / "benchmarks" / "aiconfigurator_compare.py"), str(req)],
         capture_output=True, text=True, env=env, check=False, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
