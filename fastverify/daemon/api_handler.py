@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from fastverify import api_models as m
+from fastverify.admission import Gate
 from fastverify.daemon.api_checks import options, parse_query, validate_body
 from fastverify.daemon.auth import Caller, Guard
 from fastverify.daemon.facade import ControlFacade
@@ -40,13 +41,16 @@ class Served(Protocol):
     facade: ControlFacade
     guard: Guard | None
     closing: threading.Event
+    gate: Gate
 
 
 class Handler(BaseHTTPRequestHandler):
     server: Served  # type: ignore[assignment]
     protocol_version = "HTTP/1.0"
     server_version = "fastverifyd/1"
-    timeout = 30  # seconds a client may stall while sending its request (then it is cut)
+    # seconds a read or write may stall; the whole request has the gate's deadline
+    # (fastverify.admission.REQUEST_DEADLINE_S)
+    timeout = 30
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("api: " + format, *args)
@@ -90,24 +94,26 @@ class Handler(BaseHTTPRequestHandler):
         return self.client_address  # type: ignore[return-value]  # ApiServer passes a Caller
 
     def _admit(self, method: str, path: str) -> None:
-        """The TCP door's checks (none on the Unix socket): backoff, then the token."""
+        """The TCP door's checks (none on the Unix socket): backoff, then the token. Backoff
+        is per identity (auth.py): the certificate's subject when one was verified."""
         guard = self.server.guard
         if guard is None:
             return
-        source = self.caller.addr
-        wait = guard.backoff.wait_s(source)
+        source, key = self.caller.addr, self.caller.backoff_key
+        wait = guard.backoff.wait_s(key)
         if wait > 0:
-            guard.failed(source, "backoff")
+            guard.failed(key, "backoff")
+            who = self.caller.subject or source
             raise RequestError(
                 429,
-                f"too many failed attempts from {source}; retry in {math.ceil(wait)} s",
+                f"too many failed attempts from {who}; retry in {math.ceil(wait)} s",
                 retry_after_s=math.ceil(wait),
                 reason="backoff",
             )
         if guard.tokens is not None:
             name = guard.tokens.name_of(self.headers.get("Authorization", ""))
             if name is None:
-                guard.failed(source, "token")
+                guard.failed(key, "token")
                 log.warning("refused %s %s from %s: missing or wrong bearer token",
                             method, path, source)  # fmt: skip
                 raise RequestError(
@@ -117,7 +123,7 @@ class Handler(BaseHTTPRequestHandler):
                     "other clients send `Authorization: Bearer <token>`",
                 )
             self.caller.token = name
-        guard.backoff.succeeded(source)
+        guard.backoff.succeeded(key)
 
     def _read_body(self) -> Any:
         length_h = self.headers.get("Content-Length")
@@ -163,6 +169,10 @@ class Handler(BaseHTTPRequestHandler):
                 )
                 return
             body = self._read_body() if method == "POST" else None
+            ticket = self.caller.ticket
+            if ticket is not None and not self.server.gate.admitted(ticket):
+                self.close_connection = True
+                return  # past its request deadline, or evicted: the gate cut it
             if method == "POST":  # every request that changes state, with who sent it
                 log.info("%s %s by %s", method, path, self.caller.by)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
