@@ -36,7 +36,7 @@ REQUEST_DEADLINE_S = 10.0
 class Ticket:
     """One connection at the gate: pending until `Gate.admitted`, counted until `Gate.left`."""
 
-    __slots__ = ("peer", "deadline", "_cut", "pending", "cut_why", "seq")
+    __slots__ = ("_cut", "cut_why", "deadline", "peer", "pending", "seq")
 
     def __init__(self, peer: str, deadline: float, sock: socket.socket, seq: int) -> None:
         self.peer = peer

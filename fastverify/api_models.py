@@ -157,7 +157,8 @@ status_line (str): systemd's STATUS= line, e.g. "serving tree-ll/eagle3 82.4 tok
 config (object): `{source, error}`: the configuration file and its last error
 declarative (object | null): `{profile, mode, source, canary: {profile, mode, since, op} |
   null}` in declarative mode
-lease (object | null): `{id, experiment, description, pid, since}`
+lease (object | null): `{experiment, description, holder, pid, since}`: who holds the
+  daemon (its id goes to its holder only)
 decision (object | null): `{profile, mode, backend, applied, decided_at, report, engine,
   serving}`; `serving`: the decision's profile and mode serve now, READY and real weights (a
   manual switch away makes it false)
@@ -324,7 +325,8 @@ RECORD_DECISION = Endpoint(
 )
 LEASE = Endpoint(
     "GET", "/v1/lease", "lease", "The experiment's lease in force, if any.",
-    answer="`{lease: {id, experiment, description, pid, since} | null}`",
+    answer="`{lease: {experiment, description, holder, pid, since} | null}`; `id` too when "
+    "the caller is the holder (the identity that took it)",
 )
 TAKE_LEASE = Endpoint(
     "POST", "/v1/lease", "take_lease", "Hold the daemon for an experiment (see Leases).",
@@ -333,14 +335,16 @@ TAKE_LEASE = Endpoint(
         Field("description", "str", "what it runs, for status"),
         Field("force", "bool", "take it even while another lease holds", default=False),
     ),
-    answer='200 `{id, experiment, description, pid, since}`; 409 `{error, reason: "leased", '
-    "lease}` while another lease holds",
+    answer='200 `{id, experiment, description, holder, pid, since}`: the lease belongs to '
+    "the caller's identity (uid on the Unix socket, certificate subject + token name on "
+    'TCP); 409 `{error, reason: "leased", lease}` while another lease holds; taken with '
+    "`force` over another's, the override is recorded in the history (kind `lease_override`)",
 )
 RELEASE_LEASE = Endpoint(
     "POST", "/v1/lease/release", "release_lease", "End an experiment's lease.",
     fields=(Field("id", "str", "the lease's id", required=True),),
     answer='200 `{released: {...}}`; 404 `{reason: "no_lease"}` when that lease is not in '
-    "force",
+    'force; 403 `{reason: "not_holder"}` when another identity holds it',
 )
 ACCEPTANCE = Endpoint(
     "GET", "/v1/acceptance", "acceptance", "Every bench's accepted-drafts histograms, the "

@@ -102,7 +102,8 @@ class ApiServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
         with contextlib.suppress(OSError):
             request.sendall(
                 b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n\r\n"
-                + json.dumps({"error": why}).encode() + b"\n"
+                + json.dumps({"error": why}).encode()
+                + b"\n"
             )
         self.shutdown_request(request)
 

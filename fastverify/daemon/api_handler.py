@@ -27,6 +27,7 @@ from fastverify.admission import Gate
 from fastverify.daemon.api_checks import options, parse_query, validate_body
 from fastverify.daemon.auth import Caller, Guard
 from fastverify.daemon.facade import ControlFacade
+from fastverify.daemon.lease import public as public_lease
 from fastverify.daemon.operations import Operation
 from fastverify.daemon.resolve import RequestError
 
@@ -302,18 +303,22 @@ class Handler(BaseHTTPRequestHandler):
         self._read_or_record(method, body, m.STORE_SPEC_PLAN, api.spec_plan, api.store_spec_plan)
 
     def h_lease(self, method: str, body: Any, query: dict[str, str]) -> None:
-        if method == "GET":
-            self._send_json(200, {"lease": self.api.leases.current()})
+        if method == "GET":  # its id to its holder only
+            lease = self.api.leases.current()
+            if lease is not None and lease.get("holder") != self.caller.identity:
+                lease = public_lease(lease)
+            self._send_json(200, {"lease": lease})
             return
         opts = options(m.TAKE_LEASE, validate_body(m.TAKE_LEASE.path, body))
-        # the holder: the process on the Unix socket's other end (SO_PEERCRED); unknown on TCP
+        # the holder: the caller's identity; its process on the Unix socket's other end
+        # (SO_PEERCRED) for the lease to lapse with; unknown on TCP
         pid = self.caller.pid if self.caller.door == "unix" else None
         self._send_json(200, self.api.take_lease(opts["experiment"], opts["description"] or "",
-                                                 pid, bool(opts["force"])))  # fmt: skip
+                                                 pid, bool(opts["force"]), self.caller))  # fmt: skip
 
     def h_lease_release(self, method: str, body: Any, query: dict[str, str]) -> None:
         body = validate_body(m.RELEASE_LEASE.path, body)
-        self._send_json(200, self.api.release_lease(body["id"]))
+        self._send_json(200, self.api.release_lease(body["id"], self.caller))
 
     def h_verify(self, method: str, body: Any, query: dict[str, str]) -> None:
         from fastverify.daemon.reverify import rerun  # the verifiers again (reverify.py)
