@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastverify.admission import REQUEST_DEADLINE_S, Gate
+from fastverify import api_models as m
+from fastverify.admission import REQUEST_DEADLINE_S, Buckets, Gate
 from fastverify.daemon import tcpdoor
 from fastverify.daemon.api_handler import MAX_BODY, Handler
 from fastverify.daemon.auth import FAILURE_REASONS, Caller, Guard, unix_caller
@@ -73,6 +74,7 @@ class ApiServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.gate = Gate(deadline_s=REQUEST_DEADLINE_S, pending_per_peer=PENDING_PER_PEER,
                          pending_total=PENDING_TOTAL, per_peer=PER_PEER)  # fmt: skip
+        self.records = Buckets(m.RECORD_RATE_PER_S, m.RECORD_BURST)  # per caller identity
         super().__init__(sock.getsockname(), Handler)
 
     def fileno(self) -> int:

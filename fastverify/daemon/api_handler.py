@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from fastverify import api_models as m
-from fastverify.admission import Gate
+from fastverify.admission import Buckets, Gate
 from fastverify.daemon.api_checks import options, parse_query, validate_body
 from fastverify.daemon.auth import Caller, Guard
 from fastverify.daemon.facade import ControlFacade
@@ -33,7 +33,7 @@ from fastverify.daemon.resolve import RequestError
 
 log = logging.getLogger("fastverifyd.api")
 
-MAX_BODY = 64 * 1024
+MAX_BODY = m.MAX_BODY
 
 
 class Served(Protocol):
@@ -43,6 +43,7 @@ class Served(Protocol):
     guard: Guard | None
     closing: threading.Event
     gate: Gate
+    records: Buckets
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -126,7 +127,19 @@ class Handler(BaseHTTPRequestHandler):
             self.caller.token = name
         guard.backoff.succeeded(key)
 
-    def _read_body(self) -> Any:
+    def _rate(self) -> None:
+        """429 when the caller's record requests exceed api_models' RECORD_RATE_PER_S."""
+        wait = self.server.records.take(self.caller.identity)
+        if wait > 0:
+            raise RequestError(
+                429,
+                f"too many records from {self.caller.identity}: at most {m.RECORD_BURST} at "
+                f"once and {m.RECORD_RATE_PER_S:g} a second; retry in {math.ceil(wait)} s",
+                retry_after_s=math.ceil(wait),
+                reason="rate_limited",
+            )
+
+    def _read_body(self, max_body: int = MAX_BODY) -> Any:
         length_h = self.headers.get("Content-Length")
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             raise RequestError(411, "chunked request bodies are not supported; send Content-Length")
@@ -138,9 +151,9 @@ class Handler(BaseHTTPRequestHandler):
             raise RequestError(400, f"bad Content-Length {length_h!r}") from None
         if length < 0:
             raise RequestError(400, f"bad Content-Length {length_h!r}")
-        if length > MAX_BODY:
+        if length > max_body:
             raise RequestError(
-                413, f"request body of {length} bytes exceeds the {MAX_BODY}-byte limit"
+                413, f"request body of {length} bytes exceeds the {max_body}-byte limit"
             )
         raw = self.rfile.read(length) if length else b""
         if not raw.strip():
@@ -169,7 +182,10 @@ class Handler(BaseHTTPRequestHandler):
                     {"Allow": ", ".join(methods)},
                 )
                 return
-            body = self._read_body() if method == "POST" else None
+            ep = m.endpoint(method, path)
+            if ep is not None and ep.recorded:
+                self._rate()
+            body = self._read_body(ep.max_body if ep else MAX_BODY) if method == "POST" else None
             ticket = self.caller.ticket
             if ticket is not None and not self.server.gate.admitted(ticket):
                 self.close_connection = True
@@ -212,9 +228,14 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(200, self.api.status())
 
     def h_history(self, method: str, body: Any, query: dict[str, str]) -> None:
-        records = self.api.history()
-        n = parse_query(m.HISTORY, query)["n"]
-        self._send_json(200, records[-n:] if n > 0 else records)
+        q = parse_query(m.HISTORY, query)
+        if q["n"] < 1:
+            raise RequestError(
+                400,
+                f"query parameter n={q['n']} must be >= 1 (a page of "
+                f"at most {m.HISTORY_PAGE_MAX}; page back with before=)",
+            )
+        self._send_json(200, self.api.history(min(q["n"], m.HISTORY_PAGE_MAX), q["before"]))
 
     def h_logs(self, method: str, body: Any, query: dict[str, str]) -> None:
         q = parse_query(m.LOGS, query)
@@ -313,8 +334,9 @@ class Handler(BaseHTTPRequestHandler):
         # the holder: the caller's identity; its process on the Unix socket's other end
         # (SO_PEERCRED) for the lease to lapse with; unknown on TCP
         pid = self.caller.pid if self.caller.door == "unix" else None
-        self._send_json(200, self.api.take_lease(opts["experiment"], opts["description"] or "",
-                                                 pid, bool(opts["force"]), self.caller))  # fmt: skip
+        lease = self.api.take_lease(opts["experiment"], opts["description"] or "", pid,
+                                    bool(opts["force"]), self.caller)  # fmt: skip
+        self._send_json(200, lease)
 
     def h_lease_release(self, method: str, body: Any, query: dict[str, str]) -> None:
         body = validate_body(m.RELEASE_LEASE.path, body)

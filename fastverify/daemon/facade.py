@@ -3,7 +3,7 @@
 The HTTP handler (api_handler.py) calls only these methods; it never reads the configuration, the
 controller's fields, the log ring or the exporter runtime itself.
 
-    status() -> dict                      history() -> list[dict]
+    status() -> dict                      history(n, before) -> list[dict]
     status_line() -> str                  log_tail(n) / log_since(seq, timeout) / log_seq()
     server_argv(profile, mode, check) -> dict
     operate(kind, name, mode, **request) -> Operation
@@ -285,8 +285,9 @@ class ControlFacade:
             )
         return {"profile": target[0], "mode": target[1]}
 
-    def history(self) -> list[dict[str, Any]]:
-        return self.ctl.store.history()
+    def history(self, n: int, before: float | None = None) -> list[dict[str, Any]]:
+        """A page of the history: the newest `n` records finished before `before`."""
+        return self.ctl.store.history(n, before)
 
     # ------------------------------------------------------------------ logs
     def log_tail(self, n: int) -> list[dict[str, Any]]:
@@ -430,7 +431,7 @@ class ControlFacade:
             rec["by"] = caller.by
         with self.ctl._lock:
             self.ctl.store.save_json("decision.json", rec)
-            self.ctl.store.append_journal(dec.history_record(rec))
+            self.ctl.store.append_decision(dec.history_record(rec))
         self.ctl.bus.publish(ev.DecisionRecorded(rec["profile"], rec["mode"], rec["backend"],
                                                  bool(rec["applied"])))  # fmt: skip
         return rec
