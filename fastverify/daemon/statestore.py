@@ -195,8 +195,8 @@ class StateStore:
         finished before `before`, oldest first; records of the same `finished_at` as the
         page's oldest all come with it (the next page starts before that time)."""
         streams = [
-            _newest_first((self.journal_path, self.journal_old_path)),
-            _newest_first((self.decisions_path, self.decisions_old_path)),
+            _newest_first((self.journal_path, self.journal_old_path), before),
+            _newest_first((self.decisions_path, self.decisions_old_path), before),
         ]
         page: list[dict[str, Any]] = []
         merged = heapq.merge(*streams, key=lambda r: -_finished(r))
@@ -289,15 +289,20 @@ class StateStore:
 
 
 def _finished(rec: dict[str, Any]) -> float:
-    at = rec.get("finished_at", rec.get("started_at"))
+    """When a journal record was written: `finished_at` (operations, decisions), `ts`."""
+    at = rec.get("finished_at", rec.get("started_at", rec.get("ts")))
     return float(at) if isinstance(at, int | float) else 0.0
 
 
-def _newest_first(paths: tuple[Path, ...]) -> Iterator[dict[str, Any]]:
+SLACK_LINES = 128  # records past a found place: append order is time order but for these
+
+
+def _newest_first(paths: tuple[Path, ...], before: float | None) -> Iterator[dict[str, Any]]:
     """History records (`type` switch) of a journal and its rotated part, newest first by
     `finished_at` (each file is in append order, which is finish order but for records
-    finished together; a window of 64 re-sorts those)."""
-    lines = itertools.chain.from_iterable(_lines_backward(p) for p in paths)
+    finished together; a window of 64 re-sorts those). With `before`, each file is read
+    back from the place a binary search on its lines' times finds (plus SLACK_LINES)."""
+    lines = itertools.chain.from_iterable(_lines_backward(p, before) for p in paths)
     window: list[tuple[float, int, dict[str, Any]]] = []
     order = itertools.count()
     for line in lines:
@@ -314,15 +319,50 @@ def _newest_first(paths: tuple[Path, ...]) -> Iterator[dict[str, Any]]:
         yield heapq.heappop(window)[2]
 
 
-def _lines_backward(path: Path) -> Iterator[bytes]:
+def _line_time_after(fh: Any, pos: int) -> float | None:
+    """The time of the first whole record that starts after `pos` (None: none there)."""
+    fh.seek(pos)
+    lines = fh.read(READ_BLOCK).split(b"\n")
+    for line in lines[1 if pos > 0 else 0 : -1]:  # whole lines only
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            return _finished(rec)
+    return None
+
+
+def _end_before(fh: Any, size: int, before: float) -> int:
+    """An offset of `fh` after which every line's time is >= `before`, SLACK_LINES lines
+    past the place a binary search finds (the lines are in append order)."""
+    lo, hi = 0, size
+    while hi - lo > READ_BLOCK:
+        mid = (lo + hi) // 2
+        at = _line_time_after(fh, mid)
+        if at is not None and at < before:
+            lo = mid
+        else:
+            hi = mid
+    fh.seek(hi)
+    ahead = fh.read(MAX_LINE)
+    end, n = 0, 0
+    while n < SLACK_LINES and (nl := ahead.find(b"\n", end)) >= 0:
+        end, n = nl + 1, n + 1
+    return min(size, hi + (end if n == SLACK_LINES else len(ahead)))
+
+
+def _lines_backward(path: Path, before: float | None = None) -> Iterator[bytes]:
     """The non-blank lines of `path`, last first, read READ_BLOCK bytes at a time from the
-    end; a line longer than MAX_LINE is skipped."""
+    end (from `_end_before` with `before`); a line longer than MAX_LINE is skipped."""
     try:
         fh = open(path, "rb")  # noqa: SIM115 (a generator holds it)
     except FileNotFoundError:
         return
     with fh:
         pos = fh.seek(0, os.SEEK_END)
+        if before is not None:
+            pos = _end_before(fh, pos, before)
         tail, overlong = b"", False
         while pos > 0:
             step = min(READ_BLOCK, pos)
