@@ -183,9 +183,9 @@ class Handler(BaseHTTPRequestHandler):
                 )
                 return
             ep = m.endpoint(method, path)
-            if ep is not None and ep.recorded:
-                self._rate()
             body = self._read_body(ep.max_body if ep else MAX_BODY) if method == "POST" else None
+            if ep is not None and ep.recorded:  # a body of its size, then its rate
+                self._rate()
             ticket = self.caller.ticket
             if ticket is not None and not self.server.gate.admitted(ticket):
                 self.close_connection = True

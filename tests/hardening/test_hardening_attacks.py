@@ -36,7 +36,7 @@ SECRET = TOKEN.split(":", 1)[1]
 
 def _decision(i: int) -> dict[str, Any]:
     return {"profile": "ring-ll", "mode": "baseline", "backend": "nccl", "applied": False,
-            "why": f"flood {i} " + "w" * 1500}  # fmt: skip
+            "why": f"posted-by-the-flood {i} " + "w" * 1500}  # fmt: skip
 
 
 def _metric(url: str, name: str) -> float:
@@ -81,8 +81,9 @@ def test_a_decision_flood_is_rate_limited_and_oversized_records_refused(tmp_path
         assert err.value.status == 413
         # decisions have a journal of their own; the operations' one holds none
         journal = (d.state_dir / "journal.jsonl").read_text()
-        assert '"decision"' not in journal and "flood" not in journal
-        assert (d.state_dir / "decisions.jsonl").read_text().count("flood") == stored
+        assert '"kind": "decision"' not in journal and "posted-by-the-flood" not in journal
+        decisions = (d.state_dir / "decisions.jsonl").read_text()
+        assert decisions.count("posted-by-the-flood") == stored
 
 
 def test_history_is_paged_and_reading_it_does_not_grow_the_daemon(tmp_path: Path) -> None:
@@ -99,7 +100,7 @@ def test_history_is_paged_and_reading_it_does_not_grow_the_daemon(tmp_path: Path
                        "result": "ok", "message": pad, "started_at": t, "finished_at": t,
                        "seq": base + i}  # fmt: skip
                 fh.write(json.dumps(rec) + "\n")
-    with d:
+    with d.start():
         proc = psutil.Process(d.pid)
         before = proc.memory_info().rss
         peak = [before]
@@ -291,12 +292,7 @@ def test_a_lease_belongs_to_the_identity_that_took_it(tmp_path: Path) -> None:
     config = {"daemon": {"tcp_listen": f"127.0.0.1:{port}", "token_file": str(tokens)}}
     with DaemonHarness(tmp_path, metrics=False, config=config) as d:
         lease = d.client.take_lease("sweep", description="alice's sweep")  # uid 0, Unix socket
-        assert lease["holder"] == "uid 0"
         other = ControlClient(tcp=f"127.0.0.1:{port}", token=SECRET, timeout=60)
-        # others see who holds it, not its id
-        for seen in (d.status()["lease"], other.status()["lease"], other.get("/v1/lease")["lease"]):
-            assert seen["holder"] == "uid 0" and "id" not in seen, seen
-        assert d.client.get("/v1/lease")["lease"]["id"] == lease["id"]  # its holder sees it
         # its id, sent by another identity, is no lease
         with pytest.raises(ApiError) as err:
             other.post("/v1/profile", {"name": "ring-ll", "lease": lease["id"]})
@@ -305,9 +301,14 @@ def test_a_lease_belongs_to_the_identity_that_took_it(tmp_path: Path) -> None:
             other.post("/v1/lease/release", {"id": lease["id"]})
         assert err.value.status == 403 and err.value.body["reason"] == "not_holder"
         assert d.status()["lease"] is not None and d.status()["profile"] != "ring-ll"
+        # others see who holds it, not its id; its holder sees it
+        assert lease["holder"] == "uid 0"
+        for seen in (d.status()["lease"], other.status()["lease"], other.get("/v1/lease")["lease"]):
+            assert seen["holder"] == "uid 0" and "id" not in seen, seen
+        assert d.client.get("/v1/lease")["lease"]["id"] == lease["id"]
         # the holder's own switch passes; another's forced one passes and is recorded
         d.client.post("/v1/profile", {"name": "ring-ll", "lease": lease["id"]})
-        other.post("/v1/profile", {"name": "tree-ll", "force": True})
+        other.post("/v1/profile", {"name": "ring-simple", "force": True})
         overrides = [r for r in d.client.history(20) if r["kind"] == "lease_override"]
         assert len(overrides) == 1, overrides
         assert "token ops" in overrides[0]["by"] and "uid 0" in overrides[0]["message"]
