@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from fastverify.api_models import HISTORY_PAGE_MAX
 from fastverify.durable import append_jsonl, atomic_write_json, fsync_dir, scan_jsonl
 
 log = logging.getLogger("fastverifyd.state")
@@ -190,7 +191,9 @@ class StateStore:
                 log.warning(msg)
         return out
 
-    def history(self, n: int, before: float | None = None) -> list[dict[str, Any]]:
+    def history(
+        self, n: int = HISTORY_PAGE_MAX, before: float | None = None
+    ) -> list[dict[str, Any]]:
         """The newest `n` history records (operations, crashes' restarts, decisions) that
         finished before `before`, oldest first; records of the same `finished_at` as the
         page's oldest all come with it (the next page starts before that time)."""
