@@ -6,12 +6,13 @@ defences against a slow or flooding peer.
   TLS handshake, the request line, the headers, the body, and on the TCP door the token).
   A pending connection has one deadline for all of that (not a timeout per `recv`, which
   one byte every few seconds renews); at the deadline the gate shuts the socket down, so
-  the thread blocked on it returns and the slot is free. At most `pending_per_peer`
-  connections of one peer and `pending_total` of all peers are pending at once: one more
-  cuts the oldest pending one (of that peer, else of all), so a peer that trickles bytes
-  never holds a slot that a quick client needs; a quick client finishes its request in
-  milliseconds and is past the gate before it could be cut. Once admitted, a peer may hold
-  at most `per_peer` connections (streams, waiters); one more is refused at once.
+  the thread blocked on it returns and the slot is free. Past `pending_per_peer`
+  connections of one peer or `pending_total` of all peers pending at once, one more cuts
+  the oldest pending one (of that peer, else of all) that had EVICT_GRACE_S to send its
+  request, so a peer that trickles bytes never holds a slot that a quick client needs
+  (a quick client is past the gate in milliseconds; a burst of them cuts none of its own).
+  A peer holds at most `per_peer` connections (streams and waiters included): one more
+  cuts its oldest pending one at once, or is refused when none is pending.
 - `Buckets`: a token bucket per key (a caller), for requests that write records.
 
 A peer is what the listener can tell before authentication: the Unix socket's uid, the TCP
@@ -31,18 +32,20 @@ from collections.abc import Callable
 from typing import Any
 
 REQUEST_DEADLINE_S = 10.0
+EVICT_GRACE_S = 0.5  # a pending request younger than this is not cut to make room
 
 
 class Ticket:
     """One connection at the gate: pending until `Gate.admitted`, counted until `Gate.left`."""
 
-    __slots__ = ("_cut", "cut_why", "deadline", "peer", "pending", "seq")
+    __slots__ = ("_cut", "counted", "cut_why", "deadline", "peer", "pending", "seq")
 
     def __init__(self, peer: str, deadline: float, sock: socket.socket, seq: int) -> None:
         self.peer = peer
         self.deadline = deadline
         self.seq = seq
         self.pending = True
+        self.counted = True  # in the peer's open connections
         self.cut_why = ""
         # a second descriptor of the same socket: the gate can shut it down whatever the
         # serving thread did to its own (wrapped it in TLS, closed it)
@@ -94,27 +97,51 @@ class Gate:
         threading.Thread(target=self._reaper, name="admission-deadlines", daemon=True).start()
 
     def enter(self, sock: socket.socket, peer: str) -> Ticket | None:
-        """A ticket for a new connection of `peer`, or None when the peer already holds
-        `per_peer` connections (refuse it). May cut the oldest pending one to make room."""
-        victims: list[Ticket] = []
+        """A ticket for a new connection of `peer`, or None to refuse it (the peer holds
+        `per_peer` connections and none is pending). Over a pending cap, the oldest pending
+        one (of the peer, else of all) is cut once it had EVICT_GRACE_S to send its request:
+        a burst of quick clients never cuts its own; at `per_peer`, it is cut at once."""
+        victim: Ticket | None = None
         with self._lock:
-            if self._open.get(peer, 0) >= self.per_peer:
-                return None
+            now = self._clock()
             mine = self._by_peer.setdefault(peer, OrderedDict())
-            if len(mine) >= self.pending_per_peer:
-                victims.append(self._unpend(next(iter(mine.values()))))
+            oldest = next(iter(mine.values()), None)
+            if self._open.get(peer, 0) >= self.per_peer:
+                if oldest is None:
+                    if not mine:
+                        del self._by_peer[peer]
+                    return None
+                victim = oldest
+            elif len(mine) >= self.pending_per_peer:
+                victim = oldest if oldest is not None and self._ripe(oldest, now) else None
             elif len(self._pending) >= self.pending_total:
-                victims.append(self._unpend(next(iter(self._pending.values()))))
+                first = next(iter(self._pending.values()))
+                victim = first if self._ripe(first, now) else None
+            if victim is not None:
+                self._unpend(victim)
+                self._uncount(victim)
             seq = next(self._seq)
-            t = Ticket(peer, self._clock() + self.deadline_s, sock, seq)
+            t = Ticket(peer, now + self.deadline_s, sock, seq)
             self._pending[seq] = t
-            mine[seq] = t
+            self._by_peer.setdefault(peer, OrderedDict())[seq] = t
             self._open[peer] = self._open.get(peer, 0) + 1
             heapq.heappush(self._heap, (t.deadline, seq))
             self._wake.notify()
-        for v in victims:
-            self._cut(v, "evicted")
+        if victim is not None:
+            self._cut(victim, "evicted")
         return t
+
+    def _ripe(self, t: Ticket, now: float) -> bool:
+        return now - (t.deadline - self.deadline_s) >= EVICT_GRACE_S
+
+    def _uncount(self, t: Ticket) -> None:
+        if t.counted:
+            t.counted = False
+            n = self._open.get(t.peer, 0) - 1
+            if n > 0:
+                self._open[t.peer] = n
+            else:
+                self._open.pop(t.peer, None)
 
     def admitted(self, t: Ticket) -> bool:
         """The request of `t` arrived whole: no deadline from now on. False when the gate
@@ -152,11 +179,7 @@ class Gate:
         with self._lock:
             if t.pending:
                 self._unpend(t)
-            n = self._open.get(t.peer, 0) - 1
-            if n > 0:
-                self._open[t.peer] = n
-            else:
-                self._open.pop(t.peer, None)
+            self._uncount(t)
         t._drop()
 
     def pending(self) -> int:
