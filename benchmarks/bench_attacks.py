@@ -27,6 +27,7 @@ Writes benchmarks/results/attacks.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import socket
@@ -127,10 +128,8 @@ def trickle(socks: list[socket.socket], drip: bytes, stop: threading.Event) -> N
 def client_hello() -> bytes:
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
     obj = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
-    try:
+    with contextlib.suppress(ssl.SSLWantReadError):
         obj.do_handshake()
-    except ssl.SSLWantReadError:
-        pass
     return outgoing.read()
 
 
@@ -176,8 +175,10 @@ def main() -> int:
             with urllib.request.urlopen(metrics_url, timeout=10) as r:
                 return r.status == 200 and b"fastverify_" in r.read()
 
-        legit = {"control socket status": unix_status, "control socket history": unix_history,
-                 "TCP door status (mTLS + token)": tls_status, "exporter scrape": scrape}  # fmt: skip
+        legit = {"control socket status": unix_status,
+                 "control socket history": unix_history,
+                 "TCP door status (mTLS + token)": tls_status,
+                 "exporter scrape": scrape}  # fmt: skip
 
         def phase(name: str, attack: Callable[[threading.Event], dict[str, Any]],
                   asks: list[str]) -> None:  # fmt: skip
@@ -270,10 +271,10 @@ def main() -> int:
             def hs() -> None:
                 while not stop.is_set():
                     try:
-                        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-                            with bare.wrap_socket(raw, server_hostname="localhost") as s:
-                                s.sendall(b"GET /v1/status HTTP/1.0\r\n\r\n")
-                                s.recv(64)
+                        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+                        with raw, bare.wrap_socket(raw, server_hostname="localhost") as s:
+                            s.sendall(b"GET /v1/status HTTP/1.0\r\n\r\n")
+                            s.recv(64)
                     except (OSError, ssl.SSLError):
                         pass
                     n[0] += 1
