@@ -5,7 +5,7 @@ Paths are versioned (`/v1/...`; the contract: fastverify.api_models, docs/refere
 Unix socket is created with mode 0660 and handed to group `fastverify` when that group exists.
 TCP listens only when configured (off loopback only over TLS, client certificates when a CA
 is given: tcpdoor.py) and then requires `Authorization: Bearer <token>` when a token file is
-set (auth.py: named tokens, constant-time, per-source backoff). Every request knows its
+set (auth.py: named tokens, constant-time, per-identity backoff). Every request knows its
 `Caller` (auth.py); state-changing ones are logged with it and it reaches the history as
 `by`. Requests larger than MAX_BODY are refused (413); malformed JSON, wrong types, missing
 fields, unknown paths and wrong methods get a 4xx JSON error that says what to send instead.

@@ -1,5 +1,5 @@
 """Who is calling the control API, and whether a TCP caller may: caller identity, token
-checks, per-source backoff after failed attempts, and the counts /metrics shows.
+checks, per-identity backoff after failed tokens, and the counts /metrics shows.
 
 - Unix socket: the kernel's `SO_PEERCRED` (uid, pid; the user name and the process's
   command name from /proc/PID/comm), read when the connection is accepted. The socket's
