@@ -14,8 +14,9 @@ Operation requests can stream NDJSON events (`stream: true`).
 Each door admits connections through a fastverify.admission.Gate: a connection has
 REQUEST_DEADLINE_S for its whole request (the TLS handshake, the headers, the body, the
 token), not a timeout per read; a peer (a uid on the Unix socket, an address on TCP) has at
-most PENDING_PER_PEER requests still arriving (one more cuts its oldest) and PER_PEER
-connections in all (streams and waiters included; one more gets 503).
+most PENDING_PER_PEER requests still arriving (one more cuts its oldest that had
+admission.EVICT_GRACE_S) and PER_PEER connections in all (streams and waiters included; one
+more cuts its oldest pending one, or gets 503 when none is pending).
 """
 
 from __future__ import annotations
