@@ -13,7 +13,9 @@ records its success rate and latency (p50, p99, max) and the daemon's peak RSS:
   (the legitimate client has a certificate and a token, from the same address);
 - slowloris on the control socket, the TCP door and the exporter: 1,100 connections (300 on
   the exporter) that each send a partial request (a partial ClientHello on the TCP door) and
-  then one byte every 2 s.
+  then one byte every 2 s;
+- idle kept-alive connections on the exporter: 300 that each made one request and then
+  keep the connection open.
 
 Legitimate clients: the control socket's `GET /v1/status` and `GET /v1/history` (a page),
 the TCP door's `GET /v1/status` with alice's certificate and token, a `/metrics` scrape.
@@ -317,6 +319,25 @@ def main() -> int:
 
             return run
 
+        def keep_alive_hold(p: int, count: int) -> Callable[[threading.Event], dict[str, Any]]:
+            def run(stop: threading.Event) -> dict[str, Any]:
+                socks, opened = [], 0
+                for _ in range(count):
+                    try:
+                        s = socket.create_connection(("127.0.0.1", p), timeout=10)
+                        s.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+                        s.recv(4096)
+                        socks.append(s)
+                        opened += 1
+                    except OSError:
+                        pass
+                stop.wait()
+                for s in socks:
+                    s.close()
+                return {"opened_and_served": opened}
+
+            return run
+
         def unix() -> socket.socket:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.connect(str(d.socket))
@@ -337,6 +358,8 @@ def main() -> int:
               ["TCP door status (mTLS + token)"])  # fmt: skip
         phase("slowloris: exporter", slowloris(tcp(metrics_port), b"GET /metrics HTTP/1.1\r\nX: ",
                                                b"a", 300), ["exporter scrape"])  # fmt: skip
+        phase("idle kept-alive connections: exporter", keep_alive_hold(metrics_port, 300),
+              ["exporter scrape"])  # fmt: skip
         out["daemon_alive"] = d.proc is not None and d.proc.poll() is None
     every = [r for p in out["phases"].values() for r in p["legit"].values()]
     out["worst"] = {

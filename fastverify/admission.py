@@ -38,10 +38,13 @@ EVICT_GRACE_S = 0.5  # a pending request younger than this is not cut to make ro
 class Ticket:
     """One connection at the gate: pending until `Gate.admitted`, counted until `Gate.left`."""
 
-    __slots__ = ("_cut", "counted", "cut_why", "deadline", "peer", "pending", "seq")
+    __slots__ = ("_cut", "counted", "cut_why", "deadline", "peer", "pending", "seq", "since")
 
-    def __init__(self, peer: str, deadline: float, sock: socket.socket, seq: int) -> None:
+    def __init__(
+        self, peer: str, since: float, deadline: float, sock: socket.socket, seq: int
+    ) -> None:
         self.peer = peer
+        self.since = since  # pending since
         self.deadline = deadline
         self.seq = seq
         self.pending = True
@@ -121,7 +124,7 @@ class Gate:
                 self._unpend(victim)
                 self._uncount(victim)
             seq = next(self._seq)
-            t = Ticket(peer, now + self.deadline_s, sock, seq)
+            t = Ticket(peer, now, now + self.deadline_s, sock, seq)
             self._pending[seq] = t
             self._by_peer.setdefault(peer, OrderedDict())[seq] = t
             self._open[peer] = self._open.get(peer, 0) + 1
@@ -132,7 +135,7 @@ class Gate:
         return t
 
     def _ripe(self, t: Ticket, now: float) -> bool:
-        return now - (t.deadline - self.deadline_s) >= EVICT_GRACE_S
+        return now - t.since >= EVICT_GRACE_S
 
     def _uncount(self, t: Ticket) -> None:
         if t.counted:
@@ -153,23 +156,25 @@ class Gate:
         t._drop()
         return True
 
-    def again(self, t: Ticket, sock: socket.socket) -> bool:
-        """A kept-alive connection of `t` started its next request (its first byte came):
-        pending again, with a new deadline. False when the peer's pending requests are
-        at their cap: close it instead (the peer's older requests keep their places)."""
+    def again(self, t: Ticket, sock: socket.socket, deadline_s: float | None = None) -> bool:
+        """`t`'s kept-alive connection pending again, `deadline_s` (default the gate's) from
+        now: while it idles between requests (evictable like a slow request: an idle
+        connection holds no slot a newcomer needs), and from the first byte of its next
+        request. False when it was not pending and the pending caps are full: close it
+        instead (the peer's older requests keep their places)."""
         with self._lock:
-            if t.pending:
-                return True
-            mine = self._by_peer.setdefault(t.peer, OrderedDict())
-            if len(mine) >= self.pending_per_peer or len(self._pending) >= self.pending_total:
-                if not mine:
-                    del self._by_peer[t.peer]
-                return False
-            t.seq, t.pending, t.cut_why = next(self._seq), True, ""
-            t.deadline = self._clock() + self.deadline_s
-            t._cut = sock.dup()
-            self._pending[t.seq] = t
-            mine[t.seq] = t
+            now = self._clock()
+            if not t.pending:
+                mine = self._by_peer.setdefault(t.peer, OrderedDict())
+                if len(mine) >= self.pending_per_peer or len(self._pending) >= self.pending_total:
+                    if not mine:
+                        del self._by_peer[t.peer]
+                    return False
+                t.seq, t.pending, t.cut_why, t.since = next(self._seq), True, "", now
+                t._cut = sock.dup()
+                self._pending[t.seq] = t
+                mine[t.seq] = t
+            t.deadline = now + (self.deadline_s if deadline_s is None else deadline_s)
             heapq.heappush(self._heap, (t.deadline, t.seq))
             self._wake.notify()
         return True
@@ -209,7 +214,7 @@ class Gate:
                 while self._heap and self._heap[0][0] <= now:
                     _, seq = heapq.heappop(self._heap)
                     t = self._pending.get(seq)
-                    if t is not None:
+                    if t is not None and t.deadline <= now:  # else: given a later one
                         due.append(self._unpend(t))
                 if not due:
                     wait = self._heap[0][0] - now if self._heap else None

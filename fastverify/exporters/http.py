@@ -21,7 +21,9 @@ Slow peers (fastverify.admission.Gate, as Go's http.Server's ReadHeaderTimeout a
 TLS handshake deadline guard node_exporter): each request, from its first byte (the TLS
 handshake included) to its last header, has `request_deadline_s` (10 s) in all, not a
 timeout per read; one address has at most 16 requests still arriving (one more cuts its
-oldest), 128 of all addresses, and 64 connections in all. Basic auth is checked once the
+oldest that had half a second), 128 of all addresses, and 64 connections in all. A kept-alive
+connection idling between requests counts as one still arriving (its deadline: the idle
+timeout), so idle connections never keep a newcomer out. Basic auth is checked once the
 request has arrived, within that deadline, so an unauthenticated peer never holds a slot
 for longer.
 """
@@ -238,11 +240,15 @@ class MetricsServer:
                     self._conns.discard(conn)
                     self._conns.add(tls)
                 conn = tls
+            idle = False  # between two requests of a kept-alive connection
             while not self._stopping.is_set():
-                if not buf:  # idle between requests: the idle timeout, then a new deadline
+                if not buf:
                     buf = conn.recv(65536)
-                    if not buf or not self.gate.again(ticket, conn):
+                    if not buf:
                         return
+                if idle:  # its next request began: the request deadline from now
+                    idle = False
+                    self.gate.again(ticket, conn)
                 end = buf.find(b"\r\n\r\n")
                 while end < 0:
                     chunk = conn.recv(65536)
@@ -258,6 +264,11 @@ class MetricsServer:
                 head, buf = buf[:end], buf[end + 4 :]
                 keep_alive = self._handle(conn, head)
                 if not keep_alive:
+                    return
+                # pending again: idle until its next request (evictable meanwhile), or
+                # that request's deadline when it came pipelined
+                idle = not buf
+                if not self.gate.again(ticket, conn, self.idle_timeout_s if idle else None):
                     return
         except OSError:
             return

@@ -283,6 +283,27 @@ def test_slow_clients_do_not_starve_the_exporter(tmp_path: Path) -> None:
             _close_all(held)
 
 
+def test_idle_kept_alive_connections_do_not_starve_the_exporter(tmp_path: Path) -> None:
+    """300 connections that each made one request and keep the connection open, idle: an
+    idle one is cut for a newcomer, so a scrape still gets in."""
+    with DaemonHarness(tmp_path) as d:
+        assert d.metrics_port is not None and d.metrics_url is not None
+        held = []
+        try:
+            for _ in range(300):
+                try:
+                    s = socket.create_connection(("127.0.0.1", d.metrics_port), timeout=20)
+                    s.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+                    s.recv(4096)
+                    held.append(s)
+                except OSError:
+                    pass
+            with urllib.request.urlopen(d.metrics_url, timeout=20) as r:
+                assert r.status == 200 and b"fastverify_" in r.read()
+        finally:
+            _close_all(held)
+
+
 # ------------------------------------------------------------------ leases
 def test_a_lease_belongs_to_the_identity_that_took_it(tmp_path: Path) -> None:
     port = free_port()
