@@ -489,8 +489,8 @@ NOTES = {
     "attacks": "One fastverifyd on the sim (control socket, mutual-TLS TCP door, exporter; a"
     " 31 MiB journal), each attack for 10 s from the legitimate client's own uid and address"
     " while it asks its door every 0.1 s; RSS is the daemon's peak. The same script on the"
-    " tree before the defences: results/attacks-before-db46385.json (0% success under five"
-    " of six attacks, 5.4 GiB RSS under the history flood).",
+    " tree before the defences: results/attacks-before-db46385.json (the first six attacks:"
+    " 0% success under five, 5.4 GiB RSS under the history flood).",
     "cli": "Every command runs as a real subprocess, interleaved round-robin with the others"
     " (first round dropped), `status` and `profile list` against a running fastverifyd (sim);"
     " child CPU is user + system time from getrusage; on the venv `./scripts/run` makes, its"
