@@ -34,6 +34,37 @@ from fastverify.daemon.resolve import RequestError
 log = logging.getLogger("fastverifyd.api")
 
 MAX_BODY = m.MAX_BODY
+MAX_HEAD = 128 * 1024  # the request line and headers (http.server: 64 KiB a line, 100 lines)
+
+
+class _Capped:
+    """A request's bytes up to `left` (MAX_HEAD for the head, then MAX_BODY more for the
+    body), then end of input (`hit` set): what one request still arriving can make the
+    daemon hold is bounded, whatever it sends."""
+
+    def __init__(self, f: Any, left: int) -> None:
+        self.f, self.left, self.hit = f, left, False
+
+    def _n(self, want: int) -> int:
+        n = self.left if want is None or want < 0 else min(want, self.left)
+        if n <= 0:
+            self.hit = True
+        return n
+
+    def readline(self, limit: int = -1) -> bytes:
+        n = self._n(limit)
+        line = self.f.readline(n) if n > 0 else b""
+        self.left -= len(line)
+        return line
+
+    def read(self, size: int = -1) -> bytes:
+        n = self._n(size)
+        data = self.f.read(n) if n > 0 else b""
+        self.left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self.f.close()
 
 
 class Served(Protocol):
@@ -56,6 +87,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("api: " + format, *args)
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = _Capped(self.rfile, MAX_HEAD)  # type: ignore[assignment]
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if self.rfile.hit:  # type: ignore[attr-defined]
+            self.send_error(431, f"request line and headers over {MAX_HEAD} bytes")
+            return False
+        self.rfile.left += MAX_BODY  # type: ignore[attr-defined]
+        return True
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """Errors http.server raises itself (bad request line, header too long, unknown method)

@@ -151,6 +151,19 @@ def test_decisions_never_rotate_operations_out(tmp_path: Path) -> None:
     assert "crash" in store.journal_path.read_text()
 
 
+def test_a_request_head_is_bounded(tmp_path: Path) -> None:
+    """What one request still arriving can make the daemon hold: 60 headers of 3 KB (each
+    within http.server's own line and count limits, 180 KB in all) get 431."""
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        head = b"GET /v1/status HTTP/1.0\r\n"
+        head += b"".join(b"X-%d: %s\r\n" % (i, b"a" * 3000) for i in range(60)) + b"\r\n"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(20)
+            s.connect(str(d.socket))
+            s.sendall(head)
+            assert s.recv(64).startswith(b"HTTP/1.0 431 ")
+
+
 # ------------------------------------------------------------------ the TLS door
 def test_certificate_less_handshakes_do_not_lock_out_a_client_with_one(
     tmp_path: Path,
