@@ -104,25 +104,13 @@ class Gate:
         `per_peer` connections and none is pending). Over a pending cap, the oldest pending
         one (of the peer, else of all) is cut once it had EVICT_GRACE_S to send its request:
         a burst of quick clients never cuts its own; at `per_peer`, it is cut at once."""
-        victim: Ticket | None = None
         with self._lock:
             now = self._clock()
-            mine = self._by_peer.setdefault(peer, OrderedDict())
-            oldest = next(iter(mine.values()), None)
-            if self._open.get(peer, 0) >= self.per_peer:
-                if oldest is None:
-                    if not mine:
-                        del self._by_peer[peer]
-                    return None
-                victim = oldest
-            elif len(mine) >= self.pending_per_peer:
-                victim = oldest if oldest is not None and self._ripe(oldest, now) else None
-            elif len(self._pending) >= self.pending_total:
-                first = next(iter(self._pending.values()))
-                victim = first if self._ripe(first, now) else None
-            if victim is not None:
-                self._unpend(victim)
-                self._uncount(victim)
+            mine = self._by_peer.get(peer)
+            at_cap = self._open.get(peer, 0) >= self.per_peer
+            if at_cap and not mine:
+                return None
+            victim = self._victim(peer, now, at_cap)
             seq = next(self._seq)
             t = Ticket(peer, now, now + self.deadline_s, sock, seq)
             self._pending[seq] = t
@@ -133,6 +121,24 @@ class Gate:
         if victim is not None:
             self._cut(victim, "evicted")
         return t
+
+    def _victim(self, peer: str, now: float, at_cap: bool) -> Ticket | None:
+        """The pending connection to cut for one more of `peer` (unpended and uncounted),
+        or None (under the caps, or none had its grace)."""
+        mine = self._by_peer.get(peer)
+        oldest = next(iter(mine.values())) if mine else None
+        victim = None
+        if at_cap:
+            victim = oldest
+        elif mine is not None and len(mine) >= self.pending_per_peer:
+            victim = oldest if oldest is not None and self._ripe(oldest, now) else None
+        elif len(self._pending) >= self.pending_total:
+            first = next(iter(self._pending.values()))
+            victim = first if self._ripe(first, now) else None
+        if victim is not None:
+            self._unpend(victim)
+            self._uncount(victim)
+        return victim
 
     def _ripe(self, t: Ticket, now: float) -> bool:
         return now - t.since >= EVICT_GRACE_S
@@ -156,28 +162,21 @@ class Gate:
         t._drop()
         return True
 
-    def again(self, t: Ticket, sock: socket.socket, deadline_s: float | None = None) -> bool:
+    def again(self, t: Ticket, sock: socket.socket, deadline_s: float | None = None) -> None:
         """`t`'s kept-alive connection pending again, `deadline_s` (default the gate's) from
-        now: while it idles between requests (evictable like a slow request: an idle
-        connection holds no slot a newcomer needs), and from the first byte of its next
-        request. False when it was not pending and the pending caps are full: close it
-        instead (the peer's older requests keep their places)."""
+        now: while it idles between requests (then cut for a newcomer like a slow request:
+        an idle connection holds no slot a newcomer needs), and from the first byte of its
+        next request. It cuts no one itself (only a newcomer does: `enter`)."""
         with self._lock:
             now = self._clock()
             if not t.pending:
-                mine = self._by_peer.setdefault(t.peer, OrderedDict())
-                if len(mine) >= self.pending_per_peer or len(self._pending) >= self.pending_total:
-                    if not mine:
-                        del self._by_peer[t.peer]
-                    return False
                 t.seq, t.pending, t.cut_why, t.since = next(self._seq), True, "", now
                 t._cut = sock.dup()
                 self._pending[t.seq] = t
-                mine[t.seq] = t
+                self._by_peer.setdefault(t.peer, OrderedDict())[t.seq] = t
             t.deadline = now + (self.deadline_s if deadline_s is None else deadline_s)
             heapq.heappush(self._heap, (t.deadline, t.seq))
             self._wake.notify()
-        return True
 
     def left(self, t: Ticket) -> None:
         """The connection of `t` is over (served, refused or cut)."""

@@ -268,8 +268,7 @@ class MetricsServer:
                 # pending again: idle until its next request (evictable meanwhile), or
                 # that request's deadline when it came pipelined
                 idle = not buf
-                if not self.gate.again(ticket, conn, self.idle_timeout_s if idle else None):
-                    return
+                self.gate.again(ticket, conn, self.idle_timeout_s if idle else None)
         except OSError:
             return
         finally:
