@@ -215,7 +215,18 @@ class Calls:
         return _object(self.call(m.STATUS, timeout=timeout))
 
     def history(self, n: int | None = None, *, timeout: float | None = None) -> list[Any]:
-        return cast(list[Any], self.call(m.HISTORY, n=n, timeout=timeout))
+        """The newest `n` history records (None: all of them), oldest first, read a page
+        (api_models.HISTORY_PAGE_MAX records) at a time back from the newest."""
+        out: list[Any] = []
+        before = None
+        while n is None or len(out) < n:
+            want = m.HISTORY_PAGE_MAX if n is None else min(n - len(out), m.HISTORY_PAGE_MAX)
+            page = cast(list[Any], self.call(m.HISTORY, n=want, before=before, timeout=timeout))
+            out[:0] = page
+            if len(page) < want:
+                break
+            before = min(_finished(r) for r in page)
+        return out if n is None else out[-n:]
 
     def logs(self, **fields: Any) -> Iterator[dict[str, Any]]:
         """The log lines (`n`, `follow`), as NDJSON events; `answer_timeout`, `timeout` as
@@ -523,3 +534,9 @@ def try_status(
         return ControlClient(socket_path, timeout=timeout).status()
     except (DaemonUnavailable, ApiError, OSError, ValueError):
         return None
+
+
+def _finished(rec: dict[str, Any]) -> float:
+    """A history record's place for paging (`before=`): its finish time."""
+    at = rec.get("finished_at", rec.get("started_at"))
+    return float(at) if isinstance(at, int | float) else 0.0

@@ -89,6 +89,15 @@ def parse_query(ep: m.Endpoint, query: dict[str, str]) -> dict[str, Any]:
                 raise RequestError(
                     400, f"query parameter {f.name}={raw!r} must be an integer"
                 ) from None
+        elif f.kind == "number":
+            try:
+                out[f.name] = float(raw)
+            except ValueError:
+                raise RequestError(
+                    400, f"query parameter {f.name}={raw!r} must be a number"
+                ) from None
+            if not math.isfinite(out[f.name]):
+                raise RequestError(400, f"query parameter {f.name}={raw!r} must be finite")
         else:
             out[f.name] = raw
     return out

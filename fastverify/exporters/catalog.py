@@ -235,11 +235,11 @@ API_AUTH = _s(
     "api_auth",
     ("fastverify_api_auth_failures_total", "counter",
      "Refused attempts on the TCP control door: token (missing/wrong), tls (failed "
-     "handshake), plaintext (HTTP to the TLS port), backoff (refused while the source backs "
+     "handshake), plaintext (HTTP to the TLS port), backoff (refused while the caller backs "
      "off)", ("reason",)),
     ("fastverify_api_auth_backoff_sources", "gauge",
-     "Source addresses refused now after repeated failed attempts on the TCP control door",
-     ()),
+     "Callers (a client certificate's subject, else an address) refused now after repeated "
+     "failed tokens on the TCP control door", ()),
 )  # fmt: skip
 LOGS = _s(
     "logs",
