@@ -13,6 +13,7 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastverify.config import weights_label
@@ -51,6 +52,7 @@ class Starts:
         if adopt is None and (taken := c.launcher.port_in_use(argv)) is not None:
             c.say(f"{op.kind} {op.profile}/{op.mode}: {taken.message}", logging.WARNING)
             return taken  # said before a load that would fail only once it is over
+        h: EngineHandle | Failure
         if adopt is None:
             h = self._spawn(op, profile, argv, cancel)
             if isinstance(h, Failure):
@@ -102,7 +104,7 @@ class Starts:
                       logging.WARNING)  # fmt: skip
                 return failure
 
-        spawn: Any = launch
+        spawn: Callable[[list[str]], EngineHandle | Failure] = launch
         for part in reversed(c.parts):  # the first part is the outermost
             spawn = functools.partial(part.around_spawn, op, cancel=cancel, spawn=spawn)
         return spawn(argv)

@@ -181,7 +181,8 @@ def op_part(op: Any) -> OpWeights | None:
 
 def of(h: Any) -> StartWeights:
     """The weights part of engine handle `h` (an empty one when it has none yet)."""
-    return h.parts.setdefault(PART, StartWeights())
+    part: StartWeights = h.parts.setdefault(PART, StartWeights())
+    return part
 
 
 def load_record(h: Any) -> dict[str, Any] | None:
@@ -269,7 +270,8 @@ class WeightSteps:
         bus.subscribe(loaded)
 
     def status(self) -> dict[str, Any]:
-        return self.cache.status()
+        status: dict[str, Any] = self.cache.status()
+        return status
 
     def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
         return {"weights_notice": self.notice(kind, mode, load_format, op)}

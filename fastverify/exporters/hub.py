@@ -64,14 +64,18 @@ class MetricsHub:
         self.sources: dict[str, Source] = {}
         self.health = self.add(HealthSource(self))
         self.engine = self.add(EngineSource(self))
-        self.decode = self.add(DecodeSource(self, rate_window_s, observation_ttl_s, log_fresh_s))
         self.baselines = self.add(BaselinesSource(self))
         self.speculation = self.add(SpeculationSource(self))
-        self.traces = self.add(TracesSource(self))
-        self.inspector = self.add(InspectorSource(self))
+        self.decode = self.add(
+            DecodeSource(self, self.health, self.speculation, self.baselines,
+                         rate_window_s=rate_window_s, observation_ttl_s=observation_ttl_s,
+                         log_fresh_s=log_fresh_s)
+        )  # fmt: skip
+        self.traces = self.add(TracesSource(self, self.health))
+        self.inspector = self.add(InspectorSource(self, self.health, self.traces))
         self.daemon = self.add(DaemonSource(self))
         self.api_auth = self.add(ApiAuthSource(self))
-        self.logs = self.add(LogsSource(self))
+        self.logs = self.add(LogsSource(self, self.health, self.decode))
         self.scrape = self.add(ScrapeSource(self))
 
     def add(self, source: S) -> S:

@@ -6,19 +6,28 @@ runs the hub's source of that name, timed and guarded (the `scrape` source repor
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry
 
 from fastverify.exporters import catalog
-from fastverify.exporters.collectors.base import EngineChange, Hub, Source, SourceCollector
+from fastverify.exporters.collectors.base import EngineChange, Source
 from fastverify.exporters.collectors.engine import profile_labels
+from fastverify.exporters.collectors.scrape import ScrapeSource, SourceCollector
 
 
-def collectors(hub: Hub) -> list[SourceCollector]:
+class Scraped(Protocol):
+    """A hub as the registry needs it (`fastverify.exporters.hub.MetricsHub`)."""
+
+    scrape: ScrapeSource
+
+
+def collectors(hub: Scraped) -> list[SourceCollector]:
     """One collector per catalog source, in the catalog's order."""
-    return [SourceCollector(hub, source) for source in catalog.COLLECTOR_SOURCES]
+    return [SourceCollector(hub.scrape, source) for source in catalog.COLLECTOR_SOURCES]
 
 
-def register(registry: CollectorRegistry, hub: Hub) -> list[SourceCollector]:
+def register(registry: CollectorRegistry, hub: Scraped) -> list[SourceCollector]:
     """Register every collector of `hub` (the registry checks their names from describe())."""
     out = collectors(hub)
     for c in out:

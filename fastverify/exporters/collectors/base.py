@@ -8,12 +8,11 @@ all come from `fastverify.exporters.catalog`)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
 
 from fastverify.exporters import catalog
 
@@ -21,7 +20,8 @@ from fastverify.exporters import catalog
 class Hub(Protocol):
     """What a source reads of its hub (`fastverify.exporters.hub.MetricsHub`): the lock
     every source shares, the clock and the timer, the engine's identity, the version
-    (`changed()`), and the other sources by name (`hub.health`, `hub.decode`, ...)."""
+    (`changed()`), and the sources by name. A source that feeds another gets it, typed,
+    when it is built."""
 
     lock: threading.RLock
     timer: Callable[[], float]
@@ -37,8 +37,6 @@ class Hub(Protocol):
     def now(self) -> float: ...
 
     def changed(self) -> None: ...
-
-    def __getattr__(self, name: str) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -73,23 +71,6 @@ class Source:
 
     def families(self, now: float) -> Iterable[Metric | None]:
         raise NotImplementedError
-
-
-class SourceCollector(Collector):
-    """The registry's handle on catalog source `SOURCE` of a hub: describe() from the catalog
-    (registering never collects); collect() runs the hub's source of that name, if it has
-    one (a part adds its own when it is configured), through `hub.scrape`, which times it
-    and keeps its failure to itself."""
-
-    def __init__(self, hub: Hub, source: str) -> None:
-        self.hub = hub
-        self.SOURCE = source
-
-    def describe(self) -> list[Metric]:
-        return catalog.describe(self.SOURCE)
-
-    def collect(self) -> Iterator[Metric]:
-        yield from self.hub.scrape.run(self.SOURCE)
 
 
 def one(name: str, value: float | None, *labels: str) -> Metric | None:

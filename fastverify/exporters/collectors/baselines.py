@@ -55,7 +55,7 @@ class BaselinesSource(Source):
         }
 
     def families(self, now: float) -> Iterable[Metric | None]:
-        fams: dict[str, Metric] = {}
+        fams: dict[str, catalog.Family] = {}
         for b in sorted(self._baselines.values(), key=lambda b: (b.profile, b.concurrency or 0)):
             conc = "unknown" if b.concurrency is None else str(b.concurrency)
             for name, value in (
@@ -64,5 +64,7 @@ class BaselinesSource(Source):
                 ("fastverify_baseline_age_seconds", max(0.0, float(int(now - b.measured_at)))),
                 ("fastverify_baseline_timestamp_seconds", b.measured_at),
             ):
-                fams.setdefault(name, catalog.family(name)).add_metric([b.profile, conc], value)
+                if name not in fams:
+                    fams[name] = catalog.family(name)
+                fams[name].add_metric([b.profile, conc], value)
         return fams.values()

@@ -25,6 +25,9 @@ from prometheus_client.core import Metric
 from fastverify.config import SPEC_MODES
 from fastverify.exporters.baseline import spec_cycle_seconds, verdict
 from fastverify.exporters.collectors.base import EngineChange, Hub, Source, one, rows
+from fastverify.exporters.collectors.baselines import BaselinesSource
+from fastverify.exporters.collectors.sources import HealthSource
+from fastverify.exporters.collectors.speculation import SpeculationSource
 from fastverify.exporters.readings import Observation, newest
 
 
@@ -32,9 +35,18 @@ class DecodeSource(Source):
     NAME = "decode"
 
     def __init__(
-        self, hub: Hub, rate_window_s: float, observation_ttl_s: float, log_fresh_s: float
+        self,
+        hub: Hub,
+        health: HealthSource,
+        speculation: SpeculationSource,
+        baselines: BaselinesSource,
+        *,
+        rate_window_s: float,
+        observation_ttl_s: float,
+        log_fresh_s: float,
     ) -> None:
         super().__init__(hub)
+        self.health, self.speculation, self.baselines = health, speculation, baselines
         self.rate_window_s = rate_window_s
         self.observation_ttl_s = observation_ttl_s
         self.log_fresh_s = log_fresh_s
@@ -54,7 +66,7 @@ class DecodeSource(Source):
         now = h.now()
         with h.lock:
             self.poll_ok = values is not None
-            h.health.mark("sglang_metrics", values is not None)
+            self.health.mark("sglang_metrics", values is not None)
             if values is None:
                 # no answer: nothing SGLang said earlier is current any more
                 self._obs_metrics = None
@@ -62,7 +74,7 @@ class DecodeSource(Source):
                 self._itl = self._itl_prev = None
             else:
                 obs = self._obs_metrics = Observation.read(now, "sglang_metrics", values)
-                h.speculation.track_steps(now, values.get("spec_num_steps"), obs.running_reqs)
+                self.speculation.track_steps(now, values.get("spec_num_steps"), obs.running_reqs)
                 total = values.get("generation_tokens_total")
                 if total is not None:
                     self._add_gen_tokens(now, float(total))
@@ -156,7 +168,7 @@ class DecodeSource(Source):
         if eagle and obs is not None:
             itl = self._itl_now(now)
             cycle = spec_cycle_seconds(obs.running_reqs, obs.accept_len, obs.gen_throughput, itl)
-            rates = h.baselines.rates(pm[0])
+            rates = self.baselines.rates(pm[0])
             spec = verdict(obs.running_reqs, obs.accept_len, obs.gen_throughput, rates, itl)
         if self._totals:
             yield rows("fastverify_generation_tokens_total", self._totals)

@@ -8,20 +8,26 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from fastverify.exporters.collectors.base import EngineChange, Source, one
+from fastverify.exporters.collectors.base import EngineChange, Hub, Source, one
+from fastverify.exporters.collectors.sources import HealthSource
+from fastverify.exporters.collectors.traces import TracesSource
 
 
 class InspectorSource(Source):
     NAME = "inspector"
-    _window: dict[str, Any] | None = None
+
+    def __init__(self, hub: Hub, health: HealthSource, traces: TracesSource) -> None:
+        super().__init__(hub)
+        self.health, self.traces = health, traces
+        self._window: dict[str, Any] | None = None
 
     def on_window(self, summary: Mapping[str, Any]) -> None:
         """A window of NCCL inspector records, reduced by `inspector.summarize`."""
         h = self.hub
         with h.lock:
-            h.traces.count_calls("inspector", int(summary.get("allreduce_calls", 0)))
+            self.traces.count_calls("inspector", int(summary.get("allreduce_calls", 0)))
             self._window = dict(summary)
-            h.health.mark("inspector", True)
+            self.health.mark("inspector", True)
             h.changed()
 
     def engine_changed(self, change: EngineChange) -> None:

@@ -9,9 +9,12 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from fastverify.exporters import catalog, logparse
+from fastverify.exporters import catalog
 from fastverify.exporters.collectors.base import EngineChange, Hub, Source, info, one
+from fastverify.exporters.collectors.decode import DecodeSource
+from fastverify.exporters.collectors.sources import HealthSource
 from fastverify.redact import is_secret_name
+from fastverify.sglang import loglines
 
 MAX_TUNING_ROWS = 64
 
@@ -19,8 +22,9 @@ MAX_TUNING_ROWS = 64
 class LogsSource(Source):
     NAME = "logs"
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: Hub, health: HealthSource, decode: DecodeSource) -> None:
         super().__init__(hub)
+        self.health, self.decode = health, decode
         self._lines = 0
         self._warnings = 0
         self._version: str | None = None
@@ -32,24 +36,24 @@ class LogsSource(Source):
 
         `live=False` (catching up on an old log) keeps NCCL facts but not decode figures,
         which would otherwise be published as current."""
-        rec = logparse.parse_line(line)
+        rec = loglines.parse_line(line)
         self.on_record(rec, live=live)
         return rec
 
     def on_record(self, rec: Mapping[str, Any] | None, live: bool = True) -> None:
-        """Feed one engine log line already parsed (`logparse.parse_line`; None: a line
+        """Feed one engine log line already parsed (`loglines.parse_line`; None: a line
         with no record): the daemon parses each line once and hands the record on."""
         h = self.hub
         with h.lock:
             self._lines += 1
-            h.health.mark("logs", True)
+            self.health.mark("logs", True)
             if rec is None:
                 return
             kind = rec["kind"]
             if kind == "decode":
                 if not live:
                     return
-                h.decode.on_decode_line(rec)
+                self.decode.on_decode_line(rec)
             elif kind == "nccl_env":
                 self._env[rec["var"]] = rec["value"]
             elif kind == "nccl_version":

@@ -5,9 +5,10 @@ and how long it took. Registered last, so it reports the scrape it ends."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
 from fastverify.exporters import catalog
 from fastverify.exporters.collectors.base import Hub, Source
@@ -54,3 +55,20 @@ class ScrapeSource(Source):
             ok.add_metric([name], 1.0 if good else 0.0)
             took.add_metric([name], seconds)
         yield from (took, ok)
+
+
+class SourceCollector(Collector):
+    """The registry's handle on catalog source `SOURCE` of a hub: describe() from the catalog
+    (registering never collects); collect() runs the hub's source of that name, if it has
+    one (a part adds its own when it is configured), through the hub's `ScrapeSource`,
+    which times it and keeps its failure to itself."""
+
+    def __init__(self, scrape: ScrapeSource, source: str) -> None:
+        self.scrape = scrape
+        self.SOURCE = source
+
+    def describe(self) -> list[Metric]:
+        return catalog.describe(self.SOURCE)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.scrape.run(self.SOURCE)

@@ -13,14 +13,16 @@ from prometheus_client.core import Metric
 
 from fastverify.exporters import catalog
 from fastverify.exporters.collectors.base import EngineChange, Hub, Source, one, rows
+from fastverify.exporters.collectors.sources import HealthSource
 from fastverify.exporters.readings import Histogram, trace_reading
 
 
 class TracesSource(Source):
     NAME = "traces"
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: Hub, health: HealthSource) -> None:
         super().__init__(hub)
+        self.health = health
         self._verify_hist: dict[tuple[str, str], Histogram] = {}
         self._calls: Counter[tuple[str, str, str]] = Counter()  # (profile, mode, source)
         self._windows: Counter[str] = Counter()
@@ -34,7 +36,7 @@ class TracesSource(Source):
             h.changed()
             if not ranks:
                 self._windows["empty"] += 1
-                h.health.mark("traces", False)
+                self.health.mark("traces", False)
                 return
             ref = min(ranks, key=lambda r: r.get("rank", 0))
             key = (h.profile or "", h.mode or "")
@@ -48,13 +50,13 @@ class TracesSource(Source):
             at = float(analysis.get("captured_at") or h.now())
             self._trace = trace_reading(ref, ranks, at)
             self._windows["ok"] += 1
-            h.health.mark("traces", True)
+            self.health.mark("traces", True)
 
     def on_failure(self) -> None:
         """Count a profile window that produced no analysis."""
         with self.hub.lock:
             self._windows["failed"] += 1
-            self.hub.health.mark("traces", False)
+            self.health.mark("traces", False)
             self.hub.changed()
 
     def count_calls(self, source: str, calls: int) -> None:
