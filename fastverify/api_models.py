@@ -169,6 +169,10 @@ weight_cache (object): SGLang's weight-cache daemon as fastverifyd runs it
   (docs/guides/weight-cache.md): `{setting, state, available, speculative, restarts, last_failure,
   mismatch, pid?, pgid?, ranks?, rank_pids?, adopted?, started_at?, ready_s?, log?, argv?,
   fingerprint?, bytes, bytes_source, memory_note?}`
+frontdoor (object): the front door on the server's public port (`[frontdoor]`): `{mode}` when
+  off, else `{mode, listen, pid, restarts, state: serving|holding|no_engine|down, port,
+  in_flight, waiting, queue_size, max_wait_s, totals: {requests, held, refused, cut,
+  switches}, last_episode}`
 speculation (object | null): a drafting mode with the exporter on: `{active_steps,
   fixed_steps, seconds_at_steps: {"STEPS": s}, live_acceptance: {"STEPS": {requests,
   accept_length: {"K": L}}}, plan_stale, plan_why, replan}`: the draft steps SGLang runs now,

@@ -170,6 +170,10 @@ class Core:
 
     def result(self, op: Operation, result: str, **kw: Any) -> OpResult:
         fields = {k: kw.pop(k) for k in ("reason", "message", "log", "line") if k in kw}
+        door = getattr(self, "door", None)  # the controller's front door steps
+        switch = door.figures(op) if door is not None else None
+        if switch is not None:
+            kw["switch"] = switch
         return OpResult(
             id=op.id,
             kind=op.kind,

@@ -28,7 +28,8 @@ async def answer(gate: Gate, message: dict[str, Any]) -> dict[str, Any]:
         port = message.get("port")
         if not isinstance(port, int) or not 0 < port < 65536:
             return {"error": f"serve needs an integer port, got {port!r}"}
-        return {"episode": gate.serve(port), **gate.status()}
+        episode = gate.serve(port)
+        return {**gate.status(), "episode": episode}
     if op == "status":
         return gate.status()
     return {"error": f"unknown op {op!r}: expected one of {', '.join(OPS)}"}

@@ -1,0 +1,162 @@
+"""The controller's front door steps: hold and drain before the engine stops, hold on a
+crash, cut over and let the held requests go when an engine serves (the new one, or the
+rolled-back one), and the switch's client-side figures in its result.
+
+A step over the controller's core (core.py). `[frontdoor] mode = "off"` keeps today's
+behaviour: no front door, and the result says `mode: none` with the downtime from the
+engine's stop to the next READY. The process group is frontdoor/supervise.py's.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from fastverify.frontdoor import layout
+from fastverify.frontdoor.supervise import FrontDoorGroup
+
+log = logging.getLogger("fastverifyd.frontdoor")
+
+
+def engine_port(url: str) -> int:
+    return urlsplit(url).port or 80
+
+
+class DoorSteps:
+    """See the module docstring."""
+
+    def __init__(self, core: Any) -> None:
+        self.c = core
+        self.group = FrontDoorGroup(core.cfg, core.store) if layout.enabled(core.cfg) else None
+        self.problem: str | None = None
+
+    @property
+    def mode(self) -> str:
+        """What a switch uses: "hold" for hold and standby (standby's own switch falls back
+        to hold until it is decided per switch), "none" without a front door."""
+        return "none" if self.group is None else "hold"
+
+    # ------------------------------------------------------------------ process group
+    def start_up(self) -> None:
+        """Before the first engine starts: adopt the front door a killed daemon left, or
+        start one that holds until the engine serves."""
+        if self.group is None:
+            return
+        message = self.group.adopt()
+        if message:
+            self.c.say(message)
+        if not self.group.alive():
+            self._spawn()
+
+    def _spawn(self) -> None:
+        h = self.c.current
+        serving = h is not None and h.serving
+        port = engine_port(h.url) if serving else None
+        message = self.group.spawn(hold=not serving, serve_port=port)
+        self.problem = None if self.group.alive() else message
+        self.c.say(message, logging.INFO if self.problem is None else logging.ERROR)
+
+    def tick(self) -> None:
+        """From the main loop: a front door that exited is started again."""
+        if self.group is None or self.c.shutting_down.is_set() or self.group.alive():
+            return
+        self.group.restarts += 1
+        self.c.say(f"front door (pid {self.group.pid}) exited; starting it again", logging.WARNING)
+        self._spawn()
+
+    def shutdown(self) -> None:
+        if self.group is not None:
+            self.group.stop()
+
+    def _call(self, op: str, timeout_s: float = 5.0, **fields: Any) -> dict[str, Any] | None:
+        try:
+            return self.group.call(op, timeout_s=timeout_s, **fields)
+        except (OSError, ValueError) as exc:
+            self.c.say(f"front door: {op} failed: {exc}", logging.WARNING)
+            return None
+
+    # ------------------------------------------------------------------ switch steps
+    def before_stop(self, op: Any) -> None:
+        """The engine is about to stop: new requests wait, the ones in flight get up to
+        `drain_timeout_s` to finish; what is still in flight then will be cut."""
+        op.door_down_at = time.monotonic()
+        if self.group is None or self.c.current is None:
+            return
+        self._call("hold")
+        timeout = self.c.cfg.daemon.frontdoor_drain_timeout_s
+        t0 = time.monotonic()
+        drained = self._call("drain", timeout_s=timeout + 10, **{"timeout_s": timeout})
+        op.phases["drain"] = round(time.monotonic() - t0, 4)
+        if drained and not drained.get("drained"):
+            self.c.say(
+                f"front door: {drained['in_flight']} request(s) still in flight after "
+                f"{timeout:g} s; stopping the engine cuts them",
+                logging.WARNING,
+            )
+        op.door_drain = drained
+
+    def crashed(self) -> None:
+        """The serving engine died: new requests wait for the restarted one."""
+        if self.group is not None:
+            self._call("hold")
+
+    def serving(self, h: Any) -> None:
+        """An engine serves (a switch's, a rollback's, a restart's or an adopted one): the
+        front door sends the held requests there; the figures go to the operation."""
+        op = self.c.op
+        figures: dict[str, Any] | None = None
+        if self.group is not None:
+            reply = self._call("serve", port=engine_port(h.url))
+            figures = dict(reply["episode"]) if reply and "episode" in reply else None
+        elif op is not None and op.door_down_at is not None:
+            down = time.monotonic() - op.door_down_at
+            figures = {"downtime_s": round(down, 4), "held": 0, "longest_wait_s": 0.0,
+                       "refused": None, "cut": None, "cut_requests": []}  # fmt: skip
+        if op is not None and figures is not None:
+            op.door = {"mode": self.mode, **figures}
+
+    def figures(self, op: Any) -> dict[str, Any] | None:
+        """The switch's client-side figures for its result (None when it stopped nothing)."""
+        done = op.door
+        if done is not None:
+            return done
+        if op.door_down_at is None:
+            return None
+        if self.group is None:
+            return {"mode": "none", "downtime_s": None, "held": 0, "longest_wait_s": 0.0,
+                    "refused": None, "cut": None, "cut_requests": []}  # fmt: skip
+        status = self._call("status")
+        episode = dict(status["episode"]) if status else {}
+        return {"mode": self.mode, **episode, "still_holding": True}
+
+    def status(self) -> dict[str, Any]:
+        """`status`'s `frontdoor`: mode, state (serving / holding / no_engine / down), counts."""
+        if self.group is None:
+            return {"mode": "off"}
+        out: dict[str, Any] = {
+            "mode": self.c.cfg.daemon.frontdoor_mode,
+            "listen": layout.public_url(self.c.cfg),
+            "pid": self.group.pid,
+            "restarts": self.group.restarts,
+        }
+        if self.problem:
+            out["problem"] = self.problem
+        if not self.group.alive():
+            return {**out, "state": "down"}
+        reply = self._call("status", timeout_s=2.0)
+        if reply is None:
+            return {**out, "state": "unreachable"}
+        keep = ("state", "port", "in_flight", "waiting", "queue_size", "max_wait_s", "totals",
+                "last_episode")  # fmt: skip
+        return {**out, **{k: reply.get(k) for k in keep}}
+
+    def metrics(self) -> dict[str, Any] | None:
+        """The counts and the hold-time histogram, for the exporter (None when off or down)."""
+        if self.group is None or not self.group.alive():
+            return None
+        try:
+            return self.group.call("status", timeout_s=2.0)
+        except (OSError, ValueError):
+            return None
