@@ -70,9 +70,9 @@ class DoorSteps:
         if self.group is not None:
             self.group.stop()
 
-    def _call(self, op: str, timeout_s: float = 5.0, **fields: Any) -> dict[str, Any] | None:
+    def _call(self, op: str, wait_s: float = 5.0, **fields: Any) -> dict[str, Any] | None:
         try:
-            return self.group.call(op, timeout_s=timeout_s, **fields)
+            return self.group.call(op, wait_s=wait_s, **fields)
         except (OSError, ValueError) as exc:
             self.c.say(f"front door: {op} failed: {exc}", logging.WARNING)
             return None
@@ -87,7 +87,7 @@ class DoorSteps:
         self._call("hold")
         timeout = self.c.cfg.daemon.frontdoor_drain_timeout_s
         t0 = time.monotonic()
-        drained = self._call("drain", timeout_s=timeout + 10, **{"timeout_s": timeout})
+        drained = self._call("drain", wait_s=timeout + 10, timeout_s=timeout)
         op.phases["drain"] = round(time.monotonic() - t0, 4)
         if drained and not drained.get("drained"):
             self.c.say(
@@ -145,7 +145,7 @@ class DoorSteps:
             out["problem"] = self.problem
         if not self.group.alive():
             return {**out, "state": "down"}
-        reply = self._call("status", timeout_s=2.0)
+        reply = self._call("status", wait_s=2.0)
         if reply is None:
             return {**out, "state": "unreachable"}
         keep = ("state", "port", "in_flight", "waiting", "queue_size", "max_wait_s", "totals",
@@ -157,6 +157,6 @@ class DoorSteps:
         if self.group is None or not self.group.alive():
             return None
         try:
-            return self.group.call("status", timeout_s=2.0)
+            return self.group.call("status", wait_s=2.0)
         except (OSError, ValueError):
             return None

@@ -60,10 +60,10 @@ async def serve_control(gate: Gate, path: Path) -> asyncio.AbstractServer:
         os.umask(old)
 
 
-def call(path: Path, op: str, timeout_s: float = 5.0, **fields: Any) -> dict[str, Any]:
+def call(path: Path, op: str, wait_s: float = 5.0, **fields: Any) -> dict[str, Any]:
     """One control request (blocking); raises OSError when the front door does not answer."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout_s)
+        s.settimeout(wait_s)
         s.connect(str(path))
         s.sendall(json.dumps({"op": op, **fields}).encode() + b"\n")
         data = b""

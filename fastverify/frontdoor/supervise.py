@@ -80,7 +80,7 @@ class FrontDoorGroup:
             if proc.poll() is not None:
                 return f"front door exited at start ({proc.returncode}); see {log_path}"
             with contextlib.suppress(OSError, ValueError):
-                control.call(self.socket, "status", timeout_s=1.0)
+                control.call(self.socket, "status", wait_s=1.0)
                 where = f"{self.cfg.server.host}:{self.cfg.server.public_port}"
                 return f"front door on {where} (pid {proc.pid})"
             time.sleep(0.05)
@@ -102,7 +102,7 @@ class FrontDoorGroup:
             procs.stop_group(pgid, self.cfg.daemon.stop_grace_s)
             return f"front door: stopped group {pgid}: the configuration changed"
         try:
-            control.call(self.socket, "status", timeout_s=2.0)
+            control.call(self.socket, "status", wait_s=2.0)
         except (OSError, ValueError) as exc:
             procs.stop_group(pgid, self.cfg.daemon.stop_grace_s)
             return f"front door: stopped group {pgid}: its control socket did not answer ({exc})"
@@ -118,8 +118,8 @@ class FrontDoorGroup:
         info = procs.read_stat(self.pid)
         return info is not None and info.alive
 
-    def call(self, op: str, timeout_s: float = 5.0, **fields: Any) -> dict[str, Any]:
-        return control.call(self.socket, op, timeout_s=timeout_s, **fields)
+    def call(self, op: str, wait_s: float = 5.0, **fields: Any) -> dict[str, Any]:
+        return control.call(self.socket, op, wait_s=wait_s, **fields)
 
     def stop(self) -> None:
         if self.pgid is not None:

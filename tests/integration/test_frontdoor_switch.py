@@ -1,0 +1,102 @@
+"""The front door on the sim, through fastverifyctl: streaming clients through a profile switch
+(hold: none cut, none failed; off, today's behaviour: the switch breaks them), a failing
+profile whose held requests the rolled-back engine serves, a full hold queue answered 503 +
+Retry-After, and a front door that outlives a kill -9 of fastverifyd."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.support.harness import DaemonHarness
+from tests.support.streams import Clients, one_stream
+from tests.support.switches import last_switch
+
+CLIENTS = 4
+
+
+def _door(mode: str, **more: object) -> dict:
+    return {"frontdoor": {"mode": mode, **more}}
+
+
+@pytest.mark.parametrize("mode", ["off", "hold"])
+def test_streams_through_a_switch(tmp_path: Path, mode: str) -> None:
+    with DaemonHarness(tmp_path, config=_door(mode)) as d:
+        with Clients(d.server_url, CLIENTS) as clients:
+            clients.wait_answers(CLIENTS)  # every client has streamed once
+            r = d.ctl("profile", "set", "ring-ll", "--json")
+            assert r.returncode == 0, r.stdout + r.stderr
+            clients.wait_answers(clients.answers + CLIENTS)  # and streams on after it
+        tally = clients.tally
+        switch = json.loads(r.stdout)["switch"]
+        if mode == "off":  # today: the switch takes the service down
+            assert tally.failed or tally.cut, tally
+            assert switch["mode"] == "none"
+            assert not tally.refused_503  # nothing answers 503 + Retry-After without it
+            return
+        assert (tally.cut, tally.failed, tally.refused_503) == ([], [], [])
+        assert switch["mode"] == "hold"
+        assert switch["held"] >= 1 and switch["cut"] == 0 and switch["refused"] == 0
+        assert 0 < switch["longest_wait_s"] <= switch["downtime_s"]
+        hist = json.loads(d.ctl("history", "--json").stdout)
+        assert hist[-1]["switch"]["held"] == switch["held"]
+        st = d.status()["frontdoor"]
+        assert (st["state"], st["totals"]["cut"]) == ("serving", 0)
+        assert st["port"] == int(d.status()["engine"]["url"].rsplit(":", 1)[1])
+
+
+def test_failing_profile_rolls_back_and_serves_the_held(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, config=_door("hold")) as d:
+        assert d.ctl("profile", "set", "ring-ll").returncode == 0
+        with Clients(d.server_url, CLIENTS) as clients:
+            clients.wait_answers(CLIENTS)
+            r = d.ctl("profile", "set", "tree-ll", "--json")
+            assert r.returncode == 1, r.stdout + r.stderr
+            clients.wait_answers(clients.answers + CLIENTS)
+        rec = last_switch(d, "tree-ll")
+        assert rec["result"] == "rolled_back"
+        assert rec["switch"]["held"] >= 1 and rec["switch"]["cut"] == 0
+        assert (clients.tally.cut, clients.tally.failed) == ([], [])
+        assert d.status()["profile"] == "ring-ll"
+
+
+def test_a_full_queue_answers_503_with_retry_after(tmp_path: Path) -> None:
+    # one place in the queue; the sim's 6 s load keeps the restart's hold open while the
+    # test fills the queue (two requests, milliseconds)
+    with DaemonHarness(tmp_path, config=_door("hold", queue_size=1), sim_load_seconds=6) as d:
+        restart: list = []
+        t = threading.Thread(target=lambda: restart.append(d.ctl("restart", "--json")))
+        t.start()
+        d.wait_for(lambda: d.status()["frontdoor"]["state"] == "holding", 60, "the hold")
+        held: list = []
+        first = threading.Thread(target=lambda: held.append(one_stream(d.server_url)))
+        first.start()
+        d.wait_for(lambda: d.status()["frontdoor"]["waiting"] == 1, 60, "one request held")
+        kind, _, headers = one_stream(d.server_url)
+        assert kind == "503" and headers.get("Retry-After") == "5", (kind, headers)
+        t.join(120)
+        first.join(120)
+        r = restart[0]
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert held[0][0] == "ok", held  # the held one went to the restarted engine
+        switch = json.loads(r.stdout)["switch"]
+        assert (switch["held"], switch["refused"], switch["cut"]) == (1, 1, 0)
+
+
+def test_front_door_outlives_kill9_and_is_adopted(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, config=_door("hold")) as d:
+        door = d.status()["frontdoor"]
+        d.kill9()
+        # the daemon is gone; the front door and the engine still serve clients
+        assert one_stream(d.server_url)[0] == "ok"
+        d.restart_daemon()
+        again = d.status()["frontdoor"]
+        assert again["pid"] == door["pid"] and again["state"] == "serving"
+        assert "adopting the running front door" in d.log_text()
+    # a stopped daemon stops its front door
+    with pytest.raises(ProcessLookupError):
+        os.kill(door["pid"], 0)
