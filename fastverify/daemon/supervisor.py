@@ -67,6 +67,8 @@ class Supervisor:
         if self.feed is not None:
             self.bus.subscribe(self.feed)
         self.bus.subscribe(SdNotify(self.notifier, self.api.status_line))
+        if hub is not None and self.ctl.door.group is not None:
+            hub.watch_frontdoor(self.ctl.door.metrics)
         self.ctl.cache.on_change = self._cache_changed
         if self.ctl.cache.setting != "off":
             self._cache_changed()  # the exporter's series exist (down) before any start

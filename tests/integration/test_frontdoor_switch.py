@@ -8,10 +8,12 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import urllib.request
 from pathlib import Path
 
 import psutil
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.harness import DaemonHarness
 from tests.support.streams import Clients, one_stream
@@ -34,10 +36,12 @@ def test_streams_through_a_switch(tmp_path: Path, mode: str) -> None:
             clients.wait_answers(clients.answers + CLIENTS)  # and streams on after it
         tally = clients.tally
         switch = json.loads(r.stdout)["switch"]
+        scraped = _frontdoor_series(d)
         if mode == "off":  # today: the switch takes the service down
             assert tally.failed or tally.cut, tally
             assert switch["mode"] == "none"
             assert not tally.refused_503  # nothing answers 503 + Retry-After without it
+            assert scraped == {}
             return
         assert (tally.cut, tally.failed, tally.refused_503) == ([], [], [])
         assert switch["mode"] == "hold"
@@ -48,6 +52,19 @@ def test_streams_through_a_switch(tmp_path: Path, mode: str) -> None:
         st = d.status()["frontdoor"]
         assert (st["state"], st["totals"]["cut"]) == ("serving", 0)
         assert st["port"] == int(d.status()["engine"]["url"].rsplit(":", 1)[1])
+        assert scraped["fastverify_frontdoor_held_requests_total"] >= switch["held"]
+        assert scraped["fastverify_frontdoor_hold_seconds_count"] >= switch["held"]
+        assert scraped["fastverify_frontdoor_cut_requests_total"] == 0
+
+
+def _frontdoor_series(d: DaemonHarness) -> dict[str, float]:
+    text = urllib.request.urlopen(d.metrics_url, timeout=30).read().decode()
+    return {
+        s.name: s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name.startswith("fastverify_frontdoor_") and "le" not in s.labels
+    }
 
 
 def test_failing_profile_rolls_back_and_serves_the_held(tmp_path: Path) -> None:
