@@ -176,6 +176,7 @@ def history(ctx: click.Context, limit: int, as_json: bool) -> None:
     ("by": uid, pid and command on the Unix socket; certificate subject or token name on
     TCP; fastverifyd for its own start-up and crash restarts)."""
     from fastverify.cli.output import table
+    from fastverify.cli.switch_figures import clients_cell
 
     records = call_daemon(ctx, m.HISTORY, as_json=as_json, n=limit)
     if as_json:
@@ -190,13 +191,14 @@ def history(ctx: click.Context, limit: int, as_json: bool) -> None:
             r.get("result"),
             r.get("reason") or "",
             f"{r.get('duration_s', 0):.2f}s",
+            clients_cell(r),
             r.get("by") or "",
             r.get("log") or "",
         )
         for r in records
     ]
-    table(["started", "kind", "profile/mode", "weights", "result", "reason", "took", "by", "log"],
-          rows)  # fmt: skip
+    table(["started", "kind", "profile/mode", "weights", "result", "reason", "took", "clients",
+           "by", "log"], rows)  # fmt: skip
 
 
 def _weights(r: dict[str, Any]) -> str:

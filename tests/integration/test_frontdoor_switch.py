@@ -72,7 +72,7 @@ def test_failing_profile_rolls_back_and_serves_the_held(tmp_path: Path) -> None:
         assert d.ctl("profile", "set", "ring-ll").returncode == 0
         with Clients(d.server_url, CLIENTS) as clients:
             clients.wait_answers(CLIENTS)
-            r = d.ctl("profile", "set", "tree-ll", "--json")
+            r = d.ctl("profile", "set", "tree-ll")
             assert r.returncode == 1, r.stdout + r.stderr
             clients.wait_answers(clients.answers + CLIENTS)
         rec = last_switch(d, "tree-ll")
@@ -80,6 +80,11 @@ def test_failing_profile_rolls_back_and_serves_the_held(tmp_path: Path) -> None:
         assert rec["switch"]["held"] >= 1 and rec["switch"]["cut"] == 0
         assert (clients.tally.cut, clients.tally.failed) == ([], [])
         assert d.status()["profile"] == "ring-ll"
+        # what the operator reads: the switch's line, the history's column, status
+        held = rec["switch"]["held"]
+        assert "clients: hold" in r.stderr and f"(held {held}, " in r.stderr, r.stderr
+        assert f"{held}h 0c 0r" in d.ctl("history").stdout
+        assert "front door: serving on http://127.0.0.1:" in d.ctl("status").stdout
 
 
 def test_a_full_queue_answers_503_with_retry_after(tmp_path: Path) -> None:
