@@ -34,8 +34,9 @@ class DoorSteps:
 
     @property
     def mode(self) -> str:
-        """What a switch uses: "hold" for hold and standby (standby's own switch falls back
-        to hold until it is decided per switch), "none" without a front door."""
+        """What a switch uses: "hold" with a front door (a standby that fits is said in the
+        switch's `standby` and cut over by hold: the standby start is not built yet),
+        "none" without one."""
         return "none" if self.group is None else "hold"
 
     # ------------------------------------------------------------------ process group
@@ -84,6 +85,11 @@ class DoorSteps:
         op.door_down_at = time.monotonic()
         if self.group is None or self.c.current is None:
             return
+        if self.c.cfg.daemon.frontdoor_mode == "standby":
+            from fastverify.frontdoor.standby import gather
+
+            op.door_standby = gather(self.c, op.mode).to_dict()
+            self.c.say(f"front door: {op.door_standby['why']}; this switch holds")
         self._call("hold")
         timeout = self.c.cfg.daemon.frontdoor_drain_timeout_s
         t0 = time.monotonic()
@@ -115,7 +121,8 @@ class DoorSteps:
             figures = {"downtime_s": round(down, 4), "held": 0, "longest_wait_s": 0.0,
                        "refused": None, "cut": None, "cut_requests": []}  # fmt: skip
         if op is not None and figures is not None:
-            op.door = {"mode": self.mode, **figures}
+            standby = {"standby": op.door_standby} if op.door_standby else {}
+            op.door = {"mode": self.mode, **figures, **standby}
 
     def figures(self, op: Any) -> dict[str, Any] | None:
         """The switch's client-side figures for its result (None when it stopped nothing)."""
