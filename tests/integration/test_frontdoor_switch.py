@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import threading
 import urllib.request
 from pathlib import Path
@@ -124,3 +126,28 @@ def test_front_door_outlives_kill9_and_is_adopted(tmp_path: Path) -> None:
     # is gone as far as clients go)
     with contextlib.suppress(psutil.NoSuchProcess):
         assert psutil.Process(door["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.parametrize("mode", ["off", "hold"])
+def test_a_crash_is_held_and_its_cut_streams_counted(tmp_path: Path, mode: str) -> None:
+    with DaemonHarness(tmp_path, config=_door(mode)) as d:
+        with Clients(d.server_url, CLIENTS) as clients:
+            clients.wait_answers(CLIENTS)
+            os.kill(d.status()["engine"]["pid"], signal.SIGKILL)  # the daemon's own engine
+            rec = d.wait_for(
+                lambda: next(
+                    (r for r in d.client.get("/v1/history") if r.get("kind") == "crash_restart"),
+                    None,
+                ),
+                60,
+                "the crash restart's record",
+            )
+            clients.wait_answers(clients.answers + CLIENTS)
+        tally = clients.tally
+        if mode == "off":  # today: the restart window refuses connections
+            assert tally.failed, tally
+            return
+        assert tally.failed == [] and tally.refused_503 == []
+        assert rec["result"] == "ok" and rec["switch"]["mode"] == "hold"
+        # a stream the crash broke off is counted on both sides, never retried
+        assert rec["switch"]["cut"] == len(tally.cut)
