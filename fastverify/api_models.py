@@ -191,7 +191,8 @@ HISTORY = Endpoint(
     query=(Field("n", "int", "only the newest N records (0: all)", default=0),),
     answer="array of operation records: `{id, kind, profile, mode, result, reason, message, "
     "line, log, started_at, finished_at, duration_s, engine_ready_s?, tuner?, allreduce?, "
-    "rolled_back_to?, fallback_to?, previous, serving}`",
+    "rolled_back_to?, fallback_to?, previous, serving, switch?}`; `switch`: how the operation "
+    "looked to clients (see Operations)",
 )
 LOGS = Endpoint(
     "GET", "/v1/logs", "logs", "The engine's and the daemon's log lines.",
