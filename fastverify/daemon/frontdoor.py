@@ -43,7 +43,10 @@ class DoorSteps:
     def start_up(self) -> None:
         """Before the first engine starts: adopt the front door a killed daemon left, or
         start one that holds until the engine serves."""
-        if self.group is None:
+        if self.group is None:  # a front door an earlier run left on the public port: ours
+            left = FrontDoorGroup(self.c.cfg, self.c.store).stop_leftover()
+            if left:
+                self.c.say(left)
             return
         message = self.group.adopt()
         if message:

@@ -404,7 +404,14 @@ class Daemon:
         else:
             moved = [
                 name
-                for name in ("state_dir", "socket", "tcp_listen", "metrics_listen", "engine")
+                for name in (
+                    "state_dir",
+                    "socket",
+                    "tcp_listen",
+                    "metrics_listen",
+                    "engine",
+                    "frontdoor_mode",
+                )
                 if getattr(new.daemon, name) != getattr(self.cfg.daemon, name)
             ]
             self.cfg = new = layout.engine_side(new)

@@ -110,6 +110,23 @@ class FrontDoorGroup:
         self.proc, self.adopted = None, True
         return f"front door: adopting the running front door (pid {self.pid})"
 
+    def stop_leftover(self) -> str | None:
+        """With the front door off: stop the one an earlier run left (ours by its id), which
+        would hold the engine's public port."""
+        data = self.store.load_json(PID_FILE)
+        if not data:
+            return None
+        ours, _ = procs.is_ours(data, var=ID_VAR)
+        if ours:
+            procs.stop_group(int(data.get("pgid", data["pid"])), self.cfg.daemon.stop_grace_s)
+        with contextlib.suppress(OSError):
+            (Path(self.store.dir) / PID_FILE).unlink()
+        return (
+            f"front door: stopped the one an earlier run left (pid {data.get('pid')})"
+            if ours
+            else None
+        )
+
     def alive(self) -> bool:
         if self.pid is None:
             return False
