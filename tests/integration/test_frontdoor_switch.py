@@ -151,3 +151,23 @@ def test_a_crash_is_held_and_its_cut_streams_counted(tmp_path: Path, mode: str) 
         assert rec["result"] == "ok" and rec["switch"]["mode"] == "hold"
         # a stream the crash broke off is counted on both sides, never retried
         assert rec["switch"]["cut"] == len(tally.cut)
+
+
+def test_kill9_of_fastverifyd_during_a_hold(tmp_path: Path) -> None:
+    # the sim's 6 s load keeps the restart's hold open while the daemon is killed
+    with DaemonHarness(tmp_path, config=_door("hold"), sim_load_seconds=6) as d:
+        door_pid = d.status()["frontdoor"]["pid"]
+        restart = threading.Thread(target=lambda: d.ctl("restart"), daemon=True)
+        restart.start()
+        d.wait_for(lambda: d.status()["frontdoor"]["state"] == "holding", 60, "the hold")
+        held: list = []
+        waiter = threading.Thread(target=lambda: held.append(one_stream(d.server_url)))
+        waiter.start()
+        d.wait_for(lambda: d.status()["frontdoor"]["waiting"] == 1, 60, "one request held")
+        d.kill9()
+        d.restart_daemon()  # adopts the front door (still holding) and the engine
+        waiter.join(120)
+        assert held and held[0][0] == "ok", held
+        st = d.status()["frontdoor"]
+        assert st["pid"] == door_pid and st["state"] == "serving"
+        assert st["totals"]["refused"] == 0 and st["totals"]["cut"] == 0
