@@ -88,8 +88,12 @@ class Upstreams:
     def __init__(self, host: str) -> None:
         self.host = host
         self.idle: dict[int, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
+        self.last_port: int | None = None
 
     async def get(self, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
+        if port != self.last_port:  # cut over: the old engine's idle connections go
+            self.drop_others(port)
+            self.last_port = port
         pool = self.idle.get(port)
         while pool:
             reader, writer = pool.pop()
@@ -145,6 +149,13 @@ class Relay:
         if len(parts) != 3:
             raise BadRequest(f"malformed request line {line!r}")
         method, target, _ = parts
+        if headers.get("expect", "").lower() == "100-continue":
+            # answer it here (the body is read before any engine is chosen) and do not pass
+            # it on: the engine's own 100 would arrive after the body was sent
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            head = b"\r\n".join(
+                h for h in head.split(b"\r\n") if not h.lower().startswith(b"expect:")
+            )
         if "chunked" in headers.get("transfer-encoding", "").lower():
             body = await _read_chunked(reader)
         else:
@@ -239,6 +250,7 @@ class Relay:
                     if not data:
                         raise UpstreamBroke
                     writer.write(data)
+                    await writer.drain()
                     left -= len(data)
             else:  # the body ends when the engine closes
                 keep = False
