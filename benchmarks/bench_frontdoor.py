@@ -94,14 +94,22 @@ def overhead(work: Path, seconds: float, rounds: int, levels: list[int]) -> dict
             f"GET /get_model_info p50: direct {lat['direct_p50_ms']} ms, through the front "
             f"door {lat['frontdoor_p50_ms']} ms (+{lat['added_p50_ms']} ms)"
         )
+        import psutil
+
+        door_proc = psutil.Process(door.pid)
         for c in levels:
             runs: dict[str, list] = {"direct": [], "frontdoor": []}
+            cpu_s = wall_s = 0.0
             for r in range(rounds):
                 order = [("direct", direct), ("frontdoor", front)]
                 for name, url in order if r % 2 == 0 else order[::-1]:
                     cfg = BenchConfig(url=url, concurrency=c, duration=seconds, input_len=64,
                                       output_len=64, warmup=1)  # fmt: skip
+                    t0, cpu0 = time.monotonic(), sum(door_proc.cpu_times()[:2])
                     res = run_bench(cfg)
+                    if name == "frontdoor":  # the front door's own CPU while it relayed
+                        cpu_s += sum(door_proc.cpu_times()[:2]) - cpu0
+                        wall_s += time.monotonic() - t0
                     runs[name].append((res.output_tokens_per_second, res.ttft_ms["p50"],
                                        res.failed))  # fmt: skip
                     print(
@@ -122,6 +130,7 @@ def overhead(work: Path, seconds: float, rounds: int, levels: list[int]) -> dict
                 "ttft_p50_delta_ms": round(f_ttft - d_ttft, 2),
                 "goal_ttft_p50_delta_ms": 2.0,
                 "failed": sum(x[2] for x in runs["direct"] + runs["frontdoor"]),
+                "frontdoor_cpu_share_of_one_core": round(cpu_s / wall_s, 4),
                 "runs": runs,
             }
     finally:
