@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
 from typing import Any
 
 from fastverify.frontdoor.gate import Gate, Refusal
@@ -80,6 +81,17 @@ def _simple(status: int, reason: str, body: dict, extra: str = "") -> bytes:
         f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(data)}\r\n{extra}\r\n"
     ).encode() + data
+
+
+def _quickack(writer: asyncio.StreamWriter) -> None:
+    """ACK the engine's answer at once: a server that writes its head and body in two sends
+    with Nagle on (Python's http.server, the sim) waits for that ACK before the body, and a
+    delayed ACK costs up to 40 ms per answer (measured: the sim's GET /get_model_info 44 ms
+    direct, 0.3 ms through the front door with this)."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None and hasattr(socket, "TCP_QUICKACK"):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
 
 
 class Upstreams:
@@ -212,6 +224,7 @@ class Relay:
                 try:
                     up_writer.write(request)
                     await up_writer.drain()
+                    _quickack(up_writer)
                     head = await up_reader.readuntil(b"\r\n\r\n")
                     break
                 except (ConnectionError, asyncio.IncompleteReadError) as exc:
