@@ -4,7 +4,7 @@ rolled-back one), and the switch's client-side figures in its result.
 
 A step over the controller's core (core.py). `[frontdoor] mode = "off"` keeps today's
 behaviour: no front door, and the result says `mode: none` with the downtime from the
-engine's stop to the next READY. The process group is frontdoor/supervise.py's.
+engine's stop to the next READY. The process group is frontdoor_group.py's.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from fastverify.daemon.frontdoor_group import FrontDoorGroup
 from fastverify.frontdoor import layout
-from fastverify.frontdoor.supervise import FrontDoorGroup
+from fastverify.frontdoor.standby import Fit, decide
 
 log = logging.getLogger("fastverifyd.frontdoor")
 
@@ -89,9 +90,7 @@ class DoorSteps:
         if self.group is None or self.c.current is None:
             return
         if self.c.cfg.daemon.frontdoor_mode == "standby":
-            from fastverify.frontdoor.standby import gather
-
-            op.door_standby = gather(self.c, op.mode).to_dict()
+            op.door_standby = standby_fit(self.c, op.mode).to_dict()
             self.c.say(f"front door: {op.door_standby['why']}; this switch holds")
         self._call("hold")
         timeout = self.c.cfg.daemon.frontdoor_drain_timeout_s
@@ -170,3 +169,28 @@ class DoorSteps:
             return self.group.call("status", wait_s=2.0)
         except (OSError, ValueError):
             return None
+
+
+def standby_fit(core: Any, mode: str) -> Fit:
+    """The decision for a switch to `mode` from what this host reports now."""
+    from fastverify.daemon import procs
+    from fastverify.daemon.weight_cache_records import nvml_bytes
+    from fastverify.engines.host_probe import gpu_memory_and_sm
+
+    cache = core.cache
+    setting = core.cfg.server.weight_cache
+    serves = setting != "off" and cache.status().get("state") == "ready" and mode == "baseline"
+    mib, _ = gpu_memory_and_sm(timeout=5.0) if serves else (None, None)
+    h = core.current
+    engine = None
+    if serves and h is not None and h.alive():
+        engine = nvml_bytes([h.pid, *(p.pid for p in procs.descendants(h.pid))])
+    shared, _ = cache.bytes_held() if serves else (None, "")
+    return decide(
+        weight_cache=setting,
+        cache_serves=serves,
+        gpu_bytes=None if mib is None else mib * (1 << 20),
+        tp=max(1, core.cfg.server.tp_size // max(1, core.cfg.server.nnodes)),
+        engine_bytes=engine,
+        shared_bytes=shared,
+    )

@@ -1,5 +1,5 @@
 """`python -m fastverify.frontdoor`: the front door process (fastverifyd starts it in its own
-process group; see supervise.py)."""
+process group; see fastverify/daemon/frontdoor_group.py)."""
 
 from __future__ import annotations
 

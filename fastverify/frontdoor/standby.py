@@ -2,12 +2,12 @@
 GPU, its own KV pool, CUDA graphs and activations (and an EAGLE-3 drafter read from disk)
 while both share the weights the weight cache maps. Decided from what the serving engine
 holds now (NVML per process) against each GPU's memory; without the weight cache, without a
-reading, or when it does not fit, the switch holds instead, and says why."""
+reading, or when it does not fit, the switch holds instead, and says why. `decide` is the
+rule; fastverifyd reads the figures (daemon/frontdoor.py `standby_fit`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 GIB = float(1 << 30)
 HEADROOM = 0.05  # of each GPU: the allocator's slack and the second CUDA context
@@ -53,28 +53,3 @@ def decide(
         return Fit("standby", f"standby: {text} fits in {gpu_bytes / GIB:.0f} GiB")
     return Fit("hold", f"hold: {text} does not fit in {gpu_bytes / GIB:.0f} GiB (less "
                f"{HEADROOM:.0%} headroom); a smaller KV share for the switch would")  # fmt: skip
-
-
-def gather(core: Any, mode: str) -> Fit:
-    """The decision for a switch to `mode` from what this host reports now."""
-    from fastverify.daemon import procs
-    from fastverify.daemon.weight_cache_records import nvml_bytes
-    from fastverify.engines.host_probe import gpu_memory_and_sm
-
-    cache = core.cache
-    setting = core.cfg.server.weight_cache
-    serves = setting != "off" and cache.status().get("state") == "ready" and mode == "baseline"
-    mib, _ = gpu_memory_and_sm(timeout=5.0) if serves else (None, None)
-    h = core.current
-    engine = None
-    if serves and h is not None and h.alive():
-        engine = nvml_bytes([h.pid, *(p.pid for p in procs.descendants(h.pid))])
-    shared, _ = cache.bytes_held() if serves else (None, "")
-    return decide(
-        weight_cache=setting,
-        cache_serves=serves,
-        gpu_bytes=None if mib is None else mib * (1 << 20),
-        tp=max(1, core.cfg.server.tp_size // max(1, core.cfg.server.nnodes)),
-        engine_bytes=engine,
-        shared_bytes=shared,
-    )
