@@ -55,6 +55,8 @@ class FrontDoorGroup:
             "--queue-size", str(d.frontdoor_queue_size),
             "--max-wait-s", str(d.frontdoor_max_wait_s),
             "--retry-after-s", str(d.frontdoor_retry_after_s),
+            # inside the daemon's own grace before its SIGKILL
+            "--stop-grace-s", str(max(0.0, d.stop_grace_s - 1.0)),
         ]  # fmt: skip
         return argv + (["--hold"] if hold else [])
 

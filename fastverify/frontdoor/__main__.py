@@ -31,6 +31,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--max-wait-s", type=float, default=300.0)
     p.add_argument("--retry-after-s", type=int, default=5)
     p.add_argument("--hold", action="store_true", help="start holding (an engine is starting)")
+    p.add_argument("--stop-grace-s", type=float, default=10.0, help="in-flight grace at SIGTERM")
     return p.parse_args(argv)
 
 
@@ -50,7 +51,11 @@ async def run(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    # stop taking connections; answer the held requests 503 + Retry-After (never a reset)
+    # and give the ones in flight the same grace fastverifyd gives the engine
     server.close()
+    gate.close()
+    await gate.drain(args.stop_grace_s)
     control.close()
     with contextlib.suppress(OSError):
         args.control.unlink()

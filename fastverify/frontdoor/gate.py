@@ -73,12 +73,13 @@ class Gate:
         self.totals = {"requests": 0, "held": 0, "refused": 0, "cut": 0, "switches": 0}
         self.hold_counts = [0] * (len(HOLD_BUCKETS) + 1)  # the last one is +Inf
         self.hold_sum = 0.0
+        self.closing = False  # the front door stops: held requests are answered 503
 
     # ---------------------------------------------------------------- requests
     async def admit(self, name: str) -> int | Refusal:
         """The port to send a new request to, after waiting out a hold; or a Refusal."""
         self.totals["requests"] += 1
-        if not self.holding and self.port is not None:
+        if not self.holding and self.port is not None and not self.closing:
             return self.port
         return await self.wait(name)
 
@@ -91,7 +92,9 @@ class Gate:
         token = next(self._ids)
         t0 = self._waiting[token] = time.monotonic()
         try:
-            while self.holding or self.port is None:
+            while self.holding or self.port is None or self.closing:
+                if self.closing:
+                    return self._refuse("the front door is stopping")
                 left = self.max_wait_s - (time.monotonic() - t0)
                 if left <= 0:
                     self.episode.longest_wait_s = max(self.episode.longest_wait_s, self.max_wait_s)
@@ -180,6 +183,11 @@ class Gate:
         self.holding = False
         self._released.set()
         return figures
+
+    def close(self) -> None:
+        """The front door stops: every held request (and any new one) gets its 503 now."""
+        self.closing = True
+        self._released.set()
 
     def state(self) -> str:
         if self.port is None:

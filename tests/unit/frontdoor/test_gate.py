@@ -69,3 +69,18 @@ def test_drain_names_what_is_still_in_flight_and_cuts_count() -> None:
         assert gate.status()["episode"]["cut"] == 0  # a new episode
 
     run(go())
+
+
+def test_closing_answers_the_held_503() -> None:
+    async def go() -> None:
+        gate = Gate(queue_size=4, max_wait_s=60)
+        gate.hold()
+        waiter = asyncio.create_task(gate.admit("POST /generate"))
+        while gate.waiting == 0:
+            await asyncio.sleep(0)
+        gate.close()
+        refusal = await waiter
+        assert isinstance(refusal, Refusal) and "stopping" in refusal.why
+        assert isinstance(await gate.admit("GET /health"), Refusal)
+
+    run(go())
