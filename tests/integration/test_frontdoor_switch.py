@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.harness import DaemonHarness
+from tests.support.net import free_port
 from tests.support.streams import Clients, one_stream
 from tests.support.switches import last_switch
 
@@ -25,7 +26,8 @@ CLIENTS = 4
 
 
 def _door(mode: str, **more: object) -> dict:
-    return {"frontdoor": {"mode": mode, **more}}
+    # the engine's internal port: a free one (port + 1, the default, may be another's here)
+    return {"frontdoor": {"mode": mode, "engine_port": free_port(), **more}}
 
 
 @pytest.mark.parametrize("mode", ["off", "hold"])

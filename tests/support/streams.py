@@ -1,6 +1,7 @@
 """Streaming clients for switch tests: closed-loop SSE chat completions against a daemon's
-public URL, each answer sorted into ok / cut (the stream ended before `data: [DONE]`) /
-failed (no answer: refused connection, an error status)."""
+public URL, each answer sorted into ok / cut (the stream ended before `data: [DONE]`, or the
+front door's 502 for a request the engine died with) / failed (no answer: refused
+connection, an error status) / 503 (refused with Retry-After)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,11 @@ def one_stream(url: str, timeout: float = 120.0) -> tuple[str, str, dict]:
             resp.read()
             return "503", "", dict(resp.getheaders())
         if resp.status != 200:
-            return "failed", f"HTTP {resp.status}: {resp.read()[:200]!r}", {}
+            body = resp.read()
+            if resp.status == 502 and b"closed the connection before answering" in body:
+                # the engine died with the request sent: cut, as the front door counts it
+                return "cut", "the engine closed before its answer began (front door 502)", {}
+            return "failed", f"HTTP {resp.status}: {body[:200]!r}", {}
         try:
             while line := resp.readline():
                 if line.strip() == b"data: [DONE]":
