@@ -32,6 +32,8 @@ class DoorSteps:
         self.c = core
         self.group = FrontDoorGroup(core.cfg, core.store) if layout.enabled(core.cfg) else None
         self.problem: str | None = None
+        self._next_try = 0.0  # a front door that keeps failing is retried 1 s, 2 s, ... 60 s apart
+        self._backoff = 1.0
 
     @property
     def mode(self) -> str:
@@ -62,10 +64,17 @@ class DoorSteps:
         message = self.group.spawn(hold=not serving, serve_port=port)
         self.problem = None if self.group.alive() else message
         self.c.say(message, logging.INFO if self.problem is None else logging.ERROR)
+        if self.problem is None:
+            self._backoff = 1.0
+        else:
+            self._next_try = time.monotonic() + self._backoff
+            self._backoff = min(self._backoff * 2, 60.0)
 
     def tick(self) -> None:
         """From the main loop: a front door that exited is started again."""
         if self.group is None or self.c.shutting_down.is_set() or self.group.alive():
+            return
+        if time.monotonic() < self._next_try:
             return
         self.group.restarts += 1
         self.c.say(f"front door (pid {self.group.pid}) exited; starting it again", logging.WARNING)
