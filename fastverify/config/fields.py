@@ -167,9 +167,10 @@ class ServerConfig:
     # so it carries no Key.
     steps_override: int | None = None
     # With a front door ([frontdoor] mode != "off"), fastverifyd runs the engine on the
-    # internal port and keeps `port` (where clients connect) here; derived at start-up
-    # (frontdoor/layout.py), never read from the file, so it carries no Key.
+    # internal port of the loopback and keeps `host` and `port` (where clients connect)
+    # here; derived at start-up (frontdoor/layout.py), never read from the file: no Key.
     public_port: int | None = None
+    public_host: str | None = None
 
     @property
     def url(self) -> str:

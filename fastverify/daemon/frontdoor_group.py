@@ -49,7 +49,7 @@ class FrontDoorGroup:
         d, s = self.cfg.daemon, self.cfg.server
         argv = [
             sys.executable, "-m", "fastverify.frontdoor",
-            "--listen", f"{s.host}:{s.public_port}",
+            "--listen", f"{s.public_host}:{s.public_port}",
             "--engine-host", s.host,
             "--control", str(self.socket),
             "--queue-size", str(d.frontdoor_queue_size),
@@ -83,7 +83,7 @@ class FrontDoorGroup:
                 return f"front door exited at start ({proc.returncode}); see {log_path}"
             with contextlib.suppress(OSError, ValueError):
                 control.call(self.socket, "status", wait_s=1.0)
-                where = f"{self.cfg.server.host}:{self.cfg.server.public_port}"
+                where = f"{self.cfg.server.public_host}:{self.cfg.server.public_port}"
                 return f"front door on {where} (pid {proc.pid})"
             time.sleep(0.05)
         return f"front door did not open its control socket in {START_TIMEOUT_S:g} s"

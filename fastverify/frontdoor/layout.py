@@ -1,5 +1,6 @@
 """Where the front door and the engine listen: with `[frontdoor] mode` other than "off" the
-engine moves to the internal port and the front door takes `[server] port`."""
+engine moves to the internal port on the loopback (only the front door and fastverifyd reach
+it) and the front door takes `[server] host` and `port`."""
 
 from __future__ import annotations
 
@@ -12,18 +13,20 @@ def enabled(cfg: Any) -> bool:
 
 
 def engine_side(cfg: Any) -> Any:
-    """`cfg` as fastverifyd's engine side sees it: `server.port` the engine's internal port,
-    `server.public_port` the front door's (unchanged when the front door is off, or when
-    `cfg` was already moved)."""
+    """`cfg` as fastverifyd's engine side sees it: `server.host`/`port` the engine's loopback
+    address and internal port, `server.public_host`/`public_port` the front door's
+    (unchanged when the front door is off, or when `cfg` was already moved)."""
     if not enabled(cfg) or cfg.server.public_port is not None:
         return cfg
     public = cfg.server.port
     inner = cfg.daemon.frontdoor_engine_port or public + 1
-    server = dataclasses.replace(cfg.server, port=inner, public_port=public)
+    server = dataclasses.replace(
+        cfg.server, host="127.0.0.1", port=inner, public_host=cfg.server.host, public_port=public
+    )
     return dataclasses.replace(cfg, server=server)
 
 
 def public_url(cfg: Any) -> str:
     """The URL clients use: the front door's when it is on, else the engine's."""
-    port = cfg.server.public_port or cfg.server.port
-    return f"http://{cfg.server.host}:{port}"
+    host = cfg.server.public_host or cfg.server.host
+    return f"http://{host}:{cfg.server.public_port or cfg.server.port}"
