@@ -30,7 +30,11 @@ class DoorSteps:
 
     def __init__(self, core: Any) -> None:
         self.c = core
-        self.group = FrontDoorGroup(core.cfg, core.store) if layout.enabled(core.cfg) else None
+        self.group = (
+            FrontDoorGroup(core.cfg, core.store, core.say, self._serving_port)
+            if layout.enabled(core.cfg)
+            else None
+        )
         self.problem: str | None = None
         self._next_try = 0.0  # a front door that keeps failing is retried 1 s, 2 s, ... 60 s apart
         self._backoff = 1.0
@@ -41,6 +45,11 @@ class DoorSteps:
         switch's `standby` and cut over by hold: the standby start is not built yet),
         "none" without one."""
         return "none" if self.group is None else "hold"
+
+    def _serving_port(self) -> int | None:
+        """The port of the engine that serves now (a front door started now sends there)."""
+        h = self.c.current
+        return engine_port(h.url) if h is not None and h.serving and h.alive() else None
 
     # ------------------------------------------------------------------ process group
     def start_up(self) -> None:
@@ -58,10 +67,8 @@ class DoorSteps:
             self._spawn()
 
     def _spawn(self) -> None:
-        h = self.c.current
-        serving = h is not None and h.serving
-        port = engine_port(h.url) if serving else None
-        message = self.group.spawn(hold=not serving, serve_port=port)
+        port = self._serving_port()
+        message = self.group.spawn(hold=port is None, serve_port=port)
         self.problem = None if self.group.alive() else message
         self.c.say(message, logging.INFO if self.problem is None else logging.ERROR)
         if self.problem is None:
@@ -71,13 +78,13 @@ class DoorSteps:
             self._backoff = min(self._backoff * 2, 60.0)
 
     def tick(self) -> None:
-        """From the main loop: a front door that exited is started again."""
-        if self.group is None or self.c.shutting_down.is_set() or self.group.alive():
+        """From the main loop: a front door whose start failed is tried again (an exit after
+        it ran is the group's own restart, with its backoff)."""
+        if self.group is None or self.c.shutting_down.is_set() or not self.group.failed():
             return
-        if time.monotonic() < self._next_try:
+        if self.group.alive() or time.monotonic() < self._next_try:
             return
-        self.group.restarts += 1
-        self.c.say(f"front door (pid {self.group.pid}) exited; starting it again", logging.WARNING)
+        self.c.say("front door: not running; starting it again", logging.WARNING)
         self._spawn()
 
     def shutdown(self) -> None:

@@ -1,49 +1,74 @@
-"""The front door as fastverifyd's supervised process group: started in its own session with
-a random `FASTVERIFY_FRONTDOOR_ID` in its environment and `frontdoor.pid` in the state dir;
-adopted after a killed fastverifyd when a live member of the recorded group carries that id
-(it keeps holding or serving meanwhile: clients never see the daemon die); restarted when it
-exits; stopped with SIGTERM to its leader, SIGKILL to the group after the grace. Only its
-own pids are ever signalled.
-
-Kept to one small class (`FrontDoorGroup`: spawn / adopt / alive / stop) so it can move onto
-a shared supervised-process-group class without touching the switch steps.
+"""The front door as fastverifyd's supervised process group, on `SupervisedGroup` (group.py):
+started in its own session with a random `FASTVERIFY_FRONTDOOR_ID` in its environment and
+`frontdoor.pid` in the state dir; ready when its control socket answers; adopted after a
+killed fastverifyd when the record is ours and the socket answers (it keeps holding or
+serving meanwhile: clients never see the daemon die); restarted by the group's policy when it
+exits (1 s doubling to 30 s), holding or serving whatever engine serves then; stopped with
+SIGTERM to its leader (it answers the held requests 503 first), SIGKILL to the group after
+the grace. Only its own pids are ever signalled.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
-import secrets
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fastverify.daemon import procs
+from fastverify.daemon.failures import Failure
+from fastverify.daemon.group import GroupSpec, GroupState, Member, SupervisedGroup
+from fastverify.daemon.restart import RestartPolicy
 from fastverify.frontdoor import control
 
 ID_VAR = "FASTVERIFY_FRONTDOOR_ID"
 PID_FILE = "frontdoor.pid"
 SOCKET = "frontdoor.sock"
 START_TIMEOUT_S = 30.0
+RESTART = RestartPolicy(window_s=math.inf, backoff_s=(1.0, 30.0), burst=sys.maxsize)
 
 
 class FrontDoorGroup:
-    """See the module docstring. `cfg` is the engine-side config (layout.engine_side)."""
+    """See the module docstring. `cfg` is the engine-side config (layout.engine_side);
+    `serving_port()` the port of the engine that serves now (None: none does)."""
 
-    def __init__(self, cfg: Any, store: Any) -> None:
+    def __init__(
+        self,
+        cfg: Any,
+        store: Any,
+        say: Callable[..., None] | None = None,
+        serving_port: Callable[[], int | None] = lambda: None,
+    ) -> None:
         self.cfg = cfg
         self.store = store
-        self.pid: int | None = None
-        self.pgid: int | None = None
-        self.door_id: str | None = None
-        self.proc: Any = None
-        self.adopted = False
-        self.restarts = 0
+        self.serving_port = serving_port
+        spec = GroupSpec("front door", ID_VAR, "door_id", Path(store.dir) / PID_FILE,
+                         restart=RESTART)  # fmt: skip
+        self.group: SupervisedGroup[Member] = SupervisedGroup(
+            spec, grace_s=lambda: self.cfg.daemon.stop_grace_s, gpu_release_s=lambda: 0.0,
+            say=say,
+        )  # fmt: skip
+        self.group.restart_with = lambda: self.spawn(*self._start_state())
 
     @property
     def socket(self) -> Path:
         return Path(self.store.dir) / SOCKET
+
+    @property
+    def pid(self) -> int | None:
+        m = self.group.member
+        return m.pid if m is not None else None
+
+    @property
+    def restarts(self) -> int:
+        return self.group.restarts
+
+    def _start_state(self) -> tuple[bool, int | None]:
+        port = self.serving_port()
+        return port is None, port
 
     def argv(self, hold: bool) -> list[str]:
         d, s = self.cfg.daemon, self.cfg.server
@@ -60,92 +85,105 @@ class FrontDoorGroup:
         ]  # fmt: skip
         return argv + (["--hold"] if hold else [])
 
-    def spawn(self, *, hold: bool, serve_port: int | None = None) -> str:
-        """Start the front door (holding, or serving `serve_port`); wait for its socket."""
-        door_id = secrets.token_hex(8)
+    def _answers(self) -> bool:
+        try:
+            control.call(self.socket, "status", wait_s=1.0)
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def _ready(self, m: Member, timeout_s: float) -> Failure | None:
+        log = m.log_path
+        return self.group.wait_ready(
+            m,
+            self._answers,
+            timeout_s=timeout_s,
+            cancel=self.group.shutting_down,
+            exit_failure=lambda: Failure("frontdoor_exited", f"the front door exited; see {log}"),
+            timeout_failure=lambda: Failure(
+                "frontdoor_timeout", f"the front door's control socket did not answer in "
+                f"{timeout_s:g} s; see {log}"),
+            cancelled=Failure("cancelled", "fastverifyd is stopping"),
+        )  # fmt: skip
+
+    def spawn(self, hold: bool, serve_port: int | None = None) -> str:
+        """Start the front door (holding, or serving `serve_port`); wait until it answers."""
+        door_id = self.group.new_id()
         argv = self.argv(hold) + ([f"--engine-port={serve_port}"] if serve_port else [])
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH")}
         env[ID_VAR] = door_id
         with contextlib.suppress(OSError):
             self.socket.unlink()
         log_path = Path(self.store.dir) / "frontdoor.log"
-        proc = procs.spawn(argv, env, log_path)
-        self.proc, self.pid, self.pgid, self.door_id = proc, proc.pid, proc.pid, door_id
-        self.adopted = False
-        self.store.save_json(
-            PID_FILE,
-            {"pid": proc.pid, "pgid": proc.pid, "engine_id": door_id, "argv": argv,
-             "create_time": procs.create_time(proc.pid), "log": str(log_path)},
-        )  # fmt: skip
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                return f"front door exited at start ({proc.returncode}); see {log_path}"
-            with contextlib.suppress(OSError, ValueError):
-                control.call(self.socket, "status", wait_s=1.0)
-                where = f"{self.cfg.server.public_host}:{self.cfg.server.public_port}"
-                return f"front door on {where} (pid {proc.pid})"
-            time.sleep(0.05)
-        return f"front door did not open its control socket in {START_TIMEOUT_S:g} s"
+        try:
+            m = self.group.spawn(
+                door_id, argv, env, log_path,
+                lambda proc: Member(door_id, proc.pid, proc.pid, procs.create_time(proc.pid),
+                                    argv, log_path, proc=proc),
+            )  # fmt: skip
+        except OSError as exc:
+            return f"front door: cannot start it ({exc})"
+        failure = self._ready(m, START_TIMEOUT_S)
+        if failure is not None:
+            return f"front door: {failure.message}"
+        where = f"{self.cfg.server.public_host}:{self.cfg.server.public_port}"
+        return f"front door on {where} (pid {m.pid})"
 
     def adopt(self) -> str | None:
-        """After a killed fastverifyd: follow the group it left when it is ours and answers,
-        else stop it (ours) or leave it alone (not ours). A message, None when none was left."""
-        data = self.store.load_json(PID_FILE)
-        if not data:
+        """After a killed fastverifyd: follow the group it left when it is ours, built from
+        this configuration and answering, else stop it (ours) or leave it alone (not ours).
+        A message, None when none was left."""
+        prev = self.group.previous()
+        if prev.kind == "none":
             return None
-        ours, why = procs.is_ours(data, var=ID_VAR)
-        if not ours:
-            with contextlib.suppress(OSError):
-                (Path(self.store.dir) / PID_FILE).unlink()
-            return f"{PID_FILE} names pid {data.get('pid')}: {why}; leaving it alone"
-        pgid = int(data.get("pgid", data["pid"]))
+        if prev.kind == "reaped":
+            return f"front door: stopped {[p for p, _ in prev.stopped]} (never recorded)"
+        if prev.kind != "ours":
+            return f"{PID_FILE}: {prev.why}; leaving it alone"
+        data = prev.record
         if _fixed(data.get("argv") or []) != _fixed(self.argv(False)):
-            procs.stop_group(pgid, self.cfg.daemon.stop_grace_s)
-            return f"front door: stopped group {pgid}: the configuration changed"
-        try:
-            control.call(self.socket, "status", wait_s=2.0)
-        except (OSError, ValueError) as exc:
-            procs.stop_group(pgid, self.cfg.daemon.stop_grace_s)
-            return f"front door: stopped group {pgid}: its control socket did not answer ({exc})"
-        self.pid, self.pgid, self.door_id = int(data["pid"]), pgid, data["engine_id"]
-        self.proc, self.adopted = None, True
-        return f"front door: adopting the running front door (pid {self.pid})"
+            self.group.stop_pgid(prev.pgid)
+            self.group.clear_record()
+            return f"front door: stopped group {prev.pgid}: the configuration changed"
+        m = self.group.adopt(
+            lambda: Member(data["door_id"], int(data["pid"]), prev.pgid, data.get("create_time"),
+                           list(data["argv"]), Path(data.get("log", "")))
+        )  # fmt: skip
+        if self._ready(m, 5.0) is not None:
+            self.group.stop(m)
+            return f"front door: stopped group {prev.pgid}: its control socket did not answer"
+        return f"front door: adopting the running front door (pid {m.pid})"
 
-    def stop_leftover(self) -> str | None:
-        """With the front door off: stop the one an earlier run left (ours by its id), which
-        would hold the engine's public port."""
-        data = self.store.load_json(PID_FILE)
-        if not data:
-            return None
-        ours, _ = procs.is_ours(data, var=ID_VAR)
-        if ours:
-            procs.stop_group(int(data.get("pgid", data["pid"])), self.cfg.daemon.stop_grace_s)
-        with contextlib.suppress(OSError):
-            (Path(self.store.dir) / PID_FILE).unlink()
-        return (
-            f"front door: stopped the one an earlier run left (pid {data.get('pid')})"
-            if ours
-            else None
-        )
+    def failed(self) -> bool:
+        """Down with no restart of the group's own to come (a start that failed)."""
+        return self.group.state in (GroupState.FAILED, GroupState.STOPPED)
 
     def alive(self) -> bool:
-        if self.pid is None:
-            return False
-        if self.proc is not None:
-            return self.proc.poll() is None
-        info = procs.read_stat(self.pid)
-        return info is not None and info.alive
+        m = self.group.member
+        return m is not None and m.alive()
 
     def call(self, op: str, wait_s: float = 5.0, **fields: Any) -> dict[str, Any]:
         return control.call(self.socket, op, wait_s=wait_s, **fields)
 
     def stop(self) -> None:
-        if self.pgid is not None:
-            procs.stop_group(self.pgid, self.cfg.daemon.stop_grace_s, proc=self.proc)
-        with contextlib.suppress(OSError):
-            (Path(self.store.dir) / PID_FILE).unlink()
-        self.pid = self.pgid = self.proc = None
+        self.group.shutdown()
+        m = self.group.member
+        if m is not None:
+            self.group.stop(m)
+        self.group.clear_record()
+
+    def stop_leftover(self) -> str | None:
+        """With the front door off: stop the one an earlier run left (ours by its id), which
+        would hold the engine's public port."""
+        prev = self.group.previous()
+        if prev.kind != "ours":
+            return None
+        self.group.stop_pgid(prev.pgid)
+        self.group.clear_record()
+        return f"front door: stopped the one an earlier run left (pid {prev.record.get('pid')})"
+
+    def status(self) -> dict[str, Any]:
+        return self.group.status()
 
 
 def _fixed(argv: list[str]) -> list[str]:

@@ -173,3 +173,17 @@ def test_kill9_of_fastverifyd_during_a_hold(tmp_path: Path) -> None:
         st = d.status()["frontdoor"]
         assert st["pid"] == door_pid and st["state"] == "serving"
         assert st["totals"]["refused"] == 0 and st["totals"]["cut"] == 0
+
+
+def test_a_killed_front_door_is_started_again_serving(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, config=_door("hold")) as d:
+        first = d.status()["frontdoor"]["pid"]
+        os.kill(first, signal.SIGKILL)  # the daemon's own front door
+
+        def again() -> dict | None:
+            fd = d.status()["frontdoor"]
+            return fd if fd["pid"] not in (None, first) and fd.get("state") == "serving" else None
+
+        fd = d.wait_for(again, 60, "a new front door, serving")
+        assert fd["restarts"] == 1
+        assert one_stream(d.server_url)[0] == "ok"
