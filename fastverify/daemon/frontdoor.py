@@ -108,11 +108,16 @@ class DoorSteps:
         if self.c.cfg.daemon.frontdoor_mode == "standby":
             op.door_standby = standby_fit(self.c, op.mode).to_dict()
             self.c.say(f"front door: {op.door_standby['why']}; this switch holds")
-        self._call("hold")
+        held = self._call("hold")
         timeout = self.c.cfg.daemon.frontdoor_drain_timeout_s
+        if held and held.get("in_flight"):
+            self.c.say(f"front door: holding new requests; {held['in_flight']} in flight get up "
+                       f"to {timeout:g} s to finish")  # fmt: skip
         t0 = time.monotonic()
         drained = self._call("drain", wait_s=timeout + 10, timeout_s=timeout)
         op.phases["drain"] = round(time.monotonic() - t0, 4)
+        if drained and drained.get("drained") and held and held.get("in_flight"):
+            self.c.say(f"front door: drained in {op.phases['drain']:.2f} s")
         if drained and not drained.get("drained"):
             self.c.say(
                 f"front door: {drained['in_flight']} request(s) still in flight after "
