@@ -172,7 +172,8 @@ weight_cache (object): SGLang's weight-cache daemon as fastverifyd runs it
 frontdoor (object): the front door on the server's public port (`[frontdoor]`): `{mode}` when
   off, else `{mode, listen, pid, restarts, state: serving|holding|no_engine|down, port,
   in_flight, waiting, queue_size, max_wait_s, totals: {requests, held, refused, cut,
-  switches}, last_episode}`
+  switches}, last_episode, standby?: {mode, why}}`; `standby` (mode standby): whether a
+  second engine fits beside the serving one now, from its memory and the weight cache's
 speculation (object | null): a drafting mode with the exporter on: `{active_steps,
   fixed_steps, seconds_at_steps: {"STEPS": s}, live_acceptance: {"STEPS": {requests,
   accept_length: {"K": L}}}, plan_stale, plan_why, replan}`: the draft steps SGLang runs now,

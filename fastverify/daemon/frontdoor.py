@@ -173,6 +173,8 @@ class DoorSteps:
         }
         if self.problem:
             out["problem"] = self.problem
+        if self.c.cfg.daemon.frontdoor_mode == "standby":  # what a switch now would decide
+            out["standby"] = standby_fit(self.c, self.c.active.get("mode") or "baseline").to_dict()
         if not self.group.alive():
             return {**out, "state": "down"}
         reply = self._call("status", wait_s=2.0)

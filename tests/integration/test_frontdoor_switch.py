@@ -187,3 +187,16 @@ def test_a_killed_front_door_is_started_again_serving(tmp_path: Path) -> None:
         fd = d.wait_for(again, 60, "a new front door, serving")
         assert fd["restarts"] == 1
         assert one_stream(d.server_url)[0] == "ok"
+
+
+def test_standby_says_why_it_holds(tmp_path: Path) -> None:
+    # no weight cache here: a second engine would load a second copy of the weights
+    with DaemonHarness(tmp_path, config=_door("standby")) as d:
+        fit = d.status()["frontdoor"]["standby"]
+        assert fit["mode"] == "hold" and "weight cache" in fit["why"]
+        r = d.ctl("profile", "set", "ring-ll", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        switch = json.loads(r.stdout)["switch"]
+        assert switch["mode"] == "hold" and switch["standby"] == fit
+        doctor = d.ctl("doctor", "--no-topology", timeout=120)
+        assert f"front door: mode standby; {fit['why']}" in doctor.stdout, doctor.stdout
