@@ -62,6 +62,8 @@ CANCELLABLE = ("switch", "mode", "restart", "start")
 class Controller(Core):
     """See the module docstring. Public methods are thread-safe."""
 
+    door: DoorSteps
+
     def compose(self) -> None:
         """The steps over this core, each in its own module (see the module docstring)."""
         self.weights = WeightSteps(self)  # the weight cache: a second process group

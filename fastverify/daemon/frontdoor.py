@@ -67,9 +67,11 @@ class DoorSteps:
             self._spawn()
 
     def _spawn(self) -> None:
+        group = self.group
+        assert group is not None  # only called with the front door on
         port = self._serving_port()
-        message = self.group.spawn(hold=port is None, serve_port=port)
-        self.problem = None if self.group.alive() else message
+        message = group.spawn(hold=port is None, serve_port=port)
+        self.problem = None if group.alive() else message
         self.c.say(message, logging.INFO if self.problem is None else logging.ERROR)
         if self.problem is None:
             self._backoff = 1.0
@@ -92,6 +94,8 @@ class DoorSteps:
             self.group.stop()
 
     def _call(self, op: str, wait_s: float = 5.0, **fields: Any) -> dict[str, Any] | None:
+        if self.group is None:
+            return None
         try:
             return self.group.call(op, wait_s=wait_s, **fields)
         except (OSError, ValueError) as exc:
@@ -149,7 +153,7 @@ class DoorSteps:
 
     def figures(self, op: Any) -> dict[str, Any] | None:
         """The switch's client-side figures for its result (None when it stopped nothing)."""
-        done = op.door
+        done: dict[str, Any] | None = op.door
         if done is not None:
             return done
         if op.door_down_at is None:

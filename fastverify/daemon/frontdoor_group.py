@@ -51,7 +51,10 @@ class FrontDoorGroup:
             spec, grace_s=lambda: self.cfg.daemon.stop_grace_s, gpu_release_s=lambda: 0.0,
             say=say,
         )  # fmt: skip
-        self.group.restart_with = lambda: self.spawn(*self._start_state())
+        self.group.restart_with = self._restart
+
+    def _restart(self) -> None:
+        self.spawn(*self._start_state())
 
     @property
     def socket(self) -> Path:

@@ -41,7 +41,9 @@ if TYPE_CHECKING:
         float, an info's label dict, a histogram's buckets and sum): the collectors' tests
         check it, not this signature."""
 
-        def add_metric(self, labels: Sequence[str], value: Any, *args: Any) -> None: ...
+        def add_metric(
+            self, labels: Sequence[str], value: Any = None, *args: Any, **kw: Any
+        ) -> None: ...
 
 else:
     Family = Metric
