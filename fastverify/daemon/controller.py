@@ -36,6 +36,7 @@ from fastverify.daemon import events as ev
 from fastverify.daemon.core import Core
 from fastverify.daemon.crashes import CrashSteps
 from fastverify.daemon.failures import Failure
+from fastverify.daemon.frontdoor import DoorSteps
 from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.logs import LineFacts
 from fastverify.daemon.operations import Claim, Operation, OpResult
@@ -61,10 +62,14 @@ CANCELLABLE = ("switch", "mode", "restart", "start")
 class Controller(Core):
     """See the module docstring. Public methods are thread-safe."""
 
+    door: DoorSteps
+
     def compose(self) -> None:
         """The steps over this core, each in its own module (see the module docstring)."""
         self.weights = WeightSteps(self)  # the weight cache: a second process group
-        self.parts = [self.weights]  # each feature's own state, say in a start, source, status
+        self.door = DoorSteps(self)  # the front door: a third one (hold, drain, cut over)
+        # each feature's own state, say in a start, exporter source, status
+        self.parts = [self.weights, self.door]
         self.starts = Starts(self, self.verifiers)
         self.rollback = RollbackSteps(self, self.starts)
         self.crash_steps = CrashSteps(self, self.starts)
@@ -80,6 +85,7 @@ class Controller(Core):
     def tick(self) -> None:
         """From the main loop (~1/s): a serving engine's watch and lost workers (crashes.py)."""
         self.crash_steps.tick()
+        self.door.tick()
 
     def recovery_tick(self) -> None:
         """From the main loop: FAILED's retries (recovery.py)."""
@@ -246,6 +252,7 @@ class Controller(Core):
     ) -> OpResult:
         prev = dict(self.active)
         self.say(f"{op.kind}: {prev.get('profile')}/{prev.get('mode')} -> {op.profile}/{op.mode}")
+        self.door.before_stop(op)  # new requests wait, those in flight finish (or are cut)
         t0 = time.monotonic()
         self.stop_current(f"{op.kind} to {op.profile}/{op.mode}")
         op.phases["stop"] = round(time.monotonic() - t0, 4)

@@ -147,7 +147,7 @@ class ControlFacade:
                 },
             }
         engine["identity"] = self.engine_identity()
-        for part in c.parts:  # outside the lock: a part may ask the system (NVML)
+        for part in c.parts:  # outside the lock: a part may ask the system (NVML, a socket)
             out[part.STATUS] = part.status()
         # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
         engine["capabilities"] = self.capabilities(argv)

@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fastverify.exporters import collectors
+from fastverify.exporters.collectors.frontdoor import FrontDoorSource
 from fastverify.exporters.collectors.weight_cache import WeightCacheSource
 from fastverify.exporters.hub import MetricsHub
 
@@ -64,6 +65,12 @@ def full_feed() -> MetricsHub:
     hub.daemon.on_restart("switch")
     hub.daemon.on_switch("ok")
     hub.api_auth.watch(["token", "tls"], lambda: 1)
+    from fastverify.frontdoor.gate import Gate
+
+    door = Gate(queue_size=4, max_wait_s=30.0)  # the front door's own status, as it answers
+    door.serve(30001)
+    door.cut("POST /generate")
+    hub.add(FrontDoorSource(hub, door.status))  # the front door's part's own source
     hub.api_auth.on_failure("token")
     hub.daemon.set_decision("ring-ll", "adaptive", "pcie_ipc", True)
     hub.baselines.set("ring-ll", 160.0, 40.0, clock.t - 100.0, concurrency=1)

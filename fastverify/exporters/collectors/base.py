@@ -69,6 +69,10 @@ class Source:
     def engine_changed(self, change: EngineChange) -> None:
         """Drop what belonged to the engine before `change` (nothing, by default)."""
 
+    def probe(self) -> None:
+        """Ask what the scrape shows of a process outside the exporter (a socket), before
+        `families` and outside the hub's lock (nothing, by default)."""
+
     def families(self, now: float) -> Iterable[Metric | None]:
         raise NotImplementedError
 

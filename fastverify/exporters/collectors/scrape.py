@@ -34,6 +34,7 @@ class ScrapeSource(Source):
                 return [f for f in self.families(self.hub.now()) if f is not None]
         t0 = self.hub.timer()
         try:
+            source.probe()
             with self.hub.lock:
                 fams = [f for f in source.families(self.hub.now()) if f is not None]
             ok = True
