@@ -665,6 +665,83 @@ def sglang_vars(src: Source) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+_SIMULATE = re.compile(r"^(SGLANG_)?SIMULATE_ACC_[A-Z_]+$")
+# the variables of SGLang's forced acceptance, by the suffix of their names -> the key the
+# facts give them, and the parameter names its source compares their values under
+_SIMULATE_ROLES = {"ACC_LEN": "length", "ACC_METHOD": "method", "ACC_TOKEN_MODE": "token_mode"}
+
+
+def _simulate_vars(src: Source) -> dict[str, dict[str, object]]:
+    """SIMULATE_ACC_* variables -> {kind, default}: `Envs` fields in srt/environ.py, else the
+    module-level `os.environ.get("NAME", default)` that reads them."""
+    out: dict[str, dict[str, object]] = {}
+    name = "sglang/srt/environ.py"
+    if src.has(name):
+        for node in ast.walk(src.tree(name)):
+            if isinstance(node, ast.ClassDef) and node.name == "Envs":
+                for s in node.body:
+                    if not isinstance(s, (ast.Assign, ast.AnnAssign)):
+                        continue
+                    target = s.targets[0] if isinstance(s, ast.Assign) else s.target
+                    value = s.value
+                    if (isinstance(target, ast.Name) and _SIMULATE.match(target.id)
+                            and isinstance(value, ast.Call)):  # fmt: skip
+                        kind = getattr(value.func, "id", "") or getattr(value.func, "attr", "")
+                        default = ast.literal_eval(value.args[0]) if value.args else None
+                        out[target.id] = {"kind": kind.removeprefix("Env").lower() or "str",
+                                          "default": default}  # fmt: skip
+        return out
+    for f in src.grep("SIMULATE_ACC"):
+        for node in ast.walk(src.tree(f)):
+            if isinstance(node, ast.Call) and node.args:
+                var = const_str(node.args[0])
+                fname = getattr(node.func, "id", None) or getattr(node.func, "attr", "")
+                if var and _SIMULATE.match(var) and fname in ENV_KINDS:
+                    default = const_str(node.args[1]) if len(node.args) > 1 else None
+                    out.setdefault(var, {"kind": ENV_KINDS[fname], "default": default})
+    return out
+
+
+def _compared_values(src: Source, suffix: str) -> list[str]:
+    """The string values SGLang's source compares a variable (or the parameter it is passed
+    as: `simulate_acc_method`) with: `== "x"`, `!= "x"`, `in ("x", "y")`."""
+    found: set[str] = set()
+    for f in src.grep("SIMULATE_ACC"):
+        for node in ast.walk(src.tree(f)):
+            if not isinstance(node, ast.Compare) or len(node.ops) != 1:
+                continue
+            left = node.left
+            named = getattr(left, "id", None) or getattr(left, "attr", None) or ""
+            if not named.lower().endswith(suffix.lower()):
+                continue
+            right = node.comparators[0]
+            if isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+                found.update(v for v in map(const_str, right.elts) if v)
+            elif const_str(right):
+                found.add(const_str(right))  # type: ignore[arg-type]
+    return sorted(found)
+
+
+def simulate_acceptance(src: Source) -> dict[str, object] | None:
+    """SGLang's forced acceptance (a benchmark knob: every verify pass accepts the length it
+    is told): its variables by role (length, method, token_mode) with kind and default, and
+    the values its source accepts for the method and the token mode."""
+    found = _simulate_vars(src)
+    roles: dict[str, object] = {}
+    for var, spec in sorted(found.items()):
+        for suffix, role in _SIMULATE_ROLES.items():
+            if var.endswith(suffix):
+                roles[role] = {"name": var, **spec}
+    if "length" not in roles:
+        return None
+    methods = _compared_values(src, "acc_method")
+    modes = _compared_values(src, "acc_token_mode")
+    if "token_mode" in roles:
+        default = roles["token_mode"]["default"]  # type: ignore[index]
+        modes = sorted({*modes, *([default] if default else [])})
+    return {"vars": roles, "methods": methods, "token_modes": modes or None}
+
+
 # ----------------------------------------------------------------------------- log formats
 
 
@@ -928,7 +1005,11 @@ def extract(version: str) -> dict[str, object]:
         "spans": sp,
         "endpoints": eps,
         "log_formats": log_formats(src),
-        "env": {"nccl_added": nccl_added(src), "sglang_vars": env_vars},
+        "env": {
+            "nccl_added": nccl_added(src),
+            "sglang_vars": env_vars,
+            "simulate_acceptance": simulate_acceptance(src),
+        },
         "profile_options": profile_options(src),
         "weight_cache": weight_cache(src, fl),
     }
