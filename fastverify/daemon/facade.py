@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastverify.config import SPEC_MODES, weights_label
+from fastverify.sglang.forced import label_of_record as forced_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.baselines import check_baseline, with_concurrency
 from fastverify.daemon.controller import Controller
@@ -108,6 +109,9 @@ class ControlFacade:
                 "progress": dict(h.progress) if h is not None else None,
                 "adopted": h.adopted if h is not None else False,
                 "weights": weights_label(load_format_of(h.argv)) if h is not None else None,
+                # SGLANG_SIMULATE_ACC_LEN in its environment: SGLang forces the accept length
+                "forced_acceptance": h.forced if h is not None else None,
+                "acceptance_source": forced_label(h.forced) if h is not None else None,
                 "weight_load": h.weights if h is not None else None,  # from the cache or disk
                 "tuner": h.tuner if h is not None else None,  # confirmed at verify
                 "allreduce": h.allreduce if h is not None else None,  # confirmed at verify

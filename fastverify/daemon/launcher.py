@@ -91,6 +91,9 @@ class EngineHandle:
     allreduce_watch: Any = None  # allreduce_check.AllreduceWatch (None: adopted)
     allreduce: dict[str, Any] | None = None  # the serving backend, confirmed at verify
     expected_sglang: dict[str, str] = field(default_factory=dict)  # the profile's SGLANG_*
+    # acceptance SGLang forces from the server's environment (sglang.forced.Forced.to_dict:
+    # SGLANG_SIMULATE_ACC_LEN from [server.env] or the profile); None: the drafter's own
+    forced: dict[str, Any] | None = None
     watch: Any = None  # watch.EngineWatch while serving (crashes.py starts it)
     weights_watch: Any = None  # weights.WeightsWatch: what SGLang says of the weights
     weights_gate: Any = None  # weights.Gate: whether the weight cache was to serve it
@@ -116,6 +119,7 @@ class EngineHandle:
             "url": self.url,
             "expected_nccl": self.expected_nccl,
             "expected_sglang": self.expected_sglang,
+            "forced": self.forced,
             "nccl_debug_dir": str(self.nccl_debug_dir) if self.nccl_debug_dir else None,
             "started_at": self.started_at,
             "daemon_pid": os.getpid(),
@@ -196,6 +200,33 @@ class Launcher:
         extra[procs.KEEP_ENVIRON_VAR] = "1"
         return effective_env(profile, base_env=os.environ, extra=extra)
 
+    def forced_acceptance(self, env: dict[str, str], argv: list[str]) -> dict[str, Any] | None:
+        """The acceptance SGLang will force on a drafting server started with `env` and
+        `argv` (`fastverify.sglang.forced`), None when it forces none or does not draft.
+        ForcedError for a value SGLang would not honour (`forced_refusal` says it first)."""
+        from fastverify.sglang import forced
+        from fastverify.sglang.launch import LaunchArgs
+
+        if LaunchArgs.from_argv(list(argv)).speculative is None:
+            return None
+        try:
+            facts = self.engine.facts()
+        except ValueError:  # a release below the range: refused at start-up
+            return None
+        found = forced.of(env, facts)
+        return found.to_dict() if found is not None else None
+
+    def forced_refusal(self, profile: Any, argv: list[str]) -> str | None:
+        """Why the forced acceptance `profile` (or [server.env]) asks for would not serve as
+        written; None: fine (or none asked)."""
+        from fastverify.sglang.forced import ForcedError
+
+        try:
+            self.forced_acceptance(self.engine_env(profile, "-", None), argv)
+        except ForcedError as exc:
+            return str(exc)
+        return None
+
     def settings(self, profile: Any) -> dict[str, str]:
         """The NCCL variables an engine of `profile` would get now (without the per-start
         NCCL_DEBUG* that `nccl_debug` adds): compared with a running engine's."""
@@ -259,6 +290,7 @@ class Launcher:
             nccl_debug_dir=debug_dir,
             follower=self.engine.follower(argv),
             weights_watch=self.weights_watch_for(argv),
+            forced=self.forced_acceptance(env, argv),
         )
         h.allreduce_watch = allreduce_check.AllreduceWatch(
             env, argv, self._has_nvlink(), host=self.allreduce_host(argv)
@@ -316,6 +348,7 @@ class Launcher:
             url=info.get("url") or self.url(),
             expected_nccl=dict(info.get("expected_nccl") or {}),
             expected_sglang=dict(info.get("expected_sglang") or {}),
+            forced=info.get("forced"),
             adopted=True,
             nccl_debug_dir=Path(info["nccl_debug_dir"]) if info.get("nccl_debug_dir") else None,
         )

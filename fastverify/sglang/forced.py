@@ -118,6 +118,11 @@ def label(forced: Forced | None) -> str:
     return forced.label if forced is not None else MEASURED
 
 
+def label_of_record(forced: Mapping[str, Any] | None) -> str:
+    """The label of a `Forced.to_dict()` kept in a record (None: "measured")."""
+    return str(forced["label"]) if forced else MEASURED
+
+
 def label_of(env: Mapping[str, str] | None, facts: Any = None) -> str:
     """`label(of(env, facts))`, "measured" where the value is one SGLang would not honour."""
     try:
