@@ -88,19 +88,27 @@ def pick_record(
         return mine[0], "", ""
     if forced:
         labels = ", ".join(sorted({str(r.get("acceptance_source")) for r in forced}))
-        return None, (
-            f"only acceptance SGLang forced is recorded for {_who(serving)} ({labels}, "
-            f"{len(forced)} record(s)): SGLang set the accept length, no drafter earned it; "
-            "plan with it only if that is what you mean: fastverifyctl spec plan "
-            "--allow-forced"
-        ), "forced_not_allowed"
+        return (
+            None,
+            (
+                f"only acceptance SGLang forced is recorded for {_who(serving)} ({labels}, "
+                f"{len(forced)} record(s)): SGLang set the accept length, no drafter earned it; "
+                "plan with it only if that is what you mean: fastverifyctl spec plan "
+                "--allow-forced"
+            ),
+            "forced_not_allowed",
+        )
     have = [r for r in records.values() if isinstance(r, dict)]
     if mine:
-        return None, (
-            f"only synthetic acceptance (random token ids, {len(mine)} record(s)) is recorded "
-            f"for {_who(serving)}: bench with your prompts (--dataset FILE, or fastverify-docs) "
-            "or plan with it anyway (--allow-synthetic)"
-        ), "no_acceptance"
+        return (
+            None,
+            (
+                f"only synthetic acceptance (random token ids, {len(mine)} record(s)) is recorded "
+                f"for {_who(serving)}: bench with your prompts (--dataset FILE, or fastverify-docs) "
+                "or plan with it anyway (--allow-synthetic)"
+            ),
+            "no_acceptance",
+        )
     other = sorted({_who(r) + ("" if r.get("usable") else f" ({r.get('why_not_usable')})")
                     for r in have})  # fmt: skip
     seen = f"; recorded: {'; '.join(other)}" if other else ""
@@ -158,9 +166,12 @@ def _serving_identity(ctx: click.Context, profile: str, as_json: bool) -> dict[s
               help="Also predict a bench window of this many seconds (what `spec validate` "
               "or `bench -d` measures), with its window-to-window spread.")  # fmt: skip
 @flag("--allow-synthetic", "Plan with random-token acceptance when no prompt set was benched.")
-@flag("--allow-forced", "Plan with acceptance SGLang forced (SGLANG_SIMULATE_ACC_LEN in the "
-      "server's environment; refused without this flag): the newest record, forced or "
-      "measured.")
+@flag(
+    "--allow-forced",
+    "Plan with acceptance SGLang forced (SGLANG_SIMULATE_ACC_LEN in the "
+    "server's environment; refused without this flag): the newest record, forced or "
+    "measured.",
+)
 @file_option("--output", help="Also write SGLang's --speculative-adaptive-config here.")
 @click.option("--other-host", is_flag=True,
               help="Plan with a cost file or acceptance recorded on a host of another "

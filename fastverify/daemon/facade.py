@@ -26,7 +26,6 @@ from collections.abc import Callable
 from typing import Any
 
 from fastverify.config import SPEC_MODES, weights_label
-from fastverify.sglang.forced import label_of_record as forced_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.baselines import check_baseline, with_concurrency
 from fastverify.daemon.controller import Controller
@@ -39,6 +38,7 @@ from fastverify.engines.sglang import load_format_of
 from fastverify.host import here as host_here
 from fastverify.lease_record import describe as describe_lease
 from fastverify.redact import mask_argv
+from fastverify.sglang.forced import label_of_record as forced_label
 
 log = logging.getLogger("fastverifyd.facade")
 
@@ -368,6 +368,7 @@ class ControlFacade:
         rec["concurrency"] = int(body["concurrency"])
         if body.get("accept_length") is not None:  # EAGLE-3 with real weights (trial sweeps)
             rec["accept_length"] = float(body["accept_length"])
+            rec["acceptance_source"] = str(body.get("acceptance_source") or "measured")
         store = self.ctl.store
         with self.ctl._lock:
             data = store.load_baselines()

@@ -136,7 +136,7 @@ def sample(forced: Forced, max_len: int, rng: random.Random) -> int:
     `_sample_simulated_acc_len` draws it (one draw per pass, shared by the batch)."""
     if forced.method == "multinomial":
         value = min(max(rng.gauss(forced.length, 1.0), 1.0), float(max_len))
-        return int(round(value))
+        return round(value)
     if forced.method == "match-expected":
         value = max(1.0, min(float(max_len), forced.length))
         lower = int(value // 1)

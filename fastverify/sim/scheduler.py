@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 
 from fastverify.sglang import adaptive
 from fastverify.sglang import forced as forced_acceptance
-from fastverify.sglang.forced import Forced
 from fastverify.sglang.adaptive_slot import AdaptiveController
+from fastverify.sglang.forced import Forced
 from fastverify.sim import costmodel, sglang_logs
 from fastverify.sim.costtable import CHUNKED_PREFILL_TOKENS, SimCosts
 from fastverify.sim.drafter import Drafter, RequestDraws
