@@ -98,6 +98,11 @@ ENGINE = _s(
      "The server's SGLang version, the release whose facts serve it and whether it is in "
      "fastverify's supported range (false: newer, running on the newest facts)",
      ("version", "facts_version", "supported")),
+    ("fastverify_spec_acceptance_source_info", "info",
+     "Where a drafting server's accept length comes from: `forced "
+     "(SGLANG_SIMULATE_ACC_LEN=L)` when its environment makes SGLang force it (every "
+     "acceptance figure is then SGLang's choice, not the drafter's), else `measured`",
+     (*PM, "source")),
     ("fastverify_allreduce_backend_info", "info",
      "TP all-reduce backend SGLang serves decode/verify sizes with (confirmed from its log at "
      "verify) and its size bound in bytes (empty: unbounded)",

@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 MEASURED = "measured"  # the label of acceptance the drafter earned
+# the key of the engine settings the daemon hands the exporter a drafting server's label
+# under (not a profile setting: fastverify_spec_acceptance_source_info carries it)
+SETTINGS_KEY = "acceptance_source"
 
 
 class ForcedError(ValueError):
