@@ -100,15 +100,12 @@ def pick_record(
         )
     have = [r for r in records.values() if isinstance(r, dict)]
     if mine:
-        return (
-            None,
-            (
-                f"only synthetic acceptance (random token ids, {len(mine)} record(s)) is recorded "
-                f"for {_who(serving)}: bench with your prompts (--dataset FILE, or fastverify-docs) "
-                "or plan with it anyway (--allow-synthetic)"
-            ),
-            "no_acceptance",
+        why = (
+            f"only synthetic acceptance (random token ids, {len(mine)} record(s)) is recorded "
+            f"for {_who(serving)}: bench with your prompts (--dataset FILE, or "
+            "fastverify-docs) or plan with it anyway (--allow-synthetic)"
         )
+        return None, why, "no_acceptance"
     other = sorted({_who(r) + ("" if r.get("usable") else f" ({r.get('why_not_usable')})")
                     for r in have})  # fmt: skip
     seen = f"; recorded: {'; '.join(other)}" if other else ""
