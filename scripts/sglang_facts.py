@@ -666,9 +666,10 @@ def sglang_vars(src: Source) -> dict[str, str]:
 
 
 _SIMULATE = re.compile(r"^(SGLANG_)?SIMULATE_ACC_[A-Z_]+$")
-# the variables of SGLang's forced acceptance, by the suffix of their names -> the key the
-# facts give them, and the parameter names its source compares their values under
-_SIMULATE_ROLES = {"ACC_LEN": "length", "ACC_METHOD": "method", "ACC_TOKEN_MODE": "token_mode"}
+# the variables of SGLang's forced acceptance are keyed by the end of their names, lower-cased
+# (SIMULATE_ACC_METHOD -> "method", SIMULATE_ACC_TOKEN_MODE -> "token_mode"), the length's
+# as "length"
+_SIMULATE_ROLES = {"LEN": "length"}
 
 
 def _simulate_vars(src: Source) -> dict[str, dict[str, object]]:
@@ -729,9 +730,8 @@ def simulate_acceptance(src: Source) -> dict[str, object] | None:
     found = _simulate_vars(src)
     roles: dict[str, object] = {}
     for var, spec in sorted(found.items()):
-        for suffix, role in _SIMULATE_ROLES.items():
-            if var.endswith(suffix):
-                roles[role] = {"name": var, **spec}
+        rest = var.split("SIMULATE_ACC_", 1)[1]
+        roles[_SIMULATE_ROLES.get(rest, rest.lower())] = {"name": var, **spec}
     if "length" not in roles:
         return None
     methods = _compared_values(src, "acc_method")
