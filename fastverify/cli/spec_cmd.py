@@ -521,7 +521,8 @@ def validate(ctx: click.Context, concurrencies: list[int], duration: float,
         if not lo <= got <= hi:
             outside.append(c)
     data = {"rows": rows, "outside_interval": outside, "plan_stored_at":
-            stored.get("stored_at"), "decode_only": pred["decode_only"]}  # fmt: skip
+            stored.get("stored_at"), "decode_only": pred["decode_only"],
+            "acceptance_source": (status.get("engine") or {}).get("acceptance_source")}  # fmt: skip
     if as_json:
         emit_json(data)
     else:
@@ -537,7 +538,9 @@ def validate(ctx: click.Context, concurrencies: list[int], duration: float,
             ))  # fmt: skip
         heads = ("conc", "tok/s served / predicted [95%]", "TTFT p50 s (prefill)",
                  "ITL ms (decode)")  # fmt: skip
-        table(heads, out, title="spec validate: served / predicted")
+        source = data["acceptance_source"] or ""
+        forced = f" ({source}: SGLang set the accept length)" if source.startswith("forced") else ""
+        table(heads, out, title=f"spec validate: served / predicted{forced}")
     if outside:
         fail(f"spec validate: served tok/s outside the plan's 95% interval at concurrency "
              f"{', '.join(map(str, outside))}: re-plan (fastverifyctl spec plan)",

@@ -152,11 +152,13 @@ SPECULATION = _s(
      "Seconds served at each active draft step count (0 = no drafting)", (*PM, "steps")),
     ("fastverify_spec_accepted_drafts_ratio", "gauge",
      "Share of verify passes that accepted `drafts` drafts (bonus excluded), from the "
-     "histogram a bench recorded at `steps` steps; usable=false: dummy weights or an "
-     "adaptive server (never planned with)", (*PM, "steps", "weights", "usable", "drafts")),
+     "histogram a bench recorded at `steps` steps; usable=false: dummy weights, an "
+     "adaptive server or acceptance SGLang forced (never planned with unless --allow-forced); "
+     "source: `measured` or `forced (SGLANG_SIMULATE_ACC_LEN=L)`",
+     (*PM, "steps", "weights", "usable", "source", "drafts")),
     ("fastverify_spec_recorded_accept_length", "gauge",
      "Accept length L(k) at k draft steps from the recorded histogram (topk 1: a chain)",
-     (*PM, "steps", "weights", "usable", "k")),
+     (*PM, "steps", "weights", "usable", "source", "k")),
     ("fastverify_spec_live_accept_length", "gauge",
      "Accept length L(k) from the histograms of requests finished while SGLang ran `steps` "
      "draft steps their whole life (SGLang's --export-metrics-to-file records)",

@@ -76,6 +76,8 @@ def test_forced_acceptance_is_labelled_everywhere_and_planned_with_only_when_all
         st = json.loads(d.ctl("status", "--json").stdout)
         assert st["engine"]["acceptance_source"] == LABEL
         assert st["engine"]["forced_acceptance"]["method"] == "match-expected"
+        text = d.ctl("status").stdout
+        assert f"acceptance: {LABEL} (match-expected): SGLang sets the accept length" in text
         r = d.ctl("bench", "-n", "8", "-c", "4", "--output-len", "60", "--warmup", "0",
                   "--dataset", "fastverify-docs", "--json")  # fmt: skip
         assert r.returncode == 0, r.stderr
