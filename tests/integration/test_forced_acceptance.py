@@ -125,3 +125,16 @@ def test_a_forced_method_sglang_would_fail_on_is_refused_before_the_load(tmp_pat
         r = d.ctl("profile", "set", "forced")
         assert r.returncode == 0, r.stderr
         assert d.status()["engine"]["acceptance_source"] == "forced (SGLANG_SIMULATE_ACC_LEN=2.5)"
+
+
+def test_an_adopted_engine_keeps_its_forced_label(tmp_path: Path) -> None:
+    """A daemon killed and restarted adopts the engine: its acceptance is still forced (the
+    engine.pid record carries what its environment forced)."""
+    config = {"server": {"mode": "eagle3", "env": {"SGLANG_SIMULATE_ACC_LEN": "2"}}}
+    with DaemonHarness(tmp_path, config=config, tp_size=2) as d:
+        pid = d.status()["engine"]["pid"]
+        d.kill9()
+        d.restart_daemon(wait_ready=True, timeout=60)
+        st = d.status()
+        assert st["engine"]["adopted"] is True and st["engine"]["pid"] == pid
+        assert st["engine"]["acceptance_source"] == LABEL
