@@ -208,8 +208,20 @@ class Launcher:
         try:
             self.forced_acceptance(self.engine_env(profile, "-", None), argv)
         except ForcedError as exc:
-            return str(exc)
+            return f"{exc} (set in {self._set_where(profile, exc.variable)})"
         return None
+
+    def _set_where(self, profile: Any, name: str) -> str:
+        """Where the server's `name` comes from: [server.env], the profile's file and line,
+        or the daemon's own environment (server.env_passthrough)."""
+        if name in self.cfg.server.env:
+            return f"[server.env] of {self.cfg.source or 'the configuration'}"
+        if name in (getattr(profile, "own_env", None) or {}):
+            line = (getattr(profile, "lines", None) or {}).get(name)
+            return f"{profile.file}" + (f":{line}" if line else "")
+        if name in (getattr(profile, "env", None) or {}):
+            return f"profile {(profile.env_sources or {}).get(name, profile.name)}"
+        return "the daemon's environment (server.env_passthrough)"
 
     def settings(self, profile: Any) -> dict[str, str]:
         """The NCCL variables an engine of `profile` would get now (without the per-start

@@ -28,11 +28,12 @@ SETTINGS_KEY = "acceptance_source"
 
 class ForcedError(ValueError):
     """A forced-acceptance variable SGLang would not honour as written. `field`: which
-    ("length", "method", "token_mode")."""
+    ("length", "method", "token_mode"); `variable`: its name."""
 
-    def __init__(self, message: str, field: str) -> None:
+    def __init__(self, message: str, field: str, variable: str = "") -> None:
         super().__init__(message)
         self.field = field
+        self.variable = variable
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,11 @@ def of(env: Mapping[str, str] | None, facts: Any = None) -> Forced | None:
             f"{name}={raw!r} is not a number: SGLang ignores it (a warning, then the "
             f"drafter's own acceptance); give the accept length to force, e.g. {name}=3.0",
             "length",
+            name,
         ) from None
     if not math.isfinite(length):
         raise ForcedError(f"{name}={raw!r}: give a finite accept length, e.g. {name}=3.0",
-                          "length")  # fmt: skip
+                          "length", name)  # fmt: skip
     if roles["length"]["kind"] == "float" and length <= 0:
         return None  # SGLang: off unless > 0
     method = _choice(env, roles.get("method"), s.get("methods"), "method")
@@ -112,6 +114,7 @@ def _choice(
             f"{var['name']}={value!r}: SGLang accepts {' or '.join(map(repr, allowed))} (any "
             f"other value fails the server at its first verify pass)",
             field,
+            var["name"],
         )
     return value
 

@@ -115,6 +115,7 @@ def test_a_forced_method_sglang_would_fail_on_is_refused_before_the_load(tmp_pat
         r = d.ctl("profile", "set", "forced-bad")
         assert r.returncode != 0
         assert "SGLANG_SIMULATE_ACC_METHOD='exact'" in r.stderr and "match-expected" in r.stderr
+        assert f"set in {tmp_path / 'profiles' / 'forced-bad.env'}:3" in r.stderr, r.stderr
         after = d.status()
         assert (after["engine"]["pid"], after["profile"]) == (before["engine"]["pid"],
                                                               before["profile"])  # fmt: skip
