@@ -103,7 +103,9 @@ def run(ctx: Ctx) -> StageResult:
     from fastverify.profiles.store import ProfileStore
 
     wanted = ctx.cfg.profiles
-    rows, rejected, loaded = [], [], {}
+    rows: list[dict[str, Any]] = []
+    rejected: list[dict[str, Any]] = []
+    loaded: dict[str, Any] = {}
     for entry, profile, problems in ProfileStore().list_entries():
         if wanted and entry.name not in wanted:
             continue
@@ -115,7 +117,7 @@ def run(ctx: Ctx) -> StageResult:
     if wanted:  # the order given on the command line
         rows.sort(key=lambda r: wanted.index(r["name"]))
     engine = ctx.data("inventory").get("engine") or {}
-    tp1 = None
+    tp1: dict[str, Any] | None = None
     if engine.get("tp_size") == 1 and rows:
         rows, groups = collapse_tp1(rows, loaded, engine.get("serving"))
         tp1 = {"why": TP1_WHY, "groups": groups}

@@ -56,3 +56,41 @@ def test_every_tier_drafts_what_pays_on_the_real_engine(real) -> None:
     ch = design.choose(32, cands, acc, costs, f_low, floor=p.floor, min_gain=p.min_gain,
                        output_len=128)  # fmt: skip
     assert ch.candidate.drafts and not any("[3]}" in r and "flaps" in r for r in ch.rejected)
+
+
+def _two_point_costs(tmp_path: Path) -> spec_costs.Costs:
+    """The run's cost file with the second prefill point spec costs now measures itself
+    (this run's came from a bench at one client and 1024-token prompts)."""
+    data = json.loads((FIX / "spec-costs-8b.json").read_text())
+    short = json.loads((FIX / "bench-baseline-c1-in128.json").read_text())["ttft_ms"]["p50"]
+    long = json.loads((FIX / "bench-baseline-c1-in1024.json").read_text())["ttft_ms"]["p50"]
+    data["prefill_ms"]["baseline"] = {"128": short, "1024": long}
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps(data))
+    return spec_costs.from_file(path)
+
+
+def test_a_prefill_forward_holds_the_engine_less_than_a_first_token_takes(tmp_path: Path) -> None:
+    costs = _two_point_costs(tmp_path)
+    latency = costs.prefill_latency("baseline")
+    assert 0.004 < latency < 0.012  # 8.6 ms of the 17 ms first token hold no forward
+    assert costs.prefill_forward("baseline", 8192) < 0.2  # not 8192/128 x a first token
+    assert costs.prefill_latency("eagle") == 0.0  # one point: nothing to tell apart
+
+
+def test_the_serving_model_predicts_what_sglang_served_at_every_concurrency(
+    real, tmp_path: Path
+) -> None:
+    acc, one_point = real
+    two_point = _two_point_costs(tmp_path)
+    off = {}
+    for name, costs in (("one point", one_point), ("two points", two_point)):
+        served = {}
+        for c in (1, 2, 4, 8, 16, 32):
+            pred = serving.serve("baseline", c, costs, serving.Workload(128, 128), acc)
+            got = json.loads((FIX / f"bench-baseline-c{c}-in128.json").read_text())
+            served[c] = got["output_tokens_per_second"] / pred.tokens_per_second
+        off[name] = max(abs(r - 1) for r in served.values())
+    # every prompt charged as a 17 ms forward of its own: 1.67x off at 32 clients
+    assert off["one point"] > 0.3
+    assert off["two points"] < 0.08, off
