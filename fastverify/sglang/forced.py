@@ -158,7 +158,10 @@ def expected_length(forced: Forced, max_len: int) -> float:
     if forced.method == "match-expected":
         return max(1.0, min(float(max_len), forced.length))
     # round(clamp(N(L, 1), 1, max_len)): the mass of each integer's rounding interval
-    cdf = lambda x: 0.5 * (1.0 + math.erf((x - forced.length) / math.sqrt(2.0)))  # noqa: E731
+
+    def cdf(x: float) -> float:
+        return 0.5 * (1.0 + math.erf((x - forced.length) / math.sqrt(2.0)))
+
     total = 0.0
     for k in range(1, max_len + 1):
         lo = -math.inf if k == 1 else k - 0.5
