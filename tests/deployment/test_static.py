@@ -30,7 +30,7 @@ DATASOURCE_UID = "fastverify-prometheus"
 def tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        pytest.skip(f"NOT RUN: {name} is not installed (scripts/setup-container-tests.sh)")
+        pytest.skip(f"NOT RUN: {name} is not installed (scripts/install-system-deps.sh)")
     return path
 
 
@@ -62,7 +62,7 @@ def test_dockerfile_pins_sglang_and_runs_the_daemon() -> None:
 
 
 def test_shellcheck_passes_on_the_deployment_scripts() -> None:
-    scripts = [REPO / "deploy.sh", REPO / "scripts/setup-container-tests.sh"]
+    scripts = [REPO / "deploy.sh", REPO / "scripts/install-system-deps.sh"]
     proc = run([tool("shellcheck"), *map(str, scripts)], check=False)
     assert proc.returncode == 0, proc.stdout
 
