@@ -22,15 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import prebuild
-from tests.support.containers import (
-    CACHE,
-    REPO,
-    Docker,
-    locked,
-    need_root_tools,
-    run,
-    unavailable,
-)
+from tests.support.containers import REPO, Docker, need_root_tools, run, unavailable
 from tests.support.shared_run import once
 
 # --- checkout snapshot and wheels --------------------------------------------------------
@@ -57,27 +49,25 @@ def prebuilt(*names: str) -> None:
 
 @pytest.fixture(scope="session")
 def wheelhouse(repo_snapshot: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The install phase's wheels (fastverify's dependencies, its build backend) plus
-    fastverify's own wheel, built offline from the snapshot once per run: the xdist workers
-    share it (a second build would replace the fastverify wheel under a worker installing
-    it). The containers and the nspawn machine install from it, offline."""
+    """This run's wheels: the install phase's (fastverify's dependencies, its build backend)
+    and fastverify's own, built offline from the snapshot once per run, in the run's own
+    directory (the xdist workers share it; another run beside this one has its own). The
+    containers and the nspawn machine install from it, offline."""
     prebuilt("wheelhouse")
-    dest = prebuild.WHEELHOUSE
 
-    def build(done: Path) -> None:
-        with locked(CACHE / "wheelhouse.lock"):  # another run's workers
-            for old in dest.glob("fastverify-*.whl"):
-                old.unlink()
-            run(
-                [sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check",
-                 "--no-index", "--find-links", str(dest), "--wheel-dir", str(dest),
-                 str(repo_snapshot), "hatchling"],
-                timeout=240,
-            )  # fmt: skip
-        done.write_text(str(dest))
+    def build(dest: Path) -> None:
+        dest.mkdir(exist_ok=True)
+        for whl in prebuild.WHEELHOUSE.glob("*.whl"):
+            if not whl.name.startswith("fastverify-"):
+                shutil.copy2(whl, dest)
+        run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check",
+             "--no-index", "--no-deps", "--find-links", str(dest), "--wheel-dir", str(dest),
+             str(repo_snapshot)],
+            timeout=240,
+        )  # fmt: skip
 
-    once(tmp_path_factory, "wheelhouse.done", build)
-    return dest
+    return once(tmp_path_factory, "wheelhouse", build)
 
 
 @pytest.fixture(scope="session")
