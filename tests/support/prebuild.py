@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -93,17 +94,20 @@ def remove_tree(path: Path) -> None:
 # --- the rootfs ------------------------------------------------------------------------------
 
 
+# debootstrap's stage lines, as against its one line per package per step
+_STAGE = re.compile(r"packages\.\.\.|base system|successfully|Resolving|Checking|Release")
+
+
 def _follow(proc: subprocess.Popen[str], what: str, t0: float, every: float = 10.0) -> None:
-    """Print a progress line from a build's output at most every `every` seconds, and each
-    stage change (debootstrap's "I: Retrieving/Validating/Extracting/Installing ...")."""
+    """Print each stage line of a build's output ("I: Unpacking required packages...") and,
+    between them, the latest line at most every `every` seconds."""
     assert proc.stdout is not None
-    last_print, stage = 0.0, ""
+    last_print = 0.0
     for line in proc.stdout:
         line = line.rstrip()
         now = time.monotonic()
-        word = line.split(" ", 2)[1] if line.startswith("I: ") and " " in line else ""
-        if word != stage or now - last_print >= every:
-            stage, last_print = word, now
+        if _STAGE.search(line) or now - last_print >= every:
+            last_print = now
             say(f"{what} {now - t0:5.0f} s  {line[:100]}")
 
 
