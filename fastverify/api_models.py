@@ -181,6 +181,11 @@ weight_cache (object): SGLang's weight-cache daemon as fastverifyd runs it
   (docs/guides/weight-cache.md): `{setting, state, available, speculative, restarts, last_failure,
   mismatch, pid?, pgid?, ranks?, rank_pids?, adopted?, started_at?, ready_s?, log?, argv?,
   fingerprint?, bytes, bytes_source, memory_note?}`
+frontdoor (object): the front door on the server's public port (`[frontdoor]`): `{mode}` when
+  off, else `{mode, listen, pid, restarts, state: serving|holding|no_engine|down, port,
+  in_flight, waiting, queue_size, max_wait_s, totals: {requests, held, refused, cut,
+  switches}, last_episode, standby?: {mode, why}}`; `standby` (mode standby): whether a
+  second engine fits beside the serving one now, from its memory and the weight cache's
 speculation (object | null): a drafting mode with the exporter on: `{active_steps,
   fixed_steps, seconds_at_steps: {"STEPS": s}, live_acceptance: {"STEPS": {requests,
   accept_length: {"K": L}}}, plan_stale, plan_why, replan}`: the draft steps SGLang runs now,
@@ -207,7 +212,8 @@ HISTORY = Endpoint(
                  "never splits records of the same `finished_at`)")),
     answer="array of operation records: `{id, kind, profile, mode, result, reason, message, "
     "line, log, started_at, finished_at, duration_s, engine_ready_s?, tuner?, allreduce?, "
-    "rolled_back_to?, fallback_to?, previous, serving}`",
+    "rolled_back_to?, fallback_to?, previous, serving, switch?}`; `switch`: how the operation "
+    "looked to clients (see Operations)",
 )
 LOGS = Endpoint(
     "GET", "/v1/logs", "logs", "The engine's and the daemon's log lines.",

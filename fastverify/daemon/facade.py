@@ -148,6 +148,7 @@ class ControlFacade:
             }
         engine["identity"] = self.engine_identity()
         out["weight_cache"] = c.cache.status()  # outside the lock: NVML may be asked
+        out["frontdoor"] = c.door.status()  # outside the lock: asks the front door
         # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
         engine["capabilities"] = self.capabilities(argv)
         out["speculation"] = self.speculation(out["profile"], out["mode"], argv)

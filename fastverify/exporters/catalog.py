@@ -41,7 +41,9 @@ if TYPE_CHECKING:
         float, an info's label dict, a histogram's buckets and sum): the collectors' tests
         check it, not this signature."""
 
-        def add_metric(self, labels: Sequence[str], value: Any, *args: Any) -> None: ...
+        def add_metric(
+            self, labels: Sequence[str], value: Any = None, *args: Any, **kw: Any
+        ) -> None: ...
 
 else:
     Family = Metric
@@ -231,6 +233,20 @@ WEIGHT_CACHE = _s(
      "Engine starts the weight cache should have served that loaded from disk, by reason",
      ("reason",)),
 )  # fmt: skip
+FRONTDOOR = _s(
+    "frontdoor",
+    ("fastverify_frontdoor_up", "gauge",
+     "1 while the front door answers its control socket (absent with [frontdoor] mode off)", ()),
+    ("fastverify_frontdoor_held_requests_total", "counter",
+     "Requests the front door held while the engine was replaced", ()),
+    ("fastverify_frontdoor_cut_requests_total", "counter",
+     "Answers the engine broke off mid-way (a drain timeout, a crash)", ()),
+    ("fastverify_frontdoor_refused_requests_total", "counter",
+     "Held requests answered 503 + Retry-After (queue full, or held longer than max_wait_s)",
+     ()),
+    ("fastverify_frontdoor_waiting_requests", "gauge", "Requests held now", ()),
+    ("fastverify_frontdoor_hold_seconds", "histogram", "How long each held request waited", ()),
+)  # fmt: skip
 API_AUTH = _s(
     "api_auth",
     ("fastverify_api_auth_failures_total", "counter",
@@ -263,7 +279,7 @@ SOURCES = _s(
 
 # In exposition order: the collectors are registered in this order.
 CATALOG: tuple[Series, ...] = (*ENGINE, *DECODE, *BASELINES, *SPECULATION, *TRACES,
-                               *INSPECTOR, *DAEMON, *WEIGHT_CACHE, *API_AUTH, *LOGS,
+                               *INSPECTOR, *DAEMON, *WEIGHT_CACHE, *FRONTDOOR, *API_AUTH, *LOGS,
                                *SOURCES)  # fmt: skip
 BY_NAME: dict[str, Series] = {s.name: s for s in CATALOG}
 COLLECTOR_SOURCES: tuple[str, ...] = tuple(dict.fromkeys(s.source for s in CATALOG))
