@@ -19,6 +19,7 @@ Usage:
   scripts/sglang_facts.py --versions 0.5.20 0.5.23 [--check]
   scripts/sglang_facts.py --print 0.5.23 # one release's facts on stdout
   scripts/sglang_facts.py --check --no-cache  # re-extract every release from scratch
+  scripts/sglang_facts.py --download     # only fetch the wheels (./scripts/test does)
 
 An extraction is a function of the wheel, this script and the Python that runs its `ast`:
 each is kept beside the wheels, keyed by the three (the wheel's sha256, this file's, the
@@ -1072,6 +1073,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--versions", nargs="+", default=list(RELEASES))
     ap.add_argument("--check", action="store_true", help="diff against the data files")
+    ap.add_argument(
+        "--download", action="store_true", help="only fetch the wheels into the cache, then exit"
+    )
     ap.add_argument("--print", dest="show", metavar="VERSION")
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     ap.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
@@ -1087,6 +1091,9 @@ def main(argv: list[str] | None = None) -> int:
     versions = args.versions
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:  # downloads
         list(pool.map(download, versions))
+    if args.download:
+        print(f"wheels of {len(versions)} releases in {cache_dir()}", file=sys.stderr)
+        return 0
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:  # ast: CPU-bound
         work = extract if args.no_cache else extract_kept
         results = dict(zip(versions, pool.map(work, versions), strict=True))

@@ -24,6 +24,7 @@ import pytest
 
 from fastverify.client import ApiError, ControlClient, DaemonUnavailable
 from fastverify.credentials import client_context
+from tests.support import host_dirs
 from tests.support.harness import REPO, DaemonHarness, free_port
 from tests.support.tlscerts import TOKEN, Pair
 from tests.support.tlscerts import door_config as _config
@@ -236,7 +237,7 @@ def test_bad_tls_files_stop_start_up_clearly(
 def test_cli_says_what_is_wrong_with_its_own_tls_options(
     tmp_path: Path, pki: dict[str, Any]
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FASTVERIFY_", "NCCL_"))}
+    env = host_dirs.clean_env(("FASTVERIFY_", "NCCL_"))
     env["PYTHONPATH"] = str(REPO)
 
     def ctl(*args: str) -> subprocess.CompletedProcess[str]:
