@@ -1,5 +1,7 @@
 """The engine as the daemon sees it: up, the active profile and its settings (the hub's
-identity), the server's SGLang release and the TP all-reduce backend confirmed at verify."""
+identity), the server's SGLang release, the TP all-reduce backend confirmed at verify and,
+for a drafting server, whether SGLang forces its accept length (SGLANG_SIMULATE_ACC_LEN) or
+the drafter earns it."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from prometheus_client.core import Metric
 
 from fastverify.exporters.collectors.base import EngineChange, Source, info, one
 from fastverify.redact import is_secret_name
+from fastverify.sglang.forced import SETTINGS_KEY as ACCEPTANCE_SOURCE
 
 _LABEL_BAD = re.compile(r"[^a-z0-9_]")
 _RESERVED = {"profile", "mode", "engine"}
@@ -28,6 +31,8 @@ def profile_labels(
         if is_secret_name(name):
             continue
         label = _LABEL_BAD.sub("_", name.lower())
+        if name == ACCEPTANCE_SOURCE:
+            continue
         if not label or label[0].isdigit() or label.startswith("__") or label in _RESERVED:
             continue
         labels[label] = str(value)
@@ -69,6 +74,11 @@ class EngineSource(Source):
             labels = profile_labels(h.profile or "", h.mode or "", h.engine_kind or "",
                                     h.settings)  # fmt: skip
             yield info("fastverify_profile_info", labels)
+        source = h.settings.get(ACCEPTANCE_SOURCE)
+        if source and up:
+            yield info("fastverify_spec_acceptance_source_info",
+                       {"profile": h.profile or "", "mode": h.mode or "",
+                        "source": source})  # fmt: skip
         if self._sglang:
             supported = "true" if self._sglang["supported"] else "false"
             yield info("fastverify_engine_info", {**self._sglang, "supported": supported})
