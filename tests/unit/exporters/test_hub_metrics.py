@@ -344,9 +344,9 @@ def test_active_steps_time_at_each_and_recorded_acceptance() -> None:
     assert value(s, "fastverify_spec_recorded_accept_length", **lab, k="1") == pytest.approx(1.6)
     # acceptance SGLang forced is recorded as such, never as measured
     forced = "forced (SGLANG_SIMULATE_ACC_LEN=2)"
-    hub.speculation.on_acceptance({"profile": "ring-ll", "mode": "eagle3", "steps": 3, "weights": "dummy",
-                       "usable": False, "histogram": [0, 10],
-                       "acceptance_source": forced})  # fmt: skip
+    hub.speculation.on_acceptance({"profile": "ring-ll", "mode": "eagle3", "steps": 3,
+                                   "weights": "dummy", "usable": False, "histogram": [0, 10],
+                                   "acceptance_source": forced})  # fmt: skip
     lab = {**lab, "weights": "dummy", "usable": "false", "source": forced}
     assert value(scrape(hub), "fastverify_spec_recorded_accept_length", **lab, k="3") == 2.0
     # a baseline server has no active steps
