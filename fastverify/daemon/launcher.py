@@ -91,6 +91,7 @@ class EngineHandle:
     allreduce_watch: Any = None  # allreduce_check.AllreduceWatch (None: adopted)
     allreduce: dict[str, Any] | None = None  # the serving backend, confirmed at verify
     expected_sglang: dict[str, str] = field(default_factory=dict)  # the profile's SGLANG_*
+    env_names: tuple[str, ...] | None = None  # the names it was started with (None: unknown)
     watch: Any = None  # watch.EngineWatch while serving (crashes.py starts it)
     weights_watch: Any = None  # weights.WeightsWatch: what SGLang says of the weights
     weights_gate: Any = None  # weights.Gate: whether the weight cache was to serve it
@@ -116,6 +117,7 @@ class EngineHandle:
             "url": self.url,
             "expected_nccl": self.expected_nccl,
             "expected_sglang": self.expected_sglang,
+            "env_names": list(self.env_names) if self.env_names is not None else None,
             "nccl_debug_dir": str(self.nccl_debug_dir) if self.nccl_debug_dir else None,
             "started_at": self.started_at,
             "daemon_pid": os.getpid(),
@@ -255,6 +257,7 @@ class Launcher:
             url=self.url(),
             expected_nccl=expected,
             expected_sglang=verify.sglang_part(profile.env),
+            env_names=tuple(sorted(env)),
             proc=proc,
             nccl_debug_dir=debug_dir,
             follower=self.engine.follower(argv),
@@ -316,6 +319,7 @@ class Launcher:
             url=info.get("url") or self.url(),
             expected_nccl=dict(info.get("expected_nccl") or {}),
             expected_sglang=dict(info.get("expected_sglang") or {}),
+            env_names=tuple(info["env_names"]) if info.get("env_names") is not None else None,
             adopted=True,
             nccl_debug_dir=Path(info["nccl_debug_dir"]) if info.get("nccl_debug_dir") else None,
         )
