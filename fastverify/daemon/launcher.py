@@ -70,6 +70,7 @@ class EngineHandle:
     url: str
     expected_nccl: dict[str, str]
     proc: Any = None  # subprocess.Popen when we spawned it, None when adopted
+    start_ticks: int | None = None  # procs.start_ticks: the identity a clock step keeps
     tail: logs.LogTail | None = None
     started_mono: float = field(default_factory=time.monotonic)
     started_at: float = field(default_factory=_now)
@@ -109,6 +110,7 @@ class EngineHandle:
             "pid": self.pid,
             "pgid": self.pgid,
             "create_time": self.create_time,
+            "start_ticks": self.start_ticks,
             "engine_id": self.engine_id,
             "argv": self.argv,
             "log": str(self.log_path),
@@ -250,6 +252,7 @@ class Launcher:
             pid=proc.pid,
             pgid=proc.pid,
             create_time=procs.create_time(proc.pid),
+            start_ticks=procs.start_ticks(proc.pid),
             argv=argv,
             log_path=log_path,
             profile=profile.name,
@@ -312,6 +315,7 @@ class Launcher:
             pid=int(info["pid"]),
             pgid=int(info.get("pgid", info["pid"])),
             create_time=info.get("create_time"),
+            start_ticks=info.get("start_ticks"),
             argv=list(info.get("argv", [])),
             log_path=Path(info.get("log", "")),
             profile=info["profile"],

@@ -40,6 +40,7 @@ class CacheHandle:
     exit_code: int | None = None
     fingerprint: dict[str, Any] = field(default_factory=dict)
     rank_pids: list[int] = field(default_factory=list)
+    start_ticks: int | None = None  # procs.start_ticks: the identity a clock step keeps
 
     def record(self) -> dict[str, Any]:
         return {
@@ -47,6 +48,7 @@ class CacheHandle:
             "pid": self.pid,
             "pgid": self.pgid,
             "create_time": self.create_time,
+            "start_ticks": self.start_ticks,
             "argv": self.argv,
             "log": str(self.log_path),
             "env_paths": self.env_paths,
