@@ -136,7 +136,11 @@ class ControlFacade:
                 "lease": self.leases.current(),
                 "decision": self._decision_now(),
                 "sglang": _sglang_summary(c.engine),
-                "findings": [*c.store.findings, *c.findings.values()],
+                "findings": [
+                    *c.store.findings,
+                    *c.findings.values(),
+                    *filter(None, [c.store.journal_problem]),
+                ],
                 "daemon": {
                     "pid": os.getpid(),
                     "state_dir": str(c.store.dir),

@@ -390,7 +390,18 @@ class Launcher:
         """Why the engine's leader exited (from the last log lines and the exit code)."""
         if h.tail is not None:
             h.tail.stop()
-        return failures.classify(h.recent_lines(), exit_code=h.exit_code, log=str(h.log_path))
+        failure = failures.classify(h.recent_lines(), exit_code=h.exit_code, log=str(h.log_path))
+        full = self.store.full() if h.exit_code is not None and h.exit_code >= 0 else None
+        if full:  # e.g. exited(120): Python could not flush its log at exit
+            return Failure(
+                "state_dir_full",
+                f"{full}; the engine stopped ({failure.message}) (free space, then "
+                "`fastverifyctl profile set` again)",
+                failure.line,
+                str(h.log_path),
+                h.exit_code,
+            )
+        return failure
 
     def await_ready(
         self,

@@ -19,6 +19,7 @@ and rebuilt from the last good switch record of the journal; unreadable journal 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ log = logging.getLogger("fastverifyd.state")
 STATE_VERSION = 1
 JOURNAL_MAX_BYTES = 16 * 1024 * 1024
 KEEP_START_LOGS = 50
+FULL_BELOW = 64 * 1024  # a file system with less left cannot take an engine log's next lines
 
 
 class StateStore:
@@ -52,6 +54,7 @@ class StateStore:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self.findings: list[str] = []  # what load() found wrong, for status and the log
+        self.journal_problem: str | None = None  # the last append failed (append_journal)
 
     # -- state.json ---------------------------------------------------------------------
     def load_state(self) -> dict[str, Any]:
@@ -136,9 +139,34 @@ class StateStore:
 
     # -- journal.jsonl ------------------------------------------------------------------
     def append_journal(self, record: dict[str, Any]) -> None:
+        """Append one record whole, or raise and leave the journal as it was; the failure
+        holds in `journal_problem` (status findings) until an append succeeds again."""
         with self._lock:
-            self._rotate_if_large()
-            append_jsonl(self.journal_path, record, sort_keys=True, compact=False)
+            try:
+                self._rotate_if_large()
+                append_jsonl(self.journal_path, record, sort_keys=True, compact=False)
+            except OSError as exc:
+                full = "state dir full: " if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+                self.journal_problem = (
+                    f"{full}cannot append to {self.journal_path} ({exc.strerror or exc}); "
+                    f"a {record.get('type', 'record')} record was not written (free space "
+                    f"in {self.dir})"
+                )
+                raise
+            self.journal_problem = None
+
+    def full(self) -> str | None:
+        """`state dir full: ...` when the state dir's file system has less than FULL_BELOW
+        bytes left for this process (None: room, or it cannot be told)."""
+        try:
+            vfs = os.statvfs(self.dir)
+        except OSError:
+            return None
+        blocks = vfs.f_bfree if os.geteuid() == 0 else vfs.f_bavail
+        free = blocks * vfs.f_frsize
+        if free >= FULL_BELOW:
+            return None
+        return f"state dir full: {self.dir} has {free} bytes left"
 
     def _rotate_if_large(self) -> None:
         """Keep the journal bounded: past JOURNAL_MAX_BYTES the file becomes journal.1.jsonl
