@@ -142,6 +142,9 @@ def cli(ctx: click.Context, socket_path: str | None, **door: str | None) -> None
 
 
 def main() -> None:
+    from fastverify.cli import term
+
+    term.install()  # nothing a caller wrote reaches the terminal raw (cli/term.py)
     try:
         cli(prog_name="fastverifyctl")
     except (ConnectionError, TimeoutError) as exc:
