@@ -122,7 +122,7 @@ class LazyGroup(SuggestingGroup):
     "--socket",
     "socket_path",
     envvar="FASTVERIFY_SOCKET",
-    type=click.Path(dir_okay=False),
+    type=click.Path(dir_okay=False, readable=False),
     default=None,
     show_envvar=True,
     help="Daemon control socket, for every command that talks to fastverifyd (each of them "

@@ -162,3 +162,5 @@ def read_json(path: str | os.PathLike[str], error: type[Exception]) -> Any:
         raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
     except json.JSONDecodeError as exc:
         raise error(f"{path}: line {exc.lineno}: not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise error(f"{path}: not JSON fastverify reads (nested too deeply)") from None

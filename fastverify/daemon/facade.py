@@ -22,8 +22,9 @@ import logging
 import os
 import threading
 import time
+import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fastverify.config import SPEC_MODES, weights_label
 from fastverify.daemon import events as ev
@@ -38,6 +39,31 @@ from fastverify.engines.sglang import load_format_of
 from fastverify.host import here as host_here
 from fastverify.lease_record import describe as describe_lease
 from fastverify.redact import mask_argv
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def records(what: str) -> Callable[[_F], _F]:
+    """A record endpoint's method: a state dir that refuses the write (read-only, full,
+    permissions) is the 507 it is, with what was not recorded, never a 500."""
+
+    def wrap(method: _F) -> _F:
+        @functools.wraps(method)
+        def run(self: Any, *args: Any, **kw: Any) -> Any:
+            try:
+                return method(self, *args, **kw)
+            except OSError as exc:
+                raise RequestError(
+                    507,
+                    f"{what} not recorded: the state dir {self.ctl.store.dir} refused the write "
+                    f"({exc.strerror or exc}); nothing was changed (make it writable, free "
+                    "space)",
+                    reason="state_dir_unwritable",
+                ) from None
+
+        return run  # type: ignore[return-value]
+
+    return wrap
 
 log = logging.getLogger("fastverifyd.facade")
 
@@ -352,6 +378,7 @@ class ControlFacade:
     def baselines(self) -> dict[str, Any]:
         return self.ctl.store.load_baselines()
 
+    @records("baseline")
     def set_baseline(self, body: dict[str, Any]) -> dict[str, Any]:
         """Validate, persist (baselines.json) and announce a baseline measurement.
         RequestError(422) names every bad field (`fields`: field -> what is wrong)."""
@@ -388,6 +415,7 @@ class ControlFacade:
     def decision(self) -> dict[str, Any]:
         return self.ctl.store.load_json("decision.json")
 
+    @records("decision")
     def record_decision(self, body: dict[str, Any], caller: Any = None) -> dict[str, Any]:
         """Validate, persist (decision.json + a history record) and announce a tuning
         decision (fastverify.daemon.decision). RequestError(422) names every bad field."""
@@ -412,6 +440,7 @@ class ControlFacade:
 
         return {"curves": acceptance.load(self.ctl.store)}
 
+    @records("acceptance")
     def record_acceptance(self, body: dict[str, Any]) -> dict[str, Any]:
         from fastverify.daemon import acceptance
 
@@ -432,6 +461,7 @@ class ControlFacade:
 
         return self.ctl.store.load_json(acceptance.PLAN_FILE)
 
+    @records("speculation plan")
     def store_spec_plan(self, body: dict[str, Any]) -> dict[str, Any]:
         from fastverify.daemon import acceptance
 

@@ -237,7 +237,7 @@ class Launcher:
         debug_dir = None
         if self.cfg.daemon.nccl_debug or tuner_check.wants_nccl_debug(profile):
             debug_dir = self.store.logs_dir / f"{base}.nccl"
-            debug_dir.mkdir(parents=True, exist_ok=True)
+            debug_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
         env = self.engine_env(profile, engine_id, debug_dir)
         expected = verify.nccl_part({k: v for k, v in env.items() if k != procs.ENGINE_ID_VAR})
         hidden = secret_values(env, argv)

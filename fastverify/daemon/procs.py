@@ -30,6 +30,7 @@ log = logging.getLogger("fastverifyd.procs")
 
 ENGINE_ID_VAR = "FASTVERIFY_ENGINE_ID"
 KEEP_ENVIRON_VAR = "SPT_NOENV"  # setproctitle: leave /proc/PID/environ as it was
+LOG_MODE = 0o640  # engine logs: readable by root and the daemon's group, never by others
 
 
 def spawn(
@@ -47,8 +48,11 @@ def spawn(
     `sigint_default`: SIGINT's default disposition in the child (the weight cache's launcher
     stops on KeyboardInterrupt, which a SIGINT ignored by inheritance never raises).
     """
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab", buffering=0) as out:
+    log_path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
+    # an engine's log quotes its argv and environment-derived lines: owner and group only
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, LOG_MODE)
+    os.fchmod(fd, LOG_MODE)
+    with open(fd, "ab", buffering=0) as out:
         return subprocess.Popen(
             list(argv),
             env=env,
@@ -246,7 +250,8 @@ def stop_group(
     proc_root: Path = PROC,
     sig: int = signal.SIGTERM,
 ) -> StopResult:
-    """SIGTERM the group's leader (the server: SGLang stops its own schedulers and
+    """SIGCONT the group (a stopped process acts on nothing else), then SIGTERM the group's
+    leader (the server: SGLang stops its own schedulers and
     detokenizer on SIGTERM; a SIGTERM sent to them as well reads to SGLang as a crashed
     child, and it then waits 5 s for crash diagnostics), or the whole group when the leader
     is gone; wait up to grace_s for the group to be gone, then SIGKILL it and wait again.
@@ -263,6 +268,9 @@ def stop_group(
                 proc.wait(timeout=0.1)
         return StopResult("none", 0.0, [])
     used = "SIGTERM"
+    # a stopped process (SIGSTOP, a debugger, a hang test) holds SIGTERM pending until it runs
+    # again: continue the whole group first, or the grace would be waited out for nothing
+    _send_group(pgid, signal.SIGCONT)
     if _leader_alive(pgid, proc_root):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pgid, sig)

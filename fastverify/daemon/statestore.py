@@ -51,7 +51,9 @@ class StateStore:
         self.pid_path = self.dir / "engine.pid"
         self.baselines_path = self.dir / "baselines.json"
         self.logs_dir = self.dir / "logs"
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):  # engine logs are never others' to read
+            os.chmod(self.logs_dir, 0o750)
         self._lock = threading.Lock()
         self.findings: list[str] = []  # what load() found wrong, for status and the log
         self.journal_problem: str | None = None  # the last append failed (append_journal)

@@ -61,6 +61,14 @@ class WatchPolicy:
         `check_s` (SGLang's 503 after 20 s; at most `timeout_s`)."""
         return (self.failures - 1) * (self.retry_s + min(check_s, self.timeout_s))
 
+    def worst_case_s(self, check_s: float = SGLANG_HEALTH_CHECK_S) -> float:
+        """Seconds from an engine's hang to the verdict, at worst: it hangs just after a
+        check passed (a whole interval), then its first check fails after `check_s` (or
+        gives no answer within `timeout_s`, a verdict at once), then the others."""
+        if check_s >= self.timeout_s:
+            return self.interval_s + self.timeout_s
+        return self.interval_s + check_s + self.detection_s(check_s)
+
 
 def file_tail(path: str, limit: int = 65536) -> list[str]:
     """The last lines of the engine's log file as it is now: SGLang (and the sim) write and
@@ -141,8 +149,9 @@ class EngineWatch(threading.Thread):
     def run(self) -> None:
         p = self.policy
         log.info("engine pid %s: checking %s every %g s; a hung engine is declared %g s after "
-                 "its first failed check", self.pid, client.HEALTH_GENERATE, p.interval_s,
-                 p.detection_s())  # fmt: skip
+                 "its first failed check (at most %g s after it hangs)", self.pid,
+                 client.HEALTH_GENERATE, p.interval_s, p.detection_s(),
+                 p.worst_case_s())  # fmt: skip
         while not self._stop.wait(p.retry_s if self.failed_in_row else p.interval_s):
             if not self.serving():
                 return
