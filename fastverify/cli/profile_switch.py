@@ -339,9 +339,8 @@ def _stdout_to_devnull() -> None:
 
 def _follow_rich(events: Any, follower: Follower) -> dict[str, Any] | None:
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from rich.markup import escape
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fastverify.cli.term import raw, safe
 

@@ -142,7 +142,8 @@ def _passthrough_name(name: str) -> str | None:
 
 
 passthrough_names = str_list(
-    Check("a variable name, not NCCL_* or a loader/interpreter name", _passthrough_name), "a list of variable names"
+    Check("a variable name, not NCCL_* or a loader/interpreter name", _passthrough_name),
+    "a list of variable names",
 )
 
 

@@ -18,11 +18,11 @@ controller's fields, the log ring or the exporter runtime itself.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
-import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -64,6 +64,7 @@ def records(what: str) -> Callable[[_F], _F]:
         return run  # type: ignore[return-value]
 
     return wrap
+
 
 log = logging.getLogger("fastverifyd.facade")
 

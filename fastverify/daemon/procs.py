@@ -3,8 +3,8 @@
 Only processes we started are ever signalled: the engine is spawned with
 `start_new_session=True` (its pgid is its pid) and carries a random
 `FASTVERIFY_ENGINE_ID` in its environment; `is_ours()` checks that marker (and the
-recorded start time, in clock ticks since boot) before anything is killed, so a stale pid file that now names
-somebody else's process is ignored, never acted on. Nothing here kills by name.
+recorded start time, in clock ticks since boot) before anything is killed, so a stale pid
+file that now names somebody else's process is ignored, never acted on. Nothing here kills by name.
 
 Process facts come from a proc root (`proc_root`, default /proc) read directly: stat
 (pid, ppid, pgid, state, start time), environ and /proc/stat's btime. Tests point it at a

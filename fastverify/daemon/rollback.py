@@ -112,7 +112,6 @@ class RollbackSteps:
         self.c.set_state(State.FAILED, f"rollback failed: {outcome.reason}")
         return outcome
 
-
     def _room_for(self, target: dict[str, str]) -> bool:
         """Wait until the state dir takes the rollback's writes (pid file, engine log): a
         start on a full disk would only fail again. The last good profile is put back when

@@ -190,7 +190,7 @@ def check_process_env(
             hint = " (the engine sets it for its workers)" if k in engine_owned else ""
             parts.append(f"{k}={got} (profile: {want}){hint}")
         for k, v in first.unexpected.items():
-            whose = "the profile" if k.startswith("NCCL_") else "the environment fastverifyd composed"
+            whose = "the profile" if k.startswith("NCCL_") else "what fastverifyd composed"
             parts.append(f"{k}={v} not in {whose}")
         msg = f"{len(bad)} of {len(checks)} process(es) differ; pid {first.pid}: " + "; ".join(
             parts

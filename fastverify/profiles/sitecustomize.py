@@ -111,8 +111,11 @@ class _Importer:
     def set_var(self, name: str, value: str, line: int, conditional: bool) -> None:
         if not is_profile_var(name):
             self.result.skipped.append(
-                (line, f"{name} is not a profile variable; left out "
-                 "(a profile holds only NCCL_*, SGLANG_* and FLASHINFER_* tuning)")
+                (
+                    line,
+                    f"{name} is not a profile variable; left out "
+                    "(a profile holds only NCCL_*, SGLANG_* and FLASHINFER_* tuning)",
+                )
             )
             return
         prev = self.result.variables.get(name)

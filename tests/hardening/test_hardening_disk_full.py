@@ -93,17 +93,21 @@ def test_the_state_dir_filling_mid_switch_says_so_and_puts_the_last_good_back(
             t = threading.Thread(target=switch)
             t.start()
             d.wait_for(
-                lambda: (s := d.status())["state"] == "STARTING"
-                and s["engine"]["pid"] not in (None, good["engine"]["pid"]),
+                lambda: (
+                    (s := d.status())["state"] == "STARTING"
+                    and s["engine"]["pid"] not in (None, good["engine"]["pid"])
+                ),
                 30,
                 "the new engine to load",
             )
             filler = d.state_dir / "filler"
             fill(filler)
             st = d.wait_for(
-                lambda: (s := d.status())["last_failure"]
-                and s["last_failure"]["reason"] == "state_dir_full"
-                and s,
+                lambda: (
+                    (s := d.status())["last_failure"]
+                    and s["last_failure"]["reason"] == "state_dir_full"
+                    and s
+                ),
                 60,
                 "the switch to fail for the full state dir",
             )

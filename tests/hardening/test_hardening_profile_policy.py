@@ -91,7 +91,7 @@ def test_verify_finds_a_variable_the_daemon_did_not_compose(tmp_path: Path) -> N
         assert ok.ok, ok.message
         bad = verify.check_process_env(dirty.pid, {"NCCL_ALGO": "Ring"}, composed=list(composed))
         assert not bad.ok and bad.reason == "env_mismatch"
-        assert "PYTHONSTARTUP" in bad.message and "fastverifyd composed" in bad.message
+        assert "PYTHONSTARTUP" in bad.message and "what fastverifyd composed" in bad.message
     finally:
         for p in (clean, dirty):
             p.kill()

@@ -51,9 +51,11 @@ def test_a_hung_engine_under_the_default_watch_is_restarted_with_sigterm(tmp_pat
         eng = d.status()["engine"]
         os.killpg(eng["pgid"], signal.SIGSTOP)
         st = d.wait_for(
-            lambda: (s := d.status())["last_failure"]
-            and s["last_failure"]["reason"] == "engine_unresponsive"
-            and s,
+            lambda: (
+                (s := d.status())["last_failure"]
+                and s["last_failure"]["reason"] == "engine_unresponsive"
+                and s
+            ),
             120,
             "the default watch to find the hang",
         )
@@ -161,7 +163,8 @@ def test_deeply_nested_toml_and_a_fifo_as_config_exit_2(tmp_path: Path) -> None:
         proc = subprocess.run(
             [sys.executable, "-m", "fastverify.daemon.main", "--config", str(cfg),
              "--state-dir", str(tmp_path / "state"), "--socket", str(tmp_path / "s.sock")],
-            capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
         )  # fmt: skip
         assert proc.returncode == 2, (cfg, proc.returncode, proc.stderr[-2000:])
         assert says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -44,7 +44,7 @@ def errors_of(store: ProfileStore, name: str = "p") -> list[tuple[int, str]]:
 def test_anything_but_nccl_sglang_flashinfer_is_refused_with_file_and_line(
     tmp_path: Path, line: str
 ) -> None:
-    store, f = store_with(tmp_path, "NCCL_ALGO=Ring\n" + line + "\n")
+    store, _ = store_with(tmp_path, "NCCL_ALGO=Ring\n" + line + "\n")
     errs = errors_of(store)
     name = line.split("=")[0]
     assert [ln for ln, _ in errs] == [3], errs
