@@ -517,8 +517,14 @@ class ControlFacade:
                 f"no engine is serving (state {self.ctl.state}): nothing to profile",
                 busy=self.ctl.op is not None,
             )
+        watch = getattr(self.ctl.current, "watch", None)  # its checks are not traffic
         try:  # a background window in progress is waited for, not a refusal
-            return runtime.capture(steps, cancelled, wait_s=runtime.capture_timeout_s)
+            return runtime.capture(
+                steps,
+                cancelled,
+                wait_s=runtime.capture_timeout_s,
+                quiet=watch.quiet if watch is not None else None,
+            )
         except EngineIdle as exc:
             raise RequestError(409, str(exc), reason="capture_refused", busy=False) from None
         except CaptureRefused as exc:

@@ -22,10 +22,11 @@ an exit.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,6 +119,7 @@ class EngineWatch(threading.Thread):
         self.log_path = log_path
         self.pid = pid
         self._stop = threading.Event()
+        self._checking = threading.Lock()  # held by a check, or by `quiet()`
         self.polls = 0  # answered or not, for status and tests
         self.failed_in_row = 0
         self.failing_since: float | None = None  # wall clock of the first failed check
@@ -155,7 +157,8 @@ class EngineWatch(threading.Thread):
         while not self._stop.wait(p.retry_s if self.failed_in_row else p.interval_s):
             if not self.serving():
                 return
-            verdict = self._poll()
+            with self._checking:
+                verdict = self._poll()
             self.polls += 1
             if verdict is None or self._stop.is_set() or not self.serving():
                 continue
@@ -165,6 +168,14 @@ class EngineWatch(threading.Thread):
                         verdict.message)  # fmt: skip
             self.on_unresponsive(verdict)
             return
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """No check runs inside (one in flight ends first): a caller telling whether the
+        engine serves traffic (a trace capture's idle check) must not count the watch's own
+        1-token generation as traffic."""
+        with self._checking:
+            yield
 
     def _failed(self, why: str) -> None:
         """One more failed check in a row (the first one starts the clock)."""
