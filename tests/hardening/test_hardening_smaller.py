@@ -92,6 +92,8 @@ def test_credentials_in_urls_are_masked_everywhere_the_daemon_answers(tmp_path: 
             "argv": json.dumps(client.server_argv()),
             "ctl status": d.ctl("status", "--json").stdout,
             "ctl logs": d.ctl("logs", "-n", "1000").stdout,
+            "history": json.dumps(client.get("/v1/history")),
+            "fastverifyd's log": d.log_text(),
         }
         assert "alice:***@models.example" in answers["argv"]
         for where, text in answers.items():
