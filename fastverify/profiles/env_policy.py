@@ -6,8 +6,9 @@ A profile is an NCCL (and SGLang/FlashInfer) env file, nothing more (`profile_na
 
 - `NCCL_*` (nccl_vars.csv decides which exist), the `SGLANG_*` variables the pinned
   release's facts declare (fastverify/sglang/facts/*.json), FlashInfer's variables that
-  fastverify knows (`fastverify.sglang.flashinfer_facts`) and fastverify's own
-  `FASTVERIFY_TUNER_TABLE`; any other name is refused.
+  fastverify knows (`fastverify.sglang.flashinfer_facts`), fastverify's own
+  `FASTVERIFY_TUNER_TABLE` and the embedded sim's `FASTVERIFY_SIM_*` knobs (plain values
+  only the stand-in reads); any other name is refused.
 - SGLang variables that import Python code (`SGLANG_PLUGINS`, the external model
   packages, ...) are refused in a profile: they belong in the daemon's `[server] env`.
 - Loader and interpreter variables (`LOADER_NAMES`, `LD_*`, `DYLD_*`) are refused
@@ -53,6 +54,8 @@ LOADER_PREFIXES = ("LD_", "DYLD_")
 
 # fastverify's own profile variable (the tuner table; fastverify.profiles.tuner)
 OWN_VARS = frozenset({"FASTVERIFY_TUNER_TABLE"})
+# the embedded sim's own knobs (the stand-in for SGLang reads them; SGLang never does)
+SIM_PREFIX = "FASTVERIFY_SIM_"
 # SGLang variables that import code (srt/environ.py; plugins and external packages)
 SGLANG_CODE_VARS = frozenset({
     "SGLANG_PLUGINS", "SGLANG_EXTERNAL_MODEL_PACKAGE", "SGLANG_EXTERNAL_MM_PROCESSOR_PACKAGE",
@@ -100,7 +103,7 @@ def profile_name_problem(name: str) -> str | None:
     """Why a profile may not set `name` (None: it may). NCCL_* and SGLANG_* names get their
     own checks (spelling, removal) in validate.py; this says only whether the family and
     the name may be in a profile at all."""
-    if name.startswith("NCCL_") or name in OWN_VARS:
+    if name.startswith(("NCCL_", SIM_PREFIX)) or name in OWN_VARS:
         return None
     if is_loader_var(name):
         return (
