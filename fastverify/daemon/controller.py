@@ -73,7 +73,7 @@ class Controller(Core):
 
     @property
     def cache(self) -> Any:
-        """The weight cache (daemon/weight_cache.WeightCache)."""
+        """The weight cache (its process group, built by the weights part: weights.py)."""
         return self.weights.cache
 
     def tick(self) -> None:
@@ -158,7 +158,7 @@ class Controller(Core):
             raise RequestError(409, "another operation is in flight")
         op.restart_clock()
         op.phases["validate"] = round(validate_s, 4)
-        notice = op.weights_notice = self.weights.notice(kind, mode, load_format)
+        notice = self.weights.notice(kind, mode, load_format, op)
         op.emit("accepted", op=op.describe(), argv=mask_argv(argv), check=verdict.to_dict(),
                 weights_notice=notice)  # fmt: skip
         self.weights.say_notice(notice)  # before anything stops
@@ -297,8 +297,7 @@ class Controller(Core):
             if self.state not in (State.STOPPING, State.STOPPED):
                 with contextlib.suppress(Exception):
                     self.set_state(State.STOPPING, "shutdown")
-            self.stop_engine(h, "stopped")
-            self.store.clear_pid()
+            self.stop_engine(h, "stopped")  # engine.pid goes with it
         with contextlib.suppress(Exception):
             if self.state == State.STOPPING:
                 self.set_state(State.STOPPED, "shutdown")

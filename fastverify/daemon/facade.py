@@ -35,6 +35,7 @@ from fastverify.daemon.observers import ExporterFeed, LiveFigures
 from fastverify.daemon.operations import Operation
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.states import State
+from fastverify.daemon.weights import load_record
 from fastverify.engines.sglang import load_format_of
 from fastverify.host import here as host_here
 from fastverify.lease_record import describe as describe_lease
@@ -135,7 +136,7 @@ class ControlFacade:
                 "progress": dict(h.progress) if h is not None else None,
                 "adopted": h.adopted if h is not None else False,
                 "weights": weights_label(load_format_of(h.argv)) if h is not None else None,
-                "weight_load": h.weights if h is not None else None,  # from the cache or disk
+                "weight_load": load_record(h),  # from the cache or disk (daemon/weights.py)
                 "tuner": h.tuner if h is not None else None,  # confirmed at verify
                 "allreduce": h.allreduce if h is not None else None,  # confirmed at verify
                 # the watch of SGLang's /health_generate after READY (daemon/watch.py)

@@ -23,7 +23,7 @@ from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.operations import Operation, OpResult
 from fastverify.daemon.states import State
 from fastverify.daemon.verifier import Verifiers
-from fastverify.daemon.weights import WeightSteps
+from fastverify.daemon.weights import WeightSteps, load_record
 from fastverify.engines.sglang import load_format_of
 from fastverify.redact import mask_argv
 
@@ -159,7 +159,7 @@ class Starts:
             f"{h.profile}/{h.mode} is serving"
             + (" on dummy weights (a trial: random output, timings only)" if trial else "")
             + f" (ready in {h.ready_s or 0.0:.2f} s, verified)"
-            + (f"; {h.weights['text']}" if h.weights else "")
+            + (f"; {record['text']}" if (record := load_record(h)) else "")
         )
         c.say(message, stream=False)  # the result says it
         return c.result(
@@ -176,6 +176,6 @@ class Starts:
             pid=h.pid,
             previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
             phases=dict(op.phases),
-            weight_load=h.weights,  # where the weights came from (daemon/weights.py)
-            weights_notice=op.weights_notice,
+            weight_load=load_record(h),  # where the weights came from (daemon/weights.py)
+            weights_notice=self.weights.notice_of(op),
         )

@@ -4,10 +4,10 @@
   (`fastverify.durable`) so a crash leaves either the old or the new file, never a torn one.
 - `journal.jsonl`: append-only, one JSON object per line, fsync'd per record: state
   transitions (`{"type": "transition", ...}`) and switch records (`{"type": "switch", ...}`).
-- `engine.pid`: the running engine's identity (pid, pgid, process start time, command
-  line, a per-start random id that is also in the engine's environment) so a daemon
+- `engine.pid` (`pid_path`): the running engine's identity (pid, pgid, process start time,
+  command line, a per-start random id that is also in the engine's environment) so a daemon
   restarted after kill -9 can find its engine and never mistake someone else's process
-  for it.
+  for it; written and read by the engine's process group (group.py).
 - `baselines.json`: measured baseline throughputs (POST /v1/baselines).
 - `decision.json`: the newest tuning decision (POST /v1/decision, `fastverifyctl tune`).
 
@@ -199,40 +199,6 @@ class StateStore:
 
     def history(self) -> list[dict[str, Any]]:
         return [r for r in self.read_journal() if r.get("type") == "switch"]
-
-    # -- engine.pid ---------------------------------------------------------------------
-    def write_pid(self, info: dict[str, Any]) -> None:
-        with self._lock:
-            atomic_write_json(self.pid_path, info)
-
-    def read_pid(self) -> dict[str, Any] | None:
-        try:
-            data = json.loads(self.pid_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            msg = f"{self.pid_path} is unreadable ({exc}); ignoring it (nothing is killed)"
-            self.findings.append(msg)
-            log.warning(msg)
-            return None
-        if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
-            self.findings.append(f"{self.pid_path} has no pid; ignoring it")
-            return None
-        return data
-
-    def clear_pid(self) -> str | None:
-        """Remove engine.pid; why it could not be removed (e.g. a read-only state dir), or
-        None. A leftover record is harmless: the next start checks it is still ours."""
-        with self._lock:
-            try:
-                self.pid_path.unlink()
-            except FileNotFoundError:
-                return None
-            except OSError as exc:
-                msg = f"cannot remove {self.pid_path} ({exc.strerror or exc})"
-                log.warning("%s", msg)
-                return msg
-        return None
 
     # -- logs/ -------------------------------------------------------------------------
     def prune_logs(self, keep: int = KEEP_START_LOGS, protect: tuple[Path, ...] = ()) -> int:

@@ -135,7 +135,8 @@ class Plan:
                 "(fastverifyctl mode set baseline)"
             )
         spans = ", ".join(f"{_span(t.sizes)} ({t.entry['candidate_steps']})" for t in pays)
-        return f"speculation pays at batch size {spans}; no drafting elsewhere"
+        rest = "; no drafting elsewhere" if len(pays) < len(self.tiers) else ""
+        return f"speculation pays at batch size {spans}{rest}"
 
     def tier_dict(self, t: Tier) -> dict[str, Any]:
         K = self.acceptance.steps

@@ -59,18 +59,6 @@ def test_missing_state_without_journal_is_empty(tmp_path: Path) -> None:
     assert s.findings == []
 
 
-def test_pid_file(tmp_path: Path) -> None:
-    s = StateStore(tmp_path)
-    assert s.read_pid() is None
-    s.write_pid({"pid": 123, "pgid": 123, "engine_id": "e"})
-    assert s.read_pid()["pgid"] == 123
-    (tmp_path / "engine.pid").write_text("garbage")
-    assert s.read_pid() is None and "unreadable" in s.findings[-1]
-    s.clear_pid()
-    s.clear_pid()
-    assert not (tmp_path / "engine.pid").exists()
-
-
 def test_journal_is_fsynced_append_only(tmp_path: Path) -> None:
     s = StateStore(tmp_path)
     for i in range(5):
