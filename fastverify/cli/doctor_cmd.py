@@ -121,7 +121,7 @@ def doctor(
     host = doctor_view(ev.status)  # the daemon's fingerprint, and results keyed to another
     findings = sorted(report.findings, key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))
     sglang_rows = [sglang_in_range(py) for py in interpreters or [sys.executable]]
-    worst = _worse(report.worst, *(r["severity"] for r in sglang_rows))
+    worst = _worse(report.worst, *(str(r["severity"]) for r in sglang_rows))
     if as_json:
         fp = {k: v for k, v in host.items() if k != "lines"}
         emit_json({**report.to_dict(), "sglang": sglang_rows, "worst": worst, "fingerprint": fp})

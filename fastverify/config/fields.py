@@ -1,5 +1,5 @@
 """The configuration, declared once: every key is a typed dataclass field whose default is
-its default and whose `Annotated` `Key` says its table, check, help and flag. The reference,
+its default and whose `Annotated` `Key` says its table, validator, help and flag. The reference,
 the example file, the loader's checks and fastverifyd's flags are derived from these."""
 
 from dataclasses import dataclass, field
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 from fastverify import paths
-from fastverify.config import checks as c
+from fastverify.config import validators as c
 from fastverify.config.spec import Key
 
 MODES = ("baseline", "eagle3", "adaptive")

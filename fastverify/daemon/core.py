@@ -250,6 +250,7 @@ def _possible_drift(engine: Any) -> str | None:
     """The facts' warning when the server's SGLang is newer than the newest known release
     (log lines, flags or metrics may have changed under fastverify), else None."""
     try:
-        return engine.facts().warning
+        warning: str | None = engine.facts().warning
+        return warning
     except (AttributeError, ValueError):
         return None

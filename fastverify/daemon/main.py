@@ -380,7 +380,8 @@ class Daemon:
                 sup.tick()
             except Exception:
                 log.exception("supervisor tick failed")
-            if (code := sup.exit_code()) is not None:
+            code: int | None = sup.exit_code()
+            if code is not None:
                 log.error(
                     "exiting with status %d: the engine stays FAILED (declarative mode, "
                     "restart.recover_retries spent); systemd's Restart= decides",

@@ -78,16 +78,16 @@ def start_up(ctl: Controller) -> None:
         if refused:
             _record_fallback(ctl, refused, (name, m))
         return
-    exc = refused[-1][2]
+    last = refused[-1][2]
     for name, m, why in refused:
         _record_refused(ctl, name, m, why, None)
     ctl.last_failure = {
-        "reason": exc.reason,
-        "message": str(exc),
+        "reason": last.reason,
+        "message": str(last),
         "log": None,
         "at": time.time(),
     }
-    ctl.set_state(State.FAILED, exc.reason)
+    ctl.set_state(State.FAILED, last.reason)
 
 
 # Refusals that another profile may not share (the profile itself is missing or broken).

@@ -52,6 +52,7 @@ class Starts:
         if adopt is None and (taken := c.launcher.port_in_use(argv)) is not None:
             c.say(f"{op.kind} {op.profile}/{op.mode}: {taken.message}", logging.WARNING)
             return taken  # said before a load that would fail only once it is over
+        h: EngineHandle | Failure
         if adopt is None:
             h = self.weights.spawn_engine(op, profile, argv, cancel)  # the cache's gate
             if isinstance(h, Failure):

@@ -181,7 +181,8 @@ def op_part(op: Any) -> OpWeights | None:
 
 def of(h: Any) -> StartWeights:
     """The weights part of engine handle `h` (an empty one when it has none yet)."""
-    return h.parts.setdefault(PART, StartWeights())
+    part: StartWeights = h.parts.setdefault(PART, StartWeights())
+    return part
 
 
 def load_record(h: Any) -> dict[str, Any] | None:

@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fastverify.config import SPEC_MODES
-from fastverify.exporters import logparse
 from fastverify.exporters.baseline import spec_cycle_seconds, verdict
 from fastverify.exporters.readings import Baseline, Histogram, Observation, newest, trace_reading
 from fastverify.exporters.request_metrics import Drift
+from fastverify.sglang import loglines
 
 SWITCH_RESULTS = ("ok", "rolled_back", "failed", "cancelled")
 # Why a start the weight cache should have served loaded from disk (daemon/weights.py):
@@ -175,12 +175,12 @@ class MetricsHub:
 
         `live=False` (catching up on an old log) keeps NCCL facts but not decode figures,
         which would otherwise be published as current."""
-        rec = logparse.parse_line(line)
+        rec = loglines.parse_line(line)
         self.on_record(rec, live=live)
         return rec
 
     def on_record(self, rec: Mapping[str, Any] | None, live: bool = True) -> None:
-        """Feed one engine log line already parsed (`logparse.parse_line`; None: a line
+        """Feed one engine log line already parsed (`loglines.parse_line`; None: a line
         with no record): the daemon parses each line once and hands the record on."""
         with self._lock:
             self._log_lines += 1
@@ -523,7 +523,7 @@ class MetricsHub:
                     obs.running_reqs, obs.accept_len, obs.gen_throughput, itl
                 )
                 rates = {
-                    b.concurrency: b.per_request_tokens_per_second
+                    conc: b.per_request_tokens_per_second
                     for (name, conc), b in self._baselines.items()
                     if name == (self._profile or "") and conc is not None
                 }

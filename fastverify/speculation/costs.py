@@ -277,7 +277,7 @@ def from_engine_trials(path: str | Path) -> Costs:
     table = _rows(cycle, label, 'field "cycle_ms"')
     base_ms = data.get("baseline_ms")
     measured = isinstance(base_ms, dict) and bool(base_ms)
-    if measured:
+    if isinstance(base_ms, dict) and base_ms:
         base = _flat(base_ms, label, 'field "baseline_ms"')
     else:  # the older file: "0" was a baseline trial
         base = {b: row[0] for b, row in table.items() if 0 in row}

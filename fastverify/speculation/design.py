@@ -114,7 +114,7 @@ def candidates(acc: Acceptance, f_low: float) -> list[Candidate]:
                                 "up_hysteresis": _round(u_c)})  # fmt: skip
     out, seen = [], set()
     for e in entries:
-        cand = Candidate(e, tuple(rp.mean_field(e, lengths[f]) for f in levels))  # type: ignore[arg-type]
+        cand = Candidate(e, tuple(rp.mean_field(e, lengths[f]) for f in levels))  # type: ignore[arg-type]  # 3: `levels`
         if cand.key not in seen:
             seen.add(cand.key)
             out.append(cand)

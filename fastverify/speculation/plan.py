@@ -181,7 +181,7 @@ class Plan:
             )
         lo = min(ch.speedup_low for ch in t.choices)
         hi = max(ch.speedup_low for ch in t.choices)
-        steps_low = max(c.shares_low, key=c.shares_low.get) if c.shares_low else 0
+        steps_low = max(c.shares_low, key=lambda k: c.shares_low[k]) if c.shares_low else 0
         return (
             f"if acceptance falls to {low:.2f} (L({K}), from {self.acceptance.length(K):.2f}), "
             f"batch {span} runs at {_range(lo, hi)}x baseline (SGLang settles at "

@@ -26,7 +26,7 @@ prefill and in decode (where a gain comes from).
 from __future__ import annotations
 
 import random
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,7 +157,7 @@ def serve(
     itl_sum = 0.0
     itl_n = 0
     prefill_s = decode_s = 0.0
-    at: Counter[int] = Counter()
+    at: defaultdict[int, float] = defaultdict(float)  # seconds at each step count
 
     def emit(r: _Req, n: int, t: float) -> None:
         nonlocal tokens_window, itl_sum, itl_n

@@ -365,13 +365,14 @@ class CostTrials:
             cycle = 1.0 / rate
             rec["cycle_from"] = "one token per pass: 1 / per-request tok/s"
         else:
-            accept, src = _dummy_accept(r, k)
+            accept, src = _dummy_accept(r, int(k))
             cycle = cycle_seconds(accept, rate)
             rec.update(dummy_accept_length=round(accept, 4), accept_length_from=src)
             rec["cycle_from"] = "spec cycle: dummy accept length / per-request tok/s"
         rec["cycle_ms"] = round(cycle * 1e3, 4)
-        if bs == 1 and r.ttft_ms.get("p50"):
-            rec["ttft_ms_p50"] = round(float(r.ttft_ms["p50"]), 4)
+        ttft = r.ttft_ms.get("p50")
+        if bs == 1 and ttft:
+            rec["ttft_ms_p50"] = round(float(ttft), 4)
             if k == BASELINE or k == 0:
                 rec["ttft_ms_p50_long"] = self._long_prompt_ttft(url, tag)
         what = {BASELINE: "decode step", 0: "steps-0 pass"}.get(k, "cycle")

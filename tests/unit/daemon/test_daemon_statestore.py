@@ -50,6 +50,7 @@ def test_truncated_journal_line_is_skipped_and_next_record_starts_fresh(tmp_path
         fh.write('{"type": "switch", "prof')  # torn write
     s.append_journal({"type": "switch", "profile": "b", "result": "ok"})
     assert [r["profile"] for r in s.history()] == ["a", "b"]
+    s.read_journal()  # the whole journal, as start-up reads it, reports what it skipped
     assert any("skipped 1 unreadable line" in f for f in s.findings)
 
 
