@@ -62,9 +62,9 @@ class SafeStream:
 def install() -> None:
     """Put `safe` in front of sys.stdout and sys.stderr (once)."""
     if not isinstance(sys.stdout, SafeStream):
-        sys.stdout = SafeStream(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = SafeStream(sys.stdout)
     if not isinstance(sys.stderr, SafeStream):
-        sys.stderr = SafeStream(sys.stderr)  # type: ignore[assignment]
+        sys.stderr = SafeStream(sys.stderr)
 
 
 def raw(stream: Any) -> Any:
