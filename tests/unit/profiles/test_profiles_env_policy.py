@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.config import checks as config_checks
+from fastverify.config import validators as config_checks
 from fastverify.profiles import env_policy, sitecustomize
 from fastverify.profiles.model import ProfileError
 from fastverify.profiles.store import ProfileStore
