@@ -182,6 +182,7 @@ def history(ctx: click.Context, limit: int, as_json: bool) -> None:
     ("by": uid, pid and command on the Unix socket; certificate subject or token name on
     TCP; fastverifyd for its own start-up and crash restarts)."""
     from fastverify.cli.output import table
+    from fastverify.cli.switch_figures import clients_cell
     from fastverify.client import ApiError, DaemonUnavailable
 
     try:
@@ -202,13 +203,14 @@ def history(ctx: click.Context, limit: int, as_json: bool) -> None:
             r.get("result"),
             r.get("reason") or "",
             f"{r.get('duration_s', 0):.2f}s",
+            clients_cell(r),
             r.get("by") or "",
             r.get("log") or "",
         )
         for r in records
     ]
-    table(["started", "kind", "profile/mode", "weights", "result", "reason", "took", "by", "log"],
-          rows)  # fmt: skip
+    table(["started", "kind", "profile/mode", "weights", "result", "reason", "took", "clients",
+           "by", "log"], rows)  # fmt: skip
 
 
 def _weights(r: dict[str, Any]) -> str:

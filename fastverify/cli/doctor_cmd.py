@@ -156,6 +156,10 @@ def doctor(
                 click.echo(f"  note: {note}")
         for row in sglang_rows:
             click.echo(f"SGLang ({row['python']}): {row['message']}")
+        door = (ev.status or {}).get("frontdoor") or {}
+        if door.get("mode") not in (None, "off"):
+            fit = door.get("standby") or {}
+            click.echo(f"front door: mode {door['mode']}" + (f"; {fit['why']}" if fit else ""))
         click.echo("\n".join(host["lines"]))
         click.echo(f"status: {worst}")
     sys.exit(EXIT_PROBLEMS if worst in ("error", "warning") else EXIT_OK)

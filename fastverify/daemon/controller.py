@@ -36,6 +36,7 @@ from fastverify.daemon import events as ev
 from fastverify.daemon.core import Core
 from fastverify.daemon.crashes import CrashSteps
 from fastverify.daemon.failures import Failure
+from fastverify.daemon.frontdoor import DoorSteps
 from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.logs import LineFacts
 from fastverify.daemon.operations import Claim, Operation, OpResult
@@ -61,9 +62,12 @@ CANCELLABLE = ("switch", "mode", "restart", "start")
 class Controller(Core):
     """See the module docstring. Public methods are thread-safe."""
 
+    door: DoorSteps
+
     def compose(self) -> None:
         """The steps over this core, each in its own module (see the module docstring)."""
         self.weights = WeightSteps(self)  # the weight cache: a second process group
+        self.door = DoorSteps(self)  # the front door: a third one (hold, drain, cut over)
         self.starts = Starts(self, self.weights, self.verifiers)
         self.rollback = RollbackSteps(self, self.starts)
         self.crash_steps = CrashSteps(self, self.starts)
@@ -79,6 +83,7 @@ class Controller(Core):
     def tick(self) -> None:
         """From the main loop (~1/s): a serving engine's watch and lost workers (crashes.py)."""
         self.crash_steps.tick()
+        self.door.tick()
 
     def recovery_tick(self) -> None:
         """From the main loop: FAILED's retries (recovery.py)."""
@@ -242,6 +247,7 @@ class Controller(Core):
     ) -> OpResult:
         prev = dict(self.active)
         self.say(f"{op.kind}: {prev.get('profile')}/{prev.get('mode')} -> {op.profile}/{op.mode}")
+        self.door.before_stop(op)  # new requests wait, those in flight finish (or are cut)
         t0 = time.monotonic()
         self.stop_current(f"{op.kind} to {op.profile}/{op.mode}")
         op.phases["stop"] = round(time.monotonic() - t0, 4)
@@ -302,5 +308,6 @@ class Controller(Core):
             if self.state == State.STOPPING:
                 self.set_state(State.STOPPED, "shutdown")
         self.cache.shutdown()
+        self.door.shutdown()
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))

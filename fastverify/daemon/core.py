@@ -17,9 +17,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from fastverify.config import Config, weights_label
+from fastverify.config import SPEC_MODES, Config, weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.checks import default_checks
 from fastverify.daemon.failures import Failure
@@ -33,6 +33,8 @@ from fastverify.daemon.statestore import StateStore
 from fastverify.daemon.verifier import Verifier, Verifiers
 from fastverify.engines.base import Engine
 from fastverify.engines.sglang import load_format_of
+from fastverify.sglang.forced import SETTINGS_KEY as ACCEPTANCE_SOURCE
+from fastverify.sglang.forced import label_of_record as forced_label
 
 log = logging.getLogger("fastverifyd.controller")
 
@@ -58,6 +60,27 @@ def _callers(op: Operation) -> dict[str, Any]:
     if op.cancelled_by is not None:
         out["cancelled_by"] = op.cancelled_by.by
     return out
+
+
+class Door(Protocol):
+    """What the core's steps ask of the front door (daemon/frontdoor.py's DoorSteps)."""
+
+    def serving(self, h: EngineHandle) -> None: ...
+    def crashed(self) -> None: ...
+    def figures(self, op: Operation) -> dict[str, Any] | None: ...
+
+
+class NoDoor:
+    """A core composed without a front door (the unit tests' cores): nothing to hold."""
+
+    def serving(self, h: EngineHandle) -> None:
+        return None
+
+    def crashed(self) -> None:
+        return None
+
+    def figures(self, op: Operation) -> dict[str, Any] | None:
+        return None
 
 
 @dataclass
@@ -106,6 +129,7 @@ class Core:
         self.state: State = State.STOPPED
         self.since: float = now()
         self.current: EngineHandle | None = None
+        self.door: Door = NoDoor()  # the controller composes the front door's steps
         self.active: Target = {"profile": None, "mode": None}
         self.last_good: dict[str, str] | None = None
         self.last_failure: dict[str, Any] | None = None
@@ -158,10 +182,15 @@ class Core:
         t.start()
 
     def settings(self, h: EngineHandle | None) -> dict[str, str]:
-        """The profile's settings + `weights` ("dummy" for a trial, read from the argv)."""
+        """The profile's settings + `weights` ("dummy" for a trial, read from the argv) +
+        `acceptance_source` for a drafting server ("forced (SGLANG_SIMULATE_ACC_LEN=L)" when
+        SGLang forces its accept length, else "measured")."""
         if h is None:
             return {}
-        return dict(h.expected_nccl, weights=weights_label(load_format_of(h.argv)))
+        out = dict(h.expected_nccl, weights=weights_label(load_format_of(h.argv)))
+        if h.mode in SPEC_MODES:
+            out[ACCEPTANCE_SOURCE] = forced_label(h.forced)
+        return out
 
     def op_weights(self, op: Operation) -> str:
         """ "dummy" when the operation runs a trial (--load-format dummy), else "real"."""
@@ -170,6 +199,9 @@ class Core:
 
     def result(self, op: Operation, result: str, **kw: Any) -> OpResult:
         fields = {k: kw.pop(k) for k in ("reason", "message", "log", "line") if k in kw}
+        switch = self.door.figures(op)
+        if switch is not None:
+            kw["switch"] = switch
         return OpResult(
             id=op.id,
             kind=op.kind,

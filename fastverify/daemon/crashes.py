@@ -131,6 +131,7 @@ class CrashSteps:
                     )
                 )
         if decision is not None:
+            self.c.door.crashed()  # new requests wait for the restarted engine
             self.c.spawn_thread(self._crash_restart, h, failure, decision)
 
     def _crash_restart(self, h: EngineHandle, failure: Failure, decision: Decision) -> None:

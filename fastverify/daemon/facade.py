@@ -42,6 +42,7 @@ from fastverify.engines.sglang import load_format_of
 from fastverify.host import here as host_here
 from fastverify.lease_record import describe as describe_lease
 from fastverify.redact import mask_argv
+from fastverify.sglang.forced import label_of_record as forced_label
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -138,6 +139,9 @@ class ControlFacade:
                 "progress": dict(h.progress) if h is not None else None,
                 "adopted": h.adopted if h is not None else False,
                 "weights": weights_label(load_format_of(h.argv)) if h is not None else None,
+                # SGLANG_SIMULATE_ACC_LEN in its environment: SGLang forces the accept length
+                "forced_acceptance": h.forced if h is not None else None,
+                "acceptance_source": forced_label(h.forced) if h is not None else None,
                 "weight_load": load_record(h),  # from the cache or disk (daemon/weights.py)
                 "tuner": h.tuner if h is not None else None,  # confirmed at verify
                 "allreduce": h.allreduce if h is not None else None,  # confirmed at verify
@@ -179,6 +183,7 @@ class ControlFacade:
             }
         engine["identity"] = self.engine_identity()
         out["weight_cache"] = c.cache.status()  # outside the lock: NVML may be asked
+        out["frontdoor"] = c.door.status()  # outside the lock: asks the front door
         # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
         engine["capabilities"] = self.capabilities(argv)
         out["speculation"] = self.speculation(out["profile"], out["mode"], argv)
@@ -432,6 +437,7 @@ class ControlFacade:
         rec["concurrency"] = int(body["concurrency"])
         if body.get("accept_length") is not None:  # EAGLE-3 with real weights (trial sweeps)
             rec["accept_length"] = float(body["accept_length"])
+            rec["acceptance_source"] = str(body.get("acceptance_source") or "measured")
         store = self.ctl.store
         with self.ctl._lock:
             data = store.load_baselines()

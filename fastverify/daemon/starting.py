@@ -128,6 +128,7 @@ class Starts:
         with c._lock:
             h.serving = True
             c.set_state(State.READY, why)
+        c.door.serving(h)  # the held requests go to this engine
         c.bus.publish(
             ev.EngineUp(
                 h.profile,

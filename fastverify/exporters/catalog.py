@@ -41,7 +41,9 @@ if TYPE_CHECKING:
         float, an info's label dict, a histogram's buckets and sum): the collectors' tests
         check it, not this signature."""
 
-        def add_metric(self, labels: Sequence[str], value: Any, *args: Any) -> None: ...
+        def add_metric(
+            self, labels: Sequence[str], value: Any = None, *args: Any, **kw: Any
+        ) -> None: ...
 
 else:
     Family = Metric
@@ -113,6 +115,11 @@ ENGINE = _s(
      "The server's SGLang version, the release whose facts serve it and whether it is in "
      "fastverify's supported range (false: newer, running on the newest facts)",
      ("version", "facts_version", "supported")),
+    ("fastverify_spec_acceptance_source_info", "info",
+     "Where a drafting server's accept length comes from: `forced "
+     "(SGLANG_SIMULATE_ACC_LEN=L)` when its environment makes SGLang force it (every "
+     "acceptance figure is then SGLang's choice, not the drafter's), else `measured`",
+     (*PM, "source")),
     ("fastverify_allreduce_backend_info", "info",
      "TP all-reduce backend SGLang serves decode/verify sizes with (confirmed from its log at "
      "verify) and its size bound in bytes (empty: unbounded)",
@@ -162,11 +169,13 @@ SPECULATION = _s(
      "Seconds served at each active draft step count (0 = no drafting)", (*PM, "steps")),
     ("fastverify_spec_accepted_drafts_ratio", "gauge",
      "Share of verify passes that accepted `drafts` drafts (bonus excluded), from the "
-     "histogram a bench recorded at `steps` steps; usable=false: dummy weights or an "
-     "adaptive server (never planned with)", (*PM, "steps", "weights", "usable", "drafts")),
+     "histogram a bench recorded at `steps` steps; usable=false: dummy weights, an "
+     "adaptive server or acceptance SGLang forced (never planned with unless --allow-forced); "
+     "source: `measured` or `forced (SGLANG_SIMULATE_ACC_LEN=L)`",
+     (*PM, "steps", "weights", "usable", "source", "drafts")),
     ("fastverify_spec_recorded_accept_length", "gauge",
      "Accept length L(k) at k draft steps from the recorded histogram (topk 1: a chain)",
-     (*PM, "steps", "weights", "usable", "k")),
+     (*PM, "steps", "weights", "usable", "source", "k")),
     ("fastverify_spec_live_accept_length", "gauge",
      "Accept length L(k) from the histograms of requests finished while SGLang ran `steps` "
      "draft steps their whole life (SGLang's --export-metrics-to-file records)",
@@ -231,6 +240,20 @@ WEIGHT_CACHE = _s(
      "Engine starts the weight cache should have served that loaded from disk, by reason",
      ("reason",)),
 )  # fmt: skip
+FRONTDOOR = _s(
+    "frontdoor",
+    ("fastverify_frontdoor_up", "gauge",
+     "1 while the front door answers its control socket (absent with [frontdoor] mode off)", ()),
+    ("fastverify_frontdoor_held_requests_total", "counter",
+     "Requests the front door held while the engine was replaced", ()),
+    ("fastverify_frontdoor_cut_requests_total", "counter",
+     "Answers the engine broke off mid-way (a drain timeout, a crash)", ()),
+    ("fastverify_frontdoor_refused_requests_total", "counter",
+     "Held requests answered 503 + Retry-After (queue full, or held longer than max_wait_s)",
+     ()),
+    ("fastverify_frontdoor_waiting_requests", "gauge", "Requests held now", ()),
+    ("fastverify_frontdoor_hold_seconds", "histogram", "How long each held request waited", ()),
+)  # fmt: skip
 API_AUTH = _s(
     "api_auth",
     ("fastverify_api_auth_failures_total", "counter",
@@ -263,7 +286,7 @@ SOURCES = _s(
 
 # In exposition order: the collectors are registered in this order.
 CATALOG: tuple[Series, ...] = (*ENGINE, *DECODE, *BASELINES, *SPECULATION, *TRACES,
-                               *INSPECTOR, *DAEMON, *WEIGHT_CACHE, *API_AUTH, *LOGS,
+                               *INSPECTOR, *DAEMON, *WEIGHT_CACHE, *FRONTDOOR, *API_AUTH, *LOGS,
                                *SOURCES)  # fmt: skip
 BY_NAME: dict[str, Series] = {s.name: s for s in CATALOG}
 COLLECTOR_SOURCES: tuple[str, ...] = tuple(dict.fromkeys(s.source for s in CATALOG))

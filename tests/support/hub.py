@@ -50,7 +50,8 @@ def full_feed() -> MetricsHub:
     inspector records, finished requests)."""
     clock = Clock()
     hub = MetricsHub(clock=clock)
-    hub.set_engine(True, "ring-ll", "adaptive", {"NCCL_ALGO": "Ring", "weights": "real"},
+    hub.set_engine(True, "ring-ll", "adaptive", {"NCCL_ALGO": "Ring", "weights": "real",
+                   "acceptance_source": "forced (SGLANG_SIMULATE_ACC_LEN=3)"},
                    "sglang", "http://127.0.0.1:30000")  # fmt: skip
     hub.set_sglang({"version": "0.5.23", "facts_version": "0.5.23", "supported": True})
     hub.set_allreduce("pcie_ipc", 8 << 20)
@@ -62,6 +63,12 @@ def full_feed() -> MetricsHub:
     hub.on_restart("switch")
     hub.on_switch("ok")
     hub.watch_auth(["token", "tls"], lambda: 1)
+    from fastverify.frontdoor.gate import Gate
+
+    door = Gate(queue_size=4, max_wait_s=30.0)  # the front door's own status, as it answers
+    door.serve(30001)
+    door.cut("POST /generate")
+    hub.watch_frontdoor(door.status)
     hub.on_auth_failure("token")
     hub.set_decision("ring-ll", "adaptive", "pcie_ipc", True)
     hub.set_baseline("ring-ll", 160.0, 40.0, clock.t - 100.0, concurrency=1)
