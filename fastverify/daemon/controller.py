@@ -70,6 +70,7 @@ class Controller(Core):
         self.recovery_steps = RecoverySteps(self, self.starts)
         self.launcher.on_line = self._on_line
         self.launcher.on_exit = self.crash_steps.on_exit
+        self.launcher.exit_lock = self._lock
 
     @property
     def cache(self) -> Any:

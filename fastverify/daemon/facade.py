@@ -64,6 +64,10 @@ class ControlFacade:
     # ------------------------------------------------------------------ status
     def status_line(self) -> str:
         """One-line summary for systemd's STATUS= (e.g. "serving tree-ll/eagle3 82.4 tok/s")."""
+        with self.ctl._lock:  # one snapshot: the state, the engine and the operation
+            return self._status_line()
+
+    def _status_line(self) -> str:
         c = self.ctl
         prof = c.active.get("profile") or "-"
         mode = c.active.get("mode") or "-"

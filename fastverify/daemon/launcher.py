@@ -6,7 +6,8 @@ daemon states. `spawn` returns an `EngineHandle` (or raises OSError); `await_rea
 group left by a previous daemon. The launcher reports through two callbacks set by the
 controller: `on_line(handle, line, facts)` for every (masked, parsed-once) log line (the
 verifiers read them: a failure one of them sees there is `h.line_failure`, which ends the
-readiness wait) and `on_exit(handle)` when the engine's leader process exits. Verification
+readiness wait) and `on_exit(handle)` when the engine's leader process exits (under
+`exit_lock`, in the step that marks it exited). Verification
 after READY is the verifiers' (verifier.py, checks.py).
 
 Engine bookkeeping on disk (engine.pid) is written here: a `pending` record names the
@@ -154,6 +155,9 @@ class Launcher:
         self.say = say or (lambda msg, level=logging.INFO, **_: log.log(level, msg))
         self.on_line: OnLine = lambda h, line, facts: None
         self.on_exit: OnExit = lambda h: None
+        # held while an exit is marked and `on_exit` runs: the controller's lock, so that
+        # whoever reads the state under it sees the engine's death and its consequence together
+        self.exit_lock: Any = threading.RLock()
         # the weight cache's socket/ready templates, for the server too (daemon/weight_cache)
         self.weight_cache_env: Callable[[], dict[str, str]] = dict
         self.weights_watch_for: Callable[[list[str]], Any] = lambda argv: None
@@ -356,9 +360,10 @@ class Launcher:
             with contextlib.suppress(psutil.NoSuchProcess):
                 psutil.Process(h.pid).wait()
         h.exit_code = code
-        h.exited.set()
+        with self.exit_lock:
+            h.exited.set()
+            self.on_exit(h)
         h.wake.set()
-        self.on_exit(h)
 
     # ------------------------------------------------------------------ readiness
     def probe(self, url: str, timeout: float = HEALTH_PROBE_TIMEOUT_S) -> bool:

@@ -127,6 +127,8 @@ class Starts:
         with c._lock:
             h.serving = True
             c.set_state(State.READY, why)
+            if not h.alive():  # it exited after its verification: a crash, found now
+                c.launcher.on_exit(h)
         c.bus.publish(
             ev.EngineUp(
                 h.profile,

@@ -316,3 +316,26 @@ def test_a_taken_port_is_named_with_its_fix_before_any_load(tmp_path: Path) -> N
             assert "last failure:" not in text
     finally:
         squatter.close()
+
+
+def test_status_never_reads_ready_without_a_serving_engine(tmp_path: Path) -> None:
+    """The engine's leader is SIGKILLed while its log has a backlog the daemon's tail has not
+    read yet (a chatty engine): reading why it died takes a while, and every status answered
+    meanwhile is READY with the live engine or already past READY with the crash counted."""
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        st = d.status()
+        leader = st["engine"]["pid"]
+        with open(st["engine"]["log"], "a", encoding="utf-8") as fh:
+            fh.write("INFO a chatty engine line\n" * 200_000)
+        os.kill(leader, signal.SIGKILL)
+        seen: list[tuple[str, int | None, int]] = []
+
+        def moved_on() -> bool:
+            s = d.status()
+            seen.append((s["state"], s["engine"]["pid"], s["restarts"]["total"]))
+            return s["state"] != "READY"
+
+        d.wait_for(moved_on, 30, "the daemon to leave READY")
+        assert all(pid == leader for state, pid, _ in seen if state == "READY"), seen
+        assert all(n == 1 for state, _, n in seen if state != "READY"), seen
+        d.wait_state("READY", timeout=30)
