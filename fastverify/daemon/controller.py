@@ -163,7 +163,9 @@ class Controller(Core):
         op.emit("accepted", op=op.describe(), argv=mask_argv(argv), check=verdict.to_dict(),
                 weights_notice=notice)  # fmt: skip
         self.weights.say_notice(notice)  # before anything stops
-        self.bus.publish(ev.OperationStarted(op.id, kind, name, mode))
+        self.bus.publish(ev.OperationStarted(
+            op.id, kind, name, mode, op.describe()["by"], caller.to_dict() if caller else None,
+            dict(self.active)))  # fmt: skip
         self.spawn_thread(self._run_op, op, profile, argv, timeout_s)
         return op
 
