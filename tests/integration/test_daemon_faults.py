@@ -82,7 +82,9 @@ def test_daemon_kill9_during_start_then_restart_gives_one_engine(tmp_path: Path)
         assert (adopted["kind"], adopted["result"]) == ("adopt", "ok")
         # the start-up's own start, unanswered by the killed daemon, closed by the new one
         assert (closed["kind"], closed["result"], closed["outcome"]) == (
-            "start", "interrupted", "adopted"
+            "start",
+            "interrupted",
+            "adopted",
         ), closed
         saved = json.loads((d.state_dir / "state.json").read_text())
         assert (saved["profile"], saved["mode"]) == (st["profile"], st["mode"])
@@ -376,7 +378,10 @@ def test_switch_in_flight_at_a_daemon_kill9_is_closed_in_history(
         assert len(closed) == 1, closed
         rec = closed[0]
         assert (rec["kind"], rec["profile"], rec["result"], rec["reason"]) == (
-            "switch", target, "interrupted", "daemon_restarted"
+            "switch",
+            target,
+            "interrupted",
+            "daemon_restarted",
         ), rec
         assert rec["by"] == request[0]["by"]
         assert rec["message"].startswith("interrupted (daemon restarted)")
