@@ -419,6 +419,58 @@ def test_ctrl_c_on_a_piped_switch_detaches_and_says_how_to_cancel(tmp_path: Path
         assert d.wait_state("READY", 60)["profile"] == "ring-ll"
 
 
+def _read_until(fd: int, proc: subprocess.Popen, wanted: str, seen: list[str]) -> str:
+    """What a terminal shows (`fd`: its master side) until `wanted` appears; fails when the
+    process exits first."""
+    import select
+
+    while wanted not in "".join(seen):
+        ready, _, _ = select.select([fd], [], [], 1.0)
+        if ready:
+            try:
+                seen.append(os.read(fd, 4096).decode(errors="replace"))
+            except OSError:  # the terminal closed: the process exited
+                raise AssertionError(f"no {wanted!r} before exit: {''.join(seen)}") from None
+        elif proc.poll() is not None:
+            raise AssertionError(f"exited {proc.returncode} before {wanted!r}: {''.join(seen)}")
+    return "".join(seen)
+
+
+def test_ctrl_c_on_a_terminal_answered_y_exits_7(tmp_path: Path) -> None:
+    """Ctrl-C of `profile set` on a terminal, answered "y": the switch is cancelled, so
+    `profile set X && deploy` must not go on: exit 7, as for a cancel from another shell."""
+    import pty
+
+    with DaemonHarness(tmp_path, metrics=False, sim_load_seconds=3) as d:
+        before = d.status()["profile"]
+        env = {**_scrubbed_env(), "PYTHONPATH": str(REPO), "TERM": "dumb", "COLUMNS": "200"}
+        master, slave = pty.openpty()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket),
+             "profile", "set", "ring-ll"],
+            stdin=slave, stdout=slave, stderr=slave, env=env, preexec_fn=ctrl_c_reaches_it,
+        )  # fmt: skip
+        os.close(slave)
+        seen: list[str] = []
+        try:
+            _read_until(master, proc, "accepted", seen)
+            proc.send_signal(signal.SIGINT)
+            _read_until(master, proc, "cancel the", seen)
+            os.write(master, b"y\n")
+            code = proc.wait(60)
+            with contextlib.suppress(OSError):
+                while chunk := os.read(master, 4096):
+                    seen.append(chunk.decode(errors="replace"))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            os.close(master)
+        out = "".join(seen)
+        assert code == 7, out
+        assert "cancelled" in out and "Traceback" not in out, out
+        assert d.wait_state("READY", 60)["profile"] == before
+
+
 def test_queue_says_what_it_waits_for(tmp_path: Path) -> None:
     with DaemonHarness(tmp_path, metrics=False, sim_load_seconds=3) as d:
         assert d.ctl("profile", "set", "ring-ll", "--no-wait").returncode == 0
