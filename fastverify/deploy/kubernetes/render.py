@@ -70,9 +70,9 @@ def _from_decision(
             f"{path}: tune did not apply {d_profile}/{d_mode} on its host"
             f" ({why}); rendering it as decided because of --force"
         )
-    notes += inputs.simulated_decision(path, decision, options.force)
     raw = Path(path).read_bytes()  # which record, exactly: its content, not only its name
     fp = json.loads(raw).get("fingerprint")
+    notes += inputs.simulated_decision(path, decision, options.force, fp)
     found = _Decision(
         decision, hashlib.sha256(raw).hexdigest(), fp if isinstance(fp, dict) else None
     )
