@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from fastverify.api_models import STATUS
+from fastverify.cli.hints import carry_door
 from fastverify.cli.options import json_option
 from fastverify.cli.output import (
     EXIT_BUSY,
@@ -66,6 +67,7 @@ def _setter(key: str) -> Any:
             root.obj[key] = value
             if ctx.obj is None:
                 ctx.obj = root.obj
+            carry_door(root.obj)
 
     return store
 

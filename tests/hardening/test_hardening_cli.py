@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.support.harness import REPO, DaemonHarness, _scrubbed_env, ctrl_c_reaches_it
 
@@ -469,6 +471,43 @@ def test_ctrl_c_on_a_terminal_answered_y_exits_7(tmp_path: Path) -> None:
         assert code == 7, out
         assert "cancelled" in out and "Traceback" not in out, out
         assert d.wait_state("READY", 60)["profile"] == before
+
+
+@pytest.mark.parametrize("door", ["--socket", "FASTVERIFY_SOCKET"])
+def test_a_pasted_hint_acts_on_the_daemon_that_printed_it(tmp_path: Path, door: str) -> None:
+    """The CLI's hints carry the socket the command used: `fastverifyctl cancel`, pasted as
+    printed (without FASTVERIFY_SOCKET in the shell), cancels this daemon's switch and not
+    the default daemon's."""
+    with DaemonHarness(tmp_path, metrics=False, sim_load_seconds=3) as d:
+        before = d.status()["profile"]
+        env = {**_scrubbed_env(), "PYTHONPATH": str(REPO)}
+        where = ["--socket", str(d.socket)]
+        if door == "FASTVERIFY_SOCKET":
+            env[door], where = str(d.socket), []
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fastverify.ctl", *where, "profile", "set", "ring-ll"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=env, preexec_fn=ctrl_c_reaches_it,
+        )  # fmt: skip
+        try:
+            assert "accepted" in proc.stdout.readline()
+            proc.send_signal(signal.SIGINT)
+            _out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        hints = re.findall(r"`(fastverifyctl [^`]*)`", err)
+        assert hints and all(f"--socket {d.socket} " in h for h in hints), err
+        cancel = next(h for h in hints if h.endswith(" cancel"))
+        pasted = subprocess.run(
+            [sys.executable, "-m", "fastverify.ctl", *shlex.split(cancel)[1:]],
+            capture_output=True, text=True, timeout=60,
+            env={**_scrubbed_env(), "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        assert pasted.returncode == 0, pasted.stdout + pasted.stderr
+        st = d.wait_state("READY", 60)
+        assert st["profile"] == before
+        assert d.client.get("/v1/history")[-1]["result"] == "cancelled"
 
 
 def test_queue_says_what_it_waits_for(tmp_path: Path) -> None:
