@@ -2,7 +2,7 @@
 
 A hint printed to the user (`fastverifyctl cancel`, `fastverifyctl profile set X`, in the
 CLI's own words or the daemon's) is pasted as is: on a shared host, without the `--socket`
-(or the TCP door) this command used, it would act on another daemon. `carry_door(obj)`, called
+(or the TCP door) this command used, it would act on another daemon. `carry_door(args)`, called
 with the door options once they are known (--socket or $FASTVERIFY_SOCKET, --host, --token-file,
 --tls-*: paths and addresses, never a secret), makes every `fastverifyctl CMD` this process
 writes to stdout or stderr from then on read `fastverifyctl --socket PATH CMD`.
@@ -15,21 +15,7 @@ import shlex
 import sys
 from typing import Any
 
-# the door options as the root's ctx.obj keys them, and their flags
-DOOR_FLAGS = (("socket", "--socket"), ("host", "--host"), ("token_file", "--token-file"),
-              ("tls_ca", "--tls-ca"), ("tls_cert", "--tls-cert"), ("tls_key", "--tls-key"))  # fmt: skip
 _HINT = re.compile(r"(?<![\w./-])fastverifyctl(?= [a-z])")
-
-
-def door_args(obj: Any) -> list[str]:
-    """The door options in `obj` (the root's ctx.obj) as command-line arguments."""
-    if not isinstance(obj, dict):
-        return []
-    out: list[str] = []
-    for key, flag in DOOR_FLAGS:
-        if obj.get(key):
-            out += [flag, str(obj[key])]
-    return out
 
 
 def with_door(text: str, args: list[str]) -> str:
@@ -56,9 +42,8 @@ class _Hinting:
         return getattr(self._stream, name)
 
 
-def carry_door(obj: Any) -> None:
-    """From now on, hints written to stdout and stderr carry the door options in `obj`."""
-    args = door_args(obj)
+def carry_door(args: list[str]) -> None:
+    """From now on, hints written to stdout and stderr carry `args` (the door options)."""
     if not args:
         return
     for name in ("stdout", "stderr"):
