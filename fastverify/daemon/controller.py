@@ -163,6 +163,8 @@ class Controller(Core):
         op.emit("accepted", op=op.describe(), argv=mask_argv(argv), check=verdict.to_dict(),
                 weights_notice=notice)  # fmt: skip
         self.weights.say_notice(notice)  # before anything stops
+        for warning in getattr(profile, "warnings", ()):  # e.g. LL128 without NVLink, --force
+            self.say(f"profile {name}: {warning.message}", logging.WARNING)
         self.bus.publish(ev.OperationStarted(
             op.id, kind, name, mode, op.describe()["by"], caller.to_dict() if caller else None,
             dict(self.active)))  # fmt: skip
