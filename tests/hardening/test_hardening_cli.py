@@ -532,3 +532,37 @@ def test_sweep_checks_every_name_before_switching(tmp_path: Path) -> None:
         assert d.status()["engine"]["pid"] == pid  # nothing was switched
         assert len(d.client.get("/v1/history")) == records
         assert not (out / "results.jsonl").exists()
+
+
+def test_python_option_asks_the_given_venv_for_torch(tmp_path: Path) -> None:
+    """`--python VENV/bin/python`: two real virtualenvs of the CLI's own base interpreter
+    (whose pythons resolve to the same file), one without torch, one that sees the SGLang
+    venv's real torch; preflight and rehearse ask each interpreter itself."""
+    import sysconfig
+    import venv
+
+    from tests.support.contract import venv_python
+
+    sglang = venv_python()
+    assert sglang.exists(), f"{sglang} is missing: run scripts/sglang-venv.sh first"
+    site = subprocess.run([str(sglang), "-c", "import sysconfig; print(sysconfig.get_path("
+                          "'purelib'))"], capture_output=True, text=True, check=True).stdout  # fmt: skip
+    pythons = {}
+    for name in ("bare", "torch"):
+        venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp_path / name)
+        pythons[name] = tmp_path / name / "bin" / "python"
+    purelib = sysconfig.get_path("purelib", vars={"base": str(tmp_path / "torch")})
+    (Path(purelib) / "sglang-venv.pth").write_text(site.strip() + "\n")
+    assert os.path.realpath(pythons["bare"]) == os.path.realpath(pythons["torch"])
+    env = {**_scrubbed_env(), "PYTHONPATH": str(REPO)}
+    model = REPO / "examples" / "model-configs" / "tiny-dense.json"
+    for cmd in (["preflight"], ["rehearse", "--model-config", str(model)]):
+        said = {}
+        for name, py in pythons.items():
+            r = subprocess.run([sys.executable, "-m", "fastverify.ctl", *cmd, "--python", str(py)],
+                               capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+            said[name] = r
+        bare, torch = said["bare"], said["torch"]
+        assert bare.returncode == 6, bare.stderr
+        assert f"needs PyTorch in {pythons['bare']}" in bare.stderr, bare.stderr
+        assert torch.returncode != 6 and "needs PyTorch" not in torch.stderr, torch.stderr
