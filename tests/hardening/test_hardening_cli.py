@@ -545,14 +545,14 @@ def test_python_option_asks_the_given_venv_for_torch(tmp_path: Path) -> None:
 
     sglang = venv_python()
     assert sglang.exists(), f"{sglang} is missing: run scripts/sglang-venv.sh first"
-    site = subprocess.run([str(sglang), "-c", "import sysconfig; print(sysconfig.get_path("
-                          "'purelib'))"], capture_output=True, text=True, check=True).stdout  # fmt: skip
+    ask = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    site = subprocess.run([str(sglang), "-c", ask], capture_output=True, text=True, check=True)
     pythons = {}
     for name in ("bare", "torch"):
         venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp_path / name)
         pythons[name] = tmp_path / name / "bin" / "python"
     purelib = sysconfig.get_path("purelib", vars={"base": str(tmp_path / "torch")})
-    (Path(purelib) / "sglang-venv.pth").write_text(site.strip() + "\n")
+    (Path(purelib) / "sglang-venv.pth").write_text(site.stdout.strip() + "\n")
     assert os.path.realpath(pythons["bare"]) == os.path.realpath(pythons["torch"])
     env = {**_scrubbed_env(), "PYTHONPATH": str(REPO)}
     model = REPO / "examples" / "model-configs" / "tiny-dense.json"
