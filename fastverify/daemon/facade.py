@@ -316,16 +316,18 @@ class ControlFacade:
 
     # ------------------------------------------------------------------ operations
     def operate(self, kind: str, name: str | None, mode: str | None, **request: Any) -> Operation:
-        """Check the lease (`lease`: the experiment's own operation, fastverify.daemon.lease;
-        `force` overrides another's) and declarative mode (`canary`), then Controller.request
+        """Check declarative mode (`canary`), then Controller.request, which checks the lease
+        once the request is valid and not `unchanged` (`lease`: the experiment's own operation,
+        fastverify.daemon.lease; `force` overrides another's)
         with the rest of the request (force, queue, timeout_s, withdrawn, restart,
         load_format, eagle3_steps, caller: who asked; the result and history record carry
         it as `by`)."""
         lease, canary = request.pop("lease", None), request.pop("canary", False)
         what = {"switch": f"switch to {name}", "mode": f"switch to mode {mode}"}.get(kind, kind)
-        self.leases.check(lease, request.get("force", False), what)
         target = self._check_declarative(kind, name, mode, canary)
-        op = self.ctl.request(kind, name, mode, **request)
+        force = request.get("force", False)
+        op = self.ctl.request(kind, name, mode, **request,
+                              gate=lambda: self.leases.check(lease, force, what))  # fmt: skip
         if self.ctl.cfg.daemon.declarative and kind in ("switch", "mode"):
             self.canary = None if target is None else {**target, "since": time.time(), "op": op.id}
         return op
