@@ -74,6 +74,9 @@ def _decode_analysis(analysis: dict[str, Any]) -> dict[str, Any] | None:
     return out if any(r.get("verify_passes") for r in out.get("ranks", [])) else None
 
 
+STATUS_ANSWER_S = 5.0  # a daemon that answers no status in this long is not waited for
+
+
 class Sweep:
     """Runs a sweep against a daemon `client` (fastverify.client.ControlClient)."""
 
@@ -405,6 +408,29 @@ class Sweep:
         self._record({"type": "sweep", "started_at": time.time(), "config": cfg.describe(),
                       "resumed": bool(existing), "engine": self.engine})  # fmt: skip
 
+        try:
+            return self._measure_all(original)
+        except KeyboardInterrupt:
+            self._put_back(original)  # as spec costs does; the records stay for --resume
+            raise
+
+    def _put_back(self, original: tuple[Any, Any]) -> None:
+        """Ctrl-C: what served before the sweep goes back, when the daemon answers (a daemon
+        that does not is said, never waited for)."""
+        if not self.cfg.restore or not original[0]:
+            return
+        try:
+            self.client.status(timeout=STATUS_ANSWER_S)
+            done = self._finish(None, original)
+        except Exception as exc:  # the interrupt is what the user sees, not a traceback
+            self.emit(f"interrupted: {original[0]}/{original[1]} not put back ({exc})")
+            return
+        self.emit(f"interrupted: {original[0]}/{original[1]} put back "
+                  f"({done.get('result') or 'it was serving'})")  # fmt: skip
+
+    def _measure_all(self, original: tuple[Any, Any]) -> dict[str, Any]:
+        cfg = self.cfg
+        out_dir = Path(cfg.output_dir)
         weights = trial.DUMMY if cfg.trial else trial.REAL
         if cfg.trial:
             self.emit("trial: dummy weights (--load-format dummy); timings are real, accept "
