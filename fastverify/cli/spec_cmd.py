@@ -125,7 +125,7 @@ def _serving_identity(ctx: click.Context, profile: str, as_json: bool) -> dict[s
 @maybe_count("--output-len", "Output tokens of the workload (default: the recorded bench's).", 2)
 @click.option("--lower-accept-length", type=float, default=None,
               help="The lower acceptance the config must survive (accept length at the "
-              "recorded steps); default: each draft position 35%% less likely (the field's "
+              "recorded steps); default: each draft position 35% less likely (the field's "
               "3.0 -> 2.0 at 3 steps).")  # fmt: skip
 @click.option("--floor", type=click.FloatRange(0.5, 1.0), default=0.97, show_default=True,
               help="What a drafting tier may fall to, x a baseline server, at the lower "
@@ -135,7 +135,7 @@ def _serving_identity(ctx: click.Context, profile: str, as_json: bool) -> dict[s
     type=click.FloatRange(0.0, 1.0),
     default=0.02,
     show_default=True,
-    help="What drafting must win by at the recorded acceptance (0.02 = 2%%).",
+    help="What drafting must win by at the recorded acceptance (0.02 = 2%).",
 )
 @click.option("--window", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Also predict a bench window of this many seconds (what `spec validate` "

@@ -592,7 +592,8 @@ class Sweep:
         if (status.get("profile"), status.get("mode")) == target and now == weights:
             return {"action": why, "profile": target[0], "mode": target[1], "switched": False,
                     "weights": weights}  # fmt: skip
-        self.emit(f"{why}: {target[0]}/{target[1]} ({weights} weights) ...")
+        doing = {"restored": "restoring", "applied best": "applying best"}[why]
+        self.emit(f"{doing} {target[0]}/{target[1]} ({weights} weights) ...")
         res = self._switch(target[0], target[1], weights)
         out = {"action": why, "profile": target[0], "mode": target[1], "switched": True,
                "result": res.get("result"), "weights": weights}  # fmt: skip
