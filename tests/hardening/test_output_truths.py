@@ -45,3 +45,18 @@ def test_a_sweep_says_restored_once(tmp_path: Path) -> None:
         said = (r.stdout + r.stderr).splitlines()
         restored = [x for x in said if "restored:" in x]
         assert len(restored) == 1, said
+
+
+def test_profile_validate_says_nothing_of_the_content_of_a_file_it_never_read(
+    tmp_path: Path,
+) -> None:
+    d = tmp_path / "profiles"
+    d.mkdir()
+    (tmp_path / "elsewhere.env").write_text("NCCL_ALGO=Ring\n")
+    (d / "link.env").symlink_to(tmp_path / "elsewhere.env")
+    (d / "big.env").write_text("NCCL_ALGO=Ring\n" * 80_000)
+    r = run_ctl("profile", "--dir", str(d), "validate", "link", "big")
+    assert r.returncode == 1, r.stdout + r.stderr
+    said = r.stdout + r.stderr
+    assert "symbolic link" in said and "larger than" in said, said
+    assert "description" not in said, said
