@@ -44,7 +44,7 @@ def _bench_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         ("completed / failed", f"{result['completed']} / {result['failed']}"),
         ("TTFT p50/p90/p99 ms", " / ".join(fmt(ttft[k]) for k in ("p50", "p90", "p99"))),
         ("ITL p50/p90/p99 ms", " / ".join(fmt(itl[k], 2) for k in ("p50", "p90", "p99"))),
-        ("accept length", fmt(result["accept_length"], 2)
+        ("accept length (SGLang's /server_info average)", fmt(result["accept_length"], 2)
          + (" (dummy weights: not a real accept length)"
             if result.get("weights") == "dummy" and result["accept_length"] else "")),
         *_acceptance_rows(result),
@@ -64,7 +64,7 @@ def _acceptance_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [("accepted drafts 0..K", f"{dist} ({total} verify passes)")]
     if curve:
         dummy = " (dummy weights: not real)" if result.get("weights") == "dummy" else ""
-        rows.append(("accept length at k steps", curve + dummy))
+        rows.append(("accept length at k steps (this window's histograms)", curve + dummy))
     return rows
 
 
