@@ -32,6 +32,7 @@ from fastverify.cli.options import (
     trace_options,
 )
 from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, emit_json, fail, table
+from fastverify.experiments.common.plots import simulated_tag
 from fastverify.experiments.common.stats import interval
 
 # ----------------------------------------------------------------------------- sweep
@@ -280,13 +281,15 @@ def sweep(
                 "note",
             ),
             _sweep_rows(report["results"]),
-            title=f"sweep: {report['results_file']}",
+            title=f"sweep: {report['results_file']}{simulated_tag(report.get('engine'))}",
         )
         if report.get("trial"):
             heads = ("profile", "mode", "tok/s", "step/cycle ms", "trace ms/step",
                      "all-reduces/step", "all-reduce ms/step", "break-even",
                      "real accept: EAGLE-3")  # fmt: skip
-            title = "trial on dummy weights: timings (accept lengths not measured)"
+            title = "trial on dummy weights: timings (accept lengths not measured)" + simulated_tag(
+                report.get("engine")
+            )
             table(heads, _trial_rows(report["results"]), title=title)
             _print_timing(report.get("timing") or {})
         note = verdict_note(report["results"], repeats)

@@ -60,3 +60,50 @@ def test_profile_validate_says_nothing_of_the_content_of_a_file_it_never_read(
     said = r.stdout + r.stderr
     assert "symbolic link" in said and "larger than" in said, said
     assert "description" not in said, said
+
+
+def _png_text(path: Path) -> str:
+    """The figure's text as the PNG carries it (save() writes every text artist of the
+    figure into its Description)."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        return img.text.get("Description", "")
+
+
+def test_the_sims_sweep_says_simulated_in_its_table_and_its_plot(tmp_path: Path) -> None:
+    out = tmp_path / "s"
+    with DaemonHarness(tmp_path, metrics=False, config={"daemon": {"trace_period_s": 0}}) as d:
+        r = d.ctl("sweep", "ring-ll", "--repeats", "1", "--duration", "0.5", "--output-len",
+                  "16", "--output", str(out), timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    title = next(x for x in r.stdout.splitlines() if x.startswith("# sweep: "))
+    assert "SIMULATED (the sim engine playing SGLang " in title, title
+    shown = _png_text(out / "sweep.png")
+    assert "SIMULATED (the sim engine playing SGLang " in shown, shown
+
+
+def test_tunes_plots_say_what_they_show(tmp_path: Path) -> None:
+    """trial.png names the weights each bar had (4 of 5 from the weight cache: real), the
+    decision plot mentions hatching only where a bar is hatched, and every plot of the sim
+    says SIMULATED."""
+    from fastverify.experiments.tune import report
+
+    engine = {"kind": "sim", "version": "0.5.23", "simulated": True}
+    rows = [{"profile": p, "mode": "baseline", "status": "ok", "tokens_per_second_mean": 90.0,
+             "ci95": [88.0, 92.0], "weights": "dummy" if p == "tree-ll" else "real"}
+            for p in ("ring-ll", "ring-ll-8ch", "ring-simple", "pcie-ipc", "tree-ll")]  # fmt: skip
+    options = [{"profile": "ring-ll", "mode": "baseline", "tokens_per_second": 91.0,
+                "ci95": [90.0, 92.0], "evidence": "measured"}]  # fmt: skip
+    data = {"candidates": {"candidates": rows}, "trial": {"rows": rows},
+            "decide": {"options": options}}  # fmt: skip
+    result = {"decision": {"profile": "ring-ll", "mode": "baseline", "engine": engine}}
+    drawn = report.draw_plots(tmp_path, result, data)
+    assert sorted(drawn["files"]) == ["decision", "funnel", "trial"], drawn
+    trial_text = _png_text(tmp_path / "trial.png")
+    assert "1 on dummy weights, 4 on real weights" in trial_text, trial_text
+    assert "trial on dummy weights" not in trial_text, trial_text
+    decision_text = _png_text(tmp_path / "decision.png")
+    assert "hatched" not in decision_text, decision_text
+    for name in ("trial.png", "decision.png", "funnel.png"):
+        assert "SIMULATED" in _png_text(tmp_path / name), name

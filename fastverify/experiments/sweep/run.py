@@ -476,7 +476,7 @@ class Sweep:
         all_rows = rows + confirmed
         plot_path = plot_skipped = None
         if cfg.plot and all_rows:
-            from fastverify.experiments.common.plots import missing_note
+            from fastverify.experiments.common.plots import missing_note, simulated_tag
 
             if plot_skipped := missing_note():
                 self.warnings.append(plot_skipped)
@@ -486,7 +486,8 @@ class Sweep:
                         all_rows,
                         out_dir / PLOT_FILE,
                         title=f"sweep ({cfg.bench.concurrency} client(s))"
-                        + (" - trial on dummy weights" if cfg.trial else ""),
+                        + (" - trial on dummy weights" if cfg.trial else "")
+                        + simulated_tag(self.engine),
                     )
                 )
         out = {
