@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 from tests.support.harness import DaemonHarness, run_ctl
 
@@ -107,3 +108,42 @@ def test_tunes_plots_say_what_they_show(tmp_path: Path) -> None:
     assert "hatched" not in decision_text, decision_text
     for name in ("trial.png", "decision.png", "funnel.png"):
         assert "SIMULATED" in _png_text(tmp_path / name), name
+
+
+def test_rehearse_plot_labels_are_all_visible_and_say_what_was_timed(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Read from the figure's own artists, laid out as saved: no break-even label lies under
+    the legend, and a gloo run's y-axis does not speak of CUDA-graph replays (gloo ranks run
+    no graphs)."""
+    from fastverify.experiments.common import plots
+    from fastverify.experiments.rehearse.plot import plot
+
+    seen: list[tuple[str, list[str]]] = []
+    real_save = plots.save
+
+    def save(fig: Any, path: Path) -> Path:
+        fig.tight_layout()
+        renderer = fig.canvas.get_renderer()
+        ax = fig.axes[0]
+        legend = ax.get_legend().get_window_extent(renderer)
+        labels = [t for t in ax.texts if t.get_text().startswith("break-even")]
+        assert len(labels) == 3
+        hidden = [t.get_text() for t in labels if t.get_window_extent(renderer).overlaps(legend)]
+        seen.append((ax.get_ylabel(), hidden))
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "save", save)
+    rows = [
+        {"profile": p, "path": "PIX", "status": "ok", "decode_ms": 30.0, "verify_ms": 30.0,
+         "exposed_comm_ms": 25.0, "allreduce_ms_per_verify": 25.0, "drafter_ms": 6.0,
+         "breakeven_accept_length": 1.2}
+        for p in ("ring-ll", "ring-simple", "pcie-ipc")
+    ]  # fmt: skip
+    for backend, timed in (("nccl", "CUDA-graph replays"), ("gloo", "eager forwards")):
+        report = {"profiles": rows, "model": "tiny", "world_size": 2, "draft_tokens": 4,
+                  "accept_length": None, "backend": backend}  # fmt: skip
+        plot(report, tmp_path / f"{backend}.png")
+        ylabel, hidden = seen[-1]
+        assert timed in ylabel, ylabel
+        assert hidden == [], hidden
