@@ -297,10 +297,13 @@ class Sweep:
             self.emit(f"{index} {profile}/{mode}: no trace: {rec['error']}")
         self._record(rec)
         if figures:
-            self.emit(f"{index} {profile}/{mode}: trace {figures['span']} "
-                      f"{_fmt_ms(figures['step_ms_p50'])} ms/step, "
+            mean = figures.get("step_ms_mean")
+            step = f"{_fmt_ms(mean)} ms/step" if mean else (
+                f"{_fmt_ms(figures['step_ms_p50'])} ms/step (p50)")
+            self.emit(f"{index} {profile}/{mode}: trace {figures['span']} {step}, "
                       f"{figures['allreduce_per_step'] or 0:.0f} all-reduces "
-                      f"({_fmt_ms(figures['allreduce_ms_per_step'])} ms)")  # fmt: skip
+                      f"({_fmt_ms(figures['allreduce_ms_per_step'])} ms), means over "
+                      f"{figures.get('passes') or 0} steps")  # fmt: skip
 
     def _post_baselines(self, rows: list[dict[str, Any]]) -> list[str]:
         """Record each real-weights baseline row (and the same profile's real EAGLE-3
