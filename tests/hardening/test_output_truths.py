@@ -156,9 +156,9 @@ def test_a_trace_line_puts_a_mean_beside_a_mean(tmp_path: Path) -> None:
     import re
 
     with DaemonHarness(tmp_path, metrics=True, config={"daemon": {"trace_period_s": 0}}) as d:
-        r = d.ctl("sweep", "ring-ll", "--load-format", "dummy", "--repeats", "1", "--duration", "0.5",
-                  "--output-len", "16", "--output", str(tmp_path / "s"), "--no-plot",
-                  timeout=300)  # fmt: skip
+        r = d.ctl("sweep", "ring-ll", "--load-format", "dummy", "--repeats", "1",
+                  "--duration", "0.5", "--output-len", "16", "--output", str(tmp_path / "s"),
+                  "--no-plot", timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     line = next(x for x in r.stderr.splitlines() if ": trace " in x)
     m = re.search(r"([\d.]+) ms/step, \d+ all-reduces \(([\d.]+) ms\), means over (\d+) steps",

@@ -298,8 +298,11 @@ class Sweep:
         self._record(rec)
         if figures:
             mean = figures.get("step_ms_mean")
-            step = f"{_fmt_ms(mean)} ms/step" if mean else (
-                f"{_fmt_ms(figures['step_ms_p50'])} ms/step (p50)")
+            step = (
+                f"{_fmt_ms(mean)} ms/step"
+                if mean
+                else (f"{_fmt_ms(figures['step_ms_p50'])} ms/step (p50)")
+            )
             self.emit(f"{index} {profile}/{mode}: trace {figures['span']} {step}, "
                       f"{figures['allreduce_per_step'] or 0:.0f} all-reduces "
                       f"({_fmt_ms(figures['allreduce_ms_per_step'])} ms), means over "
