@@ -22,6 +22,7 @@ from fastverify.cli.options import (
     count_option,
     duration_option,
     file_option,
+    flag,
     json_option,
     switch_timeout_option,
     trace_options,
@@ -47,6 +48,9 @@ from fastverify.cli.output import (
 @click.option("--batch-sizes", default="1,2,4,8,16,32,64", show_default=True,
               callback=batch_size_list, help="Batch sizes measured at each step count: one "
               "closed-loop window at that concurrency.")  # fmt: skip
+@click.option("--trials", default=None, metavar="LIST",
+              help="Only these trials, e.g. 0 or baseline,0 (default: baseline and every "
+              "step count 0..K): re-measure one without the others' loads.")  # fmt: skip
 @duration_option(10.0, "Seconds per window.")
 @count_option("--input-len", 128, "Prompt tokens per request.")
 @count_option(
@@ -59,6 +63,13 @@ from fastverify.cli.output import (
 )
 @switch_timeout_option("Seconds to wait for one trial's load.")
 @file_option("--output", help="Write the cost file here (spec plan --costs FILE reads it).")
+@file_option("--journal", help="Append each window here as it is measured (a run cut short "
+             "keeps them; --resume continues it).")  # fmt: skip
+@flag(
+    "--resume",
+    "Continue the run whose --journal FILE is given: the windows it holds are "
+    "not measured again, a step count whose windows are all there is not loaded.",
+)
 @json_option("Print the cost file as JSON.")
 @socket_option
 @click.pass_context
@@ -66,6 +77,7 @@ def costs(
     ctx: click.Context,
     max_steps: int | None,
     batch_sizes: list[int],
+    trials: str | None,
     duration: float,
     input_len: int,
     output_len: int,
@@ -74,6 +86,8 @@ def costs(
     no_traces: bool,
     switch_timeout: float,
     output: str | None,
+    journal: str | None,
+    resume: bool,
     as_json: bool,
 ) -> None:
     """Measure what a decode step and a draft+verify cycle cost on the serving engine, per
@@ -93,8 +107,12 @@ def costs(
         CostTrials,
     )
 
-    if output:
-        _writable(output)  # before any load: a path that cannot be written ends it now
+    if resume and not journal:
+        fail("spec costs: --resume needs --journal FILE (the journal of the run to continue)",
+             EXIT_USAGE)  # fmt: skip
+    for path in (output, journal):
+        if path:
+            _writable(path)  # before any load: a path that cannot be written ends it now
     status = call_daemon(ctx, STATUS, as_json=as_json)
     if not no_traces:
         _require_traces(status, as_json)
@@ -103,7 +121,13 @@ def costs(
         input_len=input_len, output_len=output_len, warmup=warmup,
         switch_timeout_s=switch_timeout, traces=not no_traces, trace_steps=trace_steps,
         command=shlex.join([ctx.command_path, *_args_after("costs", sys.argv)]),
+        journal=journal, resume=resume,
+        trials=tuple(t.strip() for t in trials.split(",") if t.strip()) if trials else None,
     )  # fmt: skip
+    try:
+        cfg.validate()
+    except ValueError as exc:
+        fail(f"spec costs: {exc}; nothing was switched or measured", EXIT_USAGE)
 
     def note(line: str) -> None:
         click.echo(f"spec costs: {line}", err=True)
@@ -142,7 +166,7 @@ def _writable(path: str) -> None:
 
     parent = Path(path).resolve().parent
     if not parent.is_dir():
-        fail(f"spec costs: --output {path}: the directory {parent} does not exist; nothing "
+        fail(f"spec costs: {path}: the directory {parent} does not exist; nothing "
              "was switched or measured", EXIT_USAGE)  # fmt: skip
 
 
@@ -207,6 +231,13 @@ def _print_costs(report: dict[str, Any], output: str | None) -> None:
     table(heads, rows, title="ms per decode step (baseline) and per cycle at each draft step "
           "count (verify ms in brackets)")  # fmt: skip
     click.echo(f"source: {report['source']}")
+    j = report.get("journal") or {}
+    if j.get("resumed"):
+        click.echo(f"resumed: {j.get('windows_from_journal')} window(s) from {j.get('path')}, "
+                   f"the rest measured now (call {j.get('calls')})")  # fmt: skip
+    t = report.get("time_s") or {}
+    if t:
+        click.echo("time: " + ", ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in t.items()))
     restored = report.get("restored") or {}
     click.echo(f"restored: {restored.get('profile')}/{restored.get('mode')} "
                f"({restored.get('weights')} weights): {restored.get('result')}")  # fmt: skip

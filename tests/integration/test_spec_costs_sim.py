@@ -219,3 +219,65 @@ def test_ctrl_c_puts_the_engine_back(tmp_path: Path) -> None:
             before["profile"], "eagle3", False, "READY",
         )  # fmt: skip
         assert st["lease"] is None
+
+
+def test_a_run_cut_short_resumes_from_its_journal(tmp_path: Path) -> None:
+    journal, out = tmp_path / "costs.journal", tmp_path / "costs.json"
+    args = ["spec", "costs", "--max-steps", "1", "--batch-sizes", "1,2", *WINDOW, "--no-traces",
+            "--journal", str(journal), "--output", str(out)]  # fmt: skip
+    with DaemonHarness(tmp_path, config=_config("baseline"), tp_size=2) as d:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), *args],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=ctrl_c_reaches_it,
+        )  # fmt: skip
+        seen: list[str] = []
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the event: the first step count's load has begun
+            seen.append(line)
+            if "steps 0: loading" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        _rest, err = proc.communicate(timeout=300)
+        assert proc.returncode == 130, "".join(seen) + err
+        kept = [json.loads(x) for x in journal.read_text().splitlines()]
+        assert kept[0]["record"] == "plan" and kept[0]["plan"]["trials"] == ["baseline", "0", "1"]
+        windows = [r for r in kept if r["record"] == "window"]
+        assert [(w["steps"], w["batch_size"]) for w in windows] == [("baseline", 1),
+                                                                   ("baseline", 2)]  # fmt: skip
+
+        # another plan is refused before anything switches
+        pid = d.status()["engine"]["pid"]
+        other = [a if a != "1,2" else "1,4" for a in args]
+        r = d.ctl(*other, "--resume", timeout=120)
+        assert r.returncode == 2 and "of another plan" in r.stderr, r.stderr
+        assert d.status()["engine"]["pid"] == pid
+        assert d.ctl(*args[:-4], "--resume").returncode == 2  # --resume without --journal
+
+        r = d.ctl(*args, "--resume", "--json", timeout=600)
+        assert r.returncode == 0, r.stderr
+        assert "resuming from" in r.stderr and "2 window(s) already measured" in r.stderr
+        assert "baseline: every window is in the journal (no load)" in r.stderr
+        assert "baseline: loading" not in r.stderr
+        report = json.loads(r.stdout)
+        assert report["journal"]["resumed"] and report["journal"]["windows_from_journal"] == 2
+        assert set(report["baseline_ms"]) == {"1", "2"}
+        assert set(report["cycle_ms"]["2"]) == {"0", "1"}
+        assert set(report["time_s"]) >= {"starts", "windows", "restore"}
+        assert report["time_s"]["starts"] > 0 and report["time_s"]["windows"] > 0
+        # spec plan reads the resumed cost file like any other
+        assert spec_costs.from_file(str(out)).batch_sizes == [1, 2]
+
+        # one trial alone: no other load
+        r = d.ctl("spec", "costs", "--max-steps", "1", "--batch-sizes", "1", *WINDOW,
+                  "--no-traces", "--trials", "0", "--json", timeout=600)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        only = json.loads(r.stdout)
+        assert (
+            only["steps"] == [0]
+            and only["baseline_ms"] == {}
+            and set(only["cycle_ms"]["1"]) == {"0"}
+        )
+        assert "baseline: loading" not in r.stderr and "steps 1: loading" not in r.stderr
+        r = d.ctl("spec", "costs", "--max-steps", "1", "--trials", "3")
+        assert r.returncode == 2 and "--trials 3" in r.stderr, r.stderr

@@ -26,6 +26,13 @@ the engine's own cycle is read from it, as a sweep's trial rows read theirs
 Random weights keep every timing real (shapes, kernels, all-reduces, CUDA graphs); only the
 accept length is meaningless, and the plan takes it from a real-weights bench instead.
 
+With a journal (`--journal FILE`), every window's record is appended to FILE the moment it is
+measured, with the plan it belongs to (profile, steps, batch sizes, bench settings); a later
+run with `resume` skips the windows the journal holds, and a step count whose windows are all
+there is not loaded at all. The report says how many windows came from the journal and how
+many were measured now, and where the time went (engine starts, windows, profile windows, the
+restore).
+
 The daemon's lease is held throughout (another client's switch gets 409); at the end, also
 after a failed trial or Ctrl-C, the profile, mode and weights that served before are put
 back (queued behind a switch still in flight). A trial that cannot start ends the run: which
@@ -41,6 +48,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from fastverify.config import TRIAL_LOAD_FORMAT
@@ -84,6 +92,9 @@ class CostTrialConfig:
     traces: bool = True
     trace_steps: int = 5
     command: str = ""
+    trials: tuple[str, ...] | None = None  # some of "baseline", "0".."K" (None: all of them)
+    journal: str | None = None  # append each window here as it is measured
+    resume: bool = False  # skip the windows the journal already holds
 
     def validate(self) -> None:
         if self.max_steps is not None and not 1 <= self.max_steps <= 64:
@@ -96,6 +107,14 @@ class CostTrialConfig:
             raise ValueError("--duration must be positive")
         if self.trace_steps < 1:
             raise ValueError("--trace-steps must be at least 1")
+        for t in self.trials or ():
+            if t != BASELINE and not (
+                t.isdigit() and (self.max_steps is None or int(t) <= self.max_steps)
+            ):
+                raise ValueError(f"--trials {t}: expected {BASELINE} or a step count 0..K "
+                                 "(K: --max-steps)")  # fmt: skip
+        if self.resume and not self.journal:
+            raise ValueError("--resume needs --journal FILE (the journal of the run to continue)")
 
 
 @dataclass
@@ -108,6 +127,10 @@ class CostTrials:
     trials: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    done: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    time_s: dict[str, float] = field(
+        default_factory=lambda: {"starts": 0.0, "windows": 0.0, "profile_windows": 0.0}
+    )
 
     def run(self) -> dict[str, Any]:
         """The cost file's content; CostTrialBusy / CostTrialError / CostTrialFailed."""
@@ -122,6 +145,8 @@ class CostTrials:
                 "(fastverifyctl profile set NAME), then run spec costs"
             )
         steps = self._max_steps(profile)
+        self._order(steps)  # a trial beyond K ends the run here, before any switch
+        self._open_journal(profile, steps)
         what = f"spec costs: {profile}, steps 0..{steps} x batch {_csv(self.cfg.batch_sizes)}"
         failed: CostTrialFailed | None = None
         try:
@@ -135,7 +160,9 @@ class CostTrials:
                                         "reason": exc.reason, "message": str(exc)})  # fmt: skip
                     self.emit(f"steps {exc.steps}: FAILED: {exc}")
                 finally:  # also on Ctrl-C: the engine goes back as it was
+                    t0 = time.monotonic()
                     self.info["restored"] = self._restore(status)
+                    self.time_s["restore"] = round(time.monotonic() - t0, 3)
         except LeaseRefused as exc:
             raise CostTrialBusy(f"{exc}; nothing was switched or measured") from None
         report = self.result(profile, status, steps)
@@ -169,12 +196,89 @@ class CostTrials:
             return int(argv[argv.index(flag) + 1])
         raise CostTrialError("the daemon's EAGLE-3 argv names no step count: give --max-steps")
 
+    # ------------------------------------------------------------------ the journal
+    def _plan(self, profile: str, max_steps: int) -> dict[str, Any]:
+        """What a journal's windows belong to: a resumed run measures the same thing."""
+        bench = {k: v for k, v in asdict(self.cfg).items() if k in BENCH_KEYS}
+        return {"profile": profile, "trials": [str(k) for k in self._order(max_steps)],
+                "batch_sizes": list(self.cfg.batch_sizes), "bench": bench}  # fmt: skip
+
+    def _open_journal(self, profile: str, max_steps: int) -> None:
+        """Read what a resumed journal holds (CostTrialError when it is another plan's), or
+        start a new journal."""
+        from fastverify.durable import append_jsonl, scan_jsonl
+
+        if not self.cfg.journal:
+            return
+        path = Path(self.cfg.journal)
+        plan = self._plan(profile, max_steps)
+        self.info["journal"] = {"path": str(path), "resumed": False, "windows_from_journal": 0}
+        if self.cfg.resume:
+            records, _bad = scan_jsonl(path)
+            if not records:
+                raise CostTrialError(f"--resume: the journal {path} is missing or empty; run "
+                                     "without --resume to start one")  # fmt: skip
+            head = records[0]
+            if head.get("plan") != plan:
+                was = _plan_text(head.get("plan"))
+                raise CostTrialError(
+                    f"--resume: the journal {path} is of another plan ({was}; this run: "
+                    f"{_plan_text(plan)}); run without --resume to start over"
+                )
+            for rec in records[1:]:
+                if rec.get("record") == "window" and rec.get("status") == "ok":
+                    t = {k: v for k, v in rec.items() if k != "record"}
+                    self.done[(str(t["steps"]), int(t["batch_size"]))] = t
+                elif rec.get("record") == "load":
+                    self.info.setdefault("load_s", {})[str(rec["steps"])] = rec.get("load_s")
+                elif rec.get("record") == "server":
+                    self.info.setdefault("server", rec.get("server"))
+                    self.info.setdefault("allreduce", rec.get("allreduce"))
+            self.info["journal"].update(resumed=True, windows_from_journal=len(self.done),
+                                        calls=1 + sum(r.get("record") == "resume"
+                                                      for r in records))  # fmt: skip
+            at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            append_jsonl(path, {"record": "resume", "windows": len(self.done), "at": at})
+            self.emit(f"resuming from {path}: {len(self.done)} window(s) already measured")
+            return
+        path.unlink(missing_ok=True)
+        append_jsonl(path, {"record": "plan", "plan": plan}, mode=0o644)
+
+    def _journal(self, record: dict[str, Any]) -> None:
+        from fastverify.durable import append_jsonl
+
+        if self.cfg.journal:
+            append_jsonl(self.cfg.journal, record, mode=0o644)
+
     # ------------------------------------------------------------------ the trials
+    def _order(self, max_steps: int) -> list[int | str]:
+        """The trials in the order they run: the baseline, then 0..K (or the chosen ones)."""
+        every: list[int | str] = [BASELINE, *range(max_steps + 1)]
+        wanted = self.cfg.trials
+        if wanted is None:
+            return every
+        beyond = [t for t in wanted if t not in {str(k) for k in every}]
+        if beyond:
+            raise CostTrialError(
+                f"--trials {','.join(beyond)}: beyond the {max_steps} step(s) measured "
+                "(--max-steps); nothing was switched or measured"
+            )
+        return [k for k in every if str(k) in wanted]
+
     def _trials(self, profile: str, max_steps: int) -> None:
-        for k in [BASELINE, *range(max_steps + 1)]:
-            url = self._load(profile, k)
+        for k in self._order(max_steps):
+            pending = [bs for bs in self.cfg.batch_sizes if (str(k), bs) not in self.done]
             for bs in self.cfg.batch_sizes:
-                self.trials.append(self._window(profile, k, bs, url))
+                if bs not in pending:
+                    self.trials.append(dict(self.done[(str(k), bs)], from_journal=True))
+            if not pending:
+                self.emit(f"{_label(k)}: every window is in the journal (no load)")
+                continue
+            url = self._load(profile, k)
+            for bs in pending:
+                rec = self._window(profile, k, bs, url)
+                self.trials.append(rec)
+                self._journal({"record": "window", **rec})
 
     def _load(self, profile: str, k: int | str) -> str:
         """Restart the engine for trial k on dummy weights; its URL; CostTrialFailed."""
@@ -215,12 +319,16 @@ class CostTrials:
             raise CostTrialFailed(k, reason, message, {})
         self.info.setdefault("allreduce", res.get("allreduce"))
         self.info.setdefault("load_s", {})[str(k)] = res.get("duration_s")
+        self.time_s["starts"] += float(res.get("duration_s") or 0.0)
+        self._journal({"record": "load", "steps": k, "load_s": res.get("duration_s")})
         self.emit(f"{_label(k)}: ready in {res.get('duration_s') or 0:.1f} s "
                   f"(engine ready {res.get('engine_ready_s') or 0:.1f} s, verified)")  # fmt: skip
         status = self.client.status()
         url = (status.get("engine") or {}).get("url")
         if not self.info.get("server") or k == 0:  # a speculative server's capture list
             self.info["server"] = _server_facts(url)
+            self._journal({"record": "server", "server": self.info["server"],
+                           "allreduce": self.info.get("allreduce")})  # fmt: skip
         return str(url)
 
     def _window(self, profile: str, k: int | str, bs: int, url: str) -> dict[str, Any]:
@@ -262,8 +370,11 @@ class CostTrials:
         what = {BASELINE: "decode step", 0: "steps-0 pass"}.get(k, "cycle")
         self.emit(f"{tag}: {r.output_tokens_per_second:.1f} tok/s, {rate:.1f} tok/s per "
                   f"request -> {what} {cycle * 1e3:.2f} ms")  # fmt: skip
+        self.time_s["windows"] += time.monotonic() - t0
         if self.cfg.traces and isinstance(k, int) and k > 0:
+            t1 = time.monotonic()
             self._trace(rec, bench, tag)
+            self.time_s["profile_windows"] += time.monotonic() - t1
             if rec.get("verify_ms", 0.0) > rec["cycle_ms"]:
                 why = (f"the profile window's verify pass ({rec.pop('verify_ms'):.2f} ms) is "
                        f"longer than the bench window's whole cycle ({rec['cycle_ms']:.2f} ms): "
@@ -357,7 +468,7 @@ class CostTrials:
             "max_running_requests": server.get("max_running_requests"),
             "measured_at": when,
             "batch_sizes": list(self.cfg.batch_sizes),
-            "steps": list(range(max_steps + 1)),
+            "steps": [k for k in self._order(max_steps) if k != BASELINE],
             "baseline_ms": baseline,
             "cycle_ms": cycle,
             "verify_ms": verify,
@@ -366,6 +477,9 @@ class CostTrials:
             "mode: one point per mode, scaled with the prompt length elsewhere",
             "trials": self.trials,
             "load_s": self.info.get("load_s") or {},
+            # this run's seconds: engine starts, bench windows, profile windows, the restore
+            "time_s": {k: round(v, 1) for k, v in self.time_s.items()},
+            "journal": self.info.get("journal"),
             "restored": self.info.get("restored"),
             "bench": {k: v for k, v in asdict(self.cfg).items() if k in BENCH_KEYS},
             "command": self.cfg.command,
@@ -416,6 +530,14 @@ def _server_facts(url: str | None) -> dict[str, Any]:
     model = ((info or {}).get("sim") or {}).get("cost_model") or {}
     out["cuda_graph_bs"] = model.get("cuda_graph_bs")
     return out
+
+
+def _plan_text(plan: Any) -> str:
+    if not isinstance(plan, dict):
+        return "no plan"
+    trials = ",".join(plan.get("trials") or [])
+    batch = _csv(plan.get("batch_sizes") or [])
+    return f"{plan.get('profile')}, trials {trials} x batch {batch}, {plan.get('bench')}"
 
 
 def _csv(values: tuple[int, ...] | list[int]) -> str:
