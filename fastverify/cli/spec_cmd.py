@@ -452,9 +452,10 @@ def validate(ctx: click.Context, concurrencies: list[int], duration: float,
         click.echo(f"spec validate: {c} client(s), {duration:g} s window, "
                    f"{wl['input_len']}/{wl['output_len']} tokens ...", err=True)  # fmt: skip
         try:
-            r = run_bench(BenchConfig(url=url, concurrency=c, duration=duration,
-                                      input_len=wl["input_len"], output_len=wl["output_len"],
-                                      warmup=1))  # fmt: skip
+            bench = BenchConfig(url=url, concurrency=c, duration=duration,
+                                input_len=wl["input_len"], output_len=wl["output_len"],
+                                warmup=1)  # fmt: skip
+            r = run_bench(bench, phase=lambda line: click.echo(f"spec validate: {line}", err=True))
         except BenchError as exc:
             fail_with_reason("spec validate", f"bench failed at concurrency {c}: {exc}",
                              EXIT_PROBLEMS, "bench_failed", as_json)  # fmt: skip

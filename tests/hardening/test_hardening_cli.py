@@ -416,7 +416,7 @@ def test_ctrl_c_on_a_piped_switch_detaches_and_says_how_to_cancel(tmp_path: Path
             if proc.poll() is None:
                 proc.kill()
         assert proc.returncode == 130, (out, err)
-        assert "fastverifyctl cancel" in err and "Traceback" not in err, err
+        assert f"fastverifyctl --socket {d.socket} cancel" in err and "Traceback" not in err, err
         d.wait_for(lambda: d.status()["profile"] == "ring-ll", 60, "the switch going on")
         assert d.wait_state("READY", 60)["profile"] == "ring-ll"
 
