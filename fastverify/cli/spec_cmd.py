@@ -344,7 +344,10 @@ def _print(data: dict[str, Any]) -> None:
         per = t["per_batch_size"]
         sp = [v["speedup"] for v in per.values()]
         sl = [v["speedup_if_lower"] for v in per.values()]
-        rows.append((key, span, t["config"]["candidate_steps"], _range(sp), _range(sl),
+        sp_text, sl_text = _range(sp), _range(sl)
+        if not any(t["config"]["candidate_steps"]):  # [0]: the adaptive server's 0-step cycle
+            sp_text += " (no drafting)"
+        rows.append((key, span, t["config"]["candidate_steps"], sp_text, sl_text,
                      t["what_would_change"]))  # fmt: skip
     table(("key", "batch", "candidates", "x baseline", f"x if L={low:.2f}", "what would change it"),
           rows, title="speculation plan (SGLang's tiers; 0 steps = no drafting)")  # fmt: skip

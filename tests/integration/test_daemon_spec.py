@@ -91,6 +91,10 @@ def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
         human = d.ctl("spec", "plan", "--max-batch", "8", "--concurrency", "1")
         assert human.returncode == 0 and "speculation plan" in human.stdout
         assert "end to end" in human.stdout
+        # a tier that never drafts says so beside its figure (an adaptive server's 0-step
+        # cycle against a baseline server's step), never as if drafting paid
+        never = [x for x in human.stdout.splitlines() if "\t[0]\t" in x]
+        assert never and all(" (no drafting)\t" in x for x in never), human.stdout
         assert f"fastverifyctl --socket {d.socket} mode set adaptive" in human.stdout
         # the same acceptance with the H200 grid's costs (one GPU, TP 8 shard) as the source
         grid = REPO / "benchmarks/results/rehearse-grid-kimi-k2.5-shard-of-tp8-h200-drafter.json"
