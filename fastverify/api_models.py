@@ -187,7 +187,9 @@ HISTORY = Endpoint(
     query=(Field("n", "int", "only the newest N records (0: all)", default=0),),
     answer="array of operation records: `{id, kind, profile, mode, result, reason, message, "
     "line, log, started_at, finished_at, duration_s, engine_ready_s?, tuner?, allreduce?, "
-    "rolled_back_to?, fallback_to?, previous, serving}`",
+    "rolled_back_to?, fallback_to?, previous, serving, outcome?, put_back?}` (`outcome`,"
+    " `put_back`: a request a killed daemon left unanswered, closed by the next one with"
+    " result `interrupted`)",
 )
 LOGS = Endpoint(
     "GET", "/v1/logs", "logs", "The engine's and the daemon's log lines.",
