@@ -45,7 +45,7 @@ def _aic(aic: str, systems: Path, request: dict) -> dict:
     req = systems.parent / "request.json"
     req.write_text(json.dumps({"systems_paths": [str(systems), "default"], **request}))
     proc = subprocess.run(
-        [aic, "-m", "fastverify.experiments.aiconfigurator.compare", str(req)],
+        [aic, str(REPO / "benchmarks" / "aiconfigurator_compare.py"), str(req)],
         capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
     return json.loads(proc.stdout)
@@ -93,7 +93,7 @@ def _sim_prediction(tp: int) -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    from fastverify.experiments.aiconfigurator.__main__ import export
+    from fastverify.experiments.aiconfigurator.system import export
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--sim-seconds", type=float, default=8.0)
@@ -134,7 +134,7 @@ def main() -> int:
         "wall_s": round(time.monotonic() - t0, 1),
         "commands": [
             "scripts/aiconfigurator-venv.sh",
-            "python -m fastverify.experiments.aiconfigurator export "
+            "fastverifyctl aiconfigurator export "
             "benchmarks/results/preflight-h200x2-2gpu-nvlink.json --name h200x2_nvlink --out "
             "SYSTEMS --python AIC_PYTHON  (and -p2poff)",
             "aiconfigurator cli estimate --systems-paths SYSTEMS,default --model-path "

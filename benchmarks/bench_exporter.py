@@ -6,7 +6,7 @@ prints a table.
    process, measured in the same run by a separate client process: latency p50/p99 with one
    scraper (sequential scrapes, as Prometheus sends them: gzip accepted, keep-alive when
    the server allows it), and throughput with 50 concurrent connections.
-2. Log lines per second through `logparse.parse_line` on a realistic mix (real NCCL INFO
+2. Log lines per second through `sglang.loglines.parse_line` on a realistic mix (real NCCL INFO
    lines from the H200 fixtures, decode/prefill lines of both generations, access lines).
 3. Trace MB/s (uncompressed bytes per second, one core) of `traces.analyze_file` on a large
    sim-written per-rank trace (gzipped and plain), vs the naive baseline (stdlib
@@ -245,7 +245,7 @@ def log_corpus(n: int) -> list[str]:
 
 
 def bench_logs(n: int) -> dict:
-    from fastverify.exporters.logparse import parse_line
+    from fastverify.sglang.loglines import parse_line
 
     lines = log_corpus(n)
     decode = [line for line in lines if "Decode batch" in line] * 4

@@ -3,7 +3,7 @@ its request body's or query's fields (name, type, required, default, help) and t
 body's fields.
 
 Everything else is derived from these declarations: the daemon's routes and request
-validation (fastverify.daemon.api_checks), the typed methods of fastverify.client (which the
+validation (fastverify.daemon.api_requests), the typed methods of fastverify.client (which the
 CLI calls), and the reference part of docs/reference/api.md (fastverify.api_reference). Plain
 classes, no dataclasses: the CLI imports this module on its start-up path.
 """
@@ -11,6 +11,14 @@ classes, no dataclasses: the CLI imports this module on its start-up path.
 from __future__ import annotations
 
 from typing import Any, NamedTuple
+
+MAX_BODY = 64 * 1024  # bytes of any request body (an endpoint may allow fewer)
+# Requests that write a record (`Endpoint.recorded`) are rate-limited per caller identity
+# together: RECORD_BURST at once, then RECORD_RATE_PER_S a second (429 with Retry-After).
+RECORD_RATE_PER_S = 2.0
+RECORD_BURST = 30
+HISTORY_PAGE = 100  # records of one `GET /v1/history` when `n` is not given
+HISTORY_PAGE_MAX = 1000  # the most records one `GET /v1/history` answers
 
 # request field kind -> the JSON types it accepts (a bool is never a number)
 KINDS: dict[str, tuple[type, ...]] = {
@@ -42,7 +50,8 @@ class Field(NamedTuple):
 class Endpoint(NamedTuple):
     """One method on one path. `client`: the fastverify.client method that calls it;
     `fields`: the JSON body (POST); `query`: the query parameters (GET); `answer`: what
-    comes back; `streams`: the answer is NDJSON events."""
+    comes back; `streams`: the answer is NDJSON events; `max_body`: the most bytes its body
+    may have (413 beyond); `recorded`: it writes a record (rate-limited: RECORD_RATE_PER_S)."""
 
     method: str
     path: str
@@ -52,6 +61,8 @@ class Endpoint(NamedTuple):
     query: tuple[Field, ...] = ()
     answer: str = ""
     streams: bool = False
+    max_body: int = MAX_BODY
+    recorded: bool = False
 
     def defaults(self) -> dict[str, Any]:
         """The fields a request may leave out, with the value the daemon then uses."""
@@ -157,7 +168,8 @@ status_line (str): systemd's STATUS= line, e.g. "serving tree-ll/eagle3 82.4 tok
 config (object): `{source, error}`: the configuration file and its last error
 declarative (object | null): `{profile, mode, source, canary: {profile, mode, since, op} |
   null}` in declarative mode
-lease (object | null): `{id, experiment, description, pid, since}`
+lease (object | null): `{experiment, description, holder, pid, since}`: who holds the
+  daemon (its id goes to its holder only)
 decision (object | null): `{profile, mode, backend, applied, decided_at, report, engine,
   serving}`; `serving`: the decision's profile and mode serve now, READY and real weights (a
   manual switch away makes it false)
@@ -169,6 +181,11 @@ weight_cache (object): SGLang's weight-cache daemon as fastverifyd runs it
   (docs/guides/weight-cache.md): `{setting, state, available, speculative, restarts, last_failure,
   mismatch, pid?, pgid?, ranks?, rank_pids?, adopted?, started_at?, ready_s?, log?, argv?,
   fingerprint?, bytes, bytes_source, memory_note?}`
+frontdoor (object): the front door on the server's public port (`[frontdoor]`): `{mode}` when
+  off, else `{mode, listen, pid, restarts, state: serving|holding|no_engine|down, port,
+  in_flight, waiting, queue_size, max_wait_s, totals: {requests, held, refused, cut,
+  switches}, last_episode, standby?: {mode, why}}`; `standby` (mode standby): whether a
+  second engine fits beside the serving one now, from its memory and the weight cache's
 speculation (object | null): a drafting mode with the exporter on: `{active_steps,
   fixed_steps, seconds_at_steps: {"STEPS": s}, live_acceptance: {"STEPS": {requests,
   accept_length: {"K": L}}}, plan_stale, plan_why, replan}`: the draft steps SGLang runs now,
@@ -183,13 +200,22 @@ _RESULT = "the operation's result (see Operations)"
 STATUS = Endpoint("GET", "/v1/status", "status", "The daemon's state, the serving engine and "
                   "what it knows.", answer="the status body (see Status body)")
 HISTORY = Endpoint(
-    "GET", "/v1/history", "history", "The journal of operations, oldest first.",
-    query=(Field("n", "int", "only the newest N records (0: all)", default=0),),
+    "GET", "/v1/history", "history", "The journal of operations, oldest first, one page "
+    "at a time (the client's `history()` and `fastverifyctl history` page back to the "
+    "start when asked for all). Operations (start, switch, mode, restart, rollback) and "
+    "crashes are kept in the daemon's own journal; recorded decisions in a journal of "
+    "their own, so no number of them can rotate an operation out.",
+    query=(Field("n", "int", f"the newest N records (at most {HISTORY_PAGE_MAX})",
+                 default=HISTORY_PAGE, minimum=1),
+           Field("before", "number", "only records that finished before this unix time: "
+                 "the oldest `finished_at` of the page before, for the next page back (a page "
+                 "never splits records of the same `finished_at`)")),
     answer="array of operation records: `{id, kind, profile, mode, result, reason, message, "
     "line, log, started_at, finished_at, duration_s, engine_ready_s?, tuner?, allreduce?, "
-    "rolled_back_to?, fallback_to?, previous, serving, outcome?, put_back?}` (`outcome`,"
-    " `put_back`: a request a killed daemon left unanswered, closed by the next one with"
-    " result `interrupted`)",
+    "rolled_back_to?, fallback_to?, previous, serving, switch?, outcome?, put_back?}`; "
+    "`switch`: how the operation looked to clients (see Operations); `outcome`, `put_back`: "
+    "a request a killed daemon left unanswered, closed by the next one with result "
+    "`interrupted`",
 )
 LOGS = Endpoint(
     "GET", "/v1/logs", "logs", "The engine's and the daemon's log lines.",
@@ -280,6 +306,7 @@ RECORD_BASELINE = Endpoint(
     ),
     answer='the stored record; 422 `{error, fields: {field: what is wrong}, reason: '
     '"invalid_baseline"}` naming every bad field (nothing is stored then)',
+    max_body=4 * 1024, recorded=True,
 )
 CAPTURE_TRACE = Endpoint(
     "POST", "/v1/trace/capture", "capture_trace", "Record one profile window of the serving "
@@ -323,10 +350,12 @@ RECORD_DECISION = Endpoint(
     ),
     answer='the stored record; 422 `{error, fields, reason: "invalid_decision"}` naming every '
     "bad field (nothing is stored then)",
+    max_body=16 * 1024, recorded=True,
 )
 LEASE = Endpoint(
     "GET", "/v1/lease", "lease", "The experiment's lease in force, if any.",
-    answer="`{lease: {id, experiment, description, pid, since} | null}`",
+    answer="`{lease: {experiment, description, holder, pid, since} | null}`; `id` too when "
+    "the caller is the holder (the identity that took it)",
 )
 TAKE_LEASE = Endpoint(
     "POST", "/v1/lease", "take_lease", "Hold the daemon for an experiment (see Leases).",
@@ -335,14 +364,16 @@ TAKE_LEASE = Endpoint(
         Field("description", "str", "what it runs, for status"),
         Field("force", "bool", "take it even while another lease holds", default=False),
     ),
-    answer='200 `{id, experiment, description, pid, since}`; 409 `{error, reason: "leased", '
-    "lease}` while another lease holds",
+    answer='200 `{id, experiment, description, holder, pid, since}`: the lease belongs to '
+    "the caller's identity (uid on the Unix socket, certificate subject + token name on "
+    'TCP); 409 `{error, reason: "leased", lease}` while another lease holds; taken with '
+    "`force` over another's, the override is recorded in the history (kind `lease_override`)",
 )
 RELEASE_LEASE = Endpoint(
     "POST", "/v1/lease/release", "release_lease", "End an experiment's lease.",
     fields=(Field("id", "str", "the lease's id", required=True),),
     answer='200 `{released: {...}}`; 404 `{reason: "no_lease"}` when that lease is not in '
-    "force",
+    'force; 403 `{reason: "not_holder"}` when another identity holds it',
 )
 ACCEPTANCE = Endpoint(
     "GET", "/v1/acceptance", "acceptance", "Every bench's accepted-drafts histograms, the "
@@ -375,6 +406,7 @@ RECORD_ACCEPTANCE = Endpoint(
     answer='the stored record; 409 `reason: "not_serving"` / `"served_changed"` (the client '
     'measured another profile/mode); 422 `"not_speculative"` (a baseline server) or '
     '`"invalid_histogram"`',
+    max_body=MAX_BODY, recorded=True,
 )
 SPEC_PLAN = Endpoint(
     "GET", "/v1/spec/plan", "spec_plan", "The stored speculation plan (`fastverifyctl spec "
@@ -401,6 +433,7 @@ STORE_SPEC_PLAN = Endpoint(
     fields=(Field("plan", "dict", "the plan (`Plan.to_dict`)", required=True),
             Field("adaptive_config", "dict", "SGLang's adaptive config", required=True)),
     answer="the plan as stored",
+    max_body=MAX_BODY, recorded=True,
 )
 
 ENDPOINTS: tuple[Endpoint, ...] = (

@@ -75,6 +75,15 @@ def render() -> str:
         streams = e.streams and e.method == "POST"
         stream = " With `stream: true`, NDJSON events until the result." if streams else ""
         out.append(f"Answer: {e.answer}.{stream}")
+        if e.recorded:
+            out += [
+                "",
+                f"Limits: a body of at most {e.max_body} bytes (413 beyond); with the "
+                "other record requests, at most "
+                f"{m.RECORD_BURST} at once and {m.RECORD_RATE_PER_S:g} a second after "
+                "that per caller (uid, or certificate and token), 429 with `Retry-After` "
+                "beyond.",
+            ]
     status = f"`{m.STATUS.method} {m.STATUS.path}` answers one object:"
     out += ["", "## Status body", "", status, ""]
     out += [*_status_table(m.STATUS_FIELDS), "", "`engine`:", ""]

@@ -21,8 +21,8 @@ import _socket
 import json
 import os
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 from fastverify import api_models as m
 
@@ -154,6 +154,11 @@ def _connect_unix(path: str, timeout: float | None) -> Any:
             raise
 
 
+def _object(answer: Any) -> dict[str, Any]:
+    """An answer the API declares as a JSON object (api_models), typed as one."""
+    return cast(dict[str, Any], answer)
+
+
 def _method(ep: m.Endpoint) -> Any:
     """A method of Calls that calls `ep` with keyword fields (and `timeout`)."""
 
@@ -174,8 +179,8 @@ class Calls:
     ) -> Any:
         raise NotImplementedError
 
-    def stream(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
-        raise NotImplementedError
+    # (method, path, body=None, *, timeout=None, answer_timeout=None): ControlClient.stream
+    stream: Callable[..., Iterator[dict[str, Any]]]
 
     def get(self, path: str, **kw: Any) -> Any:
         """A raw GET of `path` (tests, probes); code calls the typed methods instead."""
@@ -207,10 +212,21 @@ class Calls:
                            answer_timeout=answer_timeout)  # fmt: skip
 
     def status(self, *, timeout: float | None = None) -> dict[str, Any]:
-        return self.call(m.STATUS, timeout=timeout)
+        return _object(self.call(m.STATUS, timeout=timeout))
 
     def history(self, n: int | None = None, *, timeout: float | None = None) -> list[Any]:
-        return self.call(m.HISTORY, n=n, timeout=timeout)
+        """The newest `n` history records (None: all of them), oldest first, read a page
+        (api_models.HISTORY_PAGE_MAX records) at a time back from the newest."""
+        out: list[Any] = []
+        before = None
+        while n is None or len(out) < n:
+            want = m.HISTORY_PAGE_MAX if n is None else min(n - len(out), m.HISTORY_PAGE_MAX)
+            page = cast(list[Any], self.call(m.HISTORY, n=want, before=before, timeout=timeout))
+            out[:0] = page
+            if len(page) < want:
+                break
+            before = min(_finished(r) for r in page)
+        return out if n is None else out[-n:]
 
     def logs(self, **fields: Any) -> Iterator[dict[str, Any]]:
         """The log lines (`n`, `follow`), as NDJSON events; `answer_timeout`, `timeout` as
@@ -220,36 +236,36 @@ class Calls:
     def server_argv(self, *, timeout: float | None = None, **query: Any) -> dict[str, Any]:
         """The argv of `profile` and `mode` (default: the active ones); `check=True` runs the
         engine's argv parser."""
-        return self.call(m.SERVER_ARGV, timeout=timeout, **query)
+        return _object(self.call(m.SERVER_ARGV, timeout=timeout, **query))
 
     def set_profile(self, name: str, **fields: Any) -> dict[str, Any]:
         """Switch to profile `name` (fields: api_models.SET_PROFILE)."""
-        return self.call(m.SET_PROFILE, name=name, **fields)
+        return _object(self.call(m.SET_PROFILE, name=name, **fields))
 
     def set_mode(self, mode: str, **fields: Any) -> dict[str, Any]:
         """Switch the mode (fields: api_models.SET_MODE)."""
-        return self.call(m.SET_MODE, mode=mode, **fields)
+        return _object(self.call(m.SET_MODE, mode=mode, **fields))
 
     def restart(self, **fields: Any) -> dict[str, Any]:
         """Restart the engine (fields: api_models.RESTART)."""
-        return self.call(m.RESTART, **fields)
+        return _object(self.call(m.RESTART, **fields))
 
     def cancel(self) -> dict[str, Any] | None:
         """Cancel the switch in flight (POST /v1/cancel): `{"result": "cancelled",
         "operation": {...}}` once the daemon accepted it, None when nothing was in flight;
         the previous profile is put back by the daemon (see the operation's result)."""
         try:
-            return self.call(m.CANCEL)
+            return _object(self.call(m.CANCEL))
         except ApiError as exc:
             if exc.status == 404:
                 return None
             raise
 
     def take_lease(self, experiment: str, **fields: Any) -> dict[str, Any]:
-        return self.call(m.TAKE_LEASE, experiment=experiment, **fields)
+        return _object(self.call(m.TAKE_LEASE, experiment=experiment, **fields))
 
     def release_lease(self, lease_id: str, **kw: Any) -> dict[str, Any]:
-        return self.call(m.RELEASE_LEASE, id=lease_id, **kw)
+        return _object(self.call(m.RELEASE_LEASE, id=lease_id, **kw))
 
     def store_spec_plan(self, plan: dict[str, Any], adaptive_config: dict[str, Any]) -> Any:
         return self.call(m.STORE_SPEC_PLAN, plan=plan, adaptive_config=adaptive_config)
@@ -518,3 +534,9 @@ def try_status(
         return ControlClient(socket_path, timeout=timeout).status()
     except (DaemonUnavailable, ApiError, OSError, ValueError):
         return None
+
+
+def _finished(rec: dict[str, Any]) -> float:
+    """A history record's place for paging (`before=`): its finish time."""
+    at = rec.get("finished_at", rec.get("started_at"))
+    return float(at) if isinstance(at, int | float) else 0.0

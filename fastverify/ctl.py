@@ -83,6 +83,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fastverify.cli.rehearse_cmd:rehearse",
         "Does speculation pay? Verify cycle per profile, no model.",
     ),
+    "aiconfigurator": (
+        "fastverify.cli.aiconfigurator_cmd:aiconfigurator",
+        "Export this host's preflight measurements as an AIConfigurator system.",
+    ),
     "spec": (
         "fastverify.cli.spec_cmd:spec",
         "Steps per batch size from the measured accept curve; costs measured on the engine; "

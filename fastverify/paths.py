@@ -6,8 +6,9 @@ $XDG_STATE_HOME), $XDG_STATE_HOME/fastverify, so the README's run command works 
 Environment overrides: FASTVERIFY_SOCKET, FASTVERIFY_STATE_DIR, FASTVERIFY_PROFILE_DIRS
 (os.pathsep-separated), FASTVERIFY_CONFIG.
 
-pathlib is imported only by the functions that return a Path: `fastverifyctl profile list`
-uses the `*_str` variants and `normalize`, so it never pays for pathlib (and urllib.parse).
+Each location is computed once, as a string (`*_str`); the Path variants wrap it. pathlib
+is imported only by those wrappers: `fastverifyctl profile list` uses the strings and
+`normalize`, so it never pays for pathlib (and urllib.parse).
 """
 
 from __future__ import annotations
@@ -42,52 +43,31 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
-def _xdg(var: str, fallback: str) -> Path:
-    from pathlib import Path
+def _xdg_str(var: str, fallback: str) -> str:
+    """`$var/fastverify`, else `~/fallback/fastverify`."""
+    base = os.environ.get(var) or os.path.join(os.path.expanduser("~"), fallback)
+    return os.path.join(base, "fastverify")
 
-    value = os.environ.get(var)
-    return Path(value) if value else Path.home() / fallback
 
-
-def config_dir() -> Path:
-    from pathlib import Path
-
-    return (
-        Path("/etc/fastverify") if _is_root() else _xdg("XDG_CONFIG_HOME", ".config") / "fastverify"
-    )
+def _config_dir_str() -> str:
+    return "/etc/fastverify" if _is_root() else _xdg_str("XDG_CONFIG_HOME", ".config")
 
 
 def state_dir() -> Path:
-    from pathlib import Path
-
-    if env := os.environ.get("FASTVERIFY_STATE_DIR"):
-        return Path(env)
-    if _is_root():
-        return Path("/var/lib/fastverify")
-    return _xdg("XDG_STATE_HOME", ".local/state") / "fastverify"
+    return _path(state_dir_str())
 
 
-def runtime_dir() -> Path:
-    from pathlib import Path
-
-    if _is_root():
-        return Path("/run/fastverify")
-    if env := os.environ.get("XDG_RUNTIME_DIR"):
-        return Path(env) / "fastverify"
-    return state_dir() / "run"
-
-
-def socket_path() -> Path:
-    return _path(socket_path_str())
-
-
-def _state_dir_str() -> str:
+def state_dir_str() -> str:
+    """state_dir() as a string (no pathlib)."""
     if env := os.environ.get("FASTVERIFY_STATE_DIR"):
         return env
     if _is_root():
         return "/var/lib/fastverify"
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local/state")
-    return os.path.join(base, "fastverify")
+    return _xdg_str("XDG_STATE_HOME", ".local/state")
+
+
+def socket_path() -> Path:
+    return _path(socket_path_str())
 
 
 def socket_path_str() -> str:
@@ -99,15 +79,8 @@ def socket_path_str() -> str:
     elif env := os.environ.get("XDG_RUNTIME_DIR"):
         run = os.path.join(env, "fastverify")
     else:
-        run = os.path.join(_state_dir_str(), "run")
+        run = os.path.join(state_dir_str(), "run")
     return normalize(os.path.join(run, "control.sock"))
-
-
-def _config_dir_str() -> str:
-    if _is_root():
-        return "/etc/fastverify"
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return os.path.join(base, "fastverify")
 
 
 def config_file() -> Path:

@@ -2,7 +2,7 @@
 # NVIDIA AIConfigurator (PyPI aiconfigurator==$AIC_VERSION, with aiconfigurator-core and its
 # per-SKU databases) in a cached virtualenv of its own, outside the repository: pandas,
 # pyarrow, matplotlib, plotly and bokeh are its dependencies, never the project's. Used by
-# fastverify.experiments.aiconfigurator (the export into its database layout runs there:
+# `fastverifyctl aiconfigurator export` (the export into its database layout runs there:
 # the layout is Parquet) and tests/unit/experiments/test_aiconfigurator_export.py.
 # Idempotent: a complete venv (stamp matches the version) is reused as it is.
 #

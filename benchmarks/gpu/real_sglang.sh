@@ -8,6 +8,10 @@
 #   bash benchmarks/gpu/real_sglang.sh realistic [options]   # writes a random-valued
 #                                                            # Llama-8B-shaped checkpoint first
 #   bash benchmarks/gpu/real_sglang.sh host                  # the host's PCIe/NUMA facts only
+#   bash benchmarks/gpu/real_sglang.sh spec8b [options]      # the decision tools on an
+#       8B-shaped model with an EAGLE-3 head, dummy weights (benchmarks/gpu/spec_sglang.py);
+#       files under .gpucarry/ (an earlier call's spec costs journal) are copied into the
+#       work dir first
 #
 # CALL_S=570 gives the steps what is left of a call of that many seconds once the pack, the
 # wheels and the checkpoint are in place (it sets --budget-s).
@@ -62,6 +66,7 @@ unpack() {
 }
 
 host_facts
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 [ "$SHAPE" = host ] && exit 0
 unpack || { echo "pack extract failed"; exit 3; }
 # fastverify's own dependencies the image lacks (orjson, bcrypt), beside the repo
@@ -110,6 +115,17 @@ if [ "$SHAPE" = realistic ]; then
   sync
   echo 3 >/proc/sys/vm/drop_caches 2>/dev/null && echo "page cache dropped (a cold disk load)"
 fi
+SCRIPT=benchmarks/gpu/real_sglang.py
+if [ "$SHAPE" = spec8b ]; then
+  MODEL=$REPO/benchmarks/gpu/sglang_pack/llama8b-shape
+  DRAFT=$REPO/benchmarks/gpu/sglang_pack/llama8b-eagle3
+  EXTRA=(--load-format dummy)
+  SCRIPT=benchmarks/gpu/spec_sglang.py
+  mkdir -p "$WORK"
+  for f in "$REPO"/.gpucarry/*; do
+    [ -f "$f" ] && [ ! -s "$WORK/$(basename "$f")" ] && cp "$f" "$WORK/" && echo "carried in: $f"
+  done
+fi
 BUDGET=()
 HARD=()
 if [ -n "${CALL_S:-}" ]; then
@@ -118,11 +134,12 @@ if [ -n "${CALL_S:-}" ]; then
   BUDGET=(--budget-s "$((CALL_S - SECONDS - 20))")
   HARD=(timeout "$((CALL_S - SECONDS - 10))")
 fi
-"${HARD[@]}" "$PY" benchmarks/gpu/real_sglang.py --engine sglang --python "$WRAP" --model "$MODEL" \
-  ${DRAFT:+--draft "$DRAFT"} --work "$WORK" --label "SGLang 0.5.17, TP 1, one H200, $SHAPE" \
+"${HARD[@]}" "$PY" "$SCRIPT" --engine sglang --python "$WRAP" --model "$MODEL" \
+  ${DRAFT:+--draft "$DRAFT"} --work "$WORK" --label "SGLang 0.5.17, TP 1, one $GPU, $SHAPE" \
   "${EXTRA[@]}" "$@" "${BUDGET[@]}" 2>&1 | tee "$OUTD/run-$SHAPE.log"
 RC=${PIPESTATUS[0]}
 cp "$WORK/results.json" "$OUTD/results-$SHAPE.json" 2>/dev/null
+cp "$WORK"/*.journal.jsonl "$OUTD/" 2>/dev/null
 tar -C "$WORK" -cf - raw | xz -T8 -6 >"$OUTD/raw-$SHAPE.tar.xz"
 ls -la "$OUTD"
 exit "$RC"

@@ -21,27 +21,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "hidden_act": "silu",
-    "vocab_size": 128256,
-    "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-05,
-    "rope_theta": 500000.0,
-    "attention_bias": False,
-    "mlp_bias": False,
-    "tie_word_embeddings": False,
-    "bos_token_id": 128000,
-    "eos_token_id": 128001,
-    "torch_dtype": "bfloat16",
-}
+CONFIG_FILE = Path(__file__).resolve().parent / "sglang_pack" / "llama8b-shape" / "config.json"
+# the shape, declared once: the same config.json serves dummy-weight runs with no checkpoint
+CONFIG = json.loads(CONFIG_FILE.read_text())
 SHARD_BYTES = 4 << 30
 
 

@@ -114,11 +114,12 @@ def client_for(ctx: click.Context, timeout: float | None = 30.0) -> Any:
     if scheme != "tcp" or not _h or not port.isdigit():
         _usage(f"--host {host!r}: expected tcp://HOST:PORT")
     try:
-        token = credentials.read_client_token(door["token_file"]) if "token_file" in door else None
+        token_file = door.get("token_file")
+        token = credentials.read_client_token(token_file) if token_file else None
         tls = None
         if door.keys() & {"tls_ca", "tls_cert", "tls_key"}:
             tls = credentials.client_context(
-                door.get("tls_ca", ""), door.get("tls_cert", ""), door.get("tls_key", "")
+                door.get("tls_ca") or "", door.get("tls_cert") or "", door.get("tls_key") or ""
             )
     except credentials.CredentialError as exc:
         _usage(str(exc))

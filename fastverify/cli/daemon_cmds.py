@@ -168,7 +168,13 @@ def logs(ctx: click.Context, follow: bool, lines: int, as_json: bool) -> None:
 
 
 @click.command("history")
-@click.option("-n", "limit", type=click.IntRange(min=0), default=0, help="Only the last N records.")
+@click.option(
+    "-n",
+    "limit",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Only the last N records (0: all, read from the daemon a page at a time).",
+)
 @json_option()
 @socket_option
 @click.pass_context
@@ -177,8 +183,15 @@ def history(ctx: click.Context, limit: int, as_json: bool) -> None:
     ("by": uid, pid and command on the Unix socket; certificate subject or token name on
     TCP; fastverifyd for its own start-up and crash restarts)."""
     from fastverify.cli.output import table
+    from fastverify.cli.switch_figures import clients_cell
+    from fastverify.client import ApiError, DaemonUnavailable
 
-    records = call_daemon(ctx, m.HISTORY, as_json=as_json, n=limit)
+    try:
+        records = client_for(ctx, timeout=30.0).history(limit or None)
+    except DaemonUnavailable as exc:
+        sys.exit(unavailable_exit(exc, as_json))
+    except ApiError as exc:
+        sys.exit(api_error_exit(exc, as_json))
     if as_json:
         emit_json(records)
         return
@@ -191,13 +204,14 @@ def history(ctx: click.Context, limit: int, as_json: bool) -> None:
             r.get("result"),
             r.get("reason") or "",
             f"{r.get('duration_s', 0):.2f}s",
+            clients_cell(r),
             r.get("by") or "",
             r.get("log") or "",
         )
         for r in records
     ]
-    table(["started", "kind", "profile/mode", "weights", "result", "reason", "took", "by", "log"],
-          rows)  # fmt: skip
+    table(["started", "kind", "profile/mode", "weights", "result", "reason", "took", "clients",
+           "by", "log"], rows)  # fmt: skip
 
 
 def _weights(r: dict[str, Any]) -> str:
@@ -241,7 +255,7 @@ def server_check(ctx: click.Context, profile: str | None, mode: str | None, as_j
         sys.exit(EXIT_FAILED)
 
 
-# `fastverifyctl logs parse FILE`: offline log parsing (owned by the exporter's logparse_cmd).
+# `fastverifyctl logs parse FILE`: offline log parsing (cli/logparse_cmd.py).
 from fastverify.cli.logparse_cmd import parse as _logs_parse  # noqa: E402
 
 logs.add_command(_logs_parse)

@@ -121,7 +121,7 @@ def doctor(
     host = doctor_view(ev.status)  # the daemon's fingerprint, and results keyed to another
     findings = sorted(report.findings, key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))
     sglang_rows = [sglang_in_range(py) for py in interpreters or [sys.executable]]
-    worst = _worse(report.worst, *(r["severity"] for r in sglang_rows))
+    worst = _worse(report.worst, *(str(r["severity"]) for r in sglang_rows))
     if as_json:
         fp = {k: v for k, v in host.items() if k != "lines"}
         emit_json({**report.to_dict(), "sglang": sglang_rows, "worst": worst, "fingerprint": fp})
@@ -156,6 +156,10 @@ def doctor(
                 click.echo(f"  note: {note}")
         for row in sglang_rows:
             click.echo(f"SGLang ({row['python']}): {row['message']}")
+        door = (ev.status or {}).get("frontdoor") or {}
+        if door.get("mode") not in (None, "off"):
+            fit = door.get("standby") or {}
+            click.echo(f"front door: mode {door['mode']}" + (f"; {fit['why']}" if fit else ""))
         click.echo("\n".join(host["lines"]))
         click.echo(f"status: {worst}")
     sys.exit(EXIT_PROBLEMS if worst in ("error", "warning") else EXIT_OK)

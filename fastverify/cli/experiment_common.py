@@ -216,8 +216,8 @@ class Progress:
         now = time.monotonic()
         if now - self._last_line >= 5.0:
             self._last_line = now
-            total = f"/{self.total:g}" if self.total else ""
-            line = f"{self.description}: {completed:.0f}{total} {self.unit} {info}"
+            of = f"/{self.total:g}" if self.total else ""
+            line = f"{self.description}: {completed:.0f}{of} {self.unit} {info}"
             click.echo(" ".join(line.split()), err=True)
 
     def note(self, line: str) -> None:

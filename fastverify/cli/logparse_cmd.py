@@ -1,7 +1,7 @@
 """`fastverifyctl logs parse FILE [--json] [--kind K ...]`: typed records from a server log.
 
 Reads an SGLang / NCCL log offline (no daemon; `-` reads stdin) and prints one record per
-recognised line (`fastverify.exporters.logparse`): `kind` is decode, prefill, ready,
+recognised line (`fastverify.sglang.loglines`): `kind` is decode, prefill, ready,
 load_progress, capture_progress, nccl_env, nccl_version, nccl_tuning or nccl_warn, plus
 `line` (1-based) and the typed fields (decode: running_reqs, token_count, token_usage,
 accept_len (null when absent), accept_rate, cuda_graph, gen_throughput, queue_reqs;
@@ -55,7 +55,7 @@ def _human(rec: dict[str, Any]) -> str:
 )
 def parse(file: str, as_json: bool, kinds: tuple[str, ...]) -> None:
     """Parse a server log into typed records (decode/prefill lines, NCCL settings, ...)."""
-    from fastverify.exporters.logparse import iter_records
+    from fastverify.sglang.loglines import iter_records
 
     try:
         fh = (

@@ -80,7 +80,7 @@ def maybe_count(name: str, help: str, low: int = 1) -> Decorator:
 
 
 def choice_option(
-    name: str, choices: tuple[str, ...], default: str, help: str, **shown: bool
+    name: str, choices: tuple[str, ...], default: str, help: str, **shown: Any
 ) -> Decorator:
     """One of `choices`, `default` unless given; --help shows the default unless `shown`
     says otherwise (`hidden=True`: the option is not listed at all)."""

@@ -58,9 +58,15 @@ def result_exit(result: dict[str, Any]) -> int:
 
 
 def describe_result(result: dict[str, Any]) -> str:
+    from fastverify.cli.switch_figures import clients_line
+
+    clients = clients_line(result)
     if result.get("result") == "ok":
-        return f"ok: {result.get('message') or result.get('profile')}"
+        ok = f"ok: {result.get('message') or result.get('profile')}"
+        return ok + (f"\n{clients}" if clients else "")
     parts = [f"{result.get('result')}: {result.get('message') or result.get('reason')}"]
+    if clients:
+        parts.append(f"  {clients}")
     if result.get("line") and result.get("line") not in (result.get("message") or ""):
         parts.append(f"  log line: {result['line']}")
     if result.get("log") and result["log"] not in parts[0]:

@@ -299,8 +299,8 @@ def rehearse(
     from fastverify.experiments.rehearse import run as rh
 
     # what the grid and the rehearsal both take: the model, and how each step is timed
-    shape = {"model_config": model_config, "draft_config": draft_config, "steps": steps,
-             "context": context, "pool_gb": pool_gb}  # fmt: skip
+    shape: dict[str, Any] = {"model_config": model_config, "draft_config": draft_config,
+                             "steps": steps, "context": context, "pool_gb": pool_gb}  # fmt: skip
     if grid_mode["batch_sizes"] or grid_mode["tokens"] or grid_mode["shard_of_tp"]:
         if profiles:
             fail(f"rehearse: grid mode (--batch-sizes/--tokens/--shard-of-tp) runs no NCCL "

@@ -8,6 +8,8 @@ Only the one data file asked for is read; nothing heavy is imported.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from fastverify.cli.daemon_call import socket_option
@@ -98,13 +100,13 @@ def versions_cmd(as_json: bool) -> None:
     # the series fastverify reads (fastverify.sglang.metrics)
     watched = (*m.SCHEDULER_GAUGES, *m.SCHEDULER_COUNTERS, *m.TOKENIZER_COUNTERS,
                *m.TOKENIZER_GAUGES, *m.HISTOGRAMS)  # fmt: skip
-    rows = []
+    rows: list[dict[str, Any]] = []
     prev = None
     for v in f.known_versions():
         facts = f.resolve(v)
         feats = facts.features
         n_flags, n_metrics = len(facts.flags), len(facts.metrics)
-        changed = []
+        changed: list[str] = []
         if prev is not None:
             for k, val in feats.items():
                 if prev.features.get(k) != val:

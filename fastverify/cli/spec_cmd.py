@@ -406,7 +406,7 @@ def _range(values: list[float]) -> str:
 def _ranges(values: list[int]) -> str:
     out: list[str] = []
     start = prev = values[0]
-    for v in [*values[1:], None]:  # type: ignore[list-item]
+    for v in [*values[1:], None]:
         if v is not None and v == prev + 1:
             prev = v
             continue
@@ -448,7 +448,8 @@ def validate(ctx: click.Context, concurrencies: list[int], duration: float,
         fail_with_reason("spec validate", f"the daemon serves {status.get('profile')}/"
                          f"{status.get('mode')}, not the plan: fastverifyctl mode set adaptive "
                          "first", EXIT_PROBLEMS, "not_adaptive", as_json)  # fmt: skip
-    rows, outside = [], []
+    rows: list[dict[str, Any]] = []
+    outside: list[Any] = []
     for c in concurrencies:
         pred = spec_plan.replay_stored(stored, c, duration)
         wl = pred["workload"]
@@ -494,10 +495,11 @@ def validate(ctx: click.Context, concurrencies: list[int], duration: float,
         emit_json(data)
     else:
         out = []
-        for r in rows:
-            t, p, d = r["tokens_per_second"], r["prefill_ttft_p50_s"], r["decode_itl_mean_s"]
+        for shown in rows:
+            t, p, d = (shown["tokens_per_second"], shown["prefill_ttft_p50_s"],
+                       shown["decode_itl_mean_s"])  # fmt: skip
             out.append((
-                r["concurrency"],
+                shown["concurrency"],
                 f"{t['served']:.1f} / {t['predicted']:.1f} [{t['ci'][0]:.1f}, {t['ci'][1]:.1f}]"
                 f" x{t['ratio']:.3f}",
                 f"{p['served']:.3f} / {p['predicted']:.3f}",

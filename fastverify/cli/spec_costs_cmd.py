@@ -132,9 +132,9 @@ def costs(
     def note(line: str) -> None:
         click.echo(f"spec costs: {line}", err=True)
 
-    trials = CostTrials(client_for(ctx, timeout=switch_timeout), cfg, note)
+    measuring = CostTrials(client_for(ctx, timeout=switch_timeout), cfg, note)
     try:
-        report = trials.run()
+        report = measuring.run()
     except CostTrialFailed as exc:
         _deliver(exc.report, output, as_json, quiet=True)
         fail(f"spec costs: {exc}; the engine was restored"
@@ -150,7 +150,7 @@ def costs(
             str(exc.body.get("error") or exc), daemon_exit(exc, EXIT_PROBLEMS), "api_error", as_json
         )
     except KeyboardInterrupt:
-        restored = (trials.info.get("restored") or {}).get("result")
+        restored = (measuring.info.get("restored") or {}).get("result")
         _stop(f"interrupted; the engine was put back ({restored or 'not confirmed'})",
               EXIT_INTERRUPTED, "interrupted", as_json)  # fmt: skip
     _deliver(report, output, as_json)

@@ -86,6 +86,7 @@ def status(st: dict[str, Any], as_json: bool) -> None:
         by = " (by /model_info and /health_generate)" if eng.get("ready_by") == "endpoints" else ""
         lines.append(f"ready in:   {eng['start_seconds']:.2f} s{by}")
     lines += _weights(st)
+    lines += _frontdoor(st)
     if st.get("tokens_per_second"):
         lines.append(f"throughput: {st['tokens_per_second']:.1f} tok/s")
     spec = st.get("speculation") or {}
@@ -180,6 +181,25 @@ def _weights(st: dict[str, Any]) -> list[str]:
         why = f": {wc['last_failure'].get('message')}"
     out.append(f"weight cache: {wc.get('state')}{who} [weight_cache = {wc.get('setting')}]{why}")
     return out
+
+
+def _frontdoor(st: dict[str, Any]) -> list[str]:
+    """The front door on the public port: its state and what it held, cut and refused."""
+    fd = st.get("frontdoor") or {}
+    if fd.get("mode") in (None, "off"):
+        return []
+    totals = fd.get("totals") or {}
+    counts = (
+        f"; {fd.get('waiting', 0)} held now, {fd.get('in_flight', 0)} in flight; since start "
+        f"{totals.get('held', 0)} held, {totals.get('cut', 0)} cut, "
+        f"{totals.get('refused', 0)} refused"
+        if totals
+        else ""
+    )
+    where = f" -> engine port {fd['port']}" if fd.get("port") else ""
+    problem = f": {fd['problem']}" if fd.get("problem") else ""
+    return [f"front door: {fd.get('state')} on {fd.get('listen')}{where} (pid {fd.get('pid')}, "
+            f"mode {fd['mode']}){counts}{problem}"]  # fmt: skip
 
 
 def _lease_and_decision(st: dict[str, Any]) -> list[str]:

@@ -62,12 +62,12 @@ def _evidence(name: str, ev: Mapping[str, Any]) -> None:
         ]
         table(["pid", "process", "verdict", "detail"], rows, no_wrap=["pid"])
     elif name == "nccl" and ev.get("confirmed") is not None:
-        rows = [(k, v, _nccl_profile(k, ev)) for k, v in sorted(ev["confirmed"].items())]
+        confirmed = [(k, v, _nccl_profile(k, ev)) for k, v in sorted(ev["confirmed"].items())]
         title = f"NCCL's 'set by environment' lines ({len(ev.get('files') or [])} file(s))"
-        table(["variable", "NCCL says", "profile"], rows, title=title)
+        table(["variable", "NCCL says", "profile"], confirmed, title=title)
     elif name == "profile" and ev.get("different"):
-        rows = [(k, got, want) for k, (want, got) in ev["different"].items()]
-        table(["variable", "engine runs", "profile now"], rows)
+        drifted = [(k, got, want) for k, (want, got) in ev["different"].items()]
+        table(["variable", "engine runs", "profile now"], drifted)
     else:
         shown = {k: v for k, v in ev.items() if v not in (None, "", [], {})}
         for k, v in shown.items():

@@ -1,13 +1,12 @@
 """The daemon's configuration: a TOML file + fastverifyd's options -> one frozen `Config`.
 
 Every key is declared once, as a typed field of the `Config` dataclasses with its table,
-check, help and flag (`fields`); the rest is derived: the key list and old names (`keys`),
+validator, help and flag (`fields`); the rest is derived: the key list and old names (`keys`),
 the loader (`load`), the checks over several keys (`cross`), fastverifyd's options
 (`flags`) and the generated reference and example file (`reference`: docs/reference/config.md,
 docs/reference/config.example.toml; `python -m fastverify.config.reference` writes them).
 """
 
-from fastverify.config.checks import Check
 from fastverify.config.cross import tcp_problems, weight_cache_problems
 from fastverify.config.dump import dumps, relayout
 from fastverify.config.fields import (
@@ -29,6 +28,7 @@ from fastverify.config.fields import (
 from fastverify.config.flags import add_flags, overrides
 from fastverify.config.keys import FIELDS, FLAGS, KEYS, PER_OPERATION, TABLES, KeyInfo
 from fastverify.config.load import ConfigError, FieldProblem, load, validate_fields
+from fastverify.config.validators import Validator
 
 __all__ = [
     "ADAPTIVE_CONFIG_NAME",
@@ -44,7 +44,6 @@ __all__ = [
     "SPEC_MODES",
     "TABLES",
     "TRIAL_LOAD_FORMAT",
-    "Check",
     "Config",
     "ConfigError",
     "DaemonConfig",
@@ -52,6 +51,7 @@ __all__ = [
     "FieldProblem",
     "KeyInfo",
     "ServerConfig",
+    "Validator",
     "add_flags",
     "dumps",
     "load",

@@ -1,5 +1,6 @@
 """Checks that span several configuration keys: a TCP door that would be unsafe, a weight
-cache fastverifyd cannot own, a multi-node layout that cannot start. Values come keyed by
+cache fastverifyd cannot own, a multi-node layout that cannot start, a front door on the
+engine's own port. Values come keyed by
 attribute path (`daemon.tcp_listen`, which is also the key's old name); messages name keys."""
 
 from __future__ import annotations
@@ -95,6 +96,27 @@ def multinode_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def frontdoor_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(attribute path, why) for a front door whose engine port is the public one."""
+    flat = attr_space(values)
+    if flat.get("daemon.frontdoor_mode", "off") == "off":
+        return []
+    port, inner = flat.get("server.port", 30000), flat.get("daemon.frontdoor_engine_port", 0)
+    if isinstance(port, int) and inner == port:
+        return [("daemon.frontdoor_engine_port", f"frontdoor.engine_port = {inner} is "
+                 "server.port, where the front door listens (expected another port, or 0 for "
+                 "server.port + 1)")]  # fmt: skip
+    if isinstance(port, int) and inner == 0 and port == 65535:
+        return [("daemon.frontdoor_engine_port", "server.port = 65535 leaves no port + 1 for "
+                 "the engine (expected frontdoor.engine_port set)")]  # fmt: skip
+    return []
+
+
 def cross_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Every check above: (attribute path to blame, why)."""
-    return tcp_problems(values) + weight_cache_problems(values) + multinode_problems(values)
+    return (
+        tcp_problems(values)
+        + weight_cache_problems(values)
+        + multinode_problems(values)
+        + frontdoor_problems(values)
+    )

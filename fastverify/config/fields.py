@@ -1,5 +1,5 @@
 """The configuration, declared once: every key is a typed dataclass field whose default is
-its default and whose `Annotated` `Key` says its table, check, help and flag. The reference,
+its default and whose `Annotated` `Key` says its table, validator, help and flag. The reference,
 the example file, the loader's checks and fastverifyd's flags are derived from these."""
 
 from dataclasses import dataclass, field
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 from fastverify import paths
-from fastverify.config import checks as c
+from fastverify.config import validators as c
 from fastverify.config.spec import Key
 
 MODES = ("baseline", "eagle3", "adaptive")
@@ -54,8 +54,12 @@ TABLES: dict[str, str] = {
     "recovery from FAILED.",
     "watch": "After READY: SGLang's /health_generate, so a hung engine counts as a crash "
     '(engine_unresponsive; docs/reference/api.md, "A hung engine").',
+    "frontdoor": "A front door on the server's public port (the engine moves to an internal "
+    "port) that holds new requests while a switch, restart or crash restart replaces the "
+    "engine, so clients wait instead of failing; docs/guides/daemon.md.",
     "sim": "The embedded sim engine (tests and demos).",
 }
+FRONTDOOR_MODES = ("off", "hold", "standby")
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,11 @@ class ServerConfig:
     # weights switch, `fastverifyctl spec costs`), never read from the file or persisted,
     # so it carries no Key.
     steps_override: int | None = None
+    # With a front door ([frontdoor] mode != "off"), fastverifyd runs the engine on the
+    # internal port of the loopback and keeps `host` and `port` (where clients connect)
+    # here; derived at start-up (frontdoor/layout.py), never read from the file: no Key.
+    public_port: int | None = None
+    public_host: str | None = None
 
     @property
     def url(self) -> str:
@@ -347,6 +356,46 @@ class DaemonConfig:
         Key(c.number(0), "After a failed check, the next one N s after its answer.",
             table="watch", name="retry_s"),
     ] = 5.0  # fmt: skip
+    # [frontdoor]
+    frontdoor_mode: Annotated[
+        str,
+        Key(c.choice(FRONTDOOR_MODES),
+            '"off": clients reach the engine directly and a switch takes the service down; '
+            '"hold": requests wait in the front door while the engine is replaced; "standby": '
+            "the new engine starts beside the serving one when both fit in memory, else hold.",
+            table="frontdoor", name="mode", flag="--frontdoor"),
+    ] = "off"  # fmt: skip
+    frontdoor_engine_port: Annotated[
+        int,
+        Key(c.integer(0, 65535),
+            "The engine's internal port when the front door is on (0 = [server] port + 1); "
+            "the exporter and the health watch read the engine there.", table="frontdoor",
+            name="engine_port"),
+    ] = 0  # fmt: skip
+    frontdoor_queue_size: Annotated[
+        int,
+        Key(c.integer(0, 1_000_000),
+            "Requests held at most; one more gets 503 with Retry-After.", table="frontdoor",
+            name="queue_size"),
+    ] = 1024  # fmt: skip
+    frontdoor_max_wait_s: Annotated[
+        float,
+        Key(c.number(0, lo_open=True),
+            "Seconds a request is held at most; then 503 with Retry-After.", table="frontdoor",
+            name="max_wait_s"),
+    ] = 300.0  # fmt: skip
+    frontdoor_drain_timeout_s: Annotated[
+        float,
+        Key(c.number(0),
+            "Seconds the old engine gets to finish the requests in flight before it stops; "
+            "the ones it cuts are counted and named in the switch's result.", table="frontdoor",
+            name="drain_timeout_s"),
+    ] = 60.0  # fmt: skip
+    frontdoor_retry_after_s: Annotated[
+        int,
+        Key(c.integer(1, 3600), "The Retry-After of a refused request, in seconds.",
+            table="frontdoor", name="retry_after_s"),
+    ] = 5  # fmt: skip
     # [sim]
     sim_load_seconds: Annotated[
         float,

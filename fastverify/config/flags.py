@@ -27,8 +27,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
             kwargs.update(action="store_const", const=True)
         else:
             kwargs["type"] = info.type if info.type in (int, float) else str
-            if info.check.choices:
-                kwargs["choices"] = info.check.choices
+            if info.validator.choices:
+                kwargs["choices"] = info.validator.choices
         parser.add_argument(info.flag, **kwargs)
 
 

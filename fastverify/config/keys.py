@@ -1,6 +1,6 @@
 """The configuration keys, derived from the dataclass declaration (`fields`): one `KeyInfo`
 per key with its TOML table and name, its attribute path in `Config`, its old name (the
-alias a file may still use), type, default and check; the lookups the loader uses."""
+alias a file may still use), type, default and validator; the lookups the loader uses."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastverify.config import fields
-from fastverify.config.checks import Check
 from fastverify.config.spec import Key
+from fastverify.config.validators import Validator
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class KeyInfo:
     attr: str  # "daemon.restart_backoff_s": where Config holds it (and its old name)
     type: Any  # the field's type (tuple[float, float])
     default: Any
-    check: Check
+    validator: Validator
     help: str
     flag: str | None  # "--engine": the fastverifyd option that overrides it
     example: Any
@@ -52,7 +52,7 @@ def _declared() -> tuple[list[KeyInfo], set[str]]:
             flag = ("--" + f.name.replace("_", "-")) if k.flag is True else (k.flag or None)
             keys.append(
                 KeyInfo(f"{table}.{name}", table, name, attr, typing.get_args(hint)[0],
-                        getattr(defaults, f.name), k.check, k.help, flag, k.example)
+                        getattr(defaults, f.name), k.validator, k.help, flag, k.example)
             )  # fmt: skip
     order = list(fields.TABLES)
     keys.sort(key=lambda k: order.index(k.table))  # stable: declaration order in a table
@@ -71,8 +71,8 @@ BY_NAME: dict[str, KeyInfo] = {
     **{k.key: k for k in KEYS},
 }
 BY_ATTR: dict[str, KeyInfo] = {k.attr: k for k in KEYS}
-# key -> check: the one validation the loader and the daemon API share
-FIELDS: dict[str, Check] = {k.key: k.check for k in KEYS}
+# key -> validator: the one validation the loader and the daemon API share
+FIELDS: dict[str, Validator] = {k.key: k.validator for k in KEYS}
 # tables that hold free-form names (server.env): one value, not keys
 FREE_TABLES = frozenset(k.key for k in KEYS if k.type is dict or typing.get_origin(k.type) is dict)
 # attribute path -> the fastverifyd flag that sets it

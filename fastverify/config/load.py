@@ -15,7 +15,6 @@ from typing import Any
 
 from fastverify import paths
 from fastverify.config import fields
-from fastverify.config.checks import show
 from fastverify.config.cross import cross_problems
 from fastverify.config.keys import (
     BY_ATTR,
@@ -27,6 +26,7 @@ from fastverify.config.keys import (
     key_of,
     nest,
 )
+from fastverify.config.validators import show
 
 
 class ConfigError(ValueError):
@@ -99,7 +99,7 @@ def validate_fields(
         line = (lines or {}).get(key, 0)
         info = BY_NAME.get(key)
         why = _unknown(key, value) if info is None else None
-        if info is not None and (problem := info.check(value)):
+        if info is not None and (problem := info.validator(value)):
             why = f"{key}: {problem}"
         if why:
             out.append(FieldProblem(path, line, key, why))

@@ -96,7 +96,7 @@ def reference_md() -> str:
         if table in FREE_TABLES:
             (info,) = (k for k in KEYS if k.key == table)
             example = ", ".join(f"`{k} = {toml_value(v)}`" for k, v in info.example.items())
-            out.append(f"A table of variables ({_cell(info.check.accepts)}), e.g. {example}.")
+            out.append(f"A table of variables ({_cell(info.validator.accepts)}), e.g. {example}.")
             continue
         out += [
             "| Key | Type | Default | Flag | What it does | Old name |",
@@ -106,7 +106,7 @@ def reference_md() -> str:
             default = "unset" if info.default is None else f"`{toml_value(info.default)}`"
             flag = f"`{info.flag}`" if info.flag else ""
             alias = f"`{info.alias}`" if info.alias else ""
-            out.append(f"| `{info.name}` | {_cell(info.check.accepts)} | {_cell(default)} | "
+            out.append(f"| `{info.name}` | {_cell(info.validator.accepts)} | {_cell(default)} | "
                        f"{flag} | {_cell(info.help)} | {alias} |")  # fmt: skip
     return "\n".join(out) + "\n"
 
@@ -123,17 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     ns = p.parse_args(argv)
     stale = []
     for rel, text in documents().items():
-        path = ns.root / rel
-        if path.exists() and path.read_text(encoding="utf-8") == text:
+        target = ns.root / rel
+        if target.exists() and target.read_text(encoding="utf-8") == text:
             continue
         stale.append(str(rel))
         if not ns.check:
-            path.write_text(text, encoding="utf-8")
+            target.write_text(text, encoding="utf-8")
     if ns.check and stale:
         print(f"stale: {', '.join(stale)}; regenerate with `{COMMAND}`", file=sys.stderr)
         return 1
-    for rel in stale:
-        print(f"wrote {rel}")
+    for written in stale:
+        print(f"wrote {written}")
     return 0
 
 

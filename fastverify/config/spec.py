@@ -1,12 +1,12 @@
 """How a configuration key is declared: `Key`, the metadata a `Config` dataclass field
-carries in its `Annotated` type (its TOML table, check, help, example, fastverifyd flag)."""
+carries in its `Annotated` type (its TOML table, validator, help, example, fastverifyd flag)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from fastverify.config.checks import Check
+from fastverify.config.validators import Validator
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class Key:
     `flag`: the fastverifyd option that overrides it (True: `--<field-name>`).
     `example`: a value worth showing where the default is empty."""
 
-    check: Check
+    validator: Validator
     help: str
     table: str | None = None
     name: str | None = None

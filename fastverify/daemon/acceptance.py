@@ -12,7 +12,7 @@
   fingerprint the daemon computed at start (daemon/host_fingerprint.py), null until known.
 - spec-plan.json and adaptive-config.json: the plan `fastverifyctl spec plan` made and the
   SGLang config it wrote (`POST /v1/spec/plan`), which mode adaptive serves.
-Files are written atomically (statestore.atomic_write_json).
+Files are written atomically (durable.atomic_write_json).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from typing import Any
 
 from fastverify.config import ADAPTIVE_CONFIG_NAME, weights_label
 from fastverify.daemon.resolve import RequestError
-from fastverify.daemon.statestore import StateStore, atomic_write_json
+from fastverify.daemon.statestore import StateStore
+from fastverify.durable import atomic_write_json
 from fastverify.engines.sglang import load_format_of
 from fastverify.host import here
 from fastverify.sglang import adaptive
@@ -78,13 +79,17 @@ def record(store: StateStore, handle: Any, body: dict[str, Any]) -> dict[str, An
     ok = isinstance(hist, list) and all(
         isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in hist
     )
-    if not ok or not sum(hist):
+    if not isinstance(hist, list) or not ok or not sum(hist):
         msg = f"field 'histogram' must be non-negative ints, at least one pass; got {hist!r}"
         raise RequestError(422, msg, reason="invalid_histogram")
     _histograms([hist], steps, "histogram")
     requests = _histograms(body.get("requests") or [], steps, "requests")
-    dataset = body.get("dataset") if isinstance(body.get("dataset"), dict) else {}
-    sampling = body.get("sampling") if isinstance(body.get("sampling"), dict) else {}
+    dataset: dict[str, Any] = body.get("dataset") or {}
+    sampling: dict[str, Any] = body.get("sampling") or {}
+    if not isinstance(dataset, dict):
+        dataset = {}
+    if not isinstance(sampling, dict):
+        sampling = {}
     weights = weights_label(load_format_of(list(handle.argv)))
     adaptive_on = adaptive.FLAG_ADAPTIVE in handle.argv
     why_not = None
@@ -136,7 +141,7 @@ def save_plan(store: StateStore, body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(plan, dict):
         raise RequestError(422, "field 'plan' must be the plan object", reason="invalid_plan")
     try:
-        adaptive.tiers(cfg)  # type: ignore[arg-type]
+        adaptive.tiers(cfg)
     except adaptive.AdaptiveConfigError as exc:
         raise RequestError(422, f"field 'adaptive_config': {exc}", reason="invalid_plan") from None
     path = store.dir / ADAPTIVE_CONFIG_NAME

@@ -5,17 +5,25 @@ Paths are versioned (`/v1/...`; the contract: fastverify.api_models, docs/refere
 Unix socket is created with mode 0660 and handed to group `fastverify` when that group exists.
 TCP listens only when configured (off loopback only over TLS, client certificates when a CA
 is given: tcpdoor.py) and then requires `Authorization: Bearer <token>` when a token file is
-set (auth.py: named tokens, constant-time, per-source backoff). Every request knows its
+set (auth.py: named tokens, constant-time, per-identity backoff). Every request knows its
 `Caller` (auth.py); state-changing ones are logged with it and it reaches the history as
 `by`. Requests larger than MAX_BODY are refused (413); malformed JSON, wrong types, missing
 fields, unknown paths and wrong methods get a 4xx JSON error that says what to send instead.
 Operation requests can stream NDJSON events (`stream: true`).
+
+Each door admits connections through a fastverify.admission.Gate: a connection has
+REQUEST_DEADLINE_S for its whole request (the TLS handshake, the headers, the body, the
+token), not a timeout per read; a peer (a uid on the Unix socket, an address on TCP) has at
+most PENDING_PER_PEER requests still arriving (one more cuts its oldest that had
+admission.EVICT_GRACE_S) and PER_PEER connections in all (streams and waiters included; one
+more cuts its oldest pending one, or gets 503 when none is pending).
 """
 
 from __future__ import annotations
 
 import contextlib
 import grp
+import json
 import logging
 import os
 import socket
@@ -25,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fastverify import api_models as m
+from fastverify.admission import REQUEST_DEADLINE_S, Buckets, Gate
 from fastverify.daemon import tcpdoor
 from fastverify.daemon.api_handler import MAX_BODY, Handler
 from fastverify.daemon.auth import FAILURE_REASONS, Caller, Guard, unix_caller
@@ -35,7 +45,10 @@ log = logging.getLogger("fastverifyd.api")
 __all__ = ["MAX_BODY", "ApiServer", "bind_tcp", "bind_unix", "open_tcp_door", "serve_in_thread",
            "stop"]  # fmt: skip
 
-MAX_CONNECTIONS = 1024  # threads; idle clients are cut after Handler.timeout
+MAX_CONNECTIONS = 1024  # threads, all peers together
+PER_PEER = 256  # connections of one peer (uid, address), streams and waiters included
+PENDING_PER_PEER = 16  # requests of one peer still arriving
+PENDING_TOTAL = 128  # requests still arriving, all peers together
 
 
 class ApiServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
@@ -60,6 +73,9 @@ class ApiServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
         self.unix = sock.family == socket.AF_UNIX
         self.closing = threading.Event()
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.gate = Gate(deadline_s=REQUEST_DEADLINE_S, pending_per_peer=PENDING_PER_PEER,
+                         pending_total=PENDING_TOTAL, per_peer=PER_PEER)  # fmt: skip
+        self.records = Buckets(m.RECORD_RATE_PER_S, m.RECORD_BURST)  # per caller identity
         super().__init__(sock.getsockname(), Handler)
 
     def fileno(self) -> int:
@@ -71,19 +87,30 @@ class ApiServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
             return conn, unix_caller(conn)
         return conn, Caller("tcp", addr=str(addr[0]), extra={"tls": self.tls is not None})
 
-    def process_request(self, request: Any, client_address: Any) -> None:
+    def process_request(self, request: Any, client_address: Caller) -> None:
         # Bounded concurrency: followers and waiters hold a thread each.
-        if not self.slots.acquire(blocking=False):
-            with contextlib.suppress(OSError):
-                request.sendall(
-                    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n\r\n"
-                    b'{"error": "too many concurrent API connections; retry"}\n'
-                )
-            self.shutdown_request(request)
+        ticket = self.gate.enter(request, client_address.peer)
+        if ticket is None:
+            self._refuse(request, f"too many connections from {client_address.peer} "
+                         f"(at most {PER_PEER}); close some and retry")  # fmt: skip
             return
+        if not self.slots.acquire(blocking=False):
+            self.gate.left(ticket)
+            self._refuse(request, "too many concurrent API connections; retry")
+            return
+        client_address.ticket = ticket
         super().process_request(request, client_address)
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def _refuse(self, request: Any, why: str) -> None:
+        with contextlib.suppress(OSError):
+            request.sendall(
+                b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n\r\n"
+                + json.dumps({"error": why}).encode()
+                + b"\n"
+            )
+        self.shutdown_request(request)
+
+    def process_request_thread(self, request: Any, client_address: Caller) -> None:
         try:
             if not self.unix:
                 request = tcpdoor.admit(self, request, client_address)
@@ -91,6 +118,7 @@ class ApiServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
                     return
             super().process_request_thread(request, client_address)
         finally:
+            self.gate.left(client_address.ticket)
             self.slots.release()
 
     def server_close(self) -> None:

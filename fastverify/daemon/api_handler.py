@@ -3,7 +3,7 @@ door) from its first line to its answer.
 
 It admits the caller (the TCP door's backoff and token: auth.py), routes the path to its
 handler (`h_<path>`, methods from fastverify.api_models.ROUTES), checks the body or query
-against the endpoint's model (api_checks.py), calls the facade (ControlFacade, the one door
+against the endpoint's model (api_requests.py), calls the facade (ControlFacade, the one door
 into the daemon) and answers JSON, or NDJSON for streams (`stream: true` operations, logs).
 Errors are JSON that say what to send instead. Binding and serving the sockets: api.py.
 """
@@ -23,15 +23,48 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from fastverify import api_models as m
-from fastverify.daemon.api_checks import options, parse_query, validate_body
+from fastverify.admission import Buckets, Gate
+from fastverify.daemon.api_requests import options, parse_query, validate_body
 from fastverify.daemon.auth import Caller, Guard
 from fastverify.daemon.facade import ControlFacade
+from fastverify.daemon.lease import public as public_lease
 from fastverify.daemon.operations import Operation
 from fastverify.daemon.resolve import RequestError
 
 log = logging.getLogger("fastverifyd.api")
 
-MAX_BODY = 64 * 1024
+MAX_BODY = m.MAX_BODY
+MAX_HEAD = 128 * 1024  # the request line and headers (http.server: 64 KiB a line, 100 lines)
+
+
+class _Capped:
+    """A request's bytes up to `left` (MAX_HEAD for the head, then MAX_BODY more for the
+    body), then end of input (`hit` set): what one request still arriving can make the
+    daemon hold is bounded, whatever it sends."""
+
+    def __init__(self, f: Any, left: int) -> None:
+        self.f, self.left, self.hit = f, left, False
+
+    def _n(self, want: int) -> int:
+        n = self.left if want is None or want < 0 else min(want, self.left)
+        if n <= 0:
+            self.hit = True
+        return n
+
+    def readline(self, limit: int = -1) -> bytes:
+        n = self._n(limit)
+        line = self.f.readline(n) if n > 0 else b""
+        self.left -= len(line)
+        return line
+
+    def read(self, size: int = -1) -> bytes:
+        n = self._n(size)
+        data = self.f.read(n) if n > 0 else b""
+        self.left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self.f.close()
 
 
 class Served(Protocol):
@@ -40,16 +73,33 @@ class Served(Protocol):
     facade: ControlFacade
     guard: Guard | None
     closing: threading.Event
+    gate: Gate
+    records: Buckets
 
 
 class Handler(BaseHTTPRequestHandler):
-    server: Served  # type: ignore[assignment]
+    server: Served  # type: ignore[assignment]  # narrower than socketserver's BaseServer: ours
     protocol_version = "HTTP/1.0"
     server_version = "fastverifyd/1"
-    timeout = 30  # seconds a client may stall while sending its request (then it is cut)
+    # seconds a read or write may stall; the whole request has the gate's deadline
+    # (fastverify.admission.REQUEST_DEADLINE_S)
+    timeout = 30
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("api: " + format, *args)
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = _Capped(self.rfile, MAX_HEAD)  # type: ignore[assignment]
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if self.rfile.hit:  # type: ignore[attr-defined]
+            self.send_error(431, f"request line and headers over {MAX_HEAD} bytes")
+            return False
+        self.rfile.left += MAX_BODY  # type: ignore[attr-defined]
+        return True
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """Errors http.server raises itself (bad request line, header too long, unknown method)
@@ -90,24 +140,26 @@ class Handler(BaseHTTPRequestHandler):
         return self.client_address  # type: ignore[return-value]  # ApiServer passes a Caller
 
     def _admit(self, method: str, path: str) -> None:
-        """The TCP door's checks (none on the Unix socket): backoff, then the token."""
+        """The TCP door's checks (none on the Unix socket): backoff, then the token. Backoff
+        is per identity (auth.py): the certificate's subject when one was verified."""
         guard = self.server.guard
         if guard is None:
             return
-        source = self.caller.addr
-        wait = guard.backoff.wait_s(source)
+        source, key = self.caller.addr, self.caller.backoff_key
+        wait = guard.backoff.wait_s(key)
         if wait > 0:
-            guard.failed(source, "backoff")
+            guard.failed(key, "backoff")
+            who = self.caller.subject or source
             raise RequestError(
                 429,
-                f"too many failed attempts from {source}; retry in {math.ceil(wait)} s",
+                f"too many failed attempts from {who}; retry in {math.ceil(wait)} s",
                 retry_after_s=math.ceil(wait),
                 reason="backoff",
             )
         if guard.tokens is not None:
             name = guard.tokens.name_of(self.headers.get("Authorization", ""))
             if name is None:
-                guard.failed(source, "token")
+                guard.failed(key, "token")
                 log.warning("refused %s %s from %s: missing or wrong bearer token",
                             method, path, source)  # fmt: skip
                 raise RequestError(
@@ -117,9 +169,21 @@ class Handler(BaseHTTPRequestHandler):
                     "other clients send `Authorization: Bearer <token>`",
                 )
             self.caller.token = name
-        guard.backoff.succeeded(source)
+        guard.backoff.succeeded(key)
 
-    def _read_body(self) -> Any:
+    def _rate(self) -> None:
+        """429 when the caller's record requests exceed api_models' RECORD_RATE_PER_S."""
+        wait = self.server.records.take(self.caller.identity)
+        if wait > 0:
+            raise RequestError(
+                429,
+                f"too many records from {self.caller.identity}: at most {m.RECORD_BURST} at "
+                f"once and {m.RECORD_RATE_PER_S:g} a second; retry in {math.ceil(wait)} s",
+                retry_after_s=math.ceil(wait),
+                reason="rate_limited",
+            )
+
+    def _read_body(self, max_body: int = MAX_BODY) -> Any:
         length_h = self.headers.get("Content-Length")
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             raise RequestError(411, "chunked request bodies are not supported; send Content-Length")
@@ -131,9 +195,9 @@ class Handler(BaseHTTPRequestHandler):
             raise RequestError(400, f"bad Content-Length {length_h!r}") from None
         if length < 0:
             raise RequestError(400, f"bad Content-Length {length_h!r}")
-        if length > MAX_BODY:
+        if length > max_body:
             raise RequestError(
-                413, f"request body of {length} bytes exceeds the {MAX_BODY}-byte limit"
+                413, f"request body of {length} bytes exceeds the {max_body}-byte limit"
             )
         raw = self.rfile.read(length) if length else b""
         if not raw.strip():
@@ -162,7 +226,14 @@ class Handler(BaseHTTPRequestHandler):
                     {"Allow": ", ".join(methods)},
                 )
                 return
-            body = self._read_body() if method == "POST" else None
+            ep = m.endpoint(method, path)
+            body = self._read_body(ep.max_body if ep else MAX_BODY) if method == "POST" else None
+            if ep is not None and ep.recorded:  # a body of its size, then its rate
+                self._rate()
+            ticket = self.caller.ticket
+            if ticket is not None and not self.server.gate.admitted(ticket):
+                self.close_connection = True
+                return  # past its request deadline, or evicted: the gate cut it
             if method == "POST":  # every request that changes state, with who sent it
                 log.info("%s %s by %s", method, path, self.caller.by)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
@@ -201,9 +272,14 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(200, self.api.status())
 
     def h_history(self, method: str, body: Any, query: dict[str, str]) -> None:
-        records = self.api.history()
-        n = parse_query(m.HISTORY, query)["n"]
-        self._send_json(200, records[-n:] if n > 0 else records)
+        q = parse_query(m.HISTORY, query)
+        if q["n"] < 1:
+            raise RequestError(
+                400,
+                f"query parameter n={q['n']} must be >= 1 (a page of "
+                f"at most {m.HISTORY_PAGE_MAX}; page back with before=)",
+            )
+        self._send_json(200, self.api.history(min(q["n"], m.HISTORY_PAGE_MAX), q["before"]))
 
     def h_logs(self, method: str, body: Any, query: dict[str, str]) -> None:
         q = parse_query(m.LOGS, query)
@@ -292,18 +368,23 @@ class Handler(BaseHTTPRequestHandler):
         self._read_or_record(method, body, m.STORE_SPEC_PLAN, api.spec_plan, api.store_spec_plan)
 
     def h_lease(self, method: str, body: Any, query: dict[str, str]) -> None:
-        if method == "GET":
-            self._send_json(200, {"lease": self.api.leases.current()})
+        if method == "GET":  # its id to its holder only
+            lease = self.api.leases.current()
+            if lease is not None and lease.get("holder") != self.caller.identity:
+                lease = public_lease(lease)
+            self._send_json(200, {"lease": lease})
             return
         opts = options(m.TAKE_LEASE, validate_body(m.TAKE_LEASE.path, body))
-        # the holder: the process on the Unix socket's other end (SO_PEERCRED); unknown on TCP
+        # the holder: the caller's identity; its process on the Unix socket's other end
+        # (SO_PEERCRED) for the lease to lapse with; unknown on TCP
         pid = self.caller.pid if self.caller.door == "unix" else None
-        self._send_json(200, self.api.take_lease(opts["experiment"], opts["description"] or "",
-                                                 pid, bool(opts["force"])))  # fmt: skip
+        lease = self.api.take_lease(opts["experiment"], opts["description"] or "", pid,
+                                    bool(opts["force"]), self.caller)  # fmt: skip
+        self._send_json(200, lease)
 
     def h_lease_release(self, method: str, body: Any, query: dict[str, str]) -> None:
         body = validate_body(m.RELEASE_LEASE.path, body)
-        self._send_json(200, self.api.release_lease(body["id"]))
+        self._send_json(200, self.api.release_lease(body["id"], self.caller))
 
     def h_verify(self, method: str, body: Any, query: dict[str, str]) -> None:
         from fastverify.daemon.reverify import rerun  # the verifiers again (reverify.py)

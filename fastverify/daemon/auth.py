@@ -1,5 +1,5 @@
 """Who is calling the control API, and whether a TCP caller may: caller identity, token
-checks, per-source backoff after failed attempts, and the counts /metrics shows.
+checks, per-identity backoff after failed tokens, and the counts /metrics shows.
 
 - Unix socket: the kernel's `SO_PEERCRED` (uid, pid; the user name and the process's
   command name from /proc/PID/comm), read when the connection is accepted. The socket's
@@ -7,10 +7,14 @@ checks, per-source backoff after failed attempts, and the counts /metrics shows.
 - TCP: the client certificate's subject (mutual TLS) and/or the name of the bearer token
   (several named tokens in the token file: fastverify.credentials). Tokens are compared
   in constant time, every configured one, whatever the input.
-- Backoff: after `BACKOFF_AFTER` failures in a row from one source address, that source
-  is refused (HTTP 429, `Retry-After`; on the TLS door the connection is closed) for 1 s,
-  doubling with each further failure up to `BACKOFF_MAX_S`; a success clears it. Refusals
-  are counted (`reason="backoff"`) but do not lengthen the wait.
+- Backoff: after `BACKOFF_AFTER` failed tokens in a row from one identity, that identity is
+  refused (HTTP 429, `Retry-After`) for 1 s, doubling with each further failure up to
+  `BACKOFF_MAX_S`; a success clears it. The identity is the one the failure proved: the
+  client certificate's subject on a mutual-TLS door (a peer without that certificate
+  cannot make its holder wait), else the source address. A failed TLS handshake or
+  plaintext sent to the TLS door proves no identity: it is counted and logged, never backed
+  off, so it costs the peer that sent it (a handshake, a pending slot: fastverify.admission)
+  and no one else. Refusals are counted (`reason="backoff"`) but do not lengthen the wait.
 - Counts: `on_failure(reason)` for `FAILURE_REASONS` (the exporter's
   fastverify_api_auth_failures_total) and `backoff_sources()` (its gauge).
 
@@ -56,6 +60,27 @@ class Caller:
     subject: str = ""
     token: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # the connection's place at the door (fastverify.admission.Ticket): not who, but how long
+    ticket: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def peer(self) -> str:
+        """What the listener knows before any authentication: `uid 1000`, `127.0.0.1`."""
+        return f"uid {self.uid}" if self.door == "unix" else self.addr
+
+    @property
+    def identity(self) -> str:
+        """Who, as far as the door proved it: `uid 1000` on the Unix socket; the certificate
+        subject and token name over TCP (the address when neither is known)."""
+        if self.door == "unix":
+            return f"uid {self.uid}"
+        who = [x for x in (self.subject, f"token {self.token}" if self.token else "") if x]
+        return " + ".join(who) or f"anonymous {self.addr}"
+
+    @property
+    def backoff_key(self) -> str:
+        """Whose failed tokens add up: the verified certificate's subject, else the address."""
+        return f"subject {self.subject}" if self.subject else f"addr {self.addr}"
 
     @property
     def by(self) -> str:
@@ -173,7 +198,12 @@ class Guard:
         self.backoff = backoff or Backoff()
         self._on_failure = on_failure or (lambda _reason: None)
 
-    def failed(self, source: str, reason: str) -> None:
-        if reason != "backoff":
-            self.backoff.failed(source)
+    def failed(self, key: str, reason: str) -> None:
+        """A failed token of `key` (Caller.backoff_key): counted and backed off."""
+        if reason == "token":
+            self.backoff.failed(key)
+        self._on_failure(reason)
+
+    def counted(self, reason: str) -> None:
+        """A refusal that proves no identity (a failed handshake, plaintext): counted only."""
         self._on_failure(reason)

@@ -49,17 +49,28 @@ def check_baseline(
     return out
 
 
+KEEP_CONCURRENCIES = 64  # per profile: the most recently measured concurrencies
+
+
 def with_concurrency(old: Any, rec: dict[str, Any]) -> dict[str, Any]:
     """A profile's baselines.json entry after recording `rec`: the newest record at the top
-    (what GET /v1/baselines readers of one record per profile use) and every concurrency's
-    last record under `by_concurrency` ("N" -> record)."""
+    (what GET /v1/baselines readers of one record per profile use) and the last record of
+    each of the KEEP_CONCURRENCIES most recently measured concurrencies under
+    `by_concurrency` ("N" -> record; a caller cannot grow the file without bound)."""
     by: dict[str, Any] = {}
     if isinstance(old, dict):
         prev = old.get("by_concurrency")
         if isinstance(prev, dict):
             by.update({k: v for k, v in prev.items() if isinstance(v, dict)})
     by[str(rec["concurrency"])] = dict(rec)
+    while len(by) > KEEP_CONCURRENCIES:  # the least recently measured goes
+        by.pop(min(by, key=lambda k: _measured_at(by[k])))
     return {**rec, "by_concurrency": by}
+
+
+def _measured_at(rec: dict[str, Any]) -> float:
+    at = rec.get("measured_at")
+    return float(at) if isinstance(at, int | float) else 0.0
 
 
 def baseline_records(data: Any) -> list[dict[str, Any]]:

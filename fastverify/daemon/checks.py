@@ -1,4 +1,5 @@
-"""The daemon's verifiers (verifier.py's protocol), in the order it runs them.
+"""Verification, 2 of 4 (verifier.py tells the story): the daemon's verifiers, each a
+`verifier.Check`, in the order it runs them.
 
     argv        SGLang's own argument parser refuses the argv (422 argv_rejected)
     p2p         a profile using PCIe P2P where ACS redirects peer traffic (422 p2p_redirected)
@@ -173,7 +174,8 @@ class AllreduceBackend(Check):
         rec = facts.record
         if rec is not None and rec.get("kind") == "allreduce":
             if watch.on_record(rec, line):  # a fallback the start fails on
-                return watch.fallback_failure(str(h.log_path))
+                failure: Failure = watch.fallback_failure(str(h.log_path))
+                return failure
         elif watch.wants_pcie_ipc and "[Autotuner]" in line:
             note = watch.on_autotuner_line(line)
             if note:

@@ -36,6 +36,7 @@ from fastverify.daemon import events as ev
 from fastverify.daemon.core import Core
 from fastverify.daemon.crashes import CrashSteps
 from fastverify.daemon.failures import Failure
+from fastverify.daemon.frontdoor import DoorSteps
 from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.logs import LineFacts
 from fastverify.daemon.operations import Claim, Operation, OpResult
@@ -61,25 +62,30 @@ CANCELLABLE = ("switch", "mode", "restart", "start")
 class Controller(Core):
     """See the module docstring. Public methods are thread-safe."""
 
+    door: DoorSteps
+
     def compose(self) -> None:
         """The steps over this core, each in its own module (see the module docstring)."""
         self.weights = WeightSteps(self)  # the weight cache: a second process group
+        self.door = DoorSteps(self)  # the front door: a third one (hold, drain, cut over)
         self.starts = Starts(self, self.weights, self.verifiers)
         self.rollback = RollbackSteps(self, self.starts)
         self.crash_steps = CrashSteps(self, self.starts)
         self.recovery_steps = RecoverySteps(self, self.starts)
         self.launcher.on_line = self._on_line
         self.launcher.on_exit = self.crash_steps.on_exit
-        self.launcher.exit_lock = self._lock
+        if (group := getattr(self.launcher, "group", None)) is not None:
+            group.exit_lock = self._lock  # an engine's exit and its crash step: one step
 
     @property
     def cache(self) -> Any:
-        """The weight cache (daemon/weight_cache.WeightCache)."""
+        """The weight cache (its process group, built by the weights part: weights.py)."""
         return self.weights.cache
 
     def tick(self) -> None:
         """From the main loop (~1/s): a serving engine's watch and lost workers (crashes.py)."""
         self.crash_steps.tick()
+        self.door.tick()
 
     def recovery_tick(self) -> None:
         """From the main loop: FAILED's retries (recovery.py)."""
@@ -165,7 +171,7 @@ class Controller(Core):
             raise RequestError(409, "another operation is in flight")
         op.restart_clock()
         op.phases["validate"] = round(validate_s, 4)
-        notice = op.weights_notice = self.weights.notice(kind, mode, load_format)
+        notice = self.weights.notice(kind, mode, load_format, op)
         op.emit("accepted", op=op.describe(), argv=mask_argv(argv), check=verdict.to_dict(),
                 weights_notice=notice)  # fmt: skip
         self.weights.say_notice(notice)  # before anything stops
@@ -253,6 +259,7 @@ class Controller(Core):
     ) -> OpResult:
         prev = dict(self.active)
         self.say(f"{op.kind}: {prev.get('profile')}/{prev.get('mode')} -> {op.profile}/{op.mode}")
+        self.door.before_stop(op)  # new requests wait, those in flight finish (or are cut)
         t0 = time.monotonic()
         self.stop_current(f"{op.kind} to {op.profile}/{op.mode}")
         op.phases["stop"] = round(time.monotonic() - t0, 4)
@@ -308,11 +315,11 @@ class Controller(Core):
             if self.state not in (State.STOPPING, State.STOPPED):
                 with contextlib.suppress(Exception):
                     self.set_state(State.STOPPING, "shutdown")
-            self.stop_engine(h, "stopped")
-            self.store.clear_pid()
+            self.stop_engine(h, "stopped")  # engine.pid goes with it
         with contextlib.suppress(Exception):
             if self.state == State.STOPPING:
                 self.set_state(State.STOPPED, "shutdown")
         self.cache.shutdown()
+        self.door.shutdown()
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))

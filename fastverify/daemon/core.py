@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from fastverify.config import Config, weights_label
 from fastverify.daemon import events as ev
@@ -58,6 +58,27 @@ def _callers(op: Operation) -> dict[str, Any]:
     if op.cancelled_by is not None:
         out["cancelled_by"] = op.cancelled_by.by
     return out
+
+
+class Door(Protocol):
+    """What the core's steps ask of the front door (daemon/frontdoor.py's DoorSteps)."""
+
+    def serving(self, h: EngineHandle) -> None: ...
+    def crashed(self) -> None: ...
+    def figures(self, op: Operation) -> dict[str, Any] | None: ...
+
+
+class NoDoor:
+    """A core composed without a front door (the unit tests' cores): nothing to hold."""
+
+    def serving(self, h: EngineHandle) -> None:
+        return None
+
+    def crashed(self) -> None:
+        return None
+
+    def figures(self, op: Operation) -> dict[str, Any] | None:
+        return None
 
 
 @dataclass
@@ -106,6 +127,7 @@ class Core:
         self.state: State = State.STOPPED
         self.since: float = now()
         self.current: EngineHandle | None = None
+        self.door: Door = NoDoor()  # the controller composes the front door's steps
         self.active: Target = {"profile": None, "mode": None}
         self.last_good: dict[str, str] | None = None
         self.last_failure: dict[str, Any] | None = None
@@ -170,6 +192,9 @@ class Core:
 
     def result(self, op: Operation, result: str, **kw: Any) -> OpResult:
         fields = {k: kw.pop(k) for k in ("reason", "message", "log", "line") if k in kw}
+        switch = self.door.figures(op)
+        if switch is not None:
+            kw["switch"] = switch
         return OpResult(
             id=op.id,
             kind=op.kind,
@@ -250,6 +275,7 @@ def _possible_drift(engine: Any) -> str | None:
     """The facts' warning when the server's SGLang is newer than the newest known release
     (log lines, flags or metrics may have changed under fastverify), else None."""
     try:
-        return engine.facts().warning
+        warning: str | None = engine.facts().warning
+        return warning
     except (AttributeError, ValueError):
         return None

@@ -127,6 +127,7 @@ class CrashSteps:
             self.c.bus.publish(
                 ev.EngineDown(h.profile, h.mode, self.c.engine.name, self.c.settings(h), "crashed")
             )
+        self.c.door.crashed()  # new requests wait for the restarted engine
         self.c.spawn_thread(self._crash_restart, h, failure, decision)
 
     def _crash_restart(self, h: EngineHandle, failure: Failure, decision: Decision) -> None:

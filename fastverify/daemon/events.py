@@ -171,7 +171,7 @@ class WeightsLoaded(_Stamped):
 
 @dataclass(frozen=True)
 class WeightCacheChanged(_Stamped):
-    state: str  # off | starting | ready | failed | stopped | mismatch
+    state: str  # off | starting | ready | stopping | failed | stopped | mismatch
     up: bool
     bytes: int | None
 

@@ -3,7 +3,7 @@
 The HTTP handler (api_handler.py) calls only these methods; it never reads the configuration, the
 controller's fields, the log ring or the exporter runtime itself.
 
-    status() -> dict                      history() -> list[dict]
+    status() -> dict                      history(n, before) -> list[dict]
     status_line() -> str                  log_tail(n) / log_since(seq, timeout) / log_seq()
     server_argv(profile, mode, check) -> dict
     operate(kind, name, mode, **request) -> Operation
@@ -12,7 +12,8 @@ controller's fields, the log ring or the exporter runtime itself.
     decision() -> dict                    record_decision(body) -> dict
     acceptance() -> dict                  record_acceptance(body) -> dict
     spec_plan() -> dict                   store_spec_plan(body) -> dict
-    take_lease(experiment, description, pid, force) -> dict      release_lease(id) -> dict
+    take_lease(experiment, description, pid, force, caller) -> dict
+    release_lease(id, caller) -> dict
     capture_trace(steps | None) -> dict
 """
 
@@ -30,10 +31,12 @@ from fastverify.daemon import events as ev
 from fastverify.daemon.baselines import check_baseline, with_concurrency
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.lease import Leases
+from fastverify.daemon.lease import public as public_lease
 from fastverify.daemon.observers import ExporterFeed, LiveFigures
 from fastverify.daemon.operations import Operation
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.states import State
+from fastverify.daemon.weights import load_record
 from fastverify.engines.sglang import load_format_of
 from fastverify.host import here as host_here
 from fastverify.lease_record import describe as describe_lease
@@ -99,8 +102,8 @@ class ControlFacade:
             alive = h is not None and h.alive()
             engine: dict[str, Any] = {
                 "name": c.engine.name,
-                "pid": h.pid if alive else None,
-                "pgid": h.pgid if alive else None,
+                "pid": h.pid if h is not None and alive else None,
+                "pgid": h.pgid if h is not None and alive else None,
                 "url": h.url if h is not None else c.cfg.server.url,
                 "simulated": c.engine.simulated,
                 "reason": self.engine_reason,
@@ -112,11 +115,11 @@ class ControlFacade:
                 "progress": dict(h.progress) if h is not None else None,
                 "adopted": h.adopted if h is not None else False,
                 "weights": weights_label(load_format_of(h.argv)) if h is not None else None,
-                "weight_load": h.weights if h is not None else None,  # from the cache or disk
+                "weight_load": load_record(h),  # from the cache or disk (daemon/weights.py)
                 "tuner": h.tuner if h is not None else None,  # confirmed at verify
                 "allreduce": h.allreduce if h is not None else None,  # confirmed at verify
                 # the watch of SGLang's /health_generate after READY (daemon/watch.py)
-                "health": h.watch.health() if alive and h.watch else None,
+                "health": h.watch.health() if h is not None and alive and h.watch else None,
             }
             argv = list(h.argv) if h is not None else None
             out = {
@@ -137,7 +140,7 @@ class ControlFacade:
                 "status_line": self.status_line(),
                 "config": {"source": c.cfg.source, "error": self.config_error},
                 "declarative": self._declarative(),
-                "lease": self.leases.current(),
+                "lease": public_lease(self.leases.current()),
                 "decision": self._decision_now(),
                 "sglang": _sglang_summary(c.engine),
                 "findings": [*c.store.findings, *c.findings.values()],
@@ -149,6 +152,7 @@ class ControlFacade:
             }
         engine["identity"] = self.engine_identity()
         out["weight_cache"] = c.cache.status()  # outside the lock: NVML may be asked
+        out["frontdoor"] = c.door.status()  # outside the lock: asks the front door
         # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
         engine["capabilities"] = self.capabilities(argv)
         out["speculation"] = self.speculation(out["profile"], out["mode"], argv)
@@ -287,8 +291,9 @@ class ControlFacade:
             )
         return {"profile": target[0], "mode": target[1]}
 
-    def history(self) -> list[dict[str, Any]]:
-        return self.ctl.store.history()
+    def history(self, n: int, before: float | None = None) -> list[dict[str, Any]]:
+        """A page of the history: the newest `n` records finished before `before`."""
+        return self.ctl.store.history(n, before)
 
     # ------------------------------------------------------------------ logs
     def log_tail(self, n: int) -> list[dict[str, Any]]:
@@ -324,10 +329,18 @@ class ControlFacade:
         it as `by`)."""
         lease, canary = request.pop("lease", None), request.pop("canary", False)
         what = {"switch": f"switch to {name}", "mode": f"switch to mode {mode}"}.get(kind, kind)
-        target = self._check_declarative(kind, name, mode, canary)
+        caller = request.get("caller")
+        holder = caller.identity if caller is not None else ""
         force = request.get("force", False)
-        op = self.ctl.request(kind, name, mode, **request,
-                              gate=lambda: self.leases.check(lease, force, what))  # fmt: skip
+        target = self._check_declarative(kind, name, mode, canary)
+        overridden: list[Any] = []  # the lease this request overrides (force), if any
+
+        def gate() -> None:  # after validation: a typo is refused as one, lease or not
+            overridden.append(self.leases.check(lease, force, what, holder))
+
+        op = self.ctl.request(kind, name, mode, **request, gate=gate)
+        if overridden and overridden[0] is not None:
+            self._record_override(overridden[0], what, caller)
         if self.ctl.cfg.daemon.declarative and kind in ("switch", "mode"):
             self.canary = None if target is None else {**target, "since": time.time(), "op": op.id}
         return op
@@ -337,14 +350,42 @@ class ControlFacade:
 
     # ------------------------------------------------------------------ leases
     def take_lease(
-        self, experiment: str, description: str, pid: int | None, force: bool = False
+        self,
+        experiment: str,
+        description: str,
+        pid: int | None,
+        force: bool = False,
+        caller: Any = None,
     ) -> dict[str, Any]:
-        lease = self.leases.take(experiment, description, pid, force)
+        """A lease bound to `caller`'s identity (the answer holds its id: the holder's only)."""
+        holder = caller.identity if caller is not None else ""
+        lease, overridden = self.leases.take(experiment, description, pid, force, holder)
+        if overridden is not None:
+            self._record_override(overridden, f"{experiment} lease", caller)
         log.info("lease taken: %s", describe_lease(lease))
         return lease
 
-    def release_lease(self, lease_id: str) -> dict[str, Any]:
-        lease = self.leases.release(lease_id)
+    def _record_override(self, lease: dict[str, Any], what: str, caller: Any) -> None:
+        """A forced operation or lease over another's lease: one history record (kind
+        `lease_override`) that names both, and a warning in the log."""
+        by = caller.by if caller is not None else "fastverifyd"
+        now = time.time()
+        message = f"{what} by {by} overrode the lease of {describe_lease(lease)}"
+        log.warning("%s", message)
+        rec = {"type": "switch", "kind": "lease_override", "result": "overridden",
+               "reason": "forced", "message": message, "by": by,
+               "lease": public_lease(lease), "profile": self.ctl.active.get("profile"),
+               "mode": self.ctl.active.get("mode"), "started_at": now, "finished_at": now,
+               "duration_s": 0.0}  # fmt: skip
+        if caller is not None:
+            rec["caller"] = caller.to_dict()
+        try:
+            self.ctl.store.append_journal(rec)
+        except OSError as exc:
+            log.error("cannot record a lease override in the journal: %s", exc)
+
+    def release_lease(self, lease_id: str, caller: Any = None) -> dict[str, Any]:
+        lease = self.leases.release(lease_id, caller.identity if caller is not None else "")
         if lease is None:
             raise RequestError(404, f"no lease {lease_id!r} is in force", reason="no_lease")
         log.info("lease released: %s", describe_lease(lease))
@@ -402,7 +443,7 @@ class ControlFacade:
             rec["by"] = caller.by
         with self.ctl._lock:
             self.ctl.store.save_json("decision.json", rec)
-            self.ctl.store.append_journal(dec.history_record(rec))
+            self.ctl.store.append_decision(dec.history_record(rec))
         self.ctl.bus.publish(ev.DecisionRecorded(rec["profile"], rec["mode"], rec["backend"],
                                                  bool(rec["applied"])))  # fmt: skip
         return rec
@@ -481,7 +522,7 @@ class ControlFacade:
         except FeatureMissing as exc:
             raise RequestError(422, str(exc), reason="sglang_feature_missing") from None
         if steps is None:
-            steps = self.ctl.cfg.daemon.trace_steps  # range: api_checks.MIRRORS (config's check)
+            steps = self.ctl.cfg.daemon.trace_steps  # range: api_requests.MIRRORS
         if self.ctl.state != State.READY:
             raise RequestError(
                 409,
@@ -489,7 +530,10 @@ class ControlFacade:
                 busy=self.ctl.op is not None,
             )
         try:  # a background window in progress is waited for, not a refusal
-            return runtime.capture(steps, cancelled, wait_s=runtime.capture_timeout_s)
+            window: dict[str, Any] = runtime.capture(
+                steps, cancelled, wait_s=runtime.capture_timeout_s
+            )
+            return window
         except EngineIdle as exc:
             raise RequestError(409, str(exc), reason="capture_refused", busy=False) from None
         except CaptureRefused as exc:
@@ -525,6 +569,7 @@ def _failure_view(
 def _sglang_summary(engine: Any) -> dict[str, Any] | None:
     """The server's SGLang and the facts serving it (status's `sglang`), None if unknown."""
     try:
-        return engine.facts().summary()
+        summary: dict[str, Any] = engine.facts().summary()
+        return summary
     except ValueError as exc:  # below the range: the daemon refuses at start-up
         return {"error": str(exc)}

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from fastverify.nccl import loglines as nccl_lines
+from fastverify.sglang import loglines as sglang_lines
 
 # Most specific first: a CUDA-graph capture failure caused by OOM is reported as OOM's
 # consequence by SGLang ("Capture cuda graph failed: CUDA out of memory"), so OOM wins there.
@@ -53,14 +54,7 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             re.I,
         ),
     ),
-    (
-        "cuda_graph_capture",
-        re.compile(
-            r"Capture cuda graph failed|CUDA graph capture failed"
-            r"|Fail when using backend: \w+ for prefill runner",
-            re.I,
-        ),
-    ),
+    ("cuda_graph_capture", sglang_lines.CAPTURE_FAILURE),  # SGLang's text (fastverify.sglang)
     ("port_in_use", re.compile(r"Address already in use|\[Errno 98\]|EADDRINUSE", re.I)),
     (
         "model_path_missing",

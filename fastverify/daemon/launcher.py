@@ -1,18 +1,18 @@
-"""The engine launcher: environment, spawn, watch, log tail, readiness, stop.
+"""The engine launcher: what the engine's process group has of its own (argv, environment,
+log tail, readiness by SGLang's endpoints); the group's lifecycle is group.py's.
 
 `Launcher` turns a (profile, mode, argv) into a running engine and back; it knows no
 daemon states. `spawn` returns an `EngineHandle` (or raises OSError); `await_ready` and
-`stop` return a typed `Failure` (daemon/failures.py) or None; `adopt` follows an engine
-group left by a previous daemon. The launcher reports through two callbacks set by the
-controller: `on_line(handle, line, facts)` for every (masked, parsed-once) log line (the
+`stop` return a typed `Failure` (daemon/failures.py) or None; `previous` and `adopt` follow
+an engine group left by a previous daemon. The launcher reports through two callbacks set by
+the controller: `on_line(handle, line, facts)` for every (masked, parsed-once) log line (the
 verifiers read them: a failure one of them sees there is `h.line_failure`, which ends the
-readiness wait) and `on_exit(handle)` when the engine's leader process exits (under
-`exit_lock`, in the step that marks it exited). Verification
+readiness wait) and `on_exit(handle)` when the engine's leader process exits (under the
+group's `exit_lock`, in the step that marks it exited). Verification
 after READY is the verifiers' (verifier.py, checks.py).
 
-Engine bookkeeping on disk (engine.pid) is written here: a `pending` record names the
-engine id before the spawn (a daemon killed in between finds the group by that id), the
-full record after it, `verified` once the controller says READY.
+engine.pid is the group's record (group.SupervisedGroup: `pending` before the spawn, the
+full record after it); `verified` is added once the controller says READY.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ import psutil
 
 from fastverify.daemon import allreduce_check, failures, logs, procs, tuner_check, verify
 from fastverify.daemon.failures import Failure
+from fastverify.daemon.group import GroupSpec, Member, Previous, SupervisedGroup
 from fastverify.daemon.statestore import StateStore
 from fastverify.redact import mask_argv, secret_values
 from fastverify.sglang import allreduce
@@ -59,33 +59,22 @@ def pid_alive(pid: int) -> bool:
 
 
 @dataclass
-class EngineHandle:
-    engine_id: str
-    pid: int
-    pgid: int
-    create_time: float | None
-    argv: list[str]
-    log_path: Path
+class EngineHandle(Member):
+    """One engine group (group.Member: ids, pids, process events) and what its start and
+    serving concern. `parts` holds what a feature keeps per engine (weights.py: the
+    weights of the start), `line_readers` what it reads of every log line."""
+
     profile: str
     mode: str
     url: str
     expected_nccl: dict[str, str]
-    proc: Any = None  # subprocess.Popen when we spawned it, None when adopted
     tail: logs.LogTail | None = None
-    started_mono: float = field(default_factory=time.monotonic)
-    started_at: float = field(default_factory=_now)
     ready_line: bool = False
     ready_by: str | None = None  # "ready line + health" or "endpoints" (no INFO ready line)
     follower: bool = False  # a multi-node follower: ready when its health check answers
     serving: bool = False
-    expected_exit: bool = False
-    exit_code: int | None = None
-    exited: threading.Event = field(default_factory=threading.Event)
-    wake: threading.Event = field(default_factory=threading.Event)  # ready line or exit
     progress: dict[str, Any] = field(default_factory=dict)
     nccl_debug_dir: Path | None = None
-    ready_s: float | None = None
-    adopted: bool = False
     worker_pids: tuple[int, ...] = ()  # descendants verified at READY (the TP workers)
     engine_env: dict[str, Any] | None = None  # the engine's own NCCL rules (EngineEnv.to_dict)
     tuner: dict[str, Any] | None = None  # NCCL's tuner load, confirmed at verify (tuner_check)
@@ -93,43 +82,27 @@ class EngineHandle:
     allreduce: dict[str, Any] | None = None  # the serving backend, confirmed at verify
     expected_sglang: dict[str, str] = field(default_factory=dict)  # the profile's SGLANG_*
     watch: Any = None  # watch.EngineWatch while serving (crashes.py starts it)
-    weights_watch: Any = None  # weights.WeightsWatch: what SGLang says of the weights
-    weights_gate: Any = None  # weights.Gate: whether the weight cache was to serve it
-    weights: dict[str, Any] | None = None  # the start's `weight_load` record
+    parts: dict[str, Any] = field(default_factory=dict)  # a feature's own state, by its name
+    line_readers: list[Callable[[str], None]] = field(default_factory=list)
     line_failure: Failure | None = None  # a verifier read in a line that the start fails
 
-    def alive(self) -> bool:
-        return not self.exited.is_set()
+    @property
+    def engine_id(self) -> str:
+        return self.group_id
 
     def recent_lines(self) -> list[str]:
         return list(self.tail.recent) if self.tail is not None else []
 
-    def pid_info(self) -> dict[str, Any]:
+    def record(self) -> dict[str, Any]:
         return {
-            "pid": self.pid,
-            "pgid": self.pgid,
-            "create_time": self.create_time,
-            "engine_id": self.engine_id,
-            "argv": self.argv,
-            "log": str(self.log_path),
+            **super().record(),
             "profile": self.profile,
             "mode": self.mode,
             "url": self.url,
             "expected_nccl": self.expected_nccl,
             "expected_sglang": self.expected_sglang,
             "nccl_debug_dir": str(self.nccl_debug_dir) if self.nccl_debug_dir else None,
-            "started_at": self.started_at,
-            "daemon_pid": os.getpid(),
         }
-
-
-def same_argv(a: list[str], b: list[str], cfg: Any) -> bool:
-    """Equal argvs, the weight-cache flags fastverifyd adds aside (when it owns the cache)."""
-    if getattr(cfg.server, "weight_cache", "off") != "off":
-        from fastverify.sglang.weight_cache import strip_flags
-
-        return strip_flags(list(a)) == strip_flags(list(b))
-    return list(a) == list(b)
 
 
 OnLine = Callable[[EngineHandle, str, logs.LineFacts], None]
@@ -155,12 +128,19 @@ class Launcher:
         self.say = say or (lambda msg, level=logging.INFO, **_: log.log(level, msg))
         self.on_line: OnLine = lambda h, line, facts: None
         self.on_exit: OnExit = lambda h: None
-        # held while an exit is marked and `on_exit` runs: the controller's lock, so that
-        # whoever reads the state under it sees the engine's death and its consequence together
-        self.exit_lock: Any = threading.RLock()
-        # the weight cache's socket/ready templates, for the server too (daemon/weight_cache)
-        self.weight_cache_env: Callable[[], dict[str, str]] = dict
-        self.weights_watch_for: Callable[[list[str]], Any] = lambda argv: None
+        self.group: SupervisedGroup[EngineHandle] = SupervisedGroup(
+            GroupSpec("engine", procs.ENGINE_ID_VAR, "engine_id", store.pid_path),
+            grace_s=lambda: float(self.cfg.daemon.stop_grace_s),
+            gpu_release_s=lambda: float(self.cfg.daemon.gpu_release_timeout_s),
+            say=lambda *a, **k: self.say(*a, **k),
+        )
+        self.group.on_exit = lambda h: self.on_exit(h)
+        # What features add to each start (weights.py, for the weight cache): variables of
+        # the server's environment, readers of its log lines, flags of its argv that the
+        # daemon adds and a comparison of argvs sets aside.
+        self.env_parts: list[Callable[[], dict[str, str]]] = []
+        self.line_readers_for: list[Callable[[EngineHandle], Callable[[str], None] | None]] = []
+        self.argv_aside: list[Callable[[list[str]], list[str]]] = []
 
     # ------------------------------------------------------------------ environment
     def url(self) -> str:
@@ -179,7 +159,8 @@ class Launcher:
             allreduce.WORKSPACE_BASE_VAR: str(fi),
         }
         extra.update(self.engine.extra_env())
-        extra.update(self.weight_cache_env())
+        for part in self.env_parts:
+            extra.update(part())
         for name in self.cfg.server.env_passthrough:
             if name in os.environ:
                 extra[name] = os.environ[name]
@@ -206,11 +187,18 @@ class Launcher:
         env = self.engine_env(profile, "-", None)
         return verify.nccl_part({k: v for k, v in env.items() if k != procs.ENGINE_ID_VAR})
 
+    def same_argv(self, a: list[str], b: list[str]) -> bool:
+        """Equal argvs, the flags fastverifyd adds (`argv_aside`) set aside."""
+        a, b = list(a), list(b)
+        for aside in self.argv_aside:
+            a, b = aside(a), aside(b)
+        return a == b
+
     def same_engine(self, h: EngineHandle, profile: Any, argv: list[str]) -> bool:
-        """Would starting `profile` with `argv` give what `h` already runs (the weight-cache
-        flags fastverifyd adds aside)?"""
+        """Would starting `profile` with `argv` give what `h` already runs (the flags
+        fastverifyd adds aside)?"""
         running = {k: v for k, v in h.expected_nccl.items() if k not in DEBUG_VARS}
-        return same_argv(argv, h.argv, self.cfg) and self.settings(profile) == running
+        return self.same_argv(argv, h.argv) and self.settings(profile) == running
 
     def port_in_use(self, argv: list[str]) -> Failure | None:
         """`port_in_use` before any launch when another process holds the engine's HTTP
@@ -228,9 +216,9 @@ class Launcher:
 
     # ------------------------------------------------------------------ spawn / adopt
     def spawn(self, profile: Any, mode: str, argv: list[str]) -> EngineHandle:
-        """Start the engine group (its own session) with the profile's clean environment;
-        `weights_watch_for(argv)` (weights.WeightsWatch) hears every line of its log."""
-        engine_id = secrets.token_hex(8)
+        """Start the engine group (group.SupervisedGroup) with the profile's clean environment;
+        the readers `line_readers_for` gives hear every line of its log."""
+        engine_id = self.group.new_id()
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         base = f"{stamp}-{profile.name}-{mode}-{engine_id[:6]}"
         log_path = self.store.logs_dir / f"{base}.log"
@@ -241,33 +229,33 @@ class Launcher:
         env = self.engine_env(profile, engine_id, debug_dir)
         expected = verify.nccl_part({k: v for k, v in env.items() if k != procs.ENGINE_ID_VAR})
         hidden = secret_values(env, argv)
-        # Name the engine before it exists: a daemon killed between the spawn and the pid
-        # file below finds the unrecorded group by this id at its next start.
-        self.store.write_pid({"engine_id": engine_id, "pending": True, "argv": argv})
-        proc = procs.spawn(argv, env, log_path)
+
+        def make(proc: Any) -> EngineHandle:
+            h = EngineHandle(
+                engine_id,
+                proc.pid,
+                proc.pid,
+                procs.create_time(proc.pid),
+                argv,
+                log_path,
+                profile.name,
+                mode,
+                self.url(),
+                expected,
+                expected_sglang=verify.sglang_part(profile.env),
+                proc=proc,
+                nccl_debug_dir=debug_dir,
+                follower=self.engine.follower(argv),
+            )
+            h.allreduce_watch = allreduce_check.AllreduceWatch(
+                env, argv, self._has_nvlink(), host=self.allreduce_host(argv)
+            )
+            return h
+
+        h = self.group.spawn(engine_id, argv, env, log_path, make)
         with contextlib.suppress(OSError):
             self.store.prune_logs(protect=(log_path,))
-        h = EngineHandle(
-            engine_id=engine_id,
-            pid=proc.pid,
-            pgid=proc.pid,
-            create_time=procs.create_time(proc.pid),
-            argv=argv,
-            log_path=log_path,
-            profile=profile.name,
-            mode=mode,
-            url=self.url(),
-            expected_nccl=expected,
-            expected_sglang=verify.sglang_part(profile.env),
-            proc=proc,
-            nccl_debug_dir=debug_dir,
-            follower=self.engine.follower(argv),
-            weights_watch=self.weights_watch_for(argv),
-        )
-        h.allreduce_watch = allreduce_check.AllreduceWatch(
-            env, argv, self._has_nvlink(), host=self.allreduce_host(argv)
-        )
-        self.store.write_pid(h.pid_info())
+        h.line_readers = [r for f in self.line_readers_for if (r := f(h)) is not None]
         self._follow(h, hidden)
         # stream=False: the `engine` event already tells a follower
         self.say(f"engine started: pid {h.pid}, log {log_path}", stream=False)
@@ -306,40 +294,50 @@ class Launcher:
 
         return detect_cached().has_nvlink
 
+    def previous(self) -> Previous:
+        """What engine.pid names (group.SupervisedGroup.previous: a pending group is stopped,
+        a foreign one left alone)."""
+        return self.group.previous()
+
     def adopt(self, info: dict[str, Any]) -> EngineHandle:
-        """A handle on a live engine group recorded in engine.pid (already proven ours)."""
-        h = EngineHandle(
-            engine_id=info["engine_id"],
-            pid=int(info["pid"]),
-            pgid=int(info.get("pgid", info["pid"])),
-            create_time=info.get("create_time"),
-            argv=list(info.get("argv", [])),
-            log_path=Path(info.get("log", "")),
-            profile=info["profile"],
-            mode=info["mode"],
-            url=info.get("url") or self.url(),
-            expected_nccl=dict(info.get("expected_nccl") or {}),
-            expected_sglang=dict(info.get("expected_sglang") or {}),
-            adopted=True,
-            nccl_debug_dir=Path(info["nccl_debug_dir"]) if info.get("nccl_debug_dir") else None,
-        )
-        h.started_at = float(info.get("started_at") or _now())
-        try:  # the all-reduce backend it asked for: its own environment (its log is replayed)
-            h.allreduce_watch = allreduce_check.AllreduceWatch(
-                psutil.Process(h.pid).environ(),
-                h.argv,
-                self._has_nvlink(),
-                host=self.allreduce_host(h.argv),
+        """A handle on a live engine group recorded in engine.pid (`previous()` proved it
+        ours)."""
+
+        def make() -> EngineHandle:
+            h = EngineHandle(
+                info["engine_id"],
+                int(info["pid"]),
+                int(info.get("pgid", info["pid"])),
+                info.get("create_time"),
+                list(info.get("argv", [])),
+                Path(info.get("log", "")),
+                info["profile"],
+                info["mode"],
+                info.get("url") or self.url(),
+                dict(info.get("expected_nccl") or {}),
+                expected_sglang=dict(info.get("expected_sglang") or {}),
+                nccl_debug_dir=Path(info["nccl_debug_dir"]) if info.get("nccl_debug_dir") else None,
+                started_at=float(info.get("started_at") or _now()),
             )
-        except (psutil.Error, OSError):
-            h.allreduce_watch = None
+            try:  # the all-reduce backend it asked for: its own environment (its log is replayed)
+                h.allreduce_watch = allreduce_check.AllreduceWatch(
+                    psutil.Process(h.pid).environ(),
+                    h.argv,
+                    self._has_nvlink(),
+                    host=self.allreduce_host(h.argv),
+                )
+            except (psutil.Error, OSError):
+                h.allreduce_watch = None
+            return h
+
+        h = self.group.adopt(make)
         self._follow(h, secret_values({}, h.argv))
         return h
 
     def _follow(self, h: EngineHandle, hidden: list[str]) -> None:
         def on_line(line: str) -> None:
-            if h.weights_watch is not None:
-                h.weights_watch.on_line(line)
+            for read in h.line_readers:
+                read(line)
             facts = logs.parse(line)
             if facts.progress is not None:
                 phase, pct, msg = facts.progress
@@ -350,20 +348,6 @@ class Launcher:
             self.on_line(h, line, facts)
 
         h.tail = logs.LogTail(h.log_path, on_line, secrets=hidden).start()
-        threading.Thread(target=self._watch, args=(h,), name=f"watch-{h.pid}", daemon=True).start()
-
-    def _watch(self, h: EngineHandle) -> None:
-        code: int | None = None
-        if h.proc is not None:
-            code = h.proc.wait()
-        else:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                psutil.Process(h.pid).wait()
-        h.exit_code = code
-        with self.exit_lock:
-            h.exited.set()
-            self.on_exit(h)
-        h.wake.set()
 
     # ------------------------------------------------------------------ readiness
     def probe(self, url: str, timeout: float = HEALTH_PROBE_TIMEOUT_S) -> bool:
@@ -402,47 +386,47 @@ class Launcher:
         `--log-level warning` never prints it, and is found ready by `/model_info` and
         `/health_generate` (polled every `ENDPOINT_POLL_S`); an adopted engine or a follower
         by its health check alone."""
-        deadline = h.started_mono + timeout_s
-        last_beat = time.monotonic()
         next_poll = time.monotonic() + ENDPOINT_POLL_S
-        while True:
-            h.wake.clear()
-            if cancel.is_set():
-                return Failure("cancelled", "operation cancelled", log=str(h.log_path))
-            if h.exited.is_set():
-                return self.exit_failure(h)
+
+        def check() -> bool | Failure:
+            nonlocal next_poll
             if h.line_failure is not None:  # read in a line by a verifier (checks.py)
                 return h.line_failure
             if (h.ready_line or h.adopted or h.follower) and self.probe(h.url):
                 h.ready_s = time.monotonic() - h.started_mono
                 h.ready_by = "ready line + health" if h.ready_line else "health"
-                return None
+                return True
             now = time.monotonic()
             if not h.ready_line and now >= next_poll:
                 next_poll = now + ENDPOINT_POLL_S
                 if self.probe_ready(h.url):
                     h.ready_s = time.monotonic() - h.started_mono
                     h.ready_by = "endpoints"
-                    return None
-                now = time.monotonic()
-            if now >= deadline:
-                return failures.classify(
-                    h.recent_lines(),
-                    exit_code=None,
-                    log=str(h.log_path),
-                    timed_out=True,
-                    timeout_s=timeout_s,
-                )
-            if heartbeat is not None and now - last_beat > 10:
-                heartbeat()
-                last_beat = now
-            # cancel.wait would miss h.wake; both are short
-            h.wake.wait(0.02 if h.ready_line else 0.1)
+                    return True
+            return False
+
+        return self.group.wait_ready(
+            h,
+            check,
+            timeout_s=timeout_s,
+            cancel=cancel,
+            exit_failure=lambda: self.exit_failure(h),
+            timeout_failure=lambda: failures.classify(
+                h.recent_lines(),
+                exit_code=None,
+                log=str(h.log_path),
+                timed_out=True,
+                timeout_s=timeout_s,
+            ),
+            cancelled=Failure("cancelled", "operation cancelled", log=str(h.log_path)),
+            heartbeat=(lambda _elapsed: heartbeat()) if heartbeat is not None else None,
+            poll_s=lambda: 0.02 if h.ready_line else 0.1,  # the ready line wakes it sooner
+        )
 
     # ------------------------------------------------------------------ bookkeeping
     def mark_verified(self, h: EngineHandle) -> None:
         try:
-            self.store.write_pid(dict(h.pid_info(), verified=True))
+            self.group.write_record(self.group.record_of(h, verified=True))
         except OSError as exc:  # the engine serves anyway; adoption reads the first record
             self.say(f"cannot record the verified engine in engine.pid: {exc}", logging.WARNING)
 
@@ -452,29 +436,27 @@ class Launcher:
 
     # ------------------------------------------------------------------ stop
     def stop(self, h: EngineHandle, *, forget: bool = True) -> procs.StopResult:
-        """Stop the engine group (TERM, grace, KILL), wait for its GPU memory, stop the tail;
-        `forget` clears engine.pid."""
-        h.expected_exit = True
+        """Stop the engine group (group.SupervisedGroup.stop: SIGCONT, TERM, grace, KILL, its
+        GPU memory), stop the tail; `forget` clears engine.pid."""
         h.serving = False
-        alive_pids = [p.pid for p in procs.group_members(h.pgid)]
-        res = procs.stop_group(h.pgid, self.cfg.daemon.stop_grace_s, proc=h.proc)
+        done = self.group.stop(h, forget=forget)
+        res = done.result
         if res.signal_used != "none":
             self.say(
                 f"stopped engine group {h.pgid} ({res.signal_used}, {res.duration_s:.2f} s)"
                 + (f"; still present: {res.leftover}" if res.leftover else "")
             )
-        released, how = procs.wait_gpu_release(alive_pids, self.cfg.daemon.gpu_release_timeout_s)
-        if not released:
-            self.say(f"GPU memory not released: {how}", logging.WARNING)
+        if not done.released:
+            self.say(f"GPU memory not released: {done.how}", logging.WARNING)
         if h.tail is not None:
             h.tail.stop()
         if forget:
-            self.store.clear_pid()
+            self.group.clear_record()
         return res
 
     def stop_group(self, pgid: int) -> procs.StopResult:
         """Stop an engine group we have no handle for (reconcile)."""
-        return procs.stop_group(pgid, self.cfg.daemon.stop_grace_s)
+        return self.group.stop_pgid(pgid)
 
     def masked_argv(self, argv: list[str]) -> list[str]:
         return mask_argv(argv)

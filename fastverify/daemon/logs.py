@@ -2,20 +2,21 @@
 
 The engine writes its stdout/stderr straight into `state_dir/logs/<start>.log` (so it
 survives a daemon crash). `LogTail` follows that file (the project's one tailer,
-exporters/follow.Tail, which survives rotation and truncation) and hands every complete
+fastverify/follow.Tail, which survives rotation and truncation) and hands every complete
 line, with secrets masked (fastverify.redact), to its subscriber. `parse(line)` turns a
-line into `LineFacts`: the exporter's record (exporters/logparse, parsed here once and
-handed on in the EngineLine event) and the start-up progress milestone.
+line into `LineFacts`: the line's record (`fastverify.sglang.loglines.parse_line`, parsed
+here once and handed on in the EngineLine event: the exporter reads the same record) and
+the start-up progress milestone.
 
-`parse_progress(line)` turns SGLang's startup lines into `(phase, percent, message)`:
-weights loading (including "Loading safetensors checkpoint shards: 50% Completed"),
-CUDA-graph capture begin/end, and the ready line.
+`parse_progress(line)` turns SGLang's startup milestones (their text is
+`fastverify.sglang.loglines`'s) into `(phase, percent, message)`: weights loading
+(including "Loading safetensors checkpoint shards: 50% Completed"), CUDA-graph capture
+begin/end, and the ready line.
 """
 
 from __future__ import annotations
 
 import collections
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -23,13 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastverify.exporters import logparse
-from fastverify.exporters.follow import Tail
+from fastverify.follow import Tail
 from fastverify.redact import mask_text
-from fastverify.sglang import allreduce
+from fastverify.sglang import allreduce, loglines
 
 __all__ = [
-    "READY_LINE",
     "LineFacts",
     "LogRing",
     "LogTail",
@@ -38,11 +37,6 @@ __all__ = [
     "parse_progress",
     "parse_throughput",
 ]
-
-READY_LINE = "The server is fired up and ready to roll!"
-
-_SHARDS = re.compile(r"Loading \S+ checkpoint shards:\s*(\d+)%")
-_RANK = re.compile(r"\sTP(\d+)\]")
 
 
 def mask(text: str, secrets: Iterable[str]) -> str:
@@ -65,25 +59,25 @@ class LineFacts:
 
 def parse(line: str) -> LineFacts:
     """Everything the daemon and the exporter read from one line, parsed once."""
-    return LineFacts(logparse.parse_line(line), parse_progress(line))
+    return LineFacts(loglines.parse_line(line), parse_progress(line))
 
 
 def parse_progress(line: str) -> tuple[str, float, str] | None:
     """(phase, percent 0..100, message) for SGLang's startup milestones, else None.
 
     Lines of TP ranks other than 0 are ignored (every rank prints the same milestones)."""
-    m = _RANK.search(line)
+    m = loglines.TP_RANK.search(line)
     if m and m.group(1) != "0":
         return None
-    if READY_LINE in line:
+    if loglines.READY_TEXT in line:
         return "ready", 100.0, "server is ready"
-    m = _SHARDS.search(line)
+    m = loglines.CHECKPOINT_SHARDS.search(line)
     if m:
         pct = float(m.group(1))
         return "weights", 5.0 + 0.75 * pct, f"loading weights {pct:.0f}%"
-    if "Load weight begin" in line:
+    if loglines.LOAD_WEIGHT_BEGIN_TEXT in line:
         return "weights", 5.0, "loading weights"
-    if "Load weight end" in line:
+    if loglines.LOAD_WEIGHT_END_TEXT in line:
         return "weights", 80.0, "weights loaded"
     if allreduce.BUILT_TEXT in line:
         return (
@@ -96,9 +90,9 @@ def parse_progress(line: str) -> tuple[str, float, str] | None:
         )
     if allreduce.AUTOTUNED_TEXT in line:
         return "autotune", 82.0, "FlashInfer PCIe-IPC all-reduce tactics ready"
-    if "Capture cuda graph begin" in line:  # before the per-phase milestones
+    if loglines.CAPTURE_BEGIN_TEXT in line:  # before the per-phase milestones
         return "cuda_graph", 82.0, "capturing CUDA graphs"
-    if "Capture cuda graph end" in line:
+    if loglines.CAPTURE_END_TEXT in line:
         return "cuda_graph", 95.0, "CUDA graphs captured"
     if "Captur" in line:
         return _capture_progress(line)
@@ -109,8 +103,6 @@ def _capture_progress(line: str) -> tuple[str, float, str] | None:
     """A capture phase's begin/end milestone (`Capture target prefill CUDA graph begin.
     backend=breakable, ...`) or its tqdm bar (`Capturing batches (bs=8 ...)`, 0.5.17's
     prefill `Capturing num tokens (num_tokens=8192 ...)`), as progress between 82 and 95%."""
-    from fastverify.sglang import loglines
-
     rec = loglines.parse_sglang_line(line)
     if rec is None or rec.get("kind") != "capture_progress":
         return None

@@ -35,6 +35,7 @@ from typing import Any
 
 from fastverify import __version__ as VERSION
 from fastverify import config as configmod
+from fastverify.frontdoor import layout
 
 log = logging.getLogger("fastverifyd")
 
@@ -208,7 +209,7 @@ class Daemon:
         self, ns: argparse.Namespace, cfg: configmod.Config, engine_name: str, reason: str
     ):
         self.ns = ns
-        self.cfg = cfg
+        self.cfg = layout.engine_side(cfg)  # behind a front door: the engine's internal port
         self.engine_name = engine_name
         self.reason = reason
         self.stop_event = threading.Event()
@@ -380,7 +381,8 @@ class Daemon:
                 sup.tick()
             except Exception:
                 log.exception("supervisor tick failed")
-            if (code := sup.exit_code()) is not None:
+            code: int | None = sup.exit_code()
+            if code is not None:
                 log.error(
                     "exiting with status %d: the engine stays FAILED (declarative mode, "
                     "restart.recover_retries spent); systemd's Restart= decides",
@@ -403,10 +405,17 @@ class Daemon:
         else:
             moved = [
                 name
-                for name in ("state_dir", "socket", "tcp_listen", "metrics_listen", "engine")
+                for name in (
+                    "state_dir",
+                    "socket",
+                    "tcp_listen",
+                    "metrics_listen",
+                    "engine",
+                    "frontdoor_mode",
+                )
                 if getattr(new.daemon, name) != getattr(self.cfg.daemon, name)
             ]
-            self.cfg = new
+            self.cfg = new = layout.engine_side(new)
             for note in new.notes:
                 sup.daemon_log(f"SIGHUP: {note}", logging.WARNING)
             sup.reconfigure(new, make_engine(self.engine_name, new))

@@ -85,14 +85,18 @@ class Operation:
         self.phases: dict[str, float] = {}
         self.load_format: str | None = None  # SGLang --load-format for it and its rollback
         self.eagle3_steps: int | None = None  # a timing trial's draft steps (this start only)
-        self.weights_notice: str | None = None  # "this switch loads from disk ..." (weights.py)
-        # (reason, why) SGLang refused the weight cache for: this start again from disk
-        self.cache_refused: tuple[str, str] | None = None
+        self.parts: dict[str, Any] = {}  # a feature's own state for this operation, by name
         self.caller: Any = None  # auth.Caller who asked (None: the daemon itself)
         self.cancelled_by: Any = None  # auth.Caller who cancelled it
         # The engine this operation started and that failed: its own log file and last lines
         # (a failure's excerpt; never the rollback server's start-up).
         self.failed_engine: dict[str, Any] | None = None
+        # The front door's side of it (daemon/frontdoor.py): when the engine went down for
+        # it, the drain's answer, and the clients' figures once an engine serves again.
+        self.door_down_at: float | None = None
+        self.door_drain: dict[str, Any] | None = None
+        self.door: dict[str, Any] | None = None
+        self.door_standby: dict[str, str] | None = None  # mode standby: the memory decision
         self._cond = threading.Condition()
 
     def restart_clock(self) -> None:

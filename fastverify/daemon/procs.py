@@ -242,7 +242,8 @@ def stop_group(
     is gone; wait up to grace_s for the group to be gone, then SIGKILL it and wait again.
 
     `proc` (our Popen of the leader) is reaped along the way so it does not linger as a
-    zombie. Returns which signal was needed and any PIDs still present at the end. `sig`:
+    zombie. The group gets SIGCONT first (a stopped group hears nothing else before the
+    grace ends). Returns which signal was needed and any PIDs still present at the end. `sig`:
     what the leader gets first (the weight cache's launcher: SIGINT, its KeyboardInterrupt
     path stops its ranks).
     """
@@ -253,6 +254,9 @@ def stop_group(
                 proc.wait(timeout=0.1)
         return StopResult("none", 0.0, [])
     used = "SIGTERM"
+    # A stopped (SIGSTOP, SIGTSTP) process keeps a handled signal pending until it runs
+    # again: without SIGCONT a stopped group would wait the whole grace for its SIGKILL.
+    _send_group(pgid, signal.SIGCONT)
     if _leader_alive(pgid, proc_root):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pgid, sig)

@@ -2,13 +2,13 @@
 
 `start_up(ctl)`:
 1. restore active / last good / last failure from state.json;
-2. stop an engine group a killed daemon spawned but never recorded (engine.pid `pending`);
-3. adopt (or stop) the weight-cache group weight-cache.pid names (daemon/weight_cache.py),
-   then the group engine.pid names when it is provably ours (procs.is_ours) and runs the
-   argv this configuration would build: STOPPED -> STARTING (followed to readiness) ->
-   VERIFYING -> READY, as for a fresh start; a group that is ours but runs another argv is
-   stopped; one that is not ours is left alone with a finding;
-4. otherwise start the saved profile (declarative mode: the configured one, never a
+2. adopt (or stop) the weight cache's group (its own record), then read engine.pid
+   (group.SupervisedGroup.previous: a group a killed daemon spawned but never recorded is
+   stopped, one that is not provably ours is left alone with a finding); adopt the group
+   it names when it runs the argv this configuration would build: STOPPED -> STARTING
+   (followed to readiness) -> VERIFYING -> READY, as for a fresh start; a group that is
+   ours but runs another argv is stopped;
+3. otherwise start the saved profile (declarative mode: the configured one, never a
    fallback; a group serving another profile is not adopted), falling back to the last
    good one and then to `default_profile` when a profile is refused (deleted, invalid):
    each refusal is a history record (`start`, `failed`, `fallback_to`) and the fallback a
@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import time
@@ -27,10 +26,9 @@ from typing import Any
 
 from fastverify.config import MODES
 from fastverify.daemon import events as ev
-from fastverify.daemon import interrupted, procs
+from fastverify.daemon import interrupted
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.launcher import EngineHandle
-from fastverify.daemon.launcher import same_argv as launcher_same_argv
 from fastverify.daemon.operations import Claim, Operation
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.states import State
@@ -85,16 +83,16 @@ def start_up(ctl: Controller) -> None:
             _record_fallback(ctl, refused, (name, m))
         interrupted.close_after(ctl, unanswered, op)
         return
-    exc = refused[-1][2]
+    last = refused[-1][2]
     for name, m, why in refused:
         _record_refused(ctl, name, m, why, None)
     ctl.last_failure = {
-        "reason": exc.reason,
-        "message": str(exc),
+        "reason": last.reason,
+        "message": str(last),
         "log": None,
         "at": time.time(),
     }
-    ctl.set_state(State.FAILED, exc.reason)
+    ctl.set_state(State.FAILED, last.reason)
     interrupted.close_after(ctl, unanswered, None)
 
 
@@ -139,38 +137,28 @@ def _record_fallback(
     )
 
 
-def reap_pending(ctl: Controller) -> None:
-    """Stop an engine group that a killed daemon spawned but never recorded."""
-    try:
-        data = json.loads(ctl.store.pid_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
-    if not isinstance(data, dict) or not data.get("pending") or not data.get("engine_id"):
-        return
-    groups = {p.pgid for p in procs.processes() if procs.engine_id_of(p.pid) == data["engine_id"]}
-    for pgid in sorted(groups):
-        res = ctl.launcher.stop_group(pgid)
+def adopt(ctl: Controller) -> Operation | None:
+    """Adopt the previous engine group (see the module docstring); the adopt operation."""
+    prev = ctl.launcher.previous()
+    for pgid, res in prev.stopped:  # spawned by a daemon killed before it recorded them
         ctl.say(
             f"stopped engine group {pgid}, started by a daemon that died before recording"
             f" it ({res.signal_used})",
             logging.WARNING,
         )
-    ctl.store.clear_pid()
-
-
-def adopt(ctl: Controller) -> Operation | None:
-    """Adopt the previous engine group (see the module docstring); the adopt operation."""
-    reap_pending(ctl)
-    info = ctl.store.read_pid()
-    if info is None:
-        return None
-    ours, why = procs.is_ours(info)
-    if not ours:
-        msg = f"engine.pid names pid {info.get('pid')}: {why}; leaving it alone (nothing killed)"
+    if prev.kind == "unreadable":
+        log.warning("%s", prev.why)
+        ctl.store.findings.append(prev.why)
+    if prev.kind == "foreign":
+        msg = (
+            f"engine.pid names pid {prev.record.get('pid')}: {prev.why}; leaving it alone "
+            "(nothing killed)"
+        )
         ctl.say(msg, logging.WARNING)
         ctl.store.findings.append(msg)
-        ctl.store.clear_pid()
+    if prev.kind != "ours":
         return None
+    info, why = prev.record, prev.why
     pgid = int(info.get("pgid", info["pid"]))
     declared = (ctl.cfg.daemon.default_profile, ctl.cfg.server.mode)
     if ctl.cfg.daemon.declarative and (info.get("profile"), info.get("mode")) != declared:
@@ -180,11 +168,11 @@ def adopt(ctl: Controller) -> Operation | None:
         )
         res = ctl.launcher.stop_group(pgid)
         ctl.say(f"stopped previous engine group {pgid} ({res.signal_used})")
-        ctl.store.clear_pid()
+        ctl.launcher.group.clear_record()
         return None
     try:
         profile_obj, argv = ctl.resolver.resolve(info.get("profile", ""), info.get("mode", ""))
-        same_argv = launcher_same_argv(argv, list(info.get("argv", [])), ctl.cfg)
+        same_argv = ctl.launcher.same_argv(argv, list(info.get("argv", [])))
     except RequestError:
         profile_obj, same_argv = None, False
     if profile_obj is None or not same_argv:
@@ -193,7 +181,7 @@ def adopt(ctl: Controller) -> Operation | None:
         )
         res = ctl.launcher.stop_group(pgid)
         ctl.say(f"stopped previous engine group {pgid} ({res.signal_used})")
-        ctl.store.clear_pid()
+        ctl.launcher.group.clear_record()
         return None
     op = Operation("adopt", info["profile"], info["mode"])
     if ctl.slot.claim(op, settle_s=0) is not Claim.TAKEN:

@@ -36,7 +36,7 @@ EXIT_RECOVERY_SPENT = 3  # fastverifyd's exit status when a declarative daemon g
 def delay(backoff_s: tuple[float, float], n: int) -> float:
     """Seconds before retry `n` (1-based): first * 2**(n-1), at most the cap."""
     first, cap = backoff_s
-    return min(first * 2 ** max(0, n - 1), cap)
+    return float(min(first * 2 ** max(0, n - 1), cap))
 
 
 __all__ = ["EXIT_RECOVERY_SPENT", "RecoveryBudget", "RecoverySteps", "delay"]
@@ -89,7 +89,7 @@ class RecoverySteps:
             return d.default_profile, self.c.cfg.server.mode
         good = self.c.last_good or self.c.active
         if good and good.get("profile") and good.get("mode"):
-            return good["profile"], good["mode"]
+            return str(good["profile"]), str(good["mode"])
         return d.default_profile, self.c.cfg.server.mode
 
     def recovery_tick(self) -> None:
@@ -122,7 +122,7 @@ class RecoverySteps:
             else:
                 spent = False
                 if r.next_at is None:
-                    wait = delay(tuple(d.recover_backoff_s), r.attempts + 1)
+                    wait = delay(d.recover_backoff_s, r.attempts + 1)
                     r.next_at = now + wait
                     profile, mode = self._recover_target()
                     msg = (

@@ -223,7 +223,7 @@ class Resolver:
     def _zero_steps_server(self, server: Any) -> Any:
         """The steps-0 timing trial: adaptive with candidates [0] at every batch size (a
         config of its own in the state dir; the plan's is never touched)."""
-        from fastverify.daemon.statestore import atomic_write_json
+        from fastverify.durable import atomic_write_json
 
         path = Path(self.cfg.state_dir) / ZERO_STEPS_CONFIG_NAME
         with _state_dir_writes(path):

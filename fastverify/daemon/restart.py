@@ -32,7 +32,7 @@ class RestartPolicy:
     def delay(self, n: int) -> float:
         """Seconds to wait before restart number `n` (1-based)."""
         first, cap = self.backoff_s
-        return min(first * (2 ** max(0, n - 1)), cap)
+        return float(min(first * (2 ** max(0, n - 1)), cap))
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""`GET /v1/verify` (`fastverifyctl verify`): the after-READY verifiers again, on the engine
-that serves now, each reported (ok / failed / skipped, with its evidence).
+"""Verification, 4 of 4 (verifier.py tells the story): `GET /v1/verify` (`fastverifyctl
+verify`), the after-READY verifiers again, on the engine that serves now, each reported
+(ok / failed / skipped, with its evidence).
 
 Read-only: the engine keeps serving whatever the verdict (the answer says what drifted;
 `fastverifyctl restart` or a switch acts on it). Refused with 409 while nothing serves or

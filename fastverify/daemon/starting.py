@@ -23,7 +23,7 @@ from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.operations import Operation, OpResult
 from fastverify.daemon.states import State
 from fastverify.daemon.verifier import Verifiers
-from fastverify.daemon.weights import WeightSteps
+from fastverify.daemon.weights import WeightSteps, load_record
 from fastverify.engines.sglang import load_format_of
 from fastverify.redact import mask_argv
 
@@ -52,6 +52,7 @@ class Starts:
         if adopt is None and (taken := c.launcher.port_in_use(argv)) is not None:
             c.say(f"{op.kind} {op.profile}/{op.mode}: {taken.message}", logging.WARNING)
             return taken  # said before a load that would fail only once it is over
+        h: EngineHandle | Failure
         if adopt is None:
             h = self.weights.spawn_engine(op, profile, argv, cancel)  # the cache's gate
             if isinstance(h, Failure):
@@ -129,6 +130,7 @@ class Starts:
             c.set_state(State.READY, why)
             if not h.alive():  # it exited after its verification: a crash, found now
                 c.launcher.on_exit(h)
+        c.door.serving(h)  # the held requests go to this engine
         c.bus.publish(
             ev.EngineUp(
                 h.profile,
@@ -161,7 +163,7 @@ class Starts:
             f"{h.profile}/{h.mode} is serving"
             + (" on dummy weights (a trial: random output, timings only)" if trial else "")
             + f" (ready in {h.ready_s or 0.0:.2f} s, verified)"
-            + (f"; {h.weights['text']}" if h.weights else "")
+            + (f"; {record['text']}" if (record := load_record(h)) else "")
         )
         c.say(message, stream=False)  # the result says it
         return c.result(
@@ -178,6 +180,6 @@ class Starts:
             pid=h.pid,
             previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
             phases=dict(op.phases),
-            weight_load=h.weights,  # where the weights came from (daemon/weights.py)
-            weights_notice=op.weights_notice,
+            weight_load=load_record(h),  # where the weights came from (daemon/weights.py)
+            weights_notice=self.weights.notice_of(op),
         )

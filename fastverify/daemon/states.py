@@ -36,7 +36,9 @@ BACKOFF      -> STARTING (restart), FAILED (burst exceeded), STOPPING (switch/sh
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
 
 class State(StrEnum):
@@ -68,15 +70,19 @@ class IllegalTransition(RuntimeError):
     """A transition not in TRANSITIONS was attempted (a supervisor bug)."""
 
 
-def allowed(old: State, new: State) -> bool:
-    """True when `old -> new` is in the table (staying in the same state is always allowed)."""
-    return old == new or new in TRANSITIONS[old]
+def allowed(old: Any, new: Any, table: Mapping[Any, frozenset[Any]] = TRANSITIONS) -> bool:
+    """True when `old -> new` is in the table (staying in the same state is always allowed).
+    `table`: this one, or another machine's (group.py's process states)."""
+    return old == new or new in table[old]
 
 
-def check_transition(old: State, new: State) -> None:
-    """Raise IllegalTransition unless `old -> new` is allowed."""
-    if not allowed(old, new):
-        allowed_next = ", ".join(sorted(TRANSITIONS[old]))
-        raise IllegalTransition(
-            f"illegal state transition {old} -> {new} (allowed: {allowed_next})"
-        )
+def check_transition(
+    old: Any,
+    new: Any,
+    table: Mapping[Any, frozenset[Any]] = TRANSITIONS,
+    error: type[IllegalTransition] = IllegalTransition,
+) -> None:
+    """Raise `error` unless `old -> new` is allowed by `table`."""
+    if not allowed(old, new, table):
+        allowed_next = ", ".join(sorted(table[old]))
+        raise error(f"illegal state transition {old} -> {new} (allowed: {allowed_next})")

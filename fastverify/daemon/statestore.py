@@ -4,35 +4,48 @@
   (`fastverify.durable`) so a crash leaves either the old or the new file, never a torn one.
 - `journal.jsonl`: append-only, one JSON object per line, fsync'd per record: state
   transitions (`{"type": "transition", ...}`) and switch records (`{"type": "switch", ...}`).
-- `engine.pid`: the running engine's identity (pid, pgid, process start time, command
-  line, a per-start random id that is also in the engine's environment) so a daemon
+- `engine.pid` (`pid_path`): the running engine's identity (pid, pgid, process start time,
+  command line, a per-start random id that is also in the engine's environment) so a daemon
   restarted after kill -9 can find its engine and never mistake someone else's process
-  for it.
+  for it; written and read by the engine's process group (group.py).
+- `decisions.jsonl`: recorded tuning decisions (POST /v1/decision), a journal of their own
+  (rotated to decisions.1.jsonl past DECISIONS_MAX_BYTES) so that no number of them can
+  rotate an operation or crash record out of journal.jsonl, which only the daemon writes.
 - `baselines.json`: measured baseline throughputs (POST /v1/baselines).
 - `decision.json`: the newest tuning decision (POST /v1/decision, `fastverifyctl tune`).
 
 Tolerance: a corrupted or truncated state.json is reported (kept as state.json.corrupt-N)
 and rebuilt from the last good switch record of the journal; unreadable journal lines
 (e.g. a torn final line after a power cut) are skipped and counted.
+
+History (`history(n, before)`) reads the journals from their ends, a block at a time, and
+stops at `n` records: its memory is a page's, whatever the journals' size.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import json
 import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from fastverify.api_models import HISTORY_PAGE_MAX
 from fastverify.durable import append_jsonl, atomic_write_json, fsync_dir, scan_jsonl
 
 log = logging.getLogger("fastverifyd.state")
 
 STATE_VERSION = 1
 JOURNAL_MAX_BYTES = 16 * 1024 * 1024
+DECISIONS_MAX_BYTES = 4 * 1024 * 1024
+READ_BLOCK = 64 * 1024
+MAX_LINE = 256 * 1024  # a longer journal line is not one the daemon wrote: skipped
 KEEP_START_LOGS = 50
 
 
@@ -46,6 +59,8 @@ class StateStore:
         self.journal_path = self.dir / "journal.jsonl"
         self.journal_old_path = self.dir / "journal.1.jsonl"
         self.journal_max_bytes = JOURNAL_MAX_BYTES
+        self.decisions_path = self.dir / "decisions.jsonl"
+        self.decisions_old_path = self.dir / "decisions.1.jsonl"
         self.pid_path = self.dir / "engine.pid"
         self.baselines_path = self.dir / "baselines.json"
         self.logs_dir = self.dir / "logs"
@@ -136,19 +151,28 @@ class StateStore:
 
     # -- journal.jsonl ------------------------------------------------------------------
     def append_journal(self, record: dict[str, Any]) -> None:
+        """An operation, transition or crash record (the daemon's own) to journal.jsonl."""
         with self._lock:
-            self._rotate_if_large()
+            self._rotate_if_large(self.journal_path, self.journal_old_path,
+                                  self.journal_max_bytes)  # fmt: skip
             append_jsonl(self.journal_path, record, sort_keys=True, compact=False)
 
-    def _rotate_if_large(self) -> None:
-        """Keep the journal bounded: past JOURNAL_MAX_BYTES the file becomes journal.1.jsonl
-        (replacing the previous one) and a new journal starts; readers see both."""
+    def append_decision(self, record: dict[str, Any]) -> None:
+        """A recorded decision's history line to decisions.jsonl (its own journal)."""
+        with self._lock:
+            self._rotate_if_large(self.decisions_path, self.decisions_old_path,
+                                  DECISIONS_MAX_BYTES)  # fmt: skip
+            append_jsonl(self.decisions_path, record, sort_keys=True, compact=False)
+
+    def _rotate_if_large(self, path: Path, old: Path, limit: int) -> None:
+        """Keep a journal bounded: past `limit` bytes the file becomes its `.1` (replacing
+        the previous one) and a new one starts; readers see both."""
         try:
-            size = self.journal_path.stat().st_size
+            size = path.stat().st_size
         except FileNotFoundError:
             return
-        if size > self.journal_max_bytes:
-            os.replace(self.journal_path, self.journal_old_path)
+        if size > limit:
+            os.replace(path, old)
             fsync_dir(self.dir)
 
     def read_journal(self) -> list[dict[str, Any]]:
@@ -167,42 +191,27 @@ class StateStore:
                 log.warning(msg)
         return out
 
-    def history(self) -> list[dict[str, Any]]:
-        return [r for r in self.read_journal() if r.get("type") == "switch"]
-
-    # -- engine.pid ---------------------------------------------------------------------
-    def write_pid(self, info: dict[str, Any]) -> None:
-        with self._lock:
-            atomic_write_json(self.pid_path, info)
-
-    def read_pid(self) -> dict[str, Any] | None:
-        try:
-            data = json.loads(self.pid_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            msg = f"{self.pid_path} is unreadable ({exc}); ignoring it (nothing is killed)"
-            self.findings.append(msg)
-            log.warning(msg)
-            return None
-        if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
-            self.findings.append(f"{self.pid_path} has no pid; ignoring it")
-            return None
-        return data
-
-    def clear_pid(self) -> str | None:
-        """Remove engine.pid; why it could not be removed (e.g. a read-only state dir), or
-        None. A leftover record is harmless: the next start checks it is still ours."""
-        with self._lock:
-            try:
-                self.pid_path.unlink()
-            except FileNotFoundError:
-                return None
-            except OSError as exc:
-                msg = f"cannot remove {self.pid_path} ({exc.strerror or exc})"
-                log.warning("%s", msg)
-                return msg
-        return None
+    def history(
+        self, n: int = HISTORY_PAGE_MAX, before: float | None = None
+    ) -> list[dict[str, Any]]:
+        """The newest `n` history records (operations, crashes' restarts, decisions) that
+        finished before `before`, oldest first; records of the same `finished_at` as the
+        page's oldest all come with it (the next page starts before that time)."""
+        streams = [
+            _newest_first((self.journal_path, self.journal_old_path), before),
+            _newest_first((self.decisions_path, self.decisions_old_path), before),
+        ]
+        page: list[dict[str, Any]] = []
+        merged = heapq.merge(*streams, key=lambda r: -_finished(r))
+        for rec in merged:
+            at = _finished(rec)
+            if before is not None and at >= before:
+                continue
+            if len(page) >= n and at != _finished(page[-1]):
+                break
+            page.append(rec)
+        page.reverse()
+        return page
 
     # -- logs/ -------------------------------------------------------------------------
     def prune_logs(self, keep: int = KEEP_START_LOGS, protect: tuple[Path, ...] = ()) -> int:
@@ -246,3 +255,97 @@ class StateStore:
     def save_json(self, name: str, data: dict[str, Any]) -> None:
         with self._lock:
             atomic_write_json(self.dir / name, data)
+
+
+def _finished(rec: dict[str, Any]) -> float:
+    """When a journal record was written: `finished_at` (operations, decisions), `ts`."""
+    at = rec.get("finished_at", rec.get("started_at", rec.get("ts")))
+    return float(at) if isinstance(at, int | float) else 0.0
+
+
+SLACK_LINES = 128  # records past a found place: append order is time order but for these
+
+
+def _newest_first(paths: tuple[Path, ...], before: float | None) -> Iterator[dict[str, Any]]:
+    """History records (`type` switch) of a journal and its rotated part, newest first by
+    `finished_at` (each file is in append order, which is finish order but for records
+    finished together; a window of 64 re-sorts those). With `before`, each file is read
+    back from the place a binary search on its lines' times finds (plus SLACK_LINES)."""
+    lines = itertools.chain.from_iterable(_lines_backward(p, before) for p in paths)
+    window: list[tuple[float, int, dict[str, Any]]] = []
+    order = itertools.count()
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict) or rec.get("type") != "switch":
+            continue
+        heapq.heappush(window, (-_finished(rec), next(order), rec))
+        if len(window) > 64:
+            yield heapq.heappop(window)[2]
+    while window:
+        yield heapq.heappop(window)[2]
+
+
+def _line_time_after(fh: Any, pos: int) -> float | None:
+    """The time of the first whole record that starts after `pos` (None: none there)."""
+    fh.seek(pos)
+    lines = fh.read(READ_BLOCK).split(b"\n")
+    for line in lines[1 if pos > 0 else 0 : -1]:  # whole lines only
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            return _finished(rec)
+    return None
+
+
+def _end_before(fh: Any, size: int, before: float) -> int:
+    """An offset of `fh` after which every line's time is >= `before`, SLACK_LINES lines
+    past the place a binary search finds (the lines are in append order)."""
+    lo, hi = 0, size
+    while hi - lo > READ_BLOCK:
+        mid = (lo + hi) // 2
+        at = _line_time_after(fh, mid)
+        if at is not None and at < before:
+            lo = mid
+        else:
+            hi = mid
+    fh.seek(hi)
+    ahead = fh.read(MAX_LINE)
+    end, n = 0, 0
+    while n < SLACK_LINES and (nl := ahead.find(b"\n", end)) >= 0:
+        end, n = nl + 1, n + 1
+    return min(size, hi + (end if n == SLACK_LINES else len(ahead)))
+
+
+def _lines_backward(path: Path, before: float | None = None) -> Iterator[bytes]:
+    """The non-blank lines of `path`, last first, read READ_BLOCK bytes at a time from the
+    end (from `_end_before` with `before`); a line longer than MAX_LINE is skipped."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 (a generator holds it)
+    except FileNotFoundError:
+        return
+    with fh:
+        pos = fh.seek(0, os.SEEK_END)
+        if before is not None:
+            pos = _end_before(fh, pos, before)
+        tail, overlong = b"", False
+        while pos > 0:
+            step = min(READ_BLOCK, pos)
+            pos -= step
+            fh.seek(pos)
+            parts = (fh.read(step) + tail).split(b"\n")
+            tail = parts.pop(0)  # may go on in the block before
+            if overlong and parts:
+                parts.pop()  # the start of the overlong line
+                overlong = False
+            for line in reversed(parts):
+                if line.strip():
+                    yield line
+            if len(tail) > MAX_LINE:
+                tail, overlong = b"", True
+        if tail.strip() and not overlong:
+            yield tail

@@ -32,6 +32,7 @@ from fastverify.daemon.reconcile import start_up
 from fastverify.daemon.resolve import RequestError, Resolver
 from fastverify.daemon.restart import RestartPolicy
 from fastverify.daemon.statestore import StateStore
+from fastverify.frontdoor import layout
 
 __all__ = ["RequestError", "Supervisor"]
 
@@ -47,6 +48,7 @@ class Supervisor:
         hub: Any = None,
         profile_store: Any = None,
     ) -> None:
+        cfg = layout.engine_side(cfg)  # the engine on its internal port behind a front door
         self.cfg = cfg
         self.store = store
         self.notifier = notifier or Notifier(None)
@@ -56,7 +58,9 @@ class Supervisor:
         self.resolver = Resolver(cfg, engine, profile_store)
         self.launcher = Launcher(cfg, engine, store)
         self.ctl = Controller(cfg, engine, self.launcher, self.resolver, store, self.bus, self.ring)
-        self.launcher.say = self.ctl.say
+        # Launcher.say's type is inferred from its default (a lambda) in launcher.py, which
+        # the process-group work rewrites: typed there, this ignore goes
+        self.launcher.say = self.ctl.say  # type: ignore[assignment]
         self.figures = LiveFigures()
         self.feed = ExporterFeed(hub) if hub is not None else None
         self.api = ControlFacade(self.ctl, engine_reason, self.figures, self.feed)
@@ -65,6 +69,8 @@ class Supervisor:
         if self.feed is not None:
             self.bus.subscribe(self.feed)
         self.bus.subscribe(SdNotify(self.notifier, self.api.status_line))
+        if hub is not None and self.ctl.door.group is not None:
+            hub.watch_frontdoor(self.ctl.door.metrics)
         self.ctl.cache.on_change = self._cache_changed
         if self.ctl.cache.setting != "off":
             self._cache_changed()  # the exporter's series exist (down) before any start
@@ -134,6 +140,7 @@ class Supervisor:
                 self.bus.publish(AcceptanceRecorded(rec))
         if self.feed is not None:  # what live acceptance is compared with (plan stale)
             self.feed.hub.set_spec_plan(self.store.load_json(acceptance.PLAN_FILE))
+        self.ctl.door.start_up()  # before the engine: clients wait for it there
         start_up(self.ctl)
 
     def tick(self) -> None:
@@ -148,6 +155,7 @@ class Supervisor:
     def reconfigure(self, cfg: Any, engine: Any) -> None:
         """Adopt a re-read configuration (SIGHUP): profile dirs, engine settings (used from
         the next start on), restart and timeout policy."""
+        cfg = layout.engine_side(cfg)
         with self.ctl._lock:
             self.cfg = cfg
             self.ctl.cfg = cfg

@@ -4,12 +4,16 @@ On a TLS door (`daemon.tls_cert`/`tls_key`), in the connection's own thread:
 1. a first byte that is not a TLS handshake record is plaintext HTTP sent to a TLS port:
    it gets a plain HTTP 400 that says how to connect (counted `plaintext`), as Go's
    net/http answers "Client sent an HTTP request to an HTTPS server";
-2. the TLS handshake, within HANDSHAKE_TIMEOUT_S: the client's certificate is required and
+2. the TLS handshake, within the request deadline (below): the client's certificate is required and
    verified against `daemon.tls_client_ca` when one is set; a failure (none sent, another
    CA's, expired) is logged with the source and OpenSSL's reason and counted `tls`;
 3. the certificate's subject becomes the caller's identity.
-Backoff and tokens are checked per request (api_handler.Handler), on either door, so that a source
-backing off is told so (HTTP 429) rather than cut off mid-handshake. A plaintext door
+Backoff and tokens are checked per request (api_handler.Handler), on either door, so that an
+identity backing off is told so (HTTP 429) rather than cut off mid-handshake. A refused
+handshake or plaintext proves no identity: it is counted, never backed off (auth.py), so a
+peer without a certificate cannot make one with a certificate wait. The handshake runs
+within the connection's request deadline (fastverify.admission: one deadline for the
+handshake, the request and its token, not a timeout per read). A plaintext door
 (loopback only: fastverify.config refuses anything else) passes the connection through.
 """
 
@@ -27,7 +31,7 @@ from fastverify.daemon.auth import Caller
 
 log = logging.getLogger("fastverifyd.api")
 
-HANDSHAKE_TIMEOUT_S = 10.0
+HANDSHAKE_TIMEOUT_S = 10.0  # per read; the request deadline bounds the whole handshake
 DRAIN_S, DRAIN_BYTES = 2.0, 1 << 20  # a refused client's leftovers read before closing
 TLS_RECORD_HANDSHAKE = b"\x16"
 
@@ -80,7 +84,7 @@ def admit(server: Any, conn: socket.socket, caller: Caller) -> Any:
         _close(conn)
         return None
     if first != TLS_RECORD_HANDSHAKE:
-        guard.failed(source, "plaintext")
+        guard.counted("plaintext")
         log.warning("refused a plaintext connection from %s on the TLS port", source)
         with contextlib.suppress(OSError):
             conn.sendall(_plaintext_answer())
@@ -93,7 +97,11 @@ def admit(server: Any, conn: socket.socket, caller: Caller) -> Any:
     try:
         tls.do_handshake()
     except (ssl.SSLError, OSError) as exc:
-        guard.failed(source, "tls")
+        if caller.ticket is not None and caller.ticket.cut_why:
+            log.info("cut a TLS handshake from %s (%s)", source, caller.ticket.cut_why)
+            _close(tls)
+            return None
+        guard.counted("tls")
         log.warning("refused a TLS connection from %s: %s", source, _why(exc))
         _close(tls)
         return None

@@ -1,5 +1,5 @@
-"""What a verifier is: one check of a profile's start in up to three places, and the runner
-that takes a list of them.
+"""Verification, 1 of 4: what a verifier is (one check of a profile's start in up to three
+places) and `Verifiers`, the runner that takes a list of them.
 
     refuse(plan)            before anything is stopped: a `Problem` (the request's error:
                             HTTP status, message, reason) or None
@@ -13,6 +13,12 @@ that takes a list of them.
 A check that has nothing to do in a place inherits `Check`'s no-op. The default list, in
 the order the daemon runs it, is checks.default_checks(); the controller runs it through
 `Verifiers` and never calls a check by name.
+
+Verification is four modules, read in this order: verifier.py (this one: the protocol and
+its runner), checks.py (the daemon's verifiers, in the order it runs them), verify.py (the
+proofs the env and nccl verifiers read: the processes' environments, NCCL's own
+confirmations), reverify.py (`fastverifyctl verify`: the after-READY place again, on the
+engine that serves).
 """
 
 from __future__ import annotations

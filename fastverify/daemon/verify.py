@@ -1,4 +1,6 @@
-"""Prove a start's settings arrived: process environments and NCCL's own confirmations.
+"""Verification, 3 of 4 (verifier.py tells the story): the proofs that a start's settings
+arrived, which the env and nccl verifiers (checks.py) read: process environments and NCCL's
+own confirmations.
 
 1. `check_process_env(pid, expected, engine_env=...)`: read /proc/PID/environ of the server
    and every live descendant (its TP workers, schedulers, ...) and compare the NCCL

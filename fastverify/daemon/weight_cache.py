@@ -20,25 +20,25 @@ server's own lines (the IPC loader's, `Load weight end`, the CUDA-graph mileston
 "weights: from the cache (N GiB over IPC, X s)" or "from disk (the cache refused: WHY)"
 and the split of the start (weights, cuda_graph, rest).
 
-`WeightCache` owns the process group: `ensure(cancel)` (start, or restart after a config
-change, and wait for the ready files; the wait reports progress), `stop()` (SIGINT to the
-launcher, which stops its ranks as SGLang's launcher does on KeyboardInterrupt; SIGKILL to
-the group after the grace; stale files of our ranks removed), `adopt()` after a killed
-fastverifyd (the group is provably ours: a live member carries the recorded id; its
-command line must be what this configuration builds, else it is stopped), a watcher per
-group that restarts a crashed cache (backoff 1 s doubling to 60 s), and `status()`.
-Only its own pids are ever signalled. The handle and what the starts record are
-weight_cache_records.py's.
-"""
+`WeightCache` is what the cache's process group has of its own; the group's lifecycle
+(start, adopt after a killed fastverifyd, stop with grace, restart after a crash with backoff
+1 s doubling to 60 s, the states) is group.SupervisedGroup's. Its own: `ensure(cancel)`
+(start, or restart after a config change, and wait for every rank's ready file; the wait
+reports progress), SIGINT as the first signal (its launcher stops its ranks as SGLang's
+launcher does on KeyboardInterrupt) and the stale files of its ranks removed after a stop,
+`adopt()` keeping an adopted group only when its command line is what this configuration
+builds, the mismatch SGLang reported, and `status()`. The handle and what the starts record
+are weight_cache_records.py's."""
 
 from __future__ import annotations
 
 import contextlib
 import glob
 import logging
+import math
 import os
-import secrets
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -47,12 +47,23 @@ from typing import Any
 
 from fastverify.daemon import procs
 from fastverify.daemon.failures import Failure
+from fastverify.daemon.group import GroupSpec, GroupState, SupervisedGroup
+from fastverify.daemon.restart import RestartPolicy
 from fastverify.daemon.weight_cache_records import CacheHandle, CacheTimes
 from fastverify.sglang import weight_cache as wc
 
 ID_VAR = "FASTVERIFY_WEIGHT_CACHE_ID"
 PID_FILE = "weight-cache.pid"
-BACKOFF_S = (1.0, 60.0)
+# a crashed cache comes back: 1 s doubling to 60 s, counted again from its next READY
+RESTART = RestartPolicy(window_s=math.inf, backoff_s=(1.0, 60.0), burst=sys.maxsize)
+# the group's states as status and the exporter name them (BACKOFF: failed, restarting)
+STATE_NAMES = {
+    GroupState.STARTING: "starting",
+    GroupState.READY: "ready",
+    GroupState.STOPPING: "stopping",
+    GroupState.BACKOFF: "failed",
+    GroupState.FAILED: "failed",
+}
 
 
 # ----------------------------------------------------------------------------- the group
@@ -67,16 +78,50 @@ class WeightCache:
         self.store = store
         self.say = say
         self._lock = threading.RLock()
-        self.handle: CacheHandle | None = None
-        self.state = "off"  # off | starting | ready | failed | stopped | mismatch
+        self.group: SupervisedGroup[CacheHandle] = SupervisedGroup(
+            GroupSpec(
+                "weight cache",
+                ID_VAR,
+                "cache_id",
+                store.dir / PID_FILE,
+                stop_signal=signal.SIGINT,
+                sigint_default=True,
+                restart=RESTART,
+            ),
+            grace_s=lambda: float(self.cfg.daemon.stop_grace_s),
+            gpu_release_s=lambda: float(self.cfg.daemon.gpu_release_timeout_s),
+            say=lambda *a, **k: self.say(*a, **k),
+        )
+        self.group.on_exit = self._exited
+        self.group.on_change = lambda: self.on_change()
+        self.group.restart_with = self._restart
         self.last_failure: dict[str, Any] | None = None
         # (cache argv, profile) SGLang refused: that profile loads from disk while it holds
         self.mismatched: tuple[list[str], str | None] | None = None
-        self.restarts = 0
-        self.shutting_down = threading.Event()
         self.on_change: Callable[[], None] = lambda: None  # status/exporter refresh
-        self._backoff = BACKOFF_S[0]
         self.times = CacheTimes(store, self._lock)
+
+    @property
+    def handle(self) -> CacheHandle | None:
+        return self.group.member
+
+    @property
+    def restarts(self) -> int:
+        return self.group.restarts
+
+    @property
+    def shutting_down(self) -> threading.Event:
+        return self.group.shutting_down
+
+    @property
+    def state(self) -> str:
+        """off | starting | ready | stopping | failed | stopped | mismatch (status, exporter)."""
+        g = self.group.state
+        if g is GroupState.STOPPED:
+            if self.mismatched is not None:
+                return "mismatch"
+            return "stopped" if self.group.ever_ran else "off"
+        return STATE_NAMES[g]
 
     # ------------------------------------------------------------------ what we would run
     @property
@@ -198,7 +243,7 @@ class WeightCache:
         return self._wait_ready(h, cancel, heartbeat)
 
     def _spawn(self, argv: list[str]) -> CacheHandle:
-        cache_id = secrets.token_hex(8)
+        cache_id = self.group.new_id()
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         log_dir = self.store.dir / "weight-cache"
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -206,80 +251,72 @@ class WeightCache:
         paths = self.env_paths()
         if paths:
             self.dir().mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.store.save_json(PID_FILE, {"cache_id": cache_id, "pending": True, "argv": argv})
-        proc = procs.spawn(argv, self._env(cache_id), log_path, sigint_default=True)
-        h = CacheHandle(
-            cache_id=cache_id,
-            pid=proc.pid,
-            pgid=proc.pid,
-            create_time=procs.create_time(proc.pid),
-            argv=argv,
-            log_path=log_path,
-            env_paths=paths,
-            ranks=self.ranks(),
-            proc=proc,
-        )
-        self.store.save_json(PID_FILE, h.record())
-        self.handle = h
-        self.state = "starting"
+        ranks = self.ranks()
+
+        def make(proc: Any) -> CacheHandle:
+            pid = proc.pid
+            ct = procs.create_time(pid)
+            return CacheHandle(cache_id, pid, pid, ct, argv, log_path, paths, ranks, proc=proc)
+
+        h = self.group.spawn(cache_id, argv, self._env(cache_id), log_path, make)
         self.say(f"weight cache: started pid {h.pid} for {h.ranks} rank(s) (log {log_path})")
-        threading.Thread(target=self._watch, args=(h,), name=f"wcache-{h.pid}", daemon=True).start()
-        self.on_change()
         return h
 
     def _wait_ready(
         self, h: CacheHandle, cancel: threading.Event, heartbeat: Callable[[str], None] | None
     ) -> Failure | None:
-        t0 = time.monotonic()
-        deadline = t0 + float(self.cfg.daemon.readiness_timeout_s)
-        last_beat = t0
-        while True:
-            if h.ready.is_set():
-                return None
-            if h.exited.is_set():
-                return self._failed(self._exit_failure(h))
+        if h.ready.is_set():
+            return None
+        seen = [0]  # ready files of ours so far
+
+        def check() -> bool:
             pids, first = self._ours(h)
-            if len(pids) >= h.ranks:
-                with self._lock:
-                    h.rank_pids, h.fingerprint = pids, first
-                    h.ready_s = (
-                        round(time.monotonic() - t0 if not h.adopted else 0.0, 3)
-                        if h.ready_s is None
-                        else h.ready_s
+            seen[0] = len(pids)
+            if len(pids) < h.ranks:
+                return False
+            with self._lock:
+                h.rank_pids, h.fingerprint = pids, first
+                if h.adopted and h.ready_s is None:
+                    h.ready_s = 0.0
+            return True
+
+        timeout_s = float(self.cfg.daemon.readiness_timeout_s)
+        failure = self.group.wait_ready(
+            h,
+            check,
+            timeout_s=timeout_s,
+            cancel=cancel,
+            started=time.monotonic(),
+            exit_failure=lambda: self._exit_failure(h),
+            timeout_failure=lambda: Failure(
+                "weight_cache_unavailable",
+                f"the weight cache is not ready within {timeout_s:g} s "
+                f"({seen[0]}/{h.ranks} ready files)",
+                log=str(h.log_path),
+            ),
+            cancelled=Failure(
+                "cancelled", "cancelled while the weight cache loads (it keeps loading)"
+            ),
+            heartbeat=(
+                (
+                    lambda elapsed: heartbeat(
+                        f"weight cache: loading the weights ({elapsed:.0f} s, "
+                        f"{seen[0]}/{h.ranks} rank(s) ready)"
                     )
-                    h.ready.set()
-                    self.state = "ready"
-                    self._backoff = BACKOFF_S[0]
-                    with contextlib.suppress(OSError):
-                        self.store.save_json(PID_FILE, h.record())
-                self.say(
-                    f"weight cache: ready ({h.ranks} rank(s), pid {h.pid}, "
-                    f"{(h.ready_s or 0.0):.1f} s)"
                 )
-                self.on_change()
-                return None
-            now = time.monotonic()
-            if cancel.is_set():
-                return Failure(
-                    "cancelled", "cancelled while the weight cache loads (it keeps loading)"
-                )
-            if now >= deadline:
-                return self._failed(
-                    Failure(
-                        "weight_cache_unavailable",
-                        f"the weight cache is not ready within "
-                        f"{self.cfg.daemon.readiness_timeout_s:g} s "
-                        f"({len(pids)}/{h.ranks} ready files)",
-                        log=str(h.log_path),
-                    )
-                )
-            if heartbeat is not None and now - last_beat >= 10:
-                heartbeat(
-                    f"weight cache: loading the weights ({now - t0:.0f} s, "
-                    f"{len(pids)}/{h.ranks} rank(s) ready)"
-                )
-                last_beat = now
-            h.exited.wait(0.1)
+                if heartbeat is not None
+                else None
+            ),
+        )
+        if failure is not None:
+            return failure if failure.reason == "cancelled" else self._failed(failure)
+        with contextlib.suppress(OSError):
+            self.group.write_record(self.group.record_of(h))
+        self.say(
+            f"weight cache: ready ({h.ranks} rank(s), pid {h.pid}, {(h.ready_s or 0.0):.1f} s)"
+        )
+        self.on_change()
+        return None
 
     def _exit_failure(self, h: CacheHandle) -> Failure:
         tail = _tail(h.log_path)
@@ -297,45 +334,22 @@ class WeightCache:
 
     def _failed(self, failure: Failure) -> Failure:
         with self._lock:
-            self.state = "failed"
             self.last_failure = dict(failure.to_dict(), at=time.time())
         self.say(f"weight cache: {failure.message}", logging.WARNING)
         self.on_change()
         return failure
 
-    def _watch(self, h: CacheHandle) -> None:
-        code: int | None = None
-        if h.proc is not None:
-            code = h.proc.wait()
-        else:
-            with contextlib.suppress(Exception):
-                import psutil
-
-                psutil.Process(h.pid).wait()
-        h.exit_code = code
-        h.exited.set()
-        if h.expected_exit or self.shutting_down.is_set():
+    def _exited(self, h: CacheHandle) -> None:
+        """The group saw `h` exit: a crash is the last failure (the group restarts it)."""
+        if h.expected_exit or self.shutting_down.is_set() or h is not self.handle:
             return
         with self._lock:
-            if self.handle is not h:
-                return
-            self.restarts += 1
-            self.state = "failed"
             self.last_failure = dict(self._exit_failure(h).to_dict(), at=time.time())
-            delay = self._backoff
-            self._backoff = min(self._backoff * 2, BACKOFF_S[1])
-        self.say(
-            f"weight cache: pid {h.pid} exited ({code}); restarting it in {delay:.0f} s",
-            logging.WARNING,
-        )
-        self.on_change()
-        if not self.shutting_down.wait(delay):
-            with self._lock:
-                if self.handle is not h or self.setting == "off":
-                    return
-            threading.Thread(
-                target=self.ensure, args=(self.shutting_down,), daemon=True, name="wcache-restart"
-            ).start()
+
+    def _restart(self) -> None:
+        """The end of the group's BACKOFF: the cache again, unless configured off since."""
+        if self.setting != "off":
+            self.ensure(self.shutting_down)
 
     def stop(self, why: str = "") -> None:
         with self._lock:
@@ -344,21 +358,14 @@ class WeightCache:
                 self._stop(h, why)
 
     def _stop(self, h: CacheHandle, why: str = "") -> None:
-        h.expected_exit = True
-        alive = [p.pid for p in procs.group_members(h.pgid)]
-        res = procs.stop_group(h.pgid, self.cfg.daemon.stop_grace_s, proc=h.proc, sig=signal.SIGINT)
-        released, how = procs.wait_gpu_release(alive, self.cfg.daemon.gpu_release_timeout_s)
+        done = self.group.stop(h)
+        res = done.result
         self.say(
             f"weight cache: stopped group {h.pgid} ({res.signal_used}, {res.duration_s:.2f} s)"
             + (f": {why}" if why else "")
-            + ("" if released else f"; {how}")
+            + ("" if done.released else f"; {done.how}")
         )
-        self._remove_stale(alive)
-        if self.handle is h:
-            self.handle = None
-            self.state = "stopped"
-            with contextlib.suppress(OSError):
-                (self.store.dir / PID_FILE).unlink()
+        self._remove_stale(done.pids)
         self.on_change()
 
     def _remove_stale(self, pids: list[int]) -> None:
@@ -409,60 +416,49 @@ class WeightCache:
             }
         if h is not None:
             self._stop(h, f"SGLang refused its fingerprint: {why}")
-        with self._lock:
-            self.state = "mismatch"
         self.on_change()
 
     def shutdown(self) -> None:
-        self.shutting_down.set()
+        self.group.shutdown()
         self.stop("fastverifyd is stopping")
 
     # ------------------------------------------------------------------ adoption
     def adopt(self) -> str | None:
         """After a killed fastverifyd: follow the cache group it left (ours, same command line),
         stop it (ours, another configuration), or leave it alone (not ours). A message."""
-        data = self.store.load_json(PID_FILE)
-        if not data:
-            return None
-        if data.get("pending"):  # spawned, never recorded: find it by its id
-            groups = {
-                p.pgid
-                for p in procs.processes()
-                if procs.engine_id_of(p.pid, var=ID_VAR) == data.get("cache_id")
-            }
-            for pgid in sorted(groups):
-                procs.stop_group(pgid, self.cfg.daemon.stop_grace_s, sig=signal.SIGINT)
-            with contextlib.suppress(OSError):
-                (self.store.dir / PID_FILE).unlink()
+        prev = self.group.previous()
+        if prev.kind == "reaped":  # spawned, never recorded: found by its id and stopped
+            groups = [pgid for pgid, _ in prev.stopped]
             return (
-                f"weight cache: stopped group(s) {sorted(groups)} started by a daemon that "
+                f"weight cache: stopped group(s) {groups} started by a daemon that "
                 "died before recording them"
                 if groups
                 else None
             )
-        info = {**data, "engine_id": data.get("cache_id")}
-        ours, why = procs.is_ours(info, var=ID_VAR)
-        if not ours:
-            with contextlib.suppress(OSError):
-                (self.store.dir / PID_FILE).unlink()
+        if prev.kind == "foreign":
             return (
-                f"weight-cache.pid names pid {data.get('pid')}: {why}; leaving it alone "
-                "(nothing killed)"
+                f"weight-cache.pid names pid {prev.record.get('pid')}: {prev.why}; leaving it "
+                "alone (nothing killed)"
             )
-        h = CacheHandle(
-            cache_id=data["cache_id"],
-            pid=int(data["pid"]),
-            pgid=int(data.get("pgid", data["pid"])),
-            create_time=data.get("create_time"),
-            argv=list(data.get("argv") or []),
-            log_path=Path(data.get("log", "")),
-            env_paths=dict(data.get("env_paths") or {}),
-            ranks=int(data.get("ranks") or self.ranks()),
-            adopted=True,
-            started_at=float(data.get("started_at") or time.time()),
-            ready_s=data.get("ready_s"),
+        if prev.kind == "unreadable":
+            self.store.findings.append(prev.why)
+        if prev.kind != "ours":
+            return prev.why or None
+        data = prev.record
+        h = self.group.adopt(
+            lambda: CacheHandle(
+                data["cache_id"],
+                int(data["pid"]),
+                prev.pgid,
+                data.get("create_time"),
+                list(data.get("argv") or []),
+                Path(data.get("log", "")),
+                dict(data.get("env_paths") or {}),
+                int(data.get("ranks") or self.ranks()),
+                started_at=float(data.get("started_at") or time.time()),
+                ready_s=data.get("ready_s"),
+            )
         )
-        threading.Thread(target=self._watch, args=(h,), name=f"wcache-{h.pid}", daemon=True).start()
         if self.setting == "off" or h.argv != self.wanted_argv():
             what = (
                 "weight_cache = off"
@@ -471,8 +467,6 @@ class WeightCache:
             )
             self._stop(h, what)
             return f"weight cache: stopped the previous cache group {h.pgid}: {what}"
-        self.handle = h
-        self.state = "starting"
         threading.Thread(
             target=self._wait_ready,
             args=(h, self.shutting_down, None),
@@ -497,15 +491,9 @@ class WeightCache:
             }
             if h is not None:
                 out.update(
-                    pid=h.pid,
-                    pgid=h.pgid,
+                    h.status(),
                     ranks=h.ranks,
                     rank_pids=list(h.rank_pids),
-                    adopted=h.adopted,
-                    started_at=h.started_at,
-                    ready_s=h.ready_s,
-                    log=str(h.log_path),
-                    argv=h.argv,
                     fingerprint=h.fingerprint,
                 )
         size, source = self.bytes_held()

@@ -1,63 +1,42 @@
 """What one weight-cache group is and what its starts leave in the state dir: the handle
-(the pid file's record, its events), `weight-cache.json` (the last start's seconds per
-source and mode, the disk-load estimate a switch notice gives, one rank's weight GiB) and
-the GPU memory the cache's processes hold (NVML, else SGLang's own accounting). The group's
-supervision is weight_cache.py's."""
+(group.Member with the ranks and their fingerprint), `weight-cache.json` (the last start's
+seconds per source and mode, the disk-load estimate a switch notice gives, one rank's weight
+GiB) and the GPU memory the cache's processes hold (NVML, else SGLang's own accounting).
+The group's supervision is group.py's, what differs for the cache weight_cache.py's."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import threading
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from fastverify.daemon import procs
+from fastverify.daemon.group import Member
 
 TIMES_FILE = "weight-cache.json"  # the last start's figures per source (the switch notice)
 GIB = 1 << 30
 
 
 @dataclass
-class CacheHandle:
-    cache_id: str
-    pid: int
-    pgid: int
-    create_time: float | None
-    argv: list[str]
-    log_path: Path
+class CacheHandle(Member):
+    """One weight-cache group (group.Member) and what its ranks said when ready."""
+
     env_paths: dict[str, str]
     ranks: int
-    started_at: float = field(default_factory=time.time)
-    proc: Any = None  # Popen when we spawned it, None when adopted
-    adopted: bool = False
-    ready_s: float | None = None
-    ready: threading.Event = field(default_factory=threading.Event)
-    exited: threading.Event = field(default_factory=threading.Event)
-    expected_exit: bool = False
-    exit_code: int | None = None
     fingerprint: dict[str, Any] = field(default_factory=dict)
     rank_pids: list[int] = field(default_factory=list)
 
+    @property
+    def cache_id(self) -> str:
+        return self.group_id
+
     def record(self) -> dict[str, Any]:
         return {
-            "cache_id": self.cache_id,
-            "pid": self.pid,
-            "pgid": self.pgid,
-            "create_time": self.create_time,
-            "argv": self.argv,
-            "log": str(self.log_path),
+            **super().record(),
             "env_paths": self.env_paths,
             "ranks": self.ranks,
-            "started_at": self.started_at,
             "ready_s": self.ready_s,
-            "daemon_pid": os.getpid(),
         }
-
-    def alive(self) -> bool:
-        return not self.exited.is_set()
 
 
 class CacheTimes:

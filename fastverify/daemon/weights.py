@@ -152,6 +152,45 @@ class WeightsWatch:
         }
 
 
+PART = "weights"  # the key of this part's state on an engine handle and an operation
+
+
+@dataclass
+class StartWeights:
+    """What one engine start keeps of its weights (the handle's `parts[PART]`): the watch of
+    its lines, the gate it was started behind, its `weights` record once it came up."""
+
+    watch: WeightsWatch | None = None
+    gate: Gate | None = None
+    record: dict[str, Any] | None = None
+
+
+@dataclass
+class OpWeights:
+    """What one operation keeps of its weights (`op.parts[PART]`): the notice it gave before
+    anything stopped, the refusal (reason, why) that starts it again from disk."""
+
+    notice: str | None = None
+    refused: tuple[str, str] | None = None
+
+
+def op_part(op: Any) -> OpWeights | None:
+    """The weights part of operation `op` (None: it has none)."""
+    return getattr(op, "parts", {}).get(PART)
+
+
+def of(h: Any) -> StartWeights:
+    """The weights part of engine handle `h` (an empty one when it has none yet)."""
+    part: StartWeights = h.parts.setdefault(PART, StartWeights())
+    return part
+
+
+def load_record(h: Any) -> dict[str, Any] | None:
+    """The start's `weights` record (status, result, history), None before it came up."""
+    part = h.parts.get(PART) if h is not None else None
+    return part.record if part is not None else None
+
+
 def weights_summary(
     watch: WeightsWatch | None, gate_: Gate, ready_s: float | None, cache_bytes: int | None
 ) -> dict[str, Any]:
@@ -189,15 +228,25 @@ class WeightSteps:
     per start (the socket/ready templates for the server, the watch of its lines)."""
 
     def __init__(self, core: Core, cache: Any = None) -> None:
-        """`cache`: the weight cache (None: fastverifyd's own, wired into the launcher)."""
+        """`cache`: the weight cache (None: fastverifyd's own, wired into the launcher: the
+        server's environment gets its socket/ready templates, each start's lines are read,
+        the client flag is set aside when argvs are compared)."""
         self.c = core
         if cache is None:
             from fastverify.daemon.weight_cache import WeightCache
 
             cache = WeightCache(core.cfg, core.engine, core.store, say=core.say)
-            core.launcher.weight_cache_env = cache.env_paths
-            core.launcher.weights_watch_for = self._weights_watch
+            core.launcher.env_parts.append(cache.env_paths)
+            core.launcher.line_readers_for.append(self._reader)
+            core.launcher.argv_aside.append(self._aside)
         self.cache = cache
+
+    def _aside(self, argv: list[str]) -> list[str]:
+        return wc.strip_flags(argv) if self.cache.setting != "off" else argv
+
+    def _reader(self, h: Any) -> Any:
+        watch = of(h).watch = self._weights_watch(h.argv)
+        return watch.on_line
 
     def _gate_for(self, op: Any, argv: list[str] | None = None) -> Gate:
         """The gate of `op`'s start: the load format of its argv (a rollback of a trial
@@ -214,7 +263,7 @@ class WeightSteps:
             load_format=fmt,
             nnodes=cfg.server.nnodes,
         )
-        refused = getattr(op, "cache_refused", None)
+        refused = part.refused if (part := op_part(op)) is not None else None
         if g.use and refused:
             kind, why = refused
             return Gate(False, f"the cache refused: {why}", expected=False, kind=kind)
@@ -258,7 +307,7 @@ class WeightSteps:
                 f"{op.kind} {op.profile}/{op.mode} failed: {failure.message}", logging.WARNING
             )
             return failure
-        h.weights_gate = g
+        of(h).gate = g
         return h
 
     def _weights_watch(self, argv: list[str]) -> WeightsWatch:
@@ -275,15 +324,15 @@ class WeightSteps:
 
     def again_from_disk(self, op: Any, h: Any, failure: Failure, cancel: threading.Event) -> bool:
         """auto: SGLang refused the cache (fingerprint, dead socket): start the same again,
-        from disk, once (the gate sees `op.cache_refused`)."""
+        from disk, once (the gate sees the refusal in `op.parts[PART]`)."""
         if (
             failure.reason not in ("weight_cache_mismatch", "weight_cache_refused")
             or self.cache.setting != "auto"
-            or getattr(op, "cache_refused", None)
+            or (part := op.parts.setdefault(PART, OpWeights())).refused
             or cancel.is_set()
         ):
             return False
-        op.cache_refused = (
+        part.refused = (
             failure.reason.removeprefix("weight_cache_"),
             failure.message.removeprefix("SGLang refused the weight cache: "),
         )
@@ -293,9 +342,20 @@ class WeightSteps:
         )
         return True
 
-    def notice(self, kind: str, mode: str, load_format: str | None) -> str | None:
+    def notice(self, kind: str, mode: str, load_format: str | None, op: Any = None) -> str | None:
         """Said before anything stops: a switch the cache cannot serve by design (a
-        speculative mode the release refuses) loads from disk, about how long, and why."""
+        speculative mode the release refuses) loads from disk, about how long, and why
+        (kept as `op`'s, when given, for its result)."""
+        text = self._notice(kind, mode, load_format)
+        if op is not None:
+            op.parts.setdefault(PART, OpWeights()).notice = text
+        return text
+
+    @staticmethod
+    def notice_of(op: Any) -> str | None:
+        return part.notice if (part := op_part(op)) is not None else None
+
+    def _notice(self, kind: str, mode: str, load_format: str | None) -> str | None:
         if self.cache.setting == "off":
             return None
         op = _Probe(mode, load_format)
@@ -318,16 +378,17 @@ class WeightSteps:
         fallback (a failure with `on`), the figures for the next notice and the exporter."""
         from fastverify.daemon import events as ev
 
-        g = h.weights_gate or Gate(False, None)
+        part = of(h)
+        g = part.gate or Gate(False, None)
         size, _ = self.cache.bytes_held()
-        h.weights = weights_summary(h.weights_watch, g, h.ready_s, size)
-        self.cache.record_time(h.weights["source"], h.mode, h.ready_s)
-        watch = h.weights_watch
-        if h.weights["source"] == "disk" and watch is not None and watch.load_mem_gb:
+        record = part.record = weights_summary(part.watch, g, h.ready_s, size)
+        self.cache.record_time(record["source"], h.mode, h.ready_s)
+        watch = part.watch
+        if record["source"] == "disk" and watch is not None and watch.load_mem_gb:
             self.cache.record_weight_gb(watch.load_mem_gb)
             self.cache.on_change()  # what the cache holds may be known now
-        text = h.weights["text"]
-        if h.weights.get("fallback"):
+        text = record["text"]
+        if record.get("fallback"):
             if self.cache.setting == "on":
                 return Failure(
                     "weight_cache_fallback", f'weight_cache = "on" and {text}', log=str(h.log_path)
@@ -337,14 +398,14 @@ class WeightSteps:
         else:
             self.c.clear_finding("weight_cache")
             self.c.say(text)
-        self.c.bus.publish(ev.WeightsLoaded(h.profile, h.mode, dict(h.weights)))
+        self.c.bus.publish(ev.WeightsLoaded(h.profile, h.mode, dict(record)))
         return None
 
     def refused(self, h: Any, failure: Failure) -> Failure:
         """A start that failed because SGLang refused the cache (its fingerprint, a dead
         socket) or died with it: that reason, with SGLang's words; the cache is stopped for a
         mismatch (SGLang refuses to disk-load beside another configuration's weights)."""
-        watch = h.weights_watch
+        watch = of(h).watch
         if watch is None or not watch.asked:
             return failure
         if watch.died():

@@ -165,7 +165,7 @@ def verdict_from_output(stdout: str, stderr: str, returncode: int, python: str) 
     version = result.get("version")
     first = steps[0] if steps else {"step": "import", "ok": None, "message": "no step ran"}
     if first["step"] == "import":
-        msg = first["message"]
+        msg = str(first["message"])
         if "No module named 'sglang'" in msg or "No module named sglang" in msg:
             msg = f"SGLang is not installed for {python}; argv not checked"
         return ArgvCheck(None, msg, steps=tuple(steps), version=version)

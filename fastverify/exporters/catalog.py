@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -31,6 +32,21 @@ from prometheus_client.core import (
 )
 
 from fastverify.sglang import metrics as sglang_metrics
+
+if TYPE_CHECKING:
+
+    class Family(Metric):
+        """A prometheus-client family of one series' type (Gauge/Counter/Info/Histogram
+        MetricFamily): a Metric that takes samples. `add_metric`'s value is that type's (a
+        float, an info's label dict, a histogram's buckets and sum): the collectors' tests
+        check it, not this signature."""
+
+        def add_metric(
+            self, labels: Sequence[str], value: Any = None, *args: Any, **kw: Any
+        ) -> None: ...
+
+else:
+    Family = Metric
 
 PM = ("profile", "mode")
 # Verify passes on the field box took ~30 ms; resolve 1-100 ms with detail around 20-40 ms.
@@ -75,14 +91,15 @@ class Series:
         """The type the text exposition (format 0.0.4) declares: an info is a gauge."""
         return "gauge" if self.type == "info" else self.type
 
-    def family(self) -> Metric:
+    def family(self) -> Family:
         """An empty family of this series, samples to be added in `labels` order (an open
         info takes its labels as one dict: `add_metric([], {...})`)."""
         labels = () if self.open else self.labels
-        return _FAMILY[self.type](self.family_name, self.help, labels=list(labels))
+        made = _FAMILY[self.type](self.family_name, self.help, labels=list(labels))
+        return cast("Family", made)  # each of _FAMILY's classes takes samples
 
 
-def _s(source: str, *rows: tuple) -> list[Series]:
+def _s(source: str, *rows: tuple[Any, ...]) -> list[Series]:
     return [Series(name, kind, doc, tuple(labels), source, *rest)
             for name, kind, doc, labels, *rest in rows]  # fmt: skip
 
@@ -216,15 +233,29 @@ WEIGHT_CACHE = _s(
      "Engine starts the weight cache should have served that loaded from disk, by reason",
      ("reason",)),
 )  # fmt: skip
+FRONTDOOR = _s(
+    "frontdoor",
+    ("fastverify_frontdoor_up", "gauge",
+     "1 while the front door answers its control socket (absent with [frontdoor] mode off)", ()),
+    ("fastverify_frontdoor_held_requests_total", "counter",
+     "Requests the front door held while the engine was replaced", ()),
+    ("fastverify_frontdoor_cut_requests_total", "counter",
+     "Answers the engine broke off mid-way (a drain timeout, a crash)", ()),
+    ("fastverify_frontdoor_refused_requests_total", "counter",
+     "Held requests answered 503 + Retry-After (queue full, or held longer than max_wait_s)",
+     ()),
+    ("fastverify_frontdoor_waiting_requests", "gauge", "Requests held now", ()),
+    ("fastverify_frontdoor_hold_seconds", "histogram", "How long each held request waited", ()),
+)  # fmt: skip
 API_AUTH = _s(
     "api_auth",
     ("fastverify_api_auth_failures_total", "counter",
      "Refused attempts on the TCP control door: token (missing/wrong), tls (failed "
-     "handshake), plaintext (HTTP to the TLS port), backoff (refused while the source backs "
+     "handshake), plaintext (HTTP to the TLS port), backoff (refused while the caller backs "
      "off)", ("reason",)),
     ("fastverify_api_auth_backoff_sources", "gauge",
-     "Source addresses refused now after repeated failed attempts on the TCP control door",
-     ()),
+     "Callers (a client certificate's subject, else an address) refused now after repeated "
+     "failed tokens on the TCP control door", ()),
 )  # fmt: skip
 LOGS = _s(
     "logs",
@@ -248,7 +279,7 @@ SOURCES = _s(
 
 # In exposition order: the collectors are registered in this order.
 CATALOG: tuple[Series, ...] = (*ENGINE, *DECODE, *BASELINES, *SPECULATION, *TRACES,
-                               *INSPECTOR, *DAEMON, *WEIGHT_CACHE, *API_AUTH, *LOGS,
+                               *INSPECTOR, *DAEMON, *WEIGHT_CACHE, *FRONTDOOR, *API_AUTH, *LOGS,
                                *SOURCES)  # fmt: skip
 BY_NAME: dict[str, Series] = {s.name: s for s in CATALOG}
 COLLECTOR_SOURCES: tuple[str, ...] = tuple(dict.fromkeys(s.source for s in CATALOG))
@@ -270,7 +301,7 @@ def _sglang_series() -> tuple[Series, ...]:
 SGLANG: tuple[Series, ...] = _sglang_series()
 
 
-def family(name: str) -> Metric:
+def family(name: str) -> Family:
     """An empty family of catalog series `name` (KeyError: not in the catalog)."""
     return BY_NAME[name].family()
 

@@ -16,6 +16,16 @@ their SANs, basic auth on every path (401 + `WWW-Authenticate: Basic`), extra re
 headers and a rate limit (429).
 At most `max_connections` (256) connections at once (more get 503 and are closed); an idle
 keep-alive connection is closed after `idle_timeout_s` (60 s).
+
+Slow peers (fastverify.admission.Gate, as Go's http.Server's ReadHeaderTimeout and
+TLS handshake deadline guard node_exporter): each request, from its first byte (the TLS
+handshake included) to its last header, has `request_deadline_s` (10 s) in all, not a
+timeout per read; one address has at most 16 requests still arriving (one more cuts its
+oldest that had half a second), 128 of all addresses, and 64 connections in all. A kept-alive
+connection idling between requests counts as one still arriving (its deadline: the idle
+timeout), so idle connections never keep a newcomer out. Basic auth is checked once the
+request has arrived, within that deadline, so an unauthenticated peer never holds a slot
+for longer.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from fastverify.admission import REQUEST_DEADLINE_S, Gate, Ticket
 from fastverify.exporters.hub import MetricsHub
 
 log = logging.getLogger("fastverify.exporter")
@@ -97,6 +108,8 @@ class MetricsServer:
         renderer: Callable[[bool], bytes] | None = None,
         max_connections: int = 256,
         idle_timeout_s: float = 60.0,
+        request_deadline_s: float = REQUEST_DEADLINE_S,
+        per_peer: int = 64,
         web: Any = None,
     ) -> None:
         self.host, self._requested_port = parse_listen(listen)
@@ -106,6 +119,8 @@ class MetricsServer:
         )
         self.max_connections = max_connections
         self.idle_timeout_s = idle_timeout_s
+        self.gate = Gate(deadline_s=request_deadline_s, pending_per_peer=16, pending_total=128,
+                         per_peer=per_peer)  # fmt: skip
         self._render = renderer or Renderer(hub).render
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -160,14 +175,17 @@ class MetricsServer:
         assert self._sock is not None
         while not self._stopping.is_set():
             try:
-                conn, _ = self._sock.accept()
+                conn, addr = self._sock.accept()
             except OSError:
                 return
+            ticket = self.gate.enter(conn, str(addr[0]))
             with self._conns_lock:
-                full = len(self._conns) >= self.max_connections
+                full = ticket is None or len(self._conns) >= self.max_connections
                 if not full:
                     self._conns.add(conn)
             if full:  # a thread per connection, so the number of connections is capped
+                if ticket is not None:
+                    self.gate.left(ticket)
                 if self.web is None or self.web.tls is None:
                     with contextlib.suppress(OSError):
                         conn.sendall(
@@ -176,7 +194,7 @@ class MetricsServer:
                 conn.close()
                 continue
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            threading.Thread(target=self._serve, args=(conn, ticket), daemon=True).start()
 
     def _tls(self, conn: socket.socket) -> Any:
         """The TLS side of `conn` (None: refused, and closed after the alert went out; a
@@ -210,7 +228,7 @@ class MetricsServer:
             return None
         return tls
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _serve(self, conn: socket.socket, ticket: Ticket) -> None:
         buf = b""
         try:
             conn.settimeout(self.idle_timeout_s)
@@ -222,7 +240,15 @@ class MetricsServer:
                     self._conns.discard(conn)
                     self._conns.add(tls)
                 conn = tls
+            idle = False  # between two requests of a kept-alive connection
             while not self._stopping.is_set():
+                if not buf:
+                    buf = conn.recv(65536)
+                    if not buf:
+                        return
+                if idle:  # its next request began: the request deadline from now
+                    idle = False
+                    self.gate.again(ticket, conn)
                 end = buf.find(b"\r\n\r\n")
                 while end < 0:
                     chunk = conn.recv(65536)
@@ -233,13 +259,20 @@ class MetricsServer:
                         conn.sendall(_response(431, b"text/plain", b"headers too large\n", False))
                         return
                     end = buf.find(b"\r\n\r\n")
+                if not self.gate.admitted(ticket):
+                    return  # past its deadline, or evicted: the gate cut it
                 head, buf = buf[:end], buf[end + 4 :]
                 keep_alive = self._handle(conn, head)
                 if not keep_alive:
                     return
+                # pending again: idle until its next request (evictable meanwhile), or
+                # that request's deadline when it came pipelined
+                idle = not buf
+                self.gate.again(ticket, conn, self.idle_timeout_s if idle else None)
         except OSError:
             return
         finally:
+            self.gate.left(ticket)
             with self._conns_lock:
                 self._conns.discard(conn)
             conn.close()

@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fastverify.config import SPEC_MODES
-from fastverify.exporters import logparse
 from fastverify.exporters.baseline import spec_cycle_seconds, verdict
 from fastverify.exporters.readings import Baseline, Histogram, Observation, newest, trace_reading
 from fastverify.exporters.request_metrics import Drift
+from fastverify.sglang import loglines
 
 SWITCH_RESULTS = ("ok", "rolled_back", "failed", "cancelled")
 # Why a start the weight cache should have served loaded from disk (daemon/weights.py):
@@ -91,6 +91,7 @@ class MetricsHub:
         # the control API's TCP door (watch_auth): failed attempts by reason, backoff probe
         self._auth_failures: Counter[str] | None = None
         self._auth_backoff: Callable[[], int] | None = None
+        self._frontdoor: Callable[[], dict[str, Any] | None] | None = None
         # gauges of the active (profile, mode)
         self._obs_log: Observation | None = None
         self._obs_metrics: Observation | None = None
@@ -175,12 +176,12 @@ class MetricsHub:
 
         `live=False` (catching up on an old log) keeps NCCL facts but not decode figures,
         which would otherwise be published as current."""
-        rec = logparse.parse_line(line)
+        rec = loglines.parse_line(line)
         self.on_record(rec, live=live)
         return rec
 
     def on_record(self, rec: Mapping[str, Any] | None, live: bool = True) -> None:
-        """Feed one engine log line already parsed (`logparse.parse_line`; None: a line
+        """Feed one engine log line already parsed (`loglines.parse_line`; None: a line
         with no record): the daemon parses each line once and hands the record on."""
         with self._lock:
             self._log_lines += 1
@@ -235,6 +236,13 @@ class MetricsHub:
         with self._lock:
             self._auth_failures = Counter(dict.fromkeys(reasons, 0))
             self._auth_backoff = backoff_sources
+            self.version += 1
+
+    def watch_frontdoor(self, probe: Callable[[], dict[str, Any] | None]) -> None:
+        """Publish the front door's counts: `probe()` (its control socket's status, None
+        while it is down) is called per scrape."""
+        with self._lock:
+            self._frontdoor = probe
             self.version += 1
 
     def on_auth_failure(self, reason: str) -> None:
@@ -509,6 +517,8 @@ class MetricsHub:
     def snapshot(self) -> dict[str, Any]:
         """A consistent copy of everything the collectors publish, with derived figures."""
         now = self._clock()
+        door = self._frontdoor
+        frontdoor = {"status": door()} if door is not None else None  # outside the lock
         with self._lock:
             obs = self._latest_observation(now)
             tps = self._tokens_per_second(now, obs)
@@ -523,7 +533,7 @@ class MetricsHub:
                     obs.running_reqs, obs.accept_len, obs.gen_throughput, itl
                 )
                 rates = {
-                    b.concurrency: b.per_request_tokens_per_second
+                    conc: b.per_request_tokens_per_second
                     for (name, conc), b in self._baselines.items()
                     if name == (self._profile or "") and conc is not None
                 }
@@ -551,6 +561,7 @@ class MetricsHub:
                 "engine_start_seconds": self._engine_start_seconds,
                 "start_phases": dict(self._start_phases) if self._start_phases else None,
                 "weight_cache": self._weight_cache,
+                "frontdoor": frontdoor,
                 "weight_cache_hits": self._weight_cache_hits,
                 "weight_cache_fallbacks": {
                     **dict.fromkeys(WEIGHT_CACHE_FALLBACKS, 0),

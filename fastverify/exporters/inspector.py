@@ -24,8 +24,8 @@ from typing import Any
 
 import orjson
 
-from fastverify.exporters.follow import FileFollower
 from fastverify.exporters.hub import MetricsHub
+from fastverify.follow import FileFollower
 
 
 def parse_records(

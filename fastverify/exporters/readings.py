@@ -75,8 +75,8 @@ class Observation:
     def read(cls, at: float, source: str, values: Mapping[str, Any]) -> Observation:
         """From a decode log record (`source="log"`) or a reduced poll ("sglang_metrics")."""
         col = 0 if source == "log" else 1
-        return cls(at, source, **{f: values.get(keys[col]) for f, keys in _FIELDS.items()
-                                  if keys[col] is not None})  # fmt: skip
+        fields = {f: values.get(key) for f, keys in _FIELDS.items() if (key := keys[col])}
+        return cls(at, source, **fields)
 
 
 def newest(obs: list[Observation | None], now: float, ttl_s: float) -> Observation | None:
@@ -94,7 +94,9 @@ class Baseline:
     concurrency: int | None = None  # None: recorded without one (never matched)
 
 
-def trace_reading(ref: Mapping[str, Any], ranks: list[Mapping[str, Any]], at: float) -> dict:
+def trace_reading(
+    ref: Mapping[str, Any], ranks: list[Mapping[str, Any]], at: float
+) -> dict[str, Any]:
     """One profile window as published: the reference rank's figures (seconds) and each
     rank's all-reduce time and median verify time."""
     return {

@@ -35,10 +35,16 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.exporters.hub import MetricsHub
 from fastverify.sglang import client
+
+if TYPE_CHECKING:  # imported where they start (the exporter starts only what it is asked for)
+    from fastverify.exporters.http import MetricsServer
+    from fastverify.exporters.inspector import InspectorFollower
+    from fastverify.exporters.request_metrics import RequestMetricsFollower
+    from fastverify.exporters.sglang_metrics import SGLangPoller
 
 log = logging.getLogger("fastverify.exporter")
 
@@ -151,8 +157,11 @@ class ExporterRuntime:
         self.poll_interval_s = poll_interval_s
         self.inspector_dir = Path(inspector_dir) if inspector_dir else None
         self.request_metrics_dir = Path(request_metrics_dir) if request_metrics_dir else None
-        self.server = None
-        self._poller = self._inspector = self._requests = None  # the followers, once started
+        self.server: MetricsServer | None = None
+        # the followers, once started
+        self._poller: SGLangPoller | None = None
+        self._inspector: InspectorFollower | None = None
+        self._requests: RequestMetricsFollower | None = None
         self._capture_lock = threading.Lock()
         self._stop = threading.Event()
         self._trace_thread: threading.Thread | None = None

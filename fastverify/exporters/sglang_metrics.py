@@ -22,10 +22,14 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from fastverify.exporters.hub import MetricsHub
 from fastverify.sglang import client
 from fastverify.sglang import metrics as sglang_names
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 # sglang metric (without the `sglang:` prefix and without `_total`) -> (our key, how to combine)
 _WANTED: dict[str, tuple[str, str]] = {
@@ -53,7 +57,7 @@ _WANTED: dict[str, tuple[str, str]] = {
 _SPLIT_BY = {"cuda_graph_passes": "mode"}  # series reported per value of one label
 
 
-def _itl_totals(families: list) -> dict[str, float]:
+def _itl_totals(families: list[Metric]) -> dict[str, float]:
     """`itl_seconds_sum` / `itl_count`: SGLang's inter-token latency histogram summed over
     its label sets (0.5.23 `observe_inter_token_latency`: the sum grows by each decode
     interval, the count by the tokens it brought), so their deltas between two polls are
@@ -92,7 +96,7 @@ def reduce(text: str) -> dict[str, float]:
     from prometheus_client.parser import text_string_to_metric_families
 
     # key -> group labels (without tp_rank) -> (tp_rank, value) with the lowest tp_rank
-    groups: dict[str, dict[tuple, tuple[int, float]]] = defaultdict(dict)
+    groups: dict[str, dict[tuple[Any, ...], tuple[int, float]]] = defaultdict(dict)
     try:
         families = list(text_string_to_metric_families(text))
     except ValueError as exc:

@@ -50,7 +50,7 @@ class LogFollowerThread:
     what the file held before the start is read once for NCCL facts only."""
 
     def __init__(self, hub: MetricsHub, path: Path, interval_s: float = 0.2) -> None:
-        from fastverify.exporters.follow import Tail
+        from fastverify.follow import Tail
 
         self.hub = hub
         self._live = False

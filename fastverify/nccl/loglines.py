@@ -98,10 +98,10 @@ def parse_nccl_line(line: str) -> Record | None:
             return {"kind": "nccl_version", "version": m.group(1)} if m else None
         return None
     msg = line[pos + 11 :].rstrip()
-    rec = parse_message(msg)
-    if rec is not None:
-        _source(line, rec)
-    return rec
+    found = parse_message(msg)
+    if found is not None:
+        _source(line, found)
+    return found
 
 
 def parse_message(msg: str) -> Record | None:

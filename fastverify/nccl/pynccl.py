@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 LIBRARY_ENV = "FASTVERIFY_NCCL_LIBRARY"
@@ -73,10 +74,9 @@ def wheel_library(paths: list[str] | None = None) -> str | None:
     return None
 
 
-def find_library(env: dict[str, str] | None = None) -> str:
+def find_library(env: Mapping[str, str] | None = None) -> str:
     """Where the library comes from, in the order the module docstring gives."""
-    env = os.environ if env is None else env
-    explicit = env.get(LIBRARY_ENV)
+    explicit = (os.environ if env is None else env).get(LIBRARY_ENV)
     if explicit:
         if not Path(explicit).is_file():
             raise NcclError(f"{LIBRARY_ENV}={explicit}: no such file (name libnccl.so.2's path)")
@@ -236,7 +236,7 @@ class RankGroup:
     alone and no NCCL communicator; an all-reduce then goes through gloo (eager only, a CUDA
     graph cannot capture it) and `has_nccl` is False so callers keep their collectives off it."""
 
-    def __init__(self, dist, torch, *, backend: str, call: str, rank: int, world: int,  # type: ignore[no-untyped-def]
+    def __init__(self, dist, torch, *, backend: str, call: str, rank: int, world: int,
                  device=None, nccl: bool = True):  # fmt: skip
         self.dist, self.torch = dist, torch
         self.cuda = backend == "nccl"
@@ -249,7 +249,7 @@ class RankGroup:
         dist.init_process_group(**kwargs)
         self.comm = torch_communicator(dist) if self.call == "pynccl" else None
 
-    def all_reduce(self, tensor) -> None:  # type: ignore[no-untyped-def]
+    def all_reduce(self, tensor) -> None:
         """In-place sum over the group."""
         if self.comm is not None:
             torch_all_reduce(self.comm, tensor, self.torch)
@@ -258,7 +258,7 @@ class RankGroup:
         else:
             self.dist.all_reduce(tensor)
 
-    def all_gather(self, out, tensor) -> None:  # type: ignore[no-untyped-def]
+    def all_gather(self, out, tensor) -> None:
         """Every rank's `tensor` into `out` (world x its size), in rank order."""
         if self.comm is not None:
             torch_all_gather(self.comm, out, tensor, self.torch)
@@ -273,27 +273,29 @@ class RankGroup:
         self.dist.destroy_process_group()
 
 
-def torch_communicator(dist, nccl: NcclLibrary | None = None) -> Communicator:  # type: ignore[no-untyped-def]
+def torch_communicator(dist, nccl: NcclLibrary | None = None) -> Communicator:
     """SGLang's bootstrap: rank 0's unique id handed to every rank over the process group
     already set up (gloo, on the CPU), then one NCCL communicator per rank."""
     nccl = nccl or NcclLibrary()
     rank, world = dist.get_rank(), dist.get_world_size()
     uid = [nccl.unique_id() if rank == 0 else None]
     dist.broadcast_object_list(uid, src=0)
+    if uid[0] is None:  # torch filled it in from rank 0 (its broadcast raises otherwise)
+        raise NcclError("rank 0's NCCL unique id did not arrive")
     return nccl.communicator(world, rank, uid[0])
 
 
-def _dtype(tensor) -> str:  # type: ignore[no-untyped-def]
+def _dtype(tensor) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
-def torch_all_reduce(comm: Communicator, tensor, torch) -> None:  # type: ignore[no-untyped-def]
+def torch_all_reduce(comm: Communicator, tensor, torch) -> None:
     """In-place sum of a contiguous CUDA tensor on torch's current stream (SGLang's path)."""
     stream = torch.cuda.current_stream().cuda_stream
     comm.all_reduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), _dtype(tensor), stream)
 
 
-def torch_all_gather(comm: Communicator, out, tensor, torch) -> None:  # type: ignore[no-untyped-def]
+def torch_all_gather(comm: Communicator, out, tensor, torch) -> None:
     """Every rank's contiguous `tensor` into `out` (world x its size), on the current stream."""
     stream = torch.cuda.current_stream().cuda_stream
     comm.all_gather(tensor.data_ptr(), out.data_ptr(), tensor.numel(), _dtype(tensor), stream)

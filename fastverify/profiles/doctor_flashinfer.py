@@ -45,7 +45,8 @@ def installed(python: str) -> dict[str, Any] | str:
     try:
         out = subprocess.run([python or sys.executable, "-c", _PROBE], capture_output=True,
                              text=True, timeout=60, check=False)  # fmt: skip
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        found: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+        return found
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
         return f"cannot ask {python or sys.executable}: {exc}"
 

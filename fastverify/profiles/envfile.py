@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING
 from fastverify.profiles.model import Problem, Record
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from typing import TypeAlias
+
+    StrPath: TypeAlias = str | os.PathLike[str]  # a path as text or a Path (no pathlib here)
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 META_KEYS = ("description", "requires", "extends", "tags")
@@ -233,12 +235,12 @@ class UnsafeFile(OSError):
     """A profile file that must not be read (a link leaving its directory, not a regular file)."""
 
 
-def _inside(real: str, root: Path) -> bool:
+def _inside(real: str, root: StrPath) -> bool:
     root_real = os.path.realpath(root)
     return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
-def read_checked(path: Path, root: Path | None = None) -> bytes:
+def read_checked(path: StrPath, root: StrPath | None = None) -> bytes:
     """The bytes of the regular file `path` (at most MAX_FILE_BYTES + 1).
 
     With `root` (the profile directory the file was found in), a symbolic link is followed
@@ -272,7 +274,7 @@ def read_checked(path: Path, root: Path | None = None) -> bytes:
         os.close(fd)
 
 
-def parse_file(path: Path, root: Path | None = None) -> ParsedFile:
+def parse_file(path: StrPath, root: StrPath | None = None) -> ParsedFile:
     """Read and parse `path`; an unreadable, refused or oversized file gives one problem at
     line 0 that never quotes the file (see `read_checked` for what `root` refuses)."""
     try:

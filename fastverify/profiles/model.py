@@ -22,7 +22,10 @@ from fastverify.problems import Problem, Record, Severity
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["Problem", "Profile", "ProfileError", "Record", "Severity"]
+__all__ = ["Problem", "Profile", "ProfileError", "Record", "Severity", "Source"]
+
+# where a profile was found: the shipped set, an operator directory, a path given by hand
+Source = Literal["shipped", "user", "file"]
 
 
 class ProfileError(ValueError):
@@ -65,7 +68,7 @@ class Profile(Record):
     )
     name: str
     file: str
-    source: Literal["shipped", "user", "file"]
+    source: Source
     description: str
     requires: dict[str, str]
     extends: str | None
@@ -81,7 +84,7 @@ class Profile(Record):
         self,
         name: str,
         path: str | os.PathLike[str],
-        source: Literal["shipped", "user", "file"],
+        source: Source,
         description: str = "",
         requires: dict[str, str] | None = None,
         extends: str | None = None,
@@ -112,7 +115,7 @@ class Profile(Record):
     @property
     def path(self) -> Path:
         if self.file is None:
-            return None  # type: ignore[return-value]  # a Profile built by hand, no file
+            return None  # a Profile built by hand, no file
         from pathlib import Path
 
         return Path(self.file)

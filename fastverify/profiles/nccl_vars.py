@@ -148,7 +148,7 @@ def lookup(name: str) -> NcclVar | None:
 def __getattr__(name: str) -> dict[str, NcclVar]:
     """`KNOWN`: name -> NcclVar for the whole table, made on first use (PEP 562)."""
     if name == "KNOWN":
-        return {n: lookup(n) for n in _rows()}  # type: ignore[misc]
+        return {n: var for n in _rows() if (var := lookup(n)) is not None}  # every row
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

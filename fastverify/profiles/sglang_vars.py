@@ -11,6 +11,7 @@ it. The all-reduce variables get their own checks (`fastverify.sglang.allreduce`
 
 from __future__ import annotations
 
+from fastverify.problems import Severity
 from fastverify.sglang import envvars
 
 # SGLang overwrites these from its server flags (srt/arg_groups/serving_hook.py)
@@ -27,7 +28,7 @@ def suggest(name: str) -> list[str]:
     return difflib.get_close_matches(name, envvars.kinds(), n=2, cutoff=0.85)
 
 
-def check_name(name: str) -> tuple[str, str] | None:
+def check_name(name: str) -> tuple[Severity, str] | None:
     """(severity, message) for an `SGLANG_*` name, or None when SGLang declares it."""
     kinds = envvars.kinds()
     if name in kinds:
@@ -44,7 +45,7 @@ def check_name(name: str) -> tuple[str, str] | None:
     )
 
 
-def check_value(name: str, value: str) -> tuple[str, str] | None:
+def check_value(name: str, value: str) -> tuple[Severity, str] | None:
     """(severity, message) for a bad value of a declared `SGLANG_*` variable, or None."""
     kind = envvars.kinds().get(name)
     if kind is None:

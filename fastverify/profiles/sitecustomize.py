@@ -236,7 +236,7 @@ class _Importer:
             or stmt.orelse
         ):
             return False
-        kname, vname = t.elts[0].id, t.elts[1].id  # type: ignore[attr-defined]
+        kname, vname = (e.id for e in t.elts if isinstance(e, ast.Name))  # both, as checked
         pairs = self._pairs(stmt.iter)
         if pairs is None:
             return False

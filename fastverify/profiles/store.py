@@ -15,6 +15,7 @@ listing profiles never imports pathlib.
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
 import stat
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastverify import paths
 from fastverify.profiles import envfile
-from fastverify.profiles.model import Problem, Profile, ProfileError, Record
+from fastverify.profiles.model import Problem, Profile, ProfileError, Record, Source
 from fastverify.profiles.validate import (
     PROFILE_NAME_RE,
     Topology,
@@ -97,9 +98,7 @@ def _opt(path: str | os.PathLike[str] | None) -> str | None:
     return None if path is None else paths.normalize(path)
 
 
-def _as_path(text: str | None) -> Path | None:
-    if text is None:
-        return None
+def _as_path(text: str) -> Path:
     from pathlib import Path
 
     return Path(text)
@@ -114,7 +113,7 @@ class Entry(Record):
 
     _fields = ("name", "path", "source", "shadows", "root")
     name: str
-    source: str  # "user" | "shipped" | "file"
+    source: Source
     file: str
     shadows_file: str | None
     root_dir: str | None
@@ -123,7 +122,7 @@ class Entry(Record):
         self,
         name: str,
         path: str | os.PathLike[str],
-        source: str,
+        source: Source,
         shadows: str | os.PathLike[str] | None = None,
         root: str | os.PathLike[str] | None = None,
     ):
@@ -137,15 +136,15 @@ class Entry(Record):
 
     @property
     def path(self) -> Path:
-        return _as_path(self.file)  # type: ignore[return-value]
+        return _as_path(self.file)
 
     @property
     def shadows(self) -> Path | None:
-        return _as_path(self.shadows_file)
+        return None if self.shadows_file is None else _as_path(self.shadows_file)
 
     @property
     def root(self) -> Path | None:
-        return _as_path(self.root_dir)
+        return None if self.root_dir is None else _as_path(self.root_dir)
 
 
 def _present(path: str) -> bool:
@@ -195,17 +194,17 @@ class ProfileStore:
 
     @property
     def user_dirs(self) -> list[Path]:
-        return [_as_path(d) for d in self.user_dir_strs]  # type: ignore[misc]
+        return [_as_path(d) for d in self.user_dir_strs]
 
     @property
     def shipped_dir(self) -> Path:
-        return _as_path(self.shipped_dir_str)  # type: ignore[return-value]
+        return _as_path(self.shipped_dir_str)
 
     # --- lookup
     def search_path(self) -> list[tuple[Path, str]]:
-        return [(_as_path(d), source) for d, source in self._search()]  # type: ignore[misc]
+        return [(_as_path(d), source) for d, source in self._search()]
 
-    def _search(self) -> list[tuple[str, str]]:
+    def _search(self) -> builtins.list[tuple[str, Source]]:
         return [(d, "user") for d in self.user_dir_strs] + [(self.shipped_dir_str, "shipped")]
 
     def _candidates(self, name: str) -> list[Entry]:
@@ -249,9 +248,9 @@ class ProfileStore:
         """Every loadable profile (invalid ones are skipped; see `list_entries`)."""
         return [p for _e, p, _problems in self.list_entries() if p is not None]
 
-    def list_entries(self) -> list[tuple[Entry, Profile | None, list[Problem]]]:
+    def list_entries(self) -> builtins.list[tuple[Entry, Profile | None, builtins.list[Problem]]]:
         """Every profile file with its loaded Profile (or None) and its problems."""
-        out: list[tuple[Entry, Profile | None, list[Problem]]] = []
+        out: builtins.list[tuple[Entry, Profile | None, builtins.list[Problem]]] = []
         self._memo = {}
         try:
             for e in self.entries():
@@ -264,7 +263,7 @@ class ProfileStore:
             self._memo = None
         return out
 
-    def extenders(self, name: str) -> list[str]:
+    def extenders(self, name: str) -> builtins.list[str]:
         """Profiles whose `# extends:` chain reaches `name` (direct and indirect), sorted."""
         parents: dict[str, str] = {}
         for e in self.entries():
@@ -295,7 +294,7 @@ class ProfileStore:
                 raise ProfileError([Problem(arg, 0, "no such profile file (check the path)")])
             base = os.path.basename(p)
             name = base[: -len(SUFFIX)] if base.endswith(SUFFIX) else base
-            source = "file"
+            source: Source = "file"
             for d, src in self._search():
                 try:
                     if os.path.dirname(_real(p)) == _real(d):
@@ -331,13 +330,13 @@ class ProfileStore:
 
     def _topology(self) -> Topology:
         t = self.topology
-        return t() if callable(t) else t  # type: ignore[return-value]
+        return t() if callable(t) else t
 
     def _load_entry(self, entry: Entry, force: bool) -> Profile:
-        chain: list[str] = []
+        chain: builtins.list[str] = []
         return self._resolve(entry, force, chain)
 
-    def _resolve(self, entry: Entry, force: bool, chain: list[str]) -> Profile:
+    def _resolve(self, entry: Entry, force: bool, chain: builtins.list[str]) -> Profile:
         path = entry.file
         real = _real(path) if os.path.exists(path) else path
         if real in chain:
@@ -360,11 +359,11 @@ class ProfileStore:
             memo[key] = profile
         return profile
 
-    def _resolve_file(self, entry: Entry, force: bool, chain: list[str]) -> Profile:
+    def _resolve_file(self, entry: Entry, force: bool, chain: builtins.list[str]) -> Profile:
         path = entry.file
         parsed = envfile.parse_file(path, entry.root_dir)
         base: Profile | None = None
-        base_problems: list[Problem] = []
+        base_problems: builtins.list[Problem] = []
         extends = parsed.meta.get("extends")
         if extends and PROFILE_NAME_RE.fullmatch(extends[1]):
             line, base_name = extends
@@ -410,7 +409,7 @@ class ProfileStore:
         requires = dict(base.requires) if base else {}
         if "requires" in parsed.meta:
             requires.update(parse_requires(parsed.meta["requires"][1]))
-        tags = ()
+        tags: tuple[str, ...] = ()
         if "tags" in parsed.meta:
             tags = tuple(t.strip() for t in parsed.meta["tags"][1].split(",") if t.strip())
         warnings = list(base.warnings) if base else []
@@ -418,7 +417,7 @@ class ProfileStore:
         return Profile(
             name=entry.name,
             path=path,
-            source=entry.source,  # type: ignore[arg-type]
+            source=entry.source,
             description=parsed.meta.get("description", (0, ""))[1],
             requires=requires,
             extends=extends[1] if extends else None,

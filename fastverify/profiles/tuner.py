@@ -40,10 +40,6 @@ def profile_text(table_name: str, description: str, base: str) -> str:
     )
 
 
-def uses_tuner(env: Mapping[str, str]) -> bool:
-    return bool(env.get(TABLE_ENV))
-
-
 def resolve_value(value: str, profile_dir: Path) -> Path:
     p = Path(value)
     return p if p.is_absolute() else (profile_dir / p)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from fastverify.profiles import nccl_vars, sglang_vars
 from fastverify.profiles.envfile import ParsedFile
-from fastverify.profiles.model import Problem, Record
+from fastverify.profiles.model import Problem, Record, Severity
 
 # What the daemon can turn into server flags.
 REQUIRES: dict[str, tuple[str, ...]] = {
@@ -137,7 +137,7 @@ def ll128_forced(proto_value: str) -> bool:
     return any(table.get("LL128") == 1 for table in spec.values())
 
 
-def check_value(var: nccl_vars.NcclVar, value: str) -> tuple[str, str] | None:
+def check_value(var: nccl_vars.NcclVar, value: str) -> tuple[Severity, str] | None:
     """(severity, message) for a bad value of a known variable, or None when it is fine."""
     k = var.kind
     if k in ("int", "switch", "bytes", "nthreads"):
@@ -224,7 +224,7 @@ def check_value(var: nccl_vars.NcclVar, value: str) -> tuple[str, str] | None:
     return None
 
 
-def check_name(name: str) -> tuple[str, str] | None:
+def check_name(name: str) -> tuple[Severity, str] | None:
     """(severity, message) for a variable name that does not belong in a profile, or None."""
     if name in nccl_vars.METADATA_ONLY:
         return "error", (
@@ -270,10 +270,10 @@ def validate(
     problems = list(parsed.problems)
     path = parsed.path
 
-    def add(line: int, sev_msg: tuple[str, str] | None, prefix: str = "") -> None:
+    def add(line: int, sev_msg: tuple[Severity, str] | None, prefix: str = "") -> None:
         if sev_msg:
             sev, msg = sev_msg
-            problems.append(Problem(path, line, prefix + msg, sev))  # type: ignore[arg-type]
+            problems.append(Problem(path, line, prefix + msg, sev))
 
     for a in parsed.assignments:
         name_problem = check_name(a.key)

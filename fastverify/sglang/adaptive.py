@@ -148,7 +148,7 @@ def unsupported_reason(
     return None
 
 
-def tiers(cfg: dict[str, Any]) -> dict[int, dict[str, Any]]:
+def tiers(cfg: object) -> dict[int, dict[str, Any]]:
     """The batch-size tiers of a config, checked as `_load_adaptive_config` checks them (keys
     that are not digit strings are file-wide settings), each merged over the file-wide
     settings as `AdaptiveSpeculativeParams` merges them. AdaptiveConfigError names what is
@@ -189,17 +189,9 @@ def candidate_steps(cfg: dict[str, Any]) -> list[int]:
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read and check a --speculative-adaptive-config file (AdaptiveConfigError if bad)."""
     p = Path(path)
-    cfg = read_json(p, AdaptiveConfigError)
+    cfg: dict[str, Any] = read_json(p, AdaptiveConfigError)
     try:
         tiers(cfg)
     except AdaptiveConfigError as exc:
         raise AdaptiveConfigError(f"{p}: {exc}") from None
     return cfg
-
-
-def adaptive_argv(config_path: str, steps: int) -> list[str]:
-    """The flags that serve adaptive EAGLE: steps must be one of the config's candidates
-    (`_init_adaptive_speculative_params` refuses others, and sets num_draft_tokens to
-    steps + 1 itself, so that flag is left out); topk 1 (the only one adaptive supports)."""
-    return [FLAG_ADAPTIVE, FLAG_ADAPTIVE_CONFIG, config_path,
-            "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1"]  # fmt: skip

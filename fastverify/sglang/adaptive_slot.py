@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from fastverify.sglang.adaptive import SLOT_DEFAULTS, tiers
@@ -35,7 +36,10 @@ class StepSlot:
 
     def __init__(self, initial_steps: int, cfg: dict[str, Any]):
         self.candidates: list[int] = sorted(set(cfg["candidate_steps"]))
-        get = lambda key: cfg.get(key, SLOT_DEFAULTS[key])  # noqa: E731
+
+        def get(key: str) -> Any:
+            return cfg.get(key, SLOT_DEFAULTS[key])
+
         self.ema_alpha = float(get("ema_alpha"))
         self.update_interval = int(get("update_interval"))
         self.warmup_batches = int(get("warmup_batches"))
@@ -50,7 +54,7 @@ class StepSlot:
         self.batches = 0
         self.last_change: tuple[int, int, float] | None = None  # (old, new, ema)
 
-    def observe(self, accepted_per_request: list[int]) -> bool:
+    def observe(self, accepted_per_request: Sequence[float]) -> bool:
         """One verify pass's accepted drafts per request; True when the step count moved."""
         if not accepted_per_request:
             return False
@@ -125,7 +129,7 @@ class AdaptiveController:
     def steps_for(self, batch_size: int) -> int:
         return self.slot(batch_size).steps
 
-    def observe(self, accepted_per_request: list[int], batch_size: int) -> int | None:
+    def observe(self, accepted_per_request: Sequence[float], batch_size: int) -> int | None:
         """Feed one verify pass; the new step count of that batch's tier when it moved."""
         s = self.slot(batch_size)
         return s.steps if s.observe(accepted_per_request) else None

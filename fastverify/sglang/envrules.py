@@ -157,10 +157,10 @@ def engine_env(
         setdefault("NCCL_CUMEM_ENABLE", "1", "DeepEP v2 all-to-all needs cuMem (moe_hook)")
     ep = _int(args.flag("--ep-size", "--expert-parallel-size", "--ep"), 1)
     dp = _int(args.flag("--dp-size", "--data-parallel-size"), 1)
-    why = _graph_register_why(version, args, env, tp, ep, dp)
-    if why is not None:
+    register_why = _graph_register_why(version, args, env, tp, ep, dp)
+    if register_why is not None:
         if "NCCL_GRAPH_REGISTER" not in cur:
-            assign("NCCL_GRAPH_REGISTER", "0", why)
+            assign("NCCL_GRAPH_REGISTER", "0", register_why)
         elif cur["NCCL_GRAPH_REGISTER"] != "0":
             out.conflicts["NCCL_GRAPH_REGISTER"] = (
                 f"SGLang {version} keeps NCCL_GRAPH_REGISTER={cur['NCCL_GRAPH_REGISTER']} "

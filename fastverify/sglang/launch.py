@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from fastverify.sglang.versions import FLAG_GENERATIONS
 
@@ -71,8 +72,8 @@ class LaunchArgs:
     dist_init_addr: str = ""
     extra_args: tuple[str, ...] = field(default=())
 
-    def with_(self, **changes: object) -> LaunchArgs:
-        return replace(self, **changes)  # type: ignore[arg-type]
+    def with_(self, **changes: Any) -> LaunchArgs:
+        return replace(self, **changes)
 
     def to_argv(self, generation: str = "new") -> list[str]:
         """SGLang's argv (without interpreter and module) in the flag `generation`."""

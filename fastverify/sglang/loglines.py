@@ -1,6 +1,11 @@
-"""The grammar of SGLang's own log lines (0.5.23 and the older forms), as typed records.
+"""The grammar of SGLang's own log lines (0.5.23 and the older forms), as typed records,
+and the one reader of a server's output (`parse_line`, `iter_records`): NCCL's lines, which
+the server's processes print into the same stream, go to `fastverify.nccl.loglines`
+(nccl_version, nccl_env, nccl_tuning, nccl_tuner, nccl_warn), the rest to SGLang's grammar.
+Host-side NCCL COLL lines are deliberately not records: under CUDA graphs they count
+captures, not replays. Dispatch is by cheap substring tests before any regex runs.
 
-Kinds (plain dicts with `kind`):
+Kinds of SGLang's lines (plain dicts with `kind`):
 
 - `decode`: `Decode batch, #running-req: 1, #token: 148, token usage: 0.00, accept len: 2.01,
   accept rate: 0.34, cuda graph: True, gen throughput (token/s): 82.31, #queue-req: 0`;
@@ -27,8 +32,10 @@ builds the same lines with SGLang's own code where it can run on CPU.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from typing import Any
 
+from fastverify.nccl.loglines import is_info_line, parse_nccl_line
 from fastverify.sglang import allreduce
 
 Record = dict[str, Any]
@@ -57,6 +64,14 @@ _CAPTURE_BS = re.compile(r"bs=(\d+)")
 # token count, `Capturing num tokens (num_tokens=8192 avail_mem=138.82 GB)`
 CAPTURE_TOKENS_TEXT = "Capturing num tokens"
 _CAPTURE_TOKENS = re.compile(r"num_tokens=(\d+)")
+# start-up milestones the daemon shows as progress: the weights' load and its checkpoint
+# shards' tqdm bar, the whole CUDA-graph capture; the TP rank in a line's prefix
+LOAD_WEIGHT_BEGIN_TEXT = "Load weight begin"
+LOAD_WEIGHT_END_TEXT = "Load weight end"
+CAPTURE_BEGIN_TEXT = "Capture cuda graph begin"
+CAPTURE_END_TEXT = "Capture cuda graph end"
+CHECKPOINT_SHARDS = re.compile(r"Loading \S+ checkpoint shards:\s*(\d+)%")
+TP_RANK = re.compile(r"\sTP(\d+)\]")
 # entrypoints/engine.py (0.5.17): where a start's time went, once, when the engine is up
 STARTUP_TIMINGS_TEXT = "Engine startup timings (s): "
 _TIMING = re.compile(r"(\w+)=([\d.]+)")
@@ -245,6 +260,11 @@ ARGV_ERROR = re.compile(r"^(?:usage: .*\n)?(\S[^:]*): error: (.+)$")
 AMBIGUOUS_OPTION = "error: ambiguous option"
 MODULE_FORM_WARNING = "'python -m sglang.launch_server' is still supported"
 ITER_PREFIX = re.compile(r" \[(\d+)\]")
+# a start that failed at CUDA-graph capture (`fastverify.daemon.failures`): the decode/draft
+# runners', an older wording, the breakable prefill runner's
+CAPTURE_FAILURE = re.compile(
+    rf"{CAPTURE_FAILED_TEXT}|CUDA graph capture failed|{PREFILL_CAPTURE_FAILED.pattern}", re.I
+)
 
 
 def capture_record(line: str) -> Record | None:
@@ -288,17 +308,6 @@ def startup_timings_record(line: str) -> Record | None:
         return None
     _prefix(line, rec)
     return rec
-
-
-def format_startup_timings(
-    load_weight: float, kv_cache: float, scheduler: float, graphs: dict[str, float], total: float
-) -> str:
-    """The line as 0.5.17's entrypoints/engine.py logs it."""
-    phases = ", ".join(f"{k}={v:.2f}" for k, v in graphs.items())
-    return (
-        f"{STARTUP_TIMINGS_TEXT}load_weight={load_weight:.2f}, kv_cache_allocation={kv_cache:.2f}, "
-        f"scheduler_e2e={scheduler:.2f}, cuda_graph={{{phases}}}, tokenizer_e2e={total:.2f}"
-    )
 
 
 def capture_failed_record(line: str) -> Record | None:
@@ -345,26 +354,6 @@ def format_decode(
     return msg
 
 
-def format_prefill(
-    *,
-    new_seqs: int,
-    new_tokens: int,
-    cached_tokens: int,
-    token_usage: float,
-    running_reqs: int,
-    queue_reqs: int,
-    input_throughput: float,
-    cuda_graph: bool = False,
-) -> str:
-    """A prefill line as 0.5.23 writes it (`report_prefill_stats`, no disaggregation)."""
-    return (
-        f"Prefill batch, #new-seq: {new_seqs}, #new-token: {new_tokens}, "
-        f"#cached-token: {cached_tokens}, token usage: {token_usage:.2f}, "
-        f"#running-req: {running_reqs}, #queue-req: {queue_reqs}, #pending-token: 0, "
-        f"cuda graph: {cuda_graph}, input throughput (token/s): {input_throughput:.2f}"
-    )
-
-
 def format_prefill_capture_failed(backend: str) -> str:
     return f"Fail when using backend: {backend} for prefill runner."
 
@@ -378,14 +367,14 @@ def parse_sglang_line(line: str) -> Record | None:
     if pos >= 0:
         return _prefill(line, pos)
     if READY_TEXT in line:
-        rec: Record = {"kind": "ready"}
-        _prefix(line, rec)
-        return rec
+        ready: Record = {"kind": "ready"}
+        _prefix(line, ready)
+        return ready
     if "Capture " in line and " graph " in line:
-        rec = capture_record(line)
-        if rec is not None:
-            _prefix(line, rec)
-            return rec
+        capture = capture_record(line)
+        if capture is not None:
+            _prefix(line, capture)
+            return capture
     if "|" in line and ("Loading" in line or "Capturing " in line):
         return _progress(line)
     if STARTUP_TIMINGS_TEXT in line:
@@ -395,11 +384,30 @@ def parse_sglang_line(line: str) -> Record | None:
     if ": error: " in line:
         return argv_error_record(line)
     if "PCIe-IPC" in line or "pcie_ipc" in line:
-        rec = allreduce.parse_line(line)
-        if rec is not None:
-            _prefix(line, rec)
-        return rec
+        backend = allreduce.parse_line(line)
+        if backend is not None:
+            _prefix(line, backend)
+        return backend
     return None
+
+
+def parse_line(line: str) -> Record | None:
+    """The record for one line of a server's output (NCCL's or SGLang's), or None when the
+    line is not one we know."""
+    if "NCCL" in line:
+        rec = parse_nccl_line(line)
+        if rec is not None or is_info_line(line):
+            return rec  # an NCCL INFO line is never also a decode/prefill/ready line
+    return parse_sglang_line(line)
+
+
+def iter_records(lines: Iterable[str]) -> Iterator[Record]:
+    """Parse many lines; yields records with `line` (1-based line number) added."""
+    for number, line in enumerate(lines, 1):
+        rec = parse_line(line)
+        if rec is not None:
+            rec["line"] = number
+            yield rec
 
 
 def format_health_check_failed(timeout_s: int, tic: float, last_receive: float) -> str:

@@ -94,6 +94,7 @@ CUDA_GRAPH_PASS_MODES = ("decode_cuda_graph", "decode_none", "prefill_cuda_graph
 
 def label_names(name: str, dp: bool = False) -> tuple[str, ...]:
     """All label names of series `name` (as SGLang 0.5.23 declares them)."""
+    base: tuple[str, ...]
     if name in SCHEDULER_GAUGES or name in SCHEDULER_COUNTERS:
         base = SCHEDULER_LABELS_DP if dp else SCHEDULER_LABELS
     else:

@@ -173,7 +173,7 @@ class SimEngine:
                     "last_gen_throughput": sched.last_gen_throughput,
                     "num_running_reqs": running,
                     "num_queue_reqs": queued,
-                    "memory_usage": self.started.costs.memory_usage(),
+                    "memory_usage": self.started.known_costs.memory_usage(),
                 }
             ],
             "sim": {
@@ -224,7 +224,7 @@ class SimEngine:
     def cost_table(self) -> dict[str, Any]:
         """The engine's costs (`costtable.SimCosts.table`), computed once."""
         if self._cost_table is None:
-            self._cost_table = self.started.costs.table()
+            self._cost_table = self.started.known_costs.table()
         return self._cost_table
 
     def model_info(self) -> dict[str, Any]:

@@ -82,7 +82,7 @@ class SimMetrics:
             )
             return g.labels(**values(name))
 
-        def family(kind: type, name: str, doc: str, **kw: object) -> tuple[object, dict]:
+        def family(kind: type, name: str, doc: str, **kw: object) -> tuple[Any, dict[str, str]]:
             return kind(name, doc, label_names(name), registry=reg(name), **kw), values(name)
 
         self.num_running_reqs = gauge(m.NUM_RUNNING_REQS, "The number of running requests.")
@@ -141,7 +141,7 @@ class SimMetrics:
             "Histogram of inter-token latency in seconds.",
             buckets=ITL_BUCKETS,
         )
-        self.itl = itl[0].labels(**itl[1])  # type: ignore[attr-defined]
+        self.itl = itl[0].labels(**itl[1])
         e2e = family(
             Histogram,
             m.E2E_REQUEST_LATENCY_SECONDS,
@@ -157,10 +157,10 @@ class SimMetrics:
             self._child(self._spec_verify).inc(calls)
 
     @staticmethod
-    def _child(fam: tuple[object, dict], **extra: str) -> Any:
+    def _child(fam: tuple[Any, dict[str, str]], **extra: str) -> Any:
         metric, labels = fam
         merged = {k: v for k, v in {**labels, **extra}.items() if k in labels}
-        return metric.labels(**merged)  # type: ignore[attr-defined]
+        return metric.labels(**merged)
 
     # per-request series (is_streaming)
     def prompt_tokens(self, stream: bool) -> Any:

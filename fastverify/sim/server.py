@@ -368,7 +368,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def stop_profile(self) -> None:
         try:
-            window = self.server.app.profiler.stop()  # type: ignore[union-attr]
+            window = self.server.app.profiler.stop()  # type: ignore[union-attr]  # set before it serves
         except ProfileError as exc:
             self._text(400, str(exc) + "\n")
             return
@@ -389,13 +389,13 @@ class Handler(BaseHTTPRequestHandler):
             raise _BadRequest("max_new_tokens must be >= 1")
         req = Request(prompt_tokens=prompt_tokens, max_new_tokens=max_new_i, stream=stream,
                       sampling=dict(sampling or {}))  # fmt: skip
-        self.server.app.scheduler.submit(req)  # type: ignore[union-attr]
+        self.server.app.scheduler.submit(req)  # type: ignore[union-attr]  # set before it serves
         return req
 
     def _meta(self, req: Request) -> dict[str, Any]:
         sched = self.server.app.scheduler
-        spec = sched is not None and sched.mode == "eagle3"
-        return request_meta.meta_info(req, spec, sched.num_draft_tokens if spec else 0)
+        drafts = sched.num_draft_tokens if sched is not None and sched.mode == "eagle3" else None
+        return request_meta.meta_info(req, drafts is not None, drafts or 0)
 
     @staticmethod
     def _updates(req: Request) -> Iterator[int]:

@@ -197,10 +197,6 @@ def oom_traceback() -> str:
 # ---------------------------------------------------------------- NCCL debug output
 
 
-def nccl_enabled(env: Mapping[str, str]) -> bool:
-    return env.get("NCCL_DEBUG", "").strip().upper() in ("INFO", "TRACE")
-
-
 def nccl_subsys(env: Mapping[str, str]) -> set[str]:
     raw = env.get("NCCL_DEBUG_SUBSYS", "").strip()
     if not raw:

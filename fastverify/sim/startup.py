@@ -116,6 +116,13 @@ class StartUp:
         self.load_weight_s: float | None = None
         self.capture_seconds: dict[str, float] = {}
 
+    @property
+    def known_costs(self) -> SimCosts:
+        """The costs, read by `load()`: every later phase (capture, serving) uses them."""
+        if self.costs is None:
+            raise RuntimeError("the sim's costs are read by load(), which has not run")
+        return self.costs
+
     def sleep(self, seconds: float) -> None:
         if seconds > 0 and self.stop.wait(seconds):
             raise Stop
@@ -294,7 +301,7 @@ class StartUp:
             return
         v = a.sglang_version
         # the release's decode capture list (speculative or baseline), clamped to the pool
-        bs = self.costs.capture or self.costs.baseline_capture
+        bs = self.known_costs.capture or self.known_costs.baseline_capture
         graphs_s = a.load_seconds * weight_cache.GRAPHS_SHARE
         spec = a.mode == "eagle3"
         avail = [8.12]

@@ -252,7 +252,7 @@ def write_rank_trace(
     base_ns = (first_ns // 10**12) * 10**12
     header = trace_events.trace_header(rank, tp_size, base_ns, str(path))
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    opener: IO[bytes]
+    opener: IO[bytes] | gzip.GzipFile
     raw = open(tmp, "wb")  # noqa: SIM115 - closed below
     opener = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3) if path.suffix == ".gz" else raw
     try:

@@ -135,7 +135,8 @@ class Plan:
                 "(fastverifyctl mode set baseline)"
             )
         spans = ", ".join(f"{_span(t.sizes)} ({t.entry['candidate_steps']})" for t in pays)
-        return f"speculation pays at batch size {spans}; no drafting elsewhere"
+        rest = "; no drafting elsewhere" if len(pays) < len(self.tiers) else ""
+        return f"speculation pays at batch size {spans}{rest}"
 
     def tier_dict(self, t: Tier) -> dict[str, Any]:
         K = self.acceptance.steps
@@ -180,7 +181,7 @@ class Plan:
             )
         lo = min(ch.speedup_low for ch in t.choices)
         hi = max(ch.speedup_low for ch in t.choices)
-        steps_low = max(c.shares_low, key=c.shares_low.get) if c.shares_low else 0
+        steps_low = max(c.shares_low, key=lambda k: c.shares_low[k]) if c.shares_low else 0
         return (
             f"if acceptance falls to {low:.2f} (L({K}), from {self.acceptance.length(K):.2f}), "
             f"batch {span} runs at {_range(lo, hi)}x baseline (SGLang settles at "

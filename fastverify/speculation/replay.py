@@ -19,7 +19,7 @@ the contract test) on recorded acceptance, time-averaged.
 from __future__ import annotations
 
 import random
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -92,7 +92,7 @@ def replay(
     left = [1 + rng.randrange(max(1, output_len - 1)) for _ in range(batch)]
     tokens = seconds = 0.0
     count: Counter[int] = Counter()
-    at: Counter[int] = Counter()
+    at: defaultdict[int, float] = defaultdict(float)  # seconds at each step count
     switches = 0
     prev = None
     for n in range(SETTLE + passes):

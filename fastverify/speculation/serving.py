@@ -12,8 +12,10 @@ step count SGLang's controller holds for the batch (routed by its padded size, f
 verify's accepted drafts). A request accepts min(j, steps) drafts per pass for a j drawn
 from its own recorded histogram (one recorded request per served request). Prefill costs
 are the source's measured ones per mode (EAGLE: the drafter's extend over every prompt
-token, and its own all-reduce bound); without them the prediction is decode only, and says
-so.
+token, and its own all-reduce bound); a forward over a batch of prompts holds the engine for
+the measured time to first token less the part that holds no forward (`Costs.prefill_latency`,
+from two measured prompt lengths), which only delays that request's first token; without
+prefill costs the prediction is decode only, and says so.
 
 Figures per run: output tokens/s over a window after every client's first request (the
 warm-up, as bench discards it), mean and median time to first token and inter-token latency
@@ -24,7 +26,7 @@ prefill and in decode (where a gain comes from).
 from __future__ import annotations
 
 import random
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,7 +157,7 @@ def serve(
     itl_sum = 0.0
     itl_n = 0
     prefill_s = decode_s = 0.0
-    at: Counter[int] = Counter()
+    at: defaultdict[int, float] = defaultdict(float)  # seconds at each step count
 
     def emit(r: _Req, n: int, t: float) -> None:
         nonlocal tokens_window, itl_sum, itl_n
@@ -200,7 +202,7 @@ def serve(
                 batch.append((r, n))
                 budget -= n
             tokens = sum(n for _, n in batch)
-            cost = costs.prefill(prefill_mode, tokens) or 0.0
+            cost = costs.prefill_forward(prefill_mode, tokens) or 0.0
             now += cost
             if t_start is not None:
                 prefill_s += cost
@@ -209,8 +211,8 @@ def serve(
                 if r.prompt_left == 0:
                     waiting.remove(r)
                     r.first_at = now
-                    if done >= warm:
-                        ttfts.append(now - r.arrived)
+                    if done >= warm:  # the first token's way out holds no forward
+                        ttfts.append(now - r.arrived + costs.prefill_latency(prefill_mode))
                     emit(r, 1, now)
                     r.out_left -= 1
                     if r.out_left <= 0:

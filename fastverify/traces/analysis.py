@@ -66,17 +66,17 @@ def _assign_by_launch(
         idx.sort(key=lambda i: spans[i].ts)
     span_of_corr: dict[Any, int] = {}
     for ln in launches:
-        idx = by_thread.get((ln.pid, ln.tid))
-        if not idx:
+        thread = by_thread.get((ln.pid, ln.tid))
+        if not thread:
             continue
-        tss = [spans[i].ts for i in idx]
+        tss = [spans[i].ts for i in thread]
         j = bisect.bisect_right(tss, ln.ts) - 1
-        if j >= 0 and ln.ts < spans[idx[j]].ts + spans[idx[j]].dur:
-            span_of_corr[ln.correlation] = idx[j]
+        if j >= 0 and ln.ts < spans[thread[j]].ts + spans[thread[j]].dur:
+            span_of_corr[ln.correlation] = thread[j]
     for k in kernels:
-        i = span_of_corr.get(k.correlation)
-        if i is not None:
-            per[i].append(k)
+        span = span_of_corr.get(k.correlation)
+        if span is not None:
+            per[span].append(k)
     return per
 
 

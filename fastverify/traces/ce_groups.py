@@ -34,12 +34,18 @@ CE_NAME = f"{allreduce.KERNEL_NAMESPACE}ce_ring_all_reduce (copy-engine: flag, a
 
 
 class _KernelLike(Protocol):
-    device: Any
-    ts: float
-    dur: float
-    name: str
-    correlation: Any
-    tid: Any
+    """What fold reads of a kernel record, read-only (events.Kernel is a NamedTuple)."""
+
+    @property
+    def device(self) -> Any: ...
+    @property
+    def ts(self) -> float: ...
+    @property
+    def dur(self) -> float: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def tid(self) -> Any: ...
 
 
 K = TypeVar("K", bound=_KernelLike)

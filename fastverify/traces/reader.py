@@ -12,11 +12,12 @@ FlashInfer's copy-engine all-reduces come back folded into one kernel each (ce_g
 from __future__ import annotations
 
 import gzip
+import io
 import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 
@@ -40,7 +41,7 @@ class Ambiguous(Exception):
     """The fast scanner met something it cannot cut exactly; use the exact parser."""
 
 
-def _open(path: Path) -> BinaryIO:
+def _open(path: Path) -> gzip.GzipFile | io.BufferedReader:
     with open(path, "rb") as fh:
         magic = fh.read(2)
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")

@@ -33,7 +33,7 @@ what follows for the export:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from fastverify.problems import Problem
 from fastverify.tuner import table as tbl
@@ -151,7 +151,10 @@ def to_fastverify_text(text: str, path: str) -> tuple[str, list[Problem]]:
 
 
 def parse(
-    text: str, path: str = "<nccl csv>", has_nvlink: bool | None = None, force: bool = False
+    text: str,
+    path: str = "<nccl csv>",
+    has_nvlink: bool | Callable[[], bool | None] | None = None,
+    force: bool = False,
 ) -> tbl.TableCheck:
     """Check NCCL's CSV as fastverify's table (every problem as `path:line: message`)."""
     converted, problems = to_fastverify_text(text, path)

@@ -146,7 +146,7 @@ class Plugin:
     def stats(self) -> Stats:
         s = _Stats()
         self.lib.fastverify_tuner_stats(ctypes.byref(s))
-        return Stats(**{name: getattr(s, name) for name, _ in _Stats._fields_})
+        return Stats(**{f[0]: getattr(s, f[0]) for f in _Stats._fields_})
 
     def reset_stats(self) -> None:
         self.lib.fastverify_tuner_reset_stats()

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastverify.problems import Problem
+from fastverify.problems import Problem, Severity
 
 HEADER = "collective,min_bytes,max_bytes,algorithm,protocol,channels,nranks,nnodes"
 COLLECTIVES = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
@@ -64,7 +64,7 @@ class TableRow:
         if self.algorithm is None:
             base = "default"
         else:
-            base = f"{self.algorithm.upper()}/{self.protocol.upper()}"  # type: ignore[union-attr]
+            base = f"{self.algorithm.upper()}/{(self.protocol or '').upper()}"  # both named
         return base if self.channels is None else f"{base}/{self.channels}ch"
 
     def covers(self, nbytes: int) -> bool:
@@ -152,17 +152,17 @@ def parse_row(text: str, line: int) -> TableRow | str:
             "(NCCL accepts neither one alone)"
         )
     ch = _opt_int(fields[5], MAX_CHANNELS, "default")
-    if ch == "bad":
+    if isinstance(ch, str):  # "bad"
         return f"channels {fields[5]!r} (expected 1..{MAX_CHANNELS}, -1 or default)"
     if algo is None and ch is None:
         return "the row changes nothing (name an algorithm/protocol or a channel count)"
     nranks = _opt_int(fields[6], 1 << 20, "any")
-    if nranks == "bad":
+    if isinstance(nranks, str):  # "bad"
         return f"nranks {fields[6]!r} (expected a positive integer, -1 or any)"
     nnodes = _opt_int(fields[7], 1 << 20, "any")
-    if nnodes == "bad":
+    if isinstance(nnodes, str):  # "bad"
         return f"nnodes {fields[7]!r} (expected a positive integer, -1 or any)"
-    return TableRow(coll, lo, hi, algo, proto, ch, nranks, nnodes, line)  # type: ignore[arg-type]
+    return TableRow(coll, lo, hi, algo, proto, ch, nranks, nnodes, line)
 
 
 @dataclass
@@ -194,8 +194,8 @@ def parse_text(
     rows: list[TableRow] = []
     seen_data = False
 
-    def err(line: int, msg: str, sev: str = "error") -> None:
-        problems.append(Problem(path, line, msg, sev))  # type: ignore[arg-type]
+    def err(line: int, msg: str, sev: Severity = "error") -> None:
+        problems.append(Problem(path, line, msg, sev))
 
     for number, raw in enumerate(text.split("\n"), start=1):
         if len(raw) > MAX_LINE:

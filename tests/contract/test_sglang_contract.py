@@ -20,11 +20,11 @@ import pytest
 from fastverify.config import Eagle3Params, ServerConfig
 from fastverify.daemon import failures
 from fastverify.engines.sglang import SGLangEngine, launch_args
-from fastverify.exporters.logparse import parse_line
 from fastverify.sglang import loglines, metrics, spans
 from fastverify.sglang.envrules import engine_env
 from fastverify.sglang.facts import resolve
 from fastverify.sglang.launch import LaunchArgs
+from fastverify.sglang.loglines import parse_line
 from fastverify.sglang.versions import PINNED_VERSION
 from tests.contract.daemon_cases import DRAFT, MODEL, daemon_argvs
 from tests.support.contract import RELEASES

@@ -27,6 +27,7 @@ import pytest
 from tests.support import prom
 from tests.support.dashboards import DASHBOARDS, dashboard_exprs
 from tests.support.harness import DaemonHarness
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.skipif(
     not prom.available(),
@@ -132,6 +133,8 @@ def test_every_dashboard_expression_returns_data(tmp_path: Path) -> None:
         # the weight cache's series exist (down: EAGLE-3 loads from disk) with auto
         "server": {"mode": "eagle3", "weight_cache": "auto"},
         "daemon": {"default_profile": "ring-ll", "trace_period_s": 2, "trace_steps": 3},
+        # the front door's panels: the load is held through the two switches
+        "frontdoor": {"mode": "hold", "engine_port": free_port()},
     }
     with DaemonHarness(tmp_path, sim_load_seconds=0.3, tp_size=2, config=config) as d:
         engine = urllib.parse.urlsplit(d.server_url).netloc

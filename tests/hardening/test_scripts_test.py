@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.support.harness import REPO, _scrubbed_env
 
 PHASES = ["Debian packages", "Python venv", "SGLang venv", "AIC venv", "k8s schemas", "lint",
-          "pytest"]  # fmt: skip
+          "typecheck", "pytest"]  # fmt: skip
 
 
 def _tool(path: Path, body: str) -> None:
@@ -22,8 +22,8 @@ def _tool(path: Path, body: str) -> None:
 
 
 def _checkout(tmp: Path) -> tuple[Path, Path, dict[str, str]]:
-    """A copy of scripts/test in a tree whose helpers, python3, ruff, shellcheck and pytest
-    log their calls to calls.log; `pytest` exits with $PYTEST_EXIT."""
+    """A copy of scripts/test in a tree whose helpers, python3, ruff, shellcheck, mypy and
+    pytest log their calls to calls.log; `pytest` exits with $PYTEST_EXIT."""
     root = tmp / "repo"
     (root / "scripts").mkdir(parents=True)
     shutil.copy(REPO / "scripts" / "test", root / "scripts" / "test")
@@ -48,7 +48,7 @@ def _checkout(tmp: Path) -> tuple[Path, Path, dict[str, str]]:
         f"cat > .venv/bin/python <<'EOF'\n#!/bin/sh\n{venv_python}EOF\n"
         "chmod +x .venv/bin/python\n"
     ))  # fmt: skip
-    for name in ("ruff", "shellcheck"):
+    for name in ("ruff", "shellcheck", "mypy"):
         _tool(bin_dir / name, f'echo "{name} $*" >> {log}\n')
     _tool(bin_dir / "pytest", f'echo "pytest $*" >> {log}\nexit "${{PYTEST_EXIT:-0}}"\n')
     _tool(bin_dir / "npm", "exit 0\n")
@@ -79,6 +79,7 @@ def test_every_phase_is_timed_and_a_current_venv_is_not_reinstalled(tmp_path: Pa
     calls = log.read_text().splitlines()
     assert sum(c.startswith("pip ") for c in calls) == 2, calls  # pip itself, then the project
     assert "pytest -q -ra -n 4 --dist loadfile -k x" in calls, calls
+    assert calls.index("mypy ") < calls.index("pytest -q -ra -n 4 --dist loadfile -k x"), calls
     log.write_text("")
     second = _run(root, env)
     assert second.returncode == 0, second.stderr

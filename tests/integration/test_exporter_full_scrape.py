@@ -73,6 +73,7 @@ def test_the_full_scrape_is_the_golden_and_promtool_accepts_it(tmp_path: Path) -
     tcp = f"127.0.0.1:{free_port()}"
     config = {
         "server": {"mode": "eagle3", "weight_cache": "auto"},
+        "frontdoor": {"mode": "hold"},  # its series too (the traffic goes through it)
         "daemon": {"default_profile": "nccl-debug", "trace_period_s": 2, "trace_steps": 3,
                    "tcp_listen": tcp, "token_file": str(token_file)},
     }  # fmt: skip

@@ -62,6 +62,9 @@ class FakeLauncher:
         self.on_exit = lambda h: None
         self.say = lambda msg, level=0, **_: None
         self._pid = 1000
+        self.env_parts: list[Any] = []  # what features add to a start (launcher.Launcher's)
+        self.line_readers_for: list[Any] = []
+        self.argv_aside: list[Any] = []
 
     def url(self) -> str:
         return "http://127.0.0.1:1"
@@ -69,7 +72,7 @@ class FakeLauncher:
     def spawn(self, profile: Any, mode: str, argv: list[str]) -> EngineHandle:
         self._pid += 1
         h = EngineHandle(
-            engine_id=f"e{self._pid}", pid=self._pid, pgid=self._pid, create_time=None,
+            group_id=f"e{self._pid}", pid=self._pid, pgid=self._pid, create_time=None,
             argv=list(argv), log_path=self.tmp / f"{self._pid}.log", profile=profile.name,
             mode=mode, url=self.url(), expected_nccl={"NCCL_ALGO": profile.name.upper()},
         )  # fmt: skip
@@ -172,6 +175,7 @@ def config(backoff: tuple[float, float] = (0.0, 0.0), burst: int = 3) -> Any:
     daemon = SimpleNamespace(
         readiness_timeout_s=30.0, restart_window_s=60.0, restart_backoff_s=list(backoff),
         restart_burst=burst, stop_grace_s=1.0, default_profile="ring", trace_steps=5,
+        frontdoor_mode="off",
     )  # fmt: skip
     server = SimpleNamespace(url="http://127.0.0.1:1", mode="baseline", load_format="auto")
     return SimpleNamespace(daemon=daemon, server=server, source=None)

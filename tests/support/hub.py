@@ -62,6 +62,12 @@ def full_feed() -> MetricsHub:
     hub.on_restart("switch")
     hub.on_switch("ok")
     hub.watch_auth(["token", "tls"], lambda: 1)
+    from fastverify.frontdoor.gate import Gate
+
+    door = Gate(queue_size=4, max_wait_s=30.0)  # the front door's own status, as it answers
+    door.serve(30001)
+    door.cut("POST /generate")
+    hub.watch_frontdoor(door.status)
     hub.on_auth_failure("token")
     hub.set_decision("ring-ll", "adaptive", "pcie_ipc", True)
     hub.set_baseline("ring-ll", 160.0, 40.0, clock.t - 100.0, concurrency=1)

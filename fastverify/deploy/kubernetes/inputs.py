@@ -142,7 +142,7 @@ def extends_chain(store: Any, name: str) -> list[Any]:
     from fastverify.profiles.store import SUFFIX, Entry
 
     search = [(paths.normalize(d), src) for d, src in store.search_path()]
-    out = []
+    out: list[Any] = []
     entry = store.find(name)
     while entry is not None and len(out) <= 32:
         out.append(entry)

@@ -140,7 +140,7 @@ def hardware_mismatch(
     and (`pinned`) the nodeSelector's GPU model and count (GPU feature discovery's labels),
     said when the selector names others or none."""
     facts = (fingerprint or {}).get("facts") or {}
-    if not facts:
+    if not facts or fingerprint is None:
         return []
     want = gfd_product(facts.get("gpu_model"))
     sel = dict(getattr(fleet, "node_selector", None) or {})

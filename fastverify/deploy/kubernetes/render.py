@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fastverify import paths
-from fastverify.deploy.kubernetes import checks, inputs, manifests, placement
+from fastverify.deploy.kubernetes import guards, inputs, manifests, placement
 from fastverify.deploy.kubernetes import pod as podmod
 from fastverify.deploy.kubernetes.options import Bundle, KubeOptions
 from fastverify.durable import atomic_write_text
@@ -109,8 +109,8 @@ def _pod_config(options: KubeOptions, cfg: Any, loaded: Any, mode: str, gpus: in
     given = {
         k: v
         for k, v in (
-            ("model_path", checks.in_models("--model-path", options.model_path)),
-            ("draft_model_path", checks.in_models("--draft-model-path", options.draft_model_path)),
+            ("model_path", guards.in_models("--model-path", options.model_path)),
+            ("draft_model_path", guards.in_models("--draft-model-path", options.draft_model_path)),
         )
         if v is not None
     }
@@ -136,10 +136,10 @@ def _profile_sets(
             user.setdefault(key, content)
     for label, files in (("shipped", shipped), ("user", user)):
         size = sum(len(v) for v in files.values())
-        if size > checks.CONFIGMAP_LIMIT:
+        if size > guards.CONFIGMAP_LIMIT:
             raise RenderError(
                 f"the {label} profiles hold {size} bytes, more than one ConfigMap takes "
-                f"({checks.CONFIGMAP_LIMIT}); remove unused profiles from "
+                f"({guards.CONFIGMAP_LIMIT}); remove unused profiles from "
                 f"{user_dirs or shipped_dir}"
             )
     snapshot: dict[str, bytes] = {}
@@ -186,7 +186,7 @@ def render(options: KubeOptions) -> Bundle:
     from fastverify.profiles.validate import Topology
     from fastverify.sglang.versions import PINNED_VERSION, generation_for
 
-    checks.check_options(options)
+    guards.validate_options(options)
     notes: list[str] = []
     cfg = inputs.load_config(options)
     profile, mode, decision = _from_decision(options, notes)
@@ -246,7 +246,7 @@ def render(options: KubeOptions) -> Bundle:
     dashboards = {
         p.name: p.read_text(encoding="utf-8") for p in sorted(dashboards_dir.glob("*.json"))
     }
-    if checks.quantity_bytes(options.shm_size) >= checks.quantity_bytes(options.memory):
+    if guards.quantity_bytes(options.shm_size) >= guards.quantity_bytes(options.memory):
         raise RenderError(
             f"--shm-size {options.shm_size} must be below --memory {options.memory}: the "
             "in-memory /dev/shm counts against the container's memory limit"
@@ -277,7 +277,7 @@ def render(options: KubeOptions) -> Bundle:
         grace_s=int(cfg.daemon.stop_grace_s + cfg.daemon.gpu_release_timeout_s + 30),
     )
     files = manifests.build(plan)
-    notes += checks.size_guard(files, server_side=options.server_side)
+    notes += guards.size_guard(files, server_side=options.server_side)
     if workload == "LeaderWorkerSet":
         notes.append(
             f"the client Service is {plan.service_name}: the name {options.name} is the "
@@ -295,8 +295,8 @@ def render(options: KubeOptions) -> Bundle:
         config_checksum=config_checksum,
         config_text=config_text,
         notes=notes,
-        layout=checks.layout(pod_cfg.server, mode),
-        prerequisites=checks.prerequisites(options, workload),
+        layout=guards.layout(pod_cfg.server, mode),
+        prerequisites=guards.prerequisites(options, workload),
     )
 
 

@@ -1,2 +1,3 @@
 """This host's measurements in NVIDIA AIConfigurator's own database layout (a custom
-system), and AIConfigurator's predictions on it beside fastverify's and the sim's."""
+system, `fastverifyctl aiconfigurator export`); AIConfigurator's predictions on it are
+compared by benchmarks/aiconfigurator_compare.py."""

@@ -171,7 +171,7 @@ async def _one_request(
 
 async def _measure(
     cfg: BenchConfig, progress: ProgressFn | None, phase: PhaseFn | None = None
-) -> tuple[list[RequestRecord], float, float, float | None]:
+) -> tuple[list[RequestRecord], float, float, dict[str, Any] | None]:
     import httpx
 
     url = cfg.url.rstrip("/")

@@ -37,8 +37,10 @@ class Leased(Calls):
             return {**(body or {}), "lease": self.lease["id"]}
         return body
 
-    def request(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
-        return self._client.request(method, path, self._body(path, body), **kw)
+    def request(
+        self, method: str, path: str, body: Any = None, timeout: float | None = None
+    ) -> Any:
+        return self._client.request(method, path, self._body(path, body), timeout=timeout)
 
     def stream(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
         return self._client.stream(method, path, self._body(path, body), **kw)

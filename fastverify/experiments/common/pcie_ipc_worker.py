@@ -42,7 +42,7 @@ class PcieIpc:
         self.torch = torch
         self.max_numel = max_numel
         self.cache = cache
-        self.cache_existed = bool(cache) and os.path.exists(cache)
+        self.cache_existed = cache is not None and os.path.exists(cache)
         self.ws = PcieIpcAllReduceWorkspace(
             group=dist.group.WORLD,
             max_numel=max_numel,

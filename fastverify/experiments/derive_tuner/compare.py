@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         fixed = {n: r["sizes"][b] for n, r in runs.items() if n != "tuned" and b in r["sizes"]}
         ok_fixed = {n: v["us"] for n, v in fixed.items() if v["us"] is not None}
         t = runs["tuned"]["sizes"].get(b, {})
-        best = min(ok_fixed, key=ok_fixed.get) if ok_fixed else None
+        best = min(ok_fixed, key=lambda k: ok_fixed[k]) if ok_fixed else None
         row: dict[str, Any] = {
             "bytes": b,
             "tokens": b // (dt.HIDDEN * 2) if b % (dt.HIDDEN * 2) == 0 else None,

@@ -236,7 +236,9 @@ def run_ranks(
     if waited["timed_out"]:
         raise DeriveError(f"ranks did not finish within {cfg.timeout_s:.0f} s")
     collect()
-    heads = [next((d["head"] for d in doc if "head" in d), {}) for doc in docs]
+    heads: list[dict[str, Any]] = [
+        next((d["head"] for d in doc if "head" in d), {}) for doc in docs
+    ]
     errors = [h.get("error") for h in heads if h.get("error")]
     if errors or len(merged) < len(sizes):
         tails = []

@@ -36,11 +36,14 @@ import os
 import sys
 import time
 from statistics import median
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.durable import append_jsonl
 from fastverify.experiments.common import rank_support
 from fastverify.experiments.common.rank_support import RankContext, replay_ms
+
+if TYPE_CHECKING:
+    from fastverify.tuner.plugin import Plugin
 
 
 def plan_ops(nbytes: int) -> tuple[int, int]:
@@ -67,7 +70,7 @@ class Worker(RankContext):
     def __init__(self, args: argparse.Namespace):
         super().__init__(args.backend)
         self.args = args
-        self.plugin = None
+        self.plugin: Plugin | None = None
         self.fake: dict[str, Any] | None = None
         if not self.cuda and args.fake_costs:
             with open(args.fake_costs, encoding="utf-8") as fh:

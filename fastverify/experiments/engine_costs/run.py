@@ -18,7 +18,10 @@ the engine's own cycle is read from it, as a sweep's trial rows read theirs
   (`speculation.breakeven.cycle_seconds`); the accept length of the window's own
   accepted-drafts histogram (else the server's, else 1.0), used for nothing else;
 - at batch size 1, the time to first token (p50) as the prefill of one `input_len`-token
-  prompt, per mode (baseline; EAGLE-3 from the steps-0 trial: the drafter extends the prompt);
+  prompt, per mode (baseline; EAGLE-3 from the steps-0 trial: the drafter extends the prompt),
+  and of a few prompts LONG_PROMPT x longer one at a time: two points of a line whose
+  intercept is the part of a first token that holds no forward (on SGLang 0.5.17, 8.6 of the
+  17 ms of a 128-token prompt: the request's way through its other processes);
 - with `traces`, the verify pass (`step[VERIFY bs=N]` p50, rank 0) of a profile window
   captured under the same load after the bench window, when the engine's trace gives it; a
   verify longer than the window's whole cycle (the two windows ran under different load) is
@@ -56,6 +59,8 @@ from fastverify.config import TRIAL_LOAD_FORMAT
 KIND = "engine-trials"
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 BASELINE = "baseline"  # the trial of a baseline server (steps key in `trials`)
+LONG_PROMPT = 8  # the second prefill point: prompts this many times the window's
+LONG_PROMPT_REQUESTS = 4
 BENCH_KEYS = ("duration", "input_len", "output_len", "warmup", "seed", "traces", "trace_steps")
 EventFn = Callable[[str], None]
 
@@ -360,13 +365,16 @@ class CostTrials:
             cycle = 1.0 / rate
             rec["cycle_from"] = "one token per pass: 1 / per-request tok/s"
         else:
-            accept, src = _dummy_accept(r, k)
+            accept, src = _dummy_accept(r, int(k))
             cycle = cycle_seconds(accept, rate)
             rec.update(dummy_accept_length=round(accept, 4), accept_length_from=src)
             rec["cycle_from"] = "spec cycle: dummy accept length / per-request tok/s"
         rec["cycle_ms"] = round(cycle * 1e3, 4)
-        if bs == 1 and r.ttft_ms.get("p50"):
-            rec["ttft_ms_p50"] = round(float(r.ttft_ms["p50"]), 4)
+        ttft = r.ttft_ms.get("p50")
+        if bs == 1 and ttft:
+            rec["ttft_ms_p50"] = round(float(ttft), 4)
+            if k == BASELINE or k == 0:
+                rec["ttft_ms_p50_long"] = self._long_prompt_ttft(url, tag)
         what = {BASELINE: "decode step", 0: "steps-0 pass"}.get(k, "cycle")
         self.emit(f"{tag}: {r.output_tokens_per_second:.1f} tok/s, {rate:.1f} tok/s per "
                   f"request -> {what} {cycle * 1e3:.2f} ms")  # fmt: skip
@@ -383,6 +391,24 @@ class CostTrials:
                 self.warnings.append(f"{tag}: {why}")
         rec["wall_s"] = round(time.monotonic() - t0, 3)
         return rec
+
+    def _long_prompt_ttft(self, url: str, tag: str) -> dict[str, float] | None:
+        """The time to first token of a prompt LONG_PROMPT x longer, one request at a time:
+        with the window's own, two points of the prefill line, whose intercept is the part of a
+        first token that holds no forward (`speculation.costs.Costs.prefill_latency`)."""
+        from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
+
+        tokens = self.cfg.input_len * LONG_PROMPT
+        self.emit(f"{tag}: {LONG_PROMPT_REQUESTS} requests of {tokens} prompt tokens (prefill) ...")
+        cfg = BenchConfig(url=url, concurrency=1, duration=None, requests=LONG_PROMPT_REQUESTS,
+                          input_len=tokens, output_len=2, seed=self.cfg.seed, warmup=1)  # fmt: skip
+        try:
+            r = run_bench(cfg)
+        except BenchError as exc:
+            self.warnings.append(f"{tag}: no long-prompt prefill point: {exc}")
+            return None
+        p50 = (r.ttft_ms or {}).get("p50")
+        return {"tokens": tokens, "ms": round(float(p50), 4)} if p50 else None
 
     def _trace(self, rec: dict[str, Any], bench: Any, tag: str) -> None:
         from fastverify.experiments.common.daemon_ops import capture_under_load
@@ -442,6 +468,9 @@ class CostTrials:
             if t.get("ttft_ms_p50") and t["steps"] in (BASELINE, 0):
                 mode = "baseline" if t["steps"] == BASELINE else "eagle"
                 prefill[mode] = {str(self.cfg.input_len): t["ttft_ms_p50"]}
+                if t.get("ttft_ms_p50_long"):
+                    long = t["ttft_ms_p50_long"]
+                    prefill[mode][str(long["tokens"])] = long["ms"]
         server = self.info.get("server") or {}
         ar = self.info.get("allreduce") or {}
         backend = ar.get("backend") or ar.get("description") or "unknown"
@@ -473,8 +502,9 @@ class CostTrials:
             "cycle_ms": cycle,
             "verify_ms": verify,
             "prefill_ms": prefill,
-            "prefill_note": "time to first token of one request at batch size 1 (p50), per "
-            "mode: one point per mode, scaled with the prompt length elsewhere",
+            "prefill_note": "time to first token of one request at a time (p50), per mode, at "
+            f"the window's prompt length and {LONG_PROMPT}x it: a line whose intercept is "
+            "the part that holds no forward",
             "trials": self.trials,
             "load_s": self.info.get("load_s") or {},
             # this run's seconds: engine starts, bench windows, profile windows, the restore

@@ -19,11 +19,11 @@ def parse_nccl_log(text: str) -> dict[str, Any]:
 
 def _merge_timing(parts: list[dict[str, Any] | None], world: int, nbytes: int) -> dict[str, Any]:
     """Collective latency = the slowest rank's; bandwidth from that p50."""
-    parts = [p for p in parts if p and p.get("p50_us") is not None]
-    if not parts:
+    timed = [p for p in parts if p and p.get("p50_us") is not None]
+    if not timed:
         return {}
-    p50 = max(p["p50_us"] for p in parts)
-    p99 = max(p["p99_us"] for p in parts)
+    p50 = max(p["p50_us"] for p in timed)
+    p99 = max(p["p99_us"] for p in timed)
     algbw = nbytes / (p50 * 1e-6) / 1e9 if p50 > 0 else None
     return {
         "p50_us": p50,

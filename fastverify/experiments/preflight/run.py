@@ -144,7 +144,7 @@ def run_profile(
     nccl0 = nccl_logs[0] if nccl_logs else parse_nccl_log("")
     sizes = merge_sizes([r for r in ranks if r.get("sizes")] or ranks, world, nccl0["tuning"])
 
-    init_errors = [r.get("error") for r in ranks if r.get("error")]
+    init_errors = [str(r["error"]) for r in ranks if r.get("error")]
     env_verified, env_mismatch = group.env_delivered(ranks)
     result: dict[str, Any] = {
         "profile": name,

@@ -151,6 +151,10 @@ def run_profile(
     decode, verify = _max(ranks, "decode"), _max(ranks, "verify")
     compute = _max(ranks, "verify_compute")
     draft, extend = _max(ranks, "draft"), _max(ranks, "draft_extend")
+    if decode is None or verify is None or compute is None or draft is None or extend is None:
+        result["status"] = "failed"
+        result["error"] = "no rank reported its timings"
+        return result
     drafter = job["draft_forwards"] * draft + extend
     expected = job["target"]["allreduce_per_forward"]
     result.update(

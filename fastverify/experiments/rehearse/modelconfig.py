@@ -121,7 +121,7 @@ def spec_from_dict(cfg: dict[str, Any], where: str = "config.json", name: str = 
     heads = _positive(text, "num_attention_heads", where)
     eagle3 = any("Eagle3" in str(a) for a in archs) or bool(text.get("draft_vocab_size"))
     default_head_dim = hidden // heads if hidden % heads == 0 else None
-    spec = dict(
+    spec: dict[str, Any] = dict(
         name=name,
         model_type=str(text.get("model_type") or outer_type or "unknown"),
         hidden_size=hidden,

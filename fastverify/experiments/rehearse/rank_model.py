@@ -62,7 +62,7 @@ class Model:
         pool_bytes = int(opts["pool_bytes"])
         self.kinds = plan["layer_kinds"]
         self.attn = plan["attention"]
-        self.moe = plan.get("moe")
+        self.moe: dict[str, Any] = plan.get("moe") or {}  # empty: a dense model
         gen = torch.Generator(device="cpu")
         gen.manual_seed(self.seed)
         self._gen = gen
@@ -116,10 +116,11 @@ class Model:
                 self.attn["head_dim"],
             )
         self.k_cache = [self._w(*cache_shape, scale=1.0) for _ in range(n_layers)]
-        self.v_cache = (
+        # MLA keeps one latent cache (k_cache); GQA a V cache beside it
+        self.v_cache: list[Any] = (
             [self._w(*cache_shape, scale=1.0) for _ in range(n_layers)]
             if self.attn["type"] == "gqa"
-            else None
+            else []
         )
         self.n_layers = n_layers
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastverify.experiments.common import allreduce as allreduce_candidate
@@ -307,10 +307,6 @@ def run_rehearsal(
             "hidden size, heads of 128, the target's intermediate_size and vocabulary)"
         )
     return report
-
-
-def config_dict(cfg: RehearseConfig) -> dict[str, Any]:
-    return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in asdict(cfg).items()}
 
 
 # ------------------------------------------------------------------ live accept length

@@ -25,7 +25,7 @@ and the real (confirm) loads and measurements cost, from the results file's reco
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from fastverify.config import weights_label
 from fastverify.speculation.breakeven import breakeven_accept_length, cycle_seconds
@@ -76,13 +76,14 @@ def per_request_rate(row: Mapping[str, Any]) -> float | None:
     rate = row.get("per_request_tokens_per_second_mean")
     if _positive(rate):
         return float(rate)
-    itl = row.get("itl_mean_ms_mean")
-    if not _positive(itl):
-        itl = row.get("itl_p50_ms_mean")
-    return 1000.0 / itl if _positive(itl) else None
+    for key in ("itl_mean_ms_mean", "itl_p50_ms_mean"):
+        itl = row.get(key)
+        if _positive(itl):
+            return 1000.0 / float(itl)
+    return None
 
 
-def _positive(v: Any) -> bool:
+def _positive(v: Any) -> TypeGuard[float]:
     return isinstance(v, int | float) and not isinstance(v, bool) and v > 0
 
 
@@ -142,7 +143,7 @@ def annotate(
         cycle_s = cycle_seconds(dummy_accept or 1.0, per_req)
         r["spec_cycle_ms"] = cycle_s * 1000.0
         b = base.get(r["profile"])
-        b_rate, b_src = None, None
+        b_rate, b_src = None, "no baseline"
         if b is not None:
             b_rate = per_request_rate(b) or b["tokens_per_second_mean"]
             b_src = "trial baseline"

@@ -43,7 +43,8 @@ def run(ctx: Ctx) -> StageResult:
     from fastverify.profiles.store import ProfileStore
 
     wanted = ctx.cfg.profiles
-    rows, rejected = [], []
+    rows: list[dict[str, Any]] = []
+    rejected: list[dict[str, Any]] = []
     for entry, profile, problems in ProfileStore().list_entries():
         if wanted and entry.name not in wanted:
             continue

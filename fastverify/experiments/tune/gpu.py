@@ -26,8 +26,8 @@ def to_json(report: dict[str, Any]) -> str:
 SLOWER = 1.25
 DECODE_MAX_TOKENS = 64
 # the gloo backend (CPU ranks, tests only): a few small sizes and replays
-GLOO_PREFLIGHT = {"tokens": (1, 4, 16), "iters": 5, "warmup": 1, "graph_ops": 0}
-GLOO_REHEARSE = {"steps": 2, "warmup": 1}
+GLOO_PREFLIGHT: dict[str, Any] = {"tokens": (1, 4, 16), "iters": 5, "warmup": 1, "graph_ops": 0}
+GLOO_REHEARSE: dict[str, Any] = {"steps": 2, "warmup": 1}
 NOT_COMPARED = "gloo ranks run no NCCL: speed not compared"
 
 

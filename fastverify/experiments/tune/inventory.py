@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 from fastverify.experiments.tune.context import Ctx, StageResult
 
@@ -115,7 +116,7 @@ def run(ctx: Ctx) -> StageResult:
     if isinstance(versions, dict) and versions.get("torch") and gpus:
         versions["nccl (torch)"] = torch_nccl_version(python)
     topo = report.topology
-    data = {
+    data: dict[str, Any] = {
         "engine": {
             "name": engine.get("name"),
             "simulated": engine.get("simulated"),

@@ -210,7 +210,8 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
     lines: list[str] = []
     inv = data.get("inventory") or {}
     if inv:
-        v = inv.get("versions") if isinstance(inv.get("versions"), dict) else {}
+        versions = inv.get("versions")
+        v: dict[str, Any] = versions if isinstance(versions, dict) else {}
         lines += ["", "### Inventory", ""]
         lines += md_table(
             ("fact", "value"),

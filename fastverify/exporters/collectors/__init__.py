@@ -14,6 +14,7 @@ from fastverify.exporters.collectors.baselines import BaselinesCollector
 from fastverify.exporters.collectors.daemon import DaemonCollector
 from fastverify.exporters.collectors.decode import DecodeCollector
 from fastverify.exporters.collectors.engine import EngineCollector, profile_labels
+from fastverify.exporters.collectors.frontdoor import FrontDoorCollector
 from fastverify.exporters.collectors.inspector import InspectorCollector
 from fastverify.exporters.collectors.logs import LogsCollector
 from fastverify.exporters.collectors.sources import SourcesCollector
@@ -26,6 +27,7 @@ COLLECTORS: dict[str, type[SourceCollector]] = {
     c.SOURCE: c
     for c in (EngineCollector, DecodeCollector, BaselinesCollector, SpeculationCollector,
               TracesCollector, InspectorCollector, DaemonCollector, WeightCacheCollector,
+              FrontDoorCollector,
               ApiAuthCollector, LogsCollector, SourcesCollector)
 }  # fmt: skip
 

@@ -1,5 +1,5 @@
 """The control API's TCP door (only when it is configured): refused attempts by reason and
-the source addresses backing off now."""
+the callers backing off now (a certificate's subject, else an address)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ class BaselinesCollector(SourceCollector):
         if not s["baselines"]:
             return []
         now = s["now"]
-        fams: dict[str, Metric] = {}
+        fams: dict[str, catalog.Family] = {}
         for b in sorted(s["baselines"].values(), key=lambda b: (b.profile, b.concurrency or 0)):
             conc = "unknown" if b.concurrency is None else str(b.concurrency)
             for name, value in (
@@ -28,5 +28,7 @@ class BaselinesCollector(SourceCollector):
                 ("fastverify_baseline_age_seconds", max(0.0, float(int(now - b.measured_at)))),
                 ("fastverify_baseline_timestamp_seconds", b.measured_at),
             ):
-                fams.setdefault(name, catalog.family(name)).add_metric([b.profile, conc], value)
+                if name not in fams:
+                    fams[name] = catalog.family(name)
+                fams[name].add_metric([b.profile, conc], value)
         return fams.values()

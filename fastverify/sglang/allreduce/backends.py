@@ -244,9 +244,9 @@ def dispatch(
             bands.append(SizeBand(CUSTOM, CUSTOM_MAX_BYTES))
     pcie = requested == PCIE_IPC
     if pcie:
-        why = _pcie_ipc_blocked(env, args, flashinfer_pcie_ipc)
-        if why:
-            d.fallbacks.append(why)
+        blocked = _pcie_ipc_blocked(env, args, flashinfer_pcie_ipc)
+        if blocked:
+            d.fallbacks.append(blocked)
             pcie = False
     if pcie and args.enable_symm_mem:
         d.fallbacks.append(
@@ -268,7 +268,8 @@ def dispatch(
         if args.enable_mscclpp:  # asked before PCIe-IPC for the sizes it has tuned
             note += "; MSCCL++ first where it has a tuned config (--enable-mscclpp)"
         max_bytes = d.max_numel * BF16_BYTES if d.max_numel else None
-        if custom_ok and bands and max_bytes is not None and max_bytes <= bands[0].max_bytes:
+        first = bands[0].max_bytes if bands else None
+        if custom_ok and first is not None and max_bytes is not None and max_bytes <= first:
             d.fallbacks.append(
                 "custom all-reduce is asked first and covers every size PCIe-IPC would serve"
             )

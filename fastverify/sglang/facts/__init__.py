@@ -21,7 +21,7 @@ import functools
 import json
 import os
 import re
-from typing import Any
+from typing import Any, cast
 
 # (os.path, not pathlib; a plain class, not a dataclass: fastverifyctl's start-up path
 # imports this module through fastverify.sglang.versions, tests/integration/test_cli_imports.py)
@@ -100,7 +100,8 @@ def release_for(version: str) -> str | None:
 @functools.lru_cache(maxsize=32)
 def _data(release: str) -> dict[str, Any]:
     with open(os.path.join(DATA_DIR, f"{release}.json"), encoding="utf-8") as fh:
-        return json.load(fh)
+        data: dict[str, Any] = json.load(fh)
+        return data
 
 
 class SGLangFacts:
@@ -145,31 +146,31 @@ class SGLangFacts:
 
     @property
     def flags(self) -> dict[str, list[str] | None]:
-        return self.data["flags"]
+        return cast("dict[str, list[str] | None]", self.data["flags"])
 
     @property
     def metrics(self) -> dict[str, list[str]]:
-        return self.data["metrics"]
+        return cast("dict[str, list[str]]", self.data["metrics"])
 
     @property
     def spans(self) -> dict[str, Any]:
-        return self.data["spans"]
+        return cast("dict[str, Any]", self.data["spans"])
 
     @property
     def endpoints(self) -> dict[str, list[str]]:
-        return self.data["endpoints"]
+        return cast("dict[str, list[str]]", self.data["endpoints"])
 
     @property
     def log_formats(self) -> dict[str, list[dict[str, Any]]]:
-        return self.data["log_formats"]
+        return cast("dict[str, list[dict[str, Any]]]", self.data["log_formats"])
 
     @property
     def env(self) -> dict[str, Any]:
-        return self.data["env"]
+        return cast("dict[str, Any]", self.data["env"])
 
     @property
     def features(self) -> dict[str, Any]:
-        return self.data["features"]
+        return cast("dict[str, Any]", self.data["features"])
 
     @property
     def weight_cache(self) -> dict[str, Any] | None:

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +42,28 @@ DUMMY_SHARE = 0.05  # --load-format dummy: random init (the sim server's DUMMY_L
 CONNECTION_TIMEOUT = 30.0  # daemon.py CLIENT_CONNECTION_TIMEOUT
 
 
+@dataclass(frozen=True)
 class Args:
     """What a rank needs, from either command-line style."""
 
-    def __init__(self, **kw: Any) -> None:
-        self.__dict__.update(kw)
+    wc: dict[str, Any]  # the release's weight-cache facts
+    version: str
+    load_seconds: float
+    gpu_id: int | None
+    tp_rank: int | None
+    pp_rank: int
+    dist_init_method: str | None
+    timeout: int
+    force: bool
+    argv: list[str]
+    model_path: str
+    tp_size: int
+    dtype: str
+    quantization: str | None
+    revision: str | None
+    load_format: str
+    base_gpu_id: int
+    gpu_id_step: int
 
 
 def _log(gpu: int | None, tp_rank: int | None, msg: str, level: str = "INFO") -> None:
@@ -74,7 +92,7 @@ def parse(argv: Sequence[str]) -> Args:
         from fastverify.sim import cli_args
 
         s = cli_args.parse([*server_argv, "--sim-sglang-version", sim.sim_sglang_version])
-        values = dict(
+        values: dict[str, Any] = dict(
             model_path=s.model_path,
             tp_size=s.tp_size,
             dtype=s.dtype,
@@ -406,9 +424,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     a = parse(argv)
     try:
-        if a.gpu_id is not None or a.tp_rank is not None:
-            gpu_id = a.gpu_id if a.gpu_id is not None else a.tp_rank
-            tp_rank = a.tp_rank if a.tp_rank is not None else a.gpu_id
+        rank = a.gpu_id if a.gpu_id is not None else a.tp_rank  # one rank: either names it
+        if rank is not None:
+            gpu_id = a.gpu_id if a.gpu_id is not None else rank
+            tp_rank = a.tp_rank if a.tp_rank is not None else rank
             cleanup_stale(a, gpu_id, tp_rank)
             return run_rank(a, gpu_id, tp_rank)
         return launch(a)

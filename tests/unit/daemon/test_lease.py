@@ -15,19 +15,28 @@ from fastverify.daemon.resolve import RequestError
 
 def test_one_lease_its_own_operations_pass_others_get_409_naming_it() -> None:
     book = Leases()
-    lease = book.take("sweep", "2 profile(s) x 3 run(s)", pid=None)
-    book.check(lease["id"], force=False, what="switch to ring-ll")  # its own: passes
+    lease, overrode = book.take("sweep", "2 profile(s) x 3 run(s)", pid=None, holder="uid 0")
+    assert overrode is None
+    assert book.check(lease["id"], False, "switch to ring-ll", "uid 0") is None  # its own
     with pytest.raises(RequestError) as exc:
-        book.check(None, force=False, what="switch to tree-ll")
+        book.check(None, force=False, what="switch to tree-ll", holder="uid 0")
     assert exc.value.status == 409 and exc.value.body["reason"] == "leased"
-    assert "sweep (since" in str(exc.value.body["error"]) and "--force" in exc.value.body["error"]
-    book.check(None, force=True, what="switch to tree-ll")  # forced: passes
+    assert "sweep (uid 0, since" in str(exc.value.body["error"])
+    assert "--force" in exc.value.body["error"] and "id" not in exc.value.body["lease"]
+    # its id from another identity is no better than none
+    with pytest.raises(RequestError):
+        book.check(lease["id"], force=False, what="switch to tree-ll", holder="uid 1001")
+    forced = book.check(None, force=True, what="switch to tree-ll", holder="uid 1001")
+    assert forced is not None and forced["id"] == lease["id"]  # the caller records it
     with pytest.raises(RequestError) as taken:
-        book.take("tune", "", pid=None)
+        book.take("tune", "", pid=None, holder="uid 0")
     assert taken.value.status == 409
-    assert book.release("not-it") is None and book.current() is not None
-    assert book.release(lease["id"])["id"] == lease["id"] and book.current() is None
-    book.check(None, force=False, what="restart")  # nothing held: passes
+    assert book.release("not-it", "uid 0") is None and book.current() is not None
+    with pytest.raises(RequestError) as other:
+        book.release(lease["id"], "uid 1001")
+    assert other.value.status == 403 and book.current() is not None
+    assert book.release(lease["id"], "uid 0")["id"] == lease["id"] and book.current() is None
+    assert book.check(None, force=False, what="restart") is None  # nothing held
 
 
 def test_a_lease_lapses_when_its_holder_process_is_gone() -> None:

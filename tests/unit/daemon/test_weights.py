@@ -144,7 +144,7 @@ def _steps(setting: str, facts: Any, ensured: Failure | None = None) -> WeightSt
 
 
 ARGV = ["py", "-m", "sglang.launch_server", "--model-path", "m"]
-OP = SimpleNamespace(mode="baseline", load_format=None, profile="ring-ll", cache_refused=None)
+OP = SimpleNamespace(mode="baseline", load_format=None, profile="ring-ll", parts={})
 NOT_READY = Failure("weight_cache_unavailable", "the weight cache exited (1): boom")
 
 

@@ -34,9 +34,9 @@ def aic_python() -> str:
 
 def export(tmp: Path, aic: str, path: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "fastverify.experiments.aiconfigurator", "export",
+        [sys.executable, "-m", "fastverify.ctl", "aiconfigurator", "export",
          str(RESULTS / f"preflight-h200x2-2gpu-{path}.json"), "--name", f"h200x2_{path}",
-         "--out", str(tmp / "systems"), "--python", aic],
+         "--out", str(tmp / "systems"), "--python", aic, "--json"],
         capture_output=True, text=True, check=False, cwd=ROOT, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -48,7 +48,7 @@ def aic(tmp: Path, aic_python: str, request: dict) -> dict:
     req.write_text(json.dumps({"systems_paths": [str(tmp / "systems"), "default"], **request}))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [aic_python, "-m", "fastverify.experiments.aiconfigurator.compare", str(req)],
+        [aic_python, str(ROOT / "benchmarks" / "aiconfigurator_compare.py"), str(req)],
         capture_output=True, text=True, env=env, check=False, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -84,3 +84,19 @@ def test_aiconfigurator_reads_the_export_and_its_search_runs(
         nvlink, p2poff, exported)  # fmt: skip
     assert out["search"]["top"], "AIConfigurator's search scored no configuration"
     assert all("sglang" in row for row in out["search"]["top"])
+
+
+def test_the_command_refuses_what_is_no_preflight_report_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    bad = tmp_path / "bench.json"
+    bad.write_text(json.dumps({"tokens_per_second": 80.0}))
+    out = tmp_path / "systems"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fastverify.ctl", "aiconfigurator", "export", str(bad),
+         "--name", "myhost", "--out", str(out), "--python", sys.executable],
+        capture_output=True, text=True, check=False, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{bad}: not a preflight report" in proc.stderr, proc.stderr
+    assert not out.exists()

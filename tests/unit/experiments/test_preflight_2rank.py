@@ -13,7 +13,7 @@ import pytest
 from fastverify.experiments.preflight import merge as pf_merge
 from fastverify.experiments.preflight import run as preflight
 from fastverify.experiments.preflight.worker import scaled
-from fastverify.exporters import logparse
+from fastverify.sglang import loglines
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "nccl-2.28.9-h200x2-2rank"
 DECODE = (14336, 28672, 43008, 57344, 114688, 229376, 458752, 917504)
@@ -93,7 +93,7 @@ def test_set_by_environment_variables(path: str, name: str, want: dict) -> None:
 
 def test_log_parser_reads_the_same_lines_with_their_device() -> None:
     text = log("p2p-off", "default-nop2p", 0)
-    records = list(logparse.iter_records(text.splitlines()))
+    records = list(loglines.iter_records(text.splitlines()))
     tuning = [r for r in records if r["kind"] == "nccl_tuning"]
     assert len(tuning) == text.count(" Bytes -> Algo ")  # one record per TUNING line
     assert {r["device"] for r in tuning} == {0}
@@ -104,7 +104,7 @@ def test_log_parser_reads_the_same_lines_with_their_device() -> None:
     assert env == {"NCCL_NVLS_ENABLE": "0", "NCCL_P2P_DISABLE": "1"}
     versions = {r["version"] for r in records if r["kind"] == "nccl_version"}
     assert versions == {"2.28.9+cuda13.0"}
-    rank1 = list(logparse.iter_records(log("p2p-off", "default-nop2p", 1).splitlines()))
+    rank1 = list(loglines.iter_records(log("p2p-off", "default-nop2p", 1).splitlines()))
     assert not [r for r in rank1 if r["kind"] == "nccl_tuning"]
     assert {r["device"] for r in rank1 if r["kind"] == "nccl_env"} == {1}
 

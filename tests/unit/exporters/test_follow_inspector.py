@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.exporters.follow import FileFollower
 from fastverify.exporters.hub import MetricsHub
 from fastverify.exporters.inspector import InspectorFollower, parse_records, summarize
+from fastverify.follow import FileFollower
 
 
 def test_follow_partial_lines_rotation_and_truncation(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fastverify import api_models
-from fastverify.daemon.api_checks import MIRRORS, validate_body
+from fastverify.daemon.api_requests import MIRRORS, validate_body
 from fastverify.daemon.resolve import RequestError
 
 

@@ -1,5 +1,5 @@
-"""The value checks of configuration keys: each says what is wrong with a raw TOML/JSON value
-and what would be right (`... (expected ...)`), and what it accepts, for the reference."""
+"""The validators of configuration keys' values: each says what is wrong with a raw TOML/JSON
+value and what would be right (`... (expected ...)`), and what it accepts, for the reference."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def show(value: Any) -> str:
 
 
 @dataclass(frozen=True)
-class Check:
-    """`check(value)`: what is wrong (with `expected ...`), or None. `accepts` is what the
+class Validator:
+    """`validator(value)`: what is wrong (with `expected ...`), or None. `accepts` is what the
     reference prints; `choices` the closed set of values, where there is one."""
 
     accepts: str
@@ -42,7 +42,7 @@ def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def number(lo: float, *, lo_open: bool = False, what: str = "seconds") -> Check:
+def number(lo: float, *, lo_open: bool = False, what: str = "seconds") -> Validator:
     bound = f"> {lo:g}" if lo_open else f">= {lo:g}"
     expected = f"a number of {what} {bound}"
 
@@ -53,10 +53,10 @@ def number(lo: float, *, lo_open: bool = False, what: str = "seconds") -> Check:
             return f"{show(value)} is out of range (expected {expected})"
         return None
 
-    return Check(f"number {bound}", problem)
+    return Validator(f"number {bound}", problem)
 
 
-def integer(lo: int, hi: int | None = None) -> Check:
+def integer(lo: int, hi: int | None = None) -> Validator:
     expected = f"an integer in {lo}..{hi}" if hi is not None else f"an integer >= {lo}"
 
     def problem(value: Any) -> str | None:
@@ -66,19 +66,19 @@ def integer(lo: int, hi: int | None = None) -> Check:
             return f"{value} is out of range (expected {expected})"
         return None
 
-    return Check(expected.removeprefix("an "), problem)
+    return Validator(expected.removeprefix("an "), problem)
 
 
-def choice(choices: tuple[str, ...]) -> Check:
+def choice(choices: tuple[str, ...]) -> Validator:
     def problem(value: Any) -> str | None:
         if not isinstance(value, str) or value not in choices:
             return f"{show(value)} is not allowed (expected one of {', '.join(choices)})"
         return None
 
-    return Check("one of " + ", ".join(f'"{c}"' for c in choices), problem, choices)
+    return Validator("one of " + ", ".join(f'"{c}"' for c in choices), problem, choices)
 
 
-def string(*, nonempty: bool = False, what: str = "a string") -> Check:
+def string(*, nonempty: bool = False, what: str = "a string") -> Validator:
     def problem(value: Any) -> str | None:
         if not isinstance(value, str):
             return f"{show(value)} is not a string (expected {what})"
@@ -86,17 +86,17 @@ def string(*, nonempty: bool = False, what: str = "a string") -> Check:
             return f"empty (expected {what})"
         return None
 
-    return Check(what.removeprefix("a ").removeprefix("an "), problem)
+    return Validator(what.removeprefix("a ").removeprefix("an "), problem)
 
 
 def _boolean(value: Any) -> str | None:
     return None if isinstance(value, bool) else f"{show(value)} (expected true or false)"
 
 
-boolean = Check("true or false", _boolean)
+boolean = Validator("true or false", _boolean)
 
 
-def listen(*, lowest_port: int) -> Check:
+def listen(*, lowest_port: int) -> Validator:
     expected = f'"HOST:PORT" with PORT in {lowest_port}..65535, or "" for off'
 
     def problem(value: Any) -> str | None:
@@ -110,13 +110,13 @@ def listen(*, lowest_port: int) -> Check:
             return f"{show(value)} is not a listen address (expected {expected})"
         return None
 
-    return Check(expected, problem)
+    return Validator(expected, problem)
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def str_list(item: Check | None = None, what: str = "a list of strings") -> Check:
+def str_list(item: Validator | None = None, what: str = "a list of strings") -> Validator:
     def problem(value: Any) -> str | None:
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
             return f"{show(value)} (expected {what})"
@@ -125,7 +125,7 @@ def str_list(item: Check | None = None, what: str = "a list of strings") -> Chec
                 return why
         return None
 
-    return Check(what.removeprefix("a "), problem)
+    return Validator(what.removeprefix("a "), problem)
 
 
 def _passthrough_name(name: str) -> str | None:
@@ -140,7 +140,7 @@ def _passthrough_name(name: str) -> str | None:
 
 
 passthrough_names = str_list(
-    Check("a variable name, not NCCL_*", _passthrough_name), "a list of variable names"
+    Validator("a variable name, not NCCL_*", _passthrough_name), "a list of variable names"
 )
 
 
@@ -162,7 +162,7 @@ def _env_table(value: Any) -> str | None:
     return None
 
 
-env_table = Check("NAME = string, no NCCL_* names", _env_table)
+env_table = Validator("NAME = string, no NCCL_* names", _env_table)
 
 
 def _backoff(value: Any) -> str | None:
@@ -178,7 +178,7 @@ def _backoff(value: Any) -> str | None:
     return None
 
 
-backoff = Check("[initial, max] seconds, 0 < initial <= max", _backoff)
+backoff = Validator("[initial, max] seconds, 0 < initial <= max", _backoff)
 
 
 def _profile_name(value: Any) -> str | None:
@@ -190,4 +190,4 @@ def _profile_name(value: Any) -> str | None:
     return f"{why} (expected a profile name such as nccl-default)" if why else None
 
 
-profile_name = Check("profile name", _profile_name)
+profile_name = Validator("profile name", _profile_name)

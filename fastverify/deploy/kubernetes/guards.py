@@ -1,7 +1,8 @@
-"""What a Kubernetes render refuses before it writes anything, and what it tells the
-operator about its output: the options (names, quantities, paths), the objects too large
-for client-side `kubectl apply`, what the model volume must hold and what the cluster must
-have. RenderError says what is wrong and what would be right."""
+"""The Kubernetes render's guards: what it refuses before it writes anything
+(`validate_options`: names, quantities, paths), and what it tells the operator about its
+output: the objects too large for client-side `kubectl apply`, what the model volume must
+hold and what the cluster must have. RenderError says what is wrong and what would be
+right."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ CLIENT_APPLY_LIMIT = 256 * 1024
 CONFIGMAP_LIMIT = 1024 * 1024  # bytes of data one ConfigMap may hold (etcd's object limit)
 
 
-def check_options(options: KubeOptions) -> None:
+def validate_options(options: KubeOptions) -> None:
     if not NAME_RE.fullmatch(options.name) or len(options.name) > 40:
         raise RenderError(
             f"--name {options.name!r}: expected a DNS label of at most 40 characters "
@@ -75,11 +76,14 @@ def check_options(options: KubeOptions) -> None:
         raise RenderError(
             f"--model-host-path {options.model_host_path!r}: expected an absolute path"
         )
-    for flag, value in (("--model-pvc", options.model_pvc), ("--cache-pvc", options.cache_pvc),
-                        ("--hf-token-secret", options.hf_token_secret),
-                        ("--web-config-secret", options.web_config_secret)):  # fmt: skip
-        if value is not None and not NAME_RE.fullmatch(value):
-            raise RenderError(f"{flag} {value!r}: expected the name of an object (a DNS label)")
+    names: tuple[tuple[str, str | None], ...] = (
+        ("--model-pvc", options.model_pvc), ("--cache-pvc", options.cache_pvc),
+        ("--hf-token-secret", options.hf_token_secret),
+        ("--web-config-secret", options.web_config_secret),
+    )  # fmt: skip
+    for flag, named in names:
+        if named is not None and not NAME_RE.fullmatch(named):
+            raise RenderError(f"{flag} {named!r}: expected the name of an object (a DNS label)")
 
 
 def in_models(flag: str, value: str | None) -> str | None:

@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Self
 
 log = logging.getLogger("fastverify.follow")
 
@@ -151,7 +151,7 @@ class Tail:
             target=self._run, name=f"tail-{Path(path).name}", daemon=True
         )
 
-    def start(self) -> Tail:
+    def start(self) -> Self:
         self._thread.start()
         return self
 

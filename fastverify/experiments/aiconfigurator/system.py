@@ -1,31 +1,29 @@
 """Feed AIConfigurator this host: a preflight report becomes a custom system in its database
 layout (fastverify.experiments.aiconfigurator.export), written by AIConfigurator's own
-venv (it needs pandas/pyarrow; scripts/aiconfigurator-venv.sh makes one).
+venv (it needs pandas/pyarrow; scripts/aiconfigurator-venv.sh makes one). The command:
 
-    python -m fastverify.experiments.aiconfigurator export PREFLIGHT.json --name NAME \\
-        --out SYSTEMS_DIR [--base-system h200_sxm] [--profile nccl-default] --python AIC_PYTHON
+    fastverifyctl aiconfigurator export PREFLIGHT.json --name NAME --out SYSTEMS_DIR \\
+        [--base-system h200_sxm] [--profile nccl-default] --python AIC_PYTHON
     aiconfigurator cli estimate --systems-paths SYSTEMS_DIR,default --system NAME ...
-
-Exit 0 written (what was written on stdout as JSON), 2 bad input (file:what), 1 the
-export failed in AIConfigurator's venv (its message).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from fastverify.experiments.aiconfigurator.export import spec_from_preflight
 
 REPO = Path(__file__).resolve().parents[3]
 
 
-def export(report_path: Path, name: str, out: Path, python: str, base: str, profile: str) -> dict:
+def export(
+    report_path: Path, name: str, out: Path, python: str, base: str, profile: str
+) -> dict[str, Any]:
     """Write system NAME under `out` from the preflight report; returns what was written.
     Raises ValueError (bad report or name) and RuntimeError (the venv's export failed)."""
     if not name.replace("_", "").isalnum():
@@ -54,31 +52,3 @@ def export(report_path: Path, name: str, out: Path, python: str, base: str, prof
         last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise RuntimeError(f"the export in {python} failed: {last}")
     return json.loads(proc.stdout)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fastverify.experiments.aiconfigurator")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    e = sub.add_parser("export", help="a preflight report -> an AIConfigurator system")
-    e.add_argument("preflight", type=Path)
-    e.add_argument("--name", required=True)
-    e.add_argument("--out", required=True, type=Path, help="the systems directory to write")
-    e.add_argument("--base-system", default="h200_sxm", help="the SKU whose GPU this is")
-    e.add_argument("--profile", default="nccl-default")
-    e.add_argument("--python", required=True, help="AIConfigurator's venv python")
-    args = p.parse_args(argv)
-    try:
-        out = export(args.preflight, args.name, args.out, args.python, args.base_system,
-                     args.profile)  # fmt: skip
-    except ValueError as exc:
-        print(f"aiconfigurator export: {exc}", file=sys.stderr)
-        return 2
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-        print(f"aiconfigurator export: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps(out, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

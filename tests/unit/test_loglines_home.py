@@ -1,8 +1,9 @@
-"""NCCL's own log lines have one parser, `fastverify.nccl.loglines`: no other module (the sim
-engine excepted: it writes NCCL's lines, it does not read them) holds a pattern or a marker
-of those lines where text is matched — a `re` call, an `in` test, `str.find`/`startswith`/...,
-or a name bound to such text and used that way. Read with `ast`, so docstrings, comments and
-messages to people may still say "NCCL INFO"."""
+"""Each kind of log line has one parser: NCCL's own lines `fastverify.nccl.loglines`,
+SGLang's `fastverify.sglang.loglines`. No other module (the sim engine excepted: it writes
+those lines, it does not read them) holds a pattern or a marker of those lines where text is
+matched — a `re` call, an `in` test, `str.find`/`startswith`/..., or a name bound to such
+text and used that way. Read with `ast`, so docstrings, comments and messages to people may
+still say "NCCL INFO" or "Decode batch"."""
 
 from __future__ import annotations
 
@@ -11,12 +12,18 @@ import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "fastverify"
-ALLOWED = ("nccl", "sim")  # under fastverify/
 
 # Text that only NCCL's own output has (NCCL 2.28.9 lines in tests/fixtures/)
 MARKERS = re.compile(
     r"NCCL \(?(INFO|WARN)|set by environment to|Bytes -> Algo|TUNER/Plugin|external tuner plugin"
     r"|ncclCommInitRank|NCCL version|NCCL error|fastverify tuner: ",
+    re.I,
+)
+# Text that only SGLang's own lines have (SGLang 0.5.17 lines in tests/fixtures/)
+SGLANG_MARKERS = re.compile(
+    r"fired up and ready to roll|Decode batch|Prefill batch|checkpoint shards"
+    r"|Load weight (begin|end)|Capture cuda graph|Capturing (batches|num tokens)"
+    r"|Engine startup timings|for prefill runner",
     re.I,
 )
 _RE_FUNCS = {"compile", "search", "match", "fullmatch", "findall", "finditer", "sub", "split"}
@@ -26,20 +33,20 @@ _STR_METHODS = {
 }  # fmt: skip
 
 
-def _marker_text(node: ast.AST) -> str | None:
+def _marker_text(node: ast.AST, markers: re.Pattern[str]) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value if MARKERS.search(node.value) else None
+        return node.value if markers.search(node.value) else None
     if isinstance(node, ast.JoinedStr):
         parts = "".join(v.value for v in node.values if isinstance(v, ast.Constant))
-        return parts if MARKERS.search(parts) else None
+        return parts if markers.search(parts) else None
     if isinstance(node, ast.BinOp):  # "..." "..." implicit concatenation is one Constant
-        left, right = _marker_text(node.left), _marker_text(node.right)
+        left, right = _marker_text(node.left, markers), _marker_text(node.right, markers)
         return left or right
     return None
 
 
-def offences(source: str, filename: str = "<src>") -> list[str]:
-    """`file:line: text` for every NCCL-line pattern used to match text in `source`."""
+def offences(source: str, filename: str = "<src>", markers: re.Pattern[str] = MARKERS) -> list[str]:
+    """`file:line: text` for every line pattern (`markers`) used to match text in `source`."""
     tree = ast.parse(source, filename)
     # names bound to marker text (or to re.compile(marker text))
     bound: dict[str, str] = {}
@@ -48,7 +55,7 @@ def offences(source: str, filename: str = "<src>") -> list[str]:
             value = node.value
             if isinstance(value, ast.Call) and value.args:
                 value = value.args[0]
-            text = _marker_text(value)
+            text = _marker_text(value, markers)
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
                 if text and isinstance(t, ast.Name):
@@ -57,7 +64,7 @@ def offences(source: str, filename: str = "<src>") -> list[str]:
     def text_of(node: ast.AST) -> str | None:
         if isinstance(node, ast.Name):
             return bound.get(node.id)
-        return _marker_text(node)
+        return _marker_text(node, markers)
 
     found: list[str] = []
     for node in ast.walk(tree):
@@ -101,23 +108,36 @@ def test_the_check_catches_a_second_parser_and_spares_messages() -> None:
     assert offences(messages) == []
 
 
-def test_no_module_outside_fastverify_nccl_parses_nccl_lines() -> None:
+def outside(home: str, markers: re.Pattern[str]) -> list[str]:
+    """Offences in every module but `home`'s and the sim's (it writes the lines)."""
     checked = 0
     found: list[str] = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
-        if rel.startswith(tuple(a + "/" for a in ALLOWED)):
+        if rel.startswith((f"{home}/", "sim/")):
             continue
         checked += 1
-        found += offences(path.read_text(encoding="utf-8"), f"fastverify/{rel}")
+        found += offences(path.read_text(encoding="utf-8"), f"fastverify/{rel}", markers)
     assert checked > 100
+    return found
+
+
+def test_no_module_outside_fastverify_nccl_parses_nccl_lines() -> None:
+    found = outside("nccl", MARKERS)
     assert found == [], "NCCL's lines are parsed outside fastverify/nccl/:\n" + "\n".join(found)
 
 
-def test_the_one_parser_holds_the_patterns() -> None:
-    """The check reads the real parser as offending: it would see a copy elsewhere."""
-    source = (PACKAGE / "nccl" / "loglines.py").read_text(encoding="utf-8")
-    assert len(offences(source)) >= 5
+def test_no_module_outside_fastverify_sglang_parses_sglang_lines() -> None:
+    found = outside("sglang", SGLANG_MARKERS)
+    assert found == [], "SGLang's lines are parsed outside fastverify/sglang/:\n" + "\n".join(found)
+
+
+def test_the_one_parsers_hold_the_patterns() -> None:
+    """The check reads the real parsers as offending: it would see a copy elsewhere."""
+    nccl = (PACKAGE / "nccl" / "loglines.py").read_text(encoding="utf-8")
+    assert len(offences(nccl)) >= 5
+    sglang = (PACKAGE / "sglang" / "loglines.py").read_text(encoding="utf-8")
+    assert len(offences(sglang, markers=SGLANG_MARKERS)) >= 5
 
 
 def test_the_one_parser_reads_the_tuner_lines_of_real_nccl_output() -> None:

@@ -3,7 +3,7 @@ decode step (static generation: one batch, one new token per sequence, the given
 and its configuration search, run in AIConfigurator's venv through its Python API
 (`aiconfigurator.cli.api.cli_estimate`, the `aiconfigurator cli estimate` code path).
 
-    python -m fastverify.experiments.aiconfigurator.compare REQUEST.json
+    AIC_PYTHON benchmarks/aiconfigurator_compare.py REQUEST.json
 
 REQUEST: {"systems_paths": [DIR, "default"], "estimates": [{system, model, tp_size,
 moe_tp_size, batch_size, isl, backend}], "search": {system, model, total_gpus, isl, osl}};

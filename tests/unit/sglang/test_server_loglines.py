@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.exporters.logparse import iter_records, parse_line
+from fastverify.sglang.loglines import iter_records, parse_line
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "nccl-2.28.9-h200-1rank"
 

@@ -1,7 +1,7 @@
-"""The control API's request checks, derived from fastverify.api_models: a JSON body against
-its endpoint's fields (`validate_body`: 400/422 saying what is wrong and what to send
-instead), a query string against its parameters (`parse_query`), and the options of an
-operation with the defaults the models declare (`options`)."""
+"""The control API's requests, read and validated as fastverify.api_models declares them: a
+JSON body against its endpoint's fields (`validate_body`: 400/422 saying what is wrong and
+what to send instead), a query string against its parameters (`parse_query`), and the
+options of an operation with the defaults the models declare (`options`)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def _check_value(f: m.Field, value: Any) -> None:
         raise RequestError(422, f"field {f.name!r} must be a finite number, got {value}")
     if f.required and isinstance(value, str) and not value.strip():
         raise RequestError(422, f"field {f.name!r} is empty")
-    if f.minimum is not None and value < f.minimum:
+    if f.minimum is not None and isinstance(value, int | float) and value < f.minimum:
         why = f" ({f.why})" if f.why else ""
         raise RequestError(422, f"field {f.name!r} must be >= {f.minimum:g}{why}")
 
@@ -89,6 +89,15 @@ def parse_query(ep: m.Endpoint, query: dict[str, str]) -> dict[str, Any]:
                 raise RequestError(
                     400, f"query parameter {f.name}={raw!r} must be an integer"
                 ) from None
+        elif f.kind == "number":
+            try:
+                out[f.name] = float(raw)
+            except ValueError:
+                raise RequestError(
+                    400, f"query parameter {f.name}={raw!r} must be a number"
+                ) from None
+            if not math.isfinite(out[f.name]):
+                raise RequestError(400, f"query parameter {f.name}={raw!r} must be finite")
         else:
             out[f.name] = raw
     return out

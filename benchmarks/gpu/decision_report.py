@@ -1,0 +1,151 @@
+"""The figures of a `spec_sglang.py` run beside their goals: what the plan's serving model
+predicts (fastverify.speculation.plan, from the run's own cost file and SGLang's histogram under
+its forced accept length) against what SGLang served, per concurrency and prompt length.
+
+    python benchmarks/gpu/decision_report.py RAW_DIR [--out benchmarks/results/FILE.json]
+
+RAW_DIR holds the run's raw outputs (spec-costs-8b.json, bench-MODE-cC-inN.json,
+accept-histogram-forced-3.json): one call's raw tarball unpacked. Modes compared: baseline (a
+baseline server) and fixed3 (EAGLE-3 at 3 steps, the plan's "eagle" prediction), and, when the
+run served them, adaptive3 (the plan served at the planned acceptance) and adaptive2 (the same
+config at the lower forced acceptance, against baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from fastverify.speculation import costs as spec_costs  # noqa: E402
+from fastverify.speculation import plan as spec_plan  # noqa: E402
+from fastverify.speculation import serving  # noqa: E402
+from fastverify.speculation.acceptance import Acceptance  # noqa: E402
+
+PREDICTED_MODE = {"baseline": "baseline", "fixed3": "eagle", "adaptive3": "adaptive"}
+GOAL_PREDICTION = 0.05  # served within 5% of the prediction
+GOAL_VS_BASELINE = 0.97  # adaptive at the lower acceptance >= 0.97x baseline
+OUTPUT_LEN = 128
+
+
+def benches(raw: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
+    out = {}
+    for p in raw.glob("bench-*-c*-in*.json"):
+        m = re.fullmatch(r"bench-(\w+)-c(\d+)-in(\d+)\.json", p.name)
+        if m:
+            out[(m[1], int(m[2]), int(m[3]))] = json.loads(p.read_text())
+    return out
+
+
+def _costs(raw: Path, got: dict) -> tuple[spec_costs.Costs, str | None]:
+    """The run's cost file; when its spec costs measured one prefill point per mode (before
+    it measured two), the baseline's second from the run's one-client bench of the longer
+    prompt."""
+    data = json.loads((raw / "spec-costs-8b.json").read_text())
+    base = data.get("prefill_ms", {}).get("baseline") or {}
+    longest = max((n for (m, c, n) in got if m == "baseline" and c == 1), default=None)
+    note = None
+    if len(base) == 1 and longest and str(longest) not in base:
+        b = got[("baseline", 1, longest)]
+        base[str(longest)] = b["ttft_ms"]["p50"]
+        note = f"baseline prefill at {longest} tokens from bench-baseline-c1-in{longest}.json"
+    tmp = Path(tempfile.mkdtemp()) / "costs.json"
+    tmp.write_text(json.dumps(data))
+    return spec_costs.from_file(tmp), note
+
+
+def report(raw: Path) -> dict[str, Any]:
+    hist = json.loads((raw / "accept-histogram-forced-3.json").read_text())
+    acc = Acceptance.from_requests([hist["histogram"]], int(hist["steps"]))
+    got = benches(raw)
+    costs, _second_point = _costs(raw, got)
+    prompts = sorted({n for (_m, _c, n) in got})
+    cs = sorted({c for (_m, c, _n) in got})
+    rows, plans = [], {}
+    for n in prompts:
+        p = spec_plan.make_plan(acc, costs, workload=serving.Workload(n, OUTPUT_LEN),
+                                concurrencies=cs)  # fmt: skip
+        d = p.to_dict()
+        plans[n] = {"adaptive_config": d["adaptive_config"], "why": d["why"]}
+        for (mode, c, nn), b in sorted(got.items()):
+            if nn != n or mode not in PREDICTED_MODE:
+                continue
+            pred = d["predictions"][str(c)][PREDICTED_MODE[mode]]["tokens_per_second"]
+            served = b["output_tokens_per_second"]
+            rows.append({"mode": mode, "concurrency": c, "input_len": n,
+                         "predicted_tok_s": round(pred, 1), "served_tok_s": round(served, 1),
+                         "served_over_predicted": round(served / pred, 4),
+                         "within_goal": abs(served / pred - 1) <= GOAL_PREDICTION,
+                         "accept_length": b.get("accept_length")})  # fmt: skip
+    between = []
+    for c in cs:
+        base = got.get(("baseline", c, 128))
+        fixed = {m: got[(m, c, 128)] for m in ("fixed1", "fixed2", "fixed3") if (m, c, 128) in got}
+        ada = got.get(("adaptive3", c, 128))
+        if base and fixed:
+            best = max([("baseline", base), *fixed.items()],
+                       key=lambda kv: kv[1]["output_tokens_per_second"])  # fmt: skip
+            between.append({"concurrency": c, "best_fixed": best[0],
+                            "best_fixed_tok_s": round(best[1]["output_tokens_per_second"], 1),
+                            "fixed_measured": sorted(fixed),
+                            "adaptive_tok_s": ada and round(ada["output_tokens_per_second"], 1),
+                            "goal": "adaptive >= 0.97x the better fixed mode"})  # fmt: skip
+    lower = []
+    for c in cs:
+        a2, base = got.get(("adaptive2", c, 128)), got.get(("baseline", c, 128))
+        if a2 and base:
+            r = a2["output_tokens_per_second"] / base["output_tokens_per_second"]
+            lower.append({"concurrency": c, "ratio_to_baseline": round(r, 4),
+                          "within_goal": r >= GOAL_VS_BASELINE})  # fmt: skip
+    ratios = [r["served_over_predicted"] for r in rows]
+    return {
+        "kind": "decision-tools-real-sglang",
+        "label": "SGLang 0.5.17, TP 1, one H100, dummy weights, accept length forced by SGLang",
+        "costs": {
+            "source": json.loads((raw / "spec-costs-8b.json").read_text()).get("source"),
+            "baseline_ms": costs.to_dict().get("baseline_ms")
+            if hasattr(costs, "to_dict")
+            else None,
+        },
+        "forced_accept_histogram": hist,
+        "plans": plans,
+        "prediction_vs_served": rows,
+        "prediction_goal": f"served within {GOAL_PREDICTION:.0%} of the prediction",
+        "prediction_summary": {
+            "n": len(rows),
+            "within_goal": sum(r["within_goal"] for r in rows),
+            "min_ratio": min(ratios, default=None),
+            "max_ratio": max(ratios, default=None),
+        },
+        "between_keys": between,
+        "lower_acceptance": lower,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("raw")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    rep = report(Path(a.raw))
+    text = json.dumps(rep, indent=1) + "\n"
+    if a.out:
+        Path(a.out).write_text(text)
+    for r in rep["prediction_vs_served"]:
+        off = "" if r["within_goal"] else "  OFF"
+        print(f"{r['mode']:>9} c={r['concurrency']:>2} in={r['input_len']:>4}: predicted "
+              f"{r['predicted_tok_s']:8.1f}  served {r['served_tok_s']:8.1f}  "
+              f"x{r['served_over_predicted']:.3f}{off}")  # fmt: skip
+    print(json.dumps(rep["prediction_summary"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

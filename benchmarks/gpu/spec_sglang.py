@@ -1,0 +1,304 @@
+"""The decision tools against a real SGLang server: `spec costs`, the plan served under SGLang's
+own forced acceptance, and the steps-0 pass, on a Llama-3.1-8B-shaped model with an EAGLE-3
+head of its shape (dummy weights: config files only, no checkpoint to write or read).
+
+    bash benchmarks/gpu/real_sglang.sh spec8b [--steps a,b] [--journal FILE]
+    python benchmarks/gpu/spec_sglang.py --engine sim --work DIR      # the same steps on the sim
+
+SGLang 0.5.17 forces its accept length with SGLANG_SIMULATE_ACC_LEN=L and
+SGLANG_SIMULATE_ACC_METHOD=match-expected (srt/speculative/spec_utils.py
+`generate_simulated_accept_index`: every verify of a batch accepts floor(L) or ceil(L) tokens,
+the bonus included, capped at steps + 1); its controller, histograms, /metrics and timings stay
+the real engine's. The steps, in order (each `not run` when the call's time is short; a later
+call runs the rest with --steps):
+
+- costs8b: `spec costs` at steps 0..3 x batch 1..32 with a journal (--journal, kept across
+  calls: a call cut short is resumed by the next, and says so);
+- accept_fixed3: EAGLE-3 at 3 steps, forced 3.0: SGLang's histogram (the plan's acceptance)
+  and the fixed 3-step mode at the concurrencies between the plan's tier keys;
+- plan_served: the plan from those costs and that histogram (fastverify.speculation.plan, as
+  `spec plan` makes it), served in mode adaptive at forced 3.0: c = 1..32 at two prompt
+  lengths beside the prediction, and c = 3, 6, 12, 24;
+- lower_accept: the same config with the engine forced to 2.0;
+- baseline_c: the baseline server at every c above;
+- fixed_k12: EAGLE-3 at 1 and 2 steps (forced 3.0) between the tier keys;
+- steps0_skip: the steps-0 pass again with SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1.
+
+benchmarks/gpu/decision_report.py turns the results files into the figures with their goals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import real_sglang as rs  # noqa: E402
+
+from tests.support.harness import _scrubbed_env  # noqa: E402
+
+PACK = REPO / "benchmarks" / "gpu" / "sglang_pack"
+FORCE = "SGLANG_SIMULATE_ACC_LEN"
+FORCE_METHOD = {"SGLANG_SIMULATE_ACC_METHOD": "match-expected"}
+SKIP_ZERO = "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND"
+PLANNED_ACCEPT = 3.0
+LOWER_ACCEPT = 2.0
+BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+BETWEEN_KEYS = (3, 6, 12, 24)
+PROMPTS = (128, 1024)
+OUTPUT_LEN = 128
+WINDOW_S = 8
+COSTS_ARGS = ["--max-steps", "3", "--batch-sizes", ",".join(map(str, BATCH_SIZES)), "-d", "5",
+              "--input-len", "128", "--output-len", str(OUTPUT_LEN), "--warmup", "1",
+              "--no-traces"]  # fmt: skip
+RESTORE_S = 100  # a Ctrl-C'd spec costs puts the engine back: one start and its verification
+
+
+class SpecRun(rs.Run):
+    # ------------------------------------------------------------------ helpers
+    def forced(self, length: float | None, **more: str) -> dict[str, str]:
+        env = dict(more)
+        if length is not None:
+            env.update({FORCE: f"{length:g}", **FORCE_METHOD})
+        return env
+
+    def serve(self, mode: str, env: dict[str, str], **server: Any) -> dict[str, Any]:
+        """Reconfigure (server.env and keys) and (re)start the engine in `mode`; the switch's
+        wall time and result."""
+        self.reconfigure(env=env, **server)
+        t = time.monotonic()
+        rc, out, err = self.ctl("mode", "set", mode, "--json")
+        if rc == 0 and isinstance(out, dict) and out.get("result") == "unchanged":
+            rc, out, err = self.ctl("restart", "--json")
+        wall = round(time.monotonic() - t, 1)
+        rs.check(rc == 0, f"{mode} with {env} exit {rc}: {err[-800:]}", result=rs._trim(out))
+        st = self.status()
+        rs.check(st["mode"] == mode and st["state"] == "READY", f"serving {st['mode']}")
+        return {"switch_wall_s": wall, "engine_env_forced": env.get(FORCE)}
+
+    def bench(self, tag: str, c: int, input_len: int = 128) -> dict[str, Any]:
+        rc, out, err = self.ctl(
+            "bench", "-c", str(c), "-d", str(WINDOW_S), "--input-len", str(input_len),
+            "--output-len", str(OUTPUT_LEN), "--warmup", "1", "--json", timeout=300,
+        )  # fmt: skip
+        self.dump(f"bench-{tag}-c{c}-in{input_len}.json", out)
+        rs.check(rc == 0 and isinstance(out, dict), f"bench {tag} c={c} exit {rc}: {err[-600:]}")
+        return rs._bench_summary(out)
+
+    def sweep(self, tag: str, cs: tuple[int, ...], prompts: tuple[int, ...] = (128,)) -> dict:
+        return {f"c{c}-in{n}": self.bench(tag, c, n) for n in prompts for c in cs}
+
+    # ------------------------------------------------------------------ the steps
+    def s_costs8b(self) -> dict[str, Any]:
+        journal = Path(self.args.journal or self.work / "spec-costs-8b.journal.jsonl")
+        costs = self.work / "spec-costs-8b.json"
+        resume = journal.exists() and journal.stat().st_size > 0
+        args = [*COSTS_ARGS, "--journal", str(journal), "--output", str(costs), "--json"]
+        if resume:
+            args.append("--resume")
+        err_path = self.raw / "spec-costs-8b-stderr.txt"
+        env = {**_scrubbed_env(), "PYTHONPATH": str(REPO)}
+        with open(err_path, "a") as err_f:  # progress, kept also when the call is cut
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "fastverify.ctl", "--socket", str(self.daemon.socket),
+                 "spec", "costs", *args],
+                stdout=subprocess.DEVNULL, stderr=err_f, text=True, env=env,
+            )  # fmt: skip
+            cut = False
+            try:
+                proc.communicate(timeout=max(30.0, self.left() - RESTORE_S))
+            except subprocess.TimeoutExpired:
+                cut = True  # Ctrl-C: the engine is put back, the journal keeps every window
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.communicate(timeout=RESTORE_S + 60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.communicate()
+        shutil_copy(journal, self.raw / journal.name)
+        windows = sum('"record":"window"' in ln for ln in journal.read_text().splitlines())
+        ev: dict[str, Any] = {"exit": proc.returncode, "resumed": resume, "cut_at_budget": cut,
+                              "journal_windows": windows, "journal": str(journal)}  # fmt: skip
+        if costs.exists() and proc.returncode == 0:
+            shutil_copy(costs, self.raw / costs.name)
+            report = json.loads(costs.read_text())
+            ev.update({k: report.get(k) for k in ("baseline_ms", "cycle_ms", "prefill_ms",
+                                                   "load_s", "time_s", "journal", "restored",
+                                                   "cuda_graph_bs", "sglang_version")})  # fmt: skip
+        rs.check(proc.returncode == 0, f"spec costs exit {proc.returncode}"
+                 + (" (cut at the call's budget; resume with the journal)" if cut else ""),
+                 stderr=err_path.read_text()[-2000:], **ev)  # fmt: skip
+        return ev
+
+    def _costs(self) -> Path:
+        for p in (self.work / "spec-costs-8b.json", Path(self.args.costs or "/nonexistent")):
+            if p.exists():
+                return p
+        raise rs.StepFailed("no cost file: run costs8b first (or give --costs)")
+
+    def s_accept_fixed3(self) -> dict[str, Any]:
+        ev = self.serve("eagle3", self.forced(PLANNED_ACCEPT))
+        ev["benches"] = self.sweep("fixed3", (6, *[c for c in BETWEEN_KEYS if c != 6]))
+        hist = ev["benches"]["c6-in128"].get("accept_histogram")
+        rs.check(hist and sum(hist) > 0, "no accepted-drafts histogram", **ev)
+        self.dump("accept-histogram-forced-3.json", {"histogram": hist, "steps": 3})
+        ev["histogram"] = hist
+        return ev
+
+    def _plan(self) -> dict[str, Any]:
+        """The plan `spec plan --costs` makes from this run's costs and SGLang's histogram."""
+        from fastverify.speculation import costs as spec_costs
+        from fastverify.speculation import plan as spec_plan
+        from fastverify.speculation import serving
+        from fastverify.speculation.acceptance import Acceptance
+
+        h = json.loads((self.raw / "accept-histogram-forced-3.json").read_text())
+        acc = Acceptance.from_requests([h["histogram"]], int(h["steps"]))
+        costs = spec_costs.from_file(self._costs())
+        plans = {}
+        for n in PROMPTS:
+            p = spec_plan.make_plan(acc, costs, workload=serving.Workload(n, OUTPUT_LEN),
+                                    concurrencies=[*BATCH_SIZES, *BETWEEN_KEYS])  # fmt: skip
+            plans[str(n)] = p.to_dict()
+            if n == PROMPTS[0]:
+                cfg_path = spec_plan.write_adaptive_config(p, self.work / "plan-adaptive.json")
+        self.dump("plan.json", plans)
+        return {"config": json.loads(Path(cfg_path).read_text()), "plans": plans,
+                "path": str(cfg_path)}  # fmt: skip
+
+    def s_plan_served(self) -> dict[str, Any]:
+        plan = self._plan()
+        # a plan that drafts at no batch size is "serve baseline" (the daemon refuses such an
+        # adaptive config, rightly): its prediction is then compared with the baseline served
+        drafts = plan["plans"][str(PROMPTS[0])].get("drafts")
+        mode = "adaptive" if drafts else "baseline"
+        ev = self.serve(mode, self.forced(PLANNED_ACCEPT), adaptive_config=plan["path"])
+        ev.update(config=plan["config"], served_mode=mode, plan_drafts=drafts)
+        ev["benches"] = self.sweep("adaptive3", BATCH_SIZES, PROMPTS)
+        ev["benches"].update(self.sweep("adaptive3", BETWEEN_KEYS))
+        ev["predicted"] = {str(n): {c: (p.get("predictions") or {}).get(str(c))
+                                    for c in (*BATCH_SIZES, *BETWEEN_KEYS)}
+                           for n, p in plan["plans"].items()}  # fmt: skip
+        self.keep_engine_log("server-adaptive-forced3.log")
+        return ev
+
+    def s_lower_accept(self) -> dict[str, Any]:
+        path = self.work / "plan-adaptive.json"
+        rs.check(path.exists(), "no plan: run plan_served first")
+        plans = json.loads((self.raw / "plan.json").read_text())
+        rs.check(plans[str(PROMPTS[0])].get("drafts"), "the plan drafts at no batch size")
+        ev = self.serve("adaptive", self.forced(LOWER_ACCEPT), adaptive_config=str(path))
+        ev["benches"] = self.sweep("adaptive2", BATCH_SIZES)
+        return ev
+
+    def s_baseline_c(self) -> dict[str, Any]:
+        ev = self.serve("baseline", {})
+        ev["benches"] = self.sweep("baseline", (*BATCH_SIZES, *BETWEEN_KEYS))
+        ev["benches"].update(self.sweep("baseline", BATCH_SIZES, PROMPTS[1:]))
+        return ev
+
+    def s_fixed_k12(self) -> dict[str, Any]:
+        ev: dict[str, Any] = {}
+        for k in (1, 2):
+            eagle3 = {"num_steps": k, "topk": 1, "num_draft_tokens": k + 1}
+            ev[f"k{k}"] = self.serve("eagle3", self.forced(PLANNED_ACCEPT), eagle3=eagle3)
+            ev[f"k{k}"]["benches"] = self.sweep(f"fixed{k}", BETWEEN_KEYS)
+        self.reconfigure(eagle3={"num_steps": 3, "topk": 1, "num_draft_tokens": 4})
+        return ev
+
+    def s_steps0_skip(self) -> dict[str, Any]:
+        self.reconfigure(env={SKIP_ZERO: "1"})
+        out = self.work / "spec-costs-steps0-skip.json"
+        rc, rep, err = self.ctl("spec", "costs", *COSTS_ARGS, "--trials", "0", "--output",
+                                str(out), "--json", timeout=max(60, self.left() - 20))  # fmt: skip
+        self.dump("spec-costs-steps0-skip-stderr.txt", err)
+        rs.check(
+            rc == 0 and isinstance(rep, dict), f"spec costs --trials 0 exit {rc}: {err[-800:]}"
+        )
+        shutil_copy(out, self.raw / out.name)
+        return {"cycle_ms_steps0_skip": {b: v.get("0") for b, v in rep["cycle_ms"].items()},
+                "time_s": rep.get("time_s")}  # fmt: skip
+
+
+def shutil_copy(src: Path, dst: Path) -> None:
+    import shutil
+
+    with contextlib.suppress(OSError):
+        shutil.copy(src, dst)
+
+
+STEPS: list[tuple[str, str, float]] = [
+    ("start", "s_start", 240),  # the first start pays the JIT builds (~130 s on the H200)
+    ("costs8b", "s_costs8b", 150),  # resumable: runs to the budget, then Ctrl-C
+    ("accept_fixed3", "s_accept_fixed3", 110),
+    ("plan_served", "s_plan_served", 230),
+    ("lower_accept", "s_lower_accept", 110),
+    ("baseline_c", "s_baseline_c", 160),
+    ("fixed_k12", "s_fixed_k12", 200),
+    ("steps0_skip", "s_steps0_skip", 160),
+    ("stop", "s_stop", 5),
+]
+
+
+def main() -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--engine", choices=["sglang", "sim"], default="sim")
+    ap.add_argument("--python", default="")
+    ap.add_argument("--model", default="")
+    ap.add_argument("--draft", default="")
+    ap.add_argument("--load-format", default="dummy")
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--label", default="")
+    ap.add_argument("--steps", type=lambda s: [x for x in s.split(",") if x], default=[])
+    ap.add_argument("--budget-s", type=float, default=540)
+    ap.add_argument("--start-timeout", type=float, default=420)
+    ap.add_argument("--sim-load-seconds", type=float, default=2.0)
+    ap.add_argument("--sim-sglang-version", default="0.5.17")
+    ap.add_argument("--journal", default="", help="spec costs' journal (kept across calls)")
+    ap.add_argument("--costs", default="", help="a cost file of an earlier call")
+    ap.add_argument("--shape", default="spec8b")
+    args = ap.parse_args()
+    args.sglang_args = rs.REALISTIC_SGLANG_ARGS
+    if args.steps and "start" not in args.steps:
+        args.steps = ["start", *args.steps]
+    if args.steps and "stop" not in args.steps:
+        args.steps.append("stop")
+    run = SpecRun(args)
+
+    def stopped(signum: int, _frame: object) -> None:
+        args.budget_s = 0
+        raise rs.StepFailed(f"stopped by signal {signum} (the call's time ran out)")
+
+    signal.signal(signal.SIGTERM, stopped)
+    try:
+        for name, method, need in STEPS:
+            if name == "stop" or run.d is not None or name == "start":
+                run.step(name, getattr(run, method), need if name != "stop" else 0)
+    finally:
+        if run.d is not None:
+            with contextlib.suppress(Exception):
+                run.keep_logs()
+            with contextlib.suppress(Exception):
+                run.d.close(check_leaks=False)
+        run.save()
+    print(json.dumps({s["step"]: s["status"] for s in run.results["steps"]}, indent=1))
+    return 1 if any(s["status"] == "failed" for s in run.results["steps"]) else 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    with tempfile.TemporaryDirectory():
+        sys.exit(main())

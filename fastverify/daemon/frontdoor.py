@@ -1,0 +1,223 @@
+"""The controller's front door steps: hold and drain before the engine stops, hold on a
+crash, cut over and let the held requests go when an engine serves (the new one, or the
+rolled-back one), and the switch's client-side figures in its result.
+
+A step over the controller's core (core.py). `[frontdoor] mode = "off"` keeps today's
+behaviour: no front door, and the result says `mode: none` with the downtime from the
+engine's stop to the next READY. The process group is frontdoor_group.py's.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from fastverify.daemon.frontdoor_group import FrontDoorGroup
+from fastverify.frontdoor import layout
+from fastverify.frontdoor.standby import Fit, decide
+
+log = logging.getLogger("fastverifyd.frontdoor")
+
+
+def engine_port(url: str) -> int:
+    return urlsplit(url).port or 80
+
+
+class DoorSteps:
+    """See the module docstring."""
+
+    def __init__(self, core: Any) -> None:
+        self.c = core
+        self.group = (
+            FrontDoorGroup(core.cfg, core.store, core.say, self._serving_port)
+            if layout.enabled(core.cfg)
+            else None
+        )
+        self.problem: str | None = None
+        self._next_try = 0.0  # a front door that keeps failing is retried 1 s, 2 s, ... 60 s apart
+        self._backoff = 1.0
+
+    @property
+    def mode(self) -> str:
+        """What a switch uses: "hold" with a front door (a standby that fits is said in the
+        switch's `standby` and cut over by hold: the standby start is not built yet),
+        "none" without one."""
+        return "none" if self.group is None else "hold"
+
+    def _serving_port(self) -> int | None:
+        """The port of the engine that serves now (a front door started now sends there)."""
+        h = self.c.current
+        return engine_port(h.url) if h is not None and h.serving and h.alive() else None
+
+    # ------------------------------------------------------------------ process group
+    def start_up(self) -> None:
+        """Before the first engine starts: adopt the front door a killed daemon left, or
+        start one that holds until the engine serves."""
+        if self.group is None:  # a front door an earlier run left on the public port: ours
+            left = FrontDoorGroup(self.c.cfg, self.c.store).stop_leftover()
+            if left:
+                self.c.say(left)
+            return
+        message = self.group.adopt()
+        if message:
+            self.c.say(message)
+        if not self.group.alive():
+            self._spawn()
+
+    def _spawn(self) -> None:
+        group = self.group
+        assert group is not None  # only called with the front door on
+        port = self._serving_port()
+        message = group.spawn(hold=port is None, serve_port=port)
+        self.problem = None if group.alive() else message
+        self.c.say(message, logging.INFO if self.problem is None else logging.ERROR)
+        if self.problem is None:
+            self._backoff = 1.0
+        else:
+            self._next_try = time.monotonic() + self._backoff
+            self._backoff = min(self._backoff * 2, 60.0)
+
+    def tick(self) -> None:
+        """From the main loop: a front door whose start failed is tried again (an exit after
+        it ran is the group's own restart, with its backoff)."""
+        if self.group is None or self.c.shutting_down.is_set() or not self.group.failed():
+            return
+        if self.group.alive() or time.monotonic() < self._next_try:
+            return
+        self.c.say("front door: not running; starting it again", logging.WARNING)
+        self._spawn()
+
+    def shutdown(self) -> None:
+        if self.group is not None:
+            self.group.stop()
+
+    def _call(self, op: str, wait_s: float = 5.0, **fields: Any) -> dict[str, Any] | None:
+        if self.group is None:
+            return None
+        try:
+            return self.group.call(op, wait_s=wait_s, **fields)
+        except (OSError, ValueError) as exc:
+            self.c.say(f"front door: {op} failed: {exc}", logging.WARNING)
+            return None
+
+    # ------------------------------------------------------------------ switch steps
+    def before_stop(self, op: Any) -> None:
+        """The engine is about to stop: new requests wait, the ones in flight get up to
+        `drain_timeout_s` to finish; what is still in flight then will be cut."""
+        op.door_down_at = time.monotonic()
+        if self.group is None or self.c.current is None:
+            return
+        if self.c.cfg.daemon.frontdoor_mode == "standby":
+            op.door_standby = standby_fit(self.c, op.mode).to_dict()
+            self.c.say(f"front door: {op.door_standby['why']}; this switch holds")
+        held = self._call("hold")
+        timeout = self.c.cfg.daemon.frontdoor_drain_timeout_s
+        if held and held.get("in_flight"):
+            self.c.say(f"front door: holding new requests; {held['in_flight']} in flight get up "
+                       f"to {timeout:g} s to finish")  # fmt: skip
+        t0 = time.monotonic()
+        drained = self._call("drain", wait_s=timeout + 10, timeout_s=timeout)
+        op.phases["drain"] = round(time.monotonic() - t0, 4)
+        if drained and drained.get("drained") and held and held.get("in_flight"):
+            self.c.say(f"front door: drained in {op.phases['drain']:.2f} s")
+        if drained and not drained.get("drained"):
+            self.c.say(
+                f"front door: {drained['in_flight']} request(s) still in flight after "
+                f"{timeout:g} s; stopping the engine cuts them",
+                logging.WARNING,
+            )
+        op.door_drain = drained
+
+    def crashed(self) -> None:
+        """The serving engine died: new requests wait for the restarted one."""
+        if self.group is not None:
+            self._call("hold")
+
+    def serving(self, h: Any) -> None:
+        """An engine serves (a switch's, a rollback's, a restart's or an adopted one): the
+        front door sends the held requests there; the figures go to the operation."""
+        op = self.c.op
+        figures: dict[str, Any] | None = None
+        if self.group is not None:
+            reply = self._call("serve", port=engine_port(h.url))
+            figures = dict(reply["episode"]) if reply and "episode" in reply else None
+        elif op is not None and op.door_down_at is not None:
+            down = time.monotonic() - op.door_down_at
+            figures = {"downtime_s": round(down, 4), "held": 0, "longest_wait_s": 0.0,
+                       "refused": None, "cut": None, "cut_requests": []}  # fmt: skip
+        if op is not None and figures is not None:
+            standby = {"standby": op.door_standby} if op.door_standby else {}
+            op.door = {"mode": self.mode, **figures, **standby}
+
+    def figures(self, op: Any) -> dict[str, Any] | None:
+        """The switch's client-side figures for its result (None when it stopped nothing)."""
+        done: dict[str, Any] | None = op.door
+        if done is not None:
+            return done
+        if op.door_down_at is None:
+            return None
+        if self.group is None:
+            return {"mode": "none", "downtime_s": None, "held": 0, "longest_wait_s": 0.0,
+                    "refused": None, "cut": None, "cut_requests": []}  # fmt: skip
+        status = self._call("status")
+        episode = dict(status["episode"]) if status else {}
+        return {"mode": self.mode, **episode, "still_holding": True}
+
+    def status(self) -> dict[str, Any]:
+        """`status`'s `frontdoor`: mode, state (serving / holding / no_engine / down), counts."""
+        if self.group is None:
+            return {"mode": "off"}
+        out: dict[str, Any] = {
+            "mode": self.c.cfg.daemon.frontdoor_mode,
+            "listen": layout.public_url(self.c.cfg),
+            "pid": self.group.pid,
+            "restarts": self.group.restarts,
+        }
+        if self.problem:
+            out["problem"] = self.problem
+        if self.c.cfg.daemon.frontdoor_mode == "standby":  # what a switch now would decide
+            out["standby"] = standby_fit(self.c, self.c.active.get("mode") or "baseline").to_dict()
+        if not self.group.alive():
+            return {**out, "state": "down"}
+        reply = self._call("status", wait_s=2.0)
+        if reply is None:
+            return {**out, "state": "unreachable"}
+        keep = ("state", "port", "in_flight", "waiting", "queue_size", "max_wait_s", "totals",
+                "last_episode")  # fmt: skip
+        return {**out, **{k: reply.get(k) for k in keep}}
+
+    def metrics(self) -> dict[str, Any] | None:
+        """The counts and the hold-time histogram, for the exporter (None when off or down)."""
+        if self.group is None or not self.group.alive():
+            return None
+        try:
+            return self.group.call("status", wait_s=2.0)
+        except (OSError, ValueError):
+            return None
+
+
+def standby_fit(core: Any, mode: str) -> Fit:
+    """The decision for a switch to `mode` from what this host reports now."""
+    from fastverify.daemon import procs
+    from fastverify.daemon.weight_cache_records import nvml_bytes
+    from fastverify.engines.host_probe import gpu_memory_and_sm
+
+    cache = core.cache
+    setting = core.cfg.server.weight_cache
+    serves = setting != "off" and cache.status().get("state") == "ready" and mode == "baseline"
+    mib, _ = gpu_memory_and_sm(timeout=5.0) if serves else (None, None)
+    h = core.current
+    engine = None
+    if serves and h is not None and h.alive():
+        engine = nvml_bytes([h.pid, *(p.pid for p in procs.descendants(h.pid))])
+    shared, _ = cache.bytes_held() if serves else (None, "")
+    return decide(
+        weight_cache=setting,
+        cache_serves=serves,
+        gpu_bytes=None if mib is None else mib * (1 << 20),
+        tp=max(1, core.cfg.server.tp_size // max(1, core.cfg.server.nnodes)),
+        engine_bytes=engine,
+        shared_bytes=shared,
+    )

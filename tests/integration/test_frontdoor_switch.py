@@ -1,0 +1,202 @@
+"""The front door on the sim, through fastverifyctl: streaming clients through a profile switch
+(hold: none cut, none failed; off, today's behaviour: the switch breaks them), a failing
+profile whose held requests the rolled-back engine serves, a full hold queue answered 503 +
+Retry-After, and a front door that outlives a kill -9 of fastverifyd."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.harness import DaemonHarness
+from tests.support.net import free_port
+from tests.support.streams import Clients, one_stream
+from tests.support.switches import last_switch
+
+CLIENTS = 4
+
+
+def _door(mode: str, **more: object) -> dict:
+    # the engine's internal port: a free one (port + 1, the default, may be another's here)
+    return {"frontdoor": {"mode": mode, "engine_port": free_port(), **more}}
+
+
+@pytest.mark.parametrize("mode", ["off", "hold"])
+def test_streams_through_a_switch(tmp_path: Path, mode: str) -> None:
+    with DaemonHarness(tmp_path, config=_door(mode)) as d:
+        with Clients(d.server_url, CLIENTS) as clients:
+            clients.wait_answers(CLIENTS)  # every client has streamed once
+            r = d.ctl("profile", "set", "ring-ll", "--json")
+            assert r.returncode == 0, r.stdout + r.stderr
+            clients.wait_answers(clients.answers + CLIENTS)  # and streams on after it
+        tally = clients.tally
+        switch = json.loads(r.stdout)["switch"]
+        scraped = _frontdoor_series(d)
+        if mode == "off":  # today: the switch takes the service down
+            assert tally.failed or tally.cut, tally
+            assert switch["mode"] == "none"
+            assert not tally.refused_503  # nothing answers 503 + Retry-After without it
+            assert scraped == {}
+            return
+        assert (tally.cut, tally.failed, tally.refused_503) == ([], [], [])
+        assert switch["mode"] == "hold"
+        assert switch["held"] >= 1 and switch["cut"] == 0 and switch["refused"] == 0
+        assert 0 < switch["longest_wait_s"] <= switch["downtime_s"]
+        hist = json.loads(d.ctl("history", "--json").stdout)
+        assert hist[-1]["switch"]["held"] == switch["held"]
+        st = d.status()["frontdoor"]
+        assert (st["state"], st["totals"]["cut"]) == ("serving", 0)
+        assert st["port"] == int(d.status()["engine"]["url"].rsplit(":", 1)[1])
+        assert scraped["fastverify_frontdoor_held_requests_total"] >= switch["held"]
+        assert scraped["fastverify_frontdoor_hold_seconds_count"] >= switch["held"]
+        assert scraped["fastverify_frontdoor_cut_requests_total"] == 0
+
+
+def _frontdoor_series(d: DaemonHarness) -> dict[str, float]:
+    text = urllib.request.urlopen(d.metrics_url, timeout=30).read().decode()
+    return {
+        s.name: s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name.startswith("fastverify_frontdoor_") and "le" not in s.labels
+    }
+
+
+def test_failing_profile_rolls_back_and_serves_the_held(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, config=_door("hold")) as d:
+        assert d.ctl("profile", "set", "ring-ll").returncode == 0
+        with Clients(d.server_url, CLIENTS) as clients:
+            clients.wait_answers(CLIENTS)
+            r = d.ctl("profile", "set", "tree-ll")
+            assert r.returncode == 1, r.stdout + r.stderr
+            clients.wait_answers(clients.answers + CLIENTS)
+        rec = last_switch(d, "tree-ll")
+        assert rec["result"] == "rolled_back"
+        assert rec["switch"]["held"] >= 1 and rec["switch"]["cut"] == 0
+        assert (clients.tally.cut, clients.tally.failed) == ([], [])
+        assert d.status()["profile"] == "ring-ll"
+        # what the operator reads: the switch's line, the history's column, status
+        held = rec["switch"]["held"]
+        assert "clients: hold" in r.stderr and f"(held {held}, " in r.stderr, r.stderr
+        assert f"{held}h 0c 0r" in d.ctl("history").stdout
+        assert "front door: serving on http://127.0.0.1:" in d.ctl("status").stdout
+
+
+def test_a_full_queue_answers_503_with_retry_after(tmp_path: Path) -> None:
+    # one place in the queue; the sim's 6 s load keeps the restart's hold open while the
+    # test fills the queue (two requests, milliseconds)
+    with DaemonHarness(tmp_path, config=_door("hold", queue_size=1), sim_load_seconds=6) as d:
+        restart: list = []
+        t = threading.Thread(target=lambda: restart.append(d.ctl("restart", "--json")))
+        t.start()
+        d.wait_for(lambda: d.status()["frontdoor"]["state"] == "holding", 60, "the hold")
+        held: list = []
+        first = threading.Thread(target=lambda: held.append(one_stream(d.server_url)))
+        first.start()
+        d.wait_for(lambda: d.status()["frontdoor"]["waiting"] == 1, 60, "one request held")
+        kind, _, headers = one_stream(d.server_url)
+        assert kind == "503" and headers.get("Retry-After") == "5", (kind, headers)
+        t.join(120)
+        first.join(120)
+        r = restart[0]
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert held[0][0] == "ok", held  # the held one went to the restarted engine
+        switch = json.loads(r.stdout)["switch"]
+        assert (switch["held"], switch["refused"], switch["cut"]) == (1, 1, 0)
+
+
+def test_front_door_outlives_kill9_and_is_adopted(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, config=_door("hold")) as d:
+        door = d.status()["frontdoor"]
+        d.kill9()
+        # the daemon is gone; the front door and the engine still serve clients
+        assert one_stream(d.server_url)[0] == "ok"
+        d.restart_daemon()
+        again = d.status()["frontdoor"]
+        assert again["pid"] == door["pid"] and again["state"] == "serving"
+        assert "adopting the running front door" in d.log_text()
+    # a stopped daemon stops its front door (a zombie left to an init that does not reap
+    # is gone as far as clients go)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        assert psutil.Process(door["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.parametrize("mode", ["off", "hold"])
+def test_a_crash_is_held_and_its_cut_streams_counted(tmp_path: Path, mode: str) -> None:
+    with DaemonHarness(tmp_path, config=_door(mode)) as d:
+        with Clients(d.server_url, CLIENTS) as clients:
+            clients.wait_answers(CLIENTS)
+            os.kill(d.status()["engine"]["pid"], signal.SIGKILL)  # the daemon's own engine
+            rec = d.wait_for(
+                lambda: next(
+                    (r for r in d.client.get("/v1/history") if r.get("kind") == "crash_restart"),
+                    None,
+                ),
+                60,
+                "the crash restart's record",
+            )
+            clients.wait_answers(clients.answers + CLIENTS)
+        tally = clients.tally
+        if mode == "off":  # today: the restart window refuses connections
+            assert tally.failed, tally
+            return
+        assert tally.failed == [] and tally.refused_503 == []
+        assert rec["result"] == "ok" and rec["switch"]["mode"] == "hold"
+        # a stream the crash broke off is counted on both sides, never retried
+        assert rec["switch"]["cut"] == len(tally.cut)
+
+
+def test_kill9_of_fastverifyd_during_a_hold(tmp_path: Path) -> None:
+    # the sim's 6 s load keeps the restart's hold open while the daemon is killed
+    with DaemonHarness(tmp_path, config=_door("hold"), sim_load_seconds=6) as d:
+        door_pid = d.status()["frontdoor"]["pid"]
+        restart = threading.Thread(target=lambda: d.ctl("restart"), daemon=True)
+        restart.start()
+        d.wait_for(lambda: d.status()["frontdoor"]["state"] == "holding", 60, "the hold")
+        held: list = []
+        waiter = threading.Thread(target=lambda: held.append(one_stream(d.server_url)))
+        waiter.start()
+        d.wait_for(lambda: d.status()["frontdoor"]["waiting"] == 1, 60, "one request held")
+        d.kill9()
+        d.restart_daemon()  # adopts the front door (still holding) and the engine
+        waiter.join(120)
+        assert held and held[0][0] == "ok", held
+        st = d.status()["frontdoor"]
+        assert st["pid"] == door_pid and st["state"] == "serving"
+        assert st["totals"]["refused"] == 0 and st["totals"]["cut"] == 0
+
+
+def test_a_killed_front_door_is_started_again_serving(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, config=_door("hold")) as d:
+        first = d.status()["frontdoor"]["pid"]
+        os.kill(first, signal.SIGKILL)  # the daemon's own front door
+
+        def again() -> dict | None:
+            fd = d.status()["frontdoor"]
+            return fd if fd["pid"] not in (None, first) and fd.get("state") == "serving" else None
+
+        fd = d.wait_for(again, 60, "a new front door, serving")
+        assert fd["restarts"] == 1
+        assert one_stream(d.server_url)[0] == "ok"
+
+
+def test_standby_says_why_it_holds(tmp_path: Path) -> None:
+    # no weight cache here: a second engine would load a second copy of the weights
+    with DaemonHarness(tmp_path, config=_door("standby")) as d:
+        fit = d.status()["frontdoor"]["standby"]
+        assert fit["mode"] == "hold" and "weight cache" in fit["why"]
+        r = d.ctl("profile", "set", "ring-ll", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        switch = json.loads(r.stdout)["switch"]
+        assert switch["mode"] == "hold" and switch["standby"] == fit
+        doctor = d.ctl("doctor", "--no-topology", timeout=120)
+        assert f"front door: mode standby; {fit['why']}" in doctor.stdout, doctor.stdout
