@@ -5,7 +5,8 @@ CLI's own words or the daemon's) is pasted as is: on a shared host, without the 
 (or the TCP door) this command used, it would act on another daemon. `carry_door(args)`, called
 with the door options once they are known (--socket or $FASTVERIFY_SOCKET, --host, --token-file,
 --tls-*: paths and addresses, never a secret), makes every `fastverifyctl CMD` this process
-writes to stdout or stderr from then on read `fastverifyctl --socket PATH CMD`.
+writes to stdout or stderr from then on read `fastverifyctl --socket PATH CMD`; a `--json`
+document is written as it is (`unhinted`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ class _Hinting:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def unhinted(stream: Any) -> Any:
+    """The stream under the hints: a JSON document is data, printed as it is (a recorded
+    command or a tool's name is a fact about what ran, not a hint to paste)."""
+    return stream._stream if isinstance(stream, _Hinting) else stream
 
 
 def carry_door(args: list[str]) -> None:
