@@ -30,7 +30,7 @@ def test_render_kubernetes_says_where_the_users_profile_is(tmp_path: Path) -> No
     (mine / "mine.env").write_text("# description: mine\nNCCL_ALGO=Ring\n")
     config = tmp_path / "fastverifyd.toml"
     config.write_text(f'[daemon]\nprofile_dirs = ["{mine}"]\n')
-    env = {"FASTVERIFY_CONFIG": str(config)}
+    env = {"FASTVERIFY_CONFIG": str(config), "FASTVERIFY_PROFILE_DIRS": ""}  # the config's
     listed = run_ctl("profile", "list", "--json", env=env)
     assert any(p["name"] == "mine" for p in json.loads(listed.stdout)), listed.stdout
     args = ("render", "kubernetes", "--image", "registry.example.com/fv:1", "--profile", "mine")
