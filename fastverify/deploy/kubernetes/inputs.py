@@ -59,8 +59,9 @@ def simulated_decision(
         facts = fingerprint.get("facts") if isinstance(fingerprint, dict) else None
         fact = facts.get("engine") if isinstance(facts, dict) else None
         if isinstance(fact, dict) and "simulated" in fact:
+            version = facts.get("sglang") if isinstance(facts, dict) else None
             eng = {"kind": fact.get("name"), "simulated": fact.get("simulated"),
-                   "version": facts.get("sglang")}  # fmt: skip
+                   "version": version}  # fmt: skip
     if not isinstance(eng, dict):
         return [
             f"{path}: the decision records no engine (a tune before decisions carried one): "

@@ -499,7 +499,7 @@ class Sweep:
                         + simulated_tag(self.engine),
                     )
                 )
-        out = {
+        out: dict[str, Any] = {
             "results": all_rows,
             "best": None if best is None else {k: best.get(k) for k in
                                                ("profile", "mode", "tokens_per_second_mean",
