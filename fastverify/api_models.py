@@ -219,8 +219,10 @@ HISTORY = Endpoint(
                  "never splits records of the same `finished_at`)")),
     answer="array of operation records: `{id, kind, profile, mode, result, reason, message, "
     "line, log, started_at, finished_at, duration_s, engine_ready_s?, tuner?, allreduce?, "
-    "rolled_back_to?, fallback_to?, previous, serving, switch?}`; `switch`: how the operation "
-    "looked to clients (see Operations)",
+    "rolled_back_to?, fallback_to?, previous, serving, switch?, outcome?, put_back?}`; "
+    "`switch`: how the operation looked to clients (see Operations); `outcome`, `put_back`: "
+    "a request a killed daemon left unanswered, closed by the next one with result "
+    "`interrupted`",
 )
 LOGS = Endpoint(
     "GET", "/v1/logs", "logs", "The engine's and the daemon's log lines.",

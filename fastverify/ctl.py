@@ -14,8 +14,9 @@ from typing import Any
 
 import click
 
-from fastverify.cli.daemon_call import DOOR_OPTIONS
+from fastverify.cli.daemon_call import DOOR_OPTIONS, door_args
 from fastverify.cli.groups import SuggestingGroup
+from fastverify.cli.hints import carry_door
 
 # command name -> "module:attribute" (a click command or group)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -143,6 +144,7 @@ def cli(ctx: click.Context, socket_path: str | None, **door: str | None) -> None
     --tls-* after its name.
     """
     ctx.obj = {"socket": socket_path, **{k: v for k, v in door.items() if v}}
+    carry_door(door_args(ctx.obj))  # a pasted hint acts on this daemon, not the default one
 
 
 def main() -> None:

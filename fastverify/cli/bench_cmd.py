@@ -44,7 +44,8 @@ def _bench_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         ("completed / failed", f"{result['completed']} / {result['failed']}"),
         ("TTFT p50/p90/p99 ms", " / ".join(fmt(ttft[k]) for k in ("p50", "p90", "p99"))),
         ("ITL p50/p90/p99 ms", " / ".join(fmt(itl[k], 2) for k in ("p50", "p90", "p99"))),
-        ("accept length", fmt(result["accept_length"], 2) + _accept_note(result)),
+        ("accept length (SGLang's /server_info average)",
+         fmt(result["accept_length"], 2) + _accept_note(result)),
         *_acceptance_rows(result),
         ("window s", fmt(result["duration_s"], 1)),
         ("weights", {"dummy": "dummy (trial)", "real": "real"}.get(result.get("weights") or "",
@@ -76,7 +77,7 @@ def _acceptance_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         note = _accept_note(result) or (
             " (dummy weights: not real)" if result.get("weights") == "dummy" else ""
         )
-        rows.append(("accept length at k steps", curve + note))
+        rows.append(("accept length at k steps (this window's histograms)", curve + note))
     return rows
 
 

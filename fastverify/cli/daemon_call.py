@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from fastverify.api_models import STATUS
+from fastverify.cli.hints import carry_door
 from fastverify.cli.options import json_option
 from fastverify.cli.output import (
     EXIT_BUSY,
@@ -66,8 +67,18 @@ def _setter(key: str) -> Any:
             root.obj[key] = value
             if ctx.obj is None:
                 ctx.obj = root.obj
+            carry_door(door_args(root.obj))
 
     return store
+
+
+def door_args(obj: Any) -> list[str]:
+    """The door options in `obj` (the root's ctx.obj: --socket and DOOR_OPTIONS) as arguments,
+    for the hints this command prints (cli/hints.py)."""
+    if not isinstance(obj, dict):
+        return []
+    flags = [("--socket", "socket"), *((flag, key) for flag, key, _e, _t in DOOR_OPTIONS)]
+    return [arg for flag, key in flags if obj.get(key) for arg in (flag, str(obj[key]))]
 
 
 def socket_option(f: Any) -> Any:

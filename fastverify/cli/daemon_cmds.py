@@ -34,12 +34,13 @@ from fastverify.config import MODES
 
 
 @click.group("mode", cls=SuggestingGroup, invoke_without_command=True)
+@json_option("Without a command: `mode get --json`.")
 @socket_option
 @click.pass_context
-def mode(ctx: click.Context) -> None:
+def mode(ctx: click.Context, as_json: bool) -> None:
     """Get or set the decoding mode (baseline|eagle3|adaptive)."""
     if ctx.invoked_subcommand is None:
-        ctx.invoke(mode_get)
+        ctx.invoke(mode_get, as_json=as_json)
 
 
 @status_command("get")

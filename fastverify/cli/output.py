@@ -71,8 +71,10 @@ def to_json(obj: Any) -> str:
 
 
 def emit_json(obj: Any) -> None:
-    """Print `obj` as one JSON document on stdout."""
-    click.echo(to_json(obj))
+    """Print `obj` as one JSON document on stdout, as it is (no hint rewriting: cli/hints.py)."""
+    from fastverify.cli.hints import unhinted
+
+    click.echo(to_json(obj), file=unhinted(sys.stdout))
 
 
 def table(

@@ -98,12 +98,9 @@ def user_dir_strs(ctx: click.Context) -> list[str]:
         return [paths.normalize(d) for d in given]
     if os.environ.get("FASTVERIFY_PROFILE_DIRS") or not os.path.exists(paths.config_file_str()):
         return paths.user_profile_dirs_str()  # no config file to read (nor a TOML parser)
-    try:
-        from fastverify import config
+    from fastverify.config.load import operator_profile_dirs
 
-        return [paths.normalize(d) for d in config.load(None).profile_dirs]
-    except Exception:  # a broken config must not break offline profile commands
-        return paths.user_profile_dirs_str()
+    return operator_profile_dirs()
 
 
 def make_store(ctx: click.Context, topology: str = "auto") -> Any:

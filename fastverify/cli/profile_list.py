@@ -89,7 +89,7 @@ def _daemon_status(ctx: click.Context) -> dict[str, Any] | None:
 def _first_error(problems: list[dict[str, Any]]) -> str:
     for p in problems:
         if p["severity"] == "error":
-            return f"{p['message']} (line {p['line']})"
+            return f"{p['message']} (line {p['line']})" if p.get("line") else p["message"]
     return ""
 
 

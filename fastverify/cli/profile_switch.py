@@ -157,8 +157,9 @@ def _on_interrupt(client: Any, follower: Follower, as_json: bool) -> int:
             answer = click.confirm(f"\ncancel the {what}?", default=False, err=True)
         except (click.Abort, EOFError, KeyboardInterrupt):
             answer = False
-        if answer:
-            return _cancel(client, as_json=False)
+        if answer:  # cancelled: exit 7, as when a cancel from another shell ends it
+            code = _cancel(client, as_json=False)
+            return EXIT_CANCELLED if code == EXIT_OK else code
     click.echo(
         f"\ndetached: the {what} goes on in the daemon; follow it with `fastverifyctl status`, "
         "cancel it with `fastverifyctl cancel`",

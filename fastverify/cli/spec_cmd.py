@@ -147,7 +147,7 @@ def _serving_identity(ctx: click.Context, profile: str, as_json: bool) -> dict[s
 @maybe_count("--output-len", "Output tokens of the workload (default: the recorded bench's).", 2)
 @click.option("--lower-accept-length", type=float, default=None,
               help="The lower acceptance the config must survive (accept length at the "
-              "recorded steps); default: each draft position 35%% less likely (the field's "
+              "recorded steps); default: each draft position 35% less likely (the field's "
               "3.0 -> 2.0 at 3 steps).")  # fmt: skip
 @click.option("--floor", type=click.FloatRange(0.5, 1.0), default=0.97, show_default=True,
               help="What a drafting tier may fall to, x a baseline server, at the lower "
@@ -157,7 +157,7 @@ def _serving_identity(ctx: click.Context, profile: str, as_json: bool) -> dict[s
     type=click.FloatRange(0.0, 1.0),
     default=0.02,
     show_default=True,
-    help="What drafting must win by at the recorded acceptance (0.02 = 2%%).",
+    help="What drafting must win by at the recorded acceptance (0.02 = 2%).",
 )
 @click.option("--window", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Also predict a bench window of this many seconds (what `spec validate` "
@@ -380,7 +380,10 @@ def _print(data: dict[str, Any]) -> None:
         per = t["per_batch_size"]
         sp = [v["speedup"] for v in per.values()]
         sl = [v["speedup_if_lower"] for v in per.values()]
-        rows.append((key, span, t["config"]["candidate_steps"], _range(sp), _range(sl),
+        sp_text, sl_text = _range(sp), _range(sl)
+        if not any(t["config"]["candidate_steps"]):  # [0]: the adaptive server's 0-step cycle
+            sp_text += " (no drafting)"
+        rows.append((key, span, t["config"]["candidate_steps"], sp_text, sl_text,
                      t["what_would_change"]))  # fmt: skip
     table(("key", "batch", "candidates", "x baseline", f"x if L={low:.2f}", "what would change it"),
           rows, title="speculation plan (SGLang's tiers; 0 steps = no drafting)")  # fmt: skip
@@ -489,9 +492,10 @@ def validate(ctx: click.Context, concurrencies: list[int], duration: float,
         click.echo(f"spec validate: {c} client(s), {duration:g} s window, "
                    f"{wl['input_len']}/{wl['output_len']} tokens ...", err=True)  # fmt: skip
         try:
-            r = run_bench(BenchConfig(url=url, concurrency=c, duration=duration,
-                                      input_len=wl["input_len"], output_len=wl["output_len"],
-                                      warmup=1))  # fmt: skip
+            bench = BenchConfig(url=url, concurrency=c, duration=duration,
+                                input_len=wl["input_len"], output_len=wl["output_len"],
+                                warmup=1)  # fmt: skip
+            r = run_bench(bench, phase=lambda line: click.echo(f"spec validate: {line}", err=True))
         except BenchError as exc:
             fail_with_reason("spec validate", f"bench failed at concurrency {c}: {exc}",
                              EXIT_PROBLEMS, "bench_failed", as_json)  # fmt: skip

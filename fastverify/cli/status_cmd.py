@@ -78,7 +78,11 @@ def status(st: dict[str, Any], as_json: bool) -> None:
         lines.append(f"sglang:     {sg['version']} (facts {sg.get('facts_version')}; {where})")
     if sg.get("warning"):
         lines.append(f"WARNING:    {sg['warning']}")
-    if eng.get("start_seconds"):
+    if eng.get("adopted"):  # no load of this daemon's: the time is its wait for readiness
+        waited = eng.get("start_seconds") or 0
+        lines.append("adopted:    from the previous fastverifyd (its load was not timed here;"
+                     f" it answered {waited:.2f} s after the adoption)")  # fmt: skip
+    elif eng.get("start_seconds"):
         by = " (by /model_info and /health_generate)" if eng.get("ready_by") == "endpoints" else ""
         lines.append(f"ready in:   {eng['start_seconds']:.2f} s{by}")
     lines += _weights(st)

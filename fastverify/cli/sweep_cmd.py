@@ -32,6 +32,7 @@ from fastverify.cli.options import (
     trace_options,
 )
 from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, emit_json, fail, table
+from fastverify.experiments.common.plots import simulated_tag
 from fastverify.experiments.common.stats import interval
 
 # ----------------------------------------------------------------------------- sweep
@@ -143,7 +144,8 @@ def _trial_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         accept = r.get("accept_length_reference")
         out.append((
             r["profile"], r["mode"], fmt(r.get("tokens_per_second_mean")), fmt(step, 2),
-            "no window" if r.get("trace_error") else fmt(t.get("step_ms_p50"), 2),
+            "no window" if r.get("trace_error") else fmt(t.get("step_ms_mean")
+                                                         or t.get("step_ms_p50"), 2),
             fmt(t.get("allreduce_per_step"), 0),
             fmt(t.get("allreduce_ms_per_step"), 2), fmt(r.get("break_even_accept_length"), 2),
             "-" if accept is None else f"{accept:.2f}: {r.get('eagle3_verdict') or '-'}",
@@ -289,13 +291,15 @@ def sweep(
                 "note",
             ),
             _sweep_rows(report["results"]),
-            title=f"sweep: {report['results_file']}",
+            title=f"sweep: {report['results_file']}{simulated_tag(report.get('engine'))}",
         )
         if report.get("trial"):
-            heads = ("profile", "mode", "tok/s", "step/cycle ms", "trace ms/step",
-                     "all-reduces/step", "all-reduce ms/step", "break-even",
+            heads = ("profile", "mode", "tok/s", "step/cycle ms", "trace ms/step (mean)",
+                     "all-reduces/step", "all-reduce ms/step (mean)", "break-even",
                      "real accept: EAGLE-3")  # fmt: skip
-            title = "trial on dummy weights: timings (accept lengths not measured)"
+            title = "trial on dummy weights: timings (accept lengths not measured)" + simulated_tag(
+                report.get("engine")
+            )
             table(heads, _trial_rows(report["results"]), title=title)
             _print_timing(report.get("timing") or {})
         note = verdict_note(report["results"], repeats)

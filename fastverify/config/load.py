@@ -280,3 +280,19 @@ def load(
         given=frozenset(merged),
         notes=notes,
     )
+
+
+def operator_profile_dirs() -> list[str]:
+    """This host's operator profile directories, as `fastverifyctl profile list` reads them:
+    $FASTVERIFY_PROFILE_DIRS, else the daemon config's (FASTVERIFY_CONFIG, else the default
+    file) profile_dirs, else the default directories."""
+    import os
+
+    from fastverify import paths
+
+    if os.environ.get("FASTVERIFY_PROFILE_DIRS") or not os.path.exists(paths.config_file_str()):
+        return paths.user_profile_dirs_str()
+    try:
+        return [paths.normalize(str(d)) for d in load(None).profile_dirs]
+    except Exception:  # a broken config must not break an offline command
+        return paths.user_profile_dirs_str()

@@ -76,6 +76,8 @@ class Controller(Core):
         self.recovery_steps = RecoverySteps(self, self.starts)
         self.launcher.on_line = self._on_line
         self.launcher.on_exit = self.crash_steps.on_exit
+        if (group := getattr(self.launcher, "group", None)) is not None:
+            group.exit_lock = self._lock  # an engine's exit and its crash step: one step
 
     @property
     def cache(self) -> Any:
@@ -112,6 +114,7 @@ class Controller(Core):
         load_format: str | None = None,
         eagle3_steps: int | None = None,
         caller: Any = None,
+        gate: Callable[[], None] | None = None,
     ) -> Operation:
         """Validate, take the slot (or queue for it), start the operation thread.
         A switch/mode to what is already serving (same profile, mode, argv and NCCL
@@ -122,12 +125,13 @@ class Controller(Core):
         trial's draft steps (mode eagle3 on dummy weights only; this start only, its rollback
         and any later start run the configured ones). `caller` (auth.Caller):
         who asked, recorded with the result (`by`, `caller`); None: the daemon itself.
+        `gate()` (a lease's check, which may raise) runs once the request is known valid and
+        not `unchanged`: a typo is refused as a typo (and what serves already is `unchanged`),
+        whoever holds the daemon.
         Raises RequestError: 409 busy, 422 invalid, 503 shutting down, 507 state dir."""
         if self.shutting_down.is_set():
             raise RequestError(503, "fastverifyd is shutting down")
         name, mode = self.resolver.defaults(name, mode, self.active)
-        if not queue:
-            self._refuse_if_busy()
         t0 = time.monotonic()
         profile, argv = self.resolver.resolve(
             name, mode, force, load_format=load_format, eagle3_steps=eagle3_steps
@@ -136,10 +140,14 @@ class Controller(Core):
         self.verifiers.refuse(Plan(kind, name, mode, profile, argv, force))
         verdict = self.resolver.check_argv(argv)  # cached: what the argv check said
         validate_s = time.monotonic() - t0
+        if not queue:
+            self._refuse_if_busy()
         if kind in NOOP_KINDS and not restart:
             same = self._unchanged(kind, name, mode, profile, argv, caller)
             if same is not None:
                 return same
+        if gate is not None:
+            gate()
         problem = self.store.check_writable()
         if problem:
             raise RequestError(
@@ -172,7 +180,11 @@ class Controller(Core):
         for text in notices.values():
             if text:
                 self.say(text, logging.WARNING)  # before anything stops
-        self.bus.publish(ev.OperationStarted(op.id, kind, name, mode))
+        for warning in getattr(profile, "warnings", ()):  # e.g. LL128 without NVLink, --force
+            self.say(f"profile {name}: {warning.message}", logging.WARNING)
+        self.bus.publish(ev.OperationStarted(
+            op.id, kind, name, mode, op.describe()["by"], caller.to_dict() if caller else None,
+            dict(self.active)))  # fmt: skip
         self.spawn_thread(self._run_op, op, profile, argv, timeout_s)
         return op
 

@@ -2,8 +2,9 @@
 restart per the restart policy (restart.py) -> READY, or FAILED after the burst.
 
 A step over the controller's core (core.py): its state, slot, launcher and events, and
-the engine start (starting.py). The first crash is counted and READY left at once, on the
-launcher's watch thread; the restart runs as a `crash_restart` operation that holds the slot and is
+the engine start (starting.py). READY is left, and the crash recorded and counted, under the
+core's lock in the step that finds the engine dead (status never reads READY without a serving
+engine); the restart runs as a `crash_restart` operation that holds the slot and is
 `preemptible` while it waits out its backoff (an explicit switch cancels the wait).
 """
 
@@ -36,14 +37,10 @@ class CrashSteps:
         self.starts = starts
 
     def on_exit(self, h: EngineHandle) -> None:
-        if h.expected_exit or self.c.shutting_down.is_set():
-            return
-        if self.c.current is not h or not h.serving:
-            return  # a start in progress: the readiness loop sees it
-        h.serving = False
-        failure = self.c.launcher.exit_failure(h)
-        self.c.say(f"engine pid {h.pid} died: {failure.message}", logging.WARNING)
-        self._crashed(h, failure)
+        """The launcher found the leader exited (called under the core's lock, in the step
+        that marked it): why it died is read from its last lines and READY left in that step."""
+        if self._serving(h):
+            self._crashed(h, self.c.launcher.exit_failure(h), "died")
 
     def tick(self) -> None:
         """Called from the main loop (~1/s): a serving engine whose leader is alive but lost
@@ -59,14 +56,12 @@ class CrashSteps:
             return
         leader = procs.read_stat(h.pid)
         if leader is None or not leader.alive:
-            return  # the server itself died (its workers follow it): _on_exit says why
-        h.serving = False
+            return  # the server itself died (its workers follow it): on_exit says why
         failure = Failure(
             "worker_exited",
             f"engine worker process(es) {gone} exited while the server (pid {h.pid}) kept running",
             log=str(h.log_path),
         )
-        self.c.say(f"engine pid {h.pid}: {failure.message}", logging.WARNING)
         self._crashed(h, failure)
 
     def _watch(self, h: EngineHandle) -> None:
@@ -89,12 +84,6 @@ class CrashSteps:
 
     def _unresponsive(self, h: EngineHandle, failure: Failure) -> None:
         """The watch's verdict: a live engine that answers nothing is a crash."""
-        if h.expected_exit or self.c.shutting_down.is_set():
-            return
-        if self.c.current is not h or not h.serving:
-            return
-        h.serving = False
-        self.c.say(f"engine pid {h.pid}: {failure.message}", logging.WARNING)
         self._crashed(h, failure)
 
     def _count_crash(self, h: EngineHandle, failure: Failure) -> Decision:
@@ -114,25 +103,32 @@ class CrashSteps:
         )
         return decision
 
-    def _crashed(self, h: EngineHandle, failure: Failure) -> None:
-        # Leave READY at once (status must never show READY without a serving engine), then
-        # restart from a thread that takes the slot.
-        decision: Decision | None = None
+    def _serving(self, h: EngineHandle) -> bool:
+        """`h` is the engine serving READY (not a start, a stop or a replaced engine)."""
+        if h.expected_exit or self.c.shutting_down.is_set():
+            return False
+        return self.c.current is h and h.serving
+
+    def _crashed(self, h: EngineHandle, failure: Failure, verb: str = "") -> None:
+        """Leave READY in one step under the core's lock, with the crash recorded and counted
+        (status never shows READY without a serving engine, nor BACKOFF without its crash);
+        then restart from a thread that takes the slot."""
         with self.c._lock:
-            if self.c.state == State.READY and self.c.current is h:
-                self.c.record_failure(
-                    failure, None, profile=h.profile, mode=h.mode, op="crash_restart"
-                )
-                decision = self._count_crash(h, failure)
-                self.c.set_state(State.BACKOFF, f"engine crashed: {failure.reason}")
-                self.c.bus.publish(
-                    ev.EngineDown(
-                        h.profile, h.mode, self.c.engine.name, self.c.settings(h), "crashed"
-                    )
-                )
-        if decision is not None:
-            self.c.door.crashed()  # new requests wait for the restarted engine
-            self.c.spawn_thread(self._crash_restart, h, failure, decision)
+            if not self._serving(h):
+                return
+            h.serving = False
+            self.c.say(f"engine pid {h.pid}{f' {verb}' if verb else ''}: {failure.message}",
+                       logging.WARNING)  # fmt: skip
+            if self.c.state != State.READY:
+                return
+            self.c.record_failure(failure, None, profile=h.profile, mode=h.mode, op="crash_restart")
+            decision = self._count_crash(h, failure)
+            self.c.set_state(State.BACKOFF, f"engine crashed: {failure.reason}")
+            self.c.bus.publish(
+                ev.EngineDown(h.profile, h.mode, self.c.engine.name, self.c.settings(h), "crashed")
+            )
+        self.c.door.crashed()  # new requests wait for the restarted engine
+        self.c.spawn_thread(self._crash_restart, h, failure, decision)
 
     def _crash_restart(self, h: EngineHandle, failure: Failure, decision: Decision) -> None:
         op = Operation("crash_restart", h.profile, h.mode)

@@ -14,7 +14,8 @@ EngineDown         the engine stopped serving (stopped, crashed, failed to start
 EngineLine         one masked line of the engine's output with its parsed record (parsed
                    once, by the launcher; observers never parse the line again).
 Crashed            the engine died (or lost a worker) after READY; counted by reason.
-OperationStarted   an operation (switch, mode, restart, ...) took the slot.
+OperationStarted   an operation (switch, mode, restart, ...) took the slot: who asked, what
+                   served; journaled before it acts (a kill -9 cannot lose it).
 OperationFinished  an operation ended: its result record (as answered to the client).
 BaselineRecorded   a baseline measurement was stored.
 DecisionRecorded   a tuning decision was stored (fastverifyctl tune).
@@ -124,6 +125,9 @@ class OperationStarted(_Stamped):
     kind: str
     profile: str
     mode: str
+    by: str = "fastverifyd"  # who asked (auth.Caller.by)
+    caller: Mapping[str, Any] | None = None
+    previous: Mapping[str, Any] | None = None  # what served when it was asked
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,11 @@ class EventBus:
     def subscribe(self, fn: Callable[[Event], None]) -> None:
         with self._lock:
             self._subs.append(fn)
+
+    def unsubscribe(self, fn: Callable[[Event], None]) -> None:
+        with self._lock:
+            if fn in self._subs:
+                self._subs.remove(fn)
 
     def publish(self, event: Event) -> None:
         with self._lock:

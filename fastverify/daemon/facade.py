@@ -94,6 +94,10 @@ class ControlFacade:
     # ------------------------------------------------------------------ status
     def status_line(self) -> str:
         """One-line summary for systemd's STATUS= (e.g. "serving tree-ll/eagle3 82.4 tok/s")."""
+        with self.ctl._lock:  # one snapshot: the state, the engine and the operation
+            return self._status_line()
+
+    def _status_line(self) -> str:
         c = self.ctl
         prof = c.active.get("profile") or "-"
         mode = c.active.get("mode") or "-"
@@ -352,8 +356,9 @@ class ControlFacade:
 
     # ------------------------------------------------------------------ operations
     def operate(self, kind: str, name: str | None, mode: str | None, **request: Any) -> Operation:
-        """Check the lease (`lease`: the experiment's own operation, fastverify.daemon.lease;
-        `force` overrides another's) and declarative mode (`canary`), then Controller.request
+        """Check declarative mode (`canary`), then Controller.request, which checks the lease
+        once the request is valid and not `unchanged` (`lease`: the experiment's own operation,
+        fastverify.daemon.lease; `force` overrides another's)
         with the rest of the request (force, queue, timeout_s, withdrawn, restart,
         load_format, eagle3_steps, caller: who asked; the result and history record carry
         it as `by`)."""
@@ -361,11 +366,16 @@ class ControlFacade:
         what = {"switch": f"switch to {name}", "mode": f"switch to mode {mode}"}.get(kind, kind)
         caller = request.get("caller")
         holder = caller.identity if caller is not None else ""
-        overridden = self.leases.check(lease, request.get("force", False), what, holder)
+        force = request.get("force", False)
         target = self._check_declarative(kind, name, mode, canary)
-        op = self.ctl.request(kind, name, mode, **request)
-        if overridden is not None:
-            self._record_override(overridden, what, caller)
+        overridden: list[Any] = []  # the lease this request overrides (force), if any
+
+        def gate() -> None:  # after validation: a typo is refused as one, lease or not
+            overridden.append(self.leases.check(lease, force, what, holder))
+
+        op = self.ctl.request(kind, name, mode, **request, gate=gate)
+        if overridden and overridden[0] is not None:
+            self._record_override(overridden[0], what, caller)
         if self.ctl.cfg.daemon.declarative and kind in ("switch", "mode"):
             self.canary = None if target is None else {**target, "since": time.time(), "op": op.id}
         return op

@@ -185,8 +185,10 @@ def classify(
     if timed_out:
         msg = f"engine not ready within {timeout_s:g} s" if timeout_s else "engine not ready"
         return Failure("readiness_timeout", msg, None, log, exit_code)
-    if exit_code is None:
-        return Failure("exited(?)", "engine disappeared", None, log, None)
+    if exit_code is None:  # an engine this daemon adopted is not its child: no exit status
+        return Failure("exited", "engine exited; its exit status went to the process that"
+                       " reaped it (an adopted engine is not this daemon's child): see its log",
+                       None, log, None)  # fmt: skip
     if exit_code < 0:
         msg = f"engine killed by {_signal_name(exit_code)}"
     else:

@@ -225,6 +225,9 @@ class SupervisedGroup(Generic[M]):
         self.ever_ran = False  # a member was spawned or kept after adoption
         self.shutting_down = threading.Event()
         self.on_exit: Callable[[M], None] = lambda m: None
+        # held while an exit is marked and `on_exit` runs (the engine's: the controller's
+        # lock, so whoever reads the state under it sees a death and its consequence together)
+        self.exit_lock: Any = threading.RLock()
         self.on_change: Callable[[], None] = lambda: None
         self.restart_with: Callable[[], None] | None = None
         self._crashes = CrashWindow(spec.restart) if spec.restart is not None else None
@@ -392,9 +395,10 @@ class SupervisedGroup(Generic[M]):
                 with contextlib.suppress(psutil.Error):
                     psutil.Process(m.pid).wait()
             m.exit_code = code
-            m.exited.set()
+            with self.exit_lock:
+                m.exited.set()
+                self.on_exit(m)
             m.wake.set()
-            self.on_exit(m)
             if not m.expected_exit and not self.shutting_down.is_set():
                 self._exited(m)
 

@@ -7,7 +7,8 @@ daemon states. `spawn` returns an `EngineHandle` (or raises OSError); `await_rea
 an engine group left by a previous daemon. The launcher reports through two callbacks set by
 the controller: `on_line(handle, line, facts)` for every (masked, parsed-once) log line (the
 verifiers read them: a failure one of them sees there is `h.line_failure`, which ends the
-readiness wait) and `on_exit(handle)` when the engine's leader process exits. Verification
+readiness wait) and `on_exit(handle)` when the engine's leader process exits (under the
+group's `exit_lock`, in the step that marks it exited). Verification
 after READY is the verifiers' (verifier.py, checks.py).
 
 engine.pid is the group's record (group.SupervisedGroup: `pending` before the spawn, the

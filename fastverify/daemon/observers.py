@@ -62,6 +62,10 @@ class Journal:
                 "log": e.log,
                 "exit_code": e.exit_code,
             }
+        elif isinstance(e, ev.OperationStarted):  # before it acts: see interrupted.py
+            rec = {"type": "request", "id": e.op_id, "kind": e.kind, "profile": e.profile,
+                   "mode": e.mode, "by": e.by, "caller": e.caller, "previous": e.previous,
+                   "ts": e.ts}  # fmt: skip
         elif isinstance(e, ev.OperationFinished):
             rec = {
                 "type": "switch",

@@ -13,7 +13,8 @@
    good one and then to `default_profile` when a profile is refused (deleted, invalid):
    each refusal is a history record (`start`, `failed`, `fallback_to`) and the fallback a
    status finding; when nothing can even be started the daemon goes STOPPED -> FAILED
-   with the reason.
+   with the reason;
+5. close the requests a killed daemon left unanswered (interrupted.py) once that has settled.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from fastverify.config import MODES
 from fastverify.daemon import events as ev
+from fastverify.daemon import interrupted
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.operations import Claim, Operation
@@ -51,10 +53,12 @@ def start_up(ctl: Controller) -> None:
         # The manifest is the desired state: what it declares, or nothing Ready.
         profile, mode = cfg.daemon.default_profile, cfg.server.mode
     ctl.active = {"profile": profile, "mode": mode}
+    unanswered = interrupted.pending(ctl)  # closed once this start-up has settled
     note = ctl.cache.adopt()  # the weight cache first: an adopted server maps its weights
     if note:
         ctl.say(note, logging.WARNING if "leaving it alone" in note else logging.INFO)
-    if adopt(ctl) is not None:
+    if (op := adopt(ctl)) is not None:
+        interrupted.close_after(ctl, unanswered, op)
         return
     # The saved profile, else the last good one, else the configured default: a profile
     # deleted while the daemon was down must not leave nothing serving.
@@ -68,7 +72,7 @@ def start_up(ctl: Controller) -> None:
             first = refused[0]
             ctl.say(f"starting {name}/{m} instead of {first[0]}/{first[1]}", logging.WARNING)
         try:
-            ctl.request("start", name, m)
+            op = ctl.request("start", name, m)
         except RequestError as exc:
             ctl.say(f"cannot start {name}/{m}: {exc}", logging.ERROR)
             refused.append((name, m, exc))
@@ -77,6 +81,7 @@ def start_up(ctl: Controller) -> None:
             continue
         if refused:
             _record_fallback(ctl, refused, (name, m))
+        interrupted.close_after(ctl, unanswered, op)
         return
     last = refused[-1][2]
     for name, m, why in refused:
@@ -88,6 +93,7 @@ def start_up(ctl: Controller) -> None:
         "at": time.time(),
     }
     ctl.set_state(State.FAILED, last.reason)
+    interrupted.close_after(ctl, unanswered, None)
 
 
 # Refusals that another profile may not share (the profile itself is missing or broken).

@@ -92,7 +92,8 @@ class Resolver:
         if profiles is None:
             from fastverify.profiles.store import ProfileStore
 
-            profiles = ProfileStore(user_dirs=cfg.profile_dirs)
+            # the engine's host decides the topology checks (LL128): the sim's, not this machine's
+            profiles = ProfileStore(user_dirs=cfg.profile_dirs, topology=engine.topology())
         self.cfg = cfg
         self.engine = engine
         self.profiles = profiles
@@ -104,7 +105,7 @@ class Resolver:
         self.cfg = cfg
         if engine.name == self.engine.name:
             self.engine = engine
-        self.profiles = ProfileStore(user_dirs=cfg.profile_dirs)
+        self.profiles = ProfileStore(user_dirs=cfg.profile_dirs, topology=self.engine.topology())
         self._argv_checks.clear()
 
     def defaults(

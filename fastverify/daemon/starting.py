@@ -151,6 +151,8 @@ class Starts:
         with c._lock:
             h.serving = True
             c.set_state(State.READY, why)
+            if not h.alive():  # it exited after its verification: a crash, found now
+                c.launcher.on_exit(h)
         c.door.serving(h)  # the held requests go to this engine
         c.bus.publish(
             ev.EngineUp(

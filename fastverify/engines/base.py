@@ -109,6 +109,12 @@ class Engine(ABC):
             cache[key] = probe_host(self, argv)
         return cache[key]
 
+    def topology(self) -> Any:
+        """The GPU links where this engine's server runs, for the profile checks that need
+        them (LL128 without NVLink): a fastverify.profiles.validate.Topology, or None for
+        this machine's own (nvidia-smi, read when a check first needs it)."""
+        return None
+
     def pcie_report(self) -> Any:
         """The PCIe path between the GPUs where this engine's server runs
         (fastverify.host.pcie.PcieReport: ACS redirect, IOMMU), read once and kept; None

@@ -16,6 +16,7 @@ from fastverify.config import ServerConfig
 from fastverify.engines.allreduce_host import AllreduceHost
 from fastverify.engines.base import ArgvCheck, Engine
 from fastverify.engines.sglang import _strip_module, server_args
+from fastverify.profiles.validate import Topology
 from fastverify.sglang.envrules import EngineEnv, engine_env
 from fastverify.sglang.launch import LaunchArgs
 from fastverify.sglang.versions import PINNED_VERSION
@@ -130,6 +131,12 @@ class SimEngine(Engine):
             request_pool=allreduce_sim.SIM_REQUEST_POOL,
             simulated=True,
         )
+
+    def topology(self) -> Topology:
+        """The sim's simulated host: PCIe-only, no NVLink (what `doctor` shows of it)."""
+        from fastverify.sim import allreduce_sim
+
+        return Topology(has_nvlink=False, source=allreduce_sim.HOST_TEXT)
 
     def pcie_report(self) -> None:
         """The sim's host is simulated: there is no PCIe path to read."""

@@ -36,8 +36,7 @@ def check_pcie(report: pcie.PcieReport, gpus: int, finding: Any) -> list[Any]:
                 "warning" if gpus else "info",
                 report.message(),
                 where,
-                "install pciutils and run doctor as root on the GPU host (lspci -vvv reads "
-                "the ACS control bits only as root)",
+                _unknown_fix(report),
                 "pcie",
             )
         ]
@@ -62,3 +61,16 @@ def check_pcie(report: pcie.PcieReport, gpus: int, finding: Any) -> list[Any]:
         what = f"IOMMU {report.iommu.mode}: {report.iommu.evidence}"
         out.append(finding("info", what, "iommu", "", "pcie"))
     return out
+
+
+def _unknown_fix(report: Any) -> str:
+    """What would let doctor read the PCIe path: pciutils only where lspci is missing."""
+    root_only = "lspci -vvv reads the ACS control bits only as root"
+    if str((report.sources or {}).get("lspci -vvv -D", "")).startswith("lspci not found"):
+        return (
+            "install pciutils (apt-get install pciutils) and run doctor as root on the GPU"
+            f" host ({root_only})"
+        )
+    if any(p.unreadable for p in report.pairs):
+        return f"run doctor as root ({root_only}), or check `sudo lspci -vvv` yourself"
+    return "run doctor on the GPU host, as root (where lspci lists the GPUs nvidia-smi shows)"

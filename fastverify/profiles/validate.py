@@ -305,7 +305,9 @@ def validate(
 
 def _check_meta(parsed: ParsedFile, problems: list[Problem]) -> None:
     path = parsed.path
-    if "description" not in parsed.meta:
+    # a file refused before it was read (over the size cap, a link out of its directory)
+    unread = any(p.line == 0 and p.severity == "error" for p in parsed.problems)
+    if "description" not in parsed.meta and not unread:
         problems.append(
             Problem(
                 path,

@@ -224,7 +224,8 @@ def _baseline_check(r: Result) -> None:
     assert "(--span picks" not in r.stderr, r.stderr  # capture has no --span to suggest
     assert r.stdout == "", r.stdout  # no table of zeros
     # the command it suggests works, and labels its rows by the span, not "verify passes"
-    m = re.search(r"`fastverifyctl (trace analyze --span DECODE (\S+))`", r.stderr)
+    hint = r"`fastverifyctl (?:--socket \S+ )?(trace analyze --span DECODE (\S+))`"
+    m = re.search(hint, r.stderr)
     assert m and Path(m.group(2)).is_dir(), r.stderr
     decode = ctl(*m.group(1).split())
     assert decode.returncode == 0, decode.stdout + decode.stderr

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.support.harness import REPO, DaemonHarness, _scrubbed_env, ctrl_c_reaches_it
 
@@ -414,9 +416,98 @@ def test_ctrl_c_on_a_piped_switch_detaches_and_says_how_to_cancel(tmp_path: Path
             if proc.poll() is None:
                 proc.kill()
         assert proc.returncode == 130, (out, err)
-        assert "fastverifyctl cancel" in err and "Traceback" not in err, err
+        assert f"fastverifyctl --socket {d.socket} cancel" in err and "Traceback" not in err, err
         d.wait_for(lambda: d.status()["profile"] == "ring-ll", 60, "the switch going on")
         assert d.wait_state("READY", 60)["profile"] == "ring-ll"
+
+
+def _read_until(fd: int, proc: subprocess.Popen, wanted: str, seen: list[str]) -> str:
+    """What a terminal shows (`fd`: its master side) until `wanted` appears; fails when the
+    process exits first."""
+    import select
+
+    while wanted not in "".join(seen):
+        ready, _, _ = select.select([fd], [], [], 1.0)
+        if ready:
+            try:
+                seen.append(os.read(fd, 4096).decode(errors="replace"))
+            except OSError:  # the terminal closed: the process exited
+                raise AssertionError(f"no {wanted!r} before exit: {''.join(seen)}") from None
+        elif proc.poll() is not None:
+            raise AssertionError(f"exited {proc.returncode} before {wanted!r}: {''.join(seen)}")
+    return "".join(seen)
+
+
+def test_ctrl_c_on_a_terminal_answered_y_exits_7(tmp_path: Path) -> None:
+    """Ctrl-C of `profile set` on a terminal, answered "y": the switch is cancelled, so
+    `profile set X && deploy` must not go on: exit 7, as for a cancel from another shell."""
+    import pty
+
+    with DaemonHarness(tmp_path, metrics=False, sim_load_seconds=3) as d:
+        before = d.status()["profile"]
+        env = {**_scrubbed_env(), "PYTHONPATH": str(REPO), "TERM": "dumb", "COLUMNS": "200"}
+        master, slave = pty.openpty()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket),
+             "profile", "set", "ring-ll"],
+            stdin=slave, stdout=slave, stderr=slave, env=env, preexec_fn=ctrl_c_reaches_it,
+        )  # fmt: skip
+        os.close(slave)
+        seen: list[str] = []
+        try:
+            _read_until(master, proc, "accepted", seen)
+            proc.send_signal(signal.SIGINT)
+            _read_until(master, proc, "cancel the", seen)
+            os.write(master, b"y\n")
+            code = proc.wait(60)
+            with contextlib.suppress(OSError):
+                while chunk := os.read(master, 4096):
+                    seen.append(chunk.decode(errors="replace"))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            os.close(master)
+        out = "".join(seen)
+        assert code == 7, out
+        assert "cancelled" in out and "Traceback" not in out, out
+        assert d.wait_state("READY", 60)["profile"] == before
+
+
+@pytest.mark.parametrize("door", ["--socket", "FASTVERIFY_SOCKET"])
+def test_a_pasted_hint_acts_on_the_daemon_that_printed_it(tmp_path: Path, door: str) -> None:
+    """The CLI's hints carry the socket the command used: `fastverifyctl cancel`, pasted as
+    printed (without FASTVERIFY_SOCKET in the shell), cancels this daemon's switch and not
+    the default daemon's."""
+    with DaemonHarness(tmp_path, metrics=False, sim_load_seconds=3) as d:
+        before = d.status()["profile"]
+        env = {**_scrubbed_env(), "PYTHONPATH": str(REPO)}
+        where = ["--socket", str(d.socket)]
+        if door == "FASTVERIFY_SOCKET":
+            env[door], where = str(d.socket), []
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fastverify.ctl", *where, "profile", "set", "ring-ll"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=env, preexec_fn=ctrl_c_reaches_it,
+        )  # fmt: skip
+        try:
+            assert "accepted" in proc.stdout.readline()
+            proc.send_signal(signal.SIGINT)
+            _out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        hints = re.findall(r"`(fastverifyctl [^`]*)`", err)
+        assert hints and all(f"--socket {d.socket} " in h for h in hints), err
+        cancel = next(h for h in hints if h.endswith(" cancel"))
+        pasted = subprocess.run(
+            [sys.executable, "-m", "fastverify.ctl", *shlex.split(cancel)[1:]],
+            capture_output=True, text=True, timeout=60,
+            env={**_scrubbed_env(), "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        assert pasted.returncode == 0, pasted.stdout + pasted.stderr
+        st = d.wait_state("READY", 60)
+        assert st["profile"] == before
+        assert d.client.get("/v1/history")[-1]["result"] == "cancelled"
 
 
 def test_queue_says_what_it_waits_for(tmp_path: Path) -> None:
@@ -441,3 +532,37 @@ def test_sweep_checks_every_name_before_switching(tmp_path: Path) -> None:
         assert d.status()["engine"]["pid"] == pid  # nothing was switched
         assert len(d.client.get("/v1/history")) == records
         assert not (out / "results.jsonl").exists()
+
+
+def test_python_option_asks_the_given_venv_for_torch(tmp_path: Path) -> None:
+    """`--python VENV/bin/python`: two real virtualenvs of the CLI's own base interpreter
+    (whose pythons resolve to the same file), one without torch, one that sees the SGLang
+    venv's real torch; preflight and rehearse ask each interpreter itself."""
+    import sysconfig
+    import venv
+
+    from tests.support.contract import venv_python
+
+    sglang = venv_python()
+    assert sglang.exists(), f"{sglang} is missing: run scripts/sglang-venv.sh first"
+    ask = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    site = subprocess.run([str(sglang), "-c", ask], capture_output=True, text=True, check=True)
+    pythons = {}
+    for name in ("bare", "torch"):
+        venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp_path / name)
+        pythons[name] = tmp_path / name / "bin" / "python"
+    purelib = sysconfig.get_path("purelib", vars={"base": str(tmp_path / "torch")})
+    (Path(purelib) / "sglang-venv.pth").write_text(site.stdout.strip() + "\n")
+    assert os.path.realpath(pythons["bare"]) == os.path.realpath(pythons["torch"])
+    env = {**_scrubbed_env(), "PYTHONPATH": str(REPO)}
+    model = REPO / "examples" / "model-configs" / "tiny-dense.json"
+    for cmd in (["preflight"], ["rehearse", "--model-config", str(model)]):
+        said = {}
+        for name, py in pythons.items():
+            r = subprocess.run([sys.executable, "-m", "fastverify.ctl", *cmd, "--python", str(py)],
+                               capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+            said[name] = r
+        bare, torch = said["bare"], said["torch"]
+        assert bare.returncode == 6, bare.stderr
+        assert f"needs PyTorch in {pythons['bare']}" in bare.stderr, bare.stderr
+        assert torch.returncode != 6 and "needs PyTorch" not in torch.stderr, torch.stderr

@@ -148,3 +148,17 @@ def test_use_sglang_bench_without_sglang_says_what_to_install(baseline_url: str)
     r = bench("--url", baseline_url, "--use-sglang-bench", "-n", "2")
     assert r.returncode == 6  # EXIT_MISSING_DEPENDENCY
     assert "sglang is not installed" in r.stderr
+
+
+def test_the_two_accept_lengths_say_whose_they_are(tmp_path: Path) -> None:
+    """SGLang's own figure (/server_info) and the one of this window's histograms differ
+    (2.08 and 1.99 in the field): each row says where it comes from."""
+    extra = ("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "sim/d",
+             "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+             "--speculative-num-draft-tokens", "4", "--sim-accept-length", "2.5")  # fmt: skip
+    with sim_server(tmp_path, *extra) as url:
+        r = bench("--url", url, "-n", "3", "--output-len", "60")
+    assert r.returncode == 0, r.stderr
+    rows = [x for x in r.stdout.splitlines() if x.lstrip().startswith("accept length")]
+    assert len(rows) == 2, r.stdout
+    assert "SGLang's /server_info" in rows[0] and "this window's histograms" in rows[1], rows

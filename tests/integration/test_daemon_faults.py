@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import psutil
+import pytest
 
 from fastverify.daemon import procs
 from tests.support.harness import DaemonHarness, engines_on_port, free_port, sigint_in
@@ -77,7 +78,14 @@ def test_daemon_kill9_during_start_then_restart_gives_one_engine(tmp_path: Path)
         # Ours, alive and loading the same argv: followed to READY instead of restarted.
         assert st["engine"]["adopted"] is True
         assert st["engine"]["pid"] == loading["engine"]["pid"]
-        assert d.client.get("/v1/history")[-1]["kind"] == "adopt"
+        adopted, closed = d.client.get("/v1/history")[-2:]
+        assert (adopted["kind"], adopted["result"]) == ("adopt", "ok")
+        # the start-up's own start, unanswered by the killed daemon, closed by the new one
+        assert (closed["kind"], closed["result"], closed["outcome"]) == (
+            "start",
+            "interrupted",
+            "adopted",
+        ), closed
         saved = json.loads((d.state_dir / "state.json").read_text())
         assert (saved["profile"], saved["mode"]) == (st["profile"], st["mode"])
         pidfile = json.loads((d.state_dir / "engine.pid").read_text())
@@ -316,3 +324,71 @@ def test_a_taken_port_is_named_with_its_fix_before_any_load(tmp_path: Path) -> N
             assert "last failure:" not in text
     finally:
         squatter.close()
+
+
+def test_status_never_reads_ready_without_a_serving_engine(tmp_path: Path) -> None:
+    """The engine's leader is SIGKILLed while its log has a backlog the daemon's tail has not
+    read yet (a chatty engine): reading why it died takes a while, and every status answered
+    meanwhile is READY with the live engine or already past READY with the crash counted."""
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        st = d.status()
+        leader = st["engine"]["pid"]
+        with open(st["engine"]["log"], "a", encoding="utf-8") as fh:
+            fh.write("INFO a chatty engine line\n" * 200_000)
+        os.kill(leader, signal.SIGKILL)
+        seen: list[tuple[str, int | None, int]] = []
+
+        def moved_on() -> bool:
+            s = d.status()
+            seen.append((s["state"], s["engine"]["pid"], s["restarts"]["total"]))
+            return s["state"] != "READY"
+
+        d.wait_for(moved_on, 30, "the daemon to leave READY")
+        assert all(pid == leader for state, pid, _ in seen if state == "READY"), seen
+        assert all(n == 1 for state, _, n in seen if state != "READY"), seen
+        d.wait_state("READY", timeout=30)
+
+
+@pytest.mark.parametrize("target", ["ring-ll", "tree-ll"])
+def test_switch_in_flight_at_a_daemon_kill9_is_closed_in_history(
+    tmp_path: Path, target: str
+) -> None:
+    """`profile set X --no-wait`, then kill -9 of fastverifyd while X starts: the request
+    is in the journal before anything acts, and the next daemon closes it as interrupted,
+    with who asked, what became of it and what serves instead (tree-ll fails its CUDA-graph
+    capture on the sim: the last good is put back)."""
+    with DaemonHarness(tmp_path, sim_load_seconds=1.5, metrics=False) as d:
+        before = d.status()["profile"]
+        r = d.ctl("profile", "set", target, "--no-wait", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        op_id = json.loads(r.stdout)["op"]["id"]
+        d.wait_for(
+            lambda: (s := d.status())["state"] == "STARTING" and s["engine"]["pid"], 15, "start"
+        )
+        asked = [x for x in d.client.get("/v1/history") if x["id"] == op_id]
+        assert asked == []  # in flight: no result yet
+        journal = [json.loads(x) for x in (d.state_dir / "journal.jsonl").read_text().splitlines()]
+        request = [x for x in journal if x.get("id") == op_id]
+        assert [x["type"] for x in request] == ["request"], request
+        assert request[0]["by"].startswith("uid ") and request[0]["previous"]["profile"] == before
+        d.kill9()
+        d.restart_daemon(wait_ready=False)
+        st = d.wait_state("READY", timeout=60)
+        closed = [x for x in d.client.get("/v1/history") if x["id"] == op_id]
+        assert len(closed) == 1, closed
+        rec = closed[0]
+        assert (rec["kind"], rec["profile"], rec["result"], rec["reason"]) == (
+            "switch",
+            target,
+            "interrupted",
+            "daemon_restarted",
+        ), rec
+        assert rec["by"] == request[0]["by"]
+        assert rec["message"].startswith("interrupted (daemon restarted)")
+        if target == "ring-ll":
+            assert (rec["outcome"], st["profile"]) == ("adopted", "ring-ll"), rec
+        else:
+            assert rec["outcome"] == "failed" and st["profile"] == before, (rec, st)
+            assert rec["put_back"]["profile"] == before and "put back" in rec["message"]
+        shown = d.ctl("history")
+        assert shown.returncode == 0 and "interrupted" in shown.stdout, shown.stdout

@@ -90,7 +90,12 @@ def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
         assert bad.returncode == 1 and "--output /proc/nope/cfg.json: cannot write" in bad.stderr
         human = d.ctl("spec", "plan", "--max-batch", "8", "--concurrency", "1")
         assert human.returncode == 0 and "speculation plan" in human.stdout
-        assert "end to end" in human.stdout and "fastverifyctl mode set adaptive" in human.stdout
+        assert "end to end" in human.stdout
+        # a tier that never drafts says so beside its figure (an adaptive server's 0-step
+        # cycle against a baseline server's step), never as if drafting paid
+        never = [x for x in human.stdout.splitlines() if "\t[0]\t" in x]
+        assert never and all(" (no drafting)\t" in x for x in never), human.stdout
+        assert f"fastverifyctl --socket {d.socket} mode set adaptive" in human.stdout
         # the same acceptance with the H200 grid's costs (one GPU, TP 8 shard) as the source
         grid = REPO / "benchmarks/results/rehearse-grid-kimi-k2.5-shard-of-tp8-h200-drafter.json"
         r = d.ctl("spec", "plan", "--costs", str(grid), "--allreduce-backend", "pcie_ipc",
@@ -152,6 +157,8 @@ def test_acceptance_plan_and_adaptive_mode(tmp_path: Path) -> None:
         # spec validate serves the stored plan and compares, per phase
         r = d.ctl("spec", "validate", "-d", "8", "--json")
         assert r.returncode in (0, 1), r.stderr
+        # its warm-up and window say so as they start: no silent wait
+        assert "spec validate: warm-up" in r.stderr and "spec validate: measuring" in r.stderr
         (row,) = json.loads(r.stdout)["rows"]
         assert 0.75 < row["tokens_per_second"]["ratio"] < 1.3, row
         assert row["prefill_ttft_p50_s"]["predicted"] > 0 and row["decode_itl_mean_s"]["served"]

@@ -332,3 +332,27 @@ def test_a_closed_stdout_pipe_is_not_a_lost_daemon(tmp_path: Path) -> None:
         assert rc == 0, err
         st = d.status()
         assert (st["state"], st["profile"]) == ("READY", "ring-ll")
+
+
+def test_ll128_on_the_sims_pcie_only_host_is_refused_without_force(tmp_path: Path) -> None:
+    """The sim plays one host kind, PCIe-only without NVLink (what `doctor` shows of it): a
+    profile forcing LL128 there is refused without --force (exit 2, nothing stopped), as
+    profiles.md and `profile set --help` say, and served with the warning said with it."""
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        (d.profile_dir / "ll128.env").write_text(
+            "# description: LL128 everywhere\nNCCL_PROTO=LL128\nNCCL_ALGO=Ring\n"
+        )
+        doctor = d.ctl("doctor", "--json")
+        assert "PCIe-only GPUs with P2P, no NVLink" in json.loads(doctor.stdout)["engine"]["host"]
+        before = d.status()
+        refused = d.ctl("profile", "set", "ll128")
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "LL128" in refused.stderr and "no NVLink" in refused.stderr, refused.stderr
+        assert "--force" in refused.stderr
+        after = d.status()
+        assert after["engine"]["pid"] == before["engine"]["pid"] and after["profile"] != "ll128"
+        forced = d.ctl("profile", "set", "ll128", "--force")
+        assert forced.returncode == 0, forced.stdout + forced.stderr
+        said = forced.stdout + forced.stderr
+        assert "LL128 without NVLink" in said and "accepted because of --force" in said, said
+        assert d.status()["profile"] == "ll128"

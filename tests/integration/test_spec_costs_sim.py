@@ -217,6 +217,7 @@ def test_ctrl_c_puts_the_engine_back(tmp_path: Path) -> None:
         err = "".join(seen) + err
         assert proc.returncode == 130, err
         assert "interrupted; the engine was put back (ok)" in err
+        assert "Traceback" not in err and "Exception ignored" not in err, err
         st = d.status()
         assert (st["profile"], st["mode"], st["trial"], st["state"]) == (
             before["profile"], "eagle3", False, "READY",
@@ -243,6 +244,7 @@ def test_a_run_cut_short_resumes_from_its_journal(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         _rest, err = proc.communicate(timeout=300)
         assert proc.returncode == 130, "".join(seen) + err
+        assert "Traceback" not in err and "Exception ignored" not in err, err
         kept = [json.loads(x) for x in journal.read_text().splitlines()]
         assert kept[0]["record"] == "plan" and kept[0]["plan"]["trials"] == ["baseline", "0", "1"]
         windows = [r for r in kept if r["record"] == "window"]

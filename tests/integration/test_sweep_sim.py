@@ -397,3 +397,33 @@ def test_sweep_without_matplotlib_says_its_plot_was_skipped(tmp_path: Path) -> N
     assert not (out / "sweep.png").exists()
     doc = json.loads(j.stdout)
     assert doc["plot"] is None and doc["plot_skipped"].startswith("plots skipped: matplotlib")
+
+
+def test_ctrl_c_of_a_sweep_puts_back_what_served(tmp_path: Path) -> None:
+    """Ctrl-C after the sweep has switched away: what served before it is put back (as
+    `spec costs` does), the measurements kept for --resume, exit 130."""
+    out = tmp_path / "int"
+    with DaemonHarness(tmp_path, config={"daemon": {"trace_period_s": 0}}, metrics=False) as d:
+        before = d.status()["profile"]
+        args = ["sweep", "ring-ll", "ring-simple", "--repeats", "2", "--duration", "1.0",
+                "--output-len", "32", "--output", str(out), "--no-plot"]  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), *args],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=ctrl_c_reaches_it,
+        )  # fmt: skip
+        results = out / "results.jsonl"
+
+        def first_measured() -> bool:
+            assert proc.poll() is None, proc.communicate()
+            return results.exists() and '"measurement"' in results.read_text()
+
+        d.wait_for(first_measured, 600, "the sweep's first measurement")
+        assert d.status()["profile"] != before or d.status()["switch_in_flight"]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 130, err
+        assert f"interrupted: {before}/" in err and "put back" in err, err
+        assert "Traceback" not in err, err
+        st = d.wait_state("READY", 60)
+        assert st["profile"] == before and st["lease"] is None, st

@@ -294,7 +294,7 @@ def test_bench_on_dummy_weights_says_the_daemon_is_left_on_them(tmp_path: Path) 
         )  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr
         assert "left serving nccl-default/baseline on dummy weights" in r.stderr, r.stderr
-        assert "`fastverifyctl profile set nccl-default`" in r.stderr, r.stderr
+        assert f"`fastverifyctl --socket {d.socket} profile set nccl-default`" in r.stderr, r.stderr
         assert d.status()["trial"] is True
 
 

@@ -106,7 +106,7 @@ def test_ctrl_c_then_resume(tmp_path: Path) -> None:
                 proc.kill()
                 proc.communicate()
         assert proc.returncode == 130, err[-2000:]
-        assert "fastverifyctl tune --resume" in err
+        assert f"fastverifyctl --socket {d.socket} tune --resume" in err  # the hint acts here
         again = d.ctl("tune", "--resume", "--json", timeout=900)
         assert again.returncode == 0, again.stderr[-3000:]
         res = json.loads(again.stdout)

@@ -79,6 +79,39 @@ def test_an_identical_host_reuses_the_decision_with_zero_loads(host_a: Any, tmp_
         assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+def test_a_reused_decision_stays_simulated(host_a: Any, tmp_path: Path) -> None:
+    """A reuse on the sim keeps the engine stamp: its headline says simulated, and
+    `render kubernetes --from-decision` refuses it without --force, as it refuses the
+    original."""
+    from tests.support.harness import run_ctl
+
+    _, result, out = host_a
+    dec = result["decision"]
+    assert dec["engine"]["simulated"] is True, dec
+    profile = {"daemon": {"default_profile": dec["profile"]}, "server": {"mode": dec["mode"]}}
+    reused = tmp_path / "reuse-out"
+    with _host(tmp_path, **profile) as b:
+        proc = b.ctl("tune", "--reuse", str(out / "decision.json"), *MEASURE,
+                     "-o", str(reused), timeout=600)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    headline = next(x for x in proc.stdout.splitlines() if x.startswith("decision: "))
+    assert "(simulated: the sim engine playing SGLang " in headline, headline
+    written = json.loads((reused / "decision.json").read_text())["decision"]
+    assert written["engine"] == dec["engine"], written
+    args = ("render", "kubernetes", "--image", "registry.example.com/fv:1", "--from-decision")
+    for path in (out / "decision.json", reused / "decision.json"):
+        refused = run_ctl(*args, str(path), "--output-dir", str(tmp_path / "k8s"))
+        assert refused.returncode == 2, (path, refused.stderr)
+        assert "on the sim engine (simulated" in refused.stderr and "--force" in refused.stderr
+    assert not (tmp_path / "k8s").exists()
+    # a reuse's record written before decisions carried the stamp: its fingerprint says sim
+    old = json.loads((reused / "decision.json").read_text())
+    del old["decision"]["engine"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    refused = run_ctl(*args, str(tmp_path / "old.json"), "--output-dir", str(tmp_path / "k8s"))
+    assert refused.returncode == 2 and "(simulated" in refused.stderr, refused.stderr
+
+
 def test_one_fact_changed_refuses_and_names_it(host_a: Any, tmp_path: Path) -> None:
     _, _, out = host_a
     with _host(tmp_path, daemon={"sim_sglang_version": "0.5.22"}) as c:

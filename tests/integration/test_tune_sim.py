@@ -91,6 +91,8 @@ def test_tune_runs_end_to_end_and_prints_the_exact_json(tuned: dict[str, Any]) -
     err = proc.stderr
     assert err.index("plan (estimates") < err.index("[1/8] inventory: started")
     assert "default" in err and "ETA" in err
+    # the end says what it does while it draws and writes (seconds on a busy machine)
+    assert err.index("drawing the plots ...") < err.index("report.md and decision.json ...")
 
 
 def test_no_gpu_stages_are_skipped_with_their_reason(tuned: dict[str, Any]) -> None:

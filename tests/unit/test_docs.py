@@ -96,3 +96,34 @@ def test_the_readme_commands_for_a_fresh_machine_are_the_scripts_and_ci_runs_the
     ci = [ln for ln in (REPO / ".ci" / "run").read_text().splitlines()
           if ln.strip() and not ln.lstrip().startswith("#")]  # fmt: skip
     assert ci[-1] == "exec ./scripts/test", ci
+
+
+def test_the_readmes_first_screen_says_what_scripts_run_takes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before the tuning loop, the README names what `./scripts/run` takes on the machine
+    (as root: the defaults the code has), how to choose others with fastverifyd's flags,
+    that later commands need the same socket, the sim's sweep and tune times, and the
+    weight cache's switch."""
+    from fastverify import paths
+    from fastverify.config import Config
+
+    first = (REPO / "README.md").read_text(encoding="utf-8").split("## The tuning loop")[0]
+    cfg = Config()
+    monkeypatch.setattr(paths, "_is_root", lambda: True)
+    for env in ("FASTVERIFY_SOCKET", "FASTVERIFY_STATE_DIR", "FASTVERIFY_PROFILE_DIRS"):
+        monkeypatch.delenv(env, raising=False)
+    taken = [
+        f"port {cfg.server.port}",
+        cfg.daemon.metrics_listen,
+        f"`{paths.socket_path().parent}`",
+        f"`{paths.state_dir()}`",
+        f"`{paths.user_profile_dirs()[0]}`",
+    ]
+    for what in taken:
+        assert what in first, what
+    for flag in ("--server-port", "--metrics-listen", "--socket", "--state-dir"):
+        assert flag in first, flag
+    assert "FASTVERIFY_SOCKET" in first and "needs the same socket" in first
+    assert re.search(r"`sweep`[^.]*about \d+ min", first) and "`tune" in first
+    assert "--weight-cache auto" in first

@@ -47,10 +47,21 @@ def read_decision(path: str) -> tuple[str, str, dict[str, Any]]:
     return profile, mode, decision
 
 
-def simulated_decision(path: str, decision: dict[str, Any], force: bool) -> list[str]:
+def simulated_decision(
+    path: str, decision: dict[str, Any], force: bool, fingerprint: Any = None
+) -> list[str]:
     """A decision the sim engine made is no fleet's decision: refused unless `force`, then a
-    note; a record that names no engine (made before tune recorded one) gets a note."""
+    note. The engine is the decision's stamp, else the host fingerprint's engine fact (a
+    record of a tune, or a reuse, from before decisions carried a stamp); a record that says
+    neither gets a note."""
     eng = decision.get("engine")
+    if not isinstance(eng, dict):
+        facts = fingerprint.get("facts") if isinstance(fingerprint, dict) else None
+        fact = facts.get("engine") if isinstance(facts, dict) else None
+        if isinstance(fact, dict) and "simulated" in fact:
+            version = facts.get("sglang") if isinstance(facts, dict) else None
+            eng = {"kind": fact.get("name"), "simulated": fact.get("simulated"),
+                   "version": version}  # fmt: skip
     if not isinstance(eng, dict):
         return [
             f"{path}: the decision records no engine (a tune before decisions carried one): "

@@ -70,9 +70,9 @@ def _from_decision(
             f"{path}: tune did not apply {d_profile}/{d_mode} on its host"
             f" ({why}); rendering it as decided because of --force"
         )
-    notes += inputs.simulated_decision(path, decision, options.force)
     raw = Path(path).read_bytes()  # which record, exactly: its content, not only its name
     fp = json.loads(raw).get("fingerprint")
+    notes += inputs.simulated_decision(path, decision, options.force, fp)
     found = _Decision(
         decision, hashlib.sha256(raw).hexdigest(), fp if isinstance(fp, dict) else None
     )
@@ -162,6 +162,22 @@ def _profile_sets(
     return shipped, user, snapshot, inputs.checksum(checked)
 
 
+def _profile_dir_hint(profile: str, searched: list[str]) -> str:
+    """Where this host keeps `profile` (the directories `profile list` reads), as the
+    --profile-dir to pass; else how to pass a directory of one's own."""
+    from fastverify import paths
+    from fastverify.config.load import operator_profile_dirs
+
+    for d in operator_profile_dirs():
+        if d not in searched and (Path(d) / f"{profile}.env").is_file():
+            where = f"{paths.config_file_str()} or $FASTVERIFY_PROFILE_DIRS"
+            return (
+                f"\n{profile} is in {d}, a profile directory of this host ({where}) that the"
+                f" pod's configuration does not name: render it with --profile-dir {d}"
+            )
+    return "\na profile of your own: pass its directory with --profile-dir DIR (repeatable)"
+
+
 def render(options: KubeOptions) -> Bundle:
     """Every manifest for `options` (see the module docstring); RenderError when invalid."""
     from fastverify.config import MODES
@@ -190,7 +206,8 @@ def render(options: KubeOptions) -> Bundle:
         loaded = store.load(profile, force=options.force, allow_path=False)
     except ProfileError as exc:
         problems = "\n".join(str(p) for p in exc.problems)
-        raise RenderError(f"profile {profile!r} cannot be rendered:\n{problems}") from None
+        hint = _profile_dir_hint(profile, user_dirs) if store.find(profile) is None else ""
+        raise RenderError(f"profile {profile!r} cannot be rendered:\n{problems}{hint}") from None
 
     gpus = options.gpus_per_node or cfg.server.tp_size
     if backend_note := placement.allreduce_mismatch(loaded, options.nodes, gpus):

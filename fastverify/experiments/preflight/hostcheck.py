@@ -55,11 +55,17 @@ class TorchMissing(PreflightError):
 
 
 def torch_available(python: str = "") -> bool:
-    """Whether `python` (default: this interpreter) can import torch, without importing it."""
-    if not python or os.path.realpath(python) == os.path.realpath(sys.executable):
+    """Whether `python` (default: this interpreter) can import torch, without importing it.
+    A given interpreter is asked by running it: every virtualenv's python resolves to the
+    same base interpreter, and only running it tells which site-packages it sees."""
+    if not python:
         return importlib.util.find_spec("torch") is not None
     code = "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)"
-    return subprocess.run([python, "-c", code], capture_output=True, check=False).returncode == 0
+    try:
+        run = subprocess.run([python, "-c", code], capture_output=True, check=False)
+    except OSError:  # not an interpreter that runs here: it has no torch to give the ranks
+        return False
+    return run.returncode == 0
 
 
 SAME_GPU_LABEL = "same-GPU ranks, not a PCIe measurement"

@@ -74,6 +74,9 @@ def _decode_analysis(analysis: dict[str, Any]) -> dict[str, Any] | None:
     return out if any(r.get("verify_passes") for r in out.get("ranks", [])) else None
 
 
+STATUS_ANSWER_S = 5.0  # a daemon that answers no status in this long is not waited for
+
+
 class Sweep:
     """Runs a sweep against a daemon `client` (fastverify.client.ControlClient)."""
 
@@ -297,10 +300,16 @@ class Sweep:
             self.emit(f"{index} {profile}/{mode}: no trace: {rec['error']}")
         self._record(rec)
         if figures:
-            self.emit(f"{index} {profile}/{mode}: trace {figures['span']} "
-                      f"{_fmt_ms(figures['step_ms_p50'])} ms/step, "
+            mean = figures.get("step_ms_mean")
+            step = (
+                f"{_fmt_ms(mean)} ms/step"
+                if mean
+                else (f"{_fmt_ms(figures['step_ms_p50'])} ms/step (p50)")
+            )
+            self.emit(f"{index} {profile}/{mode}: trace {figures['span']} {step}, "
                       f"{figures['allreduce_per_step'] or 0:.0f} all-reduces "
-                      f"({_fmt_ms(figures['allreduce_ms_per_step'])} ms)")  # fmt: skip
+                      f"({_fmt_ms(figures['allreduce_ms_per_step'])} ms), means over "
+                      f"{figures.get('passes') or 0} steps")  # fmt: skip
 
     def _post_baselines(self, rows: list[dict[str, Any]]) -> list[str]:
         """Record each real-weights baseline row (and the same profile's real EAGLE-3
@@ -408,6 +417,29 @@ class Sweep:
         self._record({"type": "sweep", "started_at": time.time(), "config": cfg.describe(),
                       "resumed": bool(existing), "engine": self.engine})  # fmt: skip
 
+        try:
+            return self._measure_all(original)
+        except KeyboardInterrupt:
+            self._put_back(original)  # as spec costs does; the records stay for --resume
+            raise
+
+    def _put_back(self, original: tuple[Any, Any]) -> None:
+        """Ctrl-C: what served before the sweep goes back, when the daemon answers (a daemon
+        that does not is said, never waited for)."""
+        if not self.cfg.restore or not original[0]:
+            return
+        try:
+            self.client.status(timeout=STATUS_ANSWER_S)
+            done = self._finish(None, original)
+        except Exception as exc:  # the interrupt is what the user sees, not a traceback
+            self.emit(f"interrupted: {original[0]}/{original[1]} not put back ({exc})")
+            return
+        self.emit(f"interrupted: {original[0]}/{original[1]} put back "
+                  f"({done.get('result') or 'it was serving'})")  # fmt: skip
+
+    def _measure_all(self, original: tuple[Any, Any]) -> dict[str, Any]:
+        cfg = self.cfg
+        out_dir = Path(cfg.output_dir)
         weights = trial.DUMMY if cfg.trial else trial.REAL
         if cfg.trial:
             self.emit("trial: dummy weights (--load-format dummy); timings are real, accept "
@@ -453,7 +485,7 @@ class Sweep:
         all_rows = rows + confirmed
         plot_path = plot_skipped = None
         if cfg.plot and all_rows:
-            from fastverify.experiments.common.plots import missing_note
+            from fastverify.experiments.common.plots import missing_note, simulated_tag
 
             if plot_skipped := missing_note():
                 self.warnings.append(plot_skipped)
@@ -463,10 +495,11 @@ class Sweep:
                         all_rows,
                         out_dir / PLOT_FILE,
                         title=f"sweep ({cfg.bench.concurrency} client(s))"
-                        + (" - trial on dummy weights" if cfg.trial else ""),
+                        + (" - trial on dummy weights" if cfg.trial else "")
+                        + simulated_tag(self.engine),
                     )
                 )
-        out = {
+        out: dict[str, Any] = {
             "results": all_rows,
             "best": None if best is None else {k: best.get(k) for k in
                                                ("profile", "mode", "tokens_per_second_mean",
@@ -569,7 +602,8 @@ class Sweep:
         if (status.get("profile"), status.get("mode")) == target and now == weights:
             return {"action": why, "profile": target[0], "mode": target[1], "switched": False,
                     "weights": weights}  # fmt: skip
-        self.emit(f"{why}: {target[0]}/{target[1]} ({weights} weights) ...")
+        doing = {"restored": "restoring", "applied best": "applying best"}[why]
+        self.emit(f"{doing} {target[0]}/{target[1]} ({weights} weights) ...")
         res = self._switch(target[0], target[1], weights)
         out = {"action": why, "profile": target[0], "mode": target[1], "switched": True,
                "result": res.get("result"), "weights": weights}  # fmt: skip

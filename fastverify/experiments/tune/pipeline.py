@@ -416,7 +416,9 @@ def _result(
         "evidence": cache.evidence(win, ctx.cfg) if win else None,
     }
     data = {name: r.data for name, r in ctx.results.items()}
+    ctx.emit("drawing the plots ...")  # seconds on a busy machine: never a silent wait
     result["plots"] = report.draw_plots(out, result, data)
+    ctx.emit(f"writing {out / 'report.md'} and decision.json ...")
     report.write(out, result, data, shown_plan)
     cache.store(jr.path.parent, result)
     return result

@@ -78,9 +78,10 @@ def draw_plots(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) ->
 
 
 def _draw(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, str]:
-    from fastverify.experiments.common.plots import pyplot, save
+    from fastverify.experiments.common.plots import pyplot, save, simulated_tag
 
     plt = pyplot()
+    sim = simulated_tag((result.get("decision") or {}).get("engine"))
     from matplotlib.ticker import MaxNLocator
 
     made = {}
@@ -93,7 +94,7 @@ def _draw(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict
             ax.text(v, y, f" {v}", va="center")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a count: whole ticks
         ax.set_xlabel("profiles left")
-        ax.set_title("tune funnel")
+        ax.set_title(f"tune funnel{sim}")
         made["funnel"] = save(fig, out / "funnel.png").name
     opts = data.get("decide", {}).get("options") or []
     if opts:
@@ -113,15 +114,23 @@ def _draw(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict
             [f"{o['profile']}\n{o['mode']}\n{o['evidence']}" for o in opts], fontsize=8
         )
         ax.set_ylabel("output tokens/s (real weights; 95% CI)")
-        ax.set_title("decision: finalists (hatched: predicted from the trial)")
+        hatched = " (hatched: predicted from the trial)" if any(hatches) else ""
+        ax.set_title(f"decision: finalists{hatched}{sim}")
         ax.grid(axis="y", alpha=0.3)
         made["decision"] = save(fig, out / "decision.png").name
     trial = data.get("trial", {}).get("rows") or []
     if trial:
         from fastverify.experiments.sweep.results import plot
 
-        rows = [dict(r, weights="dummy") for r in trial]
-        plot(rows, out / "trial.png", title="trial on dummy weights (tok/s, 95% CI)")
+        # a trial row is on dummy weights unless the weight cache served it real weights
+        rows = [dict(r, weights=r.get("weights") or "dummy") for r in trial]
+        real = sum(r["weights"] != "dummy" for r in rows)
+        on = (
+            "dummy weights"
+            if not real
+            else f"{len(rows) - real} on dummy weights, {real} on real weights (faded: dummy)"
+        )
+        plot(rows, out / "trial.png", title=f"trial: {on} (tok/s, 95% CI){sim}")
         made["trial"] = "trial.png"
     return made
 

@@ -16,7 +16,9 @@ first node, or shared), and:
    only load reuse ever makes); the check passes unless the bench is clearly slower than
    the recorded interval: its 95% CI lies wholly below the winner's recorded CI95;
 4. records the decision (`POST /v1/decision`), and writes DIR/decision.json with the same
-   keys as a tune's plus `reused_from` and `check`.
+   keys as a tune's plus `reused_from` and `check`; its `engine` stamp is this daemon's
+   (checked against the reused one's: a simulated decision stays simulated, and
+   `render kubernetes --from-decision` refuses it without --force as it refuses the first).
 """
 
 from __future__ import annotations
@@ -121,6 +123,20 @@ def run(
         raise TuneBusy(f"{exc}; nothing was switched") from None
 
 
+def _engine_differs(recorded: Any, here: Mapping[str, Any] | None) -> str | None:
+    """How the engine stamp of the decision differs from this daemon's engine (kind or
+    simulated), else None; a decision without a stamp is judged by its fingerprint alone."""
+    if not isinstance(recorded, dict) or not here:
+        return None
+    keys = ("kind", "simulated")
+    if all(recorded.get(k) == here.get(k) for k in keys):
+        return None
+    return (
+        f"the {recorded.get('kind')} engine (simulated: {recorded.get('simulated')}), this host"
+        f" serves with the {here.get('kind')} engine (simulated: {here.get('simulated')})"
+    )
+
+
 def _line(emit: Callable[[Event], None], stage: str) -> Callable[[str], None]:
     return lambda text: emit({"event": "line", "stage": stage, "text": text, "eta_s": None})
 
@@ -160,6 +176,10 @@ def _run(client: Any, cfg: TuneConfig, source: Path, emit: Callable[[Event], Non
     changes = fingerprint.diff(doc["fingerprint"]["facts"], here["facts"])
     dec = doc["decision"]
     reused_from = {"path": str(path), "fingerprint": doc["fingerprint"]["id"], "decision": dec}
+    # which engine measured it: this daemon's account (its check bench runs here), checked
+    # against the stamp the decision carries; a simulated decision stays simulated
+    engine = (status.get("engine") or {}).get("identity")
+    stamp_differs = _engine_differs(dec.get("engine"), engine)
 
     def finish(decision: dict[str, Any], check: dict[str, Any]) -> dict[str, Any]:
         history = client.history()
@@ -184,7 +204,7 @@ def _run(client: Any, cfg: TuneConfig, source: Path, emit: Callable[[Event], Non
               "eta_s": None, "index": len(stages), "total": 4})  # fmt: skip
         decision = {"profile": dec.get("profile"), "mode": dec.get("mode"),
                     "backend": dec.get("backend"), "applied": False,
-                    "why": f"not reused: {why}"}  # fmt: skip
+                    "why": f"not reused: {why}", "engine": engine}  # fmt: skip
         return finish(decision, {**(check or {}), "ok": False, "why": why})
 
     if changes:
@@ -193,6 +213,8 @@ def _run(client: Any, cfg: TuneConfig, source: Path, emit: Callable[[Event], Non
             f"{here['id']} here): {fingerprint.describe(changes)}; run a full tune here",
             {"changes": changes},
         )
+    if stamp_differs:
+        return refuse(f"{path} was measured by {stamp_differs}: run a full tune here")
     if dec.get("applied") is not True:
         return refuse(f"{path}: tune did not apply {dec.get('profile')}/{dec.get('mode')} on "
                       f"its host ({dec.get('why')}): nothing verified to reuse")  # fmt: skip
@@ -247,7 +269,7 @@ def _run(client: Any, cfg: TuneConfig, source: Path, emit: Callable[[Event], Non
 
     stage("decide", record)
     decision = {k: dec.get(k) for k in ("profile", "mode", "backend")}
-    decision.update(applied=applied, why=why)
+    decision.update(applied=applied, why=why, engine=engine)
     for k in ("adaptive_config", "adaptive_config_json"):
         if k in dec:
             decision[k] = dec[k]

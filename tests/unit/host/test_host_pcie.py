@@ -96,6 +96,21 @@ def test_gpus_without_lspci_is_a_warning_not_a_guess(tmp_path: Path) -> None:
     assert all(r.profile != "p2p-off" for r in report.recommendations)
 
 
+def test_doctor_asks_for_pciutils_only_where_lspci_is_missing(tmp_path: Path) -> None:
+    """lspci is installed but fails (a container without /proc/bus/pci): the PCIe path is
+    unknown and doctor says so, without asking to install what is installed."""
+    bin_dir = tmp_path / "bin"
+    replay(bin_dir, "lspci", {})  # installed; every run fails
+    replay(bin_dir, "nvidia-smi", {"topo -m": FIX / "rtx6kpro-15-topo-m.txt"})
+    report = doctor_on(tmp_path, bin_dir)
+    first = pcie_findings(report)[0]
+    assert report.pcie.status == "unknown" and first.severity == "warning", first
+    assert "pciutils" not in first.fix and "as root" in first.fix, first.fix
+    missing = tmp_path / "no-lspci"
+    replay(missing, "nvidia-smi", {"topo -m": FIX / "rtx6kpro-15-topo-m.txt"})
+    assert "install pciutils" in pcie_findings(doctor_on(tmp_path, missing))[0].fix
+
+
 def test_driver_p2p_table_refusals_are_reported() -> None:
     """A published `nvidia-smi topo -p2p` matrix (club-3090#1124, 2 x RTX 5090: GNS)."""
     cells = pcie.parse_p2p_matrix((FIX / "club-3090-1124-topo-p2p.txt").read_text())
