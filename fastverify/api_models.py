@@ -116,6 +116,8 @@ _RESTART = Field("restart", "bool", "restart even when the profile and mode aske
 _CANARY = Field("canary", "bool", "declarative mode: serve something other than the declared "
                 "profile and mode on purpose (see Declarative mode)", default=False)
 _ACCEPT_LENGTH = "accepted tokens per verify pass, bonus token included (>= 1)"
+_ACCEPTANCE_SOURCE = ("where the accept length came from: `measured`, or `forced "
+                      "(SGLANG_SIMULATE_ACC_LEN=L)` when SGLang forced it")
 
 # ---------------------------------------------------------------------- the status body
 ENGINE_FIELDS = _described("""
@@ -136,6 +138,11 @@ ready_by (str | null): how it was found ready: `endpoints` when no INFO ready li
 progress (object | null): `{phase, percent, message}` while loading
 adopted (bool): a live engine found after a daemon crash
 weights (str | null): `dummy` for a timing trial, else the weights' label
+forced_acceptance (object | null): a drafting server whose environment forces SGLang's
+  accept length (`SGLANG_SIMULATE_ACC_LEN` from `[server.env]` or the profile): `{source,
+  label, variable, accept_length, method, token_mode}`
+acceptance_source (str | null): what its acceptance is: `forced (SGLANG_SIMULATE_ACC_LEN=L)`
+  when SGLang forces it, else `measured`
 weight_load (object | null): where the weights came from: `{source: cache|disk, seconds,
   bytes, reason, why, fallback, text, phases: {weights, cuda_graph, rest}}`
 tuner (object | null): the NCCL tuner plugin confirmed at verify: `{name, abi_version, path,
@@ -301,6 +308,7 @@ RECORD_BASELINE = Endpoint(
         Field("accept_length", "number", _ACCEPT_LENGTH + ": EAGLE-3 with real weights; "
               "trial sweeps judge break-even accept lengths by it", minimum=1,
               why="bonus token included"),
+        Field("acceptance_source", "str", _ACCEPTANCE_SOURCE),
     ),
     answer='the stored record; 422 `{error, fields: {field: what is wrong}, reason: '
     '"invalid_baseline"}` naming every bad field (nothing is stored then)',
@@ -325,7 +333,7 @@ CAPTURE_TRACE = Endpoint(
 )
 DECISION = Endpoint(
     "GET", "/v1/decision", "decision", "The newest tuning decision (`fastverifyctl tune`).",
-    answer="`{profile, mode, backend, applied, why, report?, accept_length?, "
+    answer="`{profile, mode, backend, applied, why, report?, accept_length?, acceptance_source?, "
     "tokens_per_second?, decided_at, engine, by?}`, `{}` when none",
 )
 RECORD_DECISION = Endpoint(
@@ -343,6 +351,7 @@ RECORD_DECISION = Endpoint(
         Field("why", "str", "the reason, at most 2000 characters", required=True),
         Field("report", "str", "the report file it wrote"),
         Field("accept_length", "number", _ACCEPT_LENGTH),
+        Field("acceptance_source", "str", _ACCEPTANCE_SOURCE),
         Field("tokens_per_second", "number", "the throughput it measured"),
         Field("adaptive_config", "str", "mode adaptive: the plan's SGLang config"),
     ),

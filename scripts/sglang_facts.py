@@ -19,6 +19,7 @@ Usage:
   scripts/sglang_facts.py --versions 0.5.20 0.5.23 [--check]
   scripts/sglang_facts.py --print 0.5.23 # one release's facts on stdout
   scripts/sglang_facts.py --check --no-cache  # re-extract every release from scratch
+  scripts/sglang_facts.py --download     # only fetch the wheels (./scripts/test does)
 
 An extraction is a function of the wheel, this script and the Python that runs its `ast`:
 each is kept beside the wheels, keyed by the three (the wheel's sha256, this file's, the
@@ -665,6 +666,83 @@ def sglang_vars(src: Source) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+_SIMULATE = re.compile(r"^(SGLANG_)?SIMULATE_ACC_[A-Z_]+$")
+# the variables of SGLang's forced acceptance are keyed by the end of their names, lower-cased
+# (SIMULATE_ACC_METHOD -> "method", SIMULATE_ACC_TOKEN_MODE -> "token_mode"), the length's
+# as "length"
+_SIMULATE_ROLES = {"LEN": "length"}
+
+
+def _simulate_vars(src: Source) -> dict[str, dict[str, object]]:
+    """SIMULATE_ACC_* variables -> {kind, default}: `Envs` fields in srt/environ.py, else the
+    module-level `os.environ.get("NAME", default)` that reads them."""
+    out: dict[str, dict[str, object]] = {}
+    name = "sglang/srt/environ.py"
+    if src.has(name):
+        for node in ast.walk(src.tree(name)):
+            if isinstance(node, ast.ClassDef) and node.name == "Envs":
+                for s in node.body:
+                    if not isinstance(s, (ast.Assign, ast.AnnAssign)):
+                        continue
+                    target = s.targets[0] if isinstance(s, ast.Assign) else s.target
+                    value = s.value
+                    if (isinstance(target, ast.Name) and _SIMULATE.match(target.id)
+                            and isinstance(value, ast.Call)):  # fmt: skip
+                        kind = getattr(value.func, "id", "") or getattr(value.func, "attr", "")
+                        default = ast.literal_eval(value.args[0]) if value.args else None
+                        out[target.id] = {"kind": kind.removeprefix("Env").lower() or "str",
+                                          "default": default}  # fmt: skip
+        return out
+    for f in src.grep("SIMULATE_ACC"):
+        for node in ast.walk(src.tree(f)):
+            if isinstance(node, ast.Call) and node.args:
+                var = const_str(node.args[0])
+                fname = getattr(node.func, "id", None) or getattr(node.func, "attr", "")
+                if var and _SIMULATE.match(var) and fname in ENV_KINDS:
+                    default = const_str(node.args[1]) if len(node.args) > 1 else None
+                    out.setdefault(var, {"kind": ENV_KINDS[fname], "default": default})
+    return out
+
+
+def _compared_values(src: Source, suffix: str) -> list[str]:
+    """The string values SGLang's source compares a variable (or the parameter it is passed
+    as: `simulate_acc_method`) with: `== "x"`, `!= "x"`, `in ("x", "y")`."""
+    found: set[str] = set()
+    for f in src.grep("SIMULATE_ACC"):
+        for node in ast.walk(src.tree(f)):
+            if not isinstance(node, ast.Compare) or len(node.ops) != 1:
+                continue
+            left = node.left
+            named = getattr(left, "id", None) or getattr(left, "attr", None) or ""
+            if not named.lower().endswith(suffix.lower()):
+                continue
+            right = node.comparators[0]
+            if isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+                found.update(v for v in map(const_str, right.elts) if v)
+            elif const_str(right):
+                found.add(const_str(right))  # type: ignore[arg-type]
+    return sorted(found)
+
+
+def simulate_acceptance(src: Source) -> dict[str, object] | None:
+    """SGLang's forced acceptance (a benchmark knob: every verify pass accepts the length it
+    is told): its variables by role (length, method, token_mode) with kind and default, and
+    the values its source accepts for the method and the token mode."""
+    found = _simulate_vars(src)
+    roles: dict[str, object] = {}
+    for var, spec in sorted(found.items()):
+        rest = var.split("SIMULATE_ACC_", 1)[1]
+        roles[_SIMULATE_ROLES.get(rest, rest.lower())] = {"name": var, **spec}
+    if "length" not in roles:
+        return None
+    methods = _compared_values(src, "acc_method")
+    modes = _compared_values(src, "acc_token_mode")
+    if "token_mode" in roles:
+        default = roles["token_mode"]["default"]  # type: ignore[index]
+        modes = sorted({*modes, *([default] if default else [])})
+    return {"vars": roles, "methods": methods, "token_modes": modes or None}
+
+
 # ----------------------------------------------------------------------------- log formats
 
 
@@ -928,7 +1006,11 @@ def extract(version: str) -> dict[str, object]:
         "spans": sp,
         "endpoints": eps,
         "log_formats": log_formats(src),
-        "env": {"nccl_added": nccl_added(src), "sglang_vars": env_vars},
+        "env": {
+            "nccl_added": nccl_added(src),
+            "sglang_vars": env_vars,
+            "simulate_acceptance": simulate_acceptance(src),
+        },
         "profile_options": profile_options(src),
         "weight_cache": weight_cache(src, fl),
     }
@@ -991,6 +1073,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--versions", nargs="+", default=list(RELEASES))
     ap.add_argument("--check", action="store_true", help="diff against the data files")
+    ap.add_argument(
+        "--download", action="store_true", help="only fetch the wheels into the cache, then exit"
+    )
     ap.add_argument("--print", dest="show", metavar="VERSION")
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     ap.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
@@ -1006,6 +1091,9 @@ def main(argv: list[str] | None = None) -> int:
     versions = args.versions
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:  # downloads
         list(pool.map(download, versions))
+    if args.download:
+        print(f"wheels of {len(versions)} releases in {cache_dir()}", file=sys.stderr)
+        return 0
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:  # ast: CPU-bound
         work = extract if args.no_cache else extract_kept
         results = dict(zip(versions, pool.map(work, versions), strict=True))

@@ -44,15 +44,25 @@ def _bench_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         ("completed / failed", f"{result['completed']} / {result['failed']}"),
         ("TTFT p50/p90/p99 ms", " / ".join(fmt(ttft[k]) for k in ("p50", "p90", "p99"))),
         ("ITL p50/p90/p99 ms", " / ".join(fmt(itl[k], 2) for k in ("p50", "p90", "p99"))),
-        ("accept length", fmt(result["accept_length"], 2)
-         + (" (dummy weights: not a real accept length)"
-            if result.get("weights") == "dummy" and result["accept_length"] else "")),
+        ("accept length", fmt(result["accept_length"], 2) + _accept_note(result)),
         *_acceptance_rows(result),
         ("window s", fmt(result["duration_s"], 1)),
         ("weights", {"dummy": "dummy (trial)", "real": "real"}.get(result.get("weights") or "",
                                                                    "not reported")),
         ("source", result["source"]),
     ]  # fmt: skip
+
+
+def _accept_note(result: dict[str, Any]) -> str:
+    """What the accept length is: forced by SGLang, or a dummy drafter's noise."""
+    if not result.get("accept_length"):
+        return ""
+    source = result.get("acceptance_source") or ""
+    if source.startswith("forced"):
+        return f" ({source}: SGLang set it, no drafter earned it)"
+    if result.get("weights") == "dummy":
+        return " (dummy weights: not a real accept length)"
+    return ""
 
 
 def _acceptance_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
@@ -63,20 +73,24 @@ def _acceptance_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
     dist, total, curve = text
     rows = [("accepted drafts 0..K", f"{dist} ({total} verify passes)")]
     if curve:
-        dummy = " (dummy weights: not real)" if result.get("weights") == "dummy" else ""
-        rows.append(("accept length at k steps", curve + dummy))
+        note = _accept_note(result) or (
+            " (dummy weights: not real)" if result.get("weights") == "dummy" else ""
+        )
+        rows.append(("accept length at k steps", curve + note))
     return rows
 
 
-def _server_url(ctx: click.Context, url: str | None) -> str:
+def _server_url(ctx: click.Context, url: str | None) -> tuple[str, str | None]:
+    """The server to bench and where its acceptance comes from (the daemon's engine:
+    "measured" or "forced (SGLANG_SIMULATE_ACC_LEN=L)"; None for --url: not known)."""
     if url:
-        return url
+        return url, None
     with daemon_failures("{}\n(or pass --url http://HOST:PORT of the server)"):
         status = client_for(ctx).status()
-    engine_url = (status.get("engine") or {}).get("url")
-    if not engine_url:
+    engine = status.get("engine") or {}
+    if not engine.get("url"):
         fail(f"the daemon reports no serving engine (state {status.get('state')}); pass --url")
-    return engine_url
+    return engine["url"], engine.get("acceptance_source")
 
 
 @click.command()
@@ -158,8 +172,9 @@ def bench(
              "with real weights (drop --url / --load-format dummy)", EXIT_USAGE)  # fmt: skip
     active = _baseline_target(ctx) if record_baseline else None
     trial_left = _ensure_trial_engine(ctx) if load_format == "dummy" and not url else None
+    server_url, acceptance_source = _server_url(ctx, url)
     cfg = BenchConfig(
-        url=_server_url(ctx, url), concurrency=concurrency, duration=duration,
+        url=server_url, concurrency=concurrency, duration=duration,
         requests=n_requests, input_len=input_len, output_len=output_len, seed=seed,
         warmup=warmup, dataset=dataset, temperature=temperature, top_p=top_p,
     )  # fmt: skip
@@ -196,6 +211,8 @@ def bench(
         code = EXIT_MISSING_DEPENDENCY if "not installed" in str(exc) else EXIT_PROBLEMS
         fail(f"bench: {exc}", code)
     data = result.to_dict()
+    if data.get("accept_length") or data.get("accept_histogram"):
+        data["acceptance_source"] = acceptance_source
     if load_format == "dummy" and data.get("weights") != "dummy":
         fail(f"bench: --load-format dummy, but the server at {cfg.url} does not report "
              f"load_format dummy (weights: {data.get('weights') or 'not reported'}); start it "
@@ -238,6 +255,8 @@ def _record_acceptance(ctx: click.Context, data: dict[str, Any]) -> None:
         click.echo(f"bench: acceptance not recorded: {err or exc}", err=True)
         return
     usable = "" if rec.get("usable") else f" (not usable: {rec.get('why_not_usable')})"
+    if rec.get("forced"):
+        usable = f" ({rec['why_not_usable']})"
     synthetic = " (synthetic prompts)" if (rec.get("dataset") or {}).get("synthetic") else ""
     click.echo(f"bench: acceptance recorded for {rec['profile']}/{rec['mode']} at "
                f"{rec['steps']} steps, {rec['weights']} weights{synthetic}{usable}",

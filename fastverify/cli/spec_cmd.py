@@ -40,6 +40,7 @@ from fastverify.cli.output import (
     table,
 )
 from fastverify.cli.spec_costs_cmd import costs
+from fastverify.sglang.forced import label_of_record as forced_label
 
 NO_ACCEPTANCE = (
     "no real-weights acceptance is recorded for the model and drafter EAGLE-3 serves here: "
@@ -65,29 +66,50 @@ spec.add_command(costs)
 
 
 def pick_record(
-    records: dict[str, Any], serving: dict[str, Any] | None, allow_synthetic: bool
-) -> tuple[dict[str, Any] | None, str]:
+    records: dict[str, Any],
+    serving: dict[str, Any] | None,
+    allow_synthetic: bool,
+    allow_forced: bool = False,
+) -> tuple[dict[str, Any] | None, str, str]:
     """The record to plan with: the newest usable one measured on the serving model,
-    drafter and topk (synthetic prompts only with `allow_synthetic`); else None and why."""
+    drafter and topk (synthetic prompts only with `allow_synthetic`; acceptance SGLang
+    forced only with `allow_forced`, whatever the prompts: they do not move it); else None,
+    why and the refusal's reason ("forced_not_allowed": only forced acceptance is recorded)."""
     from fastverify.speculation.records import matching
 
     mine = matching(records, serving)
     real = [r for r in mine if not r.get("synthetic")]
+    forced = [r for r in matching(records, serving, allow_forced=True) if r.get("forced")]
+    if allow_forced and (forced or real):
+        return sorted([*forced, *real], key=lambda r: -float(r.get("measured_at") or 0))[0], "", ""
     if real:
-        return real[0], ""
+        return real[0], "", ""
     if mine and allow_synthetic:
-        return mine[0], ""
+        return mine[0], "", ""
+    if forced:
+        labels = ", ".join(sorted({str(r.get("acceptance_source")) for r in forced}))
+        return (
+            None,
+            (
+                f"only acceptance SGLang forced is recorded for {_who(serving)} ({labels}, "
+                f"{len(forced)} record(s)): SGLang set the accept length, no drafter earned it; "
+                "plan with it only if that is what you mean: fastverifyctl spec plan "
+                "--allow-forced"
+            ),
+            "forced_not_allowed",
+        )
     have = [r for r in records.values() if isinstance(r, dict)]
     if mine:
-        return None, (
+        why = (
             f"only synthetic acceptance (random token ids, {len(mine)} record(s)) is recorded "
-            f"for {_who(serving)}: bench with your prompts (--dataset FILE, or fastverify-docs) "
-            "or plan with it anyway (--allow-synthetic)"
+            f"for {_who(serving)}: bench with your prompts (--dataset FILE, or "
+            "fastverify-docs) or plan with it anyway (--allow-synthetic)"
         )
+        return None, why, "no_acceptance"
     other = sorted({_who(r) + ("" if r.get("usable") else f" ({r.get('why_not_usable')})")
                     for r in have})  # fmt: skip
     seen = f"; recorded: {'; '.join(other)}" if other else ""
-    return None, f"{NO_ACCEPTANCE} (serving {_who(serving)}{seen})"
+    return None, f"{NO_ACCEPTANCE} (serving {_who(serving)}{seen})", "no_acceptance"
 
 
 def _who(r: dict[str, Any] | None) -> str:
@@ -141,6 +163,12 @@ def _serving_identity(ctx: click.Context, profile: str, as_json: bool) -> dict[s
               help="Also predict a bench window of this many seconds (what `spec validate` "
               "or `bench -d` measures), with its window-to-window spread.")  # fmt: skip
 @flag("--allow-synthetic", "Plan with random-token acceptance when no prompt set was benched.")
+@flag(
+    "--allow-forced",
+    "Plan with acceptance SGLang forced (SGLANG_SIMULATE_ACC_LEN in the "
+    "server's environment; refused without this flag): the newest record, forced or "
+    "measured.",
+)
 @file_option("--output", help="Also write SGLang's --speculative-adaptive-config here.")
 @click.option("--other-host", is_flag=True,
               help="Plan with a cost file or acceptance recorded on a host of another "
@@ -162,6 +190,7 @@ def plan(
     min_gain: float,
     window: float | None,
     allow_synthetic: bool,
+    allow_forced: bool,
     output: str | None,
     other_host: bool,
     as_json: bool,
@@ -192,9 +221,9 @@ def plan(
              "(--profile NAME)", EXIT_PROBLEMS, "no_profile")  # fmt: skip
     serving_id = _serving_identity(ctx, str(profile), as_json)
     records = call_daemon(ctx, ACCEPTANCE, as_json=as_json).get("curves") or {}
-    rec, why = pick_record(records, serving_id, allow_synthetic)
+    rec, why, reason = pick_record(records, serving_id, allow_synthetic, allow_forced)
     if rec is None:
-        stop(why, EXIT_PROBLEMS, "no_acceptance")
+        stop(why, EXIT_USAGE if reason == "forced_not_allowed" else EXIT_PROBLEMS, reason)
     assert rec is not None
     host = _host_check(status, rec, costs_file, other_host, stop)
     try:
@@ -248,7 +277,8 @@ def plan(
     p.extra["host"] = host
     p.extra["acceptance"] = {k: rec.get(k) for k in (
         "profile", "mode", "model", "drafter", "topk", "steps", "weights", "dataset",
-        "synthetic", "sampling", "verifies", "measured_at")}  # fmt: skip
+        "synthetic", "sampling", "verifies", "measured_at", "forced")}  # fmt: skip
+    p.extra["acceptance"]["acceptance_source"] = forced_label(rec.get("forced"))
     if output:
         try:
             spec_plan.write_adaptive_config(p, output)
@@ -324,6 +354,12 @@ def _print(data: dict[str, Any]) -> None:
     lo, hi = data["accept_interval"]
     ds = acc.get("dataset") or {}
     synthetic = " SYNTHETIC (random token ids)" if acc.get("synthetic") else ""
+    forced = acc.get("forced")
+    if forced:
+        synthetic = ""  # the prompts do not move a forced length
+        click.echo(f"acceptance: {str(acc['acceptance_source']).upper()}: SGLang set the accept "
+                   f"length ({forced.get('method')}), the drafter did not earn it; the plan is "
+                   "for a drafter of that acceptance (--allow-forced)")  # fmt: skip
     click.echo(
         f"acceptance: {acc['model']} + drafter {acc['drafter']} (topk {acc['topk']}) at "
         f"{acc['steps']} steps on {ds.get('name')}{synthetic}, temperature "
@@ -486,7 +522,8 @@ def validate(ctx: click.Context, concurrencies: list[int], duration: float,
         if not lo <= got <= hi:
             outside.append(c)
     data = {"rows": rows, "outside_interval": outside, "plan_stored_at":
-            stored.get("stored_at"), "decode_only": pred["decode_only"]}  # fmt: skip
+            stored.get("stored_at"), "decode_only": pred["decode_only"],
+            "acceptance_source": (status.get("engine") or {}).get("acceptance_source")}  # fmt: skip
     if as_json:
         emit_json(data)
     else:
@@ -503,7 +540,9 @@ def validate(ctx: click.Context, concurrencies: list[int], duration: float,
             ))  # fmt: skip
         heads = ("conc", "tok/s served / predicted [95%]", "TTFT p50 s (prefill)",
                  "ITL ms (decode)")  # fmt: skip
-        table(heads, out, title="spec validate: served / predicted")
+        source = data["acceptance_source"] or ""
+        forced = f" ({source}: SGLang set the accept length)" if source.startswith("forced") else ""
+        table(heads, out, title=f"spec validate: served / predicted{forced}")
     if outside:
         fail(f"spec validate: served tok/s outside the plan's 95% interval at concurrency "
              f"{', '.join(map(str, outside))}: re-plan (fastverifyctl spec plan)",

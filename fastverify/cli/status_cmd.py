@@ -85,6 +85,10 @@ def status(st: dict[str, Any], as_json: bool) -> None:
     lines += _frontdoor(st)
     if st.get("tokens_per_second"):
         lines.append(f"throughput: {st['tokens_per_second']:.1f} tok/s")
+    forced = eng.get("forced_acceptance")
+    if forced:  # every acceptance figure below is SGLang's choice, not the drafter's
+        lines.append(f"acceptance: {forced['label']} ({forced.get('method')}): SGLang sets "
+                     "the accept length; figures are labelled forced, not measured")  # fmt: skip
     spec = st.get("speculation") or {}
     if spec.get("fixed_steps") is not None:  # EAGLE-3 always runs its configured steps
         lines.append(f"draft steps: {spec['fixed_steps']} (fixed: --speculative-num-steps)")

@@ -52,7 +52,8 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         if r["status"] == "incomplete":  # cut short: its figures, never a rank or verdict
             out.append(("-", r["profile"], mode, fmt(r.get("tokens_per_second_mean")),
                         "-" if not ci else interval(ci), fmt(r.get("n")),
-                        "-", "CUT SHORT", fmt(r.get("accept_length_mean"), 2), "-", "-",
+                        "-", "CUT SHORT", fmt(r.get("accept_length_mean"), 2) + _forced_mark(r),
+                        "-", "-",
                         r.get("note") or ""))  # fmt: skip
             continue
         if r["status"] != "ok":
@@ -68,10 +69,16 @@ def _sweep_rows(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         out.append((
             fmt(r.get("rank")), r["profile"], mode, fmt(r.get("tokens_per_second_mean")),
             "-" if not ci else interval(ci), fmt(r.get("n")),
-            f"x{r['speedup_vs_reference']:.3f}", sig, fmt(r.get("accept_length_mean"), 2),
+            f"x{r['speedup_vs_reference']:.3f}", sig,
+            fmt(r.get("accept_length_mean"), 2) + _forced_mark(r),
             fmt(r.get("break_even_accept_length"), 2), own, r.get("note") or "",
         ))  # fmt: skip
     return out
+
+
+def _forced_mark(r: dict[str, Any]) -> str:
+    """ " forced" beside an accept length SGLang forced (SGLANG_SIMULATE_ACC_LEN)."""
+    return " forced" if str(r.get("acceptance_source") or "").startswith("forced") else ""
 
 
 def acceptance_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -84,6 +91,8 @@ def acceptance_lines(rows: list[dict[str, Any]]) -> list[str]:
             continue
         dist, total, curve = text
         dummy = " (dummy weights: not real)" if r.get("weights") == "dummy" else ""
+        if _forced_mark(r):
+            dummy = f" ({r['acceptance_source']}: SGLang set it)"
         out.append(f"accepted drafts {r['profile']}/{r['mode']}: {dist} ({total} passes)"
                    + (f"; L(k) {curve}" if curve else "") + dummy)  # fmt: skip
     return out

@@ -10,6 +10,10 @@
   topk 1 are `usable`: a dummy drafter's acceptance is noise, an adaptive server's histogram
   mixes step counts, and a tree's (topk > 1) is no chain. Each record carries the host
   fingerprint the daemon computed at start (daemon/host_fingerprint.py), null until known.
+  Acceptance SGLang forced (SGLANG_SIMULATE_ACC_LEN in the server's environment: the
+  engine's `forced`) is labelled `acceptance_source` "forced (SGLANG_SIMULATE_ACC_LEN=L)"
+  (else "measured"), on dummy weights too, and is `usable_forced` only: the plan takes it
+  with --allow-forced.
 - spec-plan.json and adaptive-config.json: the plan `fastverifyctl spec plan` made and the
   SGLang config it wrote (`POST /v1/spec/plan`), which mode adaptive serves.
 Files are written atomically (durable.atomic_write_json).
@@ -27,6 +31,7 @@ from fastverify.durable import atomic_write_json
 from fastverify.engines.sglang import load_format_of
 from fastverify.host import here
 from fastverify.sglang import adaptive
+from fastverify.sglang.forced import label_of_record as forced_label
 from fastverify.speculation.records import identity_of
 
 ACCEPTANCE_FILE = "acceptance.json"
@@ -92,8 +97,9 @@ def record(store: StateStore, handle: Any, body: dict[str, Any]) -> dict[str, An
         sampling = {}
     weights = weights_label(load_format_of(list(handle.argv)))
     adaptive_on = adaptive.FLAG_ADAPTIVE in handle.argv
+    forced = getattr(handle, "forced", None)
     why_not = None
-    if weights == "dummy":
+    if weights == "dummy" and not forced:
         why_not = "dummy weights (a trial): the drafter guesses at random; never used"
     elif adaptive_on:
         why_not = "an adaptive server: its passes ran at several step counts; never used"
@@ -101,6 +107,10 @@ def record(store: StateStore, handle: Any, body: dict[str, Any]) -> dict[str, An
         why_not = f"topk {ident['topk']}: a tree's histogram is no chain; never planned with"
     elif not requests:
         why_not = "no per-request histograms (an older bench): the plan resamples requests"
+    usable_forced = bool(forced) and why_not is None
+    if forced and why_not is None:
+        why_not = (f"{forced['label']}: SGLang set the accept length, the drafter did not "
+                   "earn it; spec plan uses it only with --allow-forced")  # fmt: skip
     rec = {
         "profile": handle.profile,
         "mode": handle.mode,
@@ -119,6 +129,9 @@ def record(store: StateStore, handle: Any, body: dict[str, Any]) -> dict[str, An
         "verifies": sum(hist),
         "measured_at": float(body.get("measured_at") or time.time()),
         "usable": why_not is None,
+        "acceptance_source": forced_label(forced),
+        "forced": forced,
+        "usable_forced": usable_forced,
         **({"why_not_usable": why_not} if why_not else {}),
         "fingerprint": here.load(store.dir),  # the host it was measured on
     }

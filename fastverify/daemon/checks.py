@@ -2,6 +2,8 @@
 `verifier.Check`, in the order it runs them.
 
     argv        SGLang's own argument parser refuses the argv (422 argv_rejected)
+    forced      SGLANG_SIMULATE_ACC_LEN / _METHOD in the server's environment as SGLang would
+                not honour them (422 forced_acceptance_invalid)
     p2p         a profile using PCIe P2P where ACS redirects peer traffic (422 p2p_redirected)
     env         /proc/PID/environ of the server and every descendant holds the profile (verify.py)
     nccl        NCCL's own "X set by environment to Y" lines agree (NCCL_DEBUG=INFO starts)
@@ -252,10 +254,25 @@ class ProfileCurrent(Check):
         return self.ok(f"{h.profile}/{h.mode} would start the same engine now", **evidence)
 
 
+class ForcedAcceptance(Check):
+    name = "forced"
+
+    def __init__(self, launcher: Launcher) -> None:
+        self.launcher = launcher
+
+    def refuse(self, plan: Plan) -> Problem | None:
+        why = self.launcher.forced_refusal(plan.profile, plan.argv)
+        if why is None:
+            return None
+        return Problem(422, f"{plan.name}/{plan.mode}: {why}; nothing was stopped",
+                       {"reason": "forced_acceptance_invalid"})  # fmt: skip
+
+
 def default_checks(launcher: Launcher, resolver: Resolver) -> list[Verifier]:
     """The daemon's verifiers, in the order they run (see the module docstring)."""
     return [
         ArgvParser(resolver),
+        ForcedAcceptance(launcher),
         DirectP2P(resolver),
         ProcessEnv(launcher),
         NcclConfirmed(launcher),

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from fastverify.config import Config, weights_label
+from fastverify.config import SPEC_MODES, Config, weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.checks import default_checks
 from fastverify.daemon.failures import Failure
@@ -33,6 +33,8 @@ from fastverify.daemon.statestore import StateStore
 from fastverify.daemon.verifier import Verifier, Verifiers
 from fastverify.engines.base import Engine
 from fastverify.engines.sglang import load_format_of
+from fastverify.sglang.forced import SETTINGS_KEY as ACCEPTANCE_SOURCE
+from fastverify.sglang.forced import label_of_record as forced_label
 
 log = logging.getLogger("fastverifyd.controller")
 
@@ -180,10 +182,15 @@ class Core:
         t.start()
 
     def settings(self, h: EngineHandle | None) -> dict[str, str]:
-        """The profile's settings + `weights` ("dummy" for a trial, read from the argv)."""
+        """The profile's settings + `weights` ("dummy" for a trial, read from the argv) +
+        `acceptance_source` for a drafting server ("forced (SGLANG_SIMULATE_ACC_LEN=L)" when
+        SGLang forces its accept length, else "measured")."""
         if h is None:
             return {}
-        return dict(h.expected_nccl, weights=weights_label(load_format_of(h.argv)))
+        out = dict(h.expected_nccl, weights=weights_label(load_format_of(h.argv)))
+        if h.mode in SPEC_MODES:
+            out[ACCEPTANCE_SOURCE] = forced_label(h.forced)
+        return out
 
     def op_weights(self, op: Operation) -> str:
         """ "dummy" when the operation runs a trial (--load-format dummy), else "real"."""

@@ -45,7 +45,13 @@ def check_decision(
 def decision_record(body: dict[str, Any], now: float | None = None) -> dict[str, Any]:
     """The stored decision (decision.json) from a checked body."""
     rec = {k: body[k] for k in ("profile", "mode", "backend", "applied", "why")}
-    for k in ("report", "accept_length", "tokens_per_second", "adaptive_config"):
+    for k in (
+        "report",
+        "accept_length",
+        "acceptance_source",
+        "tokens_per_second",
+        "adaptive_config",
+    ):
         if body.get(k) is not None:
             rec[k] = body[k]
     rec["decided_at"] = time.time() if now is None else now

@@ -41,6 +41,7 @@ from fastverify.engines.sglang import load_format_of
 from fastverify.host import here as host_here
 from fastverify.lease_record import describe as describe_lease
 from fastverify.redact import mask_argv
+from fastverify.sglang.forced import label_of_record as forced_label
 
 log = logging.getLogger("fastverifyd.facade")
 
@@ -111,6 +112,9 @@ class ControlFacade:
                 "progress": dict(h.progress) if h is not None else None,
                 "adopted": h.adopted if h is not None else False,
                 "weights": weights_label(load_format_of(h.argv)) if h is not None else None,
+                # SGLANG_SIMULATE_ACC_LEN in its environment: SGLang forces the accept length
+                "forced_acceptance": h.forced if h is not None else None,
+                "acceptance_source": forced_label(h.forced) if h is not None else None,
                 "weight_load": load_record(h),  # from the cache or disk (daemon/weights.py)
                 "tuner": h.tuner if h is not None else None,  # confirmed at verify
                 "allreduce": h.allreduce if h is not None else None,  # confirmed at verify
@@ -401,6 +405,7 @@ class ControlFacade:
         rec["concurrency"] = int(body["concurrency"])
         if body.get("accept_length") is not None:  # EAGLE-3 with real weights (trial sweeps)
             rec["accept_length"] = float(body["accept_length"])
+            rec["acceptance_source"] = str(body.get("acceptance_source") or "measured")
         store = self.ctl.store
         with self.ctl._lock:
             data = store.load_baselines()

@@ -80,6 +80,9 @@ class EngineHandle(Member):
     allreduce_watch: Any = None  # allreduce_check.AllreduceWatch (None: adopted)
     allreduce: dict[str, Any] | None = None  # the serving backend, confirmed at verify
     expected_sglang: dict[str, str] = field(default_factory=dict)  # the profile's SGLANG_*
+    # acceptance SGLang forces from the server's environment (sglang.forced.Forced.to_dict:
+    # SGLANG_SIMULATE_ACC_LEN from [server.env] or the profile); None: the drafter's own
+    forced: dict[str, Any] | None = None
     watch: Any = None  # watch.EngineWatch while serving (crashes.py starts it)
     parts: dict[str, Any] = field(default_factory=dict)  # a feature's own state, by its name
     line_readers: list[Callable[[str], None]] = field(default_factory=list)
@@ -100,6 +103,7 @@ class EngineHandle(Member):
             "url": self.url,
             "expected_nccl": self.expected_nccl,
             "expected_sglang": self.expected_sglang,
+            "forced": self.forced,
             "nccl_debug_dir": str(self.nccl_debug_dir) if self.nccl_debug_dir else None,
         }
 
@@ -180,6 +184,45 @@ class Launcher:
         extra[procs.KEEP_ENVIRON_VAR] = "1"
         return effective_env(profile, base_env=os.environ, extra=extra)
 
+    def forced_acceptance(self, env: dict[str, str], argv: list[str]) -> dict[str, Any] | None:
+        """The acceptance SGLang will force on a drafting server started with `env` and
+        `argv` (`fastverify.sglang.forced`), None when it forces none or does not draft.
+        ForcedError for a value SGLang would not honour (`forced_refusal` says it first)."""
+        from fastverify.sglang import forced
+        from fastverify.sglang.launch import LaunchArgs
+
+        if LaunchArgs.from_argv(list(argv)).speculative is None:
+            return None
+        try:
+            facts = self.engine.facts()
+        except ValueError:  # a release below the range: refused at start-up
+            return None
+        found = forced.of(env, facts)
+        return found.to_dict() if found is not None else None
+
+    def forced_refusal(self, profile: Any, argv: list[str]) -> str | None:
+        """Why the forced acceptance `profile` (or [server.env]) asks for would not serve as
+        written; None: fine (or none asked)."""
+        from fastverify.sglang.forced import ForcedError
+
+        try:
+            self.forced_acceptance(self.engine_env(profile, "-", None), argv)
+        except ForcedError as exc:
+            return f"{exc} (set in {self._set_where(profile, exc.variable)})"
+        return None
+
+    def _set_where(self, profile: Any, name: str) -> str:
+        """Where the server's `name` comes from: [server.env], the profile's file and line,
+        or the daemon's own environment (server.env_passthrough)."""
+        if name in self.cfg.server.env:
+            return f"[server.env] of {self.cfg.source or 'the configuration'}"
+        if name in (getattr(profile, "own_env", None) or {}):
+            line = (getattr(profile, "lines", None) or {}).get(name)
+            return f"{profile.file}" + (f":{line}" if line else "")
+        if name in (getattr(profile, "env", None) or {}):
+            return f"profile {(profile.env_sources or {}).get(name, profile.name)}"
+        return "the daemon's environment (server.env_passthrough)"
+
     def settings(self, profile: Any) -> dict[str, str]:
         """The NCCL variables an engine of `profile` would get now (without the per-start
         NCCL_DEBUG* that `nccl_debug` adds): compared with a running engine's."""
@@ -245,6 +288,7 @@ class Launcher:
                 proc=proc,
                 nccl_debug_dir=debug_dir,
                 follower=self.engine.follower(argv),
+                forced=self.forced_acceptance(env, argv),
             )
             h.allreduce_watch = allreduce_check.AllreduceWatch(
                 env, argv, self._has_nvlink(), host=self.allreduce_host(argv)
@@ -315,6 +359,7 @@ class Launcher:
                 info.get("url") or self.url(),
                 dict(info.get("expected_nccl") or {}),
                 expected_sglang=dict(info.get("expected_sglang") or {}),
+                forced=info.get("forced"),
                 nccl_debug_dir=Path(info["nccl_debug_dir"]) if info.get("nccl_debug_dir") else None,
                 started_at=float(info.get("started_at") or _now()),
             )

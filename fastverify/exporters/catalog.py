@@ -120,6 +120,11 @@ ENGINE = _s(
      "The server's SGLang version, the release whose facts serve it and whether it is in "
      "fastverify's supported range (false: newer, running on the newest facts)",
      ("version", "facts_version", "supported")),
+    ("fastverify_spec_acceptance_source_info", "info",
+     "Where a drafting server's accept length comes from: `forced "
+     "(SGLANG_SIMULATE_ACC_LEN=L)` when its environment makes SGLang force it (every "
+     "acceptance figure is then SGLang's choice, not the drafter's), else `measured`",
+     (*PM, "source")),
     ("fastverify_allreduce_backend_info", "info",
      "TP all-reduce backend SGLang serves decode/verify sizes with (confirmed from its log at "
      "verify) and its size bound in bytes (empty: unbounded)",
@@ -169,11 +174,13 @@ SPECULATION = _s(
      "Seconds served at each active draft step count (0 = no drafting)", (*PM, "steps")),
     ("fastverify_spec_accepted_drafts_ratio", "gauge",
      "Share of verify passes that accepted `drafts` drafts (bonus excluded), from the "
-     "histogram a bench recorded at `steps` steps; usable=false: dummy weights or an "
-     "adaptive server (never planned with)", (*PM, "steps", "weights", "usable", "drafts")),
+     "histogram a bench recorded at `steps` steps; usable=false: dummy weights, an "
+     "adaptive server or acceptance SGLang forced (never planned with unless --allow-forced); "
+     "source: `measured` or `forced (SGLANG_SIMULATE_ACC_LEN=L)`",
+     (*PM, "steps", "weights", "usable", "source", "drafts")),
     ("fastverify_spec_recorded_accept_length", "gauge",
      "Accept length L(k) at k draft steps from the recorded histogram (topk 1: a chain)",
-     (*PM, "steps", "weights", "usable", "k")),
+     (*PM, "steps", "weights", "usable", "source", "k")),
     ("fastverify_spec_live_accept_length", "gauge",
      "Accept length L(k) from the histograms of requests finished while SGLang ran `steps` "
      "draft steps their whole life (SGLang's --export-metrics-to-file records)",

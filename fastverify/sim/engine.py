@@ -211,6 +211,26 @@ class SimEngine:
             },
         }
 
+    def _forced(self, played: Any) -> dict[str, Any]:
+        """SGLang's forced acceptance from the server's environment, as the played release
+        reads it: a length that is no number is ignored with its warning; a method or token
+        mode it does not accept fails the first verify pass (the scheduler's exception)."""
+        from fastverify.sglang import forced
+
+        try:
+            return {"forced": forced.of(os.environ, played)}
+        except forced.ForcedError as exc:
+            spec = forced.spec(played) or {}
+            role = (spec.get("vars") or {}).get(exc.field) or {}
+            name, value = role.get("name"), os.environ.get(str(role.get("name")))
+            if exc.field == "length":
+                self.log.log(f"UserWarning: Invalid value for {name}: \"{value}\" is not a "
+                             f"valid float value, using default \"{role.get('default')}\"",
+                             None, "warning")  # fmt: skip
+                return {"forced": None}
+            what = "simulate_acc_method" if exc.field == "method" else name
+            return {"forced_failure": f"Invalid {what}: {value}"}
+
     def _request_metrics(self) -> Any:
         """SGLang's --export-metrics-to-file: the scheduler's finish hook, or None."""
         if not self.args.export_metrics_dir:
@@ -362,6 +382,7 @@ class SimEngine:
                 accept_spread=a.accept_spread,
                 costs=st.costs,
                 on_finish=self._request_metrics(),
+                **self._forced(resolve_facts(a.sglang_version)),
             )
             played = resolve_facts(a.sglang_version)
             self.scheduler.old_log_form = played.decode_old_form

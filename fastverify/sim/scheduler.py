@@ -18,6 +18,9 @@ routing a batch by its padded size), fed after every verify; steps 0 is SGLang's
 pass (a verify at one draft token plus the draft extend, or without the extend under
 SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1, after which a request's first pass at k > 0
 drafts from the stubbed zero state and accepts nothing) and counts a verify with 0 drafts.
+With SGLANG_SIMULATE_ACC_LEN in its environment the accept length is forced as SGLang forces
+it (`fastverify.sglang.forced`: one draw per pass for the whole batch, by the method of
+SGLANG_SIMULATE_ACC_METHOD), the drafter's guesses overridden.
 Every `decode_log_interval` cycles TP0 logs SGLang's decode line with the real tokens/s
 over the interval (accept rate: accepted drafts / (passes x the active draft tokens - 1),
 0 at steps 0, as `metrics_reporter.py` reads the overridden spec config), and the
@@ -40,7 +43,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from fastverify.sglang import adaptive
+from fastverify.sglang import forced as forced_acceptance
 from fastverify.sglang.adaptive_slot import AdaptiveController
+from fastverify.sglang.forced import Forced
 from fastverify.sim import costmodel, sglang_logs
 from fastverify.sim.costtable import CHUNKED_PREFILL_TOKENS, SimCosts
 from fastverify.sim.drafter import Drafter, RequestDraws
@@ -113,6 +118,8 @@ class Scheduler(threading.Thread):
         accept_spread: float = 0.0,
         costs: SimCosts | None = None,
         on_finish: Callable[[Request], None] | None = None,
+        forced: Forced | None = None,
+        forced_failure: str | None = None,
     ):
         super().__init__(name="sim-scheduler", daemon=True)
         self.env = dict(env)
@@ -128,6 +135,13 @@ class Scheduler(threading.Thread):
         length = costmodel.DEFAULT_ACCEPT_LENGTH if accept_length is None else accept_length
         self.drafter = Drafter.solve(min(max(length, 1.0), ref_steps + 1), ref_steps, accept_spread)
         self.costs = costs
+        # SGLANG_SIMULATE_ACC_LEN in the server's environment: every verify pass accepts a
+        # length SGLang samples (one per pass, for the whole batch), whatever the drafter
+        # guessed; `forced_failure`: the ValueError SGLang raises at the first verify pass
+        # for a method or token mode its source does not accept
+        self.forced = forced
+        self.forced_failure = forced_failure
+        self._forced_rng = random.Random(seed + 2)
         # SGLang's adaptive router pads a batch to a captured size before picking its tier
         graph_bs = (costs.capture if costs is not None else None) or None
         self.controller = (
@@ -197,7 +211,9 @@ class Scheduler(threading.Thread):
 
     def chain_length(self, positions: int) -> float:
         """The accept length with `positions` draft positions, pooled over passes (the sim's
-        ground truth)."""
+        ground truth; forced by SGLang, the mean of its draws)."""
+        if self.forced is not None and self.mode == "eagle3":
+            return forced_acceptance.expected_length(self.forced, positions + 1)
         return self.drafter.pooled_length(positions) if positions > 0 else 1.0
 
     def submit(self, req: Request) -> None:
@@ -380,6 +396,7 @@ class Scheduler(threading.Thread):
         with self._cond:
             running = list(self.running)
         finished = []
+        forced_j = self._forced_drafts(positions) if eagle and running else None
         for r in running:
             if r.aborted:
                 continue
@@ -387,6 +404,8 @@ class Scheduler(threading.Thread):
                 j = r.draws.next(positions)
                 if r.stale_draft and positions > 0:
                     j = 0  # drafted from the zeroed stub of a skipped extend: nothing holds
+                if forced_j is not None:
+                    j = forced_j  # SGLang's simulated accept index replaces the verify's
                 r.stale_draft = stub_extend or (r.stale_draft and positions == 0)
                 drafts.append(j)
                 if len(r.histogram) <= j:
@@ -432,6 +451,15 @@ class Scheduler(threading.Thread):
         if self.forward_ct % self.decode_log_interval == 0:
             batch_tokens = sum(r.prompt_tokens + r.generated for r in running)
             self._log_decode(len(running), batch_tokens)
+
+    def _forced_drafts(self, positions: int) -> int | None:
+        """Drafts every request of this pass accepts under forced acceptance (None: the
+        drafter decides), as SGLang's verify: one accept length for the batch."""
+        if self.forced_failure is not None:
+            raise ValueError(self.forced_failure)
+        if self.forced is None:
+            return None
+        return forced_acceptance.sample(self.forced, positions + 1, self._forced_rng) - 1
 
     def _adapt(self, drafts: list[int], bs: int) -> None:
         """Feed SGLang's controller one verify's accepted drafts; log its step changes."""

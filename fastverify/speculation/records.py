@@ -23,9 +23,13 @@ def identity_of(argv: list[str]) -> dict[str, Any] | None:
             "steps": spec.num_steps}  # fmt: skip
 
 
-def matching(records: dict[str, Any], serving: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Usable records measured on the serving model, drafter and topk, newest first."""
-    out = [r for r in records.values() if isinstance(r, dict) and r.get("usable")]
+def matching(
+    records: dict[str, Any], serving: dict[str, Any] | None, allow_forced: bool = False
+) -> list[dict[str, Any]]:
+    """Usable records measured on the serving model, drafter and topk, newest first; with
+    `allow_forced` also those whose only fault is acceptance SGLang forced."""
+    out = [r for r in records.values() if isinstance(r, dict)
+           and (r.get("usable") or (allow_forced and r.get("usable_forced")))]  # fmt: skip
     if serving:
         out = [r for r in out if all(r.get(k) == serving.get(k) for k in IDENTITY[:3])]
     return sorted(out, key=lambda r: -float(r.get("measured_at") or 0))

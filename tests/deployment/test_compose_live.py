@@ -50,7 +50,7 @@ def test_compose_up_serves_the_host_cli_and_published_ports(
 ) -> None:
     compose = shutil.which("docker-compose")
     if compose is None:
-        unavailable("docker-compose missing: run scripts/setup-container-tests.sh")
+        unavailable("docker-compose missing: run scripts/install-system-deps.sh")
     stack = tmp_path / "stack"
     stack.mkdir()
     doc = yaml.safe_load((REPO / "compose/docker-compose.yml").read_text())

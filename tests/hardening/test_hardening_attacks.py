@@ -26,9 +26,9 @@ from fastverify import api_models as m
 from fastverify.client import ApiError, ControlClient
 from fastverify.credentials import client_context
 from fastverify.daemon.statestore import StateStore
-from tests.hardening.test_tcp_tls import TOKEN, _config, pki  # noqa: F401 (a fixture)
 from tests.support.harness import DaemonHarness, free_port
-from tests.support.tlscerts import Pair
+from tests.support.tlscerts import TOKEN, Pair
+from tests.support.tlscerts import door_config as _config
 
 HOLD = 1100  # more connections than any door has slots (control 1024, exporter 256)
 SECRET = TOKEN.split(":", 1)[1]
@@ -167,7 +167,7 @@ def test_a_request_head_is_bounded(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ the TLS door
 def test_certificate_less_handshakes_do_not_lock_out_a_client_with_one(
     tmp_path: Path,
-    pki: dict[str, Any],  # noqa: F811
+    pki: dict[str, Any],
 ) -> None:
     port = free_port()
     alice: Pair = pki["alice"]
@@ -259,7 +259,7 @@ def test_slow_clients_do_not_starve_the_control_socket(tmp_path: Path) -> None:
 
 def test_slow_clients_do_not_starve_the_tls_door(
     tmp_path: Path,
-    pki: dict[str, Any],  # noqa: F811
+    pki: dict[str, Any],
 ) -> None:
     port = free_port()
     alice: Pair = pki["alice"]

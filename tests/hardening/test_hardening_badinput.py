@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import re
 import socket
@@ -24,6 +23,7 @@ from hypothesis import strategies as st
 from fastverify.client import ApiError, ControlClient
 from fastverify.profiles.model import ProfileError
 from fastverify.profiles.store import ProfileStore
+from tests.support import host_dirs
 from tests.support.hardening import FULL, REPO, SEED
 from tests.support.harness import DaemonHarness
 
@@ -86,7 +86,7 @@ def where(path: Path, line: int) -> str:
 
 
 def _ctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("FASTVERIFY_")}
+    full = host_dirs.clean_env(("FASTVERIFY_",))
     full["PYTHONPATH"] = str(REPO)
     full.update(env or {})
     return subprocess.run(

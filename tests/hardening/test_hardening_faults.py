@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from fastverify.client import ApiError, ControlClient, DaemonUnavailable
+from tests.support import host_dirs
 from tests.support.hardening import (
     FULL,
     REPO,
@@ -410,7 +411,7 @@ def test_engine_spawned_but_unrecorded_is_reaped(tmp_path: Path) -> None:
     d = DaemonHarness(tmp_path, metrics=False, start=False)
     port = engine_port(d)
     engine_id = "feedfacecafebeef"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "FASTVERIFY_"))}
+    env = host_dirs.clean_env(("NCCL_", "FASTVERIFY_"))
     env.update({"FASTVERIFY_ENGINE_ID": engine_id, "PYTHONPATH": str(REPO)})
     argv = [sys.executable, "-m", "fastverify.sim", "--model-path", "sim/m",
             "--tp-size", "2", "--port", str(port), "--sim-load-seconds", "0.3"]  # fmt: skip

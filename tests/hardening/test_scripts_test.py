@@ -12,8 +12,8 @@ from pathlib import Path
 
 from tests.support.harness import REPO, _scrubbed_env
 
-PHASES = ["Debian packages", "Python venv", "SGLang venv", "AIC venv", "k8s schemas", "lint",
-          "typecheck", "pytest"]  # fmt: skip
+PHASES = ["Debian packages", "Python venv", "SGLang venv", "AIC venv", "k8s schemas",
+          "test inputs", "lint", "typecheck", "pytest"]  # fmt: skip
 
 
 def _tool(path: Path, body: str) -> None:
@@ -39,6 +39,7 @@ def _checkout(tmp: Path) -> tuple[Path, Path, dict[str, str]]:
     venv_python = (
         f'case "$*" in\n'
         f'  *"-m pip install"*) echo "pip $*" >> {log}; touch .venv/installed ;;\n'
+        f'  *"-m tests.support.prebuild"*) echo "prebuild" >> {log} ;;\n'
         f'  -VV) echo "Python 3.11.7 (fake)" ;;\n'
         f"  *) [ -f .venv/installed ] ;;\n"
         f"esac\n"
@@ -78,8 +79,10 @@ def test_every_phase_is_timed_and_a_current_venv_is_not_reinstalled(tmp_path: Pa
     assert list(_table(first.stdout)) == [*PHASES, "total"], first.stdout
     calls = log.read_text().splitlines()
     assert sum(c.startswith("pip ") for c in calls) == 2, calls  # pip itself, then the project
-    assert "pytest -q -ra -n 4 --dist loadfile -k x" in calls, calls
-    assert calls.index("mypy ") < calls.index("pytest -q -ra -n 4 --dist loadfile -k x"), calls
+    pytest_call = "pytest -q -ra -n 4 --dist loadfile --durations=30 -k x"
+    assert pytest_call in calls, calls
+    assert calls.index("prebuild") < calls.index(pytest_call), calls  # inputs before tests
+    assert calls.index("mypy ") < calls.index(pytest_call), calls
     log.write_text("")
     second = _run(root, env)
     assert second.returncode == 0, second.stderr

@@ -24,40 +24,10 @@ import pytest
 
 from fastverify.client import ApiError, ControlClient, DaemonUnavailable
 from fastverify.credentials import client_context
+from tests.support import host_dirs
 from tests.support.harness import REPO, DaemonHarness, free_port
-from tests.support.tlscerts import Pair, Pki
-
-TOKEN = "ops:" + "k" * 40  # the token file's line: name "ops"
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("pki")
-    ca = Pki(root / "ca")
-    other = Pki(root / "other", name="another-ca")
-    token = root / "tokens"
-    token.write_text("# name:token\n" + TOKEN + "\nci:" + "c" * 32 + "\n")
-    token.chmod(0o600)
-    mine = root / "mine"  # a client's token file holds one token
-    mine.write_text(TOKEN + "\n")
-    mine.chmod(0o600)
-    return {
-        "ca": ca.ca,
-        "server": ca.issue("server", "localhost", san="IP:127.0.0.1,DNS:localhost"),
-        "alice": ca.issue("alice", "alice", org="ops"),
-        "expired": ca.issue("expired", "mallory", expired=True),
-        "foreign": other.issue("foreign", "alice", org="ops"),
-        "server_expired": ca.issue("server-old", "localhost", san="IP:127.0.0.1", expired=True),
-        "tokens": str(token),
-        "client_token": str(mine),
-    }
-
-
-def _config(port: int, pki: dict[str, Any], **daemon: Any) -> dict[str, Any]:
-    server: Pair = pki["server"]
-    return {"daemon": {"tcp_listen": f"0.0.0.0:{port}", "tls_cert": server.cert,
-                       "tls_key": server.key, "tls_client_ca": pki["ca"],
-                       "token_file": pki["tokens"], **daemon}}  # fmt: skip
+from tests.support.tlscerts import TOKEN, Pair
+from tests.support.tlscerts import door_config as _config
 
 
 def _fixed(d: DaemonHarness) -> tuple[Any, ...]:
@@ -267,7 +237,7 @@ def test_bad_tls_files_stop_start_up_clearly(
 def test_cli_says_what_is_wrong_with_its_own_tls_options(
     tmp_path: Path, pki: dict[str, Any]
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FASTVERIFY_", "NCCL_"))}
+    env = host_dirs.clean_env(("FASTVERIFY_", "NCCL_"))
     env["PYTHONPATH"] = str(REPO)
 
     def ctl(*args: str) -> subprocess.CompletedProcess[str]:

@@ -7,12 +7,12 @@ that would cost tens of milliseconds each), nor the daemon's or the exporter's i
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
+from tests.support import host_dirs
 from tests.support.harness import DaemonHarness
 
 HEAVY = (
@@ -33,7 +33,7 @@ main()
 
 
 def imported(args: list[str]) -> tuple[subprocess.CompletedProcess[str], set[str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTVERIFY_")}
+    env = host_dirs.clean_env(("FASTVERIFY_",))
     r = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
                        env=env, timeout=60)  # fmt: skip
     line = next(x for x in r.stderr.splitlines() if x.startswith("MODULES="))

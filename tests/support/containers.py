@@ -62,7 +62,7 @@ def need_root_tools(*tools: str) -> None:
         unavailable("needs root (CI runs as root)")
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
-        unavailable(f"missing {', '.join(missing)}: run scripts/setup-container-tests.sh")
+        unavailable(f"missing {', '.join(missing)}: run scripts/install-system-deps.sh")
 
 
 @contextlib.contextmanager

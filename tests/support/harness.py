@@ -69,6 +69,7 @@ if str(REPO) not in sys.path:
 
 from fastverify.client import ApiError, ControlClient, DaemonUnavailable  # noqa: E402
 from fastverify.config import relayout  # noqa: E402
+from tests.support import host_dirs  # noqa: E402
 from tests.support.net import free_port  # noqa: E402
 from tests.support.sim import SIM_HEALTH_POLL_VAR, SIM_TEST_HEALTH_POLL_S  # noqa: E402
 
@@ -137,12 +138,12 @@ def sigint_in(pid: int, field: str) -> bool:
 
 
 def _scrubbed_env() -> dict[str, str]:
-    drop = ("NCCL_", "FASTVERIFY_", "WATCHDOG_")
-    return {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(drop) and k not in ("NOTIFY_SOCKET", "PYTEST_CURRENT_TEST")
-    }
+    """The test's environment without what would steer what it starts (NCCL_*, FASTVERIFY_*,
+    systemd's watchdog and notify socket), the test's own fastverify directories kept."""
+    env = host_dirs.clean_env(("NCCL_", "FASTVERIFY_", "WATCHDOG_"))
+    for name in ("NOTIFY_SOCKET", "PYTEST_CURRENT_TEST"):
+        env.pop(name, None)
+    return env
 
 
 def run_ctl(

@@ -50,7 +50,8 @@ def full_feed() -> MetricsHub:
     inspector records, finished requests)."""
     clock = Clock()
     hub = MetricsHub(clock=clock)
-    hub.set_engine(True, "ring-ll", "adaptive", {"NCCL_ALGO": "Ring", "weights": "real"},
+    hub.set_engine(True, "ring-ll", "adaptive", {"NCCL_ALGO": "Ring", "weights": "real",
+                   "acceptance_source": "forced (SGLANG_SIMULATE_ACC_LEN=3)"},
                    "sglang", "http://127.0.0.1:30000")  # fmt: skip
     hub.set_sglang({"version": "0.5.23", "facts_version": "0.5.23", "supported": True})
     hub.set_allreduce("pcie_ipc", 8 << 20)

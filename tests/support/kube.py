@@ -12,11 +12,13 @@ from typing import Any
 
 import yaml
 
+from tests.support import host_dirs
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def ctl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTVERIFY_")}
+    env = host_dirs.clean_env(("FASTVERIFY_",))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, "-m", "fastverify.ctl", *args],

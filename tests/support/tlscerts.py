@@ -17,6 +17,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 EC = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
 
@@ -71,3 +72,37 @@ class Pki:
         os.chmod(key, 0o600)
         os.chmod(cert, 0o644)
         return Pair(cert, key)
+
+
+TOKEN = "ops:" + "k" * 40  # the token file's line: name "ops"
+
+
+def make_pki(root: Path) -> dict[str, Any]:
+    """A CA with the server's, alice's, an expired and a foreign CA's certificates, and the
+    daemon's and a client's token files (the TCP door's tests)."""
+    ca = Pki(root / "ca")
+    other = Pki(root / "other", name="another-ca")
+    token = root / "tokens"
+    token.write_text("# name:token\n" + TOKEN + "\nci:" + "c" * 32 + "\n")
+    token.chmod(0o600)
+    mine = root / "mine"  # a client's token file holds one token
+    mine.write_text(TOKEN + "\n")
+    mine.chmod(0o600)
+    return {
+        "ca": ca.ca,
+        "server": ca.issue("server", "localhost", san="IP:127.0.0.1,DNS:localhost"),
+        "alice": ca.issue("alice", "alice", org="ops"),
+        "expired": ca.issue("expired", "mallory", expired=True),
+        "foreign": other.issue("foreign", "alice", org="ops"),
+        "server_expired": ca.issue("server-old", "localhost", san="IP:127.0.0.1", expired=True),
+        "tokens": str(token),
+        "client_token": str(mine),
+    }
+
+
+def door_config(port: int, pki: dict[str, Any], **daemon: Any) -> dict[str, Any]:
+    """A daemon config with the TCP door on `port`, mutual TLS and named tokens."""
+    server: Pair = pki["server"]
+    return {"daemon": {"tcp_listen": f"0.0.0.0:{port}", "tls_cert": server.cert,
+                       "tls_key": server.key, "tls_client_ca": pki["ca"],
+                       "token_file": pki["tokens"], **daemon}}  # fmt: skip

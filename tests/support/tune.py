@@ -14,6 +14,7 @@ from typing import Any
 from fastverify.profiles.effective import effective_env
 from fastverify.profiles.store import ProfileStore
 from fastverify.sim import allreduce_sim
+from tests.support import host_dirs
 from tests.support.harness import REPO, DaemonHarness, ctrl_c_reaches_it
 
 TP = 8
@@ -48,7 +49,7 @@ def read_journal(d: DaemonHarness) -> list[dict[str, Any]]:
 
 
 def popen_tune(d: DaemonHarness, *args: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FASTVERIFY_", "NCCL_"))}
+    env = host_dirs.clean_env(("FASTVERIFY_", "NCCL_"))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return subprocess.Popen(
         [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), "tune", *args],

@@ -84,6 +84,9 @@ class BenchResult:
     accept_length: float | None
     errors: list[str] = field(default_factory=list)
     weights: str | None = None  # "dummy" (trial server) | "real" | None (not reported)
+    # where the accept length came from: "measured", or "forced (SGLANG_SIMULATE_ACC_LEN=L)"
+    # when SGLang forced it (the daemon knows the server's environment; None: not known)
+    acceptance_source: str | None = None
     # why the window measured no per-request rate, and what to change (None: it did)
     incomplete: str | None = None
     accept_histogram: list[int] | None = None  # index = accepted drafts per verify pass

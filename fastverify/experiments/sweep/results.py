@@ -112,6 +112,9 @@ def summarize(
                 itl_mean_ms_mean=_mean_of([(m.get("itl_ms") or {}).get("mean") for m in ms]),
             )
             row.update(acceptance_of(ms))
+            sources = {str(m["acceptance_source"]) for m in ms if m.get("acceptance_source")}
+            if sources:  # "measured", or SGLang's forced length (one label when all agree)
+                row["acceptance_source"] = ", ".join(sorted(sources))
             fewest = min(int(m.get("completed") or 0) for m in ms)
             row["completed_min"] = fewest
             if fewest < stats.FEW_REQUESTS:  # its rates move in steps of one request

@@ -38,7 +38,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from fastverify.config import TRIAL_LOAD_FORMAT
+from fastverify.config import SPEC_MODES, TRIAL_LOAD_FORMAT
 from fastverify.experiments.bench.load import BenchError, run_bench
 from fastverify.experiments.sweep import trial
 from fastverify.experiments.sweep.config import (
@@ -232,6 +232,9 @@ class Sweep:
             rec = {"type": "measurement", "profile": profile, "mode": mode, "repeat": rep}
             rec.update({k: v for k, v in result.to_dict().items() if k not in ("config", "source")})
             rec["weights"] = weights
+            if mode in SPEC_MODES:  # SGLang may have forced the accept length (its env)
+                eng = self._status().get("engine") or {}
+                rec["acceptance_source"] = eng.get("acceptance_source")
             rec["tokens_per_second"] = rec.pop("output_tokens_per_second")
             rec["wall_s"] = time.monotonic() - t0
             self._record(rec)

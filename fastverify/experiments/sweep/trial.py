@@ -55,16 +55,24 @@ def reference_accept_length(
         return float(given), "command line (--accept-length)"
     rec = baselines.get(profile or "") if profile else None
     if isinstance(rec, Mapping) and _positive(rec.get("accept_length")):
-        return float(rec["accept_length"]), f"recorded with real weights ({profile})"
+        return float(rec["accept_length"]), _recorded(rec, profile or "")
     newest = None
     for name, r in baselines.items():
         if isinstance(r, Mapping) and _positive(r.get("accept_length")):
             at = r.get("measured_at") or 0.0
             if newest is None or at > newest[0]:
-                newest = (at, name, float(r["accept_length"]))
+                newest = (at, name, r)
     if newest is not None:
-        return newest[2], f"recorded with real weights ({newest[1]}, newest)"
+        return float(newest[2]["accept_length"]), _recorded(newest[2], f"{newest[1]}, newest")
     return None, "none"
+
+
+def _recorded(rec: Mapping[str, Any], where: str) -> str:
+    """Where a recorded accept length came from: real weights, or SGLang's forced length."""
+    source = str(rec.get("acceptance_source") or "")
+    if source.startswith("forced"):
+        return f"recorded, {source} by SGLang ({where})"
+    return f"recorded with real weights ({where})"
 
 
 def per_request_rate(row: Mapping[str, Any]) -> float | None:

@@ -127,9 +127,13 @@ def run(ctx: Ctx) -> StageResult:
         if row is not None:
             data["eagle3"] = real_view(row)
             if row["status"] == "ok" and row.get("accept_length_mean"):
+                forced = str(row.get("acceptance_source") or "")
                 data.update(
                     accept_length=row["accept_length_mean"],
-                    accept_length_source=f"measured with real weights ({leader})",
+                    accept_length_source=f"{forced}, by SGLang ({leader})"
+                    if forced.startswith("forced")
+                    else f"measured with real weights ({leader})",
+                    acceptance_source=forced or "measured",
                 )
     data["adaptive"] = _adaptive(ctx, ok, data.get("eagle3"))
     return StageResult("done", None, data)

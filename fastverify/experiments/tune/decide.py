@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastverify.experiments.common import stats
-from fastverify.experiments.tune.candidates import candidate_backend
+from fastverify.experiments.tune.candidates import candidate_backend, tp1_text
 from fastverify.experiments.tune.context import Ctx, StageResult
 
 TIE = 0.03
@@ -254,7 +254,7 @@ def _simulated(status: Mapping[str, Any]) -> bool:
 
 
 def _save_accept_length(
-    ctx: Ctx, profile: str, base: Mapping[str, Any], accept: float
+    ctx: Ctx, profile: str, base: Mapping[str, Any], accept: float, source: str | None = None
 ) -> str | None:
     """Record the measured accept length with its baseline, at the concurrency it was
     measured at (`POST /v1/baselines`); None when saved, else why not (said, never
@@ -267,6 +267,7 @@ def _save_accept_length(
         "per_request_tokens_per_second": base.get("per_request") or base["tokens_per_second"],
         "concurrency": ctx.cfg.concurrency,
         "accept_length": accept,
+        "acceptance_source": source or "measured",  # forced by SGLang: said with it
     }
     try:
         ctx.client.record_baseline(**body)
@@ -319,6 +320,9 @@ def run(ctx: Ctx) -> StageResult:
         why += f"; SGLang's adaptive steps from the speculation plan ({win['adaptive_config']})"
     if win.get("kept_because"):
         why += f"; {win['kept_because']}"
+    tp1 = tp1_text(ctx.data("candidates").get("tp1"))
+    if tp1:  # one GPU: the profile was not ranked against the others, and the why says so
+        why += f"; {tp1}"
     data: dict[str, Any] = {
         "options": opts,
         "winner": win,
@@ -328,6 +332,7 @@ def run(ctx: Ctx) -> StageResult:
         "accept_length": accept,
         "applied": False,
         "warnings": warnings,
+        "tp1": tp1,
     }
     if ctx.cfg.apply:
         ctx.emit(f"apply: {win['profile']}/{win['mode']} (real weights) ...")
@@ -353,7 +358,8 @@ def run(ctx: Ctx) -> StageResult:
             None,
         )
         if base:
-            saved = _save_accept_length(ctx, eagle3["profile"], base, eagle3["accept_length_mean"])
+            saved = _save_accept_length(ctx, eagle3["profile"], base, eagle3["accept_length_mean"],
+                                        eagle3.get("acceptance_source"))  # fmt: skip
             data["accept_length_saved"] = saved is None
             if saved is not None:
                 warnings.append(saved)
@@ -368,6 +374,8 @@ def run(ctx: Ctx) -> StageResult:
     }
     if accept:
         body["accept_length"] = accept
+        body["acceptance_source"] = confirm.get("acceptance_source") or "measured"
+        data["acceptance_source"] = body["acceptance_source"]
     if win["mode"] == "adaptive":
         body["adaptive_config"] = win["adaptive_config"]
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.durable import atomic_write_json, atomic_write_text
+from fastverify.experiments.tune.candidates import tp1_text
 from fastverify.experiments.tune.plan import loads_text
 
 
@@ -234,6 +235,9 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         )
         for r in cands.get("rejected", []):
             lines.append(f"- rejected {r['name']}: {'; '.join(r['problems'])}")
+        tp1 = tp1_text(cands.get("tp1"))
+        if tp1:
+            lines.append(f"- {tp1}")
     for name in ("preflight", "rehearse"):
         if data.get(name, {}).get("table"):
             lines += _section(name.capitalize(), name, data[name]["table"])

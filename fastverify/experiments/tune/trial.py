@@ -41,7 +41,13 @@ KEYS = (
     "weights",
 )
 # what a real-weights row carries beyond KEYS (a confirmation's row, decide's evidence)
-REAL_KEYS = ("samples", "vs_best", "accept_length_mean", "per_request_tokens_per_second_mean")
+REAL_KEYS = (
+    "samples",
+    "vs_best",
+    "accept_length_mean",
+    "per_request_tokens_per_second_mean",
+    "acceptance_source",
+)
 AGREE = 0.10  # rehearsal and trial orderings that differ by less than this are not a disagreement
 
 

@@ -1,5 +1,6 @@
 """The engine as the daemon sees it: up, the active profile and its settings, the server's
-SGLang release and the TP all-reduce backend confirmed at verify."""
+SGLang release, the TP all-reduce backend confirmed at verify and, for a drafting server,
+whether SGLang forces its accept length (SGLANG_SIMULATE_ACC_LEN) or the drafter earns it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from prometheus_client.core import Metric
 
 from fastverify.exporters.collectors.base import SourceCollector, info, one
 from fastverify.redact import is_secret_name
+from fastverify.sglang.forced import SETTINGS_KEY as ACCEPTANCE_SOURCE
 
 _LABEL_BAD = re.compile(r"[^a-z0-9_]")
 _RESERVED = {"profile", "mode", "engine"}
@@ -28,6 +30,8 @@ def profile_labels(
         if is_secret_name(name):
             continue
         label = _LABEL_BAD.sub("_", name.lower())
+        if name == ACCEPTANCE_SOURCE:
+            continue
         if not label or label[0].isdigit() or label.startswith("__") or label in _RESERVED:
             continue
         labels[label] = str(value)
@@ -45,6 +49,10 @@ class EngineCollector(SourceCollector):
         if s["profile"] or s["mode"]:
             labels = profile_labels(s["profile"], s["mode"], s["engine"], s["settings"])
             yield info("fastverify_profile_info", labels)
+        source = (s.get("settings") or {}).get(ACCEPTANCE_SOURCE)
+        if source and s["up"]:
+            yield info("fastverify_spec_acceptance_source_info",
+                       {"profile": s["profile"], "mode": s["mode"], "source": source})  # fmt: skip
         sg = s.get("sglang")
         if sg:
             supported = "true" if sg["supported"] else "false"

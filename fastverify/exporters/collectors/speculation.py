@@ -11,6 +11,7 @@ from prometheus_client.core import Metric
 
 from fastverify.exporters import catalog
 from fastverify.exporters.collectors.base import SourceCollector, one, rows
+from fastverify.sglang.forced import MEASURED
 from fastverify.speculation.curve import AcceptCurve
 
 
@@ -34,7 +35,8 @@ def _recorded(acceptance: dict[tuple[str, str, str], dict[str, Any]]) -> list[Me
         hist = rec.get("histogram") or []
         total = sum(hist) or 1
         usable = str(bool(rec.get("usable"))).lower()
-        lab = [profile, mode, steps, str(rec.get("weights")), usable]
+        source = str(rec.get("acceptance_source") or MEASURED)  # forced by SGLang, or not
+        lab = [profile, mode, steps, str(rec.get("weights")), usable, source]
         for j, n in enumerate(hist):
             ratio.add_metric([*lab, str(j)], n / total)
         if sum(hist) > 0:

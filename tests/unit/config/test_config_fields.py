@@ -5,7 +5,6 @@ wrong and what would be right; and a bad file stops `fastverifyd` at start."""
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fastverify import config
+from tests.support import host_dirs
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -125,7 +125,7 @@ def test_a_flags_value_is_blamed_on_the_flag_not_on_a_missing_file(tmp_path: Pat
     # no config file at all (the default path does not exist): a problem with what
     # `--nnodes 2` set names the flag, never that file
     missing = tmp_path / "etc" / "fastverifyd.toml"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTVERIFY_")}
+    env = host_dirs.clean_env(("FASTVERIFY_",))
     env.update(FASTVERIFY_CONFIG=str(missing), PYTHONPATH=str(REPO))
     res = subprocess.run(
         [sys.executable, "-m", "fastverify.daemon.main", "--nnodes", "2", "--server-port",

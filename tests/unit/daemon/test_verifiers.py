@@ -162,5 +162,5 @@ def test_rerun_on_the_serving_engine_and_refused_when_nothing_serves(tmp_path: P
 def test_the_daemon_list_in_order() -> None:
     checks = default_checks(None, None)  # type: ignore[arg-type]
     assert [c.name for c in checks] == [
-        "argv", "p2p", "env", "nccl", "adaptive", "tuner", "allreduce", "profile",
+        "argv", "forced", "p2p", "env", "nccl", "adaptive", "tuner", "allreduce", "profile",
     ]  # fmt: skip

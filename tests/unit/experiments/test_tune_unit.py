@@ -508,3 +508,25 @@ def test_an_overrun_stage_says_so_instead_of_a_frozen_eta() -> None:
     progress({"event": "stage", "name": "trial", "index": 6, "total": 8, "status": "done",
               "wall_s": 95.0, "eta_s": 41.0, "over_s": 35.0})  # fmt: skip
     assert shown[-1].endswith("ETA 0:41 after this stage (0:35 over its estimate)"), shown
+
+
+def test_at_tp1_profiles_that_differ_only_in_collectives_are_one_candidate() -> None:
+    """One GPU has no all-reduce: NCCL's variables, PCIe-IPC and custom-all-reduce=off leave
+    the same server (one row, the serving profile where it is one of them); CUDA graphs off
+    does not."""
+    from fastverify.experiments.tune.candidates import candidate_row, collapse_tp1, tp1_text
+    from fastverify.profiles.store import ProfileStore
+
+    names = ["nccl-default", "ring-ll", "pcie-ipc", "p2p-off", "tree-ll-eager", "ring-simple"]
+    profiles = {n: ProfileStore().load(n) for n in names}
+    rows = [candidate_row(profiles[n], "shipped") for n in names]
+    kept, groups = collapse_tp1(rows, profiles, serving="pcie-ipc")
+    assert [r["name"] for r in kept] == ["pcie-ipc", "tree-ll-eager"]
+    same = ["nccl-default", "ring-ll", "p2p-off", "ring-simple"]
+    assert groups == [{"kept": "pcie-ipc", "same_as": same}]
+    kept, _ = collapse_tp1(rows, profiles, serving=None)
+    assert [r["name"] for r in kept] == ["nccl-default", "tree-ll-eager"]
+    text = tp1_text({"groups": groups})
+    assert text is not None and "cannot differ" in text
+    assert "pcie-ipc stood for nccl-default, ring-ll, p2p-off, ring-simple" in text
+    assert tp1_text(None) is None

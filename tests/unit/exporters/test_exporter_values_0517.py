@@ -189,7 +189,7 @@ def test_every_value_from_the_eagle3_servers_log_and_meta_info(tmp_path: Path) -
                        "weights": "dummy", "usable": False, "histogram": hist})  # fmt: skip
 
     labels = {"profile": PROFILE, "mode": "eagle3", "steps": str(steps), "weights": "dummy",
-              "usable": "false"}  # fmt: skip
+              "usable": "false", "source": "measured"}  # fmt: skip
     assert hist == [31] and meta["spec_verify_ct"] == 31  # every verify accepted 0 drafts
     verifies = sum(hist)
     recorded = {

@@ -337,10 +337,17 @@ def test_active_steps_time_at_each_and_recorded_acceptance() -> None:
                        "usable": True, "histogram": [4, 3, 2, 1]})  # fmt: skip
     s = scrape(hub)
     lab = {"profile": "ring-ll", "mode": "eagle3", "steps": "3", "weights": "real",
-           "usable": "true"}  # fmt: skip
+           "usable": "true", "source": "measured"}  # fmt: skip
     assert value(s, "fastverify_spec_accepted_drafts_ratio", **lab, drafts="0") == 0.4
     assert value(s, "fastverify_spec_recorded_accept_length", **lab, k="3") == pytest.approx(2.0)
     assert value(s, "fastverify_spec_recorded_accept_length", **lab, k="1") == pytest.approx(1.6)
+    # acceptance SGLang forced is recorded as such, never as measured
+    forced = "forced (SGLANG_SIMULATE_ACC_LEN=2)"
+    hub.on_acceptance({"profile": "ring-ll", "mode": "eagle3", "steps": 3, "weights": "dummy",
+                       "usable": False, "histogram": [0, 10],
+                       "acceptance_source": forced})  # fmt: skip
+    lab = {**lab, "weights": "dummy", "usable": "false", "source": forced}
+    assert value(scrape(hub), "fastverify_spec_recorded_accept_length", **lab, k="3") == 2.0
     # a baseline server has no active steps
     hub.set_engine(True, "ring-ll", "baseline", {}, "sim", None)
     hub.on_sglang_metrics({"spec_num_steps": 0.0, "num_running_reqs": 1})

@@ -128,7 +128,8 @@ def test_sglang_facts_prints_one_release_and_refuses_one_below_the_range() -> No
     out = json.loads(r.stdout)
     assert {"version", "flags", "metrics", "spans", "endpoints", "log_formats", "env",
             "features"} <= set(out)  # fmt: skip
-    assert set(out["env"]) == {"nccl_added", "sglang_vars"}
+    assert set(out["env"]) == {"nccl_added", "sglang_vars", "simulate_acceptance"}
+    assert out["env"]["simulate_acceptance"]["methods"] == ["match-expected", "multinomial"]
     assert out["metrics"]["sglang:cuda_graph_passes_total"][-1] == "mode"
     assert out["features"]["adaptive_speculation"] is True
     assert out["features"]["pcie_ipc_allreduce"] is False

@@ -228,12 +228,34 @@ def test_the_plan_takes_the_newest_record_of_the_serving_model_drafter_and_topk(
     serving = {"model": "m", "drafter": "d", "topk": 1, "steps": 3}
     records = {"a": rec(1.0), "b": rec(3.0, drafter="other"), "c": rec(2.0),
                "d": rec(4.0, synthetic=True), "e": rec(5.0, usable=False)}  # fmt: skip
-    got, _ = pick_record(records, serving, allow_synthetic=False)
+    got, *_ = pick_record(records, serving, allow_synthetic=False)
     assert got is records["c"]  # the newest of this drafter; not the synthetic one
-    got, _ = pick_record(records, serving, allow_synthetic=True)
+    got, *_ = pick_record(records, serving, allow_synthetic=True)
     assert got is records["c"]  # prompts beat random ids even when older
-    got, why = pick_record({"b": records["b"]}, serving, allow_synthetic=False)
+    got, why, _ = pick_record({"b": records["b"]}, serving, allow_synthetic=False)
     assert got is None and "drafter other" in why and "serving model m, drafter d" in why
-    got, why = pick_record({"d": records["d"]}, serving, allow_synthetic=False)
+    got, why, _ = pick_record({"d": records["d"]}, serving, allow_synthetic=False)
     assert got is None and "--allow-synthetic" in why
     assert pick_record({"d": records["d"]}, serving, allow_synthetic=True)[0] is records["d"]
+
+
+def test_forced_acceptance_is_planned_with_only_when_allowed() -> None:
+    """A record SGLang forced (SGLANG_SIMULATE_ACC_LEN) is never picked silently: without
+    --allow-forced it is refused with the flag to pass, even beside a usable synthetic one;
+    with it the newest record, forced or measured, wins (forced prompts are random ids)."""
+    from fastverify.cli.spec_cmd import pick_record
+
+    forced = {"label": "forced (SGLANG_SIMULATE_ACC_LEN=3)", "accept_length": 3.0,
+              "method": "match-expected"}  # fmt: skip
+    base = {"model": "m", "drafter": "d", "topk": 1, "steps": 3}
+    f = {**base, "usable": False, "usable_forced": True, "forced": forced, "synthetic": True,
+         "acceptance_source": forced["label"], "measured_at": 5.0}  # fmt: skip
+    real = {**base, "usable": True, "synthetic": False, "measured_at": 1.0}
+    got, why, reason = pick_record({"f": f}, base, allow_synthetic=True)
+    assert got is None and reason == "forced_not_allowed"
+    assert "--allow-forced" in why and "SGLANG_SIMULATE_ACC_LEN=3" in why
+    assert pick_record({"f": f, "r": real}, base, allow_synthetic=False)[0] is real
+    assert pick_record({"f": f, "r": real}, base, False, allow_forced=True)[0] is f
+    assert pick_record({"f": f}, base, False, allow_forced=True)[0] is f
+    dummy = {**f, "usable_forced": False}  # forced, but adaptive: no chain to plan with
+    assert pick_record({"x": dummy}, base, False, allow_forced=True)[0] is None
