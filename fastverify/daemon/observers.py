@@ -142,7 +142,9 @@ class ExporterFeed:
             door = e.record.get("switch") or {}
             # an engine that served was stopped (a first start takes nothing down)
             if e.kind in DOWNTIME_KINDS and door.get("downtime_s") is not None:
-                hub.on_downtime(door.get("mode") or "none", door["downtime_s"])
+                last = {"kind": e.kind, "profile": str(e.record.get("profile") or ""),
+                        "result": e.result}  # fmt: skip
+                hub.on_downtime(door.get("mode") or "none", door["downtime_s"], last)
         elif isinstance(e, ev.BaselineRecorded):
             hub.set_baseline(
                 e.profile,

@@ -235,6 +235,11 @@ DAEMON = _s(
      "Client-visible downtime of each switch, restart or crash restart that stopped the "
      "engine (the front door's hold, or without it the engine's stop, to the next engine "
      "serving), by the switch's front door mode: none, hold, standby", ("mode",)),
+    ("fastverify_switch_last_info", "info",
+     "The last switch, restart or crash restart that stopped the engine: its kind, target, "
+     "result, front door mode and client-visible downtime in seconds (one decimal; a new "
+     "series per switch, for the dashboard's annotation text)",
+     ("kind", "profile", "result", "mode", "downtime_s")),
     ("fastverify_engine_start_seconds", "gauge", "Last engine time-to-ready", ("phase",),
      "the total has none; its split: weights, cuda_graph, rest"),
 )  # fmt: skip

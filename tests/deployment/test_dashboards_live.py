@@ -117,7 +117,8 @@ def event_time(expr: str, seen: dict[str, float]) -> float | None:
     evaluate it 2 s after Prometheus first saw that event (or now, if sooner); else now."""
     for metric, event in (("fastverify_engine_restarts_total", "restarts"),
                           ("fastverify_profile_switches_total", "switches"),
-                          ("fastverify_switch_downtime_seconds", "downtime")):  # fmt: skip
+                          ("fastverify_switch_downtime_seconds", "downtime"),
+                          ("fastverify_switch_last_info", "downtime")):  # fmt: skip
         if metric in expr:
             return min(seen[event] + 2, time.time())
     return None

@@ -24,6 +24,8 @@ class DaemonCollector(SourceCollector):
         for mode, h in s["downtime"].items():
             downtime.add_metric([mode], h.cumulative(), h.total)
         yield downtime
+        if s["last_switch"]:
+            yield info("fastverify_switch_last_info", s["last_switch"])
         yield _start_seconds(s)
 
 
