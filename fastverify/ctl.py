@@ -126,7 +126,7 @@ class LazyGroup(SuggestingGroup):
     "--socket",
     "socket_path",
     envvar="FASTVERIFY_SOCKET",
-    type=click.Path(dir_okay=False),
+    type=click.Path(dir_okay=False, readable=False),
     default=None,
     show_envvar=True,
     help="Daemon control socket, for every command that talks to fastverifyd (each of them "
@@ -146,6 +146,9 @@ def cli(ctx: click.Context, socket_path: str | None, **door: str | None) -> None
 
 
 def main() -> None:
+    from fastverify.cli import term
+
+    term.install()  # nothing a caller wrote reaches the terminal raw (cli/term.py)
     try:
         cli(prog_name="fastverifyctl")
     except (ConnectionError, TimeoutError) as exc:

@@ -4,9 +4,11 @@ crash (kill -9, power cut, full disk) leaves something readable.
 - `atomic_write_bytes` / `atomic_write_text` / `atomic_write_json`: a temp file in the same
   directory, fsync, rename over the target (or link, which refuses an existing one), fsync
   of the directory: a reader sees the old file or the new one, never a torn one.
-- `append_jsonl`: one JSON object per line, fsync'ed before returning. A torn last line
-  (the crash came mid-write) is closed with a newline first, so the new record never glues
-  onto it and is lost with it.
+- `append_jsonl`: one JSON object per line, fsync'ed before returning: the whole record or
+  nothing (short writes are continued; a write or fsync that fails, e.g. on a full disk,
+  truncates the file back to where it was and raises). A torn last line (the crash came
+  mid-write) is closed with a newline first, so the new record never glues onto it and is
+  lost with it.
 - `scan_jsonl` / `read_jsonl`: every complete record of a JSON-lines file; unreadable lines
   (the torn one, bad UTF-8, a value that is not an object) are skipped and counted.
 - `read_json`: a JSON file someone named (a config, a cost file), its failure to read or
@@ -19,6 +21,7 @@ path, load this file by its path (experiments/common/rank_support.py).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -104,8 +107,19 @@ def append_jsonl(
         size = os.fstat(fd).st_size
         if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
             data = b"\n" + data
-        os.write(fd, data)
-        os.fsync(fd)
+        try:
+            view = memoryview(data)
+            while view:  # a full disk writes part of the record, then refuses the rest
+                written = os.write(fd, view)
+                if written <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+                view = view[written:]
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):  # the whole record or nothing
+                os.ftruncate(fd, size)
+                os.fsync(fd)
+            raise
     finally:
         os.close(fd)
 
@@ -148,3 +162,5 @@ def read_json(path: str | os.PathLike[str], error: type[Exception]) -> Any:
         raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
     except json.JSONDecodeError as exc:
         raise error(f"{path}: line {exc.lineno}: not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise error(f"{path}: not JSON fastverify reads (nested too deeply)") from None

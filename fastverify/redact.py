@@ -10,6 +10,8 @@ A name (an environment variable, a flag without its dashes, a label) is secret w
 Plural counts are not secrets: `--speculative-num-draft-tokens`, `MAX_TOKENS` and
 `KEYS_PER_SHARD` stay visible.
 
+A URL's credentials (`https://user:PASSWORD@host`, `https://TOKEN@host`) are secret too.
+
 Masking replaces a secret value with `***`:
 - `mask_env(env)`, `mask_argv(argv)` for structured data;
 - `mask_text(text, known)` for free text, including messages written by other programs
@@ -30,6 +32,8 @@ _SPLIT = re.compile(r"[_.\-]+")
 # `--flag value` / `--flag=value` and `NAME=value` in free text (value: up to blank or quote)
 _FLAG_IN_TEXT = re.compile(r"(--?[A-Za-z][\w.\-]*)(=|\s+)(['\"]?)([^\s'\"]+)")
 _ASSIGN_IN_TEXT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=(['\"]?)([^\s'\"]+)")
+# the userinfo of a URL: `scheme://USERINFO@` (USERINFO without '/', '@' or blanks)
+_URL_CREDS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^/@\s'\"]+)@")
 
 
 def is_secret_name(name: str) -> bool:
@@ -47,6 +51,8 @@ def secret_values(env: Mapping[str, str], argv: Sequence[str] = ()) -> list[str]
     longest first (so a value containing another is masked whole). Values under 4
     characters are left alone (masking `1` everywhere would hide every number)."""
     found = {v for k, v in env.items() if is_secret_name(k)}
+    for text in (*env.values(), *argv):
+        found.update(url_credentials(text))
     hide_next = False
     for arg in argv:
         if hide_next:
@@ -62,6 +68,29 @@ def secret_values(env: Mapping[str, str], argv: Sequence[str] = ()) -> list[str]
     return sorted((v for v in found if len(v) >= 4), key=len, reverse=True)
 
 
+def url_credentials(text: str) -> list[str]:
+    """The secrets written into URLs of `text`: the password of `user:password@`, or the
+    whole user part of `token@` (`https://ghp_...@github.com/...`)."""
+    found = []
+    for m in _URL_CREDS.finditer(text):
+        user, colon, password = m.group(2).partition(":")
+        found.append(password if colon else user)
+    return [v for v in found if v and v != MASK]
+
+
+def mask_urls(text: str) -> str:
+    """`scheme://user:password@host` -> `scheme://user:***@host`, `scheme://token@host` ->
+    `scheme://***@host`."""
+    if "@" not in text or "://" not in text:
+        return text
+
+    def _creds(m: re.Match[str]) -> str:
+        user, colon, _ = m.group(2).partition(":")
+        return f"{m.group(1)}{user}:{MASK}@" if colon else f"{m.group(1)}{MASK}@"
+
+    return _URL_CREDS.sub(_creds, text)
+
+
 def mask_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: (MASK if is_secret_name(k) else v) for k, v in env.items()}
 
@@ -70,7 +99,7 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
     """Hide the values of secret-looking flags (`--api-key X`, `--hf-token=X`)."""
     out: list[str] = []
     hide_next = False
-    for arg in argv:
+    for arg in map(mask_urls, argv):
         if hide_next:
             out.append(MASK)
             hide_next = False
@@ -91,6 +120,7 @@ def mask_text(text: str, known: Iterable[str] = ()) -> str:
     for value in known:
         if value and value in text:
             text = text.replace(value, MASK)
+    text = mask_urls(text)
 
     def _flag(m: re.Match[str]) -> str:
         if not is_secret_name(m.group(1)) or m.group(4) == MASK or m.group(4).startswith("-"):

@@ -74,7 +74,7 @@ def socket_option(f: Any) -> Any:
     """`--socket PATH` and the TCP door's options (DOOR_OPTIONS) on a command that talks to
     the daemon, as well as on `fastverifyctl` itself (`fastverifyctl status --socket X` and
     `fastverifyctl --socket X status` agree)."""
-    f = click.option("--socket", type=click.Path(dir_okay=False), default=None,
+    f = click.option("--socket", type=click.Path(dir_okay=False, readable=False), default=None,
                      expose_value=False, callback=_setter("socket"),
                      help=SOCKET_HELP)(f)  # fmt: skip
     for flag, key, _env, text in reversed(DOOR_OPTIONS):

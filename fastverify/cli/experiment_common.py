@@ -108,15 +108,19 @@ def stderr_bar(*columns: Any) -> Any:
     from rich.console import Console
     from rich.progress import Progress as Bar
 
-    bar = Bar(*columns, console=Console(stderr=True), transient=True)
+    from fastverify.cli.term import raw
+
+    bar = Bar(*columns, console=Console(file=raw(sys.stderr)), transient=True)
     bar.__enter__()
     return bar
 
 
 def bar_note(bar: Any, line: str) -> None:
     """A line printed above the progress display `bar`, or on stderr without one."""
+    from fastverify.cli.term import safe
+
     if bar is not None:
-        bar.console.print(line, highlight=False, markup=False)
+        bar.console.print(safe(line), highlight=False, markup=False)
     else:
         click.echo(line, err=True)
 

@@ -6,7 +6,8 @@ consistent and keep heavy imports off the start-up path:
 - `emit_json(obj)`: one JSON document on stdout (sorted keys off, 2-space indent,
   non-ASCII kept), paths and other objects converted with `str`.
 - `table(columns, rows, title=None)`: a rich table printed to stdout; rich is
-  imported only inside this function.
+  imported only inside this function. Cells, like everything printed, pass through
+  `fastverify.cli.term.safe`: no control sequence from a cell reaches the terminal.
 - `fail(message, code=EXIT_PROBLEMS)`: print `message` to stderr and exit with `code`.
 - `fail_with_reason(label, message, code, reason, as_json)`: the same as `label: message`,
   with --json first the error document `{"error": message, "reason": reason}` on stdout.
@@ -64,7 +65,9 @@ def to_json(obj: Any) -> str:
     """Serialise `obj` the way every command prints JSON (Paths and sets become str/list)."""
     import json  # only commands that print JSON pay for it
 
-    return json.dumps(obj, indent=2, ensure_ascii=False, default=_default)
+    from fastverify.cli.term import json_safe
+
+    return json_safe(json.dumps(obj, indent=2, ensure_ascii=False, default=_default))
 
 
 def emit_json(obj: Any) -> None:
@@ -84,24 +87,29 @@ def table(
     Falls back to plain tab-separated text when stdout is not a terminal so that
     pipes (`| grep`, `| awk`) see one line per row.
     """
+    from fastverify.cli.term import raw, safe
+
     rows = [[("" if c is None else str(c)) for c in row] for row in rows]
     if not sys.stdout.isatty():
         if title:
-            click.echo(f"# {title}")
+            click.echo(f"# {safe(title, newlines=False)}")
         click.echo("\t".join(columns))
-        for row in rows:
-            click.echo("\t".join(row))
+        for row in rows:  # one line per row, whatever a cell holds
+            click.echo("\t".join(safe(c, newlines=False).replace("\t", "\\t") for c in row))
         return
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
+
+    rows = [[safe(c) for c in row] for row in rows]
+    title = safe(title, newlines=False) if title else title
 
     t = Table(title=title, show_edge=False, header_style="bold")
     for col in columns:
         t.add_column(col, no_wrap=col in no_wrap, overflow="fold")
     for row in rows:
         t.add_row(*(Text(c) for c in row))  # Text: no markup parsing
-    Console(highlight=False).print(t)
+    Console(file=raw(sys.stdout), highlight=False).print(t)
 
 
 def warn(message: str) -> None:

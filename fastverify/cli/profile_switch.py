@@ -345,9 +345,12 @@ def _stdout_to_devnull() -> None:
 
 def _follow_rich(events: Any, follower: Follower) -> dict[str, Any] | None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(highlight=False)
+    from fastverify.cli.term import raw, safe
+
+    console = Console(file=raw(sys.stdout), highlight=False)
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -362,8 +365,9 @@ def _follow_rich(events: Any, follower: Follower) -> dict[str, Any] | None:
                 bar.update(task, completed=100)
                 return ev
             for line in follower.lines(ev):
-                bar.console.print(line, markup=False)
-            bar.update(task, completed=follower.percent, description=follower.description)
+                bar.console.print(safe(line), markup=False)
+            description = escape(safe(follower.description, newlines=False))
+            bar.update(task, completed=follower.percent, description=description)
     return None
 
 

@@ -208,10 +208,13 @@ def _lease_and_decision(st: dict[str, Any]) -> list[str]:
     out = []
     lease = st.get("lease")
     if lease:
+        from fastverify.cli.term import safe
+
         pid = f"pid {lease['pid']}, " if lease.get("pid") else ""
+        about = safe(str(lease.get("description") or "-"), newlines=False)  # one line
         out.append(
             f"experiment: {lease.get('experiment')} running ({pid}since "
-            f"{_clock(lease.get('since'))}): {lease.get('description') or '-'}; other "
+            f"{_clock(lease.get('since'))}): {about}; other "
             "clients' switches are refused (409) unless --force"
         )
     dec = st.get("decision")

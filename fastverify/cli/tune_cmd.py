@@ -134,7 +134,12 @@ class Progress:
             if self._live is None:
                 click.echo(f"{text} ({eta})" if e.get("eta_s") is not None else text, err=True)
         if self._live is not None:
-            self._live.update(self._task, description=f"tune {self.stage} - {eta}")
+            from rich.markup import escape
+
+            from fastverify.cli.term import safe
+
+            line = escape(safe(f"tune {self.stage} - {eta}", newlines=False))
+            self._live.update(self._task, description=line)
 
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:

@@ -337,20 +337,23 @@ class DaemonConfig:
     # [watch]
     watch_interval_s: Annotated[
         float,
-        Key(c.number(0), "Seconds between checks (0 = off).", table="watch",
-            name="interval_s"),
-    ] = 30.0  # fmt: skip
+        Key(c.number(0), "Seconds between checks (0 = off). The defaults leave READY at "
+            "most interval_s + SGLang's 20 s (25 s) after an engine hangs, as kubelet's "
+            "liveness defaults do (about 30 s).", table="watch", name="interval_s"),
+    ] = 5.0  # fmt: skip
     watch_timeout_s: Annotated[
         float,
         Key(c.number(0, lo_open=True),
             "No answer within N s: engine_unresponsive (SGLang answers 503 itself after "
-            "SGLANG_HEALTH_CHECK_TIMEOUT, 20 s).", table="watch", name="timeout_s"),
-    ] = 40.0  # fmt: skip
+            "SGLANG_HEALTH_CHECK_TIMEOUT, 20 s, and logs why).", table="watch",
+            name="timeout_s"),
+    ] = 22.0  # fmt: skip
     watch_failures: Annotated[
         int,
-        Key(c.integer(1, 100), "Non-200 answers in a row: engine_unresponsive.",
+        Key(c.integer(1, 100), "Non-200 answers in a row: engine_unresponsive (SGLang's "
+            "own 503 comes after 20 s without output: one is already its verdict).",
             table="watch", name="failures"),
-    ] = 2  # fmt: skip
+    ] = 1  # fmt: skip
     watch_retry_s: Annotated[
         float,
         Key(c.number(0), "After a failed check, the next one N s after its answer.",

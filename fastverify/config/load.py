@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -143,12 +145,38 @@ def _read(path: Path | None) -> tuple[str, str, dict[str, Any]]:
             raise ConfigError(f"{path}: no such config file")
         return "", "", {}
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_regular(path).decode("utf-8")
         return str(path), text, tomllib.loads(text)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{path}: nested too deeply (the configuration is tables of plain values)"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+MAX_CONFIG_BYTES = 1 << 20  # a configuration is a few kilobytes
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of the regular file `path`: a FIFO, device or directory is refused without
+    blocking on it (opened non-blocking, checked before any read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"{path}: not a regular file (give the path of a TOML file)")
+        chunks, left = [], MAX_CONFIG_BYTES + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 65536))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes (not a configuration)")
+    return data
 
 
 def _twice(flat: Mapping[str, Any], source: str, lines: Mapping[str, int]) -> list[FieldProblem]:

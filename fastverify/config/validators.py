@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fastverify.profiles import env_policy
+
 
 def show(value: Any) -> str:
     """A value as the operator wrote it (TOML/JSON-ish), kept short."""
@@ -136,11 +138,12 @@ def _passthrough_name(name: str) -> str | None:
             f"{name}: NCCL settings are not passed through (expected non-NCCL names; "
             "NCCL settings belong in profiles)"
         )
-    return None
+    return env_policy.loader_problem(name, "env_passthrough")
 
 
 passthrough_names = str_list(
-    Validator("a variable name, not NCCL_*", _passthrough_name), "a list of variable names"
+    Validator("a variable name, not NCCL_* or a loader/interpreter name", _passthrough_name),
+    "a list of variable names",
 )
 
 
@@ -159,10 +162,17 @@ def _env_table(value: Any) -> str | None:
             f"sets {', '.join(nccl)}: NCCL settings belong in profiles "
             "(the profile is the whole truth about NCCL; expected non-NCCL names)"
         )
+    for k, v in value.items():
+        if why := env_policy.loader_problem(k, "[server] env"):
+            return why
+        if why := env_policy.value_problem(v):
+            return f"{k}: {why}"
     return None
 
 
-env_table = Validator("NAME = string, no NCCL_* names", _env_table)
+env_table = Validator(
+    "NAME = string, no NCCL_* or loader/interpreter names (LD_*, PATH, PYTHONPATH, ...)", _env_table
+)
 
 
 def _backoff(value: Any) -> str | None:

@@ -206,6 +206,8 @@ class Handler(BaseHTTPRequestHandler):
             return json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
             raise RequestError(400, f"malformed JSON body: {exc}") from None
+        except RecursionError:
+            raise RequestError(400, "malformed JSON body: nested too deeply") from None
 
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)

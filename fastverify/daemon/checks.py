@@ -30,6 +30,7 @@ from fastverify.daemon.launcher import DEBUG_VARS, EngineHandle, Launcher
 from fastverify.daemon.logs import LineFacts
 from fastverify.daemon.resolve import RequestError, Resolver
 from fastverify.daemon.verifier import Check, Context, Finding, Plan, Problem, Verifier
+from fastverify.profiles import env_policy
 from fastverify.redact import mask_argv
 from fastverify.sglang.adaptive import FLAG_ADAPTIVE
 
@@ -78,12 +79,30 @@ class ProcessEnv(Check):
     def __init__(self, launcher: Launcher) -> None:
         self.launcher = launcher  # its engine: the one a SIGHUP put in place
 
+    def refuse(self, plan: Plan) -> Problem | None:
+        """An environment the kernel would refuse at exec (E2BIG) is refused before anything
+        is stopped: each value and the whole (with the argv) within env_policy's bounds."""
+        env = self.launcher.engine_env(plan.profile, "-", None)
+        why = env_policy.environment_problem(env, plan.argv)
+        if why is None:
+            return None
+        return Problem(
+            422,
+            f"{why}; {plan.kind} to {plan.name}/{plan.mode} refused, nothing was stopped or "
+            "changed",
+            {"reason": "env_refused"},
+        )
+
     def verify(self, h: EngineHandle, ctx: Context) -> Finding:
         rules = _rules(self.launcher, h)
         h.engine_env = rules.to_dict() if rules is not None else None
         expected = {**h.expected_nccl, **h.expected_sglang}
         report = verify.check_process_env(
-            h.pid, expected, self.launcher.engine.engine_owned_nccl, engine_env=rules
+            h.pid,
+            expected,
+            self.launcher.engine.engine_owned_nccl,
+            engine_env=rules,
+            composed=h.env_names,
         )
         ctx.details["env"] = report.to_dict()
         if h.engine_env is not None:

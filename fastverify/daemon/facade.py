@@ -19,12 +19,13 @@ controller's fields, the log ring or the exporter runtime itself.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fastverify.config import SPEC_MODES, weights_label
 from fastverify.daemon import events as ev
@@ -42,6 +43,32 @@ from fastverify.host import here as host_here
 from fastverify.lease_record import describe as describe_lease
 from fastverify.redact import mask_argv
 from fastverify.sglang.forced import label_of_record as forced_label
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def records(what: str) -> Callable[[_F], _F]:
+    """A record endpoint's method: a state dir that refuses the write (read-only, full,
+    permissions) is the 507 it is, with what was not recorded, never a 500."""
+
+    def wrap(method: _F) -> _F:
+        @functools.wraps(method)
+        def run(self: Any, *args: Any, **kw: Any) -> Any:
+            try:
+                return method(self, *args, **kw)
+            except OSError as exc:
+                raise RequestError(
+                    507,
+                    f"{what} not recorded: the state dir {self.ctl.store.dir} refused the write "
+                    f"({exc.strerror or exc}); nothing was changed (make it writable, free "
+                    "space)",
+                    reason="state_dir_unwritable",
+                ) from None
+
+        return run  # type: ignore[return-value]
+
+    return wrap
+
 
 log = logging.getLogger("fastverifyd.facade")
 
@@ -143,7 +170,11 @@ class ControlFacade:
                 "lease": public_lease(self.leases.current()),
                 "decision": self._decision_now(),
                 "sglang": _sglang_summary(c.engine),
-                "findings": [*c.store.findings, *c.findings.values()],
+                "findings": [
+                    *c.store.findings,
+                    *c.findings.values(),
+                    *filter(None, [c.store.journal_problem]),
+                ],
                 "daemon": {
                     "pid": os.getpid(),
                     "state_dir": str(c.store.dir),
@@ -389,6 +420,7 @@ class ControlFacade:
     def baselines(self) -> dict[str, Any]:
         return self.ctl.store.load_baselines()
 
+    @records("baseline")
     def set_baseline(self, body: dict[str, Any]) -> dict[str, Any]:
         """Validate, persist (baselines.json) and announce a baseline measurement.
         RequestError(422) names every bad field (`fields`: field -> what is wrong)."""
@@ -426,6 +458,7 @@ class ControlFacade:
     def decision(self) -> dict[str, Any]:
         return self.ctl.store.load_json("decision.json")
 
+    @records("decision")
     def record_decision(self, body: dict[str, Any], caller: Any = None) -> dict[str, Any]:
         """Validate, persist (decision.json + a history record) and announce a tuning
         decision (fastverify.daemon.decision). RequestError(422) names every bad field."""
@@ -450,6 +483,7 @@ class ControlFacade:
 
         return {"curves": acceptance.load(self.ctl.store)}
 
+    @records("acceptance")
     def record_acceptance(self, body: dict[str, Any]) -> dict[str, Any]:
         from fastverify.daemon import acceptance
 
@@ -470,6 +504,7 @@ class ControlFacade:
 
         return self.ctl.store.load_json(acceptance.PLAN_FILE)
 
+    @records("speculation plan")
     def store_spec_plan(self, body: dict[str, Any]) -> dict[str, Any]:
         from fastverify.daemon import acceptance
 
@@ -524,9 +559,13 @@ class ControlFacade:
                 f"no engine is serving (state {self.ctl.state}): nothing to profile",
                 busy=self.ctl.op is not None,
             )
+        watch = getattr(self.ctl.current, "watch", None)  # its checks are not traffic
         try:  # a background window in progress is waited for, not a refusal
             window: dict[str, Any] = runtime.capture(
-                steps, cancelled, wait_s=runtime.capture_timeout_s
+                steps,
+                cancelled,
+                wait_s=runtime.capture_timeout_s,
+                quiet=watch.quiet if watch is not None else None,
             )
             return window
         except EngineIdle as exc:

@@ -26,6 +26,8 @@ tuner_unsupported   NCCL opened the plugin file but found no tuner symbol it kno
 tuner_wrong_plugin  NCCL loaded another tuner plugin than fastverify's
 tuner_refused       fastverify's plugin loaded but refused its table or the ABI (WARN)
 tuner_no_nccl_log   no NCCL INFO output to confirm the tuner from
+state_dir_full      the engine exited while the state dir (its log, the pid file, the journal)
+                    had no space left: the disk, not the profile, stopped it
 adaptive_disabled   mode adaptive: SGLang logged "speculative_adaptive disabled: REASON" and
                     serves fixed steps (fastverify.daemon.adaptive_check)
 exited(CODE)        the engine exited for a reason none of the above recognised; negative
@@ -98,6 +100,7 @@ REASONS = (
     "engine_override",
     "worker_exited",
     "engine_unresponsive",
+    "state_dir_full",
     *TUNER_REASONS,  # daemon/tuner_check.py: NCCL did not load the profile's tuner
 )
 

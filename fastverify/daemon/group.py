@@ -122,6 +122,9 @@ class Member:
     wake: threading.Event = field(default_factory=threading.Event, kw_only=True)  # any news
     exit_code: int | None = field(default=None, kw_only=True)
     expected_exit: bool = field(default=False, kw_only=True)
+    # its start in clock ticks since boot (procs.start_ticks): the identity is_ours checks,
+    # which no wall-clock step moves (create_time, epoch seconds, is for display)
+    start_ticks: int | None = field(default=None, kw_only=True)
 
     def alive(self) -> bool:
         return not self.exited.is_set()
@@ -144,6 +147,7 @@ class Member:
             "pid": self.pid,
             "pgid": self.pgid,
             "create_time": self.create_time,
+            "start_ticks": self.start_ticks,
             "argv": self.argv,
             "log": str(self.log_path),
             "started_at": self.started_at,
@@ -305,6 +309,8 @@ class SupervisedGroup(Generic[M]):
             self._move(self.member, GroupState.FAILED)
             raise
         m = make(proc)
+        if m.start_ticks is None:
+            m.start_ticks = procs.start_ticks(proc.pid)
         with self._lock:
             self._may_start()
             self.member, self.state, self.ever_ran = m, GroupState.STARTING, True
@@ -468,6 +474,8 @@ class SupervisedGroup(Generic[M]):
         its readiness is the owner's `wait_ready`."""
         m = make()
         m.adopted = True
+        if m.start_ticks is None:  # proven ours: the live leader's start is the recorded one
+            m.start_ticks = procs.start_ticks(m.pid)
         with self._lock:
             self._may_start()
             self.member, self.state, self.ever_ran = m, GroupState.STARTING, True

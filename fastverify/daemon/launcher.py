@@ -80,6 +80,7 @@ class EngineHandle(Member):
     allreduce_watch: Any = None  # allreduce_check.AllreduceWatch (None: adopted)
     allreduce: dict[str, Any] | None = None  # the serving backend, confirmed at verify
     expected_sglang: dict[str, str] = field(default_factory=dict)  # the profile's SGLANG_*
+    env_names: tuple[str, ...] | None = None  # the names it was started with (None: unknown)
     # acceptance SGLang forces from the server's environment (sglang.forced.Forced.to_dict:
     # SGLANG_SIMULATE_ACC_LEN from [server.env] or the profile); None: the drafter's own
     forced: dict[str, Any] | None = None
@@ -103,6 +104,7 @@ class EngineHandle(Member):
             "url": self.url,
             "expected_nccl": self.expected_nccl,
             "expected_sglang": self.expected_sglang,
+            "env_names": list(self.env_names) if self.env_names is not None else None,
             "forced": self.forced,
             "nccl_debug_dir": str(self.nccl_debug_dir) if self.nccl_debug_dir else None,
         }
@@ -267,7 +269,7 @@ class Launcher:
         debug_dir = None
         if self.cfg.daemon.nccl_debug or tuner_check.wants_nccl_debug(profile):
             debug_dir = self.store.logs_dir / f"{base}.nccl"
-            debug_dir.mkdir(parents=True, exist_ok=True)
+            debug_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
         env = self.engine_env(profile, engine_id, debug_dir)
         expected = verify.nccl_part({k: v for k, v in env.items() if k != procs.ENGINE_ID_VAR})
         hidden = secret_values(env, argv)
@@ -285,6 +287,7 @@ class Launcher:
                 self.url(),
                 expected,
                 expected_sglang=verify.sglang_part(profile.env),
+                env_names=tuple(sorted(env)),
                 proc=proc,
                 nccl_debug_dir=debug_dir,
                 follower=self.engine.follower(argv),
@@ -359,6 +362,7 @@ class Launcher:
                 info.get("url") or self.url(),
                 dict(info.get("expected_nccl") or {}),
                 expected_sglang=dict(info.get("expected_sglang") or {}),
+                env_names=tuple(info["env_names"]) if info.get("env_names") is not None else None,
                 forced=info.get("forced"),
                 nccl_debug_dir=Path(info["nccl_debug_dir"]) if info.get("nccl_debug_dir") else None,
                 started_at=float(info.get("started_at") or _now()),
@@ -415,7 +419,18 @@ class Launcher:
         """Why the engine's leader exited (from the last log lines and the exit code)."""
         if h.tail is not None:
             h.tail.stop()
-        return failures.classify(h.recent_lines(), exit_code=h.exit_code, log=str(h.log_path))
+        failure = failures.classify(h.recent_lines(), exit_code=h.exit_code, log=str(h.log_path))
+        full = self.store.full() if h.exit_code is not None and h.exit_code >= 0 else None
+        if full:  # e.g. exited(120): Python could not flush its log at exit
+            return Failure(
+                "state_dir_full",
+                f"{full}; the engine stopped ({failure.message}) (free space, then "
+                "`fastverifyctl profile set` again)",
+                failure.line,
+                str(h.log_path),
+                h.exit_code,
+            )
+        return failure
 
     def await_ready(
         self,

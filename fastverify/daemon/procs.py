@@ -3,8 +3,8 @@
 Only processes we started are ever signalled: the engine is spawned with
 `start_new_session=True` (its pgid is its pid) and carries a random
 `FASTVERIFY_ENGINE_ID` in its environment; `is_ours()` checks that marker (and the
-recorded start time) before anything is killed, so a stale pid file that now names
-somebody else's process is ignored, never acted on. Nothing here kills by name.
+recorded start time, in clock ticks since boot) before anything is killed, so a stale pid
+file that now names somebody else's process is ignored, never acted on. Nothing here kills by name.
 
 Process facts come from a proc root (`proc_root`, default /proc) read directly: stat
 (pid, ppid, pgid, state, start time), environ and /proc/stat's btime. Tests point it at a
@@ -30,6 +30,7 @@ log = logging.getLogger("fastverifyd.procs")
 
 ENGINE_ID_VAR = "FASTVERIFY_ENGINE_ID"
 KEEP_ENVIRON_VAR = "SPT_NOENV"  # setproctitle: leave /proc/PID/environ as it was
+LOG_MODE = 0o640  # engine logs: readable by root and the daemon's group, never by others
 
 
 def spawn(
@@ -47,8 +48,11 @@ def spawn(
     `sigint_default`: SIGINT's default disposition in the child (the weight cache's launcher
     stops on KeyboardInterrupt, which a SIGINT ignored by inheritance never raises).
     """
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab", buffering=0) as out:
+    log_path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
+    # an engine's log quotes its argv and environment-derived lines: owner and group only
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, LOG_MODE)
+    os.fchmod(fd, LOG_MODE)
+    with open(fd, "ab", buffering=0) as out:
         return subprocess.Popen(
             list(argv),
             env=env,
@@ -162,12 +166,20 @@ def boot_time(proc_root: Path = PROC) -> float | None:
 
 
 def create_time(pid: int, proc_root: Path = PROC) -> float | None:
-    """When `pid` started (epoch seconds, as psutil reports it), None when gone."""
+    """When `pid` started (epoch seconds, as psutil reports it), None when gone. Moves with
+    the wall clock (btime does): for display only; identity is `start_ticks`."""
     info = read_stat(pid, proc_root)
     btime = boot_time(proc_root)
     if info is None or btime is None:
         return None
     return btime + info.starttime / os.sysconf("SC_CLK_TCK")
+
+
+def start_ticks(pid: int, proc_root: Path = PROC) -> int | None:
+    """When `pid` started, in clock ticks since boot (/proc/PID/stat field 22): what no
+    wall-clock step (NTP, an operator's `date -s`) moves. None when gone."""
+    info = read_stat(pid, proc_root)
+    return None if info is None else info.starttime
 
 
 def group_members(pgid: int, proc_root: Path = PROC) -> list[ProcInfo]:
@@ -191,7 +203,10 @@ def is_ours(
     (or, with `var` = the weight cache's marker, our weight cache).
 
     Ours when some live member of the recorded group carries the recorded engine id in its
-    environment; the leader additionally must have the recorded start time.
+    environment; the leader additionally must have the recorded start time in clock ticks
+    since boot (`start_ticks`), which a wall-clock step does not move. A record without it
+    (written by an older daemon) is judged by the engine id alone: its `create_time` is
+    epoch seconds, which move with the clock.
     """
     pid = int(info.get("pid", 0))
     pgid = int(info.get("pgid", pid))
@@ -201,11 +216,10 @@ def is_ours(
     members = group_members(pgid, proc_root)
     if not members:
         return False, f"no process is left in group {pgid}"
-    if any(p.pid == pid for p in members):
-        recorded = info.get("create_time")
-        actual = create_time(pid, proc_root)
-        if recorded is not None and actual is not None and abs(actual - recorded) > 1.0:
-            return False, f"pid {pid} was started at another time (not our engine)"
+    leader = next((p for p in members if p.pid == pid), None)
+    recorded = info.get("start_ticks")
+    if leader is not None and isinstance(recorded, int) and leader.starttime != recorded:
+        return False, f"pid {pid} was started at another time (not our engine)"
     if any(engine_id_of(p.pid, proc_root, var) == engine_id for p in members):
         return True, f"group {pgid}: {len(members)} process(es) carry our engine id"
     return False, f"group {pgid} exists but none of its processes carries engine id {engine_id}"
@@ -236,7 +250,8 @@ def stop_group(
     proc_root: Path = PROC,
     sig: int = signal.SIGTERM,
 ) -> StopResult:
-    """SIGTERM the group's leader (the server: SGLang stops its own schedulers and
+    """SIGCONT the group (a stopped process acts on nothing else), then SIGTERM the group's
+    leader (the server: SGLang stops its own schedulers and
     detokenizer on SIGTERM; a SIGTERM sent to them as well reads to SGLang as a crashed
     child, and it then waits 5 s for crash diagnostics), or the whole group when the leader
     is gone; wait up to grace_s for the group to be gone, then SIGKILL it and wait again.

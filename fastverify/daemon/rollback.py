@@ -10,6 +10,7 @@ own cancel may be its cause.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastverify.daemon.core import Core
@@ -96,6 +97,8 @@ class RollbackSteps:
             return Failure("invalid_profile", f"last good profile no longer loads: {exc}")
         with self.c._lock:
             self.c.active = dict(target)
+        if not self._room_for(target):
+            return Failure("cancelled", "fastverifyd is shutting down")
         step = Step(op, target["profile"], target["mode"])
         # Only shutdown stops a rollback: the operation's own cancel flag may be what led here.
         outcome = self.starts.start(step, profile, argv, None, self.c.shutting_down)
@@ -108,6 +111,30 @@ class RollbackSteps:
             return outcome
         self.c.set_state(State.FAILED, f"rollback failed: {outcome.reason}")
         return outcome
+
+    def _room_for(self, target: dict[str, str]) -> bool:
+        """Wait until the state dir takes the rollback's writes (pid file, engine log): a
+        start on a full disk would only fail again. The last good profile is put back when
+        space allows; False when fastverifyd shuts down meanwhile."""
+        attempt = 0
+        try:
+            while (problem := self.c.store.check_writable()) is not None:
+                attempt += 1
+                delay = self.c.crashes.policy.delay(attempt)
+                msg = (
+                    f"rollback to {target['profile']}/{target['mode']} waits for the state dir: "
+                    f"{problem}; retrying in {delay:.1f} s"
+                )
+                self.c.set_finding("state_dir", msg)
+                if attempt == 1:
+                    self.c.say(msg, logging.ERROR)
+                if self.c.shutting_down.wait(delay):
+                    return False
+            if attempt:
+                self.c.say(f"state dir {self.c.store.dir} is writable again; rolling back")
+            return True
+        finally:
+            self.c.clear_finding("state_dir")
 
 
 class Step:

@@ -25,6 +25,7 @@ stops at `n` records: its memory is a page's, whatever the journals' size.
 from __future__ import annotations
 
 import contextlib
+import errno
 import heapq
 import itertools
 import json
@@ -47,6 +48,7 @@ DECISIONS_MAX_BYTES = 4 * 1024 * 1024
 READ_BLOCK = 64 * 1024
 MAX_LINE = 256 * 1024  # a longer journal line is not one the daemon wrote: skipped
 KEEP_START_LOGS = 50
+FULL_BELOW = 64 * 1024  # a file system with less left cannot take an engine log's next lines
 
 
 class StateStore:
@@ -64,9 +66,12 @@ class StateStore:
         self.pid_path = self.dir / "engine.pid"
         self.baselines_path = self.dir / "baselines.json"
         self.logs_dir = self.dir / "logs"
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):  # engine logs are never others' to read
+            os.chmod(self.logs_dir, 0o750)
         self._lock = threading.Lock()
         self.findings: list[str] = []  # what load() found wrong, for status and the log
+        self.journal_problem: str | None = None  # the last append failed (append_journal)
 
     # -- state.json ---------------------------------------------------------------------
     def load_state(self) -> dict[str, Any]:
@@ -152,17 +157,41 @@ class StateStore:
     # -- journal.jsonl ------------------------------------------------------------------
     def append_journal(self, record: dict[str, Any]) -> None:
         """An operation, transition or crash record (the daemon's own) to journal.jsonl."""
+        self._append(self.journal_path, self.journal_old_path, self.journal_max_bytes, record)
+
+    def _append(self, path: Path, old: Path, limit: int, record: dict[str, Any]) -> None:
+        """Append one record whole, or raise and leave the journal as it was; the failure
+        holds in `journal_problem` (status findings) until an append succeeds again."""
         with self._lock:
-            self._rotate_if_large(self.journal_path, self.journal_old_path,
-                                  self.journal_max_bytes)  # fmt: skip
-            append_jsonl(self.journal_path, record, sort_keys=True, compact=False)
+            try:
+                self._rotate_if_large(path, old, limit)
+                append_jsonl(path, record, sort_keys=True, compact=False)
+            except OSError as exc:
+                full = "state dir full: " if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+                self.journal_problem = (
+                    f"{full}cannot append to {path} ({exc.strerror or exc}); a "
+                    f"{record.get('type', 'record')} record was not written (free space in "
+                    f"{self.dir})"
+                )
+                raise
+            self.journal_problem = None
+
+    def full(self) -> str | None:
+        """`state dir full: ...` when the state dir's file system has less than FULL_BELOW
+        bytes left for this process (None: room, or it cannot be told)."""
+        try:
+            vfs = os.statvfs(self.dir)
+        except OSError:
+            return None
+        blocks = vfs.f_bfree if os.geteuid() == 0 else vfs.f_bavail
+        free = blocks * vfs.f_frsize
+        if free >= FULL_BELOW:
+            return None
+        return f"state dir full: {self.dir} has {free} bytes left"
 
     def append_decision(self, record: dict[str, Any]) -> None:
         """A recorded decision's history line to decisions.jsonl (its own journal)."""
-        with self._lock:
-            self._rotate_if_large(self.decisions_path, self.decisions_old_path,
-                                  DECISIONS_MAX_BYTES)  # fmt: skip
-            append_jsonl(self.decisions_path, record, sort_keys=True, compact=False)
+        self._append(self.decisions_path, self.decisions_old_path, DECISIONS_MAX_BYTES, record)
 
     def _rotate_if_large(self, path: Path, old: Path, limit: int) -> None:
         """Keep a journal bounded: past `limit` bytes the file becomes its `.1` (replacing

@@ -11,7 +11,9 @@ own confirmations.
    SGLang 0.5.23 adds NCCL_GRAPH_REGISTER=0 with TP > 1, ...), which workers may hold and
    the report shows (`engine_added`). A profile variable the engine replaces (deterministic
    inference's NCCL_ALGO) or keeps under protest (NCCL_GRAPH_REGISTER=1) fails with reason
-   `engine_override`, not `env_mismatch`.
+   `engine_override`, not `env_mismatch`. With `composed` (the names the daemon started
+   the server with), the server's environment may hold nothing beyond them, and no worker
+   a loader/interpreter variable beyond them (LD_PRELOAD, PYTHONPATH, ...).
 2. `check_nccl_debug(files, expected)`: when the start ran with NCCL_DEBUG=INFO and a
    per-start NCCL_DEBUG_FILE, compare NCCL's `NCCL_X set by environment to Y` lines with
    the profile. A value NCCL confirms that differs from the profile is a mismatch; a
@@ -84,6 +86,19 @@ def unreadable_environ(pid: int) -> str:
     )
 
 
+def _beyond(actual: Mapping[str, str], composed: Collection[str], worker: bool) -> dict[str, str]:
+    """Names in a process's environment the daemon did not compose (values masked): every
+    one in the server (its environ is what it was started with), the loader/interpreter
+    ones in its workers (which may add their own runtime variables)."""
+    from fastverify.profiles.env_policy import is_loader_var
+    from fastverify.redact import mask_env
+
+    extra = {
+        k: v for k, v in actual.items() if k not in composed and (not worker or is_loader_var(k))
+    }
+    return mask_env(extra)
+
+
 def compare_env(
     actual: dict[str, str],
     expected: dict[str, str],
@@ -124,10 +139,13 @@ def check_process_env(
     engine_owned: Collection[str] = (),
     proc_root: Path = Path("/proc"),
     engine_env: EngineEnv | None = None,
+    composed: Collection[str] | None = None,
 ) -> VerifyReport:
     """Compare the server `pid` and all its descendants with `expected` NCCL variables.
     `engine_owned` / `engine_env`: see compare_env; only applied to descendants: the
-    server's own /proc environ is the one it was started with."""
+    server's own /proc environ is the one it was started with. `composed`: the names of the
+    environment the daemon started the server with; anything beyond them is `unexpected`
+    (`_beyond`)."""
     checks: list[ProcessCheck] = []
     engine_id = None
     for proc in procs.descendants(pid, proc_root):
@@ -151,6 +169,9 @@ def check_process_env(
             env, expected, engine_owned if worker else (), engine_env if worker else None
         )
         chk.pid, chk.name = proc.pid, name
+        if composed is not None and (beyond := _beyond(env, composed, worker)):
+            chk.unexpected.update(beyond)
+            chk.ok = False
         checks.append(chk)
     rules = engine_env.to_dict() if engine_env is not None else None
     if not checks:
@@ -171,7 +192,8 @@ def check_process_env(
             hint = " (the engine sets it for its workers)" if k in engine_owned else ""
             parts.append(f"{k}={got} (profile: {want}){hint}")
         for k, v in first.unexpected.items():
-            parts.append(f"{k}={v} not in the profile")
+            whose = "the profile" if k.startswith("NCCL_") else "what fastverifyd composed"
+            parts.append(f"{k}={v} not in {whose}")
         msg = f"{len(bad)} of {len(checks)} process(es) differ; pid {first.pid}: " + "; ".join(
             parts
         )

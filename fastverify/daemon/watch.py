@@ -22,10 +22,11 @@ an exit.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,14 @@ class WatchPolicy:
         """Seconds from the first failed check to the verdict when each check takes
         `check_s` (SGLang's 503 after 20 s; at most `timeout_s`)."""
         return (self.failures - 1) * (self.retry_s + min(check_s, self.timeout_s))
+
+    def worst_case_s(self, check_s: float = SGLANG_HEALTH_CHECK_S) -> float:
+        """Seconds from an engine's hang to the verdict, at worst: it hangs just after a
+        check passed (a whole interval), then its first check fails after `check_s` (or
+        gives no answer within `timeout_s`, a verdict at once), then the others."""
+        if check_s >= self.timeout_s:
+            return self.interval_s + self.timeout_s
+        return self.interval_s + check_s + self.detection_s(check_s)
 
 
 def file_tail(path: str, limit: int = 65536) -> list[str]:
@@ -110,6 +119,7 @@ class EngineWatch(threading.Thread):
         self.log_path = log_path
         self.pid = pid
         self._stop = threading.Event()
+        self._checking = threading.Lock()  # held by a check, or by `quiet()`
         self.polls = 0  # answered or not, for status and tests
         self.failed_in_row = 0
         self.failing_since: float | None = None  # wall clock of the first failed check
@@ -141,12 +151,14 @@ class EngineWatch(threading.Thread):
     def run(self) -> None:
         p = self.policy
         log.info("engine pid %s: checking %s every %g s; a hung engine is declared %g s after "
-                 "its first failed check", self.pid, client.HEALTH_GENERATE, p.interval_s,
-                 p.detection_s())  # fmt: skip
+                 "its first failed check (at most %g s after it hangs)", self.pid,
+                 client.HEALTH_GENERATE, p.interval_s, p.detection_s(),
+                 p.worst_case_s())  # fmt: skip
         while not self._stop.wait(p.retry_s if self.failed_in_row else p.interval_s):
             if not self.serving():
                 return
-            verdict = self._poll()
+            with self._checking:
+                verdict = self._poll()
             self.polls += 1
             if verdict is None or self._stop.is_set() or not self.serving():
                 continue
@@ -156,6 +168,14 @@ class EngineWatch(threading.Thread):
                         verdict.message)  # fmt: skip
             self.on_unresponsive(verdict)
             return
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """No check runs inside (one in flight ends first): a caller telling whether the
+        engine serves traffic (a trace capture's idle check) must not count the watch's own
+        1-token generation as traffic."""
+        with self._checking:
+            yield
 
     def _failed(self, why: str) -> None:
         """One more failed check in a row (the first one starts the clock)."""

@@ -28,12 +28,14 @@ refused (the window's own timeout applies).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -267,6 +269,7 @@ class ExporterRuntime:
         *,
         require_traffic: bool = True,
         wait_s: float = 0.0,
+        quiet: Callable[[], AbstractContextManager[Any]] | None = None,
     ) -> dict[str, Any]:
         """Profile the live server for `steps` forward steps, analyze every rank, feed the hub.
 
@@ -274,7 +277,8 @@ class ExporterRuntime:
         module docstring: forward steps only happen under load) or another window is still
         running after `wait_s` seconds. A window that fails, times out or is `cancelled()` is
         stopped on the server (POST /stop_profile, when the server had accepted it) and its
-        directory removed."""
+        directory removed. `quiet()`: a context in which the daemon's own liveness checks
+        pause, so that the idle check counts only the engine's real traffic."""
         steps = int(steps or self.trace_steps)
         if steps < 1:
             raise CaptureError("steps must be at least 1")
@@ -282,7 +286,8 @@ class ExporterRuntime:
         if not url:
             raise CaptureError("no engine is serving (no server URL): nothing to profile")
         if require_traffic:  # outside the lock: an idle check never blocks a capture
-            self._require_traffic(url, steps, cancelled)
+            with quiet() if quiet is not None else contextlib.nullcontext():
+                self._require_traffic(url, steps, cancelled)
         if not self._acquire(wait_s, cancelled):
             raise CaptureRefused(
                 "another profile window is running (a background window or another capture);"

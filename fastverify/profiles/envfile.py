@@ -23,6 +23,7 @@ import re
 import stat
 from typing import TYPE_CHECKING
 
+from fastverify.profiles import env_policy
 from fastverify.profiles.model import Problem, Record
 
 if TYPE_CHECKING:
@@ -221,7 +222,7 @@ def value_problem(value: str) -> str | None:
             return "whitespace in value (the readers trim and split differently; remove it)"
         if ord(ch) < 0x20 or ord(ch) == 0x7F:
             return f"control character {ch!r} in value (remove it)"
-    return None
+    return env_policy.value_problem(value)
 
 
 def _clip(text: str, limit: int = 60) -> str:
@@ -262,8 +263,11 @@ def read_checked(path: StrPath, root: StrPath | None = None) -> bytes:
         flags |= getattr(os, "O_NOFOLLOW", 0)  # the target checked above, not a swapped link
     fd = os.open(target, flags)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise UnsafeFile("is not a regular file (a profile is a plain text file)")
+        if problem := env_policy.owner_problem(target, st):
+            raise UnsafeFile(f"refused: {problem}")
         chunks = []
         left = MAX_FILE_BYTES + 1
         while left > 0 and (chunk := os.read(fd, min(left, 65536))):

@@ -3,7 +3,7 @@
 Names and kinds come from the pinned release's facts (`fastverify.sglang.envvars.kinds`:
 every variable `srt/environ.py` declares, read from the wheel); a name close to one of them
 that is not one is a typo (an error with a did-you-mean), any other unknown `SGLANG_*` name
-a warning (SGLang may read it elsewhere, but not through its `envs` table). Values by
+an error too (a profile holds only what the release declares: env_policy). Values by
 SGLang's parsers (`EnvBool`: 1/0, true/false, yes/no, y/n in any case; `EnvInt`: a Python
 int); SGLang itself warns and falls back to the default on a bad value, fastverify refuses
 it. The all-reduce variables get their own checks (`fastverify.sglang.allreduce`).
@@ -39,9 +39,9 @@ def check_name(name: str) -> tuple[Severity, str] | None:
     close = suggest(name)
     if close:
         return "error", (f"unknown SGLang variable {name} (did you mean {' or '.join(close)}?)")
-    return "warning", (
+    return "error", (
         f"SGLang {envvars.pinned()} declares no variable {name} in srt/environ.py "
-        "(check the spelling; it is passed to the server as is)"
+        "(a profile holds only the variables SGLang declares; check the spelling)"
     )
 
 

@@ -65,7 +65,10 @@ class ImportResult:
 
 
 def is_profile_var(name: str) -> bool:
-    return name.startswith("NCCL_") or name.startswith("TORCH_NCCL_")
+    """The loader's rule (env_policy): what a profile may set, the import keeps."""
+    from fastverify.profiles.env_policy import profile_name_problem
+
+    return profile_name_problem(name) is None
 
 
 class _Importer:
@@ -108,7 +111,11 @@ class _Importer:
     def set_var(self, name: str, value: str, line: int, conditional: bool) -> None:
         if not is_profile_var(name):
             self.result.skipped.append(
-                (line, f"{name} is not an NCCL variable; left out (add it with --set if wanted)")
+                (
+                    line,
+                    f"{name} is not a profile variable; left out "
+                    "(a profile holds only NCCL_*, SGLANG_* and FLASHINFER_* tuning)",
+                )
             )
             return
         prev = self.result.variables.get(name)

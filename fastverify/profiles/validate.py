@@ -4,10 +4,11 @@
 warnings) for one `ParsedFile`. Checks:
 
 - names: unknown `NCCL_*` (with a did-you-mean), `NCCL_VERSION` (image metadata),
-  removed (error) and deprecated (warning) names; other names need only be valid
-  identifiers (`TORCH_NCCL_*`, `CUDA_*`, ... belong to other programs); `SGLANG_*` names
-  and values as SGLang 0.5.23 declares and parses them (profiles/sglang_vars.py: a near
-  miss of a declared name is a typo);
+  removed (error) and deprecated (warning) names; `SGLANG_*` names and values as SGLang
+  0.5.23 declares and parses them (profiles/sglang_vars.py: a near miss of a declared
+  name is a typo); any other family is refused (profiles/env_policy.py: a profile is an
+  NCCL/SGLang/FlashInfer env file, nothing more);
+- files: plugin paths and code directories must be trusted (env_policy.trust_problem);
 - values by kind (see nccl_vars.py), including NCCL_ALGO/NCCL_PROTO lists with `^`
   and the 2.24+ per-collective syntax `ring;allreduce:tree,ring`;
 - cross-variable: MIN > MAX channel/CTA counts, P2P_DISABLE with P2P_LEVEL;
@@ -23,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from fastverify.profiles import nccl_vars, sglang_vars
+from fastverify.profiles import env_policy, nccl_vars, sglang_vars
 from fastverify.profiles.envfile import ParsedFile
 from fastverify.profiles.model import Problem, Record, Severity
 
@@ -248,8 +249,10 @@ def check_name(name: str) -> tuple[Severity, str] | None:
         return None
     if name.upper().startswith("NCCL_") and nccl_vars.lookup(name.upper()):
         return "error", f"{name}: names are case-sensitive; NCCL reads {name.upper()} (write that)"
-    if name.upper().startswith("SGLANG_"):
+    if name.upper().startswith("SGLANG_") and name not in env_policy.SGLANG_CODE_VARS:
         return sglang_vars.check_name(name)
+    if problem := env_policy.profile_name_problem(name):
+        return "error", problem
     return None
 
 
@@ -285,6 +288,8 @@ def validate(
             add(a.line, check_value(var, a.value), f"{a.key}: ")
         elif a.key.startswith("SGLANG_"):
             add(a.line, sglang_vars.check_value(a.key, a.value), f"{a.key}: ")
+        if trust := env_policy.trust_problem(a.key, a.value):
+            add(a.line, ("error", trust), f"{a.key}: ")
 
     _check_meta(parsed, problems)
     full = dict(env) if env is not None else parsed.env

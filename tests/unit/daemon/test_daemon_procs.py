@@ -83,8 +83,12 @@ def test_is_ours_checks_engine_id_and_start_time() -> None:
     assert procs.is_ours(info, FAKE) == (True, "group 4242: 3 process(es) carry our engine id")
     ok, why = procs.is_ours(dict(info, engine_id="e2"), FAKE)
     assert not ok and "none of its processes carries engine id e2" in why
-    ok, why = procs.is_ours(dict(info, create_time=started(123456) + 5), FAKE)
+    # the start in clock ticks since boot decides; epoch seconds move with the clock
+    ticks = dict(info, start_ticks=123456)
+    assert procs.is_ours(ticks, FAKE)[0] is True
+    ok, why = procs.is_ours(dict(ticks, start_ticks=123457), FAKE)
     assert not ok and "started at another time" in why
+    assert procs.is_ours(dict(ticks, create_time=started(123456) + 3600), FAKE)[0] is True
     ok, why = procs.is_ours({"pid": 6000, "pgid": 6000, "engine_id": "e1"}, FAKE)
     assert not ok  # a foreign process that reused the pid
     ok, why = procs.is_ours({"pid": 7000, "pgid": 7000, "engine_id": "e3"}, FAKE)

@@ -59,9 +59,9 @@ def test_accepted(line: str) -> None:
     assert problems(line + "\n") == []
 
 
-def test_unknown_far_name_and_flag_owned_variable_are_warnings() -> None:
+def test_undeclared_name_is_an_error_and_flag_owned_variable_a_warning() -> None:
     found = problems("SGLANG_MY_OWN_THING=1\nSGLANG_ENABLE_DETERMINISTIC_INFERENCE=1\n")
-    assert [(ln, sev) for ln, sev, _ in found] == [(2, "warning"), (3, "warning")]
+    assert [(ln, sev) for ln, sev, _ in found] == [(2, "error"), (3, "warning")]
     assert "declares no variable SGLANG_MY_OWN_THING" in found[0][2]
     assert "--enable-deterministic-inference" in found[1][2]
 
