@@ -29,6 +29,7 @@ from typing import Any
 
 from fastverify.config import SPEC_MODES
 from fastverify.exporters.baseline import spec_cycle_seconds, verdict
+from fastverify.exporters.catalog import DOWNTIME_BUCKETS, SWITCH_DOOR_MODES
 from fastverify.exporters.readings import Baseline, Histogram, Observation, newest, trace_reading
 from fastverify.exporters.request_metrics import Drift
 from fastverify.sglang import loglines
@@ -85,6 +86,9 @@ class MetricsHub:
         self._switches: Counter[str] = Counter()
         self._allreduce_calls: Counter[tuple[str, str, str]] = Counter()  # (profile, mode, src)
         self._verify_hist: dict[tuple[str, str], Histogram] = {}
+        # every mode from 0, so that the first switch is an increase Prometheus sees
+        self._downtime = {m: Histogram(DOWNTIME_BUCKETS) for m in SWITCH_DOOR_MODES}
+        self._last_switch: dict[str, str] | None = None
         self._nccl_warnings = 0
         self._log_lines = 0
         self._trace_windows: Counter[str] = Counter()
@@ -213,6 +217,16 @@ class MetricsHub:
             raise ValueError(f"switch result {result!r} is not one of {SWITCH_RESULTS}")
         with self._lock:
             self._switches[result] += 1
+            self.version += 1
+
+    def on_downtime(self, mode: str, seconds: float, last: Mapping[str, str]) -> None:
+        """A switch's client-visible downtime (its result's `switch`); `last`: the labels
+        of fastverify_switch_last_info but mode and downtime_s (kind, profile, result)."""
+        if mode not in SWITCH_DOOR_MODES:
+            raise ValueError(f"switch mode {mode!r} is not one of {SWITCH_DOOR_MODES}")
+        with self._lock:
+            self._downtime[mode].observe(float(seconds))
+            self._last_switch = {**last, "mode": mode, "downtime_s": f"{float(seconds):.1f}"}
             self.version += 1
 
     def declare_restart_reasons(self, reasons: Iterable[str]) -> None:
@@ -569,6 +583,8 @@ class MetricsHub:
                 },
                 "restarts": {**dict.fromkeys(self._restart_reasons, 0), **self._restarts},
                 "switches": {r: self._switches.get(r, 0) for r in SWITCH_RESULTS},
+                "downtime": {m: h.copy() for m, h in self._downtime.items()},
+                "last_switch": dict(self._last_switch) if self._last_switch else None,
                 "allreduce_calls": dict(self._allreduce_calls),
                 "verify_hist": {k: h.copy() for k, h in self._verify_hist.items()},
                 "nccl_warnings": self._nccl_warnings,

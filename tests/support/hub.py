@@ -62,6 +62,7 @@ def full_feed() -> MetricsHub:
     hub.declare_restart_reasons(["crash", "switch"])
     hub.on_restart("switch")
     hub.on_switch("ok")
+    hub.on_downtime("hold", 3.2, {"kind": "switch", "profile": "ring-ll", "result": "ok"})
     hub.watch_auth(["token", "tls"], lambda: 1)
     from fastverify.frontdoor.gate import Gate
 

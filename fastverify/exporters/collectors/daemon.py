@@ -1,5 +1,5 @@
-"""The daemon's history: engine restarts by reason, profile switches by result, the last
-time-to-ready and its split, and the last tuning decision."""
+"""The daemon's history: engine restarts by reason, profile switches by result and their
+client-visible downtime, the last time-to-ready and its split, and the last tuning decision."""
 
 from __future__ import annotations
 
@@ -20,6 +20,12 @@ class DaemonCollector(SourceCollector):
             yield info("fastverify_decision_info", s["decision"])
         yield rows("fastverify_engine_restarts_total", s["restarts"])
         yield rows("fastverify_profile_switches_total", s["switches"])
+        downtime = catalog.family("fastverify_switch_downtime_seconds")
+        for mode, h in s["downtime"].items():
+            downtime.add_metric([mode], h.cumulative(), h.total)
+        yield downtime
+        if s["last_switch"]:
+            yield info("fastverify_switch_last_info", s["last_switch"])
         yield _start_seconds(s)
 
 

@@ -118,6 +118,7 @@ def golden_feed() -> MetricsHub:
     hub.set_engine_start_seconds(12.5)
     hub.on_restart("switch")
     hub.on_switch("ok")
+    hub.on_downtime("hold", 3.2, {"kind": "switch", "profile": "ring-ll", "result": "ok"})
     hub.set_baseline("ring-ll", 160.0, 40.0, clock.t - 100.0, concurrency=4)
     hub.set_baseline("ring-ll", 64.0, 64.0, clock.t - 50.0, concurrency=1)  # not this batch
     hub.on_record({"kind": "nccl_version", "version": "2.28.9+cuda13.0"})
@@ -143,7 +144,9 @@ def test_golden_exposition() -> None:
       speedup = 2.5 accepted / 5.0 = 0.5 (= 80 / 4 = 20 tok/s per request vs 40: it loses,
       as the break-even above the accept length says);
     - baseline ages = 102 s and 52 s (recorded at t-100 and t-50, scraped 2 s later);
-    - HF_TOKEN never appears; nccl_algo/proto come from the profile."""
+    - HF_TOKEN never appears; nccl_algo/proto come from the profile;
+    - the switch's 3.2 s downtime (hold): one count in the 5.0 bucket and above, sum 3.2,
+      and the last switch's labels with downtime_s "3.2"."""
     reg = CollectorRegistry()
     collectors.register(reg, golden_feed())
     got = generate_latest(reg).decode()
