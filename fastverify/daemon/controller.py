@@ -265,6 +265,12 @@ class Controller(Core):
         prev = dict(self.active)
         self.say(f"{op.kind}: {prev.get('profile')}/{prev.get('mode')} -> {op.profile}/{op.mode}")
         self.door.before_stop(op)  # new requests wait, those in flight finish (or are cut)
+        if op.cancel.is_set() and not self.shutting_down.is_set() and self.door.resume(op):
+            return self.result(
+                op, "cancelled", reason="cancelled", previous=prev,
+                message=f"{op.kind} to {op.profile}/{op.mode} cancelled during the drain; "
+                f"{prev.get('profile')}/{prev.get('mode')} served on (never stopped)",
+            )  # fmt: skip
         t0 = time.monotonic()
         self.stop_current(f"{op.kind} to {op.profile}/{op.mode}")
         op.phases["stop"] = round(time.monotonic() - t0, 4)

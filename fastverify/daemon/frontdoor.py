@@ -22,6 +22,8 @@ from fastverify.frontdoor.standby import Fit, decide
 
 log = logging.getLogger("fastverifyd.frontdoor")
 
+DRAIN_SLICE_S = 0.25  # a drain asks the front door in slices, so that a cancel ends it at once
+
 
 def engine_port(url: str) -> int:
     return urlsplit(url).port or 80
@@ -40,6 +42,12 @@ class DoorSteps:
         self.problem: str | None = None
         self._next_try = 0.0  # a front door that keeps failing is retried 1 s, 2 s, ... 60 s apart
         self._backoff = 1.0
+        # What the front door should do, level-triggered: serve this port (an engine serves
+        # READY there) or hold (None). Set with the command that says it, under `_intent`;
+        # the main loop's tick and a (re)started front door are brought back to it, so a
+        # command lost to a front door that was restarting or not answering is not lost.
+        self.want: int | None = None
+        self._intent = threading.Lock()
 
     @property
     def mode(self) -> str:
@@ -49,9 +57,12 @@ class DoorSteps:
         return "none" if self.group is None else "hold"
 
     def _serving_port(self) -> int | None:
-        """The port of the engine that serves now (a front door started now sends there)."""
+        """The port the front door should send to now: the engine that serves READY there,
+        unless a switch or a crash holds (a front door started now sends there)."""
         h = self.c.current
-        return engine_port(h.url) if h is not None and h.serving and h.alive() else None
+        if self.want is None or h is None or not (h.serving and h.alive()):
+            return None
+        return self.want if engine_port(h.url) == self.want else None
 
     # ------------------------------------------------------------------ process group
     def start_up(self) -> None:
@@ -83,13 +94,37 @@ class DoorSteps:
 
     def tick(self) -> None:
         """From the main loop: a front door whose start failed is tried again (an exit after
-        it ran is the group's own restart, with its backoff)."""
-        if self.group is None or self.c.shutting_down.is_set() or not self.group.failed():
+        it ran is the group's own restart, with its backoff); a running one that holds while
+        an engine serves READY is told where it serves."""
+        if self.group is None or self.c.shutting_down.is_set():
+            return
+        if not self.group.failed():
+            self._reconcile()
             return
         if self.group.alive() or time.monotonic() < self._next_try:
             return
         self.c.say("front door: not running; starting it again", logging.WARNING)
         self._spawn()
+
+    def _reconcile(self) -> None:
+        """Level-triggered cut-over: the front door serves the port it should (`want`)."""
+        if self.group is None or not self.group.alive() or not self._intent.acquire(False):
+            return  # a switch step is talking to it now
+        try:
+            port = self._serving_port()
+            if port is None:
+                return
+            try:
+                st = self.group.call("status", wait_s=0.5)
+            except (OSError, ValueError):
+                return  # not answering: asked again on the next tick
+            if st.get("state") == "serving" and st.get("port") == port:
+                return
+            self.c.say(f"front door: {st.get('state')} while the engine on port {port} serves; "
+                       "sending the requests there")  # fmt: skip
+            self._call("serve", port=port)
+        finally:
+            self._intent.release()
 
     def shutdown(self) -> None:
         if self.group is not None:
@@ -114,14 +149,16 @@ class DoorSteps:
         if self.c.cfg.daemon.frontdoor_mode == "standby":
             op.door_standby = standby_fit(self.c, op.mode).to_dict()
             self.c.say(f"front door: {op.door_standby['why']}; this switch holds")
-        held = self._call("hold")
+        held = self._command(None, "hold")
         timeout = self.c.cfg.daemon.frontdoor_drain_timeout_s
         if held and held.get("in_flight"):
             self.c.say(f"front door: holding new requests; {held['in_flight']} in flight get up "
                        f"to {timeout:g} s to finish")  # fmt: skip
         t0 = time.monotonic()
-        drained = self._call("drain", wait_s=timeout + 10, timeout_s=timeout)
+        drained = self._drain(t0 + timeout, op.cancel)
         op.phases["drain"] = round(time.monotonic() - t0, 4)
+        if op.cancel.is_set():
+            return  # the controller puts the serving engine back (resume)
         if drained and drained.get("drained") and held and held.get("in_flight"):
             self.c.say(f"front door: drained in {op.phases['drain']:.2f} s")
         if drained and not drained.get("drained"):
@@ -132,10 +169,36 @@ class DoorSteps:
             )
         op.door_drain = drained
 
+    def _command(self, want: int | None, op: str, **fields: Any) -> dict[str, Any] | None:
+        """Say what the front door should do now (`want`) and tell it."""
+        with self._intent:
+            self.want = want
+            return self._call(op, **fields)
+
+    def _drain(self, deadline: float, cancel: threading.Event) -> dict[str, Any] | None:
+        """The front door's drain up to `deadline`, asked in slices so that a cancel of the
+        switch ends it within one slice (the old engine then serves on: resume)."""
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            step = min(left, DRAIN_SLICE_S)
+            drained = self._call("drain", wait_s=step + 10, timeout_s=step)
+            if drained is None or drained.get("drained") or left <= step or cancel.is_set():
+                return drained
+
+    def resume(self, op: Any) -> bool:
+        """A switch cancelled before its engine stopped: the serving engine keeps serving and
+        the requests held meanwhile go to it. False when there is none to go back to."""
+        h = self.c.current
+        if h is None or not (h.serving and h.alive()):
+            return False
+        self.c.say("front door: switch cancelled during the drain; the serving engine serves on")
+        self.serving(h)
+        return True
+
     def crashed(self) -> None:
         """The serving engine died: new requests wait for the restarted one."""
         if self.group is not None:
-            self._call("hold")
+            self._command(None, "hold")
 
     def serving(self, h: Any) -> None:
         """An engine serves (a switch's, a rollback's, a restart's or an adopted one): the
@@ -143,7 +206,8 @@ class DoorSteps:
         op = self.c.op
         figures: dict[str, Any] | None = None
         if self.group is not None:
-            reply = self._call("serve", port=engine_port(h.url))
+            port = engine_port(h.url)
+            reply = self._command(port, "serve", port=port)
             figures = dict(reply["episode"]) if reply and "episode" in reply else None
         elif op is not None and op.door_down_at is not None:
             down = time.monotonic() - op.door_down_at

@@ -129,6 +129,10 @@ class FrontDoorGroup:
         failure = self._ready(m, START_TIMEOUT_S)
         if failure is not None:
             return f"front door: {failure.message}"
+        port = self.serving_port()  # an engine that became READY while this one started
+        if port is not None and port != serve_port:
+            with contextlib.suppress(OSError, ValueError):
+                self.call("serve", port=port)
         where = f"{self.cfg.server.public_host}:{self.cfg.server.public_port}"
         return f"front door on {where} (pid {m.pid})"
 

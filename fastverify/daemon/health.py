@@ -11,7 +11,12 @@
                    declarative mode only while serving the configured profile and mode (or
                    the --canary an operator asked for); else 503 with the reason. A
                    fallback to another profile is never Ready; SGLang's /health alone
-                   never makes a pod Ready.
+                   never makes a pod Ready. One exception: while the front door holds
+                   for a switch, restart or crash restart of an engine that served (its
+                   requests wait there, then go to the new engine or the rolled-back one),
+                   the pod stays Ready: taking it out of the Service would turn a wait
+                   into failed requests (a single replica: no endpoint at all) and bring
+                   it back only a probe period after the switch ended.
     GET /startupz  200 once the first start has settled (READY or FAILED, or BACKOFF after
                    a crash), however long the model took to load; 503 while it loads
 
@@ -36,6 +41,9 @@ log = logging.getLogger("fastverifyd.health")
 PATHS = ("/livez", "/readyz", "/startupz")
 # States in which the first start has settled (the load is over, one way or the other).
 SETTLED = ("READY", "FAILED", "BACKOFF")
+# States of a switch, restart or crash restart in which a front door that holds keeps the pod
+# Ready (FAILED is not one: nothing is coming to serve the held requests).
+HELD = ("STOPPING", "STARTING", "VERIFYING", "ROLLING_BACK", "BACKOFF")
 
 
 class Health:
@@ -68,6 +76,11 @@ class Health:
 
     def readyz(self) -> tuple[bool, dict[str, Any]]:
         st = self._status()
+        door = st.get("frontdoor") or {}
+        if st.get("state") in HELD and door.get("state") == "holding":
+            waiting = door.get("waiting", 0)
+            why = f"the front door holds requests ({waiting} waiting) for the next engine"
+            return True, _brief(st, f"state {st.get('state')}: {why}")
         if st.get("state") != "READY":
             why = f"state {st.get('state')}"
             failure = st.get("last_failure") or {}

@@ -33,6 +33,7 @@ log = logging.getLogger("fastverifyd.observers")
 SWITCH_KINDS = ("switch", "mode")
 # Operations counted as engine restarts by their kind.
 RESTART_KINDS = ("switch", "mode", "restart")
+DOWNTIME_KINDS = (*RESTART_KINDS, "crash_restart")  # their result's `switch.downtime_s`
 # `reason` values of fastverify_engine_restarts_total known in advance: the operations that
 # restart the engine, and the crash reasons of failures.py (an unrecognised exit is
 # `exited(CODE)`, which cannot be known before it happens)
@@ -142,6 +143,12 @@ class ExporterFeed:
         elif isinstance(e, ev.OperationFinished):
             if e.kind in SWITCH_KINDS:
                 hub.daemon.on_switch(e.result)
+            door = e.record.get("switch") or {}
+            # an engine that served was stopped (a first start takes nothing down)
+            if e.kind in DOWNTIME_KINDS and door.get("downtime_s") is not None:
+                last = {"kind": e.kind, "profile": str(e.record.get("profile") or ""),
+                        "result": e.result}  # fmt: skip
+                hub.daemon.on_downtime(door.get("mode") or "none", door["downtime_s"], last)
         elif isinstance(e, ev.BaselineRecorded):
             hub.baselines.set(
                 e.profile,

@@ -50,6 +50,11 @@ else:
 
 PM = ("profile", "mode")
 # Verify passes on the field box took ~30 ms; resolve 1-100 ms with detail around 20-40 ms.
+# Client-visible downtime of a switch: from milliseconds (standby) through seconds (hold on
+# the sim) to minutes (a real SGLang start behind a hold or without a front door).
+DOWNTIME_BUCKETS: tuple[float, ...] = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+                                       600.0)  # fmt: skip
+SWITCH_DOOR_MODES = ("none", "hold", "standby")  # a switch's `switch.mode`
 VERIFY_BUCKETS: tuple[float, ...] = (0.001, 0.002, 0.005, 0.0075, 0.01, 0.0125, 0.015,
                                      0.0175, 0.02, 0.025, 0.03, 0.035, 0.04, 0.05, 0.06,
                                      0.075, 0.1)  # fmt: skip
@@ -226,6 +231,15 @@ DAEMON = _s(
      "applied by tune, serving now", (*PM, "backend", "applied", "serving")),
     ("fastverify_engine_restarts_total", "counter", "Engine restarts by reason", ("reason",)),
     ("fastverify_profile_switches_total", "counter", "Profile switches by result", ("result",)),
+    ("fastverify_switch_downtime_seconds", "histogram",
+     "Client-visible downtime of each switch, restart or crash restart that stopped the "
+     "engine (the front door's hold, or without it the engine's stop, to the next engine "
+     "serving), by the switch's front door mode: none, hold, standby", ("mode",)),
+    ("fastverify_switch_last_info", "info",
+     "The last switch, restart or crash restart that stopped the engine: its kind, target, "
+     "result, front door mode and client-visible downtime in seconds (one decimal; a new "
+     "series per switch, for the dashboard's annotation text)",
+     ("kind", "profile", "result", "mode", "downtime_s")),
     ("fastverify_engine_start_seconds", "gauge", "Last engine time-to-ready", ("phase",),
      "the total has none; its split: weights, cuda_graph, rest"),
 )  # fmt: skip

@@ -79,7 +79,7 @@ class Gate:
     async def admit(self, name: str) -> int | Refusal:
         """The port to send a new request to, after waiting out a hold; or a Refusal."""
         self.totals["requests"] += 1
-        if not self.holding and self.port is not None and not self.closing:
+        if self.serving and self.port is not None:
             return self.port
         return await self.wait(name)
 
@@ -188,6 +188,11 @@ class Gate:
         """The front door stops: every held request (and any new one) gets its 503 now."""
         self.closing = True
         self._released.set()
+
+    @property
+    def serving(self) -> bool:
+        """A new request goes to an engine now (no hold, an engine, not closing)."""
+        return not self.holding and self.port is not None and not self.closing
 
     def state(self) -> str:
         if self.port is None:

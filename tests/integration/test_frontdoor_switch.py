@@ -6,18 +6,20 @@ Retry-After, and a front door that outlives a kill -9 of fastverifyd."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
 import threading
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.harness import DaemonHarness
+from tests.support.harness import REPO, DaemonHarness
 from tests.support.net import free_port
 from tests.support.streams import Clients, one_stream
 from tests.support.switches import last_switch
@@ -200,3 +202,99 @@ def test_standby_says_why_it_holds(tmp_path: Path) -> None:
         assert switch["mode"] == "hold" and switch["standby"] == fit
         doctor = d.ctl("doctor", "--no-topology", timeout=120)
         assert f"front door: mode standby; {fit['why']}" in doctor.stdout, doctor.stdout
+
+
+def _long_stream(url: str, started: threading.Event, out: list) -> None:
+    """One streaming answer long enough to be in flight through a drain (the sim decodes
+    about 64 tok/s at TP 2); `started` once its first bytes arrived, `out` its outcome."""
+    u = urlsplit(url)
+    body = json.dumps({"model": "sim", "messages": [{"role": "user", "content": "hi"}],
+                       "max_tokens": 3000, "stream": True}).encode()  # fmt: skip
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=300)
+    try:
+        conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        resp.readline()
+        started.set()
+        while line := resp.readline():
+            if line.strip() == b"data: [DONE]":
+                out.append("ok")
+                return
+        out.append("cut")
+    except (OSError, http.client.HTTPException) as exc:
+        out.append(f"cut: {exc}")
+    finally:
+        started.set()
+        conn.close()
+
+
+def test_cancel_during_the_drain_is_honoured_at_once(tmp_path: Path) -> None:
+    # a drain that would wait 10 minutes for the long stream; the cancel ends it at once and
+    # the old engine, never stopped, serves on (the stream included)
+    with DaemonHarness(tmp_path, config=_door("hold", drain_timeout_s=600)) as d:
+        pid = d.status()["engine"]["pid"]
+        started, streamed = threading.Event(), []
+        stream = threading.Thread(target=_long_stream, args=(d.server_url, started, streamed))
+        stream.start()
+        assert started.wait(120) and not streamed, streamed
+        switch: list = []
+        t = threading.Thread(target=lambda: switch.append(d.ctl("profile", "set", "ring-ll",
+                                                                "--json")))  # fmt: skip
+        t.start()
+        d.wait_for(lambda: (lambda fd: fd["state"] == "holding" and fd["in_flight"] == 1)(
+            d.status()["frontdoor"]), 60, "the drain of the long stream")  # fmt: skip
+        assert d.ctl("cancel").returncode == 0
+        t.join(120)
+        r = switch[0]
+        still_streaming = not streamed  # the result came while the stream was in flight
+        stream.join(300)
+        assert still_streaming, "the cancelled switch waited for the drain"
+        out = json.loads(r.stdout)
+        assert out["result"] == "cancelled", r.stdout + r.stderr
+        assert streamed == ["ok"]
+        st = d.status()
+        assert (st["state"], st["profile"], st["engine"]["pid"]) == ("READY", "nccl-default", pid)
+        assert st["frontdoor"]["state"] == "serving"
+        assert out["switch"]["cut"] == 0
+        assert one_stream(d.server_url)[0] == "ok"
+
+
+SLOW_START = """
+import os, pathlib, time
+gate = pathlib.Path(__file__).with_name("hold-frontdoor-start")
+if os.environ.get("FASTVERIFY_FRONTDOOR_ID") and gate.exists():
+    pathlib.Path(__file__).with_name("frontdoor-waiting").write_text(str(os.getpid()))
+    while gate.exists():
+        time.sleep(0.01)
+"""
+
+
+def test_a_front_door_restarted_while_the_engine_becomes_ready_serves_it(
+    tmp_path: Path,
+) -> None:
+    # The front door is killed during a restart and its successor is kept at interpreter
+    # start (a sitecustomize on its PYTHONPATH waits on a file this test removes) until the
+    # engine is READY: the daemon's `serve` finds no control socket. The successor, started
+    # holding, must still be told where the engine serves.
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SLOW_START)
+    gate, waiting = hook / "hold-frontdoor-start", hook / "frontdoor-waiting"
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(hook)])}
+    with DaemonHarness(tmp_path, config=_door("hold"), sim_load_seconds=4, env=env) as d:
+        restart = threading.Thread(target=lambda: d.ctl("restart"), daemon=True)
+        restart.start()
+        d.wait_for(lambda: d.status()["state"] == "STARTING", 60, "the new engine's start")
+        gate.touch()
+        os.kill(d.status()["frontdoor"]["pid"], signal.SIGKILL)  # the daemon's own front door
+        d.wait_for(waiting.exists, 60, "the next front door, kept at its start")
+        d.wait_for(lambda: "front door: serve failed" in d.log_text(), 60, "the lost serve")
+        assert d.status()["state"] == "READY"
+        gate.unlink()
+        restart.join(120)
+        fd = d.wait_for(
+            lambda: (lambda f: f if f.get("state") == "serving" else None)(
+                d.status()["frontdoor"]), 60, "the restarted front door serving")  # fmt: skip
+        assert fd["pid"] == int(waiting.read_text())
+        assert fd["port"] == int(d.status()["engine"]["url"].rsplit(":", 1)[1])
+        assert one_stream(d.server_url)[0] == "ok"

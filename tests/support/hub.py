@@ -65,6 +65,7 @@ def full_feed() -> MetricsHub:
     hub.daemon.declare_restart_reasons(["crash", "switch"])
     hub.daemon.on_restart("switch")
     hub.daemon.on_switch("ok")
+    hub.daemon.on_downtime("hold", 3.2, {"kind": "switch", "profile": "ring-ll", "result": "ok"})
     hub.api_auth.watch(["token", "tls"], lambda: 1)
     from fastverify.frontdoor.gate import Gate
 

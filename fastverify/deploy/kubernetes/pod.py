@@ -27,7 +27,8 @@ WEB_CONFIG_DIR = "/etc/fastverify/web"  # --web-config-secret's mount
 WEB_CONFIG_KEY = "web-config.yml"
 CACHE_DIR = "/var/cache/fastverify"
 MODEL_DIR = "/models"
-SGLANG_PORT = 30000
+SGLANG_PORT = 30000  # the Service's port: the front door's (the engine's without one)
+ENGINE_PORT = 30001  # behind the front door: the engine, on the pod's loopback only
 METRICS_PORT = 9464
 HEALTH_PORT = 8081
 DIST_PORT = 20000  # SGLang's torch.distributed rendezvous on the leader (--dist-init-addr)
@@ -103,6 +104,10 @@ def pod_config(
         metrics_listen=f"0.0.0.0:{METRICS_PORT}",
         web_config_file=f"{WEB_CONFIG_DIR}/{WEB_CONFIG_KEY}" if web_config else "",
         health_listen=f"0.0.0.0:{HEALTH_PORT}",
+        # the front door of one pod holds its clients through a switch; across nodes the
+        # engine is one server on the leader, and a front door per pod is not built
+        frontdoor_mode="off" if nodes > 1 else cfg.daemon.frontdoor_mode,
+        frontdoor_engine_port=ENGINE_PORT,
         declarative=True,
         default_profile=profile,
         profile_dirs=(DECLARED_PROFILE, USER_PROFILES, SHIPPED_PROFILES),

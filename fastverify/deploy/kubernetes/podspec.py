@@ -59,7 +59,9 @@ def _probes() -> dict[str, Any]:
 
     return {
         # Ready = the daemon's verified READY of the declared profile (never SGLang's
-        # /health alone): a profile that fails verification never becomes Ready.
+        # /health alone): a profile that fails verification never becomes Ready. While
+        # the pod's front door holds requests for a switch or a restart, it stays Ready:
+        # the Service keeps sending to the front door, which holds them (health.py).
         "readinessProbe": {"httpGet": get("/readyz"), "periodSeconds": period,
                            "timeoutSeconds": 5, "successThreshold": 1, "failureThreshold": 2},
         # Alive = the daemon's own health (its main loop answers), whatever the engine does.

@@ -1,5 +1,6 @@
-"""The daemon's history: engine restarts by reason, profile switches by result, the last
-time-to-ready and its split, and the last tuning decision (persisted by the daemon)."""
+"""The daemon's history: engine restarts by reason, profile switches by result and their
+client-visible downtime, the last time-to-ready and its split, and the last tuning decision
+(persisted by the daemon)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from collections.abc import Iterable, Mapping
 from prometheus_client.core import Metric
 
 from fastverify.exporters import catalog
+from fastverify.exporters.catalog import DOWNTIME_BUCKETS, SWITCH_DOOR_MODES
 from fastverify.exporters.collectors.base import Hub, Source, info, rows
+from fastverify.exporters.readings import Histogram
 
 SWITCH_RESULTS = ("ok", "rolled_back", "failed", "cancelled")
 
@@ -25,6 +28,9 @@ class DaemonSource(Source):
         self._start_seconds: float | None = None
         self._start_phases: dict[str, float] | None = None  # weights, cuda_graph, rest
         self._decision: dict[str, str] | None = None
+        # every mode from 0, so that the first switch is an increase Prometheus sees
+        self._downtime = {m: Histogram(DOWNTIME_BUCKETS) for m in SWITCH_DOOR_MODES}
+        self._last_switch: dict[str, str] | None = None
 
     def on_switch(self, result: str) -> None:
         """Count a profile switch outcome: ok | rolled_back | failed | cancelled."""
@@ -32,6 +38,16 @@ class DaemonSource(Source):
             raise ValueError(f"switch result {result!r} is not one of {SWITCH_RESULTS}")
         with self.hub.lock:
             self._switches[result] += 1
+            self.hub.changed()
+
+    def on_downtime(self, mode: str, seconds: float, last: Mapping[str, str]) -> None:
+        """A switch's client-visible downtime (its result's `switch`); `last`: the labels
+        of fastverify_switch_last_info but mode and downtime_s (kind, profile, result)."""
+        if mode not in SWITCH_DOOR_MODES:
+            raise ValueError(f"switch mode {mode!r} is not one of {SWITCH_DOOR_MODES}")
+        with self.hub.lock:
+            self._downtime[mode].observe(float(seconds))
+            self._last_switch = {**last, "mode": mode, "downtime_s": f"{float(seconds):.1f}"}
             self.hub.changed()
 
     def declare_restart_reasons(self, reasons: Iterable[str]) -> None:
@@ -79,6 +95,12 @@ class DaemonSource(Source):
                    {**dict.fromkeys(self._restart_reasons, 0), **self._restarts})  # fmt: skip
         yield rows("fastverify_profile_switches_total",
                    {r: self._switches.get(r, 0) for r in SWITCH_RESULTS})  # fmt: skip
+        downtime = catalog.family("fastverify_switch_downtime_seconds")
+        for mode, hist in self._downtime.items():
+            downtime.add_metric([mode], hist.cumulative(), hist.total)
+        yield downtime
+        if self._last_switch:
+            yield info("fastverify_switch_last_info", self._last_switch)
         if self._start_seconds is not None:
             # the last time-to-ready, and (labelled `phase`) its split, which sums to it
             g = catalog.family("fastverify_engine_start_seconds")

@@ -30,6 +30,24 @@ def test_not_ready_outside_ready(state: str) -> None:
     assert not ok and state in body["why"]
 
 
+@pytest.mark.parametrize("state", ["STOPPING", "STARTING", "VERIFYING", "ROLLING_BACK",
+                                   "BACKOFF"])  # fmt: skip
+def test_ready_while_the_front_door_holds_for_a_switch(state: str) -> None:
+    door = {"mode": "hold", "state": "holding", "waiting": 3}
+    ok, body = Health(lambda: status(state, frontdoor=door)).readyz()
+    assert ok and "holds requests (3 waiting)" in body["why"]
+
+
+@pytest.mark.parametrize(("state", "door"), [
+    ("FAILED", "holding"),  # nothing is coming to serve what it holds
+    ("STARTING", "no_engine"),  # the first start: no engine has served yet
+    ("STARTING", "unreachable"),
+])  # fmt: skip
+def test_not_ready_when_the_hold_leads_nowhere(state: str, door: str) -> None:
+    st = status(state, frontdoor={"mode": "hold", "state": door})
+    assert not Health(lambda: st).readyz()[0]
+
+
 def test_failed_says_why() -> None:
     st = status("FAILED", last_failure={"reason": "tuner_not_loaded", "message": "no plugin"})
     ok, body = Health(lambda: st).readyz()

@@ -530,3 +530,14 @@ def test_at_tp1_profiles_that_differ_only_in_collectives_are_one_candidate() -> 
     assert text is not None and "cannot differ" in text
     assert "pcie-ipc stood for nccl-default, ring-ll, p2p-off, ring-simple" in text
     assert tp1_text(None) is None
+
+
+def test_reuse_check_calls_slower_only_past_the_tie_of_a_zero_width_interval() -> None:
+    from fastverify.experiments.tune.reuse import bench_check
+
+    recorded = {"tokens_per_second": 98.0, "ci95": [98.0, 98.0]}  # two runs that agreed
+    assert bench_check(recorded, {"tokens_per_second_mean": 96.0})["ok"]  # a 2% dip
+    slow = bench_check(recorded, {"tokens_per_second_mean": 90.0, "ci95": [89.0, 91.0]})
+    assert not slow["ok"] and "clearly slower" in slow["why"]
+    wide = {"tokens_per_second": 98.0, "ci95": [80.0, 116.0]}
+    assert bench_check(wide, {"tokens_per_second_mean": 85.0, "ci95": [84.0, 86.0]})["ok"]

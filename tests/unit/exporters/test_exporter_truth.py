@@ -119,6 +119,7 @@ def golden_feed() -> MetricsHub:
     hub.daemon.set_start_seconds(12.5)
     hub.daemon.on_restart("switch")
     hub.daemon.on_switch("ok")
+    hub.daemon.on_downtime("hold", 3.2, {"kind": "switch", "profile": "ring-ll", "result": "ok"})
     hub.baselines.set("ring-ll", 160.0, 40.0, clock.t - 100.0, concurrency=4)
     hub.baselines.set("ring-ll", 64.0, 64.0, clock.t - 50.0, concurrency=1)  # not this batch
     hub.logs.on_record({"kind": "nccl_version", "version": "2.28.9+cuda13.0"})
@@ -145,6 +146,8 @@ def test_golden_exposition() -> None:
       as the break-even above the accept length says);
     - baseline ages = 102 s and 52 s (recorded at t-100 and t-50, scraped 2 s later);
     - HF_TOKEN never appears; nccl_algo/proto come from the profile;
+    - the switch's 3.2 s downtime (hold): one count in the 5.0 bucket and above, sum 3.2,
+      and the last switch's labels with downtime_s "3.2";
     - each source collected, successfully, in 0 s of the fixed clock."""
     reg = CollectorRegistry()
     collectors.register(reg, golden_feed())

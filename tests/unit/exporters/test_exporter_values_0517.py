@@ -24,6 +24,7 @@ import shutil
 from pathlib import Path
 
 from fastverify.exporters import request_metrics, sglang_metrics
+from fastverify.exporters.catalog import DOWNTIME_BUCKETS, SWITCH_DOOR_MODES
 from fastverify.exporters.hub import MetricsHub
 from fastverify.follow import Tail
 from tests.support.hub import Clock, scrape
@@ -83,11 +84,24 @@ def identity(mode: str, *, up: float, weights: str) -> dict[Key, float]:
         key("fastverify_profile_info", profile=PROFILE, mode=mode, engine="sglang",
             nccl_algo="unset", nccl_proto="unset", weights=weights): 1.0,
         **{key("fastverify_profile_switches_total", result=r): 0.0 for r in SWITCHES},
+        **no_downtime(),
         # each source of the hub collected, successfully, in no time of the fixed clock (the
         # weight cache's source is its part's, not on this hub; `scrape` reports the others)
         **{key(f"fastverify_scrape_collector_{s}", collector=c): v for c in HUB_SOURCES
            for s, v in (("success", 1.0), ("duration_seconds", 0.0))},
     }  # fmt: skip
+
+
+def no_downtime() -> dict[Key, float]:
+    """The switch-downtime histogram of a feed without switches: every mode at 0."""
+    out: dict[Key, float] = {}
+    for mode in SWITCH_DOOR_MODES:
+        for le in (*DOWNTIME_BUCKETS, "+Inf"):
+            le_text = le if isinstance(le, str) else repr(float(le))
+            out[key("fastverify_switch_downtime_seconds_bucket", le=le_text, mode=mode)] = 0.0
+        out[key("fastverify_switch_downtime_seconds_count", mode=mode)] = 0.0
+        out[key("fastverify_switch_downtime_seconds_sum", mode=mode)] = 0.0
+    return out
 
 
 def log_series(path: Path, mode: str) -> dict[Key, float]:

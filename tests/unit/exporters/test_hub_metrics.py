@@ -158,6 +158,26 @@ def test_switch_clears_gauges_but_keeps_counters(hub: MetricsHub) -> None:
         hub.daemon.on_switch("maybe")
 
 
+def test_switch_downtime_is_a_histogram_by_mode_and_the_last_switch_an_info() -> None:
+    hub = MetricsHub()
+    s = scrape(hub)
+    assert value(s, "fastverify_switch_downtime_seconds_count", mode="hold") == 0  # from 0
+    assert "fastverify_switch_last_info" not in names(s)
+    for seconds in (3.24, 61.0):
+        hub.daemon.on_downtime("hold", seconds, {"kind": "restart", "profile": "ring-ll",
+                                          "result": "ok"})  # fmt: skip
+    s = scrape(hub)
+    assert value(s, "fastverify_switch_downtime_seconds_count", mode="hold") == 2
+    assert value(s, "fastverify_switch_downtime_seconds_sum", mode="hold") == 64.24
+    assert value(s, "fastverify_switch_downtime_seconds_bucket", mode="hold", le="5.0") == 1
+    assert value(s, "fastverify_switch_downtime_seconds_count", mode="none") == 0
+    last = {"kind": "restart", "profile": "ring-ll", "result": "ok", "mode": "hold"}
+    assert value(s, "fastverify_switch_last_info", downtime_s="61.0", **last) == 1
+    assert value(s, "fastverify_switch_last_info", downtime_s="3.2", **last) is None
+    with pytest.raises(ValueError):
+        hub.daemon.on_downtime("maybe", 1.0, {})
+
+
 def test_trace_window_gauges_and_histogram(hub: MetricsHub) -> None:
     samples = [9.0, 24.0, 30.0, 30.5, 120.0]
     hub.traces.on_analysis({"ranks": [

@@ -1,6 +1,7 @@
 """The relay over real sockets: a chunked stream passes through chunk by chunk, an
 `Expect: 100-continue` is answered by the front door, a stream the engine breaks off is
-counted as cut, and a refused engine port holds the request until the next cut-over."""
+counted as cut, a refused engine port holds the request until the next cut-over, and a
+scrape of /metrics during a hold is answered at once, neither held nor counted."""
 
 from __future__ import annotations
 
@@ -95,5 +96,32 @@ def test_a_broken_stream_is_cut_and_a_refused_port_holds() -> None:
         _, good = await engine()
         gate.serve(good)
         assert b"data: [DONE]" in await held
+
+    asyncio.run(go())
+
+
+async def get(port: int, path: str) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
+    head = await reader.readuntil(b"\r\n\r\n")
+    writer.close()
+    return head
+
+
+def test_a_scrape_during_a_hold_is_answered_at_once() -> None:
+    async def go() -> None:
+        _, eport = await engine()
+        gate = Gate(8, 30, retry_after_s=7)
+        gate.serve(eport)
+        port = await door(gate)
+        gate.hold()
+        head = await get(port, "/metrics")
+        assert head.startswith(b"HTTP/1.1 503") and b"Retry-After: 7" in head
+        assert gate.status()["totals"]["held"] == gate.waiting == 0
+        held = asyncio.create_task(get(port, "/health"))  # any other path waits
+        while gate.waiting == 0:
+            await asyncio.sleep(0)
+        gate.serve(eport)
+        assert (await held).startswith(b"HTTP/1.1 200")
 
     asyncio.run(go())
