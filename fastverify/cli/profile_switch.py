@@ -57,13 +57,15 @@ def result_exit(result: dict[str, Any]) -> int:
     return EXIT_CANCELLED if outcome == "cancelled" else EXIT_FAILED
 
 
-def describe_result(result: dict[str, Any]) -> str:
+def describe_result(result: dict[str, Any], quiet: bool = False) -> str:
+    """The result's lines: the outcome last when it is ok (scripts read the last line), and
+    first when it failed, the clients' view of the switch beside it unless `quiet`."""
     from fastverify.cli.switch_figures import clients_line
 
-    clients = clients_line(result)
+    clients = None if quiet else clients_line(result)
     if result.get("result") == "ok":
         ok = f"ok: {result.get('message') or result.get('profile')}"
-        return ok + (f"\n{clients}" if clients else "")
+        return (f"{clients}\n" if clients else "") + ok
     parts = [f"{result.get('result')}: {result.get('message') or result.get('reason')}"]
     if clients:
         parts.append(f"  {clients}")
@@ -288,7 +290,7 @@ def run_operation(
     if not ok and not verbose and not quiet:
         for line in failed_engine_excerpt(result):
             click.echo(line, err=True)
-    click.echo(describe_result(result), err=not ok)
+    click.echo(describe_result(result, quiet), err=not ok)
     if ok and not quiet and (note := left_decision(status, result)):
         click.echo(note, err=True)
     return result_exit(result)

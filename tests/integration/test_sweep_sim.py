@@ -340,7 +340,10 @@ def test_a_switch_during_a_sweep_is_refused_naming_it_and_a_forced_one_is_never_
             # another client's switch: 409 (exit 4) naming the sweep, nothing switched
             r = d.ctl("profile", "set", "tree-ll")
             assert r.returncode == 4, r.stdout + r.stderr
-            assert f"sweep (pid {sweep.pid}, since" in r.stderr and "--force" in r.stderr
+            assert (
+                f"sweep (uid {os.getuid()}, pid {sweep.pid}, since" in r.stderr
+                and "--force" in r.stderr
+            )
             assert d.status()["profile"] == "ring-ll"
             # --force switches anyway: ring-ll's runs are cut short
             f = d.ctl("profile", "set", "nccl-default", "--force")

@@ -196,8 +196,10 @@ def render(options: KubeOptions) -> Bundle:
         raise RenderError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
     adaptive = podmod.adaptive_config_text(mode, decision.record, options.from_decision)
 
-    user_dirs = list(options.profile_dirs if options.profile_dirs is not None else
-                     (str(d) for d in cfg.profile_dirs))  # fmt: skip
+    # The image's own configuration names the pod's profile directories, not this host's: on
+    # the render host only --profile-dir (or a --config-file's directories) are read.
+    from_config = [] if options.config_file is None else [str(d) for d in cfg.profile_dirs]
+    user_dirs = list(options.profile_dirs if options.profile_dirs is not None else from_config)
     shipped_dir = str(paths.shipped_profile_dir())
     # The render host's GPUs say nothing about the cluster's: LL128 needs --force here.
     store = ProfileStore(user_dirs=user_dirs, shipped_dir=shipped_dir,
