@@ -72,11 +72,11 @@ class Eagle3Params:
 @dataclass(frozen=True)
 class ServerConfig:
     model_path: Annotated[
-        str, Key(c.string(), "The model SGLang serves.", example="/models/Kimi-K2.5")
+        str, Key(c.argv_string(), "The model SGLang serves.", example="/models/Kimi-K2.5")
     ] = ""
     draft_model_path: Annotated[
         str,
-        Key(c.string(), "The EAGLE-3 drafter (modes eagle3 and adaptive).",
+        Key(c.argv_string(), "The EAGLE-3 drafter (modes eagle3 and adaptive).",
             example="/models/Kimi-K2.5-eagle3"),
     ] = ""  # fmt: skip
     tp_size: Annotated[
@@ -110,7 +110,8 @@ class ServerConfig:
     ] = "auto"  # fmt: skip
     extra_args: Annotated[
         tuple[str, ...],
-        Key(c.str_list(), "More SGLang arguments, appended to the argv fastverifyd builds.",
+        Key(c.str_list(c.argv_string()), "More SGLang arguments, appended to the argv "
+            "fastverifyd builds.",
             example=["--mem-fraction-static", "0.85"]),
     ] = ()  # fmt: skip
     mode: Annotated[

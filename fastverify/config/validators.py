@@ -91,6 +91,28 @@ def string(*, nonempty: bool = False, what: str = "a string") -> Validator:
     return Validator(what.removeprefix("a ").removeprefix("an "), problem)
 
 
+def argv_string(*, what: str = "a string") -> Validator:
+    """A value that goes into SGLang's argv: no credentials inside a URL
+    (`https://user:password@host/...`), since every user reads a process's argv in /proc and
+    SGLang logs its arguments at start: credentials go through the environment instead."""
+    base = string(what=what)
+
+    def problem(value: Any) -> str | None:
+        from fastverify.redact import mask_urls, url_credentials
+
+        if (bad := base.problem(value)) is not None:
+            return bad
+        if url_credentials(value):
+            return (
+                f"{mask_urls(value)!r} carries credentials in its URL, which would reach the "
+                "engine's argv (readable by every user in /proc) and its log: pass them "
+                'through the environment instead (env_passthrough = ["HF_TOKEN"])'
+            )
+        return None
+
+    return Validator(base.accepts, problem)
+
+
 def _boolean(value: Any) -> str | None:
     return None if isinstance(value, bool) else f"{show(value)} (expected true or false)"
 
