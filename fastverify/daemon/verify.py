@@ -86,17 +86,27 @@ def unreadable_environ(pid: int) -> str:
     )
 
 
+# What a `server.python` wrapper (the operator's own program, e.g. one that puts SGLang on
+# its path) sets for the interpreter it runs: its business, not a profile's.
+WRAPPER_PATHS = frozenset({"PATH", "PYTHONPATH", "LD_LIBRARY_PATH"})
+# The families that change what NCCL and SGLang do: only a profile or [server.env] sets them.
+ENGINE_FAMILIES = ("NCCL_", "SGLANG_", "FLASHINFER_", "TORCH_NCCL_")
+
+
 def _beyond(actual: Mapping[str, str], composed: Collection[str], worker: bool) -> dict[str, str]:
-    """Names in a process's environment the daemon did not compose (values masked): every
-    one in the server (its environ is what it was started with), the loader/interpreter
-    ones in its workers (which may add their own runtime variables)."""
+    """Names in a process's environment the daemon did not compose (values masked) that
+    matter: any that makes the loader or the interpreter run code of its choosing (but the
+    wrapper's own paths, WRAPPER_PATHS), and in the server any of NCCL's, SGLang's or
+    FlashInfer's (its workers' are the engine's own rules, compare_env's)."""
     from fastverify.profiles.env_policy import is_loader_var
     from fastverify.redact import mask_env
 
-    extra = {
-        k: v for k, v in actual.items() if k not in composed and (not worker or is_loader_var(k))
-    }
-    return mask_env(extra)
+    def matters(k: str) -> bool:
+        if is_loader_var(k):
+            return k not in WRAPPER_PATHS
+        return not worker and k.startswith(ENGINE_FAMILIES)
+
+    return mask_env({k: v for k, v in actual.items() if k not in composed and matters(k)})
 
 
 def compare_env(
