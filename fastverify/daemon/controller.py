@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -74,6 +75,7 @@ class Controller(Core):
         self.rollback = RollbackSteps(self, self.starts)
         self.crash_steps = CrashSteps(self, self.starts)
         self.recovery_steps = RecoverySteps(self, self.starts)
+        self._admission = threading.Lock()  # request(): one admitted at a time
         self.launcher.on_line = self._on_line
         self.launcher.on_exit = self.crash_steps.on_exit
         if (group := getattr(self.launcher, "group", None)) is not None:
@@ -129,40 +131,46 @@ class Controller(Core):
         not `unchanged`: a typo is refused as a typo (and what serves already is `unchanged`),
         whoever holds the daemon.
         Raises RequestError: 409 busy, 422 invalid, 503 shutting down, 507 state dir."""
-        if self.shutting_down.is_set():
-            raise RequestError(503, "fastverifyd is shutting down")
-        name, mode = self.resolver.defaults(name, mode, self.active)
-        t0 = time.monotonic()
-        profile, argv = self.resolver.resolve(
-            name, mode, force, load_format=load_format, eagle3_steps=eagle3_steps
-        )
-        # the verifiers' refusals (checks.py): known before the load, nothing is stopped
-        self.verifiers.refuse(Plan(kind, name, mode, profile, argv, force))
-        verdict = self.resolver.check_argv(argv)  # cached: what the argv check said
-        validate_s = time.monotonic() - t0
-        if not queue:
-            self._refuse_if_busy()
-        if kind in NOOP_KINDS and not restart:
-            same = self._unchanged(kind, name, mode, profile, argv, caller)
-            if same is not None:
-                return same
-        if gate is not None:
-            gate()
-        problem = self.store.check_writable()
-        if problem:
-            raise RequestError(
-                507,
-                f"{problem}; {kind} refused, nothing was stopped or changed",
-                reason="state_dir_unwritable",
+        # one request admitted at a time, in the order they came: one that comes while an
+        # earlier one is still being validated is answered after it (never `unchanged`
+        # beside a switch about to start)
+        with self._admission:
+            if self.shutting_down.is_set():
+                raise RequestError(503, "fastverifyd is shutting down")
+            name, mode = self.resolver.defaults(name, mode, self.active)
+            t0 = time.monotonic()
+            profile, argv = self.resolver.resolve(
+                name, mode, force, load_format=load_format, eagle3_steps=eagle3_steps
             )
-        op = Operation(kind, name, mode)
-        op.caller = caller
-        op.load_format = load_format  # a trial rolls back on dummy weights too
-        op.eagle3_steps = eagle3_steps  # this start only: never the rollback's or persisted
+            # the verifiers' refusals (checks.py): known before the load, nothing is stopped
+            self.verifiers.refuse(Plan(kind, name, mode, profile, argv, force))
+            verdict = self.resolver.check_argv(argv)  # cached: what the argv check said
+            validate_s = time.monotonic() - t0
+            if not queue:
+                self._refuse_if_busy()
+            if kind in NOOP_KINDS and not restart:
+                same = self._unchanged(kind, name, mode, profile, argv, caller, load_format)
+                if same is not None:
+                    return same
+            if gate is not None:
+                gate()
+            problem = self.store.check_writable()
+            if problem:
+                raise RequestError(
+                    507,
+                    f"{problem}; {kind} refused, nothing was stopped or changed",
+                    reason="state_dir_unwritable",
+                )
+            op = Operation(kind, name, mode)
+            op.caller = caller
+            op.load_format = load_format  # a trial rolls back on dummy weights too
+            op.eagle3_steps = eagle3_steps  # this start only: never the rollback's or persisted
+            if queue:
+                self.slot.enqueue(op)  # its place in the line: the order the requests came in
+            else:
+                claim = self.slot.claim(op)
         if queue:
             claim = self.slot.wait_claim(op, withdrawn=withdrawn, stopping=self.shutting_down)
-        else:
-            claim = self.slot.claim(op)
         if claim is Claim.STOPPING:
             raise RequestError(503, "fastverifyd is shutting down")
         if claim is Claim.WITHDRAWN:
@@ -189,9 +197,19 @@ class Controller(Core):
         return op
 
     def _unchanged(
-        self, kind: str, name: str, mode: str, profile: Any, argv: list[str], caller: Any
+        self,
+        kind: str,
+        name: str,
+        mode: str,
+        profile: Any,
+        argv: list[str],
+        caller: Any,
+        load_format: str | None,
     ) -> Operation | None:
-        """An answered operation (`unchanged`) when the request asks for what serves now."""
+        """An answered operation (`unchanged`) when the request asks for what serves now and
+        nothing is queued to change it."""
+        if self.slot.queued():  # looked at before the holder: one leaves the queue to hold
+            return None
         with self._lock:
             h = self.current
             serving = (
@@ -205,6 +223,7 @@ class Controller(Core):
             return None
         op = Operation(kind, name, mode)
         op.caller = caller
+        op.load_format = load_format  # its result says the weights that serve (a trial's)
         message = (
             f"{name}/{mode} is already serving (engine pid {h.pid}); nothing changed"
             " (to restart it anyway: `profile set --restart`, or `fastverifyctl restart`)"

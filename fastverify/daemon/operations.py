@@ -222,6 +222,11 @@ class Slot:
                     return Claim.BUSY
                 self._cond.wait(min(remaining, 0.05))
 
+    def enqueue(self, op: Operation) -> None:
+        """Take `op`'s place in the queue now; `wait_claim(op)` then waits from there."""
+        with self._cond:
+            self._queue.append(op)
+
     def wait_claim(
         self,
         op: Operation,
@@ -230,9 +235,11 @@ class Slot:
         stopping: threading.Event | None = None,
         poll_s: float = 0.2,
     ) -> Claim:
-        """Queue until the slot is ours (FIFO), the client withdraws, or the daemon stops."""
+        """Queue until the slot is ours (FIFO, from `enqueue` when it was called), the client
+        withdraws, or the daemon stops."""
         with self._cond:
-            self._queue.append(op)
+            if op not in self._queue:
+                self._queue.append(op)
             try:
                 while True:
                     h = self._holder

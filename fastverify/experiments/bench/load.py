@@ -77,6 +77,7 @@ ProgressFn = Callable[[int, float], None]  # (completed requests, elapsed second
 PhaseFn = Callable[[str], None]  # one line about the phase the run is in (warm-up, window)
 # While the warm-up runs, a line every this many seconds (a slow server can take long).
 WARMUP_NOTE_EVERY_S = 5.0
+STOP_POLL_S = 0.1  # how often keep_loaded looks at its stop event
 
 
 def make_prompts(n: int, input_len: int, seed: int) -> list[list[int]]:
@@ -295,7 +296,8 @@ async def _keep_loaded(cfg: BenchConfig, stop: threading.Event, counts: dict[str
                     counts["finished"] += 1
 
         clients = [asyncio.ensure_future(one_client(k)) for k in range(cfg.concurrency)]
-        await asyncio.to_thread(stop.wait)
+        while not stop.is_set():  # polled: a thread blocked in stop.wait() would hold up
+            await asyncio.sleep(STOP_POLL_S)  # this process's exit if `stop` were never set
         for c in clients:
             c.cancel()
         await asyncio.gather(*clients, return_exceptions=True)

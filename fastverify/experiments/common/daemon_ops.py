@@ -89,16 +89,16 @@ def capture_under_load(
         target=keep_loaded, args=(load, done, counts), name="trace-load", daemon=True
     )
     t0 = time.monotonic()
-    loader.start()
     ticker = threading.Thread(
         target=_progress, args=(emit, done, t0, steps, load.concurrency, counts),
         name="trace-progress", daemon=True,
     )  # fmt: skip
-    if emit is not None:
-        emit(f"  trace window: {steps} step(s) under a steady load of {load.concurrency} "
-             f"request(s) in flight ({load.input_len}-token prompts) ...")  # fmt: skip
-        ticker.start()
-    try:
+    try:  # from the load's start: a Ctrl-C at any point stops it, and this process can exit
+        loader.start()
+        if emit is not None:
+            emit(f"  trace window: {steps} step(s) under a steady load of {load.concurrency} "
+                 f"request(s) in flight ({load.input_len}-token prompts) ...")  # fmt: skip
+            ticker.start()
         while time.monotonic() - t0 < CAPTURE_TIMEOUT_S:
             try:
                 got["analysis"] = client.capture_trace(steps=steps, timeout=CAPTURE_TIMEOUT_S)
