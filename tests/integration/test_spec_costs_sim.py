@@ -14,6 +14,7 @@ reports the measured-vs-table ratios.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -223,6 +224,46 @@ def test_ctrl_c_puts_the_engine_back(tmp_path: Path) -> None:
             before["profile"], "eagle3", False, "READY",
         )  # fmt: skip
         assert st["lease"] is None
+
+
+def test_ctrl_c_at_a_trial_request_and_in_a_profile_window(tmp_path: Path) -> None:
+    """Ctrl-C as a trial's load is asked for (its request may still be on its way: the
+    restore is answered after it, never `unchanged` beside it) and as a profile window
+    starts (its load is stopped, nothing holds up the exit): 130, no traceback, the
+    engine put back, the lease released."""
+    args = ["spec", "costs", "--max-steps", "1", "--batch-sizes", "1", "--trials", "1",
+            "-d", "2", "--output-len", "48", "--warmup", "0", "--trace-steps", "3"]  # fmt: skip
+    with DaemonHarness(tmp_path, config=_config(), tp_size=2) as d:
+        before = d.status()
+        for event in ("steps 1: loading", "capturing a profile window"):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), *args],
+                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                preexec_fn=ctrl_c_reaches_it,
+            )  # fmt: skip
+            seen: list[str] = []
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                seen.append(line)
+                if event in line:
+                    break
+            proc.send_signal(signal.SIGINT)
+            try:
+                _rest, err = proc.communicate(timeout=300)  # a bound on a hang
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise AssertionError(f"{event}: no exit after Ctrl-C\n{''.join(seen)}") from None
+            err = "".join(seen) + err
+            assert proc.returncode == 130, (event, err)
+            # ok, or unchanged where the Ctrl-C came before the trial's request was sent
+            assert re.search(r"interrupted; the engine was put back \((ok|unchanged)\)", err), (
+                event, err,
+            )  # fmt: skip
+            assert "Traceback" not in err and "Exception ignored" not in err, (event, err)
+            st = d.wait_state("READY", 120)  # a trial switch left behind would show here
+            assert (st["profile"], st["mode"], st["trial"], st["lease"]) == (
+                before["profile"], "eagle3", False, None,
+            ), (event, err)  # fmt: skip
 
 
 def test_a_run_cut_short_resumes_from_its_journal(tmp_path: Path) -> None:

@@ -119,7 +119,8 @@ def capture_under_load(
             got.update(timed_out=True, error=f"no window within {CAPTURE_TIMEOUT_S:.0f} s")
     finally:
         done.set()
-        loader.join(5.0)
+        if loader.ident is not None:  # started (a Ctrl-C may come before)
+            loader.join(5.0)
     analysis = got.get("analysis")
     error = got.get("error")
     if analysis is None and got.get("timed_out"):
