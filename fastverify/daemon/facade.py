@@ -37,6 +37,7 @@ from fastverify.daemon.observers import ExporterFeed, LiveFigures
 from fastverify.daemon.operations import Operation
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.states import State
+from fastverify.daemon.watch import quiet as watch_quiet
 from fastverify.engines.sglang import load_format_of
 from fastverify.host import here as host_here
 from fastverify.lease_record import describe as describe_lease
@@ -569,13 +570,12 @@ class ControlFacade:
                 f"no engine is serving (state {self.ctl.state}): nothing to profile",
                 busy=self.ctl.op is not None,
             )
-        watch = getattr(self.ctl.current, "watch", None)  # its checks are not traffic
         try:  # a background window in progress is waited for, not a refusal
             window: dict[str, Any] = runtime.capture(
                 steps,
                 cancelled,
                 wait_s=runtime.capture_timeout_s,
-                quiet=watch.quiet if watch is not None else None,
+                quiet=watch_quiet,  # the watch's checks are not traffic
             )
             return window
         except EngineIdle as exc:

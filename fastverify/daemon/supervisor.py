@@ -32,6 +32,7 @@ from fastverify.daemon.reconcile import start_up
 from fastverify.daemon.resolve import RequestError, Resolver
 from fastverify.daemon.restart import RestartPolicy
 from fastverify.daemon.statestore import StateStore
+from fastverify.daemon.watch import quiet as watch_quiet
 from fastverify.frontdoor import layout
 
 __all__ = ["RequestError", "Supervisor"]
@@ -79,6 +80,8 @@ class Supervisor:
 
     def attach_runtime(self, runtime: Any) -> None:
         if self.feed is not None and runtime is not None:
+            # the periodic profile windows' idle check: the watch's checks are not traffic
+            runtime.traffic_quiet = watch_quiet
             self.feed.attach_runtime(runtime)
 
     @property

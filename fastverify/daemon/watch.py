@@ -95,6 +95,20 @@ def sglang_line(lines: list[str]) -> str | None:
     return None
 
 
+# Held by every check of every watch: `quiet()` holds it, so no check runs inside, whether
+# of the engine serving now or of one whose watch starts meanwhile (after a switch).
+_CHECKING = threading.Lock()
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """No watch check runs inside (one in flight ends first): a caller telling whether the
+    engine serves traffic (a trace capture's idle check) must not count the watch's own
+    1-token generation as traffic."""
+    with _CHECKING:
+        yield
+
+
 class EngineWatch(threading.Thread):
     """Polls `url`/health_generate every `policy.interval_s` while `serving()` holds; calls
     `on_unresponsive(failure)` once, then ends. `stop()` ends it early."""
@@ -119,7 +133,6 @@ class EngineWatch(threading.Thread):
         self.log_path = log_path
         self.pid = pid
         self._stop = threading.Event()
-        self._checking = threading.Lock()  # held by a check, or by `quiet()`
         self.polls = 0  # answered or not, for status and tests
         self.failed_in_row = 0
         self.failing_since: float | None = None  # wall clock of the first failed check
@@ -157,7 +170,7 @@ class EngineWatch(threading.Thread):
         while not self._stop.wait(p.retry_s if self.failed_in_row else p.interval_s):
             if not self.serving():
                 return
-            with self._checking:
+            with _CHECKING:
                 verdict = self._poll()
             self.polls += 1
             if verdict is None or self._stop.is_set() or not self.serving():
@@ -168,14 +181,6 @@ class EngineWatch(threading.Thread):
                         verdict.message)  # fmt: skip
             self.on_unresponsive(verdict)
             return
-
-    @contextlib.contextmanager
-    def quiet(self) -> Iterator[None]:
-        """No check runs inside (one in flight ends first): a caller telling whether the
-        engine serves traffic (a trace capture's idle check) must not count the watch's own
-        1-token generation as traffic."""
-        with self._checking:
-            yield
 
     def _failed(self, why: str) -> None:
         """One more failed check in a row (the first one starts the clock)."""

@@ -168,6 +168,9 @@ class ExporterRuntime:
         self._stop = threading.Event()
         self._trace_thread: threading.Thread | None = None
         self.last_capture_error: str | None = None
+        # the periodic windows' `quiet` (see `capture`), set by the daemon, whose liveness
+        # checks would otherwise count as an idle engine's traffic
+        self.traffic_quiet: Callable[[], AbstractContextManager[Any]] | None = None
 
     # ----------------------------------------------------------------- lifecycle
     @property
@@ -255,12 +258,31 @@ class ExporterRuntime:
             if not self._server_url:
                 continue
             try:
-                self.capture(self.trace_steps)
+                self.capture(self.trace_steps, quiet=self.traffic_quiet)
             except CaptureRefused as exc:  # idle engine or a capture running: no window
                 log.debug("profile window skipped: %s", exc)
             except CaptureError as exc:
                 self.last_capture_error = str(exc)
-                log.warning("profile window failed: %s", exc)
+                if isinstance(exc, CaptureTimedOut) and self._idle_now():
+                    # the load ended as the window began: an idle engine, no failure
+                    log.info("profile window ended without its %d steps: the engine went "
+                             "idle", self.trace_steps)  # fmt: skip
+                else:
+                    log.warning("profile window failed: %s", exc)
+
+    def _idle_now(self) -> bool:
+        """Whether the engine serves nothing now (the idle check, its watch paused)."""
+        url = self._server_url
+        if not url:
+            return False
+        try:
+            with self.traffic_quiet() if self.traffic_quiet else contextlib.nullcontext():
+                self._require_traffic(url, self.trace_steps)
+        except EngineIdle:
+            return True
+        except CaptureError:
+            return False
+        return False
 
     def capture(
         self,

@@ -138,3 +138,22 @@ def test_capture_under_steady_load_is_accepted_every_time_and_refused_when_idle(
         with pytest.raises(ApiError) as err:
             d.client.post("/v1/trace/capture", {"steps": 5}, timeout=120)
         assert err.value.status == 409 and "idle" in err.value.body["error"], err.value.body
+
+
+def test_periodic_windows_on_an_idle_engine_are_skipped_without_a_warning(
+    tmp_path: Path,
+) -> None:
+    """An idle engine's periodic profile windows (trace_period_s) are skipped as idle, a DEBUG
+    line each: the daemon's own liveness checks (a 1-token /health_generate every second
+    here) are not traffic, so no window starts, waits out its capture timeout and logs a
+    WARNING."""
+    cfg = {"daemon": {"trace_period_s": 1, "log_level": "debug"}, "watch": {"interval_s": 1}}
+    skipped = "profile window skipped: the engine is idle"
+    with DaemonHarness(tmp_path, config=cfg) as d:
+        d.wait_for(lambda: d.log_text().count(skipped) >= 1, 90, "a first window skipped")
+        checks = d.status()["engine"]["health"]["checks"]
+        d.wait_for(lambda: d.log_text().count(skipped) >= 4, 90, "three more windows skipped")
+        assert d.status()["engine"]["health"]["checks"] > checks  # the watch kept checking
+        log = d.log_text()
+        assert not [x for x in log.splitlines() if "WARNING" in x and "window" in x], log
+        assert windows(d) == []  # none was started
