@@ -276,10 +276,13 @@ render_unit() {
 
 render_compose() {
   if [ ! -x "$venv/bin/fastverifyctl" ]; then # --dry-run on a fresh host: no CLI yet
-    echo "would run: fastverifyctl render compose --output-dir $etc/compose --image $image"
+    echo "would run: fastverifyctl render compose --output-dir $etc/compose --image $image" \
+      "--env-file /etc/fastverify/fastverify.env"
     return 0
   fi
-  "$venv/bin/fastverifyctl" render compose --output-dir "$tmp/compose" --image "$image" 2> /dev/null
+  # the container's environment: the env file this script installs (always there)
+  "$venv/bin/fastverifyctl" render compose --output-dir "$tmp/compose" --image "$image" \
+    --env-file /etc/fastverify/fastverify.env 2> /dev/null
   ensure_dir "$etc/compose" 0755
   local f rel d
   while IFS= read -r -d '' f; do

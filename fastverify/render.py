@@ -24,6 +24,9 @@ MODES = ("host", "container")
 UNIT_TEMPLATES = {"host": "fastverifyd.service.j2", "container": "fastverify-compose.service.j2"}
 UNIT_NAMES = {"host": "fastverifyd.service", "container": "fastverify.service"}
 COMPOSE_FILES = ("docker-compose.yml", "prometheus.yml", "fastverify-rules.yml")
+# the compose file's default env_file (beside it) and the text a new one starts with
+BUNDLE_ENV_FILE = "fastverify.env"
+ENV_FILE_TEMPLATE = ("systemd", "fastverify.env")
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,10 @@ class ComposeOptions:
     `extra` is an option of `render compose` (fastverify.flags), in this order."""
 
     image: str = option(None, "Image tag (default: fastverify:<version>).", factory=default_image)
-    env_file: str = option("/etc/fastverify/fastverify.env", show_default=True)
+    env_file: str = option("", "The fastverify container's environment file (HF_TOKEN, ...); "
+                           f"default: {BUNDLE_ENV_FILE} beside docker-compose.yml, written "
+                           "(comments only) where there is none, so the stack starts without "
+                           "one, as the unit does.")  # fmt: skip
     config_file: str = option("/etc/fastverify/fastverifyd.toml", name="--config",
                               show_default=True)  # fmt: skip
     model_dir: str = option("/models", show_default=True)
@@ -152,7 +158,8 @@ def render_compose_env(options: ComposeOptions | None = None) -> str:
     values = {
         "COMPOSE_PROJECT_NAME": "fastverify",
         "FASTVERIFY_IMAGE": options.image,
-        "FASTVERIFY_ENV_FILE": options.env_file,
+        # none: the compose file's default, ./fastverify.env (write_compose_bundle)
+        **({"FASTVERIFY_ENV_FILE": options.env_file} if options.env_file else {}),
         "FASTVERIFY_CONFIG_FILE": options.config_file,
         "FASTVERIFY_MODEL_DIR": options.model_dir,
         "FASTVERIFY_HF_CACHE": options.hf_cache,
@@ -174,7 +181,10 @@ def render_compose_env(options: ComposeOptions | None = None) -> str:
 def write_compose_bundle(output_dir: Path, options: ComposeOptions | None = None) -> list[Path]:
     """Write docker-compose.yml, prometheus.yml, grafana/ and a rendered .env to output_dir.
 
-    Returns the paths written. Existing files are replaced (callers keep backups)."""
+    Returns the paths written. Existing files are replaced (callers keep backups), but for
+    the bundle's own env file (without `env_file`): written only where there is none, as it
+    may hold the operator's secrets."""
+    options = options or ComposeOptions()
     source = paths.template_dir("compose")
     output_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -190,4 +200,10 @@ def write_compose_bundle(output_dir: Path, options: ComposeOptions | None = None
     env_path = output_dir / ".env"
     atomic_write_text(env_path, render_compose_env(options), mode=0o644)
     written.append(env_path)
+    own = output_dir / BUNDLE_ENV_FILE
+    if not options.env_file and not own.exists():
+        kind, name = ENV_FILE_TEMPLATE
+        text = (paths.template_dir(kind) / name).read_text(encoding="utf-8")
+        atomic_write_text(own, text, mode=0o640)
+        written.append(own)
     return written

@@ -106,6 +106,9 @@ def test_container_mode_install_is_idempotent_and_uninstall_reverts(deploy: Depl
         deploy.repo / "compose/docker-compose.yml"
     ).read_bytes()
     assert "FASTVERIFY_IMAGE=fastverify:0.1.0" in (compose / ".env").read_text()
+    # the container's environment is the env file installed below, not the bundle's own
+    assert "FASTVERIFY_ENV_FILE=/etc/fastverify/fastverify.env" in (compose / ".env").read_text()
+    assert not (compose / "fastverify.env").exists()
     assert (compose / "grafana/dashboards/fastverify-overview.json").is_file()
     config = (p / "etc/fastverify/fastverifyd.toml").read_text()
     assert 'engine = "sglang"' in config

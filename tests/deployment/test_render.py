@@ -133,6 +133,37 @@ def test_render_compose_bundle_is_read_by_compose(tmp_path: Path) -> None:
     assert f"{tmp_path / 'models'}:/models:ro" in resolved["services"]["fastverify"]["volumes"]
 
 
+def test_the_rendered_stack_starts_without_an_env_file_of_the_operators(tmp_path: Path) -> None:
+    """As the unit's `EnvironmentFile=-`: without --env-file the container's environment is
+    the bundle's own fastverify.env, written (comments only, 0640) where there is none and
+    never overwritten, so Debian's docker-compose 1.29 (no optional env_file) resolves the
+    stack with no file anywhere else; --env-file names another, which the .env carries."""
+    out = tmp_path / "stack"
+    args = ("render", "compose", "--output-dir", str(out), "--image", "fastverify:9.9")
+    proc = ctl(*args)
+    assert proc.returncode == 0, proc.stderr
+    own = out / "fastverify.env"
+    assert f"wrote {own}" in proc.stderr
+    assert own.stat().st_mode & 0o777 == 0o640  # it is where HF_TOKEN goes
+    assert all(x.startswith("#") or not x.strip() for x in own.read_text().splitlines())
+    assert "FASTVERIFY_ENV_FILE" not in (out / ".env").read_text()
+    own.write_text("HF_TOKEN_PLACEHOLDER=1\n")  # the operator's edit survives a re-render
+    again = ctl(*args)
+    assert again.returncode == 0 and f"wrote {own}" not in again.stderr, again.stderr
+    assert own.read_text() == "HF_TOKEN_PLACEHOLDER=1\n"
+    other = tmp_path / "other"
+    named = ctl("render", "compose", "--output-dir", str(other), "--env-file", "/srv/fv.env")
+    assert named.returncode == 0 and not (other / "fastverify.env").exists()
+    assert "FASTVERIFY_ENV_FILE=/srv/fv.env" in (other / ".env").read_text().splitlines()
+    compose = shutil.which("docker-compose")
+    if compose is None:
+        pytest.skip("NOT RUN: docker-compose missing (scripts/install-system-deps.sh)")
+    proc = run([compose, "config"], cwd=out, env={"PATH": "/usr/bin:/bin"}, check=False)
+    assert proc.returncode == 0, proc.stderr
+    fv = yaml.safe_load(proc.stdout)["services"]["fastverify"]
+    assert fv["environment"]["HF_TOKEN_PLACEHOLDER"] == "1"  # the bundle's file was read
+
+
 def test_render_compose_refuses_values_env_files_cannot_carry() -> None:
     proc = ctl("render", "compose", "--image", "fast verify:$x")
     assert proc.returncode == 2 and "cannot carry" in proc.stderr
