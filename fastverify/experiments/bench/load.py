@@ -198,16 +198,21 @@ async def _measure(
                     for i, rec in enumerate(warm)
                 ]
             )
-            while True:
-                try:
-                    await asyncio.wait_for(asyncio.shield(jobs), WARMUP_NOTE_EVERY_S)
-                    break
-                except TimeoutError:
-                    if phase:
-                        done = sum(1 for r in warm if r.completed or r.error)
-                        got = sum(r.tokens for r in warm)
-                        phase(f"warm-up: {done}/{len(warm)} done, {got} tokens so far "
-                              f"({time.perf_counter() - w0:.0f} s)")  # fmt: skip
+            try:
+                while True:
+                    try:
+                        await asyncio.wait_for(asyncio.shield(jobs), WARMUP_NOTE_EVERY_S)
+                        break
+                    except TimeoutError:
+                        if phase:
+                            done = sum(1 for r in warm if r.completed or r.error)
+                            got = sum(r.tokens for r in warm)
+                            phase(f"warm-up: {done}/{len(warm)} done, {got} tokens so far "
+                                  f"({time.perf_counter() - w0:.0f} s)")  # fmt: skip
+            except asyncio.CancelledError:  # Ctrl-C: the shielded requests are stopped too,
+                jobs.cancel()  # and their outcome read (no "exception never retrieved")
+                await asyncio.gather(jobs, return_exceptions=True)
+                raise
             if all(r.error for r in warm):
                 raise BenchError(f"every warm-up request failed: {warm[0].error}")
             if phase:
