@@ -91,8 +91,11 @@ def test_resume_after_the_daemon_was_killed_mid_trial(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_then_resume(tmp_path: Path) -> None:
+    """Ctrl-C in the trial: exit 130 without a traceback, what served before the tune is put
+    back (real weights, never a trial left serving), the lease released; --resume goes on."""
     out = tmp_path / "out"
     with DaemonHarness(tmp_path, tp_size=TP, sim_load_seconds=1.0, config=CONFIG) as d:
+        before = d.status()
         proc = popen_tune(d, "--profiles", "nccl-default,ring-ll-8ch", "--finalists", "1",
                            "--accept-length", "2.0", "--output", str(out), *MEASURE)  # fmt: skip
         results = out / "trial" / "results.jsonl"
@@ -107,6 +110,13 @@ def test_ctrl_c_then_resume(tmp_path: Path) -> None:
                 proc.communicate()
         assert proc.returncode == 130, err[-2000:]
         assert f"fastverifyctl --socket {d.socket} tune --resume" in err  # the hint acts here
+        assert "Traceback" not in err and "Exception ignored" not in err, err[-3000:]
+        what = f"{before['profile']}/{before['mode']}"
+        assert f"interrupted: {what} put back (ok)" in err, err[-3000:]
+        st = d.wait_state("READY", 120)
+        assert (st["profile"], st["mode"], st["trial"], st["lease"]) == (
+            before["profile"], before["mode"], False, None,
+        )  # fmt: skip
         again = d.ctl("tune", "--resume", "--json", timeout=900)
         assert again.returncode == 0, again.stderr[-3000:]
         res = json.loads(again.stdout)

@@ -188,18 +188,43 @@ def _run(
             "output": str(ctx.out),
         }
     )
-    for index, (name, fn) in enumerate(STAGES, 1):
-        where = {"event": "stage", "name": name, "index": index, "total": len(STAGES)}
-        if name in ctx.results:
-            emit({**where, "status": "finished earlier"})
-            continue
-        res = _run_stage(ctx, name, fn, where, emit)
-        if res.status == "failed" and name not in OPTIONAL:
-            break
+    try:
+        for index, (name, fn) in enumerate(STAGES, 1):
+            where = {"event": "stage", "name": name, "index": index, "total": len(STAGES)}
+            if name in ctx.results:
+                emit({**where, "status": "finished earlier"})
+                continue
+            res = _run_stage(ctx, name, fn, where, emit)
+            if res.status == "failed" and name not in OPTIONAL:
+                break
+    except KeyboardInterrupt:
+        _put_back(ctx)  # as sweep and spec costs do; the journal stays for --resume
+        raise
     result = _result(ctx, jr, start, ctx.out, shown_plan)
     if all(n in ctx.results and ctx.results[n].status != "failed" for n, _ in STAGES):
         jr.append({"event": "end", "decision": result["decision"]})
     return result
+
+
+def _put_back(ctx: Ctx) -> None:
+    """Ctrl-C: what served before the tune goes back (real weights), queued behind a trial's
+    switch still in flight, when the daemon answers; said, never a traceback."""
+    from fastverify.experiments.common.daemon_ops import switch
+
+    before = ctx.serving_before
+    if not before.get("profile"):
+        return
+    what = f"{before['profile']}/{before['mode']}"
+    ctx.emit(f"interrupted: putting back {what} (real weights) ...")
+    try:
+        body = {"name": before["profile"], "mode": before["mode"], "queue": True}
+        res = switch(ctx.client, body, ctx.cfg.switch_timeout_s, ctx.emit)
+    except Exception as exc:  # the interrupt is what the user sees, not a traceback
+        ctx.emit(f"interrupted: {what} not put back ({exc})")
+        return
+    ctx.emit(f"interrupted: {what} put back ({res.get('result')}"
+             + (f": {res.get('message')})" if res.get("result") not in ("ok", "unchanged")
+                else ")"))  # fmt: skip
 
 
 def _open(
