@@ -1,7 +1,11 @@
 """`SuggestingGroup`: a click group that answers a misspelt sub-command with what was
-probably meant (`No such command 'stauts' (did you mean status?)`), exit 2 as click's own."""
+probably meant (`No such command 'stauts' (did you mean status?)`), exit 2 as click's own;
+and a Ctrl-C its command does not handle itself ends as `CMD: interrupted`, exit 130 (as
+shells report SIGINT and the exit-code table says), never click's `Aborted!` with exit 1."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import click
 
@@ -19,3 +23,13 @@ class SuggestingGroup(click.Group):
             hint = f"did you mean {' or '.join(close)}?" if close else f"one of {', '.join(known)}"
             ctx.fail(f"No such command '{name}' ({hint}).")
         return super().resolve_command(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # the innermost group says it: its sub-command's full name
+            from fastverify.cli.output import EXIT_INTERRUPTED
+
+            name = " ".join([*ctx.command_path.split()[1:], ctx.invoked_subcommand or ""])
+            click.echo(f"\n{name.strip()}: interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)

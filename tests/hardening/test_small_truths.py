@@ -1,15 +1,19 @@
 """Small things the CLI and the daemon say, each held to the truth through the real
 `fastverifyctl` (and a real daemon on the sim where it needs one): `mode --json`, what
 `render kubernetes --profile` says of a profile it cannot find, `profile list` without
-`(line 0)`, and validation before an experiment's lease."""
+`(line 0)`, validation before an experiment's lease, and Ctrl-C of a command that does not
+handle it itself (`spec validate`): exit 130, never click's `Aborted!` with exit 1."""
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from fastverify.client import ApiError
-from tests.support.harness import DaemonHarness, run_ctl
+from tests.support.harness import REPO, DaemonHarness, ctrl_c_reaches_it, run_ctl
 
 
 def test_mode_without_a_command_takes_json(tmp_path: Path) -> None:
@@ -81,3 +85,36 @@ def test_validation_comes_before_an_experiments_lease(tmp_path: Path) -> None:
             assert other.returncode == 4 and "would cut" in other.stderr, other.stderr
         finally:
             d.client.post("/v1/lease/release", {"id": lease["id"]})
+
+
+def test_ctrl_c_of_spec_validate_exits_130(tmp_path: Path) -> None:
+    config = {"server": {"mode": "eagle3", "extra_args": ["--sim-accept-length", "3.2"]}}
+    with DaemonHarness(tmp_path, config=config, metrics=False) as d:
+        for args in (
+            ("bench", "-n", "16", "-c", "4", "--output-len", "100", "--warmup", "0",
+             "--dataset", "fastverify-docs", "--temperature", "0.7"),
+            ("spec", "plan", "--max-batch", "16", "--concurrency", "1",
+             "--lower-accept-length", "3.0"),
+            ("mode", "set", "adaptive"),
+        ):  # fmt: skip
+            r = d.ctl(*args, timeout=300)
+            assert r.returncode == 0, (args, r.stdout + r.stderr)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), "spec",
+             "validate", "-d", "30"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=ctrl_c_reaches_it,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        seen: list[str] = []
+        for line in proc.stderr:  # the event: its warm-up has begun
+            seen.append(line)
+            if "spec validate: warm-up:" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=120)
+        err = "".join(seen) + err
+        assert proc.returncode == 130 and "spec validate: interrupted" in err, err
+        assert "Aborted!" not in err and "Traceback" not in err, err
+        st = d.wait_state("READY")
+        assert (st["mode"], st["lease"]) == ("adaptive", None)
