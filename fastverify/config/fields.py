@@ -376,6 +376,21 @@ class DaemonConfig:
             "the exporter and the health watch read the engine there.", table="frontdoor",
             name="engine_port"),
     ] = 0  # fmt: skip
+    frontdoor_standby_port: Annotated[
+        int,
+        Key(c.integer(0, 65535),
+            "The internal port a standby engine starts on beside the serving one (0 = the "
+            "engine port + 1); the engines take turns on the two ports.", table="frontdoor",
+            name="standby_port"),
+    ] = 0  # fmt: skip
+    frontdoor_standby_kv_share: Annotated[
+        float,
+        Key(c.fraction(),
+            "The standby engine's KV pool as a share of the serving one's (1 = the same). "
+            "Less lets two engines fit where the same would not, and the new engine then "
+            "serves with that smaller pool (fewer tokens in flight) until its next restart.",
+            table="frontdoor", name="standby_kv_share"),
+    ] = 1.0  # fmt: skip
     frontdoor_queue_size: Annotated[
         int,
         Key(c.integer(0, 1_000_000),

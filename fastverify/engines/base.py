@@ -109,6 +109,14 @@ class Engine(ABC):
             cache[key] = probe_host(self, argv)
         return cache[key]
 
+    def gpu_bytes(self) -> int | None:
+        """One GPU's memory where this engine's server runs (nvidia-smi's memory.total of
+        GPU 0), None without a reading: what a standby switch must fit in."""
+        from fastverify.engines.host_probe import gpu_memory_and_sm
+
+        mib, _ = gpu_memory_and_sm(timeout=5.0)
+        return None if mib is None else mib << 20
+
     def topology(self) -> Any:
         """The GPU links where this engine's server runs, for the profile checks that need
         them (LL128 without NVLink): a fastverify.profiles.validate.Topology, or None for
