@@ -405,12 +405,15 @@ def standby_fit(core: Any, mode: str, load_format: str | None = None) -> Fit:
     )
     h = core.current
     memory = h.parts.get("memory") if h is not None and serves else None
+    tp = max(1, core.cfg.server.tp_size // max(1, core.cfg.server.nnodes))
     shared, _ = cache.bytes_held() if serves else (None, "")
+    if serves and shared is None:
+        shared = core.engine.simulated_cache_bytes(tp)
     return decide(
         weight_cache=setting,
         cache_serves=serves,
         gpu_bytes=core.engine.gpu_bytes() if serves else None,
-        tp=max(1, core.cfg.server.tp_size // max(1, core.cfg.server.nnodes)),
+        tp=tp,
         engine=memory.figures() if memory is not None else None,
         kv_tokens=memory.kv_tokens if memory is not None else None,
         shared_bytes=shared,

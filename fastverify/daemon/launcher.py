@@ -503,7 +503,8 @@ class Launcher:
                     return True
             return False
 
-        return self.group.wait_ready(
+        group = self.standby_group if h is self.standby_group.member else self.group
+        return group.wait_ready(
             h,
             check,
             timeout_s=timeout_s,

@@ -117,6 +117,11 @@ class Engine(ABC):
         mib, _ = gpu_memory_and_sm(timeout=5.0)
         return None if mib is None else mib << 20
 
+    def simulated_cache_bytes(self, ranks: int) -> int | None:
+        """What a simulated GPU's weight cache holds over `ranks` ranks (the sim's stand-in
+        for NVML); None on a real host, where NVML or SGLang's own lines tell it."""
+        return None
+
     def topology(self) -> Any:
         """The GPU links where this engine's server runs, for the profile checks that need
         them (LL128 without NVLink): a fastverify.profiles.validate.Topology, or None for

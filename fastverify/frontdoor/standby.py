@@ -100,10 +100,14 @@ def decide(
     if not cache_serves:
         return Fit("hold", "the weight cache cannot serve this start (a speculative mode, a "
                    "trial on dummy weights, or the cache is down)")  # fmt: skip
-    if gpu_bytes is None or engine is None or shared_bytes is None:
-        return Fit("hold", "no memory reading here (the GPU's size, the weight cache's bytes "
-                   "or the serving engine's start-up lines): the overlap of two engines "
-                   "cannot be checked")  # fmt: skip
+    missing = [what for what, value in (
+        ("the GPU's size (nvidia-smi)", gpu_bytes),
+        ("the weight cache's bytes", shared_bytes),
+        ("the serving engine's memory lines (KV Cache is allocated ...)", engine),
+    ) if value is None]  # fmt: skip
+    if missing:
+        return Fit("hold", f"no memory reading here ({', '.join(missing)} unknown): the "
+                   "overlap of two engines cannot be checked")  # fmt: skip
     shared = shared_bytes / tp / GIB
     gpu = gpu_bytes / GIB
     have = gpu * (1 - HEADROOM)

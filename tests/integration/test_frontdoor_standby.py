@@ -1,0 +1,125 @@
+"""The front door's standby mode on the sim, through fastverifyctl: the new engine starts and
+is verified beside the serving one, then takes the traffic (streaming clients: none cut,
+none failed, none held); a failing profile never takes traffic (the old engine serves on);
+without the weight cache the switch holds and says why; a kill -9 of fastverifyd during a
+standby switch leaves one serving engine and no orphan."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import psutil
+
+from tests.support.harness import DaemonHarness
+from tests.support.net import free_port
+from tests.support.streams import Clients, one_stream
+from tests.support.switches import last_switch
+
+CLIENTS = 4
+
+
+def _standby(cache: str = "auto", **more: object) -> dict:
+    # two free internal ports: the engines take turns on them
+    door = {"mode": "standby", "engine_port": free_port(), "standby_port": free_port(), **more}
+    return {"frontdoor": door, "server": {"weight_cache": cache}}
+
+
+def test_standby_switch_under_streaming_clients(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, config=_standby()) as d:
+        fit = d.status()["frontdoor"]["standby"]
+        assert fit["mode"] == "standby", fit  # said before any switch
+        old = d.status()["engine"]
+        with Clients(d.server_url, CLIENTS) as clients:
+            clients.wait_answers(CLIENTS)  # every client has streamed once
+            r = d.ctl("profile", "set", "ring-ll", "--json")
+            assert r.returncode == 0, r.stdout + r.stderr
+            clients.wait_answers(clients.answers + CLIENTS)  # and streams on after it
+        tally = clients.tally
+        assert (tally.cut, tally.failed, tally.refused_503) == ([], [], [])
+        result = json.loads(r.stdout)
+        switch = result["switch"]
+        assert switch["mode"] == "standby" and switch["standby"]["mode"] == "standby"
+        assert switch["standby"]["why"].startswith("standby: 2 x (KV 4.5 GiB")
+        assert (switch["held"], switch["cut"], switch["refused"]) == (0, 0, 0)
+        assert switch["downtime_s"] < 0.5  # a cut-over, no hold
+        new = d.status()["engine"]
+        assert new["pid"] != old["pid"] and new["url"] != old["url"]  # the other port
+        assert not psutil.pid_exists(old["pid"]) or (
+            psutil.Process(old["pid"]).status() == psutil.STATUS_ZOMBIE
+        )
+        st = d.status()
+        assert st["profile"] == "ring-ll" and st["state"] == "READY"
+        assert st["frontdoor"]["port"] == int(new["url"].rsplit(":", 1)[1])
+        assert "standby 0.0s 0h 0c 0r" in d.ctl("history").stdout
+        # verified as any start: the env check and the all-reduce backend ran on it
+        assert result["verify"] and result["allreduce"], result
+        # the next switch goes back to the first port
+        again = json.loads(d.ctl("profile", "set", "ring-simple", "--json").stdout)
+        assert again["switch"]["mode"] == "standby", again
+        assert d.status()["engine"]["url"] == old["url"]
+        assert not (d.state_dir / "engine-standby.pid").exists()
+        assert "retiring" not in json.loads((d.state_dir / "engine.pid").read_text())
+
+
+def test_a_failing_profile_never_takes_traffic(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, config=_standby()) as d:
+        assert d.ctl("profile", "set", "ring-ll").returncode == 0
+        serving = d.status()["engine"]
+        with Clients(d.server_url, CLIENTS) as clients:
+            clients.wait_answers(CLIENTS)
+            r = d.ctl("profile", "set", "tree-ll")  # the sim's capture failure
+            assert r.returncode == 1, r.stdout + r.stderr
+            clients.wait_answers(clients.answers + CLIENTS)
+        rec = last_switch(d, "tree-ll")
+        assert rec["result"] == "rolled_back", rec
+        assert rec["switch"]["mode"] == "standby" and rec["switch"]["kept_serving"]
+        assert (rec["switch"]["held"], rec["switch"]["cut"], rec["switch"]["downtime_s"]) == (
+            0, 0, 0.0)  # fmt: skip
+        assert (clients.tally.cut, clients.tally.failed) == ([], [])
+        st = d.status()
+        assert st["profile"] == "ring-ll" and st["engine"]["pid"] == serving["pid"]  # never stopped
+        assert "never took traffic" in r.stderr, r.stderr
+        assert not (d.state_dir / "engine-standby.pid").exists()
+
+
+def test_without_the_weight_cache_a_standby_switch_holds_and_says_why(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, config=_standby(cache="off")) as d:
+        old = d.status()["engine"]["pid"]
+        r = d.ctl("profile", "set", "ring-ll", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        switch = json.loads(r.stdout)["switch"]
+        assert switch["mode"] == "hold" and switch["standby"]["mode"] == "hold"
+        assert "weight_cache = off" in switch["standby"]["why"]
+        assert d.status()["engine"]["pid"] != old
+        assert "this switch holds" in d.log_text()
+
+
+def test_kill9_of_fastverifyd_during_a_standby_switch(tmp_path: Path) -> None:
+    # the sim's 6 s load keeps the standby starting while the daemon is killed
+    with DaemonHarness(tmp_path, config=_standby(), sim_load_seconds=6) as d:
+        serving = d.status()["engine"]["pid"]
+        switch = threading.Thread(target=lambda: d.ctl("profile", "set", "ring-ll"), daemon=True)
+        switch.start()
+        standby = d.state_dir / "engine-standby.pid"
+        d.wait_for(lambda: standby.exists() and "pid" in json.loads(standby.read_text()), 60,
+                   "the standby engine's record")  # fmt: skip
+        beside = json.loads(standby.read_text())["pid"]
+        assert one_stream(d.server_url)[0] == "ok"  # the old engine serves meanwhile
+        d.kill9()
+        d.restart_daemon()
+        d.wait_for(lambda: d.status()["state"] == "READY", 120, "READY after adoption")
+        st = d.status()
+        assert st["engine"]["pid"] == serving  # the serving engine adopted
+        gone = d.wait_for(lambda: not _alive(beside), 60, "the standby engine stopped")
+        assert gone and not standby.exists()
+        assert "standby switch left it before the cut-over" in d.log_text()
+        assert one_stream(d.server_url)[0] == "ok"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
