@@ -84,16 +84,31 @@ def test_a_failing_profile_never_takes_traffic(tmp_path: Path) -> None:
         assert not (d.state_dir / "engine-standby.pid").exists()
 
 
-def test_without_the_weight_cache_a_standby_switch_holds_and_says_why(tmp_path: Path) -> None:
-    with DaemonHarness(tmp_path, config=_standby(cache="off")) as d:
-        old = d.status()["engine"]["pid"]
-        r = d.ctl("profile", "set", "ring-ll", "--json")
+def test_a_start_the_cache_cannot_serve_holds_and_says_why(tmp_path: Path) -> None:
+    # EAGLE-3 loads from disk (the cache serves baseline starts): two engines would hold two
+    # copies of the weights, so that switch holds; the way back to baseline is standby again
+    with DaemonHarness(tmp_path, config=_standby()) as d:
+        first = d.status()["engine"]["pid"]
+        r = d.ctl("profile", "set", "ring-ll", "--mode", "eagle3", "--json")
         assert r.returncode == 0, r.stdout + r.stderr
         switch = json.loads(r.stdout)["switch"]
         assert switch["mode"] == "hold" and switch["standby"]["mode"] == "hold"
-        assert "weight_cache = off" in switch["standby"]["why"]
-        assert d.status()["engine"]["pid"] != old
+        assert "cannot serve this start" in switch["standby"]["why"]
         assert "this switch holds" in d.log_text()
+        assert d.status()["engine"]["pid"] != first
+        back = json.loads(d.ctl("profile", "set", "ring-ll", "--mode", "baseline", "--json").stdout)
+        # beside an engine that loaded its own copy of the weights, two do not fit
+        assert back["switch"]["mode"] == "hold", back["switch"]
+        again = json.loads(d.ctl("profile", "set", "ring-simple", "--json").stdout)
+        assert again["switch"]["mode"] == "standby", again["switch"]
+
+
+def test_without_the_weight_cache_a_standby_switch_holds(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, config=_standby(cache="off")) as d:
+        r = d.ctl("profile", "set", "ring-ll", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        switch = json.loads(r.stdout)["switch"]
+        assert switch["mode"] == "hold" and "weight_cache = off" in switch["standby"]["why"]
 
 
 def test_kill9_of_fastverifyd_during_a_standby_switch(tmp_path: Path) -> None:
