@@ -113,7 +113,8 @@ class StandbySteps:
         cancelled = failure.reason == "cancelled"
         if not cancelled:
             c.record_failure(failure, op)
-        c.door.kept(op)  # type: ignore[attr-defined]
+        door: Any = c.door  # the controller's DoorSteps
+        door.kept(op)
         back = {"profile": prev.get("profile"), "mode": prev.get("mode")}
         served = f"{back['profile']}/{back['mode']} served on (never stopped)"
         base: dict[str, Any] = {

@@ -133,6 +133,33 @@ def test_kill9_of_fastverifyd_during_a_standby_switch(tmp_path: Path) -> None:
         assert one_stream(d.server_url)[0] == "ok"
 
 
+def test_kill9_of_fastverifyd_while_the_old_engine_drains(tmp_path: Path) -> None:
+    # a long stream keeps the old engine draining after the cut-over (engine.pid names the
+    # new engine and the old one as retiring); the daemon is killed then
+    long = json.dumps({"model": "sim", "messages": [{"role": "user", "content": "hello"}],
+                       "max_tokens": 100_000, "stream": True}).encode()  # fmt: skip
+    with DaemonHarness(tmp_path, config=_standby()) as d:
+        old = d.status()["engine"]["pid"]
+        streams: list = []
+        t = threading.Thread(target=lambda: streams.append(one_stream(d.server_url, 600, long)),
+                             daemon=True)  # fmt: skip
+        t.start()
+        d.wait_for(lambda: d.status()["frontdoor"]["in_flight"] == 1, 60, "the long stream")
+        threading.Thread(target=lambda: d.ctl("profile", "set", "ring-ll"), daemon=True).start()
+        record = d.state_dir / "engine.pid"
+        d.wait_for(lambda: "retiring" in json.loads(record.read_text()), 120, "the hand-over")
+        new = json.loads(record.read_text())["pid"]
+        d.kill9()
+        d.restart_daemon()
+        d.wait_for(lambda: d.status()["state"] == "READY", 120, "READY after adoption")
+        assert d.status()["engine"]["pid"] == new  # the new engine adopted
+        d.wait_for(lambda: not _alive(old), 60, "the replaced engine stopped")
+        assert "the engine a standby switch replaced" in d.log_text()
+        t.join(120)
+        assert streams and streams[0][0] == "cut", streams  # the old engine's stop cut it
+        assert one_stream(d.server_url)[0] == "ok"
+
+
 def _alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
