@@ -105,7 +105,7 @@ def decide(
         ("the weight cache's bytes", shared_bytes),
         ("the serving engine's memory lines (KV Cache is allocated ...)", engine),
     ) if value is None]  # fmt: skip
-    if missing:
+    if missing or gpu_bytes is None or engine is None or shared_bytes is None:
         return Fit("hold", f"no memory reading here ({', '.join(missing)} unknown): the "
                    "overlap of two engines cannot be checked")  # fmt: skip
     shared = shared_bytes / tp / GIB
