@@ -129,7 +129,8 @@ class Starts:
 
         def launch(a: list[str]) -> EngineHandle | Failure:
             try:
-                return c.launcher.spawn(profile, op.mode, a, standby=standby)
+                beside = {"standby": True} if standby else {}
+                return c.launcher.spawn(profile, op.mode, a, **beside)
             except OSError as exc:
                 failure = Failure("spawn_failed", f"cannot start the engine: {exc}")
                 c.say(f"{op.kind} {op.profile}/{op.mode} failed: {failure.message}",
