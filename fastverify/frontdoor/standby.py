@@ -115,6 +115,8 @@ def decide(
     old = engine["kv"] + rest
     new = engine["kv"] * kv_share + rest
     parts = f"graphs {_gib(engine['graphs'])}"
+    if engine["context"] >= 0.05:
+        parts += f" + context {_gib(engine['context'])}"
     if engine["weights"] >= 0.05:
         parts += f" + own weights {_gib(engine['weights'])}"
     where = f"beside {_gib(shared)} of shared weights"

@@ -30,7 +30,7 @@ def test_standby_switch_under_streaming_clients(tmp_path: Path) -> None:
     with DaemonHarness(tmp_path, config=_standby()) as d:
         fit = d.status()["frontdoor"]["standby"]
         assert fit["mode"] == "standby", fit  # said before any switch
-        assert "a switch now: standby: 2 x (KV 4.5 GiB" in d.ctl("status").stdout
+        assert "a switch now: standby: 2 x (KV 4.5 GiB + graphs 0.4 GiB" in d.ctl("status").stdout
         old = d.status()["engine"]
         with Clients(d.server_url, CLIENTS) as clients:
             clients.wait_answers(CLIENTS)  # every client has streamed once
