@@ -22,7 +22,11 @@ HEADROOM = 0.05  # of each GPU: the allocator's slack and the second CUDA contex
 _RANK = re.compile(r"\bTP(\d+)\b")
 # SGLang's figures are GB of 2**30 bytes (torch.cuda.mem_get_info / (1 << 30))
 _WEIGHTS = re.compile(r"Load weight end\..*?mem usage=([\d.]+) GB")
-_KV = re.compile(r"KV (?:Cache is|cache) allocated\..*?#tokens: (\d+), KV size: ([\d.]+) GB")
+# one size (MLA, 0.5.23's pools) or K and V apiece (MHA, as 0.5.17 prints it)
+_KV = re.compile(
+    r"KV (?:Cache is|cache) allocated\..*?#tokens: (\d+), "
+    r"(?:KV size: ([\d.]+) GB|K size: ([\d.]+) GB, V size: ([\d.]+) GB)"
+)
 _GRAPHS = re.compile(r"CUDA graph end\..*?mem usage=([\d.]+) GB", re.IGNORECASE)
 _CONTEXT = re.compile(r"Init torch distributed ends\..*?mem usage=([\d.]+) GB")
 
@@ -40,7 +44,8 @@ class EngineMemory:
                 self._add(line, key, float(m.group(1)))
                 return
         if m := _KV.search(line):
-            rank = self._add(line, "kv", float(m.group(2)))
+            size = float(m.group(2)) if m.group(2) else float(m.group(3)) + float(m.group(4))
+            rank = self._add(line, "kv", size)
             self.tokens.setdefault(rank, int(m.group(1)))
 
     @property
