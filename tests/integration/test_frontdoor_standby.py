@@ -62,6 +62,9 @@ def test_standby_switch_under_streaming_clients(tmp_path: Path) -> None:
         assert d.status()["engine"]["url"] == old["url"]
         assert not (d.state_dir / "engine-standby.pid").exists()
         assert "retiring" not in json.loads((d.state_dir / "engine.pid").read_text())
+        restart = json.loads(d.ctl("restart", "--json").stdout)  # a restart: standby too
+        assert restart["result"] == "ok" and restart["switch"]["mode"] == "standby", restart
+        assert d.status()["engine"]["url"] != old["url"]
 
 
 def test_a_failing_profile_never_takes_traffic(tmp_path: Path) -> None:
