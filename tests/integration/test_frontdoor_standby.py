@@ -115,6 +115,28 @@ def test_without_the_weight_cache_a_standby_switch_holds(tmp_path: Path) -> None
         assert switch["mode"] == "hold" and "weight_cache = off" in switch["standby"]["why"]
 
 
+def test_a_cancelled_standby_switch_leaves_the_old_engine_serving(tmp_path: Path) -> None:
+    # the sim's 6 s load keeps the standby starting while it is cancelled
+    with DaemonHarness(tmp_path, config=_standby(), sim_load_seconds=6) as d:
+        serving = d.status()["engine"]["pid"]
+        out: list = []
+        t = threading.Thread(target=lambda: out.append(d.ctl("profile", "set", "ring-ll",
+                                                             "--json")))  # fmt: skip
+        t.start()
+        standby = d.state_dir / "engine-standby.pid"
+        d.wait_for(lambda: standby.exists() and "pid" in json.loads(standby.read_text()), 60,
+                   "the standby engine's record")  # fmt: skip
+        beside = json.loads(standby.read_text())["pid"]
+        assert d.ctl("cancel").returncode == 0
+        t.join(120)
+        result = json.loads(out[0].stdout)
+        assert result["result"] == "cancelled" and result["switch"]["kept_serving"], result
+        assert "served on (never stopped)" in result["message"]
+        st = d.status()
+        assert (st["state"], st["engine"]["pid"]) == ("READY", serving)
+        assert not _alive(beside) and not standby.exists()
+
+
 def test_kill9_of_fastverifyd_during_a_standby_switch(tmp_path: Path) -> None:
     # the sim's 6 s load keeps the standby starting while the daemon is killed
     with DaemonHarness(tmp_path, config=_standby(), sim_load_seconds=6) as d:
