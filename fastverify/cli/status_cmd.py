@@ -204,7 +204,7 @@ def _frontdoor(st: dict[str, Any]) -> list[str]:
     problem = f": {fd['problem']}" if fd.get("problem") else ""
     out = [f"front door: {fd.get('state')} on {fd.get('listen')}{where} (pid {fd.get('pid')}, "
            f"mode {fd['mode']}){counts}{problem}"]  # fmt: skip
-    if fd.get("standby"):  # what a switch now would do, and why
+    if fd.get("standby") and fd["mode"] == "standby":  # what a switch now would do, and why
         out.append(f"  a switch now: {fd['standby']['why']}")
     return out
 

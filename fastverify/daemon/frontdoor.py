@@ -320,7 +320,7 @@ class DoorSteps:
         }
         if self.problem:
             out["problem"] = self.problem
-        if self.c.cfg.daemon.frontdoor_mode == "standby":  # what a switch now would decide
+        if self.group is not None:  # what a standby switch now would decide (doctor: hold too)
             mode = self.c.active.get("mode") or "baseline"
             out["standby"] = standby_fit(self.c, mode, self.c.cfg.server.load_format).to_dict()
         if not self.group.alive():

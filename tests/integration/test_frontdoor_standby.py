@@ -31,6 +31,8 @@ def test_standby_switch_under_streaming_clients(tmp_path: Path) -> None:
         fit = d.status()["frontdoor"]["standby"]
         assert fit["mode"] == "standby", fit  # said before any switch
         assert "a switch now: standby: 2 x (KV 4.5 GiB + graphs 0.4 GiB" in d.ctl("status").stdout
+        doctor = d.ctl("doctor", "--no-topology", timeout=120).stdout  # what memory allows
+        assert f"front door: mode standby; {fit['why']}" in doctor, doctor
         old = d.status()["engine"]
         with Clients(d.server_url, CLIENTS) as clients:
             clients.wait_answers(CLIENTS)  # every client has streamed once
@@ -135,6 +137,15 @@ def test_a_cancelled_standby_switch_leaves_the_old_engine_serving(tmp_path: Path
         st = d.status()
         assert (st["state"], st["engine"]["pid"]) == ("READY", serving)
         assert not _alive(beside) and not standby.exists()
+
+
+def test_doctor_says_a_hold_host_has_room_for_standby(tmp_path: Path) -> None:
+    config = _standby()
+    config["frontdoor"]["mode"] = "hold"
+    with DaemonHarness(tmp_path, config=config) as d:
+        doctor = d.ctl("doctor", "--no-topology", timeout=120).stdout
+        assert "front door: mode hold; standby: 2 x (KV 4.5 GiB" in doctor, doctor
+        assert '[frontdoor] mode = "standby" would start the new engine' in doctor, doctor
 
 
 def test_kill9_of_fastverifyd_during_a_standby_switch(tmp_path: Path) -> None:
