@@ -295,10 +295,10 @@ STEPS: list[tuple[str, str, float]] = [
     ("start", "s_start", 240),  # the first start pays the JIT builds (~130 s on the H200)
     ("costs8b", "s_costs8b", 150),  # resumable: runs to the budget, then Ctrl-C
     ("accept_fixed3", "s_accept_fixed3", 110),
-    ("plan_served", "s_plan_served", 230),
-    ("lower_accept", "s_lower_accept", 110),
+    ("plan_served", "s_plan_served", 200),
+    ("lower_accept", "s_lower_accept", 90),
     ("baseline_c", "s_baseline_c", 160),
-    ("fixed_k12", "s_fixed_k12", 200),
+    ("fixed_k12", "s_fixed_k12", 130),
     ("steps0_skip", "s_steps0_skip", 160),
     ("stop", "s_stop", 5),
 ]
