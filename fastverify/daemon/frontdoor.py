@@ -2,8 +2,8 @@
 crash, cut over and let the held requests go when an engine serves (the new one, or the
 rolled-back one), and the switch's client-side figures in its result. With `mode =
 "standby"`, `plan` decides per switch whether the new engine starts beside the serving one
-(standby_switch.py runs it: `cut_over`, then `drain_port` of the old engine) or the switch
-holds, from the memory rule (frontdoor/standby.py) and the serving engine's own figures,
+(standby_switch.py runs it; `drain_port` drains the old engine after the cut-over) or the
+switch holds, from the memory rule (frontdoor/standby.py) and the serving engine's own figures,
 read from its start-up lines.
 
 A step over the controller's core (core.py). `[frontdoor] mode = "off"` keeps today's
@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.frontdoor_group import FrontDoorGroup
+from fastverify.daemon.launcher import without_port
 from fastverify.frontdoor import layout
 from fastverify.frontdoor.standby import EngineMemory, Fit, decide
 
@@ -57,7 +58,7 @@ class DoorSteps:
             core.launcher.line_readers_for.append(_memory_reader)
             core.launcher.adopted_readers_for.append(_memory_reader)
             # the engines take turns on two internal ports: an argv is the same whichever
-            core.launcher.argv_aside.append(_without_port)
+            core.launcher.argv_aside.append(without_port)
 
     @property
     def mode(self) -> str:
@@ -380,15 +381,6 @@ def _memory_reader(h: Any) -> Any:
     """Each engine's memory figures (standby.EngineMemory) from its start-up lines."""
     memory = h.parts.setdefault("memory", EngineMemory())
     return memory.read
-
-
-def _without_port(argv: list[str]) -> list[str]:
-    """`argv` without its `--port` (an engine on either internal port is the same)."""
-    out = list(argv)
-    for i, arg in enumerate(out):
-        if arg == "--port":
-            return out[:i] + out[i + 2 :]
-    return [a for a in out if not a.startswith("--port=")]
 
 
 def standby_fit(core: Any, mode: str, load_format: str | None = None) -> Fit:

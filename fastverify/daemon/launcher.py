@@ -70,6 +70,15 @@ def with_port(argv: list[str], port: int) -> list[str]:
     return [*out, "--port", str(port)]
 
 
+def without_port(argv: list[str]) -> list[str]:
+    """`argv` without its `--port` (an engine on either internal port is the same one)."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--port":
+            return out[:i] + out[i + 2 :]
+    return [a for a in out if not a.startswith("--port=")]
+
+
 def pid_alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -322,7 +331,7 @@ class Launcher:
                 log_path,
                 profile.name,
                 mode,
-                self.url(port_of(argv) if standby else None),
+                self.url(port_of(argv)),
                 expected,
                 expected_sglang=verify.sglang_part(profile.env),
                 env_names=tuple(sorted(env)),
