@@ -7,6 +7,8 @@ standby switch leaves one serving engine and no orphan."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 from pathlib import Path
 
@@ -137,6 +139,27 @@ def test_a_cancelled_standby_switch_leaves_the_old_engine_serving(tmp_path: Path
         st = d.status()
         assert (st["state"], st["engine"]["pid"]) == ("READY", serving)
         assert not _alive(beside) and not standby.exists()
+
+
+def test_a_crash_after_a_standby_switch_is_held_and_restarted(tmp_path: Path) -> None:
+    # the engine now serves on the standby port; its crash restart starts on the engine port
+    with DaemonHarness(tmp_path, config=_standby()) as d:
+        first = d.status()["engine"]["url"]
+        assert json.loads(d.ctl("profile", "set", "ring-ll", "--json").stdout)["result"] == "ok"
+        beside = d.status()["engine"]
+        assert beside["url"] != first
+        with Clients(d.server_url, CLIENTS) as clients:
+            clients.wait_answers(CLIENTS)
+            os.kill(beside["pid"], signal.SIGKILL)  # the daemon's own engine
+            rec = d.wait_for(lambda: next((r for r in d.client.get("/v1/history")
+                                           if r.get("kind") == "crash_restart"), None),
+                             60, "the crash restart's record")  # fmt: skip
+            clients.wait_answers(clients.answers + CLIENTS)
+        assert rec["result"] == "ok" and rec["switch"]["mode"] == "hold", rec
+        assert clients.tally.failed == [] and rec["switch"]["cut"] == len(clients.tally.cut)
+        st = d.status()
+        assert st["engine"]["url"] == first
+        assert st["frontdoor"]["port"] == int(first.rsplit(":", 1)[1])
 
 
 def test_doctor_says_a_hold_host_has_room_for_standby(tmp_path: Path) -> None:
