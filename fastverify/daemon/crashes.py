@@ -66,8 +66,8 @@ class CrashSteps:
 
     def _watch(self, h: EngineHandle) -> None:
         """Start polling the engine's /health_generate (node rank 0 only: a multi-node
-        follower serves no HTTP API); `daemon.watch_interval_s = 0` turns it off."""
-        policy = WatchPolicy.from_config(self.c.cfg.daemon)
+        follower serves no HTTP API); `watch.interval_s = 0` turns it off."""
+        policy = WatchPolicy.from_config(self.c.cfg.watch)
         if policy.interval_s <= 0 or h.follower:
             h.watch = False  # decided: no watch for this engine
             return

@@ -562,7 +562,7 @@ class ControlFacade:
         except FeatureMissing as exc:
             raise RequestError(422, str(exc), reason="sglang_feature_missing") from None
         if steps is None:
-            steps = self.ctl.cfg.daemon.trace_steps  # range: api_requests.MIRRORS
+            steps = self.ctl.cfg.exporter.trace_steps  # range: api_requests.MIRRORS
         if self.ctl.state != State.READY:
             raise RequestError(
                 409,

@@ -22,7 +22,7 @@
 
 Bodies are small JSON objects (`{"ok", "state", "profile", "mode", "why"}`); nothing else is
 served (no control operations: those stay on the control socket). Off unless
-`daemon.health_listen` (fastverifyd --health-listen) names an address.
+`exporter.health_listen` (fastverifyd --health-listen) names an address.
 """
 
 from __future__ import annotations

@@ -136,8 +136,8 @@ class Launcher:
         self.on_exit: OnExit = lambda h: None
         self.group: SupervisedGroup[EngineHandle] = SupervisedGroup(
             GroupSpec("engine", procs.ENGINE_ID_VAR, "engine_id", store.pid_path),
-            grace_s=lambda: float(self.cfg.daemon.stop_grace_s),
-            gpu_release_s=lambda: float(self.cfg.daemon.gpu_release_timeout_s),
+            grace_s=lambda: float(self.cfg.restart.stop_grace_s),
+            gpu_release_s=lambda: float(self.cfg.restart.gpu_release_timeout_s),
             say=lambda *a, **k: self.say(*a, **k),
         )
         self.group.on_exit = lambda h: self.on_exit(h)

@@ -156,7 +156,7 @@ class Supervisor:
                 self.launcher.engine = engine
             for part in self.ctl.parts:
                 part.reconfigure(cfg, self.ctl.engine)
-            self.ctl.crashes.retune(RestartPolicy.from_config(cfg.daemon))
+            self.ctl.crashes.retune(RestartPolicy.from_config(cfg.restart))
 
     def shutdown(self, timeout: float | None = None) -> None:
         self.ctl.shutdown(timeout)

@@ -88,8 +88,8 @@ class WeightCache:
                 sigint_default=True,
                 restart=RESTART,
             ),
-            grace_s=lambda: float(self.cfg.daemon.stop_grace_s),
-            gpu_release_s=lambda: float(self.cfg.daemon.gpu_release_timeout_s),
+            grace_s=lambda: float(self.cfg.restart.stop_grace_s),
+            gpu_release_s=lambda: float(self.cfg.restart.gpu_release_timeout_s),
             say=lambda *a, **k: self.say(*a, **k),
         )
         self.group.on_exit = self._exited
@@ -283,7 +283,7 @@ class WeightCache:
                     h.ready_s = 0.0
             return True
 
-        timeout_s = float(self.cfg.daemon.readiness_timeout_s)
+        timeout_s = float(self.cfg.restart.readiness_timeout_s)
         failure = self.group.wait_ready(
             h,
             check,

@@ -9,7 +9,7 @@ from typing import Any
 
 
 def enabled(cfg: Any) -> bool:
-    return cfg.daemon.frontdoor_mode != "off"
+    return cfg.frontdoor.mode != "off"
 
 
 def engine_side(cfg: Any) -> Any:
@@ -19,7 +19,7 @@ def engine_side(cfg: Any) -> Any:
     if not enabled(cfg) or cfg.server.public_port is not None:
         return cfg
     public = cfg.server.port
-    inner = cfg.daemon.frontdoor_engine_port or public + 1
+    inner = cfg.frontdoor.engine_port or public + 1
     server = dataclasses.replace(
         cfg.server, host="127.0.0.1", port=inner, public_host=cfg.server.host, public_port=public
     )

@@ -97,22 +97,33 @@ def pod_config(
     daemon = dataclasses.replace(
         cfg.daemon,
         state_dir=STATE_DIR,
-        socket=SOCKET,
-        socket_group="",  # the pod's user owns the socket (mode 0660); kubectl exec is it
-        tcp_listen="",
-        token_file="",
-        metrics_listen=f"0.0.0.0:{METRICS_PORT}",
-        web_config_file=f"{WEB_CONFIG_DIR}/{WEB_CONFIG_KEY}" if web_config else "",
-        health_listen=f"0.0.0.0:{HEALTH_PORT}",
-        # the front door of one pod holds its clients through a switch; across nodes the
-        # engine is one server on the leader, and a front door per pod is not built
-        frontdoor_mode="off" if nodes > 1 else cfg.daemon.frontdoor_mode,
-        frontdoor_engine_port=ENGINE_PORT,
         declarative=True,
         default_profile=profile,
         profile_dirs=(DECLARED_PROFILE, USER_PROFILES, SHIPPED_PROFILES),
     )
-    return dataclasses.replace(cfg, server=server, daemon=daemon)
+    api = dataclasses.replace(
+        cfg.api,
+        socket=SOCKET,
+        socket_group="",  # the pod's user owns the socket (mode 0660); kubectl exec is it
+        tcp_listen="",
+        token_file="",
+    )
+    exporter = dataclasses.replace(
+        cfg.exporter,
+        metrics_listen=f"0.0.0.0:{METRICS_PORT}",
+        web_config_file=f"{WEB_CONFIG_DIR}/{WEB_CONFIG_KEY}" if web_config else "",
+        health_listen=f"0.0.0.0:{HEALTH_PORT}",
+    )
+    frontdoor = dataclasses.replace(
+        cfg.frontdoor,
+        # the front door of one pod holds its clients through a switch; across nodes the
+        # engine is one server on the leader, and a front door per pod is not built
+        mode="off" if nodes > 1 else cfg.frontdoor.mode,
+        engine_port=ENGINE_PORT,
+    )
+    return dataclasses.replace(
+        cfg, server=server, daemon=daemon, api=api, exporter=exporter, frontdoor=frontdoor
+    )
 
 
 def check_loads(text: str, nodes: int) -> None:

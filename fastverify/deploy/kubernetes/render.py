@@ -274,9 +274,9 @@ def render(options: KubeOptions) -> Bundle:
         decision_sha256=decision.sha256,
         decision_fingerprint=(decision.fingerprint or {}).get("id"),
         startup_failures=math.ceil(
-            max(options.startup_s, cfg.daemon.readiness_timeout_s + 300) / podmod.PROBE_PERIOD_S
+            max(options.startup_s, cfg.restart.readiness_timeout_s + 300) / podmod.PROBE_PERIOD_S
         ),
-        grace_s=int(cfg.daemon.stop_grace_s + cfg.daemon.gpu_release_timeout_s + 30),
+        grace_s=int(cfg.restart.stop_grace_s + cfg.restart.gpu_release_timeout_s + 30),
     )
     files = manifests.build(plan)
     notes += guards.size_guard(files, server_side=options.server_side)
