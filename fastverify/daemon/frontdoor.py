@@ -15,6 +15,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from fastverify.config import Config
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.frontdoor_group import FrontDoorGroup
 from fastverify.frontdoor import layout
@@ -285,7 +286,7 @@ class DoorSteps:
     def engine_fields(self, h: Any) -> dict[str, Any]:
         return {}
 
-    def reconfigure(self, cfg: Any, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Any) -> None:
         """The front door keeps the configuration it was started with until it restarts."""
 
     def metrics(self) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fastverify.config import Config
 from fastverify.daemon import procs
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.group import GroupSpec, GroupState, Member, SupervisedGroup
@@ -37,7 +38,7 @@ class FrontDoorGroup:
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         store: Any,
         say: Callable[..., None] | None = None,
         serving_port: Callable[[], int | None] = lambda: None,

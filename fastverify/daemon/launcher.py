@@ -29,6 +29,7 @@ from typing import Any
 
 import psutil
 
+from fastverify.config import Config
 from fastverify.daemon import allreduce_check, failures, logs, procs, tuner_check, verify
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.group import GroupSpec, Member, Previous, SupervisedGroup
@@ -120,7 +121,7 @@ class Launcher:
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         engine: Any,
         store: StateStore,
         *,

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fastverify.config import ADAPTIVE_CONFIG_NAME, MODES
+from fastverify.config import ADAPTIVE_CONFIG_NAME, MODES, Config
 from fastverify.engines.base import ArgvCheck, EngineArgError
 from fastverify.redact import mask_text, secret_values
 
@@ -88,7 +88,7 @@ def check_trial_steps(steps: int | None, mode: str, load_format: str | None) -> 
 
 
 class Resolver:
-    def __init__(self, cfg: Any, engine: Any, profiles: Any = None) -> None:
+    def __init__(self, cfg: Config, engine: Any, profiles: Any = None) -> None:
         if profiles is None:
             from fastverify.profiles.store import ProfileStore
 
@@ -99,7 +99,7 @@ class Resolver:
         self.profiles = profiles
         self._argv_checks: dict[tuple[str, ...], ArgvCheck] = {}
 
-    def reconfigure(self, cfg: Any, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Any) -> None:
         from fastverify.profiles.store import ProfileStore
 
         self.cfg = cfg

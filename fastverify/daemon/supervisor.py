@@ -15,6 +15,7 @@ import contextlib
 import logging
 from typing import Any
 
+from fastverify.config import Config
 from fastverify.daemon.baselines import baseline_records
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.events import (
@@ -40,7 +41,7 @@ __all__ = ["RequestError", "Supervisor"]
 class Supervisor:
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         engine: Any,
         engine_reason: str,
         store: StateStore,
@@ -142,7 +143,7 @@ class Supervisor:
         under systemd whose FAILED retries are spent)."""
         return self.ctl.recovery_exit_code()
 
-    def reconfigure(self, cfg: Any, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Any) -> None:
         """Adopt a re-read configuration (SIGHUP): profile dirs, engine settings (used from
         the next start on), restart and timeout policy."""
         cfg = layout.engine_side(cfg)

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fastverify.config import Config
 from fastverify.daemon import procs
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.group import GroupSpec, GroupState, SupervisedGroup
@@ -72,7 +73,7 @@ STATE_NAMES = {
 class WeightCache:
     """See the module docstring. `cfg` and `engine` are read at each use (SIGHUP swaps them)."""
 
-    def __init__(self, cfg: Any, engine: Any, store: Any, say: Callable[..., None]) -> None:
+    def __init__(self, cfg: Config, engine: Any, store: Any, say: Callable[..., None]) -> None:
         self.cfg = cfg
         self.engine = engine
         self.store = store

@@ -5,14 +5,15 @@ it) and the front door takes `[server] host` and `port`."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+
+from fastverify.config import Config
 
 
-def enabled(cfg: Any) -> bool:
+def enabled(cfg: Config) -> bool:
     return cfg.frontdoor.mode != "off"
 
 
-def engine_side(cfg: Any) -> Any:
+def engine_side(cfg: Config) -> Config:
     """`cfg` as fastverifyd's engine side sees it: `server.host`/`port` the engine's loopback
     address and internal port, `server.public_host`/`public_port` the front door's
     (unchanged when the front door is off, or when `cfg` was already moved)."""
@@ -26,7 +27,7 @@ def engine_side(cfg: Any) -> Any:
     return dataclasses.replace(cfg, server=server)
 
 
-def public_url(cfg: Any) -> str:
+def public_url(cfg: Config) -> str:
     """The URL clients use: the front door's when it is on, else the engine's."""
     host = cfg.server.public_host or cfg.server.host
     return f"http://{host}:{cfg.server.public_port or cfg.server.port}"

@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from fastverify.config import Config
 from fastverify.render import RenderError
 
 CONFIG_DIR = "/etc/fastverify/k8s"
@@ -60,7 +61,7 @@ def adaptive_config_text(
     return json.dumps(cfg, indent=2, sort_keys=True) + "\n"
 
 
-def daemon_config_text(cfg: Any, source: str) -> str:
+def daemon_config_text(cfg: Config, source: str) -> str:
     """The pod's fastverifyd.toml: every key of `cfg`, spelled out (None values omitted)."""
     from fastverify import config as configmod
 
@@ -72,7 +73,7 @@ def daemon_config_text(cfg: Any, source: str) -> str:
 
 
 def pod_config(
-    cfg: Any, profile: str, mode: str, nodes: int, gpus: int, web_config: bool = False
+    cfg: Config, profile: str, mode: str, nodes: int, gpus: int, web_config: bool = False
 ) -> Any:
     """The daemon configuration a pod runs: the operator's server settings, with the pod's
     paths, listeners, declared profile/mode and (multi-node) the total TP size."""
