@@ -25,7 +25,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from fastverify.config import SPEC_MODES, weights_label
 from fastverify.daemon import events as ev
@@ -43,16 +43,19 @@ from fastverify.lease_record import describe as describe_lease
 from fastverify.redact import mask_argv
 from fastverify.sglang.forced import label_of_record as forced_label
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+_S = TypeVar("_S", bound="ControlFacade")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_Method = Callable[Concatenate[_S, _P], _R]
 
 
-def records(what: str) -> Callable[[_F], _F]:
+def records(what: str) -> Callable[[_Method[_S, _P, _R]], _Method[_S, _P, _R]]:
     """A record endpoint's method: a state dir that refuses the write (read-only, full,
     permissions) is the 507 it is, with what was not recorded, never a 500."""
 
-    def wrap(method: _F) -> _F:
+    def wrap(method: _Method[_S, _P, _R]) -> _Method[_S, _P, _R]:
         @functools.wraps(method)
-        def run(self: Any, *args: Any, **kw: Any) -> Any:
+        def run(self: _S, /, *args: _P.args, **kw: _P.kwargs) -> _R:
             try:
                 return method(self, *args, **kw)
             except OSError as exc:
@@ -64,7 +67,7 @@ def records(what: str) -> Callable[[_F], _F]:
                     reason="state_dir_unwritable",
                 ) from None
 
-        return run  # type: ignore[return-value]
+        return run
 
     return wrap
 

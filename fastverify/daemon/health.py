@@ -124,7 +124,7 @@ def _brief(st: dict[str, Any], why: str) -> dict[str, Any]:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: HealthServer  # type: ignore[assignment]
+    server: HealthServer
     protocol_version = "HTTP/1.0"
     server_version = "fastverifyd-health/1"
     timeout = 10
@@ -172,6 +172,8 @@ class HealthServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
+        if isinstance(host, bytes):  # an AF_UNIX address's type; this server is AF_INET(6)
+            host = host.decode()
         return f"http://{host}:{port}"
 
     def start(self) -> threading.Thread:

@@ -132,7 +132,9 @@ class Launcher:
         self.store = store
         # say(message, level, stream=True): stream=False keeps a message out of the operation's
         # event stream when a structured event (engine, verify) already tells the client.
-        self.say = say or (lambda msg, level=logging.INFO, **_: log.log(level, msg))
+        self.say: Callable[..., None] = say or (
+            lambda msg, level=logging.INFO, **_: log.log(level, msg)
+        )
         self.on_line: OnLine = lambda h, line, facts: None
         self.on_exit: OnExit = lambda h: None
         self.group: SupervisedGroup[EngineHandle] = SupervisedGroup(

@@ -59,9 +59,7 @@ class Supervisor:
         self.resolver = Resolver(cfg, engine, profile_store)
         self.launcher = Launcher(cfg, engine, store)
         self.ctl = Controller(cfg, engine, self.launcher, self.resolver, store, self.bus, self.ring)
-        # Launcher.say's type is inferred from its default (a lambda) in launcher.py, which
-        # the process-group work rewrites: typed there, this ignore goes
-        self.launcher.say = self.ctl.say  # type: ignore[assignment]
+        self.launcher.say = self.ctl.say
         self.figures = LiveFigures()
         self.feed = ExporterFeed(hub) if hub is not None else None
         self.api = ControlFacade(self.ctl, engine_reason, self.figures, self.feed)

@@ -165,7 +165,10 @@ class WeightCache:
         cf = wc.of(self.engine.facts())
         if cf is None:
             return None
-        return self.engine.companion_argv(cf.module, wc.strip_flags(base), cf.daemon_args)
+        argv: list[str] = self.engine.companion_argv(
+            cf.module, wc.strip_flags(base), cf.daemon_args
+        )
+        return argv
 
     def ranks(self) -> int:
         return max(1, int(self.cfg.server.tp_size) // max(1, int(self.cfg.server.nnodes)))
@@ -198,7 +201,8 @@ class WeightCache:
     def _ours(self, h: CacheHandle) -> tuple[list[int], dict[str, Any]]:
         """The pids of the ready files written by `h`'s ranks, and rank 0's fingerprint."""
         members = {p.pid for p in procs.group_members(h.pgid)}
-        pids, first = [], {}
+        pids: list[int] = []
+        first: dict[str, Any] = {}
         for path in self.ready_files():
             with contextlib.suppress(OSError):
                 ready = wc.parse_ready(path.read_text(errors="replace"))
