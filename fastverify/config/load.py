@@ -229,7 +229,7 @@ def load(
     overrides (command-line flags, by table, or by old name: `{"daemon": {"restart_burst":
     2}}`; None values ignored), validate every key
     (all problems at once, each with file:line and key), and return a Config; ConfigError
-    otherwise. `flags` (attribute path -> `--flag`): a problem with a value the command line
+    otherwise. `flags` (key -> `--flag`): a problem with a value the command line
     gave is blamed on its flag (`fastverifyd --nnodes: ...`), never on a config file that may
     not exist. A key given by its old name loads as the key, with a note in `Config.notes`.
     `flags` and `Config.given` are keyed by key ("exporter.metrics_listen")."""

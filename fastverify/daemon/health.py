@@ -34,7 +34,10 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastverify.api_models import StatusBody
 
 log = logging.getLogger("fastverifyd.health")
 
@@ -49,7 +52,7 @@ HELD = ("STOPPING", "STARTING", "VERIFYING", "ROLLING_BACK", "BACKOFF")
 class Health:
     """The verdicts, from the facade's status and the main loop's heartbeat."""
 
-    def __init__(self, status: Callable[[], dict[str, Any]], stale_after_s: float = 30.0):
+    def __init__(self, status: Callable[[], StatusBody], stale_after_s: float = 30.0):
         self._status = status
         self.stale_after_s = stale_after_s
         self._beat = time.monotonic()
@@ -118,7 +121,7 @@ class Health:
         return False, _brief(st, f"starting: state {st.get('state')}{loading}")
 
 
-def _brief(st: dict[str, Any], why: str) -> dict[str, Any]:
+def _brief(st: StatusBody, why: str) -> dict[str, Any]:
     return {"state": st.get("state"), "profile": st.get("profile"), "mode": st.get("mode"),
             "why": why}  # fmt: skip
 

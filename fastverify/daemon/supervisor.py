@@ -15,6 +15,7 @@ import contextlib
 import logging
 from typing import Any
 
+from fastverify.api_models import StatusBody
 from fastverify.config import Config
 from fastverify.daemon.baselines import baseline_records
 from fastverify.daemon.controller import Controller
@@ -98,7 +99,7 @@ class Supervisor:
     def status_line(self) -> str:
         return self.api.status_line()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> StatusBody:
         return self.api.status()
 
     def startup(self) -> None:
