@@ -4,6 +4,7 @@ wrong and what would be right; and a bad file stops `fastverifyd` at start."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -157,12 +158,24 @@ def test_fastverifyd_refuses_to_start_naming_the_key(tmp_path: Path) -> None:
 
 def test_example_config_is_valid_and_the_defaults() -> None:
     cfg = config.load(REPO / "docs" / "reference" / "config.example.toml")
-    assert cfg.daemon == config.Config().daemon and cfg.server == config.Config().server
+    assert dataclasses.replace(cfg, source="") == config.Config()
+
+
+def test_a_key_is_read_where_its_name_says() -> None:
+    """`restart.backoff_s` is `cfg.restart.backoff_s`: each table a dataclass, each key a
+    field of it under its own name (no key declared in another table or under another name)."""
+    import functools
+
+    cfg = config.Config()
+    for info in config.KEYS:
+        assert functools.reduce(getattr, info.key.split("."), cfg) == info.default, info.key
+    tables = {t for t in config.TABLES if t not in {k.key for k in config.KEYS}}
+    for table in tables:  # [server.eagle3] is cfg.server.eagle3, with its table's help
+        holder = functools.reduce(getattr, table.split("."), cfg)
+        assert dataclasses.is_dataclass(holder) and type(holder).__doc__, table
 
 
 def test_every_config_field_has_a_check() -> None:
-    import dataclasses
-
     def fields(value: Any, prefix: str) -> dict[str, Any]:
         """{"server.eagle3.num_steps": 3, ...}: every field of `value`'s tables, by path."""
         out: dict[str, Any] = {}
