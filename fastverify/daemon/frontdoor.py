@@ -19,6 +19,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from fastverify.config import Config
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.frontdoor_group import FrontDoorGroup
 from fastverify.daemon.launcher import without_port
@@ -74,7 +75,7 @@ class DoorSteps:
         h = c.current
         if (
             self.group is None
-            or c.cfg.daemon.frontdoor_mode != "standby"
+            or c.cfg.frontdoor.mode != "standby"
             or h is None
             or not (h.serving and h.alive())
         ):
@@ -87,16 +88,15 @@ class DoorSteps:
 
     def standby_port(self) -> int:
         """The internal port the serving engine does not use (the two take turns)."""
-        d = self.c.cfg.daemon
         first = int(self.c.cfg.server.port)
-        second = int(d.frontdoor_standby_port or first + 1)
+        second = int(self.c.cfg.frontdoor.standby_port or first + 1)
         h = self.c.current
         return second if h is not None and engine_port(h.url) == first else first
 
     def drain_port(self, op: Any, port: int) -> dict[str, Any] | None:
         """After a standby cut-over: the old engine's requests in flight get up to
         `drain_timeout_s` to finish; what is still in flight then will be cut."""
-        timeout = self.c.cfg.daemon.frontdoor_drain_timeout_s
+        timeout = self.c.cfg.frontdoor.drain_timeout_s
         t0 = time.monotonic()
         deadline = t0 + timeout
         while True:
@@ -227,7 +227,7 @@ class DoorSteps:
         if self.group is None or self.c.current is None:
             return
         held = self._command(None, "hold")
-        timeout = self.c.cfg.daemon.frontdoor_drain_timeout_s
+        timeout = self.c.cfg.frontdoor.drain_timeout_s
         if held and held.get("in_flight"):
             self.c.say(f"front door: holding new requests; {held['in_flight']} in flight get up "
                        f"to {timeout:g} s to finish")  # fmt: skip
@@ -314,7 +314,7 @@ class DoorSteps:
         if self.group is None:
             return {"mode": "off"}
         out: dict[str, Any] = {
-            "mode": self.c.cfg.daemon.frontdoor_mode,
+            "mode": self.c.cfg.frontdoor.mode,
             "listen": layout.public_url(self.c.cfg),
             "pid": self.group.pid,
             "restarts": self.group.restarts,
@@ -364,7 +364,7 @@ class DoorSteps:
     def engine_fields(self, h: Any) -> dict[str, Any]:
         return {}
 
-    def reconfigure(self, cfg: Any, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Any) -> None:
         """The front door keeps the configuration it was started with until it restarts."""
 
     def metrics(self) -> dict[str, Any] | None:
@@ -409,5 +409,5 @@ def standby_fit(core: Any, mode: str, load_format: str | None = None) -> Fit:
         engine=memory.figures() if memory is not None else None,
         kv_tokens=memory.kv_tokens if memory is not None else None,
         shared_bytes=shared,
-        kv_share=core.cfg.daemon.frontdoor_standby_kv_share,
+        kv_share=core.cfg.frontdoor.standby_kv_share,
     )
