@@ -12,6 +12,10 @@
 #       8B-shaped model with an EAGLE-3 head, dummy weights (benchmarks/gpu/spec_sglang.py);
 #       files under .gpucarry/ (an earlier call's spec costs journal) are copied into the
 #       work dir first
+#   FRONTDOOR_MODE=hold bash benchmarks/gpu/real_sglang.sh frontdoor [options]
+#       switches under closed-loop load through fastverifyd's front door (hold, standby or
+#       off) on the 8B-shaped model, dummy weights (benchmarks/gpu/frontdoor_sglang.py); its
+#       files are named frontdoor-MODE (two calls on a warm machine keep theirs apart)
 #
 # CALL_S=570 gives the steps what is left of a call of that many seconds once the pack, the
 # wheels and the checkpoint are in place (it sets --budget-s).
@@ -23,6 +27,11 @@
 set -u
 SHAPE=${1:-tiny}
 shift || true
+TAG=$SHAPE
+if [ "$SHAPE" = frontdoor ]; then
+  export FRONTDOOR_MODE=${FRONTDOOR_MODE:-hold}
+  TAG=frontdoor-$FRONTDOOR_MODE
+fi
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO" || exit 2
 OUTD=${OUT:-/tmp/real-sglang-out}
@@ -30,7 +39,7 @@ mkdir -p "$OUTD"
 PY=${PY:-/opt/torch/.venv/bin/python3}
 PK=$REPO/.sglpack
 SITE=$REPO/.sglenv/site
-WORK=${WORK:-/tmp/real-sglang-$SHAPE}
+WORK=${WORK:-/tmp/real-sglang-$TAG}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
 
@@ -94,7 +103,7 @@ EOF
 chmod +x "$WRAP"
 # the imports the drafter's graph capture and argument resolution need (seconds, printed;
 # the spec8b calls, whose every second counts, have seen them succeed)
-[ "$SHAPE" = spec8b ] || timeout 120 "$WRAP" - <<'PYEOF' 2>&1 | tail -5
+[ "$SHAPE" = spec8b ] || [ "$SHAPE" = frontdoor ] || timeout 120 "$WRAP" - <<'PYEOF' 2>&1 | tail -5
 for m in ("deep_gemm.utils.layout", "sglang.srt.layers.attention.dsa_backend",
           "sglang.srt.layers.attention.deepseek_v4_backend",
           "sglang.srt.layers.attention.flashmla_backend"):
@@ -127,6 +136,13 @@ if [ "$SHAPE" = spec8b ]; then
     [ -f "$f" ] && [ ! -s "$WORK/$(basename "$f")" ] && cp "$f" "$WORK/" && echo "carried in: $f"
   done
 fi
+if [ "$SHAPE" = frontdoor ]; then
+  MODEL=$REPO/benchmarks/gpu/sglang_pack/llama8b-shape  # its tokenizer is written at run time
+  DRAFT=""
+  EXTRA=(--load-format dummy --mode "$FRONTDOOR_MODE")
+  SCRIPT=benchmarks/gpu/frontdoor_sglang.py
+  rm -rf "$WORK/raw" "$WORK/results.json"
+fi
 BUDGET=()
 HARD=()
 if [ -n "${CALL_S:-}" ]; then
@@ -137,10 +153,10 @@ if [ -n "${CALL_S:-}" ]; then
 fi
 "${HARD[@]}" "$PY" "$SCRIPT" --engine sglang --python "$WRAP" --model "$MODEL" \
   ${DRAFT:+--draft "$DRAFT"} --work "$WORK" --label "SGLang 0.5.17, TP 1, one $GPU, $SHAPE" \
-  "${EXTRA[@]}" "$@" "${BUDGET[@]}" 2>&1 | tee "$OUTD/run-$SHAPE.log"
+  "${EXTRA[@]}" "$@" "${BUDGET[@]}" 2>&1 | tee "$OUTD/run-$TAG.log"
 RC=${PIPESTATUS[0]}
-cp "$WORK/results.json" "$OUTD/results-$SHAPE.json" 2>/dev/null
+cp "$WORK/results.json" "$OUTD/results-$TAG.json" 2>/dev/null
 cp "$WORK"/*.journal.jsonl "$OUTD/" 2>/dev/null
-tar -C "$WORK" -cf - raw | xz -T8 -6 >"$OUTD/raw-$SHAPE.tar.xz"
+tar -C "$WORK" -cf - raw | xz -T8 -6 >"$OUTD/raw-$TAG.tar.xz"
 ls -la "$OUTD"
 exit "$RC"
