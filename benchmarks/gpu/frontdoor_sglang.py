@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -55,49 +56,88 @@ PACK = REPO / "benchmarks" / "gpu" / "sglang_pack"
 MODES = ("off", "hold", "standby")
 # (profile, seconds planned for it on the 8B shape: a restart ~60 s; tree-ll's failed start
 # plus the rollback's start, or a restart where it serves)
-SWITCHES: tuple[tuple[str, float], ...] = (("ring-ll", 70), ("tree-ll", 130),
-                                           ("nccl-default", 70))  # fmt: skip
-START_S = 190  # a cold 8B-shape start: 130-190 s (JIT builds, graph capture)
+SWITCHES: tuple[tuple[str, float], ...] = (("ring-ll", 70), ("tree-ll", 130), ("nccl-default", 70))
+# a cold 8B-shape start: 130-190 s (JIT builds, graph capture); from a checkpoint with the
+# weight cache, the cache's own start and load come first
+START_S = {"dummy": 190, "checkpoint": 240}
 STOP_S = 15
 # The realistic shape's flags with a tokenizer (the OpenAI routes apply a chat template and
-# decode) and a static share both engines of a standby switch can live with on one GPU:
-# SGLang 0.5.17 sizes a KV pool as share x (memory free before its load) - weights
-# (mem_cache/kv_cache_configurator.py `_profile_available_bytes`), so a second engine beside
-# one at 0.5 of an 80 GiB card still gets a pool.
+# decode).
 FD_SGLANG_ARGS = [
     "--attention-backend", "triton", "--sampling-backend", "pytorch",
     "--grammar-backend", "none", "--mm-feature-transport", "cpu",
     "--max-running-requests", "32", "--cuda-graph-max-bs-decode", "32",
 ]  # fmt: skip
-SGLANG_COUNTERS = ("sglang:num_requests_total", "sglang:num_aborted_requests_total",
-                   "sglang:num_running_reqs", "sglang:num_queue_reqs",
-                   "sglang:generation_tokens_total", "sglang:prompt_tokens_total",
-                   "sglang:http_requests_total", "sglang:num_retracted_requests_total")  # fmt: skip
+# The static share, the same in every mode, small enough for a standby switch on an 80 GiB
+# card: SGLang 0.5.17 sizes a KV pool as share x (memory free before its load) - the weights
+# it loads (mem_cache/kv_cache_configurator.py `_profile_available_bytes`); beside 15 GiB of
+# cached weights that is ~0.35 x 64 = 22 GiB for the first engine, and 2 x (22 + graphs) +
+# 15 fits in 80 x 0.95 where 2 x 32 + 15 at 0.5 would not (frontdoor/standby.py's rule).
+MEM_FRACTION = 0.35
+SGLANG_COUNTERS = (
+    "sglang:num_requests_total",
+    "sglang:num_aborted_requests_total",
+    "sglang:num_running_reqs",
+    "sglang:num_queue_reqs",
+    "sglang:generation_tokens_total",
+    "sglang:prompt_tokens_total",
+    "sglang:http_requests_total",
+    "sglang:num_retracted_requests_total",
+)
 
 
-def write_tokenizer(model: Path, out: Path) -> Path:
-    """`model`'s config beside a word-level tokenizer covering its whole vocabulary ("wN" for
-    id N, the config's BOS/EOS as special tokens) and a plain chat template: enough for
-    SGLang's OpenAI routes on dummy weights (random ids decode to "wN" words)."""
+def with_tokenizer(model: Path, work: Path) -> Path:
+    """A model dir with a word-level tokenizer covering the whole vocabulary ("wN" for id N,
+    the config's BOS/EOS as special tokens) and a plain chat template: enough for SGLang's
+    OpenAI routes on random weights (random ids decode to "wN" words). A checkpoint gets it
+    beside its shards; a config-only dir (dummy weights) is copied into `work` first."""
     cfg = json.loads((model / "config.json").read_text())
+    out = model if any(model.glob("*.safetensors")) else work / f"{model.name}-with-tokenizer"
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copy(model / "config.json", out / "config.json")
+    if out != model:
+        shutil.copy(model / "config.json", out / "config.json")
     special = {cfg["bos_token_id"]: "<|begin_of_text|>", cfg["eos_token_id"]: "<|end_of_text|>"}
     vocab = {special.get(i, f"w{i}"): i for i in range(cfg["vocab_size"])}
-    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for i, s in special.items()]  # fmt: skip
-    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-           "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"},
-           "post_processor": None, "decoder": None,
-           "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"}}  # fmt: skip
+    added = [
+        {
+            "id": i,
+            "content": s,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, s in special.items()
+    ]
+    tok = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"},
+    }
     (out / "tokenizer.json").write_text(json.dumps(tok))
-    template = ("{{ bos_token }}{% for m in messages %}{{ m['role'] }} {{ m['content'] }} "
-                "{% endfor %}{% if add_generation_prompt %}assistant {% endif %}")  # fmt: skip
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": special[cfg["bos_token_id"]],
-        "eos_token": special[cfg["eos_token_id"]], "unk_token": "w0",
-        "model_max_length": cfg.get("max_position_embeddings", 8192),
-        "chat_template": template}))  # fmt: skip
+    template = (
+        "{{ bos_token }}{% for m in messages %}{{ m['role'] }} {{ m['content'] }} "
+        "{% endfor %}{% if add_generation_prompt %}assistant {% endif %}"
+    )
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": special[cfg["bos_token_id"]],
+                "eos_token": special[cfg["eos_token_id"]],
+                "unk_token": "w0",
+                "model_max_length": cfg.get("max_position_embeddings", 8192),
+                "chat_template": template,
+            }
+        )
+    )
     return out
 
 
@@ -110,8 +150,9 @@ class Clients:
         self.records: list[tuple[float, float, bool, str, float | None]] = []
         self.lock = threading.Lock()
         self.halt = threading.Event()
-        self.threads = [threading.Thread(target=self._loop, args=(i % 2 == 0,), daemon=True)
-                        for i in range(n)]  # fmt: skip
+        self.threads = [
+            threading.Thread(target=self._loop, args=(i % 2 == 0,), daemon=True) for i in range(n)
+        ]
 
     def _loop(self, streaming: bool) -> None:
         while not self.halt.is_set():
@@ -158,8 +199,13 @@ class GpuSampler:
 
     def sample(self) -> dict[str, Any]:
         def smi(*q: str) -> list[list[str]]:
-            out = subprocess.run(["nvidia-smi", *q, "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=20, check=False)  # fmt: skip
+            out = subprocess.run(
+                ["nvidia-smi", *q, "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=False,
+            )
             return [[x.strip() for x in ln.split(",")] for ln in out.stdout.splitlines() if ln]
 
         t = round(time.monotonic() - self.t0, 1)
@@ -170,8 +216,13 @@ class GpuSampler:
         for pid, mib in (a for a in apps if len(a) == 2):
             key = owner.get(int(pid), f"other:{pid}") if pid.isdigit() else f"other:{pid}"
             per[key] = per.get(key, 0) + int(float(mib))
-        return {"t_s": t, "gpu_used_mib": [int(float(u[0])) for u in used], "by_process": per,
-                "engines": sorted(k for k in per if not k.startswith("other"))}  # fmt: skip
+        return {
+            "t_s": t,
+            "processes": len(apps),
+            "gpu_used_mib": [int(float(u[0])) for u in used],
+            "by_process": per,
+            "engines": sorted(k for k in per if not k.startswith("other")),
+        }
 
     def start(self) -> None:
         if self.available:
@@ -190,9 +241,16 @@ class GpuSampler:
         inside = [s for s in self.samples if a <= s["t_s"] <= b]
         overlap = [s for s in inside if len(s["engines"]) >= 2]
         peak = max(inside, key=lambda s: sum(s["gpu_used_mib"]), default=None)
+        most = max((s["processes"] for s in inside), default=0)
         top = max(overlap, key=lambda s: sum(s["gpu_used_mib"]), default=None)
-        return {"measured": True, "samples": len(inside), "peak": peak,
-                "overlap_samples": len(overlap), "overlap_peak": top}  # fmt: skip
+        return {
+            "measured": True,
+            "samples": len(inside),
+            "peak": peak,
+            "overlap_samples": len(overlap),
+            "overlap_peak": top,
+            "most_processes_with_gpu_memory": most,
+        }
 
 
 def counters(text: str) -> dict[str, float]:
@@ -221,14 +279,16 @@ def summarize(records: list, windows: list[tuple[float, float]], t0: float) -> d
     split: dict[str, Any] = {}
     for name, inside in (("during_switches", True), ("outside_switches", False)):
         ttft = [r[4] for r in records if r[2] and r[3] == "ok" and during(r[0]) == inside]
-        whole = [r[1] - r[0] for r in records if not r[2] and r[3] == "ok"
-                 and during(r[0]) == inside]  # fmt: skip
+        whole = [
+            r[1] - r[0] for r in records if not r[2] and r[3] == "ok" and during(r[0]) == inside
+        ]
         split[name] = {
             "stream_ttft_ms": {"p50": ms(ttft, 50), "p99": ms(ttft, 99), "n": len(ttft)},
-            "completion_latency_ms": {"p50": ms(whole, 50), "p99": ms(whole, 99),
-                                      "n": len(whole)},  # fmt: skip
-            **{k: sum(1 for r in records if r[3] == k and during(r[0]) == inside)
-               for k in ("failed", "cut", "refused")},  # fmt: skip
+            "completion_latency_ms": {"p50": ms(whole, 50), "p99": ms(whole, 99), "n": len(whole)},
+            **{
+                k: sum(1 for r in records if r[3] == k and during(r[0]) == inside)
+                for k in ("failed", "cut", "refused")
+            },
         }
     done = sorted(r[1] for r in records if r[3] == "ok")
     gaps = []
@@ -240,10 +300,14 @@ def summarize(records: list, windows: list[tuple[float, float]], t0: float) -> d
         before = [t for t in done if t <= a]
         if before:
             marks[0] = before[-1]
-        gaps.append(round(max(y - x for x, y in zip(marks, marks[1:], strict=False)), 2))
-    return {"requests": len(records), **counts, **split,
-            "longest_without_a_completed_request_s": gaps,
-            "windows_s": [[round(a - t0, 1), round(b - t0, 1)] for a, b in windows]}  # fmt: skip
+        gaps.append(round(max(y - x for x, y in itertools.pairwise(marks)), 2))
+    return {
+        "requests": len(records),
+        **counts,
+        **split,
+        "longest_without_a_completed_request_s": gaps,
+        "windows_s": [[round(a - t0, 1), round(b - t0, 1)] for a, b in windows],
+    }
 
 
 class FrontDoorRun(rs.Run):
@@ -251,14 +315,17 @@ class FrontDoorRun(rs.Run):
         cfg = super().config()
         a = self.args
         if a.engine == "sglang":
-            model = write_tokenizer(Path(a.model), self.work / "model-with-tokenizer")
-            cfg["server"]["model_path"] = str(model)
-        cfg["server"]["extra_args"] = [*a.sglang_args, "--mem-fraction-static",
-                                       str(a.mem_fraction)]  # fmt: skip
+            cfg["server"]["model_path"] = str(with_tokenizer(Path(a.model), self.work))
+        cfg["server"]["extra_args"] = [*a.sglang_args, "--mem-fraction-static", str(a.mem_fraction)]
         cfg["server"]["weight_cache"] = a.weight_cache
         self.engine_port = free_port()
-        cfg["frontdoor"] = {"mode": a.mode, "engine_port": self.engine_port,
-                            "max_wait_s": a.max_wait_s, "drain_timeout_s": 60}  # fmt: skip
+        cfg["frontdoor"] = {
+            "mode": a.mode,
+            "engine_port": self.engine_port,
+            "max_wait_s": a.max_wait_s,
+            "drain_timeout_s": 60,
+            **a.frontdoor_keys,
+        }
         return cfg
 
     def engine_url(self) -> str:
@@ -283,6 +350,8 @@ class FrontDoorRun(rs.Run):
 
     def s_switches(self) -> dict[str, Any]:
         a = self.args
+        st = self.status()
+        rs.check(st["state"] == "READY", f"nothing serves: state {st['state']}")
         port = int(self.daemon.server_url.rsplit(":", 1)[1])
         t0 = time.monotonic()
         clients, gpu = Clients(port, a.clients), GpuSampler(self, t0)
@@ -302,32 +371,48 @@ class FrontDoorRun(rs.Run):
             time.sleep(a.window_s)  # load outside any switch
             for name, need in SWITCHES:
                 if self.left() < need + a.window_s + STOP_S:
-                    runs.append({"profile": name, "status": "not run",
-                                 "reason": f"{self.left():.0f} s left, needs ~{need:.0f}"})  # fmt: skip
+                    runs.append(
+                        {
+                            "profile": name,
+                            "status": "not run",
+                            "reason": f"{self.left():.0f} s left, needs ~{need:.0f}",
+                        }
+                    )
                     continue
                 before = self.engine_metrics(f"before-{name}-{len(runs)}")
                 pid = self.status()["engine"]["pid"]
                 ta = time.monotonic()
-                print(f"   switch to {name} ({self.left():.0f} s left, planned ~{need:.0f} s)",
-                      flush=True)  # fmt: skip
+                print(
+                    f"   switch to {name} ({self.left():.0f} s left, planned ~{need:.0f} s)",
+                    flush=True,
+                )
                 rc, out, err = self.ctl("profile", "set", name, "--json", timeout=need + 240)
                 tb = time.monotonic()
                 windows.append((ta, tb))
                 st = self.status()
                 res = out if isinstance(out, dict) else {}
-                self.dump(f"switch-{len(runs)}-{name}.json", {"exit": rc, "stdout": out,
-                                                               "stderr": err[-3000:]})  # fmt: skip
-                runs.append({
-                    "profile": name, "exit": rc, "wall_s": round(tb - ta, 1),
-                    "result": res.get("result"), "switch": res.get("switch"),
-                    "message": (res.get("message") or err[-600:] or None),
-                    "serving_after": [st.get("profile"), st.get("state")],
-                    "engine_replaced": st["engine"].get("pid") != pid,
-                    "sglang_counters_old_engine": before,
-                    "gpu_memory": gpu.during(ta - t0 - 1, tb - t0 + 1),
-                })  # fmt: skip
-                print(f"   {name}: exit {rc}, {res.get('result')}, switch {res.get('switch')}",
-                      flush=True)  # fmt: skip
+                self.dump(
+                    f"switch-{len(runs)}-{name}.json",
+                    {"exit": rc, "stdout": out, "stderr": err[-3000:]},
+                )
+                runs.append(
+                    {
+                        "profile": name,
+                        "exit": rc,
+                        "wall_s": round(tb - ta, 1),
+                        "result": res.get("result"),
+                        "switch": res.get("switch"),
+                        "message": (res.get("message") or err[-600:] or None),
+                        "serving_after": [st.get("profile"), st.get("state")],
+                        "engine_replaced": st["engine"].get("pid") != pid,
+                        "sglang_counters_old_engine": before,
+                        "gpu_memory": gpu.during(ta - t0 - 1, tb - t0 + 1),
+                    }
+                )
+                print(
+                    f"   {name}: exit {rc}, {res.get('result')}, switch {res.get('switch')}",
+                    flush=True,
+                )
                 time.sleep(a.window_s)  # load outside any switch
                 record()
         finally:
@@ -338,9 +423,12 @@ class FrontDoorRun(rs.Run):
         fd["sglang_counters_end"] = self.engine_metrics("end")
         _code, etext = rs._get_text(self.daemon.metrics_url)
         self.dump("exporter-metrics-end.txt", etext)
-        fd["exporter"] = {ln.split(" ")[0]: ln.rsplit(" ", 1)[-1] for ln in etext.splitlines()
-                          if ln.startswith(("fastverify_frontdoor_", "fastverify_switch_downtime"))
-                          and "_bucket" not in ln}  # fmt: skip
+        fd["exporter"] = {
+            ln.split(" ")[0]: ln.rsplit(" ", 1)[-1]
+            for ln in etext.splitlines()
+            if ln.startswith(("fastverify_frontdoor_", "fastverify_switch_downtime"))
+            and "_bucket" not in ln
+        }
         self.dump("gpu-samples.json", gpu.samples)
         self.dump("client-records.json", clients.snapshot())
         self.save()
@@ -349,43 +437,79 @@ class FrontDoorRun(rs.Run):
         return {"switches": len(ran), "see": "results.json 'frontdoor'"}
 
 
-STEPS: list[tuple[str, str, float]] = [
-    ("start", "s_start", START_S),
-    ("switches", "s_switches", SWITCHES[0][1]),  # each switch checks its own need (SWITCHES)
-    ("stop", "s_stop", STOP_S),
-]
+def steps(args: argparse.Namespace) -> list[tuple[str, str, float]]:
+    start = START_S["dummy" if args.load_format == "dummy" else "checkpoint"]
+    return [
+        ("start", "s_start", start),
+        ("switches", "s_switches", SWITCHES[0][1]),  # each switch checks its own need
+        ("stop", "s_stop", STOP_S),
+    ]
 
 
 def plan(args: argparse.Namespace) -> str:
     """The planned seconds per step against the budget."""
-    need = {"start": START_S}
+    need = {"start": steps(args)[0][2]}
     need["switches"] = sum(n for _p, n in SWITCHES) + args.window_s * (len(SWITCHES) + 1)
     need["stop"] = STOP_S
     lines = [f"   {k:<9} ~{v:.0f} s" for k, v in need.items()]
     lines[1] += " (" + ", ".join(f"{p} ~{n:.0f}" for p, n in SWITCHES) + f", {len(SWITCHES) + 1}"
     lines[1] += f" x {args.window_s:.0f} s of load outside switches)"
     total = sum(need.values())
-    return "\n".join(["plan (seconds):", *lines,
-                      f"   total     ~{total:.0f} s of a {args.budget_s:.0f} s budget"])  # fmt: skip
+    return "\n".join(
+        [
+            "plan (seconds):",
+            *lines,
+            f"   total     ~{total:.0f} s of a {args.budget_s:.0f} s budget",
+        ]
+    )
 
 
 def main() -> int:
     def extra(ap: argparse.ArgumentParser) -> None:
-        ap.add_argument("--mode", choices=MODES, default=os.environ.get("FRONTDOOR_MODE", "hold"),
-                        help="[frontdoor] mode (default: $FRONTDOOR_MODE, else hold)")  # fmt: skip
+        ap.add_argument(
+            "--mode",
+            choices=MODES,
+            default=os.environ.get("FRONTDOOR_MODE", "hold"),
+            help="[frontdoor] mode (default: $FRONTDOOR_MODE, else hold)",
+        )
         ap.add_argument("--clients", type=int, default=8, help="half stream chat completions")
         ap.add_argument("--window-s", type=float, default=5.0, help="load outside switches")
-        ap.add_argument("--mem-fraction", type=float, default=0.5)
+        ap.add_argument("--mem-fraction", type=float, default=MEM_FRACTION)
         ap.add_argument("--max-wait-s", type=float, default=300.0)
-        ap.add_argument("--weight-cache", choices=["off", "auto"], default="off",
-                        help="[server] weight_cache (dummy weights: the cache serves none)")  # fmt: skip
+        ap.add_argument(
+            "--weight-cache",
+            choices=["off", "auto"],
+            default=None,
+            help="[server] weight_cache (default: auto from a checkpoint, off on dummy weights, "
+            "which the cache never serves: a standby switch then holds)",
+        )
+        ap.add_argument(
+            "--frontdoor-key",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="one more [frontdoor] key (a JSON value or a string), e.g. standby_kv_share=0.5",
+        )
         ap.add_argument("--shape", default="frontdoor")
 
     args = rs.arguments(extra)
     args.sglang_args = FD_SGLANG_ARGS
+    if args.weight_cache is None:
+        args.weight_cache = "off" if args.load_format == "dummy" else "auto"
+    args.frontdoor_keys = dict(_key_value(kv) for kv in args.frontdoor_key)
     args.label = f"{args.label or args.engine}, front door {args.mode}"
     print(plan(args), flush=True)
-    return rs.run_steps(FrontDoorRun(args), STEPS)
+    return rs.run_steps(FrontDoorRun(args), steps(args))
+
+
+def _key_value(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--frontdoor-key {text!r}: write KEY=VALUE, e.g. standby_kv_share=0.5")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
 
 
 if __name__ == "__main__":

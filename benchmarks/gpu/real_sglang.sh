@@ -14,8 +14,10 @@
 #       work dir first
 #   FRONTDOOR_MODE=hold bash benchmarks/gpu/real_sglang.sh frontdoor [options]
 #       switches under closed-loop load through fastverifyd's front door (hold, standby or
-#       off) on the 8B-shaped model, dummy weights (benchmarks/gpu/frontdoor_sglang.py); its
-#       files are named frontdoor-MODE (two calls on a warm machine keep theirs apart)
+#       off) on the 8B-shaped model (benchmarks/gpu/frontdoor_sglang.py): dummy weights, or
+#       with FRONTDOOR_WEIGHTS=checkpoint (standby's default: the weight cache serves no
+#       dummy weights) the realistic shape's random checkpoint with the weight cache on; its
+#       files are named frontdoor-MODE-WEIGHTS (calls on a warm machine keep theirs apart)
 #
 # CALL_S=570 gives the steps what is left of a call of that many seconds once the pack, the
 # wheels and the checkpoint are in place (it sets --budget-s).
@@ -30,7 +32,11 @@ shift || true
 TAG=$SHAPE
 if [ "$SHAPE" = frontdoor ]; then
   export FRONTDOOR_MODE=${FRONTDOOR_MODE:-hold}
-  TAG=frontdoor-$FRONTDOOR_MODE
+  if [ "$FRONTDOOR_MODE" = standby ]; then
+    FRONTDOOR_WEIGHTS=${FRONTDOOR_WEIGHTS:-checkpoint}
+  fi
+  FRONTDOOR_WEIGHTS=${FRONTDOOR_WEIGHTS:-dummy}
+  TAG=frontdoor-$FRONTDOOR_MODE-$FRONTDOOR_WEIGHTS
 fi
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO" || exit 2
@@ -117,7 +123,8 @@ PYEOF
 MODEL=$REPO/benchmarks/gpu/sglang_pack/tiny-llama
 DRAFT=$REPO/benchmarks/gpu/sglang_pack/tiny-eagle3
 EXTRA=(--load-format dummy)
-if [ "$SHAPE" = realistic ]; then
+if [ "$SHAPE" = realistic ] || [ "$TAG" = "frontdoor-${FRONTDOOR_MODE:-}-checkpoint" ]; then
+  # the realistic shape's random checkpoint (written once per machine: ~20 s)
   MODEL=/tmp/llama8b-random
   DRAFT=""
   EXTRA=(--load-format safetensors --shape realistic)
@@ -137,9 +144,14 @@ if [ "$SHAPE" = spec8b ]; then
   done
 fi
 if [ "$SHAPE" = frontdoor ]; then
-  MODEL=$REPO/benchmarks/gpu/sglang_pack/llama8b-shape  # its tokenizer is written at run time
+  # the model's tokenizer is written at run time (frontdoor_sglang.py)
+  if [ "$FRONTDOOR_WEIGHTS" = checkpoint ]; then
+    EXTRA=(--load-format safetensors --mode "$FRONTDOOR_MODE")
+  else
+    MODEL=$REPO/benchmarks/gpu/sglang_pack/llama8b-shape
+    EXTRA=(--load-format dummy --mode "$FRONTDOOR_MODE")
+  fi
   DRAFT=""
-  EXTRA=(--load-format dummy --mode "$FRONTDOOR_MODE")
   SCRIPT=benchmarks/gpu/frontdoor_sglang.py
   rm -rf "$WORK/raw" "$WORK/results.json"
 fi
