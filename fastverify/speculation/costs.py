@@ -295,7 +295,9 @@ def from_engine_trials(path: str | Path) -> Costs:
             notes[key] = data[key]
     if data.get("verify_ms"):
         notes["verify_ms"] = data["verify_ms"]
-    bench = data.get("bench") if isinstance(data.get("bench"), dict) else {}
+    bench = data.get("bench")
+    if not isinstance(bench, dict):
+        bench = {}
     if isinstance(bench.get("input_len"), int) and isinstance(bench.get("output_len"), int):
         notes["context_tokens"] = bench["input_len"] + bench["output_len"]
     if not measured:
