@@ -380,7 +380,7 @@ class FrontDoorRun(rs.Run):
                     )
                     continue
                 before = self.engine_metrics(f"before-{name}-{len(runs)}")
-                pid = self.status()["engine"]["pid"]
+                pid = (self.status().get("engine") or {}).get("pid")
                 ta = time.monotonic()
                 print(
                     f"   switch to {name} ({self.left():.0f} s left, planned ~{need:.0f} s)",
@@ -404,7 +404,7 @@ class FrontDoorRun(rs.Run):
                         "switch": res.get("switch"),
                         "message": (res.get("message") or err[-600:] or None),
                         "serving_after": [st.get("profile"), st.get("state")],
-                        "engine_replaced": st["engine"].get("pid") != pid,
+                        "engine_replaced": (st.get("engine") or {}).get("pid") != pid,
                         "sglang_counters_old_engine": before,
                         "gpu_memory": gpu.during(ta - t0 - 1, tb - t0 + 1),
                     }
