@@ -29,6 +29,7 @@ benchmarks/gpu/decision_report.py turns the results files into the figures with 
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -58,7 +59,7 @@ BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 BETWEEN_KEYS = (3, 6, 12, 24)
 PROMPTS = (128, 1024)
 OUTPUT_LEN = 128
-WINDOW_S = 8
+WINDOW_S = 6
 COSTS_ARGS = ["--max-steps", "3", "--batch-sizes", ",".join(map(str, BATCH_SIZES)), "-d", "5",
               "--input-len", "128", "--output-len", str(OUTPUT_LEN), "--warmup", "1",
               "--no-traces"]  # fmt: skip
@@ -73,9 +74,57 @@ class SpecRun(rs.Run):
             env.update({FORCE: f"{length:g}", **FORCE_METHOD})
         return env
 
+    # A restart of the 8B shape costs ~60 s of a 10-minute call, so the call's first start
+    # already serves what its first step asks for (the engine, its env and server keys).
+    serving: tuple[str, str] | None = None
+
+    def engine_of(self, step: str) -> tuple[str, dict[str, str], dict[str, Any]] | None:
+        """The engine a step serves first: (mode, server.env, other server keys)."""
+        k1 = {"eagle3": {"num_steps": 1, "topk": 1, "num_draft_tokens": 2}}
+        if step == "accept_fixed3":
+            return "eagle3", self.forced(PLANNED_ACCEPT), {}
+        if step == "plan_served":
+            plan = self._plan()
+            mode = "adaptive" if plan["plans"][str(PROMPTS[0])].get("drafts") else "baseline"
+            return mode, self.forced(PLANNED_ACCEPT), {"adaptive_config": plan["path"]}
+        if step == "costs8b":  # its first trial; the cost run puts it back when done
+            return "baseline", {}, {}
+        if step == "baseline_c":
+            return "baseline", {}, {}
+        if step == "fixed_k12":
+            return "eagle3", self.forced(PLANNED_ACCEPT), k1
+        return None
+
+    def config(self) -> dict[str, Any]:
+        cfg = super().config()
+        first = next((s for s, *_ in STEPS if s in self.args.steps and s != "start"), "")
+        opening = self.engine_of(first) if first else None
+        if opening:
+            mode, env, server = opening
+            cfg["server"].update(mode=mode, env=env, **server)
+            self.serving = self.serving_key(mode, env, server)
+        return cfg
+
+    @staticmethod
+    def serving_key(mode: str, env: dict[str, str], server: dict[str, Any]) -> tuple[str, str]:
+        """What an engine serves: its mode, env and server keys, an adaptive config by content."""
+        keys = dict(server)
+        if keys.get("adaptive_config"):
+            keys["adaptive_config"] = Path(keys["adaptive_config"]).read_text()
+        return mode, json.dumps([env, keys], sort_keys=True)
+
+    def reconfigure(self, **server: Any) -> None:
+        self.serving = None
+        super().reconfigure(**server)
+
     def serve(self, mode: str, env: dict[str, str], **server: Any) -> dict[str, Any]:
         """Reconfigure (server.env and keys) and (re)start the engine in `mode`; the switch's
-        wall time and result."""
+        wall time and result. An engine already serving exactly that is kept."""
+        if self.serving == self.serving_key(mode, env, server):
+            st = self.status()
+            rs.check(st["mode"] == mode and st["state"] == "READY", f"serving {st['mode']}")
+            return {"switch_wall_s": 0.0, "engine_env_forced": env.get(FORCE),
+                    "kept_first_start": True}  # fmt: skip
         self.reconfigure(env=env, **server)
         t = time.monotonic()
         rc, out, err = self.ctl("mode", "set", mode, "--json")
@@ -103,6 +152,7 @@ class SpecRun(rs.Run):
     def s_costs8b(self) -> dict[str, Any]:
         journal = Path(self.args.journal or self.work / "spec-costs-8b.journal.jsonl")
         costs = self.work / "spec-costs-8b.json"
+        self.serving = None  # the cost run switches the engine (and puts the first back)
         resume = journal.exists() and journal.stat().st_size > 0
         args = [*COSTS_ARGS, "--journal", str(journal), "--output", str(costs), "--json"]
         if resume:
@@ -163,7 +213,11 @@ class SpecRun(rs.Run):
         from fastverify.speculation import serving
         from fastverify.speculation.acceptance import Acceptance
 
-        h = json.loads((self.raw / "accept-histogram-forced-3.json").read_text())
+        # this call's accept_fixed3, else an earlier call's (carried into the work dir)
+        name = "accept-histogram-forced-3.json"
+        hist_path = next((p for p in (self.raw / name, self.work / name) if p.exists()), None)
+        rs.check(hist_path is not None, f"no {name}: run accept_fixed3 first")
+        h = json.loads(hist_path.read_text())
         acc = Acceptance.from_requests([h["histogram"]], int(h["steps"]))
         costs = spec_costs.from_file(self._costs())
         plans = {}
@@ -242,60 +296,24 @@ STEPS: list[tuple[str, str, float]] = [
     ("start", "s_start", 240),  # the first start pays the JIT builds (~130 s on the H200)
     ("costs8b", "s_costs8b", 150),  # resumable: runs to the budget, then Ctrl-C
     ("accept_fixed3", "s_accept_fixed3", 110),
-    ("plan_served", "s_plan_served", 230),
-    ("lower_accept", "s_lower_accept", 110),
+    ("plan_served", "s_plan_served", 200),
+    ("lower_accept", "s_lower_accept", 90),
     ("baseline_c", "s_baseline_c", 160),
-    ("fixed_k12", "s_fixed_k12", 200),
+    ("fixed_k12", "s_fixed_k12", 130),
     ("steps0_skip", "s_steps0_skip", 160),
     ("stop", "s_stop", 5),
 ]
 
 
 def main() -> int:
-    import argparse
+    def extra(ap: argparse.ArgumentParser) -> None:
+        ap.add_argument("--journal", default="", help="spec costs' journal (kept across calls)")
+        ap.add_argument("--costs", default="", help="a cost file of an earlier call")
+        ap.add_argument("--shape", default="spec8b")
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--engine", choices=["sglang", "sim"], default="sim")
-    ap.add_argument("--python", default="")
-    ap.add_argument("--model", default="")
-    ap.add_argument("--draft", default="")
-    ap.add_argument("--load-format", default="dummy")
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--label", default="")
-    ap.add_argument("--steps", type=lambda s: [x for x in s.split(",") if x], default=[])
-    ap.add_argument("--budget-s", type=float, default=540)
-    ap.add_argument("--start-timeout", type=float, default=420)
-    ap.add_argument("--sim-load-seconds", type=float, default=2.0)
-    ap.add_argument("--sim-sglang-version", default="0.5.17")
-    ap.add_argument("--journal", default="", help="spec costs' journal (kept across calls)")
-    ap.add_argument("--costs", default="", help="a cost file of an earlier call")
-    ap.add_argument("--shape", default="spec8b")
-    args = ap.parse_args()
+    args = rs.arguments(extra)
     args.sglang_args = rs.REALISTIC_SGLANG_ARGS
-    if args.steps and "start" not in args.steps:
-        args.steps = ["start", *args.steps]
-    if args.steps and "stop" not in args.steps:
-        args.steps.append("stop")
-    run = SpecRun(args)
-
-    def stopped(signum: int, _frame: object) -> None:
-        args.budget_s = 0
-        raise rs.StepFailed(f"stopped by signal {signum} (the call's time ran out)")
-
-    signal.signal(signal.SIGTERM, stopped)
-    try:
-        for name, method, need in STEPS:
-            if name == "stop" or run.d is not None or name == "start":
-                run.step(name, getattr(run, method), need if name != "stop" else 0)
-    finally:
-        if run.d is not None:
-            with contextlib.suppress(Exception):
-                run.keep_logs()
-            with contextlib.suppress(Exception):
-                run.d.close(check_leaks=False)
-        run.save()
-    print(json.dumps({s["step"]: s["status"] for s in run.results["steps"]}, indent=1))
-    return 1 if any(s["status"] == "failed" for s in run.results["steps"]) else 0
+    return rs.run_steps(SpecRun(args), STEPS)
 
 
 if __name__ == "__main__":
