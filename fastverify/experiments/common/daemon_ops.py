@@ -14,9 +14,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 SWITCH_ATTEMPTS = 5
@@ -65,11 +68,37 @@ def _streamed(
     from fastverify import api_models as m
     from fastverify.client import ConnectionLost
 
-    for ev in client.follow(m.SET_PROFILE, timeout=timeout_s, **{**body, "stream": True}):
+    with _ctrl_c_held():  # until the daemon has said whether it took the switch
+        events = iter(client.follow(m.SET_PROFILE, timeout=timeout_s, **{**body, "stream": True}))
+        first = next(events, None)
+    for ev in itertools.chain([first] if first is not None else [], events):
         if ev.get("event") == "result":
             return {k: v for k, v in ev.items() if k not in ("event", "ts")}
         on_event(ev)
     raise ConnectionLost("the daemon's event stream ended without the switch's result")
+
+
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Ctrl-C held back while a switch request is on its way, raised once the daemon has
+    answered it (its first event, or its refusal): an interrupt in between would leave this
+    client not knowing whether a switch starts, and the restore after it might find nothing
+    to queue behind (answered `unchanged`, then the switch starts). Where Python's own Ctrl-C
+    handler is not installed (another thread, SIGINT ignored), nothing changes."""
+    held: list[int] = []
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if held:
+            raise KeyboardInterrupt
 
 
 def capture_under_load(
