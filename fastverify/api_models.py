@@ -153,6 +153,10 @@ health (object | null): the watch of SGLang's `/health_generate` after READY: `{
 capabilities (object | null): the engine's own all-reduce capabilities (below)
 """)
 
+# The keys every part's status section has besides its own fields (`parts` below)
+PART_SUMMARY = "summary"
+PART_SHARED_LOADS = "shared_loads"
+
 STATUS_FIELDS = _described("""
 state (str): STOPPED, STARTING, VERIFYING, READY, STOPPING, FAILED, ROLLING_BACK or BACKOFF
   (transitions: `fastverify/daemon/states.py`)
@@ -184,6 +188,10 @@ sglang (object | null): the server's SGLang release and the facts serving it
 findings (list): what the daemon found wrong and works around, one sentence each
 daemon (object): `{pid, state_dir, fingerprint}`; `fingerprint`: the host fingerprint `{id,
   facts}` computed at start (docs/guides/host.md; null until known)
+parts (list): the sections below that the daemon's parts add (docs/architecture.md,
+  "Parts"), in order; each has, besides its own fields, `summary` (list: its lines in
+  `fastverifyctl status`) and `shared_loads` (list: the modes whose real-weight loads it
+  serves from memory two engines share)
 weight_cache (object): SGLang's weight-cache daemon as fastverifyd runs it
   (docs/guides/weight-cache.md): `{setting, state, available, speculative, restarts, last_failure,
   mismatch, pid?, pgid?, ranks?, rank_pids?, adopted?, started_at?, ready_s?, log?, argv?,

@@ -79,11 +79,6 @@ class Controller(Core):
         if (group := getattr(self.launcher, "group", None)) is not None:
             group.exit_lock = self._lock  # an engine's exit and its crash step: one step
 
-    @property
-    def cache(self) -> Any:
-        """The weight cache (its process group, built by the weights part: weights.py)."""
-        return self.weights.cache
-
     def tick(self) -> None:
         """From the main loop (~1/s): a serving engine's watch and lost workers (crashes.py)."""
         self.crash_steps.tick()

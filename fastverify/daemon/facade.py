@@ -186,6 +186,7 @@ class ControlFacade:
                 },
             }
         engine["identity"] = self.engine_identity()
+        out["parts"] = [part.STATUS for part in c.parts]  # each part's section, in order
         for part in c.parts:  # outside the lock: a part may ask the system (NVML, a socket)
             out[part.STATUS] = part.status()
         # outside the lock: the first answer for an argv may probe the host (nvidia-smi)

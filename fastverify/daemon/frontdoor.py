@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.frontdoor_group import FrontDoorGroup
+from fastverify.daemon.parts import section
 from fastverify.frontdoor import layout
 from fastverify.frontdoor.standby import Fit, decide
 
@@ -65,19 +66,17 @@ class DoorSteps:
         return self.want if engine_port(h.url) == self.want else None
 
     # ------------------------------------------------------------------ process group
-    def start_up(self) -> None:
-        """Before the first engine starts: adopt the front door a killed daemon left, or
-        start one that holds until the engine serves."""
+    def adopt(self) -> str | None:
+        """Before the first engine starts (clients wait for it there): adopt the front door
+        a killed daemon left, or start one that holds until the engine serves."""
         if self.group is None:  # a front door an earlier run left on the public port: ours
-            left = FrontDoorGroup(self.c.cfg, self.c.store).stop_leftover()
-            if left:
-                self.c.say(left)
-            return
+            return FrontDoorGroup(self.c.cfg, self.c.store).stop_leftover() or None
         message = self.group.adopt()
         if message:
             self.c.say(message)
         if not self.group.alive():
             self._spawn()
+        return None
 
     def _spawn(self) -> None:
         group = self.group
@@ -232,7 +231,12 @@ class DoorSteps:
         return {"mode": self.mode, **episode, "still_holding": True}
 
     def status(self) -> dict[str, Any]:
-        """`status`'s `frontdoor`: mode, state (serving / holding / no_engine / down), counts."""
+        """`status`'s `frontdoor`: mode, state (serving / holding / no_engine / down), counts,
+        and its line in `fastverifyctl status`."""
+        fields = self._fields()
+        return section(fields, [_line(fields)] if self.group is not None else [], [])
+
+    def _fields(self) -> dict[str, Any]:
         if self.group is None:
             return {"mode": "off"}
         out: dict[str, Any] = {
@@ -253,6 +257,9 @@ class DoorSteps:
         keep = ("state", "port", "in_flight", "waiting", "queue_size", "max_wait_s", "totals",
                 "last_episode")  # fmt: skip
         return {**out, **{k: reply.get(k) for k in keep}}
+
+    def sharing(self, mode: str) -> None:
+        return None  # the front door shares no engine's memory
 
     # ------------------------------------------------------------ the part (parts.py)
     NAME = "frontdoor"
@@ -298,26 +305,40 @@ class DoorSteps:
             return None
 
 
+def _line(fd: dict[str, Any]) -> str:
+    """The front door on the public port: its state and what it held, cut and refused."""
+    totals = fd.get("totals") or {}
+    counts = (
+        f"; {fd.get('waiting', 0)} held now, {fd.get('in_flight', 0)} in flight; since start "
+        f"{totals.get('held', 0)} held, {totals.get('cut', 0)} cut, "
+        f"{totals.get('refused', 0)} refused"
+        if totals
+        else ""
+    )
+    where = f" -> engine port {fd['port']}" if fd.get("port") else ""
+    problem = f": {fd['problem']}" if fd.get("problem") else ""
+    return (f"front door: {fd.get('state')} on {fd.get('listen')}{where} (pid {fd.get('pid')}, "
+            f"mode {fd['mode']}){counts}{problem}")  # fmt: skip
+
+
 def standby_fit(core: Any, mode: str) -> Fit:
-    """The decision for a switch to `mode` from what this host reports now."""
+    """The decision for a switch to `mode` from what this host reports now: what the
+    parts let a second engine share with the serving one (parts.Sharing), each GPU's
+    memory and what the serving engine's processes hold."""
     from fastverify.daemon import procs
-    from fastverify.daemon.weight_cache_records import nvml_bytes
     from fastverify.engines.host_probe import gpu_memory_and_sm
 
-    cache = core.cache
-    setting = core.cfg.server.weight_cache
-    serves = setting != "off" and cache.status().get("state") == "ready" and mode == "baseline"
+    shares = [s for part in core.parts if (s := part.sharing(mode)) is not None]
+    sharing = next((s for s in shares if s.serves), shares[0] if shares else None)
+    serves = sharing is not None and sharing.serves
     mib, _ = gpu_memory_and_sm(timeout=5.0) if serves else (None, None)
     h = core.current
     engine = None
     if serves and h is not None and h.alive():
-        engine = nvml_bytes([h.pid, *(p.pid for p in procs.descendants(h.pid))])
-    shared, _ = cache.bytes_held() if serves else (None, "")
+        engine = procs.nvml_bytes([h.pid, *(p.pid for p in procs.descendants(h.pid))])
     return decide(
-        weight_cache=setting,
-        cache_serves=serves,
+        sharing=sharing,
         gpu_bytes=None if mib is None else mib * (1 << 20),
         tp=max(1, core.cfg.server.tp_size // max(1, core.cfg.server.nnodes)),
         engine_bytes=engine,
-        shared_bytes=shared,
     )

@@ -7,9 +7,12 @@ server's environment, readers of its log lines, flags set aside when argvs are c
 its say in each start (`accepted`, `around_spawn`, `after_ready`, `after_failure`, which
 the controller's start calls over every part), the fields it adds to an operation's result
 and to the engine's status, its exporter source (added to the hub in `attach`, fed from what
-the part hears on the bus), its section of `status` (`STATUS`), and what it does when the
-configuration is re-read and when the daemon stops. docs/architecture.md ("Parts") says how
-to add one.
+the part hears on the bus), its section of `status` (`STATUS`: its fields, the lines
+`fastverifyctl status` prints and the modes whose loads it serves from shared memory), what
+it takes over at start-up from a killed daemon (`adopt`), what a second engine would share
+with the serving one through it (`sharing`, the front door's standby asks), and what it
+does when the configuration is re-read and when the daemon stops. docs/architecture.md
+("Parts") says how to add one.
 """
 
 from __future__ import annotations
@@ -18,10 +21,20 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from fastverify.api_models import PART_SHARED_LOADS, PART_SUMMARY
 from fastverify.daemon.events import EventBus
 from fastverify.daemon.failures import Failure
+from fastverify.frontdoor.standby import Sharing
+
+__all__ = ["Part", "Sharing", "Spawn", "section"]
 
 Spawn = Callable[[list[str]], Any]  # argv -> EngineHandle (the launcher's, or a part's around it)
+
+
+
+def section(fields: dict[str, Any], summary: list[str], shared_loads: list[str]) -> dict[str, Any]:
+    """A part's status section: its own fields with the keys every section has."""
+    return {**fields, PART_SUMMARY: summary, PART_SHARED_LOADS: shared_loads}
 
 
 class Part(Protocol):
@@ -55,8 +68,17 @@ class Part(Protocol):
     def attach(self, bus: EventBus, hub: Any) -> None:
         """Subscribe to the bus; with an exporter (`hub` not None), add its source to it."""
 
-    def status(self) -> dict[str, Any] | None:
-        """Its status section (may ask the system: called outside the controller's lock)."""
+    def status(self) -> dict[str, Any]:
+        """Its status section (`section`; may ask the system: called outside the
+        controller's lock)."""
+
+    def adopt(self) -> str | None:
+        """At start-up, before the engine is adopted or started: take over (or stop) what a
+        killed daemon's part left running, start what it runs; what to say (None: nothing)."""
+
+    def sharing(self, mode: str) -> Sharing | None:
+        """What a second engine of `mode` would share with the serving one through this
+        part (None: it shares nothing)."""
 
     def reconfigure(self, cfg: Any, engine: Any) -> None:
         """A re-read configuration (SIGHUP); `engine` is the same kind as before."""

@@ -365,3 +365,27 @@ def wait_gpu_release(pids: Sequence[int], timeout_s: float) -> tuple[bool, str]:
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
+
+
+def nvml_bytes(pids: list[int]) -> int | None:
+    """GPU memory `pids` hold, by NVML (None: no NVML here, or none held)."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    wanted, total = set(pids), 0
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            with contextlib.suppress(Exception):
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    if p.pid in wanted and p.usedGpuMemory:
+                        total += int(p.usedGpuMemory)
+        return total or None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()

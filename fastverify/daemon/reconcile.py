@@ -54,9 +54,10 @@ def start_up(ctl: Controller) -> None:
         profile, mode = cfg.daemon.default_profile, cfg.server.mode
     ctl.active = {"profile": profile, "mode": mode}
     unanswered = interrupted.pending(ctl)  # closed once this start-up has settled
-    note = ctl.cache.adopt()  # the weight cache first: an adopted server maps its weights
-    if note:
-        ctl.say(note, logging.WARNING if "leaving it alone" in note else logging.INFO)
+    for part in ctl.parts:  # first: an adopted server may map what a part holds
+        note = part.adopt()
+        if note:
+            ctl.say(note, logging.WARNING if "leaving it alone" in note else logging.INFO)
     if (op := adopt(ctl)) is not None:
         interrupted.close_after(ctl, unanswered, op)
         return

@@ -130,7 +130,6 @@ class Supervisor:
                 self.bus.publish(AcceptanceRecorded(rec))
         if self.feed is not None:  # what live acceptance is compared with (plan stale)
             self.feed.hub.speculation.set_plan(self.store.load_json(acceptance.PLAN_FILE))
-        self.ctl.door.start_up()  # before the engine: clients wait for it there
         start_up(self.ctl)
 
     def tick(self) -> None:

@@ -1,9 +1,10 @@
 """Whether a standby switch fits: the new engine started beside the serving one needs, per
 GPU, its own KV pool, CUDA graphs and activations (and an EAGLE-3 drafter read from disk)
-while both share the weights the weight cache maps. Decided from what the serving engine
-holds now (NVML per process) against each GPU's memory; without the weight cache, without a
-reading, or when it does not fit, the switch holds instead, and says why. `decide` is the
-rule; fastverifyd reads the figures (daemon/frontdoor.py `standby_fit`)."""
+while both share the weights a part of the daemon maps for both (its `Sharing`). Decided
+from what the serving engine holds now (NVML per process) against each GPU's memory;
+without shared weights, without a reading, or when it does not fit, the switch holds
+instead, and says why. `decide` is the rule; fastverifyd reads the figures
+(daemon/frontdoor.py `standby_fit`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,23 @@ from dataclasses import dataclass
 
 GIB = float(1 << 30)
 HEADROOM = 0.05  # of each GPU: the allocator's slack and the second CUDA context
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """What a second engine of a mode would share with the serving one (a part of the
+    daemon answers it: daemon/parts.py): `serves` whether it does, `why` why not, `bytes`
+    what the shared memory holds on all GPUs together (None: unknown)."""
+
+    serves: bool
+    why: str | None = None
+    bytes: int | None = None
+
+
+NOTHING_SHARED = (
+    "standby needs shared weights (none of the daemon's parts maps them for two engines): "
+    "a second engine would load a second copy of the weights"
+)
 
 
 @dataclass(frozen=True)
@@ -24,22 +42,18 @@ class Fit:
 
 def decide(
     *,
-    weight_cache: str,
-    cache_serves: bool,
+    sharing: Sharing | None,
     gpu_bytes: int | None,
     tp: int,
     engine_bytes: int | None,
-    shared_bytes: int | None,
 ) -> Fit:
-    """`gpu_bytes`: one GPU's memory; `engine_bytes`: what the serving engine's processes
-    hold on all their GPUs together, the mapped weights excluded (NVML counts them with the
-    cache's processes); `shared_bytes`: what the weight cache holds on all GPUs."""
-    if weight_cache == "off":
-        return Fit("hold", "standby needs the weight cache ([server] weight_cache = off): a "
-                   "second engine would load a second copy of the weights")  # fmt: skip
-    if not cache_serves:
-        return Fit("hold", "the weight cache cannot serve this start (a speculative mode, a "
-                   "trial on dummy weights, or the cache is down)")  # fmt: skip
+    """`sharing`: what the two engines would share (None: nothing), with what it holds on
+    all GPUs; `gpu_bytes`: one GPU's memory; `engine_bytes`: what the serving engine's
+    processes hold on all their GPUs together, the shared weights excluded (NVML counts
+    them with the processes that map them for both)."""
+    if sharing is None or not sharing.serves:
+        return Fit("hold", (sharing.why if sharing is not None else None) or NOTHING_SHARED)
+    shared_bytes = sharing.bytes
     if gpu_bytes is None or engine_bytes is None or shared_bytes is None:
         return Fit("hold", "no GPU memory reading here (nvidia-smi and NVML): the overlap "
                    "of two engines cannot be checked")  # fmt: skip

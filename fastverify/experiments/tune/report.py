@@ -122,7 +122,7 @@ def _draw(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict
     if trial:
         from fastverify.experiments.sweep.results import plot
 
-        # a trial row is on dummy weights unless the weight cache served it real weights
+        # a trial row is on dummy weights unless the cached weights served it real weights
         rows = [dict(r, weights=r.get("weights") or "dummy") for r in trial]
         real = sum(r["weights"] != "dummy" for r in rows)
         on = (
@@ -253,7 +253,7 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
     trial = data.get("trial") or {}
     if trial.get("rows"):
         cached = any(r.get("weights") == "real" for r in trial["rows"])
-        what = ("baselines on real weights from the weight cache; EAGLE-3 on dummy weights: "
+        what = ("baselines on real weights cached real weights; EAGLE-3 on dummy weights: "
                 "timings real, accept lengths not" if cached
                 else "dummy weights: timings real, accept lengths not")  # fmt: skip
         lines += _section(f"Trial ({what})", "trial", trial["rows"])
@@ -282,7 +282,7 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         rows = conf["rows"] + [conf[k] for k in ("eagle3", "adaptive") if conf.get(k)]
         lines += _section("Confirm (real weights)", "confirm", _vs_best(rows))
         if conf.get("from_trial"):
-            note = "The finalists' rows are the trial's (real weights from the weight cache):"
+            note = "The finalists' rows are the trial's (cached real weights):"
             lines += ["", note, "none was reloaded."]
         lines += _too_few_runs(rows) + _quantised(rows)
         lines += ["", f"EAGLE-3: {conf.get('eagle3_why')}", "", "Accept lengths:", ""]
