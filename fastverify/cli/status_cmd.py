@@ -172,7 +172,9 @@ def status(st: dict[str, Any], as_json: bool) -> None:
 def _parts(st: dict[str, Any]) -> list[str]:
     """The lines each of the daemon's parts says of itself (its status section's summary)."""
     return [
-        line for name in st.get("parts") or [] for line in (st.get(name) or {}).get(PART_SUMMARY) or []
+        line
+        for name in st.get("parts") or []
+        for line in (st.get(name) or {}).get(PART_SUMMARY) or []
     ]
 
 

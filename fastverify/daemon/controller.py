@@ -66,10 +66,10 @@ class Controller(Core):
 
     def compose(self) -> None:
         """The steps over this core, each in its own module (see the module docstring)."""
-        self.weights = WeightSteps(self)  # the weight cache: a second process group
-        self.door = DoorSteps(self)  # the front door: a third one (hold, drain, cut over)
-        # each feature's own state, say in a start, exporter source, status
-        self.parts = [self.weights, self.door]
+        self.door = DoorSteps(self)  # the front door: the switch's hold, drain and cut over
+        # each feature a part (parts.py): its own state, say in a start, exporter source,
+        # status section; the steps below call over the list and never name one
+        self.parts = [WeightSteps(self), self.door]
         self.starts = Starts(self, self.verifiers)
         self.rollback = RollbackSteps(self, self.starts)
         self.crash_steps = CrashSteps(self, self.starts)

@@ -141,7 +141,7 @@ class Launcher:
             say=lambda *a, **k: self.say(*a, **k),
         )
         self.group.on_exit = lambda h: self.on_exit(h)
-        # What features add to each start (weights.py, for the weight cache): variables of
+        # What the parts add to each start (parts.py, e.g. weights.py): variables of
         # the server's environment, readers of its log lines, flags of its argv that the
         # daemon adds and a comparison of argvs sets aside.
         self.env_parts: list[Callable[[], dict[str, str]]] = []

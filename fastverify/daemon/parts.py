@@ -31,7 +31,6 @@ __all__ = ["Part", "Sharing", "Spawn", "section"]
 Spawn = Callable[[list[str]], Any]  # argv -> EngineHandle (the launcher's, or a part's around it)
 
 
-
 def section(fields: dict[str, Any], summary: list[str], shared_loads: list[str]) -> dict[str, Any]:
     """A part's status section: its own fields with the keys every section has."""
     return {**fields, PART_SUMMARY: summary, PART_SHARED_LOADS: shared_loads}

@@ -2,7 +2,7 @@
 
 `start_up(ctl)`:
 1. restore active / last good / last failure from state.json;
-2. adopt (or stop) the weight cache's group (its own record), then read engine.pid
+2. let each part adopt (or stop) what a killed daemon's part left (parts.py), then read engine.pid
    (group.SupervisedGroup.previous: a group a killed daemon spawned but never recorded is
    stopped, one that is not provably ours is left alone with a finding); adopt the group
    it names when it runs the argv this configuration would build: STOPPED -> STARTING

@@ -82,7 +82,9 @@ class Starts:
         c.stop_engine(h, "failed")  # stops its tail: every line it wrote has been read
         self.keep_failed_tail(op, h)
         again = False
-        for part in c.parts:  # each part reads the failure (the weight cache: SGLang refused it)
+        for (
+            part
+        ) in c.parts:  # each part reads the failure (weights.py: SGLang refused what it served)
             failure, retry = part.after_failure(op, h, failure, cancel)
             again = again or retry
         if again:
@@ -92,7 +94,7 @@ class Starts:
     def _spawn(
         self, op: Any, profile: Any, argv: list[str], cancel: threading.Event
     ) -> EngineHandle | Failure:
-        """The launcher's spawn with every part around it (the weight cache: its gate)."""
+        """The launcher's spawn with every part around it (weights.py: its gate)."""
         c = self.c
 
         def launch(a: list[str]) -> EngineHandle | Failure:
@@ -207,7 +209,7 @@ class Starts:
         )
 
     def _said(self, op: Operation, h: EngineHandle) -> list[str]:
-        """The parts' one-line summaries of a start (the weight cache: where the weights
+        """The parts' one-line summaries of a start (weights.py: where the weights
         came from), as their result fields carry them (`text`)."""
         return [
             rec["text"]
