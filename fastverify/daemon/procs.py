@@ -370,7 +370,7 @@ def wait_gpu_release(pids: Sequence[int], timeout_s: float) -> tuple[bool, str]:
 def nvml_bytes(pids: list[int]) -> int | None:
     """GPU memory `pids` hold, by NVML (None: no NVML here, or none held)."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml  # not found: said once per module, at the first import above
     except ImportError:
         return None
     try:

@@ -13,22 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.durable import atomic_write_json, atomic_write_text
+from fastverify.experiments.common.stats import cell, interval
 from fastverify.experiments.tune.candidates import tp1_text
 from fastverify.experiments.tune.plan import loads_text
 
 
 def _fmt(v: Any, digits: int = 1) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
     if isinstance(v, list | tuple) and len(v) == 2 and all(isinstance(x, float) for x in v):
-        from fastverify.experiments.common.stats import interval
-
         return interval(v)
-    return str(v).replace("|", "/")
+    return cell(v, digits).replace("|", "/")
 
 
 def md_table(heads: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
