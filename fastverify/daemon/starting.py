@@ -82,9 +82,7 @@ class Starts:
         c.stop_engine(h, "failed")  # stops its tail: every line it wrote has been read
         self.keep_failed_tail(op, h)
         again = False
-        for (
-            part
-        ) in c.parts:  # each part reads the failure (weights.py: SGLang refused what it served)
+        for part in c.parts:  # each part reads the failure (weights.py: SGLang refused it)
             failure, retry = part.after_failure(op, h, failure, cancel)
             again = again or retry
         if again:
