@@ -192,6 +192,8 @@ parts (list): the sections below that the daemon's parts add (docs/architecture.
   "Parts"), in order; each has, besides its own fields, `summary` (list: its lines in
   `fastverifyctl status`) and `shared_loads` (list: the modes whose real-weight loads it
   serves from memory two engines share)
+allreduce (object): the all-reduce part's section: the serving engine's TP all-reduce backend
+  as verify confirmed it (`engine.allreduce`'s fields; none before)
 weight_cache (object): SGLang's weight-cache daemon as fastverifyd runs it
   (docs/guides/weight-cache.md): `{setting, state, available, speculative, restarts, last_failure,
   mismatch, pid?, pgid?, ranks?, rank_pids?, adopted?, started_at?, ready_s?, log?, argv?,

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastverify.daemon import events as ev
+from fastverify.daemon.allreduce_part import AllreducePart
 from fastverify.daemon.core import Core
 from fastverify.daemon.crashes import CrashSteps
 from fastverify.daemon.failures import Failure
@@ -69,7 +70,7 @@ class Controller(Core):
         self.door = DoorSteps(self)  # the front door: the switch's hold, drain and cut over
         # each feature a part (parts.py): its own state, say in a start, exporter source,
         # status section; the steps below call over the list and never name one
-        self.parts = [WeightSteps(self), self.door]
+        self.parts = [WeightSteps(self), AllreducePart(self), self.door]
         self.starts = Starts(self, self.verifiers)
         self.rollback = RollbackSteps(self, self.starts)
         self.crash_steps = CrashSteps(self, self.starts)

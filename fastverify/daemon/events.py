@@ -89,7 +89,8 @@ class EngineUp(_Stamped):
     start_seconds: float
     adopted: bool = False
     engine_env: Mapping[str, Any] | None = None  # variables the engine adds (EngineEnv.to_dict)
-    allreduce: Mapping[str, Any] | None = None  # serving backend (allreduce_check.details)
+    # what each part keeps of this engine, by its name (part.engine_fields: parts.py)
+    parts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,6 @@ class ControlFacade:
                 "forced_acceptance": h.forced if h is not None else None,
                 "acceptance_source": forced_label(h.forced) if h is not None else None,
                 "tuner": h.tuner if h is not None else None,  # confirmed at verify
-                "allreduce": h.allreduce if h is not None else None,  # confirmed at verify
                 # the watch of SGLang's /health_generate after READY (daemon/watch.py)
                 "health": h.watch.health() if h is not None and alive and h.watch else None,
             }
@@ -259,10 +258,11 @@ class ControlFacade:
         return {"error": "probing the engine's host (nvidia-smi, FlashInfer); ask again shortly"}
 
     def _probe_caps(self, argv: list[str]) -> dict[str, Any] | None:
+        from fastverify.daemon.allreduce_part import host_of
         from fastverify.engines.allreduce_host import capabilities
 
         try:
-            host = self.ctl.launcher.allreduce_host(argv)
+            host = host_of(self.ctl.launcher, argv)
             return capabilities(host, argv) if host is not None else None
         except Exception as exc:
             return {"error": f"cannot tell the engine's all-reduce capabilities: {exc}"}

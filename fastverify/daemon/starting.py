@@ -166,7 +166,7 @@ class Starts:
                 h.ready_s or 0.0,
                 h.adopted,
                 h.engine_env,
-                h.allreduce,
+                {part.NAME: part.engine_fields(h) for part in c.parts},
             )
         )
 
@@ -198,7 +198,6 @@ class Starts:
             verify=op.verify,
             engine_env=h.engine_env,  # what the engine added to its workers' NCCL env
             tuner=h.tuner,  # what NCCL's INFO output confirmed (None: no tuner profile)
-            allreduce=h.allreduce,  # the TP all-reduce backend SGLang confirmed per rank
             speculation=adaptive_check.summary(list(h.argv)),  # mode adaptive: its plan
             pid=h.pid,
             previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
