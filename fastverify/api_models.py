@@ -189,9 +189,9 @@ findings (list): what the daemon found wrong and works around, one sentence each
 daemon (object): `{pid, state_dir, fingerprint}`; `fingerprint`: the host fingerprint `{id,
   facts}` computed at start (docs/guides/host.md; null until known)
 parts (list): the sections below that the daemon's parts add (docs/architecture.md,
-  "Parts"), in order; each has, besides its own fields, `summary` (list: its lines in
-  `fastverifyctl status`) and `shared_loads` (list: the modes whose real-weight loads it
-  serves from memory two engines share)
+  "Parts"), in order; each (null: nothing to say now) has, besides its own fields, `summary`
+  (list: its lines in `fastverifyctl status`) and `shared_loads` (list: the modes whose
+  real-weight loads it serves from memory two engines share)
 allreduce (object): the all-reduce part's section: the serving engine's TP all-reduce backend
   as verify confirmed it (`engine.allreduce`'s fields; none before)
 weight_cache (object): SGLang's weight-cache daemon as fastverifyd runs it

@@ -7,7 +7,7 @@
     p2p         a profile using PCIe P2P where ACS redirects peer traffic (422 p2p_redirected)
     env         /proc/PID/environ of the server and every descendant holds the profile (verify.py)
     nccl        NCCL's own "X set by environment to Y" lines agree (NCCL_DEBUG=INFO starts)
-    adaptive    mode adaptive: SGLang kept --speculative-adaptive (adaptive_check.py)
+    adaptive    mode adaptive: SGLang kept --speculative-adaptive (speculation_part.py)
     tuner       a tuner profile: NCCL loaded fastverify's plugin (tuner_check.py)
     allreduce   the TP all-reduce backend the profile asks for: refused before the load when
                 it cannot serve, its SGLang lines read while loading, confirmed per rank
@@ -23,14 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastverify.daemon import adaptive_check, allreduce_part, tuner_check, verify
+from fastverify.daemon import allreduce_part, speculation_part, tuner_check, verify
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import DEBUG_VARS, EngineHandle, Launcher
 from fastverify.daemon.resolve import RequestError, Resolver
 from fastverify.daemon.verifier import Check, Context, Finding, Plan, Problem, Verifier
 from fastverify.profiles import env_policy
 from fastverify.redact import mask_argv
-from fastverify.sglang.adaptive import FLAG_ADAPTIVE
 
 
 class ArgvParser(Check):
@@ -142,18 +141,6 @@ class NcclConfirmed(Check):
         return self.ok(message, **evidence)
 
 
-class AdaptiveKept(Check):
-    name = "adaptive"
-
-    def verify(self, h: EngineHandle, ctx: Context) -> Finding:
-        failure = adaptive_check.check(h.argv, str(h.log_path))
-        if failure is not None:
-            return self.failed(failure, line=failure.line)
-        if FLAG_ADAPTIVE not in h.argv:
-            return self.skipped("not mode adaptive")
-        return self.ok("SGLang serves with --speculative-adaptive")
-
-
 class TunerLoaded(Check):
     name = "tuner"
 
@@ -240,7 +227,7 @@ def default_checks(launcher: Launcher, resolver: Resolver) -> list[Verifier]:
         DirectP2P(resolver),
         ProcessEnv(launcher),
         NcclConfirmed(launcher),
-        AdaptiveKept(),
+        speculation_part.Kept(),
         TunerLoaded(),
         allreduce_part.Backend(launcher),
         ProfileCurrent(launcher, resolver),

@@ -44,6 +44,7 @@ from fastverify.daemon.operations import Claim, Operation, OpResult
 from fastverify.daemon.recovery import RecoverySteps
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.rollback import RollbackSteps
+from fastverify.daemon.speculation_part import SpeculationPart
 from fastverify.daemon.starting import Starts
 from fastverify.daemon.states import State
 from fastverify.daemon.verifier import Plan
@@ -70,7 +71,7 @@ class Controller(Core):
         self.door = DoorSteps(self)  # the front door: the switch's hold, drain and cut over
         # each feature a part (parts.py): its own state, say in a start, exporter source,
         # status section; the steps below call over the list and never name one
-        self.parts = [WeightSteps(self), AllreducePart(self), self.door]
+        self.parts = [WeightSteps(self), AllreducePart(self), SpeculationPart(self), self.door]
         self.starts = Starts(self, self.verifiers)
         self.rollback = RollbackSteps(self, self.starts)
         self.crash_steps = CrashSteps(self, self.starts)

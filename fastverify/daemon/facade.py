@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from fastverify.config import SPEC_MODES, weights_label
+from fastverify.config import weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.baselines import check_baseline, with_concurrency
 from fastverify.daemon.controller import Controller
@@ -190,7 +190,6 @@ class ControlFacade:
             out[part.STATUS] = part.status()
         # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
         engine["capabilities"] = self.capabilities(argv)
-        out["speculation"] = self.speculation(out["profile"], out["mode"], argv)
         return out
 
     def engine_identity(self) -> dict[str, Any]:
@@ -203,35 +202,6 @@ class ControlFacade:
             "version": (_sglang_summary(eng) or {}).get("version"),
             "simulated": bool(eng.simulated),
         }
-
-    def speculation(
-        self, profile: str | None, mode: str | None, argv: list[str] | None = None
-    ) -> dict[str, Any] | None:
-        """Active draft steps and seconds at each (the exporter's reading of SGLang's
-        sglang:spec_num_steps), for a drafting mode; None otherwise or without the exporter.
-        `fixed_steps`: mode eagle3's configured step count (its argv), which it always runs."""
-        if mode not in SPEC_MODES or self.feed is None:
-            return None
-        fixed = None
-        flag = "--speculative-num-steps"
-        if mode == "eagle3" and argv and flag in argv[:-1]:
-            fixed = int(argv[argv.index(flag) + 1])
-        r = self.feed.hub.speculation.reading()
-        seconds = {
-            steps: round(secs, 3)
-            for (p, m, steps), secs in r["steps_seconds"].items()
-            if (p, m) == (profile, mode)
-        }
-        drift = r["drift"] or {}
-        live = {
-            str(steps): {"requests": row["requests"],
-                         "accept_length": {str(k): v for k, v in row["accept_length"].items()}}
-            for steps, row in r["live"].items()
-        }  # fmt: skip
-        return {"active_steps": r["active_steps"], "seconds_at_steps": seconds,
-                "fixed_steps": fixed, "live_acceptance": live,
-                "plan_stale": bool(drift.get("stale")), "plan_why": drift.get("why"),
-                "replan": drift.get("replan")}  # fmt: skip
 
     def capabilities(self, argv: list[str] | None) -> dict[str, Any] | None:
         """The engine's all-reduce capabilities for the argv it serves (else the configured
@@ -521,8 +491,7 @@ class ControlFacade:
 
         with self.ctl._lock:
             stored = acceptance.save_plan(self.ctl.store, body)
-        if self.feed is not None:
-            self.feed.hub.speculation.set_plan(stored)
+        self.ctl.bus.publish(ev.PlanStored(stored))  # the speculation part tells the exporter
         self.ctl.say(f"speculation plan stored; adaptive config {stored['adaptive_config']}")
         return stored
 

@@ -157,8 +157,6 @@ class ExporterFeed:
             )
         elif isinstance(e, ev.DecisionRecorded):
             hub.daemon.set_decision(e.profile, e.mode, e.backend, e.applied)
-        elif isinstance(e, ev.AcceptanceRecorded):
-            hub.speculation.on_acceptance(e.record)
         elif isinstance(e, ev.WeightsLoaded):
             hub.daemon.set_start_phases(e.weights.get("phases"))
 

@@ -67,9 +67,9 @@ class Part(Protocol):
     def attach(self, bus: EventBus, hub: Any) -> None:
         """Subscribe to the bus; with an exporter (`hub` not None), add its source to it."""
 
-    def status(self) -> dict[str, Any]:
-        """Its status section (`section`; may ask the system: called outside the
-        controller's lock)."""
+    def status(self) -> dict[str, Any] | None:
+        """Its status section (`section`; None: nothing to say now; may ask the system:
+        called outside the controller's lock)."""
 
     def adopt(self) -> str | None:
         """At start-up, before the engine is adopted or started: take over (or stop) what a

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 from fastverify.config import weights_label
-from fastverify.daemon import adaptive_check
 from fastverify.daemon import events as ev
 from fastverify.daemon.core import Core
 from fastverify.daemon.failures import Failure
@@ -198,7 +197,6 @@ class Starts:
             verify=op.verify,
             engine_env=h.engine_env,  # what the engine added to its workers' NCCL env
             tuner=h.tuner,  # what NCCL's INFO output confirmed (None: no tuner profile)
-            speculation=adaptive_check.summary(list(h.argv)),  # mode adaptive: its plan
             pid=h.pid,
             previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
             phases=dict(op.phases),
