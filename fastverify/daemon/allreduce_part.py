@@ -21,7 +21,7 @@ from fastverify.daemon.events import EngineUp, Event, EventBus
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import EngineHandle, Launcher
 from fastverify.daemon.logs import LineFacts
-from fastverify.daemon.parts import Sharing, Spawn, section
+from fastverify.daemon.parts import BasePart, Spawn, section
 from fastverify.daemon.verifier import Check, Context, Finding, Plan, Problem
 
 log = logging.getLogger("fastverifyd.allreduce")
@@ -129,7 +129,7 @@ class Backend(Check):
         return self.ok(str(details["description"]), **evidence)
 
 
-class AllreducePart:
+class AllreducePart(BasePart):
     """The part (parts.py) over the controller's core: the watch of each start, made from
     the environment it was started with (the launcher's `started_with`), the notes a
     start gets, the exporter source fed at each verified start."""
@@ -149,9 +149,6 @@ class AllreducePart:
             else AllreduceWatch(env, h.argv, has_nvlink(launcher), host=host_of(launcher, h.argv))
         )
 
-    def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
-        return {}
-
     def around_spawn(self, op: Any, argv: list[str], cancel: threading.Event, spawn: Spawn) -> Any:
         """The spawn, then what the start's watch says up front."""
         h = spawn(argv)
@@ -170,14 +167,6 @@ class AllreducePart:
             for note in allreduce_check.start_notes(watch):
                 self.c.say(note)
         return h
-
-    def after_ready(self, op: Any, h: Any) -> Failure | None:
-        return None
-
-    def after_failure(
-        self, op: Any, h: Any, failure: Failure, cancel: threading.Event
-    ) -> tuple[Failure, bool]:
-        return failure, False
 
     def result_fields(self, op: Any, h: Any) -> dict[str, Any]:
         return {PART: confirmed(h)}  # the TP all-reduce backend SGLang confirmed per rank
@@ -203,15 +192,3 @@ class AllreducePart:
     def status(self) -> dict[str, Any]:
         """The serving engine's backend as verify confirmed it (empty before)."""
         return section(dict(confirmed(self.c.current) or {}), [], [])
-
-    def adopt(self) -> str | None:
-        return None  # it runs nothing of its own
-
-    def sharing(self, mode: str) -> Sharing | None:
-        return None
-
-    def reconfigure(self, cfg: Any, engine: Any) -> None:
-        """Read at each start from the launcher's configuration and engine."""
-
-    def shutdown(self) -> None:
-        """Nothing of its own to stop."""

@@ -15,9 +15,8 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from fastverify.daemon.failures import Failure
 from fastverify.daemon.frontdoor_group import FrontDoorGroup
-from fastverify.daemon.parts import section
+from fastverify.daemon.parts import BasePart, section
 from fastverify.frontdoor import layout
 from fastverify.frontdoor.standby import Fit, decide
 
@@ -30,8 +29,9 @@ def engine_port(url: str) -> int:
     return urlsplit(url).port or 80
 
 
-class DoorSteps:
-    """See the module docstring."""
+class DoorSteps(BasePart):
+    """See the module docstring. Its switch's figures are every result's (`core.result`:
+    `switch`), not a field of its own."""
 
     def __init__(self, core: Any) -> None:
         self.c = core
@@ -258,9 +258,6 @@ class DoorSteps:
                 "last_episode")  # fmt: skip
         return {**out, **{k: reply.get(k) for k in keep}}
 
-    def sharing(self, mode: str) -> None:
-        return None  # the front door shares no engine's memory
-
     # ------------------------------------------------------------ the part (parts.py)
     NAME = "frontdoor"
     STATUS = "frontdoor"
@@ -271,26 +268,6 @@ class DoorSteps:
             from fastverify.exporters.collectors.frontdoor import FrontDoorSource
 
             hub.add(FrontDoorSource(hub, self.metrics))
-
-    def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
-        return {}
-
-    def around_spawn(self, op: Any, argv: list[str], cancel: threading.Event, spawn: Any) -> Any:
-        return spawn(argv)
-
-    def after_ready(self, op: Any, h: Any) -> Failure | None:
-        return None
-
-    def after_failure(
-        self, op: Any, h: Any, failure: Failure, cancel: threading.Event
-    ) -> tuple[Failure, bool]:
-        return failure, False
-
-    def result_fields(self, op: Any, h: Any) -> dict[str, Any]:
-        return {}  # the switch's figures are every result's (`core.result`: `switch`)
-
-    def engine_fields(self, h: Any) -> dict[str, Any]:
-        return {}
 
     def reconfigure(self, cfg: Any, engine: Any) -> None:
         """The front door keeps the configuration it was started with until it restarts."""

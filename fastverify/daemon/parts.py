@@ -26,7 +26,7 @@ from fastverify.daemon.events import EventBus
 from fastverify.daemon.failures import Failure
 from fastverify.frontdoor.standby import Sharing
 
-__all__ = ["Part", "Sharing", "Spawn", "section"]
+__all__ = ["BasePart", "Part", "Sharing", "Spawn", "section"]
 
 Spawn = Callable[[list[str]], Any]  # argv -> EngineHandle (the launcher's, or a part's around it)
 
@@ -84,3 +84,49 @@ class Part(Protocol):
 
     def shutdown(self) -> None:
         """The daemon stops: stop what the part runs."""
+
+
+class BasePart:
+    """A part's neutral answers (as verifier.Check's no-ops for a verifier): a part
+    overrides the hooks it uses."""
+
+    NAME = "part"
+    STATUS = "part"
+
+    def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
+        return {}
+
+    def around_spawn(self, op: Any, argv: list[str], cancel: threading.Event, spawn: Spawn) -> Any:
+        return spawn(argv)
+
+    def after_ready(self, op: Any, h: Any) -> Failure | None:
+        return None
+
+    def after_failure(
+        self, op: Any, h: Any, failure: Failure, cancel: threading.Event
+    ) -> tuple[Failure, bool]:
+        return failure, False
+
+    def result_fields(self, op: Any, h: Any) -> dict[str, Any]:
+        return {}
+
+    def engine_fields(self, h: Any) -> dict[str, Any]:
+        return {}
+
+    def attach(self, bus: EventBus, hub: Any) -> None:
+        """No exporter source, nothing heard on the bus."""
+
+    def status(self) -> dict[str, Any] | None:
+        return None
+
+    def adopt(self) -> str | None:
+        return None  # it runs nothing of its own
+
+    def sharing(self, mode: str) -> Sharing | None:
+        return None  # it shares no engine's memory
+
+    def reconfigure(self, cfg: Any, engine: Any) -> None:
+        """Nothing of the configuration is its own."""
+
+    def shutdown(self) -> None:
+        """Nothing of its own to stop."""

@@ -10,15 +10,13 @@ what an engine drafts with is its argv.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from fastverify.config import SPEC_MODES
 from fastverify.daemon import acceptance, adaptive_check
 from fastverify.daemon import events as ev
-from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import EngineHandle
-from fastverify.daemon.parts import Sharing, Spawn, section
+from fastverify.daemon.parts import BasePart, section
 from fastverify.daemon.verifier import Check, Context, Finding
 from fastverify.sglang.adaptive import FLAG_ADAPTIVE
 
@@ -40,7 +38,7 @@ class Kept(Check):
         return self.ok("SGLang serves with --speculative-adaptive")
 
 
-class SpeculationPart:
+class SpeculationPart(BasePart):
     """The part over the controller's core (see the module docstring)."""
 
     NAME = PART
@@ -109,29 +107,3 @@ class SpeculationPart:
 
     def result_fields(self, op: Any, h: Any) -> dict[str, Any]:
         return {PART: adaptive_check.summary(list(h.argv))}  # mode adaptive: its plan
-
-    def engine_fields(self, h: Any) -> dict[str, Any]:
-        return {}
-
-    def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
-        return {}
-
-    def around_spawn(self, op: Any, argv: list[str], cancel: threading.Event, spawn: Spawn) -> Any:
-        return spawn(argv)
-
-    def after_ready(self, op: Any, h: Any) -> Failure | None:
-        return None
-
-    def after_failure(
-        self, op: Any, h: Any, failure: Failure, cancel: threading.Event
-    ) -> tuple[Failure, bool]:
-        return failure, False
-
-    def sharing(self, mode: str) -> Sharing | None:
-        return None
-
-    def reconfigure(self, cfg: Any, engine: Any) -> None:
-        """Nothing of the configuration is its own."""
-
-    def shutdown(self) -> None:
-        """Nothing of its own to stop."""

@@ -24,7 +24,7 @@ from typing import Any
 from fastverify.config import SPEC_MODES, TRIAL_LOAD_FORMAT
 from fastverify.daemon.core import Core
 from fastverify.daemon.failures import Failure
-from fastverify.daemon.parts import Sharing, section
+from fastverify.daemon.parts import BasePart, Sharing, section
 from fastverify.sglang import loglines
 from fastverify.sglang import weight_cache as wc
 
@@ -223,7 +223,7 @@ def weights_summary(
 # ----------------------------------------------------------------------------- the steps
 
 
-class WeightSteps:
+class WeightSteps(BasePart):
     """The weight cache around each start, over the controller's core (see the module
     docstring): the cache's group (daemon/weight_cache.py), and what the launcher asks of it
     per start (the socket/ready templates for the server, the watch of its lines)."""
