@@ -58,7 +58,7 @@ BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 BETWEEN_KEYS = (3, 6, 12, 24)
 PROMPTS = (128, 1024)
 OUTPUT_LEN = 128
-WINDOW_S = 8
+WINDOW_S = 6
 COSTS_ARGS = ["--max-steps", "3", "--batch-sizes", ",".join(map(str, BATCH_SIZES)), "-d", "5",
               "--input-len", "128", "--output-len", str(OUTPUT_LEN), "--warmup", "1",
               "--no-traces"]  # fmt: skip
@@ -86,6 +86,8 @@ class SpecRun(rs.Run):
             plan = self._plan()
             mode = "adaptive" if plan["plans"][str(PROMPTS[0])].get("drafts") else "baseline"
             return mode, self.forced(PLANNED_ACCEPT), {"adaptive_config": plan["path"]}
+        if step == "costs8b":  # its first trial; the cost run puts it back when done
+            return "baseline", {}, {}
         if step == "baseline_c":
             return "baseline", {}, {}
         if step == "fixed_k12":
@@ -99,8 +101,16 @@ class SpecRun(rs.Run):
         if opening:
             mode, env, server = opening
             cfg["server"].update(mode=mode, env=env, **server)
-            self.serving = (mode, json.dumps([env, server], sort_keys=True))
+            self.serving = self.serving_key(mode, env, server)
         return cfg
+
+    @staticmethod
+    def serving_key(mode: str, env: dict[str, str], server: dict[str, Any]) -> tuple[str, str]:
+        """What an engine serves: its mode, env and server keys, an adaptive config by content."""
+        keys = dict(server)
+        if keys.get("adaptive_config"):
+            keys["adaptive_config"] = Path(keys["adaptive_config"]).read_text()
+        return mode, json.dumps([env, keys], sort_keys=True)
 
     def reconfigure(self, **server: Any) -> None:
         self.serving = None
@@ -109,7 +119,7 @@ class SpecRun(rs.Run):
     def serve(self, mode: str, env: dict[str, str], **server: Any) -> dict[str, Any]:
         """Reconfigure (server.env and keys) and (re)start the engine in `mode`; the switch's
         wall time and result. An engine already serving exactly that is kept."""
-        if self.serving == (mode, json.dumps([env, server], sort_keys=True)):
+        if self.serving == self.serving_key(mode, env, server):
             st = self.status()
             rs.check(st["mode"] == mode and st["state"] == "READY", f"serving {st['mode']}")
             return {"switch_wall_s": 0.0, "engine_env_forced": env.get(FORCE),
@@ -141,6 +151,7 @@ class SpecRun(rs.Run):
     def s_costs8b(self) -> dict[str, Any]:
         journal = Path(self.args.journal or self.work / "spec-costs-8b.journal.jsonl")
         costs = self.work / "spec-costs-8b.json"
+        self.serving = None  # the cost run switches the engine (and puts the first back)
         resume = journal.exists() and journal.stat().st_size > 0
         args = [*COSTS_ARGS, "--journal", str(journal), "--output", str(costs), "--json"]
         if resume:
