@@ -21,7 +21,7 @@ crash: the engine died, lost a verified worker or stopped answering SGLang's
   too many crashes in the window -> FAILED: crashes.py. An explicit operation pre-empts a
   crash restart waiting out its backoff.
 recover: FAILED -> STARTING the last good (declared) profile after a backoff, up to
-  daemon.recover_retries times: recovery.py.
+  restart.recover_retries times: recovery.py.
 """
 
 from __future__ import annotations
@@ -315,7 +315,7 @@ class Controller(Core):
         holder = self.slot.holder
         if holder is not None:
             holder.request_cancel("shutdown")
-        budget = timeout if timeout is not None else self.cfg.daemon.stop_grace_s + 15
+        budget = timeout if timeout is not None else self.cfg.restart.stop_grace_s + 15
         deadline = time.monotonic() + budget
         self.slot.wait_idle(max(0.1, budget / 2))
         h = self.current

@@ -15,6 +15,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from fastverify.config import Config
 from fastverify.daemon.frontdoor_group import FrontDoorGroup
 from fastverify.daemon.parts import BasePart, section
 from fastverify.frontdoor import layout
@@ -145,11 +146,11 @@ class DoorSteps(BasePart):
         op.door_down_at = time.monotonic()
         if self.group is None or self.c.current is None:
             return
-        if self.c.cfg.daemon.frontdoor_mode == "standby":
+        if self.c.cfg.frontdoor.mode == "standby":
             op.door_standby = standby_fit(self.c, op.mode).to_dict()
             self.c.say(f"front door: {op.door_standby['why']}; this switch holds")
         held = self._command(None, "hold")
-        timeout = self.c.cfg.daemon.frontdoor_drain_timeout_s
+        timeout = self.c.cfg.frontdoor.drain_timeout_s
         if held and held.get("in_flight"):
             self.c.say(f"front door: holding new requests; {held['in_flight']} in flight get up "
                        f"to {timeout:g} s to finish")  # fmt: skip
@@ -240,14 +241,14 @@ class DoorSteps(BasePart):
         if self.group is None:
             return {"mode": "off"}
         out: dict[str, Any] = {
-            "mode": self.c.cfg.daemon.frontdoor_mode,
+            "mode": self.c.cfg.frontdoor.mode,
             "listen": layout.public_url(self.c.cfg),
             "pid": self.group.pid,
             "restarts": self.group.restarts,
         }
         if self.problem:
             out["problem"] = self.problem
-        if self.c.cfg.daemon.frontdoor_mode == "standby":  # what a switch now would decide
+        if self.c.cfg.frontdoor.mode == "standby":  # what a switch now would decide
             out["standby"] = standby_fit(self.c, self.c.active.get("mode") or "baseline").to_dict()
         if not self.group.alive():
             return {**out, "state": "down"}
@@ -269,7 +270,7 @@ class DoorSteps(BasePart):
 
             hub.add(FrontDoorSource(hub, self.metrics))
 
-    def reconfigure(self, cfg: Any, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Any) -> None:
         """The front door keeps the configuration it was started with until it restarts."""
 
     def metrics(self) -> dict[str, Any] | None:

@@ -29,6 +29,7 @@ from typing import Any
 
 import psutil
 
+from fastverify.config import Config
 from fastverify.daemon import failures, logs, procs, tuner_check, verify
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.group import GroupSpec, Member, Previous, SupervisedGroup
@@ -119,7 +120,7 @@ class Launcher:
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         engine: Any,
         store: StateStore,
         *,
@@ -130,13 +131,15 @@ class Launcher:
         self.store = store
         # say(message, level, stream=True): stream=False keeps a message out of the operation's
         # event stream when a structured event (engine, verify) already tells the client.
-        self.say = say or (lambda msg, level=logging.INFO, **_: log.log(level, msg))
+        self.say: Callable[..., None] = say or (
+            lambda msg, level=logging.INFO, **_: log.log(level, msg)
+        )
         self.on_line: OnLine = lambda h, line, facts: None
         self.on_exit: OnExit = lambda h: None
         self.group: SupervisedGroup[EngineHandle] = SupervisedGroup(
             GroupSpec("engine", procs.ENGINE_ID_VAR, "engine_id", store.pid_path),
-            grace_s=lambda: float(self.cfg.daemon.stop_grace_s),
-            gpu_release_s=lambda: float(self.cfg.daemon.gpu_release_timeout_s),
+            grace_s=lambda: float(self.cfg.restart.stop_grace_s),
+            gpu_release_s=lambda: float(self.cfg.restart.gpu_release_timeout_s),
             say=lambda *a, **k: self.say(*a, **k),
         )
         self.group.on_exit = lambda h: self.on_exit(h)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from fastverify.api_models import PART_SHARED_LOADS, PART_SUMMARY
+from fastverify.config import Config
 from fastverify.daemon.events import EventBus
 from fastverify.daemon.failures import Failure
 from fastverify.frontdoor.standby import Sharing
@@ -79,7 +80,7 @@ class Part(Protocol):
         """What a second engine of `mode` would share with the serving one through this
         part (None: it shares nothing)."""
 
-    def reconfigure(self, cfg: Any, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Any) -> None:
         """A re-read configuration (SIGHUP); `engine` is the same kind as before."""
 
     def shutdown(self) -> None:
@@ -125,7 +126,7 @@ class BasePart:
     def sharing(self, mode: str) -> Sharing | None:
         return None  # it shares no engine's memory
 
-    def reconfigure(self, cfg: Any, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Any) -> None:
         """Nothing of the configuration is its own."""
 
     def shutdown(self) -> None:

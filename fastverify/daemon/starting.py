@@ -47,7 +47,7 @@ class Starts:
         """Spawn (or adopt), wait for readiness, verify. The engine is stopped on failure.
         `op`: an Operation, or a rollback's step inside one (rollback.Step)."""
         c = self.c
-        timeout = timeout_s or c.cfg.daemon.readiness_timeout_s
+        timeout = timeout_s or c.cfg.restart.readiness_timeout_s
         if adopt is None and (taken := c.launcher.port_in_use(argv)) is not None:
             c.say(f"{op.kind} {op.profile}/{op.mode}: {taken.message}", logging.WARNING)
             return taken  # said before a load that would fail only once it is over
