@@ -77,7 +77,7 @@ log = logging.getLogger("fastverifyd.facade")
 
 
 def _add_parts_fields(body: StatusBody | EngineStatus, fields: dict[str, Any]) -> None:
-    """Add what the daemon's parts contribute (`weight_load`, `allreduce`, `weight_cache`, ...):
+    """Add what the daemon's parts contribute (their engine fields and status sections):
     fields the body declares as a part's (NotRequired), named by the part at run time."""
     cast(dict[str, Any], body).update(fields)
 
