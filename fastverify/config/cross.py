@@ -97,7 +97,8 @@ def multinode_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def frontdoor_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(key, why) for a front door whose engine port is the public one."""
+    """(key, why) for a front door whose engine port is the public one, or a standby port
+    that is either of them."""
     flat = by_key(values)
     if flat.get("frontdoor.mode", "off") == "off":
         return []
@@ -109,6 +110,18 @@ def frontdoor_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
     if isinstance(port, int) and inner == 0 and port == 65535:
         return [("frontdoor.engine_port", "server.port = 65535 leaves no port + 1 for "
                  "the engine (expected frontdoor.engine_port set)")]  # fmt: skip
+    if flat.get("frontdoor.mode") != "standby" or not isinstance(port, int):
+        return []
+    engine = inner or port + 1
+    standby = flat.get("frontdoor.standby_port", 0) or engine + 1
+    if standby in (port, engine):
+        return [("frontdoor.standby_port", f"frontdoor.standby_port = {standby} is "
+                 f"{'server.port' if standby == port else 'the engine port'}: the standby "
+                 "engine needs a port of its own (expected another port, or 0 for the engine "
+                 "port + 1)")]  # fmt: skip
+    if standby > 65535:
+        return [("frontdoor.standby_port", f"the engine port {engine} leaves no port + 1 "
+                 "for a standby engine (expected frontdoor.standby_port set)")]  # fmt: skip
     return []
 
 

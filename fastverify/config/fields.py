@@ -405,6 +405,19 @@ class FrontdoorConfig:
             "the exporter and the health watch read the engine there.",
             alias="daemon.frontdoor_engine_port"),
     ] = 0  # fmt: skip
+    standby_port: Annotated[
+        int,
+        Key(c.integer(0, 65535),
+            "The internal port a standby engine starts on beside the serving one (0 = the "
+            "engine port + 1); the engines take turns on the two ports."),
+    ] = 0  # fmt: skip
+    standby_kv_share: Annotated[
+        float,
+        Key(c.fraction(),
+            "The standby engine's KV pool as a share of the serving one's (1 = the same). "
+            "Less lets two engines fit where the same would not, and the new engine then "
+            "serves with that smaller pool (fewer tokens in flight) until its next restart."),
+    ] = 1.0  # fmt: skip
     queue_size: Annotated[
         int,
         Key(c.integer(0, 1_000_000),

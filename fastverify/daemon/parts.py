@@ -76,9 +76,9 @@ class Part(Protocol):
         """At start-up, before the engine is adopted or started: take over (or stop) what a
         killed daemon's part left running, start what it runs; what to say (None: nothing)."""
 
-    def sharing(self, mode: str) -> Sharing | None:
-        """What a second engine of `mode` would share with the serving one through this
-        part (None: it shares nothing)."""
+    def sharing(self, mode: str, load_format: str | None = None) -> Sharing | None:
+        """What a second engine of `mode` (`load_format`: "dummy" for a trial) would share
+        with the serving one through this part (None: it shares nothing)."""
 
     def reconfigure(self, cfg: Config, engine: Any) -> None:
         """A re-read configuration (SIGHUP); `engine` is the same kind as before."""
@@ -123,7 +123,7 @@ class BasePart:
     def adopt(self) -> str | None:
         return None  # it runs nothing of its own
 
-    def sharing(self, mode: str) -> Sharing | None:
+    def sharing(self, mode: str, load_format: str | None = None) -> Sharing | None:
         return None  # it shares no engine's memory
 
     def reconfigure(self, cfg: Config, engine: Any) -> None:

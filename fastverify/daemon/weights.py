@@ -298,16 +298,26 @@ class WeightSteps(BasePart):
         note: str | None = self.cache.adopt()  # an adopted server maps the cache's weights
         return note
 
-    def sharing(self, mode: str) -> Sharing:
-        """A baseline engine started beside the serving one maps the same weights when the
-        cache is ready (the standby's memory: theirs plus the cache's once)."""
+    def sharing(self, mode: str, load_format: str | None = None) -> Sharing:
+        """A baseline engine on real weights started beside the serving one maps the same
+        weights when the cache is ready (the standby's memory: theirs plus the cache's once;
+        on the sim, the simulated cache's bytes when NVML has none)."""
         if self.cache.setting == "off":
             return Sharing(False, "standby needs the weight cache ([server] weight_cache = off):"
                            " a second engine would load a second copy of the weights")  # fmt: skip
-        if self.cache.status().get("state") != "ready" or mode != "baseline":
+        if (
+            self.cache.status().get("state") != "ready"
+            or mode != "baseline"
+            or load_format == TRIAL_LOAD_FORMAT
+        ):
             return Sharing(False, "the weight cache cannot serve this start (a speculative "
                            "mode, a trial on dummy weights, or the cache is down)")  # fmt: skip
         size, _ = self.cache.bytes_held()
+        if size is None:
+            server = self.c.cfg.server
+            size = self.c.engine.simulated_cache_bytes(
+                max(1, server.tp_size // max(1, server.nnodes))
+            )
         return Sharing(True, None, size)
 
     def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:

@@ -208,3 +208,32 @@ def test_a_per_operation_field_in_a_file_is_an_unknown_key(tmp_path: Path) -> No
     path = _write(tmp_path, "[server]\nsteps_override = 2\n")
     with pytest.raises(config.ConfigError, match=r":2: server.steps_override: unknown key"):
         config.load(path)
+
+
+@pytest.mark.parametrize(
+    ("ports", "blamed"),
+    [
+        ("standby_port = 30000", "server.port"),
+        ("engine_port = 31000\nstandby_port = 31000", "the engine port"),
+        ("standby_port = 30001", "the engine port"),  # engine_port 0 = server.port + 1
+        ("standby_kv_share = 0", "(0, 1]"),
+        ("standby_kv_share = 1.5", "(0, 1]"),
+    ],
+)
+def test_a_standby_port_or_kv_share_that_cannot_work_is_refused(
+    tmp_path: Path, ports: str, blamed: str
+) -> None:
+    p = _write(tmp_path, f'[server]\nport = 30000\n\n[frontdoor]\nmode = "standby"\n{ports}\n')
+    with pytest.raises(config.ConfigError) as exc:
+        config.load(p)
+    msg = str(exc.value)
+    assert blamed in msg and "expected" in msg, msg
+    assert "frontdoor.standby_" in msg or "standby_" in msg, msg
+
+
+def test_standby_ports_of_their_own_are_accepted(tmp_path: Path) -> None:
+    p = _write(tmp_path, '[frontdoor]\nmode = "standby"\nstandby_port = 31002\n'
+               "standby_kv_share = 0.5\n")  # fmt: skip
+    cfg = config.load(p)
+    assert (cfg.frontdoor.standby_port, cfg.frontdoor.standby_kv_share) == (
+        31002, 0.5)  # fmt: skip
