@@ -164,23 +164,11 @@ class Launcher:
         )
         self.on_line: OnLine = lambda h, line, facts: None
         self.on_exit: OnExit = lambda h: None
-        self.group: SupervisedGroup[EngineHandle] = SupervisedGroup(
-            GroupSpec("engine", procs.ENGINE_ID_VAR, "engine_id", store.pid_path),
-            grace_s=lambda: float(self.cfg.restart.stop_grace_s),
-            gpu_release_s=lambda: float(self.cfg.restart.gpu_release_timeout_s),
-            say=lambda *a, **k: self.say(*a, **k),
-        )
-        self.group.on_exit = lambda h: self.on_exit(h)
+        self.group = self._engine_group("engine", store.pid_path)
         # A standby engine (the front door's standby mode): started beside the serving one on
         # its own port, recorded in engine-standby.pid until it serves; then handed over to
         # `group`, whose record names the engine it replaces as `retiring` until that stops.
-        self.standby_group: SupervisedGroup[EngineHandle] = SupervisedGroup(
-            GroupSpec("standby engine", procs.ENGINE_ID_VAR, "engine_id", store.standby_pid_path),
-            grace_s=lambda: float(self.cfg.restart.stop_grace_s),
-            gpu_release_s=lambda: float(self.cfg.restart.gpu_release_timeout_s),
-            say=lambda *a, **k: self.say(*a, **k),
-        )
-        self.standby_group.on_exit = lambda h: self.on_exit(h)
+        self.standby_group = self._engine_group("standby engine", store.standby_pid_path)
         self.retiring: dict[str, Any] | None = None
         # What the parts add to each start (parts.py, e.g. weights.py): variables of
         # the server's environment, readers of its log lines, flags of its argv that the
@@ -193,6 +181,18 @@ class Launcher:
         # what they keep of each start from the environment it was started with (None: an
         # adopted engine whose environment cannot be read), before its first line is read
         self.started_with: list[Callable[[EngineHandle, Mapping[str, str] | None], None]] = []
+
+    def _engine_group(self, name: str, record: Path) -> SupervisedGroup[EngineHandle]:
+        """An engine's process group (group.py), recorded at `record`; its exits go to
+        `on_exit`."""
+        group: SupervisedGroup[EngineHandle] = SupervisedGroup(
+            GroupSpec(name, procs.ENGINE_ID_VAR, "engine_id", record),
+            grace_s=lambda: float(self.cfg.restart.stop_grace_s),
+            gpu_release_s=lambda: float(self.cfg.restart.gpu_release_timeout_s),
+            say=lambda *a, **k: self.say(*a, **k),
+        )
+        group.on_exit = lambda h: self.on_exit(h)
+        return group
 
     # ------------------------------------------------------------------ environment
     def url(self, port: int | None = None) -> str:
