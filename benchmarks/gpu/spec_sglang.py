@@ -58,7 +58,7 @@ BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 BETWEEN_KEYS = (3, 6, 12, 24)
 PROMPTS = (128, 1024)
 OUTPUT_LEN = 128
-WINDOW_S = 8
+WINDOW_S = 6
 COSTS_ARGS = ["--max-steps", "3", "--batch-sizes", ",".join(map(str, BATCH_SIZES)), "-d", "5",
               "--input-len", "128", "--output-len", str(OUTPUT_LEN), "--warmup", "1",
               "--no-traces"]  # fmt: skip
@@ -73,9 +73,57 @@ class SpecRun(rs.Run):
             env.update({FORCE: f"{length:g}", **FORCE_METHOD})
         return env
 
+    # A restart of the 8B shape costs ~60 s of a 10-minute call, so the call's first start
+    # already serves what its first step asks for (the engine, its env and server keys).
+    serving: tuple[str, str] | None = None
+
+    def engine_of(self, step: str) -> tuple[str, dict[str, str], dict[str, Any]] | None:
+        """The engine a step serves first: (mode, server.env, other server keys)."""
+        k1 = {"eagle3": {"num_steps": 1, "topk": 1, "num_draft_tokens": 2}}
+        if step == "accept_fixed3":
+            return "eagle3", self.forced(PLANNED_ACCEPT), {}
+        if step == "plan_served":
+            plan = self._plan()
+            mode = "adaptive" if plan["plans"][str(PROMPTS[0])].get("drafts") else "baseline"
+            return mode, self.forced(PLANNED_ACCEPT), {"adaptive_config": plan["path"]}
+        if step == "costs8b":  # its first trial; the cost run puts it back when done
+            return "baseline", {}, {}
+        if step == "baseline_c":
+            return "baseline", {}, {}
+        if step == "fixed_k12":
+            return "eagle3", self.forced(PLANNED_ACCEPT), k1
+        return None
+
+    def config(self) -> dict[str, Any]:
+        cfg = super().config()
+        first = next((s for s, *_ in STEPS if s in self.args.steps and s != "start"), "")
+        opening = self.engine_of(first) if first else None
+        if opening:
+            mode, env, server = opening
+            cfg["server"].update(mode=mode, env=env, **server)
+            self.serving = self.serving_key(mode, env, server)
+        return cfg
+
+    @staticmethod
+    def serving_key(mode: str, env: dict[str, str], server: dict[str, Any]) -> tuple[str, str]:
+        """What an engine serves: its mode, env and server keys, an adaptive config by content."""
+        keys = dict(server)
+        if keys.get("adaptive_config"):
+            keys["adaptive_config"] = Path(keys["adaptive_config"]).read_text()
+        return mode, json.dumps([env, keys], sort_keys=True)
+
+    def reconfigure(self, **server: Any) -> None:
+        self.serving = None
+        super().reconfigure(**server)
+
     def serve(self, mode: str, env: dict[str, str], **server: Any) -> dict[str, Any]:
         """Reconfigure (server.env and keys) and (re)start the engine in `mode`; the switch's
-        wall time and result."""
+        wall time and result. An engine already serving exactly that is kept."""
+        if self.serving == self.serving_key(mode, env, server):
+            st = self.status()
+            rs.check(st["mode"] == mode and st["state"] == "READY", f"serving {st['mode']}")
+            return {"switch_wall_s": 0.0, "engine_env_forced": env.get(FORCE),
+                    "kept_first_start": True}  # fmt: skip
         self.reconfigure(env=env, **server)
         t = time.monotonic()
         rc, out, err = self.ctl("mode", "set", mode, "--json")
@@ -103,6 +151,7 @@ class SpecRun(rs.Run):
     def s_costs8b(self) -> dict[str, Any]:
         journal = Path(self.args.journal or self.work / "spec-costs-8b.journal.jsonl")
         costs = self.work / "spec-costs-8b.json"
+        self.serving = None  # the cost run switches the engine (and puts the first back)
         resume = journal.exists() and journal.stat().st_size > 0
         args = [*COSTS_ARGS, "--journal", str(journal), "--output", str(costs), "--json"]
         if resume:
@@ -163,7 +212,11 @@ class SpecRun(rs.Run):
         from fastverify.speculation import serving
         from fastverify.speculation.acceptance import Acceptance
 
-        h = json.loads((self.raw / "accept-histogram-forced-3.json").read_text())
+        # this call's accept_fixed3, else an earlier call's (carried into the work dir)
+        name = "accept-histogram-forced-3.json"
+        hist_path = next((p for p in (self.raw / name, self.work / name) if p.exists()), None)
+        rs.check(hist_path is not None, f"no {name}: run accept_fixed3 first")
+        h = json.loads(hist_path.read_text())
         acc = Acceptance.from_requests([h["histogram"]], int(h["steps"]))
         costs = spec_costs.from_file(self._costs())
         plans = {}

@@ -230,9 +230,13 @@ class CostTrials:
                     f"--resume: the journal {path} is of another plan ({was}; this run: "
                     f"{_plan_text(plan)}); run without --resume to start over"
                 )
+            again = 0
             for rec in records[1:]:
                 if rec.get("record") == "window" and rec.get("status") == "ok":
                     t = {k: v for k, v in rec.items() if k != "record"}
+                    if _lacks_long_prompt(t):
+                        again += 1
+                        continue
                     self.done[(str(t["steps"]), int(t["batch_size"]))] = t
                 elif rec.get("record") == "load":
                     self.info.setdefault("load_s", {})[str(rec["steps"])] = rec.get("load_s")
@@ -245,6 +249,12 @@ class CostTrials:
             at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             append_jsonl(path, {"record": "resume", "windows": len(self.done), "at": at})
             self.emit(f"resuming from {path}: {len(self.done)} window(s) already measured")
+            if again:
+                self.info["journal"]["measured_again"] = again
+                self.emit(
+                    f"{again} batch-1 window(s) of the journal lack the long-prompt prefill "
+                    "point (an older fastverify wrote them): measured again"
+                )
             return
         path.unlink(missing_ok=True)
         append_jsonl(path, {"record": "plan", "plan": plan}, mode=0o644)
@@ -517,6 +527,18 @@ class CostTrials:
             # the host it was measured on (fastverify.host.here): `spec plan --costs` compares
             "fingerprint": (status.get("daemon") or {}).get("fingerprint"),
         }
+
+
+def _lacks_long_prompt(window: dict[str, Any]) -> bool:
+    """A journaled batch-1 window of the baseline or steps 0 without its long-prompt prefill
+    point (`ttft_ms_p50_long`, None when it could not be measured): the prefill line needs
+    it, so a resume measures that window again."""
+    return (
+        int(window["batch_size"]) == 1
+        and str(window["steps"]) in (BASELINE, "0")
+        and bool(window.get("ttft_ms_p50"))
+        and "ttft_ms_p50_long" not in window
+    )
 
 
 def _label(k: int | str) -> str:
