@@ -10,7 +10,7 @@ seconds tests/durations.json recorded for their files (a file it does not name c
 its next unit only when it runs the last test of its current one (xdist's own schedulers
 queue two units ahead), so the queue is handed out as late as it can be.
 
-`pytest -n 4 --dist loadfile --record-durations` rewrites tests/durations.json from its run;
+`pytest -n 6 --dist loadfile --record-durations` rewrites tests/durations.json from its run;
 a file that is added or slowed down only starts later than it should until then.
 """
 
