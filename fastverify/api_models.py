@@ -1,16 +1,30 @@
 """The control API's contract, declared once: every endpoint (method, path, what it does),
 its request body's or query's fields (name, type, required, default, help) and the status
-body's fields.
+body, a TypedDict (`StatusBody`, its `engine` an `EngineStatus`) whose fields carry their help.
 
 Everything else is derived from these declarations: the daemon's routes and request
 validation (fastverify.daemon.api_requests), the typed methods of fastverify.client (which the
-CLI calls), and the reference part of docs/reference/api.md (fastverify.api_reference). Plain
-classes, no dataclasses: the CLI imports this module on its start-up path.
+CLI calls; `status()` answers a `StatusBody`), the status assembly's type
+(fastverify.daemon.facade), and the reference part of docs/reference/api.md
+(fastverify.api_reference). Plain classes, no dataclasses: the CLI imports this module on
+its start-up path.
 """
 
-from __future__ import annotations
-
-from typing import Any, NamedTuple
+# No `from __future__ import annotations`: the bodies' TypedDicts are read at run time (their
+# fields document the reference), and evaluated annotations cost less to import than strings.
+from types import UnionType
+from typing import (
+    Annotated,
+    Any,
+    NamedTuple,
+    NotRequired,
+    TypedDict,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
 
 MAX_BODY = 64 * 1024  # bytes of any request body (an endpoint may allow fewer)
 # Requests that write a record (`Endpoint.recorded`) are rate-limited per caller identity
@@ -33,9 +47,9 @@ KINDS: dict[str, tuple[type, ...]] = {
 
 class Field(NamedTuple):
     """One field of a request body or query, or of the status body. `kind`: a KINDS key for
-    request fields (checked), free text for the status body (documented only). `mirrors`: the
-    configuration key whose check (and words) a request value gets; `minimum`: the least
-    value accepted, `why` says what it counts."""
+    request fields (checked), JSON's name of the type for the status body (`documented`).
+    `mirrors`: the configuration key whose check (and words) a request value gets;
+    `minimum`: the least value accepted, `why` says what it counts."""
 
     name: str
     kind: str
@@ -72,20 +86,6 @@ class Endpoint(NamedTuple):
         return f"Endpoint({self.method} {self.path})"
 
 
-def _described(table: str) -> tuple[Field, ...]:
-    """Documented-only fields from lines `name (kind): help`, a help running on over lines
-    that start with spaces."""
-    out: list[Field] = []
-    for line in table.strip("\n").splitlines():
-        if line.startswith(" "):
-            out[-1] = out[-1]._replace(help=f"{out[-1].help} {line.strip()}")
-            continue
-        name, _, rest = line.partition(" (")
-        kind, _, text = rest.partition("): ")
-        out.append(Field(name, kind, text))
-    return tuple(out)
-
-
 # The declarations below are laid out by hand, one field to a line or two, to be read.
 # fmt: off
 
@@ -120,87 +120,146 @@ _ACCEPTANCE_SOURCE = ("where the accept length came from: `measured`, or `forced
                       "(SGLANG_SIMULATE_ACC_LEN=L)` when SGLang forced it")
 
 # ---------------------------------------------------------------------- the status body
-ENGINE_FIELDS = _described("""
-name (str): the engine adapter: `sglang` or `sim`
-pid (int | null): the server's pid while it lives
-pgid (int | null): its process group (what the daemon stops)
-url (str): the server's HTTP address
-simulated (bool): the sim serves (never a measurement of hardware)
-identity (object): `{kind, version, simulated}`: which engine measures here (also in every
-  decision record)
-reason (str): why this engine adapter was chosen
-engine_env (object | null): the environment the server was started with (secrets masked)
-log (str | null): the server's log file
-started_at (number | null): unix time the server was started
-start_seconds (number | null): its time to ready
-ready_by (str | null): how it was found ready: `endpoints` when no INFO ready line came
-  (`--log-level warning`: `/model_info` answered and `/health_generate` was 200)
-progress (object | null): `{phase, percent, message}` while loading
-adopted (bool): a live engine found after a daemon crash
-weights (str | null): `dummy` for a timing trial, else the weights' label
-forced_acceptance (object | null): a drafting server whose environment forces SGLang's
-  accept length (`SGLANG_SIMULATE_ACC_LEN` from `[server.env]` or the profile): `{source,
-  label, variable, accept_length, method, token_mode}`
-acceptance_source (str | null): what its acceptance is: `forced (SGLANG_SIMULATE_ACC_LEN=L)`
-  when SGLang forces it, else `measured`
-weight_load (object | null): where the weights came from: `{source: cache|disk, seconds,
-  bytes, reason, why, fallback, text, phases: {weights, cuda_graph, rest}}`
-tuner (object | null): the NCCL tuner plugin confirmed at verify: `{name, abi_version, path,
-  rows_applied, rows_total, table, files}`
-allreduce (object | null): the TP all-reduce backend confirmed at verify (below)
-health (object | null): the watch of SGLang's `/health_generate` after READY: `{checks,
-  failed_checks, failing_since, last_failed, failures_limit, summary}`
-capabilities (object | null): the engine's own all-reduce capabilities (below)
-""")
+class EngineStatus(TypedDict):
+    """`engine` of the status body: the serving engine."""
 
-STATUS_FIELDS = _described("""
-state (str): STOPPED, STARTING, VERIFYING, READY, STOPPING, FAILED, ROLLING_BACK or BACKOFF
-  (transitions: `fastverify/daemon/states.py`)
-since (number): unix time of the last transition
-profile (str | null): the active profile
-mode (str | null): the active mode: baseline, eagle3 or adaptive
-engine (object): the serving engine (below)
-last_good (str | null): the last profile that served verified
-last_good_mode (str | null): its mode
-last_failure (object | null): `{reason, message, line, log, at, profile, mode, op, current}`;
-  `current`: false once an engine that started after it serves READY
-switch_in_flight (object | null): `{id, kind, profile, mode, started_at, elapsed_s, by}`
-queued (int): requests waiting for their turn (`queue: true`)
-restarts (object): `{total, by_reason}`
-recovery (object): FAILED left by policy: `{retries, limit, backoff_s, next_in_s, running,
-  spent, last, target: {profile, mode, why}}`
-trial (bool): the engine serves dummy weights (a timing trial)
-tokens_per_second (number | null): decode throughput (the exporter's)
-status_line (str): systemd's STATUS= line, e.g. "serving tree-ll/eagle3 82.4 tok/s"
-config (object): `{source, error}`: the configuration file and its last error
-declarative (object | null): `{profile, mode, source, canary: {profile, mode, since, op} |
-  null}` in declarative mode
-lease (object | null): `{experiment, description, holder, pid, since}`: who holds the
-  daemon (its id goes to its holder only)
-decision (object | null): `{profile, mode, backend, applied, decided_at, report, engine,
-  serving}`; `serving`: the decision's profile and mode serve now, READY and real weights (a
-  manual switch away makes it false)
-sglang (object | null): the server's SGLang release and the facts serving it
-findings (list): what the daemon found wrong and works around, one sentence each
-daemon (object): `{pid, state_dir, fingerprint}`; `fingerprint`: the host fingerprint `{id,
-  facts}` computed at start (docs/guides/host.md; null until known)
-weight_cache (object): SGLang's weight-cache daemon as fastverifyd runs it
-  (docs/guides/weight-cache.md): `{setting, state, available, speculative, restarts, last_failure,
-  mismatch, pid?, pgid?, ranks?, rank_pids?, adopted?, started_at?, ready_s?, log?, argv?,
-  fingerprint?, bytes, bytes_source, memory_note?}`
-frontdoor (object): the front door on the server's public port (`[frontdoor]`): `{mode}` when
-  off, else `{mode, listen, pid, restarts, state: serving|holding|no_engine|down, port,
-  in_flight, waiting, queue_size, max_wait_s, totals: {requests, held, refused, cut,
-  switches}, last_episode, standby?: {mode, why}}`; `standby` (mode standby): whether a
-  second engine fits beside the serving one now, from its memory and the weight cache's
-speculation (object | null): a drafting mode with the exporter on: `{active_steps,
-  fixed_steps, seconds_at_steps: {"STEPS": s}, live_acceptance: {"STEPS": {requests,
-  accept_length: {"K": L}}}, plan_stale, plan_why, replan}`: the draft steps SGLang runs now,
-  the decoding seconds at each, the accept length of the requests that finished while SGLang
-  ran one step count their whole life, and whether the stored plan went stale, with the
-  commands that re-plan
-""")
+    name: Annotated[str, "the engine adapter: `sglang` or `sim`"]
+    pid: Annotated[int | None, "the server's pid while it lives"]
+    pgid: Annotated[int | None, "its process group (what the daemon stops)"]
+    url: Annotated[str, "the server's HTTP address"]
+    simulated: Annotated[bool, "the sim serves (never a measurement of hardware)"]
+    identity: Annotated[dict[str, Any],
+        "`{kind, version, simulated}`: which engine measures here (also in every decision "
+        "record)"]
+    reason: Annotated[str, "why this engine adapter was chosen"]
+    engine_env: Annotated[dict[str, str] | None,
+        "the environment the server was started with (secrets masked)"]
+    log: Annotated[str | None, "the server's log file"]
+    started_at: Annotated[float | None, "unix time the server was started"]
+    start_seconds: Annotated[float | None, "its time to ready"]
+    ready_by: Annotated[str | None,
+        "how it was found ready: `endpoints` when no INFO ready line came (`--log-level "
+        "warning`: `/model_info` answered and `/health_generate` was 200)"]
+    progress: Annotated[dict[str, Any] | None, "`{phase, percent, message}` while loading"]
+    adopted: Annotated[bool, "a live engine found after a daemon crash"]
+    weights: Annotated[str | None, "`dummy` for a timing trial, else the weights' label"]
+    forced_acceptance: Annotated[dict[str, Any] | None,
+        "a drafting server whose environment forces SGLang's accept length "
+        "(`SGLANG_SIMULATE_ACC_LEN` from `[server.env]` or the profile): `{source, label, "
+        "variable, accept_length, method, token_mode}`"]
+    acceptance_source: Annotated[str | None,
+        "what its acceptance is: `forced (SGLANG_SIMULATE_ACC_LEN=L)` when SGLang forces it, "
+        "else `measured`"]
+    weight_load: NotRequired[Annotated[dict[str, Any] | None,
+        "where the weights came from: `{source: cache|disk, seconds, bytes, reason, why, "
+        "fallback, text, phases: {weights, cuda_graph, rest}}`"]]
+    tuner: Annotated[dict[str, Any] | None,
+        "the NCCL tuner plugin confirmed at verify: `{name, abi_version, path, rows_applied, "
+        "rows_total, table, files}`"]
+    allreduce: Annotated[dict[str, Any] | None,
+        "the TP all-reduce backend confirmed at verify (below)"]
+    health: Annotated[dict[str, Any] | None,
+        "the watch of SGLang's `/health_generate` after READY: `{checks, failed_checks, "
+        "failing_since, last_failed, failures_limit, summary}`"]
+    capabilities: Annotated[dict[str, Any] | None,
+        "the engine's own all-reduce capabilities (below)"]
 
+
+class StatusBody(TypedDict):
+    """The status body (`GET /v1/status`); a part's section (NotRequired) is there
+    when the daemon runs that part."""
+
+    state: Annotated[str,
+        "STOPPED, STARTING, VERIFYING, READY, STOPPING, FAILED, ROLLING_BACK or BACKOFF "
+        "(transitions: `fastverify/daemon/states.py`)"]
+    since: Annotated[float, "unix time of the last transition"]
+    profile: Annotated[str | None, "the active profile"]
+    mode: Annotated[str | None, "the active mode: baseline, eagle3 or adaptive"]
+    engine: Annotated[EngineStatus, "the serving engine (below)"]
+    last_good: Annotated[str | None, "the last profile that served verified"]
+    last_good_mode: Annotated[str | None, "its mode"]
+    last_failure: Annotated[dict[str, Any] | None,
+        "`{reason, message, line, log, at, profile, mode, op, current}`; `current`: false once "
+        "an engine that started after it serves READY"]
+    switch_in_flight: Annotated[dict[str, Any] | None,
+        "`{id, kind, profile, mode, started_at, elapsed_s, by}`"]
+    queued: Annotated[int, "requests waiting for their turn (`queue: true`)"]
+    restarts: Annotated[dict[str, Any], "`{total, by_reason}`"]
+    recovery: Annotated[dict[str, Any],
+        "FAILED left by policy: `{retries, limit, backoff_s, next_in_s, running, spent, last, "
+        "target: {profile, mode, why}}`"]
+    trial: Annotated[bool, "the engine serves dummy weights (a timing trial)"]
+    tokens_per_second: Annotated[float | None, "decode throughput (the exporter's)"]
+    status_line: Annotated[str,
+        "systemd's STATUS= line, e.g. \"serving tree-ll/eagle3 82.4 tok/s\""]
+    config: Annotated[dict[str, Any],
+        "`{source, error}`: the configuration file and its last error"]
+    declarative: Annotated[dict[str, Any] | None,
+        "`{profile, mode, source, canary: {profile, mode, since, op} | null}` in declarative "
+        "mode"]
+    lease: Annotated[dict[str, Any] | None,
+        "`{experiment, description, holder, pid, since}`: who holds the daemon (its id goes to "
+        "its holder only)"]
+    decision: Annotated[dict[str, Any] | None,
+        "`{profile, mode, backend, applied, decided_at, report, engine, serving}`; `serving`: "
+        "the decision's profile and mode serve now, READY and real weights (a manual switch "
+        "away makes it false)"]
+    sglang: Annotated[dict[str, Any] | None,
+        "the server's SGLang release and the facts serving it"]
+    findings: Annotated[list[str],
+        "what the daemon found wrong and works around, one sentence each"]
+    daemon: Annotated[dict[str, Any],
+        "`{pid, state_dir, fingerprint}`; `fingerprint`: the host fingerprint `{id, facts}` "
+        "computed at start (docs/guides/host.md; null until known)"]
+    weight_cache: NotRequired[Annotated[dict[str, Any],
+        "SGLang's weight-cache daemon as fastverifyd runs it (docs/guides/weight-cache.md): "
+        "`{setting, state, available, speculative, restarts, last_failure, mismatch, pid?, "
+        "pgid?, ranks?, rank_pids?, adopted?, started_at?, ready_s?, log?, argv?, fingerprint?,"
+        " bytes, bytes_source, memory_note?}`"]]
+    frontdoor: NotRequired[Annotated[dict[str, Any],
+        "the front door on the server's public port (`[frontdoor]`): `{mode}` when off, else "
+        "`{mode, listen, pid, restarts, state: serving|holding|no_engine|down, port, in_flight,"
+        " waiting, queue_size, max_wait_s, totals: {requests, held, refused, cut, switches}, "
+        "last_episode, standby?: {mode, why}}`; `standby` (mode standby): whether a second "
+        "engine fits beside the serving one now, from its memory and the weight cache's"]]
+    speculation: Annotated[dict[str, Any] | None,
+        "a drafting mode with the exporter on: `{active_steps, fixed_steps, seconds_at_steps: "
+        '{"STEPS": s}, live_acceptance: {"STEPS": {requests, accept_length: {"K": L}}}, '
+        "plan_stale, plan_why, replan}`: the draft steps SGLang runs now, the decoding seconds "
+        "at each, the accept length of the requests that finished while SGLang ran one step "
+        "count their whole life, and whether the stored plan went stale, with the commands that"
+        " re-plan"]
+
+# fmt: on
+
+
+def _kind(tp: Any) -> str:
+    """A field's type in JSON's words, as the reference prints it: `int | null`, `object`."""
+    if get_origin(tp) in (Union, UnionType):
+        return " | ".join(_kind(t) for t in get_args(tp))
+    named = {str: "str", bool: "bool", int: "int", float: "number", type(None): "null"}
+    if tp in named:
+        return named[tp]
+    if (get_origin(tp) or tp) is list:
+        return "list"
+    if (get_origin(tp) or tp) is dict or is_typeddict(tp):
+        return "object"
+    raise TypeError(f"no JSON name for {tp!r}")
+
+
+def documented(body: Any) -> tuple[Field, ...]:
+    """The fields of a body's TypedDict, as the reference documents them: name, kind, help
+    (read when asked: the CLI's start-up never pays for it)."""
+    out = []
+    for name, hint in get_type_hints(body, include_extras=True).items():
+        if get_origin(hint) is NotRequired:
+            (hint,) = get_args(hint)
+        tp, help_ = get_args(hint)
+        out.append(Field(name, _kind(tp), help_))
+    return tuple(out)
+
+
+# fmt: off
 # ---------------------------------------------------------------------- the endpoints
 _RESULT = "the operation's result (see Operations)"
 

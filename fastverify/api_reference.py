@@ -86,8 +86,8 @@ def render() -> str:
             ]
     status = f"`{m.STATUS.method} {m.STATUS.path}` answers one object:"
     out += ["", "## Status body", "", status, ""]
-    out += [*_status_table(m.STATUS_FIELDS), "", "`engine`:", ""]
-    out += _status_table(m.ENGINE_FIELDS, "engine.")
+    out += [*_status_table(m.documented(m.StatusBody)), "", "`engine`:", ""]
+    out += _status_table(m.documented(m.EngineStatus), "engine.")
     out += ["", END]
     return "\n".join(out) + "\n"
 

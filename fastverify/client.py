@@ -211,8 +211,9 @@ class Calls:
         return self.stream(ep.method, *_target(ep, fields), timeout=timeout,
                            answer_timeout=answer_timeout)  # fmt: skip
 
-    def status(self, *, timeout: float | None = None) -> dict[str, Any]:
-        return _object(self.call(m.STATUS, timeout=timeout))
+    def status(self, *, timeout: float | None = None) -> m.StatusBody:
+        """The status body; its fields are api_models.StatusBody's (the daemon answers that)."""
+        return cast(m.StatusBody, _object(self.call(m.STATUS, timeout=timeout)))
 
     def history(self, n: int | None = None, *, timeout: float | None = None) -> list[Any]:
         """The newest `n` history records (None: all of them), oldest first, read a page
@@ -522,7 +523,7 @@ def _decode(raw: bytes) -> Any:
 
 def try_status(
     socket_path: str | os.PathLike[str] | None = None, timeout: float = 0.5
-) -> dict[str, Any] | None:
+) -> m.StatusBody | None:
     """The daemon's /v1/status, or None when no daemon answers quickly (for `profile list`)."""
     if not socket_path:
         from fastverify import paths

@@ -971,7 +971,8 @@ REALISTIC_STEPS: list[tuple[str, str, float]] = [
 ]
 
 
-def main() -> int:
+def arguments(extra: Callable[[argparse.ArgumentParser], None]) -> argparse.Namespace:
+    """The options every GPU run takes (and `extra`'s), with start and stop around --steps."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--engine", choices=["sglang", "sim"], default="sim")
     ap.add_argument("--python", default="", help="the server's interpreter (engine sglang)")
@@ -985,22 +986,26 @@ def main() -> int:
     ap.add_argument("--start-timeout", type=float, default=420)
     ap.add_argument("--sim-load-seconds", type=float, default=2.0)
     ap.add_argument("--sim-sglang-version", default="0.5.17")
-    ap.add_argument("--shape", choices=["tiny", "realistic"], default="tiny")
+    extra(ap)
     args = ap.parse_args()
-    args.sglang_args = TINY_SGLANG_ARGS if args.shape == "tiny" else REALISTIC_SGLANG_ARGS
     if args.steps and "start" not in args.steps:
         args.steps = ["start", *args.steps]
     if args.steps and "stop" not in args.steps:
         args.steps.append("stop")
-    run = Run(args)
+    return args
+
+
+def run_steps(run: Run, steps: list[tuple[str, str, float]]) -> int:
+    """Each step in order while the daemon lives (a SIGTERM at the call's end makes the rest
+    "not run"); the daemon stopped and the results saved whatever happens; 1 if one failed."""
 
     def stopped(signum: int, _frame: object) -> None:
-        args.budget_s = 0  # the steps after this one are "not run"; `finally` stops the daemon
+        run.args.budget_s = 0  # the steps after this one are "not run"; `finally` stops it
         raise StepFailed(f"stopped by signal {signum} (the call's time ran out)")
 
     signal.signal(signal.SIGTERM, stopped)
     try:
-        for name, method, need in STEPS if args.shape == "tiny" else REALISTIC_STEPS:
+        for name, method, need in steps:
             if name == "stop" or run.d is not None or name == "start":
                 run.step(name, getattr(run, method), need if name != "stop" else 0)
     finally:
@@ -1013,6 +1018,14 @@ def main() -> int:
     bad = [s["step"] for s in run.results["steps"] if s["status"] == "failed"]
     print(json.dumps({s["step"]: s["status"] for s in run.results["steps"]}, indent=1))
     return 1 if bad else 0
+
+
+def main() -> int:
+    args = arguments(
+        lambda ap: ap.add_argument("--shape", choices=["tiny", "realistic"], default="tiny")
+    )
+    args.sglang_args = TINY_SGLANG_ARGS if args.shape == "tiny" else REALISTIC_SGLANG_ARGS
+    return run_steps(Run(args), STEPS if args.shape == "tiny" else REALISTIC_STEPS)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,12 @@
 #       8B-shaped model with an EAGLE-3 head, dummy weights (benchmarks/gpu/spec_sglang.py);
 #       files under .gpucarry/ (an earlier call's spec costs journal) are copied into the
 #       work dir first
+#   FRONTDOOR_MODE=hold bash benchmarks/gpu/real_sglang.sh frontdoor [options]
+#       switches under closed-loop load through fastverifyd's front door (hold, standby or
+#       off) on the 8B-shaped model (benchmarks/gpu/frontdoor_sglang.py): dummy weights, or
+#       with FRONTDOOR_WEIGHTS=checkpoint (standby's default: the weight cache serves no
+#       dummy weights) the realistic shape's random checkpoint with the weight cache on; its
+#       files are named frontdoor-MODE-WEIGHTS (calls on a warm machine keep theirs apart)
 #
 # CALL_S=570 gives the steps what is left of a call of that many seconds once the pack, the
 # wheels and the checkpoint are in place (it sets --budget-s).
@@ -23,6 +29,15 @@
 set -u
 SHAPE=${1:-tiny}
 shift || true
+TAG=$SHAPE
+if [ "$SHAPE" = frontdoor ]; then
+  export FRONTDOOR_MODE=${FRONTDOOR_MODE:-hold}
+  if [ "$FRONTDOOR_MODE" = standby ]; then
+    FRONTDOOR_WEIGHTS=${FRONTDOOR_WEIGHTS:-checkpoint}
+  fi
+  FRONTDOOR_WEIGHTS=${FRONTDOOR_WEIGHTS:-dummy}
+  TAG=frontdoor-$FRONTDOOR_MODE-$FRONTDOOR_WEIGHTS
+fi
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO" || exit 2
 OUTD=${OUT:-/tmp/real-sglang-out}
@@ -30,7 +45,7 @@ mkdir -p "$OUTD"
 PY=${PY:-/opt/torch/.venv/bin/python3}
 PK=$REPO/.sglpack
 SITE=$REPO/.sglenv/site
-WORK=${WORK:-/tmp/real-sglang-$SHAPE}
+WORK=${WORK:-/tmp/real-sglang-$TAG}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
 
@@ -94,7 +109,7 @@ EOF
 chmod +x "$WRAP"
 # the imports the drafter's graph capture and argument resolution need (seconds, printed;
 # the spec8b calls, whose every second counts, have seen them succeed)
-[ "$SHAPE" = spec8b ] || timeout 120 "$WRAP" - <<'PYEOF' 2>&1 | tail -5
+[ "$SHAPE" = spec8b ] || [ "$SHAPE" = frontdoor ] || timeout 120 "$WRAP" - <<'PYEOF' 2>&1 | tail -5
 for m in ("deep_gemm.utils.layout", "sglang.srt.layers.attention.dsa_backend",
           "sglang.srt.layers.attention.deepseek_v4_backend",
           "sglang.srt.layers.attention.flashmla_backend"):
@@ -108,7 +123,8 @@ PYEOF
 MODEL=$REPO/benchmarks/gpu/sglang_pack/tiny-llama
 DRAFT=$REPO/benchmarks/gpu/sglang_pack/tiny-eagle3
 EXTRA=(--load-format dummy)
-if [ "$SHAPE" = realistic ]; then
+if [ "$SHAPE" = realistic ] || [ "$TAG" = "frontdoor-${FRONTDOOR_MODE:-}-checkpoint" ]; then
+  # the realistic shape's random checkpoint (written once per machine: ~20 s)
   MODEL=/tmp/llama8b-random
   DRAFT=""
   EXTRA=(--load-format safetensors --shape realistic)
@@ -127,6 +143,18 @@ if [ "$SHAPE" = spec8b ]; then
     [ -f "$f" ] && [ ! -s "$WORK/$(basename "$f")" ] && cp "$f" "$WORK/" && echo "carried in: $f"
   done
 fi
+if [ "$SHAPE" = frontdoor ]; then
+  # the model's tokenizer is written at run time (frontdoor_sglang.py)
+  if [ "$FRONTDOOR_WEIGHTS" = checkpoint ]; then
+    EXTRA=(--load-format safetensors --mode "$FRONTDOOR_MODE")
+  else
+    MODEL=$REPO/benchmarks/gpu/sglang_pack/llama8b-shape
+    EXTRA=(--load-format dummy --mode "$FRONTDOOR_MODE")
+  fi
+  DRAFT=""
+  SCRIPT=benchmarks/gpu/frontdoor_sglang.py
+  rm -rf "$WORK/raw" "$WORK/results.json"
+fi
 BUDGET=()
 HARD=()
 if [ -n "${CALL_S:-}" ]; then
@@ -137,10 +165,10 @@ if [ -n "${CALL_S:-}" ]; then
 fi
 "${HARD[@]}" "$PY" "$SCRIPT" --engine sglang --python "$WRAP" --model "$MODEL" \
   ${DRAFT:+--draft "$DRAFT"} --work "$WORK" --label "SGLang 0.5.17, TP 1, one $GPU, $SHAPE" \
-  "${EXTRA[@]}" "$@" "${BUDGET[@]}" 2>&1 | tee "$OUTD/run-$SHAPE.log"
+  "${EXTRA[@]}" "$@" "${BUDGET[@]}" 2>&1 | tee "$OUTD/run-$TAG.log"
 RC=${PIPESTATUS[0]}
-cp "$WORK/results.json" "$OUTD/results-$SHAPE.json" 2>/dev/null
+cp "$WORK/results.json" "$OUTD/results-$TAG.json" 2>/dev/null
 cp "$WORK"/*.journal.jsonl "$OUTD/" 2>/dev/null
-tar -C "$WORK" -cf - raw | xz -T8 -6 >"$OUTD/raw-$SHAPE.tar.xz"
+tar -C "$WORK" -cf - raw | xz -T8 -6 >"$OUTD/raw-$TAG.tar.xz"
 ls -la "$OUTD"
 exit "$RC"

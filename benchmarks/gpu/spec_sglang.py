@@ -29,6 +29,7 @@ benchmarks/gpu/decision_report.py turns the results files into the figures with 
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -295,60 +296,24 @@ STEPS: list[tuple[str, str, float]] = [
     ("start", "s_start", 240),  # the first start pays the JIT builds (~130 s on the H200)
     ("costs8b", "s_costs8b", 150),  # resumable: runs to the budget, then Ctrl-C
     ("accept_fixed3", "s_accept_fixed3", 110),
-    ("plan_served", "s_plan_served", 230),
-    ("lower_accept", "s_lower_accept", 110),
+    ("plan_served", "s_plan_served", 200),
+    ("lower_accept", "s_lower_accept", 90),
     ("baseline_c", "s_baseline_c", 160),
-    ("fixed_k12", "s_fixed_k12", 200),
+    ("fixed_k12", "s_fixed_k12", 130),
     ("steps0_skip", "s_steps0_skip", 160),
     ("stop", "s_stop", 5),
 ]
 
 
 def main() -> int:
-    import argparse
+    def extra(ap: argparse.ArgumentParser) -> None:
+        ap.add_argument("--journal", default="", help="spec costs' journal (kept across calls)")
+        ap.add_argument("--costs", default="", help="a cost file of an earlier call")
+        ap.add_argument("--shape", default="spec8b")
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--engine", choices=["sglang", "sim"], default="sim")
-    ap.add_argument("--python", default="")
-    ap.add_argument("--model", default="")
-    ap.add_argument("--draft", default="")
-    ap.add_argument("--load-format", default="dummy")
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--label", default="")
-    ap.add_argument("--steps", type=lambda s: [x for x in s.split(",") if x], default=[])
-    ap.add_argument("--budget-s", type=float, default=540)
-    ap.add_argument("--start-timeout", type=float, default=420)
-    ap.add_argument("--sim-load-seconds", type=float, default=2.0)
-    ap.add_argument("--sim-sglang-version", default="0.5.17")
-    ap.add_argument("--journal", default="", help="spec costs' journal (kept across calls)")
-    ap.add_argument("--costs", default="", help="a cost file of an earlier call")
-    ap.add_argument("--shape", default="spec8b")
-    args = ap.parse_args()
+    args = rs.arguments(extra)
     args.sglang_args = rs.REALISTIC_SGLANG_ARGS
-    if args.steps and "start" not in args.steps:
-        args.steps = ["start", *args.steps]
-    if args.steps and "stop" not in args.steps:
-        args.steps.append("stop")
-    run = SpecRun(args)
-
-    def stopped(signum: int, _frame: object) -> None:
-        args.budget_s = 0
-        raise rs.StepFailed(f"stopped by signal {signum} (the call's time ran out)")
-
-    signal.signal(signal.SIGTERM, stopped)
-    try:
-        for name, method, need in STEPS:
-            if name == "stop" or run.d is not None or name == "start":
-                run.step(name, getattr(run, method), need if name != "stop" else 0)
-    finally:
-        if run.d is not None:
-            with contextlib.suppress(Exception):
-                run.keep_logs()
-            with contextlib.suppress(Exception):
-                run.d.close(check_leaks=False)
-        run.save()
-    print(json.dumps({s["step"]: s["status"] for s in run.results["steps"]}, indent=1))
-    return 1 if any(s["status"] == "failed" for s in run.results["steps"]) else 0
+    return rs.run_steps(SpecRun(args), STEPS)
 
 
 if __name__ == "__main__":

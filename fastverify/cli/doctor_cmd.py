@@ -158,8 +158,11 @@ def doctor(
             click.echo(f"SGLang ({row['python']}): {row['message']}")
         door = (ev.status or {}).get("frontdoor") or {}
         if door.get("mode") not in (None, "off"):
-            fit = door.get("standby") or {}
-            click.echo(f"front door: mode {door['mode']}" + (f"; {fit['why']}" if fit else ""))
+            fit = door.get("standby") or {}  # which mode this host's memory allows
+            text = f"front door: mode {door['mode']}" + (f"; {fit['why']}" if fit else "")
+            if door["mode"] == "hold" and fit.get("mode") == "standby":
+                text += ' ([frontdoor] mode = "standby" would start the new engine beside this one)'
+            click.echo(text)
         click.echo("\n".join(host["lines"]))
         click.echo(f"status: {worst}")
     sys.exit(EXIT_PROBLEMS if worst in ("error", "warning") else EXIT_OK)

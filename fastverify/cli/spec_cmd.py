@@ -423,6 +423,8 @@ def _print(data: dict[str, Any]) -> None:
     for note in (data["costs"].get("notes") or {}).values():
         if isinstance(note, str) and note.startswith("steps 0"):
             click.echo(f"note: {note}")
+    if data.get("context_note"):
+        click.echo(f"note: {data['context_note']}")
     click.echo(data["why"])
     if data["drafts"]:
         click.echo(f"adaptive config: {data['adaptive_config']} (serve it: fastverifyctl mode "

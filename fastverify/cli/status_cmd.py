@@ -202,8 +202,11 @@ def _frontdoor(st: dict[str, Any]) -> list[str]:
     )
     where = f" -> engine port {fd['port']}" if fd.get("port") else ""
     problem = f": {fd['problem']}" if fd.get("problem") else ""
-    return [f"front door: {fd.get('state')} on {fd.get('listen')}{where} (pid {fd.get('pid')}, "
-            f"mode {fd['mode']}){counts}{problem}"]  # fmt: skip
+    out = [f"front door: {fd.get('state')} on {fd.get('listen')}{where} (pid {fd.get('pid')}, "
+           f"mode {fd['mode']}){counts}{problem}"]  # fmt: skip
+    if fd.get("standby") and fd["mode"] == "standby":  # what a switch now would do, and why
+        out.append(f"  a switch now: {fd['standby']['why']}")
+    return out
 
 
 def _lease_and_decision(st: dict[str, Any]) -> list[str]:

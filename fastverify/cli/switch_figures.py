@@ -12,7 +12,9 @@ def _n(value: Any) -> str:
 
 
 def clients_line(result: dict[str, Any]) -> str | None:
-    """`clients: hold, 3.21 s down (held 12, longest 3.19 s), 0 cut, 0 refused`."""
+    """`clients: hold, 3.21 s down (held 12, longest 3.19 s), 0 cut, 0 refused`; a standby
+    switch: `clients: standby, 0.00 s down (held 0, ...)`, and when its engine failed, that
+    the old one served on; a standby-mode switch that held: why."""
     sw = result.get("switch")
     if not sw:
         return None
@@ -26,6 +28,10 @@ def clients_line(result: dict[str, Any]) -> str | None:
         text += f" [cut: {', '.join(sw['cut_requests'][:3])}]"
     if sw.get("still_holding"):
         text += "; requests are still held (no engine serves)"
+    if sw.get("kept_serving"):
+        text += "; the new engine never took traffic: the old one served on"
+    elif (sw.get("standby") or {}).get("why") and sw.get("mode") != "standby":
+        text += f" [{sw['standby']['why']}]"  # why a standby-mode switch held
     return text
 
 

@@ -1,7 +1,8 @@
 """The daemon's configuration: a TOML file + fastverifyd's options -> one frozen `Config`.
 
-Every key is declared once, as a typed field of the `Config` dataclasses with its table,
-validator, help and flag (`fields`); the rest is derived: the key list and old names (`keys`),
+Every key is declared once, as a typed field of its table's dataclass (`cfg.restart.backoff_s`
+is the key `restart.backoff_s`) with its validator, help, flag and old name (`fields`); the
+rest is derived: the tables, the key list and old names (`keys`),
 the loader (`load`), the checks over several keys (`cross`), fastverifyd's options
 (`flags`) and the generated reference and example file (`reference`: docs/reference/config.md,
 docs/reference/config.example.toml; `python -m fastverify.config.reference` writes them).
@@ -18,10 +19,16 @@ from fastverify.config.fields import (
     REQUEST_METRICS_DIR,
     SPEC_MODES,
     TRIAL_LOAD_FORMAT,
+    ApiConfig,
     Config,
     DaemonConfig,
     Eagle3Params,
+    ExporterConfig,
+    FrontdoorConfig,
+    RestartConfig,
     ServerConfig,
+    SimConfig,
+    WatchConfig,
     load_format_problem,
     weights_label,
 )
@@ -44,14 +51,20 @@ __all__ = [
     "SPEC_MODES",
     "TABLES",
     "TRIAL_LOAD_FORMAT",
+    "ApiConfig",
     "Config",
     "ConfigError",
     "DaemonConfig",
     "Eagle3Params",
+    "ExporterConfig",
     "FieldProblem",
+    "FrontdoorConfig",
     "KeyInfo",
+    "RestartConfig",
     "ServerConfig",
+    "SimConfig",
     "Validator",
+    "WatchConfig",
     "add_flags",
     "dumps",
     "load",

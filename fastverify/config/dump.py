@@ -33,9 +33,9 @@ def keys_of(table: str) -> list[KeyInfo]:
 
 
 def value_of(cfg: Any, info: KeyInfo) -> Any:
-    section, *path = info.attr.split(".")
-    value = getattr(cfg, section)
-    for part in path:
+    """The key's value in `cfg` (`cfg.restart.backoff_s` for "restart.backoff_s")."""
+    value = cfg
+    for part in info.key.split("."):
         value = getattr(value, part)
     return value
 

@@ -1,6 +1,8 @@
-"""The configuration, declared once: every key is a typed dataclass field whose default is
-its default and whose `Annotated` `Key` says its table, validator, help and flag. The reference,
-the example file, the loader's checks and fastverifyd's flags are derived from these."""
+"""The configuration, declared once: each TOML table is a dataclass (its docstring says what
+the table is for; a table inside a table is a field holding one), each key a typed field of
+its table, named as the key, whose default is its default and whose `Annotated` `Key` says its
+validator, help and flag. The reference, the example file, the loader's checks and
+fastverifyd's flags are derived from these."""
 
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,30 +42,13 @@ def load_format_problem(value: object) -> str | None:
     return f"load_format {value!r}: expected one of {', '.join(LOAD_FORMATS)}"
 
 
-# The file's tables, in the order the example and the reference show them.
-TABLES: dict[str, str] = {
-    "server": "What the engine serves. The sim engine fills in placeholder model paths when empty.",
-    "server.eagle3": "EAGLE-3 speculative decoding (modes eagle3 and adaptive).",
-    "server.env": "Extra variables for the engine (not NCCL_*: NCCL settings live in "
-    "profiles only).",
-    "daemon": "The daemon itself: which engine, where its state lives, which profile it starts.",
-    "api": "The control API: its Unix socket, and the optional TCP door (token, TLS).",
-    "exporter": "The HTTP endpoints observers read: Prometheus /metrics, the orchestrator's "
-    "probes, profile windows.",
-    "restart": "Starting, stopping and restarting the engine: timeouts, crash backoff, "
-    "recovery from FAILED.",
-    "watch": "After READY: SGLang's /health_generate, so a hung engine counts as a crash "
-    '(engine_unresponsive; docs/reference/api.md, "A hung engine").',
-    "frontdoor": "A front door on the server's public port (the engine moves to an internal "
-    "port) that holds new requests while a switch, restart or crash restart replaces the "
-    "engine, so clients wait instead of failing; docs/guides/daemon.md.",
-    "sim": "The embedded sim engine (tests and demos).",
-}
 FRONTDOOR_MODES = ("off", "hold", "standby")
 
 
 @dataclass(frozen=True)
 class Eagle3Params:
+    """EAGLE-3 speculative decoding (modes eagle3 and adaptive)."""
+
     num_steps: Annotated[int, Key(c.integer(1, 64), "Draft steps per verify pass.")] = 3
     topk: Annotated[int, Key(c.integer(1, 64), "Draft tokens kept per step.")] = 1
     num_draft_tokens: Annotated[int, Key(c.integer(1, 1024), "Draft tokens verified per pass.")] = 4
@@ -71,6 +56,8 @@ class Eagle3Params:
 
 @dataclass(frozen=True)
 class ServerConfig:
+    """What the engine serves. The sim engine fills in placeholder model paths when empty."""
+
     model_path: Annotated[
         str, Key(c.argv_string(), "The model SGLang serves.", example="/models/Kimi-K2.5")
     ] = ""
@@ -123,7 +110,8 @@ class ServerConfig:
     eagle3: Eagle3Params = field(default_factory=Eagle3Params)
     env: Annotated[
         dict[str, str],
-        Key(c.env_table, TABLES["server.env"],
+        Key(c.env_table,
+            "Extra variables for the engine (not NCCL_*: NCCL settings live in profiles only).",
             example={"SGLANG_TORCH_PROFILER_DIR": "/var/lib/fastverify/traces"}),
     ] = field(default_factory=dict)  # fmt: skip
     env_passthrough: Annotated[
@@ -180,7 +168,8 @@ class ServerConfig:
 
 @dataclass(frozen=True)
 class DaemonConfig:
-    # [daemon]
+    """The daemon itself: which engine, where its state lives, which profile it starts."""
+
     engine: Annotated[
         str,
         Key(c.choice(ENGINES),
@@ -219,208 +208,275 @@ class DaemonConfig:
     log_level: Annotated[
         str, Key(c.choice(LOG_LEVELS), "The daemon's own log level.", flag=True)
     ] = "info"
-    # [api]
+
+
+# The keys of the tables below lived in [daemon] once: each still reads its old name (`alias`).
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """The control API: its Unix socket, and the optional TCP door (token, TLS)."""
+
     socket: Annotated[
         str,
         Key(c.string(),
             'Control socket path; "" = $FASTVERIFY_SOCKET, else /run/fastverify/control.sock '
-            "as root or $XDG_RUNTIME_DIR/fastverify/control.sock.", table="api", flag=True),
+            "as root or $XDG_RUNTIME_DIR/fastverify/control.sock.", flag=True,
+            alias="daemon.socket"),
     ] = ""  # fmt: skip
     socket_group: Annotated[
         str,
         Key(c.string(what="a group name or numeric gid"),
-            "chgrp of the socket (mode 0660) when the group exists.", table="api"),
+            "chgrp of the socket (mode 0660) when the group exists.",
+            alias="daemon.socket_group"),
     ] = "fastverify"  # fmt: skip
     tcp_listen: Annotated[
         str,
         Key(c.listen(lowest_port=1),
             'HOST:PORT of the control API over TCP ("" = off); needs token_file or '
-            "tls_client_ca, and off loopback TLS (tls_cert, tls_key).", table="api",
-            flag=True, example="127.0.0.1:7070"),
+            "tls_client_ca, and off loopback TLS (tls_cert, tls_key).", flag=True,
+            example="127.0.0.1:7070", alias="daemon.tcp_listen"),
     ] = ""  # fmt: skip
     token_file: Annotated[
         str,
         Key(c.string(),
             "Bearer tokens of the TCP door: NAME:TOKEN lines or one TOKEN (chmod 600, 16+ "
-            "characters each; the name is recorded as who asked).", table="api", flag=True,
-            example="/etc/fastverify/token"),
+            "characters each; the name is recorded as who asked).", flag=True,
+            example="/etc/fastverify/token", alias="daemon.token_file"),
     ] = ""  # fmt: skip
     tls_cert: Annotated[
         str,
         Key(c.string(what="a PEM certificate file path"),
             "PEM certificate of the TCP door: TLS (required off loopback); expired, "
-            "unreadable or mismatched files stop start-up (exit 2).", table="api", flag=True,
-            example="/etc/fastverify/tls/server.pem"),
+            "unreadable or mismatched files stop start-up (exit 2).", flag=True,
+            example="/etc/fastverify/tls/server.pem", alias="daemon.tls_cert"),
     ] = ""  # fmt: skip
     tls_key: Annotated[
         str,
         Key(c.string(what="a PEM private key file path"),
-            "The tls_cert's private key (chmod 600).", table="api", flag=True,
-            example="/etc/fastverify/tls/server.key"),
+            "The tls_cert's private key (chmod 600).", flag=True,
+            example="/etc/fastverify/tls/server.key", alias="daemon.tls_key"),
     ] = ""  # fmt: skip
     tls_client_ca: Annotated[
         str,
         Key(c.string(what="a PEM CA file path"),
-            "CA whose client certificates the TCP door requires (mutual TLS).", table="api",
-            flag=True, example="/etc/fastverify/tls/clients-ca.pem"),
+            "CA whose client certificates the TCP door requires (mutual TLS).", flag=True,
+            example="/etc/fastverify/tls/clients-ca.pem", alias="daemon.tls_client_ca"),
     ] = ""  # fmt: skip
-    # [exporter]
+
+
+@dataclass(frozen=True)
+class ExporterConfig:
+    """The HTTP endpoints observers read: Prometheus /metrics, the orchestrator's probes,
+    profile windows."""
+
     metrics_listen: Annotated[
         str,
         Key(c.listen(lowest_port=0), 'HOST:PORT of Prometheus /metrics; "" = exporter off.',
-            table="exporter", flag=True),
+            flag=True, alias="daemon.metrics_listen"),
     ] = "127.0.0.1:9464"  # fmt: skip
     web_config_file: Annotated[
         str,
         Key(c.string(what="an exporter-toolkit web config (YAML) path"),
             "exporter-toolkit web config for /metrics (TLS, client certificates, bcrypt basic "
-            "auth: the YAML node_exporter's --web.config.file reads).", table="exporter",
-            flag=True, example="/etc/fastverify/web-config.yml"),
+            "auth: the YAML node_exporter's --web.config.file reads).", flag=True,
+            example="/etc/fastverify/web-config.yml", alias="daemon.web_config_file"),
     ] = ""  # fmt: skip
     health_listen: Annotated[
         str,
         Key(c.listen(lowest_port=0),
             'HOST:PORT of /livez, /readyz (READY and verified) and /startupz for an '
-            'orchestrator\'s probes ("" = off).', table="exporter", flag=True,
-            example="0.0.0.0:8081"),
+            'orchestrator\'s probes ("" = off).', flag=True, example="0.0.0.0:8081",
+            alias="daemon.health_listen"),
     ] = ""  # fmt: skip
     trace_period_s: Annotated[
         float | None,
         Key(c.number(0),
             "Seconds between profile windows (0 = off); unset = the engine's default (sim 60, "
-            "sglang off).", table="exporter", example=60),
+            "sglang off).", example=60, alias="daemon.trace_period_s"),
     ] = None  # fmt: skip
     trace_steps: Annotated[
-        int, Key(c.integer(1, 1000), "Forward steps per profile window.", table="exporter")
-    ] = 5
-    # [restart]
+        int,
+        Key(c.integer(1, 1000), "Forward steps per profile window.",
+            alias="daemon.trace_steps"),
+    ] = 5  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RestartConfig:
+    """Starting, stopping and restarting the engine: timeouts, crash backoff, recovery from
+    FAILED."""
+
     readiness_timeout_s: Annotated[
         float,
         Key(c.number(0, lo_open=True),
-            "Per start: seconds until health and SGLang's ready line.", table="restart"),
+            "Per start: seconds until health and SGLang's ready line.",
+            alias="daemon.readiness_timeout_s"),
     ] = 1800.0  # fmt: skip
     stop_grace_s: Annotated[
         float,
         Key(c.number(0, lo_open=True),
-            "Seconds from SIGTERM to SIGKILL of the engine's process group.", table="restart"),
+            "Seconds from SIGTERM to SIGKILL of the engine's process group.",
+            alias="daemon.stop_grace_s"),
     ] = 30.0  # fmt: skip
     gpu_release_timeout_s: Annotated[
         float,
         Key(c.number(0),
-            "Seconds to wait for the engine's PIDs to leave GPU memory (NVML).", table="restart"),
+            "Seconds to wait for the engine's PIDs to leave GPU memory (NVML).",
+            alias="daemon.gpu_release_timeout_s"),
     ] = 60.0  # fmt: skip
-    restart_backoff_s: Annotated[
+    backoff_s: Annotated[
         tuple[float, float],
-        Key(c.backoff, "Crash restarts: initial and max delay (doubling).", table="restart",
-            name="backoff_s"),
+        Key(c.backoff, "Crash restarts: initial and max delay (doubling).",
+            alias="daemon.restart_backoff_s"),
     ] = (1.0, 60.0)  # fmt: skip
-    restart_burst: Annotated[
+    burst: Annotated[
         int,
-        Key(c.integer(0), "More crashes than this within window_s: FAILED.", table="restart",
-            name="burst"),
+        Key(c.integer(0), "More crashes than this within window_s: FAILED.",
+            alias="daemon.restart_burst"),
     ] = 5  # fmt: skip
-    restart_window_s: Annotated[
+    window_s: Annotated[
         float,
-        Key(c.number(0, lo_open=True), "The window of burst, in seconds.", table="restart",
-            name="window_s"),
+        Key(c.number(0, lo_open=True), "The window of burst, in seconds.",
+            alias="daemon.restart_window_s"),
     ] = 300.0  # fmt: skip
     recover_retries: Annotated[
         int,
         Key(c.integer(0, 1000),
             "FAILED: retry the last good profile N times (0 = never); declarative: /livez "
-            "answers 503 (and exit 3 under systemd) after them.", table="restart"),
+            "answers 503 (and exit 3 under systemd) after them.",
+            alias="daemon.recover_retries"),
     ] = 3  # fmt: skip
     recover_backoff_s: Annotated[
         tuple[float, float],
         Key(c.backoff, "Delay before those retries: initial and max (doubling).",
-            table="restart"),
+            alias="daemon.recover_backoff_s"),
     ] = (60.0, 900.0)  # fmt: skip
-    # [watch]
-    watch_interval_s: Annotated[
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    """After READY: SGLang's /health_generate, so a hung engine counts as a crash
+    (engine_unresponsive; docs/reference/api.md, "A hung engine")."""
+
+    interval_s: Annotated[
         float,
         Key(c.number(0), "Seconds between checks (0 = off). The defaults leave READY at "
             "most interval_s + SGLang's 20 s (25 s) after an engine hangs, as kubelet's "
-            "liveness defaults do (about 30 s).", table="watch", name="interval_s"),
+            "liveness defaults do (about 30 s).", alias="daemon.watch_interval_s"),
     ] = 5.0  # fmt: skip
-    watch_timeout_s: Annotated[
+    timeout_s: Annotated[
         float,
         Key(c.number(0, lo_open=True),
             "No answer within N s: engine_unresponsive (SGLang answers 503 itself after "
-            "SGLANG_HEALTH_CHECK_TIMEOUT, 20 s, and logs why).", table="watch",
-            name="timeout_s"),
+            "SGLANG_HEALTH_CHECK_TIMEOUT, 20 s, and logs why).", alias="daemon.watch_timeout_s"),
     ] = 22.0  # fmt: skip
-    watch_failures: Annotated[
+    failures: Annotated[
         int,
         Key(c.integer(1, 100), "Non-200 answers in a row: engine_unresponsive (SGLang's "
             "own 503 comes after 20 s without output: one is already its verdict).",
-            table="watch", name="failures"),
+            alias="daemon.watch_failures"),
     ] = 1  # fmt: skip
-    watch_retry_s: Annotated[
+    retry_s: Annotated[
         float,
         Key(c.number(0), "After a failed check, the next one N s after its answer.",
-            table="watch", name="retry_s"),
+            alias="daemon.watch_retry_s"),
     ] = 5.0  # fmt: skip
-    # [frontdoor]
-    frontdoor_mode: Annotated[
+
+
+@dataclass(frozen=True)
+class FrontdoorConfig:
+    """A front door on the server's public port (the engine moves to an internal port) that
+    holds new requests while a switch, restart or crash restart replaces the engine, so
+    clients wait instead of failing; docs/guides/daemon.md."""
+
+    mode: Annotated[
         str,
         Key(c.choice(FRONTDOOR_MODES),
             '"off": clients reach the engine directly and a switch takes the service down; '
             '"hold": requests wait in the front door while the engine is replaced; "standby": '
             "the new engine starts beside the serving one when both fit in memory, else hold.",
-            table="frontdoor", name="mode", flag="--frontdoor"),
+            flag="--frontdoor", alias="daemon.frontdoor_mode"),
     ] = "off"  # fmt: skip
-    frontdoor_engine_port: Annotated[
+    engine_port: Annotated[
         int,
         Key(c.integer(0, 65535),
             "The engine's internal port when the front door is on (0 = [server] port + 1); "
-            "the exporter and the health watch read the engine there.", table="frontdoor",
-            name="engine_port"),
+            "the exporter and the health watch read the engine there.",
+            alias="daemon.frontdoor_engine_port"),
     ] = 0  # fmt: skip
-    frontdoor_queue_size: Annotated[
+    standby_port: Annotated[
+        int,
+        Key(c.integer(0, 65535),
+            "The internal port a standby engine starts on beside the serving one (0 = the "
+            "engine port + 1); the engines take turns on the two ports."),
+    ] = 0  # fmt: skip
+    standby_kv_share: Annotated[
+        float,
+        Key(c.fraction(),
+            "The standby engine's KV pool as a share of the serving one's (1 = the same). "
+            "Less lets two engines fit where the same would not, and the new engine then "
+            "serves with that smaller pool (fewer tokens in flight) until its next restart."),
+    ] = 1.0  # fmt: skip
+    queue_size: Annotated[
         int,
         Key(c.integer(0, 1_000_000),
-            "Requests held at most; one more gets 503 with Retry-After.", table="frontdoor",
-            name="queue_size"),
+            "Requests held at most; one more gets 503 with Retry-After.",
+            alias="daemon.frontdoor_queue_size"),
     ] = 1024  # fmt: skip
-    frontdoor_max_wait_s: Annotated[
+    max_wait_s: Annotated[
         float,
         Key(c.number(0, lo_open=True),
-            "Seconds a request is held at most; then 503 with Retry-After.", table="frontdoor",
-            name="max_wait_s"),
+            "Seconds a request is held at most; then 503 with Retry-After.",
+            alias="daemon.frontdoor_max_wait_s"),
     ] = 300.0  # fmt: skip
-    frontdoor_drain_timeout_s: Annotated[
+    drain_timeout_s: Annotated[
         float,
         Key(c.number(0),
             "Seconds the old engine gets to finish the requests in flight before it stops; "
-            "the ones it cuts are counted and named in the switch's result.", table="frontdoor",
-            name="drain_timeout_s"),
+            "the ones it cuts are counted and named in the switch's result.",
+            alias="daemon.frontdoor_drain_timeout_s"),
     ] = 60.0  # fmt: skip
-    frontdoor_retry_after_s: Annotated[
+    retry_after_s: Annotated[
         int,
         Key(c.integer(1, 3600), "The Retry-After of a refused request, in seconds.",
-            table="frontdoor", name="retry_after_s"),
+            alias="daemon.frontdoor_retry_after_s"),
     ] = 5  # fmt: skip
-    # [sim]
-    sim_load_seconds: Annotated[
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """The embedded sim engine (tests and demos)."""
+
+    load_seconds: Annotated[
         float,
-        Key(c.number(0), "Seconds the sim's simulated weight load takes.", table="sim",
-            name="load_seconds", flag=True),
+        Key(c.number(0), "Seconds the sim's simulated weight load takes.",
+            flag="--sim-load-seconds", alias="daemon.sim_load_seconds"),
     ] = 3.0  # fmt: skip
-    sim_sglang_version: Annotated[
+    sglang_version: Annotated[
         str,
         Key(c.string(nonempty=True, what="an SGLang version (X.Y.Z)"),
             "The SGLang release the sim plays: its flags, metrics, spans and log lines "
-            "(0.5.1 .. 0.5.23; `fastverifyctl sglang versions`).", table="sim",
-            name="sglang_version", flag=True),
+            "(0.5.1 .. 0.5.23; `fastverifyctl sglang versions`).",
+            flag="--sim-sglang-version", alias="daemon.sim_sglang_version"),
     ] = "0.5.23"  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Config:
+    """The whole configuration: one attribute per TOML table, in the order the example and
+    the reference show them, then where it came from."""
+
     server: ServerConfig = field(default_factory=ServerConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
+    exporter: ExporterConfig = field(default_factory=ExporterConfig)
+    restart: RestartConfig = field(default_factory=RestartConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    frontdoor: FrontdoorConfig = field(default_factory=FrontdoorConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
     source: str = ""  # the file it came from, "" for defaults
-    # keys the file or the command line set (attribute paths such as "daemon.metrics_listen")
+    # keys the file or the command line set ("exporter.metrics_listen")
     given: frozenset[str] = field(default=frozenset(), compare=False)
     # one line per old key name the file used ("... is now [exporter] metrics_listen")
     notes: tuple[str, ...] = field(default=(), compare=False)
@@ -431,18 +487,10 @@ class Config:
 
     @property
     def socket_path(self) -> Path:
-        return Path(self.daemon.socket) if self.daemon.socket else paths.socket_path()
+        return Path(self.api.socket) if self.api.socket else paths.socket_path()
 
     @property
     def profile_dirs(self) -> list[Path]:
         if self.daemon.profile_dirs:
             return [Path(p) for p in self.daemon.profile_dirs]
         return paths.user_profile_dirs()
-
-
-# the dataclass of each attribute table ("server.eagle3": Eagle3Params)
-SECTIONS: dict[str, type] = {
-    "server": ServerConfig,
-    "server.eagle3": Eagle3Params,
-    "daemon": DaemonConfig,
-}

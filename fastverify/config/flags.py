@@ -33,11 +33,10 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """`{"server": {...}, "daemon": {...}}` by attribute: what the options set (None = not
-    given), for `config.load`."""
-    out: dict[str, dict[str, Any]] = {"daemon": {}, "server": {}}
+    """`{"server": {"port": ...}, "api": {...}, ...}` by table: what the options set (None =
+    not given), for `config.load`."""
+    out: dict[str, dict[str, Any]] = {}
     for info in KEYS:
         if info.flag:
-            section, name = info.attr.split(".")
-            out[section][name] = getattr(ns, info.flag[2:].replace("-", "_"))
+            out.setdefault(info.table, {})[info.name] = getattr(ns, info.flag[2:].replace("-", "_"))
     return out

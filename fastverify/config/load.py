@@ -13,22 +13,26 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastverify import paths
 from fastverify.config import fields
 from fastverify.config.cross import cross_problems
 from fastverify.config.keys import (
-    BY_ATTR,
+    BY_KEY,
     BY_NAME,
     FREE_TABLES,
     KEYS,
     TABLES,
-    attr_space,
-    key_of,
+    by_key,
     nest,
 )
 from fastverify.config.validators import show
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_T = TypeVar("_T", bound="DataclassInstance")
 
 
 class ConfigError(ValueError):
@@ -194,15 +198,16 @@ def _twice(flat: Mapping[str, Any], source: str, lines: Mapping[str, int]) -> li
     ]
 
 
-def _build(cls: type, data: dict[str, Any]) -> Any:
-    """Instantiate a config dataclass from validated values, nested by attribute."""
+def _build(cls: type[_T], data: Mapping[str, Any]) -> _T:
+    """Instantiate a table's dataclass from validated values, nested by table."""
     kwargs: dict[str, Any] = {}
+    defaults = cls()
     for f in dataclasses.fields(cls):
         if f.name not in data:
             continue
         value = data[f.name]
-        default = getattr(cls(), f.name)
-        if dataclasses.is_dataclass(default):
+        default = getattr(defaults, f.name)
+        if dataclasses.is_dataclass(default) and not isinstance(default, type):
             kwargs[f.name] = _build(type(default), value)
         elif isinstance(default, tuple):
             kwargs[f.name] = tuple(value)
@@ -220,18 +225,19 @@ def load(
     overrides: dict[str, dict[str, Any]] | None = None,
     flags: Mapping[str, str] | None = None,
 ) -> fields.Config:
-    """Load `path` (missing default file = defaults), apply `{"server": {...}, "daemon": {...}}`
-    overrides (command-line flags, by attribute or by table: `{"restart": {"burst": 2}}`;
-    None values ignored), validate every key
+    """Load `path` (missing default file = defaults), apply `{"restart": {"burst": 2}, ...}`
+    overrides (command-line flags, by table, or by old name: `{"daemon": {"restart_burst":
+    2}}`; None values ignored), validate every key
     (all problems at once, each with file:line and key), and return a Config; ConfigError
-    otherwise. `flags` (attribute path -> `--flag`): a problem with a value the command line
+    otherwise. `flags` (key -> `--flag`): a problem with a value the command line
     gave is blamed on its flag (`fastverifyd --nnodes: ...`), never on a config file that may
-    not exist. A key given by its old name loads as the key, with a note in `Config.notes`."""
+    not exist. A key given by its old name loads as the key, with a note in `Config.notes`.
+    `flags` and `Config.given` are keyed by key ("exporter.metrics_listen")."""
     source, text, data = _read(path)
     lines = _key_lines(text)
     flat = flatten(data)
     problems = validate_fields(flat, path=source, lines=lines) + _twice(flat, source, lines)
-    given = attr_space(
+    given = by_key(
         {
             f"{section}.{k}": v
             for section, values in (overrides or {}).items()
@@ -240,46 +246,39 @@ def load(
         }
     )
 
-    def flag_of(attr: str) -> str:
-        flag = (flags or {}).get(attr)
+    def flag_of(key: str) -> str:
+        flag = (flags or {}).get(key)
         return f"fastverifyd {flag}" if flag else "command line"
 
-    for attr, value in given.items():
-        key = key_of(attr)
+    for key, value in given.items():
         problems += [
             FieldProblem(
-                flag_of(attr), 0, key, f"{p.message.removeprefix(f'{attr}: ')} (it sets {key})"
+                flag_of(key), 0, key, f"{p.message.removeprefix(f'{key}: ')} (it sets {key})"
             )
-            for p in validate_fields({attr: value})
+            for p in validate_fields({key: value})
         ]
-    written = {BY_NAME[n].attr: n for n in flat if n in BY_NAME}  # attribute -> name in file
-    merged = {**{attr: flat[n] for attr, n in written.items()}, **given}
+    written = {BY_NAME[n].key: n for n in flat if n in BY_NAME}  # key -> its name in the file
+    merged = {**{key: flat[n] for key, n in written.items()}, **given}
 
-    def where(attr: str) -> tuple[str, int]:
-        """Who gave `attr` its value: a flag, the file's line, or the defaults."""
-        if attr in given:
-            return flag_of(attr), 0
-        if attr in written:
-            return source, lines.get(written[attr], 0)
+    def where(key: str) -> tuple[str, int]:
+        """Who gave `key` its value: a flag, the file's line, or the defaults."""
+        if key in given:
+            return flag_of(key), 0
+        if key in written:
+            return source, lines.get(written[key], 0)
         return source or "the built-in defaults", 0
 
-    problems += [FieldProblem(*where(a), key_of(a), why) for a, why in cross_problems(merged)]
+    problems += [FieldProblem(*where(k), k, why) for k, why in cross_problems(merged)]
     if problems:
         raise ConfigError("\n".join(str(p) for p in problems))
     notes = tuple(
-        f"{source}:{lines.get(name, 0)}: {name} is now [{BY_ATTR[attr].table}] "
-        f"{BY_ATTR[attr].name} (the old name still works)"
-        for attr, name in written.items()
-        if name == BY_ATTR[attr].alias
+        f"{source}:{lines.get(name, 0)}: {name} is now [{BY_KEY[key].table}] "
+        f"{BY_KEY[key].name} (the old name still works)"
+        for key, name in written.items()
+        if name == BY_KEY[key].alias
     )
-    nested = nest(merged)
-    return fields.Config(
-        server=_build(fields.ServerConfig, nested.get("server", {})),
-        daemon=_build(fields.DaemonConfig, nested.get("daemon", {})),
-        source=source,
-        given=frozenset(merged),
-        notes=notes,
-    )
+    cfg = _build(fields.Config, nest(merged))
+    return dataclasses.replace(cfg, source=source, given=frozenset(merged), notes=notes)
 
 
 def operator_profile_dirs() -> list[str]:

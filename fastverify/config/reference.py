@@ -13,9 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from fastverify.config import fields
 from fastverify.config.dump import keys_of, toml_value
-from fastverify.config.keys import FREE_TABLES, KEYS, TABLES, KeyInfo
+from fastverify.config.keys import FREE_TABLES, KEYS, TABLE_HELP, TABLES, KeyInfo
 
 COMMAND = "python -m fastverify.config.reference"
 EXAMPLE = Path("docs/reference/config.example.toml")
@@ -62,7 +61,7 @@ def example_toml() -> str:
     )
     lines += ["#", *_comment(RULES), "#", *_comment(WHERE)]
     for table in TABLES:
-        lines += ["", f"[{table}]", *_comment(fields.TABLES[table])]
+        lines += ["", f"[{table}]", *_comment(TABLE_HELP[table])]
         if table in FREE_TABLES:
             (info,) = (k for k in KEYS if k.key == table)
             lines += [f"# example: {k} = {toml_value(v)}" for k, v in info.example.items()]
@@ -92,7 +91,7 @@ def reference_md() -> str:
         "(expected ...)`, with a close match for a misspelt key; nothing starts on a bad file.",
     ]
     for table in TABLES:
-        out += ["", f"## [{table}]", "", _cell(fields.TABLES[table]), ""]
+        out += ["", f"## [{table}]", "", _cell(TABLE_HELP[table]), ""]
         if table in FREE_TABLES:
             (info,) = (k for k in KEYS if k.key == table)
             example = ", ".join(f"`{k} = {toml_value(v)}`" for k, v in info.example.items())

@@ -1,5 +1,5 @@
-"""How a configuration key is declared: `Key`, the metadata a `Config` dataclass field
-carries in its `Annotated` type (its TOML table, validator, help, example, fastverifyd flag)."""
+"""How a configuration key is declared: `Key`, the metadata a field of a table's dataclass
+carries in its `Annotated` type (its validator, help, example, fastverifyd flag, old name)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,15 @@ from fastverify.config.validators import Validator
 
 @dataclass(frozen=True)
 class Key:
-    """One configuration key, declared on the dataclass field it fills.
+    """One configuration key, declared on the dataclass field it fills: the key is
+    `<the dataclass's table>.<the field's name>`.
 
-    `table`/`name`: where it lives in the TOML file (default: the dataclass's own table and
-    the field's name). A key declared in another table than its dataclass's, or under another
-    name, still reads its old spelling, `<dataclass table>.<field name>`, as an alias.
     `flag`: the fastverifyd option that overrides it (True: `--<field-name>`).
-    `example`: a value worth showing where the default is empty."""
+    `example`: a value worth showing where the default is empty.
+    `alias`: the key's old name (`"daemon.restart_backoff_s"`), which a file may still use."""
 
     validator: Validator
     help: str
-    table: str | None = None
-    name: str | None = None
     flag: str | bool = False
     example: Any = None
+    alias: str | None = None

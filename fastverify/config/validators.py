@@ -58,6 +58,20 @@ def number(lo: float, *, lo_open: bool = False, what: str = "seconds") -> Valida
     return Validator(f"number {bound}", problem)
 
 
+def fraction() -> Validator:
+    """A share: a number in (0, 1]."""
+    expected = "a number in (0, 1]"
+
+    def problem(value: Any) -> str | None:
+        if not is_number(value) or not math.isfinite(value):
+            return f"{show(value)} is not a finite number (expected {expected})"
+        if not 0 < value <= 1:
+            return f"{show(value)} is out of range (expected {expected})"
+        return None
+
+    return Validator("number in (0, 1]", problem)
+
+
 def integer(lo: int, hi: int | None = None) -> Validator:
     expected = f"an integer in {lo}..{hi}" if hi is not None else f"an integer >= {lo}"
 

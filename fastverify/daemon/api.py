@@ -31,7 +31,7 @@ import socketserver
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify import api_models as m
 from fastverify.admission import REQUEST_DEADLINE_S, Buckets, Gate
@@ -39,6 +39,9 @@ from fastverify.daemon import tcpdoor
 from fastverify.daemon.api_handler import MAX_BODY, Handler
 from fastverify.daemon.auth import FAILURE_REASONS, Caller, Guard, unix_caller
 from fastverify.daemon.facade import ControlFacade
+
+if TYPE_CHECKING:
+    from fastverify.config.fields import ApiConfig
 
 log = logging.getLogger("fastverifyd.api")
 
@@ -187,20 +190,20 @@ def bind_tcp(listen: str) -> socket.socket:
 
 
 def open_tcp_door(
-    daemon_cfg: Any, loaded: tuple[Any, Any], facade: ControlFacade, hub: Any = None
+    api_cfg: ApiConfig, loaded: tuple[Any, Any], facade: ControlFacade, hub: Any = None
 ) -> ApiServer:
-    """The TCP door's server, listening on `daemon.tcp_listen`; `loaded`: tcpdoor.load()'s
+    """The TCP door's server, listening on `api.tcp_listen`; `loaded`: tcpdoor.load()'s
     (tokens, TLS context); refused attempts counted on `hub` (the exporter's, or None)."""
     tokens, tls = loaded
     guard = Guard(tokens, hub.api_auth.on_failure if hub is not None else None)
     if hub is not None:
         hub.api_auth.watch(FAILURE_REASONS, guard.backoff.sources)
-    server = ApiServer(bind_tcp(daemon_cfg.tcp_listen), facade, guard, tls)
+    server = ApiServer(bind_tcp(api_cfg.tcp_listen), facade, guard, tls)
     how = "plaintext (loopback)" if tls is None else "TLS"
-    if tls is not None and daemon_cfg.tls_client_ca:
+    if tls is not None and api_cfg.tls_client_ca:
         how += " with client certificates"
     names = f"bearer tokens {', '.join(tokens.names)}" if tokens else "no token"
-    log.info("TCP control door on %s: %s, %s", daemon_cfg.tcp_listen, how, names)
+    log.info("TCP control door on %s: %s, %s", api_cfg.tcp_listen, how, names)
     return server
 
 

@@ -11,6 +11,7 @@ Errors are JSON that say what to send instead. Binding and serving the sockets: 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import math
@@ -37,27 +38,29 @@ MAX_BODY = m.MAX_BODY
 MAX_HEAD = 128 * 1024  # the request line and headers (http.server: 64 KiB a line, 100 lines)
 
 
-class _Capped:
+class _Capped(io.BufferedIOBase):
     """A request's bytes up to `left` (MAX_HEAD for the head, then MAX_BODY more for the
     body), then end of input (`hit` set): what one request still arriving can make the
-    daemon hold is bounded, whatever it sends."""
+    daemon hold is bounded, whatever it sends. The handler's `rfile` (a buffered reader, as
+    http.server expects)."""
 
-    def __init__(self, f: Any, left: int) -> None:
+    def __init__(self, f: io.BufferedIOBase, left: int) -> None:
+        super().__init__()
         self.f, self.left, self.hit = f, left, False
 
-    def _n(self, want: int) -> int:
+    def _n(self, want: int | None) -> int:
         n = self.left if want is None or want < 0 else min(want, self.left)
         if n <= 0:
             self.hit = True
         return n
 
-    def readline(self, limit: int = -1) -> bytes:
+    def readline(self, limit: int | None = -1, /) -> bytes:
         n = self._n(limit)
         line = self.f.readline(n) if n > 0 else b""
         self.left -= len(line)
         return line
 
-    def read(self, size: int = -1) -> bytes:
+    def read(self, size: int | None = -1, /) -> bytes:
         n = self._n(size)
         data = self.f.read(n) if n > 0 else b""
         self.left -= len(data)
@@ -90,15 +93,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self.rfile = _Capped(self.rfile, MAX_HEAD)  # type: ignore[assignment]
+        self.rfile = self.capped = _Capped(self.rfile, MAX_HEAD)
 
     def parse_request(self) -> bool:
         if not super().parse_request():
             return False
-        if self.rfile.hit:  # type: ignore[attr-defined]
+        if self.capped.hit:
             self.send_error(431, f"request line and headers over {MAX_HEAD} bytes")
             return False
-        self.rfile.left += MAX_BODY  # type: ignore[attr-defined]
+        self.capped.left += MAX_BODY
         return True
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:

@@ -13,6 +13,9 @@ Steps
 -----
 switch/mode/restart: stop the engine -> STARTING -> ready -> VERIFYING -> READY; on failure
   FAILED -> ROLLING_BACK to the last good (profile, mode) -> READY (or FAILED): rollback.py.
+  With the front door in standby mode and room for two engines: the new engine starts and
+  is verified beside the serving one, which serves (READY) until the cut-over; a failure
+  stops the new one only: standby_switch.py.
 cancel (POST /v1/cancel): the operation in flight stops where it is (a model load in
   STARTING: the new engine's group is stopped) and the previous (profile, mode) is put
   back; the result is `cancelled`.
@@ -21,7 +24,7 @@ crash: the engine died, lost a verified worker or stopped answering SGLang's
   too many crashes in the window -> FAILED: crashes.py. An explicit operation pre-empts a
   crash restart waiting out its backoff.
 recover: FAILED -> STARTING the last good (declared) profile after a backoff, up to
-  daemon.recover_retries times: recovery.py.
+  restart.recover_retries times: recovery.py.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from fastverify.daemon.operations import Claim, Operation, OpResult
 from fastverify.daemon.recovery import RecoverySteps
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.rollback import RollbackSteps
+from fastverify.daemon.standby_switch import StandbySteps
 from fastverify.daemon.starting import Starts
 from fastverify.daemon.states import State
 from fastverify.daemon.verifier import Plan
@@ -74,10 +78,12 @@ class Controller(Core):
         self.rollback = RollbackSteps(self, self.starts)
         self.crash_steps = CrashSteps(self, self.starts)
         self.recovery_steps = RecoverySteps(self, self.starts)
+        self.standby = StandbySteps(self, self.starts, self.rollback)
         self.launcher.on_line = self._on_line
         self.launcher.on_exit = self.crash_steps.on_exit
-        if (group := getattr(self.launcher, "group", None)) is not None:
-            group.exit_lock = self._lock  # an engine's exit and its crash step: one step
+        for name in ("group", "standby_group"):  # an engine's exit and its crash step: one step
+            if (group := getattr(self.launcher, name, None)) is not None:
+                group.exit_lock = self._lock
 
     @property
     def cache(self) -> Any:
@@ -264,6 +270,9 @@ class Controller(Core):
     ) -> OpResult:
         prev = dict(self.active)
         self.say(f"{op.kind}: {prev.get('profile')}/{prev.get('mode')} -> {op.profile}/{op.mode}")
+        fit = self.door.plan(op)  # standby mode: beside the serving engine, or hold (and why)
+        if fit is not None and fit.mode == "standby":
+            return self.standby.switch(op, profile, argv, timeout_s, prev, fit)
         self.door.before_stop(op)  # new requests wait, those in flight finish (or are cut)
         if op.cancel.is_set() and not self.shutting_down.is_set() and self.door.resume(op):
             return self.result(
@@ -302,10 +311,12 @@ class Controller(Core):
         op = self.op
         if op is None:
             return
-        if facts.progress is not None and self.current is h:
+        standby = getattr(self.launcher, "standby_group", None)
+        ours = self.current is h or (standby is not None and h is standby.member)
+        if facts.progress is not None and ours:
             phase, pct, msg = facts.progress
             op.emit("progress", phase=phase, percent=pct, message=msg)
-        if self.current is h:
+        if ours:
             op.emit("log", line=line, source="engine")
 
     # ------------------------------------------------------------------ shutdown
@@ -318,7 +329,7 @@ class Controller(Core):
         holder = self.slot.holder
         if holder is not None:
             holder.request_cancel("shutdown")
-        budget = timeout if timeout is not None else self.cfg.daemon.stop_grace_s + 15
+        budget = timeout if timeout is not None else self.cfg.restart.stop_grace_s + 15
         deadline = time.monotonic() + budget
         self.slot.wait_idle(max(0.1, budget / 2))
         h = self.current

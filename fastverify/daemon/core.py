@@ -125,7 +125,7 @@ class Core:
         self.ring: LogRing = ring or LogRing()
         self.clock = clock
         self.slot = Slot()
-        self.crashes = CrashWindow(RestartPolicy.from_config(cfg.daemon))
+        self.crashes = CrashWindow(RestartPolicy.from_config(cfg.restart))
         self._lock = threading.RLock()
         self.state: State = State.STOPPED
         self.since: float = now()

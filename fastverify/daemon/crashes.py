@@ -66,8 +66,8 @@ class CrashSteps:
 
     def _watch(self, h: EngineHandle) -> None:
         """Start polling the engine's /health_generate (node rank 0 only: a multi-node
-        follower serves no HTTP API); `daemon.watch_interval_s = 0` turns it off."""
-        policy = WatchPolicy.from_config(self.c.cfg.daemon)
+        follower serves no HTTP API); `watch.interval_s = 0` turns it off."""
+        policy = WatchPolicy.from_config(self.c.cfg.watch)
         if policy.interval_s <= 0 or h.follower:
             h.watch = False  # decided: no watch for this engine
             return
@@ -130,6 +130,10 @@ class CrashSteps:
         self.c.door.crashed()  # new requests wait for the restarted engine
         self.c.spawn_thread(self._crash_restart, h, failure, decision)
 
+    def _state_now(self) -> State:
+        """The core's state now: another thread may have moved it since the last check."""
+        return self.c.state
+
     def _crash_restart(self, h: EngineHandle, failure: Failure, decision: Decision) -> None:
         op = Operation("crash_restart", h.profile, h.mode)
         if self.c.slot.claim(op, settle_s=5.0) is not Claim.TAKEN:
@@ -149,7 +153,7 @@ class CrashSteps:
             journal = True
             with contextlib.suppress(Exception):  # never stay in BACKOFF with nobody retrying
                 self.c.record_failure(Failure("internal_error", str(exc)), op)
-                if self.c.state != State.FAILED:
+                if self._state_now() != State.FAILED:
                     self.c.set_state(State.FAILED, "crash restart failed unexpectedly")
         self.c.finish(op, outcome, journal)
 

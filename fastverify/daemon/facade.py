@@ -25,8 +25,9 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
+from fastverify.api_models import EngineStatus, StatusBody
 from fastverify.config import SPEC_MODES, weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.baselines import check_baseline, with_concurrency
@@ -43,16 +44,19 @@ from fastverify.lease_record import describe as describe_lease
 from fastverify.redact import mask_argv
 from fastverify.sglang.forced import label_of_record as forced_label
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+_S = TypeVar("_S", bound="ControlFacade")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_Method = Callable[Concatenate[_S, _P], _R]
 
 
-def records(what: str) -> Callable[[_F], _F]:
+def records(what: str) -> Callable[[_Method[_S, _P, _R]], _Method[_S, _P, _R]]:
     """A record endpoint's method: a state dir that refuses the write (read-only, full,
     permissions) is the 507 it is, with what was not recorded, never a 500."""
 
-    def wrap(method: _F) -> _F:
+    def wrap(method: _Method[_S, _P, _R]) -> _Method[_S, _P, _R]:
         @functools.wraps(method)
-        def run(self: Any, *args: Any, **kw: Any) -> Any:
+        def run(self: _S, /, *args: _P.args, **kw: _P.kwargs) -> _R:
             try:
                 return method(self, *args, **kw)
             except OSError as exc:
@@ -64,12 +68,18 @@ def records(what: str) -> Callable[[_F], _F]:
                     reason="state_dir_unwritable",
                 ) from None
 
-        return run  # type: ignore[return-value]
+        return run
 
     return wrap
 
 
 log = logging.getLogger("fastverifyd.facade")
+
+
+def _add_parts_fields(body: StatusBody | EngineStatus, fields: dict[str, Any]) -> None:
+    """Add what the daemon's parts contribute (`weight_load`, `weight_cache`, `frontdoor`):
+    fields the body declares as a part's (NotRequired), named by the part at run time."""
+    cast(dict[str, Any], body).update(fields)
 
 
 class ControlFacade:
@@ -121,13 +131,14 @@ class ControlFacade:
             return f"failed: {c.last_failure.get('reason')} ({prof}/{mode})"
         return f"{st.lower()} {prof}/{mode}"
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> StatusBody:
         c = self.ctl
+        identity = self.engine_identity()  # the engine adapter's: no state read under the lock
         with c._lock:
             h = c.current
             op = c.op
             alive = h is not None and h.alive()
-            engine: dict[str, Any] = {
+            engine: EngineStatus = {
                 "name": c.engine.name,
                 "pid": h.pid if h is not None and alive else None,
                 "pgid": h.pgid if h is not None and alive else None,
@@ -149,11 +160,13 @@ class ControlFacade:
                 "allreduce": h.allreduce if h is not None else None,  # confirmed at verify
                 # the watch of SGLang's /health_generate after READY (daemon/watch.py)
                 "health": h.watch.health() if h is not None and alive and h.watch else None,
+                "identity": identity,
+                "capabilities": None,  # below, outside the lock
             }
             for part in c.parts:  # what a part keeps of this engine (where its weights came from)
-                engine.update(part.engine_fields(h))
+                _add_parts_fields(engine, part.engine_fields(h))
             argv = list(h.argv) if h is not None else None
-            out = {
+            out: StatusBody = {
                 "state": str(c.state),
                 "since": c.since,
                 "profile": c.active.get("profile"),
@@ -184,10 +197,10 @@ class ControlFacade:
                     "state_dir": str(c.store.dir),
                     "fingerprint": host_here.load(c.store.dir),
                 },
+                "speculation": None,  # below, outside the lock
             }
-        engine["identity"] = self.engine_identity()
         for part in c.parts:  # outside the lock: a part may ask the system (NVML, a socket)
-            out[part.STATUS] = part.status()
+            _add_parts_fields(out, {part.STATUS: part.status()})
         # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
         engine["capabilities"] = self.capabilities(argv)
         out["speculation"] = self.speculation(out["profile"], out["mode"], argv)
@@ -562,7 +575,7 @@ class ControlFacade:
         except FeatureMissing as exc:
             raise RequestError(422, str(exc), reason="sglang_feature_missing") from None
         if steps is None:
-            steps = self.ctl.cfg.daemon.trace_steps  # range: api_requests.MIRRORS
+            steps = self.ctl.cfg.exporter.trace_steps  # range: api_requests.MIRRORS
         if self.ctl.state != State.READY:
             raise RequestError(
                 409,

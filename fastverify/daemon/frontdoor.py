@@ -1,6 +1,10 @@
 """The controller's front door steps: hold and drain before the engine stops, hold on a
 crash, cut over and let the held requests go when an engine serves (the new one, or the
-rolled-back one), and the switch's client-side figures in its result.
+rolled-back one), and the switch's client-side figures in its result. With `mode =
+"standby"`, `plan` decides per switch whether the new engine starts beside the serving one
+(standby_switch.py runs it; `drain_port` drains the old engine after the cut-over) or the
+switch holds, from the memory rule (frontdoor/standby.py) and the serving engine's own figures,
+read from its start-up lines.
 
 A step over the controller's core (core.py). `[frontdoor] mode = "off"` keeps today's
 behaviour: no front door, and the result says `mode: none` with the downtime from the
@@ -15,10 +19,12 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from fastverify.config import Config
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.frontdoor_group import FrontDoorGroup
+from fastverify.daemon.launcher import without_port
 from fastverify.frontdoor import layout
-from fastverify.frontdoor.standby import Fit, decide
+from fastverify.frontdoor.standby import EngineMemory, Fit, decide
 
 log = logging.getLogger("fastverifyd.frontdoor")
 
@@ -48,13 +54,87 @@ class DoorSteps:
         # command lost to a front door that was restarting or not answering is not lost.
         self.want: int | None = None
         self._intent = threading.Lock()
+        if self.group is not None:
+            # every engine's memory figures, read from its start-up lines (standby's rule)
+            core.launcher.line_readers_for.append(_memory_reader)
+            core.launcher.adopted_readers_for.append(_memory_reader)
+            # the engines take turns on two internal ports: an argv is the same whichever
+            core.launcher.argv_aside.append(without_port)
 
     @property
     def mode(self) -> str:
-        """What a switch uses: "hold" with a front door (a standby that fits is said in the
-        switch's `standby` and cut over by hold: the standby start is not built yet),
-        "none" without one."""
+        """What a switch that stops the engine uses: "hold" with a front door, "none"
+        without one (a standby switch says "standby": `plan`)."""
         return "none" if self.group is None else "hold"
+
+    def plan(self, op: Any) -> Fit | None:
+        """Whether `op` starts its engine beside the serving one (mode standby, an engine
+        serving READY, the memory rule's yes): the decision, said before anything starts;
+        None when the front door is not in standby mode or nothing serves to stand beside."""
+        c = self.c
+        h = c.current
+        if (
+            self.group is None
+            or c.cfg.frontdoor.mode != "standby"
+            or h is None
+            or not (h.serving and h.alive())
+        ):
+            return None
+        fit = standby_fit(c, op.mode, c.op_weights(op))
+        op.door_standby = fit.to_dict()
+        tail = "" if fit.mode == "standby" else "; this switch holds"
+        c.say(f"front door: {fit.why}{tail}")
+        return fit
+
+    def standby_port(self) -> int:
+        """The internal port the serving engine does not use (the two take turns)."""
+        first = int(self.c.cfg.server.port)
+        second = int(self.c.cfg.frontdoor.standby_port or first + 1)
+        h = self.c.current
+        return second if h is not None and engine_port(h.url) == first else first
+
+    def drain_port(self, op: Any, port: int) -> dict[str, Any] | None:
+        """After a standby cut-over: the old engine's requests in flight get up to
+        `drain_timeout_s` to finish; what is still in flight then will be cut."""
+        timeout = self.c.cfg.frontdoor.drain_timeout_s
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            step = min(left, DRAIN_SLICE_S)
+            drained = self._call("drain", wait_s=step + 10, timeout_s=step, port=port)
+            if drained is None or drained.get("drained") or left <= step:
+                break
+        op.phases["drain"] = round(time.monotonic() - t0, 4)
+        if drained and not drained.get("drained"):
+            self.c.say(f"front door: {drained['in_flight']} request(s) still in flight on the "
+                       f"old engine after {timeout:g} s; stopping it cuts them",
+                       logging.WARNING)  # fmt: skip
+        elif drained and op.phases["drain"] >= 0.05:
+            self.c.say(f"front door: the old engine drained in {op.phases['drain']:.2f} s")
+        return drained
+
+    def kept(self, op: Any) -> None:
+        """A standby engine that failed never took traffic: the old engine served on, no
+        downtime; the front door's figures since the last cut-over (a stream the old engine
+        cut meanwhile is still counted)."""
+        status = self._call("status") if self.group is not None else None
+        episode = dict(status["episode"]) if status and status.get("episode") else {}
+        op.door = {"mode": "standby", "held": 0, "longest_wait_s": 0.0, "refused": 0, "cut": 0,
+                   "cut_requests": [], **episode, "downtime_s": 0.0, "kept_serving": True,
+                   "standby": op.door_standby}  # fmt: skip
+
+    def cuts_since_cut_over(self, op: Any) -> None:
+        """The old engine's streams its stop cut (counted by the front door since the
+        cut-over) go into the switch's figures."""
+        if op.door is None or self.group is None:
+            return
+        status = self._call("status")
+        if status and status.get("episode"):
+            cut = int(status["episode"].get("cut") or 0)
+            op.door["cut"] = int(op.door.get("cut") or 0) + cut
+            op.door["cut_requests"] = [*op.door.get("cut_requests", []),
+                                       *status["episode"].get("cut_requests", [])][:20]  # fmt: skip
 
     def _serving_port(self) -> int | None:
         """The port the front door should send to now: the engine that serves READY there,
@@ -146,11 +226,8 @@ class DoorSteps:
         op.door_down_at = time.monotonic()
         if self.group is None or self.c.current is None:
             return
-        if self.c.cfg.daemon.frontdoor_mode == "standby":
-            op.door_standby = standby_fit(self.c, op.mode).to_dict()
-            self.c.say(f"front door: {op.door_standby['why']}; this switch holds")
         held = self._command(None, "hold")
-        timeout = self.c.cfg.daemon.frontdoor_drain_timeout_s
+        timeout = self.c.cfg.frontdoor.drain_timeout_s
         if held and held.get("in_flight"):
             self.c.say(f"front door: holding new requests; {held['in_flight']} in flight get up "
                        f"to {timeout:g} s to finish")  # fmt: skip
@@ -215,7 +292,8 @@ class DoorSteps:
                        "refused": None, "cut": None, "cut_requests": []}  # fmt: skip
         if op is not None and figures is not None:
             standby = {"standby": op.door_standby} if op.door_standby else {}
-            op.door = {"mode": self.mode, **figures, **standby}
+            beside = (op.door_standby or {}).get("mode") == "standby"
+            op.door = {"mode": "standby" if beside else self.mode, **figures, **standby}
 
     def figures(self, op: Any) -> dict[str, Any] | None:
         """The switch's client-side figures for its result (None when it stopped nothing)."""
@@ -236,15 +314,16 @@ class DoorSteps:
         if self.group is None:
             return {"mode": "off"}
         out: dict[str, Any] = {
-            "mode": self.c.cfg.daemon.frontdoor_mode,
+            "mode": self.c.cfg.frontdoor.mode,
             "listen": layout.public_url(self.c.cfg),
             "pid": self.group.pid,
             "restarts": self.group.restarts,
         }
         if self.problem:
             out["problem"] = self.problem
-        if self.c.cfg.daemon.frontdoor_mode == "standby":  # what a switch now would decide
-            out["standby"] = standby_fit(self.c, self.c.active.get("mode") or "baseline").to_dict()
+        if self.group is not None:  # what a standby switch now would decide (doctor: hold too)
+            mode = self.c.active.get("mode") or "baseline"
+            out["standby"] = standby_fit(self.c, mode, self.c.cfg.server.load_format).to_dict()
         if not self.group.alive():
             return {**out, "state": "down"}
         reply = self._call("status", wait_s=2.0)
@@ -285,7 +364,7 @@ class DoorSteps:
     def engine_fields(self, h: Any) -> dict[str, Any]:
         return {}
 
-    def reconfigure(self, cfg: Any, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Any) -> None:
         """The front door keeps the configuration it was started with until it restarts."""
 
     def metrics(self) -> dict[str, Any] | None:
@@ -298,26 +377,37 @@ class DoorSteps:
             return None
 
 
-def standby_fit(core: Any, mode: str) -> Fit:
-    """The decision for a switch to `mode` from what this host reports now."""
-    from fastverify.daemon import procs
-    from fastverify.daemon.weight_cache_records import nvml_bytes
-    from fastverify.engines.host_probe import gpu_memory_and_sm
+def _memory_reader(h: Any) -> Any:
+    """Each engine's memory figures (standby.EngineMemory) from its start-up lines."""
+    memory = h.parts.setdefault("memory", EngineMemory())
+    return memory.read
 
+
+def standby_fit(core: Any, mode: str, load_format: str | None = None) -> Fit:
+    """The decision for a switch to `mode` (`load_format`: "dummy" for a trial) from what
+    this host reports now: the serving engine's start-up figures, the weight cache's bytes,
+    one GPU's memory (the engine's reading: nvidia-smi, or the sim's simulated GPU)."""
     cache = core.cache
     setting = core.cfg.server.weight_cache
-    serves = setting != "off" and cache.status().get("state") == "ready" and mode == "baseline"
-    mib, _ = gpu_memory_and_sm(timeout=5.0) if serves else (None, None)
+    serves = (
+        setting != "off"
+        and cache.status().get("state") == "ready"
+        and mode == "baseline"
+        and load_format != "dummy"
+    )
     h = core.current
-    engine = None
-    if serves and h is not None and h.alive():
-        engine = nvml_bytes([h.pid, *(p.pid for p in procs.descendants(h.pid))])
+    memory = h.parts.get("memory") if h is not None and serves else None
+    tp = max(1, core.cfg.server.tp_size // max(1, core.cfg.server.nnodes))
     shared, _ = cache.bytes_held() if serves else (None, "")
+    if serves and shared is None:
+        shared = core.engine.simulated_cache_bytes(tp)
     return decide(
         weight_cache=setting,
         cache_serves=serves,
-        gpu_bytes=None if mib is None else mib * (1 << 20),
-        tp=max(1, core.cfg.server.tp_size // max(1, core.cfg.server.nnodes)),
-        engine_bytes=engine,
+        gpu_bytes=core.engine.gpu_bytes() if serves else None,
+        tp=tp,
+        engine=memory.figures() if memory is not None else None,
+        kv_tokens=memory.kv_tokens if memory is not None else None,
         shared_bytes=shared,
+        kv_share=core.cfg.frontdoor.standby_kv_share,
     )

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fastverify.config import Config
 from fastverify.daemon import procs
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.group import GroupSpec, GroupState, Member, SupervisedGroup
@@ -37,7 +38,7 @@ class FrontDoorGroup:
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         store: Any,
         say: Callable[..., None] | None = None,
         serving_port: Callable[[], int | None] = lambda: None,
@@ -48,7 +49,7 @@ class FrontDoorGroup:
         spec = GroupSpec("front door", ID_VAR, "door_id", Path(store.dir) / PID_FILE,
                          restart=RESTART)  # fmt: skip
         self.group: SupervisedGroup[Member] = SupervisedGroup(
-            spec, grace_s=lambda: self.cfg.daemon.stop_grace_s, gpu_release_s=lambda: 0.0,
+            spec, grace_s=lambda: self.cfg.restart.stop_grace_s, gpu_release_s=lambda: 0.0,
             say=say,
         )  # fmt: skip
         self.group.restart_with = self._restart
@@ -74,17 +75,17 @@ class FrontDoorGroup:
         return port is None, port
 
     def argv(self, hold: bool) -> list[str]:
-        d, s = self.cfg.daemon, self.cfg.server
+        d, s = self.cfg.frontdoor, self.cfg.server
         argv = [
             sys.executable, "-m", "fastverify.frontdoor",
             "--listen", f"{s.public_host}:{s.public_port}",
             "--engine-host", s.host,
             "--control", str(self.socket),
-            "--queue-size", str(d.frontdoor_queue_size),
-            "--max-wait-s", str(d.frontdoor_max_wait_s),
-            "--retry-after-s", str(d.frontdoor_retry_after_s),
+            "--queue-size", str(d.queue_size),
+            "--max-wait-s", str(d.max_wait_s),
+            "--retry-after-s", str(d.retry_after_s),
             # inside the daemon's own grace before its SIGKILL
-            "--stop-grace-s", str(max(0.0, d.stop_grace_s - 1.0)),
+            "--stop-grace-s", str(max(0.0, self.cfg.restart.stop_grace_s - 1.0)),
         ]  # fmt: skip
         return argv + (["--hold"] if hold else [])
 

@@ -487,6 +487,19 @@ class SupervisedGroup(Generic[M]):
         self.on_change()
         return m
 
+    def hand_over(self, m: M, to: SupervisedGroup[M]) -> None:
+        """`m`, READY here, becomes `to`'s member (READY) in place of the one `to` had, which
+        `to` still stops by its handle; this group is left STOPPED, its record removed (a
+        standby engine that now serves: the engine group's record names it)."""
+        with self._lock, to._lock:
+            if m is not self.member or self.state != GroupState.READY:
+                raise IllegalGroupTransition(f"{self.spec.name}: hands over a READY member only")
+            self.member, self.state = None, GroupState.STOPPED
+            to.member, to.state, to.ever_ran = m, GroupState.READY, True
+        self.clear_record()
+        self.on_change()
+        to.on_change()
+
     # ------------------------------------------------------------------ stop
     def stop(self, m: M, *, forget: bool = True) -> Stopped:
         """Stop `m`'s group (SIGCONT, `spec.stop_signal` to the leader, grace, SIGKILL) and

@@ -22,7 +22,7 @@
 
 Bodies are small JSON objects (`{"ok", "state", "profile", "mode", "why"}`); nothing else is
 served (no control operations: those stay on the control socket). Off unless
-`daemon.health_listen` (fastverifyd --health-listen) names an address.
+`exporter.health_listen` (fastverifyd --health-listen) names an address.
 """
 
 from __future__ import annotations
@@ -34,7 +34,10 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastverify.api_models import StatusBody
 
 log = logging.getLogger("fastverifyd.health")
 
@@ -49,7 +52,7 @@ HELD = ("STOPPING", "STARTING", "VERIFYING", "ROLLING_BACK", "BACKOFF")
 class Health:
     """The verdicts, from the facade's status and the main loop's heartbeat."""
 
-    def __init__(self, status: Callable[[], dict[str, Any]], stale_after_s: float = 30.0):
+    def __init__(self, status: Callable[[], StatusBody], stale_after_s: float = 30.0):
         self._status = status
         self.stale_after_s = stale_after_s
         self._beat = time.monotonic()
@@ -118,13 +121,13 @@ class Health:
         return False, _brief(st, f"starting: state {st.get('state')}{loading}")
 
 
-def _brief(st: dict[str, Any], why: str) -> dict[str, Any]:
+def _brief(st: StatusBody, why: str) -> dict[str, Any]:
     return {"state": st.get("state"), "profile": st.get("profile"), "mode": st.get("mode"),
             "why": why}  # fmt: skip
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: HealthServer  # type: ignore[assignment]
+    server: HealthServer
     protocol_version = "HTTP/1.0"
     server_version = "fastverifyd-health/1"
     timeout = 10
@@ -172,6 +175,8 @@ class HealthServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
+        if isinstance(host, bytes):  # an AF_UNIX address's type; this server is AF_INET(6)
+            host = host.decode()
         return f"http://{host}:{port}"
 
     def start(self) -> threading.Thread:

@@ -29,6 +29,7 @@ from typing import Any
 
 import psutil
 
+from fastverify.config import Config
 from fastverify.daemon import allreduce_check, failures, logs, procs, tuner_check, verify
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.group import GroupSpec, Member, Previous, SupervisedGroup
@@ -49,6 +50,34 @@ HEALTH_PROBE_TIMEOUT_S = 10.0
 
 def _now() -> float:
     return time.time()
+
+
+def port_of(argv: list[str]) -> int | None:
+    """The `--port` an engine's argv names (None: none)."""
+    for i, arg in enumerate(argv):
+        if arg == "--port" and i + 1 < len(argv) and argv[i + 1].isdigit():
+            return int(argv[i + 1])
+        if arg.startswith("--port=") and arg[7:].isdigit():
+            return int(arg[7:])
+    return None
+
+
+def with_port(argv: list[str], port: int) -> list[str]:
+    """`argv` with its `--port` set to `port` (added when it names none)."""
+    out = [a for a in argv if not a.startswith("--port=")]
+    for i, arg in enumerate(out):
+        if arg == "--port" and i + 1 < len(out):
+            return [*out[: i + 1], str(port), *out[i + 2 :]]
+    return [*out, "--port", str(port)]
+
+
+def without_port(argv: list[str]) -> list[str]:
+    """`argv` without its `--port` (an engine on either internal port is the same one)."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--port":
+            return out[:i] + out[i + 2 :]
+    return [a for a in out if not a.startswith("--port=")]
 
 
 def pid_alive(pid: int) -> bool:
@@ -120,7 +149,7 @@ class Launcher:
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         engine: Any,
         store: StateStore,
         *,
@@ -131,28 +160,43 @@ class Launcher:
         self.store = store
         # say(message, level, stream=True): stream=False keeps a message out of the operation's
         # event stream when a structured event (engine, verify) already tells the client.
-        self.say = say or (lambda msg, level=logging.INFO, **_: log.log(level, msg))
+        self.say: Callable[..., None] = say or (
+            lambda msg, level=logging.INFO, **_: log.log(level, msg)
+        )
         self.on_line: OnLine = lambda h, line, facts: None
         self.on_exit: OnExit = lambda h: None
         self.group: SupervisedGroup[EngineHandle] = SupervisedGroup(
             GroupSpec("engine", procs.ENGINE_ID_VAR, "engine_id", store.pid_path),
-            grace_s=lambda: float(self.cfg.daemon.stop_grace_s),
-            gpu_release_s=lambda: float(self.cfg.daemon.gpu_release_timeout_s),
+            grace_s=lambda: float(self.cfg.restart.stop_grace_s),
+            gpu_release_s=lambda: float(self.cfg.restart.gpu_release_timeout_s),
             say=lambda *a, **k: self.say(*a, **k),
         )
         self.group.on_exit = lambda h: self.on_exit(h)
+        # A standby engine (the front door's standby mode): started beside the serving one on
+        # its own port, recorded in engine-standby.pid until it serves; then handed over to
+        # `group`, whose record names the engine it replaces as `retiring` until that stops.
+        self.standby_group: SupervisedGroup[EngineHandle] = SupervisedGroup(
+            GroupSpec("standby engine", procs.ENGINE_ID_VAR, "engine_id", store.standby_pid_path),
+            grace_s=lambda: float(self.cfg.restart.stop_grace_s),
+            gpu_release_s=lambda: float(self.cfg.restart.gpu_release_timeout_s),
+            say=lambda *a, **k: self.say(*a, **k),
+        )
+        self.standby_group.on_exit = lambda h: self.on_exit(h)
+        self.retiring: dict[str, Any] | None = None
         # What features add to each start (weights.py, for the weight cache): variables of
         # the server's environment, readers of its log lines, flags of its argv that the
         # daemon adds and a comparison of argvs sets aside.
         self.env_parts: list[Callable[[], dict[str, str]]] = []
         self.line_readers_for: list[Callable[[EngineHandle], Callable[[str], None] | None]] = []
+        # ...and those an adopted engine's replayed log goes through too
+        self.adopted_readers_for: list[Callable[[EngineHandle], Callable[[str], None]]] = []
         self.argv_aside: list[Callable[[list[str]], list[str]]] = []
 
     # ------------------------------------------------------------------ environment
-    def url(self) -> str:
+    def url(self, port: int | None = None) -> str:
         s = self.cfg.server
         host = "127.0.0.1" if s.host in ("0.0.0.0", "", "::") else s.host
-        return f"http://{host}:{s.port}"
+        return f"http://{host}:{port or s.port}"
 
     def engine_env(self, profile: Any, engine_id: str, debug_dir: Path | None) -> dict[str, str]:
         from fastverify.profiles.effective import effective_env
@@ -254,15 +298,20 @@ class Launcher:
         if self.engine.follower(argv):
             return None
         s = self.cfg.server
-        owner = ports.port_owner(s.host, s.port)
+        port = port_of(argv) or s.port
+        owner = ports.port_owner(s.host, port)
         if owner is None:
             return None
-        return Failure("port_in_use", ports.in_use_message(s.host, s.port, owner))
+        return Failure("port_in_use", ports.in_use_message(s.host, port, owner))
 
     # ------------------------------------------------------------------ spawn / adopt
-    def spawn(self, profile: Any, mode: str, argv: list[str]) -> EngineHandle:
+    def spawn(
+        self, profile: Any, mode: str, argv: list[str], *, standby: bool = False
+    ) -> EngineHandle:
         """Start the engine group (group.SupervisedGroup) with the profile's clean environment;
-        the readers `line_readers_for` gives hear every line of its log."""
+        the readers `line_readers_for` gives hear every line of its log. `standby`: beside
+        the serving engine, in the standby group, on the port its argv names."""
+        group = self.standby_group if standby else self.group
         engine_id = self.group.new_id()
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         base = f"{stamp}-{profile.name}-{mode}-{engine_id[:6]}"
@@ -285,7 +334,7 @@ class Launcher:
                 log_path,
                 profile.name,
                 mode,
-                self.url(),
+                self.url(port_of(argv)),
                 expected,
                 expected_sglang=verify.sglang_part(profile.env),
                 env_names=tuple(sorted(env)),
@@ -299,7 +348,7 @@ class Launcher:
             )
             return h
 
-        h = self.group.spawn(engine_id, argv, env, log_path, make)
+        h = group.spawn(engine_id, argv, env, log_path, make)
         with contextlib.suppress(OSError):
             self.store.prune_logs(protect=(log_path,))
         h.line_readers = [r for f in self.line_readers_for if (r := f(h)) is not None]
@@ -380,6 +429,7 @@ class Launcher:
             return h
 
         h = self.group.adopt(make)
+        h.line_readers = [f(h) for f in self.adopted_readers_for]
         self._follow(h, secret_values({}, h.argv))
         return h
 
@@ -465,7 +515,8 @@ class Launcher:
                     return True
             return False
 
-        return self.group.wait_ready(
+        group = self.standby_group if h is self.standby_group.member else self.group
+        return group.wait_ready(
             h,
             check,
             timeout_s=timeout_s,
@@ -484,9 +535,23 @@ class Launcher:
         )
 
     # ------------------------------------------------------------------ bookkeeping
+    def promote(self, h: EngineHandle, old: EngineHandle) -> None:
+        """The verified standby engine `h` becomes the engine group's member; engine.pid
+        names it (verified) and `old`, which it replaces, as `retiring` until `retired`: a
+        daemon killed in between adopts `h` and stops `old` (reconcile.py)."""
+        self.retiring = self.group.record_of(old)
+        self.mark_verified(h)  # one atomic write: never a moment with neither recorded
+        self.standby_group.hand_over(h, self.group)
+
+    def retired(self, h: EngineHandle) -> None:
+        """The engine `promote` replaced has stopped: engine.pid names `h` alone."""
+        self.retiring = None
+        self.mark_verified(h)
+
     def mark_verified(self, h: EngineHandle) -> None:
+        retiring = {"retiring": self.retiring} if self.retiring else {}
         try:
-            self.group.write_record(self.group.record_of(h, verified=True))
+            self.group.write_record(self.group.record_of(h, verified=True, **retiring))
         except OSError as exc:  # the engine serves anyway; adoption reads the first record
             self.say(f"cannot record the verified engine in engine.pid: {exc}", logging.WARNING)
 
@@ -499,7 +564,11 @@ class Launcher:
         """Stop the engine group (group.SupervisedGroup.stop: SIGCONT, TERM, grace, KILL, its
         GPU memory), stop the tail; `forget` clears engine.pid."""
         h.serving = False
-        done = self.group.stop(h, forget=forget)
+        if h is self.standby_group.member:  # a standby that never served: its own record goes
+            done = self.standby_group.stop(h, forget=True)
+            forget = False
+        else:
+            done = self.group.stop(h, forget=forget)
         res = done.result
         if res.signal_used != "none":
             self.say(

@@ -30,6 +30,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,18 +66,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# config attribute -> the fastverifyd flag that sets it (a bad value is blamed on the flag)
+# config key -> the fastverifyd flag that sets it (a bad value is blamed on the flag)
 FLAGS = configmod.FLAGS
-overrides = configmod.overrides  # the flags' values, by attribute, for config.load
+# what a SIGHUP reload leaves as it is until the daemon restarts, by the name its log gives
+_RESTART_ONLY: dict[str, Callable[[configmod.Config], object]] = {
+    "state_dir": lambda c: c.daemon.state_dir,
+    "socket": lambda c: c.api.socket,
+    "tcp_listen": lambda c: c.api.tcp_listen,
+    "metrics_listen": lambda c: c.exporter.metrics_listen,
+    "engine": lambda c: c.daemon.engine,
+    "frontdoor_mode": lambda c: c.frontdoor.mode,
+}
+overrides = configmod.overrides  # the flags' values, by table, for config.load
 
 
 def make_engine(name: str, cfg: configmod.Config) -> Any:
     if name == "sim":
         from fastverify.engines.sim_adapter import SimEngine
 
-        return SimEngine(
-            cfg.server.python, cfg.daemon.sim_load_seconds, cfg.daemon.sim_sglang_version
-        )
+        return SimEngine(cfg.server.python, cfg.sim.load_seconds, cfg.sim.sglang_version)
     from fastverify.engines.sglang import SGLangEngine
 
     return SGLangEngine(cfg.server.python, cfg.server.sglang_flags)
@@ -142,13 +150,13 @@ def _lock_state_dir(state_dir: Path) -> int:
 
 
 def _start_exporter(sup: Any, cfg: configmod.Config, engine: Any, web: Any = None) -> Any:
-    listen = cfg.daemon.metrics_listen
+    listen = cfg.exporter.metrics_listen
     try:
         from fastverify.exporters.runtime import ExporterRuntime
     except ImportError as exc:
         log.warning("exporter unavailable (%s); /metrics is off", exc)
         return None
-    period = cfg.daemon.trace_period_s
+    period = cfg.exporter.trace_period_s
     if period is None:
         period = 60.0 if engine.simulated else 0.0
     facts = engine.facts()
@@ -165,7 +173,7 @@ def _start_exporter(sup: Any, cfg: configmod.Config, engine: Any, web: Any = Non
         None,
         str(Path(cfg.state_dir) / "traces"),
         period,
-        cfg.daemon.trace_steps,
+        cfg.exporter.trace_steps,
         # the TP ranks on this node (a multi-node server's other ranks trace on theirs)
         expected_ranks=cfg.server.tp_size // max(1, cfg.server.nnodes),
         web=web,
@@ -178,7 +186,7 @@ def _start_exporter(sup: Any, cfg: configmod.Config, engine: Any, web: Any = Non
 
 def _metrics_explicit(ns: argparse.Namespace, cfg: configmod.Config) -> bool:
     """Was the exporter asked for (flag or config key), rather than on by default?"""
-    return "daemon.metrics_listen" in cfg.given
+    return "exporter.metrics_listen" in cfg.given
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,7 +226,7 @@ class Daemon:
 
     def _exporter(self, sup: Any, cfg: configmod.Config, engine: Any) -> tuple[Any, str | None]:
         """Start the exporter: (runtime, None), or (None, why it cannot serve /metrics)."""
-        listen = cfg.daemon.metrics_listen
+        listen = cfg.exporter.metrics_listen
         try:
             return _start_exporter(sup, cfg, engine, self.web), None
         except (OSError, ValueError) as exc:
@@ -253,20 +261,20 @@ class Daemon:
         for sig in sigs:
             signal.signal(sig, self._signal)
         door = None
-        if cfg.daemon.tcp_listen:  # its credentials are checked before anything starts
+        if cfg.api.tcp_listen:  # its credentials are checked before anything starts
             from fastverify.credentials import CredentialError
             from fastverify.daemon import tcpdoor
 
             try:
-                door = tcpdoor.load(cfg.daemon)
+                door = tcpdoor.load(cfg.api)
             except CredentialError as exc:
                 log.error("%s; fastverifyd is not starting", exc)
                 return 2
-        if cfg.daemon.web_config_file and cfg.daemon.metrics_listen:
+        if cfg.exporter.web_config_file and cfg.exporter.metrics_listen:
             from fastverify.exporters.webconfig import WebConfigError, load
 
             try:
-                self.web = load(cfg.daemon.web_config_file)
+                self.web = load(cfg.exporter.web_config_file)
             except WebConfigError as exc:
                 log.error("%s; fastverifyd is not starting", exc)
                 return 2
@@ -285,7 +293,7 @@ class Daemon:
         if facts is None:
             return EXIT_SGLANG_UNSUPPORTED
         hub = None
-        if cfg.daemon.metrics_listen:
+        if cfg.exporter.metrics_listen:
             try:
                 from fastverify.exporters.hub import MetricsHub
 
@@ -310,26 +318,26 @@ class Daemon:
         _check_memory_pinning(cfg, sup)
         servers = []
         try:
-            sock = api.bind_unix(cfg.socket_path, cfg.daemon.socket_group)
+            sock = api.bind_unix(cfg.socket_path, cfg.api.socket_group)
             servers.append(api.ApiServer(sock, sup.api, None))
             if door is not None:
-                servers.append(api.open_tcp_door(cfg.daemon, door, sup.api, hub))
+                servers.append(api.open_tcp_door(cfg.api, door, sup.api, hub))
         except (RuntimeError, OSError, ValueError) as exc:
             log.error("cannot open the control API: %s", exc)
             return 1
         for s in servers:
             api.serve_in_thread(s)
         self.health = None
-        if cfg.daemon.health_listen:
+        if cfg.exporter.health_listen:
             from fastverify.daemon.health import Health, HealthServer
 
             self.health = Health(sup.status)
             try:
-                health_server = HealthServer(cfg.daemon.health_listen, self.health)
+                health_server = HealthServer(cfg.exporter.health_listen, self.health)
             except OSError as exc:
                 log.error(
                     "cannot listen for health checks on %s: %s; fastverifyd is not starting",
-                    cfg.daemon.health_listen,
+                    cfg.exporter.health_listen,
                     exc.strerror or exc,
                 )
                 for s in servers:
@@ -340,7 +348,7 @@ class Daemon:
         log.info(
             "control API on %s%s",
             cfg.socket_path,
-            f" and tcp {cfg.daemon.tcp_listen}" if cfg.daemon.tcp_listen else "",
+            f" and tcp {cfg.api.tcp_listen}" if cfg.api.tcp_listen else "",
         )
         if not self.stop_event.is_set():
             sup.startup()
@@ -403,18 +411,7 @@ class Daemon:
             sup.config_error = f"reload refused, keeping the previous configuration: {exc}"
             sup.daemon_log(f"SIGHUP: {sup.config_error}", logging.ERROR)
         else:
-            moved = [
-                name
-                for name in (
-                    "state_dir",
-                    "socket",
-                    "tcp_listen",
-                    "metrics_listen",
-                    "engine",
-                    "frontdoor_mode",
-                )
-                if getattr(new.daemon, name) != getattr(self.cfg.daemon, name)
-            ]
+            moved = [name for name, value in _RESTART_ONLY.items() if value(new) != value(self.cfg)]
             self.cfg = new = layout.engine_side(new)
             for note in new.notes:
                 sup.daemon_log(f"SIGHUP: {note}", logging.WARNING)

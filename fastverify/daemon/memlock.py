@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 import resource
 from dataclasses import dataclass
-from typing import Any
+
+from fastverify.config import Config
 
 CAP_IPC_LOCK = 14  # linux/capability.h
 IB_CLASS = "/sys/class/infiniband"
@@ -35,7 +36,7 @@ class PinCheck:
     message: str
 
 
-def rdma_expected(cfg: Any, ib_class: str = IB_CLASS) -> str | None:
+def rdma_expected(cfg: Config, ib_class: str = IB_CLASS) -> str | None:
     """Why NCCL will reach the network over IB here, None when it will not."""
     if int(getattr(cfg.server, "nnodes", 1) or 1) > 1:
         return f"server.nnodes = {cfg.server.nnodes}: NCCL's all-reduces cross nodes"

@@ -96,7 +96,7 @@ class Operation:
         self.door_down_at: float | None = None
         self.door_drain: dict[str, Any] | None = None
         self.door: dict[str, Any] | None = None
-        self.door_standby: dict[str, str] | None = None  # mode standby: the memory decision
+        self.door_standby: dict[str, Any] | None = None  # mode standby: the memory decision
         self._cond = threading.Condition()
 
     def restart_clock(self) -> None:

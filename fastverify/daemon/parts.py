@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from fastverify.config import Config
 from fastverify.daemon.events import EventBus
 from fastverify.daemon.failures import Failure
 
@@ -58,7 +59,7 @@ class Part(Protocol):
     def status(self) -> dict[str, Any] | None:
         """Its status section (may ask the system: called outside the controller's lock)."""
 
-    def reconfigure(self, cfg: Any, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Any) -> None:
         """A re-read configuration (SIGHUP); `engine` is the same kind as before."""
 
     def shutdown(self) -> None:

@@ -40,7 +40,7 @@ def spawn(
     cwd: str | None = None,
     *,
     sigint_default: bool = False,
-) -> subprocess.Popen:
+) -> subprocess.Popen[bytes]:
     """Start `argv` in a new session/process group with exactly `env`; stdout+stderr -> log_path.
 
     The engine writes its log file directly (not through a pipe to us), so it keeps
@@ -245,7 +245,7 @@ def stop_group(
     pgid: int,
     grace_s: float,
     *,
-    proc: subprocess.Popen | None = None,
+    proc: subprocess.Popen[bytes] | None = None,
     kill_wait_s: float = 10.0,
     proc_root: Path = PROC,
     sig: int = signal.SIGTERM,
@@ -293,7 +293,7 @@ def stop_group(
 
 
 def _wait_gone(
-    pgid: int, timeout: float, proc: subprocess.Popen | None, proc_root: Path = PROC
+    pgid: int, timeout: float, proc: subprocess.Popen[bytes] | None, proc_root: Path = PROC
 ) -> bool:
     deadline = time.monotonic() + timeout
     delay = 0.01
@@ -334,7 +334,7 @@ def wait_gpu_release(pids: Sequence[int], timeout_s: float) -> tuple[bool, str]:
     if not pids:
         return True, "no pids"
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return True, "nvml unavailable (pynvml not installed)"
     try:

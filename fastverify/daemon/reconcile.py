@@ -2,7 +2,8 @@
 
 `start_up(ctl)`:
 1. restore active / last good / last failure from state.json;
-2. adopt (or stop) the weight cache's group (its own record), then read engine.pid
+2. adopt (or stop) the weight cache's group (its own record); stop what a standby switch
+   left beside the engine engine.pid names (`settle_standby`); then read engine.pid
    (group.SupervisedGroup.previous: a group a killed daemon spawned but never recorded is
    stopped, one that is not provably ours is left alone with a finding); adopt the group
    it names when it runs the argv this configuration would build: STOPPED -> STARTING
@@ -19,6 +20,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
@@ -26,7 +28,7 @@ from typing import Any
 
 from fastverify.config import MODES
 from fastverify.daemon import events as ev
-from fastverify.daemon import interrupted
+from fastverify.daemon import interrupted, procs
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.operations import Claim, Operation
@@ -57,6 +59,7 @@ def start_up(ctl: Controller) -> None:
     note = ctl.cache.adopt()  # the weight cache first: an adopted server maps its weights
     if note:
         ctl.say(note, logging.WARNING if "leaving it alone" in note else logging.INFO)
+    settle_standby(ctl)  # a standby switch the killed daemon left: one engine stays
     if (op := adopt(ctl)) is not None:
         interrupted.close_after(ctl, unanswered, op)
         return
@@ -135,6 +138,40 @@ def _record_fallback(
         f"profile {name}/{m} (active before this start) cannot be started: {why}; "
         f"started {started[0]}/{started[1]} instead (switch with `fastverifyctl profile set`)",
     )
+
+
+def settle_standby(ctl: Controller) -> None:
+    """A daemon killed during a standby switch (standby_switch.py) left two engines: the one
+    engine.pid names is adopted (adopt below); the other is stopped here: a standby that
+    never served (engine-standby.pid), or the old engine it replaced (engine.pid's
+    `retiring`). Only groups proven ours are stopped."""
+    launcher = ctl.launcher
+    group = getattr(launcher, "standby_group", None)
+    if group is None:
+        return
+    try:
+        main = json.loads(ctl.store.pid_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        main = {}
+    main = main if isinstance(main, dict) else {}
+    prev = group.previous()
+    for pgid, res in prev.stopped:
+        ctl.say(f"stopped standby engine group {pgid}, started by a daemon that died before "
+                f"recording it ({res.signal_used})", logging.WARNING)  # fmt: skip
+    if prev.kind == "ours":
+        if prev.record.get("engine_id") != main.get("engine_id"):
+            res = group.stop_pgid(prev.pgid)
+            ctl.say(f"stopped standby engine group {prev.pgid}: a daemon killed during a "
+                    f"standby switch left it before the cut-over ({res.signal_used})")  # fmt: skip
+        group.clear_record()
+    retiring = main.get("retiring")
+    if isinstance(retiring, dict) and isinstance(retiring.get("pid"), int):
+        ours, _why = procs.is_ours(retiring)
+        if ours:
+            pgid = int(retiring.get("pgid") or retiring["pid"])
+            res = launcher.stop_group(pgid)
+            ctl.say(f"stopped engine group {pgid}: the engine a standby switch replaced, "
+                    f"left by a killed daemon ({res.signal_used})")  # fmt: skip
 
 
 def adopt(ctl: Controller) -> Operation | None:

@@ -1,5 +1,5 @@
 """Leaving FAILED by policy: retry the last good (profile, mode) with exponential backoff, up
-to `daemon.recover_retries` times (`daemon.recover_backoff_s`: first delay, cap).
+to `restart.recover_retries` times (`restart.recover_backoff_s`: first delay, cap).
 
 A step over the controller's core (core.py), like crashes.py. The main loop's tick schedules
 the next retry while the daemon sits in FAILED with nothing in flight; the retry itself is
@@ -9,7 +9,7 @@ retry holds no slot), and cancels the schedule by leaving FAILED.
 
 The target is the declared profile and mode in declarative mode (a pod serves nothing
 else), else the last good one. The count is forgotten after an explicit operation succeeds
-or once READY has held for `daemon.restart_window_s`. When the retries are spent the
+or once READY has held for `restart.window_s`. When the retries are spent the
 budget says so (`status.recovery.spent`); in declarative mode /livez then answers 503 so
 that the kubelet restarts the pod, and under systemd the daemon exits with status 3 so that
 the unit fails (its Restart= policy decides).
@@ -50,7 +50,7 @@ class RecoverySteps:
         self.starts = starts
 
     def recovery_status(self) -> dict[str, Any]:
-        d = self.c.cfg.daemon
+        d = self.c.cfg.restart
         with self.c._lock:
             r = self.c.recovery
             next_in = None if r.next_at is None else max(0.0, r.next_at - self.c.clock())
@@ -94,7 +94,7 @@ class RecoverySteps:
 
     def recovery_tick(self) -> None:
         """From the main loop: forget, schedule or start a retry (see the module doc)."""
-        d = self.c.cfg.daemon
+        d = self.c.cfg.restart
         limit = int(d.recover_retries)
         now = self.c.clock()
         start: tuple[str, str] | None = None
@@ -104,7 +104,7 @@ class RecoverySteps:
                 r.next_at = None
                 if r.ready_at is None:
                     r.ready_at = now
-                if r.attempts and now - r.ready_at > float(d.restart_window_s):
+                if r.attempts and now - r.ready_at > float(d.window_s):
                     r.forget()  # healthy for a whole window: a later failure starts afresh
                 return
             r.ready_at = None
@@ -138,7 +138,7 @@ class RecoverySteps:
         if spent:
             where = (
                 "; /livez answers 503 (declarative: the orchestrator restarts the daemon)"
-                if d.declarative
+                if self.c.cfg.daemon.declarative
                 else "; staying FAILED until an operator acts"
             )
             self.c.say(f"FAILED: {limit} recovery retries spent{where}", logging.ERROR)
@@ -164,7 +164,7 @@ class RecoverySteps:
                     return
                 r.attempts += 1
                 r.next_at = None
-                n, limit = r.attempts, int(self.c.cfg.daemon.recover_retries)
+                n, limit = r.attempts, int(self.c.cfg.restart.recover_retries)
             outcome = self._recover_once(op, n, limit)
         except Exception as exc:
             log.exception("recovery failed unexpectedly")

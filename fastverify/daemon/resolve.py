@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fastverify.config import ADAPTIVE_CONFIG_NAME, MODES
+from fastverify.config import ADAPTIVE_CONFIG_NAME, MODES, Config, ServerConfig
 from fastverify.engines.base import ArgvCheck, EngineArgError
 from fastverify.redact import mask_text, secret_values
 
@@ -88,7 +88,7 @@ def check_trial_steps(steps: int | None, mode: str, load_format: str | None) -> 
 
 
 class Resolver:
-    def __init__(self, cfg: Any, engine: Any, profiles: Any = None) -> None:
+    def __init__(self, cfg: Config, engine: Any, profiles: Any = None) -> None:
         if profiles is None:
             from fastverify.profiles.store import ProfileStore
 
@@ -99,7 +99,7 @@ class Resolver:
         self.profiles = profiles
         self._argv_checks: dict[tuple[str, ...], ArgvCheck] = {}
 
-    def reconfigure(self, cfg: Any, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Any) -> None:
         from fastverify.profiles.store import ProfileStore
 
         self.cfg = cfg
@@ -198,7 +198,7 @@ class Resolver:
         configured = self.cfg.server.adaptive_config
         return Path(configured) if configured else Path(self.cfg.state_dir) / ADAPTIVE_CONFIG_NAME
 
-    def _request_metrics(self, server: Any, mode: str) -> Any:
+    def _request_metrics(self, server: ServerConfig, mode: str) -> ServerConfig:
         """A speculative server with real weights writes SGLang's per-request metrics into the
         state dir (`--export-metrics-to-file`, when its release has the flag): the exporter's
         live acceptance and plan-stale check read the histograms there."""
@@ -220,7 +220,7 @@ class Resolver:
         extra = (flag, f"{flag}-dir", str(path))
         return dataclasses.replace(server, extra_args=(*extra, *server.extra_args))
 
-    def _zero_steps_server(self, server: Any) -> Any:
+    def _zero_steps_server(self, server: ServerConfig) -> ServerConfig:
         """The steps-0 timing trial: adaptive with candidates [0] at every batch size (a
         config of its own in the state dir; the plan's is never touched)."""
         from fastverify.durable import atomic_write_json
@@ -230,7 +230,7 @@ class Resolver:
             atomic_write_json(path, {"1": {"candidate_steps": [0]}})
         return dataclasses.replace(server, adaptive_config=str(path))
 
-    def _adaptive_server(self, server: Any) -> Any:
+    def _adaptive_server(self, server: ServerConfig) -> ServerConfig:
         path = self.adaptive_config_path()
         if not path.exists():
             raise RequestError(

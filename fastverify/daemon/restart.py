@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fastverify.config.fields import RestartConfig
 
 
 @dataclass(frozen=True)
@@ -21,12 +24,12 @@ class RestartPolicy:
     burst: int
 
     @classmethod
-    def from_config(cls, daemon_cfg: Any) -> RestartPolicy:
-        first, cap = daemon_cfg.restart_backoff_s
+    def from_config(cls, restart: RestartConfig) -> RestartPolicy:
+        first, cap = restart.backoff_s
         return cls(
-            float(daemon_cfg.restart_window_s),
+            float(restart.window_s),
             (float(first), float(cap)),
-            int(daemon_cfg.restart_burst),
+            int(restart.burst),
         )
 
     def delay(self, n: int) -> float:

@@ -48,7 +48,7 @@ class Starts:
         """Spawn (or adopt), wait for readiness, verify. The engine is stopped on failure.
         `op`: an Operation, or a rollback's step inside one (rollback.Step)."""
         c = self.c
-        timeout = timeout_s or c.cfg.daemon.readiness_timeout_s
+        timeout = timeout_s or c.cfg.restart.readiness_timeout_s
         if adopt is None and (taken := c.launcher.port_in_use(argv)) is not None:
             c.say(f"{op.kind} {op.profile}/{op.mode}: {taken.message}", logging.WARNING)
             return taken  # said before a load that would fail only once it is over
@@ -89,15 +89,48 @@ class Starts:
             return self.start(op, profile, argv, timeout_s, cancel)
         return failure
 
+    def start_beside(
+        self, op: Any, profile: Any, argv: list[str], timeout_s: float | None,
+        cancel: threading.Event,
+    ) -> EngineHandle | Failure:  # fmt: skip
+        """A standby engine beside the serving one (on the port `argv` names): spawn, wait
+        for readiness, verify as any start; `c.current` stays the serving engine. The
+        standby is stopped on failure, and nothing else is touched (no part's retry: a
+        disk load beside the serving engine would hold a second copy of the weights)."""
+        c = self.c
+        if (taken := c.launcher.port_in_use(argv)) is not None:
+            c.say(f"{op.kind} {op.profile}/{op.mode}: {taken.message}", logging.WARNING)
+            return taken
+        h = self._spawn(op, profile, argv, cancel, standby=True)
+        if isinstance(h, Failure):
+            return h
+        op.emit("engine", pid=h.pid, log=str(h.log_path), argv=mask_argv(h.argv), standby=True)
+        timeout = timeout_s or c.cfg.restart.readiness_timeout_s
+        failure = c.launcher.await_ready(h, timeout, cancel)
+        if failure is None:
+            op.phases.setdefault("engine_ready", round(h.ready_s or 0.0, 4))
+            c.say(f"standby engine ready after {h.ready_s or 0.0:.2f} s; verifying it")
+            failure = self._verify(op, h, cancel, adopted=False)
+            if failure is None:
+                return h
+        level = logging.INFO if failure.reason == "cancelled" else logging.WARNING
+        c.say(f"{op.kind} {h.profile}/{h.mode} (standby) failed: {failure.message} "
+              f"(log: {h.log_path})", level)  # fmt: skip
+        c.stop_engine(h, "failed")
+        self.keep_failed_tail(op, h)
+        return failure
+
     def _spawn(
-        self, op: Any, profile: Any, argv: list[str], cancel: threading.Event
-    ) -> EngineHandle | Failure:
+        self, op: Any, profile: Any, argv: list[str], cancel: threading.Event,
+        standby: bool = False,
+    ) -> EngineHandle | Failure:  # fmt: skip
         """The launcher's spawn with every part around it (the weight cache: its gate)."""
         c = self.c
 
         def launch(a: list[str]) -> EngineHandle | Failure:
             try:
-                return c.launcher.spawn(profile, op.mode, a)
+                beside = {"standby": True} if standby else {}
+                return c.launcher.spawn(profile, op.mode, a, **beside)
             except OSError as exc:
                 failure = Failure("spawn_failed", f"cannot start the engine: {exc}")
                 c.say(f"{op.kind} {op.profile}/{op.mode} failed: {failure.message}",
@@ -170,7 +203,15 @@ class Starts:
             )
         )
 
-    def succeeded(self, op: Operation, h: EngineHandle, prev: dict[str, Any]) -> OpResult:
+    def succeeded(
+        self,
+        op: Operation,
+        h: EngineHandle,
+        prev: dict[str, Any],
+        after_serving: Callable[[EngineHandle], None] | None = None,
+    ) -> OpResult:
+        """READY with `h`, and the result; `after_serving(h)` runs once `h` serves (a
+        standby switch: drain and stop the engine it replaced)."""
         c = self.c
         t0 = time.monotonic()
         if op.kind != "crash_restart":
@@ -181,6 +222,8 @@ class Starts:
             c.clear_finding("profile_fallback")  # the operator chose a profile
         self.serving(h, f"{h.profile}/{h.mode} verified")
         op.phases["persist"] = round(time.monotonic() - t0, 4)
+        if after_serving is not None:
+            after_serving(h)
         trial = weights_label(load_format_of(h.argv)) == "dummy"
         message = (
             f"{h.profile}/{h.mode} is serving"

@@ -64,6 +64,7 @@ class StateStore:
         self.decisions_path = self.dir / "decisions.jsonl"
         self.decisions_old_path = self.dir / "decisions.1.jsonl"
         self.pid_path = self.dir / "engine.pid"
+        self.standby_pid_path = self.dir / "engine-standby.pid"
         self.baselines_path = self.dir / "baselines.json"
         self.logs_dir = self.dir / "logs"
         self.logs_dir.mkdir(mode=0o750, parents=True, exist_ok=True)

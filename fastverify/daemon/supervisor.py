@@ -15,6 +15,8 @@ import contextlib
 import logging
 from typing import Any
 
+from fastverify.api_models import StatusBody
+from fastverify.config import Config
 from fastverify.daemon.baselines import baseline_records
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.events import (
@@ -40,7 +42,7 @@ __all__ = ["RequestError", "Supervisor"]
 class Supervisor:
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         engine: Any,
         engine_reason: str,
         store: StateStore,
@@ -58,9 +60,7 @@ class Supervisor:
         self.resolver = Resolver(cfg, engine, profile_store)
         self.launcher = Launcher(cfg, engine, store)
         self.ctl = Controller(cfg, engine, self.launcher, self.resolver, store, self.bus, self.ring)
-        # Launcher.say's type is inferred from its default (a lambda) in launcher.py, which
-        # the process-group work rewrites: typed there, this ignore goes
-        self.launcher.say = self.ctl.say  # type: ignore[assignment]
+        self.launcher.say = self.ctl.say
         self.figures = LiveFigures()
         self.feed = ExporterFeed(hub) if hub is not None else None
         self.api = ControlFacade(self.ctl, engine_reason, self.figures, self.feed)
@@ -99,7 +99,7 @@ class Supervisor:
     def status_line(self) -> str:
         return self.api.status_line()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> StatusBody:
         return self.api.status()
 
     def startup(self) -> None:
@@ -142,7 +142,7 @@ class Supervisor:
         under systemd whose FAILED retries are spent)."""
         return self.ctl.recovery_exit_code()
 
-    def reconfigure(self, cfg: Any, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Any) -> None:
         """Adopt a re-read configuration (SIGHUP): profile dirs, engine settings (used from
         the next start on), restart and timeout policy."""
         cfg = layout.engine_side(cfg)
@@ -156,7 +156,7 @@ class Supervisor:
                 self.launcher.engine = engine
             for part in self.ctl.parts:
                 part.reconfigure(cfg, self.ctl.engine)
-            self.ctl.crashes.retune(RestartPolicy.from_config(cfg.daemon))
+            self.ctl.crashes.retune(RestartPolicy.from_config(cfg.restart))
 
     def shutdown(self, timeout: float | None = None) -> None:
         self.ctl.shutdown(timeout)

@@ -1,11 +1,11 @@
 """The control API's TCP door: what a TCP connection goes through before any HTTP is read.
 
-On a TLS door (`daemon.tls_cert`/`tls_key`), in the connection's own thread:
+On a TLS door (`api.tls_cert`/`tls_key`), in the connection's own thread:
 1. a first byte that is not a TLS handshake record is plaintext HTTP sent to a TLS port:
    it gets a plain HTTP 400 that says how to connect (counted `plaintext`), as Go's
    net/http answers "Client sent an HTTP request to an HTTPS server";
 2. the TLS handshake, within the request deadline (below): the client's certificate is required and
-   verified against `daemon.tls_client_ca` when one is set; a failure (none sent, another
+   verified against `api.tls_client_ca` when one is set; a failure (none sent, another
    CA's, expired) is logged with the source and OpenSSL's reason and counted `tls`;
 3. the certificate's subject becomes the caller's identity.
 Backoff and tokens are checked per request (api_handler.Handler), on either door, so that an
@@ -24,10 +24,13 @@ import json
 import logging
 import socket
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.credentials import subject_text
 from fastverify.daemon.auth import Caller
+
+if TYPE_CHECKING:
+    from fastverify.config.fields import ApiConfig
 
 log = logging.getLogger("fastverifyd.api")
 
@@ -109,13 +112,13 @@ def admit(server: Any, conn: socket.socket, caller: Caller) -> Any:
     return tls
 
 
-def load(daemon_cfg: Any) -> tuple[Any, Any]:
+def load(api_cfg: ApiConfig) -> tuple[Any, Any]:
     """(tokens, TLS context) of the configured door, read before anything starts: a token
     file, certificate or key that cannot be used raises credentials.CredentialError."""
     from fastverify.credentials import read_tokens, server_context
     from fastverify.daemon.auth import Tokens
 
-    d = daemon_cfg
+    d = api_cfg
     tokens = Tokens(read_tokens(d.token_file)) if d.token_file else None
     tls = server_context(d.tls_cert, d.tls_key, d.tls_client_ca) if d.tls_cert else None
     return tokens, tls

@@ -28,10 +28,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.daemon.failures import Failure
 from fastverify.sglang import client, loglines
+
+if TYPE_CHECKING:
+    from fastverify.config.fields import WatchConfig
 
 log = logging.getLogger("fastverifyd.watch")
 
@@ -49,12 +52,12 @@ class WatchPolicy:
     retry_s: float  # after a failed poll, the next one this soon
 
     @classmethod
-    def from_config(cls, daemon_cfg: Any) -> WatchPolicy:
+    def from_config(cls, watch: WatchConfig) -> WatchPolicy:
         return cls(
-            float(daemon_cfg.watch_interval_s),
-            float(daemon_cfg.watch_timeout_s),
-            int(daemon_cfg.watch_failures),
-            float(daemon_cfg.watch_retry_s),
+            float(watch.interval_s),
+            float(watch.timeout_s),
+            int(watch.failures),
+            float(watch.retry_s),
         )
 
     def detection_s(self, check_s: float = SGLANG_HEALTH_CHECK_S) -> float:

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fastverify.config import Config
 from fastverify.daemon import procs
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.group import GroupSpec, GroupState, SupervisedGroup
@@ -72,7 +73,7 @@ STATE_NAMES = {
 class WeightCache:
     """See the module docstring. `cfg` and `engine` are read at each use (SIGHUP swaps them)."""
 
-    def __init__(self, cfg: Any, engine: Any, store: Any, say: Callable[..., None]) -> None:
+    def __init__(self, cfg: Config, engine: Any, store: Any, say: Callable[..., None]) -> None:
         self.cfg = cfg
         self.engine = engine
         self.store = store
@@ -88,8 +89,8 @@ class WeightCache:
                 sigint_default=True,
                 restart=RESTART,
             ),
-            grace_s=lambda: float(self.cfg.daemon.stop_grace_s),
-            gpu_release_s=lambda: float(self.cfg.daemon.gpu_release_timeout_s),
+            grace_s=lambda: float(self.cfg.restart.stop_grace_s),
+            gpu_release_s=lambda: float(self.cfg.restart.gpu_release_timeout_s),
             say=lambda *a, **k: self.say(*a, **k),
         )
         self.group.on_exit = self._exited
@@ -164,7 +165,10 @@ class WeightCache:
         cf = wc.of(self.engine.facts())
         if cf is None:
             return None
-        return self.engine.companion_argv(cf.module, wc.strip_flags(base), cf.daemon_args)
+        argv: list[str] = self.engine.companion_argv(
+            cf.module, wc.strip_flags(base), cf.daemon_args
+        )
+        return argv
 
     def ranks(self) -> int:
         return max(1, int(self.cfg.server.tp_size) // max(1, int(self.cfg.server.nnodes)))
@@ -197,7 +201,8 @@ class WeightCache:
     def _ours(self, h: CacheHandle) -> tuple[list[int], dict[str, Any]]:
         """The pids of the ready files written by `h`'s ranks, and rank 0's fingerprint."""
         members = {p.pid for p in procs.group_members(h.pgid)}
-        pids, first = [], {}
+        pids: list[int] = []
+        first: dict[str, Any] = {}
         for path in self.ready_files():
             with contextlib.suppress(OSError):
                 ready = wc.parse_ready(path.read_text(errors="replace"))
@@ -283,7 +288,7 @@ class WeightCache:
                     h.ready_s = 0.0
             return True
 
-        timeout_s = float(self.cfg.daemon.readiness_timeout_s)
+        timeout_s = float(self.cfg.restart.readiness_timeout_s)
         failure = self.group.wait_ready(
             h,
             check,

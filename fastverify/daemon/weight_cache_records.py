@@ -102,7 +102,7 @@ class CacheTimes:
 def nvml_bytes(pids: list[int]) -> int | None:
     """GPU memory `pids` hold, by NVML (None: no NVML here, or none held)."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return None
     try:

@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastverify.config import SPEC_MODES, TRIAL_LOAD_FORMAT
+from fastverify.config import SPEC_MODES, TRIAL_LOAD_FORMAT, Config
 from fastverify.daemon.core import Core
 from fastverify.daemon.failures import Failure
 from fastverify.sglang import loglines
@@ -295,7 +295,7 @@ class WeightSteps:
     def engine_fields(self, h: Any) -> dict[str, Any]:
         return {"weight_load": load_record(h)}  # from the cache or disk
 
-    def reconfigure(self, cfg: Any, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Any) -> None:
         self.cache.cfg = cfg
         self.cache.engine = engine
 

@@ -109,6 +109,22 @@ class Engine(ABC):
             cache[key] = probe_host(self, argv)
         return cache[key]
 
+    def gpu_bytes(self) -> int | None:
+        """One GPU's memory where this engine's server runs (nvidia-smi's memory.total of
+        GPU 0), None without a reading: what a standby switch must fit in."""
+        if "_gpu_bytes" not in self.__dict__:  # a GPU's size does not change: asked once
+            from fastverify.engines.host_probe import gpu_memory_and_sm
+
+            mib, _ = gpu_memory_and_sm(timeout=5.0)
+            self.__dict__["_gpu_bytes"] = None if mib is None else mib << 20
+        got: int | None = self.__dict__["_gpu_bytes"]
+        return got
+
+    def simulated_cache_bytes(self, ranks: int) -> int | None:
+        """What a simulated GPU's weight cache holds over `ranks` ranks (the sim's stand-in
+        for NVML); None on a real host, where NVML or SGLang's own lines tell it."""
+        return None
+
     def topology(self) -> Any:
         """The GPU links where this engine's server runs, for the profile checks that need
         them (LL128 without NVLink): a fastverify.profiles.validate.Topology, or None for

@@ -132,6 +132,18 @@ class SimEngine(Engine):
             simulated=True,
         )
 
+    def gpu_bytes(self) -> int:
+        """The sim's simulated GPU (its start-up lines' memory figures add up to it)."""
+        from fastverify.sim.costtable import GPU_GB
+
+        return int(GPU_GB * (1 << 30))
+
+    def simulated_cache_bytes(self, ranks: int) -> int:
+        """The sim's weight cache: each rank holds its "Load weight end ... mem usage"."""
+        from fastverify.sim.weight_cache import BYTES_PER_RANK
+
+        return BYTES_PER_RANK * ranks
+
     def topology(self) -> Topology:
         """The sim's simulated host: PCIe-only, no NVLink (what `doctor` shows of it)."""
         from fastverify.sim import allreduce_sim

@@ -71,8 +71,8 @@ class WebConfig:
     headers: dict[str, str] = field(default_factory=dict)
     users: dict[str, str] = field(default_factory=dict)  # user -> bcrypt hash
     rate: tuple[float, int] | None = None  # (seconds per token, burst)
-    _checker: Any = None
-    _bucket: Any = None
+    _checker: _BasicAuth | None = None
+    _bucket: _Bucket | None = None
 
     def check_user(self, authorization: str) -> bool:
         """Whether an `Authorization` header's basic credentials are one of the users."""
@@ -187,7 +187,9 @@ def _tls(t: dict[str, Any], base: str, where: str) -> tuple[Any, list[str] | Non
             os.unlink(tmp)
 
 
-def _context(t: dict[str, Any], auth: str, base: str, where: str, made: list[str]) -> Any:
+def _context(
+    t: dict[str, Any], auth: str, base: str, where: str, made: list[str]
+) -> tuple[Any, list[str] | None]:
     import ssl
 
     from fastverify.credentials import CredentialError, check_cert
@@ -268,7 +270,8 @@ class _BasicAuth:
 
         self._bcrypt = bcrypt
         self.users = users
-        cost = min(int(_BCRYPT.fullmatch(h).group(1)) for h in users.values())  # type: ignore[union-attr]
+        # the loader let through only bcrypt hashes: each matches, with its cost
+        cost = min(int(m.group(1)) for m in map(_BCRYPT.fullmatch, users.values()) if m)
         self._fake = bcrypt.hashpw(self.FAKE_PASSWORD, bcrypt.gensalt(max(4, cost))).decode()
         self._lock = threading.Lock()
         self._cache: dict[bytes, bool] = {}

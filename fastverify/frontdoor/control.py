@@ -23,7 +23,9 @@ async def answer(gate: Gate, message: dict[str, Any]) -> dict[str, Any]:
         gate.hold()
         return gate.status()
     if op == "drain":
-        return await gate.drain(float(message.get("timeout_s", 0)))
+        only = message.get("port")  # a standby cut-over drains the old engine's port only
+        timeout = float(message.get("timeout_s", 0))
+        return await gate.drain(timeout, only if isinstance(only, int) else None)
     if op == "serve":
         port = message.get("port")
         if not isinstance(port, int) or not 0 < port < 65536:

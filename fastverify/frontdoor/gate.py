@@ -65,9 +65,8 @@ class Gate:
         self._released = asyncio.Event()
         self._waiting: dict[int, float] = {}  # held requests: when each began to wait
         self._ids = itertools.count(1)
-        self.in_flight: dict[int, str] = {}
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self.in_flight: dict[int, tuple[str, int]] = {}  # request -> (name, engine port)
+        self._ended = asyncio.Event()  # set at each end: a drain looks again
         self.episode = Episode()
         self.last_episode: dict[str, Any] | None = None
         self.totals = {"requests": 0, "held": 0, "refused": 0, "cut": 0, "switches": 0}
@@ -126,17 +125,15 @@ class Gate:
                 return
         self.hold_counts[-1] += 1
 
-    def begin(self, name: str) -> int:
-        """A request forwarded to the engine: in flight until `end`."""
+    def begin(self, name: str, port: int) -> int:
+        """A request forwarded to the engine on `port`: in flight until `end`."""
         fid = next(self._ids)
-        self.in_flight[fid] = name
-        self._idle.clear()
+        self.in_flight[fid] = (name, port)
         return fid
 
     def end(self, fid: int) -> None:
         self.in_flight.pop(fid, None)
-        if not self.in_flight:
-            self._idle.set()
+        self._ended.set()
 
     def cut(self, name: str) -> None:
         """The engine went away in the middle of `name`'s answer."""
@@ -162,11 +159,18 @@ class Gate:
             self.holding = True
             self._released = asyncio.Event()
 
-    async def drain(self, timeout_s: float) -> dict[str, Any]:
-        """Wait until nothing is in flight, or `timeout_s`; what is still in flight then."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), max(0.0, timeout_s))
-        names = list(self.in_flight.values())
+    def _names(self, port: int | None) -> list[str]:
+        return [name for name, p in self.in_flight.values() if port is None or p == port]
+
+    async def drain(self, timeout_s: float, port: int | None = None) -> dict[str, Any]:
+        """Wait until nothing is in flight (on `port`: a standby cut-over drains the old
+        engine while the new one serves), or `timeout_s`; what is still in flight then."""
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        while self._names(port) and (left := deadline - time.monotonic()) > 0:
+            self._ended.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ended.wait(), left)
+        names = self._names(port)
         return {"drained": not names, "in_flight": len(names), "requests": names[:NAMES_KEPT]}
 
     def serve(self, port: int) -> dict[str, Any]:

@@ -225,7 +225,7 @@ class Relay:
         self, port: int, request: bytes, method: str, name: str, writer: asyncio.StreamWriter
     ) -> bool:
         """Send `request` to `port` and relay the answer; True when both sides stay open."""
-        fid = self.gate.begin(name)
+        fid = self.gate.begin(name, port)
         try:
             for attempt in (0, 1):
                 up_reader, up_writer, reused = await self.upstreams.get(port)

@@ -1,25 +1,88 @@
 """Whether a standby switch fits: the new engine started beside the serving one needs, per
-GPU, its own KV pool, CUDA graphs and activations (and an EAGLE-3 drafter read from disk)
-while both share the weights the weight cache maps. Decided from what the serving engine
-holds now (NVML per process) against each GPU's memory; without the weight cache, without a
-reading, or when it does not fit, the switch holds instead, and says why. `decide` is the
-rule; fastverifyd reads the figures (daemon/frontdoor.py `standby_fit`)."""
+GPU, its own KV pool, CUDA graphs, CUDA context and whatever weights it loads itself (an
+EAGLE-3 drafter read from disk) while both share the weights the weight cache maps.
+
+The serving engine's own figures are SGLang's start-up lines, read as its log goes by
+(`EngineMemory`: `Load weight end ... mem usage`, `KV Cache is allocated ... KV size`,
+`... CUDA graph end ... mem usage`, `Init torch distributed ends. mem usage`), the same lines
+on the sim and on a real server. The shared weights are what the weight cache holds, one
+GPU's memory what the engine reports (nvidia-smi, or the sim's simulated GPU). Without the
+weight cache, without a reading, or when it does not fit, the switch holds instead, and
+says why. `decide` is the rule; fastverifyd reads the figures (daemon/frontdoor.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
+from typing import Any
 
 GIB = float(1 << 30)
 HEADROOM = 0.05  # of each GPU: the allocator's slack and the second CUDA context
+
+_RANK = re.compile(r"\bTP(\d+)\b")
+# SGLang's figures are GB of 2**30 bytes (torch.cuda.mem_get_info / (1 << 30))
+_WEIGHTS = re.compile(r"Load weight end\..*?mem usage=([\d.]+) GB")
+# one size (MLA, 0.5.23's pools) or K and V apiece (MHA, as 0.5.17 prints it)
+_KV = re.compile(
+    r"KV (?:Cache is|cache) allocated\..*?#tokens: (\d+), "
+    r"(?:KV size: ([\d.]+) GB|K size: ([\d.]+) GB, V size: ([\d.]+) GB)"
+)
+_GRAPHS = re.compile(r"CUDA graph end\..*?mem usage=([\d.]+) GB", re.IGNORECASE)
+_CONTEXT = re.compile(r"Init torch distributed ends\..*?mem usage=([\d.]+) GB")
+
+
+@dataclass
+class EngineMemory:
+    """One engine's own memory on its fullest GPU (GiB), from its start-up lines."""
+
+    ranks: dict[int, dict[str, float]] = field(default_factory=dict)
+    tokens: dict[int, int] = field(default_factory=dict)  # each rank's first pool: the target's
+
+    def read(self, line: str) -> None:
+        for pattern, key in ((_WEIGHTS, "weights"), (_GRAPHS, "graphs"), (_CONTEXT, "context")):
+            if m := pattern.search(line):
+                self._add(line, key, float(m.group(1)))
+                return
+        if m := _KV.search(line):
+            size = float(m.group(2)) if m.group(2) else float(m.group(3)) + float(m.group(4))
+            rank = self._add(line, "kv", size)
+            self.tokens.setdefault(rank, int(m.group(1)))
+
+    @property
+    def kv_tokens(self) -> int | None:
+        return min(self.tokens.values()) if self.tokens else None
+
+    def _add(self, line: str, key: str, gib: float) -> int:
+        m = _RANK.search(line)
+        rank = int(m.group(1)) if m else 0
+        figures = self.ranks.setdefault(rank, {})
+        figures[key] = figures.get(key, 0.0) + gib
+        return rank
+
+    def figures(self) -> dict[str, float] | None:
+        """{kv, graphs, context, weights} of the fullest rank; None before its KV pool."""
+        full = [f for f in self.ranks.values() if "kv" in f]
+        if not full:
+            return None
+        top = max(full, key=lambda f: sum(v for k, v in f.items() if k != "pools"))
+        return {k: top.get(k, 0.0) for k in ("kv", "graphs", "context", "weights")}
 
 
 @dataclass(frozen=True)
 class Fit:
     mode: str  # "standby" | "hold"
     why: str
+    kv_tokens: int | None = None  # the standby engine's KV pool (--max-total-tokens) if smaller
 
-    def to_dict(self) -> dict[str, str]:
-        return {"mode": self.mode, "why": self.why}
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"mode": self.mode, "why": self.why}
+        if self.kv_tokens is not None:
+            out["kv_tokens"] = self.kv_tokens
+        return out
+
+
+def _gib(x: float) -> str:
+    return f"{x:.1f} GiB"
 
 
 def decide(
@@ -28,28 +91,55 @@ def decide(
     cache_serves: bool,
     gpu_bytes: int | None,
     tp: int,
-    engine_bytes: int | None,
+    engine: dict[str, float] | None,
+    kv_tokens: int | None,
     shared_bytes: int | None,
+    kv_share: float = 1.0,
 ) -> Fit:
-    """`gpu_bytes`: one GPU's memory; `engine_bytes`: what the serving engine's processes
-    hold on all their GPUs together, the mapped weights excluded (NVML counts them with the
-    cache's processes); `shared_bytes`: what the weight cache holds on all GPUs."""
+    """`gpu_bytes`: one GPU's memory; `engine`: the serving engine's own GiB on its fullest
+    GPU (`EngineMemory.figures`); `shared_bytes`: what the weight cache holds on all GPUs;
+    `kv_share`: the standby engine's KV pool as a share of the serving one's."""
     if weight_cache == "off":
         return Fit("hold", "standby needs the weight cache ([server] weight_cache = off): a "
                    "second engine would load a second copy of the weights")  # fmt: skip
     if not cache_serves:
         return Fit("hold", "the weight cache cannot serve this start (a speculative mode, a "
                    "trial on dummy weights, or the cache is down)")  # fmt: skip
-    if gpu_bytes is None or engine_bytes is None or shared_bytes is None:
-        return Fit("hold", "no GPU memory reading here (nvidia-smi and NVML): the overlap "
-                   "of two engines cannot be checked")  # fmt: skip
-    per_engine = engine_bytes / tp
-    shared = shared_bytes / tp
-    need = shared + 2 * per_engine
-    have = gpu_bytes * (1 - HEADROOM)
-    text = (f"2 x {per_engine / GIB:.1f} GiB (KV pool, graphs, activations) beside "
-            f"{shared / GIB:.1f} GiB of shared weights = {need / GIB:.1f} GiB per GPU")  # fmt: skip
+    missing = [what for what, value in (
+        ("the GPU's size (nvidia-smi)", gpu_bytes),
+        ("the weight cache's bytes", shared_bytes),
+        ("the serving engine's memory lines (KV Cache is allocated ...)", engine),
+    ) if value is None]  # fmt: skip
+    if missing or gpu_bytes is None or engine is None or shared_bytes is None:
+        return Fit("hold", f"no memory reading here ({', '.join(missing)} unknown): the "
+                   "overlap of two engines cannot be checked")  # fmt: skip
+    shared = shared_bytes / tp / GIB
+    gpu = gpu_bytes / GIB
+    have = gpu * (1 - HEADROOM)
+    rest = engine["graphs"] + engine["context"] + engine["weights"]
+    old = engine["kv"] + rest
+    new = engine["kv"] * kv_share + rest
+    parts = f"graphs {_gib(engine['graphs'])}"
+    if engine["context"] >= 0.05:
+        parts += f" + context {_gib(engine['context'])}"
+    if engine["weights"] >= 0.05:
+        parts += f" + own weights {_gib(engine['weights'])}"
+    where = f"beside {_gib(shared)} of shared weights"
+    if kv_share >= 1:
+        text = f"2 x (KV {_gib(engine['kv'])} + {parts}) {where}"
+    else:
+        text = (f"(KV {_gib(engine['kv'])} serving + {_gib(engine['kv'] * kv_share)} standby, "
+                f"standby_kv_share {kv_share:g}) + 2 x ({parts}) {where}")  # fmt: skip
+    need = shared + old + new
+    small = None if kv_share >= 1 or kv_tokens is None else max(1, int(kv_tokens * kv_share))
     if need <= have:
-        return Fit("standby", f"standby: {text} fits in {gpu_bytes / GIB:.0f} GiB")
-    return Fit("hold", f"hold: {text} does not fit in {gpu_bytes / GIB:.0f} GiB (less "
-               f"{HEADROOM:.0%} headroom); a smaller KV share for the switch would")  # fmt: skip
+        why = f"standby: {text} = {_gib(need)} fits in {gpu:.0f} GiB"
+        if small is not None:
+            why += (f"; the new engine serves with a KV pool of {small} tokens ({kv_share:.0%} "
+                    "of the old one's) until its next restart")  # fmt: skip
+        return Fit("standby", why, small)
+    room = (have - shared - old - rest) / engine["kv"] if engine["kv"] else 0.0
+    hint = (f"; [frontdoor] standby_kv_share = {int(room * 20) / 20:g} would fit (the new "
+            "engine then serves with that smaller KV pool)" if room >= 0.05 else "")  # fmt: skip
+    return Fit("hold", f"hold: {text} = {_gib(need)} does not fit in {gpu:.0f} GiB (less "
+               f"{HEADROOM:.0%} headroom){hint}")  # fmt: skip

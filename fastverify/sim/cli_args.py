@@ -75,6 +75,7 @@ class SimArgs:
     revision: str | None = None
     base_gpu_id: int = 0
     gpu_id_step: int = 1
+    max_total_tokens: int | None = None  # SGLang's --max-total-tokens: caps the KV pool
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--mem-fraction-static", type=float, default=None)
     p.add_argument("--context-length", type=int, default=None)
+    p.add_argument("--max-total-tokens", type=int, default=None)
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--random-seed", type=int, default=None)
     p.add_argument("--load-format", default="auto", choices=LOAD_FORMATS)
@@ -309,6 +311,7 @@ def parse(argv: Sequence[str]) -> SimArgs:
         revision=ns.revision,
         base_gpu_id=ns.base_gpu_id,
         gpu_id_step=ns.gpu_id_step,
+        max_total_tokens=ns.max_total_tokens,
     )
 
 

@@ -36,6 +36,7 @@ CHUNKED_PREFILL_TOKENS = 8192  # the sim's chunked_prefill_size (its server-init
 # of this host exists): figures of the simulated 80 GB GPU, consistent with one another.
 WEIGHTS_GB, DRAFT_WEIGHTS_GB = 64.21, 1.10
 KV_GB, KV_TOKENS = 4.50, 1_048_576
+GPU_GB = 80.0  # one simulated GPU's memory (GB of 2**30 bytes, as SGLang's lines count)
 FREE_AFTER_CAPTURE_GB = 7.74
 # the decode graphs of one step count over every captured size: fixed + per draft token
 GRAPH_GB_FIXED, GRAPH_GB_PER_TOKEN = 0.10, 0.07

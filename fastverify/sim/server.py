@@ -367,8 +367,10 @@ class Handler(BaseHTTPRequestHandler):
         self._text(200, "Start profiling.\n")
 
     def stop_profile(self) -> None:
+        prof = self.server.app.profiler
+        assert prof is not None  # attached before it serves
         try:
-            window = self.server.app.profiler.stop()  # type: ignore[union-attr]  # set before it serves
+            window = prof.stop()
         except ProfileError as exc:
             self._text(400, str(exc) + "\n")
             return
@@ -389,7 +391,9 @@ class Handler(BaseHTTPRequestHandler):
             raise _BadRequest("max_new_tokens must be >= 1")
         req = Request(prompt_tokens=prompt_tokens, max_new_tokens=max_new_i, stream=stream,
                       sampling=dict(sampling or {}))  # fmt: skip
-        self.server.app.scheduler.submit(req)  # type: ignore[union-attr]  # set before it serves
+        sched = self.server.app.scheduler
+        assert sched is not None  # attached before it serves
+        sched.submit(req)
         return req
 
     def _meta(self, req: Request) -> dict[str, Any]:

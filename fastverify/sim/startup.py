@@ -27,7 +27,7 @@ from fastverify.sim import (
     sglang_logs,
     weight_cache,
 )
-from fastverify.sim.costtable import SimCosts
+from fastverify.sim.costtable import KV_GB, KV_TOKENS, SimCosts
 from fastverify.sim.profiler import write_cycles
 from fastverify.sim.wakeup import StopFlag
 from fastverify.sim.workers import WorkerPool
@@ -186,7 +186,10 @@ class StartUp:
                 "Load weight end. elapsed=0.31 s, type=LlamaForCausalLMEagle3, "
                 "dtype=torch.bfloat16, avail mem=13.21 GB, mem usage=1.10 GB."
             )
-        self.all_ranks("KV Cache is allocated. #tokens: 1048576, KV size: 4.50 GB")
+        # --max-total-tokens caps the pool (SGLang: max_total_num_tokens), its bytes in step
+        tokens = min(KV_TOKENS, a.max_total_tokens or KV_TOKENS)
+        self.all_ranks(f"KV Cache is allocated. #tokens: {tokens}, "
+                       f"KV size: {KV_GB * tokens / KV_TOKENS:.2f} GB")  # fmt: skip
         self.all_ranks("Memory pool end. avail mem=8.12 GB")
         if a.mode == "eagle3":  # the drafter's own pool (SGLang: after the target's)
             self.all_ranks("KV Cache is allocated. #tokens: 1048576, KV size: 0.07 GB")

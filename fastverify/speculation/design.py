@@ -114,7 +114,8 @@ def candidates(acc: Acceptance, f_low: float) -> list[Candidate]:
                                 "up_hysteresis": _round(u_c)})  # fmt: skip
     out, seen = [], set()
     for e in entries:
-        cand = Candidate(e, tuple(rp.mean_field(e, lengths[f]) for f in levels))  # type: ignore[arg-type]  # 3: `levels`
+        at_one, at_mid, at_low = (rp.mean_field(e, lengths[f]) for f in levels)
+        cand = Candidate(e, (at_one, at_mid, at_low))
         if cand.key not in seen:
             seen.add(cand.key)
             out.append(cand)

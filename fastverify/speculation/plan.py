@@ -282,10 +282,35 @@ def make_plan(
     if costs.memory is not None:
         plan.memory = costs.memory.check(plan.adaptive_config(), list(costs.cuda_graph_bs),
                                          workload.input_len + workload.output_len)  # fmt: skip
+    context = context_note(costs, workload)
+    if context:
+        plan.extra["context_note"] = context
     for c in concurrencies:
         if costs.priced(c) is not None:
             plan.predictions[c] = predict(plan, c, window_s=window_s, seed=seed)
     return plan
+
+
+# Past this multiple of the context the costs were measured at, decode is priced at a context
+# it never ran: SGLang 0.5.17 (H100, 8B shape, 128-token cost windows) served 1024-token
+# prompts at 0.90-1.0x the baseline's prediction and 0.45-0.79x adaptive's
+# (benchmarks/results/decision-tools-sglang-0.5.17-h100.json).
+CONTEXT_SLACK = 2.0
+
+
+def context_note(costs: Costs, workload: serving.Workload) -> str | None:
+    """What a prediction is worth when the workload's requests grow past the context the cost
+    windows decoded at (attention and the draft's extend grow with it; the costs do not)."""
+    measured = costs.notes.get("context_tokens")
+    served = workload.input_len + workload.output_len
+    if not isinstance(measured, int) or served <= CONTEXT_SLACK * measured:
+        return None
+    return (
+        f"decode is priced at the {measured}-token context the cost windows ran at; these "
+        f"requests reach {served} tokens, so every prediction here is high (on SGLang 0.5.17 "
+        "at 8x the context: baseline served 0.90-1.0x, adaptive 0.45-0.79x of it). Measure "
+        f"at this context: fastverifyctl spec costs --input-len {workload.input_len}"
+    )
 
 
 def predict(plan: Plan, concurrency: int, *, window_s: float | None = None, seed: int = 0) -> dict:

@@ -208,7 +208,7 @@ def test_pods_ask_for_the_tp_gpus_and_probe_the_daemon(
         assert start["periodSeconds"] * start["failureThreshold"] >= 30 * 60
         # the startup window covers the daemon's own readiness timeout for one load
         assert start["periodSeconds"] * start["failureThreshold"] > (
-            image_cfg.daemon.readiness_timeout_s
+            image_cfg.restart.readiness_timeout_s
         )
         volumes = {v["name"]: v for v in spec["volumes"]}
         mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
@@ -414,9 +414,9 @@ def test_pod_configuration_is_declarative_and_loads(tmp_path: Path) -> None:
         "/etc/fastverify/profiles.d/user",
         "/etc/fastverify/profiles.d/shipped",
     )
-    assert cfg.server.host == "0.0.0.0" and cfg.daemon.tcp_listen == ""
+    assert cfg.server.host == "0.0.0.0" and cfg.api.tcp_listen == ""
     # the front door on the Service's port, the engine behind it on the pod's loopback
-    assert (cfg.daemon.frontdoor_mode, cfg.server.port) == ("hold", 30000)
+    assert (cfg.frontdoor.mode, cfg.server.port) == ("hold", 30000)
     inner = layout.engine_side(cfg).server
     assert (inner.host, inner.port, inner.public_port) == ("127.0.0.1", 30001, 30000)
 
@@ -774,7 +774,7 @@ def test_web_config_secret_is_mounted_for_the_metrics(tmp_path: Path) -> None:
     assert mounts == [{"name": "web-config", "mountPath": "/etc/fastverify/web", "readOnly": True}]
     cfg_path = tmp_path / "fastverifyd.toml"
     cfg_path.write_text(configmap(objs, "config")["data"]["fastverifyd.toml"])
-    assert configmod.load(cfg_path).daemon.web_config_file == "/etc/fastverify/web/web-config.yml"
+    assert configmod.load(cfg_path).exporter.web_config_file == "/etc/fastverify/web/web-config.yml"
     endpoint = one(objs, "PodMonitor")["spec"]["podMetricsEndpoints"][0]
     assert endpoint["scheme"] == "https"
     assert any("--web-config-secret fv-web" in n for n in info["notes"]), info["notes"]

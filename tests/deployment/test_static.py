@@ -114,7 +114,7 @@ def test_shipped_configurations_put_the_front_door_on_the_public_port(shipped: s
     from fastverify.frontdoor import layout
 
     cfg = configmod.load(REPO / shipped)
-    assert cfg.daemon.frontdoor_mode == "hold"
+    assert cfg.frontdoor.mode == "hold"
     inner = layout.engine_side(cfg).server
     # the front door where clients (and compose's published port) reach the server; the
     # engine on the loopback, on a port nothing publishes

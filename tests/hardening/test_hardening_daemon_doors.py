@@ -147,9 +147,9 @@ class _DefaultMetrics(DaemonHarness):
 
 
 def test_default_metrics_port_taken_is_a_finding_and_the_daemon_serves(tmp_path: Path) -> None:
-    from fastverify.config import DaemonConfig
+    from fastverify.config import ExporterConfig
 
-    host, port = DaemonConfig().metrics_listen.rsplit(":", 1)
+    host, port = ExporterConfig().metrics_listen.rsplit(":", 1)
     try:
         holder = _hold(int(port))
     except OSError as exc:  # taken already: the daemon cannot bind it either

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fastverify.client import ApiError, ControlClient
-from fastverify.config import DaemonConfig
+from fastverify.config import WatchConfig
 from fastverify.daemon.watch import WatchPolicy
 from tests.support.harness import REPO, DaemonHarness, run_ctl
 
@@ -40,7 +40,7 @@ def test_a_stopped_engine_is_continued_before_sigterm(tmp_path: Path) -> None:
 
 
 def test_default_watch_leaves_ready_within_30_s_of_a_hang() -> None:
-    policy = WatchPolicy.from_config(DaemonConfig())
+    policy = WatchPolicy.from_config(WatchConfig())
     assert policy.worst_case_s() <= 30  # kubelet's liveness defaults take about 30 s
     assert policy.worst_case_s(check_s=0.1) <= 30  # an engine that answers 503 at once
 

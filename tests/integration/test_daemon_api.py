@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.api_models import ENGINE_FIELDS, STATUS_FIELDS
+from fastverify.api_models import EngineStatus, StatusBody, documented
 from fastverify.client import ApiError, ControlClient
 from fastverify.exporters import sglang_metrics
 from tests.support.harness import REPO, DaemonHarness, free_port
@@ -61,8 +61,8 @@ def test_the_status_body_is_the_declared_one(tmp_path: Path) -> None:
     with DaemonHarness(tmp_path, metrics=False) as d:
         st = d.client.status()
     assert st["state"] == "READY"
-    assert sorted(st) == sorted(f.name for f in STATUS_FIELDS)
-    assert sorted(st["engine"]) == sorted(f.name for f in ENGINE_FIELDS)
+    assert sorted(st) == sorted(f.name for f in documented(StatusBody))
+    assert sorted(st["engine"]) == sorted(f.name for f in documented(EngineStatus))
 
 
 def test_tcp_needs_the_token(tmp_path: Path) -> None:

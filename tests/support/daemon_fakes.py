@@ -172,13 +172,18 @@ class FakeResolver:
 
 
 def config(backoff: tuple[float, float] = (0.0, 0.0), burst: int = 3) -> Any:
-    daemon = SimpleNamespace(
-        readiness_timeout_s=30.0, restart_window_s=60.0, restart_backoff_s=list(backoff),
-        restart_burst=burst, stop_grace_s=1.0, default_profile="ring", trace_steps=5,
-        frontdoor_mode="off",
+    restart = SimpleNamespace(
+        readiness_timeout_s=30.0, window_s=60.0, backoff_s=list(backoff), burst=burst,
+        stop_grace_s=1.0,
     )  # fmt: skip
-    server = SimpleNamespace(url="http://127.0.0.1:1", mode="baseline", load_format="auto")
-    return SimpleNamespace(daemon=daemon, server=server, source=None)
+    return SimpleNamespace(
+        daemon=SimpleNamespace(default_profile="ring"),
+        restart=restart,
+        exporter=SimpleNamespace(trace_steps=5),
+        frontdoor=SimpleNamespace(mode="off"),
+        server=SimpleNamespace(url="http://127.0.0.1:1", mode="baseline", load_format="auto"),
+        source=None,
+    )
 
 
 def build(tmp: Path, checks: tuple[Any, ...] = (), **cfg_kw: Any) -> tuple[Any, FakeLauncher, list]:

@@ -31,13 +31,13 @@ class Tally:
     ttft_s: list[float] = field(default_factory=list)
 
 
-def one_stream(url: str, timeout: float = 120.0) -> tuple[str, str, dict]:
+def one_stream(url: str, timeout: float = 120.0, body: bytes = BODY) -> tuple[str, str, dict]:
     """("ok" | "cut" | "failed" | "503", detail, headers) for one streaming request."""
     u = urlsplit(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
     try:
         try:
-            conn.request("POST", "/v1/chat/completions", BODY, {"Content-Type": "application/json"})
+            conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
             resp = conn.getresponse()
         except OSError as exc:
             return "failed", f"{type(exc).__name__}: {exc}", {}

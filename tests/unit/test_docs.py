@@ -115,7 +115,7 @@ def test_the_readmes_first_screen_says_what_scripts_run_takes(
         monkeypatch.delenv(env, raising=False)
     taken = [
         f"port {cfg.server.port}",
-        cfg.daemon.metrics_listen,
+        cfg.exporter.metrics_listen,
         f"`{paths.socket_path().parent}`",
         f"`{paths.state_dir()}`",
         f"`{paths.user_profile_dirs()[0]}`",

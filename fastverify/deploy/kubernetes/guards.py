@@ -10,10 +10,10 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
 
 import yaml
 
+from fastverify.config import ServerConfig
 from fastverify.deploy.kubernetes.options import ACCESS_MODES, MONITORS, KubeOptions
 from fastverify.deploy.kubernetes.pod import MODEL_DIR
 from fastverify.render import RenderError
@@ -132,7 +132,7 @@ def size_guard(files: Mapping[str, str], *, server_side: bool) -> list[str]:
     return notes
 
 
-def layout(server: Any, mode: str) -> list[str]:
+def layout(server: ServerConfig, mode: str) -> list[str]:
     """What the model volume must hold, as the pod's configuration names it."""
     out = [f"{server.model_path} (the model: --model-path, server.model_path)"]
     if mode != "baseline":

@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from fastverify.config import Config
 from fastverify.render import RenderError
 
 CONFIG_DIR = "/etc/fastverify/k8s"
@@ -60,7 +61,7 @@ def adaptive_config_text(
     return json.dumps(cfg, indent=2, sort_keys=True) + "\n"
 
 
-def daemon_config_text(cfg: Any, source: str) -> str:
+def daemon_config_text(cfg: Config, source: str) -> str:
     """The pod's fastverifyd.toml: every key of `cfg`, spelled out (None values omitted)."""
     from fastverify import config as configmod
 
@@ -72,7 +73,7 @@ def daemon_config_text(cfg: Any, source: str) -> str:
 
 
 def pod_config(
-    cfg: Any, profile: str, mode: str, nodes: int, gpus: int, web_config: bool = False
+    cfg: Config, profile: str, mode: str, nodes: int, gpus: int, web_config: bool = False
 ) -> Any:
     """The daemon configuration a pod runs: the operator's server settings, with the pod's
     paths, listeners, declared profile/mode and (multi-node) the total TP size."""
@@ -97,22 +98,33 @@ def pod_config(
     daemon = dataclasses.replace(
         cfg.daemon,
         state_dir=STATE_DIR,
-        socket=SOCKET,
-        socket_group="",  # the pod's user owns the socket (mode 0660); kubectl exec is it
-        tcp_listen="",
-        token_file="",
-        metrics_listen=f"0.0.0.0:{METRICS_PORT}",
-        web_config_file=f"{WEB_CONFIG_DIR}/{WEB_CONFIG_KEY}" if web_config else "",
-        health_listen=f"0.0.0.0:{HEALTH_PORT}",
-        # the front door of one pod holds its clients through a switch; across nodes the
-        # engine is one server on the leader, and a front door per pod is not built
-        frontdoor_mode="off" if nodes > 1 else cfg.daemon.frontdoor_mode,
-        frontdoor_engine_port=ENGINE_PORT,
         declarative=True,
         default_profile=profile,
         profile_dirs=(DECLARED_PROFILE, USER_PROFILES, SHIPPED_PROFILES),
     )
-    return dataclasses.replace(cfg, server=server, daemon=daemon)
+    api = dataclasses.replace(
+        cfg.api,
+        socket=SOCKET,
+        socket_group="",  # the pod's user owns the socket (mode 0660); kubectl exec is it
+        tcp_listen="",
+        token_file="",
+    )
+    exporter = dataclasses.replace(
+        cfg.exporter,
+        metrics_listen=f"0.0.0.0:{METRICS_PORT}",
+        web_config_file=f"{WEB_CONFIG_DIR}/{WEB_CONFIG_KEY}" if web_config else "",
+        health_listen=f"0.0.0.0:{HEALTH_PORT}",
+    )
+    frontdoor = dataclasses.replace(
+        cfg.frontdoor,
+        # the front door of one pod holds its clients through a switch; across nodes the
+        # engine is one server on the leader, and a front door per pod is not built
+        mode="off" if nodes > 1 else cfg.frontdoor.mode,
+        engine_port=ENGINE_PORT,
+    )
+    return dataclasses.replace(
+        cfg, server=server, daemon=daemon, api=api, exporter=exporter, frontdoor=frontdoor
+    )
 
 
 def check_loads(text: str, nodes: int) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fastverify import paths
+from fastverify.config import Config
 from fastverify.deploy.kubernetes import guards, inputs, manifests, placement
 from fastverify.deploy.kubernetes import pod as podmod
 from fastverify.deploy.kubernetes.options import Bundle, KubeOptions
@@ -80,7 +81,7 @@ def _from_decision(
 
 
 def _probe_argv(
-    pod_cfg: Any, loaded: Any, mode: str, generation: str, adaptive: str | None
+    pod_cfg: Config, loaded: Any, mode: str, generation: str, adaptive: str | None
 ) -> None:
     """The argv node 0 will build: eagle3 without a drafter, bad requires, ... fail here."""
     from fastverify.engines.base import EngineArgError
@@ -100,8 +101,8 @@ def _probe_argv(
         raise RenderError(f"{loaded.name}/{mode}: {exc}") from None
 
 
-def _pod_config(options: KubeOptions, cfg: Any, loaded: Any, mode: str, gpus: int,
-                adaptive: str | None) -> Any:  # fmt: skip
+def _pod_config(options: KubeOptions, cfg: Config, loaded: Any, mode: str, gpus: int,
+                adaptive: str | None) -> Config:  # fmt: skip
     """The daemon configuration of the pods, with the model paths and the plan's file."""
     pod_cfg = podmod.pod_config(
         cfg, loaded.name, mode, options.nodes, gpus, options.web_config_secret is not None
@@ -274,9 +275,9 @@ def render(options: KubeOptions) -> Bundle:
         decision_sha256=decision.sha256,
         decision_fingerprint=(decision.fingerprint or {}).get("id"),
         startup_failures=math.ceil(
-            max(options.startup_s, cfg.daemon.readiness_timeout_s + 300) / podmod.PROBE_PERIOD_S
+            max(options.startup_s, cfg.restart.readiness_timeout_s + 300) / podmod.PROBE_PERIOD_S
         ),
-        grace_s=int(cfg.daemon.stop_grace_s + cfg.daemon.gpu_release_timeout_s + 30),
+        grace_s=int(cfg.restart.stop_grace_s + cfg.restart.gpu_release_timeout_s + 30),
     )
     files = manifests.build(plan)
     notes += guards.size_guard(files, server_side=options.server_side)

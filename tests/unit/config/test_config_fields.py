@@ -4,10 +4,12 @@ wrong and what would be right; and a bad file stops `fastverifyd` at start."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,8 +98,8 @@ def test_good_values_accepted(tmp_path: Path) -> None:
         "trace_period_s = 0\n[server]\nport = 1\n",
     )
     cfg = config.load(p)
-    assert cfg.daemon.restart_backoff_s == (0.1, 0.1) and cfg.daemon.restart_burst == 0
-    assert cfg.daemon.metrics_listen == "[::1]:0" and cfg.server.port == 1
+    assert cfg.restart.backoff_s == (0.1, 0.1) and cfg.restart.burst == 0
+    assert cfg.exporter.metrics_listen == "[::1]:0" and cfg.server.port == 1
 
 
 def test_validate_fields_is_the_shared_entry_point() -> None:
@@ -156,36 +158,46 @@ def test_fastverifyd_refuses_to_start_naming_the_key(tmp_path: Path) -> None:
 
 def test_example_config_is_valid_and_the_defaults() -> None:
     cfg = config.load(REPO / "docs" / "reference" / "config.example.toml")
-    assert cfg.daemon == config.Config().daemon and cfg.server == config.Config().server
+    assert dataclasses.replace(cfg, source="") == config.Config()
+
+
+def test_a_key_is_read_where_its_name_says() -> None:
+    """`restart.backoff_s` is `cfg.restart.backoff_s`: each table a dataclass, each key a
+    field of it under its own name (no key declared in another table or under another name)."""
+    import functools
+
+    cfg = config.Config()
+    for info in config.KEYS:
+        assert functools.reduce(getattr, info.key.split("."), cfg) == info.default, info.key
+    tables = {t for t in config.TABLES if t not in {k.key for k in config.KEYS}}
+    for table in tables:  # [server.eagle3] is cfg.server.eagle3, with its table's help
+        holder = functools.reduce(getattr, table.split("."), cfg)
+        assert dataclasses.is_dataclass(holder) and type(holder).__doc__, table
 
 
 def test_every_config_field_has_a_check() -> None:
-    import dataclasses
-
-    def keys(cls: type, prefix: str) -> set[str]:
-        out = set()
-        for f in dataclasses.fields(cls):
-            default = getattr(cls(), f.name)
-            if dataclasses.is_dataclass(default):
-                out |= keys(type(default), f"{prefix}.{f.name}")
+    def fields(value: Any, prefix: str) -> dict[str, Any]:
+        """{"server.eagle3.num_steps": 3, ...}: every field of `value`'s tables, by path."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            if dataclasses.is_dataclass(item):
+                out |= fields(item, f"{prefix}{f.name}.")
             else:
-                out.add(f"{prefix}.{f.name}")
+                out[f"{prefix}{f.name}"] = item
         return out
 
-    declared = keys(config.ServerConfig, "server") | keys(config.DaemonConfig, "daemon")
-    # every field is a key (by its attribute path) with a check, or set per operation
-    assert declared - config.PER_OPERATION == {k.attr for k in config.KEYS}
+    cfg = config.Config()
+    defaults = {k: v for k, v in fields(cfg, "").items() if k.partition(".")[0] in config.TABLES}
+    declared = set(defaults)
+    # every field of a table is a key (where Config holds it) with a check, or set per
+    # operation
+    assert declared - config.PER_OPERATION == {k.key for k in config.KEYS}
     assert set(config.FIELDS) == {k.key for k in config.KEYS}
     assert all(callable(check) for check in config.FIELDS.values())
     assert declared >= config.PER_OPERATION
     # and every default passes its own check
-    defaults = {
-        **{f"server.{k}": v for k, v in dataclasses.asdict(config.ServerConfig()).items()},
-        **{f"daemon.{k}": v for k, v in dataclasses.asdict(config.DaemonConfig()).items()},
-    }
-    eagle = defaults.pop("server.eagle3")
-    defaults.update({f"server.eagle3.{k}": v for k, v in eagle.items()})
-    defaults.pop("daemon.trace_period_s")  # None = engine default, only settable as a number
+    defaults.pop("exporter.trace_period_s")  # None = engine default, only settable as a number
     for key in config.PER_OPERATION:
         defaults.pop(key)
     assert config.validate_fields(defaults) == []
@@ -196,3 +208,32 @@ def test_a_per_operation_field_in_a_file_is_an_unknown_key(tmp_path: Path) -> No
     path = _write(tmp_path, "[server]\nsteps_override = 2\n")
     with pytest.raises(config.ConfigError, match=r":2: server.steps_override: unknown key"):
         config.load(path)
+
+
+@pytest.mark.parametrize(
+    ("ports", "blamed"),
+    [
+        ("standby_port = 30000", "server.port"),
+        ("engine_port = 31000\nstandby_port = 31000", "the engine port"),
+        ("standby_port = 30001", "the engine port"),  # engine_port 0 = server.port + 1
+        ("standby_kv_share = 0", "(0, 1]"),
+        ("standby_kv_share = 1.5", "(0, 1]"),
+    ],
+)
+def test_a_standby_port_or_kv_share_that_cannot_work_is_refused(
+    tmp_path: Path, ports: str, blamed: str
+) -> None:
+    p = _write(tmp_path, f'[server]\nport = 30000\n\n[frontdoor]\nmode = "standby"\n{ports}\n')
+    with pytest.raises(config.ConfigError) as exc:
+        config.load(p)
+    msg = str(exc.value)
+    assert blamed in msg and "expected" in msg, msg
+    assert "frontdoor.standby_" in msg or "standby_" in msg, msg
+
+
+def test_standby_ports_of_their_own_are_accepted(tmp_path: Path) -> None:
+    p = _write(tmp_path, '[frontdoor]\nmode = "standby"\nstandby_port = 31002\n'
+               "standby_kv_share = 0.5\n")  # fmt: skip
+    cfg = config.load(p)
+    assert (cfg.frontdoor.standby_port, cfg.frontdoor.standby_kv_share) == (
+        31002, 0.5)  # fmt: skip

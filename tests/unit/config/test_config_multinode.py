@@ -51,7 +51,7 @@ def test_declarative_and_health_listen_are_checked(tmp_path: Path) -> None:
     assert f"{path}:2: daemon.declarative" in text and f"{path}:3: daemon.health_listen" in text
     ns = daemon_main.parse_args(["--declarative", "--health-listen", "127.0.0.1:8081"])
     cfg = configmod.load(write(tmp_path, ""), daemon_main.overrides(ns))
-    assert cfg.daemon.declarative is True and cfg.daemon.health_listen == "127.0.0.1:8081"
+    assert cfg.daemon.declarative is True and cfg.exporter.health_listen == "127.0.0.1:8081"
     assert configmod.load(write(tmp_path, "")).daemon.declarative is False  # off by default
 
 

@@ -34,4 +34,4 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
     p.write_text('[daemon]\nengine = "sglang"\nsim_load_seconds = 9.0\n')
     ns = parse_args(["--config", str(p), "--engine", "sim", "--sim-load-seconds", "0.5"])
     cfg = config.load(ns.config, overrides(ns))
-    assert (cfg.daemon.engine, cfg.daemon.sim_load_seconds) == ("sim", 0.5)
+    assert (cfg.daemon.engine, cfg.sim.load_seconds) == ("sim", 0.5)

@@ -110,3 +110,27 @@ def test_the_record_unreadable_or_without_pid_is_ignored_and_cleared_twice(tmp_p
     assert g.previous().why == f"{record} has no pid; ignoring it"
     assert g.clear_record() is None and g.clear_record() is None and not record.exists()
     assert g.state == GroupState.STOPPED and g.member is None
+
+
+def test_a_ready_standby_is_handed_over_and_only_a_ready_one(tmp_path: Path) -> None:
+    from fastverify.daemon.group import Member
+
+    def group(name: str) -> SupervisedGroup:
+        return SupervisedGroup(GroupSpec(name, "FASTVERIFY_TEST_ID", "engine_id",
+                                         tmp_path / f"{name}.pid"),
+                               grace_s=lambda: 1.0, gpu_release_s=lambda: 1.0)  # fmt: skip
+
+    engine, standby = group("engine"), group("standby")
+    old = Member("a", 1, 1, None, [], tmp_path / "a.log")
+    new = Member("b", 2, 2, None, [], tmp_path / "b.log")
+    engine.member, engine.state = old, GroupState.READY
+    standby.member, standby.state = new, GroupState.STARTING
+    standby.write_record({"engine_id": "b", "pid": 2})
+    with pytest.raises(IllegalGroupTransition):
+        standby.hand_over(new, engine)  # not verified yet: nothing moves
+    assert engine.member is old and standby.member is new
+    standby.state = GroupState.READY
+    standby.hand_over(new, engine)
+    assert (engine.member, engine.state) == (new, GroupState.READY)
+    assert (standby.member, standby.state) == (None, GroupState.STOPPED)
+    assert not (tmp_path / "standby.pid").exists()

@@ -14,14 +14,14 @@ from fastverify.daemon.states import State
 from tests.support.daemon_fakes import build
 
 
-def failed_controller(tmp_path: Path, retries: int, **daemon: Any) -> tuple[Any, Any, Any, list]:
+def failed_controller(tmp_path: Path, retries: int, **restart: Any) -> tuple[Any, Any, Any, list]:
     """A controller serving ring, then FAILED by a crash with no restart left (burst 0)."""
     ctl, launcher, seen = build(tmp_path, burst=0)
-    ctl.cfg.daemon.recover_retries = retries
-    ctl.cfg.daemon.recover_backoff_s = [10.0, 25.0]
+    ctl.cfg.restart.recover_retries = retries
+    ctl.cfg.restart.recover_backoff_s = [10.0, 25.0]
     ctl.cfg.daemon.declarative = False
-    for k, v in daemon.items():
-        setattr(ctl.cfg.daemon, k, v)
+    for k, v in restart.items():
+        setattr(ctl.cfg.restart, k, v)
     clock = [1000.0]
     ctl.clock = lambda: clock[0]
     assert ctl.request("switch", "ring", None).wait(10)["result"] == "ok"
@@ -92,7 +92,7 @@ def test_failing_retries_double_their_delay_then_the_budget_is_spent(tmp_path: P
 def test_the_count_is_forgotten_after_a_healthy_window_or_an_operators_switch(
     tmp_path: Path,
 ) -> None:
-    ctl, _launcher, seen, clock = failed_controller(tmp_path, retries=1, restart_window_s=60.0)
+    ctl, _launcher, seen, clock = failed_controller(tmp_path, retries=1, window_s=60.0)
     ctl.recovery_tick()
     clock[0] += 10.0
     ctl.recovery_tick()

@@ -54,8 +54,8 @@ def test_drain_names_what_is_still_in_flight_and_cuts_count() -> None:
     async def go() -> None:
         gate = Gate(queue_size=4, max_wait_s=60)
         gate.serve(7001)
-        done = gate.begin("POST /done")
-        slow = gate.begin("POST /v1/chat/completions")
+        done = gate.begin("POST /done", 7001)
+        slow = gate.begin("POST /v1/chat/completions", 7001)
         gate.end(done)
         gate.hold()
         drained = await gate.drain(0.01)
@@ -82,5 +82,26 @@ def test_closing_answers_the_held_503() -> None:
         refusal = await waiter
         assert isinstance(refusal, Refusal) and "stopping" in refusal.why
         assert isinstance(await gate.admit("GET /health"), Refusal)
+
+    run(go())
+
+
+def test_a_standby_cut_over_drains_only_the_old_engine() -> None:
+    # the new engine serves at once; the drain waits for the old port's requests alone
+    async def go() -> None:
+        gate = Gate(queue_size=4, max_wait_s=60)
+        gate.serve(7001)
+        old = gate.begin("POST /old", 7001)
+        figures = gate.serve(7002)
+        assert (figures["held"], figures["downtime_s"]) == (0, 0.0)
+        assert await gate.admit("POST /new") == 7002
+        gate.begin("POST /new", 7002)  # stays in flight on the new engine
+        pending = asyncio.ensure_future(gate.drain(30, port=7001))
+        await asyncio.sleep(0)
+        assert not pending.done()
+        gate.end(old)
+        drained = await pending
+        assert drained == {"drained": True, "in_flight": 0, "requests": []}
+        assert (await gate.drain(0.01))["in_flight"] == 1  # all ports: the new one's
 
     run(go())
