@@ -157,7 +157,7 @@ class Clients:
     def _loop(self, streaming: bool) -> None:
         while not self.halt.is_set():
             t0 = time.monotonic()
-            outcome, ttft = one(self.port, streaming)
+            outcome, ttft, _tokens = one(self.port, streaming)
             with self.lock:
                 self.records.append((t0, time.monotonic(), streaming, outcome, ttft))
             if outcome != "ok":
@@ -329,10 +329,12 @@ class FrontDoorRun(rs.Run):
         return cfg
 
     def engine_url(self) -> str:
-        """The engine's own address: the internal port behind a front door, else the public."""
+        """The serving engine's own address (status says: behind a front door an internal
+        port, which a standby switch alternates), else the public one."""
         if self.args.mode == "off":
             return self.daemon.server_url
-        return f"http://127.0.0.1:{self.engine_port}"
+        url = (self.status().get("engine") or {}).get("url")
+        return str(url or f"http://127.0.0.1:{self.engine_port}")
 
     def engine_metrics(self, tag: str) -> dict[str, float]:
         _code, text = rs._get_text(self.engine_url() + "/metrics")
