@@ -13,23 +13,13 @@ why. `decide` is the rule; fastverifyd reads the figures (daemon/frontdoor.py)."
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastverify.sglang.loglines import memory_record
+
 GIB = float(1 << 30)
 HEADROOM = 0.05  # of each GPU: the allocator's slack and the second CUDA context
-
-_RANK = re.compile(r"\bTP(\d+)\b")
-# SGLang's figures are GB of 2**30 bytes (torch.cuda.mem_get_info / (1 << 30))
-_WEIGHTS = re.compile(r"Load weight end\..*?mem usage=([\d.]+) GB")
-# one size (MLA, 0.5.23's pools) or K and V apiece (MHA, as 0.5.17 prints it)
-_KV = re.compile(
-    r"KV (?:Cache is|cache) allocated\..*?#tokens: (\d+), "
-    r"(?:KV size: ([\d.]+) GB|K size: ([\d.]+) GB, V size: ([\d.]+) GB)"
-)
-_GRAPHS = re.compile(r"CUDA graph end\..*?mem usage=([\d.]+) GB", re.IGNORECASE)
-_CONTEXT = re.compile(r"Init torch distributed ends\..*?mem usage=([\d.]+) GB")
 
 
 @dataclass
@@ -40,25 +30,17 @@ class EngineMemory:
     tokens: dict[int, int] = field(default_factory=dict)  # each rank's first pool: the target's
 
     def read(self, line: str) -> None:
-        for pattern, key in ((_WEIGHTS, "weights"), (_GRAPHS, "graphs"), (_CONTEXT, "context")):
-            if m := pattern.search(line):
-                self._add(line, key, float(m.group(1)))
-                return
-        if m := _KV.search(line):
-            size = float(m.group(2)) if m.group(2) else float(m.group(3)) + float(m.group(4))
-            rank = self._add(line, "kv", size)
-            self.tokens.setdefault(rank, int(m.group(1)))
+        rec = memory_record(line)
+        if rec is None:
+            return
+        figures = self.ranks.setdefault(rec.rank, {})
+        figures[rec.what] = figures.get(rec.what, 0.0) + rec.gib
+        if rec.tokens is not None:
+            self.tokens.setdefault(rec.rank, rec.tokens)
 
     @property
     def kv_tokens(self) -> int | None:
         return min(self.tokens.values()) if self.tokens else None
-
-    def _add(self, line: str, key: str, gib: float) -> int:
-        m = _RANK.search(line)
-        rank = int(m.group(1)) if m else 0
-        figures = self.ranks.setdefault(rank, {})
-        figures[key] = figures.get(key, 0.0) + gib
-        return rank
 
     def figures(self) -> dict[str, float] | None:
         """{kv, graphs, context, weights} of the fullest rank; None before its KV pool."""
