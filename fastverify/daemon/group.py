@@ -419,10 +419,12 @@ class SupervisedGroup(Generic[M]):
         if decision is None or decision.give_up:
             if self._move(m, GroupState.FAILED) and decision is not None:
                 self.say(f"{self.spec.name}: {decision.message}; not restarted", logging.WARNING)
+                self._stop_leftovers(m)
             return
         self.backoff_s = decision.delay_s  # before the state: `on_change` may read it
         if not self._move(m, GroupState.BACKOFF):
             return
+        self._stop_leftovers(m)
         with self._lock:
             self.restarts += 1
         self.say(
@@ -437,6 +439,15 @@ class SupervisedGroup(Generic[M]):
                 return  # stopped or replaced meanwhile
         assert self.restart_with is not None
         self.restart_with()
+
+    def _stop_leftovers(self, m: M) -> None:
+        """What an exited leader left in its group (its children), stopped: the group is this
+        daemon's own, and a leftover would hold what the next start needs. Only for a group
+        that restarts itself (an engine's crash steps stop its TP workers themselves)."""
+        left = procs.stop_group(m.pgid, self.grace_s(), sig=self.spec.stop_signal)
+        if left.leftover:
+            self.say(f"{self.spec.name}: pid(s) {left.leftover} of the exited group {m.pgid} "
+                     "outlived SIGKILL", logging.WARNING)  # fmt: skip
 
     # ------------------------------------------------------------------ adoption
     def previous(self) -> Previous:
