@@ -8,23 +8,58 @@ machine's directories anyway.
 
 `plugin_so`: the project's NCCL tuner plugin, built once per session by its own build script
 (scripts/build-tuner.sh, the system C compiler).
+
+With `--dist loadfile` (./scripts/test) the workers get whole files, longest first, and the
+dockerd files together (tests/support/schedule.py); `--record-durations` rewrites the
+per-file seconds that order them (tests/durations.json).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support import host_dirs
+from tests.support import host_dirs, schedule
 
 ROOT = Path(__file__).resolve().parent
 _BASE = pytest.StashKey[Path]()  # this process's own directories
+_SECONDS: dict[str, float] | None = None  # per test file, with --record-durations
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        action="store_true",
+        help=f"write each test file's seconds (setup, call, teardown) to {schedule.DURATIONS}",
+    )
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    if config.getoption("dist") == "loadfile":
+        return schedule.LongestFirst(config, log)
+    return None
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if _SECONDS is not None:
+        file = schedule.file_of(report.nodeid)
+        _SECONDS[file] = _SECONDS.get(file, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _SECONDS:
+        schedule.write_durations(_SECONDS)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _SECONDS
+    if config.getoption("record_durations") and not os.environ.get("PYTEST_XDIST_WORKER"):
+        _SECONDS = {}
     machine = host_dirs.host_dirs()  # before the isolating variables replace XDG_*
     config.stash[_BASE] = host_dirs.isolate_process()
     host_dirs.guard(machine)

@@ -156,13 +156,18 @@ class EngineStatus(TypedDict):
     tuner: Annotated[dict[str, Any] | None,
         "the NCCL tuner plugin confirmed at verify: `{name, abi_version, path, rows_applied, "
         "rows_total, table, files}`"]
-    allreduce: Annotated[dict[str, Any] | None,
-        "the TP all-reduce backend confirmed at verify (below)"]
+    allreduce: NotRequired[Annotated[dict[str, Any] | None,
+        "the TP all-reduce backend confirmed at verify (below; the all-reduce part's)"]]
     health: Annotated[dict[str, Any] | None,
         "the watch of SGLang's `/health_generate` after READY: `{checks, failed_checks, "
         "failing_since, last_failed, failures_limit, summary}`"]
     capabilities: Annotated[dict[str, Any] | None,
         "the engine's own all-reduce capabilities (below)"]
+
+
+# The keys every part's status section has besides its own fields (`parts` below)
+PART_SUMMARY = "summary"
+PART_SHARED_LOADS = "shared_loads"
 
 
 class StatusBody(TypedDict):
@@ -211,6 +216,14 @@ class StatusBody(TypedDict):
     daemon: Annotated[dict[str, Any],
         "`{pid, state_dir, fingerprint}`; `fingerprint`: the host fingerprint `{id, facts}` "
         "computed at start (docs/guides/host.md; null until known)"]
+    parts: Annotated[list[str],
+        "the sections below that the daemon's parts add (docs/architecture.md, \"Parts\"), in "
+        "order; each (null: nothing to say now) has, besides its own fields, `summary` (list: "
+        "its lines in `fastverifyctl status`) and `shared_loads` (list: the modes whose "
+        "real-weight loads it serves from memory two engines share)"]
+    allreduce: NotRequired[Annotated[dict[str, Any],
+        "the all-reduce part's section: the serving engine's TP all-reduce backend as verify "
+        "confirmed it (`engine.allreduce`'s fields; none before)"]]
     weight_cache: NotRequired[Annotated[dict[str, Any],
         "SGLang's weight-cache daemon as fastverifyd runs it (docs/guides/weight-cache.md): "
         "`{setting, state, available, speculative, restarts, last_failure, mismatch, pid?, "

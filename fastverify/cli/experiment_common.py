@@ -17,16 +17,9 @@ from typing import Any
 
 import click
 
-from fastverify.cli.output import (
-    EXIT_INTERRUPTED,
-    EXIT_MISSING_DEPENDENCY,
-    EXIT_PROBLEMS,
-    EXIT_USAGE,
-    emit_json,
-    fail,
-    to_json,
-)
+from fastverify.cli import output as out
 from fastverify.durable import atomic_write_text
+from fastverify.experiments.common.stats import cell
 
 # What `deliver` reads: the report file and the JSON switch of the rank experiments
 # (preflight, rehearse), declared once.
@@ -43,15 +36,7 @@ report_json_option = click.option(
 )
 
 
-def fmt(value: Any, digits: int = 1) -> str:
-    """A table cell: `-` for None, yes/no for a flag, a float to `digits` places."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+fmt = cell  # a table cell: `-` for None, yes/no for a flag, a float to `digits` places
 
 
 def int_list(text: str, what: str = "") -> tuple[int, ...]:
@@ -93,13 +78,15 @@ def rank_run(
         yield
     except KeyboardInterrupt:
         again = "; run again to resume" if resume else ""
-        fail(f"{cmd}: interrupted (every rank started was stopped{again})", EXIT_INTERRUPTED)
+        out.fail(
+            f"{cmd}: interrupted (every rank started was stopped{again})", out.EXIT_INTERRUPTED
+        )
     except TorchMissing as exc:
-        fail(str(exc), EXIT_MISSING_DEPENDENCY)
+        out.fail(str(exc), out.EXIT_MISSING_DEPENDENCY)
     except usage as exc:
-        fail(f"{cmd}: {exc}", EXIT_USAGE)
+        out.fail(f"{cmd}: {exc}", out.EXIT_USAGE)
     except problems as exc:
-        fail(f"{cmd}: {exc}", EXIT_PROBLEMS)
+        out.fail(f"{cmd}: {exc}", out.EXIT_PROBLEMS)
 
 
 def stderr_bar(*columns: Any) -> Any:
@@ -155,9 +142,9 @@ def deliver(
     """An experiment's report: written to `output` as JSON when given, then printed as JSON
     (`as_json`) or by `show`."""
     if output:
-        atomic_write_text(output, to_json(report) + "\n", mode=0o644)
+        atomic_write_text(output, out.to_json(report) + "\n", mode=0o644)
     if as_json:
-        emit_json(report)
+        out.emit_json(report)
     else:
         show(report)
 

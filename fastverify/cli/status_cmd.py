@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from fastverify.api_models import PART_SUMMARY
 from fastverify.cli.daemon_call import describe_op, status_command
 from fastverify.cli.output import emit_json
 
@@ -85,8 +86,7 @@ def status(st: dict[str, Any], as_json: bool) -> None:
     elif eng.get("start_seconds"):
         by = " (by /model_info and /health_generate)" if eng.get("ready_by") == "endpoints" else ""
         lines.append(f"ready in:   {eng['start_seconds']:.2f} s{by}")
-    lines += _weights(st)
-    lines += _frontdoor(st)
+    lines += _parts(st)
     if st.get("tokens_per_second"):
         lines.append(f"throughput: {st['tokens_per_second']:.1f} tok/s")
     forced = eng.get("forced_acceptance")
@@ -169,44 +169,13 @@ def status(st: dict[str, Any], as_json: bool) -> None:
     click.echo("\n".join(lines))
 
 
-def _weights(st: dict[str, Any]) -> list[str]:
-    """Where the serving engine's weights came from, and the weight cache's group."""
-    out: list[str] = []
-    wc = st.get("weight_cache") or {}
-    if wc.get("setting") in (None, "off") and not wc.get("pid"):
-        return out
-    load = (st.get("engine") or {}).get("weight_load") or {}
-    if load.get("text"):
-        out.append(f"load:       {load['text']}")  # "weights: from the cache (...)"
-    size = f", {wc['bytes'] / (1 << 30):.1f} GiB" if wc.get("bytes") else ""
-    who = f" (pid {wc['pid']}, {wc.get('ranks')} rank(s){size})" if wc.get("pid") else ""
-    why = ""
-    if wc.get("state") in ("failed", "mismatch") and wc.get("last_failure"):
-        why = f": {wc['last_failure'].get('message')}"
-    out.append(f"weight cache: {wc.get('state')}{who} [weight_cache = {wc.get('setting')}]{why}")
-    return out
-
-
-def _frontdoor(st: dict[str, Any]) -> list[str]:
-    """The front door on the public port: its state and what it held, cut and refused."""
-    fd = st.get("frontdoor") or {}
-    if fd.get("mode") in (None, "off"):
-        return []
-    totals = fd.get("totals") or {}
-    counts = (
-        f"; {fd.get('waiting', 0)} held now, {fd.get('in_flight', 0)} in flight; since start "
-        f"{totals.get('held', 0)} held, {totals.get('cut', 0)} cut, "
-        f"{totals.get('refused', 0)} refused"
-        if totals
-        else ""
-    )
-    where = f" -> engine port {fd['port']}" if fd.get("port") else ""
-    problem = f": {fd['problem']}" if fd.get("problem") else ""
-    out = [f"front door: {fd.get('state')} on {fd.get('listen')}{where} (pid {fd.get('pid')}, "
-           f"mode {fd['mode']}){counts}{problem}"]  # fmt: skip
-    if fd.get("standby") and fd["mode"] == "standby":  # what a switch now would do, and why
-        out.append(f"  a switch now: {fd['standby']['why']}")
-    return out
+def _parts(st: dict[str, Any]) -> list[str]:
+    """The lines each of the daemon's parts says of itself (its status section's summary)."""
+    return [
+        line
+        for name in st.get("parts") or []
+        for line in (st.get(name) or {}).get(PART_SUMMARY) or []
+    ]
 
 
 def _lease_and_decision(st: dict[str, Any]) -> list[str]:

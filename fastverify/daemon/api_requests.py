@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from fastverify import api_models as m
@@ -72,6 +73,13 @@ def _check_value(f: m.Field, value: Any) -> None:
         raise RequestError(422, f"field {f.name!r} must be >= {f.minimum:g}{why}")
 
 
+# a query parameter's kind: its conversion and what it must be
+_QUERY_NUMBERS: dict[str, tuple[Callable[[str], float], str]] = {
+    "int": (int, "an integer"),
+    "number": (float, "a number"),
+}
+
+
 def parse_query(ep: m.Endpoint, query: dict[str, str]) -> dict[str, Any]:
     """A GET's query parameters as its endpoint declares them, defaults filled in (others are
     ignored); RequestError(400) for a number that is not one."""
@@ -82,19 +90,13 @@ def parse_query(ep: m.Endpoint, query: dict[str, str]) -> dict[str, Any]:
             continue
         if f.kind == "bool":
             out[f.name] = raw in ("1", "true", "yes")
-        elif f.kind == "int":
+        elif f.kind in _QUERY_NUMBERS:
+            convert, want = _QUERY_NUMBERS[f.kind]
             try:
-                out[f.name] = int(raw)
+                out[f.name] = convert(raw)
             except ValueError:
                 raise RequestError(
-                    400, f"query parameter {f.name}={raw!r} must be an integer"
-                ) from None
-        elif f.kind == "number":
-            try:
-                out[f.name] = float(raw)
-            except ValueError:
-                raise RequestError(
-                    400, f"query parameter {f.name}={raw!r} must be a number"
+                    400, f"query parameter {f.name}={raw!r} must be {want}"
                 ) from None
             if not math.isfinite(out[f.name]):
                 raise RequestError(400, f"query parameter {f.name}={raw!r} must be finite")

@@ -7,11 +7,11 @@
     p2p         a profile using PCIe P2P where ACS redirects peer traffic (422 p2p_redirected)
     env         /proc/PID/environ of the server and every descendant holds the profile (verify.py)
     nccl        NCCL's own "X set by environment to Y" lines agree (NCCL_DEBUG=INFO starts)
-    adaptive    mode adaptive: SGLang kept --speculative-adaptive (adaptive_check.py)
+    adaptive    mode adaptive: SGLang kept --speculative-adaptive (speculation_part.py)
     tuner       a tuner profile: NCCL loaded fastverify's plugin (tuner_check.py)
     allreduce   the TP all-reduce backend the profile asks for: refused before the load when
                 it cannot serve, its SGLang lines read while loading, confirmed per rank
-                after READY (allreduce_check.py)
+                after READY (allreduce_part.py, the all-reduce part's own verifier)
     profile     on a re-run: the serving engine still runs what its profile, as it is on disk
                 now, would start (same NCCL settings, same argv)
 
@@ -21,18 +21,15 @@ ones each check has always had.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-from fastverify.daemon import adaptive_check, tuner_check, verify
+from fastverify.daemon import allreduce_part, speculation_part, tuner_check, verify
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import DEBUG_VARS, EngineHandle, Launcher
-from fastverify.daemon.logs import LineFacts
 from fastverify.daemon.resolve import RequestError, Resolver
 from fastverify.daemon.verifier import Check, Context, Finding, Plan, Problem, Verifier
 from fastverify.profiles import env_policy
 from fastverify.redact import mask_argv
-from fastverify.sglang.adaptive import FLAG_ADAPTIVE
 
 
 class ArgvParser(Check):
@@ -144,18 +141,6 @@ class NcclConfirmed(Check):
         return self.ok(message, **evidence)
 
 
-class AdaptiveKept(Check):
-    name = "adaptive"
-
-    def verify(self, h: EngineHandle, ctx: Context) -> Finding:
-        failure = adaptive_check.check(h.argv, str(h.log_path))
-        if failure is not None:
-            return self.failed(failure, line=failure.line)
-        if FLAG_ADAPTIVE not in h.argv:
-            return self.skipped("not mode adaptive")
-        return self.ok("SGLang serves with --speculative-adaptive")
-
-
 class TunerLoaded(Check):
     name = "tuner"
 
@@ -169,59 +154,6 @@ class TunerLoaded(Check):
         message = tuner_check.summary(tuner)
         ctx.say(message)
         return self.ok(message.removeprefix("verify: "), **tuner)
-
-
-class AllreduceBackend(Check):
-    name = "allreduce"
-
-    def __init__(self, launcher: Launcher) -> None:
-        self.launcher = launcher
-
-    def refuse(self, plan: Plan) -> Problem | None:
-        why = None if plan.force else self.launcher.allreduce_refusal(plan.profile, plan.argv)
-        if not why:  # known before the load: nothing running is stopped for it
-            return None
-        return Problem(
-            422,
-            f"{why}; {plan.kind} to {plan.name}/{plan.mode} refused, nothing was stopped or "
-            "changed (--force starts it anyway)",
-            {"reason": "allreduce_backend_unavailable"},
-        )
-
-    def on_line(self, h: EngineHandle, line: str, facts: LineFacts) -> Failure | None:
-        watch = h.allreduce_watch
-        if watch is None:
-            return None
-        rec = facts.record
-        if rec is not None and rec.get("kind") == "allreduce":
-            if watch.on_record(rec, line):  # a fallback the start fails on
-                failure: Failure = watch.fallback_failure(str(h.log_path))
-                return failure
-        elif watch.wants_pcie_ipc and "[Autotuner]" in line:
-            note = watch.on_autotuner_line(line)
-            if note:
-                self.launcher.say(note, logging.WARNING)
-        return None
-
-    def verify(self, h: EngineHandle, ctx: Context) -> Finding:
-        watch = h.allreduce_watch
-        if watch is None:
-            return self.skipped("adopted engine: its environment could not be read")
-        # an adopted engine was verified by the daemon that started it: its log is still
-        # being replayed, so missing confirmations are not held against it
-        env = ctx.details.get("env") or {}
-        watch.note_maps([c["pid"] for c in env.get("processes", [])])
-        if watch.wants_pcie_ipc:
-            watch.note_tactics()
-        failure = watch.verify(str(h.log_path), strict=not h.adopted)
-        ctx.details["allreduce"] = h.allreduce = watch.details()
-        evidence = {
-            k: h.allreduce.get(k) for k in ("requested", "backend", "confirmed_ranks", "evidence")
-        }
-        if failure is not None:
-            return self.failed(failure, **evidence)
-        ctx.say(f"verify: all-reduce backend: {h.allreduce['description']}")
-        return self.ok(str(h.allreduce["description"]), **evidence)
 
 
 class ProfileCurrent(Check):
@@ -295,8 +227,8 @@ def default_checks(launcher: Launcher, resolver: Resolver) -> list[Verifier]:
         DirectP2P(resolver),
         ProcessEnv(launcher),
         NcclConfirmed(launcher),
-        AdaptiveKept(),
+        speculation_part.Kept(),
         TunerLoaded(),
-        AllreduceBackend(launcher),
+        allreduce_part.Backend(launcher),
         ProfileCurrent(launcher, resolver),
     ]

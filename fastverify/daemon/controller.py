@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastverify.daemon import events as ev
+from fastverify.daemon.allreduce_part import AllreducePart
 from fastverify.daemon.core import Core
 from fastverify.daemon.crashes import CrashSteps
 from fastverify.daemon.failures import Failure
@@ -47,6 +48,7 @@ from fastverify.daemon.operations import Claim, Operation, OpResult
 from fastverify.daemon.recovery import RecoverySteps
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.rollback import RollbackSteps
+from fastverify.daemon.speculation_part import SpeculationPart
 from fastverify.daemon.standby_switch import StandbySteps
 from fastverify.daemon.starting import Starts
 from fastverify.daemon.states import State
@@ -71,10 +73,10 @@ class Controller(Core):
 
     def compose(self) -> None:
         """The steps over this core, each in its own module (see the module docstring)."""
-        self.weights = WeightSteps(self)  # the weight cache: a second process group
-        self.door = DoorSteps(self)  # the front door: a third one (hold, drain, cut over)
-        # each feature's own state, say in a start, exporter source, status
-        self.parts = [self.weights, self.door]
+        self.door = DoorSteps(self)  # the front door: the switch's hold, drain and cut over
+        # each feature a part (parts.py): its own state, say in a start, exporter source,
+        # status section; the steps below call over the list and never name one
+        self.parts = [WeightSteps(self), AllreducePart(self), SpeculationPart(self), self.door]
         self.starts = Starts(self, self.verifiers)
         self.rollback = RollbackSteps(self, self.starts)
         self.crash_steps = CrashSteps(self, self.starts)
@@ -86,11 +88,6 @@ class Controller(Core):
         for name in ("group", "standby_group"):  # an engine's exit and its crash step: one step
             if (group := getattr(self.launcher, name, None)) is not None:
                 group.exit_lock = self._lock
-
-    @property
-    def cache(self) -> Any:
-        """The weight cache (its process group, built by the weights part: weights.py)."""
-        return self.weights.cache
 
     def tick(self) -> None:
         """From the main loop (~1/s): a serving engine's watch and lost workers (crashes.py)."""

@@ -275,6 +275,34 @@ class Core:
             self.set_state(State.STOPPING, why)
         self.stop_engine(h, "stopped")
 
+    def wait_state_dir(
+        self,
+        waiting: str,
+        then: str,
+        pause: Callable[[float], bool],
+        tell: Callable[[str, int], None],
+    ) -> bool:
+        """Wait until the state dir takes a start's writes (pid file, engine log): a start
+        on a full disk would only fail again. Each try (the wait grows to the restart
+        policy's cap) sets the `state_dir` finding and `tell(message, attempt)`s it;
+        `pause(delay)` waits, True: give up (the result is then False). `waiting` names
+        who waits ("rollback to p/m"), `then` what follows once the dir works again."""
+        attempt = 0
+        try:
+            while (problem := self.store.check_writable()) is not None:
+                attempt += 1
+                delay = self.crashes.policy.delay(attempt)
+                msg = f"{waiting} waits for the state dir: {problem}; retrying in {delay:.1f} s"
+                self.set_finding("state_dir", msg)
+                tell(msg, attempt)
+                if pause(delay):
+                    return False
+            if attempt:
+                self.say(f"state dir {self.store.dir} is writable again; {then}")
+            return True
+        finally:
+            self.clear_finding("state_dir")
+
     def slot_preemptible(self, op: Operation, flag: bool) -> None:
         """Let an explicit request pre-empt `op` (a crash restart waiting out its backoff)."""
         with self.slot._cond:

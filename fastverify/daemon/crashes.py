@@ -229,27 +229,19 @@ class CrashSteps:
 
     def _state_dir_ok(self, op: Operation, h: EngineHandle) -> bool:
         """Before a crash restart: the state dir must take the engine's pid file and log.
-        While it does not, stay in BACKOFF with a finding and retry (the wait grows to the
-        policy's cap); recover by itself once the dir works again. False when cancelled."""
-        attempt = 0
-        try:
-            while (problem := self.c.store.check_writable()) is not None:
-                attempt += 1
-                delay = self.c.crashes.policy.delay(attempt)
-                msg = (
-                    f"crash restart of {h.profile}/{h.mode} waits for the state dir: {problem};"
-                    f" retrying in {delay:.1f} s"
-                )
-                self.c.set_finding("state_dir", msg)
-                self.c.record_failure(Failure("state_dir_unwritable", msg), op)
-                self.c.say(msg, logging.ERROR if attempt == 1 else logging.WARNING)
-                self.c.slot_preemptible(op, True)
-                op.cancel.wait(delay)
-                self.c.slot_preemptible(op, False)
-                if op.cancel.is_set() or self.c.shutting_down.is_set():
-                    return False
-            if attempt:
-                self.c.say(f"state dir {self.c.store.dir} is writable again; restarting")
-            return True
-        finally:
-            self.c.clear_finding("state_dir")
+        While it does not, stay in BACKOFF with a finding and retry (core.wait_state_dir);
+        recover by itself once the dir works again. False when cancelled."""
+
+        def tell(msg: str, attempt: int) -> None:
+            self.c.record_failure(Failure("state_dir_unwritable", msg), op)
+            self.c.say(msg, logging.ERROR if attempt == 1 else logging.WARNING)
+
+        def pause(delay: float) -> bool:
+            self.c.slot_preemptible(op, True)
+            op.cancel.wait(delay)
+            self.c.slot_preemptible(op, False)
+            return op.cancel.is_set() or self.c.shutting_down.is_set()
+
+        return self.c.wait_state_dir(
+            f"crash restart of {h.profile}/{h.mode}", "restarting", pause, tell
+        )

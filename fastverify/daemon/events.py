@@ -20,10 +20,12 @@ OperationFinished  an operation ended: its result record (as answered to the cli
 BaselineRecorded   a baseline measurement was stored.
 DecisionRecorded   a tuning decision was stored (fastverifyctl tune).
 AcceptanceRecorded an accepted-drafts histogram was stored (fastverify.daemon.acceptance).
+PlanStored         a speculation plan was stored (`POST /v1/spec/plan`).
 WeightsLoaded      a start came up: where its weights came from (the cache or disk, why),
                    how long they took and the start's split (daemon/weights.py).
 
-Every event but the three *Recorded ones carries `ts`, when it happened (keyword-only).
+Every event but the three *Recorded ones and PlanStored carries `ts`, when it happened
+(keyword-only).
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ class EngineUp(_Stamped):
     start_seconds: float
     adopted: bool = False
     engine_env: Mapping[str, Any] | None = None  # variables the engine adds (EngineEnv.to_dict)
-    allreduce: Mapping[str, Any] | None = None  # serving backend (allreduce_check.details)
+    # what each part keeps of this engine, by its name (part.engine_fields: parts.py)
+    parts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,11 @@ class AcceptanceRecorded:
 
 
 @dataclass(frozen=True)
+class PlanStored:
+    plan: Mapping[str, Any]  # acceptance.save_plan's record
+
+
+@dataclass(frozen=True)
 class WeightsLoaded(_Stamped):
     profile: str
     mode: str
@@ -181,6 +189,7 @@ Event = (
     | BaselineRecorded
     | DecisionRecorded
     | AcceptanceRecorded
+    | PlanStored
     | WeightsLoaded
 )
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from fastverify.api_models import EngineStatus, StatusBody
-from fastverify.config import SPEC_MODES, weights_label
+from fastverify.config import weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.baselines import check_baseline, with_concurrency
 from fastverify.daemon.controller import Controller
@@ -78,7 +78,7 @@ log = logging.getLogger("fastverifyd.facade")
 
 
 def _add_parts_fields(body: StatusBody | EngineStatus, fields: dict[str, Any]) -> None:
-    """Add what the daemon's parts contribute (`weight_load`, `weight_cache`, `frontdoor`):
+    """Add what the daemon's parts contribute (their engine fields and status sections):
     fields the body declares as a part's (NotRequired), named by the part at run time."""
     cast(dict[str, Any], body).update(fields)
 
@@ -158,7 +158,6 @@ class ControlFacade:
                 "forced_acceptance": h.forced if h is not None else None,
                 "acceptance_source": forced_label(h.forced) if h is not None else None,
                 "tuner": h.tuner if h is not None else None,  # confirmed at verify
-                "allreduce": h.allreduce if h is not None else None,  # confirmed at verify
                 # the watch of SGLang's /health_generate after READY (daemon/watch.py)
                 "health": h.watch.health() if h is not None and alive and h.watch else None,
                 "identity": identity,
@@ -198,13 +197,13 @@ class ControlFacade:
                     "state_dir": str(c.store.dir),
                     "fingerprint": host_here.load(c.store.dir),
                 },
-                "speculation": None,  # below, outside the lock
+                "parts": [part.STATUS for part in c.parts],  # each part's section, in order
+                "speculation": None,  # below, outside the lock (the speculation part's)
             }
         for part in c.parts:  # outside the lock: a part may ask the system (NVML, a socket)
             _add_parts_fields(out, {part.STATUS: part.status()})
         # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
         engine["capabilities"] = self.capabilities(argv)
-        out["speculation"] = self.speculation(out["profile"], out["mode"], argv)
         return out
 
     def engine_identity(self) -> dict[str, Any]:
@@ -217,35 +216,6 @@ class ControlFacade:
             "version": (_sglang_summary(eng) or {}).get("version"),
             "simulated": bool(eng.simulated),
         }
-
-    def speculation(
-        self, profile: str | None, mode: str | None, argv: list[str] | None = None
-    ) -> dict[str, Any] | None:
-        """Active draft steps and seconds at each (the exporter's reading of SGLang's
-        sglang:spec_num_steps), for a drafting mode; None otherwise or without the exporter.
-        `fixed_steps`: mode eagle3's configured step count (its argv), which it always runs."""
-        if mode not in SPEC_MODES or self.feed is None:
-            return None
-        fixed = None
-        flag = "--speculative-num-steps"
-        if mode == "eagle3" and argv and flag in argv[:-1]:
-            fixed = int(argv[argv.index(flag) + 1])
-        r = self.feed.hub.speculation.reading()
-        seconds = {
-            steps: round(secs, 3)
-            for (p, m, steps), secs in r["steps_seconds"].items()
-            if (p, m) == (profile, mode)
-        }
-        drift = r["drift"] or {}
-        live = {
-            str(steps): {"requests": row["requests"],
-                         "accept_length": {str(k): v for k, v in row["accept_length"].items()}}
-            for steps, row in r["live"].items()
-        }  # fmt: skip
-        return {"active_steps": r["active_steps"], "seconds_at_steps": seconds,
-                "fixed_steps": fixed, "live_acceptance": live,
-                "plan_stale": bool(drift.get("stale")), "plan_why": drift.get("why"),
-                "replan": drift.get("replan")}  # fmt: skip
 
     def capabilities(self, argv: list[str] | None) -> dict[str, Any] | None:
         """The engine's all-reduce capabilities for the argv it serves (else the configured
@@ -272,10 +242,11 @@ class ControlFacade:
         return {"error": "probing the engine's host (nvidia-smi, FlashInfer); ask again shortly"}
 
     def _probe_caps(self, argv: list[str]) -> dict[str, Any] | None:
+        from fastverify.daemon.allreduce_part import host_of
         from fastverify.engines.allreduce_host import capabilities
 
         try:
-            host = self.ctl.launcher.allreduce_host(argv)
+            host = host_of(self.ctl.launcher, argv)
             return capabilities(host, argv) if host is not None else None
         except Exception as exc:
             return {"error": f"cannot tell the engine's all-reduce capabilities: {exc}"}
@@ -534,8 +505,7 @@ class ControlFacade:
 
         with self.ctl._lock:
             stored = acceptance.save_plan(self.ctl.store, body)
-        if self.feed is not None:
-            self.feed.hub.speculation.set_plan(stored)
+        self.ctl.bus.publish(ev.PlanStored(stored))  # the speculation part tells the exporter
         self.ctl.say(f"speculation plan stored; adaptive config {stored['adaptive_config']}")
         return stored
 

@@ -20,9 +20,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from fastverify.config import Config
-from fastverify.daemon.failures import Failure
 from fastverify.daemon.frontdoor_group import FrontDoorGroup
 from fastverify.daemon.launcher import without_port
+from fastverify.daemon.parts import BasePart, section
 from fastverify.frontdoor import layout
 from fastverify.frontdoor.standby import EngineMemory, Fit, decide
 
@@ -35,8 +35,9 @@ def engine_port(url: str) -> int:
     return urlsplit(url).port or 80
 
 
-class DoorSteps:
-    """See the module docstring."""
+class DoorSteps(BasePart):
+    """See the module docstring. Its switch's figures are every result's (`core.result`:
+    `switch`), not a field of its own."""
 
     def __init__(self, core: Any) -> None:
         self.c = core
@@ -145,19 +146,17 @@ class DoorSteps:
         return self.want if engine_port(h.url) == self.want else None
 
     # ------------------------------------------------------------------ process group
-    def start_up(self) -> None:
-        """Before the first engine starts: adopt the front door a killed daemon left, or
-        start one that holds until the engine serves."""
+    def adopt(self) -> str | None:
+        """Before the first engine starts (clients wait for it there): adopt the front door
+        a killed daemon left, or start one that holds until the engine serves."""
         if self.group is None:  # a front door an earlier run left on the public port: ours
-            left = FrontDoorGroup(self.c.cfg, self.c.store).stop_leftover()
-            if left:
-                self.c.say(left)
-            return
+            return FrontDoorGroup(self.c.cfg, self.c.store).stop_leftover() or None
         message = self.group.adopt()
         if message:
             self.c.say(message)
         if not self.group.alive():
             self._spawn()
+        return None
 
     def _spawn(self) -> None:
         group = self.group
@@ -310,7 +309,12 @@ class DoorSteps:
         return {"mode": self.mode, **episode, "still_holding": True}
 
     def status(self) -> dict[str, Any]:
-        """`status`'s `frontdoor`: mode, state (serving / holding / no_engine / down), counts."""
+        """`status`'s `frontdoor`: mode, state (serving / holding / no_engine / down), counts,
+        and its line in `fastverifyctl status`."""
+        fields = self._fields()
+        return section(fields, _lines(fields) if self.group is not None else [], [])
+
+    def _fields(self) -> dict[str, Any]:
         if self.group is None:
             return {"mode": "off"}
         out: dict[str, Any] = {
@@ -344,26 +348,6 @@ class DoorSteps:
 
             hub.add(FrontDoorSource(hub, self.metrics))
 
-    def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
-        return {}
-
-    def around_spawn(self, op: Any, argv: list[str], cancel: threading.Event, spawn: Any) -> Any:
-        return spawn(argv)
-
-    def after_ready(self, op: Any, h: Any) -> Failure | None:
-        return None
-
-    def after_failure(
-        self, op: Any, h: Any, failure: Failure, cancel: threading.Event
-    ) -> tuple[Failure, bool]:
-        return failure, False
-
-    def result_fields(self, op: Any, h: Any) -> dict[str, Any]:
-        return {}  # the switch's figures are every result's (`core.result`: `switch`)
-
-    def engine_fields(self, h: Any) -> dict[str, Any]:
-        return {}
-
     def reconfigure(self, cfg: Config, engine: Any) -> None:
         """The front door keeps the configuration it was started with until it restarts."""
 
@@ -377,6 +361,26 @@ class DoorSteps:
             return None
 
 
+def _lines(fd: dict[str, Any]) -> list[str]:
+    """The front door on the public port: its state and what it held, cut and refused; in
+    mode standby, what a switch now would do, and why."""
+    totals = fd.get("totals") or {}
+    counts = (
+        f"; {fd.get('waiting', 0)} held now, {fd.get('in_flight', 0)} in flight; since start "
+        f"{totals.get('held', 0)} held, {totals.get('cut', 0)} cut, "
+        f"{totals.get('refused', 0)} refused"
+        if totals
+        else ""
+    )
+    where = f" -> engine port {fd['port']}" if fd.get("port") else ""
+    problem = f": {fd['problem']}" if fd.get("problem") else ""
+    out = [f"front door: {fd.get('state')} on {fd.get('listen')}{where} (pid {fd.get('pid')}, "
+           f"mode {fd['mode']}){counts}{problem}"]  # fmt: skip
+    if fd.get("standby") and fd["mode"] == "standby":
+        out.append(f"  a switch now: {fd['standby']['why']}")
+    return out
+
+
 def _memory_reader(h: Any) -> Any:
     """Each engine's memory figures (standby.EngineMemory) from its start-up lines."""
     memory = h.parts.setdefault("memory", EngineMemory())
@@ -385,29 +389,19 @@ def _memory_reader(h: Any) -> Any:
 
 def standby_fit(core: Any, mode: str, load_format: str | None = None) -> Fit:
     """The decision for a switch to `mode` (`load_format`: "dummy" for a trial) from what
-    this host reports now: the serving engine's start-up figures, the weight cache's bytes,
-    one GPU's memory (the engine's reading: nvidia-smi, or the sim's simulated GPU)."""
-    cache = core.cache
-    setting = core.cfg.server.weight_cache
-    serves = (
-        setting != "off"
-        and cache.status().get("state") == "ready"
-        and mode == "baseline"
-        and load_format != "dummy"
-    )
+    this host reports now: what the parts let a second engine share with the serving one
+    (parts.Sharing: the weights and their bytes), the serving engine's start-up figures, one
+    GPU's memory (the engine's reading: nvidia-smi, or the sim's simulated GPU)."""
+    shares = [s for part in core.parts if (s := part.sharing(mode, load_format)) is not None]
+    sharing = next((s for s in shares if s.serves), shares[0] if shares else None)
+    serves = sharing is not None and sharing.serves
     h = core.current
     memory = h.parts.get("memory") if h is not None and serves else None
-    tp = max(1, core.cfg.server.tp_size // max(1, core.cfg.server.nnodes))
-    shared, _ = cache.bytes_held() if serves else (None, "")
-    if serves and shared is None:
-        shared = core.engine.simulated_cache_bytes(tp)
     return decide(
-        weight_cache=setting,
-        cache_serves=serves,
+        sharing=sharing,
         gpu_bytes=core.engine.gpu_bytes() if serves else None,
-        tp=tp,
+        tp=max(1, core.cfg.server.tp_size // max(1, core.cfg.server.nnodes)),
         engine=memory.figures() if memory is not None else None,
         kv_tokens=memory.kv_tokens if memory is not None else None,
-        shared_bytes=shared,
         kv_share=core.cfg.frontdoor.standby_kv_share,
     )

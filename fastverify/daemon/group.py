@@ -36,7 +36,8 @@ BACKOFF   -> STARTING (the restart), STOPPING, FAILED (spawn failed, burst excee
 FAILED    -> STARTING, STOPPING, BACKOFF, STOPPED
 
 Owners keep only what differs: the engine's launcher (argv, environment, log tail, SGLang's
-endpoints as readiness) and the weight cache (its ready files, fingerprint, stale files).
+endpoints as readiness) and each part's group (weights.py's: its ready files, fingerprint,
+stale files; the front door's).
 A third process plugs in with a `GroupSpec`, a `Member` subclass for its record's own
 fields, a readiness check and, when it should come back by itself, a restart policy.
 """
@@ -162,10 +163,10 @@ M = TypeVar("M", bound=Member)
 class GroupSpec:
     """What differs between supervised programs at the process level."""
 
-    name: str  # in messages and thread names: "engine", "weight cache", "front door"
+    name: str  # in messages and thread names: "engine", a part's ("front door")
     id_var: str  # the environment marker that proves a process ours
     id_key: str  # the id's key in the record ("engine_id", "cache_id", ...)
-    record_path: Path  # the record in the state dir (engine.pid, weight-cache.pid, ...)
+    record_path: Path  # the record in the state dir (engine.pid, a part's, ...)
     stop_signal: int = signal.SIGTERM  # what the leader gets first
     sigint_default: bool = False  # SIGINT's default disposition in the child (procs.spawn)
     restart: RestartPolicy | None = None  # None: the owner decides after an exit (on_exit)
@@ -418,10 +419,12 @@ class SupervisedGroup(Generic[M]):
         if decision is None or decision.give_up:
             if self._move(m, GroupState.FAILED) and decision is not None:
                 self.say(f"{self.spec.name}: {decision.message}; not restarted", logging.WARNING)
+                self._stop_leftovers(m)
             return
         self.backoff_s = decision.delay_s  # before the state: `on_change` may read it
         if not self._move(m, GroupState.BACKOFF):
             return
+        self._stop_leftovers(m)
         with self._lock:
             self.restarts += 1
         self.say(
@@ -436,6 +439,15 @@ class SupervisedGroup(Generic[M]):
                 return  # stopped or replaced meanwhile
         assert self.restart_with is not None
         self.restart_with()
+
+    def _stop_leftovers(self, m: M) -> None:
+        """What an exited leader left in its group (its children), stopped: the group is this
+        daemon's own, and a leftover would hold what the next start needs. Only for a group
+        that restarts itself (an engine's crash steps stop its TP workers themselves)."""
+        left = procs.stop_group(m.pgid, self.grace_s(), sig=self.spec.stop_signal)
+        if left.leftover:
+            self.say(f"{self.spec.name}: pid(s) {left.leftover} of the exited group {m.pgid} "
+                     "outlived SIGKILL", logging.WARNING)  # fmt: skip
 
     # ------------------------------------------------------------------ adoption
     def previous(self) -> Previous:

@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from typing import Any
 import psutil
 
 from fastverify.config import Config
-from fastverify.daemon import allreduce_check, failures, logs, procs, tuner_check, verify
+from fastverify.daemon import failures, logs, procs, tuner_check, verify
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.group import GroupSpec, Member, Previous, SupervisedGroup
 from fastverify.daemon.statestore import StateStore
@@ -90,8 +90,9 @@ def pid_alive(pid: int) -> bool:
 @dataclass
 class EngineHandle(Member):
     """One engine group (group.Member: ids, pids, process events) and what its start and
-    serving concern. `parts` holds what a feature keeps per engine (weights.py: the
-    weights of the start), `line_readers` what it reads of every log line."""
+    serving concern. `parts` holds what a part keeps per engine (weights.py: the weights
+    of the start; allreduce_part.py: its backend), `line_readers` what it reads of every
+    log line."""
 
     profile: str
     mode: str
@@ -107,8 +108,6 @@ class EngineHandle(Member):
     worker_pids: tuple[int, ...] = ()  # descendants verified at READY (the TP workers)
     engine_env: dict[str, Any] | None = None  # the engine's own NCCL rules (EngineEnv.to_dict)
     tuner: dict[str, Any] | None = None  # NCCL's tuner load, confirmed at verify (tuner_check)
-    allreduce_watch: Any = None  # allreduce_check.AllreduceWatch (None: adopted)
-    allreduce: dict[str, Any] | None = None  # the serving backend, confirmed at verify
     expected_sglang: dict[str, str] = field(default_factory=dict)  # the profile's SGLANG_*
     env_names: tuple[str, ...] | None = None  # the names it was started with (None: unknown)
     # acceptance SGLang forces from the server's environment (sglang.forced.Forced.to_dict:
@@ -165,25 +164,13 @@ class Launcher:
         )
         self.on_line: OnLine = lambda h, line, facts: None
         self.on_exit: OnExit = lambda h: None
-        self.group: SupervisedGroup[EngineHandle] = SupervisedGroup(
-            GroupSpec("engine", procs.ENGINE_ID_VAR, "engine_id", store.pid_path),
-            grace_s=lambda: float(self.cfg.restart.stop_grace_s),
-            gpu_release_s=lambda: float(self.cfg.restart.gpu_release_timeout_s),
-            say=lambda *a, **k: self.say(*a, **k),
-        )
-        self.group.on_exit = lambda h: self.on_exit(h)
+        self.group = self._engine_group("engine", store.pid_path)
         # A standby engine (the front door's standby mode): started beside the serving one on
         # its own port, recorded in engine-standby.pid until it serves; then handed over to
         # `group`, whose record names the engine it replaces as `retiring` until that stops.
-        self.standby_group: SupervisedGroup[EngineHandle] = SupervisedGroup(
-            GroupSpec("standby engine", procs.ENGINE_ID_VAR, "engine_id", store.standby_pid_path),
-            grace_s=lambda: float(self.cfg.restart.stop_grace_s),
-            gpu_release_s=lambda: float(self.cfg.restart.gpu_release_timeout_s),
-            say=lambda *a, **k: self.say(*a, **k),
-        )
-        self.standby_group.on_exit = lambda h: self.on_exit(h)
+        self.standby_group = self._engine_group("standby engine", store.standby_pid_path)
         self.retiring: dict[str, Any] | None = None
-        # What features add to each start (weights.py, for the weight cache): variables of
+        # What the parts add to each start (parts.py, e.g. weights.py): variables of
         # the server's environment, readers of its log lines, flags of its argv that the
         # daemon adds and a comparison of argvs sets aside.
         self.env_parts: list[Callable[[], dict[str, str]]] = []
@@ -191,6 +178,21 @@ class Launcher:
         # ...and those an adopted engine's replayed log goes through too
         self.adopted_readers_for: list[Callable[[EngineHandle], Callable[[str], None]]] = []
         self.argv_aside: list[Callable[[list[str]], list[str]]] = []
+        # what they keep of each start from the environment it was started with (None: an
+        # adopted engine whose environment cannot be read), before its first line is read
+        self.started_with: list[Callable[[EngineHandle, Mapping[str, str] | None], None]] = []
+
+    def _engine_group(self, name: str, record: Path) -> SupervisedGroup[EngineHandle]:
+        """An engine's process group (group.py), recorded at `record`; its exits go to
+        `on_exit`."""
+        group: SupervisedGroup[EngineHandle] = SupervisedGroup(
+            GroupSpec(name, procs.ENGINE_ID_VAR, "engine_id", record),
+            grace_s=lambda: float(self.cfg.restart.stop_grace_s),
+            gpu_release_s=lambda: float(self.cfg.restart.gpu_release_timeout_s),
+            say=lambda *a, **k: self.say(*a, **k),
+        )
+        group.on_exit = lambda h: self.on_exit(h)
+        return group
 
     # ------------------------------------------------------------------ environment
     def url(self, port: int | None = None) -> str:
@@ -343,52 +345,18 @@ class Launcher:
                 follower=self.engine.follower(argv),
                 forced=self.forced_acceptance(env, argv),
             )
-            h.allreduce_watch = allreduce_check.AllreduceWatch(
-                env, argv, self._has_nvlink(), host=self.allreduce_host(argv)
-            )
             return h
 
         h = group.spawn(engine_id, argv, env, log_path, make)
         with contextlib.suppress(OSError):
             self.store.prune_logs(protect=(log_path,))
+        for begin in self.started_with:
+            begin(h, env)
         h.line_readers = [r for f in self.line_readers_for if (r := f(h)) is not None]
         self._follow(h, hidden)
         # stream=False: the `engine` event already tells a follower
         self.say(f"engine started: pid {h.pid}, log {log_path}", stream=False)
-        lines = h.allreduce_watch.lines_expected
-        if not lines:  # said up front: what depends on SGLang's INFO lines will not come
-            self.say(
-                f"SGLang's INFO lines will not come ({lines.why}): readiness is asked of "
-                "/model_info and /health_generate, PCIe-IPC is confirmed by the processes' "
-                "mapped pcie_ipc_comm.so; load progress and log-derived figures (decode "
-                "batch lines) stay empty"
-            )
-        if h.allreduce_watch.wants_pcie_ipc:
-            for note in allreduce_check.start_notes(h.allreduce_watch):
-                self.say(note)
         return h
-
-    def allreduce_refusal(self, profile: Any, argv: list[str]) -> str | None:
-        """Why `profile` with `argv` asks for an all-reduce backend this engine will not serve
-        (or that cannot be confirmed), known before anything is stopped; None: fine."""
-        env = self.engine_env(profile, "-", None)
-        host = self.allreduce_host(argv)
-        return allreduce_check.refusal(env, argv, self._has_nvlink(), host=host)
-
-    def allreduce_host(self, argv: list[str]) -> Any:
-        """The engine's all-reduce capabilities for `argv` (None: the engine cannot say)."""
-        try:
-            return self.engine.allreduce_host(argv)
-        except Exception as exc:  # a probe that fails must not stop a start
-            log.warning("cannot tell the engine's all-reduce capabilities: %s", exc)
-            return None
-
-    def _has_nvlink(self) -> bool | None:
-        if self.engine.simulated:
-            return False  # the sim is a PCIe-only box
-        from fastverify.profiles.topology import detect_cached
-
-        return detect_cached().has_nvlink
 
     def previous(self) -> Previous:
         """What engine.pid names (group.SupervisedGroup.previous: a pending group is stopped,
@@ -400,7 +368,7 @@ class Launcher:
         ours)."""
 
         def make() -> EngineHandle:
-            h = EngineHandle(
+            return EngineHandle(
                 info["engine_id"],
                 int(info["pid"]),
                 int(info.get("pgid", info["pid"])),
@@ -417,18 +385,14 @@ class Launcher:
                 nccl_debug_dir=Path(info["nccl_debug_dir"]) if info.get("nccl_debug_dir") else None,
                 started_at=float(info.get("started_at") or _now()),
             )
-            try:  # the all-reduce backend it asked for: its own environment (its log is replayed)
-                h.allreduce_watch = allreduce_check.AllreduceWatch(
-                    psutil.Process(h.pid).environ(),
-                    h.argv,
-                    self._has_nvlink(),
-                    host=self.allreduce_host(h.argv),
-                )
-            except (psutil.Error, OSError):
-                h.allreduce_watch = None
-            return h
 
         h = self.group.adopt(make)
+        try:  # its own environment (its log is replayed)
+            env: Mapping[str, str] | None = psutil.Process(h.pid).environ()
+        except (psutil.Error, OSError):
+            env = None
+        for begin in self.started_with:
+            begin(h, env)
         h.line_readers = [f(h) for f in self.adopted_readers_for]
         self._follow(h, secret_values({}, h.argv))
         return h

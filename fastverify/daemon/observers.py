@@ -128,8 +128,6 @@ class ExporterFeed:
             hub.set_engine(False, e.profile, e.mode, e.settings, e.engine, None)
         elif isinstance(e, ev.EngineUp):
             hub.set_engine(True, e.profile, e.mode, e.settings, e.engine, e.url)
-            ar = e.allreduce or {}
-            hub.engine.set_allreduce(ar.get("backend"), ar.get("max_bytes"))
             hub.daemon.set_start_seconds(e.start_seconds)
             self._set_url(e.url)
         elif isinstance(e, ev.EngineDown):
@@ -159,8 +157,6 @@ class ExporterFeed:
             )
         elif isinstance(e, ev.DecisionRecorded):
             hub.daemon.set_decision(e.profile, e.mode, e.backend, e.applied)
-        elif isinstance(e, ev.AcceptanceRecorded):
-            hub.speculation.on_acceptance(e.record)
         elif isinstance(e, ev.WeightsLoaded):
             hub.daemon.set_start_phases(e.weights.get("phases"))
 

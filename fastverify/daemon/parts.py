@@ -7,9 +7,12 @@ server's environment, readers of its log lines, flags set aside when argvs are c
 its say in each start (`accepted`, `around_spawn`, `after_ready`, `after_failure`, which
 the controller's start calls over every part), the fields it adds to an operation's result
 and to the engine's status, its exporter source (added to the hub in `attach`, fed from what
-the part hears on the bus), its section of `status` (`STATUS`), and what it does when the
-configuration is re-read and when the daemon stops. docs/architecture.md ("Parts") says how
-to add one.
+the part hears on the bus), its section of `status` (`STATUS`: its fields, the lines
+`fastverifyctl status` prints and the modes whose loads it serves from shared memory), what
+it takes over at start-up from a killed daemon (`adopt`), what a second engine would share
+with the serving one through it (`sharing`, the front door's standby asks), and what it
+does when the configuration is re-read and when the daemon stops. docs/architecture.md
+("Parts") says how to add one.
 """
 
 from __future__ import annotations
@@ -18,11 +21,20 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from fastverify.api_models import PART_SHARED_LOADS, PART_SUMMARY
 from fastverify.config import Config
 from fastverify.daemon.events import EventBus
 from fastverify.daemon.failures import Failure
+from fastverify.frontdoor.standby import Sharing
+
+__all__ = ["BasePart", "Part", "Sharing", "Spawn", "section"]
 
 Spawn = Callable[[list[str]], Any]  # argv -> EngineHandle (the launcher's, or a part's around it)
+
+
+def section(fields: dict[str, Any], summary: list[str], shared_loads: list[str]) -> dict[str, Any]:
+    """A part's status section: its own fields with the keys every section has."""
+    return {**fields, PART_SUMMARY: summary, PART_SHARED_LOADS: shared_loads}
 
 
 class Part(Protocol):
@@ -57,10 +69,65 @@ class Part(Protocol):
         """Subscribe to the bus; with an exporter (`hub` not None), add its source to it."""
 
     def status(self) -> dict[str, Any] | None:
-        """Its status section (may ask the system: called outside the controller's lock)."""
+        """Its status section (`section`; None: nothing to say now; may ask the system:
+        called outside the controller's lock)."""
+
+    def adopt(self) -> str | None:
+        """At start-up, before the engine is adopted or started: take over (or stop) what a
+        killed daemon's part left running, start what it runs; what to say (None: nothing)."""
+
+    def sharing(self, mode: str, load_format: str | None = None) -> Sharing | None:
+        """What a second engine of `mode` (`load_format`: "dummy" for a trial) would share
+        with the serving one through this part (None: it shares nothing)."""
 
     def reconfigure(self, cfg: Config, engine: Any) -> None:
         """A re-read configuration (SIGHUP); `engine` is the same kind as before."""
 
     def shutdown(self) -> None:
         """The daemon stops: stop what the part runs."""
+
+
+class BasePart:
+    """A part's neutral answers (as verifier.Check's no-ops for a verifier): a part
+    overrides the hooks it uses."""
+
+    NAME = "part"
+    STATUS = "part"
+
+    def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
+        return {}
+
+    def around_spawn(self, op: Any, argv: list[str], cancel: threading.Event, spawn: Spawn) -> Any:
+        return spawn(argv)
+
+    def after_ready(self, op: Any, h: Any) -> Failure | None:
+        return None
+
+    def after_failure(
+        self, op: Any, h: Any, failure: Failure, cancel: threading.Event
+    ) -> tuple[Failure, bool]:
+        return failure, False
+
+    def result_fields(self, op: Any, h: Any) -> dict[str, Any]:
+        return {}
+
+    def engine_fields(self, h: Any) -> dict[str, Any]:
+        return {}
+
+    def attach(self, bus: EventBus, hub: Any) -> None:
+        """No exporter source, nothing heard on the bus."""
+
+    def status(self) -> dict[str, Any] | None:
+        return None
+
+    def adopt(self) -> str | None:
+        return None  # it runs nothing of its own
+
+    def sharing(self, mode: str, load_format: str | None = None) -> Sharing | None:
+        return None  # it shares no engine's memory
+
+    def reconfigure(self, cfg: Config, engine: Any) -> None:
+        """Nothing of the configuration is its own."""
+
+    def shutdown(self) -> None:
+        """Nothing of its own to stop."""

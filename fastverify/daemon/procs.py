@@ -45,7 +45,7 @@ def spawn(
 
     The engine writes its log file directly (not through a pipe to us), so it keeps
     running and logging if the daemon dies and a new daemon can adopt it.
-    `sigint_default`: SIGINT's default disposition in the child (the weight cache's launcher
+    `sigint_default`: SIGINT's default disposition in the child (a part's launcher that
     stops on KeyboardInterrupt, which a SIGINT ignored by inheritance never raises).
     """
     log_path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
@@ -200,7 +200,7 @@ def is_ours(
     info: dict[str, Any], proc_root: Path = PROC, var: str = ENGINE_ID_VAR
 ) -> tuple[bool, str]:
     """Decide whether the process group recorded in a pid file (`info`) is still our engine
-    (or, with `var` = the weight cache's marker, our weight cache).
+    (or, with `var` = a part's group marker, that group).
 
     Ours when some live member of the recorded group carries the recorded engine id in its
     environment; the leader additionally must have the recorded start time in clock ticks
@@ -259,8 +259,8 @@ def stop_group(
     `proc` (our Popen of the leader) is reaped along the way so it does not linger as a
     zombie. The group gets SIGCONT first (a stopped group hears nothing else before the
     grace ends). Returns which signal was needed and any PIDs still present at the end. `sig`:
-    what the leader gets first (the weight cache's launcher: SIGINT, its KeyboardInterrupt
-    path stops its ranks).
+    what the leader gets first (SIGINT for a part's launcher whose KeyboardInterrupt path
+    stops its ranks).
     """
     t0 = time.monotonic()
     if not group_members(pgid, proc_root):
@@ -362,6 +362,30 @@ def wait_gpu_release(pids: Sequence[int], timeout_s: float) -> tuple[bool, str]:
                     f"pids {sorted(holding)} still hold GPU memory after {timeout_s:.0f} s",
                 )
             time.sleep(0.2)
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def nvml_bytes(pids: list[int]) -> int | None:
+    """GPU memory `pids` hold, by NVML (None: no NVML here, or none held)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    wanted, total = set(pids), 0
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            with contextlib.suppress(Exception):
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    if p.pid in wanted and p.usedGpuMemory:
+                        total += int(p.usedGpuMemory)
+        return total or None
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()

@@ -2,8 +2,9 @@
 
 `start_up(ctl)`:
 1. restore active / last good / last failure from state.json;
-2. adopt (or stop) the weight cache's group (its own record); stop what a standby switch
-   left beside the engine engine.pid names (`settle_standby`); then read engine.pid
+2. let each part adopt (or stop) what a killed daemon's part left (parts.py); stop what a
+   standby switch left beside the engine engine.pid names (`settle_standby`); then read
+   engine.pid
    (group.SupervisedGroup.previous: a group a killed daemon spawned but never recorded is
    stopped, one that is not provably ours is left alone with a finding); adopt the group
    it names when it runs the argv this configuration would build: STOPPED -> STARTING
@@ -56,9 +57,10 @@ def start_up(ctl: Controller) -> None:
         profile, mode = cfg.daemon.default_profile, cfg.server.mode
     ctl.active = {"profile": profile, "mode": mode}
     unanswered = interrupted.pending(ctl)  # closed once this start-up has settled
-    note = ctl.cache.adopt()  # the weight cache first: an adopted server maps its weights
-    if note:
-        ctl.say(note, logging.WARNING if "leaving it alone" in note else logging.INFO)
+    for part in ctl.parts:  # first: an adopted server may map what a part holds
+        note = part.adopt()
+        if note:
+            ctl.say(note, logging.WARNING if "leaving it alone" in note else logging.INFO)
     settle_standby(ctl)  # a standby switch the killed daemon left: one engine stays
     if (op := adopt(ctl)) is not None:
         interrupted.close_after(ctl, unanswered, op)

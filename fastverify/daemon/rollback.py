@@ -113,28 +113,19 @@ class RollbackSteps:
         return outcome
 
     def _room_for(self, target: dict[str, str]) -> bool:
-        """Wait until the state dir takes the rollback's writes (pid file, engine log): a
-        start on a full disk would only fail again. The last good profile is put back when
-        space allows; False when fastverifyd shuts down meanwhile."""
-        attempt = 0
-        try:
-            while (problem := self.c.store.check_writable()) is not None:
-                attempt += 1
-                delay = self.c.crashes.policy.delay(attempt)
-                msg = (
-                    f"rollback to {target['profile']}/{target['mode']} waits for the state dir: "
-                    f"{problem}; retrying in {delay:.1f} s"
-                )
-                self.c.set_finding("state_dir", msg)
-                if attempt == 1:
-                    self.c.say(msg, logging.ERROR)
-                if self.c.shutting_down.wait(delay):
-                    return False
-            if attempt:
-                self.c.say(f"state dir {self.c.store.dir} is writable again; rolling back")
-            return True
-        finally:
-            self.c.clear_finding("state_dir")
+        """The state dir takes the rollback's writes (core.wait_state_dir): the last good
+        profile is put back when space allows; False when fastverifyd shuts down meanwhile."""
+
+        def tell(msg: str, attempt: int) -> None:
+            if attempt == 1:
+                self.c.say(msg, logging.ERROR)
+
+        return self.c.wait_state_dir(
+            f"rollback to {target['profile']}/{target['mode']}",
+            "rolling back",
+            self.c.shutting_down.wait,
+            tell,
+        )
 
 
 class Step:

@@ -1,6 +1,7 @@
 """A standby switch (`[frontdoor] mode = "standby"`, when the memory rule says both engines
 fit): the new engine starts beside the serving one on the other internal port, mapping the
-same weights through the weight cache, and is verified as any start (starting.py); then the
+same weights through the part that shares them (parts.Sharing), and is verified as any
+start (starting.py); then the
 front door cuts over to it, the old engine's requests in flight drain and the old engine
 stops. The daemon stays READY throughout: the old engine serves until the new one does.
 

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 from fastverify.config import weights_label
-from fastverify.daemon import adaptive_check
 from fastverify.daemon import events as ev
 from fastverify.daemon.core import Core
 from fastverify.daemon.failures import Failure
@@ -82,7 +81,7 @@ class Starts:
         c.stop_engine(h, "failed")  # stops its tail: every line it wrote has been read
         self.keep_failed_tail(op, h)
         again = False
-        for part in c.parts:  # each part reads the failure (the weight cache: SGLang refused it)
+        for part in c.parts:  # each part reads the failure (weights.py: SGLang refused it)
             failure, retry = part.after_failure(op, h, failure, cancel)
             again = again or retry
         if again:
@@ -124,7 +123,7 @@ class Starts:
         self, op: Any, profile: Any, argv: list[str], cancel: threading.Event,
         standby: bool = False,
     ) -> EngineHandle | Failure:  # fmt: skip
-        """The launcher's spawn with every part around it (the weight cache: its gate)."""
+        """The launcher's spawn with every part around it (weights.py: its gate)."""
         c = self.c
 
         def launch(a: list[str]) -> EngineHandle | Failure:
@@ -199,7 +198,7 @@ class Starts:
                 h.ready_s or 0.0,
                 h.adopted,
                 h.engine_env,
-                h.allreduce,
+                {part.NAME: part.engine_fields(h) for part in c.parts},
             )
         )
 
@@ -241,8 +240,6 @@ class Starts:
             verify=op.verify,
             engine_env=h.engine_env,  # what the engine added to its workers' NCCL env
             tuner=h.tuner,  # what NCCL's INFO output confirmed (None: no tuner profile)
-            allreduce=h.allreduce,  # the TP all-reduce backend SGLang confirmed per rank
-            speculation=adaptive_check.summary(list(h.argv)),  # mode adaptive: its plan
             pid=h.pid,
             previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
             phases=dict(op.phases),
@@ -250,7 +247,7 @@ class Starts:
         )
 
     def _said(self, op: Operation, h: EngineHandle) -> list[str]:
-        """The parts' one-line summaries of a start (the weight cache: where the weights
+        """The parts' one-line summaries of a start (weights.py: where the weights
         came from), as their result fields carry them (`text`)."""
         return [
             rec["text"]

@@ -20,7 +20,6 @@ from fastverify.config import Config
 from fastverify.daemon.baselines import baseline_records
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.events import (
-    AcceptanceRecorded,
     BaselineRecorded,
     DecisionRecorded,
     EventBus,
@@ -126,15 +125,8 @@ class Supervisor:
                 self.bus.publish(DecisionRecorded(decision["profile"], decision["mode"],
                                                   decision["backend"],
                                                   bool(decision["applied"])))  # fmt: skip
-        from fastverify.daemon import acceptance
-
-        for rec in acceptance.load(self.store).values():
-            if isinstance(rec, dict) and {"profile", "mode", "steps"} <= rec.keys():
-                self.bus.publish(AcceptanceRecorded(rec))
-        if self.feed is not None:  # what live acceptance is compared with (plan stale)
-            self.feed.hub.speculation.set_plan(self.store.load_json(acceptance.PLAN_FILE))
-        self.ctl.door.start_up()  # before the engine: clients wait for it there
-        start_up(self.ctl)
+        start_up(self.ctl)  # each part adopts what earlier runs left (speculation_part.py:
+        # the acceptance records and the plan, for live acceptance to be compared with)
 
     def tick(self) -> None:
         self.ctl.tick()

@@ -90,34 +90,10 @@ class CacheTimes:
         mem usage=X GB` per rank, times the ranks), else unknown."""
         if h is None or not h.ready.is_set():
             return None, "no ready cache"
-        got = nvml_bytes([p.pid for p in procs.descendants(h.pid)])
+        got = procs.nvml_bytes([p.pid for p in procs.descendants(h.pid)])
         if got is not None:
             return got, "nvml"
         gb = self.store.load_json(TIMES_FILE).get("weight_gb_per_rank")
         if isinstance(gb, int | float) and gb > 0:
             return int(gb * GIB * h.ranks), "SGLang's last disk load (mem usage per rank x ranks)"
         return None, "unknown (no NVML here, no disk load recorded yet)"
-
-
-def nvml_bytes(pids: list[int]) -> int | None:
-    """GPU memory `pids` hold, by NVML (None: no NVML here, or none held)."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    wanted, total = set(pids), 0
-    try:
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            with contextlib.suppress(Exception):
-                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                    if p.pid in wanted and p.usedGpuMemory:
-                        total += int(p.usedGpuMemory)
-        return total or None
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()

@@ -24,6 +24,7 @@ from typing import Any
 from fastverify.config import SPEC_MODES, TRIAL_LOAD_FORMAT, Config
 from fastverify.daemon.core import Core
 from fastverify.daemon.failures import Failure
+from fastverify.daemon.parts import BasePart, Sharing, section
 from fastverify.sglang import loglines
 from fastverify.sglang import weight_cache as wc
 
@@ -222,7 +223,7 @@ def weights_summary(
 # ----------------------------------------------------------------------------- the steps
 
 
-class WeightSteps:
+class WeightSteps(BasePart):
     """The weight cache around each start, over the controller's core (see the module
     docstring): the cache's group (daemon/weight_cache.py), and what the launcher asks of it
     per start (the socket/ready templates for the server, the watch of its lines)."""
@@ -270,8 +271,54 @@ class WeightSteps:
         bus.subscribe(loaded)
 
     def status(self) -> dict[str, Any]:
-        status: dict[str, Any] = self.cache.status()
-        return status
+        """The cache's group (`weight_cache.WeightCache.status`), the lines status prints
+        (where the serving engine's weights came from, the group) and the modes it serves."""
+        st: dict[str, Any] = self.cache.status()
+        summary: list[str] = []
+        if st.get("setting") != "off" or st.get("pid"):
+            load = load_record(self.c.current) or {}
+            if load.get("text"):
+                summary.append(f"load:       {load['text']}")  # "weights: from the cache (...)"
+            size = f", {st['bytes'] / GiB:.1f} GiB" if st.get("bytes") else ""
+            who = f" (pid {st['pid']}, {st.get('ranks')} rank(s){size})" if st.get("pid") else ""
+            why = ""
+            if st.get("state") in ("failed", "mismatch") and st.get("last_failure"):
+                why = f": {st['last_failure'].get('message')}"
+            summary.append(
+                f"weight cache: {st.get('state')}{who} [weight_cache = {st.get('setting')}]{why}"
+            )
+        serves = st.get("setting") in ("auto", "on") and st.get("available")
+        up = st.get("state") in ("ready", "starting")  # failed, stopped, mismatch: from disk
+        shared = (
+            ["baseline", *(SPEC_MODES if st.get("speculative") else ())] if serves and up else []
+        )
+        return section(st, summary, shared)
+
+    def adopt(self) -> str | None:
+        note: str | None = self.cache.adopt()  # an adopted server maps the cache's weights
+        return note
+
+    def sharing(self, mode: str, load_format: str | None = None) -> Sharing:
+        """A baseline engine on real weights started beside the serving one maps the same
+        weights when the cache is ready (the standby's memory: theirs plus the cache's once;
+        on the sim, the simulated cache's bytes when NVML has none)."""
+        if self.cache.setting == "off":
+            return Sharing(False, "standby needs the weight cache ([server] weight_cache = off):"
+                           " a second engine would load a second copy of the weights")  # fmt: skip
+        if (
+            self.cache.status().get("state") != "ready"
+            or mode != "baseline"
+            or load_format == TRIAL_LOAD_FORMAT
+        ):
+            return Sharing(False, "the weight cache cannot serve this start (a speculative "
+                           "mode, a trial on dummy weights, or the cache is down)")  # fmt: skip
+        size, _ = self.cache.bytes_held()
+        if size is None:
+            server = self.c.cfg.server
+            size = self.c.engine.simulated_cache_bytes(
+                max(1, server.tp_size // max(1, server.nnodes))
+            )
+        return Sharing(True, None, size)
 
     def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
         return {"weights_notice": self.notice(kind, mode, load_format, op)}

@@ -125,6 +125,9 @@ ENGINE = _s(
      "(SGLANG_SIMULATE_ACC_LEN=L)` when its environment makes SGLang force it (every "
      "acceptance figure is then SGLang's choice, not the drafter's), else `measured`",
      (*PM, "source")),
+)  # fmt: skip
+ALLREDUCE = _s(
+    "allreduce",
     ("fastverify_allreduce_backend_info", "info",
      "TP all-reduce backend SGLang serves decode/verify sizes with (confirmed from its log at "
      "verify) and its size bound in bytes (empty: unbounded)",
@@ -310,7 +313,7 @@ SCRAPE = _s(
 )  # fmt: skip
 
 # In exposition order: the collectors are registered in this order.
-CATALOG: tuple[Series, ...] = (*ENGINE, *DECODE, *BASELINES, *SPECULATION, *TRACES,
+CATALOG: tuple[Series, ...] = (*ENGINE, *ALLREDUCE, *DECODE, *BASELINES, *SPECULATION, *TRACES,
                                *INSPECTOR, *DAEMON, *WEIGHT_CACHE, *FRONTDOOR, *API_AUTH, *LOGS,
                                *SOURCES, *SCRAPE)  # fmt: skip
 BY_NAME: dict[str, Series] = {s.name: s for s in CATALOG}

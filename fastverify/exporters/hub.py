@@ -11,7 +11,7 @@ counters and the verify-cycle histogram are kept per (profile, mode) for the lif
 process so that `rate()` stays correct across switches.
 
 The hub builds the sources every exporter has; a part of the daemon adds its own
-(`add(source)`: the weight cache's). Every public method is safe to call from any thread:
+(`add(source)`: a part's, daemon/parts.py). Every public method is safe to call from any thread:
 sources and hub share one lock.
 """
 

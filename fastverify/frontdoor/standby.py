@@ -1,34 +1,25 @@
 """Whether a standby switch fits: the new engine started beside the serving one needs, per
 GPU, its own KV pool, CUDA graphs, CUDA context and whatever weights it loads itself (an
-EAGLE-3 drafter read from disk) while both share the weights the weight cache maps.
+EAGLE-3 drafter read from disk) while both share the weights a part of the daemon maps for
+both (its `Sharing`).
 
 The serving engine's own figures are SGLang's start-up lines, read as its log goes by
 (`EngineMemory`: `Load weight end ... mem usage`, `KV Cache is allocated ... KV size`,
 `... CUDA graph end ... mem usage`, `Init torch distributed ends. mem usage`), the same lines
-on the sim and on a real server. The shared weights are what the weight cache holds, one
-GPU's memory what the engine reports (nvidia-smi, or the sim's simulated GPU). Without the
-weight cache, without a reading, or when it does not fit, the switch holds instead, and
-says why. `decide` is the rule; fastverifyd reads the figures (daemon/frontdoor.py)."""
+on the sim and on a real server. The shared weights are what that part holds, one GPU's
+memory what the engine reports (nvidia-smi, or the sim's simulated GPU). Without shared
+weights, without a reading, or when it does not fit, the switch holds instead, and says
+why. `decide` is the rule; fastverifyd reads the figures (daemon/frontdoor.py)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastverify.sglang.loglines import memory_record
+
 GIB = float(1 << 30)
 HEADROOM = 0.05  # of each GPU: the allocator's slack and the second CUDA context
-
-_RANK = re.compile(r"\bTP(\d+)\b")
-# SGLang's figures are GB of 2**30 bytes (torch.cuda.mem_get_info / (1 << 30))
-_WEIGHTS = re.compile(r"Load weight end\..*?mem usage=([\d.]+) GB")
-# one size (MLA, 0.5.23's pools) or K and V apiece (MHA, as 0.5.17 prints it)
-_KV = re.compile(
-    r"KV (?:Cache is|cache) allocated\..*?#tokens: (\d+), "
-    r"(?:KV size: ([\d.]+) GB|K size: ([\d.]+) GB, V size: ([\d.]+) GB)"
-)
-_GRAPHS = re.compile(r"CUDA graph end\..*?mem usage=([\d.]+) GB", re.IGNORECASE)
-_CONTEXT = re.compile(r"Init torch distributed ends\..*?mem usage=([\d.]+) GB")
 
 
 @dataclass
@@ -39,25 +30,17 @@ class EngineMemory:
     tokens: dict[int, int] = field(default_factory=dict)  # each rank's first pool: the target's
 
     def read(self, line: str) -> None:
-        for pattern, key in ((_WEIGHTS, "weights"), (_GRAPHS, "graphs"), (_CONTEXT, "context")):
-            if m := pattern.search(line):
-                self._add(line, key, float(m.group(1)))
-                return
-        if m := _KV.search(line):
-            size = float(m.group(2)) if m.group(2) else float(m.group(3)) + float(m.group(4))
-            rank = self._add(line, "kv", size)
-            self.tokens.setdefault(rank, int(m.group(1)))
+        rec = memory_record(line)
+        if rec is None:
+            return
+        figures = self.ranks.setdefault(rec.rank, {})
+        figures[rec.what] = figures.get(rec.what, 0.0) + rec.gib
+        if rec.tokens is not None:
+            self.tokens.setdefault(rec.rank, rec.tokens)
 
     @property
     def kv_tokens(self) -> int | None:
         return min(self.tokens.values()) if self.tokens else None
-
-    def _add(self, line: str, key: str, gib: float) -> int:
-        m = _RANK.search(line)
-        rank = int(m.group(1)) if m else 0
-        figures = self.ranks.setdefault(rank, {})
-        figures[key] = figures.get(key, 0.0) + gib
-        return rank
 
     def figures(self) -> dict[str, float] | None:
         """{kv, graphs, context, weights} of the fullest rank; None before its KV pool."""
@@ -85,29 +68,42 @@ def _gib(x: float) -> str:
     return f"{x:.1f} GiB"
 
 
+@dataclass(frozen=True)
+class Sharing:
+    """What a second engine of a mode would share with the serving one (a part of the
+    daemon answers it: daemon/parts.py): `serves` whether it does, `why` why not, `bytes`
+    what the shared memory holds on all GPUs together (None: unknown)."""
+
+    serves: bool
+    why: str | None = None
+    bytes: int | None = None
+
+
+NOTHING_SHARED = (
+    "standby needs shared weights (none of the daemon's parts maps them for two engines): "
+    "a second engine would load a second copy of the weights"
+)
+
+
 def decide(
     *,
-    weight_cache: str,
-    cache_serves: bool,
+    sharing: Sharing | None,
     gpu_bytes: int | None,
     tp: int,
     engine: dict[str, float] | None,
     kv_tokens: int | None,
-    shared_bytes: int | None,
     kv_share: float = 1.0,
 ) -> Fit:
-    """`gpu_bytes`: one GPU's memory; `engine`: the serving engine's own GiB on its fullest
-    GPU (`EngineMemory.figures`); `shared_bytes`: what the weight cache holds on all GPUs;
-    `kv_share`: the standby engine's KV pool as a share of the serving one's."""
-    if weight_cache == "off":
-        return Fit("hold", "standby needs the weight cache ([server] weight_cache = off): a "
-                   "second engine would load a second copy of the weights")  # fmt: skip
-    if not cache_serves:
-        return Fit("hold", "the weight cache cannot serve this start (a speculative mode, a "
-                   "trial on dummy weights, or the cache is down)")  # fmt: skip
+    """`sharing`: what the two engines would share (None: nothing), with what it holds on
+    all GPUs; `gpu_bytes`: one GPU's memory; `engine`: the serving engine's own GiB on its
+    fullest GPU (`EngineMemory.figures`); `kv_share`: the standby engine's KV pool as a
+    share of the serving one's."""
+    if sharing is None or not sharing.serves:
+        return Fit("hold", (sharing.why if sharing is not None else None) or NOTHING_SHARED)
+    shared_bytes = sharing.bytes
     missing = [what for what, value in (
         ("the GPU's size (nvidia-smi)", gpu_bytes),
-        ("the weight cache's bytes", shared_bytes),
+        ("the shared weights' bytes", shared_bytes),
         ("the serving engine's memory lines (KV Cache is allocated ...)", engine),
     ) if value is None]  # fmt: skip
     if missing or gpu_bytes is None or engine is None or shared_bytes is None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from fastverify.nccl.loglines import is_info_line, parse_nccl_line
@@ -427,3 +428,40 @@ def health_check_timeout(env: Any) -> int:
         return int(env.get(HEALTH_CHECK_TIMEOUT_ENV, HEALTH_CHECK_TIMEOUT_DEFAULT))
     except ValueError:
         return HEALTH_CHECK_TIMEOUT_DEFAULT
+
+
+# The start-up lines that say what an engine holds on its GPU (GB of 2**30 bytes, as SGLang
+# divides torch.cuda.mem_get_info by 1 << 30): fastverify.frontdoor.standby sums them.
+_MEM_WEIGHTS = re.compile(r"Load weight end\..*?mem usage=([\d.]+) GB")
+# one size (MLA, 0.5.23's pools) or K and V apiece (MHA, as 0.5.17 prints it)
+_MEM_KV = re.compile(
+    r"KV (?:Cache is|cache) allocated\..*?#tokens: (\d+), "
+    r"(?:KV size: ([\d.]+) GB|K size: ([\d.]+) GB, V size: ([\d.]+) GB)"
+)
+_MEM_GRAPHS = re.compile(r"CUDA graph end\..*?mem usage=([\d.]+) GB", re.IGNORECASE)
+_MEM_CONTEXT = re.compile(r"Init torch distributed ends\..*?mem usage=([\d.]+) GB")
+_MEM_RANK = re.compile(r"\bTP(\d+)\b")
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """One start-up line's share of a rank's GPU memory: what (weights, kv, graphs,
+    context), GiB, and for a KV pool its tokens."""
+
+    rank: int
+    what: str
+    gib: float
+    tokens: int | None = None
+
+
+def memory_record(line: str) -> MemoryRecord | None:
+    m = _MEM_RANK.search(line)
+    rank = int(m.group(1)) if m else 0
+    for pattern, what in ((_MEM_WEIGHTS, "weights"), (_MEM_GRAPHS, "graphs"),
+                          (_MEM_CONTEXT, "context")):  # fmt: skip
+        if m := pattern.search(line):
+            return MemoryRecord(rank, what, float(m.group(1)))
+    if m := _MEM_KV.search(line):
+        size = float(m.group(2)) if m.group(2) else float(m.group(3)) + float(m.group(4))
+        return MemoryRecord(rank, "kv", size, int(m.group(1)))
+    return None

@@ -1,19 +1,18 @@
 """Session fixtures for the deployment tests: a private dockerd, a Debian bookworm rootfs,
-the base image imported from it, a wheelhouse with fastverify's wheel built from this
-checkout, and a snapshot of the checkout to build from.
+the base image imported from it, the image of this checkout built on it, a wheelhouse with
+fastverify's wheel built from this checkout, and a snapshot of the checkout.
 
-The heavy artefacts (the rootfs, the base image, the dependencies' wheels) are built before
-the suite by ./scripts/test's install phase (tests/support/prebuild.py) and cached under
-$FASTVERIFY_TEST_CACHE (default /var/cache/fastverify-test); a fixture only checks that its
-artefact is there and, if not, says how to build it. Everything started here is stopped
-here: dockerd (by its pid), containers and images the tests created. Tests that need root
+The heavy artefacts (the rootfs, the base image, the dependencies' wheels, the image) are
+built before the suite by ./scripts/test's install phase (tests/support/prebuild.py) and
+cached under $FASTVERIFY_TEST_CACHE (default /var/cache/fastverify-test); a fixture only
+checks that its artefact is there and, if not, says how to build it. Everything started here
+is stopped here: dockerd (by its pid), the containers the tests created. Tests that need root
 services are marked `container`; where the machine cannot run them they skip with a loud
 reason, and under CI (CI=true) they fail instead.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import prebuild
-from tests.support.containers import REPO, Docker, need_root_tools, run, unavailable
+from tests.support.containers import Docker, need_root_tools, run, unavailable
 from tests.support.shared_run import once
 
 # --- checkout snapshot and wheels --------------------------------------------------------
@@ -32,12 +31,7 @@ from tests.support.shared_run import once
 def repo_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the checkout (tracked + untracked, not ignored): what a clone would hold."""
     dest = tmp_path_factory.mktemp("repo")
-    files = run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z"]).stdout
-    for rel in filter(None, files.split("\0")):
-        src = REPO / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
+    prebuild.snapshot_checkout(dest)
     return dest
 
 
@@ -99,26 +93,9 @@ def base_image(dockerd: Docker) -> str:
 
 
 @pytest.fixture(scope="session")
-def fastverify_image(
-    dockerd: Docker, base_image: str, repo_snapshot: Path, wheelhouse: Path
-) -> Iterator[str]:
-    """The real Dockerfile built on the local base, offline (--network none), from wheels."""
-    context = repo_snapshot
-    whl = context / ".whl"
-    if whl.exists():
-        shutil.rmtree(whl)
-    shutil.copytree(wheelhouse, whl)
-    tag = f"fastverify:test-{os.getpid()}"
-    dockerd(
-        "build", "--quiet", "--network", "none", "--tag", tag,
-        "--build-arg", f"BASE_IMAGE={base_image}",
-        "--build-arg", "PIP_OPTIONS=--no-index --find-links /src/.whl",
-        str(context), timeout=600,
-    )  # fmt: skip
-    shutil.rmtree(whl)
-    try:
-        yield tag
-    finally:
-        dockerd("image", "rm", "--force", tag, check=False)
-        # The build stage's image is left dangling by the legacy builder: ours to remove.
-        dockerd("image", "prune", "--force", check=False)
+def fastverify_image(dockerd: Docker, base_image: str) -> str:
+    """The real Dockerfile built on the local base from this checkout, offline: by the install
+    phase (a build here would run under a test's timeout), tagged with a digest of what it
+    copies, so that a changed checkout is never tested with an older image."""
+    prebuilt("test image")
+    return prebuild.test_image()

@@ -79,7 +79,7 @@ def test_every_phase_is_timed_and_a_current_venv_is_not_reinstalled(tmp_path: Pa
     assert list(_table(first.stdout)) == [*PHASES, "total"], first.stdout
     calls = log.read_text().splitlines()
     assert sum(c.startswith("pip ") for c in calls) == 2, calls  # pip itself, then the project
-    pytest_call = "pytest -q -ra -n 4 --dist loadfile --durations=30 -k x"
+    pytest_call = "pytest -q -ra -n 6 --dist loadfile --durations=30 -k x"
     assert pytest_call in calls, calls
     assert calls.index("prebuild") < calls.index(pytest_call), calls  # inputs before tests
     assert calls.index("mypy ") < calls.index(pytest_call), calls

@@ -115,6 +115,9 @@ def test_a_fingerprint_sglang_refuses_falls_back_to_disk_and_status_says_so(tmp_
         st = d.status()
         assert st["weight_cache"]["state"] == "mismatch"
         assert any("other-torch/baseline: weights: from disk" in f for f in st["findings"])
+        shown = d.ctl("status").stdout  # the part's own lines (its section's summary)
+        assert f"load:       {load['text']}" in shown, shown
+        assert "weight cache: mismatch" in shown and "[weight_cache = auto]" in shown, shown
         assert not psutil.pid_exists(first) or psutil.Process(first).status() == "zombie"
         fb = _metric(d.metrics_url, "fastverify_weight_cache_fallbacks_total")
         assert fb['fastverify_weight_cache_fallbacks_total{reason="mismatch"}'] == 1.0

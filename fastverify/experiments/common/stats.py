@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 _EPS = 1e-15
 _TINY = 1e-300
@@ -160,6 +161,17 @@ class WelchResult:
     t: float
     df: float
     p: float  # two-sided
+
+
+def cell(value: Any, digits: int = 1) -> str:
+    """A table cell: `-` for None, yes/no for a flag, a float to `digits` places."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
 
 
 def interval(ci: Sequence[float], digits: int = 1) -> str:

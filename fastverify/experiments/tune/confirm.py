@@ -1,7 +1,7 @@
 """Tune stage 6, confirm the finalists with real weights: the trial's best `finalists`
 baseline rows are reloaded with real weights and measured as a sweep measures (repeats,
 CI95, Welch), the trial's leader last, so that applying it costs no further load. Where the
-trial ran them on the weight cache's real weights, their trial rows (measured the same
+trial ran them on the cached real weights, their trial rows (measured the same
 way) are the confirmation and nothing is reloaded.
 
 EAGLE-3 gets a real-weights load of the leading finalist only when it could change the
@@ -34,12 +34,8 @@ def accept_length(ctx: Ctx, profile: str | None) -> tuple[float | None, str]:
 
 
 def _disk(ctx: Ctx) -> str:
-    """What a speculative load beside the weight cache is said to be."""
-    return (
-        " from disk (the weight cache exports no draft model)"
-        if ctx.plan.get("weight_cache")
-        else ""
-    )
+    """What a speculative load beside the cached weights is said to be."""
+    return " from disk (the cached weights hold no draft model)" if ctx.plan.get("cached") else ""
 
 
 def eagle3_needed(accept: float | None, break_even: float | None) -> tuple[bool, str]:
@@ -74,7 +70,7 @@ def run(ctx: Ctx) -> StageResult:
     from_trial = all(p in real for p in finalists)
     if from_trial:
         ctx.emit(f"confirm: {', '.join(order)} ran the trial on real weights from the "
-                 "weight cache (their rows, CI95, are the confirmation): no reload")  # fmt: skip
+                 "cached weights (their rows, CI95, are the confirmation): no reload")  # fmt: skip
         rows = [real[p] for p in order]
         results_file = ctx.data("trial").get("results_file")
     else:
@@ -88,7 +84,7 @@ def run(ctx: Ctx) -> StageResult:
         "order": order,
         "rows": rows,
         "results_file": results_file,
-        "from_trial": from_trial,  # the trial's rows (real weights from the weight cache)
+        "from_trial": from_trial,  # the trial's rows (cached real weights)
         "eagle3": None,
     }
     if not ok:

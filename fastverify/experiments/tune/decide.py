@@ -219,7 +219,7 @@ def _how_to_measure(o: Mapping[str, Any]) -> str:
 
 def count_loads(history: Sequence[Mapping[str, Any]], since: float) -> dict[str, int]:
     """Engine starts the daemon journaled since `since`, as the plan counts them: real (of
-    which `cached` loaded the weight cache's weights, `disk` read the checkpoint) and dummy.
+    which `cached` loaded the cached weights, `disk` read the checkpoint) and dummy.
     A record that came up is one load, a rolled-back one two (the attempt and the rollback,
     both counted where the record's weights came from); a real one whose record names no
     source (a start that failed before its weights were read) counts in neither."""

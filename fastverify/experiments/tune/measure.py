@@ -1,4 +1,4 @@
-"""The sweeps tune runs through the daemon (trial on dummy weights or the weight cache's real
+"""The sweeps tune runs through the daemon (trial on dummy weights or the cached real
 ones, confirmation with real weights): one `fastverify.experiments.sweep.run.Sweep` per
 step, each in its own results directory under the tune's output, always with `resume` so an
 interrupted tune continues where the sweep's results file stops, and never restoring the

@@ -8,7 +8,7 @@ The funnel, one stage after another (each a small module beside this one):
     preflight     drop capture failures and clearly slower ones (GPUs; else skipped)
     rehearse      break-even accept length per survivor         (GPUs + --model-config)
     trial         top candidates on dummy weights in the real server (+ EAGLE-3 for the best);
-                  on the weight cache's real weights where it serves baseline loads
+                  on the cached real weights where it serves baseline loads
     confirm       finalists with real weights, CI95 (the trial's rows where they were real);
                   a real EAGLE-3 load, from disk, only if it matters
     decide        choose, apply through the daemon (profile set + mode), record
@@ -29,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from fastverify.api_models import PART_SHARED_LOADS
 from fastverify.experiments.tune import (
     cache,
     candidates,
@@ -106,19 +107,20 @@ def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> di
         done=done,
         fixed=fixed,
         ranked="preflight" not in skips or "rehearse" not in skips,
-        cached=_cache_serves(ctx),
+        cached=_shared_baseline_loads(ctx),
     )
     return plan.make_plan(facts)
 
 
-def _cache_serves(ctx: Ctx) -> bool:
-    """Does the daemon's weight cache serve real baseline loads (status `weight_cache`)?"""
+def _shared_baseline_loads(ctx: Ctx) -> bool:
+    """Does a part of the daemon serve real baseline loads from memory the engines share
+    (its status section's `shared_loads`)? Then they cost what a cached load costs."""
     try:
-        wc = ctx.client.status().get("weight_cache") or {}
+        st = ctx.client.status()
     except Exception:  # the plan is made without it: priced as disk loads
         return False
-    up = wc.get("state") in ("ready", "starting")  # failed, stopped, mismatch: loads from disk
-    return wc.get("setting") in ("auto", "on") and bool(wc.get("available")) and up
+    sections = [st.get(name) or {} for name in st.get("parts") or []]
+    return any("baseline" in (sec.get(PART_SHARED_LOADS) or ()) for sec in sections)
 
 
 def _wait_idle(client: Any, timeout_s: float, emit: Callable[[Event], None]) -> dict[str, Any]:

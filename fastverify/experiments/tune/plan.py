@@ -2,14 +2,14 @@
 
 Estimates come from this host's records where there are any, in every stage: weight loads
 from the daemon's history (`duration_s` of switches that came up, per kind of load: from
-disk, dummy, cached = real weights mapped from the daemon's weight cache; with no dummy load
+disk, dummy, cached = real weights mapped from the daemon's cached weights; with no dummy load
 recorded yet, the recorded disk loads bound a dummy one from above; with no cached load yet,
 one is priced as a dummy load: neither reads the checkpoint), stage times per unit from
 earlier tunes (`times.json` in the tune journal's directory: inventory, candidates, tuner
 derivation, preflight and rehearse per profile, a trace window, a measurement's overhead).
 Where there is nothing recorded, a default is used and the plan says `default`.
 
-Where the weight cache serves real baseline loads (`cached`), the trial's baselines are
+Where cached weights serve real baseline loads (`cached`), the trial's baselines are
 cached loads whose rows are the confirmation: confirm reloads no finalist, only its EAGLE-3 /
 adaptive loads read from disk, and the decision's load is a cached one. Each stage says which
 kind of load it priced (`cached_loads` of its `real_loads`; the totals: real, cached, disk,
@@ -35,7 +35,7 @@ from typing import Any
 DEFAULTS = {
     "load_real": 600.0,
     "load_dummy": 90.0,
-    # a real load from the daemon's weight cache: the weights mapped over CUDA IPC (SGLang's
+    # a real load from the daemon's cached weights: the weights mapped over CUDA IPC (SGLang's
     # published figure: under a second for a 235B FP8 model), the rest as a dummy load's
     "load_cached": 90.0,
     "inventory": 10.0,
@@ -50,12 +50,12 @@ RANKED_EXTRA = 2  # trial candidates beyond the finalists when preflight/rehears
 
 
 def loads_text(loads: Mapping[str, int]) -> str:
-    """A plan's or a run's loads as a person reads them: `8 real (7 from the weight cache),
+    """A plan's or a run's loads as a person reads them: `8 real (7 cached),
     2 dummy` (the cached ones are counted among the real)."""
     cached = loads.get("cached") or 0
     return (
         f"{loads['real']} real"
-        + (f" ({cached} from the weight cache)" if cached else "")
+        + (f" ({cached} cached)" if cached else "")
         + f", {loads['dummy']} dummy"
     )
 
@@ -77,11 +77,11 @@ class PlanFacts:
     fixed: tuple[int, int] | None = None  # (finalists, trials) decided earlier: re-estimate only
     ranked: bool = False  # preflight or rehearse will rank the candidates before the trial
     extra_real_loads: int = 0  # real loads confirm decided on besides the plan's (adaptive)
-    cached: bool = False  # the daemon's weight cache serves real baseline loads (weight_cache)
+    cached: bool = False  # a part of the daemon serves real baseline loads (shared_loads)
 
 
 def _kind(r: Mapping[str, Any]) -> str:
-    """real | dummy | cached (a real load whose weights came from the daemon's weight cache)."""
+    """real | dummy | cached (a real load whose weights came from the daemon's cached weights)."""
     weights = r.get("weights") or "real"
     if weights == "real" and (r.get("weight_load") or {}).get("source") == "cache":
         return "cached"
@@ -99,7 +99,7 @@ def _seconds(r: Mapping[str, Any]) -> Any:
 
 
 def load_times(history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, str]]:
-    """kind (real: from disk, dummy, cached: real weights mapped from the weight cache) ->
+    """kind (real: from disk, dummy, cached: real weights the daemon keeps mapped) ->
     (median seconds of the newest loads that came up, where it came from)."""
     out: dict[str, tuple[float, str]] = {}
     for weights in ("real", "dummy", "cached"):
@@ -188,7 +188,7 @@ def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]
             "trial",
             trials * (cached + measure + trace) + eagle * (dummy + measure + trace),
             f"cached load: {cached_src}; dummy load: {dummy_src}",
-            f"{trials} baseline(s) on real weights from the weight cache x ({cached:.0f} s "
+            f"{trials} baseline(s) on cached real weights x ({cached:.0f} s "
             f"cached load + {run}) + {eagle} EAGLE-3 on dummy weights x ({dummy:.0f} s dummy "
             f"load + {run})",
             real_loads=trials,
@@ -295,7 +295,7 @@ def make_plan(f: PlanFacts) -> dict[str, Any]:
         "trial_candidates": trials,
         "budget_note": note,
         "over_budget": f.budget_s is not None and total > f.budget_s,
-        "weight_cache": f.cached,  # the trial's baselines load the cache's real weights
+        "cached": f.cached,  # the trial's baselines load the cached real weights
         "loads": {
             "real": sum(r["real_loads"] for r in rows),
             "cached": sum(r["cached_loads"] for r in rows),  # of the real ones

@@ -13,22 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.durable import atomic_write_json, atomic_write_text
+from fastverify.experiments.common.stats import cell, interval
 from fastverify.experiments.tune.candidates import tp1_text
 from fastverify.experiments.tune.plan import loads_text
 
 
 def _fmt(v: Any, digits: int = 1) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
     if isinstance(v, list | tuple) and len(v) == 2 and all(isinstance(x, float) for x in v):
-        from fastverify.experiments.common.stats import interval
-
         return interval(v)
-    return str(v).replace("|", "/")
+    return cell(v, digits).replace("|", "/")
 
 
 def md_table(heads: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
@@ -122,7 +115,7 @@ def _draw(out: Path, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict
     if trial:
         from fastverify.experiments.sweep.results import plot
 
-        # a trial row is on dummy weights unless the weight cache served it real weights
+        # a trial row is on dummy weights unless the cached weights served it real weights
         rows = [dict(r, weights=r.get("weights") or "dummy") for r in trial]
         real = sum(r["weights"] != "dummy" for r in rows)
         on = (
@@ -253,7 +246,7 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
     trial = data.get("trial") or {}
     if trial.get("rows"):
         cached = any(r.get("weights") == "real" for r in trial["rows"])
-        what = ("baselines on real weights from the weight cache; EAGLE-3 on dummy weights: "
+        what = ("baselines on real weights cached real weights; EAGLE-3 on dummy weights: "
                 "timings real, accept lengths not" if cached
                 else "dummy weights: timings real, accept lengths not")  # fmt: skip
         lines += _section(f"Trial ({what})", "trial", trial["rows"])
@@ -282,7 +275,7 @@ def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, s
         rows = conf["rows"] + [conf[k] for k in ("eagle3", "adaptive") if conf.get(k)]
         lines += _section("Confirm (real weights)", "confirm", _vs_best(rows))
         if conf.get("from_trial"):
-            note = "The finalists' rows are the trial's (real weights from the weight cache):"
+            note = "The finalists' rows are the trial's (cached real weights):"
             lines += ["", note, "none was reloaded."]
         lines += _too_few_runs(rows) + _quantised(rows)
         lines += ["", f"EAGLE-3: {conf.get('eagle3_why')}", "", "Accept lengths:", ""]

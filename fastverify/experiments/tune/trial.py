@@ -4,8 +4,8 @@ EAGLE-3 mode for their cycle and break-even accept length (judged by a real acce
 `--accept-length`, else one recorded with real weights). Where a rehearsal ran, its figures
 are set beside the trial's and every disagreement is named.
 
-The baseline candidates load dummy weights, unless the daemon's weight cache serves real
-baseline loads (the plan's `weight_cache`): then they load the cache's real weights, a
+The baseline candidates load dummy weights, unless the daemon's cached weights serve real
+baseline loads (the plan's `cached`): then they load the cache's real weights, a
 cached load each, and their rows (repeats, CI95, posted as the profiles' baselines) are
 the confirmation. The EAGLE-3 trials load dummy weights either way: the cache exports no
 draft model, and a disk load costs what the cache saves."""
@@ -103,7 +103,7 @@ def run(ctx: Ctx) -> StageResult:
     if not names:
         return StageResult("failed", "no candidate is left for the trial")
     finalists = int(ctx.plan.get("finalists") or 1)
-    if ctx.plan.get("weight_cache"):
+    if ctx.plan.get("cached"):
         report, rows = _from_cache(ctx, names, finalists)
     else:
         ctx.emit(f"trial on dummy weights: {', '.join(names)} (EAGLE-3 for the best {finalists})")
@@ -135,14 +135,14 @@ def run(ctx: Ctx) -> StageResult:
 def _from_cache(
     ctx: Ctx, names: list[str], finalists: int
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The baselines on the weight cache's real weights (with their profile windows), then
+    """The baselines on the cached real weights (with their profile windows), then
     EAGLE-3 on dummy weights for the best `finalists` (its break-even against the real
     baselines just recorded); the report (the baselines' results file) and the rows."""
     from fastverify.experiments.sweep import trial as sweep_trial
     from fastverify.experiments.sweep.config import RESULTS_FILE
     from fastverify.experiments.sweep.results import load_records
 
-    ctx.emit(f"trial on real weights from the daemon's weight cache (a cached load each): "
+    ctx.emit(f"trial on real weights from the daemon's cached weights (a cached load each): "
              f"{', '.join(names)}; EAGLE-3 on dummy weights for the best {finalists} (the "
              "cache exports no draft model)")  # fmt: skip
     report = measure.sweep(ctx, "trial", names, real_traces=True)

@@ -1,7 +1,7 @@
 """The engine as the daemon sees it: up, the active profile and its settings (the hub's
-identity), the server's SGLang release, the TP all-reduce backend confirmed at verify and,
-for a drafting server, whether SGLang forces its accept length (SGLANG_SIMULATE_ACC_LEN) or
-the drafter earns it."""
+identity), the server's SGLang release and, for a drafting server, whether SGLang forces
+its accept length (SGLANG_SIMULATE_ACC_LEN) or the drafter earns it. The TP all-reduce
+backend is the all-reduce part's source (collectors/allreduce.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from fastverify.exporters.collectors.base import EngineChange, Source, info, one
+from fastverify.exporters.collectors.base import Source, info, one
 from fastverify.redact import is_secret_name
 from fastverify.sglang.forced import SETTINGS_KEY as ACCEPTANCE_SOURCE
 
@@ -45,26 +45,12 @@ def profile_labels(
 class EngineSource(Source):
     NAME = "engine"
     _sglang: dict[str, Any] | None = None  # the server's SGLang (set_sglang)
-    _allreduce: dict[str, Any] | None = None  # the serving TP all-reduce backend
 
     def set_sglang(self, summary: Mapping[str, Any] | None) -> None:
         """The server's SGLang (`SGLangFacts.summary()`: version, facts_version, supported)."""
         with self.hub.lock:
             self._sglang = dict(summary) if summary else None
             self.hub.changed()
-
-    def set_allreduce(self, backend: str | None, max_bytes: int | None = None) -> None:
-        """The TP all-reduce backend the engine serves with (confirmed at verify) and its
-        size bound in bytes (None: unbounded); `backend` None clears it."""
-        with self.hub.lock:
-            self._allreduce = (
-                None if backend is None else {"backend": backend, "max_bytes": max_bytes}
-            )
-            self.hub.changed()
-
-    def engine_changed(self, change: EngineChange) -> None:
-        if change.up is False:
-            self._allreduce = None
 
     def families(self, now: float) -> Iterable[Metric | None]:
         h = self.hub
@@ -82,11 +68,3 @@ class EngineSource(Source):
         if self._sglang:
             supported = "true" if self._sglang["supported"] else "false"
             yield info("fastverify_engine_info", {**self._sglang, "supported": supported})
-        ar = self._allreduce
-        if ar and up:
-            bound = ar.get("max_bytes")
-            yield info(
-                "fastverify_allreduce_backend_info",
-                {"profile": h.profile or "", "mode": h.mode or "", "backend": ar["backend"],
-                 "max_bytes": "" if bound is None else int(bound)},
-            )  # fmt: skip

@@ -134,6 +134,7 @@ def _steps(setting: str, facts: Any, ensured: Failure | None = None) -> WeightSt
         cfg=SimpleNamespace(server=SimpleNamespace(load_format="auto", nnodes=1)),
         engine=SimpleNamespace(facts=lambda: facts),
         say=lambda *_, **__: None,
+        current=None,
     )
     cache = SimpleNamespace(
         setting=setting, handle=None, ensure=lambda *a: ensured,
@@ -171,3 +172,34 @@ def test_the_notice_of_a_speculative_switch_and_none_for_baseline() -> None:
         "switch (pid 7, 3.0 GiB)"
     )
     assert _steps("off", F23).notice("mode", "eagle3", None) is None
+
+
+def test_the_status_section_says_which_loads_the_cache_serves_and_its_line() -> None:
+    def section(**st: Any) -> dict[str, Any]:
+        steps = _steps(st.get("setting", "auto"), F23)
+        steps.cache.bytes_held = lambda: (3 << 30, "nvml")
+        steps.cache.status = lambda: {"setting": "auto", "available": True,
+                                      "speculative": False, "state": "ready", "pid": 7,
+                                      "ranks": 2, "bytes": 3 << 30, **st}  # fmt: skip
+        return steps.status()
+
+    assert section()["shared_loads"] == ["baseline"]
+    both = section(setting="on", state="starting", speculative=True)
+    assert both["shared_loads"] == ["baseline", "eagle3", "adaptive"]
+    assert section(setting="off")["shared_loads"] == []
+    assert section(available=False)["shared_loads"] == []  # a release without one
+    for state in ("failed", "stopped", "mismatch", "off"):  # its loads would read the disk
+        assert section(state=state)["shared_loads"] == []
+    assert section()["summary"] == [
+        "weight cache: ready (pid 7, 2 rank(s), 3.0 GiB) [weight_cache = auto]"
+    ]
+    failed = section(state="failed", last_failure={"message": "boom"})
+    assert failed["summary"] == [
+        "weight cache: failed (pid 7, 2 rank(s), 3.0 GiB) [weight_cache = auto]: boom"
+    ]
+    assert section(setting="off", pid=None)["summary"] == []
+    steps = _steps("auto", F23)
+    steps.cache.bytes_held = lambda: (3 << 30, "nvml")
+    assert steps.sharing("baseline").serves and steps.sharing("baseline").bytes == 3 << 30
+    assert not steps.sharing("eagle3").serves
+    assert "weight_cache = off" in (_steps("off", F23).sharing("baseline").why or "")

@@ -41,7 +41,7 @@ def test_plan_without_records_says_default_and_counts_loads() -> None:
     assert _stage(p, "confirm")["source"] == "real load: default"
     # 7 trials + 3 EAGLE-3 trials on dummy weights, 3 finalists with real weights
     assert p["loads"] == {"dummy": 10, "real": 3, "cached": 0, "disk": 3}
-    assert p["weight_cache"] is False
+    assert p["cached"] is False
     measure = 3 * (20.0 + plan.DEFAULTS["bench_overhead"])
     assert _stage(p, "confirm")["estimate_s"] == pytest.approx(3 * (600.0 + measure))
     assert p["budget_note"] is None and not p["over_budget"]
@@ -73,13 +73,13 @@ def test_with_the_weight_cache_the_trial_runs_real_weights_at_a_cached_loads_cos
         "cached load: recorded: median of 3 daemon load(s); dummy load: recorded: median of 1 "
         "daemon load(s)"
     )
-    assert "7 baseline(s) on real weights from the weight cache x (31 s cached load" in t["units"]
+    assert "7 baseline(s) on cached real weights x (31 s cached load" in t["units"]
     # confirm reloads no finalist; the EAGLE-3 load reads from disk
     assert c["estimate_s"] == pytest.approx(600.0 + measure)
     assert "no reload" in c["units"] and "1 EAGLE-3 x (600 s load from disk" in c["units"]
     assert (t["cached_loads"], c["cached_loads"], c["real_loads"]) == (7, 0, 1)
     assert d["cached_loads"] == 1 and d["estimate_s"] == pytest.approx(32.0)
-    assert p["weight_cache"] is True
+    assert p["cached"] is True
     assert p["loads"] == {"real": 9, "cached": 8, "disk": 1, "dummy": 2}
     # without the cache the same history: dummy trials, the finalists reloaded from disk
     p = plan.make_plan(_facts(history=history, finalists=2, accept_known=False))
@@ -90,8 +90,8 @@ def test_with_the_weight_cache_the_trial_runs_real_weights_at_a_cached_loads_cos
     assert _stage(p, "trial")["source"].startswith("cached load: a dummy load's (default)")
 
 
-def test_the_trial_uses_the_cache_only_while_it_serves_baseline_loads() -> None:
-    from fastverify.experiments.tune.pipeline import _cache_serves
+def test_the_trial_uses_shared_weights_only_where_a_part_serves_baseline_loads() -> None:
+    from fastverify.experiments.tune.pipeline import _shared_baseline_loads
 
     class Daemon(Calls):
         def __init__(self, status: dict[str, Any]) -> None:
@@ -101,14 +101,16 @@ def test_the_trial_uses_the_cache_only_while_it_serves_baseline_loads() -> None:
             assert (method, path, body) == ("GET", "/v1/status", None)
             return self.answer
 
-    def serves(**wc: Any) -> bool:
-        status = {"weight_cache": {"setting": "auto", "available": True, "state": "ready", **wc}}
-        return _cache_serves(SimpleNamespace(client=Daemon(status)))
+    def serves(**sections: Any) -> bool:
+        status = {"parts": list(sections), **sections}
+        return _shared_baseline_loads(SimpleNamespace(client=Daemon(status)))
 
-    assert serves() and serves(setting="on") and serves(state="starting")
-    assert not serves(setting="off") and not serves(available=False)  # a release without one
-    for state in ("failed", "stopped", "mismatch", "off"):  # its loads would read the disk
-        assert not serves(state=state)
+    assert serves(a={"shared_loads": []}, b={"shared_loads": ["baseline", "eagle3"]})
+    assert not serves(a={"shared_loads": ["eagle3"]}) and not serves(a={}) and not serves()
+    # a section the status does not list as a part's is not read
+    assert not _shared_baseline_loads(
+        SimpleNamespace(client=Daemon({"x": {"shared_loads": ["baseline"]}}))
+    )
 
 
 def test_a_cached_start_counts_its_phases_and_prices_a_dummy_load_none_recorded() -> None:
@@ -338,7 +340,7 @@ def test_loads_are_counted_from_the_daemon_history() -> None:
     ]  # fmt: skip
     loads = decide.count_loads(history, since=10.0)
     assert loads == {"real": 5, "cached": 3, "disk": 1, "dummy": 3}  # 13.5: no source
-    assert plan.loads_text(loads) == "5 real (3 from the weight cache), 3 dummy"
+    assert plan.loads_text(loads) == "5 real (3 cached), 3 dummy"
     assert plan.loads_text({**loads, "cached": 0}) == "5 real, 3 dummy"
 
 

@@ -5,15 +5,15 @@ the sim prints)."""
 
 from __future__ import annotations
 
-from fastverify.frontdoor.standby import GIB, EngineMemory, decide
+from fastverify.frontdoor.standby import GIB, NOTHING_SHARED, EngineMemory, Sharing, decide
 
 H200 = int(139 * GIB)
 ENGINE = {"kv": 9.1, "graphs": 0.4, "context": 0.5, "weights": 0.0}
 
 
 def _decide(**kw: object):
-    args = {"weight_cache": "auto", "cache_serves": True, "gpu_bytes": H200, "tp": 2,
-            "engine": ENGINE, "kv_tokens": 600_000, "shared_bytes": int(2 * 15 * GIB)}  # fmt: skip
+    args = {"sharing": Sharing(True, bytes=int(2 * 15 * GIB)), "gpu_bytes": H200, "tp": 2,
+            "engine": ENGINE, "kv_tokens": 600_000}  # fmt: skip
     return decide(**{**args, **kw})
 
 
@@ -36,11 +36,13 @@ def test_too_big_holds_and_names_the_share_that_would_fit() -> None:
     assert "serves with a KV pool of" in smaller.why  # the trade-off, said
 
 
-def test_no_cache_or_no_reading_holds() -> None:
-    assert "weight_cache = off" in _decide(weight_cache="off", cache_serves=False).why
-    assert "cannot serve" in _decide(cache_serves=False).why
-    for missing in ("gpu_bytes", "engine", "shared_bytes"):
-        blind = _decide(**{missing: None})
+def test_nothing_shared_or_no_reading_holds() -> None:
+    none = _decide(sharing=None)
+    assert none.mode == "hold" and none.why == NOTHING_SHARED
+    refused = _decide(sharing=Sharing(False, "the shared weights are down"))
+    assert refused.mode == "hold" and refused.why == "the shared weights are down"
+    for missing in ({"gpu_bytes": None}, {"engine": None}, {"sharing": Sharing(True)}):
+        blind = _decide(**missing)
         assert blind.mode == "hold" and "no memory reading" in blind.why
 
 
