@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastverify.frontdoor.standby import GIB, EngineMemory, decide
+from fastverify.frontdoor.standby import GIB, EngineMemory, Sharing, decide
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "sglang-0.5.17-h200"
 
@@ -37,9 +37,8 @@ def test_an_eagle3_servers_drafter_counts_as_its_own() -> None:
 def test_two_such_engines_do_not_fit_an_h200_at_the_same_kv_but_do_at_a_smaller_share() -> None:
     # the 8B model's bf16 weights (~15 GiB) in the cache; an H200 as torch counts it
     mem = _memory("server-info-weight-cache-client.log")
-    args = {"weight_cache": "auto", "cache_serves": True, "gpu_bytes": int(139.81 * GIB),
-            "tp": 1, "engine": mem.figures(), "kv_tokens": mem.kv_tokens,
-            "shared_bytes": int(15 * GIB)}  # fmt: skip
+    args = {"sharing": Sharing(True, bytes=int(15 * GIB)), "gpu_bytes": int(139.81 * GIB),
+            "tp": 1, "engine": mem.figures(), "kv_tokens": mem.kv_tokens}  # fmt: skip
     same = decide(**args)
     assert same.mode == "hold" and "standby_kv_share = " in same.why, same.why
     share = float(same.why.split("standby_kv_share = ")[1].split()[0])
