@@ -18,7 +18,7 @@ import psutil
 
 from tests.support.harness import DaemonHarness
 from tests.support.net import free_port
-from tests.support.streams import Clients, one_stream
+from tests.support.streams import Clients, one_stream, under_clients
 from tests.support.switches import last_switch
 
 CLIENTS = 4
@@ -38,12 +38,11 @@ def test_standby_switch_under_streaming_clients(tmp_path: Path) -> None:
         doctor = d.ctl("doctor", "--no-topology", timeout=120).stdout  # what memory allows
         assert f"front door: mode standby; {fit['why']}" in doctor, doctor
         old = d.status()["engine"]
-        with Clients(d.server_url, CLIENTS) as clients:
-            clients.wait_answers(CLIENTS)  # every client has streamed once
-            r = d.ctl("profile", "set", "ring-ll", "--json")
-            assert r.returncode == 0, r.stdout + r.stderr
-            clients.wait_answers(clients.answers + CLIENTS)  # and streams on after it
-        tally = clients.tally
+        # every client streams once before the switch and once after it
+        r, tally = under_clients(
+            d.server_url, CLIENTS, lambda: d.ctl("profile", "set", "ring-ll", "--json")
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
         assert (tally.cut, tally.failed, tally.refused_503) == ([], [], [])
         result = json.loads(r.stdout)
         switch = result["switch"]

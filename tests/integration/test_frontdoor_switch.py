@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.harness import REPO, DaemonHarness
 from tests.support.net import free_port
-from tests.support.streams import Clients, one_stream
+from tests.support.streams import Clients, one_stream, under_clients
 from tests.support.switches import last_switch
 
 CLIENTS = 4
@@ -35,12 +35,11 @@ def _door(mode: str, **more: object) -> dict:
 @pytest.mark.parametrize("mode", ["off", "hold"])
 def test_streams_through_a_switch(tmp_path: Path, mode: str) -> None:
     with DaemonHarness(tmp_path, config=_door(mode)) as d:
-        with Clients(d.server_url, CLIENTS) as clients:
-            clients.wait_answers(CLIENTS)  # every client has streamed once
-            r = d.ctl("profile", "set", "ring-ll", "--json")
-            assert r.returncode == 0, r.stdout + r.stderr
-            clients.wait_answers(clients.answers + CLIENTS)  # and streams on after it
-        tally = clients.tally
+        # every client streams once before the switch and once after it
+        r, tally = under_clients(
+            d.server_url, CLIENTS, lambda: d.ctl("profile", "set", "ring-ll", "--json")
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
         switch = json.loads(r.stdout)["switch"]
         scraped = _frontdoor_series(d)
         if mode == "off":  # today: the switch takes the service down

@@ -18,7 +18,9 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,27 +198,41 @@ def test_no_daemon_and_an_sglang_without_step_spans(tmp_path: Path) -> None:
         assert d.status()["engine"]["pid"] == pid
 
 
+def _ctrl_c_at(
+    d: DaemonHarness, args: list[str], event: str, before: Callable[[], Any] | None = None
+) -> tuple[int, str]:
+    """`fastverifyctl ARGS`, a Ctrl-C once its progress shows `event` (and `before()` holds
+    then): its exit code and everything it printed on stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), *args],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=ctrl_c_reaches_it,
+    )  # fmt: skip
+    seen: list[str] = []
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        seen.append(line)
+        if event in line:
+            break
+    if before is not None:
+        assert before(), seen
+    proc.send_signal(signal.SIGINT)
+    try:
+        _rest, err = proc.communicate(timeout=300)  # a bound on a hang
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"{event}: no exit after Ctrl-C\n{''.join(seen)}") from None
+    return proc.returncode, "".join(seen) + err
+
+
 def test_ctrl_c_puts_the_engine_back(tmp_path: Path) -> None:
     with DaemonHarness(tmp_path, config=_config(), tp_size=2) as d:
         before = d.status()
         args = ["spec", "costs", "--max-steps", "2", "--batch-sizes", "1", "-d", "30",
                 "--output-len", "48", "--warmup", "0", "--no-traces"]  # fmt: skip
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), *args],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            preexec_fn=ctrl_c_reaches_it,
-        )  # fmt: skip
-        seen: list[str] = []
-        assert proc.stderr is not None
-        for line in proc.stderr:  # the event: the first window has begun
-            seen.append(line)
-            if "baseline, batch 1: window" in line:
-                break
-        assert d.status()["trial"], seen
-        proc.send_signal(signal.SIGINT)
-        _rest, err = proc.communicate(timeout=300)
-        err = "".join(seen) + err
-        assert proc.returncode == 130, err
+        # the event: the first window has begun (a trial serves)
+        code, err = _ctrl_c_at(d, args, "baseline, batch 1: window", lambda: d.status()["trial"])
+        assert code == 130, err
         assert "interrupted; the engine was put back (ok)" in err
         assert "Traceback" not in err and "Exception ignored" not in err, err
         st = d.status()
@@ -236,25 +252,8 @@ def test_ctrl_c_at_a_trial_request_and_in_a_profile_window(tmp_path: Path) -> No
     with DaemonHarness(tmp_path, config=_config(), tp_size=2) as d:
         before = d.status()
         for event in ("steps 1: loading", "capturing a profile window"):
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), *args],
-                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                preexec_fn=ctrl_c_reaches_it,
-            )  # fmt: skip
-            seen: list[str] = []
-            assert proc.stderr is not None
-            for line in proc.stderr:
-                seen.append(line)
-                if event in line:
-                    break
-            proc.send_signal(signal.SIGINT)
-            try:
-                _rest, err = proc.communicate(timeout=300)  # a bound on a hang
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                raise AssertionError(f"{event}: no exit after Ctrl-C\n{''.join(seen)}") from None
-            err = "".join(seen) + err
-            assert proc.returncode == 130, (event, err)
+            code, err = _ctrl_c_at(d, args, event)
+            assert code == 130, (event, err)
             # ok, or unchanged where the Ctrl-C came before the trial's request was sent
             assert re.search(r"interrupted; the engine was put back \((ok|unchanged)\)", err), (
                 event, err,

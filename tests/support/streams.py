@@ -9,7 +9,9 @@ import http.client
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 BODY = json.dumps(
@@ -113,3 +115,13 @@ class Clients:
         self._stop.set()
         for t in self._threads:
             t.join(150)
+
+
+def under_clients(url: str, n: int, act: Callable[[], Any]) -> tuple[Any, Tally]:
+    """`act()` while n clients stream: each has streamed once before it and streams on once
+    after it; what it returned and the clients' tally."""
+    with Clients(url, n) as clients:
+        clients.wait_answers(n)
+        out = act()
+        clients.wait_answers(clients.answers + n)
+    return out, clients.tally
