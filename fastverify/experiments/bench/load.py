@@ -388,8 +388,9 @@ def incomplete_reason(result: BenchResult, cfg: BenchConfig) -> str | None:
 
     With `duration`, requests still streaming at the deadline do not complete; when none
     completes, there is no (tokens - 1) / (latency - TTFT) to average. The time one request
-    needs is estimated from what the window saw: TTFT + output_len x the inter-token
-    latency (ITL p50)."""
+    needs is estimated from what the window saw: TTFT (p90: the later first tokens of clients
+    that start together, whose prefills queue) + output_len x the inter-token latency (ITL
+    p50)."""
     if result.per_request_tokens_per_second is not None:
         return None
     if result.completed:
@@ -399,7 +400,7 @@ def incomplete_reason(result: BenchResult, cfg: BenchConfig) -> str | None:
         )
     window = cfg.duration if cfg.duration is not None else result.duration_s
     itl = result.itl_ms.get("p50")
-    ttft = result.ttft_ms.get("p50") or 0.0
+    ttft = result.ttft_ms.get("p90") or result.ttft_ms.get("p50") or 0.0
     why = (
         f"no request completed inside the {window:g} s window (each streams {cfg.output_len} tokens"
     )
