@@ -184,8 +184,9 @@ class StatusBody(TypedDict):
     last_good: Annotated[str | None, "the last profile that served verified"]
     last_good_mode: Annotated[str | None, "its mode"]
     last_failure: Annotated[dict[str, Any] | None,
-        "`{reason, message, line, log, at, profile, mode, op, current}`; `current`: false once "
-        "an engine that started after it serves READY"]
+        "`{reason, message, line, log, at, profile, mode, op, current, kept_serving?}`; "
+        "`current`: false once an engine that started after it serves READY, or while the "
+        "engine a failed standby start left serving (`kept_serving`) serves READY"]
     switch_in_flight: Annotated[dict[str, Any] | None,
         "`{id, kind, profile, mode, started_at, elapsed_s, by}`"]
     queued: Annotated[int, "requests waiting for their turn (`queue: true`)"]

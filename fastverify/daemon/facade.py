@@ -582,13 +582,17 @@ def _failure_view(
     failure: dict[str, Any] | None, state: State, serving: Any
 ) -> dict[str, Any] | None:
     """The last failure, with `current`: False once an engine that started after it serves
-    READY (a past problem, not this engine's)."""
+    READY, or when it was a standby's that never took traffic while the serving engine served
+    on (`kept_serving`): a past problem, not this engine's."""
     if not failure:
         return None
     past = (
         state == State.READY
         and serving is not None
-        and float(failure.get("at") or 0) <= float(serving.started_at or 0)
+        and (
+            bool(failure.get("kept_serving"))
+            or float(failure.get("at") or 0) <= float(serving.started_at or 0)
+        )
     )
     return {**failure, "current": not past}
 
