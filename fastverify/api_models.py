@@ -215,7 +215,8 @@ class StatusBody(TypedDict):
     findings: Annotated[list[str],
         "what the daemon found wrong and works around, one sentence each"]
     daemon: Annotated[dict[str, Any],
-        "`{pid, state_dir, fingerprint}`; `fingerprint`: the host fingerprint `{id, facts}` "
+        "`{pid, state_dir, profile_dirs, fingerprint}`; `profile_dirs`: where it reads user "
+        "profiles (before the shipped ones); `fingerprint`: the host fingerprint `{id, facts}` "
         "computed at start (docs/guides/host.md; null until known)"]
     parts: Annotated[list[str],
         "the sections below that the daemon's parts add (docs/architecture.md, \"Parts\"), in "

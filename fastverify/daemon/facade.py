@@ -195,6 +195,7 @@ class ControlFacade:
                 "daemon": {
                     "pid": os.getpid(),
                     "state_dir": str(c.store.dir),
+                    "profile_dirs": [str(d) for d in c.cfg.profile_dirs],
                     "fingerprint": host_here.load(c.store.dir),
                 },
                 "parts": [part.STATUS for part in c.parts],  # each part's section, in order
