@@ -95,7 +95,9 @@ def test_a_failing_profile_never_takes_traffic(tmp_path: Path) -> None:
         # rollback (status said "last failure:" and doctor warned, exit 1, while all served)
         assert st["last_failure"]["reason"] == "cuda_graph_capture"
         assert st["last_failure"]["current"] is False, st["last_failure"]
-        assert "earlier failure: cuda_graph_capture" in d.ctl("status").stdout
+        shown = d.ctl("status").stdout
+        assert "earlier failure: cuda_graph_capture" in shown, shown
+        assert "a standby start; the engine serving now served on)" in shown, shown
         doctor = d.ctl("doctor", "--no-topology", timeout=120)
         assert "the daemon's last failure" not in doctor.stdout, doctor.stdout
 
