@@ -11,6 +11,7 @@ import asyncio
 
 from fastverify.frontdoor.gate import Gate
 from fastverify.frontdoor.relay import Relay
+from tests.support.streams import one_stream
 
 CHUNKS = [b"data: 1\n\n", b"data: 2\n\n", b"data: [DONE]\n\n"]
 
@@ -258,3 +259,29 @@ def test_a_dead_engines_idle_connections_hold_the_request() -> None:
         assert gate.status()["totals"]["cut"] == 0
 
     asyncio.run(go())
+
+
+def test_the_switch_tests_client_calls_ok_only_an_ended_message() -> None:
+    # tests/support/streams.py, the client whose tally the switch tests set beside the front
+    # door's counts: `data: [DONE]` and then the message's end is ok; a close after
+    # `data: [DONE]` without the last chunk is cut (a strict HTTP client reads it broken)
+    async def go(ended: bool) -> str:
+        answer = Engine.ANSWER if ended else Engine.ANSWER[: Engine.ANSWER.index(b"0\r\n\r\n")]
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(int(h.split(b":")[1]) for h in head.split(b"\r\n")
+                          if h.lower().startswith(b"content-length"))  # fmt: skip
+            await reader.readexactly(length)
+            writer.write(answer)
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        kind, detail, _ = await asyncio.to_thread(one_stream, url, 30)
+        server.close()
+        return kind
+
+    assert asyncio.run(go(ended=True)) == "ok"
+    assert asyncio.run(go(ended=False)) == "cut"
