@@ -265,7 +265,7 @@ def test_the_switch_tests_client_calls_ok_only_an_ended_message() -> None:
     # tests/support/streams.py, the client whose tally the switch tests set beside the front
     # door's counts: `data: [DONE]` and then the message's end is ok; a close after
     # `data: [DONE]` without the last chunk is cut (a strict HTTP client reads it broken)
-    async def go(ended: bool) -> str:
+    async def go(ended: bool) -> tuple[str, str]:
         answer = Engine.ANSWER if ended else Engine.ANSWER[: Engine.ANSWER.index(b"0\r\n\r\n")]
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -281,7 +281,8 @@ def test_the_switch_tests_client_calls_ok_only_an_ended_message() -> None:
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
         kind, detail, _ = await asyncio.to_thread(one_stream, url, 30)
         server.close()
-        return kind
+        return kind, detail
 
-    assert asyncio.run(go(ended=True)) == "ok"
-    assert asyncio.run(go(ended=False)) == "cut"
+    assert asyncio.run(go(ended=True)) == ("ok", "")
+    kind, detail = asyncio.run(go(ended=False))
+    assert kind == "cut" and "IncompleteRead after [DONE]" in detail, detail
