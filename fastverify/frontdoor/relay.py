@@ -337,6 +337,6 @@ class Relay:
         except UpstreamBroke:
             if owed is None:
                 raise
-            log.info("the engine closed after the answer's last event; the front door ended it")
+            log.info("the engine closed after its answer was whole; the front door ended it")
             writer.write(owed)
             return False
