@@ -24,10 +24,17 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
-from fastverify.api_models import EngineStatus, StatusBody
+from fastverify.api_models import (
+    EngineStatus,
+    RecordAcceptanceBody,
+    RecordBaselineBody,
+    RecordDecisionBody,
+    StatusBody,
+    StoreSpecPlanBody,
+)
 from fastverify.config import weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.baselines import check_baseline, with_concurrency
@@ -416,12 +423,13 @@ class ControlFacade:
         return self.ctl.store.load_baselines()
 
     @records("baseline")
-    def set_baseline(self, body: dict[str, Any]) -> dict[str, Any]:
+    def set_baseline(self, request: RecordBaselineBody) -> dict[str, Any]:
         """Validate, persist (baselines.json) and announce a baseline measurement.
         RequestError(422) names every bad field (`fields`: field -> what is wrong)."""
         now = time.time()
-        _refuse(check_baseline(body, self._profile_problem, now), "invalid_baseline")
-        rec = {
+        _refuse(check_baseline(request, self._profile_problem, now), "invalid_baseline")
+        body: Mapping[str, Any] = request  # its values checked (concurrency given, ...)
+        rec: dict[str, Any] = {
             "profile": body["profile"],
             "tokens_per_second": float(body["tokens_per_second"]),
             "per_request_tokens_per_second": float(body["per_request_tokens_per_second"]),
@@ -454,7 +462,7 @@ class ControlFacade:
         return self.ctl.store.load_json("decision.json")
 
     @records("decision")
-    def record_decision(self, body: dict[str, Any], caller: Any = None) -> dict[str, Any]:
+    def record_decision(self, body: RecordDecisionBody, caller: Any = None) -> dict[str, Any]:
         """Validate, persist (decision.json + a history record) and announce a tuning
         decision (fastverify.daemon.decision). RequestError(422) names every bad field."""
         from fastverify.daemon import decision as dec
@@ -479,7 +487,7 @@ class ControlFacade:
         return {"curves": acceptance.load(self.ctl.store)}
 
     @records("acceptance")
-    def record_acceptance(self, body: dict[str, Any]) -> dict[str, Any]:
+    def record_acceptance(self, body: RecordAcceptanceBody) -> dict[str, Any]:
         from fastverify.daemon import acceptance
 
         with self.ctl._lock:
@@ -500,7 +508,7 @@ class ControlFacade:
         return self.ctl.store.load_json(acceptance.PLAN_FILE)
 
     @records("speculation plan")
-    def store_spec_plan(self, body: dict[str, Any]) -> dict[str, Any]:
+    def store_spec_plan(self, body: StoreSpecPlanBody) -> dict[str, Any]:
         from fastverify.daemon import acceptance
 
         with self.ctl._lock:
