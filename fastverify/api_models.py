@@ -28,6 +28,7 @@ from typing import (
     TypedDict,
     TypeVar,
     Union,
+    cast,
     get_args,
     get_origin,
     get_type_hints,
@@ -426,19 +427,19 @@ class EngineStatus(TypedDict):
     progress: Annotated[dict[str, Any] | None, "`{phase, percent, message}` while loading"]
     adopted: Annotated[bool, "a live engine found after a daemon crash"]
     weights: Annotated[str | None, "`dummy` for a timing trial, else the weights' label"]
-    forced_acceptance: Annotated[dict[str, Any] | None,
+    forced_acceptance: NotRequired[Annotated[dict[str, Any] | None,
         "a drafting server whose environment forces SGLang's accept length "
         "(`SGLANG_SIMULATE_ACC_LEN` from `[server.env]` or the profile): `{source, label, "
-        "variable, accept_length, method, token_mode}`"]
-    acceptance_source: Annotated[str | None,
+        "variable, accept_length, method, token_mode}` (the speculation part's)"]]
+    acceptance_source: NotRequired[Annotated[str | None,
         "what its acceptance is: `forced (SGLANG_SIMULATE_ACC_LEN=L)` when SGLang forces it, "
-        "else `measured`"]
+        "else `measured`"]]
     weight_load: NotRequired[Annotated[dict[str, Any] | None,
         "where the weights came from: `{source: cache|disk, seconds, bytes, reason, why, "
         "fallback, text, phases: {weights, cuda_graph, rest}}`"]]
-    tuner: Annotated[dict[str, Any] | None,
+    tuner: NotRequired[Annotated[dict[str, Any] | None,
         "the NCCL tuner plugin confirmed at verify: `{name, abi_version, path, rows_applied, "
-        "rows_total, table, files}`"]
+        "rows_total, table, files}` (the tuner part's)"]]
     allreduce: NotRequired[Annotated[dict[str, Any] | None,
         "the TP all-reduce backend confirmed at verify (below; the all-reduce part's)"]]
     health: Annotated[dict[str, Any] | None,
@@ -451,6 +452,13 @@ class EngineStatus(TypedDict):
 # The keys every part's status section has besides its own fields (`parts` below)
 PART_SUMMARY = "summary"
 PART_SHARED_LOADS = "shared_loads"
+
+
+def part_section(status: "StatusBody", name: str) -> dict[str, Any]:
+    """The section part `name` adds to `status` (its `STATUS`, listed in `parts`; each part
+    declares its own); {} when the daemon runs no such part or it has nothing to say now."""
+    found: dict[str, Any] | None = cast(dict[str, Any], status).get(name)
+    return found or {}
 
 
 class StatusBody(TypedDict):
@@ -504,27 +512,6 @@ class StatusBody(TypedDict):
         "order; each (null: nothing to say now) has, besides its own fields, `summary` (list: "
         "its lines in `fastverifyctl status`) and `shared_loads` (list: the modes whose "
         "real-weight loads it serves from memory two engines share)"]
-    allreduce: NotRequired[Annotated[dict[str, Any],
-        "the all-reduce part's section: the serving engine's TP all-reduce backend as verify "
-        "confirmed it (`engine.allreduce`'s fields; none before)"]]
-    weight_cache: NotRequired[Annotated[dict[str, Any],
-        "SGLang's weight-cache daemon as fastverifyd runs it (docs/guides/weight-cache.md): "
-        "`{setting, state, available, speculative, restarts, last_failure, mismatch, pid?, "
-        "pgid?, ranks?, rank_pids?, adopted?, started_at?, ready_s?, log?, argv?, fingerprint?,"
-        " bytes, bytes_source, memory_note?}`"]]
-    frontdoor: NotRequired[Annotated[dict[str, Any],
-        "the front door on the server's public port (`[frontdoor]`): `{mode}` when off, else "
-        "`{mode, listen, pid, restarts, state: serving|holding|no_engine|down, port, in_flight,"
-        " waiting, queue_size, max_wait_s, totals: {requests, held, refused, cut, switches}, "
-        "last_episode, standby?: {mode, why}}`; `standby` (mode standby): whether a second "
-        "engine fits beside the serving one now, from its memory and the weight cache's"]]
-    speculation: Annotated[dict[str, Any] | None,
-        "a drafting mode with the exporter on: `{active_steps, fixed_steps, seconds_at_steps: "
-        '{"STEPS": s}, live_acceptance: {"STEPS": {requests, accept_length: {"K": L}}}, '
-        "plan_stale, plan_why, replan}`: the draft steps SGLang runs now, the decoding seconds "
-        "at each, the accept length of the requests that finished while SGLang ran one step "
-        "count their whole life, and whether the stored plan went stale, with the commands that"
-        " re-plan"]
 
 # fmt: on
 

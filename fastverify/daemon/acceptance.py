@@ -61,7 +61,9 @@ def _histograms(value: Any, steps: int, field: str) -> list[list[int]]:
     return [[int(n) for n in h] for h in value if sum(h) > 0]
 
 
-def record(store: StateStore, handle: Any, body: Mapping[str, Any]) -> dict[str, Any]:
+def record(
+    store: StateStore, handle: Any, body: Mapping[str, Any], forced: dict[str, Any] | None
+) -> dict[str, Any]:
     """Keep a histogram measured on `handle` (the serving engine). RequestError: 409 when
     nothing serves or it is not the profile/mode the client measured, 422 for a bad
     histogram or a baseline server."""
@@ -98,7 +100,6 @@ def record(store: StateStore, handle: Any, body: Mapping[str, Any]) -> dict[str,
         sampling = {}
     weights = weights_label(load_format_of(list(handle.argv)))
     adaptive_on = adaptive.FLAG_ADAPTIVE in handle.argv
-    forced = getattr(handle, "forced", None)
     why_not = None
     if weights == "dummy" and not forced:
         why_not = "dummy weights (a trial): the drafter guesses at random; never used"

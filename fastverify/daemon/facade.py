@@ -50,7 +50,6 @@ from fastverify.engines.sglang import load_format_of
 from fastverify.host import here as host_here
 from fastverify.lease_record import describe as describe_lease
 from fastverify.redact import mask_argv
-from fastverify.sglang.forced import label_of_record as forced_label
 
 _S = TypeVar("_S", bound="ControlFacade")
 _P = ParamSpec("_P")
@@ -161,18 +160,15 @@ class ControlFacade:
                 "progress": dict(h.progress) if h is not None else None,
                 "adopted": h.adopted if h is not None else False,
                 "weights": weights_label(load_format_of(h.argv)) if h is not None else None,
-                # SGLANG_SIMULATE_ACC_LEN in its environment: SGLang forces the accept length
-                "forced_acceptance": h.forced if h is not None else None,
-                "acceptance_source": forced_label(h.forced) if h is not None else None,
-                "tuner": h.tuner if h is not None else None,  # confirmed at verify
                 # the watch of SGLang's /health_generate after READY (daemon/watch.py)
                 "health": h.watch.health() if h is not None and alive and h.watch else None,
                 "identity": identity,
                 "capabilities": None,  # below, outside the lock
             }
-            for part in c.parts:  # what a part keeps of this engine (where its weights came from)
+            for part in c.parts:  # what a part keeps of this engine (its tuner, its weights' load)
                 _add_parts_fields(engine, part.engine_fields(h))
             argv = list(h.argv) if h is not None else None
+            sections = [part.STATUS for part in c.parts if part.STATUS is not None]
             out: StatusBody = {
                 "state": str(c.state),
                 "since": c.since,
@@ -204,11 +200,11 @@ class ControlFacade:
                     "state_dir": str(c.store.dir),
                     "fingerprint": host_here.load(c.store.dir),
                 },
-                "parts": [part.STATUS for part in c.parts],  # each part's section, in order
-                "speculation": None,  # below, outside the lock (the speculation part's)
+                "parts": sections,  # each part's section, in order (below)
             }
         for part in c.parts:  # outside the lock: a part may ask the system (NVML, a socket)
-            _add_parts_fields(out, {part.STATUS: part.status()})
+            if part.STATUS is not None:
+                _add_parts_fields(out, {part.STATUS: part.status()})
         # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
         engine["capabilities"] = self.capabilities(argv)
         return out
@@ -488,11 +484,11 @@ class ControlFacade:
 
     @records("acceptance")
     def record_acceptance(self, body: RecordAcceptanceBody) -> dict[str, Any]:
-        from fastverify.daemon import acceptance
+        from fastverify.daemon import acceptance, speculation_part
 
         with self.ctl._lock:
             handle = self.ctl.current
-        rec = acceptance.record(self.ctl.store, handle, body)
+        rec = acceptance.record(self.ctl.store, handle, body, speculation_part.forced(handle))
         self.ctl.bus.publish(ev.AcceptanceRecorded(rec))
         self.ctl.say(
             f"acceptance recorded for {rec['profile']}/{rec['mode']} at {rec['steps']} steps "
