@@ -347,6 +347,14 @@ class DoorSteps(BasePart):
     # ------------------------------------------------------------ the part (parts.py)
     NAME = "frontdoor"
     STATUS = "frontdoor"
+    SECTION = (
+        "the front door on the server's public port (`[frontdoor]`): `{mode}` when off, else "
+        "`{mode, listen, pid, restarts, state: serving|holding|no_engine|down, port, in_flight,"
+        " waiting, queue_size, max_wait_s, totals: {requests, held, refused, cut, switches}, "
+        "last_episode, standby?: {mode, why}}`; `standby` (mode standby): whether a second "
+        "engine fits beside the serving one now, from its memory and what the parts would "
+        "share with it"
+    )
 
     def attach(self, bus: Any, hub: Any) -> None:
         """The front door's exporter source on `hub` (only when it runs one)."""
