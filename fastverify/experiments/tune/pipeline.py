@@ -86,11 +86,12 @@ def tune_dir(status: dict[str, Any]) -> Path:
 
 def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> dict[str, Any]:
     cfg = ctx.cfg
-    n = (
-        len(cfg.profiles)
-        or len(ctx.data("candidates").get("candidates", []))
-        or len(_all_profiles())
-    )
+    if ctx.status_of("candidates") == "done":
+        n = len(gpu.candidates(ctx))  # what the funnel holds (at TP 1, one per group)
+        if fixed is not None:
+            fixed = (min(fixed[0], n), min(fixed[1], n))
+    else:
+        n = len(cfg.profiles) or len(_all_profiles())
     accept, _ = confirm.accept_length(ctx, None)
     skips = gpu.host_skips(cfg)
     facts = plan.PlanFacts(
@@ -100,7 +101,8 @@ def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> di
         budget_s=cfg.budget_min * 60 if cfg.budget_min else None,
         repeats=cfg.repeats,
         duration_s=cfg.duration_s,
-        accept_known=accept is not None and not ctx.eagle3_confirm,
+        accept_known=accept is not None
+        and not (ctx.eagle3_confirm or confirm.trial_wants_eagle3(ctx, accept)),
         extra_real_loads=ctx.extra_confirm_loads,
         history=ctx.client.history(),
         times=ctx.journal.times(),
