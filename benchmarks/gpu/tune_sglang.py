@@ -45,6 +45,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,17 +112,20 @@ def first_progress(stage: str) -> float:
     return stage_need()[stage]
 
 
-def plan(args: argparse.Namespace, start: bool = True) -> str:
-    """The planned seconds per step against the budget."""
-    need = stage_need()
-    rows = ([("start", START_S)] if start else []) + list(need.items()) + [("stop", STOP_S)]
+def plan(budget_s: float, done: Sequence[str] = (), start: float | None = START_S) -> str:
+    """The planned seconds per step against the budget (`done`: stages an earlier call
+    finished; `start`: None once the daemon serves)."""
+    need = {n: v for n, v in stage_need().items() if n not in done}
+    rows = ([("start", start)] if start else []) + list(need.items()) + [("stop", STOP_S)]
     total = sum(s for _n, s in rows)
     lines = [f"   {n:<13} ~{s:.0f} s" for n, s in rows]
-    lines.append(f"   total         ~{total:.0f} s of a {args.budget_s:.0f} s budget"
-                 + (f" (over by ~{total - args.budget_s:.0f} s: Ctrl-C, then --resume in the "
-                    "next call)" if total > args.budget_s else ""))  # fmt: skip
+    lines.append(f"   total         ~{total:.0f} s of {budget_s:.0f} s"
+                 + (f" (over by ~{total - budget_s:.0f} s: Ctrl-C, then --resume in the "
+                    "next call)" if total > budget_s else ""))  # fmt: skip
     lines.append(f"   Ctrl-C costs ~{PUT_BACK_S} s (tune puts back what served before)")
-    return "\n".join(["plan (seconds, the 8B shape at TP 1):", *lines])
+    head = "plan (seconds, the 8B shape at TP 1" + (f"; done earlier: {', '.join(done)}" if done
+                                                      else "") + "):"  # fmt: skip
+    return "\n".join([head, *lines])
 
 
 class TuneRun(rs.Run):
@@ -142,28 +146,32 @@ class TuneRun(rs.Run):
     def tune_dir(self) -> Path:
         return self.daemon.state_dir / "tune"
 
+    refused: str | None = None  # why the carried tune cannot continue here
+
     def restore(self) -> dict[str, Any]:
         """The carried tune (WORK/tune-state.tar.gz) into this daemon's state dir and the
-        output dir; what it holds."""
+        output dir; what it holds. One that writes into another output dir is left out
+        (`refused`: the tune step then runs nothing)."""
         src = self.work / STATE
         if not src.exists():
             return {"carried": False}
-        shutil.rmtree(self.tune_dir, ignore_errors=True)
-        shutil.rmtree(self.out, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(dir=self.work))
-        with tarfile.open(src) as tar:
-            tar.extractall(tmp, filter="data")
-        if (tmp / "tune").is_dir():
-            shutil.copytree(tmp / "tune", self.tune_dir)
-        if (tmp / "tune-out").is_dir():
-            shutil.copytree(tmp / "tune-out", self.out)
-        shutil.rmtree(tmp, ignore_errors=True)
-        journal = self.journal()
-        start = next((r for r in journal if r.get("event") == "start"), {})
-        where = (start.get("config") or {}).get("output_dir")
-        rs.check(not where or Path(where) == self.out,
-                 f"the carried tune writes into {where}, this call's output dir is {self.out}: "
-                 f"run with WORK={Path(where or '.').parent}")  # fmt: skip
+        try:
+            with tarfile.open(src) as tar:
+                tar.extractall(tmp, filter="data")
+            journal = _read_jsonl(tmp / "tune" / "journal.jsonl")
+            start = next((r for r in journal if r.get("event") == "start"), {})
+            where = (start.get("config") or {}).get("output_dir")
+            if where and Path(where) != self.out:
+                self.refused = (f"the carried tune writes into {where}, this call's output dir "
+                                f"is {self.out}: run with WORK={Path(where).parent}")  # fmt: skip
+                raise rs.StepFailed(self.refused)
+            for sub, dst in (("tune", self.tune_dir), ("tune-out", self.out)):
+                shutil.rmtree(dst, ignore_errors=True)
+                if (tmp / sub).is_dir():
+                    shutil.copytree(tmp / sub, dst)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         return {"carried": True, "bytes": src.stat().st_size, "records": len(journal),
                 "finished_stages": self.finished(journal)}  # fmt: skip
 
@@ -190,13 +198,7 @@ class TuneRun(rs.Run):
         return {"file": str(dst), "bytes": dst.stat().st_size, "left_out": left_out}
 
     def journal(self) -> list[dict[str, Any]]:
-        path = self.tune_dir / "journal.jsonl"
-        out: list[dict[str, Any]] = []
-        if path.exists():
-            for line in path.read_text().splitlines():
-                with contextlib.suppress(ValueError):
-                    out.append(json.loads(line))
-        return out
+        return _read_jsonl(self.tune_dir / "journal.jsonl")
 
     @staticmethod
     def finished(journal: list[dict[str, Any]]) -> list[str]:
@@ -214,23 +216,27 @@ class TuneRun(rs.Run):
         return ev
 
     def s_tune(self) -> dict[str, Any]:
+        rs.check(self.refused is None, f"not run: {self.refused}")
         journal = self.journal()
-        unfinished = any(r.get("event") == "start" for r in journal) and not any(
-            r.get("event") == "end" for r in journal
-        )
-        ended = any(r.get("event") == "end" for r in journal)
         ev: dict[str, Any] = {}
         self.results["tune"] = ev
-        if ended and not self.args.fresh:
+        if any(r.get("event") == "end" for r in journal) and not self.args.fresh:
             ev.update(status="finished in an earlier call", **self.summary())
             return ev
-        if unfinished and not self.args.fresh:
+        if self.resumable() and not self.args.fresh:
             argv = ["tune", "--resume", "--json"]
         else:
             argv = ["tune", "--json", "--output", str(self.out), *TUNE_ARGS, *self.configs()]
             if self.args.fresh:
                 argv.append("--force")
         ev.update(command="fastverifyctl " + " ".join(argv), resumed="--resume" in argv)
+        done = self.finished(journal) if ev["resumed"] else []
+        ev["plan"] = {
+            "left_s": round(self.left(), 1),
+            "done_earlier": done,
+            "need_s": {n: v for n, v in stage_need().items() if n not in done},
+        }
+        print(plan(self.left(), done, start=None), flush=True)
         print(f"   {ev['command']}", flush=True)
         err_path = self.raw / "tune-stderr.txt"
         env = {**_scrubbed_env(), "PYTHONPATH": os.pathsep.join(
@@ -417,6 +423,16 @@ def stop_reason(
     return None
 
 
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """tune's journal records (a torn last line skipped)."""
+    out: list[dict[str, Any]] = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+    return out
+
+
 def _running(journal: list[dict[str, Any]]) -> str | None:
     """The stage started and not yet finished (None between stages)."""
     running = None
@@ -455,7 +471,7 @@ def main() -> int:
     if not args.draft:  # the sim takes any name
         args.draft = str(PACK / "llama8b-eagle3") if args.engine == "sglang" else "sim/eagle3"
     args.label = f"{args.label or args.engine}, tune (TP 1, weight cache {args.weight_cache})"
-    print(plan(args), flush=True)
+    print(plan(args.budget_s, start=steps(args)[0][2]), flush=True)
     return rs.run_steps(TuneRun(args), steps(args))
 
 
