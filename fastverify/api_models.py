@@ -1,30 +1,62 @@
-"""The control API's contract, declared once: every endpoint (method, path, what it does),
-its request body's or query's fields (name, type, required, default, help) and the status
-body, a TypedDict (`StatusBody`, its `engine` an `EngineStatus`) whose fields carry their help.
+"""The control API's contract, declared once: every endpoint (method, path, what it does) with
+its request's typed model (a TypedDict of its JSON body's or its query's fields, each an
+`Annotated[type, Doc(help, default, ...)]`) and the status body, a TypedDict (`StatusBody`,
+its `engine` an `EngineStatus`) whose fields carry their help.
 
 Everything else is derived from these declarations: the daemon's routes and request
-validation (fastverify.daemon.api_requests), the typed methods of fastverify.client (which the
-CLI calls; `status()` answers a `StatusBody`), the status assembly's type
-(fastverify.daemon.facade), and the reference part of docs/reference/api.md
-(fastverify.api_reference). Plain classes, no dataclasses: the CLI imports this module on
-its start-up path.
+validation (fastverify.daemon.api_requests: a body checked against its model is that model),
+the typed methods of fastverify.client (which the CLI calls: their keyword fields are the
+models', checked by the type checker and again before anything is sent; `status()` answers a
+`StatusBody`), the status assembly's type (fastverify.daemon.facade), and the reference part
+of docs/reference/api.md (fastverify.api_reference). The status sections of the daemon's
+parts are declared by the parts (`Part.SECTION`). TypedDicts and NamedTuples, no
+dataclasses: the CLI imports this module on its start-up path.
 """
 
-# No `from __future__ import annotations`: the bodies' TypedDicts are read at run time (their
-# fields document the reference), and evaluated annotations cost less to import than strings.
+# No `from __future__ import annotations`: the models' TypedDicts are read at run time (their
+# fields are the requests' checks and document the reference), and evaluated annotations cost
+# less to import than strings.
+from collections.abc import Iterator
 from types import UnionType
 from typing import (
-    Annotated,
+    TYPE_CHECKING,
     Any,
+    Generic,
     NamedTuple,
     NotRequired,
+    Required,
     TypedDict,
+    TypeVar,
     Union,
+    cast,
     get_args,
     get_origin,
-    get_type_hints,
     is_typeddict,
 )
+
+
+class _Annotated:
+    """`Annotated[type, metadata]` as this module's fields are read at run time: the type
+    and the metadata (a help text, a `Doc`), nothing else. typing's own costs ~20 µs a field
+    to build, 2 ms of the CLI's start-up for the ~100 fields below; the type checker reads
+    typing's (TYPE_CHECKING)."""
+
+    __slots__ = ("meta", "type")
+
+    def __init__(self, tp: Any, meta: Any) -> None:
+        self.type, self.meta = tp, meta
+
+    def __class_getitem__(cls, params: tuple[Any, Any]) -> "_Annotated":
+        return cls(*params)
+
+    def __call__(self) -> None:  # what TypedDict's check of a field's type asks of a type
+        raise TypeError("an annotation, not a type")
+
+
+if TYPE_CHECKING:
+    from typing import Annotated
+else:
+    Annotated = _Annotated
 
 MAX_BODY = 64 * 1024  # bytes of any request body (an endpoint may allow fewer)
 # Requests that write a record (`Endpoint.recorded`) are rate-limited per caller identity
@@ -43,13 +75,37 @@ KINDS: dict[str, tuple[type, ...]] = {
     "list": (list,),
     "dict": (dict,),
 }
+# a request field's declared type (without None) -> its kind (`float` is JSON's number)
+_KIND_OF: dict[Any, str] = {str: "str", bool: "bool", int: "int", float: "number", list: "list",
+                            dict: "dict"}  # fmt: skip
+
+
+class Doc:
+    """What a request model says of a field besides its name and type (`Annotated[type,
+    Doc(...)]`; a field that may be left out without a default is `type | None`, as JSON's
+    null is). `default`: the value the daemon uses when it is left out; `mirrors`: the
+    configuration key whose check (and words) a value gets; `minimum`: the least value
+    accepted, `why` says what it counts. (A plain class: the CLI's start-up creates one per
+    field.)"""
+
+    __slots__ = ("default", "help", "minimum", "mirrors", "why")
+
+    def __init__(
+        self,
+        help: str,
+        default: Any = None,
+        mirrors: str | None = None,
+        minimum: float | None = None,
+        why: str = "",
+    ) -> None:
+        self.help, self.default, self.mirrors = help, default, mirrors
+        self.minimum, self.why = minimum, why
 
 
 class Field(NamedTuple):
-    """One field of a request body or query, or of the status body. `kind`: a KINDS key for
-    request fields (checked), JSON's name of the type for the status body (`documented`).
-    `mirrors`: the configuration key whose check (and words) a request value gets;
-    `minimum`: the least value accepted, `why` says what it counts."""
+    """One field of a request body or query as its model declares it (`declared`), or of the
+    status body (`documented`). `kind`: a KINDS key for request fields (checked), JSON's name
+    of the type for the status body; the rest: the field's `Doc`."""
 
     name: str
     kind: str
@@ -61,26 +117,87 @@ class Field(NamedTuple):
     why: str = ""
 
 
-class Endpoint(NamedTuple):
+def _annotated(model: Any) -> Iterator[tuple[str, Any, Any]]:
+    """(name, type, metadata) of each field of a TypedDict `model`, in declaration order."""
+    for name, hint in model.__annotations__.items():
+        if get_origin(hint) in (Required, NotRequired):
+            (hint,) = get_args(hint)
+        yield name, hint.type, hint.meta
+
+
+def _request_kind(tp: Any) -> str:
+    """A request field's kind (KINDS) from its declared type: `int | None` is an int."""
+    if get_origin(tp) in (Union, UnionType):
+        (tp,) = (t for t in get_args(tp) if t is not type(None))
+    return _KIND_OF[get_origin(tp) or tp]
+
+
+_DECLARED: dict[Any, tuple[Field, ...]] = {}
+
+
+def declared(model: Any) -> tuple[Field, ...]:
+    """The fields of request model `model` (read when the daemon or the reference asks: the
+    CLI's start-up never pays for it)."""
+    if model not in _DECLARED:
+        required = model.__required_keys__
+        _DECLARED[model] = tuple(
+            Field(
+                name,
+                _request_kind(tp),
+                d.help,
+                name in required,
+                d.default,
+                d.mirrors,
+                d.minimum,
+                d.why,
+            )
+            for name, tp, d in _annotated(model)
+        )
+    return _DECLARED[model]
+
+
+class NoBody(TypedDict, total=False):
+    """A request with no body (POST: `{}` or none) or no query parameters (GET)."""
+
+
+B = TypeVar("B")  # a request model
+
+
+class Endpoint(NamedTuple, Generic[B]):
     """One method on one path. `client`: the fastverify.client method that calls it;
-    `fields`: the JSON body (POST); `query`: the query parameters (GET); `answer`: what
-    comes back; `streams`: the answer is NDJSON events; `max_body`: the most bytes its body
-    may have (413 beyond); `recorded`: it writes a record (rate-limited: RECORD_RATE_PER_S)."""
+    `model`: its request's typed model, the JSON body's fields (POST) or the query
+    parameters (GET); `answer`: what comes back; `streams`: the answer is NDJSON events;
+    `max_body`: the most bytes its body may have (413 beyond); `recorded`: it writes a record
+    (rate-limited: RECORD_RATE_PER_S)."""
 
     method: str
     path: str
     client: str
     summary: str
-    fields: tuple[Field, ...] = ()
-    query: tuple[Field, ...] = ()
+    model: type[B] = NoBody  # type: ignore[assignment]  # (none: no body or query)
     answer: str = ""
     streams: bool = False
     max_body: int = MAX_BODY
     recorded: bool = False
 
+    @property
+    def fields(self) -> tuple[Field, ...]:
+        """The JSON body's fields (none for a GET)."""
+        return declared(self.model) if self.method == "POST" else ()
+
+    @property
+    def query(self) -> tuple[Field, ...]:
+        """The query parameters (none for a POST)."""
+        return declared(self.model) if self.method == "GET" else ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The fields' names, as the client checks a call's (cheap: no Field is built)."""
+        return tuple(self.model.__annotations__)
+
     def defaults(self) -> dict[str, Any]:
         """The fields a request may leave out, with the value the daemon then uses."""
-        return {f.name: f.default for f in (*self.fields, *self.query) if not f.required}
+        return {f.name: f.default for f in declared(self.model) if not f.required}
 
     def __repr__(self) -> str:
         return f"Endpoint({self.method} {self.path})"
@@ -89,35 +206,224 @@ class Endpoint(NamedTuple):
 # The declarations below are laid out by hand, one field to a line or two, to be read.
 # fmt: off
 
-# ---------------------------------------------------------------------- shared fields
-def _lease() -> Field:
-    return Field("lease", "str", "the experiment's own operation: the id of the lease it "
-                 "holds (`POST /v1/lease`); without it the request is refused while a lease "
-                 "holds")
-
-
-def _op_fields(force: str) -> tuple[Field, ...]:
-    """How any operation (switch, mode, restart) is answered and scheduled."""
-    return (
-        Field("wait", "bool", "answer with the final result (else 202 at once)", default=True),
-        Field("stream", "bool", "answer with NDJSON events until the result", default=False),
-        Field("force", "bool", force, default=False),
-        Field("queue", "bool", "wait for the operation in flight instead of a 409",
-              default=False),
-        Field("timeout_s", "number", "readiness timeout of this start (default "
-              "`daemon.readiness_timeout_s`); exceeding it fails the switch with "
-              "`readiness_timeout` and rolls back", mirrors="daemon.readiness_timeout_s"),
-    )
-
-
+# ---------------------------------------------------------------------- the request models
 _FORCE_LEASE = "switch even while an experiment holds the lease"
-_RESTART = Field("restart", "bool", "restart even when the profile and mode asked for already "
-                 'serve (else the answer is `{"result": "unchanged"}`)', default=False)
-_CANARY = Field("canary", "bool", "declarative mode: serve something other than the declared "
-                "profile and mode on purpose (see Declarative mode)", default=False)
 _ACCEPT_LENGTH = "accepted tokens per verify pass, bonus token included (>= 1)"
 _ACCEPTANCE_SOURCE = ("where the accept length came from: `measured`, or `forced "
                       "(SGLANG_SIMULATE_ACC_LEN=L)` when SGLang forced it")
+_STORE = "a profile of the profile store"
+_MODES = "baseline, eagle3 or adaptive"
+
+
+# An operation's (switch, mode, restart) fields in pieces, each piece a model its requests
+# take in the order they list their fields.
+class _Answered(TypedDict, total=False):
+    """How an operation is answered."""
+
+    wait: Annotated[bool, Doc("answer with the final result (else 202 at once)", default=True)]
+    stream: Annotated[bool, Doc("answer with NDJSON events until the result", default=False)]
+
+
+class _ForceLease(TypedDict, total=False):
+    force: Annotated[bool, Doc(_FORCE_LEASE, default=False)]
+
+
+class _Scheduled(TypedDict, total=False):
+    """How an operation is scheduled, and how long its start may take."""
+
+    queue: Annotated[bool, Doc("wait for the operation in flight instead of a 409",
+                               default=False)]
+    timeout_s: Annotated[float | None, Doc(
+        "readiness timeout of this start (default `daemon.readiness_timeout_s`); exceeding it "
+        "fails the switch with `readiness_timeout` and rolls back",
+        mirrors="daemon.readiness_timeout_s")]
+
+
+class _Again(TypedDict, total=False):
+    restart: Annotated[bool, Doc(
+        "restart even when the profile and mode asked for already serve (else the answer is "
+        '`{"result": "unchanged"}`)', default=False)]
+
+
+class _Canary(TypedDict, total=False):
+    canary: Annotated[bool, Doc(
+        "declarative mode: serve something other than the declared profile and mode on "
+        "purpose (see Declarative mode)", default=False)]
+
+
+class _Leased(TypedDict, total=False):
+    lease: Annotated[str | None, Doc(
+        "the experiment's own operation: the id of the lease it holds (`POST /v1/lease`); "
+        "without it the request is refused while a lease holds")]
+
+
+class _ProfileName(TypedDict, total=False):
+    name: Required[Annotated[str, Doc("the profile to serve")]]
+
+
+class _ProfileMode(TypedDict, total=False):
+    mode: Annotated[str | None, Doc(_MODES + " (default: the active one)",
+                                    mirrors="server.mode")]
+
+
+class _ForceRefused(TypedDict, total=False):
+    force: Annotated[bool, Doc(
+        "accept a profile refused without it (a host whose PCIe ACS redirects the GPUs' peer "
+        'traffic refuses a P2P profile with 422 `reason: "p2p_redirected"`, '
+        "docs/guides/host.md), and " + _FORCE_LEASE, default=False)]
+
+
+class _Trial(TypedDict, total=False):
+    """A timing trial on dummy weights."""
+
+    load_format: Annotated[str | None, Doc(
+        "SGLang's `--load-format` for this switch and its rollback (default `[server] "
+        'load_format`); `"dummy"` = a timing trial, labelled `weights: "dummy"` in the '
+        "result, history, status and `fastverify_profile_info`")]
+    eagle3_steps: Annotated[int | None, Doc(
+        "a timing trial's EAGLE-3 draft steps (1..64, topk 1, steps + 1 draft tokens, as "
+        "SGLang's adaptive worker runs them; only with mode `eagle3` and `load_format: "
+        '"dummy"`, refused with 422 before anything stops otherwise; this start only, never '
+        "persisted: the rollback and every later start run `[server.eagle3]`; `fastverifyctl "
+        "spec costs`)", mirrors="server.eagle3.num_steps")]
+
+
+class SetProfileOptions(_ProfileMode, _Answered, _ForceRefused, _Scheduled, _Again, _Trial,
+                        _Canary, _Leased):
+    """`POST /v1/profile`'s fields but the profile's name (`ControlClient.set_profile`)."""
+
+
+class SetProfileBody(_ProfileName, SetProfileOptions):
+    """`POST /v1/profile`."""
+
+
+class _Mode(TypedDict, total=False):
+    mode: Required[Annotated[str, Doc(_MODES, mirrors="server.mode")]]
+
+
+class SetModeOptions(_Answered, _ForceLease, _Scheduled, _Again, _Canary, _Leased):
+    """`POST /v1/mode`'s fields but the mode (`ControlClient.set_mode`)."""
+
+
+class SetModeBody(_Mode, SetModeOptions):
+    """`POST /v1/mode`."""
+
+
+class RestartBody(_Answered, _ForceLease, _Scheduled, _Leased):
+    """`POST /v1/restart`."""
+
+
+class RecordBaselineBody(TypedDict, total=False):
+    """`POST /v1/baselines`: one baseline measurement."""
+
+    profile: Required[Annotated[str, Doc(_STORE)]]
+    tokens_per_second: Required[Annotated[float, Doc("throughput, finite and > 0")]]
+    per_request_tokens_per_second: Required[Annotated[float, Doc(
+        "per request, finite and > 0")]]
+    concurrency: Annotated[int | None, Doc(
+        "the concurrent requests it was measured at, >= 1, required (the daemon says why "
+        "when absent): the exporter's break-even and speedup gauges compare EAGLE-3 only with "
+        "the baseline of the running-request count it reads")]
+    measured_at: Annotated[float | None, Doc(
+        "unix seconds, default now; not before 2020-01-01 nor more than 60 s in the future")]
+    accept_length: Annotated[float | None, Doc(
+        _ACCEPT_LENGTH + ": EAGLE-3 with real weights; trial sweeps judge break-even accept "
+        "lengths by it", minimum=1, why="bonus token included")]
+    acceptance_source: Annotated[str | None, Doc(_ACCEPTANCE_SOURCE)]
+
+
+class CaptureTraceBody(TypedDict, total=False):
+    """`POST /v1/trace/capture`."""
+
+    steps: Annotated[int | None, Doc("forward steps to record (default `daemon.trace_steps`)",
+                                     mirrors="daemon.trace_steps")]
+
+
+class RecordDecisionBody(TypedDict, total=False):
+    """`POST /v1/decision`: what `fastverifyctl tune` decided."""
+
+    profile: Required[Annotated[str, Doc(_STORE)]]
+    mode: Required[Annotated[str, Doc(_MODES)]]
+    backend: Required[Annotated[str, Doc("the all-reduce backend's name (`[a-z][a-z0-9_]*`)")]]
+    applied: Required[Annotated[bool, Doc("whether tune applied it")]]
+    why: Required[Annotated[str, Doc("the reason, at most 2000 characters")]]
+    report: Annotated[str | None, Doc("the report file it wrote")]
+    accept_length: Annotated[float | None, Doc(_ACCEPT_LENGTH)]
+    acceptance_source: Annotated[str | None, Doc(_ACCEPTANCE_SOURCE)]
+    tokens_per_second: Annotated[float | None, Doc("the throughput it measured")]
+    adaptive_config: Annotated[str | None, Doc("mode adaptive: the plan's SGLang config")]
+
+
+class _Experiment(TypedDict, total=False):
+    experiment: Required[Annotated[str, Doc('"sweep", "tune" or "spec-costs"')]]
+
+
+class TakeLeaseOptions(TypedDict, total=False):
+    """`POST /v1/lease`'s fields but the experiment (`ControlClient.take_lease`)."""
+
+    description: Annotated[str | None, Doc("what it runs, for status")]
+    force: Annotated[bool, Doc("take it even while another lease holds", default=False)]
+
+
+class TakeLeaseBody(_Experiment, TakeLeaseOptions):
+    """`POST /v1/lease`."""
+
+
+class ReleaseLeaseBody(TypedDict, total=False):
+    """`POST /v1/lease/release`."""
+
+    id: Required[Annotated[str, Doc("the lease's id")]]
+
+
+class RecordAcceptanceBody(TypedDict, total=False):
+    """`POST /v1/acceptance`: a bench's acceptance on the served EAGLE-3 engine."""
+
+    histogram: Required[Annotated[list[Any], Doc(
+        "accepted drafts per verify pass, summed: non-negative ints, at least one pass, at "
+        "most steps + 1 entries")]]
+    requests: Annotated[list[Any] | None, Doc("each request's histogram")]
+    dataset: Annotated[dict[str, Any] | None, Doc("`{name, format, sha256, prompts, synthetic}`")]
+    sampling: Annotated[dict[str, Any] | None, Doc("`{temperature, top_p}`")]
+    input_len: Annotated[int | None, Doc("prompt tokens per request")]
+    output_len: Annotated[int | None, Doc("generated tokens per request")]
+    profile: Annotated[str | None, Doc("the profile the client measured (checked against the "
+                                       "served)")]
+    mode: Annotated[str | None, Doc("the mode the client measured (checked against the served)")]
+    measured_at: Annotated[float | None, Doc("unix seconds, default now")]
+
+
+class StoreSpecPlanBody(TypedDict, total=False):
+    """`POST /v1/spec/plan`."""
+
+    plan: Required[Annotated[dict[str, Any], Doc("the plan (`Plan.to_dict`)")]]
+    adaptive_config: Required[Annotated[dict[str, Any], Doc("SGLang's adaptive config")]]
+
+
+class HistoryQuery(TypedDict, total=False):
+    """`GET /v1/history`'s query."""
+
+    n: Annotated[int, Doc(f"the newest N records (at most {HISTORY_PAGE_MAX})",
+                          default=HISTORY_PAGE, minimum=1)]
+    before: Annotated[float | None, Doc(
+        "only records that finished before this unix time: the oldest `finished_at` of the "
+        "page before, for the next page back (a page never splits records of the same "
+        "`finished_at`)")]
+
+
+class LogsQuery(TypedDict, total=False):
+    """`GET /v1/logs`'s query."""
+
+    n: Annotated[int, Doc("the newest N lines first", default=100)]
+    follow: Annotated[bool, Doc("keep the stream open for new lines", default=False)]
+
+
+class ServerArgvQuery(TypedDict, total=False):
+    """`GET /v1/server/argv`'s query."""
+
+    profile: Annotated[str | None, Doc("the profile (default: the active one)")]
+    mode: Annotated[str | None, Doc("the mode (default: the active one)")]
+    check: Annotated[bool, Doc("run the engine's own argv parser on it", default=False)]
+
 
 # ---------------------------------------------------------------------- the status body
 class EngineStatus(TypedDict):
@@ -143,19 +449,19 @@ class EngineStatus(TypedDict):
     progress: Annotated[dict[str, Any] | None, "`{phase, percent, message}` while loading"]
     adopted: Annotated[bool, "a live engine found after a daemon crash"]
     weights: Annotated[str | None, "`dummy` for a timing trial, else the weights' label"]
-    forced_acceptance: Annotated[dict[str, Any] | None,
+    forced_acceptance: NotRequired[Annotated[dict[str, Any] | None,
         "a drafting server whose environment forces SGLang's accept length "
         "(`SGLANG_SIMULATE_ACC_LEN` from `[server.env]` or the profile): `{source, label, "
-        "variable, accept_length, method, token_mode}`"]
-    acceptance_source: Annotated[str | None,
+        "variable, accept_length, method, token_mode}` (the speculation part's)"]]
+    acceptance_source: NotRequired[Annotated[str | None,
         "what its acceptance is: `forced (SGLANG_SIMULATE_ACC_LEN=L)` when SGLang forces it, "
-        "else `measured`"]
+        "else `measured`"]]
     weight_load: NotRequired[Annotated[dict[str, Any] | None,
         "where the weights came from: `{source: cache|disk, seconds, bytes, reason, why, "
         "fallback, text, phases: {weights, cuda_graph, rest}}`"]]
-    tuner: Annotated[dict[str, Any] | None,
+    tuner: NotRequired[Annotated[dict[str, Any] | None,
         "the NCCL tuner plugin confirmed at verify: `{name, abi_version, path, rows_applied, "
-        "rows_total, table, files}`"]
+        "rows_total, table, files}` (the tuner part's)"]]
     allreduce: NotRequired[Annotated[dict[str, Any] | None,
         "the TP all-reduce backend confirmed at verify (below; the all-reduce part's)"]]
     health: Annotated[dict[str, Any] | None,
@@ -168,6 +474,13 @@ class EngineStatus(TypedDict):
 # The keys every part's status section has besides its own fields (`parts` below)
 PART_SUMMARY = "summary"
 PART_SHARED_LOADS = "shared_loads"
+
+
+def part_section(status: "StatusBody", name: str) -> dict[str, Any]:
+    """The section part `name` adds to `status` (its `STATUS`, listed in `parts`; each part
+    declares its own); {} when the daemon runs no such part or it has nothing to say now."""
+    found: dict[str, Any] | None = cast(dict[str, Any], status).get(name)
+    return found or {}
 
 
 class StatusBody(TypedDict):
@@ -223,27 +536,6 @@ class StatusBody(TypedDict):
         "order; each (null: nothing to say now) has, besides its own fields, `summary` (list: "
         "its lines in `fastverifyctl status`) and `shared_loads` (list: the modes whose "
         "real-weight loads it serves from memory two engines share)"]
-    allreduce: NotRequired[Annotated[dict[str, Any],
-        "the all-reduce part's section: the serving engine's TP all-reduce backend as verify "
-        "confirmed it (`engine.allreduce`'s fields; none before)"]]
-    weight_cache: NotRequired[Annotated[dict[str, Any],
-        "SGLang's weight-cache daemon as fastverifyd runs it (docs/guides/weight-cache.md): "
-        "`{setting, state, available, speculative, restarts, last_failure, mismatch, pid?, "
-        "pgid?, ranks?, rank_pids?, adopted?, started_at?, ready_s?, log?, argv?, fingerprint?,"
-        " bytes, bytes_source, memory_note?}`"]]
-    frontdoor: NotRequired[Annotated[dict[str, Any],
-        "the front door on the server's public port (`[frontdoor]`): `{mode}` when off, else "
-        "`{mode, listen, pid, restarts, state: serving|holding|no_engine|down, port, in_flight,"
-        " waiting, queue_size, max_wait_s, totals: {requests, held, refused, cut, switches}, "
-        "last_episode, standby?: {mode, why}}`; `standby` (mode standby): whether a second "
-        "engine fits beside the serving one now, from its memory and the weight cache's"]]
-    speculation: Annotated[dict[str, Any] | None,
-        "a drafting mode with the exporter on: `{active_steps, fixed_steps, seconds_at_steps: "
-        '{"STEPS": s}, live_acceptance: {"STEPS": {requests, accept_length: {"K": L}}}, '
-        "plan_stale, plan_why, replan}`: the draft steps SGLang runs now, the decoding seconds "
-        "at each, the accept length of the requests that finished while SGLang ran one step "
-        "count their whole life, and whether the stored plan went stale, with the commands that"
-        " re-plan"]
 
 # fmt: on
 
@@ -265,32 +557,24 @@ def _kind(tp: Any) -> str:
 def documented(body: Any) -> tuple[Field, ...]:
     """The fields of a body's TypedDict, as the reference documents them: name, kind, help
     (read when asked: the CLI's start-up never pays for it)."""
-    out = []
-    for name, hint in get_type_hints(body, include_extras=True).items():
-        if get_origin(hint) is NotRequired:
-            (hint,) = get_args(hint)
-        tp, help_ = get_args(hint)
-        out.append(Field(name, _kind(tp), help_))
-    return tuple(out)
+    return tuple(Field(name, _kind(tp), help_) for name, tp, help_ in _annotated(body))
 
 
 # fmt: off
 # ---------------------------------------------------------------------- the endpoints
 _RESULT = "the operation's result (see Operations)"
 
-STATUS = Endpoint("GET", "/v1/status", "status", "The daemon's state, the serving engine and "
-                  "what it knows.", answer="the status body (see Status body)")
+STATUS: Endpoint[NoBody] = Endpoint(
+    "GET", "/v1/status", "status", "The daemon's state, the serving engine and what it knows.",
+    answer="the status body (see Status body)",
+)
 HISTORY = Endpoint(
     "GET", "/v1/history", "history", "The journal of operations, oldest first, one page "
     "at a time (the client's `history()` and `fastverifyctl history` page back to the "
     "start when asked for all). Operations (start, switch, mode, restart, rollback) and "
     "crashes are kept in the daemon's own journal; recorded decisions in a journal of "
     "their own, so no number of them can rotate an operation out.",
-    query=(Field("n", "int", f"the newest N records (at most {HISTORY_PAGE_MAX})",
-                 default=HISTORY_PAGE, minimum=1),
-           Field("before", "number", "only records that finished before this unix time: "
-                 "the oldest `finished_at` of the page before, for the next page back (a page "
-                 "never splits records of the same `finished_at`)")),
+    model=HistoryQuery,
     answer="array of operation records: `{id, kind, profile, mode, result, reason, message, "
     "line, log, started_at, finished_at, duration_s, engine_ready_s?, tuner?, allreduce?, "
     "rolled_back_to?, fallback_to?, previous, serving, switch?, outcome?, put_back?}`; "
@@ -300,42 +584,19 @@ HISTORY = Endpoint(
 )
 LOGS = Endpoint(
     "GET", "/v1/logs", "logs", "The engine's and the daemon's log lines.",
-    query=(Field("n", "int", "the newest N lines first", default=100),
-           Field("follow", "bool", "keep the stream open for new lines", default=False)),
+    model=LogsQuery,
     answer='NDJSON `{"event": "log", seq, ts, source: "engine"|"daemon", line}`', streams=True,
 )
 SERVER_ARGV = Endpoint(
     "GET", "/v1/server/argv", "server_argv", "The server command line a profile and mode get.",
-    query=(Field("profile", "str", "the profile (default: the active one)"),
-           Field("mode", "str", "the mode (default: the active one)"),
-           Field("check", "bool", "run the engine's own argv parser on it", default=False)),
+    model=ServerArgvQuery,
     answer="`{engine, simulated, profile, mode, argv, check: {ok: true|false|null, message} | "
     "null}` (secret flag values masked)",
 )
 SET_PROFILE = Endpoint(
     "POST", "/v1/profile", "set_profile", "Switch to a profile (and mode): stop the engine, "
     "start it with the profile, verify, roll back on failure.",
-    fields=(
-        Field("name", "str", "the profile to serve", required=True),
-        Field("mode", "str", "baseline, eagle3 or adaptive (default: the active one)",
-              mirrors="server.mode"),
-        *_op_fields("accept a profile refused without it (a host whose PCIe ACS redirects "
-                    "the GPUs' peer traffic refuses a P2P profile with 422 `reason: "
-                    '"p2p_redirected"`, docs/guides/host.md), and ' + _FORCE_LEASE),
-        _RESTART,
-        Field("load_format", "str", "SGLang's `--load-format` for this switch and its "
-              'rollback (default `[server] load_format`); `"dummy"` = a timing trial, '
-              'labelled `weights: "dummy"` in the result, history, status and '
-              "`fastverify_profile_info`"),
-        Field("eagle3_steps", "int", "a timing trial's EAGLE-3 draft steps (1..64, topk 1, "
-              "steps + 1 draft tokens, as SGLang's adaptive worker runs them; only with mode "
-              '`eagle3` and `load_format: "dummy"`, refused with 422 before anything stops '
-              "otherwise; this start only, never persisted: the rollback and every later start run "
-              "`[server.eagle3]`; `fastverifyctl spec costs`)",
-              mirrors="server.eagle3.num_steps"),
-        _CANARY,
-        _lease(),
-    ),
+    model=SetProfileBody,
     answer=_RESULT, streams=True,
 )
 SET_MODE = Endpoint(
@@ -343,26 +604,19 @@ SET_MODE = Endpoint(
     'stored plan is 422 `reason: "no_adaptive_plan"` before anything stops; a start in which '
     "SGLang logs `speculative_adaptive disabled: ...` fails as `adaptive_disabled` and rolls "
     "back).",
-    fields=(
-        Field("mode", "str", "baseline, eagle3 or adaptive", required=True,
-              mirrors="server.mode"),
-        *_op_fields(_FORCE_LEASE),
-        _RESTART,
-        _CANARY,
-        _lease(),
-    ),
+    model=SetModeBody,
     answer=_RESULT, streams=True,
 )
 RESTART = Endpoint(
     "POST", "/v1/restart", "restart", "Restart the engine with the active profile and mode.",
-    fields=(*_op_fields(_FORCE_LEASE), _lease()), answer=_RESULT, streams=True,
+    model=RestartBody, answer=_RESULT, streams=True,
 )
-CANCEL = Endpoint(
+CANCEL: Endpoint[NoBody] = Endpoint(
     "POST", "/v1/cancel", "cancel", "Cancel the operation in flight (see Cancel).",
     answer='200 `{"result": "cancelled", "operation": {id, kind, profile, mode, started_at, '
     'elapsed_s}}` once accepted; 404 `{"error": "no operation in flight"}` when there is none',
 )
-BASELINES = Endpoint(
+BASELINES: Endpoint[NoBody] = Endpoint(
     "GET", "/v1/baselines", "baselines", "The recorded baseline measurements.",
     answer="`{profile: {profile, tokens_per_second, per_request_tokens_per_second, "
     'concurrency, measured_at, accept_length?, by_concurrency: {"N": record}}}`: the newest '
@@ -370,22 +624,7 @@ BASELINES = Endpoint(
 )
 RECORD_BASELINE = Endpoint(
     "POST", "/v1/baselines", "record_baseline", "Record a baseline measurement (bench, sweep).",
-    fields=(
-        Field("profile", "str", "a profile of the profile store", required=True),
-        Field("tokens_per_second", "number", "throughput, finite and > 0", required=True),
-        Field("per_request_tokens_per_second", "number", "per request, finite and > 0",
-              required=True),
-        Field("concurrency", "int", "the concurrent requests it was measured at, >= 1, "
-              "required (the daemon says why when absent): the exporter's break-even and "
-              "speedup gauges compare EAGLE-3 only with the baseline of the running-request "
-              "count it reads"),
-        Field("measured_at", "number", "unix seconds, default now; not before 2020-01-01 nor "
-              "more than 60 s in the future"),
-        Field("accept_length", "number", _ACCEPT_LENGTH + ": EAGLE-3 with real weights; "
-              "trial sweeps judge break-even accept lengths by it", minimum=1,
-              why="bonus token included"),
-        Field("acceptance_source", "str", _ACCEPTANCE_SOURCE),
-    ),
+    model=RecordBaselineBody,
     answer='the stored record; 422 `{error, fields: {field: what is wrong}, reason: '
     '"invalid_baseline"}` naming every bad field (nothing is stored then)',
     max_body=4 * 1024, recorded=True,
@@ -394,8 +633,7 @@ CAPTURE_TRACE = Endpoint(
     "POST", "/v1/trace/capture", "capture_trace", "Record one profile window of the serving "
     "engine now and analyse it. A window records forward steps, which only happen under "
     "load; a client that disconnects while waiting cancels the window.",
-    fields=(Field("steps", "int", "forward steps to record (default `daemon.trace_steps`)",
-                  mirrors="daemon.trace_steps"),),
+    model=CaptureTraceBody,
     answer="the trace analysis; 409 (nothing started) when the exporter is off, no engine is "
     "READY, another profile window still runs after the capture timeout (a background window "
     "in progress is waited for), or the engine is idle: over 3 s SGLang's /metrics showed no "
@@ -407,7 +645,7 @@ CAPTURE_TRACE = Endpoint(
     "window failed or timed out: the daemon then stops it on the server (`POST "
     "/stop_profile`) and removes its directory",
 )
-DECISION = Endpoint(
+DECISION: Endpoint[NoBody] = Endpoint(
     "GET", "/v1/decision", "decision", "The newest tuning decision (`fastverifyctl tune`).",
     answer="`{profile, mode, backend, applied, why, report?, accept_length?, acceptance_source?, "
     "tokens_per_second?, decided_at, engine, by?}`, `{}` when none",
@@ -418,35 +656,19 @@ RECORD_DECISION = Endpoint(
     "dir, appended to the history (kind `decision`) and exported as "
     "`fastverify_decision_info{profile,mode,backend,applied,serving} 1` (`serving`: whether "
     "it is what serves now; also after a daemon restart).",
-    fields=(
-        Field("profile", "str", "a profile of the profile store", required=True),
-        Field("mode", "str", "baseline, eagle3 or adaptive", required=True),
-        Field("backend", "str", "the all-reduce backend's name (`[a-z][a-z0-9_]*`)",
-              required=True),
-        Field("applied", "bool", "whether tune applied it", required=True),
-        Field("why", "str", "the reason, at most 2000 characters", required=True),
-        Field("report", "str", "the report file it wrote"),
-        Field("accept_length", "number", _ACCEPT_LENGTH),
-        Field("acceptance_source", "str", _ACCEPTANCE_SOURCE),
-        Field("tokens_per_second", "number", "the throughput it measured"),
-        Field("adaptive_config", "str", "mode adaptive: the plan's SGLang config"),
-    ),
+    model=RecordDecisionBody,
     answer='the stored record; 422 `{error, fields, reason: "invalid_decision"}` naming every '
     "bad field (nothing is stored then)",
     max_body=16 * 1024, recorded=True,
 )
-LEASE = Endpoint(
+LEASE: Endpoint[NoBody] = Endpoint(
     "GET", "/v1/lease", "lease", "The experiment's lease in force, if any.",
     answer="`{lease: {experiment, description, holder, pid, since} | null}`; `id` too when "
     "the caller is the holder (the identity that took it)",
 )
 TAKE_LEASE = Endpoint(
     "POST", "/v1/lease", "take_lease", "Hold the daemon for an experiment (see Leases).",
-    fields=(
-        Field("experiment", "str", '"sweep", "tune" or "spec-costs"', required=True),
-        Field("description", "str", "what it runs, for status"),
-        Field("force", "bool", "take it even while another lease holds", default=False),
-    ),
+    model=TakeLeaseBody,
     answer='200 `{id, experiment, description, holder, pid, since}`: the lease belongs to '
     "the caller's identity (uid on the Unix socket, certificate subject + token name on "
     'TCP); 409 `{error, reason: "leased", lease}` while another lease holds; taken with '
@@ -454,11 +676,11 @@ TAKE_LEASE = Endpoint(
 )
 RELEASE_LEASE = Endpoint(
     "POST", "/v1/lease/release", "release_lease", "End an experiment's lease.",
-    fields=(Field("id", "str", "the lease's id", required=True),),
+    model=ReleaseLeaseBody,
     answer='200 `{released: {...}}`; 404 `{reason: "no_lease"}` when that lease is not in '
     'force; 403 `{reason: "not_holder"}` when another identity holds it',
 )
-ACCEPTANCE = Endpoint(
+ACCEPTANCE: Endpoint[NoBody] = Endpoint(
     "GET", "/v1/acceptance", "acceptance", "Every bench's accepted-drafts histograms, the "
     "summed one and each request's, newest 50 kept.",
     answer='`{curves: {"PROFILE/MODE/STEPS@MEASURED_AT": {profile, mode, model, drafter, '
@@ -473,25 +695,13 @@ RECORD_ACCEPTANCE = Endpoint(
     "POST", "/v1/acceptance", "record_acceptance", "Record a bench's acceptance on the served "
     "EAGLE-3 engine, labelled from what the daemon serves: profile, mode, model, drafter, "
     "topk, launch steps, weights.",
-    fields=(
-        Field("histogram", "list", "accepted drafts per verify pass, summed: non-negative "
-              "ints, at least one pass, at most steps + 1 entries", required=True),
-        Field("requests", "list", "each request's histogram"),
-        Field("dataset", "dict", "`{name, format, sha256, prompts, synthetic}`"),
-        Field("sampling", "dict", "`{temperature, top_p}`"),
-        Field("input_len", "int", "prompt tokens per request"),
-        Field("output_len", "int", "generated tokens per request"),
-        Field("profile", "str", "the profile the client measured (checked against the "
-              "served)"),
-        Field("mode", "str", "the mode the client measured (checked against the served)"),
-        Field("measured_at", "number", "unix seconds, default now"),
-    ),
+    model=RecordAcceptanceBody,
     answer='the stored record; 409 `reason: "not_serving"` / `"served_changed"` (the client '
     'measured another profile/mode); 422 `"not_speculative"` (a baseline server) or '
     '`"invalid_histogram"`',
     max_body=MAX_BODY, recorded=True,
 )
-SPEC_PLAN = Endpoint(
+SPEC_PLAN: Endpoint[NoBody] = Endpoint(
     "GET", "/v1/spec/plan", "spec_plan", "The stored speculation plan (`fastverifyctl spec "
     "plan`, `fastverify.speculation.plan.Plan.to_dict`).",
     answer='`{tiers: {"KEY": {batch_sizes, config, steps, break_even_accept_length, '
@@ -501,7 +711,7 @@ SPEC_PLAN = Endpoint(
     'predictions: {"C": {baseline, eagle, adaptive, adaptive_ci, if_lower, gain}}, costs, '
     "why, for, acceptance, stored_at}`, `{}` when none",
 )
-VERIFY = Endpoint(
+VERIFY: Endpoint[NoBody] = Endpoint(
     "GET", "/v1/verify", "verify", "Run the after-READY verifiers again on the serving engine "
     "(read-only: it keeps serving whatever the verdict; `fastverifyctl verify`).",
     answer="`{ok, profile, mode, pid, engine_id, reason, message, verifiers: [{name, status: "
@@ -513,13 +723,12 @@ STORE_SPEC_PLAN = Endpoint(
     "checked as SGLang's `_load_adaptive_config` checks it (422 `reason: \"invalid_plan\"`), "
     "then written to `adaptive-config.json` in the state dir (mode adaptive serves it) beside "
     "`spec-plan.json`.",
-    fields=(Field("plan", "dict", "the plan (`Plan.to_dict`)", required=True),
-            Field("adaptive_config", "dict", "SGLang's adaptive config", required=True)),
+    model=StoreSpecPlanBody,
     answer="the plan as stored",
     max_body=MAX_BODY, recorded=True,
 )
 
-ENDPOINTS: tuple[Endpoint, ...] = (
+ENDPOINTS: tuple[Endpoint[Any], ...] = (
     STATUS, HISTORY, LOGS, SERVER_ARGV, BASELINES, ACCEPTANCE, SPEC_PLAN, DECISION, LEASE, VERIFY,
     SET_PROFILE, SET_MODE, RESTART, CANCEL, TAKE_LEASE, RELEASE_LEASE, RECORD_BASELINE,
     RECORD_DECISION, RECORD_ACCEPTANCE, STORE_SPEC_PLAN, CAPTURE_TRACE,
@@ -533,5 +742,5 @@ for _ep in ENDPOINTS:
 del _ep
 
 
-def endpoint(method: str, path: str) -> Endpoint | None:
+def endpoint(method: str, path: str) -> Endpoint[Any] | None:
     return next((e for e in ENDPOINTS if (e.method, e.path) == (method, path)), None)

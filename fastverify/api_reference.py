@@ -1,5 +1,6 @@
 """The reference part of docs/reference/api.md, written from fastverify.api_models: the
-endpoints, each request's fields (type, required, default, meaning) and the status body's fields.
+endpoints, each request's fields (type, required, default, meaning) and the status body's fields
+(with the sections the daemon's parts declare).
 
 `python -m fastverify.api_reference` rewrites the block between BEGIN and END in
 docs/reference/api.md (the prose around it is hand-written); the suite fails when the committed
@@ -56,6 +57,14 @@ def _status_table(fields: tuple[m.Field, ...], prefix: str = "") -> list[str]:
     return rows
 
 
+def part_sections() -> tuple[m.Field, ...]:
+    """The status sections the daemon's parts add (`parts`), as each part declares its own
+    (`Part.SECTION`), in their order."""
+    from fastverify.daemon.controller import PARTS
+
+    return tuple(m.Field(p.STATUS, "object | null", p.SECTION) for p in PARTS if p.STATUS)
+
+
 def render() -> str:
     """The generated block, markers included."""
     out: list[Any] = [BEGIN, "", "## Endpoints", ""]
@@ -86,7 +95,7 @@ def render() -> str:
             ]
     status = f"`{m.STATUS.method} {m.STATUS.path}` answers one object:"
     out += ["", "## Status body", "", status, ""]
-    out += [*_status_table(m.documented(m.StatusBody)), "", "`engine`:", ""]
+    out += [*_status_table(m.documented(m.StatusBody) + part_sections()), "", "`engine`:", ""]
     out += _status_table(m.documented(m.EngineStatus), "engine.")
     out += ["", END]
     return "\n".join(out) + "\n"

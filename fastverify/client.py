@@ -22,7 +22,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 from fastverify import api_models as m
 
@@ -159,11 +159,11 @@ def _object(answer: Any) -> dict[str, Any]:
     return cast(dict[str, Any], answer)
 
 
-def _method(ep: m.Endpoint) -> Any:
-    """A method of Calls that calls `ep` with keyword fields (and `timeout`)."""
+def _method(ep: m.Endpoint[m.NoBody]) -> Any:
+    """A method of Calls that calls `ep`, which takes no fields (`timeout` only)."""
 
-    def method(self: Calls, *, timeout: float | None = None, **fields: Any) -> Any:
-        return self.call(ep, timeout=timeout, **fields)
+    def method(self: Calls, *, timeout: float | None = None) -> Any:
+        return self.call(ep, timeout=timeout)
 
     method.__name__ = ep.client
     method.__doc__ = f"{ep.method} {ep.path}: {ep.summary}"
@@ -191,7 +191,7 @@ class Calls:
         calls go (a lease's wrapper adds its id here too)."""
         return self.request("POST", path, body, **kw)
 
-    def call(self, ep: m.Endpoint, /, *, timeout: float | None = None, **fields: Any) -> Any:
+    def call(self, ep: m.Endpoint[Any], /, *, timeout: float | None = None, **fields: Any) -> Any:
         """One request to `ep` with `fields` (its body, or its query for a GET; None values
         are left out) -> the decoded JSON answer. A field `ep` does not declare is a
         TypeError here, before anything is sent."""
@@ -199,7 +199,7 @@ class Calls:
 
     def follow(
         self,
-        ep: m.Endpoint,
+        ep: m.Endpoint[Any],
         /,
         *,
         timeout: float | None = None,
@@ -229,26 +229,36 @@ class Calls:
             before = min(_finished(r) for r in page)
         return out if n is None else out[-n:]
 
-    def logs(self, **fields: Any) -> Iterator[dict[str, Any]]:
+    def logs(
+        self,
+        *,
+        timeout: float | None = None,
+        answer_timeout: float | None = None,
+        **query: Unpack[m.LogsQuery],
+    ) -> Iterator[dict[str, Any]]:
         """The log lines (`n`, `follow`), as NDJSON events; `answer_timeout`, `timeout` as
         `follow`."""
-        return self.follow(m.LOGS, **fields)
+        return self.follow(m.LOGS, timeout=timeout, answer_timeout=answer_timeout, **query)
 
-    def server_argv(self, *, timeout: float | None = None, **query: Any) -> dict[str, Any]:
+    def server_argv(
+        self, *, timeout: float | None = None, **query: Unpack[m.ServerArgvQuery]
+    ) -> dict[str, Any]:
         """The argv of `profile` and `mode` (default: the active ones); `check=True` runs the
         engine's argv parser."""
         return _object(self.call(m.SERVER_ARGV, timeout=timeout, **query))
 
-    def set_profile(self, name: str, **fields: Any) -> dict[str, Any]:
-        """Switch to profile `name` (fields: api_models.SET_PROFILE)."""
-        return _object(self.call(m.SET_PROFILE, name=name, **fields))
+    def set_profile(
+        self, name: str, *, timeout: float | None = None, **fields: Unpack[m.SetProfileOptions]
+    ) -> dict[str, Any]:
+        """Switch to profile `name` (fields: api_models.SetProfileBody)."""
+        return _object(self.call(m.SET_PROFILE, timeout=timeout, name=name, **fields))
 
-    def set_mode(self, mode: str, **fields: Any) -> dict[str, Any]:
-        """Switch the mode (fields: api_models.SET_MODE)."""
+    def set_mode(self, mode: str, **fields: Unpack[m.SetModeOptions]) -> dict[str, Any]:
+        """Switch the mode (fields: api_models.SetModeBody)."""
         return _object(self.call(m.SET_MODE, mode=mode, **fields))
 
-    def restart(self, **fields: Any) -> dict[str, Any]:
-        """Restart the engine (fields: api_models.RESTART)."""
+    def restart(self, **fields: Unpack[m.RestartBody]) -> dict[str, Any]:
+        """Restart the engine (fields: api_models.RestartBody)."""
         return _object(self.call(m.RESTART, **fields))
 
     def cancel(self) -> dict[str, Any] | None:
@@ -262,24 +272,38 @@ class Calls:
                 return None
             raise
 
-    def take_lease(self, experiment: str, **fields: Any) -> dict[str, Any]:
+    def take_lease(self, experiment: str, **fields: Unpack[m.TakeLeaseOptions]) -> dict[str, Any]:
         return _object(self.call(m.TAKE_LEASE, experiment=experiment, **fields))
 
-    def release_lease(self, lease_id: str, **kw: Any) -> dict[str, Any]:
-        return _object(self.call(m.RELEASE_LEASE, id=lease_id, **kw))
+    def release_lease(self, lease_id: str, *, timeout: float | None = None) -> dict[str, Any]:
+        return _object(self.call(m.RELEASE_LEASE, timeout=timeout, id=lease_id))
 
     def store_spec_plan(self, plan: dict[str, Any], adaptive_config: dict[str, Any]) -> Any:
         return self.call(m.STORE_SPEC_PLAN, plan=plan, adaptive_config=adaptive_config)
 
-    # the endpoints called with their fields as they are: record_baseline(profile=..., ...)
+    def record_baseline(self, **fields: Unpack[m.RecordBaselineBody]) -> dict[str, Any]:
+        """A bench's or a sweep's baseline measurement (the stored record)."""
+        return _object(self.call(m.RECORD_BASELINE, **fields))
+
+    def record_decision(self, **fields: Unpack[m.RecordDecisionBody]) -> dict[str, Any]:
+        """What tune decided, after it applied it (the stored record)."""
+        return _object(self.call(m.RECORD_DECISION, **fields))
+
+    def record_acceptance(self, **fields: Unpack[m.RecordAcceptanceBody]) -> dict[str, Any]:
+        """A bench's acceptance on the served EAGLE-3 engine (the stored record)."""
+        return _object(self.call(m.RECORD_ACCEPTANCE, **fields))
+
+    def capture_trace(
+        self, *, timeout: float | None = None, **fields: Unpack[m.CaptureTraceBody]
+    ) -> dict[str, Any]:
+        """One profile window of the serving engine now, analysed."""
+        return _object(self.call(m.CAPTURE_TRACE, timeout=timeout, **fields))
+
+    # the endpoints that take no fields
     baselines = _method(m.BASELINES)
-    record_baseline = _method(m.RECORD_BASELINE)
-    capture_trace = _method(m.CAPTURE_TRACE)
     decision = _method(m.DECISION)
-    record_decision = _method(m.RECORD_DECISION)
     lease = _method(m.LEASE)
     acceptance = _method(m.ACCEPTANCE)
-    record_acceptance = _method(m.RECORD_ACCEPTANCE)
     spec_plan = _method(m.SPEC_PLAN)
     verify = _method(m.VERIFY)
 
@@ -489,9 +513,9 @@ class ControlClient(Calls):
             resp.close()
 
 
-def _target(ep: m.Endpoint, fields: dict[str, Any]) -> tuple[str, Any]:
+def _target(ep: m.Endpoint[Any], fields: dict[str, Any]) -> tuple[str, Any]:
     """(path with the query, body) of a call to `ep` with `fields`."""
-    declared = {f.name for f in (*ep.fields, *ep.query)}
+    declared = set(ep.names)
     unknown = sorted(set(fields) - declared)
     if unknown:
         raise TypeError(

@@ -22,6 +22,7 @@ Files are written atomically (durable.atomic_write_json).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from fastverify.config import ADAPTIVE_CONFIG_NAME, weights_label
@@ -60,7 +61,9 @@ def _histograms(value: Any, steps: int, field: str) -> list[list[int]]:
     return [[int(n) for n in h] for h in value if sum(h) > 0]
 
 
-def record(store: StateStore, handle: Any, body: dict[str, Any]) -> dict[str, Any]:
+def record(
+    store: StateStore, handle: Any, body: Mapping[str, Any], forced: dict[str, Any] | None
+) -> dict[str, Any]:
     """Keep a histogram measured on `handle` (the serving engine). RequestError: 409 when
     nothing serves or it is not the profile/mode the client measured, 422 for a bad
     histogram or a baseline server."""
@@ -97,7 +100,6 @@ def record(store: StateStore, handle: Any, body: dict[str, Any]) -> dict[str, An
         sampling = {}
     weights = weights_label(load_format_of(list(handle.argv)))
     adaptive_on = adaptive.FLAG_ADAPTIVE in handle.argv
-    forced = getattr(handle, "forced", None)
     why_not = None
     if weights == "dummy" and not forced:
         why_not = "dummy weights (a trial): the drafter guesses at random; never used"
@@ -146,7 +148,7 @@ def load(store: StateStore) -> dict[str, Any]:
     return store.load_json(ACCEPTANCE_FILE)
 
 
-def save_plan(store: StateStore, body: dict[str, Any]) -> dict[str, Any]:
+def save_plan(store: StateStore, body: Mapping[str, Any]) -> dict[str, Any]:
     """Check the plan's adaptive config as SGLang's `_load_adaptive_config` would, then write
     it and the plan; returns the plan as stored (with the config's path)."""
     cfg = body.get("adaptive_config")

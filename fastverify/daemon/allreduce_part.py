@@ -136,9 +136,13 @@ class AllreducePart(BasePart):
 
     NAME = PART
     STATUS = PART
+    SECTION = (
+        "the serving engine's TP all-reduce backend as verify confirmed it "
+        "(`engine.allreduce`'s fields; none before)"
+    )
 
     def __init__(self, core: Any) -> None:
-        self.c = core
+        super().__init__(core)
         core.launcher.started_with.append(self._begin)
 
     def _begin(self, h: EngineHandle, env: Mapping[str, str] | None) -> None:

@@ -19,8 +19,9 @@ import select
 import socket
 import ssl
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from fastverify import api_models as m
@@ -35,6 +36,7 @@ from fastverify.daemon.resolve import RequestError
 log = logging.getLogger("fastverifyd.api")
 
 MAX_BODY = m.MAX_BODY
+B = TypeVar("B")  # an endpoint's request model
 MAX_HEAD = 128 * 1024  # the request line and headers (http.server: 64 KiB a line, 100 lines)
 
 
@@ -309,9 +311,9 @@ class Handler(BaseHTTPRequestHandler):
         q = parse_query(m.SERVER_ARGV, query)
         self._send_json(200, self.api.server_argv(q["profile"], q["mode"], q["check"]))
 
-    def _operation(self, ep: m.Endpoint, kind: str, body: Any) -> None:
+    def _operation(self, ep: m.Endpoint[Any], kind: str, body: Any) -> None:
         """A switch, mode or restart: the body checked against `ep`, its defaults filled in."""
-        opts = options(ep, validate_body(ep.path, body))
+        opts: dict[str, Any] = options(ep, validate_body(ep, body))
         wait, stream = opts.pop("wait"), opts.pop("stream")
         name, mode = opts.pop("name", None), opts.pop("mode", None)
         op = self.api.operate(kind, name, mode, caller=self.caller,
@@ -342,25 +344,32 @@ class Handler(BaseHTTPRequestHandler):
         self._operation(m.RESTART, "restart", body)
 
     def h_cancel(self, method: str, body: Any, query: dict[str, str]) -> None:
-        validate_body(m.CANCEL.path, body)
+        validate_body(m.CANCEL, body)
         op = self.api.cancel(self.caller)
         if op is None:
             raise RequestError(404, "no operation in flight")
         self._send_json(200, {"result": "cancelled", "operation": op.describe()})
 
     def _read_or_record(
-        self, method: str, body: Any, ep: m.Endpoint, read: Any, record: Any
+        self,
+        method: str,
+        body: Any,
+        ep: m.Endpoint[B],
+        read: Callable[[], Any],
+        record: Callable[[B], Any],
     ) -> None:
         """GET: `read()`; POST: `record(body)` once the body is checked against `ep` (its
         types: the facade checks the values)."""
-        self._send_json(200, read() if method == "GET" else record(validate_body(ep.path, body)))
+        self._send_json(200, read() if method == "GET" else record(validate_body(ep, body)))
 
     def h_baselines(self, method: str, body: Any, query: dict[str, str]) -> None:
         api = self.api
         self._read_or_record(method, body, m.RECORD_BASELINE, api.baselines, api.set_baseline)
 
     def h_decision(self, method: str, body: Any, query: dict[str, str]) -> None:
-        record = lambda b: self.api.record_decision(b, self.caller)  # noqa: E731
+        def record(b: m.RecordDecisionBody) -> dict[str, Any]:
+            return self.api.record_decision(b, self.caller)
+
         self._read_or_record(method, body, m.RECORD_DECISION, self.api.decision, record)
 
     def h_acceptance(self, method: str, body: Any, query: dict[str, str]) -> None:
@@ -379,7 +388,7 @@ class Handler(BaseHTTPRequestHandler):
                 lease = public_lease(lease)
             self._send_json(200, {"lease": lease})
             return
-        opts = options(m.TAKE_LEASE, validate_body(m.TAKE_LEASE.path, body))
+        opts = options(m.TAKE_LEASE, validate_body(m.TAKE_LEASE, body))
         # the holder: the caller's identity; its process on the Unix socket's other end
         # (SO_PEERCRED) for the lease to lapse with; unknown on TCP
         pid = self.caller.pid if self.caller.door == "unix" else None
@@ -388,8 +397,8 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(200, lease)
 
     def h_lease_release(self, method: str, body: Any, query: dict[str, str]) -> None:
-        body = validate_body(m.RELEASE_LEASE.path, body)
-        self._send_json(200, self.api.release_lease(body["id"], self.caller))
+        released = validate_body(m.RELEASE_LEASE, body)
+        self._send_json(200, self.api.release_lease(released["id"], self.caller))
 
     def h_verify(self, method: str, body: Any, query: dict[str, str]) -> None:
         from fastverify.daemon.reverify import rerun  # the verifiers again (reverify.py)
@@ -397,9 +406,9 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(200, rerun(self.api.ctl))
 
     def h_trace_capture(self, method: str, body: Any, query: dict[str, str]) -> None:
-        body = validate_body(m.CAPTURE_TRACE.path, body)
+        steps = validate_body(m.CAPTURE_TRACE, body).get("steps")
         cancelled = lambda: _peer_closed(self.connection)  # noqa: E731
-        self._send_json(200, self.api.capture_trace(body.get("steps"), cancelled))
+        self._send_json(200, self.api.capture_trace(steps, cancelled))
 
 
 def _peer_closed(sock: socket.socket) -> bool:

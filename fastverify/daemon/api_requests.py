@@ -1,14 +1,15 @@
 """The control API's requests, read and validated as fastverify.api_models declares them: a
-JSON body against its endpoint's fields (`validate_body`: 400/422 saying what is wrong and
-what to send instead), a query string against its parameters (`parse_query`), and the
-options of an operation with the defaults the models declare (`options`)."""
+JSON body against its endpoint's model (`validate_body`: 400/422 saying what is wrong and
+what to send instead; what passes is that model), a query string against its parameters
+(`parse_query`), and the options of an operation with the defaults the models declare
+(`options`)."""
 
 from __future__ import annotations
 
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from fastverify import api_models as m
 from fastverify import config as configmod
@@ -22,12 +23,13 @@ MIRRORS: dict[str, str] = {
 
 _WANT = {"number": "a number"}  # (int, float) is one word: "a number", not "int or float"
 
+B = TypeVar("B")  # the endpoint's request model
 
-def validate_body(path: str, body: Any) -> dict[str, Any]:
-    """Check a POST body against its endpoint's fields; RequestError(400/422) says what is
+
+def validate_body(ep: m.Endpoint[B], body: Any) -> B:
+    """Check a POST body against its endpoint's model; RequestError(400/422) says what is
     wrong. The body comes back as sent (no defaults filled in)."""
-    ep = m.endpoint("POST", path)
-    fields = ep.fields if ep is not None else ()
+    fields = ep.fields
     if body is None:
         body = {}
     if not isinstance(body, dict):
@@ -56,7 +58,7 @@ def validate_body(path: str, body: Any) -> dict[str, Any]:
             raise RequestError(422, f"field {f.name!r} (like {f.mirrors} in the config): {why}")
     if body.get("load_format") is not None and configmod.load_format_problem(body["load_format"]):
         raise RequestError(422, f"field {configmod.load_format_problem(body['load_format'])}")
-    return body
+    return cast(B, body)
 
 
 def _check_value(f: m.Field, value: Any) -> None:
@@ -80,7 +82,7 @@ _QUERY_NUMBERS: dict[str, tuple[Callable[[str], float], str]] = {
 }
 
 
-def parse_query(ep: m.Endpoint, query: dict[str, str]) -> dict[str, Any]:
+def parse_query(ep: m.Endpoint[B], query: dict[str, str]) -> B:
     """A GET's query parameters as its endpoint declares them, defaults filled in (others are
     ignored); RequestError(400) for a number that is not one."""
     out = ep.defaults()
@@ -102,9 +104,10 @@ def parse_query(ep: m.Endpoint, query: dict[str, str]) -> dict[str, Any]:
                 raise RequestError(400, f"query parameter {f.name}={raw!r} must be finite")
         else:
             out[f.name] = raw
-    return out
+    return cast(B, out)
 
 
-def options(ep: m.Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+def options(ep: m.Endpoint[B], body: B) -> B:
     """A checked body with the declared defaults for what it leaves out."""
-    return {**ep.defaults(), **{k: v for k, v in body.items() if v is not None}}
+    given = cast(dict[str, Any], body).items()
+    return cast(B, {**ep.defaults(), **{k: v for k, v in given if v is not None}})

@@ -5,7 +5,7 @@ record per concurrency (`with_concurrency`), and every stored record (`baseline_
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 # Baselines measured before this are not from fastverify (2020-01-01T00:00:00Z).
@@ -15,7 +15,7 @@ CLOCK_SKEW_S = 60.0
 
 
 def check_baseline(
-    body: dict[str, Any], profile_problem: Callable[[str], str | None], now: float
+    body: Mapping[str, Any], profile_problem: Callable[[str], str | None], now: float
 ) -> dict[str, str]:
     """What is wrong with a baseline body, field -> message (empty: nothing)."""
     out: dict[str, str] = {}

@@ -3,12 +3,12 @@
 
     argv        SGLang's own argument parser refuses the argv (422 argv_rejected)
     forced      SGLANG_SIMULATE_ACC_LEN / _METHOD in the server's environment as SGLang would
-                not honour them (422 forced_acceptance_invalid)
+                not honour them (422 forced_acceptance_invalid; speculation_part.py)
     p2p         a profile using PCIe P2P where ACS redirects peer traffic (422 p2p_redirected)
     env         /proc/PID/environ of the server and every descendant holds the profile (verify.py)
     nccl        NCCL's own "X set by environment to Y" lines agree (NCCL_DEBUG=INFO starts)
     adaptive    mode adaptive: SGLang kept --speculative-adaptive (speculation_part.py)
-    tuner       a tuner profile: NCCL loaded fastverify's plugin (tuner_check.py)
+    tuner       a tuner profile: NCCL loaded fastverify's plugin (tuner_part.py, tuner_check.py)
     allreduce   the TP all-reduce backend the profile asks for: refused before the load when
                 it cannot serve, its SGLang lines read while loading, confirmed per rank
                 after READY (allreduce_part.py, the all-reduce part's own verifier)
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastverify.daemon import allreduce_part, speculation_part, tuner_check, verify
+from fastverify.daemon import allreduce_part, speculation_part, tuner_part, verify
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import DEBUG_VARS, EngineHandle, Launcher
 from fastverify.daemon.resolve import RequestError, Resolver
@@ -141,21 +141,6 @@ class NcclConfirmed(Check):
         return self.ok(message, **evidence)
 
 
-class TunerLoaded(Check):
-    name = "tuner"
-
-    def verify(self, h: EngineHandle, ctx: Context) -> Finding:
-        failure, tuner = tuner_check.check_engine_tuner(h.pid, h.nccl_debug_dir, str(h.log_path))
-        if failure is not None:
-            return self.failed(failure, line=failure.line)
-        if tuner is None:
-            return self.skipped(f"no tuner table ({tuner_check.TABLE_ENV} unset)")
-        ctx.details["tuner"] = h.tuner = tuner
-        message = tuner_check.summary(tuner)
-        ctx.say(message)
-        return self.ok(message.removeprefix("verify: "), **tuner)
-
-
 class ProfileCurrent(Check):
     """On a re-run: the profile as it is on disk now would start what serves."""
 
@@ -205,30 +190,16 @@ class ProfileCurrent(Check):
         return self.ok(f"{h.profile}/{h.mode} would start the same engine now", **evidence)
 
 
-class ForcedAcceptance(Check):
-    name = "forced"
-
-    def __init__(self, launcher: Launcher) -> None:
-        self.launcher = launcher
-
-    def refuse(self, plan: Plan) -> Problem | None:
-        why = self.launcher.forced_refusal(plan.profile, plan.argv)
-        if why is None:
-            return None
-        return Problem(422, f"{plan.name}/{plan.mode}: {why}; nothing was stopped",
-                       {"reason": "forced_acceptance_invalid"})  # fmt: skip
-
-
 def default_checks(launcher: Launcher, resolver: Resolver) -> list[Verifier]:
     """The daemon's verifiers, in the order they run (see the module docstring)."""
     return [
         ArgvParser(resolver),
-        ForcedAcceptance(launcher),
+        speculation_part.ForcedAcceptance(launcher),
         DirectP2P(resolver),
         ProcessEnv(launcher),
         NcclConfirmed(launcher),
         speculation_part.Kept(),
-        TunerLoaded(),
+        tuner_part.Loaded(),
         allreduce_part.Backend(launcher),
         ProfileCurrent(launcher, resolver),
     ]

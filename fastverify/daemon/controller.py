@@ -45,6 +45,7 @@ from fastverify.daemon.frontdoor import DoorSteps
 from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.logs import LineFacts
 from fastverify.daemon.operations import Claim, Operation, OpResult
+from fastverify.daemon.parts import BasePart
 from fastverify.daemon.recovery import RecoverySteps
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.rollback import RollbackSteps
@@ -52,6 +53,7 @@ from fastverify.daemon.speculation_part import SpeculationPart
 from fastverify.daemon.standby_switch import StandbySteps
 from fastverify.daemon.starting import Starts
 from fastverify.daemon.states import State
+from fastverify.daemon.tuner_part import TunerPart
 from fastverify.daemon.verifier import Plan
 from fastverify.daemon.weights import WeightSteps
 from fastverify.redact import mask_argv
@@ -66,6 +68,12 @@ NOOP_KINDS = ("switch", "mode")
 CANCELLABLE = ("switch", "mode", "restart", "start")
 
 
+# The daemon's parts (parts.py), in the order their hooks run and their status sections show.
+PARTS: tuple[type[BasePart], ...] = (
+    WeightSteps, AllreducePart, SpeculationPart, TunerPart, DoorSteps
+)  # fmt: skip
+
+
 class Controller(Core):
     """See the module docstring. Public methods are thread-safe."""
 
@@ -76,7 +84,7 @@ class Controller(Core):
         self.door = DoorSteps(self)  # the front door: the switch's hold, drain and cut over
         # each feature a part (parts.py): its own state, say in a start, exporter source,
         # status section; the steps below call over the list and never name one
-        self.parts = [WeightSteps(self), AllreducePart(self), SpeculationPart(self), self.door]
+        self.parts = [self.door if part is DoorSteps else part(self) for part in PARTS]
         self.starts = Starts(self, self.verifiers)
         self.rollback = RollbackSteps(self, self.starts)
         self.crash_steps = CrashSteps(self, self.starts)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from fastverify.config import SPEC_MODES, Config, weights_label
+from fastverify.config import Config, weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.checks import default_checks
 from fastverify.daemon.failures import Failure
@@ -34,8 +34,6 @@ from fastverify.daemon.statestore import StateStore
 from fastverify.daemon.verifier import Verifier, Verifiers
 from fastverify.engines.base import Engine
 from fastverify.engines.sglang import load_format_of
-from fastverify.sglang.forced import SETTINGS_KEY as ACCEPTANCE_SOURCE
-from fastverify.sglang.forced import label_of_record as forced_label
 
 log = logging.getLogger("fastverifyd.controller")
 
@@ -186,13 +184,12 @@ class Core:
 
     def settings(self, h: EngineHandle | None) -> dict[str, str]:
         """The profile's settings + `weights` ("dummy" for a trial, read from the argv) +
-        `acceptance_source` for a drafting server ("forced (SGLANG_SIMULATE_ACC_LEN=L)" when
-        SGLang forces its accept length, else "measured")."""
+        what the parts add (the speculation part: a drafting server's `acceptance_source`)."""
         if h is None:
             return {}
         out = dict(h.expected_nccl, weights=weights_label(load_format_of(h.argv)))
-        if h.mode in SPEC_MODES:
-            out[ACCEPTANCE_SOURCE] = forced_label(h.forced)
+        for part in self.parts:
+            out.update(part.settings(h))
         return out
 
     def op_weights(self, op: Operation) -> str:

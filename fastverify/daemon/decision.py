@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastverify.config import MODES
@@ -21,7 +21,7 @@ WHY_MAX = 2000
 
 
 def check_decision(
-    body: dict[str, Any], profile_problem: Callable[[str], str | None]
+    body: Mapping[str, Any], profile_problem: Callable[[str], str | None]
 ) -> dict[str, str]:
     """What is wrong with a decision body, field -> message (empty: nothing)."""
     out: dict[str, str] = {}
@@ -42,7 +42,7 @@ def check_decision(
     return out
 
 
-def decision_record(body: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+def decision_record(body: Mapping[str, Any], now: float | None = None) -> dict[str, Any]:
     """The stored decision (decision.json) from a checked body."""
     rec = {k: body[k] for k in ("profile", "mode", "backend", "applied", "why")}
     for k in (

@@ -24,10 +24,17 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
-from fastverify.api_models import EngineStatus, StatusBody
+from fastverify.api_models import (
+    EngineStatus,
+    RecordAcceptanceBody,
+    RecordBaselineBody,
+    RecordDecisionBody,
+    StatusBody,
+    StoreSpecPlanBody,
+)
 from fastverify.config import weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.baselines import check_baseline, with_concurrency
@@ -43,7 +50,6 @@ from fastverify.engines.sglang import load_format_of
 from fastverify.host import here as host_here
 from fastverify.lease_record import describe as describe_lease
 from fastverify.redact import mask_argv
-from fastverify.sglang.forced import label_of_record as forced_label
 
 _S = TypeVar("_S", bound="ControlFacade")
 _P = ParamSpec("_P")
@@ -154,18 +160,15 @@ class ControlFacade:
                 "progress": dict(h.progress) if h is not None else None,
                 "adopted": h.adopted if h is not None else False,
                 "weights": weights_label(load_format_of(h.argv)) if h is not None else None,
-                # SGLANG_SIMULATE_ACC_LEN in its environment: SGLang forces the accept length
-                "forced_acceptance": h.forced if h is not None else None,
-                "acceptance_source": forced_label(h.forced) if h is not None else None,
-                "tuner": h.tuner if h is not None else None,  # confirmed at verify
                 # the watch of SGLang's /health_generate after READY (daemon/watch.py)
                 "health": h.watch.health() if h is not None and alive and h.watch else None,
                 "identity": identity,
                 "capabilities": None,  # below, outside the lock
             }
-            for part in c.parts:  # what a part keeps of this engine (where its weights came from)
+            for part in c.parts:  # what a part keeps of this engine (its tuner, its weights' load)
                 _add_parts_fields(engine, part.engine_fields(h))
             argv = list(h.argv) if h is not None else None
+            sections = [part.STATUS for part in c.parts if part.STATUS is not None]
             out: StatusBody = {
                 "state": str(c.state),
                 "since": c.since,
@@ -198,11 +201,11 @@ class ControlFacade:
                     "profile_dirs": [str(d) for d in c.cfg.profile_dirs],
                     "fingerprint": host_here.load(c.store.dir),
                 },
-                "parts": [part.STATUS for part in c.parts],  # each part's section, in order
-                "speculation": None,  # below, outside the lock (the speculation part's)
+                "parts": sections,  # each part's section, in order (below)
             }
         for part in c.parts:  # outside the lock: a part may ask the system (NVML, a socket)
-            _add_parts_fields(out, {part.STATUS: part.status()})
+            if part.STATUS is not None:
+                _add_parts_fields(out, {part.STATUS: part.status()})
         # outside the lock: the first answer for an argv may probe the host (nvidia-smi)
         engine["capabilities"] = self.capabilities(argv)
         return out
@@ -417,12 +420,13 @@ class ControlFacade:
         return self.ctl.store.load_baselines()
 
     @records("baseline")
-    def set_baseline(self, body: dict[str, Any]) -> dict[str, Any]:
+    def set_baseline(self, request: RecordBaselineBody) -> dict[str, Any]:
         """Validate, persist (baselines.json) and announce a baseline measurement.
         RequestError(422) names every bad field (`fields`: field -> what is wrong)."""
         now = time.time()
-        _refuse(check_baseline(body, self._profile_problem, now), "invalid_baseline")
-        rec = {
+        _refuse(check_baseline(request, self._profile_problem, now), "invalid_baseline")
+        body: Mapping[str, Any] = request  # its values checked (concurrency given, ...)
+        rec: dict[str, Any] = {
             "profile": body["profile"],
             "tokens_per_second": float(body["tokens_per_second"]),
             "per_request_tokens_per_second": float(body["per_request_tokens_per_second"]),
@@ -455,7 +459,7 @@ class ControlFacade:
         return self.ctl.store.load_json("decision.json")
 
     @records("decision")
-    def record_decision(self, body: dict[str, Any], caller: Any = None) -> dict[str, Any]:
+    def record_decision(self, body: RecordDecisionBody, caller: Any = None) -> dict[str, Any]:
         """Validate, persist (decision.json + a history record) and announce a tuning
         decision (fastverify.daemon.decision). RequestError(422) names every bad field."""
         from fastverify.daemon import decision as dec
@@ -480,12 +484,12 @@ class ControlFacade:
         return {"curves": acceptance.load(self.ctl.store)}
 
     @records("acceptance")
-    def record_acceptance(self, body: dict[str, Any]) -> dict[str, Any]:
-        from fastverify.daemon import acceptance
+    def record_acceptance(self, body: RecordAcceptanceBody) -> dict[str, Any]:
+        from fastverify.daemon import acceptance, speculation_part
 
         with self.ctl._lock:
             handle = self.ctl.current
-        rec = acceptance.record(self.ctl.store, handle, body)
+        rec = acceptance.record(self.ctl.store, handle, body, speculation_part.forced(handle))
         self.ctl.bus.publish(ev.AcceptanceRecorded(rec))
         self.ctl.say(
             f"acceptance recorded for {rec['profile']}/{rec['mode']} at {rec['steps']} steps "
@@ -501,7 +505,7 @@ class ControlFacade:
         return self.ctl.store.load_json(acceptance.PLAN_FILE)
 
     @records("speculation plan")
-    def store_spec_plan(self, body: dict[str, Any]) -> dict[str, Any]:
+    def store_spec_plan(self, body: StoreSpecPlanBody) -> dict[str, Any]:
         from fastverify.daemon import acceptance
 
         with self.ctl._lock:

@@ -24,11 +24,15 @@ from fastverify.daemon.frontdoor_group import FrontDoorGroup
 from fastverify.daemon.launcher import without_port
 from fastverify.daemon.parts import BasePart, section
 from fastverify.frontdoor import layout
+from fastverify.frontdoor.gate import NAMES_KEPT
 from fastverify.frontdoor.standby import EngineMemory, Fit, decide
 
 log = logging.getLogger("fastverifyd.frontdoor")
 
 DRAIN_SLICE_S = 0.25  # a drain asks the front door in slices, so that a cancel ends it at once
+# A stopped engine's requests end as soon as the front door reads their connections' close;
+# its cuts are taken once they have (this bounds a front door that is slow to read them).
+CUTS_WAIT_S = 5.0
 
 
 def engine_port(url: str) -> int:
@@ -118,24 +122,27 @@ class DoorSteps(BasePart):
     def kept(self, op: Any) -> None:
         """A standby engine that failed never took traffic: the old engine served on, no
         downtime; the front door's figures since the last cut-over (a stream the old engine
-        cut meanwhile is still counted)."""
+        cut meanwhile is counted here, and taken out of the next record)."""
         status = self._call("status") if self.group is not None else None
         episode = dict(status["episode"]) if status and status.get("episode") else {}
+        taken = self._call("take_cuts") or {}
+        cuts = {k: taken[k] for k in ("cut", "cut_requests") if k in taken}
         op.door = {"mode": "standby", "held": 0, "longest_wait_s": 0.0, "refused": 0, "cut": 0,
-                   "cut_requests": [], **episode, "downtime_s": 0.0, "kept_serving": True,
-                   "standby": op.door_standby}  # fmt: skip
+                   "cut_requests": [], **episode, **cuts, "downtime_s": 0.0,
+                   "kept_serving": True, "standby": op.door_standby}  # fmt: skip
 
-    def cuts_since_cut_over(self, op: Any) -> None:
+    def cuts_since_cut_over(self, op: Any, port: int) -> None:
         """The old engine's streams its stop cut (counted by the front door since the
-        cut-over) go into the switch's figures."""
+        cut-over, once each of its requests on `port` has ended) go into the switch's
+        figures, and out of the front door's episode: the next record does not name them."""
         if op.door is None or self.group is None:
             return
-        status = self._call("status")
-        if status and status.get("episode"):
-            cut = int(status["episode"].get("cut") or 0)
-            op.door["cut"] = int(op.door.get("cut") or 0) + cut
+        taken = self._call("take_cuts", wait_s=CUTS_WAIT_S + 10, timeout_s=CUTS_WAIT_S,
+                           port=port)  # fmt: skip
+        if taken and "cut" in taken:
+            op.door["cut"] = int(op.door.get("cut") or 0) + int(taken["cut"])
             op.door["cut_requests"] = [*op.door.get("cut_requests", []),
-                                       *status["episode"].get("cut_requests", [])][:20]  # fmt: skip
+                                       *taken.get("cut_requests", [])][:NAMES_KEPT]  # fmt: skip
 
     def _serving_port(self) -> int | None:
         """The port the front door should send to now: the engine that serves READY there,
@@ -340,6 +347,14 @@ class DoorSteps(BasePart):
     # ------------------------------------------------------------ the part (parts.py)
     NAME = "frontdoor"
     STATUS = "frontdoor"
+    SECTION = (
+        "the front door on the server's public port (`[frontdoor]`): `{mode}` when off, else "
+        "`{mode, listen, pid, restarts, state: serving|holding|no_engine|down, port, in_flight,"
+        " waiting, queue_size, max_wait_s, totals: {requests, held, refused, cut, switches}, "
+        "last_episode, standby?: {mode, why}}`; `standby` (mode standby): whether a second "
+        "engine fits beside the serving one now, from its memory and what the parts would "
+        "share with it"
+    )
 
     def attach(self, bus: Any, hub: Any) -> None:
         """The front door's exporter source on `hub` (only when it runs one)."""

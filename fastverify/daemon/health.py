@@ -34,10 +34,9 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from fastverify.api_models import StatusBody
+from fastverify.api_models import StatusBody, part_section
 
 log = logging.getLogger("fastverifyd.health")
 
@@ -79,7 +78,7 @@ class Health:
 
     def readyz(self) -> tuple[bool, dict[str, Any]]:
         st = self._status()
-        door = st.get("frontdoor") or {}
+        door = part_section(st, "frontdoor")
         if st.get("state") in HELD and door.get("state") == "holding":
             waiting = door.get("waiting", 0)
             why = f"the front door holds requests ({waiting} waiting) for the next engine"

@@ -91,8 +91,9 @@ def pid_alive(pid: int) -> bool:
 class EngineHandle(Member):
     """One engine group (group.Member: ids, pids, process events) and what its start and
     serving concern. `parts` holds what a part keeps per engine (weights.py: the weights
-    of the start; allreduce_part.py: its backend), `line_readers` what it reads of every
-    log line."""
+    of the start; allreduce_part.py: its backend), `kept` what the parts keep in its record
+    (engine.pid) for a daemon that adopts it (the launcher's `keepers`), `line_readers` what
+    it reads of every log line."""
 
     profile: str
     mode: str
@@ -107,12 +108,9 @@ class EngineHandle(Member):
     nccl_debug_dir: Path | None = None
     worker_pids: tuple[int, ...] = ()  # descendants verified at READY (the TP workers)
     engine_env: dict[str, Any] | None = None  # the engine's own NCCL rules (EngineEnv.to_dict)
-    tuner: dict[str, Any] | None = None  # NCCL's tuner load, confirmed at verify (tuner_check)
     expected_sglang: dict[str, str] = field(default_factory=dict)  # the profile's SGLANG_*
     env_names: tuple[str, ...] | None = None  # the names it was started with (None: unknown)
-    # acceptance SGLang forces from the server's environment (sglang.forced.Forced.to_dict:
-    # SGLANG_SIMULATE_ACC_LEN from [server.env] or the profile); None: the drafter's own
-    forced: dict[str, Any] | None = None
+    kept: dict[str, Any] = field(default_factory=dict)  # the parts' fields of its record
     watch: Any = None  # watch.EngineWatch while serving (crashes.py starts it)
     parts: dict[str, Any] = field(default_factory=dict)  # a feature's own state, by its name
     line_readers: list[Callable[[str], None]] = field(default_factory=list)
@@ -134,7 +132,7 @@ class EngineHandle(Member):
             "expected_nccl": self.expected_nccl,
             "expected_sglang": self.expected_sglang,
             "env_names": list(self.env_names) if self.env_names is not None else None,
-            "forced": self.forced,
+            **self.kept,
             "nccl_debug_dir": str(self.nccl_debug_dir) if self.nccl_debug_dir else None,
         }
 
@@ -181,6 +179,9 @@ class Launcher:
         # what they keep of each start from the environment it was started with (None: an
         # adopted engine whose environment cannot be read), before its first line is read
         self.started_with: list[Callable[[EngineHandle, Mapping[str, str] | None], None]] = []
+        # ...and in its record (engine.pid), for the daemon that adopts it: record key -> the
+        # value of a start with that environment and argv (`EngineHandle.kept`)
+        self.keepers: dict[str, Callable[[dict[str, str], list[str]], Any]] = {}
 
     def _engine_group(self, name: str, record: Path) -> SupervisedGroup[EngineHandle]:
         """An engine's process group (group.py), recorded at `record`; its exits go to
@@ -233,34 +234,7 @@ class Launcher:
         extra[procs.KEEP_ENVIRON_VAR] = "1"
         return effective_env(profile, base_env=os.environ, extra=extra)
 
-    def forced_acceptance(self, env: dict[str, str], argv: list[str]) -> dict[str, Any] | None:
-        """The acceptance SGLang will force on a drafting server started with `env` and
-        `argv` (`fastverify.sglang.forced`), None when it forces none or does not draft.
-        ForcedError for a value SGLang would not honour (`forced_refusal` says it first)."""
-        from fastverify.sglang import forced
-        from fastverify.sglang.launch import LaunchArgs
-
-        if LaunchArgs.from_argv(list(argv)).speculative is None:
-            return None
-        try:
-            facts = self.engine.facts()
-        except ValueError:  # a release below the range: refused at start-up
-            return None
-        found = forced.of(env, facts)
-        return found.to_dict() if found is not None else None
-
-    def forced_refusal(self, profile: Any, argv: list[str]) -> str | None:
-        """Why the forced acceptance `profile` (or [server.env]) asks for would not serve as
-        written; None: fine (or none asked)."""
-        from fastverify.sglang.forced import ForcedError
-
-        try:
-            self.forced_acceptance(self.engine_env(profile, "-", None), argv)
-        except ForcedError as exc:
-            return f"{exc} (set in {self._set_where(profile, exc.variable)})"
-        return None
-
-    def _set_where(self, profile: Any, name: str) -> str:
+    def set_where(self, profile: Any, name: str) -> str:
         """Where the server's `name` comes from: [server.env], the profile's file and line,
         or the daemon's own environment (server.env_passthrough)."""
         if name in self.cfg.server.env:
@@ -343,7 +317,7 @@ class Launcher:
                 proc=proc,
                 nccl_debug_dir=debug_dir,
                 follower=self.engine.follower(argv),
-                forced=self.forced_acceptance(env, argv),
+                kept={key: keep(env, argv) for key, keep in self.keepers.items()},
             )
             return h
 
@@ -381,7 +355,7 @@ class Launcher:
                 dict(info.get("expected_nccl") or {}),
                 expected_sglang=dict(info.get("expected_sglang") or {}),
                 env_names=tuple(info["env_names"]) if info.get("env_names") is not None else None,
-                forced=info.get("forced"),
+                kept={key: info.get(key) for key in self.keepers},
                 nccl_debug_dir=Path(info["nccl_debug_dir"]) if info.get("nccl_debug_dir") else None,
                 started_at=float(info.get("started_at") or _now()),
             )

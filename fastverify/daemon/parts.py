@@ -7,8 +7,9 @@ server's environment, readers of its log lines, flags set aside when argvs are c
 its say in each start (`accepted`, `around_spawn`, `after_ready`, `after_failure`, which
 the controller's start calls over every part), the fields it adds to an operation's result
 and to the engine's status, its exporter source (added to the hub in `attach`, fed from what
-the part hears on the bus), its section of `status` (`STATUS`: its fields, the lines
-`fastverifyctl status` prints and the modes whose loads it serves from shared memory), what
+the part hears on the bus), the labels it adds to the engine's settings, its section of
+`status` (`STATUS`, declared by `SECTION`: its fields, the lines `fastverifyctl status` prints
+and the modes whose loads it serves from shared memory; a part may have none), what
 it takes over at start-up from a killed daemon (`adopt`), what a second engine would share
 with the serving one through it (`sharing`, the front door's standby asks), and what it
 does when the configuration is re-read and when the daemon stops. docs/architecture.md
@@ -39,7 +40,8 @@ def section(fields: dict[str, Any], summary: list[str], shared_loads: list[str])
 
 class Part(Protocol):
     NAME: str  # its key in handle.parts and op.parts
-    STATUS: str  # its section of status (`GET /v1/status`)
+    STATUS: str | None  # its section of status (`GET /v1/status`); None: it has none
+    SECTION: str  # what its section holds (docs/reference/api.md's status body)
 
     def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
         """An operation took the slot: the part's notices as fields of its `accepted`
@@ -64,6 +66,10 @@ class Part(Protocol):
 
     def engine_fields(self, h: Any) -> dict[str, Any]:
         """What the part adds to the engine's status (`h` None: no engine)."""
+
+    def settings(self, h: Any) -> dict[str, str]:
+        """What the part adds to engine `h`'s settings (the labels its EngineUp and
+        EngineDown events carry to the exporter)."""
 
     def attach(self, bus: EventBus, hub: Any) -> None:
         """Subscribe to the bus; with an exporter (`hub` not None), add its source to it."""
@@ -92,7 +98,11 @@ class BasePart:
     overrides the hooks it uses."""
 
     NAME = "part"
-    STATUS = "part"
+    STATUS: str | None = None
+    SECTION = ""
+
+    def __init__(self, core: Any) -> None:
+        self.c = core  # the controller's core (core.py)
 
     def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
         return {}
@@ -112,6 +122,9 @@ class BasePart:
         return {}
 
     def engine_fields(self, h: Any) -> dict[str, Any]:
+        return {}
+
+    def settings(self, h: Any) -> dict[str, str]:
         return {}
 
     def attach(self, bus: EventBus, hub: Any) -> None:

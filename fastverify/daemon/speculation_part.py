@@ -1,11 +1,16 @@
-"""Adaptive speculation as a part of the daemon (parts.py): its verifier (`Kept`: a start in
-mode adaptive fails when SGLang disabled --speculative-adaptive, adaptive_check.py's rule),
-its field of a result (`speculation`: the adaptive config, launch steps and tier candidates
-the server started with), the feed of the exporter's speculation source (the acceptance
-records and the plan earlier runs stored, each one recorded or stored since) and its status
-section (`speculation`: the draft steps SGLang runs now and the seconds at each, live
-acceptance, whether the stored plan went stale). It keeps no state of its own per engine:
-what an engine drafts with is its argv.
+"""Speculation as a part of the daemon (parts.py): its verifiers (`ForcedAcceptance`: a
+forced accept length SGLang would not honour is refused before anything stops; `Kept`: a
+start in mode adaptive fails when SGLang disabled --speculative-adaptive, adaptive_check.py's
+rule), its field of a result (`speculation`: the adaptive config, launch steps and tier
+candidates the server started with), the feed of the exporter's speculation source (the
+acceptance records and the plan earlier runs stored, each one recorded or stored since) and
+its status section (`speculation`: the draft steps SGLang runs now and the seconds at each,
+live acceptance, whether the stored plan went stale).
+
+What an engine drafts with is its argv; what it keeps of each engine is the acceptance
+SGLang forces on it (SGLANG_SIMULATE_ACC_LEN from [server.env] or the profile: `forced`, in
+the engine's record for the daemon that adopts it), which labels the engine's status, its
+settings (`acceptance_source`) and the acceptance recorded on it.
 """
 
 from __future__ import annotations
@@ -15,13 +20,69 @@ from typing import Any
 from fastverify.config import SPEC_MODES
 from fastverify.daemon import acceptance, adaptive_check
 from fastverify.daemon import events as ev
-from fastverify.daemon.launcher import EngineHandle
+from fastverify.daemon.launcher import EngineHandle, Launcher
 from fastverify.daemon.parts import BasePart, section
-from fastverify.daemon.verifier import Check, Context, Finding
+from fastverify.daemon.verifier import Check, Context, Finding, Plan, Problem
 from fastverify.sglang.adaptive import FLAG_ADAPTIVE
+from fastverify.sglang.forced import SETTINGS_KEY as ACCEPTANCE_SOURCE
+from fastverify.sglang.forced import label_of_record as forced_label
 
 PART = "speculation"  # its result field and status section
+FORCED = "forced"  # its field of an engine's record (EngineHandle.kept)
 STEPS_FLAG = "--speculative-num-steps"
+
+
+def forced(h: EngineHandle | None) -> dict[str, Any] | None:
+    """The acceptance SGLang forces on engine `h` (sglang.forced.Forced.to_dict); None: the
+    drafter's own, a server that does not draft, or no engine."""
+    found: dict[str, Any] | None = h.kept.get(FORCED) if h is not None else None
+    return found
+
+
+def forced_acceptance(launcher: Launcher, env: dict[str, str], argv: list[str]) -> Any:
+    """The acceptance SGLang will force on a drafting server started with `env` and `argv`
+    (`fastverify.sglang.forced`), None when it forces none or does not draft. ForcedError for
+    a value SGLang would not honour (`forced_refusal` says it first)."""
+    from fastverify.sglang import forced as sglang_forced
+    from fastverify.sglang.launch import LaunchArgs
+
+    if LaunchArgs.from_argv(list(argv)).speculative is None:
+        return None
+    try:
+        facts = launcher.engine.facts()
+    except ValueError:  # a release below the range: refused at start-up
+        return None
+    found = sglang_forced.of(env, facts)
+    return found.to_dict() if found is not None else None
+
+
+def forced_refusal(launcher: Launcher, profile: Any, argv: list[str]) -> str | None:
+    """Why the forced acceptance `profile` (or [server.env]) asks for would not serve as
+    written; None: fine (or none asked)."""
+    from fastverify.sglang.forced import ForcedError
+
+    try:
+        forced_acceptance(launcher, launcher.engine_env(profile, "-", None), argv)
+    except ForcedError as exc:
+        return f"{exc} (set in {launcher.set_where(profile, exc.variable)})"
+    return None
+
+
+class ForcedAcceptance(Check):
+    """The verifier (verifier.py): a forced accept length SGLang would not honour is
+    refused before anything stops."""
+
+    name = "forced"
+
+    def __init__(self, launcher: Launcher) -> None:
+        self.launcher = launcher
+
+    def refuse(self, plan: Plan) -> Problem | None:
+        why = forced_refusal(self.launcher, plan.profile, plan.argv)
+        if why is None:
+            return None
+        return Problem(422, f"{plan.name}/{plan.mode}: {why}; nothing was stopped",
+                       {"reason": "forced_acceptance_invalid"})  # fmt: skip
 
 
 class Kept(Check):
@@ -43,10 +104,31 @@ class SpeculationPart(BasePart):
 
     NAME = PART
     STATUS = PART
+    SECTION = (
+        "a drafting mode with the exporter on: `{active_steps, fixed_steps, seconds_at_steps: "
+        '{"STEPS": s}, live_acceptance: {"STEPS": {requests, accept_length: {"K": L}}}, '
+        "plan_stale, plan_why, replan}`: the draft steps SGLang runs now, the decoding seconds "
+        "at each, the accept length of the requests that finished while SGLang ran one step "
+        "count their whole life, and whether the stored plan went stale, with the commands that"
+        " re-plan"
+    )
 
     def __init__(self, core: Any) -> None:
         self.c = core
         self.hub: Any = None  # the exporter's hub (None: no exporter)
+        launcher: Launcher = core.launcher
+        launcher.keepers[FORCED] = lambda env, argv: forced_acceptance(launcher, env, argv)
+
+    def engine_fields(self, h: Any) -> dict[str, Any]:
+        """SGLANG_SIMULATE_ACC_LEN in its environment: SGLang forces the accept length."""
+        f = forced(h)
+        return {"forced_acceptance": f,
+                "acceptance_source": forced_label(f) if h is not None else None}  # fmt: skip
+
+    def settings(self, h: Any) -> dict[str, str]:
+        """A drafting server's `acceptance_source`: "forced (SGLANG_SIMULATE_ACC_LEN=L)" when
+        SGLang forces its accept length, else "measured"."""
+        return {ACCEPTANCE_SOURCE: forced_label(forced(h))} if h.mode in SPEC_MODES else {}
 
     def attach(self, bus: ev.EventBus, hub: Any) -> None:
         """Feed the hub's speculation source: each acceptance record and stored plan."""

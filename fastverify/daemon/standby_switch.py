@@ -100,7 +100,7 @@ class StandbySteps:
             c.stop_engine(old, "stopped")
             op.phases["stop"] = round(time.monotonic() - t0, 4)
             c.launcher.retired(new)
-            door.cuts_since_cut_over(op)
+            door.cuts_since_cut_over(op, engine_port(old.url))
 
         return self.starts.succeeded(op, h, prev, after_serving=retire)
 

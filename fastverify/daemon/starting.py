@@ -239,7 +239,6 @@ class Starts:
             engine_ready_s=round(h.ready_s or 0.0, 3),
             verify=op.verify,
             engine_env=h.engine_env,  # what the engine added to its workers' NCCL env
-            tuner=h.tuner,  # what NCCL's INFO output confirmed (None: no tuner profile)
             pid=h.pid,
             previous={"profile": prev.get("profile"), "mode": prev.get("mode")},
             phases=dict(op.phases),

@@ -245,6 +245,12 @@ class WeightSteps(BasePart):
     # ------------------------------------------------------------ the part (parts.py)
     NAME = PART
     STATUS = "weight_cache"
+    SECTION = (
+        "SGLang's weight-cache daemon as fastverifyd runs it (docs/guides/weight-cache.md): "
+        "`{setting, state, available, speculative, restarts, last_failure, mismatch, pid?, "
+        "pgid?, ranks?, rank_pids?, adopted?, started_at?, ready_s?, log?, argv?, fingerprint?,"
+        " bytes, bytes_source, memory_note?}`"
+    )
 
     def attach(self, bus: Any, hub: Any) -> None:
         """The cache's exporter source on `hub`: the group's readiness and the GPU memory it
@@ -315,7 +321,7 @@ class WeightSteps(BasePart):
         size, _ = self.cache.bytes_held()
         if size is None:
             server = self.c.cfg.server
-            size = self.c.engine.simulated_cache_bytes(
+            size = self.c.engine.simulated_weight_bytes(
                 max(1, server.tp_size // max(1, server.nnodes))
             )
         return Sharing(True, None, size)

@@ -120,9 +120,10 @@ class Engine(ABC):
         got: int | None = self.__dict__["_gpu_bytes"]
         return got
 
-    def simulated_cache_bytes(self, ranks: int) -> int | None:
-        """What a simulated GPU's weight cache holds over `ranks` ranks (the sim's stand-in
-        for NVML); None on a real host, where NVML or SGLang's own lines tell it."""
+    def simulated_weight_bytes(self, ranks: int) -> int | None:
+        """The model's weights that simulated GPUs hold over `ranks` ranks (the sim's stand-in
+        for NVML, for memory a part shares between engines); None on a real host, where NVML
+        or SGLang's own lines tell it."""
         return None
 
     def topology(self) -> Any:

@@ -138,11 +138,11 @@ class SimEngine(Engine):
 
         return int(GPU_GB * (1 << 30))
 
-    def simulated_cache_bytes(self, ranks: int) -> int:
-        """The sim's weight cache: each rank holds its "Load weight end ... mem usage"."""
-        from fastverify.sim.weight_cache import BYTES_PER_RANK
+    def simulated_weight_bytes(self, ranks: int) -> int:
+        """Each rank holds its "Load weight end ... mem usage" (the sim's weights)."""
+        from fastverify.sim.costtable import WEIGHTS_GB
 
-        return BYTES_PER_RANK * ranks
+        return int(WEIGHTS_GB * (1 << 30)) * ranks
 
     def topology(self) -> Topology:
         """The sim's simulated host: PCIe-only, no NVLink (what `doctor` shows of it)."""

@@ -1,6 +1,8 @@
 """The front door's control socket: a Unix socket (mode 0600, local only), one JSON object
 per line each way. fastverifyd sends `hold`, `drain` (with `timeout_s`), `serve` (with
-`port`: cut over and let the held requests go) and `status`; `call` is its client.
+`port`: cut over and let the held requests go), `take_cuts` (a standby switch's cuts, once
+the stopped engine's requests (`port`) have ended, up to `timeout_s`) and `status`; `call` is
+its client.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from fastverify.frontdoor.gate import Gate
 
-OPS = ("status", "hold", "drain", "serve")
+OPS = ("status", "hold", "drain", "serve", "take_cuts")
 
 
 async def answer(gate: Gate, message: dict[str, Any]) -> dict[str, Any]:
@@ -22,10 +24,14 @@ async def answer(gate: Gate, message: dict[str, Any]) -> dict[str, Any]:
     if op == "hold":
         gate.hold()
         return gate.status()
-    if op == "drain":
+    if op in ("drain", "take_cuts"):
         only = message.get("port")  # a standby cut-over drains the old engine's port only
         timeout = float(message.get("timeout_s", 0))
-        return await gate.drain(timeout, only if isinstance(only, int) else None)
+        drained = await gate.drain(timeout, only if isinstance(only, int) else None)
+        if op == "drain":
+            return drained
+        # the stopped engine's requests have ended (each counted): its cuts are all in
+        return {**gate.take_cuts(), "drained": drained["drained"]}
     if op == "serve":
         port = message.get("port")
         if not isinstance(port, int) or not 0 < port < 65536:

@@ -4,7 +4,9 @@ queue while fastverifyd switches the engine), the requests in flight, and the co
 One `Episode` runs from one cut-over to the next: the requests held, their longest wait,
 the requests refused (queue full, or waited longer than `max_wait_s`) and the streams cut
 (the engine went away mid-answer). `serve(port)` closes it and returns its figures, which
-become the switch's result.
+become the switch's result. A standby switch's old engine stops after the cut-over: its cuts
+go to that switch's record with `take_cuts`, which takes them out of the episode, so that
+each cut is named in one record only.
 """
 
 from __future__ import annotations
@@ -141,6 +143,13 @@ class Gate:
         self.totals["cut"] += 1
         if len(self.episode.cut_names) < NAMES_KEPT:
             self.episode.cut_names.append(name)
+
+    def take_cuts(self) -> dict[str, Any]:
+        """The streams cut so far this episode, for the record of the switch that cut them
+        (see the module docstring); the episode goes on without them."""
+        taken = {"cut": self.episode.cut, "cut_requests": list(self.episode.cut_names)}
+        self.episode.cut, self.episode.cut_names = 0, []
+        return taken
 
     def engine_gone(self) -> None:
         """The engine's port refused a connection: hold until fastverifyd says where to go."""

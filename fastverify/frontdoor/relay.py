@@ -6,8 +6,10 @@ Any path passes through unchanged (OpenAI-compatible, SGLang's native routes, /h
 /metrics). While no engine serves, a `GET /metrics` (a scraper's) is answered 503 at once:
 there is no engine to read, and a scrape is no client request to hold or count. A request
 that outwaits the hold gets 503 with Retry-After; one whose answer the
-engine breaks off is counted as cut (gate.py) and never retried: the engine may have acted
-on it.
+engine breaks off is counted as cut (gate.py), once, and never retried: the engine may have
+acted on it. An answer is whole once the client has every byte of its content: an engine that
+dies after an event stream's last event (`data: [DONE]`, SGLang's and OpenAI's end) but before
+the chunked body's last chunk cut nothing; the front door ends the message for the client.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ log = logging.getLogger("fastverify.frontdoor")
 HEAD_LIMIT = 64 * 1024
 READ = 64 * 1024
 IDLE_KEEP = 32  # idle upstream connections kept per engine port
+STREAM_END = b"data: [DONE]\n\n"  # an event stream's last event (SGLang's streams end so)
 
 
 class BadRequest(Exception):
@@ -104,11 +107,15 @@ class Upstreams:
         self.idle: dict[int, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
         self.last_port: int | None = None
 
-    async def get(self, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
+    async def get(
+        self, port: int, fresh: bool = False
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
+        """A connection to `port`: an idle one (unless `fresh`), else a new one; and
+        whether it was idle."""
         if port != self.last_port:  # cut over: the old engine's idle connections go
             self.drop_others(port)
             self.last_port = port
-        pool = self.idle.get(port)
+        pool = None if fresh else self.idle.get(port)
         while pool:
             reader, writer = pool.pop()
             if not writer.is_closing() and not reader.at_eof():
@@ -228,7 +235,9 @@ class Relay:
         fid = self.gate.begin(name, port)
         try:
             for attempt in (0, 1):
-                up_reader, up_writer, reused = await self.upstreams.get(port)
+                # the second try opens a new connection: a dead engine's port refuses it (the
+                # request waits for the next engine) where another idle one would break too
+                up_reader, up_writer, reused = await self.upstreams.get(port, fresh=attempt > 0)
                 try:
                     up_writer.write(request)
                     await up_writer.drain()
@@ -258,12 +267,14 @@ class Relay:
         status = int(status_line.split(" ", 2)[1])
         writer.write(head)
         keep = headers.get("connection", "").lower() != "close"
+        events = headers.get("content-type", "").lower().startswith("text/event-stream")
         done = False
+        intact = True  # the engine ended the message itself (its connection may serve again)
         try:
             if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
                 pass
             elif "chunked" in headers.get("transfer-encoding", "").lower():
-                await self._relay_chunked(up_reader, writer)
+                intact = await self._relay_chunked(up_reader, writer, events)
             elif "content-length" in headers:
                 left = int(headers["content-length"])
                 while left:
@@ -275,33 +286,57 @@ class Relay:
                     left -= len(data)
             else:  # the body ends when the engine closes
                 keep = False
-                while data := await _up(up_reader.read(READ)):
-                    writer.write(data)
-                    await writer.drain()
+                tail = b""
+                try:
+                    while data := await _up(up_reader.read(READ)):
+                        writer.write(data)
+                        await writer.drain()
+                        tail = (tail + data)[-len(STREAM_END) :]
+                except UpstreamBroke:
+                    if not (events and tail == STREAM_END):
+                        raise
             done = True
             await writer.drain()
         except UpstreamBroke:
             self.gate.cut(name)
             raise ConnectionError("the engine broke off the answer") from None
         finally:
-            if done and keep:
+            if done and keep and intact:
                 self.upstreams.put(port, (up_reader, up_writer))
             else:
                 up_writer.close()
         return keep
 
     @staticmethod
-    async def _relay_chunked(up: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            line = await _up(up.readuntil(b"\r\n"))
-            size = int(line.split(b";", 1)[0].strip() or b"0", 16)
-            if size == 0:
-                writer.write(line)
-                while True:
-                    trailer = await _up(up.readuntil(b"\r\n"))
-                    writer.write(trailer)
-                    if trailer == b"\r\n":
-                        return
-            data = await _up(up.readexactly(size + 2))
-            writer.write(line + data)
-            await writer.drain()
+    async def _relay_chunked(
+        up: asyncio.StreamReader, writer: asyncio.StreamWriter, events: bool
+    ) -> bool:
+        """Relay a chunked body as it comes. True when the engine ended it; False when the
+        engine broke off after the answer was whole (an event stream's last event relayed,
+        or the last chunk) and the front door wrote the message's end itself. UpstreamBroke
+        when it broke off before."""
+        tail = b""  # the body's last bytes relayed (an event stream's end spans chunks)
+        owed: bytes | None = None  # what ends the message if the engine breaks off now
+        try:
+            while True:
+                line = await _up(up.readuntil(b"\r\n"))
+                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    writer.write(line)
+                    owed = b"\r\n"  # the body is whole; only the trailers' end is missing
+                    while True:
+                        trailer = await _up(up.readuntil(b"\r\n"))
+                        writer.write(trailer)
+                        if trailer == b"\r\n":
+                            return True
+                data = await _up(up.readexactly(size + 2))
+                writer.write(line + data)
+                await writer.drain()
+                tail = (tail + data[:-2])[-len(STREAM_END) :]
+                owed = b"0\r\n\r\n" if events and tail == STREAM_END else None
+        except UpstreamBroke:
+            if owed is None:
+                raise
+            log.info("the engine closed after its answer was whole; the front door ended it")
+            writer.write(owed)
+            return False

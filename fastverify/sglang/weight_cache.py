@@ -2,7 +2,7 @@
 server's, where its socket and ready files go, what a ready file says, and the lines a
 client start writes (a hit, a fallback, a refusal).
 
-Everything here is derived from the release's facts (`SGLangFacts.weight_cache`, read from
+Everything here is derived from the release's facts (its `weight_cache` section, read from
 its wheel by scripts/sglang_facts.py): `of(facts)` is None for a release without the cache
 (before 0.5.17). Two command-line styles exist: 0.5.17 and 0.5.18's daemon has its own
 parser (`--model-path --tp-size --dtype ...`); from 0.5.19 it takes a few flags of its own
@@ -195,9 +195,12 @@ def _sub_kind(piece: str) -> str | None:
     return head if head in ("engine_config", "daemon_config") else None
 
 
+SECTION = "weight_cache"  # its section of a release's facts (scripts/sglang_facts.py)
+
+
 def of(facts: Any) -> CacheFacts | None:
     """The weight cache of `facts` (an SGLangFacts), None for a release without one."""
-    data = getattr(facts, "weight_cache", None)
+    data = facts.section(SECTION)
     return CacheFacts(facts.version, data) if data else None
 
 

@@ -320,7 +320,7 @@ def _refuse_cache_with_speculation(parser: argparse.ArgumentParser, version: str
     whose facts carry the refusal): its ValueError text, as the check of the argv shows it."""
     from fastverify.sglang.facts import resolve
 
-    wc = resolve(version).weight_cache or {}
+    wc = resolve(version).section("weight_cache") or {}
     refusal = wc.get("speculative_refusal")
     if refusal:
         parser.error(f"ValueError: {refusal['template']}")

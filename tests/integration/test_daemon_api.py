@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fastverify.api_models import EngineStatus, StatusBody, documented
+from fastverify.api_reference import part_sections
 from fastverify.client import ApiError, ControlClient
 from fastverify.exporters import sglang_metrics
 from tests.support.harness import REPO, DaemonHarness, free_port
@@ -56,12 +57,14 @@ def test_exporter_is_fed_switches_restarts_start_time_and_baselines(tmp_path: Pa
 
 
 def test_the_status_body_is_the_declared_one(tmp_path: Path) -> None:
-    """GET /v1/status answers exactly the fields api_models declares (docs/reference/api.md's
-    table)."""
+    """GET /v1/status answers exactly the fields api_models declares and the sections the
+    daemon's parts declare (docs/reference/api.md's table)."""
     with DaemonHarness(tmp_path, metrics=False) as d:
         st = d.client.status()
     assert st["state"] == "READY"
-    assert sorted(st) == sorted(f.name for f in documented(StatusBody))
+    sections = [f.name for f in part_sections()]
+    assert st["parts"] == sections == ["weight_cache", "allreduce", "speculation", "frontdoor"]
+    assert sorted(st) == sorted([f.name for f in documented(StatusBody)] + sections)
     assert sorted(st["engine"]) == sorted(f.name for f in documented(EngineStatus))
 
 

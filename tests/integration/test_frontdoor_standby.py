@@ -3,7 +3,8 @@ is verified beside the serving one, then takes the traffic (streaming clients: n
 none failed, none held; a restart too); a failing profile never takes traffic (the old
 engine serves on), nor does a cancelled one; a start the weight cache cannot serve, or no
 weight cache, holds and says why; doctor says which mode the memory allows; a crash after a
-standby switch is held as any; a kill -9 of fastverifyd before the cut-over or while the
+standby switch is held as any; a stream the old engine's stop cut is named in the switch's
+record and not again in the next; a kill -9 of fastverifyd before the cut-over or while the
 old engine drains leaves one serving engine and no orphan."""
 
 from __future__ import annotations
@@ -170,6 +171,32 @@ def test_a_crash_after_a_standby_switch_is_held_and_restarted(tmp_path: Path) ->
         st = d.status()
         assert st["engine"]["url"] == first
         assert st["frontdoor"]["port"] == int(first.rsplit(":", 1)[1])
+
+
+def test_a_stream_a_standby_switch_cut_is_named_in_its_record_only(tmp_path: Path) -> None:
+    # no drain time: the old engine's stop after the cut-over cuts the long stream; the
+    # switch's record names it, the crash restart's after it (no client then) names none
+    long = json.dumps({"model": "sim", "messages": [{"role": "user", "content": "hello"}],
+                       "max_tokens": 100_000, "stream": True}).encode()  # fmt: skip
+    with DaemonHarness(tmp_path, config=_standby(drain_timeout_s=0)) as d:
+        streams: list = []
+        t = threading.Thread(target=lambda: streams.append(one_stream(d.server_url, 600, long)),
+                             daemon=True)  # fmt: skip
+        t.start()
+        d.wait_for(lambda: d.status()["frontdoor"]["in_flight"] == 1, 60, "the long stream")
+        r = d.ctl("profile", "set", "ring-ll", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        switch = json.loads(r.stdout)["switch"]
+        t.join(120)
+        assert streams and streams[0][0] == "cut", streams
+        assert switch["mode"] == "standby", switch
+        assert (switch["cut"], switch["cut_requests"]) == (1, ["POST /v1/chat/completions"])
+        os.kill(d.status()["engine"]["pid"], signal.SIGKILL)
+        rec = d.wait_for(lambda: next((r for r in d.client.get("/v1/history")
+                                       if r.get("kind") == "crash_restart"), None),
+                         60, "the crash restart's record")  # fmt: skip
+        assert (rec["switch"]["cut"], rec["switch"]["cut_requests"]) == (0, []), rec
+        assert d.status()["frontdoor"]["totals"]["cut"] == 1
 
 
 def test_doctor_says_a_hold_host_has_room_for_standby(tmp_path: Path) -> None:

@@ -63,6 +63,7 @@ class FakeLauncher:
         self.line_readers_for: list[Any] = []
         self.argv_aside: list[Any] = []
         self.started_with: list[Any] = []  # a part's own start state (the fake passes no env)
+        self.keepers: dict[str, Any] = {}  # a part's fields of a record (the fake keeps none)
 
     def url(self) -> str:
         return "http://127.0.0.1:1"

@@ -1,7 +1,9 @@
 """Streaming clients for switch tests: closed-loop SSE chat completions against a daemon's
-public URL, each answer sorted into ok / cut (the stream ended before `data: [DONE]`, or the
-front door's 502 for a request the engine died with) / failed (no answer: refused
-connection, an error status) / 503 (refused with Retry-After)."""
+public URL, each answer sorted into ok (every event through `data: [DONE]`, and the HTTP
+message ended: the body is read to its end, as a strict HTTP client reads it) / cut (the
+stream ended before `data: [DONE]` or broke off after it, or the front door's 502 for a
+request the engine died with) / failed (no answer: refused connection, an error status) / 503
+(refused with Retry-After)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ BODY = json.dumps(
         "stream": True,
     }
 ).encode()
+
+
+DONE = b"data: [DONE]\n"  # the stream's last event
 
 
 @dataclass
@@ -52,13 +57,17 @@ def one_stream(url: str, timeout: float = 120.0, body: bytes = BODY) -> tuple[st
                 # the engine died with the request sent: cut, as the front door counts it
                 return "cut", "the engine closed before its answer began (front door 502)", {}
             return "failed", f"HTTP {resp.status}: {body[:200]!r}", {}
+        done, tail = False, b""
         try:
-            while line := resp.readline():
-                if line.strip() == b"data: [DONE]":
-                    return "ok", "", {}
+            # read1, not readline: http.client's readline takes a chunked body that broke off
+            # for its end, where read1 raises IncompleteRead
+            while data := resp.read1(65536):
+                tail = tail[-len(DONE) :] + data  # `data: [DONE]` may span two reads
+                done = done or DONE in tail
         except (OSError, http.client.HTTPException) as exc:
-            return "cut", f"{type(exc).__name__}: {exc}", {}
-        return "cut", "the stream ended before [DONE]", {}
+            after = " after [DONE]" if done else ""
+            return "cut", f"{type(exc).__name__}{after}: {exc}", {}
+        return ("ok", "", {}) if done else ("cut", "the stream ended before [DONE]", {})
     finally:
         conn.close()
 

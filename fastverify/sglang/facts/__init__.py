@@ -34,8 +34,11 @@ FEATURE_TEXT = {
     "step_spans": "profiler step spans (step[... bs=N]) for verify-cycle timing",
     "start_profile_num_steps": "/start_profile num_steps",
     "custom_all_reduce": "custom all-reduce switch (--disable-custom-all-reduce)",
-    "weight_cache": "weight cache (python -m sglang.srt.weight_cache.daemon, --weight-cache-mode)",
 }
+# the facts' own keys; any other is a section of its own that a companion process's module
+# reads (`SGLangFacts.section`)
+_KEYS = ("schema", "version", "wheel", "flags", "metrics", "spans", "endpoints", "log_formats",
+         "env", "profile_options", "features")  # fmt: skip
 
 
 class VersionTooOld(ValueError):
@@ -172,11 +175,11 @@ class SGLangFacts:
     def features(self) -> dict[str, Any]:
         return cast("dict[str, Any]", self.data["features"])
 
-    @property
-    def weight_cache(self) -> dict[str, Any] | None:
-        """SGLang's weight cache as the wheel declares it (None before 0.5.17); read through
-        `fastverify.sglang.weight_cache.of(facts)`."""
-        return self.data.get("weight_cache")
+    def section(self, name: str) -> dict[str, Any] | None:
+        """A section of its own (not one of `_KEYS`) as the wheel declares it, read by the
+        module of the companion it describes; None where the release has none."""
+        found: dict[str, Any] | None = self.data.get(name)
+        return found
 
     @property
     def flag_generation(self) -> str:
@@ -258,7 +261,7 @@ class SGLangFacts:
             "env": self.env,
             "profile_options": self.data.get("profile_options", []),
             "features": self.features,
-            "weight_cache": self.weight_cache,
+            **{k: v for k, v in self.data.items() if k not in _KEYS},
             "wheel": self.data.get("wheel"),
         }
 

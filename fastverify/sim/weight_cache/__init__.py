@@ -81,7 +81,7 @@ TORCH_DTYPES = {
 def facts(version: str) -> dict[str, Any]:
     """The played release's weight cache (SystemExit when it has none: its server has no
     such flag, and there is no daemon module to run)."""
-    wc = resolve(version).weight_cache
+    wc = resolve(version).section("weight_cache")
     if not wc:
         raise SystemExit(f"SGLang {version} has no weight cache (it came in 0.5.17)")
     return wc

@@ -8,8 +8,10 @@ the typed methods)."""
 from __future__ import annotations
 
 import ast
+import inspect
 from collections.abc import Iterator
 from pathlib import Path
+from typing import get_args, get_type_hints
 
 import pytest
 
@@ -46,6 +48,28 @@ def test_every_route_has_a_handler_and_every_endpoint_a_client_method() -> None:
         for f in (*ep.fields, *ep.query):
             assert f.kind in m.KINDS, (ep, f.name, f.kind)
     assert len({(e.method, e.path) for e in m.ENDPOINTS}) == len(m.ENDPOINTS)
+
+
+def test_the_client_methods_take_the_fields_their_models_declare() -> None:
+    """A typed method's keyword fields are its endpoint's model (`**fields: Unpack[Model]`,
+    the model's own fields or all but the ones it takes by name): the type checker holds the
+    CLI's calls to the declaration, as the daemon's validation is held to it."""
+    typed = 0
+    for ep in m.ENDPOINTS:
+        method = getattr(ControlClient, ep.client)
+        params = inspect.signature(method).parameters.values()
+        var = next((p for p in params if p.kind is p.VAR_KEYWORD), None)
+        named = {p.name for p in params} & set(ep.names)
+        if var is None:  # a method that takes its fields by name, if any
+            assert named == set(ep.names) or ep.client in ("history", "release_lease"), ep
+            continue
+        (model,) = get_args(get_type_hints(method, include_extras=True)[var.name])
+        assert named | set(model.__annotations__) == set(ep.names), ep
+        assert not named & set(model.__annotations__), ep
+        for name, hint in model.__annotations__.items():  # the same declaration, not a copy
+            assert hint is ep.model.__annotations__[name], (ep, name)
+        typed += 1
+    assert typed == 10  # every request with fields but the three that take them by name
 
 
 class _Recording(ControlClient):

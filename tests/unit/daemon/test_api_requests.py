@@ -9,6 +9,12 @@ from fastverify.daemon.api_requests import MIRRORS, validate_body
 from fastverify.daemon.resolve import RequestError
 
 
+def _post(path: str) -> api_models.Endpoint[object]:
+    ep = api_models.endpoint("POST", path)
+    assert ep is not None, path
+    return ep
+
+
 @pytest.mark.parametrize(
     ("path", "body", "status", "words"),
     [
@@ -27,15 +33,15 @@ from fastverify.daemon.resolve import RequestError
 )
 def test_rejects(path: str, body: object, status: int, words: str) -> None:
     with pytest.raises(RequestError) as exc:
-        validate_body(path, body)
+        validate_body(_post(path), body)
     assert exc.value.status == status
     assert words in exc.value.body["error"]
 
 
 def test_accepts() -> None:
     body = {"name": "ring-ll", "mode": "eagle3", "wait": False, "stream": True, "timeout_s": 2}
-    assert validate_body("/v1/profile", body) == body
-    assert validate_body("/v1/restart", None) == {}
+    assert validate_body(api_models.SET_PROFILE, body) == body
+    assert validate_body(api_models.RESTART, None) == {}
 
 
 def test_every_post_route_has_a_model() -> None:
@@ -63,7 +69,7 @@ def test_fields_that_mirror_config_keys_get_the_config_files_verdict(
     body = {"name": "a"} if path == "/v1/profile" else {"mode": "baseline"}
     body = {**(body if path in ("/v1/profile", "/v1/mode") else {}), field: value}
     with pytest.raises(RequestError) as err:
-        validate_body(path, body)
+        validate_body(_post(path), body)
     assert err.value.status == 422
     # the same words as a configuration file with that value would get
     (problem,) = config.validate_fields({MIRRORS[field]: value})

@@ -20,11 +20,12 @@ from tests.support.hub import scrape, value
 def test_every_part_has_a_name_a_section_and_the_section_keys(tmp_path: Path) -> None:
     ctl, _, _ = build(tmp_path)
     names = [part.STATUS for part in ctl.parts]
-    assert names == ["weight_cache", "allreduce", "speculation", "frontdoor"]
+    assert names == ["weight_cache", "allreduce", "speculation", None, "frontdoor"]  # tuner: none
     for part in ctl.parts[1:]:  # the weight cache's reads the release's facts: test_weights.py
         sec = part.status()
-        if sec is not None:  # speculation: no drafting mode serves
+        if sec is not None:  # speculation: no drafting mode serves; the tuner has no section
             assert isinstance(sec["summary"], list) and isinstance(sec["shared_loads"], list)
+        assert bool(part.SECTION) == (part.STATUS is not None)  # a section is documented
 
 
 def test_the_allreduce_source_follows_engine_up_and_down(tmp_path: Path) -> None:

@@ -1,11 +1,13 @@
 """The front door's hold gate: requests pass while an engine serves, wait during a hold,
 are refused 503 when the queue is full or they outwait max_wait_s; drain reports what is
-still in flight; serve() closes the episode with its figures."""
+still in flight; serve() closes the episode with its figures; a standby switch's cuts are
+named in its record and not again in the next."""
 
 from __future__ import annotations
 
 import asyncio
 
+from fastverify.frontdoor.control import answer
 from fastverify.frontdoor.gate import Gate, Refusal
 
 
@@ -103,5 +105,31 @@ def test_a_standby_cut_over_drains_only_the_old_engine() -> None:
         drained = await pending
         assert drained == {"drained": True, "in_flight": 0, "requests": []}
         assert (await gate.drain(0.01))["in_flight"] == 1  # all ports: the new one's
+
+    run(go())
+
+
+def test_a_standby_switchs_cuts_are_named_in_its_record_only() -> None:
+    # the old engine's stop cuts a stream after the cut-over: the switch takes that cut
+    # (once the old engine's requests have ended); a later crash's record names its own only
+    async def go() -> None:
+        gate = Gate(queue_size=4, max_wait_s=60)
+        gate.serve(7001)
+        old = gate.begin("POST /old", 7001)
+        gate.serve(7002)  # the cut-over
+        taking = asyncio.ensure_future(answer(gate, {"op": "take_cuts", "port": 7001,
+                                                     "timeout_s": 30}))  # fmt: skip
+        await asyncio.sleep(0)
+        assert not taking.done()  # the old engine's request has not ended yet
+        gate.cut("POST /old")  # the old engine's stop cut it
+        gate.end(old)
+        assert await taking == {"cut": 1, "cut_requests": ["POST /old"], "drained": True}
+        new = gate.begin("POST /new", 7002)
+        gate.cut("POST /new")  # the new engine crashes
+        gate.end(new)
+        gate.hold()
+        crash = gate.serve(7001)  # the restart's record
+        assert (crash["cut"], crash["cut_requests"]) == (1, ["POST /new"])
+        assert gate.status()["totals"]["cut"] == 2
 
     run(go())

@@ -80,9 +80,8 @@ def test_an_acceptance_record_under_forced_acceptance_is_labelled_and_kept_for_a
     f = forced.Forced("SGLANG_SIMULATE_ACC_LEN", 2.0, "match-expected").to_dict()
     body = {"histogram": [0, 10, 0, 0], "requests": [[0, 5], [0, 5]]}
     for handle_forced in (f, None):
-        h = SimpleNamespace(serving=True, profile="ring-ll", mode="eagle3", argv=argv,
-                            forced=handle_forced)  # fmt: skip
-        rec = acceptance.record(store, h, body)
+        h = SimpleNamespace(serving=True, profile="ring-ll", mode="eagle3", argv=argv)
+        rec = acceptance.record(store, h, body, handle_forced)
         assert rec["usable"] is False
         if handle_forced:  # dummy weights do not matter: SGLang set the length
             assert rec["usable_forced"] is True and rec["forced"] == f

@@ -12,7 +12,7 @@ from fastverify.sglang import weight_cache as wc
 from fastverify.sglang.facts import known_versions, resolve
 from fastverify.sglang.versions import parse_version
 
-WITH_CACHE = [v for v in known_versions() if resolve(v).weight_cache]
+WITH_CACHE = [v for v in known_versions() if resolve(v).section("weight_cache")]
 SERVER = [
     "--model-path", "/models/m", "--tp-size", "2", "--host", "0.0.0.0", "--port", "30000",
     "--enable-metrics", "--dtype", "bfloat16", "--trust-remote-code",
