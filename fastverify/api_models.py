@@ -644,53 +644,59 @@ class Served(TypedDict):
 _OP_PREVIOUS = "what served before it"
 
 
-class _OperationFields(TypedDict):
-    """What an operation's result and its history record share."""
+class _Outcome(TypedDict):
+    """What every operation's result and every history record says."""
 
-    id: Annotated[str, "the operation's id"]
-    kind: Annotated[str, "`start`, `switch`, `mode`, `restart`, `rollback`, `recover`"]
-    result: Annotated[str, "ok, unchanged, rolled_back, failed, cancelled (history: also "
-                           "interrupted)"]
+    kind: Annotated[str, "`start`, `switch`, `mode`, `restart`, `rollback`, `recover` (history: "
+                         "also `decision`, `lease_override`, `interrupted`)"]
+    result: Annotated[str, "`ok`, `unchanged`, `rolled_back`, `failed`, `cancelled` (history: "
+                           "also `interrupted`, `applied`, `recorded`, `overridden`)"]
     profile: Annotated[str, "the profile it started"]
     mode: Annotated[str, "the mode it started"]
     reason: Annotated[str | None, "a failure's reason (e.g. `readiness_timeout`)"]
     message: Annotated[str | None, "what happened, one sentence"]
-    log: Annotated[str | None, "the engine's log file"]
-    line: Annotated[str | None, "the log line that told the failure"]
     duration_s: Annotated[float, "how long it took"]
-    serving: Annotated[Served, "what serves now"]
-    by: Annotated[str, "who asked (`fastverifyd`: the daemon itself)"]
-    weights: NotRequired[Annotated[str, "`real`, or `dummy` for a timing trial"]]
-    caller: NotRequired[Annotated[dict[str, Any], "who asked: `{door, uid, user, pid, comm}` "
-                                                  "(Unix socket) or the TCP door's identity"]]
-    cancelled_by: NotRequired[Annotated[str, "who cancelled it"]]
-    eagle3_steps: NotRequired[Annotated[int, "a timing trial's EAGLE-3 draft steps"]]
-    previous: NotRequired[Annotated[Served, _OP_PREVIOUS]]
-    rolled_back_to: NotRequired[Annotated[Served, "what it rolled back to"]]
-    rollback_failure: NotRequired[Annotated[dict[str, Any], "the rollback's own failure"]]
-    switch: NotRequired[Annotated[dict[str, Any],
+
+
+class _Started(TypedDict, total=False):
+    """What an operation's result may add (its history record the same, but `verify` and
+    `log_tail`)."""
+
+    caller: Annotated[dict[str, Any], "who asked: `{door, uid, user, pid, comm}` (Unix "
+                                      "socket) or the TCP door's identity"]
+    cancelled_by: Annotated[str, "who cancelled it"]
+    eagle3_steps: Annotated[int, "a timing trial's EAGLE-3 draft steps"]
+    previous: Annotated[Served, _OP_PREVIOUS]
+    rolled_back_to: Annotated[Served, "what it rolled back to"]
+    rollback_failure: Annotated[dict[str, Any], "the rollback's own failure"]
+    switch: Annotated[dict[str, Any],
         "how the operation looked to clients: `{mode, downtime_s, held, longest_wait_s, "
-        "refused, cut, cut_requests}` (see Operations)"]]
-    engine_ready_s: NotRequired[Annotated[float, "the new engine's time to ready"]]
-    engine_env: NotRequired[Annotated[dict[str, Any] | None,
-        "what the engine added to its workers' NCCL environment"]]
-    pid: NotRequired[Annotated[int | None, "the server's pid"]]
-    phases: NotRequired[Annotated[dict[str, float], "seconds of each phase (stop, "
-                                                    "engine_ready, verify, ...)"]]
-    weight_load: NotRequired[Annotated[dict[str, Any] | None,
-        "where the weights came from (as the status's `engine.weight_load`)"]]
-    weights_notice: NotRequired[Annotated[dict[str, Any] | None,
-        "the notice about the weights' load given before anything stopped"]]
-    tuner: NotRequired[Annotated[dict[str, Any] | None, "the NCCL tuner plugin confirmed"]]
-    allreduce: NotRequired[Annotated[dict[str, Any] | None,
-        "the TP all-reduce backend confirmed"]]
-    speculation: NotRequired[Annotated[dict[str, Any] | None, "mode adaptive: its plan"]]
+        "refused, cut, cut_requests}` (see Operations)"]
+    engine_ready_s: Annotated[float, "the new engine's time to ready"]
+    engine_env: Annotated[dict[str, Any] | None,
+        "what the engine added to its workers' NCCL environment"]
+    pid: Annotated[int | None, "the server's pid"]
+    phases: Annotated[dict[str, float], "seconds of each phase (`stop`, `engine_ready`, "
+                                        "`verify`, ...)"]
+    weight_load: Annotated[dict[str, Any] | None,
+        "where the weights came from (as the status's `engine.weight_load`)"]
+    weights_notice: Annotated[dict[str, Any] | None,
+        "the notice about the weights' load given before anything stopped"]
+    tuner: Annotated[dict[str, Any] | None, "the NCCL tuner plugin confirmed"]
+    allreduce: Annotated[dict[str, Any] | None, "the TP all-reduce backend confirmed"]
+    speculation: Annotated[dict[str, Any] | None, "mode adaptive: its plan"]
 
 
-class OperationResult(_OperationFields):
+class OperationResult(_Outcome, _Started):
     """An operation's result (200 for `ok` and `unchanged`, else 502); with `stream: true`
     the last event, `{"event": "result", ts, ...}`."""
 
+    id: Annotated[str, "the operation's id"]
+    log: Annotated[str | None, "the engine's log file"]
+    line: Annotated[str | None, "the log line that told the failure"]
+    serving: Annotated[Served, "what serves now"]
+    by: Annotated[str, "who asked (`fastverifyd`: the daemon itself)"]
+    weights: Annotated[str, "`real`, or `dummy` for a timing trial"]
     verify: NotRequired[Annotated[dict[str, Any] | None, "the verifiers' evidence"]]
     log_tail: NotRequired[Annotated[list[str], "the failed engine's last log lines"]]
 
@@ -717,13 +723,20 @@ class Accepted(TypedDict):
 _WAIT = "with `wait: false`, 202 `Accepted` at once"
 
 
-class HistoryRecord(_OperationFields, total=False):
-    """A record of `GET /v1/history`: an operation's result without its `verify` and
-    `log_tail`; a decision (kind `decision`), a lease override (kind `lease_override`)."""
+class HistoryRecord(_Outcome, _Started, total=False):
+    """A record of `GET /v1/history`: an operation's result but its `verify` and `log_tail`
+    (its fields below, if any, as the result's); a decision (kind `decision`); a lease
+    override (kind `lease_override`)."""
 
     type: Required[Annotated[str, "`switch`"]]
     started_at: Required[Annotated[float, "unix time it started"]]
     finished_at: Required[Annotated[float, "unix time it finished"]]
+    id: Annotated[str, "an operation's"]
+    log: Annotated[str | None, "an operation's"]
+    line: Annotated[str | None, "an operation's"]
+    serving: Annotated[Served, "an operation's"]
+    by: Annotated[str, "who asked (an operation, a lease override)"]
+    weights: Annotated[str, "an operation's"]
     fallback_to: Annotated[str, "a crash restart's fallback profile"]
     outcome: Annotated[str, "kind `interrupted`: what became of it"]
     put_back: Annotated[Served | None, "kind `interrupted`: what was put back"]
@@ -1065,6 +1078,7 @@ class SpecPlan(_PlanFor):
     requests: Annotated[Any, "the requests it was planned for"]
     why: Annotated[Any, "why, in sentences"]
     stored_at: Annotated[float, "unix time it was stored"]
+    context_note: NotRequired[Annotated[str, "what the plan's context length leaves out"]]
 
 
 SPEC_PLAN: Endpoint[NoBody, SpecPlan] = Endpoint(
