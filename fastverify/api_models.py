@@ -154,6 +154,12 @@ def _annotated(model: Any) -> Iterator[tuple[str, Any, Any]]:
         yield name, hint.type, hint.meta
 
 
+def _annotated_types(model: Any) -> Iterator[tuple[str, Any]]:
+    """(name, type) of each field of a TypedDict `model`."""
+    for name, tp, _ in _annotated(model):
+        yield name, tp
+
+
 def _request_kind(tp: Any) -> str:
     """A request field's kind (KINDS) from its declared type: `int | None` is an int."""
     if get_origin(tp) in (Union, UnionType):
