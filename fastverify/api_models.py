@@ -23,8 +23,6 @@ from typing import (
     Any,
     Generic,
     NamedTuple,
-    NotRequired,
-    Required,
     TypeVar,
     Union,
     cast,
@@ -51,6 +49,29 @@ class _Annotated:
         raise TypeError("an annotation, not a type")
 
 
+class _Mark:
+    """`Required` / `NotRequired` as this module's fields are read at run time: `mark[hint]`
+    is the hint, marked (typing's builds a generic alias, ~10 µs each)."""
+
+    __slots__ = ("hint", "mark")
+
+    def __init__(self, mark: Any = None, hint: Any = None) -> None:
+        self.mark, self.hint = mark, hint
+
+    def __getitem__(self, hint: Any) -> "_Mark":
+        return _Mark(self, hint)
+
+    def __call__(self) -> None:  # what a TypedDict's check of a field's type asks of a type
+        raise TypeError("an annotation, not a type")
+
+
+def _unmarked(hint: Any) -> tuple[Any, Any]:
+    """(its `Required`/`NotRequired` or None, the hint without it)."""
+    if isinstance(hint, _Mark):
+        return hint.mark, hint.hint
+    return None, hint
+
+
 class _TypedDict:
     """`TypedDict` as this module's models are read at run time: the fields
     (`__annotations__`, its bases' first) and which are required (`__required_keys__`),
@@ -73,7 +94,7 @@ class _TypedDict:
             fields.update(getattr(base, "__annotations__", {}))
             required |= getattr(base, "__required_keys__", set())
         for name, hint in own.items():
-            marked = get_origin(hint)
+            marked, _ = _unmarked(hint)
             if marked is Required or (total and marked is not NotRequired):
                 required.add(name)
             else:
@@ -83,9 +104,10 @@ class _TypedDict:
 
 
 if TYPE_CHECKING:
-    from typing import Annotated, TypedDict
+    from typing import Annotated, NotRequired, Required, TypedDict
 else:
     Annotated, TypedDict = _Annotated, _TypedDict
+    Required, NotRequired = _Mark(), _Mark()
 
 MAX_BODY = 64 * 1024  # bytes of any request body (an endpoint may allow fewer)
 # Requests that write a record (`Endpoint.recorded`) are rate-limited per caller identity
@@ -149,8 +171,7 @@ class Field(NamedTuple):
 def _annotated(model: Any) -> Iterator[tuple[str, Any, Any]]:
     """(name, type, metadata) of each field of a TypedDict `model`, in declaration order."""
     for name, hint in model.__annotations__.items():
-        if get_origin(hint) in (Required, NotRequired):
-            (hint,) = get_args(hint)
+        _, hint = _unmarked(hint)
         yield name, hint.type, hint.meta
 
 
@@ -632,9 +653,11 @@ def documented(body: Any) -> tuple[Field, ...]:
 
 # fmt: off
 # ---------------------------------------------------------------------- the endpoints
+# (Their types quoted: a module's annotations are evaluated at import, and a generic's
+# subscript costs the CLI's start-up ~0.1 ms each.)
 # Each endpoint with its answer's models above it (a model another endpoint answers too
 # stands above the first).
-STATUS: Endpoint[NoBody, StatusBody] = Endpoint(
+STATUS: "Endpoint[NoBody, StatusBody]" = Endpoint(
     "GET", "/v1/status", "status", "The daemon's state, the serving engine and what it knows.",
     answer=StatusBody,
 )
@@ -753,7 +776,7 @@ class HistoryRecord(_Outcome, _Started, total=False):
     lease: Annotated[dict[str, Any], "kind `lease_override`: the lease overridden"]
 
 
-HISTORY: Endpoint[HistoryQuery, list[HistoryRecord]] = Endpoint(
+HISTORY: "Endpoint[HistoryQuery, list[HistoryRecord]]" = Endpoint(
     "GET", "/v1/history", "history", "The journal of operations, oldest first, one page "
     "at a time (the client's `history()` and `fastverifyctl history` page back to the "
     "start when asked for all). Operations (start, switch, mode, restart, rollback) and "
@@ -776,7 +799,7 @@ class LogEvent(TypedDict):
     line: Annotated[str, "the line"]
 
 
-LOGS: Endpoint[LogsQuery, LogEvent] = Endpoint(
+LOGS: "Endpoint[LogsQuery, LogEvent]" = Endpoint(
     "GET", "/v1/logs", "logs", "The engine's and the daemon's log lines.",
     model=LogsQuery, answer=LogEvent, streams=True,
 )
@@ -804,23 +827,23 @@ class ServerArgv(TypedDict):
     check: Annotated[ArgvCheck | None, "with `check`: the parser's verdict"]
 
 
-SERVER_ARGV: Endpoint[ServerArgvQuery, ServerArgv] = Endpoint(
+SERVER_ARGV: "Endpoint[ServerArgvQuery, ServerArgv]" = Endpoint(
     "GET", "/v1/server/argv", "server_argv", "The server command line a profile and mode get.",
     model=ServerArgvQuery, answer=ServerArgv,
 )
-SET_PROFILE: Endpoint[SetProfileBody, OperationResult] = Endpoint(
+SET_PROFILE: "Endpoint[SetProfileBody, OperationResult]" = Endpoint(
     "POST", "/v1/profile", "set_profile", "Switch to a profile (and mode): stop the engine, "
     "start it with the profile, verify, roll back on failure.",
     model=SetProfileBody, answer=OperationResult, notes=_WAIT, streams=True,
 )
-SET_MODE: Endpoint[SetModeBody, OperationResult] = Endpoint(
+SET_MODE: "Endpoint[SetModeBody, OperationResult]" = Endpoint(
     "POST", "/v1/mode", "set_mode", "Switch the mode of the active profile (adaptive without a "
     'stored plan is 422 `reason: "no_adaptive_plan"` before anything stops; a start in which '
     "SGLang logs `speculative_adaptive disabled: ...` fails as `adaptive_disabled` and rolls "
     "back).",
     model=SetModeBody, answer=OperationResult, notes=_WAIT, streams=True,
 )
-RESTART: Endpoint[RestartBody, OperationResult] = Endpoint(
+RESTART: "Endpoint[RestartBody, OperationResult]" = Endpoint(
     "POST", "/v1/restart", "restart", "Restart the engine with the active profile and mode.",
     model=RestartBody, answer=OperationResult, notes=_WAIT, streams=True,
 )
@@ -833,7 +856,7 @@ class Cancelled(TypedDict):
     operation: Annotated[OperationInFlight, "the operation cancelled"]
 
 
-CANCEL: Endpoint[NoBody, Cancelled] = Endpoint(
+CANCEL: "Endpoint[NoBody, Cancelled]" = Endpoint(
     "POST", "/v1/cancel", "cancel", "Cancel the operation in flight (see Cancel).",
     answer=Cancelled, notes="200 once accepted; 404 when no operation is in flight",
 )
@@ -858,13 +881,13 @@ class ProfileBaselines(BaselineRecord):
                                           '`{"N": record}`, the last at each concurrency']]
 
 
-BASELINES: Endpoint[NoBody, dict[str, ProfileBaselines]] = Endpoint(
+BASELINES: "Endpoint[NoBody, dict[str, ProfileBaselines]]" = Endpoint(
     "GET", "/v1/baselines", "baselines", "The recorded baseline measurements.",
     answer=dict[str, ProfileBaselines], notes="keyed by profile",
 )
 _INVALID = ("422 `{error, fields: {field: what is wrong}, reason: \"%s\"}` naming every bad "
             "field (nothing is stored then)")
-RECORD_BASELINE: Endpoint[RecordBaselineBody, BaselineRecord] = Endpoint(
+RECORD_BASELINE: "Endpoint[RecordBaselineBody, BaselineRecord]" = Endpoint(
     "POST", "/v1/baselines", "record_baseline", "Record a baseline measurement (bench, sweep).",
     model=RecordBaselineBody, answer=BaselineRecord, notes=_INVALID % "invalid_baseline",
     max_body=4 * 1024, recorded=True,
@@ -879,7 +902,7 @@ class TraceCapture(TypedDict, total=False):
                                                     "...}`"]]
 
 
-CAPTURE_TRACE: Endpoint[CaptureTraceBody, TraceCapture] = Endpoint(
+CAPTURE_TRACE: "Endpoint[CaptureTraceBody, TraceCapture]" = Endpoint(
     "POST", "/v1/trace/capture", "capture_trace", "Record one profile window of the serving "
     "engine now and analyse it. A window records forward steps, which only happen under "
     "load; a client that disconnects while waiting cancels the window.",
@@ -923,11 +946,11 @@ class DecisionRecord(TypedDict):
     by: NotRequired[Annotated[str, "who recorded it"]]
 
 
-DECISION: Endpoint[NoBody, DecisionRecord] = Endpoint(
+DECISION: "Endpoint[NoBody, DecisionRecord]" = Endpoint(
     "GET", "/v1/decision", "decision", "The newest tuning decision (`fastverifyctl tune`).",
     answer=DecisionRecord, notes="`{}` when none",
 )
-RECORD_DECISION: Endpoint[RecordDecisionBody, DecisionRecord] = Endpoint(
+RECORD_DECISION: "Endpoint[RecordDecisionBody, DecisionRecord]" = Endpoint(
     "POST", "/v1/decision", "record_decision", "Record what `fastverifyctl tune` decided, "
     "after it applied it through `POST /v1/profile`: kept in `decision.json` of the state "
     "dir, appended to the history (kind `decision`) and exported as "
@@ -962,12 +985,12 @@ class LeaseInForce(TypedDict):
     lease: Annotated[LeaseSeen | None, "the lease in force"]
 
 
-LEASE: Endpoint[NoBody, LeaseInForce] = Endpoint(
+LEASE: "Endpoint[NoBody, LeaseInForce]" = Endpoint(
     "GET", "/v1/lease", "lease", "The experiment's lease in force, if any.",
     answer=LeaseInForce, notes="`id` only when the caller is the holder (the identity that "
     "took it)",
 )
-TAKE_LEASE: Endpoint[TakeLeaseBody, Lease] = Endpoint(
+TAKE_LEASE: "Endpoint[TakeLeaseBody, Lease]" = Endpoint(
     "POST", "/v1/lease", "take_lease", "Hold the daemon for an experiment (see Leases).",
     model=TakeLeaseBody, answer=Lease,
     notes="the lease belongs to the caller's identity (uid on the Unix socket, certificate "
@@ -981,7 +1004,7 @@ class Released(TypedDict):
     released: Annotated[Lease, "the lease released"]
 
 
-RELEASE_LEASE: Endpoint[ReleaseLeaseBody, Released] = Endpoint(
+RELEASE_LEASE: "Endpoint[ReleaseLeaseBody, Released]" = Endpoint(
     "POST", "/v1/lease/release", "release_lease", "End an experiment's lease.",
     model=ReleaseLeaseBody, answer=Released,
     notes='404 `{reason: "no_lease"}` when that lease is not in force; 403 `{reason: '
@@ -1024,12 +1047,12 @@ class AcceptanceCurves(TypedDict):
                       '`{"PROFILE/MODE/STEPS@MEASURED_AT": record}`']
 
 
-ACCEPTANCE: Endpoint[NoBody, AcceptanceCurves] = Endpoint(
+ACCEPTANCE: "Endpoint[NoBody, AcceptanceCurves]" = Endpoint(
     "GET", "/v1/acceptance", "acceptance", "Every bench's accepted-drafts histograms, the "
     "summed one and each request's, newest 50 kept.",
     answer=AcceptanceCurves,
 )
-RECORD_ACCEPTANCE: Endpoint[RecordAcceptanceBody, AcceptanceRecord] = Endpoint(
+RECORD_ACCEPTANCE: "Endpoint[RecordAcceptanceBody, AcceptanceRecord]" = Endpoint(
     "POST", "/v1/acceptance", "record_acceptance", "Record a bench's acceptance on the served "
     "EAGLE-3 engine, labelled from what the daemon serves: profile, mode, model, drafter, "
     "topk, launch steps, weights.",
@@ -1087,7 +1110,7 @@ class SpecPlan(_PlanFor):
     context_note: NotRequired[Annotated[str, "what the plan's context length leaves out"]]
 
 
-SPEC_PLAN: Endpoint[NoBody, SpecPlan] = Endpoint(
+SPEC_PLAN: "Endpoint[NoBody, SpecPlan]" = Endpoint(
     "GET", "/v1/spec/plan", "spec_plan", "The stored speculation plan (`fastverifyctl spec "
     "plan`, `fastverify.speculation.plan.Plan.to_dict`).",
     answer=SpecPlan, notes="`{}` when none",
@@ -1118,7 +1141,7 @@ class Verification(TypedDict):
     verifiers: Annotated[list[VerifierResult], "each verifier's verdict"]
 
 
-VERIFY: Endpoint[NoBody, Verification] = Endpoint(
+VERIFY: "Endpoint[NoBody, Verification]" = Endpoint(
     "GET", "/v1/verify", "verify", "Run the after-READY verifiers again on the serving engine "
     "(read-only: it keeps serving whatever the verdict; `fastverifyctl verify`).",
     answer=Verification,
@@ -1126,7 +1149,7 @@ VERIFY: Endpoint[NoBody, Verification] = Endpoint(
 )
 
 
-STORE_SPEC_PLAN: Endpoint[StoreSpecPlanBody, SpecPlan] = Endpoint(
+STORE_SPEC_PLAN: "Endpoint[StoreSpecPlanBody, SpecPlan]" = Endpoint(
     "POST", "/v1/spec/plan", "store_spec_plan", "Store a speculation plan: the config is "
     "checked as SGLang's `_load_adaptive_config` checks it (422 `reason: \"invalid_plan\"`), "
     "then written to `adaptive-config.json` in the state dir (mode adaptive serves it) beside "
