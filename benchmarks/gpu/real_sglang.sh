@@ -18,6 +18,12 @@
 #       with FRONTDOOR_WEIGHTS=checkpoint (standby's default: the weight cache serves no
 #       dummy weights) the realistic shape's random checkpoint with the weight cache on; its
 #       files are named frontdoor-MODE-WEIGHTS (calls on a warm machine keep theirs apart)
+#   bash benchmarks/gpu/real_sglang.sh tune8b [options]      # `fastverifyctl tune` on the
+#       realistic shape's random checkpoint with the weight cache on, the 8B EAGLE-3 head on
+#       dummy weights and SGLang's forced accept length (benchmarks/gpu/tune_sglang.py),
+#       Ctrl-C'd before the call's end and resumed by the next call: an earlier call's
+#       tune-state.tar.gz under .gpucarry/ is copied into the work dir first (a warm
+#       machine's own, newer, is kept), and this call's lands in $OUT
 #
 # CALL_S=570 gives the steps what is left of a call of that many seconds once the pack, the
 # wheels and the checkpoint are in place (it sets --budget-s).
@@ -109,7 +115,7 @@ EOF
 chmod +x "$WRAP"
 # the imports the drafter's graph capture and argument resolution need (seconds, printed;
 # the spec8b calls, whose every second counts, have seen them succeed)
-[ "$SHAPE" = spec8b ] || [ "$SHAPE" = frontdoor ] || timeout 120 "$WRAP" - <<'PYEOF' 2>&1 | tail -5
+[ "$SHAPE" = spec8b ] || [ "$SHAPE" = frontdoor ] || [ "$SHAPE" = tune8b ] || timeout 120 "$WRAP" - <<'PYEOF' 2>&1 | tail -5
 for m in ("deep_gemm.utils.layout", "sglang.srt.layers.attention.dsa_backend",
           "sglang.srt.layers.attention.deepseek_v4_backend",
           "sglang.srt.layers.attention.flashmla_backend"):
@@ -143,6 +149,21 @@ if [ "$SHAPE" = spec8b ]; then
     [ -f "$f" ] && [ ! -s "$WORK/$(basename "$f")" ] && cp "$f" "$WORK/" && echo "carried in: $f"
   done
 fi
+if [ "$SHAPE" = tune8b ]; then
+  # the realistic shape's random checkpoint (written once per machine: ~20 s; the page cache
+  # is kept: the cache's load of it is part of every call's start, not what is measured)
+  MODEL=/tmp/llama8b-random
+  [ -f "$MODEL/.ok" ] || "$PY" benchmarks/gpu/write_checkpoint.py "$MODEL" || exit 4
+  DRAFT=$REPO/benchmarks/gpu/sglang_pack/llama8b-eagle3
+  EXTRA=(--load-format auto)
+  SCRIPT=benchmarks/gpu/tune_sglang.py
+  rm -rf "$WORK/raw" "$WORK/results.json"
+  mkdir -p "$WORK"
+  CARRIED=$REPO/.gpucarry/tune-state.tar.gz
+  if [ -f "$CARRIED" ] && [ ! -s "$WORK/tune-state.tar.gz" ]; then
+    cp "$CARRIED" "$WORK/" && echo "carried in: $CARRIED"
+  fi
+fi
 if [ "$SHAPE" = frontdoor ]; then
   # the model's tokenizer is written at run time (frontdoor_sglang.py)
   if [ "$FRONTDOOR_WEIGHTS" = checkpoint ]; then
@@ -169,6 +190,7 @@ fi
 RC=${PIPESTATUS[0]}
 cp "$WORK/results.json" "$OUTD/results-$TAG.json" 2>/dev/null
 cp "$WORK"/*.journal.jsonl "$OUTD/" 2>/dev/null
+cp "$WORK"/tune-state.tar.gz "$OUTD/" 2>/dev/null
 tar -C "$WORK" -cf - raw | xz -T8 -6 >"$OUTD/raw-$TAG.tar.xz"
 ls -la "$OUTD"
 exit "$RC"

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import real_sglang as rs  # noqa: E402
 
-from tests.support.harness import _scrubbed_env  # noqa: E402
+from tests.support.harness import _scrubbed_env, ctrl_c_reaches_it  # noqa: E402
 
 PACK = REPO / "benchmarks" / "gpu" / "sglang_pack"
 FORCE = "SGLANG_SIMULATE_ACC_LEN"
@@ -164,6 +164,7 @@ class SpecRun(rs.Run):
                 [sys.executable, "-m", "fastverify.ctl", "--socket", str(self.daemon.socket),
                  "spec", "costs", *args],
                 stdout=subprocess.DEVNULL, stderr=err_f, text=True, env=env,
+                preexec_fn=ctrl_c_reaches_it,  # its Ctrl-C below also under `cmd &`
             )  # fmt: skip
             cut = False
             try:

@@ -303,9 +303,17 @@ def tune(
         emit_json(result)
     else:
         table(
-            ("stage", "status", "wall s", "reason"),
+            ("stage", "status", "planned s", "wall s", "loads", "reason"),
             [
-                (s["name"], s["status"], f"{s['wall_s']:.1f}", s["reason"] or "")
+                (
+                    s["name"],
+                    s["status"],
+                    "-" if s.get("planned_s") is None else f"{s['planned_s']:.0f}",
+                    f"{s['wall_s']:.1f}"
+                    + (f" (+{len(s['earlier_runs'])} earlier)" if s.get("earlier_runs") else ""),
+                    loads_text(s["loads"]) if s.get("loads") else "-",
+                    s["reason"] or "",
+                )
                 for s in result["stages"]
             ],
             title="tune",

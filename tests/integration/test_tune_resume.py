@@ -1,6 +1,7 @@
 """`fastverifyctl tune` interrupted and resumed, on the sim through a real fastverifyd: after
 SIGKILL of the tune process in the middle of its trial (waits on the journal file), after
-the daemon was killed (exit 3), after Ctrl-C (exit 130); the finished stages are skipped."""
+the daemon was killed (exit 3), after Ctrl-C (exit 130: the cut run journaled with its time
+and loads, counted by the resumed tune); the finished stages are skipped."""
 
 from __future__ import annotations
 
@@ -117,8 +118,20 @@ def test_ctrl_c_then_resume(tmp_path: Path) -> None:
         assert (st["profile"], st["mode"], st["trial"], st["lease"]) == (
             before["profile"], before["mode"], False, None,
         )  # fmt: skip
+        cut = [r for r in read_journal(d) if r.get("event") == "stage_interrupted"]
         again = d.ctl("tune", "--resume", "--json", timeout=900)
         assert again.returncode == 0, again.stderr[-3000:]
         res = json.loads(again.stdout)
     assert res["decision"]["profile"] == "ring-ll-8ch" and res["decision"]["applied"]
     assert [s["status"] for s in res["stages"]].count("failed") == 0
+    # the cut run is in the journal with what it cost: its time, its dummy load(s) and the
+    # put-back's real load; the resumed tune's stages and totals count it
+    (rec,) = cut
+    assert rec["name"] == "trial" and rec["wall_s"] > 0 and rec["planned_s"] > 0, rec
+    assert rec["loads"]["dummy"] >= 1 and rec["loads"]["real"] == 1, rec  # the put-back
+    trial = next(s for s in res["stages"] if s["name"] == "trial")
+    assert trial["earlier_runs"] == [
+        {"status": "interrupted", "wall_s": round(rec["wall_s"], 3), "loads": rec["loads"]}
+    ]
+    runs = [trial["loads"], rec["loads"]] + [s["loads"] for s in res["stages"] if s is not trial]
+    assert res["loads"] == {k: sum(r[k] for r in runs) for k in res["loads"]}

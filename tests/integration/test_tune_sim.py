@@ -76,7 +76,8 @@ def test_tune_runs_end_to_end_and_prints_the_exact_json(tuned: dict[str, Any]) -
                                                   "preflight", "rehearse", "trial", "confirm",
                                                   "decide"]  # fmt: skip
     for s in res["stages"]:
-        assert set(s) == {"name", "status", "wall_s", "reason"}
+        assert set(s) == {"name", "status", "wall_s", "reason", "planned_s", "planned_s_at_start",
+                          "planned_loads", "loads", "earlier_runs"}  # fmt: skip
         assert s["status"] in ("done", "skipped", "failed")
     assert set(res["loads"]) == {"real", "cached", "disk", "dummy"}  # the plan's kinds of load
     assert res["loads"]["cached"] + res["loads"]["disk"] <= res["loads"]["real"], res["loads"]
@@ -194,6 +195,36 @@ def test_the_eta_follows_the_loads_the_trial_measured(tuned: dict[str, Any]) -> 
     last_trial = [x for x in err if x.startswith("[6/8] trial: [") and "(ETA " in x][-1]
     eta = _secs(last_trial.rsplit("(ETA ", 1)[1].split()[0].rstrip(")"))
     assert eta <= plan_est["confirm"] + plan_est["decide"] + 90, last_trial
+
+
+def test_each_stage_says_its_planned_and_actual_time_and_loads(tuned: dict[str, Any]) -> None:
+    """Each stage beside the plan it started under (the estimate its ETA used, the loads it
+    planned by kind) and what it took: its wall time and the loads the daemon recorded
+    during it, by kind; the stages' loads are the tune's."""
+    res, history = tuned["result"], tuned["history"]
+    plans = [r["plan"] for r in tuned["journal"] if r.get("event") == "plan"]
+    started = {r["name"]: r for r in tuned["journal"] if r.get("event") == "stage_started"}
+    kinds = {"real", "cached", "disk", "dummy"}
+    for s in res["stages"]:
+        first = next(r for r in plans[0]["stages"] if r["name"] == s["name"])
+        assert s["planned_s_at_start"] == round(first["estimate_s"], 1), s
+        assert (s["planned_s"], s["planned_loads"]) == (
+            started[s["name"]]["planned_s"],
+            started[s["name"]]["planned_loads"],
+        )
+        assert set(s["planned_loads"]) == set(s["loads"]) == kinds and s["earlier_runs"] == []
+        if s["status"] == "skipped":  # no GPU: planned at nothing, took nothing
+            assert s["planned_s"] == 0.0 and not any(s["loads"].values()), s
+    by = {s["name"]: s for s in res["stages"]}
+    # every shipped profile's dummy trial and the EAGLE-3 ones, tree-ll's rollback counted
+    trial_dummy = sum(2 if h["result"] == "rolled_back" else 1 for h in history
+                      if h.get("kind") == "switch" and h.get("weights") == "dummy")  # fmt: skip
+    assert (by["trial"]["loads"]["dummy"], by["trial"]["loads"]["real"]) == (trial_dummy, 0)
+    assert by["trial"]["planned_loads"]["dummy"] == len(PROFILES) + 2  # the plan: no rollback
+    assert by["confirm"]["loads"]["real"] >= 2 and by["confirm"]["loads"]["dummy"] == 0
+    assert {k: sum(s["loads"][k] for s in res["stages"]) for k in kinds} == res["loads"]
+    report = Path(res["report"]).read_text()
+    assert "| stage | status | planned s | wall s | loads planned | loads |" in report
 
 
 def test_at_most_two_real_loads(tuned: dict[str, Any]) -> None:

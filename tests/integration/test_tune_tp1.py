@@ -35,3 +35,8 @@ def test_tune_at_tp1_does_not_rank_profiles_that_cannot_differ(tmp_path: Path) -
     # the loads: only the profile that stood for the others and the eager one
     loaded = {h.get("profile") for h in history if h.get("kind") == "switch"}
     assert kept in loaded and not loaded & set(NCCL_ONLY[1:]), loaded
+    # and the plan the trial started under counted those two, not the four named (two
+    # baselines, two EAGLE-3 trials: finalists 2), as the trial then loaded them
+    trial = next(s for s in res["stages"] if s["name"] == "trial")
+    assert trial["planned_loads"]["dummy"] == 4, trial
+    assert trial["loads"]["dummy"] == 4, trial

@@ -144,3 +144,25 @@ def test_every_baseline_load_came_from_the_cache_and_only_speculation_read_disk(
     assert counted["real"] == weight("cache") + weight("disk") + weight(None), counted
     dummy = [r for r in loads if r.get("weights") == "dummy"]
     assert dummy and all(r["mode"] == "eagle3" for r in dummy), dummy
+
+
+def test_each_stage_counts_its_loads_by_where_the_weights_came_from(
+    tuned: dict[str, Any],
+) -> None:
+    """The trial: cached baselines and dummy EAGLE-3 loads, as it planned them; confirm: the
+    EAGLE-3 load from disk exactly when it planned one (the trial's break-even said so)."""
+    stages = {s["name"]: s for s in tuned["result"]["stages"]}
+    trial, confirm = stages["trial"], stages["confirm"]
+    n, finalists = len(PROFILES), _plan(tuned)["finalists"]
+    assert trial["planned_loads"] == {"real": n, "cached": n, "disk": 0, "dummy": finalists}
+    # what served before needs no load; tree-ll's failed capture rolls back (two, no disk)
+    assert 2 <= trial["loads"]["cached"] <= trial["loads"]["real"] <= n + 1, trial
+    assert trial["loads"]["disk"] == 0 and trial["loads"]["dummy"] == finalists, trial
+    eagle3 = _stage(tuned, "confirm")["eagle3"] is not None
+    assert confirm["planned_loads"]["disk"] == confirm["loads"]["disk"] == int(eagle3), confirm
+    assert confirm["loads"]["cached"] == confirm["loads"]["dummy"] == 0
+    assert confirm["planned_s"] > 0 if eagle3 else confirm["planned_s"] == 0.0
+
+
+def _plan(tuned: dict[str, Any]) -> dict[str, Any]:
+    return next(r["plan"] for r in tuned["journal"] if r.get("event") == "plan")

@@ -56,6 +56,22 @@ def eagle3_needed(accept: float | None, break_even: float | None) -> tuple[bool,
     )
 
 
+def trial_wants_eagle3(ctx: Ctx, accept: float | None) -> bool:
+    """Whether the finished trial already says confirm will load EAGLE-3 with real weights
+    (its leader's break-even against a known accept length, `eagle3_needed`): the plan
+    counts that load from then on, not only once confirm decides on it."""
+    if accept is None or ctx.status_of("trial") != "done":
+        return False
+    rows = ctx.data("trial").get("rows", [])
+    ok = [r for r in rows if r["mode"] == "baseline" and r["status"] == "ok"]
+    if not ok:
+        return False
+    leader = max(ok, key=lambda r: r["tokens_per_second_mean"])["profile"]
+    be = next((r.get("break_even_accept_length") for r in rows if r["profile"] == leader
+               and r["mode"] == "eagle3" and r["status"] == "ok"), None)  # fmt: skip
+    return eagle3_needed(accept, be)[0]
+
+
 def run(ctx: Ctx) -> StageResult:
     trial_rows = ctx.data("trial").get("rows", [])
     ranked = sorted(

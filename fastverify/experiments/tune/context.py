@@ -63,6 +63,8 @@ class Ctx:
     results: dict[str, StageResult] = field(default_factory=dict)  # finished stages
     stage: str | None = None  # the stage running now (for progress and its ETA)
     stage_t0: float = 0.0  # when it started (time.monotonic)
+    stage_since: float = 0.0  # the same, as time.time() (the daemon's history is in it)
+    running: tuple[str, dict[str, Any]] | None = None  # (stage, its plan) until it returns
     eagle3_confirm: bool = False  # confirm decided on a real EAGLE-3 load (the plan counts it)
     extra_confirm_loads: int = 0  # further real loads confirm decided on (mode adaptive)
     replan: Callable[[], None] = lambda: None  # re-estimate now (the pipeline sets it)

@@ -5,9 +5,14 @@ state dir when the daemon's is not writable here):
 
 - `journal.jsonl`: append-only, one JSON object per line, fsync'ed per record:
   `{"event": "start", "ts", "config", "run_id"}`, `{"event": "plan", "plan"}`,
-  `{"event": "stage_started", "name", "ts"}`, `{"event": "stage_finished", "name",
-  "status": "done"|"skipped"|"failed", "wall_s", "reason", "data"}`, `{"event": "end"}`.
-  A torn last line (kill -9 mid-write) is ignored on reading.
+  `{"event": "stage_started", "name", "ts", "planned_s", "planned_loads"}`,
+  `{"event": "stage_finished", "name", "status": "done"|"skipped"|"failed", "wall_s",
+  "reason", "data", "planned_s", "planned_loads", "loads"}`, `{"event": "stage_interrupted",
+  "name", "wall_s", "planned_s", "planned_loads", "loads"}` (Ctrl-C: the stage's time and
+  loads so far, putting back what served before included), `{"event": "end"}`. `planned_s`
+  and `planned_loads` are the plan's estimate when the stage started; `loads` the engine
+  starts the daemon recorded during it, by kind (real, cached, disk, dummy). A torn last
+  line (kill -9 mid-write) is ignored on reading.
 - `times.json`: this host's recorded stage times (per unit: a profile, a run), read by the
   plan's estimates on the next tune.
 
@@ -66,6 +71,12 @@ class Journal:
             r for r in self.records if r.get("event") == "stage_finished" and r.get("name") == name
         ]
         return recs[-1] if recs else None
+
+    def attempts(self, name: str) -> list[dict[str, Any]]:
+        """Every run of a stage this journal saw end, in order: its `stage_finished` records
+        (whatever their status) and `stage_interrupted` ones (Ctrl-C)."""
+        ends = ("stage_finished", "stage_interrupted")
+        return [r for r in self.records if r.get("event") in ends and r.get("name") == name]
 
     # -- writing
     def begin(self, config: dict[str, Any]) -> str:

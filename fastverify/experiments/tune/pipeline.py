@@ -86,11 +86,12 @@ def tune_dir(status: dict[str, Any]) -> Path:
 
 def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> dict[str, Any]:
     cfg = ctx.cfg
-    n = (
-        len(cfg.profiles)
-        or len(ctx.data("candidates").get("candidates", []))
-        or len(_all_profiles())
-    )
+    if ctx.status_of("candidates") == "done":
+        n = len(gpu.candidates(ctx))  # what the funnel holds (at TP 1, one per group)
+        if fixed is not None:
+            fixed = (min(fixed[0], n), min(fixed[1], n))
+    else:
+        n = len(cfg.profiles) or len(_all_profiles())
     accept, _ = confirm.accept_length(ctx, None)
     skips = gpu.host_skips(cfg)
     facts = plan.PlanFacts(
@@ -100,7 +101,8 @@ def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> di
         budget_s=cfg.budget_min * 60 if cfg.budget_min else None,
         repeats=cfg.repeats,
         duration_s=cfg.duration_s,
-        accept_known=accept is not None and not ctx.eagle3_confirm,
+        accept_known=accept is not None
+        and not (ctx.eagle3_confirm or confirm.trial_wants_eagle3(ctx, accept)),
         extra_real_loads=ctx.extra_confirm_loads,
         history=ctx.client.history(),
         times=ctx.journal.times(),
@@ -201,6 +203,7 @@ def _run(
                 break
     except KeyboardInterrupt:
         _put_back(ctx)  # as sweep and spec costs do; the journal stays for --resume
+        _journal_interrupted(ctx)
         raise
     result = _result(ctx, jr, start, ctx.out, shown_plan)
     if all(n in ctx.results and ctx.results[n].status != "failed" for n, _ in STAGES):
@@ -227,6 +230,33 @@ def _put_back(ctx: Ctx) -> None:
     ctx.emit(f"interrupted: {what} put back ({res.get('result')}"
              + (f": {res.get('message')})" if res.get("result") not in ("ok", "unchanged")
                 else ")"))  # fmt: skip
+
+
+def _loads_since(ctx: Ctx, since: float) -> dict[str, int] | None:
+    """The engine starts the daemon recorded since `since` (time.time()), by kind; None when
+    its history cannot be read (said nowhere else: a figure, not worth failing a stage)."""
+    try:
+        return decide.count_loads(ctx.client.history(), since)
+    except Exception:
+        return None
+
+
+def _journal_interrupted(ctx: Ctx) -> None:
+    """Ctrl-C in a stage: its time and loads so far (the put-back's included) into the
+    journal, so the tune's totals count the attempt a --resume runs again."""
+    if ctx.running is None:
+        return
+    name, planned = ctx.running
+    with contextlib.suppress(Exception):  # a second Ctrl-C, an unreachable daemon
+        ctx.journal.append(
+            {
+                "event": "stage_interrupted",
+                "name": name,
+                "wall_s": time.monotonic() - ctx.stage_t0,
+                **planned,
+                "loads": _loads_since(ctx, ctx.stage_since),
+            }
+        )
 
 
 def _open(
@@ -370,10 +400,13 @@ def _run_stage(
     """One stage, journaled before and after (a kill in between re-runs it on resume)."""
     if name in LOAD_STAGES:  # fresher load times for the ETA
         _replan(ctx)
-    ctx.stage, ctx.stage_t0 = name, time.monotonic()
-    ctx.journal.append({"event": "stage_started", "name": name})
+    ctx.stage, ctx.stage_t0, ctx.stage_since = name, time.monotonic(), time.time()
+    planned = plan.stage_plan(ctx.plan, name)
+    ctx.journal.append({"event": "stage_started", "name": name, **planned})
     emit({**where, "status": "started", "eta_s": plan.remaining_s(ctx.plan, name, 0.0)})
+    ctx.running = (name, planned)
     res = fn(ctx)
+    ctx.running = None
     wall = time.monotonic() - ctx.stage_t0
     if name in ("inventory", "candidates"):
         ctx.journal.record_time(name, wall)
@@ -385,6 +418,8 @@ def _run_stage(
             "wall_s": wall,
             "reason": res.reason,
             "data": res.data,
+            **planned,
+            "loads": _loads_since(ctx, ctx.stage_since),
         }
     )
     ctx.results[name] = res
@@ -400,6 +435,28 @@ def _run_stage(
     return res
 
 
+def _run_view(rec: dict[str, Any]) -> dict[str, Any]:
+    """An earlier run of a stage (interrupted, or failed before a --resume ran it again)."""
+    status = "interrupted" if rec.get("event") == "stage_interrupted" else rec.get("status")
+    return {"status": status, "wall_s": round(float(rec.get("wall_s") or 0.0), 3),
+            "loads": rec.get("loads")}  # fmt: skip
+
+
+def total_loads(jr: journal.Journal) -> dict[str, int] | None:
+    """The loads of every run of every stage the journal recorded (interrupted ones and their
+    put-back included), by kind: what the tune cost across daemon restarts and machines. None
+    when a run recorded no loads (a journal an older fastverify began, an unreadable history):
+    the daemon's own history since the start then counts them, as it sees them."""
+    runs = [r for name, _ in STAGES for r in jr.attempts(name)]
+    if not runs or any(not isinstance(r.get("loads"), dict) for r in runs):
+        return None
+    out = {"real": 0, "cached": 0, "disk": 0, "dummy": 0}
+    for r in runs:
+        for k in out:
+            out[k] += int(r["loads"].get(k) or 0)
+    return out
+
+
 def _result(
     ctx: Ctx, jr: journal.Journal, start: dict[str, Any], out: Path, shown_plan: dict[str, Any]
 ) -> dict[str, Any]:
@@ -407,12 +464,18 @@ def _result(
     for name, _ in STAGES:
         rec = jr.last_of(name)
         if rec is not None:
+            first = plan.stage_plan(shown_plan, name)["planned_s"]
             stages.append(
                 {
                     "name": name,
                     "status": rec["status"],
                     "wall_s": round(float(rec.get("wall_s") or 0.0), 3),
                     "reason": rec.get("reason"),
+                    "planned_s": rec.get("planned_s"),
+                    "planned_s_at_start": first,
+                    "planned_loads": rec.get("planned_loads"),
+                    "loads": rec.get("loads"),
+                    "earlier_runs": [_run_view(r) for r in jr.attempts(name) if r is not rec],
                 }
             )
     dec = ctx.data("decide")
@@ -436,7 +499,7 @@ def _result(
         "decision": decision,
         "warnings": list(dec.get("warnings") or []),
         "stages": stages,
-        "loads": decide.count_loads(history, float(start.get("ts") or 0.0)),
+        "loads": total_loads(jr) or decide.count_loads(history, float(start.get("ts") or 0.0)),
         "wall_s": round(time.time() - float(start.get("ts") or time.time()), 3),
         "report": str(out / "report.md"),
         "fingerprint": ctx.data("inventory").get("fingerprint"),

@@ -305,6 +305,18 @@ def make_plan(f: PlanFacts) -> dict[str, Any]:
     }
 
 
+def stage_plan(plan: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """What `plan` estimated for one stage: `planned_s` and `planned_loads` by kind (real,
+    cached, disk, dummy: the plan's and a run's `loads` keys); None each when the plan has
+    no row for it."""
+    row = next((r for r in plan.get("stages", []) if r["name"] == name), None)
+    if row is None:
+        return {"planned_s": None, "planned_loads": None}
+    real, cached = row["real_loads"], row["cached_loads"]
+    loads = {"real": real, "cached": cached, "disk": real - cached, "dummy": row["dummy_loads"]}
+    return {"planned_s": round(float(row["estimate_s"]), 1), "planned_loads": loads}
+
+
 def remaining_s(plan: Mapping[str, Any], after: str | None, elapsed_in_current: float) -> float:
     """ETA: the estimates of the stages after `after` plus what is left of `after`'s."""
     total, seen = 0.0, after is None

@@ -191,13 +191,33 @@ def write(
         lines += ["", f"![funnel]({plots['funnel']})"]
     lines += ["", "## Stages", ""]
     lines += md_table(
-        ("stage", "status", "wall s", "reason"),
-        [(s["name"], s["status"], s["wall_s"], s["reason"] or "") for s in result["stages"]],
-    )
+        ("stage", "status", "planned s", "wall s", "loads planned", "loads", "earlier runs",
+         "reason"),
+        [(s["name"], s["status"], s.get("planned_s"), s["wall_s"], _loads(s.get("planned_loads")),
+          _loads(s.get("loads")), _earlier(s.get("earlier_runs")), s["reason"] or "")
+         for s in result["stages"]],
+    )  # fmt: skip
+    lines += [
+        "",
+        "Planned: the plan's estimate when the stage started (the ETA it used; the plan above "
+        "is the one made at the tune's start). Loads: the engine starts the daemon recorded "
+        "during the stage, by kind. Earlier runs: a run cut by Ctrl-C (its put-back of what "
+        "served before included) or one that failed, before --resume ran the stage again.",
+    ]
     lines += _stage_sections(data, plots)
     path = out / "report.md"
     atomic_write_text(path, "\n".join(lines) + "\n", mode=0o644)
     return path
+
+
+def _loads(loads: Mapping[str, int] | None) -> str:
+    return loads_text(loads) if loads else "-"
+
+
+def _earlier(runs: Sequence[Mapping[str, Any]] | None) -> str:
+    """A stage's earlier runs: `interrupted 41.2 s (1 real (1 cached), 1 dummy)`."""
+    return "; ".join(f"{r['status']} {r['wall_s']:.1f} s ({_loads(r.get('loads'))})"
+                     for r in runs or ()) or "-"  # fmt: skip
 
 
 def _stage_sections(data: Mapping[str, Mapping[str, Any]], plots: Mapping[str, str]) -> list:

@@ -249,6 +249,83 @@ def test_journal_finished_stages_torn_lines_and_a_new_tune(tmp_path: Path) -> No
     assert len(list(tmp_path.glob("journal-*.jsonl"))) == 1
 
 
+def test_the_loads_of_every_run_of_every_stage_add_up_across_daemons(tmp_path: Path) -> None:
+    """A stage Ctrl-C cut (its put-back included), one that failed and one run again by
+    --resume all count: the journal's runs, not one daemon's history, are the total."""
+    from fastverify.experiments.tune.pipeline import total_loads
+
+    def loads(real: int = 0, cached: int = 0, dummy: int = 0) -> dict[str, int]:
+        return {"real": real, "cached": cached, "disk": real - cached, "dummy": dummy}
+
+    j = Journal(tmp_path)
+    j.begin({})
+    assert total_loads(j) is None  # no run yet
+    j.append({"event": "stage_finished", "name": "inventory", "status": "done",
+              "loads": loads()})  # fmt: skip
+    j.append({"event": "stage_started", "name": "trial"})
+    j.append(
+        {
+            "event": "stage_interrupted",
+            "name": "trial",
+            "wall_s": 80.0,
+            "loads": loads(real=1, cached=1, dummy=1),
+        }
+    )  # the EAGLE-3 trial, the put-back
+    j.append({"event": "stage_finished", "name": "trial", "status": "failed",
+              "loads": loads(dummy=2)})  # fmt: skip
+    j.append({"event": "stage_finished", "name": "trial", "status": "done",
+              "loads": loads(real=1, cached=1, dummy=1)})  # fmt: skip
+    j.append({"event": "stage_finished", "name": "confirm", "status": "done",
+              "loads": loads(real=1)})  # fmt: skip
+    again = Journal(tmp_path)  # as a --resume on another machine reads it
+    runs = again.attempts("trial")
+    assert [r.get("status") or r["event"] for r in runs] == ["stage_interrupted", "failed", "done"]
+    assert again.last_of("trial")["status"] == "done" and set(again.finished()) == {
+        "inventory", "trial", "confirm"}  # fmt: skip
+    assert total_loads(again) == {"real": 3, "cached": 2, "disk": 1, "dummy": 4}
+    # a run an older fastverify journaled without its loads: the total is not made up
+    again.append({"event": "stage_finished", "name": "decide", "status": "done"})
+    assert total_loads(Journal(tmp_path)) is None
+
+
+def test_a_stage_plan_is_its_estimate_and_its_loads_by_kind() -> None:
+    history = [{"kind": "switch", "result": "ok", "weights": "real", "duration_s": 40.0,
+                "weight_load": {"source": "cache"}}]  # fmt: skip
+    p = plan.make_plan(_facts(history=history, cached=True, candidates=3, finalists=1))
+    trial = plan.stage_plan(p, "trial")
+    assert trial["planned_s"] == pytest.approx(_stage(p, "trial")["estimate_s"], abs=0.05)
+    assert trial["planned_loads"] == {"real": 3, "cached": 3, "disk": 0, "dummy": 1}
+    assert plan.stage_plan(p, "decide")["planned_loads"] == {"real": 1, "cached": 1, "disk": 0,
+                                                             "dummy": 0}  # fmt: skip
+    assert plan.stage_plan(p, "no-such") == {"planned_s": None, "planned_loads": None}
+
+
+def test_the_plan_counts_confirms_eagle3_load_once_the_trial_says_it_will_happen() -> None:
+    """With a known accept length the plan leaves confirm's real EAGLE-3 load out until the
+    trial's break-even is known; from then on it is in, exactly when confirm will load it."""
+    from fastverify.experiments.tune.context import StageResult
+
+    def ctx(be: float | None, done: bool = True) -> Any:
+        rows = [{"profile": "a", "mode": "baseline", "status": "ok", "tokens_per_second_mean": 90},
+                {"profile": "b", "mode": "baseline", "status": "ok", "tokens_per_second_mean": 99},
+                {"profile": "b", "mode": "eagle3", "status": "ok",
+                 "break_even_accept_length": be},
+                {"profile": "a", "mode": "eagle3", "status": "ok",
+                 "break_even_accept_length": 1.0}]  # fmt: skip
+        results = {"trial": StageResult("done", None, {"rows": rows})} if done else {}
+        return SimpleNamespace(
+            results=results,
+            data=lambda n: results[n].data,
+            status_of=lambda n: results[n].status if n in results else None,
+        )
+
+    assert confirm.trial_wants_eagle3(ctx(2.0), 2.0) is True  # the leader b: close
+    assert confirm.trial_wants_eagle3(ctx(2.68), 2.0) is False  # x0.75: loses clearly
+    assert confirm.trial_wants_eagle3(ctx(None), 2.0) is False  # no EAGLE-3 figure
+    assert confirm.trial_wants_eagle3(ctx(2.0, done=False), 2.0) is False  # not yet known
+    assert confirm.trial_wants_eagle3(ctx(2.0), None) is False  # the plan counts it anyway
+
+
 def test_recorded_stage_times_keep_the_newest(tmp_path: Path) -> None:
     j = Journal(tmp_path)
     for v in range(7):
