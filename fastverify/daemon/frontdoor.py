@@ -418,5 +418,6 @@ def standby_fit(core: Any, mode: str, load_format: str | None = None) -> Fit:
         tp=max(1, core.cfg.server.tp_size // max(1, core.cfg.server.nnodes)),
         engine=memory.figures() if memory is not None else None,
         kv_tokens=memory.kv_tokens if memory is not None else None,
+        free_alone=memory.free_alone if memory is not None else None,
         kv_share=core.cfg.frontdoor.standby_kv_share,
     )

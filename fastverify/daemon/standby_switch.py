@@ -32,19 +32,30 @@ from fastverify.daemon.states import State
 from fastverify.frontdoor.standby import Fit
 
 
-def with_kv_tokens(argv: list[str], tokens: int) -> list[str]:
-    """`argv` with SGLang's `--max-total-tokens` (the KV pool's size) set to `tokens`."""
+def with_flag(argv: list[str], flag: str, value: str) -> list[str]:
+    """`argv` with SGLang's `flag` set to `value` (any earlier value of it dropped)."""
     out, skip = [], False
     for arg in argv:
         if skip:
             skip = False
             continue
-        if arg == "--max-total-tokens":
+        if arg == flag:
             skip = True
             continue
-        if not arg.startswith("--max-total-tokens="):
+        if not arg.startswith(flag + "="):
             out.append(arg)
-    return [*out, "--max-total-tokens", str(tokens)]
+    return [*out, flag, value]
+
+
+def with_pool(argv: list[str], fit: Fit) -> list[str]:
+    """`argv` for the standby start: the pool the fit chose (`--max-total-tokens`) and the
+    --mem-fraction-static whose budget covers it, in place of the profile's values (for this
+    start only: the profile and the configuration are unchanged)."""
+    if fit.kv_tokens is not None:
+        argv = with_flag(argv, "--max-total-tokens", str(fit.kv_tokens))
+    if fit.mem_fraction is not None:
+        argv = with_flag(argv, "--mem-fraction-static", f"{fit.mem_fraction:g}")
+    return argv
 
 
 class StandbySteps:
@@ -70,14 +81,16 @@ class StandbySteps:
         door: Any = c.door
         port = door.standby_port()
         argv = with_port(argv, port)
-        if fit.kv_tokens is not None:
-            argv = with_kv_tokens(argv, fit.kv_tokens)
+        argv = with_pool(argv, fit)
         c.say(f"{op.kind}: starting {op.profile}/{op.mode} beside {old.profile}/{old.mode} "
               f"on port {port}; {old.profile}/{old.mode} serves meanwhile")  # fmt: skip
         outcome = self.starts.start_beside(op, profile, argv, timeout_s, op.cancel)
         if isinstance(outcome, Failure):
             return self._kept(op, outcome, prev)
         h = outcome
+        memory = h.parts.get("memory")
+        if memory is not None:  # what its `Load weight begin` saw beside the old engine
+            memory.beside = fit.beside
         with c._lock:  # the point of no return (as the hold path's): a later cancel is refused
             late = op.cancel.is_set()
             op.committed = not late
