@@ -29,33 +29,7 @@ from fastverify.daemon.operations import Operation, OpResult
 from fastverify.daemon.rollback import RollbackSteps
 from fastverify.daemon.starting import Starts
 from fastverify.daemon.states import State
-from fastverify.frontdoor.standby import Fit
-
-
-def with_flag(argv: list[str], flag: str, value: str) -> list[str]:
-    """`argv` with SGLang's `flag` set to `value` (any earlier value of it dropped)."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg == flag:
-            skip = True
-            continue
-        if not arg.startswith(flag + "="):
-            out.append(arg)
-    return [*out, flag, value]
-
-
-def with_pool(argv: list[str], fit: Fit) -> list[str]:
-    """`argv` for the standby start: the pool the fit chose (`--max-total-tokens`) and the
-    --mem-fraction-static whose budget covers it, in place of the profile's values (for this
-    start only: the profile and the configuration are unchanged)."""
-    if fit.kv_tokens is not None:
-        argv = with_flag(argv, "--max-total-tokens", str(fit.kv_tokens))
-    if fit.mem_fraction is not None:
-        argv = with_flag(argv, "--mem-fraction-static", f"{fit.mem_fraction:g}")
-    return argv
+from fastverify.frontdoor.standby import Fit, with_pool
 
 
 class StandbySteps:

@@ -225,3 +225,25 @@ def decide(
     why = (f"standby: {text} = {_gib(need)} fits in {gpu:.0f} GiB"
            + _pool_text(tokens, kv_new, kv_share, fraction, free))  # fmt: skip
     return Fit("standby", why, tokens, kv_new, fraction, old)
+
+
+POOL_FLAGS = ("--max-total-tokens", "--mem-fraction-static")
+
+
+def with_pool(argv: list[str], fit: Fit) -> list[str]:
+    """`argv` for a standby start: the pool the fit chose (`--max-total-tokens`) and the
+    --mem-fraction-static whose budget covers it, appended (SGLang's parser keeps an
+    option's last value: the profile's own stay in place, overridden for this start only)."""
+    if fit.kv_tokens is None or fit.mem_fraction is None:
+        return argv
+    return [*argv, POOL_FLAGS[0], str(fit.kv_tokens), POOL_FLAGS[1], f"{fit.mem_fraction:g}"]
+
+
+def without_pool(argv: list[str]) -> list[str]:
+    """`argv` without the pair of flags `with_pool` added (the argv the profile builds; the
+    daemon may add its own after them): the last `--max-total-tokens N --mem-fraction-static
+    F` in a row."""
+    for i in range(len(argv) - 4, -1, -1):
+        if (argv[i], argv[i + 2]) == POOL_FLAGS:
+            return argv[:i] + argv[i + 4 :]
+    return argv

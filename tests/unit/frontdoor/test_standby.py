@@ -148,3 +148,16 @@ def test_a_fraction_above_the_clamp_holds_and_says_why() -> None:
     assert "standby_kv_share = " in fit.why
     share = float(fit.why.split("standby_kv_share = ")[1].split()[0])
     assert _decide(free_alone=20.0, kv_share=share).mode == "standby"
+
+
+def test_the_pool_flags_are_added_for_the_start_and_set_aside_for_adoption() -> None:
+    from fastverify.frontdoor.standby import with_pool, without_pool
+
+    fit = _decide()
+    argv = ["sglang", "serve", "--mem-fraction-static", "0.35", "--port", "1"]
+    started = [*with_pool(argv, fit), "--weight-cache-mode", "client"]
+    # SGLang's parser keeps the last value: the profile's own stays, overridden for this start
+    assert started[-6:-2] == ["--max-total-tokens", "600000", "--mem-fraction-static",
+                              f"{fit.mem_fraction:g}"]  # fmt: skip
+    assert without_pool(started) == [*argv, "--weight-cache-mode", "client"]
+    assert without_pool(argv) == argv
