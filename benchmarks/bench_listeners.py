@@ -8,10 +8,10 @@ with main) and this tree's, each served from its own child process and measured 
    close`), p50/p99 and probes per second; and the bytes of every probe's body (READY,
    STARTING, an unknown path), which must be the same before and after.
 
-Rounds alternate before/after so that a busy machine weighs on both alike. Figures, never
-asserts.
+Rounds alternate before/after so that a busy machine weighs on both alike; the table shows
+each figure's median over the rounds. Figures, never asserts.
 
-    python benchmarks/bench_listeners.py [--before REV] [--seconds 2] [--rounds 2] [--out PATH]
+    python benchmarks/bench_listeners.py [--before REV] [--seconds 1.5] [--rounds 5] [--out PATH]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -170,17 +171,20 @@ def run(before_rev: str, seconds: float, rounds: int) -> dict:
 
 def table(res: dict) -> str:
     rows = [("", "before", "after", "after / before")]
+    res["medians"] = {}
 
     def add(label: str, key: tuple[str, ...], fmt: str) -> None:
-        for i, r in enumerate(res["rounds"]):
-            vals = []
-            for side in ("before", "after"):
+        sides: dict[str, list[float]] = {"before": [], "after": []}
+        for r in res["rounds"]:
+            for side, vals in sides.items():
                 v = r[side]
                 for k in key:
                     v = v[k]
                 vals.append(v)
-            rows.append((f"{label} (round {i + 1})", fmt.format(vals[0]), fmt.format(vals[1]),
-                         f"{vals[1] / vals[0]:.2f}"))  # fmt: skip
+        b, a = (statistics.median(sides[s]) for s in ("before", "after"))
+        rounds = len(res["rounds"])
+        res["medians"][label] = {"before": b, "after": a, "ratio": a / b}
+        rows.append((f"{label} (median of {rounds})", fmt.format(b), fmt.format(a), f"{a / b:.2f}"))
 
     add("/metrics 1 scraper p50 ms", ("metrics", "one_scraper", "p50_ms"), "{:.3f}")
     add("/metrics 1 scraper p99 ms", ("metrics", "one_scraper", "p99_ms"), "{:.3f}")
@@ -199,8 +203,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", help="git revision of the 'before' package (default: "
                     "the merge base with main)")  # fmt: skip
-    ap.add_argument("--seconds", type=float, default=2.0, help="per measurement")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=1.5, help="per measurement")
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", type=Path, default=HERE / "results" / "listeners.json")
     ap.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -215,9 +219,10 @@ def main() -> int:
     res["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(),
                       "platform": platform.platform()}  # fmt: skip
     res["when"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    text = table(res)  # adds the medians
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=2) + "\n")
-    print(table(res))
+    print(text)
     print(f"\nwritten: {args.out}")
     return 0
 
