@@ -68,20 +68,10 @@ def parse_listen(listen: str, default_host: str = "127.0.0.1") -> tuple[str, int
 class HttpServer:
     """A small threaded HTTP/1.1 server for GET routes (see module docstring)."""
 
-    def __init__(
-        self,
-        listen: str,
-        routes: Mapping[bytes, Route],
-        *,
-        not_found: Route,
-        name: str,
-        flag: str,
-        max_connections: int = 256,
-        idle_timeout_s: float = 60.0,
-        request_deadline_s: float = REQUEST_DEADLINE_S,
-        per_peer: int = 64,
-        web: Any = None,
-    ) -> None:
+    def __init__(self, listen: str, routes: Mapping[bytes, Route], *, not_found: Route,
+                 name: str, flag: str, web: Any = None, max_connections: int = 256,
+                 idle_timeout_s: float = 60.0, request_deadline_s: float = REQUEST_DEADLINE_S,
+                 per_peer: int = 64) -> None:  # fmt: skip
         self.host, self._requested_port = parse_listen(listen)
         self.routes, self.not_found = dict(routes), not_found
         self.name, self.flag = name, flag  # in logs and errors: what it serves, how to move it
