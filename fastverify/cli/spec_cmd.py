@@ -136,6 +136,12 @@ def _serving_identity(ctx: click.Context, profile: str, as_json: bool) -> dict[s
               help="A cost file: a `rehearse` grid measured on a GPU, or the --output of "
               "`spec costs` (trials on this engine); default: the serving engine's own cost "
               "table (the sim publishes one while it serves EAGLE-3).")  # fmt: skip
+@click.option("--zero-skip-costs", "zero_skip_file", type=click.Path(dir_okay=False),
+              default=None,
+              help="With --costs FILE of `spec costs`: the steps-0 pass measured again with "
+              "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 in the engine's environment (`spec "
+              "costs --trials 0`, same engine, host and batch sizes): prices the plan's "
+              "advice on that flag.")  # fmt: skip
 @click.option("--allreduce-backend", default=None,
               help="With --costs: the grid's all-reduce table for this backend (e.g. "
               "pcie_ipc) instead of its default one.")  # fmt: skip
@@ -180,6 +186,7 @@ def plan(
     ctx: click.Context,
     profile: str | None,
     costs_file: str | None,
+    zero_skip_file: str | None,
     allreduce_backend: str | None,
     max_batch: int | None,
     concurrencies: list[int],
@@ -228,9 +235,12 @@ def plan(
     host = _host_check(status, rec, costs_file, other_host, stop)
     try:
         if costs_file:
-            costs = spec_costs.from_file(costs_file, allreduce_backend)
+            costs = spec_costs.from_file(costs_file, allreduce_backend, zero_skip_file)
         elif allreduce_backend:
             raise spec_costs.CostsError("--allreduce-backend picks a table of a --costs grid")
+        elif zero_skip_file:
+            raise spec_costs.CostsError("--zero-skip-costs goes beside --costs FILE (the "
+                                        "`spec costs` file of the same engine)")  # fmt: skip
         elif profile != status.get("profile"):
             raise spec_costs.CostsError(
                 f"the engine serves {status.get('profile')}, not {profile}: its costs are not "

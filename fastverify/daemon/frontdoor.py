@@ -25,7 +25,7 @@ from fastverify.daemon.launcher import without_port
 from fastverify.daemon.parts import BasePart, section
 from fastverify.frontdoor import layout
 from fastverify.frontdoor.gate import NAMES_KEPT
-from fastverify.frontdoor.standby import EngineMemory, Fit, decide
+from fastverify.frontdoor.standby import EngineMemory, Fit, decide, without_pool
 
 log = logging.getLogger("fastverifyd.frontdoor")
 
@@ -65,6 +65,8 @@ class DoorSteps(BasePart):
             core.launcher.adopted_readers_for.append(_memory_reader)
             # the engines take turns on two internal ports: an argv is the same whichever
             core.launcher.argv_aside.append(without_port)
+            # a standby start's pool flags, appended for that start only (standby.with_pool)
+            core.launcher.argv_aside.append(without_pool)
 
     @property
     def mode(self) -> str:
@@ -418,5 +420,6 @@ def standby_fit(core: Any, mode: str, load_format: str | None = None) -> Fit:
         tp=max(1, core.cfg.server.tp_size // max(1, core.cfg.server.nnodes)),
         engine=memory.figures() if memory is not None else None,
         kv_tokens=memory.kv_tokens if memory is not None else None,
+        free_alone=memory.free_alone if memory is not None else None,
         kv_share=core.cfg.frontdoor.standby_kv_share,
     )

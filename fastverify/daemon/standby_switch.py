@@ -29,22 +29,7 @@ from fastverify.daemon.operations import Operation, OpResult
 from fastverify.daemon.rollback import RollbackSteps
 from fastverify.daemon.starting import Starts
 from fastverify.daemon.states import State
-from fastverify.frontdoor.standby import Fit
-
-
-def with_kv_tokens(argv: list[str], tokens: int) -> list[str]:
-    """`argv` with SGLang's `--max-total-tokens` (the KV pool's size) set to `tokens`."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg == "--max-total-tokens":
-            skip = True
-            continue
-        if not arg.startswith("--max-total-tokens="):
-            out.append(arg)
-    return [*out, "--max-total-tokens", str(tokens)]
+from fastverify.frontdoor.standby import Fit, with_pool
 
 
 class StandbySteps:
@@ -70,14 +55,16 @@ class StandbySteps:
         door: Any = c.door
         port = door.standby_port()
         argv = with_port(argv, port)
-        if fit.kv_tokens is not None:
-            argv = with_kv_tokens(argv, fit.kv_tokens)
+        argv = with_pool(argv, fit)
         c.say(f"{op.kind}: starting {op.profile}/{op.mode} beside {old.profile}/{old.mode} "
               f"on port {port}; {old.profile}/{old.mode} serves meanwhile")  # fmt: skip
         outcome = self.starts.start_beside(op, profile, argv, timeout_s, op.cancel)
         if isinstance(outcome, Failure):
             return self._kept(op, outcome, prev)
         h = outcome
+        memory = h.parts.get("memory")
+        if memory is not None:  # what its `Load weight begin` saw beside the old engine
+            memory.beside = fit.beside
         with c._lock:  # the point of no return (as the hold path's): a later cancel is refused
             late = op.cancel.is_set()
             op.committed = not late

@@ -324,7 +324,8 @@ class WeightSteps(BasePart):
             size = self.c.engine.simulated_weight_bytes(
                 max(1, server.tp_size // max(1, server.nnodes))
             )
-        return Sharing(True, None, size)
+        cf = self.cache.facts()  # 0.5.19+ adds the cache's bytes to its pre-load memory
+        return Sharing(True, None, size, preloaded=cf is not None and cf.accounts_cached_weights)
 
     def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
         return {"weights_notice": self.notice(kind, mode, load_format, op)}

@@ -433,6 +433,9 @@ def health_check_timeout(env: Any) -> int:
 # The start-up lines that say what an engine holds on its GPU (GB of 2**30 bytes, as SGLang
 # divides torch.cuda.mem_get_info by 1 << 30): fastverify.frontdoor.standby sums them.
 _MEM_WEIGHTS = re.compile(r"Load weight end\..*?mem usage=([\d.]+) GB")
+# the free memory just before the weights load (SGLang's pre_model_load_memory, the base of
+# --mem-fraction-static's slack); an EAGLE-3 start prints a second one for its drafter
+_MEM_BEFORE_LOAD = re.compile(r"Load weight begin\. avail mem=([\d.]+) GB")
 # one size (MLA, 0.5.23's pools) or K and V apiece (MHA, as 0.5.17 prints it)
 _MEM_KV = re.compile(
     r"KV (?:Cache is|cache) allocated\..*?#tokens: (\d+), "
@@ -446,7 +449,8 @@ _MEM_RANK = re.compile(r"\bTP(\d+)\b")
 @dataclass(frozen=True)
 class MemoryRecord:
     """One start-up line's share of a rank's GPU memory: what (weights, kv, graphs,
-    context), GiB, and for a KV pool its tokens."""
+    context), GiB, and for a KV pool its tokens; or (what `free_before_load`) the GiB free
+    on that rank's GPU when its weights began to load."""
 
     rank: int
     what: str
@@ -458,7 +462,8 @@ def memory_record(line: str) -> MemoryRecord | None:
     m = _MEM_RANK.search(line)
     rank = int(m.group(1)) if m else 0
     for pattern, what in ((_MEM_WEIGHTS, "weights"), (_MEM_GRAPHS, "graphs"),
-                          (_MEM_CONTEXT, "context")):  # fmt: skip
+                          (_MEM_CONTEXT, "context"),
+                          (_MEM_BEFORE_LOAD, "free_before_load")):  # fmt: skip
         if m := pattern.search(line):
             return MemoryRecord(rank, what, float(m.group(1)))
     if m := _MEM_KV.search(line):

@@ -76,6 +76,7 @@ class SimArgs:
     base_gpu_id: int = 0
     gpu_id_step: int = 1
     max_total_tokens: int | None = None  # SGLang's --max-total-tokens: caps the KV pool
+    mem_fraction_static: float | None = None  # its --mem-fraction-static: the pool's budget
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -312,6 +313,7 @@ def parse(argv: Sequence[str]) -> SimArgs:
         base_gpu_id=ns.base_gpu_id,
         gpu_id_step=ns.gpu_id_step,
         max_total_tokens=ns.max_total_tokens,
+        mem_fraction_static=ns.mem_fraction_static,
     )
 
 

@@ -36,7 +36,9 @@ CHUNKED_PREFILL_TOKENS = 8192  # the sim's chunked_prefill_size (its server-init
 # of this host exists): figures of the simulated 80 GB GPU, consistent with one another.
 WEIGHTS_GB, DRAFT_WEIGHTS_GB = 64.21, 1.10
 KV_GB, KV_TOKENS = 4.50, 1_048_576
-GPU_GB = 80.0  # one simulated GPU's memory (GB of 2**30 bytes, as SGLang's lines count)
+# one simulated GPU's memory (GB of 2**30 bytes, as SGLang's lines count): an H200's total
+# capacity, as the sim's own out-of-memory line says it (sglang_logs.oom_traceback)
+GPU_GB = 139.81
 FREE_AFTER_CAPTURE_GB = 7.74
 # the decode graphs of one step count over every captured size: fixed + per draft token
 GRAPH_GB_FIXED, GRAPH_GB_PER_TOKEN = 0.10, 0.07
@@ -68,8 +70,13 @@ class SimCosts:
     """The costs of one sim server (its environment, argv and PCIe-IPC bound)."""
 
     def __init__(
-        self, env: Mapping[str, str], args: cli_args.SimArgs, pcie_ipc_max_bytes: int | None
+        self,
+        env: Mapping[str, str],
+        args: cli_args.SimArgs,
+        pcie_ipc_max_bytes: int | None,
+        pool: Mapping[str, float] | None = None,
     ):
+        self.pool = dict(pool or {})  # the KV pool its start-up sized (startup._allocate_pool)
         self.env = dict(env)
         self.args = args
         self.tp = args.tp_size
@@ -164,8 +171,10 @@ class SimCosts:
                   "draft_extend")  # fmt: skip
         graph = dict.fromkeys(phases, 0.0)
         graph["target_verify" if eagle else "decode"] = round(decode, 3)
-        return {"weight": WEIGHTS_GB, "kvcache": KV_GB, "startup_available": 78.52,
-                "token_capacity": KV_TOKENS, "token_capacity_swa": None,
+        pool = self.pool
+        return {"weight": WEIGHTS_GB, "kvcache": round(pool.get("kv_gb", KV_GB), 2),
+                "startup_available": round(pool.get("before_load_gb", 78.52), 2),
+                "token_capacity": int(pool.get("tokens", KV_TOKENS)), "token_capacity_swa": None,
                 "graph": graph}  # fmt: skip
 
     def table(self, max_steps: int = MAX_STEPS) -> dict[str, Any]:

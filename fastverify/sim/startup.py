@@ -9,6 +9,8 @@ release's start-up timings line. Also the TP workers' side of these steps
 
 from __future__ import annotations
 
+import atexit
+import math
 import os
 import signal
 import threading
@@ -22,12 +24,13 @@ from fastverify.sim import (
     cli_args,
     costmodel,
     flashinfer_jit,
+    gpu_memory,
     ncclenv,
     release_lines,
     sglang_logs,
     weight_cache,
 )
-from fastverify.sim.costtable import KV_GB, KV_TOKENS, SimCosts
+from fastverify.sim.costtable import DRAFT_WEIGHTS_GB, KV_GB, KV_TOKENS, WEIGHTS_GB, SimCosts
 from fastverify.sim.profiler import write_cycles
 from fastverify.sim.wakeup import StopFlag
 from fastverify.sim.workers import WorkerPool
@@ -115,6 +118,27 @@ class StartUp:
         self.costs: SimCosts | None = None
         self.load_weight_s: float | None = None
         self.capture_seconds: dict[str, float] = {}
+        gpus = [args.base_gpu_id + rank * args.gpu_id_step for rank in range(args.tp_size)]
+        self.ledger = gpu_memory.Ledger(self._ledger_dir(), gpus)
+        self.preloaded_gb = 0.0  # the cache's weights this server mapped (SGLang's preloaded)
+        self.pool: dict[str, float] = {}
+
+    def _ledger_dir(self) -> Path | None:
+        """Where the simulated GPU's holders are: beside the weight cache's sockets for a
+        server that maps the cache; a server that reads its own weights has a GPU to itself."""
+        a = self.args
+        if a.weight_cache_mode != "client":
+            return None
+        if a.weight_cache_socket:
+            return Path(a.weight_cache_socket).parent
+        wc = weight_cache.facts(a.sglang_version)
+        key = weight_cache.key_of(wc, gpu_id=a.base_gpu_id, tp_size=a.tp_size, tp_rank=0)
+        return Path(weight_cache.path(wc, "socket", key)).parent
+
+    def take(self, gib: float) -> float:
+        """Hold `gib` more on each GPU; what is left free."""
+        self.ledger.hold(self.ledger.held + gib)
+        return self.ledger.free()
 
     @property
     def known_costs(self) -> SimCosts:
@@ -172,7 +196,9 @@ class StartUp:
     def load(self) -> None:
         a = self.args
         weights_s = a.load_seconds * weight_cache.WEIGHTS_SHARE
-        self.all_ranks("Load weight begin. avail mem=78.52 GB")
+        atexit.register(self.ledger.release)
+        before = self.take(gpu_memory.BEFORE_LOAD_GB)  # SGLang's pre_model_load_memory
+        self.all_ranks(f"Load weight begin. avail mem={before:.2f} GB")
         tic = time.monotonic()
         if a.weight_cache_mode == "client" and self._load_from_cache(tic):
             pass  # mapped from the cache's daemon, no checkpoint read
@@ -180,25 +206,55 @@ class StartUp:
             self._load_from_disk(weights_s, tic)
         self.load_weight_s = time.monotonic() - tic
         if a.mode == "eagle3":
-            self.all_ranks("Load weight begin. avail mem=14.31 GB")
+            self.all_ranks(f"Load weight begin. avail mem={self.ledger.free():.2f} GB")
             self.sleep(weights_s * 0.05)
             self.all_ranks(
                 "Load weight end. elapsed=0.31 s, type=LlamaForCausalLMEagle3, "
-                "dtype=torch.bfloat16, avail mem=13.21 GB, mem usage=1.10 GB."
+                f"dtype=torch.bfloat16, avail mem={self.take(DRAFT_WEIGHTS_GB):.2f} GB, "
+                f"mem usage={DRAFT_WEIGHTS_GB:.2f} GB."
             )
-        # --max-total-tokens caps the pool (SGLang: max_total_num_tokens), its bytes in step
-        tokens = min(KV_TOKENS, a.max_total_tokens or KV_TOKENS)
-        self.all_ranks(f"KV Cache is allocated. #tokens: {tokens}, "
-                       f"KV size: {KV_GB * tokens / KV_TOKENS:.2f} GB")  # fmt: skip
-        self.all_ranks("Memory pool end. avail mem=8.12 GB")
+        self._allocate_pool(before)
         if a.mode == "eagle3":  # the drafter's own pool (SGLang: after the target's)
             self.all_ranks("KV Cache is allocated. #tokens: 1048576, KV size: 0.07 GB")
-            self.all_ranks("Memory pool end. avail mem=8.05 GB")
+            self.all_ranks(f"Memory pool end. avail mem={self.take(0.07):.2f} GB")
         # base_runner._pre_initialize_pcie_ipc_workspace: before graph capture
         self.pcie_ipc_max_bytes = allreduce_sim.Workspace(os.environ, a).prepare(
             lambda level, msg: self.all_ranks(msg, level), self.sleep, self._map_all
         )
-        self.costs = SimCosts(os.environ, a, self.pcie_ipc_max_bytes)
+        self.costs = SimCosts(os.environ, a, self.pcie_ipc_max_bytes, self.pool)
+
+    def _allocate_pool(self, before: float) -> None:
+        """The target's KV pool by SGLang's rule (gpu_memory.pool_budget) from the simulated
+        GPU's free memory, capped by --max-total-tokens (SGLang: max_total_num_tokens)."""
+        a = self.args
+        fraction = a.mem_fraction_static or gpu_memory.DEFAULT_MEM_FRACTION
+        accounts = self.preloaded_gb and weight_cache.facts(a.sglang_version).get(
+            "accounts_cached_weights")  # fmt: skip
+        preloaded = self.preloaded_gb if accounts else 0.0
+        after = self.ledger.free()
+        budget = gpu_memory.pool_budget(before=before, after=after, fraction=fraction,
+                                        preloaded=preloaded)  # fmt: skip
+        if budget <= 0:
+            base = before + preloaded
+            least = 1 - after / base
+            self.log.log(
+                "Scheduler hit an exception: Traceback (most recent call last):\n"
+                "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+                f"--mem-fraction-static={fraction}. Raise --mem-fraction-static above "
+                f"{math.ceil(least * 1000) / 1000:.3f} (minimum viable = 1 - available/pre = "
+                f"{least:.4f}). If using speculative decoding, draft weights are now counted.",
+                0,
+                "error",
+            )
+            raise RuntimeError("no memory for the KV cache")
+        tokens = int(budget * KV_TOKENS / KV_GB + 1e-6)
+        if a.max_total_tokens:
+            tokens = min(tokens, a.max_total_tokens)
+        size = KV_GB * tokens / KV_TOKENS
+        self.all_ranks(f"KV Cache is allocated. #tokens: {tokens}, KV size: {size:.2f} GB")
+        free = self.take(size)
+        self.all_ranks(f"Memory pool end. avail mem={free:.2f} GB")
+        self.pool = {"tokens": tokens, "kv_gb": size, "before_load_gb": before}
 
     def _load_from_disk(self, weights_s: float, tic: float) -> None:
         a = self.args
@@ -221,8 +277,7 @@ class StartUp:
         self.all_ranks(
             f"Load weight end. elapsed={time.monotonic() - tic:.2f} s, "
             f"type=DeepseekV3ForCausalLM, dtype={allreduce_sim.torch_dtype(a)}, "
-            "avail mem=14.31 GB, "
-            "mem usage=64.21 GB."
+            f"avail mem={self.take(WEIGHTS_GB):.2f} GB, mem usage={WEIGHTS_GB:.2f} GB."
         )
 
     def _load_from_cache(self, tic: float) -> bool:
@@ -267,8 +322,9 @@ class StartUp:
         self.all_ranks(
             f"Load weight end. elapsed={time.monotonic() - tic:.2f} s, "
             f"type=DeepseekV3ForCausalLM, dtype={allreduce_sim.torch_dtype(a)}, "
-            "avail mem=78.48 GB, mem usage=0.04 GB."
+            f"avail mem={self.take(0.04):.2f} GB, mem usage=0.04 GB."
         )
+        self.preloaded_gb = weight_cache.BYTES_PER_RANK / (1 << 30)
         pids = [int(r["pid"]) for r in replies if r.get("pid")]
         threading.Thread(target=self._watch_cache, args=(pids,), daemon=True).start()
         return True
@@ -307,7 +363,7 @@ class StartUp:
         bs = self.known_costs.capture or self.known_costs.baseline_capture
         graphs_s = a.load_seconds * weight_cache.GRAPHS_SHARE
         spec = a.mode == "eagle3"
-        avail = [8.12]
+        avail = [round(self.ledger.free(), 2)]
 
         def phase(role: str, name: str, backend: str, seconds: float, mem: float,
                   per_req: int = 1, before_end: Any = None) -> None:  # fmt: skip
@@ -319,7 +375,7 @@ class StartUp:
             self.sleep(seconds)
             took = time.monotonic() - tic
             self.capture_seconds[name if role == "target" else f"{role}_{name}"] = took
-            avail[0] = round(avail[0] - mem, 2)
+            avail[0] = round(self.take(mem), 2)
             self.all_ranks(release_lines.capture_end(v, role, name, took, mem, avail[0], bs))
 
         prefill_s = graphs_s * (1 - weight_cache.DECODE_GRAPH_SHARE)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +146,15 @@ class Costs:
             "cuda_graph_bs": list(self.cuda_graph_bs),
             "max_running_requests": self.max_running_requests,
             "zero_step_measured": self.zero_step_measured,
+            **(
+                {
+                    "zero_skip_ms": {
+                        str(b): round(s * 1e3, 4) for b, s in sorted(self.zero_skip.items())
+                    }
+                }
+                if self.zero_skip
+                else {}
+            ),
             **({"notes": self.notes} if self.notes else {}),
         }
 
@@ -165,6 +174,7 @@ class Costs:
             cuda_graph_bs=tuple(d.get("cuda_graph_bs") or ()),
             max_running_requests=d.get("max_running_requests"),
             zero_step_measured=bool(d.get("zero_step_measured", True)),
+            zero_skip={int(b): v * ms for b, v in (d.get("zero_skip_ms") or {}).items()},
         )
         return costs
 
@@ -240,9 +250,13 @@ def _read_json(path: str | Path) -> tuple[Path, Any]:
     return p, read_json(p, CostsError)
 
 
-def from_file(path: str | Path, backend: str | None = None) -> Costs:
+def from_file(
+    path: str | Path, backend: str | None = None, zero_skip: str | Path | None = None
+) -> Costs:
     """A cost file by its "kind": a `rehearse` grid or `spec costs` engine trials.
-    `backend` picks a grid's all-reduce table (engine trials measured one backend)."""
+    `backend` picks a grid's all-reduce table (engine trials measured one backend).
+    `zero_skip`: beside engine trials, the `spec costs` file of the steps-0 pass measured
+    again without its draft extend (`with_zero_skip`)."""
     p, data = _read_json(path)
     kind = data.get("kind") if isinstance(data, dict) else None
     if kind == "engine-trials":
@@ -251,7 +265,14 @@ def from_file(path: str | Path, backend: str | None = None) -> Costs:
                 f"{p}: --allreduce-backend picks a table of a rehearse grid; engine trials "
                 f"measured one backend ({data.get('allreduce_backend')})"
             )
-        return from_engine_trials(p)
+        costs = from_engine_trials(p)
+        return costs if zero_skip is None else with_zero_skip(costs, p, data, zero_skip)
+    if zero_skip is not None and kind == "rehearse-grid":
+        raise CostsError(
+            f"{zero_skip}: a steps-0 pass without its extend goes beside a `spec costs` file; "
+            f"{p} is a rehearse grid, which prices it itself (its steps-0 cycle less the "
+            "drafter's one-token extend)"
+        )
     if kind == "rehearse-grid":
         return from_rehearse_grid(p, backend)
     raise CostsError(
@@ -320,6 +341,64 @@ def from_engine_trials(path: str | Path) -> Costs:
     return costs
 
 
+# what a skip run must share with the cost file it goes beside: (field, what it is)
+SAME_RUN_FIELDS = (("engine", "engine"), ("simulated", "simulated"), ("model", "model"),
+                   ("sglang_version", "SGLang version"), ("tp_size", "TP size"))  # fmt: skip
+
+
+def with_zero_skip(costs: Costs, path: Path, data: Mapping[str, Any], skip: str | Path) -> Costs:
+    """`costs` (read from the engine trials `data` at `path`) with the steps-0 pass without
+    its draft extend from `skip`: a `spec costs` file whose steps-0 column was measured with
+    SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 in the engine's environment ([server.env] or
+    the profile; `spec costs --trials 0`). The flag changes nothing else a cost file says
+    and no file records it, so the two files must be of one engine, model, SGLang, TP size,
+    host, bench context and batch sizes, and of two runs; CostsError names what differs."""
+    from fastverify.host import fingerprint
+
+    q, other = _read_json(skip)
+    if not isinstance(other, dict) or other.get("kind") != "engine-trials":
+        raise CostsError(f'{q}: not a `spec costs` file (needs "kind": "engine-trials")')
+    if q.resolve() == path.resolve() or (
+        other.get("measured_at") and other.get("measured_at") == data.get("measured_at")
+    ):
+        raise CostsError(f"{q}: the same run as {path}: give the steps-0 pass measured again "
+                         "with SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1")  # fmt: skip
+    differs = [f"{what}: {data.get(key)!r} in {path.name}, {other.get(key)!r} in {q.name}"
+               for key, what in SAME_RUN_FIELDS if data.get(key) != other.get(key)]  # fmt: skip
+    bench_a, bench_b = data.get("bench") or {}, other.get("bench") or {}
+    for key in ("input_len", "output_len"):
+        if bench_a.get(key) != bench_b.get(key):
+            differs.append(f"bench {key}: {bench_a.get(key)} in {path.name}, "
+                           f"{bench_b.get(key)} in {q.name}")  # fmt: skip
+    fp_a, fp_b = data.get("fingerprint") or {}, other.get("fingerprint") or {}
+    if isinstance(fp_a.get("facts"), dict) and isinstance(fp_b.get("facts"), dict):
+        differs += [f"host {c['fact']}: {c['recorded']} in {path.name}, {c['here']} in {q.name}"
+                    for c in fingerprint.diff(fp_a["facts"], fp_b["facts"])]  # fmt: skip
+    if differs:
+        raise CostsError(f"{q} is not the steps-0 pass of {path}'s engine: "
+                         + "; ".join(differs))  # fmt: skip
+    label = f"{q.name}: {other.get('source') or 'steps 0 without the extend'}"
+    rows = _rows(other.get("cycle_ms") or {}, label, 'field "cycle_ms"')
+    zero = {b: row[0] for b, row in rows.items() if 0 in row}
+    if not zero:
+        raise CostsError(f'{q}: no steps-0 column (cycle_ms["BS"]["0"]): measure it with '
+                         "fastverifyctl spec costs --trials 0")  # fmt: skip
+    want = sorted(costs.table)
+    if sorted(zero) != want:
+        raise CostsError(
+            f"{q}: steps 0 at batch sizes {_csv_ints(sorted(zero))}, {path.name} at "
+            f"{_csv_ints(want)}: measure the same ones (spec costs --trials 0 --batch-sizes "
+            f"{_csv_ints(want)})"
+        )
+    notes = dict(costs.notes, zero_skip_from=f"{q} (steps 0 with "
+                 "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1)")  # fmt: skip
+    return replace(costs, zero_skip={b: v * 1e-3 for b, v in zero.items()}, notes=notes)
+
+
+def _csv_ints(values: list[int]) -> str:
+    return ",".join(map(str, values))
+
+
 def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
     """A `rehearse` grid file:
     {"kind": "rehearse-grid", "model", "shard_of_tp", "ranks_run", "gpu", "batch_sizes",
@@ -328,8 +407,14 @@ def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
     A cycle at k steps = the target forward over k + 1 tokens per request, k - 1 draft steps
     and the draft extend over k + 1 tokens (SGLang's cycle: `fastverify.sglang.eagle`), each
     with its all-reduces; steps 0 = the target forward over 1 token plus the draft extend
-    over 1 token; the baseline decode = the target forward over 1 token. A grid without
-    `drafter` (recorded before the grid timed it) counts the drafter as 0, and says so.
+    over 1 token; the baseline decode = the target forward over 1 token; the steps-0 pass
+    without its extend (`zero_skip`) = that steps-0 cycle less the drafter's extend over 1
+    token. The grid times one forward over 1 token for both the decode and the verify, so
+    a grid prices neither the steps-0 pass nor a verify above a decode by what SGLang's
+    TARGET_VERIFY path adds (1.11-1.66x a decode at one draft token on SGLang 0.5.17, H100,
+    8B shape: tests/fixtures/sglang-0.5.17-h100-spec8b/spec-costs-steps0-skip.json). A grid
+    without `drafter` (recorded before the grid timed it) counts the drafter as 0, and says
+    so (and prices no `zero_skip`).
     `backend`: one of the grid's `allreduce.by_backend` tables (e.g. "pcie_ipc")."""
     p, data = _read_json(path)
     if not isinstance(data, dict) or data.get("kind") != "rehearse-grid":
@@ -353,6 +438,7 @@ def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
     d_share = drafter["count_per_forward"] / count if drafter and count else 0.0
     table: dict[str, dict[str, float]] = {}
     base: dict[str, float] = {}
+    zero_skip: dict[int, float] = {}
     for bs, row in fwd.items():
         if not isinstance(row, dict) or "1" not in row:
             raise CostsError(f'{p}: forward_ms["{bs}"] needs tokens "1" (the decode step)')
@@ -374,6 +460,8 @@ def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
                     ) from None
                 ext += d_share * float(ar_row.get(tokens, 0.0))
                 ms_total += eagle.draft_forwards_per_cycle(k) * step + ext
+                if k == 0:  # the steps-0 pass less the drafter's extend over its one token
+                    zero_skip[int(bs)] = (ms_total - ext) / 1e3
             out[str(k)] = ms_total / 1e3
         table[str(bs)] = out
     ar_src = ar_doc.get("source") or "none (compute only)"
@@ -391,7 +479,5 @@ def from_rehearse_grid(path: str | Path, backend: str | None = None) -> Costs:
     return from_table(
         table, base, source, spread=GPU_SPREAD,
         notes={"file": str(p), "command": data.get("command"), "model": data.get("model")},
-        zero_step_measured=bool(drafter),
-        # the steps-0 pass without the extend: the target's forward over 1 token alone
-        zero_skip={int(b): v for b, v in base.items()} if drafter else {},
+        zero_step_measured=bool(drafter), zero_skip=zero_skip,
     )  # fmt: skip

@@ -112,6 +112,7 @@ class Plan:
             "variable": SKIP_ZERO_STEP_EXTEND_VAR,
             "recommended": helps,
             "saves": {str(b): round(v, 4) for b, v in saves.items()},
+            "from": self.costs.notes.get("zero_skip_from") or self.costs.source,
             "why": (
                 f"{SKIP_ZERO_STEP_EXTEND_VAR}=1 (in the profile) saves {lo:.1%}-{hi:.1%} of every "
                 f"steps-0 pass at batch {_span(zero)} (the draft extend over one token per "

@@ -257,6 +257,41 @@ def test_kill9_of_fastverifyd_while_the_old_engine_drains(tmp_path: Path) -> Non
         assert one_stream(d.server_url)[0] == "ok"
 
 
+def _pool(d: DaemonHarness, profile: str) -> int:
+    """The KV pool's tokens the engine of `profile` got (its log's `KV Cache is allocated`)."""
+    (log,) = (d.state_dir / "logs").glob(f"*-{profile}-baseline-*.log")
+    line = next(ln for ln in log.read_text().splitlines() if "KV Cache is allocated" in ln)
+    return int(line.split("#tokens: ")[1].split(",")[0])
+
+
+def test_standby_switches_keep_the_first_engines_pool(tmp_path: Path) -> None:
+    # SGLang sizes a pool from the free memory before its load: beside the serving engine,
+    # with the profile's --mem-fraction-static, a standby engine would get a smaller one
+    with DaemonHarness(tmp_path, config=_standby()) as d:
+        first = _pool(d, d.status()["profile"])
+        for profile in ("ring-ll", "ring-simple"):
+            r = d.ctl("profile", "set", profile, "--json")
+            assert r.returncode == 0, r.stdout + r.stderr
+            fit = json.loads(r.stdout)["switch"]["standby"]
+            assert fit["mode"] == "standby" and fit["kv_tokens"] == first, fit
+            assert f"{first} tokens" in fit["why"] and "the same as the serving one's" in fit["why"]
+            assert _pool(d, profile) == first
+        assert d.status()["frontdoor"]["standby"]["kv_tokens"] == first
+
+
+def test_a_smaller_standby_pool_is_the_share_and_says_the_trade_off(tmp_path: Path) -> None:
+    with DaemonHarness(tmp_path, config=_standby(standby_kv_share=0.5)) as d:
+        first = _pool(d, d.status()["profile"])
+        r = d.ctl("profile", "set", "ring-ll", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert _pool(d, "ring-ll") == round(first * 0.5)
+        fit = last_switch(d, "ring-ll")["switch"]["standby"]  # the history's record says it
+        assert fit["kv_tokens"] == round(first * 0.5) and fit["kv_gib"] > 0, fit
+        assert f"{round(first * 0.5)} tokens ({fit['kv_gib']:.1f} GiB" in fit["why"], fit
+        assert "50% of the serving one's: fewer tokens in flight until its next restart" in (
+            fit["why"])  # fmt: skip
+
+
 def _alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE

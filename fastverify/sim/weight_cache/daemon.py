@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.sglang.versions import PINNED_VERSION
+from fastverify.sim import gpu_memory
 from fastverify.sim import weight_cache as wc_sim
 from fastverify.sim.workers import set_parent_death_signal
 
@@ -250,6 +251,9 @@ def run_rank(a: Args, gpu_id: int, tp_rank: int) -> int:
     sock_path = wc_sim.path(a.wc, "socket", key)
     ready_path = wc_sim.path(a.wc, "ready", key)
     Path(sock_path).parent.mkdir(parents=True, exist_ok=True)
+    # the weights it holds on its simulated GPU, where the servers that map them look
+    ledger = gpu_memory.Ledger(Path(sock_path).parent, [gpu_id])
+    ledger.hold(wc_sim.BYTES_PER_RANK / (1 << 30))
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:
@@ -284,6 +288,7 @@ def run_rank(a: Args, gpu_id: int, tp_rank: int) -> int:
                 conn.close()
     finally:
         srv.close()
+        ledger.release()
         for p in (sock_path, ready_path):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)

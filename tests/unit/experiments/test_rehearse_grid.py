@@ -218,6 +218,11 @@ def test_the_h200_grid_is_what_spec_plan_reads() -> None:
         assert math.isclose(got.decode(b) * 1e3, fwd["1"] + arb["1"])  # a baseline server
         # the steps-0 pass's draft extend: +1.4-2.6% per step on this grid
         assert 1.013 < got.cycle(b, 0) / got.decode(b) < 1.027, b
+        # without the extend (SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1): the steps-0 pass
+        # less the drafter's extend over one token, with its all-reduces
+        share = doc["drafter"]["count_per_forward"] / doc["allreduce"]["count_per_forward"]
+        ext = doc["drafter"]["extend_ms"][str(b)]["1"] + share * arb["1"]
+        assert math.isclose(got.zero_skip[b] * 1e3, expected_cycle_ms(doc, str(b), 0) - ext)
     assert doc["allreduce"]["source"] in got.source and "drafter measured" in got.source
 
 
@@ -232,3 +237,36 @@ def test_a_grid_recorded_without_the_drafter_still_loads_and_says_so() -> None:
     fwd, arb = doc["forward_ms"]["8"], doc["allreduce"]["per_forward_ms"]["8"]
     assert math.isclose(got.table[8][3] * 1e3, fwd["4"] + arb["4"])
     assert "drafter not measured" in got.source
+
+
+def test_a_grid_prices_the_steps0_pass_without_its_extend_as_that_pass_less_the_extend(
+    tmp_path: Path,
+) -> None:
+    """A grid of the shape SGLang 0.5.17 measured on an H100 (8B, TP 1; the steps-0 pass with
+    and without SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 in tests/fixtures/sglang-0.5.17-
+    h100-spec8b/): its 1-token forward the measured pass without the extend, the drafter's
+    1-token extend what the flag saved. The plan's figure is the steps-0 pass less that
+    extend, and what the flag saves is the real run's."""
+    from fastverify.speculation import costs
+
+    fix = REPO / "tests" / "fixtures" / "sglang-0.5.17-h100-spec8b"
+    main = json.loads((fix / "spec-costs-8b.json").read_text())["cycle_ms"]
+    skip = json.loads((fix / "spec-costs-steps0-skip.json").read_text())["cycle_ms"]
+    sizes = sorted(main, key=int)
+    doc = {
+        "kind": "rehearse-grid", "model": "llama-3.1-8b", "shard_of_tp": 1, "gpu": "H100",
+        "forward_ms": {b: {"1": skip[b]["0"], "2": main[b]["1"]} for b in sizes},
+        "allreduce": {"count_per_forward": 0, "per_forward_ms": {}},
+        "drafter": {"model": "eagle3", "count_per_forward": 0,
+                    "step_ms": {b: 0.3 for b in sizes},
+                    "extend_ms": {b: {"1": main[b]["0"] - skip[b]["0"], "2": 0.4}
+                                  for b in sizes}},
+    }  # fmt: skip
+    path = tmp_path / "grid-8b.json"
+    path.write_text(json.dumps(doc))
+    got = costs.from_rehearse_grid(path)
+    for b in sizes:
+        ext = doc["drafter"]["extend_ms"][b]["1"]
+        assert math.isclose(got.zero_skip[int(b)] * 1e3, got.cycle(int(b), 0) * 1e3 - ext)
+        saves = 1 - got.zero_skip[int(b)] / got.cycle(int(b), 0)
+        assert math.isclose(saves, 1 - skip[b]["0"] / main[b]["0"], rel_tol=1e-9), b

@@ -180,3 +180,17 @@ def test_logs_parse_command(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert missing.returncode == 2 and "no such file" in missing.stderr  # usage, as trace analyze
+
+
+def test_free_memory_before_the_load_from_a_real_start() -> None:
+    # SGLang 0.5.17 on an H100 (model_runner.py: `Load weight begin. avail mem=...`)
+    from pathlib import Path
+
+    from fastverify.sglang.loglines import memory_record
+
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "sglang-0.5.17-h100-standby"
+    found = {}
+    for log in sorted(fixture.glob("engine-*.log")):
+        recs = [r for line in log.read_text().splitlines() if (r := memory_record(line))]
+        found[log.name[-9:-4]] = [r.gib for r in recs if r.what == "free_before_load"]
+    assert found == {"1ea64": [62.89], "3c94f": [38.55], "9a385": [47.08], "649a0": [44.06]}

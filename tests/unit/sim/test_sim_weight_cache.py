@@ -24,7 +24,7 @@ from fastverify.sim.weight_cache import daemon as sim_daemon
 from tests.support.harness import ctrl_c_reaches_it
 
 REPO = Path(__file__).resolve().parents[3]
-WITH_CACHE = [v for v in known_versions() if resolve(v).weight_cache]
+WITH_CACHE = [v for v in known_versions() if resolve(v).section("weight_cache")]
 
 
 @pytest.mark.parametrize("version", WITH_CACHE)
@@ -56,7 +56,7 @@ def test_the_fingerprint_has_exactly_the_releases_fields(version: str) -> None:
     facts = sim_wc.facts(version)
     fp = sim_wc.fingerprint(facts, model_path="m", tp_size=2, tp_rank=1, dtype="auto",
                             quantization=None, revision=None)  # fmt: skip
-    assert list(fp) == resolve(version).weight_cache["cache_config"]  # type: ignore[index]
+    assert list(fp) == resolve(version).section("weight_cache")["cache_config"]  # type: ignore[index]
     assert fp["dtype"] == "torch.bfloat16" and fp["tp_rank"] == 1
 
 
@@ -80,7 +80,7 @@ def test_the_server_refuses_the_cache_with_speculative_decoding_as_sglang_does(c
             "--speculative-draft-model-path", "d", "--weight-cache-mode", "client"]  # fmt: skip
     with pytest.raises(SystemExit):
         cli_args.parse(argv)
-    refusal = resolve("0.5.23").weight_cache["speculative_refusal"]["template"]  # type: ignore[index]
+    refusal = resolve("0.5.23").section("weight_cache")["speculative_refusal"]["template"]  # type: ignore[index]
     assert f"ValueError: {refusal}" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # 0.5.16 has no such flag
         cli_args.parse(["--model-path", "m", "--weight-cache-mode", "client",

@@ -134,3 +134,67 @@ def test_a_workload_past_the_costs_context_is_said_and_sglang_agrees(real) -> No
         got = json.loads((FIX / f"bench-adaptive3-c{c}-in1024.json").read_text())
         pred = long.predictions[c]["adaptive"]["tokens_per_second"]
         assert got["output_tokens_per_second"] < 0.8 * pred
+
+
+SKIP = FIX / "spec-costs-steps0-skip.json"
+
+
+def test_the_skip_run_beside_the_cost_file_prices_the_plans_skip_advice() -> None:
+    """The steps-0 pass measured again with SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1: the
+    plan's advice on the flag says what it saves at each batch size held at [0], from the
+    two files (a cost file alone has no such figure, and the advice is silent)."""
+    from tests.unit.speculation.synth import acceptance
+
+    main = json.loads((FIX / "spec-costs-8b.json").read_text())
+    skip = json.loads(SKIP.read_text())
+    expected = {b: 1 - skip["cycle_ms"][b]["0"] / main["cycle_ms"][b]["0"]
+                for b in main["cycle_ms"]}  # fmt: skip
+    acc, wl = acceptance(1.5), serving.Workload(128, 128)  # drafts at 1-4, not beyond
+    alone = spec_plan.make_plan(acc, spec_costs.from_file(FIX / "spec-costs-8b.json"),
+                                workload=wl, concurrencies=())  # fmt: skip
+    assert alone.skip_extend() is None
+    costs = spec_costs.from_file(FIX / "spec-costs-8b.json", zero_skip=SKIP)
+    p = spec_plan.make_plan(acc, costs, workload=wl, concurrencies=())
+    advice = p.skip_extend()
+    assert advice is not None and advice["recommended"]
+    zero = {str(c.batch) for t in p.tiers if t.steps == 0 for c in t.choices}
+    assert zero and set(advice["saves"]) == zero and p.drafts
+    for b, v in advice["saves"].items():
+        assert v == pytest.approx(expected[b], abs=1e-4), b
+    lo, hi = min(expected[b] for b in zero), max(expected[b] for b in zero)
+    assert f"saves {lo:.1%}-{hi:.1%} of every steps-0 pass" in advice["why"]
+    assert str(SKIP) in advice["from"]
+    # stored with the plan and read back (spec validate re-predicts from it)
+    again = spec_costs.Costs.from_dict(p.to_dict()["costs"])
+    assert again.zero_skip == pytest.approx(costs.zero_skip)
+
+
+def _skip_variant(tmp_path: Path, name: str, change) -> Path:
+    data = json.loads(SKIP.read_text())
+    change(data)
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("what", "change", "said"),
+    [
+        ("model", lambda d: d.update(model="/models/other"), "model: '/work/main"),
+        ("host", lambda d: d["fingerprint"]["facts"].update(gpu_model="NVIDIA H200"),
+         "host gpu_model: NVIDIA H100 80GB HBM3 in spec-costs-8b.json, NVIDIA H200 in"),
+        ("sizes", lambda d: d["cycle_ms"].pop("32"),
+         "steps 0 at batch sizes 1,2,4,8,16, spec-costs-8b.json at 1,2,4,8,16,32"),
+        ("context", lambda d: d["bench"].update(input_len=1024), "bench input_len: 128 in"),
+        ("no steps 0", lambda d: d.update(cycle_ms={"1": {"1": 7.0}}), "no steps-0 column"),
+        ("same run", lambda d: d.update(measured_at="2026-12-06T08:48:00Z"), "the same run as"),
+        ("not trials", lambda d: d.update(kind="rehearse-grid"), "not a `spec costs` file"),
+    ],
+)  # fmt: skip
+def test_a_skip_run_of_another_engine_or_shape_is_refused_naming_it(
+    tmp_path: Path, what: str, change, said: str
+) -> None:
+    bad = _skip_variant(tmp_path, f"skip-{what.replace(' ', '-')}.json", change)
+    with pytest.raises(spec_costs.CostsError) as err:
+        spec_costs.from_file(FIX / "spec-costs-8b.json", zero_skip=bad)
+    assert said in str(err.value) and str(bad) in str(err.value)
