@@ -1,12 +1,15 @@
-"""Credential files of the control API's TCP door, read the same way by fastverifyd and
-fastverifyctl: bearer-token files (one or several named tokens), TLS certificates, keys and
-CA bundles, and the `ssl` contexts built from them.
+"""Credential files, read the same way by fastverifyd and fastverifyctl: the control API's
+TCP door's bearer-token files (one or several named tokens), and the TLS certificates, keys
+and CA bundles of every TLS listener (the TCP door, the exporter's /metrics through its web
+config: exporters/webconfig.py), with the `ssl` contexts built from them.
 
 Every file passes `check_file` first: a regular file (a symlink only when the link itself
 belongs to root or to us, as Kubernetes' secret mounts do), owned by root or by us, not
 writable by group or others, and, for a secret (a token or a private key), not readable by
-them either. A problem is a `CredentialError` naming the file, what is wrong and the fix;
-a secret's content never appears in one.
+them either (`group_ok`: readable by its group when that group is one of ours, as a
+Kubernetes secret volume with an fsGroup mounts a key: mode 0440). A problem is a
+`CredentialError` naming the file, what is wrong and the fix; a secret's content never
+appears in one.
 
 Token file: one token per line, `NAME:TOKEN` (NAME: letters, digits, `._@-`, at most 64)
 or a bare `TOKEN` (named `default`); `#` comments and blank lines are skipped; 16+
@@ -34,7 +37,7 @@ class CredentialError(ValueError):
     """A credential file that cannot be used; the message says which file, why, and the fix."""
 
 
-def check_file(path: str, what: str, *, secret: bool) -> str:
+def check_file(path: str, what: str, *, secret: bool, group_ok: bool = False) -> str:
     """The path to read after the ownership, mode and symlink checks (see the module doc)."""
     me = os.geteuid()
     try:
@@ -61,7 +64,8 @@ def check_file(path: str, what: str, *, secret: bool) -> str:
             f"{what} {path} is writable by group or others (mode {st.st_mode & 0o777:o}); "
             "chmod go-w it"
         )
-    if secret and st.st_mode & 0o044:
+    shared = group_ok and st.st_gid in (os.getegid(), *os.getgroups())
+    if secret and st.st_mode & (0o004 if shared else 0o044):
         raise CredentialError(
             f"{what} {path} is readable by group or others (mode {st.st_mode & 0o777:o}); "
             "chmod 600 it"
@@ -185,13 +189,17 @@ def check_cert(path: str, what: str, now: float | None = None) -> None:
         raise CredentialError(f"{what} {path} is not valid before {start} (check the clock)")
 
 
-def server_context(cert: str, key: str, client_ca: str = "") -> Any:
-    """The daemon's TLS context: its certificate and key; client certificates required and
-    verified against `client_ca` when one is given (mutual TLS)."""
+def server_context(
+    cert: str, key: str, client_ca: str = "", *, client_cert_optional: bool = False,
+    key_group_ok: bool = False,
+) -> Any:  # fmt: skip
+    """A listener's TLS context: its certificate and key, TLS 1.2 at least; with `client_ca`,
+    client certificates verified against it, required (mutual TLS) unless
+    `client_cert_optional` (then checked when one is sent). `key_group_ok`: see check_file."""
     import ssl
 
     check_cert(cert, "TLS certificate")
-    check_file(key, "TLS key", secret=True)
+    check_file(key, "TLS key", secret=True, group_ok=key_group_ok)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     _load_pair(ctx, cert, key)
@@ -201,7 +209,7 @@ def server_context(cert: str, key: str, client_ca: str = "") -> Any:
             ctx.load_verify_locations(cafile=client_ca)
         except (ssl.SSLError, OSError) as exc:
             raise CredentialError(f"TLS client CA {client_ca} cannot be loaded: {exc}") from None
-        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.verify_mode = ssl.CERT_OPTIONAL if client_cert_optional else ssl.CERT_REQUIRED
     return ctx
 
 

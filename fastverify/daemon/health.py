@@ -20,27 +20,29 @@
     GET /startupz  200 once the first start has settled (READY or FAILED, or BACKOFF after
                    a crash), however long the model took to load; 503 while it loads
 
-Bodies are small JSON objects (`{"ok", "state", "profile", "mode", "why"}`); nothing else is
-served (no control operations: those stay on the control socket). Off unless
-`exporter.health_listen` (fastverifyd --health-listen) names an address.
+Bodies are small JSON objects (`{"ok", "state", "profile", "mode", "why"}`, `Cache-Control:
+no-store`); nothing else is served (no control operations: those stay on the control socket;
+no metrics: those are on `exporter.metrics_listen`). Off unless `exporter.health_listen`
+(fastverifyd --health-listen) names an address. The listener is the exporter's HTTP server
+(fastverify.httpserver: GET and HEAD, keep-alive, the same caps and request deadline), plain
+HTTP, on its own address.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import threading
 import time
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastverify.api_models import StatusBody, part_section
+from fastverify.httpserver import HttpServer, Reply
 
 log = logging.getLogger("fastverifyd.health")
 
 PATHS = ("/livez", "/readyz", "/startupz")
+NO_STORE = b"Cache-Control: no-store\r\n"
 # States in which the first start has settled (the load is over, one way or the other).
 SETTLED = ("READY", "FAILED", "BACKOFF")
 # States of a switch, restart or crash restart in which a front door that holds keeps the pod
@@ -125,64 +127,31 @@ def _brief(st: StatusBody, why: str) -> dict[str, Any]:
             "why": why}  # fmt: skip
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: HealthServer
-    protocol_version = "HTTP/1.0"
-    server_version = "fastverifyd-health/1"
-    timeout = 10
+class HealthServer(HttpServer):
+    """The probes' listener: the exporter's HTTP server (fastverify.httpserver) on its own
+    address, with the three paths as its routes and nothing else."""
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("health: " + format, *args)
-
-    def _send(self, status: int, data: dict[str, Any]) -> None:
-        payload = (json.dumps(data) + "\n").encode()
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(payload)
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0].rstrip("/")
-        if path not in PATHS:
-            self._send(404, {"error": f"unknown path {path or '/'} (known: {', '.join(PATHS)})"})
-            return
-        try:
-            ok, body = getattr(self.server.health, path[1:])()
-        except Exception as exc:  # a probe must answer, never hang or crash the thread
-            log.exception("health check %s failed", path)
-            ok, body = False, {"why": f"internal error: {exc}"}
-        self._send(200 if ok else 503, {"ok": ok, **body})
-
-
-class HealthServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, listen: str, health: Health):
-        host, _, port = listen.rpartition(":")
-        host = host.strip("[]") or "127.0.0.1"
-        if ":" in host:
-            import socket
-
-            self.address_family = socket.AF_INET6
+    def __init__(self, listen: str, health: Health) -> None:
         self.health = health
-        super().__init__((host, int(port)), _Handler)
+        routes = {p.encode(): self._probe for p in PATHS}
+        super().__init__(listen, routes, not_found=self._probe, name="health checks",
+                         flag="--health-listen")  # fmt: skip
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        if isinstance(host, bytes):  # an AF_UNIX address's type; this server is AF_INET(6)
-            host = host.decode()
-        return f"http://{host}:{port}"
+        return self.base_url
 
-    def start(self) -> threading.Thread:
-        t = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
-        t.start()
-        return t
+    def _probe(self, raw: bytes, _headers: Mapping[bytes, bytes]) -> Reply:
+        path = raw.decode("latin-1").rstrip("/")
+        if path not in PATHS:
+            return _json(404, {"error": f"unknown path {path or '/'} (known: {', '.join(PATHS)})"})
+        try:
+            ok, body = getattr(self.health, path[1:])()
+        except Exception as exc:  # a probe must answer, never hang or crash the thread
+            log.exception("health check %s failed", path)
+            ok, body = False, {"why": f"internal error: {exc}"}
+        return _json(200 if ok else 503, {"ok": ok, **body})
 
-    def stop(self) -> None:
-        self.shutdown()  # waits for serve_forever (started by start()) to return
-        self.server_close()
+
+def _json(status: int, data: dict[str, Any]) -> Reply:
+    return status, b"application/json", (json.dumps(data) + "\n").encode(), NO_STORE

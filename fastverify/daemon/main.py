@@ -333,17 +333,12 @@ class Daemon:
 
             self.health = Health(sup.status)
             try:
-                health_server = HealthServer(cfg.exporter.health_listen, self.health)
+                health_server = HealthServer(cfg.exporter.health_listen, self.health).start()
             except OSError as exc:
-                log.error(
-                    "cannot listen for health checks on %s: %s; fastverifyd is not starting",
-                    cfg.exporter.health_listen,
-                    exc.strerror or exc,
-                )
+                log.error("%s; fastverifyd is not starting", exc.strerror or exc)
                 for s in servers:
                     api.stop(s)
                 return 1
-            health_server.start()
             log.info("health checks on %s/readyz (also /livez, /startupz)", health_server.url)
         log.info(
             "control API on %s%s",

@@ -27,8 +27,13 @@ bcrypt check runs one at a time and its answer is cached, and a refusal is 401 w
 client-auth types that take a certificate without verifying it (RequestClientCert,
 RequireAnyClientCert; the toolkit's own docs call them insecure) and Go's cipher-suite and
 curve names (`cipher_suites`, `curve_preferences`: OpenSSL chooses). The file is read once
-at start (the toolkit re-reads it per request): restart to change it. `ssl` is Python's
-(OpenSSL); `bcrypt` is the `bcrypt` package, loaded only for a file with users.
+at start (the toolkit re-reads it per request): restart to change it. The certificate, key
+and client CA pass fastverify.credentials' checks and make its `server_context`, as the
+control API's TCP door's do (owned by root or us, not writable by others, the key not
+readable by others, the certificate in date; the key may be readable by one of our groups,
+as a Kubernetes secret volume mounts it), then this file's versions and cipher preference
+apply. `ssl` is Python's (OpenSSL); `bcrypt` is the `bcrypt` package, loaded only for a
+file with users.
 """
 
 from __future__ import annotations
@@ -192,7 +197,7 @@ def _context(
 ) -> tuple[Any, list[str] | None]:
     import ssl
 
-    from fastverify.credentials import CredentialError, check_cert
+    from fastverify.credentials import CredentialError, server_context
 
     cert = _file_or_inline(t, "cert", base, where, made)
     key = _file_or_inline(t, "key", base, where, made)
@@ -208,30 +213,20 @@ def _context(
     if sans is not None and auth != "RequireAndVerifyClientCert":
         raise WebConfigError(f"{where}: client_allowed_sans requires client_auth_type "
                              "RequireAndVerifyClientCert")  # fmt: skip
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     versions = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
                 "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}  # fmt: skip
-    for k, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
-        v = t.get(k) or default
+    low, high = t.get("min_version") or "TLS12", t.get("max_version") or "TLS13"
+    for k, v in (("min_version", low), ("max_version", high)):
         if v not in versions:
             raise WebConfigError(f"{where}.{k} {v!r} (expected one of {', '.join(versions)})")
-        setattr(ctx, "minimum_version" if k == "min_version" else "maximum_version", versions[v])
-    if t.get("prefer_server_cipher_suites", True):
-        ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
-    else:
-        ctx.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
-    try:
-        check_cert(cert, f"{where} certificate")
-        ctx.load_cert_chain(cert, key)
-        if ca:
-            ctx.load_verify_locations(cafile=ca)
+    try:  # the files' checks and the context: the TCP door's (a key 0440 for Kubernetes)
+        ctx = server_context(cert, key, ca, client_cert_optional=auth == "VerifyClientCertIfGiven",
+                             key_group_ok=True)  # fmt: skip
     except CredentialError as exc:
-        raise WebConfigError(str(exc)) from None
-    except (ssl.SSLError, OSError) as exc:
-        why = "the key does not match the certificate" if "KEY_VALUES_MISMATCH" in str(exc) else exc
-        raise WebConfigError(f"{where}: {why}") from None
-    ctx.verify_mode = {"NoClientCert": ssl.CERT_NONE, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
-                       "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}[auth]  # fmt: skip
+        raise WebConfigError(f"{where}: {exc}") from None
+    ctx.minimum_version, ctx.maximum_version = versions[low], versions[high]
+    if not t.get("prefer_server_cipher_suites", True):
+        ctx.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
     return ctx, (list(map(str, sans)) if sans is not None else None)
 
 
@@ -244,11 +239,8 @@ def _file_or_inline(
     path, text = t.get(f"{name}_file"), t.get(name)
     if path and text:
         raise WebConfigError(f"{where}: {name} and {name}_file are both set (keep one)")
-    if path:
-        full = path if os.path.isabs(path) else os.path.join(base, path)
-        if not os.path.isfile(full):
-            raise WebConfigError(f"{where}.{name}_file {full} does not exist")
-        return full
+    if path:  # checked with the others (credentials.check_file)
+        return str(path) if os.path.isabs(path) else os.path.join(base, path)
     if text:
         fd, tmp = tempfile.mkstemp(prefix="fastverify-webcfg-", suffix=".pem")
         made.append(tmp)

@@ -6,6 +6,7 @@ canary; start-up latches once the first start settled; liveness follows the main
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -94,8 +95,7 @@ def test_liveness_follows_the_main_loop() -> None:
 
 
 def test_server_answers_json_and_404() -> None:
-    server = HealthServer("127.0.0.1:0", Health(lambda: status("STARTING")))
-    server.start()
+    server = HealthServer("127.0.0.1:0", Health(lambda: status("STARTING"))).start()
     try:
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(server.url + "/readyz", timeout=10)
@@ -106,6 +106,38 @@ def test_server_answers_json_and_404() -> None:
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(server.url + "/v1/profile", timeout=10)
         assert err.value.code == 404
+    finally:
+        server.stop()
+
+
+def test_probe_bytes_on_one_kept_alive_connection() -> None:
+    """The bodies and their headers as the ThreadingHTTPServer version sent them (JSON, a
+    newline, no-store), now over the exporter's HTTP server: keep-alive, HEAD, a trailing
+    slash, and 405 for a method a probe never sends."""
+    server = HealthServer("127.0.0.1:0", Health(lambda: status("STARTING"))).start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        conn.request("GET", "/startupz/")
+        r = conn.getresponse()
+        assert r.status == 503 and r.read() == (
+            b'{"ok": false, "state": "STARTING", "profile": "ring-ll", "mode": "baseline", '
+            b'"why": "starting: state STARTING"}\n'
+        )
+        assert r.getheader("Content-Type") == "application/json"
+        assert r.getheader("Cache-Control") == "no-store"
+        conn.request("GET", "/")  # the same connection
+        r = conn.getresponse()
+        assert r.status == 404 and r.read() == (
+            b'{"error": "unknown path / (known: /livez, /readyz, /startupz)"}\n'
+        )
+        conn.request("HEAD", "/livez")
+        r = conn.getresponse()
+        assert r.status == 200 and r.read() == b"" and int(r.getheader("Content-Length")) > 0
+        conn.request("POST", "/livez")
+        r = conn.getresponse()
+        assert r.status == 405 and r.getheader("Allow") == "GET, HEAD"
+        r.read()
+        conn.close()
     finally:
         server.stop()
 
