@@ -75,7 +75,7 @@ class Ledger:
             total = 0.0
             for path in self.where.glob(f"sim-gpu{gpu}.*"):
                 pid = path.name.rsplit(".", 1)[1]
-                if not pid.isdigit() or int(pid) == os.getpid() or not _alive(int(pid)):
+                if not pid.isdigit() or int(pid) == os.getpid() or not alive(int(pid)):
                     continue
                 with contextlib.suppress(OSError, ValueError):
                     total += float(path.read_text())
@@ -94,7 +94,8 @@ class Ledger:
                 self._file(gpu, os.getpid()).unlink()
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Is process `pid` alive (one of another user's counts too)?"""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -169,7 +169,7 @@ def cleanup_stale(a: Args, gpu_id: int, tp_rank: int) -> None:
         for line in ready.read_text().splitlines():
             if line.startswith("pid="):
                 pid = int(line.split("=", 1)[1])
-    if pid is not None and _alive(pid):
+    if pid is not None and gpu_memory.alive(pid):
         who = f"GPU {key}" if a.wc["paths"]["key"] == "device_uuid" else f"rank {key}"
         if not a.force:
             raise RuntimeError(
@@ -190,16 +190,6 @@ def cleanup_stale(a: Args, gpu_id: int, tp_rank: int) -> None:
         if path.exists():
             path.unlink()
             _log(None, None, f"Removed stale daemon file: {path}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ----------------------------------------------------------------------------- one rank
