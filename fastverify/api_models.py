@@ -23,15 +23,11 @@ from typing import (
     Any,
     Generic,
     NamedTuple,
-    NotRequired,
-    Required,
-    TypedDict,
     TypeVar,
     Union,
     cast,
     get_args,
     get_origin,
-    is_typeddict,
 )
 
 
@@ -53,10 +49,65 @@ class _Annotated:
         raise TypeError("an annotation, not a type")
 
 
+class _Mark:
+    """`Required` / `NotRequired` as this module's fields are read at run time: `mark[hint]`
+    is the hint, marked (typing's builds a generic alias, ~10 µs each)."""
+
+    __slots__ = ("hint", "mark")
+
+    def __init__(self, mark: Any = None, hint: Any = None) -> None:
+        self.mark, self.hint = mark, hint
+
+    def __getitem__(self, hint: Any) -> "_Mark":
+        return _Mark(self, hint)
+
+    def __call__(self) -> None:  # what a TypedDict's check of a field's type asks of a type
+        raise TypeError("an annotation, not a type")
+
+
+def _unmarked(hint: Any) -> tuple[Any, Any]:
+    """(its `Required`/`NotRequired` or None, the hint without it)."""
+    if isinstance(hint, _Mark):
+        return hint.mark, hint.hint
+    return None, hint
+
+
+class _TypedDict:
+    """`TypedDict` as this module's models are read at run time: the fields
+    (`__annotations__`, its bases' first) and which are required (`__required_keys__`),
+    nothing else. typing's costs ~40 µs a model to build (a field's type checked, the bases
+    merged), 2 ms of the CLI's start-up for the ~50 models below; the type checker reads
+    typing's (TYPE_CHECKING). The functional form (`TypedDict(name, fields)`) declares
+    a field whose name is a keyword."""
+
+    if TYPE_CHECKING:  # (no annotation at run time: a model's are its fields)
+        __required_keys__: frozenset[str]
+
+    def __new__(cls, name: str, fields: dict[str, Any], total: bool = True) -> Any:
+        return type(name, (_TypedDict,), {"__annotations__": fields}, total=total)
+
+    def __init_subclass__(cls, total: bool = True) -> None:
+        own = cls.__dict__.get("__annotations__", {})  # noqa: RUF063 (inspect: ~5 ms import)
+        fields: dict[str, Any] = {}
+        required: set[str] = set()
+        for base in cls.__bases__:
+            fields.update(getattr(base, "__annotations__", {}))
+            required |= getattr(base, "__required_keys__", set())
+        for name, hint in own.items():
+            marked, _ = _unmarked(hint)
+            if marked is Required or (total and marked is not NotRequired):
+                required.add(name)
+            else:
+                required.discard(name)
+        cls.__annotations__ = {**fields, **own}
+        cls.__required_keys__ = frozenset(required)
+
+
 if TYPE_CHECKING:
-    from typing import Annotated
+    from typing import Annotated, NotRequired, Required, TypedDict
 else:
-    Annotated = _Annotated
+    Annotated, TypedDict = _Annotated, _TypedDict
+    Required, NotRequired = _Mark(), _Mark()
 
 MAX_BODY = 64 * 1024  # bytes of any request body (an endpoint may allow fewer)
 # Requests that write a record (`Endpoint.recorded`) are rate-limited per caller identity
@@ -120,9 +171,14 @@ class Field(NamedTuple):
 def _annotated(model: Any) -> Iterator[tuple[str, Any, Any]]:
     """(name, type, metadata) of each field of a TypedDict `model`, in declaration order."""
     for name, hint in model.__annotations__.items():
-        if get_origin(hint) in (Required, NotRequired):
-            (hint,) = get_args(hint)
+        _, hint = _unmarked(hint)
         yield name, hint.type, hint.meta
+
+
+def _annotated_types(model: Any) -> Iterator[tuple[str, Any]]:
+    """(name, type) of each field of a TypedDict `model`."""
+    for name, tp, _ in _annotated(model):
+        yield name, tp
 
 
 def _request_kind(tp: Any) -> str:
@@ -161,21 +217,29 @@ class NoBody(TypedDict, total=False):
 
 
 B = TypeVar("B")  # a request model
+A = TypeVar("A")  # an answer's model
 
 
-class Endpoint(NamedTuple, Generic[B]):
+class Empty(TypedDict):
+    """`{}`: an answer with nothing to say."""
+
+
+class Endpoint(NamedTuple, Generic[B, A]):
     """One method on one path. `client`: the fastverify.client method that calls it;
     `model`: its request's typed model, the JSON body's fields (POST) or the query
-    parameters (GET); `answer`: what comes back; `streams`: the answer is NDJSON events;
-    `max_body`: the most bytes its body may have (413 beyond); `recorded`: it writes a record
-    (rate-limited: RECORD_RATE_PER_S)."""
+    parameters (GET); `answer`: its answer's model (a TypedDict, or `list[...]`, `dict[str,
+    ...]` of one; a stream's: one event's); `notes`: what the answer's type cannot say (its
+    status codes, `{}` when there is none); `streams`: the answer is NDJSON events;
+    `max_body`: the most bytes its body may have (413 beyond); `recorded`: it writes a
+    record (rate-limited: RECORD_RATE_PER_S)."""
 
     method: str
     path: str
     client: str
     summary: str
     model: type[B] = NoBody  # type: ignore[assignment]  # (none: no body or query)
-    answer: str = ""
+    answer: type[A] = Empty  # type: ignore[assignment]
+    notes: str = ""
     streams: bool = False
     max_body: int = MAX_BODY
     recorded: bool = False
@@ -497,8 +561,9 @@ class StatusBody(TypedDict):
     last_good: Annotated[str | None, "the last profile that served verified"]
     last_good_mode: Annotated[str | None, "its mode"]
     last_failure: Annotated[dict[str, Any] | None,
-        "`{reason, message, line, log, at, profile, mode, op, current}`; `current`: false once "
-        "an engine that started after it serves READY"]
+        "`{reason, message, line, log, at, profile, mode, op, current, kept_serving?}`; "
+        "`current`: false once an engine that started after it serves READY, or while the "
+        "engine a failed standby start left serving (`kept_serving`) serves READY"]
     switch_in_flight: Annotated[dict[str, Any] | None,
         "`{id, kind, profile, mode, started_at, elapsed_s, by}`"]
     queued: Annotated[int, "requests waiting for their turn (`queue: true`)"]
@@ -527,7 +592,8 @@ class StatusBody(TypedDict):
     findings: Annotated[list[str],
         "what the daemon found wrong and works around, one sentence each"]
     daemon: Annotated[dict[str, Any],
-        "`{pid, state_dir, fingerprint}`; `fingerprint`: the host fingerprint `{id, facts}` "
+        "`{pid, state_dir, profile_dirs, fingerprint}`; `profile_dirs`: where it reads user "
+        "profiles (before the shipped ones); `fingerprint`: the host fingerprint `{id, facts}` "
         "computed at start (docs/guides/host.md; null until known)"]
     parts: Annotated[list[str],
         "the sections below that the daemon's parts add (docs/architecture.md, \"Parts\"), in "
@@ -545,11 +611,40 @@ def _kind(tp: Any) -> str:
     named = {str: "str", bool: "bool", int: "int", float: "number", type(None): "null"}
     if tp in named:
         return named[tp]
+    if is_model(tp):
+        return str(tp.__name__)
+    args = get_args(tp)
     if (get_origin(tp) or tp) is list:
-        return "list"
-    if (get_origin(tp) or tp) is dict or is_typeddict(tp):
-        return "object"
+        return f"list of {_kind(args[0])}" if args and is_model(args[0]) else "list"
+    if (get_origin(tp) or tp) is dict:
+        return f"object of {_kind(args[1])}" if args and is_model(args[1]) else "object"
+    if tp is Any:
+        return "any"
     raise TypeError(f"no JSON name for {tp!r}")
+
+
+def is_model(tp: Any) -> bool:
+    """`tp` is one of this module's TypedDicts (at run time: `_TypedDict`s)."""
+    return isinstance(tp, type) and issubclass(tp, _TypedDict)
+
+
+def models_of(tp: Any) -> Iterator[Any]:
+    """The TypedDicts an answer's type names: its own (`list[...]`, `dict[str, ...]`, a
+    union's), then those its fields name, depth first, each once a call."""
+    seen: set[Any] = set()
+
+    def walk(t: Any) -> Iterator[Any]:
+        if is_model(t):
+            if t not in seen:
+                seen.add(t)
+                yield t
+                for _, ft, _ in _annotated(t):
+                    yield from walk(ft)
+            return
+        for arg in get_args(t):
+            yield from walk(arg)
+
+    return walk(tp)
 
 
 def documented(body: Any) -> tuple[Field, ...]:
@@ -560,79 +655,261 @@ def documented(body: Any) -> tuple[Field, ...]:
 
 # fmt: off
 # ---------------------------------------------------------------------- the endpoints
-_RESULT = "the operation's result (see Operations)"
-
-STATUS: Endpoint[NoBody] = Endpoint(
+# (Their types quoted: a module's annotations are evaluated at import, and a generic's
+# subscript costs the CLI's start-up ~0.1 ms each.)
+# Each endpoint with its answer's models above it (a model another endpoint answers too
+# stands above the first).
+STATUS: "Endpoint[NoBody, StatusBody]" = Endpoint(
     "GET", "/v1/status", "status", "The daemon's state, the serving engine and what it knows.",
-    answer="the status body (see Status body)",
+    answer=StatusBody,
 )
-HISTORY = Endpoint(
+
+
+class Served(TypedDict):
+    """A profile and mode (`null`s: nothing)."""
+
+    profile: Annotated[str | None, "the profile"]
+    mode: Annotated[str | None, "the mode"]
+
+
+_OP_PREVIOUS = "what served before it"
+
+
+class _Outcome(TypedDict):
+    """What every operation's result and every history record says."""
+
+    kind: Annotated[str, "`start`, `switch`, `mode`, `restart`, `rollback`, `recover` (history: "
+                         "also `decision`, `lease_override`, `interrupted`)"]
+    result: Annotated[str, "`ok`, `unchanged`, `rolled_back`, `failed`, `cancelled` (history: "
+                           "also `interrupted`, `applied`, `recorded`, `overridden`)"]
+    profile: Annotated[str, "the profile it started"]
+    mode: Annotated[str, "the mode it started"]
+    reason: Annotated[str | None, "a failure's reason (e.g. `readiness_timeout`)"]
+    message: Annotated[str | None, "what happened, one sentence"]
+    duration_s: Annotated[float, "how long it took"]
+
+
+class _Started(TypedDict, total=False):
+    """What an operation's result may add (its history record the same, but `verify` and
+    `log_tail`)."""
+
+    caller: Annotated[dict[str, Any], "who asked: `{door, uid, user, pid, comm}` (Unix "
+                                      "socket) or the TCP door's identity"]
+    cancelled_by: Annotated[str, "who cancelled it"]
+    eagle3_steps: Annotated[int, "a timing trial's EAGLE-3 draft steps"]
+    previous: Annotated[Served, _OP_PREVIOUS]
+    rolled_back_to: Annotated[Served, "what it rolled back to"]
+    rollback_failure: Annotated[dict[str, Any], "the rollback's own failure"]
+    switch: Annotated[dict[str, Any],
+        "how the operation looked to clients: `{mode, downtime_s, held, longest_wait_s, "
+        "refused, cut, cut_requests}` (see Operations)"]
+    engine_ready_s: Annotated[float, "the new engine's time to ready"]
+    engine_env: Annotated[dict[str, Any] | None,
+        "what the engine added to its workers' NCCL environment"]
+    pid: Annotated[int | None, "the server's pid"]
+    phases: Annotated[dict[str, float], "seconds of each phase (`stop`, `engine_ready`, "
+                                        "`verify`, ...)"]
+    weight_load: Annotated[dict[str, Any] | None,
+        "where the weights came from (as the status's `engine.weight_load`)"]
+    weights_notice: Annotated[dict[str, Any] | None,
+        "the notice about the weights' load given before anything stopped"]
+    tuner: Annotated[dict[str, Any] | None, "the NCCL tuner plugin confirmed"]
+    allreduce: Annotated[dict[str, Any] | None, "the TP all-reduce backend confirmed"]
+    speculation: Annotated[dict[str, Any] | None, "mode adaptive: its plan"]
+
+
+class OperationResult(_Outcome, _Started):
+    """An operation's result (200 for `ok` and `unchanged`, else 502); with `stream: true`
+    the last event, `{"event": "result", ts, ...}`."""
+
+    id: Annotated[str, "the operation's id"]
+    log: Annotated[str | None, "the engine's log file"]
+    line: Annotated[str | None, "the log line that told the failure"]
+    serving: Annotated[Served, "what serves now"]
+    by: Annotated[str, "who asked (`fastverifyd`: the daemon itself)"]
+    weights: Annotated[str, "`real`, or `dummy` for a timing trial"]
+    verify: NotRequired[Annotated[dict[str, Any] | None, "the verifiers' evidence"]]
+    log_tail: NotRequired[Annotated[list[str], "the failed engine's last log lines"]]
+
+
+class OperationInFlight(TypedDict):
+    """An operation that has not answered yet."""
+
+    id: Annotated[str, "its id"]
+    kind: Annotated[str, "`switch`, `mode`, `restart`, ..."]
+    profile: Annotated[str, "the profile it starts"]
+    mode: Annotated[str, "the mode it starts"]
+    started_at: Annotated[float, "unix time it started"]
+    elapsed_s: Annotated[float, "seconds since"]
+    by: Annotated[str, "who asked"]
+
+
+class Accepted(TypedDict):
+    """202 of an operation asked with `wait: false`."""
+
+    accepted: Annotated[bool, "always `true`"]
+    op: Annotated[OperationInFlight, "the operation"]
+
+
+_WAIT = "with `wait: false`, 202 `Accepted` at once"
+
+
+class HistoryRecord(_Outcome, _Started, total=False):
+    """A record of `GET /v1/history`: an operation's result but its `verify` and `log_tail`
+    (its fields below, if any, as the result's); a decision (kind `decision`); a lease
+    override (kind `lease_override`)."""
+
+    type: Required[Annotated[str, "`switch`"]]
+    started_at: Required[Annotated[float, "unix time it started"]]
+    finished_at: Required[Annotated[float, "unix time it finished"]]
+    id: Annotated[str, "an operation's"]
+    log: Annotated[str | None, "an operation's"]
+    line: Annotated[str | None, "an operation's"]
+    serving: Annotated[Served, "an operation's"]
+    by: Annotated[str, "who asked (an operation, a lease override)"]
+    weights: Annotated[str, "an operation's"]
+    fallback_to: Annotated[str, "a crash restart's fallback profile"]
+    outcome: Annotated[str, "kind `interrupted`: what became of it"]
+    put_back: Annotated[Served | None, "kind `interrupted`: what was put back"]
+    interrupted_at: Annotated[float, "kind `interrupted`: when the daemon stopped"]
+    backend: Annotated[str, "kind `decision`: the all-reduce backend"]
+    applied: Annotated[bool, "kind `decision`: whether tune applied it"]
+    report: Annotated[str | None, "kind `decision`: the report file"]
+    lease: Annotated[dict[str, Any], "kind `lease_override`: the lease overridden"]
+
+
+HISTORY: "Endpoint[HistoryQuery, list[HistoryRecord]]" = Endpoint(
     "GET", "/v1/history", "history", "The journal of operations, oldest first, one page "
     "at a time (the client's `history()` and `fastverifyctl history` page back to the "
     "start when asked for all). Operations (start, switch, mode, restart, rollback) and "
     "crashes are kept in the daemon's own journal; recorded decisions in a journal of "
     "their own, so no number of them can rotate an operation out.",
-    model=HistoryQuery,
-    answer="array of operation records: `{id, kind, profile, mode, result, reason, message, "
-    "line, log, started_at, finished_at, duration_s, engine_ready_s?, tuner?, allreduce?, "
-    "rolled_back_to?, fallback_to?, previous, serving, switch?, outcome?, put_back?}`; "
-    "`switch`: how the operation looked to clients (see Operations); `outcome`, `put_back`: "
-    "a request a killed daemon left unanswered, closed by the next one with result "
-    "`interrupted`",
+    model=HistoryQuery, answer=list[HistoryRecord],
+    notes="`switch`: how the operation looked to clients (see Operations); `outcome`, "
+    "`put_back`: a request a killed daemon left unanswered, closed by the next one with "
+    "result `interrupted`",
 )
-LOGS = Endpoint(
+
+
+class LogEvent(TypedDict):
+    """One log line."""
+
+    event: Annotated[str, '`"log"`']
+    seq: Annotated[int, "its number"]
+    ts: Annotated[float, "unix time"]
+    source: Annotated[str, '`"engine"` or `"daemon"`']
+    line: Annotated[str, "the line"]
+
+
+LOGS: "Endpoint[LogsQuery, LogEvent]" = Endpoint(
     "GET", "/v1/logs", "logs", "The engine's and the daemon's log lines.",
-    model=LogsQuery,
-    answer='NDJSON `{"event": "log", seq, ts, source: "engine"|"daemon", line}`', streams=True,
+    model=LogsQuery, answer=LogEvent, streams=True,
 )
-SERVER_ARGV = Endpoint(
+
+
+class ArgvCheck(TypedDict):
+    """The engine's own argv parser's verdict."""
+
+    ok: Annotated[bool | None, "true, false, or null: it cannot tell"]
+    message: Annotated[str, "what it said"]
+    steps: NotRequired[Annotated[list[Any], "what it did"]]
+    version: NotRequired[Annotated[str, "the parser's SGLang release"]]
+    env_added: NotRequired[Annotated[dict[str, str], "what SGLang adds to the environment"]]
+    cuda_graph: NotRequired[Annotated[Any, "its CUDA graph batch sizes"]]
+
+
+class ServerArgv(TypedDict):
+    """A profile and mode's server command line."""
+
+    engine: Annotated[str, "the engine adapter"]
+    simulated: Annotated[bool, "the sim serves"]
+    profile: Annotated[str, "the profile"]
+    mode: Annotated[str, "the mode"]
+    argv: Annotated[list[str], "the command line (secret flag values masked)"]
+    check: Annotated[ArgvCheck | None, "with `check`: the parser's verdict"]
+
+
+SERVER_ARGV: "Endpoint[ServerArgvQuery, ServerArgv]" = Endpoint(
     "GET", "/v1/server/argv", "server_argv", "The server command line a profile and mode get.",
-    model=ServerArgvQuery,
-    answer="`{engine, simulated, profile, mode, argv, check: {ok: true|false|null, message} | "
-    "null}` (secret flag values masked)",
+    model=ServerArgvQuery, answer=ServerArgv,
 )
-SET_PROFILE = Endpoint(
+SET_PROFILE: "Endpoint[SetProfileBody, OperationResult]" = Endpoint(
     "POST", "/v1/profile", "set_profile", "Switch to a profile (and mode): stop the engine, "
     "start it with the profile, verify, roll back on failure.",
-    model=SetProfileBody,
-    answer=_RESULT, streams=True,
+    model=SetProfileBody, answer=OperationResult, notes=_WAIT, streams=True,
 )
-SET_MODE = Endpoint(
+SET_MODE: "Endpoint[SetModeBody, OperationResult]" = Endpoint(
     "POST", "/v1/mode", "set_mode", "Switch the mode of the active profile (adaptive without a "
     'stored plan is 422 `reason: "no_adaptive_plan"` before anything stops; a start in which '
     "SGLang logs `speculative_adaptive disabled: ...` fails as `adaptive_disabled` and rolls "
     "back).",
-    model=SetModeBody,
-    answer=_RESULT, streams=True,
+    model=SetModeBody, answer=OperationResult, notes=_WAIT, streams=True,
 )
-RESTART = Endpoint(
+RESTART: "Endpoint[RestartBody, OperationResult]" = Endpoint(
     "POST", "/v1/restart", "restart", "Restart the engine with the active profile and mode.",
-    model=RestartBody, answer=_RESULT, streams=True,
+    model=RestartBody, answer=OperationResult, notes=_WAIT, streams=True,
 )
-CANCEL: Endpoint[NoBody] = Endpoint(
+
+
+class Cancelled(TypedDict):
+    """A cancel the daemon accepted."""
+
+    result: Annotated[str, '`"cancelled"`']
+    operation: Annotated[OperationInFlight, "the operation cancelled"]
+
+
+CANCEL: "Endpoint[NoBody, Cancelled]" = Endpoint(
     "POST", "/v1/cancel", "cancel", "Cancel the operation in flight (see Cancel).",
-    answer='200 `{"result": "cancelled", "operation": {id, kind, profile, mode, started_at, '
-    'elapsed_s}}` once accepted; 404 `{"error": "no operation in flight"}` when there is none',
+    answer=Cancelled, notes="200 once accepted; 404 when no operation is in flight",
 )
-BASELINES: Endpoint[NoBody] = Endpoint(
+
+
+class BaselineRecord(TypedDict):
+    """A baseline measurement as stored."""
+
+    profile: Annotated[str, "the profile measured"]
+    tokens_per_second: Annotated[float, "total decode throughput"]
+    per_request_tokens_per_second: Annotated[float, "per request"]
+    measured_at: Annotated[float, "unix time"]
+    concurrency: Annotated[int, "requests at once"]
+    accept_length: NotRequired[Annotated[float, _ACCEPT_LENGTH]]
+    acceptance_source: NotRequired[Annotated[str, _ACCEPTANCE_SOURCE]]
+
+
+class ProfileBaselines(BaselineRecord):
+    """A profile's baselines: its newest record, and the last one at each concurrency."""
+
+    by_concurrency: NotRequired[Annotated[dict[str, BaselineRecord],
+                                          '`{"N": record}`, the last at each concurrency']]
+
+
+BASELINES: "Endpoint[NoBody, dict[str, ProfileBaselines]]" = Endpoint(
     "GET", "/v1/baselines", "baselines", "The recorded baseline measurements.",
-    answer="`{profile: {profile, tokens_per_second, per_request_tokens_per_second, "
-    'concurrency, measured_at, accept_length?, by_concurrency: {"N": record}}}`: the newest '
-    "record of each profile, and the last one at each concurrency",
+    answer=dict[str, ProfileBaselines], notes="keyed by profile",
 )
-RECORD_BASELINE = Endpoint(
+_INVALID = ("422 `{error, fields: {field: what is wrong}, reason: \"%s\"}` naming every bad "
+            "field (nothing is stored then)")
+RECORD_BASELINE: "Endpoint[RecordBaselineBody, BaselineRecord]" = Endpoint(
     "POST", "/v1/baselines", "record_baseline", "Record a baseline measurement (bench, sweep).",
-    model=RecordBaselineBody,
-    answer='the stored record; 422 `{error, fields: {field: what is wrong}, reason: '
-    '"invalid_baseline"}` naming every bad field (nothing is stored then)',
+    model=RecordBaselineBody, answer=BaselineRecord, notes=_INVALID % "invalid_baseline",
     max_body=4 * 1024, recorded=True,
 )
-CAPTURE_TRACE = Endpoint(
+
+
+class TraceCapture(TypedDict, total=False):
+    """A profile window's analysis (fastverify.traces)."""
+
+    steps: Required[Annotated[int, "forward steps recorded"]]
+    ranks: Required[Annotated[list[dict[str, Any]], "one trace per TP rank: `{rank, file, "
+                                                    "...}`"]]
+
+
+CAPTURE_TRACE: "Endpoint[CaptureTraceBody, TraceCapture]" = Endpoint(
     "POST", "/v1/trace/capture", "capture_trace", "Record one profile window of the serving "
     "engine now and analyse it. A window records forward steps, which only happen under "
     "load; a client that disconnects while waiting cancels the window.",
-    model=CaptureTraceBody,
-    answer="the trace analysis; 409 (nothing started) when the exporter is off, no engine is "
+    model=CaptureTraceBody, answer=TraceCapture,
+    notes="409 (nothing started) when the exporter is off, no engine is "
     "READY, another profile window still runs after the capture timeout (a background window "
     "in progress is waited for), or the engine is idle: over 3 s SGLang's /metrics showed no "
     "running or queued request and none of its activity counters moved "
@@ -643,90 +920,260 @@ CAPTURE_TRACE = Endpoint(
     "window failed or timed out: the daemon then stops it on the server (`POST "
     "/stop_profile`) and removes its directory",
 )
-DECISION: Endpoint[NoBody] = Endpoint(
+
+
+class EngineIdentity(TypedDict):
+    """Which engine measures here."""
+
+    kind: Annotated[str, "`sglang` or `sim`"]
+    version: Annotated[str | None, "the SGLang release it is or plays"]
+    simulated: Annotated[bool, "the sim (never a measurement of hardware)"]
+
+
+class DecisionRecord(TypedDict):
+    """A tuning decision as stored."""
+
+    profile: Annotated[str, _STORE]
+    mode: Annotated[str, _MODES]
+    backend: Annotated[str, "the all-reduce backend"]
+    applied: Annotated[bool, "whether tune applied it"]
+    why: Annotated[str, "the reason"]
+    decided_at: Annotated[float, "unix time"]
+    engine: Annotated[EngineIdentity, "the engine that measured"]
+    report: NotRequired[Annotated[str, "the report file"]]
+    accept_length: NotRequired[Annotated[float, _ACCEPT_LENGTH]]
+    acceptance_source: NotRequired[Annotated[str, _ACCEPTANCE_SOURCE]]
+    tokens_per_second: NotRequired[Annotated[float, "the throughput measured"]]
+    adaptive_config: NotRequired[Annotated[str, "mode adaptive: the plan's SGLang config"]]
+    by: NotRequired[Annotated[str, "who recorded it"]]
+
+
+DECISION: "Endpoint[NoBody, DecisionRecord]" = Endpoint(
     "GET", "/v1/decision", "decision", "The newest tuning decision (`fastverifyctl tune`).",
-    answer="`{profile, mode, backend, applied, why, report?, accept_length?, acceptance_source?, "
-    "tokens_per_second?, decided_at, engine, by?}`, `{}` when none",
+    answer=DecisionRecord, notes="`{}` when none",
 )
-RECORD_DECISION = Endpoint(
+RECORD_DECISION: "Endpoint[RecordDecisionBody, DecisionRecord]" = Endpoint(
     "POST", "/v1/decision", "record_decision", "Record what `fastverifyctl tune` decided, "
     "after it applied it through `POST /v1/profile`: kept in `decision.json` of the state "
     "dir, appended to the history (kind `decision`) and exported as "
     "`fastverify_decision_info{profile,mode,backend,applied,serving} 1` (`serving`: whether "
     "it is what serves now; also after a daemon restart).",
-    model=RecordDecisionBody,
-    answer='the stored record; 422 `{error, fields, reason: "invalid_decision"}` naming every '
-    "bad field (nothing is stored then)",
+    model=RecordDecisionBody, answer=DecisionRecord, notes=_INVALID % "invalid_decision",
     max_body=16 * 1024, recorded=True,
 )
-LEASE: Endpoint[NoBody] = Endpoint(
+
+
+class _LeaseFields(TypedDict):
+    experiment: Annotated[str, "the experiment"]
+    description: Annotated[str, "what it runs"]
+    holder: Annotated[str, "the identity that took it"]
+    pid: Annotated[int | None, "its process (Unix socket), for the lease to lapse with"]
+    since: Annotated[float, "unix time it was taken"]
+
+
+class LeaseSeen(_LeaseFields):
+    """A lease as anyone sees it."""
+
+    id: NotRequired[Annotated[str, "its id: to its holder only"]]
+
+
+class Lease(_LeaseFields):
+    """A lease as its holder has it."""
+
+    id: Annotated[str, "its id (`lease` of the operations it runs)"]
+
+
+class LeaseInForce(TypedDict):
+    lease: Annotated[LeaseSeen | None, "the lease in force"]
+
+
+LEASE: "Endpoint[NoBody, LeaseInForce]" = Endpoint(
     "GET", "/v1/lease", "lease", "The experiment's lease in force, if any.",
-    answer="`{lease: {experiment, description, holder, pid, since} | null}`; `id` too when "
-    "the caller is the holder (the identity that took it)",
+    answer=LeaseInForce, notes="`id` only when the caller is the holder (the identity that "
+    "took it)",
 )
-TAKE_LEASE = Endpoint(
+TAKE_LEASE: "Endpoint[TakeLeaseBody, Lease]" = Endpoint(
     "POST", "/v1/lease", "take_lease", "Hold the daemon for an experiment (see Leases).",
-    model=TakeLeaseBody,
-    answer='200 `{id, experiment, description, holder, pid, since}`: the lease belongs to '
-    "the caller's identity (uid on the Unix socket, certificate subject + token name on "
-    'TCP); 409 `{error, reason: "leased", lease}` while another lease holds; taken with '
-    "`force` over another's, the override is recorded in the history (kind `lease_override`)",
+    model=TakeLeaseBody, answer=Lease,
+    notes="the lease belongs to the caller's identity (uid on the Unix socket, certificate "
+    'subject + token name on TCP); 409 `{error, reason: "leased", lease}` while another '
+    "lease holds; taken with `force` over another's, the override is recorded in the "
+    "history (kind `lease_override`)",
 )
-RELEASE_LEASE = Endpoint(
+
+
+class Released(TypedDict):
+    released: Annotated[Lease, "the lease released"]
+
+
+RELEASE_LEASE: "Endpoint[ReleaseLeaseBody, Released]" = Endpoint(
     "POST", "/v1/lease/release", "release_lease", "End an experiment's lease.",
-    model=ReleaseLeaseBody,
-    answer='200 `{released: {...}}`; 404 `{reason: "no_lease"}` when that lease is not in '
-    'force; 403 `{reason: "not_holder"}` when another identity holds it',
+    model=ReleaseLeaseBody, answer=Released,
+    notes='404 `{reason: "no_lease"}` when that lease is not in force; 403 `{reason: '
+    '"not_holder"}` when another identity holds it',
 )
-ACCEPTANCE: Endpoint[NoBody] = Endpoint(
+
+
+class AcceptanceRecord(TypedDict):
+    """A bench's accepted-drafts histograms, labelled from what the daemon served."""
+
+    profile: Annotated[str, "the profile served"]
+    mode: Annotated[str, "the mode served"]
+    model: Annotated[str, "the target model"]
+    drafter: Annotated[str, "the draft model"]
+    topk: Annotated[int, "EAGLE topk"]
+    steps: Annotated[int, "the launch's draft steps"]
+    weights: Annotated[str, "`real` or `dummy`"]
+    dataset: Annotated[dict[str, Any], "`{name, format, sha256, prompts, synthetic}`"]
+    synthetic: Annotated[bool, "random token ids: planned with only with `spec plan "
+                               "--allow-synthetic`"]
+    sampling: Annotated[dict[str, Any], "`{temperature, top_p}`"]
+    input_len: Annotated[int | None, "prompt tokens per request"]
+    output_len: Annotated[int | None, "generated tokens per request"]
+    histogram: Annotated[list[int], "accepted drafts per verify pass, summed"]
+    requests: Annotated[list[list[int]], "each request's histogram"]
+    verifies: Annotated[int, "verify passes"]
+    measured_at: Annotated[float, "unix time"]
+    usable: Annotated[bool, "real weights, fixed steps, topk 1, per-request histograms (a "
+                            "dummy-weights, adaptive or tree server's record is kept, "
+                            "labelled, and never planned with)"]
+    acceptance_source: Annotated[str, _ACCEPTANCE_SOURCE]
+    forced: Annotated[dict[str, Any] | None, "SGLang's forced acceptance, if any"]
+    usable_forced: Annotated[bool, "usable as a forced acceptance"]
+    fingerprint: Annotated[dict[str, Any] | None, "the host fingerprint `{id, facts}`"]
+    why_not_usable: NotRequired[Annotated[str, "why it is not usable"]]
+
+
+class AcceptanceCurves(TypedDict):
+    curves: Annotated[dict[str, AcceptanceRecord],
+                      '`{"PROFILE/MODE/STEPS@MEASURED_AT": record}`']
+
+
+ACCEPTANCE: "Endpoint[NoBody, AcceptanceCurves]" = Endpoint(
     "GET", "/v1/acceptance", "acceptance", "Every bench's accepted-drafts histograms, the "
     "summed one and each request's, newest 50 kept.",
-    answer='`{curves: {"PROFILE/MODE/STEPS@MEASURED_AT": {profile, mode, model, drafter, '
-    "topk, steps, weights, dataset: {name, format, sha256, prompts, synthetic}, synthetic, "
-    "sampling: {temperature, top_p}, input_len, output_len, histogram, requests: [[...]], "
-    "verifies, measured_at, usable, why_not_usable?}}}` (`usable`: real weights, fixed "
-    "steps, topk 1, per-request histograms; a dummy-weights, adaptive or tree server's record "
-    "is kept, labelled, and never planned with; `synthetic`: random token ids, planned with "
-    "only with `spec plan --allow-synthetic`)",
+    answer=AcceptanceCurves,
 )
-RECORD_ACCEPTANCE = Endpoint(
+RECORD_ACCEPTANCE: "Endpoint[RecordAcceptanceBody, AcceptanceRecord]" = Endpoint(
     "POST", "/v1/acceptance", "record_acceptance", "Record a bench's acceptance on the served "
     "EAGLE-3 engine, labelled from what the daemon serves: profile, mode, model, drafter, "
     "topk, launch steps, weights.",
-    model=RecordAcceptanceBody,
-    answer='the stored record; 409 `reason: "not_serving"` / `"served_changed"` (the client '
-    'measured another profile/mode); 422 `"not_speculative"` (a baseline server) or '
-    '`"invalid_histogram"`',
+    model=RecordAcceptanceBody, answer=AcceptanceRecord,
+    notes='409 `reason: "not_serving"` / `"served_changed"` (the client measured another '
+    'profile/mode); 422 `"not_speculative"` (a baseline server) or `"invalid_histogram"`',
     max_body=MAX_BODY, recorded=True,
 )
-SPEC_PLAN: Endpoint[NoBody] = Endpoint(
+
+
+class SpecTier(TypedDict):
+    """One tier of a speculation plan: the batch sizes that draft as many steps."""
+
+    batch_sizes: Annotated[list[int], "its batch sizes"]
+    config: Annotated[dict[str, Any], "SGLang's adaptive config of it"]
+    steps: Annotated[int, "draft steps"]
+    break_even_accept_length: Annotated[float | None, "the accept length it breaks even at"]
+    per_batch_size: Annotated[dict[str, Any], "each batch size's figures"]
+    what_would_change: Annotated[Any, "what would change the tier"]
+
+
+# `for` is a keyword: the functional form
+_PlanFor = TypedDict("_PlanFor", {"for": Annotated[
+    dict[str, Any], "`{profile, engine, simulated, costs_from}`: what it was planned for"]})
+
+
+class SpecPlan(_PlanFor):
+    """A speculation plan as stored (`fastverify.speculation.plan.Plan.to_dict`)."""
+
+    tiers: Annotated[dict[str, SpecTier], '`{"KEY": tier}`']
+    adaptive_config: Annotated[str, "the adaptive config's file"]
+    adaptive_config_json: Annotated[dict[str, Any], "SGLang's adaptive config"]
+    launch_steps: Annotated[Any, "the launch's draft steps"]
+    drafts: Annotated[Any, "the draft tokens"]
+    accept_curve: Annotated[dict[str, float], "accept length by steps"]
+    accept_histogram: Annotated[list[int], "the accepted-drafts histogram planned with"]
+    accept_interval: Annotated[list[float], "its confidence interval"]
+    accept_requests: Annotated[list[list[int]], "each request's histogram"]
+    accept_steps: Annotated[int, "the steps it was measured at"]
+    acceptance: Annotated[dict[str, Any], "the acceptance record's labels"]
+    lower_acceptance: Annotated[Any, "the lower accept length it was checked against"]
+    floor: Annotated[Any, "the least gain a tier drafts for"]
+    min_gain: Annotated[Any, "the least gain asked"]
+    unpriced_batch_sizes: Annotated[Any, "batch sizes without a measured cost"]
+    memory: Annotated[dict[str, Any], "the memory it needs and has"]
+    skip_zero_step_extend: Annotated[Any, "SGLang's zero-step extend skipped"]
+    workload: Annotated[dict[str, Any], "`{input_len, output_len, chunked_prefill_tokens}`"]
+    predictions: Annotated[dict[str, Any],
+        '`{"C": {baseline, eagle, adaptive, adaptive_ci, if_lower, gain}}` by concurrency']
+    costs: Annotated[dict[str, Any], "the step costs planned with"]
+    host: Annotated[Any, "the host it was planned on"]
+    requests: Annotated[Any, "the requests it was planned for"]
+    why: Annotated[Any, "why, in sentences"]
+    stored_at: Annotated[float, "unix time it was stored"]
+    context_note: NotRequired[Annotated[str, "what the plan's context length leaves out"]]
+
+
+SPEC_PLAN: "Endpoint[NoBody, SpecPlan]" = Endpoint(
     "GET", "/v1/spec/plan", "spec_plan", "The stored speculation plan (`fastverifyctl spec "
     "plan`, `fastverify.speculation.plan.Plan.to_dict`).",
-    answer='`{tiers: {"KEY": {batch_sizes, config, steps, break_even_accept_length, '
-    "per_batch_size, what_would_change}}, adaptive_config, adaptive_config_json, "
-    "launch_steps, drafts, accept_curve, accept_requests, accept_interval, lower_acceptance, "
-    "floor, min_gain, unpriced_batch_sizes, memory, skip_zero_step_extend, workload, "
-    'predictions: {"C": {baseline, eagle, adaptive, adaptive_ci, if_lower, gain}}, costs, '
-    "why, for, acceptance, stored_at}`, `{}` when none",
+    answer=SpecPlan, notes="`{}` when none",
 )
-VERIFY: Endpoint[NoBody] = Endpoint(
+
+
+class VerifierResult(TypedDict):
+    """One verifier's verdict."""
+
+    name: Annotated[str, "the verifier"]
+    status: Annotated[str, "`ok`, `failed` or `skipped`"]
+    message: Annotated[str, "what it found"]
+    evidence: Annotated[Any, "what it saw"]
+    reason: NotRequired[Annotated[str, "a failure's reason"]]
+    line: NotRequired[Annotated[str, "the log line that told it"]]
+
+
+class Verification(TypedDict):
+    """The verifiers' verdict on the serving engine."""
+
+    ok: Annotated[bool, "every verifier passed"]
+    profile: Annotated[str, "the profile serving"]
+    mode: Annotated[str, "the mode serving"]
+    pid: Annotated[int | None, "the server's pid"]
+    engine_id: Annotated[str | None, "the engine's id"]
+    reason: Annotated[str | None, "the first failure's reason"]
+    message: Annotated[str, "the verdict, one sentence"]
+    verifiers: Annotated[list[VerifierResult], "each verifier's verdict"]
+
+
+VERIFY: "Endpoint[NoBody, Verification]" = Endpoint(
     "GET", "/v1/verify", "verify", "Run the after-READY verifiers again on the serving engine "
     "(read-only: it keeps serving whatever the verdict; `fastverifyctl verify`).",
-    answer="`{ok, profile, mode, pid, engine_id, reason, message, verifiers: [{name, status: "
-    "ok|failed|skipped, message, evidence, reason?, line?}]}`; 409 (`reason` `busy` or "
-    "`not_serving`) while an operation runs or nothing serves",
+    answer=Verification,
+    notes="409 (`reason` `busy` or `not_serving`) while an operation runs or nothing serves",
 )
-STORE_SPEC_PLAN = Endpoint(
+
+
+STORE_SPEC_PLAN: "Endpoint[StoreSpecPlanBody, SpecPlan]" = Endpoint(
     "POST", "/v1/spec/plan", "store_spec_plan", "Store a speculation plan: the config is "
     "checked as SGLang's `_load_adaptive_config` checks it (422 `reason: \"invalid_plan\"`), "
     "then written to `adaptive-config.json` in the state dir (mode adaptive serves it) beside "
     "`spec-plan.json`.",
-    model=StoreSpecPlanBody,
-    answer="the plan as stored",
-    max_body=MAX_BODY, recorded=True,
+    model=StoreSpecPlanBody, answer=SpecPlan,
 )
 
-ENDPOINTS: tuple[Endpoint[Any], ...] = (
+
+class ApiError(TypedDict):
+    """Every 4xx and 5xx but an operation's 502 (its result)."""
+
+    error: Annotated[str, "what is wrong and what to send instead"]
+    reason: NotRequired[Annotated[str, "a word for scripts (e.g. `leased`, `invalid_baseline`)"]]
+    fields: NotRequired[Annotated[dict[str, str], "422: each bad field and what is wrong"]]
+    busy: NotRequired[Annotated[bool, "409: another operation is in flight"]]
+    retry_after_s: NotRequired[Annotated[int, "429: seconds to wait (`Retry-After`)"]]
+    lease: NotRequired[Annotated[LeaseSeen, "409 `leased`: the lease in force"]]
+    in_flight: NotRequired[Annotated[OperationInFlight, "409 `busy`: the operation"]]
+    declared: NotRequired[Annotated[Served, "403 `declarative`: what is declared"]]
+
+
+ENDPOINTS: tuple[Endpoint[Any, Any], ...] = (
     STATUS, HISTORY, LOGS, SERVER_ARGV, BASELINES, ACCEPTANCE, SPEC_PLAN, DECISION, LEASE, VERIFY,
     SET_PROFILE, SET_MODE, RESTART, CANCEL, TAKE_LEASE, RELEASE_LEASE, RECORD_BASELINE,
     RECORD_DECISION, RECORD_ACCEPTANCE, STORE_SPEC_PLAN, CAPTURE_TRACE,
@@ -740,5 +1187,5 @@ for _ep in ENDPOINTS:
 del _ep
 
 
-def endpoint(method: str, path: str) -> Endpoint[Any] | None:
+def endpoint(method: str, path: str) -> Endpoint[Any, Any] | None:
     return next((e for e in ENDPOINTS if (e.method, e.path) == (method, path)), None)

@@ -81,9 +81,7 @@ def render() -> str:
     ]
     for e in m.ENDPOINTS:
         out += ["", f"### {e.method} {e.path}", "", e.summary, "", *_request_table(e), ""]
-        streams = e.streams and e.method == "POST"
-        stream = " With `stream: true`, NDJSON events until the result." if streams else ""
-        out.append(f"Answer: {e.answer}.{stream}")
+        out.append(_answer_line(e))
         if e.recorded:
             out += [
                 "",
@@ -97,8 +95,75 @@ def render() -> str:
     out += ["", "## Status body", "", status, ""]
     out += [*_status_table(m.documented(m.StatusBody) + part_sections()), "", "`engine`:", ""]
     out += _status_table(m.documented(m.EngineStatus), "engine.")
-    out += ["", END]
+    out += [
+        "",
+        "## Answers",
+        "",
+        "The models the answers above name (fastverify.api_models); "
+        "a field marked no may be absent.",
+        "",
+    ]
+    for model in _answer_models():
+        out += [f"### {model.__name__}", "", _doc(model), "", *_model_table(model), ""]
+    out += [END]
     return "\n".join(out) + "\n"
+
+
+_STATUS_MODELS = (m.StatusBody, m.EngineStatus)  # the Status body section's
+
+
+def _answer_models() -> list[Any]:
+    """Every model an answer names, each once, in the endpoints' order; a 202's and the
+    errors' last."""
+    found: list[Any] = []
+    for tp in (*(e.answer for e in m.ENDPOINTS), m.Accepted, m.ApiError):
+        found += [t for t in m.models_of(tp) if t not in found and t not in _STATUS_MODELS]
+    return found
+
+
+def _link(kind: str) -> str:
+    """A field's kind with the models it names linked to their tables."""
+    words = kind.split(" ")
+    for i, word in enumerate(words):
+        if word in _STATUS_MODELS_NAMES:
+            words[i] = "[status body](#status-body)"
+        elif word[:1].isupper():
+            words[i] = f"[{word}](#{word.lower()})"
+    return " ".join(words)
+
+
+_STATUS_MODELS_NAMES = {t.__name__ for t in _STATUS_MODELS}
+
+
+def _answer_line(e: m.Endpoint[Any, Any]) -> str:
+    what = _link(m._kind(e.answer))
+    if e.streams:
+        post = e.method == "POST"
+        what = (
+            (
+                f"{what}; with `stream: true`, NDJSON events until the result, the last "
+                '`{"event": "result", ts, ...}` of it'
+            )
+            if post
+            else f"NDJSON events: {what}"
+        )
+    notes = f"; {e.notes}" if e.notes else ""
+    return f"Answer: {what}{notes}."
+
+
+def _doc(model: Any) -> str:
+    return " ".join((model.__doc__ or "").split()) if model.__doc__ else ""
+
+
+def _model_table(model: Any) -> list[str]:
+    required = model.__required_keys__
+    rows = ["| field | type | always | meaning |", "|---|---|---|---|"]
+    rows += [
+        f"| `{f.name}` | {_cell(_link(f.kind))} | {'yes' if f.name in required else 'no'} "
+        f"| {_cell(f.help)} |"
+        for f in m.documented(model)
+    ]
+    return rows
 
 
 def _anchor(e: m.Endpoint) -> str:

@@ -22,9 +22,11 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Unpack, cast
+from typing import Any, TypeVar, Unpack, cast
 
 from fastverify import api_models as m
+
+A = TypeVar("A")  # an endpoint's answer model
 
 
 class DaemonUnavailable(ConnectionError):
@@ -154,22 +156,6 @@ def _connect_unix(path: str, timeout: float | None) -> Any:
             raise
 
 
-def _object(answer: Any) -> dict[str, Any]:
-    """An answer the API declares as a JSON object (api_models), typed as one."""
-    return cast(dict[str, Any], answer)
-
-
-def _method(ep: m.Endpoint[m.NoBody]) -> Any:
-    """A method of Calls that calls `ep`, which takes no fields (`timeout` only)."""
-
-    def method(self: Calls, *, timeout: float | None = None) -> Any:
-        return self.call(ep, timeout=timeout)
-
-    method.__name__ = ep.client
-    method.__doc__ = f"{ep.method} {ep.path}: {ep.summary}"
-    return method
-
-
 class Calls:
     """The typed calls of the control API, over `request` and `stream` (whoever provides
     them: ControlClient, or a wrapper that adds to what is sent, as an experiment's lease)."""
@@ -191,15 +177,15 @@ class Calls:
         calls go (a lease's wrapper adds its id here too)."""
         return self.request("POST", path, body, **kw)
 
-    def call(self, ep: m.Endpoint[Any], /, *, timeout: float | None = None, **fields: Any) -> Any:
+    def call(self, ep: m.Endpoint[Any, A], /, *, timeout: float | None = None, **fields: Any) -> A:
         """One request to `ep` with `fields` (its body, or its query for a GET; None values
-        are left out) -> the decoded JSON answer. A field `ep` does not declare is a
-        TypeError here, before anything is sent."""
-        return self.request(ep.method, *_target(ep, fields), timeout=timeout)
+        are left out) -> the decoded JSON answer, `ep`'s answer model. A field `ep` does not
+        declare is a TypeError here, before anything is sent."""
+        return cast(A, self.request(ep.method, *_target(ep, fields), timeout=timeout))
 
     def follow(
         self,
-        ep: m.Endpoint[Any],
+        ep: m.Endpoint[Any, Any],
         /,
         *,
         timeout: float | None = None,
@@ -213,16 +199,18 @@ class Calls:
 
     def status(self, *, timeout: float | None = None) -> m.StatusBody:
         """The status body; its fields are api_models.StatusBody's (the daemon answers that)."""
-        return cast(m.StatusBody, _object(self.call(m.STATUS, timeout=timeout)))
+        return self.call(m.STATUS, timeout=timeout)
 
-    def history(self, n: int | None = None, *, timeout: float | None = None) -> list[Any]:
+    def history(
+        self, n: int | None = None, *, timeout: float | None = None
+    ) -> list[m.HistoryRecord]:
         """The newest `n` history records (None: all of them), oldest first, read a page
         (api_models.HISTORY_PAGE_MAX records) at a time back from the newest."""
-        out: list[Any] = []
+        out: list[m.HistoryRecord] = []
         before = None
         while n is None or len(out) < n:
             want = m.HISTORY_PAGE_MAX if n is None else min(n - len(out), m.HISTORY_PAGE_MAX)
-            page = cast(list[Any], self.call(m.HISTORY, n=want, before=before, timeout=timeout))
+            page = self.call(m.HISTORY, n=want, before=before, timeout=timeout)
             out[:0] = page
             if len(page) < want:
                 break
@@ -235,77 +223,95 @@ class Calls:
         timeout: float | None = None,
         answer_timeout: float | None = None,
         **query: Unpack[m.LogsQuery],
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Iterator[m.LogEvent]:
         """The log lines (`n`, `follow`), as NDJSON events; `answer_timeout`, `timeout` as
         `follow`."""
-        return self.follow(m.LOGS, timeout=timeout, answer_timeout=answer_timeout, **query)
+        events = self.follow(m.LOGS, timeout=timeout, answer_timeout=answer_timeout, **query)
+        return cast(Iterator[m.LogEvent], events)
 
     def server_argv(
         self, *, timeout: float | None = None, **query: Unpack[m.ServerArgvQuery]
-    ) -> dict[str, Any]:
+    ) -> m.ServerArgv:
         """The argv of `profile` and `mode` (default: the active ones); `check=True` runs the
         engine's argv parser."""
-        return _object(self.call(m.SERVER_ARGV, timeout=timeout, **query))
+        return self.call(m.SERVER_ARGV, timeout=timeout, **query)
 
     def set_profile(
         self, name: str, *, timeout: float | None = None, **fields: Unpack[m.SetProfileOptions]
-    ) -> dict[str, Any]:
+    ) -> m.OperationResult:
         """Switch to profile `name` (fields: api_models.SetProfileBody)."""
-        return _object(self.call(m.SET_PROFILE, timeout=timeout, name=name, **fields))
+        return self.call(m.SET_PROFILE, timeout=timeout, name=name, **fields)
 
-    def set_mode(self, mode: str, **fields: Unpack[m.SetModeOptions]) -> dict[str, Any]:
+    def set_mode(self, mode: str, **fields: Unpack[m.SetModeOptions]) -> m.OperationResult:
         """Switch the mode (fields: api_models.SetModeBody)."""
-        return _object(self.call(m.SET_MODE, mode=mode, **fields))
+        return self.call(m.SET_MODE, mode=mode, **fields)
 
-    def restart(self, **fields: Unpack[m.RestartBody]) -> dict[str, Any]:
+    def restart(self, **fields: Unpack[m.RestartBody]) -> m.OperationResult:
         """Restart the engine (fields: api_models.RestartBody)."""
-        return _object(self.call(m.RESTART, **fields))
+        return self.call(m.RESTART, **fields)
 
-    def cancel(self) -> dict[str, Any] | None:
+    def cancel(self) -> m.Cancelled | None:
         """Cancel the switch in flight (POST /v1/cancel): `{"result": "cancelled",
         "operation": {...}}` once the daemon accepted it, None when nothing was in flight;
         the previous profile is put back by the daemon (see the operation's result)."""
         try:
-            return _object(self.call(m.CANCEL))
+            return self.call(m.CANCEL)
         except ApiError as exc:
             if exc.status == 404:
                 return None
             raise
 
-    def take_lease(self, experiment: str, **fields: Unpack[m.TakeLeaseOptions]) -> dict[str, Any]:
-        return _object(self.call(m.TAKE_LEASE, experiment=experiment, **fields))
+    def take_lease(self, experiment: str, **fields: Unpack[m.TakeLeaseOptions]) -> m.Lease:
+        return self.call(m.TAKE_LEASE, experiment=experiment, **fields)
 
-    def release_lease(self, lease_id: str, *, timeout: float | None = None) -> dict[str, Any]:
-        return _object(self.call(m.RELEASE_LEASE, timeout=timeout, id=lease_id))
+    def release_lease(self, lease_id: str, *, timeout: float | None = None) -> m.Released:
+        return self.call(m.RELEASE_LEASE, timeout=timeout, id=lease_id)
 
-    def store_spec_plan(self, plan: dict[str, Any], adaptive_config: dict[str, Any]) -> Any:
+    def store_spec_plan(self, plan: dict[str, Any], adaptive_config: dict[str, Any]) -> m.SpecPlan:
         return self.call(m.STORE_SPEC_PLAN, plan=plan, adaptive_config=adaptive_config)
 
-    def record_baseline(self, **fields: Unpack[m.RecordBaselineBody]) -> dict[str, Any]:
+    def record_baseline(self, **fields: Unpack[m.RecordBaselineBody]) -> m.BaselineRecord:
         """A bench's or a sweep's baseline measurement (the stored record)."""
-        return _object(self.call(m.RECORD_BASELINE, **fields))
+        return self.call(m.RECORD_BASELINE, **fields)
 
-    def record_decision(self, **fields: Unpack[m.RecordDecisionBody]) -> dict[str, Any]:
+    def record_decision(self, **fields: Unpack[m.RecordDecisionBody]) -> m.DecisionRecord:
         """What tune decided, after it applied it (the stored record)."""
-        return _object(self.call(m.RECORD_DECISION, **fields))
+        return self.call(m.RECORD_DECISION, **fields)
 
-    def record_acceptance(self, **fields: Unpack[m.RecordAcceptanceBody]) -> dict[str, Any]:
+    def record_acceptance(self, **fields: Unpack[m.RecordAcceptanceBody]) -> m.AcceptanceRecord:
         """A bench's acceptance on the served EAGLE-3 engine (the stored record)."""
-        return _object(self.call(m.RECORD_ACCEPTANCE, **fields))
+        return self.call(m.RECORD_ACCEPTANCE, **fields)
 
     def capture_trace(
         self, *, timeout: float | None = None, **fields: Unpack[m.CaptureTraceBody]
-    ) -> dict[str, Any]:
+    ) -> m.TraceCapture:
         """One profile window of the serving engine now, analysed."""
-        return _object(self.call(m.CAPTURE_TRACE, timeout=timeout, **fields))
+        return self.call(m.CAPTURE_TRACE, timeout=timeout, **fields)
 
     # the endpoints that take no fields
-    baselines = _method(m.BASELINES)
-    decision = _method(m.DECISION)
-    lease = _method(m.LEASE)
-    acceptance = _method(m.ACCEPTANCE)
-    spec_plan = _method(m.SPEC_PLAN)
-    verify = _method(m.VERIFY)
+    def baselines(self, *, timeout: float | None = None) -> dict[str, m.ProfileBaselines]:
+        """GET /v1/baselines: each profile's recorded baselines."""
+        return self.call(m.BASELINES, timeout=timeout)
+
+    def decision(self, *, timeout: float | None = None) -> m.DecisionRecord | None:
+        """GET /v1/decision: the newest tuning decision, None when there is none."""
+        return self.call(m.DECISION, timeout=timeout) or None
+
+    def lease(self, *, timeout: float | None = None) -> m.LeaseInForce:
+        """GET /v1/lease: the lease in force."""
+        return self.call(m.LEASE, timeout=timeout)
+
+    def acceptance(self, *, timeout: float | None = None) -> m.AcceptanceCurves:
+        """GET /v1/acceptance: every bench's acceptance."""
+        return self.call(m.ACCEPTANCE, timeout=timeout)
+
+    def spec_plan(self, *, timeout: float | None = None) -> m.SpecPlan | None:
+        """GET /v1/spec/plan: the stored speculation plan, None when there is none."""
+        return self.call(m.SPEC_PLAN, timeout=timeout) or None
+
+    def verify(self, *, timeout: float | None = None) -> m.Verification:
+        """GET /v1/verify: the after-READY verifiers again on the serving engine."""
+        return self.call(m.VERIFY, timeout=timeout)
 
 
 class ControlClient(Calls):
@@ -513,7 +519,7 @@ class ControlClient(Calls):
             resp.close()
 
 
-def _target(ep: m.Endpoint[Any], fields: dict[str, Any]) -> tuple[str, Any]:
+def _target(ep: m.Endpoint[Any, Any], fields: dict[str, Any]) -> tuple[str, Any]:
     """(path with the query, body) of a call to `ep` with `fields`."""
     declared = set(ep.names)
     unknown = sorted(set(fields) - declared)
@@ -561,7 +567,7 @@ def try_status(
         return None
 
 
-def _finished(rec: dict[str, Any]) -> float:
+def _finished(rec: m.HistoryRecord) -> float:
     """A history record's place for paging (`before=`): its finish time."""
     at = rec.get("finished_at", rec.get("started_at"))
     return float(at) if isinstance(at, int | float) else 0.0

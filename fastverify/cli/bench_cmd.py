@@ -1,5 +1,6 @@
-"""`fastverifyctl bench`: a timed load against the serving engine (or `--url`), the
-figures as a table or `--json`, and `--record-baseline` for the daemon's baselines.
+"""`fastverifyctl bench`: a timed load against the serving engine (through the front door
+when one is on; or `--url`), the figures as a table or `--json`, and `--record-baseline`
+for the daemon's baselines.
 
 Imports stay light: httpx only inside the run, rich only for a progress bar on a terminal.
 Exit codes: 0 ok; 1 every request failed or the window completed none (it says what to
@@ -81,21 +82,33 @@ def _acceptance_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def _server_url(ctx: click.Context, url: str | None) -> tuple[str, str | None]:
-    """The server to bench and where its acceptance comes from (the daemon's engine:
-    "measured" or "forced (SGLANG_SIMULATE_ACC_LEN=L)"; None for --url: not known)."""
+def _server_url(ctx: click.Context, url: str | None) -> tuple[str, str | None, str | None]:
+    """The server to bench, where its acceptance comes from (the daemon's engine: "measured"
+    or "forced (SGLANG_SIMULATE_ACC_LEN=L)"; None for --url: not known), and a note when the
+    URL is the front door's. Through the daemon that is the URL its clients use: the front
+    door when one is on (a switch during the bench holds its requests instead of cutting
+    them), else the engine."""
     if url:
-        return url, None
+        return url, None, None
     with daemon_failures("{}\n(or pass --url http://HOST:PORT of the server)"):
         status = client_for(ctx).status()
     engine = status.get("engine") or {}
     if not engine.get("url"):
         fail(f"the daemon reports no serving engine (state {status.get('state')}); pass --url")
-    return engine["url"], engine.get("acceptance_source")
+    door = status.get("frontdoor") or {}
+    if door.get("listen") and door.get("state") in ("serving", "holding"):
+        note = f"through the front door ({door['mode']}); the engine is at {engine['url']}"
+        return door["listen"], engine.get("acceptance_source"), note
+    return engine["url"], engine.get("acceptance_source"), None
 
 
 @click.command()
-@click.option("--url", default=None, help="Server base URL (default: the daemon's engine URL).")
+@click.option(
+    "--url",
+    default=None,
+    help="Server base URL (default: the daemon's, as its clients reach it: the front door "
+    "when one is on, else the engine).",
+)
 @count_option("--concurrency", 1, short="-c")
 @click.option(
     "--duration",
@@ -173,7 +186,7 @@ def bench(
              "with real weights (drop --url / --load-format dummy)", EXIT_USAGE)  # fmt: skip
     active = _baseline_target(ctx) if record_baseline else None
     trial_left = _ensure_trial_engine(ctx) if load_format == "dummy" and not url else None
-    server_url, acceptance_source = _server_url(ctx, url)
+    server_url, acceptance_source, door_note = _server_url(ctx, url)
     cfg = BenchConfig(
         url=server_url, concurrency=concurrency, duration=duration,
         requests=n_requests, input_len=input_len, output_len=output_len, seed=seed,
@@ -203,6 +216,8 @@ def bench(
                     f"bench: {concurrency} client(s), {total:g} {what}, "
                     f"{prompts} / output {output_len} tokens"
                 )
+                if door_note:
+                    bar.note(f"bench: {cfg.url} {door_note}")
                 result = run_bench(cfg, progress, lambda line: bar.note(f"bench: {line}"))
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)

@@ -52,7 +52,8 @@ _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 @flag("--no-topology", "Skip nvidia-smi.")
 @maybe_count(
     "--tp-size",
-    "TP size for SGLang's own NCCL additions (default: the daemon config's server.tp_size).",
+    "TP size for SGLang's own NCCL additions (default: the daemon's, else the config's "
+    "server.tp_size).",
 )
 @socket_option
 @click.pass_context
@@ -99,11 +100,14 @@ def doctor(
         inputs.systemd_dirs = [Path(d) for d in systemd_dirs]
     ctx.obj = {**(ctx.obj or {}), "profile_dirs": [], "shipped_dir": None}
     store = make_store(ctx)
-    report = doc.run(inputs, store)
     # the all-reduce part describes the daemon's engine (its capabilities), else this machine
     from fastverify.cli.engine_view import engine_view
 
     ev = engine_view(ctx, tp_size=tp_size_given, extra_args=() if tp_size_given else sglang_args)
+    daemon_tp = (((ev.status or {}).get("engine") or {}).get("capabilities") or {}).get("tp_size")
+    if tp_size_given is None and daemon_tp:  # the daemon's TP, not this shell's config file's
+        inputs.tp_size = int(daemon_tp)
+    report = doc.run(inputs, store)
     from fastverify.cli.doctor_engine import apply_engine
 
     apply_engine(

@@ -5,6 +5,7 @@ consistent and keep heavy imports off the start-up path:
 
 - `emit_json(obj)`: one JSON document on stdout (sorted keys off, 2-space indent,
   non-ASCII kept), paths and other objects converted with `str`.
+- `emit_file(text)`: a file's text on stdout (`render ... -o -`, a profile to `-`), as it is.
 - `table(columns, rows, title=None)`: a rich table printed to stdout; rich is
   imported only inside this function. Cells, like everything printed, pass through
   `fastverify.cli.term.safe`: no control sequence from a cell reaches the terminal.
@@ -75,6 +76,15 @@ def emit_json(obj: Any) -> None:
     from fastverify.cli.hints import unhinted
 
     click.echo(to_json(obj), file=unhinted(sys.stdout))
+
+
+def emit_file(text: str) -> None:
+    """Print a file's text on stdout as it is: a rendered unit or a profile is used on another
+    host or by another daemon, so its `fastverifyctl ...` lines must not carry this
+    command's --socket (cli/hints.py rewrites hints only)."""
+    from fastverify.cli.hints import unhinted
+
+    click.echo(text, nl=False, file=unhinted(sys.stdout))
 
 
 def table(

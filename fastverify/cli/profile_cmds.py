@@ -26,7 +26,16 @@ from fastverify.cli.options import (
     json_option,
     maybe_count,
 )
-from fastverify.cli.output import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, emit_json, fail, table, warn
+from fastverify.cli.output import (
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    EXIT_USAGE,
+    emit_file,
+    emit_json,
+    fail,
+    table,
+    warn,
+)
 from fastverify.cli.profile_group import make_store, profile, user_dirs
 from fastverify.durable import atomic_write_text
 
@@ -346,7 +355,7 @@ def _check_and_write(
         warn(str(p))
     if dest is None:
         if echo:
-            click.echo(text, nl=False)
+            emit_file(text)
         return None
     np_ = name_problem(name)
     if np_:

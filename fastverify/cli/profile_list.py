@@ -15,7 +15,7 @@ import click
 from fastverify.cli.daemon_call import client_for, socket_option
 from fastverify.cli.options import json_option
 from fastverify.cli.output import emit_json, table
-from fastverify.cli.profile_group import make_store, profile, socket_of
+from fastverify.cli.profile_group import make_store, profile, socket_of, user_dir_strs
 
 
 @profile.command("list")
@@ -49,6 +49,7 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
         rows.append(row)
     if as_json:
         emit_json(rows)
+        _note_other_dirs(ctx, status)
         return
     out_rows = []
     for r in rows:
@@ -60,6 +61,26 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
     if status is None:
         title = "daemon not reachable: active profile unknown"
     table(["", "NAME", "SOURCE", "DESCRIPTION"], out_rows, title=title, no_wrap=("NAME",))
+    _note_other_dirs(ctx, status)
+
+
+def _note_other_dirs(ctx: click.Context, status: dict[str, Any] | None) -> None:
+    """Where the daemon on this Unix socket reads user profiles elsewhere (its own --config or
+    $FASTVERIFY_PROFILE_DIRS), say so: `profile set` would find profiles this list lacks."""
+    from fastverify import paths
+
+    theirs = ((status or {}).get("daemon") or {}).get("profile_dirs")
+    if theirs is None or (ctx.find_root().obj or {}).get("host"):
+        return  # no daemon, an older one, or another host's directories
+    ours = user_dir_strs(ctx)
+    if [paths.normalize(d) for d in theirs] == ours:
+        return
+    click.echo(
+        f"note: the daemon reads user profiles from {', '.join(theirs) or '(none)'}, this list "
+        f"from {', '.join(ours) or '(none)'}; to list the daemon's: "
+        f"FASTVERIFY_PROFILE_DIRS={os.pathsep.join(theirs)} fastverifyctl profile list",
+        err=True,
+    )
 
 
 def _daemon_status(ctx: click.Context) -> dict[str, Any] | None:

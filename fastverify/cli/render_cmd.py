@@ -8,7 +8,6 @@ when a unit or the compose stack is rendered, never on the CLI's common path.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import click
 from fastverify import render as lib
 from fastverify.cli.groups import SuggestingGroup
 from fastverify.cli.options import flag_options, json_option
+from fastverify.cli.output import emit_file
 from fastverify.deploy.kubernetes.options import KubeOptions
 from fastverify.durable import atomic_write_text
 from fastverify.flags import from_flags
@@ -24,7 +24,7 @@ from fastverify.flags import from_flags
 
 def _emit(text: str, output: str) -> None:
     if output == "-":
-        sys.stdout.write(text)
+        emit_file(text)
         return
     path = Path(output)
     atomic_write_text(path, text, mode=0o644)

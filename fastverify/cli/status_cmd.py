@@ -135,11 +135,13 @@ def status(st: dict[str, Any], as_json: bool) -> None:
     fail_ = st.get("last_failure")
     if fail_:
         label = "last failure:" if fail_.get("current", True) else "earlier failure:"
-        past = (
-            ""
-            if fail_.get("current", True)
-            else f" (at {_clock(fail_.get('at'))}, before the engine serving now started)"
-        )
+        when = _clock(fail_.get("at"))
+        if fail_.get("current", True):
+            past = ""
+        elif fail_.get("kept_serving"):
+            past = f" (at {when}, a standby start; the engine serving now served on)"
+        else:
+            past = f" (at {when}, before the engine serving now started)"
         lines.append(f"{label} {fail_.get('reason')}: {fail_.get('message')}{past}")
         if fail_.get("log"):
             lines.append(f"              log: {fail_['log']}")

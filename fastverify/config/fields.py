@@ -192,9 +192,9 @@ class DaemonConfig:
     profile_dirs: Annotated[
         tuple[str, ...],
         Key(c.str_list(what="a list of directory paths"),
-            "Where profiles are found; [] = /etc/fastverify/profiles as root, else "
-            "$XDG_CONFIG_HOME/fastverify/profiles; the shipped profiles are always searched "
-            "last."),
+            "Where profiles are found; [] = $FASTVERIFY_PROFILE_DIRS (':'-separated), else "
+            "/etc/fastverify/profiles as root, else $XDG_CONFIG_HOME/fastverify/profiles; the "
+            "shipped profiles are always searched last."),
     ] = ()  # fmt: skip
     default_profile: Annotated[
         str, Key(c.profile_name, "The profile of the first start (no state.json yet).")

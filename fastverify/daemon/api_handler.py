@@ -21,7 +21,7 @@ import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import parse_qs, urlsplit
 
 from fastverify import api_models as m
@@ -37,6 +37,8 @@ log = logging.getLogger("fastverifyd.api")
 
 MAX_BODY = m.MAX_BODY
 B = TypeVar("B")  # an endpoint's request model
+A = TypeVar("A")  # an endpoint's answer model
+R = TypeVar("R")  # a read's answer model (the GET beside a record's POST)
 MAX_HEAD = 128 * 1024  # the request line and headers (http.server: 64 KiB a line, 100 lines)
 
 
@@ -125,6 +127,12 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_header(k, v)
             self.end_headers()
             self.wfile.write(payload)
+
+    def _reply(self, ep: m.Endpoint[Any, A], answer: A | None, status: int = 200) -> None:
+        """`ep`'s answer, its declared model (None: `{}`, what an endpoint whose answer may
+        be missing answers then): the type checker holds what the daemon builds to what the
+        API declares."""
+        self._send_json(status, {} if answer is None else answer)
 
     def _start_stream(self) -> None:
         self.send_response(200)
@@ -276,7 +284,7 @@ class Handler(BaseHTTPRequestHandler):
         return self.server.facade
 
     def h_status(self, method: str, body: Any, query: dict[str, str]) -> None:
-        self._send_json(200, self.api.status())
+        self._reply(m.STATUS, self.api.status())
 
     def h_history(self, method: str, body: Any, query: dict[str, str]) -> None:
         q = parse_query(m.HISTORY, query)
@@ -286,7 +294,7 @@ class Handler(BaseHTTPRequestHandler):
                 f"query parameter n={q['n']} must be >= 1 (a page of "
                 f"at most {m.HISTORY_PAGE_MAX}; page back with before=)",
             )
-        self._send_json(200, self.api.history(min(q["n"], m.HISTORY_PAGE_MAX), q["before"]))
+        self._reply(m.HISTORY, self.api.history(min(q["n"], m.HISTORY_PAGE_MAX), q["before"]))
 
     def h_logs(self, method: str, body: Any, query: dict[str, str]) -> None:
         q = parse_query(m.LOGS, query)
@@ -309,18 +317,20 @@ class Handler(BaseHTTPRequestHandler):
 
     def h_server_argv(self, method: str, body: Any, query: dict[str, str]) -> None:
         q = parse_query(m.SERVER_ARGV, query)
-        self._send_json(200, self.api.server_argv(q["profile"], q["mode"], q["check"]))
+        self._reply(m.SERVER_ARGV, self.api.server_argv(q["profile"], q["mode"], q["check"]))
 
-    def _operation(self, ep: m.Endpoint[Any], kind: str, body: Any) -> None:
+    def _operation(self, ep: m.Endpoint[Any, m.OperationResult], kind: str, body: Any) -> None:
         """A switch, mode or restart: the body checked against `ep`, its defaults filled in."""
         opts: dict[str, Any] = options(ep, validate_body(ep, body))
         wait, stream = opts.pop("wait"), opts.pop("stream")
         name, mode = opts.pop("name", None), opts.pop("mode", None)
         op = self.api.operate(kind, name, mode, caller=self.caller,
                               withdrawn=lambda: _peer_closed(self.connection), **opts)  # fmt: skip
-        self._answer(op, wait=wait, stream=stream)
+        self._answer(ep, op, wait=wait, stream=stream)
 
-    def _answer(self, op: Operation, wait: bool, stream: bool) -> None:
+    def _answer(
+        self, ep: m.Endpoint[Any, m.OperationResult], op: Operation, wait: bool, stream: bool
+    ) -> None:
         if stream:
             self._start_stream()
             for ev in op.iter_events():
@@ -328,11 +338,12 @@ class Handler(BaseHTTPRequestHandler):
                     return  # the caller went away; the operation goes on
             return
         if not wait:
-            self._send_json(202, {"accepted": True, "op": op.describe()})
+            accepted: m.Accepted = {"accepted": True, "op": op.describe()}
+            self._send_json(202, accepted)
             return
         result = op.wait()
         assert result is not None
-        self._send_json(200 if result["result"] in ("ok", "unchanged") else 502, result)
+        self._reply(ep, result, 200 if result["result"] in ("ok", "unchanged") else 502)
 
     def h_profile(self, method: str, body: Any, query: dict[str, str]) -> None:
         self._operation(m.SET_PROFILE, "switch", body)
@@ -348,67 +359,75 @@ class Handler(BaseHTTPRequestHandler):
         op = self.api.cancel(self.caller)
         if op is None:
             raise RequestError(404, "no operation in flight")
-        self._send_json(200, {"result": "cancelled", "operation": op.describe()})
+        cancelled: m.Cancelled = {"result": "cancelled", "operation": op.describe()}
+        self._reply(m.CANCEL, cancelled)
 
     def _read_or_record(
         self,
         method: str,
         body: Any,
-        ep: m.Endpoint[B],
-        read: Callable[[], Any],
-        record: Callable[[B], Any],
+        reads: tuple[m.Endpoint[m.NoBody, R], Callable[[], R | None]],
+        records: tuple[m.Endpoint[B, A], Callable[[B], A]],
     ) -> None:
-        """GET: `read()`; POST: `record(body)` once the body is checked against `ep` (its
-        types: the facade checks the values)."""
-        self._send_json(200, read() if method == "GET" else record(validate_body(ep, body)))
+        """GET: `read()` (`reads`: its endpoint, read); POST: `record(body)` once the body
+        is checked against its endpoint (its types: the facade checks the values)."""
+        if method == "GET":
+            self._reply(reads[0], reads[1]())
+            return
+        ep, record = records
+        self._reply(ep, record(validate_body(ep, body)))
 
     def h_baselines(self, method: str, body: Any, query: dict[str, str]) -> None:
         api = self.api
-        self._read_or_record(method, body, m.RECORD_BASELINE, api.baselines, api.set_baseline)
+        self._read_or_record(method, body, (m.BASELINES, api.baselines),
+                             (m.RECORD_BASELINE, api.set_baseline))  # fmt: skip
 
     def h_decision(self, method: str, body: Any, query: dict[str, str]) -> None:
-        def record(b: m.RecordDecisionBody) -> dict[str, Any]:
+        def record(b: m.RecordDecisionBody) -> m.DecisionRecord:
             return self.api.record_decision(b, self.caller)
 
-        self._read_or_record(method, body, m.RECORD_DECISION, self.api.decision, record)
+        self._read_or_record(method, body, (m.DECISION, self.api.decision),
+                             (m.RECORD_DECISION, record))  # fmt: skip
 
     def h_acceptance(self, method: str, body: Any, query: dict[str, str]) -> None:
         api = self.api
-        self._read_or_record(method, body, m.RECORD_ACCEPTANCE, api.acceptance,
-                             api.record_acceptance)  # fmt: skip
+        self._read_or_record(method, body, (m.ACCEPTANCE, api.acceptance),
+                             (m.RECORD_ACCEPTANCE, api.record_acceptance))  # fmt: skip
 
     def h_spec_plan(self, method: str, body: Any, query: dict[str, str]) -> None:
         api = self.api
-        self._read_or_record(method, body, m.STORE_SPEC_PLAN, api.spec_plan, api.store_spec_plan)
+        self._read_or_record(method, body, (m.SPEC_PLAN, api.spec_plan),
+                             (m.STORE_SPEC_PLAN, api.store_spec_plan))  # fmt: skip
 
     def h_lease(self, method: str, body: Any, query: dict[str, str]) -> None:
         if method == "GET":  # its id to its holder only
             lease = self.api.leases.current()
             if lease is not None and lease.get("holder") != self.caller.identity:
                 lease = public_lease(lease)
-            self._send_json(200, {"lease": lease})
+            answer: m.LeaseInForce = {"lease": cast(m.LeaseSeen | None, lease)}
+            self._reply(m.LEASE, answer)
             return
         opts = options(m.TAKE_LEASE, validate_body(m.TAKE_LEASE, body))
         # the holder: the caller's identity; its process on the Unix socket's other end
         # (SO_PEERCRED) for the lease to lapse with; unknown on TCP
         pid = self.caller.pid if self.caller.door == "unix" else None
-        lease = self.api.take_lease(opts["experiment"], opts["description"] or "", pid,
+        taken = self.api.take_lease(opts["experiment"], opts["description"] or "", pid,
                                     bool(opts["force"]), self.caller)  # fmt: skip
-        self._send_json(200, lease)
+        self._reply(m.TAKE_LEASE, taken)
 
     def h_lease_release(self, method: str, body: Any, query: dict[str, str]) -> None:
         released = validate_body(m.RELEASE_LEASE, body)
-        self._send_json(200, self.api.release_lease(released["id"], self.caller))
+        self._reply(m.RELEASE_LEASE, self.api.release_lease(released["id"], self.caller))
 
     def h_verify(self, method: str, body: Any, query: dict[str, str]) -> None:
         from fastverify.daemon.reverify import rerun  # the verifiers again (reverify.py)
 
-        self._send_json(200, rerun(self.api.ctl))
+        self._reply(m.VERIFY, rerun(self.api.ctl))
 
     def h_trace_capture(self, method: str, body: Any, query: dict[str, str]) -> None:
         steps = validate_body(m.CAPTURE_TRACE, body).get("steps")
         cancelled = lambda: _peer_closed(self.connection)  # noqa: E731
-        self._send_json(200, self.api.capture_trace(steps, cancelled))
+        self._reply(m.CAPTURE_TRACE, self.api.capture_trace(steps, cancelled))
 
 
 def _peer_closed(sock: socket.socket) -> bool:

@@ -26,7 +26,7 @@ _WANT = {"number": "a number"}  # (int, float) is one word: "a number", not "int
 B = TypeVar("B")  # the endpoint's request model
 
 
-def validate_body(ep: m.Endpoint[B], body: Any) -> B:
+def validate_body(ep: m.Endpoint[B, Any], body: Any) -> B:
     """Check a POST body against its endpoint's model; RequestError(400/422) says what is
     wrong. The body comes back as sent (no defaults filled in)."""
     fields = ep.fields
@@ -82,7 +82,7 @@ _QUERY_NUMBERS: dict[str, tuple[Callable[[str], float], str]] = {
 }
 
 
-def parse_query(ep: m.Endpoint[B], query: dict[str, str]) -> B:
+def parse_query(ep: m.Endpoint[B, Any], query: dict[str, str]) -> B:
     """A GET's query parameters as its endpoint declares them, defaults filled in (others are
     ignored); RequestError(400) for a number that is not one."""
     out = ep.defaults()
@@ -107,7 +107,7 @@ def parse_query(ep: m.Endpoint[B], query: dict[str, str]) -> B:
     return cast(B, out)
 
 
-def options(ep: m.Endpoint[B], body: B) -> B:
+def options(ep: m.Endpoint[B, Any], body: B) -> B:
     """A checked body with the declared defaults for what it leaves out."""
     given = cast(dict[str, Any], body).items()
     return cast(B, {**ep.defaults(), **{k: v for k, v in given if v is not None}})

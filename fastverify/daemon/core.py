@@ -51,9 +51,9 @@ def _steps(op: Operation) -> dict[str, Any]:
 
 
 def _callers(op: Operation) -> dict[str, Any]:
-    """Who asked for `op` (`by`: a short text, `caller`: its fields; "fastverifyd" for the
-    daemon's own start-up and crash restarts) and who cancelled it."""
-    out: dict[str, Any] = {"by": op.caller.by if op.caller else "fastverifyd"}
+    """Who asked for `op` (`caller`: its fields; `by`, a short text, is the result's own)
+    and who cancelled it."""
+    out: dict[str, Any] = {}
     if op.caller:
         out["caller"] = op.caller.to_dict()
     if op.cancelled_by is not None:
@@ -210,7 +210,9 @@ class Core:
             mode=op.mode,
             duration_s=op.elapsed(),
             serving={"profile": self.active.get("profile"), "mode": self.active.get("mode")},
-            extra={"weights": self.op_weights(op), **_steps(op), **_callers(op), **kw},
+            weights=self.op_weights(op),
+            by=op.caller.by if op.caller else "fastverifyd",
+            extra={**_steps(op), **_callers(op), **kw},
             **fields,
         )
 

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
+from fastverify import api_models as m
 from fastverify.api_models import (
     EngineStatus,
     RecordAcceptanceBody,
@@ -178,7 +179,7 @@ class ControlFacade:
                 "last_good": c.last_good["profile"] if c.last_good else None,
                 "last_good_mode": c.last_good["mode"] if c.last_good else None,
                 "last_failure": _failure_view(c.last_failure, c.state, h if alive else None),
-                "switch_in_flight": op.describe() if op is not None else None,
+                "switch_in_flight": dict(op.describe()) if op is not None else None,
                 "queued": len(c.slot.queued()),
                 "restarts": {"total": sum(c.restarts.values()), "by_reason": dict(c.restarts)},
                 "recovery": c.recovery_status(),
@@ -198,6 +199,7 @@ class ControlFacade:
                 "daemon": {
                     "pid": os.getpid(),
                     "state_dir": str(c.store.dir),
+                    "profile_dirs": [str(d) for d in c.cfg.profile_dirs],
                     "fingerprint": host_here.load(c.store.dir),
                 },
                 "parts": sections,  # each part's section, in order (below)
@@ -314,9 +316,10 @@ class ControlFacade:
             )
         return {"profile": target[0], "mode": target[1]}
 
-    def history(self, n: int, before: float | None = None) -> list[dict[str, Any]]:
-        """A page of the history: the newest `n` records finished before `before`."""
-        return self.ctl.store.history(n, before)
+    def history(self, n: int, before: float | None = None) -> list[m.HistoryRecord]:
+        """A page of the history: the newest `n` records finished before `before` (the
+        journal's `switch` records: the daemon wrote them)."""
+        return cast(list[m.HistoryRecord], self.ctl.store.history(n, before))
 
     # ------------------------------------------------------------------ logs
     def log_tail(self, n: int) -> list[dict[str, Any]]:
@@ -329,7 +332,7 @@ class ControlFacade:
         return self.ctl.ring.seq
 
     # ------------------------------------------------------------------ argv
-    def server_argv(self, profile: str | None, mode: str | None, check: bool) -> dict[str, Any]:
+    def server_argv(self, profile: str | None, mode: str | None, check: bool) -> m.ServerArgv:
         c = self.ctl
         name, mode = c.resolver.defaults(profile, mode, c.active)
         _, argv = c.resolver.resolve(name, mode)
@@ -339,7 +342,7 @@ class ControlFacade:
             "profile": name,
             "mode": mode,
             "argv": mask_argv(argv),
-            "check": c.resolver.check_argv(argv).to_dict() if check else None,
+            "check": cast(m.ArgvCheck, c.resolver.check_argv(argv).to_dict()) if check else None,
         }
 
     # ------------------------------------------------------------------ operations
@@ -379,14 +382,14 @@ class ControlFacade:
         pid: int | None,
         force: bool = False,
         caller: Any = None,
-    ) -> dict[str, Any]:
+    ) -> m.Lease:
         """A lease bound to `caller`'s identity (the answer holds its id: the holder's only)."""
         holder = caller.identity if caller is not None else ""
         lease, overridden = self.leases.take(experiment, description, pid, force, holder)
         if overridden is not None:
             self._record_override(overridden, f"{experiment} lease", caller)
         log.info("lease taken: %s", describe_lease(lease))
-        return lease
+        return cast(m.Lease, lease)
 
     def _record_override(self, lease: dict[str, Any], what: str, caller: Any) -> None:
         """A forced operation or lease over another's lease: one history record (kind
@@ -407,40 +410,40 @@ class ControlFacade:
         except OSError as exc:
             log.error("cannot record a lease override in the journal: %s", exc)
 
-    def release_lease(self, lease_id: str, caller: Any = None) -> dict[str, Any]:
+    def release_lease(self, lease_id: str, caller: Any = None) -> m.Released:
         lease = self.leases.release(lease_id, caller.identity if caller is not None else "")
         if lease is None:
             raise RequestError(404, f"no lease {lease_id!r} is in force", reason="no_lease")
         log.info("lease released: %s", describe_lease(lease))
-        return {"released": lease}
+        return {"released": cast(m.Lease, lease)}
 
     # ------------------------------------------------------------------ baselines
-    def baselines(self) -> dict[str, Any]:
-        return self.ctl.store.load_baselines()
+    def baselines(self) -> dict[str, m.ProfileBaselines]:
+        return cast(dict[str, m.ProfileBaselines], self.ctl.store.load_baselines())
 
     @records("baseline")
-    def set_baseline(self, request: RecordBaselineBody) -> dict[str, Any]:
+    def set_baseline(self, request: RecordBaselineBody) -> m.BaselineRecord:
         """Validate, persist (baselines.json) and announce a baseline measurement.
         RequestError(422) names every bad field (`fields`: field -> what is wrong)."""
         now = time.time()
         _refuse(check_baseline(request, self._profile_problem, now), "invalid_baseline")
         body: Mapping[str, Any] = request  # its values checked (concurrency given, ...)
-        rec: dict[str, Any] = {
+        rec: m.BaselineRecord = {
             "profile": body["profile"],
             "tokens_per_second": float(body["tokens_per_second"]),
             "per_request_tokens_per_second": float(body["per_request_tokens_per_second"]),
             "measured_at": float(
                 body["measured_at"] if body.get("measured_at") is not None else now
             ),
+            "concurrency": int(body["concurrency"]),
         }
-        rec["concurrency"] = int(body["concurrency"])
         if body.get("accept_length") is not None:  # EAGLE-3 with real weights (trial sweeps)
             rec["accept_length"] = float(body["accept_length"])
             rec["acceptance_source"] = str(body.get("acceptance_source") or "measured")
         store = self.ctl.store
         with self.ctl._lock:
             data = store.load_baselines()
-            data[rec["profile"]] = with_concurrency(data.get(rec["profile"]), rec)
+            data[rec["profile"]] = with_concurrency(data.get(rec["profile"]), dict(rec))
             store.save_baselines(data)
         self.ctl.bus.publish(
             ev.BaselineRecorded(
@@ -454,11 +457,12 @@ class ControlFacade:
         return rec
 
     # ------------------------------------------------------------------ decision
-    def decision(self) -> dict[str, Any]:
-        return self.ctl.store.load_json("decision.json")
+    def decision(self) -> m.DecisionRecord | None:
+        """The newest decision (None: none recorded)."""
+        return cast(m.DecisionRecord, self.ctl.store.load_json("decision.json")) or None
 
     @records("decision")
-    def record_decision(self, body: RecordDecisionBody, caller: Any = None) -> dict[str, Any]:
+    def record_decision(self, body: RecordDecisionBody, caller: Any = None) -> m.DecisionRecord:
         """Validate, persist (decision.json + a history record) and announce a tuning
         decision (fastverify.daemon.decision). RequestError(422) names every bad field."""
         from fastverify.daemon import decision as dec
@@ -473,17 +477,17 @@ class ControlFacade:
             self.ctl.store.append_decision(dec.history_record(rec))
         self.ctl.bus.publish(ev.DecisionRecorded(rec["profile"], rec["mode"], rec["backend"],
                                                  bool(rec["applied"])))  # fmt: skip
-        return rec
+        return cast(m.DecisionRecord, rec)
 
     # ------------------------------------------------------------------ speculation
-    def acceptance(self) -> dict[str, Any]:
+    def acceptance(self) -> m.AcceptanceCurves:
         """{"profile/mode/steps": record} (fastverify.daemon.acceptance)."""
         from fastverify.daemon import acceptance
 
-        return {"curves": acceptance.load(self.ctl.store)}
+        return {"curves": cast(dict[str, m.AcceptanceRecord], acceptance.load(self.ctl.store))}
 
     @records("acceptance")
-    def record_acceptance(self, body: RecordAcceptanceBody) -> dict[str, Any]:
+    def record_acceptance(self, body: RecordAcceptanceBody) -> m.AcceptanceRecord:
         from fastverify.daemon import acceptance, speculation_part
 
         with self.ctl._lock:
@@ -496,22 +500,23 @@ class ControlFacade:
             + ("" if rec["usable"] else f"; not usable: {rec['why_not_usable']}")
             + ")"
         )
-        return rec
+        return cast(m.AcceptanceRecord, rec)
 
-    def spec_plan(self) -> dict[str, Any]:
+    def spec_plan(self) -> m.SpecPlan | None:
+        """The stored plan (None: none stored)."""
         from fastverify.daemon import acceptance
 
-        return self.ctl.store.load_json(acceptance.PLAN_FILE)
+        return cast(m.SpecPlan, self.ctl.store.load_json(acceptance.PLAN_FILE)) or None
 
     @records("speculation plan")
-    def store_spec_plan(self, body: StoreSpecPlanBody) -> dict[str, Any]:
+    def store_spec_plan(self, body: StoreSpecPlanBody) -> m.SpecPlan:
         from fastverify.daemon import acceptance
 
         with self.ctl._lock:
             stored = acceptance.save_plan(self.ctl.store, body)
         self.ctl.bus.publish(ev.PlanStored(stored))  # the speculation part tells the exporter
         self.ctl.say(f"speculation plan stored; adaptive config {stored['adaptive_config']}")
-        return stored
+        return cast(m.SpecPlan, stored)
 
     def _profile_problem(self, name: str) -> str | None:
         from fastverify.profiles.store import name_problem
@@ -526,7 +531,7 @@ class ControlFacade:
     # ------------------------------------------------------------------ traces
     def capture_trace(
         self, steps: int | None, cancelled: Callable[[], bool] | None = None
-    ) -> dict[str, Any]:
+    ) -> m.TraceCapture:
         """One profile window now: 409 when the exporter is off, the engine is idle or
         another window still runs after the capture timeout (nothing started); 502 when the
         window failed (it was stopped on the server and removed); `cancelled()` (the client
@@ -564,7 +569,7 @@ class ControlFacade:
                 wait_s=runtime.capture_timeout_s,
                 quiet=watch_quiet,  # the watch's checks are not traffic
             )
-            return window
+            return cast(m.TraceCapture, window)
         except EngineIdle as exc:
             raise RequestError(409, str(exc), reason="capture_refused", busy=False) from None
         except CaptureRefused as exc:
@@ -586,13 +591,17 @@ def _failure_view(
     failure: dict[str, Any] | None, state: State, serving: Any
 ) -> dict[str, Any] | None:
     """The last failure, with `current`: False once an engine that started after it serves
-    READY (a past problem, not this engine's)."""
+    READY, or when it was a standby's that never took traffic while the serving engine served
+    on (`kept_serving`): a past problem, not this engine's."""
     if not failure:
         return None
     past = (
         state == State.READY
         and serving is not None
-        and float(failure.get("at") or 0) <= float(serving.started_at or 0)
+        and (
+            bool(failure.get("kept_serving"))
+            or float(failure.get("at") or 0) <= float(serving.started_at or 0)
+        )
     )
     return {**failure, "current": not past}
 

@@ -63,7 +63,7 @@ def close_after(
     ctl.bus.subscribe(on_event)
     if op.done and once.acquire(False):
         ctl.bus.unsubscribe(on_event)
-        _close(ctl, requests, records, op.kind, op.result)
+        _close(ctl, requests, records, op.kind, dict(op.result) if op.result else None)
 
 
 def _close(

@@ -19,7 +19,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
+
+from fastverify import api_models as m
 
 
 def _now() -> float:
@@ -44,10 +46,12 @@ class OpResult:
     message: str | None = None
     log: str | None = None
     line: str | None = None
+    weights: str = "real"  # "dummy": a timing trial
+    by: str = "fastverifyd"  # who asked
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {
+    def to_dict(self) -> m.OperationResult:
+        out: m.OperationResult = {
             "id": self.id,
             "kind": self.kind,
             "result": self.result,
@@ -58,9 +62,11 @@ class OpResult:
             "log": self.log,
             "line": self.line,
             "duration_s": self.duration_s,
-            "serving": dict(self.serving),
+            "serving": {"profile": self.serving.get("profile"), "mode": self.serving.get("mode")},
+            "weights": self.weights,
+            "by": self.by,
         }
-        out.update(self.extra)
+        cast(dict[str, Any], out).update(self.extra)  # its NotRequired fields
         return out
 
 
@@ -75,7 +81,7 @@ class Operation:
         self.started_at = _now()
         self.t0 = time.monotonic()
         self.events: list[dict[str, Any]] = []
-        self.result: dict[str, Any] | None = None
+        self.result: m.OperationResult | None = None
         self.outcome: OpResult | None = None
         self.cancel = threading.Event()
         self.cancel_reason: str | None = None  # "cancelled" (client) | "preempted" | "shutdown"
@@ -106,7 +112,7 @@ class Operation:
     def elapsed(self) -> float:
         return round(time.monotonic() - self.t0, 3)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> m.OperationInFlight:
         return {
             "id": self.id,
             "kind": self.kind,
@@ -144,7 +150,7 @@ class Operation:
             self.events.append({"event": "result", "ts": _now(), **self.result})
             self._cond.notify_all()
 
-    def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
+    def wait(self, timeout: float | None = None) -> m.OperationResult | None:
         with self._cond:
             self._cond.wait_for(lambda: self.result is not None, timeout)
             return self.result

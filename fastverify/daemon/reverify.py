@@ -10,14 +10,15 @@ an operation is in flight (its own verification is under way).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import cast
 
+from fastverify import api_models as m
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.states import State
 
 
-def rerun(ctl: Controller) -> dict[str, Any]:
+def rerun(ctl: Controller) -> m.Verification:
     """The verdict of every verifier on the serving engine (see the module docstring):
     `{ok, profile, mode, pid, engine_id, reason, message, verifiers: [{name, status,
     message, evidence, reason?, line?}]}`."""
@@ -56,5 +57,5 @@ def rerun(ctl: Controller) -> dict[str, Any]:
         "engine_id": h.engine_id,
         "reason": verdict.failure.reason if verdict.failure else None,
         "message": message,
-        "verifiers": [f.to_dict() for f in verdict.findings],
+        "verifiers": [cast(m.VerifierResult, f.to_dict()) for f in verdict.findings],
     }

@@ -112,8 +112,8 @@ class StandbySteps:
         if h is None or not (h.serving and h.alive()) or c.state != State.READY:
             return self.rollback.failed(op, failure, prev)
         cancelled = failure.reason == "cancelled"
-        if not cancelled:
-            c.record_failure(failure, op)
+        if not cancelled:  # the serving engine's own state is fine: a past failure for status
+            c.record_failure(failure, op, kept_serving=True)
         door: Any = c.door  # the controller's DoorSteps
         door.kept(op)
         back = {"profile": prev.get("profile"), "mode": prev.get("mode")}

@@ -73,6 +73,14 @@ class WatchPolicy:
             return self.interval_s + self.timeout_s
         return self.interval_s + check_s + self.detection_s(check_s)
 
+    def describe(self) -> str:
+        """When a hang becomes a verdict, in words (the daemon logs it as each watch starts)."""
+        detect = self.detection_s()
+        first = "its first failed check"
+        when = f"{detect:g} s after {first}" if detect else f"at {first}"
+        worst = self.worst_case_s()
+        return f"a hung engine is declared {when} (at most {worst:g} s after it hangs)"
+
 
 def file_tail(path: str, limit: int = 65536) -> list[str]:
     """The last lines of the engine's log file as it is now: SGLang (and the sim) write and
@@ -166,10 +174,8 @@ class EngineWatch(threading.Thread):
 
     def run(self) -> None:
         p = self.policy
-        log.info("engine pid %s: checking %s every %g s; a hung engine is declared %g s after "
-                 "its first failed check (at most %g s after it hangs)", self.pid,
-                 client.HEALTH_GENERATE, p.interval_s, p.detection_s(),
-                 p.worst_case_s())  # fmt: skip
+        log.info("engine pid %s: checking %s every %g s; %s", self.pid, client.HEALTH_GENERATE,
+                 p.interval_s, p.describe())  # fmt: skip
         while not self._stop.wait(p.retry_s if self.failed_in_row else p.interval_s):
             if not self.serving():
                 return

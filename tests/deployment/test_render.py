@@ -4,6 +4,7 @@ promised settings; the compose `.env` it writes is what a real Compose reads."""
 from __future__ import annotations
 
 import configparser
+import os
 import shutil
 import subprocess
 import sys
@@ -15,10 +16,11 @@ import yaml
 from tests.support.containers import run
 
 
-def ctl(*args: str) -> subprocess.CompletedProcess[str]:
+def ctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "fastverify.ctl", *args], capture_output=True, text=True, timeout=60
-    )
+        [sys.executable, "-m", "fastverify.ctl", *args],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
 
 
 def unit_sections(text: str) -> configparser.ConfigParser:
@@ -162,6 +164,23 @@ def test_the_rendered_stack_starts_without_an_env_file_of_the_operators(tmp_path
     assert proc.returncode == 0, proc.stderr
     fv = yaml.safe_load(proc.stdout)["services"]["fastverify"]
     assert fv["environment"]["HF_TOKEN_PLACEHOLDER"] == "1"  # the bundle's file was read
+
+
+@pytest.mark.parametrize("door", ["--socket", "FASTVERIFY_SOCKET"])
+def test_a_unit_on_stdout_is_the_same_under_any_socket(tmp_path: Path, door: str) -> None:
+    """The CLI's hints carry the socket it was given; a rendered file is no hint: it goes to
+    another host, whose daemon listens on its own socket, so `-o -` prints it as rendered."""
+    args = ("render", "systemd", "--mode", "container", "-o", "-")
+    plain = ctl(*args)
+    assert plain.returncode == 0, plain.stderr
+    assert "Rendered by `fastverifyctl render systemd --mode container`" in plain.stdout
+    sock = str(tmp_path / "control.sock")
+    if door == "--socket":
+        other = ctl("--socket", sock, *args)
+    else:
+        other = ctl(*args, env={**os.environ, "FASTVERIFY_SOCKET": sock})
+    assert other.returncode == 0, other.stderr
+    assert other.stdout == plain.stdout
 
 
 def test_render_compose_refuses_values_env_files_cannot_carry() -> None:

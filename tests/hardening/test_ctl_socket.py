@@ -42,6 +42,23 @@ def test_socket_of_the_subcommand_reaches_the_daemon(tmp_path: Path) -> None:
         assert env.returncode == 0 and "READY" in env.stdout, env.stderr
 
 
+def test_profile_list_says_where_the_daemon_on_the_socket_reads_profiles(tmp_path: Path) -> None:
+    """`--socket` alone reaches the daemon, not its profile directories (its own
+    $FASTVERIFY_PROFILE_DIRS or --config): `profile list` says where they are and how to list
+    them, so a profile `profile set` finds is not a mystery."""
+    with DaemonHarness(tmp_path, metrics=False) as d:
+        (d.profile_dir / "mine.env").write_text("# description: mine\nNCCL_ALGO=Ring\n")
+        r = run_ctl("--socket", str(d.socket), "profile", "list")
+        assert r.returncode == 0 and "\tmine\t" not in r.stdout, r.stdout
+        hint = f"FASTVERIFY_PROFILE_DIRS={d.profile_dir} fastverifyctl --socket {d.socket}"
+        assert f"note: the daemon reads user profiles from {d.profile_dir}, " in r.stderr
+        assert f"{hint} profile list" in r.stderr, r.stderr
+        env = {"FASTVERIFY_PROFILE_DIRS": str(d.profile_dir)}
+        r = run_ctl("--socket", str(d.socket), "profile", "list", env=env)
+        assert r.returncode == 0 and "\tmine\tuser\tmine" in r.stdout, r.stdout
+        assert "note:" not in r.stderr, r.stderr
+
+
 def test_unreachable_message_and_help_name_what_works(tmp_path: Path) -> None:
     sock = tmp_path / "nobody.sock"
     r = run_ctl("status", "--socket", str(sock))

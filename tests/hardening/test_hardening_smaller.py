@@ -45,6 +45,15 @@ def test_default_watch_leaves_ready_within_30_s_of_a_hang() -> None:
     assert policy.worst_case_s(check_s=0.1) <= 30  # an engine that answers 503 at once
 
 
+def test_the_watch_says_when_a_hang_becomes_a_verdict() -> None:
+    """The daemon's watch line: with the default one failure, the first failed check is the
+    verdict (it read "declared 0 s after its first failed check")."""
+    said = WatchPolicy.from_config(WatchConfig()).describe()
+    assert "declared at its first failed check (at most 25 s after it hangs)" in said, said
+    two = WatchPolicy.from_config(WatchConfig(failures=2)).describe()
+    assert "declared 25 s after its first failed check (at most 50 s after it hangs)" in two, two
+
+
 def test_a_hung_engine_under_the_default_watch_is_restarted_with_sigterm(tmp_path: Path) -> None:
     # the harness leaves [watch] at its defaults; SIGSTOP is a hang no request can reach
     with DaemonHarness(tmp_path, metrics=False, config={"daemon": {"stop_grace_s": 60}}) as d:

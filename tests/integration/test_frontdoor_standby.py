@@ -92,6 +92,15 @@ def test_a_failing_profile_never_takes_traffic(tmp_path: Path) -> None:
         assert st["profile"] == "ring-ll" and st["engine"]["pid"] == serving["pid"]  # never stopped
         assert "never took traffic" in r.stderr, r.stderr
         assert not (d.state_dir / "engine-standby.pid").exists()
+        # the failure was the standby's, not the serving engine's: a past one, as after a
+        # rollback (status said "last failure:" and doctor warned, exit 1, while all served)
+        assert st["last_failure"]["reason"] == "cuda_graph_capture"
+        assert st["last_failure"]["current"] is False, st["last_failure"]
+        shown = d.ctl("status").stdout
+        assert "earlier failure: cuda_graph_capture" in shown, shown
+        assert "a standby start; the engine serving now served on)" in shown, shown
+        doctor = d.ctl("doctor", "--no-topology", timeout=120)
+        assert "the daemon's last failure" not in doctor.stdout, doctor.stdout
 
 
 def test_a_start_the_cache_cannot_serve_holds_and_says_why(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import signal
+import subprocess
 import threading
 import urllib.request
 from pathlib import Path
@@ -297,3 +298,30 @@ def test_a_front_door_restarted_while_the_engine_becomes_ready_serves_it(
         assert fd["pid"] == int(waiting.read_text())
         assert fd["port"] == int(d.status()["engine"]["url"].rsplit(":", 1)[1])
         assert one_stream(d.server_url)[0] == "ok"
+
+
+def test_bench_reaches_the_front_door_and_a_switch_holds_it(tmp_path: Path) -> None:
+    """`fastverifyctl bench` measures the server as its clients reach it: through the front
+    door, so a switch during the bench holds its requests. (It went to the engine's internal
+    port, around the door: the switch cut its streams, "peer closed connection".)"""
+    with DaemonHarness(tmp_path, config=_door("hold")) as d:
+        done: dict[str, object] = {}
+        args = ("bench", "-c", "2", "-d", "8", "--warmup", "0", "--input-len", "16",
+                "--output-len", "64", "--json")  # fmt: skip
+        bench = threading.Thread(target=lambda: done.update(r=d.ctl(*args, timeout=300)))
+        bench.start()
+        try:
+            d.wait_for(lambda: d.status()["frontdoor"].get("in_flight"), 120,
+                       "the bench's requests in the front door")  # fmt: skip
+            r = d.ctl("profile", "set", "ring-ll", "--json", timeout=120)
+        finally:
+            bench.join(300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        b = done["r"]
+        assert isinstance(b, subprocess.CompletedProcess)
+        assert b.returncode == 0, b.stdout + b.stderr
+        assert f"bench: {d.server_url} through the front door (hold)" in b.stderr, b.stderr
+        result = json.loads(b.stdout)
+        assert result["failed"] == 0 and result["completed"] >= 2, result
+        switch = json.loads(r.stdout)["switch"]
+        assert (switch["mode"], switch["cut"], switch["refused"]) == ("hold", 0, 0), switch

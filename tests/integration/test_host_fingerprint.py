@@ -99,3 +99,15 @@ def test_results_carry_the_fingerprint_and_another_hosts_are_named(tmp_path: Pat
         assert "recorded result(s) keyed to another fingerprint" in r.stdout
         assert "acceptance record nccl-default/eagle3/3@" in r.stdout
         assert f"(fingerprint {fp['id']}): SGLang differ" in r.stdout
+
+
+def test_doctor_describes_the_daemons_tp_size(tmp_path: Path) -> None:
+    """doctor's two TP lines are the daemon's engine's (TP 2 here), not the TP of a config
+    file this shell reads (none here: the default 8), which the daemon, started with its
+    own --config, does not run."""
+    with DaemonHarness(tmp_path, metrics=False, tp_size=2) as d:
+        r = d.ctl("doctor", "--no-topology", timeout=120)
+        assert "SGLang's own NCCL settings at TP 2 " in r.stdout, r.stdout
+        assert "TP all-reduce backend at TP 2 " in r.stdout, r.stdout
+        r = d.ctl("doctor", "--no-topology", "--tp-size", "4", timeout=120)
+        assert "SGLang's own NCCL settings at TP 4 " in r.stdout, r.stdout

@@ -27,14 +27,14 @@ class Leased(Calls):
 
     def __init__(self, client: Any, lease: dict[str, Any]) -> None:
         self._client = client
-        self.lease = lease
+        self.held = lease  # (not `lease`: the method that asks the daemon)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 
     def _body(self, path: str, body: Any) -> Any:
         if path.split("?")[0] in GUARDED and isinstance(body, dict | type(None)):
-            return {**(body or {}), "lease": self.lease["id"]}
+            return {**(body or {}), "lease": self.held["id"]}
         return body
 
     def request(

@@ -153,6 +153,8 @@ def test_import_sitecustomize(run, tmp_path: Path, user_dir: Path) -> None:
     res = run("import-sitecustomize", str(src), "--name", "legacy", "--output", "-")
     assert res.exit_code == 0, res.output
     assert "NCCL_ALGO=Tree\n" in res.stdout and "NCCL_NTHREADS=512\n" in res.stdout
+    # the profile's text as written, not a hint: no --socket of this shell's daemon in it
+    assert f"{src} by fastverifyctl profile import-sitecustomize\n" in res.stdout, res.stdout
     assert "Semantic change" in res.stderr
     assert f"{src}:7: not translated" in res.stderr
     res = run("import-sitecustomize", str(src), "--name", "legacy")
