@@ -85,9 +85,9 @@ def test_acceptance_records_carry_the_daemons_fingerprint(tmp_path: Path) -> Non
             "--speculative-eagle-topk", "1"]  # fmt: skip
     handle = SimpleNamespace(serving=True, profile="p", mode="eagle3", argv=argv)
     body = {"histogram": [1, 2, 3], "requests": [[1, 2, 3]]}
-    assert acceptance.record(store, handle, body)["fingerprint"] is None  # not known yet
+    assert acceptance.record(store, handle, body, None)["fingerprint"] is None  # not known yet
     store.save_json(here.FILE, H200)
-    rec = acceptance.record(store, handle, {**body, "measured_at": 2.0})
+    rec = acceptance.record(store, handle, {**body, "measured_at": 2.0}, None)
     assert rec["fingerprint"] == H200 and here.load(tmp_path) == H200
 
 
