@@ -295,9 +295,10 @@ class Controller(Core):
         self.say(f"{op.kind}: {prev.get('profile')}/{prev.get('mode')} -> {op.profile}/{op.mode}")
         # the one part that plans switches (the front door's standby mode): the new engine
         # beside the serving one, or hold (and why)
-        plan = switch_plan(self.parts, op)
-        if plan is not None and plan[1].mode == "standby":
-            return self.standby.switch(op, profile, argv, timeout_s, prev, *plan)
+        planned = switch_plan(self.parts, op)
+        if planned is not None and planned[1].mode == "standby":
+            planner, fit = planned
+            return self.standby.switch(op, profile, argv, timeout_s, prev, planner, fit)
         for part in self.parts:  # new requests wait, those in flight finish (or are cut)
             part.before_stop(op)
         if op.cancel.is_set() and not self.shutting_down.is_set() and self._resumed(op):
