@@ -1,6 +1,6 @@
 """The sim engine's cost model: how long a forward pass, a verify pass and a decode step take.
 
-A SIMULATION, never a measurement. Its constants come from three places, each named beside
+A SIMULATION, never a measurement. Its constants come from four places, each named beside
 the constant and in docs/guides/sim.md ("The cost model"), and tests/unit/sim/test_calibration.py
 reads each measured one back from its file:
 
@@ -17,7 +17,9 @@ reads each measured one back from its file:
   all-reduces per layer = 122 per forward; with ring-ll and CUDA graphs at batch 1 a decode
   step of 12.2 ms (82 tok/s), a 4-token verify pass of ~30 ms, a spec cycle of ~30 ms
   (break-even accept length 2.46). Two numbers are fitted to it: the decode compute and
-  the marginal bandwidth of a small all-reduce on that fabric.
+  the marginal bandwidth of a small all-reduce on that fabric;
+- SGLang 0.5.17 itself (one H100, 8B shape, tests/fixtures/sglang-0.5.17-h100-spec8b/): what
+  its verify path adds to a cycle over a decode (VERIFY_OVERHEAD_S).
 
 One forward over t tokens (bs x tokens per sequence) through L layers costs:
     compute(t) = fixed + experts x d(t) / top_k     d(t) = experts read for t tokens,
@@ -32,7 +34,9 @@ One forward over t tokens (bs x tokens per sequence) through L layers costs:
                            PCIe-IPC: SGLang's published kernel time at that size
       + LAUNCH_GAP_US      the same for every backend: the gap around an all-reduce inside
                            a graph replay, measured (no waiting for peers is modelled)
-  + one graph launch (CUDA graphs) or host launch costs per kernel (eager).
+  + one graph launch (CUDA graphs) or host launch costs per kernel (eager);
+a cycle of EAGLE-3 (any steps, 0 included) adds `verify_overhead_seconds(bs)` beside its
+forwards.
 Transport: P2P when NCCL_P2P_LEVEL allows the box's SYS path and NCCL_P2P_DISABLE != 1,
 else SHM through host memory (per-hop latency x SHM_HOP_FACTOR, bandwidth x SHM_BW_FACTOR),
 else (NCCL_SHM_DISABLE=1 too) NCCL's socket transport (x NET_HOP_FACTOR, x NET_BW_FACTOR).
@@ -92,6 +96,18 @@ SMALL_MSG_BW_BYTES_PER_US = 568.0  # wire bytes of a small all-reduce on the fie
 # bytes ~2.5x the time), unless the link itself (PCIE_BW x protocol efficiency x transport)
 # is slower still.
 SMALL_MSG_BYTES = PUBLISHED_US[-2][0]  # 384 KiB
+
+# --- measured on SGLang 0.5.17 itself (one H100, TP 1, Llama-3.1-8B shape with an EAGLE-3
+# head, dummy weights): the steps-0 pass without its draft extend
+# (SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1,
+# tests/fixtures/sglang-0.5.17-h100-spec8b/spec-costs-steps0-skip.json) less the baseline
+# decode step (spec-costs-8b.json baseline_ms) is what SGLang's TARGET_VERIFY path adds over
+# a DECODE at one draft token: 0.66, 0.85, 0.92, 1.39, 2.45, 4.78 ms at batch 1, 2, 4, 8,
+# 16, 32 (1.11-1.66x the decode). Least squares over the six: 0.450 ms + 0.1325 ms per
+# request (within 0.14 ms of each). Every verify pays it: steps 0 and k >= 1 both run
+# `EAGLEWorkerV2.verify` (srt/speculative/eagle_worker_v2.py, 0.5.17 and 0.5.23) ---
+VERIFY_OVERHEAD_S = 0.450e-3
+VERIFY_OVERHEAD_PER_REQUEST_S = 0.1325e-3
 
 # --- not calibrated (no figure for them in any source; kept from the first model) ---
 PREFILL_PER_TOKEN_S = 0.025e-3  # per prompt token in a prefill forward (batched GEMMs)
@@ -462,6 +478,8 @@ def predict(
             forwards.append((spans.step_span_name(spans.DRAFT, bs), drafter(bs * num_draft_tokens)))
         draft_s = sum(f.seconds for kind, f in forwards if _is_draft(kind))
     cycle = sum(f.seconds for _, f in forwards) + SCHED_OVERHEAD_S
+    if mode == "eagle3":
+        cycle += verify_overhead_seconds(bs)
     tps = 0.0 if error else bs * accept / cycle
     return Prediction(
         mode=mode,
@@ -482,6 +500,12 @@ def predict(
         forwards=tuple(forwards),
         error=error,
     )
+
+
+def verify_overhead_seconds(batch_size: int) -> float:
+    """What SGLang's TARGET_VERIFY path adds to a cycle over a DECODE of the same tokens
+    (VERIFY_OVERHEAD_S: measured at one draft token on SGLang 0.5.17)."""
+    return VERIFY_OVERHEAD_S + VERIFY_OVERHEAD_PER_REQUEST_S * batch_size
 
 
 def _is_draft(name: str) -> bool:

@@ -180,3 +180,25 @@ def test_verify_sized_messages_grow_as_the_published_curve() -> None:
             costmodel.allreduce_cost(settings, decode, 8).own_seconds
         )
         assert ratio >= published * 0.9, (profile, ratio, published)
+
+
+def test_the_verify_overhead_is_sglangs_steps0_pass_without_its_extend_over_a_decode() -> None:
+    """VERIFY_OVERHEAD_S + _PER_REQUEST_S x batch: the least-squares line through SGLang
+    0.5.17's steps-0 pass without the extend less its baseline decode, read from the files."""
+    fix = REPO / "tests" / "fixtures" / "sglang-0.5.17-h100-spec8b"
+    base = json.loads((fix / "spec-costs-8b.json").read_text())["baseline_ms"]
+    skip = json.loads((fix / "spec-costs-steps0-skip.json").read_text())["cycle_ms"]
+    pts = [(int(b), (skip[b]["0"] - base[b]) * 1e-3) for b in base]
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    assert pytest.approx(slope, rel=5e-3) == costmodel.VERIFY_OVERHEAD_PER_REQUEST_S
+    assert pytest.approx(my - slope * mx, rel=5e-3) == costmodel.VERIFY_OVERHEAD_S
+    for bs, over in pts:  # the line stays within 0.14 ms of every measured batch size
+        assert abs(costmodel.verify_overhead_seconds(bs) - over) < 0.15e-3, bs
+    # and the sim charges exactly that to its steps-0 pass without the extend
+    for bs, _ in pts:
+        dec = costmodel.predict(field.RING_LL, "baseline", 8, bs, True).cycle_seconds
+        zero = costmodel.predict(field.RING_LL, "eagle3", 8, bs, True, num_steps=0,
+                                 num_draft_tokens=1, skip_draft_extend=True)  # fmt: skip
+        assert zero.cycle_seconds - dec == pytest.approx(costmodel.verify_overhead_seconds(bs))
