@@ -45,7 +45,7 @@ from fastverify.daemon.frontdoor import DoorSteps
 from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.logs import LineFacts
 from fastverify.daemon.operations import Claim, Operation, OpResult
-from fastverify.daemon.parts import BasePart
+from fastverify.daemon.parts import BasePart, switch_plan
 from fastverify.daemon.recovery import RecoverySteps
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.rollback import RollbackSteps
@@ -77,14 +77,11 @@ PARTS: tuple[type[BasePart], ...] = (
 class Controller(Core):
     """See the module docstring. Public methods are thread-safe."""
 
-    door: DoorSteps
-
     def compose(self) -> None:
         """The steps over this core, each in its own module (see the module docstring)."""
-        self.door = DoorSteps(self)  # the front door: the switch's hold, drain and cut over
-        # each feature a part (parts.py): its own state, say in a start, exporter source,
-        # status section; the steps below call over the list and never name one
-        self.parts = [self.door if part is DoorSteps else part(self) for part in PARTS]
+        # each feature a part (parts.py): its own state, say in a start and a switch,
+        # exporter source, status section; the steps below call over the list, never one
+        self.parts = [part(self) for part in PARTS]
         self.starts = Starts(self, self.verifiers)
         self.rollback = RollbackSteps(self, self.starts)
         self.crash_steps = CrashSteps(self, self.starts)
@@ -98,9 +95,11 @@ class Controller(Core):
                 group.exit_lock = self._lock
 
     def tick(self) -> None:
-        """From the main loop (~1/s): a serving engine's watch and lost workers (crashes.py)."""
+        """From the main loop (~1/s): a serving engine's watch and lost workers (crashes.py),
+        then each part's (the front door's: its restart, its cut-over brought back)."""
         self.crash_steps.tick()
-        self.door.tick()
+        for part in self.parts:
+            part.tick()
 
     def recovery_tick(self) -> None:
         """From the main loop: FAILED's retries (recovery.py)."""
@@ -294,11 +293,15 @@ class Controller(Core):
     ) -> OpResult:
         prev = dict(self.active)
         self.say(f"{op.kind}: {prev.get('profile')}/{prev.get('mode')} -> {op.profile}/{op.mode}")
-        fit = self.door.plan(op)  # standby mode: beside the serving engine, or hold (and why)
-        if fit is not None and fit.mode == "standby":
-            return self.standby.switch(op, profile, argv, timeout_s, prev, fit)
-        self.door.before_stop(op)  # new requests wait, those in flight finish (or are cut)
-        if op.cancel.is_set() and not self.shutting_down.is_set() and self.door.resume(op):
+        # the one part that plans switches (the front door's standby mode): the new engine
+        # beside the serving one, or hold (and why)
+        planned = switch_plan(self.parts, op)
+        if planned is not None and planned[1].mode == "standby":
+            planner, fit = planned
+            return self.standby.switch(op, profile, argv, timeout_s, prev, planner, fit)
+        for part in self.parts:  # new requests wait, those in flight finish (or are cut)
+            part.before_stop(op)
+        if op.cancel.is_set() and not self.shutting_down.is_set() and self._resumed(op):
             return self.result(
                 op, "cancelled", reason="cancelled", previous=prev,
                 message=f"{op.kind} to {op.profile}/{op.mode} cancelled during the drain; "
@@ -326,6 +329,11 @@ class Controller(Core):
             self.starts.keep_failed_tail(op, outcome)
             outcome = Failure("cancelled", "operation cancelled", log=str(outcome.log_path))
         return self.rollback.failed(op, outcome, prev)
+
+    def _resumed(self, op: Operation) -> bool:
+        """A switch cancelled before its engine stopped: whether the serving engine serves
+        on (every part is asked: each puts back what it held)."""
+        return any([part.resume_after_cancel(op) for part in self.parts])
 
     # ------------------------------------------------------------------ engine lines
     def _on_line(self, h: EngineHandle, line: str, facts: LineFacts) -> None:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from fastverify.config import Config, weights_label
 from fastverify.daemon import events as ev
@@ -26,7 +26,7 @@ from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import EngineHandle, Launcher
 from fastverify.daemon.logs import LogRing
 from fastverify.daemon.operations import Operation, OpResult, Slot
-from fastverify.daemon.parts import Part
+from fastverify.daemon.parts import Part, switch_figures
 from fastverify.daemon.resolve import Resolver
 from fastverify.daemon.restart import CrashWindow, RestartPolicy
 from fastverify.daemon.states import State, check_transition
@@ -59,27 +59,6 @@ def _callers(op: Operation) -> dict[str, Any]:
     if op.cancelled_by is not None:
         out["cancelled_by"] = op.cancelled_by.by
     return out
-
-
-class Door(Protocol):
-    """What the core's steps ask of the front door (daemon/frontdoor.py's DoorSteps)."""
-
-    def serving(self, h: EngineHandle) -> None: ...
-    def crashed(self) -> None: ...
-    def figures(self, op: Operation) -> dict[str, Any] | None: ...
-
-
-class NoDoor:
-    """A core composed without a front door (the unit tests' cores): nothing to hold."""
-
-    def serving(self, h: EngineHandle) -> None:
-        return None
-
-    def crashed(self) -> None:
-        return None
-
-    def figures(self, op: Operation) -> dict[str, Any] | None:
-        return None
 
 
 @dataclass
@@ -128,7 +107,6 @@ class Core:
         self.state: State = State.STOPPED
         self.since: float = now()
         self.current: EngineHandle | None = None
-        self.door: Door = NoDoor()  # the controller composes the front door's steps
         self.active: Target = {"profile": None, "mode": None}
         self.last_good: dict[str, str] | None = None
         self.last_failure: dict[str, Any] | None = None
@@ -199,7 +177,7 @@ class Core:
 
     def result(self, op: Operation, result: str, **kw: Any) -> OpResult:
         fields = {k: kw.pop(k) for k in ("reason", "message", "log", "line") if k in kw}
-        switch = self.door.figures(op)
+        switch = switch_figures(self.parts, op)  # the front door's, when it stopped one
         if switch is not None:
             kw["switch"] = switch
         return OpResult(

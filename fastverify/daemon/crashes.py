@@ -127,7 +127,8 @@ class CrashSteps:
             self.c.bus.publish(
                 ev.EngineDown(h.profile, h.mode, self.c.engine.name, self.c.settings(h), "crashed")
             )
-        self.c.door.crashed()  # new requests wait for the restarted engine
+        for part in self.c.parts:  # (the front door's: new requests wait for the restart)
+            part.on_crash()
         self.c.spawn_thread(self._crash_restart, h, failure, decision)
 
     def _state_now(self) -> State:

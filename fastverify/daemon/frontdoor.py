@@ -1,11 +1,14 @@
 """The controller's front door steps: hold and drain before the engine stops, hold on a
 crash, cut over and let the held requests go when an engine serves (the new one, or the
 rolled-back one), and the switch's client-side figures in its result. With `mode =
-"standby"`, `plan` decides per switch whether the new engine starts beside the serving one
+"standby"`, `plan_switch` decides per switch whether the new engine starts beside the serving one
 (standby_switch.py runs it; `drain_port` drains the old engine after the cut-over) or the
 switch holds, from the memory rule (frontdoor/standby.py) and the serving engine's own figures,
 read from its start-up lines.
 
+A part (parts.py): the switch's hooks (`plan_switch`, `before_stop`, `resume_after_cancel`,
+`on_crash`, `on_serving`, `switch_figures`, `tick`) are called over every part by the
+controller's steps; what it keeps of one operation is a `DoorOp` under `op.parts[PART]`.
 A step over the controller's core (core.py). `[frontdoor] mode = "off"` keeps today's
 behaviour: no front door, and the result says `mode: none` with the downtime from the
 engine's stop to the next READY. The process group is frontdoor_group.py's.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,8 +39,29 @@ DRAIN_SLICE_S = 0.25  # a drain asks the front door in slices, so that a cancel 
 CUTS_WAIT_S = 5.0
 
 
+PART = "frontdoor"  # its key in op.parts
+
+
 def engine_port(url: str) -> int:
     return urlsplit(url).port or 80
+
+
+@dataclass
+class DoorOp:
+    """What the front door keeps of one operation (`op.parts[PART]`): when the engine went
+    down for it, the drain's answer, the clients' figures once an engine serves again (the
+    result's `switch`), and in mode standby the memory decision."""
+
+    down_at: float | None = None
+    drain: dict[str, Any] | None = None
+    figures: dict[str, Any] | None = None
+    standby: dict[str, Any] | None = None
+
+
+def door_op(op: Any) -> DoorOp:
+    """The front door's part of operation `op` (an empty one when it has none yet)."""
+    part: DoorOp = op.parts.setdefault(PART, DoorOp())
+    return part
 
 
 class DoorSteps(BasePart):
@@ -71,10 +96,10 @@ class DoorSteps(BasePart):
     @property
     def mode(self) -> str:
         """What a switch that stops the engine uses: "hold" with a front door, "none"
-        without one (a standby switch says "standby": `plan`)."""
+        without one (a standby switch says "standby": `plan_switch`)."""
         return "none" if self.group is None else "hold"
 
-    def plan(self, op: Any) -> Fit | None:
+    def plan_switch(self, op: Any) -> Fit | None:
         """Whether `op` starts its engine beside the serving one (mode standby, an engine
         serving READY, the memory rule's yes): the decision, said before anything starts;
         None when the front door is not in standby mode or nothing serves to stand beside."""
@@ -88,7 +113,7 @@ class DoorSteps(BasePart):
         ):
             return None
         fit = standby_fit(c, op.mode, c.op_weights(op))
-        op.door_standby = fit.to_dict()
+        door_op(op).standby = fit.to_dict()
         tail = "" if fit.mode == "standby" else "; this switch holds"
         c.say(f"front door: {fit.why}{tail}")
         return fit
@@ -128,23 +153,25 @@ class DoorSteps(BasePart):
         status = self._call("status") if self.group is not None else None
         episode = dict(status["episode"]) if status and status.get("episode") else {}
         taken = self._call("take_cuts") or {}
-        cuts = {k: taken[k] for k in ("cut", "cut_requests") if k in taken}
-        op.door = {"mode": "standby", "held": 0, "longest_wait_s": 0.0, "refused": 0, "cut": 0,
+        cuts: dict[str, Any] = {k: taken[k] for k in ("cut", "cut_requests") if k in taken}
+        door = door_op(op)
+        door.figures = {"mode": "standby", "held": 0, "longest_wait_s": 0.0, "refused": 0, "cut": 0,
                    "cut_requests": [], **episode, **cuts, "downtime_s": 0.0,
-                   "kept_serving": True, "standby": op.door_standby}  # fmt: skip
+                   "kept_serving": True, "standby": door.standby}  # fmt: skip
 
     def cuts_since_cut_over(self, op: Any, port: int) -> None:
         """The old engine's streams its stop cut (counted by the front door since the
         cut-over, once each of its requests on `port` has ended) go into the switch's
         figures, and out of the front door's episode: the next record does not name them."""
-        if op.door is None or self.group is None:
+        done = door_op(op).figures
+        if done is None or self.group is None:
             return
         taken = self._call("take_cuts", wait_s=CUTS_WAIT_S + 10, timeout_s=CUTS_WAIT_S,
                            port=port)  # fmt: skip
         if taken and "cut" in taken:
-            op.door["cut"] = int(op.door.get("cut") or 0) + int(taken["cut"])
-            op.door["cut_requests"] = [*op.door.get("cut_requests", []),
-                                       *taken.get("cut_requests", [])][:NAMES_KEPT]  # fmt: skip
+            done["cut"] = int(done.get("cut") or 0) + int(taken["cut"])
+            done["cut_requests"] = [*done.get("cut_requests", []),
+                                    *taken.get("cut_requests", [])][:NAMES_KEPT]  # fmt: skip
 
     def _serving_port(self) -> int | None:
         """The port the front door should send to now: the engine that serves READY there,
@@ -231,7 +258,8 @@ class DoorSteps(BasePart):
     def before_stop(self, op: Any) -> None:
         """The engine is about to stop: new requests wait, the ones in flight get up to
         `drain_timeout_s` to finish; what is still in flight then will be cut."""
-        op.door_down_at = time.monotonic()
+        door = door_op(op)
+        door.down_at = time.monotonic()
         if self.group is None or self.c.current is None:
             return
         held = self._command(None, "hold")
@@ -252,7 +280,7 @@ class DoorSteps(BasePart):
                 f"{timeout:g} s; stopping the engine cuts them",
                 logging.WARNING,
             )
-        op.door_drain = drained
+        door.drain = drained
 
     def _command(self, want: int | None, op: str, **fields: Any) -> dict[str, Any] | None:
         """Say what the front door should do now (`want`) and tell it."""
@@ -270,45 +298,49 @@ class DoorSteps(BasePart):
             if drained is None or drained.get("drained") or left <= step or cancel.is_set():
                 return drained
 
-    def resume(self, op: Any) -> bool:
+    def resume_after_cancel(self, op: Any) -> bool:
         """A switch cancelled before its engine stopped: the serving engine keeps serving and
         the requests held meanwhile go to it. False when there is none to go back to."""
         h = self.c.current
         if h is None or not (h.serving and h.alive()):
             return False
         self.c.say("front door: switch cancelled during the drain; the serving engine serves on")
-        self.serving(h)
+        self.on_serving(h)
         return True
 
-    def crashed(self) -> None:
+    def on_crash(self) -> None:
         """The serving engine died: new requests wait for the restarted one."""
         if self.group is not None:
             self._command(None, "hold")
 
-    def serving(self, h: Any) -> None:
+    def on_serving(self, h: Any) -> None:
         """An engine serves (a switch's, a rollback's, a restart's or an adopted one): the
         front door sends the held requests there; the figures go to the operation."""
         op = self.c.op
+        door = op.parts.get(PART) if op is not None else None
         figures: dict[str, Any] | None = None
         if self.group is not None:
             port = engine_port(h.url)
             reply = self._command(port, "serve", port=port)
             figures = dict(reply["episode"]) if reply and "episode" in reply else None
-        elif op is not None and op.door_down_at is not None:
-            down = time.monotonic() - op.door_down_at
+        elif door is not None and door.down_at is not None:
+            down = time.monotonic() - door.down_at
             figures = {"downtime_s": round(down, 4), "held": 0, "longest_wait_s": 0.0,
                        "refused": None, "cut": None, "cut_requests": []}  # fmt: skip
         if op is not None and figures is not None:
-            standby = {"standby": op.door_standby} if op.door_standby else {}
-            beside = (op.door_standby or {}).get("mode") == "standby"
-            op.door = {"mode": "standby" if beside else self.mode, **figures, **standby}
+            door = door_op(op)
+            standby = {"standby": door.standby} if door.standby else {}
+            beside = (door.standby or {}).get("mode") == "standby"
+            door.figures = {"mode": "standby" if beside else self.mode, **figures, **standby}
 
-    def figures(self, op: Any) -> dict[str, Any] | None:
+    def switch_figures(self, op: Any) -> dict[str, Any] | None:
         """The switch's client-side figures for its result (None when it stopped nothing)."""
-        done: dict[str, Any] | None = op.door
-        if done is not None:
-            return done
-        if op.door_down_at is None:
+        door: DoorOp | None = op.parts.get(PART)
+        if door is None:
+            return None
+        if door.figures is not None:
+            return door.figures
+        if door.down_at is None:
             return None
         if self.group is None:
             return {"mode": "none", "downtime_s": None, "held": 0, "longest_wait_s": 0.0,
@@ -347,7 +379,7 @@ class DoorSteps(BasePart):
         return {**out, **{k: reply.get(k) for k in keep}}
 
     # ------------------------------------------------------------ the part (parts.py)
-    NAME = "frontdoor"
+    NAME = PART
     STATUS = "frontdoor"
     SECTION = (
         "the front door on the server's public port (`[frontdoor]`): `{mode}` when off, else "

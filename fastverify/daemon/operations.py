@@ -97,12 +97,6 @@ class Operation:
         # The engine this operation started and that failed: its own log file and last lines
         # (a failure's excerpt; never the rollback server's start-up).
         self.failed_engine: dict[str, Any] | None = None
-        # The front door's side of it (daemon/frontdoor.py): when the engine went down for
-        # it, the drain's answer, and the clients' figures once an engine serves again.
-        self.door_down_at: float | None = None
-        self.door_drain: dict[str, Any] | None = None
-        self.door: dict[str, Any] | None = None
-        self.door_standby: dict[str, Any] | None = None  # mode standby: the memory decision
         self._cond = threading.Condition()
 
     def restart_clock(self) -> None:

@@ -11,24 +11,35 @@ the part hears on the bus), the labels it adds to the engine's settings, its sec
 `status` (`STATUS`, declared by `SECTION`: its fields, the lines `fastverifyctl status` prints
 and the modes whose loads it serves from shared memory; a part may have none), what
 it takes over at start-up from a killed daemon (`adopt`), what a second engine would share
-with the serving one through it (`sharing`, the front door's standby asks), and what it
-does when the configuration is re-read and when the daemon stops. docs/architecture.md
-("Parts") says how to add one.
+with the serving one through it (`sharing`, the front door's standby asks), its say in a
+switch and around the serving engine (`plan_switch`, `before_stop`, `resume_after_cancel`,
+`on_crash`, `on_serving`, `switch_figures`, `tick`: the controller's switch, crash and
+start steps call them over every part), and what it does when the configuration is re-read
+and when the daemon stops. docs/architecture.md ("Parts") says how to add one.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from fastverify.api_models import PART_SHARED_LOADS, PART_SUMMARY
 from fastverify.config import Config
 from fastverify.daemon.events import EventBus
 from fastverify.daemon.failures import Failure
-from fastverify.frontdoor.standby import Sharing
+from fastverify.frontdoor.standby import Fit, Sharing
 
-__all__ = ["BasePart", "Part", "Sharing", "Spawn", "section"]
+__all__ = [
+    "BasePart",
+    "Fit",
+    "Part",
+    "Sharing",
+    "Spawn",
+    "section",
+    "switch_figures",
+    "switch_plan",
+]
 
 Spawn = Callable[[list[str]], Any]  # argv -> EngineHandle (the launcher's, or a part's around it)
 
@@ -86,6 +97,31 @@ class Part(Protocol):
         """What a second engine of `mode` (`load_format`: "dummy" for a trial) would share
         with the serving one through this part (None: it shares nothing)."""
 
+    def plan_switch(self, op: Any) -> Fit | None:
+        """How switch `op` may go, said before anything stops: a plan (standby: its new
+        engine beside the serving one; hold: why not), or None (the part has no say). At
+        most one part answers with a plan (`switch_plan`)."""
+
+    def before_stop(self, op: Any) -> None:
+        """A switch is about to stop the serving engine (returns early on `op.cancel`)."""
+
+    def resume_after_cancel(self, op: Any) -> bool:
+        """The switch was cancelled before its engine stopped: whether the serving engine
+        serves on through this part (False: the part has nothing to put back)."""
+
+    def on_crash(self) -> None:
+        """The serving engine died; the crash step restarts it."""
+
+    def on_serving(self, h: Any) -> None:
+        """Engine `h` serves READY (a switch's, a rollback's, a restart's, an adopted one)."""
+
+    def switch_figures(self, op: Any) -> dict[str, Any] | None:
+        """The result's `switch` section for `op` (None: the part has none to give). At
+        most one part gives it."""
+
+    def tick(self) -> None:
+        """From the daemon's main loop (~1/s)."""
+
     def reconfigure(self, cfg: Config, engine: Any) -> None:
         """A re-read configuration (SIGHUP); `engine` is the same kind as before."""
 
@@ -139,8 +175,47 @@ class BasePart:
     def sharing(self, mode: str, load_format: str | None = None) -> Sharing | None:
         return None  # it shares no engine's memory
 
+    def plan_switch(self, op: Any) -> Fit | None:
+        return None  # no say in how a switch goes
+
+    def before_stop(self, op: Any) -> None:
+        """Nothing to hold or drain."""
+
+    def resume_after_cancel(self, op: Any) -> bool:
+        return False
+
+    def on_crash(self) -> None:
+        """Nothing to hold for the restart."""
+
+    def on_serving(self, h: Any) -> None:
+        """Nothing to send to the engine."""
+
+    def switch_figures(self, op: Any) -> dict[str, Any] | None:
+        return None
+
+    def tick(self) -> None:
+        """Nothing to watch."""
+
     def reconfigure(self, cfg: Config, engine: Any) -> None:
         """Nothing of the configuration is its own."""
 
     def shutdown(self) -> None:
         """Nothing of its own to stop."""
+
+
+def switch_plan(parts: Iterable[Part], op: Any) -> tuple[Part, Fit] | None:
+    """The one part's plan for switch `op` and that part (None: no part has a say).
+    Two parts that both plan the same switch are a wiring error: it is raised."""
+    plans = [(part, fit) for part in parts if (fit := part.plan_switch(op)) is not None]
+    if len(plans) > 1:
+        names = ", ".join(part.NAME for part, _ in plans)
+        raise RuntimeError(f"more than one part planned the {op.kind} (at most one may): {names}")
+    return plans[0] if plans else None
+
+
+def switch_figures(parts: Iterable[Part], op: Any) -> dict[str, Any] | None:
+    """The result's `switch` section: the one part's that gives it (None: none does)."""
+    given = [figures for part in parts if (figures := part.switch_figures(op)) is not None]
+    if len(given) > 1:
+        raise RuntimeError(f"more than one part gave the {op.kind}'s switch figures")
+    return given[0] if given else None

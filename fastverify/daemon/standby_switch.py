@@ -23,9 +23,10 @@ from typing import Any
 
 from fastverify.daemon.core import Core
 from fastverify.daemon.failures import Failure
-from fastverify.daemon.frontdoor import engine_port
+from fastverify.daemon.frontdoor import DoorSteps, engine_port
 from fastverify.daemon.launcher import EngineHandle, with_port
 from fastverify.daemon.operations import Operation, OpResult
+from fastverify.daemon.parts import Part
 from fastverify.daemon.rollback import RollbackSteps
 from fastverify.daemon.starting import Starts
 from fastverify.daemon.states import State
@@ -47,12 +48,17 @@ class StandbySteps:
         argv: list[str],
         timeout_s: float | None,
         prev: dict[str, Any],
+        planner: Part,
         fit: Fit,
     ) -> OpResult:
+        """Switch `op` beside the serving engine, as `planner` (the part whose
+        `plan_switch` said standby: the front door, which cuts over and drains) planned."""
         c = self.c
         old = c.current
         assert old is not None  # the plan says standby only beside a serving engine
-        door: Any = c.door
+        if not isinstance(planner, DoorSteps):
+            raise TypeError(f"a standby switch is the front door's plan, not {planner.NAME}'s")
+        door = planner
         port = door.standby_port()
         argv = with_port(argv, port)
         argv = with_pool(argv, fit)
@@ -60,7 +66,7 @@ class StandbySteps:
               f"on port {port}; {old.profile}/{old.mode} serves meanwhile")  # fmt: skip
         outcome = self.starts.start_beside(op, profile, argv, timeout_s, op.cancel)
         if isinstance(outcome, Failure):
-            return self._kept(op, outcome, prev)
+            return self._kept(op, door, outcome, prev)
         h = outcome
         memory = h.parts.get("memory")
         if memory is not None:  # what its `Load weight begin` saw beside the old engine
@@ -71,7 +77,7 @@ class StandbySteps:
         if late:
             c.stop_engine(h, "failed")
             self.starts.keep_failed_tail(op, h)
-            return self._kept(op, Failure("cancelled", "operation cancelled"), prev)
+            return self._kept(op, door, Failure("cancelled", "operation cancelled"), prev)
         c.launcher.promote(h, old)
         with c._lock:
             c.current = h
@@ -91,7 +97,9 @@ class StandbySteps:
 
         return self.starts.succeeded(op, h, prev, after_serving=retire)
 
-    def _kept(self, op: Operation, failure: Failure, prev: dict[str, Any]) -> OpResult:
+    def _kept(
+        self, op: Operation, door: DoorSteps, failure: Failure, prev: dict[str, Any]
+    ) -> OpResult:
         """The standby failed or was cancelled: the old engine serves on (or, when it died
         meanwhile, the hold path's rollback puts the last good profile back)."""
         c = self.c
@@ -101,7 +109,6 @@ class StandbySteps:
         cancelled = failure.reason == "cancelled"
         if not cancelled:  # the serving engine's own state is fine: a past failure for status
             c.record_failure(failure, op, kept_serving=True)
-        door: Any = c.door  # the controller's DoorSteps
         door.kept(op)
         back = {"profile": prev.get("profile"), "mode": prev.get("mode")}
         served = f"{back['profile']}/{back['mode']} served on (never stopped)"

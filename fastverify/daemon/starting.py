@@ -185,7 +185,8 @@ class Starts:
             c.set_state(State.READY, why)
             if not h.alive():  # it exited after its verification: a crash, found now
                 c.launcher.on_exit(h)
-        c.door.serving(h)  # the held requests go to this engine
+        for part in c.parts:  # (the front door's: the held requests go to this engine)
+            part.on_serving(h)
         c.bus.publish(
             ev.EngineUp(
                 h.profile,
