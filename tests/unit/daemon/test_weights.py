@@ -18,6 +18,7 @@ from fastverify.daemon.weights import (
     gate,
     weights_summary,
 )
+from fastverify.sglang import weight_cache as wc
 from fastverify.sglang.facts import resolve
 from fastverify.sglang.weight_cache import strip_flags
 
@@ -140,6 +141,7 @@ def _steps(setting: str, facts: Any, ensured: Failure | None = None) -> WeightSt
         setting=setting, handle=None, ensure=lambda *a: ensured,
         disk_estimate=lambda mode: "~95 s, from the last recorded load",
         status=lambda: {"state": "ready", "pid": 7, "bytes": 3 << 30},
+        facts=lambda: wc.of(facts), bytes_held=lambda: (3 << 30, "nvml"),
     )  # fmt: skip
     return WeightSteps(core, cache)  # type: ignore[arg-type]
 
