@@ -201,8 +201,9 @@ class Gate:
         return t
 
     def _cut(self, t: Ticket, why: str) -> None:
-        t.cut(why)
+        # counted before the socket is shut: whoever sees the cut finds it counted
         self.cuts[why] += 1
+        t.cut(why)
         self._on_cut(t.peer, why)
 
     def _reaper(self) -> None:
