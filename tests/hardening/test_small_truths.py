@@ -7,13 +7,14 @@ handle it itself (`spec validate`): exit 130, never click's `Aborted!` with exit
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from fastverify.client import ApiError
-from tests.support.harness import REPO, DaemonHarness, ctrl_c_reaches_it, run_ctl
+from tests.support.harness import (
+    DaemonHarness,
+    ctl_interrupted_at,
+    run_ctl,
+)
 
 
 def test_mode_without_a_command_takes_json(tmp_path: Path) -> None:
@@ -99,22 +100,10 @@ def test_ctrl_c_of_spec_validate_exits_130(tmp_path: Path) -> None:
         ):  # fmt: skip
             r = d.ctl(*args, timeout=300)
             assert r.returncode == 0, (args, r.stdout + r.stderr)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), "spec",
-             "validate", "-d", "30"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            preexec_fn=ctrl_c_reaches_it,
-        )  # fmt: skip
-        assert proc.stderr is not None
-        seen: list[str] = []
-        for line in proc.stderr:  # the event: its warm-up has begun
-            seen.append(line)
-            if "spec validate: warm-up:" in line:
-                break
-        proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=120)
-        err = "".join(seen) + err
-        assert proc.returncode == 130 and "spec validate: interrupted" in err, err
+        # the event: its warm-up has begun
+        rc, err = ctl_interrupted_at(["--socket", str(d.socket), "spec", "validate", "-d", "30"],
+                                     "spec validate: warm-up:")  # fmt: skip
+        assert rc == 130 and "spec validate: interrupted" in err, err
         assert "Aborted!" not in err and "Traceback" not in err, err
         st = d.wait_state("READY")
         assert (st["mode"], st["lease"]) == ("adaptive", None)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fastverify.sim import costmodel
-from tests.support.harness import ctrl_c_reaches_it
+from tests.support.harness import ctl_interrupted_at
 from tests.support.net import free_port
 from tests.support.sim import SIM_SERVER_TP as TP
 from tests.support.sim import sim_server
@@ -121,22 +120,11 @@ def test_warm_up_and_window_are_announced_as_they_start(baseline_url: str) -> No
 def test_ctrl_c_in_the_warm_up_exits_130_without_a_traceback(baseline_url: str) -> None:
     """Ctrl-C while the warm-up's requests stream: exit 130 and one line, never asyncio's
     report of a warm-up future whose cancellation nobody read (a traceback)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fastverify.ctl", "bench", "--url", baseline_url, "-c", "4",
-         "-d", "20", "--output-len", "400", "--warmup", "3"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=ctrl_c_reaches_it,
-    )  # fmt: skip
-    assert proc.stderr is not None
-    seen: list[str] = []
-    for line in proc.stderr:  # the event: the warm-up's requests are on their way
-        seen.append(line)
-        if "bench: warm-up: 12 request(s)" in line:
-            break
-    proc.send_signal(signal.SIGINT)
-    _out, err = proc.communicate(timeout=120)
-    err = "".join(seen) + err
-    assert proc.returncode == 130 and "bench: interrupted" in err, err
+    # the event: the warm-up's requests are on their way
+    rc, err = ctl_interrupted_at(["bench", "--url", baseline_url, "-c", "4", "-d", "20",
+                                  "--output-len", "400", "--warmup", "3"],
+                                 "bench: warm-up: 12 request(s)")  # fmt: skip
+    assert rc == 130 and "bench: interrupted" in err, err
     for said in ("Traceback", "never retrieved", "was never awaited", "Exception ignored"):
         assert said not in err, err
 

@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +24,11 @@ import pytest
 from fastverify.client import ApiError
 from fastverify.sglang import client as engine_client
 from fastverify.speculation import costs as spec_costs
-from tests.support.harness import REPO, DaemonHarness, ctrl_c_reaches_it, run_ctl
+from tests.support.harness import (
+    DaemonHarness,
+    ctl_interrupted_at,
+    run_ctl,
+)
 
 WINDOW = ["-d", "2", "--input-len", "16", "--output-len", "48", "--warmup", "1"]
 
@@ -201,28 +202,8 @@ def test_no_daemon_and_an_sglang_without_step_spans(tmp_path: Path) -> None:
 def _ctrl_c_at(
     d: DaemonHarness, args: list[str], event: str, before: Callable[[], Any] | None = None
 ) -> tuple[int, str]:
-    """`fastverifyctl ARGS`, a Ctrl-C once its progress shows `event` (and `before()` holds
-    then): its exit code and everything it printed on stderr."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), *args],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=ctrl_c_reaches_it,
-    )  # fmt: skip
-    seen: list[str] = []
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        seen.append(line)
-        if event in line:
-            break
-    if before is not None:
-        assert before(), seen
-    proc.send_signal(signal.SIGINT)
-    try:
-        _rest, err = proc.communicate(timeout=300)  # a bound on a hang
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise AssertionError(f"{event}: no exit after Ctrl-C\n{''.join(seen)}") from None
-    return proc.returncode, "".join(seen) + err
+    """`fastverifyctl ARGS` on `d`, a Ctrl-C once its progress shows `event`."""
+    return ctl_interrupted_at(["--socket", str(d.socket), *args], event, before)
 
 
 def test_ctrl_c_puts_the_engine_back(tmp_path: Path) -> None:
@@ -270,20 +251,9 @@ def test_a_run_cut_short_resumes_from_its_journal(tmp_path: Path) -> None:
     args = ["spec", "costs", "--max-steps", "1", "--batch-sizes", "1,2", *WINDOW, "--no-traces",
             "--journal", str(journal), "--output", str(out)]  # fmt: skip
     with DaemonHarness(tmp_path, config=_config("baseline"), tp_size=2) as d:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fastverify.ctl", "--socket", str(d.socket), *args],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            preexec_fn=ctrl_c_reaches_it,
-        )  # fmt: skip
-        seen: list[str] = []
-        assert proc.stderr is not None
-        for line in proc.stderr:  # the event: the first step count's load has begun
-            seen.append(line)
-            if "steps 0: loading" in line:
-                break
-        proc.send_signal(signal.SIGINT)
-        _rest, err = proc.communicate(timeout=300)
-        assert proc.returncode == 130, "".join(seen) + err
+        # the event: the first step count's load has begun
+        rc, err = _ctrl_c_at(d, args, "steps 0: loading")
+        assert rc == 130, err
         assert "Traceback" not in err and "Exception ignored" not in err, err
         kept = [json.loads(x) for x in journal.read_text().splitlines()]
         assert kept[0]["record"] == "plan" and kept[0]["plan"]["trials"] == ["baseline", "0", "1"]

@@ -128,6 +128,33 @@ def ctrl_c_reaches_it() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def ctl_interrupted_at(
+    args: list[str], event: str, before: Callable[[], Any] | None = None
+) -> tuple[int, str]:
+    """`fastverifyctl ARGS` run to the first stderr line holding `event` (and `before()`
+    holds then), then Ctrl-C: its exit code and all it printed on stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastverify.ctl", *args],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=ctrl_c_reaches_it,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    seen: list[str] = []
+    for line in proc.stderr:  # the event, never a sleep
+        seen.append(line)
+        if event in line:
+            break
+    if before is not None:
+        assert before(), seen
+    proc.send_signal(signal.SIGINT)
+    try:
+        _rest, err = proc.communicate(timeout=300)  # a bound on a hang
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"{event}: no exit after Ctrl-C\n{''.join(seen)}") from None
+    return proc.returncode, "".join(seen) + err
+
+
 def sigint_in(pid: int, field: str) -> bool:
     """Whether /proc/PID/status's `field` mask (SigIgn, SigCgt) holds SIGINT: the kernel's view
     of what a process does with Ctrl-C."""
