@@ -291,7 +291,7 @@ class Relay:
                     while data := await _up(up_reader.read(READ)):
                         writer.write(data)
                         await writer.drain()
-                        tail = (tail + data)[-len(STREAM_END) :]
+                        tail = (tail + data[-len(STREAM_END) :])[-len(STREAM_END) :]
                 except UpstreamBroke:
                     if not (events and tail == STREAM_END):
                         raise
@@ -332,7 +332,8 @@ class Relay:
                 data = await _up(up.readexactly(size + 2))
                 writer.write(line + data)
                 await writer.drain()
-                tail = (tail + data[:-2])[-len(STREAM_END) :]
+                # (only the chunk's last bytes: no copy of a whole chunk per chunk)
+                tail = (tail + data[-len(STREAM_END) - 2 : -2])[-len(STREAM_END) :]
                 owed = b"0\r\n\r\n" if events and tail == STREAM_END else None
         except UpstreamBroke:
             if owed is None:
