@@ -49,11 +49,10 @@ def engine_port(url: str) -> int:
 @dataclass
 class DoorOp:
     """What the front door keeps of one operation (`op.parts[PART]`): when the engine went
-    down for it, the drain's answer, the clients' figures once an engine serves again (the
-    result's `switch`), and in mode standby the memory decision."""
+    down for it, the clients' figures once an engine serves again (the result's `switch`),
+    and in mode standby the memory decision."""
 
     down_at: float | None = None
-    drain: dict[str, Any] | None = None
     figures: dict[str, Any] | None = None
     standby: dict[str, Any] | None = None
 
@@ -280,7 +279,6 @@ class DoorSteps(BasePart):
                 f"{timeout:g} s; stopping the engine cuts them",
                 logging.WARNING,
             )
-        door.drain = drained
 
     def _command(self, want: int | None, op: str, **fields: Any) -> dict[str, Any] | None:
         """Say what the front door should do now (`want`) and tell it."""
