@@ -11,19 +11,22 @@ document is written as it is (`unhinted`).
 
 from __future__ import annotations
 
-import re
-import shlex
 import sys
 from typing import Any
 
-_HINT = re.compile(r"(?<![\w./-])fastverifyctl(?= [a-z])")
+# where a hint starts (compiled on first use, with shlex: most runs print no hint)
+_HINT = r"(?<![\w./-])fastverifyctl(?= [a-z])"
 
 
 def with_door(text: str, args: list[str]) -> str:
     """`text` with `args` after every `fastverifyctl` that starts a command hint."""
     if not args or "fastverifyctl" not in text:
         return text
-    return _HINT.sub(lambda _m: "fastverifyctl " + shlex.join(args), text)
+    import re
+    import shlex
+
+    door = "fastverifyctl " + shlex.join(args)
+    return re.sub(_HINT, lambda _m: door, text)
 
 
 class _Hinting:

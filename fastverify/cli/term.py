@@ -13,16 +13,42 @@ JSON readers turn back into the original text.
 
 from __future__ import annotations
 
-import re
+import functools
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-# C0 controls but TAB and LF, DEL, C1 controls, and the bidirectional formatting characters
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_UNSAFE_LINE = re.compile(
-    "[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
-)
-_NON_ASCII_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+if TYPE_CHECKING:
+    import re
+
+# DEL, C1 controls and the bidirectional formatting characters; with the C0 controls but TAB
+# and LF (`safe`), or but TAB (`safe(newlines=False)`)
+_NON_ASCII = "\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CLASSES = {
+    "text": "[\x00-\x08\x0b-\x1f" + _NON_ASCII + "]",
+    "line": "[\x00-\x08\x0a-\x1f" + _NON_ASCII + "]",
+    "json": "[" + _NON_ASCII + "]",
+}
+
+
+@functools.cache
+def _unsafe(which: str) -> re.Pattern[str]:
+    """The pattern of `_CLASSES[which]`, compiled on first use: most writes are printable
+    text (`_printable`), and each of these costs a few hundred µs of every command's start-up
+    to compile."""
+    import re
+
+    return re.compile(_CLASSES[which])
+
+
+def _printable(text: str, keep: str) -> bool:
+    """No character of any of the classes above is in `text`: every one of them is a control
+    or format character, which `str.isprintable` refuses (as it does TAB and LF, which `keep`
+    lets through)."""
+    if text.isprintable():
+        return True
+    for ch in keep:
+        text = text.replace(ch, "")
+    return text.isprintable()
 
 
 def _show(m: re.Match[str]) -> str:
@@ -32,13 +58,17 @@ def _show(m: re.Match[str]) -> str:
 
 def safe(text: str, *, newlines: bool = True) -> str:
     """`text` with every control character shown as an escape (see the module docstring)."""
-    return (_UNSAFE if newlines else _UNSAFE_LINE).sub(_show, text)
+    if _printable(text, "\t\n" if newlines else "\t"):
+        return text
+    return _unsafe("text" if newlines else "line").sub(_show, text)
 
 
 def json_safe(text: str) -> str:
     """A JSON document (json.dumps already escapes C0 controls) with DEL, the C1 controls and
     the bidirectional characters escaped as JSON escapes too."""
-    return _NON_ASCII_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    if _printable(text, "\n"):
+        return text
+    return _unsafe("json").sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 class SafeStream:

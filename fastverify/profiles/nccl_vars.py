@@ -120,35 +120,48 @@ class NcclVar(Record):
 
 # The table itself is data: nccl_vars.csv beside this module, one row per variable (columns
 # as NcclVar's fields; `choices` space-separated, `ci` 1 or empty, `# ---` lines head a
-# section). Rows are read on first look-up and made into NcclVars one by one: `profile list`
-# looks up a few dozen names, not the ~300 of the table (start-up time).
+# section). Lines are indexed by name on first look-up and only the rows looked up are split
+# into fields and made into NcclVars: `profile list` looks up a few dozen names, not the ~300
+# of the table, and plain rows need no csv module (start-up time).
 _TABLE_FILE = os.path.join(os.path.dirname(__file__), "nccl_vars.csv")  # no pathlib: start-up
-_ROWS: dict[str, dict[str, str]] = {}
+_LINES: dict[str, str] = {}  # name -> its row's line (the header line under "")
 _MADE: dict[str, NcclVar] = {}
 
 
-def _rows() -> dict[str, dict[str, str]]:
-    if not _ROWS:
-        import csv
+def _lines() -> dict[str, str]:
+    if not _LINES:
+        with open(_TABLE_FILE, encoding="utf-8") as f:
+            header, *rows = (line for line in f.read().splitlines() if not line.startswith("#"))
+        _LINES[""] = header
+        _LINES.update((line.partition(",")[0], line) for line in rows)
+    return _LINES
 
-        with open(_TABLE_FILE, newline="", encoding="utf-8") as f:
-            lines = (line for line in f if not line.startswith("#"))
-            _ROWS.update((row["name"], row) for row in csv.DictReader(lines))
-    return _ROWS
+
+def _fields(line: str) -> list[str]:
+    """One line's fields as csv reads them (only a line with a quote needs its parser)."""
+    if '"' not in line:
+        return line.split(",")
+    import csv
+
+    return next(csv.reader([line]))
+
+
+def _row(name: str) -> dict[str, str]:
+    return dict(zip(_fields(_lines()[""]), _fields(_LINES[name]), strict=True))
 
 
 def lookup(name: str) -> NcclVar | None:
     """The table entry for `name`, or None when NCCL does not know it."""
     var = _MADE.get(name)
-    if var is None and name in _rows():
-        var = _MADE[name] = NcclVar(_ROWS[name])
+    if var is None and name and name in _lines():
+        var = _MADE[name] = NcclVar(_row(name))
     return var
 
 
 def __getattr__(name: str) -> dict[str, NcclVar]:
     """`KNOWN`: name -> NcclVar for the whole table, made on first use (PEP 562)."""
     if name == "KNOWN":
-        return {n: var for n in _rows() if (var := lookup(n)) is not None}  # every row
+        return {n: var for n in _lines() if (var := lookup(n)) is not None}  # every row
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -156,4 +169,4 @@ def suggest(name: str) -> list[str]:
     """Known names close to a misspelt one (for `NCCL_ALGOS` -> `NCCL_ALGO`)."""
     import difflib
 
-    return difflib.get_close_matches(name, list(_rows()), n=3, cutoff=0.75)
+    return difflib.get_close_matches(name, [n for n in _lines() if n], n=3, cutoff=0.75)
