@@ -22,15 +22,14 @@ from fastverify.cli.experiment_common import (
     report_json_option,
 )
 from fastverify.cli.options import (
-    Ranks,
     backend_option,
     count_option,
     dir_option,
     file_option,
     flag,
-    rank_options,
 )
 from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, fail, table
+from fastverify.cli.rank_options import Ranks, rank_options
 
 # ----------------------------------------------------------------------------- preflight
 

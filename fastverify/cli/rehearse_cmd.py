@@ -27,16 +27,15 @@ from fastverify.cli.experiment_common import (
     report_json_option,
 )
 from fastverify.cli.options import (
-    Ranks,
     backend_option,
     choice_option,
     count_option,
     file_option,
     maybe_count,
-    rank_options,
     stack,
 )
 from fastverify.cli.output import EXIT_PROBLEMS, EXIT_USAGE, fail, table
+from fastverify.cli.rank_options import Ranks, rank_options
 
 
 def _fmt(value: Any, digits: int = 2) -> str:

@@ -88,7 +88,8 @@ def range_text() -> str:
 
 
 # A release as pip and SGLang spell it: 0.5.23, v0.5.10.post1, 0.5.24rc1, 0.5.23.dev0+gabc
-_VERSION = re.compile(r"v?\d+(\.\d+){1,3}((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[\w.]+)?")
+# (compiled by `re` on first use: `profile list` reads the pinned release's facts by name)
+_VERSION = r"v?\d+(\.\d+){1,3}((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[\w.]+)?"
 
 
 def release_for(version: str) -> str | None:
@@ -275,8 +276,10 @@ def first_with(feature: str) -> str | None:
 
 def resolve(version: str) -> SGLangFacts:
     """The facts for a server running SGLang `version`, by the policy above."""
+    if version in known_versions():  # a release's own name (the pinned one): no parsing
+        return SGLangFacts(version, version, True)
     want = parse(version)
-    if len(want) < 2 or not _VERSION.fullmatch(version.strip()):
+    if len(want) < 2 or not re.fullmatch(_VERSION, version.strip()):
         raise VersionTooOld(
             f"SGLang version {version!r} is not a version (expected X.Y.Z, e.g. 0.5.23 or "
             f"0.5.10.post1; supported {range_text()})"
