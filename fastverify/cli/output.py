@@ -103,11 +103,11 @@ def table(
 
     rows = [[("" if c is None else str(c)) for c in row] for row in rows]
     if not sys.stdout.isatty():
-        if title:
-            click.echo(f"# {safe(title, newlines=False)}")
-        click.echo("\t".join(columns))
+        lines = [f"# {safe(title, newlines=False)}"] if title else []
+        lines.append("\t".join(columns))
         for row in rows:  # one line per row, whatever a cell holds
-            click.echo("\t".join(safe(c, newlines=False).replace("\t", "\\t") for c in row))
+            lines.append("\t".join(safe(c, newlines=False).replace("\t", "\\t") for c in row))
+        click.echo("\n".join(lines))  # one write: each echo costs its own stream checks
         return
     from rich.console import Console
     from rich.table import Table

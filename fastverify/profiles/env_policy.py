@@ -66,7 +66,7 @@ PLUGIN_VARS = frozenset({
     "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "NCCL_ENV_PLUGIN",
     "NCCL_GIN_PLUGIN", "NCCL_RMA_PLUGIN", "NCCL_CONF_FILE",
 })  # fmt: skip
-_BARE_PLUGIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_BARE_PLUGIN = r"[A-Za-z0-9][A-Za-z0-9._-]*"  # compiled by `re` when a profile names a plugin
 # Directories whose compiled libraries the engine loads (JIT caches)
 CODE_DIR_VARS = frozenset({
     "SGLANG_CACHE_DIR", "SGLANG_JIT_CACHE_DIR", "SGLANG_DG_CACHE_DIR",
@@ -222,7 +222,7 @@ def trust_problem(name: str, value: str) -> str | None:
     """Why the file or directory `value` of `name` may not be used (None: fine, or `name`
     names no code). See the module docstring."""
     if name in PLUGIN_VARS:
-        if name != "NCCL_CONF_FILE" and _BARE_PLUGIN.fullmatch(value):
+        if name != "NCCL_CONF_FILE" and re.fullmatch(_BARE_PLUGIN, value):
             return None  # a name the loader finds in the system's library path
         if not os.path.isabs(value):
             return (

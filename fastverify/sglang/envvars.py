@@ -68,5 +68,5 @@ def kinds(version: str | None = None) -> dict[str, str]:
     (a variable that also answers to an older name) parses as its base kind."""
     from fastverify.sglang import facts
 
-    declared = facts.resolve(version or pinned()).env["sglang_vars"]
+    declared = facts.resolve(version or pinned()).sglang_vars
     return {name: kind.removesuffix("withalias") for name, kind in declared.items()}

@@ -108,6 +108,31 @@ def _data(release: str) -> dict[str, Any]:
         return data
 
 
+_SGLANG_VARS_KEY = '"sglang_vars":'
+
+
+@functools.lru_cache(maxsize=4)
+def _sglang_vars(release: str) -> dict[str, str]:
+    """`env.sglang_vars` of a release's facts. `profile list` checks a profile's `SGLANG_*`
+    names against it and needs nothing else of the file: where the key occurs once in the
+    text (scripts/sglang_facts.py writes it once, under `env`), its value alone is decoded, a
+    third of the file; else the whole file."""
+    with open(os.path.join(DATA_DIR, f"{release}.json"), encoding="utf-8") as fh:
+        text = fh.read()
+    at = text.find(_SGLANG_VARS_KEY)
+    if at >= 0 and text.find(_SGLANG_VARS_KEY, at + 1) < 0:
+        start = at + len(_SGLANG_VARS_KEY)
+        while text[start : start + 1].isspace():
+            start += 1
+        try:
+            value, _end = json.JSONDecoder().raw_decode(text, start)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            return value
+    return cast("dict[str, str]", _data(release)["env"]["sglang_vars"])
+
+
 class SGLangFacts:
     """The facts that serve a server running SGLang `version`.
 
@@ -171,6 +196,12 @@ class SGLangFacts:
     @property
     def env(self) -> dict[str, Any]:
         return cast("dict[str, Any]", self.data["env"])
+
+    @property
+    def sglang_vars(self) -> dict[str, str]:
+        """`env["sglang_vars"]`: every `SGLANG_*` variable the release declares, with its
+        parser kind (read without decoding the rest of the file)."""
+        return _sglang_vars(self.facts_version)
 
     @property
     def features(self) -> dict[str, Any]:

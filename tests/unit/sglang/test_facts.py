@@ -144,3 +144,29 @@ def test_sglang_facts_prints_one_release_and_refuses_one_below_the_range() -> No
     assert "SGLang version '0.5.x' is not a version (expected X.Y.Z" in pattern.stderr
     assert "older" not in pattern.stderr
     assert "SGLang 0.5.1 .. 0.5.23 " in _ctl("sglang", "versions").stdout
+
+
+@pytest.mark.parametrize("release", f.known_versions())
+def test_the_sglang_variables_read_alone_are_the_files_env_section(release: str) -> None:
+    """`sglang_vars` decodes only its part of the file (`profile list`'s start-up): the same
+    mapping as the whole file's `env.sglang_vars`."""
+    whole = json.loads((Path(f.DATA_DIR) / f"{release}.json").read_text(encoding="utf-8"))
+    assert f.resolve(release).sglang_vars == whole["env"]["sglang_vars"]
+
+
+def test_the_sglang_variables_come_from_env_when_another_section_names_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file whose text has the key twice is read whole: the value is `env`'s, never the first
+    one the text holds."""
+    data = {"features": {"sglang_vars": {"SGLANG_DECOY": "int"}},
+            "env": {"sglang_vars": {"SGLANG_REAL": "bool"}}}  # fmt: skip
+    (tmp_path / "9.9.9.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+    monkeypatch.setattr(f, "DATA_DIR", str(tmp_path))
+    f._sglang_vars.cache_clear()
+    f._data.cache_clear()
+    try:
+        assert f._sglang_vars("9.9.9") == {"SGLANG_REAL": "bool"}
+    finally:
+        f._sglang_vars.cache_clear()
+        f._data.cache_clear()
