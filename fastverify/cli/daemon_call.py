@@ -15,7 +15,6 @@ from typing import Any
 
 import click
 
-from fastverify.api_models import STATUS
 from fastverify.cli.hints import carry_door
 from fastverify.cli.options import json_option
 from fastverify.cli.output import (
@@ -166,6 +165,10 @@ def status_command(name: str, json_help: str | None = None) -> Callable[[Show], 
         @socket_option
         @click.pass_context
         def command(ctx: click.Context, as_json: bool = False) -> None:
+            # the API's models, imported when a command asks the daemon (not for `--version`,
+            # `--help` or an offline `profile list`, which import this module too)
+            from fastverify.api_models import STATUS
+
             show(call_daemon(ctx, STATUS, as_json=as_json, timeout=STATUS_TIMEOUT_S), as_json)
 
         return command

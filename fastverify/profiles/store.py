@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import builtins
 import os
-import re
 import stat
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -26,8 +25,8 @@ from fastverify import paths
 from fastverify.profiles import envfile
 from fastverify.profiles.model import Problem, Profile, ProfileError, Record, Source
 from fastverify.profiles.validate import (
-    PROFILE_NAME_RE,
     Topology,
+    is_profile_name,
     parse_requires,
     validate,
 )
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
 
 SUFFIX = ".env"
 MAX_EXTENDS_DEPTH = 16
-_SHELL_META = re.compile(r"[;&|$`<>(){}\[\]*?!~'\"\\\s]")
+_SHELL_META = frozenset(";&|$`<>(){}[]*?!~'\"\\")  # and whitespace (str.isspace, as re's \s)
 
 TopologySource = Topology | Callable[[], Topology] | None
 
@@ -73,11 +72,11 @@ def name_problem(name: str, paths_allowed: bool = False) -> str | None:
             else by_name
         )
         return f"{name!r} is a path, not a profile name ({hint})"
-    if _SHELL_META.search(name):
+    if any(c in _SHELL_META or c.isspace() for c in name):
         return (
             f"{name!r} contains shell metacharacters or spaces (use letters, digits, '.', '_', '-')"
         )
-    if not PROFILE_NAME_RE.fullmatch(name):
+    if not is_profile_name(name):
         return (
             f"{name!r} is not a profile name "
             "(start with a letter or digit; then letters, digits, '.', '_', '-')"
@@ -365,7 +364,7 @@ class ProfileStore:
         base: Profile | None = None
         base_problems: builtins.list[Problem] = []
         extends = parsed.meta.get("extends")
-        if extends and PROFILE_NAME_RE.fullmatch(extends[1]):
+        if extends and is_profile_name(extends[1]):
             line, base_name = extends
             base_entry = self._find_base(base_name, entry)
             if base_entry is None:

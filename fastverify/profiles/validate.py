@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 
 from fastverify.profiles import env_policy, nccl_vars, sglang_vars
-from fastverify.profiles.envfile import ParsedFile
+from fastverify.profiles.envfile import ASCII_DIGITS, ASCII_LETTERS, ParsedFile, is_word
 from fastverify.profiles.model import Problem, Record, Severity
 
 # What the daemon can turn into server flags.
@@ -33,9 +33,26 @@ REQUIRES: dict[str, tuple[str, ...]] = {
     "cuda-graph": ("on", "off"),
     "custom-all-reduce": ("on", "off"),
 }
-PROFILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-TAG_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
-_INT_RE = re.compile(r"-?(0|[1-9][0-9]*)")
+_ALNUM = ASCII_LETTERS | ASCII_DIGITS
+_NAME_REST = _ALNUM | {".", "_", "-"}
+_TAG_FIRST = frozenset("abcdefghijklmnopqrstuvwxyz") | ASCII_DIGITS
+_TAG_REST = _TAG_FIRST | {".", "_", "-"}
+
+
+def is_profile_name(text: str) -> bool:
+    """A profile name: `[A-Za-z0-9][A-Za-z0-9._-]{0,63}`."""
+    return is_word(text, _ALNUM, _NAME_REST, 64)
+
+
+def is_tag(text: str) -> bool:
+    """A tag: `[a-z0-9][a-z0-9._-]{0,31}`."""
+    return is_word(text, _TAG_FIRST, _TAG_REST, 32)
+
+
+def _is_int(text: str) -> bool:
+    """A plain decimal integer: `-?(0|[1-9][0-9]*)`."""
+    digits = text[1:] if text.startswith("-") else text
+    return digits == "0" or (digits[:1] not in ("", "0") and ASCII_DIGITS.issuperset(digits))
 
 
 class Topology(Record):
@@ -142,7 +159,7 @@ def check_value(var: nccl_vars.NcclVar, value: str) -> tuple[Severity, str] | No
     """(severity, message) for a bad value of a known variable, or None when it is fine."""
     k = var.kind
     if k in ("int", "switch", "bytes", "nthreads"):
-        if not _INT_RE.fullmatch(value):
+        if not _is_int(value):
             hint = ""
             if len(value) > 24:  # no numeric hint (str() of a huge int raises)
                 hint = f" ({len(value)} characters)"
@@ -322,7 +339,7 @@ def _check_meta(parsed: ParsedFile, problems: list[Problem]) -> None:
             problems.append(Problem(path, line, msg))
     if "extends" in parsed.meta:
         line, raw = parsed.meta["extends"]
-        if not PROFILE_NAME_RE.fullmatch(raw):
+        if not is_profile_name(raw):
             problems.append(
                 Problem(
                     path,
@@ -334,7 +351,7 @@ def _check_meta(parsed: ParsedFile, problems: list[Problem]) -> None:
     if "tags" in parsed.meta:
         line, raw = parsed.meta["tags"]
         for tag in (t.strip() for t in raw.split(",")):
-            if not TAG_RE.fullmatch(tag):
+            if not is_tag(tag):
                 problems.append(
                     Problem(
                         path,
@@ -383,7 +400,7 @@ def _cross_checks(
         ("NCCL_MIN_P2P_NCHANNELS", "NCCL_MAX_P2P_NCHANNELS"),
     ):
         lo, hi = env.get(lo_name, ""), env.get(hi_name, "")
-        if _INT_RE.fullmatch(lo) and _INT_RE.fullmatch(hi) and int(lo) > int(hi):
+        if _is_int(lo) and _is_int(hi) and int(lo) > int(hi):
             line = lines.get(lo_name) or lines.get(hi_name) or 0
             problems.append(
                 Problem(path, line, f"{lo_name}={lo} is above {hi_name}={hi} (make MIN <= MAX)")
