@@ -16,10 +16,11 @@ The pool: SGLang sizes it as (free memory after its load) - (free memory before 
 bytes are added to the pre-load figure, `account_preloaded_weights`), so an engine started
 beside another one, with the same fraction, gets a much smaller pool. A standby start
 therefore always gets `--max-total-tokens` (standby_kv_share x a cold start's tokens: the
-serving engine's own, or, when a standby start capped it, the pool it was a share of) and a `--mem-fraction-static` (`Fit.mem_fraction`) high enough that the budget SGLang
-computes from a low estimate of its pre-load memory covers that pool; the cap trims the
-rest. Both replace the profile's values for that start only. `decide` is the rule;
-fastverifyd reads the figures (daemon/frontdoor.py)."""
+serving engine's own, or, when a standby start capped it, the pool it was a share of) and a
+`--mem-fraction-static` (`Fit.mem_fraction`) high enough that the budget SGLang computes
+from a low estimate of its pre-load memory covers that pool; the cap trims the rest. Both
+replace the profile's values for that start only. `decide` is the rule; fastverifyd reads
+the figures (daemon/frontdoor.py)."""
 
 from __future__ import annotations
 
@@ -152,8 +153,9 @@ def _pool_text(tokens: int, gib: float, share: float, fraction: float, free: flo
         which = ("the same as the serving one's" if cold == serving else
                  "the same as a cold start's")  # fmt: skip
     else:
-        which = (f"{share:.0%} of a cold start's {cold} tokens: fewer tokens in flight until "
-                 "the next cold start (a hold switch, a crash restart, a daemon start)")  # fmt: skip
+        which = (f"{share:.0%} of a cold start's {cold} tokens: fewer tokens in flight "
+                 "until the next cold start (a hold switch, a crash restart, a daemon "
+                 "start)")  # fmt: skip
     return (f"; the new engine's KV pool: {tokens} tokens ({_gib(gib)}, {which}), through "
             f"--max-total-tokens {tokens} and --mem-fraction-static {fraction:g} for this "
             f"start only (about {_gib(free)} free before its load; the next cold start uses "
