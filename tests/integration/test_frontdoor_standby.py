@@ -206,6 +206,10 @@ def test_doctor_says_a_hold_host_has_room_for_standby(tmp_path: Path) -> None:
         doctor = d.ctl("doctor", "--no-topology", timeout=120).stdout
         assert "front door: mode hold; standby: 2 x (KV 4.5 GiB" in doctor, doctor
         assert '[frontdoor] mode = "standby" would start the new engine' in doctor, doctor
+        r = d.ctl("doctor", "--no-topology", "--json", timeout=120)  # --json says it too
+        door = json.loads(r.stdout)["frontdoor"]
+        assert door["mode"] == "hold" and door["standby"] == d.status()["frontdoor"]["standby"]
+        assert door["standby"]["mode"] == "standby", door
 
 
 def test_kill9_of_fastverifyd_during_a_standby_switch(tmp_path: Path) -> None:
