@@ -20,7 +20,9 @@ preexec=None)`.
   the file is written in the tables' layout) merged over the harness defaults (free
   engine port, tp_size, fast backoff [0.1, 0.5] s, 5 s stop grace, 30 s readiness timeout,
   profile_dirs = [tmp_path/"profiles"] (created, empty) so tests can add their own
-  profiles; the shipped ones stay available).
+  profiles; the shipped ones stay available). On the sim, `env_passthrough` also names
+  the sim's health poll (FASTVERIFY_SIM_HEALTH_POLL_S, shortened in the daemon's
+  environment; `env` sets it back to SGLang's 1 s for a test about readiness).
 - `extra_args`: more fastverifyd flags.
 - `start=False` (or use without `with`): call `.start(wait_ready=True)` yourself.
 - `sigint_ignored`: start the daemon with SIGINT ignored, as a background job starts
