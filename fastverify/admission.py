@@ -11,6 +11,8 @@ defences against a slow or flooding peer.
   the oldest pending one (of that peer, else of all) that had EVICT_GRACE_S to send its
   request, so a peer that trickles bytes never holds a slot that a quick client needs
   (a quick client is past the gate in milliseconds; a burst of them cuts none of its own).
+  One whose request head already waits whole in the kernel's buffer is not cut: that peer
+  was quick, this side is slow to read it (a busy host), and it is never a trickler.
   A peer holds at most `per_peer` connections (streams and waiters included): one more
   cuts its oldest pending one at once, or is refused when none is pending.
 - `Buckets`: a token bucket per key (a caller), for requests that write records.
@@ -33,6 +35,7 @@ from typing import Any
 
 REQUEST_DEADLINE_S = 10.0
 EVICT_GRACE_S = 0.5  # a pending request younger than this is not cut to make room
+_PEEK_BYTES = 65536  # what `Ticket.request_waiting` looks at: a request head fits
 
 
 class Ticket:
@@ -53,6 +56,18 @@ class Ticket:
         # a second descriptor of the same socket: the gate can shut it down whatever the
         # serving thread did to its own (wrapped it in TLS, closed it)
         self._cut: socket.socket | None = sock.dup()
+
+    def request_waiting(self) -> bool:
+        """Its request head (up to the blank line) already waits whole in the socket's
+        buffer, unread by the serving thread (a peek, never a read)."""
+        sock = self._cut
+        if sock is None:
+            return False
+        try:
+            data = sock.recv(_PEEK_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except OSError:  # nothing buffered (EAGAIN), or the socket is gone
+            return False
+        return b"\r\n\r\n" in data
 
     def cut(self, why: str) -> None:
         sock = self._cut
@@ -141,7 +156,7 @@ class Gate:
         return victim
 
     def _ripe(self, t: Ticket, now: float) -> bool:
-        return now - t.since >= EVICT_GRACE_S
+        return now - t.since >= EVICT_GRACE_S and not t.request_waiting()
 
     def _uncount(self, t: Ticket) -> None:
         if t.counted:

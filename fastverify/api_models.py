@@ -538,6 +538,9 @@ class EngineStatus(TypedDict):
 # The keys every part's status section has besides its own fields (`parts` below)
 PART_SUMMARY = "summary"
 PART_SHARED_LOADS = "shared_loads"
+# seconds the part took to load what it shares (the weight cache: its own read of the
+# checkpoint); null when unknown or nothing is shared
+PART_SHARED_LOAD_S = "shared_load_s"
 
 
 def part_section(status: "StatusBody", name: str) -> dict[str, Any]:

@@ -4,7 +4,8 @@ its forced accept length) against what SGLang served, per concurrency and prompt
 
     python benchmarks/gpu/decision_report.py RAW_DIR [--out benchmarks/results/FILE.json]
 
-RAW_DIR holds the run's raw outputs (spec-costs-8b.json, bench-MODE-cC-inN.json,
+RAW_DIR holds the run's raw outputs (spec-costs-8b.json, or spec-costs-8b-inN.json for costs
+measured at N-token prompts, bench-MODE-cC-inN.json,
 accept-histogram-forced-3.json): one call's raw tarball unpacked. Modes compared: baseline (a
 baseline server) and fixed3 (EAGLE-3 at 3 steps, the plan's "eagle" prediction), and, when the
 run served them, adaptive3 (the plan served at the planned acceptance) and adaptive2 (the same
@@ -44,11 +45,17 @@ def benches(raw: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
     return out
 
 
+def costs_path(raw: Path) -> Path:
+    """The run's cost file: at 128-token prompts, else the one at a longer context."""
+    found = [raw / "spec-costs-8b.json", *sorted(raw.glob("spec-costs-8b-in*.json"))]
+    return next((p for p in found if p.exists()), found[0])
+
+
 def _costs(raw: Path, got: dict) -> tuple[spec_costs.Costs, str | None]:
     """The run's cost file; when its spec costs measured one prefill point per mode (before
     it measured two), the baseline's second from the run's one-client bench of the longer
     prompt."""
-    data = json.loads((raw / "spec-costs-8b.json").read_text())
+    data = json.loads(costs_path(raw).read_text())
     base = data.get("prefill_ms", {}).get("baseline") or {}
     longest = max((n for (m, c, n) in got if m == "baseline" and c == 1), default=None)
     note = None
@@ -113,7 +120,8 @@ def report(raw: Path) -> dict[str, Any]:
         "kind": "decision-tools-real-sglang",
         "label": "SGLang 0.5.17, TP 1, one H100, dummy weights, accept length forced by SGLang",
         "costs": {
-            "source": json.loads((raw / "spec-costs-8b.json").read_text()).get("source"),
+            "file": costs_path(raw).name,
+            "source": json.loads(costs_path(raw).read_text()).get("source"),
             "baseline_ms": costs.to_dict().get("baseline_ms")
             if hasattr(costs, "to_dict")
             else None,

@@ -24,6 +24,14 @@ call runs the rest with --steps):
 - fixed_k12: EAGLE-3 at 1 and 2 steps (forced 3.0) between the tier keys;
 - steps0_skip: the steps-0 pass again with SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1.
 
+`--costs-input-len N` (default 128) measures the costs at N-token prompts instead (their own
+journal and cost file, spec-costs-8b-inN.*), and plan_served then plans and serves at N-token
+prompts only, from those costs: the plan at the workload's context, which `spec plan`'s
+`context_note` asks for when the costs were measured at a shorter one.
+
+    bash benchmarks/gpu/real_sglang.sh spec8b --steps costs8b --costs-input-len 1024
+    bash benchmarks/gpu/real_sglang.sh spec8b --steps plan_served --costs-input-len 1024
+
 benchmarks/gpu/decision_report.py turns the results files into the figures with their goals.
 """
 
@@ -68,6 +76,24 @@ RESTORE_S = 100  # a Ctrl-C'd spec costs puts the engine back: one start and its
 
 class SpecRun(rs.Run):
     # ------------------------------------------------------------------ helpers
+    def costs_len(self) -> int:
+        return int(self.args.costs_input_len)
+
+    def costs_name(self, suffix: str) -> str:
+        """spec-costs-8b.SUFFIX, or spec-costs-8b-inN.SUFFIX for costs at N-token prompts."""
+        n = self.costs_len()
+        return f"spec-costs-8b{'' if n == 128 else f'-in{n}'}.{suffix}"
+
+    def costs_args(self) -> list[str]:
+        args = list(COSTS_ARGS)
+        args[args.index("--input-len") + 1] = str(self.costs_len())
+        return args
+
+    def prompts(self) -> tuple[int, ...]:
+        """The prompt lengths planned and served: both, or only the costs' own when they were
+        measured at a longer context."""
+        return PROMPTS if self.costs_len() == 128 else (self.costs_len(),)
+
     def forced(self, length: float | None, **more: str) -> dict[str, str]:
         env = dict(more)
         if length is not None:
@@ -85,7 +111,7 @@ class SpecRun(rs.Run):
             return "eagle3", self.forced(PLANNED_ACCEPT), {}
         if step == "plan_served":
             plan = self._plan()
-            mode = "adaptive" if plan["plans"][str(PROMPTS[0])].get("drafts") else "baseline"
+            mode = "adaptive" if plan["plans"][str(self.prompts()[0])].get("drafts") else "baseline"
             return mode, self.forced(PLANNED_ACCEPT), {"adaptive_config": plan["path"]}
         if step == "costs8b":  # its first trial; the cost run puts it back when done
             return "baseline", {}, {}
@@ -150,14 +176,14 @@ class SpecRun(rs.Run):
 
     # ------------------------------------------------------------------ the steps
     def s_costs8b(self) -> dict[str, Any]:
-        journal = Path(self.args.journal or self.work / "spec-costs-8b.journal.jsonl")
-        costs = self.work / "spec-costs-8b.json"
+        journal = Path(self.args.journal or self.work / self.costs_name("journal.jsonl"))
+        costs = self.work / self.costs_name("json")
         self.serving = None  # the cost run switches the engine (and puts the first back)
         resume = journal.exists() and journal.stat().st_size > 0
-        args = [*COSTS_ARGS, "--journal", str(journal), "--output", str(costs), "--json"]
+        args = [*self.costs_args(), "--journal", str(journal), "--output", str(costs), "--json"]
         if resume:
             args.append("--resume")
-        err_path = self.raw / "spec-costs-8b-stderr.txt"
+        err_path = self.raw / self.costs_name("stderr.txt")
         env = {**_scrubbed_env(), "PYTHONPATH": str(REPO)}
         with open(err_path, "a") as err_f:  # progress, kept also when the call is cut
             proc = subprocess.Popen(
@@ -193,7 +219,7 @@ class SpecRun(rs.Run):
         return ev
 
     def _costs(self) -> Path:
-        for p in (self.work / "spec-costs-8b.json", Path(self.args.costs or "/nonexistent")):
+        for p in (self.work / self.costs_name("json"), Path(self.args.costs or "/nonexistent")):
             if p.exists():
                 return p
         raise rs.StepFailed("no cost file: run costs8b first (or give --costs)")
@@ -222,11 +248,11 @@ class SpecRun(rs.Run):
         acc = Acceptance.from_requests([h["histogram"]], int(h["steps"]))
         costs = spec_costs.from_file(self._costs())
         plans = {}
-        for n in PROMPTS:
+        for n in self.prompts():
             p = spec_plan.make_plan(acc, costs, workload=serving.Workload(n, OUTPUT_LEN),
                                     concurrencies=[*BATCH_SIZES, *BETWEEN_KEYS])  # fmt: skip
             plans[str(n)] = p.to_dict()
-            if n == PROMPTS[0]:
+            if n == self.prompts()[0]:
                 cfg_path = spec_plan.write_adaptive_config(p, self.work / "plan-adaptive.json")
         self.dump("plan.json", plans)
         return {"config": json.loads(Path(cfg_path).read_text()), "plans": plans,
@@ -236,12 +262,14 @@ class SpecRun(rs.Run):
         plan = self._plan()
         # a plan that drafts at no batch size is "serve baseline" (the daemon refuses such an
         # adaptive config, rightly): its prediction is then compared with the baseline served
-        drafts = plan["plans"][str(PROMPTS[0])].get("drafts")
+        drafts = plan["plans"][str(self.prompts()[0])].get("drafts")
         mode = "adaptive" if drafts else "baseline"
         ev = self.serve(mode, self.forced(PLANNED_ACCEPT), adaptive_config=plan["path"])
-        ev.update(config=plan["config"], served_mode=mode, plan_drafts=drafts)
-        ev["benches"] = self.sweep("adaptive3", BATCH_SIZES, PROMPTS)
-        ev["benches"].update(self.sweep("adaptive3", BETWEEN_KEYS))
+        ev.update(config=plan["config"], served_mode=mode, plan_drafts=drafts,
+                  costs_input_len=self.costs_len())  # fmt: skip
+        ev["benches"] = self.sweep("adaptive3", BATCH_SIZES, self.prompts())
+        if self.costs_len() == 128:
+            ev["benches"].update(self.sweep("adaptive3", BETWEEN_KEYS))
         ev["predicted"] = {str(n): {c: (p.get("predictions") or {}).get(str(c))
                                     for c in (*BATCH_SIZES, *BETWEEN_KEYS)}
                            for n, p in plan["plans"].items()}  # fmt: skip
@@ -252,7 +280,7 @@ class SpecRun(rs.Run):
         path = self.work / "plan-adaptive.json"
         rs.check(path.exists(), "no plan: run plan_served first")
         plans = json.loads((self.raw / "plan.json").read_text())
-        rs.check(plans[str(PROMPTS[0])].get("drafts"), "the plan drafts at no batch size")
+        rs.check(plans[str(self.prompts()[0])].get("drafts"), "the plan drafts at no batch size")
         ev = self.serve("adaptive", self.forced(LOWER_ACCEPT), adaptive_config=str(path))
         ev["benches"] = self.sweep("adaptive2", BATCH_SIZES)
         return ev
@@ -311,6 +339,12 @@ def main() -> int:
         ap.add_argument("--journal", default="", help="spec costs' journal (kept across calls)")
         ap.add_argument("--costs", default="", help="a cost file of an earlier call")
         ap.add_argument("--shape", default="spec8b")
+        ap.add_argument(
+            "--costs-input-len",
+            type=int,
+            default=128,
+            help="prompt tokens of the costs (and of the plan served from them)",
+        )
 
     args = rs.arguments(extra)
     args.sglang_args = rs.REALISTIC_SGLANG_ARGS

@@ -126,9 +126,11 @@ def doctor(
     findings = sorted(report.findings, key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))
     sglang_rows = [sglang_in_range(py) for py in interpreters or [sys.executable]]
     worst = _worse(report.worst, *(str(r["severity"]) for r in sglang_rows))
+    door = _frontdoor(ev.status)
     if as_json:
         fp = {k: v for k, v in host.items() if k != "lines"}
-        emit_json({**report.to_dict(), "sglang": sglang_rows, "worst": worst, "fingerprint": fp})
+        emit_json({**report.to_dict(), "sglang": sglang_rows, "worst": worst, "fingerprint": fp,
+                   "frontdoor": door})  # fmt: skip
     else:
         if findings:
             table(
@@ -160,16 +162,24 @@ def doctor(
                 click.echo(f"  note: {note}")
         for row in sglang_rows:
             click.echo(f"SGLang ({row['python']}): {row['message']}")
-        door = (ev.status or {}).get("frontdoor") or {}
-        if door.get("mode") not in (None, "off"):
-            fit = door.get("standby") or {}  # which mode this host's memory allows
-            text = f"front door: mode {door['mode']}" + (f"; {fit['why']}" if fit else "")
-            if door["mode"] == "hold" and fit.get("mode") == "standby":
-                text += ' ([frontdoor] mode = "standby" would start the new engine beside this one)'
-            click.echo(text)
+        if door is not None:
+            click.echo(door["line"])
         click.echo("\n".join(host["lines"]))
         click.echo(f"status: {worst}")
     sys.exit(EXIT_PROBLEMS if worst in ("error", "warning") else EXIT_OK)
+
+
+def _frontdoor(status: dict | None) -> dict | None:
+    """The daemon's front door and which mode this host's memory allows a switch now:
+    {mode, standby (its decision: mode, why), line}; None when off or no daemon answers."""
+    door = (status or {}).get("frontdoor") or {}
+    if door.get("mode") in (None, "off"):
+        return None
+    fit = door.get("standby") or {}
+    line = f"front door: mode {door['mode']}" + (f"; {fit['why']}" if fit else "")
+    if door["mode"] == "hold" and fit.get("mode") == "standby":
+        line += ' ([frontdoor] mode = "standby" would start the new engine beside this one)'
+    return {"mode": door["mode"], "standby": fit or None, "line": line}
 
 
 _RANK = {"ok": 0, "info": 1, "warning": 2, "error": 3}

@@ -414,9 +414,11 @@ class FrontdoorConfig:
     standby_kv_share: Annotated[
         float,
         Key(c.fraction(),
-            "The standby engine's KV pool as a share of the serving one's (1 = the same). "
-            "Less lets two engines fit where the same would not, and the new engine then "
-            "serves with that smaller pool (fewer tokens in flight) until its next restart."),
+            "The standby engine's KV pool as a share of a cold start's (1 = the same). Less "
+            "lets two engines fit where the same would not, and the new engine then serves "
+            "with that smaller pool (fewer tokens in flight) until the next cold start (a "
+            "hold switch, a crash restart, a daemon start); switch after switch the share "
+            "stays a share of the cold start's pool."),
     ] = 1.0  # fmt: skip
     queue_size: Annotated[
         int,

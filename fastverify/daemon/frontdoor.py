@@ -452,4 +452,5 @@ def standby_fit(core: Any, mode: str, load_format: str | None = None) -> Fit:
         kv_tokens=memory.kv_tokens if memory is not None else None,
         free_alone=memory.free_alone if memory is not None else None,
         kv_share=core.cfg.frontdoor.standby_kv_share,
+        cold_tokens=memory.cold_tokens if memory is not None else None,
     )

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from fastverify.api_models import PART_SHARED_LOADS, PART_SUMMARY
+from fastverify.api_models import PART_SHARED_LOAD_S, PART_SHARED_LOADS, PART_SUMMARY
 from fastverify.config import Config
 from fastverify.daemon.events import EventBus
 from fastverify.daemon.failures import Failure
@@ -44,9 +44,19 @@ __all__ = [
 Spawn = Callable[[list[str]], Any]  # argv -> EngineHandle (the launcher's, or a part's around it)
 
 
-def section(fields: dict[str, Any], summary: list[str], shared_loads: list[str]) -> dict[str, Any]:
+def section(
+    fields: dict[str, Any],
+    summary: list[str],
+    shared_loads: list[str],
+    shared_load_s: float | None = None,
+) -> dict[str, Any]:
     """A part's status section: its own fields with the keys every section has."""
-    return {**fields, PART_SUMMARY: summary, PART_SHARED_LOADS: shared_loads}
+    return {
+        **fields,
+        PART_SUMMARY: summary,
+        PART_SHARED_LOADS: shared_loads,
+        PART_SHARED_LOAD_S: shared_load_s if shared_loads else None,
+    }
 
 
 class Part(Protocol):

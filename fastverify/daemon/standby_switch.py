@@ -71,6 +71,7 @@ class StandbySteps:
         memory = h.parts.get("memory")
         if memory is not None:  # what its `Load weight begin` saw beside the old engine
             memory.beside = fit.beside
+            memory.capped_from = fit.cold_tokens  # its pool, a share of that cold one
         with c._lock:  # the point of no return (as the hold path's): a later cancel is refused
             late = op.cancel.is_set()
             op.committed = not late

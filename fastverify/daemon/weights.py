@@ -298,7 +298,7 @@ class WeightSteps(BasePart):
         shared = (
             ["baseline", *(SPEC_MODES if st.get("speculative") else ())] if serves and up else []
         )
-        return section(st, summary, shared)
+        return section(st, summary, shared, st.get("ready_s"))  # its own read of the checkpoint
 
     def adopt(self) -> str | None:
         note: str | None = self.cache.adopt()  # an adopted server maps the cache's weights

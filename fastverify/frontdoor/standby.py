@@ -15,11 +15,12 @@ The pool: SGLang sizes it as (free memory after its load) - (free memory before 
 (1 - --mem-fraction-static) (`_profile_available_bytes`; from 0.5.19 the shared weights'
 bytes are added to the pre-load figure, `account_preloaded_weights`), so an engine started
 beside another one, with the same fraction, gets a much smaller pool. A standby start
-therefore always gets `--max-total-tokens` (standby_kv_share x the serving engine's tokens)
-and a `--mem-fraction-static` (`Fit.mem_fraction`) high enough that the budget SGLang
-computes from a low estimate of its pre-load memory covers that pool; the cap trims the
-rest. Both replace the profile's values for that start only. `decide` is the rule;
-fastverifyd reads the figures (daemon/frontdoor.py)."""
+therefore always gets `--max-total-tokens` (standby_kv_share x a cold start's tokens: the
+serving engine's own, or, when a standby start capped it, the pool it was a share of) and a
+`--mem-fraction-static` (`Fit.mem_fraction`) high enough that the budget SGLang computes
+from a low estimate of its pre-load memory covers that pool; the cap trims the rest. Both
+replace the profile's values for that start only. `decide` is the rule; fastverifyd reads
+the figures (daemon/frontdoor.py)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ class EngineMemory:
     tokens: dict[int, int] = field(default_factory=dict)  # each rank's first pool: the target's
     before_load: dict[int, float] = field(default_factory=dict)  # each rank's first: the target's
     beside: float = 0.0
+    capped_from: int | None = None  # a standby start's: the cold pool its cap was a share of
 
     def read(self, line: str) -> None:
         rec = memory_record(line)
@@ -69,6 +71,11 @@ class EngineMemory:
     @property
     def kv_tokens(self) -> int | None:
         return min(self.tokens.values()) if self.tokens else None
+
+    @property
+    def cold_tokens(self) -> int | None:
+        """The pool a cold start gets (tokens): its own, unless a standby start capped it."""
+        return self.capped_from or self.kv_tokens
 
     @property
     def free_alone(self) -> float | None:
@@ -88,8 +95,9 @@ class EngineMemory:
 @dataclass(frozen=True)
 class Fit:
     """The decision: `mode`, `why`; for a standby start the pool it gets (`kv_tokens`,
-    `kv_gib`), the --mem-fraction-static that gives it (`mem_fraction`) and the GiB the
-    serving engine holds beside it (`beside`, for the new engine's `EngineMemory`)."""
+    `kv_gib`), the --mem-fraction-static that gives it (`mem_fraction`), the GiB the
+    serving engine holds beside it (`beside`) and the cold pool the share is of
+    (`cold_tokens`), both for the new engine's `EngineMemory`."""
 
     mode: str  # "standby" | "hold"
     why: str
@@ -97,6 +105,7 @@ class Fit:
     kv_gib: float | None = None
     mem_fraction: float | None = None
     beside: float = 0.0
+    cold_tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"mode": self.mode, "why": self.why}
@@ -138,10 +147,15 @@ def mem_fraction_for(kv: float, own: float, free: float, preloaded: float) -> fl
     return math.ceil(need * 1000) / 1000
 
 
-def _pool_text(tokens: int, gib: float, share: float, fraction: float, free: float) -> str:
-    which = ("the same as the serving one's" if share >= 1 else
-             f"{share:.0%} of the serving one's: fewer tokens in flight until its next "
-             "restart")  # fmt: skip
+def _pool_text(tokens: int, gib: float, share: float, fraction: float, free: float,
+               serving: int, cold: int) -> str:  # fmt: skip
+    if share >= 1:
+        which = ("the same as the serving one's" if cold == serving else
+                 "the same as a cold start's")  # fmt: skip
+    else:
+        which = (f"{share:.0%} of a cold start's {cold} tokens: fewer tokens in flight "
+                 "until the next cold start (a hold switch, a crash restart, a daemon "
+                 "start)")  # fmt: skip
     return (f"; the new engine's KV pool: {tokens} tokens ({_gib(gib)}, {which}), through "
             f"--max-total-tokens {tokens} and --mem-fraction-static {fraction:g} for this "
             f"start only (about {_gib(free)} free before its load; the next cold start uses "
@@ -166,12 +180,14 @@ def decide(
     kv_tokens: int | None,
     free_alone: float | None = None,
     kv_share: float = 1.0,
+    cold_tokens: int | None = None,
 ) -> Fit:
     """`sharing`: what the two engines would share (None: nothing), with what it holds on
     all GPUs; `gpu_bytes`: one GPU's memory; `engine`: the serving engine's own GiB on its
     fullest GPU (`EngineMemory.figures`), `kv_tokens` its pool, `free_alone` its
-    `EngineMemory.free_alone`; `kv_share`: the standby engine's KV pool as a share of the
-    serving one's."""
+    `EngineMemory.free_alone`; `kv_share`: the standby engine's KV pool as a share of
+    `cold_tokens`, a cold start's pool (`EngineMemory.cold_tokens`; None: `kv_tokens`), so
+    that switch after switch the share stays a share of the same pool."""
     if sharing is None or not sharing.serves:
         return Fit("hold", (sharing.why if sharing is not None else None) or NOTHING_SHARED)
     shared_bytes = sharing.bytes
@@ -191,8 +207,10 @@ def decide(
     have = gpu * (1 - HEADROOM)
     rest = engine["graphs"] + engine["context"] + engine["weights"]
     old = engine["kv"] + rest
-    tokens = max(1, round(kv_tokens * kv_share))
+    cold = cold_tokens or kv_tokens
+    tokens = max(1, round(cold * kv_share))
     kv_new = engine["kv"] * tokens / kv_tokens
+    kv_cold = engine["kv"] * cold / kv_tokens
     new = kv_new + rest
     parts = f"graphs {_gib(engine['graphs'])}"
     if engine["context"] >= 0.05:
@@ -200,14 +218,14 @@ def decide(
     if engine["weights"] >= 0.05:
         parts += f" + own weights {_gib(engine['weights'])}"
     where = f"beside {_gib(shared)} of shared weights"
-    if kv_share >= 1:
+    if tokens == kv_tokens:
         text = f"2 x (KV {_gib(engine['kv'])} + {parts}) {where}"
     else:
         text = (f"(KV {_gib(engine['kv'])} serving + {_gib(kv_new)} standby, "
                 f"standby_kv_share {kv_share:g}) + 2 x ({parts}) {where}")  # fmt: skip
     need = shared + old + new
     if need > have:
-        hint = _share_hint(have - shared - old - rest, engine["kv"])
+        hint = _share_hint(have - shared - old - rest, kv_cold)
         return Fit("hold", f"hold: {text} = {_gib(need)} does not fit in {gpu:.0f} GiB (less "
                    f"{HEADROOM:.0%} headroom){hint}")  # fmt: skip
     # what the new engine will find free before its load: low, so its budget is not short
@@ -217,14 +235,14 @@ def decide(
     fraction = mem_fraction_for(kv_new, own, free, preloaded) if free > 0 else math.inf
     if fraction > MAX_MEM_FRACTION:
         top = MAX_MEM_FRACTION * (free + preloaded) - preloaded - own - BUDGET_MARGIN_GIB
-        hint = _share_hint(min(top, kv_new), engine["kv"])
+        hint = _share_hint(min(top, kv_new), kv_cold)
         return Fit("hold", f"hold: {text} = {_gib(need)} fits in {gpu:.0f} GiB, but with "
                    f"about {_gib(free)} free before its load the new engine's pool of "
                    f"{tokens} tokens ({_gib(kv_new)}) needs --mem-fraction-static "
                    f"{fraction:.3g}, above {MAX_MEM_FRACTION:g}{hint}")  # fmt: skip
     why = (f"standby: {text} = {_gib(need)} fits in {gpu:.0f} GiB"
-           + _pool_text(tokens, kv_new, kv_share, fraction, free))  # fmt: skip
-    return Fit("standby", why, tokens, kv_new, fraction, old)
+           + _pool_text(tokens, kv_new, kv_share, fraction, free, kv_tokens, cold))  # fmt: skip
+    return Fit("standby", why, tokens, kv_new, fraction, old, cold)
 
 
 POOL_FLAGS = ("--max-total-tokens", "--mem-fraction-static")

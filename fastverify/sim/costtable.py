@@ -33,7 +33,8 @@ MAX_STEPS = 7  # the step counts published (SGLang's default adaptive config rea
 CHUNKED_PREFILL_TOKENS = 8192  # the sim's chunked_prefill_size (its server-init log line)
 # The sim's memory, as its start-up lines say it (engine.py `_load`, `_capture`): weights,
 # the drafter's, the KV pool and what is left after capture. Not calibrated (no measurement
-# of this host exists): figures of the simulated 80 GB GPU, consistent with one another.
+# of this host exists): figures first set for an 80 GB GPU, consistent with one another
+# (the simulated GPU itself is GPU_GB, an H200's size).
 WEIGHTS_GB, DRAFT_WEIGHTS_GB = 64.21, 1.10
 KV_GB, KV_TOKENS = 4.50, 1_048_576
 # one simulated GPU's memory (GB of 2**30 bytes, as SGLang's lines count): an H200's total

@@ -25,6 +25,10 @@ from fastverify.speculation import replay
 from tests.support import field
 from tests.unit.speculation.synth import acceptance, sim_costs
 
+# the module fixture runs a whole SGLang probe: the hang guard (not a
+# performance bound) gives a loaded host room
+pytestmark = pytest.mark.timeout(900)
+
 HERE = Path(__file__).resolve().parent
 N_SEQUENCES = 1000
 

@@ -12,6 +12,10 @@ import pytest
 from tests.support.harness import DaemonHarness
 from tests.support.plot_extra import without_matplotlib
 
+# the module fixture runs a whole tune: the hang guard (not a
+# performance bound) gives a loaded host room
+pytestmark = pytest.mark.timeout(900)
+
 MEASURE = ["--accept-length", "2.0", "--repeats", "2", "--duration", "1", "--output-len", "48",
            "--input-len", "64"]  # fmt: skip
 TUNE = ["--profiles", "nccl-default,ring-ll,pcie-ipc", *MEASURE]

@@ -296,7 +296,10 @@ def test_a_taken_port_is_named_with_its_fix_before_any_load(tmp_path: Path) -> N
     squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     squatter.bind(("127.0.0.1", port))
     squatter.listen()
-    config = {"server": {"port": port}, "daemon": {"recover_backoff_s": [1, 60]}}
+    # retries every 2 s at most, as many as it takes: the port is freed only after the CLI
+    # steps below, however long a loaded host takes over them
+    config = {"server": {"port": port},
+              "daemon": {"recover_backoff_s": [1, 2], "recover_retries": 1000}}  # fmt: skip
     d = DaemonHarness(tmp_path, config=config, metrics=False, start=False)
     try:
         with d:

@@ -206,6 +206,10 @@ def test_doctor_says_a_hold_host_has_room_for_standby(tmp_path: Path) -> None:
         doctor = d.ctl("doctor", "--no-topology", timeout=120).stdout
         assert "front door: mode hold; standby: 2 x (KV 4.5 GiB" in doctor, doctor
         assert '[frontdoor] mode = "standby" would start the new engine' in doctor, doctor
+        r = d.ctl("doctor", "--no-topology", "--json", timeout=120)  # --json says it too
+        door = json.loads(r.stdout)["frontdoor"]
+        assert door["mode"] == "hold" and door["standby"] == d.status()["frontdoor"]["standby"]
+        assert door["standby"]["mode"] == "standby", door
 
 
 def test_kill9_of_fastverifyd_during_a_standby_switch(tmp_path: Path) -> None:
@@ -282,14 +286,19 @@ def test_standby_switches_keep_the_first_engines_pool(tmp_path: Path) -> None:
 def test_a_smaller_standby_pool_is_the_share_and_says_the_trade_off(tmp_path: Path) -> None:
     with DaemonHarness(tmp_path, config=_standby(standby_kv_share=0.5)) as d:
         first = _pool(d, d.status()["profile"])
-        r = d.ctl("profile", "set", "ring-ll", "--json")
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert _pool(d, "ring-ll") == round(first * 0.5)
+        half = round(first * 0.5)
+        # the share is of a cold start's pool, not of the serving one's: a second standby
+        # switch keeps half, never a half of the half
+        for profile in ("ring-ll", "ring-simple"):
+            r = d.ctl("profile", "set", profile, "--json")
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert _pool(d, profile) == half
+        assert d.status()["frontdoor"]["standby"]["kv_tokens"] == half
         fit = last_switch(d, "ring-ll")["switch"]["standby"]  # the history's record says it
-        assert fit["kv_tokens"] == round(first * 0.5) and fit["kv_gib"] > 0, fit
-        assert f"{round(first * 0.5)} tokens ({fit['kv_gib']:.1f} GiB" in fit["why"], fit
-        assert "50% of the serving one's: fewer tokens in flight until its next restart" in (
-            fit["why"])  # fmt: skip
+        assert fit["kv_tokens"] == half and fit["kv_gib"] > 0, fit
+        assert f"{half} tokens ({fit['kv_gib']:.1f} GiB" in fit["why"], fit
+        assert (f"50% of a cold start's {first} tokens: fewer tokens in flight until the "
+                "next cold start") in fit["why"], fit  # fmt: skip
 
 
 def _alive(pid: int) -> bool:

@@ -184,12 +184,14 @@ def _secs(mmss: str) -> int:
 
 def test_the_eta_follows_the_loads_the_trial_measured(tuned: dict[str, Any]) -> None:
     # no dummy load is recorded yet, but the daemon's start (a real load) is: the plan
-    # bounds a dummy load by it, never the 90 s default; once the
+    # prices a dummy load as its engine's part, never the 90 s default; once the
     # trial measured the sim's ~2 s loads, the ETA must use them: by the trial's last line
     # what is left is the confirm + decide (their planned estimates)
     err = tuned["proc"].stderr.splitlines()
     assert not any("(dummy load: default)" in x for x in err)
-    assert any("(dummy load: recorded real: median of" in x for x in err), err[:12]
+    assert any("(dummy load: recorded: the engine's part of 1 daemon load(s)" in x for x in err), (
+        err[:12]
+    )
     plan_est = {x.split()[0]: _secs(x.split()[1]) for x in err
                 if x.startswith("  confirm ") or x.startswith("  decide ")}  # fmt: skip
     last_trial = [x for x in err if x.startswith("[6/8] trial: [") and "(ETA " in x][-1]

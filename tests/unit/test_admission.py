@@ -41,6 +41,28 @@ def test_a_young_burst_cuts_none_of_its_own_an_old_pending_one_is_cut() -> None:
     assert gate.pending() == 0
 
 
+def test_a_pending_one_whose_request_already_arrived_is_not_cut_on_a_busy_host() -> None:
+    # the peer sent its whole request head at once; this side has not read it yet (its
+    # thread not scheduled on a loaded host): not a trickler, so a newcomer does not cut it
+    clock = Clock()
+    gate = Gate(deadline_s=3600, pending_per_peer=1, pending_total=100, per_peer=10, clock=clock)
+    quick, slow, new = _pair(), _pair(), _pair()
+    tq = gate.enter(quick[0], "127.0.0.1")
+    quick[1].sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    clock.now += EVICT_GRACE_S
+    ts = gate.enter(slow[0], "127.0.0.1")
+    assert ts is not None and gate.cuts["evicted"] == 0 and gate.admitted(tq)  # type: ignore[arg-type]
+    assert quick[0].recv(100).startswith(b"GET /metrics")  # the peek read nothing
+    # a trickler (half a request line) past its grace is cut for the next newcomer
+    slow[1].sendall(b"GET /met")
+    clock.now += EVICT_GRACE_S
+    tn = gate.enter(new[0], "127.0.0.1")
+    assert tn is not None and gate.cuts["evicted"] == 1 and _cut(slow[1])
+    for t in (tq, ts, tn):
+        gate.left(t)  # type: ignore[arg-type]
+    assert gate.pending() == 0
+
+
 def test_a_peer_at_its_cap_cuts_its_oldest_pending_or_is_refused() -> None:
     clock = Clock()
     gate = Gate(deadline_s=3600, pending_per_peer=100, pending_total=100, per_peer=2, clock=clock)

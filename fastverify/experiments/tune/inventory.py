@@ -74,6 +74,15 @@ def _server_argv(ctx: Ctx) -> list[str]:
         return []
 
 
+def server_tp_size(ctx: Ctx) -> int | None:
+    """The TP size of the server the daemon would launch (its argv's `--tp-size`); None
+    when it cannot build one (the inventory stage says why)."""
+    try:
+        return _tp_size(list(ctx.client.server_argv().get("argv") or []))
+    except Exception:
+        return None
+
+
 def _tp_size(argv: list[str]) -> int:
     for i, a in enumerate(argv):
         if a == "--tp-size" and i + 1 < len(argv):

@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fastverify.api_models import PART_SHARED_LOADS
+from fastverify.api_models import PART_SHARED_LOAD_S, PART_SHARED_LOADS
 from fastverify.experiments.tune import (
     cache,
     candidates,
@@ -86,16 +86,19 @@ def tune_dir(status: dict[str, Any]) -> Path:
 
 def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> dict[str, Any]:
     cfg = ctx.cfg
+    serving = ctx.serving_before
     if ctx.status_of("candidates") == "done":
-        n = len(gpu.candidates(ctx))  # what the funnel holds (at TP 1, one per group)
+        names = [r["name"] for r in gpu.candidates(ctx)]  # the funnel (at TP 1, one per group)
         if fixed is not None:
-            fixed = (min(fixed[0], n), min(fixed[1], n))
+            fixed = (min(fixed[0], len(names)), min(fixed[1], len(names)))
     else:
-        n = len(cfg.profiles) or len(_all_profiles())
+        names = _expected_candidates(ctx, list(cfg.profiles) or _all_profiles())
     accept, _ = confirm.accept_length(ctx, None)
     skips = gpu.host_skips(cfg)
+    cached, read_s = _shared_baseline_loads(ctx)
     facts = plan.PlanFacts(
-        candidates=n,
+        candidates=len(names),
+        serving_candidate=serving.get("mode") == "baseline" and serving.get("profile") in names,
         skips=skips,
         finalists=cfg.finalists,
         budget_s=cfg.budget_min * 60 if cfg.budget_min else None,
@@ -109,20 +112,43 @@ def _plan(ctx: Ctx, done: list[str], fixed: tuple[int, int] | None = None) -> di
         done=done,
         fixed=fixed,
         ranked="preflight" not in skips or "rehearse" not in skips,
-        cached=_shared_baseline_loads(ctx),
+        cached=cached,
+        checkpoint_read_s=read_s,
     )
     return plan.make_plan(facts)
 
 
-def _shared_baseline_loads(ctx: Ctx) -> bool:
+def _expected_candidates(ctx: Ctx, names: list[str]) -> list[str]:
+    """The candidates stage's names before it ran: at TP 1 one per group of profiles that
+    serve the same one-GPU server (the serving profile's where it is in one), as it will
+    keep them."""
+    from fastverify.experiments.tune import candidates as cand
+    from fastverify.experiments.tune.inventory import server_tp_size
+    from fastverify.profiles.store import ProfileStore
+
+    tp = ctx.data("inventory").get("engine", {}).get("tp_size") or server_tp_size(ctx)
+    if tp != 1:
+        return names
+    loaded = {e.name: prof for e, prof, _ in ProfileStore().list_entries()
+              if prof is not None and e.name in names}  # fmt: skip
+    rows = [{"name": n} for n in names if n in loaded]
+    kept, _ = cand.collapse_tp1(rows, loaded, ctx.serving_before.get("profile"))
+    return [r["name"] for r in kept]
+
+
+def _shared_baseline_loads(ctx: Ctx) -> tuple[bool, float | None]:
     """Does a part of the daemon serve real baseline loads from memory the engines share
-    (its status section's `shared_loads`)? Then they cost what a cached load costs."""
+    (its status section's `shared_loads`)? Then they cost what a cached load costs; and the
+    seconds it took to read them (`shared_load_s`: what a load from disk reads too)."""
     try:
         st = ctx.client.status()
     except Exception:  # the plan is made without it: priced as disk loads
-        return False
+        return False, None
     sections = [st.get(name) or {} for name in st.get("parts") or []]
-    return any("baseline" in (sec.get(PART_SHARED_LOADS) or ()) for sec in sections)
+    sharing = [s for s in sections if "baseline" in (s.get(PART_SHARED_LOADS) or ())]
+    read = [s[PART_SHARED_LOAD_S] for s in sharing
+            if isinstance(s.get(PART_SHARED_LOAD_S), int | float)]  # fmt: skip
+    return bool(sharing), (max(read) if read else None)
 
 
 def _wait_idle(client: Any, timeout_s: float, emit: Callable[[Event], None]) -> dict[str, Any]:

@@ -2,9 +2,9 @@
 
 Estimates come from this host's records where there are any, in every stage: weight loads
 from the daemon's history (`duration_s` of switches that came up, per kind of load: from
-disk, dummy, cached = real weights mapped from the daemon's cached weights; with no dummy load
-recorded yet, the recorded disk loads bound a dummy one from above; with no cached load yet,
-one is priced as a dummy load: neither reads the checkpoint), stage times per unit from
+disk, dummy, cached = real weights mapped from the daemon's cached weights; a kind with none
+recorded yet is the engine's part of the recorded loads plus its own weights' time, see
+`load_times`), stage times per unit from
 earlier tunes (`times.json` in the tune journal's directory: inventory, candidates, tuner
 derivation, preflight and rehearse per profile, a trace window, a measurement's overhead).
 Where there is nothing recorded, a default is used and the plan says `default`.
@@ -78,6 +78,8 @@ class PlanFacts:
     ranked: bool = False  # preflight or rehearse will rank the candidates before the trial
     extra_real_loads: int = 0  # real loads confirm decided on besides the plan's (adaptive)
     cached: bool = False  # a part of the daemon serves real baseline loads (shared_loads)
+    checkpoint_read_s: float | None = None  # that part's own read of the weights (a disk load's)
+    serving_candidate: bool = False  # the serving profile's baseline is a candidate
 
 
 def _kind(r: Mapping[str, Any]) -> str:
@@ -98,36 +100,57 @@ def _seconds(r: Mapping[str, Any]) -> Any:
     return r.get("duration_s")
 
 
-def load_times(history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, str]]:
+def _engine_s(r: Mapping[str, Any]) -> float:
+    """A load's seconds without its weights' own (`weight_load.seconds`: from disk, the
+    cache or nowhere): the engine's part, which every kind of load pays alike."""
+    weights = (r.get("weight_load") or {}).get("seconds")
+    return float(_seconds(r)) - (float(weights) if isinstance(weights, int | float) else 0.0)
+
+
+def load_times(
+    history: Sequence[Mapping[str, Any]], checkpoint_read_s: float | None = None
+) -> dict[str, tuple[float, str]]:
     """kind (real: from disk, dummy, cached: real weights the daemon keeps mapped) ->
-    (median seconds of the newest loads that came up, where it came from)."""
+    (median seconds of the newest loads that came up, where it came from).
+
+    The daemon's first start (`kind` start) pays one-time kernel builds that later loads do
+    not (SGLang 0.5.17, 8B, one H100: 61 s of CUDA-graph capture on the first start, 11-12 s
+    on each later load). So a kind is priced, in this order, from: its later loads; the
+    engine's part of the later loads (what every load pays beside its weights) plus its own
+    weights' time (none for a dummy load, the mapping for a cached one, and for one from disk
+    `checkpoint_read_s`, the weight cache's own read of the checkpoint, when known); its
+    first starts; the engine's part of the first starts plus its weights' time; a default."""
+    ok = [
+        r
+        for r in history
+        if r.get("kind") in ("switch", "start", "mode", "restart")
+        and r.get("result") == "ok"
+        and isinstance(_seconds(r), int | float)
+        and _seconds(r) > 0
+    ]
+    later = [r for r in ok if r.get("kind") != "start"]
+    first = [r for r in ok if r.get("kind") == "start"]
     out: dict[str, tuple[float, str]] = {}
+    for pool, said in ((later, ""), (first, " (first start: kernel builds included)")):
+        for weights in ("real", "dummy", "cached"):
+            secs = [float(_seconds(r)) for r in pool if _kind(r) == weights][-5:]
+            if secs and weights not in out:
+                out[weights] = (
+                    median(secs),
+                    f"recorded: median of {len(secs)} daemon load(s){said}",
+                )
+        if not pool:
+            continue
+        newest = pool[-5:]
+        engine = median(_engine_s(r) for r in newest)
+        src = f"recorded: the engine's part of {len(newest)} daemon load(s){said}"
+        out.setdefault("dummy", (engine, f"{src}, no weights read"))
+        out.setdefault("cached", (engine, f"{src}, the weights mapped"))
+        if checkpoint_read_s:
+            read = f"{checkpoint_read_s:.0f} s, the weight cache's read of the checkpoint"
+            out.setdefault("real", (engine + checkpoint_read_s, f"{src} + {read}"))
     for weights in ("real", "dummy", "cached"):
-        secs = [
-            float(_seconds(r))
-            for r in history
-            if r.get("kind") in ("switch", "start", "mode", "restart")
-            and r.get("result") == "ok"
-            and _kind(r) == weights
-            and isinstance(_seconds(r), int | float)
-            and _seconds(r) > 0
-        ]
-        secs = secs[-5:]
-        if secs:
-            out[weights] = (median(secs), f"recorded: median of {len(secs)} daemon load(s)")
-        else:
-            out[weights] = (DEFAULTS[f"load_{weights}"], "default")
-    real, real_src = out["real"]
-    cached, cached_src = out["cached"]
-    if out["dummy"][1] == "default" and cached_src != "default":
-        # no dummy load yet, but cached ones: neither reads the checkpoint
-        out["dummy"] = (cached, f"{cached_src.replace('recorded', 'recorded cached')}")
-    elif out["dummy"][1] == "default" and real_src != "default" and real < DEFAULTS["load_dummy"]:
-        # no dummy load yet, but real ones: a dummy load skips reading the weights, so this
-        # host's real load bounds it from above (a sim or small model loads in seconds)
-        out["dummy"] = (real, f"{real_src.replace('recorded', 'recorded real')}, an upper bound")
-    if cached_src == "default":  # none from the cache yet: neither reads the checkpoint
-        out["cached"] = (out["dummy"][0], f"a dummy load's ({out['dummy'][1]})")
+        out.setdefault(weights, (DEFAULTS[f"load_{weights}"], "default"))
     return out
 
 
@@ -139,7 +162,7 @@ def _per_unit(times: Mapping[str, Any], key: str) -> tuple[float, str]:
 
 
 def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]]:
-    loads = load_times(f.history)
+    loads = load_times(f.history, f.checkpoint_read_s)
     disk, disk_src = loads["real"]  # EAGLE-3 / adaptive read from disk: no draft in the cache
     cached, cached_src = loads["cached"]
     dummy, dummy_src = loads["dummy"]
@@ -184,15 +207,20 @@ def _estimates(f: PlanFacts, finalists: int, trials: int) -> list[dict[str, Any]
     trace, _ = _per_unit(f.times, "trace")
     run = f"{measure:.0f} s measuring + {trace:.0f} s trace"
     if f.cached:  # the baselines on the cache's real weights: they are the confirmation
+        # the serving baseline goes first and needs no load when the trial takes every candidate
+        serving = 1 if f.serving_candidate and trials >= f.candidates else 0
         add(
             "trial",
-            trials * (cached + measure + trace) + eagle * (dummy + measure + trace),
+            trials * (measure + trace)
+            + (trials - serving) * cached
+            + eagle * (dummy + measure + trace),
             f"cached load: {cached_src}; dummy load: {dummy_src}",
             f"{trials} baseline(s) on cached real weights x ({cached:.0f} s "
-            f"cached load + {run}) + {eagle} EAGLE-3 on dummy weights x ({dummy:.0f} s dummy "
-            f"load + {run})",
-            real_loads=trials,
-            cached_loads=trials,
+            f"cached load + {run})"
+            + (" (the serving one first: no load)" if serving else "")
+            + f" + {eagle} EAGLE-3 on dummy weights x ({dummy:.0f} s dummy load + {run})",
+            real_loads=trials - serving,
+            cached_loads=trials - serving,
             dummy_loads=eagle,
         )
     else:

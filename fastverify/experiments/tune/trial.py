@@ -104,6 +104,10 @@ def run(ctx: Ctx) -> StageResult:
         return StageResult("failed", "no candidate is left for the trial")
     finalists = int(ctx.plan.get("finalists") or 1)
     if ctx.plan.get("cached"):
+        serving = ctx.serving_before
+        if serving.get("mode") == "baseline" and serving.get("profile") in names:
+            # what serves now is measured first: its row needs no load
+            names.sort(key=lambda n: n != serving["profile"])
         report, rows = _from_cache(ctx, names, finalists)
     else:
         ctx.emit(f"trial on dummy weights: {', '.join(names)} (EAGLE-3 for the best {finalists})")

@@ -192,6 +192,9 @@ def test_the_status_section_says_which_loads_the_cache_serves_and_its_line() -> 
     assert section(available=False)["shared_loads"] == []  # a release without one
     for state in ("failed", "stopped", "mismatch", "off"):  # its loads would read the disk
         assert section(state=state)["shared_loads"] == []
+    # its own read of the checkpoint: what tune prices a load from disk with
+    assert section(ready_s=20.7)["shared_load_s"] == 20.7
+    assert section(ready_s=20.7, state="failed")["shared_load_s"] is None  # it shares nothing
     assert section()["summary"] == [
         "weight cache: ready (pid 7, 2 rank(s), 3.0 GiB) [weight_cache = auto]"
     ]

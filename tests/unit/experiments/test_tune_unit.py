@@ -85,9 +85,9 @@ def test_with_the_weight_cache_the_trial_runs_real_weights_at_a_cached_loads_cos
     p = plan.make_plan(_facts(history=history, finalists=2, accept_known=False))
     assert _stage(p, "confirm")["estimate_s"] == pytest.approx(3 * (600.0 + measure))
     assert p["loads"] == {"real": 3, "cached": 0, "disk": 3, "dummy": 9}
-    # no cached load recorded yet: a dummy load's cost (neither reads the checkpoint)
+    # nothing recorded: the defaults, and the plan says so
     p = plan.make_plan(_facts(cached=True, finalists=2))
-    assert _stage(p, "trial")["source"].startswith("cached load: a dummy load's (default)")
+    assert _stage(p, "trial")["source"] == "cached load: default; dummy load: default"
 
 
 def test_the_trial_uses_shared_weights_only_where_a_part_serves_baseline_loads() -> None:
@@ -101,16 +101,24 @@ def test_the_trial_uses_shared_weights_only_where_a_part_serves_baseline_loads()
             assert (method, path, body) == ("GET", "/v1/status", None)
             return self.answer
 
-    def serves(**sections: Any) -> bool:
+    def serves(**sections: Any) -> tuple[bool, float | None]:
         status = {"parts": list(sections), **sections}
         return _shared_baseline_loads(SimpleNamespace(client=Daemon(status)))
 
-    assert serves(a={"shared_loads": []}, b={"shared_loads": ["baseline", "eagle3"]})
-    assert not serves(a={"shared_loads": ["eagle3"]}) and not serves(a={}) and not serves()
-    # a section the status does not list as a part's is not read
-    assert not _shared_baseline_loads(
-        SimpleNamespace(client=Daemon({"x": {"shared_loads": ["baseline"]}}))
+    assert serves(a={"shared_loads": []}, b={"shared_loads": ["baseline", "eagle3"]}) == (
+        True,
+        None,
     )
+    for no in (serves(a={"shared_loads": ["eagle3"]}), serves(a={}), serves()):
+        assert no == (False, None)
+    # the seconds the sharing part took to read the weights: what a load from disk reads too
+    read = serves(a={"shared_loads": [], "shared_load_s": 5.0},
+                  b={"shared_loads": ["baseline"], "shared_load_s": 20.7})  # fmt: skip
+    assert read == (True, 20.7)
+    # a section the status does not list as a part's is not read
+    assert _shared_baseline_loads(
+        SimpleNamespace(client=Daemon({"x": {"shared_loads": ["baseline"]}}))
+    ) == (False, None)
 
 
 def test_a_cached_start_counts_its_phases_and_prices_a_dummy_load_none_recorded() -> None:
@@ -120,8 +128,12 @@ def test_a_cached_start_counts_its_phases_and_prices_a_dummy_load_none_recorded(
              "phases": {"engine_ready": 3.3, "stop": 0.0, "validate": 0.05, "verify": 0.05},
              "weight_load": {"source": "cache"}}  # fmt: skip
     loads = plan.load_times([start])
-    assert loads["cached"] == (pytest.approx(3.4), "recorded: median of 1 daemon load(s)")
-    assert loads["dummy"] == (pytest.approx(3.4), "recorded cached: median of 1 daemon load(s)")
+    first = " (first start: kernel builds included)"
+    assert loads["cached"] == (pytest.approx(3.4), f"recorded: median of 1 daemon load(s){first}")
+    assert loads["dummy"] == (
+        pytest.approx(3.4),
+        f"recorded: the engine's part of 1 daemon load(s){first}, no weights read",
+    )
     assert loads["real"] == (600.0, "default")
     # a disk load keeps its whole duration
     disk = dict(start, weight_load={"source": "disk"})
@@ -168,7 +180,11 @@ def test_recorded_loads_come_from_the_daemon_history() -> None:
 def test_real_loads_bound_a_dummy_one_and_recorded_stage_times_replace_defaults() -> None:
     history = [{"kind": "start", "result": "ok", "duration_s": 4.0}]
     loads = plan.load_times(history)
-    assert loads["dummy"] == (4.0, "recorded real: median of 1 daemon load(s), an upper bound")
+    assert loads["dummy"] == (
+        4.0,
+        "recorded: the engine's part of 1 daemon load(s) (first start: kernel builds "
+        "included), no weights read",
+    )
     times = {"inventory": [0.5], "candidates": [0.1], "trace": [3.0], "bench_overhead": [0.4]}
     p = plan.make_plan(_facts(history=history, times=times))
     for name in ("inventory", "candidates"):

@@ -43,7 +43,19 @@ def test_too_big_holds_and_names_the_share_that_would_fit() -> None:
     smaller = _decide(engine=big, kv_share=share)
     assert smaller.mode == "standby" and smaller.kv_tokens == round(600_000 * share)
     assert f"{smaller.kv_tokens} tokens" in smaller.why
-    assert "fewer tokens in flight until its next restart" in smaller.why  # the trade-off
+    assert "fewer tokens in flight until the next cold start" in smaller.why  # the trade-off
+
+
+def test_the_share_is_of_a_cold_starts_pool_not_the_serving_ones() -> None:
+    # the serving engine was itself a standby start at half of a cold start's 600000 tokens
+    half = {**ENGINE, "kv": 4.55}
+    fit = _decide(engine=half, kv_tokens=300_000, cold_tokens=600_000, kv_share=0.5)
+    assert fit.mode == "standby" and fit.kv_tokens == 300_000  # half again would be 150000
+    assert fit.cold_tokens == 600_000  # what the new engine's own standby start takes half of
+    assert "50% of a cold start's 600000 tokens" in fit.why, fit.why
+    # a share of 1 beside an engine a smaller share started: a cold start's pool, said so
+    full = _decide(engine=half, kv_tokens=300_000, cold_tokens=600_000)
+    assert full.kv_tokens == 600_000 and "the same as a cold start's" in full.why, full.why
 
 
 def test_nothing_shared_or_no_reading_holds() -> None:
