@@ -147,6 +147,8 @@ class Tail:
         self.transform = transform
         self.recent: deque[str] = deque(maxlen=keep)
         self._stop = threading.Event()
+        self._passes = 0  # read passes done, for caught_up
+        self._passed = threading.Condition()
         self._thread = threading.Thread(
             target=self._run, name=f"tail-{Path(path).name}", daemon=True
         )
@@ -177,15 +179,30 @@ class Tail:
                 log.exception("log subscriber failed")
         return lines
 
+    def caught_up(self, timeout: float) -> bool:
+        """Wait until every line the file held at this call has been delivered (a read pass
+        that began after the call has ended); False if that took longer than `timeout`.
+        True at once when the tail's thread is not running."""
+        with self._passed:
+            after = self._passes + 2  # the pass under way may have begun before this call
+            return self._passed.wait_for(
+                lambda: self._passes >= after or not self._thread.is_alive(), timeout
+            )
+
     def _run(self) -> None:
         while True:
             stopping = self._stop.is_set()
             self.read_now()
+            with self._passed:
+                self._passes += 1
+                self._passed.notify_all()
             if stopping:
                 rest = self.follower.take_partial()
                 if rest:
                     self._deliver([rest])
                 self.follower.close()
+                with self._passed:
+                    self._passed.notify_all()
                 return
             self._stop.wait(self.interval_s)
 

@@ -46,6 +46,8 @@ ENDPOINT_POLL_S = 1.0
 # how long one readiness probe waits for its answer: SGLang's /health and /health_generate
 # answer after their first 1 s poll of the scheduler (http_server.py), later on a busy host
 HEALTH_PROBE_TIMEOUT_S = 10.0
+# how long readiness found by the endpoints waits for the log tail to read what is written
+TAIL_CATCH_UP_S = 2.0
 
 
 def _now() -> float:
@@ -449,7 +451,12 @@ class Launcher:
                 next_poll = now + ENDPOINT_POLL_S
                 if self.probe_ready(h.url):
                     h.ready_s = time.monotonic() - h.started_mono
-                    h.ready_by = "endpoints"
+                    # A server that prints the ready line wrote it before /health_generate
+                    # could answer (SGLang sets its status Up, then logs the line; the answer
+                    # comes a poll later): read the log that far before saying which it was.
+                    if h.tail is not None:
+                        h.tail.caught_up(TAIL_CATCH_UP_S)
+                    h.ready_by = "ready line + health" if h.ready_line else "endpoints"
                     return True
             return False
 

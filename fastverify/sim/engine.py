@@ -42,8 +42,9 @@ from fastverify.sim.metrics import SimMetrics
 from fastverify.sim.profiler import Profiler
 from fastverify.sim.scheduler import Request, Scheduler
 from fastverify.sim.server import App, SimHTTPServer
-from fastverify.sim.startup import StartUp, Stop, tuning_rows, worker_handler
+from fastverify.sim.startup import StartUp, Stop, tuning_rows
 from fastverify.sim.wakeup import StopFlag
+from fastverify.sim.worker_main import worker_handler
 from fastverify.sim.workers import WorkerPool
 
 SIM_VERSION = "0.5.23-fastverify-sim"

@@ -3,8 +3,8 @@ communicator init (NCCL INFO lines per rank when NCCL_DEBUG=INFO; invalid values
 weight loading with progress lines (from disk, `--load-format dummy`, or mapped from the
 weight cache in client mode; `--sim-fail oom` fails here), FlashInfer's PCIe-IPC workspace,
 CUDA-graph capture per phase (Tree on PCIe fails here, after the full load) and the
-release's start-up timings line. Also the TP workers' side of these steps
-(`worker_handler`). The engine's lifecycle around it is engine.py's.
+release's start-up timings line. The TP workers' side of these steps is worker_main.py's
+`worker_handler`; the engine's lifecycle around it is engine.py's.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from fastverify.sim import (
     weight_cache,
 )
 from fastverify.sim.costtable import DRAFT_WEIGHTS_GB, KV_GB, KV_TOKENS, WEIGHTS_GB, SimCosts
-from fastverify.sim.profiler import write_cycles
 from fastverify.sim.wakeup import StopFlag
+from fastverify.sim.worker_main import MAPPED
 from fastverify.sim.workers import WorkerPool
 
 SHARDS = 64
@@ -66,34 +66,6 @@ def tuning_rows(settings: ncclenv.NcclSettings, args: cli_args.SimArgs) -> list[
         ar = costmodel.allreduce_cost(settings, tokens * costmodel.HIDDEN * 2, args.tp_size)
         rows.append((ar.nbytes, ar.algo_name, ar.proto_name, ar.nchannels))
     return rows
-
-
-MAPPED: list[flashinfer_jit.Mapped] = []  # libraries this process holds mapped
-
-
-def worker_handler(log: sglang_logs.LogWriter):
-    """A TP worker's side of the engine's commands (log, NCCL init lines, map a FlashInfer
-    library, write a profiler trace), logging through `log`."""
-
-    def handle(rank: int, msg: dict[str, Any]) -> dict[str, Any] | None:
-        cmd = msg.get("cmd")
-        if cmd == "log":
-            log.log(msg["msg"], rank, msg.get("level", "info"))
-        elif cmd == "nccl":
-            lines = sglang_logs.nccl_init_lines(
-                os.environ, rank, msg["tp_size"], ncclenv.resolve(os.environ)
-            )
-            sglang_logs.write_nccl_lines(os.environ, lines, log)
-        elif cmd == "map":  # load FlashInfer's JIT-built library, as each rank's process does
-            MAPPED.append(flashinfer_jit.Mapped(Path(msg["path"])))
-        elif cmd == "trace":
-            path = write_cycles(
-                msg["path"], rank, msg["tp_size"], msg["cycles"], dict(os.environ), msg["args"]
-            )
-            return {"ok": True, "path": str(path)}
-        return None
-
-    return handle
 
 
 class StartUp:

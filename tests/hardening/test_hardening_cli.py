@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -157,11 +158,13 @@ def _assert_unreachable(res: subprocess.CompletedProcess[str], args: tuple[str, 
 
 def test_stopped_daemon_is_exit_3_with_a_sentence(tmp_path: Path) -> None:
     with DaemonHarness(tmp_path, metrics=False) as d:
+        commands = (("status",), ("status", "--json"), ("profile", "set", "ring-ll"),
+                    ("mode", "get"), ("logs", "-n", "5"))  # fmt: skip
         os.kill(d.pid, signal.SIGSTOP)
-        try:
-            for args in (("status",), ("status", "--json"), ("profile", "set", "ring-ll"),
-                         ("mode", "get"), ("logs", "-n", "5")):  # fmt: skip
-                res = d.ctl(*args, timeout=120)
+        try:  # side by side: each waits out its own timeout (the daemon's backlog queues them)
+            with ThreadPoolExecutor(len(commands)) as pool:
+                results = list(pool.map(lambda args: d.ctl(*args, timeout=120), commands))
+            for args, res in zip(commands, results, strict=True):
                 _assert_unreachable(res, args)
                 assert "did not answer" in res.stdout + res.stderr, res.stderr
         finally:

@@ -19,6 +19,7 @@ import pytest
 from fastverify.client import ApiError, ControlClient
 from tests.support.hardening import REPO, engine_port, held_env, read_profile_env
 from tests.support.harness import DaemonHarness, free_port
+from tests.support.sim import SIM_HEALTH_POLL_VAR, SIM_TEST_HEALTH_POLL_S
 
 # What an engine needs from the daemon's environment (the policy, stated independently of
 # fastverify.profiles.effective): system basics, CUDA/NVIDIA device selection and build
@@ -242,6 +243,8 @@ def test_secrets_never_printed_and_engine_env_is_minimal(tmp_path: Path) -> None
                 "FLASHINFER_WORKSPACE_BASE": str(d.state_dir / "flashinfer"),
                 # setproctitle (SGLang's schedulers) leaves /proc/PID/environ readable
                 "SPT_NOENV": "1",
+                # the harness's own env_passthrough: the sim's shortened health poll
+                SIM_HEALTH_POLL_VAR: SIM_TEST_HEALTH_POLL_S,
             }
         )
         root = psutil.Process(st["engine"]["pid"])

@@ -20,7 +20,9 @@ preexec=None)`.
   the file is written in the tables' layout) merged over the harness defaults (free
   engine port, tp_size, fast backoff [0.1, 0.5] s, 5 s stop grace, 30 s readiness timeout,
   profile_dirs = [tmp_path/"profiles"] (created, empty) so tests can add their own
-  profiles; the shipped ones stay available).
+  profiles; the shipped ones stay available). On the sim, `env_passthrough` also names
+  the sim's health poll (FASTVERIFY_SIM_HEALTH_POLL_S, shortened in the daemon's
+  environment; `env` sets it back to SGLang's 1 s for a test about readiness).
 - `extra_args`: more fastverifyd flags.
 - `start=False` (or use without `with`): call `.start(wait_ready=True)` yourself.
 - `sigint_ignored`: start the daemon with SIGINT ignored, as a background job starts
@@ -236,6 +238,12 @@ class DaemonHarness:
         }
         # both in the file's layout, so a test may name a key by its old name or its new one
         self.config = _merge(relayout(defaults), relayout(config or {}))
+        if engine == "sim":
+            # the engine gets a clean environment: the sim's health poll (set in the daemon's
+            # own, see start) reaches it only through env_passthrough, beside the test's names
+            names = list(self.config["server"].get("env_passthrough", ()))
+            if SIM_HEALTH_POLL_VAR not in names:
+                self.config["server"]["env_passthrough"] = [*names, SIM_HEALTH_POLL_VAR]
         self.config_path = self.tmp / "fastverifyd.toml"
         self.config_path.write_text(to_toml(self.config), encoding="utf-8")
         port = self.config["server"].get("port", self.engine_port)
@@ -267,7 +275,8 @@ class DaemonHarness:
         env = _scrubbed_env()
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         # the sim's /health answers after SGLang's 1 s poll; the suite's starts need not
-        # wait for it (tests about readiness set it back through `env`)
+        # wait for it (tests about readiness set it back through `env`); the engine gets it
+        # by env_passthrough (__init__)
         env[SIM_HEALTH_POLL_VAR] = SIM_TEST_HEALTH_POLL_S
         env.update(self.env_extra)
         self._log_fh = open(self.log_path, "ab")  # noqa: SIM115 - closed in close()

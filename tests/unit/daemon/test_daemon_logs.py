@@ -67,6 +67,19 @@ def test_tail_follows_a_growing_file_masks_and_drains_on_stop(tmp_path: Path) ->
     assert got == ["line one", "half line with ***", "progress 2", "no newline at the end"]
 
 
+def test_caught_up_returns_once_what_was_written_is_delivered(tmp_path: Path) -> None:
+    p = tmp_path / "engine.log"
+    got: list[str] = []
+    tail = LogTail(p, got.append, interval=0.2).start()
+    with open(p, "ab", buffering=0) as fh:
+        for n in range(3):  # each time: every line written before the call, none missing
+            fh.write(f"ready {n}\n".encode())
+            assert tail.caught_up(30), got
+            assert got == [f"ready {k}" for k in range(n + 1)]
+    tail.stop()
+    assert tail.caught_up(0)  # a stopped tail has nothing left to read
+
+
 def test_ring_followers_see_new_lines() -> None:
     ring = LogRing(size=3)
     for i in range(5):
