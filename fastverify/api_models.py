@@ -601,8 +601,10 @@ class StatusBody(TypedDict):
     parts: Annotated[list[str],
         "the sections below that the daemon's parts add (docs/architecture.md, \"Parts\"), in "
         "order; each (null: nothing to say now) has, besides its own fields, `summary` (list: "
-        "its lines in `fastverifyctl status`) and `shared_loads` (list: the modes whose "
-        "real-weight loads it serves from memory two engines share)"]
+        "its lines in `fastverifyctl status`), `shared_loads` (list: the modes whose "
+        "real-weight loads it serves from memory two engines share) and `shared_load_s` "
+        "(number or null: the seconds it took to load what it shares, e.g. the weight cache's "
+        "own read of the checkpoint; `fastverifyctl tune` prices a load from disk with it)"]
 
 # fmt: on
 
