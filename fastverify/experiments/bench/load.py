@@ -19,6 +19,14 @@ Timing, from the streamed chunks (SGLang sends cumulative `meta_info.completion_
   the decode rate one sequence sees (what a break-even accept length is measured against).
   A window in which no request completed has none: `incomplete` then says why and what to
   change (a longer `duration`, a shorter `output_len`), and the CLI exits 1.
+- Decode tok/s: the same rate with other requests' prefills taken out, pooled over every
+  request's chunk gaps: tokens / seconds over the gaps during which no other request got its
+  first token. A prefill forward holds every running sequence's decode (SGLang runs a prefill
+  batch between decode passes), and it ends with the first tokens of the prompts it held, so
+  a gap that holds one holds a prefill. With long prompts at a high concurrency a third of a
+  request's decode time can be other requests' prefills; the per-request rate carries them,
+  this one does not (what a decode pass costs: `spec costs`). `gaps_with_prefill` counts the
+  gaps left out.
 - Phases: `run_bench(..., phase=fn)` hears a line when the warm-up starts, every few
   seconds while it runs, when it ends, and when the window starts (the CLI prints them).
 - Accept length: `internal_states[0].avg_spec_accept_length` of `/server_info`
@@ -51,6 +59,7 @@ import json
 import random
 import threading
 import time
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -364,6 +373,7 @@ def summarize(
         for r in completed
         if r.tokens > 1 and r.latency is not None and r.ttft is not None and r.latency > r.ttft
     ]
+    decode, with_prefill = decode_rate(records)
     errors = sorted({r.error for r in failed if r.error})[:5]
     return BenchResult(
         source="fastverify",
@@ -380,7 +390,27 @@ def summarize(
         itl_ms=ms_summary(itls),
         accept_length=accept_length,
         errors=errors,
+        decode_tokens_per_second=decode,
+        gaps_with_prefill=with_prefill,
     )
+
+
+def decode_rate(records: list[RequestRecord]) -> tuple[float | None, int]:
+    """Decode tok/s over the chunk gaps that hold no other request's first token, and how
+    many gaps held one (module docstring); None when no gap is left."""
+    firsts = sorted(r.chunk_times[0] for r in records if r.chunk_times)
+    tokens = 0
+    seconds = 0.0
+    held = 0
+    for r in records:  # a request's own first token ends before its first gap starts
+        for k in range(1, len(r.chunk_times)):
+            a, b = r.chunk_times[k - 1], r.chunk_times[k]
+            if bisect_right(firsts, b) > bisect_right(firsts, a):  # a first token in (a, b]
+                held += 1
+                continue
+            tokens += r.chunk_tokens[k]
+            seconds += b - a
+    return (tokens / seconds if seconds > 0 else None), held
 
 
 def incomplete_reason(result: BenchResult, cfg: BenchConfig) -> str | None:

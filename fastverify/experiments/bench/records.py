@@ -96,6 +96,10 @@ class BenchResult:
     accept_curve: dict[str, float] | None = None  # steps k -> accept length L(k)
     accept_steps: int | None = None  # the server's draft steps the histogram was measured at
     dataset: dict[str, Any] | None = None  # what the prompts were (datasets.Dataset.identity)
+    # decode alone: tokens / time over the chunk gaps that hold no other request's first token
+    # (no prefill forward ran inside them); the gaps left out for holding one
+    decode_tokens_per_second: float | None = None
+    gaps_with_prefill: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

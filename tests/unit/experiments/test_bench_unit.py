@@ -45,6 +45,28 @@ def test_summarize_hand_computed() -> None:
     assert res.per_request_tokens_per_second == pytest.approx(10.0)
 
 
+def test_decode_rate_leaves_out_the_gaps_that_hold_another_requests_prefill() -> None:
+    cfg = BenchConfig(url="http://x", duration=5.0)
+    # A decodes a token every 0.1 s, except one gap of 0.5 s during which B's prompt was
+    # prefilled (B's first token lands inside it, at 0.55).
+    a = _rec(0.0, [(0.1, 1), (0.2, 1), (0.3, 1), (0.8, 1), (0.9, 1)])
+    b = _rec(0.3, [(0.55, 1), (0.95, 2), (1.05, 1)])
+    res = bench.summarize([a, b], 0.0, 5.0, cfg, accept_length=None)
+    # per-request rates keep the prefill: A (5 - 1) / 0.8 = 5, B (4 - 1) / 0.5 = 6
+    assert res.per_request_tokens_per_second == pytest.approx(5.5)
+    # decode alone: A's three gaps of 0.1 s, 1 token each (its 0.3-0.8 gap held B's first
+    # token), B's 0.4 s (2 tokens) and 0.1 s (1)
+    assert res.gaps_with_prefill == 1
+    assert res.decode_tokens_per_second == pytest.approx((3 + 3) / (0.3 + 0.5))
+
+
+def test_decode_rate_of_a_lone_request_is_its_own_rate() -> None:
+    a = _rec(0.0, [(0.2, 1), (0.3, 3), (0.4, 3)])
+    res = bench.summarize([a], 0.0, 1.0, BenchConfig(url="http://x"), accept_length=None)
+    assert res.gaps_with_prefill == 0
+    assert res.decode_tokens_per_second == pytest.approx(6 / 0.2)
+
+
 def test_summarize_all_failed_raises() -> None:
     r = RequestRecord(start=0.0, error="HTTP 500: boom")
     with pytest.raises(bench.BenchError, match="HTTP 500"):
