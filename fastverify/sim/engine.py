@@ -48,6 +48,10 @@ from fastverify.sim.worker_main import worker_handler
 from fastverify.sim.workers import WorkerPool
 
 SIM_VERSION = "0.5.23-fastverify-sim"
+SIM_CONTEXT_LEN = 262144  # the context the sim's start-up line reports
+# SGLang refuses a prompt of max_req_input_len tokens or more (scheduler.py); 0.5.17 with
+# a context of 8192 reported 8186 in its server info
+SIM_MAX_REQ_INPUT_LEN = SIM_CONTEXT_LEN - 6
 BANNER = (
     "fastverify sim engine: this is a SIMULATION of an SGLang server (no GPU, no model). "
     "Timings come from a documented cost model (docs/guides/sim.md) and are not measurements "
@@ -163,6 +167,7 @@ class SimEngine:
             "load_format": a.load_format,
             "version": f"{a.sglang_version}-fastverify-sim",
             "max_running_requests": allreduce_sim.SIM_REQUEST_POOL,
+            "max_req_input_len": SIM_MAX_REQ_INPUT_LEN,
             "simulated": True,
             "engine": "fastverify-sim",
             "note": BANNER,
@@ -392,7 +397,7 @@ class SimEngine:
                 "max_total_num_tokens=1048576, chunked_prefill_size=8192, "
                 "max_prefill_tokens=16384, "
                 f"max_running_requests={allreduce_sim.SIM_REQUEST_POOL}, "
-                "context_len=262144, available_gpu_mem=7.74 GB"
+                f"context_len={SIM_CONTEXT_LEN}, available_gpu_mem=7.74 GB"
             )
             st.timings(started)
             self.scheduler.start()

@@ -58,6 +58,10 @@ class Tier:
     def sizes(self) -> list[int]:
         return [c.batch for c in self.choices]
 
+    @property
+    def below_floor(self) -> bool:
+        return any(c.below_floor for c in self.choices)
+
 
 @dataclass
 class Plan:
@@ -135,9 +139,29 @@ class Plan:
                 f"acceptance falls to {self.lower_accept_length:.2f}; serve mode baseline "
                 "(fastverifyctl mode set baseline)"
             )
+        below = [t for t in self.tiers if t.below_floor]
+        pays = [t for t in pays if not t.below_floor]
         spans = ", ".join(f"{_span(t.sizes)} ({t.entry['candidate_steps']})" for t in pays)
-        rest = "; no drafting elsewhere" if len(pays) < len(self.tiers) else ""
-        return f"speculation pays at batch size {spans}{rest}"
+        rest = "; no drafting elsewhere" if len(pays) + len(below) < len(self.tiers) else ""
+        head = f"speculation pays at batch size {spans}{rest}" if pays else (
+            "speculation pays at no batch size")  # fmt: skip
+        return head + "".join(f"; {self._below_text(t)}" for t in below)
+
+    def _below_text(self, t: Tier) -> str:
+        """A tier where no config keeps the floor: what it costs, and what to do."""
+        under = [c for c in t.choices if c.below_floor]
+        rows = [self.costs.priced(c.batch) or c.batch for c in under]
+        zero = [self.costs.cycle(r, 0) / self.costs.decode(r) for r in rows]
+        sp = [c.speedup for c in under]
+        low = [c.speedup_low for c in under]
+        return (
+            f"at batch size {_span([c.batch for c in under])} no config keeps "
+            f"{self.floor:.2f}x a baseline server (SGLang's steps-0 pass costs "
+            f"{_range(min(zero), max(zero))}x a decode step there): "
+            f"{t.entry['candidate_steps']} is the least bad, at "
+            f"{_range(min(sp), max(sp))}x ({_range(min(low), max(low))}x if acceptance falls "
+            f"to {self.lower_accept_length:.2f}); serve mode baseline where the load sits there"
+        )
 
     def tier_dict(self, t: Tier) -> dict[str, Any]:
         K = self.acceptance.steps
@@ -152,6 +176,7 @@ class Plan:
                     "steps": c.best_static[0],
                     "speedup": round(c.best_static[1], 4),
                 },
+                **({"below_floor": True} if c.below_floor else {}),
             }
         first = t.choices[0]
         ks = range(1, min(K, max(self.costs.steps(self.costs.priced(t.key) or t.key))) + 1)
@@ -170,6 +195,8 @@ class Plan:
         low = self.lower_accept_length
         span = _span(t.sizes)
         k_best, s_best = c.best_static
+        if t.below_floor:
+            return self._below_text(t)
         if t.steps == 0:
             if k_best == 0:
                 return (f"no step count pays at batch {span}: at 1 step the accept length "
@@ -274,7 +301,11 @@ def make_plan(
     ]  # fmt: skip
     tiers: list[Tier] = []
     for ch in choices:
-        if tiers and tiers[-1].choices[-1].candidate.key == ch.candidate.key:
+        last = tiers[-1].choices[-1] if tiers else None
+        # a drafting config taken as the least bad is a tier of its own (never drafting is
+        # one config, wherever it falls short)
+        same = last is not None and last.candidate.key == ch.candidate.key
+        if same and (not ch.candidate.drafts or last.below_floor == ch.below_floor):
             tiers[-1].choices.append(ch)
         else:
             tiers.append(Tier(ch.batch, [ch]))

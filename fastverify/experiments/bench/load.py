@@ -57,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import secrets
 import threading
 import time
 from bisect import bisect_right
@@ -89,23 +90,52 @@ WARMUP_NOTE_EVERY_S = 5.0
 STOP_POLL_S = 0.1  # how often keep_loaded looks at its stop event
 
 
-def make_prompts(n: int, input_len: int, seed: int) -> list[list[int]]:
-    """`n` fixed prompts of `input_len` token ids, reproducible from `seed`.
+def synthetic_prompt(i: int, input_len: int, seed: int, salt: int = 0) -> list[int]:
+    """Prompt `i` of a run: `input_len` random token ids from (`seed`, `salt`, `i`).
 
     Ids stay in 1000..29999, inside any modern vocabulary and clear of special tokens.
     """
-    rng = random.Random(seed)
-    return [[rng.randrange(1000, 30000) for _ in range(input_len)] for _ in range(n)]
+    rng = random.Random(f"{seed}:{salt}:{i}")
+    return [rng.randrange(1000, 30000) for _ in range(input_len)]
 
 
-def prompt_list(cfg: BenchConfig) -> list[dict[str, Any]]:
-    """The prompts the clients send in turn: the dataset's, else random token ids."""
-    if cfg.dataset:
-        from fastverify.experiments.bench.datasets import load
+class Prompts:
+    """The prompt of each request of a run: a prompt set's in its order, cycled; else random
+    token ids that no other request shares, in this run or another: the warm-up and the
+    window draw different indices and every run its own salt, so the server's prefix cache
+    (SGLang's radix cache, on by default) never serves a synthetic prompt. Cycled or reused,
+    it did: on SGLang 0.5.17 a 1024-token prompt sent again was prefilled as 2 new tokens
+    beside 1022 cached ones, which made the time to first token and the throughput of a
+    window those of a server that prefills almost nothing."""
 
-        return list(load(cfg.dataset).prompts)
-    n_prompts = max(64, cfg.concurrency * 4) if cfg.requests is None else cfg.requests
-    return [{"input_ids": p} for p in make_prompts(n_prompts, cfg.input_len, cfg.seed)]
+    def __init__(self, cfg: BenchConfig, salt: int | None = None) -> None:
+        self.cfg = cfg
+        self.salt = secrets.randbits(64) if salt is None else salt
+        self.made: dict[int, dict[str, Any]] = {}
+        self.fixed: list[dict[str, Any]] | None = None
+        if cfg.dataset:
+            from fastverify.experiments.bench.datasets import load
+
+            self.fixed = list(load(cfg.dataset).prompts)
+
+    def __call__(self, i: int) -> dict[str, Any]:
+        if self.fixed is not None:
+            return self.fixed[i % len(self.fixed)]
+        if i not in self.made:
+            ids = synthetic_prompt(i, self.cfg.input_len, self.cfg.seed, self.salt)
+            self.made[i] = {"input_ids": ids}
+        return self.made[i]
+
+    def prepare(self, n: int) -> None:
+        """Draw the first `n` synthetic prompts now, so that the window's clients do not
+        (a millisecond per thousand tokens, inside the loop that times the chunks)."""
+        for i in range(n if self.fixed is None else 0):
+            self(i)
+
+    def warmup(self, j: int) -> dict[str, Any]:
+        """Warm-up request `j`: a prompt set's from its start (the window starts there
+        again), a synthetic one of its own (negative indices)."""
+        return self(j) if self.fixed is not None else self(-1 - j)
 
 
 def dataset_identity(cfg: BenchConfig) -> dict[str, Any]:
@@ -185,7 +215,7 @@ async def _measure(
     import httpx
 
     url = cfg.url.rstrip("/")
-    prompts = prompt_list(cfg)
+    prompts = Prompts(cfg)
     async with _load_client(cfg) as client:
         # Part of the load job: opens the load client's connection (and its lazy imports)
         # before the window starts; with it outside, a 1 s window measured ~35% low here.
@@ -203,7 +233,7 @@ async def _measure(
                       "discarded (--warmup 0 skips it) ...")  # fmt: skip
             jobs = asyncio.gather(
                 *[
-                    _one_request(client, url, prompts[i % len(prompts)], cfg, rec)
+                    _one_request(client, url, prompts.warmup(i), cfg, rec)
                     for i, rec in enumerate(warm)
                 ]
             )
@@ -227,6 +257,7 @@ async def _measure(
             if phase:
                 phase(f"warm-up done in {time.perf_counter() - w0:.1f} s")
 
+        prompts.prepare(cfg.requests or max(64, 4 * cfg.concurrency))
         records: list[RequestRecord] = []
         state = {"next": 0, "done": 0}
         if phase:
@@ -248,7 +279,7 @@ async def _measure(
                 state["next"] = i + 1
                 rec = RequestRecord(start=time.perf_counter())
                 records.append(rec)
-                coro = _one_request(client, url, prompts[i % len(prompts)], cfg, rec)
+                coro = _one_request(client, url, prompts(i), cfg, rec)
                 if deadline is None:
                     await coro
                 else:
@@ -288,7 +319,7 @@ def keep_loaded(cfg: BenchConfig, stop: threading.Event, counts: dict[str, int])
 
 async def _keep_loaded(cfg: BenchConfig, stop: threading.Event, counts: dict[str, int]) -> None:
     url = cfg.url.rstrip("/")
-    prompts = prompt_list(cfg)  # the bench window's own prompts (its dataset, else random ids)
+    prompts = Prompts(cfg)  # the bench window's own kind of prompts (its dataset, else random)
     for key in ("sent", "finished", "failed"):
         counts.setdefault(key, 0)
     async with _load_client(cfg) as client:
@@ -299,7 +330,7 @@ async def _keep_loaded(cfg: BenchConfig, stop: threading.Event, counts: dict[str
                 rec = RequestRecord(start=time.perf_counter())
                 counts["sent"] += 1
                 try:
-                    await _one_request(client, url, prompts[i % len(prompts)], cfg, rec)
+                    await _one_request(client, url, prompts(i), cfg, rec)
                 except Exception as exc:  # counted as failed: never a silent stall
                     rec.error = f"{type(exc).__name__}: {exc}"
                 i += cfg.concurrency

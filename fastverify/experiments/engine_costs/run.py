@@ -415,6 +415,15 @@ class CostTrials:
         from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
 
         tokens = self.cfg.input_len * LONG_PROMPT
+        limit = (self.info.get("server") or {}).get("max_req_input_len")
+        if isinstance(limit, int) and tokens >= limit:  # SGLang refuses such a prompt
+            tokens = limit - 1
+            if tokens < 2 * self.cfg.input_len:
+                self.warnings.append(
+                    f"{tag}: no long-prompt prefill point: the server takes prompts under "
+                    f"{limit} tokens, not 2x the window's {self.cfg.input_len}"
+                )
+                return None
         self.emit(f"{tag}: {LONG_PROMPT_REQUESTS} requests of {tokens} prompt tokens (prefill) ...")
         cfg = BenchConfig(url=url, concurrency=1, duration=None, requests=LONG_PROMPT_REQUESTS,
                           input_len=tokens, output_len=2, seed=self.cfg.seed, warmup=1)  # fmt: skip
@@ -424,7 +433,11 @@ class CostTrials:
             self.warnings.append(f"{tag}: no long-prompt prefill point: {exc}")
             return None
         p50 = (r.ttft_ms or {}).get("p50")
-        return {"tokens": tokens, "ms": round(float(p50), 4)} if p50 else None
+        if not p50:
+            why = "; ".join(r.errors) or "no first token"
+            self.warnings.append(f"{tag}: no long-prompt prefill point ({tokens} tokens): {why}")
+            return None
+        return {"tokens": tokens, "ms": round(float(p50), 4)}
 
     def _trace(self, rec: dict[str, Any], bench: Any, tag: str) -> None:
         from fastverify.experiments.common.daemon_ops import capture_under_load
@@ -520,7 +533,8 @@ class CostTrials:
             "prefill_ms": prefill,
             "prefill_note": "time to first token of one request at a time (p50), per mode, at "
             f"the window's prompt length and {LONG_PROMPT}x it: a line whose intercept is "
-            "the part that holds no forward",
+            "the part that holds no forward (the longer one capped under the server's "
+            "max_req_input_len)",
             "trials": self.trials,
             "load_s": self.info.get("load_s") or {},
             # this run's seconds: engine starts, bench windows, profile windows, the restore
@@ -588,8 +602,8 @@ def _server_facts(url: str | None) -> dict[str, Any]:
     from fastverify.experiments.bench.load import server_info_or_none
 
     info = server_info_or_none(url) if url else None
-    out = {k: (info or {}).get(k) for k in ("model_path", "version", "tp_size",
-                                            "max_running_requests")}  # fmt: skip
+    keys = ("model_path", "version", "tp_size", "max_running_requests", "max_req_input_len")
+    out = {k: (info or {}).get(k) for k in keys}
     # the decode batch sizes the server captures (a batch pads up to one): what the sim
     # publishes; SGLang's server info does not say, and the plan then names none unpriced
     model = ((info or {}).get("sim") or {}).get("cost_model") or {}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fastverify.experiments.bench import datasets
-from fastverify.experiments.bench.load import BenchConfig, dataset_identity, prompt_list
+from fastverify.experiments.bench.load import BenchConfig, Prompts, dataset_identity
 
 
 def test_jsonl_lines_of_text_token_ids_conversations_and_messages(tmp_path: Path) -> None:
@@ -46,7 +46,10 @@ def test_the_shipped_set_is_the_projects_own_prompts() -> None:
     ds = datasets.load(datasets.SHIPPED)
     assert len(ds.prompts) == 48 and all(len(p["text"]) > 40 for p in ds.prompts)
     cfg = BenchConfig(dataset=datasets.SHIPPED)
-    assert prompt_list(cfg) == list(ds.prompts)
+    prompts = Prompts(cfg)
+    n = len(ds.prompts)  # in order, cycled; the warm-up from the start as the window
+    assert [prompts(i) for i in range(n + 2)] == [*ds.prompts, *ds.prompts[:2]]
+    assert prompts.warmup(1) == ds.prompts[1]
     assert dataset_identity(cfg)["name"] == datasets.SHIPPED
     synthetic = dataset_identity(BenchConfig(input_len=64))
     assert synthetic == {"name": "synthetic", "format": "random-ids", "input_len": 64,

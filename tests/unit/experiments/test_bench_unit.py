@@ -73,10 +73,18 @@ def test_summarize_all_failed_raises() -> None:
         bench.summarize([r], 0.0, 1.0, BenchConfig(url="http://x"), None)
 
 
-def test_prompts_are_reproducible() -> None:
-    assert bench.make_prompts(3, 16, seed=7) == bench.make_prompts(3, 16, seed=7)
-    assert bench.make_prompts(3, 16, seed=7) != bench.make_prompts(3, 16, seed=8)
-    assert all(len(p) == 16 for p in bench.make_prompts(3, 16, seed=0))
+def test_synthetic_prompts_are_reproducible_and_never_shared() -> None:
+    assert bench.synthetic_prompt(3, 16, seed=7, salt=1) == bench.synthetic_prompt(3, 16, 7, 1)
+    assert bench.synthetic_prompt(3, 16, 7, 1) != bench.synthetic_prompt(3, 16, 8, 1)
+    assert len(bench.synthetic_prompt(0, 16, seed=0)) == 16
+    cfg = BenchConfig(url="http://x", concurrency=4, input_len=32)
+    one, two = bench.Prompts(cfg), bench.Prompts(cfg)
+    window = [one(i)["input_ids"] for i in range(200)]
+    warm = [one.warmup(j)["input_ids"] for j in range(4)]
+    # no two requests of a run share a first token block (the radix cache's unit), and
+    # another run of the same config shares none either
+    firsts = [tuple(p[:16]) for p in [*window, *warm, two(0)["input_ids"]]]
+    assert len(set(firsts)) == len(firsts)
 
 
 def test_accept_length_from_server_info_shapes() -> None:
