@@ -68,6 +68,29 @@ def _costs(raw: Path, got: dict) -> tuple[spec_costs.Costs, str | None]:
     return spec_costs.from_file(tmp), note
 
 
+def prefix_cache(raw: Path) -> dict[str, int]:
+    """SGLang's own count of the prefill batches that took tokens from its radix cache, over
+    the run's engine logs: windows whose prompts repeat read a server that hardly prefills
+    (bench's synthetic prompts are unique per request and per run since 2026-12-06)."""
+    batches = cached = 0
+    for log in raw.glob("*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            m = re.search(r"Prefill batch.*#new-token: (\d+), #cached-token: (\d+)", line)
+            if m:
+                batches += 1
+                cached += int(m[2]) > 0
+    return {"prefill_batches": batches, "with_cached_tokens": cached}
+
+
+def served_config(raw: Path, n: int) -> dict[str, Any] | None:
+    """The adaptive config the run served at n-token prompts (its plan.json), when it kept it:
+    a plan made later may differ, and the served windows ran this one."""
+    path = raw / "plan.json"
+    if not path.exists():
+        return None
+    return (json.loads(path.read_text()).get(str(n)) or {}).get("adaptive_config_json")
+
+
 def report(raw: Path) -> dict[str, Any]:
     hist = json.loads((raw / "accept-histogram-forced-3.json").read_text())
     acc = Acceptance.from_requests([hist["histogram"]], int(hist["steps"]))
@@ -80,11 +103,16 @@ def report(raw: Path) -> dict[str, Any]:
         p = spec_plan.make_plan(acc, costs, workload=serving.Workload(n, OUTPUT_LEN),
                                 concurrencies=cs)  # fmt: skip
         d = p.to_dict()
-        plans[n] = {"adaptive_config": d["adaptive_config"], "why": d["why"]}
+        ran = served_config(raw, n)
+        plans[n] = {"adaptive_config": d["adaptive_config_json"], "why": d["why"],
+                    "served_config": ran}  # fmt: skip
         for (mode, c, nn), b in sorted(got.items()):
             if nn != n or mode not in PREDICTED_MODE:
                 continue
             pred = d["predictions"][str(c)][PREDICTED_MODE[mode]]["tokens_per_second"]
+            if mode == "adaptive3" and ran and ran != d["adaptive_config_json"]:
+                wl = serving.Workload(n, OUTPUT_LEN)
+                pred = serving.serve("adaptive", c, costs, wl, acc, config=ran).tokens_per_second
             served = b["output_tokens_per_second"]
             rows.append({"mode": mode, "concurrency": c, "input_len": n,
                          "predicted_tok_s": round(pred, 1), "served_tok_s": round(served, 1),
@@ -138,6 +166,7 @@ def report(raw: Path) -> dict[str, Any]:
         },
         "between_keys": between,
         "lower_acceptance": lower,
+        "prefix_cache": prefix_cache(raw),
     }
 
 
