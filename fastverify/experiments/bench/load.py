@@ -216,6 +216,7 @@ async def _measure(
 
     url = cfg.url.rstrip("/")
     prompts = Prompts(cfg)
+    prompts.prepare(cfg.requests or max(64, 4 * cfg.concurrency))
     async with _load_client(cfg) as client:
         # Part of the load job: opens the load client's connection (and its lazy imports)
         # before the window starts; with it outside, a 1 s window measured ~35% low here.
@@ -257,7 +258,6 @@ async def _measure(
             if phase:
                 phase(f"warm-up done in {time.perf_counter() - w0:.1f} s")
 
-        prompts.prepare(cfg.requests or max(64, 4 * cfg.concurrency))
         records: list[RequestRecord] = []
         state = {"next": 0, "done": 0}
         if phase:
