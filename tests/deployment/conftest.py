@@ -9,6 +9,10 @@ checks that its artefact is there and, if not, says how to build it. Everything 
 is stopped here: dockerd (by its pid), the containers the tests created. Tests that need root
 services are marked `container`; where the machine cannot run them they skip with a loud
 reason, and under CI (CI=true) they fail instead.
+
+One dockerd runs per data root, so a second run beside this one waits for this one's
+dockerd to stop (tests.support.containers.locked, bounded): for the tests that use it, their
+timeout counts the test alone, not that wait in the session fixture's setup.
 """
 
 from __future__ import annotations
@@ -23,6 +27,16 @@ import pytest
 from tests.support import prebuild
 from tests.support.containers import Docker, need_root_tools, run, unavailable
 from tests.support.shared_run import once
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "dockerd" in getattr(item, "fixturenames", ()):
+            mark = item.get_closest_marker("timeout")
+            given = (mark.args[0] if mark.args else mark.kwargs.get("timeout")) if mark else None
+            seconds = given if given is not None else item.config.getini("timeout")
+            item.add_marker(pytest.mark.timeout(float(seconds), func_only=True))
+
 
 # --- checkout snapshot and wheels --------------------------------------------------------
 

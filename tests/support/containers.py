@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,11 +66,31 @@ def need_root_tools(*tools: str) -> None:
         unavailable(f"missing {', '.join(missing)}: run scripts/install-system-deps.sh")
 
 
+# How long a run waits for another run's hold on a shared artefact (its dockerd, held for the
+# other run's whole session): a run beside a second full suite waits for it, then goes on.
+LOCK_WAIT_S = 3600.0
+LOCK_POLL_S = 0.5
+
+
 @contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
+def locked(path: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """`path` locked (flock) for this process; waits for another holder up to `wait_s`, then
+    fails saying which lock and for how long."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    with open(path, "a") as fh:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{path} stayed locked by another test run for {wait_s:.0f} s (a suite "
+                        "beside this one holds it while its dockerd runs); run again once it "
+                        "is done"
+                    ) from None
+                time.sleep(LOCK_POLL_S)
         try:
             yield
         finally:
