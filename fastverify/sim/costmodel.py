@@ -36,7 +36,8 @@ One forward over t tokens (bs x tokens per sequence) through L layers costs:
                            a graph replay, measured (no waiting for peers is modelled)
   + one graph launch (CUDA graphs) or host launch costs per kernel (eager);
 a cycle of EAGLE-3 (any steps, 0 included) adds `verify_overhead_seconds(bs)` beside its
-forwards.
+forwards; a pass over contexts longer than the calibration's adds `context_seconds` (the
+scheduler knows its requests' contexts; `predict` is the pass at CONTEXT_REF).
 Transport: P2P when NCCL_P2P_LEVEL allows the box's SYS path and NCCL_P2P_DISABLE != 1,
 else SHM through host memory (per-hop latency x SHM_HOP_FACTOR, bandwidth x SHM_BW_FACTOR),
 else (NCCL_SHM_DISABLE=1 too) NCCL's socket transport (x NET_HOP_FACTOR, x NET_BW_FACTOR).
@@ -108,6 +109,22 @@ SMALL_MSG_BYTES = PUBLISHED_US[-2][0]  # 384 KiB
 # `EAGLEWorkerV2.verify` (srt/speculative/eagle_worker_v2.py, 0.5.17 and 0.5.23) ---
 VERIFY_OVERHEAD_S = 0.450e-3
 VERIFY_OVERHEAD_PER_REQUEST_S = 0.1325e-3
+
+# --- measured on SGLang 0.5.17 itself (one H100, TP 1, 8B shape, dummy weights): what a
+# longer context adds to a pass. `spec costs` at 128-token prompts
+# (tests/fixtures/sglang-0.5.17-h100-spec8b/spec-costs-8b.json) and at 1024
+# (tests/fixtures/sglang-0.5.17-h100-spec8b-in1024/spec-costs-8b-in1024.json), 128 output
+# tokens: a request's mean context in decode is CONTEXT_REF = 128 + 64 tokens against 1088.
+# Per 896 more tokens, a baseline decode step costs 0.39-0.43 ms more at batch 1-8, 0.60 at
+# 16 and 0.88 at 32 (least squares: 0.349 ms + 0.0162 ms per request); an EAGLE-3 pass at
+# any step count (0 included: the verify and the draft extend) costs 1.83-2.01 ms more at
+# batch 1-4, then 0.44-0.47 ms per request (3.5-3.7 at 8, 6.9-7.1 at 16, 14.7-15.2 at 32):
+# the larger of a per-pass and a per-request term. The other constants hold at CONTEXT_REF;
+# a context beyond it adds these, a shorter one nothing. ---
+CONTEXT_REF = 192
+CONTEXT_SPAN = 896  # the tokens the figures below were measured over
+DECODE_CONTEXT_S = (0.349e-3, 0.0162e-3)  # per CONTEXT_SPAN: per pass, per request
+SPEC_CONTEXT_S = (1.95e-3, 0.455e-3)  # per CONTEXT_SPAN: the larger of per pass, per request
 
 # --- not calibrated (no figure for them in any source; kept from the first model) ---
 PREFILL_PER_TOKEN_S = 0.025e-3  # per prompt token in a prefill forward (batched GEMMs)
@@ -500,6 +517,17 @@ def predict(
         forwards=tuple(forwards),
         error=error,
     )
+
+
+def context_seconds(speculative: bool, batch_size: int, context: float) -> float:
+    """What a pass of `batch_size` requests at a mean context of `context` tokens costs over
+    the same pass at CONTEXT_REF (the figures above; 0 at or below it)."""
+    excess = max(0.0, context - CONTEXT_REF) / CONTEXT_SPAN
+    if speculative:
+        per_pass, per_request = SPEC_CONTEXT_S
+        return excess * max(per_pass, per_request * batch_size)
+    per_pass, per_request = DECODE_CONTEXT_S
+    return excess * (per_pass + per_request * batch_size)
 
 
 def verify_overhead_seconds(batch_size: int) -> float:

@@ -299,12 +299,21 @@ class Scheduler(threading.Thread):
             steps = self.active_steps if self.controller else None
             pred = self.predict(bs, steps)
             start_ns = time.time_ns()
-            deadline += pred.cycle_seconds
+            deadline += pred.cycle_seconds + self._context_seconds(bs)
             if self._wait_until(deadline):
                 return
             self._decode_cycle()
             if self.on_cycle is not None:
                 self.on_cycle(start_ns, bs, steps)
+
+    def _context_seconds(self, bs: int) -> float:
+        """What the running requests' contexts add to this pass (`costmodel.context_seconds`)."""
+        with self._cond:
+            contexts = [r.prompt_tokens + r.generated for r in self.running]
+        if not contexts:
+            return 0.0
+        mean = sum(contexts) / len(contexts)
+        return costmodel.context_seconds(self.mode == "eagle3", bs, mean)
 
     def _wait_until(self, deadline: float) -> bool:
         """Sleep until `deadline` (monotonic); True when stopped meanwhile."""

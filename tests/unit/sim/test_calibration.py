@@ -202,3 +202,30 @@ def test_the_verify_overhead_is_sglangs_steps0_pass_without_its_extend_over_a_de
         zero = costmodel.predict(field.RING_LL, "eagle3", 8, bs, True, num_steps=0,
                                  num_draft_tokens=1, skip_draft_extend=True)  # fmt: skip
         assert zero.cycle_seconds - dec == pytest.approx(costmodel.verify_overhead_seconds(bs))
+
+
+def test_the_context_terms_are_sglangs_costs_at_1024_token_prompts_over_128() -> None:
+    """costmodel.context_seconds against what SGLang 0.5.17 measured at the two prompt lengths
+    (same H100, shapes, batch sizes): the decode's per-pass + per-request line, and every
+    EAGLE-3 pass's larger-of form, within 10% (and 0.15 ms) of every batch size and step
+    count; nothing below the calibration's own context."""
+    fix = REPO / "tests" / "fixtures"
+    short = json.loads((fix / "sglang-0.5.17-h100-spec8b" / "spec-costs-8b.json").read_text())
+    long = json.loads(
+        (fix / "sglang-0.5.17-h100-spec8b-in1024" / "spec-costs-8b-in1024.json").read_text()
+    )
+    assert (short["bench"]["input_len"], long["bench"]["input_len"]) == (128, 1024)
+    out = short["bench"]["output_len"]
+    assert long["bench"]["output_len"] == out
+    ref, ctx = 128 + out / 2, 1024 + out / 2
+    assert ref == costmodel.CONTEXT_REF and ctx - ref == costmodel.CONTEXT_SPAN
+    for b in short["baseline_ms"]:
+        bs = int(b)
+        measured = (long["baseline_ms"][b] - short["baseline_ms"][b]) * 1e-3
+        model = costmodel.context_seconds(False, bs, ctx)
+        assert abs(model - measured) <= max(0.10 * measured, 0.15e-3), (bs, model, measured)
+        for k in short["cycle_ms"][b]:
+            measured = (long["cycle_ms"][b][k] - short["cycle_ms"][b][k]) * 1e-3
+            model = costmodel.context_seconds(True, bs, ctx)
+            assert abs(model - measured) <= max(0.10 * measured, 0.15e-3), (bs, k, model)
+        assert costmodel.context_seconds(True, bs, ref) == 0.0
