@@ -304,8 +304,11 @@ def make_plan(
         last = tiers[-1].choices[-1] if tiers else None
         # a drafting config taken as the least bad is a tier of its own (never drafting is
         # one config, wherever it falls short)
-        same = last is not None and last.candidate.key == ch.candidate.key
-        if same and (not ch.candidate.drafts or last.below_floor == ch.below_floor):
+        if (
+            last is not None
+            and last.candidate.key == ch.candidate.key
+            and (not ch.candidate.drafts or last.below_floor == ch.below_floor)
+        ):
             tiers[-1].choices.append(ch)
         else:
             tiers.append(Tier(ch.batch, [ch]))
