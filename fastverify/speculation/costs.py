@@ -43,6 +43,9 @@ FILE_KINDS = ("rehearse-grid", "engine-trials")
 # back to back within 0.2% per cell; on another day (-drafter) up to 2.8%, standard deviation
 # 0.68% over the 56 cells. Taken as a 1% standard deviation.
 GPU_SPREAD = 0.01
+# a prompt this short costs one weight-reading forward, as a decode step does: its first
+# token less that is the part that holds no forward (`Costs.prefill_latency`)
+SHORT_PREFILL = 32
 
 
 class CostsError(ValueError):
@@ -107,21 +110,28 @@ class Costs:
         return max(0.0, pts[x0] + (pts[x1] - pts[x0]) * (tokens - x0) / (x1 - x0))
 
     def prefill_latency(self, mode: str) -> float:
-        """The part of a first token's time that holds no forward: what the affine fit of two
-        or more measured points leaves at zero tokens beyond one weight-reading forward (the
-        baseline decode at batch 1): the request's way through the server's other processes.
-        SGLang 0.5.17 on an H100, 8B shape: 17.0 ms at 128 tokens, 33.3 ms at 1024, a decode
-        of 6.1 ms: 8.6 ms of it. 0 with one point (it cannot be told apart)."""
+        """The part of a first token's time that holds no forward (the request's way through
+        the server's other processes): the first token of a prompt of at most SHORT_PREFILL
+        tokens, else what the line through the two shortest measured points leaves at zero
+        tokens, less one weight-reading forward (the baseline decode at batch 1). SGLang
+        0.5.17 on an H100, 8B shape: 17.0 ms at 128 tokens, 33.3 ms at 1024, a decode of 6.1
+        ms: 8.6 ms of it by the line. A prefill's cost is not a line through its shortest
+        points (the sim's rises steeply to 1024 tokens, then evenly: its line put this at 23
+        ms where it is ~4), so `spec costs` measures a short prompt too. 0 with one point
+        (it cannot be told apart)."""
         # the way through the server's other processes is the same in every mode: the
-        # baseline's line gives it; a spec mode's extra first-token time (the draft's extend)
-        # is engine time
+        # baseline's points give it; a spec mode's extra first-token time (the draft's
+        # extend) is engine time
         base = self.prefill_table.get("baseline") or {}
         pts = base if len(base) >= 2 else (self.prefill_table.get(mode) or {})
         if len(pts) < 2 or not self.baseline:
             return 0.0
         xs = sorted(pts)
-        slope = (pts[xs[1]] - pts[xs[0]]) / (xs[1] - xs[0])
-        intercept = pts[xs[0]] - slope * xs[0]
+        if xs[0] <= SHORT_PREFILL:
+            intercept = pts[xs[0]]
+        else:
+            slope = (pts[xs[1]] - pts[xs[0]]) / (xs[1] - xs[0])
+            intercept = pts[xs[0]] - slope * xs[0]
         return max(0.0, intercept - self.baseline[min(self.baseline)])
 
     def prefill_forward(self, mode: str, tokens: int) -> float | None:

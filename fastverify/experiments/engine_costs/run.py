@@ -21,9 +21,11 @@ the engine's own cycle is read from it, as a sweep's trial rows read theirs
   accepted-drafts histogram (else the server's, else 1.0), used for nothing else;
 - at batch size 1, the time to first token (p50) as the prefill of one `input_len`-token
   prompt, per mode (baseline; EAGLE-3 from the steps-0 trial: the drafter extends the prompt),
-  and of a few prompts LONG_PROMPT x longer one at a time: two points of a line whose
-  intercept is the part of a first token that holds no forward (on SGLang 0.5.17, 8.6 of the
-  17 ms of a 128-token prompt: the request's way through its other processes);
+  of a few prompts LONG_PROMPT x longer (capped under the server's `max_req_input_len`) and
+  of a few SHORT_PROMPT-token ones, one at a time: the short one is the part of a first token
+  that holds no forward (the request's way through the server's other processes) plus one
+  forward that reads the weights as a decode step does, so the prefill's cost need not be a
+  line through the origin (a line's intercept put the sim's at 23 ms where it is ~4);
 - with `traces`, the verify pass (`step[VERIFY bs=N]` p50, rank 0) of a profile window
   captured under the same load after the bench window, when the engine's trace gives it; a
   verify longer than the window's whole cycle (the two windows ran under different load) is
@@ -62,7 +64,8 @@ KIND = "engine-trials"
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 BASELINE = "baseline"  # the trial of a baseline server (steps key in `trials`)
 LONG_PROMPT = 8  # the second prefill point: prompts this many times the window's
-LONG_PROMPT_REQUESTS = 4
+SHORT_PROMPT = 8  # the third: prompt tokens that cost one weight-reading forward
+PROMPT_POINT_REQUESTS = 4
 BENCH_KEYS = ("duration", "input_len", "output_len", "warmup", "seed", "traces", "trace_steps")
 EventFn = Callable[[str], None]
 # how a window's decode rate is read (`_decode_rate`); a journal of another reading is
@@ -240,7 +243,7 @@ class CostTrials:
             for rec in records[1:]:
                 if rec.get("record") == "window" and rec.get("status") == "ok":
                     t = {k: v for k, v in rec.items() if k != "record"}
-                    if _lacks_long_prompt(t):
+                    if _lacks_prefill_points(t):
                         again += 1
                         continue
                     self.done[(str(t["steps"]), int(t["batch_size"]))] = t
@@ -258,8 +261,8 @@ class CostTrials:
             if again:
                 self.info["journal"]["measured_again"] = again
                 self.emit(
-                    f"{again} batch-1 window(s) of the journal lack the long-prompt prefill "
-                    "point (an older fastverify wrote them): measured again"
+                    f"{again} batch-1 window(s) of the journal lack a prefill point (an "
+                    "older fastverify wrote them): measured again"
                 )
             return
         path.unlink(missing_ok=True)
@@ -390,7 +393,8 @@ class CostTrials:
         if bs == 1 and ttft:
             rec["ttft_ms_p50"] = round(float(ttft), 4)
             if k == BASELINE or k == 0:
-                rec["ttft_ms_p50_long"] = self._long_prompt_ttft(url, tag)
+                rec["ttft_ms_p50_long"] = self._prompt_ttft(url, tag, self._long_tokens(tag))
+                rec["ttft_ms_p50_short"] = self._prompt_ttft(url, tag, SHORT_PROMPT)
         what = {BASELINE: "decode step", 0: "steps-0 pass"}.get(k, "cycle")
         self.emit(f"{tag}: {r.output_tokens_per_second:.1f} tok/s, {rate:.1f} tok/s per "
                   f"request -> {what} {cycle * 1e3:.2f} ms")  # fmt: skip
@@ -408,15 +412,12 @@ class CostTrials:
         rec["wall_s"] = round(time.monotonic() - t0, 3)
         return rec
 
-    def _long_prompt_ttft(self, url: str, tag: str) -> dict[str, float] | None:
-        """The time to first token of a prompt LONG_PROMPT x longer, one request at a time:
-        with the window's own, two points of the prefill line, whose intercept is the part of a
-        first token that holds no forward (`speculation.costs.Costs.prefill_latency`)."""
-        from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
-
+    def _long_tokens(self, tag: str) -> int | None:
+        """LONG_PROMPT x the window's prompt, under the server's `max_req_input_len` (SGLang
+        refuses a prompt that long); None (said) when under it is not 2x the window's."""
         tokens = self.cfg.input_len * LONG_PROMPT
         limit = (self.info.get("server") or {}).get("max_req_input_len")
-        if isinstance(limit, int) and tokens >= limit:  # SGLang refuses such a prompt
+        if isinstance(limit, int) and tokens >= limit:
             tokens = limit - 1
             if tokens < 2 * self.cfg.input_len:
                 self.warnings.append(
@@ -424,18 +425,30 @@ class CostTrials:
                     f"{limit} tokens, not 2x the window's {self.cfg.input_len}"
                 )
                 return None
-        self.emit(f"{tag}: {LONG_PROMPT_REQUESTS} requests of {tokens} prompt tokens (prefill) ...")
-        cfg = BenchConfig(url=url, concurrency=1, duration=None, requests=LONG_PROMPT_REQUESTS,
+        return tokens
+
+    def _prompt_ttft(self, url: str, tag: str, tokens: int | None) -> dict[str, float] | None:
+        """The time to first token (p50) of `tokens`-token prompts, one request at a time: a
+        point of the prefill's cost besides the window's own
+        (`speculation.costs.Costs.prefill_latency`); None, said, when it cannot be had."""
+        from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
+
+        if tokens is None:
+            return None
+        self.emit(
+            f"{tag}: {PROMPT_POINT_REQUESTS} requests of {tokens} prompt tokens (prefill) ..."
+        )
+        cfg = BenchConfig(url=url, concurrency=1, duration=None, requests=PROMPT_POINT_REQUESTS,
                           input_len=tokens, output_len=2, seed=self.cfg.seed, warmup=1)  # fmt: skip
         try:
             r = run_bench(cfg)
         except BenchError as exc:
-            self.warnings.append(f"{tag}: no long-prompt prefill point: {exc}")
+            self.warnings.append(f"{tag}: no prefill point at {tokens} tokens: {exc}")
             return None
         p50 = (r.ttft_ms or {}).get("p50")
         if not p50:
             why = "; ".join(r.errors) or "no first token"
-            self.warnings.append(f"{tag}: no long-prompt prefill point ({tokens} tokens): {why}")
+            self.warnings.append(f"{tag}: no prefill point at {tokens} tokens: {why}")
             return None
         return {"tokens": tokens, "ms": round(float(p50), 4)}
 
@@ -497,9 +510,9 @@ class CostTrials:
             if t.get("ttft_ms_p50") and t["steps"] in (BASELINE, 0):
                 mode = "baseline" if t["steps"] == BASELINE else "eagle"
                 prefill[mode] = {str(self.cfg.input_len): t["ttft_ms_p50"]}
-                if t.get("ttft_ms_p50_long"):
-                    long = t["ttft_ms_p50_long"]
-                    prefill[mode][str(long["tokens"])] = long["ms"]
+                for point in (t.get("ttft_ms_p50_long"), t.get("ttft_ms_p50_short")):
+                    if point:
+                        prefill[mode][str(point["tokens"])] = point["ms"]
         server = self.info.get("server") or {}
         ar = self.info.get("allreduce") or {}
         backend = ar.get("backend") or ar.get("description") or "unknown"
@@ -532,9 +545,9 @@ class CostTrials:
             "verify_ms": verify,
             "prefill_ms": prefill,
             "prefill_note": "time to first token of one request at a time (p50), per mode, at "
-            f"the window's prompt length and {LONG_PROMPT}x it: a line whose intercept is "
-            "the part that holds no forward (the longer one capped under the server's "
-            "max_req_input_len)",
+            f"the window's prompt length, {LONG_PROMPT}x it (capped under the server's "
+            f"max_req_input_len) and {SHORT_PROMPT} tokens: the shortest less a decode step is "
+            "the part that holds no forward",
             "trials": self.trials,
             "load_s": self.info.get("load_s") or {},
             # this run's seconds: engine starts, bench windows, profile windows, the restore
@@ -549,15 +562,15 @@ class CostTrials:
         }
 
 
-def _lacks_long_prompt(window: dict[str, Any]) -> bool:
-    """A journaled batch-1 window of the baseline or steps 0 without its long-prompt prefill
-    point (`ttft_ms_p50_long`, None when it could not be measured): the prefill line needs
-    it, so a resume measures that window again."""
+def _lacks_prefill_points(window: dict[str, Any]) -> bool:
+    """A journaled batch-1 window of the baseline or steps 0 that an older fastverify wrote
+    without the prefill points measured beside it now (the short prompt's key; a point that
+    could not be measured is None, an answer): a resume measures that window again."""
     return (
         int(window["batch_size"]) == 1
         and str(window["steps"]) in (BASELINE, "0")
         and bool(window.get("ttft_ms_p50"))
-        and "ttft_ms_p50_long" not in window
+        and "ttft_ms_p50_short" not in window
     )
 
 
