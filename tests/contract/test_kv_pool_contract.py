@@ -9,12 +9,12 @@ that changes the rule fails here."""
 from __future__ import annotations
 
 import ast
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from fastverify.sim.gpu_memory import pool_budget
+from tests.support.contract import sglang_package
 
 FIGURES = [  # (pre-load free GB, free after the load GB, fraction, preloaded GB)
     (62.89, 62.89, 0.35, 0.0),  # the H100 cold start of tests/fixtures/sglang-0.5.17-h100-standby
@@ -22,15 +22,6 @@ FIGURES = [  # (pre-load free GB, free after the load GB, fraction, preloaded GB
     (74.12, 74.08, 0.4967, 64.21),  # the sim's cold start beside a 0.5.19+ cache
     (78.52, 14.31, 0.875, 0.0),
 ]
-
-
-def _package(sglang_python: Path) -> Path:
-    out = subprocess.run(
-        [str(sglang_python), "-c", "import importlib.util as u; "
-         "print(u.find_spec('sglang').submodule_search_locations[0])"],
-        capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
-    return Path(out.stdout.strip())
 
 
 def _function(path: Path, name: str) -> ast.FunctionDef:
@@ -58,7 +49,7 @@ def _eval(expr: ast.expr, names: dict[str, Any]) -> Any:
 
 
 def test_the_sims_pool_budget_is_sglangs(sglang_python: Path) -> None:
-    pkg = _package(sglang_python)
+    pkg = sglang_package(sglang_python)
     configurator = pkg / "srt" / "mem_cache" / "kv_cache_configurator.py"
     fn = _function(configurator, "_profile_available_bytes")
     slack, rest = _assigned(fn, "slack_gb"), _assigned(fn, "rest_memory")

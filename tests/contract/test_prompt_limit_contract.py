@@ -8,21 +8,16 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 from fastverify.sim.engine import SIM_CONTEXT_LEN, SIM_MAX_REQ_INPUT_LEN
+from tests.support.contract import sglang_package
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h100-spec8b-in1024"
 
 
 def _scheduler(sglang_python: Path) -> str:
-    out = subprocess.run(
-        [str(sglang_python), "-c", "import importlib.util as u; "
-         "print(u.find_spec('sglang').submodule_search_locations[0])"],
-        capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
-    return (Path(out.stdout.strip()) / "srt" / "managers" / "scheduler.py").read_text()
+    return (sglang_package(sglang_python) / "srt" / "managers" / "scheduler.py").read_text()
 
 
 def test_sglang_publishes_and_enforces_max_req_input_len(sglang_python: Path) -> None:

@@ -7,10 +7,10 @@ yields `data: [DONE]\\n\\n` (nothing follows it but the chunked body's end)."""
 from __future__ import annotations
 
 import ast
-import subprocess
 from pathlib import Path
 
 from fastverify.frontdoor.relay import STREAM_END
+from tests.support.contract import sglang_package
 
 STREAMS = {  # file under sglang/srt/entrypoints -> its streaming generator
     "openai/serving_chat.py": "_generate_chat_stream",
@@ -20,10 +20,7 @@ STREAMS = {  # file under sglang/srt/entrypoints -> its streaming generator
 
 
 def _source_root(sglang_python: Path) -> Path:
-    where = "import importlib.util as u; print(u.find_spec('sglang').submodule_search_locations[0])"
-    out = subprocess.run([str(sglang_python), "-c", where], capture_output=True, text=True,
-                         timeout=120, check=True)  # fmt: skip
-    return Path(out.stdout.strip()) / "srt" / "entrypoints"
+    return sglang_package(sglang_python) / "srt" / "entrypoints"
 
 
 def test_sglangs_streams_end_with_the_event_the_front_door_reads(sglang_python: Path) -> None:

@@ -33,6 +33,15 @@ def venv_python() -> Path:
     return cache / "fastverify" / f"sglang-{PINNED_VERSION}" / "bin" / "python"
 
 
+def sglang_package(python: Path) -> Path:
+    """The `sglang` package directory of that interpreter's environment (its source, read by
+    the contract tests that check SGLang's own code)."""
+    where = "import importlib.util as u; print(u.find_spec('sglang').submodule_search_locations[0])"
+    out = subprocess.run([str(python), "-c", where], capture_output=True, text=True, timeout=120,
+                         check=True)  # fmt: skip
+    return Path(out.stdout.strip())
+
+
 def run_probe(python: Path, request: dict[str, Any]) -> dict[str, Any]:
     out = subprocess.run(
         [str(python), str(HERE / "probe.py")],
