@@ -71,12 +71,15 @@ def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path:
         one = [t for t in ok if t["steps"] in ("baseline", 0)]
         assert len(one) == 4 and all(t["cycle_from"].startswith("one token per") for t in one)
         assert all(t["cycle_from"].startswith("spec cycle") for t in ok if t not in one)
-        # the prefill of one prompt per mode, at the window's prompt length and 8x it (the
-        # line whose intercept holds no forward): the EAGLE server's drafter extends it too
+        # the prefill of one prompt per mode, at the window's prompt length, 8x it and 8
+        # tokens (whose first token less a decode step holds no forward): the EAGLE server's
+        # drafter extends it too
         pre = report["prefill_ms"]
         assert set(pre) == {"baseline", "eagle"}
-        assert set(pre["eagle"]) == set(pre["baseline"]) == {"16", "128"}, pre
-        assert "baseline, batch 1: 4 requests of 128 prompt tokens (prefill)" in r.stderr
+        assert set(pre["eagle"]) == set(pre["baseline"]) == {"8", "16", "128"}, pre
+        for tokens in (128, 8):
+            line = f"baseline, batch 1: 4 requests of {tokens} prompt tokens (prefill)"
+            assert line in r.stderr, r.stderr
         base = {int(b): ms for b, ms in report["baseline_ms"].items()}
         # a verify time where the trace gave one, never longer than its window's cycle (the
         # two windows ran under different load: left out, and said)
