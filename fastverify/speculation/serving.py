@@ -14,10 +14,10 @@ from its own recorded histogram (one recorded request per served request). Prefi
 are the source's measured ones per mode (EAGLE: the drafter's extend over every prompt
 token, and its own all-reduce bound); a forward over a batch of prompts holds the engine for
 the measured time to first token less the part that holds no forward (`Costs.prefill_latency`,
-from two measured prompt lengths), which holds no forward but the client: its next request
-reaches the scheduler that long after its last token (the way out, then the way in; at one
-client on the sim, 1024-token prompts, leaving it out predicted 797 tok/s where 696 were
-served); without prefill costs the prediction is decode only, and says so.
+from a short prompt's first token or two measured prompt lengths), which holds the client: its
+next request reaches the scheduler that long after its last token (the way out, then the way
+in; at one client on the sim, 1024-token prompts, leaving it out predicted 797 tok/s where 696
+were served); without prefill costs the prediction is decode only, and says so.
 
 Figures per run: output tokens/s over a window after every client's first request (the
 warm-up, as bench discards it), mean and median time to first token and inter-token latency

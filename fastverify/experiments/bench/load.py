@@ -3,8 +3,8 @@
 `concurrency` clients each send one streaming `POST /generate` request after another
 (closed loop) until `duration` seconds have passed or `requests` requests have been
 sent. Prompts are a prompt set's (`dataset`: `fastverify.experiments.bench.datasets`, in
-its order, cycled) or, by default, fixed token-id sequences drawn from a seeded RNG
-(`input_ids`, so the input length is exact without a tokenizer: "synthetic"); sampling is
+its order, cycled) or, by default, random token ids that no other request shares (`input_ids`,
+so the input length is exact without a tokenizer: "synthetic"; `Prompts`); sampling is
 `temperature` / `top_p` (default greedy), and `ignore_eos` pins the output length.
 
 Timing, from the streamed chunks (SGLang sends cumulative `meta_info.completion_tokens`):
@@ -108,10 +108,10 @@ class Prompts:
     beside 1022 cached ones, which made the time to first token and the throughput of a
     window those of a server that prefills almost nothing."""
 
-    def __init__(self, cfg: BenchConfig, salt: int | None = None) -> None:
+    def __init__(self, cfg: BenchConfig) -> None:
         self.cfg = cfg
-        self.salt = secrets.randbits(64) if salt is None else salt
-        self.made: dict[int, dict[str, Any]] = {}
+        self.salt = secrets.randbits(64)
+        self.made: dict[int, dict[str, Any]] = {}  # the prepared ones
         self.fixed: list[dict[str, Any]] | None = None
         if cfg.dataset:
             from fastverify.experiments.bench.datasets import load
@@ -121,16 +121,18 @@ class Prompts:
     def __call__(self, i: int) -> dict[str, Any]:
         if self.fixed is not None:
             return self.fixed[i % len(self.fixed)]
-        if i not in self.made:
-            ids = synthetic_prompt(i, self.cfg.input_len, self.cfg.seed, self.salt)
-            self.made[i] = {"input_ids": ids}
-        return self.made[i]
+        made = self.made.get(i)
+        if made is None:  # drawn when asked, never kept: a long load sends without end
+            return {"input_ids": synthetic_prompt(i, self.cfg.input_len, self.cfg.seed, self.salt)}
+        return made
 
     def prepare(self, n: int) -> None:
         """Draw the first `n` synthetic prompts now, so that the window's clients do not
         (a millisecond per thousand tokens, inside the loop that times the chunks)."""
-        for i in range(n if self.fixed is None else 0):
-            self(i)
+        if self.fixed is None:
+            for i in range(n):
+                ids = synthetic_prompt(i, self.cfg.input_len, self.cfg.seed, self.salt)
+                self.made[i] = {"input_ids": ids}
 
     def warmup(self, j: int) -> dict[str, Any]:
         """Warm-up request `j`: a prompt set's from its start (the window starts there

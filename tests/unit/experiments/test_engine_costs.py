@@ -17,7 +17,8 @@ from fastverify.speculation.breakeven import cycle_seconds
 
 def _window(**kw: object) -> SimpleNamespace:
     base = {"per_request_tokens_per_second": None, "itl_ms": {"mean": None, "p50": None},
-            "accept_histogram": None, "accept_length": None}  # fmt: skip
+            "accept_histogram": None, "accept_length": None,
+            "decode_tokens_per_second": None, "gaps_with_prefill": None}  # fmt: skip
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -25,6 +26,13 @@ def test_completed_requests_give_the_rate() -> None:
     assert _decode_rate(_window(per_request_tokens_per_second=40.0)) == (
         40.0, "completed requests",
     )  # fmt: skip
+
+
+def test_the_decode_rate_without_prefills_comes_first() -> None:
+    window = _window(per_request_tokens_per_second=30.0, decode_tokens_per_second=40.0,
+                     gaps_with_prefill=7)  # fmt: skip
+    rate, src = _decode_rate(window)
+    assert rate == 40.0 and "7 gap(s)" in src
 
 
 def test_without_a_finished_request_the_mean_itl_not_the_median() -> None:
