@@ -192,51 +192,28 @@ def choose(
                       static, rejected)  # fmt: skip
     rec = rp.replay({"1": never.entry}, batch, costs, acc, output_len=output_len, seed=seed)
     sp0 = rec.speedup(costs)
+    fallback = Choice(batch, never, sp0, sp0, rec.time_shares(), rec.time_shares(), 0, static,
+                      rejected, below_floor=sp0 < floor)  # fmt: skip
     if sp0 >= floor:
-        return Choice(batch, never, sp0, sp0, rec.time_shares(), rec.time_shares(), 0, static,
-                      rejected)  # fmt: skip
-    return _least_bad(batch, never, rec, cands=[c for c in usable if len(c.entry[
-        "candidate_steps"]) == 1 and c.drafts], acc=acc, costs=costs, f_low=f_low,
-        static=static, rejected=rejected, output_len=output_len, seed=seed)  # fmt: skip
-
-
-def _least_bad(
-    batch: int,
-    never: Candidate,
-    never_rec: Any,
-    *,
-    cands: Sequence[Candidate],
-    acc: Acceptance,
-    costs: Costs,
-    f_low: float,
-    static: tuple[int, float],
-    rejected: list[str],
-    output_len: int,
-    seed: int,
-) -> Choice:
-    """Where even never drafting is under the floor: the fixed step count (it cannot flap)
-    whose worse speedup of the two acceptances is largest, when that beats never drafting at
-    both; else never drafting. Either is `below_floor`."""
-    row = costs.priced(batch)
-    assert row is not None
-    sp0 = never_rec.speedup(costs)
+        return fallback
+    # even never drafting is under the floor: the fixed step count (it cannot flap) whose
+    # worse speedup of the two acceptances is largest, when that beats never drafting at both
     zero = costs.cycle(row, 0) / costs.decode(row)
     rejected.append(f"{never.entry}: {sp0:.3f}x (the steps-0 pass costs {zero:.2f}x a decode "
                     "step here)")  # fmt: skip
-    best: tuple[float, Choice] | None = None
-    for c in cands:
+    best, best_worse = fallback, sp0
+    for c in usable:
+        if len(c.entry["candidate_steps"]) > 1 or not c.drafts:
+            continue
         rec = rp.replay({"1": c.entry}, batch, costs, acc, output_len=output_len, seed=seed)
         low = rp.replay({"1": c.entry}, batch, costs, acc, f=f_low, output_len=output_len,
                         seed=seed + 1)  # fmt: skip
         sp, sp_low = rec.speedup(costs), low.speedup(costs)
-        if min(sp, sp_low) > sp0 and (best is None or min(sp, sp_low) > best[0]):
-            best = (min(sp, sp_low), Choice(batch, c, sp, sp_low, rec.time_shares(),
-                                             low.time_shares(), rec.switches, static, rejected,
-                                             below_floor=True))  # fmt: skip
-    if best is not None:
-        return best[1]
-    return Choice(batch, never, sp0, sp0, never_rec.time_shares(), never_rec.time_shares(), 0,
-                  static, rejected, below_floor=True)  # fmt: skip
+        if min(sp, sp_low) > best_worse:
+            best_worse = min(sp, sp_low)
+            best = Choice(batch, c, sp, sp_low, rec.time_shares(), low.time_shares(),
+                          rec.switches, static, rejected, below_floor=True)  # fmt: skip
+    return best
 
 
 def _simpler_nearby(c: Candidate, sp: float, feasible: Sequence[tuple[Candidate, list]]) -> bool:
