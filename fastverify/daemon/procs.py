@@ -272,13 +272,14 @@ def stop_group(
     # A stopped (SIGSTOP, SIGTSTP) process keeps a handled signal pending until it runs
     # again: without SIGCONT a stopped group would wait the whole grace for its SIGKILL.
     _send_group(pgid, signal.SIGCONT)
-    if _leader_alive(pgid, proc_root):
+    leader_signalled = _leader_alive(pgid, proc_root)
+    if leader_signalled:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pgid, sig)
         used = signal.Signals(sig).name
     else:
         _send_group(pgid, signal.SIGTERM)
-    if not _wait_gone(pgid, grace_s, proc, proc_root):
+    if not _wait_gone(pgid, grace_s, proc, proc_root, orphans_term=leader_signalled):
         log.warning(
             "engine group %d still alive %.1f s after SIGTERM; sending SIGKILL", pgid, grace_s
         )
@@ -293,16 +294,29 @@ def stop_group(
 
 
 def _wait_gone(
-    pgid: int, timeout: float, proc: subprocess.Popen[bytes] | None, proc_root: Path = PROC
+    pgid: int,
+    timeout: float,
+    proc: subprocess.Popen[bytes] | None,
+    proc_root: Path = PROC,
+    *,
+    orphans_term: bool = False,
 ) -> bool:
+    """Wait up to `timeout` for group `pgid` to be empty. `orphans_term`: only the leader was
+    signalled; should it die leaving members behind (a leader killed by the signal before it
+    installed its handler, or one that crashed on the way out), nothing is left to stop them,
+    so the group gets SIGTERM once rather than waiting out the grace."""
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
         if proc is not None:
             with contextlib.suppress(Exception):
                 proc.poll()
-        if not group_members(pgid, proc_root):
+        members = group_members(pgid, proc_root)
+        if not members:
             return True
+        if orphans_term and not any(p.pid == pgid for p in members):
+            _send_group(pgid, signal.SIGTERM)
+            orphans_term = False
         if time.monotonic() >= deadline:
             return False
         time.sleep(delay)

@@ -170,3 +170,25 @@ def test_stop_group_terms_the_server_and_lets_it_stop_its_children(tmp_path: Pat
     said = log.read_text().splitlines()
     assert "server: SIGTERM" in said and "child: stopped by its server" in said, said
     assert "child: SIGTERM" not in said
+
+
+LEADER_DIES_CHILD_STAYS = (
+    "import subprocess,time\n"
+    "subprocess.Popen(['sleep', '600'])\n"
+    "print('up', flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_stop_group_terms_what_a_leader_left_behind_without_waiting_the_grace(
+    tmp_path: Path,
+) -> None:
+    """A leader that dies of the SIGTERM (no handler yet: it was stopped while starting)
+    leaves its child in the group; nothing else will stop it, so the group gets SIGTERM too
+    rather than waiting out the grace for a SIGKILL."""
+    log = tmp_path / "l.log"
+    p = procs.spawn([sys.executable, "-c", LEADER_DIES_CHILD_STAYS], dict(os.environ), log)
+    _wait_members(p.pid, 2)
+    res = procs.stop_group(p.pid, grace_s=60, proc=p)
+    assert res.signal_used == "SIGTERM" and res.leftover == [], res
+    assert p.returncode == -15
