@@ -670,6 +670,32 @@ STATUS: "Endpoint[NoBody, StatusBody]" = Endpoint(
 )
 
 
+class ProfileListed(TypedDict):
+    """One profile file of the daemon's profile store (`fastverify.profiles.listing`)."""
+
+    name: Annotated[str, "the profile's name"]
+    description: Annotated[str, "its `# description:`"]
+    source: Annotated[str, "`user` or `shipped`"]
+    path: Annotated[str, "its file (on the daemon's host)"]
+    overrides_shipped: Annotated[bool, "a user profile with a shipped profile's name"]
+    shadows: Annotated[str | None, "the shipped file it overrides"]
+    valid: Annotated[bool, "it has no error (`profile set` would load it)"]
+    problems: Annotated[list[dict[str, Any]], "`{path, line, message, severity}` each"]
+    tags: Annotated[list[str], "its `# tags:`"]
+    requires: Annotated[dict[str, Any], "its `# requires:`"]
+    extends: Annotated[str | None, "the profile it extends"]
+    active: Annotated[bool | None,
+        "it is the active profile (null: not known, a listing made without a daemon)"]
+
+
+PROFILES: "Endpoint[NoBody, list[ProfileListed]]" = Endpoint(
+    "GET", "/v1/profiles", "profiles", "Every profile the daemon can switch to, from its own "
+    "profile directories then the shipped ones, validated against its host, the active one "
+    "marked (`fastverifyctl profile list`).",
+    answer=list[ProfileListed],
+)
+
+
 class Served(TypedDict):
     """A profile and mode (`null`s: nothing)."""
 
@@ -1179,7 +1205,7 @@ class ApiError(TypedDict):
 
 
 ENDPOINTS: tuple[Endpoint[Any, Any], ...] = (
-    STATUS, HISTORY, LOGS, SERVER_ARGV, BASELINES, ACCEPTANCE, SPEC_PLAN, DECISION, LEASE, VERIFY,
+    STATUS, PROFILES, HISTORY, LOGS, SERVER_ARGV, BASELINES, ACCEPTANCE, SPEC_PLAN, DECISION, LEASE, VERIFY,
     SET_PROFILE, SET_MODE, RESTART, CANCEL, TAKE_LEASE, RELEASE_LEASE, RECORD_BASELINE,
     RECORD_DECISION, RECORD_ACCEPTANCE, STORE_SPEC_PLAN, CAPTURE_TRACE,
 )

@@ -201,6 +201,10 @@ class Calls:
         """The status body; its fields are api_models.StatusBody's (the daemon answers that)."""
         return self.call(m.STATUS, timeout=timeout)
 
+    def profiles(self, *, timeout: float | None = None) -> list[m.ProfileListed]:
+        """Every profile the daemon can switch to, the active one marked."""
+        return self.call(m.PROFILES, timeout=timeout)
+
     def history(
         self, n: int | None = None, *, timeout: float | None = None
     ) -> list[m.HistoryRecord]:

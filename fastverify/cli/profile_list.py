@@ -1,8 +1,9 @@
 """`fastverifyctl profile list`: every profile with its source, description and validity.
 
-Kept apart from the other profile commands so that listing imports only the profile
-store (the same loader and validator as every other command) and, when a daemon socket
-exists, the client that asks which profile is active.
+The daemon answers the listing (`GET /v1/profiles`: its directories, its host, the active
+profile) unless the operator names the directories to read here; listing here (no daemon,
+an older one, named directories) imports only the profile store, the same loader and
+validator as every other command, and the client only when a daemon socket exists.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from fastverify.cli.daemon_call import client_for, socket_option
 from fastverify.cli.options import json_option
 from fastverify.cli.output import emit_json, table
 from fastverify.cli.profile_group import make_store, profile, socket_of, user_dir_strs
+from fastverify.profiles.listing import first_error, listing
 
 
 @profile.command("list")
@@ -23,30 +25,19 @@ from fastverify.cli.profile_group import make_store, profile, socket_of, user_di
 @socket_option
 @click.pass_context
 def list_cmd(ctx: click.Context, as_json: bool) -> None:
-    """Profiles with their description and source; the active one marked when the daemon answers."""
-    store = make_store(ctx)
-    status = _daemon_status(ctx)
-    active = status.get("profile") if status else None
-    rows: list[dict[str, Any]] = []
-    for entry, prof, problems in store.list_entries():
-        errors = [p for p in problems if p.severity == "error"]
-        desc = prof.description if prof else _raw_description(entry)
-        row: dict[str, Any] = {
-            "name": entry.name,
-            "description": desc,
-            "source": entry.source,
-            "path": entry.file,
-            "overrides_shipped": entry.shadows_file is not None,
-            "shadows": entry.shadows_file,
-            "valid": not errors,
-            "problems": [p.to_dict() for p in problems],
-            "tags": list(prof.tags) if prof else [],
-            "requires": dict(prof.requires) if prof else {},
-            "extends": prof.extends if prof else None,
-        }
-        if status is not None:
-            row["active"] = entry.name == active
-        rows.append(row)
+    """Profiles with their description and source; the active one marked when the daemon
+    answers. The daemon's own list (what `profile set` can switch to) unless --dir or
+    $FASTVERIFY_PROFILE_DIRS name the directories to read here."""
+    rows, status = None, None
+    named = _dirs_named(ctx)
+    if not named:
+        rows, status = _daemon_listing(ctx)
+    known = rows is not None
+    if rows is None:
+        if named:
+            status = _daemon_status(ctx)
+        known = status is not None
+        rows = listing(make_store(ctx), status.get("profile") if status else None, known=known)
     if as_json:
         emit_json(rows)
         _note_other_dirs(ctx, status)
@@ -54,19 +45,29 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
     out_rows = []
     for r in rows:
         source = r["source"] + (" (overrides shipped)" if r["overrides_shipped"] else "")
-        desc = r["description"] if r["valid"] else "INVALID: " + _first_error(r["problems"])
-        mark = "*" if r.get("active") else ""
-        out_rows.append([mark, r["name"], source, desc])
-    title = None
-    if status is None:
-        title = "daemon not reachable: active profile unknown"
+        desc = r["description"] if r["valid"] else "INVALID: " + first_error(r)
+        out_rows.append(["*" if r["active"] else "", r["name"], source, desc])
+    title = None if known else "daemon not reachable: active profile unknown"
     table(["", "NAME", "SOURCE", "DESCRIPTION"], out_rows, title=title, no_wrap=("NAME",))
     _note_other_dirs(ctx, status)
 
 
+def _dirs_named(ctx: click.Context) -> bool:
+    """The operator named the directories to list (`profile --dir`, $FASTVERIFY_PROFILE_DIRS,
+    a shipped directory): this shell's, not the daemon's."""
+    obj, root = ctx.obj or {}, ctx.find_root().obj or {}
+    return bool(
+        obj.get("profile_dirs")
+        or root.get("profile_dirs")
+        or obj.get("shipped_dir")
+        or os.environ.get("FASTVERIFY_PROFILE_DIRS")
+    )
+
+
 def _note_other_dirs(ctx: click.Context, status: dict[str, Any] | None) -> None:
-    """Where the daemon on this Unix socket reads user profiles elsewhere (its own --config or
-    $FASTVERIFY_PROFILE_DIRS), say so: `profile set` would find profiles this list lacks."""
+    """A listing made here (directories named, or a daemon older than its own listing) whose
+    daemon on this Unix socket reads user profiles elsewhere (its own --config or
+    $FASTVERIFY_PROFILE_DIRS): say so, `profile set` would find profiles this list lacks."""
     from fastverify import paths
 
     theirs = ((status or {}).get("daemon") or {}).get("profile_dirs")
@@ -83,38 +84,50 @@ def _note_other_dirs(ctx: click.Context, status: dict[str, Any] | None) -> None:
     )
 
 
+def _daemon_listing(ctx: click.Context) -> tuple[Any, dict[str, Any] | None]:
+    """(the daemon's listing, None) when it answers one; (None, its status) from a daemon
+    older than `GET /v1/profiles`; (None, None) when no daemon answers. The client is
+    imported only when the socket exists (or a TCP door is given: --host), so offline
+    listing stays fast."""
+    client = _client(ctx)
+    if client is None:
+        return None, None
+    from fastverify.client import ApiError, DaemonUnavailable
+
+    try:
+        return client.profiles(), None
+    except ApiError as exc:
+        if exc.status != 404:
+            return None, None
+    except (DaemonUnavailable, OSError, ValueError):
+        return None, None
+    return None, _status_of(client)
+
+
 def _daemon_status(ctx: click.Context) -> dict[str, Any] | None:
-    """/v1/status when a daemon answers; the client is imported only when the socket
-    exists (or a TCP door is given: --host), so offline listing stays fast."""
-    if (ctx.find_root().obj or {}).get("host"):
-        from fastverify.client import ApiError, DaemonUnavailable
+    """/v1/status when a daemon answers (the active profile of a listing made here)."""
+    client = _client(ctx)
+    return None if client is None else _status_of(client)
 
-        try:
-            status = client_for(ctx, timeout=2.0).status()
-        except (DaemonUnavailable, ApiError, OSError, ValueError):
+
+def _client(ctx: click.Context) -> Any:
+    """A client with a short timeout, or None where no daemon socket exists."""
+    if not (ctx.find_root().obj or {}).get("host"):
+        sock = socket_of(ctx)
+        if sock is None:
+            from fastverify import paths
+
+            sock = paths.socket_path_str()
+        if not os.path.exists(sock):
             return None
-        return status if isinstance(status, dict) else None
-    sock = socket_of(ctx)
-    if sock is None:
-        from fastverify import paths
+    return client_for(ctx, timeout=2.0)
 
-        sock = paths.socket_path_str()
-    if not os.path.exists(sock):
+
+def _status_of(client: Any) -> dict[str, Any] | None:
+    from fastverify.client import ApiError, DaemonUnavailable
+
+    try:
+        status = client.status()
+    except (DaemonUnavailable, ApiError, OSError, ValueError):
         return None
-    from fastverify.client import try_status
-
-    status = try_status(sock)
     return status if isinstance(status, dict) else None
-
-
-def _first_error(problems: list[dict[str, Any]]) -> str:
-    for p in problems:
-        if p["severity"] == "error":
-            return f"{p['message']} (line {p['line']})" if p.get("line") else p["message"]
-    return ""
-
-
-def _raw_description(entry: Any) -> str:
-    from fastverify.profiles import envfile
-
-    return envfile.parse_file(entry.file, entry.root_dir).meta.get("description", (0, ""))[1]

@@ -286,6 +286,9 @@ class Handler(BaseHTTPRequestHandler):
     def h_status(self, method: str, body: Any, query: dict[str, str]) -> None:
         self._reply(m.STATUS, self.api.status())
 
+    def h_profiles(self, method: str, body: Any, query: dict[str, str]) -> None:
+        self._reply(m.PROFILES, self.api.profiles())
+
     def h_history(self, method: str, body: Any, query: dict[str, str]) -> None:
         q = parse_query(m.HISTORY, query)
         if q["n"] < 1:

@@ -50,6 +50,7 @@ from fastverify.daemon.watch import quiet as watch_quiet
 from fastverify.engines.sglang import load_format_of
 from fastverify.host import here as host_here
 from fastverify.lease_record import describe as describe_lease
+from fastverify.profiles.listing import listing
 from fastverify.redact import mask_argv
 
 _S = TypeVar("_S", bound="ControlFacade")
@@ -315,6 +316,11 @@ class ControlFacade:
                 declared={"profile": declared[0], "mode": declared[1]},
             )
         return {"profile": target[0], "mode": target[1]}
+
+    def profiles(self) -> list[m.ProfileListed]:
+        """Every profile of the daemon's store (its directories, its engine's host), the
+        active one marked."""
+        return listing(self.ctl.resolver.profiles, self.ctl.active.get("profile"))
 
     def history(self, n: int, before: float | None = None) -> list[m.HistoryRecord]:
         """A page of the history: the newest `n` records finished before `before` (the
