@@ -1,6 +1,6 @@
-"""The reference part of docs/reference/api.md, written from fastverify.api_models: the
-endpoints, each request's fields (type, required, default, meaning) and the status body's fields
-(with the sections the daemon's parts declare).
+"""The reference part of docs/reference/api.md, written from fastverify.api_models and
+fastverify.api_answers: the endpoints, each request's fields (type, required, default,
+meaning) and the status body's fields (with the sections the daemon's parts declare).
 
 `python -m fastverify.api_reference` rewrites the block between BEGIN and END in
 docs/reference/api.md (the prose around it is hand-written); the suite fails when the committed
@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fastverify import api_answers as a
 from fastverify import api_models as m
+from fastverify import api_schema as s
 
 BEGIN = "<!-- BEGIN generated reference: python -m fastverify.api_reference; do not edit -->"
 END = "<!-- END generated reference -->"
@@ -26,11 +28,11 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _default(f: m.Field) -> str:
+def _default(f: s.Field) -> str:
     return "" if f.required or f.default is None else f"`{json.dumps(f.default)}`"
 
 
-def _meaning(f: m.Field) -> str:
+def _meaning(f: s.Field) -> str:
     extra = f" (checked as the config's `{f.mirrors}`)" if f.mirrors else ""
     return _cell(f.help + extra)
 
@@ -51,18 +53,18 @@ def _request_table(ep: m.Endpoint) -> list[str]:
     return ["No body (`{}` or none)." if ep.method == "POST" else "No parameters."]
 
 
-def _status_table(fields: tuple[m.Field, ...], prefix: str = "") -> list[str]:
+def _status_table(fields: tuple[s.Field, ...], prefix: str = "") -> list[str]:
     rows = ["| field | type | meaning |", "|---|---|---|"]
     rows += [f"| `{prefix}{f.name}` | {_cell(f.kind)} | {_cell(f.help)} |" for f in fields]
     return rows
 
 
-def part_sections() -> tuple[m.Field, ...]:
+def part_sections() -> tuple[s.Field, ...]:
     """The status sections the daemon's parts add (`parts`), as each part declares its own
     (`Part.SECTION`), in their order."""
     from fastverify.daemon.controller import PARTS
 
-    return tuple(m.Field(p.STATUS, "object | null", p.SECTION) for p in PARTS if p.STATUS)
+    return tuple(s.Field(p.STATUS, "object | null", p.SECTION) for p in PARTS if p.STATUS)
 
 
 def render() -> str:
@@ -93,13 +95,13 @@ def render() -> str:
             ]
     status = f"`{m.STATUS.method} {m.STATUS.path}` answers one object:"
     out += ["", "## Status body", "", status, ""]
-    out += [*_status_table(m.documented(m.StatusBody) + part_sections()), "", "`engine`:", ""]
-    out += _status_table(m.documented(m.EngineStatus), "engine.")
+    out += [*_status_table(s.documented(a.StatusBody) + part_sections()), "", "`engine`:", ""]
+    out += _status_table(s.documented(a.EngineStatus), "engine.")
     out += [
         "",
         "## Answers",
         "",
-        "The models the answers above name (fastverify.api_models); "
+        "The models the answers above name (fastverify.api_answers); "
         "a field marked no may be absent.",
         "",
     ]
@@ -109,15 +111,15 @@ def render() -> str:
     return "\n".join(out) + "\n"
 
 
-_STATUS_MODELS = (m.StatusBody, m.EngineStatus)  # the Status body section's
+_STATUS_MODELS = (a.StatusBody, a.EngineStatus)  # the Status body section's
 
 
 def _answer_models() -> list[Any]:
     """Every model an answer names, each once, in the endpoints' order; a 202's and the
     errors' last."""
     found: list[Any] = []
-    for tp in (*(e.answer for e in m.ENDPOINTS), m.Accepted, m.ApiError):
-        found += [t for t in m.models_of(tp) if t not in found and t not in _STATUS_MODELS]
+    for tp in (*(e.answer for e in m.ENDPOINTS), a.Accepted, a.ApiError):
+        found += [t for t in s.models_of(tp) if t not in found and t not in _STATUS_MODELS]
     return found
 
 
@@ -136,7 +138,7 @@ _STATUS_MODELS_NAMES = {t.__name__ for t in _STATUS_MODELS}
 
 
 def _answer_line(e: m.Endpoint[Any, Any]) -> str:
-    what = _link(m._kind(e.answer))
+    what = _link(s.json_kind(e.answer))
     if e.streams:
         post = e.method == "POST"
         what = (
@@ -161,7 +163,7 @@ def _model_table(model: Any) -> list[str]:
     rows += [
         f"| `{f.name}` | {_cell(_link(f.kind))} | {'yes' if f.name in required else 'no'} "
         f"| {_cell(f.help)} |"
-        for f in m.documented(model)
+        for f in s.documented(model)
     ]
     return rows
 

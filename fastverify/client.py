@@ -22,9 +22,12 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar, Unpack, cast
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack, cast
 
 from fastverify import api_models as m
+
+if TYPE_CHECKING:  # the answers' models are types only here: a call never builds them
+    from fastverify import api_answers as a
 
 A = TypeVar("A")  # an endpoint's answer model
 
@@ -197,20 +200,20 @@ class Calls:
         return self.stream(ep.method, *_target(ep, fields), timeout=timeout,
                            answer_timeout=answer_timeout)  # fmt: skip
 
-    def status(self, *, timeout: float | None = None) -> m.StatusBody:
-        """The status body; its fields are api_models.StatusBody's (the daemon answers that)."""
+    def status(self, *, timeout: float | None = None) -> a.StatusBody:
+        """The status body; its fields are api_answers.StatusBody's (the daemon answers that)."""
         return self.call(m.STATUS, timeout=timeout)
 
-    def profiles(self, *, timeout: float | None = None) -> list[m.ProfileListed]:
+    def profiles(self, *, timeout: float | None = None) -> list[a.ProfileListed]:
         """Every profile the daemon can switch to, the active one marked."""
         return self.call(m.PROFILES, timeout=timeout)
 
     def history(
         self, n: int | None = None, *, timeout: float | None = None
-    ) -> list[m.HistoryRecord]:
+    ) -> list[a.HistoryRecord]:
         """The newest `n` history records (None: all of them), oldest first, read a page
         (api_models.HISTORY_PAGE_MAX records) at a time back from the newest."""
-        out: list[m.HistoryRecord] = []
+        out: list[a.HistoryRecord] = []
         before = None
         while n is None or len(out) < n:
             want = m.HISTORY_PAGE_MAX if n is None else min(n - len(out), m.HISTORY_PAGE_MAX)
@@ -227,34 +230,34 @@ class Calls:
         timeout: float | None = None,
         answer_timeout: float | None = None,
         **query: Unpack[m.LogsQuery],
-    ) -> Iterator[m.LogEvent]:
+    ) -> Iterator[a.LogEvent]:
         """The log lines (`n`, `follow`), as NDJSON events; `answer_timeout`, `timeout` as
         `follow`."""
         events = self.follow(m.LOGS, timeout=timeout, answer_timeout=answer_timeout, **query)
-        return cast(Iterator[m.LogEvent], events)
+        return cast("Iterator[a.LogEvent]", events)
 
     def server_argv(
         self, *, timeout: float | None = None, **query: Unpack[m.ServerArgvQuery]
-    ) -> m.ServerArgv:
+    ) -> a.ServerArgv:
         """The argv of `profile` and `mode` (default: the active ones); `check=True` runs the
         engine's argv parser."""
         return self.call(m.SERVER_ARGV, timeout=timeout, **query)
 
     def set_profile(
         self, name: str, *, timeout: float | None = None, **fields: Unpack[m.SetProfileOptions]
-    ) -> m.OperationResult:
+    ) -> a.OperationResult:
         """Switch to profile `name` (fields: api_models.SetProfileBody)."""
         return self.call(m.SET_PROFILE, timeout=timeout, name=name, **fields)
 
-    def set_mode(self, mode: str, **fields: Unpack[m.SetModeOptions]) -> m.OperationResult:
+    def set_mode(self, mode: str, **fields: Unpack[m.SetModeOptions]) -> a.OperationResult:
         """Switch the mode (fields: api_models.SetModeBody)."""
         return self.call(m.SET_MODE, mode=mode, **fields)
 
-    def restart(self, **fields: Unpack[m.RestartBody]) -> m.OperationResult:
+    def restart(self, **fields: Unpack[m.RestartBody]) -> a.OperationResult:
         """Restart the engine (fields: api_models.RestartBody)."""
         return self.call(m.RESTART, **fields)
 
-    def cancel(self) -> m.Cancelled | None:
+    def cancel(self) -> a.Cancelled | None:
         """Cancel the switch in flight (POST /v1/cancel): `{"result": "cancelled",
         "operation": {...}}` once the daemon accepted it, None when nothing was in flight;
         the previous profile is put back by the daemon (see the operation's result)."""
@@ -265,55 +268,55 @@ class Calls:
                 return None
             raise
 
-    def take_lease(self, experiment: str, **fields: Unpack[m.TakeLeaseOptions]) -> m.Lease:
+    def take_lease(self, experiment: str, **fields: Unpack[m.TakeLeaseOptions]) -> a.Lease:
         return self.call(m.TAKE_LEASE, experiment=experiment, **fields)
 
-    def release_lease(self, lease_id: str, *, timeout: float | None = None) -> m.Released:
+    def release_lease(self, lease_id: str, *, timeout: float | None = None) -> a.Released:
         return self.call(m.RELEASE_LEASE, timeout=timeout, id=lease_id)
 
-    def store_spec_plan(self, plan: dict[str, Any], adaptive_config: dict[str, Any]) -> m.SpecPlan:
+    def store_spec_plan(self, plan: dict[str, Any], adaptive_config: dict[str, Any]) -> a.SpecPlan:
         return self.call(m.STORE_SPEC_PLAN, plan=plan, adaptive_config=adaptive_config)
 
-    def record_baseline(self, **fields: Unpack[m.RecordBaselineBody]) -> m.BaselineRecord:
+    def record_baseline(self, **fields: Unpack[m.RecordBaselineBody]) -> a.BaselineRecord:
         """A bench's or a sweep's baseline measurement (the stored record)."""
         return self.call(m.RECORD_BASELINE, **fields)
 
-    def record_decision(self, **fields: Unpack[m.RecordDecisionBody]) -> m.DecisionRecord:
+    def record_decision(self, **fields: Unpack[m.RecordDecisionBody]) -> a.DecisionRecord:
         """What tune decided, after it applied it (the stored record)."""
         return self.call(m.RECORD_DECISION, **fields)
 
-    def record_acceptance(self, **fields: Unpack[m.RecordAcceptanceBody]) -> m.AcceptanceRecord:
+    def record_acceptance(self, **fields: Unpack[m.RecordAcceptanceBody]) -> a.AcceptanceRecord:
         """A bench's acceptance on the served EAGLE-3 engine (the stored record)."""
         return self.call(m.RECORD_ACCEPTANCE, **fields)
 
     def capture_trace(
         self, *, timeout: float | None = None, **fields: Unpack[m.CaptureTraceBody]
-    ) -> m.TraceCapture:
+    ) -> a.TraceCapture:
         """One profile window of the serving engine now, analysed."""
         return self.call(m.CAPTURE_TRACE, timeout=timeout, **fields)
 
     # the endpoints that take no fields
-    def baselines(self, *, timeout: float | None = None) -> dict[str, m.ProfileBaselines]:
+    def baselines(self, *, timeout: float | None = None) -> dict[str, a.ProfileBaselines]:
         """GET /v1/baselines: each profile's recorded baselines."""
         return self.call(m.BASELINES, timeout=timeout)
 
-    def decision(self, *, timeout: float | None = None) -> m.DecisionRecord | None:
+    def decision(self, *, timeout: float | None = None) -> a.DecisionRecord | None:
         """GET /v1/decision: the newest tuning decision, None when there is none."""
         return self.call(m.DECISION, timeout=timeout) or None
 
-    def lease(self, *, timeout: float | None = None) -> m.LeaseInForce:
+    def lease(self, *, timeout: float | None = None) -> a.LeaseInForce:
         """GET /v1/lease: the lease in force."""
         return self.call(m.LEASE, timeout=timeout)
 
-    def acceptance(self, *, timeout: float | None = None) -> m.AcceptanceCurves:
+    def acceptance(self, *, timeout: float | None = None) -> a.AcceptanceCurves:
         """GET /v1/acceptance: every bench's acceptance."""
         return self.call(m.ACCEPTANCE, timeout=timeout)
 
-    def spec_plan(self, *, timeout: float | None = None) -> m.SpecPlan | None:
+    def spec_plan(self, *, timeout: float | None = None) -> a.SpecPlan | None:
         """GET /v1/spec/plan: the stored speculation plan, None when there is none."""
         return self.call(m.SPEC_PLAN, timeout=timeout) or None
 
-    def verify(self, *, timeout: float | None = None) -> m.Verification:
+    def verify(self, *, timeout: float | None = None) -> a.Verification:
         """GET /v1/verify: the after-READY verifiers again on the serving engine."""
         return self.call(m.VERIFY, timeout=timeout)
 
@@ -557,7 +560,7 @@ def _decode(raw: bytes) -> Any:
 
 def try_status(
     socket_path: str | os.PathLike[str] | None = None, timeout: float = 0.5
-) -> m.StatusBody | None:
+) -> a.StatusBody | None:
     """The daemon's /v1/status, or None when no daemon answers quickly (for `profile list`)."""
     if not socket_path:
         from fastverify import paths
@@ -571,7 +574,7 @@ def try_status(
         return None
 
 
-def _finished(rec: m.HistoryRecord) -> float:
+def _finished(rec: a.HistoryRecord) -> float:
     """A history record's place for paging (`before=`): its finish time."""
     at = rec.get("finished_at", rec.get("started_at"))
     return float(at) if isinstance(at, int | float) else 0.0

@@ -26,8 +26,8 @@ from fastverify.profiles.listing import first_error, listing
 @click.pass_context
 def list_cmd(ctx: click.Context, as_json: bool) -> None:
     """Profiles with their description and source; the active one marked when the daemon
-    answers. The daemon's own list (what `profile set` can switch to) unless --dir or
-    $FASTVERIFY_PROFILE_DIRS name the directories to read here."""
+    answers. The daemon's own list (what `profile set` can switch to) unless `profile --dir`
+    names the directories to read here."""
     rows, status = None, None
     named = _dirs_named(ctx)
     if not named:
@@ -40,7 +40,7 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
         rows = listing(make_store(ctx), status.get("profile") if status else None, known=known)
     if as_json:
         emit_json(rows)
-        _note_other_dirs(ctx, status)
+        _note_other_dirs(ctx, status, named)
         return
     out_rows = []
     for r in rows:
@@ -49,24 +49,19 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
         out_rows.append(["*" if r["active"] else "", r["name"], source, desc])
     title = None if known else "daemon not reachable: active profile unknown"
     table(["", "NAME", "SOURCE", "DESCRIPTION"], out_rows, title=title, no_wrap=("NAME",))
-    _note_other_dirs(ctx, status)
+    _note_other_dirs(ctx, status, named)
 
 
 def _dirs_named(ctx: click.Context) -> bool:
-    """The operator named the directories to list (`profile --dir`, $FASTVERIFY_PROFILE_DIRS,
-    a shipped directory): this shell's, not the daemon's."""
+    """The operator named the directories to list (`profile --dir`, a shipped directory):
+    these, not the daemon's."""
     obj, root = ctx.obj or {}, ctx.find_root().obj or {}
-    return bool(
-        obj.get("profile_dirs")
-        or root.get("profile_dirs")
-        or obj.get("shipped_dir")
-        or os.environ.get("FASTVERIFY_PROFILE_DIRS")
-    )
+    return bool(obj.get("profile_dirs") or root.get("profile_dirs") or obj.get("shipped_dir"))
 
 
-def _note_other_dirs(ctx: click.Context, status: dict[str, Any] | None) -> None:
-    """A listing made here (directories named, or a daemon older than its own listing) whose
-    daemon on this Unix socket reads user profiles elsewhere (its own --config or
+def _note_other_dirs(ctx: click.Context, status: dict[str, Any] | None, named: bool) -> None:
+    """A listing made here (`named` directories, or a daemon older than its own listing)
+    whose daemon on this Unix socket reads user profiles elsewhere (its own --config or
     $FASTVERIFY_PROFILE_DIRS): say so, `profile set` would find profiles this list lacks."""
     from fastverify import paths
 
@@ -76,10 +71,14 @@ def _note_other_dirs(ctx: click.Context, status: dict[str, Any] | None) -> None:
     ours = user_dir_strs(ctx)
     if [paths.normalize(d) for d in theirs] == ours:
         return
+    how = (
+        "fastverifyctl profile list (without --dir)"
+        if named
+        else f"FASTVERIFY_PROFILE_DIRS={os.pathsep.join(theirs)} fastverifyctl profile list"
+    )
     click.echo(
         f"note: the daemon reads user profiles from {', '.join(theirs) or '(none)'}, this list "
-        f"from {', '.join(ours) or '(none)'}; to list the daemon's: "
-        f"FASTVERIFY_PROFILE_DIRS={os.pathsep.join(theirs)} fastverifyctl profile list",
+        f"from {', '.join(ours) or '(none)'}; to list the daemon's: {how}",
         err=True,
     )
 

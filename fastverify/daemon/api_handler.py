@@ -24,6 +24,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import parse_qs, urlsplit
 
+from fastverify import api_answers as a
 from fastverify import api_models as m
 from fastverify.admission import Buckets, Gate
 from fastverify.daemon.api_requests import options, parse_query, validate_body
@@ -322,7 +323,7 @@ class Handler(BaseHTTPRequestHandler):
         q = parse_query(m.SERVER_ARGV, query)
         self._reply(m.SERVER_ARGV, self.api.server_argv(q["profile"], q["mode"], q["check"]))
 
-    def _operation(self, ep: m.Endpoint[Any, m.OperationResult], kind: str, body: Any) -> None:
+    def _operation(self, ep: m.Endpoint[Any, a.OperationResult], kind: str, body: Any) -> None:
         """A switch, mode or restart: the body checked against `ep`, its defaults filled in."""
         opts: dict[str, Any] = options(ep, validate_body(ep, body))
         wait, stream = opts.pop("wait"), opts.pop("stream")
@@ -332,7 +333,7 @@ class Handler(BaseHTTPRequestHandler):
         self._answer(ep, op, wait=wait, stream=stream)
 
     def _answer(
-        self, ep: m.Endpoint[Any, m.OperationResult], op: Operation, wait: bool, stream: bool
+        self, ep: m.Endpoint[Any, a.OperationResult], op: Operation, wait: bool, stream: bool
     ) -> None:
         if stream:
             self._start_stream()
@@ -341,7 +342,7 @@ class Handler(BaseHTTPRequestHandler):
                     return  # the caller went away; the operation goes on
             return
         if not wait:
-            accepted: m.Accepted = {"accepted": True, "op": op.describe()}
+            accepted: a.Accepted = {"accepted": True, "op": op.describe()}
             self._send_json(202, accepted)
             return
         result = op.wait()
@@ -362,7 +363,7 @@ class Handler(BaseHTTPRequestHandler):
         op = self.api.cancel(self.caller)
         if op is None:
             raise RequestError(404, "no operation in flight")
-        cancelled: m.Cancelled = {"result": "cancelled", "operation": op.describe()}
+        cancelled: a.Cancelled = {"result": "cancelled", "operation": op.describe()}
         self._reply(m.CANCEL, cancelled)
 
     def _read_or_record(
@@ -386,7 +387,7 @@ class Handler(BaseHTTPRequestHandler):
                              (m.RECORD_BASELINE, api.set_baseline))  # fmt: skip
 
     def h_decision(self, method: str, body: Any, query: dict[str, str]) -> None:
-        def record(b: m.RecordDecisionBody) -> m.DecisionRecord:
+        def record(b: m.RecordDecisionBody) -> a.DecisionRecord:
             return self.api.record_decision(b, self.caller)
 
         self._read_or_record(method, body, (m.DECISION, self.api.decision),
@@ -407,7 +408,7 @@ class Handler(BaseHTTPRequestHandler):
             lease = self.api.leases.current()
             if lease is not None and lease.get("holder") != self.caller.identity:
                 lease = public_lease(lease)
-            answer: m.LeaseInForce = {"lease": cast(m.LeaseSeen | None, lease)}
+            answer: a.LeaseInForce = {"lease": cast(a.LeaseSeen | None, lease)}
             self._reply(m.LEASE, answer)
             return
         opts = options(m.TAKE_LEASE, validate_body(m.TAKE_LEASE, body))

@@ -13,6 +13,7 @@ from typing import Any, TypeVar, cast
 
 from fastverify import api_models as m
 from fastverify import config as configmod
+from fastverify.api_schema import KINDS, Field
 from fastverify.daemon.resolve import RequestError
 
 # Request fields that are per-request values of a configuration key: checked by the same
@@ -61,8 +62,8 @@ def validate_body(ep: m.Endpoint[B, Any], body: Any) -> B:
     return cast(B, body)
 
 
-def _check_value(f: m.Field, value: Any) -> None:
-    types = m.KINDS[f.kind]
+def _check_value(f: Field, value: Any) -> None:
+    types = KINDS[f.kind]
     if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
         want = _WANT.get(f.kind, f.kind)
         raise RequestError(422, f"field {f.name!r} must be {want}, got {json.dumps(value)}")

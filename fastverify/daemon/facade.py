@@ -27,13 +27,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
-from fastverify import api_models as m
+from fastverify import api_answers as a
+from fastverify.api_answers import EngineStatus, StatusBody
 from fastverify.api_models import (
-    EngineStatus,
     RecordAcceptanceBody,
     RecordBaselineBody,
     RecordDecisionBody,
-    StatusBody,
     StoreSpecPlanBody,
 )
 from fastverify.config import weights_label
@@ -50,7 +49,7 @@ from fastverify.daemon.watch import quiet as watch_quiet
 from fastverify.engines.sglang import load_format_of
 from fastverify.host import here as host_here
 from fastverify.lease_record import describe as describe_lease
-from fastverify.profiles.listing import listing
+from fastverify.profiles.listing import CachedListing
 from fastverify.redact import mask_argv
 
 _S = TypeVar("_S", bound="ControlFacade")
@@ -106,6 +105,7 @@ class ControlFacade:
         self.config_error: str | None = None
         self.canary: dict[str, Any] | None = None  # declarative mode: an explicit --canary
         self.leases = Leases()  # an experiment's hold on the daemon (fastverify.daemon.lease)
+        self._listing = CachedListing()  # GET /v1/profiles
         self._caps: dict[tuple[str, ...], dict[str, Any] | None] = {}  # engine capabilities
         self._caps_pending: set[tuple[str, ...]] = set()
         self._caps_lock = threading.Lock()
@@ -317,15 +317,15 @@ class ControlFacade:
             )
         return {"profile": target[0], "mode": target[1]}
 
-    def profiles(self) -> list[m.ProfileListed]:
+    def profiles(self) -> list[a.ProfileListed]:
         """Every profile of the daemon's store (its directories, its engine's host), the
         active one marked."""
-        return listing(self.ctl.resolver.profiles, self.ctl.active.get("profile"))
+        return self._listing.rows(self.ctl.resolver.profiles, self.ctl.active.get("profile"))
 
-    def history(self, n: int, before: float | None = None) -> list[m.HistoryRecord]:
+    def history(self, n: int, before: float | None = None) -> list[a.HistoryRecord]:
         """A page of the history: the newest `n` records finished before `before` (the
         journal's `switch` records: the daemon wrote them)."""
-        return cast(list[m.HistoryRecord], self.ctl.store.history(n, before))
+        return cast(list[a.HistoryRecord], self.ctl.store.history(n, before))
 
     # ------------------------------------------------------------------ logs
     def log_tail(self, n: int) -> list[dict[str, Any]]:
@@ -338,7 +338,7 @@ class ControlFacade:
         return self.ctl.ring.seq
 
     # ------------------------------------------------------------------ argv
-    def server_argv(self, profile: str | None, mode: str | None, check: bool) -> m.ServerArgv:
+    def server_argv(self, profile: str | None, mode: str | None, check: bool) -> a.ServerArgv:
         c = self.ctl
         name, mode = c.resolver.defaults(profile, mode, c.active)
         _, argv = c.resolver.resolve(name, mode)
@@ -348,7 +348,7 @@ class ControlFacade:
             "profile": name,
             "mode": mode,
             "argv": mask_argv(argv),
-            "check": cast(m.ArgvCheck, c.resolver.check_argv(argv).to_dict()) if check else None,
+            "check": cast(a.ArgvCheck, c.resolver.check_argv(argv).to_dict()) if check else None,
         }
 
     # ------------------------------------------------------------------ operations
@@ -388,14 +388,14 @@ class ControlFacade:
         pid: int | None,
         force: bool = False,
         caller: Any = None,
-    ) -> m.Lease:
+    ) -> a.Lease:
         """A lease bound to `caller`'s identity (the answer holds its id: the holder's only)."""
         holder = caller.identity if caller is not None else ""
         lease, overridden = self.leases.take(experiment, description, pid, force, holder)
         if overridden is not None:
             self._record_override(overridden, f"{experiment} lease", caller)
         log.info("lease taken: %s", describe_lease(lease))
-        return cast(m.Lease, lease)
+        return cast(a.Lease, lease)
 
     def _record_override(self, lease: dict[str, Any], what: str, caller: Any) -> None:
         """A forced operation or lease over another's lease: one history record (kind
@@ -416,25 +416,25 @@ class ControlFacade:
         except OSError as exc:
             log.error("cannot record a lease override in the journal: %s", exc)
 
-    def release_lease(self, lease_id: str, caller: Any = None) -> m.Released:
+    def release_lease(self, lease_id: str, caller: Any = None) -> a.Released:
         lease = self.leases.release(lease_id, caller.identity if caller is not None else "")
         if lease is None:
             raise RequestError(404, f"no lease {lease_id!r} is in force", reason="no_lease")
         log.info("lease released: %s", describe_lease(lease))
-        return {"released": cast(m.Lease, lease)}
+        return {"released": cast(a.Lease, lease)}
 
     # ------------------------------------------------------------------ baselines
-    def baselines(self) -> dict[str, m.ProfileBaselines]:
-        return cast(dict[str, m.ProfileBaselines], self.ctl.store.load_baselines())
+    def baselines(self) -> dict[str, a.ProfileBaselines]:
+        return cast(dict[str, a.ProfileBaselines], self.ctl.store.load_baselines())
 
     @records("baseline")
-    def set_baseline(self, request: RecordBaselineBody) -> m.BaselineRecord:
+    def set_baseline(self, request: RecordBaselineBody) -> a.BaselineRecord:
         """Validate, persist (baselines.json) and announce a baseline measurement.
         RequestError(422) names every bad field (`fields`: field -> what is wrong)."""
         now = time.time()
         _refuse(check_baseline(request, self._profile_problem, now), "invalid_baseline")
         body: Mapping[str, Any] = request  # its values checked (concurrency given, ...)
-        rec: m.BaselineRecord = {
+        rec: a.BaselineRecord = {
             "profile": body["profile"],
             "tokens_per_second": float(body["tokens_per_second"]),
             "per_request_tokens_per_second": float(body["per_request_tokens_per_second"]),
@@ -463,12 +463,12 @@ class ControlFacade:
         return rec
 
     # ------------------------------------------------------------------ decision
-    def decision(self) -> m.DecisionRecord | None:
+    def decision(self) -> a.DecisionRecord | None:
         """The newest decision (None: none recorded)."""
-        return cast(m.DecisionRecord, self.ctl.store.load_json("decision.json")) or None
+        return cast(a.DecisionRecord, self.ctl.store.load_json("decision.json")) or None
 
     @records("decision")
-    def record_decision(self, body: RecordDecisionBody, caller: Any = None) -> m.DecisionRecord:
+    def record_decision(self, body: RecordDecisionBody, caller: Any = None) -> a.DecisionRecord:
         """Validate, persist (decision.json + a history record) and announce a tuning
         decision (fastverify.daemon.decision). RequestError(422) names every bad field."""
         from fastverify.daemon import decision as dec
@@ -483,17 +483,17 @@ class ControlFacade:
             self.ctl.store.append_decision(dec.history_record(rec))
         self.ctl.bus.publish(ev.DecisionRecorded(rec["profile"], rec["mode"], rec["backend"],
                                                  bool(rec["applied"])))  # fmt: skip
-        return cast(m.DecisionRecord, rec)
+        return cast(a.DecisionRecord, rec)
 
     # ------------------------------------------------------------------ speculation
-    def acceptance(self) -> m.AcceptanceCurves:
+    def acceptance(self) -> a.AcceptanceCurves:
         """{"profile/mode/steps": record} (fastverify.daemon.acceptance)."""
         from fastverify.daemon import acceptance
 
-        return {"curves": cast(dict[str, m.AcceptanceRecord], acceptance.load(self.ctl.store))}
+        return {"curves": cast(dict[str, a.AcceptanceRecord], acceptance.load(self.ctl.store))}
 
     @records("acceptance")
-    def record_acceptance(self, body: RecordAcceptanceBody) -> m.AcceptanceRecord:
+    def record_acceptance(self, body: RecordAcceptanceBody) -> a.AcceptanceRecord:
         from fastverify.daemon import acceptance, speculation_part
 
         with self.ctl._lock:
@@ -506,23 +506,23 @@ class ControlFacade:
             + ("" if rec["usable"] else f"; not usable: {rec['why_not_usable']}")
             + ")"
         )
-        return cast(m.AcceptanceRecord, rec)
+        return cast(a.AcceptanceRecord, rec)
 
-    def spec_plan(self) -> m.SpecPlan | None:
+    def spec_plan(self) -> a.SpecPlan | None:
         """The stored plan (None: none stored)."""
         from fastverify.daemon import acceptance
 
-        return cast(m.SpecPlan, self.ctl.store.load_json(acceptance.PLAN_FILE)) or None
+        return cast(a.SpecPlan, self.ctl.store.load_json(acceptance.PLAN_FILE)) or None
 
     @records("speculation plan")
-    def store_spec_plan(self, body: StoreSpecPlanBody) -> m.SpecPlan:
+    def store_spec_plan(self, body: StoreSpecPlanBody) -> a.SpecPlan:
         from fastverify.daemon import acceptance
 
         with self.ctl._lock:
             stored = acceptance.save_plan(self.ctl.store, body)
         self.ctl.bus.publish(ev.PlanStored(stored))  # the speculation part tells the exporter
         self.ctl.say(f"speculation plan stored; adaptive config {stored['adaptive_config']}")
-        return cast(m.SpecPlan, stored)
+        return cast(a.SpecPlan, stored)
 
     def _profile_problem(self, name: str) -> str | None:
         from fastverify.profiles.store import name_problem
@@ -537,7 +537,7 @@ class ControlFacade:
     # ------------------------------------------------------------------ traces
     def capture_trace(
         self, steps: int | None, cancelled: Callable[[], bool] | None = None
-    ) -> m.TraceCapture:
+    ) -> a.TraceCapture:
         """One profile window now: 409 when the exporter is off, the engine is idle or
         another window still runs after the capture timeout (nothing started); 502 when the
         window failed (it was stopped on the server and removed); `cancelled()` (the client
@@ -575,7 +575,7 @@ class ControlFacade:
                 wait_s=runtime.capture_timeout_s,
                 quiet=watch_quiet,  # the watch's checks are not traffic
             )
-            return cast(m.TraceCapture, window)
+            return cast(a.TraceCapture, window)
         except EngineIdle as exc:
             raise RequestError(409, str(exc), reason="capture_refused", busy=False) from None
         except CaptureRefused as exc:

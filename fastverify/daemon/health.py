@@ -36,7 +36,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fastverify.api_models import StatusBody, part_section
+from fastverify.api_answers import StatusBody
+from fastverify.api_models import part_section
 from fastverify.httpserver import HttpServer, Reply
 
 log = logging.getLogger("fastverifyd.health")

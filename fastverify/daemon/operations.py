@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from fastverify import api_models as m
+from fastverify import api_answers as a
 
 
 def _now() -> float:
@@ -50,8 +50,8 @@ class OpResult:
     by: str = "fastverifyd"  # who asked
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> m.OperationResult:
-        out: m.OperationResult = {
+    def to_dict(self) -> a.OperationResult:
+        out: a.OperationResult = {
             "id": self.id,
             "kind": self.kind,
             "result": self.result,
@@ -81,7 +81,7 @@ class Operation:
         self.started_at = _now()
         self.t0 = time.monotonic()
         self.events: list[dict[str, Any]] = []
-        self.result: m.OperationResult | None = None
+        self.result: a.OperationResult | None = None
         self.outcome: OpResult | None = None
         self.cancel = threading.Event()
         self.cancel_reason: str | None = None  # "cancelled" (client) | "preempted" | "shutdown"
@@ -106,7 +106,7 @@ class Operation:
     def elapsed(self) -> float:
         return round(time.monotonic() - self.t0, 3)
 
-    def describe(self) -> m.OperationInFlight:
+    def describe(self) -> a.OperationInFlight:
         return {
             "id": self.id,
             "kind": self.kind,
@@ -144,7 +144,7 @@ class Operation:
             self.events.append({"event": "result", "ts": _now(), **self.result})
             self._cond.notify_all()
 
-    def wait(self, timeout: float | None = None) -> m.OperationResult | None:
+    def wait(self, timeout: float | None = None) -> a.OperationResult | None:
         with self._cond:
             self._cond.wait_for(lambda: self.result is not None, timeout)
             return self.result

@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 from typing import cast
 
-from fastverify import api_models as m
+from fastverify import api_answers as a
 from fastverify.daemon.controller import Controller
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.states import State
 
 
-def rerun(ctl: Controller) -> m.Verification:
+def rerun(ctl: Controller) -> a.Verification:
     """The verdict of every verifier on the serving engine (see the module docstring):
     `{ok, profile, mode, pid, engine_id, reason, message, verifiers: [{name, status,
     message, evidence, reason?, line?}]}`."""
@@ -57,5 +57,5 @@ def rerun(ctl: Controller) -> m.Verification:
         "engine_id": h.engine_id,
         "reason": verdict.failure.reason if verdict.failure else None,
         "message": message,
-        "verifiers": [cast(m.VerifierResult, f.to_dict()) for f in verdict.findings],
+        "verifiers": [cast(a.VerifierResult, f.to_dict()) for f in verdict.findings],
     }

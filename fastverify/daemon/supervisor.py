@@ -15,7 +15,7 @@ import contextlib
 import logging
 from typing import Any
 
-from fastverify.api_models import StatusBody
+from fastverify.api_answers import StatusBody
 from fastverify.config import Config
 from fastverify.daemon.baselines import baseline_records
 from fastverify.daemon.controller import Controller

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -42,20 +43,37 @@ def test_socket_of_the_subcommand_reaches_the_daemon(tmp_path: Path) -> None:
         assert env.returncode == 0 and "READY" in env.stdout, env.stderr
 
 
-def test_profile_list_says_where_the_daemon_on_the_socket_reads_profiles(tmp_path: Path) -> None:
-    """`--socket` alone reaches the daemon, not its profile directories (its own
-    $FASTVERIFY_PROFILE_DIRS or --config): `profile list` says where they are and how to list
-    them, so a profile `profile set` finds is not a mystery."""
+def test_profile_list_is_the_daemons_own_and_says_where_a_named_directory_differs(
+    tmp_path: Path,
+) -> None:
+    """`--socket` alone lists what the daemon on it can switch to (its own
+    $FASTVERIFY_PROFILE_DIRS or --config), a file added there or broken included at the next
+    listing; directories named here (`profile --dir`) are listed here, with a note where the
+    daemon reads elsewhere, so a profile `profile set` finds is not a mystery."""
     with DaemonHarness(tmp_path, metrics=False) as d:
-        (d.profile_dir / "mine.env").write_text("# description: mine\nNCCL_ALGO=Ring\n")
+        mine = d.profile_dir / "mine.env"
+        mine.write_text("# description: mine\nNCCL_ALGO=Ring\n")
         r = run_ctl("--socket", str(d.socket), "profile", "list")
-        assert r.returncode == 0 and "\tmine\t" not in r.stdout, r.stdout
-        hint = f"FASTVERIFY_PROFILE_DIRS={d.profile_dir} fastverifyctl --socket {d.socket}"
-        assert f"note: the daemon reads user profiles from {d.profile_dir}, " in r.stderr
-        assert f"{hint} profile list" in r.stderr, r.stderr
-        env = {"FASTVERIFY_PROFILE_DIRS": str(d.profile_dir)}
-        r = run_ctl("--socket", str(d.socket), "profile", "list", env=env)
         assert r.returncode == 0 and "\tmine\tuser\tmine" in r.stdout, r.stdout
+        assert "note:" not in r.stderr, r.stderr
+        mine.write_text("# description: mine\nNCCL_ALGO=Rign\n")  # the daemon lists it again
+        r = run_ctl("--socket", str(d.socket), "profile", "list")
+        assert "\tmine\tuser\tINVALID: " in r.stdout and "Rign" in r.stdout, r.stdout
+        (d.profile_dir / "ours.env").write_text("# description: ours\nNCCL_ALGO=Tree\n")
+        r = run_ctl("--socket", str(d.socket), "profile", "list", "--json")
+        assert [row["name"] for row in json.loads(r.stdout) if row["source"] == "user"] == [
+            "mine",
+            "ours",
+        ]
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        r = run_ctl("--socket", str(d.socket), "profile", "--dir", str(elsewhere), "list")
+        assert r.returncode == 0 and "\tmine\t" not in r.stdout, r.stdout
+        assert f"note: the daemon reads user profiles from {d.profile_dir}, " in r.stderr
+        hint = f"fastverifyctl --socket {d.socket} profile list (without --dir)"
+        assert hint in r.stderr, r.stderr
+        r = run_ctl("--socket", str(d.socket), "profile", "--dir", str(d.profile_dir), "list")
+        assert r.returncode == 0 and "\tours\tuser\tours" in r.stdout, r.stdout
         assert "note:" not in r.stderr, r.stderr
 
 

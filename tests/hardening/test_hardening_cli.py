@@ -250,6 +250,28 @@ def test_cancel_reports_the_daemon_answer(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- docs' promises
 
 
+def test_profile_list_of_a_daemon_without_its_own_listing_is_made_here(tmp_path: Path) -> None:
+    """A daemon older than `GET /v1/profiles` answers it 404: the list is read here, the active
+    profile marked from its status, with where it reads its own profiles."""
+    sock = tmp_path / "older.sock"
+    theirs = str(tmp_path / "their-profiles")
+    status = {"state": "READY", "profile": "ring-ll", "daemon": {"profile_dirs": [theirs]}}
+
+    def older(conn: socket.socket) -> None:
+        path = conn.recv(65536).split(b" ")[1]
+        code, body = (200, status) if path == b"/v1/status" else (404, {"error": "not found"})
+        data = json.dumps(body).encode()
+        conn.sendall(f"HTTP/1.0 {code} X\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+        conn.close()
+
+    with fake_daemon(sock, older):
+        r = ctl(sock, "profile", "list")
+    assert r.returncode == 0, r.stderr
+    assert "*\tring-ll\tshipped\t" in r.stdout and "\tnccl-default\tshipped\t" in r.stdout
+    assert f"note: the daemon reads user profiles from {theirs}, " in r.stderr, r.stderr
+    assert f"FASTVERIFY_PROFILE_DIRS={theirs} fastverifyctl" in r.stderr, r.stderr
+
+
 def test_docs_profile_validate_example_is_what_happens(tmp_path: Path) -> None:
     # docs/guides/profiles.md, linked from the README
     readme = (REPO / "docs" / "guides" / "profiles.md").read_text()

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.api_models import EngineStatus, StatusBody, documented
+from fastverify.api_answers import EngineStatus, StatusBody
 from fastverify.api_reference import part_sections
+from fastverify.api_schema import documented
 from fastverify.client import ApiError, ControlClient
 from fastverify.exporters import sglang_metrics
 from tests.support.harness import REPO, DaemonHarness, free_port

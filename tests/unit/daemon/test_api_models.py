@@ -16,8 +16,9 @@ from typing import get_args, get_type_hints
 import pytest
 
 import fastverify
+from fastverify import api_answers, api_reference
 from fastverify import api_models as m
-from fastverify import api_reference
+from fastverify.api_schema import KINDS
 from fastverify.client import ControlClient
 from fastverify.daemon.api_handler import Handler
 
@@ -46,7 +47,7 @@ def test_every_route_has_a_handler_and_every_endpoint_a_client_method() -> None:
     for ep in m.ENDPOINTS:
         assert callable(getattr(ControlClient, ep.client, None)), (ep, ep.client)
         for f in (*ep.fields, *ep.query):
-            assert f.kind in m.KINDS, (ep, f.name, f.kind)
+            assert f.kind in KINDS, (ep, f.name, f.kind)
     assert len({(e.method, e.path) for e in m.ENDPOINTS}) == len(m.ENDPOINTS)
 
 
@@ -63,7 +64,8 @@ def test_the_client_methods_take_the_fields_their_models_declare() -> None:
         if var is None:  # a method that takes its fields by name, if any
             assert named == set(ep.names) or ep.client in ("history", "release_lease"), ep
             continue
-        (model,) = get_args(get_type_hints(method, include_extras=True)[var.name])
+        hints = get_type_hints(method, localns={"a": api_answers}, include_extras=True)
+        (model,) = get_args(hints[var.name])
         assert named | set(model.__annotations__) == set(ep.names), ep
         assert not named & set(model.__annotations__), ep
         for name, hint in model.__annotations__.items():  # the same declaration, not a copy
