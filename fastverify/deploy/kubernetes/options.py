@@ -1,12 +1,11 @@
 """What `fastverifyctl render kubernetes` takes, declared once: each `KubeOptions` field is
 an option of the command, with its default, its flag and its help (`fastverify.flags`); the
 CLI builds its options from these (fastverify/cli/options.py), and `from_flags` turns what
-the command line gave back into `KubeOptions`.
-`Bundle` is what a render returns."""
+the command line gave back into `KubeOptions`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fastverify.config import MODES
@@ -214,21 +213,3 @@ class KubeOptions:
     def from_flags(cls, **given: Any) -> KubeOptions:
         """`KubeOptions` from what the command line gave (fastverify.flags.from_flags)."""
         return from_flags(cls, **given)
-
-
-@dataclass(frozen=True)
-class Bundle:
-    """Rendered files (name -> text) and what the tests and the CLI report."""
-
-    files: dict[str, str]
-    profile: str
-    mode: str
-    workload: str  # "Deployment" | "LeaderWorkerSet"
-    gpus_per_node: int
-    tp_size: int
-    profile_checksum: str
-    config_checksum: str
-    config_text: str
-    notes: list[str] = field(default_factory=list)
-    layout: list[str] = field(default_factory=list)  # what the model volume must hold
-    prerequisites: list[str] = field(default_factory=list)  # what the cluster must have

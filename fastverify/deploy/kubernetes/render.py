@@ -27,7 +27,8 @@ from fastverify import paths
 from fastverify.config import Config
 from fastverify.deploy.kubernetes import guards, inputs, manifests, placement
 from fastverify.deploy.kubernetes import pod as podmod
-from fastverify.deploy.kubernetes.options import Bundle, KubeOptions
+from fastverify.deploy.kubernetes.options import KubeOptions
+from fastverify.deploy.kubernetes.plan import Bundle
 from fastverify.durable import atomic_write_text
 from fastverify.render import RenderError
 
@@ -289,14 +290,7 @@ def render(options: KubeOptions) -> Bundle:
         )
     return Bundle(
         files=files,
-        profile=loaded.name,
-        mode=mode,
-        workload=workload,
-        gpus_per_node=gpus,
-        tp_size=plan.tp_size,
-        profile_checksum=profile_checksum,
-        config_checksum=config_checksum,
-        config_text=config_text,
+        plan=plan,
         notes=notes,
         layout=guards.layout(pod_cfg.server, mode),
         prerequisites=guards.prerequisites(options, workload),
