@@ -43,13 +43,13 @@ from fastverify.daemon.lease import Leases
 from fastverify.daemon.lease import public as public_lease
 from fastverify.daemon.observers import ExporterFeed, LiveFigures
 from fastverify.daemon.operations import Operation
+from fastverify.daemon.profile_listing import CachedListing
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.states import State
 from fastverify.daemon.watch import quiet as watch_quiet
 from fastverify.engines.sglang import load_format_of
 from fastverify.host import here as host_here
 from fastverify.lease_record import describe as describe_lease
-from fastverify.profiles.listing import CachedListing
 from fastverify.redact import mask_argv
 
 _S = TypeVar("_S", bound="ControlFacade")
