@@ -368,7 +368,7 @@ class ServerArgvQuery(TypedDict, total=False):
     check: Annotated[bool, Doc("run the engine's own argv parser on it", default=False)]
 
 
-# The keys every part's status section has besides its own fields (`parts` below)
+# The keys every part's status section has besides its own fields (the status body's `parts`)
 PART_SUMMARY = "summary"
 PART_SHARED_LOADS = "shared_loads"
 # seconds the part took to load what it shares (the weight cache: its own read of the
@@ -388,23 +388,19 @@ def part_section(status: "StatusBody", name: str) -> dict[str, Any]:
 # (Their types quoted: a module's annotations are evaluated at import, and a generic's
 # subscript costs the CLI's start-up ~0.1 ms each; the answers' models are named, in
 # fastverify.api_answers.)
+_WAIT = "with `wait: false`, 202 `Accepted` at once"  # an operation's
+_INVALID = ("422 `{error, fields: {field: what is wrong}, reason: \"%s\"}` naming every bad "
+            "field (nothing is stored then)")
 STATUS: "Endpoint[NoBody, StatusBody]" = Endpoint(
     "GET", "/v1/status", "status", "The daemon's state, the serving engine and what it knows.",
     answer="StatusBody",
 )
-
-
 PROFILES: "Endpoint[NoBody, list[ProfileListed]]" = Endpoint(
     "GET", "/v1/profiles", "profiles", "Every profile the daemon can switch to, from its own "
     "profile directories then the shipped ones, validated against its host, the active one "
     "marked (`fastverifyctl profile list`).",
     answer="list[ProfileListed]",
 )
-
-
-_WAIT = "with `wait: false`, 202 `Accepted` at once"
-
-
 HISTORY: "Endpoint[HistoryQuery, list[HistoryRecord]]" = Endpoint(
     "GET", "/v1/history", "history", "The journal of operations, oldest first, one page "
     "at a time (the client's `history()` and `fastverifyctl history` page back to the "
@@ -416,14 +412,10 @@ HISTORY: "Endpoint[HistoryQuery, list[HistoryRecord]]" = Endpoint(
     "`put_back`: a request a killed daemon left unanswered, closed by the next one with "
     "result `interrupted`",
 )
-
-
 LOGS: "Endpoint[LogsQuery, LogEvent]" = Endpoint(
     "GET", "/v1/logs", "logs", "The engine's and the daemon's log lines.",
     model=LogsQuery, answer="LogEvent", streams=True,
 )
-
-
 SERVER_ARGV: "Endpoint[ServerArgvQuery, ServerArgv]" = Endpoint(
     "GET", "/v1/server/argv", "server_argv", "The server command line a profile and mode get.",
     model=ServerArgvQuery, answer="ServerArgv",
@@ -444,27 +436,19 @@ RESTART: "Endpoint[RestartBody, OperationResult]" = Endpoint(
     "POST", "/v1/restart", "restart", "Restart the engine with the active profile and mode.",
     model=RestartBody, answer="OperationResult", notes=_WAIT, streams=True,
 )
-
-
 CANCEL: "Endpoint[NoBody, Cancelled]" = Endpoint(
     "POST", "/v1/cancel", "cancel", "Cancel the operation in flight (see Cancel).",
     answer="Cancelled", notes="200 once accepted; 404 when no operation is in flight",
 )
-
-
 BASELINES: "Endpoint[NoBody, dict[str, ProfileBaselines]]" = Endpoint(
     "GET", "/v1/baselines", "baselines", "The recorded baseline measurements.",
     answer="dict[str, ProfileBaselines]", notes="keyed by profile",
 )
-_INVALID = ("422 `{error, fields: {field: what is wrong}, reason: \"%s\"}` naming every bad "
-            "field (nothing is stored then)")
 RECORD_BASELINE: "Endpoint[RecordBaselineBody, BaselineRecord]" = Endpoint(
     "POST", "/v1/baselines", "record_baseline", "Record a baseline measurement (bench, sweep).",
     model=RecordBaselineBody, answer="BaselineRecord", notes=_INVALID % "invalid_baseline",
     max_body=4 * 1024, recorded=True,
 )
-
-
 CAPTURE_TRACE: "Endpoint[CaptureTraceBody, TraceCapture]" = Endpoint(
     "POST", "/v1/trace/capture", "capture_trace", "Record one profile window of the serving "
     "engine now and analyse it. A window records forward steps, which only happen under "
@@ -481,8 +465,6 @@ CAPTURE_TRACE: "Endpoint[CaptureTraceBody, TraceCapture]" = Endpoint(
     "window failed or timed out: the daemon then stops it on the server (`POST "
     "/stop_profile`) and removes its directory",
 )
-
-
 DECISION: "Endpoint[NoBody, DecisionRecord]" = Endpoint(
     "GET", "/v1/decision", "decision", "The newest tuning decision (`fastverifyctl tune`).",
     answer="DecisionRecord", notes="`{}` when none",
@@ -496,8 +478,6 @@ RECORD_DECISION: "Endpoint[RecordDecisionBody, DecisionRecord]" = Endpoint(
     model=RecordDecisionBody, answer="DecisionRecord", notes=_INVALID % "invalid_decision",
     max_body=16 * 1024, recorded=True,
 )
-
-
 LEASE: "Endpoint[NoBody, LeaseInForce]" = Endpoint(
     "GET", "/v1/lease", "lease", "The experiment's lease in force, if any.",
     answer="LeaseInForce", notes="`id` only when the caller is the holder (the identity that "
@@ -511,16 +491,12 @@ TAKE_LEASE: "Endpoint[TakeLeaseBody, Lease]" = Endpoint(
     "lease holds; taken with `force` over another's, the override is recorded in the "
     "history (kind `lease_override`)",
 )
-
-
 RELEASE_LEASE: "Endpoint[ReleaseLeaseBody, Released]" = Endpoint(
     "POST", "/v1/lease/release", "release_lease", "End an experiment's lease.",
     model=ReleaseLeaseBody, answer="Released",
     notes='404 `{reason: "no_lease"}` when that lease is not in force; 403 `{reason: '
     '"not_holder"}` when another identity holds it',
 )
-
-
 ACCEPTANCE: "Endpoint[NoBody, AcceptanceCurves]" = Endpoint(
     "GET", "/v1/acceptance", "acceptance", "Every bench's accepted-drafts histograms, the "
     "summed one and each request's, newest 50 kept.",
@@ -535,23 +511,17 @@ RECORD_ACCEPTANCE: "Endpoint[RecordAcceptanceBody, AcceptanceRecord]" = Endpoint
     'profile/mode); 422 `"not_speculative"` (a baseline server) or `"invalid_histogram"`',
     max_body=MAX_BODY, recorded=True,
 )
-
-
 SPEC_PLAN: "Endpoint[NoBody, SpecPlan]" = Endpoint(
     "GET", "/v1/spec/plan", "spec_plan", "The stored speculation plan (`fastverifyctl spec "
     "plan`, `fastverify.speculation.plan.Plan.to_dict`).",
     answer="SpecPlan", notes="`{}` when none",
 )
-
-
 VERIFY: "Endpoint[NoBody, Verification]" = Endpoint(
     "GET", "/v1/verify", "verify", "Run the after-READY verifiers again on the serving engine "
     "(read-only: it keeps serving whatever the verdict; `fastverifyctl verify`).",
     answer="Verification",
     notes="409 (`reason` `busy` or `not_serving`) while an operation runs or nothing serves",
 )
-
-
 STORE_SPEC_PLAN: "Endpoint[StoreSpecPlanBody, SpecPlan]" = Endpoint(
     "POST", "/v1/spec/plan", "store_spec_plan", "Store a speculation plan: the config is "
     "checked as SGLang's `_load_adaptive_config` checks it (422 `reason: \"invalid_plan\"`), "
