@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 
 class _Annotated:
-    """`Annotated[type, metadata]` as this module's fields are read at run time: the type
+    """`Annotated[type, metadata]` as the API models' fields are read at run time: the type
     and the metadata (a help text, a `Doc`), nothing else. typing's own costs ~20 µs a field
-    to build, 2 ms of the CLI's start-up for the ~100 fields below; the type checker reads
+    to build, 2 ms of the CLI's start-up for the request models' ~100 fields; the type checker reads
     typing's (TYPE_CHECKING)."""
 
     __slots__ = ("meta", "type")
@@ -29,7 +29,7 @@ class _Annotated:
 
 
 class _Mark:
-    """`Required` / `NotRequired` as this module's fields are read at run time: `mark[hint]`
+    """`Required` / `NotRequired` as the API models' fields are read at run time: `mark[hint]`
     is the hint, marked (typing's builds a generic alias, ~10 µs each)."""
 
     __slots__ = ("hint", "mark")
@@ -52,10 +52,10 @@ def unmarked(hint: Any) -> tuple[Any, Any]:
 
 
 class _TypedDict:
-    """`TypedDict` as this module's models are read at run time: the fields
+    """`TypedDict` as the API's models are read at run time: the fields
     (`__annotations__`, its bases' first) and which are required (`__required_keys__`),
     nothing else. typing's costs ~40 µs a model to build (a field's type checked, the bases
-    merged), 2 ms of the CLI's start-up for the ~50 models below; the type checker reads
+    merged), 2 ms of the CLI's start-up for ~50 models; the type checker reads
     typing's (TYPE_CHECKING). The functional form (`TypedDict(name, fields)`) declares
     a field whose name is a keyword."""
 
