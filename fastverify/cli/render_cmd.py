@@ -104,20 +104,21 @@ def kubernetes_cmd(ctx: click.Context, output_dir: str, as_json: bool, **options
         fail(f"error: {exc}", EXIT_USAGE)
     except OSError as exc:
         fail(f"error: cannot write {output_dir}: {exc.strerror or exc}", EXIT_USAGE)
-    notes = bundle.notes + _failed_here(ctx, bundle.profile, bundle.mode)
+    plan = bundle.plan
+    notes = bundle.notes + _failed_here(ctx, plan.profile, plan.mode)
     for note in notes:
         click.echo(f"note: {note}", err=True)
     if as_json:
         emit_json(
             {
                 "files": [str(p) for p in written],
-                "profile": bundle.profile,
-                "mode": bundle.mode,
-                "workload": bundle.workload,
-                "gpus_per_node": bundle.gpus_per_node,
-                "tp_size": bundle.tp_size,
-                "profile_checksum": bundle.profile_checksum,
-                "config_checksum": bundle.config_checksum,
+                "profile": plan.profile,
+                "mode": plan.mode,
+                "workload": plan.workload,
+                "gpus_per_node": plan.gpus,
+                "tp_size": plan.tp_size,
+                "profile_checksum": plan.profile_checksum,
+                "config_checksum": plan.config_checksum,
                 "notes": notes,
                 "layout": bundle.layout,
                 "prerequisites": bundle.prerequisites,
@@ -129,8 +130,8 @@ def kubernetes_cmd(ctx: click.Context, output_dir: str, as_json: bool, **options
     click.echo("the model volume must hold: " + "; ".join(bundle.layout))
     needs = f" (needs: {'; '.join(bundle.prerequisites)})" if bundle.prerequisites else ""
     click.echo(
-        f"{bundle.workload}: {bundle.profile}/{bundle.mode}, {bundle.gpus_per_node} GPUs per pod"
-        f" (SGLang TP {bundle.tp_size}); next: kubectl apply"
+        f"{plan.workload}: {plan.profile}/{plan.mode}, {plan.gpus} GPUs per pod"
+        f" (SGLang TP {plan.tp_size}); next: kubectl apply"
         f"{' --server-side' if options['server_side'] else ''} --dry-run=server -f {output_dir}"
         f"{needs}"
     )

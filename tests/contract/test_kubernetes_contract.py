@@ -158,5 +158,5 @@ def test_pod_cache_variables_are_sglangs(sglang_python: Path) -> None:
     # from SGLANG_CACHE_DIR: the pod's explicit FLASHINFER_WORKSPACE_BASE says the same
     bundle = render(KubeOptions(profile="ring-ll", image="fastverify:test"))
     assert f'FLASHINFER_WORKSPACE_BASE = "{real["defaults"]["FLASHINFER_WORKSPACE_BASE"]}"' in (
-        bundle.config_text
+        bundle.plan.config_text
     )

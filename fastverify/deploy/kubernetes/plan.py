@@ -138,42 +138,11 @@ def workload_annotations(p: Plan) -> dict[str, str]:
 @dataclass(frozen=True)
 class Bundle:
     """What a render returns: the rendered files (name -> text), the plan they were built
-    from, and what the tests and the CLI report."""
+    from (its profile, mode, workload, GPUs, checksums, configuration), and what the CLI
+    reports besides."""
 
     files: dict[str, str]
     plan: Plan
     notes: list[str] = field(default_factory=list)
     layout: list[str] = field(default_factory=list)  # what the model volume must hold
     prerequisites: list[str] = field(default_factory=list)  # what the cluster must have
-
-    @property
-    def profile(self) -> str:
-        return self.plan.profile
-
-    @property
-    def mode(self) -> str:
-        return self.plan.mode
-
-    @property
-    def workload(self) -> str:  # "Deployment" | "LeaderWorkerSet"
-        return self.plan.workload
-
-    @property
-    def gpus_per_node(self) -> int:
-        return self.plan.gpus
-
-    @property
-    def tp_size(self) -> int:
-        return self.plan.tp_size
-
-    @property
-    def profile_checksum(self) -> str:
-        return self.plan.profile_checksum
-
-    @property
-    def config_checksum(self) -> str:
-        return self.plan.config_checksum
-
-    @property
-    def config_text(self) -> str:
-        return self.plan.config_text
