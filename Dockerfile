@@ -1,7 +1,8 @@
 # fastverify image: the SGLang server image + fastverify (supervisor daemon, exporter, CLI)
 # with the NCCL profiles baked in as env files under /etc/fastverify/profiles.
 #
-#   docker build -t fastverify:0.1.0 .
+#   docker build --build-arg VERSION=0.1.0 -t fastverify:0.1.0 .
+#       (VERSION: the image's version label; deploy.sh passes fastverify/__init__.py's)
 #   docker build --build-arg BASE_IMAGE=my/base:tag --build-arg PIP_OPTIONS="--no-index
 #       --find-links /src/.whl" -t fastverify:test .      # offline build on another base
 #
@@ -43,7 +44,7 @@ RUN python3 -m pip wheel ${PIP_OPTIONS} --no-deps --wheel-dir /dist /src \
  && /opt/fastverify/bin/fastverifyctl --version
 
 FROM ${BASE_IMAGE}
-ARG VERSION=0.1.0
+ARG VERSION=unknown
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="fastverify" \
       org.opencontainers.image.description="SGLang server supervised by fastverifyd: NCCL tuning profiles, verified switches with rollback, Prometheus exporter" \

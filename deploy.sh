@@ -35,7 +35,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$here/pyproject.toml" | head -n 1)
+version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$here/fastverify/__init__.py" | head -n 1)
 
 action=""
 mode=container
@@ -228,7 +228,7 @@ install_image() {
   if [ "$pull" = 1 ]; then
     run docker pull "$image"
   else
-    local args=(build --tag "$image" --label "org.opencontainers.image.revision=$(git -C "$here" rev-parse HEAD 2> /dev/null || echo unknown)")
+    local args=(build --tag "$image" --build-arg "VERSION=$version" --label "org.opencontainers.image.revision=$(git -C "$here" rev-parse HEAD 2> /dev/null || echo unknown)")
     if [ -n "$base_image" ]; then args+=(--build-arg "BASE_IMAGE=$base_image"); fi
     # Docker's layer cache makes a rebuild of an unchanged checkout a no-op.
     if [ "$dry_run" = 1 ]; then

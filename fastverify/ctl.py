@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from fastverify import __version__
 from fastverify.cli.daemon_call import DOOR_OPTIONS, door_args
 from fastverify.cli.groups import SuggestingGroup
 from fastverify.cli.hints import carry_door
@@ -135,7 +136,7 @@ class LazyGroup(SuggestingGroup):
     "else $XDG_RUNTIME_DIR/fastverify/control.sock).",
 )
 @door_options
-@click.version_option(package_name="fastverify")
+@click.version_option(__version__, prog_name="fastverifyctl")
 @click.pass_context
 def cli(ctx: click.Context, socket_path: str | None, **door: str | None) -> None:
     """fastverify: NCCL tuning profiles for SGLang, switched, verified and observed.
