@@ -16,7 +16,10 @@ command alike, median of N (first round dropped as page-cache warm-up):
 Goals: `fastverifyctl status` and `fastverifyctl profile list` at most 1.3x
 `python -c 'import click'` measured side by side in the same run (the CLI's own work on top
 of click is small), as the ratio of the medians of wall time and, less sensitive to a busy
-host, of child CPU time (user + system, from getrusage of the reaped child). `--version` is
+host, of child CPU time (user + system, from getrusage of the reaped child). Both move by
+several percent from one run to the next on a shared 2-core host; where valgrind is
+installed, the bench also counts each command's instructions once (callgrind, a fixed hash
+seed): the same count on any load, the ratio to read when the timed ones disagree. `--version` is
 reported beside them without a goal. The older absolute goal (`status` under 60 ms) is still
 reported. Writes benchmarks/results/cli.json; benchmarks/run.py turns it into RESULTS.md rows.
 
@@ -56,6 +59,7 @@ RESULTS = REPO / "benchmarks" / "results" / "cli.json"
 GOAL_MS = 60.0
 GOAL_RATIO = 1.3  # of `python -c 'import click'`, same run
 GOAL_COMMANDS = ("fastverifyctl status", "fastverifyctl profile list")  # held to GOAL_RATIO
+CLICK = "python -c 'import click'"  # the reference
 RATIO_COMMANDS = (*GOAL_COMMANDS, "fastverifyctl --version")  # ratio to import click reported
 
 
@@ -140,6 +144,22 @@ def user_venv(venv: Path) -> Path:
     return venv
 
 
+def instructions(argv: list[str], env: dict[str, str]) -> int | None:
+    """The instructions `argv` executes (valgrind's callgrind, PYTHONHASHSEED=0 so that a
+    set's order does not move the count); None without valgrind or when it fails."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    r = subprocess.run(
+        [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+        capture_output=True, text=True, env={**env, "PYTHONHASHSEED": "0"}, check=False,
+    )  # fmt: skip
+    found = [line for line in r.stderr.splitlines() if "Collected :" in line or "refs:" in line]
+    if r.returncode != 0 or not found:
+        return None
+    return int(found[-1].rsplit(":", 1)[1].replace(",", "").split()[0])
+
+
 def bytecode_present(python: Path) -> bool:
     """Whether the venv's python finds compiled bytecode for fastverify's CLI modules."""
     code = (
@@ -178,7 +198,7 @@ def main() -> int:
                 "fastverifyctl profile list": [*ctl, "--socket", str(d.socket), "profile", "list"],
                 "fastverifyctl --version": [*ctl, "--version"],
                 "supervisorctl status": [*supctl, "-c", str(conf), "status"],
-                "python -c 'import click'": [str(vpython), "-c", "import click"],
+                CLICK: [str(vpython), "-c", "import click"],
                 "python -c eager click+rich+prometheus_client": [
                     str(vpython),
                     "-c",
@@ -215,6 +235,7 @@ def main() -> int:
                 probe = subprocess.run(import_probe, capture_output=True, text=True, env=env)
                 if rnd and probe.returncode == 0:
                     import_ms.append(float(probe.stdout.strip()))
+            counted = {name: instructions(cmds[name], env) for name in (*RATIO_COMMANDS, CLICK)}
             out_status = subprocess.run(
                 cmds["fastverifyctl status"], capture_output=True, text=True, env=env
             ).stdout
@@ -229,14 +250,17 @@ def main() -> int:
         figures[k]["cpu_median_ms"] = round(statistics.median(v), 2)
     ours = figures["fastverifyctl status"]["median_ms"]
     peer = figures["supervisorctl status"]["median_ms"]
-    click_fig = figures["python -c 'import click'"]
-    ratios = {
+    click_fig = figures[CLICK]
+    ratios: dict[str, dict[str, float | None]] = {
         name: {
             "wall": round(figures[name]["median_ms"] / click_fig["median_ms"], 3),
             "cpu": round(figures[name]["cpu_median_ms"] / click_fig["cpu_median_ms"], 3),
         }
         for name in RATIO_COMMANDS
     }
+    for name in RATIO_COMMANDS:  # instructions: once each, where valgrind is installed
+        n, ref = counted[name], counted[CLICK]
+        ratios[name]["instructions"] = round(n / ref, 3) if n and ref else None
     result = {
         "what": "CLI wall time per invocation (subprocess, median of interleaved runs)",
         "goal": f"status and profile list <= {GOAL_RATIO}x `python -c 'import click'` "
@@ -248,6 +272,7 @@ def main() -> int:
         "bytecode": "present (compiled at install)" if has_bytecode else "absent",
         "pythondontwritebytecode": bool(env.get("PYTHONDONTWRITEBYTECODE")),
         "ratio_to_import_click": ratios,
+        "instructions": counted,
         "goal_ms": GOAL_MS,
         "status_median_ms": ours,
         "status_vs_goal": round(ours / GOAL_MS, 3),
@@ -271,7 +296,8 @@ def main() -> int:
           f"{ours / peer:.2f}x supervisorctl status")  # fmt: skip
     for name, r in ratios.items():
         goal = f"; goal <= {GOAL_RATIO}x" if name in GOAL_COMMANDS else ""
-        print(f"{name}: {r['wall']:.2f}x import click (wall), {r['cpu']:.2f}x (cpu){goal}")
+        ins = f", {r['instructions']:.3f}x (instructions)" if r["instructions"] else ""
+        print(f"{name}: {r['wall']:.2f}x import click (wall), {r['cpu']:.2f}x (cpu){ins}{goal}")
     imp = result["status_imports_in_process_median_ms"]
     print(f"imports of fastverifyctl status, in-process: {imp:.1f} ms")
     print(f"wrote {RESULTS.relative_to(REPO)}")

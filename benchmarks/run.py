@@ -167,6 +167,20 @@ def figures_cli(d: dict) -> list[Figure]:
                     r <= goal_ratio if held else None,
                 )
             )
+    counted = d.get("instructions") or {}
+    for name, r in ratios.items():  # where valgrind counted them: the same on any load
+        if r.get("instructions") is None:
+            continue
+        held = name in goal_cmds
+        out.append(
+            fig(
+                f"`{name}` vs `import click`, instructions (callgrind, once)",
+                f"{counted[name] / 1e6:.1f} M vs {counted[CLICK] / 1e6:.1f} M",
+                f"<= {goal_ratio}x" if held else "",
+                r["instructions"],
+                r["instructions"] <= goal_ratio if held else None,
+            )
+        )
     for before in sorted(RESULTS_DIR.glob("cli-before-*.json")):
         # an earlier same-bench run kept for comparison (e.g. before a start-up change)
         try:

@@ -531,7 +531,7 @@ STORE_SPEC_PLAN: "Endpoint[StoreSpecPlanBody, SpecPlan]" = Endpoint(
 )
 
 
-ENDPOINTS: tuple[Endpoint[Any, Any], ...] = (
+ENDPOINTS: "tuple[Endpoint[Any, Any], ...]" = (
     STATUS, PROFILES, HISTORY, LOGS, SERVER_ARGV, BASELINES, ACCEPTANCE, SPEC_PLAN, DECISION,
     LEASE, VERIFY, SET_PROFILE, SET_MODE, RESTART, CANCEL, TAKE_LEASE, RELEASE_LEASE,
     RECORD_BASELINE, RECORD_DECISION, RECORD_ACCEPTANCE, STORE_SPEC_PLAN, CAPTURE_TRACE,
@@ -545,5 +545,5 @@ for _ep in ENDPOINTS:
 del _ep
 
 
-def endpoint(method: str, path: str) -> Endpoint[Any, Any] | None:
+def endpoint(method: str, path: str) -> "Endpoint[Any, Any] | None":
     return next((e for e in ENDPOINTS if (e.method, e.path) == (method, path)), None)

@@ -17,7 +17,6 @@ from fastverify.cli.daemon_call import client_for, socket_option
 from fastverify.cli.options import json_option
 from fastverify.cli.output import emit_json, table
 from fastverify.cli.profile_group import make_store, profile, socket_of, user_dir_strs
-from fastverify.profiles.listing import first_error, listing
 
 
 @profile.command("list")
@@ -34,6 +33,8 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
         rows, status = _daemon_listing(ctx)
     known = rows is not None
     if rows is None:
+        from fastverify.profiles.listing import listing
+
         if named:
             status = _daemon_status(ctx)
         known = status is not None
@@ -45,7 +46,11 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
     out_rows = []
     for r in rows:
         source = r["source"] + (" (overrides shipped)" if r["overrides_shipped"] else "")
-        desc = r["description"] if r["valid"] else "INVALID: " + first_error(r)
+        desc = r["description"]
+        if not r["valid"]:
+            from fastverify.profiles.listing import first_error
+
+            desc = "INVALID: " + first_error(r)
         out_rows.append(["*" if r["active"] else "", r["name"], source, desc])
     title = None if known else "daemon not reachable: active profile unknown"
     table(["", "NAME", "SOURCE", "DESCRIPTION"], out_rows, title=title, no_wrap=("NAME",))
@@ -63,11 +68,11 @@ def _note_other_dirs(ctx: click.Context, status: dict[str, Any] | None, named: b
     """A listing made here (`named` directories, or a daemon older than its own listing)
     whose daemon on this Unix socket reads user profiles elsewhere (its own --config or
     $FASTVERIFY_PROFILE_DIRS): say so, `profile set` would find profiles this list lacks."""
-    from fastverify import paths
-
     theirs = ((status or {}).get("daemon") or {}).get("profile_dirs")
     if theirs is None or (ctx.find_root().obj or {}).get("host"):
         return  # no daemon, an older one, or another host's directories
+    from fastverify import paths
+
     ours = user_dir_strs(ctx)
     if [paths.normalize(d) for d in theirs] == ours:
         return
