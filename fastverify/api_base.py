@@ -93,6 +93,10 @@ else:
     Annotated, TypedDict = _Annotated, _TypedDict
     Required, NotRequired = _Mark(), _Mark()
 
+# the history's page sizes (a query's default and bound; the client pages back by them)
+HISTORY_PAGE = 100  # records of one `GET /v1/history` when `n` is not given
+HISTORY_PAGE_MAX = 1000  # the most records one `GET /v1/history` answers
+
 # words both sides use
 ACCEPT_LENGTH_HELP = "accepted tokens per verify pass, bonus token included (>= 1)"
 ACCEPTANCE_SOURCE_HELP = (

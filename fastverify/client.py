@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack, cast
 
 from fastverify import api_models as m
 
-if TYPE_CHECKING:  # the answers' models are types only here: a call never builds them
+if TYPE_CHECKING:  # the models are types only here: a call builds its request's to check it
     from fastverify import api_answers as a
+    from fastverify import api_bodies as b
 
 A = TypeVar("A")  # an endpoint's answer model
 
@@ -229,7 +230,7 @@ class Calls:
         *,
         timeout: float | None = None,
         answer_timeout: float | None = None,
-        **query: Unpack[m.LogsQuery],
+        **query: Unpack[b.LogsQuery],
     ) -> Iterator[a.LogEvent]:
         """The log lines (`n`, `follow`), as NDJSON events; `answer_timeout`, `timeout` as
         `follow`."""
@@ -237,23 +238,23 @@ class Calls:
         return cast("Iterator[a.LogEvent]", events)
 
     def server_argv(
-        self, *, timeout: float | None = None, **query: Unpack[m.ServerArgvQuery]
+        self, *, timeout: float | None = None, **query: Unpack[b.ServerArgvQuery]
     ) -> a.ServerArgv:
         """The argv of `profile` and `mode` (default: the active ones); `check=True` runs the
         engine's argv parser."""
         return self.call(m.SERVER_ARGV, timeout=timeout, **query)
 
     def set_profile(
-        self, name: str, *, timeout: float | None = None, **fields: Unpack[m.SetProfileOptions]
+        self, name: str, *, timeout: float | None = None, **fields: Unpack[b.SetProfileOptions]
     ) -> a.OperationResult:
         """Switch to profile `name` (fields: api_models.SetProfileBody)."""
         return self.call(m.SET_PROFILE, timeout=timeout, name=name, **fields)
 
-    def set_mode(self, mode: str, **fields: Unpack[m.SetModeOptions]) -> a.OperationResult:
+    def set_mode(self, mode: str, **fields: Unpack[b.SetModeOptions]) -> a.OperationResult:
         """Switch the mode (fields: api_models.SetModeBody)."""
         return self.call(m.SET_MODE, mode=mode, **fields)
 
-    def restart(self, **fields: Unpack[m.RestartBody]) -> a.OperationResult:
+    def restart(self, **fields: Unpack[b.RestartBody]) -> a.OperationResult:
         """Restart the engine (fields: api_models.RestartBody)."""
         return self.call(m.RESTART, **fields)
 
@@ -268,7 +269,7 @@ class Calls:
                 return None
             raise
 
-    def take_lease(self, experiment: str, **fields: Unpack[m.TakeLeaseOptions]) -> a.Lease:
+    def take_lease(self, experiment: str, **fields: Unpack[b.TakeLeaseOptions]) -> a.Lease:
         return self.call(m.TAKE_LEASE, experiment=experiment, **fields)
 
     def release_lease(self, lease_id: str, *, timeout: float | None = None) -> a.Released:
@@ -277,20 +278,20 @@ class Calls:
     def store_spec_plan(self, plan: dict[str, Any], adaptive_config: dict[str, Any]) -> a.SpecPlan:
         return self.call(m.STORE_SPEC_PLAN, plan=plan, adaptive_config=adaptive_config)
 
-    def record_baseline(self, **fields: Unpack[m.RecordBaselineBody]) -> a.BaselineRecord:
+    def record_baseline(self, **fields: Unpack[b.RecordBaselineBody]) -> a.BaselineRecord:
         """A bench's or a sweep's baseline measurement (the stored record)."""
         return self.call(m.RECORD_BASELINE, **fields)
 
-    def record_decision(self, **fields: Unpack[m.RecordDecisionBody]) -> a.DecisionRecord:
+    def record_decision(self, **fields: Unpack[b.RecordDecisionBody]) -> a.DecisionRecord:
         """What tune decided, after it applied it (the stored record)."""
         return self.call(m.RECORD_DECISION, **fields)
 
-    def record_acceptance(self, **fields: Unpack[m.RecordAcceptanceBody]) -> a.AcceptanceRecord:
+    def record_acceptance(self, **fields: Unpack[b.RecordAcceptanceBody]) -> a.AcceptanceRecord:
         """A bench's acceptance on the served EAGLE-3 engine (the stored record)."""
         return self.call(m.RECORD_ACCEPTANCE, **fields)
 
     def capture_trace(
-        self, *, timeout: float | None = None, **fields: Unpack[m.CaptureTraceBody]
+        self, *, timeout: float | None = None, **fields: Unpack[b.CaptureTraceBody]
     ) -> a.TraceCapture:
         """One profile window of the serving engine now, analysed."""
         return self.call(m.CAPTURE_TRACE, timeout=timeout, **fields)

@@ -25,6 +25,7 @@ from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import parse_qs, urlsplit
 
 from fastverify import api_answers as a
+from fastverify import api_bodies as b
 from fastverify import api_models as m
 from fastverify.admission import Buckets, Gate
 from fastverify.daemon.api_requests import options, parse_query, validate_body
@@ -370,7 +371,7 @@ class Handler(BaseHTTPRequestHandler):
         self,
         method: str,
         body: Any,
-        reads: tuple[m.Endpoint[m.NoBody, R], Callable[[], R | None]],
+        reads: tuple[m.Endpoint[b.NoBody, R], Callable[[], R | None]],
         records: tuple[m.Endpoint[B, A], Callable[[B], A]],
     ) -> None:
         """GET: `read()` (`reads`: its endpoint, read); POST: `record(body)` once the body
@@ -387,7 +388,7 @@ class Handler(BaseHTTPRequestHandler):
                              (m.RECORD_BASELINE, api.set_baseline))  # fmt: skip
 
     def h_decision(self, method: str, body: Any, query: dict[str, str]) -> None:
-        def record(b: m.RecordDecisionBody) -> a.DecisionRecord:
+        def record(b: b.RecordDecisionBody) -> a.DecisionRecord:
             return self.api.record_decision(b, self.caller)
 
         self._read_or_record(method, body, (m.DECISION, self.api.decision),

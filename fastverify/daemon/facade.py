@@ -29,7 +29,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from fastverify import api_answers as a
 from fastverify.api_answers import EngineStatus, StatusBody
-from fastverify.api_models import (
+from fastverify.api_bodies import (
     RecordAcceptanceBody,
     RecordBaselineBody,
     RecordDecisionBody,

@@ -16,7 +16,7 @@ from typing import get_args, get_type_hints
 import pytest
 
 import fastverify
-from fastverify import api_answers, api_reference
+from fastverify import api_answers, api_bodies, api_reference
 from fastverify import api_models as m
 from fastverify.api_schema import KINDS
 from fastverify.client import ControlClient
@@ -64,7 +64,8 @@ def test_the_client_methods_take_the_fields_their_models_declare() -> None:
         if var is None:  # a method that takes its fields by name, if any
             assert named == set(ep.names) or ep.client in ("history", "release_lease"), ep
             continue
-        hints = get_type_hints(method, localns={"a": api_answers}, include_extras=True)
+        models = {"a": api_answers, "b": api_bodies}  # the client's TYPE_CHECKING imports
+        hints = get_type_hints(method, localns=models, include_extras=True)
         (model,) = get_args(hints[var.name])
         assert named | set(model.__annotations__) == set(ep.names), ep
         assert not named & set(model.__annotations__), ep
