@@ -142,7 +142,8 @@ def _argv_facts_post_init(argv: list[str], profile_env: dict[str, str]) -> dict:
 
     class Unresolved(ServerArgs):  # the release's own fields and from_cli_args, unresolved
         def __post_init__(self) -> None:
-            pass
+            """Nothing: the fields stay as the parser gave them (the release resolves them
+            here)."""
 
     args = Unresolved.from_cli_args(raw)
     out = _parsed({}, args)
@@ -189,7 +190,7 @@ class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return mod
 
     def exec_module(self, module) -> None:
-        pass
+        """Nothing to run: the placeholder module is the whole stand-in."""
 
 
 ENGINE_IMPORT: dict = {}

@@ -14,6 +14,7 @@ sources, in its venv (scripts/sglang-venv.sh).
 from __future__ import annotations
 
 import ast
+import io
 import json
 import os
 import re
@@ -104,23 +105,12 @@ def test_the_logger_per_rank_at_warning_and_info(sglang_python: Path) -> None:
     assert not log_lines_visible({"SGLANG_LOGGING_CONFIG_PATH": "/x.json"}, ar.ServerArgs())
     # the sim writes and filters the same way (prefix and level)
     for level, text in (("warning", warn), ("info", info)):
-        buf = _Buf()
+        buf = io.StringIO()
         w = sglang_logs.LogWriter(buf, level)
         w.log(ar.ENABLED_FORMAT.format(world=4), 3, "info")
         w.log(ar.DETERMINISTIC_FORMAT, 3, "warning")
         strip = re.compile(r"^\[[0-9-]+ [0-9:]+ TP3\] ", re.M)
-        assert strip.sub("", buf.text) == strip.sub("", text), level
-
-
-class _Buf:
-    def __init__(self) -> None:
-        self.text = ""
-
-    def write(self, s: str) -> None:
-        self.text += s
-
-    def flush(self) -> None:
-        pass
+        assert strip.sub("", buf.getvalue()) == strip.sub("", text), level
 
 
 def _sglang_root(python: Path) -> Path:
