@@ -247,15 +247,15 @@ class Calls:
     def set_profile(
         self, name: str, *, timeout: float | None = None, **fields: Unpack[b.SetProfileOptions]
     ) -> a.OperationResult:
-        """Switch to profile `name` (fields: api_models.SetProfileBody)."""
+        """Switch to profile `name` (fields: api_bodies.SetProfileBody)."""
         return self.call(m.SET_PROFILE, timeout=timeout, name=name, **fields)
 
     def set_mode(self, mode: str, **fields: Unpack[b.SetModeOptions]) -> a.OperationResult:
-        """Switch the mode (fields: api_models.SetModeBody)."""
+        """Switch the mode (fields: api_bodies.SetModeBody)."""
         return self.call(m.SET_MODE, mode=mode, **fields)
 
     def restart(self, **fields: Unpack[b.RestartBody]) -> a.OperationResult:
-        """Restart the engine (fields: api_models.RestartBody)."""
+        """Restart the engine (fields: api_bodies.RestartBody)."""
         return self.call(m.RESTART, **fields)
 
     def cancel(self) -> a.Cancelled | None:
@@ -557,22 +557,6 @@ def _quote(value: Any) -> str:
 
 def _decode(raw: bytes) -> Any:
     return json.loads(raw) if raw.strip() else {}
-
-
-def try_status(
-    socket_path: str | os.PathLike[str] | None = None, timeout: float = 0.5
-) -> a.StatusBody | None:
-    """The daemon's /v1/status, or None when no daemon answers quickly (for `profile list`)."""
-    if not socket_path:
-        from fastverify import paths
-
-        socket_path = paths.socket_path()
-    if not os.path.exists(socket_path):
-        return None
-    try:
-        return ControlClient(socket_path, timeout=timeout).status()
-    except (DaemonUnavailable, ApiError, OSError, ValueError):
-        return None
 
 
 def _finished(rec: a.HistoryRecord) -> float:

@@ -388,8 +388,8 @@ class Handler(BaseHTTPRequestHandler):
                              (m.RECORD_BASELINE, api.set_baseline))  # fmt: skip
 
     def h_decision(self, method: str, body: Any, query: dict[str, str]) -> None:
-        def record(b: b.RecordDecisionBody) -> a.DecisionRecord:
-            return self.api.record_decision(b, self.caller)
+        def record(decided: b.RecordDecisionBody) -> a.DecisionRecord:
+            return self.api.record_decision(decided, self.caller)
 
         self._read_or_record(method, body, (m.DECISION, self.api.decision),
                              (m.RECORD_DECISION, record))  # fmt: skip
