@@ -319,8 +319,8 @@ class SupervisedGroup(Generic[M]):
             self._may_start()
             self.member, self.state, self.ever_ran = m, GroupState.STARTING, True
         self.write_record(self.record_of(m))
+        self.on_change()  # STARTING announced before the watch can see it exit (a crash at once)
         self._watch(m)
-        self.on_change()
         return m
 
     def _may_start(self) -> None:
@@ -495,8 +495,8 @@ class SupervisedGroup(Generic[M]):
         with self._lock:
             self._may_start()
             self.member, self.state, self.ever_ran = m, GroupState.STARTING, True
+        self.on_change()  # before the watch, as spawn's
         self._watch(m)
-        self.on_change()
         return m
 
     def hand_over(self, m: M, to: SupervisedGroup[M]) -> None:
