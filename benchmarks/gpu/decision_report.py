@@ -59,6 +59,23 @@ def cost_files(raw: Path) -> dict[int, Path]:
     return {n: p for n, p in found.items() if p.exists()}
 
 
+def label(raw: Path) -> str:
+    """What the figures were measured on, from the cost files' own fingerprints; costs of
+    different GPUs or SGLang releases in one report would predict windows from another machine."""
+    seen = set()
+    for p in cost_files(raw).values():
+        d = json.loads(p.read_text())
+        facts = (d.get("fingerprint") or {}).get("facts") or {}
+        seen.add((d.get("sglang_version"), d.get("tp_size"), facts.get("gpu_model")))
+    if len(seen) != 1:
+        raise SystemExit(
+            f"{raw}: cost files of different engines or GPUs: {sorted(map(str, seen))}"
+        )
+    version, tp, gpu = seen.pop()
+    return (f"SGLang {version}, TP {tp}, one {gpu or 'unknown GPU'}, dummy weights, "
+            "accept length forced by SGLang")  # fmt: skip
+
+
 def costs_at(raw: Path, n: int) -> int:
     """The prompt length of the cost file nearest `n` (a window is predicted from the costs
     of its own context: a pass at 1024 tokens costs more than at 128)."""
@@ -191,7 +208,7 @@ def report(raw: Path) -> dict[str, Any]:
     ratios = [r["served_over_predicted"] for r in rows if r["within_goal"] is not None]
     return {
         "kind": "decision-tools-real-sglang",
-        "label": "SGLang 0.5.17, TP 1, one H100, dummy weights, accept length forced by SGLang",
+        "label": label(raw),
         "costs": {
             str(n): {"file": p.name, "source": json.loads(p.read_text()).get("source")}
             for n, p in used.items()

@@ -113,6 +113,8 @@ class SpecRun(rs.Run):
             plan = self._plan()
             mode = "adaptive" if plan["plans"][str(self.prompts()[0])].get("drafts") else "baseline"
             return mode, self.forced(PLANNED_ACCEPT), {"adaptive_config": plan["path"]}
+        if step == "lower_accept":
+            return "adaptive", self.forced(LOWER_ACCEPT), {"adaptive_config": self._plan()["path"]}
         if step == "costs8b":  # its first trial; the cost run puts it back when done
             return "baseline", {}, {}
         if step == "baseline_c":
@@ -277,11 +279,12 @@ class SpecRun(rs.Run):
         return ev
 
     def s_lower_accept(self) -> dict[str, Any]:
-        path = self.work / "plan-adaptive.json"
-        rs.check(path.exists(), "no plan: run plan_served first")
-        plans = json.loads((self.raw / "plan.json").read_text())
-        rs.check(plans[str(self.prompts()[0])].get("drafts"), "the plan drafts at no batch size")
-        ev = self.serve("adaptive", self.forced(LOWER_ACCEPT), adaptive_config=str(path))
+        # the plan plan_served serves (made again when an earlier call served it: the same
+        # costs and histogram give the same plan)
+        plan = self._plan()
+        rs.check(plan["plans"][str(self.prompts()[0])].get("drafts"),
+                 "the plan drafts at no batch size")  # fmt: skip
+        ev = self.serve("adaptive", self.forced(LOWER_ACCEPT), adaptive_config=plan["path"])
         ev["benches"] = self.sweep("adaptive2", BATCH_SIZES)
         return ev
 
