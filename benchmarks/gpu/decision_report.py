@@ -37,6 +37,7 @@ PREDICTED_MODE = {"baseline": "baseline", "fixed3": "eagle", "adaptive3": "adapt
 GOAL_PREDICTION = 0.05  # served within 5% of the prediction
 GOAL_VS_BASELINE = 0.97  # adaptive at the lower acceptance >= 0.97x baseline
 OUTPUT_LEN = 128
+SHORT_PROMPT = 128  # the prompt length of spec-costs-8b.json and of the between-keys figures
 
 
 def benches(raw: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
@@ -51,7 +52,7 @@ def benches(raw: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
 def cost_files(raw: Path) -> dict[int, Path]:
     """The run's cost files by the prompt length they were measured at: spec-costs-8b.json at
     128 tokens, spec-costs-8b-inN.json at N."""
-    found = {OUTPUT_LEN: raw / "spec-costs-8b.json"}
+    found = {SHORT_PROMPT: raw / "spec-costs-8b.json"}
     for p in raw.glob("spec-costs-8b-in*.json"):
         m = re.fullmatch(r"spec-costs-8b-in(\d+)\.json", p.name)
         if m:
@@ -106,6 +107,28 @@ def _costs(raw: Path, n: int, got: dict) -> tuple[spec_costs.Costs, str | None]:
     return spec_costs.from_file(tmp), note
 
 
+def baseline_from_costs(raw: Path, got: dict) -> list[int]:
+    """The baseline at 128-token prompts from spec costs' own baseline windows (bench at each
+    batch size, unique prompts, 5 s) where the run served no baseline_c window there: the
+    same server and client, one second shorter. The concurrencies taken from it."""
+    journal = raw / "spec-costs-8b.journal.jsonl"
+    if not journal.exists():
+        return []
+    taken, prompt = [], SHORT_PROMPT
+    for line in journal.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("record") == "plan":
+            prompt = int(r["plan"]["bench"]["input_len"])
+        if r.get("record") != "window" or r.get("steps") != "baseline" or r["status"] != "ok":
+            continue
+        key = ("baseline", int(r["batch_size"]), prompt)
+        if key not in got:
+            got[key] = {"output_tokens_per_second": r["tokens_per_second"],
+                        "config": {"duration": r["window_s"]}, "from": journal.name}  # fmt: skip
+            taken.append(key[1])
+    return sorted(taken)
+
+
 def prefix_cache(raw: Path) -> dict[str, int]:
     """SGLang's own count of the prefill batches that took tokens from its radix cache, over
     the run's engine logs: windows whose prompts repeat read a server that hardly prefills
@@ -153,6 +176,7 @@ def report(raw: Path) -> dict[str, Any]:
     hist = json.loads((raw / "accept-histogram-forced-3.json").read_text())
     acc = Acceptance.from_requests([hist["histogram"]], int(hist["steps"]))
     got = benches(raw)
+    base_from_costs = baseline_from_costs(raw, got)
     prompts = sorted({n for (_m, _c, n) in got})
     cs = sorted({c for (_m, c, _n) in got})
     rows, plans, used = [], {}, {}
@@ -183,11 +207,12 @@ def report(raw: Path) -> dict[str, Any]:
                          "accept_length": b.get("accept_length")})  # fmt: skip
     between = []
     for c in cs:
-        base = got.get(("baseline", c, 128))
-        fixed = {m: got[(m, c, 128)] for m in ("fixed1", "fixed2", "fixed3") if (m, c, 128) in got}
-        ada = got.get(("adaptive3", c, 128))
-        if base and fixed:
-            best = max([("baseline", base), *fixed.items()],
+        base = got.get(("baseline", c, SHORT_PROMPT))
+        fixed = {m: got[(m, c, SHORT_PROMPT)] for m in ("fixed1", "fixed2", "fixed3")
+                 if (m, c, SHORT_PROMPT) in got}  # fmt: skip
+        ada = got.get(("adaptive3", c, SHORT_PROMPT))
+        if fixed:  # the baseline is a candidate where it was served there
+            best = max([*([("baseline", base)] if base else []), *fixed.items()],
                        key=lambda kv: kv[1]["output_tokens_per_second"])  # fmt: skip
             r = ada and ada["output_tokens_per_second"] / best[1]["output_tokens_per_second"]
             between.append({"concurrency": c, "best_fixed": best[0],
@@ -195,11 +220,11 @@ def report(raw: Path) -> dict[str, Any]:
                             "fixed_measured": sorted(fixed),
                             "adaptive_tok_s": ada and round(ada["output_tokens_per_second"], 1),
                             "ratio_to_best_fixed": r and round(r, 4),
-                            "within_goal": bool(r) and r >= GOAL_VS_BASELINE,
+                            "within_goal": r >= GOAL_VS_BASELINE if r else None,
                             "goal": "adaptive >= 0.97x the better fixed mode"})  # fmt: skip
     lower = []
     for c in cs:
-        a2, base = got.get(("adaptive2", c, 128)), got.get(("baseline", c, 128))
+        a2, base = got.get(("adaptive2", c, SHORT_PROMPT)), got.get(("baseline", c, SHORT_PROMPT))
         if a2 and base:
             r = a2["output_tokens_per_second"] / base["output_tokens_per_second"]
             lower.append({"concurrency": c, "ratio_to_baseline": round(r, 4),
@@ -226,6 +251,7 @@ def report(raw: Path) -> dict[str, Any]:
         },
         "between_keys": between,
         "lower_acceptance": lower,
+        "baseline_from_costs_windows": base_from_costs,
         "prefix_cache": prefix_cache(raw),
     }
 
