@@ -19,6 +19,7 @@ call runs the rest with --steps):
 - plan_served: the plan from those costs and that histogram (fastverify.speculation.plan, as
   `spec plan` makes it), served in mode adaptive at forced 3.0: c = 1..32 at two prompt
   lengths beside the prediction, and c = 3, 6, 12, 24;
+- adaptive_between: the same plan served between the tier keys only (c = 3, 6, 12, 24);
 - lower_accept: the same config with the engine forced to 2.0;
 - baseline_c: the baseline server at every c above;
 - fixed_k12: EAGLE-3 at 1 and 2 steps (forced 3.0) between the tier keys;
@@ -113,8 +114,9 @@ class SpecRun(rs.Run):
             plan = self._plan()
             mode = "adaptive" if plan["plans"][str(self.prompts()[0])].get("drafts") else "baseline"
             return mode, self.forced(PLANNED_ACCEPT), {"adaptive_config": plan["path"]}
-        if step == "lower_accept":
-            return "adaptive", self.forced(LOWER_ACCEPT), {"adaptive_config": self._plan()["path"]}
+        if step in ("adaptive_between", "lower_accept"):
+            forced = PLANNED_ACCEPT if step == "adaptive_between" else LOWER_ACCEPT
+            return "adaptive", self.forced(forced), {"adaptive_config": self._plan()["path"]}
         if step == "costs8b":  # its first trial; the cost run puts it back when done
             return "baseline", {}, {}
         if step == "baseline_c":
@@ -278,6 +280,14 @@ class SpecRun(rs.Run):
         self.keep_engine_log("server-adaptive-forced3.log")
         return ev
 
+    def s_adaptive_between(self) -> dict[str, Any]:
+        """The plan served at forced 3.0 between its tier keys only (plan_served's last four
+        windows): adaptive beside the fixed modes when a call has no room for plan_served."""
+        plan = self._plan()
+        ev = self.serve("adaptive", self.forced(PLANNED_ACCEPT), adaptive_config=plan["path"])
+        ev["benches"] = self.sweep("adaptive3", BETWEEN_KEYS)
+        return ev
+
     def s_lower_accept(self) -> dict[str, Any]:
         # the plan plan_served serves (made again when an earlier call served it: the same
         # costs and histogram give the same plan)
@@ -329,6 +339,7 @@ STEPS: list[tuple[str, str, float]] = [
     ("costs8b", "s_costs8b", 150),  # resumable: runs to the budget, then Ctrl-C
     ("accept_fixed3", "s_accept_fixed3", 110),
     ("plan_served", "s_plan_served", 200),
+    ("adaptive_between", "s_adaptive_between", 90),
     ("lower_accept", "s_lower_accept", 90),
     ("baseline_c", "s_baseline_c", 160),
     ("fixed_k12", "s_fixed_k12", 130),
