@@ -60,21 +60,30 @@ def cost_files(raw: Path) -> dict[int, Path]:
     return {n: p for n, p in found.items() if p.exists()}
 
 
-def label(raw: Path) -> str:
-    """What the figures were measured on, from the cost files' own fingerprints; costs of
-    different GPUs or SGLang releases in one report would predict windows from another machine."""
+def _gpu(doc: dict[str, Any]) -> str | None:
+    return ((doc.get("fingerprint") or {}).get("facts") or {}).get("gpu_model")
+
+
+def label(raw: Path) -> tuple[str, bool]:
+    """What the figures were measured on: the serving GPU (the daemon's first status) and the
+    cost files' own fingerprints. Costs of different GPUs or SGLang releases in one report
+    would predict windows from another machine: refused. A plan made from another GPU's costs
+    is said in the label, and its predictions are not judged (False)."""
     seen = set()
     for p in cost_files(raw).values():
         d = json.loads(p.read_text())
-        facts = (d.get("fingerprint") or {}).get("facts") or {}
-        seen.add((d.get("sglang_version"), d.get("tp_size"), facts.get("gpu_model")))
+        seen.add((d.get("sglang_version"), d.get("tp_size"), _gpu(d)))
     if len(seen) != 1:
-        raise SystemExit(
-            f"{raw}: cost files of different engines or GPUs: {sorted(map(str, seen))}"
-        )
-    version, tp, gpu = seen.pop()
-    return (f"SGLang {version}, TP {tp}, one {gpu or 'unknown GPU'}, dummy weights, "
-            "accept length forced by SGLang")  # fmt: skip
+        engines = sorted(map(str, seen))
+        raise SystemExit(f"{raw}: cost files of different engines or GPUs: {engines}")
+    version, tp, costs_gpu = seen.pop()
+    status = raw / "status-first-start.json"
+    served = _gpu(json.loads(status.read_text()).get("daemon") or {}) if status.exists() else None
+    served = served or costs_gpu or "unknown GPU"
+    text = f"SGLang {version}, TP {tp}, one {served}, dummy weights, accept length forced by SGLang"
+    if costs_gpu and costs_gpu != served:
+        text += f"; planned from costs measured on {costs_gpu} (predictions not judged)"
+    return text, costs_gpu in (None, served)
 
 
 def costs_at(raw: Path, n: int) -> int:
@@ -180,6 +189,7 @@ def report(raw: Path) -> dict[str, Any]:
     prompts = sorted({n for (_m, _c, n) in got})
     cs = sorted({c for (_m, c, _n) in got})
     rows, plans, used = [], {}, {}
+    measured_on, same_gpu = label(raw)
     for n in prompts:
         costs, _second_point = _costs(raw, n, got)
         used[n] = costs_path(raw, n)
@@ -198,7 +208,7 @@ def report(raw: Path) -> dict[str, Any]:
                                      float(b["config"]["duration"]))  # fmt: skip
             served = b["output_tokens_per_second"]
             at = costs_at(raw, n)  # costs of another context: shown, not judged
-            judged = abs(served / pred - 1) <= GOAL_PREDICTION if at == n else None
+            judged = abs(served / pred - 1) <= GOAL_PREDICTION if at == n and same_gpu else None
             rows.append({"mode": mode, "concurrency": c, "input_len": n, "costs_at": at,
                          "predicted_tok_s": round(pred, 1), "served_tok_s": round(served, 1),
                          "served_over_predicted": round(served / pred, 4),
@@ -233,7 +243,7 @@ def report(raw: Path) -> dict[str, Any]:
     ratios = [r["served_over_predicted"] for r in rows if r["within_goal"] is not None]
     return {
         "kind": "decision-tools-real-sglang",
-        "label": label(raw),
+        "label": measured_on,
         "costs": {
             str(n): {"file": p.name, "source": json.loads(p.read_text()).get("source")}
             for n, p in used.items()
@@ -266,9 +276,9 @@ def main() -> int:
     if a.out:
         Path(a.out).write_text(text)
     for r in rep["prediction_vs_served"]:
-        off = {True: "", False: "  OFF", None: f"  (costs at {r['costs_at']}: not judged)"}[
-            r["within_goal"]
-        ]
+        why = (f"costs at {r['costs_at']}" if r["costs_at"] != r["input_len"]
+               else "costs of another GPU")  # fmt: skip
+        off = {True: "", False: "  OFF", None: f"  ({why}: not judged)"}[r["within_goal"]]
         print(f"{r['mode']:>9} c={r['concurrency']:>2} in={r['input_len']:>4}: predicted "
               f"{r['predicted_tok_s']:8.1f}  served {r['served_tok_s']:8.1f}  "
               f"x{r['served_over_predicted']:.3f}{off}")  # fmt: skip
