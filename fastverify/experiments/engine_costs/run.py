@@ -349,7 +349,9 @@ class CostTrials:
                   f"(engine ready {res.get('engine_ready_s') or 0:.1f} s, verified)")  # fmt: skip
         status = self.client.status()
         url = (status.get("engine") or {}).get("url")
-        if not self.info.get("server") or k == 0:  # a speculative server's capture list
+        # a speculative server's capture list; a resumed journal's record when it predates
+        # the prompt limit (the long prompt would go uncapped to a server that refuses it)
+        if k == 0 or _server_record_stale(self.info.get("server")):
             self.info["server"] = _server_facts(url)
             self._journal({"record": "server", "server": self.info["server"],
                            "allreduce": self.info.get("allreduce")})  # fmt: skip
@@ -560,6 +562,12 @@ class CostTrials:
             # the host it was measured on (fastverify.host.here): `spec plan --costs` compares
             "fingerprint": (status.get("daemon") or {}).get("fingerprint"),
         }
+
+
+def _server_record_stale(server: dict[str, Any] | None) -> bool:
+    """No server facts yet, or a journal's from a fastverify that did not record the
+    server's `max_req_input_len` (which caps the long prefill prompt): read them again."""
+    return not server or "max_req_input_len" not in server
 
 
 def _lacks_prefill_points(window: dict[str, Any]) -> bool:

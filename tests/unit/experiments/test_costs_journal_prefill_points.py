@@ -5,7 +5,7 @@ else."""
 import json
 from pathlib import Path
 
-from fastverify.experiments.engine_costs.run import _lacks_prefill_points
+from fastverify.experiments.engine_costs.run import _lacks_prefill_points, _server_record_stale
 
 # spec costs on SGLang 0.5.17 (H100, 8B shape), journaled by the fastverify of that morning,
 # which measured one prefill point per mode
@@ -14,9 +14,28 @@ OLD_JOURNAL = (
 )
 
 
+# the same at 1024-token prompts, journaled before spec costs recorded the server's prompt
+# limit (SGLang 0.5.17 refuses a prompt of max_req_input_len = 8186 tokens or more here)
+JOURNAL_1024 = (
+    OLD_JOURNAL.parents[1] / "sglang-0.5.17-h100-spec8b-in1024/spec-costs-8b-in1024.journal.jsonl"
+)
+
+
+def records(path: Path = OLD_JOURNAL) -> list[dict]:
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
 def windows() -> list[dict]:
-    recs = [json.loads(ln) for ln in OLD_JOURNAL.read_text().splitlines() if ln.strip()]
-    return [r for r in recs if r.get("record") == "window"]
+    return [r for r in records() if r.get("record") == "window"]
+
+
+def test_a_journal_without_the_prompt_limit_has_its_server_read_again_on_resume() -> None:
+    """Its batch-1 windows are measured again with a long prompt of 8 x 1024 tokens: from
+    the journal's server record alone that prompt went uncapped to a server that refuses it."""
+    journaled = [r["server"] for r in records(JOURNAL_1024) if r.get("record") == "server"]
+    assert journaled and all(_server_record_stale(s) for s in journaled)
+    assert _server_record_stale(None)
+    assert not _server_record_stale({**journaled[0], "max_req_input_len": 8186})
 
 
 def test_the_old_journal_gets_its_two_prefill_windows_measured_again() -> None:
