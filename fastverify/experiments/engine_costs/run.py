@@ -250,7 +250,11 @@ class CostTrials:
                 elif rec.get("record") == "load":
                     self.info.setdefault("load_s", {})[str(rec["steps"])] = rec.get("load_s")
                 elif rec.get("record") == "server":
-                    self.info.setdefault("server", rec.get("server"))
+                    # the first record, with the capture list of a later (speculative) one
+                    server = self.info.setdefault("server", rec.get("server"))
+                    graphs = (rec.get("server") or {}).get("cuda_graph_bs")
+                    if server is not None and graphs and not server.get("cuda_graph_bs"):
+                        server["cuda_graph_bs"] = graphs
                     self.info.setdefault("allreduce", rec.get("allreduce"))
             self.info["journal"].update(resumed=True, windows_from_journal=len(self.done),
                                         calls=1 + sum(r.get("record") == "resume"
@@ -352,7 +356,11 @@ class CostTrials:
         # a speculative server's capture list; a resumed journal's record when it predates
         # the prompt limit (the long prompt would go uncapped to a server that refuses it)
         if k == 0 or _server_record_stale(self.info.get("server")):
+            was = self.info.get("server") or {}
             self.info["server"] = _server_facts(url)
+            # a baseline server names no speculative capture list: keep a journaled one
+            if self.info["server"]["cuda_graph_bs"] is None:
+                self.info["server"]["cuda_graph_bs"] = was.get("cuda_graph_bs")
             self._journal({"record": "server", "server": self.info["server"],
                            "allreduce": self.info.get("allreduce")})  # fmt: skip
         return str(url)
@@ -622,13 +630,23 @@ def _dummy_accept(r: Any, k: int) -> tuple[float, str]:
 def _server_facts(url: str | None) -> dict[str, Any]:
     from fastverify.experiments.bench.load import server_info_or_none
 
-    info = server_info_or_none(url) if url else None
+    return server_facts(server_info_or_none(url) if url else None)
+
+
+def server_facts(info: dict[str, Any] | None) -> dict[str, Any]:
+    """What a cost file keeps of a server's info. `cuda_graph_bs`: the decode batch sizes a
+    speculative server captures (a batch pads up to one; the adaptive controller routes by
+    them): SGLang 0.5.17 resolves them into `cuda_graph_config.decode.bs` (1-8, then every
+    second size to 32, for EAGLE-3 at 32 running requests), the sim publishes its own. A
+    baseline server captures other sizes (1, 2, 4, 8, 12, 16, 24, 32) that price no EAGLE
+    pass: None there."""
+    info = info or {}
     keys = ("model_path", "version", "tp_size", "max_running_requests", "max_req_input_len")
-    out = {k: (info or {}).get(k) for k in keys}
-    # the decode batch sizes the server captures (a batch pads up to one): what the sim
-    # publishes; SGLang's server info does not say, and the plan then names none unpriced
-    model = ((info or {}).get("sim") or {}).get("cost_model") or {}
-    out["cuda_graph_bs"] = model.get("cuda_graph_bs")
+    out = {k: info.get(k) for k in keys}
+    model = (info.get("sim") or {}).get("cost_model") or {}
+    decode = (info.get("cuda_graph_config") or {}).get("decode") or {}
+    speculative = bool(info.get("speculative_algorithm"))
+    out["cuda_graph_bs"] = model.get("cuda_graph_bs") or (decode.get("bs") if speculative else None)
     return out
 
 
