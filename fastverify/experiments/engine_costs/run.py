@@ -251,10 +251,10 @@ class CostTrials:
                     self.info.setdefault("load_s", {})[str(rec["steps"])] = rec.get("load_s")
                 elif rec.get("record") == "server":
                     # the first record, with the capture list of a later (speculative) one
-                    server = self.info.setdefault("server", rec.get("server"))
-                    graphs = (rec.get("server") or {}).get("cuda_graph_bs")
-                    if server is not None and graphs and not server.get("cuda_graph_bs"):
-                        server["cuda_graph_bs"] = graphs
+                    first = self.info.get("server")
+                    self.info["server"] = _keep_capture_list(
+                        first or rec.get("server"), rec.get("server")
+                    )
                     self.info.setdefault("allreduce", rec.get("allreduce"))
             self.info["journal"].update(resumed=True, windows_from_journal=len(self.done),
                                         calls=1 + sum(r.get("record") == "resume"
@@ -356,11 +356,8 @@ class CostTrials:
         # a speculative server's capture list; a resumed journal's record when it predates
         # the prompt limit (the long prompt would go uncapped to a server that refuses it)
         if k == 0 or _server_record_stale(self.info.get("server")):
-            was = self.info.get("server") or {}
-            self.info["server"] = _server_facts(url)
             # a baseline server names no speculative capture list: keep a journaled one
-            if self.info["server"]["cuda_graph_bs"] is None:
-                self.info["server"]["cuda_graph_bs"] = was.get("cuda_graph_bs")
+            self.info["server"] = _keep_capture_list(_server_facts(url), self.info.get("server"))
             self._journal({"record": "server", "server": self.info["server"],
                            "allreduce": self.info.get("allreduce")})  # fmt: skip
         return str(url)
@@ -570,6 +567,17 @@ class CostTrials:
             # the host it was measured on (fastverify.host.here): `spec plan --costs` compares
             "fingerprint": (status.get("daemon") or {}).get("fingerprint"),
         }
+
+
+def _keep_capture_list(
+    server: dict[str, Any] | None, other: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """`server`'s facts, with `other`'s speculative capture list where `server` names none
+    (a baseline server's facts beside a speculative server's)."""
+    graphs = (other or {}).get("cuda_graph_bs")
+    if server is None or server.get("cuda_graph_bs") or not graphs:
+        return server
+    return {**server, "cuda_graph_bs": graphs}
 
 
 def _server_record_stale(server: dict[str, Any] | None) -> bool:

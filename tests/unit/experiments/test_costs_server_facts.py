@@ -5,7 +5,7 @@ speculative server captures, which the plan's adaptive controller routes by."""
 import json
 from pathlib import Path
 
-from fastverify.experiments.engine_costs.run import server_facts
+from fastverify.experiments.engine_costs.run import _keep_capture_list, server_facts
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 EAGLE3 = FIXTURES / "sglang-0.5.17-h100-spec8b/server_info-eagle3.json"
@@ -29,3 +29,13 @@ def test_a_baseline_servers_capture_list_prices_no_eagle_pass() -> None:
 
 def test_no_server_info_gives_no_facts() -> None:
     assert set(server_facts(None).values()) == {None}
+
+
+def test_a_baseline_servers_facts_keep_the_speculative_list_already_known() -> None:
+    """A resumed run reads its baseline server again; the cost file keeps the EAGLE-3
+    server's list the journal holds, and a speculative server's own list wins."""
+    eagle = server_facts(json.loads(EAGLE3.read_text()))
+    base = server_facts(json.loads(BASELINE.read_text()))
+    assert _keep_capture_list(base, eagle)["cuda_graph_bs"] == eagle["cuda_graph_bs"]
+    assert _keep_capture_list(eagle, {"cuda_graph_bs": [1, 2]}) == eagle
+    assert _keep_capture_list(base, None) == base
