@@ -117,13 +117,28 @@ class SpecRun(rs.Run):
         if step in ("adaptive_between", "lower_accept"):
             forced = PLANNED_ACCEPT if step == "adaptive_between" else LOWER_ACCEPT
             return "adaptive", self.forced(forced), {"adaptive_config": self._plan()["path"]}
-        if step == "costs8b":  # its first trial; the cost run puts it back when done
-            return "baseline", {}, {}
+        if step == "costs8b":  # its first trial to load; the cost run puts it back when done
+            return self._costs_opening()
         if step == "baseline_c":
             return "baseline", {}, {}
         if step == "fixed_k12":
             return "eagle3", self.forced(PLANNED_ACCEPT), k1
         return None
+
+    def _costs_opening(self) -> tuple[str, dict[str, str], dict[str, Any]]:
+        """The engine of spec costs' first trial still to measure: a resumed journal's first
+        EAGLE-3 trial is then served by the call's start (no load of its own, ~60 s); the
+        baseline, and steps 0 (mode adaptive at 0 steps), open on the baseline as a fresh
+        run does."""
+        from fastverify.experiments.engine_costs.run import pending_trials
+
+        journal = Path(self.args.journal or self.work / self.costs_name("journal.jsonl"))
+        pending = pending_trials(journal) if journal.exists() else []
+        first = pending[0] if pending else "baseline"
+        if not first.isdigit() or int(first) == 0:
+            return "baseline", {}, {}
+        k = int(first)
+        return "eagle3", {}, {"eagle3": {"num_steps": k, "topk": 1, "num_draft_tokens": k + 1}}
 
     def config(self) -> dict[str, Any]:
         cfg = super().config()

@@ -55,7 +55,10 @@ class SimEngine(Engine):
             server.draft_model_path or SIM_DRAFT,
         )
         argv += ["--sim-load-seconds", f"{self.load_seconds:g}"]
-        other_steps = mode == "adaptive" or (mode == "eagle3" and server.steps_override)
+        override = server.steps_override
+        other_steps = mode == "adaptive" or (
+            mode == "eagle3" and override is not None and override != server.eagle3.num_steps
+        )
         if other_steps and "--sim-accept-steps" not in server.extra_args:
             # --sim-accept-length (in extra_args) keeps its meaning: the acceptance at the
             # configured EAGLE-3 steps, whatever step count adaptive (or a timing trial's

@@ -598,6 +598,27 @@ def _lacks_prefill_points(window: dict[str, Any]) -> bool:
     )
 
 
+def pending_trials(journal: Path) -> list[str]:
+    """The trials of a journal's plan that a resume still loads, in run order: those with a
+    batch size not yet measured (or measured again: a window lacking its prefill points)."""
+    from fastverify.durable import scan_jsonl
+
+    records, _bad = scan_jsonl(journal)
+    plan = records[0].get("plan") if records else None
+    if not isinstance(plan, dict):
+        return []
+    done = {
+        (str(r["steps"]), int(r["batch_size"]))
+        for r in records[1:]
+        if r.get("record") == "window" and r.get("status") == "ok" and not _lacks_prefill_points(r)
+    }
+    return [
+        str(k)
+        for k in plan.get("trials") or []
+        if any((str(k), int(bs)) not in done for bs in plan.get("batch_sizes") or [])
+    ]
+
+
 def _label(k: int | str) -> str:
     return "baseline" if k == BASELINE else f"steps {k}"
 

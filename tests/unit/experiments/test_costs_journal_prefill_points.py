@@ -5,7 +5,11 @@ else."""
 import json
 from pathlib import Path
 
-from fastverify.experiments.engine_costs.run import _lacks_prefill_points, _server_record_stale
+from fastverify.experiments.engine_costs.run import (
+    _lacks_prefill_points,
+    _server_record_stale,
+    pending_trials,
+)
 
 # spec costs on SGLang 0.5.17 (H100, 8B shape), journaled by the fastverify of that morning,
 # which measured one prefill point per mode
@@ -54,3 +58,21 @@ def test_a_window_with_its_points_or_without_a_first_token_is_kept() -> None:
     assert not _lacks_prefill_points({k: v for k, v in w.items() if k != "ttft_ms_p50"})
     assert not _lacks_prefill_points({**w, "batch_size": 2})
     assert not _lacks_prefill_points({**w, "steps": 2})
+
+
+def test_a_resume_loads_only_the_trials_with_a_window_still_to_measure(tmp_path: Path) -> None:
+    """The real 1024-token journal holds every window, but its batch-1 baseline and steps-0
+    windows lack their prefill points: those two trials load again, in run order. Cut after
+    the first steps-1 window, the rest of steps 1 and every later trial are pending too."""
+    assert pending_trials(JOURNAL_1024) == ["baseline", "0"]
+    cut: list[str] = []
+    for ln in JOURNAL_1024.read_text().splitlines():
+        cut.append(ln)
+        rec = json.loads(ln)
+        if rec.get("record") == "window" and (rec["steps"], rec["batch_size"]) == (1, 1):
+            break
+    journal = tmp_path / "cut.jsonl"
+    journal.write_text("\n".join(cut) + "\n")
+    assert pending_trials(journal) == ["baseline", "0", "1", "2", "3"]
+    journal.write_text("")
+    assert pending_trials(journal) == []
