@@ -33,7 +33,8 @@ from fastverify.speculation import plan as spec_plan  # noqa: E402
 from fastverify.speculation import serving  # noqa: E402
 from fastverify.speculation.acceptance import Acceptance  # noqa: E402
 
-PREDICTED_MODE = {"baseline": "baseline", "fixed3": "eagle", "adaptive3": "adaptive"}
+PREDICTED_MODE = {"baseline": "baseline", "fixed1": "eagle", "fixed2": "eagle", "fixed3": "eagle",
+                  "adaptive3": "adaptive"}  # fmt: skip
 GOAL_PREDICTION = 0.05  # served within 5% of the prediction
 GOAL_VS_BASELINE = 0.97  # adaptive at the lower acceptance >= 0.97x baseline
 OUTPUT_LEN = 128
@@ -41,12 +42,25 @@ SHORT_PROMPT = 128  # the prompt length of spec-costs-8b.json and of the between
 
 
 def benches(raw: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
+    """Each bench window by (mode, concurrency, prompt length). A fixed mode is named by the
+    draft steps the server itself reported (bench's `accept_steps`, from SGLang's server info),
+    not by the file's tag: the tag says what the step asked for."""
     out = {}
     for p in raw.glob("bench-*-c*-in*.json"):
         m = re.fullmatch(r"bench-(\w+)-c(\d+)-in(\d+)\.json", p.name)
-        if m:
-            out[(m[1], int(m[2]), int(m[3]))] = json.loads(p.read_text())
+        if not m:
+            continue
+        b, mode = json.loads(p.read_text()), m[1]
+        served = b.get("accept_steps")
+        if re.fullmatch(r"fixed\d", mode) and served and f"fixed{served}" != mode:
+            b["tagged"], mode = mode, f"fixed{served}"
+        out[(mode, int(m[2]), int(m[3]))] = b
     return out
+
+
+def fixed_steps(mode: str) -> int | None:
+    """The draft steps of a fixed mode's windows (fixed2: 2), None for the others."""
+    return int(mode[5:]) if re.fullmatch(r"fixed\d", mode) else None
 
 
 def cost_files(raw: Path) -> dict[int, Path]:
@@ -169,13 +183,14 @@ def window_prediction(
     n: int,
     config: dict[str, Any],
     window_s: float,
+    steps: int,
 ) -> float:
     """What a bench window of `window_s` at `c` clients measures by the serving model (every
     client starting at once after the warm-up, as bench's do; `serving.serve(window_s=)`),
     the mean over the plan's window seeds: a short window at many clients holds the first
     round's prefills, which the long run spreads out."""
     wl = serving.Workload(n, OUTPUT_LEN)
-    runs = [serving.serve(mode, c, costs, wl, acc, config=config, steps=acc.steps, seed=s,
+    runs = [serving.serve(mode, c, costs, wl, acc, config=config, steps=steps, seed=s,
                           window_s=window_s).tokens_per_second
             for s in range(spec_plan.WINDOW_SEEDS)]  # fmt: skip
     return sum(runs) / len(runs)
@@ -202,10 +217,13 @@ def report(raw: Path) -> dict[str, Any]:
         for (mode, c, nn), b in sorted(got.items()):
             if nn != n or mode not in PREDICTED_MODE:
                 continue
-            long_run = d["predictions"][str(c)][PREDICTED_MODE[mode]]["tokens_per_second"]
+            k = fixed_steps(mode) or acc.steps
+            # the plan's own long-run figure, where it predicts this mode (eagle at its steps)
+            long_run = (d["predictions"][str(c)][PREDICTED_MODE[mode]]["tokens_per_second"]
+                        if k == acc.steps else None)  # fmt: skip
             cfg = ran if mode == "adaptive3" and ran else d["adaptive_config_json"]
             pred = window_prediction(PREDICTED_MODE[mode], c, costs, acc, n, cfg,
-                                     float(b["config"]["duration"]))  # fmt: skip
+                                     float(b["config"]["duration"]), k)  # fmt: skip
             served = b["output_tokens_per_second"]
             at = costs_at(raw, n)  # costs of another context: shown, not judged
             judged = abs(served / pred - 1) <= GOAL_PREDICTION if at == n and same_gpu else None
@@ -213,7 +231,8 @@ def report(raw: Path) -> dict[str, Any]:
                          "predicted_tok_s": round(pred, 1), "served_tok_s": round(served, 1),
                          "served_over_predicted": round(served / pred, 4),
                          "within_goal": judged,
-                         "predicted_long_run_tok_s": round(long_run, 1),
+                         "predicted_long_run_tok_s": long_run and round(long_run, 1),
+                         "tagged": b.get("tagged"),
                          "accept_length": b.get("accept_length")})  # fmt: skip
     between = []
     for c in cs:

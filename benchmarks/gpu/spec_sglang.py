@@ -72,6 +72,7 @@ WINDOW_S = 6
 COSTS_ARGS = ["--max-steps", "3", "--batch-sizes", ",".join(map(str, BATCH_SIZES)), "-d", "5",
               "--input-len", "128", "--output-len", str(OUTPUT_LEN), "--warmup", "1",
               "--no-traces"]  # fmt: skip
+_ABSENT = object()  # a server key the plain config does not set
 RESTORE_S = 100  # a Ctrl-C'd spec costs puts the engine back: one start and its verification
 
 
@@ -146,9 +147,26 @@ class SpecRun(rs.Run):
         opening = self.engine_of(first) if first else None
         if opening:
             mode, env, server = opening
-            cfg["server"].update(mode=mode, env=env, **server)
+            keys = {"mode": mode, "env": env, **server}
+            self.plain = {k: cfg["server"].get(k, _ABSENT) for k in keys}
+            cfg["server"].update(keys)
             self.serving = self.serving_key(mode, env, server)
         return cfg
+
+    # the server keys the opening engine changed, as the plain config had them: every later
+    # step reconfigures from the plain config (a costs opening at 2 steps must not make
+    # accept_fixed3 serve 2 steps)
+    plain: dict[str, Any] = {}
+
+    def s_start(self) -> dict[str, Any]:
+        ev = super().s_start()
+        server = self.base_config["server"]
+        for key, value in self.plain.items():
+            if value is _ABSENT:
+                server.pop(key, None)
+            else:
+                server[key] = value
+        return ev
 
     @staticmethod
     def serving_key(mode: str, env: dict[str, str], server: dict[str, Any]) -> tuple[str, str]:
