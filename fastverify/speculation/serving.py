@@ -136,7 +136,7 @@ def serve(
 
         launch = max(adaptive.candidate_steps(dict(config)))
         ctl = AdaptiveController(launch, dict(config), list(costs.cuda_graph_bs) or None)
-    prefill_mode = "eagle" if spec else "baseline"
+    prefill_mode = mode  # baseline, eagle, adaptive: each its own first-token time
     decode_only = costs.prefill(prefill_mode, 1) is None
     target = requests or max(60, 6 * concurrency)
     warm = concurrency  # each client's first request is the warm-up

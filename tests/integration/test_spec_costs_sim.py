@@ -72,11 +72,19 @@ def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path:
         assert len(one) == 4 and all(t["cycle_from"].startswith("one token per") for t in one)
         assert all(t["cycle_from"].startswith("spec cycle") for t in ok if t not in one)
         # the prefill of one prompt per mode, at the window's prompt length, 8x it and 8
-        # tokens (whose first token less a decode step holds no forward): the EAGLE server's
-        # drafter extends it too
+        # tokens (whose first token less a decode step holds no forward): the baseline and
+        # the steps-0 trial's adaptive server; fixed EAGLE-3 from the 1..K trials' batch-1
+        # windows, the baseline's curve moved by their difference at the window's length
         pre = report["prefill_ms"]
-        assert set(pre) == {"baseline", "eagle"}
-        assert set(pre["eagle"]) == set(pre["baseline"]) == {"8", "16", "128"}, pre
+        assert set(pre) == {"baseline", "adaptive", "eagle"}
+        assert set(pre["adaptive"]) == set(pre["baseline"]) == set(pre["eagle"]), pre
+        assert set(pre["baseline"]) == {"8", "16", "128"}, pre
+        fixed = sorted(t["ttft_ms_p50"] for t in ok
+                       if t["batch_size"] == 1 and t["steps"] not in ("baseline", 0))  # fmt: skip
+        at = str(report["bench"]["input_len"])  # the window's prompt length
+        extra = max(0.0, (fixed[0] + fixed[1]) / 2 - pre["baseline"][at])
+        for tokens, ms in pre["baseline"].items():
+            assert pre["eagle"][tokens] == pytest.approx(ms + extra, abs=1e-3), (fixed, pre)
         for tokens in (128, 8):
             line = f"baseline, batch 1: 4 requests of {tokens} prompt tokens (prefill)"
             assert line in r.stderr, r.stderr

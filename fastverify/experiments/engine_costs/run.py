@@ -20,7 +20,9 @@ the engine's own cycle is read from it, as a sweep's trial rows read theirs
   (`speculation.breakeven.cycle_seconds`); the accept length of the window's own
   accepted-drafts histogram (else the server's, else 1.0), used for nothing else;
 - at batch size 1, the time to first token (p50) as the prefill of one `input_len`-token
-  prompt, per mode (baseline; EAGLE-3 from the steps-0 trial: the drafter extends the prompt),
+  prompt, per mode (baseline; adaptive from the steps-0 trial, an adaptive server; fixed
+  EAGLE-3 from the 1..K trials, `speculation.costs.fixed_eagle_prefill`: SGLang 0.5.17's
+  adaptive server takes ~12 ms longer at 128 tokens),
   of a few prompts LONG_PROMPT x longer (capped under the server's `max_req_input_len`) and
   of a few SHORT_PROMPT-token ones, one at a time: the short one is the part of a first token
   that holds no forward (the request's way through the server's other processes) plus one
@@ -501,6 +503,8 @@ class CostTrials:
 
     def result(self, profile: str, status: dict[str, Any], max_steps: int) -> dict[str, Any]:
         """The cost file (`kind: "engine-trials"`); every cost says where it came from."""
+        from fastverify.speculation.costs import fixed_eagle_prefill
+
         ok = [t for t in self.trials if t.get("status") == "ok"]
         cycle: dict[str, dict[str, float]] = {}
         verify: dict[str, dict[str, float]] = {}
@@ -515,11 +519,15 @@ class CostTrials:
             if t.get("verify_ms") is not None:
                 verify.setdefault(bs, {})[str(t["steps"])] = t["verify_ms"]
             if t.get("ttft_ms_p50") and t["steps"] in (BASELINE, 0):
-                mode = "baseline" if t["steps"] == BASELINE else "eagle"
+                mode = "baseline" if t["steps"] == BASELINE else "adaptive"
                 prefill[mode] = {str(self.cfg.input_len): t["ttft_ms_p50"]}
                 for point in (t.get("ttft_ms_p50_long"), t.get("ttft_ms_p50_short")):
                     if point:
                         prefill[mode][str(point["tokens"])] = point["ms"]
+        base_pts = {int(n): ms for n, ms in (prefill.get("baseline") or {}).items()}
+        fixed = fixed_eagle_prefill(ok, self.cfg.input_len, base_pts)
+        if fixed:
+            prefill["eagle"] = {str(n): round(ms, 4) for n, ms in sorted(fixed.items())}
         server = self.info.get("server") or {}
         ar = self.info.get("allreduce") or {}
         backend = ar.get("backend") or ar.get("description") or "unknown"
@@ -551,10 +559,12 @@ class CostTrials:
             "cycle_ms": cycle,
             "verify_ms": verify,
             "prefill_ms": prefill,
-            "prefill_note": "time to first token of one request at a time (p50), per mode, at "
-            f"the window's prompt length, {LONG_PROMPT}x it (capped under the server's "
-            f"max_req_input_len) and {SHORT_PROMPT} tokens: the shortest less a decode step is "
-            "the part that holds no forward",
+            "prefill_note": "time to first token of one request at a time (p50): baseline and "
+            "adaptive (the steps-0 trial's server) at the window's prompt length, "
+            f"{LONG_PROMPT}x it (capped under the server's max_req_input_len) and "
+            f"{SHORT_PROMPT} tokens (the shortest less a decode step is the part that holds no "
+            "forward); eagle (fixed steps) from the 1..K trials' batch-1 windows, the "
+            "baseline's curve moved by their difference at the window's length",
             "trials": self.trials,
             "load_s": self.info.get("load_s") or {},
             # this run's seconds: engine starts, bench windows, profile windows, the restore
