@@ -5,6 +5,7 @@ bench window is compared with the model's prediction of that window (its length,
 starting at once after the warm-up: `serving.serve(window_s=)`); the long run is beside it.
 
     python benchmarks/gpu/decision_report.py RAW_DIR [--out benchmarks/results/FILE.json]
+        [--histogram FILE] [--input-len N]
 
 RAW_DIR holds the run's raw outputs (spec-costs-8b.json, and spec-costs-8b-inN.json for costs
 measured at N-token prompts: each window is predicted from those nearest its own prompt
@@ -196,10 +197,15 @@ def window_prediction(
     return sum(runs) / len(runs)
 
 
-def report(raw: Path) -> dict[str, Any]:
-    hist = json.loads((raw / "accept-histogram-forced-3.json").read_text())
+def report(
+    raw: Path, histogram: Path | None = None, input_len: int | None = None
+) -> dict[str, Any]:
+    """The figures; `histogram`: the forced histogram the plan was made from when the raw dir
+    lacks it (a call that planned from a carried one); `input_len`: that prompt length's
+    windows only (a warm machine's raw dir holds every call's)."""
+    hist = json.loads((histogram or raw / "accept-histogram-forced-3.json").read_text())
     acc = Acceptance.from_requests([hist["histogram"]], int(hist["steps"]))
-    got = benches(raw)
+    got = {k: b for k, b in benches(raw).items() if input_len in (None, k[2])}
     base_from_costs = baseline_from_costs(raw, got)
     prompts = sorted({n for (_m, _c, n) in got})
     cs = sorted({c for (_m, c, _n) in got})
@@ -221,7 +227,9 @@ def report(raw: Path) -> dict[str, Any]:
             # the plan's own long-run figure, where it predicts this mode (eagle at its steps)
             long_run = (d["predictions"][str(c)][PREDICTED_MODE[mode]]["tokens_per_second"]
                         if k == acc.steps else None)  # fmt: skip
-            cfg = ran if mode == "adaptive3" and ran else d["adaptive_config_json"]
+            # the config that served the window: its own record, else the run's plan.json
+            own = ((b.get("served_by") or {}).get("server") or {}).get("adaptive_config")
+            cfg = own or (ran if mode == "adaptive3" and ran else d["adaptive_config_json"])
             pred = window_prediction(PREDICTED_MODE[mode], c, costs, acc, n, cfg,
                                      float(b["config"]["duration"]), k)  # fmt: skip
             served = b["output_tokens_per_second"]
@@ -289,8 +297,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("raw")
     ap.add_argument("--out", default="")
+    ap.add_argument("--histogram", default="", help="the forced histogram, if not in RAW_DIR")
+    ap.add_argument("--input-len", type=int, default=None, help="this prompt length only")
     a = ap.parse_args()
-    rep = report(Path(a.raw))
+    rep = report(Path(a.raw), Path(a.histogram) if a.histogram else None, a.input_len)
     text = json.dumps(rep, indent=1) + "\n"
     if a.out:
         Path(a.out).write_text(text)

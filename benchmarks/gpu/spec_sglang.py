@@ -197,6 +197,7 @@ class SpecRun(rs.Run):
         rs.check(rc == 0, f"{mode} with {env} exit {rc}: {err[-800:]}", result=rs._trim(out))
         st = self.status()
         rs.check(st["mode"] == mode and st["state"] == "READY", f"serving {st['mode']}")
+        self.serving = self.serving_key(mode, env, server)
         return {"switch_wall_s": wall, "engine_env_forced": env.get(FORCE)}
 
     def bench(self, tag: str, c: int, input_len: int = 128) -> dict[str, Any]:
@@ -204,6 +205,11 @@ class SpecRun(rs.Run):
             "bench", "-c", str(c), "-d", str(WINDOW_S), "--input-len", str(input_len),
             "--output-len", str(OUTPUT_LEN), "--warmup", "1", "--json", timeout=300,
         )  # fmt: skip
+        if isinstance(out, dict) and self.serving:  # what served it, beside what it measured
+            env, keys = json.loads(self.serving[1])
+            if keys.get("adaptive_config"):
+                keys["adaptive_config"] = json.loads(keys["adaptive_config"])
+            out["served_by"] = {"mode": self.serving[0], "env": env, "server": keys}
         self.dump(f"bench-{tag}-c{c}-in{input_len}.json", out)
         rs.check(rc == 0 and isinstance(out, dict), f"bench {tag} c={c} exit {rc}: {err[-600:]}")
         return rs._bench_summary(out)
@@ -281,9 +287,14 @@ class SpecRun(rs.Run):
         name = "accept-histogram-forced-3.json"
         hist_path = next((p for p in (self.raw / name, self.work / name) if p.exists()), None)
         rs.check(hist_path is not None, f"no {name}: run accept_fixed3 first")
+        if hist_path.parent != self.raw:  # the raw dir holds what its plan was made from
+            shutil_copy(hist_path, self.raw / name)
         h = json.loads(hist_path.read_text())
         acc = Acceptance.from_requests([h["histogram"]], int(h["steps"]))
-        costs = spec_costs.from_file(self._costs())
+        costs_path = self._costs()
+        if not (self.raw / costs_path.name).exists():
+            shutil_copy(costs_path, self.raw / costs_path.name)
+        costs = spec_costs.from_file(costs_path)
         plans = {}
         for n in self.prompts():
             p = spec_plan.make_plan(acc, costs, workload=serving.Workload(n, OUTPUT_LEN),
