@@ -28,6 +28,7 @@ from run to run (`spread`, relative standard deviation; 0 for a model).
 from __future__ import annotations
 
 import bisect
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,9 +46,9 @@ FILE_KINDS = ("rehearse-grid", "engine-trials")
 GPU_SPREAD = 0.01
 # a prompt this short costs one weight-reading forward, as a decode step does: its first
 # token less that is the part that holds no forward (`Costs.prefill_latency`)
+SHORT_PREFILL = 32
 # a speculative mode's prefill where the costs price only the other's
 SPEC_PREFILL = {"eagle": "adaptive", "adaptive": "eagle"}
-SHORT_PREFILL = 32
 
 
 class CostsError(ValueError):
@@ -373,18 +374,17 @@ def fixed_eagle_prefill(
     without them. SGLang 0.5.17 (H100, 8B shape, 128-token prompts, 2026-12-07) takes
     20.7-29.0 ms there (median 21.3) where its adaptive server (the steps-0 trial) takes 32.5
     and the baseline 18.8."""
-    ttfts = sorted(
+    ttfts = [
         float(t["ttft_ms_p50"])
         for t in trials
         if t.get("status", "ok") == "ok"
         and int(t.get("batch_size") or 0) == 1
         and str(t.get("steps")) not in ("baseline", "0")
         and t.get("ttft_ms_p50")
-    )
+    ]
     if not ttfts or not isinstance(input_len, int):
         return {}
-    mid = len(ttfts) // 2
-    at_len = ttfts[mid] if len(ttfts) % 2 else (ttfts[mid - 1] + ttfts[mid]) / 2
+    at_len = statistics.median(ttfts)
     base = dict(baseline or {})
     if input_len not in base:
         return {input_len: at_len}
