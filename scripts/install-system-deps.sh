@@ -10,7 +10,10 @@
 # version, and every source package with a binary installed to that version's series: a
 # missing package comes in the version its installed siblings have. apt's plan is read
 # before anything is installed (`apt-get -s`): an upgrade, downgrade or removal of an
-# installed package refuses the whole install, with the reason, and changes nothing.
+# installed package refuses the whole install, with the reason, and changes nothing;
+# except that a package of programs only (UNPACKED_OK: systemd-container) whose installed
+# siblings' version the lists no longer hold (Debian dropped systemd 252.38 for 252.39) is
+# unpacked privately with the libraries it needs, its programs wrapped in /usr/local/bin.
 # The package lists are updated (`apt-get update`) only when they cannot provide a
 # missing package at all.
 #
@@ -46,15 +49,26 @@ if [ ${#wanted[@]} -eq 0 ]; then
 fi
 
 # dpkg's database as apt sees it (APT_CONFIG may point apt at another status file)
+apt_root=/ # apt's root directory, unless APT_CONFIG says otherwise
+eval "$(apt-config shell apt_root Dir)"
 status_file=$(apt-config dump --format '%v%n' Dir::State::status)
-case $status_file in /*) ;; *) status_file="$(apt-config dump --format '%v%n' Dir)/$status_file" ;; esac
+case $status_file in /*) ;; *) status_file="${apt_root%/}/$status_file" ;; esac
 dpkg_query() { dpkg-query --admindir "$(dirname "$status_file")" "$@"; }
+
+# A package of programs only (UNPACKED_OK) that apt cannot install at the installed
+# versions is unpacked privately instead: it and the newer libraries its plan would have
+# upgraded, under $unpack_root/PACKAGE, its programs on PATH through wrappers in
+# /usr/local/bin that load those libraries first; nothing installed changes. (systemd-nspawn
+# 252.39 runs beside an installed systemd 252.38 so: the container it boots runs its own.)
+UNPACKED_OK=(systemd-container)
+unpack_root=${apt_root%/}/usr/local/lib/fastverify-unpacked
+wrappers=${apt_root%/}/usr/local/bin
 
 missing=()
 for pkg in "${wanted[@]}"; do
   # shellcheck disable=SC2016 # dpkg-query's own ${field} syntax
   state=$(dpkg_query -W -f='${Status}' "$pkg" 2>/dev/null || true)
-  [ "$state" = "install ok installed" ] || missing+=("$pkg")
+  [ "$state" = "install ok installed" ] || [ -f "$unpack_root/$pkg/.complete" ] || missing+=("$pkg")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "system packages: all ${#wanted[@]} present"
@@ -127,25 +141,75 @@ if [ -n "$lacking" ]; then
   apt-get -o DPkg::Lock::Timeout=600 update -qq
   plan || true
 fi
-if [ -n "$changes" ]; then
-  refuse "installing them would change installed packages" "$changes"
+
+unpack=()
+if [ -n "$changes" ] || ! grep -q '^Inst ' <<<"$plan_text"; then
+  rest=()
+  for pkg in "${missing[@]}"; do
+    if printf '%s\n' "${UNPACKED_OK[@]}" | grep -qxF "$pkg"; then unpack+=("$pkg"); else rest+=("$pkg"); fi
+  done
+  [ ${#unpack[@]} -gt 0 ] || refuse "installing them would change installed packages" "${changes:-$plan_text}"
+  missing=("${rest[@]}")
+  if [ ${#missing[@]} -gt 0 ]; then
+    install=(install -y -q --no-install-recommends --no-upgrade "${missing[@]}")
+    plan || true
+    [ -z "$changes" ] || refuse "installing them would change installed packages" "$changes"
+    grep -q '^Inst ' <<<"$plan_text" ||
+      refuse "apt cannot install them at the installed packages' versions" "$plan_text"
+  fi
 fi
-if ! grep -q '^Inst ' <<<"$plan_text"; then
-  refuse "apt cannot install them at the installed packages' versions" "$plan_text"
-fi
+
+# the .debs to unpack for PACKAGE: itself and the libraries it depends on that apt's plan
+# would have installed or upgraded (systemd-container: libsystemd-shared, at its version)
+unpack_debs() {
+  local pkg=$1 plan_lines depends
+  # apt's own plan, without the pins: what it would install and upgrade
+  plan_lines=$(apt-get -s install --no-install-recommends "$pkg" 2>&1 || true)
+  depends=$(apt-cache show --no-all-versions "$pkg" | sed -n 's/^Depends: //p' | tr ',|' '\n' |
+    awk '{ print $1 }')
+  echo "$pkg"
+  awk '/^Inst lib/ { print $2 }' <<<"$plan_lines" | grep -xF -f <(echo "$depends") || true
+}
 if [ "$simulate" = 1 ]; then
-  echo "system packages: would install ${missing[*]}, changing nothing installed:"
-  grep -E '^Inst ' <<<"$plan_text"
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "system packages: would install ${missing[*]}, changing nothing installed:"
+    grep -E '^Inst ' <<<"$plan_text"
+  fi
+  for pkg in "${unpack[@]}"; do
+    echo "system packages: would unpack $pkg privately (under $unpack_root/$pkg, programs on" \
+      "PATH from $wrappers), changing nothing installed: $(unpack_debs "$pkg" | tr '\n' ' ')"
+  done
   exit 0
 fi
 
-echo "installing system packages: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-# Debian's prometheus and docker.io start services on install when an init runs;
-# policy-rc.d keeps the package scripts from starting anything on this machine.
-if [ ! -e "$policy" ]; then
-  printf '#!/bin/sh\nexit 101\n' >"$policy"
-  chmod +x "$policy"
-  created_policy=1
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing system packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # Debian's prometheus and docker.io start services on install when an init runs;
+  # policy-rc.d keeps the package scripts from starting anything on this machine.
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod +x "$policy"
+    created_policy=1
+  fi
+  apt-get "${apt_opts[@]}" "${install[@]}"
 fi
-apt-get "${apt_opts[@]}" "${install[@]}"
+for pkg in "${unpack[@]}"; do
+  dest=$unpack_root/$pkg
+  echo "unpacking $pkg privately into $dest (apt cannot install it beside the installed packages)"
+  mapfile -t debs < <(unpack_debs "$pkg")
+  rm -rf "$dest" "$work/debs" && mkdir -p "$dest" "$work/debs"
+  chmod a+x "$work" && chmod a+rwx "$work/debs" # apt's download runs as its own user
+  (cd "$work/debs" && apt-get -q download "${debs[@]}")
+  for deb in "$work"/debs/*.deb; do dpkg-deb -x "$deb" "$dest"; done
+  libs=$(find "$dest" -name '*.so*' -printf '%h\n' | sort -u | paste -sd:)
+  for prog in "$dest"/usr/bin/*; do
+    wrapper=$wrappers/$(basename "$prog")
+    # shellcheck disable=SC2016 # the wrapper's own $LD_LIBRARY_PATH and "$@", written as they are
+    printf '#!/bin/sh\n# %s, unpacked by fastverify scripts/install-system-deps.sh\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s "$@"\n' \
+      "$pkg" "$libs" "$prog" >"$wrapper"
+    chmod 755 "$wrapper"
+  done
+  "$wrappers/$(basename "$(find "$dest/usr/bin" -type f | head -n 1)")" --version | head -n 1
+  touch "$dest/.complete"
+done

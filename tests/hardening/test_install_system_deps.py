@@ -100,16 +100,47 @@ def test_a_missing_package_comes_in_its_installed_siblings_version(tmp_path: Pat
     assert "would install systemd-container, changing nothing installed" in r.stdout
 
 
-def test_only_a_newer_series_is_refused_and_nothing_changes(tmp_path: Path) -> None:
-    apt = Apt(tmp_path, systemd_family(OLD, container=False),
-              systemd_family(OLD, container=False) + systemd_family(NEW))  # fmt: skip
+def newer_series_only(tmp_path: Path) -> Apt:
+    """systemd 252.38 installed; the lists hold only 252.39 of the family (Debian's mirror
+    since bookworm's 12.15 point release): systemd-container cannot come in at 252.38."""
+    return Apt(tmp_path, systemd_family(OLD, container=False),
+               systemd_family(OLD, container=False) + systemd_family(NEW, container=False)
+               + [stanza("libsystemd-shared", NEW, source="systemd"),
+                  stanza("systemd-container", NEW, source="systemd",
+                         depends=f"libsystemd-shared (= {NEW}), systemd (= {NEW})")])  # fmt: skip
+
+
+def test_a_newer_series_of_programs_only_is_unpacked_privately(tmp_path: Path) -> None:
+    apt = newer_series_only(tmp_path)
     before = apt.status_hash()
     r = apt.script("systemd-container")
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = "would unpack systemd-container privately"
+    assert line in r.stdout, r.stdout
+    # the package and the library it depends on at its own version, nothing else
+    assert r.stdout.split("changing nothing installed: ")[1].split() == [
+        "systemd-container",
+        "libsystemd-shared",
+    ], r.stdout
+    assert "Inst " not in r.stdout
+    assert apt.status_hash() == before
+
+
+def test_a_newer_series_of_anything_else_is_refused_and_nothing_changes(tmp_path: Path) -> None:
+    apt = newer_series_only(tmp_path)
+    (tmp_path / "repo/Packages").write_text(
+        (tmp_path / "repo/Packages").read_text()
+        + f"{stanza('systemd-journal-remote', NEW, source='systemd', depends=f'systemd (= {NEW})')}"
+        "\nFilename: ./x.deb\nSize: 1\n\n"
+    )
+    assert apt.apt("apt-get", "update").returncode == 0
+    before = apt.status_hash()
+    r = apt.script("systemd-container", "systemd-journal-remote")
     assert r.returncode == 3, r.stdout + r.stderr
     assert "refused, nothing was installed or changed" in r.stderr, r.stderr
-    assert "systemd-container : Depends: systemd (= " in r.stderr, r.stderr  # apt's reason
-    assert "apt-get install systemd-container" in r.stderr  # what to run if it is acceptable
-    assert "Inst " not in r.stdout
+    assert "systemd-journal-remote : Depends: systemd (= " in r.stderr, r.stderr  # apt's reason
+    assert "apt-get install systemd-journal-remote" in r.stderr  # what to run if acceptable
+    assert "Inst " not in r.stdout and "would unpack" not in r.stdout
     assert apt.status_hash() == before
 
 
