@@ -53,7 +53,7 @@ def benches(raw: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
             continue
         b, mode = json.loads(p.read_text()), m[1]
         served = b.get("accept_steps")
-        if re.fullmatch(r"fixed\d", mode) and served and f"fixed{served}" != mode:
+        if fixed_steps(mode) and served and f"fixed{served}" != mode:
             b["tagged"], mode = mode, f"fixed{served}"
         out[(mode, int(m[2]), int(m[3]))] = b
     return out

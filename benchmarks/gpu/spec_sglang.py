@@ -76,6 +76,12 @@ _ABSENT = object()  # a server key the plain config does not set
 RESTORE_S = 100  # a Ctrl-C'd spec costs puts the engine back: one start and its verification
 
 
+def eagle3_keys(k: int) -> dict[str, int]:
+    """`[server.eagle3]` at k steps, shaped as SGLang's adaptive worker runs k steps (and as
+    a timing trial's steps override launches them)."""
+    return {"num_steps": k, "topk": 1, "num_draft_tokens": k + 1}
+
+
 class SpecRun(rs.Run):
     # ------------------------------------------------------------------ helpers
     def costs_len(self) -> int:
@@ -108,7 +114,6 @@ class SpecRun(rs.Run):
 
     def engine_of(self, step: str) -> tuple[str, dict[str, str], dict[str, Any]] | None:
         """The engine a step serves first: (mode, server.env, other server keys)."""
-        k1 = {"eagle3": {"num_steps": 1, "topk": 1, "num_draft_tokens": 2}}
         if step == "accept_fixed3":
             return "eagle3", self.forced(PLANNED_ACCEPT), {}
         if step == "plan_served":
@@ -123,7 +128,7 @@ class SpecRun(rs.Run):
         if step == "baseline_c":
             return "baseline", {}, {}
         if step == "fixed_k12":
-            return "eagle3", self.forced(PLANNED_ACCEPT), k1
+            return "eagle3", self.forced(PLANNED_ACCEPT), {"eagle3": eagle3_keys(1)}
         return None
 
     def _costs_opening(self) -> tuple[str, dict[str, str], dict[str, Any]]:
@@ -138,8 +143,7 @@ class SpecRun(rs.Run):
         first = pending[0] if pending else "baseline"
         if not first.isdigit() or int(first) == 0:
             return "baseline", {}, {}
-        k = int(first)
-        return "eagle3", {}, {"eagle3": {"num_steps": k, "topk": 1, "num_draft_tokens": k + 1}}
+        return "eagle3", {}, {"eagle3": eagle3_keys(int(first))}
 
     def config(self) -> dict[str, Any]:
         cfg = super().config()
@@ -148,20 +152,18 @@ class SpecRun(rs.Run):
         if opening:
             mode, env, server = opening
             keys = {"mode": mode, "env": env, **server}
+            # the keys the opening changed, as the plain config had them: every later step
+            # reconfigures from the plain config (a costs opening at 2 steps must not make
+            # accept_fixed3 serve 2 steps)
             self.plain = {k: cfg["server"].get(k, _ABSENT) for k in keys}
             cfg["server"].update(keys)
             self.serving = self.serving_key(mode, env, server)
         return cfg
 
-    # the server keys the opening engine changed, as the plain config had them: every later
-    # step reconfigures from the plain config (a costs opening at 2 steps must not make
-    # accept_fixed3 serve 2 steps)
-    plain: dict[str, Any] = {}
-
     def s_start(self) -> dict[str, Any]:
         ev = super().s_start()
         server = self.base_config["server"]
-        for key, value in self.plain.items():
+        for key, value in getattr(self, "plain", {}).items():
             if value is _ABSENT:
                 server.pop(key, None)
             else:
@@ -351,10 +353,10 @@ class SpecRun(rs.Run):
     def s_fixed_k12(self) -> dict[str, Any]:
         ev: dict[str, Any] = {}
         for k in (1, 2):
-            eagle3 = {"num_steps": k, "topk": 1, "num_draft_tokens": k + 1}
+            eagle3 = eagle3_keys(k)
             ev[f"k{k}"] = self.serve("eagle3", self.forced(PLANNED_ACCEPT), eagle3=eagle3)
             ev[f"k{k}"]["benches"] = self.sweep(f"fixed{k}", BETWEEN_KEYS)
-        self.reconfigure(eagle3={"num_steps": 3, "topk": 1, "num_draft_tokens": 4})
+        self.reconfigure(eagle3=eagle3_keys(3))
         return ev
 
     def s_steps0_skip(self) -> dict[str, Any]:

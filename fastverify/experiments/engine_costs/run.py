@@ -241,15 +241,9 @@ class CostTrials:
                     f"--resume: the journal {path} is of another plan ({was}; this run: "
                     f"{_plan_text(plan)}); run without --resume to start over"
                 )
-            again = 0
+            self.done, again = _measured_windows(records)
             for rec in records[1:]:
-                if rec.get("record") == "window" and rec.get("status") == "ok":
-                    t = {k: v for k, v in rec.items() if k != "record"}
-                    if _lacks_prefill_points(t):
-                        again += 1
-                        continue
-                    self.done[(str(t["steps"]), int(t["batch_size"]))] = t
-                elif rec.get("record") == "load":
+                if rec.get("record") == "load":
                     self.info.setdefault("load_s", {})[str(rec["steps"])] = rec.get("load_s")
                 elif rec.get("record") == "server":
                     # the first record, with the capture list of a later (speculative) one
@@ -608,6 +602,23 @@ def _lacks_prefill_points(window: dict[str, Any]) -> bool:
     )
 
 
+def _measured_windows(
+    records: list[dict[str, Any]],
+) -> tuple[dict[tuple[str, int], dict[str, Any]], int]:
+    """A journal's measured windows by (steps, batch size), and how many of its windows a
+    resume measures again (`_lacks_prefill_points`)."""
+    done: dict[tuple[str, int], dict[str, Any]] = {}
+    again = 0
+    for rec in records[1:]:
+        if rec.get("record") == "window" and rec.get("status") == "ok":
+            t = {k: v for k, v in rec.items() if k != "record"}
+            if _lacks_prefill_points(t):
+                again += 1
+            else:
+                done[(str(t["steps"]), int(t["batch_size"]))] = t
+    return done, again
+
+
 def pending_trials(journal: Path) -> list[str]:
     """The trials of a journal's plan that a resume still loads, in run order: those with a
     batch size not yet measured (or measured again: a window lacking its prefill points)."""
@@ -617,11 +628,7 @@ def pending_trials(journal: Path) -> list[str]:
     plan = records[0].get("plan") if records else None
     if not isinstance(plan, dict):
         return []
-    done = {
-        (str(r["steps"]), int(r["batch_size"]))
-        for r in records[1:]
-        if r.get("record") == "window" and r.get("status") == "ok" and not _lacks_prefill_points(r)
-    }
+    done, _again = _measured_windows(records)
     return [
         str(k)
         for k in plan.get("trials") or []
