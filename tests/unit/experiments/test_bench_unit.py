@@ -134,3 +134,23 @@ def test_result_from_sglang_jsonl_maps_keys() -> None:
     assert res.per_request_tokens_per_second == pytest.approx(80.0)  # 1000 / 12.5 ms
     assert res.ttft_ms == {"mean": 40.0, "p50": 35.0, "p90": None, "p99": 90.0}
     assert res.itl_ms["p99"] == 30.0 and res.accept_length == 2.4
+
+
+def test_a_cancelled_load_ends_as_ctrl_c(monkeypatch: pytest.MonkeyPatch) -> None:
+    """asyncio.run raises KeyboardInterrupt for Ctrl-C only when its main task was cancelled
+    once; cancelled twice (a timeout racing the Ctrl-C) it raises CancelledError, which a
+    sweep let through as a traceback and exit 1. run_bench says Ctrl-C either way."""
+    import asyncio
+
+    async def cancelled_twice(*_args: object) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        task.cancel()
+        await asyncio.sleep(1)
+
+    monkeypatch.setattr(bench, "_measure", cancelled_twice)
+    with pytest.raises(asyncio.CancelledError):  # what asyncio itself raises
+        asyncio.run(cancelled_twice())
+    with pytest.raises(KeyboardInterrupt):
+        bench.run_bench(BenchConfig(url="http://127.0.0.1:9", duration=1.0))
