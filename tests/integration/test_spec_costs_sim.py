@@ -280,6 +280,17 @@ def test_a_run_cut_short_resumes_from_its_journal(tmp_path: Path) -> None:
         assert d.status()["engine"]["pid"] == pid
         assert d.ctl(*args[:-4], "--resume").returncode == 2  # --resume without --journal
 
+        # another host's journal is refused before anything switches, naming what differs
+        host = next(r for r in kept if r["record"] == "host")
+        assert host["fingerprint"]["id"] == d.status()["daemon"]["fingerprint"]["id"]
+        host["fingerprint"]["facts"]["gpu_model"] = "NVIDIA H100 80GB HBM3"
+        moved = tmp_path / "other-host.journal"
+        moved.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        elsewhere = [str(moved) if a == str(journal) else a for a in args]
+        r = d.ctl(*elsewhere, "--resume", timeout=120)
+        assert r.returncode == 2 and "GPU model differ" in r.stderr, r.stderr
+        assert "NVIDIA H100 80GB HBM3" in r.stderr and d.status()["engine"]["pid"] == pid
+
         r = d.ctl(*args, "--resume", "--json", timeout=600)
         assert r.returncode == 0, r.stderr
         assert "resuming from" in r.stderr and "2 window(s) already measured" in r.stderr

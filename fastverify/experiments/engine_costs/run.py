@@ -161,7 +161,7 @@ class CostTrials:
             )
         steps = self._max_steps(profile)
         self._order(steps)  # a trial beyond K ends the run here, before any switch
-        self._open_journal(profile, steps)
+        self._open_journal(profile, steps, (status.get("daemon") or {}).get("fingerprint"))
         what = f"spec costs: {profile}, steps 0..{steps} x batch {_csv(self.cfg.batch_sizes)}"
         failed: CostTrialFailed | None = None
         try:
@@ -219,10 +219,11 @@ class CostTrials:
                 "batch_sizes": list(self.cfg.batch_sizes), "bench": bench,
                 "decode_rate": DECODE_RATE}  # fmt: skip
 
-    def _open_journal(self, profile: str, max_steps: int) -> None:
-        """Read what a resumed journal holds (CostTrialError when it is another plan's), or
-        start a new journal."""
+    def _open_journal(self, profile: str, max_steps: int, here: dict[str, Any] | None) -> None:
+        """Read what a resumed journal holds (CostTrialError when it is another plan's or
+        another host's: `here` is this host's fingerprint), or start a new journal."""
         from fastverify.durable import append_jsonl, scan_jsonl
+        from fastverify.host import fingerprint
 
         if not self.cfg.journal:
             return
@@ -241,6 +242,14 @@ class CostTrials:
                     f"--resume: the journal {path} is of another plan ({was}; this run: "
                     f"{_plan_text(plan)}); run without --resume to start over"
                 )
+            hosts = [r.get("fingerprint") for r in records if r.get("record") == "host"]
+            seen = fingerprint.compare(hosts[0] if hosts else None, here, "cost file",
+                                       f"journal {path}")  # fmt: skip
+            if seen["status"] == "differs":
+                raise CostTrialError(f"--resume: {seen['message']}; run without --resume to "
+                                     "start over on this host")  # fmt: skip
+            if seen["message"]:
+                self.emit(seen["message"])
             self.done, again = _measured_windows(records)
             for rec in records[1:]:
                 if rec.get("record") == "load":
@@ -267,6 +276,8 @@ class CostTrials:
             return
         path.unlink(missing_ok=True)
         append_jsonl(path, {"record": "plan", "plan": plan}, mode=0o644)
+        # the host its windows are measured on: a resume on another host is refused
+        append_jsonl(path, {"record": "host", "fingerprint": here}, mode=0o644)
 
     def _journal(self, record: dict[str, Any]) -> None:
         from fastverify.durable import append_jsonl
