@@ -372,6 +372,26 @@ class SpecRun(rs.Run):
         return {"cycle_ms_steps0_skip": {b: v.get("0") for b, v in rep["cycle_ms"].items()},
                 "time_s": rep.get("time_s")}  # fmt: skip
 
+    def s_prefill_points(self) -> dict[str, Any]:
+        """The prefill points alone (spec costs' baseline and steps-0 trials at batch 1, at
+        each prompt length: one prompt of 8, N and 8N tokens, and a batch of N-token prompts
+        sent at once), beside a cost file measured before the batch point existed."""
+        ev: dict[str, Any] = {}
+        args = [a if a != ",".join(map(str, BATCH_SIZES)) else "1" for a in COSTS_ARGS]
+        for n in PROMPTS:
+            args[args.index("--input-len") + 1] = str(n)
+            out = self.work / f"prefill-points-in{n}.json"
+            rc, rep, err = self.ctl("spec", "costs", *args, "--trials", "baseline,0",
+                                    "--output", str(out), "--json",
+                                    timeout=max(60, self.left() - 20))  # fmt: skip
+            self.dump(f"prefill-points-in{n}-stderr.txt", err)
+            rs.check(rc == 0 and isinstance(rep, dict),
+                     f"spec costs --trials baseline,0 at {n} tokens exit {rc}: {err[-800:]}",
+                     **ev)  # fmt: skip
+            shutil_copy(out, self.raw / out.name)
+            ev[f"in{n}"] = {k: rep.get(k) for k in ("prefill_ms", "prefill_batch_ms", "time_s")}
+        return ev  # spec costs put back the engine it found: what serves is unchanged
+
 
 def shutil_copy(src: Path, dst: Path) -> None:
     import shutil
@@ -390,6 +410,7 @@ STEPS: list[tuple[str, str, float]] = [
     ("baseline_c", "s_baseline_c", 160),
     ("fixed_k12", "s_fixed_k12", 130),
     ("steps0_skip", "s_steps0_skip", 160),
+    ("prefill_points", "s_prefill_points", 300),
     ("stop", "s_stop", 5),
 ]
 

@@ -168,6 +168,7 @@ class SimEngine:
             "version": f"{a.sglang_version}-fastverify-sim",
             "max_running_requests": allreduce_sim.SIM_REQUEST_POOL,
             "max_req_input_len": SIM_MAX_REQ_INPUT_LEN,
+            "chunked_prefill_size": costtable.CHUNKED_PREFILL_TOKENS,
             "simulated": True,
             "engine": "fastverify-sim",
             "note": BANNER,
@@ -394,7 +395,8 @@ class SimEngine:
             self.scheduler.old_log_form = played.decode_old_form
             self.scheduler.log_accept_rate = played.decode_accept_rate
             self.log.log(
-                "max_total_num_tokens=1048576, chunked_prefill_size=8192, "
+                "max_total_num_tokens=1048576, "
+                f"chunked_prefill_size={costtable.CHUNKED_PREFILL_TOKENS}, "
                 "max_prefill_tokens=16384, "
                 f"max_running_requests={allreduce_sim.SIM_REQUEST_POOL}, "
                 f"context_len={SIM_CONTEXT_LEN}, available_gpu_mem=7.74 GB"

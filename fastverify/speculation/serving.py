@@ -211,7 +211,7 @@ def serve(
                 batch.append((r, n))
                 budget -= n
             tokens = sum(n for _, n in batch)
-            cost = costs.prefill_forward(prefill_mode, tokens) or 0.0
+            cost = costs.prefill_forward(prefill_mode, tokens, len(batch)) or 0.0
             now += cost
             if t_start is not None:
                 prefill_s += cost

@@ -88,6 +88,20 @@ def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path:
         for tokens in (128, 8):
             line = f"baseline, batch 1: 4 requests of {tokens} prompt tokens (prefill)"
             assert line in r.stderr, r.stderr
+        # and a batch of window-length prompts sent at once, as many as one prefill forward
+        # takes (the chunked-prefill budget, at most max_running_requests), per mode; fixed
+        # EAGLE-3's moved as its line is
+        info = engine_client.server_info(d.server_url, timeout=10.0)
+        n = min(info["chunked_prefill_size"] // 16, info["max_running_requests"])
+        batch = report["prefill_batch_ms"]
+        assert report["prefill_batch_prompt"] == 16 and set(batch) == set(pre), batch
+        assert all(set(row) == {str(16 * n)} for row in batch.values()), (n, batch)
+        assert f"baseline, batch 1: 3 rounds of {n} prompts of 16 tokens at once" in r.stderr
+        for mode in ("baseline", "adaptive"):  # many prompts take longer than one
+            assert batch[mode][str(16 * n)] > pre[mode][at], (mode, batch, pre)
+        assert batch["eagle"][str(16 * n)] == pytest.approx(
+            batch["baseline"][str(16 * n)] + extra, abs=1e-3
+        )
         base = {int(b): ms for b, ms in report["baseline_ms"].items()}
         # a verify time where the trace gave one, never longer than its window's cycle (the
         # two windows ran under different load: left out, and said)
@@ -129,6 +143,9 @@ def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path:
         assert plan["costs"]["cycle_ms"] == {
             b: {k: pytest.approx(v, rel=1e-6) for k, v in row.items()}
             for b, row in report["cycle_ms"].items()
+        }
+        assert plan["costs"]["prefill_batch_ms"] == {
+            m: {t: pytest.approx(v, rel=1e-6) for t, v in row.items()} for m, row in batch.items()
         }
         assert plan["costs"]["zero_step_measured"] and plan["tiers"]["1"]["batch_sizes"][0] == 1
         # only what was measured is planned: 2 and 3 pad to captured sizes without a row

@@ -28,6 +28,12 @@ the engine's own cycle is read from it, as a sweep's trial rows read theirs
   that holds no forward (the request's way through the server's other processes) plus one
   forward that reads the weights as a decode step does, so the prefill's cost need not be a
   line through the origin (a line's intercept put the sim's at 23 ms where it is ~4);
+  and of a batch of window-length prompts sent at once, as many as one prefill forward takes
+  (the chunked-prefill budget over the prompt, at most max_running_requests): the last first
+  token (p99) of each of BATCH_PROMPT_ROUNDS rounds, the median. A forward over many short
+  prompts is not one long prompt: its attention spans each prompt alone (SGLang 0.5.17 on an
+  H100, 1024-token prompts: served at 16 and 32 clients 1.19x and 1.34x what pricing the
+  batch as one prompt predicted);
 - with `traces`, the verify pass (`step[VERIFY bs=N]` p50, rank 0) of a profile window
   captured under the same load after the bench window, when the engine's trace gives it; a
   verify longer than the window's whole cycle (the two windows ran under different load) is
@@ -53,6 +59,7 @@ k, the daemon's reason and message (`CostTrialFailed`), after the restore.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -68,6 +75,9 @@ BASELINE = "baseline"  # the trial of a baseline server (steps key in `trials`)
 LONG_PROMPT = 8  # the second prefill point: prompts this many times the window's
 SHORT_PROMPT = 8  # the third: prompt tokens that cost one weight-reading forward
 PROMPT_POINT_REQUESTS = 4
+# the fourth: BATCH_PROMPT_ROUNDS rounds of as many window-length prompts at once as one
+# prefill forward takes (the chunked-prefill budget, at most max_running_requests)
+BATCH_PROMPT_ROUNDS = 3
 BENCH_KEYS = ("duration", "input_len", "output_len", "warmup", "seed", "traces", "trace_steps")
 EventFn = Callable[[str], None]
 # how a window's decode rate is read (`_decode_rate`); a journal of another reading is
@@ -409,6 +419,7 @@ class CostTrials:
             if k == BASELINE or k == 0:
                 rec["ttft_ms_p50_long"] = self._prompt_ttft(url, tag, self._long_tokens(tag))
                 rec["ttft_ms_p50_short"] = self._prompt_ttft(url, tag, SHORT_PROMPT)
+                rec["ttft_ms_batch"] = self._batch_ttft(url, tag)
         what = {BASELINE: "decode step", 0: "steps-0 pass"}.get(k, "cycle")
         self.emit(f"{tag}: {r.output_tokens_per_second:.1f} tok/s, {rate:.1f} tok/s per "
                   f"request -> {what} {cycle * 1e3:.2f} ms")  # fmt: skip
@@ -466,6 +477,52 @@ class CostTrials:
             return None
         return {"tokens": tokens, "ms": round(float(p50), 4)}
 
+    def _batch_prompts(self) -> int:
+        """How many window-length prompts one prefill forward takes: the server's chunked
+        prefill budget over the prompt, at most its max_running_requests; at least 2."""
+        from fastverify.speculation.serving import CHUNKED_PREFILL_TOKENS
+
+        server = self.info.get("server") or {}
+        chunk = server.get("chunked_prefill_size")
+        budget = chunk if isinstance(chunk, int) and chunk > 0 else CHUNKED_PREFILL_TOKENS
+        most = server.get("max_running_requests")
+        n = budget // self.cfg.input_len
+        if isinstance(most, int) and most > 0:
+            n = min(n, most)
+        return max(2, n)
+
+    def _batch_ttft(self, url: str, tag: str) -> dict[str, Any] | None:
+        """The prefill of a batch of window-length prompts sent at once (one forward, or
+        the few the scheduler splits it into): the median over BATCH_PROMPT_ROUNDS rounds of
+        each round's last first token (p99); None, said, when it cannot be had."""
+        from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
+
+        n = self._batch_prompts()
+        tokens = n * self.cfg.input_len
+        self.emit(
+            f"{tag}: {BATCH_PROMPT_ROUNDS} rounds of {n} prompts of {self.cfg.input_len} "
+            f"tokens at once (a {tokens}-token prefill) ..."
+        )
+        lasts = []
+        for _ in range(BATCH_PROMPT_ROUNDS):
+            # each round's warm-up is a batch of its own, sent before the measured one
+            cfg = BenchConfig(url=url, concurrency=n, duration=None, requests=n,
+                              input_len=self.cfg.input_len, output_len=2, seed=self.cfg.seed,
+                              warmup=1)  # fmt: skip
+            try:
+                r = run_bench(cfg)
+            except BenchError as exc:
+                self.warnings.append(f"{tag}: no batch prefill point: {exc}")
+                return None
+            last = (r.ttft_ms or {}).get("p99")
+            if not last or r.completed < n:
+                why = "; ".join(r.errors) or f"{r.completed} of {n} first tokens"
+                self.warnings.append(f"{tag}: no batch prefill point: {why}")
+                return None
+            lasts.append(float(last))
+        return {"prompts": n, "tokens": tokens, "ms": round(statistics.median(lasts), 4),
+                "rounds_ms": [round(x, 4) for x in lasts]}  # fmt: skip
+
     def _trace(self, rec: dict[str, Any], bench: Any, tag: str) -> None:
         from fastverify.experiments.common.daemon_ops import capture_under_load
         from fastverify.experiments.sweep.trial import trace_figures
@@ -515,6 +572,7 @@ class CostTrials:
         verify: dict[str, dict[str, float]] = {}
         baseline: dict[str, float] = {}
         prefill: dict[str, dict[str, float]] = {}
+        batch: dict[str, dict[str, float]] = {}
         for t in ok:
             bs = str(t["batch_size"])
             if t["steps"] == BASELINE:
@@ -529,10 +587,16 @@ class CostTrials:
                 for point in (t.get("ttft_ms_p50_long"), t.get("ttft_ms_p50_short")):
                     if point:
                         prefill[mode][str(point["tokens"])] = point["ms"]
+                if t.get("ttft_ms_batch"):
+                    batch[mode] = {str(t["ttft_ms_batch"]["tokens"]): t["ttft_ms_batch"]["ms"]}
         base_pts = {int(n): ms for n, ms in (prefill.get("baseline") or {}).items()}
         fixed = fixed_eagle_prefill(ok, self.cfg.input_len, base_pts)
         if fixed:
             prefill["eagle"] = {str(n): round(ms, 4) for n, ms in sorted(fixed.items())}
+        base_batch = {int(n): ms for n, ms in (batch.get("baseline") or {}).items()}
+        if fixed and base_batch and self.cfg.input_len in base_pts:  # moved as the line is
+            extra = fixed[self.cfg.input_len] - base_pts[self.cfg.input_len]
+            batch["eagle"] = {str(n): round(ms + extra, 4) for n, ms in base_batch.items()}
         server = self.info.get("server") or {}
         ar = self.info.get("allreduce") or {}
         backend = ar.get("backend") or ar.get("description") or "unknown"
@@ -570,6 +634,12 @@ class CostTrials:
             f"{SHORT_PROMPT} tokens (the shortest less a decode step is the part that holds no "
             "forward); eagle (fixed steps) from the 1..K trials' batch-1 windows, the "
             "baseline's curve moved by their difference at the window's length",
+            # by total tokens: window-length prompts sent at once (see prefill_batch_note)
+            "prefill_batch_ms": batch,
+            "prefill_batch_prompt": self.cfg.input_len,
+            "prefill_batch_note": "the last first token (p99, median of "
+            f"{BATCH_PROMPT_ROUNDS} rounds) of as many {self.cfg.input_len}-token prompts sent "
+            "at once as one prefill forward takes; eagle: the baseline's moved as its line is",
             "trials": self.trials,
             "load_s": self.info.get("load_s") or {},
             # this run's seconds: engine starts, bench windows, profile windows, the restore
@@ -597,8 +667,9 @@ def _keep_capture_list(
 
 def _server_record_stale(server: dict[str, Any] | None) -> bool:
     """No server facts yet, or a journal's from a fastverify that did not record the
-    server's `max_req_input_len` (which caps the long prefill prompt): read them again."""
-    return not server or "max_req_input_len" not in server
+    server's `max_req_input_len` (which caps the long prefill prompt) or its
+    `chunked_prefill_size` (which sizes the batch prefill point): read them again."""
+    return not server or "max_req_input_len" not in server or "chunked_prefill_size" not in server
 
 
 def _lacks_prefill_points(window: dict[str, Any]) -> bool:
@@ -609,7 +680,7 @@ def _lacks_prefill_points(window: dict[str, Any]) -> bool:
         int(window["batch_size"]) == 1
         and str(window["steps"]) in (BASELINE, "0")
         and bool(window.get("ttft_ms_p50"))
-        and "ttft_ms_p50_short" not in window
+        and ("ttft_ms_p50_short" not in window or "ttft_ms_batch" not in window)
     )
 
 
@@ -698,7 +769,14 @@ def server_facts(info: dict[str, Any] | None) -> dict[str, Any]:
     baseline server captures other sizes (1, 2, 4, 8, 12, 16, 24, 32) that price no EAGLE
     pass: None there."""
     info = info or {}
-    keys = ("model_path", "version", "tp_size", "max_running_requests", "max_req_input_len")
+    keys = (
+        "model_path",
+        "version",
+        "tp_size",
+        "max_running_requests",
+        "max_req_input_len",
+        "chunked_prefill_size",
+    )
     out = {k: info.get(k) for k in keys}
     model = (info.get("sim") or {}).get("cost_model") or {}
     decode = (info.get("cuda_graph_config") or {}).get("decode") or {}
