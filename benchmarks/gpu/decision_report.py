@@ -5,7 +5,7 @@ bench window is compared with the model's prediction of that window (its length,
 starting at once after the warm-up: `serving.serve(window_s=)`); the long run is beside it.
 
     python benchmarks/gpu/decision_report.py RAW_DIR [--out benchmarks/results/FILE.json]
-        [--histogram FILE] [--input-len N]
+        [--histogram FILE] [--input-len N] [--prefill-points FILE]
 
 RAW_DIR holds the run's raw outputs (spec-costs-8b.json, and spec-costs-8b-inN.json for costs
 measured at N-token prompts: each window is predicted from those nearest its own prompt
@@ -114,15 +114,47 @@ def costs_path(raw: Path, n: int) -> Path:
     return cost_files(raw)[costs_at(raw, n)]
 
 
-def _costs(raw: Path, n: int, got: dict) -> tuple[spec_costs.Costs, str | None]:
-    """The cost file for n-token windows; when its spec costs measured one prefill point per
-    mode (before it measured two), the baseline's second from the run's one-client bench of
+PREFILL_KEYS = ("prefill_ms", "prefill_batch_ms", "prefill_batch_prompt")
+
+
+def prefill_points(path: Path | None, n: int) -> dict[str, Any] | None:
+    """The prefill points of `spec_sglang.py`'s prefill_points step (a `spec costs` file of the
+    baseline and steps-0 trials at batch 1) for n-token windows, when given and of n tokens."""
+    if path is None:
+        return None
+    data = json.loads(path.read_text())
+    return data if (data.get("bench") or {}).get("input_len") == n else None
+
+
+def _costs(
+    raw: Path, n: int, got: dict, points: Path | None = None
+) -> tuple[spec_costs.Costs, str | None]:
+    """The cost file for n-token windows; its prefill from `points` where they were measured
+    at n tokens (a cost file measured before its prefill points were); else, when it measured
+    one prefill point per mode, the baseline's second from the run's one-client bench of
     the longer prompt."""
     data = json.loads(costs_path(raw, n).read_text())
     base = data.get("prefill_ms", {}).get("baseline") or {}
     longest = max((n for (m, c, n) in got if m == "baseline" and c == 1), default=None)
     note = None
-    if len(base) == 1 and longest and str(longest) not in base:
+    extra = prefill_points(points, n)
+    if extra is not None:
+        data.update({k: extra.get(k) for k in PREFILL_KEYS})
+        # fixed EAGLE-3's first token from the cost file's own 1..K trials, as spec costs does
+        fixed = spec_costs.fixed_eagle_prefill(
+            data.get("trials") or [],
+            n,
+            {int(t): ms for t, ms in (extra["prefill_ms"].get("baseline") or {}).items()},
+        )
+        base_n = (extra["prefill_ms"].get("baseline") or {}).get(str(n))
+        if fixed and base_n is not None:
+            moved = fixed[n] - base_n
+            data["prefill_ms"]["eagle"] = {str(t): ms for t, ms in fixed.items()}
+            data["prefill_batch_ms"]["eagle"] = {
+                t: ms + moved for t, ms in (extra["prefill_batch_ms"].get("baseline") or {}).items()
+            }
+        note = f"prefill points from {points.name} (measured {extra.get('measured_at')})"
+    elif len(base) == 1 and longest and str(longest) not in base:
         b = got[("baseline", 1, longest)]
         base[str(longest)] = b["ttft_ms"]["p50"]
         note = f"baseline prefill at {longest} tokens from bench-baseline-c1-in{longest}.json"
@@ -198,11 +230,15 @@ def window_prediction(
 
 
 def report(
-    raw: Path, histogram: Path | None = None, input_len: int | None = None
+    raw: Path,
+    histogram: Path | None = None,
+    input_len: int | None = None,
+    points: Path | None = None,
 ) -> dict[str, Any]:
     """The figures; `histogram`: the forced histogram the plan was made from when the raw dir
     lacks it (a call that planned from a carried one); `input_len`: that prompt length's
-    windows only (a warm machine's raw dir holds every call's)."""
+    windows only (a warm machine's raw dir holds every call's); `points`: prefill points
+    measured apart (`prefill_points`), for a cost file measured without them."""
     hist = json.loads((histogram or raw / "accept-histogram-forced-3.json").read_text())
     acc = Acceptance.from_requests([hist["histogram"]], int(hist["steps"]))
     got = {k: b for k, b in benches(raw).items() if input_len in (None, k[2])}
@@ -211,8 +247,9 @@ def report(
     cs = sorted({c for (_m, c, _n) in got})
     rows, plans, used = [], {}, {}
     measured_on, same_gpu = label(raw)
+    notes = {}
     for n in prompts:
-        costs, _second_point = _costs(raw, n, got)
+        costs, notes[n] = _costs(raw, n, got, points)
         used[n] = costs_path(raw, n)
         p = spec_plan.make_plan(acc, costs, workload=serving.Workload(n, OUTPUT_LEN),
                                 concurrencies=cs)  # fmt: skip
@@ -272,7 +309,11 @@ def report(
         "kind": "decision-tools-real-sglang",
         "label": measured_on,
         "costs": {
-            str(n): {"file": p.name, "source": json.loads(p.read_text()).get("source")}
+            str(n): {
+                "file": p.name,
+                "source": json.loads(p.read_text()).get("source"),
+                **({"prefill": notes[n]} if notes.get(n) else {}),
+            }
             for n, p in used.items()
         },
         "forced_accept_histogram": hist,
@@ -299,8 +340,11 @@ def main() -> int:
     ap.add_argument("--out", default="")
     ap.add_argument("--histogram", default="", help="the forced histogram, if not in RAW_DIR")
     ap.add_argument("--input-len", type=int, default=None, help="this prompt length only")
+    ap.add_argument("--prefill-points", default="", help="prefill-points-inN.json of a "
+                    "prefill_points step: the prefill of N-token windows' costs")  # fmt: skip
     a = ap.parse_args()
-    rep = report(Path(a.raw), Path(a.histogram) if a.histogram else None, a.input_len)
+    rep = report(Path(a.raw), Path(a.histogram) if a.histogram else None, a.input_len,
+                 Path(a.prefill_points) if a.prefill_points else None)  # fmt: skip
     text = json.dumps(rep, indent=1) + "\n"
     if a.out:
         Path(a.out).write_text(text)

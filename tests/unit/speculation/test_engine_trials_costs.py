@@ -60,6 +60,11 @@ def test_a_file_from_before_the_steps_0_trial_says_its_steps_0_is_a_decode(
         ({"cycle_ms": {"1": {"0": "x"}}}, 'field "cycle_ms"'),
         ({"cycle_ms": {"1": {"1": 30.0}}}, "has no steps-0 pass (steps 0)"),
         ({"cycle_ms": {"1": {"0": 0.0}}}, "non-positive cost"),
+        ({"prefill_batch_ms": {"baseline": {"1024": 90.0}}}, '"prefill_batch_prompt"'),
+        (
+            {"prefill_batch_ms": {"baseline": {"x": 90.0}}, "prefill_batch_prompt": 128},
+            "prefill_batch_ms[baseline]",
+        ),
     ],
 )
 def test_bad_engine_trials_are_refused(tmp_path: Path, over: dict, said: str) -> None:
@@ -126,3 +131,30 @@ def test_the_costs_table_shows_the_baseline_decode_beside_the_steps_0_pass(
     _print_costs(old, None)
     head = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("batch"))
     assert head.split("\t") == ["batch", "decode", "1 step"]
+
+
+def test_a_forward_over_many_prompts_is_priced_from_the_batch_point(tmp_path: Path) -> None:
+    """Prompts of at most the batch point's length, two or more in one forward: the line from
+    one such prompt to the batch point (affine beyond); one prompt, or longer prompts: the
+    one-prompt line. Each less the part that holds no forward."""
+    c = spec_costs.from_file(_trials(
+        tmp_path,
+        prefill_ms={"baseline": {"8": 17.0, "128": 19.0, "1024": 34.0}},
+        prefill_batch_ms={"baseline": {"4096": 60.0}}, prefill_batch_prompt=128,
+    ))  # fmt: skip
+    way = c.prefill_latency("baseline")  # 8 tokens' 17.0 ms less a 19.6 ms decode: none
+    assert way == 0.0
+    # 32 prompts of 128: the batch point itself; 16: halfway along the line from one prompt
+    assert c.prefill_forward("baseline", 4096, 32) == pytest.approx(0.060 - way)
+    assert c.prefill_forward("baseline", 2048, 16) == pytest.approx(
+        0.019 + (0.060 - 0.019) * (2048 - 128) / (4096 - 128) - way
+    )
+    # one prompt of 2048 tokens, or two of 1024: priced as one prompt that long
+    for prompts in (1, 2):
+        assert c.prefill_forward("baseline", 2048, prompts) == pytest.approx(
+            c.prefill("baseline", 2048) - way
+        )
+    # no batch point for a spec mode without one: its own line
+    assert c.batch_prefill("eagle", 4096, 32) is None
+    again = spec_costs.Costs.from_dict(c.to_dict())
+    assert again.prefill_batch == c.prefill_batch and again.prefill_batch_prompt == 128
