@@ -79,6 +79,7 @@ from fastverify.experiments.bench.sglang_bench import (
     sglang_bench_argv,
     sglang_bench_available,
 )
+from fastverify.experiments.common import interruptible
 from fastverify.experiments.common.stats import mean
 from fastverify.sglang import adaptive
 from fastverify.sglang import client as engine_client
@@ -489,13 +490,8 @@ def run_bench(
     hears one line per phase (warm-up, its progress every few seconds, the window)."""
     cfg.validate()
     identity = dataset_identity(cfg)  # a bad prompt file ends it before any load
-    try:
-        records, t0, t_end, info = asyncio.run(_measure(cfg, progress, phase))
-    except asyncio.CancelledError:
-        # only Ctrl-C cancels the load's main task (asyncio.run's SIGINT handler), and asyncio
-        # says so as KeyboardInterrupt only when nothing inside cancelled it a second time
-        # (a wait_for's timeout racing the Ctrl-C): a sweep then exited 1 with a traceback
-        raise KeyboardInterrupt from None
+    # Ctrl-C ends it as KeyboardInterrupt at any moment (asyncio.run's own handling has gaps)
+    records, t0, t_end, info = interruptible.run(_measure(cfg, progress, phase))
     result = summarize(records, t0, t_end, cfg, accept_length_from_server_info(info or {}))
     result.dataset = identity
     result.weights = weights_from_server_info(info)

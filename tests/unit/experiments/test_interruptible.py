@@ -1,0 +1,89 @@
+"""A load run by `interruptible.run` ends as KeyboardInterrupt on Ctrl-C wherever the Ctrl-C
+lands: while the load runs, where the load swallows its cancellation, and while the event loop
+is being made; the loop is closed and nothing is left unawaited. The Ctrl-C is a real SIGINT
+sent to this process, handled by Python's own handler."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import signal
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+from fastverify.experiments.common import interruptible
+
+
+@pytest.fixture(autouse=True)
+def python_ctrl_c() -> Iterator[None]:
+    """Python's Ctrl-C handler, as in a terminal (a test worker may run with SIGINT ignored)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _ctrl_c() -> None:
+    signal.raise_signal(signal.SIGINT)
+
+
+def test_ctrl_c_while_the_load_runs() -> None:
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def load() -> str:
+        loops.append(asyncio.get_running_loop())
+        _ctrl_c()
+        await asyncio.sleep(30)
+        return "finished"
+
+    with pytest.raises(KeyboardInterrupt):
+        interruptible.run(load())
+    assert loops[0].is_closed()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_load_that_swallows_its_cancellation_still_ends_as_ctrl_c() -> None:
+    async def load() -> str:
+        _ctrl_c()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:  # as 3.11's wait_for may, racing its timeout
+            return "swallowed"
+        return "finished"
+
+    with pytest.raises(KeyboardInterrupt):
+        interruptible.run(load())
+
+
+def test_ctrl_c_while_the_loop_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = asyncio.runners.events.new_event_loop
+
+    def ctrl_c_then_make() -> asyncio.AbstractEventLoop:
+        _ctrl_c()
+        return made()
+
+    monkeypatch.setattr(asyncio.runners.events, "new_event_loop", ctrl_c_then_make)
+    started: list[bool] = []
+
+    async def load() -> str:
+        started.append(True)
+        return "finished"
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(KeyboardInterrupt):
+            interruptible.run(load())
+        gc.collect()
+    assert not started
+    assert not [w for w in seen if "never awaited" in str(w.message)], seen
+
+
+def test_no_ctrl_c_returns_the_result() -> None:
+    async def load() -> str:
+        await asyncio.sleep(0)
+        return "finished"
+
+    assert interruptible.run(load()) == "finished"
