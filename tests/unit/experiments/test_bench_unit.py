@@ -136,21 +136,27 @@ def test_result_from_sglang_jsonl_maps_keys() -> None:
     assert res.itl_ms["p99"] == 30.0 and res.accept_length == 2.4
 
 
-def test_a_cancelled_load_ends_as_ctrl_c(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_ctrl_c_racing_a_timeout_ends_the_load_as_ctrl_c(monkeypatch: pytest.MonkeyPatch) -> None:
     """asyncio.run raises KeyboardInterrupt for Ctrl-C only when its main task was cancelled
-    once; cancelled twice (a timeout racing the Ctrl-C) it raises CancelledError, which a
-    sweep let through as a traceback and exit 1. run_bench says Ctrl-C either way."""
+    once; cancelled again (a timeout racing the Ctrl-C) it raises CancelledError, which a
+    sweep let through as a traceback and exit 1. run_bench says Ctrl-C either way (a real
+    SIGINT to this process, Python's own handler installed as in a terminal)."""
     import asyncio
+    import signal
 
-    async def cancelled_twice(*_args: object) -> None:
+    async def ctrl_c_then_cancelled_again(*_args: object) -> None:
+        signal.raise_signal(signal.SIGINT)
         task = asyncio.current_task()
         assert task is not None
         task.cancel()
-        task.cancel()
         await asyncio.sleep(1)
 
-    monkeypatch.setattr(bench, "_measure", cancelled_twice)
-    with pytest.raises(asyncio.CancelledError):  # what asyncio itself raises
-        asyncio.run(cancelled_twice())
-    with pytest.raises(KeyboardInterrupt):
-        bench.run_bench(BenchConfig(url="http://127.0.0.1:9", duration=1.0))
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(asyncio.CancelledError):  # what asyncio itself raises
+            asyncio.run(ctrl_c_then_cancelled_again())
+        monkeypatch.setattr(bench, "_measure", ctrl_c_then_cancelled_again)
+        with pytest.raises(KeyboardInterrupt):
+            bench.run_bench(BenchConfig(url="http://127.0.0.1:9", duration=1.0))
+    finally:
+        signal.signal(signal.SIGINT, before)

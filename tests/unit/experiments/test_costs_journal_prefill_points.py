@@ -1,6 +1,6 @@
 """A journal written before `spec costs` measured its prefill points (the long prompt, the
-short one): the resume measures its batch-1 baseline and steps-0 windows again, and nothing
-else."""
+short one, the batch of window-length prompts): the resume measures its batch-1 baseline and
+steps-0 windows again, and nothing else."""
 
 import json
 from pathlib import Path
@@ -39,7 +39,10 @@ def test_a_journal_without_the_prompt_limit_has_its_server_read_again_on_resume(
     journaled = [r["server"] for r in records(JOURNAL_1024) if r.get("record") == "server"]
     assert journaled and all(_server_record_stale(s) for s in journaled)
     assert _server_record_stale(None)
-    assert not _server_record_stale({**journaled[0], "max_req_input_len": 8186})
+    limits = {"max_req_input_len": 8186, "chunked_prefill_size": 8192}
+    assert not _server_record_stale({**journaled[0], **limits})
+    # the chunked-prefill budget sizes the batch point: a record without it is read again
+    assert _server_record_stale({**journaled[0], "max_req_input_len": 8186})
 
 
 def test_the_old_journal_gets_its_two_prefill_windows_measured_again() -> None:
@@ -50,11 +53,15 @@ def test_the_old_journal_gets_its_two_prefill_windows_measured_again() -> None:
 def test_a_window_with_its_points_or_without_a_first_token_is_kept() -> None:
     w = next(w for w in windows() if str(w["steps"]) == "baseline" and w["batch_size"] == 1)
     short = {"tokens": 8, "ms": 15.1}
+    batch = {"prompts": 32, "tokens": 4096, "ms": 60.2}
     # the long point alone (a fastverify of the afternoon): measured again for the short one
     assert _lacks_prefill_points({**w, "ttft_ms_p50_long": {"tokens": 1024, "ms": 33.3}})
-    assert not _lacks_prefill_points({**w, "ttft_ms_p50_short": short})
+    # the short one without the batch (a fastverify of 2026-12-07): measured again
+    assert _lacks_prefill_points({**w, "ttft_ms_p50_short": short})
+    assert not _lacks_prefill_points({**w, "ttft_ms_p50_short": short, "ttft_ms_batch": batch})
     # measured, but the prompts failed: None is an answer, not a gap
-    assert not _lacks_prefill_points({**w, "ttft_ms_p50_long": None, "ttft_ms_p50_short": None})
+    assert not _lacks_prefill_points({**w, "ttft_ms_p50_long": None, "ttft_ms_p50_short": None,
+                                      "ttft_ms_batch": None})  # fmt: skip
     assert not _lacks_prefill_points({k: v for k, v in w.items() if k != "ttft_ms_p50"})
     assert not _lacks_prefill_points({**w, "batch_size": 2})
     assert not _lacks_prefill_points({**w, "steps": 2})
