@@ -156,9 +156,9 @@ class Costs:
         """What one prefill forward over `tokens` new tokens of `prompts` prompts holds the
         engine for: the first token's time (`batch_prefill` where it prices the batch, else
         `prefill` of one prompt that long) less `prefill_latency`. Many short prompts are
-        not one long one: each prompt's attention spans itself alone; SGLang 0.5.17 on an
-        H100 served 1024-token prompts at 16 and 32 clients 1.19x and 1.34x what one long
-        prompt's price predicted."""
+        not one long one (each prompt's attention spans itself alone): SGLang 0.5.17 on an
+        H100 served 1024-token prompts at 16 and 32 clients 1.19x and 1.34x what the
+        one-prompt line predicted."""
         t = self.batch_prefill(mode, tokens, prompts)
         if t is None:
             t = self.prefill(mode, tokens)

@@ -30,10 +30,10 @@ the engine's own cycle is read from it, as a sweep's trial rows read theirs
   line through the origin (a line's intercept put the sim's at 23 ms where it is ~4);
   and of a batch of window-length prompts sent at once, as many as one prefill forward takes
   (the chunked-prefill budget over the prompt, at most max_running_requests): the last first
-  token (p99) of each of BATCH_PROMPT_ROUNDS rounds, the median. A forward over many short
-  prompts is not one long prompt: its attention spans each prompt alone (SGLang 0.5.17 on an
-  H100, 1024-token prompts: served at 16 and 32 clients 1.19x and 1.34x what pricing the
-  batch as one prompt predicted);
+  token (p99) of each of BATCH_PROMPT_ROUNDS rounds, the median: the forward a loaded
+  server runs, which one long prompt's time does not give (its attention spans the whole
+  prompt; SGLang 0.5.17 on an H100 served 1024-token prompts at 16 and 32 clients 1.19x and
+  1.34x what the one-prompt line predicted);
 - with `traces`, the verify pass (`step[VERIFY bs=N]` p50, rank 0) of a profile window
   captured under the same load after the bench window, when the engine's trace gives it; a
   verify longer than the window's whole cycle (the two windows ran under different load) is
