@@ -29,7 +29,8 @@ the engine's own cycle is read from it, as a sweep's trial rows read theirs
   forward that reads the weights as a decode step does, so the prefill's cost need not be a
   line through the origin (a line's intercept put the sim's at 23 ms where it is ~4);
   and of a batch of window-length prompts sent at once, as many as one prefill forward takes
-  (the chunked-prefill budget over the prompt, at most max_running_requests): the last first
+  (the chunked-prefill budget over the prompt, at most max_running_requests and the largest
+  batch size measured): the last first
   token (p99) of each of BATCH_PROMPT_ROUNDS rounds, the median: the forward a loaded
   server runs, which one long prompt's time does not give (its attention spans the whole
   prompt; SGLang 0.5.17 on an H100 served 1024-token prompts at 16 and 32 clients 1.19x and
@@ -76,7 +77,7 @@ LONG_PROMPT = 8  # the second prefill point: prompts this many times the window'
 SHORT_PROMPT = 8  # the third: prompt tokens that cost one weight-reading forward
 PROMPT_POINT_REQUESTS = 4
 # the fourth: BATCH_PROMPT_ROUNDS rounds of as many window-length prompts at once as one
-# prefill forward takes (the chunked-prefill budget, at most max_running_requests)
+# prefill forward takes (`CostTrials._batch_prompts`)
 BATCH_PROMPT_ROUNDS = 3
 BENCH_KEYS = ("duration", "input_len", "output_len", "warmup", "seed", "traces", "trace_steps")
 EventFn = Callable[[str], None]
@@ -479,14 +480,15 @@ class CostTrials:
 
     def _batch_prompts(self) -> int:
         """How many window-length prompts one prefill forward takes: the server's chunked
-        prefill budget over the prompt, at most its max_running_requests; at least 2."""
+        prefill budget over the prompt, at most its max_running_requests and the largest
+        window's clients (no more prompts than that ever wait at once); at least 2."""
         from fastverify.speculation.serving import CHUNKED_PREFILL_TOKENS
 
         server = self.info.get("server") or {}
         chunk = server.get("chunked_prefill_size")
         budget = chunk if isinstance(chunk, int) and chunk > 0 else CHUNKED_PREFILL_TOKENS
         most = server.get("max_running_requests")
-        n = budget // self.cfg.input_len
+        n = min(budget // self.cfg.input_len, max(self.cfg.batch_sizes))
         if isinstance(most, int) and most > 0:
             n = min(n, most)
         return max(2, n)
