@@ -373,11 +373,14 @@ class SpecRun(rs.Run):
                 "time_s": rep.get("time_s")}  # fmt: skip
 
     def s_prefill_points(self) -> dict[str, Any]:
-        """The prefill points alone (spec costs' baseline and steps-0 trials at batch 1, at
-        each prompt length: one prompt of 8, N and 8N tokens, and a batch of N-token prompts
-        sent at once), beside a cost file measured before the batch point existed."""
+        """The prefill points alone (spec costs' baseline and steps-0 trials at batch 1 and
+        32, at each prompt length: one prompt of 8, N and 8N tokens, and a batch of N-token
+        prompts sent at once), beside a cost file measured before the batch point existed."""
         ev: dict[str, Any] = {}
-        args = [a if a != ",".join(map(str, BATCH_SIZES)) else "1" for a in COSTS_ARGS]
+        # batch 1 holds the points; the largest size sizes the batch point (as many prompts as
+        # that many clients ever have waiting)
+        sizes = f"1,{max(BATCH_SIZES)}"
+        args = [a if a != ",".join(map(str, BATCH_SIZES)) else sizes for a in COSTS_ARGS]
         for n in PROMPTS:
             args[args.index("--input-len") + 1] = str(n)
             out = self.work / f"prefill-points-in{n}.json"
