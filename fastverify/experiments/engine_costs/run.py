@@ -453,30 +453,40 @@ class CostTrials:
                 return None
         return tokens
 
+    def _first_tokens(
+        self, url: str, what: str, clients: int, requests: int, tokens: int, pct: str
+    ) -> float | None:
+        """The `pct` time to first token (ms) of `requests` prompts of `tokens` tokens from
+        `clients` clients after one warm-up request each; None, with a warning naming
+        `what`, when a prompt failed or gave no first token."""
+        from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
+
+        cfg = BenchConfig(url=url, concurrency=clients, duration=None, requests=requests,
+                          input_len=tokens, output_len=2, seed=self.cfg.seed, warmup=1)  # fmt: skip
+        try:
+            r = run_bench(cfg)
+        except BenchError as exc:
+            self.warnings.append(f"{what}: {exc}")
+            return None
+        ms = (r.ttft_ms or {}).get(pct)
+        if not ms or r.completed < requests:
+            why = "; ".join(r.errors) or f"{r.completed} of {requests} first tokens"
+            self.warnings.append(f"{what}: {why}")
+            return None
+        return float(ms)
+
     def _prompt_ttft(self, url: str, tag: str, tokens: int | None) -> dict[str, float] | None:
         """The time to first token (p50) of `tokens`-token prompts, one request at a time: a
         point of the prefill's cost besides the window's own
         (`speculation.costs.Costs.prefill_latency`); None, said, when it cannot be had."""
-        from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
-
         if tokens is None:
             return None
         self.emit(
             f"{tag}: {PROMPT_POINT_REQUESTS} requests of {tokens} prompt tokens (prefill) ..."
         )
-        cfg = BenchConfig(url=url, concurrency=1, duration=None, requests=PROMPT_POINT_REQUESTS,
-                          input_len=tokens, output_len=2, seed=self.cfg.seed, warmup=1)  # fmt: skip
-        try:
-            r = run_bench(cfg)
-        except BenchError as exc:
-            self.warnings.append(f"{tag}: no prefill point at {tokens} tokens: {exc}")
-            return None
-        p50 = (r.ttft_ms or {}).get("p50")
-        if not p50:
-            why = "; ".join(r.errors) or "no first token"
-            self.warnings.append(f"{tag}: no prefill point at {tokens} tokens: {why}")
-            return None
-        return {"tokens": tokens, "ms": round(float(p50), 4)}
+        what = f"{tag}: no prefill point at {tokens} tokens"
+        p50 = self._first_tokens(url, what, 1, PROMPT_POINT_REQUESTS, tokens, "p50")
+        return None if p50 is None else {"tokens": tokens, "ms": round(p50, 4)}
 
     def _batch_prompts(self) -> int:
         """How many window-length prompts one prefill forward takes: the server's chunked
@@ -496,33 +506,18 @@ class CostTrials:
     def _batch_ttft(self, url: str, tag: str) -> dict[str, Any] | None:
         """The prefill of a batch of window-length prompts sent at once (one forward, or
         the few the scheduler splits it into): the median over BATCH_PROMPT_ROUNDS rounds of
-        each round's last first token (p99); None, said, when it cannot be had."""
-        from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
-
-        n = self._batch_prompts()
-        tokens = n * self.cfg.input_len
-        self.emit(
-            f"{tag}: {BATCH_PROMPT_ROUNDS} rounds of {n} prompts of {self.cfg.input_len} "
-            f"tokens at once (a {tokens}-token prefill) ..."
-        )
+        each round's last first token (p99; each round's warm-up is a batch of its own, sent
+        before it); None, said, when it cannot be had."""
+        n, each = self._batch_prompts(), self.cfg.input_len
+        self.emit(f"{tag}: {BATCH_PROMPT_ROUNDS} rounds of {n} prompts of {each} tokens at "
+                  f"once (a {n * each}-token prefill) ...")  # fmt: skip
         lasts = []
         for _ in range(BATCH_PROMPT_ROUNDS):
-            # each round's warm-up is a batch of its own, sent before the measured one
-            cfg = BenchConfig(url=url, concurrency=n, duration=None, requests=n,
-                              input_len=self.cfg.input_len, output_len=2, seed=self.cfg.seed,
-                              warmup=1)  # fmt: skip
-            try:
-                r = run_bench(cfg)
-            except BenchError as exc:
-                self.warnings.append(f"{tag}: no batch prefill point: {exc}")
+            last = self._first_tokens(url, f"{tag}: no batch prefill point", n, n, each, "p99")
+            if last is None:
                 return None
-            last = (r.ttft_ms or {}).get("p99")
-            if not last or r.completed < n:
-                why = "; ".join(r.errors) or f"{r.completed} of {n} first tokens"
-                self.warnings.append(f"{tag}: no batch prefill point: {why}")
-                return None
-            lasts.append(float(last))
-        return {"prompts": n, "tokens": tokens, "ms": round(statistics.median(lasts), 4),
+            lasts.append(last)
+        return {"prompts": n, "tokens": n * each, "ms": round(statistics.median(lasts), 4),
                 "rounds_ms": [round(x, 4) for x in lasts]}  # fmt: skip
 
     def _trace(self, rec: dict[str, Any], bench: Any, tag: str) -> None:
