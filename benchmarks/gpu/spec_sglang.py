@@ -381,7 +381,7 @@ class SpecRun(rs.Run):
         # that many clients ever have waiting)
         sizes = f"1,{max(BATCH_SIZES)}"
         args = [a if a != ",".join(map(str, BATCH_SIZES)) else sizes for a in COSTS_ARGS]
-        for n in PROMPTS:
+        for n in sorted(PROMPTS, reverse=True):  # the longer first: where one prompt's line fails
             args[args.index("--input-len") + 1] = str(n)
             out = self.work / f"prefill-points-in{n}.json"
             rc, rep, err = self.ctl("spec", "costs", *args, "--trials", "baseline,0",
