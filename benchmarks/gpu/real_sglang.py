@@ -283,8 +283,18 @@ class Run:
             daemon["sim_sglang_version"] = a.sim_sglang_version
         return {"server": server, "daemon": daemon}
 
+    def opening(self) -> dict[str, Any]:
+        """Server keys the call's first start serves and no later start does (every later
+        one reconfigures from `config()`): none here; a script whose first step wants its
+        own engine names them, so that the start serves it (a restart of the 8B shape costs
+        ~60 s of a 10-minute call)."""
+        return {}
+
     def s_start(self) -> dict[str, Any]:
-        self.base_config = self.config()
+        plain = self.config()
+        opening = self.opening()
+        self.base_config = json.loads(json.dumps(plain))
+        self.base_config["server"].update(opening)
         tmp = self.work / "daemon"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -297,6 +307,11 @@ class Run:
             sim_load_seconds=self.args.sim_load_seconds,
         )
         self.base_config = self.d.config
+        for key in opening:  # later starts: the plain config's (a key it lacks is dropped)
+            if key in plain["server"]:
+                self.base_config["server"][key] = plain["server"][key]
+            else:
+                self.base_config["server"].pop(key, None)
         t = time.monotonic()
         self.d.start(wait_ready=False, timeout=60)
         # the first FAILED ends the step: the daemon's retries of a server that cannot import

@@ -72,7 +72,6 @@ WINDOW_S = 6
 COSTS_ARGS = ["--max-steps", "3", "--batch-sizes", ",".join(map(str, BATCH_SIZES)), "-d", "5",
               "--input-len", "128", "--output-len", str(OUTPUT_LEN), "--warmup", "1",
               "--no-traces"]  # fmt: skip
-_ABSENT = object()  # a server key the plain config does not set
 RESTORE_S = 100  # a Ctrl-C'd spec costs puts the engine back: one start and its verification
 
 
@@ -145,30 +144,15 @@ class SpecRun(rs.Run):
             return "baseline", {}, {}
         return "eagle3", {}, {"eagle3": eagle3_keys(int(first))}
 
-    def config(self) -> dict[str, Any]:
-        cfg = super().config()
+    def opening(self) -> dict[str, Any]:
+        """The engine the call's first step serves (`engine_of`), served by its start."""
         first = next((s for s, *_ in STEPS if s in self.args.steps and s != "start"), "")
         opening = self.engine_of(first) if first else None
-        if opening:
-            mode, env, server = opening
-            keys = {"mode": mode, "env": env, **server}
-            # the keys the opening changed, as the plain config had them: every later step
-            # reconfigures from the plain config (a costs opening at 2 steps must not make
-            # accept_fixed3 serve 2 steps)
-            self.plain = {k: cfg["server"].get(k, _ABSENT) for k in keys}
-            cfg["server"].update(keys)
-            self.serving = self.serving_key(mode, env, server)
-        return cfg
-
-    def s_start(self) -> dict[str, Any]:
-        ev = super().s_start()
-        server = self.base_config["server"]
-        for key, value in getattr(self, "plain", {}).items():
-            if value is _ABSENT:
-                server.pop(key, None)
-            else:
-                server[key] = value
-        return ev
+        if not opening:
+            return {}
+        mode, env, server = opening
+        self.serving = self.serving_key(mode, env, server)
+        return {"mode": mode, "env": env, **server}
 
     @staticmethod
     def serving_key(mode: str, env: dict[str, str], server: dict[str, Any]) -> tuple[str, str]:

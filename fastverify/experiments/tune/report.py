@@ -349,9 +349,12 @@ def _accept_lengths(conf: Mapping[str, Any]) -> list[str]:
     used = conf.get("accept_length")
     before = conf.get("accept_length_before")
     out = []
-    if before is not None and before != used:
-        out.append(f"- {_fmt(before, 2)}: {conf.get('accept_length_before_source')} (known "
-                   "before the confirmation; superseded by the measurement below)")  # fmt: skip
+    source = conf.get("accept_length_before_source")
+    if before is not None and (before != used or source != conf.get("accept_length_source")):
+        # from another source: shown also where the measurement gives the same number
+        after = "superseded by" if before != used else "the same as"
+        out.append(f"- {_fmt(before, 2)}: {source} (known before the confirmation; {after} "
+                   "the measurement below)")  # fmt: skip
     if used is not None:
         out.append(f"- {_fmt(used, 2)}: {conf.get('accept_length_source')} (the decision uses it)")
     return out or ["- none known"]

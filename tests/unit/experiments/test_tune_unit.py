@@ -636,3 +636,33 @@ def test_reuse_check_calls_slower_only_past_the_tie_of_a_zero_width_interval() -
     assert not slow["ok"] and "clearly slower" in slow["why"]
     wide = {"tokens_per_second": 98.0, "ci95": [80.0, 116.0]}
     assert bench_check(wide, {"tokens_per_second_mean": 85.0, "ci95": [84.0, 86.0]})["ok"]
+
+
+@pytest.mark.parametrize(
+    ("measured", "said"),
+    [(2.0, "the same as the measurement below"), (2.31, "superseded by the measurement below")],
+)
+def test_an_accept_length_known_before_is_shown_beside_the_measured_one(
+    measured: float, said: str
+) -> None:
+    """The command line's accept length and the confirmation's measurement each get their
+    line, also where the measurement gives the same number (the sim forced at 2.0 measured
+    exactly 2.0 and the command line's line was gone)."""
+    from fastverify.experiments.tune import report
+
+    conf = {"accept_length_before": 2.0,
+            "accept_length_before_source": "command line (--accept-length)",
+            "accept_length": measured,
+            "accept_length_source": "measured with real weights (pcie-ipc)"}  # fmt: skip
+    lines = report._accept_lengths(conf)
+    assert (
+        lines[0]
+        == f"- 2.00: command line (--accept-length) (known before the confirmation; {said})"
+    )
+    assert (
+        lines[1]
+        == f"- {measured:.2f}: measured with real weights (pcie-ipc) (the decision uses it)"
+    )
+    assert report._accept_lengths(
+        {**conf, "accept_length_before_source": conf["accept_length_source"], "accept_length": 2.0}
+    ) == ["- 2.00: measured with real weights (pcie-ipc) (the decision uses it)"]
