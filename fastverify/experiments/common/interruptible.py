@@ -1,16 +1,15 @@
 """`asyncio.run` for a load a user may Ctrl-C at any moment: Ctrl-C always ends it as
 KeyboardInterrupt, raised once the event loop is closed.
 
-asyncio.run's own Ctrl-C handler leaves three gaps, each seen in this project's suite (1 run
-in 10-20 of a Ctrl-C'd `spec costs`, Python 3.11): a Ctrl-C while the loop is being made
-raises inside its constructor (a half-made loop, "Exception ignored" from its `__del__`, a
-coroutine never awaited); one while the loop closes raises there; and one that races an
-`asyncio.wait_for` timeout inside the load is swallowed (3.11's wait_for may return the
-timeout instead of the cancellation), so the load ends as if nothing happened and the
-command runs on. Here the Ctrl-C is only noted while the loop is made and closed, cancels
-the load's task while it runs, and is raised after the loop is closed, whatever the load
-made of the cancellation. Outside the main thread, or where Python's own Ctrl-C handler is
-not installed (SIGINT ignored), this is asyncio.run.
+asyncio.run's own Ctrl-C handler leaves gaps: a Ctrl-C while the loop is being made raises
+inside its constructor (seen once in about 100 runs of a Ctrl-C'd `spec
+costs` on Python 3.11: a half-made loop, "Exception ignored" from its `__del__`, a coroutine
+never awaited); one while the loop closes raises there; and a load that swallows its
+cancellation (3.11's `asyncio.wait_for` can, when its timeout races the cancel) ends as if
+nothing happened, so the command runs on. Here the Ctrl-C is only noted while the loop is
+made and closed, cancels the load's task while it runs, and is raised after the loop is
+closed, whatever the load made of the cancellation. Outside the main thread, or where
+Python's own Ctrl-C handler is not installed (SIGINT ignored), this is asyncio.run.
 """
 
 from __future__ import annotations
