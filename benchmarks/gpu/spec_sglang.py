@@ -365,15 +365,17 @@ class SpecRun(rs.Run):
         # that many clients ever have waiting)
         sizes = f"1,{max(BATCH_SIZES)}"
         args = [a if a != ",".join(map(str, BATCH_SIZES)) else sizes for a in COSTS_ARGS]
-        for n in sorted(PROMPTS, reverse=True):  # the longer first: where one prompt's line fails
+        trials = self.args.prefill_trials
+        lengths = [int(n) for n in self.args.prefill_lengths.split(",")]
+        for n in lengths:
             args[args.index("--input-len") + 1] = str(n)
             out = self.work / f"prefill-points-in{n}.json"
-            rc, rep, err = self.ctl("spec", "costs", *args, "--trials", "baseline,0",
+            rc, rep, err = self.ctl("spec", "costs", *args, "--trials", trials,
                                     "--output", str(out), "--json",
                                     timeout=max(60, self.left() - 20))  # fmt: skip
             self.dump(f"prefill-points-in{n}-stderr.txt", err)
             rs.check(rc == 0 and isinstance(rep, dict),
-                     f"spec costs --trials baseline,0 at {n} tokens exit {rc}: {err[-800:]}",
+                     f"spec costs --trials {trials} at {n} tokens exit {rc}: {err[-800:]}",
                      **ev)  # fmt: skip
             shutil_copy(out, self.raw / out.name)
             ev[f"in{n}"] = {k: rep.get(k) for k in ("prefill_ms", "prefill_batch_ms", "time_s")}
@@ -407,6 +409,14 @@ def main() -> int:
         ap.add_argument("--journal", default="", help="spec costs' journal (kept across calls)")
         ap.add_argument("--costs", default="", help="a cost file of an earlier call")
         ap.add_argument("--shape", default="spec8b")
+        ap.add_argument(
+            "--prefill-trials",
+            default="baseline,0",
+            help="prefill_points: spec costs' trials (baseline alone: no load)",
+        )
+        ap.add_argument("--prefill-lengths", default="1024,128",
+                        help="prefill_points: prompt lengths, in order (the longer first: "
+                        "where one prompt's line fails)")  # fmt: skip
         ap.add_argument(
             "--costs-input-len",
             type=int,
