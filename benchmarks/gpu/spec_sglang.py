@@ -399,7 +399,9 @@ STEPS: list[tuple[str, str, float]] = [
     ("baseline_c", "s_baseline_c", 160),
     ("fixed_k12", "s_fixed_k12", 130),
     ("steps0_skip", "s_steps0_skip", 160),
-    ("prefill_points", "s_prefill_points", 300),
+    # its least (the baseline alone at one length, ~40 s); it bounds its own runs by the
+    # call's time left (both trials at both lengths: ~5 min)
+    ("prefill_points", "s_prefill_points", 60),
     ("stop", "s_stop", 5),
 ]
 
