@@ -141,18 +141,14 @@ def _costs(
     if extra is not None:
         data.update({k: extra.get(k) for k in PREFILL_KEYS})
         # fixed EAGLE-3's first token from the cost file's own 1..K trials, as spec costs does
-        fixed = spec_costs.fixed_eagle_prefill(
-            data.get("trials") or [],
-            n,
-            {int(t): ms for t, ms in (extra["prefill_ms"].get("baseline") or {}).items()},
-        )
-        base_n = (extra["prefill_ms"].get("baseline") or {}).get(str(n))
-        if fixed and base_n is not None:
-            moved = fixed[n] - base_n
+        points_base = {int(t): ms for t, ms in (extra["prefill_ms"].get("baseline") or {}).items()}
+        fixed = spec_costs.fixed_eagle_prefill(data.get("trials") or [], n, points_base)
+        batch = {int(t): ms for t, ms in (extra["prefill_batch_ms"].get("baseline") or {}).items()}
+        if fixed:
             data["prefill_ms"]["eagle"] = {str(t): ms for t, ms in fixed.items()}
-            data["prefill_batch_ms"]["eagle"] = {
-                t: ms + moved for t, ms in (extra["prefill_batch_ms"].get("baseline") or {}).items()
-            }
+        moved = spec_costs.fixed_eagle_batch(fixed, points_base, batch, n)
+        if moved:
+            data["prefill_batch_ms"]["eagle"] = {str(t): ms for t, ms in moved.items()}
         note = f"prefill points from {points.name} (measured {extra.get('measured_at')})"
     elif len(base) == 1 and longest and str(longest) not in base:
         b = got[("baseline", 1, longest)]

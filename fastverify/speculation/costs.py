@@ -448,6 +448,21 @@ def fixed_eagle_prefill(
     return {n: ms + extra for n, ms in base.items()}
 
 
+def fixed_eagle_batch(
+    fixed: Mapping[int, float],
+    baseline: Mapping[int, float],
+    baseline_batch: Mapping[int, float],
+    input_len: Any,
+) -> dict[int, float]:
+    """Fixed EAGLE-3's batch prefill point (ms by total tokens): the baseline's, moved as
+    `fixed_eagle_prefill` moved its one-prompt line (their difference at the window's
+    length); {} without the three."""
+    if not fixed or not baseline_batch or input_len not in baseline or input_len not in fixed:
+        return {}
+    moved = fixed[input_len] - baseline[input_len]
+    return {n: ms + moved for n, ms in baseline_batch.items()}
+
+
 # what a skip run must share with the cost file it goes beside: (field, what it is)
 SAME_RUN_FIELDS = (("engine", "engine"), ("simulated", "simulated"), ("model", "model"),
                    ("sglang_version", "SGLang version"), ("tp_size", "TP size"))  # fmt: skip

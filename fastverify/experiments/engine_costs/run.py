@@ -562,7 +562,7 @@ class CostTrials:
 
     def result(self, profile: str, status: dict[str, Any], max_steps: int) -> dict[str, Any]:
         """The cost file (`kind: "engine-trials"`); every cost says where it came from."""
-        from fastverify.speculation.costs import fixed_eagle_prefill
+        from fastverify.speculation.costs import fixed_eagle_batch, fixed_eagle_prefill
 
         ok = [t for t in self.trials if t.get("status") == "ok"]
         cycle: dict[str, dict[str, float]] = {}
@@ -591,9 +591,9 @@ class CostTrials:
         if fixed:
             prefill["eagle"] = {str(n): round(ms, 4) for n, ms in sorted(fixed.items())}
         base_batch = {int(n): ms for n, ms in (batch.get("baseline") or {}).items()}
-        if fixed and base_batch and self.cfg.input_len in base_pts:  # moved as the line is
-            extra = fixed[self.cfg.input_len] - base_pts[self.cfg.input_len]
-            batch["eagle"] = {str(n): round(ms + extra, 4) for n, ms in base_batch.items()}
+        moved = fixed_eagle_batch(fixed, base_pts, base_batch, self.cfg.input_len)
+        if moved:
+            batch["eagle"] = {str(n): round(ms, 4) for n, ms in moved.items()}
         server = self.info.get("server") or {}
         ar = self.info.get("allreduce") or {}
         backend = ar.get("backend") or ar.get("description") or "unknown"
