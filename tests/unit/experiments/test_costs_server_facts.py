@@ -39,3 +39,20 @@ def test_a_baseline_servers_facts_keep_the_speculative_list_already_known() -> N
     assert _keep_capture_list(base, eagle)["cuda_graph_bs"] == eagle["cuda_graph_bs"]
     assert _keep_capture_list(eagle, {"cuda_graph_bs": [1, 2]}) == eagle
     assert _keep_capture_list(base, None) == base
+
+
+def test_the_batch_point_is_sized_by_sglangs_chunked_prefill_budget() -> None:
+    """SGLang 0.5.17 reports its chunked_prefill_size (8192 on an 80+ GB GPU) in /server_info:
+    the batch prefill point holds that over the prompt, at most max_running_requests (32) and
+    the largest batch size measured."""
+    from types import SimpleNamespace
+
+    from fastverify.experiments.engine_costs.run import CostTrials
+
+    facts = server_facts(json.loads(BASELINE.read_text()))
+    assert facts["chunked_prefill_size"] == 8192 and facts["max_running_requests"] == 32
+    trials = CostTrials.__new__(CostTrials)
+    trials.info = {"server": facts}
+    for input_len, sizes, want in ((1024, (1, 32), 8), (128, (1, 32), 32), (128, (1, 4), 4)):
+        trials.cfg = SimpleNamespace(input_len=input_len, batch_sizes=sizes)
+        assert trials._batch_prompts() == want, (input_len, sizes)
