@@ -4,7 +4,6 @@ NCCL debug files, profile traces and throughput, against one shared EAGLE-3 serv
 from __future__ import annotations
 
 import gzip
-import itertools
 import json
 import re
 import socket
@@ -25,6 +24,7 @@ from tests.support.sim import (
     SimProcess,
     children_of,
     cpu_seconds,
+    decode_lines_rate,
     environ_of,
     group_members,
 )
@@ -393,19 +393,12 @@ def test_decode_lines_and_client_throughput_match_cost_model(sim: SimProcess) ->
     drawn = sum(float(m.group(4)) for m in decode) / len(decode)
     pred = costmodel.predict(RING_LL, "eagle3", TP, 1, True, drawn)
     assert 0.6 * pred.tokens_per_second <= client_tps <= 1.03 * pred.tokens_per_second
-    # each line is the real rate over its interval (the partial first and last dropped); its
-    # tokens are the growth of the request's KV tokens since the line before, so the lines
-    # give the window's rate as tokens over summed interval times (a plain mean of the rates
-    # would overweight the fast intervals whenever a busy host stalls one)
-    steady = [
-        (int(m.group(2)) - int(before.group(2)), float(m.group(7)))
-        for before, m in itertools.pairwise(decode[:-1])
-    ]
-    logged_tps = sum(n for n, _ in steady) / sum(n / rate for n, rate in steady)
+    # the lines' rate over the window they cover (the partial first and last interval out)
+    logged_tps, rates = decode_lines_rate([m.group(0) for m in decode[:-1]])
     assert logged_tps == pytest.approx(client_tps, rel=0.04)
     # acceptance is drawn per pass (a chain, as SGLang's drafts are): an interval of 10
     # passes sees its own accept length, the run sees the configured 2.0
-    assert all(rate == pytest.approx(client_tps, rel=0.2) for _, rate in steady)
+    assert all(rate == pytest.approx(client_tps, rel=0.2) for rate in rates)
     lengths = [float(m.group(4)) for m in decode]
     assert sum(lengths) / len(lengths) == pytest.approx(2.0, rel=0.04)
     assert all(float(m.group(5)) == pytest.approx((float(m.group(4)) - 1) / 3, abs=0.006)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import itertools
 import json
 import os
 import re
@@ -61,6 +62,28 @@ def group_members(pgid: int) -> list[int]:
 
 def children_of(pid: int) -> list[int]:
     return sorted(child for child, parent, _ in _live_procs() if parent == pid)
+
+
+_KV_TOKENS = re.compile(r"#token: (\d+),")
+_GEN_THROUGHPUT = re.compile(r"gen throughput \(token/s\): ([\d.]+)")
+
+
+def _field(pattern: re.Pattern[str], line: str) -> str:
+    m = pattern.search(line)
+    assert m is not None, f"no {pattern.pattern!r} in {line!r}"
+    return m.group(1)
+
+
+def decode_lines_rate(lines: Sequence[str]) -> tuple[float, list[float]]:
+    """The rate over the window that consecutive decode lines cover (the first line only
+    opens it): each line's tokens are the growth of the running requests' KV tokens since
+    the line before, its time those tokens over its gen throughput; and the lines' own
+    rates. A plain mean of the rates would overweight the fast intervals whenever a busy
+    host stalls one."""
+    kv = [int(_field(_KV_TOKENS, ln)) for ln in lines]
+    rates = [float(_field(_GEN_THROUGHPUT, ln)) for ln in lines[1:]]
+    tokens = [after - before for before, after in itertools.pairwise(kv)]
+    return sum(tokens) / sum(n / r for n, r in zip(tokens, rates, strict=True)), rates
 
 
 def environ_of(pid: int) -> dict[str, str]:
