@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.daemon import allreduce_check
 from fastverify.daemon.allreduce_check import AllreduceWatch
@@ -23,6 +23,11 @@ from fastverify.daemon.launcher import EngineHandle, Launcher
 from fastverify.daemon.logs import LineFacts
 from fastverify.daemon.parts import BasePart, Spawn, section
 from fastverify.daemon.verifier import Check, Context, Finding, Plan, Problem
+
+if TYPE_CHECKING:
+    from fastverify.daemon.core import Core
+    from fastverify.daemon.operations import Operation, StartOf
+    from fastverify.exporters.hub import MetricsHub
 
 log = logging.getLogger("fastverifyd.allreduce")
 
@@ -141,7 +146,7 @@ class AllreducePart(BasePart):
         "(`engine.allreduce`'s fields; none before)"
     )
 
-    def __init__(self, core: Any) -> None:
+    def __init__(self, core: Core) -> None:
         super().__init__(core)
         core.launcher.started_with.append(self._begin)
 
@@ -153,7 +158,9 @@ class AllreducePart(BasePart):
             else AllreduceWatch(env, h.argv, has_nvlink(launcher), host=host_of(launcher, h.argv))
         )
 
-    def around_spawn(self, op: Any, argv: list[str], cancel: threading.Event, spawn: Spawn) -> Any:
+    def around_spawn(
+        self, op: StartOf, argv: list[str], cancel: threading.Event, spawn: Spawn
+    ) -> EngineHandle | Failure:
         """The spawn, then what the start's watch says up front."""
         h = spawn(argv)
         watch = of(h).watch if isinstance(h, EngineHandle) else None
@@ -172,13 +179,13 @@ class AllreducePart(BasePart):
                 self.c.say(note)
         return h
 
-    def result_fields(self, op: Any, h: Any) -> dict[str, Any]:
+    def result_fields(self, op: Operation, h: EngineHandle) -> dict[str, Any]:
         return {PART: confirmed(h)}  # the TP all-reduce backend SGLang confirmed per rank
 
-    def engine_fields(self, h: Any) -> dict[str, Any]:
+    def engine_fields(self, h: EngineHandle | None) -> dict[str, Any]:
         return {PART: confirmed(h)}  # confirmed at verify
 
-    def attach(self, bus: EventBus, hub: Any) -> None:
+    def attach(self, bus: EventBus, hub: MetricsHub | None) -> None:
         """Its exporter source, told the serving backend at each verified start."""
         if hub is None:
             return

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.config import Config, weights_label
 from fastverify.daemon import events as ev
@@ -34,6 +34,9 @@ from fastverify.daemon.statestore import StateStore
 from fastverify.daemon.verifier import Verifier, Verifiers
 from fastverify.engines.base import Engine
 from fastverify.engines.sglang import load_format_of
+
+if TYPE_CHECKING:
+    pass
 
 log = logging.getLogger("fastverifyd.controller")
 
@@ -286,7 +289,7 @@ class Core:
             op.preemptible = flag
 
 
-def _possible_drift(engine: Any) -> str | None:
+def _possible_drift(engine: Engine) -> str | None:
     """The facts' warning when the server's SGLang is newer than the newest known release
     (log lines, flags or metrics may have changed under fastverify), else None."""
     try:

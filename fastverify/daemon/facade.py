@@ -25,7 +25,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from fastverify import api_answers as a
 from fastverify.api_answers import EngineStatus, StatusBody
@@ -51,6 +51,9 @@ from fastverify.engines.sglang import load_format_of
 from fastverify.host import here as host_here
 from fastverify.lease_record import describe as describe_lease
 from fastverify.redact import mask_argv
+
+if TYPE_CHECKING:
+    from fastverify.engines.base import Engine
 
 _S = TypeVar("_S", bound="ControlFacade")
 _P = ParamSpec("_P")
@@ -612,7 +615,7 @@ def _failure_view(
     return {**failure, "current": not past}
 
 
-def _sglang_summary(engine: Any) -> dict[str, Any] | None:
+def _sglang_summary(engine: Engine) -> dict[str, Any] | None:
     """The server's SGLang and the facts serving it (status's `sglang`), None if unknown."""
     try:
         summary: dict[str, Any] = engine.facts().summary()

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from fastverify.config import Config
@@ -30,6 +30,14 @@ from fastverify.daemon.parts import BasePart, section
 from fastverify.frontdoor import layout
 from fastverify.frontdoor.gate import NAMES_KEPT
 from fastverify.frontdoor.standby import EngineMemory, Fit, decide, without_pool
+
+if TYPE_CHECKING:
+    from fastverify.daemon.core import Core
+    from fastverify.daemon.events import EventBus
+    from fastverify.daemon.launcher import EngineHandle
+    from fastverify.daemon.operations import Operation
+    from fastverify.engines.base import Engine
+    from fastverify.exporters.hub import MetricsHub
 
 log = logging.getLogger("fastverifyd.frontdoor")
 
@@ -57,7 +65,7 @@ class DoorOp:
     standby: dict[str, Any] | None = None
 
 
-def door_op(op: Any) -> DoorOp:
+def door_op(op: Operation) -> DoorOp:
     """The front door's part of operation `op` (an empty one when it has none yet)."""
     part: DoorOp = op.parts.setdefault(PART, DoorOp())
     return part
@@ -67,7 +75,7 @@ class DoorSteps(BasePart):
     """See the module docstring. Its switch's figures are every result's (`core.result`:
     `switch`), not a field of its own."""
 
-    def __init__(self, core: Any) -> None:
+    def __init__(self, core: Core) -> None:
         self.c = core
         self.group = (
             FrontDoorGroup(core.cfg, core.store, core.say, self._serving_port)
@@ -98,7 +106,7 @@ class DoorSteps(BasePart):
         without one (a standby switch says "standby": `plan_switch`)."""
         return "none" if self.group is None else "hold"
 
-    def plan_switch(self, op: Any) -> Fit | None:
+    def plan_switch(self, op: Operation) -> Fit | None:
         """Whether `op` starts its engine beside the serving one (mode standby, an engine
         serving READY, the memory rule's yes): the decision, said before anything starts;
         None when the front door is not in standby mode or nothing serves to stand beside."""
@@ -124,7 +132,7 @@ class DoorSteps(BasePart):
         h = self.c.current
         return second if h is not None and engine_port(h.url) == first else first
 
-    def drain_port(self, op: Any, port: int) -> dict[str, Any] | None:
+    def drain_port(self, op: Operation, port: int) -> dict[str, Any] | None:
         """After a standby cut-over: the old engine's requests in flight get up to
         `drain_timeout_s` to finish; what is still in flight then will be cut."""
         timeout = self.c.cfg.frontdoor.drain_timeout_s
@@ -145,7 +153,7 @@ class DoorSteps(BasePart):
             self.c.say(f"front door: the old engine drained in {op.phases['drain']:.2f} s")
         return drained
 
-    def kept(self, op: Any) -> None:
+    def kept(self, op: Operation) -> None:
         """A standby engine that failed never took traffic: the old engine served on, no
         downtime; the front door's figures since the last cut-over (a stream the old engine
         cut meanwhile is counted here, and taken out of the next record)."""
@@ -158,7 +166,7 @@ class DoorSteps(BasePart):
                    "cut_requests": [], **episode, **cuts, "downtime_s": 0.0,
                    "kept_serving": True, "standby": door.standby}  # fmt: skip
 
-    def cuts_since_cut_over(self, op: Any, port: int) -> None:
+    def cuts_since_cut_over(self, op: Operation, port: int) -> None:
         """The old engine's streams its stop cut (counted by the front door since the
         cut-over, once each of its requests on `port` has ended) go into the switch's
         figures, and out of the front door's episode: the next record does not name them."""
@@ -254,7 +262,7 @@ class DoorSteps(BasePart):
             return None
 
     # ------------------------------------------------------------------ switch steps
-    def before_stop(self, op: Any) -> None:
+    def before_stop(self, op: Operation) -> None:
         """The engine is about to stop: new requests wait, the ones in flight get up to
         `drain_timeout_s` to finish; what is still in flight then will be cut."""
         door = door_op(op)
@@ -296,7 +304,7 @@ class DoorSteps(BasePart):
             if drained is None or drained.get("drained") or left <= step or cancel.is_set():
                 return drained
 
-    def resume_after_cancel(self, op: Any) -> bool:
+    def resume_after_cancel(self, op: Operation) -> bool:
         """A switch cancelled before its engine stopped: the serving engine keeps serving and
         the requests held meanwhile go to it. False when there is none to go back to."""
         h = self.c.current
@@ -311,7 +319,7 @@ class DoorSteps(BasePart):
         if self.group is not None:
             self._command(None, "hold")
 
-    def on_serving(self, h: Any) -> None:
+    def on_serving(self, h: EngineHandle) -> None:
         """An engine serves (a switch's, a rollback's, a restart's or an adopted one): the
         front door sends the held requests there; the figures go to the operation."""
         op = self.c.op
@@ -331,7 +339,7 @@ class DoorSteps(BasePart):
             beside = (door.standby or {}).get("mode") == "standby"
             door.figures = {"mode": "standby" if beside else self.mode, **figures, **standby}
 
-    def switch_figures(self, op: Any) -> dict[str, Any] | None:
+    def switch_figures(self, op: Operation) -> dict[str, Any] | None:
         """The switch's client-side figures for its result (None when it stopped nothing)."""
         door: DoorOp | None = op.parts.get(PART)
         if door is None:
@@ -388,14 +396,14 @@ class DoorSteps(BasePart):
         "share with it"
     )
 
-    def attach(self, bus: Any, hub: Any) -> None:
+    def attach(self, bus: EventBus, hub: MetricsHub | None) -> None:
         """The front door's exporter source on `hub` (only when it runs one)."""
         if hub is not None and self.group is not None:
             from fastverify.exporters.collectors.frontdoor import FrontDoorSource
 
             hub.add(FrontDoorSource(hub, self.metrics))
 
-    def reconfigure(self, cfg: Config, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Engine) -> None:
         """The front door keeps the configuration it was started with until it restarts."""
 
     def metrics(self) -> dict[str, Any] | None:
@@ -428,13 +436,13 @@ def _lines(fd: dict[str, Any]) -> list[str]:
     return out
 
 
-def _memory_reader(h: Any) -> Any:
+def _memory_reader(h: EngineHandle) -> Any:
     """Each engine's memory figures (standby.EngineMemory) from its start-up lines."""
     memory = h.parts.setdefault("memory", EngineMemory())
     return memory.read
 
 
-def standby_fit(core: Any, mode: str, load_format: str | None = None) -> Fit:
+def standby_fit(core: Core, mode: str, load_format: str | None = None) -> Fit:
     """The decision for a switch to `mode` (`load_format`: "dummy" for a trial) from what
     this host reports now: what the parts let a second engine share with the serving one
     (parts.Sharing: the weights and their bytes), the serving engine's start-up figures, one

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -37,6 +37,9 @@ from fastverify.daemon.statestore import StateStore
 from fastverify.redact import mask_argv, secret_values
 from fastverify.sglang import allreduce
 from fastverify.sglang import client as engine_client
+
+if TYPE_CHECKING:
+    from fastverify.engines.base import Engine
 
 log = logging.getLogger("fastverifyd.launcher")
 DEBUG_VARS = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
@@ -149,7 +152,7 @@ class Launcher:
     def __init__(
         self,
         cfg: Config,
-        engine: Any,
+        engine: Engine,
         store: StateStore,
         *,
         say: Callable[..., None] | None = None,

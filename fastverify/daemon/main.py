@@ -32,11 +32,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify import __version__ as VERSION
 from fastverify import config as configmod
 from fastverify.frontdoor import layout
+
+if TYPE_CHECKING:  # imported where an engine is made (the daemon's start-up stays light)
+    from fastverify.engines.base import Engine
 
 log = logging.getLogger("fastverifyd")
 
@@ -80,7 +83,7 @@ _RESTART_ONLY: dict[str, Callable[[configmod.Config], object]] = {
 overrides = configmod.overrides  # the flags' values, by table, for config.load
 
 
-def make_engine(name: str, cfg: configmod.Config) -> Any:
+def make_engine(name: str, cfg: configmod.Config) -> Engine:
     if name == "sim":
         from fastverify.engines.sim_adapter import SimEngine
 
@@ -94,7 +97,7 @@ def make_engine(name: str, cfg: configmod.Config) -> Any:
 EXIT_SGLANG_UNSUPPORTED = 2
 
 
-def sglang_facts(engine: Any) -> Any:
+def sglang_facts(engine: Engine) -> Any:
     """The engine's SGLang facts, with the version policy's log lines; None when the
     version is below the range (logged: the version, the range and what to do)."""
     from fastverify.sglang.facts import VersionTooOld
@@ -149,7 +152,7 @@ def _lock_state_dir(state_dir: Path) -> int:
     return fd
 
 
-def _start_exporter(sup: Any, cfg: configmod.Config, engine: Any, web: Any = None) -> Any:
+def _start_exporter(sup: Any, cfg: configmod.Config, engine: Engine, web: Any = None) -> Any:
     listen = cfg.exporter.metrics_listen
     try:
         from fastverify.exporters.runtime import ExporterRuntime
@@ -224,7 +227,7 @@ class Daemon:
         self.reload_event = threading.Event()
         self.web: Any = None  # exporters.webconfig.WebConfig of /metrics (--web-config-file)
 
-    def _exporter(self, sup: Any, cfg: configmod.Config, engine: Any) -> tuple[Any, str | None]:
+    def _exporter(self, sup: Any, cfg: configmod.Config, engine: Engine) -> tuple[Any, str | None]:
         """Start the exporter: (runtime, None), or (None, why it cannot serve /metrics)."""
         listen = cfg.exporter.metrics_listen
         try:

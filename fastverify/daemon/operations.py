@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from fastverify import api_answers as a
 
@@ -68,6 +68,20 @@ class OpResult:
         }
         cast(dict[str, Any], out).update(self.extra)  # its NotRequired fields
         return out
+
+
+class StartOf(Protocol):
+    """What a start reads and keeps of what it runs for: an Operation, or a rollback's step
+    inside one (rollback.Step), which streams into its operation."""
+
+    kind: str
+    profile: str
+    mode: str
+    phases: dict[str, float]
+    verify: dict[str, Any] | None
+    parts: dict[str, Any]  # a feature's own state for this start, by name
+
+    def emit(self, event: str, **data: Any) -> None: ...
 
 
 class Operation:

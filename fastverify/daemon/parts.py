@@ -22,13 +22,20 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fastverify.api_models import PART_SHARED_LOAD_S, PART_SHARED_LOADS, PART_SUMMARY
 from fastverify.config import Config
 from fastverify.daemon.events import EventBus
 from fastverify.daemon.failures import Failure
 from fastverify.frontdoor.standby import Fit, Sharing
+
+if TYPE_CHECKING:  # the parts' collaborators, which import this module
+    from fastverify.daemon.core import Core
+    from fastverify.daemon.launcher import EngineHandle
+    from fastverify.daemon.operations import Operation, StartOf
+    from fastverify.engines.base import Engine
+    from fastverify.exporters.hub import MetricsHub
 
 __all__ = [
     "BasePart",
@@ -41,7 +48,8 @@ __all__ = [
     "switch_plan",
 ]
 
-Spawn = Callable[[list[str]], Any]  # argv -> EngineHandle (the launcher's, or a part's around it)
+# argv -> the engine, or the failure that ends the start (the launcher's, or a part's around it)
+Spawn = Callable[[list[str]], "EngineHandle | Failure"]
 
 
 def section(
@@ -64,35 +72,39 @@ class Part(Protocol):
     STATUS: str | None  # its section of status (`GET /v1/status`); None: it has none
     SECTION: str  # what its section holds (docs/reference/api.md's status body)
 
-    def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
+    def accepted(
+        self, kind: str, mode: str, load_format: str | None, op: Operation
+    ) -> dict[str, Any]:
         """An operation took the slot: the part's notices as fields of its `accepted`
         progress event (None: nothing to say); each one is warned before anything stops."""
 
-    def around_spawn(self, op: Any, argv: list[str], cancel: threading.Event, spawn: Spawn) -> Any:
+    def around_spawn(
+        self, op: StartOf, argv: list[str], cancel: threading.Event, spawn: Spawn
+    ) -> EngineHandle | Failure:
         """Spawn the engine for `op` with `spawn` (the next part's, or the launcher's), with
         whatever the part needs around it: the EngineHandle, or the Failure that ends the
         start (nothing spawned)."""
 
-    def after_ready(self, op: Any, h: Any) -> Failure | None:
+    def after_ready(self, op: StartOf, h: EngineHandle) -> Failure | None:
         """A start came up and verified (not an adopted one): its record, or the failure."""
 
     def after_failure(
-        self, op: Any, h: Any, failure: Failure, cancel: threading.Event
+        self, op: StartOf, h: EngineHandle, failure: Failure, cancel: threading.Event
     ) -> tuple[Failure, bool]:
         """A start failed (its engine stopped): the failure as the part reads it, and whether
         to start the same again."""
 
-    def result_fields(self, op: Any, h: Any) -> dict[str, Any]:
+    def result_fields(self, op: Operation, h: EngineHandle) -> dict[str, Any]:
         """What the part adds to a successful operation's result."""
 
-    def engine_fields(self, h: Any) -> dict[str, Any]:
+    def engine_fields(self, h: EngineHandle | None) -> dict[str, Any]:
         """What the part adds to the engine's status (`h` None: no engine)."""
 
-    def settings(self, h: Any) -> dict[str, str]:
+    def settings(self, h: EngineHandle) -> dict[str, str]:
         """What the part adds to engine `h`'s settings (the labels its EngineUp and
         EngineDown events carry to the exporter)."""
 
-    def attach(self, bus: EventBus, hub: Any) -> None:
+    def attach(self, bus: EventBus, hub: MetricsHub | None) -> None:
         """Subscribe to the bus; with an exporter (`hub` not None), add its source to it."""
 
     def status(self) -> dict[str, Any] | None:
@@ -107,32 +119,32 @@ class Part(Protocol):
         """What a second engine of `mode` (`load_format`: "dummy" for a trial) would share
         with the serving one through this part (None: it shares nothing)."""
 
-    def plan_switch(self, op: Any) -> Fit | None:
+    def plan_switch(self, op: Operation) -> Fit | None:
         """How switch `op` may go, said before anything stops: a plan (standby: its new
         engine beside the serving one; hold: why not), or None (the part has no say). At
         most one part answers with a plan (`switch_plan`)."""
 
-    def before_stop(self, op: Any) -> None:
+    def before_stop(self, op: Operation) -> None:
         """A switch is about to stop the serving engine (returns early on `op.cancel`)."""
 
-    def resume_after_cancel(self, op: Any) -> bool:
+    def resume_after_cancel(self, op: Operation) -> bool:
         """The switch was cancelled before its engine stopped: whether the serving engine
         serves on through this part (False: the part has nothing to put back)."""
 
     def on_crash(self) -> None:
         """The serving engine died; the crash step restarts it."""
 
-    def on_serving(self, h: Any) -> None:
+    def on_serving(self, h: EngineHandle) -> None:
         """Engine `h` serves READY (a switch's, a rollback's, a restart's, an adopted one)."""
 
-    def switch_figures(self, op: Any) -> dict[str, Any] | None:
+    def switch_figures(self, op: Operation) -> dict[str, Any] | None:
         """The result's `switch` section for `op` (None: the part has none to give). At
         most one part gives it."""
 
     def tick(self) -> None:
         """From the daemon's main loop (~1/s)."""
 
-    def reconfigure(self, cfg: Config, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Engine) -> None:
         """A re-read configuration (SIGHUP); `engine` is the same kind as before."""
 
     def shutdown(self) -> None:
@@ -147,33 +159,37 @@ class BasePart:
     STATUS: str | None = None
     SECTION = ""
 
-    def __init__(self, core: Any) -> None:
+    def __init__(self, core: Core) -> None:
         self.c = core  # the controller's core (core.py)
 
-    def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
+    def accepted(
+        self, kind: str, mode: str, load_format: str | None, op: Operation
+    ) -> dict[str, Any]:
         return {}
 
-    def around_spawn(self, op: Any, argv: list[str], cancel: threading.Event, spawn: Spawn) -> Any:
+    def around_spawn(
+        self, op: StartOf, argv: list[str], cancel: threading.Event, spawn: Spawn
+    ) -> EngineHandle | Failure:
         return spawn(argv)
 
-    def after_ready(self, op: Any, h: Any) -> Failure | None:
+    def after_ready(self, op: StartOf, h: EngineHandle) -> Failure | None:
         return None
 
     def after_failure(
-        self, op: Any, h: Any, failure: Failure, cancel: threading.Event
+        self, op: StartOf, h: EngineHandle, failure: Failure, cancel: threading.Event
     ) -> tuple[Failure, bool]:
         return failure, False
 
-    def result_fields(self, op: Any, h: Any) -> dict[str, Any]:
+    def result_fields(self, op: Operation, h: EngineHandle) -> dict[str, Any]:
         return {}
 
-    def engine_fields(self, h: Any) -> dict[str, Any]:
+    def engine_fields(self, h: EngineHandle | None) -> dict[str, Any]:
         return {}
 
-    def settings(self, h: Any) -> dict[str, str]:
+    def settings(self, h: EngineHandle) -> dict[str, str]:
         return {}
 
-    def attach(self, bus: EventBus, hub: Any) -> None:
+    def attach(self, bus: EventBus, hub: MetricsHub | None) -> None:
         """No exporter source, nothing heard on the bus."""
 
     def status(self) -> dict[str, Any] | None:
@@ -185,35 +201,35 @@ class BasePart:
     def sharing(self, mode: str, load_format: str | None = None) -> Sharing | None:
         return None  # it shares no engine's memory
 
-    def plan_switch(self, op: Any) -> Fit | None:
+    def plan_switch(self, op: Operation) -> Fit | None:
         return None  # no say in how a switch goes
 
-    def before_stop(self, op: Any) -> None:
+    def before_stop(self, op: Operation) -> None:
         """Nothing to hold or drain."""
 
-    def resume_after_cancel(self, op: Any) -> bool:
+    def resume_after_cancel(self, op: Operation) -> bool:
         return False
 
     def on_crash(self) -> None:
         """Nothing to hold for the restart."""
 
-    def on_serving(self, h: Any) -> None:
+    def on_serving(self, h: EngineHandle) -> None:
         """Nothing to send to the engine."""
 
-    def switch_figures(self, op: Any) -> dict[str, Any] | None:
+    def switch_figures(self, op: Operation) -> dict[str, Any] | None:
         return None
 
     def tick(self) -> None:
         """Nothing to watch."""
 
-    def reconfigure(self, cfg: Config, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Engine) -> None:
         """Nothing of the configuration is its own."""
 
     def shutdown(self) -> None:
         """Nothing of its own to stop."""
 
 
-def switch_plan(parts: Iterable[Part], op: Any) -> tuple[Part, Fit] | None:
+def switch_plan(parts: Iterable[Part], op: Operation) -> tuple[Part, Fit] | None:
     """The one part's plan for switch `op` and that part (None: no part has a say).
     Two parts that both plan the same switch are a wiring error: it is raised."""
     plans = [(part, fit) for part in parts if (fit := part.plan_switch(op)) is not None]
@@ -223,7 +239,7 @@ def switch_plan(parts: Iterable[Part], op: Any) -> tuple[Part, Fit] | None:
     return plans[0] if plans else None
 
 
-def switch_figures(parts: Iterable[Part], op: Any) -> dict[str, Any] | None:
+def switch_figures(parts: Iterable[Part], op: Operation) -> dict[str, Any] | None:
     """The result's `switch` section: the one part's that gives it (None: none does)."""
     given = [figures for part in parts if (figures := part.switch_figures(op)) is not None]
     if len(given) > 1:

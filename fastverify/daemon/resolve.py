@@ -14,11 +14,14 @@ import contextlib
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.config import ADAPTIVE_CONFIG_NAME, MODES, Config, ServerConfig
 from fastverify.engines.base import ArgvCheck, EngineArgError
 from fastverify.redact import mask_text, secret_values
+
+if TYPE_CHECKING:
+    from fastverify.engines.base import Engine
 
 ZERO_STEPS_CONFIG_NAME = "adaptive-zero-steps-trial.json"  # spec costs' steps-0 trial
 
@@ -88,7 +91,7 @@ def check_trial_steps(steps: int | None, mode: str, load_format: str | None) -> 
 
 
 class Resolver:
-    def __init__(self, cfg: Config, engine: Any, profiles: Any = None) -> None:
+    def __init__(self, cfg: Config, engine: Engine, profiles: Any = None) -> None:
         if profiles is None:
             from fastverify.profiles.store import ProfileStore
 
@@ -99,7 +102,7 @@ class Resolver:
         self.profiles = profiles
         self._argv_checks: dict[tuple[str, ...], ArgvCheck] = {}
 
-    def reconfigure(self, cfg: Config, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Engine) -> None:
         from fastverify.profiles.store import ProfileStore
 
         self.cfg = cfg

@@ -139,6 +139,7 @@ class Step:
         self.mode = mode
         self.phases: dict[str, float] = {}
         self.verify: dict[str, Any] | None = None
+        self.parts: dict[str, Any] = {}  # the parts' state for this start (not the switch's)
 
     def emit(self, event: str, **data: Any) -> None:
         self.parent.emit(event, **data)

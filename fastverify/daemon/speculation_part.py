@@ -15,7 +15,7 @@ settings (`acceptance_source`) and the acceptance recorded on it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.config import SPEC_MODES
 from fastverify.daemon import acceptance, adaptive_check
@@ -26,6 +26,11 @@ from fastverify.daemon.verifier import Check, Context, Finding, Plan, Problem
 from fastverify.sglang.adaptive import FLAG_ADAPTIVE
 from fastverify.sglang.forced import SETTINGS_KEY as ACCEPTANCE_SOURCE
 from fastverify.sglang.forced import label_of_record as forced_label
+
+if TYPE_CHECKING:
+    from fastverify.daemon.core import Core
+    from fastverify.daemon.operations import Operation
+    from fastverify.exporters.hub import MetricsHub
 
 PART = "speculation"  # its result field and status section
 FORCED = "forced"  # its field of an engine's record (EngineHandle.kept)
@@ -113,24 +118,24 @@ class SpeculationPart(BasePart):
         " re-plan"
     )
 
-    def __init__(self, core: Any) -> None:
+    def __init__(self, core: Core) -> None:
         self.c = core
-        self.hub: Any = None  # the exporter's hub (None: no exporter)
+        self.hub: MetricsHub | None = None  # the exporter's hub (None: no exporter)
         launcher: Launcher = core.launcher
         launcher.keepers[FORCED] = lambda env, argv: forced_acceptance(launcher, env, argv)
 
-    def engine_fields(self, h: Any) -> dict[str, Any]:
+    def engine_fields(self, h: EngineHandle | None) -> dict[str, Any]:
         """SGLANG_SIMULATE_ACC_LEN in its environment: SGLang forces the accept length."""
         f = forced(h)
         return {"forced_acceptance": f,
                 "acceptance_source": forced_label(f) if h is not None else None}  # fmt: skip
 
-    def settings(self, h: Any) -> dict[str, str]:
+    def settings(self, h: EngineHandle) -> dict[str, str]:
         """A drafting server's `acceptance_source`: "forced (SGLANG_SIMULATE_ACC_LEN=L)" when
         SGLang forces its accept length, else "measured"."""
         return {ACCEPTANCE_SOURCE: forced_label(forced(h))} if h.mode in SPEC_MODES else {}
 
-    def attach(self, bus: ev.EventBus, hub: Any) -> None:
+    def attach(self, bus: ev.EventBus, hub: MetricsHub | None) -> None:
         """Feed the hub's speculation source: each acceptance record and stored plan."""
         if hub is None:
             return
@@ -187,5 +192,5 @@ class SpeculationPart(BasePart):
                   "replan": drift.get("replan")}  # fmt: skip
         return section(fields, [], [])
 
-    def result_fields(self, op: Any, h: Any) -> dict[str, Any]:
+    def result_fields(self, op: Operation, h: EngineHandle) -> dict[str, Any]:
         return {PART: adaptive_check.summary(list(h.argv))}  # mode adaptive: its plan

@@ -14,18 +14,21 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.config import weights_label
 from fastverify.daemon import events as ev
 from fastverify.daemon.core import Core
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import EngineHandle
-from fastverify.daemon.operations import Operation, OpResult
+from fastverify.daemon.operations import Operation, OpResult, StartOf
 from fastverify.daemon.states import State
 from fastverify.daemon.verifier import Verifiers
 from fastverify.engines.sglang import load_format_of
 from fastverify.redact import mask_argv
+
+if TYPE_CHECKING:
+    pass
 
 FAILED_TAIL_LINES = 12  # a failed engine's last log lines in the result (`log_tail`)
 
@@ -37,7 +40,7 @@ class Starts:
 
     def start(
         self,
-        op: Any,
+        op: StartOf,
         profile: Any,
         argv: list[str],
         timeout_s: float | None,
@@ -89,7 +92,7 @@ class Starts:
         return failure
 
     def start_beside(
-        self, op: Any, profile: Any, argv: list[str], timeout_s: float | None,
+        self, op: StartOf, profile: Any, argv: list[str], timeout_s: float | None,
         cancel: threading.Event,
     ) -> EngineHandle | Failure:  # fmt: skip
         """A standby engine beside the serving one (on the port `argv` names): spawn, wait
@@ -120,7 +123,7 @@ class Starts:
         return failure
 
     def _spawn(
-        self, op: Any, profile: Any, argv: list[str], cancel: threading.Event,
+        self, op: StartOf, profile: Any, argv: list[str], cancel: threading.Event,
         standby: bool = False,
     ) -> EngineHandle | Failure:  # fmt: skip
         """The launcher's spawn with every part around it (weights.py: its gate)."""
@@ -142,7 +145,7 @@ class Starts:
         return spawn(argv)
 
     def _verify(
-        self, op: Any, h: EngineHandle, cancel: threading.Event, adopted: bool
+        self, op: StartOf, h: EngineHandle, cancel: threading.Event, adopted: bool
     ) -> Failure | None:
         """VERIFYING: the verifiers in order; then a late cancel; then the weights' record."""
         t0 = time.monotonic()
@@ -161,7 +164,7 @@ class Starts:
             op.verify = verdict.details
         return failure
 
-    def keep_failed_tail(self, op: Any, h: EngineHandle) -> None:
+    def keep_failed_tail(self, op: StartOf, h: EngineHandle) -> None:
         """The first engine of `op` that failed: its log file and last lines (masked), for
         the result's excerpt. A rollback's start (a `Step`) never replaces it."""
         if isinstance(op, Operation) and op.failed_engine is None:

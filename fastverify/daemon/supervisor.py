@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.api_answers import StatusBody
 from fastverify.config import Config
@@ -36,6 +36,11 @@ from fastverify.daemon.statestore import StateStore
 from fastverify.daemon.watch import quiet as watch_quiet
 from fastverify.frontdoor import layout
 
+if TYPE_CHECKING:
+    from fastverify.daemon.events import EventBus
+    from fastverify.engines.base import Engine
+    from fastverify.exporters.hub import MetricsHub
+
 __all__ = ["RequestError", "Supervisor"]
 
 
@@ -43,11 +48,11 @@ class Supervisor:
     def __init__(
         self,
         cfg: Config,
-        engine: Any,
+        engine: Engine,
         engine_reason: str,
         store: StateStore,
         notifier: Notifier | None = None,
-        hub: Any = None,
+        hub: MetricsHub | None = None,
         profile_store: Any = None,
     ) -> None:
         cfg = layout.engine_side(cfg)  # the engine on its internal port behind a front door
@@ -137,7 +142,7 @@ class Supervisor:
         under systemd whose FAILED retries are spent)."""
         return self.ctl.recovery_exit_code()
 
-    def reconfigure(self, cfg: Config, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Engine) -> None:
         """Adopt a re-read configuration (SIGHUP): profile dirs, engine settings (used from
         the next start on), restart and timeout policy."""
         cfg = layout.engine_side(cfg)

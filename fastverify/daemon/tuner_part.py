@@ -6,12 +6,15 @@ and its field of a result and of the engine's status. It has no status section.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.daemon import tuner_check
 from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.parts import BasePart
 from fastverify.daemon.verifier import Check, Context, Finding
+
+if TYPE_CHECKING:
+    from fastverify.daemon.operations import Operation
 
 PART = "tuner"  # its key on an engine handle, its result and engine field
 
@@ -46,8 +49,8 @@ class TunerPart(BasePart):
 
     NAME = PART
 
-    def result_fields(self, op: Any, h: Any) -> dict[str, Any]:
+    def result_fields(self, op: Operation, h: EngineHandle) -> dict[str, Any]:
         return {PART: confirmed(h)}  # what NCCL's INFO output confirmed (None: no tuner)
 
-    def engine_fields(self, h: Any) -> dict[str, Any]:
+    def engine_fields(self, h: EngineHandle | None) -> dict[str, Any]:
         return {PART: confirmed(h)}  # confirmed at verify

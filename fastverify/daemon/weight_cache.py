@@ -43,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.config import Config
 from fastverify.daemon import procs
@@ -52,6 +52,9 @@ from fastverify.daemon.group import GroupSpec, GroupState, SupervisedGroup
 from fastverify.daemon.restart import RestartPolicy
 from fastverify.daemon.weight_cache_records import CacheHandle, CacheTimes
 from fastverify.sglang import weight_cache as wc
+
+if TYPE_CHECKING:
+    from fastverify.engines.base import Engine
 
 ID_VAR = "FASTVERIFY_WEIGHT_CACHE_ID"
 PID_FILE = "weight-cache.pid"
@@ -73,7 +76,7 @@ STATE_NAMES = {
 class WeightCache:
     """See the module docstring. `cfg` and `engine` are read at each use (SIGHUP swaps them)."""
 
-    def __init__(self, cfg: Config, engine: Any, store: Any, say: Callable[..., None]) -> None:
+    def __init__(self, cfg: Config, engine: Engine, store: Any, say: Callable[..., None]) -> None:
         self.cfg = cfg
         self.engine = engine
         self.store = store

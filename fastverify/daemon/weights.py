@@ -19,7 +19,7 @@ import itertools
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.config import SPEC_MODES, TRIAL_LOAD_FORMAT, Config
 from fastverify.daemon.core import Core
@@ -27,6 +27,14 @@ from fastverify.daemon.failures import Failure
 from fastverify.daemon.parts import BasePart, Sharing, section
 from fastverify.sglang import loglines
 from fastverify.sglang import weight_cache as wc
+
+if TYPE_CHECKING:
+    from fastverify.daemon.events import EventBus
+    from fastverify.daemon.launcher import EngineHandle
+    from fastverify.daemon.operations import Operation, StartOf
+    from fastverify.daemon.parts import Spawn
+    from fastverify.engines.base import Engine
+    from fastverify.exporters.hub import MetricsHub
 
 GiB = float(1 << 30)
 
@@ -175,19 +183,21 @@ class OpWeights:
     refused: tuple[str, str] | None = None
 
 
-def op_part(op: Any) -> OpWeights | None:
+def op_part(op: StartOf) -> OpWeights | None:
     """The weights part of operation `op` (None: it has none)."""
-    return getattr(op, "parts", {}).get(PART)
+    part: OpWeights | None = op.parts.get(PART)
+    return part
 
 
-def of(h: Any) -> StartWeights:
+def of(h: EngineHandle) -> StartWeights:
     """The weights part of engine handle `h` (an empty one when it has none yet)."""
     part: StartWeights = h.parts.setdefault(PART, StartWeights())
     return part
 
 
-def load_record(h: Any) -> dict[str, Any] | None:
-    """The start's `weights` record (status, result, history), None before it came up."""
+def load_record(h: EngineHandle | None) -> dict[str, Any] | None:
+    """The start's `weights` record (status, result, history), None before it came up
+    (or with no engine)."""
     part = h.parts.get(PART) if h is not None else None
     return part.record if part is not None else None
 
@@ -252,7 +262,7 @@ class WeightSteps(BasePart):
         " bytes, bytes_source, memory_note?}`"
     )
 
-    def attach(self, bus: Any, hub: Any) -> None:
+    def attach(self, bus: EventBus, hub: MetricsHub | None) -> None:
         """The cache's exporter source on `hub`: the group's readiness and the GPU memory it
         holds (published, down, before any start once configured), and each start's hit
         or fallback (the WeightsLoaded event)."""
@@ -327,29 +337,33 @@ class WeightSteps(BasePart):
         cf = self.cache.facts()  # 0.5.19+ adds the cache's bytes to its pre-load memory
         return Sharing(True, None, size, preloaded=cf is not None and cf.accounts_cached_weights)
 
-    def accepted(self, kind: str, mode: str, load_format: str | None, op: Any) -> dict[str, Any]:
+    def accepted(
+        self, kind: str, mode: str, load_format: str | None, op: Operation
+    ) -> dict[str, Any]:
         return {"weights_notice": self.notice(kind, mode, load_format, op)}
 
-    def around_spawn(self, op: Any, argv: list[str], cancel: threading.Event, spawn: Any) -> Any:
+    def around_spawn(
+        self, op: StartOf, argv: list[str], cancel: threading.Event, spawn: Spawn
+    ) -> EngineHandle | Failure:
         return self.spawn_engine(op, argv, cancel, spawn)
 
-    def after_ready(self, op: Any, h: Any) -> Failure | None:
+    def after_ready(self, op: StartOf, h: EngineHandle) -> Failure | None:
         return self.done(op, h)
 
     def after_failure(
-        self, op: Any, h: Any, failure: Failure, cancel: threading.Event
+        self, op: StartOf, h: EngineHandle, failure: Failure, cancel: threading.Event
     ) -> tuple[Failure, bool]:
         failure = self.refused(h, failure)
         return failure, self.again_from_disk(op, h, failure, cancel)
 
-    def result_fields(self, op: Any, h: Any) -> dict[str, Any]:
+    def result_fields(self, op: Operation, h: EngineHandle) -> dict[str, Any]:
         # where the weights came from, and the notice given before anything stopped
         return {"weight_load": load_record(h), "weights_notice": self.notice_of(op)}
 
-    def engine_fields(self, h: Any) -> dict[str, Any]:
+    def engine_fields(self, h: EngineHandle | None) -> dict[str, Any]:
         return {"weight_load": load_record(h)}  # from the cache or disk
 
-    def reconfigure(self, cfg: Config, engine: Any) -> None:
+    def reconfigure(self, cfg: Config, engine: Engine) -> None:
         self.cache.cfg = cfg
         self.cache.engine = engine
 
@@ -360,33 +374,30 @@ class WeightSteps(BasePart):
     def _aside(self, argv: list[str]) -> list[str]:
         return wc.strip_flags(argv) if self.cache.setting != "off" else argv
 
-    def _reader(self, h: Any) -> Any:
+    def _reader(self, h: EngineHandle) -> Any:
         watch = of(h).watch = self._weights_watch(h.argv)
         return watch.on_line
 
-    def _gate_for(self, op: Any, argv: list[str] | None = None) -> Gate:
-        """The gate of `op`'s start: the load format of its argv (a rollback of a trial
-        rolls back on dummy weights), else the operation's, else the configuration's."""
-        from fastverify.engines.sglang import load_format_of
-
+    def _gate_for(
+        self, mode: str, load_format: str | None, refused: tuple[str, str] | None = None
+    ) -> Gate:
+        """The gate of a start of `mode` (`load_format` None: the configuration's), closed
+        by the cache's `refused` (kind, why) of an earlier try of the same start."""
         cfg = self.c.cfg
-        fmt = load_format_of(argv) if argv else getattr(op, "load_format", None)
-        fmt = fmt if fmt is not None else cfg.server.load_format
         g = gate(
             self.cache.setting,
             self.c.engine.facts(),
-            mode=op.mode,
-            load_format=fmt,
+            mode=mode,
+            load_format=load_format if load_format is not None else cfg.server.load_format,
             nnodes=cfg.server.nnodes,
         )
-        refused = part.refused if (part := op_part(op)) is not None else None
         if g.use and refused:
             kind, why = refused
             return Gate(False, f"the cache refused: {why}", expected=False, kind=kind)
         return g
 
     def _cache_gate(
-        self, op: Any, argv: list[str], cancel: threading.Event
+        self, op: StartOf, argv: list[str], cancel: threading.Event
     ) -> tuple[list[str], Gate, Failure | None]:
         """The argv to spawn (with `--weight-cache-mode client` when the cache serves it,
         after making sure it is ready), the gate, or the failure that ends the start."""
@@ -396,7 +407,13 @@ class WeightSteps(BasePart):
                 self.cache.stop("weight_cache = off")
             return argv, Gate(False, "weight_cache = off", kind="off"), None
         argv = wc.strip_flags(argv)
-        g = self._gate_for(op, argv)
+        # the load format of its argv (a rollback of a trial rolls back on dummy weights)
+        from fastverify.engines.sglang import load_format_of
+
+        part = op_part(op)
+        g = self._gate_for(
+            op.mode, load_format_of(argv), part.refused if part is not None else None
+        )
         if not g.use:
             if setting == "on" and not g.expected and g.kind not in ("refused", "mismatch"):
                 return argv, g, Failure("weight_cache_unavailable", f'weight_cache = "on": {g.why}')
@@ -410,7 +427,9 @@ class WeightSteps(BasePart):
         kind = "mismatch" if failure.reason == "weight_cache_mismatch" else "unavailable"
         return argv, Gate(False, why, expected=False, kind=kind), None
 
-    def spawn_engine(self, op: Any, argv: list[str], cancel: threading.Event, spawn: Any) -> Any:
+    def spawn_engine(
+        self, op: StartOf, argv: list[str], cancel: threading.Event, spawn: Spawn
+    ) -> EngineHandle | Failure:
         """`spawn` behind the cache's gate: an EngineHandle, or the Failure (or what `spawn`
         returned: a Failure of its own)."""
         argv, g, refusal = self._cache_gate(op, argv, cancel)
@@ -429,7 +448,9 @@ class WeightSteps(BasePart):
             facts = None
         return WeightsWatch(facts, asked)
 
-    def again_from_disk(self, op: Any, h: Any, failure: Failure, cancel: threading.Event) -> bool:
+    def again_from_disk(
+        self, op: StartOf, h: EngineHandle, failure: Failure, cancel: threading.Event
+    ) -> bool:
         """auto: SGLang refused the cache (fingerprint, dead socket): start the same again,
         from disk, once (the gate sees the refusal in `op.parts[PART]`)."""
         if (
@@ -459,14 +480,13 @@ class WeightSteps(BasePart):
         return text
 
     @staticmethod
-    def notice_of(op: Any) -> str | None:
+    def notice_of(op: Operation) -> str | None:
         return part.notice if (part := op_part(op)) is not None else None
 
     def _notice(self, kind: str, mode: str, load_format: str | None) -> str | None:
         if self.cache.setting == "off":
             return None
-        op = _Probe(mode, load_format)
-        g = self._gate_for(op)
+        g = self._gate_for(mode, load_format)
         if g.use or g.kind != "speculative":
             return None
         est = self.cache.disk_estimate(mode)
@@ -480,7 +500,7 @@ class WeightSteps(BasePart):
             )
         return f"this {kind} loads from disk ({est}): {g.why}{stays}"
 
-    def done(self, op: Any, h: Any) -> Failure | None:
+    def done(self, op: StartOf, h: EngineHandle) -> Failure | None:
         """After a start came up: its `weights` record, the finding and warning of a
         fallback (a failure with `on`), the figures for the next notice and the exporter."""
         from fastverify.daemon import events as ev
@@ -508,7 +528,7 @@ class WeightSteps(BasePart):
         self.c.bus.publish(ev.WeightsLoaded(h.profile, h.mode, dict(record)))
         return None
 
-    def refused(self, h: Any, failure: Failure) -> Failure:
+    def refused(self, h: EngineHandle, failure: Failure) -> Failure:
         """A start that failed because SGLang refused the cache (its fingerprint, a dead
         socket) or died with it: that reason, with SGLang's words; the cache is stopped for a
         mismatch (SGLang refuses to disk-load beside another configuration's weights)."""
@@ -539,9 +559,3 @@ class WeightSteps(BasePart):
             failure.log,
             failure.exit_code,
         )
-
-
-@dataclass
-class _Probe:
-    mode: str
-    load_format: str | None

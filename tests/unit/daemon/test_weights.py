@@ -11,6 +11,8 @@ import pytest
 
 from fastverify.config import ConfigError, load
 from fastverify.daemon.failures import Failure
+from fastverify.daemon.operations import Operation
+from fastverify.daemon.rollback import Step
 from fastverify.daemon.weights import (
     Gate,
     WeightSteps,
@@ -163,6 +165,20 @@ def test_on_fails_a_start_the_cache_cannot_serve_and_auto_loads_it_from_disk() -
     assert g.why == "the cache is not available: the weight cache exited (1): boom"
     argv, g, failure = _steps("auto", F23)._cache_gate(OP, ARGV, threading.Event())
     assert failure is None and g.use and argv == [*ARGV, "--weight-cache-mode", "client"]
+
+
+def test_a_rollback_step_the_cache_refuses_starts_again_from_disk_once() -> None:
+    """A rollback's start is a step of its switch (rollback.Step), not an Operation: the
+    refusal is kept on the step, which its next try's gate reads (disk, said why)."""
+    steps = _steps("auto", F23)
+    step = Step(Operation("switch", "tree-ll", "baseline"), "ring-ll", "baseline")
+    h = SimpleNamespace(profile="ring-ll", mode="baseline")
+    refused = Failure("weight_cache_refused", "SGLang refused the weight cache: dead socket")
+    assert steps.again_from_disk(step, h, refused, threading.Event())  # type: ignore[arg-type]
+    argv, g, failure = steps._cache_gate(step, ARGV, threading.Event())
+    assert failure is None and argv == ARGV and not g.use and g.kind == "refused"
+    assert g.why == "the cache refused: dead socket"
+    assert not steps.again_from_disk(step, h, refused, threading.Event())  # type: ignore[arg-type]
 
 
 def test_the_notice_of_a_speculative_switch_and_none_for_baseline() -> None:
