@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from fastverify.daemon.core import Core
     from fastverify.daemon.operations import Operation, StartOf
     from fastverify.exporters.hub import MetricsHub
+    from fastverify.profiles.model import Profile
 
 log = logging.getLogger("fastverifyd.allreduce")
 
@@ -71,7 +72,7 @@ def host_of(launcher: Launcher, argv: list[str]) -> Any:
         return None
 
 
-def refusal(launcher: Launcher, profile: Any, argv: list[str]) -> str | None:
+def refusal(launcher: Launcher, profile: Profile, argv: list[str]) -> str | None:
     """Why `profile` with `argv` asks for an all-reduce backend this engine will not serve
     (or that cannot be confirmed), known before anything is stopped; None: fine."""
     env = launcher.engine_env(profile, "-", None)

@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.daemon import events as ev
 from fastverify.daemon.allreduce_part import AllreducePart
@@ -57,6 +57,10 @@ from fastverify.daemon.tuner_part import TunerPart
 from fastverify.daemon.verifier import Plan
 from fastverify.daemon.weights import WeightSteps
 from fastverify.redact import mask_argv
+
+if TYPE_CHECKING:
+    from fastverify.daemon.auth import Caller
+    from fastverify.profiles.model import Profile
 
 log = logging.getLogger("fastverifyd.controller")
 
@@ -125,7 +129,7 @@ class Controller(Core):
         restart: bool = False,
         load_format: str | None = None,
         eagle3_steps: int | None = None,
-        caller: Any = None,
+        caller: Caller | None = None,
         gate: Callable[[], None] | None = None,
     ) -> Operation:
         """Validate, take the slot (or queue for it), start the operation thread.
@@ -211,9 +215,9 @@ class Controller(Core):
         kind: str,
         name: str,
         mode: str,
-        profile: Any,
+        profile: Profile,
         argv: list[str],
-        caller: Any,
+        caller: Caller | None,
         load_format: str | None,
     ) -> Operation | None:
         """An answered operation (`unchanged`) when the request asks for what serves now and
@@ -255,7 +259,7 @@ class Controller(Core):
                 in_flight=op.describe(),
             )
 
-    def cancel(self, caller: Any = None) -> Operation | None:
+    def cancel(self, caller: Caller | None = None) -> Operation | None:
         """Cancel the operation in flight (None when there is none that can be cancelled;
         RequestError 409 when it has already succeeded and is only being recorded). Its
         result names `caller` as `cancelled_by`."""
@@ -278,7 +282,7 @@ class Controller(Core):
         return op
 
     def _run_op(
-        self, op: Operation, profile: Any, argv: list[str], timeout_s: float | None
+        self, op: Operation, profile: Profile, argv: list[str], timeout_s: float | None
     ) -> None:
         try:
             outcome = self._switch(op, profile, argv, timeout_s)
@@ -289,7 +293,7 @@ class Controller(Core):
 
     # ------------------------------------------------------------------ the switch
     def _switch(
-        self, op: Operation, profile: Any, argv: list[str], timeout_s: float | None
+        self, op: Operation, profile: Profile, argv: list[str], timeout_s: float | None
     ) -> OpResult:
         prev = dict(self.active)
         self.say(f"{op.kind}: {prev.get('profile')}/{prev.get('mode')} -> {op.profile}/{op.mode}")

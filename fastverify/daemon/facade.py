@@ -53,6 +53,7 @@ from fastverify.lease_record import describe as describe_lease
 from fastverify.redact import mask_argv
 
 if TYPE_CHECKING:
+    from fastverify.daemon.auth import Caller
     from fastverify.engines.base import Engine
 
 _S = TypeVar("_S", bound="ControlFacade")
@@ -380,7 +381,7 @@ class ControlFacade:
             self.canary = None if target is None else {**target, "since": time.time(), "op": op.id}
         return op
 
-    def cancel(self, caller: Any = None) -> Operation | None:
+    def cancel(self, caller: Caller | None = None) -> Operation | None:
         return self.ctl.cancel(caller)
 
     # ------------------------------------------------------------------ leases
@@ -390,7 +391,7 @@ class ControlFacade:
         description: str,
         pid: int | None,
         force: bool = False,
-        caller: Any = None,
+        caller: Caller | None = None,
     ) -> a.Lease:
         """A lease bound to `caller`'s identity (the answer holds its id: the holder's only)."""
         holder = caller.identity if caller is not None else ""
@@ -419,7 +420,7 @@ class ControlFacade:
         except OSError as exc:
             log.error("cannot record a lease override in the journal: %s", exc)
 
-    def release_lease(self, lease_id: str, caller: Any = None) -> a.Released:
+    def release_lease(self, lease_id: str, caller: Caller | None = None) -> a.Released:
         lease = self.leases.release(lease_id, caller.identity if caller is not None else "")
         if lease is None:
             raise RequestError(404, f"no lease {lease_id!r} is in force", reason="no_lease")
@@ -471,7 +472,9 @@ class ControlFacade:
         return cast(a.DecisionRecord, self.ctl.store.load_json("decision.json")) or None
 
     @records("decision")
-    def record_decision(self, body: RecordDecisionBody, caller: Any = None) -> a.DecisionRecord:
+    def record_decision(
+        self, body: RecordDecisionBody, caller: Caller | None = None
+    ) -> a.DecisionRecord:
         """Validate, persist (decision.json + a history record) and announce a tuning
         decision (fastverify.daemon.decision). RequestError(422) names every bad field."""
         from fastverify.daemon import decision as dec

@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.config import Config
 from fastverify.daemon import procs
@@ -24,6 +24,9 @@ from fastverify.daemon.failures import Failure
 from fastverify.daemon.group import GroupSpec, GroupState, Member, SupervisedGroup
 from fastverify.daemon.restart import RestartPolicy
 from fastverify.frontdoor import control
+
+if TYPE_CHECKING:
+    from fastverify.daemon.statestore import StateStore
 
 ID_VAR = "FASTVERIFY_FRONTDOOR_ID"
 PID_FILE = "frontdoor.pid"
@@ -39,7 +42,7 @@ class FrontDoorGroup:
     def __init__(
         self,
         cfg: Config,
-        store: Any,
+        store: StateStore,
         say: Callable[..., None] | None = None,
         serving_port: Callable[[], int | None] = lambda: None,
     ) -> None:

@@ -14,9 +14,12 @@ import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.host import fingerprint, here
+
+if TYPE_CHECKING:
+    from fastverify.daemon.statestore import StateStore
 
 log = logging.getLogger("fastverify.daemon")
 
@@ -72,7 +75,7 @@ def of_daemon(api: Any, python: str) -> dict[str, Any]:
     return collect(status, argv(None), argv("eagle3"), python)
 
 
-def start(api: Any, store: Any, python: str) -> threading.Thread:
+def start(api: Any, store: StateStore, python: str) -> threading.Thread:
     """Compute the daemon's fingerprint in the background and keep it in its state dir."""
 
     def work() -> None:

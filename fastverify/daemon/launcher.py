@@ -40,6 +40,7 @@ from fastverify.sglang import client as engine_client
 
 if TYPE_CHECKING:
     from fastverify.engines.base import Engine
+    from fastverify.profiles.model import Profile
 
 log = logging.getLogger("fastverifyd.launcher")
 DEBUG_VARS = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
@@ -206,7 +207,9 @@ class Launcher:
         host = "127.0.0.1" if s.host in ("0.0.0.0", "", "::") else s.host
         return f"http://{host}:{port or s.port}"
 
-    def engine_env(self, profile: Any, engine_id: str, debug_dir: Path | None) -> dict[str, str]:
+    def engine_env(
+        self, profile: Profile, engine_id: str, debug_dir: Path | None
+    ) -> dict[str, str]:
         from fastverify.profiles.effective import effective_env
 
         # FlashInfer's autotune cache and JIT workspace in the state dir (a volume in the
@@ -239,7 +242,7 @@ class Launcher:
         extra[procs.KEEP_ENVIRON_VAR] = "1"
         return effective_env(profile, base_env=os.environ, extra=extra)
 
-    def set_where(self, profile: Any, name: str) -> str:
+    def set_where(self, profile: Profile, name: str) -> str:
         """Where the server's `name` comes from: [server.env], the profile's file and line,
         or the daemon's own environment (server.env_passthrough)."""
         if name in self.cfg.server.env:
@@ -251,7 +254,7 @@ class Launcher:
             return f"profile {(profile.env_sources or {}).get(name, profile.name)}"
         return "the daemon's environment (server.env_passthrough)"
 
-    def settings(self, profile: Any) -> dict[str, str]:
+    def settings(self, profile: Profile) -> dict[str, str]:
         """The NCCL variables an engine of `profile` would get now (without the per-start
         NCCL_DEBUG* that `nccl_debug` adds): compared with a running engine's."""
         env = self.engine_env(profile, "-", None)
@@ -264,7 +267,7 @@ class Launcher:
             a, b = aside(a), aside(b)
         return a == b
 
-    def same_engine(self, h: EngineHandle, profile: Any, argv: list[str]) -> bool:
+    def same_engine(self, h: EngineHandle, profile: Profile, argv: list[str]) -> bool:
         """Would starting `profile` with `argv` give what `h` already runs (the flags
         fastverifyd adds aside)?"""
         running = {k: v for k, v in h.expected_nccl.items() if k not in DEBUG_VARS}
@@ -287,7 +290,7 @@ class Launcher:
 
     # ------------------------------------------------------------------ spawn / adopt
     def spawn(
-        self, profile: Any, mode: str, argv: list[str], *, standby: bool = False
+        self, profile: Profile, mode: str, argv: list[str], *, standby: bool = False
     ) -> EngineHandle:
         """Start the engine group (group.SupervisedGroup) with the profile's clean environment;
         the readers `line_readers_for` gives hear every line of its log. `standby`: beside

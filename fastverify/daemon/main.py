@@ -39,7 +39,10 @@ from fastverify import config as configmod
 from fastverify.frontdoor import layout
 
 if TYPE_CHECKING:  # imported where an engine is made (the daemon's start-up stays light)
+    from fastverify.daemon.notify import Notifier
+    from fastverify.daemon.supervisor import Supervisor
     from fastverify.engines.base import Engine
+    from fastverify.exporters.hub import MetricsHub
 
 log = logging.getLogger("fastverifyd")
 
@@ -122,7 +125,7 @@ def sglang_facts(engine: Engine) -> Any:
     return facts
 
 
-def _check_memory_pinning(cfg: configmod.Config, sup: Any) -> None:
+def _check_memory_pinning(cfg: configmod.Config, sup: Supervisor) -> None:
     """Where NCCL will use IB (several nodes, ibverbs devices): can this process pin its
     buffers (fastverify.daemon.memlock)? A problem is a status finding, before any load."""
     from fastverify.daemon import memlock
@@ -152,7 +155,7 @@ def _lock_state_dir(state_dir: Path) -> int:
     return fd
 
 
-def _start_exporter(sup: Any, cfg: configmod.Config, engine: Engine, web: Any = None) -> Any:
+def _start_exporter(hub: MetricsHub, cfg: configmod.Config, engine: Engine, web: Any = None) -> Any:
     listen = cfg.exporter.metrics_listen
     try:
         from fastverify.exporters.runtime import ExporterRuntime
@@ -171,7 +174,7 @@ def _start_exporter(sup: Any, cfg: configmod.Config, engine: Engine, web: Any = 
         )
         period = 0.0
     runtime = ExporterRuntime(
-        sup.hub,
+        hub,
         listen,
         None,
         str(Path(cfg.state_dir) / "traces"),
@@ -227,11 +230,13 @@ class Daemon:
         self.reload_event = threading.Event()
         self.web: Any = None  # exporters.webconfig.WebConfig of /metrics (--web-config-file)
 
-    def _exporter(self, sup: Any, cfg: configmod.Config, engine: Engine) -> tuple[Any, str | None]:
+    def _exporter(
+        self, hub: MetricsHub, cfg: configmod.Config, engine: Engine
+    ) -> tuple[Any, str | None]:
         """Start the exporter: (runtime, None), or (None, why it cannot serve /metrics)."""
         listen = cfg.exporter.metrics_listen
         try:
-            return _start_exporter(sup, cfg, engine, self.web), None
+            return _start_exporter(hub, cfg, engine, self.web), None
         except (OSError, ValueError) as exc:
             errno_ = exc.errno if isinstance(exc, OSError) else None
             why = os.strerror(errno_) if errno_ else str(exc)
@@ -310,7 +315,7 @@ class Daemon:
             log.error("cannot set up the supervisor: %s", exc)
             return 1
         if hub is not None:
-            runtime, problem = self._exporter(sup, cfg, engine)
+            runtime, problem = self._exporter(hub, cfg, engine)
             if problem is not None and _metrics_explicit(self.ns, cfg):
                 log.error("%s; fastverifyd is not starting", problem)
                 return 1
@@ -371,7 +376,7 @@ class Daemon:
         log.info("stopped")
         return code
 
-    def _loop(self, sup: Any, notifier: Any) -> int:
+    def _loop(self, sup: Supervisor, notifier: Notifier) -> int:
         wd = notifier.watchdog_interval_s
         tick = min(1.0, wd) if wd else 1.0
         last_status = 0.0
@@ -401,7 +406,7 @@ class Daemon:
                 last_status = now
         return 0
 
-    def _reload(self, sup: Any, notifier: Any) -> None:
+    def _reload(self, sup: Supervisor, notifier: Notifier) -> None:
         notifier.reloading()
         try:
             new = configmod.load(self.ns.config, overrides(self.ns), FLAGS)

@@ -19,13 +19,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.daemon import events as ev
 from fastverify.daemon.failures import REASONS
 from fastverify.daemon.notify import Notifier
 from fastverify.daemon.states import State
 from fastverify.daemon.statestore import StateStore
+
+if TYPE_CHECKING:
+    from fastverify.exporters.hub import MetricsHub
 
 log = logging.getLogger("fastverifyd.observers")
 
@@ -101,7 +104,7 @@ class SdNotify:
 class ExporterFeed:
     """Typed feed of the exporter hub (see the module docstring)."""
 
-    def __init__(self, hub: Any) -> None:
+    def __init__(self, hub: MetricsHub) -> None:
         self.hub = hub
         # every restart reason the daemon can report, at 0 before the first restart
         hub.daemon.declare_restart_reasons(RESTART_REASONS)

@@ -19,9 +19,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from fastverify import api_answers as a
+
+if TYPE_CHECKING:
+    from fastverify.daemon.auth import Caller
 
 
 def _now() -> float:
@@ -106,8 +109,8 @@ class Operation:
         self.load_format: str | None = None  # SGLang --load-format for it and its rollback
         self.eagle3_steps: int | None = None  # a timing trial's draft steps (this start only)
         self.parts: dict[str, Any] = {}  # a feature's own state for this operation, by name
-        self.caller: Any = None  # auth.Caller who asked (None: the daemon itself)
-        self.cancelled_by: Any = None  # auth.Caller who cancelled it
+        self.caller: Caller | None = None  # auth.Caller who asked (None: the daemon itself)
+        self.cancelled_by: Caller | None = None  # auth.Caller who cancelled it
         # The engine this operation started and that failed: its own log file and last lines
         # (a failure's excerpt; never the rollback server's start-up).
         self.failed_engine: dict[str, Any] | None = None

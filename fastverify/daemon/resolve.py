@@ -22,6 +22,7 @@ from fastverify.redact import mask_text, secret_values
 
 if TYPE_CHECKING:
     from fastverify.engines.base import Engine
+    from fastverify.profiles.model import Profile
 
 ZERO_STEPS_CONFIG_NAME = "adaptive-zero-steps-trial.json"  # spec costs' steps-0 trial
 
@@ -127,7 +128,7 @@ class Resolver:
         force: bool = False,
         load_format: str | None = None,
         eagle3_steps: int | None = None,
-    ) -> tuple[Any, list[str]]:
+    ) -> tuple[Profile, list[str]]:
         """Load the profile and build the argv; RequestError(422) when invalid.
         `load_format` (SGLang --load-format, "dummy" = trial) overrides the config's;
         `eagle3_steps` (a timing trial's step count, `check_trial_steps`) the configured

@@ -28,6 +28,8 @@ from fastverify.engines.sglang import load_format_of
 from fastverify.redact import mask_argv
 
 if TYPE_CHECKING:
+    from fastverify.profiles.model import Profile
+
     pass
 
 FAILED_TAIL_LINES = 12  # a failed engine's last log lines in the result (`log_tail`)
@@ -41,7 +43,7 @@ class Starts:
     def start(
         self,
         op: StartOf,
-        profile: Any,
+        profile: Profile,
         argv: list[str],
         timeout_s: float | None,
         cancel: threading.Event,
@@ -92,7 +94,7 @@ class Starts:
         return failure
 
     def start_beside(
-        self, op: StartOf, profile: Any, argv: list[str], timeout_s: float | None,
+        self, op: StartOf, profile: Profile, argv: list[str], timeout_s: float | None,
         cancel: threading.Event,
     ) -> EngineHandle | Failure:  # fmt: skip
         """A standby engine beside the serving one (on the port `argv` names): spawn, wait
@@ -123,7 +125,7 @@ class Starts:
         return failure
 
     def _spawn(
-        self, op: StartOf, profile: Any, argv: list[str], cancel: threading.Event,
+        self, op: StartOf, profile: Profile, argv: list[str], cancel: threading.Event,
         standby: bool = False,
     ) -> EngineHandle | Failure:  # fmt: skip
         """The launcher's spawn with every part around it (weights.py: its gate)."""
