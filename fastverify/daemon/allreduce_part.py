@@ -21,11 +21,10 @@ from fastverify.daemon.events import EngineUp, Event, EventBus
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import EngineHandle, Launcher
 from fastverify.daemon.logs import LineFacts
-from fastverify.daemon.parts import BasePart, Spawn, section
+from fastverify.daemon.parts import BasePart, PartCore, Spawn, section
 from fastverify.daemon.verifier import Check, Context, Finding, Plan, Problem
 
 if TYPE_CHECKING:
-    from fastverify.daemon.core import Core
     from fastverify.daemon.operations import Operation, StartOf
     from fastverify.exporters.hub import MetricsHub
     from fastverify.profiles.model import Profile
@@ -147,7 +146,7 @@ class AllreducePart(BasePart):
         "(`engine.allreduce`'s fields; none before)"
     )
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: PartCore) -> None:
         super().__init__(core)
         core.launcher.started_with.append(self._begin)
 

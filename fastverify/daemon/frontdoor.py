@@ -75,6 +75,8 @@ class DoorSteps(BasePart):
     """See the module docstring. Its switch's figures are every result's (`core.result`:
     `switch`), not a field of its own."""
 
+    c: Core  # all of it: the configuration, the operation running, the standby's weights
+
     def __init__(self, core: Core) -> None:
         self.c = core
         self.group = (

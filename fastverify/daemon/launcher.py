@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
 
@@ -39,6 +39,7 @@ from fastverify.sglang import allreduce
 from fastverify.sglang import client as engine_client
 
 if TYPE_CHECKING:
+    from fastverify.daemon.watch import EngineWatch
     from fastverify.engines.base import Engine
     from fastverify.profiles.model import Profile
 
@@ -117,7 +118,8 @@ class EngineHandle(Member):
     expected_sglang: dict[str, str] = field(default_factory=dict)  # the profile's SGLANG_*
     env_names: tuple[str, ...] | None = None  # the names it was started with (None: unknown)
     kept: dict[str, Any] = field(default_factory=dict)  # the parts' fields of its record
-    watch: Any = None  # watch.EngineWatch while serving (crashes.py starts it)
+    # while serving (crashes.py starts it; False: decided, none for this engine)
+    watch: EngineWatch | Literal[False] | None = None
     parts: dict[str, Any] = field(default_factory=dict)  # a feature's own state, by its name
     line_readers: list[Callable[[str], None]] = field(default_factory=list)
     line_failure: Failure | None = None  # a verifier read in a line that the start fails

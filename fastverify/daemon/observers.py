@@ -29,6 +29,7 @@ from fastverify.daemon.statestore import StateStore
 
 if TYPE_CHECKING:
     from fastverify.exporters.hub import MetricsHub
+    from fastverify.exporters.runtime import ExporterRuntime
 
 log = logging.getLogger("fastverifyd.observers")
 
@@ -108,7 +109,7 @@ class ExporterFeed:
         self.hub = hub
         # every restart reason the daemon can report, at 0 before the first restart
         hub.daemon.declare_restart_reasons(RESTART_REASONS)
-        self.runtime: Any = None  # ExporterRuntime once started
+        self.runtime: ExporterRuntime | None = None  # ExporterRuntime once started
         self._url: str | None = None
 
     def _set_url(self, url: str | None) -> None:
@@ -116,7 +117,7 @@ class ExporterFeed:
         if self.runtime is not None:
             self.runtime.set_server_url(url)
 
-    def attach_runtime(self, runtime: Any) -> None:
+    def attach_runtime(self, runtime: ExporterRuntime | None) -> None:
         self.runtime = runtime
         self._set_url(self._url)
 

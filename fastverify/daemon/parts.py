@@ -31,9 +31,9 @@ from fastverify.daemon.failures import Failure
 from fastverify.frontdoor.standby import Fit, Sharing
 
 if TYPE_CHECKING:  # the parts' collaborators, which import this module
-    from fastverify.daemon.core import Core
-    from fastverify.daemon.launcher import EngineHandle
+    from fastverify.daemon.launcher import EngineHandle, Launcher
     from fastverify.daemon.operations import Operation, StartOf
+    from fastverify.daemon.statestore import StateStore
     from fastverify.engines.base import Engine
     from fastverify.exporters.hub import MetricsHub
 
@@ -65,6 +65,19 @@ def section(
         PART_SHARED_LOADS: shared_loads,
         PART_SHARED_LOAD_S: shared_load_s if shared_loads else None,
     }
+
+
+class PartCore(Protocol):
+    """What a part reads of the controller's core (core.Core is one): core.py imports the
+    parts, so a part that needs no more than this names the core by what it reads."""
+
+    launcher: Launcher
+    store: StateStore
+    current: EngineHandle | None  # the serving engine (None: none)
+    active: dict[str, str | None]  # {"profile": ..., "mode": ...} asked of it
+    _lock: threading.RLock  # guards `current` and `active`
+
+    def say(self, message: str, level: int = ..., *, stream: bool = ...) -> None: ...
 
 
 class Part(Protocol):
@@ -159,7 +172,7 @@ class BasePart:
     STATUS: str | None = None
     SECTION = ""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: PartCore) -> None:
         self.c = core  # the controller's core (core.py)
 
     def accepted(

@@ -25,7 +25,7 @@ import json
 import logging
 import secrets
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.config import MODES
 from fastverify.daemon import events as ev
@@ -35,6 +35,9 @@ from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.operations import Claim, Operation
 from fastverify.daemon.resolve import RequestError
 from fastverify.daemon.states import State
+
+if TYPE_CHECKING:
+    from fastverify.profiles.model import Profile
 
 log = logging.getLogger("fastverifyd.reconcile")
 
@@ -232,7 +235,7 @@ def adopt(ctl: Controller) -> Operation | None:
     return op
 
 
-def _follow_adopted(ctl: Controller, op: Operation, h: EngineHandle, profile_obj: Any) -> None:
+def _follow_adopted(ctl: Controller, op: Operation, h: EngineHandle, profile_obj: Profile) -> None:
     try:
         ctl.set_state(State.STARTING, f"adopting engine {h.pid}")
         outcome = ctl.starts.start(op, profile_obj, h.argv, None, op.cancel, adopt=h)

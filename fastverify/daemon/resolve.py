@@ -23,6 +23,7 @@ from fastverify.redact import mask_text, secret_values
 if TYPE_CHECKING:
     from fastverify.engines.base import Engine
     from fastverify.profiles.model import Profile
+    from fastverify.profiles.store import ProfileStore
 
 ZERO_STEPS_CONFIG_NAME = "adaptive-zero-steps-trial.json"  # spec costs' steps-0 trial
 
@@ -92,7 +93,7 @@ def check_trial_steps(steps: int | None, mode: str, load_format: str | None) -> 
 
 
 class Resolver:
-    def __init__(self, cfg: Config, engine: Engine, profiles: Any = None) -> None:
+    def __init__(self, cfg: Config, engine: Engine, profiles: ProfileStore | None = None) -> None:
         if profiles is None:
             from fastverify.profiles.store import ProfileStore
 
@@ -175,7 +176,7 @@ class Resolver:
         self.require_features(name, mode, getattr(profile, "env", {}) or {}, argv)
         return profile, argv
 
-    def require_direct_p2p(self, profile: Any) -> None:
+    def require_direct_p2p(self, profile: Profile) -> None:
         """RequestError(422) for a profile that uses PCIe P2P on a host whose ACS redirects
         the GPUs' peer traffic (fastverify.host.pcie): its first all-reduce would hang after
         the load, so nothing running is stopped for it (a client's switch; a forced one

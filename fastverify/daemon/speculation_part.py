@@ -21,16 +21,16 @@ from fastverify.config import SPEC_MODES
 from fastverify.daemon import acceptance, adaptive_check
 from fastverify.daemon import events as ev
 from fastverify.daemon.launcher import EngineHandle, Launcher
-from fastverify.daemon.parts import BasePart, section
+from fastverify.daemon.parts import BasePart, PartCore, section
 from fastverify.daemon.verifier import Check, Context, Finding, Plan, Problem
 from fastverify.sglang.adaptive import FLAG_ADAPTIVE
 from fastverify.sglang.forced import SETTINGS_KEY as ACCEPTANCE_SOURCE
 from fastverify.sglang.forced import label_of_record as forced_label
 
 if TYPE_CHECKING:
-    from fastverify.daemon.core import Core
     from fastverify.daemon.operations import Operation
     from fastverify.exporters.hub import MetricsHub
+    from fastverify.profiles.model import Profile
 
 PART = "speculation"  # its result field and status section
 FORCED = "forced"  # its field of an engine's record (EngineHandle.kept)
@@ -61,7 +61,7 @@ def forced_acceptance(launcher: Launcher, env: dict[str, str], argv: list[str]) 
     return found.to_dict() if found is not None else None
 
 
-def forced_refusal(launcher: Launcher, profile: Any, argv: list[str]) -> str | None:
+def forced_refusal(launcher: Launcher, profile: Profile, argv: list[str]) -> str | None:
     """Why the forced acceptance `profile` (or [server.env]) asks for would not serve as
     written; None: fine (or none asked)."""
     from fastverify.sglang.forced import ForcedError
@@ -118,7 +118,7 @@ class SpeculationPart(BasePart):
         " re-plan"
     )
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: PartCore) -> None:
         self.c = core
         self.hub: MetricsHub | None = None  # the exporter's hub (None: no exporter)
         launcher: Launcher = core.launcher

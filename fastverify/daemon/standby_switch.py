@@ -19,7 +19,7 @@ engine.pid names and stops the other (reconcile.py `settle_standby`).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastverify.daemon.core import Core
 from fastverify.daemon.failures import Failure
@@ -31,6 +31,9 @@ from fastverify.daemon.rollback import RollbackSteps
 from fastverify.daemon.starting import Starts
 from fastverify.daemon.states import State
 from fastverify.frontdoor.standby import Fit, with_pool
+
+if TYPE_CHECKING:
+    from fastverify.profiles.model import Profile
 
 
 class StandbySteps:
@@ -44,7 +47,7 @@ class StandbySteps:
     def switch(
         self,
         op: Operation,
-        profile: Any,
+        profile: Profile,
         argv: list[str],
         timeout_s: float | None,
         prev: dict[str, Any],

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from fastverify.daemon.events import EventBus
     from fastverify.engines.base import Engine
     from fastverify.exporters.hub import MetricsHub
+    from fastverify.exporters.runtime import ExporterRuntime
+    from fastverify.profiles.store import ProfileStore
 
 __all__ = ["RequestError", "Supervisor"]
 
@@ -53,7 +55,7 @@ class Supervisor:
         store: StateStore,
         notifier: Notifier | None = None,
         hub: MetricsHub | None = None,
-        profile_store: Any = None,
+        profile_store: ProfileStore | None = None,
     ) -> None:
         cfg = layout.engine_side(cfg)  # the engine on its internal port behind a front door
         self.cfg = cfg
@@ -82,7 +84,7 @@ class Supervisor:
     def runtime(self) -> Any:
         return self.feed.runtime if self.feed is not None else None
 
-    def attach_runtime(self, runtime: Any) -> None:
+    def attach_runtime(self, runtime: ExporterRuntime | None) -> None:
         if self.feed is not None and runtime is not None:
             # the periodic profile windows' idle check: the watch's checks are not traffic
             runtime.traffic_quiet = watch_quiet

@@ -19,7 +19,7 @@ An engine without FASTVERIFY_TUNER_TABLE is not checked (None, None).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -28,12 +28,15 @@ from fastverify.nccl.loglines import has_comm_init
 from fastverify.tuner import plugin as plugin_mod
 from fastverify.tuner.loaded import REASON_NO_LOG, REASON_NOT_LOADED, check_tuner_loaded
 
+if TYPE_CHECKING:
+    from fastverify.profiles.model import Profile
+
 TABLE_ENV = plugin_mod.TABLE_ENV
 PLUGIN_ENV = "NCCL_TUNER_PLUGIN"
 REASONS = TUNER_REASONS  # the same strings as fastverify.tuner.loaded's REASON_*
 
 
-def wants_nccl_debug(profile: Any) -> bool:
+def wants_nccl_debug(profile: Profile) -> bool:
     """True for a profile that names a tuner table: its starts need NCCL's INFO lines."""
     env = getattr(profile, "env", None) or {}
     return bool(env.get(TABLE_ENV))

@@ -26,12 +26,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fastverify.daemon.failures import Failure
 from fastverify.daemon.launcher import EngineHandle
 from fastverify.daemon.logs import LineFacts
 from fastverify.daemon.resolve import RequestError
+
+if TYPE_CHECKING:
+    from fastverify.profiles.model import Profile
 
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 Say = Callable[..., None]  # say(message, level=logging.INFO, *, stream=True)
@@ -44,7 +47,7 @@ class Plan:
     kind: str
     name: str
     mode: str
-    profile: Any
+    profile: Profile
     argv: list[str]
     force: bool = False
 

@@ -54,6 +54,7 @@ from fastverify.daemon.weight_cache_records import CacheHandle, CacheTimes
 from fastverify.sglang import weight_cache as wc
 
 if TYPE_CHECKING:
+    from fastverify.daemon.statestore import StateStore
     from fastverify.engines.base import Engine
 
 ID_VAR = "FASTVERIFY_WEIGHT_CACHE_ID"
@@ -76,7 +77,9 @@ STATE_NAMES = {
 class WeightCache:
     """See the module docstring. `cfg` and `engine` are read at each use (SIGHUP swaps them)."""
 
-    def __init__(self, cfg: Config, engine: Engine, store: Any, say: Callable[..., None]) -> None:
+    def __init__(
+        self, cfg: Config, engine: Engine, store: StateStore, say: Callable[..., None]
+    ) -> None:
         self.cfg = cfg
         self.engine = engine
         self.store = store

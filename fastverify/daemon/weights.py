@@ -33,8 +33,10 @@ if TYPE_CHECKING:
     from fastverify.daemon.launcher import EngineHandle
     from fastverify.daemon.operations import Operation, StartOf
     from fastverify.daemon.parts import Spawn
+    from fastverify.daemon.weight_cache import WeightCache
     from fastverify.engines.base import Engine
     from fastverify.exporters.hub import MetricsHub
+    from fastverify.sglang.facts import SGLangFacts
 
 GiB = float(1 << 30)
 
@@ -54,7 +56,7 @@ class Gate:
     kind: str | None = None
 
 
-def gate(setting: str, facts: Any, *, mode: str, load_format: str, nnodes: int) -> Gate:
+def gate(setting: str, facts: SGLangFacts, *, mode: str, load_format: str, nnodes: int) -> Gate:
     """See the module docstring (pure: the setting, the release's facts, the start)."""
     if setting == "off":
         return Gate(False, "weight_cache = off", kind="off")
@@ -82,7 +84,7 @@ def gate(setting: str, facts: Any, *, mode: str, load_format: str, nnodes: int) 
 class WeightsWatch:
     """What one server start says about its weights (fed every line by the launcher)."""
 
-    facts: Any  # the release's SGLangFacts
+    facts: SGLangFacts | None  # the release's (None: an engine without SGLang facts)
     asked: bool  # started with --weight-cache-mode client
     events: list[wc.LoaderEvent] = field(default_factory=list)
     load_end_s: float | None = None  # the target's "Load weight end. elapsed=" (first)
@@ -238,7 +240,9 @@ class WeightSteps(BasePart):
     docstring): the cache's group (daemon/weight_cache.py), and what the launcher asks of it
     per start (the socket/ready templates for the server, the watch of its lines)."""
 
-    def __init__(self, core: Core, cache: Any = None) -> None:
+    c: Core  # all of it: the configuration, the engine's facts, the findings, the bus
+
+    def __init__(self, core: Core, cache: WeightCache | None = None) -> None:
         """`cache`: the weight cache (None: fastverifyd's own, wired into the launcher: the
         server's environment gets its socket/ready templates, each start's lines are read,
         the client flag is set aside when argvs are compared)."""
@@ -470,7 +474,9 @@ class WeightSteps(BasePart):
         )
         return True
 
-    def notice(self, kind: str, mode: str, load_format: str | None, op: Any = None) -> str | None:
+    def notice(
+        self, kind: str, mode: str, load_format: str | None, op: Operation | None = None
+    ) -> str | None:
         """Said before anything stops: a switch the cache cannot serve by design (a
         speculative mode the release refuses) loads from disk, about how long, and why
         (kept as `op`'s, when given, for its result)."""
