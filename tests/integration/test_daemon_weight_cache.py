@@ -160,4 +160,3 @@ def test_kill9_of_the_daemon_during_a_switch_the_next_one_adopts_the_cache(tmp_p
         assert res["weight_load"]["source"] == "cache" and _cache_pid(d) == pid
     finally:
         d.close()
-
