@@ -41,6 +41,7 @@ __all__ = [
     "BasePart",
     "Fit",
     "Part",
+    "PartCore",
     "Sharing",
     "Spawn",
     "section",
