@@ -187,16 +187,18 @@ class SpecRun(rs.Run):
         return {"switch_wall_s": wall, "engine_env_forced": env.get(FORCE)}
 
     def bench(self, tag: str, c: int, input_len: int = 128) -> dict[str, Any]:
+        name = f"{tag}-c{c}-in{input_len}"
         rc, out, err = self.ctl(
             "bench", "-c", str(c), "-d", str(WINDOW_S), "--input-len", str(input_len),
-            "--output-len", str(OUTPUT_LEN), "--warmup", "1", "--json", timeout=300,
+            "--output-len", str(OUTPUT_LEN), "--warmup", "1", "--json",
+            "--timeline", str(self.raw / f"timeline-{name}.jsonl"), timeout=300,
         )  # fmt: skip
         if isinstance(out, dict) and self.serving:  # what served it, beside what it measured
             env, keys = json.loads(self.serving[1])
             if keys.get("adaptive_config"):
                 keys["adaptive_config"] = json.loads(keys["adaptive_config"])
             out["served_by"] = {"mode": self.serving[0], "env": env, "server": keys}
-        self.dump(f"bench-{tag}-c{c}-in{input_len}.json", out)
+        self.dump(f"bench-{name}.json", out)
         rs.check(rc == 0 and isinstance(out, dict), f"bench {tag} c={c} exit {rc}: {err[-600:]}")
         return rs._bench_summary(out)
 

@@ -9,6 +9,8 @@ interrupted."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import click
@@ -150,6 +152,15 @@ def _server_url(ctx: click.Context, url: str | None) -> tuple[str, str | None, s
     "as the active profile's baseline at this --concurrency (POST /v1/baselines), which the "
     "exporter's break-even and speedup gauges compare EAGLE-3 with at that concurrency.",
 )
+@click.option(
+    "--timeline",
+    "timeline_to",
+    default=None,
+    metavar="FILE",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Also write each measured request as it went (sent, first token, every streamed "
+    "chunk; seconds from the window's start) to FILE as JSONL: where the window's time went.",
+)
 @json_option("Print the result as JSON.")
 @socket_option
 @click.pass_context
@@ -169,6 +180,7 @@ def bench(
     use_sglang_bench: bool,
     load_format: str,
     record_baseline: bool,
+    timeline_to: str | None,
     as_json: bool,
 ) -> None:
     """Closed-loop load against the running server: tok/s, TTFT, ITL, accept length."""
@@ -184,6 +196,8 @@ def bench(
     if record_baseline and (url or load_format == "dummy"):
         fail("bench --record-baseline: records through the daemon, for the profile it serves "
              "with real weights (drop --url / --load-format dummy)", EXIT_USAGE)  # fmt: skip
+    if timeline_to:
+        _check_timeline_target(timeline_to, use_sglang_bench)
     active = _baseline_target(ctx) if record_baseline else None
     trial_left = _ensure_trial_engine(ctx) if load_format == "dummy" and not url else None
     server_url, acceptance_source, door_note = _server_url(ctx, url)
@@ -218,7 +232,8 @@ def bench(
                 )
                 if door_note:
                     bar.note(f"bench: {cfg.url} {door_note}")
-                result = run_bench(cfg, progress, lambda line: bar.note(f"bench: {line}"))
+                result = run_bench(cfg, progress, lambda line: bar.note(f"bench: {line}"),
+                                   timeline_to)  # fmt: skip
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
@@ -247,6 +262,22 @@ def bench(
         _record_baseline(ctx, active, data, concurrency)
     if not url and data.get("accept_histogram"):
         _record_acceptance(ctx, data)
+
+
+def _check_timeline_target(path: str, use_sglang_bench: bool) -> None:
+    """Refuse a --timeline that could not be written before any load is sent."""
+    if use_sglang_bench:
+        fail("bench --timeline: fastverify's own load only (sglang.bench_serving keeps its "
+             "requests to itself); drop --use-sglang-bench", EXIT_USAGE)  # fmt: skip
+    parent = Path(path).absolute().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"bench --timeline {path}: cannot create its folder {parent} ({exc.strerror}); "
+             "give a FILE in a writable folder", EXIT_USAGE)  # fmt: skip
+    if not os.access(parent, os.W_OK | os.X_OK):
+        fail(f"bench --timeline {path}: the folder {parent} is not writable; give a FILE in a "
+             "writable folder", EXIT_USAGE)  # fmt: skip
 
 
 def _record_acceptance(ctx: click.Context, data: dict[str, Any]) -> None:

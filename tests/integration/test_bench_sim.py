@@ -91,6 +91,36 @@ def test_duration_mode_window_and_concurrency(baseline_url: str) -> None:
     assert res["incomplete"] is None
 
 
+def test_the_timeline_holds_every_measured_request_as_it_streamed(
+    baseline_url: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "timeline.jsonl"
+    r = bench("--url", baseline_url, "-n", "6", "-c", "3", "--output-len", "12", "--timeline",
+              str(out), "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 6 and {row["outcome"] for row in rows} == {"completed"}
+    assert sum(row["tokens"] for row in rows) == res["output_tokens"] == 6 * 12
+    for row in rows:
+        times = [t for t, _n in row["chunks"]]
+        assert 0 <= row["start_s"] < row["first_token_s"] == times[0], row
+        assert times == sorted(times) and sum(n for _t, n in row["chunks"]) == row["tokens"]
+    # the first tokens, read back, are bench's own TTFTs
+    ttfts = [row["first_token_s"] - row["start_s"] for row in rows]
+    assert sum(ttfts) / 6 * 1e3 == pytest.approx(res["ttft_ms"]["mean"], rel=1e-3)
+
+
+def test_a_timeline_that_cannot_be_written_is_refused_before_any_load(
+    baseline_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    r = bench("--url", baseline_url, "-n", "1", "--timeline", str(tmp_path / "a-file" / "t.jsonl"))
+    assert r.returncode == 2, r.stderr
+    assert "cannot create its folder" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert "warm-up" not in r.stderr  # refused before any request was sent
+
+
 def test_warm_up_and_window_are_announced_as_they_start(baseline_url: str) -> None:
     # `bench -c 4 --duration 6` was silent through ~8 s of warm-up. 24 tokens:
     # on the sim's PCIe box (nccl-default, SHM) 4 x 128-token prefills take ~0.5 s and a

@@ -66,12 +66,14 @@ from dataclasses import asdict
 from typing import Any
 
 from fastverify.config import weights_label
+from fastverify.durable import atomic_write_text
 from fastverify.experiments.bench.records import (
     BenchConfig,
     BenchError,
     BenchResult,
     RequestRecord,
     ms_summary,
+    timeline,
 )
 from fastverify.experiments.bench.sglang_bench import (
     result_from_sglang_jsonl,
@@ -484,14 +486,21 @@ def incomplete_reason(result: BenchResult, cfg: BenchConfig) -> str | None:
 
 
 def run_bench(
-    cfg: BenchConfig, progress: ProgressFn | None = None, phase: PhaseFn | None = None
+    cfg: BenchConfig,
+    progress: ProgressFn | None = None,
+    phase: PhaseFn | None = None,
+    timeline_to: str | None = None,
 ) -> BenchResult:
     """Run the closed loop described in the module docstring and summarise it; `phase`
-    hears one line per phase (warm-up, its progress every few seconds, the window)."""
+    hears one line per phase (warm-up, its progress every few seconds, the window);
+    `timeline_to`: a JSONL file for the window's requests as they went (`records.timeline`)."""
     cfg.validate()
     identity = dataset_identity(cfg)  # a bad prompt file ends it before any load
     # Ctrl-C ends it as KeyboardInterrupt at any moment (asyncio.run's own handling has gaps)
     records, t0, t_end, info = interruptible.run(_measure(cfg, progress, phase))
+    if timeline_to:
+        lines = (json.dumps(row) + "\n" for row in timeline(records, t0))
+        atomic_write_text(timeline_to, "".join(lines))
     result = summarize(records, t0, t_end, cfg, accept_length_from_server_info(info or {}))
     result.dataset = identity
     result.weights = weights_from_server_info(info)

@@ -1,6 +1,7 @@
 """What `fastverifyctl bench` runs with and what it measures: its config (validated), one
 record per request as it streams, the result (load.py's module docstring defines each
-figure) and the milliseconds summary of a latency list."""
+figure), the milliseconds summary of a latency list and the window's timeline (each request
+as it went)."""
 
 from __future__ import annotations
 
@@ -117,3 +118,30 @@ def ms_summary(values: list[float]) -> dict[str, float | None]:
         "p90": ms(percentile(values, 90)),
         "p99": ms(percentile(values, 99)),
     }
+
+
+def timeline(records: list[RequestRecord], t0: float) -> list[dict[str, Any]]:
+    """Each measured request as it went, in seconds from the window's start: when it was
+    sent, its first token, every streamed chunk as [seconds, tokens], and how it ended. It
+    shows where a window's time went: first tokens of several requests that arrive together
+    came out of one prefill forward, and a chunk gap that holds another request's first
+    token held that prefill."""
+
+    def s(t: float) -> float:
+        return round(t - t0, 6)
+
+    def outcome(r: RequestRecord) -> str:
+        if r.completed:
+            return "completed"
+        return "cancelled" if r.cancelled else "failed" if r.error else "open"
+
+    return [
+        {
+            "start_s": s(r.start),
+            "first_token_s": s(r.chunk_times[0]) if r.chunk_times else None,
+            "chunks": [[s(t), n] for t, n in zip(r.chunk_times, r.chunk_tokens, strict=True)],
+            "tokens": r.tokens,
+            "outcome": outcome(r),
+        }
+        for r in records
+    ]
