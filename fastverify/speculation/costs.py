@@ -452,7 +452,7 @@ def fixed_eagle_batch(
     fixed: Mapping[int, float],
     baseline: Mapping[int, float],
     baseline_batch: Mapping[int, float],
-    input_len: Any,
+    input_len: int,
 ) -> dict[int, float]:
     """Fixed EAGLE-3's batch prefill point (ms by total tokens): the baseline's, moved as
     `fixed_eagle_prefill` moved its one-prompt line (their difference at the window's
