@@ -19,6 +19,7 @@ config at the lower forced acceptance, against baseline).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import sys
@@ -55,8 +56,32 @@ def benches(raw: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
         served = b.get("accept_steps")
         if fixed_steps(mode) and served and f"fixed{served}" != mode:
             b["tagged"], mode = mode, f"fixed{served}"
+        b["timeline"] = prefill_batching(raw, p.name)
         out[(mode, int(m[2]), int(m[3]))] = b
     return out
+
+
+ONE_FORWARD_S = 1e-3  # first tokens this close together left the server in one prefill forward
+
+
+def prefill_batching(raw: Path, name: str) -> dict[str, Any] | None:
+    """How SGLang batched a served window's prefills, from its timeline (`bench --timeline`,
+    timeline-MODE-cC-inN.jsonl beside the bench file): first tokens that reached the client
+    together came out of one prefill forward. None where the window kept no timeline."""
+    path = raw / name.replace("bench-", "timeline-").replace(".json", ".jsonl")
+    if not path.exists():
+        return None
+    rows = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    firsts = sorted(r["first_token_s"] for r in rows if r.get("first_token_s") is not None)
+    ttft = sorted(r["first_token_s"] - r["start_s"] for r in rows
+                  if r.get("first_token_s") is not None)  # fmt: skip
+    if not firsts:
+        return None
+    forwards = 1 + sum(b - a > ONE_FORWARD_S for a, b in itertools.pairwise(firsts))
+    return {"first_tokens": len(firsts), "prefill_forwards": forwards,
+            "prompts_per_forward": round(len(firsts) / forwards, 2),
+            "ttft_ms_min": round(ttft[0] * 1e3, 1),
+            "ttft_ms_p50": round(ttft[len(ttft) // 2] * 1e3, 1)}  # fmt: skip
 
 
 def fixed_steps(mode: str) -> int | None:
@@ -114,9 +139,6 @@ def costs_path(raw: Path, n: int) -> Path:
     return cost_files(raw)[costs_at(raw, n)]
 
 
-PREFILL_KEYS = ("prefill_ms", "prefill_batch_ms", "prefill_batch_prompt")
-
-
 def prefill_points(path: Path | None, n: int) -> dict[str, Any] | None:
     """The prefill points of `spec_sglang.py`'s prefill_points step (a `spec costs` file of the
     baseline and steps-0 trials at batch 1) for n-token windows, when given and of n tokens."""
@@ -139,16 +161,7 @@ def _costs(
     note = None
     extra = prefill_points(points, n)
     if extra is not None:
-        data.update({k: extra.get(k) for k in PREFILL_KEYS})
-        # fixed EAGLE-3's first token from the cost file's own 1..K trials, as spec costs does
-        points_base = {int(t): ms for t, ms in (extra["prefill_ms"].get("baseline") or {}).items()}
-        fixed = spec_costs.fixed_eagle_prefill(data.get("trials") or [], n, points_base)
-        batch = {int(t): ms for t, ms in (extra["prefill_batch_ms"].get("baseline") or {}).items()}
-        if fixed:
-            data["prefill_ms"]["eagle"] = {str(t): ms for t, ms in fixed.items()}
-        moved = spec_costs.fixed_eagle_batch(fixed, points_base, batch, n)
-        if moved:
-            data["prefill_batch_ms"]["eagle"] = {str(t): ms for t, ms in moved.items()}
+        data = spec_costs.with_prefill_points(data, extra)
         note = f"prefill points from {points.name} (measured {extra.get('measured_at')})"
     elif len(base) == 1 and longest and str(longest) not in base:
         b = got[("baseline", 1, longest)]
@@ -159,10 +172,11 @@ def _costs(
     return spec_costs.from_file(tmp), note
 
 
-def baseline_from_costs(raw: Path, got: dict) -> list[int]:
+def baseline_from_costs(raw: Path, got: dict, input_len: int | None = None) -> list[int]:
     """The baseline at 128-token prompts from spec costs' own baseline windows (bench at each
     batch size, unique prompts, 5 s) where the run served no baseline_c window there: the
-    same server and client, one second shorter. The concurrencies taken from it."""
+    same server and client, one second shorter. The concurrencies taken from it (none where
+    the report is of another prompt length)."""
     journal = raw / "spec-costs-8b.journal.jsonl"
     if not journal.exists():
         return []
@@ -172,6 +186,8 @@ def baseline_from_costs(raw: Path, got: dict) -> list[int]:
         if r.get("record") == "plan":
             prompt = int(r["plan"]["bench"]["input_len"])
         if r.get("record") != "window" or r.get("steps") != "baseline" or r["status"] != "ok":
+            continue
+        if input_len not in (None, prompt):
             continue
         key = ("baseline", int(r["batch_size"]), prompt)
         if key not in got:
@@ -238,7 +254,7 @@ def report(
     hist = json.loads((histogram or raw / "accept-histogram-forced-3.json").read_text())
     acc = Acceptance.from_requests([hist["histogram"]], int(hist["steps"]))
     got = {k: b for k, b in benches(raw).items() if input_len in (None, k[2])}
-    base_from_costs = baseline_from_costs(raw, got)
+    base_from_costs = baseline_from_costs(raw, got, input_len)
     prompts = sorted({n for (_m, _c, n) in got})
     cs = sorted({c for (_m, c, _n) in got})
     rows, plans, used = [], {}, {}
@@ -274,6 +290,7 @@ def report(
                          "within_goal": judged,
                          "predicted_long_run_tok_s": long_run and round(long_run, 1),
                          "tagged": b.get("tagged"),
+                         "prefill_batching": b.get("timeline"),
                          "accept_length": b.get("accept_length")})  # fmt: skip
     between = []
     for c in cs:

@@ -463,6 +463,36 @@ def fixed_eagle_batch(
     return {n: ms + moved for n, ms in baseline_batch.items()}
 
 
+PREFILL_KEYS = ("prefill_ms", "prefill_batch_ms", "prefill_batch_prompt")
+
+
+def with_prefill_points(data: Mapping[str, Any], points: Mapping[str, Any]) -> dict[str, Any]:
+    """A `spec costs` file's data with its prefill taken from prefill points measured apart
+    (a `spec costs` file of the baseline and steps-0 trials at batch 1 with their batch
+    point, at the same prompt length): for a cost file measured before `spec costs` took a
+    batch point. Fixed EAGLE-3's first token and batch point are made from the file's own
+    1..K trials, as `spec costs` makes them. A copy; CostsError where the prompt lengths
+    differ."""
+    n = (data.get("bench") or {}).get("input_len")
+    at = (points.get("bench") or {}).get("input_len")
+    if n != at:
+        raise CostsError(f"prefill points at {at}-token prompts cannot price costs measured "
+                         f"at {n}: measure them at {n}")  # fmt: skip
+    out = {**data, **{k: points.get(k) for k in PREFILL_KEYS}}
+    prefill = {m: dict(t) for m, t in (points.get("prefill_ms") or {}).items()}
+    batch = {m: dict(t) for m, t in (points.get("prefill_batch_ms") or {}).items()}
+    base = {int(t): ms for t, ms in (prefill.get("baseline") or {}).items()}
+    fixed = fixed_eagle_prefill(data.get("trials") or [], n, base)
+    if fixed:
+        prefill["eagle"] = {str(t): ms for t, ms in fixed.items()}
+    base_batch = {int(t): ms for t, ms in (batch.get("baseline") or {}).items()}
+    moved = fixed_eagle_batch(fixed, base, base_batch, n) if isinstance(n, int) else {}
+    if moved:
+        batch["eagle"] = {str(t): ms for t, ms in moved.items()}
+    out["prefill_ms"], out["prefill_batch_ms"] = prefill, batch
+    return out
+
+
 # what a skip run must share with the cost file it goes beside: (field, what it is)
 SAME_RUN_FIELDS = (("engine", "engine"), ("simulated", "simulated"), ("model", "model"),
                    ("sglang_version", "SGLang version"), ("tp_size", "TP size"))  # fmt: skip
