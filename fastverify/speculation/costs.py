@@ -463,9 +463,6 @@ def fixed_eagle_batch(
     return {n: ms + moved for n, ms in baseline_batch.items()}
 
 
-PREFILL_KEYS = ("prefill_ms", "prefill_batch_ms", "prefill_batch_prompt")
-
-
 def with_prefill_points(data: Mapping[str, Any], points: Mapping[str, Any]) -> dict[str, Any]:
     """A `spec costs` file's data with its prefill taken from prefill points measured apart
     (a `spec costs` file of the baseline and steps-0 trials at batch 1 with their batch
@@ -478,7 +475,6 @@ def with_prefill_points(data: Mapping[str, Any], points: Mapping[str, Any]) -> d
     if n != at:
         raise CostsError(f"prefill points at {at}-token prompts cannot price costs measured "
                          f"at {n}: measure them at {n}")  # fmt: skip
-    out = {**data, **{k: points.get(k) for k in PREFILL_KEYS}}
     prefill = {m: dict(t) for m, t in (points.get("prefill_ms") or {}).items()}
     batch = {m: dict(t) for m, t in (points.get("prefill_batch_ms") or {}).items()}
     base = {int(t): ms for t, ms in (prefill.get("baseline") or {}).items()}
@@ -489,8 +485,8 @@ def with_prefill_points(data: Mapping[str, Any], points: Mapping[str, Any]) -> d
     moved = fixed_eagle_batch(fixed, base, base_batch, n) if isinstance(n, int) else {}
     if moved:
         batch["eagle"] = {str(t): ms for t, ms in moved.items()}
-    out["prefill_ms"], out["prefill_batch_ms"] = prefill, batch
-    return out
+    return {**data, "prefill_ms": prefill, "prefill_batch_ms": batch,
+            "prefill_batch_prompt": points.get("prefill_batch_prompt")}  # fmt: skip
 
 
 # what a skip run must share with the cost file it goes beside: (field, what it is)
