@@ -141,10 +141,10 @@ def served(url: str, c: int, seconds: float, input_len: int, output_len: int) ->
 def predicted_window(plan: spec_plan.Plan, mode: str, c: int, seconds: float,
                      f: float = 1.0) -> dict[str, float]:  # fmt: skip
     """The plan's prediction of one bench window: its replays of the window, mean and sd."""
-    runs = [serving.serve(mode, c, plan.costs, plan.workload, plan.acceptance,
-                          config=plan.adaptive_config(), steps=plan.acceptance.steps, f=f,
-                          window_s=seconds, seed=s).tokens_per_second
-            for s in range(spec_plan.WINDOW_SEEDS)]  # fmt: skip
+    runs = [r.tokens_per_second for r in serving.window_runs(
+        mode, c, plan.costs, plan.workload, plan.acceptance, config=plan.adaptive_config(),
+        steps=plan.acceptance.steps, f=f, window_s=seconds,
+        seeds=range(spec_plan.WINDOW_SEEDS))]  # fmt: skip
     mean = sum(runs) / len(runs)
     sd = (sum((x - mean) ** 2 for x in runs) / (len(runs) - 1)) ** 0.5
     return {"mean": round(mean, 3), "sd": round(sd, 3)}

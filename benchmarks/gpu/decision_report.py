@@ -235,10 +235,9 @@ def window_prediction(
     the mean over the plan's window seeds: a short window at many clients holds the first
     round's prefills, which the long run spreads out."""
     wl = serving.Workload(n, OUTPUT_LEN)
-    runs = [serving.serve(mode, c, costs, wl, acc, config=config, steps=steps, seed=s,
-                          window_s=window_s).tokens_per_second
-            for s in range(spec_plan.WINDOW_SEEDS)]  # fmt: skip
-    return sum(runs) / len(runs)
+    return serving.mean_tokens_per_second(serving.window_runs(
+        mode, c, costs, wl, acc, config=config, steps=steps, window_s=window_s,
+        seeds=range(spec_plan.WINDOW_SEEDS)))  # fmt: skip
 
 
 def report(

@@ -355,9 +355,9 @@ def predict(plan: Plan, concurrency: int, *, window_s: float | None = None, seed
     # fixed EAGLE-3 at the recorded steps, or at the most the costs priced
     K = min(acc.steps, *(max(costs.steps(b)) for b in costs.batch_sizes))
 
-    def run(mode: str, f: float = 1.0, s: int = seed, window: float | None = None):
+    def run(mode: str, f: float = 1.0) -> serving.Served:
         return serving.serve(mode, concurrency, costs, wl, acc, config=cfg, steps=K, f=f,
-                             seed=s, window_s=window)  # fmt: skip
+                             seed=seed)  # fmt: skip
 
     base, eagle, ad = run("baseline"), run("eagle"), run("adaptive")
     ad_low, eagle_low = run("adaptive", plan.f_low), run("eagle", plan.f_low)
@@ -385,8 +385,9 @@ def predict(plan: Plan, concurrency: int, *, window_s: float | None = None, seed
         "gain": gain(base, ad),
     }
     if window_s is not None:
-        runs = [run("adaptive", s=seed + i, window=window_s).tokens_per_second
-                for i in range(WINDOW_SEEDS)]  # fmt: skip
+        runs = [r.tokens_per_second for r in serving.window_runs(
+            "adaptive", concurrency, costs, wl, acc, config=cfg, steps=K, window_s=window_s,
+            seeds=range(seed, seed + WINDOW_SEEDS))]  # fmt: skip
         mean = sum(runs) / len(runs)
         sd_w = math.sqrt(sum((r - mean) ** 2 for r in runs) / max(1, len(runs) - 1))
         half_w = Z95 * math.sqrt((slope * sd_f) ** 2 + (mean * costs.spread) ** 2 + sd_w**2)
@@ -416,9 +417,9 @@ def replay_stored(stored: dict[str, Any], concurrency: int, window_s: float,
     costs = Costs.from_dict(stored["costs"])
     wl = stored.get("workload") or {}
     workload = serving.Workload(int(wl.get("input_len", 128)), int(wl.get("output_len", 256)))
-    runs = [serving.serve("adaptive", concurrency, costs, workload, acc,
-                          config=stored["adaptive_config_json"], window_s=window_s, seed=s)
-            for s in range(seeds)]  # fmt: skip
+    runs = serving.window_runs("adaptive", concurrency, costs, workload, acc,
+                               config=stored["adaptive_config_json"], window_s=window_s,
+                               seeds=range(seeds))  # fmt: skip
     n = len(runs)
 
     def mean_sd(values: list[float]) -> tuple[float, float]:

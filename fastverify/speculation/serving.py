@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -279,3 +279,27 @@ def serve(
         steps_share={kk: v / total for kk, v in sorted(at.items())},
         decode_only=decode_only,
     )
+
+
+def window_runs(
+    mode: str,
+    concurrency: int,
+    costs: Costs,
+    workload: Workload,
+    acceptance: Acceptance | None = None,
+    *,
+    window_s: float,
+    seeds: Iterable[int],
+    config: Mapping[str, Any] | None = None,
+    steps: int | None = None,
+    f: float = 1.0,
+) -> list[Served]:
+    """One bench window of `window_s` (`serve(window_s=)`) per seed: what such windows measure
+    and how much they differ from one another."""
+    return [serve(mode, concurrency, costs, workload, acceptance, config=config, steps=steps,
+                  f=f, window_s=window_s, seed=s) for s in seeds]  # fmt: skip
+
+
+def mean_tokens_per_second(runs: list[Served]) -> float:
+    """The runs' mean output tokens/s."""
+    return sum(r.tokens_per_second for r in runs) / len(runs)

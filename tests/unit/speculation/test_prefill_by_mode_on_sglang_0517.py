@@ -45,12 +45,10 @@ def served_over_predicted(
     out = {}
     for c in BETWEEN_KEYS:
         b = bench(tag, c)
-        runs = [
-            serving.serve(mode, c, costs, serving.Workload(128, 128), acc, config=config,
-                          steps=steps, seed=s, window_s=float(b["config"]["duration"]))
-            for s in range(3)
-        ]  # fmt: skip
-        pred = sum(r.tokens_per_second for r in runs) / len(runs)
+        runs = serving.window_runs(mode, c, costs, serving.Workload(128, 128), acc,
+                                   config=config, steps=steps, seeds=range(3),
+                                   window_s=float(b["config"]["duration"]))  # fmt: skip
+        pred = serving.mean_tokens_per_second(runs)
         out[c] = b["output_tokens_per_second"] / pred
     return out
 

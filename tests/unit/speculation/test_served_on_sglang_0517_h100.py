@@ -68,11 +68,10 @@ def predicted(
     mode: str, c: int, n: int, costs: spec_costs.Costs, acc: Acceptance, window_s: float,
     config: dict | None = None, steps: int | None = None,
 ) -> float:  # fmt: skip
-    """What a bench window of `window_s` measures by the serving model, over the plan's seeds."""
-    runs = [serving.serve(mode, c, costs, serving.Workload(n, OUTPUT_LEN), acc, config=config,
-                          steps=steps, seed=s, window_s=window_s).tokens_per_second
-            for s in range(SEEDS)]  # fmt: skip
-    return sum(runs) / len(runs)
+    """What a bench window of `window_s` measures by the serving model, over the seeds."""
+    return serving.mean_tokens_per_second(serving.window_runs(
+        mode, c, costs, serving.Workload(n, OUTPUT_LEN), acc, config=config, steps=steps,
+        window_s=window_s, seeds=range(SEEDS)))  # fmt: skip
 
 
 def served_over_predicted(
