@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build the SGLang 0.5.17 carry pack for a GPU machine with torch 2.11.0+cu130 and Python 3.12
 # that reaches no registry: the wheels of reqs-sglang-0.5.17.txt installed --no-deps into one
-# pruned site tree, xz-compressed (~54 MB), with the tiny model configs beside it. Runs here
+# pruned site tree, xz-compressed (~50 MB), with the tiny model configs beside it. Runs here
 # (needs PyPI and a Python 3.12, e.g. pyenv's).
 #   benchmarks/gpu/sglang_pack/build_pack.sh OUTDIR     (OUTDIR becomes the folder to carry)
 set -euo pipefail
@@ -41,6 +41,7 @@ done
 "$PYW" -m pip install -q --no-index --no-deps --target "$W/site" "$W"/wheels/*.whl
 cd "$W/site" && rm -rf bin sglang/multimodal_gen sglang/test &&
   rm -f sglang/srt/server/_core*.so sglang/srt/grpc/_core*.so sglang/srt/multimodal/_core*.so &&
+  rm -f zstandard/_cffi*.so &&  # zstandard's fallback backend: it imports backend_c first
   find . -name __pycache__ -type d -prune -exec rm -rf {} +
 mkdir -p "$OUTDIR"
 tar -C "$W" -cf - site | xz -T2 -9 >"$OUTDIR/sglang-0.5.17-site.tar.xz"
