@@ -5,7 +5,7 @@ bench window is compared with the model's prediction of that window (its length,
 starting at once after the warm-up: `serving.serve(window_s=)`); the long run is beside it.
 
     python benchmarks/gpu/decision_report.py RAW_DIR [--out benchmarks/results/FILE.json]
-        [--histogram FILE] [--input-len N] [--prefill-points FILE]
+        [--histogram FILE] [--input-len N] [--prefill-points FILE] [--replicate RAW2 ...]
 
 RAW_DIR holds the run's raw outputs (spec-costs-8b.json, and spec-costs-8b-inN.json for costs
 measured at N-token prompts: each window is predicted from those nearest its own prompt
@@ -13,7 +13,9 @@ length; bench-MODE-cC-inN.json,
 accept-histogram-forced-3.json): one call's raw tarball unpacked. Modes compared: baseline (a
 baseline server) and fixed3 (EAGLE-3 at 3 steps, the plan's "eagle" prediction), and, when the
 run served them, adaptive3 (the plan served at the planned acceptance) and adaptive2 (the same
-config at the lower forced acceptance, against baseline).
+config at the lower forced acceptance, against baseline). `--replicate` pools the windows of
+other runs of the same steps (another card, another server instance) with RAW's: each window
+is then the mean of its runs, with every run's figure and the spread beside it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import itertools
 import json
 import re
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -240,20 +243,54 @@ def window_prediction(
         seeds=range(spec_plan.WINDOW_SEEDS)))  # fmt: skip
 
 
+def pool(
+    got: dict[tuple[str, int, int], dict[str, Any]],
+    replicates: list[Path],
+    input_len: int | None,
+) -> list[dict[str, Any]]:
+    """Fold the replicate runs' windows into `got`: a window served in several runs (other
+    cards, other server instances) is read as the mean of its runs' tok/s, and each run's
+    figure is kept beside it. One 6-s window at a near-tie cannot tell two configs apart:
+    the same config on two H100s differed by up to 18% (2026-12-07). The windows served in
+    more than one run, with their spread (max / min)."""
+    runs: dict[tuple[str, int, int], list[float]] = {
+        k: [b["output_tokens_per_second"]] for k, b in got.items()
+    }
+    for rep in replicates:
+        for k, b in benches(rep).items():
+            if input_len not in (None, k[2]):
+                continue
+            runs.setdefault(k, []).append(b["output_tokens_per_second"])
+            got.setdefault(k, b)
+    spread = []
+    for k, tok_s in sorted(runs.items()):
+        if len(tok_s) < 2:
+            continue
+        got[k] = {**got[k], "output_tokens_per_second": statistics.fmean(tok_s), "runs": tok_s}
+        spread.append({"mode": k[0], "concurrency": k[1], "input_len": k[2],
+                       "runs_tok_s": [round(t, 1) for t in tok_s],
+                       "spread": round(max(tok_s) / min(tok_s), 4)})  # fmt: skip
+    return spread
+
+
 def report(
     raw: Path,
     histogram: Path | None = None,
     input_len: int | None = None,
     points: Path | None = None,
+    replicates: list[Path] | None = None,
 ) -> dict[str, Any]:
     """The figures; `histogram`: the forced histogram the plan was made from when the raw dir
     lacks it (a call that planned from a carried one); `input_len`: that prompt length's
     windows only (a warm machine's raw dir holds every call's); `points`: prefill points
-    measured apart (`prefill_points`), for a cost file measured without them."""
+    measured apart (`prefill_points`), for a cost file measured without them; `replicates`:
+    raw dirs of other runs of the same windows (`pool`), read beside RAW's."""
+    replicates = replicates or []
     hist = json.loads((histogram or raw / "accept-histogram-forced-3.json").read_text())
     acc = Acceptance.from_requests([hist["histogram"]], int(hist["steps"]))
     got = {k: b for k, b in benches(raw).items() if input_len in (None, k[2])}
     base_from_costs = baseline_from_costs(raw, got, input_len)
+    spread = pool(got, replicates, input_len)
     prompts = sorted({n for (_m, _c, n) in got})
     cs = sorted({c for (_m, c, _n) in got})
     rows, plans, used = [], {}, {}
@@ -286,6 +323,7 @@ def report(
             rows.append({"mode": mode, "concurrency": c, "input_len": n, "costs_at": at,
                          "predicted_tok_s": round(pred, 1), "served_tok_s": round(served, 1),
                          "served_over_predicted": round(served / pred, 4),
+                         **({"served_runs": b["runs"]} if "runs" in b else {}),
                          "within_goal": judged,
                          "predicted_long_run_tok_s": long_run and round(long_run, 1),
                          "tagged": b.get("tagged"),
@@ -342,6 +380,11 @@ def report(
         "between_keys": between,
         "lower_acceptance": lower,
         "baseline_from_costs_windows": base_from_costs,
+        **(
+            {"replicates": {"runs": [str(raw), *map(str, replicates)], "windows": spread}}
+            if replicates
+            else {}
+        ),
         "prefix_cache": prefix_cache(raw),
     }
 
@@ -349,6 +392,9 @@ def report(
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("raw")
+    ap.add_argument("--replicate", action="append", default=[], metavar="RAW",
+                    help="another run's raw dir: its windows are pooled with RAW's (the "
+                    "mean of the runs; the costs and plan stay RAW's)")  # fmt: skip
     ap.add_argument("--out", default="")
     ap.add_argument("--histogram", default="", help="the forced histogram, if not in RAW_DIR")
     ap.add_argument("--input-len", type=int, default=None, help="this prompt length only")
@@ -356,7 +402,8 @@ def main() -> int:
                     "prefill_points step: the prefill of N-token windows' costs")  # fmt: skip
     a = ap.parse_args()
     rep = report(Path(a.raw), Path(a.histogram) if a.histogram else None, a.input_len,
-                 Path(a.prefill_points) if a.prefill_points else None)  # fmt: skip
+                 Path(a.prefill_points) if a.prefill_points else None,
+                 [Path(r) for r in a.replicate])  # fmt: skip
     text = json.dumps(rep, indent=1) + "\n"
     if a.out:
         Path(a.out).write_text(text)

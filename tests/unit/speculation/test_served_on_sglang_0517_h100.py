@@ -13,6 +13,11 @@ With one prompt's prefill line alone the model over-predicts at many clients: SG
 prompts sent together reach the scheduler spread out and take several forwards (the
 timelines: 256 first tokens in 28 forwards at c = 32). The measured batch point prices that,
 and every window at the plan's keys is then within 5%.
+
+The same windows served again on a second H100 (another card, the same plan and costs:
+tests/fixtures/sglang-0.5.17-h100-spec8b-replicate/, with its own baseline windows at every c
+and both prompt lengths): one card's 6-s window is off the prediction by up to 9%, and the same
+steps served 18% apart on the two cards; the mean of the two cards is within the goals.
 """
 
 from __future__ import annotations
@@ -27,14 +32,15 @@ from fastverify.speculation import serving
 from fastverify.speculation.acceptance import Acceptance
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "sglang-0.5.17-h100-spec8b-served"
+REP = FIX.parent / "sglang-0.5.17-h100-spec8b-replicate"
 KEYS = (1, 2, 4, 8, 16, 32)
 BETWEEN_KEYS = (3, 6, 12, 24)
 OUTPUT_LEN = 128
 SEEDS = 3
 
 
-def read(name: str) -> dict:
-    return json.loads((FIX / name).read_text())
+def read(name: str, run: Path = FIX) -> dict:
+    return json.loads((run / name).read_text())
 
 
 def costs_at(n: int, tmp_path: Path, points: bool) -> spec_costs.Costs:
@@ -65,7 +71,7 @@ def baseline_windows() -> dict[int, tuple[float, float]]:
 
 
 def predicted(
-    mode: str, c: int, n: int, costs: spec_costs.Costs, acc: Acceptance, window_s: float,
+    mode: str, c: int, n: int, costs: spec_costs.Costs, acc: Acceptance | None, window_s: float,
     config: dict | None = None, steps: int | None = None,
 ) -> float:  # fmt: skip
     """What a bench window of `window_s` measures by the serving model, over the seeds."""
@@ -75,11 +81,13 @@ def predicted(
 
 
 def served_over_predicted(
-    tag: str, c: int, n: int, costs: spec_costs.Costs, acc: Acceptance
+    tag: str, c: int, n: int, costs: spec_costs.Costs, acc: Acceptance | None, run: Path = FIX
 ) -> float:
-    b = read(f"bench-{tag}-c{c}-in{n}.json")
+    b = read(f"bench-{tag}-c{c}-in{n}.json", run)
     config = b["served_by"]["server"].get("adaptive_config")
     mode, steps = ("adaptive", None) if tag.startswith("adaptive") else ("eagle", b["accept_steps"])
+    if tag == "baseline":
+        mode, acc = "baseline", None
     pred = predicted(mode, c, n, costs, acc, float(b["config"]["duration"]), config, steps)
     return b["output_tokens_per_second"] / pred
 
@@ -147,3 +155,54 @@ def test_prefill_points_of_another_prompt_length_are_refused() -> None:
         spec_costs.with_prefill_points(
             read("spec-costs-8b.json"), read("prefill-points-in1024.json")
         )
+
+
+def tok_s(tag: str, c: int, run: Path, n: int = 128) -> float:
+    return read(f"bench-{tag}-c{c}-in{n}.json", run)["output_tokens_per_second"]
+
+
+@pytest.mark.parametrize("n", [128, 1024])
+def test_one_card_is_off_by_up_to_9_percent_and_the_two_cards_mean_within_5(
+    n: int, acceptance: Acceptance, tmp_path: Path
+) -> None:
+    """The replicate was planned from the first cards' costs: a card's own speed and one
+    window's luck (how the prompts fell into prefill forwards) move a window by more than
+    the goal; the mean of the two cards' windows is within it."""
+    costs = costs_at(n, tmp_path, points=True)
+    runs: dict[object, list[float]] = {}
+    for c in KEYS:
+        runs[c] = [served_over_predicted("adaptive3", c, n, costs, acceptance, run)
+                   for run in (FIX, REP)]  # fmt: skip
+        base = [served_over_predicted("baseline", c, n, costs, acceptance, REP)]
+        if n == 128:  # the first card served no baseline of its own: spec costs' windows
+            tok, window_s = baseline_windows()[c]
+            base.append(tok / predicted("baseline", c, n, costs, None, window_s))
+        runs[("baseline", c)] = base
+    alone = [r for rs in runs.values() for r in rs]
+    assert max(abs(r - 1) for r in alone) <= 0.09
+    if n == 128:
+        assert max(abs(r - 1) for r in alone) > 0.05
+    off = {c: rs for c, rs in runs.items() if abs(sum(rs) / len(rs) - 1) > 0.05}
+    assert not off, off
+
+
+def test_between_the_keys_adaptive_and_fixed_two_run_the_same_steps_and_pool_above_97() -> None:
+    """Between the keys (c = 3..24) the plan's config drafts 2 steps, as fixed2 does: what
+    one window tells apart there is noise (fixed2 at c = 24 served 18% apart on the two
+    cards). Pooled over both cards, adaptive holds the better fixed mode."""
+    config = read("bench-adaptive3-c3-in128.json", REP)["served_by"]["server"]["adaptive_config"]
+    keys = sorted(int(k) for k in config)
+    for c in BETWEEN_KEYS:
+        tier = max(k for k in keys if k <= c)
+        assert config[str(tier)]["candidate_steps"] == [2]
+    assert tok_s("fixed2", 24, REP) / tok_s("fixed2", 24, FIX) > 1.15
+    for c in BETWEEN_KEYS:
+        ada = (tok_s("adaptive3", c, FIX) + tok_s("adaptive3", c, REP)) / 2
+        fixed = [(tok_s(f"fixed{k}", c, FIX) + tok_s(f"fixed{k}", c, REP)) / 2 for k in (1, 2)]
+        best = max(*fixed, tok_s("fixed3", c, FIX))  # fixed 3 was served on the first card
+        assert ada >= 0.97 * best, (c, ada, best)
+
+
+def test_at_the_lower_acceptance_adaptive_stays_above_the_same_cards_baseline() -> None:
+    for c in KEYS:
+        assert tok_s("adaptive2", c, REP) >= 0.97 * tok_s("baseline", c, REP)
