@@ -214,8 +214,9 @@ def test_at_1024_tokens_the_first_token_and_inter_token_times_are_sglangs(
 ) -> None:
     """Where the prefill is a large part of the time (1024-token prompts), the model's mean
     first-token and inter-token times are SGLang's within 7% and 5% at c = 4-32, on both
-    cards. (At 128 tokens only the totals are: at c = 32 SGLang's adaptive server gives the
-    first token ~21% sooner than the model and the baseline ~21% later, on both cards.)"""
+    cards. (At 128 tokens only the totals are: at c = 32 SGLang gives the first token ~21%
+    sooner than the model, which releases a round's first tokens at the end of one forward
+    priced at the batch point, where SGLang releases them over 3-4 forwards.)"""
     costs = costs_at(1024, tmp_path, points=True)
     for tag in ("adaptive3", "baseline"):
         for c in (4, 8, 16, 32):
