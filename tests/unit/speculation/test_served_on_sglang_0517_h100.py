@@ -165,9 +165,9 @@ def tok_s(tag: str, c: int, run: Path, n: int = 128) -> float:
 def test_one_card_is_off_by_up_to_9_percent_and_the_two_cards_mean_within_5(
     n: int, acceptance: Acceptance, tmp_path: Path
 ) -> None:
-    """The replicate was planned from the first cards' costs: a card's own speed and one
-    window's luck (how the prompts fell into prefill forwards) move a window by more than
-    the goal; the mean of the two cards' windows is within it."""
+    """Both cards were planned from the costs of a third (the morning's): a card's own speed
+    and one window's luck (how the prompts fell into prefill forwards) move a window by more
+    than the goal; the mean of the two cards' windows is within it."""
     costs = costs_at(n, tmp_path, points=True)
     runs: dict[object, list[float]] = {}
     for c in KEYS:
