@@ -28,9 +28,11 @@
 # CALL_S=570 gives the steps what is left of a call of that many seconds once the pack, the
 # wheels and the checkpoint are in place (it sets --budget-s).
 #
-# Unpacks the pack into .sglenv/ (kept while the machine stays warm), writes the server's
-# interpreter wrapper (SGLang on its PYTHONPATH), records the host's PCIe/IOMMU/NUMA facts,
-# then runs the steps. Everything lands in $OUT (at most 8 files): results-SHAPE.json,
+# Unpacks the pack into $SGLENV (default /tmp/sglenv, outside the checkout: the checkout's
+# ignored files did not survive between calls, and with its JIT caches there every call's
+# first engine took 60 s over its first prefill graph, where the call's later engines took
+# 0.4 s; /tmp is kept while the machine stays warm), writes the server's interpreter wrapper
+# (SGLang on its PYTHONPATH), records the host's PCIe/IOMMU/NUMA facts, then runs the steps. Everything lands in $OUT (at most 8 files): results-SHAPE.json,
 # raw-SHAPE.tar.xz (logs, /metrics, traces, ...), host.tar.gz, run-SHAPE.log.
 set -u
 SHAPE=${1:-tiny}
@@ -50,7 +52,8 @@ OUTD=${OUT:-/tmp/real-sglang-out}
 mkdir -p "$OUTD"
 PY=${PY:-/opt/torch/.venv/bin/python3}
 PK=$REPO/.sglpack
-SITE=$REPO/.sglenv/site
+SGLENV=${SGLENV:-/tmp/sglenv}
+SITE=$SGLENV/site
 WORK=${WORK:-/tmp/real-sglang-$TAG}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -80,10 +83,13 @@ host_facts() {
 }
 
 unpack() {
-  if [ -f "$SITE/.ok" ]; then echo "reusing $SITE"; return 0; fi
+  # the unpacked site is reused while it is this pack's (another pack's is replaced)
+  local sum
+  sum=$(sha256sum "$PK/sglang-0.5.17-site.tar.xz" | cut -d' ' -f1)
+  if [ "$(cat "$SITE/.ok" 2>/dev/null)" = "$sum" ]; then echo "reusing $SITE"; return 0; fi
   rm -rf "$SITE" && mkdir -p "$(dirname "$SITE")"
   "$PY" -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
-    "$PK/sglang-0.5.17-site.tar.xz" "$(dirname "$SITE")" && touch "$SITE/.ok"
+    "$PK/sglang-0.5.17-site.tar.xz" "$(dirname "$SITE")" && echo "$sum" >"$SITE/.ok"
 }
 
 host_facts
@@ -104,11 +110,11 @@ if [ -z "${CUDA_HOME:-}" ]; then
   done
 fi
 # The server's interpreter: SGLang's pack first on its path, offline, JIT caches kept warm.
-WRAP=$REPO/.sglenv/sglang-python
+WRAP=$SGLENV/sglang-python
 cat >"$WRAP" <<EOF
 #!/bin/sh
 export PYTHONPATH="$SITE" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export TVM_FFI_CACHE_DIR="$REPO/.sglenv/tvmffi" TRITON_CACHE_DIR="$REPO/.sglenv/triton"
+export TVM_FFI_CACHE_DIR="$SGLENV/tvmffi" TRITON_CACHE_DIR="$SGLENV/triton"
 export CUDA_HOME="${CUDA_HOME:-}" PATH="$(dirname "$PY"):\$PATH"
 exec "$PY" "\$@"
 EOF
