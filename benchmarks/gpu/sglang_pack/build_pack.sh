@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build the SGLang 0.5.17 carry pack for a GPU machine with torch 2.11.0+cu130 and Python 3.12
 # that reaches no registry: the wheels of reqs-sglang-0.5.17.txt installed --no-deps into one
-# pruned site tree, xz-compressed (~50 MB), with the tiny model configs beside it. Runs here
+# pruned site tree, xz-compressed (~48 MB), with the tiny model configs beside it. Runs here
 # (needs PyPI and a Python 3.12, e.g. pyenv's).
 #   benchmarks/gpu/sglang_pack/build_pack.sh OUTDIR     (OUTDIR becomes the folder to carry)
 set -euo pipefail
@@ -44,5 +44,7 @@ cd "$W/site" && rm -rf bin sglang/multimodal_gen sglang/test &&
   rm -f zstandard/_cffi*.so &&  # zstandard's fallback backend: it imports backend_c first
   find . -name __pycache__ -type d -prune -exec rm -rf {} +
 mkdir -p "$OUTDIR"
-tar -C "$W" -cf - site | xz -T2 -9 >"$OUTDIR/sglang-0.5.17-site.tar.xz"
+# one thread and a dictionary the size of the tree's repeats: 2 MB smaller than -T2 -9 (the tree
+# travels with the checkout under 64 MiB), ~14 min on 2 cores; 385 MiB to unpack
+tar -C "$W" -cf - site | xz -T1 -9e --lzma2=preset=9e,dict=384MiB >"$OUTDIR/sglang-0.5.17-site.tar.xz"
 du -b "$OUTDIR/sglang-0.5.17-site.tar.xz"
