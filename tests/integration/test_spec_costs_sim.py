@@ -102,6 +102,12 @@ def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path:
         assert batch["eagle"][str(16 * n)] == pytest.approx(
             batch["baseline"][str(16 * n)] + extra, abs=1e-3
         )
+        # each batch point's window keeps its rounds and its mean first token beside the last
+        points = [t["ttft_ms_batch"] for t in ok if t.get("ttft_ms_batch")]
+        assert len(points) == 2, points  # the baseline's and the steps-0 trial's, at batch 1
+        for p in points:
+            assert p["ms"] == pytest.approx(sorted(p["rounds_ms"])[1]), p  # the median of 3
+            assert 0 < p["mean_ms"] <= max(p["rounds_ms"]), p
         base = {int(b): ms for b, ms in report["baseline_ms"].items()}
         # a verify time where the trace gave one, never longer than its window's cycle (the
         # two windows ran under different load: left out, and said)

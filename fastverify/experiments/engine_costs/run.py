@@ -454,11 +454,11 @@ class CostTrials:
         return tokens
 
     def _first_tokens(
-        self, url: str, what: str, clients: int, requests: int, tokens: int, pct: str
-    ) -> float | None:
-        """The `pct` time to first token (ms) of `requests` prompts of `tokens` tokens from
-        `clients` clients after one warm-up request each; None, with a warning naming
-        `what`, when a prompt failed or gave no first token."""
+        self, url: str, what: str, clients: int, requests: int, tokens: int
+    ) -> dict[str, float] | None:
+        """The times to first token (ms: mean, p50, p99, ...) of `requests` prompts of
+        `tokens` tokens from `clients` clients after one warm-up request each; None, with a
+        warning naming `what`, when a prompt failed or gave no first token."""
         from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
 
         cfg = BenchConfig(url=url, concurrency=clients, duration=None, requests=requests,
@@ -468,12 +468,12 @@ class CostTrials:
         except BenchError as exc:
             self.warnings.append(f"{what}: {exc}")
             return None
-        ms = (r.ttft_ms or {}).get(pct)
-        if not ms or r.completed < requests:
+        ms = r.ttft_ms or {}
+        if not ms.get("p50") or r.completed < requests:
             why = "; ".join(r.errors) or f"{r.completed} of {requests} first tokens"
             self.warnings.append(f"{what}: {why}")
             return None
-        return float(ms)
+        return {k: float(v) for k, v in ms.items() if v is not None}
 
     def _prompt_ttft(self, url: str, tag: str, tokens: int | None) -> dict[str, float] | None:
         """The time to first token (p50) of `tokens`-token prompts, one request at a time: a
@@ -485,8 +485,8 @@ class CostTrials:
             f"{tag}: {PROMPT_POINT_REQUESTS} requests of {tokens} prompt tokens (prefill) ..."
         )
         what = f"{tag}: no prefill point at {tokens} tokens"
-        p50 = self._first_tokens(url, what, 1, PROMPT_POINT_REQUESTS, tokens, "p50")
-        return None if p50 is None else {"tokens": tokens, "ms": round(p50, 4)}
+        ttft = self._first_tokens(url, what, 1, PROMPT_POINT_REQUESTS, tokens)
+        return None if ttft is None else {"tokens": tokens, "ms": round(ttft["p50"], 4)}
 
     def _batch_prompts(self) -> int:
         """How many window-length prompts one prefill forward takes: the server's chunked
@@ -507,18 +507,22 @@ class CostTrials:
         """The prefill of a batch of window-length prompts sent at once (one forward, or
         the few the scheduler splits it into): the median over BATCH_PROMPT_ROUNDS rounds of
         each round's last first token (p99; each round's warm-up is a batch of its own, sent
-        before it); None, said, when it cannot be had."""
+        before it), and of each round's mean first token (`mean_ms`: SGLang releases a
+        round's first tokens over the forwards it splits the round into, so most come before
+        the last); None, said, when it cannot be had."""
         n, each = self._batch_prompts(), self.cfg.input_len
         self.emit(f"{tag}: {BATCH_PROMPT_ROUNDS} rounds of {n} prompts of {each} tokens at "
                   f"once (a {n * each}-token prefill) ...")  # fmt: skip
-        lasts = []
+        rounds = []
         for _ in range(BATCH_PROMPT_ROUNDS):
-            last = self._first_tokens(url, f"{tag}: no batch prefill point", n, n, each, "p99")
-            if last is None:
+            ttft = self._first_tokens(url, f"{tag}: no batch prefill point", n, n, each)
+            if ttft is None:
                 return None
-            lasts.append(last)
+            rounds.append(ttft)
+        lasts = [r["p99"] for r in rounds]
         return {"prompts": n, "tokens": n * each, "ms": round(statistics.median(lasts), 4),
-                "rounds_ms": [round(x, 4) for x in lasts]}  # fmt: skip
+                "rounds_ms": [round(x, 4) for x in lasts],
+                "mean_ms": round(statistics.median(r["mean"] for r in rounds), 4)}  # fmt: skip
 
     def _trace(self, rec: dict[str, Any], bench: Any, tag: str) -> None:
         from fastverify.experiments.common.daemon_ops import capture_under_load
