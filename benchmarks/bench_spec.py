@@ -145,8 +145,7 @@ def predicted_window(plan: spec_plan.Plan, mode: str, c: int, seconds: float,
         mode, c, plan.costs, plan.workload, plan.acceptance, config=plan.adaptive_config(),
         steps=plan.acceptance.steps, f=f, window_s=seconds,
         seeds=range(spec_plan.WINDOW_SEEDS))]  # fmt: skip
-    mean = sum(runs) / len(runs)
-    sd = (sum((x - mean) ** 2 for x in runs) / (len(runs) - 1)) ** 0.5
+    mean, sd = serving.mean_sd(runs)
     return {"mean": round(mean, 3), "sd": round(sd, 3)}
 
 

@@ -388,8 +388,7 @@ def predict(plan: Plan, concurrency: int, *, window_s: float | None = None, seed
         runs = [r.tokens_per_second for r in serving.window_runs(
             "adaptive", concurrency, costs, wl, acc, config=cfg, steps=K, window_s=window_s,
             seeds=range(seed, seed + WINDOW_SEEDS))]  # fmt: skip
-        mean = sum(runs) / len(runs)
-        sd_w = math.sqrt(sum((r - mean) ** 2 for r in runs) / max(1, len(runs) - 1))
+        mean, sd_w = serving.mean_sd(runs)
         half_w = Z95 * math.sqrt((slope * sd_f) ** 2 + (mean * costs.spread) ** 2 + sd_w**2)
         out["window"] = {"seconds": window_s, "adaptive_tokens_per_second": round(mean, 3),
                          "ci": [round(mean - half_w, 3), round(mean + half_w, 3)],
@@ -420,18 +419,12 @@ def replay_stored(stored: dict[str, Any], concurrency: int, window_s: float,
     runs = serving.window_runs("adaptive", concurrency, costs, workload, acc,
                                config=stored["adaptive_config_json"], window_s=window_s,
                                seeds=range(seeds))  # fmt: skip
-    n = len(runs)
-
-    def mean_sd(values: list[float]) -> tuple[float, float]:
-        m = sum(values) / n
-        return m, math.sqrt(sum((v - m) ** 2 for v in values) / max(1, n - 1))
-
-    tps, sd = mean_sd([r.tokens_per_second for r in runs])
+    tps, sd = serving.mean_sd([r.tokens_per_second for r in runs])
     return {
         "tokens_per_second": tps,
         "sd": sd,
-        "ttft_p50_s": mean_sd([r.ttft_p50_s for r in runs])[0],
-        "itl_mean_s": mean_sd([r.itl_mean_s for r in runs])[0],
+        "ttft_p50_s": serving.mean_sd([r.ttft_p50_s for r in runs])[0],
+        "itl_mean_s": serving.mean_sd([r.itl_mean_s for r in runs])[0],
         "decode_only": runs[0].decode_only,
         "workload": workload.to_dict(),
     }

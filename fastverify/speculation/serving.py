@@ -27,9 +27,10 @@ prefill and in decode (where a gain comes from).
 
 from __future__ import annotations
 
+import math
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -300,6 +301,12 @@ def window_runs(
                   f=f, window_s=window_s, seed=s) for s in seeds]  # fmt: skip
 
 
+def mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    """The mean of the replays' figures and their sample standard deviation (0 for one)."""
+    m = sum(values) / len(values)
+    return m, math.sqrt(sum((v - m) ** 2 for v in values) / max(1, len(values) - 1))
+
+
 def mean_tokens_per_second(runs: list[Served]) -> float:
     """The runs' mean output tokens/s."""
-    return sum(r.tokens_per_second for r in runs) / len(runs)
+    return mean_sd([r.tokens_per_second for r in runs])[0]
