@@ -99,6 +99,7 @@ def costs(
     import sys
 
     from fastverify.client import ApiError, DaemonUnavailable
+    from fastverify.experiments.common import interruptible
     from fastverify.experiments.engine_costs.run import (
         CostTrialBusy,
         CostTrialConfig,
@@ -134,7 +135,8 @@ def costs(
 
     measuring = CostTrials(client_for(ctx, timeout=switch_timeout), cfg, note)
     try:
-        report = measuring.run()
+        with interruptible.ctrl_c_never_lost():
+            report = measuring.run()
     except CostTrialFailed as exc:
         _deliver(exc.report, output, as_json, quiet=True)
         fail(f"spec costs: {exc}; the engine was restored"

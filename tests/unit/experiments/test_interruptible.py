@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
+import sys
 import warnings
 from collections.abc import Iterator
 
@@ -87,3 +88,58 @@ def test_no_ctrl_c_returns_the_result() -> None:
         return "finished"
 
     assert interruptible.run(load()) == "finished"
+
+
+class _SwallowsCtrlC:
+    """A finalizer that a Ctrl-C lands in: Python can only print what it raises."""
+
+    def __del__(self) -> None:
+        _ctrl_c()
+
+
+def test_a_ctrl_c_a_finalizer_swallowed_is_raised_before_the_next_load(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    started: list[bool] = []
+
+    async def load() -> str:
+        started.append(True)
+        return "finished"
+
+    with pytest.raises(KeyboardInterrupt), interruptible.ctrl_c_never_lost():
+        obj = _SwallowsCtrlC()
+        del obj  # the KeyboardInterrupt goes to sys.unraisablehook, not up the stack
+        gc.collect()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a never-awaited load would be an error
+            interruptible.run(load())
+    assert not started
+    assert "Exception ignored" not in capsys.readouterr().err
+
+
+def test_a_swallowed_ctrl_c_with_no_load_after_it_is_raised_on_leaving(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(KeyboardInterrupt), interruptible.ctrl_c_never_lost():
+        obj = _SwallowsCtrlC()
+        del obj
+    assert "Exception ignored" not in capsys.readouterr().err
+    assert interruptible.run(asyncio.sleep(0, "next")) == "next"  # nothing left over
+
+
+def test_other_unraisable_errors_still_reach_pythons_hook() -> None:
+    seen: list[BaseException] = []
+
+    class Raises:
+        def __del__(self) -> None:
+            raise ValueError("from a finalizer")
+
+    previous = sys.unraisablehook
+    sys.unraisablehook = lambda u: seen.append(u.exc_value)
+    try:
+        with interruptible.ctrl_c_never_lost():
+            obj = Raises()
+            del obj
+    finally:
+        sys.unraisablehook = previous
+    assert [type(e) for e in seen] == [ValueError]
