@@ -47,6 +47,7 @@ def _bench_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         ("completed / failed", f"{result['completed']} / {result['failed']}"),
         ("TTFT p50/p90/p99 ms", " / ".join(fmt(ttft[k]) for k in ("p50", "p90", "p99"))),
         ("ITL p50/p90/p99 ms", " / ".join(fmt(itl[k], 2) for k in ("p50", "p90", "p99"))),
+        *_split_rows(result),
         ("accept length (SGLang's /server_info average)",
          fmt(result["accept_length"], 2) + _accept_note(result)),
         *_acceptance_rows(result),
@@ -55,6 +56,15 @@ def _bench_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
                                                                    "not reported")),
         ("source", result["source"]),
     ]  # fmt: skip
+
+
+def _split_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """The mean first token in SGLang's stages, when the server sent its stamps."""
+    split = result.get("ttft_split_ms")
+    if not split:
+        return []
+    stages = " · ".join(f"{k} {fmt(v, 1)}" for k, v in split.items())
+    return [(f"TTFT mean split ms ({result['ttft_split_requests']} req)", stages)]
 
 
 def _accept_note(result: dict[str, Any]) -> str:

@@ -12,12 +12,20 @@ per finished request, `{"request_parameters": json.dumps(params), **meta_info}`,
 `DIR/sglang-request-metrics-YYYYMMDD_HH.log` (local time, one file per hour); health-check
 requests are not written. The sim's parameters hold the rid, the sampling parameters and
 the stream flag (never the prompt).
+
+With `--enable-metrics` (`stamps`), the request's time stamps, wall clock
+(`req_time_stats.py` `convert_time_to_realtime`): the scheduler's in every chunk
+(`forward_entry_time`, `prefill_finished_time`, `queue_time`), the first chunk's send
+(`response_sent_to_client_ts`) once it happened, and on the finished one the tokenizer
+manager's (`request_received_ts`, `api_server_dispatch_finish_ts`: the sim has no tokenizer,
+so both are the request's arrival; `request_finished_ts`).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +36,30 @@ from fastverify.sim.scheduler import Request
 FILE_FORMAT = "sglang-request-metrics-{hour}.log"
 
 
-def meta_info(req: Request, speculative: bool, launch_draft_tokens: int) -> dict[str, Any]:
+def _wall(t: float) -> float:
+    return t + (time.time() - time.perf_counter())
+
+
+def time_stamps(req: Request) -> dict[str, float]:
+    """The stamps SGLang's meta_info carries for `req` so far (module docstring)."""
+    meta: dict[str, float] = {}
+    if req.forward_entry_at is not None:
+        meta["forward_entry_time"] = _wall(req.forward_entry_at)
+        meta["queue_time"] = req.forward_entry_at - req.created
+    if req.first_token_at is not None:
+        meta["prefill_finished_time"] = _wall(req.first_token_at)
+    if req.first_sent_at is not None:
+        meta["response_sent_to_client_ts"] = _wall(req.first_sent_at)
+    if req.done.is_set():
+        meta["request_received_ts"] = meta["api_server_dispatch_finish_ts"] = _wall(req.created)
+        if req.finished_at is not None:
+            meta["request_finished_ts"] = _wall(req.finished_at)
+    return meta
+
+
+def meta_info(
+    req: Request, speculative: bool, launch_draft_tokens: int, stamps: bool = False
+) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "id": req.rid,
         "finish_reason": {"type": "length", "length": req.max_new_tokens}
@@ -50,6 +81,8 @@ def meta_info(req: Request, speculative: bool, launch_draft_tokens: int) -> dict
         meta[adaptive.VERIFY_CT_KEY] = req.verify_ct
         if req.done.is_set() and req.histogram:  # SGLang: finished requests only
             meta[adaptive.HISTOGRAM_KEY] = list(req.histogram)
+    if stamps:
+        meta.update(time_stamps(req))
     return meta
 
 

@@ -72,7 +72,9 @@ class Request:
     generated: int = 0
     verify_ct: int = 0
     accepted_total: int = 0
+    forward_entry_at: float | None = None  # its first prefill forward began
     first_token_at: float | None = None
+    first_sent_at: float | None = None  # the server wrote its first chunk (server.py)
     last_token_at: float | None = None
     finished_at: float | None = None
     draws: RequestDraws | None = None  # its acceptance (EAGLE-3), set at prefill
@@ -286,6 +288,9 @@ class Scheduler(threading.Thread):
             if idle or now - deadline > MAX_CATCH_UP_S:
                 deadline = now
             if chunk:
+                entry = time.perf_counter()
+                for r, _n, _done in chunk:
+                    r.forward_entry_at = r.forward_entry_at or entry
                 tokens = sum(n for _r, n, _done in chunk)
                 dur = self._prefill_seconds(tokens)
                 deadline += dur

@@ -399,7 +399,8 @@ class Handler(BaseHTTPRequestHandler):
     def _meta(self, req: Request) -> dict[str, Any]:
         sched = self.server.app.scheduler
         drafts = sched.num_draft_tokens if sched is not None and sched.mode == "eagle3" else None
-        return request_meta.meta_info(req, drafts is not None, drafts or 0)
+        stamps = self.server.app.metrics is not None  # --enable-metrics
+        return request_meta.meta_info(req, drafts is not None, drafts or 0, stamps)
 
     @staticmethod
     def _updates(req: Request) -> Iterator[int]:
@@ -440,6 +441,7 @@ class Handler(BaseHTTPRequestHandler):
 
             def chunks() -> Iterator[Any]:
                 for _ in self._updates(req):
+                    req.first_sent_at = req.first_sent_at or time.perf_counter()
                     yield {"text": filler_text(0, req.generated), "meta_info": self._meta(req)}
                 req.done.wait()
                 yield {"text": filler_text(0, req.generated), "meta_info": self._meta(req)}

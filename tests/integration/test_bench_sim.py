@@ -11,10 +11,12 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
+from fastverify.sglang import request_stamps
 from fastverify.sim import costmodel
 from tests.support.harness import ctl_interrupted_at
 from tests.support.net import free_port
@@ -109,6 +111,17 @@ def test_the_timeline_holds_every_measured_request_as_it_streamed(
     # the first tokens, read back, are bench's own TTFTs
     ttfts = [row["first_token_s"] - row["start_s"] for row in rows]
     assert sum(ttfts) / 6 * 1e3 == pytest.approx(res["ttft_ms"]["mean"], rel=1e-3)
+    # the server's stamps (--enable-metrics) sit between the send and the first token, in
+    # SGLang's order, and the split of the mean first token adds up to it
+    for row in rows:
+        server = [row["server_s"][k] for k in request_stamps.STAMPS]
+        edges = [row["start_s"], *server, row["first_token_s"]]
+        slack = request_stamps.CLOCK_SLACK_S
+        assert all(b >= a - slack for a, b in pairwise(edges)), row
+    split = res["ttft_split_ms"]
+    assert res["ttft_split_requests"] == 6 and list(split) == list(request_stamps.STAGES)
+    assert sum(split.values()) == pytest.approx(res["ttft_ms"]["mean"], abs=0.1)
+    assert split["prefill"] > 0
 
 
 def test_a_timeline_that_cannot_be_written_is_refused_before_any_load(

@@ -74,6 +74,7 @@ from fastverify.experiments.bench.records import (
     RequestRecord,
     ms_summary,
     timeline,
+    ttft_split,
 )
 from fastverify.experiments.bench.sglang_bench import (
     result_from_sglang_jsonl,
@@ -83,7 +84,7 @@ from fastverify.experiments.bench.sglang_bench import (
 )
 from fastverify.experiments.common import interruptible
 from fastverify.experiments.common.stats import mean
-from fastverify.sglang import adaptive
+from fastverify.sglang import adaptive, request_stamps
 from fastverify.sglang import client as engine_client
 
 ProgressFn = Callable[[int, float], None]  # (completed requests, elapsed seconds)
@@ -175,6 +176,7 @@ async def _one_request(
         "stream": True,
     }
     rec.start = time.perf_counter()
+    rec.wall_offset = time.time() - rec.start
     try:
         async with client.stream("POST", f"{url}/generate", json=payload) as resp:
             if resp.status_code != 200:
@@ -193,6 +195,7 @@ async def _one_request(
                     rec.error = str(chunk["error"])[:200]
                     return
                 meta = chunk.get("meta_info") or {}
+                rec.stamps.update(request_stamps.stamps_of(meta))
                 hist = meta.get(adaptive.HISTOGRAM_KEY)
                 if isinstance(hist, list):
                     rec.histogram = [int(n) for n in hist]
@@ -410,6 +413,7 @@ def summarize(
         if r.tokens > 1 and r.latency is not None and r.ttft is not None and r.latency > r.ttft
     ]
     decode, with_prefill = decode_rate(records)
+    split, split_n = ttft_split(records)
     errors = sorted({r.error for r in failed if r.error})[:5]
     return BenchResult(
         source="fastverify",
@@ -428,6 +432,8 @@ def summarize(
         errors=errors,
         decode_tokens_per_second=decode,
         gaps_with_prefill=with_prefill,
+        ttft_split_ms=split,
+        ttft_split_requests=split_n if split else None,
     )
 
 

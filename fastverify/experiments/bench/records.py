@@ -10,6 +10,7 @@ from typing import Any
 
 from fastverify.experiments.common.stats import mean
 from fastverify.percentiles import percentile
+from fastverify.sglang import request_stamps
 
 
 class BenchError(RuntimeError):
@@ -66,6 +67,19 @@ class RequestRecord:
     completed: bool = False
     cancelled: bool = False  # in flight at the deadline (not a failure)
     histogram: list[int] | None = None  # meta_info.spec_correct_drafts_histogram (finished)
+    # SGLang's own stamps of it (wall clock; fastverify.sglang.request_stamps) and the
+    # wall-clock time at perf_counter 0 taken when it was sent, to place them beside ours
+    stamps: dict[str, float] = field(default_factory=dict)
+    wall_offset: float = 0.0
+
+    def first_token_split(self) -> dict[str, float] | None:
+        """Seconds from its send to its first token in each of SGLang's stages (None when
+        the server sent no stamps or the request got no token)."""
+        if not self.chunk_times or not self.stamps:
+            return None
+        return request_stamps.first_token_split(
+            self.start + self.wall_offset, self.chunk_times[0] + self.wall_offset, self.stamps
+        )
 
 
 @dataclass
@@ -101,6 +115,10 @@ class BenchResult:
     # (no prefill forward ran inside them); the gaps left out for holding one
     decode_tokens_per_second: float | None = None
     gaps_with_prefill: int | None = None
+    # the mean first token split into SGLang's stages (request_stamps.STAGES), over the
+    # requests whose stamps the server sent (`--enable-metrics`); None when none did
+    ttft_split_ms: dict[str, float] | None = None
+    ttft_split_requests: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,12 +138,22 @@ def ms_summary(values: list[float]) -> dict[str, float | None]:
     }
 
 
+def ttft_split(records: list[RequestRecord]) -> tuple[dict[str, float] | None, int]:
+    """The mean milliseconds of each stage of the first token over the requests that carry
+    SGLang's stamps, and how many did."""
+    splits = [sp for r in records if (sp := r.first_token_split()) is not None]
+    if not splits:
+        return None, 0
+    return {k: mean([sp[k] for sp in splits]) * 1000.0 for k in request_stamps.STAGES}, len(splits)
+
+
 def timeline(records: list[RequestRecord], t0: float) -> list[dict[str, Any]]:
     """Each measured request as it went, in seconds from the window's start: when it was
     sent, its first token, every streamed chunk as [seconds, tokens], and how it ended. It
     shows where a window's time went: first tokens of several requests that arrive together
     came out of one prefill forward, and a chunk gap that holds another request's first
-    token held that prefill."""
+    token held that prefill. SGLang's own stamps of the request, when it sent them, go in
+    `server_s` (each stamp's meta_info key -> seconds from the window's start)."""
 
     def s(t: float) -> float:
         return round(t - t0, 6)
@@ -135,6 +163,9 @@ def timeline(records: list[RequestRecord], t0: float) -> list[dict[str, Any]]:
             return "completed"
         return "cancelled" if r.cancelled else "failed" if r.error else "open"
 
+    def server(r: RequestRecord) -> dict[str, Any]:
+        return {"server_s": {k: s(v - r.wall_offset) for k, v in r.stamps.items()}}
+
     return [
         {
             "start_s": s(r.start),
@@ -142,6 +173,7 @@ def timeline(records: list[RequestRecord], t0: float) -> list[dict[str, Any]]:
             "chunks": [[s(t), n] for t, n in zip(r.chunk_times, r.chunk_tokens, strict=True)],
             "tokens": r.tokens,
             "outcome": outcome(r),
+            **(server(r) if r.stamps else {}),
         }
         for r in records
     ]

@@ -6,6 +6,7 @@ import pytest
 
 from fastverify.experiments.bench import load as bench
 from fastverify.experiments.bench.load import BenchConfig, RequestRecord
+from fastverify.sglang import request_stamps
 
 
 def _rec(start: float, chunks: list[tuple[float, int]], done: bool = True) -> RequestRecord:
@@ -160,3 +161,17 @@ def test_a_ctrl_c_racing_a_timeout_ends_the_load_as_ctrl_c(monkeypatch: pytest.M
             bench.run_bench(BenchConfig(url="http://127.0.0.1:9", duration=1.0))
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_split_orders_the_stages_and_refuses_what_cannot_be_placed() -> None:
+    stamps = dict(zip(request_stamps.STAMPS, (10.001, 10.002, 10.010, 10.030, 10.031), strict=True))
+    split = request_stamps.first_token_split(10.0, 10.033, stamps)
+    assert split is not None and list(split) == list(request_stamps.STAGES)
+    assert split["queue"] == pytest.approx(0.008) and split["prefill"] == pytest.approx(0.020)
+    assert sum(split.values()) == pytest.approx(0.033)
+    assert (
+        request_stamps.first_token_split(10.0, 10.033, {**stamps, "forward_entry_time": 9.0})
+        is None
+    )
+    missing = {k: v for k, v in stamps.items() if k != "request_received_ts"}
+    assert request_stamps.first_token_split(10.0, 10.033, missing) is None
