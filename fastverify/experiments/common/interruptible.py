@@ -17,11 +17,12 @@ thread is, and inside a finalizer or a weakref callback the KeyboardInterrupt is
 seen once on a fresh machine where the first window's imports compile their bytecode) and the
 command runs on. Under `ctrl_c_never_lost()` such a Ctrl-C is kept, not printed, and raised
 as KeyboardInterrupt by the next `run` before it starts its load, or on leaving the block.
+Every fastverifyctl command runs under it (cli/groups.py), so this module imports asyncio
+only when `run` is called.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 import sys
@@ -65,6 +66,8 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     except KeyboardInterrupt:
         main.close()  # never started: no "never awaited" warning
         raise
+    import asyncio
+
     if (
         threading.current_thread() is not threading.main_thread()
         or signal.getsignal(signal.SIGINT) is not signal.default_int_handler

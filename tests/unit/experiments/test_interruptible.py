@@ -143,3 +143,30 @@ def test_other_unraisable_errors_still_reach_pythons_hook() -> None:
     finally:
         sys.unraisablehook = previous
     assert [type(e) for e in seen] == [ValueError]
+
+
+def test_a_command_whose_ctrl_c_a_finalizer_swallowed_ends_interrupted(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every fastverifyctl command: it ran to its end, but the Ctrl-C pressed meanwhile is
+    its outcome (exit 130, `CMD: interrupted`), not a success."""
+    import click
+
+    from fastverify.cli.groups import SuggestingGroup
+    from fastverify.cli.output import EXIT_INTERRUPTED
+
+    @click.group(cls=SuggestingGroup)
+    def top() -> None:
+        pass
+
+    @top.command()
+    def work() -> None:
+        obj = _SwallowsCtrlC()
+        del obj
+        click.echo("done")
+
+    with pytest.raises(SystemExit) as ended:
+        top.main(["work"], prog_name="fastverifyctl")
+    assert ended.value.code == EXIT_INTERRUPTED
+    out, err = capsys.readouterr()
+    assert out == "done\n" and "work: interrupted" in err and "Exception ignored" not in err
