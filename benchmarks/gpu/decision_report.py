@@ -65,6 +65,8 @@ def benches(raw: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
 
 
 ONE_FORWARD_S = 1e-3  # first tokens this close together left the server in one prefill forward
+# one server stamp placed on the window's clock by two requests' own wall-clock offsets
+SAME_STAMP_S = 5e-5
 
 
 def prefill_batching(raw: Path, name: str) -> dict[str, Any] | None:
@@ -81,10 +83,17 @@ def prefill_batching(raw: Path, name: str) -> dict[str, Any] | None:
     if not firsts:
         return None
     forwards = 1 + sum(b - a > ONE_FORWARD_S for a, b in itertools.pairwise(firsts))
-    return {"first_tokens": len(firsts), "prefill_forwards": forwards,
-            "prompts_per_forward": round(len(firsts) / forwards, 2),
-            "ttft_ms_min": round(ttft[0] * 1e3, 1),
-            "ttft_ms_p50": round(ttft[len(ttft) // 2] * 1e3, 1)}  # fmt: skip
+    out = {"first_tokens": len(firsts), "prefill_forwards": forwards,
+           "prompts_per_forward": round(len(firsts) / forwards, 2),
+           "ttft_ms_min": round(ttft[0] * 1e3, 1),
+           "ttft_ms_p50": round(ttft[len(ttft) // 2] * 1e3, 1)}  # fmt: skip
+    # SGLang's own count where it sent its stamps: one forward_entry_time per prefill batch
+    entries = sorted(r["server_s"]["forward_entry_time"] for r in rows
+                     if "forward_entry_time" in r.get("server_s", {}))  # fmt: skip
+    if entries:
+        batches = 1 + sum(b - a > SAME_STAMP_S for a, b in itertools.pairwise(entries))
+        out |= {"server_prompts": len(entries), "server_prefill_forwards": batches}
+    return out
 
 
 def fixed_steps(mode: str) -> int | None:
