@@ -23,6 +23,7 @@ import pytest
 
 from fastverify.client import ApiError
 from fastverify.sglang import client as engine_client
+from fastverify.sglang import request_stamps
 from fastverify.speculation import costs as spec_costs
 from tests.support.harness import (
     DaemonHarness,
@@ -108,6 +109,14 @@ def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path:
         for p in points:
             assert p["ms"] == pytest.approx(sorted(p["rounds_ms"])[1]), p  # the median of 3
             assert 0 < p["mean_ms"] <= max(p["rounds_ms"]), p
+            # and the mean's split into SGLang's stages (the sim sends its stamps), whose
+            # stages add up to about the mean (medians of each, over the 3 rounds)
+            assert list(p["split_ms"]) == list(request_stamps.STAGES), p
+            assert p["split_ms"]["prefill"] > 0, p
+        for t in ok:  # the single-prompt points too
+            for key in ("ttft_ms_p50_long", "ttft_ms_p50_short"):
+                if t.get(key):
+                    assert list(t[key]["split_ms"]) == list(request_stamps.STAGES), t[key]
         base = {int(b): ms for b, ms in report["baseline_ms"].items()}
         # a verify time where the trace gave one, never longer than its window's cycle (the
         # two windows ran under different load: left out, and said)

@@ -457,8 +457,10 @@ class CostTrials:
         self, url: str, what: str, clients: int, requests: int, tokens: int
     ) -> dict[str, float] | None:
         """The times to first token (ms: mean, p50, p99, ...) of `requests` prompts of
-        `tokens` tokens from `clients` clients after one warm-up request each; None, with a
-        warning naming `what`, when a prompt failed or gave no first token."""
+        `tokens` tokens from `clients` clients after one warm-up request each, and the mean's
+        split into SGLang's stages where the server sent its stamps (`split_STAGE`, ms:
+        fastverify.sglang.request_stamps); None, with a warning naming `what`, when a prompt
+        failed or gave no first token."""
         from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
 
         cfg = BenchConfig(url=url, concurrency=clients, duration=None, requests=requests,
@@ -473,7 +475,9 @@ class CostTrials:
             why = "; ".join(r.errors) or f"{r.completed} of {requests} first tokens"
             self.warnings.append(f"{what}: {why}")
             return None
-        return {k: float(v) for k, v in ms.items() if v is not None}
+        out = {k: float(v) for k, v in ms.items() if v is not None}
+        out.update({f"split_{k}": v for k, v in (r.ttft_split_ms or {}).items()})
+        return out
 
     def _prompt_ttft(self, url: str, tag: str, tokens: int | None) -> dict[str, float] | None:
         """The time to first token (p50) of `tokens`-token prompts, one request at a time: a
@@ -486,7 +490,9 @@ class CostTrials:
         )
         what = f"{tag}: no prefill point at {tokens} tokens"
         ttft = self._first_tokens(url, what, 1, PROMPT_POINT_REQUESTS, tokens)
-        return None if ttft is None else {"tokens": tokens, "ms": round(ttft["p50"], 4)}
+        if ttft is None:
+            return None
+        return {"tokens": tokens, "ms": round(ttft["p50"], 4), **_split_of([ttft])}
 
     def _batch_prompts(self) -> int:
         """How many window-length prompts one prefill forward takes: the server's chunked
@@ -509,7 +515,9 @@ class CostTrials:
         each round's last first token (p99; each round's warm-up is a batch of its own, sent
         before it), and of each round's mean first token (`mean_ms`: SGLang releases a
         round's first tokens over the forwards it splits the round into, so most come before
-        the last); None, said, when it cannot be had."""
+        the last) and of its split (`split_ms`, where SGLang sent its stamps: how much of the
+        point is the engine's forwards and how much the way in and out); None, said, when it
+        cannot be had."""
         n, each = self._batch_prompts(), self.cfg.input_len
         self.emit(f"{tag}: {BATCH_PROMPT_ROUNDS} rounds of {n} prompts of {each} tokens at "
                   f"once (a {n * each}-token prefill) ...")  # fmt: skip
@@ -522,7 +530,8 @@ class CostTrials:
         lasts = [r["p99"] for r in rounds]
         return {"prompts": n, "tokens": n * each, "ms": round(statistics.median(lasts), 4),
                 "rounds_ms": [round(x, 4) for x in lasts],
-                "mean_ms": round(statistics.median(r["mean"] for r in rounds), 4)}  # fmt: skip
+                "mean_ms": round(statistics.median(r["mean"] for r in rounds), 4),
+                **_split_of(rounds)}  # fmt: skip
 
     def _trace(self, rec: dict[str, Any], bench: Any, tag: str) -> None:
         from fastverify.experiments.common.daemon_ops import capture_under_load
@@ -717,6 +726,15 @@ def pending_trials(journal: Path) -> list[str]:
         for k in plan.get("trials") or []
         if any((str(k), int(bs)) not in done for bs in plan.get("batch_sizes") or [])
     ]
+
+
+def _split_of(points: list[dict[str, float]]) -> dict[str, Any]:
+    """`split_ms`: the median over `points` (`_first_tokens`' answers) of each stage of the
+    mean first token, where every point has SGLang's stamps; nothing where one lacks them."""
+    keys = [k for k in points[0] if k.startswith("split_")] if points else []
+    if not keys or any(k not in p for p in points for k in keys):
+        return {}
+    return {"split_ms": {k[6:]: round(statistics.median(p[k] for p in points), 4) for k in keys}}
 
 
 def _label(k: int | str) -> str:
