@@ -12,12 +12,10 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import random
 import re
 import subprocess
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ import pytest
 from fastverify.sglang import forced
 from fastverify.sglang.facts import resolve
 from fastverify.sglang.versions import PINNED_VERSION
+from tests.support.contract import facts_script, wheel_sources
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -37,26 +36,12 @@ GETENV = re.compile(r'os\.environ\.get\(\s*"(SIMULATE_ACC_[A-Z_]+)"(?:\s*,\s*"([
 METHOD = re.compile(r'acc_method\s*==\s*"([\w-]+)"', re.I)
 
 
-def _gen() -> Any:
-    spec = importlib.util.spec_from_file_location("gen", ROOT / "scripts/sglang_facts.py")
-    assert spec and spec.loader
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    return gen
-
-
-GEN = _gen()
-
-
-def _wheel_text(version: str) -> dict[str, str]:
-    with zipfile.ZipFile(GEN.download(version)) as whl:
-        return {n: whl.read(n).decode("utf-8", "replace") for n in whl.namelist()
-                if n.startswith("sglang/srt/") and n.endswith(".py")}  # fmt: skip
+GEN = facts_script()
 
 
 @pytest.mark.parametrize("version", GEN.RELEASES)
 def test_each_releases_forced_acceptance_facts_are_its_wheels(version: str) -> None:
-    files = _wheel_text(version)
+    files = wheel_sources(version)
     declared: dict[str, dict[str, Any]] = {}
     environ = files.get("sglang/srt/environ.py")
     if environ is not None:
@@ -81,7 +66,7 @@ def test_each_releases_forced_acceptance_facts_are_its_wheels(version: str) -> N
 
 
 def _sglang_shares(python: Path, version: str) -> dict[str, Any]:
-    text = _wheel_text(version)["sglang/srt/speculative/spec_utils.py"]
+    text = wheel_sources(version)["sglang/srt/speculative/spec_utils.py"]
     tree = ast.parse(text)
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef)
               and n.name.lstrip("_") == "sample_simulated_acc_len")  # fmt: skip

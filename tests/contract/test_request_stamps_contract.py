@@ -5,38 +5,21 @@ streamed meta_info under --enable-metrics."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import zipfile
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from fastverify.sglang import request_stamps
 from fastverify.sglang.versions import PINNED_VERSION
+from tests.support.contract import wheel_sources
 
-ROOT = Path(__file__).resolve().parents[2]
 STATS = "sglang/srt/observability/req_time_stats.py"
 TOKENIZER = "sglang/srt/managers/tokenizer_manager.py"
 
 
-def _gen() -> Any:
-    spec = importlib.util.spec_from_file_location("gen", ROOT / "scripts/sglang_facts.py")
-    assert spec and spec.loader
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    return gen
-
-
-def _sources(version: str) -> dict[str, str]:
-    with zipfile.ZipFile(_gen().download(version)) as whl:
-        return {n: whl.read(n).decode("utf-8", "replace") for n in (STATS, TOKENIZER)}
-
-
 @pytest.mark.parametrize("version", ["0.5.17", PINNED_VERSION])
 def test_each_stamp_is_written_as_wall_clock_into_meta_info(version: str) -> None:
-    src = _sources(version)
+    src = wheel_sources(version)
     text = src[STATS] + src[TOKENIZER]
     for key in request_stamps.STAMPS:
         # meta_info["key"] = convert_time_to_realtime(...) or a getter that returns one

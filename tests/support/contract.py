@@ -1,13 +1,19 @@
 """What the contract suite shares: where it is (`HERE`), the releases it runs for real
 (`RELEASES`), the interpreters of SGLang's venvs (`venv_python`, `release_python`), one run of
-tests/contract/probe.py (`run_probe`) and the tiny Llama config the rule checks load."""
+tests/contract/probe.py (`run_probe`), the tiny Llama config the rule checks load, and any
+release's wheel (`facts_script`: scripts/sglang_facts.py, which downloads and caches them;
+`wheel_sources`: its SGLang source files as text)."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
 import subprocess
+import zipfile
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -69,3 +75,20 @@ def release_python(version: str, sglang_python: Path) -> Path:
     if built.returncode != 0:
         pytest.fail(f"scripts/sglang-release-venv.sh {version} failed:\n{built.stderr[-4000:]}")
     return Path(built.stdout.strip().splitlines()[-1])
+
+
+@functools.cache
+def facts_script() -> ModuleType:
+    """scripts/sglang_facts.py as a module: `RELEASES`, `download(version)` (the wheel's path)."""
+    spec = importlib.util.spec_from_file_location("sglang_facts", ROOT / "scripts/sglang_facts.py")
+    assert spec and spec.loader
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    return gen
+
+
+def wheel_sources(version: str) -> dict[str, str]:
+    """Every `sglang/srt/**.py` of that release's wheel, by its path in the wheel, as text."""
+    with zipfile.ZipFile(facts_script().download(version)) as whl:
+        return {n: whl.read(n).decode("utf-8", "replace") for n in whl.namelist()
+                if n.startswith("sglang/srt/") and n.endswith(".py")}  # fmt: skip
