@@ -26,7 +26,6 @@ from fastverify.sglang.facts import resolve
 from fastverify.sglang.versions import PINNED_VERSION
 from tests.support.contract import facts_script, wheel_sources
 
-ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 CASES = [[2.3, "match-expected", 4, 20000], [3.0, "match-expected", 4, 2000],
          [5.0, "match-expected", 3, 2000], [2.0, "multinomial", 4, 20000],
