@@ -3,7 +3,7 @@ probably meant (`No such command 'stauts' (did you mean status?)`), exit 2 as cl
 and a Ctrl-C its command does not handle itself ends as `CMD: interrupted`, exit 130 (as
 shells report SIGINT and the exit-code table says), never click's `Aborted!` with exit 1,
 even one that Python could only print (inside a finalizer or an import's lock callback:
-`interruptible.ctrl_c_never_lost`, around the whole command)."""
+`fastverify.ctrl_c`, around the whole command)."""
 
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ class SuggestingGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
-        from fastverify.experiments.common import interruptible
+        from fastverify import ctrl_c
 
         try:
-            with interruptible.ctrl_c_never_lost():
+            with ctrl_c.never_lost():
                 return super().invoke(ctx)
         except KeyboardInterrupt:  # the innermost group says it: its sub-command's full name
             from fastverify.cli.output import EXIT_INTERRUPTED

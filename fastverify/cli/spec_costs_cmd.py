@@ -98,8 +98,8 @@ def costs(
     import shlex
     import sys
 
+    from fastverify import ctrl_c
     from fastverify.client import ApiError, DaemonUnavailable
-    from fastverify.experiments.common import interruptible
     from fastverify.experiments.engine_costs.run import (
         CostTrialBusy,
         CostTrialConfig,
@@ -135,7 +135,7 @@ def costs(
 
     measuring = CostTrials(client_for(ctx, timeout=switch_timeout), cfg, note)
     try:
-        with interruptible.ctrl_c_never_lost():
+        with ctrl_c.never_lost():
             report = measuring.run()
     except CostTrialFailed as exc:
         _deliver(exc.report, output, as_json, quiet=True)

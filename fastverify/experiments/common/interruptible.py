@@ -11,63 +11,30 @@ made and closed, cancels the load's task while it runs, and is raised after the 
 closed, whatever the load made of the cancellation. Outside the main thread, or where
 Python's own Ctrl-C handler is not installed (SIGINT ignored), this is asyncio.run.
 
-A Ctrl-C can also be lost before a load starts: Python's handler raises wherever the main
-thread is, and inside a finalizer or a weakref callback the KeyboardInterrupt is only printed
-("Exception ignored in: <function _get_module_lock.<locals>.cb ...>": an import's module lock,
-seen once on a fresh machine where the first window's imports compile their bytecode) and the
-command runs on. Under `ctrl_c_never_lost()` such a Ctrl-C is kept, not printed, and raised
-as KeyboardInterrupt by the next `run` before it starts its load, or on leaving the block.
-Every fastverifyctl command runs under it (cli/groups.py), so this module imports asyncio
-only when `run` is called.
+A Ctrl-C that Python could only print (inside a finalizer or a callback: `fastverify.ctrl_c`)
+is raised by `run` before it starts its load.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import signal
-import sys
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from fastverify import ctrl_c
+
 T = TypeVar("T")
-_swallowed: list[BaseException] = []  # Ctrl-Cs Python could only print (ctrl_c_never_lost)
-
-
-@contextlib.contextmanager
-def ctrl_c_never_lost() -> Iterator[None]:
-    """Keep a Ctrl-C that a finalizer or callback swallowed, and raise it as above."""
-    previous = sys.unraisablehook
-
-    def keep(unraisable: Any) -> None:
-        if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            _swallowed.append(unraisable.exc_value)
-        else:
-            previous(unraisable)
-
-    sys.unraisablehook = keep
-    try:
-        yield
-    finally:
-        sys.unraisablehook = previous
-        _raise_swallowed()
-
-
-def _raise_swallowed() -> None:
-    if _swallowed:
-        _swallowed.clear()
-        raise KeyboardInterrupt
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
     """Run `main` to its end in a new event loop; KeyboardInterrupt on Ctrl-C (above)."""
     try:
-        _raise_swallowed()
+        ctrl_c.raise_swallowed()
     except KeyboardInterrupt:
         main.close()  # never started: no "never awaited" warning
         raise
-    import asyncio
-
     if (
         threading.current_thread() is not threading.main_thread()
         or signal.getsignal(signal.SIGINT) is not signal.default_int_handler

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from fastverify import ctrl_c
 from fastverify.experiments.common import interruptible
 
 
@@ -106,7 +107,7 @@ def test_a_ctrl_c_a_finalizer_swallowed_is_raised_before_the_next_load(
         started.append(True)
         return "finished"
 
-    with pytest.raises(KeyboardInterrupt), interruptible.ctrl_c_never_lost():
+    with pytest.raises(KeyboardInterrupt), ctrl_c.never_lost():
         obj = _SwallowsCtrlC()
         del obj  # the KeyboardInterrupt goes to sys.unraisablehook, not up the stack
         gc.collect()
@@ -120,7 +121,7 @@ def test_a_ctrl_c_a_finalizer_swallowed_is_raised_before_the_next_load(
 def test_a_swallowed_ctrl_c_with_no_load_after_it_is_raised_on_leaving(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    with pytest.raises(KeyboardInterrupt), interruptible.ctrl_c_never_lost():
+    with pytest.raises(KeyboardInterrupt), ctrl_c.never_lost():
         obj = _SwallowsCtrlC()
         del obj
     assert "Exception ignored" not in capsys.readouterr().err
@@ -137,7 +138,7 @@ def test_other_unraisable_errors_still_reach_pythons_hook() -> None:
     previous = sys.unraisablehook
     sys.unraisablehook = lambda u: seen.append(u.exc_value)
     try:
-        with interruptible.ctrl_c_never_lost():
+        with ctrl_c.never_lost():
             obj = Raises()
             del obj
     finally:
