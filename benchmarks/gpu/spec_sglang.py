@@ -23,7 +23,10 @@ call runs the rest with --steps):
 - lower_accept: the same config with the engine forced to 2.0;
 - baseline_c: the baseline server at every c above;
 - fixed_k12: EAGLE-3 at 1 and 2 steps (forced 3.0) between the tier keys;
-- steps0_skip: the steps-0 pass again with SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1.
+- steps0_skip: the steps-0 pass again with SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1;
+- first_token: the baseline at c = 8 and 32, 128-token prompts, for SGLang's own stamps of
+  each request (bench's first-token split: the way in, the queue, the forwards, the way out;
+  the least a call can measure them with, ~3 min with its start).
 
 `--costs-input-len N` (default 128) measures the costs at N-token prompts instead (their own
 journal and cost file, spec-costs-8b-inN.*), and plan_served then plans and serves at N-token
@@ -124,7 +127,7 @@ class SpecRun(rs.Run):
             return "adaptive", self.forced(forced), {"adaptive_config": self._plan()["path"]}
         if step == "costs8b":  # its first trial to load; the cost run puts it back when done
             return self._costs_opening()
-        if step == "baseline_c":
+        if step in ("baseline_c", "first_token"):
             return "baseline", {}, {}
         if step == "fixed_k12":
             return "eagle3", self.forced(PLANNED_ACCEPT), {"eagle3": eagle3_keys(1)}
@@ -336,6 +339,11 @@ class SpecRun(rs.Run):
         ev["benches"].update(self.sweep("baseline", BATCH_SIZES, PROMPTS[1:]))
         return ev
 
+    def s_first_token(self) -> dict[str, Any]:
+        ev = self.serve("baseline", {})
+        ev["benches"] = self.sweep("baseline", (8, 32))
+        return ev
+
     def s_fixed_k12(self) -> dict[str, Any]:
         ev: dict[str, Any] = {}
         for k in (1, 2):
@@ -401,6 +409,7 @@ STEPS: list[tuple[str, str, float]] = [
     ("baseline_c", "s_baseline_c", 160),
     ("fixed_k12", "s_fixed_k12", 130),
     ("steps0_skip", "s_steps0_skip", 160),
+    ("first_token", "s_first_token", 30),
     # its least (the baseline alone at one length, ~40 s); it bounds its own runs by the
     # call's time left (both trials at both lengths: ~5 min)
     ("prefill_points", "s_prefill_points", 60),
