@@ -135,6 +135,8 @@ def costs(
 
     measuring = CostTrials(client_for(ctx, timeout=switch_timeout), cfg, note)
     try:
+        # every command runs under this guard (cli/groups.py); here too, so that a kept
+        # Ctrl-C ends the run inside this handler: the engine's restore said, `--json`'s record
         with ctrl_c.never_lost():
             report = measuring.run()
     except CostTrialFailed as exc:

@@ -79,6 +79,7 @@ PROMPT_POINT_REQUESTS = 4
 # the fourth: BATCH_PROMPT_ROUNDS rounds of as many window-length prompts at once as one
 # prefill forward takes (`CostTrials._batch_prompts`)
 BATCH_PROMPT_ROUNDS = 3
+SPLIT_PREFIX = "split_"  # a first-token point's stage, beside its mean, p50, p99 (ms)
 BENCH_KEYS = ("duration", "input_len", "output_len", "warmup", "seed", "traces", "trace_steps")
 EventFn = Callable[[str], None]
 # how a window's decode rate is read (`_decode_rate`); a journal of another reading is
@@ -476,7 +477,7 @@ class CostTrials:
             self.warnings.append(f"{what}: {why}")
             return None
         out = {k: float(v) for k, v in ms.items() if v is not None}
-        out.update({f"split_{k}": v for k, v in (r.ttft_split_ms or {}).items()})
+        out.update({SPLIT_PREFIX + k: v for k, v in (r.ttft_split_ms or {}).items()})
         return out
 
     def _prompt_ttft(self, url: str, tag: str, tokens: int | None) -> dict[str, float] | None:
@@ -731,10 +732,11 @@ def pending_trials(journal: Path) -> list[str]:
 def _split_of(points: list[dict[str, float]]) -> dict[str, Any]:
     """`split_ms`: the median over `points` (`_first_tokens`' answers) of each stage of the
     mean first token, where every point has SGLang's stamps; nothing where one lacks them."""
-    keys = [k for k in points[0] if k.startswith("split_")] if points else []
+    keys = [k for k in points[0] if k.startswith(SPLIT_PREFIX)] if points else []
     if not keys or any(k not in p for p in points for k in keys):
         return {}
-    return {"split_ms": {k[6:]: round(statistics.median(p[k] for p in points), 4) for k in keys}}
+    split = {k.removeprefix(SPLIT_PREFIX): statistics.median(p[k] for p in points) for k in keys}
+    return {"split_ms": {stage: round(ms, 4) for stage, ms in split.items()}}
 
 
 def _label(k: int | str) -> str:
