@@ -24,9 +24,10 @@ call runs the rest with --steps):
 - baseline_c: the baseline server at every c above;
 - fixed_k12: EAGLE-3 at 1 and 2 steps (forced 3.0) between the tier keys;
 - steps0_skip: the steps-0 pass again with SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1;
-- first_token: the baseline at c = 8 and 32, 128-token prompts, for SGLang's own stamps of
-  each request (bench's first-token split: the way in, the queue, the forwards, the way out;
-  the least a call can measure them with, ~3 min with its start).
+- first_token: the baseline at c = 1, 8, 16 and 32, 128-token prompts, for SGLang's own
+  stamps of each request (bench's first-token split: the way in, the hand-off to the
+  scheduler, its queue, the forwards, the way out; c = 1 gives the floor of each stage; the
+  least a call can measure them with, ~3.5 min with its start).
 
 `--costs-input-len N` (default 128) measures the costs at N-token prompts instead (their own
 journal and cost file, spec-costs-8b-inN.*), and plan_served then plans and serves at N-token
@@ -72,6 +73,7 @@ BETWEEN_KEYS = (3, 6, 12, 24)
 PROMPTS = (128, 1024)
 OUTPUT_LEN = 128
 WINDOW_S = 6
+FIRST_TOKEN_CS = (1, 8, 16, 32)  # first_token: the floor, and waves of 8 to 32 prompts
 COSTS_ARGS = ["--max-steps", "3", "--batch-sizes", ",".join(map(str, BATCH_SIZES)), "-d", "5",
               "--input-len", "128", "--output-len", str(OUTPUT_LEN), "--warmup", "1",
               "--no-traces"]  # fmt: skip
@@ -341,7 +343,7 @@ class SpecRun(rs.Run):
 
     def s_first_token(self) -> dict[str, Any]:
         ev = self.serve("baseline", {})
-        ev["benches"] = self.sweep("baseline", (8, 32))
+        ev["benches"] = self.sweep("baseline", FIRST_TOKEN_CS)
         return ev
 
     def s_fixed_k12(self) -> dict[str, Any]:
@@ -409,7 +411,7 @@ STEPS: list[tuple[str, str, float]] = [
     ("baseline_c", "s_baseline_c", 160),
     ("fixed_k12", "s_fixed_k12", 130),
     ("steps0_skip", "s_steps0_skip", 160),
-    ("first_token", "s_first_token", 30),
+    ("first_token", "s_first_token", 45),
     # its least (the baseline alone at one length, ~40 s); it bounds its own runs by the
     # call's time left (both trials at both lengths: ~5 min)
     ("prefill_points", "s_prefill_points", 60),

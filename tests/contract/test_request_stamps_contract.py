@@ -1,7 +1,8 @@
 """SGLang's per-request time stamps (fastverify.sglang.request_stamps) against the real wheels
 of 0.5.17 (the GPU runs' release) and the pinned one: each key is written into a meta_info
-dict by the file that owns it, as wall-clock time, and the scheduler's stamps reach the
-streamed meta_info under --enable-metrics."""
+dict by the file that owns it, as wall-clock time, the scheduler's stamps reach the
+streamed meta_info under --enable-metrics, and its queue time runs from the waiting queue
+the scheduler puts a request in to the request's first forward."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from fastverify.sglang.versions import PINNED_VERSION
 from tests.support.contract import wheel_sources
 
 STATS = "sglang/srt/observability/req_time_stats.py"
+SCHEDULER = "sglang/srt/managers/scheduler.py"
 TOKENIZER = "sglang/srt/managers/tokenizer_manager.py"
 
 
@@ -21,7 +23,7 @@ TOKENIZER = "sglang/srt/managers/tokenizer_manager.py"
 def test_each_stamp_is_written_as_wall_clock_into_meta_info(version: str) -> None:
     src = wheel_sources(version)
     text = src[STATS] + src[TOKENIZER]
-    for key in request_stamps.STAMPS:
+    for key in request_stamps.META_STAMPS:
         # meta_info["key"] = convert_time_to_realtime(...) or a getter that returns one
         m = re.search(r'\[\s*"' + re.escape(key) + r'"\s*\]\s*=\s*([^\n]+(?:\n[^\n]+)?)', text)
         assert m is not None, f"{version}: no meta_info[{key!r}] written"
@@ -36,3 +38,30 @@ def test_each_stamp_is_written_as_wall_clock_into_meta_info(version: str) -> Non
     ), version
     # the first chunk's send time is set where the tokenizer manager yields a streamed chunk
     assert tok.count('"response_sent_to_client_ts"') >= 2, version
+
+
+@pytest.mark.parametrize("version", ["0.5.17", PINNED_VERSION])
+def test_the_queue_time_runs_from_the_waiting_queue_to_the_first_forward(version: str) -> None:
+    src = wheel_sources(version)
+    stats = src[STATS]
+    # sent beside the scheduler's stamps, as its queueing time
+    assert re.search(
+        r'"' + request_stamps.QUEUE_TIME + r'":\s*self\.get_queueing_time\(\)', stats
+    ), version
+    getter = re.search(r"def get_queueing_time\(self\)[^:]*:\s+return ([^\n]+)", stats)
+    assert getter is not None, version
+    # 0.5.17: the two stamps' difference; later: a sum, to which the first forward's entry
+    # adds its wait since the request entered the waiting queue
+    since_entry = r"ts - self\.wait_queue_entry_time"
+    entry = re.search(r"def set_forward_entry_time\(self[^)]*\):(.+?)\n    def ", stats, re.S)
+    assert entry is not None, version
+    assert getter.group(1).strip() == "self.forward_entry_time - self.wait_queue_entry_time" or (
+        getter.group(1).strip() == "self.queue_duration_s"
+        and re.search(r"self\.queue_duration_s \+= " + since_entry, entry.group(1))
+    ), (version, getter.group(1))
+    assert "self.forward_entry_time = ts" in entry.group(1), version
+    # the waiting-queue entry is stamped where the scheduler appends to its waiting queue
+    assert re.search(
+        r"self\.waiting_queue\.append\(req\)\s+req\.time_stats\.set_wait_queue_entry_time\(\)",
+        src[SCHEDULER],
+    ), version

@@ -118,6 +118,8 @@ def test_the_timeline_holds_every_measured_request_as_it_streamed(
         edges = [row["start_s"], *server, row["first_token_s"]]
         slack = request_stamps.CLOCK_SLACK_S
         assert all(b >= a - slack for a, b in pairwise(edges)), row
+        # the tokenizer manager finished the request before its last chunk reached the client
+        assert row["server_s"]["request_finished_ts"] <= row["chunks"][-1][0] + slack, row
     split = res["ttft_split_ms"]
     assert res["ttft_split_requests"] == 6 and list(split) == list(request_stamps.STAGES)
     assert sum(split.values()) == pytest.approx(res["ttft_ms"]["mean"], abs=0.1)

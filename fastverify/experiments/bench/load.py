@@ -195,7 +195,10 @@ async def _one_request(
                     rec.error = str(chunk["error"])[:200]
                     return
                 meta = chunk.get("meta_info") or {}
-                rec.stamps.update(request_stamps.stamps_of(meta))
+                # the first chunk's stamps stand: a retracted request's later chunks carry
+                # another queue time (0.5.17 restarts it at the re-queue)
+                for key, stamp in request_stamps.stamps_of(meta).items():
+                    rec.stamps.setdefault(key, stamp)
                 hist = meta.get(adaptive.HISTOGRAM_KEY)
                 if isinstance(hist, list):
                     rec.histogram = [int(n) for n in hist]

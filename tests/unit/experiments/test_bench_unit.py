@@ -164,10 +164,12 @@ def test_a_ctrl_c_racing_a_timeout_ends_the_load_as_ctrl_c(monkeypatch: pytest.M
 
 
 def test_split_orders_the_stages_and_refuses_what_cannot_be_placed() -> None:
-    stamps = dict(zip(request_stamps.STAMPS, (10.001, 10.002, 10.010, 10.030, 10.031), strict=True))
+    edges = (10.001, 10.002, 10.004, 10.010, 10.030, 10.031)
+    stamps = dict(zip(request_stamps.STAMPS, edges, strict=True))
     split = request_stamps.first_token_split(10.0, 10.033, stamps)
     assert split is not None and list(split) == list(request_stamps.STAGES)
-    assert split["queue"] == pytest.approx(0.008) and split["prefill"] == pytest.approx(0.020)
+    assert split["handoff"] == pytest.approx(0.002) and split["queue"] == pytest.approx(0.006)
+    assert split["prefill"] == pytest.approx(0.020)
     assert sum(split.values()) == pytest.approx(0.033)
     assert (
         request_stamps.first_token_split(10.0, 10.033, {**stamps, "forward_entry_time": 9.0})
@@ -175,3 +177,17 @@ def test_split_orders_the_stages_and_refuses_what_cannot_be_placed() -> None:
     )
     missing = {k: v for k, v in stamps.items() if k != "request_received_ts"}
     assert request_stamps.first_token_split(10.0, 10.033, missing) is None
+
+
+def test_the_schedulers_queue_entry_is_rebuilt_from_its_queue_time() -> None:
+    meta = {"forward_entry_time": 10.010, "queue_time": 0.006, "prefill_finished_time": 10.030,
+            "request_finished_ts": 11.5, "spec_accept_length": 3.0}  # fmt: skip
+    stamps = request_stamps.stamps_of(meta)
+    assert stamps[request_stamps.WAIT_QUEUE_ENTRY] == pytest.approx(10.004)
+    assert stamps["request_finished_ts"] == 11.5 and "spec_accept_length" not in stamps
+    assert "queue_time" not in stamps  # seconds, not a stamp: the timeline holds stamps alone
+    # without its forward entry (or with no queue time) there is nothing to rebuild it from
+    assert request_stamps.WAIT_QUEUE_ENTRY not in request_stamps.stamps_of({"queue_time": 0.006})
+    assert request_stamps.WAIT_QUEUE_ENTRY not in request_stamps.stamps_of(
+        {"forward_entry_time": 10.010}
+    )
