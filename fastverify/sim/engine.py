@@ -245,7 +245,10 @@ class SimEngine:
         from fastverify.sim.request_meta import MetricsFile
 
         spec = self.args.mode == "eagle3"
-        out = MetricsFile(self.args.export_metrics_dir, spec, self.args.num_draft_tokens)
+        out = MetricsFile(
+            self.args.export_metrics_dir, spec, self.args.num_draft_tokens,
+            stamps=self.args.enable_metrics,
+        )  # fmt: skip
         return out.write
 
     def cost_table(self) -> dict[str, Any]:

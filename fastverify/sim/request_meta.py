@@ -11,7 +11,8 @@ drafts / (verify_ct x (the launch num_draft_tokens - 1)), `spec_num_correct_draf
 per finished request, `{"request_parameters": json.dumps(params), **meta_info}`, appended to
 `DIR/sglang-request-metrics-YYYYMMDD_HH.log` (local time, one file per hour); health-check
 requests are not written. The sim's parameters hold the rid, the sampling parameters and
-the stream flag (never the prompt).
+the stream flag (never the prompt). The record is the finished output's meta_info, so with
+`--enable-metrics` it holds the stamps below too.
 
 With `--enable-metrics` (`stamps`), the request's time stamps, wall clock
 (`req_time_stats.py` `convert_time_to_realtime`): the scheduler's in every chunk
@@ -89,15 +90,18 @@ def meta_info(
 class MetricsFile:
     """`FileRequestMetricsExporter`: appends one record per finished request."""
 
-    def __init__(self, directory: str | Path, speculative: bool, launch_draft_tokens: int):
+    def __init__(
+        self, directory: str | Path, speculative: bool, launch_draft_tokens: int, stamps: bool
+    ):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.speculative = speculative
         self.draft_tokens = launch_draft_tokens
+        self.stamps = stamps  # --enable-metrics: the record is the finished output's meta_info
         self._lock = threading.Lock()
 
     def write(self, req: Request) -> None:
-        meta = meta_info(req, self.speculative, self.draft_tokens)
+        meta = meta_info(req, self.speculative, self.draft_tokens, self.stamps)
         params = {"rid": req.rid, "stream": req.stream, "sampling_params": dict(req.sampling)}
         record = {"request_parameters": json.dumps(params), **meta}
         path = self.dir / FILE_FORMAT.format(hour=datetime.now().strftime("%Y%m%d_%H"))

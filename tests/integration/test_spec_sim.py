@@ -14,7 +14,7 @@ import pytest
 
 from fastverify.experiments.bench.load import BenchConfig, run_bench
 from fastverify.profiles.store import ProfileStore
-from fastverify.sglang import adaptive
+from fastverify.sglang import adaptive, request_stamps
 from fastverify.speculation.curve import AcceptCurve
 from tests.support.sim import sim_server
 
@@ -143,3 +143,10 @@ def test_per_request_metrics_go_to_sglangs_file(tmp_path: Path) -> None:
         "max_new_tokens": 20, "temperature": 0.5}  # fmt: skip
     assert mine[0][adaptive.HISTOGRAM_KEY] == r["meta_info"][adaptive.HISTOGRAM_KEY]
     assert "hello" not in path.read_text()  # the sim never writes the prompt
+    # the record is the finished output's meta_info: with --enable-metrics (sim_server's),
+    # SGLang's stamps (a non-streamed request has no first chunk, so no first chunk's send)
+    keys = [k for k in request_stamps.META_STAMPS if k != "response_sent_to_client_ts"]
+    stamps = request_stamps.stamps_of(mine[0])
+    assert set(keys) <= set(stamps), mine[0]
+    assert stamps["request_received_ts"] <= stamps["forward_entry_time"]
+    assert stamps["prefill_finished_time"] <= stamps["request_finished_ts"]
