@@ -33,6 +33,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from fastverify.sglang import request_stamps  # noqa: E402
 from fastverify.speculation import costs as spec_costs  # noqa: E402
 from fastverify.speculation import plan as spec_plan  # noqa: E402
 from fastverify.speculation import serving  # noqa: E402
@@ -65,8 +66,6 @@ def benches(raw: Path) -> dict[tuple[str, int, int], dict[str, Any]]:
 
 
 ONE_FORWARD_S = 1e-3  # first tokens this close together left the server in one prefill forward
-# one server stamp placed on the window's clock by two requests' own wall-clock offsets
-SAME_STAMP_S = 5e-5
 
 
 def prefill_batching(raw: Path, name: str) -> dict[str, Any] | None:
@@ -87,12 +86,13 @@ def prefill_batching(raw: Path, name: str) -> dict[str, Any] | None:
            "prompts_per_forward": round(len(firsts) / forwards, 2),
            "ttft_ms_min": round(ttft[0] * 1e3, 1),
            "ttft_ms_p50": round(ttft[len(ttft) // 2] * 1e3, 1)}  # fmt: skip
-    # SGLang's own count where it sent its stamps: one forward_entry_time per prefill batch
-    entries = sorted(r["server_s"]["forward_entry_time"] for r in rows
-                     if "forward_entry_time" in r.get("server_s", {}))  # fmt: skip
-    if entries:
-        batches = 1 + sum(b - a > SAME_STAMP_S for a, b in itertools.pairwise(entries))
-        out |= {"server_prompts": len(entries), "server_prefill_forwards": batches}
+    # SGLang's own forwards where it sent its stamps
+    forwards = request_stamps.prefill_forwards(r["server_s"] for r in rows if "server_s" in r)
+    if forwards:
+        prompts = sum(f.prompts for f in forwards)
+        out |= {"server_prompts": prompts, "server_prefill_forwards": len(forwards),
+                "server_forward_ms_mean": round(
+                    1e3 * statistics.fmean(f.seconds for f in forwards), 2)}  # fmt: skip
     return out
 
 

@@ -13,6 +13,8 @@
   `step[TARGET_VERIFY bs=N]`).
 - `metrics`: `sglang:*` metric names and their label names.
 - `client`: the one HTTP client of a running SGLang server (daemon, exporter, bench).
+- `request_stamps`: the per-request time stamps SGLang streams with `--enable-metrics`, the
+  split of a first token they give and the prefill forwards they show.
 
 Each fact is checked against the real `sglang` package by tests/contract/.
 The daemon, the exporter and the sim import these; nothing else spells an SGLang string.

@@ -31,7 +31,8 @@ begins, it shows how long the tokenizer manager spent on the wave that ended bef
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
@@ -52,6 +53,11 @@ DELIVERY = "delivery"
 STAGES: tuple[str, ...] = (*STAMPS.values(), DELIVERY)
 # the wall-clock stamps meta_info carries under their own key
 META_STAMPS: tuple[str, ...] = (*(k for k in STAMPS if k != WAIT_QUEUE_ENTRY), FINISHED)
+# The scheduler stamps a prefill batch's forward entry from one clock read (0.5.17
+# `set_time_batch(can_run_list, "set_forward_entry_time")`): requests whose entries lie this
+# close went in one forward (a client that places each request's stamps on its own clock
+# with that request's wall-clock offset, and rounding, are the only difference).
+SAME_FORWARD_S = 5e-5
 # Two processes convert their monotonic clock to wall clock with differences taken at their
 # own start, and the client with another: stamps this far out of order are read as equal.
 CLOCK_SLACK_S = 0.002
@@ -85,3 +91,29 @@ def first_token_split(
     if min(gaps) < -CLOCK_SLACK_S:
         return None
     return {stage: max(0.0, gap) for stage, gap in zip(STAGES, gaps, strict=True)}
+
+
+@dataclass(frozen=True)
+class Forward:
+    """One prefill forward of the scheduler, as its requests' stamps show it."""
+
+    entry: float  # forward_entry_time (on the stamps' clock)
+    seconds: float  # entry -> the last of its prompts' prefill_finished_time
+    prompts: int  # the requests among those given that it took in
+
+
+def prefill_forwards(requests: Iterable[Mapping[str, float]]) -> list[Forward]:
+    """The prefill forwards that took `requests` in (each request's stamps, any one clock),
+    in time order; requests without both forward stamps are left out."""
+    timed = sorted(
+        (r[FORWARD_ENTRY], r["prefill_finished_time"])
+        for r in requests
+        if FORWARD_ENTRY in r and "prefill_finished_time" in r
+    )
+    groups: list[list[tuple[float, float]]] = []
+    for entry, done in timed:
+        if groups and entry - groups[-1][0][0] <= SAME_FORWARD_S:
+            groups[-1].append((entry, done))
+        else:
+            groups.append([(entry, done)])
+    return [Forward(g[0][0], max(0.0, max(d for _e, d in g) - g[0][0]), len(g)) for g in groups]

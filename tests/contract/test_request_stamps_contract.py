@@ -65,3 +65,18 @@ def test_the_queue_time_runs_from_the_waiting_queue_to_the_first_forward(version
         r"self\.waiting_queue\.append\(req\)\s+req\.time_stats\.set_wait_queue_entry_time\(\)",
         src[SCHEDULER],
     ), version
+
+
+@pytest.mark.parametrize("version", ["0.5.17", PINNED_VERSION])
+def test_a_prefill_batch_enters_its_forward_at_one_stamp(version: str) -> None:
+    # request_stamps.prefill_forwards groups prompts by an equal forward_entry_time
+    src = wheel_sources(version)
+    assert 'set_time_batch(can_run_list, "set_forward_entry_time")' in src[SCHEDULER], version
+    body = re.search(r"def set_time_batch\(.*?\n(?=def |\Z)", src[STATS], re.S)
+    assert body is not None, version
+    # one clock read before the loop over the batch's requests, each set with it
+    assert re.search(
+        r"ts = time\.perf_counter\(\)\s+for req in reqs:\s+method = getattr\(req\.time_stats, "
+        r"set_func\)\s+if attrs is None:\s+method\(ts\)",
+        body.group(0),
+    ), version

@@ -113,6 +113,20 @@ def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path:
             # stages add up to about the mean (medians of each, over the 3 rounds)
             assert list(p["split_ms"]) == list(request_stamps.STAGES), p
             assert p["split_ms"]["prefill"] > 0, p
+            # and what the scheduler did with each round: every prompt reached its queue
+            # and went into one of the forwards, each after the prompt it took in arrived
+            assert len(p["rounds_server"]) == 3, p
+            for rnd in p["rounds_server"]:
+                arrivals, forwards = rnd["arrivals_ms"], rnd["forwards"]
+                assert len(arrivals) == n == sum(k for _at, k, _ms in forwards), rnd
+                assert arrivals == sorted(arrivals) and arrivals[0] >= 0, rnd
+                starts = [at for at, _k, _ms in forwards]
+                assert starts == sorted(starts) and all(ms > 0 for _a, _k, ms in forwards), rnd
+                # the k-th forward cannot start before the last of the prompts it holds came
+                taken = 0
+                for at, k, _ms in forwards:
+                    taken += k
+                    assert at >= arrivals[taken - 1] - 1e3 * request_stamps.CLOCK_SLACK_S, rnd
         for t in ok:  # the single-prompt points too
             for key in ("ttft_ms_p50_long", "ttft_ms_p50_short"):
                 if t.get(key):

@@ -60,7 +60,9 @@ k, the daemon's reason and message (`CostTrialFailed`), after the restore.
 
 from __future__ import annotations
 
+import json
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -69,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from fastverify.config import TRIAL_LOAD_FORMAT
+from fastverify.sglang import request_stamps
 
 KIND = "engine-trials"
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -456,28 +459,34 @@ class CostTrials:
 
     def _first_tokens(
         self, url: str, what: str, clients: int, requests: int, tokens: int
-    ) -> dict[str, float] | None:
+    ) -> dict[str, Any] | None:
         """The times to first token (ms: mean, p50, p99, ...) of `requests` prompts of
-        `tokens` tokens from `clients` clients after one warm-up request each, and the mean's
-        split into SGLang's stages where the server sent its stamps (`split_STAGE`, ms:
-        fastverify.sglang.request_stamps); None, with a warning naming `what`, when a prompt
-        failed or gave no first token."""
+        `tokens` tokens from `clients` clients after one warm-up request each; where the
+        server sent its stamps (fastverify.sglang.request_stamps), the mean's split into
+        SGLang's stages (`split_STAGE`, ms) and what its scheduler did with them (`server`:
+        `_server_view`); None, with a warning naming `what`, when a prompt failed or gave no
+        first token."""
         from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
 
         cfg = BenchConfig(url=url, concurrency=clients, duration=None, requests=requests,
                           input_len=tokens, output_len=2, seed=self.cfg.seed, warmup=1)  # fmt: skip
-        try:
-            r = run_bench(cfg)
-        except BenchError as exc:
-            self.warnings.append(f"{what}: {exc}")
-            return None
+        with tempfile.TemporaryDirectory(prefix="fastverify-first-tokens-") as tmp:
+            timeline = Path(tmp) / "timeline.jsonl"
+            try:
+                r = run_bench(cfg, timeline_to=str(timeline))
+            except BenchError as exc:
+                self.warnings.append(f"{what}: {exc}")
+                return None
+            rows = [json.loads(line) for line in timeline.read_text().splitlines()]
         ms = r.ttft_ms or {}
         if not ms.get("p50") or r.completed < requests:
             why = "; ".join(r.errors) or f"{r.completed} of {requests} first tokens"
             self.warnings.append(f"{what}: {why}")
             return None
-        out = {k: float(v) for k, v in ms.items() if v is not None}
+        out: dict[str, Any] = {k: float(v) for k, v in ms.items() if v is not None}
         out.update({SPLIT_PREFIX + k: v for k, v in (r.ttft_split_ms or {}).items()})
+        if server := _server_view(rows):
+            out["server"] = server
         return out
 
     def _prompt_ttft(self, url: str, tag: str, tokens: int | None) -> dict[str, float] | None:
@@ -529,10 +538,12 @@ class CostTrials:
                 return None
             rounds.append(ttft)
         lasts = [r["p99"] for r in rounds]
+        servers = [r["server"] for r in rounds if "server" in r]
         return {"prompts": n, "tokens": n * each, "ms": round(statistics.median(lasts), 4),
                 "rounds_ms": [round(x, 4) for x in lasts],
                 "mean_ms": round(statistics.median(r["mean"] for r in rounds), 4),
-                **_split_of(rounds)}  # fmt: skip
+                **_split_of(rounds),
+                **({"rounds_server": servers} if len(servers) == len(rounds) else {})}  # fmt: skip
 
     def _trace(self, rec: dict[str, Any], bench: Any, tag: str) -> None:
         from fastverify.experiments.common.daemon_ops import capture_under_load
@@ -729,7 +740,31 @@ def pending_trials(journal: Path) -> list[str]:
     ]
 
 
-def _split_of(points: list[dict[str, float]]) -> dict[str, Any]:
+def _server_view(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What SGLang's scheduler did with one round of prompts, from their stamps (a bench
+    timeline's rows: seconds from the window's start), in ms from the round's first send:
+    when each prompt reached its waiting queue (`arrivals_ms`, in order), and each prefill
+    forward that took them in (`forwards`: [start, prompts, duration]). A round sent at
+    once reaches the scheduler spread out (the server's intake takes the prompts one at a
+    time) and leaves it over a few forwards. None without stamps."""
+    stamped = [r["server_s"] for r in rows if "server_s" in r]
+    forwards = request_stamps.prefill_forwards(stamped)
+    if not forwards:
+        return None
+    t0 = min(r["start_s"] for r in rows)
+
+    def ms(t: float) -> float:
+        return round((t - t0) * 1e3, 3)
+
+    arrivals = sorted(s[request_stamps.WAIT_QUEUE_ENTRY] for s in stamped
+                      if request_stamps.WAIT_QUEUE_ENTRY in s)  # fmt: skip
+    return {
+        "arrivals_ms": [ms(t) for t in arrivals],
+        "forwards": [[ms(f.entry), f.prompts, round(f.seconds * 1e3, 3)] for f in forwards],
+    }
+
+
+def _split_of(points: list[dict[str, Any]]) -> dict[str, Any]:
     """`split_ms`: the median over `points` (`_first_tokens`' answers) of each stage of the
     mean first token, where every point has SGLang's stamps; nothing where one lacks them."""
     keys = [k for k in points[0] if k.startswith(SPLIT_PREFIX)] if points else []

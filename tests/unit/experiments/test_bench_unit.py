@@ -191,3 +191,20 @@ def test_the_schedulers_queue_entry_is_rebuilt_from_its_queue_time() -> None:
     assert request_stamps.WAIT_QUEUE_ENTRY not in request_stamps.stamps_of(
         {"forward_entry_time": 10.010}
     )
+
+
+def test_prompts_that_entered_one_forward_are_counted_as_one() -> None:
+    f = request_stamps.FORWARD_ENTRY
+    reqs = [
+        {f: 10.0, "prefill_finished_time": 10.011},
+        {f: 10.0 + 1e-6, "prefill_finished_time": 10.012},  # placed by another offset
+        {f: 10.030, "prefill_finished_time": 10.050},
+        {f: 10.030, "prefill_finished_time": 10.051},
+        {f: 10.030, "prefill_finished_time": 10.052},
+        {"request_received_ts": 9.9},  # no forward stamps: left out
+    ]
+    forwards = request_stamps.prefill_forwards(reversed(reqs))
+    assert [(fw.entry, fw.prompts) for fw in forwards] == [(10.0, 2), (10.030, 3)]
+    assert forwards[0].seconds == pytest.approx(0.012)
+    assert forwards[1].seconds == pytest.approx(0.022)
+    assert request_stamps.prefill_forwards([]) == []
