@@ -59,12 +59,18 @@ def _bench_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _split_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
-    """The mean first token in SGLang's stages, when the server sent its stamps."""
+    """The mean first token in SGLang's stages and its prefill forwards, when the server
+    sent its stamps."""
     split = result.get("ttft_split_ms")
     if not split:
         return []
     stages = " · ".join(f"{k} {fmt(v, 1)}" for k, v in split.items())
-    return [(f"TTFT mean split ms ({result['ttft_split_requests']} req)", stages)]
+    rows = [(f"TTFT mean split ms ({result['ttft_split_requests']} req)", stages)]
+    if fw := result.get("prefill_forwards"):
+        rows.append(("prefill forwards (SGLang's)",
+                     f"{fw['count']} · {fmt(fw['prompts_mean'], 1)} prompts each · "
+                     f"{fmt(fw['ms_mean'], 1)} ms mean, {fmt(fw['ms_max'], 1)} max"))  # fmt: skip
+    return rows
 
 
 def _accept_note(result: dict[str, Any]) -> str:

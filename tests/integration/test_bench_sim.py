@@ -124,6 +124,11 @@ def test_the_timeline_holds_every_measured_request_as_it_streamed(
     assert res["ttft_split_requests"] == 6 and list(split) == list(request_stamps.STAGES)
     assert sum(split.values()) == pytest.approx(res["ttft_ms"]["mean"], abs=0.1)
     assert split["prefill"] > 0
+    # the prefill forwards that took them in: the distinct forward entries of the rows
+    entries = {round(row["server_s"]["forward_entry_time"], 4) for row in rows}
+    fw = res["prefill_forwards"]
+    assert fw["count"] == len(entries) and fw["prompts_mean"] * fw["count"] == pytest.approx(6)
+    assert 0 < fw["ms_mean"] <= fw["ms_max"] <= max(ttfts) * 1e3
 
 
 def test_a_timeline_that_cannot_be_written_is_refused_before_any_load(

@@ -73,6 +73,7 @@ from fastverify.experiments.bench.records import (
     BenchResult,
     RequestRecord,
     ms_summary,
+    prefill_forwards,
     timeline,
     ttft_split,
 )
@@ -437,6 +438,7 @@ def summarize(
         gaps_with_prefill=with_prefill,
         ttft_split_ms=split,
         ttft_split_requests=split_n if split else None,
+        prefill_forwards=prefill_forwards(records),
     )
 
 

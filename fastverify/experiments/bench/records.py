@@ -119,6 +119,9 @@ class BenchResult:
     # requests whose stamps the server sent (`--enable-metrics`); None when none did
     ttft_split_ms: dict[str, float] | None = None
     ttft_split_requests: int | None = None
+    # the prefill forwards SGLang took the window's requests in, from the same stamps
+    # (`prefill_forwards`); None when the server sent none
+    prefill_forwards: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,6 +148,22 @@ def ttft_split(records: list[RequestRecord]) -> tuple[dict[str, float] | None, i
     if not splits:
         return None, 0
     return {k: mean([sp[k] for sp in splits]) * 1000.0 for k in request_stamps.STAGES}, len(splits)
+
+
+def prefill_forwards(records: list[RequestRecord]) -> dict[str, float] | None:
+    """How SGLang's scheduler batched the requests' prompts, from their stamps: how many
+    prefill forwards took them in, the mean prompts (of these requests) per forward and the
+    forwards' mean and longest milliseconds; None without stamps."""
+    forwards = request_stamps.prefill_forwards(r.stamps for r in records)
+    if not forwards:
+        return None
+    ms = [f.seconds * 1000.0 for f in forwards]
+    return {
+        "count": len(forwards),
+        "prompts_mean": sum(f.prompts for f in forwards) / len(forwards),
+        "ms_mean": mean(ms),
+        "ms_max": max(ms),
+    }
 
 
 def timeline(records: list[RequestRecord], t0: float) -> list[dict[str, Any]]:
