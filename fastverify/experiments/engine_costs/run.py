@@ -745,8 +745,8 @@ def _server_view(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     timeline's rows: seconds from the window's start), in ms from the round's first send:
     when each prompt reached its waiting queue (`arrivals_ms`, in order), and each prefill
     forward that took them in (`forwards`: [start, prompts, duration]). A round sent at
-    once reaches the scheduler spread out (the server's intake takes the prompts one at a
-    time) and leaves it over a few forwards. None without stamps."""
+    once reaches the scheduler spread out (SGLang 0.5.17's own log on an H100: ~2.6 ms a
+    128-token prompt) and leaves it over a few forwards. None without stamps."""
     stamped = [r["server_s"] for r in rows if "server_s" in r]
     forwards = request_stamps.prefill_forwards(stamped)
     if not forwards:
