@@ -12,6 +12,11 @@ the bonus included, capped at steps + 1); its controller, histograms, /metrics a
 the real engine's. The steps, in order (each `not run` when the call's time is short; a later
 call runs the rest with --steps):
 
+- first_token: the baseline at c = 1, 8, 16 and 32, 128-token prompts, for SGLang's own
+  stamps of each request (bench's first-token split: the way in, the hand-off to the
+  scheduler, its queue, the forwards, the way out; c = 1 gives the floor of each stage; the
+  least a call can measure them with, ~3.5 min with its start; first, since costs8b
+  runs to the call's budget);
 - costs8b: `spec costs` at steps 0..3 x batch 1..32 with a journal (--journal, kept across
   calls: a call cut short is resumed by the next, and says so);
 - accept_fixed3: EAGLE-3 at 3 steps, forced 3.0: SGLang's histogram (the plan's acceptance)
@@ -24,10 +29,6 @@ call runs the rest with --steps):
 - baseline_c: the baseline server at every c above;
 - fixed_k12: EAGLE-3 at 1 and 2 steps (forced 3.0) between the tier keys;
 - steps0_skip: the steps-0 pass again with SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1;
-- first_token: the baseline at c = 1, 8, 16 and 32, 128-token prompts, for SGLang's own
-  stamps of each request (bench's first-token split: the way in, the hand-off to the
-  scheduler, its queue, the forwards, the way out; c = 1 gives the floor of each stage; the
-  least a call can measure them with, ~3.5 min with its start).
 
 `--costs-input-len N` (default 128) measures the costs at N-token prompts instead (their own
 journal and cost file, spec-costs-8b-inN.*), and plan_served then plans and serves at N-token
@@ -403,6 +404,8 @@ def shutil_copy(src: Path, dst: Path) -> None:
 
 STEPS: list[tuple[str, str, float]] = [
     ("start", "s_start", 240),  # the first start pays the JIT builds (~130 s on the H200)
+    # short, and before costs8b, which runs to the call's budget: one call can take both
+    ("first_token", "s_first_token", 45),
     ("costs8b", "s_costs8b", 150),  # resumable: runs to the budget, then Ctrl-C
     ("accept_fixed3", "s_accept_fixed3", 110),
     ("plan_served", "s_plan_served", 200),
@@ -411,7 +414,6 @@ STEPS: list[tuple[str, str, float]] = [
     ("baseline_c", "s_baseline_c", 160),
     ("fixed_k12", "s_fixed_k12", 130),
     ("steps0_skip", "s_steps0_skip", 160),
-    ("first_token", "s_first_token", 45),
     # its least (the baseline alone at one length, ~40 s); it bounds its own runs by the
     # call's time left (both trials at both lengths: ~5 min)
     ("prefill_points", "s_prefill_points", 60),
