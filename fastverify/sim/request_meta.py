@@ -16,10 +16,11 @@ the stream flag (never the prompt). The record is the finished output's meta_inf
 
 With `--enable-metrics` (`stamps`), the request's time stamps, wall clock
 (`req_time_stats.py` `convert_time_to_realtime`): the scheduler's in every chunk
-(`forward_entry_time`, `prefill_finished_time`, `queue_time`), the first chunk's send
-(`response_sent_to_client_ts`) once it happened, and on the finished one the tokenizer
-manager's (`request_received_ts`, `api_server_dispatch_finish_ts`: the sim has no tokenizer,
-so both are the request's arrival; `request_finished_ts`).
+(`forward_entry_time`, `prefill_finished_time`, `queue_time`: from the loop iteration that
+first saw the request, as SGLang's scheduler reads its socket once an iteration), the first
+chunk's send (`response_sent_to_client_ts`) once it happened, and on the finished one the
+tokenizer manager's (`request_received_ts`, `api_server_dispatch_finish_ts`: the sim has no
+tokenizer, so both are the request's arrival; `request_finished_ts`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def time_stamps(req: Request) -> dict[str, float]:
     meta: dict[str, float] = {}
     if req.forward_entry_at is not None:
         meta["forward_entry_time"] = _wall(req.forward_entry_at)
-        meta["queue_time"] = req.forward_entry_at - req.created
+        meta["queue_time"] = req.forward_entry_at - (req.queued_at or req.created)
     if req.first_token_at is not None:
         meta["prefill_finished_time"] = _wall(req.first_token_at)
     if req.first_sent_at is not None:

@@ -72,6 +72,10 @@ class Request:
     generated: int = 0
     verify_ct: int = 0
     accepted_total: int = 0
+    # the scheduler's loop first saw it: SGLang's scheduler reads its socket at the top of
+    # each iteration (`recv_requests`, then `get_next_batch_to_run`), so a request sent
+    # while a forward runs waits for that forward's end (its `wait_queue_entry_time`)
+    queued_at: float | None = None
     forward_entry_at: float | None = None  # its first prefill forward began
     first_token_at: float | None = None
     first_sent_at: float | None = None  # the server wrote its first chunk (server.py)
@@ -275,6 +279,9 @@ class Scheduler(threading.Thread):
                     idle = True
                 if self._stop.is_set():
                     return
+                seen = time.perf_counter()
+                for r in self.waiting:
+                    r.queued_at = r.queued_at or seen
                 chunk = self._prefill_batch_locked()
                 if chunk:  # prefilling: part of the running batch from now on
                     done = sum(1 for _r, _n, whole in chunk if whole)

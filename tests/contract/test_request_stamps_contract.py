@@ -80,3 +80,28 @@ def test_a_prefill_batch_enters_its_forward_at_one_stamp(version: str) -> None:
         r"set_func\)\s+if attrs is None:\s+method\(ts\)",
         body.group(0),
     ), version
+
+
+@pytest.mark.parametrize("version", ["0.5.17", PINNED_VERSION])
+def test_the_scheduler_reads_its_socket_once_an_iteration_before_choosing_a_batch(
+    version: str,
+) -> None:
+    # the `handoff` stage: a request sent while a forward runs is read at the next
+    # iteration (the sim's scheduler follows: fastverify/sim/scheduler.py `queued_at`)
+    src = wheel_sources(version)[SCHEDULER]
+
+    def body(name: str, args: str = "self") -> str:
+        m = re.search(rf"def {name}\({args}[^)]*\)[^:]*:(.+?)\n    def ", src, re.S)
+        assert m is not None, (version, name)
+        return m.group(1)
+
+    # 0.5.17 receives and processes inline; later releases through one ingest_requests()
+    receive = ("self.request_receiver.recv_requests(", "self.process_input_requests(")
+    if "def ingest_requests(" in src:
+        assert all(call in body("ingest_requests") for call in receive), version
+    for loop in ("event_loop_normal", "event_loop_overlap"):
+        text = body(loop)
+        first = min((text.find(c) for c in (*receive, "self.ingest_requests()") if c in text),
+                    default=-1)  # fmt: skip
+        batch, run = text.find("self.get_next_batch_to_run("), text.find("self.run_batch(")
+        assert -1 < first < batch < run, (version, loop, first, batch, run)

@@ -131,6 +131,26 @@ def test_the_timeline_holds_every_measured_request_as_it_streamed(
     assert 0 < fw["ms_mean"] <= fw["ms_max"] <= max(ttfts) * 1e3
 
 
+def test_no_request_reaches_the_schedulers_queue_while_a_prefill_forward_runs(
+    baseline_url: str, tmp_path: Path
+) -> None:
+    # SGLang's scheduler reads its socket between forwards: a request sent while one runs
+    # waits for its end in the hand-off, not in the queue (the sim follows)
+    out = tmp_path / "timeline.jsonl"
+    r = bench("--url", baseline_url, "-n", "24", "-c", "8", "--output-len", "4", "--timeline",
+              str(out), "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    stamps = [json.loads(line)["server_s"] for line in out.read_text().splitlines()]
+    forwards = request_stamps.prefill_forwards(stamps)
+    slack = request_stamps.CLOCK_SLACK_S
+    for s in stamps:
+        queued = s[request_stamps.WAIT_QUEUE_ENTRY]
+        inside = [f for f in forwards if f.entry + slack < queued < f.entry + f.seconds - slack]
+        assert not inside, (s, inside)
+    split = json.loads(r.stdout)["ttft_split_ms"]
+    assert split["handoff"] > 0, split  # 24 requests of 8 clients: some came mid-forward
+
+
 def test_a_timeline_that_cannot_be_written_is_refused_before_any_load(
     baseline_url: str, tmp_path: Path
 ) -> None:
