@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,15 +94,21 @@ def test_duration_mode_window_and_concurrency(baseline_url: str) -> None:
     assert res["incomplete"] is None
 
 
+def bench_with_timeline(
+    url: str, tmp_path: Path, *args: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """`bench --json --timeline` against `url`: its result and the timeline's rows."""
+    out = tmp_path / "timeline.jsonl"
+    r = bench("--url", url, *args, "--timeline", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout), [json.loads(line) for line in out.read_text().splitlines()]
+
+
 def test_the_timeline_holds_every_measured_request_as_it_streamed(
     baseline_url: str, tmp_path: Path
 ) -> None:
-    out = tmp_path / "timeline.jsonl"
-    r = bench("--url", baseline_url, "-n", "6", "-c", "3", "--output-len", "12", "--timeline",
-              str(out), "--json")  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    res = json.loads(r.stdout)
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    res, rows = bench_with_timeline(baseline_url, tmp_path, "-n", "6", "-c", "3",
+                                    "--output-len", "12")  # fmt: skip
     assert len(rows) == 6 and {row["outcome"] for row in rows} == {"completed"}
     assert sum(row["tokens"] for row in rows) == res["output_tokens"] == 6 * 12
     for row in rows:
@@ -136,18 +143,16 @@ def test_no_request_reaches_the_schedulers_queue_while_a_prefill_forward_runs(
 ) -> None:
     # SGLang's scheduler reads its socket between forwards: a request sent while one runs
     # waits for its end in the hand-off, not in the queue (the sim follows)
-    out = tmp_path / "timeline.jsonl"
-    r = bench("--url", baseline_url, "-n", "24", "-c", "8", "--output-len", "4", "--timeline",
-              str(out), "--json")  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    stamps = [json.loads(line)["server_s"] for line in out.read_text().splitlines()]
+    res, rows = bench_with_timeline(baseline_url, tmp_path, "-n", "24", "-c", "8",
+                                    "--output-len", "4")  # fmt: skip
+    stamps = [row["server_s"] for row in rows]
     forwards = request_stamps.prefill_forwards(stamps)
     slack = request_stamps.CLOCK_SLACK_S
     for s in stamps:
         queued = s[request_stamps.WAIT_QUEUE_ENTRY]
         inside = [f for f in forwards if f.entry + slack < queued < f.entry + f.seconds - slack]
         assert not inside, (s, inside)
-    split = json.loads(r.stdout)["ttft_split_ms"]
+    split = res["ttft_split_ms"]
     assert split["handoff"] > 0, split  # 24 requests of 8 clients: some came mid-forward
 
 
