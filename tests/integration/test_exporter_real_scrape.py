@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -22,8 +23,16 @@ REAL = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200"
 TEXT = (REAL / "metrics-baseline.txt").read_bytes()
 
 
+@dataclass
+class Replay:
+    url: str
+    paths: list[str] = field(default_factory=list)  # what was asked of it, in order
+
+
 @pytest.fixture
-def replay() -> Iterator[str]:
+def replay() -> Iterator[Replay]:
+    served = Replay("")
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             body = TEXT if self.path == "/metrics" else b"{}"
@@ -34,12 +43,14 @@ def replay() -> Iterator[str]:
             self.wfile.write(body)
 
         def log_message(self, *_: object) -> None:
-            """Quiet: the test's output is its assertions, not an access log."""
+            """The access log goes to `Replay.paths`, not the test's output."""
+            served.paths.append(self.path)
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
+    served.url = f"http://127.0.0.1:{srv.server_address[1]}"
     try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
+        yield served
     finally:
         srv.shutdown()
         srv.server_close()
@@ -47,11 +58,11 @@ def replay() -> Iterator[str]:
 
 @pytest.mark.skipif(not prom.available(), reason="needs Prometheus (install-system-deps.sh)")
 def test_real_sglang_series_through_the_exporter_into_prometheus(
-    tmp_path: Path, replay: str
+    tmp_path: Path, replay: Replay
 ) -> None:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fastverify.exporters.standalone", "--sglang-url", replay,
+        [sys.executable, "-m", "fastverify.exporters.standalone", "--sglang-url", replay.url,
          "--listen", f"127.0.0.1:{port}", "--profile", "nccl-default", "--mode", "baseline",
          "--poll-interval", "0.2"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
@@ -64,6 +75,7 @@ def test_real_sglang_series_through_the_exporter_into_prometheus(
             assert p.value("sum(fastverify_generation_tokens_total)") == 33800.0
             assert p.value("fastverify_generation_tokens_per_second") == 0.0  # idle after bench
             assert all(t["health"] == "up" for t in p.targets_health())
+            assert "/metrics" in replay.paths  # read from the replayed SGLang, not elsewhere
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)

@@ -54,6 +54,7 @@ class FakeLauncher:
         self.plan: dict[str, str] = {}
         self.started: list[EngineHandle] = []
         self.stopped: list[EngineHandle] = []
+        self.verified: list[EngineHandle] = []  # marked verified (the real one writes a file)
         self.waiting = threading.Event()  # set while an engine "loads" (plan "hang")
         self.on_line = lambda h, line, facts: None
         self.on_exit = lambda h: None
@@ -99,7 +100,7 @@ class FakeLauncher:
         return list(argv) == h.argv and h.expected_nccl == {"NCCL_ALGO": profile.name.upper()}
 
     def mark_verified(self, h: EngineHandle) -> None:
-        """Nothing to record: the fake keeps no engine.pid file."""
+        self.verified.append(h)
 
     def exit_failure(self, h: EngineHandle) -> Failure:
         return Failure("cuda_oom", "engine died", log=str(h.log_path))
@@ -143,6 +144,8 @@ class FakeResolver:
     def __init__(self, cfg: Any, known: tuple[str, ...] = ("ring", "tree", "bad", "slow")):
         self.cfg = cfg
         self.known = known
+        self.p2p_checked: list[str] = []
+        self.p2p_redirected: set[str] = set()
 
     def defaults(self, name: str | None, mode: str | None, active: dict) -> tuple[str, str]:
         return (name or active.get("profile") or "ring", mode or active.get("mode") or "baseline")
@@ -167,7 +170,12 @@ class FakeResolver:
         return ArgvCheck(True, "ok")
 
     def require_direct_p2p(self, profile: Any) -> None:
-        """The fake host's GPUs reach each other directly: nothing is refused."""
+        """The fake host's GPUs reach each other directly but for the profiles in
+        `p2p_redirected` (refused as the real resolver refuses them); each profile checked
+        is kept (`p2p_checked`)."""
+        self.p2p_checked.append(profile.name)
+        if profile.name in self.p2p_redirected:
+            raise RequestError(422, f"profile {profile.name} needs P2P", reason="p2p_redirected")
 
 
 def config(backoff: tuple[float, float] = (0.0, 0.0), burst: int = 3) -> Any:
@@ -187,6 +195,7 @@ def config(backoff: tuple[float, float] = (0.0, 0.0), burst: int = 3) -> Any:
 
 def build(tmp: Path, checks: tuple[Any, ...] = (), **cfg_kw: Any) -> tuple[Any, FakeLauncher, list]:
     """A controller over the fakes; `checks`: verifiers run after the fake engine's own."""
+    from fastverify.daemon.checks import DirectP2P
     from fastverify.daemon.controller import Controller
     from fastverify.daemon.observers import Journal
 
@@ -198,6 +207,8 @@ def build(tmp: Path, checks: tuple[Any, ...] = (), **cfg_kw: Any) -> tuple[Any, 
     store = StateStore(tmp / "state")
     bus.subscribe(Journal(store))
     engine = SimpleNamespace(name="fake", simulated=True)
-    verifiers = [LauncherVerify(launcher), *checks]
-    ctl = Controller(cfg, engine, launcher, FakeResolver(cfg), store, bus, checks=verifiers)  # type: ignore[arg-type]
+    resolver = FakeResolver(cfg)
+    # the daemon's own refusal of a profile the host's P2P cannot serve, as it runs it
+    verifiers = [DirectP2P(resolver), LauncherVerify(launcher), *checks]
+    ctl = Controller(cfg, engine, launcher, resolver, store, bus, checks=verifiers)  # type: ignore[arg-type]
     return ctl, launcher, seen

@@ -28,7 +28,7 @@ def serve(ctl, profile: str = "ring") -> dict:
 
 
 def test_switch_publishes_typed_events_and_serves(tmp_path: Path) -> None:
-    ctl, _launcher, seen = build(tmp_path)
+    ctl, launcher, seen = build(tmp_path)
     serve(ctl, "ring")
     seen.clear()
     result = ctl.request("switch", "tree", None).wait(10)
@@ -47,6 +47,9 @@ def test_switch_publishes_typed_events_and_serves(tmp_path: Path) -> None:
     assert [(f.kind, f.result) for f in fin] == [("switch", "ok")]
     assert ctl.active == {"profile": "tree", "mode": "baseline"}
     assert ctl.slot.holder is None
+    # each engine that came up was marked verified, after its profile's P2P check
+    assert launcher.verified == launcher.started
+    assert ctl.resolver.p2p_checked == ["ring", "tree"]
 
 
 def test_failed_switch_rolls_back_to_the_last_good(tmp_path: Path) -> None:
@@ -64,6 +67,22 @@ def test_failed_switch_rolls_back_to_the_last_good(tmp_path: Path) -> None:
     assert ctl.state == State.READY
     assert ctl.last_failure["reason"] == "cuda_oom"
     assert ctl.store.history()[-1]["result"] == "rolled_back"
+    # the engine that failed its start was never marked verified; the two ring ones were
+    assert [h.profile for h in launcher.verified] == ["ring", "ring"]
+
+
+def test_a_profile_the_hosts_p2p_cannot_serve_is_refused_before_anything_stops(
+    tmp_path: Path,
+) -> None:
+    ctl, launcher, seen = build(tmp_path)
+    serve(ctl, "ring")
+    ctl.resolver.p2p_redirected.add("tree")
+    seen.clear()
+    with pytest.raises(RequestError) as refused:
+        ctl.request("switch", "tree", None)
+    assert refused.value.reason == "p2p_redirected"
+    assert launcher.stopped == [] and [h.profile for h in launcher.started] == ["ring"]
+    assert states(seen) == [] and ctl.active == {"profile": "ring", "mode": "baseline"}
 
 
 def test_cancel_stops_a_long_load_and_puts_the_previous_profile_back(tmp_path: Path) -> None:
