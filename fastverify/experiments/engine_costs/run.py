@@ -458,14 +458,15 @@ class CostTrials:
         return tokens
 
     def _first_tokens(
-        self, url: str, what: str, clients: int, requests: int, tokens: int
-    ) -> dict[str, Any] | None:
+        self, url: str, what: str, clients: int, requests: int, tokens: int,
+        server: bool = False,
+    ) -> dict[str, Any] | None:  # fmt: skip
         """The times to first token (ms: mean, p50, p99, ...) of `requests` prompts of
         `tokens` tokens from `clients` clients after one warm-up request each; where the
         server sent its stamps (fastverify.sglang.request_stamps), the mean's split into
-        SGLang's stages (`split_STAGE`, ms) and what its scheduler did with them (`server`:
-        `_server_view`); None, with a warning naming `what`, when a prompt failed or gave no
-        first token."""
+        SGLang's stages (`split_STAGE`, ms) and, with `server`, what its scheduler did with
+        them (`server`: `_server_view`); None, with a warning naming `what`, when a prompt
+        failed or gave no first token."""
         from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
 
         cfg = BenchConfig(url=url, concurrency=clients, duration=None, requests=requests,
@@ -473,11 +474,12 @@ class CostTrials:
         with tempfile.TemporaryDirectory(prefix="fastverify-first-tokens-") as tmp:
             timeline = Path(tmp) / "timeline.jsonl"
             try:
-                r = run_bench(cfg, timeline_to=str(timeline))
+                r = run_bench(cfg, timeline_to=str(timeline) if server else None)
             except BenchError as exc:
                 self.warnings.append(f"{what}: {exc}")
                 return None
-            rows = [json.loads(line) for line in timeline.read_text().splitlines()]
+            lines = timeline.read_text().splitlines() if server else []
+            rows = [json.loads(line) for line in lines]
         ms = r.ttft_ms or {}
         if not ms.get("p50") or r.completed < requests:
             why = "; ".join(r.errors) or f"{r.completed} of {requests} first tokens"
@@ -485,8 +487,8 @@ class CostTrials:
             return None
         out: dict[str, Any] = {k: float(v) for k, v in ms.items() if v is not None}
         out.update({SPLIT_PREFIX + k: v for k, v in (r.ttft_split_ms or {}).items()})
-        if server := _server_view(rows):
-            out["server"] = server
+        if view := _server_view(rows):
+            out["server"] = view
         return out
 
     def _prompt_ttft(self, url: str, tag: str, tokens: int | None) -> dict[str, float] | None:
@@ -533,7 +535,8 @@ class CostTrials:
                   f"once (a {n * each}-token prefill) ...")  # fmt: skip
         rounds = []
         for _ in range(BATCH_PROMPT_ROUNDS):
-            ttft = self._first_tokens(url, f"{tag}: no batch prefill point", n, n, each)
+            ttft = self._first_tokens(url, f"{tag}: no batch prefill point", n, n, each,
+                                      server=True)  # fmt: skip
             if ttft is None:
                 return None
             rounds.append(ttft)
