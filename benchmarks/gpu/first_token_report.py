@@ -41,7 +41,7 @@ WAVE_KEYS = ("send_gap_ms", "received_gap_ms", "dispatched_gap_ms", "arrival_gap
              "first_arrival_ms", "finish_gap_ms")  # fmt: skip
 GAPS = {
     "received_gap_ms": "request_received_ts",
-    "dispatched_gap_ms": "api_server_dispatch_finish_ts",
+    "dispatched_gap_ms": request_stamps.DISPATCHED,
     "arrival_gap_ms": request_stamps.WAIT_QUEUE_ENTRY,
 }
 

@@ -39,11 +39,12 @@ from typing import Any
 QUEUE_TIME = "queue_time"  # seconds, not a stamp: waiting queue -> first forward
 WAIT_QUEUE_ENTRY = "wait_queue_entry_time"  # rebuilt: forward_entry_time - queue_time
 FORWARD_ENTRY = "forward_entry_time"
+DISPATCHED = "api_server_dispatch_finish_ts"  # the tokenizer manager handed it on
 FINISHED = "request_finished_ts"
 # stamp -> the stage of the first token that ends at it, in the order above
 STAMPS: dict[str, str] = {
     "request_received_ts": "intake",
-    "api_server_dispatch_finish_ts": "tokenize",
+    DISPATCHED: "tokenize",
     WAIT_QUEUE_ENTRY: "handoff",
     FORWARD_ENTRY: "queue",
     "prefill_finished_time": "prefill",

@@ -36,6 +36,7 @@ from typing import Any
 
 from fastverify.durable import read_json
 from fastverify.sglang import eagle
+from fastverify.speculation.front_end import FrontEnd
 
 ENGINE_SOURCE = "engine: fastverify sim cost model (SIMULATION)"
 FILE_KINDS = ("rehearse-grid", "engine-trials")
@@ -75,6 +76,10 @@ class Costs:
     # and total prompt tokens (one forward over many prompts: `prefill_forward`)
     prefill_batch: dict[str, dict[int, float]] = field(default_factory=dict)
     prefill_batch_prompt: int | None = None
+    # the serial intake in front of the scheduler (speculation.front_end): with it, the
+    # serving model queues prompts sent together there, and the batch point's forward is
+    # priced without that queue
+    front_end: FrontEnd | None = None
 
     @property
     def batch_sizes(self) -> list[int]:
@@ -113,11 +118,15 @@ class Costs:
             return None
         return _piecewise(pts, tokens)
 
-    def batch_prefill(self, mode: str, tokens: int, prompts: int) -> float | None:
+    def batch_prefill(
+        self, mode: str, tokens: int, prompts: int, *, queued: bool = True
+    ) -> float | None:
         """The last first token of `prompts` prompts of `tokens` in all, sent at once: the
         line from one prompt of the batch point's length to the batch point (affine beyond),
         for prompts of at most that length; None without a batch point for the mode, or for
-        one prompt, or longer prompts (`prefill` prices those as one prompt)."""
+        one prompt, or longer prompts (`prefill` prices those as one prompt). With
+        `queued=False` and a front end, the point less what its last prompt queued there
+        (the forward's own share of it)."""
         n = self.prefill_batch_prompt
         pts = self.prefill_batch.get(mode)
         if not pts and mode in SPEC_PREFILL:
@@ -125,6 +134,10 @@ class Costs:
         if prompts < 2 or not pts or not n or tokens > prompts * n:
             return None
         one = self.prefill(mode, n)
+        if one is not None and not queued and self.front_end is not None:
+            # the batch point's last prompt waited on the front end for the others
+            lone = self.front_end.lone_s()
+            pts = {t: max(one, v - (t // n - 1) * lone) for t, v in pts.items()}
         return None if one is None else _piecewise({n: one, **pts}, tokens)
 
     def prefill_latency(self, mode: str) -> float:
@@ -159,7 +172,7 @@ class Costs:
         not one long one (each prompt's attention spans itself alone): SGLang 0.5.17 on an
         H100 served 1024-token prompts at 16 and 32 clients 1.19x and 1.34x what the
         one-prompt line predicted."""
-        t = self.batch_prefill(mode, tokens, prompts)
+        t = self.batch_prefill(mode, tokens, prompts, queued=False)
         if t is None:
             t = self.prefill(mode, tokens)
         return None if t is None else max(0.0, t - self.prefill_latency(mode))
@@ -200,6 +213,7 @@ class Costs:
                 if self.prefill_batch
                 else {}
             ),
+            **({"front_end_ms": self.front_end.to_dict()} if self.front_end else {}),
             **({"notes": self.notes} if self.notes else {}),
         }
 
@@ -225,6 +239,7 @@ class Costs:
                 for m, row in (d.get("prefill_batch_ms") or {}).items()
             },
             prefill_batch_prompt=d.get("prefill_batch_prompt"),
+            front_end=front_end_of(d, str(d.get("source") or "stored plan")),
         )
         return costs
 
@@ -414,8 +429,24 @@ def from_engine_trials(path: str | Path) -> Costs:
         zero_step_measured=measured,
         prefill_batch={m: {t: s * ms for t, s in row.items()} for m, row in batch.items()},
         prefill_batch_prompt=batch_prompt if batch else None,
+        front_end=front_end_of(data, label),
     )
     return costs
+
+
+def front_end_of(data: Mapping[str, Any], label: str) -> FrontEnd | None:
+    """The file's `front_end_ms` ({"share_ms", "serial_ms", "source"}), None without one."""
+    fe = data.get("front_end_ms")
+    if fe is None:
+        return None
+    try:
+        front = FrontEnd.from_dict(fe)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CostsError(f'{label}: "front_end_ms" must be {{"share_ms": ms, "serial_ms": ms}} '
+                         f"({type(exc).__name__}: {exc})") from None  # fmt: skip
+    if front.share_s < 0 or front.serial_s < 0:
+        raise CostsError(f'{label}: "front_end_ms" has a negative time')
+    return front
 
 
 def fixed_eagle_prefill(
@@ -485,8 +516,9 @@ def with_prefill_points(data: Mapping[str, Any], points: Mapping[str, Any]) -> d
     moved = fixed_eagle_batch(fixed, base, base_batch, n) if isinstance(n, int) else {}
     if moved:
         batch["eagle"] = {str(t): ms for t, ms in moved.items()}
+    front = {"front_end_ms": points["front_end_ms"]} if points.get("front_end_ms") else {}
     return {**data, "prefill_ms": prefill, "prefill_batch_ms": batch,
-            "prefill_batch_prompt": points.get("prefill_batch_prompt")}  # fmt: skip
+            "prefill_batch_prompt": points.get("prefill_batch_prompt"), **front}  # fmt: skip
 
 
 # what a skip run must share with the cost file it goes beside: (field, what it is)

@@ -37,6 +37,7 @@ from typing import Any
 from fastverify.sglang.adaptive_slot import AdaptiveController
 from fastverify.speculation.acceptance import Acceptance, Draws
 from fastverify.speculation.costs import Costs
+from fastverify.speculation.front_end import Intake
 
 CHUNKED_PREFILL_TOKENS = 8192  # SGLang's default chunked_prefill_size on an 80+ GB GPU
 MODES = ("baseline", "eagle", "adaptive")
@@ -95,7 +96,7 @@ class Served:
 @dataclass
 class _Req:
     draws: Draws | None
-    arrived: float
+    alone_at: float  # when it would have reached the scheduler with no other request about
     prompt_left: int
     out_left: int
     first_at: float | None = None
@@ -145,21 +146,23 @@ def serve(
     now = 0.0
     waiting: list[_Req] = []
     running: list[_Req] = []
-    arriving: list[_Req] = []
-
-    def new_request(t: float) -> _Req:
-        d = pool[rng.randrange(len(pool))] if pool else None
-        return _Req(d, t, max(1, workload.input_len), workload.output_len)
+    front = None if decode_only else costs.front_end
+    intake: Intake[_Req] = Intake(front)
+    lone = front.lone_s() if front else 0.0
 
     # a client's next request reaches the scheduler after its last token's way out and the
-    # new request's way in: the part of a first token that holds no forward
+    # new request's way in (the part of a first token that holds no forward), alone; with
+    # others sent about then, later (the front end's queue)
     way = 0.0 if decode_only else costs.prefill_latency(prefill_mode)
 
-    def turnaround() -> float:
-        return way + rng.uniform(*TURNAROUND_S)
+    def send(t: float) -> None:
+        alone_at = t + way + rng.uniform(*TURNAROUND_S)
+        d = pool[rng.randrange(len(pool))] if pool else None
+        r = _Req(d, alone_at, max(1, workload.input_len), workload.output_len)
+        intake.enter(max(t, alone_at - lone), r)
 
     for _ in range(concurrency):
-        arriving.append(new_request(turnaround()))
+        send(0.0)
     done = 0
     t_start: float | None = None
     tokens_window = 0
@@ -184,10 +187,10 @@ def serve(
         if done == warm:
             t_start = t
         if window_s is None:
-            arriving.append(new_request(t + turnaround()))
+            send(t)
         elif done >= warm:  # bench: the measured clients start once the warm-up is over
             for _ in range(concurrency if done == warm else 1):
-                arriving.append(new_request(t + turnaround()))
+                send(t)
 
     def running_out() -> bool:
         if window_s is None:
@@ -196,12 +199,11 @@ def serve(
 
     while not running_out():
         if not waiting and not running:  # idle until the next request arrives
-            now = max(now, min(r.arrived for r in arriving))
-        came = [r for r in arriving if r.arrived <= now]
-        if came:
-            came.sort(key=lambda r: r.arrived)
-            waiting.extend(came)
-            arriving[:] = [r for r in arriving if r.arrived > now]
+            nxt = intake.next_arrival()
+            if nxt is None:
+                raise RuntimeError("the serving model ran out of requests")  # a bug, not input
+            now = max(now, nxt)
+        waiting.extend(r for _, r in intake.until(now))
         if waiting and not decode_only:
             budget = workload.chunk_tokens
             batch: list[tuple[_Req, int]] = []
@@ -222,7 +224,7 @@ def serve(
                     waiting.remove(r)
                     r.first_at = now
                     if done >= warm:  # the first token's way out holds no forward
-                        ttfts.append(now - r.arrived + costs.prefill_latency(prefill_mode))
+                        ttfts.append(now - r.alone_at + way)
                     emit(r, 1, now)
                     r.out_left -= 1
                     if r.out_left <= 0:

@@ -127,6 +127,16 @@ def test_trials_make_a_cost_file_the_plan_reads_and_restore_the_engine(tmp_path:
                 for at, k, _ms in forwards:
                     taken += k
                     assert at >= arrivals[taken - 1] - 1e3 * request_stamps.CLOCK_SLACK_S, rnd
+                # the tokenizer manager handed each on before the scheduler queued it
+                handed = rnd["dispatched_ms"]
+                assert len(handed) == n and handed == sorted(handed), rnd
+                assert all(h <= a + 1e3 * request_stamps.CLOCK_SLACK_S
+                           for h, a in zip(handed, arrivals, strict=True)), rnd  # fmt: skip
+        # the front end in front of the scheduler, from the baseline's rounds: a request's
+        # share of the shared loop and the spacing of the hand-offs, each a few ms at most
+        front = spec_costs.from_file(out).front_end
+        assert front is not None and report["front_end_ms"]["source"].startswith("spec costs")
+        assert 0 <= front.share_s < 0.05 and 0 <= front.serial_s < 0.05, front
         for t in ok:  # the single-prompt points too
             for key in ("ttft_ms_p50_long", "ttft_ms_p50_short"):
                 if t.get(key):

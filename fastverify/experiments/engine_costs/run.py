@@ -72,6 +72,7 @@ from typing import Any
 
 from fastverify.config import TRIAL_LOAD_FORMAT
 from fastverify.sglang import request_stamps
+from fastverify.speculation import front_end
 
 KIND = "engine-trials"
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -598,6 +599,7 @@ class CostTrials:
         baseline: dict[str, float] = {}
         prefill: dict[str, dict[str, float]] = {}
         batch: dict[str, dict[str, float]] = {}
+        front: dict[str, Any] | None = None
         for t in ok:
             bs = str(t["batch_size"])
             if t["steps"] == BASELINE:
@@ -614,6 +616,8 @@ class CostTrials:
                         prefill[mode][str(point["tokens"])] = point["ms"]
                 if t.get("ttft_ms_batch"):
                     batch[mode] = {str(t["ttft_ms_batch"]["tokens"]): t["ttft_ms_batch"]["ms"]}
+                if t["steps"] == BASELINE:
+                    front = _front_end(t) or front
         base_pts = {int(n): ms for n, ms in (prefill.get("baseline") or {}).items()}
         fixed = fixed_eagle_prefill(ok, self.cfg.input_len, base_pts)
         if fixed:
@@ -665,6 +669,7 @@ class CostTrials:
             "prefill_batch_note": "the last first token (p99, median of "
             f"{BATCH_PROMPT_ROUNDS} rounds) of as many {self.cfg.input_len}-token prompts sent "
             "at once as one prefill forward takes; eagle: the baseline's moved as its line is",
+            **({"front_end_ms": front} if front else {}),
             "trials": self.trials,
             "load_s": self.info.get("load_s") or {},
             # this run's seconds: engine starts, bench windows, profile windows, the restore
@@ -746,10 +751,12 @@ def pending_trials(journal: Path) -> list[str]:
 def _server_view(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """What SGLang's scheduler did with one round of prompts, from their stamps (a bench
     timeline's rows: seconds from the window's start), in ms from the round's first send:
-    when each prompt reached its waiting queue (`arrivals_ms`, in order), and each prefill
-    forward that took them in (`forwards`: [start, prompts, duration]). A round sent at
-    once reaches the scheduler spread out (SGLang 0.5.17's own log on an H100: ~2.6 ms a
-    128-token prompt) and leaves it over a few forwards. None without stamps."""
+    when the tokenizer manager handed each prompt on (`dispatched_ms`, in order), when it
+    reached the waiting queue (`arrivals_ms`: the scheduler reads its socket between
+    forwards, so these come in groups), and each prefill forward that took them in
+    (`forwards`: [start, prompts, duration]). A round sent at once reaches the scheduler
+    spread out and leaves it over a few forwards (speculation.front_end). None without
+    stamps."""
     stamped = [r["server_s"] for r in rows if "server_s" in r]
     forwards = request_stamps.prefill_forwards(stamped)
     if not forwards:
@@ -759,12 +766,29 @@ def _server_view(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     def ms(t: float) -> float:
         return round((t - t0) * 1e3, 3)
 
-    arrivals = sorted(s[request_stamps.WAIT_QUEUE_ENTRY] for s in stamped
-                      if request_stamps.WAIT_QUEUE_ENTRY in s)  # fmt: skip
+    def times(key: str) -> list[float]:
+        return [ms(t) for t in sorted(s[key] for s in stamped if key in s)]
+
     return {
-        "arrivals_ms": [ms(t) for t in arrivals],
+        "dispatched_ms": times(request_stamps.DISPATCHED),
+        "arrivals_ms": times(request_stamps.WAIT_QUEUE_ENTRY),
         "forwards": [[ms(f.entry), f.prompts, round(f.seconds * 1e3, 3)] for f in forwards],
     }
+
+
+def _front_end(trial: dict[str, Any]) -> dict[str, Any] | None:
+    """The intake in front of the scheduler (speculation.front_end) from a trial's batch
+    point rounds and what its short prompt alone took to the tokenizer manager's hand-off
+    (the stages before it in its split); None without both."""
+    rounds = (trial.get("ttft_ms_batch") or {}).get("rounds_server")
+    split = (trial.get("ttft_ms_p50_short") or {}).get("split_ms") or {}
+    stages = request_stamps.STAGES[: request_stamps.STAGES.index("handoff")]
+    if not rounds or any(k not in split for k in stages):
+        return None
+    lone = sum(split[k] for k in stages)
+    fe = front_end.from_rounds(rounds, lone, "spec costs' batch point: "
+                               f"{len(rounds)} rounds, one prompt alone {lone:.2f} ms")  # fmt: skip
+    return fe.to_dict() if fe else None
 
 
 def _split_of(points: list[dict[str, Any]]) -> dict[str, Any]:
