@@ -17,7 +17,10 @@ the measured time to first token less the part that holds no forward (`Costs.pre
 from a short prompt's first token or two measured prompt lengths), which holds the client: its
 next request reaches the scheduler that long after its last token (the way out, then the way
 in; at one client on the sim, 1024-token prompts, leaving it out predicted 797 tok/s where 696
-were served); without prefill costs the prediction is decode only, and says so.
+were served). Where the costs carry the front end in front of the scheduler
+(`speculation.front_end`, measured by `spec costs`), requests sent about together queue
+there and reach the scheduler spread out, as SGLang's do, so a round leaves over a few
+forwards. Without prefill costs the prediction is decode only, and says so.
 
 Figures per run: output tokens/s over a window after every client's first request (the
 warm-up, as bench discards it), mean and median time to first token and inter-token latency
