@@ -15,7 +15,10 @@ through the server one at a time:
   the wave that finished just before (what it did before it took the new wave in).
 
 Each figure is the median over the window's waves of at least MIN_WAVE requests, each
-wave's own the median of its gaps.
+wave's own the median of its gaps. And `front_end_ms`: the front end in front of the
+scheduler the serving model queues requests in (`fastverify.speculation.front_end`, as
+`spec costs` measures it), from the window's first round (every client's first request,
+sent together after the warm-up) and the one-client window's prompts alone.
 
     python benchmarks/gpu/first_token_report.py RAW_DIR [--out FILE.json]
 """
@@ -32,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from fastverify.experiments.engine_costs.run import server_view
 from fastverify.sglang import request_stamps
+from fastverify.speculation import front_end
 
 WAVE_GAP_S = 0.005  # sends this close to the one before belong to one wave
 MIN_WAVE = 4
@@ -80,21 +85,47 @@ def wave_figures(wave: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict
     return {k: v for k, v in fig.items() if v is not None}
 
 
-def window_report(bench: Path) -> dict[str, Any] | None:
-    """One bench window's figures; None where it kept no timeline."""
+def timeline_rows(bench: Path) -> list[dict[str, Any]] | None:
+    """The timeline beside a bench file (by its name), None where it kept none."""
     timeline = bench.with_name(bench.name.replace("bench-", "timeline-", 1)).with_suffix(".jsonl")
     if not timeline.exists():
         return None
+    return [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
+
+
+def alone_ms(rows: list[dict[str, Any]]) -> float | None:
+    """The median time from a prompt's send to the tokenizer manager's hand-off."""
+    times = [(r["server_s"][request_stamps.DISPATCHED] - r["start_s"]) * 1e3
+             for r in rows if request_stamps.DISPATCHED in r.get("server_s", {})]  # fmt: skip
+    return statistics.median(times) if times else None
+
+
+def front_end_of(rows: list[dict[str, Any]], clients: int, alone: float) -> dict[str, Any] | None:
+    """The front end from the window's first round of `clients` requests."""
+    first = sorted(rows, key=lambda r: r["start_s"])[:clients]
+    view = server_view(first) if clients > 1 else None
+    fe = front_end.from_rounds([view], alone, "first round") if view else None
+    return None if fe is None else {k: v for k, v in fe.to_dict().items() if k != "source"}
+
+
+def window_report(bench: Path, alone: float | None = None) -> dict[str, Any] | None:
+    """One bench window's figures; None where it kept no timeline. With `alone` (ms from a
+    prompt's send to its hand-off, sent alone), its front end too."""
+    rows = timeline_rows(bench)
+    if rows is None:
+        return None
     result = json.loads(bench.read_text())
-    rows = [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
     figs = [wave_figures(w, rows) for w in waves(rows) if len(w) >= MIN_WAVE]
     keys = sorted({k for f in figs for k in f})
+    clients = _window_order(bench)[2]
+    front = front_end_of(rows, clients, alone) if alone is not None else None
     return {
         "ttft_ms_mean": round(result["ttft_ms"]["mean"], 2),
         "ttft_split_ms": _rounded(result.get("ttft_split_ms")),
         "prefill_forwards": _rounded(result.get("prefill_forwards")),
         "waves": len(figs),
         **{k: round(statistics.median(f[k] for f in figs if k in f), 3) for k in keys},
+        **({"front_end_ms": front} if front else {}),
     }
 
 
@@ -115,6 +146,9 @@ def _lines(report: dict[str, dict[str, Any]]) -> list[str]:
         if w["waves"]:
             gaps = " ".join(f"{k} {w[k]:.2f}" for k in (*WAVE_KEYS,) if k in w)
             out.append(f"  {w['waves']} waves (medians, ms): {gaps}")
+        if fe := w.get("front_end_ms"):
+            out.append(f"  front end (first round): {fe['share_ms']:.2f} ms a request shared, "
+                       f"then {fe['serial_ms']:.2f} ms apart")  # fmt: skip
     return out
 
 
@@ -130,8 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the report here as JSON")
     args = ap.parse_args(argv)
     benches = sorted(args.raw.glob("bench-*.json"), key=_window_order)
+    # a prompt alone: the one-client window of the same mode and length
+    alone: dict[tuple[str, int], float | None] = {}
+    for p in benches:
+        mode, n, clients = _window_order(p)
+        if clients == 1 and (rows := timeline_rows(p)):
+            alone[(mode, n)] = alone_ms(rows)
     report = {p.stem.removeprefix("bench-"): w for p in benches
-              if (w := window_report(p)) is not None}  # fmt: skip
+              if (w := window_report(p, alone.get(_window_order(p)[:2]))) is not None}  # fmt: skip
     if not report:
         print(f"{args.raw}: no bench window with a timeline", file=sys.stderr)
         return 2

@@ -466,7 +466,7 @@ class CostTrials:
         `tokens` tokens from `clients` clients after one warm-up request each; where the
         server sent its stamps (fastverify.sglang.request_stamps), the mean's split into
         SGLang's stages (`split_STAGE`, ms) and, with `server`, what its scheduler did with
-        them (`server`: `_server_view`); None, with a warning naming `what`, when a prompt
+        them (`server`: `server_view`); None, with a warning naming `what`, when a prompt
         failed or gave no first token."""
         from fastverify.experiments.bench.load import BenchConfig, BenchError, run_bench
 
@@ -488,7 +488,7 @@ class CostTrials:
             return None
         out: dict[str, Any] = {k: float(v) for k, v in ms.items() if v is not None}
         out.update({SPLIT_PREFIX + k: v for k, v in (r.ttft_split_ms or {}).items()})
-        if view := _server_view(rows):
+        if view := server_view(rows):
             out["server"] = view
         return out
 
@@ -748,7 +748,7 @@ def pending_trials(journal: Path) -> list[str]:
     ]
 
 
-def _server_view(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def server_view(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """What SGLang's scheduler did with one round of prompts, from their stamps (a bench
     timeline's rows: seconds from the window's start), in ms from the round's first send:
     when the tokenizer manager handed each prompt on (`dispatched_ms`, in order), when it

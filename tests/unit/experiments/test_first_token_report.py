@@ -59,3 +59,31 @@ def test_a_wave_shows_where_its_requests_were_taken_one_at_a_time(tmp_path: Path
     assert w is not None and w["waves"] == 2
     assert w["received_gap_ms"] == pytest.approx(3.0, abs=1e-3)
     assert report.window_report(tmp_path / "bench-baseline-c8-in128.json") is None  # no timeline
+
+
+def test_the_front_end_of_a_window_from_its_first_round_and_a_prompt_alone(
+    tmp_path: Path,
+) -> None:
+    # alone: handed on 3 ms after the send; four sent together: the first handed on after
+    # 3 + 3 x 2 ms (the others' shares), then 0.5 ms apart
+    alone = [row(float(i), float(i) + 0.0025, float(i) + 0.004, float(i) + 0.1, float(i) + 0.1)
+             for i in range(3)]  # fmt: skip
+    (tmp_path / "timeline-baseline-c1-in128.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in alone)
+    )
+    together = [row(10.0, 10.0085 + 0.0005 * i, 10.02, 11.0, 11.0) for i in range(4)]
+    later = [row(11.01, 11.02, 11.03, 12.0, 12.0) for _ in range(4)]  # not the first round
+    (tmp_path / "timeline-baseline-c4-in128.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in together + later)
+    )
+    for c in (1, 4):
+        (tmp_path / f"bench-baseline-c{c}-in128.json").write_text(
+            json.dumps({"ttft_ms": {"mean": 20.0}})
+        )
+    out = tmp_path / "report.json"
+    assert report.main([str(tmp_path), "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert "front_end_ms" not in got["baseline-c1-in128"]
+    fe = got["baseline-c4-in128"]["front_end_ms"]
+    assert fe["share_ms"] == pytest.approx(2.0, abs=1e-3)
+    assert fe["serial_ms"] == pytest.approx(0.5, abs=1e-3)

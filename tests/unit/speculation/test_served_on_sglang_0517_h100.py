@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.experiments.engine_costs.run import _server_view
+from fastverify.experiments.engine_costs.run import server_view
 from fastverify.sglang import request_stamps
 from fastverify.speculation import costs as spec_costs
 from fastverify.speculation import front_end, serving
@@ -60,7 +60,7 @@ def rows(name: str) -> list[dict]:
 
 def round_view() -> dict:
     """What SGLang's scheduler did with 32 prompts sent at once (`spec costs`' view)."""
-    view = _server_view(rows("timeline-baseline-c32-in128-round1.jsonl"))
+    view = server_view(rows("timeline-baseline-c32-in128-round1.jsonl"))
     assert view is not None
     return view
 
