@@ -235,6 +235,10 @@ def _print_costs(report: dict[str, Any], output: str | None) -> None:
     table(heads, rows, title="ms per decode step (baseline) and per cycle at each draft step "
           "count (verify ms in brackets)")  # fmt: skip
     click.echo(f"source: {report['source']}")
+    if fe := report.get("front_end_ms"):
+        click.echo(f"front end: {fe['share_ms']:.2f} ms a request shared, then "
+                   f"{fe['serial_ms']:.2f} ms apart to the scheduler (requests sent together "
+                   "reach it spread out; the serving model queues them so)")  # fmt: skip
     j = report.get("journal") or {}
     if j.get("resumed"):
         click.echo(f"resumed: {j.get('windows_from_journal')} window(s) from {j.get('path')}, "

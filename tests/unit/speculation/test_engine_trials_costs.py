@@ -127,10 +127,14 @@ def test_the_costs_table_shows_the_baseline_decode_beside_the_steps_0_pass(
     head = next(x for x in lines if x.startswith("batch"))
     assert head.split("\t") == ["batch", "baseline", "0 steps", "1 step"]
     assert "1\t12.44\t12.48\t18.09 (17.82)" in lines
+    assert not any(x.startswith("front end") for x in lines)
     old = {k: v for k, v in report.items() if k != "baseline_ms"}
-    _print_costs(old, None)
-    head = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("batch"))
+    _print_costs({**old, "front_end_ms": {"share_ms": 1.748, "serial_ms": 0.372}}, None)
+    lines = capsys.readouterr().out.splitlines()
+    head = next(x for x in lines if x.startswith("batch"))
     assert head.split("\t") == ["batch", "decode", "1 step"]
+    assert any(x.startswith("front end: 1.75 ms a request shared, then 0.37 ms apart")
+               for x in lines), lines  # fmt: skip
 
 
 def test_a_forward_over_many_prompts_is_priced_from_the_batch_point(tmp_path: Path) -> None:
