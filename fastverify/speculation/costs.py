@@ -361,7 +361,8 @@ def from_engine_trials(path: str | Path) -> Costs:
     """A `spec costs` file: {"kind": "engine-trials", "source": str, "model", "profile",
     "allreduce_backend", "sglang_version", "measured_at", "baseline_ms": {bs: ms},
     "cycle_ms": {bs: {steps: ms}}, "verify_ms", "prefill_ms": {mode: {tokens: ms}},
-    "spread", "cuda_graph_bs", "trials": [...], "command"}. `cycle_ms[bs]["0"]` is the
+    "spread", "cuda_graph_bs", "prefill_batch_ms", "prefill_batch_prompt", "front_end_ms":
+    {"share_ms", "serial_ms", "source"}, "trials": [...], "command"}. `cycle_ms[bs]["0"]` is the
     steps-0 pass (adaptive at 0 steps). A file written before the steps-0 trial existed has
     no "baseline_ms" and its "0" is the baseline decode: steps 0 is then priced as that
     decode, which leaves out the draft extend, and the costs say so."""
