@@ -130,19 +130,20 @@ class Intake(Generic[T]):
                 self._clock += step
                 for j in [j for j in self._active if j[0] <= DONE_EPS_S]:
                     self._active.remove(j)
-                    leave = max(self._serial_free, self._clock) + self.serial
-                    self._serial_free = leave
-                    heapq.heappush(self._left, (leave, j[1], j[2]))
+                    self._hand_off(j[1], j[2])
             if horizon > self._clock and horizon != math.inf:
                 self._clock = horizon
             if nxt <= t and self._pending:
                 at, order, item = heapq.heappop(self._pending)
                 self._clock = max(self._clock, at)
-                self._active.append([self.share, order, item])
                 if self.share <= DONE_EPS_S:  # no shared work: straight to the serial stage
-                    self._active.pop()
-                    leave = max(self._serial_free, self._clock) + self.serial
-                    self._serial_free = leave
-                    heapq.heappush(self._left, (leave, order, item))
+                    self._hand_off(order, item)
+                else:
+                    self._active.append([self.share, order, item])
                 continue
             return
+
+    def _hand_off(self, order: int, item: T) -> None:
+        """Out of the shared loop now: to the scheduler at the next free serial step."""
+        self._serial_free = max(self._serial_free, self._clock) + self.serial
+        heapq.heappush(self._left, (self._serial_free, order, item))
