@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from fastverify.experiments.engine_costs.run import server_view
+from fastverify.experiments.engine_costs.run import handed_on_ms, server_view
 from fastverify.sglang import request_stamps
 from fastverify.speculation import front_end
 
@@ -91,13 +91,6 @@ def timeline_rows(bench: Path) -> list[dict[str, Any]] | None:
     if not timeline.exists():
         return None
     return [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
-
-
-def alone_ms(rows: list[dict[str, Any]]) -> float | None:
-    """The median time from a prompt's send to the tokenizer manager's hand-off."""
-    times = [(r["server_s"][request_stamps.DISPATCHED] - r["start_s"]) * 1e3
-             for r in rows if request_stamps.DISPATCHED in r.get("server_s", {})]  # fmt: skip
-    return statistics.median(times) if times else None
 
 
 def front_end_of(rows: list[dict[str, Any]], clients: int, alone: float) -> dict[str, Any] | None:
@@ -169,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in benches:
         mode, n, clients = _window_order(p)
         if clients == 1 and (rows := timeline_rows(p)):
-            alone[(mode, n)] = alone_ms(rows)
+            alone[(mode, n)] = handed_on_ms(rows)
     report = {p.stem.removeprefix("bench-"): w for p in benches
               if (w := window_report(p, alone.get(_window_order(p)[:2]))) is not None}  # fmt: skip
     if not report:

@@ -52,6 +52,8 @@ STAMPS: dict[str, str] = {
 }
 DELIVERY = "delivery"
 STAGES: tuple[str, ...] = (*STAMPS.values(), DELIVERY)
+# the stages in front of the scheduler: to the tokenizer manager's hand-off
+BEFORE_HANDOFF: tuple[str, ...] = STAGES[: list(STAMPS).index(DISPATCHED) + 1]
 # the wall-clock stamps meta_info carries under their own key
 META_STAMPS: tuple[str, ...] = (*(k for k in STAMPS if k != WAIT_QUEUE_ENTRY), FINISHED)
 # The scheduler stamps a prefill batch's forward entry from one clock read (0.5.17

@@ -776,13 +776,22 @@ def server_view(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+def handed_on_ms(rows: list[dict[str, Any]]) -> float | None:
+    """The median ms from a prompt's send to the tokenizer manager's hand-off (a bench
+    timeline's rows, prompts sent one at a time: the front end's path alone); None
+    without the stamp."""
+    times = [(r["server_s"][request_stamps.DISPATCHED] - r["start_s"]) * 1e3
+             for r in rows if request_stamps.DISPATCHED in r.get("server_s", {})]  # fmt: skip
+    return statistics.median(times) if times else None
+
+
 def _front_end(trial: dict[str, Any]) -> dict[str, Any] | None:
     """The intake in front of the scheduler (speculation.front_end) from a trial's batch
     point rounds and what its short prompt alone took to the tokenizer manager's hand-off
     (the stages before it in its split); None without both."""
     rounds = (trial.get("ttft_ms_batch") or {}).get("rounds_server")
     split = (trial.get("ttft_ms_p50_short") or {}).get("split_ms") or {}
-    stages = request_stamps.STAGES[: request_stamps.STAGES.index("handoff")]
+    stages = request_stamps.BEFORE_HANDOFF
     if not rounds or any(k not in split for k in stages):
         return None
     lone = sum(split[k] for k in stages)

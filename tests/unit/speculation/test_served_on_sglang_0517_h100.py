@@ -35,8 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from fastverify.experiments.engine_costs.run import server_view
-from fastverify.sglang import request_stamps
+from fastverify.experiments.engine_costs.run import handed_on_ms, server_view
 from fastverify.speculation import costs as spec_costs
 from fastverify.speculation import front_end, serving
 from fastverify.speculation.acceptance import Acceptance
@@ -67,11 +66,8 @@ def round_view() -> dict:
 
 def measured_front_end() -> front_end.FrontEnd:
     """The front end from SGLang's stamps: the round, and the prompts sent alone."""
-    alone = statistics.median(
-        (r["server_s"][request_stamps.DISPATCHED] - r["start_s"]) * 1e3
-        for r in rows("timeline-baseline-c1-in128.jsonl")
-        if request_stamps.DISPATCHED in r.get("server_s", {})
-    )
+    alone = handed_on_ms(rows("timeline-baseline-c1-in128.jsonl"))
+    assert alone is not None
     fe = front_end.from_rounds([round_view()], alone, "first-token fixture")
     assert fe is not None
     return fe
